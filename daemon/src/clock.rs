@@ -1,0 +1,57 @@
+//! The clock seam. Deadlines use the monotonic clock so a wall-clock jump never causes mass
+//! redelivery; publish times use the wall clock. Tests inject a manual clock.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub trait Clock {
+    /// Monotonic time, for deadlines.
+    fn now(&self) -> Instant;
+    /// Milliseconds since the Unix epoch, for publish times.
+    fn wall_ms(&self) -> u64;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn wall_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+}
+
+/// A clock that moves only when told to, for tests.
+#[derive(Clone)]
+pub struct ManualClock {
+    start: Instant,
+    elapsed: Rc<Cell<Duration>>,
+    wall_offset_ms: Rc<Cell<i64>>,
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock { start: Instant::now(), elapsed: Rc::default(), wall_offset_ms: Rc::default() }
+    }
+}
+
+impl ManualClock {
+    pub fn advance(&self, by: Duration) {
+        self.elapsed.set(self.elapsed.get() + by);
+    }
+    /// Moves only the wall clock, as an NTP step would.
+    pub fn jump_wall_ms(&self, by: i64) {
+        self.wall_offset_ms.set(self.wall_offset_ms.get() + by);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        self.start + self.elapsed.get()
+    }
+    fn wall_ms(&self) -> u64 {
+        (1_700_000_000_000i64 + self.elapsed.get().as_millis() as i64 + self.wall_offset_ms.get()) as u64
+    }
+}

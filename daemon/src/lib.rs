@@ -1,0 +1,4 @@
+pub mod clock;
+pub mod log;
+pub mod storage;
+pub mod sync;

@@ -1,0 +1,408 @@
+//! The on-disk format of the log: batches of records in fresh 4 KiB-aligned blocks. Pure code:
+//! encoding, decoding and checksums, no I/O.
+//!
+//! A group commit writes exactly one batch, starting on a block boundary and padded with zeros
+//! to the next one, so a later write never touches a block that holds an acknowledged record
+//! (RELIABILITY.md rule 5).
+//!
+//! ```text
+//! batch header (32 bytes)
+//!   0 magic u32 "RPB1"   4 version u16   6 flags u16
+//!   8 base_offset u64    16 record_count u32   20 records_bytes u32
+//!  24 header_crc u32: CRC32C of (log_id, segment_base, file_position, bytes 0..24)
+//!  28 reserved u32 (zero)
+//! records, each padded to 8 bytes
+//!   0 record_bytes u32 (unpadded)
+//!   4 crc u32: CRC32C of (log_id, bytes 8..record_bytes); covers the record's offset
+//!   8 offset u64   16 publish_time_ms u64   24 data_bytes u32
+//!  28 attribute_count u16   30 ordering_key_bytes u16
+//!  32 ordering key, then per attribute (key_bytes u16, value_bytes u16, key, value), then data
+//! ```
+//!
+//! The header checksum covers where the batch sits (log, segment, file position) and each
+//! record checksum covers its offset, so right bytes written to the wrong place fail
+//! validation (a misdirected write) instead of being served as someone else's messages.
+
+pub const BLOCK_BYTES: usize = 4096;
+pub const BATCH_HEADER_BYTES: usize = 32;
+pub const RECORD_HEADER_BYTES: usize = 32;
+pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPB1");
+pub const FORMAT_VERSION: u16 = 1;
+
+const _: () = assert!(BLOCK_BYTES % 512 == 0, "blocks must be whole sectors for O_DIRECT");
+const _: () = assert!(BATCH_HEADER_BYTES % 8 == 0 && RECORD_HEADER_BYTES % 8 == 0);
+
+pub fn align_up(value: usize, alignment: usize) -> usize {
+    value.div_ceil(alignment) * alignment
+}
+
+/// A message as the log stores it, before it has an offset.
+pub struct NewRecord<'a> {
+    pub data: &'a [u8],
+    pub attributes: &'a [(&'a str, &'a str)],
+    pub ordering_key: &'a str,
+}
+
+/// Bytes a record takes in a batch, padding included.
+pub fn record_bytes(
+    data: usize,
+    attributes: impl Iterator<Item = (usize, usize)>,
+    ordering_key: usize,
+) -> usize {
+    let attributes: usize = attributes.map(|(key, value)| 4 + key + value).sum();
+    align_up(RECORD_HEADER_BYTES + ordering_key + attributes + data, 8)
+}
+
+/// Appends a record to `out` with offset and checksum left zero: the offset is only known at
+/// commit time, when `seal_records` fills both in.
+pub fn encode_record_unsealed(
+    out: &mut Vec<u8>,
+    publish_time_ms: u64,
+    data: &[u8],
+    attributes: &mut dyn ExactSizeIterator<Item = (&str, &str)>,
+    ordering_key: &str,
+) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
+    out.extend_from_slice(ordering_key.as_bytes());
+    let attribute_count = attributes.len();
+    for (key, value) in attributes {
+        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(value.as_bytes());
+    }
+    out.extend_from_slice(data);
+    let unpadded = out.len() - start;
+    out.resize(start + align_up(unpadded, 8), 0);
+    let header = &mut out[start..start + RECORD_HEADER_BYTES];
+    header[0..4].copy_from_slice(&(unpadded as u32).to_le_bytes());
+    header[16..24].copy_from_slice(&publish_time_ms.to_le_bytes());
+    header[24..28].copy_from_slice(&(data.len() as u32).to_le_bytes());
+    header[28..30].copy_from_slice(&(attribute_count as u16).to_le_bytes());
+    header[30..32].copy_from_slice(&(ordering_key.len() as u16).to_le_bytes());
+}
+
+/// Gives each record in `records` its offset (from `base_offset` up) and its checksum. Returns
+/// the number of records.
+pub fn seal_records(log_id: u64, records: &mut [u8], base_offset: u64) -> u32 {
+    let mut position = 0;
+    let mut offset = base_offset;
+    while position < records.len() {
+        let unpadded = u32::from_le_bytes(records[position..position + 4].try_into().unwrap()) as usize;
+        records[position + 8..position + 16].copy_from_slice(&offset.to_le_bytes());
+        let crc = record_crc(log_id, &records[position + 8..position + unpadded]);
+        records[position + 4..position + 8].copy_from_slice(&crc.to_le_bytes());
+        position += align_up(unpadded, 8);
+        offset += 1;
+    }
+    (offset - base_offset) as u32
+}
+
+fn record_crc(log_id: u64, covered: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&log_id.to_le_bytes()), covered)
+}
+
+fn header_crc(log_id: u64, segment_base: u64, file_position: u64, header: &[u8]) -> u32 {
+    let mut place = [0u8; 24];
+    place[0..8].copy_from_slice(&log_id.to_le_bytes());
+    place[8..16].copy_from_slice(&segment_base.to_le_bytes());
+    place[16..24].copy_from_slice(&file_position.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&place), &header[0..24])
+}
+
+/// Bytes a batch with `records_bytes` of records takes on disk.
+pub fn batch_disk_bytes(records_bytes: usize) -> usize {
+    align_up(BATCH_HEADER_BYTES + records_bytes, BLOCK_BYTES)
+}
+
+/// Writes a batch header into the first `BATCH_HEADER_BYTES` of `out`.
+pub fn encode_batch_header(
+    out: &mut [u8],
+    log_id: u64,
+    segment_base: u64,
+    file_position: u64,
+    base_offset: u64,
+    record_count: u32,
+    records_bytes: u32,
+) {
+    out[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+    out[4..6].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out[6..8].copy_from_slice(&0u16.to_le_bytes());
+    out[8..16].copy_from_slice(&base_offset.to_le_bytes());
+    out[16..20].copy_from_slice(&record_count.to_le_bytes());
+    out[20..24].copy_from_slice(&records_bytes.to_le_bytes());
+    let crc = header_crc(log_id, segment_base, file_position, out);
+    out[24..28].copy_from_slice(&crc.to_le_bytes());
+    out[28..32].copy_from_slice(&0u32.to_le_bytes());
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: u64,
+    pub record_count: u32,
+    pub records_bytes: u32,
+}
+
+impl BatchHeader {
+    pub fn disk_bytes(&self) -> usize {
+        batch_disk_bytes(self.records_bytes as usize)
+    }
+    pub fn end_offset(&self) -> u64 {
+        self.base_offset + self.record_count as u64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    /// Only zeros: the end of what was ever written here.
+    #[error("no batch here (zeros)")]
+    Empty,
+    #[error("batch header is invalid: {0}")]
+    BadHeader(&'static str),
+    #[error("record {index} of the batch fails validation: {reason}")]
+    BadRecord { index: u32, reason: &'static str },
+}
+
+/// Checks a batch header found at `file_position` of the segment starting at `segment_base`.
+pub fn decode_batch_header(
+    bytes: &[u8],
+    log_id: u64,
+    segment_base: u64,
+    file_position: u64,
+) -> Result<BatchHeader, BatchError> {
+    if bytes.len() < BATCH_HEADER_BYTES {
+        return Err(BatchError::BadHeader("truncated"));
+    }
+    let header = &bytes[..BATCH_HEADER_BYTES];
+    if header.iter().all(|byte| *byte == 0) {
+        return Err(BatchError::Empty);
+    }
+    if u32::from_le_bytes(header[0..4].try_into().unwrap()) != BATCH_MAGIC {
+        return Err(BatchError::BadHeader("bad magic"));
+    }
+    let stored_crc = u32::from_le_bytes(header[24..28].try_into().unwrap());
+    if stored_crc != header_crc(log_id, segment_base, file_position, header) {
+        return Err(BatchError::BadHeader("checksum mismatch (corrupt or misplaced)"));
+    }
+    if header[6..8] != [0, 0] || header[28..32] != [0, 0, 0, 0] {
+        return Err(BatchError::BadHeader("reserved bytes are not zero"));
+    }
+    if u16::from_le_bytes(header[4..6].try_into().unwrap()) != FORMAT_VERSION {
+        return Err(BatchError::BadHeader("unknown format version"));
+    }
+    let batch = BatchHeader {
+        base_offset: u64::from_le_bytes(header[8..16].try_into().unwrap()),
+        record_count: u32::from_le_bytes(header[16..20].try_into().unwrap()),
+        records_bytes: u32::from_le_bytes(header[20..24].try_into().unwrap()),
+    };
+    if batch.record_count == 0
+        || (batch.records_bytes as usize) < batch.record_count as usize * RECORD_HEADER_BYTES
+    {
+        return Err(BatchError::BadHeader("impossible record count or size"));
+    }
+    Ok(batch)
+}
+
+/// One record read in place from a validated batch.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    pub offset: u64,
+    pub publish_time_ms: u64,
+    pub ordering_key: &'a str,
+    attributes: &'a [u8],
+    attribute_count: u16,
+    pub data: &'a [u8],
+}
+
+impl<'a> RecordView<'a> {
+    pub fn attributes(&self) -> AttributeIter<'a> {
+        AttributeIter { bytes: self.attributes, remaining: self.attribute_count }
+    }
+    pub fn attribute_count(&self) -> usize {
+        self.attribute_count as usize
+    }
+}
+
+pub struct AttributeIter<'a> {
+    bytes: &'a [u8],
+    remaining: u16,
+}
+
+impl<'a> Iterator for AttributeIter<'a> {
+    type Item = (&'a str, &'a str);
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        // The layout was checked when the batch was validated, so these slices are in bounds.
+        let key_bytes = u16::from_le_bytes([self.bytes[0], self.bytes[1]]) as usize;
+        let value_bytes = u16::from_le_bytes([self.bytes[2], self.bytes[3]]) as usize;
+        let key = std::str::from_utf8(&self.bytes[4..4 + key_bytes]).unwrap_or("");
+        let value =
+            std::str::from_utf8(&self.bytes[4 + key_bytes..4 + key_bytes + value_bytes]).unwrap_or("");
+        self.bytes = &self.bytes[4 + key_bytes + value_bytes..];
+        self.remaining -= 1;
+        Some((key, value))
+    }
+}
+
+/// Validates every record of a batch whose header already passed `decode_batch_header`, and
+/// returns them. `bytes` starts at the batch header. All or nothing: a batch is one group
+/// commit, synced together, so one bad record means the batch was never acknowledged whole
+/// (a torn write) or has rotted.
+pub fn decode_batch<'a>(
+    bytes: &'a [u8],
+    log_id: u64,
+    header: &BatchHeader,
+) -> Result<Vec<RecordView<'a>>, BatchError> {
+    let end = BATCH_HEADER_BYTES + header.records_bytes as usize;
+    if bytes.len() < end {
+        return Err(BatchError::BadRecord { index: 0, reason: "batch extends past the bytes read" });
+    }
+    let mut records = Vec::with_capacity(header.record_count as usize);
+    let mut position = BATCH_HEADER_BYTES;
+    for index in 0..header.record_count {
+        let bad = |reason| BatchError::BadRecord { index, reason };
+        if position + RECORD_HEADER_BYTES > end {
+            return Err(bad("record header past the end of the batch"));
+        }
+        let record = &bytes[position..end];
+        let unpadded = u32::from_le_bytes(record[0..4].try_into().unwrap()) as usize;
+        if unpadded < RECORD_HEADER_BYTES || unpadded > record.len() {
+            return Err(bad("record length out of bounds"));
+        }
+        let stored_crc = u32::from_le_bytes(record[4..8].try_into().unwrap());
+        if stored_crc != record_crc(log_id, &record[8..unpadded]) {
+            return Err(bad("checksum mismatch"));
+        }
+        let offset = u64::from_le_bytes(record[8..16].try_into().unwrap());
+        if offset != header.base_offset + index as u64 {
+            return Err(bad("offset does not follow the batch's base offset"));
+        }
+        let publish_time_ms = u64::from_le_bytes(record[16..24].try_into().unwrap());
+        let data_bytes = u32::from_le_bytes(record[24..28].try_into().unwrap()) as usize;
+        let attribute_count = u16::from_le_bytes(record[28..30].try_into().unwrap());
+        let ordering_key_bytes = u16::from_le_bytes(record[30..32].try_into().unwrap()) as usize;
+        let body = &record[RECORD_HEADER_BYTES..unpadded];
+        if ordering_key_bytes + data_bytes > body.len() {
+            return Err(bad("field lengths exceed the record"));
+        }
+        let ordering_key =
+            std::str::from_utf8(&body[..ordering_key_bytes]).map_err(|_| bad("ordering key is not UTF-8"))?;
+        let attributes_end = body.len() - data_bytes;
+        let attributes = &body[ordering_key_bytes..attributes_end];
+        let mut cursor = 0;
+        for _ in 0..attribute_count {
+            if cursor + 4 > attributes.len() {
+                return Err(bad("attribute header past the end"));
+            }
+            let key_bytes = u16::from_le_bytes([attributes[cursor], attributes[cursor + 1]]) as usize;
+            let value_bytes = u16::from_le_bytes([attributes[cursor + 2], attributes[cursor + 3]]) as usize;
+            let next = cursor + 4 + key_bytes + value_bytes;
+            if next > attributes.len() {
+                return Err(bad("attribute past the end"));
+            }
+            if std::str::from_utf8(&attributes[cursor + 4..next]).is_err() {
+                return Err(bad("attribute is not UTF-8"));
+            }
+            cursor = next;
+        }
+        if cursor != attributes.len() {
+            return Err(bad("attribute bytes do not add up"));
+        }
+        if record[unpadded..align_up(unpadded, 8).min(record.len())].iter().any(|byte| *byte != 0) {
+            return Err(bad("padding is not zero"));
+        }
+        records.push(RecordView {
+            offset,
+            publish_time_ms,
+            ordering_key,
+            attributes,
+            attribute_count,
+            data: &body[attributes_end..],
+        });
+        position += align_up(unpadded, 8);
+    }
+    if position != end {
+        return Err(BatchError::BadRecord {
+            index: header.record_count,
+            reason: "trailing bytes in the batch",
+        });
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(log_id: u64, base_offset: u64, messages: &[(&[u8], Vec<(&str, &str)>, &str)]) -> Vec<u8> {
+        let mut records = Vec::new();
+        for (data, attributes, key) in messages {
+            encode_record_unsealed(&mut records, 1234, data, &mut attributes.iter().copied(), key);
+        }
+        let count = seal_records(log_id, &mut records, base_offset);
+        let mut batch = vec![0u8; batch_disk_bytes(records.len())];
+        encode_batch_header(&mut batch, log_id, 0, 8192, base_offset, count, records.len() as u32);
+        batch[BATCH_HEADER_BYTES..BATCH_HEADER_BYTES + records.len()].copy_from_slice(&records);
+        batch
+    }
+
+    #[test]
+    fn batch_round_trip() {
+        let batch = build(
+            7,
+            100,
+            &[(b"hello", vec![("k", "v"), ("region", "eu")], "key"), (b"", vec![("a", "")], "")],
+        );
+        assert_eq!(batch.len() % BLOCK_BYTES, 0);
+        let header = decode_batch_header(&batch, 7, 0, 8192).unwrap();
+        assert_eq!(header.base_offset, 100);
+        assert_eq!(header.record_count, 2);
+        let records = decode_batch(&batch, 7, &header).unwrap();
+        assert_eq!(records[0].offset, 100);
+        assert_eq!(records[0].data, b"hello");
+        assert_eq!(records[0].ordering_key, "key");
+        assert_eq!(records[0].attributes().collect::<Vec<_>>(), vec![("k", "v"), ("region", "eu")]);
+        assert_eq!(records[1].offset, 101);
+        assert_eq!(records[1].attributes().collect::<Vec<_>>(), vec![("a", "")]);
+    }
+
+    #[test]
+    fn misplaced_batch_is_refused() {
+        let batch = build(7, 100, &[(b"hello", vec![], "")]);
+        assert!(decode_batch_header(&batch, 7, 0, 4096).is_err(), "other file position");
+        assert!(decode_batch_header(&batch, 8, 0, 8192).is_err(), "other log");
+        assert!(decode_batch_header(&batch, 7, 64, 8192).is_err(), "other segment");
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let batch = build(7, 100, &[(b"hello world", vec![("k", "v")], "key")]);
+        let used = BATCH_HEADER_BYTES + align_up(RECORD_HEADER_BYTES + 3 + 4 + 2 + 11, 8);
+        for byte in 0..used {
+            for bit in 0..8 {
+                let mut copy = batch.clone();
+                copy[byte] ^= 1 << bit;
+                let result = decode_batch_header(&copy, 7, 0, 8192)
+                    .and_then(|header| decode_batch(&copy, 7, &header).map(|records| records.len()));
+                assert!(result.is_err(), "flip at byte {byte} bit {bit} went unnoticed");
+            }
+        }
+    }
+
+    #[test]
+    fn zeros_are_empty() {
+        assert_eq!(decode_batch_header(&[0u8; 64], 1, 0, 0), Err(BatchError::Empty));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..9000)) {
+            if let Ok(header) = decode_batch_header(&bytes, 1, 0, 0) {
+                let _ = decode_batch(&bytes, 1, &header);
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The storage seam. The log does all of its disk work through these traits: the production
+//! implementation ([`dma::DmaStorage`]) uses glommio's O_DIRECT files on io_uring, and
+//! [`sim::SimDisk`] keeps files in memory and can lose unsynced writes, tear writes and fail
+//! calls. io_uring bypasses strace and LD_PRELOAD, so faults can only be injected here.
+//!
+//! Contract of every implementation:
+//! 1. `write_at` is durable only after a later `sync_data` on the same file returns `Ok`.
+//! 2. A new name (created file, rename, removal) is durable only after `sync_dir` of its
+//!    directory returns `Ok`.
+//! 3. An error from `write_at` or `sync_data` means nothing about what reached the disk; the
+//!    caller must not retry the sync and trust it (fsyncgate), but fence the file.
+//! 4. Positions and lengths of `write_at`/`read_at` are multiples of `BLOCK_BYTES`.
+
+pub mod dma;
+pub mod sim;
+
+use std::io;
+use std::ops::Deref;
+use std::path::Path;
+use std::rc::Rc;
+
+/// Memory that can be written to a file opened for direct I/O: aligned to a block.
+pub trait IoBuffer: 'static {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+#[allow(async_fn_in_trait)] // Shards are single-threaded: these futures are never sent.
+pub trait Storage: Clone + 'static {
+    type File: StorageFile<Buffer = Self::Buffer>;
+    type Buffer: IoBuffer;
+
+    /// Opens a file for direct reads and writes, creating it if asked.
+    async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    async fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// A zeroed buffer of `bytes` (a multiple of the block size) for `write_at`.
+    fn alloc_buffer(&self, bytes: usize) -> Self::Buffer;
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Names of the entries of a directory, sorted.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> bool;
+}
+
+#[allow(async_fn_in_trait)]
+pub trait StorageFile: 'static {
+    type Buffer: IoBuffer;
+    type Read: Deref<Target = [u8]> + 'static;
+
+    /// Writes the whole buffer at `position`. Not durable until `sync_data`.
+    async fn write_at(&self, buffer: Rc<Self::Buffer>, position: u64) -> io::Result<()>;
+    /// Reads up to `bytes` at `position`; fewer at the end of the file.
+    async fn read_at(&self, position: u64, bytes: usize) -> io::Result<Self::Read>;
+    /// fdatasync.
+    async fn sync_data(&self) -> io::Result<()>;
+    /// Reserves `bytes` for the file (fallocate), extending its size.
+    async fn allocate(&self, bytes: u64) -> io::Result<()>;
+    async fn size(&self) -> io::Result<u64>;
+    /// Whether writes really bypass the page cache (O_DIRECT took effect).
+    fn direct_io(&self) -> bool;
+}

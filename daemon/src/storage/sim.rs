@@ -1,0 +1,358 @@
+//! SimDisk: an in-memory disk with the failure modes of a real one (RELIABILITY.md).
+//!
+//! Each file has a *durable* image and a *current* image; writes change the current image and
+//! are remembered as unsynced until `sync_data`. Directory entries become durable only on
+//! `sync_dir`. `crash` throws away whatever was not made durable, optionally keeping a torn
+//! prefix (whole 512-byte sectors) of the last unsynced write, like a power cut mid-write.
+//! Faults: EIO on the n-th write, read or sync; ENOSPC on allocation; bit flips at rest.
+
+use super::{IoBuffer, Storage, StorageFile};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+pub const SECTOR_BYTES: usize = 512;
+
+#[derive(Default)]
+struct SimFile {
+    current: Vec<u8>,
+    durable: Vec<u8>,
+    /// Writes since the last sync, in order: (position, length).
+    unsynced: Vec<(u64, usize)>,
+}
+
+#[derive(Default)]
+struct SimState {
+    next_inode: u64,
+    files: HashMap<u64, SimFile>,
+    names: BTreeMap<PathBuf, u64>,
+    durable_names: BTreeMap<PathBuf, u64>,
+    directories: std::collections::BTreeSet<PathBuf>,
+    writes: u64,
+    reads: u64,
+    syncs: u64,
+    fail_write_at: Option<u64>,
+    fail_read_at: Option<u64>,
+    fail_sync_at: Option<u64>,
+    fail_all_writes: bool,
+    no_space: bool,
+}
+
+/// How a crash treats writes that were not synced.
+#[derive(Clone, Copy, Debug)]
+pub enum CrashMode {
+    /// Every unsynced write is lost.
+    DropUnsynced,
+    /// The last unsynced write of each file keeps its first `sectors` sectors; the rest is lost.
+    TearLastWrite { sectors: usize },
+    /// Every unsynced write happens to have reached the disk.
+    KeepUnsynced,
+}
+
+#[derive(Clone, Default)]
+pub struct SimDisk {
+    state: Rc<RefCell<SimState>>,
+}
+
+pub struct SimFileHandle {
+    state: Rc<RefCell<SimState>>,
+    inode: u64,
+}
+
+pub struct SimBuffer(Vec<u8>);
+
+impl IoBuffer for SimBuffer {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+fn eio(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Other, format!("injected EIO on {what}"))
+}
+
+impl SimDisk {
+    pub fn new() -> SimDisk {
+        SimDisk::default()
+    }
+
+    /// The next `n`-th write from now (1 = the next one) fails with EIO.
+    pub fn fail_nth_write(&self, n: u64) {
+        let mut state = self.state.borrow_mut();
+        state.fail_write_at = Some(state.writes + n);
+    }
+    pub fn fail_nth_sync(&self, n: u64) {
+        let mut state = self.state.borrow_mut();
+        state.fail_sync_at = Some(state.syncs + n);
+    }
+    pub fn fail_nth_read(&self, n: u64) {
+        let mut state = self.state.borrow_mut();
+        state.fail_read_at = Some(state.reads + n);
+    }
+    pub fn fail_all_writes(&self, fail: bool) {
+        self.state.borrow_mut().fail_all_writes = fail;
+    }
+    pub fn set_no_space(&self, full: bool) {
+        self.state.borrow_mut().no_space = full;
+    }
+    pub fn write_count(&self) -> u64 {
+        self.state.borrow().writes
+    }
+    pub fn sync_count(&self) -> u64 {
+        self.state.borrow().syncs
+    }
+
+    /// Flips one bit of a file, at rest (both images).
+    pub fn flip_bit(&self, path: &Path, byte: usize, bit: u8) {
+        let mut state = self.state.borrow_mut();
+        let inode = *state.names.get(path).expect("no such file");
+        let file = state.files.get_mut(&inode).unwrap();
+        file.current[byte] ^= 1 << bit;
+        if byte < file.durable.len() {
+            file.durable[byte] ^= 1 << bit;
+        }
+    }
+
+    /// Power loss: every file goes back to its durable image (plus what `mode` keeps), and
+    /// every directory to its durable entries.
+    pub fn crash(&self, mode: CrashMode) {
+        let mut state = self.state.borrow_mut();
+        state.names = state.durable_names.clone();
+        for file in state.files.values_mut() {
+            let mut image = file.durable.clone();
+            let keep: Vec<(u64, usize)> = match mode {
+                CrashMode::DropUnsynced => Vec::new(),
+                CrashMode::KeepUnsynced => file.unsynced.clone(),
+                CrashMode::TearLastWrite { sectors } => {
+                    let mut kept = file.unsynced.clone();
+                    if let Some(last) = kept.last_mut() {
+                        last.1 = last.1.min(sectors * SECTOR_BYTES);
+                    }
+                    kept
+                }
+            };
+            for (position, length) in keep {
+                let position = position as usize;
+                if image.len() < position + length {
+                    image.resize(position + length, 0);
+                }
+                image[position..position + length]
+                    .copy_from_slice(&file.current[position..position + length]);
+            }
+            if image.len() < file.current.len() && file.durable.len() >= file.current.len() {
+                image.resize(file.current.len(), 0);
+            }
+            file.current = image.clone();
+            file.durable = image;
+            file.unsynced.clear();
+        }
+    }
+
+    /// The current bytes of a file, for tests that edit files directly.
+    pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
+        let state = self.state.borrow();
+        let inode = state.names.get(path)?;
+        Some(state.files[inode].current.clone())
+    }
+
+    /// Replaces a file's bytes durably, for tests that corrupt or truncate at rest.
+    pub fn set_file_bytes(&self, path: &Path, bytes: Vec<u8>) {
+        let mut state = self.state.borrow_mut();
+        let inode = *state.names.get(path).expect("no such file");
+        let file = state.files.get_mut(&inode).unwrap();
+        file.current = bytes.clone();
+        file.durable = bytes;
+        file.unsynced.clear();
+    }
+}
+
+impl Storage for SimDisk {
+    type File = SimFileHandle;
+    type Buffer = SimBuffer;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<SimFileHandle> {
+        let mut state = self.state.borrow_mut();
+        let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if !state.directories.contains(&parent) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no directory {}", parent.display()),
+            ));
+        }
+        let inode = match state.names.get(path) {
+            Some(inode) => *inode,
+            None if create => {
+                state.next_inode += 1;
+                let inode = state.next_inode;
+                state.files.insert(inode, SimFile::default());
+                state.names.insert(path.to_path_buf(), inode);
+                inode
+            }
+            None => {
+                return Err(io::Error::new(io::ErrorKind::NotFound, format!("no file {}", path.display())))
+            }
+        };
+        Ok(SimFileHandle { state: self.state.clone(), inode })
+    }
+
+    async fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        let in_dir = |name: &PathBuf| name.parent() == Some(path);
+        let current: Vec<(PathBuf, u64)> =
+            state.names.iter().filter(|(name, _)| in_dir(name)).map(|(n, i)| (n.clone(), *i)).collect();
+        state.durable_names.retain(|name, _| !in_dir(name));
+        state.durable_names.extend(current);
+        Ok(())
+    }
+
+    fn alloc_buffer(&self, bytes: usize) -> SimBuffer {
+        SimBuffer(vec![0u8; bytes])
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        // Directories themselves are treated as durable at once: the tests aim at files and
+        // their entries, which is where the log's crash-safety lives.
+        let mut state = self.state.borrow_mut();
+        let mut current = Some(path);
+        while let Some(directory) = current {
+            state.directories.insert(directory.to_path_buf());
+            current = directory.parent();
+        }
+        Ok(())
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let state = self.state.borrow();
+        if !state.directories.contains(path) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no directory {}", path.display())));
+        }
+        let mut names: Vec<String> = state
+            .names
+            .keys()
+            .filter(|name| name.parent() == Some(path))
+            .map(|name| name.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        names.extend(
+            state
+                .directories
+                .iter()
+                .filter(|name| name.parent() == Some(path))
+                .map(|name| name.file_name().unwrap().to_string_lossy().into_owned()),
+        );
+        names.sort();
+        Ok(names)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        state
+            .names
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no file {}", path.display())))
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        state.names.retain(|name, _| !name.starts_with(path));
+        state.durable_names.retain(|name, _| !name.starts_with(path));
+        state.directories.retain(|name| !name.starts_with(path));
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        let inode = state
+            .names
+            .remove(from)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no file {}", from.display())))?;
+        state.names.insert(to.to_path_buf(), inode);
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let state = self.state.borrow();
+        state.names.contains_key(path) || state.directories.contains(path)
+    }
+}
+
+impl StorageFile for SimFileHandle {
+    type Buffer = SimBuffer;
+    type Read = Vec<u8>;
+
+    async fn write_at(&self, buffer: Rc<SimBuffer>, position: u64) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        state.writes += 1;
+        if state.fail_all_writes || state.fail_write_at == Some(state.writes) {
+            return Err(eio("write"));
+        }
+        let file = state.files.get_mut(&self.inode).unwrap();
+        let start = position as usize;
+        let end = start + buffer.0.len();
+        if file.current.len() < end {
+            file.current.resize(end, 0);
+        }
+        file.current[start..end].copy_from_slice(&buffer.0);
+        file.unsynced.push((position, buffer.0.len()));
+        Ok(())
+    }
+
+    async fn read_at(&self, position: u64, bytes: usize) -> io::Result<Vec<u8>> {
+        let mut state = self.state.borrow_mut();
+        state.reads += 1;
+        if state.fail_read_at == Some(state.reads) {
+            return Err(eio("read"));
+        }
+        let file = &state.files[&self.inode];
+        let start = (position as usize).min(file.current.len());
+        let end = (start + bytes).min(file.current.len());
+        Ok(file.current[start..end].to_vec())
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        state.syncs += 1;
+        if state.fail_sync_at == Some(state.syncs) {
+            // Like Linux after a failed fsync: the unsynced pages are dropped, and a later
+            // sync would report success without them (fsyncgate).
+            let file = state.files.get_mut(&self.inode).unwrap();
+            file.unsynced.clear();
+            file.current = file.durable.clone();
+            return Err(eio("fdatasync"));
+        }
+        let file = state.files.get_mut(&self.inode).unwrap();
+        file.durable = file.current.clone();
+        file.unsynced.clear();
+        Ok(())
+    }
+
+    async fn allocate(&self, bytes: u64) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        if state.no_space {
+            return Err(io::Error::from_raw_os_error(nix::libc::ENOSPC));
+        }
+        let file = state.files.get_mut(&self.inode).unwrap();
+        if (file.current.len() as u64) < bytes {
+            file.current.resize(bytes as usize, 0);
+        }
+        // The size change is metadata that fdatasync would persist; treat it as durable at
+        // once since the new bytes are zeros either way.
+        if (file.durable.len() as u64) < bytes {
+            file.durable.resize(bytes as usize, 0);
+        }
+        Ok(())
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        Ok(self.state.borrow().files[&self.inode].current.len() as u64)
+    }
+
+    fn direct_io(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,121 @@
+//! Single-threaded synchronisation for tasks of one shard: a one-shot reply slot and a
+//! notifier. Shards share nothing, so nothing here is `Send`.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+struct Slot<T> {
+    value: Option<T>,
+    waker: Option<Waker>,
+    sender_alive: bool,
+}
+
+/// The sending half of a one-shot reply.
+pub struct Sender<T>(Rc<RefCell<Slot<T>>>);
+/// The receiving half: a future resolving to `Some(value)`, or `None` if the sender was
+/// dropped without sending.
+pub struct Receiver<T>(Rc<RefCell<Slot<T>>>);
+
+pub fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
+    let slot = Rc::new(RefCell::new(Slot { value: None, waker: None, sender_alive: true }));
+    (Sender(slot.clone()), Receiver(slot))
+}
+
+impl<T> Sender<T> {
+    pub fn send(self, value: T) {
+        let waker = {
+            let mut slot = self.0.borrow_mut();
+            slot.value = Some(value);
+            slot.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let waker = {
+            let mut slot = self.0.borrow_mut();
+            slot.sender_alive = false;
+            slot.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<T> Future for Receiver<T> {
+    type Output = Option<T>;
+    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<T>> {
+        let mut slot = self.0.borrow_mut();
+        if let Some(value) = slot.value.take() {
+            return Poll::Ready(Some(value));
+        }
+        if !slot.sender_alive {
+            return Poll::Ready(None);
+        }
+        slot.waker = Some(context.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// Wakes every task waiting at the moment `notify_all` is called. A waiter registers by
+/// awaiting `notified()`; the number of waiters is bounded by the tasks that exist, which the
+/// connection limits bound.
+#[derive(Clone, Default)]
+pub struct Notify {
+    inner: Rc<RefCell<NotifyInner>>,
+}
+
+#[derive(Default)]
+struct NotifyInner {
+    generation: u64,
+    wakers: Vec<Waker>,
+}
+
+impl Notify {
+    pub fn new() -> Notify {
+        Notify::default()
+    }
+
+    pub fn notify_all(&self) {
+        let wakers = {
+            let mut inner = self.inner.borrow_mut();
+            inner.generation += 1;
+            std::mem::take(&mut inner.wakers)
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Resolves at the next `notify_all` after this call.
+    pub fn notified(&self) -> Notified {
+        Notified { notify: self.clone(), generation: self.inner.borrow().generation }
+    }
+}
+
+pub struct Notified {
+    notify: Notify,
+    generation: u64,
+}
+
+impl Future for Notified {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        let mut inner = self.notify.inner.borrow_mut();
+        if inner.generation != self.generation {
+            return Poll::Ready(());
+        }
+        if !inner.wakers.iter().any(|waker| waker.will_wake(context.waker())) {
+            inner.wakers.push(context.waker().clone());
+        }
+        Poll::Pending
+    }
+}

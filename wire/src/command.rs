@@ -1,0 +1,90 @@
+//! The command table: one code per request kind. A response carries the code of its request
+//! with the `RESPONSE` flag set. Codes are stable; a retired code is never reused.
+
+/// Every request a client, forwarder or router can send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Command {
+    /// `HelloRequest` → `HelloResponse`: protocol version and the server's limits.
+    Hello = 1,
+    /// `Topic` → `Topic` (router).
+    CreateTopic = 10,
+    /// `NameRequest` → `Topic` (router).
+    GetTopic = 11,
+    /// `ListRequest` → `TopicList` (router).
+    ListTopics = 12,
+    /// `NameRequest` → `Empty` (router).
+    DeleteTopic = 13,
+    /// `NameRequest` → `LookupResponse` (router): which forwarders serve a topic.
+    LookupTopic = 14,
+    /// `Subscription` → `Subscription` (router).
+    CreateSubscription = 20,
+    /// `NameRequest` → `Subscription` (router).
+    GetSubscription = 21,
+    /// `ListRequest` → `SubscriptionList` (router).
+    ListSubscriptions = 22,
+    /// `NameRequest` → `Empty` (router).
+    DeleteSubscription = 23,
+    /// `NameRequest` → `LookupResponse` (router): which forwarders serve a subscription.
+    LookupSubscription = 24,
+    /// `PublishRequest` → `PublishResponse` (forwarder owning the topic).
+    Publish = 30,
+    /// `PullRequest` → `PullResponse` (forwarder owning the subscription).
+    Pull = 40,
+    /// `AcknowledgeRequest` → `AckResponse` (forwarder owning the subscription).
+    Acknowledge = 41,
+    /// `ModifyAckDeadlineRequest` → `AckResponse`; a deadline of 0 is a nack.
+    ModifyAckDeadline = 42,
+}
+
+impl Command {
+    /// Every command. The tests check this table for duplicate and missing codes.
+    pub const ALL: [Command; 15] = [
+        Command::Hello,
+        Command::CreateTopic,
+        Command::GetTopic,
+        Command::ListTopics,
+        Command::DeleteTopic,
+        Command::LookupTopic,
+        Command::CreateSubscription,
+        Command::GetSubscription,
+        Command::ListSubscriptions,
+        Command::DeleteSubscription,
+        Command::LookupSubscription,
+        Command::Publish,
+        Command::Pull,
+        Command::Acknowledge,
+        Command::ModifyAckDeadline,
+    ];
+
+    pub fn from_u16(code: u16) -> Option<Command> {
+        Some(match code {
+            1 => Command::Hello,
+            10 => Command::CreateTopic,
+            11 => Command::GetTopic,
+            12 => Command::ListTopics,
+            13 => Command::DeleteTopic,
+            14 => Command::LookupTopic,
+            20 => Command::CreateSubscription,
+            21 => Command::GetSubscription,
+            22 => Command::ListSubscriptions,
+            23 => Command::DeleteSubscription,
+            24 => Command::LookupSubscription,
+            30 => Command::Publish,
+            40 => Command::Pull,
+            41 => Command::Acknowledge,
+            42 => Command::ModifyAckDeadline,
+            _ => return None,
+        })
+    }
+
+    pub fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// Whether the router shard (control plane) serves this command; the rest are served by
+    /// the forwarder that owns the resource.
+    pub fn is_control_plane(self) -> bool {
+        !matches!(self, Command::Publish | Command::Pull | Command::Acknowledge | Command::ModifyAckDeadline)
+    }
+}

@@ -1,0 +1,212 @@
+//! The frame: a fixed 16-byte little-endian header followed by an rkyv body.
+//!
+//! ```text
+//! 0       4        6      8                16
+//! | body_length | command | flags | request_id | body (body_length bytes) ...
+//! ```
+//!
+//! Bodies are decoded in place with `rkyv::access`, which validates every pointer and length
+//! before anything is read. Because the header is 16 bytes, a frame read into a 16-byte aligned
+//! buffer leaves its body aligned as rkyv requires.
+
+use crate::error::{ErrorCode, Status};
+use crate::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
+use rkyv::api::high::{HighSerializer, HighValidator};
+use rkyv::bytecheck::CheckBytes;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+use rkyv::{Archive, Portable, Serialize};
+
+/// The frame answers a request (it carries the request's command code).
+pub const FLAG_RESPONSE: u16 = 1 << 0;
+/// The body is an `ErrorBody` instead of the command's response type.
+pub const FLAG_ERROR: u16 = 1 << 1;
+/// Flags this version understands; a frame with any other bit set is refused.
+pub const FLAGS_KNOWN: u16 = FLAG_RESPONSE | FLAG_ERROR;
+
+/// Bytes that frames are built in and read into: 16-byte aligned, as rkyv needs.
+pub type FrameBuffer = AlignedVec<16>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub body_length: u32,
+    pub command: u16,
+    pub flags: u16,
+    pub request_id: u64,
+}
+
+/// Why a frame header was refused. Any of these closes the connection: after a bad header the
+/// stream can no longer be split into frames.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame header needs {FRAME_HEADER_BYTES} bytes, got {0}")]
+    Truncated(usize),
+    #[error("frame body of {0} bytes exceeds the limit of {FRAME_BODY_BYTES_MAX} bytes")]
+    BodyTooLarge(u32),
+    #[error("frame has unknown flags {0:#06x}")]
+    UnknownFlags(u16),
+}
+
+impl FrameHeader {
+    pub fn encode(&self) -> [u8; FRAME_HEADER_BYTES] {
+        let mut bytes = [0u8; FRAME_HEADER_BYTES];
+        bytes[0..4].copy_from_slice(&self.body_length.to_le_bytes());
+        bytes[4..6].copy_from_slice(&self.command.to_le_bytes());
+        bytes[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.request_id.to_le_bytes());
+        bytes
+    }
+
+    /// Decodes and checks a header. The body length is checked here, before anyone allocates
+    /// room for the body.
+    pub fn decode(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
+        if bytes.len() < FRAME_HEADER_BYTES {
+            return Err(FrameError::Truncated(bytes.len()));
+        }
+        let header = FrameHeader {
+            body_length: u32::from_le_bytes(bytes[0..4].try_into().unwrap()),
+            command: u16::from_le_bytes(bytes[4..6].try_into().unwrap()),
+            flags: u16::from_le_bytes(bytes[6..8].try_into().unwrap()),
+            request_id: u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
+        };
+        if header.body_length as usize > FRAME_BODY_BYTES_MAX {
+            return Err(FrameError::BodyTooLarge(header.body_length));
+        }
+        if header.flags & !FLAGS_KNOWN != 0 {
+            return Err(FrameError::UnknownFlags(header.flags));
+        }
+        Ok(header)
+    }
+
+    pub fn is_response(&self) -> bool {
+        self.flags & FLAG_RESPONSE != 0
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.flags & FLAG_ERROR != 0
+    }
+}
+
+/// A type that can be a frame body.
+pub trait Body:
+    Archive + for<'a> Serialize<HighSerializer<FrameBuffer, ArenaHandle<'a>, rancor::Error>>
+{
+}
+impl<T> Body for T where
+    T: Archive + for<'a> Serialize<HighSerializer<FrameBuffer, ArenaHandle<'a>, rancor::Error>>
+{
+}
+
+/// Builds a whole frame (header and body) in one aligned buffer, ready to write to a socket.
+pub fn encode_frame<T: Body>(command: u16, flags: u16, request_id: u64, body: &T) -> FrameBuffer {
+    let mut buffer = FrameBuffer::with_capacity(256);
+    buffer.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
+    let mut buffer = rkyv::api::high::to_bytes_in::<_, rancor::Error>(body, buffer)
+        .expect("serializing into memory cannot fail");
+    let body_length = buffer.len() - FRAME_HEADER_BYTES;
+    assert!(body_length <= FRAME_BODY_BYTES_MAX, "frame body of {body_length} bytes exceeds the limit");
+    let header = FrameHeader { body_length: body_length as u32, command, flags, request_id };
+    buffer[..FRAME_HEADER_BYTES].copy_from_slice(&header.encode());
+    buffer
+}
+
+/// Builds the error reply to a request.
+pub fn encode_error(command: u16, request_id: u64, status: &Status) -> FrameBuffer {
+    let mut message = status.message.clone();
+    if message.len() > crate::limits::ERROR_MESSAGE_BYTES_MAX {
+        let mut cut = crate::limits::ERROR_MESSAGE_BYTES_MAX;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    let body = crate::messages::ErrorBody { code: status.code as u32, message };
+    encode_frame(command, FLAG_RESPONSE | FLAG_ERROR, request_id, &body)
+}
+
+/// Validates `bytes` as an archived `T` and returns a view of it, read in place. This is the
+/// only way the daemon and client look at bytes that came from a socket.
+pub fn access_body<T>(bytes: &[u8]) -> Result<&T::Archived, Status>
+where
+    T: Archive,
+    T::Archived: Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>>,
+{
+    if (bytes.as_ptr() as usize) % 16 != 0 {
+        return Err(Status::new(ErrorCode::ProtocolError, "frame body is not 16-byte aligned"));
+    }
+    rkyv::access::<T::Archived, rancor::Error>(bytes)
+        .map_err(|error| Status::new(ErrorCode::ProtocolError, format!("malformed frame body: {error}")))
+}
+
+/// Reads the status out of an error frame's body.
+pub fn decode_error(bytes: &[u8]) -> Status {
+    match access_body::<crate::messages::ErrorBody>(bytes) {
+        Ok(body) => Status {
+            code: ErrorCode::from_u32(body.code.to_native()).unwrap_or(ErrorCode::Unknown),
+            message: body.message.as_str().to_owned(),
+        },
+        Err(status) => status,
+    }
+}
+
+/// Splits a byte stream into frames without doing any I/O: feed it bytes as they arrive and
+/// take whole frames out. Memory is bounded by one header plus one body of at most
+/// `FRAME_BODY_BYTES_MAX`.
+#[derive(Default)]
+pub struct FrameSplitter {
+    pending: Vec<u8>,
+    header: Option<FrameHeader>,
+    body: FrameBuffer,
+}
+
+/// One whole frame: its header and its body in an aligned buffer.
+pub struct Frame {
+    pub header: FrameHeader,
+    pub body: FrameBuffer,
+}
+
+impl FrameSplitter {
+    pub fn new() -> FrameSplitter {
+        FrameSplitter::default()
+    }
+
+    /// Appends bytes and returns the frames they complete. A header error poisons the stream.
+    pub fn push(&mut self, mut bytes: &[u8]) -> Result<Vec<Frame>, FrameError> {
+        let mut frames = Vec::new();
+        while !bytes.is_empty() {
+            match self.header {
+                None => {
+                    let want = FRAME_HEADER_BYTES - self.pending.len();
+                    let take = want.min(bytes.len());
+                    self.pending.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if self.pending.len() == FRAME_HEADER_BYTES {
+                        let header = FrameHeader::decode(&self.pending)?;
+                        self.pending.clear();
+                        self.body = FrameBuffer::with_capacity(header.body_length as usize);
+                        self.header = Some(header);
+                    }
+                }
+                Some(header) => {
+                    let want = header.body_length as usize - self.body.len();
+                    let take = want.min(bytes.len());
+                    self.body.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                }
+            }
+            if let Some(header) = self.header {
+                if self.body.len() == header.body_length as usize {
+                    self.header = None;
+                    frames.push(Frame { header, body: std::mem::take(&mut self.body) });
+                }
+            }
+        }
+        Ok(frames)
+    }
+
+    /// Bytes held for a frame not yet complete.
+    pub fn buffered_bytes(&self) -> usize {
+        self.pending.len() + self.body.len()
+    }
+}

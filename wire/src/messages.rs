@@ -1,0 +1,167 @@
+//! Frame bodies. Each is an rkyv archive read in place after validation; see `frame`.
+//! Daemon-side types never derive rkyv: handlers convert at the edge.
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+macro_rules! wire_type {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+        #[rkyv(derive(Debug))]
+        pub struct $name { $($(#[$field_meta])* pub $field: $ty),* }
+    };
+}
+
+wire_type! {
+    /// The body of every error reply.
+    pub struct ErrorBody { pub code: u32, pub message: String }
+}
+
+wire_type! {
+    /// A body with nothing in it.
+    pub struct Empty {}
+}
+
+wire_type! {
+    pub struct HelloRequest { pub protocol_version: u32, pub client_name: String }
+}
+
+wire_type! {
+    /// The server's version and the limits it enforces, so a client can check before sending.
+    pub struct HelloResponse {
+        pub protocol_version: u32,
+        pub server_version: String,
+        pub frame_body_bytes_max: u32,
+        pub message_bytes_max: u32,
+        pub publish_batch_messages_max: u32,
+    }
+}
+
+wire_type! {
+    /// A request that names one resource.
+    pub struct NameRequest { pub name: String }
+}
+
+wire_type! {
+    pub struct ListRequest {
+        /// Only list subscriptions of this topic (ListSubscriptions); empty for all.
+        pub topic: String,
+        pub page_size: u32,
+        /// Name to start after; empty for the first page.
+        pub page_token: String,
+    }
+}
+
+wire_type! {
+    pub struct Topic {
+        pub name: String,
+        /// How long messages are kept after publish; 0 means the default (7 days).
+        pub message_retention_seconds: u64,
+    }
+}
+
+wire_type! {
+    pub struct TopicList { pub topics: Vec<Topic>, pub next_page_token: String }
+}
+
+wire_type! {
+    pub struct Subscription {
+        pub name: String,
+        pub topic: String,
+        /// 0 means the default (10 s); otherwise 10 to 600.
+        pub ack_deadline_seconds: u32,
+        pub retain_acked_messages: bool,
+        /// 0 means the default (7 days).
+        pub message_retention_seconds: u64,
+        pub enable_message_ordering: bool,
+        pub filter: String,
+        pub dead_letter_topic: String,
+        pub max_delivery_attempts: u32,
+        pub minimum_backoff_seconds: u32,
+        pub maximum_backoff_seconds: u32,
+        /// 0 means the default (31 days).
+        pub expiration_ttl_seconds: u64,
+    }
+}
+
+wire_type! {
+    pub struct SubscriptionList { pub subscriptions: Vec<Subscription>, pub next_page_token: String }
+}
+
+wire_type! {
+    pub struct ShardAddress { pub shard: u32, pub address: String }
+}
+
+wire_type! {
+    /// The forwarders to use for a resource, most preferred first.
+    pub struct LookupResponse { pub forwarders: Vec<ShardAddress> }
+}
+
+wire_type! {
+    pub struct Attribute { pub key: String, pub value: String }
+}
+
+wire_type! {
+    pub struct PubsubMessage {
+        pub data: Vec<u8>,
+        pub attributes: Vec<Attribute>,
+        pub ordering_key: String,
+    }
+}
+
+wire_type! {
+    pub struct PublishRequest { pub topic: String, pub messages: Vec<PubsubMessage> }
+}
+
+wire_type! {
+    /// One id per published message, in request order. Ids are the messages' offsets in the
+    /// topic's log, unique per topic.
+    pub struct PublishResponse { pub message_ids: Vec<u64> }
+}
+
+wire_type! {
+    pub struct PullRequest {
+        pub subscription: String,
+        pub max_messages: u32,
+        /// How long to wait for at least one message; 0 returns at once.
+        pub wait_ms: u32,
+    }
+}
+
+wire_type! {
+    pub struct ReceivedMessage {
+        pub ack_id: String,
+        pub message_id: u64,
+        pub publish_time_ms: u64,
+        pub data: Vec<u8>,
+        pub attributes: Vec<Attribute>,
+        pub ordering_key: String,
+        pub delivery_attempt: u32,
+    }
+}
+
+wire_type! {
+    pub struct PullResponse { pub received_messages: Vec<ReceivedMessage> }
+}
+
+wire_type! {
+    pub struct AcknowledgeRequest { pub subscription: String, pub ack_ids: Vec<String> }
+}
+
+wire_type! {
+    pub struct ModifyAckDeadlineRequest {
+        pub subscription: String,
+        pub ack_ids: Vec<String>,
+        /// 0 to 600; 0 is a nack.
+        pub ack_deadline_seconds: u32,
+    }
+}
+
+wire_type! {
+    pub struct InvalidAckId { pub ack_id: String, pub reason: String }
+}
+
+wire_type! {
+    /// Which ack ids were refused, and why. The others took effect durably.
+    pub struct AckResponse { pub invalid_ack_ids: Vec<InvalidAckId> }
+}
