@@ -1,4 +1,10 @@
+pub mod catalog;
 pub mod clock;
+pub mod codec;
+pub mod journal;
 pub mod log;
+pub mod net;
+pub mod placement;
 pub mod storage;
+pub mod subscription;
 pub mod sync;

@@ -132,7 +132,13 @@ where
     T: Archive,
     T::Archived: Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>>,
 {
-    if (bytes.as_ptr() as usize) % 16 != 0 {
+    // An empty body (the `Empty` message) may come from a buffer that never allocated, whose
+    // pointer is a dangling placeholder; give rkyv an aligned empty slice instead.
+    #[repr(align(16))]
+    struct Aligned([u8; 16]);
+    static EMPTY: Aligned = Aligned([0; 16]);
+    let bytes = if bytes.is_empty() { &EMPTY.0[..0] } else { bytes };
+    if !(bytes.as_ptr() as usize).is_multiple_of(16) && !bytes.is_empty() {
         return Err(Status::new(ErrorCode::ProtocolError, "frame body is not 16-byte aligned"));
     }
     rkyv::access::<T::Archived, rancor::Error>(bytes)
@@ -149,6 +155,9 @@ pub fn decode_error(bytes: &[u8]) -> Status {
         Err(status) => status,
     }
 }
+
+/// Most bytes the splitter reserves for a body before its bytes arrive.
+const SPLITTER_RESERVE_BYTES_MAX: usize = 64 * 1024;
 
 /// Splits a byte stream into frames without doing any I/O: feed it bytes as they arrive and
 /// take whole frames out. Memory is bounded by one header plus one body of at most
@@ -184,7 +193,11 @@ impl FrameSplitter {
                     if self.pending.len() == FRAME_HEADER_BYTES {
                         let header = FrameHeader::decode(&self.pending)?;
                         self.pending.clear();
-                        self.body = FrameBuffer::with_capacity(header.body_length as usize);
+                        // Grow with what arrives instead of reserving the announced length:
+                        // a peer that sends only a header must not cost a whole body.
+                        self.body = FrameBuffer::with_capacity(
+                            (header.body_length as usize).min(SPLITTER_RESERVE_BYTES_MAX),
+                        );
                         self.header = Some(header);
                     }
                 }

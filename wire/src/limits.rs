@@ -60,4 +60,5 @@ const _: () = assert!(PUBLISH_REQUEST_BYTES_MAX + PUBLISH_BATCH_MESSAGES_MAX * 2
 const _: () = assert!(MESSAGE_BYTES_MAX <= PUBLISH_REQUEST_BYTES_MAX);
 const _: () = assert!(ACK_DEADLINE_SECONDS_MIN <= ACK_DEADLINE_SECONDS_DEFAULT);
 const _: () = assert!(ACK_DEADLINE_SECONDS_DEFAULT <= ACK_DEADLINE_SECONDS_MAX);
-const _: () = assert!(FRAME_HEADER_BYTES % 16 == 0, "bodies must stay 16-byte aligned after the header");
+const _: () =
+    assert!(FRAME_HEADER_BYTES.is_multiple_of(16), "bodies must stay 16-byte aligned after the header");

@@ -55,7 +55,8 @@ wire_type! {
 wire_type! {
     pub struct Topic {
         pub name: String,
-        /// How long messages are kept after publish; 0 means the default (7 days).
+        /// How long messages are kept after publish even once acknowledged; 0 means not set:
+        /// messages are kept until every subscription has acknowledged them.
         pub message_retention_seconds: u64,
     }
 }

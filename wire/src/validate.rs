@@ -9,8 +9,9 @@ use crate::limits::*;
 pub fn validate_name(kind: &str, name: &str) -> Result<(), Status> {
     if name.len() < NAME_BYTES_MIN || name.len() > NAME_BYTES_MAX {
         return Err(Status::invalid_argument(format!(
-            "{kind} name '{}' must be {NAME_BYTES_MIN} to {NAME_BYTES_MAX} bytes long (NAME_BYTES_MAX)",
-            shorten(name)
+            "{kind} name '{}' is {} bytes; it must be {NAME_BYTES_MIN} to {NAME_BYTES_MAX} (NAME_BYTES_MIN, NAME_BYTES_MAX)",
+            shorten(name),
+            name.len()
         )));
     }
     let first = name.as_bytes()[0];
@@ -135,7 +136,7 @@ pub fn effective_ack_deadline_seconds(requested: u32) -> Result<u32, Status> {
         0 => Ok(ACK_DEADLINE_SECONDS_DEFAULT),
         ACK_DEADLINE_SECONDS_MIN..=ACK_DEADLINE_SECONDS_MAX => Ok(requested),
         _ => Err(Status::invalid_argument(format!(
-            "ack deadline of {requested} s is outside {ACK_DEADLINE_SECONDS_MIN} to {ACK_DEADLINE_SECONDS_MAX} s"
+            "ack deadline of {requested} s is outside {ACK_DEADLINE_SECONDS_MIN} to {ACK_DEADLINE_SECONDS_MAX} s (ACK_DEADLINE_SECONDS_MIN, ACK_DEADLINE_SECONDS_MAX)"
         ))),
     }
 }
@@ -146,7 +147,7 @@ pub fn effective_retention_seconds(requested: u64) -> Result<u64, Status> {
         0 => Ok(RETENTION_SECONDS_DEFAULT),
         RETENTION_SECONDS_MIN..=RETENTION_SECONDS_MAX => Ok(requested),
         _ => Err(Status::invalid_argument(format!(
-            "message retention of {requested} s is outside {RETENTION_SECONDS_MIN} to {RETENTION_SECONDS_MAX} s (10 minutes to 31 days)"
+            "message retention of {requested} s is outside {RETENTION_SECONDS_MIN} to {RETENTION_SECONDS_MAX} s (10 minutes to 31 days; RETENTION_SECONDS_MIN, RETENTION_SECONDS_MAX)"
         ))),
     }
 }

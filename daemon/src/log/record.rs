@@ -29,8 +29,8 @@ pub const RECORD_HEADER_BYTES: usize = 32;
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPB1");
 pub const FORMAT_VERSION: u16 = 1;
 
-const _: () = assert!(BLOCK_BYTES % 512 == 0, "blocks must be whole sectors for O_DIRECT");
-const _: () = assert!(BATCH_HEADER_BYTES % 8 == 0 && RECORD_HEADER_BYTES % 8 == 0);
+const _: () = assert!(BLOCK_BYTES.is_multiple_of(512), "blocks must be whole sectors for O_DIRECT");
+const _: () = assert!(BATCH_HEADER_BYTES.is_multiple_of(8) && RECORD_HEADER_BYTES.is_multiple_of(8));
 
 pub fn align_up(value: usize, alignment: usize) -> usize {
     value.div_ceil(alignment) * alignment
@@ -337,7 +337,9 @@ pub fn decode_batch<'a>(
 mod tests {
     use super::*;
 
-    fn build(log_id: u64, base_offset: u64, messages: &[(&[u8], Vec<(&str, &str)>, &str)]) -> Vec<u8> {
+    type TestMessage<'a> = (&'a [u8], Vec<(&'a str, &'a str)>, &'a str);
+
+    fn build(log_id: u64, base_offset: u64, messages: &[TestMessage]) -> Vec<u8> {
         let mut records = Vec::new();
         for (data, attributes, key) in messages {
             encode_record_unsealed(&mut records, 1234, data, &mut attributes.iter().copied(), key);

@@ -73,7 +73,7 @@ impl IoBuffer for SimBuffer {
 }
 
 fn eio(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::Other, format!("injected EIO on {what}"))
+    io::Error::other(format!("injected EIO on {what}"))
 }
 
 impl SimDisk {

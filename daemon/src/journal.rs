@@ -1,0 +1,120 @@
+//! Entries of a topic's subscription journal: the durable record of which subscriptions exist
+//! on the topic, where each starts (its sync point), and what each acknowledged. The journal is
+//! a `Log` of its own beside the topic's messages, group-committed the same way: an ack is
+//! confirmed to the subscriber only after its entry is durable.
+
+use crate::codec::{DecodeResult, Decoder, Encoder};
+
+const KIND_SUBSCRIPTION_CREATED: u8 = 1;
+const KIND_SUBSCRIPTION_DELETED: u8 = 2;
+const KIND_ACKED: u8 = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalEntry {
+    /// The subscription receives every message at or after `start_offset`.
+    SubscriptionCreated {
+        subscription_id: u64,
+        start_offset: u64,
+    },
+    SubscriptionDeleted {
+        subscription_id: u64,
+    },
+    /// Acknowledged offsets as runs `(first, count)`.
+    Acked {
+        subscription_id: u64,
+        runs: Vec<(u64, u32)>,
+    },
+}
+
+/// Log ids of journals differ from their topic's, so a journal batch can never validate as a
+/// message batch (the id is inside every checksum).
+pub fn journal_log_id(topic_id: u64) -> u64 {
+    topic_id ^ 0x4a4f_5552_4e41_4c00
+}
+
+impl JournalEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            JournalEntry::SubscriptionCreated { subscription_id, start_offset } => {
+                Encoder::new(KIND_SUBSCRIPTION_CREATED).u64(*subscription_id).u64(*start_offset).0.clone()
+            }
+            JournalEntry::SubscriptionDeleted { subscription_id } => {
+                Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*subscription_id).0.clone()
+            }
+            JournalEntry::Acked { subscription_id, runs } => {
+                let mut encoder = Encoder::new(KIND_ACKED);
+                encoder.u64(*subscription_id).u32(runs.len() as u32);
+                for (first, count) in runs {
+                    encoder.u64(*first).u32(*count);
+                }
+                encoder.0
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> DecodeResult<JournalEntry> {
+        let mut decoder = Decoder::new(bytes);
+        let entry = match decoder.u8()? {
+            KIND_SUBSCRIPTION_CREATED => JournalEntry::SubscriptionCreated {
+                subscription_id: decoder.u64()?,
+                start_offset: decoder.u64()?,
+            },
+            KIND_SUBSCRIPTION_DELETED => {
+                JournalEntry::SubscriptionDeleted { subscription_id: decoder.u64()? }
+            }
+            KIND_ACKED => {
+                let subscription_id = decoder.u64()?;
+                let count = decoder.u32()? as usize;
+                let mut runs = Vec::with_capacity(count.min(1 << 16));
+                for _ in 0..count {
+                    runs.push((decoder.u64()?, decoder.u32()?));
+                }
+                JournalEntry::Acked { subscription_id, runs }
+            }
+            _ => return Err("unknown journal entry kind"),
+        };
+        if !decoder.is_empty() {
+            return Err("trailing bytes in journal entry");
+        }
+        Ok(entry)
+    }
+}
+
+/// Groups sorted offsets into runs.
+pub fn runs_of(sorted_offsets: &[u64]) -> Vec<(u64, u32)> {
+    let mut runs: Vec<(u64, u32)> = Vec::new();
+    for offset in sorted_offsets {
+        match runs.last_mut() {
+            Some((first, count)) if *first + *count as u64 == *offset => *count += 1,
+            Some((first, count)) if *first + (*count as u64) > *offset => {}
+            _ => runs.push((*offset, 1)),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip() {
+        for entry in [
+            JournalEntry::SubscriptionCreated { subscription_id: 9, start_offset: 1 << 40 },
+            JournalEntry::SubscriptionDeleted { subscription_id: 9 },
+            JournalEntry::Acked { subscription_id: 9, runs: vec![(1, 3), (10, 1)] },
+        ] {
+            assert_eq!(JournalEntry::decode(&entry.encode()), Ok(entry.clone()));
+            let bytes = entry.encode();
+            for cut in 0..bytes.len() {
+                assert!(JournalEntry::decode(&bytes[..cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn runs_group_consecutive_offsets() {
+        assert_eq!(runs_of(&[1, 2, 3, 7, 9, 10]), vec![(1, 3), (7, 1), (9, 2)]);
+        assert_eq!(runs_of(&[4, 4, 5]), vec![(4, 2)]);
+    }
+}

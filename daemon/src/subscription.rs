@@ -1,0 +1,485 @@
+//! A subscription's delivery state, without I/O: which offsets are acknowledged, which are
+//! leased to a subscriber and until when, which wait for redelivery. The forwarder drives it
+//! with the monotonic clock and makes acknowledgements durable (journal) before applying them.
+//!
+//! Invariants:
+//! - every offset in `[start_offset, cursor)` is acknowledged, leased, or waiting in
+//!   `redeliver` (or below the log's start, deleted by retention);
+//! - an offset is leased at most once at a time;
+//! - `cursor - floor` never exceeds `unacked_window_max`, which bounds every structure here.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Most offsets between the ack floor and the delivery cursor. A subscriber that leaves one
+/// message unacknowledged while acking a million after it stops receiving new messages until
+/// the old one is acked, redelivered or dead-lettered: memory stays bounded (a bit per offset).
+pub const UNACKED_WINDOW_MAX: u64 = 4_000_000;
+
+/// Acknowledged offsets: everything below `floor`, plus a bitmap above it.
+#[derive(Debug, Clone)]
+pub struct AckSet {
+    floor: u64,
+    base: u64,
+    words: VecDeque<u64>,
+    above_floor: u64,
+}
+
+impl AckSet {
+    pub fn new(floor: u64) -> AckSet {
+        AckSet { floor, base: floor - floor % 64, words: VecDeque::new(), above_floor: 0 }
+    }
+
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Acknowledged offsets at or above the floor.
+    pub fn above_floor(&self) -> u64 {
+        self.above_floor
+    }
+
+    pub fn contains(&self, offset: u64) -> bool {
+        if offset < self.floor {
+            return true;
+        }
+        let index = offset - self.base;
+        let word = (index / 64) as usize;
+        word < self.words.len() && self.words[word] & (1 << (index % 64)) != 0
+    }
+
+    /// Marks an offset; returns false if it was already acknowledged.
+    pub fn insert(&mut self, offset: u64) -> bool {
+        if self.contains(offset) {
+            return false;
+        }
+        let index = offset - self.base;
+        let word = (index / 64) as usize;
+        if word >= self.words.len() {
+            self.words.resize(word + 1, 0);
+        }
+        self.words[word] |= 1 << (index % 64);
+        self.above_floor += 1;
+        self.advance();
+        true
+    }
+
+    /// Everything below `offset` counts as acknowledged (a new start, or retention).
+    pub fn raise_floor(&mut self, offset: u64) {
+        while self.floor < offset {
+            if self.contains(self.floor) {
+                self.above_floor -= 1;
+            }
+            self.floor += 1;
+            self.drop_full_words();
+        }
+        self.advance();
+    }
+
+    fn advance(&mut self) {
+        loop {
+            let index = self.floor - self.base;
+            let word = (index / 64) as usize;
+            if word >= self.words.len() {
+                break;
+            }
+            let bits = self.words[word] >> (index % 64);
+            let run = bits.trailing_ones() as u64;
+            if run == 0 {
+                break;
+            }
+            self.floor += run;
+            self.above_floor -= run;
+            self.drop_full_words();
+        }
+    }
+
+    fn drop_full_words(&mut self) {
+        while self.floor >= self.base + 64 {
+            self.words.pop_front();
+            self.base += 64;
+        }
+    }
+
+    /// Acknowledged offsets above the floor, in order (for snapshots).
+    pub fn iter_above_floor(&self) -> impl Iterator<Item = u64> + '_ {
+        (self.floor..self.base + 64 * self.words.len() as u64).filter(|offset| self.contains(*offset))
+    }
+}
+
+/// A delivery handed to a subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    pub offset: u64,
+    /// 1 on first delivery, plus one per nack or expired deadline.
+    pub attempt: u32,
+    pub generation: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    deadline: Instant,
+    generation: u32,
+}
+
+/// An ack id as the subscriber sees it: `<subscription id>.<offset>.<generation>` in hex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckId {
+    pub subscription_id: u64,
+    pub offset: u64,
+    pub generation: u32,
+}
+
+impl AckId {
+    pub fn encode(&self) -> String {
+        format!("{:x}.{:x}.{:x}", self.subscription_id, self.offset, self.generation)
+    }
+
+    pub fn parse(text: &str) -> Option<AckId> {
+        if text.len() > ringpost_wire::limits::ACK_ID_BYTES_MAX {
+            return None;
+        }
+        let mut parts = text.split('.');
+        let subscription_id = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let offset = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let generation = u32::from_str_radix(parts.next()?, 16).ok()?;
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(AckId { subscription_id, offset, generation })
+    }
+}
+
+/// Why an ack id was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckRefusal {
+    Malformed,
+    OtherSubscription,
+    NeverDelivered,
+    /// The lease expired and the message is now leased to another delivery.
+    Expired,
+}
+
+impl AckRefusal {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AckRefusal::Malformed => "malformed ack id",
+            AckRefusal::OtherSubscription => {
+                "ack id belongs to another subscription (or one deleted and recreated)"
+            }
+            AckRefusal::NeverDelivered => "unknown ack id: no such message was delivered",
+            AckRefusal::Expired => "ack id expired: its deadline passed and the message was delivered again",
+        }
+    }
+}
+
+pub struct SubscriptionState {
+    pub id: u64,
+    pub start_offset: u64,
+    acked: AckSet,
+    cursor: u64,
+    leases: HashMap<u64, Lease, ahash::RandomState>,
+    deadlines: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    redeliver: BTreeSet<u64>,
+    attempts: HashMap<u64, u32, ahash::RandomState>,
+    next_generation: u32,
+    pub ack_deadline: Duration,
+    /// Counters for stats.
+    pub delivered_total: u64,
+    pub expired_total: u64,
+}
+
+impl SubscriptionState {
+    pub fn new(id: u64, start_offset: u64, ack_deadline: Duration) -> SubscriptionState {
+        SubscriptionState {
+            id,
+            start_offset,
+            acked: AckSet::new(start_offset),
+            cursor: start_offset,
+            leases: HashMap::default(),
+            deadlines: BinaryHeap::new(),
+            redeliver: BTreeSet::new(),
+            attempts: HashMap::default(),
+            next_generation: 1,
+            ack_deadline,
+            delivered_total: 0,
+            expired_total: 0,
+        }
+    }
+
+    /// Replays a durable acknowledgement (recovery). Nothing is leased during replay.
+    pub fn restore_ack(&mut self, offset: u64) {
+        if offset >= self.start_offset {
+            self.acked.insert(offset);
+            self.cursor = self.acked.floor();
+        }
+    }
+
+    /// The ack floor: every offset below it is acknowledged.
+    pub fn ack_floor(&self) -> u64 {
+        self.acked.floor()
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Messages published and not yet acknowledged, given the log's end.
+    pub fn backlog(&self, end_offset: u64) -> u64 {
+        end_offset.saturating_sub(self.acked.floor()).saturating_sub(self.acked.above_floor())
+    }
+
+    /// Offsets below `offset` are gone from the log (retention): count them acknowledged.
+    pub fn forget_before(&mut self, offset: u64) {
+        if offset <= self.acked.floor() {
+            return;
+        }
+        self.acked.raise_floor(offset);
+        self.cursor = self.cursor.max(offset);
+        self.leases.retain(|leased, _| *leased >= offset);
+        self.redeliver = self.redeliver.split_off(&offset);
+        self.attempts.retain(|leased, _| *leased >= offset);
+    }
+
+    /// Moves expired leases to the redelivery queue.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some(Reverse((deadline, offset, generation))) = self.deadlines.peek().copied() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop();
+            if let Some(lease) = self.leases.get(&offset) {
+                if lease.generation == generation && lease.deadline <= now {
+                    self.leases.remove(&offset);
+                    self.redeliver.insert(offset);
+                    self.expired_total += 1;
+                }
+            }
+        }
+        // Old heap entries for leases that were extended or acked are dropped lazily above;
+        // bound the heap if extensions piled them up.
+        if self.deadlines.len() > 4 * self.leases.len() + 1024 {
+            self.deadlines = self
+                .leases
+                .iter()
+                .map(|(offset, lease)| Reverse((lease.deadline, *offset, lease.generation)))
+                .collect();
+        }
+    }
+
+    /// When the earliest lease expires.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.peek().map(|Reverse((deadline, _, _))| *deadline)
+    }
+
+    /// Leases up to `max` messages: redeliveries first (oldest first), then new messages below
+    /// `end_offset`.
+    pub fn pull(&mut self, now: Instant, max: usize, end_offset: u64) -> Vec<Delivery> {
+        self.expire(now);
+        let mut deliveries = Vec::new();
+        while deliveries.len() < max {
+            let Some(offset) = self.redeliver.pop_first() else { break };
+            if self.acked.contains(offset) {
+                continue;
+            }
+            deliveries.push(self.lease(offset, now));
+        }
+        while deliveries.len() < max && self.cursor < end_offset {
+            if self.cursor - self.acked.floor() >= UNACKED_WINDOW_MAX {
+                break;
+            }
+            let offset = self.cursor;
+            self.cursor += 1;
+            if self.acked.contains(offset) {
+                continue;
+            }
+            deliveries.push(self.lease(offset, now));
+        }
+        deliveries
+    }
+
+    fn lease(&mut self, offset: u64, now: Instant) -> Delivery {
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        let deadline = now + self.ack_deadline;
+        self.leases.insert(offset, Lease { deadline, generation });
+        self.deadlines.push(Reverse((deadline, offset, generation)));
+        let attempt = self.attempts.entry(offset).or_insert(0);
+        *attempt += 1;
+        self.delivered_total += 1;
+        Delivery { offset, attempt: *attempt, generation }
+    }
+
+    /// Gives back a delivery that never reached the subscriber (its response did not fit).
+    pub fn release(&mut self, delivery: Delivery) {
+        if self.leases.get(&delivery.offset).is_some_and(|lease| lease.generation == delivery.generation) {
+            self.leases.remove(&delivery.offset);
+            if let Some(attempt) = self.attempts.get_mut(&delivery.offset) {
+                *attempt = attempt.saturating_sub(1);
+            }
+            self.delivered_total -= 1;
+            self.redeliver.insert(delivery.offset);
+        }
+    }
+
+    /// Checks an ack id. `Ok(Some(offset))`: acknowledge it (after making it durable);
+    /// `Ok(None)`: already acknowledged, nothing to do.
+    pub fn check_ack(&self, text: &str) -> Result<Option<u64>, AckRefusal> {
+        let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
+        if ack_id.subscription_id != self.id {
+            return Err(AckRefusal::OtherSubscription);
+        }
+        if ack_id.offset < self.start_offset || ack_id.offset >= self.cursor.max(self.acked.floor()) {
+            return Err(AckRefusal::NeverDelivered);
+        }
+        if self.acked.contains(ack_id.offset) {
+            return Ok(None);
+        }
+        match self.leases.get(&ack_id.offset) {
+            Some(lease) if lease.generation != ack_id.generation => Err(AckRefusal::Expired),
+            // Acknowledging a message whose lease expired but which was not delivered again yet
+            // is accepted: it saves a duplicate, and at-least-once is kept either way.
+            _ => Ok(Some(ack_id.offset)),
+        }
+    }
+
+    /// Applies a durable acknowledgement.
+    pub fn apply_ack(&mut self, offset: u64) {
+        if offset < self.start_offset {
+            return;
+        }
+        self.acked.insert(offset);
+        self.leases.remove(&offset);
+        self.redeliver.remove(&offset);
+        self.attempts.remove(&offset);
+    }
+
+    /// ModifyAckDeadline for one ack id: 0 is a nack (redeliver now); otherwise the lease runs
+    /// until `now + seconds`.
+    pub fn modify_deadline(&mut self, text: &str, seconds: u32, now: Instant) -> Result<(), AckRefusal> {
+        let Some(offset) = self.check_ack(text)? else { return Ok(()) };
+        let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
+        match self.leases.get_mut(&offset) {
+            Some(lease) if lease.generation == ack_id.generation => {
+                if seconds == 0 {
+                    self.leases.remove(&offset);
+                    self.redeliver.insert(offset);
+                } else {
+                    lease.deadline = now + Duration::from_secs(seconds as u64);
+                    self.deadlines.push(Reverse((lease.deadline, offset, ack_id.generation)));
+                }
+                Ok(())
+            }
+            // The lease already expired: the message waits for redelivery either way.
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    fn ack_id(state: &SubscriptionState, delivery: &Delivery) -> String {
+        AckId { subscription_id: state.id, offset: delivery.offset, generation: delivery.generation }.encode()
+    }
+
+    #[test]
+    fn ack_set_floor_advances_over_runs() {
+        let mut set = AckSet::new(5);
+        assert!(set.contains(4));
+        assert!(!set.contains(5));
+        for offset in [7, 6, 8, 200, 5] {
+            set.insert(offset);
+        }
+        assert_eq!(set.floor(), 9);
+        assert_eq!(set.above_floor(), 1);
+        assert!(set.contains(200));
+        assert_eq!(set.iter_above_floor().collect::<Vec<_>>(), vec![200]);
+        set.raise_floor(201);
+        assert_eq!(set.floor(), 201);
+        assert_eq!(set.above_floor(), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ack_set_matches_a_model(offsets in proptest::collection::vec(0u64..600, 0..400)) {
+            let mut set = AckSet::new(0);
+            let mut model = std::collections::BTreeSet::new();
+            for offset in offsets {
+                proptest::prop_assert_eq!(set.insert(offset), model.insert(offset));
+                let floor = (0..).find(|o| !model.contains(o)).unwrap();
+                proptest::prop_assert_eq!(set.floor(), floor);
+                proptest::prop_assert_eq!(set.above_floor(), model.iter().filter(|o| **o >= floor).count() as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn deliver_ack_and_redeliver_after_deadline() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(3, 10, DEADLINE);
+        let first = state.pull(now, 5, 13);
+        assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![10, 11, 12]);
+        assert!(first.iter().all(|d| d.attempt == 1));
+        let id = ack_id(&state, &first[0]);
+        assert_eq!(state.check_ack(&id), Ok(Some(10)));
+        state.apply_ack(10);
+        assert_eq!(state.check_ack(&id), Ok(None), "acking twice is harmless");
+        assert!(state.pull(now + Duration::from_secs(9), 5, 13).is_empty());
+        let again = state.pull(now + DEADLINE, 5, 13);
+        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(11, 2), (12, 2)]);
+        assert_eq!(state.check_ack(&ack_id(&state, &first[1])), Err(AckRefusal::Expired));
+        assert_eq!(state.ack_floor(), 11);
+    }
+
+    #[test]
+    fn nack_redelivers_at_once_and_extension_holds() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let deliveries = state.pull(now, 2, 2);
+        state.modify_deadline(&ack_id(&state, &deliveries[0]), 0, now).unwrap();
+        state.modify_deadline(&ack_id(&state, &deliveries[1]), 60, now).unwrap();
+        let again = state.pull(now, 5, 2);
+        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 2)]);
+        // Offset 0's new lease expires after 10 s; offset 1's extension holds for 60 s.
+        let before = state.pull(now + Duration::from_secs(59), 5, 2);
+        assert_eq!(before.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 3)]);
+        let after = state.pull(now + Duration::from_secs(61), 5, 2);
+        assert_eq!(after.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
+    }
+
+    #[test]
+    fn bad_ack_ids_are_refused() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        state.pull(now, 1, 1);
+        assert_eq!(state.check_ack("zz"), Err(AckRefusal::Malformed));
+        assert_eq!(state.check_ack("2.0.1"), Err(AckRefusal::OtherSubscription));
+        assert_eq!(state.check_ack("1.5.1"), Err(AckRefusal::NeverDelivered));
+        assert_eq!(state.check_ack(&"1".repeat(100)), Err(AckRefusal::Malformed));
+    }
+
+    #[test]
+    fn restart_redelivers_everything_unacknowledged() {
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        for offset in [0, 1, 3] {
+            state.restore_ack(offset);
+        }
+        let deliveries = state.pull(Instant::now(), 10, 5);
+        assert_eq!(deliveries.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![2, 4]);
+    }
+
+    #[test]
+    fn released_deliveries_come_first_without_counting_an_attempt() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let deliveries = state.pull(now, 3, 3);
+        state.release(deliveries[2]);
+        let next = state.pull(now, 3, 3);
+        assert_eq!(next, vec![Delivery { offset: 2, attempt: 1, generation: next[0].generation }]);
+    }
+}
