@@ -170,68 +170,40 @@ impl CatalogState {
     }
 }
 
-/// The durable catalog.
-pub struct Catalog<S: Storage> {
-    log: Log<S>,
-    pub state: CatalogState,
-    next_sequence: u32,
-}
-
-impl<S: Storage> Catalog<S> {
-    /// Replays the catalog in `directory` and records a new boot.
-    pub async fn open(storage: S, directory: &Path) -> Result<Catalog<S>, LogError> {
-        let config = LogConfig {
-            segment_bytes_initial: 1 << 20,
-            segment_bytes_max: 16 << 20,
-            group_commit_bytes_max: 1 << 20,
-            tail_cache_bytes_max: 1 << 20,
-            staging_bytes_max: 16 << 20,
-        };
-        let (log, report) = Log::open(storage, directory, CATALOG_LOG_ID, config).await?;
-        if report.torn_bytes_discarded > 0 {
-            eprintln!(
-                "ringpostd: catalog recovery discarded a torn tail of {} bytes (an unacknowledged change)",
-                report.torn_bytes_discarded
-            );
-        }
-        let mut state = CatalogState::default();
-        for stored in log.read(0, usize::MAX, usize::MAX).await? {
-            let entry = CatalogEntry::decode(&stored.data).map_err(|why| {
-                LogError::Corrupt(format!(
-                    "catalog entry at offset {} passed its checksum but not decoding: {why}",
-                    stored.offset
-                ))
-            })?;
-            state.apply(entry);
-        }
-        let mut catalog = Catalog { log, state, next_sequence: 1 };
-        let count = catalog.state.boot_count + 1;
-        catalog.append(CatalogEntry::Boot { count }).await?;
-        Ok(catalog)
+/// Opens (replays) the catalog in `directory` and durably records a new boot, whose count
+/// prefixes every id handed out until the next start.
+pub async fn open_catalog<S: Storage>(
+    storage: S,
+    directory: &Path,
+) -> Result<(Log<S>, CatalogState), LogError> {
+    let config = LogConfig {
+        segment_bytes_initial: 1 << 20,
+        segment_bytes_max: 16 << 20,
+        group_commit_bytes_max: 1 << 20,
+        tail_cache_bytes_max: 1 << 20,
+        staging_bytes_max: 16 << 20,
+    };
+    let (log, report) = Log::open(storage, directory, CATALOG_LOG_ID, config).await?;
+    if report.torn_bytes_discarded > 0 {
+        eprintln!(
+            "ringpostd: catalog recovery discarded a torn tail of {} bytes (an unacknowledged change)",
+            report.torn_bytes_discarded
+        );
     }
-
-    /// A new id, unique across restarts.
-    pub fn allocate_id(&mut self) -> u64 {
-        let id = (self.state.boot_count as u64) << 32 | self.next_sequence as u64;
-        self.next_sequence += 1;
-        id
+    let mut state = CatalogState::default();
+    for stored in log.read(0, usize::MAX, usize::MAX).await? {
+        let entry = CatalogEntry::decode(&stored.data).map_err(|why| {
+            LogError::Corrupt(format!(
+                "catalog entry at offset {} passed its checksum but not decoding: {why}",
+                stored.offset
+            ))
+        })?;
+        state.apply(entry);
     }
-
-    /// Makes an entry durable. The caller applies it to `state` afterwards, so readers never
-    /// see a change that could still be lost.
-    pub async fn append(&mut self, entry: CatalogEntry) -> Result<(), LogError> {
-        let bytes = entry.encode();
-        let mut records = Vec::with_capacity(bytes.len() + 64);
-        record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
-        self.log.append(&records, 1).await?;
-        self.state.apply(entry);
-        Ok(())
-    }
-
-    /// The same, without holding `&mut self` across the disk wait: returns the log to append to.
-    pub fn log(&self) -> Log<S> {
-        self.log.clone()
-    }
+    let boot = CatalogEntry::Boot { count: state.boot_count + 1 };
+    log.append(&entry_records(&boot), 1).await?;
+    state.apply(boot);
+    Ok((log, state))
 }
 
 /// Encodes one catalog entry as unsealed log records.

@@ -1,10 +1,234 @@
+//! `ringpostd`: a durable Pub/Sub daemon, thread-per-core.
+//!
+//! [`start`] spawns one glommio executor per forwarder shard (pinned to a core) and one for the
+//! router shard, wires them with bounded control channels, recovers the catalog and every
+//! topic, and returns once every shard is serving. See ARCHITECTURE.md for the map.
+
 pub mod catalog;
 pub mod clock;
 pub mod codec;
+pub mod control;
+pub mod forwarder;
 pub mod journal;
 pub mod log;
 pub mod net;
 pub mod placement;
+pub mod router;
 pub mod storage;
 pub mod subscription;
 pub mod sync;
+
+use control::{ControlEnvelope, ControlReply, CONTROL_CHANNEL_CAPACITY};
+use glommio::channels::shared_channel;
+use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::mpsc;
+
+/// How the daemon is run. `Config::new` gives the embedded defaults.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The router's address; forwarders listen on the following ports (or on ephemeral ports
+    /// when this port is 0).
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Forwarder shards; default one per core.
+    pub shards: usize,
+    /// Consistent hashing with bounded loads: no forwarder holds more than
+    /// `ceil(balance_factor * topics / shards)` topics.
+    pub balance_factor: f64,
+    /// Pin each forwarder to a core.
+    pub pin_shards: bool,
+    pub log: log::LogConfig,
+}
+
+impl Config {
+    pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Config {
+        Config {
+            listen,
+            data_dir,
+            shards: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            balance_factor: placement::BALANCE_FACTOR_DEFAULT,
+            pin_shards: true,
+            log: log::LogConfig::default(),
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    pub router_address: SocketAddr,
+    pub forwarder_addresses: Vec<SocketAddr>,
+    threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    _lock: std::fs::File,
+}
+
+impl Daemon {
+    /// Blocks until every shard stops (they stop only with the process).
+    pub fn wait(self) {
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Takes an exclusive lock on the data directory so two daemons never share one.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, String> {
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("creating data directory {}: {e}", data_dir.display()))?;
+    let path = data_dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    #[allow(deprecated)] // nix's Flock wrapper takes ownership of the file; we keep ours.
+    nix::fcntl::flock(
+        std::os::unix::io::AsRawFd::as_raw_fd(&file),
+        nix::fcntl::FlockArg::LockExclusiveNonblock,
+    )
+    .map_err(|_| format!("data directory {} is in use by another ringpostd", data_dir.display()))?;
+    Ok(file)
+}
+
+fn bind(address: SocketAddr) -> Result<(StdListener, SocketAddr), String> {
+    let listener = StdListener::bind(address).map_err(|e| format!("binding {address}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    Ok((listener, local))
+}
+
+/// Hands a listening std socket to the current glommio executor. Ports are bound with std
+/// (without SO_REUSEPORT, which glommio's own bind sets) so that a second daemon on the same
+/// port fails to start instead of silently sharing it.
+fn into_glommio(listener: StdListener) -> glommio::net::TcpListener {
+    use std::os::unix::io::{FromRawFd, IntoRawFd};
+    // Accepts are issued through io_uring or as non-blocking attempts: the socket must not block.
+    let _ = listener.set_nonblocking(true);
+    // SAFETY: the descriptor is a bound, listening TCP socket that we own and hand over whole.
+    unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) }
+}
+
+pub fn start(config: Config) -> Result<Daemon, String> {
+    let lock = lock_data_dir(&config.data_dir)?;
+    let shards = config.shards.max(1);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    // Bind every port up front so a port conflict fails the start with a clear message.
+    let mut forwarder_listeners = Vec::new();
+    for shard in 0..shards {
+        let port = if config.listen.port() == 0 { 0 } else { config.listen.port() + 1 + shard as u16 };
+        forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port))?);
+    }
+    let (router_listener, router_address) = bind(config.listen)?;
+    let forwarder_addresses: Vec<SocketAddr> =
+        forwarder_listeners.iter().map(|(_, address)| *address).collect();
+
+    let mut threads = Vec::new();
+    let mut to_forwarders = Vec::new();
+    let mut from_forwarders = Vec::new();
+    let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
+    for (shard, (listener, _)) in forwarder_listeners.into_iter().enumerate() {
+        let (request_sender, request_receiver) =
+            shared_channel::new_bounded::<ControlEnvelope>(CONTROL_CHANNEL_CAPACITY);
+        let (reply_sender, reply_receiver) =
+            shared_channel::new_bounded::<ControlReply>(CONTROL_CHANNEL_CAPACITY);
+        to_forwarders.push(request_sender);
+        from_forwarders.push(reply_receiver);
+        let placement =
+            if config.pin_shards { CpuPlacement::Fixed(shard % cores) } else { CpuPlacement::Unbound };
+        let data_dir = config.data_dir.clone();
+        let log_config = config.log.clone();
+        let ready_sender = ready_sender.clone();
+        let thread = LocalExecutorBuilder::new(placement)
+            .name(&format!("forwarder-{shard}"))
+            .spawn(move || async move {
+                if let Err(error) =
+                    storage::dma::warm_up_device_probe(&data_dir, &format!("forwarder-{shard}")).await
+                {
+                    let _ = ready_sender.send(Err(format!("probing {}: {error}", data_dir.display())));
+                    return;
+                }
+                let listener = into_glommio(listener);
+                let forwarder = Rc::new(forwarder::Forwarder::new(
+                    shard as u32,
+                    storage::dma::DmaStorage,
+                    data_dir,
+                    log_config,
+                    Rc::new(clock::SystemClock),
+                ));
+                let _ = ready_sender.send(Ok(()));
+                let requests = request_receiver.connect().await;
+                let replies = Rc::new(reply_sender.connect().await);
+                glommio::spawn_local(net::serve(listener, forwarder.clone())).detach();
+                let collector = forwarder.clone();
+                glommio::spawn_local(async move {
+                    loop {
+                        glommio::timer::sleep(forwarder::SEGMENT_COLLECTION_INTERVAL).await;
+                        collector.collect_segments().await;
+                    }
+                })
+                .detach();
+                while let Some(envelope) = requests.recv().await {
+                    let forwarder = forwarder.clone();
+                    let replies = replies.clone();
+                    glommio::spawn_local(async move {
+                        let result = forwarder.control(envelope.request).await;
+                        let _ = replies.send(ControlReply { request_id: envelope.request_id, result }).await;
+                    })
+                    .detach();
+                }
+            })
+            .map_err(|e| format!("starting forwarder shard {shard}: {e}"))?;
+        threads.push(thread);
+    }
+    for _ in 0..shards {
+        ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
+    }
+
+    let data_dir = config.data_dir.clone();
+    let addresses: Vec<String> = forwarder_addresses.iter().map(|address| address.to_string()).collect();
+    let balance_factor = config.balance_factor;
+    let router_ready = ready_sender.clone();
+    let router = LocalExecutorBuilder::new(CpuPlacement::Unbound)
+        .name("router")
+        .spawn(move || async move {
+            let fail = |message: String| {
+                let _ = router_ready.send(Err(message));
+            };
+            if let Err(error) = storage::dma::warm_up_device_probe(&data_dir, "router").await {
+                return fail(format!("probing {}: {error}", data_dir.display()));
+            }
+            let storage = storage::dma::DmaStorage;
+            let (catalog_log, state) =
+                match catalog::open_catalog(storage.clone(), &data_dir.join("catalog")).await {
+                    Ok(opened) => opened,
+                    Err(error) => return fail(format!("opening the catalog: {error}")),
+                };
+            let mut links = Vec::new();
+            for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
+                let link = router::ForwarderLink::new(sender.connect().await);
+                glommio::spawn_local(link.clone().receive_replies(receiver.connect().await)).detach();
+                links.push(link);
+            }
+            let router = Rc::new(router::Router::new(
+                storage,
+                data_dir,
+                catalog_log,
+                state,
+                links,
+                addresses,
+                balance_factor,
+            ));
+            if let Err(error) = router.recover().await {
+                return fail(error);
+            }
+            let listener = into_glommio(router_listener);
+            let _ = router_ready.send(Ok(()));
+            net::serve(listener, router).await;
+        })
+        .map_err(|e| format!("starting the router shard: {e}"))?;
+    threads.push(router);
+    ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
+    Ok(Daemon { router_address, forwarder_addresses, threads, _lock: lock })
+}

@@ -1,1 +1,81 @@
-fn main() {}
+//! `ringpostd`: runs the daemon. With no flags it serves on 127.0.0.1:7450 with its data in
+//! `./ringpost-data`.
+
+use argh::FromArgs;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Ringpost: a durable, thread-per-core Pub/Sub daemon.
+#[derive(FromArgs)]
+struct Flags {
+    /// the router's address; forwarder shards listen on the next ports (default 127.0.0.1:7450;
+    /// port 0 picks free ports for everything)
+    #[argh(option, default = "\"127.0.0.1:7450\".parse().unwrap()")]
+    listen: SocketAddr,
+    /// where topics, subscriptions and messages are stored (default ./ringpost-data)
+    #[argh(option, default = "PathBuf::from(\"ringpost-data\")")]
+    data_dir: PathBuf,
+    /// forwarder shards, one glommio executor each (default: one per core)
+    #[argh(option)]
+    shards: Option<usize>,
+    /// balance factor of consistent hashing with bounded loads: no shard holds more than
+    /// ceil(factor * topics / shards) topics (default 1.25; must be above 1)
+    #[argh(option, default = "ringpost_daemon::placement::BALANCE_FACTOR_DEFAULT")]
+    balance_factor: f64,
+    /// do not pin shards to cores (useful when several daemons share a small machine)
+    #[argh(switch)]
+    no_pin: bool,
+    /// write the router's address to this file once the daemon serves (for scripts and tests)
+    #[argh(option)]
+    ready_file: Option<PathBuf>,
+}
+
+fn main() {
+    let flags: Flags = argh::from_env();
+    // A shard that panics leaves the others serving a half-working process; stop everything
+    // instead, so a supervisor restarts it and recovery runs.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        std::process::abort();
+    }));
+    if flags.balance_factor <= 1.0 || !flags.balance_factor.is_finite() {
+        eprintln!("ringpostd: InvalidArgument: --balance-factor must be a number above 1");
+        std::process::exit(2);
+    }
+    let mut config = ringpost_daemon::Config::new(flags.listen, flags.data_dir.clone());
+    if let Some(shards) = flags.shards {
+        if shards == 0 {
+            eprintln!("ringpostd: InvalidArgument: --shards must be at least 1");
+            std::process::exit(2);
+        }
+        config.shards = shards;
+    }
+    config.balance_factor = flags.balance_factor;
+    config.pin_shards = !flags.no_pin;
+    let shards = config.shards;
+    let daemon = match ringpost_daemon::start(config) {
+        Ok(daemon) => daemon,
+        Err(error) => {
+            eprintln!("ringpostd: cannot start: {error}");
+            std::process::exit(1);
+        }
+    };
+    let forwarders: Vec<String> = daemon.forwarder_addresses.iter().map(|a| a.to_string()).collect();
+    eprintln!(
+        "ringpostd: serving on {} (router) with {shards} forwarder shard(s) on {}; data in {}",
+        daemon.router_address,
+        forwarders.join(", "),
+        flags.data_dir.display()
+    );
+    if let Some(path) = flags.ready_file {
+        let temporary = path.with_extension("tmp");
+        if let Err(error) = std::fs::write(&temporary, daemon.router_address.to_string())
+            .and_then(|_| std::fs::rename(&temporary, &path))
+        {
+            eprintln!("ringpostd: writing {}: {error}", path.display());
+            std::process::exit(1);
+        }
+    }
+    daemon.wait();
+}

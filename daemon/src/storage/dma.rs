@@ -47,8 +47,8 @@ fn has_o_direct(fd: i32) -> bool {
 /// the device is marked pollable, and every later read fails with EOPNOTSUPP on devices that
 /// do not support polling (seen on this machine's virtio disk). Opening a non-empty file first
 /// makes the probe meaningful. Call once per data directory before opening any log file.
-pub async fn warm_up_device_probe(directory: &Path) -> io::Result<()> {
-    let path = directory.join(".ringpost-device-probe");
+pub async fn warm_up_device_probe(directory: &Path, shard_name: &str) -> io::Result<()> {
+    let path = directory.join(format!(".device-probe-{shard_name}"));
     std::fs::write(&path, vec![0u8; 4096])?;
     let file = OpenOptions::new().read(true).dma_open(&path).await.map_err(to_io)?;
     let _ = file.close().await;
@@ -67,9 +67,10 @@ impl Storage for DmaStorage {
     }
 
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        let directory = glommio::io::Directory::open(path).await.map_err(to_io)?;
-        directory.sync().await.map_err(to_io)?;
-        directory.close().await.map_err(to_io)
+        // A plain fsync(2): glommio's `Directory::sync` fails with EBADF on this kernel, and
+        // directory syncs are rare (a segment roll, a create), so a short blocking call on the
+        // shard is cheaper than a thread hop.
+        std::fs::File::open(path)?.sync_all()
     }
 
     fn alloc_buffer(&self, bytes: usize) -> DmaBuffer {

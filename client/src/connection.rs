@@ -1,0 +1,222 @@
+//! One TCP connection to a Ringpost shard, shared by any number of concurrent requests.
+//!
+//! Threading model: each connection owns one reader thread that reads response frames and
+//! completes the matching request futures through their wakers; requests are written by the
+//! calling thread under a lock. So the futures need no particular executor: tokio, glommio, or
+//! the `block_on` of this crate all work. A write of a large request blocks the calling thread
+//! until the kernel takes it.
+
+use crate::Error;
+use ringpost_wire::frame::{encode_frame, Body, FrameBuffer, FrameHeader};
+use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// Requests waiting for an answer on one connection; beyond it `call` fails with
+/// `ResourceExhausted` instead of queueing without bound.
+pub const REQUESTS_PENDING_PER_CONNECTION_MAX: usize = 4096;
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A response frame: its header and its body, aligned for in-place access.
+pub struct Response {
+    pub header: FrameHeader,
+    pub body: FrameBuffer,
+}
+
+#[derive(Default)]
+struct Slot {
+    result: Option<Result<Response, Error>>,
+    waker: Option<Waker>,
+}
+
+type Pending = Mutex<HashMap<u64, Arc<Mutex<Slot>>>>;
+
+pub struct Connection {
+    address: String,
+    writer: Mutex<TcpStream>,
+    pending: Arc<Pending>,
+    next_request: AtomicU64,
+    closed: Arc<AtomicBool>,
+    pub(crate) started: AtomicU64,
+    pub(crate) completed: Arc<AtomicU64>,
+}
+
+impl Connection {
+    /// Connects (blocking, bounded by `CONNECT_TIMEOUT`) and starts the reader thread.
+    pub fn connect(address: &str) -> Result<Arc<Connection>, Error> {
+        let socket_address = address
+            .to_socket_addrs()
+            .map_err(Error::Io)?
+            .next()
+            .ok_or_else(|| Error::Protocol(format!("cannot resolve '{address}'")))?;
+        let stream = TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT)
+            .map_err(|error| Error::Connect { address: address.to_owned(), source: error })?;
+        stream.set_nodelay(true).map_err(Error::Io)?;
+        let reader = stream.try_clone().map_err(Error::Io)?;
+        let pending: Arc<Pending> = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let completed = Arc::new(AtomicU64::new(0));
+        let connection = Arc::new(Connection {
+            address: address.to_owned(),
+            writer: Mutex::new(stream),
+            pending: pending.clone(),
+            next_request: AtomicU64::new(1),
+            closed: closed.clone(),
+            started: AtomicU64::new(0),
+            completed: completed.clone(),
+        });
+        std::thread::Builder::new()
+            .name(format!("ringpost-reader-{address}"))
+            .spawn(move || read_responses(reader, pending, closed, completed))
+            .map_err(Error::Io)?;
+        Ok(connection)
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Requests started and completed on this connection; the difference is what is in flight.
+    pub fn counters(&self) -> (u64, u64) {
+        (self.started.load(Ordering::Relaxed), self.completed.load(Ordering::Relaxed))
+    }
+
+    /// Sends a request and returns a future of its response frame.
+    pub fn call<T: Body>(&self, command: u16, body: &T) -> ResponseFuture {
+        let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let frame = encode_frame(command, 0, request_id, body);
+        let slot = Arc::new(Mutex::new(Slot::default()));
+        if self.is_closed() {
+            return ResponseFuture::ready(Err(Error::Closed(self.address.clone())));
+        }
+        {
+            let mut pending = self.pending.lock().unwrap();
+            if pending.len() >= REQUESTS_PENDING_PER_CONNECTION_MAX {
+                return ResponseFuture::ready(Err(Error::Status(ringpost_wire::Status::resource_exhausted(format!(
+                    "{REQUESTS_PENDING_PER_CONNECTION_MAX} requests already wait on {} (REQUESTS_PENDING_PER_CONNECTION_MAX)",
+                    self.address
+                )))));
+            }
+            pending.insert(request_id, slot.clone());
+        }
+        self.started.fetch_add(1, Ordering::Relaxed);
+        let written = self.writer.lock().unwrap().write_all(&frame);
+        if let Err(error) = written {
+            self.pending.lock().unwrap().remove(&request_id);
+            self.close();
+            return ResponseFuture::ready(Err(Error::Io(error)));
+        }
+        ResponseFuture { slot: Some(slot), ready: None }
+    }
+
+    pub fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            let _ = self.writer.lock().unwrap().shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn read_responses(
+    mut stream: TcpStream,
+    pending: Arc<Pending>,
+    closed: Arc<AtomicBool>,
+    completed: Arc<AtomicU64>,
+) {
+    let error = loop {
+        let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
+        if let Err(error) = stream.read_exact(&mut header_bytes) {
+            break Error::Io(error);
+        }
+        let header = match FrameHeader::decode(&header_bytes) {
+            Ok(header) => header,
+            Err(error) => break Error::Protocol(format!("bad frame from the server: {error}")),
+        };
+        let length = header.body_length as usize;
+        debug_assert!(length <= FRAME_BODY_BYTES_MAX);
+        let mut body = FrameBuffer::with_capacity(length);
+        body.resize(length, 0);
+        if let Err(error) = stream.read_exact(&mut body) {
+            break Error::Io(error);
+        }
+        if header.request_id == 0 && header.is_error() {
+            // A connection-level error (protocol error, too many connections): the server
+            // closes the connection after it.
+            let status = ringpost_wire::frame::decode_error(&body);
+            break Error::Status(status);
+        }
+        let slot = pending.lock().unwrap().remove(&header.request_id);
+        if let Some(slot) = slot {
+            completed.fetch_add(1, Ordering::Relaxed);
+            let waker = {
+                let mut slot = slot.lock().unwrap();
+                slot.result = Some(Ok(Response { header, body }));
+                slot.waker.take()
+            };
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    };
+    closed.store(true, Ordering::Release);
+    let _ = stream.shutdown(Shutdown::Both);
+    let waiting: Vec<Arc<Mutex<Slot>>> = pending.lock().unwrap().drain().map(|(_, slot)| slot).collect();
+    for slot in waiting {
+        let waker = {
+            let mut slot = slot.lock().unwrap();
+            slot.result = Some(Err(error.duplicate()));
+            slot.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The future of one response.
+pub struct ResponseFuture {
+    slot: Option<Arc<Mutex<Slot>>>,
+    ready: Option<Result<Response, Error>>,
+}
+
+impl ResponseFuture {
+    fn ready(result: Result<Response, Error>) -> ResponseFuture {
+        ResponseFuture { slot: None, ready: Some(result) }
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response, Error>;
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(result) = self.ready.take() {
+            return Poll::Ready(result);
+        }
+        let Some(slot) = &self.slot else {
+            return Poll::Ready(Err(Error::Protocol("polled after completion".into())));
+        };
+        let mut slot = slot.lock().unwrap();
+        match slot.result.take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                slot.waker = Some(context.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}

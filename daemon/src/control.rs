@@ -1,0 +1,54 @@
+//! Messages between the router shard and the forwarder shards. They cross threads through
+//! bounded glommio shared channels, so they are plain owned data.
+
+use crate::catalog::SubscriptionSettings;
+use ringpost_wire::Status;
+
+#[derive(Debug)]
+pub enum ControlRequest {
+    /// Open (recover) or create a topic's log and journal on this forwarder.
+    AttachTopic {
+        topic_id: u64,
+        name: String,
+    },
+    /// Stop serving a topic; with `delete_data`, remove its files.
+    DetachTopic {
+        topic_id: u64,
+        delete_data: bool,
+    },
+    /// Serve a subscription. With `create`, its sync point is the topic's current durable end,
+    /// recorded durably in the journal before the reply.
+    AttachSubscription {
+        subscription_id: u64,
+        name: String,
+        topic_id: u64,
+        settings: SubscriptionSettings,
+        create: bool,
+    },
+    DetachSubscription {
+        subscription_id: u64,
+        name: String,
+        topic_id: u64,
+    },
+}
+
+#[derive(Debug)]
+pub enum ControlOk {
+    Done,
+    SubscriptionStart(u64),
+}
+
+#[derive(Debug)]
+pub struct ControlEnvelope {
+    pub request_id: u64,
+    pub request: ControlRequest,
+}
+
+#[derive(Debug)]
+pub struct ControlReply {
+    pub request_id: u64,
+    pub result: Result<ControlOk, Status>,
+}
+
+/// Bound of each router↔forwarder channel.
+pub const CONTROL_CHANNEL_CAPACITY: usize = 256;

@@ -1,0 +1,526 @@
+//! A forwarder shard: owns topics (their message logs and subscription journals) and serves
+//! publish, pull, acknowledge and modify-ack-deadline for them, on its own port. Control
+//! requests from the router arrive on a channel. Nothing here is shared with other shards.
+
+use crate::catalog::SubscriptionSettings;
+use crate::clock::Clock;
+use crate::control::{ControlOk, ControlRequest};
+use crate::journal::{journal_log_id, runs_of, JournalEntry};
+use crate::log::{record, Log, LogConfig, LogError, RecoveryReport};
+use crate::net::{fail, respond, Handler};
+use crate::storage::Storage;
+use crate::subscription::{AckId, SubscriptionState};
+use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
+use ringpost_wire::limits::*;
+use ringpost_wire::messages::*;
+use ringpost_wire::{Command, ErrorCode, Status};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Bytes of messages one pull response may carry; the frame limit leaves room for the
+/// envelope of the largest single message.
+pub const PULL_RESPONSE_BYTES_MAX: usize = 12 * 1024 * 1024;
+const _: () = assert!(PULL_RESPONSE_BYTES_MAX + 2 * 1024 * 1024 <= FRAME_BODY_BYTES_MAX);
+const _: () = assert!(MESSAGE_BYTES_MAX <= PULL_RESPONSE_BYTES_MAX);
+/// How often segments every subscription has acknowledged are deleted.
+pub const SEGMENT_COLLECTION_INTERVAL: Duration = Duration::from_secs(5);
+
+pub fn log_error_status(error: LogError) -> Status {
+    match error {
+        LogError::Fenced(why) => {
+            Status::unavailable(format!("the topic's storage failed and is fenced: {why}"))
+        }
+        LogError::NoSpace(why) => Status::resource_exhausted(format!("disk full: {why}")),
+        LogError::Overloaded => {
+            Status::resource_exhausted("too many publishes are waiting for the disk; retry with backoff")
+        }
+        LogError::DataLoss(why) => Status::new(ErrorCode::DataLoss, why),
+        LogError::Corrupt(why) => Status::new(ErrorCode::DataLoss, why),
+        LogError::Io(why) => Status::unavailable(why),
+    }
+}
+
+pub struct TopicState<S: Storage> {
+    pub id: u64,
+    pub name: String,
+    pub log: Log<S>,
+    pub journal: Log<S>,
+    pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
+    /// Subscription states rebuilt from the journal, waiting for the router to attach them.
+    recovered: RefCell<HashMap<u64, SubscriptionState>>,
+    directory: PathBuf,
+}
+
+pub struct SubscriptionEntry {
+    pub id: u64,
+    pub name: String,
+    pub topic_id: u64,
+    pub settings: SubscriptionSettings,
+    pub state: RefCell<SubscriptionState>,
+}
+
+/// A subscription this forwarder serves, with its topic.
+type Served<S> = (Rc<SubscriptionEntry>, Rc<TopicState<S>>);
+
+pub struct Forwarder<S: Storage> {
+    pub shard: u32,
+    storage: S,
+    data_dir: PathBuf,
+    log_config: LogConfig,
+    clock: Rc<dyn Clock>,
+    topics: RefCell<HashMap<String, Rc<TopicState<S>>>>,
+    topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>>>,
+    subscriptions: RefCell<HashMap<String, Served<S>>>,
+}
+
+fn topic_directory(data_dir: &Path, topic_id: u64) -> PathBuf {
+    data_dir.join("topics").join(format!("{topic_id:016x}"))
+}
+
+fn not_owner(kind: &str, name: &str) -> Status {
+    Status::new(
+        ErrorCode::NotOwner,
+        format!("this forwarder does not serve {kind} '{name}'; ask the router again"),
+    )
+}
+
+impl<S: Storage> Forwarder<S> {
+    pub fn new(
+        shard: u32,
+        storage: S,
+        data_dir: PathBuf,
+        log_config: LogConfig,
+        clock: Rc<dyn Clock>,
+    ) -> Forwarder<S> {
+        Forwarder {
+            shard,
+            storage,
+            data_dir,
+            log_config,
+            clock,
+            topics: RefCell::default(),
+            topics_by_id: RefCell::default(),
+            subscriptions: RefCell::default(),
+        }
+    }
+
+    pub async fn control(&self, request: ControlRequest) -> Result<ControlOk, Status> {
+        match request {
+            ControlRequest::AttachTopic { topic_id, name } => self.attach_topic(topic_id, name).await,
+            ControlRequest::DetachTopic { topic_id, delete_data } => {
+                let topic = self.topics_by_id.borrow_mut().remove(&topic_id);
+                if let Some(topic) = topic {
+                    self.topics.borrow_mut().remove(&topic.name);
+                    self.subscriptions.borrow_mut().retain(|_, (_, owner)| owner.id != topic_id);
+                    if delete_data {
+                        self.storage.remove_dir_all(&topic.directory).map_err(|error| {
+                            Status::internal(format!("removing {}: {error}", topic.directory.display()))
+                        })?;
+                    }
+                }
+                Ok(ControlOk::Done)
+            }
+            ControlRequest::AttachSubscription { subscription_id, name, topic_id, settings, create } => {
+                self.attach_subscription(subscription_id, name, topic_id, settings, create).await
+            }
+            ControlRequest::DetachSubscription { subscription_id, name, topic_id } => {
+                self.subscriptions.borrow_mut().remove(&name);
+                let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
+                if let Some(topic) = topic {
+                    topic.subscriptions.borrow_mut().retain(|entry| entry.id != subscription_id);
+                    append_journal(&topic.journal, &JournalEntry::SubscriptionDeleted { subscription_id })
+                        .await
+                        .map_err(log_error_status)?;
+                }
+                Ok(ControlOk::Done)
+            }
+        }
+    }
+
+    async fn attach_topic(&self, topic_id: u64, name: String) -> Result<ControlOk, Status> {
+        if self.topics_by_id.borrow().contains_key(&topic_id) {
+            return Ok(ControlOk::Done);
+        }
+        let directory = topic_directory(&self.data_dir, topic_id);
+        let (log, report) =
+            Log::open(self.storage.clone(), &directory.join("messages"), topic_id, self.log_config.clone())
+                .await
+                .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}': {error}")))?;
+        report_recovery(&name, "messages", &report);
+        let journal_config = LogConfig { segment_bytes_initial: 256 * 1024, ..self.log_config.clone() };
+        let (journal, report) = Log::open(
+            self.storage.clone(),
+            &directory.join("journal"),
+            journal_log_id(topic_id),
+            journal_config,
+        )
+        .await
+        .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}' journal: {error}")))?;
+        report_recovery(&name, "journal", &report);
+        let mut recovered: HashMap<u64, SubscriptionState> = HashMap::new();
+        for stored in journal.read(0, usize::MAX, usize::MAX).await.map_err(log_error_status)? {
+            let entry = JournalEntry::decode(&stored.data).map_err(|why| {
+                Status::new(
+                    ErrorCode::DataLoss,
+                    format!("topic '{name}' journal entry {}: {why}", stored.offset),
+                )
+            })?;
+            match entry {
+                JournalEntry::SubscriptionCreated { subscription_id, start_offset } => {
+                    recovered.insert(
+                        subscription_id,
+                        SubscriptionState::new(subscription_id, start_offset, Duration::from_secs(10)),
+                    );
+                }
+                JournalEntry::SubscriptionDeleted { subscription_id } => {
+                    recovered.remove(&subscription_id);
+                }
+                JournalEntry::Acked { subscription_id, runs } => {
+                    if let Some(state) = recovered.get_mut(&subscription_id) {
+                        for (first, count) in runs {
+                            for offset in first..first + count as u64 {
+                                state.restore_ack(offset);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let topic = Rc::new(TopicState {
+            id: topic_id,
+            name: name.clone(),
+            log,
+            journal,
+            subscriptions: RefCell::default(),
+            recovered: RefCell::new(recovered),
+            directory,
+        });
+        self.topics.borrow_mut().insert(name, topic.clone());
+        self.topics_by_id.borrow_mut().insert(topic_id, topic);
+        Ok(ControlOk::Done)
+    }
+
+    async fn attach_subscription(
+        &self,
+        subscription_id: u64,
+        name: String,
+        topic_id: u64,
+        settings: SubscriptionSettings,
+        create: bool,
+    ) -> Result<ControlOk, Status> {
+        let topic = self.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
+            Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
+        })?;
+        let ack_deadline = Duration::from_secs(settings.ack_deadline_seconds as u64);
+        let mut state = if create {
+            // The sync point: every publish acknowledged after this reply has an offset at or
+            // above the durable end now, because offsets are assigned at commit.
+            let start_offset = topic.log.end_offset();
+            append_journal(
+                &topic.journal,
+                &JournalEntry::SubscriptionCreated { subscription_id, start_offset },
+            )
+            .await
+            .map_err(log_error_status)?;
+            SubscriptionState::new(subscription_id, start_offset, ack_deadline)
+        } else {
+            match topic.recovered.borrow_mut().remove(&subscription_id) {
+                Some(state) => state,
+                None => {
+                    // The catalog has it but the journal does not: deliver everything still
+                    // stored rather than risk skipping an acknowledged publish.
+                    eprintln!(
+                        "ringpostd: WARNING: subscription '{name}' has no journal entry on topic '{}'; it restarts from offset {}",
+                        topic.name,
+                        topic.log.start_offset()
+                    );
+                    SubscriptionState::new(subscription_id, topic.log.start_offset(), ack_deadline)
+                }
+            }
+        };
+        state.ack_deadline = ack_deadline;
+        state.forget_before(topic.log.start_offset());
+        let start = state.start_offset;
+        let entry = Rc::new(SubscriptionEntry {
+            id: subscription_id,
+            name: name.clone(),
+            topic_id,
+            settings,
+            state: RefCell::new(state),
+        });
+        topic.subscriptions.borrow_mut().push(entry.clone());
+        self.subscriptions.borrow_mut().insert(name, (entry, topic));
+        Ok(ControlOk::SubscriptionStart(start))
+    }
+
+    fn topic(&self, name: &str) -> Result<Rc<TopicState<S>>, Status> {
+        self.topics.borrow().get(name).cloned().ok_or_else(|| not_owner("topic", name))
+    }
+
+    fn subscription(&self, name: &str) -> Result<Served<S>, Status> {
+        self.subscriptions.borrow().get(name).cloned().ok_or_else(|| not_owner("subscription", name))
+    }
+
+    async fn publish(&self, body: &[u8]) -> Result<PublishResponse, Status> {
+        let request = access_body::<PublishRequest>(body)?;
+        ringpost_wire::validate::validate_publish(request)?;
+        let topic = self.topic(request.topic.as_str())?;
+        let publish_time_ms = self.clock.wall_ms();
+        let mut records =
+            Vec::with_capacity(body.len() + request.messages.len() * record::RECORD_HEADER_BYTES);
+        for message in request.messages.iter() {
+            let mut attributes = message.attributes.iter().map(|a| (a.key.as_str(), a.value.as_str()));
+            record::encode_record_unsealed(
+                &mut records,
+                publish_time_ms,
+                message.data.as_slice(),
+                &mut attributes,
+                message.ordering_key.as_str(),
+            );
+        }
+        let count = request.messages.len() as u32;
+        let (first, count) = topic.log.append(&records, count).await.map_err(log_error_status)?;
+        Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
+    }
+
+    async fn pull(&self, body: &[u8]) -> Result<PullResponse, Status> {
+        let request = access_body::<PullRequest>(body)?;
+        let max_messages = request.max_messages.to_native();
+        if max_messages == 0 || max_messages > PULL_MESSAGES_MAX {
+            return Err(Status::invalid_argument(format!(
+                "max_messages is {max_messages}; it must be 1 to {PULL_MESSAGES_MAX} (PULL_MESSAGES_MAX)"
+            )));
+        }
+        let wait_ms = request.wait_ms.to_native();
+        if wait_ms > PULL_WAIT_MS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "wait_ms is {wait_ms}; the limit is {PULL_WAIT_MS_MAX} (PULL_WAIT_MS_MAX)"
+            )));
+        }
+        let (subscription, topic) = self.subscription(request.subscription.as_str())?;
+        let give_up_at = self.clock.now() + Duration::from_millis(wait_ms as u64);
+        loop {
+            let committed = topic.log.committed();
+            let now = self.clock.now();
+            let deliveries =
+                subscription.state.borrow_mut().pull(now, max_messages as usize, topic.log.end_offset());
+            if !deliveries.is_empty() {
+                return self.read_deliveries(&subscription, &topic, deliveries).await;
+            }
+            if now >= give_up_at {
+                return Ok(PullResponse::default());
+            }
+            // Wait for a commit, a lease to expire, or the caller's deadline, whichever first.
+            let mut wake_at = give_up_at;
+            if let Some(deadline) = subscription.state.borrow().next_deadline() {
+                wake_at = wake_at.min(deadline);
+            }
+            let sleep = glommio::timer::sleep(wake_at.saturating_duration_since(now));
+            futures_lite::future::or(committed, sleep).await;
+        }
+    }
+
+    async fn read_deliveries(
+        &self,
+        subscription: &SubscriptionEntry,
+        topic: &TopicState<S>,
+        mut deliveries: Vec<crate::subscription::Delivery>,
+    ) -> Result<PullResponse, Status> {
+        deliveries.sort_by_key(|delivery| delivery.offset);
+        let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
+        let records = match topic.log.read_offsets(&offsets).await {
+            Ok(records) => records,
+            Err(error) => {
+                let mut state = subscription.state.borrow_mut();
+                for delivery in deliveries {
+                    state.release(delivery);
+                }
+                return Err(log_error_status(error));
+            }
+        };
+        let mut by_offset: HashMap<u64, crate::log::StoredRecord> =
+            records.into_iter().map(|record| (record.offset, record)).collect();
+        let mut response = PullResponse::default();
+        let mut bytes = 0usize;
+        let mut state = subscription.state.borrow_mut();
+        for delivery in deliveries {
+            let Some(record) = by_offset.remove(&delivery.offset) else {
+                // Below the log's start: removed by retention. Nothing to deliver.
+                state.apply_ack(delivery.offset);
+                continue;
+            };
+            let size = record.data.len()
+                + record.ordering_key.len()
+                + record.attributes.iter().map(|(k, v)| k.len() + v.len() + 16).sum::<usize>();
+            if !response.received_messages.is_empty() && bytes + size > PULL_RESPONSE_BYTES_MAX {
+                state.release(delivery);
+                continue;
+            }
+            bytes += size;
+            let ack_id = AckId {
+                subscription_id: subscription.id,
+                offset: delivery.offset,
+                generation: delivery.generation,
+            };
+            response.received_messages.push(ReceivedMessage {
+                ack_id: ack_id.encode(),
+                message_id: record.offset,
+                publish_time_ms: record.publish_time_ms,
+                data: record.data,
+                attributes: record
+                    .attributes
+                    .into_iter()
+                    .map(|(key, value)| Attribute { key, value })
+                    .collect(),
+                ordering_key: record.ordering_key,
+                delivery_attempt: delivery.attempt,
+            });
+        }
+        Ok(response)
+    }
+
+    async fn acknowledge(&self, body: &[u8]) -> Result<AckResponse, Status> {
+        let request = access_body::<AcknowledgeRequest>(body)?;
+        check_ack_id_count(request.ack_ids.len())?;
+        let (subscription, topic) = self.subscription(request.subscription.as_str())?;
+        let mut response = AckResponse::default();
+        let mut offsets = Vec::new();
+        {
+            let state = subscription.state.borrow();
+            for ack_id in request.ack_ids.iter() {
+                match state.check_ack(ack_id.as_str()) {
+                    Ok(Some(offset)) => offsets.push(offset),
+                    Ok(None) => {}
+                    Err(refusal) => response.invalid_ack_ids.push(InvalidAckId {
+                        ack_id: ack_id.as_str().chars().take(ACK_ID_BYTES_MAX).collect(),
+                        reason: refusal.reason().to_owned(),
+                    }),
+                }
+            }
+        }
+        if offsets.is_empty() {
+            return Ok(response);
+        }
+        offsets.sort_unstable();
+        offsets.dedup();
+        // Durable first: an acknowledgement confirmed to the subscriber never comes back.
+        let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&offsets) };
+        append_journal(&topic.journal, &entry).await.map_err(log_error_status)?;
+        let mut state = subscription.state.borrow_mut();
+        for offset in offsets {
+            state.apply_ack(offset);
+        }
+        Ok(response)
+    }
+
+    async fn modify_ack_deadline(&self, body: &[u8]) -> Result<AckResponse, Status> {
+        let request = access_body::<ModifyAckDeadlineRequest>(body)?;
+        check_ack_id_count(request.ack_ids.len())?;
+        let seconds = request.ack_deadline_seconds.to_native();
+        if seconds > MODIFY_ACK_DEADLINE_SECONDS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "ack deadline of {seconds} s is outside 0 to {MODIFY_ACK_DEADLINE_SECONDS_MAX} s (MODIFY_ACK_DEADLINE_SECONDS_MAX)"
+            )));
+        }
+        let (subscription, _topic) = self.subscription(request.subscription.as_str())?;
+        let now = self.clock.now();
+        let mut response = AckResponse::default();
+        let mut state = subscription.state.borrow_mut();
+        for ack_id in request.ack_ids.iter() {
+            if let Err(refusal) = state.modify_deadline(ack_id.as_str(), seconds, now) {
+                response.invalid_ack_ids.push(InvalidAckId {
+                    ack_id: ack_id.as_str().chars().take(ACK_ID_BYTES_MAX).collect(),
+                    reason: refusal.reason().to_owned(),
+                });
+            }
+        }
+        Ok(response)
+    }
+
+    /// Deletes segments that every subscription of a topic has acknowledged (or, for a topic
+    /// without subscriptions, every closed segment: nobody can ever receive those messages).
+    pub async fn collect_segments(&self) {
+        let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
+        for topic in topics {
+            let floor = {
+                let subscriptions = topic.subscriptions.borrow();
+                if subscriptions.iter().any(|entry| entry.settings.retain_acked_messages) {
+                    continue;
+                }
+                subscriptions
+                    .iter()
+                    .map(|entry| entry.state.borrow().ack_floor())
+                    .min()
+                    .unwrap_or_else(|| topic.log.end_offset())
+            };
+            if let Err(error) = topic.log.remove_before(floor).await {
+                eprintln!("ringpostd: deleting acknowledged segments of topic '{}': {error}", topic.name);
+            }
+        }
+    }
+
+    /// Stats of this shard, for logs.
+    pub fn topic_count(&self) -> usize {
+        self.topics_by_id.borrow().len()
+    }
+}
+
+fn check_ack_id_count(count: usize) -> Result<(), Status> {
+    if count == 0 || count > ACK_IDS_PER_REQUEST_MAX {
+        return Err(Status::invalid_argument(format!(
+            "{count} ack ids; a request carries 1 to {ACK_IDS_PER_REQUEST_MAX} (ACK_IDS_PER_REQUEST_MAX)"
+        )));
+    }
+    Ok(())
+}
+
+async fn append_journal<S: Storage>(journal: &Log<S>, entry: &JournalEntry) -> Result<(), LogError> {
+    let bytes = entry.encode();
+    let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
+    record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
+    journal.append(&records, 1).await.map(|_| ())
+}
+
+fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
+    if let Some((path, position)) = &report.torn_at {
+        eprintln!(
+            "ringpostd: recovery of topic '{topic}' {what}: cut a torn tail at byte {position} of {} ({} bytes discarded; \
+             they were never acknowledged)",
+            path.display(),
+            report.torn_bytes_discarded
+        );
+    }
+    if report.empty_segments_removed > 0 {
+        eprintln!(
+            "ringpostd: recovery of topic '{topic}' {what}: removed {} empty segment(s) created before a crash",
+            report.empty_segments_removed
+        );
+    }
+    if report.buffered_io_warning {
+        eprintln!("ringpostd: WARNING: topic '{topic}' {what}: O_DIRECT is not in effect on this filesystem");
+    }
+}
+
+impl<S: Storage> Handler for Forwarder<S> {
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer) -> FrameBuffer {
+        let result = match Command::from_u16(header.command) {
+            Some(Command::Hello) => Ok(crate::router::hello_response(&header)),
+            Some(Command::Publish) => self.publish(&body).await.map(|response| respond(&header, &response)),
+            Some(Command::Pull) => self.pull(&body).await.map(|response| respond(&header, &response)),
+            Some(Command::Acknowledge) => {
+                self.acknowledge(&body).await.map(|response| respond(&header, &response))
+            }
+            Some(Command::ModifyAckDeadline) => {
+                self.modify_ack_deadline(&body).await.map(|response| respond(&header, &response))
+            }
+            Some(command) => Err(Status::failed_precondition(format!(
+                "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
+            ))),
+            None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
+        };
+        result.unwrap_or_else(|status| fail(&header, &status))
+    }
+}

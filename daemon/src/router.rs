@@ -1,0 +1,530 @@
+//! The router shard: the control plane. It holds the catalog (topics and subscriptions, durable),
+//! places each topic on a forwarder by consistent hashing with bounded loads, tells clients
+//! which forwarders serve a topic or subscription (an ordered list), and drives forwarders
+//! through control channels. Clients then talk to forwarders directly, so the publish path never
+//! crosses a core, and the router can restart without disturbing traffic.
+//!
+//! Order of a create, for crash safety: the forwarder makes the resource durable first (log
+//! directory, or the subscription's sync point in the journal), then the catalog entry is made
+//! durable, then the client is answered. A crash in between leaves an orphan that the catalog
+//! never names (removed at the next start); ids are never reused (see `catalog`).
+
+use crate::catalog::{
+    entry_records, CatalogEntry, CatalogState, SubscriptionRecord, SubscriptionSettings, TopicRecord,
+};
+use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest};
+use crate::log::{Log, LogError};
+use crate::net::{fail, respond, Handler};
+use crate::placement::Placement;
+use crate::storage::Storage;
+use crate::sync::{oneshot, Sender};
+use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
+use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
+use ringpost_wire::limits::*;
+use ringpost_wire::messages::*;
+use ringpost_wire::validate::{effective_ack_deadline_seconds, effective_retention_seconds, validate_name};
+use ringpost_wire::{Command, ErrorCode, Status};
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// What a subscription whose topic was deleted reports as its topic (as Pub/Sub does).
+pub const DELETED_TOPIC: &str = "_deleted-topic_";
+/// Subscription expiration (Pub/Sub: default 31 days, minimum 1 day).
+pub const EXPIRATION_TTL_SECONDS_DEFAULT: u64 = 31 * 24 * 3600;
+pub const EXPIRATION_TTL_SECONDS_MIN: u64 = 24 * 3600;
+
+pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
+    respond(
+        header,
+        &HelloResponse {
+            protocol_version: PROTOCOL_VERSION,
+            server_version: env!("CARGO_PKG_VERSION").to_owned(),
+            frame_body_bytes_max: FRAME_BODY_BYTES_MAX as u32,
+            message_bytes_max: MESSAGE_BYTES_MAX as u32,
+            publish_batch_messages_max: PUBLISH_BATCH_MESSAGES_MAX as u32,
+        },
+    )
+}
+
+pub struct ForwarderLink {
+    sender: ConnectedSender<ControlEnvelope>,
+    waiting: RefCell<HashMap<u64, Sender<Result<ControlOk, Status>>>>,
+    next_request: Cell<u64>,
+}
+
+impl ForwarderLink {
+    pub fn new(sender: ConnectedSender<ControlEnvelope>) -> Rc<ForwarderLink> {
+        Rc::new(ForwarderLink { sender, waiting: RefCell::default(), next_request: Cell::new(1) })
+    }
+
+    /// Delivers replies to the requests waiting for them; runs for the life of the router.
+    pub async fn receive_replies(self: Rc<Self>, replies: ConnectedReceiver<ControlReply>) {
+        while let Some(reply) = replies.recv().await {
+            if let Some(waiter) = self.waiting.borrow_mut().remove(&reply.request_id) {
+                waiter.send(reply.result);
+            }
+        }
+    }
+
+    async fn call(&self, request: ControlRequest) -> Result<ControlOk, Status> {
+        let request_id = self.next_request.get();
+        self.next_request.set(request_id + 1);
+        let (reply, receiver) = oneshot();
+        self.waiting.borrow_mut().insert(request_id, reply);
+        if self.sender.send(ControlEnvelope { request_id, request }).await.is_err() {
+            self.waiting.borrow_mut().remove(&request_id);
+            return Err(Status::unavailable("the forwarder shard is gone"));
+        }
+        receiver.await.unwrap_or_else(|| Err(Status::unavailable("the forwarder shard did not answer")))
+    }
+}
+
+pub struct Router<S: Storage> {
+    storage: S,
+    data_dir: PathBuf,
+    catalog_log: Log<S>,
+    state: RefCell<CatalogState>,
+    next_sequence: Cell<u32>,
+    placement: RefCell<Placement>,
+    topic_shard: RefCell<HashMap<u64, u32>>,
+    forwarders: Vec<Rc<ForwarderLink>>,
+    forwarder_addresses: Vec<String>,
+    /// Names being created right now, so two concurrent creates cannot both succeed.
+    creating: RefCell<HashSet<String>>,
+}
+
+fn catalog_status(error: LogError) -> Status {
+    crate::forwarder::log_error_status(error)
+}
+
+impl<S: Storage> Router<S> {
+    pub fn new(
+        storage: S,
+        data_dir: PathBuf,
+        catalog_log: Log<S>,
+        state: CatalogState,
+        forwarders: Vec<Rc<ForwarderLink>>,
+        forwarder_addresses: Vec<String>,
+        balance_factor: f64,
+    ) -> Router<S> {
+        let placement = Placement::new(forwarders.len() as u32, balance_factor);
+        Router {
+            storage,
+            data_dir,
+            catalog_log,
+            state: RefCell::new(state),
+            next_sequence: Cell::new(1),
+            placement: RefCell::new(placement),
+            topic_shard: RefCell::default(),
+            forwarders,
+            forwarder_addresses,
+            creating: RefCell::default(),
+        }
+    }
+
+    /// Attaches every catalogued topic and subscription to its forwarder, and removes topic
+    /// directories the catalog does not name (creations that crashed before their catalog
+    /// entry, or deletions that crashed before removing the files).
+    pub async fn recover(&self) -> Result<(), String> {
+        let topics: Vec<TopicRecord> = {
+            let state = self.state.borrow();
+            let mut topics: Vec<TopicRecord> = state.topics.values().cloned().collect();
+            topics.sort_by_key(|topic| topic.id);
+            topics
+        };
+        for topic in &topics {
+            let shard = self.placement.borrow_mut().place(&topic.name);
+            self.topic_shard.borrow_mut().insert(topic.id, shard);
+            self.forwarders[shard as usize]
+                .call(ControlRequest::AttachTopic { topic_id: topic.id, name: topic.name.clone() })
+                .await
+                .map_err(|status| format!("recovering topic '{}': {status}", topic.name))?;
+        }
+        let subscriptions: Vec<SubscriptionRecord> =
+            self.state.borrow().subscriptions.values().cloned().collect();
+        for subscription in subscriptions {
+            let Some(shard) = self.topic_shard.borrow().get(&subscription.topic_id).copied() else {
+                continue;
+            };
+            self.forwarders[shard as usize]
+                .call(ControlRequest::AttachSubscription {
+                    subscription_id: subscription.id,
+                    name: subscription.name.clone(),
+                    topic_id: subscription.topic_id,
+                    settings: subscription.settings.clone(),
+                    create: false,
+                })
+                .await
+                .map_err(|status| format!("recovering subscription '{}': {status}", subscription.name))?;
+        }
+        let known: HashSet<String> = topics.iter().map(|topic| format!("{:016x}", topic.id)).collect();
+        let topics_directory = self.data_dir.join("topics");
+        if let Ok(names) = self.storage.list_dir(&topics_directory) {
+            for name in names.into_iter().filter(|name| !known.contains(name)) {
+                eprintln!("ringpostd: removing topic directory {name}: the catalog does not name it (an unfinished create or delete)");
+                let _ = self.storage.remove_dir_all(&topics_directory.join(name));
+            }
+        }
+        Ok(())
+    }
+
+    fn allocate_id(&self) -> u64 {
+        let sequence = self.next_sequence.get();
+        self.next_sequence.set(sequence + 1);
+        (self.state.borrow().boot_count as u64) << 32 | sequence as u64
+    }
+
+    async fn append(&self, entry: CatalogEntry) -> Result<(), Status> {
+        self.catalog_log.append(&entry_records(&entry), 1).await.map_err(catalog_status)?;
+        self.state.borrow_mut().apply(entry);
+        Ok(())
+    }
+
+    fn reserve_name(&self, name: &str) -> Result<NameReservation<'_>, Status> {
+        if !self.creating.borrow_mut().insert(name.to_owned()) {
+            return Err(Status::new(
+                ErrorCode::Aborted,
+                format!("'{name}' is being created by another request"),
+            ));
+        }
+        Ok(NameReservation { set: &self.creating, name: name.to_owned() })
+    }
+
+    async fn create_topic(&self, body: &[u8]) -> Result<Topic, Status> {
+        let request = access_body::<Topic>(body)?;
+        let name = request.name.as_str();
+        validate_name("topic", name)?;
+        let retention = request.message_retention_seconds.to_native();
+        if retention != 0 {
+            effective_retention_seconds(retention)?;
+        }
+        let _reservation = self.reserve_name(&format!("topic/{name}"))?;
+        if self.state.borrow().topics.contains_key(name) {
+            return Err(Status::already_exists(format!("topic '{name}'")));
+        }
+        let id = self.allocate_id();
+        let shard = self.placement.borrow_mut().place(name);
+        let attached = self.forwarders[shard as usize]
+            .call(ControlRequest::AttachTopic { topic_id: id, name: name.to_owned() })
+            .await;
+        if let Err(status) = attached {
+            self.placement.borrow_mut().release(shard);
+            return Err(status);
+        }
+        let record = TopicRecord { id, name: name.to_owned(), message_retention_seconds: retention };
+        if let Err(status) = self.append(CatalogEntry::TopicCreated(record)).await {
+            self.placement.borrow_mut().release(shard);
+            let _ = self.forwarders[shard as usize]
+                .call(ControlRequest::DetachTopic { topic_id: id, delete_data: true })
+                .await;
+            return Err(status);
+        }
+        self.topic_shard.borrow_mut().insert(id, shard);
+        Ok(Topic { name: name.to_owned(), message_retention_seconds: retention })
+    }
+
+    fn topic_record(&self, name: &str) -> Result<TopicRecord, Status> {
+        validate_name("topic", name)?;
+        self.state
+            .borrow()
+            .topics
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("topic '{name}'")))
+    }
+
+    async fn delete_topic(&self, body: &[u8]) -> Result<Empty, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let topic = self.topic_record(request.name.as_str())?;
+        self.append(CatalogEntry::TopicDeleted { id: topic.id }).await?;
+        let shard = self.topic_shard.borrow_mut().remove(&topic.id);
+        if let Some(shard) = shard {
+            self.placement.borrow_mut().release(shard);
+            // The deletion is durable already; if removing the files fails now, the next start
+            // removes them (the catalog no longer names the directory).
+            if let Err(status) = self.forwarders[shard as usize]
+                .call(ControlRequest::DetachTopic { topic_id: topic.id, delete_data: true })
+                .await
+            {
+                eprintln!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
+            }
+        }
+        Ok(Empty {})
+    }
+
+    fn lookup(&self, key: &str, topic_id: u64) -> Result<LookupResponse, Status> {
+        let shard = self
+            .topic_shard
+            .borrow()
+            .get(&topic_id)
+            .copied()
+            .ok_or_else(|| Status::unavailable("the topic is not placed on any forwarder"))?;
+        let order = self.placement.borrow().preference(key, shard);
+        Ok(LookupResponse {
+            forwarders: order
+                .into_iter()
+                .map(|shard| ShardAddress {
+                    shard,
+                    address: self.forwarder_addresses[shard as usize].clone(),
+                })
+                .collect(),
+        })
+    }
+
+    async fn create_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
+        let request = access_body::<Subscription>(body)?;
+        let name = request.name.as_str();
+        validate_name("subscription", name)?;
+        let topic = self.topic_record(request.topic.as_str())?;
+        let unsupported = [
+            (!request.filter.is_empty(), "filter"),
+            (!request.dead_letter_topic.is_empty(), "dead_letter_topic"),
+            (request.enable_message_ordering, "enable_message_ordering"),
+            (request.max_delivery_attempts.to_native() != 0, "max_delivery_attempts"),
+            (request.minimum_backoff_seconds.to_native() != 0, "minimum_backoff (retry policy)"),
+            (request.maximum_backoff_seconds.to_native() != 0, "maximum_backoff (retry policy)"),
+        ];
+        if let Some((_, field)) = unsupported.iter().find(|(set, _)| *set) {
+            return Err(Status::new(
+                ErrorCode::Unimplemented,
+                format!("subscription {field} is not supported yet"),
+            ));
+        }
+        if request.filter.len() > FILTER_BYTES_MAX {
+            return Err(Status::invalid_argument(format!(
+                "filter is longer than {FILTER_BYTES_MAX} bytes (FILTER_BYTES_MAX)"
+            )));
+        }
+        let expiration = match request.expiration_ttl_seconds.to_native() {
+            0 => EXPIRATION_TTL_SECONDS_DEFAULT,
+            ttl if ttl < EXPIRATION_TTL_SECONDS_MIN => {
+                return Err(Status::invalid_argument(format!(
+                    "expiration ttl of {ttl} s is below the minimum of one day (EXPIRATION_TTL_SECONDS_MIN)"
+                )))
+            }
+            ttl => ttl,
+        };
+        let settings = SubscriptionSettings {
+            ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds.to_native())?,
+            retain_acked_messages: request.retain_acked_messages,
+            message_retention_seconds: effective_retention_seconds(
+                request.message_retention_seconds.to_native(),
+            )?,
+            expiration_ttl_seconds: expiration,
+            ..SubscriptionSettings::default()
+        };
+        let _reservation = self.reserve_name(&format!("subscription/{name}"))?;
+        if self.state.borrow().subscriptions.contains_key(name) {
+            return Err(Status::already_exists(format!("subscription '{name}'")));
+        }
+        let shard = self.topic_shard.borrow().get(&topic.id).copied().ok_or_else(|| {
+            Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
+        })?;
+        let id = self.allocate_id();
+        self.forwarders[shard as usize]
+            .call(ControlRequest::AttachSubscription {
+                subscription_id: id,
+                name: name.to_owned(),
+                topic_id: topic.id,
+                settings: settings.clone(),
+                create: true,
+            })
+            .await?;
+        let record = SubscriptionRecord {
+            id,
+            name: name.to_owned(),
+            topic_id: topic.id,
+            topic_name: topic.name.clone(),
+            settings,
+        };
+        let response = self.subscription_message(&record);
+        if let Err(status) = self.append(CatalogEntry::SubscriptionCreated(record)).await {
+            let _ = self.forwarders[shard as usize]
+                .call(ControlRequest::DetachSubscription {
+                    subscription_id: id,
+                    name: name.to_owned(),
+                    topic_id: topic.id,
+                })
+                .await;
+            return Err(status);
+        }
+        Ok(response)
+    }
+
+    fn subscription_message(&self, record: &SubscriptionRecord) -> Subscription {
+        let alive = self.state.borrow().topic_by_id(record.topic_id).is_some();
+        let settings = &record.settings;
+        Subscription {
+            name: record.name.clone(),
+            topic: if alive { record.topic_name.clone() } else { DELETED_TOPIC.to_owned() },
+            ack_deadline_seconds: settings.ack_deadline_seconds,
+            retain_acked_messages: settings.retain_acked_messages,
+            message_retention_seconds: settings.message_retention_seconds,
+            enable_message_ordering: settings.enable_message_ordering,
+            filter: settings.filter.clone(),
+            dead_letter_topic: settings.dead_letter_topic.clone(),
+            max_delivery_attempts: settings.max_delivery_attempts,
+            minimum_backoff_seconds: settings.minimum_backoff_seconds,
+            maximum_backoff_seconds: settings.maximum_backoff_seconds,
+            expiration_ttl_seconds: settings.expiration_ttl_seconds,
+        }
+    }
+
+    fn subscription_record(&self, name: &str) -> Result<SubscriptionRecord, Status> {
+        validate_name("subscription", name)?;
+        self.state
+            .borrow()
+            .subscriptions
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("subscription '{name}'")))
+    }
+
+    async fn delete_subscription(&self, body: &[u8]) -> Result<Empty, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let record = self.subscription_record(request.name.as_str())?;
+        self.append(CatalogEntry::SubscriptionDeleted { id: record.id }).await?;
+        let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
+        if let Some(shard) = shard {
+            if let Err(status) = self.forwarders[shard as usize]
+                .call(ControlRequest::DetachSubscription {
+                    subscription_id: record.id,
+                    name: record.name.clone(),
+                    topic_id: record.topic_id,
+                })
+                .await
+            {
+                eprintln!("ringpostd: detaching subscription '{}': {status}", record.name);
+            }
+        }
+        Ok(Empty {})
+    }
+
+    fn list_topics(&self, body: &[u8]) -> Result<TopicList, Status> {
+        let request = access_body::<ListRequest>(body)?;
+        let page_size = page_size(request.page_size.to_native());
+        let state = self.state.borrow();
+        let start = request.page_token.as_str();
+        let mut topics: Vec<Topic> = state
+            .topics
+            .range::<str, _>((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded))
+            .take(page_size + 1)
+            .map(|(_, topic)| Topic {
+                name: topic.name.clone(),
+                message_retention_seconds: topic.message_retention_seconds,
+            })
+            .collect();
+        let next_page_token = if topics.len() > page_size {
+            topics.pop();
+            topics.last().map(|topic| topic.name.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(TopicList { topics, next_page_token })
+    }
+
+    fn list_subscriptions(&self, body: &[u8]) -> Result<SubscriptionList, Status> {
+        let request = access_body::<ListRequest>(body)?;
+        let page_size = page_size(request.page_size.to_native());
+        let topic_filter = request.topic.as_str();
+        let records: Vec<SubscriptionRecord> = {
+            let state = self.state.borrow();
+            state
+                .subscriptions
+                .range::<str, _>((
+                    std::ops::Bound::Excluded(request.page_token.as_str()),
+                    std::ops::Bound::Unbounded,
+                ))
+                .map(|(_, record)| record)
+                .filter(|record| topic_filter.is_empty() || record.topic_name == topic_filter)
+                .take(page_size + 1)
+                .cloned()
+                .collect()
+        };
+        let mut subscriptions: Vec<Subscription> =
+            records.iter().map(|record| self.subscription_message(record)).collect();
+        let next_page_token = if subscriptions.len() > page_size {
+            subscriptions.pop();
+            subscriptions.last().map(|subscription| subscription.name.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(SubscriptionList { subscriptions, next_page_token })
+    }
+
+    async fn dispatch(&self, header: &FrameHeader, body: &[u8]) -> Result<FrameBuffer, Status> {
+        let Some(command) = Command::from_u16(header.command) else {
+            return Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command)));
+        };
+        Ok(match command {
+            Command::Hello => hello_response(header),
+            Command::CreateTopic => respond(header, &self.create_topic(body).await?),
+            Command::GetTopic => {
+                let request = access_body::<NameRequest>(body)?;
+                let topic = self.topic_record(request.name.as_str())?;
+                respond(
+                    header,
+                    &Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds },
+                )
+            }
+            Command::ListTopics => respond(header, &self.list_topics(body)?),
+            Command::DeleteTopic => respond(header, &self.delete_topic(body).await?),
+            Command::LookupTopic => {
+                let request = access_body::<NameRequest>(body)?;
+                let topic = self.topic_record(request.name.as_str())?;
+                respond(header, &self.lookup(&topic.name, topic.id)?)
+            }
+            Command::CreateSubscription => respond(header, &self.create_subscription(body).await?),
+            Command::GetSubscription => {
+                let request = access_body::<NameRequest>(body)?;
+                let record = self.subscription_record(request.name.as_str())?;
+                respond(header, &self.subscription_message(&record))
+            }
+            Command::ListSubscriptions => respond(header, &self.list_subscriptions(body)?),
+            Command::DeleteSubscription => respond(header, &self.delete_subscription(body).await?),
+            Command::LookupSubscription => {
+                let request = access_body::<NameRequest>(body)?;
+                let record = self.subscription_record(request.name.as_str())?;
+                let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+                    return Err(Status::failed_precondition(format!(
+                        "subscription '{}' is detached: its topic was deleted",
+                        record.name
+                    )));
+                };
+                respond(header, &self.lookup(&topic.name, topic.id)?)
+            }
+            Command::Publish | Command::Pull | Command::Acknowledge | Command::ModifyAckDeadline => {
+                return Err(Status::new(
+                    ErrorCode::NotOwner,
+                    "data-plane commands go to a forwarder: look up the topic or subscription first",
+                ))
+            }
+        })
+    }
+}
+
+fn page_size(requested: u32) -> usize {
+    match requested {
+        0 => LIST_PAGE_SIZE_DEFAULT as usize,
+        size => size.min(LIST_PAGE_SIZE_MAX) as usize,
+    }
+}
+
+struct NameReservation<'a> {
+    set: &'a RefCell<HashSet<String>>,
+    name: String,
+}
+
+impl Drop for NameReservation<'_> {
+    fn drop(&mut self) {
+        self.set.borrow_mut().remove(&self.name);
+    }
+}
+
+impl<S: Storage> Handler for Router<S> {
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer) -> FrameBuffer {
+        self.dispatch(&header, &body).await.unwrap_or_else(|status| fail(&header, &status))
+    }
+}

@@ -1,0 +1,483 @@
+//! `ringpost`: the admin and messaging CLI.
+
+use argh::FromArgs;
+use ringpost_client::{block_on, Client, Error, Message, Subscription, Topic};
+use ringpost_tools::json;
+use std::io::BufRead;
+use std::process::ExitCode;
+
+/// Ringpost's command line: topics, subscriptions, publish, pull, acknowledge.
+#[derive(FromArgs)]
+struct Flags {
+    /// the router's address (default 127.0.0.1:7450, or $RINGPOST_SERVER)
+    #[argh(option)]
+    server: Option<String>,
+    /// output format of get and list: json (default, one object per line) or table
+    #[argh(option, default = "Output::Json")]
+    output: Output,
+    #[argh(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    Json,
+    Table,
+}
+
+impl std::str::FromStr for Output {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Output, String> {
+        match text {
+            "json" => Ok(Output::Json),
+            "table" => Ok(Output::Table),
+            other => Err(format!("unknown output '{other}': use json or table")),
+        }
+    }
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum Command {
+    Topic(TopicCommand),
+    Sub(SubCommand),
+    Publish(PublishCommand),
+    Pull(PullCommand),
+    Ack(AckCommand),
+    Nack(NackCommand),
+    Modack(ModackCommand),
+}
+
+/// manage topics
+#[derive(FromArgs)]
+#[argh(subcommand, name = "topic")]
+struct TopicCommand {
+    #[argh(subcommand)]
+    action: TopicAction,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum TopicAction {
+    Create(TopicCreate),
+    Get(TopicGet),
+    List(TopicList),
+    Delete(TopicDelete),
+}
+
+/// create a topic
+#[derive(FromArgs)]
+#[argh(subcommand, name = "create")]
+struct TopicCreate {
+    /// topic name: 3 to 255 characters, starting with a letter
+    #[argh(positional)]
+    name: String,
+    /// keep messages this many seconds even once acknowledged (600 to 2678400; default: until
+    /// every subscription acknowledged them)
+    #[argh(option)]
+    retention: Option<u64>,
+}
+
+/// show a topic
+#[derive(FromArgs)]
+#[argh(subcommand, name = "get")]
+struct TopicGet {
+    #[argh(positional)]
+    name: String,
+}
+
+/// list topics
+#[derive(FromArgs)]
+#[argh(subcommand, name = "list")]
+struct TopicList {}
+
+/// delete a topic and its messages; its subscriptions stay, detached
+#[derive(FromArgs)]
+#[argh(subcommand, name = "delete")]
+struct TopicDelete {
+    #[argh(positional)]
+    name: String,
+}
+
+/// manage subscriptions
+#[derive(FromArgs)]
+#[argh(subcommand, name = "sub")]
+struct SubCommand {
+    #[argh(subcommand)]
+    action: SubAction,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum SubAction {
+    Create(SubCreate),
+    Get(SubGet),
+    List(SubList),
+    Delete(SubDelete),
+}
+
+/// create a subscription: it receives every message published to the topic from now on
+#[derive(FromArgs)]
+#[argh(subcommand, name = "create")]
+struct SubCreate {
+    /// subscription name
+    #[argh(positional)]
+    name: String,
+    /// the topic to subscribe to
+    #[argh(option)]
+    topic: String,
+    /// seconds a delivered message is leased before it is delivered again (10 to 600; default 10)
+    #[argh(option, default = "0")]
+    ack_deadline: u32,
+    /// keep acknowledged messages for the retention period
+    #[argh(switch)]
+    retain_acked: bool,
+    /// seconds unacknowledged messages are kept (600 to 2678400; default 7 days)
+    #[argh(option, default = "0")]
+    retention: u64,
+    /// seconds of inactivity after which the subscription expires (at least 86400; default 31 days)
+    #[argh(option, default = "0")]
+    expiration: u64,
+}
+
+/// show a subscription
+#[derive(FromArgs)]
+#[argh(subcommand, name = "get")]
+struct SubGet {
+    #[argh(positional)]
+    name: String,
+}
+
+/// list subscriptions
+#[derive(FromArgs)]
+#[argh(subcommand, name = "list")]
+struct SubList {
+    /// only those of this topic
+    #[argh(option)]
+    topic: Option<String>,
+}
+
+/// delete a subscription
+#[derive(FromArgs)]
+#[argh(subcommand, name = "delete")]
+struct SubDelete {
+    #[argh(positional)]
+    name: String,
+}
+
+/// publish messages (arguments, or one per line of standard input) and print their ids
+#[derive(FromArgs)]
+#[argh(subcommand, name = "publish")]
+struct PublishCommand {
+    /// the topic
+    #[argh(positional)]
+    topic: String,
+    /// an attribute key=value, repeatable
+    #[argh(option)]
+    attr: Vec<String>,
+    /// the messages; none reads standard input, one message per line
+    #[argh(positional)]
+    messages: Vec<String>,
+}
+
+/// pull messages and print one JSON object per line
+#[derive(FromArgs)]
+#[argh(subcommand, name = "pull")]
+struct PullCommand {
+    /// the subscription
+    #[argh(positional)]
+    subscription: String,
+    /// most messages to return (1 to 1000; default 1)
+    #[argh(option, default = "1")]
+    max: u32,
+    /// seconds to wait for a first message (default 0: return at once)
+    #[argh(option, default = "0.0")]
+    wait: f64,
+    /// acknowledge the messages once printed
+    #[argh(switch)]
+    ack: bool,
+    /// print data as base64 (for binary payloads) instead of UTF-8 text
+    #[argh(switch)]
+    base64: bool,
+}
+
+/// acknowledge messages
+#[derive(FromArgs)]
+#[argh(subcommand, name = "ack")]
+struct AckCommand {
+    #[argh(positional)]
+    subscription: String,
+    #[argh(positional)]
+    ack_ids: Vec<String>,
+}
+
+/// ask for messages to be delivered again now
+#[derive(FromArgs)]
+#[argh(subcommand, name = "nack")]
+struct NackCommand {
+    #[argh(positional)]
+    subscription: String,
+    #[argh(positional)]
+    ack_ids: Vec<String>,
+}
+
+/// change the ack deadline of leased messages (0 to 600 seconds; 0 is a nack)
+#[derive(FromArgs)]
+#[argh(subcommand, name = "modack")]
+struct ModackCommand {
+    #[argh(positional)]
+    subscription: String,
+    #[argh(positional)]
+    seconds: u32,
+    #[argh(positional)]
+    ack_ids: Vec<String>,
+}
+
+/// A failure and the exit code it maps to.
+struct Failure(String, u8);
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        let code = match &error {
+            Error::Status(_) => 1,
+            _ => 3,
+        };
+        let text = match error {
+            Error::Status(status) => status.to_string(),
+            Error::Connect { address, source } => {
+                format!("Unavailable: cannot connect to {address}: {source}")
+            }
+            other => format!("{}: {other}", other.code()),
+        };
+        Failure(text, code)
+    }
+}
+
+fn main() -> ExitCode {
+    let flags: Flags = argh::from_env();
+    let server = flags
+        .server
+        .clone()
+        .or_else(|| std::env::var("RINGPOST_SERVER").ok())
+        .unwrap_or_else(|| "127.0.0.1:7450".to_owned());
+    match block_on(run(&server, flags)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(text, code)) => {
+            eprintln!("{text}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn topic_json(topic: &Topic) -> String {
+    json::object(&[
+        ("name", json::string(&topic.name)),
+        ("message_retention_seconds", topic.message_retention_seconds.to_string()),
+    ])
+}
+
+fn subscription_json(subscription: &Subscription) -> String {
+    json::object(&[
+        ("name", json::string(&subscription.name)),
+        ("topic", json::string(&subscription.topic)),
+        ("ack_deadline_seconds", subscription.ack_deadline_seconds.to_string()),
+        ("retain_acked_messages", subscription.retain_acked_messages.to_string()),
+        ("message_retention_seconds", subscription.message_retention_seconds.to_string()),
+        ("expiration_ttl_seconds", subscription.expiration_ttl_seconds.to_string()),
+    ])
+}
+
+fn print_rows(output: Output, header: &[&str], rows: Vec<(Vec<String>, String)>) {
+    match output {
+        Output::Json => rows.iter().for_each(|(_, json)| println!("{json}")),
+        Output::Table => {
+            let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+            for (cells, _) in &rows {
+                for (width, cell) in widths.iter_mut().zip(cells) {
+                    *width = (*width).max(cell.len());
+                }
+            }
+            let line = |cells: Vec<String>| {
+                let padded: Vec<String> =
+                    cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+                println!("{}", padded.join("  ").trim_end());
+            };
+            line(header.iter().map(|h| h.to_uppercase()).collect());
+            for (cells, _) in rows {
+                line(cells);
+            }
+        }
+    }
+}
+
+fn topic_row(topic: &Topic) -> (Vec<String>, String) {
+    (vec![topic.name.clone(), topic.message_retention_seconds.to_string()], topic_json(topic))
+}
+
+fn subscription_row(subscription: &Subscription) -> (Vec<String>, String) {
+    (
+        vec![
+            subscription.name.clone(),
+            subscription.topic.clone(),
+            subscription.ack_deadline_seconds.to_string(),
+            subscription.retain_acked_messages.to_string(),
+        ],
+        subscription_json(subscription),
+    )
+}
+
+const TOPIC_HEADER: [&str; 2] = ["name", "retention_seconds"];
+const SUBSCRIPTION_HEADER: [&str; 4] = ["name", "topic", "ack_deadline", "retain_acked"];
+
+fn report_invalid(invalid: Vec<ringpost_client::InvalidAckId>) -> Result<(), Failure> {
+    if invalid.is_empty() {
+        return Ok(());
+    }
+    for refused in &invalid {
+        eprintln!("InvalidArgument: ack id '{}': {}", refused.ack_id, refused.reason);
+    }
+    Err(Failure(format!("{} ack id(s) refused", invalid.len()), 1))
+}
+
+async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
+    let client = Client::connect(server).await?;
+    let output = flags.output;
+    match flags.command {
+        Command::Topic(TopicCommand { action }) => match action {
+            TopicAction::Create(create) => {
+                let topic = client
+                    .create_topic_with(Topic {
+                        name: create.name,
+                        message_retention_seconds: create.retention.unwrap_or(0),
+                    })
+                    .await?;
+                print_rows(output, &TOPIC_HEADER, vec![topic_row(&topic)]);
+            }
+            TopicAction::Get(get) => {
+                print_rows(output, &TOPIC_HEADER, vec![topic_row(&client.get_topic(&get.name).await?)])
+            }
+            TopicAction::List(_) => {
+                let topics = client.list_topics().await?;
+                print_rows(output, &TOPIC_HEADER, topics.iter().map(topic_row).collect());
+            }
+            TopicAction::Delete(delete) => client.delete_topic(&delete.name).await?,
+        },
+        Command::Sub(SubCommand { action }) => match action {
+            SubAction::Create(create) => {
+                let subscription = client
+                    .create_subscription(Subscription {
+                        name: create.name,
+                        topic: create.topic,
+                        ack_deadline_seconds: create.ack_deadline,
+                        retain_acked_messages: create.retain_acked,
+                        message_retention_seconds: create.retention,
+                        expiration_ttl_seconds: create.expiration,
+                        ..Default::default()
+                    })
+                    .await?;
+                print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+            }
+            SubAction::Get(get) => {
+                let subscription = client.get_subscription(&get.name).await?;
+                print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+            }
+            SubAction::List(list) => {
+                let subscriptions = client.list_subscriptions(list.topic.as_deref()).await?;
+                print_rows(
+                    output,
+                    &SUBSCRIPTION_HEADER,
+                    subscriptions.iter().map(subscription_row).collect(),
+                );
+            }
+            SubAction::Delete(delete) => client.delete_subscription(&delete.name).await?,
+        },
+        Command::Publish(publish) => {
+            let mut attributes = Vec::new();
+            for pair in &publish.attr {
+                let Some((key, value)) = pair.split_once('=') else {
+                    return Err(Failure(format!("InvalidArgument: --attr '{pair}' is not key=value"), 2));
+                };
+                attributes.push((key.to_owned(), value.to_owned()));
+            }
+            let texts = if publish.messages.is_empty() {
+                std::io::stdin()
+                    .lock()
+                    .lines()
+                    .collect::<Result<Vec<String>, _>>()
+                    .map_err(|e| Failure(format!("reading standard input: {e}"), 2))?
+            } else {
+                publish.messages
+            };
+            let messages: Vec<Message> = texts
+                .into_iter()
+                .map(|text| {
+                    attributes
+                        .iter()
+                        .fold(Message::new(text), |message, (key, value)| message.attribute(key, value))
+                })
+                .collect();
+            // Requests of at most the protocol's batch limit and about half its byte limit.
+            let mut batch = Vec::new();
+            let mut batch_bytes = 0;
+            let mut batches = Vec::new();
+            for message in messages {
+                let size = message.0.data.len() + 64;
+                if !batch.is_empty()
+                    && (batch.len() == ringpost_wire::limits::PUBLISH_BATCH_MESSAGES_MAX
+                        || batch_bytes + size > ringpost_wire::limits::PUBLISH_REQUEST_BYTES_MAX / 2)
+                {
+                    batches.push(std::mem::take(&mut batch));
+                    batch_bytes = 0;
+                }
+                batch_bytes += size;
+                batch.push(message);
+            }
+            if !batch.is_empty() {
+                batches.push(batch);
+            }
+            for batch in batches {
+                for id in client.publish(&publish.topic, batch).await? {
+                    println!("{id}");
+                }
+            }
+        }
+        Command::Pull(pull) => {
+            if !(0.0..=60.0).contains(&pull.wait) {
+                return Err(Failure("InvalidArgument: --wait must be 0 to 60 seconds".into(), 2));
+            }
+            let messages = client.pull(&pull.subscription, pull.max, (pull.wait * 1000.0) as u32).await?;
+            let mut ack_ids = Vec::new();
+            for message in &messages {
+                let data = if pull.base64 {
+                    json::base64(&message.data)
+                } else {
+                    String::from_utf8_lossy(&message.data).into_owned()
+                };
+                let attributes: Vec<(&str, String)> =
+                    message.attributes.iter().map(|a| (a.key.as_str(), json::string(&a.value))).collect();
+                let mut fields = vec![
+                    ("message_id", json::string(&message.message_id.to_string())),
+                    ("data", json::string(&data)),
+                    ("attributes", json::object(&attributes)),
+                    ("publish_time", json::string(&json::rfc3339(message.publish_time_ms))),
+                    ("ack_id", json::string(&message.ack_id)),
+                    ("delivery_attempt", message.delivery_attempt.to_string()),
+                ];
+                if !message.ordering_key.is_empty() {
+                    fields.push(("ordering_key", json::string(&message.ordering_key)));
+                }
+                println!("{}", json::object(&fields));
+                ack_ids.push(message.ack_id.clone());
+            }
+            if pull.ack && !ack_ids.is_empty() {
+                report_invalid(client.acknowledge(&pull.subscription, ack_ids).await?)?;
+            }
+        }
+        Command::Ack(ack) => report_invalid(client.acknowledge(&ack.subscription, ack.ack_ids).await?)?,
+        Command::Nack(nack) => report_invalid(client.nack(&nack.subscription, nack.ack_ids).await?)?,
+        Command::Modack(modack) => report_invalid(
+            client.modify_ack_deadline(&modack.subscription, modack.ack_ids, modack.seconds).await?,
+        )?,
+    }
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! Shared pieces of the `ringpost` CLI and `ringpost-bench`.
+
+pub mod disk;
+pub mod json;
