@@ -1,0 +1,225 @@
+//! Test harness: runs the real `ringpostd` binary on free ports in its own temporary data
+//! directory, runs the `ringpost` CLI against it, and checks histories of publishes and
+//! deliveries with Jepsen's total-queue semantics (`checker`).
+
+pub mod checker;
+
+use ringpost_client::{block_on, Client};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a daemon may take to start serving before a test gives up.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn target_directory() -> PathBuf {
+    // The test binary lives in target/<profile>/deps/; the binaries it runs in target/<profile>/.
+    let executable = std::env::current_exe().expect("current_exe");
+    executable.parent().and_then(Path::parent).expect("target directory").to_path_buf()
+}
+
+/// The path of a workspace binary, built once per test process (a no-op when up to date) so a
+/// test never runs a stale daemon.
+pub fn binary(name: &str) -> PathBuf {
+    static BUILD: Once = Once::new();
+    let directory = target_directory();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut command = Command::new(cargo);
+        command.args(["build", "--quiet", "-p", "ringpost-daemon", "-p", "ringpost-tools", "--bins"]);
+        if directory.file_name().is_some_and(|profile| profile == "release") {
+            command.arg("--release");
+        }
+        let status = command.status().expect("running cargo build for the binaries");
+        assert!(status.success(), "building ringpostd and ringpost failed");
+    });
+    let path = directory.join(name);
+    assert!(path.exists(), "{} does not exist", path.display());
+    path
+}
+
+/// A fresh directory on the real filesystem (not tmpfs), so O_DIRECT is what production sees.
+pub fn temporary_directory(label: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let path = PathBuf::from("/var/tmp/ringpost-tests").join(format!(
+        "{label}-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&path).expect("creating a temporary directory");
+    path
+}
+
+/// A `ringpostd` process serving on free ports from its own data directory.
+pub struct Daemon {
+    pub directory: PathBuf,
+    pub address: String,
+    child: Option<Child>,
+    log_path: PathBuf,
+    starts: u32,
+}
+
+impl Daemon {
+    pub fn start(label: &str) -> Daemon {
+        let directory = temporary_directory(label);
+        let mut daemon = Daemon {
+            log_path: directory.join("ringpostd.log"),
+            directory,
+            address: String::new(),
+            child: None,
+            starts: 0,
+        };
+        daemon.spawn();
+        daemon
+    }
+
+    fn spawn(&mut self) {
+        let ready = self.directory.join("ready");
+        let _ = std::fs::remove_file(&ready);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
+        let child = Command::new(binary("ringpostd"))
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(self.directory.join("data"))
+            .arg("--ready-file")
+            .arg(&ready)
+            .arg("--shards")
+            .arg("2")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting ringpostd");
+        self.child = Some(child);
+        self.starts += 1;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(address) = std::fs::read_to_string(&ready) {
+                self.address = address.trim().to_owned();
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ringpostd exited with {status} while starting; log:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ringpostd did not start in {START_TIMEOUT:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL, then start again on the same data (the address changes).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn client(&self) -> Client {
+        block_on(Client::connect(&self.address)).expect("connecting to ringpostd")
+    }
+
+    /// Runs the `ringpost` CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_with_input(args, None)
+    }
+
+    pub fn cli_with_input(&self, args: &[&str], input: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(binary("ringpost"))
+            .arg("--server")
+            .arg(&self.address)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running ringpost");
+        let mut stdin = child.stdin.take().unwrap();
+        if let Some(input) = input {
+            stdin.write_all(input.as_bytes()).unwrap();
+        }
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.directory);
+        } else {
+            eprintln!("kept {} for inspection; daemon log:\n{}", self.directory.display(), self.log());
+        }
+    }
+}
+
+/// Standard output of a CLI run that must succeed.
+pub fn succeeded(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "ringpost failed with {}: {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// Standard error of a CLI run that must fail.
+pub fn failed(output: &Output) -> String {
+    assert!(
+        !output.status.success(),
+        "ringpost succeeded but should have failed: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// A small deterministic generator for test randomness; tests print their seed.
+pub struct Random(u64);
+
+impl Random {
+    pub fn from_time() -> Random {
+        let seed = std::env::var("RINGPOST_TEST_SEED")
+            .ok()
+            .and_then(|seed| seed.parse().ok())
+            .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
+        eprintln!("random seed {seed} (set RINGPOST_TEST_SEED to replay)");
+        Random(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in `[low, high)`.
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next_u64() % (high - low)
+    }
+}

@@ -1,0 +1,174 @@
+//! T1 (RELIABILITY.md): SIGKILL the real daemon at random moments while 4 publishers publish
+//! and 2 subscribers pull and acknowledge; restart; repeat; then drain and check the history
+//! with total-queue semantics. Zero acknowledged publishes may be lost and nothing may be
+//! delivered that was never published.
+//!
+//! `RINGPOST_T1_ITERATIONS` sets the number of kills (default 20); `RINGPOST_TEST_SEED` replays
+//! a run's kill times.
+
+use ringpost_client::{block_on, Client, Error, ErrorCode, Message, Subscription};
+use ringpost_tests::checker::{Checker, Outcome};
+use ringpost_tests::{Daemon, Random};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+const PUBLISHERS: usize = 4;
+const SUBSCRIBERS: usize = 2;
+const MESSAGES_PER_PUBLISH: u64 = 10;
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(90);
+/// Pause between a publisher's requests: the test is about crash safety, not volume, and an
+/// unpaced run builds a backlog that takes minutes to drain on two cores.
+const PUBLISH_PAUSE: Duration = Duration::from_millis(5);
+
+fn outcome_of(error: &Error) -> Outcome {
+    match error {
+        // Refused before anything was written.
+        Error::Status(status) if matches!(status.code, ErrorCode::InvalidArgument | ErrorCode::NotFound) => {
+            Outcome::Failed
+        }
+        // The connection dropped or the server failed mid-way: the publish may or may not be
+        // durable.
+        _ => Outcome::Indeterminate,
+    }
+}
+
+fn connect(address: &RwLock<String>) -> Option<Client> {
+    let address = address.read().unwrap().clone();
+    block_on(Client::connect(&address)).ok()
+}
+
+#[test]
+fn sigkill_under_load_loses_no_acknowledged_publish() {
+    let iterations: u32 =
+        std::env::var("RINGPOST_T1_ITERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(20);
+    let mut random = Random::from_time();
+    let mut daemon = Daemon::start("t1");
+    {
+        let client = daemon.client();
+        block_on(client.create_topic("crash-topic")).unwrap();
+        block_on(client.create_subscription(Subscription {
+            name: "crash-sub".into(),
+            topic: "crash-topic".into(),
+            ack_deadline_seconds: 10,
+            ..Default::default()
+        }))
+        .unwrap();
+    }
+    let address = Arc::new(RwLock::new(daemon.address.clone()));
+    let checker = Arc::new(Checker::new());
+    let stop_publishing = Arc::new(AtomicBool::new(false));
+    let stop_subscribing = Arc::new(AtomicBool::new(false));
+    let acked_deliveries = Arc::new(AtomicU64::new(0));
+
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|publisher| {
+            let (address, checker, stop) = (address.clone(), checker.clone(), stop_publishing.clone());
+            std::thread::spawn(move || {
+                let mut sequence = 0u64;
+                let mut client = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(connected) = client.take().or_else(|| connect(&address)) else {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    };
+                    let payloads: Vec<String> = (sequence..sequence + MESSAGES_PER_PUBLISH)
+                        .map(|s| format!("p{publisher}-{s}"))
+                        .collect();
+                    sequence += MESSAGES_PER_PUBLISH;
+                    std::thread::sleep(PUBLISH_PAUSE);
+                    let messages = payloads.iter().map(|p| Message::new(p.as_str())).collect();
+                    match block_on(connected.publish("crash-topic", messages)) {
+                        Ok(ids) => {
+                            assert_eq!(ids.len(), payloads.len());
+                            payloads.iter().for_each(|p| checker.published(p, Outcome::Ok));
+                            client = Some(connected);
+                        }
+                        Err(error) => {
+                            let outcome = outcome_of(&error);
+                            assert_ne!(outcome, Outcome::Failed, "unexpected refusal: {error}");
+                            payloads.iter().for_each(|p| checker.published(p, outcome));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let subscribers: Vec<_> = (0..SUBSCRIBERS)
+        .map(|_| {
+            let (address, checker, stop, acked) =
+                (address.clone(), checker.clone(), stop_subscribing.clone(), acked_deliveries.clone());
+            std::thread::spawn(move || {
+                let mut client = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(connected) = client.take().or_else(|| connect(&address)) else {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    };
+                    let messages = match block_on(connected.pull("crash-sub", 200, 300)) {
+                        Ok(messages) => messages,
+                        Err(_) => continue,
+                    };
+                    let mut ack_ids = Vec::with_capacity(messages.len());
+                    for message in messages {
+                        let payload = String::from_utf8(message.data).expect("payloads are UTF-8");
+                        checker.delivered(&payload, message.delivery_attempt);
+                        ack_ids.push(message.ack_id);
+                    }
+                    if !ack_ids.is_empty() {
+                        let count = ack_ids.len() as u64;
+                        match block_on(connected.acknowledge("crash-sub", ack_ids)) {
+                            Ok(_) => {
+                                acked.fetch_add(count, Ordering::Relaxed);
+                            }
+                            Err(_) => continue,
+                        }
+                    }
+                    client = Some(connected);
+                }
+            })
+        })
+        .collect();
+
+    for _ in 0..iterations {
+        std::thread::sleep(Duration::from_millis(random.between(200, 2000)));
+        daemon.restart();
+        *address.write().unwrap() = daemon.address.clone();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop_publishing.store(true, Ordering::Relaxed);
+    for publisher in publishers {
+        publisher.join().unwrap();
+    }
+    let drain_started = Instant::now();
+    while !checker.missing().is_empty() && drain_started.elapsed() < DRAIN_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop_subscribing.store(true, Ordering::Relaxed);
+    for subscriber in subscribers {
+        subscriber.join().unwrap();
+    }
+    let verdict = checker.verdict();
+    eprintln!(
+        "T1: {} kills, {} publishes acknowledged, {} distinct delivered, {} duplicates ({} deliveries flagged as \
+         redeliveries by the server), {} indeterminate publishes recovered, lost {}, unexpected {}",
+        daemon.starts() - 1,
+        verdict.acknowledged,
+        verdict.delivered_distinct,
+        verdict.duplicates,
+        verdict.redeliveries_reported_by_server,
+        verdict.recovered,
+        verdict.lost.len(),
+        verdict.unexpected.len()
+    );
+    assert!(verdict.acknowledged > 0, "no publish was ever acknowledged: the test proved nothing");
+    assert!(
+        verdict.lost.is_empty(),
+        "{} acknowledged publishes lost, by producer: {:?}",
+        verdict.lost.len(),
+        checker.lost_by_producer(&verdict.lost)
+    );
+    assert!(verdict.unexpected.is_empty(), "delivered but never published: {:?}", verdict.unexpected);
+    assert!(verdict.failed_but_delivered.is_empty());
+}

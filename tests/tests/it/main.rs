@@ -1,0 +1,6 @@
+//! Integration tests against the real `ringpostd` binary. One test binary, one module per area.
+
+mod bad_input;
+mod crash;
+mod quickstart;
+mod subscriptions;

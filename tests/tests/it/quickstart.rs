@@ -1,0 +1,95 @@
+//! The README's quickstart through the `ringpost` CLI, with SIGKILL and restart between publish
+//! and pull and between ack and pull.
+
+use ringpost_tests::{failed, succeeded, Daemon};
+
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    let key = format!("\"{name}\":");
+    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
+    let rest = &line[start..];
+    if let Some(quoted) = rest.strip_prefix('"') {
+        &quoted[..quoted.find('"').unwrap()]
+    } else {
+        &rest[..rest.find([',', '}']).unwrap()]
+    }
+}
+
+#[test]
+fn quickstart_survives_sigkill() {
+    let mut daemon = Daemon::start("quickstart");
+    succeeded(&daemon.cli(&["topic", "create", "orders"]));
+    succeeded(&daemon.cli(&["sub", "create", "orders-audit", "--topic", "orders"]));
+    let ids = succeeded(&daemon.cli(&[
+        "publish",
+        "orders",
+        "--attr",
+        "region=eu",
+        "order 1",
+        "order 2",
+        "order 3",
+    ]));
+    assert_eq!(ids.lines().count(), 3, "one id per message: {ids}");
+
+    // Acknowledged publishes survive a crash before anyone pulled them.
+    daemon.restart();
+    let pulled = succeeded(&daemon.cli(&["pull", "orders-audit", "--max", "10"]));
+    let lines: Vec<&str> = pulled.lines().collect();
+    assert_eq!(lines.len(), 3, "{pulled}");
+    for (line, expected) in lines.iter().zip(["order 1", "order 2", "order 3"]) {
+        assert_eq!(field(line, "data"), expected);
+        assert!(line.contains("\"attributes\":{\"region\":\"eu\"}"), "{line}");
+        assert!(field(line, "publish_time").ends_with('Z'), "{line}");
+        assert_eq!(field(line, "delivery_attempt"), "1");
+        field(line, "message_id");
+    }
+    let ack_ids: Vec<&str> = lines.iter().map(|line| field(line, "ack_id")).collect();
+    succeeded(&daemon.cli(&["ack", "orders-audit", ack_ids[0], ack_ids[1]]));
+
+    // Acknowledged messages never come back; the delivered but unacknowledged one does.
+    daemon.restart();
+    let again = succeeded(&daemon.cli(&["pull", "orders-audit", "--max", "10"]));
+    let lines: Vec<&str> = again.lines().collect();
+    assert_eq!(lines.len(), 1, "{again}");
+    assert_eq!(field(lines[0], "data"), "order 3");
+
+    // Topic and subscription survived both crashes.
+    let topics = succeeded(&daemon.cli(&["topic", "list"]));
+    assert!(topics.contains("\"name\":\"orders\""), "{topics}");
+    let subscription = succeeded(&daemon.cli(&["sub", "get", "orders-audit"]));
+    assert!(subscription.contains("\"topic\":\"orders\""), "{subscription}");
+    let table = succeeded(&daemon.cli(&["--output", "table", "sub", "list"]));
+    assert!(table.starts_with("NAME"), "{table}");
+}
+
+#[test]
+fn publish_reads_standard_input_and_pull_can_ack() {
+    let daemon = Daemon::start("stdin");
+    succeeded(&daemon.cli(&["topic", "create", "lines"]));
+    succeeded(&daemon.cli(&["sub", "create", "reader", "--topic", "lines"]));
+    let ids = succeeded(&daemon.cli_with_input(&["publish", "lines"], Some("first\nsecond\n")));
+    assert_eq!(ids.lines().count(), 2);
+    let pulled = succeeded(&daemon.cli(&["pull", "reader", "--max", "10", "--ack", "--base64"]));
+    assert!(pulled.contains("\"data\":\"Zmlyc3Q=\""), "{pulled}");
+    // Acked by --ack: nothing left, even after the deadline would have passed for a lease.
+    let empty = succeeded(&daemon.cli(&["pull", "reader", "--max", "10"]));
+    assert!(empty.is_empty(), "{empty}");
+}
+
+#[test]
+fn cli_errors_name_the_code_and_exit_non_zero() {
+    let daemon = Daemon::start("cli-errors");
+    let error = failed(&daemon.cli(&["topic", "get", "missing"]));
+    assert_eq!(error.trim(), "NotFound: topic 'missing'");
+    succeeded(&daemon.cli(&["topic", "create", "twice"]));
+    assert!(failed(&daemon.cli(&["topic", "create", "twice"])).starts_with("AlreadyExists: topic 'twice'"));
+    assert!(failed(&daemon.cli(&["sub", "create", "sub-one", "--topic", "missing"]))
+        .starts_with("NotFound: topic 'missing'"));
+    assert!(failed(&daemon.cli(&["ack", "missing-sub", "1.2.3"]))
+        .starts_with("NotFound: subscription 'missing-sub'"));
+    let unreachable = std::process::Command::new(ringpost_tests::binary("ringpost"))
+        .args(["--server", "127.0.0.1:1", "topic", "list"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&unreachable.stderr).starts_with("Unavailable: cannot connect"));
+    assert_ne!(unreachable.status.code(), Some(0));
+}

@@ -1,0 +1,177 @@
+//! Subscription semantics against the real daemon: the sync point, ack deadlines and
+//! redelivery, nack, deadline extension, durability of acks across restarts.
+
+use ringpost_client::{block_on, Client, Message, Subscription};
+use ringpost_tests::Daemon;
+use std::time::{Duration, Instant};
+
+fn subscription(name: &str, topic: &str, ack_deadline_seconds: u32) -> Subscription {
+    Subscription { name: name.into(), topic: topic.into(), ack_deadline_seconds, ..Default::default() }
+}
+
+fn publish(client: &Client, topic: &str, texts: &[&str]) -> Vec<u64> {
+    block_on(client.publish(topic, texts.iter().map(|text| Message::new(*text)).collect())).unwrap()
+}
+
+fn pull_texts(client: &Client, subscription: &str) -> Vec<(String, String, u32)> {
+    block_on(client.pull(subscription, 1000, 0))
+        .unwrap()
+        .into_iter()
+        .map(|m| (String::from_utf8(m.data).unwrap(), m.ack_id, m.delivery_attempt))
+        .collect()
+}
+
+#[test]
+fn sync_point_delivers_only_what_follows_creation() {
+    let daemon = Daemon::start("sync-point");
+    let client = daemon.client();
+    block_on(client.create_topic("events")).unwrap();
+    publish(&client, "events", &["before-1", "before-2"]);
+    block_on(client.create_subscription(subscription("late", "events", 0))).unwrap();
+    publish(&client, "events", &["after-1", "after-2"]);
+    let texts: Vec<String> = pull_texts(&client, "late").into_iter().map(|(text, _, _)| text).collect();
+    assert_eq!(texts, vec!["after-1", "after-2"]);
+}
+
+#[test]
+fn fan_out_every_subscription_gets_every_message() {
+    let daemon = Daemon::start("fan-out");
+    let client = daemon.client();
+    block_on(client.create_topic("fan")).unwrap();
+    for name in ["fan-a", "fan-b", "fan-c"] {
+        block_on(client.create_subscription(subscription(name, "fan", 0))).unwrap();
+    }
+    publish(&client, "fan", &["m1", "m2"]);
+    for name in ["fan-a", "fan-b", "fan-c"] {
+        assert_eq!(pull_texts(&client, name).len(), 2, "{name}");
+    }
+}
+
+#[test]
+fn unacknowledged_messages_come_back_after_the_ack_deadline() {
+    let daemon = Daemon::start("deadline");
+    let client = daemon.client();
+    block_on(client.create_topic("work")).unwrap();
+    block_on(client.create_subscription(subscription("workers", "work", 10))).unwrap();
+    publish(&client, "work", &["job"]);
+    let first_delivery = Instant::now();
+    let first = pull_texts(&client, "workers");
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].2, 1);
+    assert!(pull_texts(&client, "workers").is_empty(), "leased: not delivered twice within the deadline");
+    // A waiting pull returns the message when its lease expires, not before.
+    let again = block_on(client.pull("workers", 10, 15_000)).unwrap();
+    let waited = first_delivery.elapsed();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].delivery_attempt, 2);
+    assert!(waited >= Duration::from_secs(10), "redelivered after {waited:?}, before the 10 s deadline");
+    // The first delivery's ack id expired: the message is leased to the second delivery now.
+    let refused = block_on(client.acknowledge("workers", vec![first[0].1.clone()])).unwrap();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].reason.contains("expired"), "{}", refused[0].reason);
+    assert!(block_on(client.acknowledge("workers", vec![again[0].ack_id.clone()])).unwrap().is_empty());
+}
+
+#[test]
+fn nack_redelivers_at_once_and_modack_extends() {
+    let daemon = Daemon::start("nack");
+    let client = daemon.client();
+    block_on(client.create_topic("tasks")).unwrap();
+    block_on(client.create_subscription(subscription("runners", "tasks", 10))).unwrap();
+    publish(&client, "tasks", &["a", "b"]);
+    let delivered = pull_texts(&client, "runners");
+    assert_eq!(delivered.len(), 2);
+    let (a, b) = (&delivered[0], &delivered[1]);
+    assert!(block_on(client.nack("runners", vec![a.1.clone()])).unwrap().is_empty());
+    assert!(block_on(client.modify_ack_deadline("runners", vec![b.1.clone()], 60)).unwrap().is_empty());
+    let again = pull_texts(&client, "runners");
+    assert_eq!(
+        again.iter().map(|(text, _, attempt)| (text.as_str(), *attempt)).collect::<Vec<_>>(),
+        vec![("a", 2)]
+    );
+    let refused = block_on(client.modify_ack_deadline("runners", vec![b.1.clone()], 601));
+    assert_eq!(refused.unwrap_err().code(), ringpost_client::ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn acks_are_durable_and_unacked_messages_return_after_restart() {
+    let mut daemon = Daemon::start("restart-acks");
+    let client = daemon.client();
+    block_on(client.create_topic("ledger")).unwrap();
+    block_on(client.create_subscription(subscription("auditor", "ledger", 600))).unwrap();
+    let texts: Vec<String> = (0..500).map(|i| format!("entry-{i}")).collect();
+    for chunk in texts.chunks(100) {
+        block_on(client.publish("ledger", chunk.iter().map(|t| Message::new(t.as_str())).collect())).unwrap();
+    }
+    let mut delivered = Vec::new();
+    while delivered.len() < 500 {
+        let batch = pull_texts(&client, "auditor");
+        assert!(!batch.is_empty(), "only {} of 500 delivered", delivered.len());
+        delivered.extend(batch);
+    }
+    // Ack the even entries only.
+    let even: Vec<String> = delivered
+        .iter()
+        .filter(|(text, _, _)| text[6..].parse::<u32>().unwrap() % 2 == 0)
+        .map(|(_, id, _)| id.clone())
+        .collect();
+    assert!(block_on(client.acknowledge("auditor", even)).unwrap().is_empty());
+    drop(client);
+    daemon.restart();
+    let client = daemon.client();
+    let mut after = Vec::new();
+    loop {
+        let batch = pull_texts(&client, "auditor");
+        if batch.is_empty() {
+            break;
+        }
+        after.extend(batch.into_iter().map(|(text, _, _)| text));
+    }
+    after.sort();
+    let mut expected: Vec<String> = (0..500).filter(|i| i % 2 == 1).map(|i| format!("entry-{i}")).collect();
+    expected.sort();
+    assert_eq!(after, expected, "exactly the unacknowledged entries come back");
+}
+
+#[test]
+fn deleting_a_topic_detaches_its_subscriptions() {
+    let daemon = Daemon::start("delete-topic");
+    let client = daemon.client();
+    block_on(client.create_topic("gone")).unwrap();
+    block_on(client.create_subscription(subscription("orphan", "gone", 0))).unwrap();
+    publish(&client, "gone", &["x"]);
+    block_on(client.delete_topic("gone")).unwrap();
+    assert_eq!(block_on(client.get_topic("gone")).unwrap_err().code(), ringpost_client::ErrorCode::NotFound);
+    assert_eq!(block_on(client.get_subscription("orphan")).unwrap().topic, "_deleted-topic_");
+    assert_eq!(
+        block_on(client.pull("orphan", 1, 0)).unwrap_err().code(),
+        ringpost_client::ErrorCode::FailedPrecondition
+    );
+    // The name can be used again, and the new topic starts empty.
+    block_on(client.create_topic("gone")).unwrap();
+    block_on(client.create_subscription(subscription("fresh", "gone", 0))).unwrap();
+    assert!(block_on(client.pull("fresh", 10, 0)).unwrap().is_empty());
+    block_on(client.delete_subscription("orphan")).unwrap();
+    assert_eq!(
+        block_on(client.get_subscription("orphan")).unwrap_err().code(),
+        ringpost_client::ErrorCode::NotFound
+    );
+}
+
+#[test]
+fn topics_spread_over_shards_and_lists_page() {
+    let daemon = Daemon::start("many-topics");
+    let client = daemon.client();
+    for i in 0..120 {
+        block_on(client.create_topic(&format!("topic-{i:03}"))).unwrap();
+    }
+    let topics = block_on(client.list_topics()).unwrap();
+    assert_eq!(topics.len(), 120);
+    assert!(topics.windows(2).all(|pair| pair[0].name < pair[1].name));
+    for i in [0, 57, 119] {
+        let name = format!("topic-{i:03}");
+        block_on(client.create_subscription(subscription(&format!("sub-{i}"), &name, 0))).unwrap();
+        publish(&client, &name, &["hello"]);
+        assert_eq!(pull_texts(&client, &format!("sub-{i}")).len(), 1);
+    }
+}
