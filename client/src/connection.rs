@@ -133,12 +133,17 @@ impl Drop for Connection {
     }
 }
 
+/// Read buffer of the reader thread: the server gathers many responses into one write, so one
+/// system call usually brings several frames.
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+
 fn read_responses(
-    mut stream: TcpStream,
+    socket: TcpStream,
     pending: Arc<Pending>,
     closed: Arc<AtomicBool>,
     completed: Arc<AtomicU64>,
 ) {
+    let mut stream = std::io::BufReader::with_capacity(READ_BUFFER_BYTES, socket);
     let error = loop {
         let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
         if let Err(error) = stream.read_exact(&mut header_bytes) {
@@ -175,7 +180,7 @@ fn read_responses(
         }
     };
     closed.store(true, Ordering::Release);
-    let _ = stream.shutdown(Shutdown::Both);
+    let _ = stream.get_ref().shutdown(Shutdown::Both);
     let waiting: Vec<Arc<Mutex<Slot>>> = pending.lock().unwrap().drain().map(|(_, slot)| slot).collect();
     for slot in waiting {
         let waker = {

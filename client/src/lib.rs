@@ -312,7 +312,14 @@ impl Client {
         }
         let target = address.to_owned();
         let connection = off_thread(move || Connection::connect(&target)).await?;
-        self.forwarders.lock().unwrap().insert(address.to_owned(), connection.clone());
+        let mut forwarders = self.forwarders.lock().unwrap();
+        // Requests that raced here each opened a connection: keep the first, drop the others.
+        if let Some(existing) = forwarders.get(address) {
+            if !existing.is_closed() {
+                return Ok(existing.clone());
+            }
+        }
+        forwarders.insert(address.to_owned(), connection.clone());
         Ok(connection)
     }
 

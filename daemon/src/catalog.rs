@@ -201,7 +201,7 @@ pub async fn open_catalog<S: Storage>(
         state.apply(entry);
     }
     let boot = CatalogEntry::Boot { count: state.boot_count + 1 };
-    log.append(&entry_records(&boot), 1).await?;
+    log.append(entry_records(&boot), 1).await?;
     state.apply(boot);
     Ok((log, state))
 }

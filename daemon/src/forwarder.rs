@@ -282,7 +282,7 @@ impl<S: Storage> Forwarder<S> {
             );
         }
         let count = request.messages.len() as u32;
-        let (first, count) = topic.log.append(&records, count).await.map_err(log_error_status)?;
+        let (first, count) = topic.log.append(records, count).await.map_err(log_error_status)?;
         Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
     }
 
@@ -481,7 +481,7 @@ async fn append_journal<S: Storage>(journal: &Log<S>, entry: &JournalEntry) -> R
     let bytes = entry.encode();
     let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
     record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
-    journal.append(&records, 1).await.map(|_| ())
+    journal.append(records, 1).await.map(|_| ())
 }
 
 fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {

@@ -177,7 +177,7 @@ impl<S: Storage> Router<S> {
     }
 
     async fn append(&self, entry: CatalogEntry) -> Result<(), Status> {
-        self.catalog_log.append(&entry_records(&entry), 1).await.map_err(catalog_status)?;
+        self.catalog_log.append(entry_records(&entry), 1).await.map_err(catalog_status)?;
         self.state.borrow_mut().apply(entry);
         Ok(())
     }

@@ -1,4 +1,5 @@
 //! Shared pieces of the `ringpost` CLI and `ringpost-bench`.
 
+pub mod bench;
 pub mod disk;
 pub mod json;

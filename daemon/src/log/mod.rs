@@ -2,7 +2,7 @@
 //! topic for its subscriptions' acknowledgements (the journal).
 //!
 //! # Write path (the durability contract)
-//! 1. `append` encodes the records into the staging area and waits; it has no offset yet.
+//! 1. `append` queues the request's encoded records and waits; they have no offset yet.
 //! 2. One flush task per log takes everything staged (up to `group_commit_bytes_max`, at least
 //!    one request) and forms one batch: offsets are assigned now, so a failed commit leaves no
 //!    gap.
@@ -132,7 +132,7 @@ struct Segment<S: Storage> {
 }
 
 struct Staged {
-    records_bytes: usize,
+    records: Vec<u8>,
     record_count: u32,
     reply: Sender<Result<(u64, u32), LogError>>,
 }
@@ -143,8 +143,8 @@ struct LogInner<S: Storage> {
     config: LogConfig,
     segments: Vec<Segment<S>>,
     next_offset: u64,
-    staging: Vec<u8>,
     staged: VecDeque<Staged>,
+    staged_bytes: usize,
     flushing: bool,
     fenced: Option<String>,
     tail_cache: VecDeque<(u64, Rc<S::Buffer>)>,
@@ -252,11 +252,12 @@ impl<S: Storage> Log<S> {
                 batches: Vec::new(),
             };
             let mut position = 0u64;
+            let mut window = Window::new();
             loop {
                 if position + BLOCK_BYTES as u64 > size {
                     break;
                 }
-                match read_batch(&*file, log_id, base, position, size).await? {
+                match read_batch(&*file, &mut window, log_id, base, position, size).await? {
                     ReadBatch::Valid(header) => {
                         if header.base_offset != next_offset {
                             return Err(LogError::Corrupt(format!(
@@ -311,8 +312,8 @@ impl<S: Storage> Log<S> {
                 config,
                 segments,
                 next_offset,
-                staging: Vec::new(),
                 staged: VecDeque::new(),
+                staged_bytes: 0,
                 flushing: false,
                 fenced: None,
                 tail_cache: VecDeque::new(),
@@ -345,19 +346,20 @@ impl<S: Storage> Log<S> {
     }
 
     /// Appends `record_count` unsealed records (see `record::encode_record_unsealed`) and
-    /// resolves, after they are durable, with the offset of the first and the count.
-    pub async fn append(&self, records: &[u8], record_count: u32) -> Result<(u64, u32), LogError> {
+    /// resolves, after they are durable, with the offset of the first and the count. The
+    /// records are copied once more, into the aligned buffer of the commit that takes them.
+    pub async fn append(&self, records: Vec<u8>, record_count: u32) -> Result<(u64, u32), LogError> {
         let receiver = {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
                 return Err(LogError::Fenced(why.clone()));
             }
-            if inner.staging.len() + records.len() > inner.config.staging_bytes_max {
+            if inner.staged_bytes + records.len() > inner.config.staging_bytes_max {
                 return Err(LogError::Overloaded);
             }
-            inner.staging.extend_from_slice(records);
+            inner.staged_bytes += records.len();
             let (reply, receiver) = oneshot();
-            inner.staged.push_back(Staged { records_bytes: records.len(), record_count, reply });
+            inner.staged.push_back(Staged { records, record_count, reply });
             let start_flushing = !inner.flushing;
             inner.flushing = true;
             drop(inner);
@@ -378,7 +380,7 @@ impl<S: Storage> Log<S> {
         // commit after an idle period is shared too.
         futures_lite::future::yield_now().await;
         loop {
-            let (mut records, batch) = {
+            let batch: Vec<Staged> = {
                 let mut inner = self.inner.borrow_mut();
                 if inner.staged.is_empty() {
                     inner.flushing = false;
@@ -387,19 +389,17 @@ impl<S: Storage> Log<S> {
                 let mut take_bytes = 0;
                 let mut take = 0;
                 for staged in inner.staged.iter() {
-                    if take > 0 && take_bytes + staged.records_bytes > inner.config.group_commit_bytes_max {
+                    if take > 0 && take_bytes + staged.records.len() > inner.config.group_commit_bytes_max {
                         break;
                     }
-                    take_bytes += staged.records_bytes;
+                    take_bytes += staged.records.len();
                     take += 1;
                 }
-                let rest = inner.staging.split_off(take_bytes);
-                let records = std::mem::replace(&mut inner.staging, rest);
-                let batch: Vec<Staged> = inner.staged.drain(..take).collect();
-                (records, batch)
+                inner.staged_bytes -= take_bytes;
+                inner.staged.drain(..take).collect()
             };
             let count: u32 = batch.iter().map(|staged| staged.record_count).sum();
-            let result = self.commit(&mut records, count).await;
+            let result = self.commit(&batch, count).await;
             match result {
                 Ok(mut first) => {
                     for staged in batch {
@@ -417,7 +417,7 @@ impl<S: Storage> Log<S> {
                         for staged in inner.staged.drain(..) {
                             staged.reply.send(Err(error.clone()));
                         }
-                        inner.staging.clear();
+                        inner.staged_bytes = 0;
                         inner.flushing = false;
                         return;
                     }
@@ -433,8 +433,9 @@ impl<S: Storage> Log<S> {
         LogError::Fenced(why)
     }
 
-    async fn commit(&self, records: &mut [u8], count: u32) -> Result<u64, LogError> {
-        let disk_bytes = record::batch_disk_bytes(records.len());
+    async fn commit(&self, batch: &[Staged], count: u32) -> Result<u64, LogError> {
+        let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
+        let disk_bytes = record::batch_disk_bytes(records_bytes);
         let needs_segment = {
             let inner = self.inner.borrow();
             match inner.segments.last() {
@@ -459,9 +460,13 @@ impl<S: Storage> Log<S> {
         let mut buffer = self.storage.alloc_buffer(disk_bytes);
         {
             let bytes = buffer.bytes_mut();
-            let records_end = record::BATCH_HEADER_BYTES + records.len();
-            record::seal_records(log_id, records, base_offset);
-            bytes[record::BATCH_HEADER_BYTES..records_end].copy_from_slice(records);
+            let mut at = record::BATCH_HEADER_BYTES;
+            for staged in batch {
+                bytes[at..at + staged.records.len()].copy_from_slice(&staged.records);
+                at += staged.records.len();
+            }
+            let records_end = record::BATCH_HEADER_BYTES + records_bytes;
+            record::seal_records(log_id, &mut bytes[record::BATCH_HEADER_BYTES..records_end], base_offset);
             bytes[records_end..].fill(0);
             record::encode_batch_header(
                 bytes,
@@ -470,7 +475,7 @@ impl<S: Storage> Log<S> {
                 position,
                 base_offset,
                 count,
-                records.len() as u32,
+                records_bytes as u32,
             );
         }
         let buffer = Rc::new(buffer);
@@ -481,7 +486,7 @@ impl<S: Storage> Log<S> {
             return Err(self.fence(format!("fdatasync after writing at {position} failed: {error}")));
         }
         let mut inner = self.inner.borrow_mut();
-        let header = BatchHeader { base_offset, record_count: count, records_bytes: records.len() as u32 };
+        let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };
         let segment = inner.segments.last_mut().unwrap();
         segment.batches.push(BatchEntry { header, position });
         segment.write_position += disk_bytes as u64;
@@ -727,16 +732,52 @@ enum ReadBatch {
     Invalid(String),
 }
 
+/// A read-ahead window over a segment for the recovery scan: batches are parsed out of one
+/// large read instead of one read per batch.
+struct Window<R> {
+    start: u64,
+    bytes: Option<R>,
+}
+
+impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
+    fn new() -> Window<R> {
+        Window { start: 0, bytes: None }
+    }
+
+    /// The bytes at `[position, position + length)` (fewer at the end of the file).
+    async fn at<F: StorageFile<Read = R>>(
+        &mut self,
+        file: &F,
+        position: u64,
+        length: usize,
+        size: u64,
+    ) -> Result<&[u8], LogError> {
+        let covered = self.bytes.as_ref().is_some_and(|bytes| {
+            position >= self.start && position + length as u64 <= self.start + bytes.len() as u64
+        });
+        if !covered {
+            let want = (length.max(RECOVERY_READ_BYTES) as u64).min(size.saturating_sub(position)) as usize;
+            let want = record::align_up(want, BLOCK_BYTES);
+            self.bytes = Some(file.read_at(position, want).await.map_err(|e| LogError::Io(io_text(&e)))?);
+            self.start = position;
+        }
+        let bytes = self.bytes.as_ref().unwrap();
+        let from = (position - self.start) as usize;
+        let to = (from + length).min(bytes.len());
+        Ok(&bytes[from.min(to)..to])
+    }
+}
+
 async fn read_batch<F: StorageFile>(
     file: &F,
+    window: &mut Window<F::Read>,
     log_id: u64,
     segment_base: u64,
     position: u64,
     size: u64,
 ) -> Result<ReadBatch, LogError> {
-    let window = (size - position).min(RECOVERY_READ_BYTES as u64) as usize;
-    let bytes = file.read_at(position, window).await.map_err(|e| LogError::Io(io_text(&e)))?;
-    let header = match record::decode_batch_header(&bytes, log_id, segment_base, position) {
+    let head = window.at(file, position, BLOCK_BYTES, size).await?;
+    let header = match record::decode_batch_header(head, log_id, segment_base, position) {
         Ok(header) => header,
         Err(BatchError::Empty) => return Ok(ReadBatch::Empty),
         Err(error) => return Ok(ReadBatch::Invalid(error.to_string())),
@@ -744,15 +785,9 @@ async fn read_batch<F: StorageFile>(
     if position + header.disk_bytes() as u64 > size {
         return Ok(ReadBatch::Invalid("batch extends past the end of the segment".into()));
     }
-    let result = if header.disk_bytes() <= bytes.len() {
-        record::decode_batch(&bytes, log_id, &header).map(|_| ())
-    } else {
-        let whole =
-            file.read_at(position, header.disk_bytes()).await.map_err(|e| LogError::Io(io_text(&e)))?;
-        record::decode_batch(&whole, log_id, &header).map(|_| ())
-    };
-    Ok(match result {
-        Ok(()) => ReadBatch::Valid(header),
+    let whole = window.at(file, position, header.disk_bytes(), size).await?;
+    Ok(match record::decode_batch(whole, log_id, &header) {
+        Ok(_) => ReadBatch::Valid(header),
         Err(error) => ReadBatch::Invalid(error.to_string()),
     })
 }
@@ -765,19 +800,18 @@ async fn first_valid_batch<F: StorageFile>(
     from: u64,
     size: u64,
 ) -> Result<Option<u64>, LogError> {
+    let mut window = Window::new();
     let mut position = from;
     while position + BLOCK_BYTES as u64 <= size {
-        let window = (size - position).min(RECOVERY_READ_BYTES as u64) as usize;
-        let bytes = file.read_at(position, window).await.map_err(|e| LogError::Io(io_text(&e)))?;
-        for block in (0..bytes.len()).step_by(BLOCK_BYTES) {
-            let at = position + block as u64;
-            if record::decode_batch_header(&bytes[block..], log_id, segment_base, at).is_ok() {
-                if let ReadBatch::Valid(_) = read_batch(file, log_id, segment_base, at, size).await? {
-                    return Ok(Some(at));
-                }
+        let head = window.at(file, position, BLOCK_BYTES, size).await?;
+        if record::decode_batch_header(head, log_id, segment_base, position).is_ok() {
+            if let ReadBatch::Valid(_) =
+                read_batch(file, &mut window, log_id, segment_base, position, size).await?
+            {
+                return Ok(Some(position));
             }
         }
-        position += window as u64;
+        position += BLOCK_BYTES as u64;
     }
     Ok(None)
 }

@@ -35,7 +35,7 @@ fn payload(i: u64) -> Vec<u8> {
 async fn append_many(log: &Log<SimDisk>, from: u64, count: u64) -> Vec<u64> {
     let mut acked = Vec::new();
     for i in from..from + count {
-        let (offset, n) = log.append(&records_for(&[payload(i)]), 1).await.unwrap();
+        let (offset, n) = log.append(records_for(&[payload(i)]), 1).await.unwrap();
         assert_eq!(n, 1);
         acked.push(offset);
     }
@@ -78,7 +78,7 @@ fn concurrent_appends_share_commits() {
         for i in 0..200u64 {
             let log = log.clone();
             tasks.push(glommio::spawn_local(async move {
-                log.append(&records_for(&[payload(i)]), 1).await.unwrap().0
+                log.append(records_for(&[payload(i)]), 1).await.unwrap().0
             }));
         }
         let mut offsets = Vec::new();
@@ -100,7 +100,7 @@ fn crash_loses_only_unacknowledged_writes() {
             let acked = append_many(&log, 0, 300).await;
             // A commit that is written but whose sync fails is never acknowledged.
             disk.fail_nth_sync(1);
-            assert!(log.append(&records_for(&[payload(999)]), 1).await.is_err());
+            assert!(log.append(records_for(&[payload(999)]), 1).await.is_err());
             drop(log);
             disk.crash(mode);
             let (log, report) = Log::open(disk.clone(), Path::new(DIR), 1, small_config()).await.unwrap();
@@ -111,7 +111,7 @@ fn crash_loses_only_unacknowledged_writes() {
             }
             // Appends work after recovery and survive another reopen.
             let next = log.end_offset();
-            log.append(&records_for(&[b"after".to_vec()]), 1).await.unwrap();
+            log.append(records_for(&[b"after".to_vec()]), 1).await.unwrap();
             drop(log);
             let (log, _) = Log::open(disk.clone(), Path::new(DIR), 1, small_config()).await.unwrap();
             assert_eq!(log.read(next, 1, usize::MAX).await.unwrap()[0].data, b"after");
@@ -183,9 +183,9 @@ fn failed_write_fences_the_log() {
         let (log, _) = Log::open(disk.clone(), Path::new(DIR), 1, small_config()).await.unwrap();
         append_many(&log, 0, 5).await;
         disk.fail_nth_write(1);
-        assert!(matches!(log.append(&records_for(&[payload(5)]), 1).await, Err(LogError::Fenced(_))));
+        assert!(matches!(log.append(records_for(&[payload(5)]), 1).await, Err(LogError::Fenced(_))));
         // Fenced for good: the next append fails even though the disk would accept it.
-        assert!(matches!(log.append(&records_for(&[payload(6)]), 1).await, Err(LogError::Fenced(_))));
+        assert!(matches!(log.append(records_for(&[payload(6)]), 1).await, Err(LogError::Fenced(_))));
         assert_eq!(read_all(&log).await.len(), 5);
     });
 }
@@ -200,13 +200,13 @@ fn full_disk_is_resource_exhausted_and_recovers() {
         disk.set_no_space(true);
         let mut refused = 0;
         for i in 2..10 {
-            if matches!(log.append(&records_for(&[payload(i)]), 1).await, Err(LogError::NoSpace(_))) {
+            if matches!(log.append(records_for(&[payload(i)]), 1).await, Err(LogError::NoSpace(_))) {
                 refused += 1;
             }
         }
         assert!(refused > 0);
         disk.set_no_space(false);
-        let (offset, _) = log.append(&records_for(&[b"later".to_vec()]), 1).await.unwrap();
+        let (offset, _) = log.append(records_for(&[b"later".to_vec()]), 1).await.unwrap();
         assert_eq!(log.read(offset, 1, usize::MAX).await.unwrap()[0].data, b"later");
         // Offsets stay dense: no gap where appends were refused.
         let records = read_all(&log).await;

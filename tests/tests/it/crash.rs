@@ -133,7 +133,12 @@ fn sigkill_under_load_loses_no_acknowledged_publish() {
 
     for _ in 0..iterations {
         std::thread::sleep(Duration::from_millis(random.between(200, 2000)));
+        let restart_started = Instant::now();
         daemon.restart();
+        let restart_took = restart_started.elapsed();
+        if restart_took > Duration::from_secs(2) {
+            eprintln!("T1: a restart took {restart_took:?}");
+        }
         *address.write().unwrap() = daemon.address.clone();
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -142,7 +147,20 @@ fn sigkill_under_load_loses_no_acknowledged_publish() {
         publisher.join().unwrap();
     }
     let drain_started = Instant::now();
-    while !checker.missing().is_empty() && drain_started.elapsed() < DRAIN_TIMEOUT {
+    let mut last_report = Instant::now();
+    loop {
+        let missing = checker.missing().len();
+        if missing == 0 || drain_started.elapsed() >= DRAIN_TIMEOUT {
+            eprintln!(
+                "T1: drain took {:?}, {missing} acknowledged publishes still missing",
+                drain_started.elapsed()
+            );
+            break;
+        }
+        if last_report.elapsed() > Duration::from_secs(5) {
+            eprintln!("T1: draining, {missing} acknowledged publishes not delivered yet");
+            last_report = Instant::now();
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     stop_subscribing.store(true, Ordering::Relaxed);

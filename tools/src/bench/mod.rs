@@ -1,0 +1,60 @@
+//! The pieces of `ringpost-bench`, the load generator.
+//!
+//! - [`publish`]: the publish workload (W1 of the brief): publisher threads with their own
+//!   clients keep a fixed number of publish requests in flight and record publish-ack latency.
+//! - [`inflight`]: a small single-thread poller that keeps several futures in flight, because
+//!   the client's futures are executor-agnostic and the tools carry no async runtime.
+//! - [`embedded`]: a daemon started inside the benchmark process, on a scratch data directory
+//!   that is removed at exit.
+//! - [`format`]: number formatting and parsing shared by the tables, progress lines and JSON.
+//!
+//! Architecture Invariant: nothing here writes to stdout; the binary decides what goes to stdout
+//! (results) and stderr (progress, warnings), so results stay machine-readable when piped. The
+//! one exception on stderr is a scratch directory that cannot be removed, reported from a
+//! `Drop` that has no caller to hand the error to.
+
+pub mod embedded;
+pub mod format;
+pub mod inflight;
+pub mod publish;
+
+/// A failure that ends a run: one line for the user and the process exit code it maps to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    pub exit_code: u8,
+}
+
+/// Exit code of a run that failed at run time (the server refused, the disk failed).
+pub const EXIT_CODE_FAILURE: u8 = 1;
+/// Exit code of a command line that asks for something impossible.
+pub const EXIT_CODE_USAGE: u8 = 2;
+/// Exit code when the server cannot be reached at all, as in the `ringpost` CLI.
+pub const EXIT_CODE_UNAVAILABLE: u8 = 3;
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), exit_code: EXIT_CODE_USAGE }
+    }
+
+    pub fn runtime(message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), exit_code: EXIT_CODE_FAILURE }
+    }
+}
+
+impl From<ringpost_client::Error> for Failure {
+    fn from(error: ringpost_client::Error) -> Failure {
+        use ringpost_client::Error;
+        // The same wording and exit codes as the `ringpost` CLI, so scripts can treat both alike.
+        match error {
+            Error::Status(status) => Failure::runtime(status.to_string()),
+            Error::Connect { address, source } => Failure {
+                message: format!("Unavailable: cannot connect to {address}: {source}"),
+                exit_code: EXIT_CODE_UNAVAILABLE,
+            },
+            other => {
+                Failure { message: format!("{}: {other}", other.code()), exit_code: EXIT_CODE_UNAVAILABLE }
+            }
+        }
+    }
+}
