@@ -6,10 +6,11 @@
 //! never became durable.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::log::{record, Log, LogConfig, LogError};
+use crate::log::{record, Directories, Log, LogConfig, LogError};
 use crate::storage::Storage;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::rc::Rc;
 
 pub const CATALOG_LOG_ID: u64 = 0x4341_5441_4c4f_4700;
 
@@ -174,7 +175,7 @@ impl CatalogState {
 /// prefixes every id handed out until the next start.
 pub async fn open_catalog<S: Storage>(
     storage: S,
-    directory: &Path,
+    directories: Rc<Directories>,
 ) -> Result<(Log<S>, CatalogState), LogError> {
     let config = LogConfig {
         segment_bytes_initial: 1 << 20,
@@ -183,7 +184,13 @@ pub async fn open_catalog<S: Storage>(
         tail_cache_bytes_max: 1 << 20,
         staging_bytes_max: 16 << 20,
     };
-    let (log, report) = Log::open(storage, directory, CATALOG_LOG_ID, config).await?;
+    let (log, report) = Log::open(storage, directories, Path::new("catalog"), CATALOG_LOG_ID, config).await?;
+    if report.batches_repaired > 0 {
+        eprintln!(
+            "ringpostd: catalog recovery repaired {} batch copies from healthy ones",
+            report.batches_repaired
+        );
+    }
     if report.torn_bytes_discarded > 0 {
         eprintln!(
             "ringpostd: catalog recovery discarded a torn tail of {} bytes (an unacknowledged change)",

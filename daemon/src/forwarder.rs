@@ -6,7 +6,7 @@ use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
-use crate::log::{record, Log, LogConfig, LogError, RecoveryReport};
+use crate::log::{record, Directories, Log, LogConfig, LogError, RecoveryReport};
 use crate::net::{fail, respond, Handler};
 use crate::storage::Storage;
 use crate::subscription::{AckId, SubscriptionState};
@@ -16,7 +16,7 @@ use ringpost_wire::messages::*;
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -51,7 +51,8 @@ pub struct TopicState<S: Storage> {
     pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
     /// Subscription states rebuilt from the journal, waiting for the router to attach them.
     recovered: RefCell<HashMap<u64, SubscriptionState>>,
-    directory: PathBuf,
+    /// The topic's folder inside each data directory.
+    relative: PathBuf,
 }
 
 pub struct SubscriptionEntry {
@@ -68,7 +69,7 @@ type Served<S> = (Rc<SubscriptionEntry>, Rc<TopicState<S>>);
 pub struct Forwarder<S: Storage> {
     pub shard: u32,
     storage: S,
-    data_dir: PathBuf,
+    directories: Rc<Directories>,
     log_config: LogConfig,
     clock: Rc<dyn Clock>,
     topics: RefCell<HashMap<String, Rc<TopicState<S>>>>,
@@ -76,8 +77,9 @@ pub struct Forwarder<S: Storage> {
     subscriptions: RefCell<HashMap<String, Served<S>>>,
 }
 
-fn topic_directory(data_dir: &Path, topic_id: u64) -> PathBuf {
-    data_dir.join("topics").join(format!("{topic_id:016x}"))
+/// A topic's folder inside each data directory.
+pub fn topic_folder(topic_id: u64) -> PathBuf {
+    PathBuf::from("topics").join(format!("{topic_id:016x}"))
 }
 
 fn not_owner(kind: &str, name: &str) -> Status {
@@ -91,14 +93,14 @@ impl<S: Storage> Forwarder<S> {
     pub fn new(
         shard: u32,
         storage: S,
-        data_dir: PathBuf,
+        directories: Rc<Directories>,
         log_config: LogConfig,
         clock: Rc<dyn Clock>,
     ) -> Forwarder<S> {
         Forwarder {
             shard,
             storage,
-            data_dir,
+            directories,
             log_config,
             clock,
             topics: RefCell::default(),
@@ -116,9 +118,14 @@ impl<S: Storage> Forwarder<S> {
                     self.topics.borrow_mut().remove(&topic.name);
                     self.subscriptions.borrow_mut().retain(|_, (_, owner)| owner.id != topic_id);
                     if delete_data {
-                        self.storage.remove_dir_all(&topic.directory).map_err(|error| {
-                            Status::internal(format!("removing {}: {error}", topic.directory.display()))
-                        })?;
+                        for copy in 0..self.directories.count() {
+                            let folder = self.directories.path(copy).join(&topic.relative);
+                            if self.storage.exists(&folder) {
+                                self.storage.remove_dir_all(&folder).map_err(|error| {
+                                    Status::internal(format!("removing {}: {error}", folder.display()))
+                                })?;
+                            }
+                        }
                     }
                 }
                 Ok(ControlOk::Done)
@@ -144,16 +151,22 @@ impl<S: Storage> Forwarder<S> {
         if self.topics_by_id.borrow().contains_key(&topic_id) {
             return Ok(ControlOk::Done);
         }
-        let directory = topic_directory(&self.data_dir, topic_id);
-        let (log, report) =
-            Log::open(self.storage.clone(), &directory.join("messages"), topic_id, self.log_config.clone())
-                .await
-                .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}': {error}")))?;
+        let relative = topic_folder(topic_id);
+        let (log, report) = Log::open(
+            self.storage.clone(),
+            self.directories.clone(),
+            &relative.join("messages"),
+            topic_id,
+            self.log_config.clone(),
+        )
+        .await
+        .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}': {error}")))?;
         report_recovery(&name, "messages", &report);
         let journal_config = LogConfig { segment_bytes_initial: 256 * 1024, ..self.log_config.clone() };
         let (journal, report) = Log::open(
             self.storage.clone(),
-            &directory.join("journal"),
+            self.directories.clone(),
+            &relative.join("journal"),
             journal_log_id(topic_id),
             journal_config,
         )
@@ -196,7 +209,7 @@ impl<S: Storage> Forwarder<S> {
             journal,
             subscriptions: RefCell::default(),
             recovered: RefCell::new(recovered),
-            directory,
+            relative,
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -491,6 +504,12 @@ fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
              they were never acknowledged)",
             path.display(),
             report.torn_bytes_discarded
+        );
+    }
+    if report.batches_repaired > 0 {
+        eprintln!(
+            "ringpostd: recovery of topic '{topic}' {what}: repaired {} batch copies from healthy data directories",
+            report.batches_repaired
         );
     }
     if report.empty_segments_removed > 0 {

@@ -32,7 +32,9 @@ pub struct Config {
     /// The router's address; forwarders listen on the following ports (or on ephemeral ports
     /// when this port is 0).
     pub listen: SocketAddr,
-    pub data_dir: PathBuf,
+    /// The M data directories (M odd). Every log is kept in each; a commit is acknowledged when
+    /// ⌈M/2⌉ copies are durable.
+    pub data_dirs: Vec<PathBuf>,
     /// Forwarder shards; default one per core.
     pub shards: usize,
     /// Consistent hashing with bounded loads: no forwarder holds more than
@@ -47,7 +49,7 @@ impl Config {
     pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Config {
         Config {
             listen,
-            data_dir,
+            data_dirs: vec![data_dir],
             shards: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             balance_factor: placement::BALANCE_FACTOR_DEFAULT,
             pin_shards: true,
@@ -61,7 +63,7 @@ pub struct Daemon {
     pub router_address: SocketAddr,
     pub forwarder_addresses: Vec<SocketAddr>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
-    _lock: std::fs::File,
+    _locks: Vec<std::fs::File>,
 }
 
 impl Daemon {
@@ -111,7 +113,14 @@ fn into_glommio(listener: StdListener) -> glommio::net::TcpListener {
 }
 
 pub fn start(config: Config) -> Result<Daemon, String> {
-    let lock = lock_data_dir(&config.data_dir)?;
+    if config.data_dirs.is_empty() || config.data_dirs.len().is_multiple_of(2) {
+        return Err(format!(
+            "{} data directories given: give an odd number (1, 3, 5...), so that a majority is well defined",
+            config.data_dirs.len()
+        ));
+    }
+    let locks =
+        config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;
     let shards = config.shards.max(1);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     // Bind every port up front so a port conflict fails the start with a clear message.
@@ -137,23 +146,25 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         from_forwarders.push(reply_receiver);
         let placement =
             if config.pin_shards { CpuPlacement::Fixed(shard % cores) } else { CpuPlacement::Unbound };
-        let data_dir = config.data_dir.clone();
+        let data_dirs = config.data_dirs.clone();
         let log_config = config.log.clone();
         let ready_sender = ready_sender.clone();
         let thread = LocalExecutorBuilder::new(placement)
             .name(&format!("forwarder-{shard}"))
             .spawn(move || async move {
-                if let Err(error) =
-                    storage::dma::warm_up_device_probe(&data_dir, &format!("forwarder-{shard}")).await
-                {
-                    let _ = ready_sender.send(Err(format!("probing {}: {error}", data_dir.display())));
-                    return;
+                for data_dir in &data_dirs {
+                    if let Err(error) =
+                        storage::dma::warm_up_device_probe(data_dir, &format!("forwarder-{shard}")).await
+                    {
+                        let _ = ready_sender.send(Err(format!("probing {}: {error}", data_dir.display())));
+                        return;
+                    }
                 }
                 let listener = into_glommio(listener);
                 let forwarder = Rc::new(forwarder::Forwarder::new(
                     shard as u32,
                     storage::dma::DmaStorage,
-                    data_dir,
+                    log::Directories::new(data_dirs),
                     log_config,
                     Rc::new(clock::SystemClock),
                 ));
@@ -186,7 +197,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
     }
 
-    let data_dir = config.data_dir.clone();
+    let data_dirs = config.data_dirs.clone();
     let addresses: Vec<String> = forwarder_addresses.iter().map(|address| address.to_string()).collect();
     let balance_factor = config.balance_factor;
     let router_ready = ready_sender.clone();
@@ -196,15 +207,18 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             let fail = |message: String| {
                 let _ = router_ready.send(Err(message));
             };
-            if let Err(error) = storage::dma::warm_up_device_probe(&data_dir, "router").await {
-                return fail(format!("probing {}: {error}", data_dir.display()));
+            for data_dir in &data_dirs {
+                if let Err(error) = storage::dma::warm_up_device_probe(data_dir, "router").await {
+                    return fail(format!("probing {}: {error}", data_dir.display()));
+                }
             }
+            let directories = log::Directories::new(data_dirs);
             let storage = storage::dma::DmaStorage;
-            let (catalog_log, state) =
-                match catalog::open_catalog(storage.clone(), &data_dir.join("catalog")).await {
-                    Ok(opened) => opened,
-                    Err(error) => return fail(format!("opening the catalog: {error}")),
-                };
+            let (catalog_log, state) = match catalog::open_catalog(storage.clone(), directories.clone()).await
+            {
+                Ok(opened) => opened,
+                Err(error) => return fail(format!("opening the catalog: {error}")),
+            };
             let mut links = Vec::new();
             for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
                 let link = router::ForwarderLink::new(sender.connect().await);
@@ -213,7 +227,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             }
             let router = Rc::new(router::Router::new(
                 storage,
-                data_dir,
+                directories,
                 catalog_log,
                 state,
                 links,
@@ -230,5 +244,5 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         .map_err(|e| format!("starting the router shard: {e}"))?;
     threads.push(router);
     ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
-    Ok(Daemon { router_address, forwarder_addresses, threads, _lock: lock })
+    Ok(Daemon { router_address, forwarder_addresses, threads, _locks: locks })
 }

@@ -12,9 +12,10 @@ struct Flags {
     /// port 0 picks free ports for everything)
     #[argh(option, default = "\"127.0.0.1:7450\".parse().unwrap()")]
     listen: SocketAddr,
-    /// where topics, subscriptions and messages are stored (default ./ringpost-data)
-    #[argh(option, default = "PathBuf::from(\"ringpost-data\")")]
-    data_dir: PathBuf,
+    /// where topics, subscriptions and messages are stored (default ./ringpost-data); give it M
+    /// times (M odd) to keep a copy on each of M disks and acknowledge once ⌈M/2⌉ are durable
+    #[argh(option)]
+    data_dir: Vec<PathBuf>,
     /// forwarder shards, one glommio executor each (default: one per core)
     #[argh(option)]
     shards: Option<usize>,
@@ -43,7 +44,10 @@ fn main() {
         eprintln!("ringpostd: InvalidArgument: --balance-factor must be a number above 1");
         std::process::exit(2);
     }
-    let mut config = ringpost_daemon::Config::new(flags.listen, flags.data_dir.clone());
+    let data_dirs =
+        if flags.data_dir.is_empty() { vec![PathBuf::from("ringpost-data")] } else { flags.data_dir.clone() };
+    let mut config = ringpost_daemon::Config::new(flags.listen, data_dirs[0].clone());
+    config.data_dirs = data_dirs.clone();
     if let Some(shards) = flags.shards {
         if shards == 0 {
             eprintln!("ringpostd: InvalidArgument: --shards must be at least 1");
@@ -66,7 +70,7 @@ fn main() {
         "ringpostd: serving on {} (router) with {shards} forwarder shard(s) on {}; data in {}",
         daemon.router_address,
         forwarders.join(", "),
-        flags.data_dir.display()
+        data_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
     );
     if let Some(path) = flags.ready_file {
         let temporary = path.with_extension("tmp");

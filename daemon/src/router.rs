@@ -13,7 +13,7 @@ use crate::catalog::{
     entry_records, CatalogEntry, CatalogState, SubscriptionRecord, SubscriptionSettings, TopicRecord,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest};
-use crate::log::{Log, LogError};
+use crate::log::{Directories, Log, LogError};
 use crate::net::{fail, respond, Handler};
 use crate::placement::Placement;
 use crate::storage::Storage;
@@ -26,7 +26,6 @@ use ringpost_wire::validate::{effective_ack_deadline_seconds, effective_retentio
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::rc::Rc;
 
 /// What a subscription whose topic was deleted reports as its topic (as Pub/Sub does).
@@ -83,7 +82,7 @@ impl ForwarderLink {
 
 pub struct Router<S: Storage> {
     storage: S,
-    data_dir: PathBuf,
+    directories: Rc<Directories>,
     catalog_log: Log<S>,
     state: RefCell<CatalogState>,
     next_sequence: Cell<u32>,
@@ -102,7 +101,7 @@ fn catalog_status(error: LogError) -> Status {
 impl<S: Storage> Router<S> {
     pub fn new(
         storage: S,
-        data_dir: PathBuf,
+        directories: Rc<Directories>,
         catalog_log: Log<S>,
         state: CatalogState,
         forwarders: Vec<Rc<ForwarderLink>>,
@@ -112,7 +111,7 @@ impl<S: Storage> Router<S> {
         let placement = Placement::new(forwarders.len() as u32, balance_factor);
         Router {
             storage,
-            data_dir,
+            directories,
             catalog_log,
             state: RefCell::new(state),
             next_sequence: Cell::new(1),
@@ -160,11 +159,16 @@ impl<S: Storage> Router<S> {
                 .map_err(|status| format!("recovering subscription '{}': {status}", subscription.name))?;
         }
         let known: HashSet<String> = topics.iter().map(|topic| format!("{:016x}", topic.id)).collect();
-        let topics_directory = self.data_dir.join("topics");
-        if let Ok(names) = self.storage.list_dir(&topics_directory) {
-            for name in names.into_iter().filter(|name| !known.contains(name)) {
-                eprintln!("ringpostd: removing topic directory {name}: the catalog does not name it (an unfinished create or delete)");
-                let _ = self.storage.remove_dir_all(&topics_directory.join(name));
+        for copy in 0..self.directories.count() {
+            let topics_directory = self.directories.path(copy).join("topics");
+            if let Ok(names) = self.storage.list_dir(&topics_directory) {
+                for name in names.into_iter().filter(|name| !known.contains(name)) {
+                    eprintln!(
+                        "ringpostd: removing {}: the catalog does not name this topic (an unfinished create or delete)",
+                        topics_directory.join(&name).display()
+                    );
+                    let _ = self.storage.remove_dir_all(&topics_directory.join(name));
+                }
             }
         }
         Ok(())

@@ -1,37 +1,53 @@
-//! The segmented, append-only, group-committed log. One per topic (messages) and one per
-//! topic for its subscriptions' acknowledgements (the journal).
+//! The segmented, append-only, group-committed log, kept in one copy per data directory. One
+//! per topic (messages), one per topic for its subscriptions' acknowledgements (the journal),
+//! and one for the router's catalog.
 //!
 //! # Write path (the durability contract)
 //! 1. `append` queues the request's encoded records and waits; they have no offset yet.
-//! 2. One flush task per log takes everything staged (up to `group_commit_bytes_max`, at least
-//!    one request) and forms one batch: offsets are assigned now, so a failed commit leaves no
-//!    gap.
-//! 3. If the batch does not fit the active segment, a new segment is created: open
-//!    (create) → fallocate → fdatasync → fsync(directory), all before any record in it can be
-//!    acknowledged.
-//! 4. The batch is written into fresh 4 KiB blocks at the segment's write position (never over
-//!    a block holding acknowledged records), then fdatasync'ed.
-//! 5. Only when fdatasync returns `Ok` are the appends resolved with their offsets; the caller
-//!    acknowledges its publishers after that.
-//! 6. A failed write or fdatasync fences the log: the batch's appends and every later one fail
-//!    with `Unavailable`, and the sync is never retried and trusted. A full disk while creating
-//!    a segment fails the batch with `ResourceExhausted` and leaves the log usable.
+//! 2. One flush task per log takes what is queued (up to `group_commit_bytes_max`, at least one
+//!    request) and forms one batch: offsets are assigned now, so a failed commit leaves no gap.
+//! 3. If the batch does not fit the active segment, a new segment is created in every healthy
+//!    copy: open (create) → fallocate → fdatasync → fsync(directory); then the manifest listing
+//!    it is written to its next slot and fdatasync'ed on ⌈M/2⌉ copies. Only then is anything
+//!    written into the new segment.
+//! 4. The batch is written into fresh 4 KiB blocks at the segment's write position in every
+//!    healthy copy at once (never over a block holding acknowledged records), then each copy is
+//!    fdatasync'ed.
+//! 5. When ⌈M/2⌉ copies have synced without error the appends are resolved with their offsets;
+//!    the caller acknowledges its publishers after that.
+//! 6. A copy whose write or fdatasync fails is fenced (its directory takes no more writes and
+//!    counts for nothing) and the sync is never retried and trusted. With fewer than ⌈M/2⌉
+//!    healthy copies the log is fenced: appends fail with `Unavailable`. A full disk while
+//!    creating a segment fences the full copies if enough others remain, and otherwise fails the
+//!    batch with `ResourceExhausted`, leaving the log usable once space returns.
 //!
 //! # Recovery (`open`)
-//! 1. Segment files are listed and sorted by the base offset in their names.
-//! 2. Each segment is scanned from position 0: every batch must have a valid header checksum
-//!    (which covers the log, segment and position), the expected base offset, and valid
-//!    records. A zero header ends the segment's data.
-//! 3. At the first invalid batch: if any valid batch follows (in this segment or a later one),
-//!    the damage is in the middle of the log: recovery refuses to start and reports it, and
+//! 1. Every copy's manifest slots are read; the newest valid manifest across copies names the
+//!    segments. No manifest and no segment files: a new log. Segment files but no valid
+//!    manifest: refuse to start.
+//! 2. Segment files the manifest does not list are removed if they are below the log's start
+//!    (a crash between a manifest update and the unlink) or hold only zeros (created, never
+//!    used); any other one stops recovery with a report. A listed segment missing from every
+//!    copy stops recovery: it cannot be rebuilt.
+//! 3. Each segment is scanned from position 0 in every copy: a batch must have a valid header
+//!    checksum (which covers the log, segment and position), the expected base offset, and
+//!    valid records. The first copy holding a valid batch is the truth; copies that do not
+//!    (missing, torn, rotten, misdirected) are repaired by writing the good bytes at the same
+//!    position.
+//! 4. Where no copy holds a valid batch: if a valid batch follows in any copy (here or in a
+//!    later segment) the damage is in the middle of the log: recovery refuses to start and
 //!    deletes nothing. Otherwise it is a torn tail from an interrupted, unacknowledged commit:
-//!    its bytes are zeroed, synced, and reported as discarded.
-//! 4. Trailing segments that hold only zeros (created, never written) are removed.
+//!    its bytes are zeroed in every copy, synced, and reported as discarded.
+//! 5. Every copy ends with the same segments and the newest manifest.
 
+pub mod directories;
+pub mod manifest;
 pub mod record;
 
 use crate::storage::{IoBuffer, Storage, StorageFile};
-use crate::sync::{oneshot, Notify, Sender};
+use crate::sync::{join_all, oneshot, Notify, Sender};
+pub use directories::Directories;
+use manifest::{Manifest, MANIFEST_SLOTS};
 use record::{BatchError, BatchHeader, BLOCK_BYTES};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -50,7 +66,7 @@ pub struct LogConfig {
     pub group_commit_bytes_max: usize,
     /// Most bytes of recently written batches kept in memory for readers.
     pub tail_cache_bytes_max: usize,
-    /// Most bytes staged and waiting for a commit; beyond it appends get `ResourceExhausted`.
+    /// Most bytes queued and waiting for a commit; beyond it appends get `ResourceExhausted`.
     pub staging_bytes_max: usize,
 }
 
@@ -68,13 +84,13 @@ impl Default for LogConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogError {
-    /// A write or sync failed earlier; the log accepts no more appends.
+    /// Writes failed on too many copies; the log accepts no more appends.
     Fenced(String),
     /// The disk is full; the append may be retried later.
     NoSpace(String),
     /// Too much is waiting for the disk already.
     Overloaded,
-    /// Stored bytes failed validation or could not be read.
+    /// Stored bytes failed validation in every copy, or could not be read.
     DataLoss(String),
     /// Recovery found damage it must not repair on its own.
     Corrupt(String),
@@ -103,6 +119,8 @@ pub struct RecoveryReport {
     pub torn_bytes_discarded: u64,
     pub torn_at: Option<(PathBuf, u64)>,
     pub empty_segments_removed: usize,
+    /// Batches rewritten into a copy from another (missing, torn, rotten or misplaced).
+    pub batches_repaired: usize,
     pub buffered_io_warning: bool,
 }
 
@@ -124,11 +142,19 @@ struct BatchEntry {
 
 struct Segment<S: Storage> {
     base_offset: u64,
-    path: PathBuf,
-    file: Rc<S::File>,
     capacity: u64,
     write_position: u64,
     batches: Vec<BatchEntry>,
+    /// The segment's file in each data directory (None where the copy is missing or fenced).
+    files: Vec<Option<Rc<S::File>>>,
+}
+
+/// Whether a copy of this log may take writes. A copy that missed a write stays stale until a
+/// resync rewrites it, even if its directory is healthy again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CopyState {
+    Current,
+    Stale,
 }
 
 struct Staged {
@@ -139,7 +165,7 @@ struct Staged {
 
 struct LogInner<S: Storage> {
     log_id: u64,
-    directory: PathBuf,
+    relative: PathBuf,
     config: LogConfig,
     segments: Vec<Segment<S>>,
     next_offset: u64,
@@ -150,18 +176,26 @@ struct LogInner<S: Storage> {
     tail_cache: VecDeque<(u64, Rc<S::Buffer>)>,
     tail_cache_bytes: usize,
     warned_buffered: bool,
+    copies: Vec<CopyState>,
+    manifest_sequence: u64,
 }
 
 /// A handle to one log. Cheap to clone; all clones share the log.
 pub struct Log<S: Storage> {
     storage: S,
+    directories: Rc<Directories>,
     inner: Rc<RefCell<LogInner<S>>>,
     committed: Notify,
 }
 
 impl<S: Storage> Clone for Log<S> {
     fn clone(&self) -> Self {
-        Log { storage: self.storage.clone(), inner: self.inner.clone(), committed: self.committed.clone() }
+        Log {
+            storage: self.storage.clone(),
+            directories: self.directories.clone(),
+            inner: self.inner.clone(),
+            committed: self.committed.clone(),
+        }
     }
 }
 
@@ -180,135 +214,236 @@ fn is_no_space(error: &std::io::Error) -> bool {
 /// Scan window for recovery reads.
 const RECOVERY_READ_BYTES: usize = 1 << 20;
 
+/// What one copy holds at a position during recovery.
+enum CopyBatch {
+    Valid(BatchHeader),
+    Empty,
+    Invalid(String),
+    Missing,
+}
+
 impl<S: Storage> Log<S> {
-    /// Opens (recovering) or creates the log in `directory`.
+    /// Opens (recovering and repairing) or creates the log at `relative` inside every data
+    /// directory.
     pub async fn open(
         storage: S,
-        directory: &Path,
+        directories: Rc<Directories>,
+        relative: &Path,
         log_id: u64,
         config: LogConfig,
     ) -> Result<(Log<S>, RecoveryReport), LogError> {
-        storage.create_dir_all(directory).map_err(|e| LogError::Io(io_text(&e)))?;
+        let copies = directories.count();
         let mut report = RecoveryReport::default();
-        let mut bases: Vec<u64> = storage
-            .list_dir(directory)
-            .map_err(|e| LogError::Io(io_text(&e)))?
-            .iter()
-            .filter_map(|name| name.strip_suffix(".seg").and_then(|base| base.parse().ok()))
-            .collect();
-        bases.sort_unstable();
-        let mut segments: Vec<Segment<S>> = Vec::new();
-        let mut next_offset: u64 = bases.first().copied().unwrap_or(0);
-        let mut torn: Option<(usize, u64)> = None; // (segment index, position)
-        let mut index = 0;
-        while index < bases.len() {
-            let base = bases[index];
-            let path = directory.join(segment_name(base));
-            let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
-            if !file.direct_io() {
-                report.buffered_io_warning = true;
+        let folder = |copy: usize| directories.path(copy).join(relative);
+        // 1. Manifests and segment files of every copy.
+        let mut best: Option<Manifest> = None;
+        let mut manifest_sequences = vec![0u64; copies];
+        let mut present: Vec<Vec<u64>> = Vec::with_capacity(copies);
+        for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
+            storage.create_dir_all(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
+            let names = storage.list_dir(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
+            present.push(
+                names
+                    .iter()
+                    .filter_map(|name| name.strip_suffix(".seg").and_then(|base| base.parse().ok()))
+                    .collect(),
+            );
+            for slot in MANIFEST_SLOTS {
+                if !names.iter().any(|name| name == slot) {
+                    continue;
+                }
+                let file = storage
+                    .open(&folder(copy).join(slot), false)
+                    .await
+                    .map_err(|e| LogError::Io(io_text(&e)))?;
+                let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
+                let bytes = file
+                    .read_at(0, record::align_up(size as usize, BLOCK_BYTES))
+                    .await
+                    .map_err(|e| LogError::Io(io_text(&e)))?;
+                if let Some(found) = Manifest::decode(&bytes, log_id) {
+                    *manifest_sequence = (*manifest_sequence).max(found.sequence);
+                    if best.as_ref().is_none_or(|best| found.sequence > best.sequence) {
+                        best = Some(found);
+                    }
+                }
             }
-            let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-            let file = Rc::new(file);
-            if torn.is_some() {
-                // Anything after a torn tail must be empty; otherwise the damage is mid-log.
-                if first_valid_batch(&*file, log_id, base, 0, size).await?.is_some() {
+        }
+        let manifest = match best {
+            Some(manifest) => manifest,
+            None if present.iter().all(Vec::is_empty) => Manifest::default(),
+            None => {
+                return Err(LogError::Corrupt(format!(
+                    "{} holds segment files but no valid manifest in any data directory; refusing to start (nothing was deleted)",
+                    relative.display()
+                )))
+            }
+        };
+        // 2. Files the manifest does not list.
+        let first_listed = manifest.segments.first().map(|(base, _)| *base);
+        for (copy, bases) in present.iter().enumerate() {
+            for base in bases {
+                if manifest.segments.iter().any(|(listed, _)| listed == base) {
+                    continue;
+                }
+                let path = folder(copy).join(segment_name(*base));
+                let below_start = first_listed.is_some_and(|first| *base < first);
+                let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
+                let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
+                if below_start || last_nonzero_end(&file, size).await? == 0 {
+                    storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
+                    report.empty_segments_removed += 1;
+                } else {
                     return Err(LogError::Corrupt(format!(
-                        "{} holds valid batches after an invalid one in an earlier segment; refusing to start (nothing was deleted)",
+                        "{} holds data but the manifest does not list it; refusing to start (nothing was deleted)",
                         path.display()
                     )));
                 }
-                if last_nonzero_end(&*file, size).await? == 0 {
-                    storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
-                    report.empty_segments_removed += 1;
-                    index += 1;
-                    continue;
-                }
-                return Err(LogError::Corrupt(format!(
-                    "{} follows a torn segment and holds non-zero bytes; refusing to start",
-                    path.display()
-                )));
             }
-            if base != next_offset {
-                if last_nonzero_end(&*file, size).await? == 0 {
-                    // A segment created for a commit that never happened, named after offsets
-                    // that recovery has since cut: it holds no data.
-                    storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
-                    report.empty_segments_removed += 1;
-                    index += 1;
-                    continue;
+        }
+        // 3 and 4. Scan every listed segment in every copy.
+        let mut segments: Vec<Segment<S>> = Vec::new();
+        let mut next_offset = first_listed.unwrap_or(0);
+        let mut torn: Option<(usize, u64)> = None;
+        let mut repairs: Vec<(usize, u64, usize, usize, usize)> = Vec::new(); // (segment, position, bytes, from, to)
+        for (segment_index, (base, capacity)) in manifest.segments.iter().copied().enumerate() {
+            let mut files: Vec<Option<Rc<S::File>>> = Vec::with_capacity(copies);
+            for copy in 0..copies {
+                let path = folder(copy).join(segment_name(base));
+                if storage.exists(&path) {
+                    let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
+                    if !file.direct_io() {
+                        report.buffered_io_warning = true;
+                    }
+                    files.push(Some(Rc::new(file)));
+                } else {
+                    files.push(None);
                 }
+            }
+            if files.iter().all(Option::is_none) {
                 return Err(LogError::Corrupt(format!(
-                    "{} starts at offset {base} but the log before it ends at {next_offset}; refusing to start",
-                    path.display()
+                    "segment {} of {} is listed in the manifest but missing from every data directory; refusing to start",
+                    segment_name(base),
+                    relative.display()
                 )));
             }
             let mut segment = Segment {
                 base_offset: base,
-                path: path.clone(),
-                file: file.clone(),
-                capacity: size,
+                capacity,
                 write_position: 0,
                 batches: Vec::new(),
+                files: files.clone(),
             };
+            if torn.is_some() {
+                // After a torn tail every later segment must be empty in every copy.
+                for file in files.iter().flatten() {
+                    if last_nonzero_end(&**file, capacity).await? > 0 {
+                        return Err(LogError::Corrupt(format!(
+                            "segment {} of {} holds bytes after a torn batch in an earlier segment; refusing to start",
+                            segment_name(base),
+                            relative.display()
+                        )));
+                    }
+                }
+                segments.push(segment);
+                continue;
+            }
+            if base != next_offset {
+                return Err(LogError::Corrupt(format!(
+                    "segment {} of {} starts at offset {base} but the log before it ends at {next_offset}; refusing to start",
+                    segment_name(base),
+                    relative.display()
+                )));
+            }
+            let mut windows: Vec<Window<<S::File as StorageFile>::Read>> =
+                (0..copies).map(|_| Window::new()).collect();
             let mut position = 0u64;
-            let mut window = Window::new();
-            loop {
-                if position + BLOCK_BYTES as u64 > size {
+            while position + BLOCK_BYTES as u64 <= capacity {
+                let mut found = Vec::with_capacity(copies);
+                for (copy, file) in files.iter().enumerate() {
+                    found.push(match file {
+                        None => CopyBatch::Missing,
+                        Some(file) => {
+                            match read_batch(&**file, &mut windows[copy], log_id, base, position, capacity)
+                                .await?
+                            {
+                                ReadBatch::Valid(header) if header.base_offset == next_offset => {
+                                    CopyBatch::Valid(header)
+                                }
+                                ReadBatch::Valid(header) => CopyBatch::Invalid(format!(
+                                    "batch starts at offset {} where {next_offset} was expected",
+                                    header.base_offset
+                                )),
+                                ReadBatch::Empty => CopyBatch::Empty,
+                                ReadBatch::Invalid(why) => CopyBatch::Invalid(why),
+                            }
+                        }
+                    });
+                }
+                let good = found.iter().position(|batch| matches!(batch, CopyBatch::Valid(_)));
+                if let Some(good) = good {
+                    let CopyBatch::Valid(header) = found[good] else { unreachable!() };
+                    for (copy, batch) in found.iter().enumerate() {
+                        if !matches!(batch, CopyBatch::Valid(_)) {
+                            repairs.push((segment_index, position, header.disk_bytes(), good, copy));
+                        }
+                    }
+                    segment.batches.push(BatchEntry { header, position });
+                    report.batches += 1;
+                    report.records += header.record_count as u64;
+                    next_offset = header.end_offset();
+                    position += header.disk_bytes() as u64;
+                    continue;
+                }
+                if found.iter().all(|batch| matches!(batch, CopyBatch::Empty | CopyBatch::Missing)) {
                     break;
                 }
-                match read_batch(&*file, &mut window, log_id, base, position, size).await? {
-                    ReadBatch::Valid(header) => {
-                        if header.base_offset != next_offset {
-                            return Err(LogError::Corrupt(format!(
-                                "{} at byte {position}: batch starts at offset {} where {next_offset} was expected; refusing to start",
-                                path.display(),
-                                header.base_offset
-                            )));
-                        }
-                        segment.batches.push(BatchEntry { header, position });
-                        report.batches += 1;
-                        report.records += header.record_count as u64;
-                        next_offset = header.end_offset();
-                        position += header.disk_bytes() as u64;
-                    }
-                    ReadBatch::Empty => break,
-                    ReadBatch::Invalid(why) => {
-                        if let Some(found) =
-                            first_valid_batch(&*file, log_id, base, position + BLOCK_BYTES as u64, size)
-                                .await?
-                        {
-                            return Err(LogError::Corrupt(format!(
-                                "{} at byte {position}: {why}, but a valid batch follows at byte {found}: mid-log corruption; refusing to start (nothing was deleted)",
-                                path.display()
-                            )));
-                        }
-                        torn = Some((segments.len(), position));
-                        break;
+                let why = found
+                    .iter()
+                    .find_map(
+                        |batch| if let CopyBatch::Invalid(why) = batch { Some(why.clone()) } else { None },
+                    )
+                    .unwrap_or_default();
+                for file in files.iter().flatten() {
+                    if let Some(later) =
+                        first_valid_batch(&**file, log_id, base, position + BLOCK_BYTES as u64, capacity)
+                            .await?
+                    {
+                        return Err(LogError::Corrupt(format!(
+                            "{} segment {} at byte {position}: {why} in every copy, but a valid batch follows at byte {later}: \
+                             mid-log corruption; refusing to start (nothing was deleted)",
+                            relative.display(),
+                            segment_name(base)
+                        )));
                     }
                 }
+                torn = Some((segment_index, position));
+                break;
             }
             segment.write_position = position;
-            report.segments += 1;
             segments.push(segment);
-            index += 1;
+            report.segments += 1;
         }
-        if let Some((segment_index, position)) = torn {
-            let segment = &segments[segment_index];
-            let end = last_nonzero_end(&*segment.file, segment.capacity).await?;
-            let discarded = end.saturating_sub(position);
-            if discarded > 0 {
-                zero_range(&storage, &*segment.file, position, end).await?;
-                segment.file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;
+        if let Some((torn_segment, _)) = torn {
+            // Later segments were checked empty above; a later segment starting elsewhere than the
+            // cut is an orphan of the interrupted commit's roll and is dropped from the manifest.
+            while segments.len() > torn_segment + 1 {
+                let orphan = segments.pop().unwrap();
+                for copy in 0..copies {
+                    let path = folder(copy).join(segment_name(orphan.base_offset));
+                    if storage.exists(&path) {
+                        storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
+                    }
+                }
+                report.empty_segments_removed += 1;
             }
-            report.torn_bytes_discarded = discarded;
-            report.torn_at = Some((segment.path.clone(), position));
         }
         let log = Log {
-            storage,
+            storage: storage.clone(),
+            directories: directories.clone(),
             inner: Rc::new(RefCell::new(LogInner {
                 log_id,
-                directory: directory.to_path_buf(),
+                relative: relative.to_path_buf(),
                 config,
                 segments,
                 next_offset,
@@ -319,10 +454,177 @@ impl<S: Storage> Log<S> {
                 tail_cache: VecDeque::new(),
                 tail_cache_bytes: 0,
                 warned_buffered: report.buffered_io_warning,
+                copies: vec![CopyState::Current; copies],
+                manifest_sequence: manifest.sequence,
             })),
             committed: Notify::new(),
         };
+        // Repairs: copy good batches over missing or bad ones, then zero torn tails.
+        for (segment_index, position, bytes, from, to) in repairs {
+            log.repair(segment_index, position, bytes, from, to).await?;
+            report.batches_repaired += 1;
+        }
+        if let Some((segment_index, position)) = torn {
+            let files: Vec<Rc<S::File>> =
+                log.inner.borrow().segments[segment_index].files.iter().flatten().cloned().collect();
+            let capacity = log.inner.borrow().segments[segment_index].capacity;
+            let mut discarded = 0;
+            for file in files {
+                let end = last_nonzero_end(&*file, capacity).await?;
+                if end > position {
+                    discarded = discarded.max(end - position);
+                    zero_range(&storage, &*file, position, end).await?;
+                    file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;
+                }
+            }
+            report.torn_bytes_discarded = discarded;
+            report.torn_at =
+                Some((folder(0).join(segment_name(manifest.segments[segment_index].0)), position));
+        }
+        // 5. Every copy gets the newest manifest (a new log gets its first one).
+        let behind = manifest_sequences.iter().any(|sequence| *sequence < manifest.sequence)
+            || manifest.sequence == 0
+            || report.empty_segments_removed > 0;
+        if behind {
+            log.write_manifest().await?;
+        }
         Ok((log, report))
+    }
+
+    /// Rewrites the batch at `position` of a segment in copy `to` with the bytes of copy `from`.
+    async fn repair(
+        &self,
+        segment_index: usize,
+        position: u64,
+        bytes: usize,
+        from: usize,
+        to: usize,
+    ) -> Result<(), LogError> {
+        let (source, target, base, capacity) = {
+            let inner = self.inner.borrow();
+            let segment = &inner.segments[segment_index];
+            (segment.files[from].clone(), segment.files[to].clone(), segment.base_offset, segment.capacity)
+        };
+        let Some(source) = source else { return Ok(()) };
+        let target = match target {
+            Some(file) => file,
+            None => {
+                let folder = self.folder(to);
+                let path = folder.join(segment_name(base));
+                let created = async {
+                    let file = self.storage.open(&path, true).await?;
+                    file.allocate(capacity).await?;
+                    file.sync_data().await?;
+                    self.storage.sync_dir(&folder).await?;
+                    Ok::<_, std::io::Error>(file)
+                }
+                .await;
+                match created {
+                    Ok(file) => {
+                        let file = Rc::new(file);
+                        self.inner.borrow_mut().segments[segment_index].files[to] = Some(file.clone());
+                        file
+                    }
+                    Err(error) => {
+                        self.fence_copy(to, &format!("recreating {}: {error}", path.display()));
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let good = source.read_at(position, bytes).await.map_err(|e| LogError::Io(io_text(&e)))?;
+        let mut buffer = self.storage.alloc_buffer(bytes);
+        buffer.bytes_mut().copy_from_slice(&good[..bytes]);
+        let result = async {
+            target.write_at(Rc::new(buffer), position).await?;
+            target.sync_data().await
+        }
+        .await;
+        match result {
+            Ok(()) => self.directories.count_repair(),
+            Err(error) => self.fence_copy(to, &format!("repairing a batch at byte {position}: {error}")),
+        }
+        Ok(())
+    }
+
+    fn folder(&self, copy: usize) -> PathBuf {
+        self.directories.path(copy).join(&self.inner.borrow().relative)
+    }
+
+    /// Copies that take writes now.
+    fn writable_copies(&self) -> Vec<usize> {
+        let mut inner = self.inner.borrow_mut();
+        for copy in 0..inner.copies.len() {
+            if self.directories.is_fenced(copy) {
+                inner.copies[copy] = CopyState::Stale;
+            }
+        }
+        (0..inner.copies.len()).filter(|copy| inner.copies[*copy] == CopyState::Current).collect()
+    }
+
+    fn fence_copy(&self, copy: usize, why: &str) {
+        self.directories.fence(copy, why);
+        self.inner.borrow_mut().copies[copy] = CopyState::Stale;
+    }
+
+    fn fence(&self, why: String) -> LogError {
+        let mut inner = self.inner.borrow_mut();
+        eprintln!("ringpostd: ERROR: fencing log {} ({}): {why}", inner.log_id, inner.relative.display());
+        inner.fenced = Some(why.clone());
+        LogError::Fenced(why)
+    }
+
+    /// Writes the next manifest (the current segment list) to every writable copy; it must be
+    /// durable on ⌈M/2⌉ of them.
+    async fn write_manifest(&self) -> Result<(), LogError> {
+        let (manifest, log_id) = {
+            let mut inner = self.inner.borrow_mut();
+            inner.manifest_sequence += 1;
+            let manifest = Manifest {
+                sequence: inner.manifest_sequence,
+                segments: inner
+                    .segments
+                    .iter()
+                    .map(|segment| (segment.base_offset, segment.capacity))
+                    .collect(),
+            };
+            (manifest, inner.log_id)
+        };
+        let encoded = manifest.encode(log_id);
+        let slot = manifest.slot();
+        let copies = self.writable_copies();
+        let writes = copies.iter().map(|copy| {
+            let folder = self.folder(*copy);
+            let mut buffer = self.storage.alloc_buffer(encoded.len());
+            buffer.bytes_mut().copy_from_slice(&encoded);
+            let buffer = Rc::new(buffer);
+            async move {
+                let path = folder.join(slot);
+                let existed = self.storage.exists(&path);
+                let file = self.storage.open(&path, true).await?;
+                file.write_at(buffer, 0).await?;
+                file.sync_data().await?;
+                if !existed {
+                    self.storage.sync_dir(&folder).await?;
+                }
+                Ok::<(), std::io::Error>(())
+            }
+        });
+        let results = join_all(writes.collect()).await;
+        let mut durable = 0;
+        for (copy, result) in copies.iter().zip(results) {
+            match result {
+                Ok(()) => durable += 1,
+                Err(error) => self.fence_copy(*copy, &format!("writing the manifest: {error}")),
+            }
+        }
+        if durable < self.directories.quorum() {
+            return Err(self.fence(format!(
+                "the manifest is durable in {durable} data directories; {} are needed",
+                self.directories.quorum()
+            )));
+        }
+        Ok(())
     }
 
     /// The offset the next committed record will get: every offset below it is durable.
@@ -376,7 +678,7 @@ impl<S: Storage> Log<S> {
     }
 
     async fn flush_loop(&self) {
-        // Let the appends that are already runnable stage their records first, so the first
+        // Let the appends that are already runnable queue their records first, so the first
         // commit after an idle period is shared too.
         futures_lite::future::yield_now().await;
         loop {
@@ -426,13 +728,6 @@ impl<S: Storage> Log<S> {
         }
     }
 
-    fn fence(&self, why: String) -> LogError {
-        let mut inner = self.inner.borrow_mut();
-        eprintln!("ringpostd: ERROR: fencing log {} ({}): {why}", inner.log_id, inner.directory.display());
-        inner.fenced = Some(why.clone());
-        LogError::Fenced(why)
-    }
-
     async fn commit(&self, batch: &[Staged], count: u32) -> Result<u64, LogError> {
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
         let disk_bytes = record::batch_disk_bytes(records_bytes);
@@ -446,17 +741,24 @@ impl<S: Storage> Log<S> {
         if needs_segment {
             self.roll(disk_bytes as u64).await?;
         }
-        let (file, position, segment_base, base_offset, log_id) = {
+        let writable = self.writable_copies();
+        let (targets, position, segment_base, base_offset, log_id) = {
             let inner = self.inner.borrow();
             let segment = inner.segments.last().unwrap();
-            (
-                segment.file.clone(),
-                segment.write_position,
-                segment.base_offset,
-                inner.next_offset,
-                inner.log_id,
-            )
+            let targets: Vec<(usize, Rc<S::File>)> = writable
+                .iter()
+                .filter_map(|copy| segment.files[*copy].clone().map(|file| (*copy, file)))
+                .collect();
+            (targets, segment.write_position, segment.base_offset, inner.next_offset, inner.log_id)
         };
+        let quorum = self.directories.quorum();
+        if targets.len() < quorum {
+            return Err(self.fence(format!(
+                "only {} of {} data directories are healthy; {quorum} are needed to acknowledge",
+                targets.len(),
+                self.directories.count()
+            )));
+        }
         let mut buffer = self.storage.alloc_buffer(disk_bytes);
         {
             let bytes = buffer.bytes_mut();
@@ -479,11 +781,30 @@ impl<S: Storage> Log<S> {
             );
         }
         let buffer = Rc::new(buffer);
-        if let Err(error) = file.write_at(buffer.clone(), position).await {
-            return Err(self.fence(format!("write of {disk_bytes} bytes at {position} failed: {error}")));
+        let writes =
+            join_all(targets.iter().map(|(_, file)| file.write_at(buffer.clone(), position)).collect()).await;
+        let mut written = Vec::with_capacity(targets.len());
+        for ((copy, file), result) in targets.into_iter().zip(writes) {
+            match result {
+                Ok(()) => written.push((copy, file)),
+                Err(error) => self
+                    .fence_copy(copy, &format!("write of {disk_bytes} bytes at {position} failed: {error}")),
+            }
         }
-        if let Err(error) = file.sync_data().await {
-            return Err(self.fence(format!("fdatasync after writing at {position} failed: {error}")));
+        let syncs = join_all(written.iter().map(|(_, file)| file.sync_data()).collect()).await;
+        let mut durable = 0;
+        for ((copy, _), result) in written.iter().zip(syncs) {
+            match result {
+                Ok(()) => durable += 1,
+                Err(error) => {
+                    self.fence_copy(*copy, &format!("fdatasync after writing at {position} failed: {error}"))
+                }
+            }
+        }
+        if durable < quorum {
+            return Err(self.fence(format!(
+                "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
+            )));
         }
         let mut inner = self.inner.borrow_mut();
         let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };
@@ -500,10 +821,11 @@ impl<S: Storage> Log<S> {
         Ok(base_offset)
     }
 
-    /// Creates the next segment. Order matters for crash safety: the file is allocated and
-    /// synced, and its directory entry made durable, before anything in it is acknowledged.
+    /// Creates the next segment in every writable copy, then lists it in the manifest. Order
+    /// matters for crash safety: the file is allocated and synced, and its directory entry and
+    /// the manifest made durable, before anything in it is acknowledged.
     async fn roll(&self, at_least_bytes: u64) -> Result<(), LogError> {
-        let (path, directory, capacity, base_offset) = {
+        let (capacity, base_offset) = {
             let inner = self.inner.borrow();
             let previous = inner.segments.last().map(|segment| segment.capacity).unwrap_or(0);
             let next = if previous == 0 {
@@ -511,49 +833,95 @@ impl<S: Storage> Log<S> {
             } else {
                 (previous * 2).min(inner.config.segment_bytes_max)
             };
-            let capacity = next.max(record::align_up(at_least_bytes as usize, BLOCK_BYTES) as u64);
-            let base_offset = inner.next_offset;
-            (inner.directory.join(segment_name(base_offset)), inner.directory.clone(), capacity, base_offset)
+            (next.max(record::align_up(at_least_bytes as usize, BLOCK_BYTES) as u64), inner.next_offset)
         };
-        let file = match self.storage.open(&path, true).await {
-            Ok(file) => file,
-            Err(error) if is_no_space(&error) => return Err(LogError::NoSpace(io_text(&error))),
-            Err(error) => return Err(self.fence(format!("creating {} failed: {error}", path.display()))),
-        };
-        if let Err(error) = file.allocate(capacity).await {
-            let _ = self.storage.remove_file(&path);
-            if is_no_space(&error) {
+        let copies = self.writable_copies();
+        let creations = copies.iter().map(|copy| {
+            let folder = self.folder(*copy);
+            async move {
+                let path = folder.join(segment_name(base_offset));
+                let file = self.storage.open(&path, true).await?;
+                let prepared = async {
+                    file.allocate(capacity).await?;
+                    file.sync_data().await?;
+                    self.storage.sync_dir(&folder).await
+                }
+                .await;
+                if let Err(error) = prepared {
+                    let _ = self.storage.remove_file(&path);
+                    return Err(error);
+                }
+                Ok(file)
+            }
+        });
+        let results = join_all(creations.collect()).await;
+        let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
+        let mut created = 0;
+        let mut full = Vec::new();
+        let mut failed = Vec::new();
+        for (copy, result) in copies.iter().zip(results) {
+            match result {
+                Ok(file) => {
+                    if !file.direct_io() {
+                        self.warn_buffered(&self.folder(*copy));
+                    }
+                    files[*copy] = Some(Rc::new(file));
+                    created += 1;
+                }
+                Err(error) if is_no_space(&error) => full.push((*copy, error)),
+                Err(error) => failed.push((*copy, error)),
+            }
+        }
+        for (copy, error) in &failed {
+            self.fence_copy(*copy, &format!("creating segment {}: {error}", segment_name(base_offset)));
+        }
+        let quorum = self.directories.quorum();
+        if created < quorum {
+            // Nothing was written into the new segment: remove what was created so a retry
+            // starts clean.
+            for (copy, file) in files.iter().enumerate() {
+                if file.is_some() {
+                    let _ = self.storage.remove_file(&self.folder(copy).join(segment_name(base_offset)));
+                }
+            }
+            if !full.is_empty() {
+                let (copy, error) = &full[0];
                 return Err(LogError::NoSpace(format!(
-                    "allocating {capacity} bytes for {}: {error}",
-                    path.display()
+                    "allocating {capacity} bytes for a segment in {}: {error}",
+                    self.directories.path(*copy).display()
                 )));
             }
-            return Err(self.fence(format!("allocating {} failed: {error}", path.display())));
-        }
-        if let Err(error) = file.sync_data().await {
-            return Err(self.fence(format!("syncing new segment {} failed: {error}", path.display())));
-        }
-        if let Err(error) = self.storage.sync_dir(&directory).await {
-            return Err(self.fence(format!("syncing directory {} failed: {error}", directory.display())));
-        }
-        let mut inner = self.inner.borrow_mut();
-        if !file.direct_io() && !inner.warned_buffered {
-            inner.warned_buffered = true;
-            eprintln!(
-                "ringpostd: WARNING: O_DIRECT did not take effect for {} (the filesystem does not support direct I/O); \
-                 writes go through the page cache and rely on fdatasync alone",
-                path.display()
+            return Err(
+                self.fence(format!("a new segment could be created in only {created} data directories"))
             );
         }
-        inner.segments.push(Segment {
+        for (copy, error) in &full {
+            self.fence_copy(*copy, &format!("no space for segment {}: {error}", segment_name(base_offset)));
+        }
+        self.inner.borrow_mut().segments.push(Segment {
             base_offset,
-            path,
-            file: Rc::new(file),
             capacity,
             write_position: 0,
             batches: Vec::new(),
+            files,
         });
+        if let Err(error) = self.write_manifest().await {
+            self.inner.borrow_mut().segments.pop();
+            return Err(error);
+        }
         Ok(())
+    }
+
+    fn warn_buffered(&self, folder: &Path) {
+        let mut inner = self.inner.borrow_mut();
+        if !inner.warned_buffered {
+            inner.warned_buffered = true;
+            eprintln!(
+                "ringpostd: WARNING: O_DIRECT did not take effect in {} (the filesystem does not support direct I/O); \
+                 writes go through the page cache and rely on fdatasync alone",
+                folder.display()
+            );
+        }
     }
 
     /// Reads records from `from` on, at most `max_records` of them and (beyond the first) at
@@ -598,9 +966,7 @@ impl<S: Storage> Log<S> {
                 continue;
             }
             let records = self.read_batch_at(offsets[index]).await?;
-            let Some(last) = records.last().map(|record| record.offset) else {
-                break;
-            };
+            let Some(last) = records.last().map(|record| record.offset) else { break };
             let first = records[0].offset;
             let mut records = records.into_iter().peekable();
             while index < offsets.len() && offsets[index] <= last && offsets[index] >= first {
@@ -620,9 +986,10 @@ impl<S: Storage> Log<S> {
         Ok(out)
     }
 
-    /// The whole batch holding `offset`, validated.
+    /// The whole batch holding `offset`, validated: from the tail cache, or from the first copy
+    /// whose bytes pass their checksums. A copy that fails is repaired from the good one.
     async fn read_batch_at(&self, offset: u64) -> Result<Vec<StoredRecord>, LogError> {
-        let (entry, file, segment_base, log_id, cached) = {
+        let (segment_index, entry, files, segment_base, log_id, cached) = {
             let inner = self.inner.borrow();
             let segment_index =
                 match inner.segments.binary_search_by_key(&offset, |segment| segment.base_offset) {
@@ -647,23 +1014,30 @@ impl<S: Storage> Log<S> {
                 .rev()
                 .find(|(base, _)| *base == entry.header.base_offset)
                 .map(|(_, buffer)| buffer.clone());
-            (entry, segment.file.clone(), segment.base_offset, inner.log_id, cached)
+            // Current copies first; a stale (fenced) copy is still read as a last resort: what
+            // it holds from before it was fenced is checked like everything else.
+            let mut files: Vec<(usize, Rc<S::File>)> = segment
+                .files
+                .iter()
+                .enumerate()
+                .filter_map(|(copy, file)| file.clone().map(|file| (copy, file)))
+                .collect();
+            files.sort_by_key(|(copy, _)| inner.copies[*copy] != CopyState::Current);
+            (segment_index, entry, files, segment.base_offset, inner.log_id, cached)
         };
-        let decode = |bytes: &[u8]| -> Result<Vec<StoredRecord>, LogError> {
-            let header = record::decode_batch_header(bytes, log_id, segment_base, entry.position).map_err(
-                |error| {
-                    LogError::DataLoss(format!(
-                        "batch at offset {} (segment {segment_base}, byte {}): {error}",
-                        entry.header.base_offset, entry.position
-                    ))
-                },
-            )?;
-            let views = record::decode_batch(bytes, log_id, &header).map_err(|error| {
-                LogError::DataLoss(format!(
-                    "batch at offset {} (segment {segment_base}, byte {}): {error}",
-                    entry.header.base_offset, entry.position
-                ))
-            })?;
+        let describe = |error: &dyn fmt::Display| {
+            format!(
+                "batch at offset {} (segment {segment_base}, byte {}): {error}",
+                entry.header.base_offset, entry.position
+            )
+        };
+        let decode = |bytes: &[u8]| -> Result<Vec<StoredRecord>, String> {
+            let header = record::decode_batch_header(bytes, log_id, segment_base, entry.position)
+                .map_err(|e| describe(&e))?;
+            if header != entry.header {
+                return Err(describe(&"the batch header differs from the one recovery indexed"));
+            }
+            let views = record::decode_batch(bytes, log_id, &header).map_err(|e| describe(&e))?;
             Ok(views
                 .into_iter()
                 .map(|view| StoredRecord {
@@ -675,22 +1049,41 @@ impl<S: Storage> Log<S> {
                 })
                 .collect())
         };
-        match cached {
-            Some(buffer) => decode(buffer.bytes()),
-            None => {
-                let bytes =
-                    file.read_at(entry.position, entry.header.disk_bytes()).await.map_err(|error| {
-                        LogError::DataLoss(format!("reading batch at {}: {error}", entry.position))
-                    })?;
-                decode(&bytes)
+        if let Some(buffer) = cached {
+            return decode(buffer.bytes()).map_err(LogError::DataLoss);
+        }
+        let mut bad_copies = Vec::new();
+        let mut last_error = String::from("no copy of this segment is readable");
+        for (copy, file) in &files {
+            let result = match file.read_at(entry.position, entry.header.disk_bytes()).await {
+                Ok(bytes) => decode(&bytes),
+                Err(error) => Err(describe(&error)),
+            };
+            match result {
+                Ok(records) => {
+                    for bad in bad_copies {
+                        if self.inner.borrow().copies[bad] == CopyState::Current {
+                            eprintln!("ringpostd: repairing data directory {bad}'s copy of {last_error}");
+                            self.repair(segment_index, entry.position, entry.header.disk_bytes(), *copy, bad)
+                                .await?;
+                        }
+                    }
+                    return Ok(records);
+                }
+                Err(error) => {
+                    last_error = error;
+                    bad_copies.push(*copy);
+                }
             }
         }
+        Err(LogError::DataLoss(last_error))
     }
 
-    /// Deletes whole segments all of whose records are below `offset` (never the active one).
-    /// Returns the number of segments removed.
+    /// Deletes whole segments all of whose records are below `offset` (never the active one):
+    /// the manifest without them is made durable first, then the files are removed. Returns the
+    /// number of segments removed.
     pub async fn remove_before(&self, offset: u64) -> Result<usize, LogError> {
-        let removable: Vec<PathBuf> = {
+        let removable: Vec<u64> = {
             let inner = self.inner.borrow();
             let count = inner.segments.len();
             inner
@@ -702,25 +1095,30 @@ impl<S: Storage> Log<S> {
                         && inner.segments[index + 1].base_offset <= offset
                         && segment.base_offset < offset
                 })
-                .map(|(_, segment)| segment.path.clone())
+                .map(|(_, segment)| segment.base_offset)
                 .collect()
         };
-        if removable.is_empty() {
+        if removable.is_empty() || self.is_fenced().is_some() {
             return Ok(0);
         }
-        {
-            let mut inner = self.inner.borrow_mut();
-            inner.segments.drain(..removable.len());
+        let removed: Vec<Segment<S>> = self.inner.borrow_mut().segments.drain(..removable.len()).collect();
+        self.write_manifest().await?;
+        for copy in 0..self.directories.count() {
+            let folder = self.folder(copy);
+            for segment in &removed {
+                let path = folder.join(segment_name(segment.base_offset));
+                if self.storage.exists(&path) {
+                    let _ = self.storage.remove_file(&path);
+                }
+            }
+            if !self.directories.is_fenced(copy) {
+                let _ = self.storage.sync_dir(&folder).await;
+            }
         }
-        for path in &removable {
-            self.storage.remove_file(path).map_err(|e| LogError::Io(io_text(&e)))?;
-        }
-        let directory = self.inner.borrow().directory.clone();
-        self.storage.sync_dir(&directory).await.map_err(|e| LogError::Io(io_text(&e)))?;
         Ok(removable.len())
     }
 
-    /// Bytes of segment files (allocated capacity).
+    /// Bytes of segment files (allocated capacity) of one copy.
     pub fn disk_bytes(&self) -> u64 {
         self.inner.borrow().segments.iter().map(|segment| segment.capacity).sum()
     }

@@ -4,7 +4,11 @@
 //! are remembered as unsynced until `sync_data`. Directory entries become durable only on
 //! `sync_dir`. `crash` throws away whatever was not made durable, optionally keeping a torn
 //! prefix (whole 512-byte sectors) of the last unsynced write, like a power cut mid-write.
-//! Faults: EIO on the n-th write, read or sync; ENOSPC on allocation; bit flips at rest.
+//! Faults: EIO on the n-th write, read or sync; ENOSPC on allocation; bit flips at rest; and,
+//! per directory, failing writes, one failing sync, a misdirected write (it lands whole blocks
+//! away and reports success), a lost write (reports success, persists nothing), a full disk.
+//! `die_after(n)` makes every operation after the next n fail, as if power went out there;
+//! `crash` then turns the disk into what a restart would find.
 
 use super::{IoBuffer, Storage, StorageFile};
 use std::cell::RefCell;
@@ -38,6 +42,25 @@ struct SimState {
     fail_sync_at: Option<u64>,
     fail_all_writes: bool,
     no_space: bool,
+    rules: Vec<Rule>,
+    operations: u64,
+    dies_at: Option<u64>,
+}
+
+/// A fault confined to the files under one directory.
+#[derive(Clone, Debug)]
+struct Rule {
+    prefix: PathBuf,
+    fault: Fault,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Fault {
+    FailWrites,
+    FailNextSync,
+    MisdirectNextWrite { blocks: i64 },
+    LoseNextWrite,
+    NoSpace,
 }
 
 /// How a crash treats writes that were not synced.
@@ -59,6 +82,28 @@ pub struct SimDisk {
 pub struct SimFileHandle {
     state: Rc<RefCell<SimState>>,
     inode: u64,
+    path: PathBuf,
+}
+
+impl SimState {
+    /// Counts an operation; fails it if power is already out.
+    fn operate(&mut self, what: &str) -> io::Result<()> {
+        self.operations += 1;
+        if self.dies_at.is_some_and(|dies_at| self.operations > dies_at) {
+            return Err(io::Error::other(format!("power is out ({what})")));
+        }
+        Ok(())
+    }
+
+    /// Takes the first rule matching `path` and `test`, removing it if it is one-shot.
+    fn take_rule(&mut self, path: &Path, test: impl Fn(&Fault) -> bool) -> Option<Fault> {
+        let index = self.rules.iter().position(|rule| path.starts_with(&rule.prefix) && test(&rule.fault))?;
+        let fault = self.rules[index].fault.clone();
+        if !matches!(fault, Fault::FailWrites | Fault::NoSpace) {
+            self.rules.remove(index);
+        }
+        Some(fault)
+    }
 }
 
 pub struct SimBuffer(Vec<u8>);
@@ -100,6 +145,43 @@ impl SimDisk {
     pub fn set_no_space(&self, full: bool) {
         self.state.borrow_mut().no_space = full;
     }
+    /// Every write under `directory` fails with EIO (or succeeds again with `false`).
+    pub fn fail_writes_under(&self, directory: &Path, fail: bool) {
+        self.set_rule(directory, Fault::FailWrites, fail);
+    }
+    /// The next fdatasync of a file under `directory` fails with EIO and drops its unsynced
+    /// writes, as Linux does.
+    pub fn fail_next_sync_under(&self, directory: &Path) {
+        self.set_rule(directory, Fault::FailNextSync, true);
+    }
+    /// The next write under `directory` lands `blocks` 4 KiB blocks away and reports success.
+    pub fn misdirect_next_write_under(&self, directory: &Path, blocks: i64) {
+        self.set_rule(directory, Fault::MisdirectNextWrite { blocks }, true);
+    }
+    /// The next write under `directory` reports success and persists nothing.
+    pub fn lose_next_write_under(&self, directory: &Path) {
+        self.set_rule(directory, Fault::LoseNextWrite, true);
+    }
+    /// Allocations under `directory` fail with ENOSPC.
+    pub fn no_space_under(&self, directory: &Path, full: bool) {
+        self.set_rule(directory, Fault::NoSpace, full);
+    }
+    fn set_rule(&self, directory: &Path, fault: Fault, on: bool) {
+        let mut state = self.state.borrow_mut();
+        state.rules.retain(|rule| !(rule.prefix == directory && rule.fault == fault));
+        if on {
+            state.rules.push(Rule { prefix: directory.to_path_buf(), fault });
+        }
+    }
+    /// Power goes out after `operations` more operations: every later one fails.
+    pub fn die_after(&self, operations: u64) {
+        let mut state = self.state.borrow_mut();
+        state.dies_at = Some(state.operations + operations);
+    }
+    /// Operations performed so far.
+    pub fn operation_count(&self) -> u64 {
+        self.state.borrow().operations
+    }
     pub fn write_count(&self) -> u64 {
         self.state.borrow().writes
     }
@@ -122,6 +204,7 @@ impl SimDisk {
     /// every directory to its durable entries.
     pub fn crash(&self, mode: CrashMode) {
         let mut state = self.state.borrow_mut();
+        state.dies_at = None;
         state.names = state.durable_names.clone();
         for file in state.files.values_mut() {
             let mut image = file.durable.clone();
@@ -177,6 +260,9 @@ impl Storage for SimDisk {
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<SimFileHandle> {
         let mut state = self.state.borrow_mut();
+        if create {
+            state.operate("open")?;
+        }
         let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if !state.directories.contains(&parent) {
             return Err(io::Error::new(
@@ -197,11 +283,12 @@ impl Storage for SimDisk {
                 return Err(io::Error::new(io::ErrorKind::NotFound, format!("no file {}", path.display())))
             }
         };
-        Ok(SimFileHandle { state: self.state.clone(), inode })
+        Ok(SimFileHandle { state: self.state.clone(), inode, path: path.to_path_buf() })
     }
 
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
+        state.operate("fsync of a directory")?;
         let in_dir = |name: &PathBuf| name.parent() == Some(path);
         let current: Vec<(PathBuf, u64)> =
             state.names.iter().filter(|(name, _)| in_dir(name)).map(|(n, i)| (n.clone(), *i)).collect();
@@ -250,6 +337,7 @@ impl Storage for SimDisk {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
+        state.operate("unlink")?;
         state
             .names
             .remove(path)
@@ -287,9 +375,21 @@ impl StorageFile for SimFileHandle {
 
     async fn write_at(&self, buffer: Rc<SimBuffer>, position: u64) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
+        state.operate("write")?;
         state.writes += 1;
         if state.fail_all_writes || state.fail_write_at == Some(state.writes) {
             return Err(eio("write"));
+        }
+        let mut position = position;
+        match state.take_rule(&self.path, |fault| {
+            matches!(fault, Fault::FailWrites | Fault::LoseNextWrite | Fault::MisdirectNextWrite { .. })
+        }) {
+            Some(Fault::FailWrites) => return Err(eio("write")),
+            Some(Fault::LoseNextWrite) => return Ok(()),
+            Some(Fault::MisdirectNextWrite { blocks }) => {
+                position = (position as i64 + blocks * 4096).max(0) as u64;
+            }
+            _ => {}
         }
         let file = state.files.get_mut(&self.inode).unwrap();
         let start = position as usize;
@@ -316,8 +416,10 @@ impl StorageFile for SimFileHandle {
 
     async fn sync_data(&self) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
+        state.operate("fdatasync")?;
         state.syncs += 1;
-        if state.fail_sync_at == Some(state.syncs) {
+        let rule = state.take_rule(&self.path, |fault| *fault == Fault::FailNextSync);
+        if state.fail_sync_at == Some(state.syncs) || rule.is_some() {
             // Like Linux after a failed fsync: the unsynced pages are dropped, and a later
             // sync would report success without them (fsyncgate).
             let file = state.files.get_mut(&self.inode).unwrap();
@@ -333,7 +435,8 @@ impl StorageFile for SimFileHandle {
 
     async fn allocate(&self, bytes: u64) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
-        if state.no_space {
+        state.operate("fallocate")?;
+        if state.no_space || state.take_rule(&self.path, |fault| *fault == Fault::NoSpace).is_some() {
             return Err(io::Error::from_raw_os_error(nix::libc::ENOSPC));
         }
         let file = state.files.get_mut(&self.inode).unwrap();
