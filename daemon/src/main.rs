@@ -26,6 +26,10 @@ struct Flags {
     /// do not pin shards to cores (useful when several daemons share a small machine)
     #[argh(switch)]
     no_pin: bool,
+    /// largest segment file in bytes (default 64 MiB); segments start at 1 MiB and double up to
+    /// this, and are deleted whole once every subscription has acknowledged them
+    #[argh(option)]
+    segment_bytes_max: Option<u64>,
     /// write the router's address to this file once the daemon serves (for scripts and tests)
     #[argh(option)]
     ready_file: Option<PathBuf>,
@@ -56,6 +60,14 @@ fn main() {
         config.shards = shards;
     }
     config.balance_factor = flags.balance_factor;
+    if let Some(bytes) = flags.segment_bytes_max {
+        if bytes < 64 * 1024 || !bytes.is_multiple_of(4096) {
+            eprintln!("ringpostd: InvalidArgument: --segment-bytes-max must be a multiple of 4096 of at least 65536");
+            std::process::exit(2);
+        }
+        config.log.segment_bytes_max = bytes;
+        config.log.segment_bytes_initial = config.log.segment_bytes_initial.min(bytes);
+    }
     config.pin_shards = !flags.no_pin;
     let shards = config.shards;
     let daemon = match ringpost_daemon::start(config) {

@@ -60,17 +60,30 @@ pub struct Daemon {
     child: Option<Child>,
     log_path: PathBuf,
     starts: u32,
+    /// Data directories (default: one, `<directory>/data`).
+    pub data_dirs: Vec<PathBuf>,
+    /// Further flags for every start.
+    pub extra_args: Vec<String>,
 }
 
 impl Daemon {
     pub fn start(label: &str) -> Daemon {
+        Daemon::start_with(label, Vec::new(), Vec::new())
+    }
+
+    /// Starts with the given data directories (empty: one inside the test's directory) and
+    /// extra flags.
+    pub fn start_with(label: &str, data_dirs: Vec<PathBuf>, extra_args: Vec<String>) -> Daemon {
         let directory = temporary_directory(label);
+        let data_dirs = if data_dirs.is_empty() { vec![directory.join("data")] } else { data_dirs };
         let mut daemon = Daemon {
             log_path: directory.join("ringpostd.log"),
             directory,
             address: String::new(),
             child: None,
             starts: 0,
+            data_dirs,
+            extra_args,
         };
         daemon.spawn();
         daemon
@@ -80,11 +93,14 @@ impl Daemon {
         let ready = self.directory.join("ready");
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
-        let child = Command::new(binary("ringpostd"))
+        let mut command = Command::new(binary("ringpostd"));
+        for data_dir in &self.data_dirs {
+            command.arg("--data-dir").arg(data_dir);
+        }
+        let child = command
+            .args(&self.extra_args)
             .arg("--listen")
             .arg("127.0.0.1:0")
-            .arg("--data-dir")
-            .arg(self.directory.join("data"))
             .arg("--ready-file")
             .arg(&ready)
             .arg("--shards")
