@@ -12,11 +12,13 @@
 //! passes through the router. When a forwarder answers `NotOwner`, the client asks the router
 //! again. See [`connection`] for the threading model: futures are executor-agnostic.
 
+mod admin;
 pub mod connection;
 
 pub use connection::Connection;
 pub use ringpost_wire::messages::{
-    Attribute, InvalidAckId, PubsubMessage, ReceivedMessage, Subscription, Topic,
+    Attribute, DirectoryStatus, InvalidAckId, PubsubMessage, ReceivedMessage, ResyncDirectoryResponse,
+    ShardStats, StatsResponse, Subscription, SubscriptionStats, Topic, TopicStats,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 

@@ -10,6 +10,8 @@ pub enum ControlRequest {
     AttachTopic {
         topic_id: u64,
         name: String,
+        /// Topic message retention; 0 when not set.
+        retention_seconds: u64,
     },
     /// Stop serving a topic; with `delete_data`, remove its files.
     DetachTopic {
@@ -30,12 +32,20 @@ pub enum ControlRequest {
         name: String,
         topic_id: u64,
     },
+    /// Report this shard's topics, subscriptions and data directories.
+    Stats,
+    /// Trust data directory `index` again, after rewriting every stale copy in it.
+    ResyncDirectory {
+        index: usize,
+    },
 }
 
 #[derive(Debug)]
 pub enum ControlOk {
     Done,
     SubscriptionStart(u64),
+    Stats(ringpost_wire::messages::ShardStats, Vec<ringpost_wire::messages::TopicStats>),
+    Resynced { logs: u64, batches: u64 },
 }
 
 #[derive(Debug)]

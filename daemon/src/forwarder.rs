@@ -53,6 +53,8 @@ pub struct TopicState<S: Storage> {
     recovered: RefCell<HashMap<u64, SubscriptionState>>,
     /// The topic's folder inside each data directory.
     relative: PathBuf,
+    /// Topic message retention; 0 when not set.
+    retention_seconds: u64,
 }
 
 pub struct SubscriptionEntry {
@@ -111,7 +113,30 @@ impl<S: Storage> Forwarder<S> {
 
     pub async fn control(&self, request: ControlRequest) -> Result<ControlOk, Status> {
         match request {
-            ControlRequest::AttachTopic { topic_id, name } => self.attach_topic(topic_id, name).await,
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds } => {
+                self.attach_topic(topic_id, name, retention_seconds).await
+            }
+            ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
+            ControlRequest::ResyncDirectory { index } => {
+                if index >= self.directories.count() {
+                    return Err(Status::invalid_argument(format!(
+                        "there is no data directory {index}; there are {}",
+                        self.directories.count()
+                    )));
+                }
+                self.directories.unfence(index);
+                let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
+                let (mut logs, mut batches) = (0, 0);
+                for topic in topics {
+                    for log in [&topic.log, &topic.journal] {
+                        if log.is_stale(index) {
+                            batches += log.resync_copy(index).await.map_err(log_error_status)?;
+                            logs += 1;
+                        }
+                    }
+                }
+                Ok(ControlOk::Resynced { logs, batches })
+            }
             ControlRequest::DetachTopic { topic_id, delete_data } => {
                 let topic = self.topics_by_id.borrow_mut().remove(&topic_id);
                 if let Some(topic) = topic {
@@ -147,7 +172,12 @@ impl<S: Storage> Forwarder<S> {
         }
     }
 
-    async fn attach_topic(&self, topic_id: u64, name: String) -> Result<ControlOk, Status> {
+    async fn attach_topic(
+        &self,
+        topic_id: u64,
+        name: String,
+        retention_seconds: u64,
+    ) -> Result<ControlOk, Status> {
         if self.topics_by_id.borrow().contains_key(&topic_id) {
             return Ok(ControlOk::Done);
         }
@@ -210,6 +240,7 @@ impl<S: Storage> Forwarder<S> {
             subscriptions: RefCell::default(),
             recovered: RefCell::new(recovered),
             relative,
+            retention_seconds,
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -453,32 +484,125 @@ impl<S: Storage> Forwarder<S> {
         Ok(response)
     }
 
-    /// Deletes segments that every subscription of a topic has acknowledged (or, for a topic
-    /// without subscriptions, every closed segment: nobody can ever receive those messages).
+    /// Deletes the oldest segments nobody needs any more. A closed segment goes when no
+    /// retention keeps it: the topic's `message_retention_duration` (if set) has passed for its
+    /// newest message, and for every subscription either its ack floor passed the segment (unless
+    /// it retains acknowledged messages) or the subscription's own retention expired. A topic
+    /// without subscriptions and without retention keeps nothing: no one can ever receive it.
     pub async fn collect_segments(&self) {
+        let now_ms = self.clock.wall_ms();
         let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
         for topic in topics {
-            let floor = {
+            let deletable = {
                 let subscriptions = topic.subscriptions.borrow();
-                if subscriptions.iter().any(|entry| entry.settings.retain_acked_messages) {
-                    continue;
-                }
-                subscriptions
+                let expired = |newest_ms: u64, seconds: u64| {
+                    newest_ms.saturating_add(seconds.saturating_mul(1000)) <= now_ms
+                };
+                topic
+                    .log
+                    .closed_segments()
                     .iter()
-                    .map(|entry| entry.state.borrow().ack_floor())
-                    .min()
-                    .unwrap_or_else(|| topic.log.end_offset())
+                    .take_while(|segment| {
+                        let topic_keeps = topic.retention_seconds > 0
+                            && !expired(segment.newest_publish_ms, topic.retention_seconds);
+                        !topic_keeps
+                            && subscriptions.iter().all(|entry| {
+                                let gone = expired(
+                                    segment.newest_publish_ms,
+                                    entry.settings.message_retention_seconds,
+                                );
+                                let acked = entry.state.borrow().ack_floor() >= segment.end_offset;
+                                gone || (acked && !entry.settings.retain_acked_messages)
+                            })
+                    })
+                    .count()
             };
-            if let Err(error) = topic.log.remove_before(floor).await {
-                eprintln!("ringpostd: deleting acknowledged segments of topic '{}': {error}", topic.name);
+            if deletable == 0 {
+                continue;
+            }
+            match topic.log.remove_oldest(deletable).await {
+                Ok(_) => {
+                    let start = topic.log.start_offset();
+                    for entry in topic.subscriptions.borrow().iter() {
+                        entry.state.borrow_mut().forget_before(start);
+                    }
+                }
+                Err(error) => {
+                    eprintln!("ringpostd: deleting old segments of topic '{}': {error}", topic.name)
+                }
             }
         }
     }
 
-    /// Stats of this shard, for logs.
-    pub fn topic_count(&self) -> usize {
-        self.topics_by_id.borrow().len()
+    fn shard_stats(&self) -> ShardStats {
+        ShardStats {
+            shard: self.shard,
+            topics: self.topics_by_id.borrow().len() as u32,
+            directories: directory_status(&self.directories),
+            repairs: self.directories.repairs(),
+        }
     }
+
+    async fn topic_stats(&self) -> Vec<TopicStats> {
+        let now_ms = self.clock.wall_ms();
+        let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
+        let mut out = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let end = topic.log.end_offset();
+            let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().clone();
+            let mut subscriptions = Vec::with_capacity(entries.len());
+            for entry in entries {
+                let (floor, backlog, outstanding, delivered_total, expired_total) = {
+                    let state = entry.state.borrow();
+                    (
+                        state.ack_floor(),
+                        state.backlog(end),
+                        state.outstanding(),
+                        state.delivered_total,
+                        state.expired_total,
+                    )
+                };
+                let oldest_unacked_age_ms = if floor < end {
+                    match topic.log.read(floor, 1, usize::MAX).await {
+                        Ok(records) => {
+                            records.first().map(|r| now_ms.saturating_sub(r.publish_time_ms)).unwrap_or(0)
+                        }
+                        Err(_) => 0,
+                    }
+                } else {
+                    0
+                };
+                subscriptions.push(SubscriptionStats {
+                    name: entry.name.clone(),
+                    backlog_messages: backlog,
+                    outstanding_messages: outstanding as u64,
+                    delivered_total,
+                    expired_total,
+                    oldest_unacked_age_ms,
+                });
+            }
+            out.push(TopicStats {
+                name: topic.name.clone(),
+                shard: self.shard,
+                first_offset: topic.log.start_offset(),
+                end_offset: end,
+                disk_bytes: topic.log.disk_bytes(),
+                subscriptions,
+            });
+        }
+        out
+    }
+}
+
+pub fn directory_status(directories: &Directories) -> Vec<DirectoryStatus> {
+    directories
+        .status()
+        .into_iter()
+        .map(|(path, fenced)| DirectoryStatus {
+            path: path.display().to_string(),
+            fenced: fenced.unwrap_or_default(),
+        })
+        .collect()
 }
 
 fn check_ack_id_count(count: usize) -> Result<(), Status> {

@@ -137,7 +137,11 @@ impl<S: Storage> Router<S> {
             let shard = self.placement.borrow_mut().place(&topic.name);
             self.topic_shard.borrow_mut().insert(topic.id, shard);
             self.forwarders[shard as usize]
-                .call(ControlRequest::AttachTopic { topic_id: topic.id, name: topic.name.clone() })
+                .call(ControlRequest::AttachTopic {
+                    topic_id: topic.id,
+                    name: topic.name.clone(),
+                    retention_seconds: topic.message_retention_seconds,
+                })
                 .await
                 .map_err(|status| format!("recovering topic '{}': {status}", topic.name))?;
         }
@@ -211,7 +215,11 @@ impl<S: Storage> Router<S> {
         let id = self.allocate_id();
         let shard = self.placement.borrow_mut().place(name);
         let attached = self.forwarders[shard as usize]
-            .call(ControlRequest::AttachTopic { topic_id: id, name: name.to_owned() })
+            .call(ControlRequest::AttachTopic {
+                topic_id: id,
+                name: name.to_owned(),
+                retention_seconds: retention,
+            })
             .await;
         if let Err(status) = attached {
             self.placement.borrow_mut().release(shard);
@@ -458,6 +466,56 @@ impl<S: Storage> Router<S> {
         Ok(SubscriptionList { subscriptions, next_page_token })
     }
 
+    async fn stats(&self) -> Result<StatsResponse, Status> {
+        let mut response = StatsResponse::default();
+        response.shards.push(ShardStats {
+            shard: u32::MAX,
+            topics: self.state.borrow().topics.len() as u32,
+            directories: crate::forwarder::directory_status(&self.directories),
+            repairs: self.directories.repairs(),
+        });
+        for forwarder in &self.forwarders {
+            if let ControlOk::Stats(shard, topics) = forwarder.call(ControlRequest::Stats).await? {
+                response.shards.push(shard);
+                response.topics.extend(topics);
+            }
+        }
+        response.topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(response)
+    }
+
+    async fn resync_directory(&self, body: &[u8]) -> Result<ResyncDirectoryResponse, Status> {
+        let request = access_body::<ResyncDirectoryRequest>(body)?;
+        let index = request.index.to_native() as usize;
+        if index >= self.directories.count() {
+            return Err(Status::invalid_argument(format!(
+                "there is no data directory {index}; there are {} (numbered from 0 in --data-dir order)",
+                self.directories.count()
+            )));
+        }
+        let mut response = ResyncDirectoryResponse::default();
+        self.directories.unfence(index);
+        if self.catalog_log.is_stale(index) {
+            response.batches_copied += self.catalog_log.resync_copy(index).await.map_err(catalog_status)?;
+            response.logs_resynced += 1;
+        }
+        for forwarder in &self.forwarders {
+            if let ControlOk::Resynced { logs, batches } =
+                forwarder.call(ControlRequest::ResyncDirectory { index }).await?
+            {
+                response.logs_resynced += logs;
+                response.batches_copied += batches;
+            }
+        }
+        eprintln!(
+            "ringpostd: data directory {index} ({}) resynced: {} logs, {} batches copied; it takes writes again",
+            self.directories.path(index).display(),
+            response.logs_resynced,
+            response.batches_copied
+        );
+        Ok(response)
+    }
+
     async fn dispatch(&self, header: &FrameHeader, body: &[u8]) -> Result<FrameBuffer, Status> {
         let Some(command) = Command::from_u16(header.command) else {
             return Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command)));
@@ -499,6 +557,8 @@ impl<S: Storage> Router<S> {
                 };
                 respond(header, &self.lookup(&topic.name, topic.id)?)
             }
+            Command::Stats => respond(header, &self.stats().await?),
+            Command::ResyncDirectory => respond(header, &self.resync_directory(body).await?),
             Command::Publish | Command::Pull | Command::Acknowledge | Command::ModifyAckDeadline => {
                 return Err(Status::new(
                     ErrorCode::NotOwner,

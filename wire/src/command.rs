@@ -35,11 +35,16 @@ pub enum Command {
     Acknowledge = 41,
     /// `ModifyAckDeadlineRequest` → `AckResponse`; a deadline of 0 is a nack.
     ModifyAckDeadline = 42,
+    /// `Empty` → `StatsResponse` (router): topics, subscriptions, shards and data directories.
+    Stats = 60,
+    /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
+    /// directory back by rewriting every log's copy in it from healthy copies.
+    ResyncDirectory = 61,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 15] = [
+    pub const ALL: [Command; 17] = [
         Command::Hello,
         Command::CreateTopic,
         Command::GetTopic,
@@ -55,6 +60,8 @@ impl Command {
         Command::Pull,
         Command::Acknowledge,
         Command::ModifyAckDeadline,
+        Command::Stats,
+        Command::ResyncDirectory,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -74,6 +81,8 @@ impl Command {
             40 => Command::Pull,
             41 => Command::Acknowledge,
             42 => Command::ModifyAckDeadline,
+            60 => Command::Stats,
+            61 => Command::ResyncDirectory,
             _ => return None,
         })
     }

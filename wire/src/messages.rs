@@ -166,3 +166,61 @@ wire_type! {
     /// Which ack ids were refused, and why. The others took effect durably.
     pub struct AckResponse { pub invalid_ack_ids: Vec<InvalidAckId> }
 }
+
+wire_type! {
+    pub struct DirectoryStatus {
+        pub path: String,
+        /// Why the directory is fenced; empty when it is healthy.
+        pub fenced: String,
+    }
+}
+
+wire_type! {
+    /// One shard: the router (`shard` = u32::MAX) or a forwarder.
+    pub struct ShardStats {
+        pub shard: u32,
+        pub topics: u32,
+        pub directories: Vec<DirectoryStatus>,
+        /// Copies of batches rewritten from good ones since start.
+        pub repairs: u64,
+    }
+}
+
+wire_type! {
+    pub struct SubscriptionStats {
+        pub name: String,
+        /// Messages published and not acknowledged.
+        pub backlog_messages: u64,
+        /// Messages delivered whose lease has not ended.
+        pub outstanding_messages: u64,
+        pub delivered_total: u64,
+        pub expired_total: u64,
+        /// Age of the oldest unacknowledged message; 0 when there is none.
+        pub oldest_unacked_age_ms: u64,
+    }
+}
+
+wire_type! {
+    pub struct TopicStats {
+        pub name: String,
+        pub shard: u32,
+        /// Oldest offset still stored, and one past the newest.
+        pub first_offset: u64,
+        pub end_offset: u64,
+        /// Bytes of segment files in one data directory.
+        pub disk_bytes: u64,
+        pub subscriptions: Vec<SubscriptionStats>,
+    }
+}
+
+wire_type! {
+    pub struct StatsResponse { pub shards: Vec<ShardStats>, pub topics: Vec<TopicStats> }
+}
+
+wire_type! {
+    pub struct ResyncDirectoryRequest { pub index: u32 }
+}
+
+wire_type! {
+    pub struct ResyncDirectoryResponse { pub logs_resynced: u64, pub batches_copied: u64 }
+}

@@ -124,6 +124,15 @@ pub struct RecoveryReport {
     pub buffered_io_warning: bool,
 }
 
+/// A closed segment, as retention sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: u64,
+    /// One past its last record.
+    pub end_offset: u64,
+    pub newest_publish_ms: u64,
+}
+
 /// A stored message, copied out of a validated batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRecord {
@@ -142,6 +151,8 @@ struct BatchEntry {
 
 struct Segment<S: Storage> {
     base_offset: u64,
+    /// Publish time of the newest record, for time-based retention.
+    newest_publish_ms: u64,
     capacity: u64,
     write_position: u64,
     batches: Vec<BatchEntry>,
@@ -211,12 +222,15 @@ fn is_no_space(error: &std::io::Error) -> bool {
     error.raw_os_error() == Some(nix::libc::ENOSPC) || error.raw_os_error() == Some(nix::libc::EDQUOT)
 }
 
+/// Rounds a live resync may take to catch up with commits before it gives up.
+const RESYNC_ROUNDS_MAX: usize = 1000;
+
 /// Scan window for recovery reads.
 const RECOVERY_READ_BYTES: usize = 1 << 20;
 
 /// What one copy holds at a position during recovery.
 enum CopyBatch {
-    Valid(BatchHeader),
+    Valid(BatchHeader, u64),
     Empty,
     Invalid(String),
     Missing,
@@ -329,6 +343,7 @@ impl<S: Storage> Log<S> {
             }
             let mut segment = Segment {
                 base_offset: base,
+                newest_publish_ms: 0,
                 capacity,
                 write_position: 0,
                 batches: Vec::new(),
@@ -367,10 +382,10 @@ impl<S: Storage> Log<S> {
                             match read_batch(&**file, &mut windows[copy], log_id, base, position, capacity)
                                 .await?
                             {
-                                ReadBatch::Valid(header) if header.base_offset == next_offset => {
-                                    CopyBatch::Valid(header)
+                                ReadBatch::Valid(header, newest) if header.base_offset == next_offset => {
+                                    CopyBatch::Valid(header, newest)
                                 }
-                                ReadBatch::Valid(header) => CopyBatch::Invalid(format!(
+                                ReadBatch::Valid(header, _) => CopyBatch::Invalid(format!(
                                     "batch starts at offset {} where {next_offset} was expected",
                                     header.base_offset
                                 )),
@@ -380,11 +395,12 @@ impl<S: Storage> Log<S> {
                         }
                     });
                 }
-                let good = found.iter().position(|batch| matches!(batch, CopyBatch::Valid(_)));
+                let good = found.iter().position(|batch| matches!(batch, CopyBatch::Valid(..)));
                 if let Some(good) = good {
-                    let CopyBatch::Valid(header) = found[good] else { unreachable!() };
+                    let CopyBatch::Valid(header, newest) = found[good] else { unreachable!() };
+                    segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
                     for (copy, batch) in found.iter().enumerate() {
-                        if !matches!(batch, CopyBatch::Valid(_)) {
+                        if !matches!(batch, CopyBatch::Valid(..)) {
                             repairs.push((segment_index, position, header.disk_bytes(), good, copy));
                         }
                     }
@@ -806,9 +822,11 @@ impl<S: Storage> Log<S> {
                 "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
             )));
         }
+        let newest = batch.iter().map(|staged| record::newest_publish_ms(&staged.records)).max().unwrap_or(0);
         let mut inner = self.inner.borrow_mut();
         let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };
         let segment = inner.segments.last_mut().unwrap();
+        segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
         segment.batches.push(BatchEntry { header, position });
         segment.write_position += disk_bytes as u64;
         inner.next_offset = base_offset + count as u64;
@@ -900,6 +918,7 @@ impl<S: Storage> Log<S> {
         }
         self.inner.borrow_mut().segments.push(Segment {
             base_offset,
+            newest_publish_ms: 0,
             capacity,
             write_position: 0,
             batches: Vec::new(),
@@ -1079,29 +1098,116 @@ impl<S: Storage> Log<S> {
         Err(LogError::DataLoss(last_error))
     }
 
-    /// Deletes whole segments all of whose records are below `offset` (never the active one):
-    /// the manifest without them is made durable first, then the files are removed. Returns the
-    /// number of segments removed.
-    pub async fn remove_before(&self, offset: u64) -> Result<usize, LogError> {
-        let removable: Vec<u64> = {
-            let inner = self.inner.borrow();
-            let count = inner.segments.len();
-            inner
-                .segments
-                .iter()
-                .enumerate()
-                .take_while(|(index, segment)| {
-                    *index + 1 < count
-                        && inner.segments[index + 1].base_offset <= offset
-                        && segment.base_offset < offset
-                })
-                .map(|(_, segment)| segment.base_offset)
-                .collect()
-        };
-        if removable.is_empty() || self.is_fenced().is_some() {
+    /// Brings this log's copy in data directory `copy` up to date after the directory was
+    /// fenced and an operator asked to resync it: every batch is copied from a healthy copy
+    /// (after validation) and synced, and once a round finds nothing left to copy — with no
+    /// await in between, so no commit can slip past — the copy takes writes again and the
+    /// manifest is rewritten. Returns the batches copied.
+    pub async fn resync_copy(&self, copy: usize) -> Result<u64, LogError> {
+        if self.inner.borrow().copies[copy] == CopyState::Current {
             return Ok(0);
         }
-        let removed: Vec<Segment<S>> = self.inner.borrow_mut().segments.drain(..removable.len()).collect();
+        let mut copied: std::collections::HashSet<(u64, u64)> = std::collections::HashSet::new();
+        for _round in 0..RESYNC_ROUNDS_MAX {
+            let work: Vec<(usize, u64, Vec<BatchEntry>, bool)> = {
+                let inner = self.inner.borrow();
+                inner
+                    .segments
+                    .iter()
+                    .enumerate()
+                    .map(|(index, segment)| {
+                        let pending: Vec<BatchEntry> = segment
+                            .batches
+                            .iter()
+                            .filter(|entry| !copied.contains(&(segment.base_offset, entry.position)))
+                            .copied()
+                            .collect();
+                        (index, segment.base_offset, pending, segment.files[copy].is_none())
+                    })
+                    .filter(|(_, _, pending, missing)| !pending.is_empty() || *missing)
+                    .collect()
+            };
+            if work.is_empty() {
+                self.inner.borrow_mut().copies[copy] = CopyState::Current;
+                self.write_manifest().await?;
+                return Ok(copied.len() as u64);
+            }
+            for (segment_index, base, pending, _) in work {
+                for entry in pending {
+                    let source = {
+                        let inner = self.inner.borrow();
+                        (0..inner.copies.len()).find(|other| {
+                            *other != copy
+                                && inner.copies[*other] == CopyState::Current
+                                && inner
+                                    .segments
+                                    .get(segment_index)
+                                    .is_some_and(|s| s.files[*other].is_some())
+                        })
+                    };
+                    let Some(source) = source else {
+                        return Err(LogError::Io("no healthy copy to resync from".into()));
+                    };
+                    let before = self.directories.repairs();
+                    self.repair(segment_index, entry.position, entry.header.disk_bytes(), source, copy)
+                        .await?;
+                    if self.directories.repairs() == before {
+                        return Err(LogError::Io(format!(
+                            "writing to data directory {copy} failed during the resync"
+                        )));
+                    }
+                    copied.insert((base, entry.position));
+                }
+                if self.inner.borrow().segments[segment_index].files[copy].is_none() {
+                    // An empty segment (created while the copy was stale): create it too.
+                    let capacity = self.inner.borrow().segments[segment_index].capacity;
+                    let folder = self.folder(copy);
+                    let path = folder.join(segment_name(base));
+                    let file = self.storage.open(&path, true).await.map_err(|e| LogError::Io(io_text(&e)))?;
+                    file.allocate(capacity).await.map_err(|e| LogError::Io(io_text(&e)))?;
+                    file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;
+                    self.storage.sync_dir(&folder).await.map_err(|e| LogError::Io(io_text(&e)))?;
+                    self.inner.borrow_mut().segments[segment_index].files[copy] = Some(Rc::new(file));
+                }
+            }
+        }
+        Err(LogError::Io(format!(
+            "the resync of data directory {copy} did not catch up in {RESYNC_ROUNDS_MAX} rounds"
+        )))
+    }
+
+    /// Whether this log's copy in `copy` missed writes and needs a resync.
+    pub fn is_stale(&self, copy: usize) -> bool {
+        self.inner.borrow().copies[copy] == CopyState::Stale
+    }
+
+    /// The closed segments (all but the active one), oldest first, for retention decisions.
+    pub fn closed_segments(&self) -> Vec<SegmentInfo> {
+        let inner = self.inner.borrow();
+        let count = inner.segments.len();
+        (0..count.saturating_sub(1))
+            .map(|index| SegmentInfo {
+                base_offset: inner.segments[index].base_offset,
+                end_offset: inner.segments[index + 1].base_offset,
+                newest_publish_ms: inner.segments[index].newest_publish_ms,
+            })
+            .collect()
+    }
+
+    /// Deletes whole segments all of whose records are below `offset` (never the active one).
+    pub async fn remove_before(&self, offset: u64) -> Result<usize, LogError> {
+        let count = self.closed_segments().iter().take_while(|segment| segment.end_offset <= offset).count();
+        self.remove_oldest(count).await
+    }
+
+    /// Deletes the `count` oldest segments (never the active one): the manifest without them is
+    /// made durable first, then the files are removed. Returns the number removed.
+    pub async fn remove_oldest(&self, count: usize) -> Result<usize, LogError> {
+        let count = count.min(self.inner.borrow().segments.len().saturating_sub(1));
+        if count == 0 || self.is_fenced().is_some() {
+            return Ok(0);
+        }
+        let removed: Vec<Segment<S>> = self.inner.borrow_mut().segments.drain(..count).collect();
         self.write_manifest().await?;
         for copy in 0..self.directories.count() {
             let folder = self.folder(copy);
@@ -1115,7 +1221,7 @@ impl<S: Storage> Log<S> {
                 let _ = self.storage.sync_dir(&folder).await;
             }
         }
-        Ok(removable.len())
+        Ok(count)
     }
 
     /// Bytes of segment files (allocated capacity) of one copy.
@@ -1125,7 +1231,8 @@ impl<S: Storage> Log<S> {
 }
 
 enum ReadBatch {
-    Valid(BatchHeader),
+    /// A valid batch and the publish time of its newest record.
+    Valid(BatchHeader, u64),
     Empty,
     Invalid(String),
 }
@@ -1185,7 +1292,9 @@ async fn read_batch<F: StorageFile>(
     }
     let whole = window.at(file, position, header.disk_bytes(), size).await?;
     Ok(match record::decode_batch(whole, log_id, &header) {
-        Ok(_) => ReadBatch::Valid(header),
+        Ok(views) => {
+            ReadBatch::Valid(header, views.iter().map(|view| view.publish_time_ms).max().unwrap_or(0))
+        }
         Err(error) => ReadBatch::Invalid(error.to_string()),
     })
 }
@@ -1203,7 +1312,7 @@ async fn first_valid_batch<F: StorageFile>(
     while position + BLOCK_BYTES as u64 <= size {
         let head = window.at(file, position, BLOCK_BYTES, size).await?;
         if record::decode_batch_header(head, log_id, segment_base, position).is_ok() {
-            if let ReadBatch::Valid(_) =
+            if let ReadBatch::Valid(..) =
                 read_batch(file, &mut window, log_id, segment_base, position, size).await?
             {
                 return Ok(Some(position));

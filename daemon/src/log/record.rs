@@ -99,6 +99,18 @@ pub fn seal_records(log_id: u64, records: &mut [u8], base_offset: u64) -> u32 {
     (offset - base_offset) as u32
 }
 
+/// The newest publish time among unsealed or sealed records laid end to end.
+pub fn newest_publish_ms(records: &[u8]) -> u64 {
+    let mut newest = 0;
+    let mut position = 0;
+    while position + RECORD_HEADER_BYTES <= records.len() {
+        let unpadded = u32::from_le_bytes(records[position..position + 4].try_into().unwrap()) as usize;
+        newest = newest.max(u64::from_le_bytes(records[position + 16..position + 24].try_into().unwrap()));
+        position += align_up(unpadded.max(RECORD_HEADER_BYTES), 8);
+    }
+    newest
+}
+
 fn record_crc(log_id: u64, covered: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&log_id.to_le_bytes()), covered)
 }

@@ -93,3 +93,28 @@ fn cli_errors_name_the_code_and_exit_non_zero() {
     assert!(String::from_utf8_lossy(&unreachable.stderr).starts_with("Unavailable: cannot connect"));
     assert_ne!(unreachable.status.code(), Some(0));
 }
+
+#[test]
+fn stats_show_backlog_and_healthy_directories() {
+    let daemon = Daemon::start("stats");
+    succeeded(&daemon.cli(&["topic", "create", "metrics"]));
+    succeeded(&daemon.cli(&["sub", "create", "dashboard", "--topic", "metrics"]));
+    succeeded(&daemon.cli(&["publish", "metrics", "a", "b", "c"]));
+    succeeded(&daemon.cli(&["pull", "dashboard", "--max", "1"]));
+    let stats = succeeded(&daemon.cli(&["stats"]));
+    let subscription =
+        stats.lines().find(|line| line.contains("\"subscription\":\"dashboard\"")).expect(&stats);
+    assert_eq!(field(subscription, "backlog"), "3");
+    assert_eq!(field(subscription, "outstanding"), "1");
+    assert_eq!(field(subscription, "delivered"), "1");
+    let topic =
+        stats.lines().find(|line| line.starts_with("{\"topic\":\"metrics\",\"shard\"")).expect(&stats);
+    assert_eq!(field(topic, "messages"), "3");
+    let directories: Vec<&str> = stats.lines().filter(|line| line.contains("\"directory\"")).collect();
+    assert_eq!(directories.len(), 3, "the router and two forwarders, one data directory each: {stats}");
+    assert!(directories.iter().all(|line| field(line, "healthy") == "true"));
+    let table = succeeded(&daemon.cli(&["--output", "table", "stats"]));
+    assert!(table.contains("dashboard") && table.contains("healthy"), "{table}");
+    let refused = failed(&daemon.cli(&["admin", "resync-dir", "5"]));
+    assert!(refused.starts_with("InvalidArgument"), "{refused}");
+}

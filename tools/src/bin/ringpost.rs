@@ -46,6 +46,38 @@ enum Command {
     Ack(AckCommand),
     Nack(NackCommand),
     Modack(ModackCommand),
+    Stats(StatsCommand),
+    Admin(AdminCommand),
+}
+
+/// show topics, subscriptions (backlog, outstanding, oldest unacked age, deliveries) and the
+/// health of every shard's data directories
+#[derive(FromArgs)]
+#[argh(subcommand, name = "stats")]
+struct StatsCommand {}
+
+/// operator actions
+#[derive(FromArgs)]
+#[argh(subcommand, name = "admin")]
+struct AdminCommand {
+    #[argh(subcommand)]
+    action: AdminAction,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum AdminAction {
+    ResyncDir(ResyncDir),
+}
+
+/// bring a fenced data directory back: rewrite every log's copy in it from healthy copies,
+/// then let it take writes again
+#[derive(FromArgs)]
+#[argh(subcommand, name = "resync-dir")]
+struct ResyncDir {
+    /// the directory's index, from 0, in the order of ringpostd's --data-dir flags
+    #[argh(positional)]
+    index: u32,
 }
 
 /// manage topics
@@ -269,6 +301,98 @@ fn main() -> ExitCode {
     }
 }
 
+fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
+    let mut rows = Vec::new();
+    for topic in &stats.topics {
+        let messages = topic.end_offset - topic.first_offset;
+        rows.push((
+            vec![
+                topic.name.clone(),
+                String::new(),
+                topic.shard.to_string(),
+                messages.to_string(),
+                topic.disk_bytes.to_string(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ],
+            json::object(&[
+                ("topic", json::string(&topic.name)),
+                ("shard", topic.shard.to_string()),
+                ("first_offset", topic.first_offset.to_string()),
+                ("end_offset", topic.end_offset.to_string()),
+                ("messages", messages.to_string()),
+                ("disk_bytes", topic.disk_bytes.to_string()),
+            ]),
+        ));
+        for subscription in &topic.subscriptions {
+            rows.push((
+                vec![
+                    topic.name.clone(),
+                    subscription.name.clone(),
+                    topic.shard.to_string(),
+                    String::new(),
+                    String::new(),
+                    subscription.backlog_messages.to_string(),
+                    subscription.outstanding_messages.to_string(),
+                    format!("{:.1}", subscription.oldest_unacked_age_ms as f64 / 1000.0),
+                    subscription.delivered_total.to_string(),
+                ],
+                json::object(&[
+                    ("topic", json::string(&topic.name)),
+                    ("subscription", json::string(&subscription.name)),
+                    ("backlog", subscription.backlog_messages.to_string()),
+                    ("outstanding", subscription.outstanding_messages.to_string()),
+                    ("oldest_unacked_age_ms", subscription.oldest_unacked_age_ms.to_string()),
+                    ("delivered", subscription.delivered_total.to_string()),
+                    ("expired_deadlines", subscription.expired_total.to_string()),
+                ]),
+            ));
+        }
+    }
+    print_rows(
+        output,
+        &[
+            "topic",
+            "subscription",
+            "shard",
+            "messages",
+            "disk_bytes",
+            "backlog",
+            "outstanding",
+            "oldest_unacked_s",
+            "delivered",
+        ],
+        rows,
+    );
+    for shard in &stats.shards {
+        let name =
+            if shard.shard == u32::MAX { "router".to_string() } else { format!("forwarder-{}", shard.shard) };
+        for (index, directory) in shard.directories.iter().enumerate() {
+            let state = if directory.fenced.is_empty() {
+                "healthy".to_string()
+            } else {
+                format!("FENCED: {}", directory.fenced)
+            };
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    json::object(&[
+                        ("shard", json::string(&name)),
+                        ("directory", index.to_string()),
+                        ("path", json::string(&directory.path)),
+                        ("healthy", directory.fenced.is_empty().to_string()),
+                        ("fenced", json::string(&directory.fenced)),
+                        ("repairs", shard.repairs.to_string()),
+                    ])
+                ),
+                Output::Table => println!("{name} directory {index} {}: {state}", directory.path),
+            }
+        }
+    }
+}
+
 fn topic_json(topic: &Topic) -> String {
     json::object(&[
         ("name", json::string(&topic.name)),
@@ -478,6 +602,17 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         Command::Modack(modack) => report_invalid(
             client.modify_ack_deadline(&modack.subscription, modack.ack_ids, modack.seconds).await?,
         )?,
+        Command::Stats(_) => print_stats(output, &client.stats().await?),
+        Command::Admin(AdminCommand { action: AdminAction::ResyncDir(resync) }) => {
+            let done = client.resync_directory(resync.index).await?;
+            println!(
+                "{}",
+                json::object(&[
+                    ("logs_resynced", done.logs_resynced.to_string()),
+                    ("batches_copied", done.batches_copied.to_string()),
+                ])
+            );
+        }
     }
     Ok(())
 }
