@@ -667,3 +667,139 @@ impl<S: Storage> Handler for Forwarder<S> {
         result.unwrap_or_else(|status| fail(&header, &status))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::storage::sim::SimDisk;
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(future: F) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(future);
+    }
+
+    fn forwarder(clock: &ManualClock) -> Forwarder<SimDisk> {
+        let config = LogConfig {
+            segment_bytes_initial: 64 * 1024,
+            segment_bytes_max: 64 * 1024,
+            ..LogConfig::default()
+        };
+        Forwarder::new(
+            0,
+            SimDisk::new(),
+            Directories::new(vec!["/d0".into()]),
+            config,
+            Rc::new(clock.clone()),
+        )
+    }
+
+    async fn topic(forwarder: &Forwarder<SimDisk>, retention_seconds: u64) -> Rc<TopicState<SimDisk>> {
+        forwarder
+            .control(ControlRequest::AttachTopic { topic_id: 7, name: "retained".into(), retention_seconds })
+            .await
+            .unwrap();
+        forwarder.topic("retained").unwrap()
+    }
+
+    async fn subscribe(forwarder: &Forwarder<SimDisk>, retain_acked_messages: bool) -> Rc<SubscriptionEntry> {
+        let settings = SubscriptionSettings {
+            ack_deadline_seconds: 10,
+            message_retention_seconds: 7 * 24 * 3600,
+            retain_acked_messages,
+            ..Default::default()
+        };
+        forwarder
+            .control(ControlRequest::AttachSubscription {
+                subscription_id: 9,
+                name: "reader".into(),
+                topic_id: 7,
+                settings,
+                create: true,
+            })
+            .await
+            .unwrap();
+        forwarder.subscription("reader").unwrap().0
+    }
+
+    async fn publish(forwarder: &Forwarder<SimDisk>, count: usize) {
+        for _ in 0..count {
+            let request = PublishRequest {
+                topic: "retained".into(),
+                messages: vec![PubsubMessage { data: vec![1u8; 1000], ..Default::default() }],
+            };
+            let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
+            forwarder.publish(&frame[FRAME_HEADER_BYTES..]).await.unwrap();
+        }
+    }
+
+    fn ack_everything(entry: &SubscriptionEntry, end: u64) {
+        let mut state = entry.state.borrow_mut();
+        for offset in state.ack_floor()..end {
+            state.apply_ack(offset);
+        }
+    }
+
+    #[test]
+    fn a_topic_without_subscriptions_keeps_nothing_closed() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let topic = topic(&forwarder, 0).await;
+            publish(&forwarder, 300).await;
+            assert!(topic.log.closed_segments().len() > 2);
+            forwarder.collect_segments().await;
+            assert!(topic.log.closed_segments().is_empty());
+            assert!(topic.log.start_offset() > 0);
+        });
+    }
+
+    #[test]
+    fn unacknowledged_messages_stay_until_the_subscription_retention_expires() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let topic = topic(&forwarder, 0).await;
+            let entry = subscribe(&forwarder, false).await;
+            publish(&forwarder, 300).await;
+            forwarder.collect_segments().await;
+            assert_eq!(topic.log.start_offset(), 0, "nothing acknowledged, nothing expired: nothing deleted");
+            clock.advance(8 * DAY);
+            forwarder.collect_segments().await;
+            let start = topic.log.start_offset();
+            assert!(start > 0, "seven days later the unacknowledged messages expire");
+            assert_eq!(entry.state.borrow().ack_floor(), start, "the subscription forgets what was deleted");
+            assert_eq!(entry.state.borrow().backlog(topic.log.end_offset()), topic.log.end_offset() - start);
+        });
+    }
+
+    #[test]
+    fn acknowledged_segments_go_unless_a_retention_keeps_them() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let topic = topic(&forwarder, 0).await;
+            let entry = subscribe(&forwarder, false).await;
+            publish(&forwarder, 300).await;
+            ack_everything(&entry, topic.log.end_offset());
+            forwarder.collect_segments().await;
+            assert!(topic.log.closed_segments().is_empty(), "every closed segment was acknowledged");
+        });
+        for (topic_retention_seconds, retain_acked) in [(3600, false), (0, true)] {
+            run(async move {
+                let clock = ManualClock::default();
+                let forwarder = forwarder(&clock);
+                let topic = topic(&forwarder, topic_retention_seconds).await;
+                let entry = subscribe(&forwarder, retain_acked).await;
+                publish(&forwarder, 300).await;
+                ack_everything(&entry, topic.log.end_offset());
+                forwarder.collect_segments().await;
+                assert_eq!(topic.log.start_offset(), 0, "retention keeps acknowledged messages for seek");
+                clock.advance(if retain_acked { 8 * DAY } else { Duration::from_secs(7200) });
+                forwarder.collect_segments().await;
+                assert!(topic.log.start_offset() > 0, "and lets them go once it expires");
+            });
+        }
+    }
+}
