@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod clock;
 pub mod codec;
 pub mod control;
+pub mod filter;
 pub mod forwarder;
 pub mod journal;
 pub mod log;

@@ -1,6 +1,14 @@
 //! A subscription's delivery state, without I/O: which offsets are acknowledged, which are
-//! leased to a subscriber and until when, which wait for redelivery. The forwarder drives it
-//! with the monotonic clock and makes acknowledgements durable (journal) before applying them.
+//! leased to a subscriber and until when, which wait for redelivery (after a retry backoff),
+//! which go to the dead-letter topic, and, for ordered subscriptions, which ordering keys are
+//! busy. The forwarder drives it with the monotonic clock and makes acknowledgements durable
+//! (journal) before applying them.
+//!
+//! Ordering keys: at most one message per key is leased at a time. Later messages of a busy key
+//! are held back, in publish order, and the next one is released when the leased one is
+//! acknowledged or dead-lettered; a nacked or expired one keeps its key busy and is delivered
+//! again first. So a subscriber sees each key in order, a key waiting for a redelivery blocks
+//! only itself, and dead-lettering unblocks it.
 //!
 //! Invariants:
 //! - every offset in `[start_offset, cursor)` is acknowledged, leased, or waiting in
@@ -121,6 +129,40 @@ pub struct Delivery {
 struct Lease {
     deadline: Instant,
     generation: u32,
+    /// The streaming pull that holds the lease (0: a unary pull), for its flow control.
+    stream: u64,
+    bytes: u64,
+}
+
+/// Redelivery and dead-letter settings of a subscription.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryPolicy {
+    /// Exponential backoff between `minimum` and `maximum` before a nacked or expired message
+    /// is delivered again; `None` redelivers at once.
+    pub retry_backoff: Option<(Duration, Duration)>,
+    /// Deliveries after which a failing message goes to the dead-letter topic.
+    pub max_delivery_attempts: Option<u32>,
+    pub ordered: bool,
+}
+
+impl DeliveryPolicy {
+    /// The wait before delivery number `attempt + 1` after `attempt` failed ones.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        match self.retry_backoff {
+            None => Duration::ZERO,
+            Some((minimum, maximum)) => {
+                let factor = 1u32 << attempt.saturating_sub(1).min(20);
+                minimum.saturating_mul(factor).min(maximum).max(minimum)
+            }
+        }
+    }
+}
+
+/// Outstanding messages and bytes of one streaming pull.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamLoad {
+    pub messages: u64,
+    pub bytes: u64,
 }
 
 /// An ack id as the subscriber sees it: `<subscription id>.<offset>.<generation>` in hex.
@@ -182,9 +224,20 @@ pub struct SubscriptionState {
     leases: HashMap<u64, Lease, ahash::RandomState>,
     deadlines: BinaryHeap<Reverse<(Instant, u64, u32)>>,
     redeliver: BTreeSet<u64>,
+    /// Failed messages waiting out their retry backoff: (eligible at, offset).
+    backing_off: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// Messages that used up their delivery attempts, for the forwarder to dead-letter.
+    dead_letters: BTreeSet<u64>,
     attempts: HashMap<u64, u32, ahash::RandomState>,
     next_generation: u32,
     pub ack_deadline: Duration,
+    pub policy: DeliveryPolicy,
+    /// Ordered subscriptions: the one offset each busy key has out, the messages held back
+    /// behind it, and the key of each offset that is busy or held.
+    busy_keys: HashMap<String, u64, ahash::RandomState>,
+    held: HashMap<String, VecDeque<u64>, ahash::RandomState>,
+    key_of: HashMap<u64, String, ahash::RandomState>,
+    streams: HashMap<u64, StreamLoad, ahash::RandomState>,
     /// Counters for stats.
     pub delivered_total: u64,
     pub expired_total: u64,
@@ -200,9 +253,16 @@ impl SubscriptionState {
             leases: HashMap::default(),
             deadlines: BinaryHeap::new(),
             redeliver: BTreeSet::new(),
+            backing_off: BinaryHeap::new(),
+            dead_letters: BTreeSet::new(),
             attempts: HashMap::default(),
             next_generation: 1,
             ack_deadline,
+            policy: DeliveryPolicy::default(),
+            busy_keys: HashMap::default(),
+            held: HashMap::default(),
+            key_of: HashMap::default(),
+            streams: HashMap::default(),
             delivered_total: 0,
             expired_total: 0,
         }
@@ -237,9 +297,152 @@ impl SubscriptionState {
         }
         self.acked.raise_floor(offset);
         self.cursor = self.cursor.max(offset);
-        self.leases.retain(|leased, _| *leased >= offset);
+        let gone: Vec<u64> = self.leases.keys().copied().filter(|leased| *leased < offset).collect();
+        for leased in gone {
+            self.end_lease(leased);
+        }
         self.redeliver = self.redeliver.split_off(&offset);
+        self.dead_letters = self.dead_letters.split_off(&offset);
+        self.backing_off.retain(|Reverse((_, waiting))| *waiting >= offset);
         self.attempts.retain(|leased, _| *leased >= offset);
+        let forgotten: Vec<u64> = self.key_of.keys().copied().filter(|keyed| *keyed < offset).collect();
+        for keyed in forgotten {
+            self.free_key(keyed);
+        }
+    }
+
+    /// Ends a lease, giving its stream back the capacity it used.
+    fn end_lease(&mut self, offset: u64) -> Option<Lease> {
+        let lease = self.leases.remove(&offset)?;
+        if lease.stream != 0 {
+            if let Some(load) = self.streams.get_mut(&lease.stream) {
+                load.messages = load.messages.saturating_sub(1);
+                load.bytes = load.bytes.saturating_sub(lease.bytes);
+            }
+        }
+        Some(lease)
+    }
+
+    /// A delivery failed (nack or expired deadline): back off, dead-letter, or redeliver.
+    fn fail(&mut self, offset: u64, now: Instant) {
+        let attempts = self.attempts.get(&offset).copied().unwrap_or(0);
+        if self.policy.max_delivery_attempts.is_some_and(|max| attempts >= max) {
+            self.dead_letters.insert(offset);
+            return;
+        }
+        let backoff = self.policy.backoff(attempts);
+        if backoff.is_zero() {
+            self.redeliver.insert(offset);
+        } else {
+            self.backing_off.push(Reverse((now + backoff, offset)));
+        }
+    }
+
+    /// An ordered message is done (acked or dead-lettered): its key frees, and the next message
+    /// held behind it becomes deliverable.
+    fn free_key(&mut self, offset: u64) {
+        let Some(key) = self.key_of.remove(&offset) else { return };
+        if self.busy_keys.get(&key) == Some(&offset) {
+            self.busy_keys.remove(&key);
+            if let Some(queue) = self.held.get_mut(&key) {
+                if let Some(next) = queue.pop_front() {
+                    self.redeliver.insert(next);
+                }
+                if queue.is_empty() {
+                    self.held.remove(&key);
+                }
+            }
+        } else if let Some(queue) = self.held.get_mut(&key) {
+            queue.retain(|held| *held != offset);
+            if queue.is_empty() {
+                self.held.remove(&key);
+            }
+        }
+    }
+
+    /// Ordered subscriptions: whether a leased message may go out now given its ordering key.
+    /// If its key is busy with an earlier message, the lease is undone (no attempt counted) and
+    /// the message waits, in order, behind that one.
+    pub fn admit(&mut self, delivery: Delivery, ordering_key: &str) -> bool {
+        if !self.policy.ordered || ordering_key.is_empty() {
+            return true;
+        }
+        match self.busy_keys.get(ordering_key) {
+            Some(busy) if *busy != delivery.offset => {
+                self.release(delivery);
+                self.redeliver.remove(&delivery.offset);
+                let queue = self.held.entry(ordering_key.to_owned()).or_default();
+                let at = queue.partition_point(|held| *held < delivery.offset);
+                if queue.get(at) != Some(&delivery.offset) {
+                    queue.insert(at, delivery.offset);
+                }
+                self.key_of.insert(delivery.offset, ordering_key.to_owned());
+                false
+            }
+            _ => {
+                self.busy_keys.insert(ordering_key.to_owned(), delivery.offset);
+                self.key_of.insert(delivery.offset, ordering_key.to_owned());
+                true
+            }
+        }
+    }
+
+    /// Records the size of a leased message against its stream's flow control.
+    pub fn account(&mut self, offset: u64, bytes: u64) {
+        if let Some(lease) = self.leases.get_mut(&offset) {
+            lease.bytes = bytes;
+            if lease.stream != 0 {
+                let load = self.streams.entry(lease.stream).or_default();
+                load.bytes += bytes;
+            }
+        }
+    }
+
+    pub fn stream_load(&self, stream: u64) -> StreamLoad {
+        self.streams.get(&stream).copied().unwrap_or_default()
+    }
+
+    /// A stream ended: its leased messages are delivered again at once (their subscriber is
+    /// gone), without counting a failed attempt.
+    pub fn close_stream(&mut self, stream: u64) {
+        let leased: Vec<(u64, u32)> =
+            self.leases.iter().filter(|(_, lease)| lease.stream == stream).map(|(o, l)| (*o, l.generation)).collect();
+        for (offset, generation) in leased {
+            let attempt = self.attempts.get(&offset).copied().unwrap_or(1);
+            self.release(Delivery { offset, attempt, generation });
+        }
+        self.streams.remove(&stream);
+    }
+
+    /// Takes the messages due for the dead-letter topic. The forwarder publishes each there and
+    /// then acknowledges it here.
+    pub fn take_dead_letters(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dead_letters).into_iter().collect()
+    }
+
+    /// Delivery attempts made so far for an offset.
+    pub fn attempts(&self, offset: u64) -> u32 {
+        self.attempts.get(&offset).copied().unwrap_or(0)
+    }
+
+    /// Seek: everything below `offset` counts as acknowledged and everything from it on as not,
+    /// including what was acknowledged before (replay). Leases and queues start over.
+    pub fn seek(&mut self, offset: u64) {
+        self.start_offset = self.start_offset.min(offset);
+        self.acked = AckSet::new(offset);
+        self.cursor = offset;
+        let leased: Vec<u64> = self.leases.keys().copied().collect();
+        for leased in leased {
+            self.end_lease(leased);
+        }
+        self.deadlines.clear();
+        self.redeliver.clear();
+        self.backing_off.clear();
+        self.dead_letters.clear();
+        self.attempts.clear();
+        self.busy_keys.clear();
+        self.held.clear();
+        self.key_of.clear();
     }
 
     /// Moves expired leases to the redelivery queue.
@@ -251,10 +454,19 @@ impl SubscriptionState {
             self.deadlines.pop();
             if let Some(lease) = self.leases.get(&offset) {
                 if lease.generation == generation && lease.deadline <= now {
-                    self.leases.remove(&offset);
-                    self.redeliver.insert(offset);
+                    self.end_lease(offset);
+                    self.fail(offset, now);
                     self.expired_total += 1;
                 }
+            }
+        }
+        while let Some(Reverse((eligible, offset))) = self.backing_off.peek().copied() {
+            if eligible > now {
+                break;
+            }
+            self.backing_off.pop();
+            if !self.acked.contains(offset) {
+                self.redeliver.insert(offset);
             }
         }
         // Old heap entries for leases that were extended or acked are dropped lazily above;
@@ -268,22 +480,33 @@ impl SubscriptionState {
         }
     }
 
-    /// When the earliest lease expires.
+    /// When the earliest lease expires or backoff ends.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.peek().map(|Reverse((deadline, _, _))| *deadline)
+        let lease = self.deadlines.peek().map(|Reverse((deadline, _, _))| *deadline);
+        let backoff = self.backing_off.peek().map(|Reverse((eligible, _))| *eligible);
+        match (lease, backoff) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Leases up to `max` messages: redeliveries first (oldest first), then new messages below
     /// `end_offset`.
     pub fn pull(&mut self, now: Instant, max: usize, end_offset: u64) -> Vec<Delivery> {
+        let deadline = self.ack_deadline;
+        self.pull_for(now, max, end_offset, 0, deadline)
+    }
+
+    /// A pull on behalf of a stream (0: unary) with its own lease duration.
+    pub fn pull_for(&mut self, now: Instant, max: usize, end_offset: u64, stream: u64, lease: Duration) -> Vec<Delivery> {
         self.expire(now);
         let mut deliveries = Vec::new();
         while deliveries.len() < max {
             let Some(offset) = self.redeliver.pop_first() else { break };
-            if self.acked.contains(offset) {
+            if self.acked.contains(offset) || self.leases.contains_key(&offset) {
                 continue;
             }
-            deliveries.push(self.lease(offset, now));
+            deliveries.push(self.lease(offset, now, stream, lease));
         }
         while deliveries.len() < max && self.cursor < end_offset {
             if self.cursor - self.acked.floor() >= UNACKED_WINDOW_MAX {
@@ -294,16 +517,19 @@ impl SubscriptionState {
             if self.acked.contains(offset) {
                 continue;
             }
-            deliveries.push(self.lease(offset, now));
+            deliveries.push(self.lease(offset, now, stream, lease));
         }
         deliveries
     }
 
-    fn lease(&mut self, offset: u64, now: Instant) -> Delivery {
+    fn lease(&mut self, offset: u64, now: Instant, stream: u64, duration: Duration) -> Delivery {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
-        let deadline = now + self.ack_deadline;
-        self.leases.insert(offset, Lease { deadline, generation });
+        let deadline = now + duration;
+        self.leases.insert(offset, Lease { deadline, generation, stream, bytes: 0 });
+        if stream != 0 {
+            self.streams.entry(stream).or_default().messages += 1;
+        }
         self.deadlines.push(Reverse((deadline, offset, generation)));
         let attempt = self.attempts.entry(offset).or_insert(0);
         *attempt += 1;
@@ -314,7 +540,7 @@ impl SubscriptionState {
     /// Gives back a delivery that never reached the subscriber (its response did not fit).
     pub fn release(&mut self, delivery: Delivery) {
         if self.leases.get(&delivery.offset).is_some_and(|lease| lease.generation == delivery.generation) {
-            self.leases.remove(&delivery.offset);
+            self.end_lease(delivery.offset);
             if let Some(attempt) = self.attempts.get_mut(&delivery.offset) {
                 *attempt = attempt.saturating_sub(1);
             }
@@ -350,9 +576,11 @@ impl SubscriptionState {
             return;
         }
         self.acked.insert(offset);
-        self.leases.remove(&offset);
+        self.end_lease(offset);
         self.redeliver.remove(&offset);
+        self.dead_letters.remove(&offset);
         self.attempts.remove(&offset);
+        self.free_key(offset);
     }
 
     /// ModifyAckDeadline for one ack id: 0 is a nack (redeliver now); otherwise the lease runs
@@ -363,8 +591,8 @@ impl SubscriptionState {
         match self.leases.get_mut(&offset) {
             Some(lease) if lease.generation == ack_id.generation => {
                 if seconds == 0 {
-                    self.leases.remove(&offset);
-                    self.redeliver.insert(offset);
+                    self.end_lease(offset);
+                    self.fail(offset, now);
                 } else {
                     lease.deadline = now + Duration::from_secs(seconds as u64);
                     self.deadlines.push(Reverse((lease.deadline, offset, ack_id.generation)));
