@@ -32,6 +32,12 @@ pub enum ControlRequest {
         name: String,
         topic_id: u64,
     },
+    /// Move a subscription's acknowledgements to the first message published at `time_ms`.
+    Seek {
+        subscription_id: u64,
+        topic_id: u64,
+        time_ms: u64,
+    },
     /// Report this shard's topics, subscriptions and data directories.
     Stats,
     /// Trust data directory `index` again, after rewriting every stale copy in it.

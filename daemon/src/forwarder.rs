@@ -7,14 +7,15 @@ use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
 use crate::log::{record, Directories, Log, LogConfig, LogError, RecoveryReport};
-use crate::net::{fail, respond, Handler};
+use crate::net::{fail, respond, Handler, Responder};
 use crate::storage::Storage;
 use crate::subscription::{AckId, SubscriptionState};
+use crate::sync::Notify;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
 use ringpost_wire::{Command, ErrorCode, Status};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -25,6 +26,17 @@ use std::time::Duration;
 pub const PULL_RESPONSE_BYTES_MAX: usize = 12 * 1024 * 1024;
 const _: () = assert!(PULL_RESPONSE_BYTES_MAX + 2 * 1024 * 1024 <= FRAME_BODY_BYTES_MAX);
 const _: () = assert!(MESSAGE_BYTES_MAX <= PULL_RESPONSE_BYTES_MAX);
+/// How long an idle stream sleeps before it looks again on its own (commits, acks and lease
+/// expiries wake it sooner).
+const STREAM_IDLE_CHECK: Duration = Duration::from_secs(1);
+/// Pause before dead-letter publishes that failed are tried again.
+const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
+/// Attributes a dead-lettered message carries, named as Pub/Sub names them.
+pub const DEAD_LETTER_SOURCE_SUBSCRIPTION: &str = "CloudPubSubDeadLetterSourceSubscription";
+pub const DEAD_LETTER_SOURCE_DELIVERY_COUNT: &str = "CloudPubSubDeadLetterSourceDeliveryCount";
+pub const DEAD_LETTER_SOURCE_MESSAGE_ID: &str = "CloudPubSubDeadLetterSourceMessageId";
+pub const DEAD_LETTER_SOURCE_PUBLISH_TIME: &str = "CloudPubSubDeadLetterSourceTopicPublishTime";
+
 /// How often segments every subscription has acknowledged are deleted.
 pub const SEGMENT_COLLECTION_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -63,13 +75,28 @@ pub struct SubscriptionEntry {
     pub topic_id: u64,
     pub settings: SubscriptionSettings,
     pub state: RefCell<SubscriptionState>,
+    /// The subscription's filter; `None` delivers everything.
+    filter: Option<crate::filter::Filter>,
+    /// Fires when leases end (ack, nack, stream closed), so streams waiting for flow-control
+    /// room or for redeliveries look again.
+    changed: Notify,
+    /// A dead-letter task is running for this subscription.
+    dead_lettering: Cell<bool>,
 }
+
+type DeadLetterClient = Rc<RefCell<Option<std::sync::Arc<ringpost_client::Client>>>>;
 
 /// A subscription this forwarder serves, with its topic.
 type Served<S> = (Rc<SubscriptionEntry>, Rc<TopicState<S>>);
 
 pub struct Forwarder<S: Storage> {
     pub shard: u32,
+    /// The router's address, for publishing to dead-letter topics on whichever forwarder
+    /// owns them (set once the daemon serves).
+    router_address: RefCell<Option<String>>,
+    /// One connection to the router for dead-letter publishes, opened on first use.
+    dead_letter_client: DeadLetterClient,
+    next_stream: Cell<u64>,
     storage: S,
     directories: Rc<Directories>,
     log_config: LogConfig,
@@ -101,6 +128,9 @@ impl<S: Storage> Forwarder<S> {
     ) -> Forwarder<S> {
         Forwarder {
             shard,
+            router_address: RefCell::default(),
+            dead_letter_client: Rc::default(),
+            next_stream: Cell::new(1),
             storage,
             directories,
             log_config,
@@ -117,6 +147,26 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_topic(topic_id, name, retention_seconds).await
             }
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
+            ControlRequest::Seek { subscription_id, topic_id, time_ms } => {
+                let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
+                let topic =
+                    topic.ok_or_else(|| Status::internal(format!("topic {topic_id:x} is not attached")))?;
+                let entry =
+                    topic.subscriptions.borrow().iter().find(|entry| entry.id == subscription_id).cloned();
+                let entry = entry.ok_or_else(|| Status::internal("the subscription is not attached"))?;
+                let offset = topic
+                    .log
+                    .offset_at_time(time_ms)
+                    .await
+                    .map_err(log_error_status)?
+                    .max(topic.log.start_offset());
+                append_journal(&topic.journal, &JournalEntry::Seek { subscription_id, offset })
+                    .await
+                    .map_err(log_error_status)?;
+                entry.state.borrow_mut().seek(offset);
+                entry.changed.notify_all();
+                Ok(ControlOk::Done)
+            }
             ControlRequest::ResyncDirectory { index } => {
                 if index >= self.directories.count() {
                     return Err(Status::invalid_argument(format!(
@@ -221,6 +271,11 @@ impl<S: Storage> Forwarder<S> {
                 JournalEntry::SubscriptionDeleted { subscription_id } => {
                     recovered.remove(&subscription_id);
                 }
+                JournalEntry::Seek { subscription_id, offset } => {
+                    if let Some(state) = recovered.get_mut(&subscription_id) {
+                        state.seek(offset);
+                    }
+                }
                 JournalEntry::Acked { subscription_id, runs } => {
                     if let Some(state) = recovered.get_mut(&subscription_id) {
                         for (first, count) in runs {
@@ -286,14 +341,25 @@ impl<S: Storage> Forwarder<S> {
             }
         };
         state.ack_deadline = ack_deadline;
+        state.policy = delivery_policy(&settings);
         state.forget_before(topic.log.start_offset());
         let start = state.start_offset;
+        let filter = if settings.filter.is_empty() {
+            None
+        } else {
+            Some(crate::filter::Filter::parse(&settings.filter).map_err(|error| {
+                Status::invalid_argument(format!("filter of subscription '{name}': {error}"))
+            })?)
+        };
         let entry = Rc::new(SubscriptionEntry {
             id: subscription_id,
             name: name.clone(),
             topic_id,
             settings,
             state: RefCell::new(state),
+            filter,
+            changed: Notify::new(),
+            dead_lettering: Cell::new(false),
         });
         topic.subscriptions.borrow_mut().push(entry.clone());
         self.subscriptions.borrow_mut().insert(name, (entry, topic));
@@ -346,32 +412,126 @@ impl<S: Storage> Forwarder<S> {
         }
         let (subscription, topic) = self.subscription(request.subscription.as_str())?;
         let give_up_at = self.clock.now() + Duration::from_millis(wait_ms as u64);
+        let lease = subscription.state.borrow().ack_deadline;
         loop {
             let committed = topic.log.committed();
+            let changed = subscription.changed.notified();
             let now = self.clock.now();
-            let deliveries =
-                subscription.state.borrow_mut().pull(now, max_messages as usize, topic.log.end_offset());
+            let deliveries = subscription.state.borrow_mut().pull_for(
+                now,
+                max_messages as usize,
+                topic.log.end_offset(),
+                0,
+                lease,
+            );
+            self.start_dead_lettering(&subscription, &topic);
             if !deliveries.is_empty() {
-                return self.read_deliveries(&subscription, &topic, deliveries).await;
+                let response = self.read_deliveries(&subscription, &topic, deliveries, None).await?;
+                if !response.received_messages.is_empty() {
+                    return Ok(response);
+                }
+                // Everything read was filtered out or held behind its ordering key: look again.
+                continue;
             }
             if now >= give_up_at {
                 return Ok(PullResponse::default());
             }
-            // Wait for a commit, a lease to expire, or the caller's deadline, whichever first.
+            // Wait for a commit, a lease or backoff to end, an ack, or the caller's deadline.
             let mut wake_at = give_up_at;
             if let Some(deadline) = subscription.state.borrow().next_deadline() {
                 wake_at = wake_at.min(deadline);
             }
             let sleep = glommio::timer::sleep(wake_at.saturating_duration_since(now));
-            futures_lite::future::or(committed, sleep).await;
+            futures_lite::future::or(futures_lite::future::or(committed, changed), sleep).await;
         }
     }
 
+    /// A streaming pull: pushes batches while the stream's flow-control window has room, until
+    /// the connection goes away; then its outstanding messages are delivered again at once.
+    async fn streaming_pull(
+        &self,
+        header: &FrameHeader,
+        body: &[u8],
+        responder: &Responder,
+    ) -> Result<FrameBuffer, Status> {
+        let request = access_body::<StreamingPullRequest>(body)?;
+        let (subscription, topic) = self.subscription(request.subscription.as_str())?;
+        let lease = match request.stream_ack_deadline_seconds.to_native() {
+            0 => subscription.state.borrow().ack_deadline,
+            seconds => {
+                Duration::from_secs(ringpost_wire::validate::effective_ack_deadline_seconds(seconds)? as u64)
+            }
+        };
+        let max_messages = match request.max_outstanding_messages.to_native() {
+            0 => u64::MAX,
+            limit => limit,
+        };
+        let max_bytes = match request.max_outstanding_bytes.to_native() {
+            0 => u64::MAX,
+            limit => limit,
+        };
+        let stream = self.next_stream.get();
+        self.next_stream.set(stream + 1);
+        while !responder.is_gone() {
+            let committed = topic.log.committed();
+            let changed = subscription.changed.notified();
+            let now = self.clock.now();
+            let load = subscription.state.borrow().stream_load(stream);
+            let room = max_messages.saturating_sub(load.messages).min(PULL_MESSAGES_MAX as u64) as usize;
+            let bytes_room = max_bytes.saturating_sub(load.bytes);
+            let deliveries = if room > 0 && bytes_room > 0 {
+                subscription.state.borrow_mut().pull_for(now, room, topic.log.end_offset(), stream, lease)
+            } else {
+                Vec::new()
+            };
+            self.start_dead_lettering(&subscription, &topic);
+            if !deliveries.is_empty() {
+                // The first message always fits an empty window, so one larger than the window
+                // cannot stall the stream forever.
+                let budget = if load.messages == 0 { bytes_room.max(1) } else { bytes_room };
+                let response =
+                    match self.read_deliveries(&subscription, &topic, deliveries, Some(budget)).await {
+                        Ok(response) => response,
+                        Err(status) => {
+                            subscription.state.borrow_mut().close_stream(stream);
+                            return Err(status);
+                        }
+                    };
+                if !response.received_messages.is_empty() {
+                    let frame = ringpost_wire::encode_frame(
+                        header.command,
+                        ringpost_wire::frame::FLAG_RESPONSE | ringpost_wire::frame::FLAG_MORE,
+                        header.request_id,
+                        &response,
+                    );
+                    if !responder.send_more(frame).await {
+                        break;
+                    }
+                }
+                continue;
+            }
+            let mut wake_at = now + STREAM_IDLE_CHECK;
+            if let Some(deadline) = subscription.state.borrow().next_deadline() {
+                wake_at = wake_at.min(deadline);
+            }
+            let sleep = glommio::timer::sleep(wake_at.saturating_duration_since(now));
+            let wake = futures_lite::future::or(futures_lite::future::or(committed, changed), sleep);
+            futures_lite::future::or(wake, responder.gone()).await;
+        }
+        subscription.state.borrow_mut().close_stream(stream);
+        subscription.changed.notify_all();
+        Ok(respond(header, &PullResponse::default()))
+    }
+
+    /// Turns leased offsets into messages: reads them (every byte checksummed), acknowledges
+    /// those the filter rejects, holds back those whose ordering key is busy, and stops at the
+    /// response size limit or the stream's byte budget, giving back what does not fit.
     async fn read_deliveries(
         &self,
         subscription: &SubscriptionEntry,
         topic: &TopicState<S>,
         mut deliveries: Vec<crate::subscription::Delivery>,
+        bytes_budget: Option<u64>,
     ) -> Result<PullResponse, Status> {
         deliveries.sort_by_key(|delivery| delivery.offset);
         let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
@@ -388,42 +548,112 @@ impl<S: Storage> Forwarder<S> {
         let mut by_offset: HashMap<u64, crate::log::StoredRecord> =
             records.into_iter().map(|record| (record.offset, record)).collect();
         let mut response = PullResponse::default();
+        let mut filtered_out = Vec::new();
         let mut bytes = 0usize;
-        let mut state = subscription.state.borrow_mut();
-        for delivery in deliveries {
-            let Some(record) = by_offset.remove(&delivery.offset) else {
-                // Below the log's start: removed by retention. Nothing to deliver.
-                state.apply_ack(delivery.offset);
-                continue;
-            };
-            let size = record.data.len()
-                + record.ordering_key.len()
-                + record.attributes.iter().map(|(k, v)| k.len() + v.len() + 16).sum::<usize>();
-            if !response.received_messages.is_empty() && bytes + size > PULL_RESPONSE_BYTES_MAX {
-                state.release(delivery);
-                continue;
+        let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
+        {
+            let mut state = subscription.state.borrow_mut();
+            for delivery in deliveries {
+                let Some(record) = by_offset.remove(&delivery.offset) else {
+                    // Below the log's start: removed by retention. Nothing to deliver.
+                    state.apply_ack(delivery.offset);
+                    continue;
+                };
+                if let Some(filter) = &subscription.filter {
+                    if !filter.matches(record.attributes.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+                        filtered_out.push(delivery.offset);
+                        continue;
+                    }
+                }
+                let size = record.data.len()
+                    + record.ordering_key.len()
+                    + record.attributes.iter().map(|(k, v)| k.len() + v.len() + 16).sum::<usize>();
+                if !response.received_messages.is_empty() && bytes + size > byte_limit {
+                    state.release(delivery);
+                    continue;
+                }
+                if !state.admit(delivery, &record.ordering_key) {
+                    continue;
+                }
+                bytes += size;
+                state.account(delivery.offset, size as u64);
+                let ack_id = AckId {
+                    subscription_id: subscription.id,
+                    offset: delivery.offset,
+                    generation: delivery.generation,
+                };
+                response.received_messages.push(ReceivedMessage {
+                    ack_id: ack_id.encode(),
+                    message_id: record.offset,
+                    publish_time_ms: record.publish_time_ms,
+                    data: record.data,
+                    attributes: record
+                        .attributes
+                        .into_iter()
+                        .map(|(key, value)| Attribute { key, value })
+                        .collect(),
+                    ordering_key: record.ordering_key,
+                    delivery_attempt: delivery.attempt,
+                });
             }
-            bytes += size;
-            let ack_id = AckId {
-                subscription_id: subscription.id,
-                offset: delivery.offset,
-                generation: delivery.generation,
-            };
-            response.received_messages.push(ReceivedMessage {
-                ack_id: ack_id.encode(),
-                message_id: record.offset,
-                publish_time_ms: record.publish_time_ms,
-                data: record.data,
-                attributes: record
-                    .attributes
-                    .into_iter()
-                    .map(|(key, value)| Attribute { key, value })
-                    .collect(),
-                ordering_key: record.ordering_key,
-                delivery_attempt: delivery.attempt,
-            });
+        }
+        if !filtered_out.is_empty() {
+            // Messages the filter rejects are acknowledged, durably, as Pub/Sub does.
+            let entry =
+                JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&filtered_out) };
+            match append_journal(&topic.journal, &entry).await {
+                Ok(()) => {
+                    let mut state = subscription.state.borrow_mut();
+                    for offset in filtered_out {
+                        state.apply_ack(offset);
+                    }
+                }
+                Err(error) => eprintln!("ringpostd: acknowledging filtered-out messages: {error}"),
+            }
+            subscription.changed.notify_all();
         }
         Ok(response)
+    }
+
+    /// Publishes the subscription's exhausted messages to its dead-letter topic (through the
+    /// router, to whichever forwarder owns it), then acknowledges them here. Runs as its own
+    /// task, one at a time per subscription.
+    fn start_dead_lettering(&self, subscription: &Rc<SubscriptionEntry>, topic: &Rc<TopicState<S>>) {
+        if subscription.settings.dead_letter_topic.is_empty() || subscription.dead_lettering.get() {
+            return;
+        }
+        let offsets = subscription.state.borrow_mut().take_dead_letters();
+        if offsets.is_empty() {
+            return;
+        }
+        subscription.dead_lettering.set(true);
+        let address = self.router_address.borrow().clone();
+        let cache = self.dead_letter_client.clone();
+        let (subscription, topic) = (subscription.clone(), topic.clone());
+        glommio::spawn_local(async move {
+            let result = dead_letter(address, cache, &subscription, &topic, &offsets).await;
+            if let Err(error) = result {
+                eprintln!(
+                    "ringpostd: dead-lettering {} messages of subscription '{}' to '{}' failed, will retry: {error}",
+                    offsets.len(),
+                    subscription.name,
+                    subscription.settings.dead_letter_topic
+                );
+                glommio::timer::sleep(DEAD_LETTER_RETRY).await;
+                let mut state = subscription.state.borrow_mut();
+                for offset in offsets {
+                    state.return_dead_letter(offset);
+                }
+            }
+            subscription.dead_lettering.set(false);
+            subscription.changed.notify_all();
+        })
+        .detach();
+    }
+
+    /// Tells the forwarder where the router listens, once it does.
+    pub fn set_router_address(&self, address: String) {
+        *self.router_address.borrow_mut() = Some(address);
     }
 
     async fn acknowledge(&self, body: &[u8]) -> Result<AckResponse, Status> {
@@ -457,6 +687,8 @@ impl<S: Storage> Forwarder<S> {
         for offset in offsets {
             state.apply_ack(offset);
         }
+        drop(state);
+        subscription.changed.notify_all();
         Ok(response)
     }
 
@@ -472,15 +704,18 @@ impl<S: Storage> Forwarder<S> {
         let (subscription, _topic) = self.subscription(request.subscription.as_str())?;
         let now = self.clock.now();
         let mut response = AckResponse::default();
-        let mut state = subscription.state.borrow_mut();
-        for ack_id in request.ack_ids.iter() {
-            if let Err(refusal) = state.modify_deadline(ack_id.as_str(), seconds, now) {
-                response.invalid_ack_ids.push(InvalidAckId {
-                    ack_id: ack_id.as_str().chars().take(ACK_ID_BYTES_MAX).collect(),
-                    reason: refusal.reason().to_owned(),
-                });
+        {
+            let mut state = subscription.state.borrow_mut();
+            for ack_id in request.ack_ids.iter() {
+                if let Err(refusal) = state.modify_deadline(ack_id.as_str(), seconds, now) {
+                    response.invalid_ack_ids.push(InvalidAckId {
+                        ack_id: ack_id.as_str().chars().take(ACK_ID_BYTES_MAX).collect(),
+                        reason: refusal.reason().to_owned(),
+                    });
+                }
             }
         }
+        subscription.changed.notify_all();
         Ok(response)
     }
 
@@ -594,6 +829,84 @@ impl<S: Storage> Forwarder<S> {
     }
 }
 
+/// The delivery policy a subscription's settings ask for.
+fn delivery_policy(settings: &SubscriptionSettings) -> crate::subscription::DeliveryPolicy {
+    let backoff =
+        (settings.minimum_backoff_seconds > 0 || settings.maximum_backoff_seconds > 0).then(|| {
+            (
+                Duration::from_secs(settings.minimum_backoff_seconds as u64),
+                Duration::from_secs(
+                    settings.maximum_backoff_seconds.max(settings.minimum_backoff_seconds) as u64
+                ),
+            )
+        });
+    crate::subscription::DeliveryPolicy {
+        retry_backoff: backoff,
+        max_delivery_attempts: (!settings.dead_letter_topic.is_empty())
+            .then_some(settings.max_delivery_attempts.max(1)),
+        ordered: settings.enable_message_ordering,
+    }
+}
+
+async fn dead_letter<S: Storage>(
+    address: Option<String>,
+    cache: DeadLetterClient,
+    subscription: &SubscriptionEntry,
+    topic: &TopicState<S>,
+    offsets: &[u64],
+) -> Result<(), String> {
+    let Some(address) = address else { return Err("the router address is not known yet".into()) };
+    let cached = cache.borrow().clone();
+    let client = match cached {
+        Some(client) => client,
+        None => {
+            let client = std::sync::Arc::new(
+                ringpost_client::Client::connect(&address).await.map_err(|e| e.to_string())?,
+            );
+            *cache.borrow_mut() = Some(client.clone());
+            client
+        }
+    };
+    let records = topic.log.read_offsets(offsets).await.map_err(|e| e.to_string())?;
+    let attempts: Vec<u32> = {
+        let state = subscription.state.borrow();
+        records.iter().map(|record| state.attempts(record.offset)).collect()
+    };
+    let messages: Vec<ringpost_client::Message> = records
+        .iter()
+        .zip(attempts)
+        .map(|(record, attempts)| {
+            let mut message =
+                ringpost_client::Message::new(record.data.clone()).ordering_key(record.ordering_key.clone());
+            for (key, value) in &record.attributes {
+                message = message.attribute(key.clone(), value.clone());
+            }
+            message
+                .attribute(DEAD_LETTER_SOURCE_SUBSCRIPTION, subscription.name.clone())
+                .attribute(DEAD_LETTER_SOURCE_DELIVERY_COUNT, attempts.to_string())
+                .attribute(DEAD_LETTER_SOURCE_MESSAGE_ID, record.offset.to_string())
+                .attribute(DEAD_LETTER_SOURCE_PUBLISH_TIME, record.publish_time_ms.to_string())
+        })
+        .collect();
+    for chunk in messages.chunks(PUBLISH_BATCH_MESSAGES_MAX / 2) {
+        if let Err(error) = client.publish(&subscription.settings.dead_letter_topic, chunk.to_vec()).await {
+            // A broken connection is opened afresh next time.
+            cache.borrow_mut().take();
+            return Err(error.to_string());
+        }
+    }
+    // Published durably to the dead-letter topic: now acknowledge on the source, durably too.
+    let mut done: Vec<u64> = records.iter().map(|record| record.offset).collect();
+    done.sort_unstable();
+    let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&done) };
+    append_journal(&topic.journal, &entry).await.map_err(|e| e.to_string())?;
+    let mut state = subscription.state.borrow_mut();
+    for offset in done {
+        state.apply_ack(offset);
+    }
+    Ok(())
+}
+
 pub fn directory_status(directories: &Directories) -> Vec<DirectoryStatus> {
     directories
         .status()
@@ -648,8 +961,9 @@ fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
 }
 
 impl<S: Storage> Handler for Forwarder<S> {
-    async fn handle(&self, header: FrameHeader, body: FrameBuffer) -> FrameBuffer {
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> FrameBuffer {
         let result = match Command::from_u16(header.command) {
+            Some(Command::StreamingPull) => self.streaming_pull(&header, &body, responder).await,
             Some(Command::Hello) => Ok(crate::router::hello_response(&header)),
             Some(Command::Publish) => self.publish(&body).await.map(|response| respond(&header, &response)),
             Some(Command::Pull) => self.pull(&body).await.map(|response| respond(&header, &response)),

@@ -8,6 +8,7 @@ use crate::codec::{DecodeResult, Decoder, Encoder};
 const KIND_SUBSCRIPTION_CREATED: u8 = 1;
 const KIND_SUBSCRIPTION_DELETED: u8 = 2;
 const KIND_ACKED: u8 = 3;
+const KIND_SEEK: u8 = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalEntry {
@@ -23,6 +24,11 @@ pub enum JournalEntry {
     Acked {
         subscription_id: u64,
         runs: Vec<(u64, u32)>,
+    },
+    /// Everything below `offset` counts as acknowledged, nothing from it on (a seek).
+    Seek {
+        subscription_id: u64,
+        offset: u64,
     },
 }
 
@@ -40,6 +46,9 @@ impl JournalEntry {
             }
             JournalEntry::SubscriptionDeleted { subscription_id } => {
                 Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*subscription_id).0.clone()
+            }
+            JournalEntry::Seek { subscription_id, offset } => {
+                Encoder::new(KIND_SEEK).u64(*subscription_id).u64(*offset).0.clone()
             }
             JournalEntry::Acked { subscription_id, runs } => {
                 let mut encoder = Encoder::new(KIND_ACKED);
@@ -71,6 +80,7 @@ impl JournalEntry {
                 }
                 JournalEntry::Acked { subscription_id, runs }
             }
+            KIND_SEEK => JournalEntry::Seek { subscription_id: decoder.u64()?, offset: decoder.u64()? },
             _ => return Err("unknown journal entry kind"),
         };
         if !decoder.is_empty() {
@@ -103,6 +113,7 @@ mod tests {
             JournalEntry::SubscriptionCreated { subscription_id: 9, start_offset: 1 << 40 },
             JournalEntry::SubscriptionDeleted { subscription_id: 9 },
             JournalEntry::Acked { subscription_id: 9, runs: vec![(1, 3), (10, 1)] },
+            JournalEntry::Seek { subscription_id: 9, offset: 77 },
         ] {
             assert_eq!(JournalEntry::decode(&entry.encode()), Ok(entry.clone()));
             let bytes = entry.encode();

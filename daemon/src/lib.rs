@@ -150,6 +150,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         let data_dirs = config.data_dirs.clone();
         let log_config = config.log.clone();
         let ready_sender = ready_sender.clone();
+        let router_text = router_address.to_string();
         let thread = LocalExecutorBuilder::new(placement)
             .name(&format!("forwarder-{shard}"))
             .spawn(move || async move {
@@ -169,6 +170,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                     log_config,
                     Rc::new(clock::SystemClock),
                 ));
+                forwarder.set_router_address(router_text);
                 let _ = ready_sender.send(Ok(()));
                 let requests = request_receiver.connect().await;
                 let replies = Rc::new(reply_sender.connect().await);

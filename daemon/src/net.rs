@@ -26,11 +26,52 @@ pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
 const COALESCE_BYTES_MAX: usize = 256 * 1024;
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
+/// Frames a stream may have waiting for the socket before it must wait: a slow reader slows
+/// the stream down instead of growing memory (its messages stay in the log).
+pub const STREAM_FRAMES_QUEUED_MAX: usize = 4;
+
 /// Serves the requests of one kind of shard.
 #[allow(async_fn_in_trait)]
 pub trait Handler: 'static {
-    /// Answers one request. The returned frame must carry the request's id.
-    async fn handle(&self, header: FrameHeader, body: FrameBuffer) -> FrameBuffer;
+    /// Answers one request. The returned frame must carry the request's id; a streaming request
+    /// sends its intermediate frames through `responder` first.
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> FrameBuffer;
+}
+
+/// What a handler may do besides returning its answer: stream frames, and notice the peer
+/// leaving.
+pub struct Responder {
+    outbound: Rc<Outbound>,
+}
+
+impl Responder {
+    /// Whether the peer closed its side, or the connection broke.
+    pub fn is_gone(&self) -> bool {
+        self.outbound.peer_gone.get()
+    }
+
+    /// Resolves when the peer goes (or at once, if it already has).
+    pub async fn gone(&self) {
+        while !self.is_gone() {
+            self.outbound.changed.notified().await;
+        }
+    }
+
+    /// Queues one intermediate frame of a stream, waiting while the socket is behind. Returns
+    /// false if the peer is gone.
+    pub async fn send_more(&self, frame: FrameBuffer) -> bool {
+        loop {
+            if self.is_gone() {
+                return false;
+            }
+            let changed = self.outbound.changed.notified();
+            if self.outbound.queue.borrow().len() < STREAM_FRAMES_QUEUED_MAX {
+                self.outbound.push(frame, None);
+                return true;
+            }
+            changed.await;
+        }
+    }
 }
 
 /// Builds a response frame.
@@ -79,10 +120,14 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>) {
 /// Responses waiting for the socket. Each holds the in-flight permit of its request until it is
 /// written, so running plus queued requests never exceed the per-connection bound.
 #[derive(Default)]
-struct Outbound {
+pub struct Outbound {
     queue: RefCell<VecDeque<(FrameBuffer, Option<StaticPermit>)>>,
     ready: Notify,
     closed: Cell<bool>,
+    /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
+    peer_gone: Cell<bool>,
+    /// Fires when the queue drains or the peer goes, for streams waiting on either.
+    changed: Notify,
 }
 
 impl Outbound {
@@ -93,6 +138,10 @@ impl Outbound {
     fn close(&self) {
         self.closed.set(true);
         self.ready.notify_all();
+    }
+    fn peer_left(&self) {
+        self.peer_gone.set(true);
+        self.changed.notify_all();
     }
 }
 
@@ -128,7 +177,8 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
             let handler = handler.clone();
             let outbound = outbound.clone();
             glommio::spawn_local(async move {
-                let response = handler.handle(frame.header, frame.body).await;
+                let responder = Responder { outbound: outbound.clone() };
+                let response = handler.handle(frame.header, frame.body, &responder).await;
                 let closes = is_protocol_error(&response);
                 outbound.push(response, Some(permit));
                 if closes {
@@ -140,7 +190,9 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
             .detach();
         }
     }
-    // Let requests already running finish and answer, then close.
+    // The peer is done sending: streams stop; requests already running finish and answer;
+    // then the connection closes.
+    outbound.peer_left();
     let _ = in_flight.acquire(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX).await;
     outbound.close();
     writer_task.await;
@@ -157,12 +209,19 @@ fn is_protocol_error(frame: &FrameBuffer) -> bool {
     }
 }
 
-async fn write_responses(mut writer: futures_lite::io::WriteHalf<TcpStream>, outbound: Rc<Outbound>) {
+async fn write_responses(writer: futures_lite::io::WriteHalf<TcpStream>, outbound: Rc<Outbound>) {
+    write_all_responses(writer, &outbound).await;
+    // Whatever ended the writer (a broken socket, or the close), nobody reads any more.
+    outbound.peer_left();
+}
+
+async fn write_all_responses(mut writer: futures_lite::io::WriteHalf<TcpStream>, outbound: &Outbound) {
     let mut gathered: Vec<u8> = Vec::with_capacity(COALESCE_BYTES_MAX);
     let mut permits = Vec::new();
     loop {
         let ready = outbound.ready.notified();
         let batch: Vec<(FrameBuffer, Option<StaticPermit>)> = outbound.queue.borrow_mut().drain(..).collect();
+        outbound.changed.notify_all();
         if batch.is_empty() {
             if outbound.closed.get() {
                 break;

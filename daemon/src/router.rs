@@ -33,6 +33,14 @@ pub const DELETED_TOPIC: &str = "_deleted-topic_";
 /// Subscription expiration (Pub/Sub: default 31 days, minimum 1 day).
 pub const EXPIRATION_TTL_SECONDS_DEFAULT: u64 = 31 * 24 * 3600;
 pub const EXPIRATION_TTL_SECONDS_MIN: u64 = 24 * 3600;
+/// Dead-letter policy (Pub/Sub: 5 to 100 delivery attempts, 0 means 5).
+pub const MAX_DELIVERY_ATTEMPTS_DEFAULT: u32 = 5;
+pub const MAX_DELIVERY_ATTEMPTS_MIN: u32 = 5;
+pub const MAX_DELIVERY_ATTEMPTS_MAX: u32 = 100;
+/// Retry policy (Pub/Sub: defaults 10 s and 600 s, each 0 to 600 s).
+pub const BACKOFF_SECONDS_MINIMUM_DEFAULT: u32 = 10;
+pub const BACKOFF_SECONDS_MAXIMUM_DEFAULT: u32 = 600;
+pub const BACKOFF_SECONDS_MAX: u32 = 600;
 
 pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
     respond(
@@ -290,25 +298,51 @@ impl<S: Storage> Router<S> {
         let name = request.name.as_str();
         validate_name("subscription", name)?;
         let topic = self.topic_record(request.topic.as_str())?;
-        let unsupported = [
-            (!request.filter.is_empty(), "filter"),
-            (!request.dead_letter_topic.is_empty(), "dead_letter_topic"),
-            (request.enable_message_ordering, "enable_message_ordering"),
-            (request.max_delivery_attempts.to_native() != 0, "max_delivery_attempts"),
-            (request.minimum_backoff_seconds.to_native() != 0, "minimum_backoff (retry policy)"),
-            (request.maximum_backoff_seconds.to_native() != 0, "maximum_backoff (retry policy)"),
-        ];
-        if let Some((_, field)) = unsupported.iter().find(|(set, _)| *set) {
-            return Err(Status::new(
-                ErrorCode::Unimplemented,
-                format!("subscription {field} is not supported yet"),
-            ));
-        }
         if request.filter.len() > FILTER_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
-                "filter is longer than {FILTER_BYTES_MAX} bytes (FILTER_BYTES_MAX)"
+                "filter is {} bytes; the limit is {FILTER_BYTES_MAX} (FILTER_BYTES_MAX)",
+                request.filter.len()
             )));
         }
+        if !request.filter.is_empty() {
+            crate::filter::Filter::parse(request.filter.as_str())
+                .map_err(|error| Status::invalid_argument(format!("invalid filter: {error}")))?;
+        }
+        let dead_letter_topic = request.dead_letter_topic.as_str();
+        let max_delivery_attempts = if dead_letter_topic.is_empty() {
+            if request.max_delivery_attempts.to_native() != 0 {
+                return Err(Status::invalid_argument("max_delivery_attempts needs a dead_letter_topic"));
+            }
+            0
+        } else {
+            self.topic_record(dead_letter_topic)?;
+            match request.max_delivery_attempts.to_native() {
+                0 => MAX_DELIVERY_ATTEMPTS_DEFAULT,
+                attempts @ MAX_DELIVERY_ATTEMPTS_MIN..=MAX_DELIVERY_ATTEMPTS_MAX => attempts,
+                attempts => {
+                    return Err(Status::invalid_argument(format!(
+                        "max_delivery_attempts is {attempts}; it must be {MAX_DELIVERY_ATTEMPTS_MIN} to {MAX_DELIVERY_ATTEMPTS_MAX} (0 means {MAX_DELIVERY_ATTEMPTS_DEFAULT})"
+                    )))
+                }
+            }
+        };
+        let (minimum_backoff, maximum_backoff) =
+            (request.minimum_backoff_seconds.to_native(), request.maximum_backoff_seconds.to_native());
+        let retry_policy = minimum_backoff > 0 || maximum_backoff > 0;
+        let (minimum_backoff, maximum_backoff) = if retry_policy {
+            let minimum =
+                if minimum_backoff == 0 { BACKOFF_SECONDS_MINIMUM_DEFAULT } else { minimum_backoff };
+            let maximum =
+                if maximum_backoff == 0 { BACKOFF_SECONDS_MAXIMUM_DEFAULT } else { maximum_backoff };
+            if minimum > BACKOFF_SECONDS_MAX || maximum > BACKOFF_SECONDS_MAX || minimum > maximum {
+                return Err(Status::invalid_argument(format!(
+                    "retry backoff of {minimum} to {maximum} s: both must be 0 to {BACKOFF_SECONDS_MAX} s and the minimum at most the maximum"
+                )));
+            }
+            (minimum, maximum)
+        } else {
+            (0, 0)
+        };
         let expiration = match request.expiration_ttl_seconds.to_native() {
             0 => EXPIRATION_TTL_SECONDS_DEFAULT,
             ttl if ttl < EXPIRATION_TTL_SECONDS_MIN => {
@@ -324,8 +358,13 @@ impl<S: Storage> Router<S> {
             message_retention_seconds: effective_retention_seconds(
                 request.message_retention_seconds.to_native(),
             )?,
+            enable_message_ordering: request.enable_message_ordering,
+            filter: request.filter.as_str().to_owned(),
+            dead_letter_topic: dead_letter_topic.to_owned(),
+            max_delivery_attempts,
+            minimum_backoff_seconds: minimum_backoff,
+            maximum_backoff_seconds: maximum_backoff,
             expiration_ttl_seconds: expiration,
-            ..SubscriptionSettings::default()
         };
         let _reservation = self.reserve_name(&format!("subscription/{name}"))?;
         if self.state.borrow().subscriptions.contains_key(name) {
@@ -559,7 +598,29 @@ impl<S: Storage> Router<S> {
             }
             Command::Stats => respond(header, &self.stats().await?),
             Command::ResyncDirectory => respond(header, &self.resync_directory(body).await?),
-            Command::Publish | Command::Pull | Command::Acknowledge | Command::ModifyAckDeadline => {
+            Command::Seek => {
+                let request = access_body::<SeekRequest>(body)?;
+                let record = self.subscription_record(request.subscription.as_str())?;
+                let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "subscription '{}' is detached: its topic was deleted",
+                        record.name
+                    ))
+                })?;
+                self.forwarders[shard as usize]
+                    .call(ControlRequest::Seek {
+                        subscription_id: record.id,
+                        topic_id: record.topic_id,
+                        time_ms: request.time_ms.to_native(),
+                    })
+                    .await?;
+                respond(header, &Empty {})
+            }
+            Command::Publish
+            | Command::Pull
+            | Command::Acknowledge
+            | Command::ModifyAckDeadline
+            | Command::StreamingPull => {
                 return Err(Status::new(
                     ErrorCode::NotOwner,
                     "data-plane commands go to a forwarder: look up the topic or subscription first",
@@ -588,7 +649,12 @@ impl Drop for NameReservation<'_> {
 }
 
 impl<S: Storage> Handler for Router<S> {
-    async fn handle(&self, header: FrameHeader, body: FrameBuffer) -> FrameBuffer {
+    async fn handle(
+        &self,
+        header: FrameHeader,
+        body: FrameBuffer,
+        _responder: &crate::net::Responder,
+    ) -> FrameBuffer {
         self.dispatch(&header, &body).await.unwrap_or_else(|status| fail(&header, &status))
     }
 }

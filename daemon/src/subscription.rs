@@ -405,8 +405,12 @@ impl SubscriptionState {
     /// A stream ended: its leased messages are delivered again at once (their subscriber is
     /// gone), without counting a failed attempt.
     pub fn close_stream(&mut self, stream: u64) {
-        let leased: Vec<(u64, u32)> =
-            self.leases.iter().filter(|(_, lease)| lease.stream == stream).map(|(o, l)| (*o, l.generation)).collect();
+        let leased: Vec<(u64, u32)> = self
+            .leases
+            .iter()
+            .filter(|(_, lease)| lease.stream == stream)
+            .map(|(o, l)| (*o, l.generation))
+            .collect();
         for (offset, generation) in leased {
             let attempt = self.attempts.get(&offset).copied().unwrap_or(1);
             self.release(Delivery { offset, attempt, generation });
@@ -418,6 +422,13 @@ impl SubscriptionState {
     /// then acknowledges it here.
     pub fn take_dead_letters(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.dead_letters).into_iter().collect()
+    }
+
+    /// A dead-letter publish failed: the message waits to be dead-lettered again.
+    pub fn return_dead_letter(&mut self, offset: u64) {
+        if !self.acked.contains(offset) {
+            self.dead_letters.insert(offset);
+        }
     }
 
     /// Delivery attempts made so far for an offset.
@@ -498,7 +509,14 @@ impl SubscriptionState {
     }
 
     /// A pull on behalf of a stream (0: unary) with its own lease duration.
-    pub fn pull_for(&mut self, now: Instant, max: usize, end_offset: u64, stream: u64, lease: Duration) -> Vec<Delivery> {
+    pub fn pull_for(
+        &mut self,
+        now: Instant,
+        max: usize,
+        end_offset: u64,
+        stream: u64,
+        lease: Duration,
+    ) -> Vec<Delivery> {
         self.expire(now);
         let mut deliveries = Vec::new();
         while deliveries.len() < max {

@@ -35,6 +35,13 @@ pub enum Command {
     Acknowledge = 41,
     /// `ModifyAckDeadlineRequest` → `AckResponse`; a deadline of 0 is a nack.
     ModifyAckDeadline = 42,
+    /// `StreamingPullRequest` → a stream of `PullResponse` frames flagged `FLAG_MORE`, for as
+    /// long as the connection stays open (forwarder). Acknowledgements and deadline changes
+    /// for its messages are ordinary `Acknowledge` and `ModifyAckDeadline` requests; they free
+    /// the stream's flow-control window.
+    StreamingPull = 43,
+    /// `SeekRequest` → `Empty` (router): move a subscription's acknowledgements to a time.
+    Seek = 50,
     /// `Empty` → `StatsResponse` (router): topics, subscriptions, shards and data directories.
     Stats = 60,
     /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
@@ -44,7 +51,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 17] = [
+    pub const ALL: [Command; 19] = [
         Command::Hello,
         Command::CreateTopic,
         Command::GetTopic,
@@ -60,6 +67,8 @@ impl Command {
         Command::Pull,
         Command::Acknowledge,
         Command::ModifyAckDeadline,
+        Command::StreamingPull,
+        Command::Seek,
         Command::Stats,
         Command::ResyncDirectory,
     ];
@@ -81,6 +90,8 @@ impl Command {
             40 => Command::Pull,
             41 => Command::Acknowledge,
             42 => Command::ModifyAckDeadline,
+            43 => Command::StreamingPull,
+            50 => Command::Seek,
             60 => Command::Stats,
             61 => Command::ResyncDirectory,
             _ => return None,
@@ -94,6 +105,13 @@ impl Command {
     /// Whether the router shard (control plane) serves this command; the rest are served by
     /// the forwarder that owns the resource.
     pub fn is_control_plane(self) -> bool {
-        !matches!(self, Command::Publish | Command::Pull | Command::Acknowledge | Command::ModifyAckDeadline)
+        !matches!(
+            self,
+            Command::Publish
+                | Command::Pull
+                | Command::Acknowledge
+                | Command::ModifyAckDeadline
+                | Command::StreamingPull
+        )
     }
 }

@@ -22,8 +22,11 @@ use rkyv::{Archive, Portable, Serialize};
 pub const FLAG_RESPONSE: u16 = 1 << 0;
 /// The body is an `ErrorBody` instead of the command's response type.
 pub const FLAG_ERROR: u16 = 1 << 1;
+/// A response of a stream (`StreamingPull`) with more to come under the same request id; the
+/// stream's last frame has it clear.
+pub const FLAG_MORE: u16 = 1 << 2;
 /// Flags this version understands; a frame with any other bit set is refused.
-pub const FLAGS_KNOWN: u16 = FLAG_RESPONSE | FLAG_ERROR;
+pub const FLAGS_KNOWN: u16 = FLAG_RESPONSE | FLAG_ERROR | FLAG_MORE;
 
 /// Bytes that frames are built in and read into: 16-byte aligned, as rkyv needs.
 pub type FrameBuffer = AlignedVec<16>;

@@ -224,3 +224,22 @@ wire_type! {
 wire_type! {
     pub struct ResyncDirectoryResponse { pub logs_resynced: u64, pub batches_copied: u64 }
 }
+
+wire_type! {
+    pub struct StreamingPullRequest {
+        pub subscription: String,
+        /// Lease of the messages this stream receives; 0 uses the subscription's ack deadline.
+        pub stream_ack_deadline_seconds: u32,
+        /// Flow control: most messages and bytes delivered and not yet acknowledged on this
+        /// stream; 0 means unlimited.
+        pub max_outstanding_messages: u64,
+        pub max_outstanding_bytes: u64,
+    }
+}
+
+wire_type! {
+    /// Seek to a time (milliseconds since the Unix epoch): messages published before it count as
+    /// acknowledged, messages from it on as not, including ones acknowledged before if they are
+    /// still retained.
+    pub struct SeekRequest { pub subscription: String, pub time_ms: u64 }
+}

@@ -1181,6 +1181,23 @@ impl<S: Storage> Log<S> {
         self.inner.borrow().copies[copy] == CopyState::Stale
     }
 
+    /// The first offset published at or after `time_ms`, or the end of the log.
+    pub async fn offset_at_time(&self, time_ms: u64) -> Result<u64, LogError> {
+        let first_segment = {
+            let inner = self.inner.borrow();
+            inner.segments.iter().find(|segment| segment.newest_publish_ms >= time_ms).map(|s| s.base_offset)
+        };
+        let Some(mut offset) = first_segment else { return Ok(self.end_offset()) };
+        loop {
+            let records = self.read(offset, 1000, usize::MAX).await?;
+            let Some(last) = records.last().map(|record| record.offset) else { return Ok(self.end_offset()) };
+            if let Some(found) = records.iter().find(|record| record.publish_time_ms >= time_ms) {
+                return Ok(found.offset);
+            }
+            offset = last + 1;
+        }
+    }
+
     /// The closed segments (all but the active one), oldest first, for retention decisions.
     pub fn closed_segments(&self) -> Vec<SegmentInfo> {
         let inner = self.inner.borrow();
