@@ -51,10 +51,27 @@ fn invalid_names_and_unknown_resources() {
     let filtered = Subscription {
         name: "filtered".into(),
         topic: "input".into(),
-        filter: "attributes:x".into(),
+        filter: "attributes.x = y".into(),
         ..Default::default()
     };
-    assert_eq!(code(block_on(client.create_subscription(filtered))).0, ErrorCode::Unimplemented);
+    let (code_found, text) = code(block_on(client.create_subscription(filtered)));
+    assert_eq!(code_found, ErrorCode::InvalidArgument);
+    assert!(text.contains("position 15"), "the error names where the filter is wrong: {text}");
+    let no_dead_letter_topic = Subscription {
+        name: "dead".into(),
+        topic: "input".into(),
+        dead_letter_topic: "missing".into(),
+        ..Default::default()
+    };
+    assert_eq!(code(block_on(client.create_subscription(no_dead_letter_topic))).0, ErrorCode::NotFound);
+    let too_few_attempts = Subscription {
+        name: "dead".into(),
+        topic: "input".into(),
+        dead_letter_topic: "input".into(),
+        max_delivery_attempts: 4,
+        ..Default::default()
+    };
+    assert_eq!(code(block_on(client.create_subscription(too_few_attempts))).0, ErrorCode::InvalidArgument);
 }
 
 #[test]
