@@ -37,6 +37,8 @@ pub const DEAD_LETTER_SOURCE_DELIVERY_COUNT: &str = "CloudPubSubDeadLetterSource
 pub const DEAD_LETTER_SOURCE_MESSAGE_ID: &str = "CloudPubSubDeadLetterSourceMessageId";
 pub const DEAD_LETTER_SOURCE_PUBLISH_TIME: &str = "CloudPubSubDeadLetterSourceTopicPublishTime";
 
+/// How often expired leases are collected when nobody pulls.
+pub const LEASE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// How often segments every subscription has acknowledged are deleted.
 pub const SEGMENT_COLLECTION_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -701,7 +703,7 @@ impl<S: Storage> Forwarder<S> {
                 "ack deadline of {seconds} s is outside 0 to {MODIFY_ACK_DEADLINE_SECONDS_MAX} s (MODIFY_ACK_DEADLINE_SECONDS_MAX)"
             )));
         }
-        let (subscription, _topic) = self.subscription(request.subscription.as_str())?;
+        let (subscription, topic) = self.subscription(request.subscription.as_str())?;
         let now = self.clock.now();
         let mut response = AckResponse::default();
         {
@@ -715,8 +717,26 @@ impl<S: Storage> Forwarder<S> {
                 }
             }
         }
+        self.start_dead_lettering(&subscription, &topic);
         subscription.changed.notify_all();
         Ok(response)
+    }
+
+    /// Ends expired leases of every subscription, starts dead-lettering what used up its
+    /// attempts, and wakes streams and waiting pulls that can now deliver. Runs every
+    /// `LEASE_SWEEP_INTERVAL`; pulls also expire leases themselves, so this only matters for
+    /// subscriptions nobody is pulling from right now.
+    pub fn sweep_leases(&self) {
+        let now = self.clock.now();
+        let served: Vec<Served<S>> = self.subscriptions.borrow().values().cloned().collect();
+        for (subscription, topic) in served {
+            let due = subscription.state.borrow().next_deadline().is_some_and(|deadline| deadline <= now);
+            if due {
+                subscription.state.borrow_mut().expire(now);
+                subscription.changed.notify_all();
+            }
+            self.start_dead_lettering(&subscription, &topic);
+        }
     }
 
     /// Deletes the oldest segments nobody needs any more. A closed segment goes when no
@@ -1052,6 +1072,39 @@ mod tests {
         let mut state = entry.state.borrow_mut();
         for offset in state.ack_floor()..end {
             state.apply_ack(offset);
+        }
+    }
+
+    async fn pull(forwarder: &Forwarder<SimDisk>, max_messages: u32) -> Vec<ReceivedMessage> {
+        let request = PullRequest { subscription: "reader".into(), max_messages, wait_ms: 0 };
+        let frame = ringpost_wire::encode_frame(Command::Pull.code(), 0, 1, &request);
+        forwarder.pull(&frame[FRAME_HEADER_BYTES..]).await.unwrap().received_messages
+    }
+
+    /// T11: ack deadlines run on the monotonic clock. A wall-clock jump (an NTP step of an hour,
+    /// either way) redelivers nothing early and delays nothing; the deadline itself still works.
+    #[test]
+    fn a_wall_clock_jump_causes_no_redelivery() {
+        for jump_ms in [3_600_000i64, -3_600_000] {
+            run(async move {
+                let clock = ManualClock::default();
+                let forwarder = forwarder(&clock);
+                topic(&forwarder, 0).await;
+                subscribe(&forwarder, false).await;
+                publish(&forwarder, 50).await;
+                assert_eq!(pull(&forwarder, 100).await.len(), 50);
+                clock.jump_wall_ms(jump_ms);
+                assert!(
+                    pull(&forwarder, 100).await.is_empty(),
+                    "a wall-clock jump of {jump_ms} ms redelivered leases"
+                );
+                clock.advance(Duration::from_secs(9));
+                assert!(pull(&forwarder, 100).await.is_empty(), "redelivered before the 10 s deadline");
+                clock.advance(Duration::from_secs(1));
+                let again = pull(&forwarder, 100).await;
+                assert_eq!(again.len(), 50, "every lease expires at its deadline");
+                assert!(again.iter().all(|message| message.delivery_attempt == 2));
+            });
         }
     }
 

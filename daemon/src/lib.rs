@@ -183,6 +183,14 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                     }
                 })
                 .detach();
+                let sweeper = forwarder.clone();
+                glommio::spawn_local(async move {
+                    loop {
+                        glommio::timer::sleep(forwarder::LEASE_SWEEP_INTERVAL).await;
+                        sweeper.sweep_leases();
+                    }
+                })
+                .detach();
                 while let Some(envelope) = requests.recv().await {
                     let forwarder = forwarder.clone();
                     let replies = replies.clone();

@@ -3,4 +3,5 @@
 mod bad_input;
 mod crash;
 mod quickstart;
+mod semantics;
 mod subscriptions;
