@@ -18,7 +18,7 @@ pub mod connection;
 pub use connection::Connection;
 pub use ringpost_wire::messages::{
     Attribute, DirectoryStatus, InvalidAckId, PubsubMessage, ReceivedMessage, ResyncDirectoryResponse,
-    ShardStats, StatsResponse, Subscription, SubscriptionStats, Topic, TopicStats,
+    ShardStats, Snapshot, StatsResponse, Subscription, SubscriptionStats, Topic, TopicStats,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 

@@ -19,6 +19,16 @@ const KIND_TOPIC_CREATED: u8 = 2;
 const KIND_TOPIC_DELETED: u8 = 3;
 const KIND_SUBSCRIPTION_CREATED: u8 = 4;
 const KIND_SUBSCRIPTION_DELETED: u8 = 5;
+const KIND_SNAPSHOT_CREATED: u8 = 6;
+const KIND_SNAPSHOT_DELETED: u8 = 7;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    pub id: u64,
+    pub name: String,
+    pub topic_id: u64,
+    pub expire_time_ms: u64,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {
@@ -60,6 +70,8 @@ pub enum CatalogEntry {
     TopicDeleted { id: u64 },
     SubscriptionCreated(SubscriptionRecord),
     SubscriptionDeleted { id: u64 },
+    SnapshotCreated(SnapshotRecord),
+    SnapshotDeleted { id: u64 },
 }
 
 impl CatalogEntry {
@@ -96,6 +108,14 @@ impl CatalogEntry {
             CatalogEntry::SubscriptionDeleted { id } => {
                 Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*id).0.clone()
             }
+            CatalogEntry::SnapshotCreated(snapshot) => Encoder::new(KIND_SNAPSHOT_CREATED)
+                .u64(snapshot.id)
+                .str(&snapshot.name)
+                .u64(snapshot.topic_id)
+                .u64(snapshot.expire_time_ms)
+                .0
+                .clone(),
+            CatalogEntry::SnapshotDeleted { id } => Encoder::new(KIND_SNAPSHOT_DELETED).u64(*id).0.clone(),
         }
     }
 
@@ -128,6 +148,13 @@ impl CatalogEntry {
                 },
             }),
             KIND_SUBSCRIPTION_DELETED => CatalogEntry::SubscriptionDeleted { id: d.u64()? },
+            KIND_SNAPSHOT_CREATED => CatalogEntry::SnapshotCreated(SnapshotRecord {
+                id: d.u64()?,
+                name: d.str()?,
+                topic_id: d.u64()?,
+                expire_time_ms: d.u64()?,
+            }),
+            KIND_SNAPSHOT_DELETED => CatalogEntry::SnapshotDeleted { id: d.u64()? },
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -144,6 +171,7 @@ pub struct CatalogState {
     pub topics: BTreeMap<String, TopicRecord>,
     pub topic_names: HashMap<u64, String>,
     pub subscriptions: BTreeMap<String, SubscriptionRecord>,
+    pub snapshots: BTreeMap<String, SnapshotRecord>,
 }
 
 impl CatalogState {
@@ -163,6 +191,10 @@ impl CatalogState {
                 self.subscriptions.insert(subscription.name.clone(), subscription);
             }
             CatalogEntry::SubscriptionDeleted { id } => self.subscriptions.retain(|_, s| s.id != id),
+            CatalogEntry::SnapshotCreated(snapshot) => {
+                self.snapshots.insert(snapshot.name.clone(), snapshot);
+            }
+            CatalogEntry::SnapshotDeleted { id } => self.snapshots.retain(|_, s| s.id != id),
         }
     }
 
@@ -248,6 +280,13 @@ mod tests {
                 settings,
             }),
             CatalogEntry::SubscriptionDeleted { id: 6 },
+            CatalogEntry::SnapshotCreated(SnapshotRecord {
+                id: 8,
+                name: "before".into(),
+                topic_id: 5,
+                expire_time_ms: 9,
+            }),
+            CatalogEntry::SnapshotDeleted { id: 8 },
         ] {
             assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
         }

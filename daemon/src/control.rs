@@ -32,11 +32,24 @@ pub enum ControlRequest {
         name: String,
         topic_id: u64,
     },
-    /// Move a subscription's acknowledgements to the first message published at `time_ms`.
+    /// Move a subscription's acknowledgements to the first message published at `time_ms`, or
+    /// to those captured by a snapshot.
     Seek {
         subscription_id: u64,
         topic_id: u64,
         time_ms: u64,
+        snapshot_id: Option<u64>,
+    },
+    /// Capture a subscription's acknowledgements durably as a snapshot of its topic.
+    TakeSnapshot {
+        topic_id: u64,
+        subscription_id: u64,
+        snapshot_id: u64,
+        expire_time_ms: u64,
+    },
+    DropSnapshot {
+        topic_id: u64,
+        snapshot_id: u64,
     },
     /// Report this shard's topics, subscriptions and data directories.
     Stats,

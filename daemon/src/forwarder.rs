@@ -69,6 +69,14 @@ pub struct TopicState<S: Storage> {
     relative: PathBuf,
     /// Topic message retention; 0 when not set.
     retention_seconds: u64,
+    /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
+    snapshots: RefCell<HashMap<u64, SnapshotState>>,
+}
+
+struct SnapshotState {
+    floor: u64,
+    runs: Vec<(u64, u32)>,
+    expire_time_ms: u64,
 }
 
 pub struct SubscriptionEntry {
@@ -84,6 +92,8 @@ pub struct SubscriptionEntry {
     changed: Notify,
     /// A dead-letter task is running for this subscription.
     dead_lettering: Cell<bool>,
+    /// Wall-clock time of the last pull or acknowledgement, for the expiration policy.
+    last_activity_ms: Cell<u64>,
 }
 
 type DeadLetterClient = Rc<RefCell<Option<std::sync::Arc<ringpost_client::Client>>>>;
@@ -149,24 +159,62 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_topic(topic_id, name, retention_seconds).await
             }
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
-            ControlRequest::Seek { subscription_id, topic_id, time_ms } => {
-                let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
-                let topic =
-                    topic.ok_or_else(|| Status::internal(format!("topic {topic_id:x} is not attached")))?;
-                let entry =
-                    topic.subscriptions.borrow().iter().find(|entry| entry.id == subscription_id).cloned();
-                let entry = entry.ok_or_else(|| Status::internal("the subscription is not attached"))?;
-                let offset = topic
-                    .log
-                    .offset_at_time(time_ms)
-                    .await
-                    .map_err(log_error_status)?
-                    .max(topic.log.start_offset());
+            ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
+                let (topic, entry) = self.attached(topic_id, subscription_id)?;
+                let (offset, runs) = match snapshot_id {
+                    Some(snapshot_id) => {
+                        let snapshots = topic.snapshots.borrow();
+                        let snapshot = snapshots
+                            .get(&snapshot_id)
+                            .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?;
+                        (snapshot.floor, snapshot.runs.clone())
+                    }
+                    None => (topic.log.offset_at_time(time_ms).await.map_err(log_error_status)?, Vec::new()),
+                };
+                let offset = offset.max(topic.log.start_offset());
                 append_journal(&topic.journal, &JournalEntry::Seek { subscription_id, offset })
                     .await
                     .map_err(log_error_status)?;
-                entry.state.borrow_mut().seek(offset);
+                if !runs.is_empty() {
+                    append_journal(
+                        &topic.journal,
+                        &JournalEntry::Acked { subscription_id, runs: runs.clone() },
+                    )
+                    .await
+                    .map_err(log_error_status)?;
+                }
+                let mut state = entry.state.borrow_mut();
+                state.seek(offset);
+                for (first, count) in runs {
+                    for acked in first..first + count as u64 {
+                        state.restore_ack(acked);
+                    }
+                }
+                drop(state);
                 entry.changed.notify_all();
+                Ok(ControlOk::Done)
+            }
+            ControlRequest::TakeSnapshot { topic_id, subscription_id, snapshot_id, expire_time_ms } => {
+                let (topic, entry) = self.attached(topic_id, subscription_id)?;
+                let (floor, runs) = entry.state.borrow().acknowledged_runs();
+                let taken =
+                    JournalEntry::SnapshotTaken { snapshot_id, floor, runs: runs.clone(), expire_time_ms };
+                append_journal(&topic.journal, &taken).await.map_err(log_error_status)?;
+                topic
+                    .snapshots
+                    .borrow_mut()
+                    .insert(snapshot_id, SnapshotState { floor, runs, expire_time_ms });
+                Ok(ControlOk::Done)
+            }
+            ControlRequest::DropSnapshot { topic_id, snapshot_id } => {
+                let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
+                if let Some(topic) = topic {
+                    if topic.snapshots.borrow_mut().remove(&snapshot_id).is_some() {
+                        append_journal(&topic.journal, &JournalEntry::SnapshotDropped { snapshot_id })
+                            .await
+                            .map_err(log_error_status)?;
+                    }
+                }
                 Ok(ControlOk::Done)
             }
             ControlRequest::ResyncDirectory { index } => {
@@ -256,6 +304,7 @@ impl<S: Storage> Forwarder<S> {
         .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}' journal: {error}")))?;
         report_recovery(&name, "journal", &report);
         let mut recovered: HashMap<u64, SubscriptionState> = HashMap::new();
+        let mut snapshots: HashMap<u64, SnapshotState> = HashMap::new();
         for stored in journal.read(0, usize::MAX, usize::MAX).await.map_err(log_error_status)? {
             let entry = JournalEntry::decode(&stored.data).map_err(|why| {
                 Status::new(
@@ -278,6 +327,12 @@ impl<S: Storage> Forwarder<S> {
                         state.seek(offset);
                     }
                 }
+                JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms } => {
+                    snapshots.insert(snapshot_id, SnapshotState { floor, runs, expire_time_ms });
+                }
+                JournalEntry::SnapshotDropped { snapshot_id } => {
+                    snapshots.remove(&snapshot_id);
+                }
                 JournalEntry::Acked { subscription_id, runs } => {
                     if let Some(state) = recovered.get_mut(&subscription_id) {
                         for (first, count) in runs {
@@ -298,6 +353,7 @@ impl<S: Storage> Forwarder<S> {
             recovered: RefCell::new(recovered),
             relative,
             retention_seconds,
+            snapshots: RefCell::new(snapshots),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -362,10 +418,24 @@ impl<S: Storage> Forwarder<S> {
             filter,
             changed: Notify::new(),
             dead_lettering: Cell::new(false),
+            last_activity_ms: Cell::new(self.clock.wall_ms()),
         });
         topic.subscriptions.borrow_mut().push(entry.clone());
         self.subscriptions.borrow_mut().insert(name, (entry, topic));
         Ok(ControlOk::SubscriptionStart(start))
+    }
+
+    /// A topic and one of its subscriptions, both attached here.
+    fn attached(
+        &self,
+        topic_id: u64,
+        subscription_id: u64,
+    ) -> Result<(Rc<TopicState<S>>, Rc<SubscriptionEntry>), Status> {
+        let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
+        let topic = topic.ok_or_else(|| Status::internal(format!("topic {topic_id:x} is not attached")))?;
+        let entry = topic.subscriptions.borrow().iter().find(|entry| entry.id == subscription_id).cloned();
+        let entry = entry.ok_or_else(|| Status::internal("the subscription is not attached"))?;
+        Ok((topic, entry))
     }
 
     fn topic(&self, name: &str) -> Result<Rc<TopicState<S>>, Status> {
@@ -413,6 +483,7 @@ impl<S: Storage> Forwarder<S> {
             )));
         }
         let (subscription, topic) = self.subscription(request.subscription.as_str())?;
+        subscription.last_activity_ms.set(self.clock.wall_ms());
         let give_up_at = self.clock.now() + Duration::from_millis(wait_ms as u64);
         let lease = subscription.state.borrow().ack_deadline;
         loop {
@@ -474,6 +545,7 @@ impl<S: Storage> Forwarder<S> {
         };
         let stream = self.next_stream.get();
         self.next_stream.set(stream + 1);
+        subscription.last_activity_ms.set(self.clock.wall_ms());
         while !responder.is_gone() {
             let committed = topic.log.committed();
             let changed = subscription.changed.notified();
@@ -662,6 +734,7 @@ impl<S: Storage> Forwarder<S> {
         let request = access_body::<AcknowledgeRequest>(body)?;
         check_ack_id_count(request.ack_ids.len())?;
         let (subscription, topic) = self.subscription(request.subscription.as_str())?;
+        subscription.last_activity_ms.set(self.clock.wall_ms());
         let mut response = AckResponse::default();
         let mut offsets = Vec::new();
         {
@@ -760,7 +833,12 @@ impl<S: Storage> Forwarder<S> {
                     .take_while(|segment| {
                         let topic_keeps = topic.retention_seconds > 0
                             && !expired(segment.newest_publish_ms, topic.retention_seconds);
+                        // A live snapshot keeps everything it may seek back to.
+                        let snapshot_keeps = topic.snapshots.borrow().values().any(|snapshot| {
+                            snapshot.expire_time_ms > now_ms && segment.end_offset > snapshot.floor
+                        });
                         !topic_keeps
+                            && !snapshot_keeps
                             && subscriptions.iter().all(|entry| {
                                 let gone = expired(
                                     segment.newest_publish_ms,
@@ -827,7 +905,13 @@ impl<S: Storage> Forwarder<S> {
                 } else {
                     0
                 };
+                let idle_ms = if entry.state.borrow().stream_count() > 0 {
+                    0
+                } else {
+                    now_ms.saturating_sub(entry.last_activity_ms.get())
+                };
                 subscriptions.push(SubscriptionStats {
+                    idle_ms,
                     name: entry.name.clone(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,

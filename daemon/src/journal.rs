@@ -9,6 +9,8 @@ const KIND_SUBSCRIPTION_CREATED: u8 = 1;
 const KIND_SUBSCRIPTION_DELETED: u8 = 2;
 const KIND_ACKED: u8 = 3;
 const KIND_SEEK: u8 = 4;
+const KIND_SNAPSHOT_TAKEN: u8 = 5;
+const KIND_SNAPSHOT_DROPPED: u8 = 6;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalEntry {
@@ -30,6 +32,16 @@ pub enum JournalEntry {
         subscription_id: u64,
         offset: u64,
     },
+    /// A snapshot of a subscription's acknowledgements: everything below `floor`, and `runs`.
+    SnapshotTaken {
+        snapshot_id: u64,
+        floor: u64,
+        runs: Vec<(u64, u32)>,
+        expire_time_ms: u64,
+    },
+    SnapshotDropped {
+        snapshot_id: u64,
+    },
 }
 
 /// Log ids of journals differ from their topic's, so a journal batch can never validate as a
@@ -49,6 +61,17 @@ impl JournalEntry {
             }
             JournalEntry::Seek { subscription_id, offset } => {
                 Encoder::new(KIND_SEEK).u64(*subscription_id).u64(*offset).0.clone()
+            }
+            JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms } => {
+                let mut encoder = Encoder::new(KIND_SNAPSHOT_TAKEN);
+                encoder.u64(*snapshot_id).u64(*floor).u64(*expire_time_ms).u32(runs.len() as u32);
+                for (first, count) in runs {
+                    encoder.u64(*first).u32(*count);
+                }
+                encoder.0
+            }
+            JournalEntry::SnapshotDropped { snapshot_id } => {
+                Encoder::new(KIND_SNAPSHOT_DROPPED).u64(*snapshot_id).0.clone()
             }
             JournalEntry::Acked { subscription_id, runs } => {
                 let mut encoder = Encoder::new(KIND_ACKED);
@@ -81,6 +104,16 @@ impl JournalEntry {
                 JournalEntry::Acked { subscription_id, runs }
             }
             KIND_SEEK => JournalEntry::Seek { subscription_id: decoder.u64()?, offset: decoder.u64()? },
+            KIND_SNAPSHOT_TAKEN => {
+                let (snapshot_id, floor, expire_time_ms) = (decoder.u64()?, decoder.u64()?, decoder.u64()?);
+                let count = decoder.u32()? as usize;
+                let mut runs = Vec::with_capacity(count.min(1 << 16));
+                for _ in 0..count {
+                    runs.push((decoder.u64()?, decoder.u32()?));
+                }
+                JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms }
+            }
+            KIND_SNAPSHOT_DROPPED => JournalEntry::SnapshotDropped { snapshot_id: decoder.u64()? },
             _ => return Err("unknown journal entry kind"),
         };
         if !decoder.is_empty() {
@@ -114,6 +147,13 @@ mod tests {
             JournalEntry::SubscriptionDeleted { subscription_id: 9 },
             JournalEntry::Acked { subscription_id: 9, runs: vec![(1, 3), (10, 1)] },
             JournalEntry::Seek { subscription_id: 9, offset: 77 },
+            JournalEntry::SnapshotTaken {
+                snapshot_id: 3,
+                floor: 10,
+                runs: vec![(12, 2)],
+                expire_time_ms: 99,
+            },
+            JournalEntry::SnapshotDropped { snapshot_id: 3 },
         ] {
             assert_eq!(JournalEntry::decode(&entry.encode()), Ok(entry.clone()));
             let bytes = entry.encode();

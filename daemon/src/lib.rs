@@ -250,6 +250,14 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             }
             let listener = into_glommio(router_listener);
             let _ = router_ready.send(Ok(()));
+            let expirer = router.clone();
+            glommio::spawn_local(async move {
+                loop {
+                    glommio::timer::sleep(router::EXPIRATION_CHECK_INTERVAL).await;
+                    expirer.expire_subscriptions().await;
+                }
+            })
+            .detach();
             net::serve(listener, router).await;
         })
         .map_err(|e| format!("starting the router shard: {e}"))?;

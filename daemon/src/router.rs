@@ -10,7 +10,8 @@
 //! never names (removed at the next start); ids are never reused (see `catalog`).
 
 use crate::catalog::{
-    entry_records, CatalogEntry, CatalogState, SubscriptionRecord, SubscriptionSettings, TopicRecord,
+    entry_records, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
+    TopicRecord,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest};
 use crate::log::{Directories, Log, LogError};
@@ -41,6 +42,17 @@ pub const MAX_DELIVERY_ATTEMPTS_MAX: u32 = 100;
 pub const BACKOFF_SECONDS_MINIMUM_DEFAULT: u32 = 10;
 pub const BACKOFF_SECONDS_MAXIMUM_DEFAULT: u32 = 600;
 pub const BACKOFF_SECONDS_MAX: u32 = 600;
+/// Snapshots keep their messages for 7 days (Pub/Sub's limit).
+pub const SNAPSHOT_LIFETIME_MS: u64 = 7 * 24 * 3600 * 1000;
+/// How often idle subscriptions are checked against their expiration policy.
+pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
 
 pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
     respond(
@@ -423,6 +435,73 @@ impl<S: Storage> Router<S> {
         }
     }
 
+    fn snapshot_record(&self, name: &str) -> Result<SnapshotRecord, Status> {
+        validate_name("snapshot", name)?;
+        self.state
+            .borrow()
+            .snapshots
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("snapshot '{name}'")))
+    }
+
+    async fn create_snapshot(&self, body: &[u8]) -> Result<Snapshot, Status> {
+        let request = access_body::<SnapshotRequest>(body)?;
+        let name = request.name.as_str();
+        validate_name("snapshot", name)?;
+        let record = self.subscription_record(request.subscription.as_str())?;
+        let _reservation = self.reserve_name(&format!("snapshot/{name}"))?;
+        if self.state.borrow().snapshots.contains_key(name) {
+            return Err(Status::already_exists(format!("snapshot '{name}'")));
+        }
+        let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+            return Err(Status::failed_precondition(format!("subscription '{}' is detached", record.name)));
+        };
+        let shard = self
+            .topic_shard
+            .borrow()
+            .get(&topic.id)
+            .copied()
+            .ok_or_else(|| Status::unavailable("topic not placed"))?;
+        let id = self.allocate_id();
+        let expire_time_ms = wall_ms() + SNAPSHOT_LIFETIME_MS;
+        self.forwarders[shard as usize]
+            .call(ControlRequest::TakeSnapshot {
+                topic_id: topic.id,
+                subscription_id: record.id,
+                snapshot_id: id,
+                expire_time_ms,
+            })
+            .await?;
+        let snapshot = SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms };
+        self.append(CatalogEntry::SnapshotCreated(snapshot)).await?;
+        Ok(Snapshot { name: name.to_owned(), topic: topic.name, expire_time_ms })
+    }
+
+    /// Deletes subscriptions idle for longer than their expiration policy allows.
+    pub async fn expire_subscriptions(&self) {
+        let Ok(stats) = self.stats().await else { return };
+        for topic in &stats.topics {
+            for subscription in &topic.subscriptions {
+                let record = self.state.borrow().subscriptions.get(&subscription.name).cloned();
+                let Some(record) = record else { continue };
+                let ttl_ms = record.settings.expiration_ttl_seconds.saturating_mul(1000);
+                if subscription.idle_ms > ttl_ms {
+                    eprintln!(
+                        "ringpostd: subscription '{}' expired after {} s without activity (expiration policy)",
+                        record.name,
+                        subscription.idle_ms / 1000
+                    );
+                    let body =
+                        ringpost_wire::encode_frame(0, 0, 0, &NameRequest { name: record.name.clone() });
+                    if let Err(status) = self.delete_subscription(&body[FRAME_HEADER_BYTES..]).await {
+                        eprintln!("ringpostd: expiring subscription '{}': {status}", record.name);
+                    }
+                }
+            }
+        }
+    }
+
     fn subscription_record(&self, name: &str) -> Result<SubscriptionRecord, Status> {
         validate_name("subscription", name)?;
         self.state
@@ -607,13 +686,78 @@ impl<S: Storage> Router<S> {
                         record.name
                     ))
                 })?;
+                let snapshot_id = if request.snapshot.is_empty() {
+                    None
+                } else {
+                    let snapshot = self.snapshot_record(request.snapshot.as_str())?;
+                    if snapshot.topic_id != record.topic_id {
+                        return Err(Status::failed_precondition(format!(
+                            "snapshot '{}' is of another topic than subscription '{}'",
+                            snapshot.name, record.name
+                        )));
+                    }
+                    if snapshot.expire_time_ms <= wall_ms() {
+                        return Err(Status::failed_precondition(format!(
+                            "snapshot '{}' has expired",
+                            snapshot.name
+                        )));
+                    }
+                    Some(snapshot.id)
+                };
                 self.forwarders[shard as usize]
                     .call(ControlRequest::Seek {
                         subscription_id: record.id,
                         topic_id: record.topic_id,
                         time_ms: request.time_ms.to_native(),
+                        snapshot_id,
                     })
                     .await?;
+                respond(header, &Empty {})
+            }
+            Command::CreateSnapshot => respond(header, &self.create_snapshot(body).await?),
+            Command::ListSnapshots => {
+                let request = access_body::<ListRequest>(body)?;
+                let page_size = page_size(request.page_size.to_native());
+                let state = self.state.borrow();
+                let mut snapshots: Vec<Snapshot> = state
+                    .snapshots
+                    .range::<str, _>((
+                        std::ops::Bound::Excluded(request.page_token.as_str()),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .take(page_size + 1)
+                    .map(|(_, snapshot)| Snapshot {
+                        name: snapshot.name.clone(),
+                        topic: state
+                            .topic_names
+                            .get(&snapshot.topic_id)
+                            .cloned()
+                            .unwrap_or_else(|| DELETED_TOPIC.into()),
+                        expire_time_ms: snapshot.expire_time_ms,
+                    })
+                    .collect();
+                let next_page_token = if snapshots.len() > page_size {
+                    snapshots.pop();
+                    snapshots.last().map(|snapshot| snapshot.name.clone()).unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                drop(state);
+                respond(header, &SnapshotList { snapshots, next_page_token })
+            }
+            Command::DeleteSnapshot => {
+                let request = access_body::<NameRequest>(body)?;
+                let snapshot = self.snapshot_record(request.name.as_str())?;
+                self.append(CatalogEntry::SnapshotDeleted { id: snapshot.id }).await?;
+                let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
+                if let Some(shard) = shard {
+                    let _ = self.forwarders[shard as usize]
+                        .call(ControlRequest::DropSnapshot {
+                            topic_id: snapshot.topic_id,
+                            snapshot_id: snapshot.id,
+                        })
+                        .await;
+                }
                 respond(header, &Empty {})
             }
             Command::Publish

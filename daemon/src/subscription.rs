@@ -398,6 +398,11 @@ impl SubscriptionState {
         }
     }
 
+    /// Streaming pulls open on this subscription.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
     pub fn stream_load(&self, stream: u64) -> StreamLoad {
         self.streams.get(&stream).copied().unwrap_or_default()
     }
@@ -422,6 +427,12 @@ impl SubscriptionState {
     /// then acknowledges it here.
     pub fn take_dead_letters(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.dead_letters).into_iter().collect()
+    }
+
+    /// The acknowledgements as a floor and runs above it, for a snapshot.
+    pub fn acknowledged_runs(&self) -> (u64, Vec<(u64, u32)>) {
+        let above: Vec<u64> = self.acked.iter_above_floor().collect();
+        (self.acked.floor(), crate::journal::runs_of(&above))
     }
 
     /// A dead-letter publish failed: the message waits to be dead-lettered again.

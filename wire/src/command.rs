@@ -40,8 +40,15 @@ pub enum Command {
     /// for its messages are ordinary `Acknowledge` and `ModifyAckDeadline` requests; they free
     /// the stream's flow-control window.
     StreamingPull = 43,
-    /// `SeekRequest` → `Empty` (router): move a subscription's acknowledgements to a time.
+    /// `SeekRequest` → `Empty` (router): move a subscription's acknowledgements to a time or
+    /// to a snapshot.
     Seek = 50,
+    /// `SnapshotRequest` → `Snapshot` (router): capture a subscription's acknowledgements.
+    CreateSnapshot = 51,
+    /// `ListRequest` → `SnapshotList` (router).
+    ListSnapshots = 52,
+    /// `NameRequest` → `Empty` (router).
+    DeleteSnapshot = 53,
     /// `Empty` → `StatsResponse` (router): topics, subscriptions, shards and data directories.
     Stats = 60,
     /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
@@ -51,7 +58,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 19] = [
+    pub const ALL: [Command; 22] = [
         Command::Hello,
         Command::CreateTopic,
         Command::GetTopic,
@@ -69,6 +76,9 @@ impl Command {
         Command::ModifyAckDeadline,
         Command::StreamingPull,
         Command::Seek,
+        Command::CreateSnapshot,
+        Command::ListSnapshots,
+        Command::DeleteSnapshot,
         Command::Stats,
         Command::ResyncDirectory,
     ];
@@ -92,6 +102,9 @@ impl Command {
             42 => Command::ModifyAckDeadline,
             43 => Command::StreamingPull,
             50 => Command::Seek,
+            51 => Command::CreateSnapshot,
+            52 => Command::ListSnapshots,
+            53 => Command::DeleteSnapshot,
             60 => Command::Stats,
             61 => Command::ResyncDirectory,
             _ => return None,

@@ -197,6 +197,8 @@ wire_type! {
         pub expired_total: u64,
         /// Age of the oldest unacknowledged message; 0 when there is none.
         pub oldest_unacked_age_ms: u64,
+        /// Time since the subscription was last pulled from or acknowledged (or since start).
+        pub idle_ms: u64,
     }
 }
 
@@ -241,5 +243,28 @@ wire_type! {
     /// Seek to a time (milliseconds since the Unix epoch): messages published before it count as
     /// acknowledged, messages from it on as not, including ones acknowledged before if they are
     /// still retained.
-    pub struct SeekRequest { pub subscription: String, pub time_ms: u64 }
+    pub struct SeekRequest {
+        pub subscription: String,
+        /// Seek to this time, when `snapshot` is empty.
+        pub time_ms: u64,
+        /// Seek to this snapshot's acknowledgements instead (it must be of the same topic).
+        pub snapshot: String,
+    }
+}
+
+wire_type! {
+    pub struct SnapshotRequest { pub name: String, pub subscription: String }
+}
+
+wire_type! {
+    pub struct Snapshot {
+        pub name: String,
+        pub topic: String,
+        /// When the snapshot stops keeping messages (milliseconds since the Unix epoch).
+        pub expire_time_ms: u64,
+    }
+}
+
+wire_type! {
+    pub struct SnapshotList { pub snapshots: Vec<Snapshot>, pub next_page_token: String }
 }

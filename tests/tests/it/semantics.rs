@@ -303,3 +303,71 @@ fn the_sync_point_holds_under_concurrent_publishers() {
     }
     let _ = Mutex::new(());
 }
+
+#[test]
+fn snapshots_capture_acknowledgements_and_seek_restores_them() {
+    let mut daemon = Daemon::start("snapshot");
+    let client = daemon.client();
+    block_on(client.create_topic("orders-log")).unwrap();
+    block_on(client.create_subscription(subscription("billing", "orders-log"))).unwrap();
+    block_on(client.publish("orders-log", (0..6).map(|i| Message::new(format!("o{i}"))).collect())).unwrap();
+    let first = block_on(client.pull("billing", 100, 0)).unwrap();
+    ack_all(&client, "billing", &first[..2]);
+    ack_all(&client, "billing", &first[4..5]);
+    // Unacknowledged at snapshot time: o2, o3, o5.
+    let snapshot = block_on(client.create_snapshot("before-bug", "billing")).unwrap();
+    assert_eq!(snapshot.topic, "orders-log");
+    ack_all(&client, "billing", &[first[2].clone(), first[3].clone(), first[5].clone()]);
+    assert!(block_on(client.pull("billing", 100, 0)).unwrap().is_empty());
+    // A restart keeps the snapshot (journal and catalog) and the acknowledgements.
+    drop(client);
+    daemon.restart();
+    let client = daemon.client();
+    assert_eq!(block_on(client.list_snapshots()).unwrap().len(), 1);
+    block_on(client.seek_to_snapshot("billing", "before-bug")).unwrap();
+    let replayed = block_on(client.pull("billing", 100, 0)).unwrap();
+    assert_eq!(texts(&replayed), vec!["o2", "o3", "o5"]);
+    block_on(client.create_topic("other-topic")).unwrap();
+    block_on(client.create_subscription(subscription("other-sub", "other-topic"))).unwrap();
+    let refused = block_on(client.seek_to_snapshot("other-sub", "before-bug")).unwrap_err();
+    assert_eq!(refused.code(), ringpost_client::ErrorCode::FailedPrecondition);
+    block_on(client.delete_snapshot("before-bug")).unwrap();
+    assert!(block_on(client.list_snapshots()).unwrap().is_empty());
+    assert_eq!(block_on(client.seek_to_snapshot("billing", "before-bug")).unwrap_err().code(), ringpost_client::ErrorCode::NotFound);
+}
+
+#[test]
+fn cli_creates_subscriptions_with_every_policy_and_seeks() {
+    let daemon = Daemon::start("cli-policies");
+    let run = |args: &[&str]| ringpost_tests::succeeded(&daemon.cli(args));
+    run(&["topic", "create", "events"]);
+    run(&["topic", "create", "events-dead"]);
+    let created = run(&[
+        "sub", "create", "policies", "--topic", "events", "--ack-deadline", "30", "--ordering", "--filter",
+        "attributes:kind", "--dead-letter-topic", "events-dead", "--max-delivery-attempts", "7", "--min-backoff", "1",
+        "--max-backoff", "5", "--retain-acked", "--retention", "3600", "--expiration", "86400",
+    ]);
+    for expected in [
+        "\"ack_deadline_seconds\":30",
+        "\"enable_message_ordering\":true",
+        "\"filter\":\"attributes:kind\"",
+        "\"dead_letter_topic\":\"events-dead\"",
+        "\"max_delivery_attempts\":7",
+        "\"minimum_backoff_seconds\":1",
+        "\"maximum_backoff_seconds\":5",
+        "\"retain_acked_messages\":true",
+    ] {
+        assert!(created.contains(expected), "{expected} missing from {created}");
+    }
+    run(&["publish", "events", "--attr", "kind=x", "one"]);
+    run(&["pull", "policies", "--max", "5", "--ack"]);
+    run(&["sub", "seek", "policies", "--time", "1970-01-01T00:00:00Z"]);
+    let replayed = run(&["pull", "policies", "--max", "5"]);
+    assert!(replayed.contains("\"data\":\"one\""), "{replayed}");
+    run(&["snapshot", "create", "snap-1", "--subscription", "policies"]);
+    assert!(run(&["snapshot", "list"]).contains("snap-1"));
+    run(&["sub", "seek", "policies", "--snapshot", "snap-1"]);
+    run(&["snapshot", "delete", "snap-1"]);
+    let bad = ringpost_tests::failed(&daemon.cli(&["sub", "seek", "policies", "--time", "yesterday"]));
+    assert!(bad.starts_with("InvalidArgument"), "{bad}");
+}

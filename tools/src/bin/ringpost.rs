@@ -48,6 +48,7 @@ enum Command {
     Modack(ModackCommand),
     Stats(StatsCommand),
     Admin(AdminCommand),
+    Snapshot(SnapshotCommand),
 }
 
 /// show topics, subscriptions (backlog, outstanding, oldest unacked age, deliveries) and the
@@ -146,6 +147,7 @@ enum SubAction {
     Get(SubGet),
     List(SubList),
     Delete(SubDelete),
+    Seek(SubSeek),
 }
 
 /// create a subscription: it receives every message published to the topic from now on
@@ -170,6 +172,82 @@ struct SubCreate {
     /// seconds of inactivity after which the subscription expires (at least 86400; default 31 days)
     #[argh(option, default = "0")]
     expiration: u64,
+    /// deliver messages with the same ordering key in publish order
+    #[argh(switch)]
+    ordering: bool,
+    /// only deliver messages matching this attribute filter, e.g. 'attributes.region = "eu"'
+    /// (the others are acknowledged automatically; at most 256 bytes; cannot be changed later)
+    #[argh(option, default = "String::new()")]
+    filter: String,
+    /// topic that receives messages which failed --max-delivery-attempts times
+    #[argh(option, default = "String::new()")]
+    dead_letter_topic: String,
+    /// deliveries before a message goes to the dead-letter topic (5 to 100; default 5)
+    #[argh(option, default = "0")]
+    max_delivery_attempts: u32,
+    /// seconds to wait before redelivering a nacked or expired message, doubling per attempt
+    /// (0 to 600; setting either backoff sets a retry policy, default 10)
+    #[argh(option, default = "0")]
+    min_backoff: u32,
+    /// longest retry backoff in seconds (0 to 600; default 600 once a retry policy is set)
+    #[argh(option, default = "0")]
+    max_backoff: u32,
+}
+
+/// move a subscription's acknowledgements to a time: earlier messages count as acknowledged,
+/// later ones (even acknowledged ones still retained) are delivered again
+#[derive(FromArgs)]
+#[argh(subcommand, name = "seek")]
+struct SubSeek {
+    /// the subscription
+    #[argh(positional)]
+    name: String,
+    /// an RFC 3339 time (2026-11-30T10:00:00Z) or milliseconds since the Unix epoch
+    #[argh(option)]
+    time: Option<String>,
+    /// a snapshot of the same topic to seek to instead of a time
+    #[argh(option)]
+    snapshot: Option<String>,
+}
+
+/// manage snapshots: a subscription's acknowledgements, kept to seek back to (7 days)
+#[derive(FromArgs)]
+#[argh(subcommand, name = "snapshot")]
+struct SnapshotCommand {
+    #[argh(subcommand)]
+    action: SnapshotAction,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum SnapshotAction {
+    Create(SnapshotCreate),
+    List(SnapshotList),
+    Delete(SnapshotDelete),
+}
+
+/// capture a subscription's acknowledgements
+#[derive(FromArgs)]
+#[argh(subcommand, name = "create")]
+struct SnapshotCreate {
+    #[argh(positional)]
+    name: String,
+    /// the subscription to capture
+    #[argh(option)]
+    subscription: String,
+}
+
+/// list snapshots
+#[derive(FromArgs)]
+#[argh(subcommand, name = "list")]
+struct SnapshotList {}
+
+/// delete a snapshot
+#[derive(FromArgs)]
+#[argh(subcommand, name = "delete")]
+struct SnapshotDelete {
+    #[argh(positional)]
+    name: String,
 }
 
 /// show a subscription
@@ -408,6 +486,12 @@ fn subscription_json(subscription: &Subscription) -> String {
         ("retain_acked_messages", subscription.retain_acked_messages.to_string()),
         ("message_retention_seconds", subscription.message_retention_seconds.to_string()),
         ("expiration_ttl_seconds", subscription.expiration_ttl_seconds.to_string()),
+        ("enable_message_ordering", subscription.enable_message_ordering.to_string()),
+        ("filter", json::string(&subscription.filter)),
+        ("dead_letter_topic", json::string(&subscription.dead_letter_topic)),
+        ("max_delivery_attempts", subscription.max_delivery_attempts.to_string()),
+        ("minimum_backoff_seconds", subscription.minimum_backoff_seconds.to_string()),
+        ("maximum_backoff_seconds", subscription.maximum_backoff_seconds.to_string()),
     ])
 }
 
@@ -496,7 +580,12 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                         retain_acked_messages: create.retain_acked,
                         message_retention_seconds: create.retention,
                         expiration_ttl_seconds: create.expiration,
-                        ..Default::default()
+                        enable_message_ordering: create.ordering,
+                        filter: create.filter,
+                        dead_letter_topic: create.dead_letter_topic,
+                        max_delivery_attempts: create.max_delivery_attempts,
+                        minimum_backoff_seconds: create.min_backoff,
+                        maximum_backoff_seconds: create.max_backoff,
                     })
                     .await?;
                 print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
@@ -514,6 +603,20 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 );
             }
             SubAction::Delete(delete) => client.delete_subscription(&delete.name).await?,
+            SubAction::Seek(seek) => match (seek.time, seek.snapshot) {
+                (Some(time), None) => {
+                    let time_ms = json::parse_time(&time)
+                        .map_err(|why| Failure(format!("InvalidArgument: --time '{time}': {why}"), 2))?;
+                    client.seek(&seek.name, time_ms).await?;
+                }
+                (None, Some(snapshot)) => client.seek_to_snapshot(&seek.name, &snapshot).await?,
+                _ => {
+                    return Err(Failure(
+                        "InvalidArgument: give exactly one of --time and --snapshot".into(),
+                        2,
+                    ))
+                }
+            },
         },
         Command::Publish(publish) => {
             let mut attributes = Vec::new();
@@ -603,6 +706,34 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             client.modify_ack_deadline(&modack.subscription, modack.ack_ids, modack.seconds).await?,
         )?,
         Command::Stats(_) => print_stats(output, &client.stats().await?),
+        Command::Snapshot(SnapshotCommand { action }) => {
+            let row = |snapshot: &ringpost_client::Snapshot| {
+                (
+                    vec![
+                        snapshot.name.clone(),
+                        snapshot.topic.clone(),
+                        json::rfc3339(snapshot.expire_time_ms),
+                    ],
+                    json::object(&[
+                        ("name", json::string(&snapshot.name)),
+                        ("topic", json::string(&snapshot.topic)),
+                        ("expire_time", json::string(&json::rfc3339(snapshot.expire_time_ms))),
+                    ]),
+                )
+            };
+            let header = ["name", "topic", "expire_time"];
+            match action {
+                SnapshotAction::Create(create) => {
+                    let snapshot = client.create_snapshot(&create.name, &create.subscription).await?;
+                    print_rows(output, &header, vec![row(&snapshot)]);
+                }
+                SnapshotAction::List(_) => {
+                    let snapshots = client.list_snapshots().await?;
+                    print_rows(output, &header, snapshots.iter().map(row).collect());
+                }
+                SnapshotAction::Delete(delete) => client.delete_snapshot(&delete.name).await?,
+            }
+        }
         Command::Admin(AdminCommand { action: AdminAction::ResyncDir(resync) }) => {
             let done = client.resync_directory(resync.index).await?;
             println!(
