@@ -175,3 +175,71 @@ fn topics_spread_over_shards_and_lists_page() {
         assert_eq!(pull_texts(&client, &format!("sub-{i}")).len(), 1);
     }
 }
+
+/// T12 (RELIABILITY.md): of 40 delivered messages, 10 are acked, 10 nacked, 10 extended to
+/// 60 s and 10 left alone. Nacked ones come back at once; untouched ones after the 10 s deadline
+/// (not before); extended ones not before their new deadline; acked ones never. After a restart
+/// every unacknowledged message is delivered again, and no acknowledged one.
+#[test]
+fn t12_deadlines_nacks_extensions_and_restart() {
+    let mut daemon = Daemon::start("t12");
+    let client = daemon.client();
+    block_on(client.create_topic("t12-topic")).unwrap();
+    block_on(client.create_subscription(subscription("t12-sub", "t12-topic", 10))).unwrap();
+    publish(
+        &client,
+        "t12-topic",
+        &(0..40)
+            .map(|i| format!("m{i:02}"))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let delivered_at = Instant::now();
+    let first = block_on(client.pull("t12-sub", 100, 0)).unwrap();
+    assert_eq!(first.len(), 40);
+    let ids = |range: std::ops::Range<usize>| -> Vec<String> {
+        first[range].iter().map(|m| m.ack_id.clone()).collect()
+    };
+    assert!(block_on(client.acknowledge("t12-sub", ids(0..10))).unwrap().is_empty());
+    assert!(block_on(client.nack("t12-sub", ids(10..20))).unwrap().is_empty());
+    assert!(block_on(client.modify_ack_deadline("t12-sub", ids(20..30), 60)).unwrap().is_empty());
+    let text = |m: &ringpost_client::ReceivedMessage| String::from_utf8(m.data.clone()).unwrap();
+    let nacked: Vec<String> = block_on(client.pull("t12-sub", 100, 0)).unwrap().iter().map(text).collect();
+    assert_eq!(nacked, (10..20).map(|i| format!("m{i:02}")).collect::<Vec<_>>(), "nacked come back at once");
+    // Wait for the 10 s deadline: the untouched ones (30..40) and the redelivered nacked ones.
+    let mut expired: Vec<String> = Vec::new();
+    while expired.len() < 20 && delivered_at.elapsed() < Duration::from_secs(20) {
+        let batch = block_on(client.pull("t12-sub", 100, 2000)).unwrap();
+        if !batch.is_empty() {
+            assert!(
+                delivered_at.elapsed() >= Duration::from_secs(10),
+                "redelivered after {:?}",
+                delivered_at.elapsed()
+            );
+        }
+        expired.extend(batch.iter().map(text));
+    }
+    expired.sort();
+    let mut expected: Vec<String> = (10..20).chain(30..40).map(|i| format!("m{i:02}")).collect();
+    expected.sort();
+    assert_eq!(expired, expected, "extended (20..30) and acked (0..10) messages were not redelivered");
+    drop(client);
+    daemon.restart();
+    let client = daemon.client();
+    let mut after: Vec<String> = Vec::new();
+    loop {
+        let batch = block_on(client.pull("t12-sub", 100, 0)).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        after.extend(batch.iter().map(text));
+    }
+    after.sort();
+    assert_eq!(
+        after,
+        (10..40).map(|i| format!("m{i:02}")).collect::<Vec<_>>(),
+        "after a restart exactly the unacknowledged"
+    );
+}
