@@ -16,7 +16,7 @@ use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -36,6 +36,11 @@ pub const DEAD_LETTER_SOURCE_SUBSCRIPTION: &str = "CloudPubSubDeadLetterSourceSu
 pub const DEAD_LETTER_SOURCE_DELIVERY_COUNT: &str = "CloudPubSubDeadLetterSourceDeliveryCount";
 pub const DEAD_LETTER_SOURCE_MESSAGE_ID: &str = "CloudPubSubDeadLetterSourceMessageId";
 pub const DEAD_LETTER_SOURCE_PUBLISH_TIME: &str = "CloudPubSubDeadLetterSourceTopicPublishTime";
+
+/// Largest journal segment: small, so compaction frees space in fine steps.
+pub const JOURNAL_SEGMENT_BYTES_MAX: u64 = 4 << 20;
+/// Journal bytes written since the last checkpoint that trigger the next one.
+pub const JOURNAL_CHECKPOINT_BYTES: u64 = 8 << 20;
 
 /// How often expired leases are collected when nobody pulls.
 pub const LEASE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -71,6 +76,8 @@ pub struct TopicState<S: Storage> {
     retention_seconds: u64,
     /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
     snapshots: RefCell<HashMap<u64, SnapshotState>>,
+    /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
+    checkpoints: RefCell<VecDeque<u64>>,
 }
 
 struct SnapshotState {
@@ -292,7 +299,11 @@ impl<S: Storage> Forwarder<S> {
         .await
         .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}': {error}")))?;
         report_recovery(&name, "messages", &report);
-        let journal_config = LogConfig { segment_bytes_initial: 256 * 1024, ..self.log_config.clone() };
+        let journal_config = LogConfig {
+            segment_bytes_initial: 256 * 1024,
+            segment_bytes_max: JOURNAL_SEGMENT_BYTES_MAX.min(self.log_config.segment_bytes_max),
+            ..self.log_config.clone()
+        };
         let (journal, report) = Log::open(
             self.storage.clone(),
             self.directories.clone(),
@@ -314,10 +325,11 @@ impl<S: Storage> Forwarder<S> {
             })?;
             match entry {
                 JournalEntry::SubscriptionCreated { subscription_id, start_offset } => {
-                    recovered.insert(
-                        subscription_id,
-                        SubscriptionState::new(subscription_id, start_offset, Duration::from_secs(10)),
-                    );
+                    // Checkpoints restate subscriptions that already exist: only the first
+                    // creation counts, so a restatement never discards acknowledgements.
+                    recovered.entry(subscription_id).or_insert_with(|| {
+                        SubscriptionState::new(subscription_id, start_offset, Duration::from_secs(10))
+                    });
                 }
                 JournalEntry::SubscriptionDeleted { subscription_id } => {
                     recovered.remove(&subscription_id);
@@ -354,6 +366,7 @@ impl<S: Storage> Forwarder<S> {
             relative,
             retention_seconds,
             snapshots: RefCell::new(snapshots),
+            checkpoints: RefCell::default(),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -821,6 +834,9 @@ impl<S: Storage> Forwarder<S> {
         let now_ms = self.clock.wall_ms();
         let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
         for topic in topics {
+            if let Err(error) = self.compact_journal(&topic).await {
+                eprintln!("ringpostd: compacting the journal of topic '{}': {error}", topic.name);
+            }
             let deletable = {
                 let subscriptions = topic.subscriptions.borrow();
                 let expired = |newest_ms: u64, seconds: u64| {
@@ -865,6 +881,81 @@ impl<S: Storage> Forwarder<S> {
                 }
             }
         }
+    }
+
+    /// Keeps a topic's journal bounded. Once `JOURNAL_CHECKPOINT_BYTES` were written since the
+    /// last checkpoint, the state of every subscription and snapshot is restated in one batch
+    /// (atomic: a batch commits whole or not at all). Checkpoints only add: a restated creation of
+    /// an existing subscription is ignored on replay, and acknowledgements are restated as runs.
+    /// Segments are then deleted below the *previous* checkpoint, never the one just written, so
+    /// an acknowledgement whose entry was committed but not yet applied when this checkpoint was
+    /// captured is still in the journal (and in the next checkpoint).
+    async fn compact_journal(&self, topic: &TopicState<S>) -> Result<(), LogError> {
+        let since = topic.checkpoints.borrow().back().copied().unwrap_or(topic.journal.start_offset());
+        let written: u64 = topic
+            .journal
+            .closed_segments()
+            .iter()
+            .filter(|segment| segment.end_offset > since)
+            .map(|segment| segment.end_offset - segment.base_offset.max(since))
+            .sum::<u64>();
+        // Entries, not bytes, are what the segment list gives cheaply; a journal entry averages
+        // well under a block, so count each as one block to stay conservative.
+        if written * record::BLOCK_BYTES as u64 <= JOURNAL_CHECKPOINT_BYTES
+            || topic.journal.closed_segments().len() < 2
+        {
+            return Ok(());
+        }
+        let mut entries = Vec::new();
+        for entry in topic.subscriptions.borrow().iter() {
+            let state = entry.state.borrow();
+            entries.push(JournalEntry::SubscriptionCreated {
+                subscription_id: entry.id,
+                start_offset: state.start_offset,
+            });
+            let (floor, mut runs) = state.acknowledged_runs();
+            if floor > state.start_offset {
+                let below = floor - state.start_offset;
+                let mut first = state.start_offset;
+                let mut remaining = below;
+                // Runs count in u32; a long floor is restated in pieces.
+                while remaining > 0 {
+                    let count = remaining.min(u32::MAX as u64) as u32;
+                    runs.insert(0, (first, count));
+                    first += count as u64;
+                    remaining -= count as u64;
+                }
+                runs.sort_unstable();
+            }
+            if !runs.is_empty() {
+                entries.push(JournalEntry::Acked { subscription_id: entry.id, runs });
+            }
+        }
+        for (snapshot_id, snapshot) in topic.snapshots.borrow().iter() {
+            entries.push(JournalEntry::SnapshotTaken {
+                snapshot_id: *snapshot_id,
+                floor: snapshot.floor,
+                runs: snapshot.runs.clone(),
+                expire_time_ms: snapshot.expire_time_ms,
+            });
+        }
+        let mut records = Vec::new();
+        for entry in &entries {
+            record::encode_record_unsealed(&mut records, 0, &entry.encode(), &mut std::iter::empty(), "");
+        }
+        let (first, _) = topic.journal.append(records, entries.len() as u32).await?;
+        let previous = {
+            let mut checkpoints = topic.checkpoints.borrow_mut();
+            checkpoints.push_back(first);
+            if checkpoints.len() > 2 {
+                checkpoints.pop_front();
+            }
+            (checkpoints.len() == 2).then(|| checkpoints[0])
+        };
+        if let Some(previous) = previous {
+            topic.journal.remove_before(previous).await?;
+        }
+        Ok(())
     }
 
     fn shard_stats(&self) -> ShardStats {
@@ -1163,6 +1254,80 @@ mod tests {
         let request = PullRequest { subscription: "reader".into(), max_messages, wait_ms: 0 };
         let frame = ringpost_wire::encode_frame(Command::Pull.code(), 0, 1, &request);
         forwarder.pull(&frame[FRAME_HEADER_BYTES..]).await.unwrap().received_messages
+    }
+
+    async fn acknowledge_one_by_one(forwarder: &Forwarder<SimDisk>, messages: &[ReceivedMessage]) {
+        for message in messages {
+            let request =
+                AcknowledgeRequest { subscription: "reader".into(), ack_ids: vec![message.ack_id.clone()] };
+            let frame = ringpost_wire::encode_frame(Command::Acknowledge.code(), 0, 1, &request);
+            let response = forwarder.acknowledge(&frame[FRAME_HEADER_BYTES..]).await.unwrap();
+            assert!(response.invalid_ack_ids.is_empty());
+        }
+    }
+
+    /// Acknowledging one message per request writes a journal block each time; checkpoints keep
+    /// the journal bounded, and a restart from the compacted journal brings nothing back.
+    #[test]
+    fn the_journal_stays_bounded_and_compaction_loses_no_acknowledgement() {
+        run(async {
+            let clock = ManualClock::default();
+            let disk = SimDisk::new();
+            let directories = Directories::new(vec!["/d0".into()]);
+            let config = LogConfig {
+                segment_bytes_initial: 64 * 1024,
+                segment_bytes_max: 64 * 1024,
+                ..LogConfig::default()
+            };
+            let forwarder =
+                Forwarder::new(0, disk.clone(), directories.clone(), config.clone(), Rc::new(clock.clone()));
+            let topic = topic(&forwarder, 0).await;
+            subscribe(&forwarder, false).await;
+            let mut journal_peak = 0;
+            for _round in 0..12 {
+                publish(&forwarder, 500).await;
+                let delivered = pull(&forwarder, 1000).await;
+                assert_eq!(delivered.len(), 500);
+                acknowledge_one_by_one(&forwarder, &delivered).await;
+                forwarder.collect_segments().await;
+                journal_peak = journal_peak.max(topic.journal.disk_bytes());
+            }
+            // 6,000 acknowledge requests of a 4 KiB block each would be 24 MB of journal.
+            assert!(journal_peak < 20 << 20, "journal reached {journal_peak} bytes");
+            assert!(topic.journal.start_offset() > 0, "old journal segments were deleted");
+            publish(&forwarder, 10).await;
+            let unacknowledged: Vec<u64> = pull(&forwarder, 100).await.iter().map(|m| m.message_id).collect();
+            assert_eq!(unacknowledged.len(), 10);
+            drop(topic);
+            drop(forwarder);
+            // Restart on the same disk: recover the topic and the subscription from the journal.
+            let forwarder = Forwarder::new(0, disk, directories, config, Rc::new(clock.clone()));
+            forwarder
+                .control(ControlRequest::AttachTopic {
+                    topic_id: 7,
+                    name: "retained".into(),
+                    retention_seconds: 0,
+                })
+                .await
+                .unwrap();
+            let settings = SubscriptionSettings {
+                ack_deadline_seconds: 10,
+                message_retention_seconds: 7 * 24 * 3600,
+                ..Default::default()
+            };
+            forwarder
+                .control(ControlRequest::AttachSubscription {
+                    subscription_id: 9,
+                    name: "reader".into(),
+                    topic_id: 7,
+                    settings,
+                    create: false,
+                })
+                .await
+                .unwrap();
+            let redelivered: Vec<u64> = pull(&forwarder, 1000).await.iter().map(|m| m.message_id).collect();
+            assert_eq!(redelivered, unacknowledged, "exactly the unacknowledged messages come back");
+        });
     }
 
     /// T11: ack deadlines run on the monotonic clock. A wall-clock jump (an NTP step of an hour,

@@ -477,8 +477,14 @@ impl<S: Storage> Log<S> {
         };
         // Repairs: copy good batches over missing or bad ones, then zero torn tails.
         for (segment_index, position, bytes, from, to) in repairs {
-            log.repair(segment_index, position, bytes, from, to).await?;
-            report.batches_repaired += 1;
+            // A copy that could not take a repair (a full or failing disk) is fenced; skip the
+            // rest of its repairs instead of failing each one again.
+            if log.directories.is_fenced(to) {
+                continue;
+            }
+            if log.repair(segment_index, position, bytes, from, to).await? {
+                report.batches_repaired += 1;
+            }
         }
         if let Some((segment_index, position)) = torn {
             let files: Vec<Rc<S::File>> =
@@ -508,6 +514,7 @@ impl<S: Storage> Log<S> {
     }
 
     /// Rewrites the batch at `position` of a segment in copy `to` with the bytes of copy `from`.
+    /// Returns whether the copy was repaired; a copy that fails the repair is fenced.
     async fn repair(
         &self,
         segment_index: usize,
@@ -515,13 +522,13 @@ impl<S: Storage> Log<S> {
         bytes: usize,
         from: usize,
         to: usize,
-    ) -> Result<(), LogError> {
+    ) -> Result<bool, LogError> {
         let (source, target, base, capacity) = {
             let inner = self.inner.borrow();
             let segment = &inner.segments[segment_index];
             (segment.files[from].clone(), segment.files[to].clone(), segment.base_offset, segment.capacity)
         };
-        let Some(source) = source else { return Ok(()) };
+        let Some(source) = source else { return Ok(false) };
         let target = match target {
             Some(file) => file,
             None => {
@@ -543,7 +550,7 @@ impl<S: Storage> Log<S> {
                     }
                     Err(error) => {
                         self.fence_copy(to, &format!("recreating {}: {error}", path.display()));
-                        return Ok(());
+                        return Ok(false);
                     }
                 }
             }
@@ -557,10 +564,15 @@ impl<S: Storage> Log<S> {
         }
         .await;
         match result {
-            Ok(()) => self.directories.count_repair(),
-            Err(error) => self.fence_copy(to, &format!("repairing a batch at byte {position}: {error}")),
+            Ok(()) => {
+                self.directories.count_repair();
+                Ok(true)
+            }
+            Err(error) => {
+                self.fence_copy(to, &format!("repairing a batch at byte {position}: {error}"));
+                Ok(false)
+            }
         }
-        Ok(())
     }
 
     fn folder(&self, copy: usize) -> PathBuf {
