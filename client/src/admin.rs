@@ -26,7 +26,8 @@ impl Client {
     /// Seeks a subscription to a snapshot of the same topic: exactly the messages unacknowledged
     /// when the snapshot was taken (and those published since) are delivered again.
     pub async fn seek_to_snapshot(&self, subscription: &str, snapshot: &str) -> Result<()> {
-        let request = SeekRequest { subscription: subscription.to_owned(), time_ms: 0, snapshot: snapshot.to_owned() };
+        let request =
+            SeekRequest { subscription: subscription.to_owned(), time_ms: 0, snapshot: snapshot.to_owned() };
         let _: Empty = self.control(Command::Seek, &request).await?;
         Ok(())
     }

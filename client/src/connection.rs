@@ -41,6 +41,8 @@ type Pending = Mutex<HashMap<u64, Arc<Mutex<Slot>>>>;
 pub struct Connection {
     address: String,
     writer: Mutex<TcpStream>,
+    /// Another handle on the socket, so `close` never waits for a write in progress.
+    control: TcpStream,
     pending: Arc<Pending>,
     next_request: AtomicU64,
     closed: Arc<AtomicBool>,
@@ -60,12 +62,14 @@ impl Connection {
             .map_err(|error| Error::Connect { address: address.to_owned(), source: error })?;
         stream.set_nodelay(true).map_err(Error::Io)?;
         let reader = stream.try_clone().map_err(Error::Io)?;
+        let control = stream.try_clone().map_err(Error::Io)?;
         let pending: Arc<Pending> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         let completed = Arc::new(AtomicU64::new(0));
         let connection = Arc::new(Connection {
             address: address.to_owned(),
             writer: Mutex::new(stream),
+            control,
             pending: pending.clone(),
             next_request: AtomicU64::new(1),
             closed: closed.clone(),
@@ -88,8 +92,16 @@ impl Connection {
     }
 
     /// Requests started and completed on this connection; the difference is what is in flight.
+    /// A request counts as completed once it has a result, an answer or a connection failure,
+    /// like gRPC's `started_rpcs` and `completed_rpcs`.
     pub fn counters(&self) -> (u64, u64) {
         (self.started.load(Ordering::Relaxed), self.completed.load(Ordering::Relaxed))
+    }
+
+    /// Requests written (or being written) and not answered yet.
+    pub fn in_flight(&self) -> u64 {
+        let (started, completed) = self.counters();
+        started.saturating_sub(completed)
     }
 
     /// Sends a request and returns a future of its response frame.
@@ -97,23 +109,31 @@ impl Connection {
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let frame = encode_frame(command, 0, request_id, body);
         let slot = Arc::new(Mutex::new(Slot::default()));
-        if self.is_closed() {
-            return ResponseFuture::ready(Err(Error::Closed(self.address.clone())));
-        }
         {
             let mut pending = self.pending.lock().unwrap();
+            // Checked under the lock the reader thread drains `pending` with after it marks the
+            // connection closed: a request is either refused here or failed by the reader.
+            if self.is_closed() {
+                return ResponseFuture::ready(Err(Error::Closed(self.address.clone())));
+            }
             if pending.len() >= REQUESTS_PENDING_PER_CONNECTION_MAX {
                 return ResponseFuture::ready(Err(Error::Status(ringpost_wire::Status::resource_exhausted(format!(
                     "{REQUESTS_PENDING_PER_CONNECTION_MAX} requests already wait on {} (REQUESTS_PENDING_PER_CONNECTION_MAX)",
                     self.address
                 )))));
             }
+            // Counted before the reader thread can see the request, so `completed` never
+            // overtakes `started`.
+            self.started.fetch_add(1, Ordering::Relaxed);
             pending.insert(request_id, slot.clone());
         }
-        self.started.fetch_add(1, Ordering::Relaxed);
         let written = self.writer.lock().unwrap().write_all(&frame);
         if let Err(error) = written {
-            self.pending.lock().unwrap().remove(&request_id);
+            // Whoever removes the request from `pending` counts it as completed: here, or the
+            // reader thread when it fails everything that waits on a closed connection.
+            if self.pending.lock().unwrap().remove(&request_id).is_some() {
+                self.completed.fetch_add(1, Ordering::Relaxed);
+            }
             self.close();
             return ResponseFuture::ready(Err(Error::Io(error)));
         }
@@ -122,7 +142,8 @@ impl Connection {
 
     pub fn close(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            let _ = self.writer.lock().unwrap().shutdown(Shutdown::Both);
+            // Also ends a write blocked on a full socket buffer, which then fails.
+            let _ = self.control.shutdown(Shutdown::Both);
         }
     }
 }
@@ -182,6 +203,7 @@ fn read_responses(
     closed.store(true, Ordering::Release);
     let _ = stream.get_ref().shutdown(Shutdown::Both);
     let waiting: Vec<Arc<Mutex<Slot>>> = pending.lock().unwrap().drain().map(|(_, slot)| slot).collect();
+    completed.fetch_add(waiting.len() as u64, Ordering::Relaxed);
     for slot in waiting {
         let waker = {
             let mut slot = slot.lock().unwrap();

@@ -11,30 +11,46 @@
 //! directly to the forwarder that owns a topic for publish, pull and acknowledge, so data never
 //! passes through the router. When a forwarder answers `NotOwner`, the client asks the router
 //! again. See [`connection`] for the threading model: futures are executor-agnostic.
+//!
+//! The router gets one connection, reopened when it was closed. Each forwarder gets a
+//! [`Pool`] of connections (Bigtable's channel pool: round robin over up to 4 connections of at
+//! most 100 requests in flight each, idle close, periodic refresh; see [`pool`]). Publish, pull,
+//! acknowledge and modify-ack-deadline that fail with a connection error, `Unavailable` or
+//! `ResourceExhausted` are retried with backoff (see [`retry`]), sleeping on the process's one
+//! [`timer`] thread.
 
 mod admin;
 pub mod connection;
+pub mod pool;
+pub mod retry;
+pub mod timer;
 
 pub use connection::Connection;
+pub use pool::{ConnectionStats, Pool, PoolCounters, PoolSettings, Strategy};
+pub use retry::RetrySettings;
 pub use ringpost_wire::messages::{
     Attribute, DirectoryStatus, InvalidAckId, PubsubMessage, ReceivedMessage, ResyncDirectoryResponse,
     ShardStats, Snapshot, StatsResponse, Subscription, SubscriptionStats, Topic, TopicStats,
 };
 pub use ringpost_wire::{ErrorCode, Status};
+pub use timer::sleep;
 
 use connection::Response;
+use retry::Backoff;
 use ringpost_wire::frame::{access_body, decode_error, Body};
 use ringpost_wire::messages::*;
 use ringpost_wire::Command;
 use rkyv::api::high::HighValidator;
 use rkyv::bytecheck::CheckBytes;
-use rkyv::de::Pool;
-use rkyv::rancor::{self, Strategy};
+use rkyv::de::Pool as RkyvPool;
+use rkyv::rancor::{self, Strategy as RkyvStrategy};
 use rkyv::{Archive, Deserialize};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -98,8 +114,8 @@ impl Message {
 fn decode<T>(response: Response) -> Result<T>
 where
     T: Archive,
-    T::Archived:
-        for<'a> CheckBytes<HighValidator<'a, rancor::Error>> + Deserialize<T, Strategy<Pool, rancor::Error>>,
+    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+        + Deserialize<T, RkyvStrategy<RkyvPool, rancor::Error>>,
 {
     if response.header.is_error() {
         return Err(Error::Status(decode_error(&response.body)));
@@ -114,39 +130,56 @@ enum Resource {
     Subscription,
 }
 
-/// A connection to a Ringpost daemon: the router plus the forwarders it points to.
+/// The forwarder pools of one client, by address.
+type Pools = Mutex<HashMap<String, Arc<Pool>>>;
+
+/// A connection to a Ringpost daemon: the router plus a pool of connections per forwarder it
+/// points to.
+///
+/// Threads: besides each connection's reader thread, a client starts one maintenance thread, on
+/// its first data-plane request, which closes idle connections and refreshes old ones every
+/// [`PoolSettings::maintenance_interval`] and ends when the client is dropped.
 pub struct Client {
-    router: Arc<Connection>,
+    /// Reopened (with a new `Hello`) when found closed, e.g. after the server's idle timeout.
+    router: Mutex<Arc<Connection>>,
     router_address: String,
-    forwarders: Mutex<HashMap<String, Arc<Connection>>>,
+    settings: PoolSettings,
+    retry_publish: RetrySettings,
+    /// Pull, acknowledge and modify-ack-deadline.
+    retry_subscribe: RetrySettings,
+    pools: Arc<Pools>,
     routes: Mutex<HashMap<(Resource, String), Vec<String>>>,
+    maintenance: OnceLock<Maintenance>,
 }
 
-/// How often a data-plane request is retried after `NotOwner` or a dropped connection.
+struct Maintenance {
+    thread: Option<std::thread::Thread>,
+    stop: Arc<AtomicBool>,
+}
+
+/// How often a data-plane request is sent again after `NotOwner`, each time after a new lookup.
 const ROUTING_ATTEMPTS_MAX: usize = 3;
 
 impl Client {
-    /// Connects to the router at `address` (host:port).
+    /// Connects to the router at `address` (host:port), with the default [`PoolSettings`].
     pub async fn connect(address: &str) -> Result<Client> {
-        let target = address.to_owned();
-        let router = off_thread(move || Connection::connect(&target)).await?;
-        let hello = HelloRequest {
-            protocol_version: ringpost_wire::limits::PROTOCOL_VERSION,
-            client_name: "ringpost-client".into(),
-        };
-        let response: HelloResponse = decode(router.call(Command::Hello.code(), &hello).await?)?;
-        if response.protocol_version != ringpost_wire::limits::PROTOCOL_VERSION {
-            return Err(Error::Protocol(format!(
-                "server speaks protocol {}, this client {}",
-                response.protocol_version,
-                ringpost_wire::limits::PROTOCOL_VERSION
-            )));
-        }
+        Client::connect_with(address, PoolSettings::default()).await
+    }
+
+    /// Connects to the router at `address` (host:port); forwarder connections are pooled with
+    /// `settings` (`InvalidArgument` if they are out of range).
+    pub async fn connect_with(address: &str, settings: PoolSettings) -> Result<Client> {
+        settings.validate()?;
+        let router = open_router(address).await?;
         Ok(Client {
-            router,
+            router: Mutex::new(router),
             router_address: address.to_owned(),
-            forwarders: Mutex::default(),
+            settings,
+            retry_publish: RetrySettings::PUBLISH,
+            retry_subscribe: RetrySettings::SUBSCRIBE,
+            pools: Arc::default(),
             routes: Mutex::default(),
+            maintenance: OnceLock::new(),
         })
     }
 
@@ -154,13 +187,65 @@ impl Client {
         &self.router_address
     }
 
+    pub fn pool_settings(&self) -> &PoolSettings {
+        &self.settings
+    }
+
+    /// Replaces the retry settings of publish and of the other data-plane requests (pull,
+    /// acknowledge, modify-ack-deadline); the defaults are Pub/Sub's, `RetrySettings::PUBLISH`
+    /// and `RetrySettings::SUBSCRIBE`. `RetrySettings::NONE` returns every failure at once, for
+    /// callers that handle failures themselves (and tests that count refusals).
+    pub fn with_retry(mut self, publish: RetrySettings, subscribe: RetrySettings) -> Client {
+        self.retry_publish = publish;
+        self.retry_subscribe = subscribe;
+        self
+    }
+
+    /// Every forwarder connection of every pool (open, then draining, per pool).
+    pub fn pool_stats(&self) -> Vec<ConnectionStats> {
+        self.pool_list().iter().flat_map(|pool| pool.stats()).collect()
+    }
+
+    /// What the pools did, summed over forwarders.
+    pub fn pool_counters(&self) -> PoolCounters {
+        let mut total = PoolCounters::default();
+        for pool in self.pool_list() {
+            total += pool.counters();
+        }
+        total
+    }
+
+    /// Requests waiting for a forwarder connection, over all pools.
+    pub fn pool_queued(&self) -> usize {
+        self.pool_list().iter().map(|pool| pool.queued()).sum()
+    }
+
+    fn pool_list(&self) -> Vec<Arc<Pool>> {
+        self.pools.lock().unwrap().values().cloned().collect()
+    }
+
+    /// The router connection, reopened if it was closed.
+    async fn router(&self) -> Result<Arc<Connection>> {
+        let current = self.router.lock().unwrap().clone();
+        if !current.is_closed() {
+            return Ok(current);
+        }
+        let fresh = open_router(&self.router_address).await?;
+        let mut router = self.router.lock().unwrap();
+        // Requests that raced here each opened one: keep the first that is still open.
+        if router.is_closed() {
+            *router = fresh;
+        }
+        Ok(router.clone())
+    }
+
     async fn control<Req: Body, Resp>(&self, command: Command, request: &Req) -> Result<Resp>
     where
         Resp: Archive,
         Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-            + Deserialize<Resp, Strategy<Pool, rancor::Error>>,
+            + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
     {
-        decode(self.router.call(command.code(), request).await?)
+        decode(self.router().await?.call(command.code(), request).await?)
     }
 
     pub async fn create_topic(&self, name: &str) -> Result<Topic> {
@@ -306,25 +391,26 @@ impl Client {
         Ok(route)
     }
 
-    async fn forwarder(&self, address: &str) -> Result<Arc<Connection>> {
-        if let Some(connection) = self.forwarders.lock().unwrap().get(address) {
-            if !connection.is_closed() {
-                return Ok(connection.clone());
+    /// The pool of `address`, created empty if there is none.
+    fn pool(&self, address: &str) -> Arc<Pool> {
+        let pool = {
+            let mut pools = self.pools.lock().unwrap();
+            if let Some(pool) = pools.get(address) {
+                return pool.clone();
             }
-        }
-        let target = address.to_owned();
-        let connection = off_thread(move || Connection::connect(&target)).await?;
-        let mut forwarders = self.forwarders.lock().unwrap();
-        // Requests that raced here each opened a connection: keep the first, drop the others.
-        if let Some(existing) = forwarders.get(address) {
-            if !existing.is_closed() {
-                return Ok(existing.clone());
-            }
-        }
-        forwarders.insert(address.to_owned(), connection.clone());
-        Ok(connection)
+            let pool = Pool::new(address, self.settings.clone()).expect("settings validated by connect_with");
+            let pool = Arc::new(pool);
+            pools.insert(address.to_owned(), pool.clone());
+            pool
+        };
+        self.maintenance.get_or_init(|| start_maintenance(Arc::downgrade(&self.pools), &self.settings));
+        pool
     }
 
+    /// Sends a data-plane request to the forwarder that owns `name`: re-looking the route up
+    /// after `NotOwner` (`ROUTING_ATTEMPTS_MAX`), retrying with backoff after a connection
+    /// failure, `Unavailable` or `ResourceExhausted` (`retry`), and looking the route up again
+    /// after a connection failure. A full client-side queue fails at once.
     async fn data<Req: Body, Resp>(
         &self,
         resource: Resource,
@@ -335,37 +421,145 @@ impl Client {
     where
         Resp: Archive,
         Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-            + Deserialize<Resp, Strategy<Pool, rancor::Error>>,
+            + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
     {
-        let mut attempt = 0;
+        let retry = match command {
+            Command::Publish => self.retry_publish,
+            _ => self.retry_subscribe,
+        };
+        let mut backoff = Backoff::new(retry);
+        let mut attempts = 0;
+        let mut routings = 1;
         loop {
-            attempt += 1;
-            let route = self.route(resource, name).await?;
-            let result = match self.forwarder(&route[0]).await {
-                Ok(connection) => connection.call(command.code(), request).await.and_then(decode::<Resp>),
-                Err(error) => Err(error),
+            attempts += 1;
+            let error = match self.attempt(resource, name, command, request).await {
+                Ok(response) => return Ok(response),
+                Err(Attempt::Refused(error)) => return Err(error),
+                Err(Attempt::Failed(error)) => error,
             };
-            match result {
-                Err(Error::Status(status))
-                    if status.code == ErrorCode::NotOwner && attempt < ROUTING_ATTEMPTS_MAX =>
+            match &error {
+                Error::Status(status)
+                    if status.code == ErrorCode::NotOwner && routings < ROUTING_ATTEMPTS_MAX =>
                 {
+                    // Not a failure of the attempt: the placement moved.
+                    routings += 1;
+                    attempts -= 1;
                     self.forget(resource, name);
                 }
-                Err(Error::Io(_) | Error::Closed(_) | Error::Connect { .. })
-                    if attempt < ROUTING_ATTEMPTS_MAX =>
-                {
-                    self.forget(resource, name);
-                    self.forwarders.lock().unwrap().remove(&route[0]);
+                _ if retry::is_retryable(&error) && attempts < retry.attempts_max => {
+                    if retry::is_connection_failure(&error) {
+                        self.forget(resource, name);
+                    }
+                    timer::sleep(backoff.next_delay()).await;
                 }
-                other => return other,
+                _ => return Err(error),
             }
+        }
+    }
+
+    async fn attempt<Req: Body, Resp>(
+        &self,
+        resource: Resource,
+        name: &str,
+        command: Command,
+        request: &Req,
+    ) -> std::result::Result<Resp, Attempt>
+    where
+        Resp: Archive,
+        Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
+    {
+        let route = self.route(resource, name).await.map_err(Attempt::Failed)?;
+        let pool = self.pool(&route[0]);
+        let lease = match pool.acquire().await {
+            Ok(lease) => lease,
+            // The only status `acquire` returns: the pool's queue is full.
+            Err(error @ Error::Status(_)) => return Err(Attempt::Refused(error)),
+            Err(error) => return Err(Attempt::Failed(error)),
+        };
+        let response = lease.connection().call(command.code(), request).await;
+        drop(lease);
+        response.and_then(decode::<Resp>).map_err(Attempt::Failed)
+    }
+}
+
+/// How one attempt of a data-plane request ended, when it did not succeed.
+enum Attempt {
+    /// Worth nothing to retry: the client's own queue is full.
+    Refused(Error),
+    Failed(Error),
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(maintenance) = self.maintenance.get() {
+            maintenance.stop.store(true, Ordering::Release);
+            if let Some(thread) = &maintenance.thread {
+                thread.unpark();
+            }
+        }
+    }
+}
+
+/// Connects to the router and checks its protocol version.
+async fn open_router(address: &str) -> Result<Arc<Connection>> {
+    let target = address.to_owned();
+    let router = off_thread(move || Connection::connect(&target)).await?;
+    let hello = HelloRequest {
+        protocol_version: ringpost_wire::limits::PROTOCOL_VERSION,
+        client_name: "ringpost-client".into(),
+    };
+    let response: HelloResponse = decode(router.call(Command::Hello.code(), &hello).await?)?;
+    if response.protocol_version != ringpost_wire::limits::PROTOCOL_VERSION {
+        return Err(Error::Protocol(format!(
+            "server speaks protocol {}, this client {}",
+            response.protocol_version,
+            ringpost_wire::limits::PROTOCOL_VERSION
+        )));
+    }
+    Ok(router)
+}
+
+/// Starts the client's maintenance thread. It holds the pools only weakly, and ends when the
+/// client is dropped (which unparks it) or the pools are gone. If the thread cannot be started,
+/// idle connections are still closed on the next request, but refresh does not happen.
+fn start_maintenance(pools: Weak<Pools>, settings: &PoolSettings) -> Maintenance {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let interval = settings.maintenance_interval();
+    let thread = std::thread::Builder::new()
+        .name("ringpost-pool".into())
+        .spawn(move || maintain_pools(pools, stopped, interval))
+        .ok()
+        .map(|handle| handle.thread().clone());
+    Maintenance { thread, stop }
+}
+
+fn maintain_pools(pools: Weak<Pools>, stop: Arc<AtomicBool>, interval: Duration) {
+    loop {
+        std::thread::park_timeout(interval);
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(pools) = pools.upgrade() else { return };
+        // Pools are kept once created, empty ones too, so their counters last as long as the
+        // client; there is one per forwarder address the client ever used.
+        let snapshot: Vec<Arc<Pool>> = pools.lock().unwrap().values().cloned().collect();
+        drop(pools);
+        for pool in &snapshot {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            pool.maintain();
         }
     }
 }
 
 /// Runs blocking work (connecting) on a short-lived thread and awaits it without blocking the
 /// caller's executor.
-async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub(crate) async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     type Shared<T> = Arc<Mutex<(Option<Result<T>>, Option<Waker>)>>;
     let slot: Shared<T> = Arc::default();
     let shared = slot.clone();
@@ -415,5 +609,219 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
             return output;
         }
         std::thread::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles only if the data-plane futures can move between threads, as multi-threaded
+    /// executors require.
+    #[allow(dead_code)]
+    fn futures_are_send(client: &Client) {
+        fn send<T: Send>(_: T) {}
+        send(client.publish("topic", Vec::new()));
+        send(client.pull("subscription", 1, 0));
+        send(client.acknowledge("subscription", Vec::new()));
+        send(client.create_topic("topic"));
+    }
+
+    /// What the fake daemon does with the next publish.
+    #[derive(Clone, Copy)]
+    enum Next {
+        Refuse(ErrorCode),
+        /// Closes the connection without an answer.
+        Drop,
+    }
+
+    #[derive(Default)]
+    struct Seen {
+        hellos: usize,
+        lookups: usize,
+        publishes: usize,
+        script: std::collections::VecDeque<Next>,
+        streams: Vec<std::net::TcpStream>,
+    }
+
+    /// A daemon in miniature: router and forwarder on one port, answering Hello, GetTopic,
+    /// LookupTopic and Publish, and failing publishes as scripted.
+    struct FakeDaemon {
+        address: String,
+        seen: Arc<Mutex<Seen>>,
+    }
+
+    impl FakeDaemon {
+        fn start(script: &[Next]) -> FakeDaemon {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let seen =
+                Arc::new(Mutex::new(Seen { script: script.iter().copied().collect(), ..Seen::default() }));
+            let (shared, own_address) = (seen.clone(), address.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(stream) = stream else { return };
+                    shared.lock().unwrap().streams.push(stream.try_clone().unwrap());
+                    let (shared, own_address) = (shared.clone(), own_address.clone());
+                    std::thread::spawn(move || serve_fake(stream, shared, own_address));
+                }
+            });
+            FakeDaemon { address, seen }
+        }
+
+        fn seen<T>(&self, read: impl FnOnce(&Seen) -> T) -> T {
+            read(&self.seen.lock().unwrap())
+        }
+    }
+
+    fn serve_fake(mut stream: std::net::TcpStream, seen: Arc<Mutex<Seen>>, own_address: String) {
+        use ringpost_wire::frame::{encode_error, encode_frame, FrameHeader, FLAG_RESPONSE};
+        use std::io::{Read, Write};
+        loop {
+            let mut header = [0u8; ringpost_wire::limits::FRAME_HEADER_BYTES];
+            if stream.read_exact(&mut header).is_err() {
+                return;
+            }
+            let header = FrameHeader::decode(&header).unwrap();
+            let mut body = vec![0u8; header.body_length as usize];
+            if stream.read_exact(&mut body).is_err() {
+                return;
+            }
+            let (command, id) = (header.command, header.request_id);
+            let reply = match Command::from_u16(command).unwrap() {
+                Command::Hello => {
+                    seen.lock().unwrap().hellos += 1;
+                    let hello = HelloResponse {
+                        protocol_version: ringpost_wire::limits::PROTOCOL_VERSION,
+                        ..Default::default()
+                    };
+                    encode_frame(command, FLAG_RESPONSE, id, &hello)
+                }
+                Command::GetTopic => encode_frame(command, FLAG_RESPONSE, id, &Topic::default()),
+                Command::LookupTopic => {
+                    seen.lock().unwrap().lookups += 1;
+                    let forwarder = ShardAddress { shard: 0, address: own_address.clone() };
+                    encode_frame(command, FLAG_RESPONSE, id, &LookupResponse { forwarders: vec![forwarder] })
+                }
+                Command::Publish => {
+                    let next = {
+                        let mut seen = seen.lock().unwrap();
+                        seen.publishes += 1;
+                        seen.script.pop_front()
+                    };
+                    match next {
+                        None => encode_frame(
+                            command,
+                            FLAG_RESPONSE,
+                            id,
+                            &PublishResponse { message_ids: vec![7] },
+                        ),
+                        Some(Next::Refuse(code)) => encode_error(command, id, &Status::new(code, "scripted")),
+                        Some(Next::Drop) => {
+                            let _ = stream.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                    }
+                }
+                other => panic!("the fake daemon does not serve {other:?}"),
+            };
+            if stream.write_all(&reply).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Pub/Sub's shape with millisecond delays, so the tests do not wait for real backoff.
+    const FAST: RetrySettings = RetrySettings {
+        delay_initial: Duration::from_millis(1),
+        delay_multiplier: 2.0,
+        delay_max: Duration::from_millis(10),
+        attempts_max: retry::RETRY_ATTEMPTS_MAX,
+    };
+
+    fn client(daemon: &FakeDaemon) -> Client {
+        block_on(Client::connect(&daemon.address)).unwrap().with_retry(FAST, FAST)
+    }
+
+    fn publish(client: &Client) -> Result<Vec<u64>> {
+        block_on(client.publish("topic", vec![Message::new("m")]))
+    }
+
+    #[test]
+    fn unavailable_and_resource_exhausted_are_retried() {
+        let daemon = FakeDaemon::start(&[
+            Next::Refuse(ErrorCode::Unavailable),
+            Next::Refuse(ErrorCode::ResourceExhausted),
+        ]);
+        assert_eq!(publish(&client(&daemon)).unwrap(), vec![7]);
+        assert_eq!(daemon.seen(|seen| (seen.publishes, seen.lookups)), (3, 1));
+    }
+
+    #[test]
+    fn a_dropped_connection_is_retried_after_a_new_lookup() {
+        let daemon = FakeDaemon::start(&[Next::Drop]);
+        let client = client(&daemon);
+        assert_eq!(publish(&client).unwrap(), vec![7]);
+        assert_eq!(daemon.seen(|seen| (seen.publishes, seen.lookups)), (2, 2));
+        assert_eq!(client.pool_counters().opened, 2);
+    }
+
+    #[test]
+    fn retries_end_after_five_attempts() {
+        let daemon = FakeDaemon::start(&[Next::Refuse(ErrorCode::Unavailable); 6]);
+        let error = publish(&client(&daemon)).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::Unavailable);
+        assert_eq!(daemon.seen(|seen| seen.publishes), 5);
+    }
+
+    #[test]
+    fn permanent_errors_are_not_retried() {
+        let daemon =
+            FakeDaemon::start(&[Next::Refuse(ErrorCode::NotFound), Next::Refuse(ErrorCode::InvalidArgument)]);
+        let client = client(&daemon);
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::NotFound);
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::InvalidArgument);
+        assert_eq!(daemon.seen(|seen| seen.publishes), 2);
+    }
+
+    #[test]
+    fn retries_can_be_turned_off() {
+        let daemon = FakeDaemon::start(&[Next::Refuse(ErrorCode::Unavailable)]);
+        let client = client(&daemon).with_retry(RetrySettings::NONE, RetrySettings::NONE);
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::Unavailable);
+        assert_eq!(daemon.seen(|seen| seen.publishes), 1);
+    }
+
+    #[test]
+    fn not_owner_looks_the_route_up_again() {
+        let daemon =
+            FakeDaemon::start(&[Next::Refuse(ErrorCode::NotOwner), Next::Refuse(ErrorCode::NotOwner)]);
+        assert_eq!(publish(&client(&daemon)).unwrap(), vec![7]);
+        assert_eq!(daemon.seen(|seen| (seen.publishes, seen.lookups)), (3, 3));
+    }
+
+    #[test]
+    fn the_router_connection_is_reopened_after_the_server_closed_it() {
+        let daemon = FakeDaemon::start(&[]);
+        let client = client(&daemon);
+        block_on(client.get_topic("topic")).unwrap();
+        for stream in daemon.seen.lock().unwrap().streams.drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !client.router.lock().unwrap().is_closed() {
+            assert!(std::time::Instant::now() < deadline, "the client never saw the close");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        block_on(client.get_topic("topic")).unwrap();
+        assert_eq!(daemon.seen(|seen| seen.hellos), 2);
+    }
+
+    #[test]
+    fn settings_are_checked_before_connecting() {
+        let settings = PoolSettings { connections_per_forwarder: 0, ..PoolSettings::default() };
+        // Nothing listens on port 1: an invalid setting must be reported before the connect.
+        let error = block_on(Client::connect_with("127.0.0.1:1", settings)).err().unwrap();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
     }
 }

@@ -3,6 +3,7 @@
 //! deliveries with Jepsen's total-queue semantics (`checker`).
 
 pub mod checker;
+pub mod loopfs;
 
 use ringpost_client::{block_on, Client};
 use std::path::{Path, PathBuf};

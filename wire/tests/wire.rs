@@ -235,7 +235,11 @@ mod tables {
         for command in Command::ALL {
             let data_plane = matches!(
                 command,
-                Command::Publish | Command::Pull | Command::Acknowledge | Command::ModifyAckDeadline
+                Command::Publish
+                    | Command::Pull
+                    | Command::Acknowledge
+                    | Command::ModifyAckDeadline
+                    | Command::StreamingPull
             );
             assert_eq!(command.is_control_plane(), !data_plane, "{command:?}");
         }

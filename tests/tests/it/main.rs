@@ -2,6 +2,8 @@
 
 mod bad_input;
 mod crash;
+mod disks;
+mod pool;
 mod quickstart;
 mod semantics;
 mod subscriptions;

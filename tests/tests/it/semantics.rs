@@ -333,7 +333,10 @@ fn snapshots_capture_acknowledgements_and_seek_restores_them() {
     assert_eq!(refused.code(), ringpost_client::ErrorCode::FailedPrecondition);
     block_on(client.delete_snapshot("before-bug")).unwrap();
     assert!(block_on(client.list_snapshots()).unwrap().is_empty());
-    assert_eq!(block_on(client.seek_to_snapshot("billing", "before-bug")).unwrap_err().code(), ringpost_client::ErrorCode::NotFound);
+    assert_eq!(
+        block_on(client.seek_to_snapshot("billing", "before-bug")).unwrap_err().code(),
+        ringpost_client::ErrorCode::NotFound
+    );
 }
 
 #[test]
@@ -343,9 +346,29 @@ fn cli_creates_subscriptions_with_every_policy_and_seeks() {
     run(&["topic", "create", "events"]);
     run(&["topic", "create", "events-dead"]);
     let created = run(&[
-        "sub", "create", "policies", "--topic", "events", "--ack-deadline", "30", "--ordering", "--filter",
-        "attributes:kind", "--dead-letter-topic", "events-dead", "--max-delivery-attempts", "7", "--min-backoff", "1",
-        "--max-backoff", "5", "--retain-acked", "--retention", "3600", "--expiration", "86400",
+        "sub",
+        "create",
+        "policies",
+        "--topic",
+        "events",
+        "--ack-deadline",
+        "30",
+        "--ordering",
+        "--filter",
+        "attributes:kind",
+        "--dead-letter-topic",
+        "events-dead",
+        "--max-delivery-attempts",
+        "7",
+        "--min-backoff",
+        "1",
+        "--max-backoff",
+        "5",
+        "--retain-acked",
+        "--retention",
+        "3600",
+        "--expiration",
+        "86400",
     ]);
     for expected in [
         "\"ack_deadline_seconds\":30",
