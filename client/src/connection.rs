@@ -9,13 +9,13 @@
 use crate::Error;
 use ringpost_wire::frame::{encode_frame, Body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -38,12 +38,87 @@ struct Slot {
 
 type Pending = Mutex<HashMap<u64, Arc<Mutex<Slot>>>>;
 
+/// Frames of one stream the application has not taken yet. Beyond this the reader thread stops
+/// reading the connection (which is the stream's own), so TCP backpressure slows the server's
+/// stream instead of the client buffering without bound.
+pub const STREAM_FRAMES_BUFFERED_MAX: usize = 16;
+
+#[derive(Default)]
+struct StreamState {
+    frames: VecDeque<Result<Response, Error>>,
+    done: bool,
+    waker: Option<Waker>,
+}
+
+#[derive(Default)]
+struct StreamQueue {
+    state: Mutex<StreamState>,
+    room: Condvar,
+}
+
+impl StreamQueue {
+    /// Called by the reader thread: waits for room (or for the receiver to go), then queues.
+    fn push(&self, item: Result<Response, Error>, last: bool) {
+        let mut state = self.state.lock().unwrap();
+        while state.frames.len() >= STREAM_FRAMES_BUFFERED_MAX && !state.done {
+            state = self.room.wait(state).unwrap();
+        }
+        state.frames.push_back(item);
+        state.done |= last;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+type Streams = Mutex<HashMap<u64, Arc<StreamQueue>>>;
+
+/// The receiving end of a stream (`StreamingPull`): frames in order until the server ends the
+/// stream or the connection fails. Dropping it closes the stream's connection, which is how a
+/// stream is cancelled.
+pub struct StreamReceiver {
+    queue: Arc<StreamQueue>,
+    connection: Arc<Connection>,
+}
+
+impl StreamReceiver {
+    /// The next frame, or `None` once the stream has ended.
+    pub async fn next(&mut self) -> Option<Result<Response, Error>> {
+        std::future::poll_fn(|context| {
+            let mut state = self.queue.state.lock().unwrap();
+            if let Some(item) = state.frames.pop_front() {
+                self.queue.room.notify_all();
+                return Poll::Ready(Some(item));
+            }
+            if state.done {
+                return Poll::Ready(None);
+            }
+            state.waker = Some(context.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+impl Drop for StreamReceiver {
+    fn drop(&mut self) {
+        {
+            let mut state = self.queue.state.lock().unwrap();
+            state.done = true;
+            state.frames.clear();
+        }
+        self.queue.room.notify_all();
+        self.connection.close();
+    }
+}
+
 pub struct Connection {
     address: String,
     writer: Mutex<TcpStream>,
     /// Another handle on the socket, so `close` never waits for a write in progress.
     control: TcpStream,
     pending: Arc<Pending>,
+    streams: Arc<Streams>,
     next_request: AtomicU64,
     closed: Arc<AtomicBool>,
     pub(crate) started: AtomicU64,
@@ -64,6 +139,7 @@ impl Connection {
         let reader = stream.try_clone().map_err(Error::Io)?;
         let control = stream.try_clone().map_err(Error::Io)?;
         let pending: Arc<Pending> = Arc::default();
+        let streams: Arc<Streams> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         let completed = Arc::new(AtomicU64::new(0));
         let connection = Arc::new(Connection {
@@ -71,6 +147,7 @@ impl Connection {
             writer: Mutex::new(stream),
             control,
             pending: pending.clone(),
+            streams: streams.clone(),
             next_request: AtomicU64::new(1),
             closed: closed.clone(),
             started: AtomicU64::new(0),
@@ -78,7 +155,7 @@ impl Connection {
         });
         std::thread::Builder::new()
             .name(format!("ringpost-reader-{address}"))
-            .spawn(move || read_responses(reader, pending, closed, completed))
+            .spawn(move || read_responses(reader, pending, streams, closed, completed))
             .map_err(Error::Io)?;
         Ok(connection)
     }
@@ -105,6 +182,20 @@ impl Connection {
     }
 
     /// Sends a request and returns a future of its response frame.
+    /// Opens a stream on this connection, which should be the stream's own (dropping the
+    /// receiver closes it).
+    pub fn open_stream<T: Body>(self: &Arc<Self>, command: u16, body: &T) -> Result<StreamReceiver, Error> {
+        let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let frame = encode_frame(command, 0, request_id, body);
+        let queue = Arc::new(StreamQueue::default());
+        self.streams.lock().unwrap().insert(request_id, queue.clone());
+        if self.is_closed() {
+            return Err(Error::Closed(self.address.clone()));
+        }
+        self.writer.lock().unwrap().write_all(&frame).map_err(Error::Io)?;
+        Ok(StreamReceiver { queue, connection: self.clone() })
+    }
+
     pub fn call<T: Body>(&self, command: u16, body: &T) -> ResponseFuture {
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let frame = encode_frame(command, 0, request_id, body);
@@ -161,6 +252,7 @@ const READ_BUFFER_BYTES: usize = 256 * 1024;
 fn read_responses(
     socket: TcpStream,
     pending: Arc<Pending>,
+    streams: Arc<Streams>,
     closed: Arc<AtomicBool>,
     completed: Arc<AtomicU64>,
 ) {
@@ -187,6 +279,20 @@ fn read_responses(
             let status = ringpost_wire::frame::decode_error(&body);
             break Error::Status(status);
         }
+        let stream = streams.lock().unwrap().get(&header.request_id).cloned();
+        if let Some(stream) = stream {
+            let last = header.flags & ringpost_wire::frame::FLAG_MORE == 0;
+            if last {
+                streams.lock().unwrap().remove(&header.request_id);
+            }
+            let item = if header.is_error() {
+                Err(Error::Status(ringpost_wire::frame::decode_error(&body)))
+            } else {
+                Ok(Response { header, body })
+            };
+            stream.push(item, last);
+            continue;
+        }
         let slot = pending.lock().unwrap().remove(&header.request_id);
         if let Some(slot) = slot {
             completed.fetch_add(1, Ordering::Relaxed);
@@ -202,6 +308,16 @@ fn read_responses(
     };
     closed.store(true, Ordering::Release);
     let _ = stream.get_ref().shutdown(Shutdown::Both);
+    let open_streams: Vec<Arc<StreamQueue>> =
+        streams.lock().unwrap().drain().map(|(_, queue)| queue).collect();
+    for queue in open_streams {
+        let mut state = queue.state.lock().unwrap();
+        state.frames.push_back(Err(error.duplicate()));
+        state.done = true;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
     let waiting: Vec<Arc<Mutex<Slot>>> = pending.lock().unwrap().drain().map(|(_, slot)| slot).collect();
     completed.fetch_add(waiting.len() as u64, Ordering::Relaxed);
     for slot in waiting {

@@ -23,6 +23,7 @@ mod admin;
 pub mod connection;
 pub mod pool;
 pub mod retry;
+pub mod stream;
 pub mod timer;
 
 pub use connection::Connection;
@@ -33,6 +34,7 @@ pub use ringpost_wire::messages::{
     ShardStats, Snapshot, StatsResponse, Subscription, SubscriptionStats, Topic, TopicStats,
 };
 pub use ringpost_wire::{ErrorCode, Status};
+pub use stream::{MessageStream, StreamSettings};
 pub use timer::sleep;
 
 use connection::Response;
@@ -111,7 +113,7 @@ impl Message {
     }
 }
 
-fn decode<T>(response: Response) -> Result<T>
+pub(crate) fn decode<T>(response: Response) -> Result<T>
 where
     T: Archive,
     T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
@@ -125,7 +127,7 @@ where
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum Resource {
+pub(crate) enum Resource {
     Topic,
     Subscription,
 }

@@ -559,6 +559,16 @@ impl<S: Storage> Forwarder<S> {
         let stream = self.next_stream.get();
         self.next_stream.set(stream + 1);
         subscription.last_activity_ms.set(self.clock.wall_ms());
+        // An empty first batch tells the client the stream is taken (a refusal is an error).
+        let accepted = ringpost_wire::encode_frame(
+            header.command,
+            ringpost_wire::frame::FLAG_RESPONSE | ringpost_wire::frame::FLAG_MORE,
+            header.request_id,
+            &PullResponse::default(),
+        );
+        if !responder.send_more(accepted).await {
+            return Ok(respond(header, &PullResponse::default()));
+        }
         while !responder.is_gone() {
             let committed = topic.log.committed();
             let changed = subscription.changed.notified();

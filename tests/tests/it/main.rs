@@ -6,4 +6,5 @@ mod disks;
 mod pool;
 mod quickstart;
 mod semantics;
+mod streaming;
 mod subscriptions;

@@ -309,6 +309,10 @@ struct PullCommand {
     /// print data as base64 (for binary payloads) instead of UTF-8 text
     #[argh(switch)]
     base64: bool,
+    /// follow the subscription with a streaming pull until interrupted (--max is then the
+    /// stream's window of unacknowledged messages)
+    #[argh(switch)]
+    stream: bool,
 }
 
 /// acknowledge messages
@@ -469,6 +473,37 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
             }
         }
     }
+}
+
+/// Prints one JSON object per message and returns their ack ids.
+fn print_messages(messages: &[ringpost_client::ReceivedMessage], base64: bool) -> Vec<String> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let mut ack_ids = Vec::with_capacity(messages.len());
+    for message in messages {
+        let data = if base64 {
+            json::base64(&message.data)
+        } else {
+            String::from_utf8_lossy(&message.data).into_owned()
+        };
+        let attributes: Vec<(&str, String)> =
+            message.attributes.iter().map(|a| (a.key.as_str(), json::string(&a.value))).collect();
+        let mut fields = vec![
+            ("message_id", json::string(&message.message_id.to_string())),
+            ("data", json::string(&data)),
+            ("attributes", json::object(&attributes)),
+            ("publish_time", json::string(&json::rfc3339(message.publish_time_ms))),
+            ("ack_id", json::string(&message.ack_id)),
+            ("delivery_attempt", message.delivery_attempt.to_string()),
+        ];
+        if !message.ordering_key.is_empty() {
+            fields.push(("ordering_key", json::string(&message.ordering_key)));
+        }
+        let _ = writeln!(out, "{}", json::object(&fields));
+        ack_ids.push(message.ack_id.clone());
+    }
+    let _ = out.flush();
+    ack_ids
 }
 
 fn topic_json(topic: &Topic) -> String {
@@ -672,30 +707,23 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             if !(0.0..=60.0).contains(&pull.wait) {
                 return Err(Failure("InvalidArgument: --wait must be 0 to 60 seconds".into(), 2));
             }
-            let messages = client.pull(&pull.subscription, pull.max, (pull.wait * 1000.0) as u32).await?;
-            let mut ack_ids = Vec::new();
-            for message in &messages {
-                let data = if pull.base64 {
-                    json::base64(&message.data)
-                } else {
-                    String::from_utf8_lossy(&message.data).into_owned()
+            if pull.stream {
+                let settings = ringpost_client::StreamSettings {
+                    max_outstanding_messages: pull.max.max(1) as u64,
+                    ..Default::default()
                 };
-                let attributes: Vec<(&str, String)> =
-                    message.attributes.iter().map(|a| (a.key.as_str(), json::string(&a.value))).collect();
-                let mut fields = vec![
-                    ("message_id", json::string(&message.message_id.to_string())),
-                    ("data", json::string(&data)),
-                    ("attributes", json::object(&attributes)),
-                    ("publish_time", json::string(&json::rfc3339(message.publish_time_ms))),
-                    ("ack_id", json::string(&message.ack_id)),
-                    ("delivery_attempt", message.delivery_attempt.to_string()),
-                ];
-                if !message.ordering_key.is_empty() {
-                    fields.push(("ordering_key", json::string(&message.ordering_key)));
+                let mut stream = client.streaming_pull(&pull.subscription, settings).await?;
+                while let Some(batch) = stream.next().await {
+                    let batch = batch?;
+                    let ack_ids = print_messages(&batch, pull.base64);
+                    if pull.ack && !ack_ids.is_empty() {
+                        report_invalid(client.acknowledge(&pull.subscription, ack_ids).await?)?;
+                    }
                 }
-                println!("{}", json::object(&fields));
-                ack_ids.push(message.ack_id.clone());
+                return Ok(());
             }
+            let messages = client.pull(&pull.subscription, pull.max, (pull.wait * 1000.0) as u32).await?;
+            let ack_ids = print_messages(&messages, pull.base64);
             if pull.ack && !ack_ids.is_empty() {
                 report_invalid(client.acknowledge(&pull.subscription, ack_ids).await?)?;
             }
