@@ -113,7 +113,32 @@ fn into_glommio(listener: StdListener) -> glommio::net::TcpListener {
     unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) }
 }
 
+/// Open files the daemon asks for: every topic keeps its active message and journal segments
+/// open, so 10,000 topics need over 20,000 descriptors besides connections.
+pub const OPEN_FILES_WANTED: u64 = 1 << 20;
+
+/// Raises the open-file limit as far as allowed (to `OPEN_FILES_WANTED` when privileged, else to
+/// the hard limit) and returns the limit in force.
+fn raise_open_file_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 0 };
+    let wanted = OPEN_FILES_WANTED.max(soft);
+    if setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted.max(hard)).is_ok() {
+        return wanted;
+    }
+    if setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
+}
+
 pub fn start(config: Config) -> Result<Daemon, String> {
+    let open_files = raise_open_file_limit();
+    if open_files < 4096 {
+        eprintln!(
+            "ringpostd: WARNING: only {open_files} open files allowed; each topic keeps about two segment files open"
+        );
+    }
     if config.data_dirs.is_empty() || config.data_dirs.len().is_multiple_of(2) {
         return Err(format!(
             "{} data directories given: give an odd number (1, 3, 5...), so that a majority is well defined",

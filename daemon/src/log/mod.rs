@@ -1376,8 +1376,9 @@ async fn zero_range<S: Storage>(storage: &S, file: &S::File, from: u64, to: u64)
     let mut position = from;
     while position < to {
         let length = ((to - position) as usize).min(RECOVERY_READ_BYTES);
-        let buffer = Rc::new(storage.alloc_buffer(record::align_up(length, BLOCK_BYTES)));
-        file.write_at(buffer, position).await.map_err(|e| LogError::Io(io_text(&e)))?;
+        let mut buffer = storage.alloc_buffer(record::align_up(length, BLOCK_BYTES));
+        buffer.bytes_mut().fill(0);
+        file.write_at(Rc::new(buffer), position).await.map_err(|e| LogError::Io(io_text(&e)))?;
         position += length as u64;
     }
     Ok(())

@@ -34,7 +34,8 @@ pub trait Storage: Clone + 'static {
     async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     async fn sync_dir(&self, path: &Path) -> io::Result<()>;
-    /// A zeroed buffer of `bytes` (a multiple of the block size) for `write_at`.
+    /// A buffer of `bytes` (a multiple of the block size) for `write_at`. Its contents are
+    /// unspecified: the caller writes every byte it will write to disk.
     fn alloc_buffer(&self, bytes: usize) -> Self::Buffer;
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Names of the entries of a directory, sorted.
