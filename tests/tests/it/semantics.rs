@@ -382,11 +382,12 @@ fn cli_creates_subscriptions_with_every_policy_and_seeks() {
     ] {
         assert!(created.contains(expected), "{expected} missing from {created}");
     }
-    run(&["publish", "events", "--attr", "kind=x", "one"]);
+    run(&["publish", "events", "--attr", "kind=x", "--ordering-key", "k1", "one"]);
     run(&["pull", "policies", "--max", "5", "--ack"]);
     run(&["sub", "seek", "policies", "--time", "1970-01-01T00:00:00Z"]);
     let replayed = run(&["pull", "policies", "--max", "5"]);
     assert!(replayed.contains("\"data\":\"one\""), "{replayed}");
+    assert!(replayed.contains("\"ordering_key\":\"k1\""), "{replayed}");
     run(&["snapshot", "create", "snap-1", "--subscription", "policies"]);
     assert!(run(&["snapshot", "list"]).contains("snap-1"));
     run(&["sub", "seek", "policies", "--snapshot", "snap-1"]);

@@ -285,6 +285,9 @@ struct PublishCommand {
     /// an attribute key=value, repeatable
     #[argh(option)]
     attr: Vec<String>,
+    /// ordering key of every message: an ordered subscription delivers them in this order
+    #[argh(option, default = "String::new()")]
+    ordering_key: String,
     /// the messages; none reads standard input, one message per line
     #[argh(positional)]
     messages: Vec<String>,
@@ -673,9 +676,10 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             let messages: Vec<Message> = texts
                 .into_iter()
                 .map(|text| {
-                    attributes
-                        .iter()
-                        .fold(Message::new(text), |message, (key, value)| message.attribute(key, value))
+                    attributes.iter().fold(
+                        Message::new(text).ordering_key(publish.ordering_key.clone()),
+                        |message, (key, value)| message.attribute(key, value),
+                    )
                 })
                 .collect();
             // Requests of at most the protocol's batch limit and about half its byte limit.
