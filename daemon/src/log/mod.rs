@@ -124,6 +124,13 @@ pub struct RecoveryReport {
     pub buffered_io_warning: bool,
 }
 
+/// Records copied out of one batch, and where the batch ends.
+#[derive(Default)]
+struct BatchRead {
+    end: u64,
+    records: Vec<StoredRecord>,
+}
+
 /// A closed segment, as retention sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentInfo {
@@ -967,26 +974,25 @@ impl<S: Storage> Log<S> {
         let mut bytes = 0usize;
         let mut offset = from.max(self.start_offset());
         while out.len() < max_records && offset < self.end_offset() {
-            let records = self.read_batch_at(offset).await?;
-            if records.is_empty() {
+            let lowest = offset;
+            let batch = self.read_batch_at(offset, &|wanted| wanted >= lowest).await?;
+            if batch.end <= offset {
                 break;
             }
-            for record in records {
-                if record.offset < offset {
-                    continue;
-                }
+            for record in batch.records {
                 if out.len() >= max_records || (!out.is_empty() && bytes + record.data.len() > max_bytes) {
                     return Ok(out);
                 }
                 bytes += record.data.len();
-                offset = record.offset + 1;
                 out.push(record);
             }
+            offset = batch.end;
         }
         Ok(out)
     }
 
-    /// Reads the records at the given offsets (sorted), skipping offsets no longer stored.
+    /// Reads the records at the given offsets (sorted), skipping offsets no longer stored. Only
+    /// those records are copied out of their batches; the rest are validated in place.
     pub async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::with_capacity(offsets.len());
         let mut index = 0;
@@ -996,21 +1002,13 @@ impl<S: Storage> Log<S> {
                 index += 1;
                 continue;
             }
-            let records = self.read_batch_at(offsets[index]).await?;
-            let Some(last) = records.last().map(|record| record.offset) else { break };
-            let first = records[0].offset;
-            let mut records = records.into_iter().peekable();
-            while index < offsets.len() && offsets[index] <= last && offsets[index] >= first {
-                let wanted = offsets[index];
-                while records.peek().is_some_and(|record| record.offset < wanted) {
-                    records.next();
-                }
-                if let Some(record) = records.next() {
-                    out.push(record);
-                }
-                index += 1;
+            let batch =
+                self.read_batch_at(offsets[index], &|wanted| offsets.binary_search(&wanted).is_ok()).await?;
+            if batch.end <= offsets[index] {
+                break;
             }
-            if index < offsets.len() && offsets[index] < first {
+            out.extend(batch.records);
+            while index < offsets.len() && offsets[index] < batch.end {
                 index += 1;
             }
         }
@@ -1019,25 +1017,25 @@ impl<S: Storage> Log<S> {
 
     /// The whole batch holding `offset`, validated: from the tail cache, or from the first copy
     /// whose bytes pass their checksums. A copy that fails is repaired from the good one.
-    async fn read_batch_at(&self, offset: u64) -> Result<Vec<StoredRecord>, LogError> {
+    async fn read_batch_at(&self, offset: u64, keep: &dyn Fn(u64) -> bool) -> Result<BatchRead, LogError> {
         let (segment_index, entry, files, segment_base, log_id, cached) = {
             let inner = self.inner.borrow();
             let segment_index =
                 match inner.segments.binary_search_by_key(&offset, |segment| segment.base_offset) {
                     Ok(index) => index,
-                    Err(0) => return Ok(Vec::new()),
+                    Err(0) => return Ok(BatchRead::default()),
                     Err(index) => index - 1,
                 };
             let segment = &inner.segments[segment_index];
             let batch_index =
                 match segment.batches.binary_search_by_key(&offset, |entry| entry.header.base_offset) {
                     Ok(index) => index,
-                    Err(0) => return Ok(Vec::new()),
+                    Err(0) => return Ok(BatchRead::default()),
                     Err(index) => index - 1,
                 };
             let entry = segment.batches[batch_index];
             if offset >= entry.header.end_offset() {
-                return Ok(Vec::new());
+                return Ok(BatchRead::default());
             }
             let cached = inner
                 .tail_cache
@@ -1062,15 +1060,16 @@ impl<S: Storage> Log<S> {
                 entry.header.base_offset, entry.position
             )
         };
-        let decode = |bytes: &[u8]| -> Result<Vec<StoredRecord>, String> {
+        let decode = |bytes: &[u8]| -> Result<BatchRead, String> {
             let header = record::decode_batch_header(bytes, log_id, segment_base, entry.position)
                 .map_err(|e| describe(&e))?;
             if header != entry.header {
                 return Err(describe(&"the batch header differs from the one recovery indexed"));
             }
             let views = record::decode_batch(bytes, log_id, &header).map_err(|e| describe(&e))?;
-            Ok(views
+            let records = views
                 .into_iter()
+                .filter(|view| keep(view.offset))
                 .map(|view| StoredRecord {
                     offset: view.offset,
                     publish_time_ms: view.publish_time_ms,
@@ -1078,7 +1077,8 @@ impl<S: Storage> Log<S> {
                     attributes: view.attributes().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
                     data: view.data.to_vec(),
                 })
-                .collect())
+                .collect();
+            Ok(BatchRead { end: header.end_offset(), records })
         };
         if let Some(buffer) = cached {
             return decode(buffer.bytes()).map_err(LogError::DataLoss);
