@@ -302,6 +302,9 @@ impl<S: Storage> Forwarder<S> {
         let journal_config = LogConfig {
             segment_bytes_initial: 256 * 1024,
             segment_bytes_max: JOURNAL_SEGMENT_BYTES_MAX.min(self.log_config.segment_bytes_max),
+            // The journal is read only at recovery: keeping its last commits in memory would
+            // cost every idle topic a few KiB for nothing.
+            tail_cache_bytes_max: 0,
             ..self.log_config.clone()
         };
         let (journal, report) = Log::open(

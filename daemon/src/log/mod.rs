@@ -849,8 +849,10 @@ impl<S: Storage> Log<S> {
         segment.batches.push(BatchEntry { header, position });
         segment.write_position += disk_bytes as u64;
         inner.next_offset = base_offset + count as u64;
-        inner.tail_cache.push_back((base_offset, buffer));
-        inner.tail_cache_bytes += disk_bytes;
+        if inner.config.tail_cache_bytes_max > 0 {
+            inner.tail_cache.push_back((base_offset, buffer));
+            inner.tail_cache_bytes += disk_bytes;
+        }
         while inner.tail_cache_bytes > inner.config.tail_cache_bytes_max && inner.tail_cache.len() > 1 {
             let (_, old) = inner.tail_cache.pop_front().unwrap();
             inner.tail_cache_bytes -= old.bytes().len();
