@@ -60,6 +60,8 @@ pub struct SubscriptionRecord {
     pub topic_id: u64,
     /// The topic's name when the subscription was created (the topic may be deleted since).
     pub topic_name: String,
+    /// The sync point: the subscription receives every message at or after this offset.
+    pub start_offset: u64,
     pub settings: SubscriptionSettings,
 }
 
@@ -92,6 +94,7 @@ impl CatalogEntry {
                     .str(&subscription.name)
                     .u64(subscription.topic_id)
                     .str(&subscription.topic_name)
+                    .u64(subscription.start_offset)
                     .u32(settings.ack_deadline_seconds)
                     .bool(settings.retain_acked_messages)
                     .u64(settings.message_retention_seconds)
@@ -134,6 +137,7 @@ impl CatalogEntry {
                 name: d.str()?,
                 topic_id: d.u64()?,
                 topic_name: d.str()?,
+                start_offset: d.u64()?,
                 settings: SubscriptionSettings {
                     ack_deadline_seconds: d.u32()?,
                     retain_acked_messages: d.bool()?,
@@ -277,6 +281,7 @@ mod tests {
                 name: "audit".into(),
                 topic_id: 5,
                 topic_name: "orders".into(),
+                start_offset: 12,
                 settings,
             }),
             CatalogEntry::SubscriptionDeleted { id: 6 },

@@ -19,13 +19,15 @@ pub enum ControlRequest {
         delete_data: bool,
     },
     /// Serve a subscription. With `create`, its sync point is the topic's current durable end,
-    /// recorded durably in the journal before the reply.
+    /// which the reply carries and the router records durably in the catalog before it answers
+    /// the client; without, `start_offset` is that recorded sync point.
     AttachSubscription {
         subscription_id: u64,
         name: String,
         topic_id: u64,
         settings: SubscriptionSettings,
         create: bool,
+        start_offset: u64,
     },
     DetachSubscription {
         subscription_id: u64,

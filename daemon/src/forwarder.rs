@@ -69,7 +69,7 @@ pub struct TopicState<S: Storage> {
     pub journal: Log<S>,
     pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
     /// Subscription states rebuilt from the journal, waiting for the router to attach them.
-    recovered: RefCell<HashMap<u64, SubscriptionState>>,
+    recovered: RefCell<HashMap<u64, Vec<JournalEntry>>>,
     /// The topic's folder inside each data directory.
     relative: PathBuf,
     /// Topic message retention; 0 when not set.
@@ -262,17 +262,24 @@ impl<S: Storage> Forwarder<S> {
                 }
                 Ok(ControlOk::Done)
             }
-            ControlRequest::AttachSubscription { subscription_id, name, topic_id, settings, create } => {
-                self.attach_subscription(subscription_id, name, topic_id, settings, create).await
+            ControlRequest::AttachSubscription {
+                subscription_id,
+                name,
+                topic_id,
+                settings,
+                create,
+                start_offset,
+            } => {
+                self.attach_subscription(subscription_id, name, topic_id, settings, create, start_offset)
+                    .await
             }
             ControlRequest::DetachSubscription { subscription_id, name, topic_id } => {
                 self.subscriptions.borrow_mut().remove(&name);
                 let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
+                // Nothing to journal: replay applies only entries of subscriptions the router
+                // attaches, and the next checkpoint drops this one's.
                 if let Some(topic) = topic {
                     topic.subscriptions.borrow_mut().retain(|entry| entry.id != subscription_id);
-                    append_journal(&topic.journal, &JournalEntry::SubscriptionDeleted { subscription_id })
-                        .await
-                        .map_err(log_error_status)?;
                 }
                 Ok(ControlOk::Done)
             }
@@ -317,7 +324,9 @@ impl<S: Storage> Forwarder<S> {
         .await
         .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}' journal: {error}")))?;
         report_recovery(&name, "journal", &report);
-        let mut recovered: HashMap<u64, SubscriptionState> = HashMap::new();
+        // Each subscription's acknowledgements and seeks, in order, applied when the router
+        // attaches it with the sync point the catalog recorded.
+        let mut recovered: HashMap<u64, Vec<JournalEntry>> = HashMap::new();
         let mut snapshots: HashMap<u64, SnapshotState> = HashMap::new();
         for stored in journal.read(0, usize::MAX, usize::MAX).await.map_err(log_error_status)? {
             let entry = JournalEntry::decode(&stored.data).map_err(|why| {
@@ -327,35 +336,19 @@ impl<S: Storage> Forwarder<S> {
                 )
             })?;
             match entry {
-                JournalEntry::SubscriptionCreated { subscription_id, start_offset } => {
-                    // Checkpoints restate subscriptions that already exist: only the first
-                    // creation counts, so a restatement never discards acknowledgements.
-                    recovered.entry(subscription_id).or_insert_with(|| {
-                        SubscriptionState::new(subscription_id, start_offset, Duration::from_secs(10))
-                    });
-                }
+                // The sync point lives in the catalog; checkpoints restate it for reference.
+                JournalEntry::SubscriptionCreated { .. } => {}
                 JournalEntry::SubscriptionDeleted { subscription_id } => {
                     recovered.remove(&subscription_id);
                 }
-                JournalEntry::Seek { subscription_id, offset } => {
-                    if let Some(state) = recovered.get_mut(&subscription_id) {
-                        state.seek(offset);
-                    }
+                JournalEntry::Seek { subscription_id, .. } | JournalEntry::Acked { subscription_id, .. } => {
+                    recovered.entry(subscription_id).or_default().push(entry);
                 }
                 JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms } => {
                     snapshots.insert(snapshot_id, SnapshotState { floor, runs, expire_time_ms });
                 }
                 JournalEntry::SnapshotDropped { snapshot_id } => {
                     snapshots.remove(&snapshot_id);
-                }
-                JournalEntry::Acked { subscription_id, runs } => {
-                    if let Some(state) = recovered.get_mut(&subscription_id) {
-                        for (first, count) in runs {
-                            for offset in first..first + count as u64 {
-                                state.restore_ack(offset);
-                            }
-                        }
-                    }
                 }
             }
         }
@@ -383,36 +376,34 @@ impl<S: Storage> Forwarder<S> {
         topic_id: u64,
         settings: SubscriptionSettings,
         create: bool,
+        start_offset: u64,
     ) -> Result<ControlOk, Status> {
         let topic = self.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
             Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
         })?;
         let ack_deadline = Duration::from_secs(settings.ack_deadline_seconds as u64);
         let mut state = if create {
-            // The sync point: every publish acknowledged after this reply has an offset at or
-            // above the durable end now, because offsets are assigned at commit.
-            let start_offset = topic.log.end_offset();
-            append_journal(
-                &topic.journal,
-                &JournalEntry::SubscriptionCreated { subscription_id, start_offset },
-            )
-            .await
-            .map_err(log_error_status)?;
-            SubscriptionState::new(subscription_id, start_offset, ack_deadline)
+            // The sync point: every publish acknowledged after the router answers the create
+            // has an offset at or above the durable end now, because offsets are assigned at
+            // commit. The router records it in the catalog before it answers, so an idle topic
+            // needs no journal (and no open journal file) for its subscriptions.
+            SubscriptionState::new(subscription_id, topic.log.end_offset(), ack_deadline)
         } else {
-            match topic.recovered.borrow_mut().remove(&subscription_id) {
-                Some(state) => state,
-                None => {
-                    // The catalog has it but the journal does not: deliver everything still
-                    // stored rather than risk skipping an acknowledged publish.
-                    eprintln!(
-                        "ringpostd: WARNING: subscription '{name}' has no journal entry on topic '{}'; it restarts from offset {}",
-                        topic.name,
-                        topic.log.start_offset()
-                    );
-                    SubscriptionState::new(subscription_id, topic.log.start_offset(), ack_deadline)
+            let mut state = SubscriptionState::new(subscription_id, start_offset, ack_deadline);
+            for entry in topic.recovered.borrow_mut().remove(&subscription_id).unwrap_or_default() {
+                match entry {
+                    JournalEntry::Seek { offset, .. } => state.seek(offset),
+                    JournalEntry::Acked { runs, .. } => {
+                        for (first, count) in runs {
+                            for offset in first..first + count as u64 {
+                                state.restore_ack(offset);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
+            state
         };
         state.ack_deadline = ack_deadline;
         state.policy = delivery_policy(&settings);
@@ -1239,6 +1230,7 @@ mod tests {
                 topic_id: 7,
                 settings,
                 create: true,
+                start_offset: 0,
             })
             .await
             .unwrap();
@@ -1335,6 +1327,8 @@ mod tests {
                     topic_id: 7,
                     settings,
                     create: false,
+                    // The topic was empty when the subscription was created.
+                    start_offset: 0,
                 })
                 .await
                 .unwrap();

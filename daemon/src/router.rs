@@ -178,6 +178,7 @@ impl<S: Storage> Router<S> {
                     topic_id: subscription.topic_id,
                     settings: subscription.settings.clone(),
                     create: false,
+                    start_offset: subscription.start_offset,
                 })
                 .await
                 .map_err(|status| format!("recovering subscription '{}': {status}", subscription.name))?;
@@ -386,20 +387,25 @@ impl<S: Storage> Router<S> {
             Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
         })?;
         let id = self.allocate_id();
-        self.forwarders[shard as usize]
+        let attached = self.forwarders[shard as usize]
             .call(ControlRequest::AttachSubscription {
                 subscription_id: id,
                 name: name.to_owned(),
                 topic_id: topic.id,
                 settings: settings.clone(),
                 create: true,
+                start_offset: 0,
             })
             .await?;
+        let ControlOk::SubscriptionStart(start_offset) = attached else {
+            return Err(Status::internal("the forwarder did not report the subscription's start"));
+        };
         let record = SubscriptionRecord {
             id,
             name: name.to_owned(),
             topic_id: topic.id,
             topic_name: topic.name.clone(),
+            start_offset,
             settings,
         };
         let response = self.subscription_message(&record);
