@@ -22,12 +22,17 @@
 mod admin;
 pub mod connection;
 pub mod pool;
+pub mod publisher;
 pub mod retry;
 pub mod stream;
+pub mod subscriber;
 pub mod timer;
 
 pub use connection::Connection;
 pub use pool::{ConnectionStats, Pool, PoolCounters, PoolSettings, Strategy};
+pub use publisher::{
+    BatchSettings, LimitExceededBehavior, PublishFlowControl, PublishFuture, Publisher, PublisherSettings,
+};
 pub use retry::RetrySettings;
 pub use ringpost_wire::messages::{
     Attribute, DirectoryStatus, InvalidAckId, PubsubMessage, ReceivedMessage, ResyncDirectoryResponse,
@@ -35,6 +40,7 @@ pub use ringpost_wire::messages::{
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use stream::{MessageStream, StreamSettings};
+pub use subscriber::{AckHandle, ShutdownMode, Subscriber, SubscriberSettings, SubscriberStats};
 pub use timer::sleep;
 
 use connection::Response;

@@ -1,6 +1,7 @@
 //! Integration tests against the real `ringpostd` binary. One test binary, one module per area.
 
 mod bad_input;
+mod client_api;
 mod crash;
 mod disks;
 mod pool;
