@@ -341,7 +341,9 @@ impl<S: Storage> Forwarder<S> {
                 JournalEntry::SubscriptionDeleted { subscription_id } => {
                     recovered.remove(&subscription_id);
                 }
-                JournalEntry::Seek { subscription_id, .. } | JournalEntry::Acked { subscription_id, .. } => {
+                JournalEntry::Seek { subscription_id, .. }
+                | JournalEntry::Acked { subscription_id, .. }
+                | JournalEntry::DeadlineExtended { subscription_id, .. } => {
                     recovered.entry(subscription_id).or_default().push(entry);
                 }
                 JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms } => {
@@ -390,9 +392,13 @@ impl<S: Storage> Forwarder<S> {
             SubscriptionState::new(subscription_id, topic.log.end_offset(), ack_deadline)
         } else {
             let mut state = SubscriptionState::new(subscription_id, start_offset, ack_deadline);
+            let mut extended: HashMap<u64, u64> = HashMap::new();
             for entry in topic.recovered.borrow_mut().remove(&subscription_id).unwrap_or_default() {
                 match entry {
-                    JournalEntry::Seek { offset, .. } => state.seek(offset),
+                    JournalEntry::Seek { offset, .. } => {
+                        state.seek(offset);
+                        extended.clear();
+                    }
                     JournalEntry::Acked { runs, .. } => {
                         for (first, count) in runs {
                             for offset in first..first + count as u64 {
@@ -400,7 +406,22 @@ impl<S: Storage> Forwarder<S> {
                             }
                         }
                     }
+                    JournalEntry::DeadlineExtended { runs, until_ms, .. } => {
+                        for (first, count) in runs {
+                            for offset in first..first + count as u64 {
+                                extended.insert(offset, until_ms);
+                            }
+                        }
+                    }
                     _ => {}
+                }
+            }
+            // Leases extended before the restart run on: the wall clock is the only clock
+            // that spans a restart, so the remaining time is measured on it, once.
+            let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
+            for (offset, until_ms) in extended {
+                if until_ms > wall_ms {
+                    state.restore_lease(offset, now + Duration::from_millis(until_ms - wall_ms));
                 }
             }
             state
@@ -794,6 +815,28 @@ impl<S: Storage> Forwarder<S> {
             )));
         }
         let (subscription, topic) = self.subscription(request.subscription.as_str())?;
+        if seconds > 0 {
+            // An extension confirmed to the subscriber survives a restart: journal it first.
+            let mut offsets: Vec<u64> = {
+                let state = subscription.state.borrow();
+                request
+                    .ack_ids
+                    .iter()
+                    .filter_map(|ack_id| state.check_ack(ack_id.as_str()).ok().flatten())
+                    .collect()
+            };
+            if !offsets.is_empty() {
+                offsets.sort_unstable();
+                offsets.dedup();
+                let until_ms = self.clock.wall_ms() + seconds as u64 * 1000;
+                let entry = JournalEntry::DeadlineExtended {
+                    subscription_id: subscription.id,
+                    runs: runs_of(&offsets),
+                    until_ms,
+                };
+                append_journal(&topic.journal, &entry).await.map_err(log_error_status)?;
+            }
+        }
         let now = self.clock.now();
         let mut response = AckResponse::default();
         {
@@ -933,6 +976,21 @@ impl<S: Storage> Forwarder<S> {
             }
             if !runs.is_empty() {
                 entries.push(JournalEntry::Acked { subscription_id: entry.id, runs });
+            }
+            // Leases restated at their wall-clock end, so extensions outlive the compaction.
+            let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
+            let mut by_end: HashMap<u64, Vec<u64>> = HashMap::new();
+            for (offset, deadline) in state.leases() {
+                let until_ms = wall_ms + deadline.saturating_duration_since(now).as_millis() as u64;
+                by_end.entry(until_ms / 1000 * 1000 + 999).or_default().push(offset);
+            }
+            for (until_ms, mut offsets) in by_end {
+                offsets.sort_unstable();
+                entries.push(JournalEntry::DeadlineExtended {
+                    subscription_id: entry.id,
+                    runs: runs_of(&offsets),
+                    until_ms,
+                });
             }
         }
         for (snapshot_id, snapshot) in topic.snapshots.borrow().iter() {

@@ -11,6 +11,7 @@ const KIND_ACKED: u8 = 3;
 const KIND_SEEK: u8 = 4;
 const KIND_SNAPSHOT_TAKEN: u8 = 5;
 const KIND_SNAPSHOT_DROPPED: u8 = 6;
+const KIND_DEADLINE_EXTENDED: u8 = 7;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalEntry {
@@ -42,6 +43,13 @@ pub enum JournalEntry {
     SnapshotDropped {
         snapshot_id: u64,
     },
+    /// Leases extended until a wall-clock time (milliseconds since the Unix epoch), so a
+    /// restart does not redeliver messages a subscriber was promised more time for.
+    DeadlineExtended {
+        subscription_id: u64,
+        runs: Vec<(u64, u32)>,
+        until_ms: u64,
+    },
 }
 
 /// Log ids of journals differ from their topic's, so a journal batch can never validate as a
@@ -72,6 +80,14 @@ impl JournalEntry {
             }
             JournalEntry::SnapshotDropped { snapshot_id } => {
                 Encoder::new(KIND_SNAPSHOT_DROPPED).u64(*snapshot_id).0.clone()
+            }
+            JournalEntry::DeadlineExtended { subscription_id, runs, until_ms } => {
+                let mut encoder = Encoder::new(KIND_DEADLINE_EXTENDED);
+                encoder.u64(*subscription_id).u64(*until_ms).u32(runs.len() as u32);
+                for (first, count) in runs {
+                    encoder.u64(*first).u32(*count);
+                }
+                encoder.0
             }
             JournalEntry::Acked { subscription_id, runs } => {
                 let mut encoder = Encoder::new(KIND_ACKED);
@@ -114,6 +130,15 @@ impl JournalEntry {
                 JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms }
             }
             KIND_SNAPSHOT_DROPPED => JournalEntry::SnapshotDropped { snapshot_id: decoder.u64()? },
+            KIND_DEADLINE_EXTENDED => {
+                let (subscription_id, until_ms) = (decoder.u64()?, decoder.u64()?);
+                let count = decoder.u32()? as usize;
+                let mut runs = Vec::with_capacity(count.min(1 << 16));
+                for _ in 0..count {
+                    runs.push((decoder.u64()?, decoder.u32()?));
+                }
+                JournalEntry::DeadlineExtended { subscription_id, runs, until_ms }
+            }
             _ => return Err("unknown journal entry kind"),
         };
         if !decoder.is_empty() {
@@ -154,6 +179,7 @@ mod tests {
                 expire_time_ms: 99,
             },
             JournalEntry::SnapshotDropped { snapshot_id: 3 },
+            JournalEntry::DeadlineExtended { subscription_id: 9, runs: vec![(4, 1)], until_ms: 1234 },
         ] {
             assert_eq!(JournalEntry::decode(&entry.encode()), Ok(entry.clone()));
             let bytes = entry.encode();

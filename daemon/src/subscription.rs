@@ -435,6 +435,22 @@ impl SubscriptionState {
         (self.acked.floor(), crate::journal::runs_of(&above))
     }
 
+    /// Restores, at recovery, a lease a subscriber was granted before the restart (a journaled
+    /// deadline extension). Its generation is 0, which accepts the ack ids issued before.
+    pub fn restore_lease(&mut self, offset: u64, deadline: Instant) {
+        if self.acked.contains(offset) || offset < self.start_offset {
+            return;
+        }
+        self.leases.insert(offset, Lease { deadline, generation: 0, stream: 0, bytes: 0 });
+        self.deadlines.push(Reverse((deadline, offset, 0)));
+        self.attempts.entry(offset).or_insert(1);
+    }
+
+    /// Current leases and when they end, for a journal checkpoint.
+    pub fn leases(&self) -> impl Iterator<Item = (u64, Instant)> + '_ {
+        self.leases.iter().map(|(offset, lease)| (*offset, lease.deadline))
+    }
+
     /// A dead-letter publish failed: the message waits to be dead-lettered again.
     pub fn return_dead_letter(&mut self, offset: u64) {
         if !self.acked.contains(offset) {
@@ -543,7 +559,7 @@ impl SubscriptionState {
             }
             let offset = self.cursor;
             self.cursor += 1;
-            if self.acked.contains(offset) {
+            if self.acked.contains(offset) || self.leases.contains_key(&offset) {
                 continue;
             }
             deliveries.push(self.lease(offset, now, stream, lease));
@@ -592,7 +608,11 @@ impl SubscriptionState {
             return Ok(None);
         }
         match self.leases.get(&ack_id.offset) {
-            Some(lease) if lease.generation != ack_id.generation => Err(AckRefusal::Expired),
+            // Generation 0 marks a lease restored at recovery: the ack ids from before the
+            // restart are still good for it.
+            Some(lease) if lease.generation != ack_id.generation && lease.generation != 0 => {
+                Err(AckRefusal::Expired)
+            }
             // Acknowledging a message whose lease expired but which was not delivered again yet
             // is accepted: it saves a duplicate, and at-least-once is kept either way.
             _ => Ok(Some(ack_id.offset)),
@@ -618,7 +638,7 @@ impl SubscriptionState {
         let Some(offset) = self.check_ack(text)? else { return Ok(()) };
         let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
         match self.leases.get_mut(&offset) {
-            Some(lease) if lease.generation == ack_id.generation => {
+            Some(lease) if lease.generation == ack_id.generation || lease.generation == 0 => {
                 if seconds == 0 {
                     self.end_lease(offset);
                     self.fail(offset, now);
