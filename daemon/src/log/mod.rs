@@ -1062,13 +1062,14 @@ impl<S: Storage> Log<S> {
                 entry.header.base_offset, entry.position
             )
         };
-        let decode = |bytes: &[u8]| -> Result<BatchRead, String> {
+        let decode = |bytes: &[u8], from_disk: bool| -> Result<BatchRead, String> {
             let header = record::decode_batch_header(bytes, log_id, segment_base, entry.position)
                 .map_err(|e| describe(&e))?;
             if header != entry.header {
                 return Err(describe(&"the batch header differs from the one recovery indexed"));
             }
-            let views = record::decode_batch(bytes, log_id, &header).map_err(|e| describe(&e))?;
+            let views =
+                record::decode_batch_checked(bytes, log_id, &header, from_disk).map_err(|e| describe(&e))?;
             let records = views
                 .into_iter()
                 .filter(|view| keep(view.offset))
@@ -1083,13 +1084,13 @@ impl<S: Storage> Log<S> {
             Ok(BatchRead { end: header.end_offset(), records })
         };
         if let Some(buffer) = cached {
-            return decode(buffer.bytes()).map_err(LogError::DataLoss);
+            return decode(buffer.bytes(), false).map_err(LogError::DataLoss);
         }
         let mut bad_copies = Vec::new();
         let mut last_error = String::from("no copy of this segment is readable");
         for (copy, file) in &files {
             let result = match file.read_at(entry.position, entry.header.disk_bytes()).await {
-                Ok(bytes) => decode(&bytes),
+                Ok(bytes) => decode(&bytes, true),
                 Err(error) => Err(describe(&error)),
             };
             match result {
