@@ -127,6 +127,211 @@ pub fn parse_time(text: &str) -> Result<u64, String> {
     Ok(seconds as u64 * 1000 + milliseconds as u64)
 }
 
+/// A parsed JSON value, for reading back the tools' own output (`ringpost-bench compare`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Number(f64),
+    String(String),
+    Array(Vec<Value>),
+    /// Fields in document order, which is the order the tools wrote them in.
+    Object(Vec<(String, Value)>),
+}
+
+/// Nesting deeper than this is refused: the tools write two levels, and a bound keeps a
+/// hostile file from overflowing the stack.
+pub const DEPTH_MAX: usize = 64;
+
+/// Parses one JSON document (RFC 8259), with the position of the first error.
+pub fn parse(text: &str) -> Result<Value, String> {
+    let mut parser = Parser { bytes: text.as_bytes(), position: 0 };
+    let value = parser.value(0)?;
+    parser.skip_space();
+    if parser.position != parser.bytes.len() {
+        return Err(parser.error("trailing characters after the document"));
+    }
+    Ok(value)
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    position: usize,
+}
+
+impl Parser<'_> {
+    fn error(&self, what: &str) -> String {
+        format!("{what} at byte {}", self.position)
+    }
+
+    fn skip_space(&mut self) {
+        while self.bytes.get(self.position).is_some_and(|byte| b" \t\r\n".contains(byte)) {
+            self.position += 1;
+        }
+    }
+
+    fn expect(&mut self, literal: &str, value: Value) -> Result<Value, String> {
+        if self.bytes[self.position..].starts_with(literal.as_bytes()) {
+            self.position += literal.len();
+            Ok(value)
+        } else {
+            Err(self.error("unknown literal"))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, String> {
+        if depth > DEPTH_MAX {
+            return Err(self.error("nesting too deep"));
+        }
+        self.skip_space();
+        match self.bytes.get(self.position) {
+            None => Err(self.error("unexpected end")),
+            Some(b'n') => self.expect("null", Value::Null),
+            Some(b't') => self.expect("true", Value::Bool(true)),
+            Some(b'f') => self.expect("false", Value::Bool(false)),
+            Some(b'"') => self.string().map(Value::String),
+            Some(b'[') => {
+                self.position += 1;
+                let mut items = Vec::new();
+                self.skip_space();
+                if self.bytes.get(self.position) == Some(&b']') {
+                    self.position += 1;
+                    return Ok(Value::Array(items));
+                }
+                loop {
+                    items.push(self.value(depth + 1)?);
+                    self.skip_space();
+                    match self.bytes.get(self.position) {
+                        Some(b',') => self.position += 1,
+                        Some(b']') => {
+                            self.position += 1;
+                            return Ok(Value::Array(items));
+                        }
+                        _ => return Err(self.error("expected , or ]")),
+                    }
+                }
+            }
+            Some(b'{') => {
+                self.position += 1;
+                let mut fields = Vec::new();
+                self.skip_space();
+                if self.bytes.get(self.position) == Some(&b'}') {
+                    self.position += 1;
+                    return Ok(Value::Object(fields));
+                }
+                loop {
+                    self.skip_space();
+                    if self.bytes.get(self.position) != Some(&b'"') {
+                        return Err(self.error("expected a field name"));
+                    }
+                    let key = self.string()?;
+                    self.skip_space();
+                    if self.bytes.get(self.position) != Some(&b':') {
+                        return Err(self.error("expected :"));
+                    }
+                    self.position += 1;
+                    fields.push((key, self.value(depth + 1)?));
+                    self.skip_space();
+                    match self.bytes.get(self.position) {
+                        Some(b',') => self.position += 1,
+                        Some(b'}') => {
+                            self.position += 1;
+                            return Ok(Value::Object(fields));
+                        }
+                        _ => return Err(self.error("expected , or }")),
+                    }
+                }
+            }
+            Some(_) => self.number(),
+        }
+    }
+
+    fn number(&mut self) -> Result<Value, String> {
+        let start = self.position;
+        while self.bytes.get(self.position).is_some_and(|byte| b"+-.eE0123456789".contains(byte)) {
+            self.position += 1;
+        }
+        let text = std::str::from_utf8(&self.bytes[start..self.position]).unwrap_or("");
+        text.parse::<f64>().map(Value::Number).map_err(|_| {
+            self.position = start;
+            self.error("expected a value")
+        })
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        // The caller saw the opening quote.
+        self.position += 1;
+        let mut out = Vec::new();
+        loop {
+            let Some(&byte) = self.bytes.get(self.position) else {
+                return Err(self.error("unterminated string"));
+            };
+            self.position += 1;
+            match byte {
+                b'"' => return String::from_utf8(out).map_err(|_| self.error("invalid UTF-8 in a string")),
+                b'\\' => {
+                    let Some(&escape) = self.bytes.get(self.position) else {
+                        return Err(self.error("unterminated escape"));
+                    };
+                    self.position += 1;
+                    let decoded = match escape {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hex = self
+                                .bytes
+                                .get(self.position..self.position + 4)
+                                .and_then(|digits| std::str::from_utf8(digits).ok())
+                                .and_then(|digits| u32::from_str_radix(digits, 16).ok())
+                                .ok_or_else(|| self.error("bad \\u escape"))?;
+                            self.position += 4;
+                            // Surrogate pairs do not occur in the tools' output; stand-ins suffice.
+                            char::from_u32(hex).unwrap_or(char::REPLACEMENT_CHARACTER)
+                        }
+                        _ => return Err(self.error("unknown escape")),
+                    };
+                    let mut buffer = [0u8; 4];
+                    out.extend_from_slice(decoded.encode_utf8(&mut buffer).as_bytes());
+                }
+                byte => out.push(byte),
+            }
+        }
+    }
+}
+
+impl Value {
+    /// Leaves of a document as (dotted path, value) pairs in document order: `{"a":{"b":1}}`
+    /// gives `a.b`; array items are numbered, `results.0.mb_per_sec`.
+    pub fn flatten(&self) -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        self.flatten_into("", &mut out);
+        out
+    }
+
+    fn flatten_into(&self, prefix: &str, out: &mut Vec<(String, Value)>) {
+        let join = |key: &str| if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") };
+        match self {
+            Value::Object(fields) => {
+                for (key, value) in fields {
+                    value.flatten_into(&join(key), out);
+                }
+            }
+            Value::Array(items) => {
+                for (index, value) in items.iter().enumerate() {
+                    value.flatten_into(&join(&index.to_string()), out);
+                }
+            }
+            leaf => out.push((prefix.to_owned(), leaf.clone())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +354,28 @@ mod tests {
         assert_eq!(parse_time("1700000000000"), Ok(1_700_000_000_000));
         assert!(parse_time("yesterday").is_err());
         assert!(parse_time("2023-13-14T22:13:20Z").is_err());
+    }
+
+    #[test]
+    fn parses_what_it_writes() {
+        let text = object(&[
+            ("name", string("a\"b\\c\n")),
+            ("count", "3".into()),
+            ("rate", "null".into()),
+            ("latency", object(&[("p99", "1.5e3".into())])),
+            ("list", "[true,false,[],{}]".into()),
+        ]);
+        let value = parse(&format!(" {text}\n")).unwrap();
+        let flat = value.flatten();
+        assert_eq!(flat[0], ("name".to_owned(), Value::String("a\"b\\c\n".into())));
+        assert_eq!(flat[1], ("count".to_owned(), Value::Number(3.0)));
+        assert_eq!(flat[2], ("rate".to_owned(), Value::Null));
+        assert_eq!(flat[3], ("latency.p99".to_owned(), Value::Number(1500.0)));
+        assert_eq!(flat[4], ("list.0".to_owned(), Value::Bool(true)));
+        assert_eq!(parse("\"\\u00e9\"").unwrap(), Value::String("é".into()));
+        for bad in ["", "{", "[1,]", "{\"a\" 1}", "nul", "1 2", "\"abc", "{\"a\":x}"] {
+            assert!(parse(bad).is_err(), "{bad:?} parsed");
+        }
+        assert!(parse(&"[".repeat(100)).is_err());
     }
 }

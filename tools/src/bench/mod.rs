@@ -1,7 +1,19 @@
 //! The pieces of `ringpost-bench`, the load generator.
 //!
-//! - [`publish`]: the publish workload (W1 of the brief): publisher threads with their own
-//!   clients keep a fixed number of publish requests in flight and record publish-ack latency.
+//! - [`workload`]: the canonical workloads W1 to W5 (publish, e2e, fanout, topics, backlog) and
+//!   the run that drives them: setup, threads, progress, and the check of every delivery.
+//! - [`publish`]: publisher threads with their own clients keep a fixed number of publish
+//!   requests in flight (closed loop) or send on a fixed schedule (open loop), and record
+//!   publish-ack latency.
+//! - [`subscribe`]: subscriber threads hold streaming pulls within a window, acknowledge in
+//!   batches, and record delivery latency and every delivered id.
+//! - [`setup`]: topics and subscriptions created and deleted many at a time.
+//! - [`live`]: the figures threads update as they go, and the progress line made from them.
+//! - [`report`]: the results table, the JSON, and [`plot`], the latency percentile plot (SVG).
+//! - [`ids`]: sets of message ids, to count lost and duplicate deliveries exactly.
+//! - [`latency`]: latency histograms and the clock publish times are stamped with.
+//! - [`compare`]: two result files side by side.
+//! - [`gate`]: the start line every thread of a run waits at.
 //! - [`inflight`]: a small single-thread poller that keeps several futures in flight, because
 //!   the client's futures are executor-agnostic and the tools carry no async runtime.
 //! - [`embedded`]: a daemon started inside the benchmark process, on a scratch data directory
@@ -13,10 +25,20 @@
 //! one exception on stderr is a scratch directory that cannot be removed, reported from a
 //! `Drop` that has no caller to hand the error to.
 
+pub mod compare;
 pub mod embedded;
 pub mod format;
+pub mod gate;
+pub mod ids;
 pub mod inflight;
+pub mod latency;
+pub mod live;
+pub mod plot;
 pub mod publish;
+pub mod report;
+pub mod setup;
+pub mod subscribe;
+pub mod workload;
 
 /// A failure that ends a run: one line for the user and the process exit code it maps to.
 #[derive(Debug, Clone, PartialEq, Eq)]

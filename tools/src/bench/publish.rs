@@ -1,5 +1,5 @@
-//! The publish workload (W1): publisher threads, each with its own `Client` and so its own TCP
-//! connections, keep K publish requests of B messages in flight and record each request's
+//! Publisher threads, shared by every workload: each with its own `Client` and so its own TCP
+//! connections, keeps K publish requests of B messages in flight and records each request's
 //! publish-ack latency, i.e. the time until the daemon says the batch is durable.
 //!
 //! Closed loop (the default) sends a request as soon as a slot is free, which measures peak
@@ -7,17 +7,24 @@
 //! latency from the request's *scheduled* send time: when the server (or this generator) falls
 //! behind, the wait a real producer would have had counts in the latency instead of silently
 //! thinning the load ("coordinated omission").
+//!
+//! With subscribers (`PublisherContext::track`), every payload starts with its publish start
+//! time (the scheduled time, in open loop) so a subscriber can measure delivery latency, and the
+//! publisher keeps the ids the server acknowledged, per topic, so that every delivery can be
+//! checked against them and every acknowledged message that never arrived counted as lost.
 
-use super::format::{json_number, thousands};
+use super::gate::StartGate;
+use super::ids::IdSet;
 use super::inflight::InflightSet;
+use super::latency::{micros_between, new_histogram, stamp_ns};
+use super::live::LiveStats;
 use super::Failure;
-use crate::json;
 use hdrhistogram::Histogram;
-use ringpost_client::{block_on, Client, ErrorCode, Message};
+use ringpost_client::{block_on, Client, Message};
 use ringpost_wire::limits::{MESSAGE_BYTES_MAX, PUBLISH_BATCH_MESSAGES_MAX, PUBLISH_REQUEST_BYTES_MAX};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub const MESSAGES_DEFAULT: u64 = 200_000;
@@ -34,20 +41,20 @@ pub const BATCH_MAX: usize = PUBLISH_BATCH_MESSAGES_MAX;
 pub const INFLIGHT_MAX: usize = 1024;
 const _: () = assert!(INFLIGHT_MAX <= ringpost_client::connection::REQUESTS_PENDING_PER_CONNECTION_MAX);
 
-/// Latencies above a minute are recorded as a minute; a run like that is broken anyway.
-pub const LATENCY_US_MAX: u64 = 60_000_000;
-const LATENCY_SIGNIFICANT_FIGURES: u8 = 3;
-pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// The longest open-loop schedule accepted, about a year.
 pub const RUN_SECONDS_MAX: f64 = 3.2e7;
+
+/// Failed publish requests, over all publishers, after which every publisher stops sending: a
+/// server that refuses everything would otherwise keep the run going for as long as the client
+/// retries each request (several seconds each), and the figures are void anyway.
+pub const FAILED_REQUESTS_BEFORE_ABORT: u64 = 64;
+
+/// Bytes at the front of a tracked payload that hold its publish start time.
+pub const STAMP_BYTES: usize = 8;
 
 /// What the daemon promises when it answers a publish; printed with the results so that a
 /// figure is never read as a page-cache number.
 pub const DURABILITY: &str = "acknowledged after fdatasync (group commit)";
-
-/// The quantiles reported, with their names in the table and in the JSON.
-const QUANTILES: [(&str, &str, f64); 4] =
-    [("p50", "p50", 0.50), ("p90", "p90", 0.90), ("p99", "p99", 0.99), ("p99.9", "p999", 0.999)];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PublishOptions {
@@ -64,6 +71,8 @@ pub struct PublishOptions {
     pub inflight: usize,
     /// Open-loop offered load in messages per second over all publishers; `None` is closed loop.
     pub rate_per_sec: Option<f64>,
+    /// Pin each publisher and subscriber thread to one core, round robin.
+    pub pin: bool,
 }
 
 impl PublishOptions {
@@ -113,211 +122,6 @@ impl PublishOptions {
     }
 }
 
-/// One progress line's figures, for the interval since the previous line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    pub elapsed_seconds: f64,
-    pub messages_per_sec: f64,
-    pub mb_per_sec: f64,
-    /// `None` when no request completed in the interval.
-    pub latency_us_p99: Option<u64>,
-    /// Messages failed since the start.
-    pub messages_failed: u64,
-}
-
-impl Progress {
-    /// `[  3.0s] 245,112 msg/s  251.0 MB/s  p99 1,234 us  errors 0`
-    pub fn line(&self) -> String {
-        let p99 = self.latency_us_p99.map(thousands).unwrap_or_else(|| "-".to_owned());
-        format!(
-            "[{:5.1}s] {} msg/s  {:.1} MB/s  p99 {p99} us  errors {}",
-            self.elapsed_seconds,
-            thousands(self.messages_per_sec.round() as u64),
-            self.mb_per_sec,
-            thousands(self.messages_failed)
-        )
-    }
-}
-
-/// The outcome of a publish run.
-#[derive(Debug, Clone)]
-pub struct PublishReport {
-    pub topic: String,
-    pub messages_acknowledged: u64,
-    pub messages_failed: u64,
-    pub requests: u64,
-    /// From the first request sent to the last response received.
-    pub seconds: f64,
-    /// Publish-ack latency per successful request.
-    pub latency_us: Histogram<u64>,
-    /// Open loop only: how late the generator itself sent a request after its scheduled time,
-    /// at worst. Large values mean the generator could not keep up with the rate (the latency
-    /// figures still count that wait).
-    pub send_lag_us_max: u64,
-    pub first_error: Option<String>,
-    /// Problems after the measurement, such as a fresh topic that could not be deleted.
-    pub warnings: Vec<String>,
-}
-
-impl PublishReport {
-    /// Messages attempted: acknowledged plus failed.
-    pub fn messages(&self) -> u64 {
-        self.messages_acknowledged + self.messages_failed
-    }
-
-    pub fn messages_per_sec(&self) -> f64 {
-        if self.seconds > 0.0 {
-            self.messages_acknowledged as f64 / self.seconds
-        } else {
-            0.0
-        }
-    }
-
-    /// Acknowledged payload bytes per second, in decimal megabytes (10^6 bytes).
-    pub fn mb_per_sec(&self, size_bytes: usize) -> f64 {
-        self.messages_per_sec() * size_bytes as f64 / 1e6
-    }
-
-    fn latency_at(&self, quantile: f64) -> u64 {
-        if self.latency_us.is_empty() {
-            0
-        } else {
-            self.latency_us.value_at_quantile(quantile)
-        }
-    }
-
-    /// The results table for stdout.
-    pub fn table(&self, options: &PublishOptions) -> String {
-        let mut rows: Vec<(String, String)> = vec![
-            ("messages".into(), thousands(self.messages())),
-            ("requests".into(), thousands(self.requests)),
-            ("seconds".into(), format!("{:.3}", self.seconds)),
-            ("msgs/s".into(), thousands(self.messages_per_sec().round() as u64)),
-            ("MB/s".into(), format!("{:.1}", self.mb_per_sec(options.size_bytes))),
-        ];
-        for (name, _, quantile) in QUANTILES {
-            rows.push((format!("latency {name} us"), thousands(self.latency_at(quantile))));
-        }
-        rows.push(("latency max us".into(), thousands(self.latency_us.max())));
-        if options.rate_per_sec.is_some() {
-            rows.push(("send lag max us".into(), thousands(self.send_lag_us_max)));
-        }
-        rows.push(("errors".into(), thousands(self.messages_failed)));
-        let loop_kind = match options.rate_per_sec {
-            Some(rate) => format!(
-                "open loop at {} msg/s offered; latency counts from each request's scheduled send time",
-                thousands(rate.round() as u64)
-            ),
-            None => "closed loop".to_owned(),
-        };
-        let mut out = format!(
-            "publish to {}: {} messages of {} bytes, {} publishers, batch {}, {} requests in flight each, {loop_kind}\n",
-            self.topic,
-            thousands(options.messages),
-            thousands(options.size_bytes as u64),
-            options.publishers,
-            options.batch,
-            options.inflight,
-        );
-        let value_width = rows.iter().map(|(_, value)| value.len()).max().unwrap_or(0);
-        for (name, value) in rows {
-            out.push_str(&format!("  {name:<18}{value:>value_width$}\n"));
-        }
-        let origin = if options.rate_per_sec.is_some() { "its scheduled send time" } else { "its send" };
-        out.push_str(&format!(
-            "  publish-ack latency is per request, from {origin} to the durable acknowledgement\n"
-        ));
-        out.push_str(&format!("  durability: {DURABILITY}\n"));
-        out
-    }
-
-    /// `{"workload":"publish","messages":N,...,"publish_ack_us":{...},"errors":E}`
-    pub fn json(&self, options: &PublishOptions) -> String {
-        let mut latency: Vec<(&str, String)> = QUANTILES
-            .iter()
-            .map(|(_, key, quantile)| (*key, self.latency_at(*quantile).to_string()))
-            .collect();
-        latency.push(("max", self.latency_us.max().to_string()));
-        json::object(&[
-            ("workload", json::string("publish")),
-            ("messages", self.messages().to_string()),
-            ("size", options.size_bytes.to_string()),
-            ("publishers", options.publishers.to_string()),
-            ("batch", options.batch.to_string()),
-            ("inflight", options.inflight.to_string()),
-            ("seconds", json_number(self.seconds, 3)),
-            ("msgs_per_sec", json_number(self.messages_per_sec(), 1)),
-            ("mb_per_sec", json_number(self.mb_per_sec(options.size_bytes), 3)),
-            ("publish_ack_us", json::object(&latency)),
-            ("errors", self.messages_failed.to_string()),
-        ])
-    }
-}
-
-fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, LATENCY_US_MAX, LATENCY_SIGNIFICANT_FIGURES)
-        .expect("the latency histogram bounds are valid")
-}
-
-/// The payload every message starts from: `size_bytes` of a readable filler pattern.
-pub fn payload_template(size_bytes: usize) -> Vec<u8> {
-    const FILLER: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    (0..size_bytes).map(|index| FILLER[index % FILLER.len()]).collect()
-}
-
-/// A deterministic payload: the template with the publisher and its sequence number written
-/// over the front, so that a consumer can check loss and order by reading the data. Sizes
-/// shorter than that header keep its beginning only.
-pub fn payload(template: &[u8], publisher: usize, sequence: u64) -> Vec<u8> {
-    let mut data = template.to_vec();
-    // Writing into a slice stops at its end; a truncated header is fine for tiny sizes.
-    let _ = write!(&mut data[..], "p{publisher:03} s{sequence:010} ");
-    data
-}
-
-/// Per-publisher figures the progress reporter reads while the run goes on.
-struct LiveStats {
-    messages_acknowledged: AtomicU64,
-    messages_failed: AtomicU64,
-    /// Latencies since the last progress line; the reporter drains it every interval.
-    interval_latency_us: Mutex<Histogram<u64>>,
-}
-
-impl LiveStats {
-    fn new() -> LiveStats {
-        LiveStats {
-            messages_acknowledged: AtomicU64::new(0),
-            messages_failed: AtomicU64::new(0),
-            interval_latency_us: Mutex::new(new_histogram()),
-        }
-    }
-}
-
-/// What one publisher thread hands back when it is done.
-struct PublisherOutcome {
-    latency_us: Histogram<u64>,
-    requests: u64,
-    started: Instant,
-    finished: Instant,
-    send_lag_us_max: u64,
-    first_error: Option<String>,
-}
-
-/// What every publisher thread shares.
-struct Shared<'a> {
-    options: &'a PublishOptions,
-    topic: &'a str,
-    template: &'a [u8],
-    stop: &'a AtomicBool,
-    /// Set by a publisher that could not connect, so the others stand down after the barrier.
-    setup_failed: AtomicBool,
-    /// Publishers start together, once each has connected.
-    start: Barrier,
-    /// Publishers not yet done; the reporter stops when it reaches zero.
-    running: AtomicUsize,
-    stats: Vec<LiveStats>,
-}
-
 /// The fixed send times of one publisher under an open-loop rate.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {
@@ -340,12 +144,97 @@ impl Schedule {
     }
 }
 
+/// The topic of a publisher's `request`-th request: publishers take turns over the topics, so
+/// every topic gets an even share of requests and no two publishers march in step.
+pub fn topic_of_request(publisher: usize, publishers: usize, request: u64, topics: usize) -> usize {
+    ((request as u128 * publishers as u128 + publisher as u128) % topics as u128) as usize
+}
+
+/// The payload every message starts from: `size_bytes` of a readable filler pattern.
+pub fn payload_template(size_bytes: usize) -> Vec<u8> {
+    const FILLER: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    (0..size_bytes).map(|index| FILLER[index % FILLER.len()]).collect()
+}
+
+/// A deterministic payload: the template with the publisher and its sequence number written
+/// over the front, so that a consumer can check loss and order by reading the data. Sizes
+/// shorter than that header keep its beginning only.
+pub fn payload(template: &[u8], publisher: usize, sequence: u64) -> Vec<u8> {
+    let mut data = template.to_vec();
+    // Writing into a slice stops at its end; a truncated header is fine for tiny sizes.
+    let _ = write!(&mut data[..], "p{publisher:03} s{sequence:010} ");
+    data
+}
+
+/// A payload that starts with its publish start time ([`STAMP_BYTES`], little endian, see
+/// [`stamp_ns`]) followed by the header of [`payload`]. `template` must hold the stamp.
+pub fn stamped_payload(template: &[u8], publisher: usize, sequence: u64, stamp: u64) -> Vec<u8> {
+    let mut data = template.to_vec();
+    data[..STAMP_BYTES].copy_from_slice(&stamp.to_le_bytes());
+    let _ = write!(&mut data[STAMP_BYTES..], "p{publisher:03} s{sequence:010} ");
+    data
+}
+
+/// The publish start time written by [`stamped_payload`], if the payload is long enough.
+pub fn read_stamp(data: &[u8]) -> Option<u64> {
+    let bytes: [u8; STAMP_BYTES] = data.get(..STAMP_BYTES)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// Pins the calling thread to core `index` modulo the cores there are; the error is a warning
+/// for the report, since an unpinned run is still a run.
+pub fn pin_thread(index: usize) -> Result<(), String> {
+    let cores = affinity::get_core_num().max(1);
+    let core = index % cores;
+    affinity::set_thread_affinity([core])
+        .map_err(|error| format!("could not pin a thread to core {core}: {error}"))
+}
+
+/// What every publisher thread shares.
+pub struct PublisherContext<'a> {
+    pub options: &'a PublishOptions,
+    /// Requests go to these topics in turn (see [`topic_of_request`]).
+    pub topics: &'a [String],
+    /// The payload template, at least [`STAMP_BYTES`] long when `track` is set.
+    pub template: &'a [u8],
+    /// Stamp payloads with their publish start time and keep the acknowledged ids.
+    pub track: bool,
+    pub stop: &'a AtomicBool,
+    /// Set once [`FAILED_REQUESTS_BEFORE_ABORT`] requests failed; publishers stop as on `stop`.
+    pub abort: &'a AtomicBool,
+    /// Failed requests over all publishers.
+    pub failed_requests: &'a AtomicU64,
+    /// Set by a thread that could not connect, so the others stand down after the barrier.
+    pub setup_failed: &'a AtomicBool,
+    /// Publishers (and subscribers) start together, once each has connected.
+    pub start: &'a StartGate,
+    /// One per publisher.
+    pub live: &'a [LiveStats],
+    /// Messages acknowledged per topic, added to as acknowledgements arrive; subscribers read
+    /// it once every publisher is done to know how many deliveries to wait for.
+    pub acknowledged_per_topic: &'a [AtomicU64],
+    pub warnings: &'a Mutex<Vec<String>>,
+}
+
+/// What one publisher thread hands back when it is done.
+pub struct PublisherOutcome {
+    pub latency_us: Histogram<u64>,
+    pub requests: u64,
+    pub started: Instant,
+    pub finished: Instant,
+    pub send_lag_us_max: u64,
+    pub first_error: Option<String>,
+    /// Per topic, the ids acknowledged to this publisher (empty unless tracking).
+    pub acknowledged_ids: Vec<IdSet>,
+}
+
 /// One finished request.
 struct Completion {
-    result: ringpost_client::Result<usize>,
+    result: ringpost_client::Result<Vec<u64>>,
     /// When it was sent (closed loop) or scheduled to be sent (open loop).
     sent: Instant,
     messages: usize,
+    topic: usize,
 }
 
 /// What one publisher has measured so far.
@@ -353,11 +242,17 @@ struct Tally {
     latency_us: Histogram<u64>,
     requests_settled: u64,
     first_error: Option<String>,
+    acknowledged_ids: Vec<IdSet>,
 }
 
 impl Tally {
     /// Records finished requests; returns whether there were any.
-    fn settle(&mut self, finished: &mut Vec<Completion>, stats: &LiveStats) -> bool {
+    fn settle(
+        &mut self,
+        finished: &mut Vec<Completion>,
+        context: &PublisherContext,
+        stats: &LiveStats,
+    ) -> bool {
         if finished.is_empty() {
             return false;
         }
@@ -367,39 +262,66 @@ impl Tally {
             self.requests_settled += 1;
             let messages = completion.messages as u64;
             let failure = match completion.result {
-                Ok(ids) if ids == completion.messages => {
-                    let latency = (now - completion.sent).as_micros() as u64;
+                Ok(ids) if ids.len() == completion.messages => {
+                    let latency = micros_between(completion.sent, now);
                     self.latency_us.saturating_record(latency);
                     interval_latency_us.saturating_record(latency);
-                    stats.messages_acknowledged.fetch_add(messages, Ordering::Relaxed);
+                    if context.track {
+                        let acknowledged = &mut self.acknowledged_ids[completion.topic];
+                        for id in ids {
+                            acknowledged.insert(id);
+                        }
+                        context.acknowledged_per_topic[completion.topic]
+                            .fetch_add(messages, Ordering::Relaxed);
+                    }
+                    stats.messages.fetch_add(messages, Ordering::Relaxed);
                     continue;
                 }
-                Ok(ids) => format!("the server returned {ids} message ids for {messages} messages"),
+                Ok(ids) => format!("the server returned {} message ids for {messages} messages", ids.len()),
                 Err(error) => Failure::from(error).message,
             };
             self.first_error.get_or_insert(failure);
             stats.messages_failed.fetch_add(messages, Ordering::Relaxed);
+            if context.failed_requests.fetch_add(1, Ordering::Relaxed) + 1 >= FAILED_REQUESTS_BEFORE_ABORT {
+                context.abort.store(true, Ordering::Relaxed);
+            }
         }
         true
     }
 }
 
-fn publisher_run(publisher: usize, shared: &Shared) -> Result<Option<PublisherOutcome>, Failure> {
-    let options = shared.options;
+/// Runs publisher `publisher` to the end of its share (or until `stop`). `Ok(None)` means it
+/// stood down because another thread could not connect.
+pub fn publisher_run(
+    publisher: usize,
+    context: &PublisherContext,
+) -> Result<Option<PublisherOutcome>, Failure> {
+    let options = context.options;
+    if options.pin {
+        if let Err(warning) = pin_thread(publisher) {
+            context.warnings.lock().unwrap().push(warning);
+        }
+    }
     let connected = block_on(Client::connect(&options.server));
     if connected.is_err() {
-        shared.setup_failed.store(true, Ordering::Release);
+        context.setup_failed.store(true, Ordering::Release);
     }
-    shared.start.wait();
+    context.start.arrive_and_wait();
     let client = connected?;
-    if shared.setup_failed.load(Ordering::Acquire) {
+    if context.setup_failed.load(Ordering::Acquire) {
         return Ok(None);
     }
-    let stats = &shared.stats[publisher];
+    let stats = &context.live[publisher];
     let count = options.messages_for(publisher);
     let started = Instant::now();
     let schedule = options.rate_per_sec.map(|rate| Schedule::new(options, rate, publisher, started));
-    let mut tally = Tally { latency_us: new_histogram(), requests_settled: 0, first_error: None };
+    let topics = context.topics.len();
+    let mut tally = Tally {
+        latency_us: new_histogram(),
+        requests_settled: 0,
+        first_error: None,
+        acknowledged_ids: if context.track { vec![IdSet::new(); topics] } else { Vec::new() },
+    };
     let mut in_flight: InflightSet<'_, Completion> = InflightSet::new(options.inflight);
     let mut finished: Vec<Completion> = Vec::with_capacity(options.inflight);
     let mut sequence = 0u64;
@@ -409,40 +331,52 @@ fn publisher_run(publisher: usize, shared: &Shared) -> Result<Option<PublisherOu
         // The first request goes alone: it looks up the topic's forwarder and connects to it,
         // and K requests racing through that would make K lookups and K connections.
         let slots_allowed = if tally.requests_settled > 0 { options.inflight } else { 1 };
-        let stopped = shared.stop.load(Ordering::Relaxed);
+        let stopped = context.stop.load(Ordering::Relaxed) || context.abort.load(Ordering::Relaxed);
         while !stopped && sequence < count && in_flight.len() < slots_allowed {
             let due = schedule.map(|schedule| schedule.due(requests));
-            if due.is_some_and(|due| due > Instant::now()) {
+            let now = Instant::now();
+            if due.is_some_and(|due| due > now) {
                 break;
             }
+            // A message's publish starts before its batch is built (closed loop), or at the
+            // request's due time (open loop), whatever delayed the send since.
+            let publish_start = due.unwrap_or(now);
             let size = (count - sequence).min(options.batch as u64) as usize;
+            let stamp = stamp_ns(publish_start);
             let batch: Vec<Message> = (0..size as u64)
-                .map(|index| Message::new(payload(shared.template, publisher, sequence + index)))
+                .map(|index| {
+                    let data = if context.track {
+                        stamped_payload(context.template, publisher, sequence + index, stamp)
+                    } else {
+                        payload(context.template, publisher, sequence + index)
+                    };
+                    Message::new(data)
+                })
                 .collect();
-            // Closed loop: latency starts once the batch is built, just before it is written.
-            // Open loop: at the due time, whatever delayed the send since.
-            let now = Instant::now();
+            // Closed loop: publish-ack latency starts once the batch is built, just before it is
+            // written. Open loop: at the due time.
             let sent = match due {
                 Some(due) => {
-                    send_lag_us_max = send_lag_us_max.max((now - due).as_micros() as u64);
+                    send_lag_us_max = send_lag_us_max.max(micros_between(due, now));
                     due
                 }
-                None => now,
+                None => Instant::now(),
             };
+            let topic_index = topic_of_request(publisher, options.publishers, requests, topics);
             sequence += size as u64;
             requests += 1;
             let client = &client;
-            let topic = shared.topic;
+            let topic = context.topics[topic_index].as_str();
             let request = async move {
-                let result = client.publish(topic, batch).await.map(|ids| ids.len());
-                Completion { result, sent, messages: size }
+                let result = client.publish(topic, batch).await;
+                Completion { result, sent, messages: size, topic: topic_index }
             };
             if let Some(completion) = in_flight.start(request) {
                 finished.push(completion);
             }
         }
         // Requests that failed in their first poll freed their slots at once: refill first.
-        if tally.settle(&mut finished, stats) {
+        if tally.settle(&mut finished, context, stats) {
             continue;
         }
         let sending = !stopped && sequence < count;
@@ -459,7 +393,7 @@ fn publisher_run(publisher: usize, shared: &Shared) -> Result<Option<PublisherOu
         in_flight.poll_woken(&mut finished);
         // Settled before the next batches are built, so building them does not count in these
         // requests' latency.
-        tally.settle(&mut finished, stats);
+        tally.settle(&mut finished, context, stats);
     }
     Ok(Some(PublisherOutcome {
         latency_us: tally.latency_us,
@@ -468,170 +402,13 @@ fn publisher_run(publisher: usize, shared: &Shared) -> Result<Option<PublisherOu
         finished: Instant::now(),
         send_lag_us_max,
         first_error: tally.first_error,
+        acknowledged_ids: tally.acknowledged_ids,
     }))
 }
 
 /// A topic name no other run uses.
 pub fn fresh_topic_name() -> String {
     format!("bench-{}", super::embedded::unique_suffix())
-}
-
-/// Runs the workload. `stop` ends it early (after the requests in flight finish); `progress`
-/// is called once per [`PROGRESS_INTERVAL`].
-pub fn run(
-    options: &PublishOptions,
-    stop: &AtomicBool,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<PublishReport, Failure> {
-    options.validate()?;
-    let setup = block_on(Client::connect(&options.server))?;
-    let (topic, created) = match &options.topic {
-        Some(name) => {
-            block_on(setup.get_topic(name)).map_err(|error| match error {
-                ringpost_client::Error::Status(status) if status.code == ErrorCode::NotFound => {
-                    Failure::runtime(format!(
-                        "NotFound: topic '{name}' does not exist; create it, or leave out --topic to publish to a fresh one"
-                    ))
-                }
-                other => Failure::from(other),
-            })?;
-            (name.clone(), false)
-        }
-        None => {
-            let name = fresh_topic_name();
-            block_on(setup.create_topic(&name))?;
-            (name, true)
-        }
-    };
-    let template = payload_template(options.size_bytes);
-    let shared = Shared {
-        options,
-        topic: &topic,
-        template: &template,
-        stop,
-        setup_failed: AtomicBool::new(false),
-        start: Barrier::new(options.publishers + 1),
-        running: AtomicUsize::new(options.publishers),
-        stats: (0..options.publishers).map(|_| LiveStats::new()).collect(),
-    };
-    let reporter = std::thread::current();
-    let outcomes = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..options.publishers)
-            .map(|publisher| {
-                let shared = &shared;
-                let reporter = reporter.clone();
-                std::thread::Builder::new()
-                    .name(format!("publisher-{publisher}"))
-                    .spawn_scoped(scope, move || {
-                        let outcome = publisher_run(publisher, shared);
-                        shared.running.fetch_sub(1, Ordering::AcqRel);
-                        reporter.unpark();
-                        outcome
-                    })
-                    .expect("spawning a publisher thread")
-            })
-            .collect();
-        shared.start.wait();
-        report_progress(&shared, options.size_bytes, progress);
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle.join().unwrap_or_else(|_| Err(Failure::runtime("a publisher thread panicked")))
-            })
-            .collect::<Vec<_>>()
-    });
-    let mut report = PublishReport {
-        topic: topic.clone(),
-        messages_acknowledged: shared
-            .stats
-            .iter()
-            .map(|s| s.messages_acknowledged.load(Ordering::Relaxed))
-            .sum(),
-        messages_failed: shared.stats.iter().map(|s| s.messages_failed.load(Ordering::Relaxed)).sum(),
-        requests: 0,
-        seconds: 0.0,
-        latency_us: new_histogram(),
-        send_lag_us_max: 0,
-        first_error: None,
-        warnings: Vec::new(),
-    };
-    let mut first_started: Option<Instant> = None;
-    let mut last_finished: Option<Instant> = None;
-    let mut failure = None;
-    for outcome in outcomes {
-        match outcome {
-            Ok(Some(outcome)) => {
-                report.latency_us.add(&outcome.latency_us).expect("histograms with equal bounds merge");
-                report.requests += outcome.requests;
-                report.send_lag_us_max = report.send_lag_us_max.max(outcome.send_lag_us_max);
-                if report.first_error.is_none() {
-                    report.first_error = outcome.first_error;
-                }
-                first_started = Some(first_started.map_or(outcome.started, |t| t.min(outcome.started)));
-                last_finished = Some(last_finished.map_or(outcome.finished, |t| t.max(outcome.finished)));
-            }
-            Ok(None) => {}
-            Err(error) => {
-                failure.get_or_insert(error);
-            }
-        }
-    }
-    if let (Some(started), Some(finished)) = (first_started, last_finished) {
-        report.seconds = (finished - started).as_secs_f64();
-    }
-    // A fresh topic is ours: delete it so that repeated runs against a long-lived daemon do not
-    // pile up stored messages.
-    if created {
-        if let Err(error) = block_on(setup.delete_topic(&topic)) {
-            report.warnings.push(format!("could not delete the benchmark topic {topic}: {error}"));
-        }
-    }
-    match failure {
-        Some(failure) => Err(failure),
-        None => Ok(report),
-    }
-}
-
-/// Calls `progress` every interval until every publisher is done.
-fn report_progress(shared: &Shared, size_bytes: usize, progress: &mut dyn FnMut(&Progress)) {
-    let started = Instant::now();
-    let mut last_tick = started;
-    let mut next_tick = started + PROGRESS_INTERVAL;
-    let mut last_acknowledged = 0u64;
-    let mut interval_latency_us = new_histogram();
-    while shared.running.load(Ordering::Acquire) > 0 {
-        let now = Instant::now();
-        if now < next_tick {
-            // Publishers unpark this thread when they finish, so the run does not linger.
-            std::thread::park_timeout(next_tick - now);
-            continue;
-        }
-        interval_latency_us.reset();
-        for stats in &shared.stats {
-            let mut latency = stats.interval_latency_us.lock().unwrap();
-            interval_latency_us.add(&*latency).expect("histograms with equal bounds merge");
-            latency.reset();
-        }
-        let acknowledged: u64 =
-            shared.stats.iter().map(|s| s.messages_acknowledged.load(Ordering::Relaxed)).sum();
-        let failed: u64 = shared.stats.iter().map(|s| s.messages_failed.load(Ordering::Relaxed)).sum();
-        let seconds = (now - last_tick).as_secs_f64();
-        let messages_per_sec = (acknowledged - last_acknowledged) as f64 / seconds;
-        progress(&Progress {
-            elapsed_seconds: (now - started).as_secs_f64(),
-            messages_per_sec,
-            mb_per_sec: messages_per_sec * size_bytes as f64 / 1e6,
-            latency_us_p99: (!interval_latency_us.is_empty())
-                .then(|| interval_latency_us.value_at_quantile(0.99)),
-            messages_failed: failed,
-        });
-        last_tick = now;
-        last_acknowledged = acknowledged;
-        // After a stall (a suspended process), skip the missed ticks rather than print a burst.
-        while next_tick <= now {
-            next_tick += PROGRESS_INTERVAL;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -648,6 +425,7 @@ mod tests {
             batch: BATCH_DEFAULT,
             inflight: INFLIGHT_DEFAULT,
             rate_per_sec: None,
+            pin: false,
         }
     }
 
@@ -661,6 +439,29 @@ mod tests {
         assert_ne!(data, payload(&template, 3, 43));
         assert_eq!(payload(&payload_template(4), 1, 1), b"p001");
         assert_eq!(payload(&payload_template(1), 1, 1).len(), 1);
+    }
+
+    #[test]
+    fn stamped_payloads_carry_their_start_time() {
+        let template = payload_template(64);
+        let data = stamped_payload(&template, 3, 42, 123_456_789);
+        assert_eq!(data.len(), 64);
+        assert_eq!(read_stamp(&data), Some(123_456_789));
+        assert!(data[STAMP_BYTES..].starts_with(b"p003 s0000000042 "));
+        assert_eq!(stamped_payload(&payload_template(STAMP_BYTES), 1, 1, 7).len(), STAMP_BYTES);
+        assert_eq!(read_stamp(b"short"), None);
+    }
+
+    #[test]
+    fn requests_spread_evenly_over_topics() {
+        let mut per_topic = [0u32; 10];
+        for publisher in 0..4 {
+            for request in 0..25 {
+                per_topic[topic_of_request(publisher, 4, request, 10)] += 1;
+            }
+        }
+        assert_eq!(per_topic, [10; 10]);
+        assert_eq!(topic_of_request(3, 4, u64::MAX, 1), 0);
     }
 
     #[test]
@@ -709,41 +510,5 @@ mod tests {
         assert_eq!(first.due(0), start);
         assert_eq!(second.due(0) - start, Duration::from_millis(10));
         assert_eq!(first.due(25) - start, Duration::from_secs(1));
-    }
-
-    #[test]
-    fn progress_line_and_json_shape() {
-        let line = Progress {
-            elapsed_seconds: 3.0,
-            messages_per_sec: 245_112.0,
-            mb_per_sec: 251.0,
-            latency_us_p99: Some(1234),
-            messages_failed: 0,
-        }
-        .line();
-        assert_eq!(line, "[  3.0s] 245,112 msg/s  251.0 MB/s  p99 1,234 us  errors 0");
-        let mut latency_us = new_histogram();
-        latency_us.record(1000).unwrap();
-        let report = PublishReport {
-            topic: "bench".into(),
-            messages_acknowledged: 200,
-            messages_failed: 0,
-            requests: 2,
-            seconds: 2.0,
-            latency_us,
-            send_lag_us_max: 0,
-            first_error: None,
-            warnings: Vec::new(),
-        };
-        assert_eq!(
-            report.json(&options()),
-            concat!(
-                "{\"workload\":\"publish\",\"messages\":200,\"size\":1024,\"publishers\":4,\"batch\":100,",
-                "\"inflight\":8,\"seconds\":2.000,\"msgs_per_sec\":100.0,\"mb_per_sec\":0.102,",
-                "\"publish_ack_us\":{\"p50\":1000,\"p90\":1000,\"p99\":1000,\"p999\":1000,\"max\":1000},",
-                "\"errors\":0}"
-            )
-        );
-        assert!(report.table(&options()).contains(DURABILITY));
     }
 }

@@ -1,9 +1,12 @@
 //! `ringpost-bench`: the load generator. See `ringpost_tools::bench` for the workloads.
 
 use argh::FromArgs;
+use ringpost_tools::bench::compare;
 use ringpost_tools::bench::embedded::EmbeddedDaemon;
 use ringpost_tools::bench::format::{parse_byte_list, parse_bytes, thousands};
 use ringpost_tools::bench::publish::{self, PublishOptions};
+use ringpost_tools::bench::subscribe::WINDOW_DEFAULT;
+use ringpost_tools::bench::workload::{self, Workload, WorkloadOptions};
 use ringpost_tools::bench::Failure;
 use ringpost_tools::disk::{self, DiskOptions, DiskResult};
 use std::path::{Path, PathBuf};
@@ -11,16 +14,25 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const SERVER_DEFAULT: &str = "127.0.0.1:7450";
+/// The backlog workload stores this many messages before draining them (W5 of the brief).
+const BACKLOG_MESSAGES_DEFAULT: u64 = 1_000_000;
+/// Requests of the topics workload carry few messages, so that 10,000 topics each get several
+/// requests from a run of a few hundred thousand messages.
+const TOPICS_BATCH_DEFAULT: usize = 10;
 
-/// Ringpost's load generator: durable publish throughput and latency against a daemon, or the
-/// durable-write ceiling of a disk.
+/// Ringpost's load generator: the canonical workloads (publish, end to end, fan-out, many
+/// topics, backlog drain) against a daemon, the durable-write ceiling of a disk, and a
+/// side-by-side comparison of two result files.
 #[derive(FromArgs)]
 #[argh(
     example = "Measure an in-process daemon on a scratch directory under /var/tmp:\n  $ {command_name} --embedded publish --json /tmp/out.json",
     example = "Offer 10,000 msg/s open loop to a running daemon:\n  $ {command_name} --server 127.0.0.1:7450 publish --rate 10000 --messages 50000",
+    example = "End-to-end latency with one subscription, and its percentile plot:\n  $ {command_name} --embedded e2e --latency-plot /tmp/e2e.svg",
+    example = "Ten subscriptions that each receive every message:\n  $ {command_name} --embedded fanout --subscriptions 10",
     example = "Measure the disk the daemon would write to:\n  $ {command_name} --data-dir /var/tmp disk --json /tmp/disk.json",
-    note = "Progress goes to stderr once a second, results to stdout. Ctrl-C stops a publish run early and still reports what completed; a second Ctrl-C kills it.",
-    error_code(1, "the run failed, or some messages failed (the results are still printed)"),
+    example = "Two runs side by side:\n  $ {command_name} compare before.json after.json",
+    note = "Progress goes to stderr once a second, results to stdout. Ctrl-C stops publishing early and still reports what completed (subscribers drain what was acknowledged); a second Ctrl-C kills it.",
+    error_code(1, "the run failed, or some messages failed or were lost (the results are still printed)"),
     error_code(2, "invalid arguments"),
     error_code(3, "the server cannot be reached")
 )]
@@ -37,14 +49,19 @@ struct Flags {
     #[argh(option, arg_name = "dir")]
     data_dir: Option<PathBuf>,
     #[argh(subcommand)]
-    workload: Workload,
+    workload: Command,
 }
 
 #[derive(FromArgs)]
 #[argh(subcommand)]
-enum Workload {
+enum Command {
     Publish(PublishFlags),
+    EndToEnd(EndToEndFlags),
+    Fanout(FanoutFlags),
+    Topics(TopicsFlags),
+    Backlog(BacklogFlags),
     Disk(DiskFlags),
+    Compare(CompareFlags),
 }
 
 /// publish only (workload W1): publishers keep batches in flight; reports msgs/s, MB/s and
@@ -76,9 +93,173 @@ struct PublishFlags {
     /// come back)
     #[argh(option, arg_name = "msgs-per-sec")]
     rate: Option<f64>,
+    /// pin each publisher thread to a core, round robin
+    #[argh(switch)]
+    pin: bool,
     /// also write the results as one JSON object to this file
     #[argh(option, arg_name = "path")]
     json: Option<PathBuf>,
+    /// also draw the latency distribution as a percentile plot to this SVG file
+    #[argh(option, arg_name = "path")]
+    latency_plot: Option<PathBuf>,
+}
+
+/// end to end (W2): the publish workload plus one subscription that consumes and acknowledges
+/// concurrently; adds delivery latency (publish start to receipt), lost and duplicate counts
+#[derive(FromArgs)]
+#[argh(subcommand, name = "e2e")]
+struct EndToEndFlags {
+    /// messages to publish in all (default 200000)
+    #[argh(option, default = "publish::MESSAGES_DEFAULT")]
+    messages: u64,
+    /// payload bytes per message, at least 8 (default 1024)
+    #[argh(option, arg_name = "bytes", default = "publish::SIZE_BYTES_DEFAULT")]
+    size: usize,
+    /// publisher threads (default 4)
+    #[argh(option, default = "publish::PUBLISHERS_DEFAULT")]
+    publishers: usize,
+    /// messages per publish request, 1 to 1000 (default 100)
+    #[argh(option, default = "publish::BATCH_DEFAULT")]
+    batch: usize,
+    /// publish requests in flight per publisher (default 8)
+    #[argh(option, default = "publish::INFLIGHT_DEFAULT")]
+    inflight: usize,
+    /// open loop: offer this many messages per second in all; both latencies count from the
+    /// scheduled send time (default: closed loop)
+    #[argh(option, arg_name = "msgs-per-sec")]
+    rate: Option<f64>,
+    /// messages a stream may have delivered and not acknowledged (default 1000)
+    #[argh(option, default = "WINDOW_DEFAULT")]
+    window: u64,
+    /// pin each publisher and subscriber thread to a core, round robin
+    #[argh(switch)]
+    pin: bool,
+    /// also write the results as one JSON object to this file
+    #[argh(option, arg_name = "path")]
+    json: Option<PathBuf>,
+    /// also draw the latency distributions as a percentile plot to this SVG file
+    #[argh(option, arg_name = "path")]
+    latency_plot: Option<PathBuf>,
+}
+
+/// fan-out (W3): one topic, several subscriptions that each receive every message; reports
+/// deliveries/s over all subscriptions
+#[derive(FromArgs)]
+#[argh(subcommand, name = "fanout")]
+struct FanoutFlags {
+    /// messages to publish in all (default 200000)
+    #[argh(option, default = "publish::MESSAGES_DEFAULT")]
+    messages: u64,
+    /// subscriptions on the topic (default 10)
+    #[argh(option, default = "workload::SUBSCRIPTIONS_DEFAULT")]
+    subscriptions: usize,
+    /// payload bytes per message, at least 8 (default 1024)
+    #[argh(option, arg_name = "bytes", default = "publish::SIZE_BYTES_DEFAULT")]
+    size: usize,
+    /// publisher threads (default 4)
+    #[argh(option, default = "publish::PUBLISHERS_DEFAULT")]
+    publishers: usize,
+    /// messages per publish request, 1 to 1000 (default 100)
+    #[argh(option, default = "publish::BATCH_DEFAULT")]
+    batch: usize,
+    /// publish requests in flight per publisher (default 8)
+    #[argh(option, default = "publish::INFLIGHT_DEFAULT")]
+    inflight: usize,
+    /// open loop: offer this many messages per second in all (default: closed loop)
+    #[argh(option, arg_name = "msgs-per-sec")]
+    rate: Option<f64>,
+    /// messages a stream may have delivered and not acknowledged (default 1000)
+    #[argh(option, default = "WINDOW_DEFAULT")]
+    window: u64,
+    /// threads the subscriptions' streams are spread over (default 4)
+    #[argh(option, default = "workload::FANOUT_SUBSCRIBER_THREADS_DEFAULT")]
+    subscriber_threads: usize,
+    /// pin each publisher and subscriber thread to a core, round robin
+    #[argh(switch)]
+    pin: bool,
+    /// also write the results as one JSON object to this file
+    #[argh(option, arg_name = "path")]
+    json: Option<PathBuf>,
+    /// also draw the latency distributions as a percentile plot to this SVG file
+    #[argh(option, arg_name = "path")]
+    latency_plot: Option<PathBuf>,
+}
+
+/// many topics (W4): topics with one subscription each, created in parallel, publishes spread
+/// evenly over them
+#[derive(FromArgs)]
+#[argh(subcommand, name = "topics")]
+struct TopicsFlags {
+    /// topics, each with one subscription (default 10000)
+    #[argh(option, default = "workload::TOPICS_DEFAULT")]
+    topics: usize,
+    /// messages to publish in all (default 200000)
+    #[argh(option, default = "publish::MESSAGES_DEFAULT")]
+    messages: u64,
+    /// payload bytes per message, at least 8 (default 1024)
+    #[argh(option, arg_name = "bytes", default = "publish::SIZE_BYTES_DEFAULT")]
+    size: usize,
+    /// publisher threads (default 4)
+    #[argh(option, default = "publish::PUBLISHERS_DEFAULT")]
+    publishers: usize,
+    /// messages per publish request, each request to the next topic (default 10)
+    #[argh(option, default = "TOPICS_BATCH_DEFAULT")]
+    batch: usize,
+    /// publish requests in flight per publisher (default 8)
+    #[argh(option, default = "publish::INFLIGHT_DEFAULT")]
+    inflight: usize,
+    /// open loop: offer this many messages per second in all (default: closed loop)
+    #[argh(option, arg_name = "msgs-per-sec")]
+    rate: Option<f64>,
+    /// messages a stream may have delivered and not acknowledged (default 1000)
+    #[argh(option, default = "WINDOW_DEFAULT")]
+    window: u64,
+    /// threads the streams are multiplexed over (default 2)
+    #[argh(option, default = "workload::TOPICS_SUBSCRIBER_THREADS_DEFAULT")]
+    subscriber_threads: usize,
+    /// pin each publisher and subscriber thread to a core, round robin
+    #[argh(switch)]
+    pin: bool,
+    /// also write the results as one JSON object to this file
+    #[argh(option, arg_name = "path")]
+    json: Option<PathBuf>,
+    /// also draw the latency distributions as a percentile plot to this SVG file
+    #[argh(option, arg_name = "path")]
+    latency_plot: Option<PathBuf>,
+}
+
+/// backlog (W5): publish all messages first, then drain them with one subscription; reports the
+/// drain rate as deliveries/s
+#[derive(FromArgs)]
+#[argh(subcommand, name = "backlog")]
+struct BacklogFlags {
+    /// messages to store and then drain (default 1000000)
+    #[argh(option, default = "BACKLOG_MESSAGES_DEFAULT")]
+    messages: u64,
+    /// payload bytes per message, at least 8 (default 1024)
+    #[argh(option, arg_name = "bytes", default = "publish::SIZE_BYTES_DEFAULT")]
+    size: usize,
+    /// publisher threads that fill the backlog (default 4)
+    #[argh(option, default = "publish::PUBLISHERS_DEFAULT")]
+    publishers: usize,
+    /// messages per publish request while filling (default 100)
+    #[argh(option, default = "publish::BATCH_DEFAULT")]
+    batch: usize,
+    /// publish requests in flight per publisher while filling (default 8)
+    #[argh(option, default = "publish::INFLIGHT_DEFAULT")]
+    inflight: usize,
+    /// messages the draining stream may have delivered and not acknowledged (default 1000)
+    #[argh(option, default = "WINDOW_DEFAULT")]
+    window: u64,
+    /// pin each publisher and subscriber thread to a core, round robin
+    #[argh(switch)]
+    pin: bool,
+    /// also write the results as one JSON object to this file
+    #[argh(option, arg_name = "path")]
+    json: Option<PathBuf>,
+    /// also draw the latency distributions as a percentile plot to this SVG file
+    #[argh(option, arg_name = "path")]
+    latency_plot: Option<PathBuf>,
 }
 
 /// the disk's durable-write ceiling: O_DIRECT writes each followed by fdatasync, as the daemon
@@ -98,6 +279,54 @@ struct DiskFlags {
     json: Option<PathBuf>,
 }
 
+/// two result files (--json of any workload) side by side, with the ratio of every figure
+#[derive(FromArgs)]
+#[argh(subcommand, name = "compare")]
+struct CompareFlags {
+    /// the first run (A)
+    #[argh(positional)]
+    first: PathBuf,
+    /// the second run (B)
+    #[argh(positional)]
+    second: PathBuf,
+}
+
+/// The options every load workload shares, whichever subcommand they came from.
+struct LoadFlags {
+    options: WorkloadOptions,
+    json: Option<PathBuf>,
+    latency_plot: Option<PathBuf>,
+}
+
+impl LoadFlags {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        workload: Workload,
+        messages: u64,
+        size: usize,
+        publishers: usize,
+        batch: usize,
+        inflight: usize,
+        rate: Option<f64>,
+        pin: bool,
+        json: Option<PathBuf>,
+        latency_plot: Option<PathBuf>,
+    ) -> LoadFlags {
+        let publish = PublishOptions {
+            server: String::new(),
+            topic: None,
+            messages,
+            size_bytes: size,
+            publishers,
+            batch,
+            inflight,
+            rate_per_sec: rate,
+            pin,
+        };
+        LoadFlags { options: WorkloadOptions::new(workload, publish), json, latency_plot }
+    }
+}
+
 /// Set by the first Ctrl-C; publishers stop sending and drain what is in flight.
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -106,9 +335,9 @@ extern "C" fn on_interrupt(_signal: nix::libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// Ends a publish run early but orderly on Ctrl-C, so the results so far are printed and the
-/// scratch data directory is removed. SA_RESETHAND restores the default action, so a second
-/// Ctrl-C kills the process if draining hangs.
+/// Ends a run early but orderly on Ctrl-C, so the results so far are printed and the scratch
+/// data directory is removed. SA_RESETHAND restores the default action, so a second Ctrl-C
+/// kills the process if draining hangs.
 fn stop_on_interrupt() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let action = SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::SA_RESETHAND, SigSet::empty());
@@ -135,82 +364,174 @@ fn run(flags: Flags) -> Result<(), Failure> {
             "InvalidArgument: --server and --embedded exclude each other: load a running daemon, or start one",
         ));
     }
-    match flags.workload {
-        Workload::Publish(publish) => {
-            if flags.data_dir.is_some() && !flags.embedded {
-                return Err(Failure::usage(
-                    "InvalidArgument: --data-dir applies to publish only with --embedded; a running daemon has its own",
-                ));
-            }
-            let mut options = PublishOptions {
-                server: String::new(),
-                topic: publish.topic,
-                messages: publish.messages,
-                size_bytes: publish.size,
-                publishers: publish.publishers,
-                batch: publish.batch,
-                inflight: publish.inflight,
-                rate_per_sec: publish.rate,
-            };
-            // Refuse a bad command line before starting a daemon for it.
-            options.validate()?;
-            // The daemon lives until this function returns, and its scratch directory with it.
-            let embedded = match flags.embedded {
-                true => Some(EmbeddedDaemon::start(flags.data_dir.as_deref())?),
-                false => None,
-            };
-            options.server = match &embedded {
-                Some(daemon) => {
-                    let kept = if daemon.is_scratch() { "removed at exit" } else { "kept" };
-                    eprintln!(
-                        "embedded daemon at {} (data directory {}, {kept})",
-                        daemon.address,
-                        daemon.data_dir.display()
-                    );
-                    daemon.address.clone()
-                }
-                None => flags
-                    .server
-                    .or_else(|| std::env::var("RINGPOST_SERVER").ok())
-                    .unwrap_or_else(|| SERVER_DEFAULT.to_owned()),
-            };
-            run_publish(&options, publish.json.as_deref())
-        }
-        Workload::Disk(disk) => {
+    let load = match flags.workload {
+        Command::Disk(disk) => {
             if flags.server.is_some() || flags.embedded {
                 return Err(Failure::usage(
                     "InvalidArgument: the disk workload measures a directory, not a daemon: leave out --server and --embedded",
                 ));
             }
-            run_disk(flags.data_dir.unwrap_or_else(|| PathBuf::from(".")), disk)
+            return run_disk(flags.data_dir.unwrap_or_else(|| PathBuf::from(".")), disk);
         }
+        Command::Compare(compare) => {
+            if flags.server.is_some() || flags.embedded || flags.data_dir.is_some() {
+                return Err(Failure::usage(
+                    "InvalidArgument: compare reads two result files: leave out --server, --embedded and --data-dir",
+                ));
+            }
+            let (first, second) = (compare::Run::load(&compare.first)?, compare::Run::load(&compare.second)?);
+            print!("{}", compare::table(&first, &second));
+            return Ok(());
+        }
+        Command::Publish(f) => {
+            let mut load = LoadFlags::new(
+                Workload::Publish,
+                f.messages,
+                f.size,
+                f.publishers,
+                f.batch,
+                f.inflight,
+                f.rate,
+                f.pin,
+                f.json,
+                f.latency_plot,
+            );
+            load.options.publish.topic = f.topic;
+            load
+        }
+        Command::EndToEnd(f) => {
+            let mut load = LoadFlags::new(
+                Workload::EndToEnd,
+                f.messages,
+                f.size,
+                f.publishers,
+                f.batch,
+                f.inflight,
+                f.rate,
+                f.pin,
+                f.json,
+                f.latency_plot,
+            );
+            load.options.window = f.window;
+            load
+        }
+        Command::Fanout(f) => {
+            let mut load = LoadFlags::new(
+                Workload::Fanout,
+                f.messages,
+                f.size,
+                f.publishers,
+                f.batch,
+                f.inflight,
+                f.rate,
+                f.pin,
+                f.json,
+                f.latency_plot,
+            );
+            load.options.window = f.window;
+            load.options.subscriptions = f.subscriptions;
+            load.options.subscriber_threads = f.subscriber_threads;
+            load
+        }
+        Command::Topics(f) => {
+            let mut load = LoadFlags::new(
+                Workload::Topics,
+                f.messages,
+                f.size,
+                f.publishers,
+                f.batch,
+                f.inflight,
+                f.rate,
+                f.pin,
+                f.json,
+                f.latency_plot,
+            );
+            load.options.window = f.window;
+            load.options.topics = f.topics;
+            load.options.subscriber_threads = f.subscriber_threads;
+            load
+        }
+        Command::Backlog(f) => {
+            let mut load = LoadFlags::new(
+                Workload::Backlog,
+                f.messages,
+                f.size,
+                f.publishers,
+                f.batch,
+                f.inflight,
+                None,
+                f.pin,
+                f.json,
+                f.latency_plot,
+            );
+            load.options.window = f.window;
+            load
+        }
+    };
+    if flags.data_dir.is_some() && !flags.embedded {
+        return Err(Failure::usage(
+            "InvalidArgument: --data-dir applies to a load workload only with --embedded; a running daemon has its own",
+        ));
     }
+    let LoadFlags { mut options, json, latency_plot } = load;
+    // Refuse a bad command line before starting a daemon for it.
+    options.validate()?;
+    // The daemon lives until this function returns, and its scratch directory with it.
+    let embedded = match flags.embedded {
+        true => Some(EmbeddedDaemon::start(flags.data_dir.as_deref())?),
+        false => None,
+    };
+    options.publish.server = match &embedded {
+        Some(daemon) => {
+            let kept = if daemon.is_scratch() { "removed at exit" } else { "kept" };
+            eprintln!(
+                "embedded daemon at {} (data directory {}, {kept})",
+                daemon.address,
+                daemon.data_dir.display()
+            );
+            // A scratch daemon is removed whole: deleting thousands of topics first would only
+            // cost time.
+            options.cleanup = !daemon.is_scratch();
+            daemon.address.clone()
+        }
+        None => flags
+            .server
+            .or_else(|| std::env::var("RINGPOST_SERVER").ok())
+            .unwrap_or_else(|| SERVER_DEFAULT.to_owned()),
+    };
+    run_load(&options, json.as_deref(), latency_plot.as_deref())
 }
 
-fn run_publish(options: &PublishOptions, json_path: Option<&Path>) -> Result<(), Failure> {
+fn run_load(
+    options: &WorkloadOptions,
+    json_path: Option<&Path>,
+    plot_path: Option<&Path>,
+) -> Result<(), Failure> {
     stop_on_interrupt();
-    let report = publish::run(options, &STOP, &mut |progress| eprintln!("{}", progress.line()))?;
+    let report =
+        workload::run(options, &STOP, &mut |progress| eprintln!("{}", progress.line()), &mut |line| {
+            eprintln!("{line}")
+        })?;
     for warning in &report.warnings {
         eprintln!("warning: {warning}");
     }
     print!("{}", report.table(options));
     if let Some(path) = json_path {
-        write_json(path, &report.json(options))?;
+        write_file(path, &format!("{}\n", report.json(options)))?;
+    }
+    if let Some(path) = plot_path {
+        write_file(path, &report.latency_svg(options))?;
     }
     if STOP.load(Ordering::Relaxed) {
         return Err(Failure::runtime(format!(
             "interrupted: {} of {} messages were sent",
             thousands(report.messages()),
-            thousands(options.messages)
+            thousands(options.publish.messages)
         )));
     }
-    if report.messages_failed > 0 {
-        return Err(Failure::runtime(format!(
-            "{} of {} messages failed; the first error: {}",
-            thousands(report.messages_failed),
-            thousands(report.messages()),
-            report.first_error.as_deref().unwrap_or("unknown")
-        )));
+    let problems = report.problems();
+    if !problems.is_empty() {
+        return Err(Failure::runtime(problems.join("; ")));
     }
     Ok(())
 }
@@ -237,7 +558,7 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         options.data_dir.display()
     );
     if let Some(path) = &flags.json {
-        write_json(path, &disk::to_json(&results))?;
+        write_file(path, &format!("{}\n", disk::to_json(&results)))?;
     }
     Ok(())
 }
@@ -280,7 +601,7 @@ fn disk_table(results: &[DiskResult]) -> String {
     out
 }
 
-fn write_json(path: &Path, json: &str) -> Result<(), Failure> {
-    std::fs::write(path, format!("{json}\n"))
+fn write_file(path: &Path, contents: &str) -> Result<(), Failure> {
+    std::fs::write(path, contents)
         .map_err(|error| Failure::runtime(format!("writing {}: {error}", path.display())))
 }

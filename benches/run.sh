@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Runs the canonical workloads W1-W5 against Ringpost (an embedded daemon in the release build of
+# ringpost-bench) and, in the same run on the same machine, against NATS JetStream (through
+# shared/peers/nats/run.sh), measures the disk's durable-write ceiling, and prints one table:
+# workload, Ringpost msgs/s, NATS msgs/s, ratio, Ringpost p99, NATS p99.
+#
+#   benches/run.sh            full run (about 4 minutes on 2 cores)
+#   QUICK=1 benches/run.sh    smoke run (under 5 minutes on 2 cores, once both are built)
+#   OUT=dir benches/run.sh    keep the JSON, logs and latency plots (SVG) in dir
+#   NATS=0 benches/run.sh     Ringpost and the disk only
+#
+# The workloads run one after the other, never at once, with a sync and a pause between them so
+# that one's write-back does not land in the next. Every Ringpost run checks each delivery
+# against the ids its publishes were acknowledged with; a lost message fails that run.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+QUICK=${QUICK:-0}
+NATS=${NATS:-1}
+NATS_RUN=${NATS_RUN:-$ROOT/../shared/peers/nats/run.sh}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-bench.XXXXXX")}
+# The daemon's scratch data directories go here: /tmp is often a tmpfs, whose fdatasync is free.
+DATA_PARENT=/var/tmp
+mkdir -p "$OUT"
+# The daemon keeps two files open per topic (its message log's and its journal's current
+# segments), so 10,000 topics need more than the common default of 1,024 descriptors (and this
+# machine's 20,000, with the sockets). A deployment sets LimitNOFILE the same way.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+if [ "$QUICK" = 1 ]; then
+  W1=1000000; W1_SINGLE=200000; W2=400000; W2_RATE=50000; W3=100000
+  W4_TOPICS=1000; W4=100000; W5=100000; DISK_BYTES=64MiB
+else
+  W1=2000000; W1_SINGLE=250000; W2=1000000; W2_RATE=200000; W3=200000
+  W4_TOPICS=10000; W4=200000; W5=1000000; DISK_BYTES=256MiB
+fi
+
+# Where the limit cannot be raised (this machine's hard limit is 20,000), fewer topics are used
+# rather than letting the daemon run out of descriptors mid-run, which fences its data
+# directory.
+DESCRIPTORS=$(ulimit -n)
+if [ "$DESCRIPTORS" != unlimited ] && [ $((W4_TOPICS * 2 + 2000)) -gt "$DESCRIPTORS" ]; then
+  echo "note: $DESCRIPTORS file descriptors allow $(((DESCRIPTORS - 2000) / 2)) topics, not $W4_TOPICS: W4 uses that many"
+  W4_TOPICS=$(((DESCRIPTORS - 2000) / 2))
+fi
+
+echo "== building ringpost-bench (release)"
+cargo build --release -q -p ringpost-tools --manifest-path "$ROOT/Cargo.toml"
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/ringpost-bench
+
+ringpost() { # label, ringpost-bench workload arguments...
+  local label=$1; shift
+  local started=$SECONDS
+  if "$BIN" --embedded "$@" --json "$OUT/$label.json" --latency-plot "$OUT/$label.svg" \
+      >"$OUT/$label.txt" 2>"$OUT/$label.log"; then
+    echo "   $label: done in $((SECONDS - started)) s"
+  else
+    echo "   $label: FAILED after $((SECONDS - started)) s: $(tail -n 1 "$OUT/$label.log")"
+  fi
+  sync; sleep 1
+}
+
+echo "== Ringpost (embedded daemon, data in $DATA_PARENT), results in $OUT"
+ringpost W1_batch1000 publish --messages $W1 --publishers 4 --batch 1000 --inflight 4
+ringpost W1_batch1_K64 publish --messages $W1_SINGLE --publishers 4 --batch 1 --inflight 64
+ringpost W2_e2e e2e --messages $W2 --publishers 4
+ringpost W2_e2e_rate10k e2e --messages $W2_RATE --publishers 4 --batch 1 --inflight 64 --rate 10000
+ringpost W3_fanout10 fanout --subscriptions 10 --messages $W3 --publishers 4
+ringpost W4_topics topics --topics $W4_TOPICS --messages $W4 --publishers 4
+ringpost W5_backlog backlog --messages $W5 --publishers 4 --batch 1000 --inflight 4
+
+if [ "$NATS" = 1 ] && [ -f "$NATS_RUN" ]; then
+  echo "== NATS JetStream ($NATS_RUN, QUICK=$QUICK), log in $OUT/nats.log"
+  started=$SECONDS
+  if QUICK=$QUICK OUT="$OUT/nats" bash "$NATS_RUN" >"$OUT/nats.log" 2>&1; then
+    echo "   done in $((SECONDS - started)) s"
+  else
+    echo "   FAILED after $((SECONDS - started)) s: $(tail -n 1 "$OUT/nats.log")"
+  fi
+else
+  echo "== NATS JetStream: skipped"
+fi
+
+echo "== disk ceiling ($DATA_PARENT)"
+if "$BIN" --data-dir "$DATA_PARENT" disk --bytes-per-size "$DISK_BYTES" --json "$OUT/disk.json" \
+    >"$OUT/disk.txt" 2>"$OUT/disk.log"; then
+  echo "   done"
+else
+  echo "   FAILED: $(tail -n 1 "$OUT/disk.log")"
+fi
+
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, kernel $(uname -r)," \
+  "disk $(df -h --output=source,fstype,size "$DATA_PARENT" | tail -n 1 | tr -s ' '), QUICK=$QUICK"
+echo
+python3 "$HERE/summary.py" "$OUT"

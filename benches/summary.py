@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Prints the side-by-side table of benches/run.sh from the files it left in one directory.
+
+Usage: summary.py OUT
+
+OUT holds one ringpost-bench --json file per Ringpost workload (<label>.json), nats/results.txt
+with the RESULT lines of shared/peers/nats/run.sh, and disk.json from `ringpost-bench disk`.
+A workload that failed or was not run shows a dash; the table is still printed.
+"""
+import json
+import os
+import re
+import sys
+
+# (row title, Ringpost label, how to read Ringpost, NATS label, how to read NATS)
+# Each "how" is (throughput key, p99 key): dotted paths into the JSON, or RESULT keys.
+ROWS = [
+    ("W1 publish 1 KiB x4, batches of 1000 (ack p99 per request)",
+     "W1_batch1000", ("msgs_per_sec", "publish_ack_us.p99"),
+     "W1_pub_K64", ("pub_msgs_s", "ack_p99_us")),
+    ("W1 publish 1 KiB x4, 1 message per request, 64 in flight",
+     "W1_batch1_K64", ("msgs_per_sec", "publish_ack_us.p99"),
+     "W1_pub_K64", ("pub_msgs_s", "ack_p99_us")),
+    ("W2 end to end, closed loop (delivered/s, e2e p99)",
+     "W2_e2e", ("deliveries_per_sec", "e2e_us.p99"),
+     "W2_e2e_K64_max", ("deliver_msgs_s", "e2e_p99_us")),
+    ("W2 end to end, open loop 10,000 msg/s (delivered/s, e2e p99)",
+     "W2_e2e_rate10k", ("deliveries_per_sec", "e2e_us.p99"),
+     "W2_e2e_rate10k", ("deliver_msgs_s", "e2e_p99_us")),
+    ("W3 fan-out to 10 subscriptions (deliveries/s, e2e p99)",
+     "W3_fanout10", ("deliveries_per_sec", "e2e_us.p99"),
+     "W3_fanout10_K64_max", ("deliver_msgs_s", "e2e_p99_us")),
+    ("W4 {topics} topics, one subscription each (published/s, e2e p99)",
+     "W4_topics", ("msgs_per_sec", "e2e_us.p99"),
+     None, None),
+    ("W5 backlog drain, one subscription (drained/s)",
+     "W5_backlog", ("deliveries_per_sec", None),
+     "W5_replay", ("deliver_msgs_s", None)),
+]
+
+
+def dig(document, path):
+    for key in path.split("."):
+        if not isinstance(document, dict) or key not in document:
+            return None
+        document = document[key]
+    return document if isinstance(document, (int, float)) else None
+
+
+def load_ringpost(out, label):
+    try:
+        with open(os.path.join(out, label + ".json")) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return None
+
+
+def load_nats(out):
+    results = {}
+    try:
+        with open(os.path.join(out, "nats", "results.txt")) as file:
+            for line in file:
+                if line.startswith("RESULT "):
+                    fields = dict(re.findall(r"(\S+?)=(\S+)", line))
+                    results[fields.get("label", "?")] = fields
+    except OSError:
+        pass
+    return results
+
+
+def number(value):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None  # NaN is "not measured"
+
+
+def show(value, unit=""):
+    return "-" if value is None else f"{value:,.0f}{unit}"
+
+
+def main():
+    out = sys.argv[1]
+    nats = load_nats(out)
+    lines = [
+        "| workload | Ringpost msgs/s | NATS msgs/s | ratio | Ringpost p99 | NATS p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+    lost = duplicates = 0
+    checked = []
+    for title, label, (rate_key, p99_key), nats_label, nats_keys in ROWS:
+        run = load_ringpost(out, label)
+        title = title.format(topics=f"{run['topics']:,}" if run and "topics" in run else "many")
+        ours_rate = dig(run, rate_key) if run else None
+        ours_p99 = dig(run, p99_key) if run and p99_key else None
+        theirs_rate = theirs_p99 = None
+        if nats_label and nats_label in nats:
+            theirs_rate = number(nats[nats_label].get(nats_keys[0]))
+            if nats_keys[1]:
+                theirs_p99 = number(nats[nats_label].get(nats_keys[1]))
+        ratio = f"{ours_rate / theirs_rate:.2f}x" if ours_rate and theirs_rate else "-"
+        if run is None:
+            title += " (Ringpost run failed: see its log)"
+        elif run.get("errors", 0) or run.get("lost", 0):
+            title += f" (errors {run.get('errors', 0)}, lost {run.get('lost', 0)})"
+        if run and "lost" in run:
+            lost += run["lost"]
+            duplicates += run.get("duplicates", 0)
+            checked.append(label)
+        lines.append(f"| {title} | {show(ours_rate)} | {show(theirs_rate)} | {ratio} | "
+                     f"{show(ours_p99, ' µs')} | {show(theirs_p99, ' µs')} |")
+    print("\n".join(lines))
+    print()
+    if checked:
+        print(f"Ringpost deliveries checked against acknowledged ids ({', '.join(checked)}): "
+              f"lost {lost:,}, duplicates {duplicates:,}.")
+    try:
+        with open(os.path.join(out, "disk.json")) as file:
+            disk = json.load(file)["results"]
+        cells = [f"{r['block_bytes'] // 1024:,} KiB {r['mb_per_sec']:,.0f} MB/s "
+                 f"({r['writes_per_sec']:,.0f} syncs/s, fdatasync p99 {r['sync_p99_us']:,} µs)" for r in disk]
+        print("Disk ceiling (O_DIRECT write + fdatasync, one at a time): " + "; ".join(cells) + ".")
+    except (OSError, ValueError, KeyError, TypeError):
+        print("Disk ceiling: not measured (see disk.log).")
+    print("Durability differs: NATS 2.9 acknowledges a JetStream publish after write(), before fsync "
+          "(it syncs on a timer), while Ringpost acknowledges only after fdatasync.")
+    print("Ringpost's W1 ack p99 is per publish request (a batch of up to 1000), NATS's per message; "
+          "W2/W3 throughput is messages delivered to subscribers per second (all subscriptions).")
+
+
+if __name__ == "__main__":
+    main()
