@@ -52,7 +52,9 @@ pub fn log_error_status(error: LogError) -> Status {
         LogError::Fenced(why) => {
             Status::unavailable(format!("the topic's storage failed and is fenced: {why}"))
         }
-        LogError::NoSpace(why) => Status::resource_exhausted(format!("disk full: {why}")),
+        LogError::NoSpace(why) => {
+            Status::resource_exhausted(format!("out of disk space or open files: {why}"))
+        }
         LogError::Overloaded => {
             Status::resource_exhausted("too many publishes are waiting for the disk; retry with backoff")
         }

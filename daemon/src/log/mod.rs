@@ -101,7 +101,7 @@ impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LogError::Fenced(why) => write!(f, "log is fenced after an I/O failure: {why}"),
-            LogError::NoSpace(why) => write!(f, "no space left: {why}"),
+            LogError::NoSpace(why) => write!(f, "out of disk space or another resource: {why}"),
             LogError::Overloaded => write!(f, "too many appends waiting for the disk"),
             LogError::DataLoss(why) => write!(f, "data loss: {why}"),
             LogError::Corrupt(why) => write!(f, "log is corrupt: {why}"),
@@ -225,8 +225,18 @@ fn io_text(error: &std::io::Error) -> String {
     error.to_string()
 }
 
+/// A resource ran out (disk space, quota, open files, kernel memory): the request should be
+/// refused with `ResourceExhausted` and retried later. It says nothing bad about the disk, so
+/// it never fences a directory on its own.
 fn is_no_space(error: &std::io::Error) -> bool {
-    error.raw_os_error() == Some(nix::libc::ENOSPC) || error.raw_os_error() == Some(nix::libc::EDQUOT)
+    matches!(
+        error.raw_os_error(),
+        Some(nix::libc::ENOSPC)
+            | Some(nix::libc::EDQUOT)
+            | Some(nix::libc::EMFILE)
+            | Some(nix::libc::ENFILE)
+            | Some(nix::libc::ENOMEM)
+    )
 }
 
 /// Rounds a live resync may take to catch up with commits before it gives up.
@@ -613,10 +623,11 @@ impl<S: Storage> Log<S> {
     /// durable on ⌈M/2⌉ of them.
     async fn write_manifest(&self) -> Result<(), LogError> {
         let (manifest, log_id) = {
-            let mut inner = self.inner.borrow_mut();
-            inner.manifest_sequence += 1;
+            let inner = self.inner.borrow();
+            // The sequence advances only once this write is durable: a failed write is retried
+            // into the same slot, never into the one holding the last good manifest.
             let manifest = Manifest {
-                sequence: inner.manifest_sequence,
+                sequence: inner.manifest_sequence + 1,
                 segments: inner
                     .segments
                     .iter()
@@ -647,18 +658,28 @@ impl<S: Storage> Log<S> {
         });
         let results = join_all(writes.collect()).await;
         let mut durable = 0;
+        let mut exhausted = None;
         for (copy, result) in copies.iter().zip(results) {
             match result {
                 Ok(()) => durable += 1,
+                Err(error) if is_no_space(&error) => {
+                    // Out of files or space: no fault of the disk. The caller undoes what the
+                    // manifest was to record, and the retry rewrites this same slot.
+                    exhausted = Some(format!("writing the manifest: {error}"));
+                }
                 Err(error) => self.fence_copy(*copy, &format!("writing the manifest: {error}")),
             }
         }
         if durable < self.directories.quorum() {
+            if let Some(why) = exhausted {
+                return Err(LogError::NoSpace(why));
+            }
             return Err(self.fence(format!(
                 "the manifest is durable in {durable} data directories; {} are needed",
                 self.directories.quorum()
             )));
         }
+        self.inner.borrow_mut().manifest_sequence = manifest.sequence;
         Ok(())
     }
 
@@ -935,7 +956,20 @@ impl<S: Storage> Log<S> {
             );
         }
         for (copy, error) in &full {
-            self.fence_copy(*copy, &format!("no space for segment {}: {error}", segment_name(base_offset)));
+            // A full directory is fenced so the others carry on; a process-wide shortage (open
+            // files, memory) is no fault of the directory, so its copy just misses this segment
+            // and is marked stale for a resync.
+            let per_directory =
+                matches!(error.raw_os_error(), Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT));
+            if per_directory {
+                self.fence_copy(
+                    *copy,
+                    &format!("no space for segment {}: {error}", segment_name(base_offset)),
+                );
+            } else {
+                // The other copies go on without this one for this segment: it missed writes.
+                self.inner.borrow_mut().copies[*copy] = CopyState::Stale;
+            }
         }
         self.inner.borrow_mut().segments.push(Segment {
             base_offset,

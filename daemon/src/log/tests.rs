@@ -645,3 +645,28 @@ fn a_fenced_directory_is_resynced_live() {
         check_payloads(&read_all(&log).await, 360);
     });
 }
+
+/// Running out of file descriptors when a segment rolls is a resource limit, not a disk fault:
+/// ResourceExhausted, nothing fenced, and appends work again once files free up.
+#[test]
+fn out_of_file_descriptors_is_resource_exhausted_not_a_fenced_disk() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let config = LogConfig { segment_bytes_initial: 8192, segment_bytes_max: 8192, ..small_config() };
+        let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+        append_many(&log, 0, 2).await;
+        disk.set_too_many_files(true);
+        let refused = log.append(records_for(&[payload(2)]), 1).await;
+        assert!(
+            matches!(refused, Err(LogError::NoSpace(ref why)) if why.contains("os error 24")),
+            "{refused:?}"
+        );
+        assert!(!dirs.is_fenced(0) && log.is_fenced().is_none());
+        disk.set_too_many_files(false);
+        append_many(&log, 2, 5).await;
+        drop(log);
+        let (log, _) = open(&disk, &dirs, config).await.unwrap();
+        check_payloads(&read_all(&log).await, 7);
+    });
+}

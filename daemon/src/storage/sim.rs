@@ -42,6 +42,7 @@ struct SimState {
     fail_sync_at: Option<u64>,
     fail_all_writes: bool,
     no_space: bool,
+    too_many_files: bool,
     rules: Vec<Rule>,
     operations: u64,
     dies_at: Option<u64>,
@@ -144,6 +145,10 @@ impl SimDisk {
     }
     pub fn set_no_space(&self, full: bool) {
         self.state.borrow_mut().no_space = full;
+    }
+    /// Creating a file fails with EMFILE, as when the process is out of descriptors.
+    pub fn set_too_many_files(&self, exhausted: bool) {
+        self.state.borrow_mut().too_many_files = exhausted;
     }
     /// Every write under `directory` fails with EIO (or succeeds again with `false`).
     pub fn fail_writes_under(&self, directory: &Path, fail: bool) {
@@ -262,6 +267,9 @@ impl Storage for SimDisk {
         let mut state = self.state.borrow_mut();
         if create {
             state.operate("open")?;
+            if state.too_many_files && !state.names.contains_key(path) {
+                return Err(io::Error::from_raw_os_error(nix::libc::EMFILE));
+            }
         }
         let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if !state.directories.contains(&parent) {
