@@ -66,8 +66,8 @@ impl<T> Future for Receiver<T> {
 }
 
 /// Wakes every task waiting at the moment `notify_all` is called. A waiter registers by
-/// awaiting `notified()`; the number of waiters is bounded by the tasks that exist, which the
-/// connection limits bound.
+/// awaiting `notified()`, and deregisters when it stops waiting (the future is dropped), so a
+/// waiter that gave up (a long poll that timed out) leaves nothing behind.
 #[derive(Clone, Default)]
 pub struct Notify {
     inner: Rc<RefCell<NotifyInner>>,
@@ -76,7 +76,8 @@ pub struct Notify {
 #[derive(Default)]
 struct NotifyInner {
     generation: u64,
-    wakers: Vec<Waker>,
+    next_waiter: u64,
+    wakers: Vec<(u64, Waker)>,
 }
 
 impl Notify {
@@ -90,33 +91,63 @@ impl Notify {
             inner.generation += 1;
             std::mem::take(&mut inner.wakers)
         };
-        for waker in wakers {
+        for (_, waker) in wakers {
             waker.wake();
         }
     }
 
     /// Resolves at the next `notify_all` after this call.
     pub fn notified(&self) -> Notified {
-        Notified { notify: self.clone(), generation: self.inner.borrow().generation }
+        Notified { notify: self.clone(), generation: self.inner.borrow().generation, waiter: None }
+    }
+
+    /// Tasks waiting right now.
+    pub fn waiters(&self) -> usize {
+        self.inner.borrow().wakers.len()
     }
 }
 
 pub struct Notified {
     notify: Notify,
     generation: u64,
+    waiter: Option<u64>,
 }
 
 impl Future for Notified {
     type Output = ();
-    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
-        let mut inner = self.notify.inner.borrow_mut();
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        let notify = self.notify.clone();
+        let mut inner = notify.inner.borrow_mut();
         if inner.generation != self.generation {
             return Poll::Ready(());
         }
-        if !inner.wakers.iter().any(|waker| waker.will_wake(context.waker())) {
-            inner.wakers.push(context.waker().clone());
+        match self.waiter {
+            Some(id) => {
+                if let Some(entry) = inner.wakers.iter_mut().find(|(waiter, _)| *waiter == id) {
+                    if !entry.1.will_wake(context.waker()) {
+                        entry.1 = context.waker().clone();
+                    }
+                }
+            }
+            None => {
+                let id = inner.next_waiter;
+                inner.next_waiter += 1;
+                inner.wakers.push((id, context.waker().clone()));
+                self.waiter = Some(id);
+            }
         }
         Poll::Pending
+    }
+}
+
+impl Drop for Notified {
+    fn drop(&mut self) {
+        if let Some(id) = self.waiter {
+            let mut inner = self.notify.inner.borrow_mut();
+            if let Some(index) = inner.wakers.iter().position(|(waiter, _)| *waiter == id) {
+                inner.wakers.swap_remove(index);
+            }
+        }
     }
 }
 
@@ -147,4 +178,27 @@ pub async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     outputs.into_iter().map(|output| output.expect("every future completed")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiters_that_give_up_leave_nothing_behind() {
+        let notify = Notify::new();
+        let waker = std::task::Waker::noop();
+        let mut context = Context::from_waker(waker);
+        for _ in 0..1000 {
+            let mut notified = std::pin::pin!(notify.notified());
+            assert!(notified.as_mut().poll(&mut context).is_pending());
+            assert!(notified.as_mut().poll(&mut context).is_pending(), "a second poll registers nothing new");
+        }
+        assert_eq!(notify.waiters(), 0);
+        let mut notified = std::pin::pin!(notify.notified());
+        assert!(notified.as_mut().poll(&mut context).is_pending());
+        assert_eq!(notify.waiters(), 1);
+        notify.notify_all();
+        assert!(notified.as_mut().poll(&mut context).is_ready());
+    }
 }
