@@ -24,7 +24,9 @@ pub const CONNECTIONS_PER_SHARD_MAX: usize = 4096;
 pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
 /// Responses smaller than this are gathered into one socket write.
 const COALESCE_BYTES_MAX: usize = 256 * 1024;
-const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Read buffer of one connection, allocated for its whole life: at `CONNECTIONS_PER_SHARD_MAX`
+/// idle connections this is what a shard holds for them (256 MiB), so it stays modest.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Frames a stream may have waiting for the socket before it must wait: a slow reader slows
 /// the stream down instead of growing memory (its messages stay in the log).
