@@ -363,6 +363,7 @@ impl Storage for SimDisk {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
+        state.operate("rename")?;
         let inode = state
             .names
             .remove(from)
