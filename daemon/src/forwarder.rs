@@ -80,6 +80,35 @@ pub struct TopicState<S: Storage> {
     snapshots: RefCell<HashMap<u64, SnapshotState>>,
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
     checkpoints: RefCell<VecDeque<u64>>,
+    published: RefCell<RateWindow>,
+}
+
+/// A counter sampled once a second, for rates over the last `RATE_WINDOW_SECONDS`.
+#[derive(Default)]
+pub struct RateWindow {
+    samples: VecDeque<(std::time::Instant, u64)>,
+}
+
+/// Seconds a rate in the stats is averaged over.
+pub const RATE_WINDOW_SECONDS: usize = 10;
+
+impl RateWindow {
+    fn sample(&mut self, now: std::time::Instant, total: u64) {
+        self.samples.push_back((now, total));
+        while self.samples.len() > RATE_WINDOW_SECONDS + 1 {
+            self.samples.pop_front();
+        }
+    }
+
+    fn per_second(&self) -> u64 {
+        match (self.samples.front(), self.samples.back()) {
+            (Some((first_time, first)), Some((last_time, last))) if last_time > first_time => {
+                let seconds = last_time.duration_since(*first_time).as_secs_f64();
+                (last.saturating_sub(*first) as f64 / seconds).round() as u64
+            }
+            _ => 0,
+        }
+    }
 }
 
 struct SnapshotState {
@@ -103,6 +132,8 @@ pub struct SubscriptionEntry {
     dead_lettering: Cell<bool>,
     /// Wall-clock time of the last pull or acknowledgement, for the expiration policy.
     last_activity_ms: Cell<u64>,
+    delivered: RefCell<RateWindow>,
+    acked: RefCell<RateWindow>,
 }
 
 type DeadLetterClient = Rc<RefCell<Option<std::sync::Arc<ringpost_client::Client>>>>;
@@ -367,6 +398,7 @@ impl<S: Storage> Forwarder<S> {
             retention_seconds,
             snapshots: RefCell::new(snapshots),
             checkpoints: RefCell::default(),
+            published: RefCell::default(),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -449,6 +481,8 @@ impl<S: Storage> Forwarder<S> {
             changed: Notify::new(),
             dead_lettering: Cell::new(false),
             last_activity_ms: Cell::new(self.clock.wall_ms()),
+            delivered: RefCell::default(),
+            acked: RefCell::default(),
         });
         topic.subscriptions.borrow_mut().push(entry.clone());
         self.subscriptions.borrow_mut().insert(name, (entry, topic));
@@ -863,8 +897,17 @@ impl<S: Storage> Forwarder<S> {
     /// subscriptions nobody is pulling from right now.
     pub fn sweep_leases(&self) {
         let now = self.clock.now();
+        // The same tick samples the counters behind the rates in the stats.
+        for topic in self.topics_by_id.borrow().values() {
+            topic.published.borrow_mut().sample(now, topic.log.end_offset());
+        }
         let served: Vec<Served<S>> = self.subscriptions.borrow().values().cloned().collect();
         for (subscription, topic) in served {
+            {
+                let state = subscription.state.borrow();
+                subscription.delivered.borrow_mut().sample(now, state.delivered_total);
+                subscription.acked.borrow_mut().sample(now, state.acked_total);
+            }
             let due = subscription.state.borrow().next_deadline().is_some_and(|deadline| deadline <= now);
             if due {
                 subscription.state.borrow_mut().expire(now);
@@ -1067,6 +1110,8 @@ impl<S: Storage> Forwarder<S> {
                 };
                 subscriptions.push(SubscriptionStats {
                     idle_ms,
+                    delivered_per_second: entry.delivered.borrow().per_second(),
+                    acked_per_second: entry.acked.borrow().per_second(),
                     name: entry.name.clone(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,
@@ -1081,6 +1126,7 @@ impl<S: Storage> Forwarder<S> {
                 first_offset: topic.log.start_offset(),
                 end_offset: end,
                 disk_bytes: topic.log.disk_bytes(),
+                published_per_second: topic.published.borrow().per_second(),
                 subscriptions,
             });
         }
@@ -1395,6 +1441,20 @@ mod tests {
             let redelivered: Vec<u64> = pull(&forwarder, 1000).await.iter().map(|m| m.message_id).collect();
             assert_eq!(redelivered, unacknowledged, "exactly the unacknowledged messages come back");
         });
+    }
+
+    #[test]
+    fn rates_average_the_last_samples() {
+        let mut window = RateWindow::default();
+        let start = std::time::Instant::now();
+        assert_eq!(window.per_second(), 0);
+        for second in 0..30u64 {
+            window.sample(start + Duration::from_secs(second), second * 500);
+        }
+        assert_eq!(window.per_second(), 500);
+        assert_eq!(window.samples.len(), RATE_WINDOW_SECONDS + 1, "the window stays bounded");
+        window.sample(start + Duration::from_secs(30), 29 * 500);
+        assert_eq!(window.per_second(), 450, "a quiet second lowers the average");
     }
 
     /// T11: ack deadlines run on the monotonic clock. A wall-clock jump (an NTP step of an hour,

@@ -240,6 +240,7 @@ pub struct SubscriptionState {
     streams: HashMap<u64, StreamLoad, ahash::RandomState>,
     /// Counters for stats.
     pub delivered_total: u64,
+    pub acked_total: u64,
     pub expired_total: u64,
 }
 
@@ -264,6 +265,7 @@ impl SubscriptionState {
             key_of: HashMap::default(),
             streams: HashMap::default(),
             delivered_total: 0,
+            acked_total: 0,
             expired_total: 0,
         }
     }
@@ -624,7 +626,9 @@ impl SubscriptionState {
         if offset < self.start_offset {
             return;
         }
-        self.acked.insert(offset);
+        if self.acked.insert(offset) {
+            self.acked_total += 1;
+        }
         self.end_lease(offset);
         self.redeliver.remove(&offset);
         self.dead_letters.remove(&offset);

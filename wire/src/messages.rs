@@ -199,6 +199,9 @@ wire_type! {
         pub oldest_unacked_age_ms: u64,
         /// Time since the subscription was last pulled from or acknowledged (or since start).
         pub idle_ms: u64,
+        /// Deliveries and acknowledgements per second over the last `RATE_WINDOW` seconds.
+        pub delivered_per_second: u64,
+        pub acked_per_second: u64,
     }
 }
 
@@ -211,6 +214,8 @@ wire_type! {
         pub end_offset: u64,
         /// Bytes of segment files in one data directory.
         pub disk_bytes: u64,
+        /// Messages published per second over the last few seconds.
+        pub published_per_second: u64,
         pub subscriptions: Vec<SubscriptionStats>,
     }
 }

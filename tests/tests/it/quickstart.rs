@@ -107,6 +107,8 @@ fn stats_show_backlog_and_healthy_directories() {
     assert_eq!(field(subscription, "backlog"), "3");
     assert_eq!(field(subscription, "outstanding"), "1");
     assert_eq!(field(subscription, "delivered"), "1");
+    field(subscription, "delivered_per_second");
+    field(subscription, "acked_per_second");
     let topic =
         stats.lines().find(|line| line.starts_with("{\"topic\":\"metrics\",\"shard\"")).expect(&stats);
     assert_eq!(field(topic, "messages"), "3");
@@ -117,4 +119,34 @@ fn stats_show_backlog_and_healthy_directories() {
     assert!(table.contains("dashboard") && table.contains("healthy"), "{table}");
     let refused = failed(&daemon.cli(&["admin", "resync-dir", "5"]));
     assert!(refused.starts_with("InvalidArgument"), "{refused}");
+}
+
+#[test]
+fn stats_report_publish_and_delivery_rates() {
+    let daemon = Daemon::start("rates");
+    let client = daemon.client();
+    ringpost_client::block_on(client.create_topic("busy-rates")).unwrap();
+    ringpost_client::block_on(client.create_subscription(ringpost_client::Subscription {
+        name: "busy-reader".into(),
+        topic: "busy-rates".into(),
+        ..Default::default()
+    }))
+    .unwrap();
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(3) {
+        let messages = (0..50).map(|i| ringpost_client::Message::new(format!("m{i}"))).collect();
+        ringpost_client::block_on(client.publish("busy-rates", messages)).unwrap();
+        let delivered = ringpost_client::block_on(client.pull("busy-reader", 100, 0)).unwrap();
+        let ids: Vec<String> = delivered.into_iter().map(|m| m.ack_id).collect();
+        if !ids.is_empty() {
+            ringpost_client::block_on(client.acknowledge("busy-reader", ids)).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stats = ringpost_client::block_on(client.stats()).unwrap();
+    let topic = &stats.topics[0];
+    let subscription = &topic.subscriptions[0];
+    assert!(topic.published_per_second > 0, "{topic:?}");
+    assert!(subscription.delivered_per_second > 0 && subscription.acked_per_second > 0, "{subscription:?}");
+    assert!(subscription.delivered_per_second <= topic.end_offset, "{subscription:?}");
 }

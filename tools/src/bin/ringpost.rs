@@ -401,6 +401,7 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                 String::new(),
                 String::new(),
                 String::new(),
+                format!("{} published", topic.published_per_second),
             ],
             json::object(&[
                 ("topic", json::string(&topic.name)),
@@ -409,6 +410,7 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                 ("end_offset", topic.end_offset.to_string()),
                 ("messages", messages.to_string()),
                 ("disk_bytes", topic.disk_bytes.to_string()),
+                ("published_per_second", topic.published_per_second.to_string()),
             ]),
         ));
         for subscription in &topic.subscriptions {
@@ -423,6 +425,7 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                     subscription.outstanding_messages.to_string(),
                     format!("{:.1}", subscription.oldest_unacked_age_ms as f64 / 1000.0),
                     subscription.delivered_total.to_string(),
+                    subscription.delivered_per_second.to_string(),
                 ],
                 json::object(&[
                     ("topic", json::string(&topic.name)),
@@ -431,6 +434,8 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                     ("outstanding", subscription.outstanding_messages.to_string()),
                     ("oldest_unacked_age_ms", subscription.oldest_unacked_age_ms.to_string()),
                     ("delivered", subscription.delivered_total.to_string()),
+                    ("delivered_per_second", subscription.delivered_per_second.to_string()),
+                    ("acked_per_second", subscription.acked_per_second.to_string()),
                     ("expired_deadlines", subscription.expired_total.to_string()),
                 ]),
             ));
@@ -448,6 +453,7 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
             "outstanding",
             "oldest_unacked_s",
             "delivered",
+            "per_second",
         ],
         rows,
     );
