@@ -5,6 +5,10 @@
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
 
+/// Most runs a decoder reserves room for up front: the count comes from the entry itself, and a
+/// damaged count must not become a huge allocation before the truncated input is noticed.
+const RUNS_PREALLOCATED_MAX: usize = 1 << 16;
+
 const KIND_SUBSCRIPTION_CREATED: u8 = 1;
 const KIND_SUBSCRIPTION_DELETED: u8 = 2;
 const KIND_ACKED: u8 = 3;
@@ -113,7 +117,7 @@ impl JournalEntry {
             KIND_ACKED => {
                 let subscription_id = decoder.u64()?;
                 let count = decoder.u32()? as usize;
-                let mut runs = Vec::with_capacity(count.min(1 << 16));
+                let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
                     runs.push((decoder.u64()?, decoder.u32()?));
                 }
@@ -123,7 +127,7 @@ impl JournalEntry {
             KIND_SNAPSHOT_TAKEN => {
                 let (snapshot_id, floor, expire_time_ms) = (decoder.u64()?, decoder.u64()?, decoder.u64()?);
                 let count = decoder.u32()? as usize;
-                let mut runs = Vec::with_capacity(count.min(1 << 16));
+                let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
                     runs.push((decoder.u64()?, decoder.u32()?));
                 }
@@ -133,7 +137,7 @@ impl JournalEntry {
             KIND_DEADLINE_EXTENDED => {
                 let (subscription_id, until_ms) = (decoder.u64()?, decoder.u64()?);
                 let count = decoder.u32()? as usize;
-                let mut runs = Vec::with_capacity(count.min(1 << 16));
+                let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
                     runs.push((decoder.u64()?, decoder.u32()?));
                 }
