@@ -219,6 +219,7 @@ pub async fn open_catalog<S: Storage>(
         group_commit_bytes_max: 1 << 20,
         tail_cache_bytes_max: 1 << 20,
         staging_bytes_max: 16 << 20,
+        keep_files_open: true,
     };
     let (log, report) = Log::open(storage, directories, Path::new("catalog"), CATALOG_LOG_ID, config).await?;
     if report.batches_repaired > 0 {

@@ -114,7 +114,9 @@ fn into_glommio(listener: StdListener) -> glommio::net::TcpListener {
 }
 
 /// Open files the daemon asks for: every topic keeps its active message and journal segments
-/// open, so 10,000 topics need over 20,000 descriptors besides connections.
+/// open, so 10,000 topics want over 20,000 descriptors besides connections. Under a lower limit
+/// the journals beyond a quarter of it close their files between commits (see
+/// `Forwarder::set_journals_open_max`).
 pub const OPEN_FILES_WANTED: u64 = 1 << 20;
 
 /// Raises the open-file limit as far as allowed (to `OPEN_FILES_WANTED` when privileged, else to
@@ -159,6 +161,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let forwarder_addresses: Vec<SocketAddr> =
         forwarder_listeners.iter().map(|(_, address)| *address).collect();
 
+    // A quarter of the descriptors for journals kept open, each holding one per data directory;
+    // the rest are for message segments, connections and journals that reopen per commit.
+    let journals_open_max = (open_files / 4 / (shards * config.data_dirs.len()) as u64) as usize;
     let mut threads = Vec::new();
     let mut to_forwarders = Vec::new();
     let mut from_forwarders = Vec::new();
@@ -196,6 +201,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                     Rc::new(clock::SystemClock),
                 ));
                 forwarder.set_router_address(router_text);
+                forwarder.set_journals_open_max(journals_open_max);
                 let _ = ready_sender.send(Ok(()));
                 let requests = request_receiver.connect().await;
                 let replies = Rc::new(reply_sender.connect().await);

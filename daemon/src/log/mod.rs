@@ -68,6 +68,10 @@ pub struct LogConfig {
     pub tail_cache_bytes_max: usize,
     /// Most bytes queued and waiting for a commit; beyond it appends get `ResourceExhausted`.
     pub staging_bytes_max: usize,
+    /// Keep segment files open between commits. A log read only at recovery (a journal) may
+    /// close them after each commit instead and reopen them on the next, when descriptors are
+    /// short: an open per commit buys 10,000 topics under a 20,000-descriptor limit.
+    pub keep_files_open: bool,
 }
 
 impl Default for LogConfig {
@@ -78,6 +82,7 @@ impl Default for LogConfig {
             group_commit_bytes_max: 4 << 20,
             tail_cache_bytes_max: 8 << 20,
             staging_bytes_max: 64 << 20,
+            keep_files_open: true,
         }
     }
 }
@@ -165,6 +170,21 @@ struct Segment<S: Storage> {
     batches: Vec<BatchEntry>,
     /// The segment's file in each data directory (None where the copy is missing or fenced).
     files: Vec<Option<Rc<S::File>>>,
+    /// Set while the files are closed to save descriptors: which copies have the file, to
+    /// reopen on the next use (`ensure_open`).
+    closed: Option<Vec<bool>>,
+}
+
+impl<S: Storage> Segment<S> {
+    /// Drops this log's handles on the segment's files; in-flight reads and writes keep theirs.
+    fn close_files(&mut self) {
+        if self.closed.is_none() {
+            self.closed = Some(self.files.iter().map(Option::is_some).collect());
+            for file in self.files.iter_mut() {
+                *file = None;
+            }
+        }
+    }
 }
 
 /// Whether a copy of this log may take writes. A copy that missed a write stays stale until a
@@ -365,6 +385,7 @@ impl<S: Storage> Log<S> {
                 write_position: 0,
                 batches: Vec::new(),
                 files: files.clone(),
+                closed: None,
             };
             if torn.is_some() {
                 // After a torn tail every later segment must be empty in every copy.
@@ -540,6 +561,7 @@ impl<S: Storage> Log<S> {
         from: usize,
         to: usize,
     ) -> Result<bool, LogError> {
+        self.ensure_open(segment_index).await?;
         let (source, target, base, capacity) = {
             let inner = self.inner.borrow();
             let segment = &inner.segments[segment_index];
@@ -590,6 +612,62 @@ impl<S: Storage> Log<S> {
                 Ok(false)
             }
         }
+    }
+
+    pub fn keeps_files_open(&self) -> bool {
+        self.inner.borrow().config.keep_files_open
+    }
+
+    fn segment_is_closed(&self, segment_index: usize) -> bool {
+        self.inner.borrow().segments.get(segment_index).is_some_and(|segment| segment.closed.is_some())
+    }
+
+    /// The open files of a segment, current copies first (see `read_batch_at`).
+    fn copy_files(&self, segment_index: usize) -> Vec<(usize, Rc<S::File>)> {
+        let inner = self.inner.borrow();
+        let mut files: Vec<(usize, Rc<S::File>)> = inner.segments[segment_index]
+            .files
+            .iter()
+            .enumerate()
+            .filter_map(|(copy, file)| file.clone().map(|file| (copy, file)))
+            .collect();
+        files.sort_by_key(|(copy, _)| inner.copies[*copy] != CopyState::Current);
+        files
+    }
+
+    /// Reopens a segment's files if they were closed to save descriptors.
+    async fn ensure_open(&self, segment_index: usize) -> Result<(), LogError> {
+        let (present, base) = {
+            let inner = self.inner.borrow();
+            let Some(segment) = inner.segments.get(segment_index) else { return Ok(()) };
+            match &segment.closed {
+                None => return Ok(()),
+                Some(present) => (present.clone(), segment.base_offset),
+            }
+        };
+        let mut files: Vec<Option<Rc<S::File>>> = vec![None; present.len()];
+        for (copy, had) in present.iter().enumerate() {
+            if !had {
+                continue;
+            }
+            let path = self.folder(copy).join(segment_name(base));
+            match self.storage.open(&path, false).await {
+                Ok(file) => files[copy] = Some(Rc::new(file)),
+                Err(error) if is_no_space(&error) => {
+                    return Err(LogError::NoSpace(format!("reopening {}: {error}", path.display())))
+                }
+                Err(error) => self.fence_copy(copy, &format!("reopening {}: {error}", path.display())),
+            }
+        }
+        // Found again by base offset: the list may have changed while the files opened.
+        let mut inner = self.inner.borrow_mut();
+        if let Some(segment) = inner.segments.iter_mut().find(|segment| segment.base_offset == base) {
+            if segment.closed.is_some() {
+                segment.files = files;
+                segment.closed = None;
+            }
+        }
+        Ok(())
     }
 
     fn folder(&self, copy: usize) -> PathBuf {
@@ -797,6 +875,8 @@ impl<S: Storage> Log<S> {
         if needs_segment {
             self.roll(disk_bytes as u64).await?;
         }
+        let last = self.inner.borrow().segments.len() - 1;
+        self.ensure_open(last).await?;
         let writable = self.writable_copies();
         let (targets, position, segment_base, base_offset, log_id) = {
             let inner = self.inner.borrow();
@@ -865,10 +945,14 @@ impl<S: Storage> Log<S> {
         let newest = batch.iter().map(|staged| record::newest_publish_ms(&staged.records)).max().unwrap_or(0);
         let mut inner = self.inner.borrow_mut();
         let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };
+        let keep_files_open = inner.config.keep_files_open;
         let segment = inner.segments.last_mut().unwrap();
         segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
         segment.batches.push(BatchEntry { header, position });
         segment.write_position += disk_bytes as u64;
+        if !keep_files_open {
+            segment.close_files();
+        }
         inner.next_offset = base_offset + count as u64;
         if inner.config.tail_cache_bytes_max > 0 {
             inner.tail_cache.push_back((base_offset, buffer));
@@ -978,6 +1062,7 @@ impl<S: Storage> Log<S> {
             write_position: 0,
             batches: Vec::new(),
             files,
+            closed: None,
         });
         if let Err(error) = self.write_manifest().await {
             self.inner.borrow_mut().segments.pop();
@@ -1120,6 +1205,12 @@ impl<S: Storage> Log<S> {
         if let Some(buffer) = cached {
             return decode(buffer.bytes(), false).map_err(LogError::DataLoss);
         }
+        let files = if files.is_empty() && self.segment_is_closed(segment_index) {
+            self.ensure_open(segment_index).await?;
+            self.copy_files(segment_index)
+        } else {
+            files
+        };
         let mut bad_copies = Vec::new();
         let mut last_error = String::from("no copy of this segment is readable");
         for (copy, file) in &files {
@@ -1182,6 +1273,7 @@ impl<S: Storage> Log<S> {
                 return Ok(copied.len() as u64);
             }
             for (segment_index, base, pending, _) in work {
+                self.ensure_open(segment_index).await?;
                 for entry in pending {
                     let source = {
                         let inner = self.inner.borrow();

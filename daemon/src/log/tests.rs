@@ -18,6 +18,7 @@ pub(crate) fn small_config() -> LogConfig {
         group_commit_bytes_max: 32 * 1024,
         tail_cache_bytes_max: 0,
         staging_bytes_max: 1 << 20,
+        keep_files_open: true,
     }
 }
 
@@ -668,5 +669,39 @@ fn out_of_file_descriptors_is_resource_exhausted_not_a_fenced_disk() {
         drop(log);
         let (log, _) = open(&disk, &dirs, config).await.unwrap();
         check_payloads(&read_all(&log).await, 7);
+    });
+}
+
+/// A log that closes its files after every commit (a journal's setting) reopens them for the
+/// next commit, a read, a repair and a resync, and holds no file open in between.
+#[test]
+fn a_log_that_closes_its_files_reopens_them_on_use() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(3);
+        let config = LogConfig { keep_files_open: false, ..small_config() };
+        let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+        append_many(&log, 0, 300).await;
+        assert!(log.inner.borrow().segments.iter().all(|segment| segment.files.iter().all(Option::is_none)));
+        check_payloads(&read_all(&log).await, 300);
+        // Rot in one copy is repaired through reopened files.
+        disk.flip_bit(&segment_path(0, 0), 4096 * 2 + 40, 0);
+        log.inner.borrow_mut().segments[0].close_files();
+        check_payloads(&read_all(&log).await, 300);
+        assert!(dirs.repairs() >= 1);
+        assert_eq!(copy_bytes(&disk, 0, 0), copy_bytes(&disk, 1, 0), "copy 0 was repaired from a good copy");
+        // A fenced directory is resynced through reopened files too.
+        disk.fail_writes_under(Path::new("/d2"), true);
+        append_many(&log, 300, 50).await;
+        disk.fail_writes_under(Path::new("/d2"), false);
+        dirs.unfence(2);
+        for segment in log.inner.borrow_mut().segments.iter_mut() {
+            segment.close_files();
+        }
+        assert!(log.resync_copy(2).await.unwrap() > 0);
+        append_many(&log, 350, 10).await;
+        drop(log);
+        let (log, _) = open(&disk, &directories(3), config).await.unwrap();
+        check_payloads(&read_all(&log).await, 360);
     });
 }
