@@ -27,6 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The daemon's default router address.
+pub const SERVER_DEFAULT: &str = "127.0.0.1:7450";
 pub const MESSAGES_DEFAULT: u64 = 200_000;
 pub const SIZE_BYTES_DEFAULT: usize = 1024;
 pub const PUBLISHERS_DEFAULT: usize = 4;
@@ -73,6 +75,22 @@ pub struct PublishOptions {
     pub rate_per_sec: Option<f64>,
     /// Pin each publisher and subscriber thread to one core, round robin.
     pub pin: bool,
+}
+
+impl Default for PublishOptions {
+    fn default() -> PublishOptions {
+        PublishOptions {
+            server: SERVER_DEFAULT.to_owned(),
+            topic: None,
+            messages: MESSAGES_DEFAULT,
+            size_bytes: SIZE_BYTES_DEFAULT,
+            publishers: PUBLISHERS_DEFAULT,
+            batch: BATCH_DEFAULT,
+            inflight: INFLIGHT_DEFAULT,
+            rate_per_sec: None,
+            pin: false,
+        }
+    }
 }
 
 impl PublishOptions {
@@ -416,17 +434,7 @@ mod tests {
     use super::*;
 
     fn options() -> PublishOptions {
-        PublishOptions {
-            server: "127.0.0.1:7450".into(),
-            topic: None,
-            messages: MESSAGES_DEFAULT,
-            size_bytes: SIZE_BYTES_DEFAULT,
-            publishers: PUBLISHERS_DEFAULT,
-            batch: BATCH_DEFAULT,
-            inflight: INFLIGHT_DEFAULT,
-            rate_per_sec: None,
-            pin: false,
-        }
+        PublishOptions::default()
     }
 
     #[test]

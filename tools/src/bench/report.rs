@@ -265,23 +265,10 @@ impl Report {
 mod tests {
     use super::*;
     use crate::bench::latency::new_histogram;
-    use crate::bench::publish::{self, PublishOptions};
+    use crate::bench::publish::PublishOptions;
 
     fn options(workload: Workload) -> WorkloadOptions {
-        WorkloadOptions::new(
-            workload,
-            PublishOptions {
-                server: "127.0.0.1:7450".into(),
-                topic: None,
-                messages: publish::MESSAGES_DEFAULT,
-                size_bytes: publish::SIZE_BYTES_DEFAULT,
-                publishers: publish::PUBLISHERS_DEFAULT,
-                batch: publish::BATCH_DEFAULT,
-                inflight: publish::INFLIGHT_DEFAULT,
-                rate_per_sec: None,
-                pin: false,
-            },
-        )
+        WorkloadOptions::new(workload, PublishOptions::default())
     }
 
     fn report() -> Report {

@@ -537,23 +537,9 @@ fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::publish;
 
     fn options(workload: Workload) -> WorkloadOptions {
-        WorkloadOptions::new(
-            workload,
-            PublishOptions {
-                server: "127.0.0.1:7450".into(),
-                topic: None,
-                messages: publish::MESSAGES_DEFAULT,
-                size_bytes: publish::SIZE_BYTES_DEFAULT,
-                publishers: publish::PUBLISHERS_DEFAULT,
-                batch: publish::BATCH_DEFAULT,
-                inflight: publish::INFLIGHT_DEFAULT,
-                rate_per_sec: None,
-                pin: false,
-            },
-        )
+        WorkloadOptions::new(workload, PublishOptions::default())
     }
 
     #[test]

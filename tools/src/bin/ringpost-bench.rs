@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-const SERVER_DEFAULT: &str = "127.0.0.1:7450";
 /// The backlog workload stores this many messages before draining them (W5 of the brief).
 const BACKLOG_MESSAGES_DEFAULT: u64 = 1_000_000;
 /// Requests of the topics workload carry few messages, so that 10,000 topics each get several
@@ -497,7 +496,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
         None => flags
             .server
             .or_else(|| std::env::var("RINGPOST_SERVER").ok())
-            .unwrap_or_else(|| SERVER_DEFAULT.to_owned()),
+            .unwrap_or_else(|| publish::SERVER_DEFAULT.to_owned()),
     };
     run_load(&options, json.as_deref(), latency_plot.as_deref())
 }
