@@ -1335,6 +1335,16 @@ mod tests {
     }
 
     async fn subscribe(forwarder: &Forwarder<SimDisk>, retain_acked_messages: bool) -> Rc<SubscriptionEntry> {
+        attach_subscription(forwarder, retain_acked_messages, true).await
+    }
+
+    /// Attaches "reader" to topic 7, created now or recovered (`create` false) from the journal.
+    /// The topic is empty when the subscription is created, so its start offset is 0.
+    async fn attach_subscription(
+        forwarder: &Forwarder<SimDisk>,
+        retain_acked_messages: bool,
+        create: bool,
+    ) -> Rc<SubscriptionEntry> {
         let settings = SubscriptionSettings {
             ack_deadline_seconds: 10,
             message_retention_seconds: 7 * 24 * 3600,
@@ -1347,7 +1357,7 @@ mod tests {
                 name: "reader".into(),
                 topic_id: 7,
                 settings,
-                create: true,
+                create,
                 start_offset: 0,
             })
             .await
@@ -1416,8 +1426,8 @@ mod tests {
             let forwarder =
                 Forwarder::new(0, disk.clone(), directories.clone(), config.clone(), Rc::new(clock.clone()));
             forwarder.set_journals_open_max(journals_open_max);
-            let topic = topic(&forwarder, 0).await;
-            assert_eq!(topic.journal.keeps_files_open(), journals_open_max > 0);
+            let retained = topic(&forwarder, 0).await;
+            assert_eq!(retained.journal.keeps_files_open(), journals_open_max > 0);
             subscribe(&forwarder, false).await;
             let mut journal_peak = 0;
             for _round in 0..12 {
@@ -1426,44 +1436,21 @@ mod tests {
                 assert_eq!(delivered.len(), 500);
                 acknowledge_one_by_one(&forwarder, &delivered).await;
                 forwarder.collect_segments().await;
-                journal_peak = journal_peak.max(topic.journal.disk_bytes());
+                journal_peak = journal_peak.max(retained.journal.disk_bytes());
             }
             // 6,000 acknowledge requests of a 4 KiB block each would be 24 MB of journal.
             assert!(journal_peak < 20 << 20, "journal reached {journal_peak} bytes");
-            assert!(topic.journal.start_offset() > 0, "old journal segments were deleted");
+            assert!(retained.journal.start_offset() > 0, "old journal segments were deleted");
             publish(&forwarder, 10).await;
             let unacknowledged: Vec<u64> = pull(&forwarder, 100).await.iter().map(|m| m.message_id).collect();
             assert_eq!(unacknowledged.len(), 10);
-            drop(topic);
+            drop(retained);
             drop(forwarder);
             // Restart on the same disk: recover the topic and the subscription from the journal.
             let forwarder = Forwarder::new(0, disk, directories, config, Rc::new(clock.clone()));
             forwarder.set_journals_open_max(journals_open_max);
-            forwarder
-                .control(ControlRequest::AttachTopic {
-                    topic_id: 7,
-                    name: "retained".into(),
-                    retention_seconds: 0,
-                })
-                .await
-                .unwrap();
-            let settings = SubscriptionSettings {
-                ack_deadline_seconds: 10,
-                message_retention_seconds: 7 * 24 * 3600,
-                ..Default::default()
-            };
-            forwarder
-                .control(ControlRequest::AttachSubscription {
-                    subscription_id: 9,
-                    name: "reader".into(),
-                    topic_id: 7,
-                    settings,
-                    create: false,
-                    // The topic was empty when the subscription was created.
-                    start_offset: 0,
-                })
-                .await
-                .unwrap();
+            topic(&forwarder, 0).await;
+            attach_subscription(&forwarder, false, false).await;
             let redelivered: Vec<u64> = pull(&forwarder, 1000).await.iter().map(|m| m.message_id).collect();
             assert_eq!(redelivered, unacknowledged, "exactly the unacknowledged messages come back");
         });
