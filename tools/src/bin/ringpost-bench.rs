@@ -290,6 +290,25 @@ struct CompareFlags {
     second: PathBuf,
 }
 
+/// Builds `LoadFlags` from a load subcommand's shared flags: argh cannot flatten one flag struct
+/// into several subcommands, so each declares them and this reads them in one place.
+macro_rules! load_flags {
+    ($workload:expr, $flags:ident, $rate:expr) => {
+        LoadFlags::new(
+            $workload,
+            $flags.messages,
+            $flags.size,
+            $flags.publishers,
+            $flags.batch,
+            $flags.inflight,
+            $rate,
+            $flags.pin,
+            $flags.json,
+            $flags.latency_plot,
+        )
+    };
+}
+
 /// The options every load workload shares, whichever subcommand they came from.
 struct LoadFlags {
     options: WorkloadOptions,
@@ -383,86 +402,31 @@ fn run(flags: Flags) -> Result<(), Failure> {
             return Ok(());
         }
         Command::Publish(f) => {
-            let mut load = LoadFlags::new(
-                Workload::Publish,
-                f.messages,
-                f.size,
-                f.publishers,
-                f.batch,
-                f.inflight,
-                f.rate,
-                f.pin,
-                f.json,
-                f.latency_plot,
-            );
+            let mut load = load_flags!(Workload::Publish, f, f.rate);
             load.options.publish.topic = f.topic;
             load
         }
         Command::EndToEnd(f) => {
-            let mut load = LoadFlags::new(
-                Workload::EndToEnd,
-                f.messages,
-                f.size,
-                f.publishers,
-                f.batch,
-                f.inflight,
-                f.rate,
-                f.pin,
-                f.json,
-                f.latency_plot,
-            );
+            let mut load = load_flags!(Workload::EndToEnd, f, f.rate);
             load.options.window = f.window;
             load
         }
         Command::Fanout(f) => {
-            let mut load = LoadFlags::new(
-                Workload::Fanout,
-                f.messages,
-                f.size,
-                f.publishers,
-                f.batch,
-                f.inflight,
-                f.rate,
-                f.pin,
-                f.json,
-                f.latency_plot,
-            );
+            let mut load = load_flags!(Workload::Fanout, f, f.rate);
             load.options.window = f.window;
             load.options.subscriptions = f.subscriptions;
             load.options.subscriber_threads = f.subscriber_threads;
             load
         }
         Command::Topics(f) => {
-            let mut load = LoadFlags::new(
-                Workload::Topics,
-                f.messages,
-                f.size,
-                f.publishers,
-                f.batch,
-                f.inflight,
-                f.rate,
-                f.pin,
-                f.json,
-                f.latency_plot,
-            );
+            let mut load = load_flags!(Workload::Topics, f, f.rate);
             load.options.window = f.window;
             load.options.topics = f.topics;
             load.options.subscriber_threads = f.subscriber_threads;
             load
         }
         Command::Backlog(f) => {
-            let mut load = LoadFlags::new(
-                Workload::Backlog,
-                f.messages,
-                f.size,
-                f.publishers,
-                f.batch,
-                f.inflight,
-                None,
-                f.pin,
-                f.json,
-                f.latency_plot,
-            );
+            let mut load = load_flags!(Workload::Backlog, f, None);
             load.options.window = f.window;
             load
         }
