@@ -218,6 +218,21 @@ struct LogInner<S: Storage> {
     manifest_sequence: u64,
 }
 
+impl<S: Storage> LogInner<S> {
+    /// The open files of a segment, current copies first; a stale (fenced) copy is still read
+    /// as a last resort: what it holds from before it was fenced is checked like everything else.
+    fn copy_files(&self, segment_index: usize) -> Vec<(usize, Rc<S::File>)> {
+        let mut files: Vec<(usize, Rc<S::File>)> = self.segments[segment_index]
+            .files
+            .iter()
+            .enumerate()
+            .filter_map(|(copy, file)| file.clone().map(|file| (copy, file)))
+            .collect();
+        files.sort_by_key(|(copy, _)| self.copies[*copy] != CopyState::Current);
+        files
+    }
+}
+
 /// A handle to one log. Cheap to clone; all clones share the log.
 pub struct Log<S: Storage> {
     storage: S,
@@ -620,19 +635,6 @@ impl<S: Storage> Log<S> {
 
     fn segment_is_closed(&self, segment_index: usize) -> bool {
         self.inner.borrow().segments.get(segment_index).is_some_and(|segment| segment.closed.is_some())
-    }
-
-    /// The open files of a segment, current copies first (see `read_batch_at`).
-    fn copy_files(&self, segment_index: usize) -> Vec<(usize, Rc<S::File>)> {
-        let inner = self.inner.borrow();
-        let mut files: Vec<(usize, Rc<S::File>)> = inner.segments[segment_index]
-            .files
-            .iter()
-            .enumerate()
-            .filter_map(|(copy, file)| file.clone().map(|file| (copy, file)))
-            .collect();
-        files.sort_by_key(|(copy, _)| inner.copies[*copy] != CopyState::Current);
-        files
     }
 
     /// Reopens a segment's files if they were closed to save descriptors.
@@ -1164,15 +1166,7 @@ impl<S: Storage> Log<S> {
                 .rev()
                 .find(|(base, _)| *base == entry.header.base_offset)
                 .map(|(_, buffer)| buffer.clone());
-            // Current copies first; a stale (fenced) copy is still read as a last resort: what
-            // it holds from before it was fenced is checked like everything else.
-            let mut files: Vec<(usize, Rc<S::File>)> = segment
-                .files
-                .iter()
-                .enumerate()
-                .filter_map(|(copy, file)| file.clone().map(|file| (copy, file)))
-                .collect();
-            files.sort_by_key(|(copy, _)| inner.copies[*copy] != CopyState::Current);
+            let files = inner.copy_files(segment_index);
             (segment_index, entry, files, segment.base_offset, inner.log_id, cached)
         };
         let describe = |error: &dyn fmt::Display| {
@@ -1207,7 +1201,7 @@ impl<S: Storage> Log<S> {
         }
         let files = if files.is_empty() && self.segment_is_closed(segment_index) {
             self.ensure_open(segment_index).await?;
-            self.copy_files(segment_index)
+            self.inner.borrow().copy_files(segment_index)
         } else {
             files
         };
