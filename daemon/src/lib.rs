@@ -14,6 +14,7 @@ pub mod journal;
 pub mod log;
 pub mod net;
 pub mod placement;
+pub mod process;
 pub mod router;
 pub mod storage;
 pub mod subscription;

@@ -591,7 +591,8 @@ impl<S: Storage> Router<S> {
     }
 
     async fn stats(&self) -> Result<StatsResponse, Status> {
-        let mut response = StatsResponse::default();
+        // Read before the topics are gathered, so the figure does not count this response.
+        let mut response = StatsResponse { process: crate::process::stats(), ..StatsResponse::default() };
         response.shards.push(ShardStats {
             shard: u32::MAX,
             topics: self.state.borrow().topics.len() as u32,

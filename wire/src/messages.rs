@@ -199,7 +199,7 @@ wire_type! {
         pub oldest_unacked_age_ms: u64,
         /// Time since the subscription was last pulled from or acknowledged (or since start).
         pub idle_ms: u64,
-        /// Deliveries and acknowledgements per second over the last `RATE_WINDOW` seconds.
+        /// Deliveries and acknowledgements per second over the last `RATE_WINDOW_SECONDS` seconds.
         pub delivered_per_second: u64,
         pub acked_per_second: u64,
     }
@@ -221,7 +221,22 @@ wire_type! {
 }
 
 wire_type! {
-    pub struct StatsResponse { pub shards: Vec<ShardStats>, pub topics: Vec<TopicStats> }
+    /// The daemon process as the kernel sees it.
+    pub struct ProcessStats {
+        /// Resident memory (RSS), bytes.
+        pub resident_bytes: u64,
+        /// File descriptors open, and the soft limit on them.
+        pub open_files: u64,
+        pub open_files_limit: u64,
+    }
+}
+
+wire_type! {
+    pub struct StatsResponse {
+        pub shards: Vec<ShardStats>,
+        pub topics: Vec<TopicStats>,
+        pub process: ProcessStats,
+    }
 }
 
 wire_type! {

@@ -42,6 +42,24 @@ impl DeliveryReport {
     }
 }
 
+/// The daemon's resident memory (RSS) around a run, from its stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resident {
+    /// Before the run's topics and subscriptions were created.
+    pub before_bytes: u64,
+    /// Once they were created, before anything was published: what the idle topics cost.
+    pub idle_bytes: u64,
+    /// After the run, before its topics were deleted.
+    pub after_bytes: u64,
+}
+
+impl Resident {
+    /// Resident bytes the run's idle topics (each with its subscriptions) added, per topic.
+    pub fn idle_bytes_per_topic(&self, topics: usize) -> u64 {
+        self.idle_bytes.saturating_sub(self.before_bytes) / topics.max(1) as u64
+    }
+}
+
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -64,6 +82,8 @@ pub struct Report {
     pub delivery: Option<DeliveryReport>,
     /// Problems that do not invalidate the figures, such as a topic that could not be deleted.
     pub warnings: Vec<String>,
+    /// None when the daemon's stats could not be read.
+    pub resident: Option<Resident>,
 }
 
 impl Report {
@@ -135,6 +155,16 @@ impl Report {
         rows.push(("errors".into(), thousands(self.messages_failed)));
         if let Some(delivery) = &self.delivery {
             rows.push(("setup seconds".into(), format!("{:.3}", self.setup_seconds)));
+            if let Some(resident) = &self.resident {
+                let mib = |bytes: u64| format!("{:.1}", bytes as f64 / (1024.0 * 1024.0));
+                rows.push(("resident MiB before".into(), mib(resident.before_bytes)));
+                rows.push(("resident MiB idle".into(), mib(resident.idle_bytes)));
+                rows.push(("resident MiB after".into(), mib(resident.after_bytes)));
+                rows.push((
+                    "resident/idle topic".into(),
+                    format!("{} B", thousands(resident.idle_bytes_per_topic(options.topic_count()))),
+                ));
+            }
             rows.push(("delivered".into(), thousands(delivery.delivered)));
             rows.push(("delivery seconds".into(), format!("{:.3}", delivery.seconds)));
             rows.push(("deliveries/s".into(), thousands(delivery.deliveries_per_sec().round() as u64)));
@@ -176,9 +206,10 @@ impl Report {
                 thousands(options.window),
             ));
         }
+        let name_width = rows.iter().map(|(name, _)| name.len() + 1).max().unwrap_or(0).max(18);
         let value_width = rows.iter().map(|(_, value)| value.len()).max().unwrap_or(0);
         for (name, value) in rows {
-            out.push_str(&format!("  {name:<18}{value:>value_width$}\n"));
+            out.push_str(&format!("  {name:<name_width$}{value:>value_width$}\n"));
         }
         let origin = if publish.rate_per_sec.is_some() { "its scheduled send time" } else { "its send" };
         out.push_str(&format!(
@@ -221,6 +252,24 @@ impl Report {
                 ("subscriptions", options.subscription_count().to_string()),
                 ("window", options.window.to_string()),
                 ("setup_seconds", json_number(self.setup_seconds, 3)),
+                (
+                    "resident_before_bytes",
+                    self.resident.map_or("null".into(), |resident| resident.before_bytes.to_string()),
+                ),
+                (
+                    "resident_idle_bytes",
+                    self.resident.map_or("null".into(), |resident| resident.idle_bytes.to_string()),
+                ),
+                (
+                    "resident_after_bytes",
+                    self.resident.map_or("null".into(), |resident| resident.after_bytes.to_string()),
+                ),
+                (
+                    "resident_per_idle_topic_bytes",
+                    self.resident.map_or("null".into(), |resident| {
+                        resident.idle_bytes_per_topic(options.topic_count()).to_string()
+                    }),
+                ),
                 ("delivered", delivery.delivered.to_string()),
                 ("delivery_seconds", json_number(delivery.seconds, 3)),
                 ("deliveries_per_sec", json_number(delivery.deliveries_per_sec(), 1)),
@@ -286,6 +335,7 @@ mod tests {
             first_error: None,
             delivery: None,
             warnings: Vec::new(),
+            resident: None,
         }
     }
 
@@ -343,5 +393,15 @@ mod tests {
         report.delivery.as_mut().unwrap().lost = 3;
         assert_eq!(report.problems().len(), 1);
         assert!(report.latency_svg(&options).contains("e2e delivery latency"));
+
+        assert!(json.contains("\"resident_per_idle_topic_bytes\":null"), "unknown, not zero: {json}");
+        report.resident =
+            Some(Resident { before_bytes: 1 << 20, idle_bytes: (1 << 20) + 3000, after_bytes: 2 << 20 });
+        let mut topics =
+            crate::bench::workload::WorkloadOptions::new(Workload::Topics, PublishOptions::default());
+        topics.topics = 2;
+        assert_eq!(report.resident.unwrap().idle_bytes_per_topic(topics.topic_count()), 1500);
+        assert!(report.json(&topics).contains("\"resident_per_idle_topic_bytes\":1500"));
+        assert!(report.table(&topics).contains("resident/idle topic"));
     }
 }

@@ -18,7 +18,7 @@ use super::live::{report_progress, LiveStats, Progress, Watched};
 use super::publish::{
     payload_template, publisher_run, PublishOptions, PublisherContext, PublisherOutcome, STAMP_BYTES,
 };
-use super::report::{DeliveryReport, Report};
+use super::report::{DeliveryReport, Report, Resident};
 use super::setup::{self, Admin};
 use super::subscribe::{
     subscriber_run, SubscriberContext, SubscriberOutcome, Target, WINDOW_DEFAULT, WINDOW_MAX,
@@ -246,6 +246,14 @@ fn join_outcome<T>(
     }
 }
 
+/// The daemon's resident memory, from its stats; None if they cannot be read (the figure is
+/// a side note of the run, never a reason to fail it).
+fn resident_bytes(server: &str) -> Option<u64> {
+    let client = block_on(Client::connect(server)).ok()?;
+    let stats = block_on(client.stats()).ok()?;
+    Some(stats.process.resident_bytes).filter(|bytes| *bytes > 0)
+}
+
 /// Runs the workload. `stop` ends publishing early (what was acknowledged is still drained);
 /// `progress` is called once a second; `log` gets one line per setup step.
 pub fn run(
@@ -257,6 +265,7 @@ pub fn run(
     options.validate()?;
     let server = options.publish.server.as_str();
     let mut layout = layout(options);
+    let resident_before = resident_bytes(server);
     let setup_started = Instant::now();
     if let Some(name) = &options.publish.topic {
         let client = block_on(Client::connect(server))?;
@@ -297,7 +306,9 @@ pub fn run(
             layout.targets.len()
         ));
     }
+    let resident_idle = resident_bytes(server);
     let result = measure(options, &layout, multiplex, stop, progress);
+    let resident_after = resident_bytes(server);
     // Cleaned up after a failed run too, so that repeated runs against a long-lived daemon do
     // not pile up topics and stored messages.
     let cleanup = match layout.created && options.cleanup {
@@ -306,6 +317,12 @@ pub fn run(
     };
     let mut report = result?;
     report.setup_seconds = setup_seconds;
+    report.resident = match (resident_before, resident_idle, resident_after) {
+        (Some(before_bytes), Some(idle_bytes), Some(after_bytes)) => {
+            Some(Resident { before_bytes, idle_bytes, after_bytes })
+        }
+        _ => None,
+    };
     if let Some(failure) = cleanup {
         report.warnings.push(format!("could not delete the benchmark's topics: {}", failure.message));
     }
@@ -436,6 +453,7 @@ fn measure(
         first_error: None,
         delivery: None,
         warnings: std::mem::take(&mut *warnings.lock().unwrap()),
+        resident: None,
     };
     if abort.load(Ordering::Relaxed) {
         report.warnings.push(format!(

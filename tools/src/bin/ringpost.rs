@@ -482,6 +482,24 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
             }
         }
     }
+    let process = &stats.process;
+    match output {
+        Output::Json => println!(
+            "{}",
+            json::object(&[
+                ("process", json::string("ringpostd")),
+                ("resident_bytes", process.resident_bytes.to_string()),
+                ("open_files", process.open_files.to_string()),
+                ("open_files_limit", process.open_files_limit.to_string()),
+            ])
+        ),
+        Output::Table => println!(
+            "ringpostd: resident {:.1} MiB, {} of {} open files",
+            process.resident_bytes as f64 / (1024.0 * 1024.0),
+            process.open_files,
+            process.open_files_limit
+        ),
+    }
 }
 
 /// Prints one JSON object per message and returns their ack ids.

@@ -1,0 +1,46 @@
+//! What the kernel says about the daemon process: resident memory and open files, for the
+//! stats (an operator's first two questions about a daemon with many topics).
+
+use ringpost_wire::messages::ProcessStats;
+
+/// Reads the process's figures from /proc; a figure that cannot be read is 0.
+pub fn stats() -> ProcessStats {
+    // SAFETY: sysconf only reads a constant of the running system.
+    let page_bytes = match unsafe { nix::libc::sysconf(nix::libc::_SC_PAGESIZE) } {
+        bytes if bytes > 0 => bytes as u64,
+        _ => 4096,
+    };
+    let resident_bytes = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|text| resident_pages_of_statm(&text))
+        .map_or(0, |pages| pages * page_bytes);
+    let open_files = std::fs::read_dir("/proc/self/fd").map_or(0, |entries| entries.count() as u64);
+    let open_files_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(0, |(soft, _hard)| soft);
+    ProcessStats { resident_bytes, open_files, open_files_limit }
+}
+
+/// The second field of /proc/PID/statm: resident pages.
+fn resident_pages_of_statm(text: &str) -> Option<u64> {
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statm_resident_field() {
+        assert_eq!(resident_pages_of_statm("10518 2811 1720 218 0 1130 0\n"), Some(2811));
+        assert_eq!(resident_pages_of_statm("10518"), None);
+        assert_eq!(resident_pages_of_statm(""), None);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let stats = stats();
+        assert!(stats.resident_bytes > 0);
+        assert!(stats.open_files > 0);
+        assert!(stats.open_files_limit >= stats.open_files);
+    }
+}
