@@ -218,6 +218,7 @@ pub async fn open_catalog<S: Storage>(
         segment_bytes_max: 16 << 20,
         group_commit_bytes_max: 1 << 20,
         tail_cache_bytes_max: 1 << 20,
+        tail_cache_budget: None,
         staging_bytes_max: 16 << 20,
         keep_files_open: true,
     };

@@ -6,8 +6,9 @@ use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
-use crate::log::{record, Directories, Log, LogConfig, LogError, RecoveryReport};
+use crate::log::{record, Directories, Log, LogConfig, LogError, RecoveryReport, TailCacheBudget};
 use crate::net::{fail, respond, Handler, Responder};
+use crate::rate::{RateTicks, RateWindow};
 use crate::storage::Storage;
 use crate::subscription::{AckId, SubscriptionState};
 use crate::sync::Notify;
@@ -44,6 +45,9 @@ pub const JOURNAL_CHECKPOINT_BYTES: u64 = 8 << 20;
 
 /// How often expired leases are collected when nobody pulls.
 pub const LEASE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// Bytes of recently written batches all topics of one shard keep in memory for readers
+/// together (each at most `LogConfig::tail_cache_bytes_max`).
+pub const TAIL_CACHE_SHARD_BYTES_MAX: usize = 256 << 20;
 /// How often segments every subscription has acknowledged are deleted.
 pub const SEGMENT_COLLECTION_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -81,34 +85,6 @@ pub struct TopicState<S: Storage> {
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
     checkpoints: RefCell<VecDeque<u64>>,
     published: RefCell<RateWindow>,
-}
-
-/// A counter sampled once a second, for rates over the last `RATE_WINDOW_SECONDS`.
-#[derive(Default)]
-pub struct RateWindow {
-    samples: VecDeque<(std::time::Instant, u64)>,
-}
-
-/// Seconds a rate in the stats is averaged over.
-pub const RATE_WINDOW_SECONDS: usize = 10;
-
-impl RateWindow {
-    fn sample(&mut self, now: std::time::Instant, total: u64) {
-        self.samples.push_back((now, total));
-        while self.samples.len() > RATE_WINDOW_SECONDS + 1 {
-            self.samples.pop_front();
-        }
-    }
-
-    fn per_second(&self) -> u64 {
-        match (self.samples.front(), self.samples.back()) {
-            (Some((first_time, first)), Some((last_time, last))) if last_time > first_time => {
-                let seconds = last_time.duration_since(*first_time).as_secs_f64();
-                (last.saturating_sub(*first) as f64 / seconds).round() as u64
-            }
-            _ => 0,
-        }
-    }
 }
 
 struct SnapshotState {
@@ -161,6 +137,8 @@ pub struct Forwarder<S: Storage> {
     /// which costs an open per acknowledgement commit but keeps 10,000 topics within a
     /// 20,000-descriptor limit. Set from the open-file limit by the daemon.
     journals_open_max: Cell<usize>,
+    /// When the rate windows of this shard's topics and subscriptions were sampled.
+    rate_ticks: RefCell<RateTicks>,
 }
 
 /// A topic's folder inside each data directory.
@@ -180,9 +158,12 @@ impl<S: Storage> Forwarder<S> {
         shard: u32,
         storage: S,
         directories: Rc<Directories>,
-        log_config: LogConfig,
+        mut log_config: LogConfig,
         clock: Rc<dyn Clock>,
     ) -> Forwarder<S> {
+        if log_config.tail_cache_budget.is_none() {
+            log_config.tail_cache_budget = Some(TailCacheBudget::new(TAIL_CACHE_SHARD_BYTES_MAX));
+        }
         Forwarder {
             shard,
             router_address: RefCell::default(),
@@ -196,6 +177,7 @@ impl<S: Storage> Forwarder<S> {
             topics_by_id: RefCell::default(),
             subscriptions: RefCell::default(),
             journals_open_max: Cell::new(usize::MAX),
+            rate_ticks: RefCell::default(),
         }
     }
 
@@ -910,15 +892,17 @@ impl<S: Storage> Forwarder<S> {
     pub fn sweep_leases(&self) {
         let now = self.clock.now();
         // The same tick samples the counters behind the rates in the stats.
+        self.rate_ticks.borrow_mut().tick(now);
         for topic in self.topics_by_id.borrow().values() {
-            topic.published.borrow_mut().sample(now, topic.log.end_offset());
+            topic.published.borrow_mut().sample(topic.log.end_offset());
+            topic.log.release_idle_cache();
         }
         let served: Vec<Served<S>> = self.subscriptions.borrow().values().cloned().collect();
         for (subscription, topic) in served {
             {
                 let state = subscription.state.borrow();
-                subscription.delivered.borrow_mut().sample(now, state.delivered_total);
-                subscription.acked.borrow_mut().sample(now, state.acked_total);
+                subscription.delivered.borrow_mut().sample(state.delivered_total);
+                subscription.acked.borrow_mut().sample(state.acked_total);
             }
             let due = subscription.state.borrow().next_deadline().is_some_and(|deadline| deadline <= now);
             if due {
@@ -1122,8 +1106,8 @@ impl<S: Storage> Forwarder<S> {
                 };
                 subscriptions.push(SubscriptionStats {
                     idle_ms,
-                    delivered_per_second: entry.delivered.borrow().per_second(),
-                    acked_per_second: entry.acked.borrow().per_second(),
+                    delivered_per_second: entry.delivered.borrow().per_second(&self.rate_ticks.borrow()),
+                    acked_per_second: entry.acked.borrow().per_second(&self.rate_ticks.borrow()),
                     name: entry.name.clone(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,
@@ -1138,7 +1122,7 @@ impl<S: Storage> Forwarder<S> {
                 first_offset: topic.log.start_offset(),
                 end_offset: end,
                 disk_bytes: topic.log.disk_bytes(),
-                published_per_second: topic.published.borrow().per_second(),
+                published_per_second: topic.published.borrow().per_second(&self.rate_ticks.borrow()),
                 subscriptions,
             });
         }
@@ -1454,20 +1438,6 @@ mod tests {
             let redelivered: Vec<u64> = pull(&forwarder, 1000).await.iter().map(|m| m.message_id).collect();
             assert_eq!(redelivered, unacknowledged, "exactly the unacknowledged messages come back");
         });
-    }
-
-    #[test]
-    fn rates_average_the_last_samples() {
-        let mut window = RateWindow::default();
-        let start = std::time::Instant::now();
-        assert_eq!(window.per_second(), 0);
-        for second in 0..30u64 {
-            window.sample(start + Duration::from_secs(second), second * 500);
-        }
-        assert_eq!(window.per_second(), 500);
-        assert_eq!(window.samples.len(), RATE_WINDOW_SECONDS + 1, "the window stays bounded");
-        window.sample(start + Duration::from_secs(30), 29 * 500);
-        assert_eq!(window.per_second(), 450, "a quiet second lowers the average");
     }
 
     /// T11: ack deadlines run on the monotonic clock. A wall-clock jump (an NTP step of an hour,

@@ -15,6 +15,7 @@ pub mod log;
 pub mod net;
 pub mod placement;
 pub mod process;
+pub mod rate;
 pub mod router;
 pub mod storage;
 pub mod subscription;

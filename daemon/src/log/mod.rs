@@ -54,6 +54,45 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Bytes the tail caches of many logs hold together. Each log's cache is bounded on its own,
+/// but 10,000 topics times a bounded cache is still too much: the logs of a shard share one
+/// budget, and a log over it gives back its oldest batches first.
+#[derive(Debug)]
+pub struct TailCacheBudget {
+    // An atomic only so that a `LogConfig` can cross to the shard's thread before its logs
+    // exist; each shard makes its own budget, so there is never contention.
+    used_bytes: AtomicUsize,
+    bytes_max: usize,
+}
+
+impl TailCacheBudget {
+    pub fn new(bytes_max: usize) -> Arc<TailCacheBudget> {
+        Arc::new(TailCacheBudget { used_bytes: AtomicUsize::new(0), bytes_max })
+    }
+
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes.load(Ordering::Relaxed)
+    }
+
+    fn over(&self) -> bool {
+        self.used_bytes() > self.bytes_max
+    }
+
+    fn charge(&self, bytes: usize) {
+        self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn refund(&self, bytes: usize) {
+        self.used_bytes.fetch_sub(bytes.min(self.used_bytes()), Ordering::Relaxed);
+    }
+}
+
+/// Sweeps (`Log::release_idle_cache`, once a second) without a commit after which a log drops
+/// its tail cache: the readers of an idle topic have caught up or will read from disk.
+pub const TAIL_CACHE_IDLE_SWEEPS: u8 = 10;
 
 #[derive(Clone, Debug)]
 pub struct LogConfig {
@@ -66,6 +105,9 @@ pub struct LogConfig {
     pub group_commit_bytes_max: usize,
     /// Most bytes of recently written batches kept in memory for readers.
     pub tail_cache_bytes_max: usize,
+    /// What all the logs of a shard may keep in their tail caches together; None for no limit
+    /// beyond `tail_cache_bytes_max` per log.
+    pub tail_cache_budget: Option<Arc<TailCacheBudget>>,
     /// Most bytes queued and waiting for a commit; beyond it appends get `ResourceExhausted`.
     pub staging_bytes_max: usize,
     /// Keep segment files open between commits. A log read only at recovery (a journal) may
@@ -81,6 +123,7 @@ impl Default for LogConfig {
             segment_bytes_max: 64 << 20,
             group_commit_bytes_max: 4 << 20,
             tail_cache_bytes_max: 8 << 20,
+            tail_cache_budget: None,
             staging_bytes_max: 64 << 20,
             keep_files_open: true,
         }
@@ -213,12 +256,29 @@ struct LogInner<S: Storage> {
     fenced: Option<String>,
     tail_cache: VecDeque<(u64, Rc<S::Buffer>)>,
     tail_cache_bytes: usize,
+    /// Sweeps since the last commit, up to `TAIL_CACHE_IDLE_SWEEPS`.
+    idle_sweeps: u8,
     warned_buffered: bool,
     copies: Vec<CopyState>,
     manifest_sequence: u64,
 }
 
 impl<S: Storage> LogInner<S> {
+    fn drop_oldest_cached(&mut self) {
+        if let Some((_, old)) = self.tail_cache.pop_front() {
+            let bytes = old.bytes().len();
+            self.tail_cache_bytes -= bytes;
+            if let Some(budget) = &self.config.tail_cache_budget {
+                budget.refund(bytes);
+            }
+        }
+    }
+
+    fn drop_tail_cache(&mut self) {
+        while !self.tail_cache.is_empty() {
+            self.drop_oldest_cached();
+        }
+    }
     /// The open files of a segment, current copies first; a stale (fenced) copy is still read
     /// as a last resort: what it holds from before it was fenced is checked like everything else.
     fn copy_files(&self, segment_index: usize) -> Vec<(usize, Rc<S::File>)> {
@@ -230,6 +290,13 @@ impl<S: Storage> LogInner<S> {
             .collect();
         files.sort_by_key(|(copy, _)| self.copies[*copy] != CopyState::Current);
         files
+    }
+}
+
+impl<S: Storage> Drop for LogInner<S> {
+    /// A deleted topic's log gives its cached bytes back to the shard's budget.
+    fn drop(&mut self) {
+        self.drop_tail_cache();
     }
 }
 
@@ -522,6 +589,7 @@ impl<S: Storage> Log<S> {
                 fenced: None,
                 tail_cache: VecDeque::new(),
                 tail_cache_bytes: 0,
+                idle_sweeps: 0,
                 warned_buffered: report.buffered_io_warning,
                 copies: vec![CopyState::Current; copies],
                 manifest_sequence: manifest.sequence,
@@ -764,6 +832,22 @@ impl<S: Storage> Log<S> {
     }
 
     /// The offset the next committed record will get: every offset below it is durable.
+    /// Called once a second: after `TAIL_CACHE_IDLE_SWEEPS` without a commit the log keeps
+    /// nothing in memory, so idle topics cost no cached batches.
+    pub fn release_idle_cache(&self) {
+        let mut inner = self.inner.borrow_mut();
+        if inner.idle_sweeps < TAIL_CACHE_IDLE_SWEEPS {
+            inner.idle_sweeps += 1;
+        } else if !inner.tail_cache.is_empty() {
+            inner.drop_tail_cache();
+        }
+    }
+
+    /// Bytes of batches this log keeps in memory for readers.
+    pub fn tail_cache_bytes(&self) -> usize {
+        self.inner.borrow().tail_cache_bytes
+    }
+
     pub fn end_offset(&self) -> u64 {
         self.inner.borrow().next_offset
     }
@@ -956,13 +1040,25 @@ impl<S: Storage> Log<S> {
             segment.close_files();
         }
         inner.next_offset = base_offset + count as u64;
+        inner.idle_sweeps = 0;
         if inner.config.tail_cache_bytes_max > 0 {
             inner.tail_cache.push_back((base_offset, buffer));
             inner.tail_cache_bytes += disk_bytes;
+            if let Some(budget) = &inner.config.tail_cache_budget {
+                budget.charge(disk_bytes);
+            }
         }
-        while inner.tail_cache_bytes > inner.config.tail_cache_bytes_max && inner.tail_cache.len() > 1 {
-            let (_, old) = inner.tail_cache.pop_front().unwrap();
-            inner.tail_cache_bytes -= old.bytes().len();
+        loop {
+            let over_budget = inner.config.tail_cache_budget.as_ref().is_some_and(|budget| budget.over());
+            // The newest batch stays unless the shard's budget is spent: a reader that keeps up
+            // reads it from memory.
+            let keep = if over_budget { 0 } else { 1 };
+            if inner.tail_cache.len() <= keep
+                || (!over_budget && inner.tail_cache_bytes <= inner.config.tail_cache_bytes_max)
+            {
+                break;
+            }
+            inner.drop_oldest_cached();
         }
         Ok(base_offset)
     }

@@ -17,6 +17,7 @@ pub(crate) fn small_config() -> LogConfig {
         segment_bytes_max: 128 * 1024,
         group_commit_bytes_max: 32 * 1024,
         tail_cache_bytes_max: 0,
+        tail_cache_budget: None,
         staging_bytes_max: 1 << 20,
         keep_files_open: true,
     }
@@ -703,5 +704,54 @@ fn a_log_that_closes_its_files_reopens_them_on_use() {
         drop(log);
         let (log, _) = open(&disk, &directories(3), config).await.unwrap();
         check_payloads(&read_all(&log).await, 360);
+    });
+}
+
+/// The tail caches of many logs stay within their shared budget; a log under it keeps its
+/// newest batch for readers; an idle log drops everything; a dropped log refunds its bytes.
+#[test]
+fn tail_caches_share_a_budget_and_idle_logs_empty_theirs() {
+    run(async {
+        let disk = SimDisk::new();
+        let budget = TailCacheBudget::new(5 * 4096);
+        let config = LogConfig {
+            tail_cache_bytes_max: 1 << 20,
+            tail_cache_budget: Some(budget.clone()),
+            ..small_config()
+        };
+        let dirs = directories(1);
+        let mut logs = Vec::new();
+        for id in 0..8u64 {
+            let relative = PathBuf::from(format!("topics/{id}"));
+            let (log, _) =
+                Log::open(disk.clone(), dirs.clone(), &relative, id, config.clone()).await.unwrap();
+            append_many(&log, 0, 3).await;
+            assert!(budget.used_bytes() <= 5 * 4096, "{} bytes cached", budget.used_bytes());
+            logs.push(log);
+        }
+        let cached: usize = logs.iter().map(|log| log.tail_cache_bytes()).sum();
+        assert_eq!(cached, budget.used_bytes());
+        assert!(logs[0].tail_cache_bytes() > 0, "the newest commit is cached while the budget allows");
+        assert_eq!(logs[7].tail_cache_bytes(), 0, "with the budget spent, later logs read from disk");
+        for log in &logs {
+            check_payloads(&read_all(log).await, 3);
+        }
+
+        let idle = &logs[0];
+        for _ in 0..TAIL_CACHE_IDLE_SWEEPS {
+            idle.release_idle_cache();
+        }
+        assert!(idle.tail_cache_bytes() > 0, "not idle long enough yet");
+        idle.release_idle_cache();
+        assert_eq!(idle.tail_cache_bytes(), 0);
+        check_payloads(&read_all(idle).await, 3);
+
+        // The idle log's room goes to the next log that commits.
+        append_many(&logs[7], 3, 1).await;
+        assert!(logs[7].tail_cache_bytes() > 0);
+        let before = budget.used_bytes();
+        let dropped = logs.remove(7).tail_cache_bytes();
+        assert!(dropped > 0);
+        assert_eq!(budget.used_bytes(), before - dropped, "a dropped log gives its bytes back");
     });
 }
