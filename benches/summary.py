@@ -115,6 +115,21 @@ def main():
     if checked:
         print(f"Ringpost deliveries checked against acknowledged ids ({', '.join(checked)}): "
               f"lost {lost:,}, duplicates {duplicates:,}.")
+    memory = sorted((run["topics"], run) for run in (
+        load_ringpost(out, name[:-len(".json")]) for name in os.listdir(out)
+        if name.startswith("W4_memory_") and name.endswith(".json")) if run and run.get("resident_idle_bytes"))
+    if memory:
+        mib = lambda bytes: f"{bytes / (1024 * 1024):,.1f} MiB"
+        cells = [f"{topics:,} topics {mib(run['resident_idle_bytes'])} (empty {mib(run['resident_before_bytes'])})"
+                 for topics, run in memory]
+        line = "W4 resident memory, standalone ringpostd, idle topics with one subscription each: " + "; ".join(cells)
+        if len(memory) > 1:
+            (few, first), (many, last) = memory[0], memory[-1]
+            slope = (last["resident_idle_bytes"] - first["resident_idle_bytes"]) / (many - few)
+            line += f". Each further idle topic: {slope:,.0f} B (slope from {few:,} to {many:,} topics)"
+        print(line + ".")
+    else:
+        print("W4 resident memory: not measured (see W4_memory_*.log).")
     try:
         with open(os.path.join(out, "disk.json")) as file:
             disk = json.load(file)["results"]

@@ -3,3 +3,4 @@
 pub mod bench;
 pub mod disk;
 pub mod json;
+pub mod loopback;

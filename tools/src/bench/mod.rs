@@ -26,6 +26,7 @@
 //! `Drop` that has no caller to hand the error to.
 
 pub mod compare;
+pub mod curve;
 pub mod embedded;
 pub mod format;
 pub mod gate;

@@ -84,6 +84,8 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// None when the daemon's stats could not be read.
     pub resident: Option<Resident>,
+    /// Backlog workload: resident bytes with the backlog stored, before it is drained.
+    pub resident_stored_bytes: Option<u64>,
 }
 
 impl Report {
@@ -159,11 +161,17 @@ impl Report {
                 let mib = |bytes: u64| format!("{:.1}", bytes as f64 / (1024.0 * 1024.0));
                 rows.push(("resident MiB before".into(), mib(resident.before_bytes)));
                 rows.push(("resident MiB idle".into(), mib(resident.idle_bytes)));
+                if let Some(stored) = self.resident_stored_bytes {
+                    rows.push(("resident MiB stored".into(), mib(stored)));
+                }
                 rows.push(("resident MiB after".into(), mib(resident.after_bytes)));
-                rows.push((
-                    "resident/idle topic".into(),
-                    format!("{} B", thousands(resident.idle_bytes_per_topic(options.topic_count()))),
-                ));
+                // Per topic only where there are many: one topic's share is all noise.
+                if options.workload == Workload::Topics {
+                    rows.push((
+                        "resident/idle topic".into(),
+                        format!("{} B", thousands(resident.idle_bytes_per_topic(options.topic_count()))),
+                    ));
+                }
             }
             rows.push(("delivered".into(), thousands(delivery.delivered)));
             rows.push(("delivery seconds".into(), format!("{:.3}", delivery.seconds)));
@@ -261,6 +269,10 @@ impl Report {
                     self.resident.map_or("null".into(), |resident| resident.idle_bytes.to_string()),
                 ),
                 (
+                    "resident_stored_bytes",
+                    self.resident_stored_bytes.map_or("null".into(), |bytes| bytes.to_string()),
+                ),
+                (
                     "resident_after_bytes",
                     self.resident.map_or("null".into(), |resident| resident.after_bytes.to_string()),
                 ),
@@ -336,6 +348,7 @@ mod tests {
             delivery: None,
             warnings: Vec::new(),
             resident: None,
+            resident_stored_bytes: None,
         }
     }
 

@@ -88,6 +88,9 @@ pub struct SubscriberContext<'a> {
     pub publishers_running: &'a AtomicUsize,
     pub acknowledged_per_topic: &'a [AtomicU64],
     pub warnings: &'a Mutex<Vec<String>>,
+    /// Backlog workload: the daemon's resident bytes with the whole backlog stored, read by
+    /// thread 0 before it opens its streams (0 when unknown).
+    pub resident_stored_bytes: &'a AtomicU64,
 }
 
 /// What one subscriber thread hands back.
@@ -249,6 +252,11 @@ pub fn subscriber_run(
         None => {
             while context.publishers_running.load(Ordering::Acquire) > 0 {
                 std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread == 0 {
+                if let Ok(stats) = block_on(client.stats()) {
+                    context.resident_stored_bytes.store(stats.process.resident_bytes, Ordering::Relaxed);
+                }
             }
             open_feeds(&client, &mine, context)?
         }

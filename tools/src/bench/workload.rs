@@ -352,6 +352,7 @@ fn measure(
     let publishers_running = AtomicUsize::new(publishers);
     let acknowledged_per_topic: Vec<AtomicU64> = layout.topics.iter().map(|_| AtomicU64::new(0)).collect();
     let warnings = Mutex::new(Vec::new());
+    let resident_stored_bytes = AtomicU64::new(0);
     let publisher_context = PublisherContext {
         options: publish,
         topics: &layout.topics,
@@ -382,6 +383,7 @@ fn measure(
         publishers_running: &publishers_running,
         acknowledged_per_topic: &acknowledged_per_topic,
         warnings: &warnings,
+        resident_stored_bytes: &resident_stored_bytes,
     };
     latency::start_clock();
     let reporter = std::thread::current();
@@ -454,6 +456,7 @@ fn measure(
         delivery: None,
         warnings: std::mem::take(&mut *warnings.lock().unwrap()),
         resident: None,
+        resident_stored_bytes: Some(resident_stored_bytes.load(Ordering::Relaxed)).filter(|bytes| *bytes > 0),
     };
     if abort.load(Ordering::Relaxed) {
         report.warnings.push(format!(
@@ -601,6 +604,9 @@ mod tests {
             options.window = 100;
             let report = run(&options, &stop, &mut |_| {}, &mut |_| {}).unwrap();
             assert_eq!(report.messages_acknowledged, messages, "{workload:?}");
+            let resident = report.resident.expect("the daemon's stats give its resident memory");
+            assert!(resident.before_bytes > 0 && resident.idle_bytes > 0 && resident.after_bytes > 0);
+            assert_eq!(report.resident_stored_bytes.is_some(), workload == Workload::Backlog, "{workload:?}");
             assert!(report.problems().is_empty(), "{workload:?}: {:?}", report.problems());
             let subscriptions = options.subscription_count() as u64;
             match &report.delivery {

@@ -1,14 +1,15 @@
 //! `ringpost-bench`: the load generator. See `ringpost_tools::bench` for the workloads.
 
 use argh::FromArgs;
-use ringpost_tools::bench::compare;
 use ringpost_tools::bench::embedded::EmbeddedDaemon;
-use ringpost_tools::bench::format::{parse_byte_list, parse_bytes, thousands};
+use ringpost_tools::bench::format::{json_number, parse_byte_list, parse_bytes, thousands};
 use ringpost_tools::bench::publish::{self, PublishOptions};
 use ringpost_tools::bench::subscribe::WINDOW_DEFAULT;
 use ringpost_tools::bench::workload::{self, Workload, WorkloadOptions};
 use ringpost_tools::bench::Failure;
+use ringpost_tools::bench::{compare, curve};
 use ringpost_tools::disk::{self, DiskOptions, DiskResult};
+use ringpost_tools::loopback::{self, LoopbackOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +61,8 @@ enum Command {
     Topics(TopicsFlags),
     Backlog(BacklogFlags),
     Disk(DiskFlags),
+    Loopback(LoopbackFlags),
+    Curve(CurveFlags),
     Compare(CompareFlags),
 }
 
@@ -278,6 +281,72 @@ struct DiskFlags {
     json: Option<PathBuf>,
 }
 
+/// the loopback TCP ceiling: bytes per second over 127.0.0.1 connections with nothing else
+/// running, the bound on what a load generator on this machine can measure
+#[derive(FromArgs)]
+#[argh(subcommand, name = "loopback")]
+struct LoopbackFlags {
+    /// connection counts to measure, comma-separated (default 1,4)
+    #[argh(option, arg_name = "counts", from_str_fn(parse_count_list))]
+    connections: Option<Vec<usize>>,
+    /// bytes to send over each connection (default 1GiB)
+    #[argh(option, arg_name = "bytes", from_str_fn(parse_bytes))]
+    bytes: Option<u64>,
+    /// also write the results as JSON to this file
+    #[argh(option, arg_name = "path")]
+    json: Option<PathBuf>,
+}
+
+/// one scaling chart from result files: a line per --y field against the --x field, drawn as
+/// SVG and printed as a Markdown table
+#[derive(FromArgs)]
+#[argh(
+    subcommand,
+    name = "curve",
+    example = "MB/s versus message size, beside the disk's ceiling:\n  $ {command_name} --title 'Publish' --x size --y mb_per_sec=MB/s --y-label MB/s --x-log --ceiling 'disk=2900' --svg size.svg size_*.json"
+)]
+struct CurveFlags {
+    /// the chart's title
+    #[argh(option)]
+    title: String,
+    /// field of each file for the x axis, a dotted path such as size or publishers
+    #[argh(option)]
+    x: String,
+    /// the x axis label (default: the field)
+    #[argh(option)]
+    x_label: Option<String>,
+    /// field for one line, PATH or PATH=NAME, such as publish_ack_us.p99=ack p99; repeatable
+    #[argh(option)]
+    y: Vec<String>,
+    /// the y axis label
+    #[argh(option)]
+    y_label: String,
+    /// a horizontal reference line, NAME=VALUE; repeatable
+    #[argh(option)]
+    ceiling: Vec<String>,
+    /// logarithmic x axis
+    #[argh(switch)]
+    x_log: bool,
+    /// logarithmic y axis
+    #[argh(switch)]
+    y_log: bool,
+    /// write the chart to this SVG file
+    #[argh(option, arg_name = "path")]
+    svg: Option<PathBuf>,
+    /// result files (--json of any workload), one point each
+    #[argh(positional)]
+    files: Vec<PathBuf>,
+}
+
+fn parse_count_list(text: &str) -> Result<Vec<usize>, String> {
+    text.split(',')
+        .map(|count| match count.trim().parse::<usize>() {
+            Ok(count) if count > 0 => Ok(count),
+            _ => Err(format!("'{count}' is not a count above 0")),
+        })
+        .collect()
+}
+
 /// two result files (--json of any workload) side by side, with the ratio of every figure
 #[derive(FromArgs)]
 #[argh(subcommand, name = "compare")]
@@ -390,6 +459,22 @@ fn run(flags: Flags) -> Result<(), Failure> {
                 ));
             }
             return run_disk(flags.data_dir.unwrap_or_else(|| PathBuf::from(".")), disk);
+        }
+        Command::Loopback(loopback) => {
+            if flags.server.is_some() || flags.embedded || flags.data_dir.is_some() {
+                return Err(Failure::usage(
+                    "InvalidArgument: the loopback workload measures TCP over 127.0.0.1 alone: leave out --server, --embedded and --data-dir",
+                ));
+            }
+            return run_loopback(loopback);
+        }
+        Command::Curve(curve) => {
+            if flags.server.is_some() || flags.embedded || flags.data_dir.is_some() {
+                return Err(Failure::usage(
+                    "InvalidArgument: curve reads result files: leave out --server, --embedded and --data-dir",
+                ));
+            }
+            return run_curve(curve);
         }
         Command::Compare(compare) => {
             if flags.server.is_some() || flags.embedded || flags.data_dir.is_some() {
@@ -522,6 +607,81 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
     );
     if let Some(path) = &flags.json {
         write_file(path, &format!("{}\n", disk::to_json(&results)))?;
+    }
+    Ok(())
+}
+
+fn run_curve(flags: CurveFlags) -> Result<(), Failure> {
+    if flags.y.is_empty() || flags.files.is_empty() {
+        return Err(Failure::usage("InvalidArgument: give at least one --y field and one result file"));
+    }
+    let mut ceilings = Vec::new();
+    for text in &flags.ceiling {
+        let parsed =
+            text.rsplit_once('=').and_then(|(name, value)| Some((name, value.trim().parse::<f64>().ok()?)));
+        let Some((name, y)) = parsed else {
+            return Err(Failure::usage(format!("InvalidArgument: --ceiling '{text}' is not NAME=NUMBER")));
+        };
+        ceilings.push(curve::Ceiling { name: name.to_owned(), y });
+    }
+    let runs = flags.files.iter().map(|path| compare::Run::load(path)).collect::<Result<Vec<_>, _>>()?;
+    let fields: Vec<(&str, &str)> =
+        flags.y.iter().map(|y| y.split_once('=').unwrap_or((y.as_str(), y.as_str()))).collect();
+    let (lines, notes) = curve::lines_from_runs(&runs, &flags.x, &fields);
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    let chart = curve::Chart {
+        title: flags.title,
+        x_label: flags.x_label.unwrap_or_else(|| flags.x.clone()),
+        y_label: flags.y_label,
+        x_log: flags.x_log,
+        y_log: flags.y_log,
+        lines,
+        ceilings,
+    };
+    print!("{}", curve::markdown_table(&chart));
+    if let Some(path) = &flags.svg {
+        write_file(path, &curve::svg(&chart))?;
+    }
+    Ok(())
+}
+
+fn run_loopback(flags: LoopbackFlags) -> Result<(), Failure> {
+    let defaults = LoopbackOptions::default();
+    let mut results = Vec::new();
+    for connections in flags.connections.unwrap_or_else(|| vec![1, 4]) {
+        let options = LoopbackOptions {
+            connections,
+            bytes_per_connection: flags.bytes.unwrap_or(defaults.bytes_per_connection),
+        };
+        let result = loopback::measure(&options).map_err(|error| match error.kind() {
+            std::io::ErrorKind::InvalidInput => Failure::usage(format!("InvalidArgument: {error}")),
+            _ => Failure::runtime(format!("measuring loopback TCP: {error}")),
+        })?;
+        println!(
+            "{} connection(s): {:.1} MB/s ({} bytes in {:.2} s, {} KiB writes)",
+            result.connections,
+            result.mb_per_sec,
+            thousands(result.bytes),
+            result.seconds,
+            loopback::CHUNK_BYTES / 1024
+        );
+        results.push(result);
+    }
+    if let Some(path) = &flags.json {
+        let rows: Vec<String> = results
+            .iter()
+            .map(|result| {
+                ringpost_tools::json::object(&[
+                    ("connections", result.connections.to_string()),
+                    ("bytes", result.bytes.to_string()),
+                    ("seconds", json_number(result.seconds, 3)),
+                    ("mb_per_sec", json_number(result.mb_per_sec, 1)),
+                ])
+            })
+            .collect();
+        write_file(path, &format!("{{\"workload\":\"loopback\",\"results\":[{}]}}\n", rows.join(",")))?;
     }
     Ok(())
 }
