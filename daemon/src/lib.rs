@@ -137,6 +137,7 @@ fn raise_open_file_limit() -> u64 {
 }
 
 pub fn start(config: Config) -> Result<Daemon, String> {
+    process::keep_large_buffers_in_heap();
     let open_files = raise_open_file_limit();
     if open_files < 4096 {
         eprintln!(
