@@ -8,6 +8,7 @@
 #   benches/curves.sh             every curve (about 6 minutes on 2 cores)
 #   QUICK=1 benches/curves.sh     fewer, shorter points (about 2 minutes)
 #   OUT=dir benches/curves.sh     keep the JSON, logs, charts and curves.md in dir
+#   DRAW=1 OUT=dir benches/curves.sh   only redraw the charts and tables of a run kept in dir
 #
 # Throughput points run an embedded daemon on a scratch directory under /var/tmp, one point at
 # a time, as benches/run.sh does. Memory points run a standalone ringpostd, so that the load
@@ -16,6 +17,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 QUICK=${QUICK:-0}
+DRAW=${DRAW:-0}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-curves.XXXXXX")}
 DATA_PARENT=/var/tmp
 mkdir -p "$OUT"
@@ -81,10 +83,12 @@ standalone_point() { # label, ringpost-bench workload arguments...
   rm -rf "$directory"
 }
 
+if [ "$DRAW" != 1 ]; then
 echo "== ceilings"
 "$BIN" loopback --bytes "$LOOPBACK_BYTES" --json "$OUT/loopback.json" >"$OUT/loopback.txt"
 "$BIN" --data-dir "$DATA_PARENT" disk --block-sizes 1MiB --bytes-per-size "$DISK_BYTES" \
   --json "$OUT/disk.json" >"$OUT/disk.txt" 2>"$OUT/disk.log"
+fi
 read -r DISK_MB LOOPBACK_1_MB LOOPBACK_4_MB < <(python3 -c '
 import json, sys
 disk = json.load(open(sys.argv[1]))["results"][0]["mb_per_sec"]
@@ -93,7 +97,11 @@ print(round(disk), round(loopback.get(1, 0)), round(loopback.get(4, 0)))' "$OUT/
 echo "   disk 1 MiB write+fdatasync $DISK_MB MB/s; loopback TCP $LOOPBACK_1_MB MB/s (1 connection), $LOOPBACK_4_MB MB/s (4)"
 CEILINGS=(--ceiling "disk: 1 MiB write+fdatasync=$DISK_MB" --ceiling "loopback TCP, 1 connection=$LOOPBACK_1_MB"
   --ceiling "loopback TCP, 4 connections=$LOOPBACK_4_MB")
+# The same ceilings in 1 KiB messages per second, for the charts of 1 KiB workloads.
+CEILINGS_1KIB=(--ceiling "disk ceiling in 1 KiB msgs=$((DISK_MB * 1000000 / 1024))"
+  --ceiling "loopback ceiling (1 connection) in 1 KiB msgs=$((LOOPBACK_1_MB * 1000000 / 1024))")
 
+if [ "$DRAW" != 1 ]; then
 echo "== message size (4 publishers, batches of up to 1000 or 4 MiB)"
 for size in $SIZES; do
   batch=$(( (4 << 20) / size )); [ "$batch" -gt 1000 ] && batch=1000; [ "$batch" -lt 1 ] && batch=1
@@ -131,6 +139,7 @@ echo "== resident memory: stored backlog (standalone ringpostd, batches of 100)"
 for messages in $BACKLOGS; do
   standalone_point "backlog_$messages" backlog --messages "$messages" --publishers 4 --batch 100
 done
+fi
 
 echo "== charts and tables"
 chart() { # name, title, x key, x label, y label, y keys (key=Name;...), prefix, extra flags...
@@ -165,12 +174,13 @@ chart size_msgs "Publish msgs/s and ack p99 versus message size" size "message s
   "msgs/s; µs" "msgs_per_sec=msgs/s;publish_ack_us.p99=ack p99 per request (µs)" size --x-log --y-log
 chart publishers "Publish msgs/s and ack p99 versus publishers (1 KiB, batches of 100)" publishers \
   "publishers" "msgs/s; µs" "msgs_per_sec=msgs/s;publish_ack_us.p99=ack p99 per request (µs)" publishers \
-  --x-log --y-log
+  --x-log --y-log "${CEILINGS_1KIB[@]}"
 chart topics "Published msgs/s and e2e p99 versus topics (1 KiB, requests of 10)" topics "topics" \
-  "msgs/s; µs" "msgs_per_sec=published msgs/s;e2e_us.p99=e2e p99 (µs)" topics --x-log --y-log
+  "msgs/s; µs" "msgs_per_sec=published msgs/s;e2e_us.p99=e2e p99 (µs)" topics --x-log --y-log \
+  "${CEILINGS_1KIB[@]}"
 chart subscriptions "Deliveries/s and e2e p99 versus subscriptions (fan-out, 1 KiB)" subscriptions \
   "subscriptions" "deliveries/s; µs" "deliveries_per_sec=deliveries/s;e2e_us.p99=e2e p99 (µs)" \
-  subscriptions --x-log --y-log
+  subscriptions --x-log --y-log "${CEILINGS_1KIB[@]}"
 chart idle_topics "Resident memory versus idle topics (standalone ringpostd)" topics "idle topics" \
   "bytes" "resident_idle_bytes=resident bytes;resident_before_bytes=resident bytes, no topics" idle_topics \
   --x-log

@@ -47,7 +47,12 @@ pub const JOURNAL_CHECKPOINT_BYTES: u64 = 8 << 20;
 pub const LEASE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes of recently written batches all topics of one shard keep in memory for readers
 /// together (each at most `LogConfig::tail_cache_bytes_max`).
-pub const TAIL_CACHE_SHARD_BYTES_MAX: usize = 256 << 20;
+pub const TAIL_CACHE_SHARD_BYTES_MAX: usize = 64 << 20;
+/// Sweeps without a request after which a shard that was busy hands the heap memory it freed
+/// back to the kernel: malloc keeps what a burst freed (buffers, caches, deleted topics), and
+/// without a trim the process would stay at its peak resident for good. After the tail caches
+/// went idle (`TAIL_CACHE_IDLE_SWEEPS`), so those are returned too.
+pub const QUIET_SWEEPS_BEFORE_TRIM: u32 = crate::log::TAIL_CACHE_IDLE_SWEEPS as u32 + 2;
 /// How often segments every subscription has acknowledged are deleted.
 pub const SEGMENT_COLLECTION_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -139,6 +144,11 @@ pub struct Forwarder<S: Storage> {
     journals_open_max: Cell<usize>,
     /// When the rate windows of this shard's topics and subscriptions were sampled.
     rate_ticks: RefCell<RateTicks>,
+    /// Requests handled, and their count at the last sweep.
+    requests: Cell<u64>,
+    requests_at_sweep: Cell<u64>,
+    /// Sweeps in a row without a request since the shard was last busy; None once trimmed.
+    quiet_sweeps: Cell<Option<u32>>,
 }
 
 /// A topic's folder inside each data directory.
@@ -178,6 +188,9 @@ impl<S: Storage> Forwarder<S> {
             subscriptions: RefCell::default(),
             journals_open_max: Cell::new(usize::MAX),
             rate_ticks: RefCell::default(),
+            requests: Cell::new(0),
+            requests_at_sweep: Cell::new(0),
+            quiet_sweeps: Cell::new(None),
         }
     }
 
@@ -897,6 +910,7 @@ impl<S: Storage> Forwarder<S> {
             topic.published.borrow_mut().sample(topic.log.end_offset());
             topic.log.release_idle_cache();
         }
+        self.trim_memory_once_quiet();
         let served: Vec<Served<S>> = self.subscriptions.borrow().values().cloned().collect();
         for (subscription, topic) in served {
             {
@@ -910,6 +924,24 @@ impl<S: Storage> Forwarder<S> {
                 subscription.changed.notify_all();
             }
             self.start_dead_lettering(&subscription, &topic);
+        }
+    }
+
+    /// Counts quiet sweeps since the last request and trims malloc's free memory once, after
+    /// `QUIET_SWEEPS_BEFORE_TRIM` of them; a request starts the count again.
+    fn trim_memory_once_quiet(&self) {
+        let requests = self.requests.get();
+        if requests != self.requests_at_sweep.replace(requests) {
+            self.quiet_sweeps.set(Some(0));
+            return;
+        }
+        if let Some(quiet) = self.quiet_sweeps.get() {
+            if quiet + 1 >= QUIET_SWEEPS_BEFORE_TRIM {
+                crate::process::release_free_memory();
+                self.quiet_sweeps.set(None);
+            } else {
+                self.quiet_sweeps.set(Some(quiet + 1));
+            }
         }
     }
 
@@ -1263,6 +1295,7 @@ fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
 
 impl<S: Storage> Handler for Forwarder<S> {
     async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> FrameBuffer {
+        self.requests.set(self.requests.get() + 1);
         let result = match Command::from_u16(header.command) {
             Some(Command::StreamingPull) => self.streaming_pull(&header, &body, responder).await,
             Some(Command::Hello) => Ok(crate::router::hello_response(&header)),
@@ -1438,6 +1471,28 @@ mod tests {
             let redelivered: Vec<u64> = pull(&forwarder, 1000).await.iter().map(|m| m.message_id).collect();
             assert_eq!(redelivered, unacknowledged, "exactly the unacknowledged messages come back");
         });
+    }
+
+    /// A shard that was busy trims malloc's free memory once, after `QUIET_SWEEPS_BEFORE_TRIM`
+    /// sweeps without a request; one that never was busy, or already trimmed, does not again.
+    #[test]
+    fn trims_once_after_a_quiet_spell() {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        forwarder.sweep_leases();
+        assert_eq!(forwarder.quiet_sweeps.get(), None, "never busy: nothing to trim");
+        forwarder.requests.set(forwarder.requests.get() + 1);
+        forwarder.sweep_leases();
+        assert_eq!(forwarder.quiet_sweeps.get(), Some(0));
+        for quiet in 1..QUIET_SWEEPS_BEFORE_TRIM {
+            forwarder.sweep_leases();
+            assert_eq!(forwarder.quiet_sweeps.get(), Some(quiet));
+        }
+        forwarder.sweep_leases();
+        assert_eq!(forwarder.quiet_sweeps.get(), None, "trimmed, and not again until busy");
+        forwarder.requests.set(forwarder.requests.get() + 1);
+        forwarder.sweep_leases();
+        assert_eq!(forwarder.quiet_sweeps.get(), Some(0), "a request starts the count again");
     }
 
     /// T11: ack deadlines run on the monotonic clock. A wall-clock jump (an NTP step of an hour,

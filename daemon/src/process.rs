@@ -38,6 +38,16 @@ pub fn keep_large_buffers_in_heap() {
     }
 }
 
+/// Hands free heap memory back to the kernel (all of malloc's arenas). It walks the free lists,
+/// so it is called after large releases only, not on a timer.
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases memory malloc holds free; it is safe at any time.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
+}
+
 /// The second field of /proc/PID/statm: resident pages.
 fn resident_pages_of_statm(text: &str) -> Option<u64> {
     text.split_ascii_whitespace().nth(1)?.parse().ok()
