@@ -5,8 +5,8 @@
 # the disk's durable-write ceiling and the loopback TCP ceiling measured in the same run.
 # ringpost-bench measures every point and draws every chart (SVG) and table (Markdown).
 #
-#   benches/curves.sh             every curve (about 6 minutes on 2 cores)
-#   QUICK=1 benches/curves.sh     fewer, shorter points (about 2 minutes)
+#   benches/curves.sh             every curve (about 7 minutes on 2 cores)
+#   QUICK=1 benches/curves.sh     fewer, shorter points (about 1.5 minutes)
 #   OUT=dir benches/curves.sh     keep the JSON, logs, charts and curves.md in dir
 #   DRAW=1 OUT=dir benches/curves.sh   only redraw the charts and tables of a run kept in dir
 #
@@ -132,7 +132,7 @@ done
 
 echo "== resident memory: idle topics (standalone ringpostd)"
 for topics in $IDLE_TOPICS; do
-  standalone_point "idle_topics_$topics" topics --topics "$topics" --messages 1000
+  standalone_point "idle_topics_$topics" topics --topics "$topics" --messages 1000 --settle-seconds 15
 done
 
 echo "== resident memory: stored backlog (standalone ringpostd, batches of 100)"

@@ -4,7 +4,7 @@
 # shared/peers/nats/run.sh), measures the disk's durable-write ceiling, and prints one table:
 # workload, Ringpost msgs/s, NATS msgs/s, ratio, Ringpost p99, NATS p99.
 #
-#   benches/run.sh            full run (about 4 minutes on 2 cores)
+#   benches/run.sh            full run (about 6 minutes on 2 cores)
 #   QUICK=1 benches/run.sh    smoke run (under 5 minutes on 2 cores, once both are built)
 #   OUT=dir benches/run.sh    keep the JSON, logs and latency plots (SVG) in dir
 #   NATS=0 benches/run.sh     Ringpost and the disk only
@@ -86,7 +86,7 @@ memory() { # topic count
     [ -n "$address" ] && break
     sleep 0.1
   done
-  if [ -n "$address" ] && "$BIN" --server "$address" topics --topics "$topics" --messages 1000 \
+  if [ -n "$address" ] && "$BIN" --server "$address" topics --topics "$topics" --messages 1000 --settle-seconds 15 \
       --json "$OUT/$label.json" >"$OUT/$label.txt" 2>"$OUT/$label.log"; then
     echo "   $topics topics: done"
   else

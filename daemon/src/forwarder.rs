@@ -144,7 +144,8 @@ pub struct Forwarder<S: Storage> {
     journals_open_max: Cell<usize>,
     /// When the rate windows of this shard's topics and subscriptions were sampled.
     rate_ticks: RefCell<RateTicks>,
-    /// Requests handled, and their count at the last sweep.
+    /// Requests handled (from clients and from the router, but for stats), and their count at
+    /// the last sweep.
     requests: Cell<u64>,
     requests_at_sweep: Cell<u64>,
     /// Sweeps in a row without a request since the shard was last busy; None once trimmed.
@@ -199,6 +200,11 @@ impl<S: Storage> Forwarder<S> {
     }
 
     pub async fn control(&self, request: ControlRequest) -> Result<ControlOk, Status> {
+        // Creating and deleting topics allocates like any burst; reading the stats does not
+        // count, or watching a quiet daemon would keep it from trimming.
+        if !matches!(request, ControlRequest::Stats) {
+            self.requests.set(self.requests.get() + 1);
+        }
         match request {
             ControlRequest::AttachTopic { topic_id, name, retention_seconds } => {
                 self.attach_topic(topic_id, name, retention_seconds).await

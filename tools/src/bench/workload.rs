@@ -83,6 +83,10 @@ pub struct WorkloadOptions {
     /// Delete the topics and subscriptions made for the run when it ends. A scratch daemon is
     /// removed whole, so there this only costs time.
     pub cleanup: bool,
+    /// Seconds to leave the new topics idle before reading the daemon's resident memory with
+    /// them, so that what the creation burst freed is given back first (a forwarder trims
+    /// malloc's free memory about 12 s after its last request).
+    pub settle_seconds: u64,
 }
 
 impl WorkloadOptions {
@@ -101,6 +105,7 @@ impl WorkloadOptions {
                 Workload::Topics => TOPICS_SUBSCRIBER_THREADS_DEFAULT,
             },
             cleanup: true,
+            settle_seconds: 0,
         }
     }
 
@@ -305,6 +310,13 @@ pub fn run(
             layout.topics.len(),
             layout.targets.len()
         ));
+    }
+    if options.settle_seconds > 0 {
+        log(&format!(
+            "leaving the topics idle for {} s before reading resident memory",
+            options.settle_seconds
+        ));
+        std::thread::sleep(std::time::Duration::from_secs(options.settle_seconds));
     }
     let resident_idle = resident_bytes(server);
     let result = measure(options, &layout, multiplex, stop, progress);

@@ -219,6 +219,10 @@ struct TopicsFlags {
     /// threads the streams are multiplexed over (default 2)
     #[argh(option, default = "workload::TOPICS_SUBSCRIBER_THREADS_DEFAULT")]
     subscriber_threads: usize,
+    /// leave the topics idle this long before reading the daemon's resident memory with them
+    /// (default 0; 15 lets a forwarder give back what the creation burst freed)
+    #[argh(option, default = "0")]
+    settle_seconds: u64,
     /// pin each publisher and subscriber thread to a core, round robin
     #[argh(switch)]
     pin: bool,
@@ -508,6 +512,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
             load.options.window = f.window;
             load.options.topics = f.topics;
             load.options.subscriber_threads = f.subscriber_threads;
+            load.options.settle_seconds = f.settle_seconds;
             load
         }
         Command::Backlog(f) => {
