@@ -62,25 +62,13 @@ point() { # label, ringpost-bench arguments...
   sync; sleep 1
 }
 
+source "$HERE/standalone.sh"
 standalone_point() { # label, ringpost-bench workload arguments...
   local label=$1; shift
-  local directory daemon_pid address=
-  directory=$(mktemp -d "$DATA_PARENT/ringpost-curves.XXXXXX")
-  "$DAEMON" --listen 127.0.0.1:0 --data-dir "$directory" >"$OUT/$label.daemon.log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 100); do
-    address=$( (grep -o 'serving on [0-9.:]*' "$OUT/$label.daemon.log" || true) | cut -d' ' -f3)
-    [ -n "$address" ] && break
-    sleep 0.1
-  done
-  if [ -n "$address" ]; then
-    point "$label" --server "$address" "$@"
-  else
+  # `point` reports its own failures; a failure here is the daemon's.
+  with_standalone_daemon "$DAEMON" "$DATA_PARENT" "$OUT/$label.daemon.log" \
+    point "$label" --server @SERVER@ "$@" ||
     echo "   $label: FAILED: the daemon did not start ($(tail -n 1 "$OUT/$label.daemon.log"))"
-  fi
-  kill "$daemon_pid" 2>/dev/null || true
-  wait "$daemon_pid" 2>/dev/null || true
-  rm -rf "$directory"
 }
 
 if [ "$DRAW" != 1 ]; then

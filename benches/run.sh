@@ -76,25 +76,16 @@ ringpost W5_backlog backlog --messages $W5 --publishers 4 --batch 1000 --infligh
 # without the fixed costs (connections, first heap growth) that a single count would include.
 cargo build --release -q -p ringpost-daemon --manifest-path "$ROOT/Cargo.toml"
 DAEMON=${CARGO_TARGET_DIR:-$ROOT/target}/release/ringpostd
+source "$HERE/standalone.sh"
 memory() { # topic count
-  local topics=$1 label="W4_memory_$1" directory daemon_pid address=
-  directory=$(mktemp -d "$DATA_PARENT/ringpost-memory.XXXXXX")
-  "$DAEMON" --listen 127.0.0.1:0 --data-dir "$directory" >"$OUT/$label.daemon.log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 100); do
-    address=$( (grep -o 'serving on [0-9.:]*' "$OUT/$label.daemon.log" || true) | cut -d' ' -f3)
-    [ -n "$address" ] && break
-    sleep 0.1
-  done
-  if [ -n "$address" ] && "$BIN" --server "$address" topics --topics "$topics" --messages 1000 --settle-seconds 15 \
+  local topics=$1 label="W4_memory_$1"
+  if with_standalone_daemon "$DAEMON" "$DATA_PARENT" "$OUT/$label.daemon.log" \
+      "$BIN" --server @SERVER@ topics --topics "$topics" --messages 1000 --settle-seconds 15 \
       --json "$OUT/$label.json" >"$OUT/$label.txt" 2>"$OUT/$label.log"; then
     echo "   $topics topics: done"
   else
     echo "   $topics topics: FAILED: $(tail -n 1 "$OUT/$label.log" 2>/dev/null || tail -n 1 "$OUT/$label.daemon.log")"
   fi
-  kill "$daemon_pid" 2>/dev/null || true
-  wait "$daemon_pid" 2>/dev/null || true
-  rm -rf "$directory"
 }
 echo "== W4 memory: a standalone ringpostd with idle topics"
 if [ "$QUICK" = 1 ]; then MEMORY_TOPICS="200 $W4_TOPICS"; else MEMORY_TOPICS="1000 5000 $W4_TOPICS"; fi

@@ -9,6 +9,7 @@
 //! Everything here is pure: the caller decides where the documents go.
 
 use super::format::thousands;
+use super::plot::{escape, round_step};
 
 /// One line of a chart: (x, y) points in x order.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,30 +81,6 @@ const COLORS: [&str; 9] =
     ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#17becf"];
 const CEILING_COLOR: &str = "#888888";
 const GRID_COLOR: &str = "#dddddd";
-
-/// Text content and attribute values with the five XML special characters escaped.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
-}
-
-/// A round step for about `target` ticks over `span`: 1, 2 or 5 times a power of ten. Unlike
-/// the latency plot's, the step may be below 1, because a curve may be of small fractions.
-fn tick_step(span: f64, target: f64) -> f64 {
-    let raw = span / target;
-    if !(raw.is_finite() && raw > 0.0) {
-        return 1.0;
-    }
-    let power = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|factor| factor * power)
-        .find(|step| *step >= raw)
-        .unwrap_or(10.0 * power)
-}
 
 /// `value` with at most `decimals` decimals and no trailing zeros: `0.25`, `1.5`, `3`.
 fn trimmed(value: f64, decimals: usize) -> String {
@@ -180,7 +157,7 @@ impl Axis {
         let high = values.iter().copied().fold(0.0, f64::max);
         // All zero: show 0 to 1 rather than divide by an empty range.
         let high = if high > low { high } else { low + 1.0 };
-        let step = tick_step(high - low, LINEAR_TICKS_TARGET);
+        let step = round_step(high - low, LINEAR_TICKS_TARGET);
         let first = (low / step).floor() as i64;
         let last = (high / step).ceil() as i64;
         // Ticks as multiples of the step, not a running sum, so 0.6 is not 0.6000000000000001.
@@ -590,9 +567,9 @@ mod tests {
 
     #[test]
     fn ticks_and_values_are_labelled_compactly() {
-        assert_eq!(tick_step(1000.0, 5.0), 200.0);
-        assert_eq!(tick_step(0.25, 5.0), 0.05);
-        assert_eq!(tick_step(0.0, 5.0), 1.0);
+        assert_eq!(round_step(1000.0, 5.0), 200.0);
+        assert_eq!(round_step(0.25, 5.0), 0.05);
+        assert_eq!(round_step(0.0, 5.0), 1.0);
         assert_eq!(tick_label(64.0), "64");
         assert_eq!(tick_label(100_000.0), "100,000");
         assert_eq!(tick_label(1e6), "1M");

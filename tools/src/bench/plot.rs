@@ -32,7 +32,7 @@ const TICKS_PER_HALF_DISTANCE: u32 = 10;
 const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 
 /// Text content and attribute values with the five XML special characters escaped.
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -40,15 +40,24 @@ fn escape(text: &str) -> String {
         .replace('\'', "&apos;")
 }
 
-/// A round step for about `target` ticks up to `maximum`: 1, 2 or 5 times a power of ten.
-fn tick_step(maximum: f64, target: f64) -> f64 {
-    let raw = (maximum / target).max(1.0);
+/// A round step for about `target` ticks over `span`: 1, 2 or 5 times a power of ten, below 1
+/// too (the scaling curves may be of small fractions); 1 for an empty or broken span.
+pub(super) fn round_step(span: f64, target: f64) -> f64 {
+    let raw = span / target;
+    if !(raw.is_finite() && raw > 0.0) {
+        return 1.0;
+    }
     let power = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0]
         .iter()
         .map(|factor| factor * power)
         .find(|step| *step >= raw)
         .unwrap_or(10.0 * power)
+}
+
+/// A round step for about `target` ticks up to `maximum` microseconds: at least 1.
+fn tick_step(maximum: f64, target: f64) -> f64 {
+    round_step(maximum, target).max(1.0)
 }
 
 /// `99.99%` for decade 4 of 1/(1-p).
