@@ -105,7 +105,8 @@ pub struct SubscriptionEntry {
     pub settings: SubscriptionSettings,
     pub state: RefCell<SubscriptionState>,
     /// The subscription's filter; `None` delivers everything.
-    filter: Option<crate::filter::Filter>,
+    /// Boxed: most subscriptions have none, and an idle one should not carry its room.
+    filter: Option<Box<crate::filter::Filter>>,
     /// Fires when leases end (ack, nack, stream closed), so streams waiting for flow-control
     /// room or for redeliveries look again.
     changed: Notify,
@@ -132,7 +133,10 @@ pub struct Forwarder<S: Storage> {
     next_stream: Cell<u64>,
     storage: S,
     directories: Rc<Directories>,
-    log_config: LogConfig,
+    /// The message logs' configuration, and the journals' (with their files kept open between
+    /// commits, and closed), each shared by every topic of the shard.
+    log_config: Rc<LogConfig>,
+    journal_configs: [Rc<LogConfig>; 2],
     clock: Rc<dyn Clock>,
     topics: RefCell<HashMap<String, Rc<TopicState<S>>>>,
     topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>>>,
@@ -182,7 +186,18 @@ impl<S: Storage> Forwarder<S> {
             next_stream: Cell::new(1),
             storage,
             directories,
-            log_config,
+            journal_configs: [true, false].map(|keep_files_open| {
+                Rc::new(LogConfig {
+                    segment_bytes_initial: 256 * 1024,
+                    segment_bytes_max: JOURNAL_SEGMENT_BYTES_MAX.min(log_config.segment_bytes_max),
+                    // The journal is read only at recovery: keeping its last commits in memory
+                    // would cost every idle topic a few KiB for nothing.
+                    tail_cache_bytes_max: 0,
+                    keep_files_open,
+                    ..log_config.clone()
+                })
+            }),
+            log_config: Rc::new(log_config),
             clock,
             topics: RefCell::default(),
             topics_by_id: RefCell::default(),
@@ -350,16 +365,9 @@ impl<S: Storage> Forwarder<S> {
         .await
         .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}': {error}")))?;
         report_recovery(&name, "messages", &report);
-        let journal_config = LogConfig {
-            segment_bytes_initial: 256 * 1024,
-            segment_bytes_max: JOURNAL_SEGMENT_BYTES_MAX.min(self.log_config.segment_bytes_max),
-            // The journal is read only at recovery: keeping its last commits in memory would
-            // cost every idle topic a few KiB for nothing.
-            tail_cache_bytes_max: 0,
-            // Counted at attach: topics deleted later do not hand their place to later ones.
-            keep_files_open: self.topics_by_id.borrow().len() < self.journals_open_max.get(),
-            ..self.log_config.clone()
-        };
+        // Counted at attach: topics deleted later do not hand their place to later ones.
+        let keep_files_open = self.topics_by_id.borrow().len() < self.journals_open_max.get();
+        let journal_config = self.journal_configs[usize::from(!keep_files_open)].clone();
         let (journal, report) = Log::open(
             self.storage.clone(),
             self.directories.clone(),
@@ -480,9 +488,9 @@ impl<S: Storage> Forwarder<S> {
         let filter = if settings.filter.is_empty() {
             None
         } else {
-            Some(crate::filter::Filter::parse(&settings.filter).map_err(|error| {
+            Some(Box::new(crate::filter::Filter::parse(&settings.filter).map_err(|error| {
                 Status::invalid_argument(format!("filter of subscription '{name}': {error}"))
-            })?)
+            })?))
         };
         let entry = Rc::new(SubscriptionEntry {
             id: subscription_id,
