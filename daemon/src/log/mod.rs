@@ -281,6 +281,7 @@ impl<S: Storage> LogInner<S> {
             self.drop_oldest_cached();
         }
     }
+
     /// The open files of a segment, current copies first; a stale (fenced) copy is still read
     /// as a last resort: what it holds from before it was fenced is checked like everything else.
     fn copy_files(&self, segment_index: usize) -> Vec<(usize, Rc<S::File>)> {
@@ -834,7 +835,6 @@ impl<S: Storage> Log<S> {
         Ok(())
     }
 
-    /// The offset the next committed record will get: every offset below it is durable.
     /// Called once a second: after `TAIL_CACHE_IDLE_SWEEPS` without a commit the log keeps
     /// nothing in memory, so idle topics cost no cached batches.
     pub fn release_idle_cache(&self) {
@@ -851,6 +851,7 @@ impl<S: Storage> Log<S> {
         self.inner.borrow().tail_cache_bytes
     }
 
+    /// The offset the next committed record will get: every offset below it is durable.
     pub fn end_offset(&self) -> u64 {
         self.inner.borrow().next_offset
     }
