@@ -95,26 +95,26 @@ for size in $SIZES; do
   batch=$(( (4 << 20) / size )); [ "$batch" -gt 1000 ] && batch=1000; [ "$batch" -lt 1 ] && batch=1
   messages=$(( SIZE_BYTES / size )); [ "$messages" -gt 2000000 ] && messages=2000000
   [ "$messages" -lt 500 ] && messages=500
-  point "size_$size" --embedded --data-dir "$DATA_PARENT" publish --size "$size" --messages "$messages" \
+  point "size_$size" --embedded publish --size "$size" --messages "$messages" \
     --publishers 4 --batch "$batch" --inflight 4
 done
 
 echo "== publishers (1 KiB, batches of 100, 8 in flight each)"
 for publishers in $PUBLISHERS; do
-  point "publishers_$publishers" --embedded --data-dir "$DATA_PARENT" publish --size 1024 \
+  point "publishers_$publishers" --embedded publish --size 1024 \
     --messages "$PUBLISHER_MESSAGES" --publishers "$publishers" --batch 100 --inflight 8
 done
 
 echo "== topics (one subscription each, requests of 10 messages)"
 for topics in $TOPICS; do
-  point "topics_$topics" --embedded --data-dir "$DATA_PARENT" topics --topics "$topics" \
+  point "topics_$topics" --embedded topics --topics "$topics" \
     --messages "$TOPIC_MESSAGES" --publishers 4
 done
 
 echo "== subscriptions (one topic, each subscription receives every message)"
 for subscriptions in $SUBSCRIPTIONS; do
   messages=$(( DELIVERIES / subscriptions )); [ "$messages" -gt 200000 ] && messages=200000
-  point "subscriptions_$subscriptions" --embedded --data-dir "$DATA_PARENT" fanout \
+  point "subscriptions_$subscriptions" --embedded fanout \
     --subscriptions "$subscriptions" --messages "$messages" --publishers 4
 done
 

@@ -289,6 +289,13 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 loop {
                     glommio::timer::sleep(router::EXPIRATION_CHECK_INTERVAL).await;
                     expirer.expire_subscriptions().await;
+                    match expirer.compact_catalog().await {
+                        Ok(0) => {}
+                        Ok(segments) => {
+                            eprintln!("ringpostd: compacted the catalog: {segments} old segment(s) deleted")
+                        }
+                        Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
+                    }
                 }
             })
             .detach();

@@ -11,7 +11,7 @@
 
 use crate::catalog::{
     entry_records, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
-    TopicRecord,
+    TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest};
 use crate::log::{Directories, Log, LogError};
@@ -20,6 +20,7 @@ use crate::placement::Placement;
 use crate::storage::Storage;
 use crate::sync::{oneshot, Sender};
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
+use glommio::sync::Semaphore;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
@@ -112,7 +113,13 @@ pub struct Router<S: Storage> {
     forwarder_addresses: Vec<String>,
     /// Names being created right now, so two concurrent creates cannot both succeed.
     creating: RefCell<HashSet<String>>,
+    /// Each catalog append holds one unit; compaction takes them all, so that no entry commits
+    /// between its snapshot of the state and its checkpoint (see `catalog::compact`).
+    catalog_gate: Semaphore,
 }
+
+/// Units of `Router::catalog_gate`: more than appends can ever be in flight at once.
+const CATALOG_GATE_UNITS: u64 = u32::MAX as u64;
 
 fn catalog_status(error: LogError) -> Status {
     crate::forwarder::log_error_status(error)
@@ -140,6 +147,7 @@ impl<S: Storage> Router<S> {
             forwarders,
             forwarder_addresses,
             creating: RefCell::default(),
+            catalog_gate: Semaphore::new(CATALOG_GATE_UNITS),
         }
     }
 
@@ -206,9 +214,31 @@ impl<S: Storage> Router<S> {
     }
 
     async fn append(&self, entry: CatalogEntry) -> Result<(), Status> {
+        let _permit = self
+            .catalog_gate
+            .acquire_permit(1)
+            .await
+            .map_err(|error| Status::internal(format!("the catalog is closed: {error}")))?;
         self.catalog_log.append(entry_records(&entry), 1).await.map_err(catalog_status)?;
         self.state.borrow_mut().apply(entry);
         Ok(())
+    }
+
+    /// Compacts the catalog log once it has grown (`CATALOG_COMPACTION_BYTES_MIN`), with every
+    /// other catalog append held back meanwhile. Called once a minute.
+    pub async fn compact_catalog(&self) -> Result<usize, String> {
+        if self.catalog_log.disk_bytes() < CATALOG_COMPACTION_BYTES_MIN {
+            return Ok(0);
+        }
+        let _all = self
+            .catalog_gate
+            .acquire_permit(CATALOG_GATE_UNITS)
+            .await
+            .map_err(|error| format!("the catalog is closed: {error}"))?;
+        let checkpoint = || self.state.borrow().checkpoint_entries();
+        crate::catalog::compact(&self.catalog_log, checkpoint, CATALOG_COMPACTION_BYTES_MIN)
+            .await
+            .map_err(|error| error.to_string())
     }
 
     fn reserve_name(&self, name: &str) -> Result<NameReservation<'_>, Status> {
@@ -621,6 +651,13 @@ impl<S: Storage> Router<S> {
         let mut response = ResyncDirectoryResponse::default();
         self.directories.unfence(index);
         if self.catalog_log.is_stale(index) {
+            // One unit of the gate, like an append: compaction, which deletes segments, waits
+            // for the copy; appends go on beside it.
+            let _permit = self
+                .catalog_gate
+                .acquire_permit(1)
+                .await
+                .map_err(|error| Status::internal(format!("the catalog is closed: {error}")))?;
             response.batches_copied += self.catalog_log.resync_copy(index).await.map_err(catalog_status)?;
             response.logs_resynced += 1;
         }

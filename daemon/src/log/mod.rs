@@ -1608,4 +1608,4 @@ async fn zero_range<S: Storage>(storage: &S, file: &S::File, from: u64, to: u64)
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
