@@ -14,7 +14,7 @@ use ringpost_wire::frame::{encode_frame, Body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,10 +30,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// room (one frame larger than it still goes, alone).
 pub const OUTBOX_BYTES_MAX: usize = 4 << 20;
 
-/// Requests not yet sent, in call order.
+/// Requests not yet sent, in call order: the frames themselves, sent with vectored writes, so
+/// a request's bytes are not copied again on their way to the socket.
 #[derive(Default)]
 struct Outbox {
-    bytes: Vec<u8>,
+    frames: Vec<FrameBuffer>,
+    bytes: usize,
     /// Set when the connection closes: nothing more is sent, and the writer thread ends.
     closed: bool,
 }
@@ -41,27 +43,25 @@ struct Outbox {
 #[derive(Default)]
 struct Writer {
     outbox: Mutex<Outbox>,
-    /// Signals the writer thread that bytes arrived (or the connection closed).
+    /// Signals the writer thread that frames arrived (or the connection closed).
     ready: Condvar,
-    /// Signals callers waiting for room that the writer took the bytes.
+    /// Signals callers waiting for room that the writer took the frames.
     room: Condvar,
 }
 
 impl Writer {
     /// Queues a frame; false if the connection is closed.
-    fn push(&self, frame: &[u8]) -> bool {
+    fn push(&self, frame: FrameBuffer) -> bool {
         let mut outbox = self.outbox.lock().unwrap();
-        while !outbox.closed
-            && !outbox.bytes.is_empty()
-            && outbox.bytes.len() + frame.len() > OUTBOX_BYTES_MAX
-        {
+        while !outbox.closed && outbox.bytes > 0 && outbox.bytes + frame.len() > OUTBOX_BYTES_MAX {
             outbox = self.room.wait(outbox).unwrap();
         }
         if outbox.closed {
             return false;
         }
-        let was_empty = outbox.bytes.is_empty();
-        outbox.bytes.extend_from_slice(frame);
+        let was_empty = outbox.frames.is_empty();
+        outbox.bytes += frame.len();
+        outbox.frames.push(frame);
         drop(outbox);
         if was_empty {
             self.ready.notify_one();
@@ -76,6 +76,26 @@ impl Writer {
     }
 }
 
+/// Buffers one vectored write takes at most (Linux's IOV_MAX).
+const WRITE_SLICES_MAX: usize = 1024;
+
+/// Writes every frame, in order, with as few system calls as the kernel allows.
+fn write_frames(socket: &mut TcpStream, frames: &[FrameBuffer]) -> std::io::Result<()> {
+    for group in frames.chunks(WRITE_SLICES_MAX) {
+        let mut slices: Vec<IoSlice<'_>> = group.iter().map(|frame| IoSlice::new(frame)).collect();
+        let mut left = &mut slices[..];
+        while !left.is_empty() {
+            match socket.write_vectored(left) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(written) => IoSlice::advance_slices(&mut left, written),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The writer thread: sends what gathered in the outbox, in order, until the connection
 /// closes. A failed write closes the connection; the reader thread then fails every request
 /// still waiting, as for any broken connection.
@@ -84,26 +104,23 @@ fn write_requests(mut socket: TcpStream, writer: Arc<Writer>, control: TcpStream
     loop {
         {
             let mut outbox = writer.outbox.lock().unwrap();
-            while outbox.bytes.is_empty() && !outbox.closed {
+            while outbox.frames.is_empty() && !outbox.closed {
                 outbox = writer.ready.wait(outbox).unwrap();
             }
             if outbox.closed {
                 return;
             }
-            std::mem::swap(&mut sending, &mut outbox.bytes);
+            std::mem::swap(&mut sending, &mut outbox.frames);
+            outbox.bytes = 0;
         }
         writer.room.notify_all();
-        if socket.write_all(&sending).is_err() {
+        if write_frames(&mut socket, &sending).is_err() {
             closed.store(true, Ordering::Release);
             let _ = control.shutdown(Shutdown::Both);
             writer.close();
             return;
         }
         sending.clear();
-        // A burst of large requests must not keep a large buffer for good.
-        if sending.capacity() > OUTBOX_BYTES_MAX {
-            sending = Vec::new();
-        }
     }
 }
 
@@ -284,7 +301,7 @@ impl Connection {
         let frame = encode_frame(command, 0, request_id, body);
         let queue = Arc::new(StreamQueue::default());
         self.streams.lock().unwrap().insert(request_id, queue.clone());
-        if self.is_closed() || !self.writer.push(&frame) {
+        if self.is_closed() || !self.writer.push(frame) {
             self.streams.lock().unwrap().remove(&request_id);
             return Err(Error::Closed(self.address.clone()));
         }
@@ -313,7 +330,7 @@ impl Connection {
             self.started.fetch_add(1, Ordering::Relaxed);
             pending.insert(request_id, slot.clone());
         }
-        if !self.writer.push(&frame) {
+        if !self.writer.push(frame) {
             // Whoever removes the request from `pending` counts it as completed: here, or the
             // reader thread when it fails everything that waits on a closed connection.
             if self.pending.lock().unwrap().remove(&request_id).is_some() {
@@ -466,28 +483,43 @@ mod tests {
     /// waiting for room is let go when the writer takes the bytes, and refused once closed.
     #[test]
     fn outbox_keeps_order_bounds_bytes_and_refuses_after_close() {
+        let frame = |bytes: &[u8]| {
+            let mut frame = FrameBuffer::new();
+            frame.extend_from_slice(bytes);
+            frame
+        };
+        let queued = |writer: &Writer| -> Vec<u8> {
+            writer.outbox.lock().unwrap().frames.iter().flat_map(|frame| frame.iter().copied()).collect()
+        };
+        let drain = |writer: &Writer| {
+            let mut outbox = writer.outbox.lock().unwrap();
+            outbox.frames.clear();
+            outbox.bytes = 0;
+        };
         let writer = Arc::new(Writer::default());
-        assert!(writer.push(b"one"));
-        assert!(writer.push(b"two"));
-        assert_eq!(writer.outbox.lock().unwrap().bytes, b"onetwo");
-        writer.outbox.lock().unwrap().bytes.clear();
-        let large = vec![7u8; OUTBOX_BYTES_MAX + 1];
-        assert!(writer.push(&large), "an empty outbox takes a frame of any size");
+        assert!(writer.push(frame(b"one")));
+        assert!(writer.push(frame(b"two")));
+        assert_eq!(queued(&writer), b"onetwo");
+        drain(&writer);
+        assert!(
+            writer.push(frame(&vec![7u8; OUTBOX_BYTES_MAX + 1])),
+            "an empty outbox takes a frame of any size"
+        );
 
         // The outbox is over its bound: the next call waits until the writer drains it.
         let waiting = {
             let writer = writer.clone();
-            std::thread::spawn(move || writer.push(b"three"))
+            std::thread::spawn(move || writer.push(frame(b"three")))
         };
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiting.is_finished(), "a call beyond OUTBOX_BYTES_MAX waits for room");
-        std::mem::take(&mut writer.outbox.lock().unwrap().bytes);
+        drain(&writer);
         writer.room.notify_all();
         assert!(waiting.join().unwrap());
-        assert_eq!(writer.outbox.lock().unwrap().bytes, b"three");
+        assert_eq!(queued(&writer), b"three");
 
         writer.close();
-        assert!(!writer.push(b"four"), "nothing is queued on a closed connection");
+        assert!(!writer.push(frame(b"four")), "nothing is queued on a closed connection");
     }
 
     /// Requests reach the server in call order through the writer thread, and a closed
