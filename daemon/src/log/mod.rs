@@ -42,12 +42,14 @@
 
 pub mod directories;
 pub mod manifest;
+pub mod read_ahead;
 pub mod record;
 
 use crate::storage::{IoBuffer, Storage, StorageFile};
 use crate::sync::{join_all, oneshot, Notify, Sender};
 pub use directories::Directories;
 use manifest::{Manifest, MANIFEST_SLOTS};
+use read_ahead::{Extent, Lookup, ReadAhead, READ_AHEAD_BYTES};
 use record::{BatchError, BatchHeader, BLOCK_BYTES};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -79,6 +81,12 @@ impl TailCacheBudget {
 
     fn over(&self) -> bool {
         self.used_bytes() > self.bytes_max
+    }
+
+    /// Read-ahead may take the budget up to three quarters, so that it never pushes the tail
+    /// caches of busy topics out.
+    fn has_room_to_read_ahead(&self) -> bool {
+        self.used_bytes() + READ_AHEAD_BYTES <= self.bytes_max / 4 * 3
     }
 
     fn charge(&self, bytes: usize) {
@@ -179,6 +187,9 @@ struct BatchRead {
     records: Vec<StoredRecord>,
 }
 
+/// Turns a batch's bytes (validating its checksums if they come from disk) into `BatchRead`.
+type DecodeBatch<'a> = dyn Fn(&[u8], bool) -> Result<BatchRead, String> + 'a;
+
 /// A closed segment, as retention sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentInfo {
@@ -260,6 +271,9 @@ struct LogInner<S: Storage> {
     tail_cache_bytes: usize,
     /// Sweeps since the last commit, up to `TAIL_CACHE_IDLE_SWEEPS`.
     idle_sweeps: u8,
+    /// Extents read ahead for readers going through the log in order; made on the first read
+    /// from disk (boxed: most logs are never read from disk).
+    read_ahead: Option<Box<ReadAhead<<S::File as StorageFile>::Read>>>,
     warned_buffered: bool,
     copies: Vec<CopyState>,
     manifest_sequence: u64,
@@ -282,6 +296,71 @@ impl<S: Storage> LogInner<S> {
         }
     }
 
+    fn has_room_to_read_ahead(&self) -> bool {
+        self.config.tail_cache_budget.as_ref().is_none_or(|budget| budget.has_room_to_read_ahead())
+    }
+
+    fn keep_extent(&mut self, extent: Extent<<S::File as StorageFile>::Read>) {
+        let added = extent.bytes.len();
+        let dropped = self.read_ahead.get_or_insert_with(Default::default).insert(extent);
+        if let Some(budget) = &self.config.tail_cache_budget {
+            budget.charge(added);
+            budget.refund(dropped);
+        }
+    }
+
+    fn drop_read_ahead(&mut self) {
+        if let Some(mut cache) = self.read_ahead.take() {
+            // Nobody may be left waiting on a read whose result has nowhere to go.
+            cache.finish_reading();
+            if let Some(budget) = &self.config.tail_cache_budget {
+                budget.refund(cache.bytes());
+            }
+        }
+    }
+
+    /// The batches to read in one I/O from the batch starting at `base_offset` on: up to
+    /// `READ_AHEAD_BYTES` of them (at least one) that follow each other in its segment, from
+    /// the first current copy. None when there is nothing to read that way: nothing committed
+    /// there, the batch is in the tail cache, or the segment's files are closed.
+    fn plan_extent(&self, base_offset: u64) -> Option<ExtentPlan<S>> {
+        let segment_index =
+            match self.segments.binary_search_by_key(&base_offset, |segment| segment.base_offset) {
+                Ok(index) => index,
+                Err(0) => return None,
+                Err(index) => index - 1,
+            };
+        let segment = &self.segments[segment_index];
+        let first =
+            segment.batches.binary_search_by_key(&base_offset, |entry| entry.header.base_offset).ok()?;
+        let cached_from = self.tail_cache.front().map_or(u64::MAX, |(base, _)| *base);
+        let position = segment.batches[first].position;
+        let mut batches = Vec::new();
+        let mut bytes = 0usize;
+        for entry in &segment.batches[first..] {
+            let follows = entry.position == position + bytes as u64;
+            let fits = batches.is_empty() || bytes + entry.header.disk_bytes() <= READ_AHEAD_BYTES;
+            if entry.header.base_offset >= cached_from || !follows || !fits {
+                break;
+            }
+            batches.push(*entry);
+            bytes += entry.header.disk_bytes();
+        }
+        let (_, file) = self
+            .copy_files(segment_index)
+            .into_iter()
+            .find(|(copy, _)| self.copies[*copy] == CopyState::Current)?;
+        Some(ExtentPlan {
+            file,
+            log_id: self.log_id,
+            segment_base: segment.base_offset,
+            position,
+            bytes,
+            end_offset: batches.last()?.header.end_offset(),
+            batches,
+        })
+    }
+
     /// The open files of a segment, current copies first; a stale (fenced) copy is still read
     /// as a last resort: what it holds from before it was fenced is checked like everything else.
     fn copy_files(&self, segment_index: usize) -> Vec<(usize, Rc<S::File>)> {
@@ -300,6 +379,46 @@ impl<S: Storage> Drop for LogInner<S> {
     /// A deleted topic's log gives its cached bytes back to the shard's budget.
     fn drop(&mut self) {
         self.drop_tail_cache();
+        self.drop_read_ahead();
+    }
+}
+
+/// One read of whole batches, planned while the log is borrowed and done after.
+struct ExtentPlan<S: Storage> {
+    file: Rc<S::File>,
+    log_id: u64,
+    segment_base: u64,
+    position: u64,
+    bytes: usize,
+    end_offset: u64,
+    batches: Vec<BatchEntry>,
+}
+
+impl<S: Storage> ExtentPlan<S> {
+    /// Reads the extent and validates every batch in it, as a batch read alone is. None if the
+    /// read or any check fails: the reader then reads batch by batch, copy by copy, which
+    /// reports the damage and repairs it from another copy.
+    async fn read(self) -> Option<Extent<<S::File as StorageFile>::Read>> {
+        let bytes = self.file.read_at(self.position, self.bytes).await.ok()?;
+        if bytes.len() < self.bytes {
+            return None;
+        }
+        for entry in &self.batches {
+            let batch = &bytes[(entry.position - self.position) as usize..];
+            let header =
+                record::decode_batch_header(batch, self.log_id, self.segment_base, entry.position).ok()?;
+            if header != entry.header {
+                return None;
+            }
+            record::decode_batch_checked(batch, self.log_id, &header, true).ok()?;
+        }
+        Some(Extent {
+            segment_base: self.segment_base,
+            position: self.position,
+            base_offset: self.batches.first()?.header.base_offset,
+            end_offset: self.end_offset,
+            bytes: Rc::new(bytes),
+        })
     }
 }
 
@@ -594,6 +713,7 @@ impl<S: Storage> Log<S> {
                 tail_cache: VecDeque::new(),
                 tail_cache_bytes: 0,
                 idle_sweeps: 0,
+                read_ahead: None,
                 warned_buffered: report.buffered_io_warning,
                 copies: vec![CopyState::Current; copies],
                 manifest_sequence: manifest.sequence,
@@ -837,6 +957,7 @@ impl<S: Storage> Log<S> {
 
     /// Called once a second: after `TAIL_CACHE_IDLE_SWEEPS` without a commit the log keeps
     /// nothing in memory, so idle topics cost no cached batches.
+    /// Extents read ahead go as soon as a sweep finds that no reader used them since the last.
     pub fn release_idle_cache(&self) {
         let mut inner = self.inner.borrow_mut();
         if inner.idle_sweeps < TAIL_CACHE_IDLE_SWEEPS {
@@ -844,11 +965,19 @@ impl<S: Storage> Log<S> {
         } else if !inner.tail_cache.is_empty() {
             inner.drop_tail_cache();
         }
+        if inner.read_ahead.as_mut().is_some_and(|cache| cache.idle_since_last_sweep()) {
+            inner.drop_read_ahead();
+        }
     }
 
     /// Bytes of batches this log keeps in memory for readers.
     pub fn tail_cache_bytes(&self) -> usize {
         self.inner.borrow().tail_cache_bytes
+    }
+
+    /// Bytes of extents this log keeps read ahead.
+    pub fn read_ahead_bytes(&self) -> usize {
+        self.inner.borrow().read_ahead.as_ref().map_or(0, |cache| cache.bytes())
     }
 
     /// The offset the next committed record will get: every offset below it is durable.
@@ -1299,6 +1428,9 @@ impl<S: Storage> Log<S> {
         if let Some(buffer) = cached {
             return decode(buffer.bytes(), false).map_err(LogError::DataLoss);
         }
+        if let Some(read) = self.read_from_extents(segment_base, entry, &decode).await {
+            return read;
+        }
         let files = if files.is_empty() && self.segment_is_closed(segment_index) {
             self.ensure_open(segment_index).await?;
             self.inner.borrow().copy_files(segment_index)
@@ -1330,6 +1462,78 @@ impl<S: Storage> Log<S> {
             }
         }
         Err(LogError::DataLoss(last_error))
+    }
+
+    /// The batch from the extents read ahead, reading an extent from it on when there is none;
+    /// and once a reader is in the newest extent, the next one is read in the background. None
+    /// when the batch cannot be read that way: the caller reads it alone, copy by copy.
+    async fn read_from_extents(
+        &self,
+        segment_base: u64,
+        entry: BatchEntry,
+        decode: &DecodeBatch<'_>,
+    ) -> Option<Result<BatchRead, LogError>> {
+        let offset = entry.header.base_offset;
+        loop {
+            let lookup = match self.inner.borrow_mut().read_ahead.as_mut() {
+                Some(cache) => cache.lookup(segment_base, entry.position, offset),
+                None => Lookup::Miss,
+            };
+            match lookup {
+                Lookup::Hit { bytes, start, newest } => {
+                    if newest {
+                        self.start_read_ahead();
+                    }
+                    // Validated when it was read: the checksums are not computed again.
+                    return Some(decode(&bytes[start..], false).map_err(LogError::DataLoss));
+                }
+                Lookup::Pending(arrived) => arrived.await,
+                Lookup::Miss => break,
+            }
+        }
+        let plan = {
+            let inner = self.inner.borrow();
+            if !inner.has_room_to_read_ahead() {
+                return None;
+            }
+            inner.plan_extent(offset)?
+        };
+        let extent = plan.read().await?;
+        let start = (entry.position - extent.position) as usize;
+        let read = decode(&extent.bytes[start..], false).map_err(LogError::DataLoss);
+        self.inner.borrow_mut().keep_extent(extent);
+        self.start_read_ahead();
+        Some(read)
+    }
+
+    /// Reads the extent after the newest one kept, in a task of its own, unless one is being
+    /// read, the batches are in the tail cache, or the shard's cache budget is short.
+    fn start_read_ahead(&self) {
+        let plan = {
+            let mut inner = self.inner.borrow_mut();
+            if !inner.has_room_to_read_ahead() {
+                return;
+            }
+            let Some(next) = inner.read_ahead.as_ref().and_then(|cache| cache.next_to_read()) else { return };
+            if next >= inner.next_offset {
+                return;
+            }
+            let Some(plan) = inner.plan_extent(next) else { return };
+            inner.read_ahead.as_mut().unwrap().start_reading(next, plan.end_offset);
+            plan
+        };
+        let log = self.clone();
+        glommio::spawn_local(async move {
+            let extent = plan.read().await;
+            let mut inner = log.inner.borrow_mut();
+            if inner.read_ahead.is_some() {
+                if let Some(extent) = extent {
+                    inner.keep_extent(extent);
+                }
+                inner.read_ahead.as_mut().unwrap().finish_reading();
+            }
+        })
+        .detach();
     }
 
     /// Brings this log's copy in data directory `copy` up to date after the directory was

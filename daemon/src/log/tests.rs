@@ -755,3 +755,61 @@ fn tail_caches_share_a_budget_and_idle_logs_empty_theirs() {
         assert_eq!(budget.used_bytes(), before - dropped, "a dropped log gives its bytes back");
     });
 }
+
+/// A reader going through the log in order reads each batch from disk once, in extents read
+/// ahead of it, rather than the whole batch again for every pull; the extents stay bounded, and
+/// go once a sweep finds no reader used them.
+#[test]
+fn an_ordered_reader_reads_each_batch_once_through_extents_read_ahead() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(1), small_config()).await.unwrap();
+        // Batches of 10 records, and pulls of 3: each batch is taken in several pulls.
+        for batch in 0..60u64 {
+            let payloads: Vec<Vec<u8>> = (batch * 10..batch * 10 + 10).map(payload).collect();
+            log.append(records_for(&payloads), 10).await.unwrap();
+        }
+        let segments = log.closed_segments().len() + 1;
+        let reads_before = disk.read_count();
+        let mut records = Vec::new();
+        for from in (0..600u64).step_by(3) {
+            let offsets: Vec<u64> = (from..from + 3).collect();
+            records.extend(log.read_offsets(&offsets).await.unwrap());
+            let bound = read_ahead::READ_AHEAD_EXTENTS_MAX * small_config().segment_bytes_max as usize;
+            assert!(log.read_ahead_bytes() <= bound, "{} bytes read ahead", log.read_ahead_bytes());
+        }
+        check_payloads(&records, 600);
+        // An extent ends where its segment does: one read per segment, not one per pull (200).
+        let reads = disk.read_count() - reads_before;
+        assert!(reads <= segments as u64, "{reads} reads for {segments} segments");
+        assert!(log.read_ahead_bytes() > 0);
+        log.release_idle_cache();
+        assert!(log.read_ahead_bytes() > 0, "used since the last sweep");
+        log.release_idle_cache();
+        assert_eq!(log.read_ahead_bytes(), 0);
+    });
+}
+
+/// Rot inside an extent read ahead is never served: the extent fails its checks as a whole, the
+/// reader falls back to reading the batch copy by copy, and the bad copy is repaired.
+#[test]
+fn rot_inside_an_extent_is_read_from_another_copy_and_repaired() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(3);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        for batch in 0..10u64 {
+            let payloads: Vec<Vec<u8>> = (batch * 10..batch * 10 + 10).map(payload).collect();
+            log.append(records_for(&payloads), 10).await.unwrap();
+        }
+        disk.flip_bit(&segment_path(0, 0), 4096 * 5 + 70, 2);
+        let mut records = Vec::new();
+        for from in (0..100u64).step_by(3) {
+            let offsets: Vec<u64> = (from..(from + 3).min(100)).collect();
+            records.extend(log.read_offsets(&offsets).await.unwrap());
+        }
+        check_payloads(&records, 100);
+        assert!(dirs.repairs() >= 1);
+        assert_eq!(copy_bytes(&disk, 0, 0), copy_bytes(&disk, 1, 0), "copy 0 was repaired from a good copy");
+    });
+}

@@ -193,6 +193,9 @@ impl SimDisk {
     pub fn sync_count(&self) -> u64 {
         self.state.borrow().syncs
     }
+    pub fn read_count(&self) -> u64 {
+        self.state.borrow().reads
+    }
 
     /// Flips one bit of a file, at rest (both images).
     pub fn flip_bit(&self, path: &Path, byte: usize, bit: u8) {
