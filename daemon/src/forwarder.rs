@@ -833,10 +833,13 @@ impl<S: Storage> Forwarder<S> {
         let mut response = AckResponse::default();
         let mut offsets = Vec::new();
         {
-            let state = subscription.state.borrow();
+            let mut state = subscription.state.borrow_mut();
             for ack_id in request.ack_ids.iter() {
                 match state.check_ack(ack_id.as_str()) {
-                    Ok(Some(offset)) => offsets.push(offset),
+                    Ok(Some(offset)) => {
+                        state.leave_window(offset);
+                        offsets.push(offset);
+                    }
                     Ok(None) => {}
                     Err(refusal) => response.invalid_ack_ids.push(InvalidAckId {
                         ack_id: ack_id.as_str().chars().take(ACK_ID_BYTES_MAX).collect(),
@@ -848,6 +851,8 @@ impl<S: Storage> Forwarder<S> {
         if offsets.is_empty() {
             return Ok(response);
         }
+        // The stream may send more while the acknowledgements become durable.
+        subscription.changed.notify_all();
         offsets.sort_unstable();
         offsets.dedup();
         // Durable first: an acknowledgement confirmed to the subscriber never comes back.

@@ -634,6 +634,25 @@ impl SubscriptionState {
         }
     }
 
+    /// The subscriber acknowledged the message (an ack id `check_ack` accepted): it stops
+    /// counting against its stream's flow-control window at once, while the acknowledgement is
+    /// made durable. Flow control bounds what the subscriber holds, and it holds this no more;
+    /// waiting for the journal's fdatasync as well would leave the stream idle for it. The lease
+    /// itself stays until `apply_ack`: if the journal fails, it expires and the message is
+    /// delivered again.
+    pub fn leave_window(&mut self, offset: u64) {
+        let Some(lease) = self.leases.get_mut(&offset) else { return };
+        if lease.stream == 0 {
+            return;
+        }
+        if let Some(load) = self.streams.get_mut(&lease.stream) {
+            load.messages = load.messages.saturating_sub(1);
+            load.bytes = load.bytes.saturating_sub(lease.bytes);
+        }
+        lease.stream = 0;
+        lease.bytes = 0;
+    }
+
     /// Applies a durable acknowledgement.
     pub fn apply_ack(&mut self, offset: u64) {
         if offset < self.start_offset {
@@ -728,6 +747,35 @@ mod tests {
         assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(11, 2), (12, 2)]);
         assert_eq!(state.check_ack(&ack_id(&state, &first[1])), Err(AckRefusal::Expired));
         assert_eq!(state.ack_floor(), 11);
+    }
+
+    #[test]
+    fn an_acknowledgement_frees_the_window_at_once_and_the_lease_once_durable() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(3, 0, DEADLINE);
+        let stream = 7;
+        let deliveries = state.pull_for(now, 3, 3, stream, DEADLINE);
+        for delivery in &deliveries {
+            state.account(delivery.offset, 100);
+        }
+        assert_eq!((state.stream_load(stream).messages, state.stream_load(stream).bytes), (3, 300));
+        let id = ack_id(&state, &deliveries[0]);
+        assert_eq!(state.check_ack(&id), Ok(Some(0)));
+        state.leave_window(0);
+        state.leave_window(0);
+        assert_eq!((state.stream_load(stream).messages, state.stream_load(stream).bytes), (2, 200));
+        // Until the acknowledgement is durable the lease holds: nothing is delivered again, and
+        // a journal that failed would let it expire and be delivered again.
+        assert!(state.pull(now, 5, 3).is_empty());
+        state.apply_ack(0);
+        assert_eq!(state.stream_load(stream).messages, 2, "counted once");
+        // A stream that closes gives back only what its subscriber still held.
+        let id = ack_id(&state, &deliveries[1]);
+        assert_eq!(state.check_ack(&id), Ok(Some(1)));
+        state.leave_window(1);
+        state.close_stream(stream);
+        let again = state.pull(now, 5, 3);
+        assert_eq!(again.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![2]);
     }
 
     #[test]
