@@ -667,12 +667,7 @@ impl<S: Storage> Forwarder<S> {
                         }
                     };
                 if !response.received_messages.is_empty() {
-                    let frame = ringpost_wire::encode_frame(
-                        header.command,
-                        ringpost_wire::frame::FLAG_RESPONSE | ringpost_wire::frame::FLAG_MORE,
-                        header.request_id,
-                        &response,
-                    );
+                    let frame = respond_pull(header, &response, ringpost_wire::frame::FLAG_MORE);
                     if !responder.send_more(frame).await {
                         break;
                     }
@@ -1270,6 +1265,18 @@ pub fn directory_status(directories: &Directories) -> Vec<DirectoryStatus> {
         .collect()
 }
 
+/// A pull's response frame, encoded into a buffer sized for it (a megabyte of messages would
+/// otherwise be copied at every doubling of the buffer).
+fn respond_pull(header: &FrameHeader, response: &PullResponse, more: u16) -> FrameBuffer {
+    ringpost_wire::encode_frame_sized(
+        header.command,
+        ringpost_wire::frame::FLAG_RESPONSE | more,
+        header.request_id,
+        response,
+        FRAME_HEADER_BYTES + response.encoded_bytes_estimate(),
+    )
+}
+
 fn check_ack_id_count(count: usize) -> Result<(), Status> {
     if count == 0 || count > ACK_IDS_PER_REQUEST_MAX {
         return Err(Status::invalid_argument(format!(
@@ -1319,7 +1326,7 @@ impl<S: Storage> Handler for Forwarder<S> {
             Some(Command::StreamingPull) => self.streaming_pull(&header, &body, responder).await,
             Some(Command::Hello) => Ok(crate::router::hello_response(&header)),
             Some(Command::Publish) => self.publish(&body).await.map(|response| respond(&header, &response)),
-            Some(Command::Pull) => self.pull(&body).await.map(|response| respond(&header, &response)),
+            Some(Command::Pull) => self.pull(&body).await.map(|response| respond_pull(&header, &response, 0)),
             Some(Command::Acknowledge) => {
                 self.acknowledge(&body).await.map(|response| respond(&header, &response))
             }

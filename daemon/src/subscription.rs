@@ -174,8 +174,16 @@ pub struct AckId {
 }
 
 impl AckId {
+    /// The same text as `format!("{:x}.{:x}.{:x}", ...)`, which cost a streaming pull 5% of
+    /// its time: one is made for every message delivered.
     pub fn encode(&self) -> String {
-        format!("{:x}.{:x}.{:x}", self.subscription_id, self.offset, self.generation)
+        let mut text = String::with_capacity(16 + 1 + 16 + 1 + 8);
+        push_hex(&mut text, self.subscription_id);
+        text.push('.');
+        push_hex(&mut text, self.offset);
+        text.push('.');
+        push_hex(&mut text, self.generation as u64);
+        text
     }
 
     pub fn parse(text: &str) -> Option<AckId> {
@@ -190,6 +198,25 @@ impl AckId {
             return None;
         }
         Some(AckId { subscription_id, offset, generation })
+    }
+}
+
+/// Appends `value` in lowercase hexadecimal, without leading zeros.
+fn push_hex(text: &mut String, value: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut start = digits.len();
+    let mut rest = value;
+    loop {
+        start -= 1;
+        digits[start] = DIGITS[(rest & 15) as usize];
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    for digit in &digits[start..] {
+        text.push(*digit as char);
     }
 }
 
@@ -698,6 +725,18 @@ mod tests {
 
     fn ack_id(state: &SubscriptionState, delivery: &Delivery) -> String {
         AckId { subscription_id: state.id, offset: delivery.offset, generation: delivery.generation }.encode()
+    }
+
+    #[test]
+    fn ack_ids_are_lowercase_hex_and_parse_back() {
+        for (subscription_id, offset, generation) in
+            [(0, 0, 0), (1, 15, 16), (0xabc, 0x1_0000_0000, 7), (u64::MAX, u64::MAX, u32::MAX)]
+        {
+            let ack_id = AckId { subscription_id, offset, generation };
+            let text = ack_id.encode();
+            assert_eq!(text, format!("{subscription_id:x}.{offset:x}.{generation:x}"));
+            assert_eq!(AckId::parse(&text), Some(ack_id));
+        }
     }
 
     #[test]

@@ -103,7 +103,22 @@ impl<T> Body for T where
 
 /// Builds a whole frame (header and body) in one aligned buffer, ready to write to a socket.
 pub fn encode_frame<T: Body>(command: u16, flags: u16, request_id: u64, body: &T) -> FrameBuffer {
-    let mut buffer = FrameBuffer::with_capacity(256);
+    encode_frame_sized(command, flags, request_id, body, 256)
+}
+
+/// `encode_frame` into a buffer of `capacity` bytes to start with: a large body (a pull's
+/// messages) sized close to its encoding is written once, instead of copied at every doubling
+/// of a buffer that started small.
+pub fn encode_frame_sized<T: Body>(
+    command: u16,
+    flags: u16,
+    request_id: u64,
+    body: &T,
+    capacity: usize,
+) -> FrameBuffer {
+    let mut buffer = FrameBuffer::with_capacity(
+        capacity.clamp(FRAME_HEADER_BYTES, FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX),
+    );
     buffer.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
     let mut buffer = rkyv::api::high::to_bytes_in::<_, rancor::Error>(body, buffer)
         .expect("serializing into memory cannot fail");

@@ -9,8 +9,8 @@ use ringpost_wire::frame::{decode_error, Body, FLAGS_KNOWN, FLAG_ERROR, FLAG_RES
 use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
 use ringpost_wire::{
-    access_body, encode_error, encode_frame, Command, ErrorCode, Frame, FrameBuffer, FrameError, FrameHeader,
-    FrameSplitter, Status,
+    access_body, encode_error, encode_frame, encode_frame_sized, Command, ErrorCode, Frame, FrameBuffer,
+    FrameError, FrameHeader, FrameSplitter, Status,
 };
 use rkyv::api::high::{HighDeserializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
@@ -351,6 +351,26 @@ mod tables {
 
 mod round_trips {
     use super::*;
+
+    /// A pull's estimate covers its encoding, so the frame is written into one buffer without
+    /// growing it; and a sized frame is the same bytes as an unsized one.
+    #[test]
+    fn a_pull_response_estimate_covers_its_encoding() {
+        for count in [0u64, 1, 7, 1000] {
+            let mut response = PullResponse { received_messages: (0..count).map(sample_received).collect() };
+            for message in response.received_messages.iter_mut().step_by(3) {
+                message.data = vec![7; 1024];
+                message.attributes.push(attribute("region", "europe-west1"));
+            }
+            let frame = encode_frame(Command::Pull.code(), FLAG_RESPONSE, 9, &response);
+            let estimate = FRAME_HEADER_BYTES + response.encoded_bytes_estimate();
+            assert!(estimate >= frame.len(), "{count} messages: estimate {estimate} < {}", frame.len());
+            assert!(estimate <= frame.len() * 2 + 64, "{count} messages: estimate {estimate} is far off");
+            let sized = encode_frame_sized(Command::Pull.code(), FLAG_RESPONSE, 9, &response, estimate);
+            assert_eq!(&sized[..], &frame[..]);
+            assert_eq!(sized.capacity(), estimate.max(FRAME_HEADER_BYTES), "never grown");
+        }
+    }
 
     #[test]
     fn header_encode_decode() {
