@@ -1,9 +1,12 @@
 //! Measures a data directory's own durable-write ceiling.
 //!
-//! The daemon makes a message durable by writing it into a pre-written log segment with an
-//! O_DIRECT write and then issuing fdatasync, both through io_uring. This module repeats exactly
-//! that pattern against a scratch file in the data directory, so the figures it reports are the
-//! ceiling the daemon can reach on that disk rather than a page-cache number.
+//! The daemon makes a message durable by writing it into a log segment with an O_DIRECT write
+//! and then issuing fdatasync, both through io_uring. This module repeats that pattern against
+//! a scratch file in the data directory, so the figures it reports are the disk's ceiling for
+//! it rather than a page-cache number. It writes over blocks written once before, the disk's
+//! best case; the daemon's segments are only fallocated, so its small commits also pay for
+//! converting unwritten extents (on this machine a 4 KiB commit measured 100 µs of write and
+//! 113 µs of fdatasync inside the daemon, against 94 µs for both here).
 
 use std::alloc::{self, Layout};
 use std::fs::{self, File, OpenOptions};
@@ -287,7 +290,7 @@ fn open_scratch(path: &Path, block_bytes: usize) -> io::Result<(File, bool)> {
 ///
 /// fdatasync after writing into space that is only fallocated has to convert unwritten extents
 /// and commit metadata, which costs about three times as much as overwriting written blocks.
-/// The daemon pre-writes its segments, so the measurement must too.
+/// The ceiling is the best case, so the measurement overwrites written blocks.
 fn prewrite(
     ring: &mut IoUring,
     fd: types::Fd,
