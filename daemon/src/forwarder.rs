@@ -709,8 +709,8 @@ impl<S: Storage> Forwarder<S> {
                 return Err(log_error_status(error));
             }
         };
-        let mut by_offset: HashMap<u64, crate::log::StoredRecord> =
-            records.into_iter().map(|record| (record.offset, record)).collect();
+        // Both are in offset order: walk them together.
+        let mut records = records.into_iter().peekable();
         let mut response = PullResponse::default();
         let mut filtered_out = Vec::new();
         let mut bytes = 0usize;
@@ -718,7 +718,8 @@ impl<S: Storage> Forwarder<S> {
         {
             let mut state = subscription.state.borrow_mut();
             for delivery in deliveries {
-                let Some(record) = by_offset.remove(&delivery.offset) else {
+                while records.next_if(|record| record.offset < delivery.offset).is_some() {}
+                let Some(record) = records.next_if(|record| record.offset == delivery.offset) else {
                     // Below the log's start: removed by retention. Nothing to deliver.
                     state.apply_ack(delivery.offset);
                     continue;

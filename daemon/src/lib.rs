@@ -13,6 +13,7 @@ pub mod forwarder;
 pub mod journal;
 pub mod log;
 pub mod net;
+pub mod offset_map;
 pub mod placement;
 pub mod process;
 pub mod rate;

@@ -16,6 +16,7 @@
 //! - an offset is leased at most once at a time;
 //! - `cursor - floor` never exceeds `unacked_window_max`, which bounds every structure here.
 
+use crate::offset_map::OffsetMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -262,14 +263,14 @@ pub struct SubscriptionState {
     pub start_offset: u64,
     acked: AckSet,
     cursor: u64,
-    leases: HashMap<u64, Lease, OffsetHasher>,
+    leases: OffsetMap<Lease>,
     deadlines: BinaryHeap<Reverse<(Instant, u64, u32)>>,
     redeliver: BTreeSet<u64>,
     /// Failed messages waiting out their retry backoff: (eligible at, offset).
     backing_off: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Messages that used up their delivery attempts, for the forwarder to dead-letter.
     dead_letters: BTreeSet<u64>,
-    attempts: HashMap<u64, u32, OffsetHasher>,
+    attempts: OffsetMap<u32>,
     next_generation: u32,
     pub ack_deadline: Duration,
     pub policy: DeliveryPolicy,
@@ -289,12 +290,12 @@ impl SubscriptionState {
             start_offset,
             acked: AckSet::new(start_offset),
             cursor: start_offset,
-            leases: HashMap::default(),
+            leases: OffsetMap::new(),
             deadlines: BinaryHeap::new(),
             redeliver: BTreeSet::new(),
             backing_off: BinaryHeap::new(),
             dead_letters: BTreeSet::new(),
-            attempts: HashMap::default(),
+            attempts: OffsetMap::new(),
             next_generation: 1,
             ack_deadline,
             policy: DeliveryPolicy::default(),
@@ -335,14 +336,14 @@ impl SubscriptionState {
         }
         self.acked.raise_floor(offset);
         self.cursor = self.cursor.max(offset);
-        let gone: Vec<u64> = self.leases.keys().copied().filter(|leased| *leased < offset).collect();
+        let gone: Vec<u64> = self.leases.keys().filter(|leased| *leased < offset).collect();
         for leased in gone {
             self.end_lease(leased);
         }
         self.redeliver = self.redeliver.split_off(&offset);
         self.dead_letters = self.dead_letters.split_off(&offset);
         self.backing_off.retain(|Reverse((_, waiting))| *waiting >= offset);
-        self.attempts.retain(|leased, _| *leased >= offset);
+        self.attempts.retain(|leased, _| leased >= offset);
         if let Some(keys) = &self.keys {
             let forgotten: Vec<u64> = keys.key_of.keys().copied().filter(|keyed| *keyed < offset).collect();
             for keyed in forgotten {
@@ -353,7 +354,7 @@ impl SubscriptionState {
 
     /// Ends a lease, giving its stream back the capacity it used.
     fn end_lease(&mut self, offset: u64) -> Option<Lease> {
-        let lease = self.leases.remove(&offset)?;
+        let lease = self.leases.remove(offset)?;
         if lease.stream != 0 {
             if let Some(load) = self.streams.get_mut(&lease.stream) {
                 load.messages = load.messages.saturating_sub(1);
@@ -365,7 +366,7 @@ impl SubscriptionState {
 
     /// A delivery failed (nack or expired deadline): back off, dead-letter, or redeliver.
     fn fail(&mut self, offset: u64, now: Instant) {
-        let attempts = self.attempts.get(&offset).copied().unwrap_or(0);
+        let attempts = self.attempts.get(offset).copied().unwrap_or(0);
         if self.policy.max_delivery_attempts.is_some_and(|max| attempts >= max) {
             self.dead_letters.insert(offset);
             return;
@@ -433,7 +434,7 @@ impl SubscriptionState {
 
     /// Records the size of a leased message against its stream's flow control.
     pub fn account(&mut self, offset: u64, bytes: u64) {
-        if let Some(lease) = self.leases.get_mut(&offset) {
+        if let Some(lease) = self.leases.get_mut(offset) {
             lease.bytes = bytes;
             if lease.stream != 0 {
                 let load = self.streams.entry(lease.stream).or_default();
@@ -458,10 +459,10 @@ impl SubscriptionState {
             .leases
             .iter()
             .filter(|(_, lease)| lease.stream == stream)
-            .map(|(o, l)| (*o, l.generation))
+            .map(|(o, l)| (o, l.generation))
             .collect();
         for (offset, generation) in leased {
-            let attempt = self.attempts.get(&offset).copied().unwrap_or(1);
+            let attempt = self.attempts.get(offset).copied().unwrap_or(1);
             self.release(Delivery { offset, attempt, generation });
         }
         self.streams.remove(&stream);
@@ -487,12 +488,14 @@ impl SubscriptionState {
         }
         self.leases.insert(offset, Lease { deadline, generation: 0, stream: 0, bytes: 0 });
         self.deadlines.push(Reverse((deadline, offset, 0)));
-        self.attempts.entry(offset).or_insert(1);
+        if !self.attempts.contains_key(offset) {
+            self.attempts.insert(offset, 1);
+        }
     }
 
     /// Current leases and when they end, for a journal checkpoint.
     pub fn leases(&self) -> impl Iterator<Item = (u64, Instant)> + '_ {
-        self.leases.iter().map(|(offset, lease)| (*offset, lease.deadline))
+        self.leases.iter().map(|(offset, lease)| (offset, lease.deadline))
     }
 
     /// A dead-letter publish failed: the message waits to be dead-lettered again.
@@ -504,7 +507,7 @@ impl SubscriptionState {
 
     /// Delivery attempts made so far for an offset.
     pub fn attempts(&self, offset: u64) -> u32 {
-        self.attempts.get(&offset).copied().unwrap_or(0)
+        self.attempts.get(offset).copied().unwrap_or(0)
     }
 
     /// Seek: everything below `offset` counts as acknowledged and everything from it on as not,
@@ -513,7 +516,7 @@ impl SubscriptionState {
         self.start_offset = self.start_offset.min(offset);
         self.acked = AckSet::new(offset);
         self.cursor = offset;
-        let leased: Vec<u64> = self.leases.keys().copied().collect();
+        let leased: Vec<u64> = self.leases.keys().collect();
         for leased in leased {
             self.end_lease(leased);
         }
@@ -532,7 +535,7 @@ impl SubscriptionState {
                 break;
             }
             self.deadlines.pop();
-            if let Some(lease) = self.leases.get(&offset) {
+            if let Some(lease) = self.leases.get(offset) {
                 if lease.generation == generation && lease.deadline <= now {
                     self.end_lease(offset);
                     self.fail(offset, now);
@@ -555,7 +558,7 @@ impl SubscriptionState {
             self.deadlines = self
                 .leases
                 .iter()
-                .map(|(offset, lease)| Reverse((lease.deadline, *offset, lease.generation)))
+                .map(|(offset, lease)| Reverse((lease.deadline, offset, lease.generation)))
                 .collect();
         }
     }
@@ -590,7 +593,7 @@ impl SubscriptionState {
         let mut deliveries = Vec::new();
         while deliveries.len() < max {
             let Some(offset) = self.redeliver.pop_first() else { break };
-            if self.acked.contains(offset) || self.leases.contains_key(&offset) {
+            if self.acked.contains(offset) || self.leases.contains_key(offset) {
                 continue;
             }
             deliveries.push(self.lease(offset, now, stream, lease));
@@ -601,7 +604,7 @@ impl SubscriptionState {
             }
             let offset = self.cursor;
             self.cursor += 1;
-            if self.acked.contains(offset) || self.leases.contains_key(&offset) {
+            if self.acked.contains(offset) || self.leases.contains_key(offset) {
                 continue;
             }
             deliveries.push(self.lease(offset, now, stream, lease));
@@ -618,17 +621,17 @@ impl SubscriptionState {
             self.streams.entry(stream).or_default().messages += 1;
         }
         self.deadlines.push(Reverse((deadline, offset, generation)));
-        let attempt = self.attempts.entry(offset).or_insert(0);
-        *attempt += 1;
+        let attempt = self.attempts.get(offset).copied().unwrap_or(0) + 1;
+        self.attempts.insert(offset, attempt);
         self.delivered_total += 1;
-        Delivery { offset, attempt: *attempt, generation }
+        Delivery { offset, attempt, generation }
     }
 
     /// Gives back a delivery that never reached the subscriber (its response did not fit).
     pub fn release(&mut self, delivery: Delivery) {
-        if self.leases.get(&delivery.offset).is_some_and(|lease| lease.generation == delivery.generation) {
+        if self.leases.get(delivery.offset).is_some_and(|lease| lease.generation == delivery.generation) {
             self.end_lease(delivery.offset);
-            if let Some(attempt) = self.attempts.get_mut(&delivery.offset) {
+            if let Some(attempt) = self.attempts.get_mut(delivery.offset) {
                 *attempt = attempt.saturating_sub(1);
             }
             self.delivered_total -= 1;
@@ -649,7 +652,7 @@ impl SubscriptionState {
         if self.acked.contains(ack_id.offset) {
             return Ok(None);
         }
-        match self.leases.get(&ack_id.offset) {
+        match self.leases.get(ack_id.offset) {
             // Generation 0 marks a lease restored at recovery: the ack ids from before the
             // restart are still good for it.
             Some(lease) if lease.generation != ack_id.generation && lease.generation != 0 => {
@@ -668,7 +671,7 @@ impl SubscriptionState {
     /// itself stays until `apply_ack`: if the journal fails, it expires and the message is
     /// delivered again.
     pub fn leave_window(&mut self, offset: u64) {
-        let Some(lease) = self.leases.get_mut(&offset) else { return };
+        let Some(lease) = self.leases.get_mut(offset) else { return };
         if lease.stream == 0 {
             return;
         }
@@ -691,7 +694,7 @@ impl SubscriptionState {
         self.end_lease(offset);
         self.redeliver.remove(&offset);
         self.dead_letters.remove(&offset);
-        self.attempts.remove(&offset);
+        self.attempts.remove(offset);
         self.free_key(offset);
     }
 
@@ -700,7 +703,7 @@ impl SubscriptionState {
     pub fn modify_deadline(&mut self, text: &str, seconds: u32, now: Instant) -> Result<(), AckRefusal> {
         let Some(offset) = self.check_ack(text)? else { return Ok(()) };
         let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
-        match self.leases.get_mut(&offset) {
+        match self.leases.get_mut(offset) {
             Some(lease) if lease.generation == ack_id.generation || lease.generation == 0 => {
                 if seconds == 0 {
                     self.end_lease(offset);
