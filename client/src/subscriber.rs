@@ -73,7 +73,9 @@
 //!   batches, registers their leases and hands the messages to the workers or to `next`, and
 //!   reopens the stream with backoff after a connection failure;
 //! - one `ringpost-sub-lease` thread, which sends the lease extensions when they are due;
-//! - one `ringpost-sub-ack` thread, which sends the batched acks, nacks and deadline changes;
+//! - `ACK_SENDERS` `ringpost-sub-ack` threads, which send the batched acks, nacks and deadline
+//!   changes, a quarter of the flow-control window per request at most, one request each at a
+//!   time;
 //! - with `run`, `workers` `ringpost-sub-work` threads that call the handler (a panicking
 //!   handler nacks its message and the worker carries on).
 //!
@@ -112,8 +114,14 @@ pub const WORKERS_DEFAULT: usize = 4;
 pub const WORKERS_MAX: usize = 1024;
 /// Acks, nacks and deadline changes wait at most this long to be sent together...
 pub const ACK_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
-/// ... or until this many ids wait; also the most ids per request.
+/// ... or until a quarter of `max_outstanding_messages` wait, and at most this many; a request
+/// carries no more. A quarter window, so that acks are on their way long before the window is
+/// full: with a whole window per request the stream would stop and wait for every round.
 pub const ACK_BATCH_IDS_MAX: usize = 1000;
+/// `ringpost-sub-ack` threads. Each sends one request and waits for its answer, and an ack is
+/// answered once it is durable on the server (milliseconds while the disk is busy), so this
+/// many are in flight: with one, acks fell behind a backlog drain.
+pub const ACK_SENDERS: usize = 4;
 /// How long a message is kept leased at most (Python's `max_lease_duration`, Java, Go: 60 min).
 pub const MAX_LEASE_DURATION_DEFAULT: Duration = Duration::from_secs(60 * 60);
 /// Bounds of one lease extension (python-pubsub clamps its p99 estimate to 10-600 s).
@@ -393,6 +401,37 @@ struct AckQueue {
     stop: bool,
 }
 
+impl AckQueue {
+    /// Takes up to `most` ids, acks first, then nacks, then deadline changes (longest first);
+    /// what is left stays due from the same time.
+    fn take(&mut self, most: usize) -> AckQueue {
+        fn split(ids: &mut Vec<String>, most: usize) -> Vec<String> {
+            ids.split_off(ids.len().saturating_sub(most))
+        }
+        let mut taken = AckQueue::default();
+        taken.acks = split(&mut self.acks, most);
+        taken.nacks = split(&mut self.nacks, most - taken.acks.len());
+        let mut room = most - taken.acks.len() - taken.nacks.len();
+        while room > 0 {
+            let Some(mut entry) = self.modifies.last_entry() else { break };
+            let ids = split(entry.get_mut(), room);
+            room -= ids.len();
+            taken.modifies.insert(*entry.key(), ids);
+            if entry.get().is_empty() {
+                entry.remove();
+            }
+        }
+        let count =
+            taken.acks.len() + taken.nacks.len() + taken.modifies.values().map(Vec::len).sum::<usize>();
+        self.count -= count;
+        if self.count == 0 {
+            self.since = None;
+        }
+        taken.count = count;
+        taken
+    }
+}
+
 #[derive(Default)]
 struct WorkQueue {
     items: VecDeque<(ReceivedMessage, AckHandle)>,
@@ -647,8 +686,10 @@ impl Inner {
         // Each thread is counted before it runs, so a shutdown that starts at once waits for it;
         // a body that never runs gives its count back when it is dropped.
         let mut threads: Vec<(&str, ThreadBody)> = Vec::new();
-        let running = Running::enter(self, Kind::Acker);
-        threads.push(("ringpost-sub-ack", Box::new(move || running.inner.clone().send_acks(&running))));
+        for _ in 0..ACK_SENDERS {
+            let running = Running::enter(self, Kind::Acker);
+            threads.push(("ringpost-sub-ack", Box::new(move || running.inner.clone().send_acks(&running))));
+        }
         let running = Running::enter(self, Kind::Leaser);
         threads.push(("ringpost-sub-lease", Box::new(move || running.inner.clone().extend_leases(&running))));
         if let Some(handler) = handler {
@@ -859,6 +900,14 @@ impl Inner {
         self.push_ack(pending, ack_id.to_owned());
     }
 
+    /// Ids per acknowledge request: a quarter of the flow-control window (`ACK_BATCH_IDS_MAX`).
+    fn ack_batch_ids(&self) -> usize {
+        match self.settings.max_outstanding_messages {
+            0 => ACK_BATCH_IDS_MAX,
+            window => usize::try_from(window / 4).unwrap_or(usize::MAX).clamp(1, ACK_BATCH_IDS_MAX),
+        }
+    }
+
     fn push_ack(&self, pending: Pending, ack_id: String) {
         let notify = {
             let mut queue = self.acks.lock().unwrap();
@@ -869,7 +918,7 @@ impl Inner {
             }
             queue.count += 1;
             queue.since.get_or_insert_with(Instant::now);
-            queue.count == 1 || queue.count >= ACK_BATCH_IDS_MAX
+            queue.count == 1 || queue.count.is_multiple_of(self.ack_batch_ids())
         };
         if notify {
             self.acks_changed.notify_all();
@@ -885,9 +934,10 @@ impl Inner {
         }
     }
 
-    /// The `ringpost-sub-ack` thread: sends acks, nacks and deadline changes in batches, and
+    /// A `ringpost-sub-ack` thread: sends acks, nacks and deadline changes in batches, and
     /// everything left once stopped.
     fn send_acks(self: Arc<Self>, _running: &Running) {
+        let batch_ids = self.ack_batch_ids();
         loop {
             let batch = {
                 let mut queue = self.acks.lock().unwrap();
@@ -898,12 +948,13 @@ impl Inner {
                         None => queue = self.acks_changed.wait(queue).unwrap(),
                         Some(since) => {
                             let due = since + ACK_FLUSH_INTERVAL;
-                            if queue.stop || queue.count >= ACK_BATCH_IDS_MAX || now >= due {
-                                let stop = queue.stop;
-                                break std::mem::replace(
-                                    &mut *queue,
-                                    AckQueue { stop, ..AckQueue::default() },
-                                );
+                            if queue.stop || queue.count >= batch_ids || now >= due {
+                                let batch = queue.take(batch_ids);
+                                if queue.count > 0 {
+                                    // More is due: another sender takes it.
+                                    self.acks_changed.notify_one();
+                                }
+                                break batch;
                             }
                             queue = self.acks_changed.wait_timeout(queue, due - now).unwrap().0;
                         }
@@ -1205,6 +1256,29 @@ mod tests {
         send_future(subscriber.next());
         send_future(subscriber.stopped());
         send_future(subscriber.shutdown(ShutdownMode::WaitForProcessing));
+    }
+
+    #[test]
+    fn the_ack_queue_gives_out_at_most_a_batch_acks_first() {
+        let ids = |prefix: &str, count: usize| (0..count).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>();
+        let mut queue = AckQueue {
+            acks: ids("a", 3),
+            nacks: ids("n", 2),
+            modifies: BTreeMap::from([(30, ids("m", 2)), (60, ids("l", 2))]),
+            count: 9,
+            since: Some(Instant::now()),
+            stop: false,
+        };
+        let first = queue.take(4);
+        assert_eq!((first.acks.len(), first.nacks.len(), first.count), (3, 1, 4));
+        assert_eq!((queue.count, queue.since.is_some()), (5, true), "the rest stays due");
+        let second = queue.take(4);
+        assert_eq!(second.nacks.len(), 1);
+        assert_eq!(second.modifies.get(&60).map(Vec::len), Some(2), "the longest extension first");
+        assert_eq!(second.modifies.get(&30).map(Vec::len), Some(1));
+        let last = queue.take(4);
+        assert_eq!((last.count, queue.count, queue.since), (1, 0, None));
+        assert!(queue.modifies.is_empty() && queue.acks.is_empty() && queue.nacks.is_empty());
     }
 
     #[test]

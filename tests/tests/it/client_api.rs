@@ -388,6 +388,35 @@ fn stream_api_and_subscriber_flow_control() {
     );
 }
 
+/// Acks go out a quarter of the flow-control window at a time, so the window never empties
+/// waiting for a whole window of acks (or for the flush interval) before the stream may send
+/// more: 400 messages through a window of 40 take at least 40 acknowledge requests, where
+/// batching by the window would send about 10.
+#[test]
+fn acks_go_out_a_quarter_window_at_a_time() {
+    let daemon = Daemon::start("client-ack-batches");
+    let client = connect(&daemon);
+    block_on(client.create_topic("quarters")).unwrap();
+    create_subscription(&client, "quarters-sub", "quarters", 600);
+    for chunk in 0..4 {
+        let messages = (0..100).map(|i| Message::new(format!("message {}", chunk * 100 + i))).collect();
+        block_on(client.publish("quarters", messages)).unwrap();
+    }
+    let before = requests_started(&client);
+    let settings = SubscriberSettings { max_outstanding_messages: 40, ..SubscriberSettings::default() };
+    let subscriber = Subscriber::new(client.clone(), "quarters-sub", settings).unwrap();
+    subscriber.run(|_message, handle| handle.ack()).unwrap();
+    wait_for("every message acknowledged", Duration::from_secs(30), || subscriber.stats().acked >= 400);
+    block_on(subscriber.shutdown(ShutdownMode::WaitForProcessing)).unwrap();
+    let stats = subscriber.stats();
+    assert_eq!((stats.acked, stats.failed, stats.refused), (400, 0, 0), "{stats:?}");
+    // The forwarder pools carry the acks only: the subscription lookup goes to the router and
+    // the stream has a connection of its own.
+    let acknowledge_requests = requests_started(&client) - before;
+    assert!(acknowledge_requests >= 40, "{acknowledge_requests} acknowledge requests for 400 acks");
+    assert!(block_on(client.pull("quarters-sub", 100, 500)).unwrap().is_empty(), "acked messages came back");
+}
+
 /// The first output of two futures, or `None` if `timeout` passed first.
 async fn with_timeout<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
     let mut future = std::pin::pin!(future);
