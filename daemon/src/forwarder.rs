@@ -12,6 +12,7 @@ use crate::rate::{RateTicks, RateWindow};
 use crate::storage::Storage;
 use crate::subscription::{AckId, SubscriptionState};
 use crate::sync::Notify;
+use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
@@ -553,7 +554,7 @@ impl<S: Storage> Forwarder<S> {
         Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
     }
 
-    async fn pull(&self, body: &[u8]) -> Result<PullResponse, Status> {
+    async fn pull(&self, header: &FrameHeader, body: &[u8]) -> Result<FrameBuffer, Status> {
         let request = access_body::<PullRequest>(body)?;
         let max_messages = request.max_messages.to_native();
         if max_messages == 0 || max_messages > PULL_MESSAGES_MAX {
@@ -584,15 +585,16 @@ impl<S: Storage> Forwarder<S> {
             );
             self.start_dead_lettering(&subscription, &topic);
             if !deliveries.is_empty() {
-                let response = self.read_deliveries(&subscription, &topic, deliveries, None).await?;
-                if !response.received_messages.is_empty() {
-                    return Ok(response);
+                if let Some(frame) =
+                    self.read_deliveries(&subscription, &topic, deliveries, None, header, 0).await?
+                {
+                    return Ok(frame);
                 }
                 // Everything read was filtered out or held behind its ordering key: look again.
                 continue;
             }
             if now >= give_up_at {
-                return Ok(PullResponse::default());
+                return Ok(respond(header, &PullResponse::default()));
             }
             // Wait for a commit, a lease or backoff to end, an ack, or the caller's deadline.
             let mut wake_at = give_up_at;
@@ -658,16 +660,18 @@ impl<S: Storage> Forwarder<S> {
                 // The first message always fits an empty window, so one larger than the window
                 // cannot stall the stream forever.
                 let budget = if load.messages == 0 { bytes_room.max(1) } else { bytes_room };
-                let response =
-                    match self.read_deliveries(&subscription, &topic, deliveries, Some(budget)).await {
-                        Ok(response) => response,
-                        Err(status) => {
-                            subscription.state.borrow_mut().close_stream(stream);
-                            return Err(status);
-                        }
-                    };
-                if !response.received_messages.is_empty() {
-                    let frame = respond_pull(header, &response, ringpost_wire::frame::FLAG_MORE);
+                let more = ringpost_wire::frame::FLAG_MORE;
+                let frame = match self
+                    .read_deliveries(&subscription, &topic, deliveries, Some(budget), header, more)
+                    .await
+                {
+                    Ok(frame) => frame,
+                    Err(status) => {
+                        subscription.state.borrow_mut().close_stream(stream);
+                        return Err(status);
+                    }
+                };
+                if let Some(frame) = frame {
                     if !responder.send_more(frame).await {
                         break;
                     }
@@ -687,31 +691,46 @@ impl<S: Storage> Forwarder<S> {
         Ok(respond(header, &PullResponse::default()))
     }
 
-    /// Turns leased offsets into messages: reads them (every byte checksummed), acknowledges
-    /// those the filter rejects, holds back those whose ordering key is busy, and stops at the
-    /// response size limit or the stream's byte budget, giving back what does not fit.
+    /// Turns leased offsets into a response frame: reads them (every byte checksummed),
+    /// acknowledges those the filter rejects, holds back those whose ordering key is busy, and
+    /// stops at the response size limit or the stream's byte budget, giving back what does not
+    /// fit. The messages go from the batches read straight into the frame (`PullResponseRef`):
+    /// no copy of each, no allocation per message. None when no message is left to send.
     async fn read_deliveries(
         &self,
         subscription: &SubscriptionEntry,
         topic: &TopicState<S>,
         mut deliveries: Vec<crate::subscription::Delivery>,
         bytes_budget: Option<u64>,
-    ) -> Result<PullResponse, Status> {
+        header: &FrameHeader,
+        more: u16,
+    ) -> Result<Option<FrameBuffer>, Status> {
         deliveries.sort_by_key(|delivery| delivery.offset);
         let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
-        let records = match topic.log.read_offsets(&offsets).await {
-            Ok(records) => records,
-            Err(error) => {
-                let mut state = subscription.state.borrow_mut();
-                for delivery in deliveries {
-                    state.release(delivery);
-                }
-                return Err(log_error_status(error));
+        let give_back = |deliveries: Vec<crate::subscription::Delivery>, error: LogError| {
+            let mut state = subscription.state.borrow_mut();
+            for delivery in deliveries {
+                state.release(delivery);
             }
+            log_error_status(error)
         };
+        let batches = match topic.log.hold_offsets(&offsets).await {
+            Ok(batches) => batches,
+            Err(error) => return Err(give_back(deliveries, error)),
+        };
+        let mut records = Vec::with_capacity(offsets.len());
+        for batch in &batches {
+            match batch.records() {
+                Ok(views) => records
+                    .extend(views.into_iter().filter(|view| offsets.binary_search(&view.offset).is_ok())),
+                Err(error) => return Err(give_back(deliveries, error)),
+            }
+        }
         // Both are in offset order: walk them together.
         let mut records = records.into_iter().peekable();
-        let mut response = PullResponse::default();
+        let mut chosen = Vec::with_capacity(deliveries.len());
+        // Every ack id of the response in one string; each message takes its span.
+        let mut ack_ids = String::with_capacity(deliveries.len() * 24);
         let mut filtered_out = Vec::new();
         let mut bytes = 0usize;
         let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
@@ -725,19 +744,19 @@ impl<S: Storage> Forwarder<S> {
                     continue;
                 };
                 if let Some(filter) = &subscription.filter {
-                    if !filter.matches(record.attributes.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+                    if !filter.matches(record.attributes()) {
                         filtered_out.push(delivery.offset);
                         continue;
                     }
                 }
                 let size = record.data.len()
                     + record.ordering_key.len()
-                    + record.attributes.iter().map(|(k, v)| k.len() + v.len() + 16).sum::<usize>();
-                if !response.received_messages.is_empty() && bytes + size > byte_limit {
+                    + record.attributes().map(|(k, v)| k.len() + v.len() + 16).sum::<usize>();
+                if !chosen.is_empty() && bytes + size > byte_limit {
                     state.release(delivery);
                     continue;
                 }
-                if !state.admit(delivery, &record.ordering_key) {
+                if !state.admit(delivery, record.ordering_key) {
                     continue;
                 }
                 bytes += size;
@@ -747,21 +766,37 @@ impl<S: Storage> Forwarder<S> {
                     offset: delivery.offset,
                     generation: delivery.generation,
                 };
-                response.received_messages.push(ReceivedMessage {
-                    ack_id: ack_id.encode(),
-                    message_id: record.offset,
-                    publish_time_ms: record.publish_time_ms,
-                    data: record.data,
-                    attributes: record
-                        .attributes
-                        .into_iter()
-                        .map(|(key, value)| Attribute { key, value })
-                        .collect(),
-                    ordering_key: record.ordering_key,
-                    delivery_attempt: delivery.attempt,
-                });
+                let start = ack_ids.len();
+                ack_id.encode_into(&mut ack_ids);
+                chosen.push((record, start..ack_ids.len(), delivery.attempt));
             }
         }
+        let frame = (!chosen.is_empty()).then(|| {
+            let response = PullResponseRef {
+                received_messages: chosen
+                    .iter()
+                    .map(|(record, ack_id, attempt)| ReceivedMessageRef {
+                        ack_id: StrRef(&ack_ids[ack_id.clone()]),
+                        message_id: record.offset,
+                        publish_time_ms: record.publish_time_ms,
+                        data: BytesRef(record.data),
+                        attributes: record
+                            .attributes()
+                            .map(|(key, value)| AttributeRef { key: StrRef(key), value: StrRef(value) })
+                            .collect(),
+                        ordering_key: StrRef(record.ordering_key),
+                        delivery_attempt: *attempt,
+                    })
+                    .collect(),
+            };
+            ringpost_wire::encode_frame_sized(
+                header.command,
+                ringpost_wire::frame::FLAG_RESPONSE | more,
+                header.request_id,
+                &response,
+                FRAME_HEADER_BYTES + response.encoded_bytes_estimate(),
+            )
+        });
         if !filtered_out.is_empty() {
             // Messages the filter rejects are acknowledged, durably, as Pub/Sub does.
             let entry =
@@ -777,7 +812,7 @@ impl<S: Storage> Forwarder<S> {
             }
             subscription.changed.notify_all();
         }
-        Ok(response)
+        Ok(frame)
     }
 
     /// Publishes the subscription's exhausted messages to its dead-letter topic (through the
@@ -1266,18 +1301,6 @@ pub fn directory_status(directories: &Directories) -> Vec<DirectoryStatus> {
         .collect()
 }
 
-/// A pull's response frame, encoded into a buffer sized for it (a megabyte of messages would
-/// otherwise be copied at every doubling of the buffer).
-fn respond_pull(header: &FrameHeader, response: &PullResponse, more: u16) -> FrameBuffer {
-    ringpost_wire::encode_frame_sized(
-        header.command,
-        ringpost_wire::frame::FLAG_RESPONSE | more,
-        header.request_id,
-        response,
-        FRAME_HEADER_BYTES + response.encoded_bytes_estimate(),
-    )
-}
-
 fn check_ack_id_count(count: usize) -> Result<(), Status> {
     if count == 0 || count > ACK_IDS_PER_REQUEST_MAX {
         return Err(Status::invalid_argument(format!(
@@ -1327,7 +1350,7 @@ impl<S: Storage> Handler for Forwarder<S> {
             Some(Command::StreamingPull) => self.streaming_pull(&header, &body, responder).await,
             Some(Command::Hello) => Ok(crate::router::hello_response(&header)),
             Some(Command::Publish) => self.publish(&body).await.map(|response| respond(&header, &response)),
-            Some(Command::Pull) => self.pull(&body).await.map(|response| respond_pull(&header, &response, 0)),
+            Some(Command::Pull) => self.pull(&header, &body).await,
             Some(Command::Acknowledge) => {
                 self.acknowledge(&body).await.map(|response| respond(&header, &response))
             }
@@ -1430,7 +1453,28 @@ mod tests {
     async fn pull(forwarder: &Forwarder<SimDisk>, max_messages: u32) -> Vec<ReceivedMessage> {
         let request = PullRequest { subscription: "reader".into(), max_messages, wait_ms: 0 };
         let frame = ringpost_wire::encode_frame(Command::Pull.code(), 0, 1, &request);
-        forwarder.pull(&frame[FRAME_HEADER_BYTES..]).await.unwrap().received_messages
+        let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).unwrap();
+        let response = forwarder.pull(&header, &frame[FRAME_HEADER_BYTES..]).await.unwrap();
+        let body = access_body::<PullResponse>(&response[FRAME_HEADER_BYTES..]).unwrap();
+        body.received_messages
+            .iter()
+            .map(|message| ReceivedMessage {
+                ack_id: message.ack_id.as_str().to_owned(),
+                message_id: message.message_id.to_native(),
+                publish_time_ms: message.publish_time_ms.to_native(),
+                data: message.data.as_slice().to_vec(),
+                attributes: message
+                    .attributes
+                    .iter()
+                    .map(|attribute| Attribute {
+                        key: attribute.key.as_str().to_owned(),
+                        value: attribute.value.as_str().to_owned(),
+                    })
+                    .collect(),
+                ordering_key: message.ordering_key.as_str().to_owned(),
+                delivery_attempt: message.delivery_attempt.to_native(),
+            })
+            .collect()
     }
 
     async fn acknowledge_one_by_one(forwarder: &Forwarder<SimDisk>, messages: &[ReceivedMessage]) {

@@ -179,12 +179,17 @@ impl AckId {
     /// its time: one is made for every message delivered.
     pub fn encode(&self) -> String {
         let mut text = String::with_capacity(16 + 1 + 16 + 1 + 8);
-        push_hex(&mut text, self.subscription_id);
-        text.push('.');
-        push_hex(&mut text, self.offset);
-        text.push('.');
-        push_hex(&mut text, self.generation as u64);
+        self.encode_into(&mut text);
         text
+    }
+
+    /// `encode`, appended to `text` (a pull writes all of its ack ids into one string).
+    pub fn encode_into(&self, text: &mut String) {
+        push_hex(text, self.subscription_id);
+        text.push('.');
+        push_hex(text, self.offset);
+        text.push('.');
+        push_hex(text, self.generation as u64);
     }
 
     pub fn parse(text: &str) -> Option<AckId> {

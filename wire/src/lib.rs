@@ -8,6 +8,7 @@
 //! - [`validate`]: semantic checks after structural validation.
 //! - [`limits`]: every limit, by name.
 
+pub mod borrowed;
 pub mod command;
 pub mod error;
 pub mod frame;

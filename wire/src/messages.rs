@@ -145,14 +145,15 @@ wire_type! {
     pub struct PullResponse { pub received_messages: Vec<ReceivedMessage> }
 }
 
+/// The fixed part of an archived message (its fields, the relative pointers of its strings and
+/// vectors) and some alignment, for the estimates; what those point to comes on top.
+pub(crate) const MESSAGE_FIXED_BYTES: usize = 80;
+pub(crate) const ATTRIBUTE_FIXED_BYTES: usize = 24;
+
 impl PullResponse {
     /// About the bytes of its encoding, a little over rather than under: the capacity to
     /// encode it into (`encode_frame_sized`).
     pub fn encoded_bytes_estimate(&self) -> usize {
-        // The fixed part of an archived message (its fields, the relative pointers of its
-        // strings and vectors) and some alignment, then what those point to.
-        const MESSAGE_FIXED_BYTES: usize = 80;
-        const ATTRIBUTE_FIXED_BYTES: usize = 24;
         16 + self
             .received_messages
             .iter()

@@ -352,6 +352,50 @@ mod tables {
 mod round_trips {
     use super::*;
 
+    /// The borrowed pull response the server encodes is the same bytes as the owned one, and
+    /// reads back as it.
+    #[test]
+    fn a_borrowed_pull_response_encodes_to_the_same_bytes() {
+        use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
+        for count in [0u64, 1, 2, 9, 300] {
+            let mut owned = PullResponse { received_messages: (0..count).map(sample_received).collect() };
+            for message in owned.received_messages.iter_mut().step_by(4) {
+                message.data = vec![3; 1500];
+                message.ack_id = "a-rather-long-ack-id.ff.1".into();
+                message.attributes.push(attribute("a-long-attribute-key", "and a long value for it"));
+            }
+            let borrowed = PullResponseRef {
+                received_messages: owned
+                    .received_messages
+                    .iter()
+                    .map(|message| ReceivedMessageRef {
+                        ack_id: StrRef(&message.ack_id),
+                        message_id: message.message_id,
+                        publish_time_ms: message.publish_time_ms,
+                        data: BytesRef(&message.data),
+                        attributes: message
+                            .attributes
+                            .iter()
+                            .map(|attribute| AttributeRef {
+                                key: StrRef(&attribute.key),
+                                value: StrRef(&attribute.value),
+                            })
+                            .collect(),
+                        ordering_key: StrRef(&message.ordering_key),
+                        delivery_attempt: message.delivery_attempt,
+                    })
+                    .collect(),
+            };
+            let expected = encode_frame(Command::Pull.code(), FLAG_RESPONSE, 5, &owned);
+            let estimate = FRAME_HEADER_BYTES + borrowed.encoded_bytes_estimate();
+            assert_eq!(estimate, FRAME_HEADER_BYTES + owned.encoded_bytes_estimate());
+            let frame = encode_frame_sized(Command::Pull.code(), FLAG_RESPONSE, 5, &borrowed, estimate);
+            assert_eq!(&frame[..], &expected[..], "{count} messages");
+            let decoded: PullResponse = decode_body(&body_of(&frame)).unwrap();
+            assert_eq!(decoded, owned);
+        }
+    }
+
     /// A pull's estimate covers its encoding, so the frame is written into one buffer without
     /// growing it; and a sized frame is the same bytes as an unsized one.
     #[test]

@@ -187,8 +187,44 @@ struct BatchRead {
     records: Vec<StoredRecord>,
 }
 
-/// Turns a batch's bytes (validating its checksums if they come from disk) into `BatchRead`.
-type DecodeBatch<'a> = dyn Fn(&[u8], bool) -> Result<BatchRead, String> + 'a;
+/// The bytes of a validated batch, held for as long as a reader needs them.
+pub enum HeldBytes<S: Storage> {
+    /// From the tail cache: the commit's own buffer.
+    Cached(Rc<S::Buffer>),
+    /// Read from disk (an extent read ahead, or the batch alone), from this position on.
+    Read(Rc<<S::File as StorageFile>::Read>, usize),
+}
+
+impl<S: Storage> HeldBytes<S> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            HeldBytes::Cached(buffer) => buffer.bytes(),
+            HeldBytes::Read(read, start) => &read[*start..],
+        }
+    }
+}
+
+/// A validated batch a reader holds: its records are views into it, copied nowhere.
+pub struct HeldBatch<S: Storage> {
+    bytes: HeldBytes<S>,
+    log_id: u64,
+    header: BatchHeader,
+}
+
+impl<S: Storage> HeldBatch<S> {
+    /// One past its last record.
+    pub fn end_offset(&self) -> u64 {
+        self.header.end_offset()
+    }
+
+    /// Its records, in offset order. They passed their checksums when the batch was read from
+    /// disk, so only their layout is checked again.
+    pub fn records(&self) -> Result<Vec<record::RecordView<'_>>, LogError> {
+        record::decode_batch_checked(self.bytes.bytes(), self.log_id, &self.header, false).map_err(|error| {
+            LogError::DataLoss(format!("batch at offset {}: {error}", self.header.base_offset))
+        })
+    }
+}
 
 /// A closed segment, as retention sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1367,27 +1403,71 @@ impl<S: Storage> Log<S> {
         Ok(out)
     }
 
-    /// The whole batch holding `offset`, validated: from the tail cache, or from the first copy
-    /// whose bytes pass their checksums. A copy that fails is repaired from the good one.
+    /// The batches holding the given offsets (sorted), each once and validated, skipping
+    /// offsets no longer stored: for a reader that takes the records it wants as views, without
+    /// copying them out (`HeldBatch::records`).
+    pub async fn hold_offsets(&self, offsets: &[u64]) -> Result<Vec<HeldBatch<S>>, LogError> {
+        let mut out = Vec::new();
+        let mut index = 0;
+        let start = self.start_offset();
+        while index < offsets.len() {
+            if offsets[index] < start {
+                index += 1;
+                continue;
+            }
+            let Some(batch) = self.hold_batch_at(offsets[index]).await? else { break };
+            let end = batch.end_offset();
+            if end <= offsets[index] {
+                break;
+            }
+            out.push(batch);
+            while index < offsets.len() && offsets[index] < end {
+                index += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The whole batch holding `offset`, with its records copied out where `keep` says.
     async fn read_batch_at(&self, offset: u64, keep: &dyn Fn(u64) -> bool) -> Result<BatchRead, LogError> {
+        let Some(batch) = self.hold_batch_at(offset).await? else { return Ok(BatchRead::default()) };
+        let records = batch
+            .records()?
+            .into_iter()
+            .filter(|view| keep(view.offset))
+            .map(|view| StoredRecord {
+                offset: view.offset,
+                publish_time_ms: view.publish_time_ms,
+                ordering_key: view.ordering_key.to_owned(),
+                attributes: view.attributes().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+                data: view.data.to_vec(),
+            })
+            .collect();
+        Ok(BatchRead { end: batch.end_offset(), records })
+    }
+
+    /// The whole batch holding `offset`, validated: from the tail cache, from an extent read
+    /// ahead, or from the first copy whose bytes pass their checksums. A copy that fails is
+    /// repaired from the good one. None if no batch holds it.
+    async fn hold_batch_at(&self, offset: u64) -> Result<Option<HeldBatch<S>>, LogError> {
         let (segment_index, entry, files, segment_base, log_id, cached) = {
             let inner = self.inner.borrow();
             let segment_index =
                 match inner.segments.binary_search_by_key(&offset, |segment| segment.base_offset) {
                     Ok(index) => index,
-                    Err(0) => return Ok(BatchRead::default()),
+                    Err(0) => return Ok(None),
                     Err(index) => index - 1,
                 };
             let segment = &inner.segments[segment_index];
             let batch_index =
                 match segment.batches.binary_search_by_key(&offset, |entry| entry.header.base_offset) {
                     Ok(index) => index,
-                    Err(0) => return Ok(BatchRead::default()),
+                    Err(0) => return Ok(None),
                     Err(index) => index - 1,
                 };
             let entry = segment.batches[batch_index];
             if offset >= entry.header.end_offset() {
-                return Ok(BatchRead::default());
+                return Ok(None);
             }
             let cached = inner
                 .tail_cache
@@ -1404,32 +1484,23 @@ impl<S: Storage> Log<S> {
                 entry.header.base_offset, entry.position
             )
         };
-        let decode = |bytes: &[u8], from_disk: bool| -> Result<BatchRead, String> {
-            let header = record::decode_batch_header(bytes, log_id, segment_base, entry.position)
-                .map_err(|e| describe(&e))?;
+        // Bytes from memory were validated when they were read or written: their header is
+        // checked against the index, their checksums are not computed again.
+        let held = |bytes: HeldBytes<S>| -> Result<HeldBatch<S>, LogError> {
+            let header = record::decode_batch_header(bytes.bytes(), log_id, segment_base, entry.position)
+                .map_err(|e| LogError::DataLoss(describe(&e)))?;
             if header != entry.header {
-                return Err(describe(&"the batch header differs from the one recovery indexed"));
+                return Err(LogError::DataLoss(describe(
+                    &"the batch header differs from the one recovery indexed",
+                )));
             }
-            let views =
-                record::decode_batch_checked(bytes, log_id, &header, from_disk).map_err(|e| describe(&e))?;
-            let records = views
-                .into_iter()
-                .filter(|view| keep(view.offset))
-                .map(|view| StoredRecord {
-                    offset: view.offset,
-                    publish_time_ms: view.publish_time_ms,
-                    ordering_key: view.ordering_key.to_owned(),
-                    attributes: view.attributes().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-                    data: view.data.to_vec(),
-                })
-                .collect();
-            Ok(BatchRead { end: header.end_offset(), records })
+            Ok(HeldBatch { bytes, log_id, header })
         };
         if let Some(buffer) = cached {
-            return decode(buffer.bytes(), false).map_err(LogError::DataLoss);
+            return held(HeldBytes::Cached(buffer)).map(Some);
         }
-        if let Some(read) = self.read_from_extents(segment_base, entry, &decode).await {
-            return read;
+        if let Some(bytes) = self.hold_from_extents(segment_base, entry).await {
+            return held(bytes).map(Some);
         }
         let files = if files.is_empty() && self.segment_is_closed(segment_index) {
             self.ensure_open(segment_index).await?;
@@ -1441,11 +1512,29 @@ impl<S: Storage> Log<S> {
         let mut last_error = String::from("no copy of this segment is readable");
         for (copy, file) in &files {
             let result = match file.read_at(entry.position, entry.header.disk_bytes()).await {
-                Ok(bytes) => decode(&bytes, true),
+                Ok(bytes) => {
+                    let checked = record::decode_batch_header(&bytes, log_id, segment_base, entry.position)
+                        .map_err(|e| describe(&e))
+                        .and_then(|header| {
+                            if header != entry.header {
+                                return Err(describe(
+                                    &"the batch header differs from the one recovery indexed",
+                                ));
+                            }
+                            record::decode_batch_checked(&bytes, log_id, &header, true)
+                                .map_err(|e| describe(&e))?;
+                            Ok(header)
+                        });
+                    checked.map(|header| HeldBatch {
+                        bytes: HeldBytes::Read(Rc::new(bytes), 0),
+                        log_id,
+                        header,
+                    })
+                }
                 Err(error) => Err(describe(&error)),
             };
             match result {
-                Ok(records) => {
+                Ok(batch) => {
                     for bad in bad_copies {
                         if self.inner.borrow().copies[bad] == CopyState::Current {
                             eprintln!("ringpostd: repairing data directory {bad}'s copy of {last_error}");
@@ -1453,7 +1542,7 @@ impl<S: Storage> Log<S> {
                                 .await?;
                         }
                     }
-                    return Ok(records);
+                    return Ok(Some(batch));
                 }
                 Err(error) => {
                     last_error = error;
@@ -1467,12 +1556,7 @@ impl<S: Storage> Log<S> {
     /// The batch from the extents read ahead, reading an extent from it on when there is none;
     /// and once a reader is in the newest extent, the next one is read in the background. None
     /// when the batch cannot be read that way: the caller reads it alone, copy by copy.
-    async fn read_from_extents(
-        &self,
-        segment_base: u64,
-        entry: BatchEntry,
-        decode: &DecodeBatch<'_>,
-    ) -> Option<Result<BatchRead, LogError>> {
+    async fn hold_from_extents(&self, segment_base: u64, entry: BatchEntry) -> Option<HeldBytes<S>> {
         let offset = entry.header.base_offset;
         loop {
             let lookup = match self.inner.borrow_mut().read_ahead.as_mut() {
@@ -1484,8 +1568,7 @@ impl<S: Storage> Log<S> {
                     if newest {
                         self.start_read_ahead();
                     }
-                    // Validated when it was read: the checksums are not computed again.
-                    return Some(decode(&bytes[start..], false).map_err(LogError::DataLoss));
+                    return Some(HeldBytes::Read(bytes, start));
                 }
                 Lookup::Pending(arrived) => arrived.await,
                 Lookup::Miss => break,
@@ -1499,11 +1582,10 @@ impl<S: Storage> Log<S> {
             inner.plan_extent(offset)?
         };
         let extent = plan.read().await?;
-        let start = (entry.position - extent.position) as usize;
-        let read = decode(&extent.bytes[start..], false).map_err(LogError::DataLoss);
+        let held = HeldBytes::Read(extent.bytes.clone(), (entry.position - extent.position) as usize);
         self.inner.borrow_mut().keep_extent(extent);
         self.start_read_ahead();
-        Some(read)
+        Some(held)
     }
 
     /// Reads the extent after the newest one kept, in a task of its own, unless one is being

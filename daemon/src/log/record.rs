@@ -236,6 +236,7 @@ impl<'a> RecordView<'a> {
     }
 }
 
+#[derive(Clone)]
 pub struct AttributeIter<'a> {
     bytes: &'a [u8],
     remaining: u16,
