@@ -735,7 +735,10 @@ fn tail_caches_share_a_budget_and_idle_logs_empty_theirs() {
         assert_eq!(logs[7].tail_cache_bytes(), 0, "with the budget spent, later logs read from disk");
         for log in &logs {
             check_payloads(&read_all(log).await, 3);
+            // An extent would not fit what is left of the budget: nothing is read ahead.
+            assert_eq!(log.read_ahead_bytes(), 0);
         }
+        assert!(budget.used_bytes() <= 5 * 4096);
 
         let idle = &logs[0];
         for _ in 0..TAIL_CACHE_IDLE_SWEEPS {
