@@ -245,6 +245,18 @@ pub struct StoredRecord {
     pub data: Vec<u8>,
 }
 
+impl StoredRecord {
+    fn of(view: &record::RecordView<'_>) -> StoredRecord {
+        StoredRecord {
+            offset: view.offset,
+            publish_time_ms: view.publish_time_ms,
+            ordering_key: view.ordering_key.to_owned(),
+            attributes: view.attributes().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+            data: view.data.to_vec(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct BatchEntry {
     header: BatchHeader,
@@ -1383,22 +1395,11 @@ impl<S: Storage> Log<S> {
     /// those records are copied out of their batches; the rest are validated in place.
     pub async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::with_capacity(offsets.len());
-        let mut index = 0;
-        let start = self.start_offset();
-        while index < offsets.len() {
-            if offsets[index] < start {
-                index += 1;
-                continue;
-            }
-            let batch =
-                self.read_batch_at(offsets[index], &|wanted| offsets.binary_search(&wanted).is_ok()).await?;
-            if batch.end <= offsets[index] {
-                break;
-            }
-            out.extend(batch.records);
-            while index < offsets.len() && offsets[index] < batch.end {
-                index += 1;
-            }
+        for batch in self.hold_offsets(offsets).await? {
+            let views = batch.records()?;
+            out.extend(
+                views.iter().filter(|view| offsets.binary_search(&view.offset).is_ok()).map(StoredRecord::of),
+            );
         }
         Ok(out)
     }
@@ -1431,18 +1432,8 @@ impl<S: Storage> Log<S> {
     /// The whole batch holding `offset`, with its records copied out where `keep` says.
     async fn read_batch_at(&self, offset: u64, keep: &dyn Fn(u64) -> bool) -> Result<BatchRead, LogError> {
         let Some(batch) = self.hold_batch_at(offset).await? else { return Ok(BatchRead::default()) };
-        let records = batch
-            .records()?
-            .into_iter()
-            .filter(|view| keep(view.offset))
-            .map(|view| StoredRecord {
-                offset: view.offset,
-                publish_time_ms: view.publish_time_ms,
-                ordering_key: view.ordering_key.to_owned(),
-                attributes: view.attributes().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-                data: view.data.to_vec(),
-            })
-            .collect();
+        let records =
+            batch.records()?.iter().filter(|view| keep(view.offset)).map(StoredRecord::of).collect();
         Ok(BatchRead { end: batch.end_offset(), records })
     }
 
