@@ -221,6 +221,8 @@ pub async fn open_catalog<S: Storage>(
         tail_cache_budget: None,
         staging_bytes_max: 16 << 20,
         keep_files_open: true,
+        // Read once, at start: extents kept after it would hold memory for nothing.
+        read_ahead: false,
     };
     let (log, report) = Log::open(storage, directories, Path::new("catalog"), CATALOG_LOG_ID, config).await?;
     if report.batches_repaired > 0 {

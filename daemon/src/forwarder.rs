@@ -195,6 +195,9 @@ impl<S: Storage> Forwarder<S> {
                     // would cost every idle topic a few KiB for nothing.
                     tail_cache_bytes_max: 0,
                     keep_files_open,
+                    // Read once, at recovery; extents kept after it would hold the shard's
+                    // cache budget for good.
+                    read_ahead: false,
                     ..log_config.clone()
                 })
             }),

@@ -122,6 +122,10 @@ pub struct LogConfig {
     /// close them after each commit instead and reopen them on the next, when descriptors are
     /// short: an open per commit buys 10,000 topics under a 20,000-descriptor limit.
     pub keep_files_open: bool,
+    /// Read extents ahead of readers that go through the log in order (a subscription draining
+    /// a backlog). Only for logs whose idle caches are swept (`release_idle_cache`): a log read
+    /// once at recovery (a journal, the catalog) would keep its last extents for good.
+    pub read_ahead: bool,
 }
 
 impl Default for LogConfig {
@@ -134,6 +138,7 @@ impl Default for LogConfig {
             tail_cache_budget: None,
             staging_bytes_max: 64 << 20,
             keep_files_open: true,
+            read_ahead: true,
         }
     }
 }
@@ -1567,7 +1572,7 @@ impl<S: Storage> Log<S> {
         }
         let plan = {
             let inner = self.inner.borrow();
-            if !inner.has_room_to_read_ahead() {
+            if !inner.config.read_ahead || !inner.has_room_to_read_ahead() {
                 return None;
             }
             inner.plan_extent(offset)?

@@ -20,6 +20,7 @@ pub(crate) fn small_config() -> LogConfig {
         tail_cache_budget: None,
         staging_bytes_max: 1 << 20,
         keep_files_open: true,
+        read_ahead: true,
     }
 }
 
@@ -814,5 +815,22 @@ fn rot_inside_an_extent_is_read_from_another_copy_and_repaired() {
         check_payloads(&records, 100);
         assert!(dirs.repairs() >= 1);
         assert_eq!(copy_bytes(&disk, 0, 0), copy_bytes(&disk, 1, 0), "copy 0 was repaired from a good copy");
+    });
+}
+
+/// A log read only at recovery (a journal, the catalog) reads without extents: nothing would
+/// sweep them, and they would hold memory and the shard's cache budget for good.
+#[test]
+fn a_log_without_read_ahead_keeps_no_extents() {
+    run(async {
+        let disk = SimDisk::new();
+        let budget = TailCacheBudget::new(64 << 20);
+        let config =
+            LogConfig { read_ahead: false, tail_cache_budget: Some(budget.clone()), ..small_config() };
+        let (log, _) = open(&disk, &directories(1), config).await.unwrap();
+        append_many(&log, 0, 300).await;
+        check_payloads(&read_all(&log).await, 300);
+        assert_eq!(log.read_ahead_bytes(), 0);
+        assert_eq!(budget.used_bytes(), 0);
     });
 }
