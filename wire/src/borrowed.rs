@@ -167,14 +167,20 @@ where
     }
 }
 
+/// The fixed part of an archived message (its fields, the relative pointers of its strings and
+/// vectors) and some alignment, for the estimate; what those point to comes on top.
+const MESSAGE_FIXED_BYTES: usize = 80;
+const ATTRIBUTE_FIXED_BYTES: usize = 24;
+
 impl PullResponseRef<'_> {
-    /// As `PullResponse::encoded_bytes_estimate`.
+    /// About the bytes of its encoding, a little over rather than under: the capacity to
+    /// encode it into (`encode_frame_sized`).
     pub fn encoded_bytes_estimate(&self) -> usize {
         16 + self
             .received_messages
             .iter()
             .map(|message| {
-                crate::messages::MESSAGE_FIXED_BYTES
+                MESSAGE_FIXED_BYTES
                     + message.ack_id.0.len()
                     + message.data.0.len()
                     + message.ordering_key.0.len()
@@ -182,9 +188,7 @@ impl PullResponseRef<'_> {
                         .attributes
                         .iter()
                         .map(|attribute| {
-                            crate::messages::ATTRIBUTE_FIXED_BYTES
-                                + attribute.key.0.len()
-                                + attribute.value.0.len()
+                            ATTRIBUTE_FIXED_BYTES + attribute.key.0.len() + attribute.value.0.len()
                         })
                         .sum::<usize>()
             })

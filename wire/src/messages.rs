@@ -145,33 +145,6 @@ wire_type! {
     pub struct PullResponse { pub received_messages: Vec<ReceivedMessage> }
 }
 
-/// The fixed part of an archived message (its fields, the relative pointers of its strings and
-/// vectors) and some alignment, for the estimates; what those point to comes on top.
-pub(crate) const MESSAGE_FIXED_BYTES: usize = 80;
-pub(crate) const ATTRIBUTE_FIXED_BYTES: usize = 24;
-
-impl PullResponse {
-    /// About the bytes of its encoding, a little over rather than under: the capacity to
-    /// encode it into (`encode_frame_sized`).
-    pub fn encoded_bytes_estimate(&self) -> usize {
-        16 + self
-            .received_messages
-            .iter()
-            .map(|message| {
-                MESSAGE_FIXED_BYTES
-                    + message.ack_id.len()
-                    + message.data.len()
-                    + message.ordering_key.len()
-                    + message
-                        .attributes
-                        .iter()
-                        .map(|attribute| ATTRIBUTE_FIXED_BYTES + attribute.key.len() + attribute.value.len())
-                        .sum::<usize>()
-            })
-            .sum::<usize>()
-    }
-}
-
 wire_type! {
     pub struct AcknowledgeRequest { pub subscription: String, pub ack_ids: Vec<String> }
 }
