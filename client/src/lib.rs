@@ -46,7 +46,7 @@ pub use timer::sleep;
 
 use connection::Response;
 use retry::Backoff;
-use ringpost_wire::frame::{access_body, decode_error, Body};
+use ringpost_wire::frame::{decode_body, decode_error, Body};
 use ringpost_wire::messages::*;
 use ringpost_wire::Command;
 use rkyv::api::high::HighValidator;
@@ -129,8 +129,7 @@ where
     if response.header.is_error() {
         return Err(Error::Status(decode_error(&response.body)));
     }
-    let archived = access_body::<T>(&response.body).map_err(|status| Error::Protocol(status.message))?;
-    rkyv::deserialize::<T, rancor::Error>(archived).map_err(|error| Error::Protocol(error.to_string()))
+    decode_body::<T>(&response.body).map_err(|status| Error::Protocol(status.message))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

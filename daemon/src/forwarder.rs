@@ -1458,26 +1458,7 @@ mod tests {
         let frame = ringpost_wire::encode_frame(Command::Pull.code(), 0, 1, &request);
         let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).unwrap();
         let response = forwarder.pull(&header, &frame[FRAME_HEADER_BYTES..]).await.unwrap();
-        let body = access_body::<PullResponse>(&response[FRAME_HEADER_BYTES..]).unwrap();
-        body.received_messages
-            .iter()
-            .map(|message| ReceivedMessage {
-                ack_id: message.ack_id.as_str().to_owned(),
-                message_id: message.message_id.to_native(),
-                publish_time_ms: message.publish_time_ms.to_native(),
-                data: message.data.as_slice().to_vec(),
-                attributes: message
-                    .attributes
-                    .iter()
-                    .map(|attribute| Attribute {
-                        key: attribute.key.as_str().to_owned(),
-                        value: attribute.value.as_str().to_owned(),
-                    })
-                    .collect(),
-                ordering_key: message.ordering_key.as_str().to_owned(),
-                delivery_attempt: message.delivery_attempt.to_native(),
-            })
-            .collect()
+        ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..]).unwrap().received_messages
     }
 
     async fn acknowledge_one_by_one(forwarder: &Forwarder<SimDisk>, messages: &[ReceivedMessage]) {

@@ -11,12 +11,12 @@
 
 use crate::error::{ErrorCode, Status};
 use crate::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
-use rkyv::api::high::{HighSerializer, HighValidator};
+use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
-use rkyv::{Archive, Portable, Serialize};
+use rkyv::{Archive, Deserialize, Portable, Serialize};
 
 /// The frame answers a request (it carries the request's command code).
 pub const FLAG_RESPONSE: u16 = 1 << 0;
@@ -161,6 +161,20 @@ where
     }
     rkyv::access::<T::Archived, rancor::Error>(bytes)
         .map_err(|error| Status::new(ErrorCode::ProtocolError, format!("malformed frame body: {error}")))
+}
+
+/// Validates `bytes` as an archived `T` (`access_body`) and copies it out into an owned `T`,
+/// for a reader that keeps what it received (the client's responses).
+pub fn decode_body<T>(bytes: &[u8]) -> Result<T, Status>
+where
+    T: Archive,
+    T::Archived: Portable
+        + for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+        + Deserialize<T, HighDeserializer<rancor::Error>>,
+{
+    let archived = access_body::<T>(bytes)?;
+    rkyv::deserialize::<T, rancor::Error>(archived)
+        .map_err(|error| Status::new(ErrorCode::ProtocolError, format!("undecodable frame body: {error}")))
 }
 
 /// Reads the status out of an error frame's body.

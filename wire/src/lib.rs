@@ -19,6 +19,6 @@ pub mod validate;
 pub use command::Command;
 pub use error::{ErrorCode, Status};
 pub use frame::{
-    access_body, encode_error, encode_frame, encode_frame_sized, Frame, FrameBuffer, FrameError, FrameHeader,
-    FrameSplitter,
+    access_body, decode_body, encode_error, encode_frame, encode_frame_sized, Frame, FrameBuffer, FrameError,
+    FrameHeader, FrameSplitter,
 };

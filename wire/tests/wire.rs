@@ -9,8 +9,8 @@ use ringpost_wire::frame::{decode_error, Body, FLAGS_KNOWN, FLAG_ERROR, FLAG_RES
 use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
 use ringpost_wire::{
-    access_body, encode_error, encode_frame, encode_frame_sized, Command, ErrorCode, Frame, FrameBuffer,
-    FrameError, FrameHeader, FrameSplitter, Status,
+    access_body, decode_body, encode_error, encode_frame, encode_frame_sized, Command, ErrorCode, Frame,
+    FrameBuffer, FrameError, FrameHeader, FrameSplitter, Status,
 };
 use rkyv::api::high::{HighDeserializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
@@ -35,18 +35,6 @@ fn is_aligned_16(bytes: &[u8]) -> bool {
 /// The body of an encoded frame, copied into its own aligned buffer.
 fn body_of(frame: &FrameBuffer) -> FrameBuffer {
     aligned(&frame[FRAME_HEADER_BYTES..])
-}
-
-/// Accesses and deserializes `bytes` as a `T`, or returns the access error.
-fn decode_body<T>(bytes: &[u8]) -> Result<T, Status>
-where
-    T: Body,
-    T::Archived: Portable
-        + for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-        + Deserialize<T, HighDeserializer<rancor::Error>>,
-{
-    let archived = access_body::<T>(bytes)?;
-    Ok(rkyv::deserialize::<T, rancor::Error>(archived).expect("deserializing a validated archive"))
 }
 
 /// Encodes `value` in a frame, checks the header, reads the body back in place, and checks the
