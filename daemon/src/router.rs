@@ -213,12 +213,17 @@ impl<S: Storage> Router<S> {
         (self.state.borrow().boot_count as u64) << 32 | sequence as u64
     }
 
-    async fn append(&self, entry: CatalogEntry) -> Result<(), Status> {
-        let _permit = self
-            .catalog_gate
+    /// One unit of `catalog_gate`, held by whatever writes to the catalog log beside other
+    /// appends: compaction waits until every unit is back.
+    async fn catalog_permit(&self) -> Result<glommio::sync::Permit<'_>, Status> {
+        self.catalog_gate
             .acquire_permit(1)
             .await
-            .map_err(|error| Status::internal(format!("the catalog is closed: {error}")))?;
+            .map_err(|error| Status::internal(format!("the catalog is closed: {error}")))
+    }
+
+    async fn append(&self, entry: CatalogEntry) -> Result<(), Status> {
+        let _permit = self.catalog_permit().await?;
         self.catalog_log.append(entry_records(&entry), 1).await.map_err(catalog_status)?;
         self.state.borrow_mut().apply(entry);
         Ok(())
@@ -653,11 +658,7 @@ impl<S: Storage> Router<S> {
         if self.catalog_log.is_stale(index) {
             // One unit of the gate, like an append: compaction, which deletes segments, waits
             // for the copy; appends go on beside it.
-            let _permit = self
-                .catalog_gate
-                .acquire_permit(1)
-                .await
-                .map_err(|error| Status::internal(format!("the catalog is closed: {error}")))?;
+            let _permit = self.catalog_permit().await?;
             response.batches_copied += self.catalog_log.resync_copy(index).await.map_err(catalog_status)?;
             response.logs_resynced += 1;
         }
