@@ -1009,8 +1009,8 @@ impl<S: Storage> Log<S> {
     }
 
     /// Called once a second: after `TAIL_CACHE_IDLE_SWEEPS` without a commit the log keeps
-    /// nothing in memory, so idle topics cost no cached batches.
-    /// Extents read ahead go as soon as a sweep finds that no reader used them since the last.
+    /// nothing in memory, so idle topics cost no cached batches; extents read ahead go as soon
+    /// as a sweep finds that no reader used them since the last.
     pub fn release_idle_cache(&self) {
         let mut inner = self.inner.borrow_mut();
         if inner.idle_sweeps < TAIL_CACHE_IDLE_SWEEPS {
