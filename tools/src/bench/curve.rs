@@ -9,7 +9,10 @@
 //! Everything here is pure: the caller decides where the documents go.
 
 use super::format::thousands;
-use super::plot::{escape, round_step};
+use super::plot::{
+    escape, legend_swatch, round_step, HEIGHT_PX, LEGEND_ROW_HEIGHT_PX, MARGIN_BOTTOM_PX, MARGIN_LEFT_PX,
+    MARGIN_RIGHT_PX, MARGIN_TOP_PX, WIDTH_PX,
+};
 
 /// One line of a chart: (x, y) points in x order.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,17 +45,6 @@ pub struct Chart {
     pub ceilings: Vec<Ceiling>,
 }
 
-const WIDTH_PX: f64 = 820.0;
-/// The height without the legend, which adds one row per line above the plot.
-const HEIGHT_PX: f64 = 500.0;
-/// Room for y tick labels such as `100,000` and for the rotated y axis label.
-const MARGIN_LEFT_PX: f64 = 90.0;
-const MARGIN_RIGHT_PX: f64 = 30.0;
-/// Above the plot: the title, then one legend row per line.
-const MARGIN_TOP_PX: f64 = 50.0;
-const LEGEND_ROW_HEIGHT_PX: f64 = 18.0;
-/// Below the plot: the x tick labels, then the x axis label.
-const MARGIN_BOTTOM_PX: f64 = 70.0;
 const POINT_RADIUS_PX: f64 = 3.0;
 /// Ceiling labels this close to the top of the plot go below their line, so they stay inside
 /// the frame rather than run into the legend.
@@ -342,13 +334,7 @@ pub fn svg(chart: &Chart) -> String {
             ));
         }
         let legend_y = MARGIN_TOP_PX + LEGEND_ROW_HEIGHT_PX * index as f64;
-        out.push_str(&format!(
-            "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"3\"/>\n",
-            MARGIN_LEFT_PX + 12.0,
-            legend_y - 4.0,
-            MARGIN_LEFT_PX + 36.0,
-            legend_y - 4.0
-        ));
+        out.push_str(&legend_swatch(color, legend_y));
         let skipped = line.points.len() - points.len();
         let note = if skipped > 0 {
             format!(" ({} points not drawn)", thousands(skipped as u64))

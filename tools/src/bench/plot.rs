@@ -14,14 +14,18 @@ pub struct Series<'a> {
     pub latency_us: &'a Histogram<u64>,
 }
 
-const WIDTH: f64 = 820.0;
-const HEIGHT: f64 = 500.0;
-const MARGIN_LEFT: f64 = 90.0;
-const MARGIN_RIGHT: f64 = 30.0;
-/// Above the plot: the title, then one legend line per series.
-const MARGIN_TOP: f64 = 50.0;
-const LEGEND_LINE_HEIGHT: f64 = 18.0;
-const MARGIN_BOTTOM: f64 = 70.0;
+// The frame of every chart the tools draw (this plot and the scaling curves of `super::curve`).
+pub(super) const WIDTH_PX: f64 = 820.0;
+/// The height without the legend's rows, which a scaling curve adds above its plot.
+pub(super) const HEIGHT_PX: f64 = 500.0;
+/// Room for y tick labels such as `100,000` and for the rotated y axis label.
+pub(super) const MARGIN_LEFT_PX: f64 = 90.0;
+pub(super) const MARGIN_RIGHT_PX: f64 = 30.0;
+/// Above the plot: the title, then one legend row per line.
+pub(super) const MARGIN_TOP_PX: f64 = 50.0;
+pub(super) const LEGEND_ROW_HEIGHT_PX: f64 = 18.0;
+/// Below the plot: the x tick labels, then the x axis label.
+pub(super) const MARGIN_BOTTOM_PX: f64 = 70.0;
 /// Decades of 1/(1-p) always shown: 0, 90, 99, 99.9 and 99.99%, whatever the sample count.
 const DECADES_MIN: u32 = 4;
 /// A million samples reach 99.9999%; more decades than that would be empty.
@@ -30,6 +34,17 @@ const DECADES_MAX: u32 = 6;
 /// curve far into the tail.
 const TICKS_PER_HALF_DISTANCE: u32 = 10;
 const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+
+/// The short line in a chart's legend, in a line's colour, left of its label at `legend_y`.
+pub(super) fn legend_swatch(color: &str, legend_y: f64) -> String {
+    format!(
+        "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"3\"/>\n",
+        MARGIN_LEFT_PX + 12.0,
+        legend_y - 4.0,
+        MARGIN_LEFT_PX + 36.0,
+        legend_y - 4.0
+    )
+}
 
 /// Text content and attribute values with the five XML special characters escaped.
 pub(super) fn escape(text: &str) -> String {
@@ -78,22 +93,24 @@ pub fn svg(title: &str, series: &[Series]) -> String {
     let latency_max = drawn.iter().map(|series| series.latency_us.max()).max().unwrap_or(1).max(1) as f64;
     let step = tick_step(latency_max, 6.0);
     let y_max = (latency_max / step).ceil() * step;
-    let legend_height = LEGEND_LINE_HEIGHT * drawn.len() as f64;
-    let height = HEIGHT + legend_height;
-    let top = MARGIN_TOP + legend_height;
-    let plot_width = WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
-    let plot_height = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
-    let x_of = |decade: f64| MARGIN_LEFT + plot_width * decade.min(decades as f64) / decades as f64;
+    let legend_height = LEGEND_ROW_HEIGHT_PX * drawn.len() as f64;
+    let height = HEIGHT_PX + legend_height;
+    let top = MARGIN_TOP_PX + legend_height;
+    let plot_width = WIDTH_PX - MARGIN_LEFT_PX - MARGIN_RIGHT_PX;
+    let plot_height = HEIGHT_PX - MARGIN_TOP_PX - MARGIN_BOTTOM_PX;
+    let x_of = |decade: f64| MARGIN_LEFT_PX + plot_width * decade.min(decades as f64) / decades as f64;
     let y_of = |latency: f64| top + plot_height * (1.0 - latency / y_max);
 
     let mut out = String::new();
     out.push_str(&format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH_PX}\" height=\"{height}\" viewBox=\"0 0 {WIDTH_PX} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n"
     ));
-    out.push_str(&format!("<rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{height}\" fill=\"white\"/>\n"));
+    out.push_str(&format!(
+        "<rect x=\"0\" y=\"0\" width=\"{WIDTH_PX}\" height=\"{height}\" fill=\"white\"/>\n"
+    ));
     out.push_str(&format!(
         "<text x=\"{}\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">{}</text>\n",
-        WIDTH / 2.0,
+        WIDTH_PX / 2.0,
         escape(title)
     ));
     // Grid and axis labels.
@@ -113,23 +130,23 @@ pub fn svg(title: &str, series: &[Series]) -> String {
     while tick <= y_max + step / 2.0 {
         let y = y_of(tick);
         out.push_str(&format!(
-            "<line x1=\"{MARGIN_LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#dddddd\"/>\n",
-            MARGIN_LEFT + plot_width
+            "<line x1=\"{MARGIN_LEFT_PX}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#dddddd\"/>\n",
+            MARGIN_LEFT_PX + plot_width
         ));
         out.push_str(&format!(
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
-            MARGIN_LEFT - 8.0,
+            MARGIN_LEFT_PX - 8.0,
             y + 4.0,
             thousands(tick as u64)
         ));
         tick += step;
     }
     out.push_str(&format!(
-        "<rect x=\"{MARGIN_LEFT}\" y=\"{top}\" width=\"{plot_width}\" height=\"{plot_height}\" fill=\"none\" stroke=\"#333333\"/>\n"
+        "<rect x=\"{MARGIN_LEFT_PX}\" y=\"{top}\" width=\"{plot_width}\" height=\"{plot_height}\" fill=\"none\" stroke=\"#333333\"/>\n"
     ));
     out.push_str(&format!(
         "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">percentile (log scale of 1/(1-p))</text>\n",
-        MARGIN_LEFT + plot_width / 2.0,
+        MARGIN_LEFT_PX + plot_width / 2.0,
         height - 20.0
     ));
     out.push_str(&format!(
@@ -155,17 +172,11 @@ pub fn svg(title: &str, series: &[Series]) -> String {
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n",
             path.join(" ")
         ));
-        let legend_y = MARGIN_TOP + LEGEND_LINE_HEIGHT * index as f64;
-        out.push_str(&format!(
-            "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"3\"/>\n",
-            MARGIN_LEFT + 12.0,
-            legend_y - 4.0,
-            MARGIN_LEFT + 36.0,
-            legend_y - 4.0
-        ));
+        let legend_y = MARGIN_TOP_PX + LEGEND_ROW_HEIGHT_PX * index as f64;
+        out.push_str(&legend_swatch(color, legend_y));
         out.push_str(&format!(
             "<text x=\"{:.1}\" y=\"{legend_y:.1}\" font-size=\"11\">{}: p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs ({} samples)</text>\n",
-            MARGIN_LEFT + 42.0,
+            MARGIN_LEFT_PX + 42.0,
             escape(series.name),
             thousands(histogram.value_at_quantile(0.5)),
             thousands(histogram.value_at_quantile(0.99)),
@@ -177,7 +188,7 @@ pub fn svg(title: &str, series: &[Series]) -> String {
     if drawn.is_empty() {
         out.push_str(&format!(
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">no latency was recorded</text>\n",
-            MARGIN_LEFT + plot_width / 2.0,
+            MARGIN_LEFT_PX + plot_width / 2.0,
             top + plot_height / 2.0
         ));
     }
