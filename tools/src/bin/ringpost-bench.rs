@@ -449,12 +449,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// For the commands that start no daemon and read no data directory: a usage error naming
+/// `what` the command does instead, if --server, --embedded or --data-dir was `given`.
+fn refuse_daemon_flags(given: bool, what: &str) -> Result<(), Failure> {
+    if given {
+        return Err(Failure::usage(format!(
+            "InvalidArgument: {what}: leave out --server, --embedded and --data-dir"
+        )));
+    }
+    Ok(())
+}
+
 fn run(flags: Flags) -> Result<(), Failure> {
     if flags.server.is_some() && flags.embedded {
         return Err(Failure::usage(
             "InvalidArgument: --server and --embedded exclude each other: load a running daemon, or start one",
         ));
     }
+    let daemon_flags_given = flags.server.is_some() || flags.embedded || flags.data_dir.is_some();
     let load = match flags.workload {
         Command::Disk(disk) => {
             if flags.server.is_some() || flags.embedded {
@@ -465,27 +477,18 @@ fn run(flags: Flags) -> Result<(), Failure> {
             return run_disk(flags.data_dir.unwrap_or_else(|| PathBuf::from(".")), disk);
         }
         Command::Loopback(loopback) => {
-            if flags.server.is_some() || flags.embedded || flags.data_dir.is_some() {
-                return Err(Failure::usage(
-                    "InvalidArgument: the loopback workload measures TCP over 127.0.0.1 alone: leave out --server, --embedded and --data-dir",
-                ));
-            }
+            refuse_daemon_flags(
+                daemon_flags_given,
+                "the loopback workload measures TCP over 127.0.0.1 alone",
+            )?;
             return run_loopback(loopback);
         }
         Command::Curve(curve) => {
-            if flags.server.is_some() || flags.embedded || flags.data_dir.is_some() {
-                return Err(Failure::usage(
-                    "InvalidArgument: curve reads result files: leave out --server, --embedded and --data-dir",
-                ));
-            }
+            refuse_daemon_flags(daemon_flags_given, "curve reads result files")?;
             return run_curve(curve);
         }
         Command::Compare(compare) => {
-            if flags.server.is_some() || flags.embedded || flags.data_dir.is_some() {
-                return Err(Failure::usage(
-                    "InvalidArgument: compare reads two result files: leave out --server, --embedded and --data-dir",
-                ));
-            }
+            refuse_daemon_flags(daemon_flags_given, "compare reads two result files")?;
             let (first, second) = (compare::Run::load(&compare.first)?, compare::Run::load(&compare.second)?);
             print!("{}", compare::table(&first, &second));
             return Ok(());
