@@ -78,7 +78,7 @@ pub struct TopicState<S: Storage> {
     pub id: u64,
     pub name: String,
     pub log: Log<S>,
-    pub journal: Log<S>,
+    pub journal: LazyJournal<S>,
     pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
     /// Subscription states rebuilt from the journal, waiting for the router to attach them.
     recovered: RefCell<HashMap<u64, Vec<JournalEntry>>>,
@@ -91,6 +91,76 @@ pub struct TopicState<S: Storage> {
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
     checkpoints: RefCell<VecDeque<u64>>,
     published: RefCell<RateWindow>,
+}
+
+/// A topic's subscription journal, opened on first use. A subscription's sync point lives in the
+/// catalog, so the journal holds only what subscribers did (acknowledgements, seeks, deadline
+/// extensions, snapshots): a topic whose subscriptions never acknowledged anything has none, and
+/// keeps no open log for it (about 400 bytes and a file descriptor per idle topic).
+pub struct LazyJournal<S: Storage> {
+    log: RefCell<JournalSlot<S>>,
+    storage: S,
+    directories: Rc<Directories>,
+    relative: PathBuf,
+    log_id: u64,
+    config: Rc<LogConfig>,
+    /// Shared by the shard's topics: fires when any journal finishes opening, so appends that
+    /// found this one opening look again (one opener per journal, never two logs on one folder).
+    opened: Notify,
+}
+
+enum JournalSlot<S: Storage> {
+    Closed,
+    Opening,
+    Open(Log<S>),
+}
+
+impl<S: Storage> LazyJournal<S> {
+    /// The journal's log, opened (and created on disk) if it is not yet. Opening an empty
+    /// folder does not wait on the disk today, but should it ever, appends that arrive meanwhile
+    /// wait for the one opener instead of opening a second log on the same files.
+    pub async fn log(&self) -> Result<Log<S>, LogError> {
+        loop {
+            // Registered before looking, so an opener finishing in between is not missed.
+            let opened = self.opened.notified();
+            match &*self.log.borrow() {
+                JournalSlot::Open(log) => return Ok(log.clone()),
+                JournalSlot::Opening => {}
+                JournalSlot::Closed => break,
+            }
+            opened.await;
+        }
+        *self.log.borrow_mut() = JournalSlot::Opening;
+        let result = Log::open(
+            self.storage.clone(),
+            self.directories.clone(),
+            &self.relative,
+            self.log_id,
+            self.config.clone(),
+        )
+        .await;
+        *self.log.borrow_mut() = match &result {
+            Ok((log, _)) => JournalSlot::Open(log.clone()),
+            Err(_) => JournalSlot::Closed,
+        };
+        self.opened.notify_all();
+        result.map(|(log, _)| log)
+    }
+
+    /// The journal's log if it is open (nothing to read or compact otherwise).
+    pub fn opened(&self) -> Option<Log<S>> {
+        match &*self.log.borrow() {
+            JournalSlot::Open(log) => Some(log.clone()),
+            _ => None,
+        }
+    }
+
+    pub async fn append(&self, entry: &JournalEntry) -> Result<(), LogError> {
+        let bytes = entry.encode();
+        let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
+        record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
+        self.log().await?.append(records, 1).await.map(|_| ())
+    }
 }
 
 struct SnapshotState {
@@ -140,6 +210,8 @@ pub struct Forwarder<S: Storage> {
     journal_configs: [Rc<LogConfig>; 2],
     clock: Rc<dyn Clock>,
     topics: RefCell<HashMap<String, Rc<TopicState<S>>>>,
+    /// Fires when a topic's journal finishes opening (see `LazyJournal`).
+    journal_opened: Notify,
     topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>>>,
     subscriptions: RefCell<HashMap<String, Served<S>>>,
     /// Topics on this shard whose journals keep their files open between commits; the journals
@@ -204,6 +276,7 @@ impl<S: Storage> Forwarder<S> {
             log_config: Rc::new(log_config),
             clock,
             topics: RefCell::default(),
+            journal_opened: Notify::new(),
             topics_by_id: RefCell::default(),
             subscriptions: RefCell::default(),
             journals_open_max: Cell::new(usize::MAX),
@@ -242,16 +315,17 @@ impl<S: Storage> Forwarder<S> {
                     None => (topic.log.offset_at_time(time_ms).await.map_err(log_error_status)?, Vec::new()),
                 };
                 let offset = offset.max(topic.log.start_offset());
-                append_journal(&topic.journal, &JournalEntry::Seek { subscription_id, offset })
+                topic
+                    .journal
+                    .append(&JournalEntry::Seek { subscription_id, offset })
                     .await
                     .map_err(log_error_status)?;
                 if !runs.is_empty() {
-                    append_journal(
-                        &topic.journal,
-                        &JournalEntry::Acked { subscription_id, runs: runs.clone() },
-                    )
-                    .await
-                    .map_err(log_error_status)?;
+                    topic
+                        .journal
+                        .append(&JournalEntry::Acked { subscription_id, runs: runs.clone() })
+                        .await
+                        .map_err(log_error_status)?;
                 }
                 let mut state = entry.state.borrow_mut();
                 state.seek(offset);
@@ -269,7 +343,7 @@ impl<S: Storage> Forwarder<S> {
                 let (floor, runs) = entry.state.borrow().acknowledged_runs();
                 let taken =
                     JournalEntry::SnapshotTaken { snapshot_id, floor, runs: runs.clone(), expire_time_ms };
-                append_journal(&topic.journal, &taken).await.map_err(log_error_status)?;
+                topic.journal.append(&taken).await.map_err(log_error_status)?;
                 topic
                     .snapshots
                     .borrow_mut()
@@ -280,7 +354,9 @@ impl<S: Storage> Forwarder<S> {
                 let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
                 if let Some(topic) = topic {
                     if topic.snapshots.borrow_mut().remove(&snapshot_id).is_some() {
-                        append_journal(&topic.journal, &JournalEntry::SnapshotDropped { snapshot_id })
+                        topic
+                            .journal
+                            .append(&JournalEntry::SnapshotDropped { snapshot_id })
                             .await
                             .map_err(log_error_status)?;
                     }
@@ -298,7 +374,7 @@ impl<S: Storage> Forwarder<S> {
                 let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
                 let (mut logs, mut batches) = (0, 0);
                 for topic in topics {
-                    for log in [&topic.log, &topic.journal] {
+                    for log in std::iter::once(topic.log.clone()).chain(topic.journal.opened()) {
                         if log.is_stale(index) {
                             batches += log.resync_copy(index).await.map_err(log_error_status)?;
                             logs += 1;
@@ -372,12 +448,13 @@ impl<S: Storage> Forwarder<S> {
         // Counted at attach: topics deleted later do not hand their place to later ones.
         let keep_files_open = self.topics_by_id.borrow().len() < self.journals_open_max.get();
         let journal_config = self.journal_configs[usize::from(!keep_files_open)].clone();
+        let journal_relative = relative.join("journal");
         let (journal, report) = Log::open(
             self.storage.clone(),
             self.directories.clone(),
-            &relative.join("journal"),
+            &journal_relative,
             journal_log_id(topic_id),
-            journal_config,
+            journal_config.clone(),
         )
         .await
         .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}' journal: {error}")))?;
@@ -412,6 +489,17 @@ impl<S: Storage> Forwarder<S> {
                 }
             }
         }
+        // An empty journal is opened again when a subscriber first acknowledges something.
+        let slot = if journal.is_empty() { JournalSlot::Closed } else { JournalSlot::Open(journal) };
+        let journal = LazyJournal {
+            log: RefCell::new(slot),
+            storage: self.storage.clone(),
+            directories: self.directories.clone(),
+            relative: journal_relative,
+            log_id: journal_log_id(topic_id),
+            config: journal_config,
+            opened: self.journal_opened.clone(),
+        };
         let topic = Rc::new(TopicState {
             id: topic_id,
             name: name.clone(),
@@ -804,7 +892,7 @@ impl<S: Storage> Forwarder<S> {
             // Messages the filter rejects are acknowledged, durably, as Pub/Sub does.
             let entry =
                 JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&filtered_out) };
-            match append_journal(&topic.journal, &entry).await {
+            match topic.journal.append(&entry).await {
                 Ok(()) => {
                     let mut state = subscription.state.borrow_mut();
                     for offset in filtered_out {
@@ -891,7 +979,7 @@ impl<S: Storage> Forwarder<S> {
         offsets.dedup();
         // Durable first: an acknowledgement confirmed to the subscriber never comes back.
         let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&offsets) };
-        append_journal(&topic.journal, &entry).await.map_err(log_error_status)?;
+        topic.journal.append(&entry).await.map_err(log_error_status)?;
         let mut state = subscription.state.borrow_mut();
         for offset in offsets {
             state.apply_ack(offset);
@@ -930,7 +1018,7 @@ impl<S: Storage> Forwarder<S> {
                     runs: runs_of(&offsets),
                     until_ms,
                 };
-                append_journal(&topic.journal, &entry).await.map_err(log_error_status)?;
+                topic.journal.append(&entry).await.map_err(log_error_status)?;
             }
         }
         let now = self.clock.now();
@@ -1064,9 +1152,9 @@ impl<S: Storage> Forwarder<S> {
     /// an acknowledgement whose entry was committed but not yet applied when this checkpoint was
     /// captured is still in the journal (and in the next checkpoint).
     async fn compact_journal(&self, topic: &TopicState<S>) -> Result<(), LogError> {
-        let since = topic.checkpoints.borrow().back().copied().unwrap_or(topic.journal.start_offset());
-        let written: u64 = topic
-            .journal
+        let Some(journal) = topic.journal.opened() else { return Ok(()) };
+        let since = topic.checkpoints.borrow().back().copied().unwrap_or(journal.start_offset());
+        let written: u64 = journal
             .closed_segments()
             .iter()
             .filter(|segment| segment.end_offset > since)
@@ -1075,7 +1163,7 @@ impl<S: Storage> Forwarder<S> {
         // Entries, not bytes, are what the segment list gives cheaply; a journal entry averages
         // well under a block, so count each as one block to stay conservative.
         if written * record::BLOCK_BYTES as u64 <= JOURNAL_CHECKPOINT_BYTES
-            || topic.journal.closed_segments().len() < 2
+            || journal.closed_segments().len() < 2
         {
             return Ok(());
         }
@@ -1131,7 +1219,7 @@ impl<S: Storage> Forwarder<S> {
         for entry in &entries {
             record::encode_record_unsealed(&mut records, 0, &entry.encode(), &mut std::iter::empty(), "");
         }
-        let (first, _) = topic.journal.append(records, entries.len() as u32).await?;
+        let (first, _) = journal.append(records, entries.len() as u32).await?;
         let previous = {
             let mut checkpoints = topic.checkpoints.borrow_mut();
             checkpoints.push_back(first);
@@ -1141,7 +1229,7 @@ impl<S: Storage> Forwarder<S> {
             (checkpoints.len() == 2).then(|| checkpoints[0])
         };
         if let Some(previous) = previous {
-            topic.journal.remove_before(previous).await?;
+            journal.remove_before(previous).await?;
         }
         Ok(())
     }
@@ -1285,7 +1373,7 @@ async fn dead_letter<S: Storage>(
     let mut done: Vec<u64> = records.iter().map(|record| record.offset).collect();
     done.sort_unstable();
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&done) };
-    append_journal(&topic.journal, &entry).await.map_err(|e| e.to_string())?;
+    topic.journal.append(&entry).await.map_err(|e| e.to_string())?;
     let mut state = subscription.state.borrow_mut();
     for offset in done {
         state.apply_ack(offset);
@@ -1311,13 +1399,6 @@ fn check_ack_id_count(count: usize) -> Result<(), Status> {
         )));
     }
     Ok(())
-}
-
-async fn append_journal<S: Storage>(journal: &Log<S>, entry: &JournalEntry) -> Result<(), LogError> {
-    let bytes = entry.encode();
-    let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
-    record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
-    journal.append(records, 1).await.map(|_| ())
 }
 
 fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
@@ -1485,6 +1566,44 @@ mod tests {
         journal_stays_bounded_and_recovers(0);
     }
 
+    /// An idle topic keeps no journal; the first acknowledgements open it, and a restart finds
+    /// every one of them.
+    #[test]
+    fn the_journal_opens_at_the_first_acknowledgements_and_keeps_them() {
+        run(async move {
+            let clock = ManualClock::default();
+            let disk = SimDisk::new();
+            let directories = Directories::new(vec!["/d0".into()]);
+            let config = LogConfig::default();
+            let forwarder =
+                Forwarder::new(0, disk.clone(), directories.clone(), config.clone(), Rc::new(clock.clone()));
+            let retained = topic(&forwarder, 0).await;
+            subscribe(&forwarder, false).await;
+            publish(&forwarder, 20).await;
+            let delivered = pull(&forwarder, 100).await;
+            assert_eq!(delivered.len(), 20);
+            assert!(retained.journal.opened().is_none());
+            let acknowledgements = delivered.iter().map(|message| {
+                let request = AcknowledgeRequest {
+                    subscription: "reader".into(),
+                    ack_ids: vec![message.ack_id.clone()],
+                };
+                let frame = ringpost_wire::encode_frame(Command::Acknowledge.code(), 0, 1, &request);
+                let forwarder = &forwarder;
+                async move { forwarder.acknowledge(&frame[FRAME_HEADER_BYTES..]).await.unwrap() }
+            });
+            let responses = crate::sync::join_all(acknowledgements.collect()).await;
+            assert!(responses.iter().all(|response| response.invalid_ack_ids.is_empty()));
+            assert_eq!(retained.journal.opened().unwrap().end_offset(), 20, "one journal took all 20");
+            drop(retained);
+            drop(forwarder);
+            let forwarder = Forwarder::new(0, disk, directories, config, Rc::new(clock.clone()));
+            topic(&forwarder, 0).await;
+            attach_subscription(&forwarder, false, false).await;
+            assert!(pull(&forwarder, 100).await.is_empty(), "every acknowledgement survived the restart");
+        });
+    }
+
     fn journal_stays_bounded_and_recovers(journals_open_max: usize) {
         run(async move {
             let clock = ManualClock::default();
@@ -1499,8 +1618,8 @@ mod tests {
                 Forwarder::new(0, disk.clone(), directories.clone(), config.clone(), Rc::new(clock.clone()));
             forwarder.set_journals_open_max(journals_open_max);
             let retained = topic(&forwarder, 0).await;
-            assert_eq!(retained.journal.keeps_files_open(), journals_open_max > 0);
             subscribe(&forwarder, false).await;
+            assert!(retained.journal.opened().is_none(), "nothing acknowledged yet: no journal");
             let mut journal_peak = 0;
             for _round in 0..12 {
                 publish(&forwarder, 500).await;
@@ -1508,11 +1627,14 @@ mod tests {
                 assert_eq!(delivered.len(), 500);
                 acknowledge_one_by_one(&forwarder, &delivered).await;
                 forwarder.collect_segments().await;
-                journal_peak = journal_peak.max(retained.journal.disk_bytes());
+                journal_peak = journal_peak.max(retained.journal.opened().unwrap().disk_bytes());
             }
+            let journal = retained.journal.opened().unwrap();
+            assert_eq!(journal.keeps_files_open(), journals_open_max > 0);
             // 6,000 acknowledge requests of a 4 KiB block each would be 24 MB of journal.
             assert!(journal_peak < 20 << 20, "journal reached {journal_peak} bytes");
-            assert!(retained.journal.start_offset() > 0, "old journal segments were deleted");
+            assert!(journal.start_offset() > 0, "old journal segments were deleted");
+            drop(journal);
             publish(&forwarder, 10).await;
             let unacknowledged: Vec<u64> = pull(&forwarder, 100).await.iter().map(|m| m.message_id).collect();
             assert_eq!(unacknowledged.len(), 10);

@@ -1038,6 +1038,13 @@ impl<S: Storage> Log<S> {
         self.inner.borrow().next_offset
     }
 
+    /// Whether the log never held anything: no segment on disk, nothing written. Opening it
+    /// again finds it just the same.
+    pub fn is_empty(&self) -> bool {
+        let inner = self.inner.borrow();
+        inner.segments.is_empty() && inner.next_offset == 0 && inner.staged.is_empty()
+    }
+
     /// The oldest offset still stored.
     pub fn start_offset(&self) -> u64 {
         let inner = self.inner.borrow();
