@@ -10,7 +10,7 @@ use crate::log::{record, Directories, Log, LogConfig, LogError, RecoveryReport, 
 use crate::net::{fail, respond, Handler, Responder};
 use crate::rate::{RateTicks, RateWindow};
 use crate::storage::Storage;
-use crate::subscription::{AckId, SubscriptionState};
+use crate::subscription::{AckId, IdHasher, SubscriptionState};
 use crate::sync::Notify;
 use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
@@ -76,18 +76,17 @@ pub fn log_error_status(error: LogError) -> Status {
 
 pub struct TopicState<S: Storage> {
     pub id: u64,
-    pub name: String,
+    /// Shared with the key of the shard's map of topics by name.
+    pub name: Rc<str>,
     pub log: Log<S>,
     pub journal: LazyJournal<S>,
     pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
     /// Subscription states rebuilt from the journal, waiting for the router to attach them.
-    recovered: RefCell<HashMap<u64, Vec<JournalEntry>>>,
-    /// The topic's folder inside each data directory.
-    relative: PathBuf,
+    recovered: RefCell<HashMap<u64, Vec<JournalEntry>, IdHasher>>,
     /// Topic message retention; 0 when not set.
     retention_seconds: u64,
     /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
-    snapshots: RefCell<HashMap<u64, SnapshotState>>,
+    snapshots: RefCell<HashMap<u64, SnapshotState, IdHasher>>,
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
     checkpoints: RefCell<VecDeque<u64>>,
     published: RefCell<RateWindow>,
@@ -99,10 +98,7 @@ pub struct TopicState<S: Storage> {
 /// keeps no open log for it (about 400 bytes and a file descriptor per idle topic).
 pub struct LazyJournal<S: Storage> {
     log: RefCell<JournalSlot<S>>,
-    storage: S,
-    directories: Rc<Directories>,
-    relative: PathBuf,
-    log_id: u64,
+    /// The shard's journal configuration chosen at attach (files kept open or not).
     config: Rc<LogConfig>,
     /// Shared by the shard's topics: fires when any journal finishes opening, so appends that
     /// found this one opening look again (one opener per journal, never two logs on one folder).
@@ -119,7 +115,13 @@ impl<S: Storage> LazyJournal<S> {
     /// The journal's log, opened (and created on disk) if it is not yet. Opening an empty
     /// folder does not wait on the disk today, but should it ever, appends that arrive meanwhile
     /// wait for the one opener instead of opening a second log on the same files.
-    pub async fn log(&self) -> Result<Log<S>, LogError> {
+    /// It lives in the folder `journal` of the topic whose message log is `messages`.
+    async fn log(
+        &self,
+        messages: &Log<S>,
+        topic_relative: &std::path::Path,
+        topic_id: u64,
+    ) -> Result<Log<S>, LogError> {
         loop {
             // Registered before looking, so an opener finishing in between is not missed.
             let opened = self.opened.notified();
@@ -132,10 +134,10 @@ impl<S: Storage> LazyJournal<S> {
         }
         *self.log.borrow_mut() = JournalSlot::Opening;
         let result = Log::open(
-            self.storage.clone(),
-            self.directories.clone(),
-            &self.relative,
-            self.log_id,
+            messages.storage().clone(),
+            messages.directories().clone(),
+            &topic_relative.join("journal"),
+            journal_log_id(topic_id),
             self.config.clone(),
         )
         .await;
@@ -154,12 +156,16 @@ impl<S: Storage> LazyJournal<S> {
             _ => None,
         }
     }
+}
 
-    pub async fn append(&self, entry: &JournalEntry) -> Result<(), LogError> {
+impl<S: Storage> TopicState<S> {
+    /// Makes one journal entry durable, opening the journal first if it is not yet.
+    pub async fn append_journal(&self, entry: &JournalEntry) -> Result<(), LogError> {
         let bytes = entry.encode();
         let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
         record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
-        self.log().await?.append(records, 1).await.map(|_| ())
+        let journal = self.journal.log(&self.log, &topic_folder(self.id), self.id).await?;
+        journal.append(records, 1).await.map(|_| ())
     }
 }
 
@@ -171,7 +177,8 @@ struct SnapshotState {
 
 pub struct SubscriptionEntry {
     pub id: u64,
-    pub name: String,
+    /// Shared with the key of the shard's map of subscriptions by name.
+    pub name: Rc<str>,
     pub topic_id: u64,
     pub settings: SubscriptionSettings,
     pub state: RefCell<SubscriptionState>,
@@ -209,11 +216,11 @@ pub struct Forwarder<S: Storage> {
     log_config: Rc<LogConfig>,
     journal_configs: [Rc<LogConfig>; 2],
     clock: Rc<dyn Clock>,
-    topics: RefCell<HashMap<String, Rc<TopicState<S>>>>,
+    topics: RefCell<HashMap<Rc<str>, Rc<TopicState<S>>>>,
     /// Fires when a topic's journal finishes opening (see `LazyJournal`).
     journal_opened: Notify,
     topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>>>,
-    subscriptions: RefCell<HashMap<String, Served<S>>>,
+    subscriptions: RefCell<HashMap<Rc<str>, Served<S>>>,
     /// Topics on this shard whose journals keep their files open between commits; the journals
     /// of topics attached beyond it close them after each commit (and reopen on the next),
     /// which costs an open per acknowledgement commit but keeps 10,000 topics within a
@@ -316,14 +323,12 @@ impl<S: Storage> Forwarder<S> {
                 };
                 let offset = offset.max(topic.log.start_offset());
                 topic
-                    .journal
-                    .append(&JournalEntry::Seek { subscription_id, offset })
+                    .append_journal(&JournalEntry::Seek { subscription_id, offset })
                     .await
                     .map_err(log_error_status)?;
                 if !runs.is_empty() {
                     topic
-                        .journal
-                        .append(&JournalEntry::Acked { subscription_id, runs: runs.clone() })
+                        .append_journal(&JournalEntry::Acked { subscription_id, runs: runs.clone() })
                         .await
                         .map_err(log_error_status)?;
                 }
@@ -343,7 +348,7 @@ impl<S: Storage> Forwarder<S> {
                 let (floor, runs) = entry.state.borrow().acknowledged_runs();
                 let taken =
                     JournalEntry::SnapshotTaken { snapshot_id, floor, runs: runs.clone(), expire_time_ms };
-                topic.journal.append(&taken).await.map_err(log_error_status)?;
+                topic.append_journal(&taken).await.map_err(log_error_status)?;
                 topic
                     .snapshots
                     .borrow_mut()
@@ -355,8 +360,7 @@ impl<S: Storage> Forwarder<S> {
                 if let Some(topic) = topic {
                     if topic.snapshots.borrow_mut().remove(&snapshot_id).is_some() {
                         topic
-                            .journal
-                            .append(&JournalEntry::SnapshotDropped { snapshot_id })
+                            .append_journal(&JournalEntry::SnapshotDropped { snapshot_id })
                             .await
                             .map_err(log_error_status)?;
                     }
@@ -390,7 +394,7 @@ impl<S: Storage> Forwarder<S> {
                     self.subscriptions.borrow_mut().retain(|_, (_, owner)| owner.id != topic_id);
                     if delete_data {
                         for copy in 0..self.directories.count() {
-                            let folder = self.directories.path(copy).join(&topic.relative);
+                            let folder = self.directories.path(copy).join(topic_folder(topic.id));
                             if self.storage.exists(&folder) {
                                 self.storage.remove_dir_all(&folder).map_err(|error| {
                                     Status::internal(format!("removing {}: {error}", folder.display()))
@@ -413,7 +417,7 @@ impl<S: Storage> Forwarder<S> {
                     .await
             }
             ControlRequest::DetachSubscription { subscription_id, name, topic_id } => {
-                self.subscriptions.borrow_mut().remove(&name);
+                self.subscriptions.borrow_mut().remove(name.as_str());
                 let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
                 // Nothing to journal: replay applies only entries of subscriptions the router
                 // attaches, and the next checkpoint drops this one's.
@@ -448,11 +452,10 @@ impl<S: Storage> Forwarder<S> {
         // Counted at attach: topics deleted later do not hand their place to later ones.
         let keep_files_open = self.topics_by_id.borrow().len() < self.journals_open_max.get();
         let journal_config = self.journal_configs[usize::from(!keep_files_open)].clone();
-        let journal_relative = relative.join("journal");
         let (journal, report) = Log::open(
             self.storage.clone(),
             self.directories.clone(),
-            &journal_relative,
+            &relative.join("journal"),
             journal_log_id(topic_id),
             journal_config.clone(),
         )
@@ -461,8 +464,8 @@ impl<S: Storage> Forwarder<S> {
         report_recovery(&name, "journal", &report);
         // Each subscription's acknowledgements and seeks, in order, applied when the router
         // attaches it with the sync point the catalog recorded.
-        let mut recovered: HashMap<u64, Vec<JournalEntry>> = HashMap::new();
-        let mut snapshots: HashMap<u64, SnapshotState> = HashMap::new();
+        let mut recovered: HashMap<u64, Vec<JournalEntry>, IdHasher> = HashMap::default();
+        let mut snapshots: HashMap<u64, SnapshotState, IdHasher> = HashMap::default();
         for stored in journal.read(0, usize::MAX, usize::MAX).await.map_err(log_error_status)? {
             let entry = JournalEntry::decode(&stored.data).map_err(|why| {
                 Status::new(
@@ -493,13 +496,10 @@ impl<S: Storage> Forwarder<S> {
         let slot = if journal.is_empty() { JournalSlot::Closed } else { JournalSlot::Open(journal) };
         let journal = LazyJournal {
             log: RefCell::new(slot),
-            storage: self.storage.clone(),
-            directories: self.directories.clone(),
-            relative: journal_relative,
-            log_id: journal_log_id(topic_id),
             config: journal_config,
             opened: self.journal_opened.clone(),
         };
+        let name: Rc<str> = name.into();
         let topic = Rc::new(TopicState {
             id: topic_id,
             name: name.clone(),
@@ -507,7 +507,6 @@ impl<S: Storage> Forwarder<S> {
             journal,
             subscriptions: RefCell::default(),
             recovered: RefCell::new(recovered),
-            relative,
             retention_seconds,
             snapshots: RefCell::new(snapshots),
             checkpoints: RefCell::default(),
@@ -584,6 +583,7 @@ impl<S: Storage> Forwarder<S> {
                 Status::invalid_argument(format!("filter of subscription '{name}': {error}"))
             })?))
         };
+        let name: Rc<str> = name.into();
         let entry = Rc::new(SubscriptionEntry {
             id: subscription_id,
             name: name.clone(),
@@ -892,7 +892,7 @@ impl<S: Storage> Forwarder<S> {
             // Messages the filter rejects are acknowledged, durably, as Pub/Sub does.
             let entry =
                 JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&filtered_out) };
-            match topic.journal.append(&entry).await {
+            match topic.append_journal(&entry).await {
                 Ok(()) => {
                     let mut state = subscription.state.borrow_mut();
                     for offset in filtered_out {
@@ -979,7 +979,7 @@ impl<S: Storage> Forwarder<S> {
         offsets.dedup();
         // Durable first: an acknowledgement confirmed to the subscriber never comes back.
         let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&offsets) };
-        topic.journal.append(&entry).await.map_err(log_error_status)?;
+        topic.append_journal(&entry).await.map_err(log_error_status)?;
         let mut state = subscription.state.borrow_mut();
         for offset in offsets {
             state.apply_ack(offset);
@@ -1018,7 +1018,7 @@ impl<S: Storage> Forwarder<S> {
                     runs: runs_of(&offsets),
                     until_ms,
                 };
-                topic.journal.append(&entry).await.map_err(log_error_status)?;
+                topic.append_journal(&entry).await.map_err(log_error_status)?;
             }
         }
         let now = self.clock.now();
@@ -1055,9 +1055,10 @@ impl<S: Storage> Forwarder<S> {
         let served: Vec<Served<S>> = self.subscriptions.borrow().values().cloned().collect();
         for (subscription, topic) in served {
             {
-                let state = subscription.state.borrow();
+                let mut state = subscription.state.borrow_mut();
                 subscription.delivered.borrow_mut().sample(state.delivered_total);
                 subscription.acked.borrow_mut().sample(state.acked_total);
+                state.release_if_idle();
             }
             let due = subscription.state.borrow().next_deadline().is_some_and(|deadline| deadline <= now);
             if due {
@@ -1281,7 +1282,7 @@ impl<S: Storage> Forwarder<S> {
                     idle_ms,
                     delivered_per_second: entry.delivered.borrow().per_second(&self.rate_ticks.borrow()),
                     acked_per_second: entry.acked.borrow().per_second(&self.rate_ticks.borrow()),
-                    name: entry.name.clone(),
+                    name: entry.name.to_string(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,
                     delivered_total,
@@ -1290,7 +1291,7 @@ impl<S: Storage> Forwarder<S> {
                 });
             }
             out.push(TopicStats {
-                name: topic.name.clone(),
+                name: topic.name.to_string(),
                 shard: self.shard,
                 first_offset: topic.log.start_offset(),
                 end_offset: end,
@@ -1356,7 +1357,7 @@ async fn dead_letter<S: Storage>(
                 message = message.attribute(key.clone(), value.clone());
             }
             message
-                .attribute(DEAD_LETTER_SOURCE_SUBSCRIPTION, subscription.name.clone())
+                .attribute(DEAD_LETTER_SOURCE_SUBSCRIPTION, subscription.name.to_string())
                 .attribute(DEAD_LETTER_SOURCE_DELIVERY_COUNT, attempts.to_string())
                 .attribute(DEAD_LETTER_SOURCE_MESSAGE_ID, record.offset.to_string())
                 .attribute(DEAD_LETTER_SOURCE_PUBLISH_TIME, record.publish_time_ms.to_string())
@@ -1373,7 +1374,7 @@ async fn dead_letter<S: Storage>(
     let mut done: Vec<u64> = records.iter().map(|record| record.offset).collect();
     done.sort_unstable();
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&done) };
-    topic.journal.append(&entry).await.map_err(|e| e.to_string())?;
+    topic.append_journal(&entry).await.map_err(|e| e.to_string())?;
     let mut state = subscription.state.borrow_mut();
     for offset in done {
         state.apply_ack(offset);

@@ -1038,6 +1038,14 @@ impl<S: Storage> Log<S> {
         self.inner.borrow().next_offset
     }
 
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    pub fn directories(&self) -> &Rc<Directories> {
+        &self.directories
+    }
+
     /// Whether the log never held anything: no segment on disk, nothing written. Opening it
     /// again finds it just the same.
     pub fn is_empty(&self) -> bool {
