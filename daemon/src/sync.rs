@@ -1,7 +1,7 @@
 //! Single-threaded synchronisation for tasks of one shard: a one-shot reply slot and a
 //! notifier. Shards share nothing, so nothing here is `Send`.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -68,9 +68,12 @@ impl<T> Future for Receiver<T> {
 /// Wakes every task waiting at the moment `notify_all` is called. A waiter registers by
 /// awaiting `notified()`, and deregisters when it stops waiting (the future is dropped), so a
 /// waiter that gave up (a long poll that timed out) leaves nothing behind.
-#[derive(Clone, Default)]
+///
+/// The shared state is allocated when first needed (a waiter, or a clone, which must share it):
+/// every topic and subscription has notifiers, and an idle one is never waited on.
+#[derive(Default)]
 pub struct Notify {
-    inner: Rc<RefCell<NotifyInner>>,
+    inner: OnceCell<Rc<RefCell<NotifyInner>>>,
 }
 
 #[derive(Default)]
@@ -80,14 +83,26 @@ struct NotifyInner {
     wakers: Vec<(u64, Waker)>,
 }
 
+impl Clone for Notify {
+    fn clone(&self) -> Notify {
+        Notify { inner: OnceCell::from(self.shared().clone()) }
+    }
+}
+
 impl Notify {
     pub fn new() -> Notify {
         Notify::default()
     }
 
+    fn shared(&self) -> &Rc<RefCell<NotifyInner>> {
+        self.inner.get_or_init(Rc::default)
+    }
+
     pub fn notify_all(&self) {
+        // Never shared means never waited on: nobody to wake.
+        let Some(inner) = self.inner.get() else { return };
         let wakers = {
-            let mut inner = self.inner.borrow_mut();
+            let mut inner = inner.borrow_mut();
             inner.generation += 1;
             std::mem::take(&mut inner.wakers)
         };
@@ -98,12 +113,19 @@ impl Notify {
 
     /// Resolves at the next `notify_all` after this call.
     pub fn notified(&self) -> Notified {
-        Notified { notify: self.clone(), generation: self.inner.borrow().generation, waiter: None }
+        let notify = self.clone();
+        let generation = notify.shared().borrow().generation;
+        Notified { notify, generation, waiter: None }
     }
 
     /// Tasks waiting right now.
     pub fn waiters(&self) -> usize {
-        self.inner.borrow().wakers.len()
+        self.inner.get().map_or(0, |inner| inner.borrow().wakers.len())
+    }
+
+    /// Whether the shared state was allocated (for tests of what an idle object holds).
+    pub fn is_allocated(&self) -> bool {
+        self.inner.get().is_some()
     }
 }
 
@@ -116,8 +138,8 @@ pub struct Notified {
 impl Future for Notified {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
-        let notify = self.notify.clone();
-        let mut inner = notify.inner.borrow_mut();
+        let shared = self.notify.shared().clone();
+        let mut inner = shared.borrow_mut();
         if inner.generation != self.generation {
             return Poll::Ready(());
         }
@@ -143,7 +165,7 @@ impl Future for Notified {
 impl Drop for Notified {
     fn drop(&mut self) {
         if let Some(id) = self.waiter {
-            let mut inner = self.notify.inner.borrow_mut();
+            let mut inner = self.notify.shared().borrow_mut();
             if let Some(index) = inner.wakers.iter().position(|(waiter, _)| *waiter == id) {
                 inner.wakers.swap_remove(index);
             }
@@ -183,6 +205,20 @@ pub async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_notifier_nobody_waits_on_allocates_nothing_and_clones_share() {
+        let notify = Notify::new();
+        notify.notify_all();
+        assert!(!notify.is_allocated());
+        let clone = notify.clone();
+        let waker = std::task::Waker::noop();
+        let mut context = Context::from_waker(waker);
+        let mut notified = std::pin::pin!(clone.notified());
+        assert!(notified.as_mut().poll(&mut context).is_pending());
+        notify.notify_all();
+        assert!(notified.as_mut().poll(&mut context).is_ready(), "the clone made before waiting shares");
+    }
 
     #[test]
     fn waiters_that_give_up_leave_nothing_behind() {
