@@ -174,7 +174,10 @@ pub struct CatalogState {
     pub boot_count: u32,
     pub topics: BTreeMap<String, TopicRecord>,
     pub topic_names: HashMap<u64, String>,
-    pub subscriptions: BTreeMap<String, SubscriptionRecord>,
+    /// Boxed: a B-tree fills its nodes about half when names arrive in order, and a record is
+    /// 160 bytes; boxed, the empty slots cost 8 bytes each instead (about 130 bytes less per
+    /// subscription).
+    pub subscriptions: BTreeMap<String, Box<SubscriptionRecord>>,
     pub snapshots: BTreeMap<String, SnapshotRecord>,
 }
 
@@ -192,7 +195,7 @@ impl CatalogState {
                 }
             }
             CatalogEntry::SubscriptionCreated(subscription) => {
-                self.subscriptions.insert(subscription.name.clone(), subscription);
+                self.subscriptions.insert(subscription.name.clone(), Box::new(subscription));
             }
             CatalogEntry::SubscriptionDeleted { id } => self.subscriptions.retain(|_, s| s.id != id),
             CatalogEntry::SnapshotCreated(snapshot) => {
@@ -268,7 +271,9 @@ impl CatalogState {
     pub fn checkpoint_entries(&self) -> Vec<CatalogEntry> {
         let mut entries = vec![CatalogEntry::Boot { count: self.boot_count }];
         entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
-        entries.extend(self.subscriptions.values().cloned().map(CatalogEntry::SubscriptionCreated));
+        entries.extend(
+            self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
+        );
         entries.extend(self.snapshots.values().cloned().map(CatalogEntry::SnapshotCreated));
         entries
     }

@@ -174,7 +174,7 @@ impl<S: Storage> Router<S> {
                 .map_err(|status| format!("recovering topic '{}': {status}", topic.name))?;
         }
         let subscriptions: Vec<SubscriptionRecord> =
-            self.state.borrow().subscriptions.values().cloned().collect();
+            self.state.borrow().subscriptions.values().map(|record| (**record).clone()).collect();
         for subscription in subscriptions {
             let Some(shard) = self.topic_shard.borrow().get(&subscription.topic_id).copied() else {
                 continue;
@@ -524,7 +524,12 @@ impl<S: Storage> Router<S> {
         let Ok(stats) = self.stats().await else { return };
         for topic in &stats.topics {
             for subscription in &topic.subscriptions {
-                let record = self.state.borrow().subscriptions.get(&subscription.name).cloned();
+                let record = self
+                    .state
+                    .borrow()
+                    .subscriptions
+                    .get(&subscription.name)
+                    .map(|record| (**record).clone());
                 let Some(record) = record else { continue };
                 let ttl_ms = record.settings.expiration_ttl_seconds.saturating_mul(1000);
                 if subscription.idle_ms > ttl_ms {
@@ -549,7 +554,7 @@ impl<S: Storage> Router<S> {
             .borrow()
             .subscriptions
             .get(name)
-            .cloned()
+            .map(|record| (**record).clone())
             .ok_or_else(|| Status::not_found(format!("subscription '{name}'")))
     }
 
@@ -608,7 +613,7 @@ impl<S: Storage> Router<S> {
                     std::ops::Bound::Excluded(request.page_token.as_str()),
                     std::ops::Bound::Unbounded,
                 ))
-                .map(|(_, record)| record)
+                .map(|(_, record)| &**record)
                 .filter(|record| topic_filter.is_empty() || record.topic_name == topic_filter)
                 .take(page_size + 1)
                 .cloned()
