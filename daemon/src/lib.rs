@@ -151,6 +151,13 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             config.data_dirs.len()
         ));
     }
+    if config.data_dirs.len() > log::DATA_DIRECTORIES_MAX {
+        return Err(format!(
+            "{} data directories given; at most {} (DATA_DIRECTORIES_MAX)",
+            config.data_dirs.len(),
+            log::DATA_DIRECTORIES_MAX
+        ));
+    }
     let locks =
         config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;
     let shards = config.shards.max(1);

@@ -10,6 +10,10 @@ use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+/// Most data directories (M) a daemon keeps copies in: a log tracks its copies' states in one
+/// 64-bit word, and M is odd. Far more than any machine has disks for.
+pub const DATA_DIRECTORIES_MAX: usize = 63;
+
 pub struct Directories {
     paths: Vec<PathBuf>,
     fenced: RefCell<Vec<Option<String>>>,
@@ -19,6 +23,7 @@ pub struct Directories {
 impl Directories {
     pub fn new(paths: Vec<PathBuf>) -> Rc<Directories> {
         assert!(!paths.is_empty(), "at least one data directory");
+        assert!(paths.len() <= DATA_DIRECTORIES_MAX, "at most {DATA_DIRECTORIES_MAX} data directories");
         let count = paths.len();
         Rc::new(Directories { paths, fenced: RefCell::new(vec![None; count]), repairs: Cell::new(0) })
     }

@@ -47,7 +47,7 @@ pub mod record;
 
 use crate::storage::{IoBuffer, Storage, StorageFile};
 use crate::sync::{join_all, oneshot, Notify, Sender};
-pub use directories::Directories;
+pub use directories::{Directories, DATA_DIRECTORIES_MAX};
 use manifest::{Manifest, MANIFEST_SLOTS};
 use read_ahead::{Extent, Lookup, ReadAhead, READ_AHEAD_BYTES};
 use record::{BatchError, BatchHeader, BLOCK_BYTES};
@@ -302,6 +302,40 @@ enum CopyState {
     Stale,
 }
 
+/// The state of each of a log's copies, one bit each (`DATA_DIRECTORIES_MAX` bounds them): a
+/// vector cost every log 24 bytes and an allocation.
+#[derive(Clone, Copy)]
+struct CopyStates {
+    stale: u64,
+    count: u8,
+}
+
+impl CopyStates {
+    fn all_current(count: usize) -> CopyStates {
+        assert!(count <= DATA_DIRECTORIES_MAX, "{count} data directories; at most {DATA_DIRECTORIES_MAX}");
+        CopyStates { stale: 0, count: count as u8 }
+    }
+
+    fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    fn get(&self, copy: usize) -> CopyState {
+        if self.stale & (1 << copy) == 0 {
+            CopyState::Current
+        } else {
+            CopyState::Stale
+        }
+    }
+
+    fn set(&mut self, copy: usize, state: CopyState) {
+        match state {
+            CopyState::Current => self.stale &= !(1 << copy),
+            CopyState::Stale => self.stale |= 1 << copy,
+        }
+    }
+}
+
 struct Staged {
     records: Vec<u8>,
     record_count: u32,
@@ -328,7 +362,7 @@ struct LogInner<S: Storage> {
     /// from disk (boxed: most logs are never read from disk).
     read_ahead: Option<Box<ReadAhead<<S::File as StorageFile>::Read>>>,
     warned_buffered: bool,
-    copies: Vec<CopyState>,
+    copies: CopyStates,
     manifest_sequence: u64,
 }
 
@@ -402,7 +436,7 @@ impl<S: Storage> LogInner<S> {
         let (_, file) = self
             .copy_files(segment_index)
             .into_iter()
-            .find(|(copy, _)| self.copies[*copy] == CopyState::Current)?;
+            .find(|(copy, _)| self.copies.get(*copy) == CopyState::Current)?;
         Some(ExtentPlan {
             file,
             log_id: self.log_id,
@@ -423,7 +457,7 @@ impl<S: Storage> LogInner<S> {
             .enumerate()
             .filter_map(|(copy, file)| file.clone().map(|file| (copy, file)))
             .collect();
-        files.sort_by_key(|(copy, _)| self.copies[*copy] != CopyState::Current);
+        files.sort_by_key(|(copy, _)| self.copies.get(*copy) != CopyState::Current);
         files
     }
 }
@@ -768,7 +802,7 @@ impl<S: Storage> Log<S> {
                 idle_sweeps: 0,
                 read_ahead: None,
                 warned_buffered: report.buffered_io_warning,
-                copies: vec![CopyState::Current; copies],
+                copies: CopyStates::all_current(copies),
                 manifest_sequence: manifest.sequence,
             })),
             committed: Notify::new(),
@@ -926,15 +960,15 @@ impl<S: Storage> Log<S> {
         let mut inner = self.inner.borrow_mut();
         for copy in 0..inner.copies.len() {
             if self.directories.is_fenced(copy) {
-                inner.copies[copy] = CopyState::Stale;
+                inner.copies.set(copy, CopyState::Stale);
             }
         }
-        (0..inner.copies.len()).filter(|copy| inner.copies[*copy] == CopyState::Current).collect()
+        (0..inner.copies.len()).filter(|copy| inner.copies.get(*copy) == CopyState::Current).collect()
     }
 
     fn fence_copy(&self, copy: usize, why: &str) {
         self.directories.fence(copy, why);
-        self.inner.borrow_mut().copies[copy] = CopyState::Stale;
+        self.inner.borrow_mut().copies.set(copy, CopyState::Stale);
     }
 
     fn fence(&self, why: String) -> LogError {
@@ -1351,7 +1385,7 @@ impl<S: Storage> Log<S> {
                 );
             } else {
                 // The other copies go on without this one for this segment: it missed writes.
-                self.inner.borrow_mut().copies[*copy] = CopyState::Stale;
+                self.inner.borrow_mut().copies.set(*copy, CopyState::Stale);
             }
         }
         self.inner.borrow_mut().segments.push(Segment {
@@ -1547,7 +1581,7 @@ impl<S: Storage> Log<S> {
             match result {
                 Ok(batch) => {
                     for bad in bad_copies {
-                        if self.inner.borrow().copies[bad] == CopyState::Current {
+                        if self.inner.borrow().copies.get(bad) == CopyState::Current {
                             eprintln!("ringpostd: repairing data directory {bad}'s copy of {last_error}");
                             self.repair(segment_index, entry.position, entry.header.disk_bytes(), *copy, bad)
                                 .await?;
@@ -1635,7 +1669,7 @@ impl<S: Storage> Log<S> {
     /// await in between, so no commit can slip past — the copy takes writes again and the
     /// manifest is rewritten. Returns the batches copied.
     pub async fn resync_copy(&self, copy: usize) -> Result<u64, LogError> {
-        if self.inner.borrow().copies[copy] == CopyState::Current {
+        if self.inner.borrow().copies.get(copy) == CopyState::Current {
             return Ok(0);
         }
         let mut copied: std::collections::HashSet<(u64, u64)> = std::collections::HashSet::new();
@@ -1659,7 +1693,7 @@ impl<S: Storage> Log<S> {
                     .collect()
             };
             if work.is_empty() {
-                self.inner.borrow_mut().copies[copy] = CopyState::Current;
+                self.inner.borrow_mut().copies.set(copy, CopyState::Current);
                 self.write_manifest().await?;
                 return Ok(copied.len() as u64);
             }
@@ -1670,7 +1704,7 @@ impl<S: Storage> Log<S> {
                         let inner = self.inner.borrow();
                         (0..inner.copies.len()).find(|other| {
                             *other != copy
-                                && inner.copies[*other] == CopyState::Current
+                                && inner.copies.get(*other) == CopyState::Current
                                 && inner
                                     .segments
                                     .get(segment_index)
@@ -1710,7 +1744,7 @@ impl<S: Storage> Log<S> {
 
     /// Whether this log's copy in `copy` missed writes and needs a resync.
     pub fn is_stale(&self, copy: usize) -> bool {
-        self.inner.borrow().copies[copy] == CopyState::Stale
+        self.inner.borrow().copies.get(copy) == CopyState::Stale
     }
 
     /// The first offset published at or after `time_ms`, or the end of the log.
