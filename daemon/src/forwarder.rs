@@ -81,14 +81,8 @@ pub struct TopicState<S: Storage> {
     pub log: Log<S>,
     pub journal: LazyJournal<S>,
     pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
-    /// Subscription states rebuilt from the journal, waiting for the router to attach them.
-    recovered: RefCell<HashMap<u64, Vec<JournalEntry>, IdHasher>>,
     /// Topic message retention; 0 when not set.
     retention_seconds: u64,
-    /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
-    snapshots: RefCell<HashMap<u64, SnapshotState, IdHasher>>,
-    /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
-    checkpoints: RefCell<VecDeque<u64>>,
     published: RefCell<RateWindow>,
 }
 
@@ -108,7 +102,29 @@ pub struct LazyJournal<S: Storage> {
 enum JournalSlot<S: Storage> {
     Closed,
     Opening,
-    Open(Log<S>),
+    Open(Box<OpenJournal<S>>),
+}
+
+/// An open journal and the state kept beside it, which only a topic with a journal has.
+struct OpenJournal<S: Storage> {
+    log: Log<S>,
+    /// Subscription states rebuilt from the journal, waiting for the router to attach them.
+    recovered: HashMap<u64, Vec<JournalEntry>, IdHasher>,
+    /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
+    snapshots: HashMap<u64, SnapshotState, IdHasher>,
+    /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
+    checkpoints: VecDeque<u64>,
+}
+
+impl<S: Storage> OpenJournal<S> {
+    fn new(log: Log<S>) -> Box<OpenJournal<S>> {
+        Box::new(OpenJournal {
+            log,
+            recovered: HashMap::default(),
+            snapshots: HashMap::default(),
+            checkpoints: VecDeque::new(),
+        })
+    }
 }
 
 impl<S: Storage> LazyJournal<S> {
@@ -126,7 +142,7 @@ impl<S: Storage> LazyJournal<S> {
             // Registered before looking, so an opener finishing in between is not missed.
             let opened = self.opened.notified();
             match &*self.log.borrow() {
-                JournalSlot::Open(log) => return Ok(log.clone()),
+                JournalSlot::Open(open) => return Ok(open.log.clone()),
                 JournalSlot::Opening => {}
                 JournalSlot::Closed => break,
             }
@@ -142,7 +158,7 @@ impl<S: Storage> LazyJournal<S> {
         )
         .await;
         *self.log.borrow_mut() = match &result {
-            Ok((log, _)) => JournalSlot::Open(log.clone()),
+            Ok((log, _)) => JournalSlot::Open(OpenJournal::new(log.clone())),
             Err(_) => JournalSlot::Closed,
         };
         self.opened.notify_all();
@@ -151,8 +167,14 @@ impl<S: Storage> LazyJournal<S> {
 
     /// The journal's log if it is open (nothing to read or compact otherwise).
     pub fn opened(&self) -> Option<Log<S>> {
-        match &*self.log.borrow() {
-            JournalSlot::Open(log) => Some(log.clone()),
+        self.with_open(|open| open.log.clone())
+    }
+
+    /// Runs `f` on the open journal's state; `None` if the journal is not open (then there is
+    /// nothing recovered, no snapshot and no checkpoint).
+    fn with_open<R>(&self, f: impl FnOnce(&mut OpenJournal<S>) -> R) -> Option<R> {
+        match &mut *self.log.borrow_mut() {
+            JournalSlot::Open(open) => Some(f(open)),
             _ => None,
         }
     }
@@ -312,13 +334,15 @@ impl<S: Storage> Forwarder<S> {
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
                 let (topic, entry) = self.attached(topic_id, subscription_id)?;
                 let (offset, runs) = match snapshot_id {
-                    Some(snapshot_id) => {
-                        let snapshots = topic.snapshots.borrow();
-                        let snapshot = snapshots
-                            .get(&snapshot_id)
-                            .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?;
-                        (snapshot.floor, snapshot.runs.clone())
-                    }
+                    Some(snapshot_id) => topic
+                        .journal
+                        .with_open(|open| {
+                            open.snapshots
+                                .get(&snapshot_id)
+                                .map(|snapshot| (snapshot.floor, snapshot.runs.clone()))
+                        })
+                        .flatten()
+                        .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?,
                     None => (topic.log.offset_at_time(time_ms).await.map_err(log_error_status)?, Vec::new()),
                 };
                 let offset = offset.max(topic.log.start_offset());
@@ -349,16 +373,18 @@ impl<S: Storage> Forwarder<S> {
                 let taken =
                     JournalEntry::SnapshotTaken { snapshot_id, floor, runs: runs.clone(), expire_time_ms };
                 topic.append_journal(&taken).await.map_err(log_error_status)?;
-                topic
-                    .snapshots
-                    .borrow_mut()
-                    .insert(snapshot_id, SnapshotState { floor, runs, expire_time_ms });
+                // The append opened the journal.
+                topic.journal.with_open(|open| {
+                    open.snapshots.insert(snapshot_id, SnapshotState { floor, runs, expire_time_ms })
+                });
                 Ok(ControlOk::Done)
             }
             ControlRequest::DropSnapshot { topic_id, snapshot_id } => {
                 let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
                 if let Some(topic) = topic {
-                    if topic.snapshots.borrow_mut().remove(&snapshot_id).is_some() {
+                    let dropped =
+                        topic.journal.with_open(|open| open.snapshots.remove(&snapshot_id).is_some());
+                    if dropped == Some(true) {
                         topic
                             .append_journal(&JournalEntry::SnapshotDropped { snapshot_id })
                             .await
@@ -493,7 +519,14 @@ impl<S: Storage> Forwarder<S> {
             }
         }
         // An empty journal is opened again when a subscriber first acknowledges something.
-        let slot = if journal.is_empty() { JournalSlot::Closed } else { JournalSlot::Open(journal) };
+        let slot = if journal.is_empty() {
+            JournalSlot::Closed
+        } else {
+            let mut open = OpenJournal::new(journal);
+            open.recovered = recovered;
+            open.snapshots = snapshots;
+            JournalSlot::Open(open)
+        };
         let journal = LazyJournal {
             log: RefCell::new(slot),
             config: journal_config,
@@ -506,10 +539,7 @@ impl<S: Storage> Forwarder<S> {
             log,
             journal,
             subscriptions: RefCell::default(),
-            recovered: RefCell::new(recovered),
             retention_seconds,
-            snapshots: RefCell::new(snapshots),
-            checkpoints: RefCell::default(),
             published: RefCell::default(),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
@@ -539,7 +569,8 @@ impl<S: Storage> Forwarder<S> {
         } else {
             let mut state = SubscriptionState::new(subscription_id, start_offset, ack_deadline);
             let mut extended: HashMap<u64, u64> = HashMap::new();
-            for entry in topic.recovered.borrow_mut().remove(&subscription_id).unwrap_or_default() {
+            let recovered = topic.journal.with_open(|open| open.recovered.remove(&subscription_id));
+            for entry in recovered.flatten().unwrap_or_default() {
                 match entry {
                     JournalEntry::Seek { offset, .. } => {
                         state.seek(offset);
@@ -1112,11 +1143,13 @@ impl<S: Storage> Forwarder<S> {
                         let topic_keeps = topic.retention_seconds > 0
                             && !expired(segment.newest_publish_ms, topic.retention_seconds);
                         // A live snapshot keeps everything it may seek back to.
-                        let snapshot_keeps = topic.snapshots.borrow().values().any(|snapshot| {
-                            snapshot.expire_time_ms > now_ms && segment.end_offset > snapshot.floor
+                        let snapshot_keeps = topic.journal.with_open(|open| {
+                            open.snapshots.values().any(|snapshot| {
+                                snapshot.expire_time_ms > now_ms && segment.end_offset > snapshot.floor
+                            })
                         });
                         !topic_keeps
-                            && !snapshot_keeps
+                            && snapshot_keeps != Some(true)
                             && subscriptions.iter().all(|entry| {
                                 let gone = expired(
                                     segment.newest_publish_ms,
@@ -1153,8 +1186,12 @@ impl<S: Storage> Forwarder<S> {
     /// an acknowledgement whose entry was committed but not yet applied when this checkpoint was
     /// captured is still in the journal (and in the next checkpoint).
     async fn compact_journal(&self, topic: &TopicState<S>) -> Result<(), LogError> {
-        let Some(journal) = topic.journal.opened() else { return Ok(()) };
-        let since = topic.checkpoints.borrow().back().copied().unwrap_or(journal.start_offset());
+        let Some((journal, last_checkpoint)) =
+            topic.journal.with_open(|open| (open.log.clone(), open.checkpoints.back().copied()))
+        else {
+            return Ok(());
+        };
+        let since = last_checkpoint.unwrap_or(journal.start_offset());
         let written: u64 = journal
             .closed_segments()
             .iter()
@@ -1208,28 +1245,30 @@ impl<S: Storage> Forwarder<S> {
                 });
             }
         }
-        for (snapshot_id, snapshot) in topic.snapshots.borrow().iter() {
-            entries.push(JournalEntry::SnapshotTaken {
-                snapshot_id: *snapshot_id,
-                floor: snapshot.floor,
-                runs: snapshot.runs.clone(),
-                expire_time_ms: snapshot.expire_time_ms,
-            });
-        }
+        topic.journal.with_open(|open| {
+            for (snapshot_id, snapshot) in open.snapshots.iter() {
+                entries.push(JournalEntry::SnapshotTaken {
+                    snapshot_id: *snapshot_id,
+                    floor: snapshot.floor,
+                    runs: snapshot.runs.clone(),
+                    expire_time_ms: snapshot.expire_time_ms,
+                });
+            }
+        });
         let mut records = Vec::new();
         for entry in &entries {
             record::encode_record_unsealed(&mut records, 0, &entry.encode(), &mut std::iter::empty(), "");
         }
         let (first, _) = journal.append(records, entries.len() as u32).await?;
-        let previous = {
-            let mut checkpoints = topic.checkpoints.borrow_mut();
+        let previous = topic.journal.with_open(|open| {
+            let checkpoints = &mut open.checkpoints;
             checkpoints.push_back(first);
             if checkpoints.len() > 2 {
                 checkpoints.pop_front();
             }
             (checkpoints.len() == 2).then(|| checkpoints[0])
-        };
-        if let Some(previous) = previous {
+        });
+        if let Some(previous) = previous.flatten() {
             journal.remove_before(previous).await?;
         }
         Ok(())
@@ -1306,17 +1345,14 @@ impl<S: Storage> Forwarder<S> {
 
 /// The delivery policy a subscription's settings ask for.
 fn delivery_policy(settings: &SubscriptionSettings) -> crate::subscription::DeliveryPolicy {
-    let backoff =
-        (settings.minimum_backoff_seconds > 0 || settings.maximum_backoff_seconds > 0).then(|| {
-            (
-                Duration::from_secs(settings.minimum_backoff_seconds as u64),
-                Duration::from_secs(
-                    settings.maximum_backoff_seconds.max(settings.minimum_backoff_seconds) as u64
-                ),
-            )
-        });
+    let backoff = (settings.minimum_backoff_seconds > 0 || settings.maximum_backoff_seconds > 0).then(|| {
+        (
+            settings.minimum_backoff_seconds,
+            settings.maximum_backoff_seconds.max(settings.minimum_backoff_seconds),
+        )
+    });
     crate::subscription::DeliveryPolicy {
-        retry_backoff: backoff,
+        retry_backoff_seconds: backoff,
         max_delivery_attempts: (!settings.dead_letter_topic.is_empty())
             .then_some(settings.max_delivery_attempts.max(1)),
         ordered: settings.enable_message_ordering,

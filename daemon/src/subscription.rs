@@ -138,9 +138,10 @@ struct Lease {
 /// Redelivery and dead-letter settings of a subscription.
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryPolicy {
-    /// Exponential backoff between `minimum` and `maximum` before a nacked or expired message
-    /// is delivered again; `None` redelivers at once.
-    pub retry_backoff: Option<(Duration, Duration)>,
+    /// Exponential backoff between `minimum` and `maximum` seconds before a nacked or expired
+    /// message is delivered again; `None` redelivers at once. Seconds, as the settings give
+    /// them: two Durations would cost every subscription 24 bytes more.
+    pub retry_backoff_seconds: Option<(u32, u32)>,
     /// Deliveries after which a failing message goes to the dead-letter topic.
     pub max_delivery_attempts: Option<u32>,
     pub ordered: bool,
@@ -149,9 +150,11 @@ pub struct DeliveryPolicy {
 impl DeliveryPolicy {
     /// The wait before delivery number `attempt + 1` after `attempt` failed ones.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        match self.retry_backoff {
+        match self.retry_backoff_seconds {
             None => Duration::ZERO,
             Some((minimum, maximum)) => {
+                let (minimum, maximum) =
+                    (Duration::from_secs(minimum as u64), Duration::from_secs(maximum as u64));
                 let factor = 1u32 << attempt.saturating_sub(1).min(20);
                 minimum.saturating_mul(factor).min(maximum).max(minimum)
             }
