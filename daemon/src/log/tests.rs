@@ -834,3 +834,38 @@ fn a_log_without_read_ahead_keeps_no_extents() {
         assert_eq!(budget.used_bytes(), 0);
     });
 }
+
+/// A deleted segment larger than a step shrinks in steps before it is unlinked, and the log
+/// reopens after a crash as if it had been unlinked at once.
+#[test]
+fn large_deleted_segments_shrink_in_steps_then_go() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let config = LogConfig {
+            segment_bytes_initial: 16 << 20,
+            segment_bytes_max: 16 << 20,
+            group_commit_bytes_max: 4 << 20,
+            staging_bytes_max: 64 << 20,
+            ..small_config()
+        };
+        let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+        let big = vec![7u8; 1 << 20];
+        for _ in 0..40 {
+            log.append(records_for(std::slice::from_ref(&big)), 1).await.unwrap();
+        }
+        assert_eq!(log.closed_segments().len(), 2);
+        let first_two: Vec<u64> = log.closed_segments().iter().map(|segment| segment.base_offset).collect();
+        assert_eq!(log.remove_oldest(2).await.unwrap(), 2);
+        // 16 MiB each: 12, 8 and 4 MiB, then the unlink.
+        assert_eq!(disk.truncation_count(), 6);
+        for base in &first_two {
+            assert!(disk.file_bytes(&segment_path(0, *base)).is_none(), "segment {base} is gone");
+        }
+        let start = log.start_offset();
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, _) = open(&disk, &dirs, config).await.unwrap();
+        assert_eq!((log.start_offset(), log.end_offset()), (start, 40));
+    });
+}

@@ -142,6 +142,10 @@ impl StorageFile for DmaStorageFile {
         self.file.file_size().await.map_err(to_io)
     }
 
+    async fn truncate(&self, bytes: u64) -> io::Result<()> {
+        self.file.truncate(bytes).await.map_err(to_io)
+    }
+
     fn direct_io(&self) -> bool {
         self.direct_io
     }

@@ -60,6 +60,8 @@ pub trait StorageFile: 'static {
     /// Reserves `bytes` for the file (fallocate), extending its size.
     async fn allocate(&self, bytes: u64) -> io::Result<()>;
     async fn size(&self) -> io::Result<u64>;
+    /// Shrinks the file to `bytes` (ftruncate); not durable until synced.
+    async fn truncate(&self, bytes: u64) -> io::Result<()>;
     /// Whether writes really bypass the page cache (O_DIRECT took effect).
     fn direct_io(&self) -> bool;
 }

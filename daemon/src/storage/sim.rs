@@ -37,6 +37,7 @@ struct SimState {
     writes: u64,
     reads: u64,
     syncs: u64,
+    truncations: u64,
     fail_write_at: Option<u64>,
     fail_read_at: Option<u64>,
     fail_sync_at: Option<u64>,
@@ -195,6 +196,9 @@ impl SimDisk {
     }
     pub fn read_count(&self) -> u64 {
         self.state.borrow().reads
+    }
+    pub fn truncation_count(&self) -> u64 {
+        self.state.borrow().truncations
     }
 
     /// Flips one bit of a file, at rest (both images).
@@ -465,6 +469,16 @@ impl StorageFile for SimFileHandle {
 
     async fn size(&self) -> io::Result<u64> {
         Ok(self.state.borrow().files[&self.inode].current.len() as u64)
+    }
+
+    async fn truncate(&self, bytes: u64) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        state.operate("ftruncate")?;
+        state.truncations += 1;
+        // Not durable until a sync: a crash brings the old length (and bytes) back.
+        let file = state.files.get_mut(&self.inode).unwrap();
+        file.current.truncate(bytes as usize);
+        Ok(())
     }
 
     fn direct_io(&self) -> bool {
