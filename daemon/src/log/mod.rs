@@ -555,7 +555,7 @@ const RESYNC_ROUNDS_MAX: usize = 1000;
 
 /// Bytes a deleted segment shrinks by at a time before it is unlinked (see `shrink_gradually`).
 pub const SEGMENT_DELETE_STEP_BYTES: u64 = 4 << 20;
-/// Pause between two steps, so that each lands in a filesystem transaction of its own.
+/// Pause between two steps, so that other writes and syncs get to the device in between.
 pub const SEGMENT_DELETE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Scan window for recovery reads.
@@ -1932,11 +1932,12 @@ async fn last_nonzero_end<F: StorageFile>(file: &F, size: u64) -> Result<u64, Lo
     Ok(end.min(size))
 }
 
-/// Deleting a large file frees all of its blocks in one filesystem transaction, and where the
-/// filesystem trims freed blocks as it commits (ext4 mounted with `discard`, as here) every
-/// fdatasync on the disk waits for that: a 64 MiB segment held them 10-18 ms, the tail of the
-/// end-to-end latency. Shrinking it by `SEGMENT_DELETE_STEP_BYTES` with a pause between steps
-/// spreads the work over many small transactions (1-4 ms at worst, measured the same way).
+/// Deleting a large file frees all of its blocks at once, and where the filesystem trims freed
+/// blocks (ext4 mounted with `discard`, as here) the device then trims all of them while every
+/// write and fdatasync queued behind waits: a 64 MiB segment held them 10-18 ms, the tail of
+/// the end-to-end latency. Shrinking it by `SEGMENT_DELETE_STEP_BYTES` with a pause between
+/// steps trims a step at a time, between the other I/O (1-4 ms at worst, measured the same
+/// way).
 /// Not while anyone else holds the file (a read still finishing): the plain unlink that follows
 /// leaves the bytes to it.
 async fn shrink_gradually<F: StorageFile>(file: Option<Rc<F>>, size: u64) {
