@@ -4,10 +4,15 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Each write and read moves this much, like a large publish batch.
 pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// Longest wait for one connection to arrive, or for one read or write to make progress. The
+/// threads wait on each other: without a bound, one failed connect or accept left the others
+/// blocked for good, and the measurement with them.
+pub const LOOPBACK_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
 pub struct LoopbackOptions {
@@ -44,8 +49,9 @@ pub fn measure(options: &LoopbackOptions) -> io::Result<LoopbackResult> {
         let senders: Vec<_> = (0..options.connections)
             .map(|_| {
                 scope.spawn(move || -> io::Result<()> {
-                    let mut stream = TcpStream::connect(address)?;
+                    let mut stream = TcpStream::connect_timeout(&address, LOOPBACK_STALL_TIMEOUT)?;
                     stream.set_nodelay(true)?;
+                    stream.set_write_timeout(Some(LOOPBACK_STALL_TIMEOUT))?;
                     let chunk = vec![0x5au8; CHUNK_BYTES];
                     let mut left = options.bytes_per_connection;
                     while left > 0 {
@@ -59,7 +65,8 @@ pub fn measure(options: &LoopbackOptions) -> io::Result<LoopbackResult> {
             .collect();
         let receivers: Vec<_> = (0..options.connections)
             .map(|_| {
-                let (mut stream, _) = listener.accept()?;
+                let mut stream = accept_within(&listener, LOOPBACK_STALL_TIMEOUT)?;
+                stream.set_read_timeout(Some(LOOPBACK_STALL_TIMEOUT))?;
                 Ok(scope.spawn(move || -> io::Result<u64> {
                     let mut buffer = vec![0u8; CHUNK_BYTES];
                     let mut total = 0u64;
@@ -91,6 +98,31 @@ pub fn measure(options: &LoopbackOptions) -> io::Result<LoopbackResult> {
     })
 }
 
+/// The next connection, or a `TimedOut` error once `timeout` passed without one.
+fn accept_within(listener: &TcpListener, timeout: Duration) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + timeout;
+    listener.set_nonblocking(true)?;
+    let accepted = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break Ok(stream),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    break Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no loopback connection arrived in {} s", timeout.as_secs_f64()),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(error) => break Err(error),
+        }
+    };
+    listener.set_nonblocking(false)?;
+    let stream = accepted?;
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +134,13 @@ mod tests {
         let result = measure(&options).unwrap();
         assert_eq!(result.bytes, 2 * options.bytes_per_connection);
         assert!(result.mb_per_sec > 0.0);
+    }
+
+    #[test]
+    fn an_accept_that_gets_no_connection_gives_up() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let error = accept_within(&listener, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
     }
 
     #[test]
