@@ -419,14 +419,7 @@ impl<S: Storage> Forwarder<S> {
                     self.topics.borrow_mut().remove(&topic.name);
                     self.subscriptions.borrow_mut().retain(|_, (_, owner)| owner.id != topic_id);
                     if delete_data {
-                        for copy in 0..self.directories.count() {
-                            let folder = self.directories.path(copy).join(topic_folder(topic.id));
-                            if self.storage.exists(&folder) {
-                                self.storage.remove_dir_all(&folder).map_err(|error| {
-                                    Status::internal(format!("removing {}: {error}", folder.display()))
-                                })?;
-                            }
-                        }
+                        self.delete_topic_files(topic);
                     }
                 }
                 Ok(ControlOk::Done)
@@ -453,6 +446,30 @@ impl<S: Storage> Forwarder<S> {
                 Ok(ControlOk::Done)
             }
         }
+    }
+
+    /// Removes a detached topic's files, in the background: its closed segments first, through
+    /// the log, which shrinks each in steps (a deleted topic of many gigabytes, unlinked at
+    /// once, would have the device trim all of it while every other topic's syncs wait), then
+    /// its folders. The deletion is durable in the catalog already: a crash midway leaves a
+    /// folder the catalog no longer names, which the router removes at the next start.
+    fn delete_topic_files(&self, topic: Rc<TopicState<S>>) {
+        let (storage, directories) = (self.storage.clone(), self.directories.clone());
+        glommio::spawn_local(async move {
+            let closed = topic.log.closed_segments().len();
+            if let Err(error) = topic.log.remove_oldest(closed).await {
+                eprintln!("ringpostd: deleting the segments of topic '{}': {error}", topic.name);
+            }
+            for copy in 0..directories.count() {
+                let folder = directories.path(copy).join(topic_folder(topic.id));
+                if storage.exists(&folder) {
+                    if let Err(error) = storage.remove_dir_all(&folder) {
+                        eprintln!("ringpostd: removing {}: {error}", folder.display());
+                    }
+                }
+            }
+        })
+        .detach();
     }
 
     async fn attach_topic(
@@ -1601,6 +1618,30 @@ mod tests {
     #[test]
     fn a_journal_that_closes_its_files_loses_no_acknowledgement() {
         journal_stays_bounded_and_recovers(0);
+    }
+
+    /// A deleted topic's files go in the background, and they do go.
+    #[test]
+    fn a_deleted_topics_files_are_removed() {
+        run(async move {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let retained = topic(&forwarder, 0).await;
+            subscribe(&forwarder, false).await;
+            publish(&forwarder, 300).await;
+            assert!(retained.log.closed_segments().len() >= 2);
+            let folder = PathBuf::from("/d0").join(topic_folder(7));
+            assert!(forwarder.storage.exists(&folder));
+            forwarder.control(ControlRequest::DetachTopic { topic_id: 7, delete_data: true }).await.unwrap();
+            assert!(forwarder.topic("retained").is_err() && forwarder.subscription("reader").is_err());
+            for _ in 0..100 {
+                if !forwarder.storage.exists(&folder) {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(!forwarder.storage.exists(&folder), "the topic's folder is gone");
+        });
     }
 
     /// An idle topic keeps no journal; the first acknowledgements open it, and a restart finds
