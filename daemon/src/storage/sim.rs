@@ -25,6 +25,9 @@ struct SimFile {
     durable: Vec<u8>,
     /// Writes since the last sync, in order: (position, length).
     unsynced: Vec<(u64, usize)>,
+    /// The shortest length a truncation since the last sync left: a crash that keeps unsynced
+    /// changes keeps it too.
+    truncated_to: Option<usize>,
 }
 
 #[derive(Default)]
@@ -231,8 +234,13 @@ impl SimDisk {
                     kept
                 }
             };
+            if let (Some(length), CrashMode::KeepUnsynced) = (file.truncated_to, mode) {
+                image.truncate(length);
+            }
             for (position, length) in keep {
                 let position = position as usize;
+                // A write that a later truncation cut short left only what is still there.
+                let length = length.min(file.current.len().saturating_sub(position));
                 if image.len() < position + length {
                     image.resize(position + length, 0);
                 }
@@ -440,12 +448,14 @@ impl StorageFile for SimFileHandle {
             // sync would report success without them (fsyncgate).
             let file = state.files.get_mut(&self.inode).unwrap();
             file.unsynced.clear();
+            file.truncated_to = None;
             file.current = file.durable.clone();
             return Err(eio("fdatasync"));
         }
         let file = state.files.get_mut(&self.inode).unwrap();
         file.durable = file.current.clone();
         file.unsynced.clear();
+        file.truncated_to = None;
         Ok(())
     }
 
@@ -478,6 +488,8 @@ impl StorageFile for SimFileHandle {
         // Not durable until a sync: a crash brings the old length (and bytes) back.
         let file = state.files.get_mut(&self.inode).unwrap();
         file.current.truncate(bytes as usize);
+        file.truncated_to =
+            Some(file.truncated_to.map_or(bytes as usize, |length| length.min(bytes as usize)));
         Ok(())
     }
 
