@@ -131,13 +131,8 @@ impl<S: Storage> LazyJournal<S> {
     /// The journal's log, opened (and created on disk) if it is not yet. Opening an empty
     /// folder does not wait on the disk today, but should it ever, appends that arrive meanwhile
     /// wait for the one opener instead of opening a second log on the same files.
-    /// It lives in the folder `journal` of the topic whose message log is `messages`.
-    async fn log(
-        &self,
-        messages: &Log<S>,
-        topic_relative: &std::path::Path,
-        topic_id: u64,
-    ) -> Result<Log<S>, LogError> {
+    /// It goes beside the topic's message log, `messages`, on the same storage.
+    async fn log(&self, messages: &Log<S>, topic_id: u64) -> Result<Log<S>, LogError> {
         loop {
             // Registered before looking, so an opener finishing in between is not missed.
             let opened = self.opened.notified();
@@ -152,7 +147,7 @@ impl<S: Storage> LazyJournal<S> {
         let result = Log::open(
             messages.storage().clone(),
             messages.directories().clone(),
-            &topic_relative.join("journal"),
+            &journal_folder(topic_id),
             journal_log_id(topic_id),
             self.config.clone(),
         )
@@ -186,7 +181,7 @@ impl<S: Storage> TopicState<S> {
         let bytes = entry.encode();
         let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
         record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
-        let journal = self.journal.log(&self.log, &topic_folder(self.id), self.id).await?;
+        let journal = self.journal.log(&self.log, self.id).await?;
         journal.append(records, 1).await.map(|_| ())
     }
 }
@@ -261,6 +256,11 @@ pub struct Forwarder<S: Storage> {
 /// A topic's folder inside each data directory.
 pub fn topic_folder(topic_id: u64) -> PathBuf {
     PathBuf::from("topics").join(format!("{topic_id:016x}"))
+}
+
+/// Where a topic's subscription journal lives, inside each data directory.
+fn journal_folder(topic_id: u64) -> PathBuf {
+    topic_folder(topic_id).join("journal")
 }
 
 fn not_owner(kind: &str, name: &str) -> Status {
@@ -498,7 +498,7 @@ impl<S: Storage> Forwarder<S> {
         let (journal, report) = Log::open(
             self.storage.clone(),
             self.directories.clone(),
-            &relative.join("journal"),
+            &journal_folder(topic_id),
             journal_log_id(topic_id),
             journal_config.clone(),
         )
