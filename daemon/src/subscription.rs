@@ -666,7 +666,7 @@ impl SubscriptionState {
         while deliveries.len() < max {
             let in_flight = self.in_flight();
             let Some(offset) = in_flight.redeliver.pop_first() else { break };
-            if self.acked.contains(offset) || self.in_flight().leases.contains_key(offset) {
+            if in_flight.leases.contains_key(offset) || self.acked.contains(offset) {
                 continue;
             }
             deliveries.push(self.lease(offset, now, stream, lease));

@@ -123,8 +123,9 @@ impl Notify {
         self.inner.get().map_or(0, |inner| inner.borrow().wakers.len())
     }
 
-    /// Whether the shared state was allocated (for tests of what an idle object holds).
-    pub fn is_allocated(&self) -> bool {
+    /// Whether the shared state was allocated (what an idle object holds).
+    #[cfg(test)]
+    fn is_allocated(&self) -> bool {
         self.inner.get().is_some()
     }
 }
