@@ -226,6 +226,8 @@ pub async fn open_catalog<S: Storage>(
         keep_files_open: true,
         // Read once, at start: extents kept after it would hold memory for nothing.
         read_ahead: false,
+        // Small and slow-growing: its rare rolls are not worth a second file.
+        prewrite: false,
     };
     let (log, report) = Log::open(storage, directories, Path::new("catalog"), CATALOG_LOG_ID, config).await?;
     if report.batches_repaired > 0 {

@@ -456,6 +456,7 @@ impl<S: Storage> Forwarder<S> {
     fn delete_topic_files(&self, topic: Rc<TopicState<S>>) {
         let (storage, directories) = (self.storage.clone(), self.directories.clone());
         glommio::spawn_local(async move {
+            topic.log.discard_spare().await;
             let closed = topic.log.closed_segments().len();
             if let Err(error) = topic.log.remove_oldest(closed).await {
                 eprintln!("ringpostd: deleting the segments of topic '{}': {error}", topic.name);

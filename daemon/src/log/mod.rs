@@ -7,9 +7,11 @@
 //! 2. One flush task per log takes what is queued (up to `group_commit_bytes_max`, at least one
 //!    request) and forms one batch: offsets are assigned now, so a failed commit leaves no gap.
 //! 3. If the batch does not fit the active segment, a new segment is created in every healthy
-//!    copy: open (create) → fallocate → fdatasync → fsync(directory); then the manifest listing
-//!    it is written to its next slot and fdatasync'ed on ⌈M/2⌉ copies. Only then is anything
-//!    written into the new segment.
+//!    copy: open (create) → fallocate → fdatasync → fsync(directory); or, when a spare was
+//!    prepared in the background (`LogConfig::prewrite`: created, fallocated and fdatasync'ed
+//!    the same way, then zero-filled), it is renamed to the segment's name → fsync(directory).
+//!    Then the manifest listing it is written to its next slot and fdatasync'ed on ⌈M/2⌉
+//!    copies. Only then is anything written into the new segment.
 //! 4. The batch is written into fresh 4 KiB blocks at the segment's write position in every
 //!    healthy copy at once (never over a block holding acknowledged records), then each copy is
 //!    fdatasync'ed.
@@ -25,7 +27,8 @@
 //! 1. Every copy's manifest slots are read; the newest valid manifest across copies names the
 //!    segments. No manifest and no segment files: a new log. Segment files but no valid
 //!    manifest: refuse to start.
-//! 2. Segment files the manifest does not list are removed if they are below the log's start
+//! 2. A spare (`SPARE_NAME`, never listed) is removed. Segment files the manifest does not
+//!    list are removed if they are below the log's start
 //!    (a crash between a manifest update and the unlink) or hold only zeros (created, never
 //!    used); any other one stops recovery with a report. A listed segment missing from every
 //!    copy stops recovery: it cannot be rebuilt.
@@ -126,6 +129,12 @@ pub struct LogConfig {
     /// a backlog). Only for logs whose idle caches are swept (`release_idle_cache`): a log read
     /// once at recovery (a journal, the catalog) would keep its last extents for good.
     pub read_ahead: bool,
+    /// Zero-fill the next segment in the background once the active one is half full, so that
+    /// commits into it overwrite written blocks: a commit into space that was only fallocated
+    /// pays at its fdatasync for converting the unwritten extents (about 3× the sync here).
+    /// Only for logs that keep their files open; a log that closes them (a journal when
+    /// descriptors are short) does not prepare spares.
+    pub prewrite: bool,
 }
 
 impl Default for LogConfig {
@@ -139,6 +148,7 @@ impl Default for LogConfig {
             staging_bytes_max: 64 << 20,
             keep_files_open: true,
             read_ahead: true,
+            prewrite: true,
         }
     }
 }
@@ -343,6 +353,15 @@ struct Staged {
     reply: Sender<Result<(u64, u32), LogError>>,
 }
 
+/// The next segment of a log, being zero-filled in the background (`LogConfig::prewrite`).
+struct Spare<S: Storage> {
+    capacity: u64,
+    /// Set to make the zero-filling stop after the write in flight.
+    stop: Rc<std::cell::Cell<bool>>,
+    /// Ends with the spare's file in each copy it could be prepared in.
+    task: glommio::Task<Vec<Option<Rc<S::File>>>>,
+}
+
 struct LogInner<S: Storage> {
     log_id: u64,
     relative: PathBuf,
@@ -365,6 +384,11 @@ struct LogInner<S: Storage> {
     warned_buffered: bool,
     copies: CopyStates,
     manifest_sequence: u64,
+    /// Boxed: most logs (idle topics) never have one, and each of them costs a word.
+    spare: Option<Box<Spare<S>>>,
+    /// The base offset of the active segment a spare was last started for (`u64::MAX`: none):
+    /// one per segment, even if it could not be used.
+    spare_started_for: u64,
 }
 
 impl<S: Storage> LogInner<S> {
@@ -551,6 +575,98 @@ fn is_no_space(error: &std::io::Error) -> bool {
     )
 }
 
+/// Creates a spare segment file in each copy given a path (`None` elsewhere), allocates and
+/// syncs it, then writes zeros over it chunk by chunk until it is whole or `stop` is set: only
+/// while `busy` (the log is bound by the disk) is false, and pausing after each chunk as long as it
+/// took, so that the log's own commits keep at least half of the disk's time. A complete spare
+/// is synced again, so that the extents it converted are durable before a commit depends on
+/// them. Copies that fail on the way end as `None`.
+async fn prewrite_spare<S: Storage>(
+    storage: S,
+    paths: Vec<Option<PathBuf>>,
+    capacity: u64,
+    stop: Rc<std::cell::Cell<bool>>,
+    busy: impl Fn() -> bool,
+) -> Vec<Option<Rc<S::File>>> {
+    let mut files: Vec<Option<Rc<S::File>>> = Vec::with_capacity(paths.len());
+    for path in &paths {
+        let Some(path) = path else {
+            files.push(None);
+            continue;
+        };
+        let created = async {
+            // Whatever an earlier spare left here is not known to be zeros.
+            if storage.exists(path) {
+                storage.remove_file(path)?;
+            }
+            let file = storage.open(path, true).await?;
+            file.allocate(capacity).await?;
+            file.sync_data().await?;
+            Ok::<_, std::io::Error>(file)
+        }
+        .await;
+        match created {
+            Ok(file) if file.direct_io() => files.push(Some(Rc::new(file))),
+            _ => {
+                let _ = storage.remove_file(path);
+                files.push(None);
+            }
+        }
+    }
+    let mut zeros: Option<Rc<S::Buffer>> = None;
+    let mut position = 0;
+    while position < capacity && !stop.get() && files.iter().any(Option::is_some) {
+        if busy() {
+            glommio::timer::sleep(SPARE_BUSY_PAUSE).await;
+            continue;
+        }
+        let bytes = SPARE_WRITE_CHUNK_BYTES.min(capacity - position) as usize;
+        let buffer = match &zeros {
+            Some(buffer) if buffer.bytes().len() == bytes => buffer.clone(),
+            _ => {
+                let mut buffer = storage.alloc_buffer(bytes);
+                buffer.bytes_mut().fill(0);
+                let buffer = Rc::new(buffer);
+                zeros = Some(buffer.clone());
+                buffer
+            }
+        };
+        let started = std::time::Instant::now();
+        let writing: Vec<usize> = (0..files.len()).filter(|copy| files[*copy].is_some()).collect();
+        let writes = join_all(
+            writing
+                .iter()
+                .map(|copy| files[*copy].as_ref().unwrap().write_at(buffer.clone(), position))
+                .collect(),
+        )
+        .await;
+        for (copy, result) in writing.into_iter().zip(writes) {
+            if result.is_err() {
+                files[copy] = None;
+                if let Some(path) = &paths[copy] {
+                    let _ = storage.remove_file(path);
+                }
+            }
+        }
+        position += bytes as u64;
+        if position < capacity && !stop.get() {
+            glommio::timer::sleep(started.elapsed()).await;
+        }
+    }
+    if position >= capacity && !stop.get() {
+        for copy in 0..files.len() {
+            let Some(file) = files[copy].clone() else { continue };
+            if file.sync_data().await.is_err() {
+                files[copy] = None;
+                if let Some(path) = &paths[copy] {
+                    let _ = storage.remove_file(path);
+                }
+            }
+        }
+    }
+    files
+}
+
 /// Rounds a live resync may take to catch up with commits before it gives up.
 const RESYNC_ROUNDS_MAX: usize = 1000;
 
@@ -558,6 +674,16 @@ const RESYNC_ROUNDS_MAX: usize = 1000;
 pub const SEGMENT_DELETE_STEP_BYTES: u64 = 4 << 20;
 /// Pause between two steps, so that other writes and syncs get to the device in between.
 pub const SEGMENT_DELETE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The file a log's next segment is zero-filled in before it gets its name (see
+/// `LogConfig::prewrite`). Not a segment name: recovery removes it.
+pub const SPARE_NAME: &str = "spare.tmp";
+/// Bytes the zero-filling of a spare writes at a time: small, so that a commit arriving
+/// meanwhile waits little behind it at the device.
+pub const SPARE_WRITE_CHUNK_BYTES: u64 = 256 << 10;
+/// How long the zero-filling of a spare waits before looking again while its log is bound by
+/// the disk.
+pub const SPARE_BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Scan window for recovery reads.
 const RECOVERY_READ_BYTES: usize = 1 << 20;
@@ -591,6 +717,10 @@ impl<S: Storage> Log<S> {
         for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
             storage.create_dir_all(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
             let names = storage.list_dir(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
+            if names.iter().any(|name| name == SPARE_NAME) {
+                // A spare that was being prepared, never named a segment: only zeros, or less.
+                storage.remove_file(&folder(copy).join(SPARE_NAME)).map_err(|e| LogError::Io(io_text(&e)))?;
+            }
             present.push(
                 names
                     .iter()
@@ -810,6 +940,8 @@ impl<S: Storage> Log<S> {
                 warned_buffered: report.buffered_io_warning,
                 copies: CopyStates::all_current(copies),
                 manifest_sequence: manifest.sequence,
+                spare: None,
+                spare_started_for: u64::MAX,
             })),
             committed: Notify::new(),
         };
@@ -1301,14 +1433,77 @@ impl<S: Storage> Log<S> {
             }
             inner.drop_oldest_cached();
         }
+        drop(inner);
+        self.start_spare_if_due();
         Ok(base_offset)
+    }
+
+    /// Starts zero-filling the next segment once the active one is half full (see
+    /// `LogConfig::prewrite`).
+    fn start_spare_if_due(&self) {
+        let capacity = {
+            let mut inner = self.inner.borrow_mut();
+            if !inner.config.prewrite || !inner.config.keep_files_open || inner.spare.is_some() {
+                return;
+            }
+            let Some(segment) = inner.segments.last() else { return };
+            if segment.write_position * 2 < segment.capacity || inner.spare_started_for == segment.base_offset
+            {
+                return;
+            }
+            let capacity = (segment.capacity * 2).min(inner.config.segment_bytes_max).max(segment.capacity);
+            inner.spare_started_for = segment.base_offset;
+            capacity
+        };
+        let writable = self.writable_copies();
+        let paths: Vec<Option<PathBuf>> = (0..self.directories.count())
+            .map(|copy| writable.contains(&copy).then(|| self.folder(copy).join(SPARE_NAME)))
+            .collect();
+        let stop = Rc::new(std::cell::Cell::new(false));
+        let log = Rc::downgrade(&self.inner);
+        // Zeros go to the disk only while the log is not bound by it: with a quarter of a group
+        // commit or more waiting, the disk's time is the log's own, and its spare is then just
+        // allocated ahead, off the roll's path. (A dropped log drops, and so cancels, the task.)
+        let busy = move || {
+            log.upgrade().is_none_or(|inner| {
+                let inner = inner.borrow();
+                inner.staged_bytes * 4 >= inner.config.group_commit_bytes_max
+            })
+        };
+        let task =
+            glommio::spawn_local(prewrite_spare(self.storage.clone(), paths, capacity, stop.clone(), busy));
+        self.inner.borrow_mut().spare = Some(Box::new(Spare { capacity, stop, task }));
+    }
+
+    /// Stops the zero-filling of the spare, if any, and hands over its capacity and files.
+    async fn take_spare(&self) -> Option<(u64, Vec<Option<Rc<S::File>>>)> {
+        let spare = self.inner.borrow_mut().spare.take()?;
+        spare.stop.set(true);
+        // The write in flight ends before the task does: nothing lands in the file after this.
+        let files = spare.task.await;
+        Some((spare.capacity, files))
+    }
+
+    /// Stops and removes the spare, if any: before the log's files are deleted.
+    pub async fn discard_spare(&self) {
+        if let Some((_, files)) = self.take_spare().await {
+            self.remove_spare_files(&files);
+        }
+    }
+
+    fn remove_spare_files(&self, files: &[Option<Rc<S::File>>]) {
+        for (copy, file) in files.iter().enumerate() {
+            if file.is_some() {
+                let _ = self.storage.remove_file(&self.folder(copy).join(SPARE_NAME));
+            }
+        }
     }
 
     /// Creates the next segment in every writable copy, then lists it in the manifest. Order
     /// matters for crash safety: the file is allocated and synced, and its directory entry and
     /// the manifest made durable, before anything in it is acknowledged.
     async fn roll(&self, at_least_bytes: u64) -> Result<(), LogError> {
-        let (capacity, base_offset) = {
+        let (mut capacity, base_offset) = {
             let inner = self.inner.borrow();
             let previous = inner.segments.last().map(|segment| segment.capacity).unwrap_or(0);
             let next = if previous == 0 {
@@ -1319,11 +1514,43 @@ impl<S: Storage> Log<S> {
             (next.max(record::align_up(at_least_bytes as usize, BLOCK_BYTES) as u64), inner.next_offset)
         };
         let copies = self.writable_copies();
+        // A spare prepared for this roll is renamed into place if it is large enough and in
+        // every copy that takes writes; otherwise it goes and the segment is created as usual.
+        let mut spare_files = None;
+        if let Some((spare_capacity, files)) = self.take_spare().await {
+            if spare_capacity >= capacity && copies.iter().all(|copy| files[*copy].is_some()) {
+                capacity = spare_capacity;
+                // A copy fenced since the spare was started takes no segment.
+                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
+                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].clone() })
+                    .collect();
+                self.remove_spare_files(&fenced);
+                spare_files = Some(files);
+            } else {
+                self.remove_spare_files(&files);
+            }
+        }
         let creations = copies.iter().map(|copy| {
             let folder = self.folder(*copy);
+            let spare = spare_files.as_ref().and_then(|files| files[*copy].clone());
             async move {
                 let path = folder.join(segment_name(base_offset));
-                let file = self.storage.open(&path, true).await?;
+                if let Some(file) = spare {
+                    // Allocated and synced already, and zero-filled as far as it got: only its
+                    // name must be made durable.
+                    let renamed = async {
+                        self.storage.rename(&folder.join(SPARE_NAME), &path)?;
+                        self.storage.sync_dir(&folder).await
+                    }
+                    .await;
+                    if let Err(error) = renamed {
+                        let _ = self.storage.remove_file(&path);
+                        let _ = self.storage.remove_file(&folder.join(SPARE_NAME));
+                        return Err(error);
+                    }
+                    return Ok(file);
+                }
+                let file = Rc::new(self.storage.open(&path, true).await?);
                 let prepared = async {
                     file.allocate(capacity).await?;
                     file.sync_data().await?;
@@ -1348,7 +1575,7 @@ impl<S: Storage> Log<S> {
                     if !file.direct_io() {
                         self.warn_buffered(&self.folder(*copy));
                     }
-                    files[*copy] = Some(Rc::new(file));
+                    files[*copy] = Some(file);
                     created += 1;
                 }
                 Err(error) if is_no_space(&error) => full.push((*copy, error)),
