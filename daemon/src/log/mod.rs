@@ -14,7 +14,8 @@
 //!    copies. Only then is anything written into the new segment.
 //! 4. The batch is written into fresh 4 KiB blocks at the segment's write position in every
 //!    healthy copy at once (never over a block holding acknowledged records), then each copy is
-//!    fdatasync'ed.
+//!    fdatasync'ed, except a copy whose file was opened with O_DSYNC (`writes_are_durable`; the
+//!    real storage opens its files so): its write completes only once it is durable.
 //! 5. When ⌈M/2⌉ copies have synced without error the appends are resolved with their offsets;
 //!    the caller acknowledges its publishers after that.
 //! 6. A copy whose write or fdatasync fails is fenced (its directory takes no more writes and
@@ -1386,7 +1387,20 @@ impl<S: Storage> Log<S> {
                     .fence_copy(copy, &format!("write of {disk_bytes} bytes at {position} failed: {error}")),
             }
         }
-        let syncs = join_all(written.iter().map(|(_, file)| file.sync_data()).collect()).await;
+        // A file opened with O_DSYNC is durable as its write completes: no fdatasync follows.
+        let syncs = join_all(
+            written
+                .iter()
+                .map(|(_, file)| async move {
+                    if file.writes_are_durable() {
+                        Ok(())
+                    } else {
+                        file.sync_data().await
+                    }
+                })
+                .collect(),
+        )
+        .await;
         let mut durable = 0;
         for ((copy, _), result) in written.iter().zip(syncs) {
             match result {

@@ -522,6 +522,17 @@ fn check_acknowledged(records: &[StoredRecord], acked: &std::collections::BTreeM
 /// torn. Every crash state must recover, keep every acknowledged record, and accept appends.
 #[test]
 fn crash_after_every_storage_operation() {
+    crash_after_every_storage_operation_of_a_log(false);
+}
+
+/// T8 with writes that are durable as they complete (O_DSYNC, as the real storage opens its
+/// files): the log skips its fdatasyncs, and every acknowledged record still survives.
+#[test]
+fn crash_after_every_storage_operation_with_durable_writes() {
+    crash_after_every_storage_operation_of_a_log(true);
+}
+
+fn crash_after_every_storage_operation_of_a_log(durable_writes: bool) {
     let modes = [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::TearLastWrite { sectors: 1 }];
     let config =
         || LogConfig { segment_bytes_initial: 16 * 1024, segment_bytes_max: 32 * 1024, ..small_config() };
@@ -540,8 +551,14 @@ fn crash_after_every_storage_operation() {
     let counted = total.clone();
     run(async move {
         let disk = SimDisk::new();
+        disk.set_durable_writes(durable_writes);
         let (log, _) = open(&disk, &directories(3), config()).await.unwrap();
+        let syncs = disk.sync_count();
         scenario(&log, &mut std::collections::BTreeMap::new()).await;
+        if durable_writes {
+            // Only the rolls sync (allocations, manifests): no commit does.
+            assert!(disk.sync_count() - syncs < disk.write_count() / 2);
+        }
         counted.set(disk.operation_count());
     });
     let total = total.get();
@@ -550,6 +567,7 @@ fn crash_after_every_storage_operation() {
         let mode = modes[(point % 3) as usize];
         run(async move {
             let disk = SimDisk::new();
+            disk.set_durable_writes(durable_writes);
             disk.die_after(point);
             let mut acked = std::collections::BTreeMap::new();
             if let Ok((log, _)) = open(&disk, &directories(3), config()).await {

@@ -13,6 +13,7 @@ pub struct DmaStorage;
 pub struct DmaStorageFile {
     file: DmaFile,
     direct_io: bool,
+    writes_are_durable: bool,
 }
 
 impl IoBuffer for DmaBuffer {
@@ -36,8 +37,12 @@ fn to_io(error: glommio::GlommioError<()>) -> io::Error {
 /// filesystems without direct I/O (tmpfs), and then an fdatasync is the only durability we
 /// have; the caller warns loudly.
 fn has_o_direct(fd: i32) -> bool {
+    has_flag(fd, nix::fcntl::OFlag::O_DIRECT)
+}
+
+fn has_flag(fd: i32, flag: nix::fcntl::OFlag) -> bool {
     match nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL) {
-        Ok(flags) => nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_DIRECT),
+        Ok(flags) => nix::fcntl::OFlag::from_bits_truncate(flags).contains(flag),
         Err(_) => false,
     }
 }
@@ -59,11 +64,22 @@ impl Storage for DmaStorage {
     type File = DmaStorageFile;
     type Buffer = DmaBuffer;
 
+    /// Files are opened with O_DSYNC: a commit is then one write that completes once durable,
+    /// instead of a write, its completion, and an fdatasync submitted after it (two trips
+    /// through io_uring and its workers). At 10k msg/s this took the publish-ack p50 from
+    /// 446-513 to 402-416 µs and the p99.9 from 7.8-41 to 3.7-5.0 ms.
     async fn open(&self, path: &Path, create: bool) -> io::Result<DmaStorageFile> {
-        let file =
-            OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(to_io)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .custom_flags(nix::libc::O_DSYNC)
+            .dma_open(path)
+            .await
+            .map_err(to_io)?;
         let direct_io = has_o_direct(file.as_raw_fd());
-        Ok(DmaStorageFile { file, direct_io })
+        let writes_are_durable = has_flag(file.as_raw_fd(), nix::fcntl::OFlag::O_DSYNC);
+        Ok(DmaStorageFile { file, direct_io, writes_are_durable })
     }
 
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
@@ -148,5 +164,9 @@ impl StorageFile for DmaStorageFile {
 
     fn direct_io(&self) -> bool {
         self.direct_io
+    }
+
+    fn writes_are_durable(&self) -> bool {
+        self.writes_are_durable
     }
 }

@@ -1,10 +1,11 @@
 //! The storage seam. The log does all of its disk work through these traits: the production
-//! implementation ([`dma::DmaStorage`]) uses glommio's O_DIRECT files on io_uring, and
+//! implementation ([`dma::DmaStorage`]) uses glommio's O_DIRECT | O_DSYNC files on io_uring, and
 //! [`sim::SimDisk`] keeps files in memory and can lose unsynced writes, tear writes and fail
 //! calls. io_uring bypasses strace and LD_PRELOAD, so faults can only be injected here.
 //!
 //! Contract of every implementation:
-//! 1. `write_at` is durable only after a later `sync_data` on the same file returns `Ok`.
+//! 1. `write_at` is durable only after a later `sync_data` on the same file returns `Ok`, or,
+//!    on a file whose `writes_are_durable` (O_DSYNC), once it returns `Ok`.
 //! 2. A new name (created file, rename, removal) is durable only after `sync_dir` of its
 //!    directory returns `Ok`.
 //! 3. An error from `write_at` or `sync_data` means nothing about what reached the disk; the
@@ -64,4 +65,8 @@ pub trait StorageFile: 'static {
     async fn truncate(&self, bytes: u64) -> io::Result<()>;
     /// Whether writes really bypass the page cache (O_DIRECT took effect).
     fn direct_io(&self) -> bool;
+    /// Whether a write completes only once it is durable (O_DSYNC: the data and the metadata
+    /// needed to read it back, as an fdatasync after it would make them), so that no fdatasync
+    /// needs to follow it.
+    fn writes_are_durable(&self) -> bool;
 }

@@ -48,6 +48,8 @@ struct SimState {
     no_space: bool,
     too_many_files: bool,
     rules: Vec<Rule>,
+    /// See `SimDisk::set_durable_writes`.
+    durable_writes: bool,
     operations: u64,
     dies_at: Option<u64>,
 }
@@ -129,6 +131,13 @@ fn eio(what: &str) -> io::Error {
 impl SimDisk {
     pub fn new() -> SimDisk {
         SimDisk::default()
+    }
+
+    /// Files whose writes are durable once they complete, as with O_DSYNC (the real storage
+    /// opens its files so): a crash keeps every completed write, and the log skips its
+    /// fdatasyncs.
+    pub fn set_durable_writes(&self, durable: bool) {
+        self.state.borrow_mut().durable_writes = durable;
     }
 
     /// The next `n`-th write from now (1 = the next one) fails with EIO.
@@ -415,6 +424,7 @@ impl StorageFile for SimFileHandle {
             }
             _ => {}
         }
+        let durable_writes = state.durable_writes;
         let file = state.files.get_mut(&self.inode).unwrap();
         let start = position as usize;
         let end = start + buffer.0.len();
@@ -422,7 +432,14 @@ impl StorageFile for SimFileHandle {
             file.current.resize(end, 0);
         }
         file.current[start..end].copy_from_slice(&buffer.0);
-        file.unsynced.push((position, buffer.0.len()));
+        if durable_writes {
+            if file.durable.len() < end {
+                file.durable.resize(end, 0);
+            }
+            file.durable[start..end].copy_from_slice(&buffer.0);
+        } else {
+            file.unsynced.push((position, buffer.0.len()));
+        }
         Ok(())
     }
 
@@ -495,5 +512,9 @@ impl StorageFile for SimFileHandle {
 
     fn direct_io(&self) -> bool {
         true
+    }
+
+    fn writes_are_durable(&self) -> bool {
+        self.state.borrow().durable_writes
     }
 }
