@@ -600,7 +600,7 @@ async fn prewrite_spare<S: Storage>(
             if storage.exists(path) {
                 storage.remove_file(path)?;
             }
-            let file = storage.open(path, true).await?;
+            let file = storage.open_unsynced(path, true).await?;
             file.allocate(capacity).await?;
             file.sync_data().await?;
             Ok::<_, std::io::Error>(file)
@@ -1549,20 +1549,25 @@ impl<S: Storage> Log<S> {
             let spare = spare_files.as_ref().and_then(|files| files[*copy].clone());
             async move {
                 let path = folder.join(segment_name(base_offset));
-                if let Some(file) = spare {
+                if let Some(spare) = spare {
                     // Allocated and synced already, and zero-filled as far as it got: only its
-                    // name must be made durable.
+                    // name must be made durable. It is opened again as every segment is (its
+                    // zeros were written without O_DSYNC).
                     let renamed = async {
                         self.storage.rename(&folder.join(SPARE_NAME), &path)?;
-                        self.storage.sync_dir(&folder).await
+                        self.storage.sync_dir(&folder).await?;
+                        drop(spare);
+                        self.storage.open(&path, false).await
                     }
                     .await;
-                    if let Err(error) = renamed {
-                        let _ = self.storage.remove_file(&path);
-                        let _ = self.storage.remove_file(&folder.join(SPARE_NAME));
-                        return Err(error);
-                    }
-                    return Ok(file);
+                    return match renamed {
+                        Ok(file) => Ok(Rc::new(file)),
+                        Err(error) => {
+                            let _ = self.storage.remove_file(&path);
+                            let _ = self.storage.remove_file(&folder.join(SPARE_NAME));
+                            Err(error)
+                        }
+                    };
                 }
                 let file = Rc::new(self.storage.open(&path, true).await?);
                 let prepared = async {

@@ -1052,6 +1052,17 @@ fn a_leftover_spare_is_removed_at_recovery() {
 /// record.
 #[test]
 fn crash_after_every_storage_operation_with_spares() {
+    crash_after_every_storage_operation_with_spares_and(false);
+}
+
+/// The same with writes durable as they complete (O_DSYNC): a renamed spare is opened again as
+/// every segment is before commits go into it.
+#[test]
+fn crash_after_every_storage_operation_with_spares_and_durable_writes() {
+    crash_after_every_storage_operation_with_spares_and(true);
+}
+
+fn crash_after_every_storage_operation_with_spares_and(durable_writes: bool) {
     let modes = [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::TearLastWrite { sectors: 1 }];
     let config = || LogConfig {
         segment_bytes_initial: 16 * 1024,
@@ -1071,6 +1082,7 @@ fn crash_after_every_storage_operation_with_spares() {
     let counted = total.clone();
     run(async move {
         let disk = SimDisk::new();
+        disk.set_durable_writes(durable_writes);
         let (log, _) = open(&disk, &directories(2), config()).await.unwrap();
         scenario(&log, &mut std::collections::BTreeMap::new()).await;
         assert!(log.inner.borrow().segments.len() >= 3, "the scenario rolls");
@@ -1081,6 +1093,7 @@ fn crash_after_every_storage_operation_with_spares() {
         let mode = modes[(point % 3) as usize];
         run(async move {
             let disk = SimDisk::new();
+            disk.set_durable_writes(durable_writes);
             disk.die_after(point);
             let mut acked = std::collections::BTreeMap::new();
             if let Ok((log, _)) = open(&disk, &directories(2), config()).await {

@@ -33,6 +33,11 @@ pub trait Storage: Clone + 'static {
 
     /// Opens a file for direct reads and writes, creating it if asked.
     async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
+    /// `open`, but with writes that are durable only once synced even where `open` makes them
+    /// durable as they complete: for filling a file in bulk with one sync at the end.
+    async fn open_unsynced(&self, path: &Path, create: bool) -> io::Result<Self::File> {
+        self.open(path, create).await
+    }
     /// Makes the directory's entries (creations, renames, removals) durable.
     async fn sync_dir(&self, path: &Path) -> io::Result<()>;
     /// A buffer of `bytes` (a multiple of the block size) for `write_at`. Its contents are
