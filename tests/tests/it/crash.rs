@@ -9,8 +9,9 @@
 use ringpost_client::{block_on, Client, Error, ErrorCode, Message, Subscription};
 use ringpost_tests::checker::{Checker, Outcome};
 use ringpost_tests::{Daemon, Random};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 const PUBLISHERS: usize = 4;
@@ -60,6 +61,11 @@ fn sigkill_under_load_loses_no_acknowledged_publish() {
     let stop_publishing = Arc::new(AtomicBool::new(false));
     let stop_subscribing = Arc::new(AtomicBool::new(false));
     let acked_deliveries = Arc::new(AtomicU64::new(0));
+    // Payloads whose acknowledgement took effect (durably, the server says, for every ack id it
+    // does not list as refused), and any of them delivered again after that: the kills must not
+    // bring an acknowledged message back.
+    let durably_acked = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let delivered_after_ack = Arc::new(Mutex::new(Vec::<String>::new()));
 
     let publishers: Vec<_> = (0..PUBLISHERS)
         .map(|publisher| {
@@ -99,6 +105,7 @@ fn sigkill_under_load_loses_no_acknowledged_publish() {
         .map(|_| {
             let (address, checker, stop, acked) =
                 (address.clone(), checker.clone(), stop_subscribing.clone(), acked_deliveries.clone());
+            let (durably_acked, delivered_after_ack) = (durably_acked.clone(), delivered_after_ack.clone());
             std::thread::spawn(move || {
                 let mut client = None;
                 while !stop.load(Ordering::Relaxed) {
@@ -111,16 +118,29 @@ fn sigkill_under_load_loses_no_acknowledged_publish() {
                         Err(_) => continue,
                     };
                     let mut ack_ids = Vec::with_capacity(messages.len());
+                    let mut payloads = Vec::with_capacity(messages.len());
                     for message in messages {
                         let payload = String::from_utf8(message.data).expect("payloads are UTF-8");
                         checker.delivered(&payload, message.delivery_attempt);
+                        if durably_acked.lock().unwrap().contains(&payload) {
+                            delivered_after_ack.lock().unwrap().push(payload.clone());
+                        }
                         ack_ids.push(message.ack_id);
+                        payloads.push(payload);
                     }
                     if !ack_ids.is_empty() {
                         let count = ack_ids.len() as u64;
-                        match block_on(connected.acknowledge("crash-sub", ack_ids)) {
-                            Ok(_) => {
+                        match block_on(connected.acknowledge("crash-sub", ack_ids.clone())) {
+                            Ok(refused) => {
                                 acked.fetch_add(count, Ordering::Relaxed);
+                                let refused: HashSet<&str> =
+                                    refused.iter().map(|invalid| invalid.ack_id.as_str()).collect();
+                                let mut durable = durably_acked.lock().unwrap();
+                                for (ack_id, payload) in ack_ids.iter().zip(payloads) {
+                                    if !refused.contains(ack_id.as_str()) {
+                                        durable.insert(payload);
+                                    }
+                                }
                             }
                             Err(_) => continue,
                         }
@@ -189,4 +209,11 @@ fn sigkill_under_load_loses_no_acknowledged_publish() {
     );
     assert!(verdict.unexpected.is_empty(), "delivered but never published: {:?}", verdict.unexpected);
     assert!(verdict.failed_but_delivered.is_empty());
+    let delivered_after_ack = delivered_after_ack.lock().unwrap();
+    eprintln!(
+        "T1: {} deliveries acknowledged durably; {} of them delivered again after their acknowledgement",
+        durably_acked.lock().unwrap().len(),
+        delivered_after_ack.len()
+    );
+    assert!(delivered_after_ack.is_empty(), "acknowledged, then delivered again: {:?}", *delivered_after_ack);
 }
