@@ -139,7 +139,8 @@ def main():
     except (OSError, ValueError, KeyError, TypeError):
         print("Disk ceiling: not measured (see disk.log).")
     print("Durability differs: NATS 2.9 acknowledges a JetStream publish after write(), before fsync "
-          "(it syncs on a timer), while Ringpost acknowledges only after fdatasync.")
+          "(it syncs on a timer), while Ringpost acknowledges only once durable "
+          "(an O_DSYNC write, or fdatasync).")
     print("Ringpost's W1 ack p99 is per publish request (a batch of up to 1000), NATS's per message; "
           "W2/W3 throughput is messages delivered to subscribers per second (all subscriptions).")
 

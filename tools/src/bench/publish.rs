@@ -56,7 +56,7 @@ pub const STAMP_BYTES: usize = 8;
 
 /// What the daemon promises when it answers a publish; printed with the results so that a
 /// figure is never read as a page-cache number.
-pub const DURABILITY: &str = "acknowledged after fdatasync (group commit)";
+pub const DURABILITY: &str = "acknowledged once durable: O_DSYNC write or fdatasync (group commit)";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PublishOptions {
