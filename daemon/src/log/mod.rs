@@ -578,10 +578,11 @@ fn is_no_space(error: &std::io::Error) -> bool {
 
 /// Creates a spare segment file in each copy given a path (`None` elsewhere), allocates and
 /// syncs it, then writes zeros over it chunk by chunk until it is whole or `stop` is set: only
-/// while `busy` (the log is bound by the disk) is false, and pausing after each chunk as long as it
-/// took, so that the log's own commits keep at least half of the disk's time. A complete spare
-/// is synced again, so that the extents it converted are durable before a commit depends on
-/// them. Copies that fail on the way end as `None`.
+/// while `busy` (the log is bound by the disk) is false, and pausing after each chunk as long
+/// as it took, so that the log's own commits keep at least half of the disk's time. A complete
+/// spare is synced again, so that the extents it converted are durable before a commit depends
+/// on them. Copies that fail on the way end as `None`. A filesystem without direct I/O gets no
+/// spare: zeros through the page cache would be copied for nothing.
 async fn prewrite_spare<S: Storage>(
     storage: S,
     paths: Vec<Option<PathBuf>>,
