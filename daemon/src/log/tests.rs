@@ -533,48 +533,72 @@ fn crash_after_every_storage_operation_with_durable_writes() {
 }
 
 fn crash_after_every_storage_operation_of_a_log(durable_writes: bool) {
-    let modes = [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::TearLastWrite { sectors: 1 }];
     let config =
         || LogConfig { segment_bytes_initial: 16 * 1024, segment_bytes_max: 32 * 1024, ..small_config() };
     // The scenario: create, fill and roll segments in rounds of concurrent appends, delete the
     // oldest segments, append more.
-    async fn scenario(log: &Log<SimDisk>, acked: &mut std::collections::BTreeMap<u64, u64>) {
-        for round in 0..8 {
-            acked.extend(append_until_power_fails(log, round * 10, 10).await);
-        }
-        let _ = log.remove_before(40).await;
-        for round in 8..10 {
-            acked.extend(append_until_power_fails(log, round * 10, 10).await);
-        }
+    fn scenario<'a>(log: &'a Log<SimDisk>, acked: &'a mut Acknowledged) -> ScenarioRun<'a> {
+        Box::pin(async move {
+            for round in 0..8 {
+                acked.extend(append_until_power_fails(log, round * 10, 10).await);
+            }
+            let _ = log.remove_before(40).await;
+            for round in 8..10 {
+                acked.extend(append_until_power_fails(log, round * 10, 10).await);
+            }
+        })
     }
+    let total =
+        power_fails_after_every_operation(config, 3, durable_writes, scenario, |disk, _, syncs_before| {
+            if disk.durable_writes() {
+                // Only the rolls sync (allocations, manifests): no commit does.
+                assert!(disk.sync_count() - syncs_before < disk.write_count() / 2);
+            }
+        });
+    assert!(total > 100, "the scenario should exercise many operations, got {total}");
+}
+
+/// Acknowledged offsets, with the payload index each was appended with.
+type Acknowledged = std::collections::BTreeMap<u64, u64>;
+type ScenarioRun<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+
+/// Runs `scenario` once on a log in `copies` data directories to count its storage operations
+/// (`counted` then looks at the disk, the log, and the sync count before the scenario), then
+/// once per operation with the power failing after it, with unsynced writes dropped, kept or
+/// torn in turn: every crash must recover with every acknowledged record still stored (or
+/// deleted by the scenario's retention), and take appends. Returns the operations counted.
+fn power_fails_after_every_operation(
+    config: fn() -> LogConfig,
+    copies: usize,
+    durable_writes: bool,
+    scenario: for<'a> fn(&'a Log<SimDisk>, &'a mut Acknowledged) -> ScenarioRun<'a>,
+    counted: fn(&SimDisk, &Log<SimDisk>, u64),
+) -> u64 {
+    let modes = [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::TearLastWrite { sectors: 1 }];
     let total = std::rc::Rc::new(std::cell::Cell::new(0));
-    let counted = total.clone();
+    let total_seen = total.clone();
     run(async move {
         let disk = SimDisk::new();
         disk.set_durable_writes(durable_writes);
-        let (log, _) = open(&disk, &directories(3), config()).await.unwrap();
-        let syncs = disk.sync_count();
-        scenario(&log, &mut std::collections::BTreeMap::new()).await;
-        if durable_writes {
-            // Only the rolls sync (allocations, manifests): no commit does.
-            assert!(disk.sync_count() - syncs < disk.write_count() / 2);
-        }
-        counted.set(disk.operation_count());
+        let (log, _) = open(&disk, &directories(copies), config()).await.unwrap();
+        let syncs_before = disk.sync_count();
+        scenario(&log, &mut Acknowledged::new()).await;
+        counted(&disk, &log, syncs_before);
+        total_seen.set(disk.operation_count());
     });
     let total = total.get();
-    assert!(total > 100, "the scenario should exercise many operations, got {total}");
     for point in 0..=total {
         let mode = modes[(point % 3) as usize];
         run(async move {
             let disk = SimDisk::new();
             disk.set_durable_writes(durable_writes);
             disk.die_after(point);
-            let mut acked = std::collections::BTreeMap::new();
-            if let Ok((log, _)) = open(&disk, &directories(3), config()).await {
+            let mut acked = Acknowledged::new();
+            if let Ok((log, _)) = open(&disk, &directories(copies), config()).await {
                 scenario(&log, &mut acked).await;
             }
             disk.crash(mode);
-            let (log, _) = open(&disk, &directories(3), config())
+            let (log, _) = open(&disk, &directories(copies), config())
                 .await
                 .unwrap_or_else(|e| panic!("crash after operation {point} ({mode:?}): recovery failed: {e}"));
             let records = log.read(0, usize::MAX, usize::MAX).await.unwrap();
@@ -583,6 +607,7 @@ fn crash_after_every_storage_operation_of_a_log(durable_writes: bool) {
             log.append(records_for(&[b"after".to_vec()]), 1).await.unwrap();
         });
     }
+    total
 }
 
 /// T2: 200 power failures at random moments on one log that lives on across them, with
@@ -1063,7 +1088,6 @@ fn crash_after_every_storage_operation_with_spares_and_durable_writes() {
 }
 
 fn crash_after_every_storage_operation_with_spares_and(durable_writes: bool) {
-    let modes = [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::TearLastWrite { sectors: 1 }];
     let config = || LogConfig {
         segment_bytes_initial: 16 * 1024,
         segment_bytes_max: 32 * 1024,
@@ -1071,41 +1095,16 @@ fn crash_after_every_storage_operation_with_spares_and(durable_writes: bool) {
         prewrite: true,
         ..small_config()
     };
-    async fn scenario(log: &Log<SimDisk>, acked: &mut std::collections::BTreeMap<u64, u64>) {
-        for round in 0..20 {
-            acked.extend(append_until_power_fails(log, round * 4, 4).await);
-            // Time for the spare to be prepared between rounds.
-            glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
-        }
-    }
-    let total = std::rc::Rc::new(std::cell::Cell::new(0));
-    let counted = total.clone();
-    run(async move {
-        let disk = SimDisk::new();
-        disk.set_durable_writes(durable_writes);
-        let (log, _) = open(&disk, &directories(2), config()).await.unwrap();
-        scenario(&log, &mut std::collections::BTreeMap::new()).await;
-        assert!(log.inner.borrow().segments.len() >= 3, "the scenario rolls");
-        counted.set(disk.operation_count());
-    });
-    let total = total.get();
-    for point in 0..=total {
-        let mode = modes[(point % 3) as usize];
-        run(async move {
-            let disk = SimDisk::new();
-            disk.set_durable_writes(durable_writes);
-            disk.die_after(point);
-            let mut acked = std::collections::BTreeMap::new();
-            if let Ok((log, _)) = open(&disk, &directories(2), config()).await {
-                scenario(&log, &mut acked).await;
+    fn scenario<'a>(log: &'a Log<SimDisk>, acked: &'a mut Acknowledged) -> ScenarioRun<'a> {
+        Box::pin(async move {
+            for round in 0..20 {
+                acked.extend(append_until_power_fails(log, round * 4, 4).await);
+                // Time for the spare to be prepared between rounds.
+                glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
             }
-            disk.crash(mode);
-            let (log, _) = open(&disk, &directories(2), config())
-                .await
-                .unwrap_or_else(|e| panic!("crash after operation {point} ({mode:?}): recovery failed: {e}"));
-            let records = log.read(0, usize::MAX, usize::MAX).await.unwrap();
-            check_acknowledged(&records, &acked);
-            log.append(records_for(&[b"after".to_vec()]), 1).await.unwrap();
-        });
+        })
     }
+    power_fails_after_every_operation(config, 2, durable_writes, scenario, |_, log, _| {
+        assert!(log.inner.borrow().segments.len() >= 3, "the scenario rolls");
+    });
 }

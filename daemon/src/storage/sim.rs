@@ -140,6 +140,10 @@ impl SimDisk {
         self.state.borrow_mut().durable_writes = durable;
     }
 
+    pub fn durable_writes(&self) -> bool {
+        self.state.borrow().durable_writes
+    }
+
     /// The next `n`-th write from now (1 = the next one) fails with EIO.
     pub fn fail_nth_write(&self, n: u64) {
         let mut state = self.state.borrow_mut();
