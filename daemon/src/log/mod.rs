@@ -361,6 +361,8 @@ struct Spare<S: Storage> {
     stop: Rc<std::cell::Cell<bool>>,
     /// Ends with the spare's file in each copy it could be prepared in.
     task: glommio::Task<Vec<Option<Rc<S::File>>>>,
+    /// Held until the spare is used or removed.
+    _place: SparePlace,
 }
 
 struct LogInner<S: Storage> {
@@ -686,6 +688,35 @@ pub const SPARE_WRITE_CHUNK_BYTES: u64 = 256 << 10;
 /// How long the zero-filling of a spare waits before looking again while its log is bound by
 /// the disk.
 pub const SPARE_BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+/// Spares a shard keeps at once. Each holds a file open in every copy and up to a segment of
+/// disk, and the descriptors are the same ones every topic's segments need: beyond this, logs
+/// roll the usual way.
+pub const SPARES_PER_SHARD_MAX: usize = 64;
+
+thread_local! {
+    /// Spares alive on this thread: a shard is one thread.
+    static SPARES_ALIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// One of this shard's `SPARES_PER_SHARD_MAX` places, given back when dropped.
+struct SparePlace(());
+
+impl SparePlace {
+    fn take() -> Option<SparePlace> {
+        SPARES_ALIVE.with(|alive| {
+            (alive.get() < SPARES_PER_SHARD_MAX).then(|| {
+                alive.set(alive.get() + 1);
+                SparePlace(())
+            })
+        })
+    }
+}
+
+impl Drop for SparePlace {
+    fn drop(&mut self) {
+        SPARES_ALIVE.with(|alive| alive.set(alive.get() - 1));
+    }
+}
 
 /// Scan window for recovery reads.
 const RECOVERY_READ_BYTES: usize = 1 << 20;
@@ -1456,7 +1487,7 @@ impl<S: Storage> Log<S> {
     /// Starts zero-filling the next segment once the active one is half full (see
     /// `LogConfig::prewrite`).
     fn start_spare_if_due(&self) {
-        let capacity = {
+        let (capacity, place) = {
             let mut inner = self.inner.borrow_mut();
             if !inner.config.prewrite || !inner.config.keep_files_open || inner.spare.is_some() {
                 return;
@@ -1467,8 +1498,10 @@ impl<S: Storage> Log<S> {
                 return;
             }
             let capacity = (segment.capacity * 2).min(inner.config.segment_bytes_max).max(segment.capacity);
+            // Without a place now, a later commit into this segment tries again.
+            let Some(place) = SparePlace::take() else { return };
             inner.spare_started_for = segment.base_offset;
-            capacity
+            (capacity, place)
         };
         let writable = self.writable_copies();
         let paths: Vec<Option<PathBuf>> = (0..self.directories.count())
@@ -1487,7 +1520,7 @@ impl<S: Storage> Log<S> {
         };
         let task =
             glommio::spawn_local(prewrite_spare(self.storage.clone(), paths, capacity, stop.clone(), busy));
-        self.inner.borrow_mut().spare = Some(Box::new(Spare { capacity, stop, task }));
+        self.inner.borrow_mut().spare = Some(Box::new(Spare { capacity, stop, task, _place: place }));
     }
 
     /// Stops the zero-filling of the spare, if any, and hands over its capacity and files.

@@ -1108,3 +1108,37 @@ fn crash_after_every_storage_operation_with_spares_and(durable_writes: bool) {
         assert!(log.inner.borrow().segments.len() >= 3, "the scenario rolls");
     });
 }
+
+/// A shard keeps at most `SPARES_PER_SHARD_MAX` spares (each holds files open): one more log
+/// past half its segment gets none until a place is given back, and then gets one at its next
+/// commit.
+#[test]
+fn a_shard_keeps_a_bounded_number_of_spares() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let mut logs = Vec::new();
+        for index in 0..=SPARES_PER_SHARD_MAX {
+            let relative = PathBuf::from(format!("topics/{index}"));
+            let (log, _) = Log::open(disk.clone(), dirs.clone(), &relative, index as u64 + 1, spare_config())
+                .await
+                .unwrap();
+            fill_past_half(&log, 0).await;
+            logs.push(log);
+        }
+        let with_spare =
+            |logs: &[Log<SimDisk>]| logs.iter().filter(|log| log.inner.borrow().spare.is_some()).count();
+        assert_eq!(with_spare(&logs), SPARES_PER_SHARD_MAX);
+        let without = logs.iter().position(|log| log.inner.borrow().spare.is_none()).unwrap();
+        let with = logs.iter().position(|log| log.inner.borrow().spare.is_some()).unwrap();
+        logs[with].discard_spare().await;
+        logs[without].append(records_for(&[vec![b'k'; 1024]]), 1).await.unwrap();
+        assert!(logs[without].inner.borrow().spare.is_some(), "the place given back is taken");
+        assert_eq!(with_spare(&logs), SPARES_PER_SHARD_MAX);
+        drop(logs);
+        let relative = PathBuf::from("topics/another");
+        let (log, _) = Log::open(disk.clone(), dirs.clone(), &relative, 1000, spare_config()).await.unwrap();
+        fill_past_half(&log, 0).await;
+        assert!(log.inner.borrow().spare.is_some(), "dropped logs give their places back");
+    });
+}
