@@ -1534,16 +1534,30 @@ impl<S: Storage> Log<S> {
 
     /// Stops and removes the spare, if any: before the log's files are deleted.
     pub async fn discard_spare(&self) {
-        if let Some((_, files)) = self.take_spare().await {
-            self.remove_spare_files(&files);
+        if let Some((capacity, files)) = self.take_spare().await {
+            self.remove_spare_files(files, capacity);
         }
     }
 
-    fn remove_spare_files(&self, files: &[Option<Rc<S::File>>]) {
-        for (copy, file) in files.iter().enumerate() {
-            if file.is_some() {
+    /// Unlinks a spare's name in each copy at once, so that the next spare can take it, then
+    /// shrinks the files still open in steps in the background before they close, as deleted
+    /// segments are: a whole segment freed at once would make a trimming disk stall every
+    /// write behind it.
+    fn remove_spare_files(&self, files: Vec<Option<Rc<S::File>>>, capacity: u64) {
+        let mut open = Vec::new();
+        for (copy, file) in files.into_iter().enumerate() {
+            if let Some(file) = file {
                 let _ = self.storage.remove_file(&self.folder(copy).join(SPARE_NAME));
+                open.push(file);
             }
+        }
+        if !open.is_empty() {
+            glommio::spawn_local(async move {
+                for file in open {
+                    shrink_gradually(Some(file), capacity).await;
+                }
+            })
+            .detach();
         }
     }
 
@@ -1565,17 +1579,17 @@ impl<S: Storage> Log<S> {
         // A spare prepared for this roll is renamed into place if it is large enough and in
         // every copy that takes writes; otherwise it goes and the segment is created as usual.
         let mut spare_files = None;
-        if let Some((spare_capacity, files)) = self.take_spare().await {
+        if let Some((spare_capacity, mut files)) = self.take_spare().await {
             if spare_capacity >= capacity && copies.iter().all(|copy| files[*copy].is_some()) {
                 capacity = spare_capacity;
                 // A copy fenced since the spare was started takes no segment.
                 let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
-                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].clone() })
+                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].take() })
                     .collect();
-                self.remove_spare_files(&fenced);
+                self.remove_spare_files(fenced, spare_capacity);
                 spare_files = Some(files);
             } else {
-                self.remove_spare_files(&files);
+                self.remove_spare_files(files, spare_capacity);
             }
         }
         let creations = copies.iter().map(|copy| {

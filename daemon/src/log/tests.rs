@@ -1142,3 +1142,28 @@ fn a_shard_keeps_a_bounded_number_of_spares() {
         assert!(log.inner.borrow().spare.is_some(), "dropped logs give their places back");
     });
 }
+
+/// A discarded spare loses its name at once and is then shrunk in steps, as a deleted segment
+/// is, rather than freed whole.
+#[test]
+fn a_discarded_spare_shrinks_in_steps() {
+    run(async {
+        let disk = SimDisk::new();
+        let config = LogConfig {
+            segment_bytes_initial: 8 << 20,
+            segment_bytes_max: 16 << 20,
+            group_commit_bytes_max: 8 * 1024,
+            prewrite: true,
+            ..small_config()
+        };
+        let (log, _) = open(&disk, &directories(1), config).await.unwrap();
+        fill_past_half(&log, 0).await;
+        spare_ready(&log).await;
+        let truncations = disk.truncation_count();
+        log.discard_spare().await;
+        assert!(!disk.exists(&folder(0).join(SPARE_NAME)));
+        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        // 16 MiB in 4 MiB steps: three truncations before the file closes.
+        assert_eq!(disk.truncation_count() - truncations, 3);
+    });
+}
