@@ -81,8 +81,16 @@ impl Daemon {
 
 /// Takes an exclusive lock on the data directory so two daemons never share one.
 fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, String> {
+    let created = !data_dir.exists();
     std::fs::create_dir_all(data_dir)
         .map_err(|e| format!("creating data directory {}: {e}", data_dir.display()))?;
+    if created {
+        // Its name must outlive a power cut like everything made durable inside it.
+        let parent = data_dir.parent().filter(|parent| !parent.as_os_str().is_empty());
+        std::fs::File::open(parent.unwrap_or(std::path::Path::new(".")))
+            .and_then(|parent| parent.sync_all())
+            .map_err(|e| format!("syncing the folder holding data directory {}: {e}", data_dir.display()))?;
+    }
     let path = data_dir.join("LOCK");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -115,6 +123,11 @@ fn into_glommio(listener: StdListener) -> glommio::net::TcpListener {
     // SAFETY: the descriptor is a bound, listening TCP socket that we own and hand over whole.
     unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) }
 }
+
+/// Threads per forwarder that run its blocking file-system calls (directory creations and
+/// syncs; see `storage::dma`). They spend their time waiting on the disk, not on a core; with
+/// one, the directory syncs of a shard's new topics and segments would queue behind each other.
+pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
 
 /// Open files the daemon asks for: every topic keeps its active message and journal segments
 /// open, so 10,000 topics want over 20,000 descriptors besides connections. Under a lower limit
@@ -194,6 +207,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         let router_text = router_address.to_string();
         let thread = LocalExecutorBuilder::new(placement)
             .name(&format!("forwarder-{shard}"))
+            .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(BLOCKING_THREADS_PER_SHARD))
             .spawn(move || async move {
                 for data_dir in &data_dirs {
                     if let Err(error) =

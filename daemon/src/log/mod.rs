@@ -7,7 +7,9 @@
 //! 2. One flush task per log takes what is queued (up to `group_commit_bytes_max`, at least one
 //!    request) and forms one batch: offsets are assigned now, so a failed commit leaves no gap.
 //! 3. If the batch does not fit the active segment, a new segment is created in every healthy
-//!    copy: open (create) → fallocate → fdatasync → fsync(directory); or, when a spare was
+//!    copy: open (create) → fallocate → fdatasync → fsync(directory) (a manifest slot file not
+//!    yet made is created empty beside it, so this one directory sync covers its name too);
+//!    or, when a spare was
 //!    prepared in the background (`LogConfig::prewrite`: created, fallocated and fdatasync'ed
 //!    the same way, then zero-filled), it is renamed to the segment's name → fsync(directory).
 //!    Then the manifest listing it is written to its next slot and fdatasync'ed on ⌈M/2⌉
@@ -25,9 +27,11 @@
 //!    batch with `ResourceExhausted`, leaving the log usable once space returns.
 //!
 //! # Recovery (`open`)
-//! 1. Every copy's manifest slots are read; the newest valid manifest across copies names the
-//!    segments. No manifest and no segment files: a new log. Segment files but no valid
-//!    manifest: refuse to start.
+//! 1. A missing folder is made, with its parents, and their names synced (a new log writes no
+//!    file until its first commit). Every copy's manifest slots are read; the newest valid
+//!    manifest across copies names the segments. No valid manifest: the log never listed a
+//!    segment, so it never wrote into one; its segment files are a first roll cut short and
+//!    step 2 removes them if they hold only zeros, and refuses to start if not.
 //! 2. A spare (`SPARE_NAME`, never listed) is removed. Segment files the manifest does not
 //!    list are removed if they are below the log's start
 //!    (a crash between a manifest update and the unlink) or hold only zeros (created, never
@@ -748,7 +752,9 @@ impl<S: Storage> Log<S> {
         let mut manifest_sequences = vec![0u64; copies];
         let mut present: Vec<Vec<u64>> = Vec::with_capacity(copies);
         for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
-            storage.create_dir_all(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
+            // Made here, not at the first segment: making it then (the directories, their syncs)
+            // doubled the time of a topic's first publish.
+            storage.create_dir_durable(&folder(copy)).await.map_err(|e| LogError::Io(io_text(&e)))?;
             let names = storage.list_dir(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
             if names.iter().any(|name| name == SPARE_NAME) {
                 // A spare that was being prepared, never named a segment: only zeros, or less.
@@ -769,6 +775,10 @@ impl<S: Storage> Log<S> {
                     .await
                     .map_err(|e| LogError::Io(io_text(&e)))?;
                 let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
+                if size == 0 {
+                    // Created ahead by a roll (see `roll`), never written.
+                    continue;
+                }
                 let bytes = file
                     .read_at(0, record::align_up(size as usize, BLOCK_BYTES))
                     .await
@@ -781,16 +791,11 @@ impl<S: Storage> Log<S> {
                 }
             }
         }
-        let manifest = match best {
-            Some(manifest) => manifest,
-            None if present.iter().all(Vec::is_empty) => Manifest::default(),
-            None => {
-                return Err(LogError::Corrupt(format!(
-                    "{} holds segment files but no valid manifest in any data directory; refusing to start (nothing was deleted)",
-                    relative.display()
-                )))
-            }
-        };
+        // Without a manifest the log never listed a segment, so it never wrote into one: its
+        // segment files can only be a first segment created before the crash cut its manifest
+        // short, all zeros, which step 2 removes; one that holds data stops recovery there.
+        let has_manifest = best.is_some();
+        let manifest = best.unwrap_or_default();
         // 2. Files the manifest does not list.
         let first_listed = manifest.segments.first().map(|(base, _)| *base);
         for (copy, bases) in present.iter().enumerate() {
@@ -805,9 +810,14 @@ impl<S: Storage> Log<S> {
                 if below_start || last_nonzero_end(&file, size).await? == 0 {
                     storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
                     report.empty_segments_removed += 1;
-                } else {
+                } else if has_manifest {
                     return Err(LogError::Corrupt(format!(
                         "{} holds data but the manifest does not list it; refusing to start (nothing was deleted)",
+                        path.display()
+                    )));
+                } else {
+                    return Err(LogError::Corrupt(format!(
+                        "{} holds data but no data directory has a valid manifest for its log; refusing to start (nothing was deleted)",
                         path.display()
                     )));
                 }
@@ -1006,10 +1016,11 @@ impl<S: Storage> Log<S> {
             report.torn_at =
                 Some((folder(0).join(segment_name(manifest.segments[segment_index].0)), position));
         }
-        // 5. Every copy gets the newest manifest (a new log gets its first one).
-        let behind = manifest_sequences.iter().any(|sequence| *sequence < manifest.sequence)
-            || manifest.sequence == 0
-            || report.empty_segments_removed > 0;
+        // 5. Every copy gets the newest manifest. A new log writes none: it gets its first with
+        // its first segment, so a topic that never publishes has only its folders.
+        let behind = has_manifest
+            && (manifest_sequences.iter().any(|sequence| *sequence < manifest.sequence)
+                || report.empty_segments_removed > 0);
         if behind {
             log.write_manifest().await?;
         }
@@ -1039,6 +1050,7 @@ impl<S: Storage> Log<S> {
                 let folder = self.folder(to);
                 let path = folder.join(segment_name(base));
                 let created = async {
+                    self.storage.create_dir_durable(&folder).await?;
                     let file = self.storage.open(&path, true).await?;
                     file.allocate(capacity).await?;
                     file.sync_data().await?;
@@ -1175,11 +1187,14 @@ impl<S: Storage> Log<S> {
             buffer.bytes_mut().copy_from_slice(&encoded);
             let buffer = Rc::new(buffer);
             async move {
+                self.storage.create_dir_durable(&folder).await?;
                 let path = folder.join(slot);
                 let existed = self.storage.exists(&path);
                 let file = self.storage.open(&path, true).await?;
                 file.write_at(buffer, 0).await?;
-                file.sync_data().await?;
+                if !file.writes_are_durable() {
+                    file.sync_data().await?;
+                }
                 if !existed {
                     self.storage.sync_dir(&folder).await?;
                 }
@@ -1592,6 +1607,11 @@ impl<S: Storage> Log<S> {
                 self.remove_spare_files(files, spare_capacity);
             }
         }
+        // The slot the manifest listing the new segment goes to. Until each slot has been written
+        // once it is a new file, whose name needs its own directory sync: created here, beside
+        // the segment, the segment's directory sync covers both. Empty, it reads as no manifest.
+        let next_slot =
+            Manifest { sequence: self.inner.borrow().manifest_sequence + 1, segments: Vec::new() }.slot();
         let creations = copies.iter().map(|copy| {
             let folder = self.folder(*copy);
             let spare = spare_files.as_ref().and_then(|files| files[*copy].clone());
@@ -1617,8 +1637,13 @@ impl<S: Storage> Log<S> {
                         }
                     };
                 }
+                self.storage.create_dir_durable(&folder).await?;
                 let file = Rc::new(self.storage.open(&path, true).await?);
                 let prepared = async {
+                    let slot = folder.join(next_slot);
+                    if !self.storage.exists(&slot) {
+                        self.storage.open(&slot, true).await?;
+                    }
                     file.allocate(capacity).await?;
                     file.sync_data().await?;
                     self.storage.sync_dir(&folder).await
@@ -2029,6 +2054,7 @@ impl<S: Storage> Log<S> {
                     let capacity = self.inner.borrow().segments[segment_index].capacity;
                     let folder = self.folder(copy);
                     let path = folder.join(segment_name(base));
+                    self.storage.create_dir_durable(&folder).await.map_err(|e| LogError::Io(io_text(&e)))?;
                     let file = self.storage.open(&path, true).await.map_err(|e| LogError::Io(io_text(&e)))?;
                     file.allocate(capacity).await.map_err(|e| LogError::Io(io_text(&e)))?;
                     file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;

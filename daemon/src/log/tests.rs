@@ -336,6 +336,68 @@ fn a_lost_segment_file_is_detected_not_skipped() {
     });
 }
 
+/// A new log makes its folders, durably, and no file until its first commit: a topic that
+/// never publishes costs no file. The folders survive a power cut right after they are made
+/// (on ext4 without a journal, a new directory's name is lost unless its parent is synced).
+#[test]
+fn a_new_log_has_durable_folders_and_no_files_until_its_first_commit() {
+    use crate::storage::Storage;
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(2);
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(report.segments, 0);
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        for copy in 0..2 {
+            assert!(disk.exists(&folder(copy)), "the folder of copy {copy} was lost");
+            assert_eq!(disk.list_dir(&folder(copy)).unwrap(), Vec::<String>::new());
+        }
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(disk.list_dir(&folder(0)).unwrap(), Vec::<String>::new(), "reopening made files");
+        let acked = append_many(&log, 0, 3).await;
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(report.records, 3, "{report:?}");
+        check_payloads(&read_all(&log).await, acked.len());
+    });
+}
+
+/// A crash between a new log's first segment and its first manifest leaves a segment no
+/// manifest lists, in a log that has no manifest at all. Nothing was written into it (a commit
+/// waits for the manifest), so recovery removes it if it holds only zeros; a segment that
+/// holds data with no manifest anywhere is not explained by any crash, and stops recovery.
+#[test]
+fn a_first_segment_without_a_manifest_is_removed_if_empty_and_refused_if_not() {
+    use crate::storage::{Storage, StorageFile};
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        disk.create_dir_durable(&folder(0)).await.unwrap();
+        let file = disk.open(&segment_path(0, 0), true).await.unwrap();
+        file.allocate(64 * 1024).await.unwrap();
+        file.sync_data().await.unwrap();
+        disk.sync_dir(&folder(0)).await.unwrap();
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(report.empty_segments_removed, 1, "{report:?}");
+        assert!(!disk.exists(&segment_path(0, 0)));
+        assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
+        drop(log);
+
+        let disk = SimDisk::new();
+        disk.create_dir_durable(&folder(0)).await.unwrap();
+        disk.open(&segment_path(0, 0), true).await.unwrap();
+        disk.set_file_bytes(&segment_path(0, 0), vec![7u8; 8192]);
+        let error = open(&disk, &dirs, small_config()).await.err().unwrap();
+        assert!(
+            matches!(&error, LogError::Corrupt(why) if why.contains("no data directory has a valid manifest")),
+            "{error:?}"
+        );
+        assert!(disk.exists(&segment_path(0, 0)), "recovery deleted data");
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Three data directories (T5, T6, T7)
 // ---------------------------------------------------------------------------------------------
@@ -555,7 +617,7 @@ fn crash_after_every_storage_operation_of_a_log(durable_writes: bool) {
                 assert!(disk.sync_count() - syncs_before < disk.write_count() / 2);
             }
         });
-    assert!(total > 100, "the scenario should exercise many operations, got {total}");
+    assert!(total > 80, "the scenario should exercise many operations, got {total}");
 }
 
 /// Acknowledged offsets, with the payload index each was appended with.

@@ -92,11 +92,39 @@ impl Storage for DmaStorage {
         open_with(path, create, 0).await
     }
 
+    /// A plain fsync(2) of the directory (glommio's `Directory::sync` fails with EBADF on this
+    /// kernel), on the executor's blocking thread: a directory sync takes 100 µs or more, and
+    /// a topic's first publish and first acknowledgement make several, which on the shard's
+    /// own thread stalled every other topic of the shard meanwhile.
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        // A plain fsync(2): glommio's `Directory::sync` fails with EBADF on this kernel, and
-        // directory syncs are rare (a segment roll, a create), so a short blocking call on the
-        // shard is cheaper than a thread hop.
-        std::fs::File::open(path)?.sync_all()
+        let path = path.to_path_buf();
+        glommio::executor().spawn_blocking(move || std::fs::File::open(path)?.sync_all()).await
+    }
+
+    /// The mkdirs and the syncs of their parents, on the blocking thread in one trip.
+    async fn create_dir_durable(&self, path: &Path) -> io::Result<()> {
+        if path.exists() {
+            return Ok(());
+        }
+        let path = path.to_path_buf();
+        glommio::executor()
+            .spawn_blocking(move || {
+                let created: Vec<std::path::PathBuf> = super::missing_directories(&path, Path::exists)
+                    .into_iter()
+                    .map(Path::to_path_buf)
+                    .collect();
+                if created.is_empty() {
+                    return Ok(());
+                }
+                std::fs::create_dir_all(&path)?;
+                for directory in &created {
+                    if let Some(parent) = directory.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+                        std::fs::File::open(parent)?.sync_all()?;
+                    }
+                }
+                Ok(())
+            })
+            .await
     }
 
     fn alloc_buffer(&self, bytes: usize) -> DmaBuffer {

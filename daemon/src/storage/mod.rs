@@ -6,8 +6,9 @@
 //! Contract of every implementation:
 //! 1. `write_at` is durable only after a later `sync_data` on the same file returns `Ok`, or,
 //!    on a file whose `writes_are_durable` (O_DSYNC), once it returns `Ok`.
-//! 2. A new name (created file, rename, removal) is durable only after `sync_dir` of its
-//!    directory returns `Ok`.
+//! 2. A new name (created file or directory, rename, removal) is durable only after
+//!    `sync_dir` of its directory returns `Ok`: ext4 without a journal (this machine's) keeps
+//!    no order between a directory's entries and anything else.
 //! 3. An error from `write_at` or `sync_data` means nothing about what reached the disk; the
 //!    caller must not retry the sync and trust it (fsyncgate), but fence the file.
 //! 4. Positions and lengths of `write_at`/`read_at` are multiples of `BLOCK_BYTES`.
@@ -44,12 +45,43 @@ pub trait Storage: Clone + 'static {
     /// unspecified: the caller writes every byte it will write to disk.
     fn alloc_buffer(&self, bytes: usize) -> Self::Buffer;
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates the directory and its missing parents, and makes each new one's name durable
+    /// (a `sync_dir` of the directory holding it), so that files made durable in it later are
+    /// not lost with a directory entry that never reached the disk.
+    async fn create_dir_durable(&self, path: &Path) -> io::Result<()> {
+        let created = missing_directories(path, |directory| self.exists(directory));
+        if created.is_empty() {
+            return Ok(());
+        }
+        self.create_dir_all(path)?;
+        for directory in &created {
+            if let Some(parent) = directory.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+                self.sync_dir(parent).await?;
+            }
+        }
+        Ok(())
+    }
     /// Names of the entries of a directory, sorted.
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> bool;
+}
+
+/// `path` and those of its ancestors that do not exist, deepest first: what creating `path`
+/// adds.
+pub fn missing_directories(path: &Path, exists: impl Fn(&Path) -> bool) -> Vec<&Path> {
+    let mut missing = Vec::new();
+    let mut current = Some(path);
+    while let Some(directory) = current.filter(|directory| !directory.as_os_str().is_empty()) {
+        if exists(directory) {
+            break;
+        }
+        missing.push(directory);
+        current = directory.parent();
+    }
+    missing
 }
 
 #[allow(async_fn_in_trait)]

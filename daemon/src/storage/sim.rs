@@ -37,6 +37,9 @@ struct SimState {
     names: BTreeMap<PathBuf, u64>,
     durable_names: BTreeMap<PathBuf, u64>,
     directories: std::collections::BTreeSet<PathBuf>,
+    /// Directories whose own names were made durable by a `sync_dir` of their parent (roots
+    /// are always durable). A crash loses the others, and everything under them.
+    durable_directories: std::collections::BTreeSet<PathBuf>,
     writes: u64,
     reads: u64,
     syncs: u64,
@@ -111,6 +114,12 @@ impl SimState {
         }
         Some(fault)
     }
+}
+
+/// A path with no parent to hold its name ("/", or the first part of a relative path): a
+/// data directory's mount point, always there.
+fn is_root(path: &Path) -> bool {
+    path.parent().is_none_or(|parent| parent.as_os_str().is_empty())
 }
 
 pub struct SimBuffer(Vec<u8>);
@@ -233,7 +242,27 @@ impl SimDisk {
     pub fn crash(&self, mode: CrashMode) {
         let mut state = self.state.borrow_mut();
         state.dies_at = None;
-        state.names = state.durable_names.clone();
+        // A directory survives if its name and every ancestor's were durable; a file survives
+        // if its name was durable and its directory survived.
+        let survives = |directory: &Path, durable: &std::collections::BTreeSet<PathBuf>| {
+            directory.ancestors().all(|ancestor| is_root(ancestor) || durable.contains(ancestor))
+        };
+        let directories: std::collections::BTreeSet<PathBuf> = state
+            .directories
+            .iter()
+            .filter(|directory| survives(directory, &state.durable_directories))
+            .cloned()
+            .collect();
+        let names: BTreeMap<PathBuf, u64> = state
+            .durable_names
+            .iter()
+            .filter(|(name, _)| name.parent().is_some_and(|parent| directories.contains(parent)))
+            .map(|(name, inode)| (name.clone(), *inode))
+            .collect();
+        state.durable_directories.retain(|directory| directories.contains(directory));
+        state.durable_names = names.clone();
+        state.directories = directories;
+        state.names = names;
         for file in state.files.values_mut() {
             let mut image = file.durable.clone();
             let keep: Vec<(u64, usize)> = match mode {
@@ -330,6 +359,9 @@ impl Storage for SimDisk {
             state.names.iter().filter(|(name, _)| in_dir(name)).map(|(n, i)| (n.clone(), *i)).collect();
         state.durable_names.retain(|name, _| !in_dir(name));
         state.durable_names.extend(current);
+        let children: Vec<PathBuf> = state.directories.iter().filter(|name| in_dir(name)).cloned().collect();
+        state.durable_directories.retain(|name| !in_dir(name));
+        state.durable_directories.extend(children);
         Ok(())
     }
 
@@ -338,8 +370,8 @@ impl Storage for SimDisk {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        // Directories themselves are treated as durable at once: the tests aim at files and
-        // their entries, which is where the log's crash-safety lives.
+        // A new directory's name is durable only once its parent is synced, as on ext4
+        // without a journal.
         let mut state = self.state.borrow_mut();
         let mut current = Some(path);
         while let Some(directory) = current {
@@ -386,6 +418,7 @@ impl Storage for SimDisk {
         state.names.retain(|name, _| !name.starts_with(path));
         state.durable_names.retain(|name, _| !name.starts_with(path));
         state.directories.retain(|name| !name.starts_with(path));
+        state.durable_directories.retain(|name| !name.starts_with(path));
         Ok(())
     }
 
