@@ -858,11 +858,13 @@ impl<S: Storage> Forwarder<S> {
             Ok(batches) => batches,
             Err(error) => return Err(give_back(deliveries, error)),
         };
+        // Only the span the deliveries cover is parsed; the walk below skips the records inside
+        // it that are not delivered (acknowledged already, or leased elsewhere).
+        let wanted = offsets.first().copied().unwrap_or(0)..offsets.last().map_or(0, |last| last + 1);
         let mut records = Vec::with_capacity(offsets.len());
         for batch in &batches {
-            match batch.records() {
-                Ok(views) => records
-                    .extend(views.into_iter().filter(|view| offsets.binary_search(&view.offset).is_ok())),
+            match batch.records_in(wanted.clone()) {
+                Ok(views) => records.extend(views),
                 Err(error) => return Err(give_back(deliveries, error)),
             }
         }

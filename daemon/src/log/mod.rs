@@ -240,9 +240,14 @@ impl<S: Storage> HeldBatch<S> {
     /// Its records, in offset order. They passed their checksums when the batch was read from
     /// disk, so only their layout is checked again.
     pub fn records(&self) -> Result<Vec<record::RecordView<'_>>, LogError> {
-        record::decode_batch_checked(self.bytes.bytes(), self.log_id, &self.header, false).map_err(|error| {
-            LogError::DataLoss(format!("batch at offset {}: {error}", self.header.base_offset))
-        })
+        self.records_in(0..u64::MAX)
+    }
+
+    /// Its records whose offsets are in `wanted`, the others not parsed.
+    pub fn records_in(&self, wanted: std::ops::Range<u64>) -> Result<Vec<record::RecordView<'_>>, LogError> {
+        record::decode_batch_range(self.bytes.bytes(), self.log_id, &self.header, false, wanted).map_err(
+            |error| LogError::DataLoss(format!("batch at offset {}: {error}", self.header.base_offset)),
+        )
     }
 }
 
@@ -1774,8 +1779,9 @@ impl<S: Storage> Log<S> {
     /// those records are copied out of their batches; the rest are validated in place.
     pub async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::with_capacity(offsets.len());
+        let wanted = offsets.first().copied().unwrap_or(0)..offsets.last().map_or(0, |last| last + 1);
         for batch in self.hold_offsets(offsets).await? {
-            let views = batch.records()?;
+            let views = batch.records_in(wanted.clone())?;
             out.extend(
                 views.iter().filter(|view| offsets.binary_search(&view.offset).is_ok()).map(StoredRecord::of),
             );
