@@ -124,11 +124,6 @@ fn into_glommio(listener: StdListener) -> glommio::net::TcpListener {
     unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) }
 }
 
-/// Threads per forwarder that run its blocking file-system calls (directory creations and
-/// syncs; see `storage::dma`). They spend their time waiting on the disk, not on a core; with
-/// one, the directory syncs of a shard's new topics and segments would queue behind each other.
-pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
-
 /// Open files the daemon asks for: every topic keeps its active message and journal segments
 /// open, so 10,000 topics want over 20,000 descriptors besides connections. Under a lower limit
 /// the journals beyond a quarter of it close their files between commits (see
@@ -207,7 +202,6 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         let router_text = router_address.to_string();
         let thread = LocalExecutorBuilder::new(placement)
             .name(&format!("forwarder-{shard}"))
-            .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(BLOCKING_THREADS_PER_SHARD))
             .spawn(move || async move {
                 for data_dir in &data_dirs {
                     if let Err(error) =

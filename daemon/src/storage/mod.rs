@@ -16,9 +16,10 @@
 pub mod dma;
 pub mod sim;
 
+use std::collections::BTreeSet;
 use std::io;
 use std::ops::Deref;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 /// Memory that can be written to a file opened for direct I/O: aligned to a block.
@@ -49,15 +50,17 @@ pub trait Storage: Clone + 'static {
     /// (a `sync_dir` of the directory holding it), so that files made durable in it later are
     /// not lost with a directory entry that never reached the disk.
     async fn create_dir_durable(&self, path: &Path) -> io::Result<()> {
-        let created = missing_directories(path, |directory| self.exists(directory));
-        if created.is_empty() {
-            return Ok(());
+        self.create_dirs_durable(&[path.to_path_buf()]).await
+    }
+    /// `create_dir_durable` for several directories at once, syncing each parent once however
+    /// many of its children are new (a topic's two folders share theirs).
+    async fn create_dirs_durable(&self, paths: &[PathBuf]) -> io::Result<()> {
+        let parents = parents_to_sync(paths, |directory| self.exists(directory));
+        for path in paths {
+            self.create_dir_all(path)?;
         }
-        self.create_dir_all(path)?;
-        for directory in &created {
-            if let Some(parent) = directory.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-                self.sync_dir(parent).await?;
-            }
+        for parent in &parents {
+            self.sync_dir(parent).await?;
         }
         Ok(())
     }
@@ -69,19 +72,23 @@ pub trait Storage: Clone + 'static {
     fn exists(&self, path: &Path) -> bool;
 }
 
-/// `path` and those of its ancestors that do not exist, deepest first: what creating `path`
-/// adds.
-pub fn missing_directories(path: &Path, exists: impl Fn(&Path) -> bool) -> Vec<&Path> {
-    let mut missing = Vec::new();
-    let mut current = Some(path);
-    while let Some(directory) = current.filter(|directory| !directory.as_os_str().is_empty()) {
-        if exists(directory) {
-            break;
+/// The directories whose entries creating `paths` (and their missing ancestors) adds to, each
+/// once: what must be synced to make the new names durable.
+pub fn parents_to_sync(paths: &[PathBuf], exists: impl Fn(&Path) -> bool) -> BTreeSet<PathBuf> {
+    let mut parents = BTreeSet::new();
+    for path in paths {
+        let mut current = Some(path.as_path());
+        while let Some(directory) = current.filter(|directory| !directory.as_os_str().is_empty()) {
+            if exists(directory) {
+                break;
+            }
+            current = directory.parent();
+            if let Some(parent) = current.filter(|parent| !parent.as_os_str().is_empty()) {
+                parents.insert(parent.to_path_buf());
+            }
         }
-        missing.push(directory);
-        current = directory.parent();
     }
-    missing
+    parents
 }
 
 #[allow(async_fn_in_trait)]
@@ -106,4 +113,22 @@ pub trait StorageFile: 'static {
     /// needed to read it back, as an fdatasync after it would make them), so that no fdatasync
     /// needs to follow it.
     fn writes_are_durable(&self) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_parent_of_a_new_directory_is_synced_once() {
+        let existing = [PathBuf::from("/data"), PathBuf::from("/data/topics")];
+        let exists = |path: &Path| existing.iter().any(|known| known == path);
+        let paths = [PathBuf::from("/data/topics/7/messages"), PathBuf::from("/data/topics/7/journal")];
+        let parents: Vec<PathBuf> = parents_to_sync(&paths, exists).into_iter().collect();
+        assert_eq!(parents, vec![PathBuf::from("/data/topics"), PathBuf::from("/data/topics/7")]);
+        assert!(parents_to_sync(&existing, exists).is_empty(), "nothing new, nothing to sync");
+        let relative = [PathBuf::from("d0/topics")];
+        let parents: Vec<PathBuf> = parents_to_sync(&relative, |_| false).into_iter().collect();
+        assert_eq!(parents, vec![PathBuf::from("d0")], "a relative root has no parent to sync");
+    }
 }

@@ -43,6 +43,7 @@ struct SimState {
     writes: u64,
     reads: u64,
     syncs: u64,
+    directory_syncs: u64,
     truncations: u64,
     fail_write_at: Option<u64>,
     fail_read_at: Option<u64>,
@@ -219,6 +220,9 @@ impl SimDisk {
     pub fn sync_count(&self) -> u64 {
         self.state.borrow().syncs
     }
+    pub fn directory_sync_count(&self) -> u64 {
+        self.state.borrow().directory_syncs
+    }
     pub fn read_count(&self) -> u64 {
         self.state.borrow().reads
     }
@@ -354,6 +358,7 @@ impl Storage for SimDisk {
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
         state.operate("fsync of a directory")?;
+        state.directory_syncs += 1;
         let in_dir = |name: &PathBuf| name.parent() == Some(path);
         let current: Vec<(PathBuf, u64)> =
             state.names.iter().filter(|(name, _)| in_dir(name)).map(|(n, i)| (n.clone(), *i)).collect();
