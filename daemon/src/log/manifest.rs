@@ -25,7 +25,12 @@ pub struct Manifest {
 impl Manifest {
     /// The slot this manifest is written to.
     pub fn slot(&self) -> &'static str {
-        MANIFEST_SLOTS[(self.sequence % 2) as usize]
+        Manifest::slot_for(self.sequence)
+    }
+
+    /// The slot the manifest of this sequence number goes to.
+    pub fn slot_for(sequence: u64) -> &'static str {
+        MANIFEST_SLOTS[(sequence % 2) as usize]
     }
 
     /// The encoded manifest, padded to whole blocks for direct I/O.

@@ -1055,6 +1055,7 @@ impl<S: Storage> Log<S> {
                 let folder = self.folder(to);
                 let path = folder.join(segment_name(base));
                 let created = async {
+                    // The copy's directory may have been replaced by an empty one while running.
                     self.storage.create_dir_durable(&folder).await?;
                     let file = self.storage.open(&path, true).await?;
                     file.allocate(capacity).await?;
@@ -1192,6 +1193,8 @@ impl<S: Storage> Log<S> {
             buffer.bytes_mut().copy_from_slice(&encoded);
             let buffer = Rc::new(buffer);
             async move {
+                // As in `repair`: a directory replaced while running gets its folder back here
+                // when a resync has no segment to copy into it.
                 self.storage.create_dir_durable(&folder).await?;
                 let path = folder.join(slot);
                 let existed = self.storage.exists(&path);
@@ -1615,8 +1618,7 @@ impl<S: Storage> Log<S> {
         // The slot the manifest listing the new segment goes to. Until each slot has been written
         // once it is a new file, whose name needs its own directory sync: created here, beside
         // the segment, the segment's directory sync covers both. Empty, it reads as no manifest.
-        let next_slot =
-            Manifest { sequence: self.inner.borrow().manifest_sequence + 1, segments: Vec::new() }.slot();
+        let next_slot = Manifest::slot_for(self.inner.borrow().manifest_sequence + 1);
         let creations = copies.iter().map(|copy| {
             let folder = self.folder(*copy);
             let spare = spare_files.as_ref().and_then(|files| files[*copy].clone());
@@ -1642,7 +1644,6 @@ impl<S: Storage> Log<S> {
                         }
                     };
                 }
-                self.storage.create_dir_durable(&folder).await?;
                 let file = Rc::new(self.storage.open(&path, true).await?);
                 let prepared = async {
                     let slot = folder.join(next_slot);

@@ -301,7 +301,6 @@ pub fn decode_batch_range<'a>(
     }
     let first = wanted.start.saturating_sub(header.base_offset).min(header.record_count as u64) as u32;
     let last = wanted.end.saturating_sub(header.base_offset).min(header.record_count as u64) as u32;
-    let whole = first == 0 && last == header.record_count;
     let mut records = Vec::with_capacity(last.saturating_sub(first) as usize);
     let mut position = BATCH_HEADER_BYTES;
     for index in 0..last {
@@ -370,7 +369,7 @@ pub fn decode_batch_range<'a>(
         });
         position += align_up(unpadded, 8);
     }
-    if whole && position != end {
+    if last == header.record_count && position != end {
         return Err(BatchError::BadRecord {
             index: header.record_count,
             reason: "trailing bytes in the batch",
