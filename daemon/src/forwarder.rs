@@ -6,14 +6,15 @@ use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
-use crate::log::{record, Directories, Log, LogConfig, LogError, RecoveryReport, TailCacheBudget};
-use crate::net::{fail, respond, Handler, Responder};
+use crate::log::{record, Directories, HeldBatch, Log, LogConfig, LogError, RecoveryReport, TailCacheBudget};
+use crate::net::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::rate::{RateTicks, RateWindow};
 use crate::storage::Storage;
 use crate::subscription::{AckId, IdHasher, SubscriptionState};
 use crate::sync::Notify;
 use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
+use ringpost_wire::gather::{encode_gathered, GATHER_RUN_BYTES_MIN};
 use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
 use ringpost_wire::{Command, ErrorCode, Status};
@@ -705,7 +706,7 @@ impl<S: Storage> Forwarder<S> {
         Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
     }
 
-    async fn pull(&self, header: &FrameHeader, body: &[u8]) -> Result<FrameBuffer, Status> {
+    async fn pull(&self, header: &FrameHeader, body: &[u8]) -> Result<Response, Status> {
         let request = access_body::<PullRequest>(body)?;
         let max_messages = request.max_messages.to_native();
         if max_messages == 0 || max_messages > PULL_MESSAGES_MAX {
@@ -745,7 +746,7 @@ impl<S: Storage> Forwarder<S> {
                 continue;
             }
             if now >= give_up_at {
-                return Ok(respond(header, &PullResponse::default()));
+                return Ok(respond(header, &PullResponse::default()).into());
             }
             // Wait for a commit, a lease or backoff to end, an ack, or the caller's deadline.
             let mut wake_at = give_up_at;
@@ -764,7 +765,7 @@ impl<S: Storage> Forwarder<S> {
         header: &FrameHeader,
         body: &[u8],
         responder: &Responder,
-    ) -> Result<FrameBuffer, Status> {
+    ) -> Result<Response, Status> {
         let request = access_body::<StreamingPullRequest>(body)?;
         let (subscription, topic) = self.subscription(request.subscription.as_str())?;
         let lease = match request.stream_ack_deadline_seconds.to_native() {
@@ -792,7 +793,7 @@ impl<S: Storage> Forwarder<S> {
             &PullResponse::default(),
         );
         if !responder.send_more(accepted).await {
-            return Ok(respond(header, &PullResponse::default()));
+            return Ok(respond(header, &PullResponse::default()).into());
         }
         while !responder.is_gone() {
             let committed = topic.log.committed();
@@ -839,14 +840,15 @@ impl<S: Storage> Forwarder<S> {
         }
         subscription.state.borrow_mut().close_stream(stream);
         subscription.changed.notify_all();
-        Ok(respond(header, &PullResponse::default()))
+        Ok(respond(header, &PullResponse::default()).into())
     }
 
     /// Turns leased offsets into a response frame: reads them (every byte checksummed),
     /// acknowledges those the filter rejects, holds back those whose ordering key is busy, and
     /// stops at the response size limit or the stream's byte budget, giving back what does not
-    /// fit. The messages go from the batches read straight into the frame (`PullResponseRef`):
-    /// no copy of each, no allocation per message. None when no message is left to send.
+    /// fit. The frame is gathered (`encode_gathered`): each message's data stays in the batch
+    /// it was read into, which the frame holds until the socket takes it, so the data is copied
+    /// only by the kernel; no allocation per message. None when no message is left to send.
     async fn read_deliveries(
         &self,
         subscription: &SubscriptionEntry,
@@ -855,7 +857,7 @@ impl<S: Storage> Forwarder<S> {
         bytes_budget: Option<u64>,
         header: &FrameHeader,
         more: u16,
-    ) -> Result<Option<FrameBuffer>, Status> {
+    ) -> Result<Option<Response>, Status> {
         deliveries.sort_by_key(|delivery| delivery.offset);
         let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
         let give_back = |deliveries: Vec<crate::subscription::Delivery>, error: LogError| {
@@ -924,7 +926,9 @@ impl<S: Storage> Forwarder<S> {
                 chosen.push((record, start..ack_ids.len(), delivery.attempt));
             }
         }
-        let frame = (!chosen.is_empty()).then(|| {
+        let sources: Vec<&[u8]> = batches.iter().map(HeldBatch::bytes).collect();
+        let held_bytes: usize = sources.iter().map(|source| source.len()).sum();
+        let encoded = (!chosen.is_empty()).then(|| {
             let response = PullResponseRef {
                 received_messages: chosen
                     .iter()
@@ -942,13 +946,42 @@ impl<S: Storage> Forwarder<S> {
                     })
                     .collect(),
             };
-            ringpost_wire::encode_frame_sized(
-                header.command,
-                ringpost_wire::frame::FLAG_RESPONSE | more,
-                header.request_id,
-                &response,
-                FRAME_HEADER_BYTES + response.encoded_bytes_estimate(),
-            )
+            let flags = ringpost_wire::frame::FLAG_RESPONSE | more;
+            let estimate = FRAME_HEADER_BYTES + response.encoded_bytes_estimate();
+            // What is not data, and data too short to be left in place, is copied.
+            let (gathered_runs, gathered_bytes) = response
+                .received_messages
+                .iter()
+                .map(|message| message.data.0.len())
+                .filter(|&length| length >= GATHER_RUN_BYTES_MIN)
+                .fold((0, 0), |(runs, bytes), length| (runs + 1, bytes + length));
+            if gathered_bytes > 0 && gathering_has_room(held_bytes) {
+                let body = encode_gathered(
+                    header.command,
+                    flags,
+                    header.request_id,
+                    &response,
+                    &sources,
+                    estimate - gathered_bytes,
+                    gathered_runs,
+                );
+                Encoded::Gathered(body)
+            } else {
+                Encoded::Whole(ringpost_wire::encode_frame_sized(
+                    header.command,
+                    flags,
+                    header.request_id,
+                    &response,
+                    estimate,
+                ))
+            }
+        });
+        let frame = encoded.map(|encoded| match encoded {
+            Encoded::Gathered(body) => {
+                let owners = batches.into_iter().map(|batch| Held::new(Box::new(batch))).collect();
+                Response::Gathered(body.holding(owners))
+            }
+            Encoded::Whole(frame) => Response::Frame(frame),
         });
         if !filtered_out.is_empty() {
             // Messages the filter rejects are acknowledged, durably, as Pub/Sub does.
@@ -1375,6 +1408,14 @@ impl<S: Storage> Forwarder<S> {
 }
 
 /// The delivery policy a subscription's settings ask for.
+/// A pull response as `read_deliveries` encoded it.
+enum Encoded {
+    /// Its data left in the batches read, which the frame will hold.
+    Gathered(ringpost_wire::gather::GatheredBody),
+    /// Copied whole into its own buffer.
+    Whole(FrameBuffer),
+}
+
 fn delivery_policy(settings: &SubscriptionSettings) -> crate::subscription::DeliveryPolicy {
     let backoff = (settings.minimum_backoff_seconds > 0 || settings.maximum_backoff_seconds > 0).then(|| {
         (
@@ -1496,25 +1537,27 @@ fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
 }
 
 impl<S: Storage> Handler for Forwarder<S> {
-    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> FrameBuffer {
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response {
         self.requests.set(self.requests.get() + 1);
         let result = match Command::from_u16(header.command) {
             Some(Command::StreamingPull) => self.streaming_pull(&header, &body, responder).await,
-            Some(Command::Hello) => Ok(crate::router::hello_response(&header)),
-            Some(Command::Publish) => self.publish(&body).await.map(|response| respond(&header, &response)),
+            Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
+            Some(Command::Publish) => {
+                self.publish(&body).await.map(|response| respond(&header, &response).into())
+            }
             Some(Command::Pull) => self.pull(&header, &body).await,
             Some(Command::Acknowledge) => {
-                self.acknowledge(&body).await.map(|response| respond(&header, &response))
+                self.acknowledge(&body).await.map(|response| respond(&header, &response).into())
             }
             Some(Command::ModifyAckDeadline) => {
-                self.modify_ack_deadline(&body).await.map(|response| respond(&header, &response))
+                self.modify_ack_deadline(&body).await.map(|response| respond(&header, &response).into())
             }
             Some(command) => Err(Status::failed_precondition(format!(
                 "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
             ))),
             None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
         };
-        result.unwrap_or_else(|status| fail(&header, &status))
+        result.unwrap_or_else(|status| fail(&header, &status).into())
     }
 }
 
@@ -1606,7 +1649,7 @@ mod tests {
         let request = PullRequest { subscription: "reader".into(), max_messages, wait_ms: 0 };
         let frame = ringpost_wire::encode_frame(Command::Pull.code(), 0, 1, &request);
         let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).unwrap();
-        let response = forwarder.pull(&header, &frame[FRAME_HEADER_BYTES..]).await.unwrap();
+        let response = forwarder.pull(&header, &frame[FRAME_HEADER_BYTES..]).await.unwrap().into_contiguous();
         ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..]).unwrap().received_messages
     }
 

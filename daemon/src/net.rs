@@ -12,10 +12,15 @@ use crate::sync::Notify;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::{Semaphore, StaticPermit};
+use nix::errno::Errno;
+use nix::sys::socket::{sendmsg, MsgFlags, UnixAddr};
 use ringpost_wire::frame::{encode_error, FrameBuffer, FrameHeader, FrameSplitter, FLAG_RESPONSE};
+use ringpost_wire::gather::GatheredFrame;
 use ringpost_wire::{ErrorCode, Status};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -24,6 +29,8 @@ pub const CONNECTIONS_PER_SHARD_MAX: usize = 4096;
 pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
 /// Responses smaller than this are gathered into one socket write.
 const COALESCE_BYTES_MAX: usize = 256 * 1024;
+/// Runs handed to one vectored write: Linux takes at most 1024 (`UIO_MAXIOV`).
+const WRITE_RUNS_MAX: usize = 1024;
 /// Read buffer of one connection, allocated for its whole life: at `CONNECTIONS_PER_SHARD_MAX`
 /// idle connections this is what a shard holds for them (256 MiB), so it stays modest.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -37,7 +44,72 @@ pub const STREAM_FRAMES_QUEUED_MAX: usize = 4;
 pub trait Handler: 'static {
     /// Answers one request. The returned frame must carry the request's id; a streaming request
     /// sends its intermediate frames through `responder` first.
-    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> FrameBuffer;
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response;
+}
+
+/// A frame to write: in one buffer, or in pieces, holding the buffers its large runs stay in
+/// (a pull's messages, in the log's read buffers) until one vectored write sends them.
+pub enum Response {
+    Frame(FrameBuffer),
+    Gathered(GatheredFrame<Held>),
+}
+
+/// Bytes that the gathered frames of one shard may hold while they wait for their sockets. A
+/// gathered frame holds whole read buffers (a read-ahead extent is 8 MiB), not just the messages
+/// it sends, so without a bound many small responses queued behind slow readers could each keep
+/// a large buffer alive. Beyond it, frames are copied into their own buffers, as before.
+pub const GATHERED_HELD_BYTES_SHARD_MAX: usize = 256 << 20;
+
+thread_local! {
+    static GATHERED_HELD_BYTES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether this shard's gathered frames may hold `bytes` more (`GATHERED_HELD_BYTES_SHARD_MAX`).
+pub fn gathering_has_room(bytes: usize) -> bool {
+    GATHERED_HELD_BYTES.get().saturating_add(bytes) <= GATHERED_HELD_BYTES_SHARD_MAX
+}
+
+/// A buffer a gathered frame holds, whatever keeps it alive; its bytes count against the
+/// shard's `GATHERED_HELD_BYTES_SHARD_MAX` until it is dropped.
+pub struct Held {
+    owner: Box<dyn AsRef<[u8]>>,
+    charged: usize,
+}
+
+impl Held {
+    pub fn new(owner: Box<dyn AsRef<[u8]>>) -> Held {
+        let charged = (*owner).as_ref().len();
+        GATHERED_HELD_BYTES.set(GATHERED_HELD_BYTES.get() + charged);
+        Held { owner, charged }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        GATHERED_HELD_BYTES.set(GATHERED_HELD_BYTES.get() - self.charged);
+    }
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        (*self.owner).as_ref()
+    }
+}
+
+impl From<FrameBuffer> for Response {
+    fn from(frame: FrameBuffer) -> Response {
+        Response::Frame(frame)
+    }
+}
+
+impl Response {
+    /// The frame in one buffer.
+    pub fn into_contiguous(self) -> FrameBuffer {
+        match self {
+            Response::Frame(frame) => frame,
+            Response::Gathered(frame) => frame.to_contiguous(),
+        }
+    }
 }
 
 /// What a handler may do besides returning its answer: stream frames, and notice the peer
@@ -61,7 +133,8 @@ impl Responder {
 
     /// Queues one intermediate frame of a stream, waiting while the socket is behind. Returns
     /// false if the peer is gone.
-    pub async fn send_more(&self, frame: FrameBuffer) -> bool {
+    pub async fn send_more(&self, frame: impl Into<Response>) -> bool {
+        let frame = frame.into();
         loop {
             if self.is_gone() {
                 return false;
@@ -123,7 +196,7 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>) {
 /// written, so running plus queued requests never exceed the per-connection bound.
 #[derive(Default)]
 pub struct Outbound {
-    queue: RefCell<VecDeque<(FrameBuffer, Option<StaticPermit>)>>,
+    queue: RefCell<VecDeque<(Response, Option<StaticPermit>)>>,
     ready: Notify,
     closed: Cell<bool>,
     /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
@@ -133,8 +206,8 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    fn push(&self, frame: FrameBuffer, permit: Option<StaticPermit>) {
-        self.queue.borrow_mut().push_back((frame, permit));
+    fn push(&self, frame: impl Into<Response>, permit: Option<StaticPermit>) {
+        self.queue.borrow_mut().push_back((frame.into(), permit));
         self.ready.notify_all();
     }
     fn close(&self) {
@@ -150,9 +223,10 @@ impl Outbound {
 async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(CONNECTION_IDLE_MAX));
+    let socket = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
-    let writer_task = glommio::spawn_local(write_responses(writer, outbound.clone()));
+    let writer_task = glommio::spawn_local(write_responses(writer, socket, outbound.clone()));
     let in_flight = Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     let mut splitter = FrameSplitter::new();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
@@ -200,7 +274,8 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
     writer_task.await;
 }
 
-fn is_protocol_error(frame: &FrameBuffer) -> bool {
+fn is_protocol_error(response: &Response) -> bool {
+    let Response::Frame(frame) = response else { return false };
     match FrameHeader::decode(frame) {
         Ok(header) if header.is_error() => {
             let status =
@@ -211,18 +286,28 @@ fn is_protocol_error(frame: &FrameBuffer) -> bool {
     }
 }
 
-async fn write_responses(writer: futures_lite::io::WriteHalf<TcpStream>, outbound: Rc<Outbound>) {
-    write_all_responses(writer, &outbound).await;
+async fn write_responses(
+    writer: futures_lite::io::WriteHalf<TcpStream>,
+    socket: RawFd,
+    outbound: Rc<Outbound>,
+) {
+    write_all_responses(writer, socket, &outbound).await;
     // Whatever ended the writer (a broken socket, or the close), nobody reads any more.
     outbound.peer_left();
 }
 
-async fn write_all_responses(mut writer: futures_lite::io::WriteHalf<TcpStream>, outbound: &Outbound) {
+/// `socket` is the stream's descriptor, for vectored writes, which glommio's stream lacks; it
+/// stays open as long as `writer` does.
+async fn write_all_responses(
+    mut writer: futures_lite::io::WriteHalf<TcpStream>,
+    socket: RawFd,
+    outbound: &Outbound,
+) {
     let mut gathered: Vec<u8> = Vec::with_capacity(COALESCE_BYTES_MAX);
     let mut permits = Vec::new();
     loop {
         let ready = outbound.ready.notified();
-        let batch: Vec<(FrameBuffer, Option<StaticPermit>)> = outbound.queue.borrow_mut().drain(..).collect();
+        let batch: Vec<(Response, Option<StaticPermit>)> = outbound.queue.borrow_mut().drain(..).collect();
         outbound.changed.notify_all();
         if batch.is_empty() {
             if outbound.closed.get() {
@@ -231,8 +316,20 @@ async fn write_all_responses(mut writer: futures_lite::io::WriteHalf<TcpStream>,
             ready.await;
             continue;
         }
-        for (frame, permit) in batch {
+        for (response, permit) in batch {
             permits.push(permit);
+            let frame = match response {
+                Response::Frame(frame) => frame,
+                Response::Gathered(frame) => {
+                    // The small frames gathered so far go first, in the same write.
+                    let runs = std::iter::once(&gathered[..]).chain(frame.slices()).collect();
+                    if write_runs(&mut writer, socket, runs).await.is_err() {
+                        return;
+                    }
+                    gathered.clear();
+                    continue;
+                }
+            };
             if frame.len() >= COALESCE_BYTES_MAX {
                 if !gathered.is_empty() && writer.write_all(&gathered).await.is_err() {
                     return;
@@ -261,4 +358,94 @@ async fn write_all_responses(mut writer: futures_lite::io::WriteHalf<TcpStream>,
     }
     let _ = writer.flush().await;
     let _ = writer.close().await;
+}
+
+/// Writes `runs` in order with as few vectored writes as the socket allows. A write that
+/// finds the socket full hands the first unwritten run to glommio's stream, which waits for
+/// room through the ring, and the rest carries on vectored.
+async fn write_runs(
+    writer: &mut futures_lite::io::WriteHalf<TcpStream>,
+    socket: RawFd,
+    mut runs: Vec<&[u8]>,
+) -> std::io::Result<()> {
+    runs.retain(|run| !run.is_empty());
+    let mut slices = Vec::with_capacity(runs.len().min(WRITE_RUNS_MAX));
+    let mut first = 0;
+    while first < runs.len() {
+        slices.clear();
+        slices.extend(runs[first..].iter().take(WRITE_RUNS_MAX).map(|run| IoSlice::new(run)));
+        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+        match sendmsg::<UnixAddr>(socket, &slices, &[], flags, None) {
+            Ok(mut written) => {
+                while written > 0 {
+                    let run = runs[first];
+                    if written >= run.len() {
+                        written -= run.len();
+                        first += 1;
+                    } else {
+                        runs[first] = &run[written..];
+                        written = 0;
+                    }
+                }
+            }
+            Err(Errno::EAGAIN) => {
+                writer.write_all(runs[first]).await?;
+                first += 1;
+            }
+            Err(Errno::EINTR) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_buffers_count_against_the_shard_until_dropped() {
+        let before = GATHERED_HELD_BYTES.get();
+        assert!(gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before));
+        let first = Held::new(Box::new(vec![0u8; 1000]));
+        let second = Held::new(Box::new(vec![0u8; 24]));
+        assert_eq!(GATHERED_HELD_BYTES.get(), before + 1024);
+        assert!(!gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before - 1023));
+        assert!(gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before - 1024));
+        assert_eq!(first.as_ref().len(), 1000);
+        drop((first, second));
+        assert_eq!(GATHERED_HELD_BYTES.get(), before);
+    }
+
+    /// Many runs (more than one vectored write takes), many more bytes than the socket buffers,
+    /// and a reader that starts late: the writes stop on a full socket, wait, and resume
+    /// mid-run, and the bytes arrive whole and in order.
+    #[test]
+    fn runs_arrive_whole_and_in_order_through_a_full_socket() {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap();
+            let runs: Vec<Vec<u8>> = (0..3000u32)
+                .map(|index| (0..(index % 7) * 3001 + 1).map(|byte| (byte ^ index) as u8).collect())
+                .collect();
+            let expected: Vec<u8> = runs.concat();
+            assert!(runs.len() > WRITE_RUNS_MAX && expected.len() > 16 << 20);
+            let reader = glommio::spawn_local(async move {
+                let mut stream = listener.accept().await.unwrap();
+                glommio::timer::sleep(Duration::from_millis(200)).await;
+                let mut received = Vec::new();
+                stream.read_to_end(&mut received).await.unwrap();
+                received
+            });
+            let stream = TcpStream::connect(address).await.unwrap();
+            let socket = stream.as_raw_fd();
+            let (_, mut writer) = futures_lite::io::split(stream);
+            write_runs(&mut writer, socket, runs.iter().map(Vec::as_slice).collect()).await.unwrap();
+            writer.close().await.unwrap();
+            drop(writer);
+            let received = reader.await;
+            assert_eq!(received.len(), expected.len());
+            assert!(received == expected, "the bytes arrived changed or out of order");
+        });
+    }
 }

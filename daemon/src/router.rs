@@ -848,7 +848,7 @@ impl<S: Storage> Handler for Router<S> {
         header: FrameHeader,
         body: FrameBuffer,
         _responder: &crate::net::Responder,
-    ) -> FrameBuffer {
-        self.dispatch(&header, &body).await.unwrap_or_else(|status| fail(&header, &status))
+    ) -> crate::net::Response {
+        self.dispatch(&header, &body).await.unwrap_or_else(|status| fail(&header, &status)).into()
     }
 }

@@ -1,8 +1,9 @@
 //! Borrowed twins of the pull response, for the server's delivery path. They archive to the
 //! same bytes as [`PullResponse`](crate::messages::PullResponse) — they use its archived types,
 //! so the compiler checks the layouts match — but take each message's data, ack id and ordering
-//! key from buffers the server already holds: a delivery then costs no allocation and one copy
-//! (into the frame) instead of two. Clients read the frame as a `PullResponse`, as ever.
+//! key from buffers the server already holds: a delivery then costs no allocation and at most one
+//! copy (into the frame; none when the frame is gathered, see [`gather`](crate::gather)) instead
+//! of two. Clients read the frame as a `PullResponse`, as ever.
 
 use crate::messages::{ArchivedAttribute, ArchivedPullResponse, ArchivedReceivedMessage};
 use rkyv::munge::munge;

@@ -2,6 +2,7 @@
 //! routers. A pure codec: no I/O, no async, no knowledge of the daemon.
 //!
 //! - [`frame`]: the 16-byte header, frame building, in-place validated access, a splitter.
+//! - [`gather`]: frames whose large runs stay in the buffers they live in (vectored writes).
 //! - [`command`]: the command table.
 //! - [`error`]: stable numbered error codes (gRPC's numbers, plus Ringpost's from 100).
 //! - [`messages`]: the rkyv bodies.
@@ -12,6 +13,7 @@ pub mod borrowed;
 pub mod command;
 pub mod error;
 pub mod frame;
+pub mod gather;
 pub mod limits;
 pub mod messages;
 pub mod validate;

@@ -237,6 +237,11 @@ impl<S: Storage> HeldBatch<S> {
         self.header.end_offset()
     }
 
+    /// The bytes it was read into, from the batch's start: its records' views point inside.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.bytes()
+    }
+
     /// Its records, in offset order. They passed their checksums when the batch was read from
     /// disk, so only their layout is checked again.
     pub fn records(&self) -> Result<Vec<record::RecordView<'_>>, LogError> {
@@ -248,6 +253,12 @@ impl<S: Storage> HeldBatch<S> {
         record::decode_batch_range(self.bytes.bytes(), self.log_id, &self.header, false, wanted).map_err(
             |error| LogError::DataLoss(format!("batch at offset {}: {error}", self.header.base_offset)),
         )
+    }
+}
+
+impl<S: Storage> AsRef<[u8]> for HeldBatch<S> {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
     }
 }
 
