@@ -561,7 +561,7 @@ impl<S: Storage> Router<S> {
     async fn delete_subscription(&self, body: &[u8]) -> Result<Empty, Status> {
         let request = access_body::<NameRequest>(body)?;
         let record = self.subscription_record(request.name.as_str())?;
-        self.append(CatalogEntry::SubscriptionDeleted { id: record.id }).await?;
+        self.append(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
         let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
         if let Some(shard) = shard {
             if let Err(status) = self.forwarders[shard as usize]
@@ -798,7 +798,8 @@ impl<S: Storage> Router<S> {
             Command::DeleteSnapshot => {
                 let request = access_body::<NameRequest>(body)?;
                 let snapshot = self.snapshot_record(request.name.as_str())?;
-                self.append(CatalogEntry::SnapshotDeleted { id: snapshot.id }).await?;
+                self.append(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() })
+                    .await?;
                 let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
                 if let Some(shard) = shard {
                     let _ = self.forwarders[shard as usize]
