@@ -198,7 +198,13 @@ pub struct SubscriptionEntry {
     /// Shared with the key of the shard's map of subscriptions by name.
     pub name: Rc<str>,
     pub topic_id: u64,
-    pub settings: SubscriptionSettings,
+    /// The settings the forwarder reads after attaching; the rest went into `state` (its
+    /// deadline and delivery policy) and `filter`, and the router keeps them all. Not the
+    /// whole `SubscriptionSettings`: 88 bytes, over 10,000 idle subscriptions.
+    /// Where exhausted messages go; `None` without a dead-letter policy.
+    dead_letter_topic: Option<Box<str>>,
+    message_retention_seconds: u64,
+    retain_acked_messages: bool,
     pub state: RefCell<SubscriptionState>,
     /// The subscription's filter; `None` delivers everything.
     /// Boxed: most subscriptions have none, and an idle one should not carry its room.
@@ -649,7 +655,10 @@ impl<S: Storage> Forwarder<S> {
             id: subscription_id,
             name: name.clone(),
             topic_id,
-            settings,
+            dead_letter_topic: (!settings.dead_letter_topic.is_empty())
+                .then(|| settings.dead_letter_topic.as_str().into()),
+            message_retention_seconds: settings.message_retention_seconds,
+            retain_acked_messages: settings.retain_acked_messages,
             state: RefCell::new(state),
             filter,
             changed: Notify::new(),
@@ -1005,7 +1014,7 @@ impl<S: Storage> Forwarder<S> {
     /// router, to whichever forwarder owns it), then acknowledges them here. Runs as its own
     /// task, one at a time per subscription.
     fn start_dead_lettering(&self, subscription: &Rc<SubscriptionEntry>, topic: &Rc<TopicState<S>>) {
-        if subscription.settings.dead_letter_topic.is_empty() || subscription.dead_lettering.get() {
+        if subscription.dead_letter_topic.is_none() || subscription.dead_lettering.get() {
             return;
         }
         let offsets = subscription.state.borrow_mut().take_dead_letters();
@@ -1023,7 +1032,7 @@ impl<S: Storage> Forwarder<S> {
                     "ringpostd: dead-lettering {} messages of subscription '{}' to '{}' failed, will retry: {error}",
                     offsets.len(),
                     subscription.name,
-                    subscription.settings.dead_letter_topic
+                    subscription.dead_letter_topic.as_deref().unwrap_or_default()
                 );
                 glommio::timer::sleep(DEAD_LETTER_RETRY).await;
                 let mut state = subscription.state.borrow_mut();
@@ -1217,10 +1226,10 @@ impl<S: Storage> Forwarder<S> {
                             && subscriptions.iter().all(|entry| {
                                 let gone = expired(
                                     segment.newest_publish_ms,
-                                    entry.settings.message_retention_seconds,
+                                    entry.message_retention_seconds,
                                 );
                                 let acked = entry.state.borrow().ack_floor() >= segment.end_offset;
-                                gone || (acked && !entry.settings.retain_acked_messages)
+                                gone || (acked && !entry.retain_acked_messages)
                             })
                     })
                     .count()
@@ -1472,7 +1481,8 @@ async fn dead_letter<S: Storage>(
         })
         .collect();
     for chunk in messages.chunks(PUBLISH_BATCH_MESSAGES_MAX / 2) {
-        if let Err(error) = client.publish(&subscription.settings.dead_letter_topic, chunk.to_vec()).await {
+        let topic = subscription.dead_letter_topic.as_deref().unwrap_or_default();
+        if let Err(error) = client.publish(topic, chunk.to_vec()).await {
             // A broken connection is opened afresh next time.
             cache.borrow_mut().take();
             return Err(error.to_string());
