@@ -936,7 +936,21 @@ impl<S: Storage> Forwarder<S> {
             }
         }
         let sources: Vec<&[u8]> = batches.iter().map(HeldBatch::bytes).collect();
-        let held_bytes: usize = sources.iter().map(|source| source.len()).sum();
+        // Batches read in one extent share its buffer, and their slices end where it ends:
+        // each buffer counts once, by its first (longest) slice.
+        let mut buffer_ends = Vec::with_capacity(sources.len());
+        let charges: Vec<usize> = sources
+            .iter()
+            .map(|source| {
+                let end = source.as_ptr() as usize + source.len();
+                if buffer_ends.contains(&end) {
+                    return 0;
+                }
+                buffer_ends.push(end);
+                source.len()
+            })
+            .collect();
+        let held_bytes: usize = charges.iter().sum();
         let encoded = (!chosen.is_empty()).then(|| {
             let response = PullResponseRef {
                 received_messages: chosen
@@ -987,7 +1001,11 @@ impl<S: Storage> Forwarder<S> {
         });
         let frame = encoded.map(|encoded| match encoded {
             Encoded::Gathered(body) => {
-                let owners = batches.into_iter().map(|batch| Held::new(Box::new(batch))).collect();
+                let owners = batches
+                    .into_iter()
+                    .zip(charges)
+                    .map(|(batch, charge)| Held::new(Box::new(batch), charge))
+                    .collect();
                 Response::Gathered(body.holding(owners))
             }
             Encoded::Whole(frame) => Response::Frame(frame),
@@ -1224,10 +1242,8 @@ impl<S: Storage> Forwarder<S> {
                         !topic_keeps
                             && snapshot_keeps != Some(true)
                             && subscriptions.iter().all(|entry| {
-                                let gone = expired(
-                                    segment.newest_publish_ms,
-                                    entry.message_retention_seconds,
-                                );
+                                let gone =
+                                    expired(segment.newest_publish_ms, entry.message_retention_seconds);
                                 let acked = entry.state.borrow().ack_floor() >= segment.end_offset;
                                 gone || (acked && !entry.retain_acked_messages)
                             })

@@ -69,16 +69,16 @@ pub fn gathering_has_room(bytes: usize) -> bool {
     GATHERED_HELD_BYTES.get().saturating_add(bytes) <= GATHERED_HELD_BYTES_SHARD_MAX
 }
 
-/// A buffer a gathered frame holds, whatever keeps it alive; its bytes count against the
-/// shard's `GATHERED_HELD_BYTES_SHARD_MAX` until it is dropped.
+/// A buffer a gathered frame holds, whatever keeps it alive; `charged` bytes count against the
+/// shard's `GATHERED_HELD_BYTES_SHARD_MAX` until it is dropped (its length, or 0 for a slice of
+/// a buffer another `Held` of the frame already counts).
 pub struct Held {
     owner: Box<dyn AsRef<[u8]>>,
     charged: usize,
 }
 
 impl Held {
-    pub fn new(owner: Box<dyn AsRef<[u8]>>) -> Held {
-        let charged = (*owner).as_ref().len();
+    pub fn new(owner: Box<dyn AsRef<[u8]>>, charged: usize) -> Held {
         GATHERED_HELD_BYTES.set(GATHERED_HELD_BYTES.get() + charged);
         Held { owner, charged }
     }
@@ -407,8 +407,8 @@ mod tests {
     fn held_buffers_count_against_the_shard_until_dropped() {
         let before = GATHERED_HELD_BYTES.get();
         assert!(gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before));
-        let first = Held::new(Box::new(vec![0u8; 1000]));
-        let second = Held::new(Box::new(vec![0u8; 24]));
+        let first = Held::new(Box::new(vec![0u8; 1000]), 1000);
+        let second = Held::new(Box::new(vec![0u8; 24]), 24);
         assert_eq!(GATHERED_HELD_BYTES.get(), before + 1024);
         assert!(!gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before - 1023));
         assert!(gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before - 1024));
