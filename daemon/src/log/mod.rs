@@ -6,6 +6,11 @@
 //! 1. `append` queues the request's encoded records and waits; they have no offset yet.
 //! 2. One flush task per log takes what is queued (up to `group_commit_bytes_max`, at least one
 //!    request) and forms one batch: offsets are assigned now, so a failed commit leaves no gap.
+//!    While a commit's write is with the disk and half a group commit or more waits, the next
+//!    batch is taken and its bytes built (copied, sealed) for the place this commit leaves;
+//!    they are written only if the commit succeeded and the place is still the log's end, and
+//!    a failed commit hands the batch back to the front of the queue. Writes are still one
+//!    at a time per log: a batch is never written before the one ahead of it is durable.
 //! 3. If the batch does not fit the active segment, a new segment is created in every healthy
 //!    copy: open (create) → fallocate → fdatasync → fsync(directory) (a manifest slot file not
 //!    yet made is created empty beside it, so this one directory sync covers its name too);
@@ -374,6 +379,18 @@ struct Staged {
     reply: Sender<Result<(u64, u32), LogError>>,
 }
 
+/// A batch's bytes built while the commit before it was being written (see `flush_loop`), for
+/// the place that commit leaves next: used only if the log is still there when its turn comes.
+struct Prepared<B> {
+    segment_base: u64,
+    position: u64,
+    base_offset: u64,
+    buffer: B,
+}
+
+/// The next batch, taken and built ahead.
+type Ahead<B> = (Vec<Staged>, Prepared<B>);
+
 /// The next segment of a log, being zero-filled in the background (`LogConfig::prewrite`).
 struct Spare<S: Storage> {
     capacity: u64,
@@ -412,6 +429,8 @@ struct LogInner<S: Storage> {
     /// The base offset of the active segment a spare was last started for (`u64::MAX`: none):
     /// one per segment, even if it could not be used.
     spare_started_for: u64,
+    /// Commits whose bytes were built while the one before was being written.
+    commits_built_ahead: u64,
 }
 
 impl<S: Storage> LogInner<S> {
@@ -1001,6 +1020,7 @@ impl<S: Storage> Log<S> {
                 manifest_sequence: manifest.sequence,
                 spare: None,
                 spare_started_for: u64::MAX,
+                commits_built_ahead: 0,
             })),
             committed: Notify::new(),
         };
@@ -1292,6 +1312,11 @@ impl<S: Storage> Log<S> {
         inner.segments.is_empty() && inner.next_offset == 0 && inner.staged.is_empty()
     }
 
+    /// Commits whose bytes were built while the commit before them was being written.
+    pub fn commits_built_ahead(&self) -> u64 {
+        self.inner.borrow().commits_built_ahead
+    }
+
     /// The oldest offset still stored.
     pub fn start_offset(&self) -> u64 {
         let inner = self.inner.borrow();
@@ -1337,31 +1362,43 @@ impl<S: Storage> Log<S> {
         }
     }
 
+    /// How many of the staged appends the next commit takes (at least one; then as many as fit
+    /// in `group_commit_bytes_max`), and their bytes.
+    fn next_take(inner: &LogInner<S>) -> (usize, usize) {
+        let mut take_bytes = 0;
+        let mut take = 0;
+        for staged in inner.staged.iter() {
+            if take > 0 && take_bytes + staged.records.len() > inner.config.group_commit_bytes_max {
+                break;
+            }
+            take_bytes += staged.records.len();
+            take += 1;
+        }
+        (take, take_bytes)
+    }
+
     async fn flush_loop(&self) {
         // Let the appends that are already runnable queue their records first, so the first
         // commit after an idle period is shared too.
         futures_lite::future::yield_now().await;
+        let mut ahead: Option<Ahead<S::Buffer>> = None;
         loop {
-            let batch: Vec<Staged> = {
-                let mut inner = self.inner.borrow_mut();
-                if inner.staged.is_empty() {
-                    inner.flushing = false;
-                    return;
-                }
-                let mut take_bytes = 0;
-                let mut take = 0;
-                for staged in inner.staged.iter() {
-                    if take > 0 && take_bytes + staged.records.len() > inner.config.group_commit_bytes_max {
-                        break;
+            let (batch, prepared) = match ahead.take() {
+                Some((batch, prepared)) => (batch, Some(prepared)),
+                None => {
+                    let mut inner = self.inner.borrow_mut();
+                    if inner.staged.is_empty() {
+                        inner.flushing = false;
+                        return;
                     }
-                    take_bytes += staged.records.len();
-                    take += 1;
+                    let (take, take_bytes) = Self::next_take(&inner);
+                    inner.staged_bytes -= take_bytes;
+                    (inner.staged.drain(..take).collect(), None)
                 }
-                inner.staged_bytes -= take_bytes;
-                inner.staged.drain(..take).collect()
             };
             let count: u32 = batch.iter().map(|staged| staged.record_count).sum();
-            let result = self.commit(&batch, count).await;
+            let (result, next) = self.commit(&batch, count, prepared).await;
+            ahead = next;
             match result {
                 Ok(mut first) => {
                     for staged in batch {
@@ -1375,6 +1412,7 @@ impl<S: Storage> Log<S> {
                         staged.reply.send(Err(error.clone()));
                     }
                     if let LogError::Fenced(_) = error {
+                        // (A failed commit hands back the batch it took ahead: `ahead` is None.)
                         let mut inner = self.inner.borrow_mut();
                         for staged in inner.staged.drain(..) {
                             staged.reply.send(Err(error.clone()));
@@ -1388,7 +1426,37 @@ impl<S: Storage> Log<S> {
         }
     }
 
-    async fn commit(&self, batch: &[Staged], count: u32) -> Result<u64, LogError> {
+    /// Commits `batch` (with `prepared`, its bytes built ahead, if they are still right), and
+    /// while its write is with the disk, takes and builds the next batch (see `prepare_ahead`).
+    async fn commit(
+        &self,
+        batch: &[Staged],
+        count: u32,
+        prepared: Option<Prepared<S::Buffer>>,
+    ) -> (Result<u64, LogError>, Option<Ahead<S::Buffer>>) {
+        let mut ahead = None;
+        let result = self.commit_taking_ahead(batch, count, prepared, &mut ahead).await;
+        if result.is_err() {
+            // Its place may no longer follow: the batch goes back to the front of the queue, in
+            // order, to be committed (or failed) as if it had never been taken.
+            if let Some((taken, _)) = ahead.take() {
+                let mut inner = self.inner.borrow_mut();
+                for staged in taken.into_iter().rev() {
+                    inner.staged_bytes += staged.records.len();
+                    inner.staged.push_front(staged);
+                }
+            }
+        }
+        (result, ahead)
+    }
+
+    async fn commit_taking_ahead(
+        &self,
+        batch: &[Staged],
+        count: u32,
+        prepared: Option<Prepared<S::Buffer>>,
+        ahead: &mut Option<Ahead<S::Buffer>>,
+    ) -> Result<u64, LogError> {
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
         let disk_bytes = record::batch_disk_bytes(records_bytes);
         let needs_segment = {
@@ -1404,14 +1472,14 @@ impl<S: Storage> Log<S> {
         let last = self.inner.borrow().segments.len() - 1;
         self.ensure_open(last).await?;
         let writable = self.writable_copies();
-        let (targets, position, segment_base, base_offset, log_id) = {
+        let (targets, position, segment_base, base_offset) = {
             let inner = self.inner.borrow();
             let segment = inner.segments.last().unwrap();
             let targets: Vec<(usize, Rc<S::File>)> = writable
                 .iter()
                 .filter_map(|copy| segment.files[*copy].clone().map(|file| (*copy, file)))
                 .collect();
-            (targets, segment.write_position, segment.base_offset, inner.next_offset, inner.log_id)
+            (targets, segment.write_position, segment.base_offset, inner.next_offset)
         };
         let quorum = self.directories.quorum();
         if targets.len() < quorum {
@@ -1421,30 +1489,24 @@ impl<S: Storage> Log<S> {
                 self.directories.count()
             )));
         }
-        let mut buffer = self.storage.alloc_buffer(disk_bytes);
-        {
-            let bytes = buffer.bytes_mut();
-            let mut at = record::BATCH_HEADER_BYTES;
-            for staged in batch {
-                bytes[at..at + staged.records.len()].copy_from_slice(&staged.records);
-                at += staged.records.len();
+        let buffer = match prepared {
+            Some(prepared)
+                if prepared.segment_base == segment_base
+                    && prepared.position == position
+                    && prepared.base_offset == base_offset =>
+            {
+                self.inner.borrow_mut().commits_built_ahead += 1;
+                prepared.buffer
             }
-            let records_end = record::BATCH_HEADER_BYTES + records_bytes;
-            record::seal_records(log_id, &mut bytes[record::BATCH_HEADER_BYTES..records_end], base_offset);
-            bytes[records_end..].fill(0);
-            record::encode_batch_header(
-                bytes,
-                log_id,
-                segment_base,
-                position,
-                base_offset,
-                count,
-                records_bytes as u32,
-            );
-        }
+            _ => self.build_batch(batch, count, segment_base, position, base_offset),
+        };
         let buffer = Rc::new(buffer);
+        let capacity = self.inner.borrow().segments.last().map_or(0, |segment| segment.capacity);
         let writes =
-            join_all(targets.iter().map(|(_, file)| file.write_at(buffer.clone(), position)).collect()).await;
+            join_all(targets.iter().map(|(_, file)| file.write_at(buffer.clone(), position)).collect());
+        let next_place = (segment_base, position + disk_bytes as u64, base_offset + count as u64, capacity);
+        let (writes, taken) = futures_lite::future::zip(writes, self.prepare_ahead(next_place)).await;
+        *ahead = taken;
         let mut written = Vec::with_capacity(targets.len());
         for ((copy, file), result) in targets.into_iter().zip(writes) {
             match result {
@@ -1516,6 +1578,75 @@ impl<S: Storage> Log<S> {
         drop(inner);
         self.start_spare_if_due();
         Ok(base_offset)
+    }
+
+    /// A batch's bytes: its header, its records copied from the appends and sealed with their
+    /// offsets and checksums, and zeros to the end of its last block.
+    fn build_batch(
+        &self,
+        batch: &[Staged],
+        count: u32,
+        segment_base: u64,
+        position: u64,
+        base_offset: u64,
+    ) -> S::Buffer {
+        let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
+        let log_id = self.inner.borrow().log_id;
+        let mut buffer = self.storage.alloc_buffer(record::batch_disk_bytes(records_bytes));
+        let bytes = buffer.bytes_mut();
+        let mut at = record::BATCH_HEADER_BYTES;
+        for staged in batch {
+            bytes[at..at + staged.records.len()].copy_from_slice(&staged.records);
+            at += staged.records.len();
+        }
+        let records_end = record::BATCH_HEADER_BYTES + records_bytes;
+        record::seal_records(log_id, &mut bytes[record::BATCH_HEADER_BYTES..records_end], base_offset);
+        bytes[records_end..].fill(0);
+        record::encode_batch_header(
+            bytes,
+            log_id,
+            segment_base,
+            position,
+            base_offset,
+            count,
+            records_bytes as u32,
+        );
+        buffer
+    }
+
+    /// While a commit's write is with the disk, takes the next batch and builds its bytes for
+    /// the place that commit leaves (`next_place`: segment, position, first offset, segment
+    /// capacity), so that the copy and the checksums of the next commit are not between two
+    /// writes. Only when half a group commit or more waits as the write starts: a lighter load
+    /// keeps gathering appends until the write returns, as without it, and pays nothing (not
+    /// even the timer). Not when the batch would need a new segment (that takes I/O of its
+    /// own).
+    async fn prepare_ahead(&self, next_place: (u64, u64, u64, u64)) -> Option<Ahead<S::Buffer>> {
+        let enough_waits =
+            |inner: &LogInner<S>| inner.staged_bytes * 2 >= inner.config.group_commit_bytes_max;
+        if !enough_waits(&self.inner.borrow()) {
+            return None;
+        }
+        // glommio hands queued I/O to the kernel only once nothing on the shard is runnable;
+        // a timer takes this task off the run queue so that the commit's write is submitted
+        // before the copy starts.
+        glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+        let (segment_base, position, base_offset, capacity) = next_place;
+        let batch: Vec<Staged> = {
+            let mut inner = self.inner.borrow_mut();
+            if inner.fenced.is_some() || !enough_waits(&inner) {
+                return None;
+            }
+            let (take, take_bytes) = Self::next_take(&inner);
+            if position + record::batch_disk_bytes(take_bytes) as u64 > capacity {
+                return None;
+            }
+            inner.staged_bytes -= take_bytes;
+            inner.staged.drain(..take).collect()
+        };
+        let count: u32 = batch.iter().map(|staged| staged.record_count).sum();
+        let buffer = self.build_batch(&batch, count, segment_base, position, base_offset);
+        Some((batch, Prepared { segment_base, position, base_offset, buffer }))
     }
 
     /// Starts zero-filling the next segment once the active one is half full (see

@@ -620,6 +620,32 @@ fn crash_after_every_storage_operation_of_a_log(durable_writes: bool) {
     assert!(total > 80, "the scenario should exercise many operations, got {total}");
 }
 
+/// T8 with commits built ahead: group commits of 2 KiB and rounds of 30 concurrent appends, so
+/// that the next batch is taken and built while a commit is written, across segment rolls, on
+/// three copies, with the power failing after every storage operation.
+#[test]
+fn crash_after_every_storage_operation_with_commits_built_ahead() {
+    let config = || LogConfig {
+        segment_bytes_initial: 16 * 1024,
+        segment_bytes_max: 16 * 1024,
+        group_commit_bytes_max: 2 * 1024,
+        ..small_config()
+    };
+    fn scenario<'a>(log: &'a Log<SimDisk>, acked: &'a mut Acknowledged) -> ScenarioRun<'a> {
+        Box::pin(async move {
+            for round in 0..6 {
+                acked.extend(append_until_power_fails(log, round * 30, 30).await);
+            }
+        })
+    }
+    for durable_writes in [true, false] {
+        let total = power_fails_after_every_operation(config, 3, durable_writes, scenario, |_, log, _| {
+            assert!(log.commits_built_ahead() > 0, "no commit was built ahead");
+        });
+        assert!(total > 80, "the scenario should exercise many operations, got {total}");
+    }
+}
+
 /// Acknowledged offsets, with the payload index each was appended with.
 type Acknowledged = std::collections::BTreeMap<u64, u64>;
 type ScenarioRun<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
@@ -1228,4 +1254,89 @@ fn a_discarded_spare_shrinks_in_steps() {
         // 16 MiB in 4 MiB steps: three truncations before the file closes.
         assert_eq!(disk.truncation_count() - truncations, 3);
     });
+}
+
+/// Appends spawned together, many more than one group commit takes: commits are built while
+/// the one before is written. Every append gets its own offsets, in one sequence without gaps,
+/// each offset holds the bytes of the append that was told it, and all of it survives a crash.
+#[test]
+fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
+    for copies in [1, 3] {
+        run(async move {
+            let disk = SimDisk::new();
+            let dirs = directories(copies);
+            let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
+            let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+            let appends: Vec<_> = (0..400u64)
+                .map(|i| {
+                    let log = log.clone();
+                    glommio::spawn_local(async move { (i, log.append(records_for(&[payload(i)]), 1).await) })
+                })
+                .collect();
+            let mut payload_at = std::collections::BTreeMap::new();
+            for append in appends {
+                let (i, result) = append.await;
+                let (offset, count) = result.unwrap();
+                assert_eq!(count, 1);
+                assert!(payload_at.insert(offset, i).is_none(), "offset {offset} given twice");
+            }
+            assert_eq!(payload_at.keys().copied().collect::<Vec<_>>(), (0..400).collect::<Vec<_>>());
+            assert!(log.commits_built_ahead() > 0, "no commit was built ahead");
+            let check = |records: Vec<StoredRecord>| {
+                assert_eq!(records.len(), 400);
+                for record in records {
+                    assert_eq!(record.data, payload(payload_at[&record.offset]), "offset {}", record.offset);
+                }
+            };
+            check(read_all(&log).await);
+            drop(log);
+            disk.crash(CrashMode::DropUnsynced);
+            let (reopened, _) = open(&disk, &dirs, config).await.unwrap();
+            check(read_all(&reopened).await);
+        });
+    }
+}
+
+/// A commit that fails after the next batch was taken ahead hands that batch back: with one
+/// copy the log is fenced and every append still waiting fails, none is acknowledged without
+/// being durable, and what was acknowledged is read back after a crash.
+#[test]
+fn a_failed_commit_hands_back_the_batch_taken_ahead() {
+    for failing_write in [3, 6, 11] {
+        run(async move {
+            let disk = SimDisk::new();
+            let dirs = directories(1);
+            let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
+            let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+            disk.fail_nth_write(failing_write);
+            let appends: Vec<_> = (0..300u64)
+                .map(|i| {
+                    let log = log.clone();
+                    glommio::spawn_local(async move { (i, log.append(records_for(&[payload(i)]), 1).await) })
+                })
+                .collect();
+            let mut acknowledged = std::collections::BTreeMap::new();
+            let mut failed = 0;
+            for append in appends {
+                match append.await {
+                    (i, Ok((offset, _))) => assert!(acknowledged.insert(offset, i).is_none()),
+                    (_, Err(LogError::Fenced(_))) => failed += 1,
+                    (i, Err(error)) => panic!("append {i}: {error}"),
+                }
+            }
+            assert!(failed > 0, "the failed write fenced the log");
+            assert!(!acknowledged.is_empty());
+            assert_eq!(
+                acknowledged.keys().copied().collect::<Vec<_>>(),
+                (0..acknowledged.len() as u64).collect::<Vec<_>>()
+            );
+            drop(log);
+            disk.crash(CrashMode::DropUnsynced);
+            let (reopened, _) = open(&disk, &dirs, config).await.unwrap();
+            let records = read_all(&reopened).await;
+            for (offset, i) in &acknowledged {
+                assert_eq!(records[*offset as usize].data, payload(*i), "acknowledged offset {offset}");
+            }
+        });
+    }
 }
