@@ -1256,6 +1256,19 @@ fn a_discarded_spare_shrinks_in_steps() {
     });
 }
 
+/// An append's payload index and its outcome.
+type AppendOutcome = (u64, Result<(u64, u32), LogError>);
+
+/// Spawns `count` appends at once, one payload each, and returns them with their payload index.
+fn spawn_appends(log: &Log<SimDisk>, count: u64) -> Vec<glommio::Task<AppendOutcome>> {
+    (0..count)
+        .map(|i| {
+            let log = log.clone();
+            glommio::spawn_local(async move { (i, log.append(records_for(&[payload(i)]), 1).await) })
+        })
+        .collect()
+}
+
 /// Appends spawned together, many more than one group commit takes: commits are built while
 /// the one before is written. Every append gets its own offsets, in one sequence without gaps,
 /// each offset holds the bytes of the append that was told it, and all of it survives a crash.
@@ -1267,12 +1280,7 @@ fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
             let dirs = directories(copies);
             let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
             let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
-            let appends: Vec<_> = (0..400u64)
-                .map(|i| {
-                    let log = log.clone();
-                    glommio::spawn_local(async move { (i, log.append(records_for(&[payload(i)]), 1).await) })
-                })
-                .collect();
+            let appends = spawn_appends(&log, 400);
             let mut payload_at = std::collections::BTreeMap::new();
             for append in appends {
                 let (i, result) = append.await;
@@ -1309,12 +1317,7 @@ fn a_failed_commit_hands_back_the_batch_taken_ahead() {
             let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
             let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
             disk.fail_nth_write(failing_write);
-            let appends: Vec<_> = (0..300u64)
-                .map(|i| {
-                    let log = log.clone();
-                    glommio::spawn_local(async move { (i, log.append(records_for(&[payload(i)]), 1).await) })
-                })
-                .collect();
+            let appends = spawn_appends(&log, 300);
             let mut acknowledged = std::collections::BTreeMap::new();
             let mut failed = 0;
             for append in appends {
