@@ -198,11 +198,12 @@ pub struct SubscriptionEntry {
     /// Shared with the key of the shard's map of subscriptions by name.
     pub name: Rc<str>,
     pub topic_id: u64,
-    /// The settings the forwarder reads after attaching; the rest went into `state` (its
-    /// deadline and delivery policy) and `filter`, and the router keeps them all. Not the
-    /// whole `SubscriptionSettings`: 88 bytes, over 10,000 idle subscriptions.
+    // The three settings the forwarder reads after attaching, not the whole
+    // `SubscriptionSettings` (88 bytes, over 10,000 idle subscriptions): the deadline and the
+    // delivery policy went into `state`, the filter into `filter`, and the router keeps them all.
     /// Where exhausted messages go; `None` without a dead-letter policy.
     dead_letter_topic: Option<Box<str>>,
+    /// How long the subscription keeps messages, and whether acknowledged ones too.
     message_retention_seconds: u64,
     retain_acked_messages: bool,
     pub state: RefCell<SubscriptionState>,
@@ -882,7 +883,7 @@ impl<S: Storage> Forwarder<S> {
         };
         // Only the span the deliveries cover is parsed; the walk below skips the records inside
         // it that are not delivered (acknowledged already, or leased elsewhere).
-        let wanted = offsets.first().copied().unwrap_or(0)..offsets.last().map_or(0, |last| last + 1);
+        let wanted = crate::log::span(&offsets);
         let mut records = Vec::with_capacity(offsets.len());
         for batch in &batches {
             match batch.records_in(wanted.clone()) {
@@ -1432,7 +1433,6 @@ impl<S: Storage> Forwarder<S> {
     }
 }
 
-/// The delivery policy a subscription's settings ask for.
 /// A pull response as `read_deliveries` encoded it.
 enum Encoded {
     /// Its data left in the batches read, which the frame will hold.
@@ -1441,6 +1441,7 @@ enum Encoded {
     Whole(FrameBuffer),
 }
 
+/// The delivery policy a subscription's settings ask for.
 fn delivery_policy(settings: &SubscriptionSettings) -> crate::subscription::DeliveryPolicy {
     let backoff = (settings.minimum_backoff_seconds > 0 || settings.maximum_backoff_seconds > 0).then(|| {
         (

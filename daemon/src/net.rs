@@ -375,6 +375,7 @@ async fn write_runs(
         slices.clear();
         slices.extend(runs[first..].iter().take(WRITE_RUNS_MAX).map(|run| IoSlice::new(run)));
         let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+        // No address (the socket is connected); the type parameter only names the kind it lacks.
         match sendmsg::<UnixAddr>(socket, &slices, &[], flags, None) {
             Ok(mut written) => {
                 while written > 0 {

@@ -267,6 +267,12 @@ impl<S: Storage> AsRef<[u8]> for HeldBatch<S> {
     }
 }
 
+/// The offsets from the first of `offsets` (sorted) to its last, inclusive: what a reader of
+/// them needs parsed (`HeldBatch::records_in`).
+pub fn span(offsets: &[u64]) -> std::ops::Range<u64> {
+    offsets.first().copied().unwrap_or(0)..offsets.last().map_or(0, |last| last + 1)
+}
+
 /// A closed segment, as retention sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentInfo {
@@ -379,12 +385,18 @@ struct Staged {
     reply: Sender<Result<(u64, u32), LogError>>,
 }
 
-/// A batch's bytes built while the commit before it was being written (see `flush_loop`), for
-/// the place that commit leaves next: used only if the log is still there when its turn comes.
-struct Prepared<B> {
+/// Where a batch goes: its segment, its byte position in it, and its first offset.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Place {
     segment_base: u64,
     position: u64,
     base_offset: u64,
+}
+
+/// A batch's bytes built while the commit before it was being written (see `flush_loop`), for
+/// the place that commit leaves: used only if that is still the log's end when its turn comes.
+struct Prepared<B> {
+    place: Place,
     buffer: B,
 }
 
@@ -1490,22 +1502,22 @@ impl<S: Storage> Log<S> {
             )));
         }
         let buffer = match prepared {
-            Some(prepared)
-                if prepared.segment_base == segment_base
-                    && prepared.position == position
-                    && prepared.base_offset == base_offset =>
-            {
+            Some(prepared) if prepared.place == Place { segment_base, position, base_offset } => {
                 self.inner.borrow_mut().commits_built_ahead += 1;
                 prepared.buffer
             }
-            _ => self.build_batch(batch, count, segment_base, position, base_offset),
+            _ => self.build_batch(batch, count, Place { segment_base, position, base_offset }),
         };
         let buffer = Rc::new(buffer);
         let capacity = self.inner.borrow().segments.last().map_or(0, |segment| segment.capacity);
         let writes =
             join_all(targets.iter().map(|(_, file)| file.write_at(buffer.clone(), position)).collect());
-        let next_place = (segment_base, position + disk_bytes as u64, base_offset + count as u64, capacity);
-        let (writes, taken) = futures_lite::future::zip(writes, self.prepare_ahead(next_place)).await;
+        let next = Place {
+            segment_base,
+            position: position + disk_bytes as u64,
+            base_offset: base_offset + count as u64,
+        };
+        let (writes, taken) = futures_lite::future::zip(writes, self.prepare_ahead(next, capacity)).await;
         *ahead = taken;
         let mut written = Vec::with_capacity(targets.len());
         for ((copy, file), result) in targets.into_iter().zip(writes) {
@@ -1582,14 +1594,8 @@ impl<S: Storage> Log<S> {
 
     /// A batch's bytes: its header, its records copied from the appends and sealed with their
     /// offsets and checksums, and zeros to the end of its last block.
-    fn build_batch(
-        &self,
-        batch: &[Staged],
-        count: u32,
-        segment_base: u64,
-        position: u64,
-        base_offset: u64,
-    ) -> S::Buffer {
+    fn build_batch(&self, batch: &[Staged], count: u32, place: Place) -> S::Buffer {
+        let Place { segment_base, position, base_offset } = place;
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
         let log_id = self.inner.borrow().log_id;
         let mut buffer = self.storage.alloc_buffer(record::batch_disk_bytes(records_bytes));
@@ -1615,13 +1621,12 @@ impl<S: Storage> Log<S> {
     }
 
     /// While a commit's write is with the disk, takes the next batch and builds its bytes for
-    /// the place that commit leaves (`next_place`: segment, position, first offset, segment
-    /// capacity), so that the copy and the checksums of the next commit are not between two
+    /// the place that commit leaves (`next`, in a segment of `capacity` bytes), so that the copy and the checksums of the next commit are not between two
     /// writes. Only when half a group commit or more waits as the write starts: a lighter load
     /// keeps gathering appends until the write returns, as without it, and pays nothing (not
     /// even the timer). Not when the batch would need a new segment (that takes I/O of its
     /// own).
-    async fn prepare_ahead(&self, next_place: (u64, u64, u64, u64)) -> Option<Ahead<S::Buffer>> {
+    async fn prepare_ahead(&self, next: Place, capacity: u64) -> Option<Ahead<S::Buffer>> {
         let enough_waits =
             |inner: &LogInner<S>| inner.staged_bytes * 2 >= inner.config.group_commit_bytes_max;
         if !enough_waits(&self.inner.borrow()) {
@@ -1631,22 +1636,21 @@ impl<S: Storage> Log<S> {
         // a timer takes this task off the run queue so that the commit's write is submitted
         // before the copy starts.
         glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
-        let (segment_base, position, base_offset, capacity) = next_place;
         let batch: Vec<Staged> = {
             let mut inner = self.inner.borrow_mut();
             if inner.fenced.is_some() || !enough_waits(&inner) {
                 return None;
             }
             let (take, take_bytes) = Self::next_take(&inner);
-            if position + record::batch_disk_bytes(take_bytes) as u64 > capacity {
+            if next.position + record::batch_disk_bytes(take_bytes) as u64 > capacity {
                 return None;
             }
             inner.staged_bytes -= take_bytes;
             inner.staged.drain(..take).collect()
         };
         let count: u32 = batch.iter().map(|staged| staged.record_count).sum();
-        let buffer = self.build_batch(&batch, count, segment_base, position, base_offset);
-        Some((batch, Prepared { segment_base, position, base_offset, buffer }))
+        let buffer = self.build_batch(&batch, count, next);
+        Some((batch, Prepared { place: next, buffer }))
     }
 
     /// Starts zero-filling the next segment once the active one is half full (see
@@ -1922,7 +1926,7 @@ impl<S: Storage> Log<S> {
     /// those records are copied out of their batches; the rest are validated in place.
     pub async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::with_capacity(offsets.len());
-        let wanted = offsets.first().copied().unwrap_or(0)..offsets.last().map_or(0, |last| last + 1);
+        let wanted = span(offsets);
         for batch in self.hold_offsets(offsets).await? {
             let views = batch.records_in(wanted.clone())?;
             out.extend(
