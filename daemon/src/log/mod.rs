@@ -6,11 +6,12 @@
 //! 1. `append` queues the request's encoded records and waits; they have no offset yet.
 //! 2. One flush task per log takes what is queued (up to `group_commit_bytes_max`, at least one
 //!    request) and forms one batch: offsets are assigned now, so a failed commit leaves no gap.
-//!    While a commit's write is with the disk and half a group commit or more waits, the next
-//!    batch is taken and its bytes built (copied, sealed) for the place this commit leaves;
-//!    they are written only if the commit succeeded and the place is still the log's end, and
-//!    a failed commit hands the batch back to the front of the queue. Writes are still one
-//!    at a time per log: a batch is never written before the one ahead of it is durable.
+//!    While a commit's write is with the disk and appends wait, the next batch is taken, its
+//!    bytes built (copied, sealed) for the place this commit leaves, and its write issued: at
+//!    most two writes per log are in flight, and the device may complete the second first.
+//!    So a batch is acknowledged only once every batch ahead of it is durable too (commits
+//!    complete in order), and every failure after a write is issued fences the log: a batch
+//!    that landed beyond a hole is never acknowledged, and recovery (below) stops at the hole.
 //! 3. If the batch does not fit the active segment, a new segment is created in every healthy
 //!    copy: open (create) → fallocate → fdatasync → fsync(directory) (a manifest slot file not
 //!    yet made is created empty beside it, so this one directory sync covers its name too);
@@ -394,14 +395,37 @@ struct Place {
 }
 
 /// A batch's bytes built while the commit before it was being written (see `flush_loop`), for
-/// the place that commit leaves: used only if that is still the log's end when its turn comes.
-struct Prepared<B> {
+/// the place that commit leaves, and the write of them already issued: it is acknowledged only
+/// once the commit before it is durable too, and if that one fails the log is fenced.
+struct Prepared<S: Storage> {
     place: Place,
-    buffer: B,
+    buffer: Rc<S::Buffer>,
+    writing: Writing<S::File>,
 }
 
-/// The next batch, taken and built ahead.
-type Ahead<B> = (Vec<Staged>, Prepared<B>);
+/// A batch's write issued to each copy (copy index, file), not yet awaited.
+struct Writing<F: StorageFile> {
+    targets: Vec<(usize, Rc<F>)>,
+    task: glommio::Task<Vec<std::io::Result<()>>>,
+}
+
+/// The next batch, taken, built and being written ahead.
+type Ahead<S> = (Vec<Staged>, Prepared<S>);
+
+/// Issues the same write to every target at once, in a task of its own so that it goes to the
+/// disk whether or not anyone is polling it yet.
+fn spawn_writes<F: StorageFile>(
+    targets: &[(usize, Rc<F>)],
+    buffer: &Rc<F::Buffer>,
+    position: u64,
+) -> Writing<F> {
+    let files: Vec<Rc<F>> = targets.iter().map(|(_, file)| file.clone()).collect();
+    let buffer = buffer.clone();
+    let task = glommio::spawn_local(async move {
+        join_all(files.iter().map(|file| file.write_at(buffer.clone(), position)).collect()).await
+    });
+    Writing { targets: targets.to_vec(), task }
+}
 
 /// The next segment of a log, being zero-filled in the background (`LogConfig::prewrite`).
 struct Spare<S: Storage> {
@@ -1324,7 +1348,8 @@ impl<S: Storage> Log<S> {
         inner.segments.is_empty() && inner.next_offset == 0 && inner.staged.is_empty()
     }
 
-    /// Commits whose bytes were built while the commit before them was being written.
+    /// Commits whose bytes were built, and whose write was issued, while the commit before them
+    /// was being written.
     pub fn commits_built_ahead(&self) -> u64 {
         self.inner.borrow().commits_built_ahead
     }
@@ -1393,7 +1418,7 @@ impl<S: Storage> Log<S> {
         // Let the appends that are already runnable queue their records first, so the first
         // commit after an idle period is shared too.
         futures_lite::future::yield_now().await;
-        let mut ahead: Option<Ahead<S::Buffer>> = None;
+        let mut ahead: Option<Ahead<S>> = None;
         loop {
             let (batch, prepared) = match ahead.take() {
                 Some((batch, prepared)) => (batch, Some(prepared)),
@@ -1439,19 +1464,21 @@ impl<S: Storage> Log<S> {
     }
 
     /// Commits `batch` (with `prepared`, its bytes built ahead, if they are still right), and
-    /// while its write is with the disk, takes and builds the next batch (see `prepare_ahead`).
+    /// while its write is with the disk, takes, builds and issues the next (see `prepare_ahead`).
     async fn commit(
         &self,
         batch: &[Staged],
         count: u32,
-        prepared: Option<Prepared<S::Buffer>>,
-    ) -> (Result<u64, LogError>, Option<Ahead<S::Buffer>>) {
+        prepared: Option<Prepared<S>>,
+    ) -> (Result<u64, LogError>, Option<Ahead<S>>) {
         let mut ahead = None;
         let result = self.commit_taking_ahead(batch, count, prepared, &mut ahead).await;
         if result.is_err() {
-            // Its place may no longer follow: the batch goes back to the front of the queue, in
-            // order, to be committed (or failed) as if it had never been taken.
-            if let Some((taken, _)) = ahead.take() {
+            // The batch taken ahead goes back to the front of the queue, in order, to be failed
+            // as the log is fenced (every failure once a write is issued fences it), after its
+            // own write is over: nothing is left in flight on a fenced log.
+            if let Some((taken, prepared)) = ahead.take() {
+                let _ = prepared.writing.task.await;
                 let mut inner = self.inner.borrow_mut();
                 for staged in taken.into_iter().rev() {
                     inner.staged_bytes += staged.records.len();
@@ -1466,61 +1493,61 @@ impl<S: Storage> Log<S> {
         &self,
         batch: &[Staged],
         count: u32,
-        prepared: Option<Prepared<S::Buffer>>,
-        ahead: &mut Option<Ahead<S::Buffer>>,
+        prepared: Option<Prepared<S>>,
+        ahead: &mut Option<Ahead<S>>,
     ) -> Result<u64, LogError> {
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
         let disk_bytes = record::batch_disk_bytes(records_bytes);
-        let needs_segment = {
-            let inner = self.inner.borrow();
-            match inner.segments.last() {
-                Some(segment) => segment.write_position + disk_bytes as u64 > segment.capacity,
-                None => true,
-            }
-        };
-        if needs_segment {
-            self.roll(disk_bytes as u64).await?;
-        }
-        let last = self.inner.borrow().segments.len() - 1;
-        self.ensure_open(last).await?;
-        let writable = self.writable_copies();
-        let (targets, position, segment_base, base_offset) = {
-            let inner = self.inner.borrow();
-            let segment = inner.segments.last().unwrap();
-            let targets: Vec<(usize, Rc<S::File>)> = writable
-                .iter()
-                .filter_map(|copy| segment.files[*copy].clone().map(|file| (*copy, file)))
-                .collect();
-            (targets, segment.write_position, segment.base_offset, inner.next_offset)
-        };
-        let quorum = self.directories.quorum();
-        if targets.len() < quorum {
-            return Err(self.fence(format!(
-                "only {} of {} data directories are healthy; {quorum} are needed to acknowledge",
-                targets.len(),
-                self.directories.count()
-            )));
-        }
-        let buffer = match prepared {
-            Some(prepared) if prepared.place == Place { segment_base, position, base_offset } => {
+        let (place, buffer, writing) = match prepared {
+            Some(prepared) => {
+                // Its write is in flight already, at the place the commit before it left, which
+                // succeeded (a failure fences the log): nothing to set up.
+                let end = {
+                    let inner = self.inner.borrow();
+                    inner.segments.last().map(|segment| Place {
+                        segment_base: segment.base_offset,
+                        position: segment.write_position,
+                        base_offset: inner.next_offset,
+                    })
+                };
+                if end != Some(prepared.place) {
+                    // Cannot happen (see above); if it did, its bytes are on disk at a place
+                    // the log does not continue from, so nothing more is written to this log.
+                    let _ = prepared.writing.task.await;
+                    return Err(self.fence(format!(
+                        "a batch written ahead at byte {} is not at the log's end",
+                        prepared.place.position
+                    )));
+                }
                 self.inner.borrow_mut().commits_built_ahead += 1;
-                prepared.buffer
+                (prepared.place, prepared.buffer, prepared.writing)
             }
-            _ => self.build_batch(batch, count, Place { segment_base, position, base_offset }),
+            None => {
+                let (place, targets) = self.prepare_commit(disk_bytes).await?;
+                let buffer = Rc::new(self.build_batch(batch, count, place));
+                let writing = spawn_writes(&targets, &buffer, place.position);
+                (place, buffer, writing)
+            }
         };
-        let buffer = Rc::new(buffer);
+        let Place { segment_base, position, base_offset } = place;
         let capacity = self.inner.borrow().segments.last().map_or(0, |segment| segment.capacity);
-        let writes =
-            join_all(targets.iter().map(|(_, file)| file.write_at(buffer.clone(), position)).collect());
         let next = Place {
             segment_base,
             position: position + disk_bytes as u64,
             base_offset: base_offset + count as u64,
         };
-        let (writes, taken) = futures_lite::future::zip(writes, self.prepare_ahead(next, capacity)).await;
+        let Writing { targets, task } = writing;
+        let (writes, taken) =
+            futures_lite::future::zip(task, self.prepare_ahead(next, capacity, &targets)).await;
         *ahead = taken;
+        // A copy fenced while this write was in flight (by the commit before it) no longer
+        // counts, whatever its write did.
+        let writable = self.writable_copies();
         let mut written = Vec::with_capacity(targets.len());
         for ((copy, file), result) in targets.into_iter().zip(writes) {
+            if !writable.contains(&copy) {
+                continue;
+            }
             match result {
                 Ok(()) => written.push((copy, file)),
                 Err(error) => self
@@ -1550,6 +1577,7 @@ impl<S: Storage> Log<S> {
                 }
             }
         }
+        let quorum = self.directories.quorum();
         if durable < quorum {
             return Err(self.fence(format!(
                 "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
@@ -1592,6 +1620,51 @@ impl<S: Storage> Log<S> {
         Ok(base_offset)
     }
 
+    /// Makes room for a batch of `disk_bytes` (a new segment if the active one is full) and
+    /// opens its files: the batch's place, and the copies (index, file) to write it to, as
+    /// many as a quorum at least.
+    async fn prepare_commit(
+        &self,
+        disk_bytes: usize,
+    ) -> Result<(Place, Vec<(usize, Rc<S::File>)>), LogError> {
+        let needs_segment = {
+            let inner = self.inner.borrow();
+            match inner.segments.last() {
+                Some(segment) => segment.write_position + disk_bytes as u64 > segment.capacity,
+                None => true,
+            }
+        };
+        if needs_segment {
+            self.roll(disk_bytes as u64).await?;
+        }
+        let last = self.inner.borrow().segments.len() - 1;
+        self.ensure_open(last).await?;
+        let writable = self.writable_copies();
+        let (targets, place) = {
+            let inner = self.inner.borrow();
+            let segment = inner.segments.last().unwrap();
+            let targets: Vec<(usize, Rc<S::File>)> = writable
+                .iter()
+                .filter_map(|copy| segment.files[*copy].clone().map(|file| (*copy, file)))
+                .collect();
+            let place = Place {
+                segment_base: segment.base_offset,
+                position: segment.write_position,
+                base_offset: inner.next_offset,
+            };
+            (targets, place)
+        };
+        let quorum = self.directories.quorum();
+        if targets.len() < quorum {
+            return Err(self.fence(format!(
+                "only {} of {} data directories are healthy; {quorum} are needed to acknowledge",
+                targets.len(),
+                self.directories.count()
+            )));
+        }
+        Ok((place, targets))
+    }
+
     /// A batch's bytes: its header, its records copied from the appends and sealed with their
     /// offsets and checksums, and zeros to the end of its last block.
     fn build_batch(&self, batch: &[Staged], count: u32, place: Place) -> S::Buffer {
@@ -1620,16 +1693,25 @@ impl<S: Storage> Log<S> {
         buffer
     }
 
-    /// While a commit's write is with the disk, takes the next batch and builds its bytes for
-    /// the place that commit leaves (`next`, in a segment of `capacity` bytes), so that the copy and the checksums of the next commit are not between two
-    /// writes. Only when half a group commit or more waits as the write starts: a lighter load
-    /// keeps gathering appends until the write returns, as without it, and pays nothing (not
-    /// even the timer). Not when the batch would need a new segment (that takes I/O of its
-    /// own).
-    async fn prepare_ahead(&self, next: Place, capacity: u64) -> Option<Ahead<S::Buffer>> {
-        let enough_waits =
-            |inner: &LogInner<S>| inner.staged_bytes * 2 >= inner.config.group_commit_bytes_max;
-        if !enough_waits(&self.inner.borrow()) {
+    /// While a commit's write is with the disk, takes the appends waiting, builds their batch
+    /// for the place that commit leaves (`next`, in a segment of `capacity` bytes) and issues
+    /// its write to the same `targets`: the copy and the checksums of the next commit are not
+    /// between two writes, and an append that arrives during a write waits for its own write
+    /// only, not for the one in flight too (at an offered 10k msg/s, the median publish-ack p99
+    /// of 12 interleaved runs went from 1.31 to 1.01 ms). At most two writes of a log are in
+    /// flight: the one after is taken when this commit is done. Its appends are acknowledged
+    /// only after this commit is durable too (`flush_loop` completes commits in order), and
+    /// any failure once this write is issued fences the log, so a batch that landed beyond a
+    /// hole is never acknowledged. Not when the batch would need a new segment (that takes I/O
+    /// of its own).
+    async fn prepare_ahead(
+        &self,
+        next: Place,
+        capacity: u64,
+        targets: &[(usize, Rc<S::File>)],
+    ) -> Option<Ahead<S>> {
+        let waiting = |inner: &LogInner<S>| inner.staged_bytes > 0;
+        if !waiting(&self.inner.borrow()) {
             return None;
         }
         // glommio hands queued I/O to the kernel only once nothing on the shard is runnable;
@@ -1638,7 +1720,7 @@ impl<S: Storage> Log<S> {
         glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
         let batch: Vec<Staged> = {
             let mut inner = self.inner.borrow_mut();
-            if inner.fenced.is_some() || !enough_waits(&inner) {
+            if inner.fenced.is_some() || !waiting(&inner) {
                 return None;
             }
             let (take, take_bytes) = Self::next_take(&inner);
@@ -1649,8 +1731,9 @@ impl<S: Storage> Log<S> {
             inner.staged.drain(..take).collect()
         };
         let count: u32 = batch.iter().map(|staged| staged.record_count).sum();
-        let buffer = self.build_batch(&batch, count, next);
-        Some((batch, Prepared { place: next, buffer }))
+        let buffer = Rc::new(self.build_batch(&batch, count, next));
+        let writing = spawn_writes(targets, &buffer, next.position);
+        Some((batch, Prepared { place: next, buffer, writing }))
     }
 
     /// Starts zero-filling the next segment once the active one is half full (see

@@ -7,6 +7,8 @@
 //! Faults: EIO on the n-th write, read or sync; ENOSPC on allocation; bit flips at rest; and,
 //! per directory, failing writes, one failing sync, a misdirected write (it lands whole blocks
 //! away and reports success), a lost write (reports success, persists nothing), a full disk.
+//! A write can be held back (`delay_nth_write`) so that writes issued after it land first, as
+//! a device may complete them.
 //! `die_after(n)` makes every operation after the next n fail, as if power went out there;
 //! `crash` then turns the disk into what a restart would find.
 
@@ -56,6 +58,17 @@ struct SimState {
     durable_writes: bool,
     operations: u64,
     dies_at: Option<u64>,
+    /// Writes issued (counted as they start, where `writes` counts them as they land).
+    writes_issued: u64,
+    /// The write to hold back, by issue number, for how long, and whether the power goes out
+    /// just as it would land.
+    delayed_write: Option<(u64, std::time::Duration, bool)>,
+    /// The highest issue number of the writes landed so far.
+    landed_issue_max: u64,
+    /// Writes that landed after a write issued later than them.
+    writes_landed_out_of_order: u64,
+    /// Crashes so far: a write still held back at a crash never lands after it.
+    crashes: u64,
 }
 
 /// A fault confined to the files under one directory.
@@ -205,6 +218,18 @@ impl SimDisk {
             state.rules.push(Rule { prefix: directory.to_path_buf(), fault });
         }
     }
+    /// The `n`-th write from now (1 = the next one) is held back for `delay` before it lands
+    /// (or fails, if the power is out by then): writes issued meanwhile land first. With
+    /// `power_fails`, the power goes out just before it would land: it and every later
+    /// operation fail, as `die_after` makes them.
+    pub fn delay_nth_write(&self, n: u64, delay: std::time::Duration, power_fails: bool) {
+        let mut state = self.state.borrow_mut();
+        state.delayed_write = Some((state.writes_issued + n, delay, power_fails));
+    }
+    /// Writes that landed after a write issued later than them (see `delay_nth_write`).
+    pub fn writes_landed_out_of_order(&self) -> u64 {
+        self.state.borrow().writes_landed_out_of_order
+    }
     /// Power goes out after `operations` more operations: every later one fails.
     pub fn die_after(&self, operations: u64) {
         let mut state = self.state.borrow_mut();
@@ -246,6 +271,8 @@ impl SimDisk {
     pub fn crash(&self, mode: CrashMode) {
         let mut state = self.state.borrow_mut();
         state.dies_at = None;
+        state.delayed_write = None;
+        state.crashes += 1;
         // A directory survives if its name and every ancestor's were durable; a file survives
         // if its name was durable and its directory survived.
         let survives = |directory: &Path, durable: &std::collections::BTreeSet<PathBuf>| {
@@ -449,7 +476,27 @@ impl StorageFile for SimFileHandle {
     type Read = Vec<u8>;
 
     async fn write_at(&self, buffer: Rc<SimBuffer>, position: u64) -> io::Result<()> {
+        let (issue, delay, crashes) = {
+            let mut state = self.state.borrow_mut();
+            state.writes_issued += 1;
+            let issue = state.writes_issued;
+            (issue, state.delayed_write.filter(|(delayed, _, _)| *delayed == issue), state.crashes)
+        };
+        if let Some((_, delay, power_fails)) = delay {
+            glommio::timer::sleep(delay).await;
+            let mut state = self.state.borrow_mut();
+            if state.crashes != crashes {
+                return Err(io::Error::other("power went out while the write was held back"));
+            }
+            if power_fails {
+                state.dies_at = Some(state.operations);
+            }
+        }
         let mut state = self.state.borrow_mut();
+        if issue < state.landed_issue_max {
+            state.writes_landed_out_of_order += 1;
+        }
+        state.landed_issue_max = state.landed_issue_max.max(issue);
         state.operate("write")?;
         state.writes += 1;
         if state.fail_all_writes || state.fail_write_at == Some(state.writes) {
