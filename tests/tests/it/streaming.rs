@@ -195,3 +195,61 @@ fn cli_pull_stream_follows_the_subscription() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Deleting a subscription ends its open streams and waiting pulls with NotFound, as Pub/Sub
+/// does, rather than leaving them waiting on a subscription nothing delivers to again (they
+/// used to: a stream opened before the deletion got nothing, not even for a new subscription
+/// of the same name, and never ended). Deleting the topic does the same to its subscriptions'.
+#[test]
+fn deleting_a_subscription_or_its_topic_ends_its_streams_and_pulls() {
+    let daemon = Daemon::start("stream-deleted");
+    let client = daemon.client();
+    // The next item of a stream, given 10 s: an open stream that never ends fails the test
+    // instead of hanging it.
+    let not_found = |stream: &mut ringpost_client::MessageStream| {
+        let next =
+            block_on(futures_select(stream.next(), ringpost_client::timer::sleep(Duration::from_secs(10))));
+        match next {
+            Some(Some(Err(error))) => {
+                assert_eq!(error.code(), ringpost_client::ErrorCode::NotFound, "{error}")
+            }
+            None => panic!("the stream is still open 10 s after the deletion"),
+            Some(other) => panic!("expected NotFound, got {other:?}"),
+        }
+    };
+    block_on(client.create_topic("doomed")).unwrap();
+    for name in ["streamed", "pulled", "topic-streamed"] {
+        block_on(client.create_subscription(Subscription {
+            name: name.into(),
+            topic: "doomed".into(),
+            ..Default::default()
+        }))
+        .unwrap();
+    }
+    block_on(client.publish("doomed", vec![Message::new("first")])).unwrap();
+    let mut stream = block_on(client.streaming_pull("streamed", StreamSettings::default())).unwrap();
+    assert_eq!(block_on(stream.next()).unwrap().unwrap().len(), 1);
+    let mut topic_stream =
+        block_on(client.streaming_pull("topic-streamed", StreamSettings::default())).unwrap();
+    assert_eq!(block_on(topic_stream.next()).unwrap().unwrap().len(), 1);
+    assert_eq!(block_on(client.pull("pulled", 10, 0)).unwrap().len(), 1);
+    // A pull that waits (up to 30 s) for the next message, from another connection.
+    let address = daemon.address.clone();
+    let waiting = std::thread::spawn(move || {
+        let client = block_on(Client::connect(&address)).unwrap();
+        block_on(client.pull("pulled", 10, 30_000))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    block_on(client.delete_subscription("streamed")).unwrap();
+    block_on(client.delete_subscription("pulled")).unwrap();
+    not_found(&mut stream);
+    match waiting.join().unwrap() {
+        Err(error) => assert_eq!(error.code(), ringpost_client::ErrorCode::NotFound, "{error}"),
+        Ok(messages) => panic!("the waiting pull returned {} messages", messages.len()),
+    }
+    block_on(client.delete_topic("doomed")).unwrap();
+    not_found(&mut topic_stream);
+    // Well before any periodic look: the deletion itself ends them.
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+}
