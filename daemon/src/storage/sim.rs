@@ -63,9 +63,9 @@ struct SimState {
     /// The write to hold back, by issue number, for how long, and whether the power goes out
     /// just as it would land.
     delayed_write: Option<(u64, std::time::Duration, bool)>,
-    /// The highest issue number of the writes landed so far.
-    landed_issue_max: u64,
-    /// Writes that landed after a write issued later than them.
+    /// The issue number of the write being held back, while it is.
+    held_issue: Option<u64>,
+    /// Writes that landed while a write issued before them was held back.
     writes_landed_out_of_order: u64,
     /// Crashes so far: a write still held back at a crash never lands after it.
     crashes: u64,
@@ -226,7 +226,8 @@ impl SimDisk {
         let mut state = self.state.borrow_mut();
         state.delayed_write = Some((state.writes_issued + n, delay, power_fails));
     }
-    /// Writes that landed after a write issued later than them (see `delay_nth_write`).
+    /// Writes that landed while a write issued before them was held back (see
+    /// `delay_nth_write`).
     pub fn writes_landed_out_of_order(&self) -> u64 {
         self.state.borrow().writes_landed_out_of_order
     }
@@ -272,6 +273,7 @@ impl SimDisk {
         let mut state = self.state.borrow_mut();
         state.dies_at = None;
         state.delayed_write = None;
+        state.held_issue = None;
         state.crashes += 1;
         // A directory survives if its name and every ancestor's were durable; a file survives
         // if its name was durable and its directory survived.
@@ -483,8 +485,10 @@ impl StorageFile for SimFileHandle {
             (issue, state.delayed_write.filter(|(delayed, _, _)| *delayed == issue), state.crashes)
         };
         if let Some((_, delay, power_fails)) = delay {
+            self.state.borrow_mut().held_issue = Some(issue);
             glommio::timer::sleep(delay).await;
             let mut state = self.state.borrow_mut();
+            state.held_issue = None;
             if state.crashes != crashes {
                 return Err(io::Error::other("power went out while the write was held back"));
             }
@@ -493,11 +497,10 @@ impl StorageFile for SimFileHandle {
             }
         }
         let mut state = self.state.borrow_mut();
-        if issue < state.landed_issue_max {
+        state.operate("write")?;
+        if state.held_issue.is_some_and(|held| held < issue) {
             state.writes_landed_out_of_order += 1;
         }
-        state.landed_issue_max = state.landed_issue_max.max(issue);
-        state.operate("write")?;
         state.writes += 1;
         if state.fail_all_writes || state.fail_write_at == Some(state.writes) {
             return Err(eio("write"));
