@@ -465,7 +465,7 @@ struct LogInner<S: Storage> {
     /// The base offset of the active segment a spare was last started for (`u64::MAX`: none):
     /// one per segment, even if it could not be used.
     spare_started_for: u64,
-    /// Commits whose bytes were built while the one before was being written.
+    /// Commits built and issued while the one before was being written (`prepare_ahead`).
     commits_built_ahead: u64,
 }
 
@@ -1463,8 +1463,8 @@ impl<S: Storage> Log<S> {
         }
     }
 
-    /// Commits `batch` (with `prepared`, its bytes built ahead, if they are still right), and
-    /// while its write is with the disk, takes, builds and issues the next (see `prepare_ahead`).
+    /// Commits `batch` (whose write is already in flight if `prepared` is given), and while its
+    /// write is with the disk, takes, builds and issues the next (see `prepare_ahead`).
     async fn commit(
         &self,
         batch: &[Staged],
