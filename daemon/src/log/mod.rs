@@ -19,7 +19,11 @@
 //!    prepared in the background (`LogConfig::prewrite`: created, fallocated and fdatasync'ed
 //!    the same way, then zero-filled), it is renamed to the segment's name → fsync(directory).
 //!    Then the manifest listing it is written to its next slot and fdatasync'ed on ⌈M/2⌉
-//!    copies. Only then is anything written into the new segment.
+//!    copies. Only then is anything written into the new segment. A log's first segment (base
+//!    offset 0) is the exception: no manifest lists it and no slot file is made with it, as
+//!    recovery takes a log without a manifest to be that segment alone; the first manifest is
+//!    written with the second segment. A topic's first publish costs one new file and three
+//!    syncs, not two files and four.
 //! 4. The batch is written into fresh 4 KiB blocks at the segment's write position in every
 //!    healthy copy at once (never over a block holding acknowledged records), then each copy is
 //!    fdatasync'ed, except a copy whose file was opened with O_DSYNC (`writes_are_durable`; the
@@ -35,9 +39,12 @@
 //! # Recovery (`open`)
 //! 1. A missing folder is made, with its parents, and their names synced (a new log writes no
 //!    file until its first commit). Every copy's manifest slots are read; the newest valid
-//!    manifest across copies names the segments. No valid manifest: the log never listed a
-//!    segment, so it never wrote into one; its segment files are a first roll cut short and
-//!    step 2 removes them if they hold only zeros, and refuses to start if not.
+//!    manifest across copies names the segments. No manifest slot holding anything, and a
+//!    first segment (base 0) holding data in some copy: that segment alone is the log (its
+//!    largest copy gives its capacity), unless its data neither starts with a batch of this log
+//!    nor fits in the two writes a crash may have torn at its start, which stops recovery.
+//!    Otherwise, with no valid manifest, its segment files are a first roll cut short and step 2
+//!    removes them if they hold only zeros, and refuses to start if not.
 //! 2. A spare (`SPARE_NAME`, never listed) is removed. Segment files the manifest does not
 //!    list are removed if they are below the log's start
 //!    (a crash between a manifest update and the unlink) or hold only zeros (created, never
@@ -822,6 +829,9 @@ impl<S: Storage> Log<S> {
         let mut best: Option<Manifest> = None;
         let mut manifest_sequences = vec![0u64; copies];
         let mut present: Vec<Vec<u64>> = Vec::with_capacity(copies);
+        // Whether any manifest slot holds bytes, valid or not: a log with a damaged manifest is
+        // not taken for one that never wrote any.
+        let mut slots_written = false;
         for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
             // Made here, not at the first segment: making it then (the directories, their syncs)
             // doubled the time of a topic's first publish.
@@ -850,6 +860,7 @@ impl<S: Storage> Log<S> {
                     // Created ahead by a roll (see `roll`), never written.
                     continue;
                 }
+                slots_written = true;
                 let bytes = file
                     .read_at(0, record::align_up(size as usize, BLOCK_BYTES))
                     .await
@@ -862,9 +873,13 @@ impl<S: Storage> Log<S> {
                 }
             }
         }
-        // Without a manifest the log never listed a segment, so it never wrote into one: its
-        // segment files can only be a first segment created before the crash cut its manifest
-        // short, all zeros, which step 2 removes; one that holds data stops recovery there.
+        // Without a manifest the log has at most its first segment, based at offset 0, which no
+        // manifest lists (see `roll`): if it holds data in any copy, that segment alone is the
+        // log. Otherwise its segment files are a first roll cut short, all zeros, which step 2
+        // removes, and any that holds data stops recovery there.
+        if best.is_none() && !slots_written {
+            best = first_segment_alone(&storage, &present, &folder, log_id, &config).await?;
+        }
         let has_manifest = best.is_some();
         let manifest = best.unwrap_or_default();
         // 2. Files the manifest does not list.
@@ -1848,6 +1863,14 @@ impl<S: Storage> Log<S> {
         // once it is a new file, whose name needs its own directory sync: created here, beside
         // the segment, the segment's directory sync covers both. Empty, it reads as no manifest.
         let next_slot = Manifest::slot_for(self.inner.borrow().manifest_sequence + 1);
+        // A log's first segment is listed by no manifest: recovery takes a log that has none to
+        // be that segment alone (see `open`). So the first roll, a topic's first publish,
+        // creates one file instead of two and writes no manifest: one sync less of four. The
+        // first manifest comes with the second segment.
+        let first_segment = {
+            let inner = self.inner.borrow();
+            inner.segments.is_empty() && inner.manifest_sequence == 0 && base_offset == 0
+        };
         let creations = copies.iter().map(|copy| {
             let folder = self.folder(*copy);
             let spare = spare_files.as_ref().and_then(|files| files[*copy].clone());
@@ -1876,7 +1899,7 @@ impl<S: Storage> Log<S> {
                 let file = Rc::new(self.storage.open(&path, true).await?);
                 let prepared = async {
                     let slot = folder.join(next_slot);
-                    if !self.storage.exists(&slot) {
+                    if !first_segment && !self.storage.exists(&slot) {
                         self.storage.open(&slot, true).await?;
                     }
                     file.allocate(capacity).await?;
@@ -1957,6 +1980,9 @@ impl<S: Storage> Log<S> {
             files,
             closed: None,
         });
+        if first_segment {
+            return Ok(());
+        }
         if let Err(error) = self.write_manifest().await {
             self.inner.borrow_mut().segments.pop();
             return Err(error);
@@ -2417,6 +2443,55 @@ impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
         let to = (from + length).min(bytes.len());
         Ok(&bytes[from.min(to)..to])
     }
+}
+
+/// The manifest a log without one implies: its first segment alone, if that holds data in any
+/// copy (its size, the largest among the copies, is the capacity it was allocated with). Data
+/// that neither starts with a batch of this log in some copy nor fits in the two commits that
+/// may have been cut short at its start (a torn first write; each takes at most what may be
+/// staged) is no first segment of this log: recovery stops, deleting nothing.
+async fn first_segment_alone<S: Storage>(
+    storage: &S,
+    present: &[Vec<u64>],
+    folder: &dyn Fn(usize) -> PathBuf,
+    log_id: u64,
+    config: &LogConfig,
+) -> Result<Option<Manifest>, LogError> {
+    let mut capacity = 0u64;
+    let mut data_end = 0u64;
+    let mut starts_with_a_batch = false;
+    for (copy, bases) in present.iter().enumerate() {
+        if !bases.contains(&0) {
+            continue;
+        }
+        let path = folder(copy).join(segment_name(0));
+        let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
+        let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
+        let end = last_nonzero_end(&file, size).await?;
+        if end == 0 {
+            continue;
+        }
+        capacity = capacity.max(size);
+        data_end = data_end.max(end);
+        let mut window = Window::new();
+        if matches!(read_batch(&file, &mut window, log_id, 0, 0, size).await?, ReadBatch::Valid(..)) {
+            starts_with_a_batch = true;
+        }
+    }
+    if data_end == 0 {
+        return Ok(None);
+    }
+    let torn_bytes_max = 2 * (config.staging_bytes_max as u64 + 2 * BLOCK_BYTES as u64);
+    if !starts_with_a_batch && data_end > torn_bytes_max {
+        return Err(LogError::Corrupt(format!(
+            "{} holds data but no data directory has a valid manifest for its log, and it does not start with a batch of this log; refusing to start (nothing was deleted)",
+            folder(0).join(segment_name(0)).display()
+        )));
+    }
+    Ok(Some(Manifest {
+        sequence: 0,
+        segments: vec![(0, record::align_up(capacity as usize, BLOCK_BYTES) as u64)],
+    }))
 }
 
 async fn read_batch<F: StorageFile>(

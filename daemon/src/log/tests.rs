@@ -364,16 +364,36 @@ fn a_new_log_has_durable_folders_and_no_files_until_its_first_commit() {
     });
 }
 
-/// A crash between a new log's first segment and its first manifest leaves a segment no
-/// manifest lists, in a log that has no manifest at all. Nothing was written into it (a commit
-/// waits for the manifest), so recovery removes it if it holds only zeros; a segment that
-/// holds data with no manifest anywhere is not explained by any crash, and stops recovery.
+/// A log's first segment is listed by no manifest: its first commit creates one file, and
+/// recovery takes a log without a manifest to be that segment alone. A first segment of zeros
+/// (a first roll cut short) is removed; one whose data is a torn first write is cut back like
+/// any torn tail; data that neither starts with a batch of this log nor fits in two torn
+/// writes, or a first segment beside a damaged manifest, stops recovery and deletes nothing.
 #[test]
-fn a_first_segment_without_a_manifest_is_removed_if_empty_and_refused_if_not() {
+fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
     use crate::storage::{Storage, StorageFile};
     run(async {
-        let disk = SimDisk::new();
         let dirs = directories(1);
+        // The first commits make one file, the second segment the first manifest.
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(append_many(&log, 0, 3).await, vec![0, 1, 2]);
+        assert_eq!(disk.list_dir(&folder(0)).unwrap(), vec![segment_name(0)]);
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!((report.segments, report.records), (1, 3), "{report:?}");
+        let acked = 3 + append_many(&log, 3, 400).await.len();
+        assert!(log.inner.borrow().segments.len() > 1, "the test wants a second segment");
+        assert!(disk.list_dir(&folder(0)).unwrap().iter().any(|name| name.starts_with("manifest")));
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        check_payloads(&read_all(&log).await, acked);
+        drop(log);
+
+        // A first roll cut short: zeros, removed.
+        let disk = SimDisk::new();
         disk.create_dir_durable(&folder(0)).await.unwrap();
         let file = disk.open(&segment_path(0, 0), true).await.unwrap();
         file.allocate(64 * 1024).await.unwrap();
@@ -385,10 +405,39 @@ fn a_first_segment_without_a_manifest_is_removed_if_empty_and_refused_if_not() {
         assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
         drop(log);
 
+        // A torn first write: no batch, a few blocks of bytes; cut back, and the log goes on.
         let disk = SimDisk::new();
         disk.create_dir_durable(&folder(0)).await.unwrap();
         disk.open(&segment_path(0, 0), true).await.unwrap();
-        disk.set_file_bytes(&segment_path(0, 0), vec![7u8; 8192]);
+        let mut torn = vec![0u8; 64 * 1024];
+        torn[..8192].fill(7);
+        disk.set_file_bytes(&segment_path(0, 0), torn);
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!((report.records, report.torn_bytes_discarded), (0, 8192), "{report:?}");
+        assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
+        drop(log);
+
+        // More than two torn writes could hold, and no batch of this log: refused.
+        let disk = SimDisk::new();
+        disk.create_dir_durable(&folder(0)).await.unwrap();
+        disk.open(&segment_path(0, 0), true).await.unwrap();
+        let foreign = vec![7u8; 2 * small_config().staging_bytes_max + 64 * 1024];
+        disk.set_file_bytes(&segment_path(0, 0), foreign.clone());
+        let error = open(&disk, &dirs, small_config()).await.err().unwrap();
+        assert!(
+            matches!(&error, LogError::Corrupt(why) if why.contains("does not start with a batch of this log")),
+            "{error:?}"
+        );
+        assert_eq!(disk.file_bytes(&segment_path(0, 0)), Some(foreign), "recovery changed data");
+
+        // A first segment beside a manifest slot that holds damage is not taken alone.
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        append_many(&log, 0, 3).await;
+        drop(log);
+        let slot = folder(0).join(manifest::MANIFEST_SLOTS[1]);
+        disk.open(&slot, true).await.unwrap();
+        disk.set_file_bytes(&slot, vec![9u8; 4096]);
         let error = open(&disk, &dirs, small_config()).await.err().unwrap();
         assert!(
             matches!(&error, LogError::Corrupt(why) if why.contains("no data directory has a valid manifest")),
@@ -397,10 +446,6 @@ fn a_first_segment_without_a_manifest_is_removed_if_empty_and_refused_if_not() {
         assert!(disk.exists(&segment_path(0, 0)), "recovery deleted data");
     });
 }
-
-// ---------------------------------------------------------------------------------------------
-// Three data directories (T5, T6, T7)
-// ---------------------------------------------------------------------------------------------
 
 fn copy_bytes(disk: &SimDisk, copy: usize, base: u64) -> Vec<u8> {
     disk.file_bytes(&segment_path(copy, base)).unwrap()
