@@ -127,7 +127,7 @@ impl Responder {
     /// Resolves when the peer goes (or at once, if it already has).
     pub async fn gone(&self) {
         while !self.is_gone() {
-            self.outbound.changed.notified().await;
+            self.outbound.left.notified().await;
         }
     }
 
@@ -201,8 +201,11 @@ pub struct Outbound {
     closed: Cell<bool>,
     /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
     peer_gone: Cell<bool>,
-    /// Fires when the queue drains or the peer goes, for streams waiting on either.
+    /// Fires when the queue drains or the peer goes, for streams waiting for room.
     changed: Notify,
+    /// Fires when the peer goes, for idle streams. Not `changed`: that fires at every write,
+    /// and thousands of idle streams on one connection all woke at each (W4 steady state).
+    left: Notify,
 }
 
 impl Outbound {
@@ -217,6 +220,7 @@ impl Outbound {
     fn peer_left(&self) {
         self.peer_gone.set(true);
         self.changed.notify_all();
+        self.left.notify_all();
     }
 }
 
@@ -416,6 +420,39 @@ mod tests {
         assert_eq!(first.as_ref().len(), 1000);
         drop((first, second));
         assert_eq!(GATHERED_HELD_BYTES.get(), before);
+    }
+
+    /// An idle stream waits for its peer to go; the writer draining the connection's queue (at
+    /// every write) must not wake it, or thousands of idle streams on one connection all wake
+    /// at each write. Room in the queue still wakes a stream waiting to send.
+    #[test]
+    fn idle_streams_wake_when_the_peer_goes_not_at_every_write() {
+        use std::future::Future;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use std::task::{Wake, Waker};
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut context = std::task::Context::from_waker(&waker);
+        let responder = Responder { outbound: Rc::new(Outbound::default()) };
+        let mut gone = std::pin::pin!(responder.gone());
+        let mut room = std::pin::pin!(responder.outbound.changed.notified());
+        assert!(gone.as_mut().poll(&mut context).is_pending());
+        assert!(room.as_mut().poll(&mut context).is_pending());
+        // What the writer does each time it takes the queue.
+        responder.outbound.changed.notify_all();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "only the stream waiting for room woke");
+        assert!(room.as_mut().poll(&mut context).is_ready());
+        assert!(gone.as_mut().poll(&mut context).is_pending());
+        responder.outbound.peer_left();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
+        assert!(gone.as_mut().poll(&mut context).is_ready());
     }
 
     /// Many runs (more than one vectored write takes), many more bytes than the socket buffers,
