@@ -39,12 +39,13 @@
 //! # Recovery (`open`)
 //! 1. A missing folder is made, with its parents, and their names synced (a new log writes no
 //!    file until its first commit). Every copy's manifest slots are read; the newest valid
-//!    manifest across copies names the segments. No manifest slot holding anything, and a
-//!    first segment (base 0) holding data in some copy: that segment alone is the log (its
-//!    largest copy gives its capacity), unless its data neither starts with a batch of this log
-//!    nor fits in the two writes a crash may have torn at its start, which stops recovery.
-//!    Otherwise, with no valid manifest, its segment files are a first roll cut short and step 2
-//!    removes them if they hold only zeros, and refuses to start if not.
+//!    manifest across copies names the segments. No valid manifest, and a first segment (base
+//!    0) holding data in some copy: that segment alone is the log (its largest copy gives its
+//!    capacity; a slot holding a torn first manifest, or damage, changes nothing, since step 2
+//!    stops at any other segment that holds data), unless its data neither starts with a batch
+//!    of this log nor fits in the two writes a crash may have torn at its start, which stops
+//!    recovery. Otherwise, with no valid manifest, its segment files are a first roll cut short
+//!    and step 2 removes them if they hold only zeros, and refuses to start if not.
 //! 2. A spare (`SPARE_NAME`, never listed) is removed. Segment files the manifest does not
 //!    list are removed if they are below the log's start
 //!    (a crash between a manifest update and the unlink) or hold only zeros (created, never
@@ -829,9 +830,6 @@ impl<S: Storage> Log<S> {
         let mut best: Option<Manifest> = None;
         let mut manifest_sequences = vec![0u64; copies];
         let mut present: Vec<Vec<u64>> = Vec::with_capacity(copies);
-        // Whether any manifest slot holds bytes, valid or not: a log with a damaged manifest is
-        // not taken for one that never wrote any.
-        let mut slots_written = false;
         for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
             // Made here, not at the first segment: making it then (the directories, their syncs)
             // doubled the time of a topic's first publish.
@@ -860,7 +858,6 @@ impl<S: Storage> Log<S> {
                     // Created ahead by a roll (see `roll`), never written.
                     continue;
                 }
-                slots_written = true;
                 let bytes = file
                     .read_at(0, record::align_up(size as usize, BLOCK_BYTES))
                     .await
@@ -873,11 +870,14 @@ impl<S: Storage> Log<S> {
                 }
             }
         }
-        // Without a manifest the log has at most its first segment, based at offset 0, which no
-        // manifest lists (see `roll`): if it holds data in any copy, that segment alone is the
-        // log. Otherwise its segment files are a first roll cut short, all zeros, which step 2
-        // removes, and any that holds data stops recovery there.
-        if best.is_none() && !slots_written {
+        // Without a valid manifest the log has at most its first segment, based at offset 0,
+        // which no manifest lists (see `roll`): if it holds data in any copy, that segment alone
+        // is the log. A slot holding bytes but no valid manifest changes nothing: it is the
+        // first manifest torn by a crash during the second roll (whose new segment then holds
+        // only zeros), or damage, and then step 2 stops at any other segment holding data.
+        // Without data in a first segment, the segment files are a first roll cut short, all
+        // zeros, which step 2 removes, and any that holds data stops recovery there.
+        if best.is_none() {
             best = first_segment_alone(&storage, &present, &folder, log_id, &config).await?;
         }
         let has_manifest = best.is_some();

@@ -367,8 +367,9 @@ fn a_new_log_has_durable_folders_and_no_files_until_its_first_commit() {
 /// A log's first segment is listed by no manifest: its first commit creates one file, and
 /// recovery takes a log without a manifest to be that segment alone. A first segment of zeros
 /// (a first roll cut short) is removed; one whose data is a torn first write is cut back like
-/// any torn tail; data that neither starts with a batch of this log nor fits in two torn
-/// writes, or a first segment beside a damaged manifest, stops recovery and deletes nothing.
+/// any torn tail, and so is a first manifest torn during the second roll; data that neither
+/// starts with a batch of this log nor fits in two torn writes, or a second segment holding
+/// data when no manifest is valid, stops recovery and deletes nothing.
 #[test]
 fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
     use crate::storage::{Storage, StorageFile};
@@ -430,20 +431,44 @@ fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
         );
         assert_eq!(disk.file_bytes(&segment_path(0, 0)), Some(foreign), "recovery changed data");
 
-        // A first segment beside a manifest slot that holds damage is not taken alone.
+        // The first manifest torn by a crash during the second roll: the slot holds bytes but
+        // no manifest, the new segment only zeros. The first segment alone is the log; the
+        // second goes, and the next manifest is written.
         let disk = SimDisk::new();
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 3).await;
         drop(log);
         let slot = folder(0).join(manifest::MANIFEST_SLOTS[1]);
         disk.open(&slot, true).await.unwrap();
-        disk.set_file_bytes(&slot, vec![9u8; 4096]);
+        disk.set_file_bytes(&slot, [vec![9u8; 512], vec![0u8; 3584]].concat());
+        let second = disk.open(&segment_path(0, 3), true).await.unwrap();
+        second.allocate(128 * 1024).await.unwrap();
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!((report.records, report.empty_segments_removed), (3, 1), "{report:?}");
+        assert!(!disk.exists(&segment_path(0, 3)));
+        assert_eq!(append_many(&log, 3, 2).await, vec![3, 4]);
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        check_payloads(&read_all(&log).await, 5);
+        drop(log);
+
+        // Damage in the slots and a second segment holding data: nothing says what the log
+        // was, so recovery stops and deletes nothing.
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        append_many(&log, 0, 400).await;
+        assert!(log.inner.borrow().segments.len() > 1, "the test wants a second segment");
+        drop(log);
+        for slot in manifest::MANIFEST_SLOTS {
+            if disk.exists(&folder(0).join(slot)) {
+                disk.set_file_bytes(&folder(0).join(slot), vec![9u8; 4096]);
+            }
+        }
+        let before = disk.list_dir(&folder(0)).unwrap();
         let error = open(&disk, &dirs, small_config()).await.err().unwrap();
-        assert!(
-            matches!(&error, LogError::Corrupt(why) if why.contains("no data directory has a valid manifest")),
-            "{error:?}"
-        );
-        assert!(disk.exists(&segment_path(0, 0)), "recovery deleted data");
+        assert!(matches!(&error, LogError::Corrupt(why) if why.contains("does not list it")), "{error:?}");
+        assert_eq!(disk.list_dir(&folder(0)).unwrap(), before, "recovery deleted files");
     });
 }
 
