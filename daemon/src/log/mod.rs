@@ -42,8 +42,8 @@
 //!    manifest across copies names the segments. No valid manifest, and a first segment (base
 //!    0) holding data in some copy: that segment alone is the log (its largest copy gives its
 //!    capacity; a slot holding a torn first manifest, or damage, changes nothing, since step 2
-//!    stops at any other segment that holds data), unless its data neither starts with a batch
-//!    of this log nor fits in the two writes a crash may have torn at its start, which stops
+//!    stops at any other segment that holds data), unless no copy holding data starts with a
+//!    batch header of this log or with a zero sector (a torn first write), which stops
 //!    recovery. Otherwise, with no valid manifest, its segment files are a first roll cut short
 //!    and step 2 removes them if they hold only zeros, and refuses to start if not.
 //! 2. A spare (`SPARE_NAME`, never listed) is removed. Segment files the manifest does not
@@ -878,7 +878,7 @@ impl<S: Storage> Log<S> {
         // Without data in a first segment, the segment files are a first roll cut short, all
         // zeros, which step 2 removes, and any that holds data stops recovery there.
         if best.is_none() {
-            best = first_segment_alone(&storage, &present, &folder, log_id, &config).await?;
+            best = first_segment_alone(&storage, &present, &folder, log_id).await?;
         }
         let has_manifest = best.is_some();
         let manifest = best.unwrap_or_default();
@@ -2446,20 +2446,20 @@ impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
 }
 
 /// The manifest a log without one implies: its first segment alone, if that holds data in any
-/// copy (its size, the largest among the copies, is the capacity it was allocated with). Data
-/// that neither starts with a batch of this log in some copy nor fits in the two commits that
-/// may have been cut short at its start (a torn first write; each takes at most what may be
-/// staged) is no first segment of this log: recovery stops, deleting nothing.
+/// copy (its size, the largest among the copies, is the capacity it was allocated with). Its
+/// first write starts with a batch header of this log (the header's checksum covers the log
+/// id): a crash may tear that write, but sectors land whole, so at position 0 some copy holds
+/// either that header or zeros (the first sector never landed). Where every copy holding data
+/// has other bytes there, the file is no first segment of this log (copied from another, or
+/// rotten): recovery stops, deleting nothing.
 async fn first_segment_alone<S: Storage>(
     storage: &S,
     present: &[Vec<u64>],
     folder: &dyn Fn(usize) -> PathBuf,
     log_id: u64,
-    config: &LogConfig,
 ) -> Result<Option<Manifest>, LogError> {
     let mut capacity = 0u64;
-    let mut data_end = 0u64;
-    let mut starts_with_a_batch = false;
+    let mut starts_as_this_log = false;
     for (copy, bases) in present.iter().enumerate() {
         if !bases.contains(&0) {
             continue;
@@ -2467,22 +2467,20 @@ async fn first_segment_alone<S: Storage>(
         let path = folder(copy).join(segment_name(0));
         let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
         let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-        let end = last_nonzero_end(&file, size).await?;
-        if end == 0 {
+        if last_nonzero_end(&file, size).await? == 0 {
             continue;
         }
         capacity = capacity.max(size);
-        data_end = data_end.max(end);
         let mut window = Window::new();
-        if matches!(read_batch(&file, &mut window, log_id, 0, 0, size).await?, ReadBatch::Valid(..)) {
-            starts_with_a_batch = true;
+        let head = window.at(&file, 0, BLOCK_BYTES, size).await?;
+        if matches!(record::decode_batch_header(head, log_id, 0, 0), Ok(_) | Err(BatchError::Empty)) {
+            starts_as_this_log = true;
         }
     }
-    if data_end == 0 {
+    if capacity == 0 {
         return Ok(None);
     }
-    let torn_bytes_max = 2 * (config.staging_bytes_max as u64 + 2 * BLOCK_BYTES as u64);
-    if !starts_with_a_batch && data_end > torn_bytes_max {
+    if !starts_as_this_log {
         return Err(LogError::Corrupt(format!(
             "{} holds data but no data directory has a valid manifest for its log, and it does not start with a batch of this log; refusing to start (nothing was deleted)",
             folder(0).join(segment_name(0)).display()

@@ -367,9 +367,9 @@ fn a_new_log_has_durable_folders_and_no_files_until_its_first_commit() {
 /// A log's first segment is listed by no manifest: its first commit creates one file, and
 /// recovery takes a log without a manifest to be that segment alone. A first segment of zeros
 /// (a first roll cut short) is removed; one whose data is a torn first write is cut back like
-/// any torn tail, and so is a first manifest torn during the second roll; data that neither
-/// starts with a batch of this log nor fits in two torn writes, or a second segment holding
-/// data when no manifest is valid, stops recovery and deletes nothing.
+/// any torn tail, and so is a first manifest torn during the second roll; a first segment that
+/// does not start as this log's would, or a second segment holding data when no manifest is
+/// valid, stops recovery and deletes nothing.
 #[test]
 fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
     use crate::storage::{Storage, StorageFile};
@@ -406,23 +406,36 @@ fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
         assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
         drop(log);
 
-        // A torn first write: no batch, a few blocks of bytes; cut back, and the log goes on.
-        let disk = SimDisk::new();
-        disk.create_dir_durable(&folder(0)).await.unwrap();
-        disk.open(&segment_path(0, 0), true).await.unwrap();
-        let mut torn = vec![0u8; 64 * 1024];
-        torn[..8192].fill(7);
-        disk.set_file_bytes(&segment_path(0, 0), torn);
-        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
-        assert_eq!((report.records, report.torn_bytes_discarded), (0, 8192), "{report:?}");
-        assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
-        drop(log);
+        // A torn first write, its header's sector landed and the rest not, or the other way
+        // round: cut back like any torn tail, and the log goes on.
+        for header_landed in [true, false] {
+            let disk = SimDisk::new();
+            let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+            let payloads: Vec<Vec<u8>> = (290..300).map(payload).collect();
+            log.append(records_for(&payloads), payloads.len() as u32).await.unwrap();
+            drop(log);
+            let mut bytes = disk.file_bytes(&segment_path(0, 0)).unwrap();
+            let written = bytes.iter().rposition(|byte| *byte != 0).unwrap() + 1;
+            assert!((1024..BLOCK_BYTES).contains(&written), "the test wants one batch of 2-8 sectors");
+            match header_landed {
+                true => bytes[512..].fill(0),
+                false => bytes[..512].fill(0),
+            }
+            disk.set_file_bytes(&segment_path(0, 0), bytes);
+            let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+            assert_eq!(report.records, 0, "{report:?}");
+            assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
+            drop(log);
+            let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+            check_payloads(&read_all(&log).await, 2);
+            drop(log);
+        }
 
-        // More than two torn writes could hold, and no batch of this log: refused.
+        // Bytes that are no batch of this log where its first write would start: refused.
         let disk = SimDisk::new();
         disk.create_dir_durable(&folder(0)).await.unwrap();
         disk.open(&segment_path(0, 0), true).await.unwrap();
-        let foreign = vec![7u8; 2 * small_config().staging_bytes_max + 64 * 1024];
+        let foreign = vec![7u8; 64 * 1024];
         disk.set_file_bytes(&segment_path(0, 0), foreign.clone());
         let error = open(&disk, &dirs, small_config()).await.err().unwrap();
         assert!(
