@@ -478,6 +478,16 @@ struct LogInner<S: Storage> {
 }
 
 impl<S: Storage> LogInner<S> {
+    /// Where the next batch goes: the active segment's write position and the next offset;
+    /// None before the first segment.
+    fn end(&self) -> Option<Place> {
+        self.segments.last().map(|segment| Place {
+            segment_base: segment.base_offset,
+            position: segment.write_position,
+            base_offset: self.next_offset,
+        })
+    }
+
     fn drop_oldest_cached(&mut self) {
         if let Some((_, old)) = self.tail_cache.pop_front() {
             let bytes = old.bytes().len();
@@ -1517,14 +1527,7 @@ impl<S: Storage> Log<S> {
             Some(prepared) => {
                 // Its write is in flight already, at the place the commit before it left, which
                 // succeeded (a failure fences the log): nothing to set up.
-                let end = {
-                    let inner = self.inner.borrow();
-                    inner.segments.last().map(|segment| Place {
-                        segment_base: segment.base_offset,
-                        position: segment.write_position,
-                        base_offset: inner.next_offset,
-                    })
-                };
+                let end = self.inner.borrow().end();
                 if end != Some(prepared.place) {
                     // Cannot happen (see above); if it did, its bytes are on disk at a place
                     // the log does not continue from, so nothing more is written to this log.
@@ -1662,12 +1665,7 @@ impl<S: Storage> Log<S> {
                 .iter()
                 .filter_map(|copy| segment.files[*copy].clone().map(|file| (*copy, file)))
                 .collect();
-            let place = Place {
-                segment_base: segment.base_offset,
-                position: segment.write_position,
-                base_offset: inner.next_offset,
-            };
-            (targets, place)
+            (targets, inner.end().unwrap())
         };
         let quorum = self.directories.quorum();
         if targets.len() < quorum {
