@@ -2458,6 +2458,7 @@ async fn first_segment_alone<S: Storage>(
 ) -> Result<Option<Manifest>, LogError> {
     let mut capacity = 0u64;
     let mut starts_as_this_log = false;
+    let mut holding_data = None;
     for (copy, bases) in present.iter().enumerate() {
         if !bases.contains(&0) {
             continue;
@@ -2469,19 +2470,18 @@ async fn first_segment_alone<S: Storage>(
             continue;
         }
         capacity = capacity.max(size);
+        holding_data.get_or_insert(path);
         let mut window = Window::new();
         let head = window.at(&file, 0, BLOCK_BYTES, size).await?;
         if matches!(record::decode_batch_header(head, log_id, 0, 0), Ok(_) | Err(BatchError::Empty)) {
             starts_as_this_log = true;
         }
     }
-    if capacity == 0 {
-        return Ok(None);
-    }
+    let Some(holding_data) = holding_data else { return Ok(None) };
     if !starts_as_this_log {
         return Err(LogError::Corrupt(format!(
             "{} holds data but no data directory has a valid manifest for its log, and it does not start with a batch of this log; refusing to start (nothing was deleted)",
-            folder(0).join(segment_name(0)).display()
+            holding_data.display()
         )));
     }
     Ok(Some(Manifest {

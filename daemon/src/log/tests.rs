@@ -431,18 +431,21 @@ fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
             drop(log);
         }
 
-        // Bytes that are no batch of this log where its first write would start: refused.
+        // Bytes that are no batch of this log where its first write would start: refused, and
+        // the report names the file that holds them (here in the second of two directories).
         let disk = SimDisk::new();
-        disk.create_dir_durable(&folder(0)).await.unwrap();
-        disk.open(&segment_path(0, 0), true).await.unwrap();
+        disk.create_dir_durable(&folder(1)).await.unwrap();
+        disk.open(&segment_path(1, 0), true).await.unwrap();
         let foreign = vec![7u8; 64 * 1024];
-        disk.set_file_bytes(&segment_path(0, 0), foreign.clone());
-        let error = open(&disk, &dirs, small_config()).await.err().unwrap();
+        disk.set_file_bytes(&segment_path(1, 0), foreign.clone());
+        let error = open(&disk, &directories(2), small_config()).await.err().unwrap();
+        let named = segment_path(1, 0).display().to_string();
         assert!(
-            matches!(&error, LogError::Corrupt(why) if why.contains("does not start with a batch of this log")),
+            matches!(&error, LogError::Corrupt(why)
+                if why.contains("does not start with a batch of this log") && why.contains(&named)),
             "{error:?}"
         );
-        assert_eq!(disk.file_bytes(&segment_path(0, 0)), Some(foreign), "recovery changed data");
+        assert_eq!(disk.file_bytes(&segment_path(1, 0)), Some(foreign), "recovery changed data");
 
         // The first manifest torn by a crash during the second roll: the slot holds bytes but
         // no manifest, the new segment only zeros. The first segment alone is the log; the
