@@ -30,10 +30,10 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 if [ "$QUICK" = 1 ]; then
   W1=1000000; W1_SINGLE=200000; W2=400000; W2_RATE=50000; W3=100000
-  W4_TOPICS=1000; W4=100000; W5=100000; DISK_BYTES=64MiB
+  W4_TOPICS=1000; W4=100000; W5=100000; DISK_BYTES=64MiB; DISK_FRESH_BYTES=256MiB
 else
   W1=2000000; W1_SINGLE=250000; W2=1000000; W2_RATE=200000; W3=200000
-  W4_TOPICS=10000; W4=200000; W5=1000000; DISK_BYTES=256MiB
+  W4_TOPICS=10000; W4=200000; W5=1000000; DISK_BYTES=256MiB; DISK_FRESH_BYTES=1GiB
 fi
 
 # Where the limit cannot be raised (this machine's hard limit is 20,000), fewer topics are used
@@ -114,6 +114,14 @@ if "$BIN" --data-dir "$DATA_PARENT" disk --bytes-per-size "$DISK_BYTES" --json "
   echo "   done"
 else
   echo "   FAILED: $(tail -n 1 "$OUT/disk.log")"
+fi
+# The same into space that is only fallocated, each block once: what a growing log writes (the
+# first ceiling overwrites written blocks, which a log does only when it reuses old segments).
+if "$BIN" --data-dir "$DATA_PARENT" disk --fresh --block-sizes 1MiB --bytes-per-size "$DISK_FRESH_BYTES" \
+    --json "$OUT/disk_fresh.json" >"$OUT/disk_fresh.txt" 2>"$OUT/disk_fresh.log"; then
+  echo "   into fallocated space: done"
+else
+  echo "   into fallocated space: FAILED: $(tail -n 1 "$OUT/disk_fresh.log")"
 fi
 
 echo

@@ -146,7 +146,23 @@ def main():
                  f"({r['writes_per_sec']:,.0f} syncs/s, fdatasync p99 {r['sync_p99_us']:,} µs)" for r in disk]
         print("Disk ceiling (O_DIRECT write + fdatasync, one at a time): " + "; ".join(cells) + ".")
     except (OSError, ValueError, KeyError, TypeError):
+        disk = None
         print("Disk ceiling: not measured (see disk.log).")
+    try:
+        with open(os.path.join(out, "disk_fresh.json")) as file:
+            fresh = json.load(file)["results"][0]
+        print(f"Into fallocated space, each block once, as a growing log writes: "
+              f"{fresh['block_bytes'] // 1024:,} KiB {fresh['mb_per_sec']:,.0f} MB/s "
+              f"(fdatasync p99 {fresh['sync_p99_us']:,} µs).")
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        fresh = None
+        print("Into fallocated space: not measured (see disk_fresh.log).")
+    w1_mb = dig(load_ringpost(out, "W1_batch1000"), "mb_per_sec")
+    largest = max(disk, key=lambda r: r["block_bytes"]) if disk else None
+    if w1_mb and largest and fresh:
+        print(f"W1 (batches of 1000) carried {w1_mb:,.0f} MB/s of payloads: {w1_mb / largest['mb_per_sec']:.0%} of the "
+              f"{largest['block_bytes'] // 1024:,} KiB ceiling over written blocks, "
+              f"{w1_mb / fresh['mb_per_sec']:.0%} of the one into fallocated space.")
     print("Durability differs: NATS 2.9 acknowledges a JetStream publish after write(), before fsync "
           "(it syncs on a timer), while Ringpost acknowledges only once durable "
           "(an O_DSYNC write, or fdatasync).")

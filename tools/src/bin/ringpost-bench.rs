@@ -280,6 +280,10 @@ struct DiskFlags {
     /// bytes to write per size, at most 10 s each (default 256MiB)
     #[argh(option, arg_name = "bytes", from_str_fn(parse_bytes))]
     bytes_per_size: Option<u64>,
+    /// write into space that is only fallocated, each block once, as a growing log does,
+    /// instead of over written blocks (the disk's best case)
+    #[argh(switch)]
+    fresh: bool,
     /// also write the results as JSON to this file
     #[argh(option, arg_name = "path")]
     json: Option<PathBuf>,
@@ -598,7 +602,13 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         data_dir,
         block_sizes: flags.block_sizes.unwrap_or(defaults.block_sizes.clone()),
         bytes_per_size: flags.bytes_per_size.unwrap_or(defaults.bytes_per_size),
+        fresh: flags.fresh,
         ..defaults
+    };
+    // Fresh space is written once, so the file is as large as the budget.
+    let options = match options.fresh {
+        true => DiskOptions { file_bytes: options.bytes_per_size.next_multiple_of(1 << 20), ..options },
+        false => options,
     };
     let results = disk::measure(&options, &mut |line| eprintln!("{line}")).map_err(|error| {
         match (error.kind(), error.raw_os_error()) {
@@ -609,8 +619,12 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         }
     })?;
     print!("{}", disk_table(&results));
+    let space = match options.fresh {
+        true => "into fallocated space, each block once",
+        false => "over written blocks",
+    };
     println!(
-        "measured in {}: O_DIRECT writes, each followed by fdatasync, one at a time",
+        "measured in {}: O_DIRECT writes {space}, each followed by fdatasync, one at a time",
         options.data_dir.display()
     );
     if let Some(path) = &flags.json {
