@@ -605,9 +605,16 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         fresh: flags.fresh,
         ..defaults
     };
-    // Fresh space is written once, so the file is as large as the budget.
+    // Fresh space is written once, so the file is as large as the budget (and holds one write
+    // of the largest size at least).
     let options = match options.fresh {
-        true => DiskOptions { file_bytes: options.bytes_per_size.next_multiple_of(1 << 20), ..options },
+        true => {
+            let largest = options.block_sizes.iter().copied().max().unwrap_or(0) as u64;
+            DiskOptions {
+                file_bytes: options.bytes_per_size.max(largest).next_multiple_of(1 << 20),
+                ..options
+            }
+        }
         false => options,
     };
     let results = disk::measure(&options, &mut |line| eprintln!("{line}")).map_err(|error| {
