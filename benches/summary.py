@@ -33,7 +33,7 @@ ROWS = [
     ("W4 {topics} topics, one subscription each (published/s, e2e p99)",
      "W4_topics", ("msgs_per_sec", "e2e_us.p99"),
      None, None),
-    ("W4's requests on {topics} topics, one per shard (published/s, e2e p99)",
+    ("W4's requests on {topics} topics (published/s, e2e p99)",
      "W4_shape_2topics", ("msgs_per_sec", "e2e_us.p99"),
      None, None),
     ("W5 backlog drain, one subscription (drained/s)",
@@ -120,10 +120,14 @@ def main():
               f"lost {lost:,}, duplicates {duplicates:,}.")
     w1 = dig(load_ringpost(out, "W1_batch1000"), "msgs_per_sec")
     w4 = dig(load_ringpost(out, "W4_topics"), "msgs_per_sec")
-    shape = dig(load_ringpost(out, "W4_shape_2topics"), "msgs_per_sec")
+    shape_run = load_ringpost(out, "W4_shape_2topics")
+    shape = dig(shape_run, "msgs_per_sec")
     if w1 and w4 and shape:
-        print(f"W4 against W1 (batches of 1000): {w4 / w1:.0%}; W4's requests on one topic per shard "
-              f"(one message log and one journal per shard, as if every topic shared them): {shape / w1:.0%}.")
+        shards = dig(shape_run, "forwarders")
+        served = f", served by {shards:.0f} forwarder shard(s)" if shards else ""
+        print(f"W4 against W1 (batches of 1000): {w4 / w1:.0%}; W4's requests on {shape_run['topics']} topics "
+              f"(one message log and one journal per topic{served}, as if the topics shared their logs): "
+              f"{shape / w1:.0%}.")
     memory = sorted((run["topics"], run) for run in (
         load_ringpost(out, name[:-len(".json")]) for name in os.listdir(out)
         if name.startswith("W4_memory_") and name.endswith(".json")) if run and run.get("resident_idle_bytes"))

@@ -86,6 +86,9 @@ pub struct Report {
     pub resident: Option<Resident>,
     /// Backlog workload: resident bytes with the backlog stored, before it is drained.
     pub resident_stored_bytes: Option<u64>,
+    /// Topics workload: how many forwarder shards serve its topics (the router places them by
+    /// hash within bounded loads, so a few topics may share one). None where not looked up.
+    pub forwarders: Option<usize>,
 }
 
 impl Report {
@@ -292,6 +295,9 @@ impl Report {
                 ("ack_errors", delivery.acknowledge_failed.to_string()),
             ]);
         }
+        if let Some(forwarders) = self.forwarders {
+            fields.push(("forwarders", forwarders.to_string()));
+        }
         json::object(&fields)
     }
 
@@ -349,6 +355,7 @@ mod tests {
             warnings: Vec::new(),
             resident: None,
             resident_stored_bytes: None,
+            forwarders: None,
         }
     }
 
@@ -416,5 +423,8 @@ mod tests {
         assert_eq!(report.resident.unwrap().idle_bytes_per_topic(topics.topic_count()), 1500);
         assert!(report.json(&topics).contains("\"resident_per_idle_topic_bytes\":1500"));
         assert!(report.table(&topics).contains("resident/idle topic"));
+        assert!(!report.json(&topics).contains("forwarders"), "not looked up, not reported");
+        report.forwarders = Some(2);
+        assert!(report.json(&topics).contains("\"forwarders\":2"));
     }
 }

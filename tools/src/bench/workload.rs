@@ -329,6 +329,11 @@ pub fn run(
     };
     let mut report = result?;
     report.setup_seconds = setup_seconds;
+    if multiplex {
+        let forwarders: std::collections::HashSet<&str> =
+            layout.targets.iter().filter_map(|target| target.forwarder.as_deref()).collect();
+        report.forwarders = Some(forwarders.len());
+    }
     report.resident = match (resident_before, resident_idle, resident_after) {
         (Some(before_bytes), Some(idle_bytes), Some(after_bytes)) => {
             Some(Resident { before_bytes, idle_bytes, after_bytes })
@@ -469,6 +474,7 @@ fn measure(
         warnings: std::mem::take(&mut *warnings.lock().unwrap()),
         resident: None,
         resident_stored_bytes: Some(resident_stored_bytes.load(Ordering::Relaxed)).filter(|bytes| *bytes > 0),
+        forwarders: None,
     };
     if abort.load(Ordering::Relaxed) {
         report.warnings.push(format!(
