@@ -431,6 +431,27 @@ fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
             drop(log);
         }
 
+        // A torn first write of several blocks whose whole first block was lost: recovery must
+        // look past the zero first block to see that the file holds data (and not refuse it as
+        // an unlisted segment), and the log goes on from its start.
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        let payloads: Vec<Vec<u8>> = (0..12).map(|index| vec![index as u8 + 1; 1000]).collect();
+        log.append(records_for(&payloads), payloads.len() as u32).await.unwrap();
+        drop(log);
+        let mut bytes = disk.file_bytes(&segment_path(0, 0)).unwrap();
+        let written = bytes.iter().rposition(|byte| *byte != 0).unwrap() + 1;
+        assert!(written > 2 * BLOCK_BYTES, "the test wants one batch of three blocks or more");
+        bytes[..BLOCK_BYTES].fill(0);
+        disk.set_file_bytes(&segment_path(0, 0), bytes);
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(report.records, 0, "{report:?}");
+        assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
+        drop(log);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        check_payloads(&read_all(&log).await, 2);
+        drop(log);
+
         // Bytes that are no batch of this log where its first write would start: refused, and
         // the report names the file that holds them (here in the second of two directories).
         let disk = SimDisk::new();
