@@ -66,6 +66,11 @@ pub trait Storage: Clone + 'static {
     }
     /// Names of the entries of a directory, sorted.
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// `list_dir` where the shard must not wait: reading a directory the kernel has not cached
+    /// blocks on the disk, and at start-up every topic's folders are read so.
+    async fn list_dir_unblocking(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.list_dir(path)
+    }
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
