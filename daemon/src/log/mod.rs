@@ -811,8 +811,10 @@ impl Drop for SparePlace {
     }
 }
 
-/// Scan window for recovery reads.
+/// Scan window for recovery reads, at most: the window grows from
+/// `RECOVERY_READ_BYTES_FIRST`, so that a log holding little is read with little.
 const RECOVERY_READ_BYTES: usize = 1 << 20;
+const RECOVERY_READ_BYTES_FIRST: usize = 64 << 10;
 
 /// What one copy holds at a position during recovery.
 enum CopyBatch {
@@ -2413,11 +2415,15 @@ enum ReadBatch {
 struct Window<R> {
     start: u64,
     bytes: Option<R>,
+    /// The size of the next read: `RECOVERY_READ_BYTES_FIRST`, doubling up to
+    /// `RECOVERY_READ_BYTES`. Most logs are small, and the unwritten rest of a segment reads
+    /// as zeros the kernel still copies: 5,000 small topics read 6 GB of them in 1 MiB reads.
+    next_bytes: usize,
 }
 
 impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
     fn new() -> Window<R> {
-        Window { start: 0, bytes: None }
+        Window { start: 0, bytes: None, next_bytes: RECOVERY_READ_BYTES_FIRST }
     }
 
     /// The bytes at `[position, position + length)` (fewer at the end of the file).
@@ -2432,8 +2438,9 @@ impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
             position >= self.start && position + length as u64 <= self.start + bytes.len() as u64
         });
         if !covered {
-            let want = (length.max(RECOVERY_READ_BYTES) as u64).min(size.saturating_sub(position)) as usize;
+            let want = (length.max(self.next_bytes) as u64).min(size.saturating_sub(position)) as usize;
             let want = record::align_up(want, BLOCK_BYTES);
+            self.next_bytes = (self.next_bytes * 2).min(RECOVERY_READ_BYTES);
             self.bytes = Some(file.read_at(position, want).await.map_err(|e| LogError::Io(io_text(&e)))?);
             self.start = position;
         }
