@@ -270,6 +270,10 @@ pub struct Forwarder<S: Storage> {
     /// which costs an open per acknowledgement commit but keeps 10,000 topics within a
     /// 20,000-descriptor limit. Set from the open-file limit by the daemon.
     journals_open_max: Cell<usize>,
+    /// Topics whose attach is in progress: at start-up several are attached at once, and each
+    /// counts toward `journals_open_max` from its start, so the budget holds however they
+    /// interleave.
+    topics_attaching: Cell<usize>,
     /// When the rate windows of this shard's topics and subscriptions were sampled.
     rate_ticks: RefCell<RateTicks>,
     /// Requests handled (from clients and from the router, but for stats), and their count at
@@ -336,6 +340,7 @@ impl<S: Storage> Forwarder<S> {
             topics_by_id: RefCell::default(),
             subscriptions: RefCell::default(),
             journals_open_max: Cell::new(usize::MAX),
+            topics_attaching: Cell::new(0),
             rate_ticks: RefCell::default(),
             requests: Cell::new(0),
             requests_at_sweep: Cell::new(0),
@@ -516,6 +521,22 @@ impl<S: Storage> Forwarder<S> {
         if self.topics_by_id.borrow().contains_key(&topic_id) {
             return Ok(ControlOk::Done);
         }
+        // Counted at attach: topics deleted later do not hand their place to later ones.
+        let keep_files_open =
+            self.topics_by_id.borrow().len() + self.topics_attaching.get() < self.journals_open_max.get();
+        self.topics_attaching.set(self.topics_attaching.get() + 1);
+        let result = self.open_topic(topic_id, name, retention_seconds, keep_files_open).await;
+        self.topics_attaching.set(self.topics_attaching.get() - 1);
+        result
+    }
+
+    async fn open_topic(
+        &self,
+        topic_id: u64,
+        name: String,
+        retention_seconds: u64,
+        keep_files_open: bool,
+    ) -> Result<ControlOk, Status> {
         let relative = topic_folder(topic_id);
         // Both folders of the topic in every data directory, in one go: their parents are then
         // synced once each (three syncs a topic when each log made its own).
@@ -538,8 +559,6 @@ impl<S: Storage> Forwarder<S> {
         .await
         .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}': {error}")))?;
         report_recovery(&name, "messages", &report);
-        // Counted at attach: topics deleted later do not hand their place to later ones.
-        let keep_files_open = self.topics_by_id.borrow().len() < self.journals_open_max.get();
         let journal_config = self.journal_configs[usize::from(!keep_files_open)].clone();
         let (journal, report) = Log::open(
             self.storage.clone(),
@@ -1877,6 +1896,37 @@ mod tests {
             attach_subscription(&forwarder, false, false).await;
             let redelivered: Vec<u64> = pull(&forwarder, 1000).await.iter().map(|m| m.message_id).collect();
             assert_eq!(redelivered, unacknowledged, "exactly the unacknowledged messages come back");
+        });
+    }
+
+    /// At start-up the router attaches many topics at once; each counts toward the budget of
+    /// journals that keep their files open from the start of its attach, so the budget holds
+    /// however the attaches interleave.
+    #[test]
+    fn topics_attached_together_keep_to_the_open_journal_budget() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            forwarder.set_journals_open_max(3);
+            let attaches = (0..10u64)
+                .map(|topic_id| {
+                    forwarder.control(ControlRequest::AttachTopic {
+                        topic_id,
+                        name: format!("topic-{topic_id}"),
+                        retention_seconds: 0,
+                    })
+                })
+                .collect();
+            for result in crate::sync::join_all(attaches).await {
+                result.unwrap();
+            }
+            let keeping_open = (0..10)
+                .filter(|topic_id| {
+                    forwarder.topic(&format!("topic-{topic_id}")).unwrap().journal.config.keep_files_open
+                })
+                .count();
+            assert_eq!(keeping_open, 3);
+            assert_eq!(forwarder.topics_attaching.get(), 0);
         });
     }
 

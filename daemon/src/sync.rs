@@ -203,9 +203,108 @@ pub async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     outputs.into_iter().map(|output| output.expect("every future completed")).collect()
 }
 
+/// Runs `work` on every item with at most `limit` of them in progress at once, and returns the
+/// first error. After an error no further item is started; those in progress finish. Used
+/// where many independent waits (one per topic at start-up) would otherwise be taken one at a
+/// time, while a bound keeps their buffers and descriptors bounded.
+pub async fn try_for_each_concurrent<T, E, F, W>(items: Vec<T>, limit: usize, work: W) -> Result<(), E>
+where
+    F: Future<Output = Result<(), E>>,
+    W: Fn(T) -> F,
+{
+    let queue = RefCell::new(std::collections::VecDeque::from(items));
+    let first_error: RefCell<Option<E>> = RefCell::new(None);
+    let worker = || async {
+        loop {
+            let Some(item) = queue.borrow_mut().pop_front() else { break };
+            if let Err(error) = work(item).await {
+                queue.borrow_mut().clear();
+                first_error.borrow_mut().get_or_insert(error);
+                break;
+            }
+        }
+    };
+    let workers = limit.max(1).min(queue.borrow().len());
+    join_all((0..workers).map(|_| worker()).collect()).await;
+    match first_error.into_inner() {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Drives a future made of pending-once steps on a no-op waker, as an executor would.
+    fn run<F: Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut context = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+                return output;
+            }
+        }
+    }
+
+    /// Returns Pending once, so that several workers are in progress together.
+    async fn yield_once() {
+        let mut yielded = false;
+        std::future::poll_fn(|_| {
+            if yielded {
+                Poll::Ready(())
+            } else {
+                yielded = true;
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    #[test]
+    fn concurrent_work_takes_every_item_once_within_the_limit() {
+        let in_progress = std::cell::Cell::new(0usize);
+        let in_progress_max = std::cell::Cell::new(0usize);
+        let done = RefCell::new(Vec::new());
+        let result: Result<(), ()> = run(try_for_each_concurrent((0..100).collect(), 7, |item: u32| {
+            let (in_progress, in_progress_max, done) = (&in_progress, &in_progress_max, &done);
+            async move {
+                in_progress.set(in_progress.get() + 1);
+                in_progress_max.set(in_progress_max.get().max(in_progress.get()));
+                yield_once().await;
+                done.borrow_mut().push(item);
+                in_progress.set(in_progress.get() - 1);
+                Ok(())
+            }
+        }));
+        assert_eq!(result, Ok(()));
+        let mut done = done.into_inner();
+        done.sort();
+        assert_eq!(done, (0..100).collect::<Vec<_>>());
+        assert_eq!(in_progress_max.get(), 7, "as many in progress as the limit allows, and no more");
+    }
+
+    #[test]
+    fn concurrent_work_stops_starting_items_after_an_error() {
+        let started = RefCell::new(Vec::new());
+        let result = run(try_for_each_concurrent((0..100).collect(), 4, |item: u32| {
+            let started = &started;
+            async move {
+                started.borrow_mut().push(item);
+                yield_once().await;
+                if item == 5 {
+                    Err(format!("item {item} failed"))
+                } else {
+                    Ok(())
+                }
+            }
+        }));
+        assert_eq!(result, Err("item 5 failed".to_string()));
+        assert!(started.borrow().len() < 10, "started after the error: {:?}", started.borrow());
+        let nothing: Result<(), ()> =
+            run(try_for_each_concurrent(Vec::<u32>::new(), 4, |_| async { Ok(()) }));
+        assert_eq!(nothing, Ok(()));
+    }
 
     #[test]
     fn a_notifier_nobody_waits_on_allocates_nothing_and_clones_share() {

@@ -133,6 +133,57 @@ fn acks_are_durable_and_unacked_messages_return_after_restart() {
     assert_eq!(after, expected, "exactly the unacknowledged entries come back");
 }
 
+/// Start-up attaches topics and then subscriptions several at a time, across both shards:
+/// each topic must come back with its messages, and each subscription with its own
+/// acknowledgements, whatever order the attaches finish in.
+#[test]
+fn many_topics_recover_together_with_their_acknowledgements() {
+    const TOPICS: usize = 80;
+    let mut daemon = Daemon::start("restart-many");
+    let client = daemon.client();
+    for topic in 0..TOPICS {
+        let name = format!("ledger-{topic:02}");
+        block_on(client.create_topic(&name)).unwrap();
+        block_on(client.create_subscription(subscription(&format!("acked-{topic:02}"), &name, 600))).unwrap();
+        block_on(client.create_subscription(subscription(&format!("idle-{topic:02}"), &name, 600))).unwrap();
+        let texts: Vec<String> = (0..4).map(|i| format!("{name}/{i}")).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        publish(&client, &name, &texts);
+        // Each topic's "acked" subscription acknowledges a different message.
+        let delivered = pull_texts(&client, &format!("acked-{topic:02}"));
+        assert_eq!(delivered.len(), 4);
+        let acked: Vec<String> = delivered
+            .iter()
+            .filter(|(text, _, _)| text.ends_with(&format!("/{}", topic % 4)))
+            .map(|(_, id, _)| id.clone())
+            .collect();
+        assert!(block_on(client.acknowledge(&format!("acked-{topic:02}"), acked)).unwrap().is_empty());
+    }
+    drop(client);
+    daemon.restart();
+    let client = daemon.client();
+    assert_eq!(block_on(client.list_topics()).unwrap().len(), TOPICS);
+    for topic in 0..TOPICS {
+        let name = format!("ledger-{topic:02}");
+        let mut acked: Vec<String> =
+            pull_texts(&client, &format!("acked-{topic:02}")).into_iter().map(|(text, _, _)| text).collect();
+        acked.sort();
+        let expected: Vec<String> =
+            (0..4).filter(|i| i % 4 != topic % 4).map(|i| format!("{name}/{i}")).collect();
+        assert_eq!(acked, expected, "{name}: all but the acknowledged message come back");
+        let mut idle: Vec<String> =
+            pull_texts(&client, &format!("idle-{topic:02}")).into_iter().map(|(text, _, _)| text).collect();
+        idle.sort();
+        assert_eq!(
+            idle,
+            (0..4).map(|i| format!("{name}/{i}")).collect::<Vec<_>>(),
+            "{name}: nothing was acknowledged"
+        );
+        // The log goes on from where it was.
+        assert_eq!(publish(&client, &name, &["after"]), vec![4], "{name}");
+    }
+}
+
 #[test]
 fn deleting_a_topic_detaches_its_subscriptions() {
     let daemon = Daemon::start("delete-topic");
