@@ -4,7 +4,8 @@
 Usage: summary.py OUT
 
 OUT holds one ringpost-bench --json file per Ringpost workload (<label>.json), nats/results.txt
-with the RESULT lines of shared/peers/nats/run.sh, and disk.json from `ringpost-bench disk`.
+with the RESULT lines of shared/peers/nats/run.sh, and disk.json, disk_fresh.json and
+disk_read.json from `ringpost-bench disk` (over written blocks, into fallocated space, reads).
 A workload that failed or was not run shows a dash; the table is still printed.
 """
 import json
@@ -167,6 +168,27 @@ def main():
         print(f"W1 (batches of 1000) carried {w1_mb:,.0f} MB/s of payloads: {w1_mb / largest['mb_per_sec']:.0%} of the "
               f"{largest['block_bytes'] // 1024:,} KiB ceiling over written blocks, "
               f"{w1_mb / fresh['mb_per_sec']:.0%} of the one into fallocated space.")
+    try:
+        with open(os.path.join(out, "disk_read.json")) as file:
+            reads = json.load(file)["results"]
+        best = max(reads, key=lambda r: r["mb_per_sec"])
+        cells = [f"{r['block_bytes'] // 1024:,} KiB {r['mb_per_sec']:,.0f} MB/s (p99 {r['read_p99_us']:,} µs)"
+                 for r in reads]
+        print("Disk read ceiling (sequential O_DIRECT reads of written blocks, one at a time): "
+              + "; ".join(cells) + ".")
+        w5 = load_ringpost(out, "W5_backlog")
+        drained, size = dig(w5, "deliveries_per_sec"), dig(w5, "size")
+        if drained and size:
+            # A record on disk: its 32-byte header and the payload, 8-byte aligned (record.rs);
+            # the bench's messages carry no attributes or ordering key.
+            record_bytes = (32 + int(size) + 7) // 8 * 8
+            drained_mb = drained * record_bytes / 1e6
+            print(f"W5 drained {drained:,.0f} msg/s, {drained_mb:,.0f} MB/s of {record_bytes:,}-byte records, read "
+                  f"back past the tail cache with O_DIRECT: {drained_mb / best['mb_per_sec']:.0%} of the read "
+                  f"ceiling ({best['block_bytes'] // 1024:,} KiB reads). NATS writes and reads its files through "
+                  f"the page cache.")
+    except (OSError, ValueError, KeyError, TypeError):
+        print("Disk read ceiling: not measured (see disk_read.log).")
     print("Durability differs: NATS 2.9 acknowledges a JetStream publish after write(), before fsync "
           "(it syncs on a timer), while Ringpost acknowledges only once durable "
           "(an O_DSYNC write, or fdatasync).")

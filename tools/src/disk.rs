@@ -8,7 +8,10 @@
 //! pay for converting unwritten extents (on this machine a 4 KiB commit measured 100 µs of write
 //! and 113 µs of fdatasync inside the daemon, against 94 µs for both here). `fresh` measures
 //! that case too: writes into space that is only fallocated, each once, as a growing log
-//! writes, the ceiling for a log that is not overwriting old segments.
+//! writes, the ceiling for a log that is not overwriting old segments. `measure_reads` gives
+//! the other side: sequential O_DIRECT reads of a file written first, as a subscriber draining a
+//! backlog reads the log (the daemon reads past its tail cache with O_DIRECT too, so the page
+//! cache never serves it).
 
 use std::alloc::{self, Layout};
 use std::fs::{self, File, OpenOptions};
@@ -116,6 +119,170 @@ pub fn measure(options: &DiskOptions, progress: &mut dyn FnMut(&str)) -> io::Res
         results.push(result);
     }
     Ok(results)
+}
+
+/// The figures measured for one read size (`measure_reads`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadResult {
+    pub block_bytes: usize,
+    /// Completed reads, each of `block_bytes`.
+    pub reads: u64,
+    /// Time from the first read's submission to the last one's completion.
+    pub seconds: f64,
+    /// Throughput in decimal megabytes (10^6 bytes) per second.
+    pub mb_per_sec: f64,
+    pub read_p50_us: u64,
+    pub read_p99_us: u64,
+    /// Whether the file really was opened with O_DIRECT; if not, the reads came from the page
+    /// cache and say nothing about the disk.
+    pub o_direct: bool,
+}
+
+/// Measures sequential reads for every size in `options.block_sizes`: a file of
+/// `bytes_per_size` (rounded up to whole reads) is written and synced, then read once from
+/// start to end with `in_flight` reads outstanding. `fresh` and `file_bytes` do not apply.
+pub fn measure_reads(options: &DiskOptions, progress: &mut dyn FnMut(&str)) -> io::Result<Vec<ReadResult>> {
+    let largest = options.block_sizes.iter().copied().max().unwrap_or(0) as u64;
+    let file_bytes = options.bytes_per_size.max(largest).next_multiple_of(ALIGNMENT_BYTES as u64);
+    validate(&DiskOptions { file_bytes, ..options.clone() })?;
+    let mut results = Vec::with_capacity(options.block_sizes.len());
+    for &block_bytes in &options.block_sizes {
+        let file_bytes = options.bytes_per_size.max(1).next_multiple_of(block_bytes as u64);
+        let result = measure_read_size(options, block_bytes, file_bytes)?;
+        progress(&format!(
+            "{:>8} KiB reads: {:>9.1} MB/s  read p50 {:>6} us  p99 {:>6} us{}",
+            block_bytes / 1024,
+            result.mb_per_sec,
+            result.read_p50_us,
+            result.read_p99_us,
+            if result.o_direct { "" } else { "  (no O_DIRECT: page cache)" }
+        ));
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// Renders read results as `{"results":[{...},...]}`.
+pub fn reads_to_json(results: &[ReadResult]) -> String {
+    let entries: Vec<String> = results
+        .iter()
+        .map(|result| {
+            format!(
+                concat!(
+                    "{{\"block_bytes\":{},\"mb_per_sec\":{},\"read_p50_us\":{},\"read_p99_us\":{},",
+                    "\"o_direct\":{},\"reads\":{},\"seconds\":{}}}"
+                ),
+                result.block_bytes,
+                json_number(result.mb_per_sec, 1),
+                result.read_p50_us,
+                result.read_p99_us,
+                result.o_direct,
+                result.reads,
+                json_number(result.seconds, 3),
+            )
+        })
+        .collect();
+    format!("{{\"results\":[{}]}}", entries.join(","))
+}
+
+fn measure_read_size(options: &DiskOptions, block_bytes: usize, file_bytes: u64) -> io::Result<ReadResult> {
+    let scratch = ScratchFile::new(&options.data_dir, block_bytes);
+    let (file, o_direct) = open_scratch(&scratch.path, block_bytes)?;
+    let fd = types::Fd(file.as_raw_fd());
+    // Declared before the ring, so that the ring (and any read still in flight) goes first.
+    let mut pattern = AlignedBuffer::new(PREWRITE_CHUNK_BYTES.min(file_bytes as usize), false)?;
+    pattern.as_mut_slice().fill(0xa5);
+    let mut buffers = (0..options.in_flight)
+        .map(|_| AlignedBuffer::new(block_bytes, false))
+        .collect::<io::Result<Vec<_>>>()?;
+    let ring_entries = options.in_flight.next_power_of_two().max(8);
+    let mut ring = IoUring::new(ring_entries as u32)
+        .map_err(|error| context(error, format!("disk {block_bytes} B: creating the io_uring")))?;
+    // Allocated in one piece, as a segment is, then written, as a log's blocks are: reading
+    // space that is only fallocated returns zeros without touching the disk.
+    allocate(fd, file_bytes, block_bytes)?;
+    prewrite(&mut ring, fd, &pattern, file_bytes, block_bytes)?;
+
+    let mut latencies = new_histogram()?;
+    let length_bytes = block_bytes as u32;
+    let started = Instant::now();
+    let deadline = started + MAX_DURATION_PER_SIZE;
+    let mut issued_at = vec![(0u64, started); options.in_flight];
+    let mut next_offset_bytes = 0u64;
+    // Queues the next read of the file into `slot`'s buffer.
+    let issue = |ring: &mut IoUring,
+                 next_offset_bytes: &mut u64,
+                 slot: usize,
+                 buffer: &mut AlignedBuffer,
+                 issued: &mut (u64, Instant)| {
+        *issued = (*next_offset_bytes, Instant::now());
+        let entry = opcode::Read::new(fd, buffer.as_mut_slice().as_mut_ptr(), length_bytes)
+            .offset(*next_offset_bytes)
+            .build()
+            .user_data(slot as u64);
+        *next_offset_bytes += u64::from(length_bytes);
+        push(ring, &entry, "read", block_bytes)
+    };
+    let mut outstanding = 0usize;
+    let mut first_error: Option<io::Error> = None;
+    for (slot, buffer) in buffers.iter_mut().enumerate() {
+        if next_offset_bytes + u64::from(length_bytes) > file_bytes {
+            break;
+        }
+        if let Err(error) = issue(&mut ring, &mut next_offset_bytes, slot, buffer, &mut issued_at[slot]) {
+            first_error = Some(error);
+            break;
+        }
+        outstanding += 1;
+    }
+    let mut reads = 0u64;
+    let mut last_completion = started;
+    let mut completions: Vec<(u64, i32)> = Vec::with_capacity(options.in_flight);
+    while outstanding > 0 {
+        if let Err(error) = submit_and_wait(&ring, "the read loop", block_bytes) {
+            return Err(first_error.unwrap_or(error));
+        }
+        let now = Instant::now();
+        completions.clear();
+        completions.extend(ring.completion().map(|completion| (completion.user_data(), completion.result())));
+        for &(slot, result) in &completions {
+            outstanding -= 1;
+            let slot = slot as usize;
+            let (offset_bytes, issued) = issued_at[slot];
+            // A short read is as wrong as a failed one: the file holds every byte asked for.
+            if let Err(error) = check_write(result, length_bytes, "read", offset_bytes, block_bytes) {
+                first_error.get_or_insert(error);
+                continue;
+            }
+            reads += 1;
+            last_completion = now;
+            latencies.saturating_record(microseconds(now - issued));
+            let more = next_offset_bytes + u64::from(length_bytes) <= file_bytes && now < deadline;
+            if first_error.is_none() && more {
+                if let Err(error) =
+                    issue(&mut ring, &mut next_offset_bytes, slot, &mut buffers[slot], &mut issued_at[slot])
+                {
+                    first_error.get_or_insert(error);
+                    continue;
+                }
+                outstanding += 1;
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    let seconds = (last_completion - started).as_secs_f64();
+    let mb_per_sec = if seconds > 0.0 { (reads * block_bytes as u64) as f64 / seconds / 1e6 } else { 0.0 };
+    Ok(ReadResult {
+        block_bytes,
+        reads,
+        seconds,
+        mb_per_sec,
+        read_p50_us: latencies.value_at_quantile(0.50),
+        read_p99_us: latencies.value_at_quantile(0.99),
+        o_direct,
+    })
 }
 
 /// Renders results as `{"results":[{...},...]}` by hand, so that the tool needs no serde.
@@ -228,17 +395,7 @@ fn measure_size(options: &DiskOptions, block_bytes: usize) -> io::Result<DiskRes
     let mut ring = IoUring::new(ring_entries as u32)
         .map_err(|error| context(error, format!("disk {block_bytes} B: creating the io_uring")))?;
 
-    match fcntl::fallocate(fd.0, FallocateFlags::empty(), 0, options.file_bytes as nix::libc::off_t) {
-        Ok(()) => {}
-        // Some file systems cannot preallocate; the pre-write below allocates the blocks anyway.
-        Err(Errno::EOPNOTSUPP) => {}
-        Err(errno) => {
-            return Err(context(
-                io::Error::from(errno),
-                format!("disk {block_bytes} B: fallocate of {} bytes", options.file_bytes),
-            ))
-        }
-    }
+    allocate(fd, options.file_bytes, block_bytes)?;
 
     if !options.fresh {
         prewrite(&mut ring, fd, &zeroes, options.file_bytes, block_bytes)?;
@@ -264,6 +421,18 @@ fn measure_size(options: &DiskOptions, block_bytes: usize) -> io::Result<DiskRes
         o_direct,
         fresh: options.fresh,
     })
+}
+
+fn allocate(fd: types::Fd, file_bytes: u64, block_bytes: usize) -> io::Result<()> {
+    match fcntl::fallocate(fd.0, FallocateFlags::empty(), 0, file_bytes as nix::libc::off_t) {
+        Ok(()) => Ok(()),
+        // Some file systems cannot preallocate; writing allocates the blocks anyway.
+        Err(Errno::EOPNOTSUPP) => Ok(()),
+        Err(errno) => Err(context(
+            io::Error::from(errno),
+            format!("disk {block_bytes} B: fallocate of {file_bytes} bytes"),
+        )),
+    }
 }
 
 /// Opens the scratch file with O_DIRECT and reports whether O_DIRECT is really in effect.
@@ -299,7 +468,8 @@ fn open_scratch(path: &Path, block_bytes: usize) -> io::Result<(File, bool)> {
     Ok((file, o_direct))
 }
 
-/// Writes zeroes over the whole file and makes them durable.
+/// Writes `chunk` over the whole file, again and again, and makes it durable (zeros for the
+/// write ceiling, a pattern for the read one).
 ///
 /// fdatasync after writing into space that is only fallocated has to convert unwritten extents
 /// and commit metadata, which costs about three times as much as overwriting written blocks.
@@ -307,14 +477,14 @@ fn open_scratch(path: &Path, block_bytes: usize) -> io::Result<(File, bool)> {
 fn prewrite(
     ring: &mut IoUring,
     fd: types::Fd,
-    zeroes: &AlignedBuffer,
+    chunk: &AlignedBuffer,
     file_bytes: u64,
     block_bytes: usize,
 ) -> io::Result<()> {
     let mut offset_bytes = 0u64;
     while offset_bytes < file_bytes {
-        let length_bytes = (file_bytes - offset_bytes).min(zeroes.len() as u64) as u32;
-        let entry = opcode::Write::new(fd, zeroes.as_ptr(), length_bytes).offset(offset_bytes).build();
+        let length_bytes = (file_bytes - offset_bytes).min(chunk.len() as u64) as u32;
+        let entry = opcode::Write::new(fd, chunk.as_ptr(), length_bytes).offset(offset_bytes).build();
         let result = run_one(ring, entry, "pre-write", block_bytes)?;
         check_write(result, length_bytes, "pre-write", offset_bytes, block_bytes)?;
         offset_bytes += u64::from(length_bytes);
@@ -788,6 +958,25 @@ mod tests {
     /// Into fallocated space each block is written once: the run ends at the end of the file
     /// (8 MiB of 64 KiB writes is 128 of them, though the budget would allow more), and the
     /// result says how it was measured.
+    #[test]
+    fn measure_reads_reads_the_whole_file_once() {
+        let directory = TestDir::new("reads");
+        let options = DiskOptions {
+            block_sizes: vec![1 << 20],
+            bytes_per_size: (4 << 20) - 4096,
+            in_flight: 2,
+            ..small_options(&directory.0)
+        };
+        let results = measure_reads(&options, &mut |_| {}).unwrap();
+        assert_eq!(results.len(), 1);
+        let result = &results[0];
+        assert_eq!(result.reads, 4, "3 MiB and a bit, rounded up to whole 1 MiB reads, each once");
+        assert!(result.mb_per_sec > 0.0 && result.read_p99_us >= result.read_p50_us);
+        let json = reads_to_json(&results);
+        assert!(json.starts_with("{\"results\":[{\"block_bytes\":1048576,") && json.contains("\"reads\":4,"));
+        assert_eq!(std::fs::read_dir(&directory.0).unwrap().count(), 0, "the scratch file is removed");
+    }
+
     #[test]
     fn measure_fresh_writes_each_block_once() {
         let directory = TestDir::new("fresh");

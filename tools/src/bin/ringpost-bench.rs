@@ -284,6 +284,10 @@ struct DiskFlags {
     /// instead of over written blocks (the disk's best case)
     #[argh(switch)]
     fresh: bool,
+    /// measure reads instead: a file of --bytes-per-size is written, then read once from start
+    /// to end with O_DIRECT, as a subscriber draining a backlog reads the log
+    #[argh(switch)]
+    read: bool,
     /// also write the results as JSON to this file
     #[argh(option, arg_name = "path")]
     json: Option<PathBuf>,
@@ -605,6 +609,42 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         fresh: flags.fresh,
         ..defaults
     };
+    let failure =
+        |error: std::io::Error, data_dir: &std::path::Path| match (error.kind(), error.raw_os_error()) {
+            // The disk module refuses impossible options with InvalidInput and no OS error; an
+            // EINVAL from the kernel (O_DIRECT on tmpfs, say) is a run-time failure instead.
+            (std::io::ErrorKind::InvalidInput, None) => Failure::usage(format!("InvalidArgument: {error}")),
+            _ => Failure::runtime(format!("measuring {}: {error}", data_dir.display())),
+        };
+    if flags.read {
+        if flags.fresh {
+            return Err(Failure::usage(
+                "InvalidArgument: --read and --fresh measure different things; give one",
+            ));
+        }
+        let results = disk::measure_reads(&options, &mut |line| eprintln!("{line}"))
+            .map_err(|error| failure(error, &options.data_dir))?;
+        for result in &results {
+            println!(
+                "{:>8} KiB reads: {:>9.1} MB/s, {} reads in {:.2} s, read p50 {} us, p99 {} us{}",
+                result.block_bytes / 1024,
+                result.mb_per_sec,
+                thousands(result.reads),
+                result.seconds,
+                result.read_p50_us,
+                result.read_p99_us,
+                if result.o_direct { "" } else { " (no O_DIRECT: page cache)" }
+            );
+        }
+        println!(
+            "measured in {}: sequential O_DIRECT reads of written blocks, one at a time",
+            options.data_dir.display()
+        );
+        if let Some(path) = &flags.json {
+            write_file(path, &format!("{}\n", disk::reads_to_json(&results)))?;
+        }
+        return Ok(());
+    }
     // Fresh space is written once, so the file is as large as the budget (and holds one write
     // of the largest size at least).
     let options = match options.fresh {
@@ -617,14 +657,8 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         }
         false => options,
     };
-    let results = disk::measure(&options, &mut |line| eprintln!("{line}")).map_err(|error| {
-        match (error.kind(), error.raw_os_error()) {
-            // The disk module refuses impossible options with InvalidInput and no OS error; an
-            // EINVAL from the kernel (O_DIRECT on tmpfs, say) is a run-time failure instead.
-            (std::io::ErrorKind::InvalidInput, None) => Failure::usage(format!("InvalidArgument: {error}")),
-            _ => Failure::runtime(format!("measuring {}: {error}", options.data_dir.display())),
-        }
-    })?;
+    let results = disk::measure(&options, &mut |line| eprintln!("{line}"))
+        .map_err(|error| failure(error, &options.data_dir))?;
     print!("{}", disk_table(&results));
     let space = match options.fresh {
         true => "into fallocated space, each block once",
