@@ -846,8 +846,7 @@ impl<S: Storage> Log<S> {
             // Made here, not at the first segment: making it then (the directories, their syncs)
             // doubled the time of a topic's first publish.
             storage.create_dir_durable(&folder(copy)).await.map_err(|e| LogError::Io(io_text(&e)))?;
-            let names =
-                storage.list_dir_unblocking(&folder(copy)).await.map_err(|e| LogError::Io(io_text(&e)))?;
+            let names = storage.list_dir(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
             if names.iter().any(|name| name == SPARE_NAME) {
                 // A spare that was being prepared, never named a segment: only zeros, or less.
                 storage.remove_file(&folder(copy).join(SPARE_NAME)).map_err(|e| LogError::Io(io_text(&e)))?;

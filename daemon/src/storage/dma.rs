@@ -103,15 +103,14 @@ impl Storage for DmaStorage {
         glommio::executor().spawn_blocking(move || std::fs::File::open(path)?.sync_all()).await
     }
 
-    /// The mkdirs and the syncs of their parents, on the blocking thread in one trip; so is the
-    /// check that they exist already (as at start-up, where their inodes are seldom cached).
+    /// The mkdirs and the syncs of their parents, on the blocking thread in one trip.
     async fn create_dirs_durable(&self, paths: &[std::path::PathBuf]) -> io::Result<()> {
+        if paths.iter().all(|path| path.exists()) {
+            return Ok(());
+        }
         let paths = paths.to_vec();
         glommio::executor()
             .spawn_blocking(move || {
-                if paths.iter().all(|path| path.exists()) {
-                    return Ok(());
-                }
                 let parents = super::parents_to_sync(&paths, Path::exists);
                 for path in &paths {
                     std::fs::create_dir_all(path)?;
@@ -136,12 +135,12 @@ impl Storage for DmaStorage {
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        list_dir(path)
-    }
-
-    async fn list_dir_unblocking(&self, path: &Path) -> io::Result<Vec<String>> {
-        let path = path.to_path_buf();
-        glommio::executor().spawn_blocking(move || list_dir(&path)).await
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
@@ -204,13 +203,4 @@ impl StorageFile for DmaStorageFile {
     fn writes_are_durable(&self) -> bool {
         self.writes_are_durable
     }
-}
-
-fn list_dir(path: &Path) -> io::Result<Vec<String>> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(path)? {
-        names.push(entry?.file_name().to_string_lossy().into_owned());
-    }
-    names.sort();
-    Ok(names)
 }

@@ -55,26 +55,26 @@ pub trait Storage: Clone + 'static {
     /// `create_dir_durable` for several directories at once, syncing each parent once however
     /// many of its children are new (a topic's two folders share theirs).
     async fn create_dirs_durable(&self, paths: &[PathBuf]) -> io::Result<()> {
-        let parents = parents_to_sync(paths, |directory| self.exists(directory));
-        for path in paths {
-            self.create_dir_all(path)?;
-        }
-        for parent in &parents {
-            self.sync_dir(parent).await?;
-        }
-        Ok(())
+        create_dirs_durable_here(self, paths).await
     }
     /// Names of the entries of a directory, sorted.
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
-    /// `list_dir` where the shard must not wait: reading a directory the kernel has not cached
-    /// blocks on the disk, and at start-up every topic's folders are read so.
-    async fn list_dir_unblocking(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.list_dir(path)
-    }
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> bool;
+}
+
+/// `Storage::create_dirs_durable` done with the storage's own calls, on the calling task.
+pub async fn create_dirs_durable_here<S: Storage>(storage: &S, paths: &[PathBuf]) -> io::Result<()> {
+    let parents = parents_to_sync(paths, |directory| storage.exists(directory));
+    for path in paths {
+        storage.create_dir_all(path)?;
+    }
+    for parent in &parents {
+        storage.sync_dir(parent).await?;
+    }
+    Ok(())
 }
 
 /// The directories whose entries creating `paths` (and their missing ancestors) adds to, each

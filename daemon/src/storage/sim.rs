@@ -384,6 +384,13 @@ impl Storage for SimDisk {
         Ok(SimFileHandle { state: self.state.clone(), inode, path: path.to_path_buf() })
     }
 
+    /// The real storage does this on another thread (`dma.rs`): here the task yields once
+    /// first, so that tasks making folders interleave there as they do in the daemon.
+    async fn create_dirs_durable(&self, paths: &[PathBuf]) -> io::Result<()> {
+        futures_lite::future::yield_now().await;
+        super::create_dirs_durable_here(self, paths).await
+    }
+
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
         state.operate("fsync of a directory")?;
@@ -435,13 +442,6 @@ impl Storage for SimDisk {
         );
         names.sort();
         Ok(names)
-    }
-
-    /// The real storage goes to another thread for this: here the task yields once, so that
-    /// tasks doing it interleave as they would.
-    async fn list_dir_unblocking(&self, path: &Path) -> io::Result<Vec<String>> {
-        futures_lite::future::yield_now().await;
-        self.list_dir(path)
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
