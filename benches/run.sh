@@ -125,8 +125,9 @@ else
   echo "   into fallocated space: FAILED: $(tail -n 1 "$OUT/disk_fresh.log")"
 fi
 # Sequential O_DIRECT reads of written blocks: what W5's drain reads the log with (the daemon
-# reads past its tail cache in 8 MiB read-ahead extents, never through the page cache).
-if "$BIN" --data-dir "$DATA_PARENT" disk --read --block-sizes 1MiB,8MiB --bytes-per-size "$DISK_FRESH_BYTES" \
+# reads past its tail cache in 8 MiB read-ahead extents, up to 3 ahead, never through the page
+# cache).
+if "$BIN" --data-dir "$DATA_PARENT" disk --read --in-flight 3 --block-sizes 1MiB,8MiB --bytes-per-size "$DISK_FRESH_BYTES" \
     --json "$OUT/disk_read.json" >"$OUT/disk_read.txt" 2>"$OUT/disk_read.log"; then
   echo "   reads: done"
 else

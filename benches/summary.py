@@ -174,7 +174,8 @@ def main():
         best = max(reads, key=lambda r: r["mb_per_sec"])
         cells = [f"{r['block_bytes'] // 1024:,} KiB {r['mb_per_sec']:,.0f} MB/s (p99 {r['read_p99_us']:,} µs)"
                  for r in reads]
-        print("Disk read ceiling (sequential O_DIRECT reads of written blocks, one at a time): "
+        in_flight = reads[0].get("in_flight", 1)
+        print(f"Disk read ceiling (sequential O_DIRECT reads of written blocks, {in_flight} at a time): "
               + "; ".join(cells) + ".")
         w5 = load_ringpost(out, "W5_backlog")
         drained, size = dig(w5, "deliveries_per_sec"), dig(w5, "size")

@@ -136,6 +136,8 @@ pub struct ReadResult {
     /// Whether the file really was opened with O_DIRECT; if not, the reads came from the page
     /// cache and say nothing about the disk.
     pub o_direct: bool,
+    /// Reads kept outstanding at once.
+    pub in_flight: usize,
 }
 
 /// Measures sequential reads for every size in `options.block_sizes`: a file of
@@ -170,13 +172,14 @@ pub fn reads_to_json(results: &[ReadResult]) -> String {
             format!(
                 concat!(
                     "{{\"block_bytes\":{},\"mb_per_sec\":{},\"read_p50_us\":{},\"read_p99_us\":{},",
-                    "\"o_direct\":{},\"reads\":{},\"seconds\":{}}}"
+                    "\"o_direct\":{},\"in_flight\":{},\"reads\":{},\"seconds\":{}}}"
                 ),
                 result.block_bytes,
                 json_number(result.mb_per_sec, 1),
                 result.read_p50_us,
                 result.read_p99_us,
                 result.o_direct,
+                result.in_flight,
                 result.reads,
                 json_number(result.seconds, 3),
             )
@@ -282,6 +285,7 @@ fn measure_read_size(options: &DiskOptions, block_bytes: usize, file_bytes: u64)
         read_p50_us: latencies.value_at_quantile(0.50),
         read_p99_us: latencies.value_at_quantile(0.99),
         o_direct,
+        in_flight: options.in_flight,
     })
 }
 
@@ -974,6 +978,7 @@ mod tests {
         assert!(result.mb_per_sec > 0.0 && result.read_p99_us >= result.read_p50_us);
         let json = reads_to_json(&results);
         assert!(json.starts_with("{\"results\":[{\"block_bytes\":1048576,") && json.contains("\"reads\":4,"));
+        assert!(json.contains("\"in_flight\":2,"));
         assert_eq!(std::fs::read_dir(&directory.0).unwrap().count(), 0, "the scratch file is removed");
     }
 

@@ -288,6 +288,10 @@ struct DiskFlags {
     /// to end with O_DIRECT, as a subscriber draining a backlog reads the log
     #[argh(switch)]
     read: bool,
+    /// writes (each with its fdatasync) or reads kept in flight at once (default 1; the daemon
+    /// reads a backlog up to 3 read-ahead extents ahead)
+    #[argh(option, default = "1")]
+    in_flight: usize,
     /// also write the results as JSON to this file
     #[argh(option, arg_name = "path")]
     json: Option<PathBuf>,
@@ -607,6 +611,7 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         block_sizes: flags.block_sizes.unwrap_or(defaults.block_sizes.clone()),
         bytes_per_size: flags.bytes_per_size.unwrap_or(defaults.bytes_per_size),
         fresh: flags.fresh,
+        in_flight: flags.in_flight,
         ..defaults
     };
     let failure =
@@ -637,8 +642,9 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
             );
         }
         println!(
-            "measured in {}: sequential O_DIRECT reads of written blocks, one at a time",
-            options.data_dir.display()
+            "measured in {}: sequential O_DIRECT reads of written blocks, {} at a time",
+            options.data_dir.display(),
+            options.in_flight
         );
         if let Some(path) = &flags.json {
             write_file(path, &format!("{}\n", disk::reads_to_json(&results)))?;
@@ -665,8 +671,9 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         false => "over written blocks",
     };
     println!(
-        "measured in {}: O_DIRECT writes {space}, each followed by fdatasync, one at a time",
-        options.data_dir.display()
+        "measured in {}: O_DIRECT writes {space}, each followed by fdatasync, {} at a time",
+        options.data_dir.display(),
+        options.in_flight
     );
     if let Some(path) = &flags.json {
         write_file(path, &format!("{}\n", disk::to_json(&results)))?;
