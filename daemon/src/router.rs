@@ -43,12 +43,11 @@ pub const MAX_DELIVERY_ATTEMPTS_MAX: u32 = 100;
 pub const BACKOFF_SECONDS_MINIMUM_DEFAULT: u32 = 10;
 pub const BACKOFF_SECONDS_MAXIMUM_DEFAULT: u32 = 600;
 pub const BACKOFF_SECONDS_MAX: u32 = 600;
-/// Snapshots keep their messages for 7 days (Pub/Sub's limit).
 /// Topics (and then subscriptions) attached at once while the daemon starts, across all
 /// forwarder shards. Each attach in progress holds a recovery read buffer per data directory
-/// (1 MiB) and the files of the log it reads; well under `CONTROL_CHANNEL_CAPACITY`.
+/// (at most 1 MiB) and the files of the log it reads; well under `CONTROL_CHANNEL_CAPACITY`.
 pub const RECOVERY_ATTACHES_IN_FLIGHT_MAX: usize = 32;
-
+/// Snapshots keep their messages for 7 days (Pub/Sub's limit).
 pub const SNAPSHOT_LIFETIME_MS: u64 = 7 * 24 * 3600 * 1000;
 /// How often idle subscriptions are checked against their expiration policy.
 pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);

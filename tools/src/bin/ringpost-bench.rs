@@ -268,8 +268,8 @@ struct BacklogFlags {
     latency_plot: Option<PathBuf>,
 }
 
-/// the disk's durable-write ceiling: O_DIRECT writes each followed by fdatasync, as the daemon
-/// does, in the directory given by --data-dir
+/// the disk's ceilings in the directory given by --data-dir: O_DIRECT writes each followed by
+/// fdatasync, as the daemon commits, or (--read) sequential O_DIRECT reads, as it drains a backlog
 #[derive(FromArgs)]
 #[argh(subcommand, name = "disk")]
 struct DiskFlags {
