@@ -162,6 +162,11 @@ fn many_topics_recover_together_with_their_acknowledgements() {
     drop(client);
     daemon.restart();
     let client = daemon.client();
+    assert!(
+        daemon.log().contains(&format!("recovered {TOPICS} topic(s) and {} subscription(s)", 2 * TOPICS)),
+        "the start-up says what it recovered:\n{}",
+        daemon.log()
+    );
     assert_eq!(block_on(client.list_topics()).unwrap().len(), TOPICS);
     for topic in 0..TOPICS {
         let name = format!("ledger-{topic:02}");
