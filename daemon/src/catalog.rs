@@ -299,7 +299,7 @@ pub async fn open_catalog<S: Storage>(
         );
     }
     let mut state = CatalogState::default();
-    for stored in log.read(0, usize::MAX, usize::MAX).await? {
+    for stored in log.read_all(0).await? {
         let entry = CatalogEntry::decode(&stored.data).map_err(|why| {
             LogError::Corrupt(format!(
                 "catalog entry at offset {} passed its checksum but not decoding: {why}",

@@ -574,7 +574,7 @@ impl<S: Storage> Forwarder<S> {
         // attaches it with the sync point the catalog recorded.
         let mut recovered: HashMap<u64, Vec<JournalEntry>, IdHasher> = HashMap::default();
         let mut snapshots: HashMap<u64, SnapshotState, IdHasher> = HashMap::default();
-        for stored in journal.read(0, usize::MAX, usize::MAX).await.map_err(log_error_status)? {
+        for stored in journal.read_all(0).await.map_err(log_error_status)? {
             let entry = JournalEntry::decode(&stored.data).map_err(|why| {
                 Status::new(
                     ErrorCode::DataLoss,

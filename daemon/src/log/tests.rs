@@ -1105,6 +1105,32 @@ fn an_ordered_reader_reads_each_batch_once_through_extents_read_ahead() {
     });
 }
 
+/// A log that does not read ahead (the catalog, journals) still replays in extents at start-up
+/// (`read_all`): a few reads instead of one per batch, the same records, nothing kept after.
+#[test]
+fn a_replay_reads_in_extents_and_keeps_none() {
+    run(async {
+        let disk = SimDisk::new();
+        let config = LogConfig { read_ahead: false, ..small_config() };
+        let (log, _) = open(&disk, &directories(1), config.clone()).await.unwrap();
+        append_many(&log, 0, 300).await;
+        drop(log);
+        let (log, _) = open(&disk, &directories(1), config).await.unwrap();
+        let segments = log.closed_segments().len() as u64 + 1;
+        let reads_before = disk.read_count();
+        let replayed = log.read_all(0).await.unwrap();
+        let reads = disk.read_count() - reads_before;
+        check_payloads(&replayed, 300);
+        // An extent ends where its segment does: one read per segment, not one per batch (300).
+        assert!(reads <= segments, "{reads} reads for {segments} segments");
+        assert_eq!(log.read_ahead_bytes(), 0, "nothing is kept after the replay");
+        let reads_before = disk.read_count();
+        assert_eq!(read_all(&log).await.len(), 300);
+        assert!(disk.read_count() - reads_before >= 300, "plain reads still go batch by batch");
+        assert_eq!(log.read_ahead_bytes(), 0);
+    });
+}
+
 /// Rot inside an extent read ahead is never served: the extent fails its checks as a whole, the
 /// reader falls back to reading the batch copy by copy, and the bad copy is repaired.
 #[test]
