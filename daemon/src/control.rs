@@ -12,6 +12,8 @@ pub enum ControlRequest {
         name: String,
         /// Topic message retention; 0 when not set.
         retention_seconds: u64,
+        /// Attached at start-up: its folders exist, and are read from a cold cache.
+        recovering: bool,
     },
     /// Stop serving a topic; with `delete_data`, remove its files.
     DetachTopic {

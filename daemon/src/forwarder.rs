@@ -359,8 +359,8 @@ impl<S: Storage> Forwarder<S> {
             self.requests.set(self.requests.get() + 1);
         }
         match request {
-            ControlRequest::AttachTopic { topic_id, name, retention_seconds } => {
-                self.attach_topic(topic_id, name, retention_seconds).await
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
+                self.attach_topic(topic_id, name, retention_seconds, recovering).await
             }
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
@@ -517,6 +517,7 @@ impl<S: Storage> Forwarder<S> {
         topic_id: u64,
         name: String,
         retention_seconds: u64,
+        recovering: bool,
     ) -> Result<ControlOk, Status> {
         if self.topics_by_id.borrow().contains_key(&topic_id) {
             return Ok(ControlOk::Done);
@@ -525,7 +526,7 @@ impl<S: Storage> Forwarder<S> {
         let keep_files_open =
             self.topics_by_id.borrow().len() + self.topics_attaching.get() < self.journals_open_max.get();
         self.topics_attaching.set(self.topics_attaching.get() + 1);
-        let result = self.open_topic(topic_id, name, retention_seconds, keep_files_open).await;
+        let result = self.open_topic(topic_id, name, retention_seconds, keep_files_open, recovering).await;
         self.topics_attaching.set(self.topics_attaching.get() - 1);
         result
     }
@@ -536,6 +537,7 @@ impl<S: Storage> Forwarder<S> {
         name: String,
         retention_seconds: u64,
         keep_files_open: bool,
+        recovering: bool,
     ) -> Result<ControlOk, Status> {
         let relative = topic_folder(topic_id);
         // Both folders of the topic in every data directory, in one go: their parents are then
@@ -546,6 +548,12 @@ impl<S: Storage> Forwarder<S> {
                 [directory.join(relative.join("messages")), directory.join(journal_folder(topic_id))]
             })
             .collect();
+        if recovering {
+            // Their metadata is read from disk while the shard goes on (the checks below and
+            // the logs' listings then find it cached): read on the shard's own thread, one
+            // topic's after another's, they were 15% of a cold start's samples.
+            self.storage.prefetch_dirs(&folders).await;
+        }
         self.storage.create_dirs_durable(&folders).await.map_err(|error| {
             Status::new(ErrorCode::DataLoss, format!("topic '{name}': making its folders: {error}"))
         })?;
@@ -1670,7 +1678,12 @@ mod tests {
 
     async fn topic(forwarder: &Forwarder<SimDisk>, retention_seconds: u64) -> Rc<TopicState<SimDisk>> {
         forwarder
-            .control(ControlRequest::AttachTopic { topic_id: 7, name: "retained".into(), retention_seconds })
+            .control(ControlRequest::AttachTopic {
+                topic_id: 7,
+                name: "retained".into(),
+                retention_seconds,
+                recovering: false,
+            })
             .await
             .unwrap();
         forwarder.topic("retained").unwrap()
@@ -1914,6 +1927,7 @@ mod tests {
                         topic_id,
                         name: format!("topic-{topic_id}"),
                         retention_seconds: 0,
+                        recovering: true,
                     })
                 })
                 .collect();

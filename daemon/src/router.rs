@@ -181,6 +181,7 @@ impl<S: Storage> Router<S> {
                     topic_id: topic.id,
                     name: topic.name.clone(),
                     retention_seconds: topic.message_retention_seconds,
+                    recovering: true,
                 })
                 .await
                 .map(|_| ())
@@ -309,6 +310,7 @@ impl<S: Storage> Router<S> {
                 topic_id: id,
                 name: name.to_owned(),
                 retention_seconds: retention,
+                recovering: false,
             })
             .await;
         if let Err(status) = attached {

@@ -59,6 +59,9 @@ pub trait Storage: Clone + 'static {
     }
     /// Names of the entries of a directory, sorted.
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Brings the directories' metadata into the kernel's cache without blocking the shard, so
+    /// that the calls above find it there; nothing is returned, and missing ones are skipped.
+    async fn prefetch_dirs(&self, _paths: &[PathBuf]) {}
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
