@@ -409,48 +409,26 @@ fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
         // A torn first write, its header's sector landed and the rest not, or the other way
         // round: cut back like any torn tail, and the log goes on.
         for header_landed in [true, false] {
-            let disk = SimDisk::new();
-            let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
             let payloads: Vec<Vec<u8>> = (290..300).map(payload).collect();
-            log.append(records_for(&payloads), payloads.len() as u32).await.unwrap();
-            drop(log);
-            let mut bytes = disk.file_bytes(&segment_path(0, 0)).unwrap();
-            let written = bytes.iter().rposition(|byte| *byte != 0).unwrap() + 1;
-            assert!((1024..BLOCK_BYTES).contains(&written), "the test wants one batch of 2-8 sectors");
-            match header_landed {
-                true => bytes[512..].fill(0),
-                false => bytes[..512].fill(0),
-            }
-            disk.set_file_bytes(&segment_path(0, 0), bytes);
-            let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
-            assert_eq!(report.records, 0, "{report:?}");
-            assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
-            drop(log);
-            let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
-            check_payloads(&read_all(&log).await, 2);
-            drop(log);
+            torn_first_write_is_cut_back(&dirs, &payloads, |bytes, written| {
+                assert!((1024..BLOCK_BYTES).contains(&written), "the test wants one batch of 2-8 sectors");
+                match header_landed {
+                    true => bytes[512..].fill(0),
+                    false => bytes[..512].fill(0),
+                }
+            })
+            .await;
         }
 
         // A torn first write of several blocks whose whole first block was lost: recovery must
         // look past the zero first block to see that the file holds data (and not refuse it as
         // an unlisted segment), and the log goes on from its start.
-        let disk = SimDisk::new();
-        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         let payloads: Vec<Vec<u8>> = (0..12).map(|index| vec![index as u8 + 1; 1000]).collect();
-        log.append(records_for(&payloads), payloads.len() as u32).await.unwrap();
-        drop(log);
-        let mut bytes = disk.file_bytes(&segment_path(0, 0)).unwrap();
-        let written = bytes.iter().rposition(|byte| *byte != 0).unwrap() + 1;
-        assert!(written > 2 * BLOCK_BYTES, "the test wants one batch of three blocks or more");
-        bytes[..BLOCK_BYTES].fill(0);
-        disk.set_file_bytes(&segment_path(0, 0), bytes);
-        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
-        assert_eq!(report.records, 0, "{report:?}");
-        assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
-        drop(log);
-        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
-        check_payloads(&read_all(&log).await, 2);
-        drop(log);
+        torn_first_write_is_cut_back(&dirs, &payloads, |bytes, written| {
+            assert!(written > 2 * BLOCK_BYTES, "the test wants one batch of three blocks or more");
+            bytes[..BLOCK_BYTES].fill(0);
+        })
+        .await;
 
         // Bytes that are no batch of this log where its first write would start: refused, and
         // the report names the file that holds them (here in the second of two directories).
@@ -507,6 +485,30 @@ fn a_first_segment_is_listed_by_no_manifest_and_recovered_alone() {
         assert!(matches!(&error, LogError::Corrupt(why) if why.contains("does not list it")), "{error:?}");
         assert_eq!(disk.list_dir(&folder(0)).unwrap(), before, "recovery deleted files");
     });
+}
+
+/// A new log's first write of `payloads`, then `tear` applied to the first segment's bytes (and
+/// told how many of them were written), as a crash would leave them: recovery finds no record,
+/// and the log goes on from its start, across a restart too.
+async fn torn_first_write_is_cut_back(
+    dirs: &Rc<Directories>,
+    payloads: &[Vec<u8>],
+    tear: impl FnOnce(&mut Vec<u8>, usize),
+) {
+    let disk = SimDisk::new();
+    let (log, _) = open(&disk, dirs, small_config()).await.unwrap();
+    log.append(records_for(payloads), payloads.len() as u32).await.unwrap();
+    drop(log);
+    let mut bytes = disk.file_bytes(&segment_path(0, 0)).unwrap();
+    let written = bytes.iter().rposition(|byte| *byte != 0).unwrap() + 1;
+    tear(&mut bytes, written);
+    disk.set_file_bytes(&segment_path(0, 0), bytes);
+    let (log, report) = open(&disk, dirs, small_config()).await.unwrap();
+    assert_eq!(report.records, 0, "{report:?}");
+    assert_eq!(append_many(&log, 0, 2).await, vec![0, 1]);
+    drop(log);
+    let (log, _) = open(&disk, dirs, small_config()).await.unwrap();
+    check_payloads(&read_all(&log).await, 2);
 }
 
 fn copy_bytes(disk: &SimDisk, copy: usize, base: u64) -> Vec<u8> {
