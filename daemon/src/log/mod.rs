@@ -2035,7 +2035,9 @@ impl<S: Storage> Log<S> {
     /// to `READ_AHEAD_BYTES` even where the log does not read ahead (`LogConfig::read_ahead`),
     /// and with the extents dropped after. For the replays at start-up (the catalog, a topic's
     /// journal), which read once, in order: batch by batch, the catalog of 5,000 topics and as
-    /// many subscriptions was 7,700 reads of 4 KiB and more than half a second.
+    /// many subscriptions was 7,700 reads of 4 KiB and more than half a second. The log's
+    /// configuration reads ahead for the replay's duration, so it is meant for a log nothing
+    /// else reads yet (both callers run it before the log is served).
     pub async fn read_all(&self, from: u64) -> Result<Vec<StoredRecord>, LogError> {
         let configured = self.inner.borrow().config.clone();
         if !configured.read_ahead {
