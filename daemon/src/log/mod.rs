@@ -1617,6 +1617,9 @@ impl<S: Storage> Log<S> {
         inner.next_offset = base_offset + count as u64;
         inner.idle_sweeps = 0;
         if inner.config.tail_cache_bytes_max > 0 {
+            // Commits complete in order, so the cache stays sorted by base offset for
+            // `hold_batch_at`'s search.
+            debug_assert!(inner.tail_cache.back().is_none_or(|(newest, _)| *newest < base_offset));
             inner.tail_cache.push_back((base_offset, buffer));
             inner.tail_cache_bytes += disk_bytes;
             if let Some(budget) = &inner.config.tail_cache_budget {
@@ -2122,12 +2125,13 @@ impl<S: Storage> Log<S> {
             if offset >= entry.header.end_offset() {
                 return Ok(None);
             }
+            // The cache is in commit order, so by base offset: a search, not a scan, since it
+            // may hold thousands of small batches and a lagging reader looks up every one.
             let cached = inner
                 .tail_cache
-                .iter()
-                .rev()
-                .find(|(base, _)| *base == entry.header.base_offset)
-                .map(|(_, buffer)| buffer.clone());
+                .binary_search_by_key(&entry.header.base_offset, |(base, _)| *base)
+                .ok()
+                .map(|index| inner.tail_cache[index].1.clone());
             let files = inner.copy_files(segment_index);
             (segment_index, entry, files, segment.base_offset, inner.log_id, cached)
         };

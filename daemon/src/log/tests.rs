@@ -1107,6 +1107,29 @@ fn an_ordered_reader_reads_each_batch_once_through_extents_read_ahead() {
     });
 }
 
+/// Every batch the tail cache holds is read from memory, the oldest as well as the newest: a
+/// reader a little behind finds its batches among many small ones without touching the disk.
+#[test]
+fn every_cached_batch_is_read_from_memory() {
+    run(async {
+        let disk = SimDisk::new();
+        let config = LogConfig { tail_cache_bytes_max: 1 << 20, read_ahead: false, ..small_config() };
+        let (log, _) = open(&disk, &directories(1), config).await.unwrap();
+        // One record a batch: 200 batches of a block each, all within the cache's bound.
+        for offset in 0..200u64 {
+            log.append(records_for(&[payload(offset)]), 1).await.unwrap();
+        }
+        assert!(log.tail_cache_bytes() >= 200 * record::BLOCK_BYTES, "every batch is cached");
+        let reads_before = disk.read_count();
+        let mut records = Vec::new();
+        for offset in 0..200u64 {
+            records.extend(log.read_offsets(&[offset]).await.unwrap());
+        }
+        check_payloads(&records, 200);
+        assert_eq!(disk.read_count(), reads_before, "no cached batch is read from disk");
+    });
+}
+
 /// A log that does not read ahead (the catalog, journals) still replays in extents at start-up
 /// (`read_all`): a few reads instead of one per batch, the same records, nothing kept after.
 #[test]
