@@ -119,6 +119,12 @@ pub struct Responder {
 }
 
 impl Responder {
+    /// A responder on no connection, for tests that call a handler directly.
+    #[cfg(test)]
+    pub(crate) fn unconnected() -> Responder {
+        Responder { outbound: Rc::default() }
+    }
+
     /// Whether the peer closed its side, or the connection broke.
     pub fn is_gone(&self) -> bool {
         self.outbound.peer_gone.get()
