@@ -6,7 +6,10 @@ use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
-use crate::log::{record, Directories, HeldBatch, Log, LogConfig, LogError, RecoveryReport, TailCacheBudget};
+use crate::log::{
+    record, Directories, EncodeRecords, HeldBatch, Log, LogConfig, LogError, Records, RecoveryReport,
+    TailCacheBudget,
+};
 use crate::net::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::rate::{RateTicks, RateWindow};
 use crate::storage::Storage;
@@ -299,6 +302,41 @@ fn not_owner(kind: &str, name: &str) -> Status {
         ErrorCode::NotOwner,
         format!("this forwarder does not serve {kind} '{name}'; ask the router again"),
     )
+}
+
+/// A publish's messages, still in the request's frame (validated when it arrived), encoded as
+/// records when their commit is built.
+struct PublishRecords {
+    body: FrameBuffer,
+    publish_time_ms: u64,
+    encoded_bytes: usize,
+}
+
+impl EncodeRecords for PublishRecords {
+    fn encoded_bytes(&self) -> usize {
+        self.encoded_bytes
+    }
+
+    fn encode_into(&self, out: &mut [u8]) {
+        // The frame is owned here and was validated before it was staged, so this cannot fail.
+        let request = access_body::<PublishRequest>(&self.body).expect("a staged publish was validated");
+        let mut at = 0;
+        for message in request.messages.iter() {
+            let mut attributes = message.attributes.iter().map(|a| (a.key.as_str(), a.value.as_str()));
+            at += record::encode_record_into(
+                &mut out[at..],
+                self.publish_time_ms,
+                message.data.as_slice(),
+                &mut attributes,
+                message.ordering_key.as_str(),
+            );
+        }
+        debug_assert_eq!(at, out.len(), "encoded_bytes counts what encode_into writes");
+    }
+
+    fn newest_publish_ms(&self) -> u64 {
+        self.publish_time_ms
+    }
 }
 
 impl<S: Storage> Forwarder<S> {
@@ -748,25 +786,30 @@ impl<S: Storage> Forwarder<S> {
         self.subscriptions.borrow().get(name).cloned().ok_or_else(|| not_owner("subscription", name))
     }
 
-    async fn publish(&self, body: &[u8]) -> Result<PublishResponse, Status> {
-        let request = access_body::<PublishRequest>(body)?;
+    async fn publish(&self, body: FrameBuffer) -> Result<PublishResponse, Status> {
+        let request = access_body::<PublishRequest>(&body)?;
         ringpost_wire::validate::validate_publish(request)?;
         let topic = self.topic(request.topic.as_str())?;
-        let publish_time_ms = self.clock.wall_ms();
-        let mut records =
-            Vec::with_capacity(body.len() + request.messages.len() * record::RECORD_HEADER_BYTES);
-        for message in request.messages.iter() {
-            let mut attributes = message.attributes.iter().map(|a| (a.key.as_str(), a.value.as_str()));
-            record::encode_record_unsealed(
-                &mut records,
-                publish_time_ms,
-                message.data.as_slice(),
-                &mut attributes,
-                message.ordering_key.as_str(),
-            );
-        }
+        let encoded_bytes = request
+            .messages
+            .iter()
+            .map(|message| {
+                record::record_bytes(
+                    message.data.len(),
+                    message.attributes.iter().map(|a| (a.key.len(), a.value.len())),
+                    message.ordering_key.len(),
+                )
+            })
+            .sum();
         let count = request.messages.len() as u32;
-        let (first, count) = topic.log.append(records, count).await.map_err(log_error_status)?;
+        // The messages stay in the request's frame until their commit is built, and are encoded
+        // straight into its buffer.
+        let records = PublishRecords { body, publish_time_ms: self.clock.wall_ms(), encoded_bytes };
+        let (first, count) = topic
+            .log
+            .append_records(Records::Deferred(Box::new(records)), count)
+            .await
+            .map_err(log_error_status)?;
         Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
     }
 
@@ -1635,7 +1678,7 @@ impl<S: Storage> Handler for Forwarder<S> {
             Some(Command::StreamingPull) => Box::pin(self.streaming_pull(&header, &body, responder)).await,
             Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
             Some(Command::Publish) => {
-                self.publish(&body).await.map(|response| respond(&header, &response).into())
+                self.publish(body).await.map(|response| respond(&header, &response).into())
             }
             Some(Command::Pull) => Box::pin(self.pull(&header, &body)).await,
             Some(Command::Acknowledge) => {
@@ -1695,6 +1738,53 @@ mod tests {
         assert!(bytes <= 512, "handle's future is {bytes} bytes");
     }
 
+    /// A publish's messages are encoded into the commit's buffer only when it is built: the log
+    /// then holds what was published, attributes and ordering keys included, at any length, in
+    /// a commit shared with other publishes.
+    #[test]
+    fn published_messages_are_stored_as_sent() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = Rc::new(forwarder(&clock));
+            let topic = topic(&forwarder, 0).await;
+            let message = |i: usize| PubsubMessage {
+                data: vec![i as u8; 1 + i * 37 % 200],
+                attributes: (0..i % 4)
+                    .map(|a| Attribute { key: format!("k{a}"), value: "v".repeat(a * 3 + i % 5) })
+                    .collect(),
+                ordering_key: if i.is_multiple_of(3) { format!("key-{i}") } else { String::new() },
+            };
+            // Three publishes at once, so that they can share commits.
+            let publishes = (0..3).map(|request| {
+                let forwarder = forwarder.clone();
+                let messages: Vec<PubsubMessage> = (request * 20..request * 20 + 20).map(message).collect();
+                let frame = ringpost_wire::encode_frame(
+                    Command::Publish.code(),
+                    0,
+                    1,
+                    &PublishRequest { topic: "retained".into(), messages },
+                );
+                let mut body = FrameBuffer::new();
+                body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+                async move { forwarder.publish(body).await.unwrap().message_ids }
+            });
+            let ids: Vec<Vec<u64>> = crate::sync::join_all(publishes.collect()).await;
+            let stored = topic.log.read(0, 100, usize::MAX).await.unwrap();
+            assert_eq!(stored.len(), 60);
+            for (request, ids) in ids.iter().enumerate() {
+                for (index, id) in ids.iter().enumerate() {
+                    let sent = message(request * 20 + index);
+                    let record = &stored[*id as usize];
+                    assert_eq!(record.data, sent.data);
+                    assert_eq!(record.ordering_key, sent.ordering_key);
+                    let attributes: Vec<(String, String)> =
+                        sent.attributes.into_iter().map(|a| (a.key, a.value)).collect();
+                    assert_eq!(record.attributes, attributes);
+                }
+            }
+        });
+    }
+
     async fn topic(forwarder: &Forwarder<SimDisk>, retention_seconds: u64) -> Rc<TopicState<SimDisk>> {
         forwarder
             .control(ControlRequest::AttachTopic {
@@ -1746,7 +1836,9 @@ mod tests {
                 messages: vec![PubsubMessage { data: vec![1u8; 1000], ..Default::default() }],
             };
             let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
-            forwarder.publish(&frame[FRAME_HEADER_BYTES..]).await.unwrap();
+            let mut body = FrameBuffer::new();
+            body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+            forwarder.publish(body).await.unwrap();
         }
     }
 

@@ -388,8 +388,50 @@ impl CopyStates {
     }
 }
 
+/// What an append hands the log: its records, unsealed (`record::encode_record_unsealed`),
+/// either encoded already or encoded only when the commit that carries them is built, straight
+/// into the commit's aligned buffer: a publish's messages are then copied once on their way to
+/// the disk instead of twice.
+pub enum Records {
+    Encoded(Vec<u8>),
+    Deferred(Box<dyn EncodeRecords>),
+}
+
+/// Records encoded when their commit is built (`Records::Deferred`).
+pub trait EncodeRecords {
+    /// Bytes the unsealed records take, padding included: exactly what `encode_into` writes.
+    fn encoded_bytes(&self) -> usize;
+    /// Writes the unsealed records into `out`, which is `encoded_bytes()` long.
+    fn encode_into(&self, out: &mut [u8]);
+    /// The newest publish time among the records.
+    fn newest_publish_ms(&self) -> u64;
+}
+
+impl Records {
+    fn len(&self) -> usize {
+        match self {
+            Records::Encoded(records) => records.len(),
+            Records::Deferred(records) => records.encoded_bytes(),
+        }
+    }
+
+    fn write_into(&self, out: &mut [u8]) {
+        match self {
+            Records::Encoded(records) => out.copy_from_slice(records),
+            Records::Deferred(records) => records.encode_into(out),
+        }
+    }
+
+    fn newest_publish_ms(&self) -> u64 {
+        match self {
+            Records::Encoded(records) => record::newest_publish_ms(records),
+            Records::Deferred(records) => records.newest_publish_ms(),
+        }
+    }
+}
+
 struct Staged {
-    records: Vec<u8>,
+    records: Records,
     record_count: u32,
     reply: Sender<Result<(u64, u32), LogError>>,
 }
@@ -1400,6 +1442,11 @@ impl<S: Storage> Log<S> {
     /// resolves, after they are durable, with the offset of the first and the count. The
     /// records are copied once more, into the aligned buffer of the commit that takes them.
     pub async fn append(&self, records: Vec<u8>, record_count: u32) -> Result<(u64, u32), LogError> {
+        self.append_records(Records::Encoded(records), record_count).await
+    }
+
+    /// `append`, for records encoded already or encoded when their commit is built.
+    pub async fn append_records(&self, records: Records, record_count: u32) -> Result<(u64, u32), LogError> {
         let receiver = {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
@@ -1603,7 +1650,7 @@ impl<S: Storage> Log<S> {
                 "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
             )));
         }
-        let newest = batch.iter().map(|staged| record::newest_publish_ms(&staged.records)).max().unwrap_or(0);
+        let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
         let mut inner = self.inner.borrow_mut();
         let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };
         let keep_files_open = inner.config.keep_files_open;
@@ -1683,8 +1730,8 @@ impl<S: Storage> Log<S> {
         Ok((place, targets))
     }
 
-    /// A batch's bytes: its header, its records copied from the appends and sealed with their
-    /// offsets and checksums, and zeros to the end of its last block.
+    /// A batch's bytes: its header, its records copied from the appends (or encoded there) and
+    /// sealed with their offsets and checksums, and zeros to the end of its last block.
     fn build_batch(&self, batch: &[Staged], count: u32, place: Place) -> S::Buffer {
         let Place { segment_base, position, base_offset } = place;
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
@@ -1693,11 +1740,13 @@ impl<S: Storage> Log<S> {
         let bytes = buffer.bytes_mut();
         let mut at = record::BATCH_HEADER_BYTES;
         for staged in batch {
-            bytes[at..at + staged.records.len()].copy_from_slice(&staged.records);
+            staged.records.write_into(&mut bytes[at..at + staged.records.len()]);
             at += staged.records.len();
         }
         let records_end = record::BATCH_HEADER_BYTES + records_bytes;
-        record::seal_records(log_id, &mut bytes[record::BATCH_HEADER_BYTES..records_end], base_offset);
+        let sealed =
+            record::seal_records(log_id, &mut bytes[record::BATCH_HEADER_BYTES..records_end], base_offset);
+        debug_assert_eq!(sealed, count, "the appends' records and their counts disagree");
         bytes[records_end..].fill(0);
         record::encode_batch_header(
             bytes,

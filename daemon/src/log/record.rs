@@ -62,25 +62,53 @@ pub fn encode_record_unsealed(
     attributes: &mut dyn ExactSizeIterator<Item = (&str, &str)>,
     ordering_key: &str,
 ) {
+    let attributes: Vec<(&str, &str)> = attributes.collect();
+    let bytes = record_bytes(
+        data.len(),
+        attributes.iter().map(|(key, value)| (key.len(), value.len())),
+        ordering_key.len(),
+    );
     let start = out.len();
-    out.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
-    out.extend_from_slice(ordering_key.as_bytes());
+    out.resize(start + bytes, 0);
+    encode_record_into(&mut out[start..], publish_time_ms, data, &mut attributes.into_iter(), ordering_key);
+}
+
+/// Writes a record at the start of `out`, as `encode_record_unsealed` appends it, and returns
+/// its length, padding included (`record_bytes`; `out` must be at least that long). For records
+/// encoded straight into a commit's buffer.
+pub fn encode_record_into(
+    out: &mut [u8],
+    publish_time_ms: u64,
+    data: &[u8],
+    attributes: &mut dyn ExactSizeIterator<Item = (&str, &str)>,
+    ordering_key: &str,
+) -> usize {
     let attribute_count = attributes.len();
+    let mut at = RECORD_HEADER_BYTES;
+    let mut put = |at: &mut usize, bytes: &[u8]| {
+        out[*at..*at + bytes.len()].copy_from_slice(bytes);
+        *at += bytes.len();
+    };
+    put(&mut at, ordering_key.as_bytes());
     for (key, value) in attributes {
-        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        out.extend_from_slice(&(value.len() as u16).to_le_bytes());
-        out.extend_from_slice(key.as_bytes());
-        out.extend_from_slice(value.as_bytes());
+        put(&mut at, &(key.len() as u16).to_le_bytes());
+        put(&mut at, &(value.len() as u16).to_le_bytes());
+        put(&mut at, key.as_bytes());
+        put(&mut at, value.as_bytes());
     }
-    out.extend_from_slice(data);
-    let unpadded = out.len() - start;
-    out.resize(start + align_up(unpadded, 8), 0);
-    let header = &mut out[start..start + RECORD_HEADER_BYTES];
+    put(&mut at, data);
+    let unpadded = at;
+    let padded = align_up(unpadded, 8);
+    out[unpadded..padded].fill(0);
+    let header = &mut out[..RECORD_HEADER_BYTES];
     header[0..4].copy_from_slice(&(unpadded as u32).to_le_bytes());
+    // Checksum and offset: `seal_records` fills them in.
+    header[4..16].fill(0);
     header[16..24].copy_from_slice(&publish_time_ms.to_le_bytes());
     header[24..28].copy_from_slice(&(data.len() as u32).to_le_bytes());
     header[28..30].copy_from_slice(&(attribute_count as u16).to_le_bytes());
     header[30..32].copy_from_slice(&(ordering_key.len() as u16).to_le_bytes());
+    padded
 }
 
 /// Gives each record in `records` its offset (from `base_offset` up) and its checksum. Returns
