@@ -3,7 +3,9 @@
 //! and one for the router's catalog.
 //!
 //! # Write path (the durability contract)
-//! 1. `append` queues the request's encoded records and waits; they have no offset yet.
+//! 1. `append` queues the request's records and waits; they have no offset yet. They are
+//!    encoded already, or (`append_records` with `Records::Deferred`, a publish) encoded
+//!    straight into the batch's buffer when it is built.
 //! 2. One flush task per log takes what is queued (up to `group_commit_bytes_max`, at least one
 //!    request) and forms one batch: offsets are assigned now, so a failed commit leaves no gap.
 //!    While a commit's write is with the disk and appends wait, the next batch is taken, its
