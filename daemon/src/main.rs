@@ -30,9 +30,37 @@ struct Flags {
     /// this, and are deleted whole once every subscription has acknowledged them
     #[argh(option)]
     segment_bytes_max: Option<u64>,
+    /// memory each forwarder shard sets aside for I/O buffers, in MiB, and registers with io_uring
+    /// (default 32); resident from the start
+    #[argh(option)]
+    io_memory_mib: Option<usize>,
     /// write the router's address to this file once the daemon serves (for scripts and tests)
     #[argh(option)]
     ready_file: Option<PathBuf>,
+}
+
+/// The most `--io-memory-mib` takes: the memory is resident from the start, per shard.
+const IO_MEMORY_MIB_MAX: usize = 4096;
+
+/// Registering a shard's I/O memory pins it, which counts against RLIMIT_MEMLOCK once per
+/// io_uring ring (glommio registers it in three) unless the process may lock memory at will.
+/// When it fails the shard still takes its buffers from that memory, unregistered: every write
+/// then pins its pages itself. Said once here, since the failure is otherwise silent.
+fn warn_if_io_memory_cannot_be_registered(shards: usize, io_memory_bytes: usize) {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    if nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let Ok((limit_bytes, _)) = getrlimit(Resource::RLIMIT_MEMLOCK) else { return };
+    let needed_bytes = (3 * shards * io_memory_bytes) as u64;
+    if limit_bytes != RLIM_INFINITY && limit_bytes < needed_bytes {
+        eprintln!(
+            "ringpostd: note: RLIMIT_MEMLOCK is {} KiB and registering {shards} shard(s)' I/O memory needs {} KiB; \
+             writes will pin their buffers one by one (raise `ulimit -l`, or lower --io-memory-mib)",
+            limit_bytes / 1024,
+            needed_bytes / 1024
+        );
+    }
 }
 
 fn main() {
@@ -68,8 +96,16 @@ fn main() {
         config.log.segment_bytes_max = bytes;
         config.log.segment_bytes_initial = config.log.segment_bytes_initial.min(bytes);
     }
+    if let Some(mib) = flags.io_memory_mib {
+        if !(1..=IO_MEMORY_MIB_MAX).contains(&mib) {
+            eprintln!("ringpostd: InvalidArgument: --io-memory-mib must be from 1 to {IO_MEMORY_MIB_MAX}");
+            std::process::exit(2);
+        }
+        config.io_memory_bytes = mib << 20;
+    }
     config.pin_shards = !flags.no_pin;
     let shards = config.shards;
+    warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
     let daemon = match ringpost_daemon::start(config) {
         Ok(daemon) => daemon,
         Err(error) => {

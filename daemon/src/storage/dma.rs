@@ -124,10 +124,11 @@ impl Storage for DmaStorage {
     }
 
     fn alloc_buffer(&self, bytes: usize) -> DmaBuffer {
-        // Global (heap) DMA memory rather than the reactor's small registered pool: written
-        // batches stay in the tail cache for readers. Not zeroed: every caller writes all of it
-        // (a commit fills its padding), and zeroing 1 MiB per commit showed in profiles.
-        glommio::allocate_dma_buffer_global(bytes)
+        // From the shard's registered I/O memory while it has room (`IO_MEMORY_BYTES_DEFAULT`
+        // says what that saves), else from the heap: written batches stay in the tail cache
+        // for readers, so the pool is often full of them. Not zeroed: every caller writes all
+        // of it (a commit fills its padding), and zeroing 1 MiB per commit showed in profiles.
+        glommio::allocate_dma_buffer(bytes)
     }
 
     /// On the blocking thread, which also frees what it allocates (a listing handed back
