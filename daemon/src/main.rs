@@ -43,12 +43,13 @@ struct Flags {
 const IO_MEMORY_MIB_MAX: usize = 4096;
 
 /// Registering a shard's I/O memory pins it, which counts against RLIMIT_MEMLOCK once per
-/// io_uring ring (glommio registers it in three) unless the process may lock memory at will.
-/// When it fails the shard still takes its buffers from that memory, unregistered: every write
-/// then pins its pages itself. Said once here, since the failure is otherwise silent.
+/// io_uring ring (glommio registers it in three) unless the process holds CAP_IPC_LOCK (root
+/// does, a container's root often does not). When it fails the shard still takes its buffers
+/// from that memory, unregistered: every write then pins its pages itself. Said once here,
+/// since the failure is otherwise silent.
 fn warn_if_io_memory_cannot_be_registered(shards: usize, io_memory_bytes: usize) {
     use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
-    if nix::unistd::geteuid().is_root() {
+    if may_lock_memory() {
         return;
     }
     let Ok((limit_bytes, _)) = getrlimit(Resource::RLIMIT_MEMLOCK) else { return };
@@ -56,11 +57,22 @@ fn warn_if_io_memory_cannot_be_registered(shards: usize, io_memory_bytes: usize)
     if limit_bytes != RLIM_INFINITY && limit_bytes < needed_bytes {
         eprintln!(
             "ringpostd: note: RLIMIT_MEMLOCK is {} KiB and registering {shards} shard(s)' I/O memory needs {} KiB; \
-             writes will pin their buffers one by one (raise `ulimit -l`, or lower --io-memory-mib)",
+             writes will pin their buffers one by one (raise `ulimit -l`, grant CAP_IPC_LOCK, or lower --io-memory-mib)",
             limit_bytes / 1024,
             needed_bytes / 1024
         );
     }
+}
+
+/// Whether the process holds CAP_IPC_LOCK (bit 14 of the effective set in /proc/self/status).
+fn may_lock_memory() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|effective| effective >> CAP_IPC_LOCK & 1 == 1)
 }
 
 fn main() {
