@@ -54,13 +54,15 @@ pub struct Config {
 
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
 /// io_uring once at start: a buffer taken from it is already resident (no page faults while a
-/// commit is copied in) and a write from it skips pinning its pages (io_uring's fixed buffers).
-/// Against buffers from the heap, a shard's CPU per published message fell 16-18% (W1 with
-/// batches, three pairs: 120-125 ticks against 98-102) and per drained message 11-13% (W5,
-/// 98-109 against 86-87); 96 MiB did no better. It is resident from the start, so a daemon
-/// with two shards holds about 64 MiB more; a buffer that does not fit (the pool is full of
-/// cached batches) comes from the heap as before.
-pub const IO_MEMORY_BYTES_DEFAULT: usize = 32 << 20;
+/// commit is copied in or a read lands) and its I/O skips pinning its pages (io_uring's fixed
+/// buffers). Against buffers from the heap, a shard's CPU per published message fell 16-18%
+/// (W1 with batches, three pairs: 120-125 ticks against 98-102). Sized like the shard's cache
+/// budget (`forwarder::TAIL_CACHE_SHARD_BYTES_MAX`), which bounds the batches and read-ahead
+/// extents that stay in memory: with half of it, a drain's 8 MiB extents often did not fit and
+/// came from the heap (W5, six pairs: 0.93-1.20M msg/s drained with 32 MiB against 1.15-1.59M
+/// with 64; 128 did no better). It is resident from the start: a daemon with two shards holds
+/// about 128 MiB more. A buffer that does not fit comes from the heap as before.
+pub const IO_MEMORY_BYTES_DEFAULT: usize = forwarder::TAIL_CACHE_SHARD_BYTES_MAX;
 
 impl Config {
     pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Config {

@@ -31,7 +31,7 @@ struct Flags {
     #[argh(option)]
     segment_bytes_max: Option<u64>,
     /// memory each forwarder shard sets aside for I/O buffers, in MiB, and registers with io_uring
-    /// (default 32); resident from the start
+    /// (default 64); resident from the start
     #[argh(option)]
     io_memory_mib: Option<usize>,
     /// write the router's address to this file once the daemon serves (for scripts and tests)
