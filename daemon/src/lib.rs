@@ -64,6 +64,11 @@ pub struct Config {
 /// about 128 MiB more. A buffer that does not fit comes from the heap as before.
 pub const IO_MEMORY_BYTES_DEFAULT: usize = forwarder::TAIL_CACHE_SHARD_BYTES_MAX;
 
+/// The router shard's I/O memory (glommio's default is 10 MiB, resident and registered): it
+/// writes only the catalog, in commits of a few KiB; a compaction's larger batch and the
+/// start-up replay take their buffers from the heap.
+const ROUTER_IO_MEMORY_BYTES: usize = 1 << 20;
+
 impl Config {
     pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Config {
         Config {
@@ -281,6 +286,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let router_ready = ready_sender.clone();
     let router = LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
+        .io_memory(ROUTER_IO_MEMORY_BYTES)
         .spawn(move || async move {
             let fail = |message: String| {
                 let _ = router_ready.send(Err(message));
