@@ -6,6 +6,7 @@ pub mod checker;
 pub mod loopfs;
 
 use ringpost_client::{block_on, Client};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -215,6 +216,36 @@ pub fn failed(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout)
     );
     String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// Pulls until the subscription has nothing more (acknowledging each pull if `acknowledge`);
+/// returns each delivered id with its payload.
+pub fn drain(client: &Client, subscription: &str, acknowledge: bool) -> HashMap<u64, Vec<u8>> {
+    let mut delivered: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut empty_pulls = 0;
+    while empty_pulls < 2 {
+        let batch = block_on(client.pull(subscription, 1000, 500)).unwrap();
+        if batch.is_empty() {
+            empty_pulls += 1;
+            continue;
+        }
+        empty_pulls = 0;
+        let ack_ids: Vec<String> = batch.iter().map(|message| message.ack_id.clone()).collect();
+        for message in batch {
+            if let Some(earlier) = delivered.insert(message.message_id, message.data.clone()) {
+                assert_eq!(
+                    earlier, message.data,
+                    "message {} redelivered with other bytes",
+                    message.message_id
+                );
+            }
+        }
+        if acknowledge {
+            let refused = block_on(client.acknowledge(subscription, ack_ids)).unwrap();
+            assert!(refused.is_empty(), "acknowledgements refused: {:?}", &refused[..refused.len().min(3)]);
+        }
+    }
+    delivered
 }
 
 /// A small deterministic generator for test randomness; tests print their seed.

@@ -7,7 +7,7 @@
 
 use ringpost_client::{block_on, Client, ErrorCode, Message, RetrySettings, Subscription};
 use ringpost_tests::loopfs::LoopFilesystem;
-use ringpost_tests::{temporary_directory, Daemon};
+use ringpost_tests::{drain, temporary_directory, Daemon};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,36 +81,6 @@ fn publish_batch(
         assert!(acked.insert(id, first + index as u64).is_none(), "message id {id} was given twice");
     }
     Ok(())
-}
-
-/// Pulls until the subscription has nothing more (acknowledging each pull if `acknowledge`);
-/// returns each delivered id with its payload.
-fn drain(client: &Client, subscription: &str, acknowledge: bool) -> HashMap<u64, Vec<u8>> {
-    let mut delivered: HashMap<u64, Vec<u8>> = HashMap::new();
-    let mut empty_pulls = 0;
-    while empty_pulls < 2 {
-        let batch = block_on(client.pull(subscription, 1000, 500)).unwrap();
-        if batch.is_empty() {
-            empty_pulls += 1;
-            continue;
-        }
-        empty_pulls = 0;
-        let ack_ids: Vec<String> = batch.iter().map(|message| message.ack_id.clone()).collect();
-        for message in batch {
-            if let Some(earlier) = delivered.insert(message.message_id, message.data.clone()) {
-                assert_eq!(
-                    earlier, message.data,
-                    "message {} redelivered with other bytes",
-                    message.message_id
-                );
-            }
-        }
-        if acknowledge {
-            let refused = block_on(client.acknowledge(subscription, ack_ids)).unwrap();
-            assert!(refused.is_empty(), "acknowledgements refused: {:?}", &refused[..refused.len().min(3)]);
-        }
-    }
-    delivered
 }
 
 /// A client that returns every failure at once: these tests assert on the daemon's first answer,

@@ -2,7 +2,7 @@
 //! and from the heap once it is full. Both kinds carry commits to disk and reads back from it.
 
 use ringpost_client::{block_on, Message, Subscription};
-use ringpost_tests::{binary, temporary_directory, Daemon};
+use ringpost_tests::{binary, drain, temporary_directory, Daemon};
 use std::collections::HashMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -57,23 +57,8 @@ fn commits_larger_than_the_io_memory_are_stored_and_read_back_intact() {
     // After a SIGKILL and a restart every message is read back from the disk, through read
     // buffers of both kinds too.
     daemon.restart();
-    let client = daemon.client();
-    let mut delivered: HashMap<u64, Vec<u8>> = HashMap::new();
-    let mut empty_pulls = 0;
-    while empty_pulls < 2 {
-        let messages = block_on(client.pull("audit", 1000, 500)).unwrap();
-        if messages.is_empty() {
-            empty_pulls += 1;
-            continue;
-        }
-        empty_pulls = 0;
-        let ack_ids: Vec<String> = messages.iter().map(|message| message.ack_id.clone()).collect();
-        for message in messages {
-            delivered.insert(message.message_id, message.data);
-        }
-        assert!(block_on(client.acknowledge("audit", ack_ids)).unwrap().is_empty());
-    }
-    assert_eq!(delivered.len(), expected.len(), "every acknowledged publish is delivered once");
+    let delivered = drain(&daemon.client(), "audit", true);
+    assert_eq!(delivered.len(), expected.len(), "every acknowledged publish is delivered");
     for (id, data) in &expected {
         assert!(delivered.get(id) == Some(data), "message {id} was not delivered intact");
     }
