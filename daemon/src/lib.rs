@@ -67,7 +67,7 @@ pub const IO_MEMORY_BYTES_DEFAULT: usize = forwarder::TAIL_CACHE_SHARD_BYTES_MAX
 /// The router shard's I/O memory (glommio's default is 10 MiB, resident and registered): it
 /// writes only the catalog, in commits of a few KiB; a compaction's larger batch and the
 /// start-up replay take their buffers from the heap.
-const ROUTER_IO_MEMORY_BYTES: usize = 1 << 20;
+pub const ROUTER_IO_MEMORY_BYTES: usize = 1 << 20;
 
 impl Config {
     pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Config {
