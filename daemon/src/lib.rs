@@ -47,7 +47,7 @@ pub struct Config {
     /// Pin each forwarder to a core.
     pub pin_shards: bool,
     /// Bytes of I/O memory each forwarder shard sets aside and registers with io_uring
-    /// (`IO_MEMORY_BYTES_DEFAULT`).
+    /// (`io_memory_bytes_for`).
     pub io_memory_bytes: usize,
     pub log: log::LogConfig,
 }
@@ -64,6 +64,33 @@ pub struct Config {
 /// about 128 MiB more. A buffer that does not fit comes from the heap as before.
 pub const IO_MEMORY_BYTES_DEFAULT: usize = forwarder::TAIL_CACHE_SHARD_BYTES_MAX;
 
+/// What the forwarder shards' I/O memory may take of the machine's memory by default, in all:
+/// a sixteenth, so that a small machine (1 GiB, 2 cores) does not give an eighth of its memory
+/// to buffers before it stores a message.
+const IO_MEMORY_MACHINE_FRACTION: usize = 16;
+
+/// The least I/O memory a forwarder shard is given by default.
+const IO_MEMORY_BYTES_MIN: usize = 4 << 20;
+
+/// Each forwarder's I/O memory when `shards` share this machine: `IO_MEMORY_BYTES_DEFAULT`, or
+/// less where that would exceed `IO_MEMORY_MACHINE_FRACTION` of the machine's memory (from
+/// /proc/meminfo; unknown counts as large).
+pub fn io_memory_bytes_for(shards: usize) -> usize {
+    let machine_bytes = std::fs::read_to_string("/proc/meminfo").ok().and_then(|meminfo| {
+        let kilobytes = meminfo.lines().find_map(|line| line.strip_prefix("MemTotal:"))?;
+        kilobytes.trim().trim_end_matches("kB").trim().parse::<usize>().ok().map(|kb| kb * 1024)
+    });
+    io_memory_bytes_on(machine_bytes, shards)
+}
+
+fn io_memory_bytes_on(machine_bytes: Option<usize>, shards: usize) -> usize {
+    match machine_bytes {
+        Some(bytes) => (bytes / IO_MEMORY_MACHINE_FRACTION / shards.max(1))
+            .clamp(IO_MEMORY_BYTES_MIN, IO_MEMORY_BYTES_DEFAULT),
+        None => IO_MEMORY_BYTES_DEFAULT,
+    }
+}
+
 /// The router shard's I/O memory (glommio's default is 10 MiB, resident and registered): it
 /// writes only the catalog, in commits of a few KiB; a compaction's larger batch and the
 /// start-up replay take their buffers from the heap.
@@ -71,13 +98,14 @@ pub const ROUTER_IO_MEMORY_BYTES: usize = 1 << 20;
 
 impl Config {
     pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Config {
+        let shards = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         Config {
             listen,
             data_dirs: vec![data_dir],
-            shards: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            shards,
             balance_factor: placement::BALANCE_FACTOR_DEFAULT,
             pin_shards: true,
-            io_memory_bytes: IO_MEMORY_BYTES_DEFAULT,
+            io_memory_bytes: io_memory_bytes_for(shards),
             log: log::LogConfig::default(),
         }
     }
@@ -344,4 +372,23 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     threads.push(router);
     ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
     Ok(Daemon { router_address, forwarder_addresses, threads, _locks: locks })
+}
+
+#[cfg(test)]
+mod io_memory_tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+    const GIB: usize = 1 << 30;
+
+    #[test]
+    fn io_memory_is_the_default_unless_it_would_take_a_sixteenth_of_the_machine() {
+        assert_eq!(io_memory_bytes_on(Some(24 * GIB), 2), 64 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(64 * GIB), 64), 64 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(GIB), 2), 32 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(8 * GIB), 64), 8 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(256 * MIB), 8), IO_MEMORY_BYTES_MIN);
+        assert_eq!(io_memory_bytes_on(None, 2), IO_MEMORY_BYTES_DEFAULT);
+        assert_eq!(io_memory_bytes_on(Some(GIB), 0), 64 * MIB);
+    }
 }

@@ -31,7 +31,8 @@ struct Flags {
     #[argh(option)]
     segment_bytes_max: Option<u64>,
     /// memory each forwarder shard sets aside for I/O buffers, in MiB, and registers with io_uring
-    /// (default 64); resident from the start
+    /// (default 64, less where the shards' share would pass a sixteenth of the machine's
+    /// memory); resident from the start
     #[argh(option)]
     io_memory_mib: Option<usize>,
     /// write the router's address to this file once the daemon serves (for scripts and tests)
@@ -98,6 +99,7 @@ fn main() {
             std::process::exit(2);
         }
         config.shards = shards;
+        config.io_memory_bytes = ringpost_daemon::io_memory_bytes_for(shards);
     }
     config.balance_factor = flags.balance_factor;
     if let Some(bytes) = flags.segment_bytes_max {
