@@ -73,8 +73,9 @@ const IO_MEMORY_MACHINE_FRACTION: usize = 16;
 const IO_MEMORY_BYTES_MIN: usize = 4 << 20;
 
 /// Each forwarder's I/O memory when `shards` share this machine: `IO_MEMORY_BYTES_DEFAULT`, or
-/// less where that would exceed `IO_MEMORY_MACHINE_FRACTION` of the machine's memory (from
-/// /proc/meminfo; unknown counts as large).
+/// less where that would exceed `IO_MEMORY_MACHINE_FRACTION` of the machine's memory (MemTotal
+/// from /proc/meminfo; unknown counts as large). A container's memory limit is not read: under
+/// a tight one, `--io-memory-mib` says what to set aside.
 pub fn io_memory_bytes_for(shards: usize) -> usize {
     let machine_bytes = std::fs::read_to_string("/proc/meminfo").ok().and_then(|meminfo| {
         let kilobytes = meminfo.lines().find_map(|line| line.strip_prefix("MemTotal:"))?;
