@@ -44,10 +44,10 @@ struct Flags {
 const IO_MEMORY_MIB_MAX: usize = 4096;
 
 /// Registering a shard's I/O memory (the router's too) pins it, which counts against
-/// RLIMIT_MEMLOCK once per io_uring ring (glommio registers it in three) unless the process holds CAP_IPC_LOCK (root
-/// does, a container's root often does not). When it fails the shard still takes its buffers
-/// from that memory, unregistered: every write then pins its pages itself. Said once here,
-/// since the failure is otherwise silent.
+/// RLIMIT_MEMLOCK once per io_uring ring (glommio registers it in three) unless the process
+/// holds CAP_IPC_LOCK (root does, a container's root often does not). When it fails the shard
+/// still takes its buffers from that memory, unregistered: every write then pins its pages
+/// itself. Said once here, since the failure is otherwise silent.
 fn warn_if_io_memory_cannot_be_registered(shards: usize, io_memory_bytes: usize) {
     use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
     if may_lock_memory() {

@@ -218,6 +218,14 @@ pub fn failed(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).unwrap()
 }
 
+/// `bytes` bytes (at least 8) whose every one depends on `sequence`, so a delivered payload
+/// proves itself intact.
+pub fn payload(sequence: u64, bytes: usize) -> Vec<u8> {
+    let mut data = sequence.to_le_bytes().to_vec();
+    data.extend((8..bytes as u64).map(|i| (sequence.wrapping_mul(131).wrapping_add(i) % 251) as u8));
+    data
+}
+
 /// Pulls until the subscription has nothing more (acknowledging each pull if `acknowledge`);
 /// returns each delivered id with its payload.
 pub fn drain(client: &Client, subscription: &str, acknowledge: bool) -> HashMap<u64, Vec<u8>> {

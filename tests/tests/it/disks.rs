@@ -42,9 +42,7 @@ fn small_segments() -> Vec<String> {
 
 /// 1 KiB whose every byte depends on `sequence`, so a delivered payload proves itself intact.
 fn payload(sequence: u64) -> Vec<u8> {
-    let mut data = sequence.to_le_bytes().to_vec();
-    data.extend((8..MESSAGE_BYTES as u64).map(|i| (sequence.wrapping_mul(131).wrapping_add(i) % 251) as u8));
-    data
+    ringpost_tests::payload(sequence, MESSAGE_BYTES)
 }
 
 fn sequence_of(data: &[u8]) -> Option<u64> {

@@ -2,7 +2,7 @@
 //! and from the heap once it is full. Both kinds carry commits to disk and reads back from it.
 
 use ringpost_client::{block_on, Message, Subscription};
-use ringpost_tests::{binary, drain, temporary_directory, Daemon};
+use ringpost_tests::{binary, drain, payload, temporary_directory, Daemon};
 use std::collections::HashMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -11,14 +11,6 @@ use std::time::{Duration, Instant};
 const SMALL_MESSAGE_BYTES: usize = 1024;
 const LARGE_MESSAGE_BYTES: usize = 2048;
 const LARGE_MESSAGES_PER_PUBLISH: u64 = 1000;
-
-/// `bytes` bytes whose every one depends on `sequence`, so a delivered payload proves itself
-/// intact.
-fn payload(sequence: u64, bytes: usize) -> Vec<u8> {
-    let mut data = sequence.to_le_bytes().to_vec();
-    data.extend((8..bytes as u64).map(|i| (sequence.wrapping_mul(131).wrapping_add(i) % 251) as u8));
-    data
-}
 
 #[test]
 fn commits_larger_than_the_io_memory_are_stored_and_read_back_intact() {
