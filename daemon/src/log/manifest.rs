@@ -8,6 +8,11 @@
 //! 0 magic "RPM1"  4 total_bytes u32  8 sequence u64  16 log_id u64  24 segment_count u32
 //! 28 reserved u32  32 (base_offset u64, capacity_bytes u64) per segment ...  then crc32c u32
 //! ```
+//!
+//! Capacities are whole blocks, so bit 0 of `capacity_bytes` is free: set, it says the segment's
+//! file is a recycled one (see `Log::remove_oldest`), which may hold an earlier segment's bytes
+//! beyond the end of its own batches. Recovery then takes the first position that holds no
+//! valid batch as the segment's end, as it takes zeros in a fresh file.
 
 use super::record::{align_up, BLOCK_BYTES};
 
@@ -18,9 +23,22 @@ const HEADER_BYTES: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Manifest {
     pub sequence: u64,
-    /// (base offset, capacity in bytes) of every segment, in order.
-    pub segments: Vec<(u64, u64)>,
+    /// Every segment, in order.
+    pub segments: Vec<Listed>,
 }
+
+/// A segment as the manifest lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Listed {
+    pub base_offset: u64,
+    pub capacity: u64,
+    /// The file was a deleted segment's, renamed: bytes of its earlier life may follow the
+    /// segment's own batches.
+    pub recycled: bool,
+}
+
+/// Bit 0 of an encoded capacity: the segment is recycled.
+const RECYCLED_BIT: u64 = 1;
 
 impl Manifest {
     /// The slot this manifest is written to.
@@ -42,9 +60,11 @@ impl Manifest {
         bytes[8..16].copy_from_slice(&self.sequence.to_le_bytes());
         bytes[16..24].copy_from_slice(&log_id.to_le_bytes());
         bytes[24..28].copy_from_slice(&(self.segments.len() as u32).to_le_bytes());
-        for (index, (base, capacity)) in self.segments.iter().enumerate() {
+        for (index, listed) in self.segments.iter().enumerate() {
             let at = HEADER_BYTES + 16 * index;
-            bytes[at..at + 8].copy_from_slice(&base.to_le_bytes());
+            debug_assert!(listed.capacity.is_multiple_of(BLOCK_BYTES as u64));
+            let capacity = listed.capacity | if listed.recycled { RECYCLED_BIT } else { 0 };
+            bytes[at..at + 8].copy_from_slice(&listed.base_offset.to_le_bytes());
             bytes[at + 8..at + 16].copy_from_slice(&capacity.to_le_bytes());
         }
         let crc = crc32c::crc32c(&bytes[..total - 4]);
@@ -77,10 +97,12 @@ impl Manifest {
         let segments = (0..count)
             .map(|index| {
                 let at = HEADER_BYTES + 16 * index;
-                (
-                    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()),
-                    u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap()),
-                )
+                let capacity = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap());
+                Listed {
+                    base_offset: u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()),
+                    capacity: capacity & !RECYCLED_BIT,
+                    recycled: capacity & RECYCLED_BIT != 0,
+                }
             })
             .collect();
         Some(Manifest { sequence: u64::from_le_bytes(bytes[8..16].try_into().unwrap()), segments })
@@ -98,7 +120,9 @@ mod tests {
 
     #[test]
     fn round_trip_and_damage() {
-        let manifest = Manifest { sequence: 7, segments: vec![(0, 1 << 20), (1000, 2 << 20)] };
+        let listed = |base_offset, capacity, recycled| Listed { base_offset, capacity, recycled };
+        let manifest =
+            Manifest { sequence: 7, segments: vec![listed(0, 1 << 20, false), listed(1000, 2 << 20, true)] };
         let bytes = manifest.encode(42);
         assert_eq!(bytes.len(), BLOCK_BYTES);
         assert_eq!(Manifest::decode(&bytes, 42), Some(manifest.clone()));
@@ -109,7 +133,10 @@ mod tests {
             assert_eq!(Manifest::decode(&copy, 42), None, "flip at {byte}");
         }
         assert_eq!(manifest.slot(), "manifest-1");
-        let big = Manifest { sequence: 1, segments: (0..500).map(|i| (i * 10, 1 << 20)).collect() };
+        let big = Manifest {
+            sequence: 1,
+            segments: (0..500).map(|i| listed(i * 10, 1 << 20, i % 3 == 0)).collect(),
+        };
         assert_eq!(Manifest::decode(&big.encode(1), 1), Some(big));
     }
 }

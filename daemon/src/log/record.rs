@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! batch header (32 bytes)
-//!   0 magic u32 "RPB1"   4 version u16   6 flags u16
+//!   0 magic u32 "RPB1"   4 version u16   6 flags u16 (bit 0: written ahead, see below)
 //!   8 base_offset u64    16 record_count u32   20 records_bytes u32
 //!  24 header_crc u32: CRC32C of (log_id, segment_base, file_position, bytes 0..24)
 //!  28 reserved u32 (zero)
@@ -22,12 +22,21 @@
 //! The header checksum covers where the batch sits (log, segment, file position) and each
 //! record checksum covers its offset, so right bytes written to the wrong place fail
 //! validation (a misdirected write) instead of being served as someone else's messages.
+//!
+//! `FLAG_WRITTEN_AHEAD` marks a batch whose write was issued while the commit before it was
+//! still in flight: if the power fails, it may be on the disk where the one before is not.
+//! Recovery then tells that hole (an unacknowledged commit and its unacknowledged successor)
+//! from damage in the middle of the log by it. Files written before the flag existed hold
+//! only zero flags, which read the same.
 
 pub const BLOCK_BYTES: usize = 4096;
 pub const BATCH_HEADER_BYTES: usize = 32;
 pub const RECORD_HEADER_BYTES: usize = 32;
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPB1");
 pub const FORMAT_VERSION: u16 = 1;
+/// Batch header flag: the batch's write was issued before the one of the batch before it had
+/// completed.
+pub const FLAG_WRITTEN_AHEAD: u16 = 1;
 
 const _: () = assert!(BLOCK_BYTES.is_multiple_of(512), "blocks must be whole sectors for O_DIRECT");
 const _: () = assert!(BATCH_HEADER_BYTES.is_multiple_of(8) && RECORD_HEADER_BYTES.is_multiple_of(8));
@@ -166,9 +175,24 @@ pub fn encode_batch_header(
     record_count: u32,
     records_bytes: u32,
 ) {
+    let place = (log_id, segment_base, file_position);
+    encode_batch_header_flagged(out, place, base_offset, record_count, records_bytes, 0);
+}
+
+/// `encode_batch_header` with `flags` (`FLAG_WRITTEN_AHEAD` or 0); `place` is (log id,
+/// segment base, file position).
+pub fn encode_batch_header_flagged(
+    out: &mut [u8],
+    place: (u64, u64, u64),
+    base_offset: u64,
+    record_count: u32,
+    records_bytes: u32,
+    flags: u16,
+) {
+    let (log_id, segment_base, file_position) = place;
     out[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
     out[4..6].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out[6..8].copy_from_slice(&0u16.to_le_bytes());
+    out[6..8].copy_from_slice(&flags.to_le_bytes());
     out[8..16].copy_from_slice(&base_offset.to_le_bytes());
     out[16..20].copy_from_slice(&record_count.to_le_bytes());
     out[20..24].copy_from_slice(&records_bytes.to_le_bytes());
@@ -225,7 +249,7 @@ pub fn decode_batch_header(
     if stored_crc != header_crc(log_id, segment_base, file_position, header) {
         return Err(BatchError::BadHeader("checksum mismatch (corrupt or misplaced)"));
     }
-    if header[6..8] != [0, 0] || header[28..32] != [0, 0, 0, 0] {
+    if batch_flags(header) & !FLAG_WRITTEN_AHEAD != 0 || header[28..32] != [0, 0, 0, 0] {
         return Err(BatchError::BadHeader("reserved bytes are not zero"));
     }
     if u16::from_le_bytes(header[4..6].try_into().unwrap()) != FORMAT_VERSION {
@@ -242,6 +266,12 @@ pub fn decode_batch_header(
         return Err(BatchError::BadHeader("impossible record count or size"));
     }
     Ok(batch)
+}
+
+/// The flags of a batch header (its first `BATCH_HEADER_BYTES`), meaningful once
+/// `decode_batch_header` accepted it.
+pub fn batch_flags(header: &[u8]) -> u16 {
+    u16::from_le_bytes(header[6..8].try_into().unwrap())
 }
 
 /// One record read in place from a validated batch.
