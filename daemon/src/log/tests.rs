@@ -1798,3 +1798,59 @@ fn a_torn_commit_in_a_recycled_segment_is_reported() {
         check_from_start(&log, next).await;
     });
 }
+
+/// T2 with recycling: one log lives on across 200 power failures at random moments, with
+/// concurrent appends and, between them, the deletion of its closed segments (so that its rolls
+/// take recycled files), unsynced writes dropped, kept or torn each time. Every acknowledged
+/// record not deleted survives.
+#[test]
+fn two_hundred_random_power_failures_with_recycled_segments() {
+    let config = || LogConfig {
+        segment_bytes_initial: 16 * 1024,
+        segment_bytes_max: 16 * 1024,
+        group_commit_bytes_max: 4 * 1024,
+        recycle: true,
+        ..small_config()
+    };
+    run(async move {
+        let disk = SimDisk::new();
+        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut acked = Acknowledged::new();
+        let mut payload_index = 0;
+        let mut recycled_rolls = 0;
+        let mut acknowledged_total = 0;
+        for crash in 0..200 {
+            let (log, _) = open(&disk, &directories(2), config())
+                .await
+                .unwrap_or_else(|e| panic!("crash {crash}: recovery failed: {e}"));
+            acked.retain(|offset, _| *offset >= log.start_offset());
+            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
+            check_acknowledged(&records, &acked);
+            disk.die_after(next() % 200 + 1);
+            for _ in 0..8 {
+                let appended = append_until_power_fails(&log, payload_index, 12).await;
+                acknowledged_total += appended.len();
+                acked.extend(appended);
+                payload_index += 12;
+                let closed = log.closed_segments().len();
+                let _ = log.remove_oldest(closed).await;
+            }
+            recycled_rolls += log.inner.borrow().segments.iter().filter(|segment| segment.recycled).count();
+            drop(log);
+            let mode = match next() % 3 {
+                0 => CrashMode::DropUnsynced,
+                1 => CrashMode::KeepUnsynced,
+                _ => CrashMode::TearLastWrite { sectors: (next() % 8) as usize },
+            };
+            disk.crash(mode);
+        }
+        assert!(acknowledged_total > 1000, "{acknowledged_total} acknowledged");
+        assert!(recycled_rolls > 20, "only {recycled_rolls} recycled segments seen");
+    });
+}
