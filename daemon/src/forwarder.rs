@@ -807,11 +807,13 @@ impl<S: Storage> Forwarder<S> {
         // The messages stay in the request's frame until their commit is built, and are encoded
         // straight into its buffer.
         let records = PublishRecords { body, publish_time_ms: self.clock.wall_ms(), encoded_bytes };
-        let (first, count) = topic
-            .log
-            .append_records(Records::Deferred(Box::new(records)), count)
-            .await
-            .map_err(log_error_status)?;
+        let (first, count) =
+            topic.log.append_records(Records::Deferred(Box::new(records)), count).await.map_err(|error| {
+                if matches!(error, LogError::NoSpace(_)) {
+                    self.release_kept_files();
+                }
+                log_error_status(error)
+            })?;
         self.collect_after_roll(&topic);
         Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
     }
@@ -1344,6 +1346,19 @@ impl<S: Storage> Forwarder<S> {
         }
         let (topic, now_ms) = (topic.clone(), self.clock.wall_ms());
         glommio::spawn_local(async move { Self::remove_unneeded_segments(&topic, now_ms).await }).detach();
+    }
+
+    /// Out of disk space: every topic of the shard gives up the files it holds for later rolls
+    /// (a spare, a recycled segment: up to a segment each, which the user's data does not
+    /// need), in the background, so that the publisher's retry finds the space.
+    fn release_kept_files(&self) {
+        let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
+        glommio::spawn_local(async move {
+            for topic in topics {
+                topic.log.discard_spares().await;
+            }
+        })
+        .detach();
     }
 
     /// Deletes the oldest segments nobody needs any more (see `collect_segments`).
@@ -2122,6 +2137,41 @@ mod tests {
                 assert!(again.iter().all(|message| message.delivery_attempt == 2));
             });
         }
+    }
+
+    /// A publish refused for want of disk space makes every topic of the shard give up the file
+    /// it kept for its next roll, so that the publisher's retry finds the space.
+    #[test]
+    fn a_full_disk_releases_the_files_kept_for_later_rolls() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let busy = topic(&forwarder, 0).await;
+            publish(&forwarder, 300).await;
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            assert!(busy.log.keeps_a_recycled_file(), "the busy topic recycles its segments");
+            forwarder
+                .control(ControlRequest::AttachTopic {
+                    topic_id: 8,
+                    name: "newcomer".into(),
+                    retention_seconds: 0,
+                    recovering: false,
+                })
+                .await
+                .unwrap();
+            forwarder.storage.set_no_space(true);
+            let request = PublishRequest {
+                topic: "newcomer".into(),
+                messages: vec![PubsubMessage { data: vec![1u8; 1000], ..Default::default() }],
+            };
+            let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
+            let mut body = FrameBuffer::new();
+            body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+            let refused = forwarder.publish(body).await.expect_err("no space for a first segment");
+            assert_eq!(refused.code, ErrorCode::ResourceExhausted, "{refused:?}");
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            assert!(!busy.log.keeps_a_recycled_file(), "the kept file was given up");
+        });
     }
 
     #[test]

@@ -2701,6 +2701,11 @@ impl<S: Storage> Log<S> {
             Some(Box::new(Recycled { capacity: segment.capacity, files, _place: place }));
     }
 
+    /// Whether the log keeps a deleted segment's file for its next roll.
+    pub fn keeps_a_recycled_file(&self) -> bool {
+        self.inner.borrow().recycled.is_some()
+    }
+
     /// Whether the log rolled since the last call, for a log that recycles: its owner then
     /// deletes what no one needs any more, so that the next roll finds a file to recycle.
     pub fn take_rolled(&self) -> bool {
