@@ -285,6 +285,8 @@ pub struct Forwarder<S: Storage> {
     requests_at_sweep: Cell<u64>,
     /// Sweeps in a row without a request since the shard was last busy; None once trimmed.
     quiet_sweeps: Cell<Option<u32>>,
+    /// A release of the shard's kept files is running (`release_kept_files`).
+    releasing_kept_files: Rc<Cell<bool>>,
 }
 
 /// A topic's folder inside each data directory.
@@ -385,6 +387,7 @@ impl<S: Storage> Forwarder<S> {
             requests: Cell::new(0),
             requests_at_sweep: Cell::new(0),
             quiet_sweeps: Cell::new(None),
+            releasing_kept_files: Rc::default(),
         }
     }
 
@@ -1351,12 +1354,19 @@ impl<S: Storage> Forwarder<S> {
     /// Out of disk space: every topic of the shard gives up the files it holds for later rolls
     /// (a spare, a recycled segment: up to a segment each, which the user's data does not
     /// need), in the background, so that the publisher's retry finds the space.
+    /// Once at a time, and only while the shard keeps any: publishers refused by a full disk
+    /// retry, and each refusal must not walk every topic again.
     fn release_kept_files(&self) {
+        if crate::log::files_kept_on_this_shard() == 0 || self.releasing_kept_files.replace(true) {
+            return;
+        }
         let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
+        let releasing = self.releasing_kept_files.clone();
         glommio::spawn_local(async move {
             for topic in topics {
                 topic.log.discard_spares().await;
             }
+            releasing.set(false);
         })
         .detach();
     }

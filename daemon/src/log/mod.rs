@@ -893,6 +893,11 @@ thread_local! {
     static RECYCLED_ALIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Spares and recycled files the logs of this shard (this thread) keep.
+pub fn files_kept_on_this_shard() -> usize {
+    SPARES_ALIVE.with(|count| count.get()) + RECYCLED_ALIVE.with(|count| count.get())
+}
+
 /// One of this shard's places for a spare (`SPARES_PER_SHARD_MAX`) or a recycled file
 /// (`RECYCLED_PER_SHARD_MAX`), given back when dropped.
 struct ShardPlace(&'static std::thread::LocalKey<std::cell::Cell<usize>>);
