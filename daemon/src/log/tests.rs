@@ -1854,3 +1854,85 @@ fn two_hundred_random_power_failures_with_recycled_segments() {
         assert!(recycled_rolls > 20, "only {recycled_rolls} recycled segments seen");
     });
 }
+
+/// T3 in a recycled segment: the unsynced tail is cut, flipped or zeroed at 200 offsets over
+/// the old batches of the file's earlier life. Recovery keeps every acknowledged record, serves
+/// the tail's records only where they are whole, and appends after it survive a restart.
+#[test]
+fn torn_tail_at_200_offsets_in_a_recycled_segment() {
+    let config = || LogConfig {
+        segment_bytes_initial: 64 * 1024,
+        segment_bytes_max: 64 * 1024,
+        group_commit_bytes_max: 4 * 1024,
+        recycle: true,
+        ..small_config()
+    };
+    // The same appends every time: a recycled active segment with five batches of its own.
+    async fn prepare(disk: &SimDisk, config: LogConfig) -> (u64, u64, u64) {
+        let (log, _) = open(disk, &directories(1), config).await.unwrap();
+        let mut next = 0;
+        append_until_rolled(&log, &mut next, 2).await;
+        log.remove_oldest(1).await.unwrap();
+        append_until_rolled(&log, &mut next, 1).await;
+        for _ in 0..5 {
+            log.append(records_for(&[payload(next)]), 1).await.unwrap();
+            next += 1;
+        }
+        let inner = log.inner.borrow();
+        let segment = inner.segments.last().unwrap();
+        assert!(segment.recycled);
+        (segment.base_offset, segment.write_position, next)
+    }
+    run(async move {
+        let (base, end, next) = prepare(&SimDisk::new(), config()).await;
+        let end = end as usize;
+        let mut records = records_for(&[vec![20u8; 3000], vec![21u8; 5000]]);
+        record::seal_records(1, &mut records, next);
+        let mut tail = vec![0u8; record::batch_disk_bytes(records.len())];
+        record::encode_batch_header(&mut tail, 1, base, end as u64, next, 2, records.len() as u32);
+        tail[32..32 + records.len()].copy_from_slice(&records);
+        let mut reported = 0;
+        for case in 0..200usize {
+            let disk = SimDisk::new();
+            prepare(&disk, config()).await;
+            let path = segment_path(0, base);
+            let mut bytes = disk.file_bytes(&path).unwrap();
+            assert!(bytes[end + tail.len()..].iter().any(|byte| *byte != 0), "old bytes follow");
+            let cut = (case * 61) % tail.len();
+            match case % 3 {
+                0 => bytes[end..end + cut].copy_from_slice(&tail[..cut]),
+                1 => {
+                    bytes[end..end + tail.len()].copy_from_slice(&tail);
+                    bytes[end + cut] ^= 1 << (case % 8);
+                }
+                _ => {
+                    bytes[end..end + tail.len()].copy_from_slice(&tail);
+                    let zero_end = (cut + 700).min(tail.len());
+                    bytes[end + cut..end + zero_end].fill(0);
+                }
+            }
+            disk.set_file_bytes(&path, bytes);
+            let (log, report) =
+                open(&disk, &directories(1), config()).await.unwrap_or_else(|e| panic!("case {case}: {e}"));
+            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
+            let acknowledged = (next - log.start_offset()) as usize;
+            assert!(records.len() >= acknowledged, "case {case}: lost acknowledged records");
+            for record in &records[..acknowledged] {
+                assert_eq!(record.data, payload(record.offset), "case {case}");
+            }
+            for record in &records[acknowledged..] {
+                let length = if record.offset == next { 3000 } else { 5000 };
+                assert_eq!(record.data, vec![(20 + record.offset - next) as u8; length], "case {case}");
+            }
+            if report.torn_at.is_some() {
+                reported += 1;
+            }
+            let (offset, _) = log.append(records_for(&[b"after".to_vec()]), 1).await.unwrap();
+            drop(log);
+            disk.crash(CrashMode::DropUnsynced);
+            let (log, _) = open(&disk, &directories(1), config()).await.unwrap();
+            assert_eq!(log.read(offset, 1, usize::MAX).await.unwrap()[0].data, b"after", "case {case}");
+        }
+        assert!(reported > 50, "a torn tail was reported in only {reported} of 200 cases");
+    });
+}
