@@ -1876,15 +1876,20 @@ mod tests {
 
     async fn publish(forwarder: &Forwarder<SimDisk>, count: usize) {
         for _ in 0..count {
-            let request = PublishRequest {
-                topic: "retained".into(),
-                messages: vec![PubsubMessage { data: vec![1u8; 1000], ..Default::default() }],
-            };
-            let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
-            let mut body = FrameBuffer::new();
-            body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-            forwarder.publish(body).await.unwrap();
+            publish_one(forwarder, "retained").await.unwrap();
         }
+    }
+
+    /// Publishes one message of 1,000 bytes to `topic`.
+    async fn publish_one(forwarder: &Forwarder<SimDisk>, topic: &str) -> Result<PublishResponse, Status> {
+        let request = PublishRequest {
+            topic: topic.into(),
+            messages: vec![PubsubMessage { data: vec![1u8; 1000], ..Default::default() }],
+        };
+        let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
+        let mut body = FrameBuffer::new();
+        body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+        forwarder.publish(body).await
     }
 
     fn ack_everything(entry: &SubscriptionEntry, end: u64) {
@@ -2170,14 +2175,8 @@ mod tests {
                 .await
                 .unwrap();
             forwarder.storage.set_no_space(true);
-            let request = PublishRequest {
-                topic: "newcomer".into(),
-                messages: vec![PubsubMessage { data: vec![1u8; 1000], ..Default::default() }],
-            };
-            let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
-            let mut body = FrameBuffer::new();
-            body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-            let refused = forwarder.publish(body).await.expect_err("no space for a first segment");
+            let refused =
+                publish_one(&forwarder, "newcomer").await.expect_err("no space for a first segment");
             assert_eq!(refused.code, ErrorCode::ResourceExhausted, "{refused:?}");
             glommio::timer::sleep(Duration::from_millis(20)).await;
             assert!(!busy.log.keeps_a_recycled_file(), "the kept file was given up");

@@ -516,7 +516,7 @@ type CopyFiles<S> = Vec<Option<Rc<<S as Storage>::File>>>;
 /// (`LogConfig::recycle`).
 struct Recycled<S: Storage> {
     capacity: u64,
-    files: Vec<Option<Rc<S::File>>>,
+    files: CopyFiles<S>,
     _place: ShardPlace,
 }
 

@@ -152,6 +152,34 @@ fn crash_loses_only_unacknowledged_writes() {
     }
 }
 
+/// Writes the unsynced `tail` at `end` of a segment's `bytes` as T3's case `case` left it:
+/// only a prefix of it reached the disk, or all of it with one bit flipped, or all of it with a
+/// zeroed stretch.
+fn damage_tail(bytes: &mut [u8], end: usize, tail: &[u8], case: usize) {
+    let cut = (case * 61) % tail.len();
+    match case % 3 {
+        0 => bytes[end..end + cut].copy_from_slice(&tail[..cut]),
+        1 => {
+            bytes[end..end + tail.len()].copy_from_slice(tail);
+            bytes[end + cut] ^= 1 << (case % 8);
+        }
+        _ => {
+            bytes[end..end + tail.len()].copy_from_slice(tail);
+            let zero_end = (cut + 700).min(tail.len());
+            bytes[end + cut..end + zero_end].fill(0);
+        }
+    }
+}
+
+/// How unsynced writes end at a random power failure: dropped, kept, or the last one torn.
+fn random_crash_mode(next: &mut impl FnMut() -> u64) -> CrashMode {
+    match next() % 3 {
+        0 => CrashMode::DropUnsynced,
+        1 => CrashMode::KeepUnsynced,
+        _ => CrashMode::TearLastWrite { sectors: (next() % 8) as usize },
+    }
+}
+
 /// T3: a torn or damaged unsynced tail at many offsets: recovery cuts exactly to the last valid
 /// batch, every acknowledged record stays readable, and appends after recovery work and survive
 /// another restart.
@@ -181,22 +209,7 @@ fn torn_tail_at_200_offsets() {
             append_many(&log, 0, 20).await;
             drop(log);
             let mut bytes = disk.file_bytes(&segment_path(0, 0)).unwrap();
-            let cut = (case * 61) % tail.len();
-            match case % 3 {
-                // Only a prefix of the unsynced tail reached the disk.
-                0 => bytes[end..end + cut].copy_from_slice(&tail[..cut]),
-                // The whole tail, with one bit flipped.
-                1 => {
-                    bytes[end..end + tail.len()].copy_from_slice(&tail);
-                    bytes[end + cut] ^= 1 << (case % 8);
-                }
-                // The tail with a zeroed stretch.
-                _ => {
-                    bytes[end..end + tail.len()].copy_from_slice(&tail);
-                    let zero_end = (cut + 700).min(tail.len());
-                    bytes[end + cut..end + zero_end].fill(0);
-                }
-            }
+            damage_tail(&mut bytes, end, &tail, case);
             disk.set_file_bytes(&segment_path(0, 0), bytes);
             let (log, report) =
                 open(&disk, &dirs, LogConfig::default()).await.unwrap_or_else(|e| panic!("case {case}: {e}"));
@@ -942,12 +955,7 @@ fn two_hundred_random_power_failures() {
             acked.extend(append_until_power_fails(&log, payload_index, 12).await);
             payload_index += 12;
             drop(log);
-            let mode = match next() % 3 {
-                0 => CrashMode::DropUnsynced,
-                1 => CrashMode::KeepUnsynced,
-                _ => CrashMode::TearLastWrite { sectors: (next() % 8) as usize },
-            };
-            disk.crash(mode);
+            disk.crash(random_crash_mode(&mut next));
         }
         assert!(!acked.is_empty());
         assert!(torn_reports > 0, "no crash left a torn tail: the path was never exercised");
@@ -1843,12 +1851,7 @@ fn two_hundred_random_power_failures_with_recycled_segments() {
             }
             recycled_rolls += log.inner.borrow().segments.iter().filter(|segment| segment.recycled).count();
             drop(log);
-            let mode = match next() % 3 {
-                0 => CrashMode::DropUnsynced,
-                1 => CrashMode::KeepUnsynced,
-                _ => CrashMode::TearLastWrite { sectors: (next() % 8) as usize },
-            };
-            disk.crash(mode);
+            disk.crash(random_crash_mode(&mut next));
         }
         assert!(acknowledged_total > 1000, "{acknowledged_total} acknowledged");
         assert!(recycled_rolls > 20, "only {recycled_rolls} recycled segments seen");
@@ -1898,19 +1901,7 @@ fn torn_tail_at_200_offsets_in_a_recycled_segment() {
             let path = segment_path(0, base);
             let mut bytes = disk.file_bytes(&path).unwrap();
             assert!(bytes[end + tail.len()..].iter().any(|byte| *byte != 0), "old bytes follow");
-            let cut = (case * 61) % tail.len();
-            match case % 3 {
-                0 => bytes[end..end + cut].copy_from_slice(&tail[..cut]),
-                1 => {
-                    bytes[end..end + tail.len()].copy_from_slice(&tail);
-                    bytes[end + cut] ^= 1 << (case % 8);
-                }
-                _ => {
-                    bytes[end..end + tail.len()].copy_from_slice(&tail);
-                    let zero_end = (cut + 700).min(tail.len());
-                    bytes[end + cut..end + zero_end].fill(0);
-                }
-            }
+            damage_tail(&mut bytes, end, &tail, case);
             disk.set_file_bytes(&path, bytes);
             let (log, report) =
                 open(&disk, &directories(1), config()).await.unwrap_or_else(|e| panic!("case {case}: {e}"));
