@@ -5,7 +5,7 @@
 pub mod checker;
 pub mod loopfs;
 
-use ringpost_client::{block_on, Client};
+use ringpost_client::{block_on, Client, Subscription};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -216,6 +216,24 @@ pub fn failed(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout)
     );
     String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// Creates `topic` and a plain pull `subscription` on it with an ack deadline of
+/// `ack_deadline_seconds`.
+pub fn create_topic_and_subscription(
+    client: &Client,
+    topic: &str,
+    subscription: &str,
+    ack_deadline_seconds: u32,
+) {
+    block_on(client.create_topic(topic)).unwrap();
+    block_on(client.create_subscription(Subscription {
+        name: subscription.into(),
+        topic: topic.into(),
+        ack_deadline_seconds,
+        ..Default::default()
+    }))
+    .unwrap();
 }
 
 /// `bytes` bytes (at least 8) whose every one depends on `sequence`, so a delivered payload

@@ -6,9 +6,9 @@
 //! `RINGPOST_T1_ITERATIONS` sets the number of kills (default 20); `RINGPOST_TEST_SEED` replays
 //! a run's kill times.
 
-use ringpost_client::{block_on, Client, Error, ErrorCode, Message, RetrySettings, Subscription};
+use ringpost_client::{block_on, Client, Error, ErrorCode, Message, RetrySettings};
 use ringpost_tests::checker::{Checker, Outcome};
-use ringpost_tests::{Daemon, Random};
+use ringpost_tests::{create_topic_and_subscription, Daemon, Random};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -103,14 +103,7 @@ fn sigkill_under_load(daemon: &mut Daemon, iterations: u32) {
     let mut random = Random::from_time();
     {
         let client = daemon.client();
-        block_on(client.create_topic("crash-topic")).unwrap();
-        block_on(client.create_subscription(Subscription {
-            name: "crash-sub".into(),
-            topic: "crash-topic".into(),
-            ack_deadline_seconds: 10,
-            ..Default::default()
-        }))
-        .unwrap();
+        create_topic_and_subscription(&client, "crash-topic", "crash-sub", 10);
     }
     let address = Arc::new(RwLock::new(daemon.address.clone()));
     let checker = Arc::new(Checker::new());

@@ -5,9 +5,9 @@
 //!
 //! These tests need root and loop devices (CI has both); without them they fail loudly.
 
-use ringpost_client::{block_on, Client, ErrorCode, Message, RetrySettings, Subscription};
+use ringpost_client::{block_on, Client, ErrorCode, Message, RetrySettings};
 use ringpost_tests::loopfs::LoopFilesystem;
-use ringpost_tests::{drain, temporary_directory, Daemon};
+use ringpost_tests::{create_topic_and_subscription, drain, temporary_directory, Daemon};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,14 +55,7 @@ fn messages(first: u64, count: u64) -> Vec<Message> {
 }
 
 fn setup(client: &Client, topic: &str, subscription: &str) {
-    block_on(client.create_topic(topic)).unwrap();
-    block_on(client.create_subscription(Subscription {
-        name: subscription.into(),
-        topic: topic.into(),
-        ack_deadline_seconds: 600,
-        ..Default::default()
-    }))
-    .unwrap();
+    create_topic_and_subscription(client, topic, subscription, 600);
 }
 
 /// Publishes sequences `first..first + MESSAGES_PER_PUBLISH` and records each acknowledged id

@@ -1,8 +1,8 @@
 //! A forwarder shard's I/O memory (`--io-memory-mib`): buffers come from it while it has room
 //! and from the heap once it is full. Both kinds carry commits to disk and reads back from it.
 
-use ringpost_client::{block_on, Message, Subscription};
-use ringpost_tests::{binary, drain, payload, temporary_directory, Daemon};
+use ringpost_client::{block_on, Message};
+use ringpost_tests::{binary, create_topic_and_subscription, drain, payload, temporary_directory, Daemon};
 use std::collections::HashMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -18,14 +18,7 @@ fn commits_larger_than_the_io_memory_are_stored_and_read_back_intact() {
     // it; a publish of 1,000 messages of 2 KiB commits about 2 MiB, which only the heap holds.
     let mut daemon = Daemon::start_with("io-memory", Vec::new(), vec!["--io-memory-mib".into(), "1".into()]);
     let client = daemon.client();
-    block_on(client.create_topic("orders")).unwrap();
-    block_on(client.create_subscription(Subscription {
-        name: "audit".into(),
-        topic: "orders".into(),
-        ack_deadline_seconds: 600,
-        ..Default::default()
-    }))
-    .unwrap();
+    create_topic_and_subscription(&client, "orders", "audit", 600);
 
     let mut expected: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut sequence = 0;

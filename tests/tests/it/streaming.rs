@@ -1,7 +1,7 @@
 //! Streaming pull: competing streams share a subscription, each within its flow-control window.
 
 use ringpost_client::{block_on, Client, Message, StreamSettings, Subscription};
-use ringpost_tests::Daemon;
+use ringpost_tests::{create_topic_and_subscription, Daemon};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,14 +19,7 @@ fn four_streams_drain_a_200k_backlog_within_their_windows() {
     const MESSAGES: u64 = 200_000;
     let daemon = Daemon::start("stream-backlog");
     let client = daemon.client();
-    block_on(client.create_topic("backlog")).unwrap();
-    block_on(client.create_subscription(Subscription {
-        name: "drain".into(),
-        topic: "backlog".into(),
-        ack_deadline_seconds: 10,
-        ..Default::default()
-    }))
-    .unwrap();
+    create_topic_and_subscription(&client, "backlog", "drain", 10);
     for batch in 0..MESSAGES / 1000 {
         let messages = (batch * 1000..batch * 1000 + 1000).map(|i| Message::new(format!("{i:08}"))).collect();
         block_on(client.publish("backlog", messages)).unwrap();
@@ -138,14 +131,7 @@ async fn futures_select<A: std::future::Future, B: std::future::Future>(
 fn a_closed_stream_gives_its_messages_back_at_once() {
     let daemon = Daemon::start("stream-close");
     let client = daemon.client();
-    block_on(client.create_topic("handover")).unwrap();
-    block_on(client.create_subscription(Subscription {
-        name: "handover-sub".into(),
-        topic: "handover".into(),
-        ack_deadline_seconds: 600,
-        ..Default::default()
-    }))
-    .unwrap();
+    create_topic_and_subscription(&client, "handover", "handover-sub", 600);
     block_on(client.publish("handover", (0..10).map(|i| Message::new(format!("m{i}"))).collect())).unwrap();
     let mut stream = block_on(client.streaming_pull("handover-sub", StreamSettings::default())).unwrap();
     let batch = block_on(stream.next()).unwrap().unwrap();
