@@ -43,6 +43,10 @@ struct Flags {
 /// The most `--io-memory-mib` takes: the memory is resident from the start, per shard.
 const IO_MEMORY_MIB_MAX: usize = 4096;
 
+/// io_uring rings a glommio executor registers its I/O memory in (main, latency, poll): the
+/// memory counts that many times against RLIMIT_MEMLOCK.
+const IO_URING_RINGS_PER_EXECUTOR: usize = 3;
+
 /// Registering a shard's I/O memory (the router's too) pins it, which counts against
 /// RLIMIT_MEMLOCK once per io_uring ring (glommio registers it in three) unless the process
 /// holds CAP_IPC_LOCK (root does, a container's root often does not). When it fails the shard
@@ -54,7 +58,8 @@ fn warn_if_io_memory_cannot_be_registered(shards: usize, io_memory_bytes: usize)
         return;
     }
     let Ok((limit_bytes, _)) = getrlimit(Resource::RLIMIT_MEMLOCK) else { return };
-    let needed_bytes = (3 * (shards * io_memory_bytes + ringpost_daemon::ROUTER_IO_MEMORY_BYTES)) as u64;
+    let needed_bytes = (IO_URING_RINGS_PER_EXECUTOR
+        * (shards * io_memory_bytes + ringpost_daemon::ROUTER_IO_MEMORY_BYTES)) as u64;
     if limit_bytes != RLIM_INFINITY && limit_bytes < needed_bytes {
         eprintln!(
             "ringpostd: note: RLIMIT_MEMLOCK is {} KiB and registering the I/O memory of {shards} forwarder shard(s) and the router needs {} KiB; \
