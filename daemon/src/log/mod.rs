@@ -1168,10 +1168,18 @@ impl<S: Storage> Log<S> {
                     .unwrap_or_default();
                 for (copy, file) in files.iter().enumerate() {
                     let Some(file) = file else { continue };
-                    if let Some(later) =
-                        first_valid_batch(&**file, log_id, base, position + BLOCK_BYTES as u64, capacity)
-                            .await?
-                    {
+                    // The batch that belongs here would have held `next_offset`: any later
+                    // one of this life starts after it.
+                    let later = first_valid_batch_from_offset(
+                        &**file,
+                        log_id,
+                        base,
+                        position + BLOCK_BYTES as u64,
+                        capacity,
+                        next_offset + 1,
+                    )
+                    .await?;
+                    if let Some(later) = later {
                         if orphan_written_ahead(&**file, log_id, base, later, capacity, next_offset).await? {
                             // The commit here never completed, and the one after it, whose
                             // write was issued while this one was in flight, landed first:
@@ -2866,15 +2874,36 @@ async fn first_valid_batch<F: StorageFile>(
     from: u64,
     size: u64,
 ) -> Result<Option<u64>, LogError> {
+    first_valid_batch_from_offset(file, log_id, segment_base, from, size, 0).await
+}
+
+/// The position of the first valid batch at or after byte `from` whose offsets start at
+/// `offset_min` or later. Valid batches below `offset_min` are passed over: found after
+/// damage at the log's end (`offset_min` one past the offset the damaged batch would have
+/// held), they are of an earlier life of the file, a batch written ahead that a crash left
+/// beyond a hole of zeros, where recovery stops without reading further; the log then reused
+/// its offsets. Being whole, nothing written since overlaps them.
+async fn first_valid_batch_from_offset<F: StorageFile>(
+    file: &F,
+    log_id: u64,
+    segment_base: u64,
+    from: u64,
+    size: u64,
+    offset_min: u64,
+) -> Result<Option<u64>, LogError> {
     let mut window = Window::new();
     let mut position = from;
     while position + BLOCK_BYTES as u64 <= size {
         let head = window.at(file, position, BLOCK_BYTES, size).await?;
         if record::decode_batch_header(head, log_id, segment_base, position).is_ok() {
-            if let ReadBatch::Valid(..) =
+            if let ReadBatch::Valid(header, _) =
                 read_batch(file, &mut window, log_id, segment_base, position, size).await?
             {
-                return Ok(Some(position));
+                if header.base_offset >= offset_min {
+                    return Ok(Some(position));
+                }
+                position += header.disk_bytes() as u64;
+                continue;
             }
         }
         position += BLOCK_BYTES as u64;
@@ -2884,10 +2913,11 @@ async fn first_valid_batch<F: StorageFile>(
 
 /// Whether the valid batch at `at` is a commit's successor that landed while the commit did
 /// not: written ahead (`record::FLAG_WRITTEN_AHEAD`), beyond the offsets recovered so far
-/// (`next_offset`), and the last valid batch of the segment. At most two writes of a log are in
-/// flight, so damage in the middle of the log is followed by more than one valid batch, or by
-/// one that was not written ahead, and is refused; only damage to the second-to-last batch in
-/// every copy, when the last was written ahead, reads the same as the hole and loses both.
+/// (`next_offset`), and the last valid batch of the segment (batches of an earlier life aside,
+/// see `first_valid_batch_from_offset`). At most two writes of a log are in flight, so damage
+/// in the middle of the log is followed by more than one valid batch, or by one that was not
+/// written ahead, and is refused; only damage to the second-to-last batch in every copy, when
+/// the last was written ahead, reads the same as the hole and loses both.
 async fn orphan_written_ahead<F: StorageFile>(
     file: &F,
     log_id: u64,
@@ -2906,7 +2936,7 @@ async fn orphan_written_ahead<F: StorageFile>(
         return Ok(false);
     }
     let end = at + header.disk_bytes() as u64;
-    Ok(first_valid_batch(file, log_id, segment_base, end, size).await?.is_none())
+    Ok(first_valid_batch_from_offset(file, log_id, segment_base, end, size, next_offset + 1).await?.is_none())
 }
 
 /// The end of the last block holding a non-zero byte.

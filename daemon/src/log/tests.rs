@@ -777,7 +777,8 @@ fn crash_after_every_storage_operation_with_commits_built_ahead() {
 /// it, fails here: recovery stops at the hole the held-back write leaves.
 #[test]
 fn a_batch_written_ahead_is_acknowledged_only_after_the_batches_before_it() {
-    written_ahead_batches_and_held_back_writes(false);
+    written_ahead_batches_and_held_back_writes(false, 2 * 1024);
+    written_ahead_batches_and_held_back_writes(false, 16 * 1024);
 }
 
 /// The same in a recycled segment, where the hole a held-back write leaves holds the file's old
@@ -785,14 +786,14 @@ fn a_batch_written_ahead_is_acknowledged_only_after_the_batches_before_it() {
 /// damage (which refuses to start) by its flag, and discarded.
 #[test]
 fn a_hole_in_a_recycled_segment_is_not_taken_for_damage() {
-    written_ahead_batches_and_held_back_writes(true);
+    written_ahead_batches_and_held_back_writes(true, 2 * 1024);
 }
 
-fn written_ahead_batches_and_held_back_writes(recycled: bool) {
+fn written_ahead_batches_and_held_back_writes(recycled: bool, group_commit_bytes_max: usize) {
     let config = move || LogConfig {
-        segment_bytes_initial: 16 * 1024,
-        segment_bytes_max: if recycled { 64 * 1024 } else { 16 * 1024 },
-        group_commit_bytes_max: 2 * 1024,
+        segment_bytes_initial: 8 * group_commit_bytes_max as u64,
+        segment_bytes_max: if recycled { 64 * 1024 } else { 8 * group_commit_bytes_max as u64 },
+        group_commit_bytes_max,
         recycle: recycled,
         ..small_config()
     };
@@ -811,7 +812,8 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool) {
         }
         next
     }
-    const APPENDS: u64 = 60;
+    // Enough for several commits of the largest size.
+    let appends = 30 * group_commit_bytes_max as u64 / 1024;
     for copies in [1, 3] {
         for durable_writes in [true, false] {
             let writes = Rc::new(std::cell::Cell::new(0));
@@ -822,7 +824,7 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool) {
                 let (log, _) = open(&disk, &directories(copies), config()).await.unwrap();
                 let first = prepare(&log, recycled).await;
                 let before = disk.write_count();
-                for append in spawn_appends_from(&log, first, APPENDS) {
+                for append in spawn_appends_from(&log, first, appends) {
                     append.await.1.unwrap();
                 }
                 counted.set(disk.write_count() - before);
@@ -837,7 +839,7 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool) {
                     let first = prepare(&log, recycled).await;
                     disk.delay_nth_write(held, std::time::Duration::from_millis(2), true);
                     let mut acked = Acknowledged::new();
-                    for append in spawn_appends_from(&log, first, APPENDS) {
+                    for append in spawn_appends_from(&log, first, appends) {
                         if let (i, Ok((offset, _))) = append.await {
                             acked.insert(offset, i);
                         }
@@ -851,6 +853,19 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool) {
                             panic!("write {held} held back, {copies} copies: recovery failed: {error}")
                         });
                     check_acknowledged(&read_all(&log).await, &acked);
+                    // A second life: one append, then a commit torn by the next power failure,
+                    // at a position before the batch the first crash left written ahead.
+                    let (offset, _) = log.append(records_for(&[payload(1000)]), 1).await.unwrap();
+                    acked.insert(offset, 1000);
+                    disk.die_after(1);
+                    let _ = log.append(records_for(&[payload(1001)]), 1).await;
+                    drop(log);
+                    disk.crash(CrashMode::TearLastWrite { sectors: 1 });
+                    let (log, _) =
+                        open(&disk, &directories(copies), config()).await.unwrap_or_else(|error| {
+                            panic!("write {held} held back, {copies} copies, second crash: recovery failed: {error}")
+                        });
+                    check_acknowledged(&read_all(&log).await, &acked);
                 });
             }
             assert!(
@@ -859,6 +874,113 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool) {
             );
         }
     }
+}
+
+fn earlier_life_config() -> LogConfig {
+    LogConfig { segment_bytes_initial: 256 * 1024, group_commit_bytes_max: 8 * 1024, ..small_config() }
+}
+
+/// Spawns appends of one record of each size, together: each above a group commit's room
+/// beside the others is a commit of its own, written ahead while the one before is in flight.
+fn spawn_sized_appends(
+    log: &Log<SimDisk>,
+    sizes: &[usize],
+) -> Vec<glommio::Task<Result<(u64, u32), LogError>>> {
+    sizes
+        .iter()
+        .map(|size| {
+            let (log, bytes) = (log.clone(), vec![*size as u8; *size]);
+            glommio::spawn_local(async move { log.append(records_for(&[bytes]), 1).await })
+        })
+        .collect()
+}
+
+/// A hole that zeros end leaves the batch written ahead of it on disk: recovery stops at the
+/// zeros and never reads further. Returns the log after that recovery, with offset 0
+/// acknowledged (`payload(0)`, at byte 0), the hole from byte 4096 (offset 1) and the orphan
+/// beyond it at byte 28672, holding offset 1 too.
+async fn leave_a_batch_written_ahead_beyond_a_hole(disk: &SimDisk, acked: &mut Acknowledged) -> Log<SimDisk> {
+    disk.set_durable_writes(true);
+    let (log, _) = open(disk, &directories(1), earlier_life_config()).await.unwrap();
+    let (offset, _) = log.append(records_for(&[payload(0)]), 1).await.unwrap();
+    acked.insert(offset, 0);
+    // One large commit, held back until the power fails, and a smaller one written ahead of
+    // it, which lands.
+    disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
+    for append in spawn_sized_appends(&log, &[24_000, 9000]) {
+        assert!(append.await.is_err(), "neither is acknowledged");
+    }
+    assert_eq!(disk.writes_landed_out_of_order(), 1);
+    drop(log);
+    disk.crash(CrashMode::DropUnsynced);
+    let (log, _) = open(disk, &directories(1), earlier_life_config()).await.unwrap();
+    assert_eq!(log.end_offset(), 1);
+    log
+}
+
+/// After `leave_a_batch_written_ahead_beyond_a_hole`, the log writes over the hole with smaller
+/// commits, reusing the orphan's offsets. When a later power failure tears one of them short of
+/// the orphan, recovery finds the orphan after the damage, with offsets the log already holds:
+/// a batch of an earlier life, never acknowledged, and no sign of mid-log corruption.
+#[test]
+fn a_batch_left_written_ahead_by_an_earlier_crash_does_not_stop_a_later_recovery() {
+    run(async {
+        let disk = SimDisk::new();
+        let mut acked = Acknowledged::new();
+        let log = leave_a_batch_written_ahead_beyond_a_hole(&disk, &mut acked).await;
+        // A small commit takes offset 1 over the hole; the next (more than a sector) is torn.
+        // (Writes made durable by fdatasync from here, so that the last one can be torn.)
+        disk.set_durable_writes(false);
+        let (offset, _) = log.append(records_for(&[payload(3)]), 1).await.unwrap();
+        acked.insert(offset, 3);
+        // Its write lands, its fdatasync does not happen.
+        disk.die_after(1);
+        assert!(log.append(records_for(&[vec![9u8; 3000]]), 1).await.is_err());
+        drop(log);
+        disk.crash(CrashMode::TearLastWrite { sectors: 1 });
+        let (log, report) = open(&disk, &directories(1), earlier_life_config())
+            .await
+            .unwrap_or_else(|error| panic!("the second recovery failed: {error}"));
+        let records = read_all(&log).await;
+        check_acknowledged(&records, &acked);
+        assert_eq!(records.len(), 2, "nothing but what was acknowledged: {report:?}");
+        // And the log goes on.
+        let (offset, _) = log.append(records_for(&[payload(5)]), 1).await.unwrap();
+        assert_eq!(offset, 2);
+    });
+}
+
+/// The same orphan of an earlier life, now beyond a hole of this life whose commit was torn
+/// and whose successor, written ahead, landed: that successor is the last batch of this life
+/// in the segment, so it is this crash's orphan and is dropped, not taken for a valid batch
+/// after damage.
+#[test]
+fn a_batch_of_an_earlier_life_does_not_hide_this_crash_orphan() {
+    run(async {
+        let disk = SimDisk::new();
+        let mut acked = Acknowledged::new();
+        let log = leave_a_batch_written_ahead_beyond_a_hole(&disk, &mut acked).await;
+        let (offset, _) = log.append(records_for(&[payload(3)]), 1).await.unwrap();
+        acked.insert(offset, 3);
+        // At byte 8192 a commit held back until the power fails, and at 16384 one written
+        // ahead, which lands and ends before the earlier life's orphan.
+        disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
+        for append in spawn_sized_appends(&log, &[5000, 5000]) {
+            assert!(append.await.is_err(), "neither is acknowledged");
+        }
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        // The held-back write tore instead of vanishing: its first bytes landed.
+        disk.flip_bit(&segment_path(0, 0), 8192 + 8, 0);
+        let (log, _) = open(&disk, &directories(1), earlier_life_config())
+            .await
+            .unwrap_or_else(|error| panic!("the second recovery failed: {error}"));
+        let records = read_all(&log).await;
+        check_acknowledged(&records, &acked);
+        assert_eq!(records.len(), 2, "nothing but what was acknowledged");
+        let (offset, _) = log.append(records_for(&[payload(5)]), 1).await.unwrap();
+        assert_eq!(offset, 2);
+    });
 }
 
 /// Acknowledged offsets, with the payload index each was appended with.
