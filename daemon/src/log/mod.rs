@@ -67,7 +67,9 @@
 //!    deletes nothing, unless that batch is the last valid one, beyond the expected offset, and
 //!    was written ahead (`record::FLAG_WRITTEN_AHEAD`): the hole of an unacknowledged commit
 //!    whose successor landed first, which a power failure leaves; that batch's header is
-//!    zeroed. Otherwise it is a torn tail from an interrupted, unacknowledged commit: its bytes
+//!    zeroed. Valid batches holding offsets before the damaged one's do not count: they are of
+//!    an earlier life, such a successor left beyond a hole of zeros, where recovery stopped
+//!    without reading it and the log then reused its offsets. Otherwise it is a torn tail from an interrupted, unacknowledged commit: its bytes
 //!    are zeroed in every copy, synced, and reported as discarded. In a recycled segment the
 //!    first position without a valid batch is the segment's end, as zeros are in a fresh one
 //!    (old batches never validate: a header's checksum covers its segment's base offset), and
