@@ -61,7 +61,7 @@
 //!    checksum (which covers the log, segment and position), the expected base offset, and
 //!    valid records. The first copy holding a valid batch is the truth; copies that do not
 //!    (missing, torn, rotten, misdirected) are repaired by writing the good bytes at the same
-//!    position.
+//!    position. A closed segment ends once its batches reach the next segment's base offset.
 //! 4. Where no copy holds a valid batch: if a valid batch follows in any copy (here or in a
 //!    later segment) the damage is in the middle of the log: recovery refuses to start and
 //!    deletes nothing, unless that batch is the last valid one, beyond the expected offset, and
@@ -1121,7 +1121,12 @@ impl<S: Storage> Log<S> {
             let mut windows: Vec<Window<<S::File as StorageFile>::Read>> =
                 (0..copies).map(|_| Window::new()).collect();
             let mut position = 0u64;
-            while position + BLOCK_BYTES as u64 <= capacity {
+            // A closed segment holds the offsets up to the next one's base and ends there. What
+            // may follow its last batch is not always zeros: a batch of an earlier life (see
+            // `first_valid_batch_from_offset`) can stand right after it, whole, when the log
+            // rolled there.
+            let next_base = manifest.segments.get(segment_index + 1).map(|next| next.base_offset);
+            while position + BLOCK_BYTES as u64 <= capacity && Some(next_offset) != next_base {
                 let mut found = Vec::with_capacity(copies);
                 for (copy, file) in files.iter().enumerate() {
                     found.push(match file {

@@ -983,6 +983,34 @@ fn a_batch_of_an_earlier_life_does_not_hide_this_crash_orphan() {
     });
 }
 
+/// The same orphan of an earlier life, when the log's commits after the hole end exactly where
+/// it starts and the next one does not fit the segment: the log rolls, and the orphan stays
+/// whole right after the segment's last batch. Every later recovery reads it there; it holds
+/// offsets the segment already holds, so it ends the segment, as zeros would.
+#[test]
+fn a_batch_of_an_earlier_life_at_a_closed_segment_end_ends_it() {
+    run(async {
+        let disk = SimDisk::new();
+        let mut acked = Acknowledged::new();
+        let log = leave_a_batch_written_ahead_beyond_a_hole(&disk, &mut acked).await;
+        // As large as the lost commit: it ends where the orphan starts.
+        let (offset, _) = log.append(records_for(&[vec![7u8; 24_000]]), 1).await.unwrap();
+        assert_eq!(offset, 1);
+        let (offset, _) = log.append(records_for(&[vec![6u8; 240_000]]), 1).await.unwrap();
+        assert_eq!((offset, log.inner.borrow().segments.len()), (2, 2), "the second commit rolled");
+        drop(log);
+        for restart in 0..2 {
+            let (log, report) = open(&disk, &directories(1), earlier_life_config())
+                .await
+                .unwrap_or_else(|error| panic!("restart {restart}: recovery failed: {error}"));
+            assert_eq!(log.end_offset(), 3, "{report:?}");
+            let records = read_all(&log).await;
+            check_acknowledged(&records, &acked);
+            assert_eq!((records[1].data.len(), records[2].data.len()), (24_000, 240_000));
+        }
+    });
+}
+
 /// Acknowledged offsets, with the payload index each was appended with.
 type Acknowledged = std::collections::BTreeMap<u64, u64>;
 type ScenarioRun<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
