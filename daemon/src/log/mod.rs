@@ -11,6 +11,9 @@
 //!    While a commit's write is with the disk and appends wait, the next batch is taken, its
 //!    bytes built (copied, sealed) for the place this commit leaves, and its write issued: at
 //!    most two writes per log are in flight, and the device may complete the second first.
+//!    Nothing is written ahead of a commit larger than a full group commit (one request above
+//!    `group_commit_bytes_max`), so a batch written ahead starts at most
+//!    `LogConfig::written_ahead_distance_max` past the commit before it.
 //!    So a batch is acknowledged only once every batch ahead of it is durable too (commits
 //!    complete in order), and every failure after a write is issued fences the log: a batch
 //!    that landed beyond a hole is never acknowledged, and recovery (below) stops at the hole.
@@ -67,13 +70,17 @@
 //!    deletes nothing, unless that batch is the last valid one, beyond the expected offset, and
 //!    was written ahead (`record::FLAG_WRITTEN_AHEAD`): the hole of an unacknowledged commit
 //!    whose successor landed first, which a power failure leaves; that batch's header is
-//!    zeroed. Valid batches holding offsets before the damaged one's do not count: they are of
-//!    an earlier life, such a successor left beyond a hole of zeros, where recovery stopped
-//!    without reading it and the log then reused its offsets. Otherwise it is a torn tail from an interrupted, unacknowledged commit: its bytes
-//!    are zeroed in every copy, synced, and reported as discarded. In a recycled segment the
-//!    first position without a valid batch is the segment's end, as zeros are in a fresh one
-//!    (old batches never validate: a header's checksum covers its segment's base offset), and
-//!    nothing is zeroed: commits after recovery overwrite it.
+//!    zeroed. Otherwise it is a torn tail from an interrupted, unacknowledged commit: its bytes
+//!    are zeroed in every copy, synced, and reported as discarded. Where every copy holds
+//!    zeros, the log ends there; the batch a lost commit's successor may have left beyond is
+//!    looked for within `written_ahead_distance_max` (only where the file holds data, by
+//!    SEEK_DATA) and its header zeroed by the same rule, and any other valid batch there
+//!    refuses the start. Valid batches holding offsets below the damaged one's do not count:
+//!    they are of an earlier life (such a successor beyond the reach of the recovery after it,
+//!    as builds before that search left them, whose offsets the log then reused). In a
+//!    recycled segment the first position without a valid batch is the segment's end, as
+//!    zeros are in a fresh one (old batches never validate: a header's checksum covers its
+//!    segment's base offset), and nothing is zeroed: commits after recovery overwrite it.
 //! 5. Every copy ends with the same segments and the newest manifest.
 
 pub mod directories;
@@ -173,6 +180,15 @@ pub struct LogConfig {
     /// blocks (about twice the MB/s of fresh ones on ext4 here), and no trim of a freed segment
     /// stalls the disk. Only for logs that keep their files open.
     pub recycle: bool,
+}
+
+impl LogConfig {
+    /// How far past the place a commit starts the batch written ahead of it can start: only a
+    /// commit no larger than a full group commit has one written ahead (see `prepare_ahead`).
+    /// Recovery looks this far past a hole of zeros for that batch (see `open`).
+    pub fn written_ahead_distance_max(&self) -> u64 {
+        record::batch_disk_bytes(self.group_commit_bytes_max) as u64
+    }
 }
 
 impl Default for LogConfig {
@@ -1165,6 +1181,51 @@ impl<S: Storage> Log<S> {
                     continue;
                 }
                 if found.iter().all(|batch| matches!(batch, CopyBatch::Empty | CopyBatch::Missing)) {
+                    // The log's end, unless a power failure lost the commit here after the one
+                    // behind it was written ahead and landed: in a fresh segment that hole reads
+                    // as zeros. Left on disk, that batch (never acknowledged) would outlive this
+                    // recovery; the log would write over the hole with commits of other sizes
+                    // and reuse its offsets, and after a later crash it could no longer be told
+                    // from a batch after damage. So it is looked for where it can start, at
+                    // most `written_ahead_distance_max` past here, and its header zeroed below.
+                    // (A closed segment ends at the next one's base, before any such hole.)
+                    if next_base.is_none() {
+                        for (copy, file) in files.iter().enumerate() {
+                            let Some(file) = file else { continue };
+                            let starts = position + BLOCK_BYTES as u64
+                                ..(position + config.written_ahead_distance_max() + 1).min(capacity);
+                            // Where the file holds no data (space only fallocated, as after the
+                            // end of most fresh segments), nothing is read.
+                            let data =
+                                file.data_from(starts.start).await.map_err(|e| LogError::Io(io_text(&e)))?;
+                            let Some(data) = data else { continue };
+                            let from = starts.start.max(data / BLOCK_BYTES as u64 * BLOCK_BYTES as u64);
+                            let Some(later) = first_valid_batch_from_offset(
+                                &**file,
+                                log_id,
+                                base,
+                                from..starts.end,
+                                capacity,
+                                next_offset + 1,
+                            )
+                            .await?
+                            else {
+                                continue;
+                            };
+                            if orphan_written_ahead(&**file, log_id, base, later, capacity, next_offset)
+                                .await?
+                            {
+                                orphans.push((segment_index, copy, later));
+                                continue;
+                            }
+                            return Err(LogError::Corrupt(format!(
+                                "{} segment {} at byte {position}: zeros in every copy, but a valid batch follows at byte {later}: \
+                                 mid-log damage; refusing to start (nothing was deleted)",
+                                relative.display(),
+                                segment_name(base)
+                            )));
+                        }
+                    }
                     break;
                 }
                 let why = found
@@ -1181,7 +1242,7 @@ impl<S: Storage> Log<S> {
                         &**file,
                         log_id,
                         base,
-                        position + BLOCK_BYTES as u64,
+                        position + BLOCK_BYTES as u64..capacity,
                         capacity,
                         next_offset + 1,
                     )
@@ -1765,7 +1826,8 @@ impl<S: Storage> Log<S> {
         };
         let Writing { targets, task } = writing;
         let (writes, taken) =
-            futures_lite::future::zip(task, self.prepare_ahead(next, capacity, &targets)).await;
+            futures_lite::future::zip(task, self.prepare_ahead(next, disk_bytes as u64, capacity, &targets))
+                .await;
         *ahead = taken;
         // A copy fenced while this write was in flight (by the commit before it) no longer
         // counts, whatever its write did.
@@ -1934,11 +1996,16 @@ impl<S: Storage> Log<S> {
     async fn prepare_ahead(
         &self,
         next: Place,
+        in_flight_bytes: u64,
         capacity: u64,
         targets: &[(usize, Rc<S::File>)],
     ) -> Option<Ahead<S>> {
         let waiting = |inner: &LogInner<S>| inner.staged_bytes > 0;
-        if !waiting(&self.inner.borrow()) {
+        // Behind a commit larger than a full group commit (one request above it) nothing is
+        // written ahead, so that recovery knows how far past a hole to look for such a batch.
+        if !waiting(&self.inner.borrow())
+            || in_flight_bytes > self.inner.borrow().config.written_ahead_distance_max()
+        {
             return None;
         }
         // glommio hands queued I/O to the kernel only once nothing on the shard is runnable;
@@ -2881,11 +2948,11 @@ async fn first_valid_batch<F: StorageFile>(
     from: u64,
     size: u64,
 ) -> Result<Option<u64>, LogError> {
-    first_valid_batch_from_offset(file, log_id, segment_base, from, size, 0).await
+    first_valid_batch_from_offset(file, log_id, segment_base, from..size, size, 0).await
 }
 
-/// The position of the first valid batch at or after byte `from` whose offsets start at
-/// `offset_min` or later. Valid batches below `offset_min` are passed over: found after
+/// The position of the first valid batch starting in `starts` whose offsets start at
+/// `offset_min` or later (read up to `size`). Valid batches below `offset_min` are passed over: found after
 /// damage at the log's end (`offset_min` one past the offset the damaged batch would have
 /// held), they are of an earlier life of the file, a batch written ahead that a crash left
 /// beyond a hole of zeros, where recovery stops without reading further; the log then reused
@@ -2894,13 +2961,13 @@ async fn first_valid_batch_from_offset<F: StorageFile>(
     file: &F,
     log_id: u64,
     segment_base: u64,
-    from: u64,
+    starts: std::ops::Range<u64>,
     size: u64,
     offset_min: u64,
 ) -> Result<Option<u64>, LogError> {
     let mut window = Window::new();
-    let mut position = from;
-    while position + BLOCK_BYTES as u64 <= size {
+    let mut position = starts.start;
+    while position < starts.end && position + BLOCK_BYTES as u64 <= size {
         let head = window.at(file, position, BLOCK_BYTES, size).await?;
         if record::decode_batch_header(head, log_id, segment_base, position).is_ok() {
             if let ReadBatch::Valid(header, _) =
@@ -2943,7 +3010,9 @@ async fn orphan_written_ahead<F: StorageFile>(
         return Ok(false);
     }
     let end = at + header.disk_bytes() as u64;
-    Ok(first_valid_batch_from_offset(file, log_id, segment_base, end, size, next_offset + 1).await?.is_none())
+    Ok(first_valid_batch_from_offset(file, log_id, segment_base, end..size, size, next_offset + 1)
+        .await?
+        .is_none())
 }
 
 /// The end of the last block holding a non-zero byte.

@@ -208,6 +208,20 @@ impl StorageFile for DmaStorageFile {
         self.file.file_size().await.map_err(to_io)
     }
 
+    /// A plain lseek(2), on the shard's thread: it reads the file's extent map, which recovery
+    /// has just had in use, and ext4 reports unwritten extents as holes.
+    async fn data_from(&self, position: u64) -> io::Result<Option<u64>> {
+        use nix::unistd::{lseek, Whence};
+        let Ok(offset) = i64::try_from(position) else { return Ok(Some(position)) };
+        match lseek(self.file.as_raw_fd(), offset, Whence::SeekData) {
+            Ok(found) => Ok(Some(found as u64)),
+            Err(nix::errno::Errno::ENXIO) => Ok(None),
+            // A filesystem without SEEK_DATA: assume data.
+            Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::EOPNOTSUPP) => Ok(Some(position)),
+            Err(error) => Err(io::Error::from(error)),
+        }
+    }
+
     async fn truncate(&self, bytes: u64) -> io::Result<()> {
         self.file.truncate(bytes).await.map_err(to_io)
     }

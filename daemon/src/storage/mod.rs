@@ -115,6 +115,12 @@ pub trait StorageFile: 'static {
     async fn size(&self) -> io::Result<u64>;
     /// Shrinks the file to `bytes` (ftruncate); not durable until synced.
     async fn truncate(&self, bytes: u64) -> io::Result<()>;
+    /// The first position at or after `position` where the file may hold data (lseek
+    /// SEEK_DATA: space only fallocated holds none), or None if it holds none there. Storage
+    /// that cannot tell answers `position`.
+    async fn data_from(&self, position: u64) -> io::Result<Option<u64>> {
+        Ok(Some(position))
+    }
     /// Whether writes really bypass the page cache (O_DIRECT took effect).
     fn direct_io(&self) -> bool;
     /// Whether a write completes only once it is durable (O_DSYNC: the data and the metadata
