@@ -2952,11 +2952,12 @@ async fn first_valid_batch<F: StorageFile>(
 }
 
 /// The position of the first valid batch starting in `starts` whose offsets start at
-/// `offset_min` or later (read up to `size`). Valid batches below `offset_min` are passed over: found after
-/// damage at the log's end (`offset_min` one past the offset the damaged batch would have
-/// held), they are of an earlier life of the file, a batch written ahead that a crash left
-/// beyond a hole of zeros, where recovery stops without reading further; the log then reused
-/// its offsets. Being whole, nothing written since overlaps them.
+/// `offset_min` or later (reading up to `size`). Valid batches below `offset_min` are passed
+/// over: found after damage at the log's end (`offset_min` one past the offset the damaged
+/// batch would have held), they are of an earlier life of the file. Such a batch is one written
+/// ahead of a commit a crash lost, beyond the reach of the recovery after it (written with a
+/// larger group commit, or by a build before recovery looked for it), whose offsets the log
+/// then reused. Being whole, nothing written since overlaps them.
 async fn first_valid_batch_from_offset<F: StorageFile>(
     file: &F,
     log_id: u64,
