@@ -287,6 +287,30 @@ pub struct Forwarder<S: Storage> {
     quiet_sweeps: Cell<Option<u32>>,
     /// A release of the shard's kept files is running (`release_kept_files`).
     releasing_kept_files: Rc<Cell<bool>>,
+    /// Quarantine topics whose logs cannot be recovered at start (`Config::quarantine_damaged`).
+    quarantine_damaged: Cell<bool>,
+    quarantined: RefCell<Quarantined>,
+}
+
+/// Topics left unserved at start because their logs could not be recovered, and their
+/// subscriptions: requests naming them are answered with `DataLoss` and the reason, and their
+/// files are left as they are until the topic is deleted.
+#[derive(Default)]
+struct Quarantined {
+    /// By id: the topic's name and why it is quarantined.
+    topics: HashMap<u64, (Rc<str>, Rc<str>), IdHasher>,
+    topic_names: HashMap<Rc<str>, Rc<str>>,
+    /// By name: the subscription's topic id and the topic's reason.
+    subscriptions: HashMap<Rc<str>, (u64, Rc<str>)>,
+}
+
+fn quarantined_status(kind: &str, name: &str, why: &str) -> Status {
+    Status::new(
+        ErrorCode::DataLoss,
+        format!(
+            "{kind} '{name}' is quarantined: {why}. It is not served until repaired or deleted; nothing was deleted"
+        ),
+    )
 }
 
 /// A topic's folder inside each data directory.
@@ -388,11 +412,17 @@ impl<S: Storage> Forwarder<S> {
             requests_at_sweep: Cell::new(0),
             quiet_sweeps: Cell::new(None),
             releasing_kept_files: Rc::default(),
+            quarantine_damaged: Cell::new(false),
+            quarantined: RefCell::default(),
         }
     }
 
     pub fn set_journals_open_max(&self, journals: usize) {
         self.journals_open_max.set(journals);
+    }
+
+    pub fn set_quarantine_damaged(&self, quarantine: bool) {
+        self.quarantine_damaged.set(quarantine);
     }
 
     pub async fn control(&self, request: ControlRequest) -> Result<ControlOk, Status> {
@@ -489,6 +519,29 @@ impl<S: Storage> Forwarder<S> {
                 Ok(ControlOk::Resynced { logs, batches })
             }
             ControlRequest::DetachTopic { topic_id, delete_data } => {
+                let quarantined = {
+                    let mut quarantined = self.quarantined.borrow_mut();
+                    quarantined.subscriptions.retain(|_, (owner, _)| *owner != topic_id);
+                    let removed = quarantined.topics.remove(&topic_id);
+                    if let Some((name, _)) = &removed {
+                        quarantined.topic_names.remove(name);
+                    }
+                    removed
+                };
+                if let (Some((name, _)), true) = (quarantined, delete_data) {
+                    // Deleting is the operator's way out for a damaged topic: its folders go.
+                    for copy in 0..self.directories.count() {
+                        let folder = self.directories.path(copy).join(topic_folder(topic_id));
+                        if self.storage.exists(&folder) {
+                            if let Err(error) = self.storage.remove_dir_all(&folder) {
+                                eprintln!(
+                                    "ringpostd: removing {} of topic '{name}': {error}",
+                                    folder.display()
+                                );
+                            }
+                        }
+                    }
+                }
                 let topic = self.topics_by_id.borrow_mut().remove(&topic_id);
                 if let Some(topic) = topic {
                     self.topics.borrow_mut().remove(&topic.name);
@@ -516,6 +569,7 @@ impl<S: Storage> Forwarder<S> {
                     .await
             }
             ControlRequest::DetachSubscription { subscription_id, name, topic_id } => {
+                self.quarantined.borrow_mut().subscriptions.remove(name.as_str());
                 if let Some((entry, _)) = self.subscriptions.borrow_mut().remove(name.as_str()) {
                     entry.detach();
                 }
@@ -569,9 +623,26 @@ impl<S: Storage> Forwarder<S> {
         let keep_files_open =
             self.topics_by_id.borrow().len() + self.topics_attaching.get() < self.journals_open_max.get();
         self.topics_attaching.set(self.topics_attaching.get() + 1);
-        let result = self.open_topic(topic_id, name, retention_seconds, keep_files_open, recovering).await;
+        let result =
+            self.open_topic(topic_id, name.clone(), retention_seconds, keep_files_open, recovering).await;
         self.topics_attaching.set(self.topics_attaching.get() - 1);
-        result
+        match result {
+            Err(status)
+                if recovering && status.code == ErrorCode::DataLoss && self.quarantine_damaged.get() =>
+            {
+                eprintln!(
+                    "ringpostd: ERROR: topic '{name}' is quarantined: {}; it and its subscriptions answer DataLoss, \
+                     its files are left as they are (deleting the topic removes them)",
+                    status.message
+                );
+                let (name, why): (Rc<str>, Rc<str>) = (name.into(), status.message.into());
+                let mut quarantined = self.quarantined.borrow_mut();
+                quarantined.topic_names.insert(name.clone(), why.clone());
+                quarantined.topics.insert(topic_id, (name, why));
+                Ok(ControlOk::Done)
+            }
+            result => result,
+        }
     }
 
     async fn open_topic(
@@ -689,6 +760,14 @@ impl<S: Storage> Forwarder<S> {
         create: bool,
         start_offset: u64,
     ) -> Result<ControlOk, Status> {
+        let quarantined = self.quarantined.borrow().topics.get(&topic_id).cloned();
+        if let Some((topic_name, why)) = quarantined {
+            if create {
+                return Err(quarantined_status("topic", &topic_name, &why));
+            }
+            self.quarantined.borrow_mut().subscriptions.insert(name.into(), (topic_id, why));
+            return Ok(ControlOk::Done);
+        }
         let topic = self.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
             Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
         })?;
@@ -777,18 +856,31 @@ impl<S: Storage> Forwarder<S> {
         subscription_id: u64,
     ) -> Result<(Rc<TopicState<S>>, Rc<SubscriptionEntry>), Status> {
         let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
-        let topic = topic.ok_or_else(|| Status::internal(format!("topic {topic_id:x} is not attached")))?;
+        let topic = topic.ok_or_else(|| match self.quarantined.borrow().topics.get(&topic_id) {
+            Some((name, why)) => quarantined_status("topic", name, why),
+            None => Status::internal(format!("topic {topic_id:x} is not attached")),
+        })?;
         let entry = topic.subscriptions.borrow().iter().find(|entry| entry.id == subscription_id).cloned();
         let entry = entry.ok_or_else(|| Status::internal("the subscription is not attached"))?;
         Ok((topic, entry))
     }
 
     fn topic(&self, name: &str) -> Result<Rc<TopicState<S>>, Status> {
-        self.topics.borrow().get(name).cloned().ok_or_else(|| not_owner("topic", name))
+        self.topics.borrow().get(name).cloned().ok_or_else(|| {
+            match self.quarantined.borrow().topic_names.get(name) {
+                Some(why) => quarantined_status("topic", name, why),
+                None => not_owner("topic", name),
+            }
+        })
     }
 
     fn subscription(&self, name: &str) -> Result<Served<S>, Status> {
-        self.subscriptions.borrow().get(name).cloned().ok_or_else(|| not_owner("subscription", name))
+        self.subscriptions.borrow().get(name).cloned().ok_or_else(|| {
+            match self.quarantined.borrow().subscriptions.get(name) {
+                Some((_, why)) => quarantined_status("subscription", name, why),
+                None => not_owner("subscription", name),
+            }
+        })
     }
 
     async fn publish(&self, body: FrameBuffer) -> Result<PublishResponse, Status> {

@@ -50,6 +50,11 @@ pub struct Config {
     /// (`io_memory_bytes_for`).
     pub io_memory_bytes: usize,
     pub log: log::LogConfig,
+    /// At start, a topic whose logs cannot be recovered (damage no copy can mend) is
+    /// quarantined instead of stopping the start: left on disk as it is and answered with
+    /// `DataLoss`, with its subscriptions, while every other topic is served. Off by default:
+    /// the daemon then refuses to start and says which topic is damaged and why.
+    pub quarantine_damaged: bool,
 }
 
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
@@ -108,6 +113,7 @@ impl Config {
             pin_shards: true,
             io_memory_bytes: io_memory_bytes_for(shards),
             log: log::LogConfig::default(),
+            quarantine_damaged: false,
         }
     }
 }
@@ -248,6 +254,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             if config.pin_shards { CpuPlacement::Fixed(shard % cores) } else { CpuPlacement::Unbound };
         let data_dirs = config.data_dirs.clone();
         let log_config = config.log.clone();
+        let quarantine_damaged = config.quarantine_damaged;
         let ready_sender = ready_sender.clone();
         let router_text = router_address.to_string();
         let thread = LocalExecutorBuilder::new(placement)
@@ -272,6 +279,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 ));
                 forwarder.set_router_address(router_text);
                 forwarder.set_journals_open_max(journals_open_max);
+                forwarder.set_quarantine_damaged(quarantine_damaged);
                 let _ = ready_sender.send(Ok(()));
                 let requests = request_receiver.connect().await;
                 let replies = Rc::new(reply_sender.connect().await);

@@ -38,6 +38,11 @@ struct Flags {
     /// write the router's address to this file once the daemon serves (for scripts and tests)
     #[argh(option)]
     ready_file: Option<PathBuf>,
+    /// start even if some topics' logs cannot be recovered (damage no copy can mend): each
+    /// such topic is quarantined, answering DataLoss with the reason, its files left as they
+    /// are, while the other topics are served; without it the daemon refuses to start
+    #[argh(switch)]
+    quarantine_damaged: bool,
 }
 
 /// The most `--io-memory-mib` takes: the memory is resident from the start, per shard.
@@ -123,6 +128,7 @@ fn main() {
         config.io_memory_bytes = mib << 20;
     }
     config.pin_shards = !flags.no_pin;
+    config.quarantine_damaged = flags.quarantine_damaged;
     let shards = config.shards;
     warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
     let daemon = match ringpost_daemon::start(config) {

@@ -185,7 +185,15 @@ impl<S: Storage> Router<S> {
                 })
                 .await
                 .map(|_| ())
-                .map_err(|status| format!("recovering topic '{}': {status}", topic.name))
+                .map_err(|status| {
+                    let hint = if status.code == ErrorCode::DataLoss {
+                        " (with --quarantine-damaged the daemon starts and serves the other topics, \
+                         leaving this one and its files as they are)"
+                    } else {
+                        ""
+                    };
+                    format!("recovering topic '{}': {status}{hint}", topic.name)
+                })
         })
         .await?;
         let subscriptions: Vec<(u32, SubscriptionRecord)> = self

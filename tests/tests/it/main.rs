@@ -3,6 +3,7 @@
 mod bad_input;
 mod client_api;
 mod crash;
+mod damage;
 mod disks;
 mod io_memory;
 mod pool;
