@@ -1611,6 +1611,13 @@ impl<S: Storage> Forwarder<S> {
             topics: self.topics_by_id.borrow().len() as u32,
             directories: directory_status(&self.directories),
             repairs: self.directories.repairs(),
+            quarantined: self
+                .quarantined
+                .borrow()
+                .topics
+                .values()
+                .map(|(name, why)| QuarantinedTopic { name: name.to_string(), reason: why.to_string() })
+                .collect(),
         }
     }
 

@@ -682,6 +682,7 @@ impl<S: Storage> Router<S> {
             topics: self.state.borrow().topics.len() as u32,
             directories: crate::forwarder::directory_status(&self.directories),
             repairs: self.directories.repairs(),
+            quarantined: Vec::new(),
         });
         for forwarder in &self.forwarders {
             if let ControlOk::Stats(shard, topics) = forwarder.call(ControlRequest::Stats).await? {

@@ -176,6 +176,16 @@ wire_type! {
 }
 
 wire_type! {
+    /// A topic left unserved at start because its logs could not be recovered
+    /// (`ringpostd --quarantine-damaged`).
+    pub struct QuarantinedTopic {
+        pub name: String,
+        /// Recovery's report of the damage.
+        pub reason: String,
+    }
+}
+
+wire_type! {
     /// One shard: the router (`shard` = u32::MAX) or a forwarder.
     pub struct ShardStats {
         pub shard: u32,
@@ -183,6 +193,7 @@ wire_type! {
         pub directories: Vec<DirectoryStatus>,
         /// Copies of batches rewritten from good ones since start.
         pub repairs: u64,
+        pub quarantined: Vec<QuarantinedTopic>,
     }
 }
 

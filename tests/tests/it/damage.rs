@@ -106,6 +106,13 @@ fn a_damaged_topic_stops_the_start_or_is_quarantined_and_the_others_are_served()
     let error = block_on(client.pull("damaged-sub", 10, 0)).unwrap_err();
     assert_eq!(error.code(), ErrorCode::DataLoss, "{error}");
     assert_eq!(std::fs::read(&segment).unwrap(), bytes, "a quarantined topic's files are left as they are");
+    let stats = ringpost_tests::succeeded(&daemon.cli(&["stats"]));
+    assert!(
+        stats
+            .lines()
+            .any(|line| line.contains(r#""quarantined_topic":"damaged-topic""#) && line.contains("mid-log")),
+        "{stats}"
+    );
 
     // Deleting it removes its files; the next start needs no flag.
     block_on(client.delete_topic("damaged-topic")).unwrap();

@@ -481,6 +481,19 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                 Output::Table => println!("{name} directory {index} {}: {state}", directory.path),
             }
         }
+        for topic in &shard.quarantined {
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    json::object(&[
+                        ("shard", json::string(&name)),
+                        ("quarantined_topic", json::string(&topic.name)),
+                        ("reason", json::string(&topic.reason)),
+                    ])
+                ),
+                Output::Table => println!("{name} topic '{}': QUARANTINED: {}", topic.name, topic.reason),
+            }
+        }
     }
     let process = &stats.process;
     match output {
