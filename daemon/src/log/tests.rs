@@ -876,7 +876,9 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool, group_commit_bytes
     }
 }
 
-fn earlier_life_config() -> LogConfig {
+/// Group commits of at most 8 KiB, so that a few records of some KiB each make commits of their
+/// own, and a first segment of 256 KiB that none of these tests fills.
+fn eight_kib_commits_config() -> LogConfig {
     LogConfig { segment_bytes_initial: 256 * 1024, group_commit_bytes_max: 8 * 1024, ..small_config() }
 }
 
@@ -904,9 +906,9 @@ fn spawn_sized_appends(
 /// byte 28672, holding offset 2.
 async fn leave_a_batch_written_ahead_beyond_a_hole(disk: &SimDisk, acked: &mut Acknowledged) -> Log<SimDisk> {
     disk.set_durable_writes(true);
-    let config = LogConfig { group_commit_bytes_max: 28 * 1024, ..earlier_life_config() };
+    let config = LogConfig { group_commit_bytes_max: 28 * 1024, ..eight_kib_commits_config() };
     assert!(config.written_ahead_distance_max() >= 28672 - 4096);
-    assert!(earlier_life_config().written_ahead_distance_max() < 28672 - 4096);
+    assert!(eight_kib_commits_config().written_ahead_distance_max() < 28672 - 4096);
     let (log, _) = open(disk, &directories(1), config).await.unwrap();
     let (offset, _) = log.append(records_for(&[payload(0)]), 1).await.unwrap();
     acked.insert(offset, 0);
@@ -919,7 +921,7 @@ async fn leave_a_batch_written_ahead_beyond_a_hole(disk: &SimDisk, acked: &mut A
     assert_eq!(disk.writes_landed_out_of_order(), 1);
     drop(log);
     disk.crash(CrashMode::DropUnsynced);
-    let (log, _) = open(disk, &directories(1), earlier_life_config()).await.unwrap();
+    let (log, _) = open(disk, &directories(1), eight_kib_commits_config()).await.unwrap();
     assert_eq!(log.end_offset(), 1);
     log
 }
@@ -932,7 +934,7 @@ fn a_batch_written_ahead_beyond_a_hole_of_zeros_is_cleared() {
     run(async {
         let disk = SimDisk::new();
         disk.set_durable_writes(true);
-        let (log, _) = open(&disk, &directories(1), earlier_life_config()).await.unwrap();
+        let (log, _) = open(&disk, &directories(1), eight_kib_commits_config()).await.unwrap();
         log.append(records_for(&[payload(0)]), 1).await.unwrap();
         disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
         for append in spawn_sized_appends(&log, &[5000, 5000]) {
@@ -947,7 +949,7 @@ fn a_batch_written_ahead_beyond_a_hole_of_zeros_is_cleared() {
             orphan_header(&disk).iter().any(|byte| *byte != 0),
             "the batch written ahead landed at 12288"
         );
-        let (log, _) = open(&disk, &directories(1), earlier_life_config()).await.unwrap();
+        let (log, _) = open(&disk, &directories(1), eight_kib_commits_config()).await.unwrap();
         assert_eq!(log.end_offset(), 1);
         assert!(orphan_header(&disk).iter().all(|byte| *byte == 0), "its header is zeroed");
     });
@@ -960,7 +962,7 @@ fn a_batch_written_ahead_beyond_a_hole_of_zeros_is_cleared() {
 fn zeros_before_acknowledged_batches_refuse_the_start() {
     run(async {
         let disk = SimDisk::new();
-        let (log, _) = open(&disk, &directories(1), earlier_life_config()).await.unwrap();
+        let (log, _) = open(&disk, &directories(1), eight_kib_commits_config()).await.unwrap();
         log.append(records_for(&[payload(0)]), 1).await.unwrap();
         disk.lose_next_write_under(Path::new("/d0"));
         for i in 1..4 {
@@ -968,8 +970,10 @@ fn zeros_before_acknowledged_batches_refuse_the_start() {
         }
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
-        let error =
-            open(&disk, &directories(1), earlier_life_config()).await.err().expect("the start is refused");
+        let error = open(&disk, &directories(1), eight_kib_commits_config())
+            .await
+            .err()
+            .expect("the start is refused");
         assert!(error.to_string().contains("zeros in every copy, but a valid batch follows"), "{error}");
     });
 }
@@ -995,7 +999,7 @@ fn a_batch_left_written_ahead_by_an_earlier_crash_does_not_stop_a_later_recovery
         assert!(log.append(records_for(&[vec![9u8; 3000]]), 1).await.is_err());
         drop(log);
         disk.crash(CrashMode::TearLastWrite { sectors: 1 });
-        let (log, report) = open(&disk, &directories(1), earlier_life_config())
+        let (log, report) = open(&disk, &directories(1), eight_kib_commits_config())
             .await
             .unwrap_or_else(|error| panic!("the second recovery failed: {error}"));
         let records = read_all(&log).await;
@@ -1029,7 +1033,7 @@ fn a_batch_of_an_earlier_life_does_not_hide_this_crash_orphan() {
         disk.crash(CrashMode::DropUnsynced);
         // The held-back write tore instead of vanishing: its first bytes landed.
         disk.flip_bit(&segment_path(0, 0), 8192 + 8, 0);
-        let (log, _) = open(&disk, &directories(1), earlier_life_config())
+        let (log, _) = open(&disk, &directories(1), eight_kib_commits_config())
             .await
             .unwrap_or_else(|error| panic!("the second recovery failed: {error}"));
         let records = read_all(&log).await;
@@ -1057,7 +1061,7 @@ fn a_batch_of_an_earlier_life_at_a_closed_segment_end_ends_it() {
         assert_eq!((offset, log.inner.borrow().segments.len()), (2, 2), "the second commit rolled");
         drop(log);
         for restart in 0..2 {
-            let (log, report) = open(&disk, &directories(1), earlier_life_config())
+            let (log, report) = open(&disk, &directories(1), eight_kib_commits_config())
                 .await
                 .unwrap_or_else(|error| panic!("restart {restart}: recovery failed: {error}"));
             assert_eq!(log.end_offset(), 3, "{report:?}");
