@@ -897,6 +897,33 @@ fn spawn_sized_appends(
         .collect()
 }
 
+/// Appends one record of each of two sizes together, the first a commit whose write is held
+/// back until the power fails, the second written ahead of it, which lands; then the power
+/// fails with unsynced writes dropped. Neither is acknowledged.
+async fn lose_a_commit_while_the_next_lands(disk: &SimDisk, log: Log<SimDisk>, sizes: [usize; 2]) {
+    let landed_before = disk.writes_landed_out_of_order();
+    disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
+    for append in spawn_sized_appends(&log, &sizes) {
+        assert!(append.await.is_err(), "neither is acknowledged");
+    }
+    assert_eq!(disk.writes_landed_out_of_order(), landed_before + 1);
+    drop(log);
+    disk.crash(CrashMode::DropUnsynced);
+}
+
+/// Recovery after the last crash of a hole test keeps every acknowledged record and nothing
+/// else, and the log goes on from there.
+async fn recover_only_what_was_acknowledged(disk: &SimDisk, acked: &Acknowledged) {
+    let (log, report) = open(disk, &directories(1), eight_kib_commits_config())
+        .await
+        .unwrap_or_else(|error| panic!("the second recovery failed: {error}"));
+    let records = read_all(&log).await;
+    check_acknowledged(&records, acked);
+    assert_eq!(records.len(), acked.len(), "nothing but what was acknowledged: {report:?}");
+    let (offset, _) = log.append(records_for(&[payload(5)]), 1).await.unwrap();
+    assert_eq!(offset, acked.len() as u64);
+}
+
 /// A power failure loses a commit while the one after it, written ahead, lands, beyond the
 /// reach of the recovery that follows (`LogConfig::written_ahead_distance_max`): the log wrote
 /// it with a larger group commit than it recovers with, as a build before that recovery looked
@@ -912,15 +939,7 @@ async fn leave_a_batch_written_ahead_beyond_a_hole(disk: &SimDisk, acked: &mut A
     let (log, _) = open(disk, &directories(1), config).await.unwrap();
     let (offset, _) = log.append(records_for(&[payload(0)]), 1).await.unwrap();
     acked.insert(offset, 0);
-    // One large commit, held back until the power fails, and a smaller one written ahead of
-    // it, which lands.
-    disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
-    for append in spawn_sized_appends(&log, &[24_000, 9000]) {
-        assert!(append.await.is_err(), "neither is acknowledged");
-    }
-    assert_eq!(disk.writes_landed_out_of_order(), 1);
-    drop(log);
-    disk.crash(CrashMode::DropUnsynced);
+    lose_a_commit_while_the_next_lands(disk, log, [24_000, 9000]).await;
     let (log, _) = open(disk, &directories(1), eight_kib_commits_config()).await.unwrap();
     assert_eq!(log.end_offset(), 1);
     log
@@ -936,13 +955,7 @@ fn a_batch_written_ahead_beyond_a_hole_of_zeros_is_cleared() {
         disk.set_durable_writes(true);
         let (log, _) = open(&disk, &directories(1), eight_kib_commits_config()).await.unwrap();
         log.append(records_for(&[payload(0)]), 1).await.unwrap();
-        disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
-        for append in spawn_sized_appends(&log, &[5000, 5000]) {
-            assert!(append.await.is_err(), "neither is acknowledged");
-        }
-        assert_eq!(disk.writes_landed_out_of_order(), 1);
-        drop(log);
-        disk.crash(CrashMode::DropUnsynced);
+        lose_a_commit_while_the_next_lands(&disk, log, [5000, 5000]).await;
         let orphan_header =
             |disk: &SimDisk| disk.file_bytes(&segment_path(0, 0)).unwrap()[12288..12288 + 64].to_vec();
         assert!(
@@ -999,15 +1012,7 @@ fn a_batch_left_written_ahead_by_an_earlier_crash_does_not_stop_a_later_recovery
         assert!(log.append(records_for(&[vec![9u8; 3000]]), 1).await.is_err());
         drop(log);
         disk.crash(CrashMode::TearLastWrite { sectors: 1 });
-        let (log, report) = open(&disk, &directories(1), eight_kib_commits_config())
-            .await
-            .unwrap_or_else(|error| panic!("the second recovery failed: {error}"));
-        let records = read_all(&log).await;
-        check_acknowledged(&records, &acked);
-        assert_eq!(records.len(), 2, "nothing but what was acknowledged: {report:?}");
-        // And the log goes on.
-        let (offset, _) = log.append(records_for(&[payload(5)]), 1).await.unwrap();
-        assert_eq!(offset, 2);
+        recover_only_what_was_acknowledged(&disk, &acked).await;
     });
 }
 
@@ -1025,22 +1030,10 @@ fn a_batch_of_an_earlier_life_does_not_hide_this_crash_orphan() {
         acked.insert(offset, 3);
         // At byte 8192 a commit held back until the power fails, and at 16384 one written
         // ahead, which lands and ends before the earlier life's orphan.
-        disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
-        for append in spawn_sized_appends(&log, &[5000, 5000]) {
-            assert!(append.await.is_err(), "neither is acknowledged");
-        }
-        drop(log);
-        disk.crash(CrashMode::DropUnsynced);
+        lose_a_commit_while_the_next_lands(&disk, log, [5000, 5000]).await;
         // The held-back write tore instead of vanishing: its first bytes landed.
         disk.flip_bit(&segment_path(0, 0), 8192 + 8, 0);
-        let (log, _) = open(&disk, &directories(1), eight_kib_commits_config())
-            .await
-            .unwrap_or_else(|error| panic!("the second recovery failed: {error}"));
-        let records = read_all(&log).await;
-        check_acknowledged(&records, &acked);
-        assert_eq!(records.len(), 2, "nothing but what was acknowledged");
-        let (offset, _) = log.append(records_for(&[payload(5)]), 1).await.unwrap();
-        assert_eq!(offset, 2);
+        recover_only_what_was_acknowledged(&disk, &acked).await;
     });
 }
 
