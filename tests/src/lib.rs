@@ -227,6 +227,11 @@ pub fn create_topic_and_subscription(
     ack_deadline_seconds: u32,
 ) {
     block_on(client.create_topic(topic)).unwrap();
+    create_subscription(client, subscription, topic, ack_deadline_seconds);
+}
+
+/// Creates a plain pull `subscription` on an existing `topic`.
+pub fn create_subscription(client: &Client, subscription: &str, topic: &str, ack_deadline_seconds: u32) {
     block_on(client.create_subscription(Subscription {
         name: subscription.into(),
         topic: topic.into(),

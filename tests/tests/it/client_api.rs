@@ -5,9 +5,9 @@
 use ringpost_client::{
     block_on, timer, AckHandle, BatchSettings, Client, ErrorCode, LimitExceededBehavior, Message,
     PublishFlowControl, Publisher, PublisherSettings, ShutdownMode, StreamSettings, Subscriber,
-    SubscriberSettings, Subscription,
+    SubscriberSettings,
 };
-use ringpost_tests::Daemon;
+use ringpost_tests::{create_subscription, Daemon};
 use std::future::Future;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,16 +26,6 @@ fn requests_started(client: &Client) -> u64 {
 
 fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
     std::pin::Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
-}
-
-fn create_subscription(client: &Client, name: &str, topic: &str, ack_deadline_seconds: u32) {
-    block_on(client.create_subscription(Subscription {
-        name: name.into(),
-        topic: topic.into(),
-        ack_deadline_seconds,
-        ..Default::default()
-    }))
-    .unwrap();
 }
 
 /// Waits up to `timeout` for `done`, panicking with `what` if it never holds.
