@@ -886,6 +886,7 @@ impl<S: Storage> Forwarder<S> {
     async fn publish(&self, body: FrameBuffer) -> Result<PublishResponse, Status> {
         let request = access_body::<PublishRequest>(&body)?;
         ringpost_wire::validate::validate_publish(request)?;
+        let started = std::time::Instant::now();
         let topic = self.topic(request.topic.as_str())?;
         let encoded_bytes = request
             .messages
@@ -909,6 +910,7 @@ impl<S: Storage> Forwarder<S> {
                 }
                 log_error_status(error)
             })?;
+        crate::latency::record_publish(started);
         self.collect_after_roll(&topic);
         Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
     }
@@ -1606,7 +1608,10 @@ impl<S: Storage> Forwarder<S> {
     }
 
     fn shard_stats(&self) -> ShardStats {
+        let (publish_latency, commit_latency) = crate::latency::shard_summaries();
         ShardStats {
+            publish_latency,
+            commit_latency,
             shard: self.shard,
             topics: self.topics_by_id.borrow().len() as u32,
             directories: directory_status(&self.directories),

@@ -11,6 +11,7 @@ pub mod control;
 pub mod filter;
 pub mod forwarder;
 pub mod journal;
+pub mod latency;
 pub mod log;
 pub mod net;
 pub mod offset_map;

@@ -683,6 +683,8 @@ impl<S: Storage> Router<S> {
             directories: crate::forwarder::directory_status(&self.directories),
             repairs: self.directories.repairs(),
             quarantined: Vec::new(),
+            // The router publishes nothing and commits only its catalog.
+            ..ShardStats::default()
         });
         for forwarder in &self.forwarders {
             if let ControlOk::Stats(shard, topics) = forwarder.call(ControlRequest::Stats).await? {

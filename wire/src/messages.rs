@@ -186,6 +186,18 @@ wire_type! {
 }
 
 wire_type! {
+    /// Latencies a shard measured over its last 10 to 20 seconds; all zero when it measured
+    /// none.
+    pub struct LatencySummary {
+        pub count: u64,
+        pub p50_us: u64,
+        pub p99_us: u64,
+        pub p999_us: u64,
+        pub max_us: u64,
+    }
+}
+
+wire_type! {
     /// One shard: the router (`shard` = u32::MAX) or a forwarder.
     pub struct ShardStats {
         pub shard: u32,
@@ -194,6 +206,12 @@ wire_type! {
         /// Copies of batches rewritten from good ones since start.
         pub repairs: u64,
         pub quarantined: Vec<QuarantinedTopic>,
+        /// Publish requests, from the validated request to its durable result: the shard's
+        /// share of a publisher's publish-ack latency.
+        pub publish_latency: LatencySummary,
+        /// Commits of the shard's logs (messages and acknowledgements), from the write issued
+        /// to durable in a quorum of data directories: the disk's share.
+        pub commit_latency: LatencySummary,
     }
 }
 

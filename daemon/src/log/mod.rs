@@ -496,6 +496,8 @@ struct Prepared<S: Storage> {
 struct Writing<F: StorageFile> {
     targets: Vec<(usize, Rc<F>)>,
     task: glommio::Task<Vec<std::io::Result<()>>>,
+    /// When the write was issued, for the shard's commit latency (`crate::latency`).
+    issued: std::time::Instant,
 }
 
 /// The next batch, taken, built and being written ahead.
@@ -513,7 +515,7 @@ fn spawn_writes<F: StorageFile>(
     let task = glommio::spawn_local(async move {
         join_all(files.iter().map(|file| file.write_at(buffer.clone(), position)).collect()).await
     });
-    Writing { targets: targets.to_vec(), task }
+    Writing { targets: targets.to_vec(), task, issued: std::time::Instant::now() }
 }
 
 /// The next segment of a log, being zero-filled in the background (`LogConfig::prewrite`).
@@ -1824,7 +1826,7 @@ impl<S: Storage> Log<S> {
             position: position + disk_bytes as u64,
             base_offset: base_offset + count as u64,
         };
-        let Writing { targets, task } = writing;
+        let Writing { targets, task, issued } = writing;
         let (writes, taken) =
             futures_lite::future::zip(task, self.prepare_ahead(next, disk_bytes as u64, capacity, &targets))
                 .await;
@@ -1872,6 +1874,7 @@ impl<S: Storage> Log<S> {
                 "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
             )));
         }
+        crate::latency::record_commit(issued);
         let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
         let mut inner = self.inner.borrow_mut();
         let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };

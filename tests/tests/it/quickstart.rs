@@ -150,3 +150,35 @@ fn stats_report_publish_and_delivery_rates() {
     assert!(subscription.delivered_per_second > 0 && subscription.acked_per_second > 0, "{subscription:?}");
     assert!(subscription.delivered_per_second <= topic.end_offset, "{subscription:?}");
 }
+
+#[test]
+fn stats_report_each_shards_publish_and_commit_latencies() {
+    let daemon = Daemon::start("latencies");
+    let client = daemon.client();
+    ringpost_client::block_on(client.create_topic("timed")).unwrap();
+    for index in 0..20 {
+        let message = ringpost_client::Message::new(format!("m{index}"));
+        ringpost_client::block_on(client.publish("timed", vec![message])).unwrap();
+    }
+    let stats = ringpost_client::block_on(client.stats()).unwrap();
+    let owner = stats.topics.iter().find(|topic| topic.name == "timed").expect("the topic's stats").shard;
+    for shard in stats.shards.iter().filter(|shard| shard.shard != u32::MAX) {
+        let (publish, commit) = (&shard.publish_latency, &shard.commit_latency);
+        if shard.shard != owner {
+            assert_eq!(publish.count, 0, "shard {} published nothing: {publish:?}", shard.shard);
+            continue;
+        }
+        assert_eq!(publish.count, 20, "{publish:?}");
+        // One publish at a time: each is a commit of its own.
+        assert!(commit.count >= 20, "{commit:?}");
+        for summary in [publish, commit] {
+            assert!(0 < summary.p50_us && summary.p50_us <= summary.p99_us, "{summary:?}");
+            assert!(
+                summary.p99_us <= summary.p999_us && summary.p999_us <= summary.max_us + summary.max_us / 100
+            );
+        }
+    }
+    let table = succeeded(&daemon.cli(&["--output", "table", "stats"]));
+    let line = format!("forwarder-{owner} publish latency, last 10-20 s: 20 measured, p50 ");
+    assert!(table.contains(&line), "{table}");
+}

@@ -481,6 +481,34 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                 Output::Table => println!("{name} directory {index} {}: {state}", directory.path),
             }
         }
+        if shard.shard != u32::MAX {
+            let latencies = [("publish", &shard.publish_latency), ("commit", &shard.commit_latency)];
+            match output {
+                Output::Json => {
+                    let mut fields = vec![("shard", json::string(&name))];
+                    let names: Vec<[String; 5]> = latencies
+                        .iter()
+                        .map(|(kind, _)| {
+                            ["count", "p50_us", "p99_us", "p999_us", "max_us"]
+                                .map(|field| format!("{kind}_{field}"))
+                        })
+                        .collect();
+                    for ((_, summary), names) in latencies.iter().zip(&names) {
+                        let values =
+                            [summary.count, summary.p50_us, summary.p99_us, summary.p999_us, summary.max_us];
+                        for (field, value) in names.iter().zip(values) {
+                            fields.push((field.as_str(), value.to_string()));
+                        }
+                    }
+                    println!("{}", json::object(&fields));
+                }
+                Output::Table => {
+                    for (kind, summary) in latencies {
+                        println!("{name} {kind} latency, last 10-20 s: {}", latency_text(summary));
+                    }
+                }
+            }
+        }
         for topic in &shard.quarantined {
             match output {
                 Output::Json => println!(
@@ -513,6 +541,16 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
             process.open_files_limit
         ),
     }
+}
+
+fn latency_text(summary: &ringpost_wire::messages::LatencySummary) -> String {
+    if summary.count == 0 {
+        return "none".to_string();
+    }
+    format!(
+        "{} measured, p50 {} us, p99 {} us, p99.9 {} us, max {} us",
+        summary.count, summary.p50_us, summary.p99_us, summary.p999_us, summary.max_us
+    )
 }
 
 /// Prints one JSON object per message and returns their ack ids.
