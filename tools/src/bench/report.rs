@@ -7,6 +7,7 @@ use super::publish::DURABILITY;
 use super::workload::{Workload, WorkloadOptions};
 use crate::json;
 use hdrhistogram::Histogram;
+use ringpost_wire::messages::LatencySummary;
 
 /// What the subscribers saw, for workloads that have them.
 #[derive(Debug, Clone)]
@@ -60,6 +61,25 @@ impl Resident {
     }
 }
 
+/// One forwarder shard's own latencies over the last 10-20 s of a run, from its stats: the
+/// shard's share of the publish-ack latency (publish) and the disk's (commit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardLatency {
+    pub shard: u32,
+    pub publish: LatencySummary,
+    pub commit: LatencySummary,
+}
+
+fn summary_json(summary: &LatencySummary) -> String {
+    json::object(&[
+        ("count", summary.count.to_string()),
+        ("p50", summary.p50_us.to_string()),
+        ("p99", summary.p99_us.to_string()),
+        ("p999", summary.p999_us.to_string()),
+        ("max", summary.max_us.to_string()),
+    ])
+}
+
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -89,6 +109,9 @@ pub struct Report {
     /// Topics workload: how many forwarder shards serve its topics (the router places them by
     /// hash within bounded loads, so a few topics may share one). None where not looked up.
     pub forwarders: Option<usize>,
+    /// The forwarder shards that served publishes, as their stats measured them at the end of
+    /// the run; empty when the stats could not be read.
+    pub server_latency: Vec<ShardLatency>,
 }
 
 impl Report {
@@ -158,6 +181,13 @@ impl Report {
             rows.push(("send lag max us".into(), thousands(self.send_lag_us_max)));
         }
         rows.push(("errors".into(), thousands(self.messages_failed)));
+        for shard in &self.server_latency {
+            let pair = |summary: &LatencySummary| {
+                format!("{} / {}", thousands(summary.p50_us), thousands(summary.p99_us))
+            };
+            rows.push((format!("shard {} publish p50/p99 us", shard.shard), pair(&shard.publish)));
+            rows.push((format!("shard {} commit p50/p99 us", shard.shard), pair(&shard.commit)));
+        }
         if let Some(delivery) = &self.delivery {
             rows.push(("setup seconds".into(), format!("{:.3}", self.setup_seconds)));
             if let Some(resident) = &self.resident {
@@ -226,6 +256,11 @@ impl Report {
         out.push_str(&format!(
             "  publish-ack latency is per request, from {origin} to the durable acknowledgement\n"
         ));
+        if !self.server_latency.is_empty() {
+            out.push_str(
+                "  shard latencies are the daemon's own, over its last 10-20 s: publish from the validated request to its durable result, commit from the write issued to durable\n",
+            );
+        }
         if self.delivery.is_some() {
             let origin = if publish.rate_per_sec.is_some() { "scheduled send time" } else { "publish start" };
             out.push_str(&format!(
@@ -298,6 +333,20 @@ impl Report {
         if let Some(forwarders) = self.forwarders {
             fields.push(("forwarders", forwarders.to_string()));
         }
+        let shards: Vec<String> = self
+            .server_latency
+            .iter()
+            .map(|shard| {
+                json::object(&[
+                    ("shard", shard.shard.to_string()),
+                    ("publish_us", summary_json(&shard.publish)),
+                    ("commit_us", summary_json(&shard.commit)),
+                ])
+            })
+            .collect();
+        if !shards.is_empty() {
+            fields.push(("server_latency", format!("[{}]", shards.join(","))));
+        }
         json::object(&fields)
     }
 
@@ -356,6 +405,7 @@ mod tests {
             resident: None,
             resident_stored_bytes: None,
             forwarders: None,
+            server_latency: Vec::new(),
         }
     }
 
@@ -372,6 +422,28 @@ mod tests {
         );
         assert!(report().table(&options(Workload::Publish)).contains(DURABILITY));
         assert!(report().problems().is_empty());
+    }
+
+    #[test]
+    fn the_shards_own_latencies_are_reported_beside_the_clients() {
+        let mut report = report();
+        let summary =
+            |p50_us, p99_us| LatencySummary { count: 10, p50_us, p99_us, p999_us: p99_us, max_us: p99_us };
+        report.server_latency =
+            vec![ShardLatency { shard: 1, publish: summary(220, 700), commit: summary(170, 400) }];
+        let options = options(Workload::Publish);
+        let json = report.json(&options);
+        assert!(
+            json.ends_with(concat!(
+                "\"server_latency\":[{\"shard\":1,",
+                "\"publish_us\":{\"count\":10,\"p50\":220,\"p99\":700,\"p999\":700,\"max\":700},",
+                "\"commit_us\":{\"count\":10,\"p50\":170,\"p99\":400,\"p999\":400,\"max\":400}}]}"
+            )),
+            "{json}"
+        );
+        let table = report.table(&options);
+        assert!(table.contains("shard 1 publish p50/p99 us 220 / 700"), "{table}");
+        assert!(table.contains("shard 1 commit p50/p99 us  170 / 400"), "{table}");
     }
 
     #[test]

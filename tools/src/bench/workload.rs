@@ -18,7 +18,7 @@ use super::live::{report_progress, LiveStats, Progress, Watched};
 use super::publish::{
     payload_template, publisher_run, PublishOptions, PublisherContext, PublisherOutcome, STAMP_BYTES,
 };
-use super::report::{DeliveryReport, Report, Resident};
+use super::report::{DeliveryReport, Report, Resident, ShardLatency};
 use super::setup::{self, Admin};
 use super::subscribe::{
     subscriber_run, SubscriberContext, SubscriberOutcome, Target, WINDOW_DEFAULT, WINDOW_MAX,
@@ -259,6 +259,23 @@ fn resident_bytes(server: &str) -> Option<u64> {
     Some(stats.process.resident_bytes).filter(|bytes| *bytes > 0)
 }
 
+/// The latencies of the forwarder shards that served publishes, from the daemon's stats; empty
+/// if they cannot be read (a side note of the run, like `resident_bytes`).
+fn server_latency(server: &str) -> Vec<ShardLatency> {
+    let Ok(client) = block_on(Client::connect(server)) else { return Vec::new() };
+    let Ok(stats) = block_on(client.stats()) else { return Vec::new() };
+    stats
+        .shards
+        .into_iter()
+        .filter(|shard| shard.shard != u32::MAX && shard.publish_latency.count > 0)
+        .map(|shard| ShardLatency {
+            shard: shard.shard,
+            publish: shard.publish_latency,
+            commit: shard.commit_latency,
+        })
+        .collect()
+}
+
 /// Runs the workload. `stop` ends publishing early (what was acknowledged is still drained);
 /// `progress` is called once a second; `log` gets one line per setup step.
 pub fn run(
@@ -321,6 +338,7 @@ pub fn run(
     let resident_idle = resident_bytes(server);
     let result = measure(options, &layout, multiplex, stop, progress);
     let resident_after = resident_bytes(server);
+    let server_latency = server_latency(server);
     // Cleaned up after a failed run too, so that repeated runs against a long-lived daemon do
     // not pile up topics and stored messages.
     let cleanup = match layout.created && options.cleanup {
@@ -329,6 +347,7 @@ pub fn run(
     };
     let mut report = result?;
     report.setup_seconds = setup_seconds;
+    report.server_latency = server_latency;
     if multiplex {
         let forwarders: std::collections::HashSet<&str> =
             layout.targets.iter().filter_map(|target| target.forwarder.as_deref()).collect();
@@ -475,6 +494,7 @@ fn measure(
         resident: None,
         resident_stored_bytes: Some(resident_stored_bytes.load(Ordering::Relaxed)).filter(|bytes| *bytes > 0),
         forwarders: None,
+        server_latency: Vec::new(),
     };
     if abort.load(Ordering::Relaxed) {
         report.warnings.push(format!(
