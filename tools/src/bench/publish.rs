@@ -315,6 +315,15 @@ pub fn publisher_run(
     context: &PublisherContext,
 ) -> Result<Option<PublisherOutcome>, Failure> {
     let options = context.options;
+    if options.rate_per_sec.is_some() {
+        // An open-loop publisher sleeps until each request is due, and Linux lets a sleeping
+        // thread's timer fire up to its slack late: 50 us by default, which every request's
+        // latency would count, since it runs from the scheduled time. Measured here with
+        // 200 us sleeps: oversleep p50 77 us with the default slack, 27 us with 1 ns.
+        if let Err(error) = nix::sys::prctl::set_timerslack(1) {
+            context.warnings.lock().unwrap().push(format!("could not lower the timer slack: {error}"));
+        }
+    }
     if options.pin {
         if let Err(warning) = pin_thread(publisher) {
             context.warnings.lock().unwrap().push(warning);
