@@ -241,16 +241,25 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
     let mut splitter = FrameSplitter::new();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     'reading: while !outbound.closed.get() {
-        let count = match reader.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(count) => count,
-        };
-        let frames = match splitter.push(&chunk[..count]) {
-            Ok(frames) => frames,
-            Err(error) => {
-                let status = Status::new(ErrorCode::ProtocolError, error.to_string());
-                outbound.push(encode_error(0, 0, &status), None);
-                break;
+        // A large body is read straight into its own buffer, not copied through the chunk.
+        let frames = if let Some(room) = splitter.body_room() {
+            let count = match reader.read(room).await {
+                Ok(0) | Err(_) => break,
+                Ok(count) => count,
+            };
+            splitter.body_filled(count).into_iter().collect()
+        } else {
+            let count = match reader.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(count) => count,
+            };
+            match splitter.push(&chunk[..count]) {
+                Ok(frames) => frames,
+                Err(error) => {
+                    let status = Status::new(ErrorCode::ProtocolError, error.to_string());
+                    outbound.push(encode_error(0, 0, &status), None);
+                    break;
+                }
             }
         };
         for frame in frames {

@@ -940,6 +940,64 @@ mod properties {
             }
         }
 
+        /// The connection loop's way: a large body is read straight into the room the splitter
+        /// gives (`body_room`), everything else through a chunk. Reads of any size give the
+        /// frames the reference split gives, and the room is never more than four times what
+        /// arrived of its body (64 KiB at first).
+        #[test]
+        fn bodies_read_into_their_room_match_the_reference(
+            body_lengths in prop::collection::vec(
+                prop_oneof![0usize..100, 60_000usize..70_000, 200_000usize..400_000], 1..5),
+            read_sizes in prop::collection::vec(1usize..150_000, 1..40),
+            fill in any::<u8>(),
+        ) {
+            let mut stream = Vec::new();
+            for (index, length) in body_lengths.iter().enumerate() {
+                let header = FrameHeader { body_length: *length as u32, command: 1, flags: 0, request_id: index as u64 };
+                stream.extend_from_slice(&header.encode());
+                stream.extend((0..*length).map(|at| (at as u8).wrapping_mul(31).wrapping_add(fill)));
+            }
+            let (expected, expected_end) = reference_split(&stream);
+            prop_assert_eq!(expected_end, Ok(0));
+            let mut splitter = FrameSplitter::new();
+            let mut frames = Vec::new();
+            let mut at = 0;
+            let mut reads = read_sizes.iter().cycle();
+            let mut direct_reads = 0;
+            while at < stream.len() {
+                let read = *reads.next().unwrap();
+                let arrived = splitter.buffered_bytes();
+                if let Some(room) = splitter.body_room() {
+                    prop_assert!(
+                        arrived + room.len() <= (4 * arrived).max(ringpost_wire::frame::DIRECT_BODY_BYTES_MIN),
+                        "room {} after {arrived} bytes", room.len()
+                    );
+                    let count = read.min(room.len()).min(stream.len() - at);
+                    room[..count].copy_from_slice(&stream[at..at + count]);
+                    at += count;
+                    direct_reads += 1;
+                    frames.extend(splitter.body_filled(count));
+                } else {
+                    // The daemon's read chunk is 64 KiB.
+                    let count = read.min(64 * 1024).min(stream.len() - at);
+                    frames.extend(splitter.push(&stream[at..at + count]).unwrap());
+                    at += count;
+                }
+            }
+            prop_assert_eq!(splitter.buffered_bytes(), 0);
+            prop_assert_eq!(frames.len(), expected.len());
+            for (got, (header, body)) in frames.iter().zip(&expected) {
+                prop_assert_eq!(&got.header, header);
+                prop_assert_eq!(&got.body[..], &body[..]);
+                if !got.body.is_empty() {
+                    prop_assert!(is_aligned_16(&got.body));
+                }
+            }
+            if body_lengths.iter().any(|length| *length >= 200_000) {
+                prop_assert!(direct_reads > 0, "a body of 200 KB or more is read into its room");
+            }
+        }
+
         #[test]
         fn splitter_yields_valid_frames_regardless_of_chunking(
             sent in prop::collection::vec(arb_frame(), 0..6),
