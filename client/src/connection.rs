@@ -152,7 +152,7 @@ fn send_without_waiting(socket: &TcpStream, frame: &[u8]) -> std::io::Result<usi
 /// Writes every frame, in order, with as few system calls as the kernel allows, except the
 /// first `first_sent_bytes` bytes of the first, which are sent already.
 fn write_frames(
-    socket: &mut TcpStream,
+    mut socket: &TcpStream,
     frames: &[FrameBuffer],
     first_sent_bytes: usize,
 ) -> std::io::Result<()> {
@@ -179,7 +179,9 @@ fn write_frames(
 /// The writer thread: sends what gathered in the outbox, in order, until the connection
 /// closes. A failed write closes the connection; the reader thread then fails every request
 /// still waiting, as for any broken connection.
-fn write_requests(mut socket: TcpStream, writer: Arc<Writer>, control: TcpStream, closed: Arc<AtomicBool>) {
+fn write_requests(writer: Arc<Writer>, control: TcpStream, closed: Arc<AtomicBool>) {
+    // The same socket a call on an idle connection writes to; `writing` keeps them apart.
+    let socket = writer.socket.as_ref().expect("a writer thread writes to its writer's socket");
     let mut sending = Vec::new();
     let mut first_sent_bytes;
     // Frames the last write carried: more than one means callers are queueing faster than
@@ -213,7 +215,7 @@ fn write_requests(mut socket: TcpStream, writer: Arc<Writer>, control: TcpStream
             outbox.writing = true;
         }
         writer.room.notify_all();
-        let written = write_frames(&mut socket, &sending, first_sent_bytes);
+        let written = write_frames(socket, &sending, first_sent_bytes);
         writer.outbox.lock().unwrap().writing = false;
         if written.is_err() {
             closed.store(true, Ordering::Release);
@@ -345,7 +347,7 @@ impl Connection {
         let streams: Arc<Streams> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         let completed = Arc::new(AtomicU64::new(0));
-        let writer = Arc::new(Writer::new(stream.try_clone().map_err(Error::Io)?));
+        let writer = Arc::new(Writer::new(stream));
         let connection = Arc::new(Connection {
             address: address.to_owned(),
             writer: writer.clone(),
@@ -360,7 +362,7 @@ impl Connection {
         let writer_closed = closed.clone();
         std::thread::Builder::new()
             .name(format!("ringpost-writer-{address}"))
-            .spawn(move || write_requests(stream, writer, writer_control, writer_closed))
+            .spawn(move || write_requests(writer, writer_control, writer_closed))
             .map_err(Error::Io)?;
         let reader_writer = connection.writer.clone();
         std::thread::Builder::new()
@@ -682,7 +684,7 @@ mod tests {
         let thread = {
             let writer = writer.clone();
             let control = client.try_clone().unwrap();
-            std::thread::spawn(move || write_requests(client, writer, control, closed))
+            std::thread::spawn(move || write_requests(writer, control, closed))
         };
         let mut received = vec![0u8; frame.len() + 5];
         server.read_exact(&mut received).unwrap();
@@ -703,7 +705,7 @@ mod tests {
         let thread = {
             let writer = writer.clone();
             let control = client.try_clone().unwrap();
-            std::thread::spawn(move || write_requests(client, writer, control, closed))
+            std::thread::spawn(move || write_requests(writer, control, closed))
         };
         assert!(writer.push(frame_of(b"queued"), true));
         std::thread::sleep(Duration::from_millis(100));
