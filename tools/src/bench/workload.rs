@@ -24,7 +24,7 @@ use super::subscribe::{
     subscriber_run, SubscriberContext, SubscriberOutcome, Target, WINDOW_DEFAULT, WINDOW_MAX,
 };
 use super::Failure;
-use ringpost_client::{block_on, Client, ErrorCode, Subscription};
+use ringpost_client::{block_on, Client, ErrorCode, StatsResponse, Subscription};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread::ScopedJoinHandle;
@@ -251,27 +251,29 @@ fn join_outcome<T>(
     }
 }
 
-/// The daemon's resident memory, from its stats; None if they cannot be read (the figure is
-/// a side note of the run, never a reason to fail it).
-fn resident_bytes(server: &str) -> Option<u64> {
+/// The daemon's stats; None if they cannot be read (their figures are side notes of the run,
+/// never a reason to fail it).
+fn daemon_stats(server: &str) -> Option<StatsResponse> {
     let client = block_on(Client::connect(server)).ok()?;
-    let stats = block_on(client.stats()).ok()?;
-    Some(stats.process.resident_bytes).filter(|bytes| *bytes > 0)
+    block_on(client.stats()).ok()
 }
 
-/// The latencies of the forwarder shards that served publishes, from the daemon's stats; empty
-/// if they cannot be read (a side note of the run, like `resident_bytes`).
-fn server_latency(server: &str) -> Vec<ShardLatency> {
-    let Ok(client) = block_on(Client::connect(server)) else { return Vec::new() };
-    let Ok(stats) = block_on(client.stats()) else { return Vec::new() };
+/// The daemon's resident memory, from its stats.
+fn resident_bytes(stats: Option<&StatsResponse>) -> Option<u64> {
+    Some(stats?.process.resident_bytes).filter(|bytes| *bytes > 0)
+}
+
+/// The latencies of the forwarder shards that served publishes, from the daemon's stats.
+fn server_latency(stats: Option<&StatsResponse>) -> Vec<ShardLatency> {
+    let Some(stats) = stats else { return Vec::new() };
     stats
         .shards
-        .into_iter()
+        .iter()
         .filter(|shard| shard.shard != u32::MAX && shard.publish_latency.count > 0)
         .map(|shard| ShardLatency {
             shard: shard.shard,
-            publish: shard.publish_latency,
-            commit: shard.commit_latency,
+            publish: shard.publish_latency.clone(),
+            commit: shard.commit_latency.clone(),
         })
         .collect()
 }
@@ -287,7 +289,7 @@ pub fn run(
     options.validate()?;
     let server = options.publish.server.as_str();
     let mut layout = layout(options);
-    let resident_before = resident_bytes(server);
+    let resident_before = resident_bytes(daemon_stats(server).as_ref());
     let setup_started = Instant::now();
     if let Some(name) = &options.publish.topic {
         let client = block_on(Client::connect(server))?;
@@ -335,10 +337,12 @@ pub fn run(
         ));
         std::thread::sleep(std::time::Duration::from_secs(options.settle_seconds));
     }
-    let resident_idle = resident_bytes(server);
+    let resident_idle = resident_bytes(daemon_stats(server).as_ref());
     let result = measure(options, &layout, multiplex, stop, progress);
-    let resident_after = resident_bytes(server);
-    let server_latency = server_latency(server);
+    // One read after the run for both: the latencies then cover its last 10-20 s.
+    let after = daemon_stats(server);
+    let resident_after = resident_bytes(after.as_ref());
+    let server_latency = server_latency(after.as_ref());
     // Cleaned up after a failed run too, so that repeated runs against a long-lived daemon do
     // not pile up topics and stored messages.
     let cleanup = match layout.created && options.cleanup {
@@ -645,6 +649,10 @@ mod tests {
             let resident = report.resident.expect("the daemon's stats give its resident memory");
             assert!(resident.before_bytes > 0 && resident.idle_bytes > 0 && resident.after_bytes > 0);
             assert_eq!(report.resident_stored_bytes.is_some(), workload == Workload::Backlog, "{workload:?}");
+            assert!(
+                report.server_latency.iter().any(|shard| shard.publish.count > 0 && shard.commit.count > 0),
+                "{workload:?}: the serving shard's latencies are read from its stats"
+            );
             assert!(report.problems().is_empty(), "{workload:?}: {:?}", report.problems());
             let subscriptions = options.subscription_count() as u64;
             match &report.delivery {
