@@ -181,4 +181,7 @@ fn stats_report_each_shards_publish_and_commit_latencies() {
     let table = succeeded(&daemon.cli(&["--output", "table", "stats"]));
     let line = format!("forwarder-{owner} publish latency, last 10-20 s: 20 measured, p50 ");
     assert!(table.contains(&line), "{table}");
+    let json = succeeded(&daemon.cli(&["stats"]));
+    let line = format!("{{\"shard\":\"forwarder-{owner}\",\"publish_us\":{{\"count\":20,\"p50\":");
+    assert!(json.contains(&line), "{json}");
 }

@@ -70,7 +70,8 @@ pub struct ShardLatency {
     pub commit: LatencySummary,
 }
 
-fn summary_json(summary: &LatencySummary) -> String {
+/// A shard's latency summary as a JSON object (microseconds): here and in `ringpost stats`.
+pub fn summary_json(summary: &LatencySummary) -> String {
     json::object(&[
         ("count", summary.count.to_string()),
         ("p50", summary.p50_us.to_string()),

@@ -2,6 +2,7 @@
 
 use argh::FromArgs;
 use ringpost_client::{block_on, Client, Error, Message, Subscription, Topic};
+use ringpost_tools::bench::report::summary_json;
 use ringpost_tools::json;
 use std::io::BufRead;
 use std::process::ExitCode;
@@ -482,28 +483,19 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
             }
         }
         if shard.shard != u32::MAX {
-            let latencies = [("publish", &shard.publish_latency), ("commit", &shard.commit_latency)];
             match output {
-                Output::Json => {
-                    let mut fields = vec![("shard", json::string(&name))];
-                    let names: Vec<[String; 5]> = latencies
-                        .iter()
-                        .map(|(kind, _)| {
-                            ["count", "p50_us", "p99_us", "p999_us", "max_us"]
-                                .map(|field| format!("{kind}_{field}"))
-                        })
-                        .collect();
-                    for ((_, summary), names) in latencies.iter().zip(&names) {
-                        let values =
-                            [summary.count, summary.p50_us, summary.p99_us, summary.p999_us, summary.max_us];
-                        for (field, value) in names.iter().zip(values) {
-                            fields.push((field.as_str(), value.to_string()));
-                        }
-                    }
-                    println!("{}", json::object(&fields));
-                }
+                Output::Json => println!(
+                    "{}",
+                    json::object(&[
+                        ("shard", json::string(&name)),
+                        ("publish_us", summary_json(&shard.publish_latency)),
+                        ("commit_us", summary_json(&shard.commit_latency)),
+                    ])
+                ),
                 Output::Table => {
-                    for (kind, summary) in latencies {
+                    for (kind, summary) in
+                        [("publish", &shard.publish_latency), ("commit", &shard.commit_latency)]
+                    {
                         println!("{name} {kind} latency, last 10-20 s: {}", latency_text(summary));
                     }
                 }
