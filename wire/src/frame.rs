@@ -277,8 +277,9 @@ impl FrameSplitter {
     /// Where the next bytes of a body go when at least `DIRECT_BODY_BYTES_MIN` of it are still
     /// to come: a read straight into this room saves copying the body through a chunk, and
     /// copying it again each time its buffer grows (W1's 1 MiB requests: 17% more messages a
-    /// second). Then `body_filled` says how many bytes the read brought. The room is zeroed memory, at most `DIRECT_ROOM_GROWTH` times the bytes that
-    /// arrived (`DIRECT_BODY_BYTES_MIN` at first), and never beyond the body.
+    /// second). Then `body_filled` says how many bytes the read brought. The room is zeroed
+    /// memory, at most `DIRECT_ROOM_GROWTH` times the bytes that arrived
+    /// (`DIRECT_BODY_BYTES_MIN` at first), and never beyond the body.
     pub fn body_room(&mut self) -> Option<&mut [u8]> {
         let length = self.header?.body_length as usize;
         if length - self.filled < DIRECT_BODY_BYTES_MIN {
