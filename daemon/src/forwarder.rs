@@ -37,6 +37,12 @@ const _: () = assert!(MESSAGE_BYTES_MAX <= PULL_RESPONSE_BYTES_MAX);
 /// subscription's deletion wake it. At 1 s, 10,000 idle streams cost their shard 3.5% of a
 /// core (49-55 against 14-15 ticks of daemon CPU in 10 s at 10 msg/s, with 30 s).
 const STREAM_IDLE_CHECK: Duration = Duration::from_secs(30);
+/// The shortest sleep of a pull or stream waiting for a deadline. Each takes back expired
+/// leases before it reads the next deadline, so that deadline is in the future; were it ever
+/// not, a sleep of zero would return at once without yielding and the loop would hold the
+/// shard's core for good, with every topic the shard serves. Far below the second that ack
+/// deadlines are counted in.
+pub const DEADLINE_SLEEP_MIN: Duration = Duration::from_millis(1);
 /// Pause before dead-letter publishes that failed are tried again.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 /// Attributes a dead-lettered message carries, named as Pub/Sub names them.
@@ -62,6 +68,12 @@ pub const TAIL_CACHE_SHARD_BYTES_MAX: usize = 64 << 20;
 pub const QUIET_SWEEPS_BEFORE_TRIM: u32 = crate::log::TAIL_CACHE_IDLE_SWEEPS as u32 + 2;
 /// How often segments every subscription has acknowledged are deleted.
 pub const SEGMENT_COLLECTION_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A timer for a loop that waits until `deadline`: never shorter than `DEADLINE_SLEEP_MIN`, so
+/// the loop yields the shard even when its deadline has passed.
+async fn sleep_until(now: std::time::Instant, deadline: std::time::Instant) {
+    glommio::timer::sleep(deadline.saturating_duration_since(now).max(DEADLINE_SLEEP_MIN)).await
+}
 
 pub fn log_error_status(error: LogError) -> Status {
     match error {
@@ -961,11 +973,12 @@ impl<S: Storage> Forwarder<S> {
                 return Ok(respond(header, &PullResponse::default()).into());
             }
             // Wait for a commit, a lease or backoff to end, an ack, or the caller's deadline.
+            // `pull_for` took back expired leases, so the next deadline is after `now`.
             let mut wake_at = give_up_at;
             if let Some(deadline) = subscription.state.borrow().next_deadline() {
                 wake_at = wake_at.min(deadline);
             }
-            let sleep = glommio::timer::sleep(wake_at.saturating_duration_since(now));
+            let sleep = sleep_until(now, wake_at);
             futures_lite::future::or(futures_lite::future::or(committed, changed), sleep).await;
         }
     }
@@ -1015,7 +1028,19 @@ impl<S: Storage> Forwarder<S> {
             let committed = topic.log.committed();
             let changed = subscription.changed.notified();
             let now = self.clock.now();
-            let load = subscription.state.borrow().stream_load(stream);
+            // Expired leases are taken back first, whether this stream has room or not: they
+            // free room here (an expired lease leaves its stream's window), they go to other
+            // streams and pulls (woken below), and they move the next deadline past `now`.
+            // A full stream that skipped this slept zero on a deadline in the past and spun,
+            // holding the shard's core with every topic it serves.
+            let (load, expired) = {
+                let mut state = subscription.state.borrow_mut();
+                let expired = state.expire(now);
+                (state.stream_load(stream), expired)
+            };
+            if expired > 0 {
+                subscription.changed.notify_all();
+            }
             let room = max_messages.saturating_sub(load.messages).min(PULL_MESSAGES_MAX as u64) as usize;
             let bytes_room = max_bytes.saturating_sub(load.bytes);
             let deliveries = if room > 0 && bytes_room > 0 {
@@ -1050,7 +1075,7 @@ impl<S: Storage> Forwarder<S> {
             if let Some(deadline) = subscription.state.borrow().next_deadline() {
                 wake_at = wake_at.min(deadline);
             }
-            let sleep = glommio::timer::sleep(wake_at.saturating_duration_since(now));
+            let sleep = sleep_until(now, wake_at);
             let wake = futures_lite::future::or(futures_lite::future::or(committed, changed), sleep);
             futures_lite::future::or(wake, responder.gone()).await;
         }

@@ -619,9 +619,13 @@ impl SubscriptionState {
         in_flight.keys = None;
     }
 
-    /// Moves expired leases to the redelivery queue.
-    pub fn expire(&mut self, now: Instant) {
-        let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
+    /// Moves expired leases to the redelivery queue (or the dead letters) and messages whose
+    /// retry backoff ended back to it; returns how many moved. Afterwards every deadline left is
+    /// after `now` (asserted): a waiting loop that calls this before it reads `next_deadline`
+    /// never sleeps for zero and spins (see `forwarder::sleep_until`).
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let Some(in_flight) = self.in_flight.as_deref_mut() else { return 0 };
+        let mut moved = 0;
         while let Some(Reverse((deadline, offset, generation))) = in_flight.deadlines.peek().copied() {
             if deadline > now {
                 break;
@@ -632,6 +636,7 @@ impl SubscriptionState {
                     in_flight.end_lease(offset);
                     in_flight.fail(&self.policy, offset, now);
                     self.expired_total += 1;
+                    moved += 1;
                 }
             }
         }
@@ -642,6 +647,7 @@ impl SubscriptionState {
             in_flight.backing_off.pop();
             if !self.acked.contains(offset) {
                 in_flight.redeliver.insert(offset);
+                moved += 1;
             }
         }
         // Old heap entries for leases that were extended or acked are dropped lazily above;
@@ -653,6 +659,13 @@ impl SubscriptionState {
                 .map(|(offset, lease)| Reverse((lease.deadline, offset, lease.generation)))
                 .collect();
         }
+        // Checked in tests; in production the waiting loops' sleep floor keeps a broken
+        // invariant from spinning a shard, and aborting the daemon for it would be worse.
+        debug_assert!(
+            self.next_deadline().is_none_or(|deadline| deadline > now),
+            "a deadline at or before now survived expire: a waiting loop would spin"
+        );
+        moved
     }
 
     /// When the earliest lease expires or backoff ends.
@@ -807,8 +820,11 @@ impl SubscriptionState {
                     in_flight.fail(&self.policy, offset, now);
                 } else {
                     lease.deadline = now + Duration::from_secs(seconds as u64);
-                    let deadline = lease.deadline;
-                    in_flight.deadlines.push(Reverse((deadline, offset, ack_id.generation)));
+                    // The lease's own generation, not the ack id's: a lease restored at
+                    // recovery has generation 0 and accepts older ack ids, and an entry under
+                    // the ack id's generation would never match it, so it would never expire.
+                    let (deadline, generation) = (lease.deadline, lease.generation);
+                    in_flight.deadlines.push(Reverse((deadline, offset, generation)));
                 }
                 Ok(())
             }
@@ -987,6 +1003,41 @@ mod tests {
         assert_eq!(before.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 3)]);
         let after = state.pull(now + Duration::from_secs(61), 5, 2);
         assert_eq!(after.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
+    }
+
+    /// A full stream's leases expire although it pulls nothing: taking them back frees its
+    /// window, and leaves no deadline at or before now (a waiting loop would sleep zero on it).
+    #[test]
+    fn expiring_frees_a_full_streams_window_and_leaves_only_later_deadlines() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let leased = state.pull_for(now, 3, 3, 7, DEADLINE);
+        assert_eq!(leased.len(), 3);
+        assert_eq!(state.stream_load(7).messages, 3);
+        // One is extended: its old heap entry stays behind until it is popped.
+        state.modify_deadline(&ack_id(&state, &leased[0]), 30, now).unwrap();
+        let later = now + DEADLINE;
+        assert_eq!(state.expire(later), 2);
+        assert_eq!(state.stream_load(7).messages, 1, "the expired leases left the stream's window");
+        assert!(state.next_deadline().is_some_and(|deadline| deadline > later));
+        assert_eq!(state.expire(later), 0, "nothing more to take back at the same instant");
+        let again = state.pull_for(later, 3, 3, 8, DEADLINE);
+        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2), (2, 2)]);
+    }
+
+    /// A lease restored at recovery (generation 0) and then extended with an ack id from
+    /// before the restart still expires when its extension ends.
+    #[test]
+    fn a_restored_lease_extended_with_an_old_ack_id_still_expires() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        state.pull(now, 1, 1);
+        state.restore_lease(0, now + DEADLINE);
+        let old = AckId { subscription_id: 1, offset: 0, generation: 41 }.encode();
+        state.modify_deadline(&old, 20, now).unwrap();
+        assert!(state.pull(now + Duration::from_secs(19), 1, 1).is_empty(), "extended");
+        let again = state.pull(now + Duration::from_secs(21), 1, 1);
+        assert_eq!(again.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![0], "the extension ended");
     }
 
     #[test]

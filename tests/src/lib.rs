@@ -99,14 +99,16 @@ impl Daemon {
         for data_dir in &self.data_dirs {
             command.arg("--data-dir").arg(data_dir);
         }
+        // Two forwarder shards unless the test chose its own count.
+        if !self.extra_args.iter().any(|arg| arg == "--shards") {
+            command.arg("--shards").arg("2");
+        }
         let child = command
             .args(&self.extra_args)
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--ready-file")
             .arg(&ready)
-            .arg("--shards")
-            .arg("2")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -6,6 +6,7 @@ mod crash;
 mod damage;
 mod disks;
 mod io_memory;
+mod liveness;
 mod pool;
 mod quickstart;
 mod semantics;
