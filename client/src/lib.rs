@@ -378,6 +378,12 @@ impl Client {
         self.modify_ack_deadline(subscription, ack_ids, 0).await
     }
 
+    /// The addresses of the forwarders that serve `topic`, in the router's order of
+    /// preference, as the router advertises them (the first is where publishes go).
+    pub async fn lookup_topic(&self, topic: &str) -> Result<Vec<String>> {
+        self.route(Resource::Topic, topic).await
+    }
+
     fn forget(&self, resource: Resource, name: &str) {
         self.routes.lock().unwrap().remove(&(resource, name.to_owned()));
     }

@@ -302,6 +302,9 @@ pub struct Forwarder<S: Storage> {
     /// Quarantine topics whose logs cannot be recovered at start (`Config::quarantine_damaged`).
     quarantine_damaged: Cell<bool>,
     quarantined: RefCell<Quarantined>,
+    /// Given when the daemon stops (SIGTERM): streams end with `Unavailable`, which clients
+    /// retry on, and waiting pulls answer with what they have.
+    stop: crate::sync::Stop,
 }
 
 /// Topics left unserved at start because their logs could not be recovered, and their
@@ -426,7 +429,14 @@ impl<S: Storage> Forwarder<S> {
             releasing_kept_files: Rc::default(),
             quarantine_damaged: Cell::new(false),
             quarantined: RefCell::default(),
+            stop: crate::sync::Stop::default(),
         }
+    }
+
+    /// The order that stops this shard: `net::serve` stops accepting and reading on it, and
+    /// the forwarder's streams and waiting pulls end.
+    pub fn stop_handle(&self) -> crate::sync::Stop {
+        self.stop.clone()
     }
 
     pub fn set_journals_open_max(&self, journals: usize) {
@@ -949,6 +959,10 @@ impl<S: Storage> Forwarder<S> {
             if subscription.detached.get() {
                 return Err(subscription.deleted());
             }
+            if self.stop.is_given() {
+                // Stopping: answer with nothing rather than hold the caller until its wait ends.
+                return Ok(respond(header, &PullResponse::default()).into());
+            }
             let committed = topic.log.committed();
             let changed = subscription.changed.notified();
             let now = self.clock.now();
@@ -979,7 +993,8 @@ impl<S: Storage> Forwarder<S> {
                 wake_at = wake_at.min(deadline);
             }
             let sleep = sleep_until(now, wake_at);
-            futures_lite::future::or(futures_lite::future::or(committed, changed), sleep).await;
+            let wake = futures_lite::future::or(futures_lite::future::or(committed, changed), sleep);
+            futures_lite::future::or(wake, self.stop.given()).await;
         }
     }
 
@@ -1020,7 +1035,20 @@ impl<S: Storage> Forwarder<S> {
         if !responder.send_more(accepted).await {
             return Ok(respond(header, &PullResponse::default()).into());
         }
-        while !responder.is_gone() {
+        loop {
+            if self.stop.is_given() {
+                // Checked before the peer: a stopping shard also stops reading the connection,
+                // which looks like the peer going, and the client must see a status it retries
+                // on rather than a stream that ended as if it had asked.
+                subscription.state.borrow_mut().close_stream(stream);
+                subscription.changed.notify_all();
+                return Err(Status::unavailable(
+                    "ringpostd is stopping; open the stream again (its messages are delivered again)",
+                ));
+            }
+            if responder.is_gone() {
+                break;
+            }
             if subscription.detached.get() {
                 subscription.state.borrow_mut().close_stream(stream);
                 return Err(subscription.deleted());
@@ -1077,7 +1105,8 @@ impl<S: Storage> Forwarder<S> {
             }
             let sleep = sleep_until(now, wake_at);
             let wake = futures_lite::future::or(futures_lite::future::or(committed, changed), sleep);
-            futures_lite::future::or(wake, responder.gone()).await;
+            let ended = futures_lite::future::or(responder.gone(), self.stop.given());
+            futures_lite::future::or(wake, ended).await;
         }
         subscription.state.borrow_mut().close_stream(stream);
         subscription.changed.notify_all();

@@ -37,6 +37,10 @@ pub struct Config {
     /// The router's address; forwarders listen on the following ports (or on ephemeral ports
     /// when this port is 0).
     pub listen: SocketAddr,
+    /// The host clients are told to reach the forwarders at. `None`: the listening address,
+    /// or, when that is every address (0.0.0.0, ::), the address each client reached the
+    /// router at.
+    pub advertise: Option<String>,
     /// The M data directories (M odd). Every log is kept in each; a commit is acknowledged when
     /// ⌈M/2⌉ copies are durable.
     pub data_dirs: Vec<PathBuf>,
@@ -108,6 +112,7 @@ impl Config {
         let shards = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         Config {
             listen,
+            advertise: None,
             data_dirs: vec![data_dir],
             shards,
             balance_factor: placement::BALANCE_FACTOR_DEFAULT,
@@ -124,7 +129,20 @@ pub struct Daemon {
     pub router_address: SocketAddr,
     pub forwarder_addresses: Vec<SocketAddr>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    /// One end of a socket pair per shard (forwarders in order, then the router): closing it
+    /// tells that shard to stop (`shutdown`).
+    stops: Vec<std::os::unix::net::UnixStream>,
+    /// Each shard's report once it stopped serving: its name and the connections it closed.
+    stopped: mpsc::Receiver<(String, usize)>,
     _locks: Vec<std::fs::File>,
+}
+
+/// What a clean stop did, for the daemon's log.
+#[derive(Debug)]
+pub struct Stopped {
+    /// Connections open when the stop began, per shard, all answered and closed.
+    pub connections: Vec<(String, usize)>,
+    pub took: std::time::Duration,
 }
 
 impl Daemon {
@@ -134,6 +152,84 @@ impl Daemon {
             let _ = thread.join();
         }
     }
+
+    /// Stops serving, gracefully: the router first (no new lookups or control-plane changes;
+    /// those running finish), then the forwarders, each of which stops accepting and reading,
+    /// lets the requests it read finish (publishes waiting for their commit are answered
+    /// once durable, as always), ends its streams with `Unavailable` (clients retry) and closes
+    /// its connections. Returns once every shard has, or `Err` naming those that had not
+    /// after `grace`; the process may then exit, since whatever was left is safe to lose as
+    /// at any crash.
+    pub fn shutdown(mut self, grace: std::time::Duration) -> Result<Stopped, String> {
+        let started = std::time::Instant::now();
+        let until = started + grace;
+        let router = self.stops.pop().expect("the router's stop");
+        let mut connections = Vec::new();
+        let wait_for = |count: usize, connections: &mut Vec<(String, usize)>| {
+            for _ in 0..count {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                match self.stopped.recv_timeout(left) {
+                    Ok(report) => connections.push(report),
+                    Err(_) => return false,
+                }
+            }
+            true
+        };
+        drop(router);
+        let forwarders = std::mem::take(&mut self.stops);
+        let router_stopped = wait_for(1, &mut connections);
+        let count = forwarders.len();
+        drop(forwarders);
+        if !router_stopped || !wait_for(count, &mut connections) {
+            let stopped: Vec<&str> = connections.iter().map(|(name, _)| name.as_str()).collect();
+            return Err(format!(
+                "not every shard stopped within {grace:?}; stopped: [{}]",
+                stopped.join(", ")
+            ));
+        }
+        Ok(Stopped { connections, took: started.elapsed() })
+    }
+}
+
+/// Waits, on the shard's executor, for the other end of `stop` to close (or write), then gives
+/// the shard's stop order.
+fn stop_on_close(stop: std::os::unix::net::UnixStream, order: sync::Stop) {
+    use std::os::unix::io::{FromRawFd, IntoRawFd};
+    let _ = stop.set_nonblocking(true);
+    // SAFETY: the descriptor is one end of a connected Unix socket pair that we own and hand
+    // over whole.
+    let mut stream = unsafe { glommio::net::UnixStream::from_raw_fd(stop.into_raw_fd()) };
+    glommio::spawn_local(async move {
+        let mut byte = [0u8; 1];
+        let _ = futures_lite::AsyncReadExt::read(&mut stream, &mut byte).await;
+        order.give();
+    })
+    .detach();
+}
+
+/// `host:port`, with an IPv6 literal in brackets.
+pub fn host_and_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The port of forwarder shard `shard`: the one after the router's and the shards before it,
+/// or 0 (a free port) when the router's is 0.
+pub fn forwarder_port(router_port: u16, shard: usize, shards: usize) -> Result<u16, String> {
+    if router_port == 0 {
+        return Ok(0);
+    }
+    u16::try_from(shard + 1).ok().and_then(|offset| router_port.checked_add(offset)).ok_or_else(|| {
+        format!(
+            "forwarder shard {shard} would listen on port {}, beyond 65535: the {shards} forwarder shard(s) take the \
+             {shards} port(s) after the router's, so --listen takes a port of at most {} (or 0 for free ports)",
+            router_port as usize + shard + 1,
+            65535usize.saturating_sub(shards)
+        )
+    })
 }
 
 /// Takes an exclusive lock on the data directory so two daemons never share one.
@@ -230,12 +326,19 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     // Bind every port up front so a port conflict fails the start with a clear message.
     let mut forwarder_listeners = Vec::new();
     for shard in 0..shards {
-        let port = if config.listen.port() == 0 { 0 } else { config.listen.port() + 1 + shard as u16 };
+        let port = forwarder_port(config.listen.port(), shard, shards)?;
         forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port))?);
     }
     let (router_listener, router_address) = bind(config.listen)?;
     let forwarder_addresses: Vec<SocketAddr> =
         forwarder_listeners.iter().map(|(_, address)| *address).collect();
+    let advertise = match &config.advertise {
+        Some(host) => router::Advertise::Host(host.clone()),
+        None if config.listen.ip().is_unspecified() => router::Advertise::ConnectionAddress,
+        None => router::Advertise::Host(config.listen.ip().to_string()),
+    };
+    let (stopped_sender, stopped) = mpsc::channel::<(String, usize)>();
+    let mut stops = Vec::new();
 
     // A quarter of the descriptors for journals kept open, each holding one per data directory;
     // the rest are for message segments, connections and journals that reopen per commit.
@@ -258,6 +361,10 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         let quarantine_damaged = config.quarantine_damaged;
         let ready_sender = ready_sender.clone();
         let router_text = router_address.to_string();
+        let (stop, shard_stop) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
+        stops.push(stop);
+        let stopped_sender = stopped_sender.clone();
         let thread = LocalExecutorBuilder::new(placement)
             .name(&format!("forwarder-{shard}"))
             .io_memory(config.io_memory_bytes)
@@ -284,7 +391,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 let _ = ready_sender.send(Ok(()));
                 let requests = request_receiver.connect().await;
                 let replies = Rc::new(reply_sender.connect().await);
-                glommio::spawn_local(net::serve(listener, forwarder.clone())).detach();
+                let stop = forwarder.stop_handle();
+                stop_on_close(shard_stop, stop.clone());
+                let serving = glommio::spawn_local(net::serve(listener, forwarder.clone(), stop));
                 let collector = forwarder.clone();
                 glommio::spawn_local(async move {
                     loop {
@@ -301,15 +410,23 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                     }
                 })
                 .detach();
-                while let Some(envelope) = requests.recv().await {
-                    let forwarder = forwarder.clone();
-                    let replies = replies.clone();
-                    glommio::spawn_local(async move {
-                        let result = forwarder.control(envelope.request).await;
-                        let _ = replies.send(ControlReply { request_id: envelope.request_id, result }).await;
-                    })
-                    .detach();
-                }
+                // The router's requests are served until the shard ends (the router stops
+                // first, so none is cut short by this shard's stop).
+                glommio::spawn_local(async move {
+                    while let Some(envelope) = requests.recv().await {
+                        let forwarder = forwarder.clone();
+                        let replies = replies.clone();
+                        glommio::spawn_local(async move {
+                            let result = forwarder.control(envelope.request).await;
+                            let _ =
+                                replies.send(ControlReply { request_id: envelope.request_id, result }).await;
+                        })
+                        .detach();
+                    }
+                })
+                .detach();
+                let connections = serving.await;
+                let _ = stopped_sender.send((format!("forwarder-{shard}"), connections));
             })
             .map_err(|e| format!("starting forwarder shard {shard}: {e}"))?;
         threads.push(thread);
@@ -319,9 +436,11 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     }
 
     let data_dirs = config.data_dirs.clone();
-    let addresses: Vec<String> = forwarder_addresses.iter().map(|address| address.to_string()).collect();
     let balance_factor = config.balance_factor;
     let router_ready = ready_sender.clone();
+    let (router_stop, router_shard_stop) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
+    let ports: Vec<u16> = forwarder_addresses.iter().map(SocketAddr::port).collect();
     let router = LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -353,7 +472,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 catalog_log,
                 state,
                 links,
-                addresses,
+                router::ForwarderAddresses::new(ports, advertise),
                 balance_factor,
             ));
             if let Err(error) = router.recover().await {
@@ -376,12 +495,16 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 }
             })
             .detach();
-            net::serve(listener, router).await;
+            let stop = sync::Stop::default();
+            stop_on_close(router_shard_stop, stop.clone());
+            let connections = net::serve(listener, router, stop).await;
+            let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))?;
     threads.push(router);
+    stops.push(router_stop);
     ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
-    Ok(Daemon { router_address, forwarder_addresses, threads, _locks: locks })
+    Ok(Daemon { router_address, forwarder_addresses, threads, stops, stopped, _locks: locks })
 }
 
 #[cfg(test)]

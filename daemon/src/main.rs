@@ -2,16 +2,23 @@
 //! `./ringpost-data`.
 
 use argh::FromArgs;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Ringpost: a durable, thread-per-core Pub/Sub daemon.
 #[derive(FromArgs)]
 struct Flags {
-    /// the router's address; forwarder shards listen on the next ports (default 127.0.0.1:7450;
-    /// port 0 picks free ports for everything)
-    #[argh(option, default = "\"127.0.0.1:7450\".parse().unwrap()")]
-    listen: SocketAddr,
+    /// the router's address, HOST:PORT, HOST a name or an address (default 127.0.0.1:7450);
+    /// forwarder shard i listens on PORT+1+i, so N shards take the N ports after PORT (7451
+    /// and 7452 by default on two cores); port 0 picks free ports for all of them
+    #[argh(option, default = "String::from(\"127.0.0.1:7450\")")]
+    listen: String,
+    /// the host name or address clients are told to reach the forwarders at (default: the
+    /// host of --listen; when that is every address, 0.0.0.0 or [::], the address each client
+    /// reached the router at)
+    #[argh(option)]
+    advertise: Option<String>,
     /// where topics, subscriptions and messages are stored (default ./ringpost-data); give it M
     /// times (M odd) to keep a copy on each of M disks and acknowledge once ⌈M/2⌉ are durable
     #[argh(option)]
@@ -86,8 +93,72 @@ fn may_lock_memory() -> bool {
         .is_some_and(|effective| effective >> CAP_IPC_LOCK & 1 == 1)
 }
 
+/// How long a stop (SIGTERM, SIGINT) may take: the requests running then finish and are
+/// answered, streams end and connections close; whatever is left after it is cut as a crash
+/// would cut it, which loses nothing acknowledged.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Exit codes: 0 a clean stop; 1 the daemon could not start or stopped by force; 2 the command
+/// line was wrong.
+const EXIT_FAILURE: i32 = 1;
+const EXIT_USAGE: i32 = 2;
+
+fn usage_error(message: &str) -> ! {
+    eprintln!("ringpostd: InvalidArgument: {message}");
+    std::process::exit(EXIT_USAGE);
+}
+
+/// `HOST:PORT` to an address to bind, a host name resolved (its first address).
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let mut resolved = text
+        .to_socket_addrs()
+        .map_err(|error| format!("--listen {text}: not HOST:PORT, or HOST does not resolve ({error})"))?;
+    resolved.next().ok_or_else(|| format!("--listen {text}: HOST resolves to no address"))
+}
+
+/// The host part of `HOST:PORT` when it is a name rather than an address.
+fn host_name(text: &str) -> Option<String> {
+    let (host, _) = text.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host.parse::<std::net::IpAddr>().is_err() && !host.is_empty()).then(|| host.to_owned())
+}
+
+/// Blocks the signals the daemon handles in this thread, before any shard starts, so that
+/// every thread inherits the mask and they arrive only where `wait_for_stop` waits for them.
+fn block_handled_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(signal);
+    }
+    if let Err(error) = signals.thread_block() {
+        eprintln!("ringpostd: WARNING: cannot block SIGTERM, SIGINT and SIGHUP ({error}); they will stop the daemon at once");
+    }
+    signals
+}
+
+/// Waits for SIGTERM or SIGINT. SIGHUP is logged and otherwise ignored: nothing is reloaded
+/// yet, and a hang-up from a closed terminal must not stop a daemon.
+fn wait_for_stop(signals: &nix::sys::signal::SigSet) -> nix::sys::signal::Signal {
+    use nix::sys::signal::Signal;
+    loop {
+        match signals.wait() {
+            Ok(Signal::SIGHUP) => eprintln!("ringpostd: SIGHUP ignored: there is nothing to reload"),
+            Ok(signal) => return signal,
+            Err(error) => {
+                eprintln!("ringpostd: waiting for signals: {error}");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 fn main() {
     let flags: Flags = argh::from_env();
+    let signals = block_handled_signals();
     // A shard that panics leaves the others serving a half-working process; stop everything
     // instead, so a supervisor restarts it and recovery runs.
     let default_hook = std::panic::take_hook();
@@ -96,17 +167,24 @@ fn main() {
         std::process::abort();
     }));
     if flags.balance_factor <= 1.0 || !flags.balance_factor.is_finite() {
-        eprintln!("ringpostd: InvalidArgument: --balance-factor must be a number above 1");
-        std::process::exit(2);
+        usage_error("--balance-factor must be a number above 1");
     }
     let data_dirs =
         if flags.data_dir.is_empty() { vec![PathBuf::from("ringpost-data")] } else { flags.data_dir.clone() };
-    let mut config = ringpost_daemon::Config::new(flags.listen, data_dirs[0].clone());
+    let listen = listen_address(&flags.listen).unwrap_or_else(|why| usage_error(&why));
+    let mut config = ringpost_daemon::Config::new(listen, data_dirs[0].clone());
+    config.advertise = flags.advertise.clone().or_else(|| host_name(&flags.listen));
+    if let Some(host) = &config.advertise {
+        let name = !host.is_empty()
+            && host.chars().all(|character| character.is_ascii_alphanumeric() || "-.".contains(character));
+        if !name && host.parse::<std::net::IpAddr>().is_err() {
+            usage_error(&format!("--advertise {host}: give a host name or address, without a port"));
+        }
+    }
     config.data_dirs = data_dirs.clone();
     if let Some(shards) = flags.shards {
         if shards == 0 {
-            eprintln!("ringpostd: InvalidArgument: --shards must be at least 1");
-            std::process::exit(2);
+            usage_error("--shards must be at least 1");
         }
         config.shards = shards;
         config.io_memory_bytes = ringpost_daemon::io_memory_bytes_for(shards);
@@ -114,16 +192,14 @@ fn main() {
     config.balance_factor = flags.balance_factor;
     if let Some(bytes) = flags.segment_bytes_max {
         if bytes < 64 * 1024 || !bytes.is_multiple_of(4096) {
-            eprintln!("ringpostd: InvalidArgument: --segment-bytes-max must be a multiple of 4096 of at least 65536");
-            std::process::exit(2);
+            usage_error("--segment-bytes-max must be a multiple of 4096 of at least 65536");
         }
         config.log.segment_bytes_max = bytes;
         config.log.segment_bytes_initial = config.log.segment_bytes_initial.min(bytes);
     }
     if let Some(mib) = flags.io_memory_mib {
         if !(1..=IO_MEMORY_MIB_MAX).contains(&mib) {
-            eprintln!("ringpostd: InvalidArgument: --io-memory-mib must be from 1 to {IO_MEMORY_MIB_MAX}");
-            std::process::exit(2);
+            usage_error(&format!("--io-memory-mib must be from 1 to {IO_MEMORY_MIB_MAX}"));
         }
         config.io_memory_bytes = mib << 20;
     }
@@ -135,7 +211,7 @@ fn main() {
         Ok(daemon) => daemon,
         Err(error) => {
             eprintln!("ringpostd: cannot start: {error}");
-            std::process::exit(1);
+            std::process::exit(EXIT_FAILURE);
         }
     };
     let forwarders: Vec<String> = daemon.forwarder_addresses.iter().map(|a| a.to_string()).collect();
@@ -151,8 +227,33 @@ fn main() {
             .and_then(|_| std::fs::rename(&temporary, &path))
         {
             eprintln!("ringpostd: writing {}: {error}", path.display());
-            std::process::exit(1);
+            std::process::exit(EXIT_FAILURE);
         }
     }
-    daemon.wait();
+    let signal = wait_for_stop(&signals);
+    eprintln!(
+        "ringpostd: {signal}: stopping: no new connections; requests running finish and are answered, streams end \
+         with Unavailable (at most {} s; a second signal stops at once)",
+        SHUTDOWN_GRACE.as_secs()
+    );
+    // A second SIGTERM or SIGINT while stopping ends the process at once.
+    std::thread::spawn(move || {
+        let signal = wait_for_stop(&signals);
+        eprintln!("ringpostd: {signal} again: stopping at once");
+        std::process::exit(EXIT_FAILURE);
+    });
+    match daemon.shutdown(SHUTDOWN_GRACE) {
+        Ok(stopped) => {
+            let connections: usize = stopped.connections.iter().map(|(_, count)| count).sum();
+            eprintln!(
+                "ringpostd: stopped in {} ms; {connections} connection(s) answered and closed",
+                stopped.took.as_millis()
+            );
+            std::process::exit(0);
+        }
+        Err(why) => {
+            eprintln!("ringpostd: ERROR: stopping by force: {why}; nothing acknowledged is lost");
+            std::process::exit(EXIT_FAILURE);
+        }
+    }
 }

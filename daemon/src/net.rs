@@ -8,7 +8,7 @@
 //! sends nothing for `CONNECTION_IDLE_MAX` is closed. A frame that cannot be parsed gets a
 //! `ProtocolError` reply and the connection is closed; other connections carry on.
 
-use crate::sync::Notify;
+use crate::sync::{Notify, Stop};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::{Semaphore, StaticPermit};
@@ -20,6 +20,7 @@ use ringpost_wire::{ErrorCode, Status};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::IoSlice;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
@@ -116,13 +117,21 @@ impl Response {
 /// leaving.
 pub struct Responder {
     outbound: Rc<Outbound>,
+    /// The address the peer reached this connection at (the router answers lookups with it
+    /// when it listens on every address, see `Advertise`).
+    local_address: Option<SocketAddr>,
 }
 
 impl Responder {
     /// A responder on no connection, for tests that call a handler directly.
     #[cfg(test)]
     pub(crate) fn unconnected() -> Responder {
-        Responder { outbound: Rc::default() }
+        Responder { outbound: Rc::default(), local_address: None }
+    }
+
+    /// The address of this end of the connection, as the peer reached it.
+    pub fn local_address(&self) -> Option<SocketAddr> {
+        self.local_address
     }
 
     /// Whether the peer closed its side, or the connection broke.
@@ -165,10 +174,21 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
     encode_error(header.command, header.request_id, status)
 }
 
-pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>) {
+/// Accepts and serves connections until `stop` is given; then stops accepting (the listening
+/// socket closes, so new clients are refused at once), lets every connection finish the
+/// requests it has running and answer them, and returns once all connections are closed.
+/// Returns how many connections were open when the stop was given.
+pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop) -> usize {
     let connections = Rc::new(Cell::new(0usize));
+    let closed = Rc::new(Notify::new());
     loop {
-        let stream = match listener.accept().await {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            stop.given().await;
+            None
+        })
+        .await;
+        let Some(accepted) = accepted else { break };
+        let stream = match accepted {
             Ok(stream) => stream,
             Err(error) => {
                 eprintln!("ringpostd: accept failed: {error}");
@@ -188,13 +208,23 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>) {
             continue;
         }
         connections.set(connections.get() + 1);
-        let handler = handler.clone();
-        let connections = connections.clone();
+        let (handler, connections, closed, stop) =
+            (handler.clone(), connections.clone(), closed.clone(), stop.clone());
         glommio::spawn_local(async move {
-            serve_connection(stream, handler).await;
+            serve_connection(stream, handler, stop).await;
             connections.set(connections.get() - 1);
+            closed.notify_all();
         })
         .detach();
+    }
+    drop(listener);
+    let open_at_stop = connections.get();
+    loop {
+        let notified = closed.notified();
+        if connections.get() == 0 {
+            return open_at_stop;
+        }
+        notified.await;
     }
 }
 
@@ -230,9 +260,10 @@ impl Outbound {
     }
 }
 
-async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
+async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: Stop) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(CONNECTION_IDLE_MAX));
+    let local_address = stream.local_addr().ok();
     let socket = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
@@ -240,18 +271,26 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
     let in_flight = Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     let mut splitter = FrameSplitter::new();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    'reading: while !outbound.closed.get() {
+    // Once the shard is told to stop, nothing more is read: the requests read so far run and
+    // are answered, and the connection closes after them.
+    let stopped = || async {
+        stop.given().await;
+        None
+    };
+    'reading: while !outbound.closed.get() && !stop.is_given() {
         // A large body is read straight into its own buffer, not copied through the chunk.
         let frames = if let Some(room) = splitter.body_room() {
-            let count = match reader.read(room).await {
-                Ok(0) | Err(_) => break,
-                Ok(count) => count,
+            let read = futures_lite::future::or(async { Some(reader.read(room).await) }, stopped());
+            let count = match read.await {
+                None | Some(Ok(0)) | Some(Err(_)) => break,
+                Some(Ok(count)) => count,
             };
             splitter.body_filled(count).into_iter().collect()
         } else {
-            let count = match reader.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(count) => count,
+            let read = futures_lite::future::or(async { Some(reader.read(&mut chunk).await) }, stopped());
+            let count = match read.await {
+                None | Some(Ok(0)) | Some(Err(_)) => break,
+                Some(Ok(count)) => count,
             };
             match splitter.push(&chunk[..count]) {
                 Ok(frames) => frames,
@@ -272,7 +311,7 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>) {
             let handler = handler.clone();
             let outbound = outbound.clone();
             glommio::spawn_local(async move {
-                let responder = Responder { outbound: outbound.clone() };
+                let responder = Responder { outbound: outbound.clone(), local_address };
                 let response = handler.handle(frame.header, frame.body, &responder).await;
                 let closes = is_protocol_error(&response);
                 outbound.push(response, Some(permit));
@@ -455,7 +494,7 @@ mod tests {
         let wakes = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(wakes.clone());
         let mut context = std::task::Context::from_waker(&waker);
-        let responder = Responder { outbound: Rc::new(Outbound::default()) };
+        let responder = Responder { outbound: Rc::new(Outbound::default()), local_address: None };
         let mut gone = std::pin::pin!(responder.gone());
         let mut room = std::pin::pin!(responder.outbound.changed.notified());
         assert!(gone.as_mut().poll(&mut context).is_pending());

@@ -28,6 +28,7 @@ use ringpost_wire::validate::{effective_ack_deadline_seconds, effective_retentio
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::rc::Rc;
 
 /// What a subscription whose topic was deleted reports as its topic (as Pub/Sub does).
@@ -105,6 +106,46 @@ impl ForwarderLink {
     }
 }
 
+/// Where the router tells clients the forwarders are.
+pub enum Advertise {
+    /// At this host (a name or an address), on each forwarder's port.
+    Host(String),
+    /// At the address the client reached the router at: the daemon listens on every address,
+    /// and the one a client could reach is the one it used.
+    ConnectionAddress,
+}
+
+/// The forwarders' ports and how their addresses are advertised.
+pub struct ForwarderAddresses {
+    ports: Vec<u16>,
+    /// Every forwarder's address, when they do not depend on the client's connection.
+    fixed: Option<Vec<String>>,
+}
+
+impl ForwarderAddresses {
+    pub fn new(ports: Vec<u16>, advertise: Advertise) -> ForwarderAddresses {
+        let fixed = match advertise {
+            Advertise::Host(host) => {
+                Some(ports.iter().map(|port| crate::host_and_port(&host, *port)).collect())
+            }
+            Advertise::ConnectionAddress => None,
+        };
+        ForwarderAddresses { ports, fixed }
+    }
+
+    /// Shard `shard`'s address for a client that reached the router at `local`.
+    fn address(&self, shard: usize, local: Option<SocketAddr>) -> String {
+        match (&self.fixed, local) {
+            (Some(fixed), _) => fixed[shard].clone(),
+            (None, Some(local)) => SocketAddr::new(local.ip(), self.ports[shard]).to_string(),
+            // No connection (a handler called directly): the loopback address reaches it here.
+            (None, None) => {
+                SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), self.ports[shard]).to_string()
+            }
+        }
+    }
+}
+
 pub struct Router<S: Storage> {
     storage: S,
     directories: Rc<Directories>,
@@ -114,7 +155,7 @@ pub struct Router<S: Storage> {
     placement: RefCell<Placement>,
     topic_shard: RefCell<HashMap<u64, u32>>,
     forwarders: Vec<Rc<ForwarderLink>>,
-    forwarder_addresses: Vec<String>,
+    forwarder_addresses: ForwarderAddresses,
     /// Names being created right now, so two concurrent creates cannot both succeed.
     creating: RefCell<HashSet<String>>,
     /// Each catalog append holds one unit; compaction takes them all, so that no entry commits
@@ -136,7 +177,7 @@ impl<S: Storage> Router<S> {
         catalog_log: Log<S>,
         state: CatalogState,
         forwarders: Vec<Rc<ForwarderLink>>,
-        forwarder_addresses: Vec<String>,
+        forwarder_addresses: ForwarderAddresses,
         balance_factor: f64,
     ) -> Router<S> {
         let placement = Placement::new(forwarders.len() as u32, balance_factor);
@@ -366,7 +407,7 @@ impl<S: Storage> Router<S> {
         Ok(Empty {})
     }
 
-    fn lookup(&self, key: &str, topic_id: u64) -> Result<LookupResponse, Status> {
+    fn lookup(&self, key: &str, topic_id: u64, local: Option<SocketAddr>) -> Result<LookupResponse, Status> {
         let shard = self
             .topic_shard
             .borrow()
@@ -379,7 +420,7 @@ impl<S: Storage> Router<S> {
                 .into_iter()
                 .map(|shard| ShardAddress {
                     shard,
-                    address: self.forwarder_addresses[shard as usize].clone(),
+                    address: self.forwarder_addresses.address(shard as usize, local),
                 })
                 .collect(),
         })
@@ -731,7 +772,13 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
-    async fn dispatch(&self, header: &FrameHeader, body: &[u8]) -> Result<FrameBuffer, Status> {
+    /// `local`: the address the client reached the router at, for lookups' answers.
+    async fn dispatch(
+        &self,
+        header: &FrameHeader,
+        body: &[u8],
+        local: Option<SocketAddr>,
+    ) -> Result<FrameBuffer, Status> {
         let Some(command) = Command::from_u16(header.command) else {
             return Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command)));
         };
@@ -751,7 +798,7 @@ impl<S: Storage> Router<S> {
             Command::LookupTopic => {
                 let request = access_body::<NameRequest>(body)?;
                 let topic = self.topic_record(request.name.as_str())?;
-                respond(header, &self.lookup(&topic.name, topic.id)?)
+                respond(header, &self.lookup(&topic.name, topic.id, local)?)
             }
             Command::CreateSubscription => respond(header, &self.create_subscription(body).await?),
             Command::GetSubscription => {
@@ -770,7 +817,7 @@ impl<S: Storage> Router<S> {
                         record.name
                     )));
                 };
-                respond(header, &self.lookup(&topic.name, topic.id)?)
+                respond(header, &self.lookup(&topic.name, topic.id, local)?)
             }
             Command::Stats => respond(header, &self.stats().await?),
             Command::ResyncDirectory => respond(header, &self.resync_directory(body).await?),
@@ -895,8 +942,27 @@ impl<S: Storage> Handler for Router<S> {
         &self,
         header: FrameHeader,
         body: FrameBuffer,
-        _responder: &crate::net::Responder,
+        responder: &crate::net::Responder,
     ) -> crate::net::Response {
-        self.dispatch(&header, &body).await.unwrap_or_else(|status| fail(&header, &status)).into()
+        let local = responder.local_address();
+        self.dispatch(&header, &body, local).await.unwrap_or_else(|status| fail(&header, &status)).into()
+    }
+}
+
+#[cfg(test)]
+mod advertise_tests {
+    use super::*;
+
+    #[test]
+    fn forwarders_are_advertised_at_the_host_given_or_where_the_client_reached_the_router() {
+        let fixed = ForwarderAddresses::new(vec![7451, 7452], Advertise::Host("node-1.example".into()));
+        let reached: SocketAddr = "10.1.2.3:7450".parse().unwrap();
+        assert_eq!(fixed.address(1, Some(reached)), "node-1.example:7452");
+        let literal = ForwarderAddresses::new(vec![7451], Advertise::Host("::1".into()));
+        assert_eq!(literal.address(0, None), "[::1]:7451");
+        let connection = ForwarderAddresses::new(vec![7451, 7452], Advertise::ConnectionAddress);
+        assert_eq!(connection.address(0, Some(reached)), "10.1.2.3:7451");
+        let reached_v6: SocketAddr = "[fe80::1]:7450".parse().unwrap();
+        assert_eq!(connection.address(1, Some(reached_v6)), "[fe80::1]:7452");
     }
 }

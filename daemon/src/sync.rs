@@ -1,7 +1,7 @@
 //! Single-threaded synchronisation for tasks of one shard: a one-shot reply slot and a
 //! notifier. Shards share nothing, so nothing here is `Send`.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -336,5 +336,43 @@ mod tests {
         assert_eq!(notify.waiters(), 1);
         notify.notify_all();
         assert!(notified.as_mut().poll(&mut context).is_ready());
+    }
+}
+
+/// A shard's order to stop serving (SIGTERM): given once and never taken back. Whatever must
+/// end for the shard to stop (accepting, reading connections, streams, waiting pulls) waits on
+/// it beside its own work.
+#[derive(Clone, Default)]
+pub struct Stop {
+    inner: Rc<StopInner>,
+}
+
+#[derive(Default)]
+struct StopInner {
+    given: Cell<bool>,
+    notify: Notify,
+}
+
+impl Stop {
+    pub fn is_given(&self) -> bool {
+        self.inner.given.get()
+    }
+
+    /// Gives the order and wakes everything waiting on it.
+    pub fn give(&self) {
+        self.inner.given.set(true);
+        self.inner.notify.notify_all();
+    }
+
+    /// Resolves once the order is given (at once if it was).
+    pub async fn given(&self) {
+        loop {
+            // Registered before looking, so an order given in between is not missed.
+            let notified = self.inner.notify.notified();
+            if self.is_given() {
+                return;
+            }
+            notified.await;
+        }
     }
 }

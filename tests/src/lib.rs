@@ -144,6 +144,29 @@ impl Daemon {
         }
     }
 
+    /// Sends `signal` to the daemon.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let child = self.child.as_ref().expect("the daemon runs");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+    }
+
+    /// Waits up to `limit` for the daemon to exit by itself; its status, or `None` if it still
+    /// runs (it is left running). `restart` starts it again.
+    pub fn wait_for_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + limit;
+        loop {
+            let child = self.child.as_mut().expect("the daemon runs");
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL, then start again on the same data (the address changes).
     pub fn restart(&mut self) {
         self.kill();

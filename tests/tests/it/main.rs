@@ -10,5 +10,6 @@ mod liveness;
 mod pool;
 mod quickstart;
 mod semantics;
+mod shutdown;
 mod streaming;
 mod subscriptions;
