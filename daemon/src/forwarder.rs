@@ -7,8 +7,7 @@ use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
 use crate::log::{
-    record, Directories, EncodeRecords, HeldBatch, Log, LogConfig, LogError, Records, RecoveryReport,
-    TailCacheBudget,
+    record, Directories, EncodeRecords, Log, LogConfig, LogError, Records, RecoveryReport, TailCacheBudget,
 };
 use crate::net::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::rate::{RateTicks, RateWindow};
@@ -1032,7 +1031,7 @@ impl<S: Storage> Forwarder<S> {
             header.request_id,
             &PullResponse::default(),
         );
-        if !responder.send_more(accepted).await {
+        if !responder.send_more(accepted, None).await {
             return Ok(respond(header, &PullResponse::default()).into());
         }
         loop {
@@ -1071,16 +1070,37 @@ impl<S: Storage> Forwarder<S> {
             }
             let room = max_messages.saturating_sub(load.messages).min(PULL_MESSAGES_MAX as u64) as usize;
             let bytes_room = max_bytes.saturating_sub(load.bytes);
+            // The next frame's bytes come out of the shard's budget for streams before anything
+            // is leased or read; without room there, the stream waits with its messages in the
+            // log (leases still expire above).
+            let (mut reservation, mut waiting_for_budget) = (None, false);
             let deliveries = if room > 0 && bytes_room > 0 {
-                subscription.state.borrow_mut().pull_for(now, room, topic.log.end_offset(), stream, lease)
+                let want = bytes_room.min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
+                // Twice: while a response is built, the batches read and the frame copied from
+                // them are both held; once it is built, only the frame.
+                reservation = crate::net::StreamReservation::try_new(2 * want);
+                match reservation {
+                    Some(_) => subscription.state.borrow_mut().pull_for(
+                        now,
+                        room,
+                        topic.log.end_offset(),
+                        stream,
+                        lease,
+                    ),
+                    None => {
+                        waiting_for_budget = true;
+                        Vec::new()
+                    }
+                }
             } else {
                 Vec::new()
             };
             self.start_dead_lettering(&subscription, &topic);
-            if !deliveries.is_empty() {
+            if let (false, Some(mut reservation)) = (deliveries.is_empty(), reservation.take()) {
                 // The first message always fits an empty window, so one larger than the window
                 // cannot stall the stream forever.
                 let budget = if load.messages == 0 { bytes_room.max(1) } else { bytes_room };
+                let budget = budget.min((reservation.bytes() / 2).max(1) as u64);
                 let more = ringpost_wire::frame::FLAG_MORE;
                 let frame = match self
                     .read_deliveries(&subscription, &topic, deliveries, Some(budget), header, more)
@@ -1093,7 +1113,8 @@ impl<S: Storage> Forwarder<S> {
                     }
                 };
                 if let Some(frame) = frame {
-                    if !responder.send_more(frame).await {
+                    reservation.fit_to(frame.wire_bytes());
+                    if !responder.send_more(frame, Some(reservation)).await {
                         break;
                     }
                 }
@@ -1106,7 +1127,13 @@ impl<S: Storage> Forwarder<S> {
             let sleep = sleep_until(now, wake_at);
             let wake = futures_lite::future::or(futures_lite::future::or(committed, changed), sleep);
             let ended = futures_lite::future::or(responder.gone(), self.stop.given());
-            futures_lite::future::or(wake, ended).await;
+            let budget_freed = async {
+                match waiting_for_budget {
+                    true => crate::net::StreamReservation::freed().await,
+                    false => std::future::pending().await,
+                }
+            };
+            futures_lite::future::or(futures_lite::future::or(wake, ended), budget_freed).await;
         }
         subscription.state.borrow_mut().close_stream(stream);
         subscription.changed.notify_all();
@@ -1129,6 +1156,7 @@ impl<S: Storage> Forwarder<S> {
         more: u16,
     ) -> Result<Option<Response>, Status> {
         deliveries.sort_by_key(|delivery| delivery.offset);
+        let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
         let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
         let give_back = |deliveries: Vec<crate::subscription::Delivery>, error: LogError| {
             let mut state = subscription.state.borrow_mut();
@@ -1137,13 +1165,23 @@ impl<S: Storage> Forwarder<S> {
             }
             log_error_status(error)
         };
-        let batches = match topic.log.hold_offsets(&offsets).await {
-            Ok(batches) => batches,
+        // Only as many batches as the response can carry are read: a thousand leased messages
+        // of 1 MB each were all read, and held, for a response of twelve.
+        let (batches, covered) = match topic.log.hold_offsets(&offsets, byte_limit).await {
+            Ok(held) => held,
             Err(error) => return Err(give_back(deliveries, error)),
         };
+        let unread = deliveries.split_off(covered);
+        if !unread.is_empty() {
+            let mut state = subscription.state.borrow_mut();
+            for delivery in unread {
+                state.release(delivery);
+            }
+        }
+        let offsets = &offsets[..covered];
         // Only the span the deliveries cover is parsed; the walk below skips the records inside
         // it that are not delivered (acknowledged already, or leased elsewhere).
-        let wanted = crate::log::span(&offsets);
+        let wanted = crate::log::span(offsets);
         let mut records = Vec::with_capacity(offsets.len());
         for batch in &batches {
             match batch.records_in(wanted.clone()) {
@@ -1158,7 +1196,6 @@ impl<S: Storage> Forwarder<S> {
         let mut ack_ids = String::with_capacity(deliveries.len() * 24);
         let mut filtered_out = Vec::new();
         let mut bytes = 0usize;
-        let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
         {
             let mut state = subscription.state.borrow_mut();
             for delivery in deliveries {
@@ -1196,7 +1233,22 @@ impl<S: Storage> Forwarder<S> {
                 chosen.push((record, start..ack_ids.len(), delivery.attempt));
             }
         }
-        let sources: Vec<&[u8]> = batches.iter().map(HeldBatch::bytes).collect();
+        // The frame holds only the batches it sends from: the others (their messages did not
+        // fit, were filtered out or wait behind their ordering key) go now.
+        let sends_from: Vec<bool> = batches
+            .iter()
+            .map(|batch| {
+                let (first, end) = (batch.base_offset(), batch.end_offset());
+                let at = chosen.partition_point(|(record, _, _)| record.offset < first);
+                chosen.get(at).is_some_and(|(record, _, _)| record.offset < end)
+            })
+            .collect();
+        let sources: Vec<&[u8]> = batches
+            .iter()
+            .zip(&sends_from)
+            .filter(|(_, sends)| **sends)
+            .map(|(batch, _)| batch.bytes())
+            .collect();
         // Batches read in one extent share its buffer, and their slices end where it ends:
         // each buffer counts once, by its first (longest) slice.
         let mut buffer_ends = Vec::with_capacity(sources.len());
@@ -1264,6 +1316,8 @@ impl<S: Storage> Forwarder<S> {
             Encoded::Gathered(body) => {
                 let owners = batches
                     .into_iter()
+                    .zip(sends_from)
+                    .filter_map(|(batch, sends)| sends.then_some(batch))
                     .zip(charges)
                     .map(|(batch, charge)| Held::new(Box::new(batch), charge))
                     .collect();

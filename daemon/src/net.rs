@@ -63,6 +63,76 @@ pub const GATHERED_HELD_BYTES_SHARD_MAX: usize = 256 << 20;
 
 thread_local! {
     static GATHERED_HELD_BYTES: Cell<usize> = const { Cell::new(0) };
+    static STREAM_RESERVED_BYTES: Cell<usize> = const { Cell::new(0) };
+    static STREAM_ROOM: Notify = Notify::new();
+}
+
+/// Bytes the streams of one shard may have reserved for frames they are reading or have
+/// queued and not yet written. A stream reserves its next frame's size before it reads its
+/// messages and holds it until the socket took the frame, so streams whose subscribers stall
+/// hold at most this much between them (thirty stalled streams of 1 MB messages took 5 GB
+/// without it), and the rest wait, their messages staying in the log.
+pub const STREAM_RESERVED_BYTES_SHARD_MAX: usize = 128 << 20;
+const _: () = assert!(crate::forwarder::PULL_RESPONSE_BYTES_MAX * 4 <= STREAM_RESERVED_BYTES_SHARD_MAX);
+
+/// Bytes of this shard's `STREAM_RESERVED_BYTES_SHARD_MAX` taken now.
+pub fn stream_reserved_bytes() -> usize {
+    STREAM_RESERVED_BYTES.get()
+}
+
+/// A share of `STREAM_RESERVED_BYTES_SHARD_MAX`, given back when dropped.
+pub struct StreamReservation {
+    bytes: usize,
+}
+
+impl StreamReservation {
+    /// Reserves `bytes` if they fit the shard's budget (or nothing else is reserved, so that
+    /// one frame larger than the budget still goes out); `None` otherwise.
+    pub fn try_new(bytes: usize) -> Option<StreamReservation> {
+        let reserved = STREAM_RESERVED_BYTES.get();
+        if reserved != 0 && reserved.saturating_add(bytes) > STREAM_RESERVED_BYTES_SHARD_MAX {
+            return None;
+        }
+        STREAM_RESERVED_BYTES.set(reserved + bytes);
+        Some(StreamReservation { bytes })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Holds what the frame turned out to take: less than reserved, or more by the envelope
+    /// of its messages and the one message a window always lets through.
+    pub fn fit_to(&mut self, bytes: usize) {
+        if bytes < self.bytes {
+            self.give_back(self.bytes - bytes);
+        } else {
+            STREAM_RESERVED_BYTES.set(STREAM_RESERVED_BYTES.get() + (bytes - self.bytes));
+            self.bytes = bytes;
+        }
+    }
+
+    fn give_back(&mut self, bytes: usize) {
+        self.bytes -= bytes;
+        STREAM_RESERVED_BYTES.set(STREAM_RESERVED_BYTES.get() - bytes);
+        STREAM_ROOM.with(|room| {
+            if room.waiters() > 0 {
+                room.notify_all();
+            }
+        });
+    }
+
+    /// Resolves the next time reserved bytes are given back.
+    pub async fn freed() {
+        STREAM_ROOM.with(Notify::notified).await
+    }
+}
+
+impl Drop for StreamReservation {
+    fn drop(&mut self) {
+        let bytes = self.bytes;
+        self.give_back(bytes);
+    }
 }
 
 /// Whether this shard's gathered frames may hold `bytes` more (`GATHERED_HELD_BYTES_SHARD_MAX`).
@@ -104,6 +174,14 @@ impl From<FrameBuffer> for Response {
 }
 
 impl Response {
+    /// Bytes on the wire.
+    pub fn wire_bytes(&self) -> usize {
+        match self {
+            Response::Frame(frame) => frame.len(),
+            Response::Gathered(frame) => frame.len(),
+        }
+    }
+
     /// The frame in one buffer.
     pub fn into_contiguous(self) -> FrameBuffer {
         match self {
@@ -147,8 +225,12 @@ impl Responder {
     }
 
     /// Queues one intermediate frame of a stream, waiting while the socket is behind. Returns
-    /// false if the peer is gone.
-    pub async fn send_more(&self, frame: impl Into<Response>) -> bool {
+    /// false if the peer is gone. `reservation`, if any, is held until the frame is written.
+    pub async fn send_more(
+        &self,
+        frame: impl Into<Response>,
+        reservation: Option<StreamReservation>,
+    ) -> bool {
         let frame = frame.into();
         loop {
             if self.is_gone() {
@@ -156,7 +238,7 @@ impl Responder {
             }
             let changed = self.outbound.changed.notified();
             if self.outbound.queue.borrow().len() < STREAM_FRAMES_QUEUED_MAX {
-                self.outbound.push(frame, None);
+                self.outbound.push_held(frame, None, reservation);
                 return true;
             }
             changed.await;
@@ -232,7 +314,7 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop
 /// written, so running plus queued requests never exceed the per-connection bound.
 #[derive(Default)]
 pub struct Outbound {
-    queue: RefCell<VecDeque<(Response, Option<StaticPermit>)>>,
+    queue: RefCell<VecDeque<Queued>>,
     ready: Notify,
     closed: Cell<bool>,
     /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
@@ -244,9 +326,21 @@ pub struct Outbound {
     left: Notify,
 }
 
+/// A response waiting for the socket, with what it holds until written: its request's
+/// in-flight permit, and a stream frame's reservation.
+type Queued = (Response, Option<StaticPermit>, Option<StreamReservation>);
+
 impl Outbound {
     fn push(&self, frame: impl Into<Response>, permit: Option<StaticPermit>) {
-        self.queue.borrow_mut().push_back((frame.into(), permit));
+        self.push_held(frame, permit, None);
+    }
+    fn push_held(
+        &self,
+        frame: impl Into<Response>,
+        permit: Option<StaticPermit>,
+        reservation: Option<StreamReservation>,
+    ) {
+        self.queue.borrow_mut().push_back((frame.into(), permit, reservation));
         self.ready.notify_all();
     }
     fn close(&self) {
@@ -365,7 +459,7 @@ async fn write_all_responses(
     let mut permits = Vec::new();
     loop {
         let ready = outbound.ready.notified();
-        let batch: Vec<(Response, Option<StaticPermit>)> = outbound.queue.borrow_mut().drain(..).collect();
+        let batch: Vec<Queued> = outbound.queue.borrow_mut().drain(..).collect();
         outbound.changed.notify_all();
         if batch.is_empty() {
             if outbound.closed.get() {
@@ -374,8 +468,8 @@ async fn write_all_responses(
             ready.await;
             continue;
         }
-        for (response, permit) in batch {
-            permits.push(permit);
+        for (response, permit, reservation) in batch {
+            permits.push((permit, reservation));
             let frame = match response {
                 Response::Frame(frame) => frame,
                 Response::Gathered(frame) => {
@@ -474,6 +568,25 @@ mod tests {
         assert_eq!(first.as_ref().len(), 1000);
         drop((first, second));
         assert_eq!(GATHERED_HELD_BYTES.get(), before);
+    }
+
+    #[test]
+    fn stream_reservations_share_the_shards_budget_and_give_it_back() {
+        assert_eq!(stream_reserved_bytes(), 0);
+        // One frame larger than the budget still goes out when nothing else is reserved.
+        let mut first = StreamReservation::try_new(STREAM_RESERVED_BYTES_SHARD_MAX + 1).unwrap();
+        assert!(StreamReservation::try_new(1).is_none(), "over the budget");
+        first.fit_to(STREAM_RESERVED_BYTES_SHARD_MAX / 2);
+        assert_eq!(stream_reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2);
+        let second = StreamReservation::try_new(STREAM_RESERVED_BYTES_SHARD_MAX / 2).unwrap();
+        assert!(StreamReservation::try_new(1).is_none());
+        drop(first);
+        assert_eq!(stream_reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2);
+        let mut third = StreamReservation::try_new(1000).unwrap();
+        third.fit_to(3000);
+        assert_eq!(stream_reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2 + 3000);
+        drop((second, third));
+        assert_eq!(stream_reserved_bytes(), 0);
     }
 
     /// An idle stream waits for its peer to go; the writer draining the connection's queue (at

@@ -287,6 +287,17 @@ impl<S: Storage> HeldBatch<S> {
         self.header.end_offset()
     }
 
+    /// Its first record's offset.
+    pub fn base_offset(&self) -> u64 {
+        self.header.base_offset
+    }
+
+    /// The bytes of its records (what holding it costs, but for the block padding; the buffer
+    /// it was read into may be a larger extent).
+    pub fn records_bytes(&self) -> usize {
+        self.header.records_bytes as usize
+    }
+
     /// The bytes it was read into, from the batch's start: its records' views point inside.
     pub fn bytes(&self) -> &[u8] {
         self.bytes.bytes()
@@ -2384,7 +2395,7 @@ impl<S: Storage> Log<S> {
     pub async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::with_capacity(offsets.len());
         let wanted = span(offsets);
-        for batch in self.hold_offsets(offsets).await? {
+        for batch in self.hold_offsets(offsets, usize::MAX).await?.0 {
             let views = batch.records_in(wanted.clone())?;
             out.extend(
                 views.iter().filter(|view| offsets.binary_search(&view.offset).is_ok()).map(StoredRecord::of),
@@ -2395,27 +2406,40 @@ impl<S: Storage> Log<S> {
 
     /// The batches holding the given offsets (sorted), each once and validated, skipping
     /// offsets no longer stored: for a reader that takes the records it wants as views, without
-    /// copying them out (`HeldBatch::records`).
-    pub async fn hold_offsets(&self, offsets: &[u64]) -> Result<Vec<HeldBatch<S>>, LogError> {
+    /// copying them out (`HeldBatch::records`). Reading stops once the batches held carry
+    /// `records_bytes_max` bytes of records (the first is always read, however large), so a
+    /// reader bounded in bytes does not hold what it cannot send; returns the batches and how
+    /// many of `offsets` they cover (or were found no longer stored); the rest were not read.
+    pub async fn hold_offsets(
+        &self,
+        offsets: &[u64],
+        records_bytes_max: usize,
+    ) -> Result<(Vec<HeldBatch<S>>, usize), LogError> {
         let mut out = Vec::new();
         let mut index = 0;
+        let mut held_bytes = 0usize;
         let start = self.start_offset();
         while index < offsets.len() {
             if offsets[index] < start {
                 index += 1;
                 continue;
             }
+            if held_bytes >= records_bytes_max {
+                return Ok((out, index));
+            }
             let Some(batch) = self.hold_batch_at(offsets[index]).await? else { break };
             let end = batch.end_offset();
             if end <= offsets[index] {
                 break;
             }
+            held_bytes = held_bytes.saturating_add(batch.records_bytes());
             out.push(batch);
             while index < offsets.len() && offsets[index] < end {
                 index += 1;
             }
         }
-        Ok(out)
+        // Past the log's end (or a gap): those offsets are not stored either.
+        Ok((out, offsets.len()))
     }
 
     /// The whole batch holding `offset`, with its records copied out where `keep` says.

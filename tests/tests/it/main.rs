@@ -8,6 +8,7 @@ mod disks;
 mod io_memory;
 mod liveness;
 mod pool;
+mod pull_memory;
 mod quickstart;
 mod semantics;
 mod shutdown;
