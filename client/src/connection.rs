@@ -446,7 +446,15 @@ impl Connection {
             }
             return ResponseFuture::ready(Err(Error::Closed(self.address.clone())));
         }
-        ResponseFuture { slot: Some(slot), ready: None }
+        ResponseFuture {
+            slot: Some(slot),
+            ready: None,
+            pending: Some(Waiting {
+                request_id,
+                pending: self.pending.clone(),
+                completed: self.completed.clone(),
+            }),
+        }
     }
 
     pub fn close(&self) {
@@ -475,16 +483,21 @@ fn read_responses(
     closed: Arc<AtomicBool>,
     completed: Arc<AtomicU64>,
 ) {
+    let address = socket.peer_addr().map(|peer| peer.to_string()).unwrap_or_else(|_| "the server".into());
     let mut stream = std::io::BufReader::with_capacity(READ_BUFFER_BYTES, socket);
+    // The first frame on a connection tells whether the peer speaks Ringpost at all.
+    let mut first = true;
     let error = loop {
         let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
-        if let Err(error) = stream.read_exact(&mut header_bytes) {
-            break Error::Io(error);
+        if let Err(error) = read_header(&mut stream, &mut header_bytes, first, &address) {
+            break error;
         }
         let header = match FrameHeader::decode(&header_bytes) {
-            Ok(header) => header,
-            Err(error) => break Error::Protocol(format!("bad frame from the server: {error}")),
+            Ok(header) if !first || is_ringpost_answer(&header) => header,
+            Err(error) if !first => break Error::Protocol(format!("bad frame from the server: {error}")),
+            _ => break not_ringpost(&address, &header_bytes, stream.buffer()),
         };
+        first = false;
         let length = header.body_length as usize;
         debug_assert!(length <= FRAME_BODY_BYTES_MAX);
         let mut body = FrameBuffer::with_capacity(length);
@@ -551,15 +564,96 @@ fn read_responses(
     }
 }
 
-/// The future of one response.
+/// Bytes of a foreign server's answer quoted in the error (its first line, at most).
+pub const FOREIGN_ANSWER_EXCERPT_BYTES_MAX: usize = 80;
+
+/// Reads a frame header. A peer that closes the connection after a few bytes, before the first
+/// header is whole, is no Ringpost server (one answers every request with a whole frame).
+fn read_header(
+    stream: &mut impl Read,
+    header: &mut [u8; FRAME_HEADER_BYTES],
+    first: bool,
+    address: &str,
+) -> Result<(), Error> {
+    let mut filled = 0;
+    while filled < header.len() {
+        match stream.read(&mut header[filled..]) {
+            Ok(0) if first && filled > 0 => return Err(not_ringpost(address, &header[..filled], &[])),
+            Ok(0) => return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(count) => filled += count,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(Error::Io(error)),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the first header a connection receives, already checked by `FrameHeader::decode`,
+/// can be a Ringpost server's: a response to a request (which has a command and an id), or a
+/// connection-level error (command 0, request 0). The header has no magic number, but another
+/// protocol's first bytes fail these checks: text puts a printable byte at the top of the body
+/// length, so an HTTP server's "HTTP/1.1 400" reads as a body of 1,347,703,880 bytes and an SSH
+/// server's "SSH-2.0-" as 760,763,219, far beyond `FRAME_BODY_BYTES_MAX`; and few binary
+/// protocols set exactly the response flag and no unknown one.
+fn is_ringpost_answer(header: &FrameHeader) -> bool {
+    let connection_error = header.command == 0 && header.request_id == 0 && header.is_error();
+    let answer = header.command != 0 && header.request_id != 0;
+    header.is_response() && (connection_error || answer)
+}
+
+/// The error for a peer that answered something other than Ringpost frames, quoting the first
+/// line of what it sent (`FOREIGN_ANSWER_EXCERPT_BYTES_MAX`), non-printable bytes escaped.
+fn not_ringpost(address: &str, header: &[u8], rest: &[u8]) -> Error {
+    let answer: Vec<u8> =
+        header.iter().chain(rest).copied().take(FOREIGN_ANSWER_EXCERPT_BYTES_MAX + 1).collect();
+    let line_end = answer.iter().position(|&byte| byte == b'\r' || byte == b'\n');
+    let cut = line_end.unwrap_or(answer.len()).min(FOREIGN_ANSWER_EXCERPT_BYTES_MAX);
+    let ellipsis = if line_end.is_none() && answer.len() > cut { "..." } else { "" };
+    Error::Protocol(format!(
+        "{address} is not a Ringpost server (it answered \"{}{ellipsis}\")",
+        answer[..cut].escape_ascii()
+    ))
+}
+
+/// The future of one response. Dropping it before the answer came (a deadline passed, the
+/// caller gave up) forgets the request: its entry leaves the connection's pending map, and an
+/// answer that still comes is read and discarded.
 pub struct ResponseFuture {
     slot: Option<Arc<Mutex<Slot>>>,
     ready: Option<Result<Response, Error>>,
+    /// Where the request waits for its answer, until it has one.
+    pending: Option<Waiting>,
+}
+
+/// A request's entry in its connection's pending map.
+struct Waiting {
+    request_id: u64,
+    pending: Arc<Pending>,
+    completed: Arc<AtomicU64>,
 }
 
 impl ResponseFuture {
     fn ready(result: Result<Response, Error>) -> ResponseFuture {
-        ResponseFuture { slot: None, ready: Some(result) }
+        ResponseFuture { slot: None, ready: Some(result), pending: None }
+    }
+}
+
+impl Drop for ResponseFuture {
+    fn drop(&mut self) {
+        if let Some(waiting) = self.pending.take() {
+            // Whoever removes the entry counts the request as completed (see `call`).
+            if waiting.pending.lock().unwrap().remove(&waiting.request_id).is_some() {
+                waiting.completed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl Connection {
+    /// Requests waiting for an answer.
+    pub(crate) fn pending_requests(&self) -> usize {
+        self.pending.lock().unwrap().len()
     }
 }
 
@@ -572,14 +666,19 @@ impl Future for ResponseFuture {
         let Some(slot) = &self.slot else {
             return Poll::Ready(Err(Error::Protocol("polled after completion".into())));
         };
-        let mut slot = slot.lock().unwrap();
-        match slot.result.take() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                slot.waker = Some(context.waker().clone());
-                Poll::Pending
+        let result = {
+            let mut slot = slot.lock().unwrap();
+            match slot.result.take() {
+                Some(result) => result,
+                None => {
+                    slot.waker = Some(context.waker().clone());
+                    return Poll::Pending;
+                }
             }
-        }
+        };
+        // Answered: whoever answered took the entry out of the pending map already.
+        self.pending = None;
+        Poll::Ready(result)
     }
 }
 
@@ -790,6 +889,43 @@ mod tests {
             let expected: Vec<String> = (0..CALLS).map(|call| format!("{thread} {call:04}")).collect();
             assert_eq!(mine, expected.iter().collect::<Vec<_>>(), "thread {thread}'s calls in order");
         }
+    }
+
+    /// A request dropped before its answer (its deadline passed) leaves the pending map, and
+    /// the answer that comes later is discarded without disturbing the next request.
+    #[test]
+    fn a_dropped_request_is_forgotten() {
+        use ringpost_wire::messages::NameRequest;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let connection = Connection::connect(&address).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let abandoned = connection.call(7, &NameRequest { name: "late".into() });
+        assert_eq!(connection.pending_requests(), 1);
+        drop(abandoned);
+        assert_eq!(connection.pending_requests(), 0);
+        assert_eq!(connection.in_flight(), 0);
+        let answered = connection.call(7, &NameRequest { name: "next".into() });
+        let mut splitter = ringpost_wire::frame::FrameSplitter::new();
+        let mut frames = Vec::new();
+        let mut chunk = vec![0u8; 4096];
+        while frames.len() < 2 {
+            let count = server.read(&mut chunk).unwrap();
+            assert!(count > 0);
+            frames.extend(splitter.push(&chunk[..count]).unwrap());
+        }
+        for frame in &frames {
+            let response = encode_frame(
+                frame.header.command,
+                ringpost_wire::frame::FLAG_RESPONSE,
+                frame.header.request_id,
+                &NameRequest { name: frame.header.request_id.to_string() },
+            );
+            server.write_all(&response).unwrap();
+        }
+        let response = crate::block_on(answered).unwrap();
+        assert_eq!(response.header.request_id, frames[1].header.request_id);
+        assert_eq!(connection.pending_requests(), 0);
     }
 
     /// Requests reach the server in call order through the writer thread, and a closed

@@ -59,7 +59,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,6 +74,10 @@ pub enum Error {
     Closed(String),
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The request's deadline (`Client::with_request_timeout`) passed before it was done; the
+    /// request is forgotten, and an answer that still comes is discarded.
+    #[error("{0}")]
+    DeadlineExceeded(String),
 }
 
 impl Error {
@@ -83,6 +87,7 @@ impl Error {
             Error::Status(status) => status.code,
             Error::Connect { .. } | Error::Io(_) | Error::Closed(_) => ErrorCode::Unavailable,
             Error::Protocol(_) => ErrorCode::ProtocolError,
+            Error::DeadlineExceeded(_) => ErrorCode::DeadlineExceeded,
         }
     }
 
@@ -96,6 +101,7 @@ impl Error {
             Error::Io(error) => Error::Io(std::io::Error::new(error.kind(), error.to_string())),
             Error::Closed(address) => Error::Closed(address.clone()),
             Error::Protocol(text) => Error::Protocol(text.clone()),
+            Error::DeadlineExceeded(text) => Error::DeadlineExceeded(text.clone()),
         }
     }
 }
@@ -152,6 +158,8 @@ pub struct Client {
     router: Mutex<Arc<Connection>>,
     router_address: String,
     settings: PoolSettings,
+    /// How long one unary request may take in all, retries and their backoff included.
+    request_timeout: Duration,
     retry_publish: RetrySettings,
     /// Pull, acknowledge and modify-ack-deadline.
     retry_subscribe: RetrySettings,
@@ -168,6 +176,13 @@ struct Maintenance {
 /// How often a data-plane request is sent again after `NotOwner`, each time after a new lookup.
 const ROUTING_ATTEMPTS_MAX: usize = 3;
 
+/// The default deadline of a unary request, retries included: the total timeout Google's
+/// generated Pub/Sub clients give publish, pull and acknowledge. A pull that waits for messages
+/// gets its wait on top. Streams have none once open; opening one has it.
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// The shortest request deadline a client takes; shorter ones are raised to it.
+pub const REQUEST_TIMEOUT_MIN: Duration = Duration::from_millis(1);
+
 impl Client {
     /// Connects to the router at `address` (host:port), with the default [`PoolSettings`].
     pub async fn connect(address: &str) -> Result<Client> {
@@ -177,18 +192,44 @@ impl Client {
     /// Connects to the router at `address` (host:port); forwarder connections are pooled with
     /// `settings` (`InvalidArgument` if they are out of range).
     pub async fn connect_with(address: &str, settings: PoolSettings) -> Result<Client> {
+        Client::connect_with_timeout(address, settings, REQUEST_TIMEOUT_DEFAULT).await
+    }
+
+    /// Like `connect_with`, with `request_timeout` as the deadline of every unary request
+    /// (see `with_request_timeout`), the connection's own `Hello` included: a port that accepts
+    /// and never answers fails with `DeadlineExceeded` instead of waiting forever.
+    pub async fn connect_with_timeout(
+        address: &str,
+        settings: PoolSettings,
+        request_timeout: Duration,
+    ) -> Result<Client> {
         settings.validate()?;
-        let router = open_router(address).await?;
+        let request_timeout = request_timeout.max(REQUEST_TIMEOUT_MIN);
+        let router = open_router(address, request_timeout).await?;
         Ok(Client {
             router: Mutex::new(router),
             router_address: address.to_owned(),
             settings,
+            request_timeout,
             retry_publish: RetrySettings::PUBLISH,
             retry_subscribe: RetrySettings::SUBSCRIBE,
             pools: Arc::default(),
             routes: Mutex::default(),
             maintenance: OnceLock::new(),
         })
+    }
+
+    /// Replaces the deadline of each unary request (default `REQUEST_TIMEOUT_DEFAULT`): the
+    /// time from the call to its result, retries and backoff included, after which it fails
+    /// with `DeadlineExceeded`. A pull that waits for messages gets its wait on top; a
+    /// streaming pull is bounded only while it opens.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Client {
+        self.request_timeout = timeout.max(REQUEST_TIMEOUT_MIN);
+        self
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
     }
 
     pub fn router_address(&self) -> &str {
@@ -238,7 +279,7 @@ impl Client {
         if !current.is_closed() {
             return Ok(current);
         }
-        let fresh = open_router(&self.router_address).await?;
+        let fresh = open_router(&self.router_address, self.request_timeout).await?;
         let mut router = self.router.lock().unwrap();
         // Requests that raced here each opened one: keep the first that is still open.
         if router.is_closed() {
@@ -253,7 +294,14 @@ impl Client {
         Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
             + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
     {
-        decode(self.router().await?.call(command.code(), request).await?)
+        let deadline = Instant::now() + self.request_timeout;
+        let answer = async { decode(self.router().await?.call(command.code(), request).await?) };
+        timer::run_until(deadline, answer).await.unwrap_or_else(|| {
+            Err(Error::DeadlineExceeded(format!(
+                "{command:?}: no answer from {} within {:?}",
+                self.router_address, self.request_timeout
+            )))
+        })
     }
 
     pub async fn create_topic(&self, name: &str) -> Result<Topic> {
@@ -331,7 +379,8 @@ impl Client {
             topic: topic.to_owned(),
             messages: messages.into_iter().map(|message| message.0).collect(),
         };
-        let response: PublishResponse = self.data(Resource::Topic, topic, Command::Publish, &request).await?;
+        let response: PublishResponse =
+            self.data(Resource::Topic, topic, Command::Publish, &request, Duration::ZERO).await?;
         Ok(response.message_ids)
     }
 
@@ -343,16 +392,18 @@ impl Client {
         wait_ms: u32,
     ) -> Result<Vec<ReceivedMessage>> {
         let request = PullRequest { subscription: subscription.to_owned(), max_messages, wait_ms };
+        let wait = Duration::from_millis(wait_ms.into());
         let response: PullResponse =
-            self.data(Resource::Subscription, subscription, Command::Pull, &request).await?;
+            self.data(Resource::Subscription, subscription, Command::Pull, &request, wait).await?;
         Ok(response.received_messages)
     }
 
     /// Acknowledges; resolves once the acknowledgements are durable, with the ack ids refused.
     pub async fn acknowledge(&self, subscription: &str, ack_ids: Vec<String>) -> Result<Vec<InvalidAckId>> {
         let request = AcknowledgeRequest { subscription: subscription.to_owned(), ack_ids };
-        let response: AckResponse =
-            self.data(Resource::Subscription, subscription, Command::Acknowledge, &request).await?;
+        let response: AckResponse = self
+            .data(Resource::Subscription, subscription, Command::Acknowledge, &request, Duration::ZERO)
+            .await?;
         Ok(response.invalid_ack_ids)
     }
 
@@ -368,8 +419,9 @@ impl Client {
             ack_ids,
             ack_deadline_seconds: seconds,
         };
-        let response: AckResponse =
-            self.data(Resource::Subscription, subscription, Command::ModifyAckDeadline, &request).await?;
+        let response: AckResponse = self
+            .data(Resource::Subscription, subscription, Command::ModifyAckDeadline, &request, Duration::ZERO)
+            .await?;
         Ok(response.invalid_ack_ids)
     }
 
@@ -424,13 +476,16 @@ impl Client {
     /// Sends a data-plane request to the forwarder that owns `name`: re-looking the route up
     /// after `NotOwner` (`ROUTING_ATTEMPTS_MAX`), retrying with backoff after a connection
     /// failure, `Unavailable` or `ResourceExhausted` (`retry`), and looking the route up again
-    /// after a connection failure. A full client-side queue fails at once.
+    /// after a connection failure. A full client-side queue fails at once. The whole, retries
+    /// and backoff included, ends with `DeadlineExceeded` after the request timeout (plus
+    /// `wait`, the time the server may hold the request by design).
     async fn data<Req: Body, Resp>(
         &self,
         resource: Resource,
         name: &str,
         command: Command,
         request: &Req,
+        wait: Duration,
     ) -> Result<Resp>
     where
         Resp: Archive,
@@ -444,9 +499,22 @@ impl Client {
         let mut backoff = Backoff::new(retry);
         let mut attempts = 0;
         let mut routings = 1;
+        let timeout = self.request_timeout + wait;
+        let deadline = Instant::now() + timeout;
+        let exceeded = |last: Option<&Error>| {
+            let last =
+                last.map(|error| format!(" (last attempt: {}: {error})", error.code())).unwrap_or_default();
+            Error::DeadlineExceeded(format!("{command:?} of '{name}' not done within {timeout:?}{last}"))
+        };
+        let mut last_failure = None;
         loop {
             attempts += 1;
-            let error = match self.attempt(resource, name, command, request).await {
+            let Some(outcome) =
+                timer::run_until(deadline, self.attempt(resource, name, command, request)).await
+            else {
+                return Err(exceeded(last_failure.as_ref()));
+            };
+            let error = match outcome {
                 Ok(response) => return Ok(response),
                 Err(Attempt::Refused(error)) => return Err(error),
                 Err(Attempt::Failed(error)) => error,
@@ -464,7 +532,13 @@ impl Client {
                     if retry::is_connection_failure(&error) {
                         self.forget(resource, name);
                     }
-                    timer::sleep(backoff.next_delay()).await;
+                    let delay = backoff.next_delay();
+                    // An attempt that would start after the deadline cannot finish before it.
+                    if Instant::now() + delay >= deadline {
+                        return Err(exceeded(Some(&error)));
+                    }
+                    last_failure = Some(error);
+                    timer::sleep(delay).await;
                 }
                 _ => return Err(error),
             }
@@ -515,15 +589,21 @@ impl Drop for Client {
     }
 }
 
-/// Connects to the router and checks its protocol version.
-async fn open_router(address: &str) -> Result<Arc<Connection>> {
+/// Connects to the router and checks its protocol version, within `timeout`.
+async fn open_router(address: &str, timeout: Duration) -> Result<Arc<Connection>> {
+    let deadline = Instant::now() + timeout;
     let target = address.to_owned();
     let router = off_thread(move || Connection::connect(&target)).await?;
     let hello = HelloRequest {
         protocol_version: ringpost_wire::limits::PROTOCOL_VERSION,
         client_name: "ringpost-client".into(),
     };
-    let response: HelloResponse = decode(router.call(Command::Hello.code(), &hello).await?)?;
+    let Some(answer) = timer::run_until(deadline, router.call(Command::Hello.code(), &hello)).await else {
+        return Err(Error::DeadlineExceeded(format!(
+            "{address} accepted the connection but did not answer within {timeout:?} (is it a Ringpost server?)"
+        )));
+    };
+    let response: HelloResponse = decode(answer?)?;
     if response.protocol_version != ringpost_wire::limits::PROTOCOL_VERSION {
         return Err(Error::Protocol(format!(
             "server speaks protocol {}, this client {}",
@@ -647,6 +727,8 @@ mod tests {
         Refuse(ErrorCode),
         /// Closes the connection without an answer.
         Drop,
+        /// Reads the request and never answers it.
+        Ignore,
     }
 
     #[derive(Default)]
@@ -735,6 +817,7 @@ mod tests {
                             let _ = stream.shutdown(std::net::Shutdown::Both);
                             return;
                         }
+                        Some(Next::Ignore) => continue,
                     }
                 }
                 other => panic!("the fake daemon does not serve {other:?}"),
@@ -829,6 +912,93 @@ mod tests {
         }
         block_on(client.get_topic("topic")).unwrap();
         assert_eq!(daemon.seen(|seen| seen.hellos), 2);
+    }
+
+    /// A listener that accepts connections, reads what comes, and answers `answer` (nothing if
+    /// empty) without ever closing; the accepted sockets live as long as the listener thread.
+    fn foreign_server(answer: &'static [u8]) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let mut open = Vec::new();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                use std::io::{Read, Write};
+                let mut request = [0u8; 64];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(answer);
+                open.push(stream);
+            }
+        });
+        address
+    }
+
+    #[test]
+    fn a_port_that_never_answers_fails_with_deadline_exceeded() {
+        let address = foreign_server(b"");
+        let connecting =
+            Client::connect_with_timeout(&address, PoolSettings::default(), Duration::from_millis(200));
+        let error = block_on(connecting).err().expect("no Ringpost server there");
+        assert_eq!(error.code(), ErrorCode::DeadlineExceeded, "{error}");
+        assert!(error.to_string().contains("did not answer"), "{error}");
+    }
+
+    #[test]
+    fn a_server_of_another_protocol_is_named_as_such() {
+        let address = foreign_server(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        let error = block_on(Client::connect(&address)).err().expect("an HTTP server is not Ringpost");
+        assert_eq!(
+            error.to_string(),
+            format!("protocol error: {address} is not a Ringpost server (it answered \"HTTP/1.1 400 Bad Request\")")
+        );
+        // Fewer bytes than a frame header, then the connection closes.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let short = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut stream, _) = listener.accept().unwrap();
+            // The answer follows the client's Hello, as a real server's would.
+            let _ = stream.read(&mut [0u8; 64]);
+            stream.write_all(b"hi\x01\n").unwrap();
+        });
+        let error = block_on(Client::connect(&short)).err().expect("a short answer is not Ringpost");
+        assert!(error.to_string().ends_with("is not a Ringpost server (it answered \"hi\\x01\")"), "{error}");
+    }
+
+    #[test]
+    fn an_unanswered_request_fails_with_deadline_exceeded_and_is_forgotten() {
+        let daemon = FakeDaemon::start(&[Next::Ignore, Next::Ignore]);
+        let client = client(&daemon).with_request_timeout(Duration::from_millis(200));
+        let error = publish(&client).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::DeadlineExceeded, "{error}");
+        let connections = client.pool_stats();
+        assert_eq!(connections.len(), 1);
+        assert_eq!(
+            connections[0].in_flight, 0,
+            "the forgotten request left the pending map: {connections:?}"
+        );
+        assert_eq!(daemon.seen(|seen| seen.publishes), 1, "a deadline is not retried");
+        // The connection still serves: the next request is answered (the second Ignore first).
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::DeadlineExceeded);
+        assert_eq!(publish(&client).unwrap(), vec![7]);
+    }
+
+    #[test]
+    fn retries_stop_at_the_deadline() {
+        // Backoff far longer than the deadline: the retry would start after it, so the request
+        // ends with the deadline and names the last failure.
+        let slow = RetrySettings {
+            delay_initial: Duration::from_secs(600),
+            delay_max: Duration::from_secs(600),
+            ..FAST
+        };
+        let daemon = FakeDaemon::start(&[Next::Refuse(ErrorCode::Unavailable); 6]);
+        let client = client(&daemon).with_retry(slow, slow).with_request_timeout(Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let error = publish(&client).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::DeadlineExceeded, "{error}");
+        assert!(error.to_string().contains("last attempt: Unavailable"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(600), "no backoff sleep beyond the deadline");
     }
 
     #[test]

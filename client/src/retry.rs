@@ -59,7 +59,8 @@ pub fn is_retryable(error: &Error) -> bool {
     match error {
         Error::Connect { .. } | Error::Io(_) | Error::Closed(_) => true,
         Error::Status(status) => matches!(status.code, ErrorCode::Unavailable | ErrorCode::ResourceExhausted),
-        Error::Protocol(_) => false,
+        // The request's whole deadline has passed: no attempt is left to make.
+        Error::Protocol(_) | Error::DeadlineExceeded(_) => false,
     }
 }
 

@@ -50,8 +50,24 @@ const STREAM_ROUTING_ATTEMPTS_MAX: usize = 3;
 
 impl Client {
     /// Opens a streaming pull on its own connection to the forwarder that owns the
-    /// subscription.
+    /// subscription. Opening it (the lookup, the connection, the forwarder's acceptance) has
+    /// the client's request timeout; the open stream has no deadline.
     pub async fn streaming_pull(
+        &self,
+        subscription: &str,
+        settings: StreamSettings,
+    ) -> Result<MessageStream> {
+        let deadline = std::time::Instant::now() + self.request_timeout;
+        let opening = self.open_streaming_pull(subscription, settings);
+        crate::timer::run_until(deadline, opening).await.unwrap_or_else(|| {
+            Err(Error::DeadlineExceeded(format!(
+                "opening a streaming pull of '{subscription}' took longer than {:?}",
+                self.request_timeout
+            )))
+        })
+    }
+
+    async fn open_streaming_pull(
         &self,
         subscription: &str,
         settings: StreamSettings,

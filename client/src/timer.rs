@@ -1,13 +1,14 @@
 //! A tiny timer for executor-agnostic futures: [`sleep`] registers its deadline and waker with
 //! one timer thread per process, which wakes each sleeper when its deadline passes.
 //!
-//! The thread is started on the first `sleep` (a lazy static through `OnceLock`) and keeps a
-//! binary heap of deadlines, so it wakes exactly when the next one is due and never polls.
-//! A sleep that is dropped early stays in the heap until its deadline and is then discarded;
-//! the heap is bounded by the sleeps started within the longest delay anyone asked for.
+//! The thread is started on the first `sleep` (a lazy static through `OnceLock`) and keeps the
+//! deadlines in order, so it wakes exactly when the next one is due and never polls. A sleep
+//! that is dropped early takes its entry out: every request carries a deadline (see
+//! `Client::with_request_timeout`) that almost never fires, and entries left until a 60 s
+//! deadline would pile up by the million at a high request rate. So the timer holds exactly the
+//! sleeps that are live.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -24,12 +25,35 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep { deadline, shared: None }
 }
 
+/// Runs `future` until `deadline`: its output, or `None` once the deadline passed first (the
+/// future is then dropped, which is how a request is forgotten).
+pub async fn run_until<F: Future>(deadline: Instant, future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut expiry = std::pin::pin!(sleep_until(deadline));
+    std::future::poll_fn(|context| {
+        // The work first: a future that is ready at once never registers a sleep.
+        if let Poll::Ready(output) = future.as_mut().poll(context) {
+            return Poll::Ready(Some(output));
+        }
+        match expiry.as_mut().poll(context) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
 /// The future of [`sleep`].
 pub struct Sleep {
     deadline: Instant,
-    /// Registered with the timer thread on the first poll that finds the deadline ahead.
-    shared: Option<Arc<Sleeper>>,
+    /// Registered with the timer thread on the first poll that finds the deadline ahead: the
+    /// entry's key and what it shares with the timer thread.
+    shared: Option<(Key, Arc<Sleeper>)>,
 }
+
+/// An entry's place in the timer: its deadline, and a sequence number that keeps equal
+/// deadlines apart.
+type Key = (Instant, u64);
 
 /// What a sleep shares with the timer thread.
 struct Sleeper {
@@ -44,7 +68,7 @@ impl Future for Sleep {
             return Poll::Ready(());
         }
         match &self.shared {
-            Some(shared) => {
+            Some((_, shared)) => {
                 let mut waker = shared.waker.lock().unwrap();
                 match waker.as_mut() {
                     // Fired: the deadline passed between the check above and now.
@@ -58,41 +82,28 @@ impl Future for Sleep {
             }
             None => {
                 let shared = Arc::new(Sleeper { waker: Mutex::new(Some(context.waker().clone())) });
-                timer().register(self.deadline, shared.clone());
-                self.shared = Some(shared);
+                let key = timer().register(self.deadline, shared.clone());
+                self.shared = Some((key, shared));
             }
         }
         Poll::Pending
     }
 }
 
-struct Entry {
-    deadline: Instant,
-    /// Breaks ties between equal deadlines so the heap never compares sleepers.
-    sequence: u64,
-    sleeper: Arc<Sleeper>,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Entry) -> bool {
-        (self.deadline, self.sequence) == (other.deadline, other.sequence)
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Entry) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, other: &Entry) -> std::cmp::Ordering {
-        (self.deadline, self.sequence).cmp(&(other.deadline, other.sequence))
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some((key, shared)) = &self.shared {
+            // Fired already (no waker left): the timer thread took the entry out itself.
+            if shared.waker.lock().unwrap().is_some() {
+                timer().cancel(key);
+            }
+        }
     }
 }
 
 #[derive(Default)]
 struct Heap {
-    entries: BinaryHeap<Reverse<Entry>>,
+    entries: BTreeMap<Key, Arc<Sleeper>>,
     sequence: u64,
 }
 
@@ -116,16 +127,29 @@ fn timer() -> &'static Timer {
 }
 
 impl Timer {
-    fn register(&self, deadline: Instant, sleeper: Arc<Sleeper>) {
+    fn register(&self, deadline: Instant, sleeper: Arc<Sleeper>) -> Key {
         let mut heap = self.heap.lock().unwrap();
         heap.sequence += 1;
-        let sequence = heap.sequence;
-        let earliest = heap.entries.peek().is_none_or(|Reverse(first)| deadline < first.deadline);
-        heap.entries.push(Reverse(Entry { deadline, sequence, sleeper }));
+        let key = (deadline, heap.sequence);
+        let earliest = heap.entries.first_key_value().is_none_or(|(first, _)| key < *first);
+        heap.entries.insert(key, sleeper);
         drop(heap);
         if earliest {
             self.earlier.notify_one();
         }
+        key
+    }
+
+    /// Takes out the entry of a sleep dropped before its deadline. The thread may wake once for
+    /// nothing if it was the earliest; that costs less than signalling it here.
+    fn cancel(&self, key: &Key) {
+        self.heap.lock().unwrap().entries.remove(key);
+    }
+
+    /// Sleeps registered and neither fired nor dropped.
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        self.heap.lock().unwrap().entries.len()
     }
 
     fn run(&self) {
@@ -133,8 +157,8 @@ impl Timer {
         loop {
             let now = Instant::now();
             let mut due = Vec::new();
-            while heap.entries.peek().is_some_and(|Reverse(first)| first.deadline <= now) {
-                due.push(heap.entries.pop().unwrap().0.sleeper);
+            while heap.entries.first_key_value().is_some_and(|((deadline, _), _)| *deadline <= now) {
+                due.push(heap.entries.pop_first().unwrap().1);
             }
             if !due.is_empty() {
                 drop(heap);
@@ -147,9 +171,9 @@ impl Timer {
                 heap = self.heap.lock().unwrap();
                 continue;
             }
-            heap = match heap.entries.peek() {
-                Some(Reverse(first)) => {
-                    let wait = first.deadline.saturating_duration_since(now);
+            heap = match heap.entries.first_key_value() {
+                Some(((deadline, _), _)) => {
+                    let wait = deadline.saturating_duration_since(now);
                     self.earlier.wait_timeout(heap, wait).unwrap().0
                 }
                 None => self.earlier.wait(heap).unwrap(),
@@ -213,5 +237,23 @@ mod tests {
         assert!(early.as_mut().poll(&mut context).is_pending());
         drop(early);
         block_on(sleep(Duration::from_millis(30)));
+    }
+
+    /// A sleep dropped before its deadline leaves nothing behind in the timer (other tests'
+    /// sleeps come and go meanwhile, so the count is compared on a margin far above theirs).
+    #[test]
+    fn dropped_sleeps_are_taken_out_of_the_timer() {
+        const SLEEPS: usize = 10_000;
+        let waker = Waker::noop();
+        let mut context = Context::from_waker(waker);
+        let before = timer().live();
+        let mut sleeps: Vec<Pin<Box<Sleep>>> =
+            (0..SLEEPS).map(|_| Box::pin(sleep(Duration::from_secs(600)))).collect();
+        for sleep in &mut sleeps {
+            assert!(sleep.as_mut().poll(&mut context).is_pending());
+        }
+        assert!(timer().live() >= before + SLEEPS);
+        drop(sleeps);
+        assert!(timer().live() < before + SLEEPS / 100, "{} live after dropping", timer().live());
     }
 }
