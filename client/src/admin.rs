@@ -39,6 +39,11 @@ impl Client {
         self.control(Command::CreateSnapshot, &request).await
     }
 
+    /// A snapshot's topic and expiry (`NotFound` if there is no such snapshot).
+    pub async fn get_snapshot(&self, name: &str) -> Result<Snapshot> {
+        self.control(Command::GetSnapshot, &NameRequest { name: name.to_owned() }).await
+    }
+
     pub async fn delete_snapshot(&self, name: &str) -> Result<()> {
         let _: Empty = self.control(Command::DeleteSnapshot, &NameRequest { name: name.to_owned() }).await?;
         Ok(())

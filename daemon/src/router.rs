@@ -889,6 +889,16 @@ impl<S: Storage> Router<S> {
                 drop(state);
                 respond(header, &SnapshotList { snapshots, next_page_token })
             }
+            Command::GetSnapshot => {
+                let request = access_body::<NameRequest>(body)?;
+                let snapshot = self.snapshot_record(request.name.as_str())?;
+                let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
+                let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
+                respond(
+                    header,
+                    &Snapshot { name: snapshot.name, topic, expire_time_ms: snapshot.expire_time_ms },
+                )
+            }
             Command::DeleteSnapshot => {
                 let request = access_body::<NameRequest>(body)?;
                 let snapshot = self.snapshot_record(request.name.as_str())?;

@@ -49,6 +49,8 @@ pub enum Command {
     ListSnapshots = 52,
     /// `NameRequest` → `Empty` (router).
     DeleteSnapshot = 53,
+    /// `NameRequest` → `Snapshot` (router).
+    GetSnapshot = 54,
     /// `Empty` → `StatsResponse` (router): topics, subscriptions, shards and data directories.
     Stats = 60,
     /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
@@ -58,7 +60,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 22] = [
+    pub const ALL: [Command; 23] = [
         Command::Hello,
         Command::CreateTopic,
         Command::GetTopic,
@@ -79,6 +81,7 @@ impl Command {
         Command::CreateSnapshot,
         Command::ListSnapshots,
         Command::DeleteSnapshot,
+        Command::GetSnapshot,
         Command::Stats,
         Command::ResyncDirectory,
     ];
@@ -105,6 +108,7 @@ impl Command {
             51 => Command::CreateSnapshot,
             52 => Command::ListSnapshots,
             53 => Command::DeleteSnapshot,
+            54 => Command::GetSnapshot,
             60 => Command::Stats,
             61 => Command::ResyncDirectory,
             _ => return None,
