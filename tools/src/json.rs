@@ -44,6 +44,34 @@ pub fn base64(bytes: &[u8]) -> String {
     out
 }
 
+/// Decodes standard base64 (RFC 4648's alphabet, as `base64` writes it); the `=` padding may
+/// be left out. Whitespace or any other byte outside the alphabet is refused, with its place.
+pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
+    let unpadded = text.trim_end_matches('=');
+    if text.len() - unpadded.len() > 2 || (text.len() != unpadded.len() && !text.len().is_multiple_of(4)) {
+        return Err("misplaced '=' padding".into());
+    }
+    if unpadded.len() % 4 == 1 {
+        return Err(format!("{} characters cannot be base64 (a group of 4 lost 3)", unpadded.len()));
+    }
+    let mut out = Vec::with_capacity(unpadded.len() / 4 * 3 + 2);
+    let mut bits = 0u32;
+    let mut bit_count = 0;
+    for (index, byte) in unpadded.bytes().enumerate() {
+        let Some(value) = BASE64.iter().position(|&symbol| symbol == byte) else {
+            return Err(format!("byte {index} ({:?}) is not base64", byte as char));
+        };
+        bits = bits << 6 | value as u32;
+        bit_count += 6;
+        if bit_count >= 8 {
+            bit_count -= 8;
+            out.push((bits >> bit_count) as u8);
+            bits &= (1 << bit_count) - 1;
+        }
+    }
+    Ok(out)
+}
+
 /// RFC 3339 UTC time with milliseconds, from milliseconds since the Unix epoch.
 pub fn rfc3339(epoch_ms: u64) -> String {
     let seconds = epoch_ms / 1000;
@@ -335,6 +363,21 @@ impl Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_round_trips_and_refuses_what_is_not_base64() {
+        for length in 0..40usize {
+            let bytes: Vec<u8> = (0..length).map(|index| (index * 37 + 251) as u8).collect();
+            let text = base64(&bytes);
+            assert_eq!(base64_decode(&text).unwrap(), bytes, "{text}");
+            assert_eq!(base64_decode(text.trim_end_matches('=')).unwrap(), bytes, "unpadded {text}");
+        }
+        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
+        assert!(base64_decode("aGVs bG8").unwrap_err().contains("byte 4"));
+        assert!(base64_decode("aGVsb").is_err());
+        assert!(base64_decode("aGVsbG8===").is_err());
+        assert!(base64_decode("aG=sbG8=").is_err());
+    }
 
     #[test]
     fn encodings() {

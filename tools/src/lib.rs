@@ -1,6 +1,7 @@
 //! Shared pieces of the `ringpost` CLI and `ringpost-bench`.
 
 pub mod bench;
+pub mod cli;
 pub mod disk;
 pub mod json;
 pub mod loopback;

@@ -185,3 +185,156 @@ fn stats_report_each_shards_publish_and_commit_latencies() {
     let line = format!("{{\"shard\":\"forwarder-{owner}\",\"publish_us\":{{\"count\":20,\"p50\":");
     assert!(json.contains(&line), "{json}");
 }
+
+/// A listener that accepts connections, reads what comes and answers `answer` (nothing if
+/// empty), keeping them open: a port that is not Ringpost's, or one that never replies.
+fn foreign_port(answer: &'static [u8]) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            use std::io::{Read, Write};
+            let _ = stream.read(&mut [0u8; 256]);
+            let _ = stream.write_all(answer);
+            open.push(stream);
+        }
+    });
+    address
+}
+
+fn ringpost(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(ringpost_tests::binary("ringpost")).args(args).output().unwrap()
+}
+
+#[test]
+fn exit_codes_follow_one_scheme() {
+    let daemon = Daemon::start("exit-codes");
+    // 1: the server refused.
+    assert_eq!(daemon.cli(&["topic", "get", "missing"]).status.code(), Some(1));
+    // 2: usage, whether argh or the CLI itself finds it, before anything is sent.
+    for args in [
+        &["topic", "lst"][..],
+        &["topic", "create"],
+        &["publish", "some-topic", "--attr", "novalue", "m"],
+        &["pull", "some-sub", "--wait", "99"],
+        &["--timeout", "0", "topic", "list"],
+        &["--output", "yaml", "topic", "list"],
+    ] {
+        let output = daemon.cli(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let help = ringpost(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Error codes:"));
+    // 3: no Ringpost server answered.
+    assert_eq!(ringpost(&["--server", "127.0.0.1:1", "topic", "list"]).status.code(), Some(3));
+    let http = foreign_port(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    let output = ringpost(&["topic", "list", "--server", &http]);
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim(),
+        format!("ProtocolError: {http} is not a Ringpost server (it answered \"HTTP/1.1 400 Bad Request\")")
+    );
+    let silent = foreign_port(b"");
+    let output = ringpost(&["--server", &silent, "--timeout", "0.5", "stats"]);
+    assert_eq!(output.status.code(), Some(3));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.starts_with("DeadlineExceeded: "), "{error}");
+
+    let bench = |args: &[&str]| {
+        std::process::Command::new(ringpost_tests::binary("ringpost-bench")).args(args).output().unwrap()
+    };
+    assert_eq!(bench(&["--no-such-flag", "publish"]).status.code(), Some(2));
+    assert_eq!(bench(&["--help"]).status.code(), Some(0));
+    assert_eq!(bench(&["--server", "127.0.0.1:1", "publish", "--messages", "1"]).status.code(), Some(3));
+}
+
+#[test]
+fn global_options_go_anywhere_and_say_where_they_do_not_apply() {
+    let daemon = Daemon::start("global-options");
+    succeeded(&daemon.cli(&["topic", "create", "placed"]));
+    let table = succeeded(&daemon.cli(&["topic", "list", "--output", "table"]));
+    assert!(table.starts_with("NAME"), "{table}");
+    let table = succeeded(&daemon.cli(&["topic", "--output=table", "get", "placed"]));
+    assert!(table.starts_with("NAME") && table.contains("placed"), "{table}");
+    succeeded(&daemon.cli(&["sub", "create", "placed-sub", "--topic", "placed"]));
+    succeeded(&daemon.cli(&["publish", "placed", "m"]));
+    let pulled = daemon.cli(&["pull", "placed-sub", "--output", "table", "--timeout", "30"]);
+    assert!(succeeded(&pulled).contains("\"data\":\"m\""));
+    let note = String::from_utf8_lossy(&pulled.stderr);
+    assert!(note.contains("--output table does not apply here: pull prints one JSON object"), "{note}");
+    // After `--`, what reads like an option is a message.
+    succeeded(&daemon.cli(&["publish", "placed", "--", "--output"]));
+    let pulled = succeeded(&daemon.cli(&["pull", "placed-sub", "--max", "10", "--wait", "5"]));
+    assert!(pulled.contains("\"data\":\"--output\""), "{pulled}");
+}
+
+#[test]
+fn a_closed_standard_output_ends_the_cli_quietly() {
+    let daemon = Daemon::start("closed-pipe");
+    for index in 0..200 {
+        succeeded(&daemon.cli(&["topic", "create", &format!("piped-{index:03}")]));
+    }
+    for args in [&["topic", "list"][..], &["stats"], &["--output", "table", "stats"]] {
+        let mut child = std::process::Command::new(ringpost_tests::binary("ringpost"))
+            .arg("--server")
+            .arg(&daemon.address)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the first line, as `| head -0` would.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let error = String::from_utf8_lossy(&output.stderr);
+        assert!(error.is_empty(), "{args:?}: {error}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}");
+    }
+}
+
+#[test]
+fn publish_sends_binary_files_and_base64() {
+    let daemon = Daemon::start("binary");
+    succeeded(&daemon.cli(&["topic", "create", "binary"]));
+    succeeded(&daemon.cli(&["sub", "create", "binary-sub", "--topic", "binary"]));
+    let file = daemon.directory.join("payload.bin");
+    let bytes: Vec<u8> = (0..=255u8).chain([b'\n', b'\r', 0]).collect();
+    std::fs::write(&file, &bytes).unwrap();
+    let ids = succeeded(&daemon.cli(&["publish", "binary", "--file", file.to_str().unwrap()]));
+    assert_eq!(ids.lines().count(), 1, "{ids}");
+    let ids = succeeded(&daemon.cli(&["publish", "binary", "--base64", "AAEC/w==", "aGk"]));
+    assert_eq!(ids.lines().count(), 2, "{ids}");
+    // Blank lines are skipped with a note naming them; \r\n ends a line as \n does.
+    let output = daemon.cli_with_input(&["publish", "binary"], Some("one\n\r\ntwo\r\n"));
+    assert_eq!(succeeded(&output).lines().count(), 2);
+    let note = String::from_utf8_lossy(&output.stderr);
+    assert!(note.contains("skipped 1 blank line(s) of standard input (line 2)"), "{note}");
+    let refused = daemon.cli_with_input(&["publish", "binary", "--base64"], Some("aGk=\nnot base64!\n"));
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(failed(&refused).contains("line 2 of standard input is not base64"));
+
+    let client = daemon.client();
+    let delivered = ringpost_client::block_on(client.pull("binary-sub", 10, 5000)).unwrap();
+    let data: Vec<Vec<u8>> = delivered.into_iter().map(|message| message.data).collect();
+    let expected: Vec<Vec<u8>> =
+        vec![bytes, vec![0, 1, 2, 255], b"hi".to_vec(), b"one".to_vec(), b"two".to_vec()];
+    assert_eq!(data, expected);
+}
+
+#[test]
+fn snapshot_get_shows_one_snapshot() {
+    let daemon = Daemon::start("snapshot-get");
+    succeeded(&daemon.cli(&["topic", "create", "snapped"]));
+    succeeded(&daemon.cli(&["sub", "create", "snapped-sub", "--topic", "snapped"]));
+    succeeded(&daemon.cli(&["snapshot", "create", "snap-one", "--subscription", "snapped-sub"]));
+    let shown = succeeded(&daemon.cli(&["snapshot", "get", "snap-one"]));
+    assert!(shown.starts_with("{\"name\":\"snap-one\",\"topic\":\"snapped\",\"expire_time\":\""), "{shown}");
+    let table = succeeded(&daemon.cli(&["snapshot", "get", "snap-one", "--output", "table"]));
+    assert!(table.starts_with("NAME") && table.contains("snapped"), "{table}");
+    let missing = daemon.cli(&["snapshot", "get", "snap-two"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(failed(&missing).trim(), "NotFound: snapshot 'snap-two'");
+}

@@ -38,7 +38,7 @@ impl ScratchDir {
 impl Drop for ScratchDir {
     fn drop(&mut self) {
         if let Err(error) = std::fs::remove_dir_all(&self.path) {
-            eprintln!("warning: could not remove {}: {error}", self.path.display());
+            crate::errln!("warning: could not remove {}: {error}", self.path.display());
         }
     }
 }

@@ -49,11 +49,11 @@ pub struct Failure {
 }
 
 /// Exit code of a run that failed at run time (the server refused, the disk failed).
-pub const EXIT_CODE_FAILURE: u8 = 1;
+pub const EXIT_CODE_FAILURE: u8 = crate::cli::EXIT_REFUSED;
 /// Exit code of a command line that asks for something impossible.
-pub const EXIT_CODE_USAGE: u8 = 2;
-/// Exit code when the server cannot be reached at all, as in the `ringpost` CLI.
-pub const EXIT_CODE_UNAVAILABLE: u8 = 3;
+pub const EXIT_CODE_USAGE: u8 = crate::cli::EXIT_USAGE;
+/// Exit code when no Ringpost server answered, as in the `ringpost` CLI (see `crate::cli`).
+pub const EXIT_CODE_UNAVAILABLE: u8 = crate::cli::EXIT_UNREACHABLE;
 
 impl Failure {
     pub fn usage(message: impl Into<String>) -> Failure {
@@ -67,17 +67,7 @@ impl Failure {
 
 impl From<ringpost_client::Error> for Failure {
     fn from(error: ringpost_client::Error) -> Failure {
-        use ringpost_client::Error;
         // The same wording and exit codes as the `ringpost` CLI, so scripts can treat both alike.
-        match error {
-            Error::Status(status) => Failure::runtime(status.to_string()),
-            Error::Connect { address, source } => Failure {
-                message: format!("Unavailable: cannot connect to {address}: {source}"),
-                exit_code: EXIT_CODE_UNAVAILABLE,
-            },
-            other => {
-                Failure { message: format!("{}: {other}", other.code()), exit_code: EXIT_CODE_UNAVAILABLE }
-            }
-        }
+        Failure { message: crate::cli::error_line(&error), exit_code: crate::cli::exit_code(&error) }
     }
 }

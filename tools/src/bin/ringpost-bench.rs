@@ -8,7 +8,9 @@ use ringpost_tools::bench::subscribe::WINDOW_DEFAULT;
 use ringpost_tools::bench::workload::{self, Workload, WorkloadOptions};
 use ringpost_tools::bench::Failure;
 use ringpost_tools::bench::{compare, curve};
+use ringpost_tools::cli;
 use ringpost_tools::disk::{self, DiskOptions, DiskResult};
+use ringpost_tools::errln;
 use ringpost_tools::loopback::{self, LoopbackOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -32,9 +34,9 @@ const TOPICS_BATCH_DEFAULT: usize = 10;
     example = "Measure the disk the daemon would write to:\n  $ {command_name} --data-dir /var/tmp disk --json /tmp/disk.json",
     example = "Two runs side by side:\n  $ {command_name} compare before.json after.json",
     note = "Progress goes to stderr once a second, results to stdout. Ctrl-C stops publishing early and still reports what completed (subscribers drain what was acknowledged); a second Ctrl-C kills it.",
-    error_code(1, "the run failed, or some messages failed or were lost (the results are still printed)"),
-    error_code(2, "invalid arguments"),
-    error_code(3, "the server cannot be reached")
+    error_code(1, "the server refused a request, the run failed, or some messages failed or were lost (the results are still printed)"),
+    error_code(2, "usage: invalid arguments, found before anything was sent"),
+    error_code(3, "no Ringpost server answered: cannot connect, the connection failed, a deadline passed, or the port speaks another protocol")
 )]
 struct Flags {
     /// router address of the daemon to load (default 127.0.0.1:7450, or $RINGPOST_SERVER)
@@ -446,19 +448,36 @@ fn stop_on_interrupt() {
     let action = SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::SA_RESETHAND, SigSet::empty());
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     if let Err(error) = unsafe { sigaction(Signal::SIGINT, &action) } {
-        eprintln!("warning: Ctrl-C will not stop the run cleanly: {error}");
+        errln!("warning: Ctrl-C will not stop the run cleanly: {error}");
     }
 }
 
 fn main() -> ExitCode {
-    let flags: Flags = argh::from_env();
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let flags: Flags = match cli::parse(&cli::program_name(), &arguments) {
+        Ok(flags) => flags,
+        Err(code) => return ExitCode::from(code),
+    };
     match run(flags) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("{}", failure.message);
+            // A closed standard output has nobody to tell (see `out`).
+            if !failure.message.is_empty() {
+                errln!("{}", failure.message);
+            }
             ExitCode::from(failure.exit_code)
         }
     }
+}
+
+/// Writes results to standard output. A closed pipe (`| head`) ends the run quietly with 0,
+/// through the callers' `?` so that an embedded daemon and its scratch directory are still
+/// removed on the way out; `print!` would panic instead.
+fn out(text: std::fmt::Arguments<'_>) -> Result<(), Failure> {
+    cli::try_print_out(text).map_err(|error| match error.kind() {
+        std::io::ErrorKind::BrokenPipe => Failure { message: String::new(), exit_code: cli::EXIT_OK },
+        _ => Failure::runtime(format!("writing standard output: {error}")),
+    })
 }
 
 /// For the commands that start no daemon and read no data directory: a usage error naming
@@ -502,7 +521,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
         Command::Compare(compare) => {
             refuse_daemon_flags(daemon_flags_given, "compare reads two result files")?;
             let (first, second) = (compare::Run::load(&compare.first)?, compare::Run::load(&compare.second)?);
-            print!("{}", compare::table(&first, &second));
+            out(format_args!("{}", compare::table(&first, &second)))?;
             return Ok(());
         }
         Command::Publish(f) => {
@@ -552,7 +571,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
     options.publish.server = match &embedded {
         Some(daemon) => {
             let kept = if daemon.is_scratch() { "removed at exit" } else { "kept" };
-            eprintln!(
+            errln!(
                 "embedded daemon at {} (data directory {}, {kept})",
                 daemon.address,
                 daemon.data_dir.display()
@@ -576,14 +595,13 @@ fn run_load(
     plot_path: Option<&Path>,
 ) -> Result<(), Failure> {
     stop_on_interrupt();
-    let report =
-        workload::run(options, &STOP, &mut |progress| eprintln!("{}", progress.line()), &mut |line| {
-            eprintln!("{line}")
-        })?;
+    let report = workload::run(options, &STOP, &mut |progress| errln!("{}", progress.line()), &mut |line| {
+        errln!("{line}")
+    })?;
     for warning in &report.warnings {
-        eprintln!("warning: {warning}");
+        errln!("warning: {warning}");
     }
-    print!("{}", report.table(options));
+    out(format_args!("{}", report.table(options)))?;
     if let Some(path) = json_path {
         write_file(path, &format!("{}\n", report.json(options)))?;
     }
@@ -627,25 +645,31 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
                 "InvalidArgument: --read and --fresh measure different things; give one",
             ));
         }
-        let results = disk::measure_reads(&options, &mut |line| eprintln!("{line}"))
+        let results = disk::measure_reads(&options, &mut |line| errln!("{line}"))
             .map_err(|error| failure(error, &options.data_dir))?;
         for result in &results {
-            println!(
-                "{:>8} KiB reads: {:>9.1} MB/s, {} reads in {:.2} s, read p50 {} us, p99 {} us{}",
-                result.block_bytes / 1024,
-                result.mb_per_sec,
-                thousands(result.reads),
-                result.seconds,
-                result.read_p50_us,
-                result.read_p99_us,
-                if result.o_direct { "" } else { " (no O_DIRECT: page cache)" }
-            );
+            out(format_args!(
+                "{}\n",
+                format_args!(
+                    "{:>8} KiB reads: {:>9.1} MB/s, {} reads in {:.2} s, read p50 {} us, p99 {} us{}",
+                    result.block_bytes / 1024,
+                    result.mb_per_sec,
+                    thousands(result.reads),
+                    result.seconds,
+                    result.read_p50_us,
+                    result.read_p99_us,
+                    if result.o_direct { "" } else { " (no O_DIRECT: page cache)" }
+                )
+            ))?;
         }
-        println!(
-            "measured in {}: sequential O_DIRECT reads of written blocks, {} at a time",
-            options.data_dir.display(),
-            options.in_flight
-        );
+        out(format_args!(
+            "{}\n",
+            format_args!(
+                "measured in {}: sequential O_DIRECT reads of written blocks, {} at a time",
+                options.data_dir.display(),
+                options.in_flight
+            )
+        ))?;
         if let Some(path) = &flags.json {
             write_file(path, &format!("{}\n", disk::reads_to_json(&results)))?;
         }
@@ -663,18 +687,21 @@ fn run_disk(data_dir: PathBuf, flags: DiskFlags) -> Result<(), Failure> {
         }
         false => options,
     };
-    let results = disk::measure(&options, &mut |line| eprintln!("{line}"))
+    let results = disk::measure(&options, &mut |line| errln!("{line}"))
         .map_err(|error| failure(error, &options.data_dir))?;
-    print!("{}", disk_table(&results));
+    out(format_args!("{}", disk_table(&results)))?;
     let space = match options.fresh {
         true => "into fallocated space, each block once",
         false => "over written blocks",
     };
-    println!(
-        "measured in {}: O_DIRECT writes {space}, each followed by fdatasync, {} at a time",
-        options.data_dir.display(),
-        options.in_flight
-    );
+    out(format_args!(
+        "{}\n",
+        format_args!(
+            "measured in {}: O_DIRECT writes {space}, each followed by fdatasync, {} at a time",
+            options.data_dir.display(),
+            options.in_flight
+        )
+    ))?;
     if let Some(path) = &flags.json {
         write_file(path, &format!("{}\n", disk::to_json(&results)))?;
     }
@@ -699,7 +726,7 @@ fn run_curve(flags: CurveFlags) -> Result<(), Failure> {
         flags.y.iter().map(|y| y.split_once('=').unwrap_or((y.as_str(), y.as_str()))).collect();
     let (lines, notes) = curve::lines_from_runs(&runs, &flags.x, &fields);
     for note in notes {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
     let chart = curve::Chart {
         title: flags.title,
@@ -710,7 +737,7 @@ fn run_curve(flags: CurveFlags) -> Result<(), Failure> {
         lines,
         ceilings,
     };
-    print!("{}", curve::markdown_table(&chart));
+    out(format_args!("{}", curve::markdown_table(&chart)))?;
     if let Some(path) = &flags.svg {
         write_file(path, &curve::svg(&chart))?;
     }
@@ -729,14 +756,17 @@ fn run_loopback(flags: LoopbackFlags) -> Result<(), Failure> {
             std::io::ErrorKind::InvalidInput => Failure::usage(format!("InvalidArgument: {error}")),
             _ => Failure::runtime(format!("measuring loopback TCP: {error}")),
         })?;
-        println!(
-            "{} connection(s): {:.1} MB/s ({} bytes in {:.2} s, {} KiB writes)",
-            result.connections,
-            result.mb_per_sec,
-            thousands(result.bytes),
-            result.seconds,
-            loopback::CHUNK_BYTES / 1024
-        );
+        out(format_args!(
+            "{}\n",
+            format_args!(
+                "{} connection(s): {:.1} MB/s ({} bytes in {:.2} s, {} KiB writes)",
+                result.connections,
+                result.mb_per_sec,
+                thousands(result.bytes),
+                result.seconds,
+                loopback::CHUNK_BYTES / 1024
+            )
+        ))?;
         results.push(result);
     }
     if let Some(path) = &flags.json {

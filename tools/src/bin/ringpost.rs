@@ -1,24 +1,50 @@
 //! `ringpost`: the admin and messaging CLI.
 
 use argh::FromArgs;
-use ringpost_client::{block_on, Client, Error, Message, Subscription, Topic};
+use ringpost_client::{block_on, Client, Error, Message, PoolSettings, Subscription, Topic};
 use ringpost_tools::bench::report::summary_json;
-use ringpost_tools::json;
-use std::io::BufRead;
+use ringpost_tools::cli::{self, GlobalOption, EXIT_REFUSED, EXIT_USAGE};
+use ringpost_tools::{errln, json, outln};
+use std::io::Read;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Ringpost's command line: topics, subscriptions, publish, pull, acknowledge.
 #[derive(FromArgs)]
+#[argh(
+    note = "--server, --output and --timeout may be given anywhere on the line, before or after the command.",
+    error_code(1, "the server refused the request; the message starts with its code, e.g. NotFound: topic 'x'"),
+    error_code(2, "usage: invalid arguments, options or input, found before anything was sent"),
+    error_code(
+        3,
+        "no Ringpost server answered: cannot connect, the connection failed, --timeout passed, or the port speaks another protocol"
+    )
+)]
 struct Flags {
     /// the router's address (default 127.0.0.1:7450, or $RINGPOST_SERVER)
     #[argh(option)]
     server: Option<String>,
-    /// output format of get and list: json (default, one object per line) or table
+    /// output format of create, get, list and stats: json (default, one object per line) or
+    /// table; pull, publish and admin always print JSON lines or ids (and say so)
     #[argh(option, default = "Output::Json")]
     output: Output,
+    /// seconds each request may take before it fails with DeadlineExceeded, retries included
+    /// (default 60; a pull's --wait comes on top; a --stream pull is bounded only while it opens)
+    #[argh(option)]
+    timeout: Option<f64>,
     #[argh(subcommand)]
     command: Command,
 }
+
+/// The options `cli::hoist` takes from anywhere on the command line.
+const GLOBAL_OPTIONS: [GlobalOption; 3] = [
+    GlobalOption { name: "--server", takes_value: true },
+    GlobalOption { name: "--output", takes_value: true },
+    GlobalOption { name: "--timeout", takes_value: true },
+];
+
+/// The longest `--timeout`: a day, which is "no deadline" for any request a person waits on.
+const TIMEOUT_SECONDS_MAX: f64 = 86_400.0;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
@@ -223,8 +249,17 @@ struct SnapshotCommand {
 #[argh(subcommand)]
 enum SnapshotAction {
     Create(SnapshotCreate),
+    Get(SnapshotGet),
     List(SnapshotList),
     Delete(SnapshotDelete),
+}
+
+/// show a snapshot: its topic and when it expires
+#[derive(FromArgs)]
+#[argh(subcommand, name = "get")]
+struct SnapshotGet {
+    #[argh(positional)]
+    name: String,
 }
 
 /// capture a subscription's acknowledgements
@@ -276,9 +311,17 @@ struct SubDelete {
     name: String,
 }
 
-/// publish messages (arguments, or one per line of standard input) and print their ids
+/// publish messages (arguments, one per line of standard input, or a file) and print their ids,
+/// one per line
 #[derive(FromArgs)]
-#[argh(subcommand, name = "publish")]
+#[argh(
+    subcommand,
+    name = "publish",
+    note = "Standard input is read as bytes, one message per line (without its \\n or \\r\\n); it need not be UTF-8. A blank line is skipped, with a note on stderr naming its line number: Pub/Sub refuses a message with neither data nor attributes (publish \"\" as an argument with --attr to send an empty one). Use --file for data that holds line breaks, or --base64.",
+    example = "ringpost publish orders --attr region=eu \"order 1\" \"order 2\"",
+    example = "ringpost publish images --file photo.jpg",
+    example = "printf 'aGVsbG8=\\n' | ringpost publish orders --base64"
+)]
 struct PublishCommand {
     /// the topic
     #[argh(positional)]
@@ -289,6 +332,13 @@ struct PublishCommand {
     /// ordering key of every message: an ordered subscription delivers them in this order
     #[argh(option, default = "String::new()")]
     ordering_key: String,
+    /// publish the bytes of this file, as they are, as one message ("-": all of standard input)
+    #[argh(option)]
+    file: Option<String>,
+    /// the messages (arguments or standard input lines) are base64, decoded before publishing:
+    /// binary data, line breaks included
+    #[argh(switch)]
+    base64: bool,
     /// the messages; none reads standard input, one message per line
     #[argh(positional)]
     messages: Vec<String>,
@@ -351,28 +401,28 @@ struct ModackCommand {
     ack_ids: Vec<String>,
 }
 
-/// A failure and the exit code it maps to.
+/// A failure and the exit code it maps to (see `ringpost_tools::cli` for the scheme).
 struct Failure(String, u8);
+
+impl Failure {
+    fn usage(text: impl Into<String>) -> Failure {
+        Failure(text.into(), EXIT_USAGE)
+    }
+}
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
-        let code = match &error {
-            Error::Status(_) => 1,
-            _ => 3,
-        };
-        let text = match error {
-            Error::Status(status) => status.to_string(),
-            Error::Connect { address, source } => {
-                format!("Unavailable: cannot connect to {address}: {source}")
-            }
-            other => format!("{}: {other}", other.code()),
-        };
-        Failure(text, code)
+        Failure(cli::error_line(&error), cli::exit_code(&error))
     }
 }
 
 fn main() -> ExitCode {
-    let flags: Flags = argh::from_env();
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let arguments = cli::hoist(&arguments, &GLOBAL_OPTIONS);
+    let flags: Flags = match cli::parse(&cli::program_name(), &arguments) {
+        Ok(flags) => flags,
+        Err(code) => return ExitCode::from(code),
+    };
     let server = flags
         .server
         .clone()
@@ -381,10 +431,21 @@ fn main() -> ExitCode {
     match block_on(run(&server, flags)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(text, code)) => {
-            eprintln!("{text}");
+            errln!("{text}");
             ExitCode::from(code)
         }
     }
+}
+
+/// The request timeout `--timeout` asks for.
+fn request_timeout(seconds: Option<f64>) -> Result<Duration, Failure> {
+    let Some(seconds) = seconds else { return Ok(ringpost_client::REQUEST_TIMEOUT_DEFAULT) };
+    if !(seconds > 0.0 && seconds <= TIMEOUT_SECONDS_MAX) {
+        return Err(Failure::usage(format!(
+            "InvalidArgument: --timeout {seconds}: give seconds above 0, at most {TIMEOUT_SECONDS_MAX}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
@@ -468,7 +529,7 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                 format!("FENCED: {}", directory.fenced)
             };
             match output {
-                Output::Json => println!(
+                Output::Json => outln!(
                     "{}",
                     json::object(&[
                         ("shard", json::string(&name)),
@@ -479,12 +540,12 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                         ("repairs", shard.repairs.to_string()),
                     ])
                 ),
-                Output::Table => println!("{name} directory {index} {}: {state}", directory.path),
+                Output::Table => outln!("{name} directory {index} {}: {state}", directory.path),
             }
         }
         if shard.shard != u32::MAX {
             match output {
-                Output::Json => println!(
+                Output::Json => outln!(
                     "{}",
                     json::object(&[
                         ("shard", json::string(&name)),
@@ -496,14 +557,14 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                     for (kind, summary) in
                         [("publish", &shard.publish_latency), ("commit", &shard.commit_latency)]
                     {
-                        println!("{name} {kind} latency, last 10-20 s: {}", latency_text(summary));
+                        outln!("{name} {kind} latency, last 10-20 s: {}", latency_text(summary));
                     }
                 }
             }
         }
         for topic in &shard.quarantined {
             match output {
-                Output::Json => println!(
+                Output::Json => outln!(
                     "{}",
                     json::object(&[
                         ("shard", json::string(&name)),
@@ -511,13 +572,13 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                         ("reason", json::string(&topic.reason)),
                     ])
                 ),
-                Output::Table => println!("{name} topic '{}': QUARANTINED: {}", topic.name, topic.reason),
+                Output::Table => outln!("{name} topic '{}': QUARANTINED: {}", topic.name, topic.reason),
             }
         }
     }
     let process = &stats.process;
     match output {
-        Output::Json => println!(
+        Output::Json => outln!(
             "{}",
             json::object(&[
                 ("process", json::string("ringpostd")),
@@ -526,7 +587,7 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
                 ("open_files_limit", process.open_files_limit.to_string()),
             ])
         ),
-        Output::Table => println!(
+        Output::Table => outln!(
             "ringpostd: resident {:.1} MiB, {} of {} open files",
             process.resident_bytes as f64 / (1024.0 * 1024.0),
             process.open_files,
@@ -547,8 +608,7 @@ fn latency_text(summary: &ringpost_wire::messages::LatencySummary) -> String {
 
 /// Prints one JSON object per message and returns their ack ids.
 fn print_messages(messages: &[ringpost_client::ReceivedMessage], base64: bool) -> Vec<String> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
+    let mut out = String::new();
     let mut ack_ids = Vec::with_capacity(messages.len());
     for message in messages {
         let data = if base64 {
@@ -569,10 +629,12 @@ fn print_messages(messages: &[ringpost_client::ReceivedMessage], base64: bool) -
         if !message.ordering_key.is_empty() {
             fields.push(("ordering_key", json::string(&message.ordering_key)));
         }
-        let _ = writeln!(out, "{}", json::object(&fields));
+        out.push_str(&json::object(&fields));
+        out.push('\n');
         ack_ids.push(message.ack_id.clone());
     }
-    let _ = out.flush();
+    // One write for the batch; a closed pipe ends the program before anything is acknowledged.
+    cli::print_out(format_args!("{out}"));
     ack_ids
 }
 
@@ -602,7 +664,7 @@ fn subscription_json(subscription: &Subscription) -> String {
 
 fn print_rows(output: Output, header: &[&str], rows: Vec<(Vec<String>, String)>) {
     match output {
-        Output::Json => rows.iter().for_each(|(_, json)| println!("{json}")),
+        Output::Json => rows.iter().for_each(|(_, json)| outln!("{json}")),
         Output::Table => {
             let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
             for (cells, _) in &rows {
@@ -613,7 +675,7 @@ fn print_rows(output: Output, header: &[&str], rows: Vec<(Vec<String>, String)>)
             let line = |cells: Vec<String>| {
                 let padded: Vec<String> =
                     cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-                println!("{}", padded.join("  ").trim_end());
+                outln!("{}", padded.join("  ").trim_end());
             };
             line(header.iter().map(|h| h.to_uppercase()).collect());
             for (cells, _) in rows {
@@ -647,14 +709,35 @@ fn report_invalid(invalid: Vec<ringpost_client::InvalidAckId>) -> Result<(), Fai
         return Ok(());
     }
     for refused in &invalid {
-        eprintln!("InvalidArgument: ack id '{}': {}", refused.ack_id, refused.reason);
+        errln!("InvalidArgument: ack id '{}': {}", refused.ack_id, refused.reason);
     }
-    Err(Failure(format!("{} ack id(s) refused", invalid.len()), 1))
+    Err(Failure(format!("{} ack id(s) refused", invalid.len()), EXIT_REFUSED))
+}
+
+/// The name of a command whose output has no table form, if it prints anything.
+fn without_table(command: &Command) -> Option<&'static str> {
+    match command {
+        Command::Pull(_) => Some("pull prints one JSON object per message"),
+        Command::Publish(_) => Some("publish prints one message id per line"),
+        Command::Admin(_) => Some("admin prints one JSON object"),
+        _ => None,
+    }
 }
 
 async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
-    let client = Client::connect(server).await?;
+    let timeout = request_timeout(flags.timeout)?;
     let output = flags.output;
+    if output == Output::Table {
+        if let Some(what) = without_table(&flags.command) {
+            errln!("note: --output table does not apply here: {what}");
+        }
+    }
+    // Local checks before connecting: a usage error is one whether or not a server answers.
+    let publish_messages = match &flags.command {
+        Command::Publish(publish) => Some(messages_to_publish(publish)?),
+        _ => None,
+    };
+    let client = Client::connect_with_timeout(server, PoolSettings::default(), timeout).await?;
     match flags.command {
         Command::Topic(TopicCommand { action }) => match action {
             TopicAction::Create(create) => {
@@ -711,44 +794,17 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             SubAction::Seek(seek) => match (seek.time, seek.snapshot) {
                 (Some(time), None) => {
                     let time_ms = json::parse_time(&time)
-                        .map_err(|why| Failure(format!("InvalidArgument: --time '{time}': {why}"), 2))?;
+                        .map_err(|why| Failure::usage(format!("InvalidArgument: --time '{time}': {why}")))?;
                     client.seek(&seek.name, time_ms).await?;
                 }
                 (None, Some(snapshot)) => client.seek_to_snapshot(&seek.name, &snapshot).await?,
                 _ => {
-                    return Err(Failure(
-                        "InvalidArgument: give exactly one of --time and --snapshot".into(),
-                        2,
-                    ))
+                    return Err(Failure::usage("InvalidArgument: give exactly one of --time and --snapshot"))
                 }
             },
         },
         Command::Publish(publish) => {
-            let mut attributes = Vec::new();
-            for pair in &publish.attr {
-                let Some((key, value)) = pair.split_once('=') else {
-                    return Err(Failure(format!("InvalidArgument: --attr '{pair}' is not key=value"), 2));
-                };
-                attributes.push((key.to_owned(), value.to_owned()));
-            }
-            let texts = if publish.messages.is_empty() {
-                std::io::stdin()
-                    .lock()
-                    .lines()
-                    .collect::<Result<Vec<String>, _>>()
-                    .map_err(|e| Failure(format!("reading standard input: {e}"), 2))?
-            } else {
-                publish.messages
-            };
-            let messages: Vec<Message> = texts
-                .into_iter()
-                .map(|text| {
-                    attributes.iter().fold(
-                        Message::new(text).ordering_key(publish.ordering_key.clone()),
-                        |message, (key, value)| message.attribute(key, value),
-                    )
-                })
-                .collect();
+            let messages = publish_messages.expect("built above for publish");
             // Requests of at most the protocol's batch limit and about half its byte limit.
             let mut batch = Vec::new();
             let mut batch_bytes = 0;
@@ -769,14 +825,15 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 batches.push(batch);
             }
             for batch in batches {
-                for id in client.publish(&publish.topic, batch).await? {
-                    println!("{id}");
+                let ids = client.publish(&publish.topic, batch).await?;
+                for id in ids {
+                    outln!("{id}");
                 }
             }
         }
         Command::Pull(pull) => {
             if !(0.0..=60.0).contains(&pull.wait) {
-                return Err(Failure("InvalidArgument: --wait must be 0 to 60 seconds".into(), 2));
+                return Err(Failure::usage("InvalidArgument: --wait must be 0 to 60 seconds"));
             }
             if pull.stream {
                 let settings = ringpost_client::StreamSettings {
@@ -826,6 +883,10 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                     let snapshot = client.create_snapshot(&create.name, &create.subscription).await?;
                     print_rows(output, &header, vec![row(&snapshot)]);
                 }
+                SnapshotAction::Get(get) => {
+                    let snapshot = client.get_snapshot(&get.name).await?;
+                    print_rows(output, &header, vec![row(&snapshot)]);
+                }
                 SnapshotAction::List(_) => {
                     let snapshots = client.list_snapshots().await?;
                     print_rows(output, &header, snapshots.iter().map(row).collect());
@@ -835,7 +896,7 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         }
         Command::Admin(AdminCommand { action: AdminAction::ResyncDir(resync) }) => {
             let done = client.resync_directory(resync.index).await?;
-            println!(
+            outln!(
                 "{}",
                 json::object(&[
                     ("logs_resynced", done.logs_resynced.to_string()),
@@ -845,4 +906,104 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// The messages `publish` sends, from its arguments, its standard input or its file, with its
+/// attributes and ordering key; refusals are usage errors, found before connecting.
+fn messages_to_publish(publish: &PublishCommand) -> Result<Vec<Message>, Failure> {
+    let mut attributes = Vec::new();
+    for pair in &publish.attr {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(Failure::usage(format!("InvalidArgument: --attr '{pair}' is not key=value")));
+        };
+        attributes.push((key.to_owned(), value.to_owned()));
+    }
+    let decode = |text: &[u8], place: &dyn Fn() -> String| -> Result<Vec<u8>, Failure> {
+        if !publish.base64 {
+            return Ok(text.to_vec());
+        }
+        let text = std::str::from_utf8(text)
+            .map_err(|_| Failure::usage(format!("InvalidArgument: {} is not base64: not ASCII", place())))?;
+        json::base64_decode(text)
+            .map_err(|why| Failure::usage(format!("InvalidArgument: {} is not base64: {why}", place())))
+    };
+    let data: Vec<Vec<u8>> = match &publish.file {
+        Some(_) if !publish.messages.is_empty() => {
+            return Err(Failure::usage(
+                "InvalidArgument: --file publishes one message: leave out the message arguments",
+            ))
+        }
+        Some(_) if publish.base64 => {
+            return Err(Failure::usage(
+                "InvalidArgument: --file publishes a file's bytes as they are: leave out --base64",
+            ))
+        }
+        Some(path) => {
+            let bytes = if path == "-" {
+                let mut bytes = Vec::new();
+                std::io::stdin().lock().read_to_end(&mut bytes).map(|_| bytes)
+            } else {
+                std::fs::read(path)
+            };
+            let bytes =
+                bytes.map_err(|error| Failure::usage(format!("InvalidArgument: --file {path}: {error}")))?;
+            if bytes.is_empty() && attributes.is_empty() {
+                return Err(Failure::usage(format!(
+                    "InvalidArgument: --file {path} is empty: a message needs data or attributes"
+                )));
+            }
+            vec![bytes]
+        }
+        None if !publish.messages.is_empty() => publish
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(index, text)| decode(text.as_bytes(), &|| format!("message argument {}", index + 1)))
+            .collect::<Result<_, _>>()?,
+        None => {
+            let mut input = Vec::new();
+            std::io::stdin().lock().read_to_end(&mut input).map_err(|error| {
+                Failure::usage(format!("InvalidArgument: reading standard input: {error}"))
+            })?;
+            let mut data = Vec::new();
+            let mut blank_lines = Vec::new();
+            for (index, line) in stdin_lines(&input).enumerate() {
+                if line.is_empty() {
+                    blank_lines.push((index + 1).to_string());
+                    continue;
+                }
+                data.push(decode(line, &|| format!("line {} of standard input", index + 1))?);
+            }
+            if !blank_lines.is_empty() {
+                errln!(
+                    "note: skipped {} blank line(s) of standard input (line {}): a message needs data",
+                    blank_lines.len(),
+                    blank_lines.join(", ")
+                );
+            }
+            data
+        }
+    };
+    if data.is_empty() {
+        return Err(Failure::usage(
+            "InvalidArgument: nothing to publish: give messages, --file, or lines on standard input",
+        ));
+    }
+    Ok(data
+        .into_iter()
+        .map(|data| {
+            attributes.iter().fold(
+                Message::new(data).ordering_key(publish.ordering_key.clone()),
+                |message, (key, value)| message.attribute(key, value),
+            )
+        })
+        .collect())
+}
+
+/// The lines of standard input, each without its `\n` or `\r\n`; a last line without a line
+/// break counts, an empty end after the last one does not.
+fn stdin_lines(input: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let input = input.strip_suffix(b"\n").unwrap_or(input);
+    let lines = if input.is_empty() { None } else { Some(input.split(|&byte| byte == b'\n')) };
+    lines.into_iter().flatten().map(|line| line.strip_suffix(b"\r").unwrap_or(line))
 }

@@ -1,0 +1,227 @@
+//! What `ringpost` and `ringpost-bench` share as command-line programs: the exit codes, argument
+//! parsing that keeps to them, global options accepted anywhere on the line, and writing to a
+//! standard output that may be a closed pipe.
+//!
+//! Exit codes, the same in both programs (and in `ringpostd`):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | done (also when standard output was closed early, as by `\| head`) |
+//! | 1 | the server refused the request (the message names its code), or the run failed |
+//! | 2 | usage: the command line or its input is invalid, found before anything was sent |
+//! | 3 | no Ringpost server answered: unreachable, connection lost, deadline passed, or another protocol on that port |
+
+use argh::{EarlyExit, FromArgs};
+use std::io::Write;
+
+/// The command did what was asked.
+pub const EXIT_OK: u8 = 0;
+/// The server refused the request (a status code from the server), or the run failed.
+pub const EXIT_REFUSED: u8 = 1;
+/// The command line or its input is invalid; nothing was sent for it.
+pub const EXIT_USAGE: u8 = 2;
+/// No Ringpost server answered: unreachable, connection lost, deadline passed, or not Ringpost.
+pub const EXIT_UNREACHABLE: u8 = 3;
+
+/// The exit code for a client error: 1 when the server answered with a status, 3 otherwise.
+pub fn exit_code(error: &ringpost_client::Error) -> u8 {
+    match error {
+        ringpost_client::Error::Status(_) => EXIT_REFUSED,
+        _ => EXIT_UNREACHABLE,
+    }
+}
+
+/// The one line a client error is reported with, starting with its code: `NotFound: topic 'x'`.
+pub fn error_line(error: &ringpost_client::Error) -> String {
+    use ringpost_client::Error;
+    match error {
+        Error::Status(status) => status.to_string(),
+        Error::Connect { address, source } => format!("Unavailable: cannot connect to {address}: {source}"),
+        Error::Protocol(text) | Error::DeadlineExceeded(text) => format!("{}: {text}", error.code()),
+        other => format!("{}: {other}", other.code()),
+    }
+}
+
+/// A global option that `hoist` takes from anywhere on the command line.
+pub struct GlobalOption {
+    /// The option's name with its dashes, `--output`.
+    pub name: &'static str,
+    /// Whether a value follows it.
+    pub takes_value: bool,
+}
+
+/// Moves the global options in `arguments` (the program name excluded) in front of the rest,
+/// wherever they were given, so that `ringpost topic list --output table` means what
+/// `ringpost --output table topic list` does. Both `--name value` and `--name=value` are taken;
+/// when one is given twice the last one counts. Nothing after a `--` is looked at: it may be a
+/// message that reads like an option. A global option without its value is left where it is,
+/// for the parser to refuse.
+pub fn hoist(arguments: &[String], globals: &[GlobalOption]) -> Vec<String> {
+    let mut found: Vec<(&'static str, Option<String>)> = Vec::new();
+    let mut rest = Vec::with_capacity(arguments.len());
+    let mut index = 0;
+    while index < arguments.len() {
+        let argument = &arguments[index];
+        index += 1;
+        if argument == "--" {
+            rest.extend(arguments[index - 1..].iter().cloned());
+            break;
+        }
+        let (name, inline) = match argument.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_owned())),
+            _ => (argument.as_str(), None),
+        };
+        let Some(global) = globals.iter().find(|global| global.name == name) else {
+            rest.push(argument.clone());
+            continue;
+        };
+        let value = match (global.takes_value, inline) {
+            (false, _) => None,
+            (true, Some(value)) => Some(value),
+            (true, None) if index < arguments.len() => {
+                index += 1;
+                Some(arguments[index - 1].clone())
+            }
+            (true, None) => {
+                rest.push(argument.clone());
+                continue;
+            }
+        };
+        found.retain(|(seen, _)| *seen != global.name);
+        found.push((global.name, value));
+    }
+    let mut hoisted = Vec::with_capacity(arguments.len());
+    for (name, value) in found {
+        hoisted.push(name.to_owned());
+        hoisted.extend(value);
+    }
+    hoisted.extend(rest);
+    hoisted
+}
+
+/// Parses `arguments` (the program name excluded) with argh, keeping to the exit codes: help
+/// goes to standard output with 0, a parse error to standard error with `EXIT_USAGE` (argh's
+/// own `from_env` would exit 1, the code of a refusal).
+pub fn parse<T: FromArgs>(program: &str, arguments: &[String]) -> Result<T, u8> {
+    let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    match T::from_args(&[program], &arguments) {
+        Ok(flags) => Ok(flags),
+        Err(EarlyExit { output, status: Ok(()) }) => {
+            print_out(format_args!("{output}\n"));
+            Err(EXIT_OK)
+        }
+        Err(EarlyExit { output, status: Err(()) }) => {
+            eprintln!("{}", output.trim_end());
+            eprintln!("Run {program} --help for more information.");
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+/// The program's name as it was called, for messages.
+pub fn program_name() -> String {
+    std::env::args()
+        .next()
+        .and_then(|path| {
+            std::path::Path::new(&path).file_name().map(|name| name.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "ringpost".into())
+}
+
+/// Writes to standard output. A closed pipe (the reader went away, as `head` does once it has
+/// its lines) ends the program at once with 0 and no message: there is no one left to tell.
+/// Any other failure to write ends it with `EXIT_REFUSED` and says why on standard error.
+/// `println!` would panic instead.
+pub fn print_out(text: std::fmt::Arguments<'_>) {
+    if let Err(error) = try_print_out(text) {
+        exit_on_output_error(error);
+    }
+}
+
+/// Writes to standard output and flushes it, returning the failure for callers that must clean
+/// up before they exit (see `exit_on_output_error`).
+pub fn try_print_out(text: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(text)?;
+    out.flush()
+}
+
+/// Ends the program after standard output failed: quietly with 0 on a closed pipe, otherwise
+/// with `EXIT_REFUSED` and the reason.
+pub fn exit_on_output_error(error: std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(EXIT_OK.into());
+    }
+    eprintln_quietly(format_args!("writing standard output: {error}\n"));
+    std::process::exit(EXIT_REFUSED.into())
+}
+
+/// Writes to standard error, ignoring a failure: a diagnostic that cannot be shown is no reason
+/// to stop (`eprintln!` would panic on a closed pipe).
+pub fn eprintln_quietly(text: std::fmt::Arguments<'_>) {
+    let _ = std::io::stderr().lock().write_fmt(text);
+}
+
+/// `println!` to standard output through `cli::print_out`: a closed pipe ends the program
+/// quietly instead of panicking.
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::cli::print_out(format_args!("\n")) };
+    ($($argument:tt)*) => { $crate::cli::print_out(format_args!("{}\n", format_args!($($argument)*))) };
+}
+
+/// `eprintln!` that ignores a closed standard error instead of panicking.
+#[macro_export]
+macro_rules! errln {
+    ($($argument:tt)*) => {
+        $crate::cli::eprintln_quietly(format_args!("{}\n", format_args!($($argument)*)))
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(words: &[&str]) -> Vec<String> {
+        words.iter().map(|word| word.to_string()).collect()
+    }
+
+    const GLOBALS: [GlobalOption; 3] = [
+        GlobalOption { name: "--server", takes_value: true },
+        GlobalOption { name: "--output", takes_value: true },
+        GlobalOption { name: "--quiet", takes_value: false },
+    ];
+
+    #[test]
+    fn global_options_move_to_the_front_from_anywhere() {
+        let hoisted = hoist(&strings(&["topic", "list", "--output", "table"]), &GLOBALS);
+        assert_eq!(hoisted, strings(&["--output", "table", "topic", "list"]));
+        let hoisted =
+            hoist(&strings(&["--server", "a:1", "sub", "--output=table", "list", "--quiet"]), &GLOBALS);
+        assert_eq!(hoisted, strings(&["--server", "a:1", "--output", "table", "--quiet", "sub", "list"]));
+    }
+
+    #[test]
+    fn the_last_of_a_repeated_global_option_counts() {
+        let hoisted = hoist(&strings(&["--output", "json", "stats", "--output", "table"]), &GLOBALS);
+        assert_eq!(hoisted, strings(&["--output", "table", "stats"]));
+    }
+
+    #[test]
+    fn nothing_after_a_double_dash_is_taken() {
+        let hoisted = hoist(&strings(&["publish", "t", "--", "--output", "table"]), &GLOBALS);
+        assert_eq!(hoisted, strings(&["publish", "t", "--", "--output", "table"]));
+    }
+
+    #[test]
+    fn an_option_without_its_value_is_left_for_the_parser() {
+        let hoisted = hoist(&strings(&["stats", "--output"]), &GLOBALS);
+        assert_eq!(hoisted, strings(&["stats", "--output"]));
+    }
+
+    #[test]
+    fn options_of_subcommands_are_left_alone() {
+        let words = ["sub", "create", "s", "--topic", "t", "--filter", "attributes.x = \"--output\""];
+        assert_eq!(hoist(&strings(&words), &GLOBALS), strings(&words));
+    }
+}
