@@ -10,6 +10,7 @@ mod liveness;
 mod pool;
 mod pull_memory;
 mod quickstart;
+mod readme;
 mod semantics;
 mod shutdown;
 mod streaming;
