@@ -133,6 +133,11 @@ impl Daemon {
         }
     }
 
+    /// The running daemon's process id (to stop and continue it, say).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: no chance to flush anything.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

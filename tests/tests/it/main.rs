@@ -4,6 +4,7 @@ mod bad_input;
 mod client_api;
 mod crash;
 mod damage;
+mod deadlines;
 mod disks;
 mod io_memory;
 mod liveness;
