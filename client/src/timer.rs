@@ -105,6 +105,22 @@ impl Drop for Sleep {
 struct Heap {
     entries: BTreeMap<Key, Arc<Sleeper>>,
     sequence: u64,
+    /// What the timer thread is doing, so that a new sleep signals it only when it would
+    /// otherwise wake too late.
+    thread: ThreadState,
+}
+
+/// The timer thread's state, as of the last time it held the lock.
+#[derive(Default, Clone, Copy)]
+enum ThreadState {
+    /// Firing sleeps: it looks at the entries again before it waits.
+    #[default]
+    Running,
+    /// Waiting until this instant (the earliest deadline when it began to wait; that entry
+    /// may have been taken out since, which costs one wake-up for nothing).
+    WaitingUntil(Instant),
+    /// Waiting with no entry at all.
+    WaitingForever,
 }
 
 struct Timer {
@@ -131,10 +147,17 @@ impl Timer {
         let mut heap = self.heap.lock().unwrap();
         heap.sequence += 1;
         let key = (deadline, heap.sequence);
-        let earliest = heap.entries.first_key_value().is_none_or(|(first, _)| key < *first);
         heap.entries.insert(key, sleeper);
+        // Signalled only when its wait would end after this deadline. Most sleeps are request
+        // deadlines, dropped unfired long before they are due: a signal for each, on an idle
+        // client where each is the earliest, would wake the thread once per request.
+        let signal = match heap.thread {
+            ThreadState::Running => false,
+            ThreadState::WaitingUntil(wake) => deadline < wake,
+            ThreadState::WaitingForever => true,
+        };
         drop(heap);
-        if earliest {
+        if signal {
             self.earlier.notify_one();
         }
         key
@@ -173,11 +196,16 @@ impl Timer {
             }
             heap = match heap.entries.first_key_value() {
                 Some(((deadline, _), _)) => {
-                    let wait = deadline.saturating_duration_since(now);
+                    let (deadline, wait) = (*deadline, deadline.saturating_duration_since(now));
+                    heap.thread = ThreadState::WaitingUntil(deadline);
                     self.earlier.wait_timeout(heap, wait).unwrap().0
                 }
-                None => self.earlier.wait(heap).unwrap(),
+                None => {
+                    heap.thread = ThreadState::WaitingForever;
+                    self.earlier.wait(heap).unwrap()
+                }
             };
+            heap.thread = ThreadState::Running;
         }
     }
 }
