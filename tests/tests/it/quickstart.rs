@@ -249,6 +249,8 @@ fn exit_codes_follow_one_scheme() {
     assert_eq!(bench(&["--no-such-flag", "publish"]).status.code(), Some(2));
     assert_eq!(bench(&["--help"]).status.code(), Some(0));
     assert_eq!(bench(&["--server", "127.0.0.1:1", "publish", "--messages", "1"]).status.code(), Some(3));
+    // Its global options go after the workload too.
+    assert_eq!(bench(&["publish", "--messages", "1", "--server", "127.0.0.1:1"]).status.code(), Some(3));
 }
 
 #[test]

@@ -16,6 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// The options `cli::hoist` takes from anywhere on the command line, as `ringpost` does.
+const GLOBAL_OPTIONS: [cli::GlobalOption; 3] = [
+    cli::GlobalOption { name: "--server", takes_value: true },
+    cli::GlobalOption { name: "--embedded", takes_value: false },
+    cli::GlobalOption { name: "--data-dir", takes_value: true },
+];
+
 /// The backlog workload stores this many messages before draining them (W5 of the brief).
 const BACKLOG_MESSAGES_DEFAULT: u64 = 1_000_000;
 /// Requests of the topics workload carry few messages, so that 10,000 topics each get several
@@ -33,6 +40,7 @@ const TOPICS_BATCH_DEFAULT: usize = 10;
     example = "Ten subscriptions that each receive every message:\n  $ {command_name} --embedded fanout --subscriptions 10",
     example = "Measure the disk the daemon would write to:\n  $ {command_name} --data-dir /var/tmp disk --json /tmp/disk.json",
     example = "Two runs side by side:\n  $ {command_name} compare before.json after.json",
+    note = "--server, --embedded and --data-dir may be given anywhere on the line, before or after the workload.",
     note = "Progress goes to stderr once a second, results to stdout. Ctrl-C stops publishing early and still reports what completed (subscribers drain what was acknowledged); a second Ctrl-C kills it.",
     error_code(1, "the server refused a request, the run failed, or some messages failed or were lost (the results are still printed)"),
     error_code(2, "usage: invalid arguments, found before anything was sent"),
@@ -454,6 +462,7 @@ fn stop_on_interrupt() {
 
 fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let arguments = cli::hoist(&arguments, &GLOBAL_OPTIONS);
     let flags: Flags = match cli::parse(&cli::program_name(), &arguments) {
         Ok(flags) => flags,
         Err(code) => return ExitCode::from(code),
