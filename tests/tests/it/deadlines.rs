@@ -29,9 +29,15 @@ fn requests_to_a_daemon_that_stopped_answering_end_at_their_deadline() {
     let daemon = Daemon::start("deadlines");
     let client = daemon.client().with_request_timeout(Duration::from_millis(500));
     create_topic_and_subscription(&client, "hung-topic", "hung-sub", 10);
+    // The stream that fails to open has a subscription of its own: the daemon, once it runs
+    // again, may still serve the abandoned stream and lease messages to it.
+    ringpost_tests::create_subscription(&client, "hung-stream-sub", "hung-topic", 10);
     block_on(client.publish("hung-topic", vec![Message::new("before")])).unwrap();
 
     let stopped = Stopped::new(&daemon);
+    // Opening a stream has the deadline too.
+    let opening = block_on(client.streaming_pull("hung-stream-sub", Default::default()));
+    assert_eq!(opening.err().map(|error| error.code()), Some(ErrorCode::DeadlineExceeded));
     let error = block_on(client.publish("hung-topic", vec![Message::new("during")])).unwrap_err();
     assert_eq!(error.code(), ErrorCode::DeadlineExceeded, "{error}");
     let error = block_on(client.get_topic("hung-topic")).unwrap_err();
@@ -58,6 +64,25 @@ fn requests_to_a_daemon_that_stopped_answering_end_at_their_deadline() {
     let delivered = ringpost_tests::drain(&client, "hung-sub", true);
     let data: Vec<&[u8]> = delivered.values().map(Vec::as_slice).collect();
     assert!(data.contains(&&b"before"[..]) && data.contains(&&b"after"[..]), "{data:?}");
+}
+
+#[test]
+fn an_open_stream_outlives_the_request_deadline() {
+    let daemon = Daemon::start("stream-deadline");
+    let timeout = Duration::from_millis(300);
+    let client = daemon.client().with_request_timeout(timeout);
+    create_topic_and_subscription(&client, "long-topic", "long-sub", 10);
+    let mut stream = block_on(client.streaming_pull("long-sub", Default::default())).unwrap();
+    // Idle for longer than a request may take, then a message: the stream still delivers it.
+    std::thread::sleep(timeout * 3);
+    block_on(client.publish("long-topic", vec![Message::new("late")])).unwrap();
+    let batch = loop {
+        let batch = block_on(stream.next()).expect("the stream is open").unwrap();
+        if !batch.is_empty() {
+            break batch;
+        }
+    };
+    assert_eq!(batch[0].data, b"late");
 }
 
 #[test]
