@@ -18,6 +18,12 @@
 //! acknowledge and modify-ack-deadline that fail with a connection error, `Unavailable` or
 //! `ResourceExhausted` are retried with backoff (see [`retry`]), sleeping on the process's one
 //! [`timer`] thread.
+//!
+//! Every unary request has a deadline, [`REQUEST_TIMEOUT_DEFAULT`] (60 s, as Google's clients)
+//! unless [`Client::with_request_timeout`] says otherwise, counted from the call to its result
+//! with retries and backoff included (a pull's wait comes on top). When it passes, the request
+//! fails with [`Error::DeadlineExceeded`] and is forgotten: an answer that still comes is
+//! discarded. A streaming pull has the deadline while it opens, not once open.
 
 mod admin;
 pub mod connection;
