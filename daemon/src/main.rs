@@ -156,8 +156,29 @@ fn wait_for_stop(signals: &nix::sys::signal::SigSet) -> nix::sys::signal::Signal
     }
 }
 
+/// The flags, or the process ends: `--help` prints and exits 0, a bad command line exits
+/// `EXIT_USAGE` (argh's own `from_env` would exit 1, which the scheme gives to failures).
+fn parse_flags() -> Flags {
+    let arguments: Vec<String> = std::env::args().collect();
+    let words: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    let (command, rest) = words.split_first().map_or(("ringpostd", &[][..]), |(first, rest)| (*first, rest));
+    match <Flags as argh::FromArgs>::from_args(&[command], rest) {
+        Ok(flags) => flags,
+        Err(early) => match early.status {
+            Ok(()) => {
+                println!("{}", early.output);
+                std::process::exit(0);
+            }
+            Err(()) => {
+                eprintln!("{}", early.output);
+                std::process::exit(EXIT_USAGE);
+            }
+        },
+    }
+}
+
 fn main() {
-    let flags: Flags = argh::from_env();
+    let flags = parse_flags();
     let signals = block_handled_signals();
     // A shard that panics leaves the others serving a half-working process; stop everything
     // instead, so a supervisor restarts it and recovery runs.

@@ -149,14 +149,11 @@ impl Daemon {
         }
     }
 
-    /// The daemon's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("the daemon runs").id()
-    }
-
     /// A field of the daemon's /proc status in KiB (`VmRSS`, `VmHWM`).
     pub fn memory_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid().expect("the daemon runs")))
+                .unwrap();
         let line = status.lines().find(|line| line.starts_with(field)).expect("the field is in /proc");
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
