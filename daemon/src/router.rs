@@ -24,7 +24,10 @@ use glommio::sync::Semaphore;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::*;
 use ringpost_wire::messages::*;
-use ringpost_wire::validate::{effective_ack_deadline_seconds, effective_retention_seconds, validate_name};
+use ringpost_wire::validate::{
+    effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
+    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
+};
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -33,17 +36,6 @@ use std::rc::Rc;
 
 /// What a subscription whose topic was deleted reports as its topic (as Pub/Sub does).
 pub const DELETED_TOPIC: &str = "_deleted-topic_";
-/// Subscription expiration (Pub/Sub: default 31 days, minimum 1 day).
-pub const EXPIRATION_TTL_SECONDS_DEFAULT: u64 = 31 * 24 * 3600;
-pub const EXPIRATION_TTL_SECONDS_MIN: u64 = 24 * 3600;
-/// Dead-letter policy (Pub/Sub: 5 to 100 delivery attempts, 0 means 5).
-pub const MAX_DELIVERY_ATTEMPTS_DEFAULT: u32 = 5;
-pub const MAX_DELIVERY_ATTEMPTS_MIN: u32 = 5;
-pub const MAX_DELIVERY_ATTEMPTS_MAX: u32 = 100;
-/// Retry policy (Pub/Sub: defaults 10 s and 600 s, each 0 to 600 s).
-pub const BACKOFF_SECONDS_MINIMUM_DEFAULT: u32 = 10;
-pub const BACKOFF_SECONDS_MAXIMUM_DEFAULT: u32 = 600;
-pub const BACKOFF_SECONDS_MAX: u32 = 600;
 /// Topics (and then subscriptions) attached at once while the daemon starts, across all
 /// forwarder shards. Each attach in progress holds a recovery read buffer per data directory
 /// (at most 1 MiB) and the files of the log it reads; well under `CONTROL_CHANNEL_CAPACITY`.
@@ -344,10 +336,7 @@ impl<S: Storage> Router<S> {
         let request = access_body::<Topic>(body)?;
         let name = request.name.as_str();
         validate_name("topic", name)?;
-        let retention = request.message_retention_seconds.to_native();
-        if retention != 0 {
-            effective_retention_seconds(retention)?;
-        }
+        let retention = topic_retention_seconds(request.message_retention_seconds.to_native())?;
         let _reservation = self.reserve_name(&format!("topic/{name}"))?;
         if self.state.borrow().topics.contains_key(name) {
             return Err(Status::already_exists(format!("topic '{name}'")));
@@ -442,49 +431,16 @@ impl<S: Storage> Router<S> {
                 .map_err(|error| Status::invalid_argument(format!("invalid filter: {error}")))?;
         }
         let dead_letter_topic = request.dead_letter_topic.as_str();
-        let max_delivery_attempts = if dead_letter_topic.is_empty() {
-            if request.max_delivery_attempts.to_native() != 0 {
-                return Err(Status::invalid_argument("max_delivery_attempts needs a dead_letter_topic"));
-            }
-            0
-        } else {
+        let max_delivery_attempts =
+            effective_max_delivery_attempts(dead_letter_topic, request.max_delivery_attempts.to_native())?;
+        if !dead_letter_topic.is_empty() {
             self.topic_record(dead_letter_topic)?;
-            match request.max_delivery_attempts.to_native() {
-                0 => MAX_DELIVERY_ATTEMPTS_DEFAULT,
-                attempts @ MAX_DELIVERY_ATTEMPTS_MIN..=MAX_DELIVERY_ATTEMPTS_MAX => attempts,
-                attempts => {
-                    return Err(Status::invalid_argument(format!(
-                        "max_delivery_attempts is {attempts}; it must be {MAX_DELIVERY_ATTEMPTS_MIN} to {MAX_DELIVERY_ATTEMPTS_MAX} (0 means {MAX_DELIVERY_ATTEMPTS_DEFAULT})"
-                    )))
-                }
-            }
-        };
-        let (minimum_backoff, maximum_backoff) =
-            (request.minimum_backoff_seconds.to_native(), request.maximum_backoff_seconds.to_native());
-        let retry_policy = minimum_backoff > 0 || maximum_backoff > 0;
-        let (minimum_backoff, maximum_backoff) = if retry_policy {
-            let minimum =
-                if minimum_backoff == 0 { BACKOFF_SECONDS_MINIMUM_DEFAULT } else { minimum_backoff };
-            let maximum =
-                if maximum_backoff == 0 { BACKOFF_SECONDS_MAXIMUM_DEFAULT } else { maximum_backoff };
-            if minimum > BACKOFF_SECONDS_MAX || maximum > BACKOFF_SECONDS_MAX || minimum > maximum {
-                return Err(Status::invalid_argument(format!(
-                    "retry backoff of {minimum} to {maximum} s: both must be 0 to {BACKOFF_SECONDS_MAX} s and the minimum at most the maximum"
-                )));
-            }
-            (minimum, maximum)
-        } else {
-            (0, 0)
-        };
-        let expiration = match request.expiration_ttl_seconds.to_native() {
-            0 => EXPIRATION_TTL_SECONDS_DEFAULT,
-            ttl if ttl < EXPIRATION_TTL_SECONDS_MIN => {
-                return Err(Status::invalid_argument(format!(
-                    "expiration ttl of {ttl} s is below the minimum of one day (EXPIRATION_TTL_SECONDS_MIN)"
-                )))
-            }
-            ttl => ttl,
-        };
+        }
+        let (minimum_backoff, maximum_backoff) = effective_retry_backoff_seconds(
+            request.minimum_backoff_seconds.to_native(),
+            request.maximum_backoff_seconds.to_native(),
+        )?;
+        let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds.to_native())?;
         let settings = SubscriptionSettings {
             ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds.to_native())?,
             retain_acked_messages: request.retain_acked_messages,
@@ -914,6 +870,9 @@ impl<S: Storage> Router<S> {
                         .await;
                 }
                 respond(header, &Empty {})
+            }
+            Command::UpdateTopic | Command::UpdateSubscription => {
+                return Err(Status::new(ErrorCode::Unimplemented, "updates are not served yet"))
             }
             Command::Publish
             | Command::Pull

@@ -17,6 +17,8 @@ pub enum Command {
     DeleteTopic = 13,
     /// `NameRequest` → `LookupResponse` (router): which forwarders serve a topic.
     LookupTopic = 14,
+    /// `UpdateTopicRequest` → `Topic` (router): change the fields its update mask names.
+    UpdateTopic = 15,
     /// `Subscription` → `Subscription` (router).
     CreateSubscription = 20,
     /// `NameRequest` → `Subscription` (router).
@@ -27,6 +29,9 @@ pub enum Command {
     DeleteSubscription = 23,
     /// `NameRequest` → `LookupResponse` (router): which forwarders serve a subscription.
     LookupSubscription = 24,
+    /// `UpdateSubscriptionRequest` → `Subscription` (router): change the fields its update
+    /// mask names.
+    UpdateSubscription = 25,
     /// `PublishRequest` → `PublishResponse` (forwarder owning the topic).
     Publish = 30,
     /// `PullRequest` → `PullResponse` (forwarder owning the subscription).
@@ -60,18 +65,20 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 23] = [
+    pub const ALL: [Command; 25] = [
         Command::Hello,
         Command::CreateTopic,
         Command::GetTopic,
         Command::ListTopics,
         Command::DeleteTopic,
         Command::LookupTopic,
+        Command::UpdateTopic,
         Command::CreateSubscription,
         Command::GetSubscription,
         Command::ListSubscriptions,
         Command::DeleteSubscription,
         Command::LookupSubscription,
+        Command::UpdateSubscription,
         Command::Publish,
         Command::Pull,
         Command::Acknowledge,
@@ -94,11 +101,13 @@ impl Command {
             12 => Command::ListTopics,
             13 => Command::DeleteTopic,
             14 => Command::LookupTopic,
+            15 => Command::UpdateTopic,
             20 => Command::CreateSubscription,
             21 => Command::GetSubscription,
             22 => Command::ListSubscriptions,
             23 => Command::DeleteSubscription,
             24 => Command::LookupSubscription,
+            25 => Command::UpdateSubscription,
             30 => Command::Publish,
             40 => Command::Pull,
             41 => Command::Acknowledge,

@@ -53,6 +53,21 @@ pub const RETENTION_SECONDS_DEFAULT: u64 = 7 * 24 * 3600;
 pub const RETENTION_SECONDS_MIN: u64 = 10 * 60;
 pub const RETENTION_SECONDS_MAX: u64 = 31 * 24 * 3600;
 
+/// Subscription expiration after inactivity (Pub/Sub: default 31 days, minimum 1 day).
+pub const EXPIRATION_TTL_SECONDS_DEFAULT: u64 = 31 * 24 * 3600;
+pub const EXPIRATION_TTL_SECONDS_MIN: u64 = 24 * 3600;
+/// Dead-letter policy (Pub/Sub: 5 to 100 delivery attempts, 0 means 5).
+pub const MAX_DELIVERY_ATTEMPTS_DEFAULT: u32 = 5;
+pub const MAX_DELIVERY_ATTEMPTS_MIN: u32 = 5;
+pub const MAX_DELIVERY_ATTEMPTS_MAX: u32 = 100;
+/// Retry policy (Pub/Sub: defaults 10 s and 600 s, each 0 to 600 s).
+pub const BACKOFF_SECONDS_MINIMUM_DEFAULT: u32 = 10;
+pub const BACKOFF_SECONDS_MAXIMUM_DEFAULT: u32 = 600;
+pub const BACKOFF_SECONDS_MAX: u32 = 600;
+/// Field names in one update mask: more than the fields there are to name, so a mask that
+/// repeats some still fits, while a hostile one cannot make the router scan without end.
+pub const UPDATE_MASK_PATHS_MAX: usize = 32;
+
 /// The protocol version this crate speaks; the server refuses a Hello with another major.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -60,5 +75,10 @@ const _: () = assert!(PUBLISH_REQUEST_BYTES_MAX + PUBLISH_BATCH_MESSAGES_MAX * 2
 const _: () = assert!(MESSAGE_BYTES_MAX <= PUBLISH_REQUEST_BYTES_MAX);
 const _: () = assert!(ACK_DEADLINE_SECONDS_MIN <= ACK_DEADLINE_SECONDS_DEFAULT);
 const _: () = assert!(ACK_DEADLINE_SECONDS_DEFAULT <= ACK_DEADLINE_SECONDS_MAX);
+const _: () = assert!(EXPIRATION_TTL_SECONDS_MIN <= EXPIRATION_TTL_SECONDS_DEFAULT);
+const _: () = assert!(MAX_DELIVERY_ATTEMPTS_MIN <= MAX_DELIVERY_ATTEMPTS_DEFAULT);
+const _: () = assert!(MAX_DELIVERY_ATTEMPTS_DEFAULT <= MAX_DELIVERY_ATTEMPTS_MAX);
+const _: () = assert!(BACKOFF_SECONDS_MINIMUM_DEFAULT <= BACKOFF_SECONDS_MAXIMUM_DEFAULT);
+const _: () = assert!(BACKOFF_SECONDS_MAXIMUM_DEFAULT <= BACKOFF_SECONDS_MAX);
 const _: () =
     assert!(FRAME_HEADER_BYTES.is_multiple_of(16), "bodies must stay 16-byte aligned after the header");

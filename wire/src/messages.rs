@@ -90,6 +90,21 @@ wire_type! {
 }
 
 wire_type! {
+    /// UpdateTopic: the topic's new values and the fields of them to change, by Pub/Sub's
+    /// names (`message_retention_duration`); fields the mask leaves out are not read.
+    pub struct UpdateTopicRequest { pub topic: Topic, pub update_mask: Vec<String> }
+}
+
+wire_type! {
+    /// UpdateSubscription: the subscription's new values and the fields of them to change, by
+    /// Pub/Sub's names: `ack_deadline_seconds`, `retain_acked_messages`,
+    /// `message_retention_duration`, `expiration_policy`, `dead_letter_policy` (topic and
+    /// attempts; an empty topic removes the policy), `retry_policy` (both backoffs; both 0
+    /// remove it). Fields the mask leaves out are not read.
+    pub struct UpdateSubscriptionRequest { pub subscription: Subscription, pub update_mask: Vec<String> }
+}
+
+wire_type! {
     pub struct ShardAddress { pub shard: u32, pub address: String }
 }
 

@@ -464,6 +464,28 @@ mod round_trips {
     }
 
     #[test]
+    fn update_requests() {
+        check_round_trip(
+            Command::UpdateTopic,
+            0,
+            5,
+            &UpdateTopicRequest {
+                topic: Topic { name: "orders".to_owned(), message_retention_seconds: 3600 },
+                update_mask: vec!["message_retention_duration".to_owned()],
+            },
+        );
+        check_round_trip(
+            Command::UpdateSubscription,
+            0,
+            6,
+            &UpdateSubscriptionRequest {
+                subscription: sample_subscription(),
+                update_mask: vec!["ack_deadline_seconds".to_owned(), "dead_letter_policy".to_owned()],
+            },
+        );
+    }
+
+    #[test]
     fn name_and_list_requests() {
         check_round_trip(Command::GetTopic, 0, 4, &NameRequest { name: "orders".to_owned() });
         check_round_trip(Command::DeleteSubscription, 0, 4, &NameRequest { name: String::new() });
