@@ -25,6 +25,10 @@ const KIND_SNAPSHOT_DELETED: u8 = 7;
 /// a scan of every record (kinds 5 and 7, written before, are still read).
 const KIND_SUBSCRIPTION_DELETED_NAMED: u8 = 8;
 const KIND_SNAPSHOT_DELETED_NAMED: u8 = 9;
+/// Updates of a live topic or subscription (UpdateTopic, UpdateSubscription): each restates
+/// every setting an update may change, so applying one needs nothing from the entries before.
+const KIND_TOPIC_UPDATED: u8 = 10;
+const KIND_SUBSCRIPTION_UPDATED: u8 = 11;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotRecord {
@@ -90,6 +94,18 @@ pub enum CatalogEntry {
         id: u64,
         name: String,
     },
+    /// A topic's new message retention (0: not set).
+    TopicUpdated {
+        id: u64,
+        message_retention_seconds: u64,
+    },
+    /// A subscription's settings after an update, whole; those an update cannot change
+    /// (filter, ordering) are restated as they were.
+    SubscriptionUpdated {
+        id: u64,
+        name: String,
+        settings: SubscriptionSettings,
+    },
 }
 
 impl CatalogEntry {
@@ -104,25 +120,14 @@ impl CatalogEntry {
                 .clone(),
             CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(*id).0.clone(),
             CatalogEntry::SubscriptionCreated(subscription) => {
-                let settings = &subscription.settings;
-                Encoder::new(KIND_SUBSCRIPTION_CREATED)
+                let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED);
+                encoder
                     .u64(subscription.id)
                     .str(&subscription.name)
                     .u64(subscription.topic_id)
                     .str(&subscription.topic_name)
-                    .u64(subscription.start_offset)
-                    .u32(settings.ack_deadline_seconds)
-                    .bool(settings.retain_acked_messages)
-                    .u64(settings.message_retention_seconds)
-                    .bool(settings.enable_message_ordering)
-                    .str(&settings.filter)
-                    .str(&settings.dead_letter_topic)
-                    .u32(settings.max_delivery_attempts)
-                    .u32(settings.minimum_backoff_seconds)
-                    .u32(settings.maximum_backoff_seconds)
-                    .u64(settings.expiration_ttl_seconds)
-                    .0
-                    .clone()
+                    .u64(subscription.start_offset);
+                encode_settings(&mut encoder, &subscription.settings).0.clone()
             }
             CatalogEntry::SubscriptionDeleted { id, name } if name.is_empty() => {
                 Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*id).0.clone()
@@ -143,6 +148,14 @@ impl CatalogEntry {
             CatalogEntry::SnapshotDeleted { id, name } => {
                 Encoder::new(KIND_SNAPSHOT_DELETED_NAMED).u64(*id).str(name).0.clone()
             }
+            CatalogEntry::TopicUpdated { id, message_retention_seconds } => {
+                Encoder::new(KIND_TOPIC_UPDATED).u64(*id).u64(*message_retention_seconds).0.clone()
+            }
+            CatalogEntry::SubscriptionUpdated { id, name, settings } => {
+                let mut encoder = Encoder::new(KIND_SUBSCRIPTION_UPDATED);
+                encoder.u64(*id).str(name);
+                encode_settings(&mut encoder, settings).0.clone()
+            }
         }
     }
 
@@ -162,18 +175,7 @@ impl CatalogEntry {
                 topic_id: d.u64()?,
                 topic_name: d.str()?,
                 start_offset: d.u64()?,
-                settings: SubscriptionSettings {
-                    ack_deadline_seconds: d.u32()?,
-                    retain_acked_messages: d.bool()?,
-                    message_retention_seconds: d.u64()?,
-                    enable_message_ordering: d.bool()?,
-                    filter: d.str()?,
-                    dead_letter_topic: d.str()?,
-                    max_delivery_attempts: d.u32()?,
-                    minimum_backoff_seconds: d.u32()?,
-                    maximum_backoff_seconds: d.u32()?,
-                    expiration_ttl_seconds: d.u64()?,
-                },
+                settings: decode_settings(&mut d)?,
             }),
             KIND_SUBSCRIPTION_DELETED => {
                 CatalogEntry::SubscriptionDeleted { id: d.u64()?, name: String::new() }
@@ -191,6 +193,14 @@ impl CatalogEntry {
             KIND_SNAPSHOT_DELETED_NAMED => {
                 CatalogEntry::SnapshotDeleted { id: d.u64()?, name: non_empty(d.str()?)? }
             }
+            KIND_TOPIC_UPDATED => {
+                CatalogEntry::TopicUpdated { id: d.u64()?, message_retention_seconds: d.u64()? }
+            }
+            KIND_SUBSCRIPTION_UPDATED => CatalogEntry::SubscriptionUpdated {
+                id: d.u64()?,
+                name: non_empty(d.str()?)?,
+                settings: decode_settings(&mut d)?,
+            },
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -198,6 +208,36 @@ impl CatalogEntry {
         }
         Ok(entry)
     }
+}
+
+/// A subscription's settings, in the order both its creation and its updates store them.
+fn encode_settings<'a>(encoder: &'a mut Encoder, settings: &SubscriptionSettings) -> &'a mut Encoder {
+    encoder
+        .u32(settings.ack_deadline_seconds)
+        .bool(settings.retain_acked_messages)
+        .u64(settings.message_retention_seconds)
+        .bool(settings.enable_message_ordering)
+        .str(&settings.filter)
+        .str(&settings.dead_letter_topic)
+        .u32(settings.max_delivery_attempts)
+        .u32(settings.minimum_backoff_seconds)
+        .u32(settings.maximum_backoff_seconds)
+        .u64(settings.expiration_ttl_seconds)
+}
+
+fn decode_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
+    Ok(SubscriptionSettings {
+        ack_deadline_seconds: d.u32()?,
+        retain_acked_messages: d.bool()?,
+        message_retention_seconds: d.u64()?,
+        enable_message_ordering: d.bool()?,
+        filter: d.str()?,
+        dead_letter_topic: d.str()?,
+        max_delivery_attempts: d.u32()?,
+        minimum_backoff_seconds: d.u32()?,
+        maximum_backoff_seconds: d.u32()?,
+        expiration_ttl_seconds: d.u64()?,
+    })
 }
 
 /// The catalog in memory: what the entries so far add up to.
@@ -237,6 +277,20 @@ impl CatalogState {
             }
             CatalogEntry::SnapshotDeleted { id, name } => {
                 remove_record(&mut self.snapshots, id, &name, |record| record.id)
+            }
+            // An update of a record deleted since (or of another record under its name) changes
+            // nothing: the router checks the record before it appends, but a deletion may
+            // commit in between.
+            CatalogEntry::TopicUpdated { id, message_retention_seconds } => {
+                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+                if let Some(topic) = topic {
+                    topic.message_retention_seconds = message_retention_seconds;
+                }
+            }
+            CatalogEntry::SubscriptionUpdated { id, name, settings } => {
+                if let Some(record) = self.subscriptions.get_mut(&name).filter(|record| record.id == id) {
+                    record.settings = settings;
+                }
             }
         }
     }
@@ -544,6 +598,23 @@ mod tests {
             }),
             CatalogEntry::SnapshotDeleted { id: 8, name: "before".into() },
             CatalogEntry::SnapshotDeleted { id: 8, name: String::new() },
+            CatalogEntry::TopicUpdated { id: 5, message_retention_seconds: 3600 },
+            CatalogEntry::SubscriptionUpdated {
+                id: 6,
+                name: "audit".into(),
+                settings: SubscriptionSettings {
+                    ack_deadline_seconds: 60,
+                    retain_acked_messages: true,
+                    message_retention_seconds: 7200,
+                    enable_message_ordering: true,
+                    filter: "attributes:y".into(),
+                    dead_letter_topic: "orders-dead".into(),
+                    max_delivery_attempts: 7,
+                    minimum_backoff_seconds: 1,
+                    maximum_backoff_seconds: 30,
+                    expiration_ttl_seconds: 86_400,
+                },
+            },
         ] {
             assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
         }
@@ -581,5 +652,118 @@ mod tests {
         empty_name.extend_from_slice(&3u64.to_le_bytes());
         empty_name.extend_from_slice(&0u32.to_le_bytes());
         assert!(CatalogEntry::decode(&empty_name).is_err());
+    }
+
+    fn updated_settings() -> SubscriptionSettings {
+        SubscriptionSettings {
+            ack_deadline_seconds: 45,
+            retain_acked_messages: true,
+            message_retention_seconds: 3600,
+            dead_letter_topic: "topic-1".into(),
+            max_delivery_attempts: 9,
+            minimum_backoff_seconds: 2,
+            maximum_backoff_seconds: 20,
+            expiration_ttl_seconds: 2 * 86_400,
+            ..Default::default()
+        }
+    }
+
+    /// An update applies to the record of its id only: one of a record deleted since, or of a
+    /// record recreated under the same name, changes nothing. An update without a name is not
+    /// an entry this version writes.
+    #[test]
+    fn updates_change_only_the_record_of_their_id() {
+        let mut state = CatalogState::default();
+        for entry in [topic(1), subscription(3, 1)] {
+            state.apply(entry);
+        }
+        state.apply(CatalogEntry::TopicUpdated { id: 1, message_retention_seconds: 600 });
+        state.apply(CatalogEntry::SubscriptionUpdated {
+            id: 3,
+            name: "subscription-3".into(),
+            settings: updated_settings(),
+        });
+        assert_eq!(state.topics["topic-1"].message_retention_seconds, 600);
+        assert_eq!(state.subscriptions["subscription-3"].settings, updated_settings());
+        let before = (state.topics.clone(), state.subscriptions.clone());
+        state.apply(CatalogEntry::TopicUpdated { id: 2, message_retention_seconds: 900 });
+        state.apply(CatalogEntry::SubscriptionUpdated {
+            id: 4,
+            name: "subscription-3".into(),
+            settings: SubscriptionSettings::default(),
+        });
+        state.apply(CatalogEntry::SubscriptionUpdated {
+            id: 3,
+            name: "subscription-9".into(),
+            settings: SubscriptionSettings::default(),
+        });
+        assert_eq!((state.topics.clone(), state.subscriptions.clone()), before);
+        let mut unnamed = vec![KIND_SUBSCRIPTION_UPDATED];
+        unnamed.extend_from_slice(&3u64.to_le_bytes());
+        unnamed.extend_from_slice(&0u32.to_le_bytes());
+        assert!(CatalogEntry::decode(&unnamed).is_err());
+    }
+
+    /// Updates are replayed at start, and compaction restates the updated settings: once the
+    /// segments holding the creations and the updates are deleted, the catalog reopened from
+    /// disk still has the new values.
+    #[test]
+    fn updates_survive_replay_and_compaction() {
+        run(async {
+            let disk = SimDisk::new();
+            let dirs = directories(1);
+            let (log, mut state) = open_catalog(disk.clone(), dirs.clone()).await.unwrap();
+            let updates = [
+                topic(1),
+                subscription(2, 1),
+                CatalogEntry::TopicUpdated { id: 1, message_retention_seconds: 7200 },
+                CatalogEntry::SubscriptionUpdated {
+                    id: 2,
+                    name: "subscription-2".into(),
+                    settings: updated_settings(),
+                },
+            ];
+            let mut records = Vec::new();
+            for entry in &updates {
+                records.extend(entry_records(entry));
+            }
+            let (first, count) = log.append(records, updates.len() as u32).await.unwrap();
+            let updates_end = first + count as u64;
+            for entry in updates {
+                state.apply(entry);
+            }
+            drop(log);
+            let (log, mut state) = open_catalog(disk.clone(), dirs.clone()).await.unwrap();
+            assert_eq!(state.topics["topic-1"].message_retention_seconds, 7200, "replayed");
+            assert_eq!(state.subscriptions["subscription-2"].settings, updated_settings(), "replayed");
+            // Topics created and deleted until the updates sit in a closed segment.
+            let mut next = 10u64;
+            while log.closed_segments().is_empty() {
+                let mut records = Vec::new();
+                let mut entries = Vec::new();
+                for _ in 0..500 {
+                    entries.push(topic(next));
+                    entries.push(CatalogEntry::TopicDeleted { id: next });
+                    next += 1;
+                }
+                for entry in &entries {
+                    records.extend(entry_records(entry));
+                }
+                log.append(records, entries.len() as u32).await.unwrap();
+                for entry in entries {
+                    state.apply(entry);
+                }
+            }
+            let removed = compact(&log, || state.checkpoint_entries(), 0).await.unwrap();
+            assert!(removed > 0, "the segments before the checkpoint are deleted");
+            assert!(log.start_offset() > updates_end, "the updates themselves are gone from the log");
+            drop(log);
+            disk.crash(crate::storage::sim::CrashMode::DropUnsynced);
+            let (_, recovered) = open_catalog(disk.clone(), dirs.clone()).await.unwrap();
+            assert_eq!(recovered.topics["topic-1"].message_retention_seconds, 7200);
+            assert_eq!(recovered.subscriptions["subscription-2"].settings, updated_settings());
+            state.boot_count += 1;
+            same_state(&recovered, &state);
+        });
     }
 }
