@@ -55,12 +55,27 @@ pub enum ControlRequest {
         topic_id: u64,
         snapshot_id: u64,
     },
+    /// Apply settings an update changed, already durable in the catalog, to a topic or
+    /// subscription served here.
+    UpdateSettings {
+        topic_id: u64,
+        update: SettingsUpdate,
+    },
     /// Report this shard's topics, subscriptions and data directories.
     Stats,
     /// Trust data directory `index` again, after rewriting every stale copy in it.
     ResyncDirectory {
         index: usize,
     },
+}
+
+/// What an `UpdateSettings` changes.
+#[derive(Debug)]
+pub enum SettingsUpdate {
+    /// The topic's message retention; 0 when not set.
+    Topic { retention_seconds: u64 },
+    /// A subscription's settings, whole, as the catalog now holds them.
+    Subscription { subscription_id: u64, settings: SubscriptionSettings },
 }
 
 #[derive(Debug)]

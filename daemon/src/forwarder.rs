@@ -4,7 +4,7 @@
 
 use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
-use crate::control::{ControlOk, ControlRequest};
+use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
 use crate::log::{
     record, Directories, EncodeRecords, Log, LogConfig, LogError, Records, RecoveryReport, TailCacheBudget,
@@ -98,8 +98,8 @@ pub struct TopicState<S: Storage> {
     pub log: Log<S>,
     pub journal: LazyJournal<S>,
     pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
-    /// Topic message retention; 0 when not set.
-    retention_seconds: u64,
+    /// Topic message retention; 0 when not set. A cell: an update changes it in place.
+    retention_seconds: Cell<u64>,
     published: RefCell<RateWindow>,
 }
 
@@ -217,11 +217,12 @@ pub struct SubscriptionEntry {
     // The three settings the forwarder reads after attaching, not the whole
     // `SubscriptionSettings` (88 bytes, over 10,000 idle subscriptions): the deadline and the
     // delivery policy went into `state`, the filter into `filter`, and the router keeps them all.
+    // Cells, so that an update changes them in place (`update_settings`).
     /// Where exhausted messages go; `None` without a dead-letter policy.
-    dead_letter_topic: Option<Box<str>>,
+    dead_letter_topic: RefCell<Option<Box<str>>>,
     /// How long the subscription keeps messages, and whether acknowledged ones too.
-    message_retention_seconds: u64,
-    retain_acked_messages: bool,
+    message_retention_seconds: Cell<u64>,
+    retain_acked_messages: Cell<bool>,
     pub state: RefCell<SubscriptionState>,
     /// The subscription's filter; `None` delivers everything.
     /// Boxed: most subscriptions have none, and an idle one should not carry its room.
@@ -457,6 +458,7 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_topic(topic_id, name, retention_seconds, recovering).await
             }
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
+            ControlRequest::UpdateSettings { topic_id, update } => self.update_settings(topic_id, update),
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
                 let (topic, entry) = self.attached(topic_id, subscription_id)?;
                 let (offset, runs) = match snapshot_id {
@@ -764,7 +766,7 @@ impl<S: Storage> Forwarder<S> {
             log,
             journal,
             subscriptions: RefCell::default(),
-            retention_seconds,
+            retention_seconds: Cell::new(retention_seconds),
             published: RefCell::default(),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
@@ -852,10 +854,9 @@ impl<S: Storage> Forwarder<S> {
             id: subscription_id,
             name: name.clone(),
             topic_id,
-            dead_letter_topic: (!settings.dead_letter_topic.is_empty())
-                .then(|| settings.dead_letter_topic.as_str().into()),
-            message_retention_seconds: settings.message_retention_seconds,
-            retain_acked_messages: settings.retain_acked_messages,
+            dead_letter_topic: RefCell::new(dead_letter_topic(&settings)),
+            message_retention_seconds: Cell::new(settings.message_retention_seconds),
+            retain_acked_messages: Cell::new(settings.retain_acked_messages),
             state: RefCell::new(state),
             filter,
             changed: Notify::new(),
@@ -1347,7 +1348,7 @@ impl<S: Storage> Forwarder<S> {
     /// router, to whichever forwarder owns it), then acknowledges them here. Runs as its own
     /// task, one at a time per subscription.
     fn start_dead_lettering(&self, subscription: &Rc<SubscriptionEntry>, topic: &Rc<TopicState<S>>) {
-        if subscription.dead_letter_topic.is_none() || subscription.dead_lettering.get() {
+        if subscription.dead_letter_topic.borrow().is_none() || subscription.dead_lettering.get() {
             return;
         }
         let offsets = subscription.state.borrow_mut().take_dead_letters();
@@ -1365,7 +1366,7 @@ impl<S: Storage> Forwarder<S> {
                     "ringpostd: dead-lettering {} messages of subscription '{}' to '{}' failed, will retry: {error}",
                     offsets.len(),
                     subscription.name,
-                    subscription.dead_letter_topic.as_deref().unwrap_or_default()
+                    subscription.dead_letter_topic.borrow().as_deref().unwrap_or_default()
                 );
                 glommio::timer::sleep(DEAD_LETTER_RETRY).await;
                 let mut state = subscription.state.borrow_mut();
@@ -1585,8 +1586,8 @@ impl<S: Storage> Forwarder<S> {
                 .closed_segments()
                 .iter()
                 .take_while(|segment| {
-                    let topic_keeps = topic.retention_seconds > 0
-                        && !expired(segment.newest_publish_ms, topic.retention_seconds);
+                    let topic_keeps = topic.retention_seconds.get() > 0
+                        && !expired(segment.newest_publish_ms, topic.retention_seconds.get());
                     // A live snapshot keeps everything it may seek back to.
                     let snapshot_keeps = topic.journal.with_open(|open| {
                         open.snapshots.values().any(|snapshot| {
@@ -1596,9 +1597,10 @@ impl<S: Storage> Forwarder<S> {
                     !topic_keeps
                         && snapshot_keeps != Some(true)
                         && subscriptions.iter().all(|entry| {
-                            let gone = expired(segment.newest_publish_ms, entry.message_retention_seconds);
+                            let gone =
+                                expired(segment.newest_publish_ms, entry.message_retention_seconds.get());
                             let acked = entry.state.borrow().ack_floor() >= segment.end_offset;
-                            gone || (acked && !entry.retain_acked_messages)
+                            gone || (acked && !entry.retain_acked_messages.get())
                         })
                 })
                 .count()
@@ -1792,6 +1794,41 @@ impl<S: Storage> Forwarder<S> {
         }
         out
     }
+
+    /// Applies an update the router made durable in the catalog: a topic's retention, or a
+    /// subscription's ack deadline (for leases granted from now on: open streams keep the lease
+    /// they were opened with), delivery policy (retry backoff, dead letters) and retention. The
+    /// filter and message ordering cannot change.
+    fn update_settings(&self, topic_id: u64, update: SettingsUpdate) -> Result<ControlOk, Status> {
+        if self.quarantined.borrow().topics.contains_key(&topic_id) {
+            // Not served; the catalog holds the new settings for when it is again.
+            return Ok(ControlOk::Done);
+        }
+        match update {
+            SettingsUpdate::Topic { retention_seconds } => {
+                let topic = self.topics_by_id.borrow().get(&topic_id).cloned();
+                let topic =
+                    topic.ok_or_else(|| Status::internal(format!("topic {topic_id:x} is not attached")))?;
+                // Segments are kept or deleted by the new value from the next collection on.
+                topic.retention_seconds.set(retention_seconds);
+            }
+            SettingsUpdate::Subscription { subscription_id, settings } => {
+                let (_, entry) = self.attached(topic_id, subscription_id)?;
+                {
+                    let mut state = entry.state.borrow_mut();
+                    state.ack_deadline = Duration::from_secs(settings.ack_deadline_seconds as u64);
+                    state.set_policy(delivery_policy(&settings));
+                }
+                *entry.dead_letter_topic.borrow_mut() = dead_letter_topic(&settings);
+                entry.message_retention_seconds.set(settings.message_retention_seconds);
+                entry.retain_acked_messages.set(settings.retain_acked_messages);
+                // Messages the new policy no longer sends to the dead-letter topic are
+                // deliverable again: the pulls and streams waiting on the subscription look.
+                entry.changed.notify_all();
+            }
+        }
+        Ok(ControlOk::Done)
+    }
 }
 
 /// A pull response as `read_deliveries` encoded it.
@@ -1800,6 +1837,11 @@ enum Encoded {
     Gathered(ringpost_wire::gather::GatheredBody),
     /// Copied whole into its own buffer.
     Whole(FrameBuffer),
+}
+
+/// The dead-letter topic a subscription's settings name; `None` without a policy.
+fn dead_letter_topic(settings: &SubscriptionSettings) -> Option<Box<str>> {
+    (!settings.dead_letter_topic.is_empty()).then(|| settings.dead_letter_topic.as_str().into())
 }
 
 /// The delivery policy a subscription's settings ask for.
@@ -1826,6 +1868,10 @@ async fn dead_letter<S: Storage>(
     offsets: &[u64],
 ) -> Result<(), String> {
     let Some(address) = address else { return Err("the router address is not known yet".into()) };
+    // Read once: an update may change or remove the policy while the publish is under way.
+    let Some(dead_letter_topic) = subscription.dead_letter_topic.borrow().clone() else {
+        return Err("the subscription no longer has a dead-letter policy".into());
+    };
     let cached = cache.borrow().clone();
     let client = match cached {
         Some(client) => client,
@@ -1859,8 +1905,7 @@ async fn dead_letter<S: Storage>(
         })
         .collect();
     for chunk in messages.chunks(PUBLISH_BATCH_MESSAGES_MAX / 2) {
-        let topic = subscription.dead_letter_topic.as_deref().unwrap_or_default();
-        if let Err(error) = client.publish(topic, chunk.to_vec()).await {
+        if let Err(error) = client.publish(&dead_letter_topic, chunk.to_vec()).await {
             // A broken connection is opened afresh next time.
             cache.borrow_mut().take();
             return Err(error.to_string());

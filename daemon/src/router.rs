@@ -13,7 +13,7 @@ use crate::catalog::{
     entry_records, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
     TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
-use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest};
+use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
 use crate::log::{Directories, Log, LogError};
 use crate::net::{fail, respond, Handler};
 use crate::placement::Placement;
@@ -27,6 +27,7 @@ use ringpost_wire::messages::*;
 use ringpost_wire::validate::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
     effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
+    validate_subscription_update, validate_topic_update,
 };
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
@@ -153,6 +154,10 @@ pub struct Router<S: Storage> {
     /// Each catalog append holds one unit; compaction takes them all, so that no entry commits
     /// between its snapshot of the state and its checkpoint (see `catalog::compact`).
     catalog_gate: Semaphore,
+    /// One unit: updates run one at a time, each from reading the record to its forwarder's
+    /// answer, so that two concurrent updates cannot each write their change over the record
+    /// as it was before the other, nor reach the forwarder in another order than the catalog.
+    update_gate: Semaphore,
 }
 
 /// Units of `Router::catalog_gate`: more than appends can ever be in flight at once.
@@ -185,6 +190,7 @@ impl<S: Storage> Router<S> {
             forwarder_addresses,
             creating: RefCell::default(),
             catalog_gate: Semaphore::new(CATALOG_GATE_UNITS),
+            update_gate: Semaphore::new(1),
         }
     }
 
@@ -515,6 +521,103 @@ impl<S: Storage> Router<S> {
             maximum_backoff_seconds: settings.maximum_backoff_seconds,
             expiration_ttl_seconds: settings.expiration_ttl_seconds,
         }
+    }
+
+    async fn update_permit(&self) -> Result<glommio::sync::Permit<'_>, Status> {
+        self.update_gate
+            .acquire_permit(1)
+            .await
+            .map_err(|error| Status::internal(format!("the router is closing: {error}")))
+    }
+
+    /// UpdateTopic. The new retention is made durable in the catalog first (what the next start
+    /// attaches the topic with), then the forwarder that owns the topic applies it.
+    async fn update_topic(&self, body: &[u8]) -> Result<Topic, Status> {
+        let request = access_body::<UpdateTopicRequest>(body)?;
+        let changes = validate_topic_update(request)?;
+        let _update = self.update_permit().await?;
+        let mut topic = self.topic_record(request.topic.name.as_str())?;
+        if let Some(retention) = changes.message_retention_seconds {
+            topic.message_retention_seconds = retention;
+        }
+        let retention_seconds = topic.message_retention_seconds;
+        self.append(CatalogEntry::TopicUpdated {
+            id: topic.id,
+            message_retention_seconds: retention_seconds,
+        })
+        .await?;
+        // A deletion that committed while the update waited for the disk wins.
+        if self.state.borrow().topic_by_id(topic.id).is_none() {
+            return Err(Status::not_found(format!("topic '{}' (deleted during the update)", topic.name)));
+        }
+        let shard = self.topic_shard.borrow().get(&topic.id).copied();
+        if let Some(shard) = shard {
+            let update = SettingsUpdate::Topic { retention_seconds };
+            self.forwarders[shard as usize]
+                .call(ControlRequest::UpdateSettings { topic_id: topic.id, update })
+                .await
+                .map_err(|status| not_applied("topic", &topic.name, status))?;
+        }
+        Ok(Topic { name: topic.name, message_retention_seconds: retention_seconds })
+    }
+
+    /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
+    /// as at creation.
+    async fn update_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
+        let request = access_body::<UpdateSubscriptionRequest>(body)?;
+        let changes = validate_subscription_update(request)?;
+        let _update = self.update_permit().await?;
+        let mut record = self.subscription_record(request.subscription.name.as_str())?;
+        let settings = &mut record.settings;
+        if let Some(seconds) = changes.ack_deadline_seconds {
+            settings.ack_deadline_seconds = seconds;
+        }
+        if let Some(retain) = changes.retain_acked_messages {
+            settings.retain_acked_messages = retain;
+        }
+        if let Some(seconds) = changes.message_retention_seconds {
+            settings.message_retention_seconds = seconds;
+        }
+        if let Some(seconds) = changes.expiration_ttl_seconds {
+            settings.expiration_ttl_seconds = seconds;
+        }
+        if let Some((dead_letter_topic, attempts)) = changes.dead_letter_policy {
+            if !dead_letter_topic.is_empty() {
+                self.topic_record(&dead_letter_topic)?;
+            }
+            settings.dead_letter_topic = dead_letter_topic;
+            settings.max_delivery_attempts = attempts;
+        }
+        if let Some((minimum, maximum)) = changes.retry_policy {
+            settings.minimum_backoff_seconds = minimum;
+            settings.maximum_backoff_seconds = maximum;
+        }
+        self.append(CatalogEntry::SubscriptionUpdated {
+            id: record.id,
+            name: record.name.clone(),
+            settings: record.settings.clone(),
+        })
+        .await?;
+        // A deletion that committed while the update waited for the disk wins.
+        if self.state.borrow().subscriptions.get(&record.name).is_none_or(|live| live.id != record.id) {
+            return Err(Status::not_found(format!(
+                "subscription '{}' (deleted during the update)",
+                record.name
+            )));
+        }
+        // A subscription whose topic was deleted is served nowhere: the catalog is all there is.
+        let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
+        if let Some(shard) = shard {
+            let update = SettingsUpdate::Subscription {
+                subscription_id: record.id,
+                settings: record.settings.clone(),
+            };
+            self.forwarders[shard as usize]
+                .call(ControlRequest::UpdateSettings { topic_id: record.topic_id, update })
+                .await
+                .map_err(|status| not_applied("subscription", &record.name, status))?;
+        }
+        Ok(self.subscription_message(&record))
     }
 
     fn snapshot_record(&self, name: &str) -> Result<SnapshotRecord, Status> {
@@ -871,9 +974,8 @@ impl<S: Storage> Router<S> {
                 }
                 respond(header, &Empty {})
             }
-            Command::UpdateTopic | Command::UpdateSubscription => {
-                return Err(Status::new(ErrorCode::Unimplemented, "updates are not served yet"))
-            }
+            Command::UpdateTopic => respond(header, &self.update_topic(body).await?),
+            Command::UpdateSubscription => respond(header, &self.update_subscription(body).await?),
             Command::Publish
             | Command::Pull
             | Command::Acknowledge
@@ -886,6 +988,15 @@ impl<S: Storage> Router<S> {
             }
         })
     }
+}
+
+/// An update the catalog holds but the owning forwarder did not take: the daemon serves it from
+/// the next start, and sending the same update again applies it now.
+fn not_applied(kind: &str, name: &str, status: Status) -> Status {
+    Status::unavailable(format!(
+        "the update of {kind} '{name}' is durable, but its forwarder did not apply it ({status}); \
+         it applies at the next start, or when the update is sent again"
+    ))
 }
 
 fn page_size(requested: u32) -> usize {

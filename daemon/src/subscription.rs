@@ -587,10 +587,41 @@ impl SubscriptionState {
             .flat_map(|in_flight| in_flight.leases.iter().map(|(offset, lease)| (offset, lease.deadline)))
     }
 
-    /// A dead-letter publish failed: the message waits to be dead-lettered again.
+    /// A dead-letter publish failed: the message waits to be dead-lettered again, or, if an
+    /// update removed the policy (or raised its attempts) meanwhile, to be delivered again.
     pub fn return_dead_letter(&mut self, offset: u64) {
-        if !self.acked.contains(offset) {
-            self.in_flight().dead_letters.insert(offset);
+        if self.acked.contains(offset) {
+            return;
+        }
+        let exhausted = self.is_exhausted(offset);
+        let in_flight = self.in_flight();
+        if exhausted {
+            in_flight.dead_letters.insert(offset);
+        } else {
+            in_flight.redeliver.insert(offset);
+        }
+    }
+
+    /// Whether the policy sends this message to the dead-letter topic at its next failure.
+    fn is_exhausted(&self, offset: u64) -> bool {
+        self.policy.max_delivery_attempts.is_some_and(|max| self.attempts(offset) >= max)
+    }
+
+    /// Takes a new delivery policy (an UpdateSubscription). Leases, backoffs and attempts run on
+    /// under it; messages waiting for the dead-letter topic that the new policy would not send
+    /// there (none, or more attempts) are delivered again instead of waiting for good.
+    pub fn set_policy(&mut self, policy: DeliveryPolicy) {
+        self.policy = policy;
+        let waiting: Vec<u64> = match self.in_flight.as_deref() {
+            Some(in_flight) => in_flight.dead_letters.iter().copied().collect(),
+            None => return,
+        };
+        for offset in waiting {
+            if !self.is_exhausted(offset) {
+                let in_flight = self.in_flight();
+                in_flight.dead_letters.remove(&offset);
+                in_flight.redeliver.insert(offset);
+            }
         }
     }
 
@@ -1049,6 +1080,43 @@ mod tests {
         assert_eq!(state.check_ack("2.0.1"), Err(AckRefusal::OtherSubscription));
         assert_eq!(state.check_ack("1.5.1"), Err(AckRefusal::NeverDelivered));
         assert_eq!(state.check_ack(&"1".repeat(100)), Err(AckRefusal::Malformed));
+    }
+
+    /// An update that removes the dead-letter policy, or raises its attempts, sends messages
+    /// waiting for the dead-letter topic (and ones whose dead-letter publish fails) back to
+    /// delivery; one that lowers the attempts dead-letters at the next failure.
+    #[test]
+    fn a_new_delivery_policy_applies_to_messages_already_out() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let policy = |max| DeliveryPolicy { max_delivery_attempts: max, ..Default::default() };
+        state.set_policy(policy(Some(2)));
+        for _ in 0..2 {
+            let delivered = state.pull(now, 5, 2);
+            for delivery in &delivered {
+                state.modify_deadline(&ack_id(&state, delivery), 0, now).unwrap();
+            }
+        }
+        state.set_policy(policy(Some(3)));
+        let third = state.pull(now, 5, 2);
+        assert_eq!(third.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 3), (1, 3)]);
+        for delivery in &third {
+            state.modify_deadline(&ack_id(&state, delivery), 0, now).unwrap();
+        }
+        assert!(state.pull(now, 5, 2).is_empty(), "both wait for the dead-letter topic");
+        state.set_policy(policy(None));
+        assert_eq!(state.pull(now, 5, 2).len(), 2, "without a policy they are delivered again");
+        state.set_policy(policy(Some(4)));
+        assert!(state.take_dead_letters().is_empty());
+        // Their fourth leases expire: at 4 attempts both go to the dead-letter topic.
+        assert!(state.pull(now + DEADLINE * 2, 5, 2).is_empty());
+        assert_eq!(state.take_dead_letters(), vec![0, 1]);
+        state.set_policy(policy(None));
+        state.return_dead_letter(0);
+        assert_eq!(
+            state.pull(now + DEADLINE * 2, 5, 2).iter().map(|d| d.offset).collect::<Vec<_>>(),
+            vec![0]
+        );
     }
 
     #[test]
