@@ -1,13 +1,106 @@
-//! Administrative requests: stats and data-directory resync. Both go to the router.
+//! Administrative requests: updates of topics and subscriptions, seek, snapshots, stats and
+//! data-directory resync. All go to the router.
 
 use crate::{Client, Result};
 use ringpost_wire::messages::{
     Empty, ListRequest, NameRequest, ResyncDirectoryRequest, ResyncDirectoryResponse, SeekRequest, Snapshot,
-    SnapshotList, SnapshotRequest, StatsResponse,
+    SnapshotList, SnapshotRequest, StatsResponse, Subscription, Topic, UpdateSubscriptionRequest,
+    UpdateTopicRequest,
 };
 use ringpost_wire::Command;
 
+/// The changes of a topic update: each field given is set, the others are left as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicUpdate {
+    /// Seconds messages are kept after publish even once acknowledged; 0 removes the retention.
+    pub message_retention_seconds: Option<u64>,
+}
+
+/// The changes of a subscription update: each field given is set, the others are left as they
+/// are. A 0 stands for the default, as at creation. The filter, message ordering and topic
+/// cannot change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriptionUpdate {
+    /// For leases granted from now on.
+    pub ack_deadline_seconds: Option<u32>,
+    pub retain_acked_messages: Option<bool>,
+    pub message_retention_seconds: Option<u64>,
+    pub expiration_ttl_seconds: Option<u64>,
+    /// The dead-letter topic and the delivery attempts before a message goes there; an empty
+    /// topic (with 0 attempts) removes the policy.
+    pub dead_letter_policy: Option<(String, u32)>,
+    /// Minimum and maximum retry backoff in seconds; (0, 0) removes the policy.
+    pub retry_policy: Option<(u32, u32)>,
+}
+
+impl SubscriptionUpdate {
+    /// The request that makes these changes to subscription `name`: the values, and the update
+    /// mask naming the fields given, as Pub/Sub names them.
+    pub fn request(&self, name: &str) -> (Subscription, Vec<String>) {
+        let mut subscription = Subscription { name: name.to_owned(), ..Default::default() };
+        let mut mask = Vec::new();
+        if let Some(seconds) = self.ack_deadline_seconds {
+            subscription.ack_deadline_seconds = seconds;
+            mask.push("ack_deadline_seconds");
+        }
+        if let Some(retain) = self.retain_acked_messages {
+            subscription.retain_acked_messages = retain;
+            mask.push("retain_acked_messages");
+        }
+        if let Some(seconds) = self.message_retention_seconds {
+            subscription.message_retention_seconds = seconds;
+            mask.push("message_retention_duration");
+        }
+        if let Some(seconds) = self.expiration_ttl_seconds {
+            subscription.expiration_ttl_seconds = seconds;
+            mask.push("expiration_policy");
+        }
+        if let Some((topic, attempts)) = &self.dead_letter_policy {
+            subscription.dead_letter_topic = topic.clone();
+            subscription.max_delivery_attempts = *attempts;
+            mask.push("dead_letter_policy");
+        }
+        if let Some((minimum, maximum)) = self.retry_policy {
+            subscription.minimum_backoff_seconds = minimum;
+            subscription.maximum_backoff_seconds = maximum;
+            mask.push("retry_policy");
+        }
+        (subscription, mask.into_iter().map(str::to_owned).collect())
+    }
+}
+
 impl Client {
+    /// Changes a topic's settings (UpdateTopic) and returns the topic as it now is. Nothing
+    /// to change is `InvalidArgument`.
+    pub async fn update_topic(&self, name: &str, update: TopicUpdate) -> Result<Topic> {
+        let mut topic = Topic { name: name.to_owned(), ..Default::default() };
+        let mut update_mask = Vec::new();
+        if let Some(seconds) = update.message_retention_seconds {
+            topic.message_retention_seconds = seconds;
+            update_mask.push("message_retention_duration".to_owned());
+        }
+        self.control(Command::UpdateTopic, &UpdateTopicRequest { topic, update_mask }).await
+    }
+
+    /// Changes a subscription's settings (UpdateSubscription) and returns the subscription as
+    /// it now is. Nothing to change is `InvalidArgument`.
+    pub async fn update_subscription(&self, name: &str, update: SubscriptionUpdate) -> Result<Subscription> {
+        let (subscription, update_mask) = update.request(name);
+        self.update_subscription_fields(subscription, update_mask).await
+    }
+
+    /// UpdateSubscription as Pub/Sub has it: the fields `update_mask` names (Pub/Sub's names:
+    /// `ack_deadline_seconds`, `message_retention_duration`, `dead_letter_policy`, ...) take
+    /// their values from `subscription`, whose name says which one to change.
+    pub async fn update_subscription_fields(
+        &self,
+        subscription: Subscription,
+        update_mask: Vec<String>,
+    ) -> Result<Subscription> {
+        self.control(Command::UpdateSubscription, &UpdateSubscriptionRequest { subscription, update_mask })
+            .await
+    }
+
     /// Per topic and subscription: offsets, backlog, outstanding, delivery counters, oldest
     /// unacknowledged age; per shard: data directories and whether they are fenced.
     pub async fn stats(&self) -> Result<StatsResponse> {

@@ -34,6 +34,7 @@ pub mod stream;
 pub mod subscriber;
 pub mod timer;
 
+pub use admin::{SubscriptionUpdate, TopicUpdate};
 pub use connection::Connection;
 pub use pool::{ConnectionStats, Pool, PoolCounters, PoolSettings, Strategy};
 pub use publisher::{
