@@ -123,6 +123,20 @@ enum TopicAction {
     Get(TopicGet),
     List(TopicList),
     Delete(TopicDelete),
+    Update(TopicUpdate),
+}
+
+/// change a topic's settings; only the flags given change
+#[derive(FromArgs)]
+#[argh(subcommand, name = "update")]
+struct TopicUpdate {
+    /// the topic
+    #[argh(positional)]
+    name: String,
+    /// keep messages this many seconds even once acknowledged (600 to 2678400; 0 removes the
+    /// retention: messages are kept until every subscription acknowledged them)
+    #[argh(option)]
+    retention: Option<u64>,
 }
 
 /// create a topic
@@ -175,6 +189,95 @@ enum SubAction {
     List(SubList),
     Delete(SubDelete),
     Seek(SubSeek),
+    Update(SubUpdate),
+}
+
+/// change a subscription's settings; only the flags given change (the topic, filter and
+/// ordering cannot)
+#[derive(FromArgs)]
+#[argh(subcommand, name = "update")]
+struct SubUpdate {
+    /// the subscription
+    #[argh(positional)]
+    name: String,
+    /// seconds a message delivered from now on is leased before it is delivered again (10 to
+    /// 600; 0 means the default, 10)
+    #[argh(option)]
+    ack_deadline: Option<u32>,
+    /// keep acknowledged messages for the retention period: true or false
+    #[argh(option)]
+    retain_acked: Option<bool>,
+    /// seconds unacknowledged messages are kept (600 to 2678400; 0 means the default, 7 days)
+    #[argh(option)]
+    retention: Option<u64>,
+    /// seconds of inactivity after which the subscription expires (at least 86400; 0 means
+    /// the default, 31 days)
+    #[argh(option)]
+    expiration: Option<u64>,
+    /// topic that receives messages which failed --max-delivery-attempts times (the policy is
+    /// set whole: this with the attempts)
+    #[argh(option)]
+    dead_letter_topic: Option<String>,
+    /// deliveries before a message goes to the dead-letter topic (5 to 100; default 5)
+    #[argh(option)]
+    max_delivery_attempts: Option<u32>,
+    /// remove the dead-letter policy
+    #[argh(switch)]
+    clear_dead_letter: bool,
+    /// seconds to wait before redelivering a nacked or expired message, doubling per attempt
+    /// (0 to 600; the policy is set whole: a bound not given takes its default, 10 and 600)
+    #[argh(option)]
+    min_backoff: Option<u32>,
+    /// longest retry backoff in seconds (0 to 600)
+    #[argh(option)]
+    max_backoff: Option<u32>,
+    /// remove the retry policy: failed messages are delivered again at once
+    #[argh(switch)]
+    clear_retry: bool,
+}
+
+impl SubUpdate {
+    /// The changes the flags ask for; a refusal names the flags at fault.
+    fn changes(&self) -> Result<ringpost_client::SubscriptionUpdate, Failure> {
+        let invalid = |text: &str| Err(Failure(format!("InvalidArgument: {text}"), 2));
+        let dead_letter_policy =
+            match (&self.dead_letter_topic, self.max_delivery_attempts, self.clear_dead_letter) {
+                (None, None, false) => None,
+                (None, None, true) => Some((String::new(), 0)),
+                (Some(topic), attempts, false) => Some((topic.clone(), attempts.unwrap_or(0))),
+                (None, Some(_), false) => {
+                    return invalid(
+                        "--max-delivery-attempts needs --dead-letter-topic: the policy is set whole",
+                    )
+                }
+                (_, _, true) => {
+                    return invalid(
+                        "--clear-dead-letter goes without --dead-letter-topic and --max-delivery-attempts",
+                    )
+                }
+            };
+        let retry_policy = match (self.min_backoff, self.max_backoff, self.clear_retry) {
+            (None, None, false) => None,
+            (None, None, true) => Some((0, 0)),
+            (minimum, maximum, false) => Some((minimum.unwrap_or(0), maximum.unwrap_or(0))),
+            (_, _, true) => return invalid("--clear-retry goes without --min-backoff and --max-backoff"),
+        };
+        let changes = ringpost_client::SubscriptionUpdate {
+            ack_deadline_seconds: self.ack_deadline,
+            retain_acked_messages: self.retain_acked,
+            message_retention_seconds: self.retention,
+            expiration_ttl_seconds: self.expiration,
+            dead_letter_policy,
+            retry_policy,
+        };
+        if changes == ringpost_client::SubscriptionUpdate::default() {
+            return invalid(
+                "nothing to update: give --ack-deadline, --retain-acked, --retention, --expiration, \
+                 --dead-letter-topic, --clear-dead-letter, --min-backoff, --max-backoff or --clear-retry",
+            );
+        }
+        Ok(changes)
+    }
 }
 
 /// create a subscription: it receives every message published to the topic from now on
@@ -757,6 +860,14 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 print_rows(output, &TOPIC_HEADER, topics.iter().map(topic_row).collect());
             }
             TopicAction::Delete(delete) => client.delete_topic(&delete.name).await?,
+            TopicAction::Update(update) => {
+                if update.retention.is_none() {
+                    return Err(Failure("InvalidArgument: nothing to update: give --retention".into(), 2));
+                }
+                let changes = ringpost_client::TopicUpdate { message_retention_seconds: update.retention };
+                let topic = client.update_topic(&update.name, changes).await?;
+                print_rows(output, &TOPIC_HEADER, vec![topic_row(&topic)]);
+            }
         },
         Command::Sub(SubCommand { action }) => match action {
             SubAction::Create(create) => {
@@ -791,6 +902,10 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 );
             }
             SubAction::Delete(delete) => client.delete_subscription(&delete.name).await?,
+            SubAction::Update(update) => {
+                let subscription = client.update_subscription(&update.name, update.changes()?).await?;
+                print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+            }
             SubAction::Seek(seek) => match (seek.time, seek.snapshot) {
                 (Some(time), None) => {
                     let time_ms = json::parse_time(&time)
