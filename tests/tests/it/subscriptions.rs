@@ -333,3 +333,221 @@ fn deadline_extensions_survive_a_restart() {
     );
     assert!(block_on(client.pull("long-workers", 10, 0)).unwrap().is_empty());
 }
+
+fn attribute<'a>(message: &'a ringpost_client::ReceivedMessage, key: &str) -> Option<&'a str> {
+    message.attributes.iter().find(|a| a.key == key).map(|a| a.value.as_str())
+}
+
+/// Nacks `text` each time it is delivered until it has been delivered `attempts` times, each
+/// pull waiting up to `wait_ms`; returns the delivery attempts seen.
+fn nack_until(client: &Client, subscription: &str, text: &str, attempts: u32, wait_ms: u32) -> Vec<u32> {
+    let mut seen = Vec::new();
+    while seen.len() < attempts as usize {
+        let delivered = block_on(client.pull(subscription, 10, wait_ms)).unwrap();
+        assert!(!delivered.is_empty(), "'{text}' not delivered again after attempts {seen:?}");
+        for message in delivered {
+            assert_eq!(message.data, text.as_bytes());
+            seen.push(message.delivery_attempt);
+            assert!(block_on(client.nack(subscription, vec![message.ack_id])).unwrap().is_empty());
+        }
+    }
+    seen
+}
+
+/// `sub update --ack-deadline` shows in `sub get` and sets the lease of what is delivered from
+/// then on; a message leased before keeps the lease it was given.
+#[test]
+fn update_ack_deadline_applies_to_new_leases() {
+    let daemon = Daemon::start("update-deadline");
+    let client = daemon.client();
+    block_on(client.create_topic("slow")).unwrap();
+    block_on(client.create_subscription(subscription("slow-workers", "slow", 600))).unwrap();
+    publish(&client, "slow", &["leased-before"]);
+    assert_eq!(pull_texts(&client, "slow-workers").len(), 1);
+    let updated =
+        ringpost_tests::succeeded(&daemon.cli(&["sub", "update", "slow-workers", "--ack-deadline", "10"]));
+    assert!(updated.contains("\"ack_deadline_seconds\":10"), "{updated}");
+    let got = ringpost_tests::succeeded(&daemon.cli(&["sub", "get", "slow-workers"]));
+    assert!(got.contains("\"ack_deadline_seconds\":10"), "{got}");
+    assert!(got.contains("\"topic\":\"slow\""), "the rest stays: {got}");
+    publish(&client, "slow", &["leased-after"]);
+    let delivered_at = Instant::now();
+    let after = pull_texts(&client, "slow-workers");
+    assert_eq!(
+        after.iter().map(|(text, _, attempt)| (text.as_str(), *attempt)).collect::<Vec<_>>(),
+        [("leased-after", 1)]
+    );
+    let again = block_on(client.pull("slow-workers", 10, 20_000)).unwrap();
+    let waited = delivered_at.elapsed();
+    let again: Vec<(String, u32)> =
+        again.into_iter().map(|m| (String::from_utf8(m.data).unwrap(), m.delivery_attempt)).collect();
+    assert_eq!(again, [("leased-after".to_owned(), 2)], "only the new lease runs on the new deadline");
+    assert!(waited >= Duration::from_secs(10), "redelivered after {waited:?}, before the new 10 s deadline");
+    assert!(waited < Duration::from_secs(20), "redelivered after {waited:?}: the new deadline was not used");
+}
+
+/// An update that sets a dead-letter policy of fewer attempts and removes a retry backoff:
+/// nacks redeliver at once, and the message goes to the dead-letter topic after the new
+/// number of attempts. A dead-letter topic that does not exist is refused, as at creation.
+#[test]
+fn update_retry_and_dead_letter_policy_take_effect() {
+    let daemon = Daemon::start("update-dead-letter");
+    let client = daemon.client();
+    for topic in ["jobs", "jobs-dead"] {
+        block_on(client.create_topic(topic)).unwrap();
+    }
+    block_on(client.create_subscription(subscription("dead-reader", "jobs-dead", 0))).unwrap();
+    block_on(client.create_subscription(Subscription {
+        dead_letter_topic: "jobs-dead".into(),
+        max_delivery_attempts: 20,
+        minimum_backoff_seconds: 300,
+        ..subscription("workers", "jobs", 0)
+    }))
+    .unwrap();
+    let missing = ringpost_client::SubscriptionUpdate {
+        dead_letter_policy: Some(("jobs-missing".into(), 5)),
+        ..Default::default()
+    };
+    let refused = block_on(client.update_subscription("workers", missing)).unwrap_err();
+    assert_eq!(refused.code(), ringpost_client::ErrorCode::NotFound, "{refused}");
+    let update = ringpost_client::SubscriptionUpdate {
+        dead_letter_policy: Some(("jobs-dead".into(), 5)),
+        retry_policy: Some((0, 0)),
+        ..Default::default()
+    };
+    let updated = block_on(client.update_subscription("workers", update)).unwrap();
+    assert_eq!(
+        (updated.dead_letter_topic.as_str(), updated.max_delivery_attempts),
+        ("jobs-dead", 5),
+        "{updated:?}"
+    );
+    assert_eq!((updated.minimum_backoff_seconds, updated.maximum_backoff_seconds), (0, 0));
+    assert_eq!(block_on(client.get_subscription("workers")).unwrap(), updated);
+    publish(&client, "jobs", &["poison"]);
+    // Each pull waits 2 s: with the old backoff of 300 s the second delivery would not come.
+    assert_eq!(nack_until(&client, "workers", "poison", 5, 2000), [1, 2, 3, 4, 5]);
+    let dead = block_on(client.pull("dead-reader", 10, 5000)).unwrap();
+    assert_eq!(dead.len(), 1, "dead-lettered after the new 5 attempts, not the old 20");
+    assert_eq!(dead[0].data, b"poison");
+    assert_eq!(attribute(&dead[0], "CloudPubSubDeadLetterSourceDeliveryCount"), Some("5"));
+    assert!(
+        block_on(client.pull("workers", 10, 1000)).unwrap().is_empty(),
+        "dead-lettered means acknowledged"
+    );
+    // Removing the policy again: nothing more goes to the dead-letter topic.
+    let cleared =
+        ringpost_tests::succeeded(&daemon.cli(&["sub", "update", "workers", "--clear-dead-letter"]));
+    assert!(cleared.contains("\"dead_letter_topic\":\"\""), "{cleared}");
+    publish(&client, "jobs", &["retried"]);
+    assert_eq!(nack_until(&client, "workers", "retried", 6, 2000), [1, 2, 3, 4, 5, 6]);
+    assert!(block_on(client.pull("dead-reader", 10, 1000)).unwrap().is_empty());
+}
+
+/// Fields Pub/Sub does not let an update change, fields Ringpost does not store, an empty mask
+/// and out-of-range values are refused with InvalidArgument naming the field, and change nothing.
+#[test]
+fn update_refuses_immutable_fields_and_empty_masks() {
+    let daemon = Daemon::start("update-refusals");
+    let client = daemon.client();
+    block_on(client.create_topic("fixed")).unwrap();
+    block_on(client.create_topic("other")).unwrap();
+    block_on(client.create_subscription(Subscription {
+        filter: "attributes:kind".into(),
+        ..subscription("fixed-sub", "fixed", 30)
+    }))
+    .unwrap();
+    let before = block_on(client.get_subscription("fixed-sub")).unwrap();
+    let attempt = |mask: &[&str], subscription: Subscription| {
+        let mask = mask.iter().map(|field| field.to_string()).collect();
+        block_on(client.update_subscription_fields(subscription, mask)).unwrap_err()
+    };
+    let changed = Subscription {
+        name: "fixed-sub".into(),
+        topic: "other".into(),
+        filter: String::new(),
+        enable_message_ordering: true,
+        ack_deadline_seconds: 60,
+        ..Default::default()
+    };
+    for field in ["filter", "enable_message_ordering", "topic", "labels", "push_config"] {
+        let error = attempt(&["ack_deadline_seconds", field], changed.clone());
+        assert_eq!(error.code(), ringpost_client::ErrorCode::InvalidArgument, "{field}: {error}");
+        assert!(error.to_string().contains(&format!("'{field}'")), "the refusal names {field}: {error}");
+    }
+    let error = attempt(&[], changed.clone());
+    assert_eq!(error.code(), ringpost_client::ErrorCode::InvalidArgument, "{error}");
+    assert!(error.to_string().contains("update_mask is empty"), "{error}");
+    let error =
+        attempt(&["ack_deadline_seconds"], Subscription { ack_deadline_seconds: 5, ..changed.clone() });
+    assert_eq!(error.code(), ringpost_client::ErrorCode::InvalidArgument, "{error}");
+    let error = attempt(&["ack_deadline_seconds"], Subscription { name: "absent".into(), ..changed.clone() });
+    assert_eq!(error.code(), ringpost_client::ErrorCode::NotFound, "{error}");
+    assert_eq!(block_on(client.get_subscription("fixed-sub")).unwrap(), before, "nothing changed");
+    let error = block_on(client.update_topic("fixed", ringpost_client::TopicUpdate::default())).unwrap_err();
+    assert_eq!(error.code(), ringpost_client::ErrorCode::InvalidArgument, "{error}");
+    let too_short = ringpost_client::TopicUpdate { message_retention_seconds: Some(60) };
+    let error = block_on(client.update_topic("fixed", too_short)).unwrap_err();
+    assert_eq!(error.code(), ringpost_client::ErrorCode::InvalidArgument, "{error}");
+    // The CLI refuses what it can tell is wrong before sending anything.
+    for args in [
+        &["sub", "update", "fixed-sub"][..],
+        &["sub", "update", "fixed-sub", "--max-delivery-attempts", "5"],
+        &["sub", "update", "fixed-sub", "--clear-retry", "--min-backoff", "5"],
+        &["topic", "update", "fixed"],
+    ] {
+        let output = daemon.cli(args);
+        let error = ringpost_tests::failed(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {error}");
+        assert!(error.starts_with("InvalidArgument"), "{args:?}: {error}");
+    }
+    let error = ringpost_tests::failed(&daemon.cli(&["sub", "update", "fixed-sub", "--ack-deadline", "601"]));
+    assert!(error.starts_with("InvalidArgument"), "{error}");
+    assert_eq!(block_on(client.get_subscription("fixed-sub")).unwrap(), before, "nothing changed");
+}
+
+/// Updates are durable: after a restart `topic get` and `sub get` show the new values, and
+/// delivery follows them (retry backoff, dead-letter attempts).
+#[test]
+fn update_survives_a_restart() {
+    let mut daemon = Daemon::start("update-restart");
+    let client = daemon.client();
+    for topic in ["kept", "kept-dead"] {
+        block_on(client.create_topic(topic)).unwrap();
+    }
+    block_on(client.create_subscription(subscription("kept-dead-reader", "kept-dead", 0))).unwrap();
+    block_on(client.create_subscription(subscription("kept-sub", "kept", 10))).unwrap();
+    ringpost_tests::succeeded(&daemon.cli(&["topic", "update", "kept", "--retention", "3600"]));
+    #[rustfmt::skip]
+    let args = [
+        "sub", "update", "kept-sub", "--ack-deadline", "30", "--retain-acked", "true",
+        "--retention", "7200", "--expiration", "172800", "--dead-letter-topic", "kept-dead",
+        "--max-delivery-attempts", "5", "--min-backoff", "1", "--max-backoff", "2",
+    ];
+    ringpost_tests::succeeded(&daemon.cli(&args));
+    drop(client);
+    daemon.restart();
+    let client = daemon.client();
+    assert_eq!(block_on(client.get_topic("kept")).unwrap().message_retention_seconds, 3600);
+    let got = ringpost_tests::succeeded(&daemon.cli(&["sub", "get", "kept-sub"]));
+    for field in [
+        "\"ack_deadline_seconds\":30",
+        "\"retain_acked_messages\":true",
+        "\"message_retention_seconds\":7200",
+        "\"expiration_ttl_seconds\":172800",
+        "\"dead_letter_topic\":\"kept-dead\"",
+        "\"max_delivery_attempts\":5",
+        "\"minimum_backoff_seconds\":1",
+        "\"maximum_backoff_seconds\":2",
+    ] {
+        assert!(got.contains(field), "{field} after the restart: {got}");
+    }
+    publish(&client, "kept", &["doomed"]);
+    let first = pull_texts(&client, "kept-sub");
+    assert_eq!(first.len(), 1);
+    assert!(block_on(client.nack("kept-sub", vec![first[0].1.clone()])).unwrap().is_empty());
+    assert!(pull_texts(&client, "kept-sub").is_empty(), "the retry policy holds a nacked message back");
+    assert_eq!(nack_until(&client, "kept-sub", "doomed", 4, 5000), [2, 3, 4, 5]);
+    let dead = block_on(client.pull("kept-dead-reader", 10, 5000)).unwrap();
+    assert_eq!(dead.len(), 1, "dead-lettered after the 5 attempts the update set");
+    assert_eq!(attribute(&dead[0], "CloudPubSubDeadLetterSourceSubscription"), Some("kept-sub"));
+}
