@@ -1,12 +1,16 @@
 //! Arbitrary bytes, as a peer could send them, through the whole read path: the frame
 //! splitter (fed in two chunks, cut where the first byte says), then in-place validated access
-//! to every frame body as each of the request types, then semantic validation of publishes.
+//! to every frame body as each of the request types, then semantic validation of publishes and
+//! updates.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringpost_wire::messages::{AcknowledgeRequest, PublishRequest, PullRequest, Subscription};
-use ringpost_wire::validate::validate_publish;
+use ringpost_wire::messages::{
+    AcknowledgeRequest, PublishRequest, PullRequest, Subscription, UpdateSubscriptionRequest,
+    UpdateTopicRequest,
+};
+use ringpost_wire::validate::{validate_publish, validate_subscription_update, validate_topic_update};
 use ringpost_wire::{access_body, FrameBuffer, FrameSplitter};
 
 fuzz_target!(|data: &[u8]| {
@@ -35,6 +39,12 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Ok(subscription) = access_body::<Subscription>(&body) {
             let _ = (subscription.name.as_str(), subscription.filter.as_str());
+        }
+        if let Ok(request) = access_body::<UpdateSubscriptionRequest>(&body) {
+            let _ = validate_subscription_update(request);
+        }
+        if let Ok(request) = access_body::<UpdateTopicRequest>(&body) {
+            let _ = validate_topic_update(request);
         }
     }
 });
