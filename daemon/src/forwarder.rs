@@ -2475,6 +2475,53 @@ mod tests {
         });
     }
 
+    /// An update applied on the forwarder decides from then on what keeps acknowledged
+    /// segments (the topic's retention, the subscription's retain_acked_messages) and what lease
+    /// a pull grants.
+    #[test]
+    fn updated_settings_decide_what_is_kept_and_how_long_a_lease_runs() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let topic = topic(&forwarder, 0).await;
+            let entry = subscribe(&forwarder, false).await;
+            let update_topic = |retention_seconds| ControlRequest::UpdateSettings {
+                topic_id: 7,
+                update: SettingsUpdate::Topic { retention_seconds },
+            };
+            let update_subscription = |ack_deadline_seconds, retain_acked_messages| {
+                let settings = SubscriptionSettings {
+                    ack_deadline_seconds,
+                    message_retention_seconds: 7 * 24 * 3600,
+                    retain_acked_messages,
+                    ..Default::default()
+                };
+                ControlRequest::UpdateSettings {
+                    topic_id: 7,
+                    update: SettingsUpdate::Subscription { subscription_id: 9, settings },
+                }
+            };
+            forwarder.control(update_topic(3600)).await.unwrap();
+            forwarder.control(update_subscription(30, true)).await.unwrap();
+            publish(&forwarder, 300).await;
+            let leased = pull(&forwarder, 1).await;
+            clock.advance(Duration::from_secs(20));
+            assert!(pull(&forwarder, 1).await.iter().all(|m| m.message_id != leased[0].message_id));
+            clock.advance(Duration::from_secs(11));
+            let again = pull(&forwarder, 1).await;
+            assert_eq!(again[0].message_id, leased[0].message_id, "the lease ran the new 30 s");
+            ack_everything(&entry, topic.log.end_offset());
+            forwarder.collect_segments().await;
+            assert_eq!(topic.log.start_offset(), 0, "the new topic retention keeps acknowledged messages");
+            forwarder.control(update_topic(0)).await.unwrap();
+            forwarder.collect_segments().await;
+            assert_eq!(topic.log.start_offset(), 0, "and so does retain_acked_messages");
+            forwarder.control(update_subscription(30, false)).await.unwrap();
+            forwarder.collect_segments().await;
+            assert!(topic.log.start_offset() > 0, "without either, acknowledged segments go");
+        });
+    }
+
     #[test]
     fn acknowledged_segments_go_unless_a_retention_keeps_them() {
         run(async {
