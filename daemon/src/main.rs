@@ -178,6 +178,9 @@ fn parse_flags() -> Flags {
 }
 
 fn main() {
+    // A message store is its owner's alone: files 0600 and folders 0700, whatever the
+    // invoking shell's umask (commonly 022, which made them 0644 and 0755).
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let flags = parse_flags();
     let signals = block_handled_signals();
     // A shard that panics leaves the others serving a half-working process; stop everything

@@ -8,6 +8,7 @@ mod deadlines;
 mod disks;
 mod io_memory;
 mod liveness;
+mod permissions;
 mod pool;
 mod pull_memory;
 mod quickstart;
