@@ -473,7 +473,14 @@ impl<S: Storage> Forwarder<S> {
                         .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?,
                     None => (topic.log.offset_at_time(time_ms).await.map_err(log_error_status)?, Vec::new()),
                 };
-                let offset = offset.max(topic.log.start_offset());
+                let mut offset = offset.max(topic.log.start_offset());
+                if snapshot_id.is_none() && topic.retention_seconds.get() == 0 {
+                    // A subscription holds only what was published after its creation; only a
+                    // topic's own retention keeps older messages to seek back to, as in Pub/Sub.
+                    // Without it, older messages may still be on disk (another subscription
+                    // has not acknowledged them) but are not this subscription's to replay.
+                    offset = offset.max(entry.state.borrow().start_offset);
+                }
                 topic
                     .append_journal(&JournalEntry::Seek { subscription_id, offset })
                     .await

@@ -551,3 +551,34 @@ fn update_survives_a_restart() {
     assert_eq!(dead.len(), 1, "dead-lettered after the 5 attempts the update set");
     assert_eq!(attribute(&dead[0], "CloudPubSubDeadLetterSourceSubscription"), Some("kept-sub"));
 }
+
+/// Seeking to a time before the subscription existed replays only what the subscription ever
+/// had, unless the topic's own retention keeps older messages.
+#[test]
+fn seeking_before_creation_replays_older_messages_only_with_topic_retention() {
+    let daemon = Daemon::start("seek-before-creation");
+    let client = daemon.client();
+    for (topic, retention) in [("plain", 0), ("retained", 86_400)] {
+        block_on(client.create_topic_with(ringpost_client::Topic {
+            name: topic.into(),
+            message_retention_seconds: retention,
+        }))
+        .unwrap();
+        // An older subscription keeps the first message unacknowledged on disk.
+        ringpost_tests::create_subscription(&client, &format!("{topic}-old"), topic, 10);
+        block_on(client.publish(topic, vec![Message::new("before")])).unwrap();
+        ringpost_tests::create_subscription(&client, &format!("{topic}-new"), topic, 10);
+        block_on(client.publish(topic, vec![Message::new("after")])).unwrap();
+        let subscription = format!("{topic}-new");
+        let first = ringpost_tests::drain(&client, &subscription, true);
+        assert_eq!(first.len(), 1, "{topic}: the sync point");
+        block_on(client.seek(&subscription, 0)).unwrap();
+        let mut replayed: Vec<String> = ringpost_tests::drain(&client, &subscription, true)
+            .values()
+            .map(|data| String::from_utf8_lossy(data).into_owned())
+            .collect();
+        replayed.sort();
+        let expected: &[&str] = if retention == 0 { &["after"] } else { &["after", "before"] };
+        assert_eq!(replayed, expected, "{topic}");
+    }
+}
