@@ -101,7 +101,8 @@ mod tests {
 
     #[test]
     fn loads_stay_within_the_bound() {
-        // PUBSUB-REFERENCE.md section 4: m = 1000, n = 8, c = 1.25 gives C = 157.
+        // Consistent hashing with bounded loads: m = 1000 topics on n = 8 shards with c = 1.25
+        // bounds every shard at C = ceil(1.25 * 1000 / 8) = 157.
         let mut placement = Placement::new(8, 1.25);
         for key in 0..1000 {
             placement.place(&format!("topic-{key}"));

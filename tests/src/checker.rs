@@ -1,5 +1,5 @@
 //! A history checker with Jepsen's total-queue semantics for at-least-once Pub/Sub
-//! (RELIABILITY.md "The history checker"). Producers publish unique payloads; the checker is
+//! (docs/TESTING.md, "The history checker"). Producers publish unique payloads; the checker is
 //! told each publish's outcome and each delivery, and judges:
 //! - lost: a publish acknowledged to its producer and never delivered (invalid);
 //! - unexpected: a delivery of a payload nobody attempted, which would mean garbage was served

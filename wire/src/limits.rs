@@ -1,5 +1,5 @@
 //! Every limit of the protocol, by name. Values follow Google Cloud Pub/Sub where it has one
-//! (see ../shared/PUBSUB-REFERENCE.md section 6), so that users meet the numbers they know.
+//! (its documented quotas and limits), so that users meet the numbers they know.
 
 /// Largest `data` plus attributes of one message, and of one publish request (Pub/Sub: 10 MB).
 pub const MESSAGE_BYTES_MAX: usize = 10_000_000;

@@ -3,7 +3,7 @@
 //!
 //! A group commit writes exactly one batch, starting on a block boundary and padded with zeros
 //! to the next one, so a later write never touches a block that holds an acknowledged record
-//! (RELIABILITY.md rule 5).
+//! (so that a torn write can only damage unacknowledged bytes).
 //!
 //! ```text
 //! batch header (32 bytes)

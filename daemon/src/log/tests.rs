@@ -1,6 +1,6 @@
 //! Log tests on SimDisk: commits, crashes that drop unsynced writes, torn tails, bit rot,
 //! failing writes and syncs, a full disk, and with three data directories: a corrupting, a
-//! misdirecting, a losing and a failing one (RELIABILITY.md T2–T8).
+//! misdirecting, a losing and a failing one (docs/TESTING.md T2–T8).
 
 use super::*;
 use crate::storage::sim::{CrashMode, SimDisk};

@@ -1,4 +1,4 @@
-//! SimDisk: an in-memory disk with the failure modes of a real one (RELIABILITY.md).
+//! SimDisk: an in-memory disk with the failure modes of a real one (see docs/TESTING.md).
 //!
 //! Each file has a *durable* image and a *current* image; writes change the current image and
 //! are remembered as unsynced until `sync_data`. Directory entries become durable only on

@@ -1,4 +1,4 @@
-//! T1 (RELIABILITY.md): SIGKILL the real daemon at random moments while 4 publishers publish
+//! T1 (docs/TESTING.md): SIGKILL the real daemon at random moments while 4 publishers publish
 //! and 2 subscribers pull and acknowledge; restart; repeat; then drain and check the history
 //! with total-queue semantics. Zero acknowledged publishes may be lost and nothing may be
 //! delivered that was never published.

@@ -1,4 +1,4 @@
-//! A topic whose log holds damage no copy can mend (RELIABILITY.md T4, on the real daemon):
+//! A topic whose log holds damage no copy can mend (docs/TESTING.md T4, on the real daemon):
 //! the daemon refuses to start and names it, and the operator's way out,
 //! `--quarantine-damaged`, serves every other topic while that one answers `DataLoss` and
 //! keeps its files as they are, until it is deleted.

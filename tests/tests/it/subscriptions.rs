@@ -232,7 +232,7 @@ fn topics_spread_over_shards_and_lists_page() {
     }
 }
 
-/// T12 (RELIABILITY.md): of 40 delivered messages, 10 are acked, 10 nacked, 10 extended to
+/// T12 (docs/TESTING.md): of 40 delivered messages, 10 are acked, 10 nacked, 10 extended to
 /// 60 s and 10 left alone. Nacked ones come back at once; untouched ones after the 10 s deadline
 /// (not before); extended ones not before their new deadline; acked ones never. After a restart
 /// every unacknowledged message is delivered again at once, except the extended ones, whose
