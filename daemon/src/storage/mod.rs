@@ -66,6 +66,11 @@ pub trait Storage: Clone + 'static {
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> bool;
+    /// Bytes this process may still allocate on the filesystem holding `path` (statvfs): what
+    /// the log sizes its next segment by, so that a nearly full disk still takes a smaller one.
+    /// Advisory only: another writer may take the space before an allocation does, which then
+    /// fails with ENOSPC as it would without this.
+    fn free_bytes(&self, path: &Path) -> io::Result<u64>;
 }
 
 /// `Storage::create_dirs_durable` done with the storage's own calls, on the calling task.

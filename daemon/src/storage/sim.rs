@@ -4,7 +4,8 @@
 //! are remembered as unsynced until `sync_data`. Directory entries become durable only on
 //! `sync_dir`. `crash` throws away whatever was not made durable, optionally keeping a torn
 //! prefix (whole 512-byte sectors) of the last unsynced write, like a power cut mid-write.
-//! Faults: EIO on the n-th write, read or sync; ENOSPC on allocation; bit flips at rest; and,
+//! Faults: EIO on the n-th write, read or sync; ENOSPC on allocation (always, or once the
+//! files would pass a capacity, which `free_bytes` then answers by); bit flips at rest; and,
 //! per directory, failing writes, one failing sync, a misdirected write (it lands whole blocks
 //! away and reports success), a lost write (reports success, persists nothing), a full disk.
 //! A write can be held back (`delay_nth_write`) so that writes issued after it land first, as
@@ -52,6 +53,9 @@ struct SimState {
     fail_sync_at: Option<u64>,
     fail_all_writes: bool,
     no_space: bool,
+    /// Bytes all named files may hold together (`SimDisk::set_capacity_bytes`); None for no
+    /// limit.
+    capacity_bytes: Option<u64>,
     too_many_files: bool,
     rules: Vec<Rule>,
     /// See `SimDisk::set_durable_writes`.
@@ -110,6 +114,27 @@ pub struct SimFileHandle {
 }
 
 impl SimState {
+    /// Bytes the named files hold (a file with several names counted once; an unlinked one
+    /// not at all, as its space is freed once closed, and the log shrinks it before).
+    fn used_bytes(&self) -> u64 {
+        let inodes: std::collections::BTreeSet<u64> = self.names.values().copied().collect();
+        inodes.iter().map(|inode| self.files[inode].current.len() as u64).sum()
+    }
+
+    /// Bytes left under the capacity; `u64::MAX` without one.
+    fn free_bytes(&self) -> u64 {
+        self.capacity_bytes.map_or(u64::MAX, |capacity| capacity.saturating_sub(self.used_bytes()))
+    }
+
+    /// ENOSPC if growing `inode` to `bytes` would pass the capacity.
+    fn check_room(&self, inode: u64, bytes: u64) -> io::Result<()> {
+        let growth = bytes.saturating_sub(self.files[&inode].current.len() as u64);
+        if growth > 0 && growth > self.free_bytes() {
+            return Err(io::Error::from_raw_os_error(nix::libc::ENOSPC));
+        }
+        Ok(())
+    }
+
     /// Counts an operation; fails it if power is already out.
     fn operate(&mut self, what: &str) -> io::Result<()> {
         self.operations += 1;
@@ -185,6 +210,15 @@ impl SimDisk {
     }
     pub fn set_no_space(&self, full: bool) {
         self.state.borrow_mut().no_space = full;
+    }
+    /// The files may hold `capacity` bytes together (None: no limit): an allocation or a write
+    /// that would grow them past it fails with ENOSPC, and `free_bytes` says what is left.
+    pub fn set_capacity_bytes(&self, capacity: Option<u64>) {
+        self.state.borrow_mut().capacity_bytes = capacity;
+    }
+    /// Bytes left under the capacity (`u64::MAX` without one).
+    pub fn free_bytes_left(&self) -> u64 {
+        self.state.borrow().free_bytes()
     }
     /// Creating a file fails with EMFILE, as when the process is out of descriptors.
     pub fn set_too_many_files(&self, exhausted: bool) {
@@ -478,6 +512,11 @@ impl Storage for SimDisk {
         let state = self.state.borrow();
         state.names.contains_key(path) || state.directories.contains(path)
     }
+
+    /// The same for every directory: one SimDisk is one filesystem.
+    fn free_bytes(&self, _path: &Path) -> io::Result<u64> {
+        Ok(self.state.borrow().free_bytes())
+    }
 }
 
 impl StorageFile for SimFileHandle {
@@ -523,6 +562,7 @@ impl StorageFile for SimFileHandle {
             }
             _ => {}
         }
+        state.check_room(self.inode, position + buffer.0.len() as u64)?;
         let durable_writes = state.durable_writes;
         let file = state.files.get_mut(&self.inode).unwrap();
         let start = position as usize;
@@ -581,6 +621,7 @@ impl StorageFile for SimFileHandle {
         if state.no_space || state.take_rule(&self.path, |fault| *fault == Fault::NoSpace).is_some() {
             return Err(io::Error::from_raw_os_error(nix::libc::ENOSPC));
         }
+        state.check_room(self.inode, bytes)?;
         let file = state.files.get_mut(&self.inode).unwrap();
         if (file.current.len() as u64) < bytes {
             file.current.resize(bytes as usize, 0);
