@@ -339,6 +339,7 @@ pub async fn open_catalog<S: Storage>(
         // Small and slow-growing: its rare rolls are not worth a second file.
         prewrite: false,
         recycle: false,
+        reserve: false,
     };
     let (log, report) = Log::open(storage, directories, Path::new("catalog"), CATALOG_LOG_ID, config).await?;
     if report.batches_repaired > 0 {

@@ -30,7 +30,15 @@
 //!    offset 0) is the exception: no manifest lists it and no slot file is made with it, as
 //!    recovery takes a log without a manifest to be that segment alone; the first manifest is
 //!    written with the second segment. A topic's first publish costs one new file and three
-//!    syncs, not two files and four.
+//!    syncs, not two files and four. The second segment's roll makes both manifest slot files,
+//!    each with its block allocated, so that no later manifest write needs disk space.
+//!    The new segment doubles the last one up to `segment_bytes_max`, halved while it is larger
+//!    than the free space of the ⌈M/2⌉-th emptiest copy (`Storage::free_bytes`), down to
+//!    `segment_bytes_initial` (`segment_bytes_to_fit`), so that a nearly full disk still takes
+//!    smaller segments. A log with a reserve (`LogConfig::reserve`: a topic's journal) renames
+//!    its reserve (`RESERVE_NAME`, made by `make_reserve`: allocated, synced, never written) into
+//!    place, as a spare, when the free space has no room for the segment or its allocation
+//!    fails with ENOSPC; so acknowledgements still commit on a full disk.
 //! 4. The batch is written into fresh 4 KiB blocks at the segment's write position in every
 //!    healthy copy at once (never over a block holding acknowledged records), then each copy is
 //!    fdatasync'ed, except a copy whose file was opened with O_DSYNC (`writes_are_durable`; the
@@ -53,7 +61,10 @@
 //!    batch header of this log or with a zero sector (a torn first write), which stops
 //!    recovery. Otherwise, with no valid manifest, its segment files are a first roll cut short
 //!    and step 2 removes them if they hold only zeros, and refuses to start if not.
-//! 2. A spare (`SPARE_NAME`) and a kept file (`RECYCLE_NAME`), never listed, are removed.
+//! 2. A spare (`SPARE_NAME`), a kept file (`RECYCLE_NAME`) and a reserve being made
+//!    (`RESERVE_MAKING_NAME`), never listed, are removed; a whole reserve (`RESERVE_NAME`),
+//!    allocated and never written, stays the log's reserve (on a full disk it could not be
+//!    made again).
 //!    Segment files the manifest does not list are removed if they are below the log's start
 //!    (a crash between a manifest update and the unlink), hold only zeros (created, never
 //!    used), or, with a manifest, hold no valid batch of their own segment (a kept file renamed
@@ -180,6 +191,12 @@ pub struct LogConfig {
     /// blocks (about twice the MB/s of fresh ones on ext4 here), and no trim of a freed segment
     /// stalls the disk. Only for logs that keep their files open.
     pub recycle: bool,
+    /// Keep one segment of `segment_bytes_initial` allocated beside the log (`RESERVE_NAME`),
+    /// taken by a roll only when the disk has no room for a new segment, so that the log can
+    /// still commit on a full disk. For a topic's journal: acknowledging is how a user frees
+    /// space, and an acknowledgement that needs a new segment on a full disk would otherwise
+    /// be refused, and nothing could be freed. See `make_reserve`.
+    pub reserve: bool,
 }
 
 impl LogConfig {
@@ -204,6 +221,7 @@ impl Default for LogConfig {
             read_ahead: true,
             prewrite: true,
             recycle: true,
+            reserve: false,
         }
     }
 }
@@ -543,6 +561,16 @@ struct Spare<S: Storage> {
 /// A file in each copy (None where a copy has none).
 type CopyFiles<S> = Vec<Option<Rc<<S as Storage>::File>>>;
 
+/// The segment a log keeps allocated for a full disk (`LogConfig::reserve`): its size, and the
+/// copies holding it (bit `copy`; `DATA_DIRECTORIES_MAX` fits a word). Its files are closed:
+/// a journal that closes its segments to save descriptors holds none for its reserve either.
+#[derive(Clone, Copy, Debug)]
+struct Reserve {
+    capacity: u64,
+    copies: u64,
+}
+const _: () = assert!(DATA_DIRECTORIES_MAX <= u64::BITS as usize, "a reserve's copies are bits of a u64");
+
 /// A deleted segment's file kept under `RECYCLE_NAME` in each copy for the next roll
 /// (`LogConfig::recycle`).
 struct Recycled<S: Storage> {
@@ -586,6 +614,10 @@ struct LogInner<S: Storage> {
     rolled: bool,
     /// A manifest write is in progress: the next waits (see `write_manifest`).
     manifest_writing: bool,
+    /// Boxed: only journals keep one (`LogConfig::reserve`).
+    reserve: Option<Box<Reserve>>,
+    /// A `retake_reserve` is in progress.
+    reserving: bool,
 }
 
 impl<S: Storage> LogInner<S> {
@@ -771,7 +803,7 @@ fn io_text(error: &std::io::Error) -> String {
 /// A resource ran out (disk space, quota, open files, kernel memory): the request should be
 /// refused with `ResourceExhausted` and retried later. It says nothing bad about the disk, so
 /// it never fences a directory on its own.
-fn is_no_space(error: &std::io::Error) -> bool {
+pub fn is_no_space(error: &std::io::Error) -> bool {
     matches!(
         error.raw_os_error(),
         Some(nix::libc::ENOSPC)
@@ -916,6 +948,102 @@ pub const RECYCLE_NAME: &str = "recycle.tmp";
 /// that the user's retention no longer asks for, and a descriptor per copy: a few busy topics
 /// take them, the others delete their segments as before.
 pub const RECYCLED_PER_SHARD_MAX: usize = 16;
+/// A spare or a recycled file is kept only where the free space is at least this many times
+/// its size: near a full disk it would take the room another log's next segment needs, and a
+/// refused publish would then make the shard give them all up again.
+pub const KEPT_FILE_FREE_BYTES_FACTOR: u64 = 4;
+
+/// The file a log's reserve segment is kept under (`LogConfig::reserve`). Not a segment name:
+/// recovery keeps it as the reserve. It is only ever made by `fallocate` and never written,
+/// so a roll may rename it into place as it does a spare.
+pub const RESERVE_NAME: &str = "reserve.tmp";
+/// The name a reserve is allocated under before it is renamed to `RESERVE_NAME`, so that a
+/// reserve under its name is always whole. Recovery removes it.
+pub const RESERVE_MAKING_NAME: &str = "reserve.new";
+
+/// The size of the next segment when the disk may not hold `wanted` bytes: halved until it
+/// fits in `free_bytes`, but not below `minimum_bytes` (nor below `wanted` when that is
+/// smaller: the size a batch needs). A log then keeps taking commits in ever smaller segments
+/// until not even `minimum_bytes` is left, instead of stopping while a large doubling is all
+/// that does not fit.
+pub fn segment_bytes_to_fit(wanted: u64, free_bytes: u64, minimum_bytes: u64) -> u64 {
+    let mut bytes = wanted;
+    while bytes > free_bytes && bytes / 2 >= minimum_bytes && bytes / 2 >= BLOCK_BYTES as u64 {
+        bytes /= 2;
+    }
+    bytes
+}
+
+/// Allocates the reserve segment of the log at `relative` (`LogConfig::reserve`), `bytes`
+/// long, in every data directory that is not fenced and does not hold one yet: allocated and
+/// synced under `RESERVE_MAKING_NAME`, renamed to `RESERVE_NAME`, the folder synced. Also
+/// allocates one block for each manifest slot file not yet made, so that the manifest a roll
+/// into the reserve writes needs no space either. Works on a log that is not open (a journal
+/// before its first entry): the log adopts the reserve when it opens (`open`) or when it looks
+/// again (`Log::retake_reserve`). Fails, removing what it made, with `NoSpace` when the disk
+/// has no room for it.
+pub async fn make_reserve<S: Storage>(
+    storage: &S,
+    directories: &Directories,
+    relative: &Path,
+    bytes: u64,
+) -> Result<(), LogError> {
+    let mut result = Ok(());
+    for copy in (0..directories.count()).filter(|copy| !directories.is_fenced(*copy)) {
+        let folder = directories.path(copy).join(relative);
+        if storage.exists(&folder.join(RESERVE_NAME)) {
+            continue;
+        }
+        let making = folder.join(RESERVE_MAKING_NAME);
+        let made = async {
+            storage.create_dir_durable(&folder).await?;
+            for slot in MANIFEST_SLOTS {
+                let path = folder.join(slot);
+                if !storage.exists(&path) {
+                    let file = storage.open(&path, true).await?;
+                    file.allocate(BLOCK_BYTES as u64).await?;
+                    file.sync_data().await?;
+                }
+            }
+            let file = storage.open_unsynced(&making, true).await?;
+            file.allocate(bytes).await?;
+            file.sync_data().await?;
+            drop(file);
+            storage.rename(&making, &folder.join(RESERVE_NAME))?;
+            storage.sync_dir(&folder).await
+        }
+        .await;
+        if let Err(error) = made {
+            let _ = storage.remove_file(&making);
+            let text = format!("reserving {bytes} bytes for {}: {error}", folder.display());
+            result = Err(if is_no_space(&error) { LogError::NoSpace(text) } else { LogError::Io(text) });
+        }
+    }
+    result
+}
+
+/// The reserve each copy of the log at `relative` holds, as `open` and `retake_reserve` find
+/// it: its smallest size over the copies that have one.
+async fn find_reserve<S: Storage>(
+    storage: &S,
+    directories: &Directories,
+    relative: &Path,
+) -> Option<Reserve> {
+    let mut reserve = Reserve { capacity: u64::MAX, copies: 0 };
+    for copy in 0..directories.count() {
+        let path = directories.path(copy).join(relative).join(RESERVE_NAME);
+        if !storage.exists(&path) {
+            continue;
+        }
+        let Ok(file) = storage.open(&path, false).await else { continue };
+        let Ok(size) = file.size().await else { continue };
+        if size >= BLOCK_BYTES as u64 {
+            reserve.capacity = reserve.capacity.min(size / BLOCK_BYTES as u64 * BLOCK_BYTES as u64);
+            reserve.copies |= 1 << copy;
+        }
+    }
+    (reserve.copies != 0).then_some(reserve)
+}
 
 thread_local! {
     /// Spares alive on this thread: a shard is one thread.
@@ -992,11 +1120,19 @@ impl<S: Storage> Log<S> {
         for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
             // Made here, not at the first segment: making it then (the directories, their syncs)
             // doubled the time of a topic's first publish.
-            storage.create_dir_durable(&folder(copy)).await.map_err(|e| LogError::Io(io_text(&e)))?;
+            storage.create_dir_durable(&folder(copy)).await.map_err(|e| {
+                if is_no_space(&e) {
+                    LogError::NoSpace(format!("making {}: {}", folder(copy).display(), io_text(&e)))
+                } else {
+                    LogError::Io(io_text(&e))
+                }
+            })?;
             let names = storage.list_dir(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
-            for leftover in [SPARE_NAME, RECYCLE_NAME] {
-                // A spare that was being prepared, or a deleted segment's file kept for the next
-                // roll: neither was ever named a segment.
+            for leftover in [SPARE_NAME, RECYCLE_NAME, RESERVE_MAKING_NAME] {
+                // A spare that was being prepared, a deleted segment's file kept for the next
+                // roll, or a reserve being allocated: none was ever named a segment. (A whole
+                // reserve, `RESERVE_NAME`, is kept: it was never written either, and on a full
+                // disk it could not be made again.)
                 if names.iter().any(|name| name == leftover) {
                     storage
                         .remove_file(&folder(copy).join(leftover))
@@ -1315,6 +1451,11 @@ impl<S: Storage> Log<S> {
                 report.empty_segments_removed += 1;
             }
         }
+        let reserve = if config.reserve {
+            find_reserve(&storage, &directories, relative).await.map(Box::new)
+        } else {
+            None
+        };
         let log = Log {
             storage: storage.clone(),
             directories: directories.clone(),
@@ -1341,6 +1482,8 @@ impl<S: Storage> Log<S> {
                 recycled: None,
                 rolled: false,
                 manifest_writing: false,
+                reserve,
+                reserving: false,
             })),
             committed: Notify::new(),
         };
@@ -2068,6 +2211,11 @@ impl<S: Storage> Log<S> {
             (capacity, place)
         };
         let writable = self.writable_copies();
+        // Near a full disk a spare would take the room the next segments of this and other
+        // logs need: then this log's roll sizes its segment by the space there is instead.
+        if self.free_bytes_for_segment(&writable) / KEPT_FILE_FREE_BYTES_FACTOR < capacity {
+            return;
+        }
         let paths: Vec<Option<PathBuf>> = (0..self.directories.count())
             .map(|copy| writable.contains(&copy).then(|| self.folder(copy).join(SPARE_NAME)))
             .collect();
@@ -2094,6 +2242,53 @@ impl<S: Storage> Log<S> {
         // The write in flight ends before the task does: nothing lands in the file after this.
         let files = spare.task.await;
         Some((spare.capacity, files))
+    }
+
+    /// Whether the log holds its reserve segment (`LogConfig::reserve`) in every copy that
+    /// takes writes.
+    pub fn has_reserve(&self) -> bool {
+        let writable = self.writable_copies();
+        self.inner
+            .borrow()
+            .reserve
+            .as_ref()
+            .is_some_and(|reserve| writable.iter().all(|copy| reserve.copies & (1 << copy) != 0))
+    }
+
+    /// Makes the reserve segment again where a roll on a full disk took it, or where it is
+    /// missing (`LogConfig::reserve`), and adopts one made while the log was closed. Called
+    /// once space may have come back (after segments were deleted); on a disk still full it
+    /// fails with `NoSpace` and the log goes on without one.
+    pub async fn retake_reserve(&self) -> Result<(), LogError> {
+        let (bytes, relative) = {
+            let inner = self.inner.borrow();
+            if !inner.config.reserve || inner.reserving || inner.fenced.is_some() {
+                return Ok(());
+            }
+            (inner.config.segment_bytes_initial, inner.relative.clone())
+        };
+        if self.has_reserve() {
+            return Ok(());
+        }
+        self.inner.borrow_mut().reserving = true;
+        let made = make_reserve(&self.storage, &self.directories, &relative, bytes).await;
+        let found = find_reserve(&self.storage, &self.directories, &relative).await;
+        let mut inner = self.inner.borrow_mut();
+        inner.reserve = found.map(Box::new);
+        inner.reserving = false;
+        made
+    }
+
+    /// Bytes a new segment may take in the copies given: the free space of the one with the
+    /// ⌈M/2⌉-th most, since a segment needs only a quorum of copies (a full one is fenced).
+    /// Where the storage cannot tell, as much as anyone asks.
+    fn free_bytes_for_segment(&self, copies: &[usize]) -> u64 {
+        let mut free: Vec<u64> = copies
+            .iter()
+            .map(|copy| self.storage.free_bytes(&self.folder(*copy)).unwrap_or(u64::MAX))
+            .collect();
+        free.sort_unstable_by(|a, b| b.cmp(a));
+        free.get(self.directories.quorum().saturating_sub(1)).copied().unwrap_or(u64::MAX)
     }
 
     /// Stops and removes the spare and the recycled file, if any: before the log's files are
@@ -2135,6 +2330,9 @@ impl<S: Storage> Log<S> {
     /// matters for crash safety: the file is allocated and synced, and its directory entry and
     /// the manifest made durable, before anything in it is acknowledged.
     async fn roll(&self, at_least_bytes: u64) -> Result<(), LogError> {
+        let copies = self.writable_copies();
+        let at_least_bytes = record::align_up(at_least_bytes as usize, BLOCK_BYTES) as u64;
+        let free_bytes = self.free_bytes_for_segment(&copies);
         let (mut capacity, base_offset) = {
             let inner = self.inner.borrow();
             let previous = inner.segments.last().map(|segment| segment.capacity).unwrap_or(0);
@@ -2143,15 +2341,28 @@ impl<S: Storage> Log<S> {
             } else {
                 (previous * 2).min(inner.config.segment_bytes_max)
             };
-            (next.max(record::align_up(at_least_bytes as usize, BLOCK_BYTES) as u64), inner.next_offset)
+            // Doubling is for a disk with room: on a nearly full one the next segment is what
+            // fits, down to the initial size (see `segment_bytes_to_fit`).
+            let next = segment_bytes_to_fit(next, free_bytes, inner.config.segment_bytes_initial);
+            (next.max(at_least_bytes), inner.next_offset)
         };
-        let copies = self.writable_copies();
+        // The reserve (`LogConfig::reserve`) is for a disk without room for this segment: a
+        // roll that the free space says cannot be allocated takes it at once, and one whose
+        // allocation fails with ENOSPC takes it then (below).
+        let reserve_fits = |reserve: &Option<Box<Reserve>>| {
+            reserve.as_ref().filter(|reserve| reserve.capacity >= at_least_bytes).map(|reserve| **reserve)
+        };
+        let mut from_reserve = reserve_fits(&self.inner.borrow().reserve).filter(|_| free_bytes < capacity);
         // A recycled file goes first: its blocks are written ones, where a spare's are only
         // as far as its zero-filling got. One large enough and in every copy that takes writes
         // is renamed into place; one too small waits for a roll it fits.
         let mut renamed: Option<(&'static str, CopyFiles<S>)> = None;
         let mut recycled = false;
         let kept = self.inner.borrow_mut().recycled.take();
+        if from_reserve.is_some() && kept.as_ref().is_some_and(|kept| kept.capacity >= at_least_bytes) {
+            // A kept file is as good as the reserve, and leaves the reserve for later.
+            from_reserve = None;
+        }
         if let Some(kept) = kept {
             if kept.capacity < capacity {
                 self.inner.borrow_mut().recycled = Some(kept);
@@ -2188,14 +2399,17 @@ impl<S: Storage> Log<S> {
                     .collect();
                 self.remove_kept_files(SPARE_NAME, fenced, spare_capacity);
                 renamed = Some((SPARE_NAME, files));
+                // Allocated already: the reserve stays for a later roll.
+                from_reserve = None;
             } else {
                 self.remove_kept_files(SPARE_NAME, files, spare_capacity);
             }
         }
-        // The slot the manifest listing the new segment goes to. Until each slot has been written
-        // once it is a new file, whose name needs its own directory sync: created here, beside
-        // the segment, the segment's directory sync covers both. Empty, it reads as no manifest.
-        let next_slot = Manifest::slot_for(self.inner.borrow().manifest_sequence + 1);
+        // A file renamed into place (a spare, a kept file) is allocated already: the reserve
+        // stays for a later roll.
+        if renamed.is_some() {
+            from_reserve = None;
+        }
         // A log's first segment is listed by no manifest: recovery takes a log that has none to
         // be that segment alone (see `open`). So the first roll, a topic's first publish,
         // creates one file instead of two and writes no manifest: one sync less of four. The
@@ -2204,71 +2418,120 @@ impl<S: Storage> Log<S> {
             let inner = self.inner.borrow();
             inner.segments.is_empty() && inner.manifest_sequence == 0 && base_offset == 0
         };
-        let creations = copies.iter().map(|copy| {
-            let folder = self.folder(*copy);
-            let from = renamed.as_ref().and_then(|(name, files)| Some((*name, files[*copy].clone()?)));
-            async move {
-                let path = folder.join(segment_name(base_offset));
-                if let Some((name, kept)) = from {
-                    // Allocated and synced already (a spare, zero-filled as far as it got, or a
-                    // deleted segment's file): only its name must be made durable. It is opened
-                    // again as every segment is (a spare's zeros were written without O_DSYNC).
-                    let renamed = async {
-                        self.storage.rename(&folder.join(name), &path)?;
-                        self.storage.sync_dir(&folder).await?;
-                        drop(kept);
-                        self.storage.open(&path, false).await
+        let quorum = self.directories.quorum();
+        let (files, created, full, failed) = loop {
+            let reserve_copies = from_reserve.map_or(0, |reserve| reserve.copies);
+            if let Some(reserve) = from_reserve {
+                capacity = reserve.capacity;
+            }
+            let creations = copies.iter().map(|copy| {
+                let folder = self.folder(*copy);
+                let from: Option<(&'static str, Option<Rc<S::File>>)> = match &renamed {
+                    Some((name, files)) => files[*copy].clone().map(|file| (*name, Some(file))),
+                    None if reserve_copies & (1 << copy) != 0 => Some((RESERVE_NAME, None)),
+                    None => None,
+                };
+                async move {
+                    let path = folder.join(segment_name(base_offset));
+                    if let Some((name, kept)) = from {
+                        // Allocated and synced already (a spare, zero-filled as far as it got, a
+                        // deleted segment's file, or the reserve): only its name must be made
+                        // durable. It is opened again as every segment is (a spare's zeros were
+                        // written without O_DSYNC).
+                        let renamed = async {
+                            self.storage.rename(&folder.join(name), &path)?;
+                            self.storage.sync_dir(&folder).await?;
+                            drop(kept);
+                            self.storage.open(&path, false).await
+                        }
+                        .await;
+                        return match renamed {
+                            Ok(file) => Ok(Rc::new(file)),
+                            Err(error) => {
+                                let _ = self.storage.remove_file(&path);
+                                let _ = self.storage.remove_file(&folder.join(name));
+                                Err(error)
+                            }
+                        };
+                    }
+                    let file = Rc::new(self.storage.open(&path, true).await?);
+                    let prepared = async {
+                        // Both manifest slots are made with the second segment, each with its
+                        // block allocated, so that no later manifest write needs disk space: a
+                        // deletion of acknowledged segments on a full disk writes one.
+                        if !first_segment {
+                            for slot in MANIFEST_SLOTS {
+                                let slot = folder.join(slot);
+                                if !self.storage.exists(&slot) {
+                                    let slot = self.storage.open(&slot, true).await?;
+                                    slot.allocate(BLOCK_BYTES as u64).await?;
+                                }
+                            }
+                        }
+                        file.allocate(capacity).await?;
+                        file.sync_data().await?;
+                        self.storage.sync_dir(&folder).await
                     }
                     .await;
-                    return match renamed {
-                        Ok(file) => Ok(Rc::new(file)),
-                        Err(error) => {
-                            let _ = self.storage.remove_file(&path);
-                            let _ = self.storage.remove_file(&folder.join(name));
-                            Err(error)
+                    if let Err(error) = prepared {
+                        let _ = self.storage.remove_file(&path);
+                        return Err(error);
+                    }
+                    Ok(file)
+                }
+            });
+            let results = join_all(creations.collect()).await;
+            let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
+            let mut created = 0;
+            let mut full = Vec::new();
+            let mut failed = Vec::new();
+            for (copy, result) in copies.iter().zip(results) {
+                match result {
+                    Ok(file) => {
+                        if !file.direct_io() {
+                            self.warn_buffered(&self.folder(*copy));
                         }
-                    };
-                }
-                let file = Rc::new(self.storage.open(&path, true).await?);
-                let prepared = async {
-                    let slot = folder.join(next_slot);
-                    if !first_segment && !self.storage.exists(&slot) {
-                        self.storage.open(&slot, true).await?;
+                        files[*copy] = Some(file);
+                        created += 1;
                     }
-                    file.allocate(capacity).await?;
-                    file.sync_data().await?;
-                    self.storage.sync_dir(&folder).await
+                    Err(error) if is_no_space(&error) => full.push((*copy, error)),
+                    Err(error) => failed.push((*copy, error)),
                 }
-                .await;
-                if let Err(error) = prepared {
-                    let _ = self.storage.remove_file(&path);
-                    return Err(error);
-                }
-                Ok(file)
             }
-        });
-        let results = join_all(creations.collect()).await;
-        let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
-        let mut created = 0;
-        let mut full = Vec::new();
-        let mut failed = Vec::new();
-        for (copy, result) in copies.iter().zip(results) {
-            match result {
-                Ok(file) => {
-                    if !file.direct_io() {
-                        self.warn_buffered(&self.folder(*copy));
+            if reserve_copies != 0 {
+                // Taken, or removed by a rename that failed: either way it is gone.
+                let mut inner = self.inner.borrow_mut();
+                if let Some(reserve) = inner.reserve.as_mut() {
+                    reserve.copies &= !reserve_copies;
+                }
+                if inner.reserve.as_ref().is_some_and(|reserve| reserve.copies == 0) {
+                    inner.reserve = None;
+                }
+            }
+            // The disk has no room after all: the reserve, if there is one, instead.
+            let retry = created < quorum
+                && renamed.is_none()
+                && from_reserve.is_none()
+                && failed.is_empty()
+                && !full.is_empty();
+            if let Some(reserve) = reserve_fits(&self.inner.borrow().reserve).filter(|_| retry) {
+                for (copy, file) in files.iter().enumerate() {
+                    if file.is_some() {
+                        let _ = self.storage.remove_file(&self.folder(copy).join(segment_name(base_offset)));
                     }
-                    files[*copy] = Some(file);
-                    created += 1;
                 }
-                Err(error) if is_no_space(&error) => full.push((*copy, error)),
-                Err(error) => failed.push((*copy, error)),
+                from_reserve = Some(reserve);
+                continue;
             }
-        }
+            break (files, created, full, failed);
+        };
+        debug_assert!(
+            capacity >= at_least_bytes,
+            "a segment of {capacity} bytes for a batch of {at_least_bytes}"
+        );
         for (copy, error) in &failed {
             self.fence_copy(*copy, &format!("creating segment {}: {error}", segment_name(base_offset)));
         }
-        let quorum = self.directories.quorum();
         if created < quorum {
             // Nothing was written into the new segment: remove what was created so a retry
             // starts clean.
@@ -2752,7 +3015,15 @@ impl<S: Storage> Log<S> {
             return Ok(0);
         }
         let mut removed: Vec<Segment<S>> = self.inner.borrow_mut().segments.drain(..count).collect();
-        self.write_manifest().await?;
+        if let Err(error) = self.write_manifest().await {
+            // Nothing was deleted: the segments stay the log's, for the next collection to try
+            // again (dropped here, they would have stayed on disk for good).
+            let mut inner = self.inner.borrow_mut();
+            let kept = std::mem::take(&mut inner.segments);
+            inner.segments = removed;
+            inner.segments.extend(kept);
+            return Err(error);
+        }
         self.recycle_one_of(&mut removed);
         for copy in 0..self.directories.count() {
             let folder = self.folder(copy);
@@ -2795,6 +3066,11 @@ impl<S: Storage> Log<S> {
         }) else {
             return;
         };
+        // Near a full disk the file goes, as a deleted segment does: space comes back for the
+        // logs that need it, and the next roll sizes its segment by the space there is.
+        if self.free_bytes_for_segment(&writable) / KEPT_FILE_FREE_BYTES_FACTOR < segment.capacity {
+            return;
+        }
         let Some(place) = ShardPlace::recycled() else { return };
         let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
         for copy in &writable {

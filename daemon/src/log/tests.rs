@@ -23,6 +23,7 @@ pub(crate) fn small_config() -> LogConfig {
         read_ahead: true,
         prewrite: false,
         recycle: false,
+        reserve: false,
     }
 }
 
@@ -2231,4 +2232,138 @@ fn power_failures_with_writes_landing_out_of_order() {
             });
         }
     }
+}
+
+/// Appends single records until the log refuses one with `NoSpace`; returns the offsets
+/// acknowledged. Panics on any other error, or if the disk never fills.
+async fn append_until_full(log: &Log<SimDisk>, from: u64) -> Vec<u64> {
+    let mut acked = Vec::new();
+    for i in from..from + 100_000 {
+        match log.append(records_for(&[payload(i)]), 1).await {
+            Ok((offset, _)) => acked.push(offset),
+            Err(LogError::NoSpace(_)) => return acked,
+            Err(error) => panic!("append {i} failed with {error:?}, not NoSpace"),
+        }
+    }
+    panic!("100,000 appends and the disk is not full");
+}
+
+#[test]
+fn segments_are_sized_by_the_space_there_is() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let config =
+            LogConfig { segment_bytes_initial: 64 * 1024, segment_bytes_max: 1 << 20, ..small_config() };
+        // Room for 64 + 128 + 256 + 512 KiB and the manifest slots, then 232 KiB: doubling
+        // would ask for 1 MiB and stop there with a fifth of the disk free.
+        let capacity_bytes = 1200 * 1024;
+        disk.set_capacity_bytes(Some(capacity_bytes));
+        let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+        let acked = append_until_full(&log, 0).await;
+        let capacities: Vec<u64> =
+            log.inner.borrow().segments.iter().map(|segment| segment.capacity).collect();
+        let left = disk.free_bytes_left();
+        assert!(
+            left < config.segment_bytes_initial,
+            "refused with {left} bytes free, room for a segment of the initial size; segments {capacities:?}"
+        );
+        assert!(
+            capacities.windows(2).any(|pair| pair[1] < pair[0]),
+            "no segment was made smaller than the one before it: {capacities:?}"
+        );
+        assert!(
+            capacities.iter().all(|bytes| *bytes >= config.segment_bytes_initial),
+            "a segment below the initial size: {capacities:?}"
+        );
+        check_payloads(&read_all(&log).await, acked.len());
+        // Once space comes back the log goes on, and everything survives a restart.
+        disk.set_capacity_bytes(None);
+        let more = append_many(&log, acked.len() as u64, 20).await;
+        assert_eq!(more[0], acked.len() as u64, "no gap where appends were refused");
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, _) = open(&disk, &dirs, config).await.unwrap();
+        check_payloads(&read_all(&log).await, acked.len() + 20);
+    });
+}
+
+#[test]
+fn spares_are_not_made_on_a_nearly_full_disk() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let config = LogConfig {
+            segment_bytes_initial: 64 * 1024,
+            segment_bytes_max: 1 << 20,
+            prewrite: true,
+            ..small_config()
+        };
+        // A spare of 128 KiB needs four times that free.
+        disk.set_capacity_bytes(Some(64 * 1024 + 4 * 128 * 1024 - 4096));
+        let (log, _) = open(&disk, &dirs, config).await.unwrap();
+        // The first segment (16 blocks) over half full, which would start a spare.
+        append_many(&log, 0, 10).await;
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(
+            !disk.exists(&folder(0).join(SPARE_NAME)),
+            "a spare was made with {} bytes free",
+            disk.free_bytes_left()
+        );
+    });
+}
+
+#[test]
+fn a_log_with_a_reserve_commits_on_a_full_disk() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        // A journal's shape: small segments, one block per commit, and a reserve.
+        let config = LogConfig {
+            segment_bytes_initial: 16 * 1024,
+            segment_bytes_max: 16 * 1024,
+            reserve: true,
+            ..small_config()
+        };
+        // Made while the log is closed, as for a journal before its first entry: the log
+        // adopts it when it opens.
+        make_reserve(&disk, &dirs, Path::new(RELATIVE), config.segment_bytes_initial).await.unwrap();
+        let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+        assert!(log.has_reserve(), "the log did not adopt the reserve made before it opened");
+
+        // Every allocation fails: the first segment comes from the reserve.
+        disk.set_no_space(true);
+        let acked = append_until_full(&log, 0).await;
+        assert_eq!(acked.len(), 4, "one segment of four one-block commits, from the reserve");
+        assert!(!log.has_reserve(), "the roll on a full disk took the reserve");
+        assert!(!disk.exists(&folder(0).join(RESERVE_NAME)));
+        assert!(
+            matches!(log.retake_reserve().await, Err(LogError::NoSpace(_))),
+            "a reserve was made on a full disk"
+        );
+
+        // Space for a reserve, then none at all (as statvfs tells): the second segment comes
+        // from it without trying to allocate, and its manifest goes into a slot whose block
+        // was allocated with the reserve.
+        disk.set_no_space(false);
+        log.retake_reserve().await.unwrap();
+        assert!(log.has_reserve());
+        disk.set_capacity_bytes(Some(0));
+        let more = append_until_full(&log, 4).await;
+        assert_eq!(more, vec![4, 5, 6, 7], "the second segment, from the reserve again");
+        assert!(!log.has_reserve());
+
+        // Everything acknowledged survives a power failure, and the log goes on once space
+        // comes back.
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        disk.set_capacity_bytes(None);
+        let (log, report) = open(&disk, &dirs, config).await.unwrap();
+        assert_eq!(report.records, 8, "{report:?}");
+        check_payloads(&read_all(&log).await, 8);
+        append_many(&log, 8, 8).await;
+        log.retake_reserve().await.unwrap();
+        assert!(log.has_reserve(), "no reserve once space came back");
+        check_payloads(&read_all(&log).await, 16);
+    });
 }
