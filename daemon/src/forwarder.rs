@@ -7,7 +7,8 @@ use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
 use crate::journal::{journal_log_id, runs_of, JournalEntry};
 use crate::log::{
-    record, Directories, EncodeRecords, Log, LogConfig, LogError, Records, RecoveryReport, TailCacheBudget,
+    make_reserve, record, Directories, EncodeRecords, Log, LogConfig, LogError, Records, RecoveryReport,
+    TailCacheBudget,
 };
 use crate::net::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::rate::{RateTicks, RateWindow};
@@ -101,6 +102,20 @@ pub struct TopicState<S: Storage> {
     /// Topic message retention; 0 when not set. A cell: an update changes it in place.
     retention_seconds: Cell<u64>,
     published: RefCell<RateWindow>,
+    /// Whether the journal's reserve segment was made while the journal was closed (an open
+    /// journal's log keeps track of its own): see `reserve_journal_space`.
+    journal_reserve: Cell<JournalReserve>,
+}
+
+/// Where a topic whose journal is closed stands with its journal's reserve segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JournalReserve {
+    /// Not tried since the topic was attached: its next publish tries.
+    Untried,
+    /// Being made, or made (the journal adopts it when it opens).
+    Made,
+    /// The disk had no room: segment collection tries again, once it may have freed some.
+    Failed,
 }
 
 /// A topic's subscription journal, opened on first use. A subscription's sync point lives in the
@@ -193,6 +208,39 @@ impl<S: Storage> LazyJournal<S> {
 }
 
 impl<S: Storage> TopicState<S> {
+    /// Makes sure the journal holds its reserve segment (`LogConfig::reserve`), so that
+    /// acknowledgements can be recorded once the disk is full. Acknowledging is how a user frees
+    /// disk space (segment collection then deletes what every subscription acknowledged): were
+    /// an acknowledgement refused on a full disk because the journal needs a segment, nothing
+    /// could ever be freed but by deleting a topic. A journal is opened only at its first entry
+    /// (`LazyJournal`), so a closed one gets its reserve in its folder, which it adopts when it
+    /// opens; an open one makes it again after a roll on a full disk took it. Made once the
+    /// topic holds messages: a topic nobody published to has nothing to acknowledge, and
+    /// 10,000 idle topics keep no reserve.
+    pub async fn reserve_journal_space(&self) -> Result<(), LogError> {
+        if let Some(journal) = self.journal.opened() {
+            return journal.retake_reserve().await;
+        }
+        if self.journal_reserve.get() == JournalReserve::Made
+            || !matches!(*self.journal.log.borrow(), JournalSlot::Closed)
+        {
+            return Ok(());
+        }
+        // Set before the wait: a second caller meanwhile does not make it twice.
+        self.journal_reserve.set(JournalReserve::Made);
+        let made = make_reserve(
+            self.log.storage(),
+            self.log.directories(),
+            &journal_folder(self.id),
+            self.journal.config.segment_bytes_initial,
+        )
+        .await;
+        if made.is_err() {
+            self.journal_reserve.set(JournalReserve::Failed);
+        }
+        made
+    }
+
     /// Makes one journal entry durable, opening the journal first if it is not yet.
     pub async fn append_journal(&self, entry: &JournalEntry) -> Result<(), LogError> {
         let bytes = entry.encode();
@@ -411,6 +459,9 @@ impl<S: Storage> Forwarder<S> {
                     read_ahead: false,
                     // Small segments, deleted by compaction only: not worth a kept file.
                     recycle: false,
+                    // Acknowledgements must be recorded on a full disk: see
+                    // `TopicState::reserve_journal_space`.
+                    reserve: true,
                     ..log_config.clone()
                 })
             }),
@@ -697,9 +748,72 @@ impl<S: Storage> Forwarder<S> {
             // the logs' listings then find it cached): read on the shard's own thread, one
             // topic's after another's, they were 15% of a cold start's samples.
             self.storage.prefetch_dirs(&folders).await;
+        } else {
+            self.check_room_for_a_topic(&name)?;
         }
-        self.storage.create_dirs_durable(&folders).await.map_err(|error| {
-            Status::new(ErrorCode::DataLoss, format!("topic '{name}': making its folders: {error}"))
+        let opened =
+            self.open_topic_logs(topic_id, &name, retention_seconds, keep_files_open, &folders).await;
+        if opened.is_err() && !recovering {
+            // The router records nothing of a topic whose attach failed: what was made of it
+            // goes, or it would stay behind until the next start.
+            for copy in 0..self.directories.count() {
+                let folder = self.directories.path(copy).join(&relative);
+                if self.storage.exists(&folder) {
+                    let _ = self.storage.remove_dir_all(&folder);
+                }
+            }
+        }
+        opened
+    }
+
+    /// Refuses a new topic where fewer than ⌈M/2⌉ data directories have room for its first
+    /// segment and its journal's reserve: on a full disk a topic could be made (folders take
+    /// only a few blocks) but could take no publish, so the user learns it at the create, with
+    /// `ResourceExhausted`, as a publish would tell it.
+    fn check_room_for_a_topic(&self, name: &str) -> Result<(), Status> {
+        let needed_bytes =
+            self.log_config.segment_bytes_initial + self.journal_configs[0].segment_bytes_initial;
+        let free: Vec<(usize, u64)> = (0..self.directories.count())
+            .filter(|copy| !self.directories.is_fenced(*copy))
+            .map(|copy| (copy, self.storage.free_bytes(self.directories.path(copy)).unwrap_or(u64::MAX)))
+            .collect();
+        if free.iter().filter(|(_, bytes)| *bytes >= needed_bytes).count() >= self.directories.quorum() {
+            return Ok(());
+        }
+        let (copy, bytes) = free.iter().copied().min_by_key(|(_, bytes)| *bytes).unwrap_or((0, 0));
+        Err(Status::resource_exhausted(format!(
+            "no disk space for topic '{name}': data directory {} has {bytes} bytes available, and a topic \
+             needs {needed_bytes} (its first segment and its journal's reserve); acknowledge messages or \
+             delete topics to free space",
+            self.directories.path(copy).display()
+        )))
+    }
+
+    /// The rest of `open_topic`: the folders, both logs, and what the journal recovered.
+    async fn open_topic_logs(
+        &self,
+        topic_id: u64,
+        name: &str,
+        retention_seconds: u64,
+        keep_files_open: bool,
+        folders: &[PathBuf],
+    ) -> Result<ControlOk, Status> {
+        let relative = topic_folder(topic_id);
+        // Out of space, quota or descriptors says nothing about the data: `ResourceExhausted`,
+        // to retry once the resource is back. Anything else failing here is `DataLoss`.
+        let failed = |what: String, error: LogError| match error {
+            LogError::NoSpace(why) => {
+                Status::resource_exhausted(format!("{what}: out of disk space or open files: {why}"))
+            }
+            error => Status::new(ErrorCode::DataLoss, format!("{what}: {error}")),
+        };
+        self.storage.create_dirs_durable(folders).await.map_err(|error| {
+            let what = format!("topic '{name}': making its folders");
+            if crate::log::is_no_space(&error) {
+                failed(what, LogError::NoSpace(error.to_string()))
+            } else {
+                failed(what, LogError::Io(error.to_string()))
+            }
         })?;
         let (log, report) = Log::open(
             self.storage.clone(),
@@ -709,8 +823,8 @@ impl<S: Storage> Forwarder<S> {
             self.log_config.clone(),
         )
         .await
-        .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}': {error}")))?;
-        report_recovery(&name, "messages", &report);
+        .map_err(|error| failed(format!("topic '{name}'"), error))?;
+        report_recovery(name, "messages", &report);
         let journal_config = self.journal_configs[usize::from(!keep_files_open)].clone();
         let (journal, report) = Log::open(
             self.storage.clone(),
@@ -720,8 +834,8 @@ impl<S: Storage> Forwarder<S> {
             journal_config.clone(),
         )
         .await
-        .map_err(|error| Status::new(ErrorCode::DataLoss, format!("topic '{name}' journal: {error}")))?;
-        report_recovery(&name, "journal", &report);
+        .map_err(|error| failed(format!("topic '{name}' journal"), error))?;
+        report_recovery(name, "journal", &report);
         // Each subscription's acknowledgements and seeks, in order, applied when the router
         // attaches it with the sync point the catalog recorded.
         let mut recovered: HashMap<u64, Vec<JournalEntry>, IdHasher> = HashMap::default();
@@ -775,6 +889,7 @@ impl<S: Storage> Forwarder<S> {
             subscriptions: RefCell::default(),
             retention_seconds: Cell::new(retention_seconds),
             published: RefCell::default(),
+            journal_reserve: Cell::new(JournalReserve::Untried),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -941,6 +1056,17 @@ impl<S: Storage> Forwarder<S> {
             })?;
         crate::latency::record_publish(started);
         self.collect_after_roll(&topic);
+        if topic.journal_reserve.get() == JournalReserve::Untried && topic.journal.opened().is_none() {
+            // The topic now holds something to acknowledge: its journal reserves its space, in
+            // the background (an allocation and two syncs).
+            let topic = topic.clone();
+            glommio::spawn_local(async move {
+                if let Err(error) = topic.reserve_journal_space().await {
+                    eprintln!("ringpostd: reserving journal space for topic '{}': {error}", topic.name);
+                }
+            })
+            .detach();
+        }
         Ok(PublishResponse { message_ids: (first..first + count as u64).collect() })
     }
 
@@ -1424,7 +1550,14 @@ impl<S: Storage> Forwarder<S> {
         offsets.dedup();
         // Durable first: an acknowledgement confirmed to the subscriber never comes back.
         let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&offsets) };
-        topic.append_journal(&entry).await.map_err(log_error_status)?;
+        topic.append_journal(&entry).await.map_err(|error| {
+            // The journal's reserve is gone too: the files kept for later rolls go, so that the
+            // retry finds room.
+            if matches!(error, LogError::NoSpace(_)) {
+                self.release_kept_files();
+            }
+            log_error_status(error)
+        })?;
         let mut state = subscription.state.borrow_mut();
         for offset in offsets {
             state.apply_ack(offset);
@@ -1545,6 +1678,14 @@ impl<S: Storage> Forwarder<S> {
                 eprintln!("ringpostd: compacting the journal of topic '{}': {error}", topic.name);
             }
             Self::remove_unneeded_segments(&topic, now_ms).await;
+            // After the deletions, which may have given back the space a journal's roll on a
+            // full disk took from its reserve. Quiet while the disk stays full: the journal
+            // goes on with the room its segment has.
+            let wants_reserve = topic.journal.opened().is_some_and(|journal| !journal.has_reserve())
+                || (topic.journal_reserve.get() != JournalReserve::Made && !topic.log.is_empty());
+            if wants_reserve {
+                let _ = topic.reserve_journal_space().await;
+            }
         }
     }
 
@@ -2420,6 +2561,53 @@ mod tests {
 
     /// A publish refused for want of disk space makes every topic of the shard give up the file
     /// it kept for its next roll, so that the publisher's retry finds the space.
+    /// On a full disk acknowledgements are still recorded (the journal's first segment comes
+    /// from its reserve), segment collection then deletes what they acknowledged, and the
+    /// reserve is made again once there is room.
+    #[test]
+    fn acknowledgements_are_recorded_on_a_full_disk_and_free_it() {
+        run(async {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let topic = topic(&forwarder, 0).await;
+            subscribe(&forwarder, false).await;
+            publish(&forwarder, 100).await;
+            // The first publish had the journal's reserve made, in the background.
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let reserve = PathBuf::from("/d0").join(journal_folder(topic.id)).join(crate::log::RESERVE_NAME);
+            assert!(forwarder.storage.exists(&reserve), "no journal reserve after the first publish");
+            assert!(topic.journal.opened().is_none(), "nothing acknowledged yet: the journal is closed");
+
+            forwarder.storage.set_no_space(true);
+            let messages = pull(&forwarder, 1000).await;
+            assert_eq!(messages.len(), 100);
+            let request = AcknowledgeRequest {
+                subscription: "reader".into(),
+                ack_ids: messages.iter().map(|message| message.ack_id.clone()).collect(),
+            };
+            let frame = ringpost_wire::encode_frame(Command::Acknowledge.code(), 0, 1, &request);
+            let response = forwarder
+                .acknowledge(&frame[FRAME_HEADER_BYTES..])
+                .await
+                .expect("an acknowledgement on a full disk");
+            assert!(response.invalid_ack_ids.is_empty(), "{response:?}");
+            assert!(!forwarder.storage.exists(&reserve), "the journal's first segment took the reserve");
+
+            let segments_before = topic.log.closed_segments().len();
+            assert!(segments_before > 2, "the test wants several segments");
+            forwarder.collect_segments().await;
+            assert!(
+                topic.log.closed_segments().is_empty(),
+                "acknowledged segments stayed on a full disk: {:?}",
+                topic.log.closed_segments()
+            );
+            forwarder.storage.set_no_space(false);
+            forwarder.collect_segments().await;
+            assert!(forwarder.storage.exists(&reserve), "the reserve was not made again once there was room");
+            publish_one(&forwarder, "retained").await.unwrap();
+        });
+    }
+
     #[test]
     fn a_full_disk_releases_the_files_kept_for_later_rolls() {
         run(async {
