@@ -6,6 +6,7 @@ mod crash;
 mod damage;
 mod deadlines;
 mod disks;
+mod full_disk;
 mod io_memory;
 mod liveness;
 mod permissions;

@@ -1,0 +1,233 @@
+//! A data directory that fills up: 25 topics, each with a subscription, take publishes on a
+//! 64 MiB ext4 filesystem until `df` shows nothing available and every topic is refused with
+//! `ResourceExhausted`. Then acknowledging everything (the way a user frees space) must work
+//! on the full disk, segment collection must give the space back, and publishing must work
+//! again; creating a topic while the disk is full is `ResourceExhausted`, and leaves nothing.
+//!
+//! Needs root and loop devices (CI has both); without them it fails loudly.
+
+use ringpost_client::{block_on, Client, ErrorCode, Message, RetrySettings};
+use ringpost_tests::loopfs::LoopFilesystem;
+use ringpost_tests::{create_topic_and_subscription, Daemon};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+const FILESYSTEM_MIB: u64 = 64;
+const TOPICS: usize = 25;
+const MESSAGE_BYTES: usize = 1024;
+const MESSAGES_PER_PUBLISH: u64 = 100;
+const MIB: u64 = 1 << 20;
+/// Refusals in a row after which a topic counts as full: a refused publish makes the shard
+/// give up its spare files, so the next one may find room.
+const REFUSALS_FULL: u32 = 3;
+/// Far more publishes than 64 MiB can hold: the filling loop's bound.
+const PUBLISHES_MAX: u64 = 4 * FILESYSTEM_MIB * MIB / (MESSAGES_PER_PUBLISH * MESSAGE_BYTES as u64);
+/// Segment collection runs every 5 s: the space must come back well within this.
+const SPACE_BACK_WITHIN: Duration = Duration::from_secs(30);
+/// What `df` must show available again once everything is acknowledged: a sixteenth of the
+/// filesystem. Not much more: each topic keeps its active segment (collection deletes closed
+/// segments only), and its journal with its reserve.
+const SPACE_BACK_BYTES_MIN: u64 = FILESYSTEM_MIB * MIB / 16;
+/// Publishes topic 0 gets for each one of the others: its segments grow large (doubling up to
+/// 64 MiB), as a busy topic's do, and must still shrink to what fits as the disk fills.
+const HOT_TOPIC_WEIGHT: usize = 8;
+/// `df`'s available space with which no publish may be refused: segments are sized by the space
+/// there is, down to 1 MiB, so one always fits in this.
+const ROOM_FOR_A_SEGMENT: u64 = 2 * MIB;
+
+fn payload(sequence: u64) -> Vec<u8> {
+    ringpost_tests::payload(sequence, MESSAGE_BYTES)
+}
+
+fn messages(first: u64) -> Vec<Message> {
+    (first..first + MESSAGES_PER_PUBLISH).map(|sequence| Message::new(payload(sequence))).collect()
+}
+
+/// `df`'s "Available" (what an unprivileged user may still allocate) and the blocks free
+/// (what root, the daemon here, may still allocate).
+fn space(filesystem: &LoopFilesystem) -> (u64, u64) {
+    let stats = nix::sys::statvfs::statvfs(filesystem.path()).expect("statvfs of the loop filesystem");
+    let block = stats.fragment_size() as u64;
+    (stats.blocks_available() as u64 * block, stats.blocks_free() as u64 * block)
+}
+
+fn topic_name(index: usize) -> String {
+    format!("full-{index:02}")
+}
+
+fn subscription_name(index: usize) -> String {
+    format!("full-{index:02}-reader")
+}
+
+#[test]
+fn acknowledgements_free_a_full_disk_and_publishing_resumes() {
+    // Declared before the daemon, so that it is unmounted after the daemon is killed.
+    let filesystem = LoopFilesystem::create("full-disk", FILESYSTEM_MIB);
+    let daemon = Daemon::start_with("full-disk", vec![filesystem.path().to_path_buf()], Vec::new());
+    // Every failure at once: the test asserts on the daemon's first answer.
+    let client: Client = daemon.client().with_retry(RetrySettings::NONE, RetrySettings::NONE);
+    for index in 0..TOPICS {
+        create_topic_and_subscription(&client, &topic_name(index), &subscription_name(index), 600);
+    }
+
+    // Fill: publishes round-robin (topic 0 HOT_TOPIC_WEIGHT times a round) until every topic is
+    // refused REFUSALS_FULL times in a row.
+    let started = Instant::now();
+    let mut acked: Vec<HashMap<u64, u64>> = vec![HashMap::new(); TOPICS];
+    let mut refusals = [0u32; TOPICS];
+    let (mut publishes, mut sequence, mut first_refusal) = (0u64, 0u64, None);
+    let mut refused_with_room: Vec<(String, u64)> = Vec::new();
+    let round: Vec<usize> = std::iter::repeat_n(0, HOT_TOPIC_WEIGHT - 1).chain(0..TOPICS).collect();
+    while refusals.iter().any(|refused| *refused < REFUSALS_FULL) {
+        assert!(
+            publishes < PUBLISHES_MAX,
+            "{publishes} publishes and the disk is not full: {:?}",
+            space(&filesystem)
+        );
+        for index in round.iter().copied() {
+            if refusals[index] >= REFUSALS_FULL {
+                continue;
+            }
+            publishes += 1;
+            match block_on(client.publish(&topic_name(index), messages(sequence))) {
+                Ok(ids) => {
+                    refusals[index] = 0;
+                    for (at, id) in ids.into_iter().enumerate() {
+                        acked[index].insert(id, sequence + at as u64);
+                    }
+                }
+                Err(error) => {
+                    assert_eq!(
+                        error.code(),
+                        ErrorCode::ResourceExhausted,
+                        "a publish on a filling disk was refused with something else: {error}"
+                    );
+                    first_refusal.get_or_insert_with(|| {
+                        (acked.iter().map(HashMap::len).sum::<usize>(), error.to_string())
+                    });
+                    let (available, _) = space(&filesystem);
+                    if available >= ROOM_FOR_A_SEGMENT {
+                        refused_with_room.push((topic_name(index), available));
+                    }
+                    refusals[index] += 1;
+                }
+            }
+            sequence += MESSAGES_PER_PUBLISH;
+        }
+    }
+    let stored: usize = acked.iter().map(HashMap::len).sum();
+    let (available, free) = space(&filesystem);
+    let (first_refused_after, first_refusal) = first_refusal.unwrap();
+    println!(
+        "full after {publishes} publishes ({stored} messages of {MESSAGE_BYTES} bytes acknowledged) in {:?}; first \
+         refusal after {first_refused_after} messages: {first_refusal}; df available {available}, free {free}",
+        started.elapsed()
+    );
+    assert_eq!(available, 0, "every topic is refused but df shows {available} bytes available");
+    assert!(
+        refused_with_room.is_empty(),
+        "publishes refused while df showed room for a segment (topic, bytes available): {:?}; the next \
+         segment must be sized by the space there is",
+        &refused_with_room[..refused_with_room.len().min(10)]
+    );
+    for (index, messages) in acked.iter().enumerate() {
+        assert!(!messages.is_empty(), "topic {} took no publish at all", topic_name(index));
+    }
+
+    // A new topic on the full disk: ResourceExhausted, and nothing of it left behind.
+    let refused =
+        block_on(client.create_topic("full-extra")).expect_err("a topic was created on a full disk");
+    println!("creating a topic on the full disk: {refused}");
+    assert_eq!(refused.code(), ErrorCode::ResourceExhausted, "creating a topic on a full disk: {refused}");
+    let listed = block_on(client.list_topics()).unwrap();
+    assert!(listed.iter().all(|topic| topic.name != "full-extra"), "the refused topic is listed: {listed:?}");
+    assert_eq!(
+        block_on(client.get_topic("full-extra")).unwrap_err().code(),
+        ErrorCode::NotFound,
+        "the refused topic half exists"
+    );
+
+    // Pull and acknowledge everything, on the full disk: every acknowledgement succeeds.
+    let draining = Instant::now();
+    let mut acknowledgements = 0;
+    for (index, published) in acked.iter().enumerate() {
+        let mut delivered: HashMap<u64, Vec<u8>> = HashMap::new();
+        loop {
+            let batch = block_on(client.pull(&subscription_name(index), 1000, 200)).unwrap_or_else(|error| {
+                panic!("pulling {} on a full disk: {error}", subscription_name(index))
+            });
+            if batch.is_empty() {
+                break;
+            }
+            let ack_ids: Vec<String> = batch.iter().map(|message| message.ack_id.clone()).collect();
+            for message in batch {
+                delivered.insert(message.message_id, message.data);
+            }
+            let invalid =
+                block_on(client.acknowledge(&subscription_name(index), ack_ids)).unwrap_or_else(|error| {
+                    panic!(
+                        "acknowledging on {} with the disk full ({:?} available/free) failed: {error}",
+                        subscription_name(index),
+                        space(&filesystem)
+                    )
+                });
+            assert!(invalid.is_empty(), "acknowledgements refused: {:?}", &invalid[..invalid.len().min(3)]);
+            acknowledgements += 1;
+        }
+        for (id, sequence) in published {
+            let data = delivered
+                .get(id)
+                .unwrap_or_else(|| panic!("message {id} of {} never delivered", topic_name(index)));
+            assert!(
+                *data == payload(*sequence),
+                "message {id} of {} came back with other bytes",
+                topic_name(index)
+            );
+        }
+    }
+    println!(
+        "{acknowledgements} acknowledgement requests on the full disk succeeded in {:?}; {:?} available/free",
+        draining.elapsed(),
+        space(&filesystem)
+    );
+
+    // The space comes back: segment collection deletes what every subscription acknowledged.
+    let waiting = Instant::now();
+    let mut available = 0;
+    while available < SPACE_BACK_BYTES_MIN {
+        assert!(
+            waiting.elapsed() < SPACE_BACK_WITHIN,
+            "{SPACE_BACK_WITHIN:?} after every message was acknowledged, df shows {available} bytes available"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        available = space(&filesystem).0;
+    }
+    let space_back_after = waiting.elapsed();
+    // And publishing works again: one publish to each topic, in turn, until the space that came
+    // back is taken again. Every topic's active segment is full, so each that gets one through
+    // rolled into the space collection gave back.
+    let mut published_again = Vec::new();
+    for index in 0..TOPICS {
+        match block_on(client.publish(&topic_name(index), messages(sequence))) {
+            Ok(_) => published_again.push(topic_name(index)),
+            Err(error) => assert_eq!(
+                error.code(),
+                ErrorCode::ResourceExhausted,
+                "publishing after the acknowledgements: {error}"
+            ),
+        }
+        sequence += MESSAGES_PER_PUBLISH;
+    }
+    println!(
+        "{available} bytes available {space_back_after:?} after the acknowledgements; then {} topics took a \
+         publish again ({published_again:?}); {:?} available/free now",
+        published_again.len(),
+        space(&filesystem)
+    );
+    assert!(
+        published_again.len() >= 2,
+        "with {available} bytes available again only {published_again:?} took a publish"
+    );
+    // Nothing of the refused topic came back with the space.
+    assert_eq!(block_on(client.get_topic("full-extra")).unwrap_err().code(), ErrorCode::NotFound);
+}
