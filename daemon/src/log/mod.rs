@@ -195,7 +195,12 @@ pub struct LogConfig {
     /// taken by a roll only when the disk has no room for a new segment, so that the log can
     /// still commit on a full disk. For a topic's journal: acknowledging is how a user frees
     /// space, and an acknowledgement that needs a new segment on a full disk would otherwise
-    /// be refused, and nothing could be freed. See `make_reserve`.
+    /// be refused, and nothing could be freed. See `make_reserve`. A reserve rather than an
+    /// acknowledgement floor written in place on a full disk: a floor rewritten in place would
+    /// overwrite a block holding acknowledged state (a torn write could lose it), and would need
+    /// a record format and a recovery of its own; with the reserve an acknowledgement stays an
+    /// ordinary checksummed record appended into fresh blocks and confirmed once durable on
+    /// ⌈M/2⌉ copies, and recovery is unchanged: the reserve is a segment allocated ahead.
     pub reserve: bool,
 }
 
