@@ -54,10 +54,57 @@ fn has_flag(fd: i32, flag: nix::fcntl::OFlag) -> bool {
 /// makes the probe meaningful. Call once per data directory before opening any log file.
 pub async fn warm_up_device_probe(directory: &Path, shard_name: &str) -> io::Result<()> {
     let path = directory.join(format!(".device-probe-{shard_name}"));
-    std::fs::write(&path, vec![0u8; 4096])?;
-    let file = OpenOptions::new().read(true).dma_open(&path).await.map_err(to_io)?;
-    let _ = file.close().await;
-    std::fs::remove_file(&path)
+    match std::fs::write(&path, vec![0u8; 4096]) {
+        Ok(()) => {
+            let file = OpenOptions::new().read(true).dma_open(&path).await.map_err(to_io)?;
+            let _ = file.close().await;
+            std::fs::remove_file(&path)
+        }
+        // A full disk must not stop the daemon from starting: the user frees space through it
+        // (acknowledging, deleting topics). Any non-empty file of ours makes the probe as well.
+        Err(error) if error.raw_os_error() == Some(nix::libc::ENOSPC) => {
+            let _ = std::fs::remove_file(&path);
+            let Some(found) = non_empty_file_under(directory, PROBE_SEARCH_DEPTH_MAX) else {
+                return Err(error);
+            };
+            let file = OpenOptions::new().read(true).dma_open(&found).await.map_err(to_io)?;
+            let _ = file.close().await;
+            Ok(())
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// How deep `warm_up_device_probe` looks for a file of the daemon's when the disk is full: a
+/// topic's segments are at `topics/<id>/messages/`, the catalog's at `catalog/`.
+const PROBE_SEARCH_DEPTH_MAX: usize = 3;
+
+/// A regular file under `directory`, at most `depth` folders down, whose first block holds
+/// written data (SEEK_DATA finds data at 0): a file only fallocated reads as zeros without a
+/// trip to the device, which would make the probe as meaningless as an empty file.
+fn non_empty_file_under(directory: &Path, depth: usize) -> Option<std::path::PathBuf> {
+    let mut entries: Vec<std::path::PathBuf> =
+        std::fs::read_dir(directory).ok()?.flatten().map(|entry| entry.path()).collect();
+    entries.sort();
+    let mut folders = Vec::new();
+    for path in entries {
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else { continue };
+        if metadata.is_dir() {
+            folders.push(path);
+        } else if metadata.is_file() && metadata.len() >= 4096 && data_at_start(&path) {
+            return Some(path);
+        }
+    }
+    if depth == 0 {
+        return None;
+    }
+    folders.into_iter().find_map(|folder| non_empty_file_under(&folder, depth - 1))
+}
+
+/// Whether the file's first byte is in written data, by lseek SEEK_DATA.
+fn data_at_start(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    matches!(nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekData), Ok(0))
 }
 
 async fn open_with(path: &Path, create: bool, flags: i32) -> io::Result<DmaStorageFile> {
