@@ -1,8 +1,8 @@
 //! A data directory that fills up: 25 topics, each with a subscription, take publishes on a
 //! 64 MiB ext4 filesystem until `df` shows nothing available and every topic is refused with
-//! `ResourceExhausted`. Then acknowledging everything (the way a user frees space) must work
-//! on the full disk, segment collection must give the space back, and publishing must work
-//! again; creating a topic while the disk is full is `ResourceExhausted`, and leaves nothing.
+//! `ResourceExhausted`. Creating a topic then is `ResourceExhausted` too, and leaves nothing;
+//! the daemon restarts on the full disk; acknowledging everything (the way a user frees space)
+//! must work there, segment collection must give the space back, and publishing must work again.
 //!
 //! Needs root and loop devices (CI has both); without them it fails loudly.
 
@@ -63,7 +63,7 @@ fn subscription_name(index: usize) -> String {
 fn acknowledgements_free_a_full_disk_and_publishing_resumes() {
     // Declared before the daemon, so that it is unmounted after the daemon is killed.
     let filesystem = LoopFilesystem::create("full-disk", FILESYSTEM_MIB);
-    let daemon = Daemon::start_with("full-disk", vec![filesystem.path().to_path_buf()], Vec::new());
+    let mut daemon = Daemon::start_with("full-disk", vec![filesystem.path().to_path_buf()], Vec::new());
     // Every failure at once: the test asserts on the daemon's first answer.
     let client: Client = daemon.client().with_retry(RetrySettings::NONE, RetrySettings::NONE);
     for index in 0..TOPICS {
@@ -145,6 +145,17 @@ fn acknowledgements_free_a_full_disk_and_publishing_resumes() {
         block_on(client.get_topic("full-extra")).unwrap_err().code(),
         ErrorCode::NotFound,
         "the refused topic half exists"
+    );
+
+    // The crumbs no segment fits in go to a filler file, so that not one block is left (not
+    // even for root); then a restart on that disk: the daemon starts, and the journals keep
+    // their reserves.
+    let crumbs = free - filesystem.fill(0);
+    daemon.restart();
+    let client: Client = daemon.client().with_retry(RetrySettings::NONE, RetrySettings::NONE);
+    println!(
+        "restarted on the full disk, {crumbs} bytes of crumbs filled: {:?} available/free",
+        space(&filesystem)
     );
 
     // Pull and acknowledge everything, on the full disk: every acknowledgement succeeds.
