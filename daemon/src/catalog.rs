@@ -339,9 +339,16 @@ pub async fn open_catalog<S: Storage>(
         // Small and slow-growing: its rare rolls are not worth a second file.
         prewrite: false,
         recycle: false,
-        reserve: false,
+        // Deleting topics and subscriptions is a way to free a full disk: their entries must
+        // commit there, also when the catalog needs a new segment.
+        reserve: true,
     };
     let (log, report) = Log::open(storage, directories, Path::new("catalog"), CATALOG_LOG_ID, config).await?;
+    // Made at the first start, while there is room; on a full disk the catalog goes on without
+    // one until `Router::retake_catalog_reserve` finds room.
+    if let Err(error) = log.retake_reserve().await {
+        eprintln!("ringpostd: reserving a segment for the catalog: {error}");
+    }
     if report.batches_repaired > 0 {
         eprintln!(
             "ringpostd: catalog recovery repaired {} batch copies from healthy ones",
@@ -474,6 +481,27 @@ mod tests {
     /// Topics and subscriptions created and deleted by the thousand: compaction deletes the
     /// old segments, and the catalog reopened from disk (also at each crash point a power cut
     /// could leave) holds exactly the live state.
+    /// Deleting topics is a way out of a full disk: the catalog keeps a reserve segment, so its
+    /// entries commit on a full disk even when it needs a new segment.
+    #[test]
+    fn the_catalog_commits_on_a_full_disk() {
+        run(async {
+            let disk = SimDisk::new();
+            let dirs = directories(1);
+            let (log, _) = open_catalog(disk.clone(), dirs.clone()).await.unwrap();
+            assert!(log.has_reserve(), "the catalog made no reserve at its first start");
+            disk.set_no_space(true);
+            // One block per commit: a 1 MiB first segment takes 256, so this needs a second.
+            for id in 0..300u64 {
+                log.append(entry_records(&CatalogEntry::TopicDeleted { id }), 1)
+                    .await
+                    .unwrap_or_else(|error| panic!("catalog entry {id} on a full disk: {error}"));
+            }
+            assert!(!log.has_reserve(), "the second segment took the reserve");
+            assert!(log.closed_segments().len() == 1, "{:?}", log.closed_segments());
+        });
+    }
+
     #[test]
     fn compaction_keeps_the_live_state_and_bounds_the_log() {
         run(async {

@@ -485,6 +485,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 loop {
                     glommio::timer::sleep(router::EXPIRATION_CHECK_INTERVAL).await;
                     expirer.expire_subscriptions().await;
+                    expirer.retake_catalog_reserve().await;
                     match expirer.compact_catalog().await {
                         Ok(0) => {}
                         Ok(segments) => {

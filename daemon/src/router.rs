@@ -311,6 +311,12 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
+    /// Makes the catalog's reserve segment again once a roll on a full disk took it
+    /// (`LogConfig::reserve`); quiet while the disk stays full. Called once a minute.
+    pub async fn retake_catalog_reserve(&self) {
+        let _ = self.catalog_log.retake_reserve().await;
+    }
+
     /// Compacts the catalog log once it has grown (`CATALOG_COMPACTION_BYTES_MIN`), with every
     /// other catalog append held back meanwhile. Called once a minute.
     pub async fn compact_catalog(&self) -> Result<usize, String> {
