@@ -980,7 +980,8 @@ pub fn segment_bytes_to_fit(wanted: u64, free_bytes: u64, minimum_bytes: u64) ->
 }
 
 /// Allocates the reserve segment of the log at `relative` (`LogConfig::reserve`), `bytes`
-/// long, in every data directory that is not fenced and does not hold one yet: allocated and
+/// long, in every data directory that is not fenced, holds the log's folder (a missing one is
+/// not made: a deleted topic's would come back) and does not hold a reserve yet: allocated and
 /// synced under `RESERVE_MAKING_NAME`, renamed to `RESERVE_NAME`, the folder synced. Also
 /// allocates one block for each manifest slot file not yet made, so that the manifest a roll
 /// into the reserve writes needs no space either. Works on a log that is not open (a journal
@@ -996,12 +997,13 @@ pub async fn make_reserve<S: Storage>(
     let mut result = Ok(());
     for copy in (0..directories.count()).filter(|copy| !directories.is_fenced(*copy)) {
         let folder = directories.path(copy).join(relative);
-        if storage.exists(&folder.join(RESERVE_NAME)) {
+        // A folder that is gone (its topic was deleted meanwhile) is not made again: the log
+        // makes its folders when it opens.
+        if !storage.exists(&folder) || storage.exists(&folder.join(RESERVE_NAME)) {
             continue;
         }
         let making = folder.join(RESERVE_MAKING_NAME);
         let made = async {
-            storage.create_dir_durable(&folder).await?;
             for slot in MANIFEST_SLOTS {
                 let path = folder.join(slot);
                 if !storage.exists(&path) {

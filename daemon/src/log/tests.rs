@@ -2325,8 +2325,9 @@ fn a_log_with_a_reserve_commits_on_a_full_disk() {
             reserve: true,
             ..small_config()
         };
-        // Made while the log is closed, as for a journal before its first entry: the log
-        // adopts it when it opens.
+        // Made while the log is closed, as for a journal before its first entry (whose folder
+        // the forwarder made with its topic's): the log adopts it when it opens.
+        disk.create_dir_durable(&folder(0)).await.unwrap();
         make_reserve(&disk, &dirs, Path::new(RELATIVE), config.segment_bytes_initial).await.unwrap();
         let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
         assert!(log.has_reserve(), "the log did not adopt the reserve made before it opened");
