@@ -2366,10 +2366,6 @@ impl<S: Storage> Log<S> {
         let mut renamed: Option<(&'static str, CopyFiles<S>)> = None;
         let mut recycled = false;
         let kept = self.inner.borrow_mut().recycled.take();
-        if from_reserve.is_some() && kept.as_ref().is_some_and(|kept| kept.capacity >= at_least_bytes) {
-            // A kept file is as good as the reserve, and leaves the reserve for later.
-            from_reserve = None;
-        }
         if let Some(kept) = kept {
             if kept.capacity < capacity {
                 self.inner.borrow_mut().recycled = Some(kept);
@@ -2406,8 +2402,6 @@ impl<S: Storage> Log<S> {
                     .collect();
                 self.remove_kept_files(SPARE_NAME, fenced, spare_capacity);
                 renamed = Some((SPARE_NAME, files));
-                // Allocated already: the reserve stays for a later roll.
-                from_reserve = None;
             } else {
                 self.remove_kept_files(SPARE_NAME, files, spare_capacity);
             }
