@@ -485,9 +485,19 @@ impl<S: Storage> Forwarder<S> {
     }
 
     /// The order that stops this shard: `net::serve` stops accepting and reading on it, and
-    /// the forwarder's streams and waiting pulls end.
+    /// the forwarder's streams and waiting pulls end (`wake_for_stop`).
     pub fn stop_handle(&self) -> crate::sync::Stop {
         self.stop.clone()
+    }
+
+    /// Once the stop order is given, wakes every pull waiting on a subscription, so that it
+    /// answers at once instead of at the end of its wait. Streams wake as their connections
+    /// stop being read.
+    pub async fn wake_for_stop(&self) {
+        self.stop.given().await;
+        for (subscription, _) in self.subscriptions.borrow().values() {
+            subscription.changed.notify_all();
+        }
     }
 
     pub fn set_journals_open_max(&self, journals: usize) {
@@ -1126,8 +1136,8 @@ impl<S: Storage> Forwarder<S> {
                 wake_at = wake_at.min(deadline);
             }
             let sleep = sleep_until(now, wake_at);
-            let wake = futures_lite::future::or(futures_lite::future::or(committed, changed), sleep);
-            futures_lite::future::or(wake, self.stop.given()).await;
+            // A stop wakes it through `changed` (`wake_for_stop`).
+            futures_lite::future::or(futures_lite::future::or(committed, changed), sleep).await;
         }
     }
 
@@ -1248,7 +1258,8 @@ impl<S: Storage> Forwarder<S> {
                 };
                 if let Some(frame) = frame {
                     reservation.fit_to(frame.wire_bytes());
-                    if !responder.send_more(frame, Some(reservation)).await {
+                    // A stop while it waited for room is seen at the top of the loop.
+                    if !responder.send_more(frame, Some(reservation)).await && !self.stop.is_given() {
                         break;
                     }
                 }
@@ -1260,7 +1271,10 @@ impl<S: Storage> Forwarder<S> {
             }
             let sleep = sleep_until(now, wake_at);
             let wake = futures_lite::future::or(futures_lite::future::or(committed, changed), sleep);
-            let ended = futures_lite::future::or(responder.gone(), self.stop.given());
+            // A stop ends the connection's reading, which wakes this through `gone`; the stop
+            // is checked first above. (Waiting on the stop order itself would register every
+            // idle stream with one shard-wide notifier.)
+            let ended = responder.gone();
             let budget_freed = async {
                 match waiting_for_budget {
                     true => crate::net::StreamReservation::freed().await,

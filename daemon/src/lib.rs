@@ -393,6 +393,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 let replies = Rc::new(reply_sender.connect().await);
                 let stop = forwarder.stop_handle();
                 stop_on_close(shard_stop, stop.clone());
+                let stopping = forwarder.clone();
+                glommio::spawn_local(async move { stopping.wake_for_stop().await }).detach();
                 let serving = glommio::spawn_local(net::serve(listener, forwarder.clone(), stop));
                 let collector = forwarder.clone();
                 glommio::spawn_local(async move {

@@ -263,6 +263,10 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
 pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop) -> usize {
     let connections = Rc::new(Cell::new(0usize));
     let closed = Rc::new(Notify::new());
+    // The sockets of the connections open now. A stop shuts their reading side, which ends
+    // each connection's pending read at once: a read waiting on the stop order as well would
+    // register with it at every read of every connection.
+    let sockets: Rc<RefCell<std::collections::HashSet<RawFd>>> = Rc::default();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             stop.given().await;
@@ -290,16 +294,24 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop
             continue;
         }
         connections.set(connections.get() + 1);
-        let (handler, connections, closed, stop) =
-            (handler.clone(), connections.clone(), closed.clone(), stop.clone());
+        let socket = stream.as_raw_fd();
+        sockets.borrow_mut().insert(socket);
+        let (handler, connections, closed, stop, sockets) =
+            (handler.clone(), connections.clone(), closed.clone(), stop.clone(), sockets.clone());
         glommio::spawn_local(async move {
             serve_connection(stream, handler, stop).await;
+            // The socket closed as serve_connection returned, and nothing ran since: no other
+            // connection can have its number yet.
+            sockets.borrow_mut().remove(&socket);
             connections.set(connections.get() - 1);
             closed.notify_all();
         })
         .detach();
     }
     drop(listener);
+    for socket in sockets.borrow().iter() {
+        let _ = nix::sys::socket::shutdown(*socket, nix::sys::socket::Shutdown::Read);
+    }
     let open_at_stop = connections.get();
     loop {
         let notified = closed.notified();
@@ -365,26 +377,21 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
     let in_flight = Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     let mut splitter = FrameSplitter::new();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    // Once the shard is told to stop, nothing more is read: the requests read so far run and
-    // are answered, and the connection closes after them.
-    let stopped = || async {
-        stop.given().await;
-        None
-    };
+    // Once the shard is told to stop, nothing more is read (`serve` shuts the socket's reading
+    // side, so a pending read ends): the requests read so far run and are answered, and the
+    // connection closes after them.
     'reading: while !outbound.closed.get() && !stop.is_given() {
         // A large body is read straight into its own buffer, not copied through the chunk.
         let frames = if let Some(room) = splitter.body_room() {
-            let read = futures_lite::future::or(async { Some(reader.read(room).await) }, stopped());
-            let count = match read.await {
-                None | Some(Ok(0)) | Some(Err(_)) => break,
-                Some(Ok(count)) => count,
+            let count = match reader.read(room).await {
+                Ok(0) | Err(_) => break,
+                Ok(count) => count,
             };
             splitter.body_filled(count).into_iter().collect()
         } else {
-            let read = futures_lite::future::or(async { Some(reader.read(&mut chunk).await) }, stopped());
-            let count = match read.await {
-                None | Some(Ok(0)) | Some(Err(_)) => break,
-                Some(Ok(count)) => count,
+            let count = match reader.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(count) => count,
             };
             match splitter.push(&chunk[..count]) {
                 Ok(frames) => frames,
