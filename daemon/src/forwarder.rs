@@ -43,6 +43,9 @@ const STREAM_IDLE_CHECK: Duration = Duration::from_secs(30);
 /// shard's core for good, with every topic the shard serves. Far below the second that ack
 /// deadlines are counted in.
 pub const DEADLINE_SLEEP_MIN: Duration = Duration::from_millis(1);
+/// How often a deletion or a journal's first entry looks again whether the journal's reserve
+/// is still being made (`TopicState::reserve_settled`).
+const RESERVE_SETTLE_PAUSE: Duration = Duration::from_millis(5);
 /// Pause before dead-letter publishes that failed are tried again.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 /// Attributes a dead-lettered message carries, named as Pub/Sub names them.
@@ -105,6 +108,8 @@ pub struct TopicState<S: Storage> {
     /// Whether the journal's reserve segment was made while the journal was closed (an open
     /// journal's log keeps track of its own): see `reserve_journal_space`.
     journal_reserve: Cell<JournalReserve>,
+    /// Fires when a reserve stops being made (`JournalReserve::Making` ends).
+    reserve_done: Notify,
 }
 
 /// Where a topic whose journal is closed stands with its journal's reserve segment.
@@ -112,6 +117,10 @@ pub struct TopicState<S: Storage> {
 enum JournalReserve {
     /// Not tried since the topic was attached: its next publish tries.
     Untried,
+    /// Being made in the journal's folder: the journal must not open (its recovery removes a
+    /// reserve half made, under the file being made), nor the folder go, until it is done
+    /// (`TopicState::reserve_settled`).
+    Making,
     /// Being made, or made (the journal adopts it when it opens).
     Made,
     /// The disk had no room: segment collection tries again, once it may have freed some.
@@ -226,8 +235,9 @@ impl<S: Storage> TopicState<S> {
         {
             return Ok(());
         }
-        // Set before the wait: a second caller meanwhile does not make it twice.
-        self.journal_reserve.set(JournalReserve::Made);
+        // Set before the wait: a second caller meanwhile does not make it twice, and the
+        // journal does not open under it.
+        self.journal_reserve.set(JournalReserve::Making);
         let made = make_reserve(
             self.log.storage(),
             self.log.directories(),
@@ -235,10 +245,26 @@ impl<S: Storage> TopicState<S> {
             self.journal.config.segment_bytes_initial,
         )
         .await;
-        if made.is_err() {
-            self.journal_reserve.set(JournalReserve::Failed);
-        }
+        self.journal_reserve.set(if made.is_ok() { JournalReserve::Made } else { JournalReserve::Failed });
+        self.reserve_done.notify_all();
         made
+    }
+
+    /// Waits while the journal's reserve is being made in its folder. Opening the journal
+    /// meanwhile would remove the file being made as a leftover, and deleting the topic would
+    /// remove its folder; either fails the open underneath (glommio's DMA open then panics on
+    /// the vanished path).
+    pub async fn reserve_settled(&self) {
+        loop {
+            let done = self.reserve_done.notified();
+            let making = self.journal_reserve.get() == JournalReserve::Making
+                || self.journal.opened().is_some_and(|journal| journal.is_reserving());
+            if !making {
+                return;
+            }
+            // An open journal's own reserve sets no notifier: look again shortly.
+            futures_lite::future::or(done, glommio::timer::sleep(RESERVE_SETTLE_PAUSE)).await;
+        }
     }
 
     /// Makes one journal entry durable, opening the journal first if it is not yet.
@@ -246,6 +272,9 @@ impl<S: Storage> TopicState<S> {
         let bytes = entry.encode();
         let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
         record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
+        if self.journal.opened().is_none() {
+            self.reserve_settled().await;
+        }
         let journal = self.journal.log(&self.log, self.id).await?;
         journal.append(records, 1).await.map(|_| ())
     }
@@ -684,6 +713,7 @@ impl<S: Storage> Forwarder<S> {
         let (storage, directories) = (self.storage.clone(), self.directories.clone());
         glommio::spawn_local(async move {
             topic.log.discard_spares().await;
+            topic.reserve_settled().await;
             let closed = topic.log.closed_segments().len();
             if let Err(error) = topic.log.remove_oldest(closed).await {
                 eprintln!("ringpostd: deleting the segments of topic '{}': {error}", topic.name);
@@ -900,6 +930,7 @@ impl<S: Storage> Forwarder<S> {
             retention_seconds: Cell::new(retention_seconds),
             published: RefCell::default(),
             journal_reserve: Cell::new(JournalReserve::Untried),
+            reserve_done: Notify::new(),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -1109,23 +1140,37 @@ impl<S: Storage> Forwarder<S> {
             let committed = topic.log.committed();
             let changed = subscription.changed.notified();
             let now = self.clock.now();
-            let deliveries = subscription.state.borrow_mut().pull_for(
-                now,
-                max_messages as usize,
-                topic.log.end_offset(),
-                0,
-                lease,
-            );
+            // The response's bytes come out of the shard's budget for pulls and streams first
+            // (`STREAM_RESERVED_BYTES_SHARD_MAX`): a thousand pulls of large messages at once
+            // would otherwise each hold a full response. Without room, nothing is leased and
+            // the pull waits (expired leases are still taken back, and its wait still ends).
+            let reservation = crate::net::StreamReservation::try_new(PULL_RESPONSE_BYTES_MAX);
+            let waiting_for_budget = reservation.is_none();
+            let deliveries = match reservation {
+                Some(_) => subscription.state.borrow_mut().pull_for(
+                    now,
+                    max_messages as usize,
+                    topic.log.end_offset(),
+                    0,
+                    lease,
+                ),
+                None => {
+                    subscription.state.borrow_mut().expire(now);
+                    Vec::new()
+                }
+            };
             self.start_dead_lettering(&subscription, &topic);
-            if !deliveries.is_empty() {
+            if let (false, Some(mut reservation)) = (deliveries.is_empty(), reservation) {
                 if let Some(frame) =
                     self.read_deliveries(&subscription, &topic, deliveries, None, header, 0).await?
                 {
-                    return Ok(frame);
+                    reservation.fit_to(frame.wire_bytes());
+                    return Ok(Response::Reserved(Box::new(frame), reservation));
                 }
                 // Everything read was filtered out or held behind its ordering key: look again.
                 continue;
             }
+
             if now >= give_up_at {
                 return Ok(respond(header, &PullResponse::default()).into());
             }
@@ -1136,8 +1181,15 @@ impl<S: Storage> Forwarder<S> {
                 wake_at = wake_at.min(deadline);
             }
             let sleep = sleep_until(now, wake_at);
+            let budget_freed = async {
+                match waiting_for_budget {
+                    true => crate::net::StreamReservation::freed().await,
+                    false => std::future::pending().await,
+                }
+            };
             // A stop wakes it through `changed` (`wake_for_stop`).
-            futures_lite::future::or(futures_lite::future::or(committed, changed), sleep).await;
+            let wake = futures_lite::future::or(committed, changed);
+            futures_lite::future::or(futures_lite::future::or(wake, sleep), budget_freed).await;
         }
     }
 

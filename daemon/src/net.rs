@@ -53,6 +53,8 @@ pub trait Handler: 'static {
 pub enum Response {
     Frame(FrameBuffer),
     Gathered(GatheredFrame<Held>),
+    /// A response holding a share of the shard's pull budget until it is written.
+    Reserved(Box<Response>, StreamReservation),
 }
 
 /// Bytes that the gathered frames of one shard may hold while they wait for their sockets. A
@@ -67,11 +69,12 @@ thread_local! {
     static STREAM_ROOM: Notify = Notify::new();
 }
 
-/// Bytes the streams of one shard may have reserved for frames they are reading or have
-/// queued and not yet written. A stream reserves its next frame's size before it reads its
-/// messages and holds it until the socket took the frame, so streams whose subscribers stall
-/// hold at most this much between them (thirty stalled streams of 1 MB messages took 5 GB
-/// without it), and the rest wait, their messages staying in the log.
+/// Bytes the streams and pulls of one shard may have reserved for responses they are reading or
+/// have queued and not yet written. A stream reserves its next frame's size before it reads its
+/// messages and holds it until the socket took the frame (a unary pull the same, for its one
+/// response), so subscribers that stall hold at most this much between them (thirty stalled
+/// streams of 1 MB messages took 5 GB without it), and the rest wait, their messages staying in
+/// the log.
 pub const STREAM_RESERVED_BYTES_SHARD_MAX: usize = 128 << 20;
 const _: () = assert!(crate::forwarder::PULL_RESPONSE_BYTES_MAX * 4 <= STREAM_RESERVED_BYTES_SHARD_MAX);
 
@@ -179,6 +182,7 @@ impl Response {
         match self {
             Response::Frame(frame) => frame.len(),
             Response::Gathered(frame) => frame.len(),
+            Response::Reserved(response, _) => response.wire_bytes(),
         }
     }
 
@@ -187,6 +191,7 @@ impl Response {
         match self {
             Response::Frame(frame) => frame,
             Response::Gathered(frame) => frame.to_contiguous(),
+            Response::Reserved(response, _) => response.into_contiguous(),
         }
     }
 }
@@ -476,7 +481,12 @@ async fn write_all_responses(
             continue;
         }
         for (response, permit, reservation) in batch {
-            permits.push((permit, reservation));
+            // A reserved response's share is held, like its permit, until the write is done.
+            let (response, held) = match response {
+                Response::Reserved(response, held) => (*response, Some(held)),
+                response => (response, None),
+            };
+            permits.push((permit, reservation.or(held)));
             let frame = match response {
                 Response::Frame(frame) => frame,
                 Response::Gathered(frame) => {
@@ -488,6 +498,7 @@ async fn write_all_responses(
                     gathered.clear();
                     continue;
                 }
+                Response::Reserved(..) => unreachable!("unwrapped above"),
             };
             if frame.len() >= COALESCE_BYTES_MAX {
                 if !gathered.is_empty() && writer.write_all(&gathered).await.is_err() {

@@ -2262,6 +2262,11 @@ impl<S: Storage> Log<S> {
             .is_some_and(|reserve| writable.iter().all(|copy| reserve.copies & (1 << copy) != 0))
     }
 
+    /// Whether a reserve is being made in the log's folders right now (`retake_reserve`).
+    pub fn is_reserving(&self) -> bool {
+        self.inner.borrow().reserving
+    }
+
     /// Makes the reserve segment again where a roll on a full disk took it, or where it is
     /// missing (`LogConfig::reserve`), and adopts one made while the log was closed. Called
     /// once space may have come back (after segments were deleted); on a disk still full it
