@@ -110,6 +110,8 @@ pub struct TopicState<S: Storage> {
     journal_reserve: Cell<JournalReserve>,
     /// Fires when a reserve stops being made (`JournalReserve::Making` ends).
     reserve_done: Notify,
+    /// Deleted: its journal must not open (or be made) again while its files go.
+    deleted: Cell<bool>,
 }
 
 /// Where a topic whose journal is closed stands with its journal's reserve segment.
@@ -227,6 +229,9 @@ impl<S: Storage> TopicState<S> {
     /// topic holds messages: a topic nobody published to has nothing to acknowledge, and
     /// 10,000 idle topics keep no reserve.
     pub async fn reserve_journal_space(&self) -> Result<(), LogError> {
+        if self.deleted.get() {
+            return Ok(());
+        }
         if let Some(journal) = self.journal.opened() {
             return journal.retake_reserve().await;
         }
@@ -274,6 +279,9 @@ impl<S: Storage> TopicState<S> {
         record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
         if self.journal.opened().is_none() {
             self.reserve_settled().await;
+        }
+        if self.deleted.get() {
+            return Err(LogError::Fenced("the topic was deleted".into()));
         }
         let journal = self.journal.log(&self.log, self.id).await?;
         journal.append(records, 1).await.map(|_| ())
@@ -711,9 +719,17 @@ impl<S: Storage> Forwarder<S> {
     /// folder the catalog no longer names, which the router removes at the next start.
     fn delete_topic_files(&self, topic: Rc<TopicState<S>>) {
         let (storage, directories) = (self.storage.clone(), self.directories.clone());
+        topic.deleted.set(true);
         glommio::spawn_local(async move {
-            topic.log.discard_spares().await;
+            // Publishes and acknowledgements still in flight finish first: a commit meeting a
+            // vanished file would fence the data directory for every topic of the shard.
+            topic.log.close_for_removal().await;
             topic.reserve_settled().await;
+            if let Some(journal) = topic.journal.opened() {
+                journal.close_for_removal().await;
+                journal.discard_spares().await;
+            }
+            topic.log.discard_spares().await;
             let closed = topic.log.closed_segments().len();
             if let Err(error) = topic.log.remove_oldest(closed).await {
                 eprintln!("ringpostd: deleting the segments of topic '{}': {error}", topic.name);
@@ -931,6 +947,7 @@ impl<S: Storage> Forwarder<S> {
             published: RefCell::default(),
             journal_reserve: Cell::new(JournalReserve::Untried),
             reserve_done: Notify::new(),
+            deleted: Cell::new(false),
         });
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);

@@ -596,6 +596,8 @@ struct LogInner<S: Storage> {
     staged_bytes: usize,
     flushing: bool,
     fenced: Option<String>,
+    /// Its files are about to be removed (`close_for_removal`): appends are refused.
+    closed_for_removal: bool,
     tail_cache: VecDeque<(u64, Rc<S::Buffer>)>,
     tail_cache_bytes: usize,
     /// Sweeps since the last commit, up to `TAIL_CACHE_IDLE_SWEEPS`.
@@ -962,6 +964,8 @@ pub const KEPT_FILE_FREE_BYTES_FACTOR: u64 = 4;
 /// recovery keeps it as the reserve. It is only ever made by `fallocate` and never written,
 /// so a roll may rename it into place as it does a spare.
 pub const RESERVE_NAME: &str = "reserve.tmp";
+/// How often `close_for_removal` looks whether the commits in flight are done.
+const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 /// The name a reserve is allocated under before it is renamed to `RESERVE_NAME`, so that a
 /// reserve under its name is always whole. Recovery removes it.
 pub const RESERVE_MAKING_NAME: &str = "reserve.new";
@@ -1476,6 +1480,7 @@ impl<S: Storage> Log<S> {
                 staged_bytes: 0,
                 flushing: false,
                 fenced: None,
+                closed_for_removal: false,
                 tail_cache: VecDeque::new(),
                 tail_cache_bytes: 0,
                 idle_sweeps: 0,
@@ -1835,6 +1840,9 @@ impl<S: Storage> Log<S> {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
                 return Err(LogError::Fenced(why.clone()));
+            }
+            if inner.closed_for_removal {
+                return Err(LogError::Fenced("the log is being removed (its topic was deleted)".into()));
             }
             if inner.staged_bytes + records.len() > inner.config.staging_bytes_max {
                 return Err(LogError::Overloaded);
@@ -2260,6 +2268,17 @@ impl<S: Storage> Log<S> {
             .reserve
             .as_ref()
             .is_some_and(|reserve| writable.iter().all(|copy| reserve.copies & (1 << copy) != 0))
+    }
+
+    /// Refuses appends from now on and waits until the commits in flight are done, so that the
+    /// log's files can be removed: a commit that met a vanished file would fail its write, and a
+    /// failed write fences the data directory for every log of the shard. Segments can still be
+    /// removed (`remove_oldest`), and nothing is fenced.
+    pub async fn close_for_removal(&self) {
+        self.inner.borrow_mut().closed_for_removal = true;
+        while self.inner.borrow().flushing || self.inner.borrow().manifest_writing {
+            glommio::timer::sleep(REMOVAL_WAIT).await;
+        }
     }
 
     /// Whether a reserve is being made in the log's folders right now (`retake_reserve`).

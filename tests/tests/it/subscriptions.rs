@@ -609,3 +609,44 @@ fn first_acknowledgements_and_deletions_right_after_first_publishes_leave_the_da
     block_on(client.publish("race-0", vec![Message::new("still serving")])).unwrap();
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
 }
+
+/// Deleting a topic while publishes to it are in flight and its log rolls segments: the
+/// commits in flight finish before its files go. A roll that met its vanished folder used to
+/// fence the data directory, and with it every other topic of the shard.
+#[test]
+fn deleting_a_topic_under_publishes_that_roll_its_log_leaves_the_daemon_serving() {
+    let daemon = Daemon::start_with(
+        "delete-under-publish",
+        Vec::new(),
+        vec!["--segment-bytes-max".into(), "65536".into()],
+    );
+    let client = std::sync::Arc::new(daemon.client());
+    for round in 0..12 {
+        let topic = format!("doomed-{round}");
+        block_on(client.create_topic(&topic)).unwrap();
+        block_on(client.create_subscription(self::subscription(&format!("{topic}-sub"), &topic, 10)))
+            .unwrap();
+        let publishers: Vec<_> = (0..4)
+            .map(|_| {
+                let (client, topic) = (client.clone(), topic.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..400 {
+                        let messages = (0..4).map(|_| Message::new(vec![1u8; 8 * 1024])).collect();
+                        if block_on(client.publish(&topic, messages)).is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(150));
+        block_on(client.delete_topic(&topic)).unwrap();
+        for publisher in publishers {
+            publisher.join().unwrap();
+        }
+    }
+    block_on(client.create_topic("survivor")).unwrap();
+    block_on(client.publish("survivor", vec![Message::new("still serving")])).unwrap();
+    let log = daemon.log();
+    assert!(!log.contains("panicked") && !log.contains("fencing"), "{log}");
+}
