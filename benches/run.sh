@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs the canonical workloads W1-W5 against Ringpost (an embedded daemon in the release build of
-# ringpost-bench) and, in the same run on the same machine, against NATS JetStream (through
-# shared/peers/nats/run.sh), measures the disk's durable-write ceiling, and prints one table:
+# ringpost-bench) and, in the same run on the same machine, against NATS JetStream (through the
+# runner script NATS_RUN names, which prints RESULT lines), measures the disk's durable-write
+# ceiling, and prints one table:
 # workload, Ringpost msgs/s, NATS msgs/s, ratio, Ringpost p99, NATS p99.
 #
 #   benches/run.sh            full run (about 6 minutes on 2 cores)
 #   QUICK=1 benches/run.sh    smoke run (under 5 minutes on 2 cores, once both are built)
 #   OUT=dir benches/run.sh    keep the JSON, logs and latency plots (SVG) in dir
-#   NATS=0 benches/run.sh     Ringpost and the disk only
+#   NATS=0 benches/run.sh     Ringpost and the disk only (also when NATS_RUN names no file)
 #
 # The workloads run one after the other, never at once, with a sync and a pause between them so
 # that one's write-back does not land in the next. Every Ringpost run checks each delivery
@@ -17,7 +18,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 QUICK=${QUICK:-0}
 NATS=${NATS:-1}
-NATS_RUN=${NATS_RUN:-$ROOT/../shared/peers/nats/run.sh}
+# The NATS runner is not part of the repository: give its path (a script that runs the same
+# workloads against NATS JetStream and prints RESULT lines), or the NATS half is skipped.
+NATS_RUN=${NATS_RUN:-}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-bench.XXXXXX")}
 # The daemon's scratch data directories go here: /tmp is often a tmpfs, whose fdatasync is free.
 DATA_PARENT=/var/tmp
@@ -97,7 +100,7 @@ echo "== W4 memory: a standalone ringpostd with idle topics"
 if [ "$QUICK" = 1 ]; then MEMORY_TOPICS="200 $W4_TOPICS"; else MEMORY_TOPICS="1000 5000 $W4_TOPICS"; fi
 for topics in $MEMORY_TOPICS; do memory "$topics"; done
 
-if [ "$NATS" = 1 ] && [ -f "$NATS_RUN" ]; then
+if [ "$NATS" = 1 ] && [ -n "$NATS_RUN" ] && [ -f "$NATS_RUN" ]; then
   echo "== NATS JetStream ($NATS_RUN, QUICK=$QUICK), log in $OUT/nats.log"
   started=$SECONDS
   if QUICK=$QUICK OUT="$OUT/nats" bash "$NATS_RUN" >"$OUT/nats.log" 2>&1; then
@@ -106,7 +109,7 @@ if [ "$NATS" = 1 ] && [ -f "$NATS_RUN" ]; then
     echo "   FAILED after $((SECONDS - started)) s: $(tail -n 1 "$OUT/nats.log")"
   fi
 else
-  echo "== NATS JetStream: skipped"
+  echo "== NATS JetStream: skipped (NATS=0, or NATS_RUN names no runner script)"
 fi
 
 echo "== disk ceiling ($DATA_PARENT)"

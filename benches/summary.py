@@ -4,7 +4,7 @@
 Usage: summary.py OUT
 
 OUT holds one ringpost-bench --json file per Ringpost workload (<label>.json), nats/results.txt
-with the RESULT lines of shared/peers/nats/run.sh, and disk.json, disk_fresh.json and
+with the RESULT lines of the NATS runner (NATS_RUN in run.sh), and disk.json, disk_fresh.json and
 disk_read.json from `ringpost-bench disk` (over written blocks, into fallocated space, reads).
 A workload that failed or was not run shows a dash; the table is still printed.
 """
