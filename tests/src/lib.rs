@@ -341,3 +341,17 @@ impl Random {
         low + self.next_u64() % (high - low)
     }
 }
+
+/// Runs `future` to completion unless `limit` passes first (`None`): a wait in a test that
+/// must end whether or not the daemon answers.
+pub fn within<F: std::future::Future>(limit: Duration, future: F) -> Option<F::Output> {
+    use std::future::Future;
+    let mut future = std::pin::pin!(future);
+    let mut timeout = std::pin::pin!(ringpost_client::timer::sleep(limit));
+    block_on(std::future::poll_fn(|context| {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(context) {
+            return std::task::Poll::Ready(Some(output));
+        }
+        timeout.as_mut().poll(context).map(|_| None)
+    }))
+}

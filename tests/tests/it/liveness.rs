@@ -7,7 +7,7 @@
 //! time, that must be answered throughout.
 
 use ringpost_client::{block_on, Client, Message, ReceivedMessage, StreamSettings, SubscriberSettings};
-use ringpost_tests::{create_subscription, create_topic_and_subscription, Daemon};
+use ringpost_tests::{create_subscription, create_topic_and_subscription, within, Daemon};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,27 +20,6 @@ const ANSWER_MAX: Duration = Duration::from_secs(5);
 /// How late after its deadline an expired lease may be redelivered: the lease sweep runs every
 /// second, and the machine may be busy with the tests beside this one.
 const REDELIVERY_SLACK: Duration = Duration::from_secs(5);
-
-/// Polls two futures and returns the first's output, or `None` if the second finished first.
-async fn first_of<A: std::future::Future, B: std::future::Future>(first: A, second: B) -> Option<A::Output> {
-    let mut first = std::pin::pin!(first);
-    let mut second = std::pin::pin!(second);
-    std::future::poll_fn(|context| {
-        if let std::task::Poll::Ready(output) = first.as_mut().poll(context) {
-            return std::task::Poll::Ready(Some(output));
-        }
-        if second.as_mut().poll(context).is_ready() {
-            return std::task::Poll::Ready(None);
-        }
-        std::task::Poll::Pending
-    })
-    .await
-}
-
-/// Runs `future` to completion unless `limit` passes first.
-fn within<F: std::future::Future>(limit: Duration, future: F) -> Option<F::Output> {
-    block_on(first_of(future, ringpost_client::timer::sleep(limit)))
-}
 
 /// Publishes to one topic, one message at a time, until stopped; remembers the slowest answer
 /// and whether one never came within `ANSWER_MAX`.

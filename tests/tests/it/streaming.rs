@@ -43,11 +43,7 @@ fn four_streams_drain_a_200k_backlog_within_their_windows() {
                 let mut longest_gap = Duration::ZERO;
                 while !done.load(Ordering::Relaxed) {
                     // Wait with a bound, so a finished drain lets the thread go.
-                    let batch = match block_on(async {
-                        let next = stream.next();
-                        let timeout = ringpost_client::timer::sleep(Duration::from_millis(500));
-                        futures_select(next, timeout).await
-                    }) {
+                    let batch = match ringpost_tests::within(Duration::from_millis(500), stream.next()) {
                         Some(Some(Ok(batch))) => batch,
                         Some(Some(Err(error))) => panic!("stream failed: {error}"),
                         Some(None) => panic!("the server ended the stream"),
@@ -106,25 +102,6 @@ fn four_streams_drain_a_200k_backlog_within_their_windows() {
     );
     assert!(duplicates * 100 < MESSAGES, "{duplicates} duplicates: over 1%");
     assert!(peaks.iter().all(|peak| *peak > 0), "every stream took part: {peaks:?}");
-}
-
-/// Polls two futures and returns the first's output, or `None` if the second finished first.
-async fn futures_select<A: std::future::Future, B: std::future::Future>(
-    first: A,
-    second: B,
-) -> Option<A::Output> {
-    let mut first = std::pin::pin!(first);
-    let mut second = std::pin::pin!(second);
-    std::future::poll_fn(|context| {
-        if let std::task::Poll::Ready(output) = first.as_mut().poll(context) {
-            return std::task::Poll::Ready(Some(output));
-        }
-        if second.as_mut().poll(context).is_ready() {
-            return std::task::Poll::Ready(None);
-        }
-        std::task::Poll::Pending
-    })
-    .await
 }
 
 #[test]
@@ -193,8 +170,7 @@ fn deleting_a_subscription_or_its_topic_ends_its_streams_and_pulls() {
     // The next item of a stream, given 10 s: an open stream that never ends fails the test
     // instead of hanging it.
     let not_found = |stream: &mut ringpost_client::MessageStream| {
-        let next =
-            block_on(futures_select(stream.next(), ringpost_client::timer::sleep(Duration::from_secs(10))));
+        let next = ringpost_tests::within(Duration::from_secs(10), stream.next());
         match next {
             Some(Some(Err(error))) => {
                 assert_eq!(error.code(), ringpost_client::ErrorCode::NotFound, "{error}")
