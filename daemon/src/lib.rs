@@ -4,6 +4,7 @@
 //! router shard, wires them with bounded control channels, recovers the catalog and every
 //! topic, and returns once every shard is serving. See ARCHITECTURE.md for the map.
 
+pub mod api;
 pub mod catalog;
 pub mod clock;
 pub mod codec;

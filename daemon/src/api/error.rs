@@ -1,0 +1,177 @@
+//! The domain's errors: a code with a message. The codes are gRPC's, which Pub/Sub's users know,
+//! plus the two a forwarder needs of its own; each protocol maps them onto its own numbers.
+
+/// What went wrong, as a caller decides what to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    Ok,
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+    /// This shard does not own the topic or subscription; the caller should ask the router.
+    NotOwner,
+    /// The request could not be parsed; its connection is closed after the reply.
+    ProtocolError,
+}
+
+impl Code {
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::Ok => "Ok",
+            Code::Cancelled => "Cancelled",
+            Code::Unknown => "Unknown",
+            Code::InvalidArgument => "InvalidArgument",
+            Code::DeadlineExceeded => "DeadlineExceeded",
+            Code::NotFound => "NotFound",
+            Code::AlreadyExists => "AlreadyExists",
+            Code::PermissionDenied => "PermissionDenied",
+            Code::ResourceExhausted => "ResourceExhausted",
+            Code::FailedPrecondition => "FailedPrecondition",
+            Code::Aborted => "Aborted",
+            Code::OutOfRange => "OutOfRange",
+            Code::Unimplemented => "Unimplemented",
+            Code::Internal => "Internal",
+            Code::Unavailable => "Unavailable",
+            Code::DataLoss => "DataLoss",
+            Code::Unauthenticated => "Unauthenticated",
+            Code::NotOwner => "NotOwner",
+            Code::ProtocolError => "ProtocolError",
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An error with its code and a message for a person.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct Status {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Status {
+    pub fn new(code: Code, message: impl Into<String>) -> Status {
+        Status { code, message: message.into() }
+    }
+    pub fn invalid_argument(message: impl Into<String>) -> Status {
+        Status::new(Code::InvalidArgument, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Status {
+        Status::new(Code::NotFound, message)
+    }
+    pub fn already_exists(message: impl Into<String>) -> Status {
+        Status::new(Code::AlreadyExists, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Status {
+        Status::new(Code::Unavailable, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Status {
+        Status::new(Code::Internal, message)
+    }
+    pub fn resource_exhausted(message: impl Into<String>) -> Status {
+        Status::new(Code::ResourceExhausted, message)
+    }
+    pub fn failed_precondition(message: impl Into<String>) -> Status {
+        Status::new(Code::FailedPrecondition, message)
+    }
+}
+
+/// The native protocol's numbered codes are the same list; these two conversions are the whole
+/// mapping, checked both ways by a test.
+impl From<Code> for ringpost_wire::ErrorCode {
+    fn from(code: Code) -> ringpost_wire::ErrorCode {
+        use ringpost_wire::ErrorCode as Wire;
+        match code {
+            Code::Ok => Wire::Ok,
+            Code::Cancelled => Wire::Cancelled,
+            Code::Unknown => Wire::Unknown,
+            Code::InvalidArgument => Wire::InvalidArgument,
+            Code::DeadlineExceeded => Wire::DeadlineExceeded,
+            Code::NotFound => Wire::NotFound,
+            Code::AlreadyExists => Wire::AlreadyExists,
+            Code::PermissionDenied => Wire::PermissionDenied,
+            Code::ResourceExhausted => Wire::ResourceExhausted,
+            Code::FailedPrecondition => Wire::FailedPrecondition,
+            Code::Aborted => Wire::Aborted,
+            Code::OutOfRange => Wire::OutOfRange,
+            Code::Unimplemented => Wire::Unimplemented,
+            Code::Internal => Wire::Internal,
+            Code::Unavailable => Wire::Unavailable,
+            Code::DataLoss => Wire::DataLoss,
+            Code::Unauthenticated => Wire::Unauthenticated,
+            Code::NotOwner => Wire::NotOwner,
+            Code::ProtocolError => Wire::ProtocolError,
+        }
+    }
+}
+
+impl From<ringpost_wire::ErrorCode> for Code {
+    fn from(code: ringpost_wire::ErrorCode) -> Code {
+        use ringpost_wire::ErrorCode as Wire;
+        match code {
+            Wire::Ok => Code::Ok,
+            Wire::Cancelled => Code::Cancelled,
+            Wire::Unknown => Code::Unknown,
+            Wire::InvalidArgument => Code::InvalidArgument,
+            Wire::DeadlineExceeded => Code::DeadlineExceeded,
+            Wire::NotFound => Code::NotFound,
+            Wire::AlreadyExists => Code::AlreadyExists,
+            Wire::PermissionDenied => Code::PermissionDenied,
+            Wire::ResourceExhausted => Code::ResourceExhausted,
+            Wire::FailedPrecondition => Code::FailedPrecondition,
+            Wire::Aborted => Code::Aborted,
+            Wire::OutOfRange => Code::OutOfRange,
+            Wire::Unimplemented => Code::Unimplemented,
+            Wire::Internal => Code::Internal,
+            Wire::Unavailable => Code::Unavailable,
+            Wire::DataLoss => Code::DataLoss,
+            Wire::Unauthenticated => Code::Unauthenticated,
+            Wire::NotOwner => Code::NotOwner,
+            Wire::ProtocolError => Code::ProtocolError,
+        }
+    }
+}
+
+impl From<Status> for ringpost_wire::Status {
+    fn from(status: Status) -> ringpost_wire::Status {
+        ringpost_wire::Status::new(status.code.into(), status.message)
+    }
+}
+
+impl From<ringpost_wire::Status> for Status {
+    fn from(status: ringpost_wire::Status) -> Status {
+        Status::new(status.code.into(), status.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wire_code_maps_to_a_domain_code_and_back() {
+        for wire in ringpost_wire::ErrorCode::ALL {
+            let domain = Code::from(wire);
+            assert_eq!(ringpost_wire::ErrorCode::from(domain), wire);
+            assert_eq!(domain.name(), wire.name());
+        }
+    }
+}

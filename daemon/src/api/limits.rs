@@ -1,0 +1,5 @@
+//! Pub/Sub's limits, as one table shared by the server, the client and the protocol's
+//! validation: the domain reads them from here so that only this module and `protocol::native`
+//! name the wire crate.
+
+pub use ringpost_wire::limits::*;

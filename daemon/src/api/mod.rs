@@ -1,0 +1,8 @@
+//! The typed seam between the protocols and the domain: operations on domain types, with no
+//! frames and no encoding, which the native protocol's handlers call and which another protocol
+//! (a gRPC gateway) can call the same way.
+
+pub mod error;
+pub mod limits;
+
+pub use error::{Code, Status};
