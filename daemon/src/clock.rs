@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub trait Clock {
     /// Monotonic time, for deadlines.
@@ -16,10 +16,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
-        Instant::now()
+        crate::runtime::now()
     }
     fn wall_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        crate::runtime::wall_ms()
     }
 }
 

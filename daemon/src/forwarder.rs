@@ -75,7 +75,7 @@ pub const SEGMENT_COLLECTION_INTERVAL: Duration = Duration::from_secs(5);
 /// A timer for a loop that waits until `deadline`: never shorter than `DEADLINE_SLEEP_MIN`, so
 /// the loop yields the shard even when its deadline has passed.
 async fn sleep_until(now: std::time::Instant, deadline: std::time::Instant) {
-    glommio::timer::sleep(deadline.saturating_duration_since(now).max(DEADLINE_SLEEP_MIN)).await
+    crate::runtime::sleep(deadline.saturating_duration_since(now).max(DEADLINE_SLEEP_MIN)).await
 }
 
 pub fn log_error_status(error: LogError) -> Status {
@@ -268,7 +268,7 @@ impl<S: Storage> TopicState<S> {
                 return;
             }
             // An open journal's own reserve sets no notifier: look again shortly.
-            futures_lite::future::or(done, glommio::timer::sleep(RESERVE_SETTLE_PAUSE)).await;
+            futures_lite::future::or(done, crate::runtime::sleep(RESERVE_SETTLE_PAUSE)).await;
         }
     }
 
@@ -720,7 +720,7 @@ impl<S: Storage> Forwarder<S> {
     fn delete_topic_files(&self, topic: Rc<TopicState<S>>) {
         let (storage, directories) = (self.storage.clone(), self.directories.clone());
         topic.deleted.set(true);
-        glommio::spawn_local(async move {
+        crate::runtime::spawn(async move {
             // Publishes and acknowledgements still in flight finish first: a commit meeting a
             // vanished file would fence the data directory for every topic of the shard.
             topic.log.close_for_removal().await;
@@ -1088,7 +1088,7 @@ impl<S: Storage> Forwarder<S> {
     async fn publish(&self, body: FrameBuffer) -> Result<PublishResponse, Status> {
         let request = access_body::<PublishRequest>(&body)?;
         ringpost_wire::validate::validate_publish(request)?;
-        let started = std::time::Instant::now();
+        let started = crate::runtime::now();
         let topic = self.topic(request.topic.as_str())?;
         let encoded_bytes = request
             .messages
@@ -1118,7 +1118,7 @@ impl<S: Storage> Forwarder<S> {
             // The topic now holds something to acknowledge: its journal reserves its space, in
             // the background (an allocation and two syncs).
             let topic = topic.clone();
-            glommio::spawn_local(async move {
+            crate::runtime::spawn(async move {
                 if let Err(error) = topic.reserve_journal_space().await {
                     eprintln!("ringpostd: reserving journal space for topic '{}': {error}", topic.name);
                 }
@@ -1575,7 +1575,7 @@ impl<S: Storage> Forwarder<S> {
         let address = self.router_address.borrow().clone();
         let cache = self.dead_letter_client.clone();
         let (subscription, topic) = (subscription.clone(), topic.clone());
-        glommio::spawn_local(async move {
+        crate::runtime::spawn(async move {
             let result = dead_letter(address, cache, &subscription, &topic, &offsets).await;
             if let Err(error) = result {
                 eprintln!(
@@ -1584,7 +1584,7 @@ impl<S: Storage> Forwarder<S> {
                     subscription.name,
                     subscription.dead_letter_topic.borrow().as_deref().unwrap_or_default()
                 );
-                glommio::timer::sleep(DEAD_LETTER_RETRY).await;
+                crate::runtime::sleep(DEAD_LETTER_RETRY).await;
                 let mut state = subscription.state.borrow_mut();
                 for offset in offsets {
                     state.return_dead_letter(offset);
@@ -1782,7 +1782,7 @@ impl<S: Storage> Forwarder<S> {
             return;
         }
         let (topic, now_ms) = (topic.clone(), self.clock.wall_ms());
-        glommio::spawn_local(async move { Self::remove_unneeded_segments(&topic, now_ms).await }).detach();
+        crate::runtime::spawn(async move { Self::remove_unneeded_segments(&topic, now_ms).await }).detach();
     }
 
     /// Out of disk space: every topic of the shard gives up the files it holds for later rolls
@@ -1796,7 +1796,7 @@ impl<S: Storage> Forwarder<S> {
         }
         let topics: Vec<Rc<TopicState<S>>> = self.topics_by_id.borrow().values().cloned().collect();
         let releasing = self.releasing_kept_files.clone();
-        glommio::spawn_local(async move {
+        crate::runtime::spawn(async move {
             for topic in topics {
                 topic.log.discard_spares().await;
             }
@@ -2437,7 +2437,7 @@ mod tests {
                 if !forwarder.storage.exists(&folder) {
                     break;
                 }
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                crate::runtime::sleep(Duration::from_millis(10)).await;
             }
             assert!(!forwarder.storage.exists(&folder), "the topic's folder is gone");
         });
@@ -2656,7 +2656,7 @@ mod tests {
             subscribe(&forwarder, false).await;
             publish(&forwarder, 100).await;
             // The first publish had the journal's reserve made, in the background.
-            glommio::timer::sleep(Duration::from_millis(20)).await;
+            crate::runtime::sleep(Duration::from_millis(20)).await;
             let reserve = PathBuf::from("/d0").join(journal_folder(topic.id)).join(crate::log::RESERVE_NAME);
             assert!(forwarder.storage.exists(&reserve), "no journal reserve after the first publish");
             assert!(topic.journal.opened().is_none(), "nothing acknowledged yet: the journal is closed");
@@ -2698,7 +2698,7 @@ mod tests {
             let forwarder = forwarder(&clock);
             let busy = topic(&forwarder, 0).await;
             publish(&forwarder, 300).await;
-            glommio::timer::sleep(Duration::from_millis(20)).await;
+            crate::runtime::sleep(Duration::from_millis(20)).await;
             assert!(busy.log.keeps_a_recycled_file(), "the busy topic recycles its segments");
             forwarder
                 .control(ControlRequest::AttachTopic {
@@ -2713,7 +2713,7 @@ mod tests {
             let refused =
                 publish_one(&forwarder, "newcomer").await.expect_err("no space for a first segment");
             assert_eq!(refused.code, ErrorCode::ResourceExhausted, "{refused:?}");
-            glommio::timer::sleep(Duration::from_millis(20)).await;
+            crate::runtime::sleep(Duration::from_millis(20)).await;
             assert!(!busy.log.keeps_a_recycled_file(), "the kept file was given up");
         });
     }
@@ -2726,7 +2726,7 @@ mod tests {
             let topic = topic(&forwarder, 0).await;
             publish(&forwarder, 300).await;
             // Each publish that rolled the log had what came before deleted in the background.
-            glommio::timer::sleep(Duration::from_millis(20)).await;
+            crate::runtime::sleep(Duration::from_millis(20)).await;
             assert!(topic.log.closed_segments().len() <= 1, "{:?}", topic.log.closed_segments().len());
             assert!(topic.log.start_offset() > 0);
             forwarder.collect_segments().await;

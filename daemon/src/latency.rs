@@ -90,26 +90,26 @@ pub struct ShardLatencies {
 
 thread_local! {
     static SHARD_LATENCIES: RefCell<ShardLatencies> = RefCell::new(ShardLatencies {
-        publish: LatencyWindow::new(Instant::now()),
-        commit: LatencyWindow::new(Instant::now()),
+        publish: LatencyWindow::new(crate::runtime::now()),
+        commit: LatencyWindow::new(crate::runtime::now()),
     });
 }
 
 /// Records on this shard a publish that started at `started`.
 pub fn record_publish(started: Instant) {
-    let now = Instant::now();
+    let now = crate::runtime::now();
     SHARD_LATENCIES.with(|latencies| latencies.borrow_mut().publish.record(now - started, now));
 }
 
 /// Records on this shard a commit whose write was issued at `issued`.
 pub fn record_commit(issued: Instant) {
-    let now = Instant::now();
+    let now = crate::runtime::now();
     SHARD_LATENCIES.with(|latencies| latencies.borrow_mut().commit.record(now - issued, now));
 }
 
 /// This shard's publish and commit latency summaries.
 pub fn shard_summaries() -> (LatencySummary, LatencySummary) {
-    let now = Instant::now();
+    let now = crate::runtime::now();
     SHARD_LATENCIES.with(|latencies| {
         let mut latencies = latencies.borrow_mut();
         (latencies.publish.summary(now), latencies.commit.summary(now))

@@ -20,6 +20,7 @@ pub mod placement;
 pub mod process;
 pub mod rate;
 pub mod router;
+pub mod runtime;
 pub mod storage;
 pub mod subscription;
 pub mod sync;
@@ -200,7 +201,7 @@ fn stop_on_close(stop: std::os::unix::net::UnixStream, order: sync::Stop) {
     // SAFETY: the descriptor is one end of a connected Unix socket pair that we own and hand
     // over whole.
     let mut stream = unsafe { glommio::net::UnixStream::from_raw_fd(stop.into_raw_fd()) };
-    glommio::spawn_local(async move {
+    crate::runtime::spawn(async move {
         let mut byte = [0u8; 1];
         let _ = futures_lite::AsyncReadExt::read(&mut stream, &mut byte).await;
         order.give();
@@ -395,31 +396,31 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 let stop = forwarder.stop_handle();
                 stop_on_close(shard_stop, stop.clone());
                 let stopping = forwarder.clone();
-                glommio::spawn_local(async move { stopping.wake_for_stop().await }).detach();
-                let serving = glommio::spawn_local(net::serve(listener, forwarder.clone(), stop));
+                crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
+                let serving = crate::runtime::spawn(net::serve(listener, forwarder.clone(), stop));
                 let collector = forwarder.clone();
-                glommio::spawn_local(async move {
+                crate::runtime::spawn(async move {
                     loop {
-                        glommio::timer::sleep(forwarder::SEGMENT_COLLECTION_INTERVAL).await;
+                        crate::runtime::sleep(forwarder::SEGMENT_COLLECTION_INTERVAL).await;
                         collector.collect_segments().await;
                     }
                 })
                 .detach();
                 let sweeper = forwarder.clone();
-                glommio::spawn_local(async move {
+                crate::runtime::spawn(async move {
                     loop {
-                        glommio::timer::sleep(forwarder::LEASE_SWEEP_INTERVAL).await;
+                        crate::runtime::sleep(forwarder::LEASE_SWEEP_INTERVAL).await;
                         sweeper.sweep_leases();
                     }
                 })
                 .detach();
                 // The router's requests are served until the shard ends (the router stops
                 // first, so none is cut short by this shard's stop).
-                glommio::spawn_local(async move {
+                crate::runtime::spawn(async move {
                     while let Some(envelope) = requests.recv().await {
                         let forwarder = forwarder.clone();
                         let replies = replies.clone();
-                        glommio::spawn_local(async move {
+                        crate::runtime::spawn(async move {
                             let result = forwarder.control(envelope.request).await;
                             let _ =
                                 replies.send(ControlReply { request_id: envelope.request_id, result }).await;
@@ -466,7 +467,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             let mut links = Vec::new();
             for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
                 let link = router::ForwarderLink::new(sender.connect().await);
-                glommio::spawn_local(link.clone().receive_replies(receiver.connect().await)).detach();
+                crate::runtime::spawn(link.clone().receive_replies(receiver.connect().await)).detach();
                 links.push(link);
             }
             let router = Rc::new(router::Router::new(
@@ -484,9 +485,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             let listener = into_glommio(router_listener);
             let _ = router_ready.send(Ok(()));
             let expirer = router.clone();
-            glommio::spawn_local(async move {
+            crate::runtime::spawn(async move {
                 loop {
-                    glommio::timer::sleep(router::EXPIRATION_CHECK_INTERVAL).await;
+                    crate::runtime::sleep(router::EXPIRATION_CHECK_INTERVAL).await;
                     expirer.expire_subscriptions().await;
                     expirer.retake_catalog_reserve().await;
                     match expirer.compact_catalog().await {

@@ -283,12 +283,12 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop
             Ok(stream) => stream,
             Err(error) => {
                 eprintln!("ringpostd: accept failed: {error}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
+                crate::runtime::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         if connections.get() >= CONNECTIONS_PER_SHARD_MAX {
-            glommio::spawn_local(async move {
+            crate::runtime::spawn(async move {
                 let mut stream = stream;
                 let status = Status::resource_exhausted(format!(
                     "this shard already serves {CONNECTIONS_PER_SHARD_MAX} connections (CONNECTIONS_PER_SHARD_MAX)"
@@ -303,7 +303,7 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop
         sockets.borrow_mut().insert(socket);
         let (handler, connections, closed, stop, sockets) =
             (handler.clone(), connections.clone(), closed.clone(), stop.clone(), sockets.clone());
-        glommio::spawn_local(async move {
+        crate::runtime::spawn(async move {
             serve_connection(stream, handler, stop).await;
             // The socket closed as serve_connection returned, and nothing ran since: no other
             // connection can have its number yet.
@@ -378,7 +378,7 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
     let socket = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
-    let writer_task = glommio::spawn_local(write_responses(writer, socket, outbound.clone()));
+    let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
     let in_flight = Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
     let mut splitter = FrameSplitter::new();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
@@ -416,7 +416,7 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
             let Ok(permit) = in_flight.clone().acquire_static_permit(1).await else { break 'reading };
             let handler = handler.clone();
             let outbound = outbound.clone();
-            glommio::spawn_local(async move {
+            crate::runtime::spawn(async move {
                 let responder = Responder { outbound: outbound.clone(), local_address };
                 let response = handler.handle(frame.header, frame.body, &responder).await;
                 let closes = is_protocol_error(&response);
@@ -653,9 +653,9 @@ mod tests {
                 .collect();
             let expected: Vec<u8> = runs.concat();
             assert!(runs.len() > WRITE_RUNS_MAX && expected.len() > 16 << 20);
-            let reader = glommio::spawn_local(async move {
+            let reader = crate::runtime::spawn(async move {
                 let mut stream = listener.accept().await.unwrap();
-                glommio::timer::sleep(Duration::from_millis(200)).await;
+                crate::runtime::sleep(Duration::from_millis(200)).await;
                 let mut received = Vec::new();
                 stream.read_to_end(&mut received).await.unwrap();
                 received

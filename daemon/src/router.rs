@@ -47,10 +47,7 @@ pub const SNAPSHOT_LIFETIME_MS: u64 = 7 * 24 * 3600 * 1000;
 pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    crate::runtime::wall_ms()
 }
 
 pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
@@ -204,7 +201,7 @@ impl<S: Storage> Router<S> {
             topics.sort_by_key(|topic| topic.id);
             topics
         };
-        let started = std::time::Instant::now();
+        let started = crate::runtime::now();
         // Placed one after another, as placement depends on the topics placed before; then
         // attached with several at once, since each attach waits on reads of the topic's logs
         // (one at a time, 5,000 small topics took over 5 s to start).

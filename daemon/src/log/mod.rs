@@ -529,7 +529,7 @@ struct Prepared<S: Storage> {
 /// A batch's write issued to each copy (copy index, file), not yet awaited.
 struct Writing<F: StorageFile> {
     targets: Vec<(usize, Rc<F>)>,
-    task: glommio::Task<Vec<std::io::Result<()>>>,
+    task: crate::runtime::Task<Vec<std::io::Result<()>>>,
     /// When the write was issued, for the shard's commit latency (`crate::latency`).
     issued: std::time::Instant,
 }
@@ -546,10 +546,10 @@ fn spawn_writes<F: StorageFile>(
 ) -> Writing<F> {
     let files: Vec<Rc<F>> = targets.iter().map(|(_, file)| file.clone()).collect();
     let buffer = buffer.clone();
-    let task = glommio::spawn_local(async move {
+    let task = crate::runtime::spawn(async move {
         join_all(files.iter().map(|file| file.write_at(buffer.clone(), position)).collect()).await
     });
-    Writing { targets: targets.to_vec(), task, issued: std::time::Instant::now() }
+    Writing { targets: targets.to_vec(), task, issued: crate::runtime::now() }
 }
 
 /// The next segment of a log, being zero-filled in the background (`LogConfig::prewrite`).
@@ -558,7 +558,7 @@ struct Spare<S: Storage> {
     /// Set to make the zero-filling stop after the write in flight.
     stop: Rc<std::cell::Cell<bool>>,
     /// Ends with the spare's file in each copy it could be prepared in.
-    task: glommio::Task<Vec<Option<Rc<S::File>>>>,
+    task: crate::runtime::Task<Vec<Option<Rc<S::File>>>>,
     /// Held until the spare is used or removed.
     _place: ShardPlace,
 }
@@ -864,7 +864,7 @@ async fn prewrite_spare<S: Storage>(
     let mut position = 0;
     while position < capacity && !stop.get() && files.iter().any(Option::is_some) {
         if busy() {
-            glommio::timer::sleep(SPARE_BUSY_PAUSE).await;
+            crate::runtime::sleep(SPARE_BUSY_PAUSE).await;
             continue;
         }
         let bytes = SPARE_WRITE_CHUNK_BYTES.min(capacity - position) as usize;
@@ -878,7 +878,7 @@ async fn prewrite_spare<S: Storage>(
                 buffer
             }
         };
-        let started = std::time::Instant::now();
+        let started = crate::runtime::now();
         let writing: Vec<usize> = (0..files.len()).filter(|copy| files[*copy].is_some()).collect();
         let writes = join_all(
             writing
@@ -897,7 +897,7 @@ async fn prewrite_spare<S: Storage>(
         }
         position += bytes as u64;
         if position < capacity && !stop.get() {
-            glommio::timer::sleep(started.elapsed()).await;
+            crate::runtime::sleep(started.elapsed()).await;
         }
     }
     if position >= capacity && !stop.get() {
@@ -1687,7 +1687,7 @@ impl<S: Storage> Log<S> {
         // sequence and slot, and the one that landed last, with the older list, would win.
         // Each write lists the segments as they are once it has its turn.
         while self.inner.borrow().manifest_writing {
-            glommio::timer::sleep(MANIFEST_WAIT).await;
+            crate::runtime::sleep(MANIFEST_WAIT).await;
         }
         self.inner.borrow_mut().manifest_writing = true;
         let _turn = ManifestTurn(&self.inner);
@@ -1855,7 +1855,7 @@ impl<S: Storage> Log<S> {
             drop(inner);
             if start_flushing {
                 let log = self.clone();
-                glommio::spawn_local(async move { log.flush_loop().await }).detach();
+                crate::runtime::spawn(async move { log.flush_loop().await }).detach();
             }
             receiver
         };
@@ -2183,7 +2183,7 @@ impl<S: Storage> Log<S> {
         // glommio hands queued I/O to the kernel only once nothing on the shard is runnable;
         // a timer takes this task off the run queue so that the commit's write is submitted
         // before the copy starts.
-        glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+        crate::runtime::sleep(std::time::Duration::from_micros(1)).await;
         let batch: Vec<Staged> = {
             let mut inner = self.inner.borrow_mut();
             if inner.fenced.is_some() || !waiting(&inner) {
@@ -2246,7 +2246,7 @@ impl<S: Storage> Log<S> {
             })
         };
         let task =
-            glommio::spawn_local(prewrite_spare(self.storage.clone(), paths, capacity, stop.clone(), busy));
+            crate::runtime::spawn(prewrite_spare(self.storage.clone(), paths, capacity, stop.clone(), busy));
         self.inner.borrow_mut().spare = Some(Box::new(Spare { capacity, stop, task, _place: place }));
     }
 
@@ -2277,7 +2277,7 @@ impl<S: Storage> Log<S> {
     pub async fn close_for_removal(&self) {
         self.inner.borrow_mut().closed_for_removal = true;
         while self.inner.borrow().flushing || self.inner.borrow().manifest_writing {
-            glommio::timer::sleep(REMOVAL_WAIT).await;
+            crate::runtime::sleep(REMOVAL_WAIT).await;
         }
     }
 
@@ -2348,7 +2348,7 @@ impl<S: Storage> Log<S> {
             }
         }
         if !open.is_empty() {
-            glommio::spawn_local(async move {
+            crate::runtime::spawn(async move {
                 for file in open {
                     shrink_gradually(Some(file), capacity).await;
                 }
@@ -2898,7 +2898,7 @@ impl<S: Storage> Log<S> {
             plan
         };
         let log = self.clone();
-        glommio::spawn_local(async move {
+        crate::runtime::spawn(async move {
             let extent = plan.read().await;
             let mut inner = log.inner.borrow_mut();
             if inner.read_ahead.is_some() {
@@ -3383,7 +3383,7 @@ async fn shrink_gradually<F: StorageFile>(file: Option<Rc<F>>, size: u64) {
         if file.truncate(size).await.is_err() {
             return;
         }
-        glommio::timer::sleep(SEGMENT_DELETE_PAUSE).await;
+        crate::runtime::sleep(SEGMENT_DELETE_PAUSE).await;
     }
 }
 

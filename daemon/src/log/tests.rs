@@ -111,7 +111,7 @@ fn concurrent_appends_share_commits() {
         let mut tasks = Vec::new();
         for i in 0..200u64 {
             let log = log.clone();
-            tasks.push(glommio::spawn_local(async move {
+            tasks.push(crate::runtime::spawn(async move {
                 log.append(records_for(&[payload(i)]), 1).await.unwrap().0
             }));
         }
@@ -681,7 +681,7 @@ async fn append_until_power_fails(log: &Log<SimDisk>, first_payload: u64, count:
     let mut tasks = Vec::new();
     for i in first_payload..first_payload + count {
         let log = log.clone();
-        tasks.push(glommio::spawn_local(async move {
+        tasks.push(crate::runtime::spawn(async move {
             log.append(records_for(&[payload(i)]), 1).await.ok().map(|(o, _)| (o, i))
         }));
     }
@@ -888,12 +888,12 @@ fn eight_kib_commits_config() -> LogConfig {
 fn spawn_sized_appends(
     log: &Log<SimDisk>,
     sizes: &[usize],
-) -> Vec<glommio::Task<Result<(u64, u32), LogError>>> {
+) -> Vec<crate::runtime::Task<Result<(u64, u32), LogError>>> {
     sizes
         .iter()
         .map(|size| {
             let (log, bytes) = (log.clone(), vec![*size as u8; *size]);
-            glommio::spawn_local(async move { log.append(records_for(&[bytes]), 1).await })
+            crate::runtime::spawn(async move { log.append(records_for(&[bytes]), 1).await })
         })
         .collect()
 }
@@ -1184,7 +1184,7 @@ fn a_fenced_directory_is_resynced_live() {
         // Commits that interleave with the resync are caught up too.
         let writer = {
             let log = log.clone();
-            glommio::spawn_local(async move { append_many(&log, 320, 30).await })
+            crate::runtime::spawn(async move { append_many(&log, 320, 30).await })
         };
         let copied = log.resync_copy(2).await.unwrap();
         assert!(copied > 0);
@@ -1561,7 +1561,7 @@ async fn fill_past_half(log: &Log<SimDisk>, first: u64) -> u64 {
 /// once, so a few milliseconds of pauses are plenty.
 async fn spare_ready(log: &Log<SimDisk>) {
     assert!(log.inner.borrow().spare.is_some(), "a spare is being prepared");
-    glommio::timer::sleep(std::time::Duration::from_millis(30)).await;
+    crate::runtime::sleep(std::time::Duration::from_millis(30)).await;
 }
 
 /// A log that is half through its segment zero-fills the next one in the background, and the
@@ -1662,7 +1662,7 @@ fn crash_after_every_storage_operation_with_spares_and(durable_writes: bool) {
             for round in 0..20 {
                 acked.extend(append_until_power_fails(log, round * 4, 4).await);
                 // Time for the spare to be prepared between rounds.
-                glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+                crate::runtime::sleep(std::time::Duration::from_millis(2)).await;
             }
         })
     }
@@ -1724,7 +1724,7 @@ fn a_discarded_spare_shrinks_in_steps() {
         let truncations = disk.truncation_count();
         log.discard_spares().await;
         assert!(!disk.exists(&folder(0).join(SPARE_NAME)));
-        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        crate::runtime::sleep(std::time::Duration::from_millis(50)).await;
         // 16 MiB in 4 MiB steps: three truncations before the file closes.
         assert_eq!(disk.truncation_count() - truncations, 3);
     });
@@ -1734,16 +1734,20 @@ fn a_discarded_spare_shrinks_in_steps() {
 type AppendOutcome = (u64, Result<(u64, u32), LogError>);
 
 /// Spawns `count` appends at once, one payload each, and returns them with their payload index.
-fn spawn_appends(log: &Log<SimDisk>, count: u64) -> Vec<glommio::Task<AppendOutcome>> {
+fn spawn_appends(log: &Log<SimDisk>, count: u64) -> Vec<crate::runtime::Task<AppendOutcome>> {
     spawn_appends_from(log, 0, count)
 }
 
 /// `spawn_appends` of `payload(first)` on.
-fn spawn_appends_from(log: &Log<SimDisk>, first: u64, count: u64) -> Vec<glommio::Task<AppendOutcome>> {
+fn spawn_appends_from(
+    log: &Log<SimDisk>,
+    first: u64,
+    count: u64,
+) -> Vec<crate::runtime::Task<AppendOutcome>> {
     (first..first + count)
         .map(|i| {
             let log = log.clone();
-            glommio::spawn_local(async move { (i, log.append(records_for(&[payload(i)]), 1).await) })
+            crate::runtime::spawn(async move { (i, log.append(records_for(&[payload(i)]), 1).await) })
         })
         .collect()
 }
@@ -2213,7 +2217,7 @@ fn power_failures_with_writes_landing_out_of_order() {
                             payload_index += 1;
                             bytes.resize(size, b'y');
                             let log = log.clone();
-                            glommio::spawn_local(async move {
+                            crate::runtime::spawn(async move {
                                 log.append(records_for(&[bytes.clone()]), 1)
                                     .await
                                     .ok()
@@ -2304,7 +2308,7 @@ fn spares_are_not_made_on_a_nearly_full_disk() {
         let (log, _) = open(&disk, &dirs, config).await.unwrap();
         // The first segment (16 blocks) over half full, which would start a spare.
         append_many(&log, 0, 10).await;
-        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        crate::runtime::sleep(std::time::Duration::from_millis(20)).await;
         assert!(
             !disk.exists(&folder(0).join(SPARE_NAME)),
             "a spare was made with {} bytes free",

@@ -532,7 +532,7 @@ impl StorageFile for SimFileHandle {
         };
         if let Some((_, delay, power_fails)) = delay {
             self.state.borrow_mut().held_issue = Some(issue);
-            glommio::timer::sleep(delay).await;
+            crate::runtime::sleep(delay).await;
             let mut state = self.state.borrow_mut();
             state.held_issue = None;
             if state.crashes != crashes {
