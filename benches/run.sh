@@ -9,6 +9,9 @@
 #   QUICK=1 benches/run.sh    smoke run (under 5 minutes on 2 cores, once both are built)
 #   OUT=dir benches/run.sh    keep the JSON, logs and latency plots (SVG) in dir
 #   NATS=0 benches/run.sh     Ringpost and the disk only (also when NATS_RUN names no file)
+#   ONLY="W1 W2" benches/run.sh   only the Ringpost workloads whose labels start so (no W4
+#                             memory, no NATS, no disk ceilings): what benches/ab.sh runs
+#   BENCH_BIN=path benches/run.sh   that ringpost-bench instead of building this tree's
 #
 # The workloads run one after the other, never at once, with a sync and a pause between them so
 # that one's write-back does not land in the next. Every Ringpost run checks each delivery
@@ -21,6 +24,8 @@ NATS=${NATS:-1}
 # The NATS runner is not part of the repository: give its path (a script that runs the same
 # workloads against NATS JetStream and prints RESULT lines), or the NATS half is skipped.
 NATS_RUN=${NATS_RUN:-}
+ONLY=${ONLY:-}
+BENCH_BIN=${BENCH_BIN:-}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-bench.XXXXXX")}
 # The daemon's scratch data directories go here: /tmp is often a tmpfs, whose fdatasync is free.
 DATA_PARENT=/var/tmp
@@ -48,12 +53,26 @@ if [ "$DESCRIPTORS" != unlimited ] && [ $((W4_TOPICS + DESCRIPTORS / 4 + 2000)) 
   W4_TOPICS=$((DESCRIPTORS * 3 / 4 - 2000))
 fi
 
-echo "== building ringpost-bench (release)"
-cargo build --release -q -p ringpost-tools --manifest-path "$ROOT/Cargo.toml"
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/ringpost-bench
+if [ -n "$BENCH_BIN" ]; then
+  BIN=$BENCH_BIN
+else
+  echo "== building ringpost-bench (release)"
+  cargo build --release -q -p ringpost-tools --manifest-path "$ROOT/Cargo.toml"
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/ringpost-bench
+fi
+
+selected() { # label: whether ONLY selects it
+  [ -z "$ONLY" ] && return 0
+  local prefix
+  for prefix in $ONLY; do
+    case "$1" in "$prefix"*) return 0 ;; esac
+  done
+  return 1
+}
 
 ringpost() { # label, ringpost-bench workload arguments...
   local label=$1; shift
+  selected "$label" || return 0
   local started=$SECONDS
   if "$BIN" --embedded "$@" --json "$OUT/$label.json" --latency-plot "$OUT/$label.svg" \
       >"$OUT/$label.txt" 2>"$OUT/$label.log"; then
@@ -78,6 +97,11 @@ ringpost W4_topics topics --topics $W4_TOPICS --messages $W4 --publishers 4
 # "forwarders" says which (measured here: about 240k msg/s either way).
 ringpost W4_shape_2topics topics --topics 2 --messages $W4 --publishers 4
 ringpost W5_backlog backlog --messages $W5 --publishers 4 --batch 1000 --inflight 4
+
+if [ -n "$ONLY" ]; then
+  python3 "$HERE/summary.py" "$OUT"
+  exit 0
+fi
 
 # W4's memory figures come from a standalone daemon, so that the load generator's own memory
 # (its admin threads' allocations while creating thousands of topics) is not counted; a fresh
