@@ -5,16 +5,18 @@
 use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
-use crate::journal::{journal_log_id, runs_of, JournalEntry};
 use crate::log::{
     make_reserve, record, Directories, EncodeRecords, Log, LogConfig, LogError, Records, RecoveryReport,
     TailCacheBudget,
 };
-use crate::net::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
-use crate::rate::{RateTicks, RateWindow};
+use crate::metrics::rate::{RateTicks, RateWindow};
+use crate::protocol::native::server::{
+    fail, gathering_has_room, respond, Handler, Held, Responder, Response,
+};
 use crate::storage::Storage;
-use crate::subscription::{AckId, IdHasher, SubscriptionState};
+use crate::subscription::state::{AckId, IdHasher, SubscriptionState};
 use crate::sync::Notify;
+use crate::topic::journal_entry::{journal_log_id, runs_of, JournalEntry};
 use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
 use ringpost_wire::gather::{encode_gathered, GATHER_RUN_BYTES_MIN};
@@ -311,7 +313,7 @@ pub struct SubscriptionEntry {
     pub state: RefCell<SubscriptionState>,
     /// The subscription's filter; `None` delivers everything.
     /// Boxed: most subscriptions have none, and an idle one should not carry its room.
-    filter: Option<Box<crate::filter::Filter>>,
+    filter: Option<Box<crate::subscription::filter::Filter>>,
     /// Fires when leases end (ack, nack, stream closed), so streams waiting for flow-control
     /// room or for redeliveries look again.
     changed: Notify,
@@ -1025,7 +1027,7 @@ impl<S: Storage> Forwarder<S> {
         let filter = if settings.filter.is_empty() {
             None
         } else {
-            Some(Box::new(crate::filter::Filter::parse(&settings.filter).map_err(|error| {
+            Some(Box::new(crate::subscription::filter::Filter::parse(&settings.filter).map_err(|error| {
                 Status::invalid_argument(format!("filter of subscription '{name}': {error}"))
             })?))
         };
@@ -1112,7 +1114,7 @@ impl<S: Storage> Forwarder<S> {
                 }
                 log_error_status(error)
             })?;
-        crate::latency::record_publish(started);
+        crate::metrics::latency::record_publish(started);
         self.collect_after_roll(&topic);
         if topic.journal_reserve.get() == JournalReserve::Untried && topic.journal.opened().is_none() {
             // The topic now holds something to acknowledge: its journal reserves its space, in
@@ -1161,7 +1163,8 @@ impl<S: Storage> Forwarder<S> {
             // (`STREAM_RESERVED_BYTES_SHARD_MAX`): a thousand pulls of large messages at once
             // would otherwise each hold a full response. Without room, nothing is leased and
             // the pull waits (expired leases are still taken back, and its wait still ends).
-            let reservation = crate::net::StreamReservation::try_new(PULL_RESPONSE_BYTES_MAX);
+            let reservation =
+                crate::protocol::native::server::StreamReservation::try_new(PULL_RESPONSE_BYTES_MAX);
             let waiting_for_budget = reservation.is_none();
             let deliveries = match reservation {
                 Some(_) => subscription.state.borrow_mut().pull_for(
@@ -1200,7 +1203,7 @@ impl<S: Storage> Forwarder<S> {
             let sleep = sleep_until(now, wake_at);
             let budget_freed = async {
                 match waiting_for_budget {
-                    true => crate::net::StreamReservation::freed().await,
+                    true => crate::protocol::native::server::StreamReservation::freed().await,
                     false => std::future::pending().await,
                 }
             };
@@ -1291,7 +1294,7 @@ impl<S: Storage> Forwarder<S> {
                 let want = bytes_room.min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
                 // Twice: while a response is built, the batches read and the frame copied from
                 // them are both held; once it is built, only the frame.
-                reservation = crate::net::StreamReservation::try_new(2 * want);
+                reservation = crate::protocol::native::server::StreamReservation::try_new(2 * want);
                 match reservation {
                     Some(_) => subscription.state.borrow_mut().pull_for(
                         now,
@@ -1346,7 +1349,7 @@ impl<S: Storage> Forwarder<S> {
             let ended = responder.gone();
             let budget_freed = async {
                 match waiting_for_budget {
-                    true => crate::net::StreamReservation::freed().await,
+                    true => crate::protocol::native::server::StreamReservation::freed().await,
                     false => std::future::pending().await,
                 }
             };
@@ -1367,7 +1370,7 @@ impl<S: Storage> Forwarder<S> {
         &self,
         subscription: &SubscriptionEntry,
         topic: &TopicState<S>,
-        mut deliveries: Vec<crate::subscription::Delivery>,
+        mut deliveries: Vec<crate::subscription::state::Delivery>,
         bytes_budget: Option<u64>,
         header: &FrameHeader,
         more: u16,
@@ -1375,7 +1378,7 @@ impl<S: Storage> Forwarder<S> {
         deliveries.sort_by_key(|delivery| delivery.offset);
         let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
         let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
-        let give_back = |deliveries: Vec<crate::subscription::Delivery>, error: LogError| {
+        let give_back = |deliveries: Vec<crate::subscription::state::Delivery>, error: LogError| {
             let mut state = subscription.state.borrow_mut();
             for delivery in deliveries {
                 state.release(delivery);
@@ -1740,7 +1743,7 @@ impl<S: Storage> Forwarder<S> {
         }
         if let Some(quiet) = self.quiet_sweeps.get() {
             if quiet + 1 >= QUIET_SWEEPS_BEFORE_TRIM {
-                crate::process::release_free_memory();
+                crate::metrics::process::release_free_memory();
                 self.quiet_sweeps.set(None);
             } else {
                 self.quiet_sweeps.set(Some(quiet + 1));
@@ -1949,7 +1952,7 @@ impl<S: Storage> Forwarder<S> {
     }
 
     fn shard_stats(&self) -> ShardStats {
-        let (publish_latency, commit_latency) = crate::latency::shard_summaries();
+        let (publish_latency, commit_latency) = crate::metrics::latency::shard_summaries();
         ShardStats {
             publish_latency,
             commit_latency,
@@ -2076,14 +2079,14 @@ fn dead_letter_topic(settings: &SubscriptionSettings) -> Option<Box<str>> {
 }
 
 /// The delivery policy a subscription's settings ask for.
-fn delivery_policy(settings: &SubscriptionSettings) -> crate::subscription::DeliveryPolicy {
+fn delivery_policy(settings: &SubscriptionSettings) -> crate::subscription::state::DeliveryPolicy {
     let backoff = (settings.minimum_backoff_seconds > 0 || settings.maximum_backoff_seconds > 0).then(|| {
         (
             settings.minimum_backoff_seconds,
             settings.maximum_backoff_seconds.max(settings.minimum_backoff_seconds),
         )
     });
-    crate::subscription::DeliveryPolicy {
+    crate::subscription::state::DeliveryPolicy {
         retry_backoff_seconds: backoff,
         max_delivery_attempts: (!settings.dead_letter_topic.is_empty())
             .then_some(settings.max_delivery_attempts.max(1)),
@@ -2262,7 +2265,7 @@ mod tests {
     #[test]
     fn a_request_task_stays_small() {
         let forwarder = forwarder(&ManualClock::default());
-        let responder = crate::net::Responder::unconnected();
+        let responder = crate::protocol::native::server::Responder::unconnected();
         let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &PublishRequest::default());
         let header = FrameHeader::decode(&frame).unwrap();
         let body = FrameBuffer::with_capacity(0);

@@ -9,21 +9,17 @@ pub mod catalog;
 pub mod clock;
 pub mod codec;
 pub mod control;
-pub mod filter;
 pub mod forwarder;
-pub mod journal;
-pub mod latency;
 pub mod log;
-pub mod net;
-pub mod offset_map;
+pub mod metrics;
 pub mod placement;
-pub mod process;
-pub mod rate;
+pub mod protocol;
 pub mod router;
 pub mod runtime;
 pub mod storage;
 pub mod subscription;
 pub mod sync;
+pub mod topic;
 
 use control::{ControlEnvelope, ControlReply, CONTROL_CHANNEL_CAPACITY};
 use glommio::channels::shared_channel;
@@ -301,7 +297,7 @@ fn raise_open_file_limit() -> u64 {
 }
 
 pub fn start(config: Config) -> Result<Daemon, String> {
-    process::keep_large_buffers_in_heap();
+    metrics::process::keep_large_buffers_in_heap();
     let open_files = raise_open_file_limit();
     if open_files < 4096 {
         eprintln!(
@@ -397,7 +393,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                 stop_on_close(shard_stop, stop.clone());
                 let stopping = forwarder.clone();
                 crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
-                let serving = crate::runtime::spawn(net::serve(listener, forwarder.clone(), stop));
+                let serving =
+                    crate::runtime::spawn(protocol::native::server::serve(listener, forwarder.clone(), stop));
                 let collector = forwarder.clone();
                 crate::runtime::spawn(async move {
                     loop {
@@ -502,7 +499,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             .detach();
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
-            let connections = net::serve(listener, router, stop).await;
+            let connections = protocol::native::server::serve(listener, router, stop).await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))?;
