@@ -161,7 +161,7 @@ pub struct Router<S: Storage> {
 const CATALOG_GATE_UNITS: u64 = u32::MAX as u64;
 
 fn catalog_status(error: LogError) -> Status {
-    crate::forwarder::log_error_status(error)
+    crate::api::Status::from(error).into()
 }
 
 impl<S: Storage> Router<S> {
@@ -784,7 +784,7 @@ impl<S: Storage> Router<S> {
         response.shards.push(ShardStats {
             shard: u32::MAX,
             topics: self.state.borrow().topics.len() as u32,
-            directories: crate::forwarder::directory_status(&self.directories),
+            directories: crate::shard::stats::directory_status(&self.directories),
             repairs: self.directories.repairs(),
             quarantined: Vec::new(),
             // The router publishes nothing and commits only its catalog.

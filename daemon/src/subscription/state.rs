@@ -563,7 +563,7 @@ impl SubscriptionState {
     /// The acknowledgements as a floor and runs above it, for a snapshot.
     pub fn acknowledged_runs(&self) -> (u64, Vec<(u64, u32)>) {
         let above: Vec<u64> = self.acked.iter_above_floor().collect();
-        (self.acked.floor(), crate::topic::journal_entry::runs_of(&above))
+        (self.acked.floor(), crate::subscription::journal_entry::runs_of(&above))
     }
 
     /// Restores, at recovery, a lease a subscriber was granted before the restart (a journaled
