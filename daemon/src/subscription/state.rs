@@ -653,7 +653,7 @@ impl SubscriptionState {
     /// Moves expired leases to the redelivery queue (or the dead letters) and messages whose
     /// retry backoff ended back to it; returns how many moved. Afterwards every deadline left is
     /// after `now` (asserted): a waiting loop that calls this before it reads `next_deadline`
-    /// never sleeps for zero and spins (see `forwarder::sleep_until`).
+    /// never sleeps for zero and spins (see `subscription::pull::sleep_until`).
     pub fn expire(&mut self, now: Instant) -> usize {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return 0 };
         let mut moved = 0;
