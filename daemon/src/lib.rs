@@ -9,21 +9,17 @@ pub mod catalog;
 pub mod clock;
 pub mod codec;
 pub mod control;
-pub mod filter;
-pub mod forwarder;
-pub mod journal;
-pub mod latency;
 pub mod log;
-pub mod net;
-pub mod offset_map;
+pub mod metrics;
 pub mod placement;
-pub mod process;
-pub mod rate;
+pub mod protocol;
 pub mod router;
 pub mod runtime;
+pub mod shard;
 pub mod storage;
 pub mod subscription;
 pub mod sync;
+pub mod topic;
 
 use control::{ControlEnvelope, ControlReply, CONTROL_CHANNEL_CAPACITY};
 use glommio::channels::shared_channel;
@@ -67,14 +63,12 @@ pub struct Config {
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
 /// io_uring once at start: a buffer taken from it is already resident (no page faults while a
 /// commit is copied in or a read lands) and its I/O skips pinning its pages (io_uring's fixed
-/// buffers). Against buffers from the heap, a shard's CPU per published message fell 16-18%
-/// (W1 with batches, three pairs: 120-125 ticks against 98-102). Sized like the shard's cache
-/// budget (`forwarder::TAIL_CACHE_SHARD_BYTES_MAX`), which bounds the batches and read-ahead
-/// extents that stay in memory: with half of it, a drain's 8 MiB extents often did not fit and
-/// came from the heap (W5, six pairs: 0.93-1.20M msg/s drained with 32 MiB against 1.15-1.59M
-/// with 64; 128 did no better). It is resident from the start: a daemon with two shards holds
-/// about 128 MiB more. A buffer that does not fit comes from the heap as before.
-pub const IO_MEMORY_BYTES_DEFAULT: usize = forwarder::TAIL_CACHE_SHARD_BYTES_MAX;
+/// buffers), which saves a shard a sixth of its CPU per published message. Sized like the
+/// shard's cache budget (`shard::TAIL_CACHE_SHARD_BYTES_MAX`), which bounds the batches and
+/// read-ahead extents that stay in memory: with less, a drain's 8 MiB extents often do not fit
+/// and come from the heap. It is resident from the start: a daemon with two shards holds about
+/// 128 MiB more. A buffer that does not fit comes from the heap as before.
+pub const IO_MEMORY_BYTES_DEFAULT: usize = shard::TAIL_CACHE_SHARD_BYTES_MAX;
 
 /// What the forwarder shards' I/O memory may take of the machine's memory by default, in all:
 /// a sixteenth, so that a small machine (1 GiB, 2 cores) does not give an eighth of its memory
@@ -300,31 +294,201 @@ fn raise_open_file_limit() -> u64 {
     soft
 }
 
+/// What one forwarder shard is given at start: its port, its ends of the router's control
+/// channels and of its stop socket, and where it reports that it is ready and that it stopped.
+struct ForwarderWiring {
+    shard: usize,
+    listener: StdListener,
+    requests: glommio::channels::shared_channel::SharedReceiver<ControlEnvelope>,
+    replies: glommio::channels::shared_channel::SharedSender<ControlReply>,
+    stop: std::os::unix::net::UnixStream,
+    ready: mpsc::Sender<Result<(), String>>,
+    stopped: mpsc::Sender<(String, usize)>,
+    /// Its ends of the dead-letter channels to and from the other forwarder shards.
+    peers: shard::dead_letters::PeerChannels,
+    journals_open_max: usize,
+}
+
+/// The forwarder shards, started: their threads, the router's ends of their control channels,
+/// and the ends of their stop sockets that stop them when closed.
+struct ForwarderShards {
+    threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    to_forwarders: Vec<glommio::channels::shared_channel::SharedSender<ControlEnvelope>>,
+    from_forwarders: Vec<glommio::channels::shared_channel::SharedReceiver<ControlReply>>,
+    stops: Vec<std::os::unix::net::UnixStream>,
+}
+
+/// Where shards report that they are ready (or failed to start), and that they stopped.
+type ShardReports<'a> = (&'a mpsc::Sender<Result<(), String>>, &'a mpsc::Sender<(String, usize)>);
+
+/// Starts one forwarder shard per listener, each reporting on `reports` (ready, stopped).
+fn start_forwarder_shards(
+    config: &Config,
+    listeners: Vec<(StdListener, SocketAddr)>,
+    journals_open_max: usize,
+    reports: ShardReports<'_>,
+) -> Result<ForwarderShards, String> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut started = ForwarderShards {
+        threads: Vec::new(),
+        to_forwarders: Vec::new(),
+        from_forwarders: Vec::new(),
+        stops: Vec::new(),
+    };
+    let peer_channels = shard::dead_letters::peer_channels(listeners.len());
+    for (shard, ((listener, _), peers)) in listeners.into_iter().zip(peer_channels).enumerate() {
+        let (request_sender, request_receiver) =
+            shared_channel::new_bounded::<ControlEnvelope>(CONTROL_CHANNEL_CAPACITY);
+        let (reply_sender, reply_receiver) =
+            shared_channel::new_bounded::<ControlReply>(CONTROL_CHANNEL_CAPACITY);
+        started.to_forwarders.push(request_sender);
+        started.from_forwarders.push(reply_receiver);
+        let (stop, shard_stop) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
+        started.stops.push(stop);
+        let placement =
+            if config.pin_shards { CpuPlacement::Fixed(shard % cores) } else { CpuPlacement::Unbound };
+        let wiring = ForwarderWiring {
+            shard,
+            listener,
+            requests: request_receiver,
+            replies: reply_sender,
+            stop: shard_stop,
+            ready: reports.0.clone(),
+            stopped: reports.1.clone(),
+            peers,
+            journals_open_max,
+        };
+        started.threads.push(start_forwarder_shard(config, placement, wiring)?);
+    }
+    Ok(started)
+}
+
+/// Starts forwarder shard `wiring.shard` on its own executor: probes its data directories,
+/// makes its `Forwarder`, and serves its port and the router's requests until it stops.
+fn start_forwarder_shard(
+    config: &Config,
+    placement: CpuPlacement,
+    wiring: ForwarderWiring,
+) -> Result<glommio::ExecutorJoinHandle<()>, String> {
+    let shard = wiring.shard;
+    let data_dirs = config.data_dirs.clone();
+    let log_config = config.log.clone();
+    let quarantine_damaged = config.quarantine_damaged;
+    LocalExecutorBuilder::new(placement)
+        .name(&format!("forwarder-{shard}"))
+        .io_memory(config.io_memory_bytes)
+        .spawn(move || async move {
+            let ForwarderWiring {
+                shard,
+                listener,
+                requests,
+                replies,
+                stop: stop_socket,
+                ready,
+                stopped,
+                peers,
+                journals_open_max,
+            } = wiring;
+            for data_dir in &data_dirs {
+                if let Err(error) =
+                    storage::dma::warm_up_device_probe(data_dir, &format!("forwarder-{shard}")).await
+                {
+                    let _ = ready.send(Err(format!("probing {}: {error}", data_dir.display())));
+                    return;
+                }
+            }
+            let listener = into_glommio(listener);
+            let forwarder = Rc::new(shard::Forwarder::new(
+                shard as u32,
+                storage::dma::DmaStorage,
+                log::Directories::new(data_dirs),
+                log_config,
+                Rc::new(clock::SystemClock),
+            ));
+            forwarder.dead_letters.connect(&forwarder, peers);
+            forwarder.set_journals_open_max(journals_open_max);
+            forwarder.set_quarantine_damaged(quarantine_damaged);
+            let _ = ready.send(Ok(()));
+            let requests = requests.connect().await;
+            let replies = Rc::new(replies.connect().await);
+            let stop = forwarder.stop_handle();
+            stop_on_close(stop_socket, stop.clone());
+            let stopping = forwarder.clone();
+            crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
+            let serving =
+                crate::runtime::spawn(protocol::native::server::serve(listener, forwarder.clone(), stop));
+            run_forwarder_timers(&forwarder);
+            // The router's requests are served until the shard ends (the router stops
+            // first, so none is cut short by this shard's stop).
+            crate::runtime::spawn(async move {
+                while let Some(envelope) = requests.recv().await {
+                    let forwarder = forwarder.clone();
+                    let replies = replies.clone();
+                    crate::runtime::spawn(async move {
+                        let result = forwarder.control(envelope.request).await.map_err(Into::into);
+                        let _ = replies.send(ControlReply { request_id: envelope.request_id, result }).await;
+                    })
+                    .detach();
+                }
+            })
+            .detach();
+            let connections = serving.await;
+            let _ = stopped.send((format!("forwarder-{shard}"), connections));
+        })
+        .map_err(|e| format!("starting forwarder shard {shard}: {e}"))
+}
+
+/// A forwarder shard's timers: segment collection and the lease sweep.
+fn run_forwarder_timers<S: storage::Storage>(forwarder: &Rc<shard::Forwarder<S>>) {
+    let collector = forwarder.clone();
+    crate::runtime::spawn(async move {
+        loop {
+            crate::runtime::sleep(shard::SEGMENT_COLLECTION_INTERVAL).await;
+            collector.collect_segments().await;
+        }
+    })
+    .detach();
+    let sweeper = forwarder.clone();
+    crate::runtime::spawn(async move {
+        loop {
+            crate::runtime::sleep(shard::LEASE_SWEEP_INTERVAL).await;
+            sweeper.sweep_leases();
+        }
+    })
+    .detach();
+}
+
+/// Refuses data directories no majority can be counted in.
+fn check_data_directories(data_dirs: &[PathBuf]) -> Result<(), String> {
+    if data_dirs.is_empty() || data_dirs.len().is_multiple_of(2) {
+        return Err(format!(
+            "{} data directories given: give an odd number (1, 3, 5...), so that a majority is well defined",
+            data_dirs.len()
+        ));
+    }
+    if data_dirs.len() > log::DATA_DIRECTORIES_MAX {
+        return Err(format!(
+            "{} data directories given; at most {} (DATA_DIRECTORIES_MAX)",
+            data_dirs.len(),
+            log::DATA_DIRECTORIES_MAX
+        ));
+    }
+    Ok(())
+}
+
 pub fn start(config: Config) -> Result<Daemon, String> {
-    process::keep_large_buffers_in_heap();
+    metrics::process::keep_large_buffers_in_heap();
     let open_files = raise_open_file_limit();
     if open_files < 4096 {
         eprintln!(
             "ringpostd: WARNING: only {open_files} open files allowed; each topic keeps about two segment files open"
         );
     }
-    if config.data_dirs.is_empty() || config.data_dirs.len().is_multiple_of(2) {
-        return Err(format!(
-            "{} data directories given: give an odd number (1, 3, 5...), so that a majority is well defined",
-            config.data_dirs.len()
-        ));
-    }
-    if config.data_dirs.len() > log::DATA_DIRECTORIES_MAX {
-        return Err(format!(
-            "{} data directories given; at most {} (DATA_DIRECTORIES_MAX)",
-            config.data_dirs.len(),
-            log::DATA_DIRECTORIES_MAX
-        ));
-    }
+    check_data_directories(&config.data_dirs)?;
     let locks =
         config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;
     let shards = config.shards.max(1);
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     // Bind every port up front so a port conflict fails the start with a clear message.
     let mut forwarder_listeners = Vec::new();
     for shard in 0..shards {
@@ -340,101 +504,16 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         None => router::Advertise::Host(config.listen.ip().to_string()),
     };
     let (stopped_sender, stopped) = mpsc::channel::<(String, usize)>();
-    let mut stops = Vec::new();
-
     // A quarter of the descriptors for journals kept open, each holding one per data directory;
     // the rest are for message segments, connections and journals that reopen per commit.
     let journals_open_max = (open_files / 4 / (shards * config.data_dirs.len()) as u64) as usize;
-    let mut threads = Vec::new();
-    let mut to_forwarders = Vec::new();
-    let mut from_forwarders = Vec::new();
     let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
-    for (shard, (listener, _)) in forwarder_listeners.into_iter().enumerate() {
-        let (request_sender, request_receiver) =
-            shared_channel::new_bounded::<ControlEnvelope>(CONTROL_CHANNEL_CAPACITY);
-        let (reply_sender, reply_receiver) =
-            shared_channel::new_bounded::<ControlReply>(CONTROL_CHANNEL_CAPACITY);
-        to_forwarders.push(request_sender);
-        from_forwarders.push(reply_receiver);
-        let placement =
-            if config.pin_shards { CpuPlacement::Fixed(shard % cores) } else { CpuPlacement::Unbound };
-        let data_dirs = config.data_dirs.clone();
-        let log_config = config.log.clone();
-        let quarantine_damaged = config.quarantine_damaged;
-        let ready_sender = ready_sender.clone();
-        let router_text = router_address.to_string();
-        let (stop, shard_stop) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
-        stops.push(stop);
-        let stopped_sender = stopped_sender.clone();
-        let thread = LocalExecutorBuilder::new(placement)
-            .name(&format!("forwarder-{shard}"))
-            .io_memory(config.io_memory_bytes)
-            .spawn(move || async move {
-                for data_dir in &data_dirs {
-                    if let Err(error) =
-                        storage::dma::warm_up_device_probe(data_dir, &format!("forwarder-{shard}")).await
-                    {
-                        let _ = ready_sender.send(Err(format!("probing {}: {error}", data_dir.display())));
-                        return;
-                    }
-                }
-                let listener = into_glommio(listener);
-                let forwarder = Rc::new(forwarder::Forwarder::new(
-                    shard as u32,
-                    storage::dma::DmaStorage,
-                    log::Directories::new(data_dirs),
-                    log_config,
-                    Rc::new(clock::SystemClock),
-                ));
-                forwarder.set_router_address(router_text);
-                forwarder.set_journals_open_max(journals_open_max);
-                forwarder.set_quarantine_damaged(quarantine_damaged);
-                let _ = ready_sender.send(Ok(()));
-                let requests = request_receiver.connect().await;
-                let replies = Rc::new(reply_sender.connect().await);
-                let stop = forwarder.stop_handle();
-                stop_on_close(shard_stop, stop.clone());
-                let stopping = forwarder.clone();
-                crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
-                let serving = crate::runtime::spawn(net::serve(listener, forwarder.clone(), stop));
-                let collector = forwarder.clone();
-                crate::runtime::spawn(async move {
-                    loop {
-                        crate::runtime::sleep(forwarder::SEGMENT_COLLECTION_INTERVAL).await;
-                        collector.collect_segments().await;
-                    }
-                })
-                .detach();
-                let sweeper = forwarder.clone();
-                crate::runtime::spawn(async move {
-                    loop {
-                        crate::runtime::sleep(forwarder::LEASE_SWEEP_INTERVAL).await;
-                        sweeper.sweep_leases();
-                    }
-                })
-                .detach();
-                // The router's requests are served until the shard ends (the router stops
-                // first, so none is cut short by this shard's stop).
-                crate::runtime::spawn(async move {
-                    while let Some(envelope) = requests.recv().await {
-                        let forwarder = forwarder.clone();
-                        let replies = replies.clone();
-                        crate::runtime::spawn(async move {
-                            let result = forwarder.control(envelope.request).await;
-                            let _ =
-                                replies.send(ControlReply { request_id: envelope.request_id, result }).await;
-                        })
-                        .detach();
-                    }
-                })
-                .detach();
-                let connections = serving.await;
-                let _ = stopped_sender.send((format!("forwarder-{shard}"), connections));
-            })
-            .map_err(|e| format!("starting forwarder shard {shard}: {e}"))?;
-        threads.push(thread);
-    }
+    let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops } = start_forwarder_shards(
+        &config,
+        forwarder_listeners,
+        journals_open_max,
+        (&ready_sender, &stopped_sender),
+    )?;
     for _ in 0..shards {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
     }
@@ -502,7 +581,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             .detach();
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
-            let connections = net::serve(listener, router, stop).await;
+            let connections = protocol::native::server::serve(listener, router, stop).await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))?;

@@ -15,8 +15,8 @@ use crate::catalog::{
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
 use crate::log::{Directories, Log, LogError};
-use crate::net::{fail, respond, Handler};
 use crate::placement::Placement;
+use crate::protocol::native::server::{fail, respond, Handler};
 use crate::storage::Storage;
 use crate::sync::{oneshot, try_for_each_concurrent, Sender};
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
@@ -161,7 +161,7 @@ pub struct Router<S: Storage> {
 const CATALOG_GATE_UNITS: u64 = u32::MAX as u64;
 
 fn catalog_status(error: LogError) -> Status {
-    crate::forwarder::log_error_status(error)
+    crate::api::Status::from(error).into()
 }
 
 impl<S: Storage> Router<S> {
@@ -436,7 +436,7 @@ impl<S: Storage> Router<S> {
             )));
         }
         if !request.filter.is_empty() {
-            crate::filter::Filter::parse(request.filter.as_str())
+            crate::subscription::filter::Filter::parse(request.filter.as_str())
                 .map_err(|error| Status::invalid_argument(format!("invalid filter: {error}")))?;
         }
         let dead_letter_topic = request.dead_letter_topic.as_str();
@@ -779,11 +779,12 @@ impl<S: Storage> Router<S> {
 
     async fn stats(&self) -> Result<StatsResponse, Status> {
         // Read before the topics are gathered, so the figure does not count this response.
-        let mut response = StatsResponse { process: crate::process::stats(), ..StatsResponse::default() };
+        let mut response =
+            StatsResponse { process: crate::metrics::process::stats(), ..StatsResponse::default() };
         response.shards.push(ShardStats {
             shard: u32::MAX,
             topics: self.state.borrow().topics.len() as u32,
-            directories: crate::forwarder::directory_status(&self.directories),
+            directories: crate::shard::stats::directory_status(&self.directories),
             repairs: self.directories.repairs(),
             quarantined: Vec::new(),
             // The router publishes nothing and commits only its catalog.
@@ -1025,8 +1026,8 @@ impl<S: Storage> Handler for Router<S> {
         &self,
         header: FrameHeader,
         body: FrameBuffer,
-        responder: &crate::net::Responder,
-    ) -> crate::net::Response {
+        responder: &crate::protocol::native::server::Responder,
+    ) -> crate::protocol::native::server::Response {
         let local = responder.local_address();
         self.dispatch(&header, &body, local).await.unwrap_or_else(|status| fail(&header, &status)).into()
     }

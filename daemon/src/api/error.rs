@@ -94,6 +94,28 @@ impl Status {
     }
 }
 
+/// A log's failure as a caller sees it: fenced storage and I/O errors are worth a retry
+/// elsewhere or later, a full disk or queue is exhausted, damage is lost data.
+impl From<crate::log::LogError> for Status {
+    fn from(error: crate::log::LogError) -> Status {
+        use crate::log::LogError;
+        match error {
+            LogError::Fenced(why) => {
+                Status::unavailable(format!("the topic's storage failed and is fenced: {why}"))
+            }
+            LogError::NoSpace(why) => {
+                Status::resource_exhausted(format!("out of disk space or open files: {why}"))
+            }
+            LogError::Overloaded => {
+                Status::resource_exhausted("too many publishes are waiting for the disk; retry with backoff")
+            }
+            LogError::DataLoss(why) => Status::new(Code::DataLoss, why),
+            LogError::Corrupt(why) => Status::new(Code::DataLoss, why),
+            LogError::Io(why) => Status::unavailable(why),
+        }
+    }
+}
+
 /// The native protocol's numbered codes are the same list; these two conversions are the whole
 /// mapping, checked both ways by a test.
 impl From<Code> for ringpost_wire::ErrorCode {

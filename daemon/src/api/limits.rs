@@ -3,3 +3,5 @@
 //! name the wire crate.
 
 pub use ringpost_wire::limits::*;
+/// The checks of values against those limits, which are pure functions of plain values.
+pub use ringpost_wire::validate::{effective_ack_deadline_seconds, validate_message, validate_name};

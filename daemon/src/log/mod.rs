@@ -530,7 +530,7 @@ struct Prepared<S: Storage> {
 struct Writing<F: StorageFile> {
     targets: Vec<(usize, Rc<F>)>,
     task: crate::runtime::Task<Vec<std::io::Result<()>>>,
-    /// When the write was issued, for the shard's commit latency (`crate::latency`).
+    /// When the write was issued, for the shard's commit latency (`crate::metrics::latency`).
     issued: std::time::Instant,
 }
 
@@ -2043,7 +2043,7 @@ impl<S: Storage> Log<S> {
                 "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
             )));
         }
-        crate::latency::record_commit(issued);
+        crate::metrics::latency::record_commit(issued);
         let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
         let mut inner = self.inner.borrow_mut();
         let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };

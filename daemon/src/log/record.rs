@@ -300,6 +300,14 @@ pub struct AttributeIter<'a> {
     remaining: u16,
 }
 
+impl<'a> AttributeIter<'a> {
+    /// The `count` attributes encoded in `bytes`, a record's attribute bytes as a validated
+    /// batch holds them (for a view kept as positions in its batch and read again later).
+    pub fn over(bytes: &'a [u8], count: u16) -> AttributeIter<'a> {
+        AttributeIter { bytes, remaining: count }
+    }
+}
+
 impl<'a> Iterator for AttributeIter<'a> {
     type Item = (&'a str, &'a str);
     fn next(&mut self) -> Option<Self::Item> {

@@ -16,7 +16,7 @@
 //! - an offset is leased at most once at a time;
 //! - `cursor - floor` never exceeds `unacked_window_max`, which bounds every structure here.
 
-use crate::offset_map::OffsetMap;
+use crate::subscription::offset_map::OffsetMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -563,7 +563,7 @@ impl SubscriptionState {
     /// The acknowledgements as a floor and runs above it, for a snapshot.
     pub fn acknowledged_runs(&self) -> (u64, Vec<(u64, u32)>) {
         let above: Vec<u64> = self.acked.iter_above_floor().collect();
-        (self.acked.floor(), crate::journal::runs_of(&above))
+        (self.acked.floor(), crate::subscription::journal_entry::runs_of(&above))
     }
 
     /// Restores, at recovery, a lease a subscriber was granted before the restart (a journaled
@@ -653,7 +653,7 @@ impl SubscriptionState {
     /// Moves expired leases to the redelivery queue (or the dead letters) and messages whose
     /// retry backoff ended back to it; returns how many moved. Afterwards every deadline left is
     /// after `now` (asserted): a waiting loop that calls this before it reads `next_deadline`
-    /// never sleeps for zero and spins (see `forwarder::sleep_until`).
+    /// never sleeps for zero and spins (see `subscription::pull::sleep_until`).
     pub fn expire(&mut self, now: Instant) -> usize {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return 0 };
         let mut moved = 0;

@@ -1,0 +1,6 @@
+//! What a shard measures about itself for the stats: latencies, per-second rates, and what the
+//! kernel says about the process.
+
+pub mod latency;
+pub mod process;
+pub mod rate;

@@ -1,0 +1,247 @@
+//! The native protocol on a forwarder's port: frames in, the data plane's typed operations
+//! (`api::data::DataPlane`), frames out. A pull's messages are sent from the log batches they
+//! were read into, as a gathered frame (`encode_gathered`): the data is copied only by the
+//! kernel.
+
+use super::server::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
+use crate::api::data::{
+    Attributes, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch, PullSettings,
+    StreamPeer, StreamSettings,
+};
+use crate::shard::Forwarder;
+use crate::storage::Storage;
+use crate::subscription::budget::StreamReservation;
+use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
+use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader, FLAG_MORE, FLAG_RESPONSE};
+use ringpost_wire::gather::{encode_gathered, GATHER_RUN_BYTES_MIN};
+use ringpost_wire::limits::FRAME_HEADER_BYTES;
+use ringpost_wire::messages::*;
+use ringpost_wire::{Command, ErrorCode, Status};
+
+impl<S: Storage> Handler for Forwarder<S> {
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response {
+        self.activity.count_request();
+        // Every request runs as a task as large as this future, which is as large as its
+        // largest arm: the pull and acknowledgement paths' futures are large, a publish's
+        // small. Those are boxed, so that a publish's task is a small allocation.
+        let result = match Command::from_u16(header.command) {
+            Some(Command::StreamingPull) => Box::pin(streaming_pull(self, &header, &body, responder)).await,
+            Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
+            Some(Command::Publish) => {
+                publish(self, body).await.map(|response| respond(&header, &response).into())
+            }
+            Some(Command::Pull) => Box::pin(pull(self, &header, &body)).await,
+            Some(Command::Acknowledge) => {
+                Box::pin(acknowledge(self, &body)).await.map(|response| respond(&header, &response).into())
+            }
+            Some(Command::ModifyAckDeadline) => Box::pin(modify_ack_deadline(self, &body))
+                .await
+                .map(|response| respond(&header, &response).into()),
+            Some(command) => Err(Status::failed_precondition(format!(
+                "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
+            ))),
+            None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
+        };
+        result.unwrap_or_else(|status| fail(&header, &status).into())
+    }
+}
+
+impl StreamPeer for Responder {
+    fn is_gone(&self) -> bool {
+        Responder::is_gone(self)
+    }
+    async fn gone(&self) {
+        Responder::gone(self).await
+    }
+}
+
+impl Attributes for rkyv::vec::ArchivedVec<ArchivedAttribute> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn get(&self, index: usize) -> (&str, &str) {
+        let attribute = &self[index];
+        (attribute.key.as_str(), attribute.value.as_str())
+    }
+}
+
+/// A publish's messages, still in the request's frame, read in place.
+pub struct FramedPublish {
+    pub body: FrameBuffer,
+}
+
+impl PublishBatch for FramedPublish {
+    fn visit(
+        &self,
+        visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = MessageView<'_>>),
+    ) -> Result<(), crate::api::Status> {
+        let request = access_body::<PublishRequest>(&self.body)?;
+        let mut messages = request.messages.iter().map(|message| MessageView {
+            data: message.data.as_slice(),
+            attributes: &message.attributes,
+            ordering_key: message.ordering_key.as_str(),
+        });
+        visit(request.topic.as_str(), &mut messages);
+        Ok(())
+    }
+}
+
+pub async fn publish(data: &impl DataPlane, body: FrameBuffer) -> Result<PublishResponse, Status> {
+    let ids = data.publish(FramedPublish { body }).await?;
+    Ok(PublishResponse { message_ids: ids.collect() })
+}
+
+pub async fn pull<D: DataPlane>(data: &D, header: &FrameHeader, body: &[u8]) -> Result<Response, Status> {
+    let request = access_body::<PullRequest>(body)?;
+    let settings = PullSettings::new(request.max_messages.to_native(), request.wait_ms.to_native())?;
+    match data.pull(request.subscription.as_str(), settings).await? {
+        Some(delivery) => {
+            let (frame, reservation) = encode_delivery(header, 0, delivery);
+            Ok(Response::Reserved(Box::new(frame), reservation))
+        }
+        None => Ok(respond(header, &PullResponse::default()).into()),
+    }
+}
+
+/// A streaming pull: pushes deliveries as frames flagged `FLAG_MORE` until the stream ends,
+/// then answers with an empty last frame.
+async fn streaming_pull<D: DataPlane>(
+    data: &D,
+    header: &FrameHeader,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<Response, Status> {
+    let request = access_body::<StreamingPullRequest>(body)?;
+    let settings = StreamSettings::new(
+        request.stream_ack_deadline_seconds.to_native(),
+        request.max_outstanding_messages.to_native(),
+        request.max_outstanding_bytes.to_native(),
+    )?;
+    let mut stream = data.open_stream(request.subscription.as_str(), settings).await?;
+    // An empty first batch tells the client the stream is taken (a refusal is an error).
+    let accepted = ringpost_wire::encode_frame(
+        header.command,
+        FLAG_RESPONSE | FLAG_MORE,
+        header.request_id,
+        &PullResponse::default(),
+    );
+    if !responder.send_more(accepted, None).await {
+        return Ok(respond(header, &PullResponse::default()).into());
+    }
+    while let Some(delivery) = stream.next(responder).await? {
+        let (frame, reservation) = encode_delivery(header, FLAG_MORE, delivery);
+        // A stop while it waited for room is seen by the stream's next turn.
+        if !responder.send_more(frame, Some(reservation)).await && !stream.stopping() {
+            break;
+        }
+    }
+    drop(stream);
+    Ok(respond(header, &PullResponse::default()).into())
+}
+
+pub async fn acknowledge(data: &impl DataPlane, body: &[u8]) -> Result<AckResponse, Status> {
+    let request = access_body::<AcknowledgeRequest>(body)?;
+    let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
+    let invalid = data.acknowledge(request.subscription.as_str(), ack_ids).await?;
+    Ok(ack_response(invalid))
+}
+
+async fn modify_ack_deadline(data: &impl DataPlane, body: &[u8]) -> Result<AckResponse, Status> {
+    let request = access_body::<ModifyAckDeadlineRequest>(body)?;
+    let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
+    let seconds = request.ack_deadline_seconds.to_native();
+    let invalid = data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await?;
+    Ok(ack_response(invalid))
+}
+
+fn ack_response(invalid: Vec<InvalidAckId>) -> AckResponse {
+    AckResponse {
+        invalid_ack_ids: invalid
+            .into_iter()
+            .map(|invalid| ringpost_wire::messages::InvalidAckId {
+                ack_id: invalid.ack_id,
+                reason: invalid.reason.to_owned(),
+            })
+            .collect(),
+    }
+}
+
+/// A pull response as `encode_delivery` encoded it.
+enum Encoded {
+    /// Its data left in the batches read, which the frame will hold.
+    Gathered(ringpost_wire::gather::GatheredBody),
+    /// Copied whole into its own buffer.
+    Whole(FrameBuffer),
+}
+
+/// Encodes a delivery as one pull response frame, with its reservation fitted to the frame's
+/// size. Gathered when its messages' data is long enough to be worth leaving in place and the
+/// shard's gathered frames have room to hold its batches; copied whole otherwise. No
+/// allocation per message.
+pub fn encode_delivery<B: AsRef<[u8]> + 'static>(
+    header: &FrameHeader,
+    more: u16,
+    delivery: Delivery<B>,
+) -> (Response, StreamReservation) {
+    let encoded = {
+        let response = PullResponseRef {
+            received_messages: delivery
+                .messages
+                .iter()
+                .map(|message| {
+                    let view = delivery.view(message);
+                    ReceivedMessageRef {
+                        ack_id: StrRef(view.ack_id),
+                        message_id: view.message_id,
+                        publish_time_ms: view.publish_time_ms,
+                        data: BytesRef(view.data),
+                        attributes: view
+                            .attributes
+                            .map(|(key, value)| AttributeRef { key: StrRef(key), value: StrRef(value) })
+                            .collect(),
+                        ordering_key: StrRef(view.ordering_key),
+                        delivery_attempt: view.delivery_attempt,
+                    }
+                })
+                .collect(),
+        };
+        let flags = FLAG_RESPONSE | more;
+        let estimate = FRAME_HEADER_BYTES + response.encoded_bytes_estimate();
+        // What is not data, and data too short to be left in place, is copied.
+        let (gathered_runs, gathered_bytes) = response
+            .received_messages
+            .iter()
+            .map(|message| message.data.0.len())
+            .filter(|&length| length >= GATHER_RUN_BYTES_MIN)
+            .fold((0, 0), |(runs, bytes), length| (runs + 1, bytes + length));
+        if gathered_bytes > 0 && gathering_has_room(delivery.held_bytes()) {
+            let sources: Vec<&[u8]> = delivery.batches.iter().map(|(batch, _)| batch.as_ref()).collect();
+            Encoded::Gathered(encode_gathered(
+                header.command,
+                flags,
+                header.request_id,
+                &response,
+                &sources,
+                estimate - gathered_bytes,
+                gathered_runs,
+            ))
+        } else {
+            Encoded::Whole(ringpost_wire::encode_frame_sized(
+                header.command,
+                flags,
+                header.request_id,
+                &response,
+                estimate,
+            ))
+        }
+    };
+    let Delivery { batches, mut reservation, .. } = delivery;
+    let frame = match encoded {
+        Encoded::Gathered(body) => Response::Gathered(body.holding(
+            batches.into_iter().map(|(batch, charge)| Held::new(Box::new(batch), charge)).collect(),
+        )),
+        Encoded::Whole(frame) => Response::Frame(frame),
+    };
+    reservation.fit_to(frame.wire_bytes());
+    (frame, reservation)
+}

@@ -1,0 +1,110 @@
+//! Attaching topics and subscriptions the router places on this shard.
+
+use super::{quarantined_status, Forwarder};
+use crate::api::{Code, Status};
+use crate::catalog::SubscriptionSettings;
+use crate::control::ControlOk;
+use crate::storage::Storage;
+use crate::subscription::state::SubscriptionState;
+use crate::subscription::{delivery_policy, filter::Filter, recovered_state, SubscriptionEntry};
+use std::rc::Rc;
+use std::time::Duration;
+
+impl<S: Storage> Forwarder<S> {
+    pub async fn attach_topic(
+        &self,
+        topic_id: u64,
+        name: String,
+        retention_seconds: u64,
+        recovering: bool,
+    ) -> Result<ControlOk, Status> {
+        if self.registry.topics_by_id.borrow().contains_key(&topic_id) {
+            return Ok(ControlOk::Done);
+        }
+        // Counted at attach: topics deleted later do not hand their place to later ones.
+        let keep_files_open = self.registry.topics_by_id.borrow().len()
+            + self.attach_policy.topics_attaching.get()
+            < self.attach_policy.journals_open_max.get();
+        self.attach_policy.topics_attaching.set(self.attach_policy.topics_attaching.get() + 1);
+        let result =
+            self.store.open(topic_id, name.clone(), retention_seconds, keep_files_open, recovering).await;
+        self.attach_policy.topics_attaching.set(self.attach_policy.topics_attaching.get() - 1);
+        match result {
+            Err(status)
+                if recovering
+                    && status.code == Code::DataLoss
+                    && self.attach_policy.quarantine_damaged.get() =>
+            {
+                eprintln!(
+                    "ringpostd: ERROR: topic '{name}' is quarantined: {}; it and its subscriptions answer DataLoss, \
+                     its files are left as they are (deleting the topic removes them)",
+                    status.message
+                );
+                let (name, why): (Rc<str>, Rc<str>) = (name.into(), status.message.into());
+                let mut quarantined = self.registry.quarantined.borrow_mut();
+                quarantined.topic_names.insert(name.clone(), why.clone());
+                quarantined.topics.insert(topic_id, (name, why));
+                Ok(ControlOk::Done)
+            }
+            Err(status) => Err(status),
+            Ok(topic) => {
+                let topic = Rc::new(topic);
+                self.registry.topics.borrow_mut().insert(topic.name.clone(), topic.clone());
+                self.registry.topics_by_id.borrow_mut().insert(topic_id, topic);
+                Ok(ControlOk::Done)
+            }
+        }
+    }
+
+    pub async fn attach_subscription(
+        &self,
+        subscription_id: u64,
+        name: String,
+        topic_id: u64,
+        settings: SubscriptionSettings,
+        create: bool,
+        start_offset: u64,
+    ) -> Result<ControlOk, Status> {
+        let quarantined = self.registry.quarantined.borrow().topics.get(&topic_id).cloned();
+        if let Some((topic_name, why)) = quarantined {
+            if create {
+                return Err(quarantined_status("topic", &topic_name, &why));
+            }
+            self.registry.quarantined.borrow_mut().subscriptions.insert(name.into(), (topic_id, why));
+            return Ok(ControlOk::Done);
+        }
+        let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
+            Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
+        })?;
+        let ack_deadline = Duration::from_secs(settings.ack_deadline_seconds as u64);
+        let mut state = if create {
+            // The sync point: every publish acknowledged after the router answers the create
+            // has an offset at or above the durable end now, because offsets are assigned at
+            // commit. The router records it in the catalog before it answers, so an idle topic
+            // needs no journal (and no open journal file) for its subscriptions.
+            SubscriptionState::new(subscription_id, topic.log.end_offset(), ack_deadline)
+        } else {
+            let state = SubscriptionState::new(subscription_id, start_offset, ack_deadline);
+            let recovered = topic.journal.with_open(|open| open.recovered.remove(&subscription_id));
+            let clock = &self.environment.clock;
+            recovered_state(state, recovered.flatten().unwrap_or_default(), clock.now(), clock.wall_ms())
+        };
+        state.ack_deadline = ack_deadline;
+        state.policy = delivery_policy(&settings);
+        state.forget_before(topic.log.start_offset());
+        let start = state.start_offset;
+        let filter = if settings.filter.is_empty() {
+            None
+        } else {
+            Some(Box::new(Filter::parse(&settings.filter).map_err(|error| {
+                Status::invalid_argument(format!("filter of subscription '{name}': {error}"))
+            })?))
+        };
+        let name: Rc<str> = name.into();
+        let now_ms = self.environment.clock.wall_ms();
+        let entry = Rc::new(SubscriptionEntry::new(name.clone(), topic_id, &settings, state, filter, now_ms));
+        topic.subscriptions.borrow_mut().push(entry.clone());
+        self.registry.subscriptions.borrow_mut().insert(name, (entry, topic));
+        Ok(ControlOk::SubscriptionStart(start))
+    }
+}

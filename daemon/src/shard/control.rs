@@ -1,0 +1,226 @@
+//! The router's requests to a forwarder shard (`control::ControlRequest`): one arm each, each
+//! a method below or in `attach`.
+
+use super::Forwarder;
+use crate::api::Status;
+use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
+use crate::storage::Storage;
+use crate::subscription::journal_entry::JournalEntry;
+use crate::topic::journal::SnapshotState;
+use crate::topic::{topic_folder, TopicState};
+use std::rc::Rc;
+
+impl<S: Storage> Forwarder<S> {
+    pub async fn control(&self, request: ControlRequest) -> Result<ControlOk, Status> {
+        // Creating and deleting topics allocates like any burst; reading the stats does not
+        // count, or watching a quiet daemon would keep it from trimming.
+        if !matches!(request, ControlRequest::Stats) {
+            self.activity.count_request();
+        }
+        match request {
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
+                self.attach_topic(topic_id, name, retention_seconds, recovering).await
+            }
+            ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
+            ControlRequest::UpdateSettings { topic_id, update } => self.update_settings(topic_id, update),
+            ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
+                self.seek(topic_id, subscription_id, time_ms, snapshot_id).await
+            }
+            ControlRequest::TakeSnapshot { topic_id, subscription_id, snapshot_id, expire_time_ms } => {
+                self.take_snapshot(topic_id, subscription_id, snapshot_id, expire_time_ms).await
+            }
+            ControlRequest::DropSnapshot { topic_id, snapshot_id } => {
+                self.drop_snapshot(topic_id, snapshot_id).await
+            }
+            ControlRequest::ResyncDirectory { index } => self.resync_directory(index).await,
+            ControlRequest::DetachTopic { topic_id, delete_data } => {
+                self.detach_topic(topic_id, delete_data);
+                Ok(ControlOk::Done)
+            }
+            ControlRequest::AttachSubscription {
+                subscription_id,
+                name,
+                topic_id,
+                settings,
+                create,
+                start_offset,
+            } => {
+                self.attach_subscription(subscription_id, name, topic_id, settings, create, start_offset)
+                    .await
+            }
+            ControlRequest::DetachSubscription { subscription_id, name, topic_id } => {
+                self.detach_subscription(subscription_id, &name, topic_id);
+                Ok(ControlOk::Done)
+            }
+        }
+    }
+
+    /// Moves a subscription's acknowledgements to the first message published at `time_ms`, or
+    /// to those a snapshot captured, durably first.
+    async fn seek(
+        &self,
+        topic_id: u64,
+        subscription_id: u64,
+        time_ms: u64,
+        snapshot_id: Option<u64>,
+    ) -> Result<ControlOk, Status> {
+        let (topic, entry) = self.attached(topic_id, subscription_id)?;
+        let (offset, runs) = match snapshot_id {
+            Some(snapshot_id) => topic
+                .journal
+                .with_open(|open| {
+                    open.snapshots.get(&snapshot_id).map(|snapshot| (snapshot.floor, snapshot.runs.clone()))
+                })
+                .flatten()
+                .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?,
+            None => (topic.log.offset_at_time(time_ms).await?, Vec::new()),
+        };
+        let mut offset = offset.max(topic.log.start_offset());
+        if snapshot_id.is_none() && topic.retention_seconds.get() == 0 {
+            // A subscription holds only what was published after its creation; only a
+            // topic's own retention keeps older messages to seek back to, as in Pub/Sub.
+            // Without it, older messages may still be on disk (another subscription
+            // has not acknowledged them) but are not this subscription's to replay.
+            offset = offset.max(entry.state.borrow().start_offset);
+        }
+        topic.append_journal(&JournalEntry::Seek { subscription_id, offset }).await?;
+        if !runs.is_empty() {
+            topic.append_journal(&JournalEntry::Acked { subscription_id, runs: runs.clone() }).await?;
+        }
+        let mut state = entry.state.borrow_mut();
+        state.seek(offset);
+        for (first, count) in runs {
+            for acked in first..first + count as u64 {
+                state.restore_ack(acked);
+            }
+        }
+        drop(state);
+        entry.changed.notify_all();
+        Ok(ControlOk::Done)
+    }
+
+    async fn take_snapshot(
+        &self,
+        topic_id: u64,
+        subscription_id: u64,
+        snapshot_id: u64,
+        expire_time_ms: u64,
+    ) -> Result<ControlOk, Status> {
+        let (topic, entry) = self.attached(topic_id, subscription_id)?;
+        let (floor, runs) = entry.state.borrow().acknowledged_runs();
+        let taken = JournalEntry::SnapshotTaken { snapshot_id, floor, runs: runs.clone(), expire_time_ms };
+        topic.append_journal(&taken).await?;
+        // The append opened the journal.
+        topic.journal.with_open(|open| {
+            open.snapshots.insert(snapshot_id, SnapshotState { floor, runs, expire_time_ms })
+        });
+        Ok(ControlOk::Done)
+    }
+
+    async fn drop_snapshot(&self, topic_id: u64, snapshot_id: u64) -> Result<ControlOk, Status> {
+        let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
+        if let Some(topic) = topic {
+            let dropped = topic.journal.with_open(|open| open.snapshots.remove(&snapshot_id).is_some());
+            if dropped == Some(true) {
+                topic.append_journal(&JournalEntry::SnapshotDropped { snapshot_id }).await?;
+            }
+        }
+        Ok(ControlOk::Done)
+    }
+
+    /// Trusts data directory `index` again, after rewriting every stale copy in it.
+    async fn resync_directory(&self, index: usize) -> Result<ControlOk, Status> {
+        let directories = &self.store.directories;
+        if index >= directories.count() {
+            return Err(Status::invalid_argument(format!(
+                "there is no data directory {index}; there are {}",
+                directories.count()
+            )));
+        }
+        directories.unfence(index);
+        let (mut logs, mut batches) = (0, 0);
+        for topic in self.registry.topic_list() {
+            for log in std::iter::once(topic.log.clone()).chain(topic.journal.opened()) {
+                if log.is_stale(index) {
+                    batches += log.resync_copy(index).await?;
+                    logs += 1;
+                }
+            }
+        }
+        Ok(ControlOk::Resynced { logs, batches })
+    }
+
+    /// Stops serving a topic and its subscriptions; with `delete_data`, removes its files.
+    fn detach_topic(&self, topic_id: u64, delete_data: bool) {
+        let quarantined = {
+            let mut quarantined = self.registry.quarantined.borrow_mut();
+            quarantined.subscriptions.retain(|_, (owner, _)| *owner != topic_id);
+            let removed = quarantined.topics.remove(&topic_id);
+            if let Some((name, _)) = &removed {
+                quarantined.topic_names.remove(name);
+            }
+            removed
+        };
+        if let (Some((name, _)), true) = (quarantined, delete_data) {
+            // Deleting is the operator's way out for a damaged topic: its folders go.
+            let (storage, directories) = (&self.store.storage, &self.store.directories);
+            for copy in 0..directories.count() {
+                let folder = directories.path(copy).join(topic_folder(topic_id));
+                if storage.exists(&folder) {
+                    if let Err(error) = storage.remove_dir_all(&folder) {
+                        eprintln!("ringpostd: removing {} of topic '{name}': {error}", folder.display());
+                    }
+                }
+            }
+        }
+        let topic: Option<Rc<TopicState<S>>> = self.registry.topics_by_id.borrow_mut().remove(&topic_id);
+        if let Some(topic) = topic {
+            self.registry.topics.borrow_mut().remove(&topic.name);
+            self.registry.subscriptions.borrow_mut().retain(|_, (entry, owner)| {
+                if owner.id == topic_id {
+                    entry.detach();
+                }
+                owner.id != topic_id
+            });
+            if delete_data {
+                self.store.delete_files(topic);
+            }
+        }
+    }
+
+    fn detach_subscription(&self, subscription_id: u64, name: &str, topic_id: u64) {
+        self.registry.quarantined.borrow_mut().subscriptions.remove(name);
+        if let Some((entry, _)) = self.registry.subscriptions.borrow_mut().remove(name) {
+            entry.detach();
+        }
+        let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
+        // Nothing to journal: replay applies only entries of subscriptions the router
+        // attaches, and the next checkpoint drops this one's.
+        if let Some(topic) = topic {
+            topic.subscriptions.borrow_mut().retain(|entry| entry.id != subscription_id);
+        }
+    }
+
+    /// Applies an update the router made durable in the catalog: a topic's retention, or a
+    /// subscription's settings (`SubscriptionEntry::update`).
+    fn update_settings(&self, topic_id: u64, update: SettingsUpdate) -> Result<ControlOk, Status> {
+        if self.registry.quarantined.borrow().topics.contains_key(&topic_id) {
+            // Not served; the catalog holds the new settings for when it is again.
+            return Ok(ControlOk::Done);
+        }
+        match update {
+            SettingsUpdate::Topic { retention_seconds } => {
+                let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
+                let topic =
+                    topic.ok_or_else(|| Status::internal(format!("topic {topic_id:x} is not attached")))?;
+                // Segments are kept or deleted by the new value from the next collection on.
+                topic.retention_seconds.set(retention_seconds);
+            }
+            SettingsUpdate::Subscription { subscription_id, settings } => {
+                let (_, entry) = self.attached(topic_id, subscription_id)?;
+                entry.update(&settings);
+            }
+        }
+        Ok(ControlOk::Done)
+    }
+}

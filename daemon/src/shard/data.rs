@@ -1,0 +1,84 @@
+//! The data plane a forwarder shard serves (`api::data::DataPlane`): each operation finds its
+//! topic or subscription here and runs in `topic` or `subscription`.
+
+use super::Forwarder;
+use crate::api::data::{
+    check_ack_deadline_change, check_ack_id_count, check_publish, DataPlane, Delivery, InvalidAckId,
+    PublishBatch, PullSettings, StreamSettings,
+};
+use crate::api::Status;
+use crate::log::{HeldBatch, LogError};
+use crate::storage::Storage;
+use crate::subscription::pull::Stream;
+use crate::subscription::{acknowledge, pull};
+use crate::topic::publish::record_bytes;
+use crate::topic::TopicState;
+use std::ops::Range;
+use std::rc::Rc;
+
+impl<S: Storage> DataPlane for Forwarder<S> {
+    type Batch = HeldBatch<S>;
+    type Stream<'a> = Stream<'a, TopicState<S>>;
+
+    async fn publish(&self, messages: impl PublishBatch) -> Result<Range<u64>, Status> {
+        let started = crate::runtime::now();
+        let mut checked = Err(Status::invalid_argument("publish request has no messages"));
+        messages.visit(&mut |topic, views| {
+            let count = views.len() as u32;
+            checked = check_publish(topic, views, record_bytes)
+                .and_then(|encoded_bytes| Ok((self.topic(topic)?, count, encoded_bytes)));
+        })?;
+        let (topic, count, encoded_bytes) = checked?;
+        let publish_time_ms = self.environment.clock.wall_ms();
+        let ids = topic.append_messages(messages, count, encoded_bytes, publish_time_ms).await.map_err(
+            |error| {
+                if matches!(error, LogError::NoSpace(_)) {
+                    self.release_kept_files();
+                }
+                Status::from(error)
+            },
+        )?;
+        crate::metrics::latency::record_publish(started);
+        Ok(ids)
+    }
+
+    async fn pull(
+        &self,
+        subscription: &str,
+        settings: PullSettings,
+    ) -> Result<Option<Delivery<HeldBatch<S>>>, Status> {
+        let (subscription, topic) = self.subscription(subscription)?;
+        pull::pull(&self.environment, &subscription, &topic, settings).await
+    }
+
+    async fn open_stream(
+        &self,
+        subscription: &str,
+        settings: StreamSettings,
+    ) -> Result<Self::Stream<'_>, Status> {
+        let (subscription, topic) = self.subscription(subscription)?;
+        Ok(Stream::open(&self.environment, subscription, topic, settings))
+    }
+
+    async fn acknowledge<'a>(
+        &self,
+        subscription: &str,
+        ack_ids: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Result<Vec<InvalidAckId>, Status> {
+        check_ack_id_count(ack_ids.len())?;
+        let (subscription, topic) = self.subscription(subscription)?;
+        acknowledge::acknowledge(&self.environment, &subscription, &*topic, ack_ids).await
+    }
+
+    async fn modify_ack_deadline<'a>(
+        &self,
+        subscription: &str,
+        ack_ids: impl ExactSizeIterator<Item = &'a str> + Clone,
+        seconds: u32,
+    ) -> Result<Vec<InvalidAckId>, Status> {
+        check_ack_id_count(ack_ids.len())?;
+        check_ack_deadline_change(seconds)?;
+        let (subscription, topic): (_, Rc<TopicState<S>>) = self.subscription(subscription)?;
+        acknowledge::modify_ack_deadline(&self.environment, &subscription, &topic, ack_ids, seconds).await
+    }
+}

@@ -1,0 +1,104 @@
+//! A shard's stats for the router's stats response: its topics, subscriptions, data
+//! directories and latencies.
+
+use super::Forwarder;
+use crate::log::Directories;
+use crate::storage::Storage;
+use crate::subscription::SubscriptionEntry;
+use ringpost_wire::messages::{DirectoryStatus, QuarantinedTopic, ShardStats, SubscriptionStats, TopicStats};
+use std::rc::Rc;
+
+impl<S: Storage> Forwarder<S> {
+    pub fn shard_stats(&self) -> ShardStats {
+        let (publish_latency, commit_latency) = crate::metrics::latency::shard_summaries();
+        ShardStats {
+            publish_latency,
+            commit_latency,
+            shard: self.shard,
+            topics: self.registry.topics_by_id.borrow().len() as u32,
+            directories: directory_status(&self.store.directories),
+            repairs: self.store.directories.repairs(),
+            quarantined: self
+                .registry
+                .quarantined
+                .borrow()
+                .topics
+                .values()
+                .map(|(name, why)| QuarantinedTopic { name: name.to_string(), reason: why.to_string() })
+                .collect(),
+        }
+    }
+
+    pub async fn topic_stats(&self) -> Vec<TopicStats> {
+        let now_ms = self.environment.clock.wall_ms();
+        let topics = self.registry.topic_list();
+        let mut out = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let end = topic.log.end_offset();
+            let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().clone();
+            let mut subscriptions = Vec::with_capacity(entries.len());
+            for entry in entries {
+                let (floor, backlog, outstanding, delivered_total, expired_total) = {
+                    let state = entry.state.borrow();
+                    (
+                        state.ack_floor(),
+                        state.backlog(end),
+                        state.outstanding(),
+                        state.delivered_total,
+                        state.expired_total,
+                    )
+                };
+                let oldest_unacked_age_ms = if floor < end {
+                    match topic.log.read(floor, 1, usize::MAX).await {
+                        Ok(records) => {
+                            records.first().map(|r| now_ms.saturating_sub(r.publish_time_ms)).unwrap_or(0)
+                        }
+                        Err(_) => 0,
+                    }
+                } else {
+                    0
+                };
+                let idle_ms = if entry.state.borrow().stream_count() > 0 {
+                    0
+                } else {
+                    now_ms.saturating_sub(entry.last_activity_ms.get())
+                };
+                subscriptions.push(SubscriptionStats {
+                    idle_ms,
+                    delivered_per_second: entry
+                        .delivered
+                        .borrow()
+                        .per_second(&self.activity.rate_ticks.borrow()),
+                    acked_per_second: entry.acked.borrow().per_second(&self.activity.rate_ticks.borrow()),
+                    name: entry.name.to_string(),
+                    backlog_messages: backlog,
+                    outstanding_messages: outstanding as u64,
+                    delivered_total,
+                    expired_total,
+                    oldest_unacked_age_ms,
+                });
+            }
+            out.push(TopicStats {
+                name: topic.name.to_string(),
+                shard: self.shard,
+                first_offset: topic.log.start_offset(),
+                end_offset: end,
+                disk_bytes: topic.log.disk_bytes(),
+                published_per_second: topic.published.borrow().per_second(&self.activity.rate_ticks.borrow()),
+                subscriptions,
+            });
+        }
+        out
+    }
+}
+
+pub fn directory_status(directories: &Directories) -> Vec<DirectoryStatus> {
+    directories
+        .status()
+        .into_iter()
+        .map(|(path, fenced)| DirectoryStatus {
+            path: path.display().to_string(),
+            fenced: fenced.unwrap_or_default(),
+        })
+        .collect()
+}

@@ -1,0 +1,602 @@
+//! The forwarder shard driven through its native protocol handlers and control requests.
+
+use super::*;
+use crate::catalog::SubscriptionSettings;
+use crate::clock::ManualClock;
+use crate::control::{ControlRequest, SettingsUpdate};
+use crate::protocol::native::forwarder as native;
+use crate::protocol::native::server::Handler;
+use crate::storage::sim::SimDisk;
+use crate::subscription::SubscriptionEntry;
+use crate::topic::{journal_folder, topic_folder, TopicState};
+use maintenance::QUIET_SWEEPS_BEFORE_TRIM;
+use ringpost_wire::frame::{FrameBuffer, FrameHeader};
+use ringpost_wire::limits::FRAME_HEADER_BYTES;
+use ringpost_wire::messages::*;
+use ringpost_wire::{Command, ErrorCode, Status};
+use std::path::PathBuf;
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn run<F: std::future::Future<Output = ()> + 'static>(future: F) {
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(future);
+}
+
+fn forwarder(clock: &ManualClock) -> Forwarder<SimDisk> {
+    let config =
+        LogConfig { segment_bytes_initial: 64 * 1024, segment_bytes_max: 64 * 1024, ..LogConfig::default() };
+    Forwarder::new(0, SimDisk::new(), Directories::new(vec!["/d0".into()]), config, Rc::new(clock.clone()))
+}
+
+/// Every request runs as a task the size of `handle`'s future, allocated per request: a
+/// publish's must not pay for the pull and acknowledgement paths' larger futures (the
+/// handler's was 2,776 bytes before they were boxed).
+#[test]
+fn a_request_task_stays_small() {
+    let forwarder = forwarder(&ManualClock::default());
+    let responder = crate::protocol::native::server::Responder::unconnected();
+    let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &PublishRequest::default());
+    let header = FrameHeader::decode(&frame).unwrap();
+    let body = FrameBuffer::with_capacity(0);
+    let handling = forwarder.handle(header, body, &responder);
+    let bytes = std::mem::size_of_val(&handling);
+    assert!(bytes <= 512, "handle's future is {bytes} bytes");
+}
+
+/// A publish's messages are encoded into the commit's buffer only when it is built: the log
+/// then holds what was published, attributes and ordering keys included, at any length, in
+/// a commit shared with other publishes.
+#[test]
+fn published_messages_are_stored_as_sent() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = Rc::new(forwarder(&clock));
+        let topic = topic(&forwarder, 0).await;
+        let message = |i: usize| PubsubMessage {
+            data: vec![i as u8; 1 + i * 37 % 200],
+            attributes: (0..i % 4)
+                .map(|a| Attribute { key: format!("k{a}"), value: "v".repeat(a * 3 + i % 5) })
+                .collect(),
+            ordering_key: if i.is_multiple_of(3) { format!("key-{i}") } else { String::new() },
+        };
+        // Three publishes at once, so that they can share commits.
+        let publishes = (0..3).map(|request| {
+            let forwarder = forwarder.clone();
+            let messages: Vec<PubsubMessage> = (request * 20..request * 20 + 20).map(message).collect();
+            let frame = ringpost_wire::encode_frame(
+                Command::Publish.code(),
+                0,
+                1,
+                &PublishRequest { topic: "retained".into(), messages },
+            );
+            let mut body = FrameBuffer::new();
+            body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+            async move { native::publish(&*forwarder, body).await.unwrap().message_ids }
+        });
+        let ids: Vec<Vec<u64>> = crate::sync::join_all(publishes.collect()).await;
+        let stored = topic.log.read(0, 100, usize::MAX).await.unwrap();
+        assert_eq!(stored.len(), 60);
+        for (request, ids) in ids.iter().enumerate() {
+            for (index, id) in ids.iter().enumerate() {
+                let sent = message(request * 20 + index);
+                let record = &stored[*id as usize];
+                assert_eq!(record.data, sent.data);
+                assert_eq!(record.ordering_key, sent.ordering_key);
+                let attributes: Vec<(String, String)> =
+                    sent.attributes.into_iter().map(|a| (a.key, a.value)).collect();
+                assert_eq!(record.attributes, attributes);
+            }
+        }
+    });
+}
+
+async fn topic(forwarder: &Forwarder<SimDisk>, retention_seconds: u64) -> Rc<TopicState<SimDisk>> {
+    forwarder
+        .control(ControlRequest::AttachTopic {
+            topic_id: 7,
+            name: "retained".into(),
+            retention_seconds,
+            recovering: false,
+        })
+        .await
+        .unwrap();
+    forwarder.topic("retained").unwrap()
+}
+
+async fn subscribe(forwarder: &Forwarder<SimDisk>, retain_acked_messages: bool) -> Rc<SubscriptionEntry> {
+    attach_subscription(forwarder, retain_acked_messages, true).await
+}
+
+/// Attaches "reader" to topic 7, created now or recovered (`create` false) from the journal.
+/// The topic is empty when the subscription is created, so its start offset is 0.
+async fn attach_subscription(
+    forwarder: &Forwarder<SimDisk>,
+    retain_acked_messages: bool,
+    create: bool,
+) -> Rc<SubscriptionEntry> {
+    let settings = SubscriptionSettings {
+        ack_deadline_seconds: 10,
+        message_retention_seconds: 7 * 24 * 3600,
+        retain_acked_messages,
+        ..Default::default()
+    };
+    forwarder
+        .control(ControlRequest::AttachSubscription {
+            subscription_id: 9,
+            name: "reader".into(),
+            topic_id: 7,
+            settings,
+            create,
+            start_offset: 0,
+        })
+        .await
+        .unwrap();
+    forwarder.subscription("reader").unwrap().0
+}
+
+async fn publish(forwarder: &Forwarder<SimDisk>, count: usize) {
+    for _ in 0..count {
+        publish_one(forwarder, "retained").await.unwrap();
+    }
+}
+
+/// Publishes one message of 1,000 bytes to `topic`.
+async fn publish_one(forwarder: &Forwarder<SimDisk>, topic: &str) -> Result<PublishResponse, Status> {
+    let request = PublishRequest {
+        topic: topic.into(),
+        messages: vec![PubsubMessage { data: vec![1u8; 1000], ..Default::default() }],
+    };
+    let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
+    let mut body = FrameBuffer::new();
+    body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+    native::publish(forwarder, body).await
+}
+
+fn ack_everything(entry: &SubscriptionEntry, end: u64) {
+    let mut state = entry.state.borrow_mut();
+    for offset in state.ack_floor()..end {
+        state.apply_ack(offset);
+    }
+}
+
+async fn pull(forwarder: &Forwarder<SimDisk>, max_messages: u32) -> Vec<ReceivedMessage> {
+    let request = PullRequest { subscription: "reader".into(), max_messages, wait_ms: 0 };
+    let frame = ringpost_wire::encode_frame(Command::Pull.code(), 0, 1, &request);
+    let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).unwrap();
+    let response =
+        native::pull(forwarder, &header, &frame[FRAME_HEADER_BYTES..]).await.unwrap().into_contiguous();
+    ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..]).unwrap().received_messages
+}
+
+async fn acknowledge_one_by_one(forwarder: &Forwarder<SimDisk>, messages: &[ReceivedMessage]) {
+    for message in messages {
+        let request =
+            AcknowledgeRequest { subscription: "reader".into(), ack_ids: vec![message.ack_id.clone()] };
+        let frame = ringpost_wire::encode_frame(Command::Acknowledge.code(), 0, 1, &request);
+        let response = native::acknowledge(forwarder, &frame[FRAME_HEADER_BYTES..]).await.unwrap();
+        assert!(response.invalid_ack_ids.is_empty());
+    }
+}
+
+/// Acknowledging one message per request writes a journal block each time; checkpoints keep
+/// the journal bounded, and a restart from the compacted journal brings nothing back.
+#[test]
+fn the_journal_stays_bounded_and_compaction_loses_no_acknowledgement() {
+    journal_stays_bounded_and_recovers(usize::MAX);
+}
+
+/// The same with the journal closing its files after every commit, as the journals beyond
+/// the open-file budget do: appends, compaction and recovery all go through reopened files.
+#[test]
+fn a_journal_that_closes_its_files_loses_no_acknowledgement() {
+    journal_stays_bounded_and_recovers(0);
+}
+
+/// A deleted topic's files go in the background, and they do go.
+#[test]
+fn a_deleted_topics_files_are_removed() {
+    run(async move {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let retained = topic(&forwarder, 0).await;
+        subscribe(&forwarder, false).await;
+        publish(&forwarder, 300).await;
+        assert!(retained.log.closed_segments().len() >= 2);
+        let folder = PathBuf::from("/d0").join(topic_folder(7));
+        assert!(forwarder.store.storage.exists(&folder));
+        forwarder.control(ControlRequest::DetachTopic { topic_id: 7, delete_data: true }).await.unwrap();
+        assert!(forwarder.topic("retained").is_err() && forwarder.subscription("reader").is_err());
+        for _ in 0..100 {
+            if !forwarder.store.storage.exists(&folder) {
+                break;
+            }
+            crate::runtime::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!forwarder.store.storage.exists(&folder), "the topic's folder is gone");
+    });
+}
+
+/// A new topic's two folders are made with one sync of each new name's parent, no file,
+/// and they survive a power cut, as do the messages published into them.
+#[test]
+fn a_new_topics_folders_are_durable_and_synced_once_each() {
+    run(async move {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let disk = forwarder.store.storage.clone();
+        topic(&forwarder, 0).await;
+        // On this empty disk: / (for d0/), /d0, /d0/topics and /d0/topics/7 (for messages/
+        // and journal/), one each, where a folder at a time synced /d0/topics/7 twice.
+        assert_eq!(disk.directory_sync_count(), 4);
+        let folder = PathBuf::from("/d0").join(topic_folder(7));
+        for log in ["messages", "journal"] {
+            assert_eq!(disk.list_dir(&folder.join(log)).unwrap(), Vec::<String>::new());
+        }
+        publish(&forwarder, 3).await;
+        drop(forwarder);
+        disk.crash(crate::storage::sim::CrashMode::DropUnsynced);
+        let restarted = Forwarder::new(
+            0,
+            disk.clone(),
+            Directories::new(vec!["/d0".into()]),
+            LogConfig {
+                segment_bytes_initial: 64 * 1024,
+                segment_bytes_max: 64 * 1024,
+                ..LogConfig::default()
+            },
+            Rc::new(clock.clone()),
+        );
+        assert_eq!(topic(&restarted, 0).await.log.end_offset(), 3);
+    });
+}
+
+/// An idle topic keeps no journal; the first acknowledgements open it, and a restart finds
+/// every one of them.
+#[test]
+fn the_journal_opens_at_the_first_acknowledgements_and_keeps_them() {
+    run(async move {
+        let clock = ManualClock::default();
+        let disk = SimDisk::new();
+        let directories = Directories::new(vec!["/d0".into()]);
+        let config = LogConfig::default();
+        let forwarder =
+            Forwarder::new(0, disk.clone(), directories.clone(), config.clone(), Rc::new(clock.clone()));
+        let retained = topic(&forwarder, 0).await;
+        subscribe(&forwarder, false).await;
+        publish(&forwarder, 20).await;
+        let delivered = pull(&forwarder, 100).await;
+        assert_eq!(delivered.len(), 20);
+        assert!(retained.journal.opened().is_none());
+        let acknowledgements = delivered.iter().map(|message| {
+            let request =
+                AcknowledgeRequest { subscription: "reader".into(), ack_ids: vec![message.ack_id.clone()] };
+            let frame = ringpost_wire::encode_frame(Command::Acknowledge.code(), 0, 1, &request);
+            let forwarder = &forwarder;
+            async move { native::acknowledge(forwarder, &frame[FRAME_HEADER_BYTES..]).await.unwrap() }
+        });
+        let responses = crate::sync::join_all(acknowledgements.collect()).await;
+        assert!(responses.iter().all(|response| response.invalid_ack_ids.is_empty()));
+        assert_eq!(retained.journal.opened().unwrap().end_offset(), 20, "one journal took all 20");
+        drop(retained);
+        drop(forwarder);
+        let forwarder = Forwarder::new(0, disk, directories, config, Rc::new(clock.clone()));
+        topic(&forwarder, 0).await;
+        attach_subscription(&forwarder, false, false).await;
+        assert!(pull(&forwarder, 100).await.is_empty(), "every acknowledgement survived the restart");
+    });
+}
+
+fn journal_stays_bounded_and_recovers(journals_open_max: usize) {
+    run(async move {
+        let clock = ManualClock::default();
+        let disk = SimDisk::new();
+        let directories = Directories::new(vec!["/d0".into()]);
+        let config = LogConfig {
+            segment_bytes_initial: 64 * 1024,
+            segment_bytes_max: 64 * 1024,
+            ..LogConfig::default()
+        };
+        let forwarder =
+            Forwarder::new(0, disk.clone(), directories.clone(), config.clone(), Rc::new(clock.clone()));
+        forwarder.set_journals_open_max(journals_open_max);
+        let retained = topic(&forwarder, 0).await;
+        subscribe(&forwarder, false).await;
+        assert!(retained.journal.opened().is_none(), "nothing acknowledged yet: no journal");
+        let mut journal_peak = 0;
+        for _round in 0..12 {
+            publish(&forwarder, 500).await;
+            let delivered = pull(&forwarder, 1000).await;
+            assert_eq!(delivered.len(), 500);
+            acknowledge_one_by_one(&forwarder, &delivered).await;
+            forwarder.collect_segments().await;
+            journal_peak = journal_peak.max(retained.journal.opened().unwrap().disk_bytes());
+        }
+        let journal = retained.journal.opened().unwrap();
+        assert_eq!(journal.keeps_files_open(), journals_open_max > 0);
+        // 6,000 acknowledge requests of a 4 KiB block each would be 24 MB of journal.
+        assert!(journal_peak < 20 << 20, "journal reached {journal_peak} bytes");
+        assert!(journal.start_offset() > 0, "old journal segments were deleted");
+        drop(journal);
+        publish(&forwarder, 10).await;
+        let unacknowledged: Vec<u64> = pull(&forwarder, 100).await.iter().map(|m| m.message_id).collect();
+        assert_eq!(unacknowledged.len(), 10);
+        drop(retained);
+        drop(forwarder);
+        // Restart on the same disk: recover the topic and the subscription from the journal.
+        let forwarder = Forwarder::new(0, disk, directories, config, Rc::new(clock.clone()));
+        forwarder.set_journals_open_max(journals_open_max);
+        topic(&forwarder, 0).await;
+        attach_subscription(&forwarder, false, false).await;
+        let redelivered: Vec<u64> = pull(&forwarder, 1000).await.iter().map(|m| m.message_id).collect();
+        assert_eq!(redelivered, unacknowledged, "exactly the unacknowledged messages come back");
+    });
+}
+
+/// At start-up the router attaches many topics at once; each counts toward the budget of
+/// journals that keep their files open from the start of its attach, so the budget holds
+/// however the attaches interleave.
+#[test]
+fn topics_attached_together_keep_to_the_open_journal_budget() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        forwarder.set_journals_open_max(3);
+        let attaches = (0..10u64)
+            .map(|topic_id| {
+                forwarder.control(ControlRequest::AttachTopic {
+                    topic_id,
+                    name: format!("topic-{topic_id}"),
+                    retention_seconds: 0,
+                    recovering: true,
+                })
+            })
+            .collect();
+        for result in crate::sync::join_all(attaches).await {
+            result.unwrap();
+        }
+        let keeping_open = (0..10)
+            .filter(|topic_id| {
+                forwarder.topic(&format!("topic-{topic_id}")).unwrap().journal.config.keep_files_open
+            })
+            .count();
+        assert_eq!(keeping_open, 3);
+        assert_eq!(forwarder.attach_policy.topics_attaching.get(), 0);
+    });
+}
+
+/// A shard that was busy trims malloc's free memory once, after `QUIET_SWEEPS_BEFORE_TRIM`
+/// sweeps without a request; one that never was busy, or already trimmed, does not again.
+#[test]
+fn trims_once_after_a_quiet_spell() {
+    let clock = ManualClock::default();
+    let forwarder = forwarder(&clock);
+    forwarder.sweep_leases();
+    assert_eq!(forwarder.activity.quiet_sweeps.get(), None, "never busy: nothing to trim");
+    forwarder.activity.requests.set(forwarder.activity.requests.get() + 1);
+    forwarder.sweep_leases();
+    assert_eq!(forwarder.activity.quiet_sweeps.get(), Some(0));
+    for quiet in 1..QUIET_SWEEPS_BEFORE_TRIM {
+        forwarder.sweep_leases();
+        assert_eq!(forwarder.activity.quiet_sweeps.get(), Some(quiet));
+    }
+    forwarder.sweep_leases();
+    assert_eq!(forwarder.activity.quiet_sweeps.get(), None, "trimmed, and not again until busy");
+    forwarder.activity.requests.set(forwarder.activity.requests.get() + 1);
+    forwarder.sweep_leases();
+    assert_eq!(forwarder.activity.quiet_sweeps.get(), Some(0), "a request starts the count again");
+}
+
+/// T11: ack deadlines run on the monotonic clock. A wall-clock jump (an NTP step of an hour,
+/// either way) redelivers nothing early and delays nothing; the deadline itself still works.
+#[test]
+fn a_wall_clock_jump_causes_no_redelivery() {
+    for jump_ms in [3_600_000i64, -3_600_000] {
+        run(async move {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            topic(&forwarder, 0).await;
+            subscribe(&forwarder, false).await;
+            publish(&forwarder, 50).await;
+            assert_eq!(pull(&forwarder, 100).await.len(), 50);
+            clock.jump_wall_ms(jump_ms);
+            assert!(
+                pull(&forwarder, 100).await.is_empty(),
+                "a wall-clock jump of {jump_ms} ms redelivered leases"
+            );
+            clock.advance(Duration::from_secs(9));
+            assert!(pull(&forwarder, 100).await.is_empty(), "redelivered before the 10 s deadline");
+            clock.advance(Duration::from_secs(1));
+            let again = pull(&forwarder, 100).await;
+            assert_eq!(again.len(), 50, "every lease expires at its deadline");
+            assert!(again.iter().all(|message| message.delivery_attempt == 2));
+        });
+    }
+}
+
+/// A publish refused for want of disk space makes every topic of the shard give up the file
+/// it kept for its next roll, so that the publisher's retry finds the space.
+/// On a full disk acknowledgements are still recorded (the journal's first segment comes
+/// from its reserve), segment collection then deletes what they acknowledged, and the
+/// reserve is made again once there is room.
+#[test]
+fn acknowledgements_are_recorded_on_a_full_disk_and_free_it() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let topic = topic(&forwarder, 0).await;
+        subscribe(&forwarder, false).await;
+        publish(&forwarder, 100).await;
+        // The first publish had the journal's reserve made, in the background.
+        crate::runtime::sleep(Duration::from_millis(20)).await;
+        let reserve = PathBuf::from("/d0").join(journal_folder(topic.id)).join(crate::log::RESERVE_NAME);
+        assert!(forwarder.store.storage.exists(&reserve), "no journal reserve after the first publish");
+        assert!(topic.journal.opened().is_none(), "nothing acknowledged yet: the journal is closed");
+
+        forwarder.store.storage.set_no_space(true);
+        let messages = pull(&forwarder, 1000).await;
+        assert_eq!(messages.len(), 100);
+        let request = AcknowledgeRequest {
+            subscription: "reader".into(),
+            ack_ids: messages.iter().map(|message| message.ack_id.clone()).collect(),
+        };
+        let frame = ringpost_wire::encode_frame(Command::Acknowledge.code(), 0, 1, &request);
+        let response = native::acknowledge(&forwarder, &frame[FRAME_HEADER_BYTES..])
+            .await
+            .expect("an acknowledgement on a full disk");
+        assert!(response.invalid_ack_ids.is_empty(), "{response:?}");
+        assert!(!forwarder.store.storage.exists(&reserve), "the journal's first segment took the reserve");
+
+        let segments_before = topic.log.closed_segments().len();
+        assert!(segments_before > 2, "the test wants several segments");
+        forwarder.collect_segments().await;
+        assert!(
+            topic.log.closed_segments().is_empty(),
+            "acknowledged segments stayed on a full disk: {:?}",
+            topic.log.closed_segments()
+        );
+        forwarder.store.storage.set_no_space(false);
+        forwarder.collect_segments().await;
+        assert!(
+            forwarder.store.storage.exists(&reserve),
+            "the reserve was not made again once there was room"
+        );
+        publish_one(&forwarder, "retained").await.unwrap();
+    });
+}
+
+#[test]
+fn a_full_disk_releases_the_files_kept_for_later_rolls() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let busy = topic(&forwarder, 0).await;
+        publish(&forwarder, 300).await;
+        crate::runtime::sleep(Duration::from_millis(20)).await;
+        assert!(busy.log.keeps_a_recycled_file(), "the busy topic recycles its segments");
+        forwarder
+            .control(ControlRequest::AttachTopic {
+                topic_id: 8,
+                name: "newcomer".into(),
+                retention_seconds: 0,
+                recovering: false,
+            })
+            .await
+            .unwrap();
+        forwarder.store.storage.set_no_space(true);
+        let refused = publish_one(&forwarder, "newcomer").await.expect_err("no space for a first segment");
+        assert_eq!(refused.code, ErrorCode::ResourceExhausted, "{refused:?}");
+        crate::runtime::sleep(Duration::from_millis(20)).await;
+        assert!(!busy.log.keeps_a_recycled_file(), "the kept file was given up");
+    });
+}
+
+#[test]
+fn a_topic_without_subscriptions_keeps_nothing_closed() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let topic = topic(&forwarder, 0).await;
+        publish(&forwarder, 300).await;
+        // Each publish that rolled the log had what came before deleted in the background.
+        crate::runtime::sleep(Duration::from_millis(20)).await;
+        assert!(topic.log.closed_segments().len() <= 1, "{:?}", topic.log.closed_segments().len());
+        assert!(topic.log.start_offset() > 0);
+        forwarder.collect_segments().await;
+        assert!(topic.log.closed_segments().is_empty());
+    });
+}
+
+#[test]
+fn unacknowledged_messages_stay_until_the_subscription_retention_expires() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let topic = topic(&forwarder, 0).await;
+        let entry = subscribe(&forwarder, false).await;
+        publish(&forwarder, 300).await;
+        forwarder.collect_segments().await;
+        assert_eq!(topic.log.start_offset(), 0, "nothing acknowledged, nothing expired: nothing deleted");
+        clock.advance(8 * DAY);
+        forwarder.collect_segments().await;
+        let start = topic.log.start_offset();
+        assert!(start > 0, "seven days later the unacknowledged messages expire");
+        assert_eq!(entry.state.borrow().ack_floor(), start, "the subscription forgets what was deleted");
+        assert_eq!(entry.state.borrow().backlog(topic.log.end_offset()), topic.log.end_offset() - start);
+    });
+}
+
+/// An update applied on the forwarder decides from then on what keeps acknowledged
+/// segments (the topic's retention, the subscription's retain_acked_messages) and what lease
+/// a pull grants.
+#[test]
+fn updated_settings_decide_what_is_kept_and_how_long_a_lease_runs() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let topic = topic(&forwarder, 0).await;
+        let entry = subscribe(&forwarder, false).await;
+        let update_topic = |retention_seconds| ControlRequest::UpdateSettings {
+            topic_id: 7,
+            update: SettingsUpdate::Topic { retention_seconds },
+        };
+        let update_subscription = |ack_deadline_seconds, retain_acked_messages| {
+            let settings = SubscriptionSettings {
+                ack_deadline_seconds,
+                message_retention_seconds: 7 * 24 * 3600,
+                retain_acked_messages,
+                ..Default::default()
+            };
+            ControlRequest::UpdateSettings {
+                topic_id: 7,
+                update: SettingsUpdate::Subscription { subscription_id: 9, settings },
+            }
+        };
+        forwarder.control(update_topic(3600)).await.unwrap();
+        forwarder.control(update_subscription(30, true)).await.unwrap();
+        publish(&forwarder, 300).await;
+        let leased = pull(&forwarder, 1).await;
+        clock.advance(Duration::from_secs(20));
+        assert!(pull(&forwarder, 1).await.iter().all(|m| m.message_id != leased[0].message_id));
+        clock.advance(Duration::from_secs(11));
+        let again = pull(&forwarder, 1).await;
+        assert_eq!(again[0].message_id, leased[0].message_id, "the lease ran the new 30 s");
+        ack_everything(&entry, topic.log.end_offset());
+        forwarder.collect_segments().await;
+        assert_eq!(topic.log.start_offset(), 0, "the new topic retention keeps acknowledged messages");
+        forwarder.control(update_topic(0)).await.unwrap();
+        forwarder.collect_segments().await;
+        assert_eq!(topic.log.start_offset(), 0, "and so does retain_acked_messages");
+        forwarder.control(update_subscription(30, false)).await.unwrap();
+        forwarder.collect_segments().await;
+        assert!(topic.log.start_offset() > 0, "without either, acknowledged segments go");
+    });
+}
+
+#[test]
+fn acknowledged_segments_go_unless_a_retention_keeps_them() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let topic = topic(&forwarder, 0).await;
+        let entry = subscribe(&forwarder, false).await;
+        publish(&forwarder, 300).await;
+        ack_everything(&entry, topic.log.end_offset());
+        forwarder.collect_segments().await;
+        assert!(topic.log.closed_segments().is_empty(), "every closed segment was acknowledged");
+    });
+    for (topic_retention_seconds, retain_acked) in [(3600, false), (0, true)] {
+        run(async move {
+            let clock = ManualClock::default();
+            let forwarder = forwarder(&clock);
+            let topic = topic(&forwarder, topic_retention_seconds).await;
+            let entry = subscribe(&forwarder, retain_acked).await;
+            publish(&forwarder, 300).await;
+            ack_everything(&entry, topic.log.end_offset());
+            forwarder.collect_segments().await;
+            assert_eq!(topic.log.start_offset(), 0, "retention keeps acknowledged messages for seek");
+            clock.advance(if retain_acked { 8 * DAY } else { Duration::from_secs(7200) });
+            forwarder.collect_segments().await;
+            assert!(topic.log.start_offset() > 0, "and lets them go once it expires");
+        });
+    }
+}

@@ -1,0 +1,239 @@
+//! Pulls and streaming pulls: leasing what a subscriber may take, within the shard's budget
+//! for responses and the stream's flow-control window, and waiting for more (a commit, a lease
+//! or backoff ending, an acknowledgement, the caller's deadline) without ever holding the
+//! shard's core.
+
+use super::budget::{StreamReservation, PULL_RESPONSE_BYTES_MAX};
+use super::source::{AckJournal, MessageSource};
+use super::{dead_letter, delivery, Environment, SubscriptionEntry};
+use crate::api::data::{Delivery, DeliveryStream, PullSettings, StreamPeer, StreamSettings};
+use crate::api::limits::PULL_MESSAGES_MAX;
+use crate::api::Status;
+use futures_lite::future::or;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// How long an idle stream sleeps before it looks again on its own, a safety net only: commits,
+/// acks, nacks, lease and backoff expiries (its own timer and the shard's sweep) and the
+/// subscription's deletion wake it. Long, because each idle stream's timer costs its shard a
+/// little CPU at every wake.
+const STREAM_IDLE_CHECK: Duration = Duration::from_secs(30);
+/// The shortest sleep of a pull or stream waiting for a deadline. Each takes back expired
+/// leases before it reads the next deadline, so that deadline is in the future; were it ever
+/// not, a sleep of zero would return at once without yielding and the loop would hold the
+/// shard's core for good, with every topic the shard serves. Far below the second that ack
+/// deadlines are counted in.
+pub const DEADLINE_SLEEP_MIN: Duration = Duration::from_millis(1);
+
+/// A timer for a loop that waits until `deadline`: never shorter than `DEADLINE_SLEEP_MIN`, so
+/// the loop yields the shard even when its deadline has passed.
+async fn sleep_until(now: Instant, deadline: Instant) {
+    crate::runtime::sleep(deadline.saturating_duration_since(now).max(DEADLINE_SLEEP_MIN)).await
+}
+
+/// Resolves when the shard's response budget has room again, if `waiting`; never otherwise.
+async fn budget_freed(waiting: bool) {
+    match waiting {
+        true => StreamReservation::freed().await,
+        false => std::future::pending().await,
+    }
+}
+
+/// A unary pull: leases up to `settings.max_messages`, waiting up to `settings.wait` for a
+/// first one. `None` when there was none, or the shard is stopping (it answers with nothing
+/// rather than hold the caller until its wait ends).
+pub async fn pull<T: MessageSource + AckJournal + 'static>(
+    environment: &Environment,
+    subscription: &Rc<SubscriptionEntry>,
+    topic: &Rc<T>,
+    settings: PullSettings,
+) -> Result<Option<Delivery<T::Batch>>, Status> {
+    let clock = &environment.clock;
+    subscription.last_activity_ms.set(clock.wall_ms());
+    let give_up_at = clock.now() + settings.wait;
+    let lease = subscription.state.borrow().ack_deadline;
+    loop {
+        if subscription.detached.get() {
+            return Err(subscription.deleted());
+        }
+        if environment.stop.is_given() {
+            return Ok(None);
+        }
+        let committed = topic.committed();
+        let changed = subscription.changed.notified();
+        let now = clock.now();
+        // The response's bytes come out of the shard's budget for pulls and streams first
+        // (`STREAM_RESERVED_BYTES_SHARD_MAX`): a thousand pulls of large messages at once
+        // would otherwise each hold a full response. Without room, nothing is leased and
+        // the pull waits (expired leases are still taken back, and its wait still ends).
+        let reservation = StreamReservation::try_new(PULL_RESPONSE_BYTES_MAX);
+        let waiting_for_budget = reservation.is_none();
+        let leases = match reservation {
+            Some(_) => subscription.state.borrow_mut().pull_for(
+                now,
+                settings.max_messages,
+                topic.end_offset(),
+                0,
+                lease,
+            ),
+            None => {
+                subscription.state.borrow_mut().expire(now);
+                Vec::new()
+            }
+        };
+        dead_letter::start(environment, subscription, topic);
+        if let (false, Some(reservation)) = (leases.is_empty(), reservation) {
+            if let Some(delivery) = delivery::read(subscription, &**topic, leases, None, reservation).await? {
+                return Ok(Some(delivery));
+            }
+            // Everything read was filtered out or held behind its ordering key: look again.
+            continue;
+        }
+        if now >= give_up_at {
+            return Ok(None);
+        }
+        // `pull_for` took back expired leases, so the next deadline is after `now`.
+        let mut wake_at = give_up_at;
+        if let Some(deadline) = subscription.state.borrow().next_deadline() {
+            wake_at = wake_at.min(deadline);
+        }
+        // A stop wakes it through `changed` (the shard's `wake_for_stop`).
+        let wake = or(committed, changed);
+        or(or(wake, sleep_until(now, wake_at)), budget_freed(waiting_for_budget)).await;
+    }
+}
+
+/// A streaming pull: delivers while its flow-control window has room, until the peer goes.
+/// Dropped, it ends: its outstanding messages are delivered again at once.
+pub struct Stream<'a, T> {
+    environment: &'a Environment,
+    subscription: Rc<SubscriptionEntry>,
+    topic: Rc<T>,
+    id: u64,
+    lease: Duration,
+    max_messages: u64,
+    max_bytes: u64,
+}
+
+impl<'a, T> Stream<'a, T> {
+    pub fn open(
+        environment: &'a Environment,
+        subscription: Rc<SubscriptionEntry>,
+        topic: Rc<T>,
+        settings: StreamSettings,
+    ) -> Stream<'a, T> {
+        let lease = settings.lease.unwrap_or_else(|| subscription.state.borrow().ack_deadline);
+        let id = environment.next_stream.get();
+        environment.next_stream.set(id + 1);
+        subscription.last_activity_ms.set(environment.clock.wall_ms());
+        Stream {
+            environment,
+            subscription,
+            topic,
+            id,
+            lease,
+            max_messages: settings.max_outstanding_messages,
+            max_bytes: settings.max_outstanding_bytes,
+        }
+    }
+}
+
+impl<T> Drop for Stream<'_, T> {
+    fn drop(&mut self) {
+        self.subscription.state.borrow_mut().close_stream(self.id);
+        self.subscription.changed.notify_all();
+    }
+}
+
+impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
+    type Batch = T::Batch;
+
+    fn stopping(&self) -> bool {
+        self.environment.stop.is_given()
+    }
+
+    async fn next(&mut self, peer: &impl StreamPeer) -> Result<Option<Delivery<T::Batch>>, Status> {
+        let subscription = &self.subscription;
+        loop {
+            if self.environment.stop.is_given() {
+                // Checked before the peer: a stopping shard also stops reading the connection,
+                // which looks like the peer going, and the client must see a status it retries
+                // on rather than a stream that ended as if it had asked.
+                return Err(Status::unavailable(
+                    "ringpostd is stopping; open the stream again (its messages are delivered again)",
+                ));
+            }
+            if peer.is_gone() {
+                return Ok(None);
+            }
+            if subscription.detached.get() {
+                return Err(subscription.deleted());
+            }
+            let committed = self.topic.committed();
+            let changed = subscription.changed.notified();
+            let now = self.environment.clock.now();
+            let (leases, reservation, bytes_room, first) = self.lease_what_fits(now);
+            let waiting_for_budget = reservation.is_none() && bytes_room > 0;
+            dead_letter::start(self.environment, subscription, &self.topic);
+            if let (false, Some(reservation)) = (leases.is_empty(), reservation) {
+                // The first message always fits an empty window, so one larger than the window
+                // cannot stall the stream forever.
+                let budget = if first { bytes_room.max(1) } else { bytes_room };
+                let budget = budget.min((reservation.bytes() / 2).max(1) as u64);
+                match delivery::read(subscription, &*self.topic, leases, Some(budget), reservation).await? {
+                    Some(delivery) => return Ok(Some(delivery)),
+                    None => continue,
+                }
+            }
+            let mut wake_at = now + STREAM_IDLE_CHECK;
+            if let Some(deadline) = subscription.state.borrow().next_deadline() {
+                wake_at = wake_at.min(deadline);
+            }
+            let wake = or(or(committed, changed), sleep_until(now, wake_at));
+            // A stop ends the connection's reading, which wakes this through `gone`; the stop
+            // is checked first above. (Waiting on the stop order itself would register every
+            // idle stream with one shard-wide notifier.)
+            or(or(wake, peer.gone()), budget_freed(waiting_for_budget)).await;
+        }
+    }
+}
+
+impl<T: MessageSource> Stream<'_, T> {
+    /// Takes back expired leases, then leases what the window and the shard's response budget
+    /// have room for. Returns the leases, their reservation (`None` when the budget had no
+    /// room: the stream then waits with its messages in the log), the window's room in bytes
+    /// (0 when the window is full) and whether the window was empty.
+    fn lease_what_fits(
+        &self,
+        now: Instant,
+    ) -> (Vec<super::state::Delivery>, Option<StreamReservation>, u64, bool) {
+        let subscription = &self.subscription;
+        // Expired leases are taken back first, whether this stream has room or not: they
+        // free room here (an expired lease leaves its stream's window), they go to other
+        // streams and pulls (woken below), and they move the next deadline past `now`.
+        // A full stream that skipped this slept zero on a deadline in the past and spun,
+        // holding the shard's core with every topic it serves.
+        let (load, expired) = {
+            let mut state = subscription.state.borrow_mut();
+            let expired = state.expire(now);
+            (state.stream_load(self.id), expired)
+        };
+        if expired > 0 {
+            subscription.changed.notify_all();
+        }
+        let room = self.max_messages.saturating_sub(load.messages).min(PULL_MESSAGES_MAX as u64) as usize;
+        let bytes_room = self.max_bytes.saturating_sub(load.bytes);
+        if room == 0 || bytes_room == 0 {
+            return (Vec::new(), None, 0, load.messages == 0);
+        }
+        let want = bytes_room.min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
+        // Twice: while a response is built, the batches read and the frame copied from them
+        // are both held; once it is built, only the frame.
+        let Some(reservation) = StreamReservation::try_new(2 * want) else {
+            return (Vec::new(), None, bytes_room, load.messages == 0);
+        };
+        let leases =
+            subscription.state.borrow_mut().pull_for(now, room, self.topic.end_offset(), self.id, self.lease);
+        (leases, Some(reservation), bytes_room, load.messages == 0)
+    }
+}

@@ -1,0 +1,44 @@
+//! What delivery needs of a subscription's topic, as traits, so that the subscription code
+//! knows neither the log nor the storage under it: the messages (held in the batches they are
+//! read into), and the journal where what subscribers did is made durable.
+
+use crate::log::record::RecordView;
+use crate::log::{LogError, StoredRecord};
+use crate::subscription::journal_entry::JournalEntry;
+use crate::sync::Notified;
+
+/// A batch of messages held in memory as read, which a response may send from in place.
+pub trait SourceBatch: AsRef<[u8]> + 'static {
+    fn base_offset(&self) -> u64;
+    fn end_offset(&self) -> u64;
+    /// The records of the batch within `wanted`, read in place.
+    fn records_in(&self, wanted: std::ops::Range<u64>) -> Result<Vec<RecordView<'_>>, LogError>;
+}
+
+/// A topic's messages, as a subscription reads them.
+#[allow(async_fn_in_trait)]
+pub trait MessageSource {
+    type Batch: SourceBatch;
+    /// The topic's name, for messages to people.
+    fn name(&self) -> &str;
+    /// The offset the next durable message will have.
+    fn end_offset(&self) -> u64;
+    /// Resolves at the next durable commit.
+    fn committed(&self) -> Notified;
+    /// The batches holding `offsets` (sorted), as far as `bytes_max` of records takes them,
+    /// and how many of the offsets they cover.
+    async fn hold_offsets(
+        &self,
+        offsets: &[u64],
+        bytes_max: usize,
+    ) -> Result<(Vec<Self::Batch>, usize), LogError>;
+    /// Copies of the records at `offsets` (sorted).
+    async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError>;
+}
+
+/// Where a topic's subscriptions record what their subscribers did.
+#[allow(async_fn_in_trait)]
+pub trait AckJournal {
+    /// Makes `entry` durable.
+    async fn record(&self, entry: &JournalEntry) -> Result<(), LogError>;
+}

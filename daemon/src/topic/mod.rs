@@ -1,0 +1,166 @@
+//! Topics: the publish side. A topic is its message log and the lazily opened journal of what
+//! its subscribers did; this module keeps both, appends publishes, and decides which segments
+//! no one needs any more.
+
+pub mod journal;
+pub mod open;
+pub mod publish;
+pub mod retention;
+
+use crate::log::record::RecordView;
+use crate::log::{make_reserve, record, HeldBatch, Log, LogError, StoredRecord};
+use crate::metrics::rate::RateWindow;
+use crate::storage::Storage;
+use crate::subscription::journal_entry::JournalEntry;
+use crate::subscription::source::{AckJournal, MessageSource, SourceBatch};
+use crate::subscription::SubscriptionEntry;
+use crate::sync::{Notified, Notify};
+use journal::{JournalReserve, JournalSlot, LazyJournal};
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// How often a deletion or a journal's first entry looks again whether the journal's reserve
+/// is still being made (`TopicState::reserve_settled`).
+const RESERVE_SETTLE_PAUSE: Duration = Duration::from_millis(5);
+
+pub struct TopicState<S: Storage> {
+    pub id: u64,
+    /// Shared with the key of the shard's map of topics by name.
+    pub name: Rc<str>,
+    pub log: Log<S>,
+    pub journal: LazyJournal<S>,
+    pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
+    /// Topic message retention; 0 when not set. A cell: an update changes it in place.
+    pub retention_seconds: Cell<u64>,
+    pub published: RefCell<RateWindow>,
+    /// Whether the journal's reserve segment was made while the journal was closed (an open
+    /// journal's log keeps track of its own): see `reserve_journal_space`.
+    pub journal_reserve: Cell<JournalReserve>,
+    /// Fires when a reserve stops being made (`JournalReserve::Making` ends).
+    pub reserve_done: Notify,
+    /// Deleted: its journal must not open (or be made) again while its files go.
+    pub deleted: Cell<bool>,
+}
+
+/// A topic's folder inside each data directory.
+pub fn topic_folder(topic_id: u64) -> PathBuf {
+    PathBuf::from("topics").join(format!("{topic_id:016x}"))
+}
+
+/// Where a topic's subscription journal lives, inside each data directory.
+pub fn journal_folder(topic_id: u64) -> PathBuf {
+    topic_folder(topic_id).join("journal")
+}
+
+impl<S: Storage> TopicState<S> {
+    /// Makes sure the journal holds its reserve segment (`LogConfig::reserve`), so that
+    /// acknowledgements can be recorded once the disk is full. Acknowledging is how a user frees
+    /// disk space (segment collection then deletes what every subscription acknowledged): were
+    /// an acknowledgement refused on a full disk because the journal needs a segment, nothing
+    /// could ever be freed but by deleting a topic. A journal is opened only at its first entry
+    /// (`LazyJournal`), so a closed one gets its reserve in its folder, which it adopts when it
+    /// opens; an open one makes it again after a roll on a full disk took it. Made once the
+    /// topic holds messages: a topic nobody published to has nothing to acknowledge, and
+    /// 10,000 idle topics keep no reserve.
+    pub async fn reserve_journal_space(&self) -> Result<(), LogError> {
+        if self.deleted.get() {
+            return Ok(());
+        }
+        if let Some(journal) = self.journal.opened() {
+            return journal.retake_reserve().await;
+        }
+        if self.journal_reserve.get() == JournalReserve::Made
+            || !matches!(*self.journal.log.borrow(), JournalSlot::Closed)
+        {
+            return Ok(());
+        }
+        // Set before the wait: a second caller meanwhile does not make it twice, and the
+        // journal does not open under it.
+        self.journal_reserve.set(JournalReserve::Making);
+        let made = make_reserve(
+            self.log.storage(),
+            self.log.directories(),
+            &journal_folder(self.id),
+            self.journal.config.segment_bytes_initial,
+        )
+        .await;
+        self.journal_reserve.set(if made.is_ok() { JournalReserve::Made } else { JournalReserve::Failed });
+        self.reserve_done.notify_all();
+        made
+    }
+
+    /// Waits while the journal's reserve is being made in its folder. Opening the journal
+    /// meanwhile would remove the file being made as a leftover, and deleting the topic would
+    /// remove its folder; either fails the open underneath (glommio's DMA open then panics on
+    /// the vanished path).
+    pub async fn reserve_settled(&self) {
+        loop {
+            let done = self.reserve_done.notified();
+            let making = self.journal_reserve.get() == JournalReserve::Making
+                || self.journal.opened().is_some_and(|journal| journal.is_reserving());
+            if !making {
+                return;
+            }
+            // An open journal's own reserve sets no notifier: look again shortly.
+            futures_lite::future::or(done, crate::runtime::sleep(RESERVE_SETTLE_PAUSE)).await;
+        }
+    }
+
+    /// Makes one journal entry durable, opening the journal first if it is not yet.
+    pub async fn append_journal(&self, entry: &JournalEntry) -> Result<(), LogError> {
+        let bytes = entry.encode();
+        let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
+        record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
+        if self.journal.opened().is_none() {
+            self.reserve_settled().await;
+        }
+        if self.deleted.get() {
+            return Err(LogError::Fenced("the topic was deleted".into()));
+        }
+        let journal = self.journal.log(&self.log, self.id).await?;
+        journal.append(records, 1).await.map(|_| ())
+    }
+}
+
+impl<S: Storage> SourceBatch for HeldBatch<S> {
+    fn base_offset(&self) -> u64 {
+        HeldBatch::base_offset(self)
+    }
+    fn end_offset(&self) -> u64 {
+        HeldBatch::end_offset(self)
+    }
+    fn records_in(&self, wanted: std::ops::Range<u64>) -> Result<Vec<RecordView<'_>>, LogError> {
+        HeldBatch::records_in(self, wanted)
+    }
+}
+
+impl<S: Storage> MessageSource for TopicState<S> {
+    type Batch = HeldBatch<S>;
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn end_offset(&self) -> u64 {
+        self.log.end_offset()
+    }
+    fn committed(&self) -> Notified {
+        self.log.committed()
+    }
+    async fn hold_offsets(
+        &self,
+        offsets: &[u64],
+        bytes_max: usize,
+    ) -> Result<(Vec<HeldBatch<S>>, usize), LogError> {
+        self.log.hold_offsets(offsets, bytes_max).await
+    }
+    async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
+        self.log.read_offsets(offsets).await
+    }
+}
+
+impl<S: Storage> AckJournal for TopicState<S> {
+    async fn record(&self, entry: &JournalEntry) -> Result<(), LogError> {
+        self.append_journal(entry).await
+    }
+}
