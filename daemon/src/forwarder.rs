@@ -92,6 +92,7 @@ pub fn log_error_status(error: LogError) -> Status {
         LogError::DataLoss(why) => Status::new(ErrorCode::DataLoss, why),
         LogError::Corrupt(why) => Status::new(ErrorCode::DataLoss, why),
         LogError::Io(why) => Status::unavailable(why),
+        LogError::Refused(why) => Status::failed_precondition(why),
     }
 }
 

@@ -152,6 +152,10 @@ impl TailCacheBudget {
     }
 }
 
+/// The epoch of a standalone node's batches (`Log::set_epoch` gives another): a node that is
+/// a cluster of one is the leader of one term.
+pub const STANDALONE_EPOCH: u64 = 1;
+
 /// Sweeps (`Log::release_idle_cache`, once a second) without a commit after which a log drops
 /// its tail cache: the readers of an idle topic have caught up or will read from disk.
 pub const TAIL_CACHE_IDLE_SWEEPS: u8 = 10;
@@ -244,6 +248,9 @@ pub enum LogError {
     /// Recovery found damage it must not repair on its own.
     Corrupt(String),
     Io(String),
+    /// The request does not fit the log's state: an append at an offset that is not the log's
+    /// next one, an epoch older than the log's last, a truncation of committed records.
+    Refused(String),
 }
 
 impl fmt::Display for LogError {
@@ -255,6 +262,7 @@ impl fmt::Display for LogError {
             LogError::DataLoss(why) => write!(f, "data loss: {why}"),
             LogError::Corrupt(why) => write!(f, "log is corrupt: {why}"),
             LogError::Io(why) => write!(f, "I/O error: {why}"),
+            LogError::Refused(why) => write!(f, "refused by the log: {why}"),
         }
     }
 }
@@ -506,6 +514,11 @@ impl Records {
 struct Staged {
     records: Records,
     record_count: u32,
+    /// The epoch of the batch that takes these records: a batch takes appends of one epoch.
+    epoch: u64,
+    /// The offset a follower's append was given (`append_at`); None for the leader's appends,
+    /// whose offsets the flush loop assigns.
+    first_offset: Option<u64>,
     reply: Sender<Result<(u64, u32), LogError>>,
 }
 
@@ -591,7 +604,34 @@ struct LogInner<S: Storage> {
     /// one copy per shard instead of 56 bytes per log.
     config: Rc<LogConfig>,
     segments: Vec<Segment<S>>,
-    next_offset: u64,
+    /// The log's positions, each an offset one past the last record it counts, in order
+    /// `start_offset() <= committed_end <= durable_end <= written_end <= assigned_end`
+    /// (`check_positions`):
+    /// - `committed_end`: what readers see (`read`, `hold_offsets`, `offset_at_time`, the
+    ///   `committed` notification). A standalone log commits what is durable as each commit
+    ///   completes (`commit_on_durable`); a replicated one is told (`commit_to`) once a quorum
+    ///   of replicas has it. Always the end of a batch.
+    /// - `durable_end`: what is durable on ⌈M/2⌉ of this node's directories; appends are
+    ///   acknowledged up to here.
+    /// - `written_end`: the end of the last batch whose offsets were given and whose write may
+    ///   be in flight.
+    /// - `assigned_end`: the offset the next append will get once everything queued commits:
+    ///   what `append_at` must be given.
+    committed_end: u64,
+    durable_end: u64,
+    written_end: u64,
+    assigned_end: u64,
+    /// Whether each completed commit also commits (a standalone log); see `set_commit_on_durable`.
+    commit_on_durable: bool,
+    /// The epoch of the leader's appends (`append`): `STANDALONE_EPOCH` unless set.
+    epoch: u64,
+    /// The epoch of the last batch written or queued: no later batch may have an older one.
+    last_epoch: u64,
+    /// A `truncate_after` is in progress: appends are refused until it ends.
+    truncating: bool,
+    /// Written into the manifest while a truncation zeroes the removed batches (see
+    /// `manifest::Manifest::truncated_end`).
+    truncated_end: Option<u64>,
     staged: VecDeque<Staged>,
     staged_bytes: usize,
     flushing: bool,
@@ -634,8 +674,49 @@ impl<S: Storage> LogInner<S> {
         self.segments.last().map(|segment| Place {
             segment_base: segment.base_offset,
             position: segment.write_position,
-            base_offset: self.next_offset,
+            base_offset: self.durable_end,
         })
+    }
+
+    /// Asserts the order of the log's positions (see `committed_end`).
+    fn check_positions(&self) {
+        let start = self.segments.first().map_or(self.committed_end, |segment| segment.base_offset);
+        debug_assert!(
+            start <= self.committed_end
+                && self.committed_end <= self.durable_end
+                && self.durable_end <= self.written_end
+                && self.written_end <= self.assigned_end,
+            "positions out of order: start {start}, committed {}, durable {}, written {}, assigned {}",
+            self.committed_end,
+            self.durable_end,
+            self.written_end,
+            self.assigned_end
+        );
+    }
+
+    /// The epoch of the last batch indexed (`EPOCH_NONE` without one).
+    fn last_indexed_epoch(&self) -> u64 {
+        self.segments
+            .iter()
+            .rev()
+            .find_map(|segment| segment.batches.last())
+            .map_or(record::EPOCH_NONE, |entry| entry.header.epoch)
+    }
+
+    /// The end of the last whole batch at or below `offset`.
+    fn batch_end_at_or_below(&self, offset: u64) -> u64 {
+        let segment_index = match self.segments.binary_search_by_key(&offset, |segment| segment.base_offset) {
+            Ok(index) => index,
+            Err(0) => return self.segments.first().map_or(offset, |segment| segment.base_offset),
+            Err(index) => index - 1,
+        };
+        let segment = &self.segments[segment_index];
+        let batches = &segment.batches;
+        let kept = batches.partition_point(|entry| entry.header.end_offset() <= offset);
+        match kept {
+            0 => segment.base_offset,
+            kept => batches[kept - 1].header.end_offset(),
+        }
     }
 
     fn drop_oldest_cached(&mut self) {
@@ -698,7 +779,9 @@ impl<S: Storage> LogInner<S> {
         for entry in &segment.batches[first..] {
             let follows = entry.position == position + bytes as u64;
             let fits = batches.is_empty() || bytes + entry.header.disk_bytes() <= READ_AHEAD_BYTES;
-            if entry.header.base_offset >= cached_from || !follows || !fits {
+            // Only committed batches: a truncation may take the others away.
+            let committed = entry.header.base_offset < self.committed_end;
+            if entry.header.base_offset >= cached_from || !follows || !fits || !committed {
                 break;
             }
             batches.push(*entry);
@@ -1201,7 +1284,10 @@ impl<S: Storage> Log<S> {
                     continue;
                 }
                 let path = folder(copy).join(segment_name(*base));
-                let below_start = first_listed.is_some_and(|first| *base < first);
+                // Below the start: a crash between a manifest update and the unlink. Beyond a
+                // truncation's cut: the same, for a truncation (`truncate_after`).
+                let below_start = first_listed.is_some_and(|first| *base < first)
+                    || manifest.truncated_end.is_some_and(|end| *base > end);
                 let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
                 let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
                 // A file renamed into place by a roll that a crash cut short before its manifest
@@ -1227,6 +1313,13 @@ impl<S: Storage> Log<S> {
                         path.display()
                     )));
                 }
+            }
+        }
+        if report.empty_segments_removed > 0 {
+            // The unlinks are durable before the manifest is rewritten without a truncation's
+            // mark (step 5), which is all that tells a removed tail's file from damage.
+            for copy in 0..copies {
+                storage.sync_dir(&folder(copy)).await.map_err(|e| LogError::Io(io_text(&e)))?;
             }
         }
         // 3 and 4. Scan every listed segment in every copy.
@@ -1302,7 +1395,12 @@ impl<S: Storage> Log<S> {
             // `first_valid_batch_from_offset`) can stand right after it, whole, when the log
             // rolled there.
             let next_base = manifest.segments.get(segment_index + 1).map(|next| next.base_offset);
-            while position + BLOCK_BYTES as u64 <= capacity && Some(next_offset) != next_base {
+            // A truncation cut short by a crash: the last segment ends at its cut.
+            let cut = manifest.truncated_end.filter(|_| next_base.is_none());
+            while position + BLOCK_BYTES as u64 <= capacity
+                && Some(next_offset) != next_base
+                && Some(next_offset) != cut
+            {
                 let mut found = Vec::with_capacity(copies);
                 for (copy, file) in files.iter().enumerate() {
                     found.push(match file {
@@ -1444,6 +1542,11 @@ impl<S: Storage> Log<S> {
                 torn = Some((segment_index, position));
                 break;
             }
+            if cut == Some(next_offset) && torn.is_none() {
+                // What follows is zeroed as a torn tail is, recycled segment or not: those
+                // batches were this segment's own, and valid.
+                torn = Some((segment_index, position));
+            }
             segment.write_position = position;
             segments.push(segment);
             report.segments += 1;
@@ -1467,6 +1570,11 @@ impl<S: Storage> Log<S> {
         } else {
             None
         };
+        let last_epoch = segments
+            .iter()
+            .rev()
+            .find_map(|segment| segment.batches.last())
+            .map_or(record::EPOCH_NONE, |entry| entry.header.epoch);
         let log = Log {
             storage: storage.clone(),
             directories: directories.clone(),
@@ -1475,7 +1583,16 @@ impl<S: Storage> Log<S> {
                 relative: relative.to_path_buf(),
                 config,
                 segments,
-                next_offset,
+                // Standalone: what recovery found durable is committed (see `committed_end`).
+                committed_end: next_offset,
+                durable_end: next_offset,
+                written_end: next_offset,
+                assigned_end: next_offset,
+                commit_on_durable: true,
+                epoch: STANDALONE_EPOCH.max(last_epoch),
+                last_epoch,
+                truncating: false,
+                truncated_end: None,
                 staged: VecDeque::new(),
                 staged_bytes: 0,
                 flushing: false,
@@ -1538,7 +1655,8 @@ impl<S: Storage> Log<S> {
         // its first segment, so a topic that never publishes has only its folders.
         let behind = has_manifest
             && (manifest_sequences.iter().any(|sequence| *sequence < manifest.sequence)
-                || report.empty_segments_removed > 0);
+                || report.empty_segments_removed > 0
+                || manifest.truncated_end.is_some());
         if behind {
             log.write_manifest().await?;
         }
@@ -1706,6 +1824,7 @@ impl<S: Storage> Log<S> {
                         recycled: segment.recycled,
                     })
                     .collect(),
+                truncated_end: inner.truncated_end,
             };
             (manifest, inner.log_id)
         };
@@ -1786,9 +1905,78 @@ impl<S: Storage> Log<S> {
         self.inner.borrow().read_ahead.as_ref().map_or(0, |cache| cache.bytes())
     }
 
-    /// The offset the next committed record will get: every offset below it is durable.
+    /// One past the last committed record: what readers see. Every offset below it is durable
+    /// here, and (replicated) on a quorum of replicas. The same as `committed_end`.
     pub fn end_offset(&self) -> u64 {
-        self.inner.borrow().next_offset
+        self.inner.borrow().committed_end
+    }
+
+    /// One past the last record a quorum has (see `LogInner::committed_end`).
+    pub fn committed_end(&self) -> u64 {
+        self.inner.borrow().committed_end
+    }
+
+    /// One past the last record durable on ⌈M/2⌉ of this node's data directories: what the
+    /// appends are acknowledged for.
+    pub fn durable_end(&self) -> u64 {
+        self.inner.borrow().durable_end
+    }
+
+    /// One past the last record whose batch was built and whose write may be in flight.
+    pub fn written_end(&self) -> u64 {
+        self.inner.borrow().written_end
+    }
+
+    /// The offset `append_at` must be given next: one past every record queued or written.
+    pub fn next_offset(&self) -> u64 {
+        self.inner.borrow().assigned_end
+    }
+
+    /// The epoch of the log's last batch, queued or written (`record::EPOCH_NONE` for none, or
+    /// for batches written before epochs).
+    pub fn last_epoch(&self) -> u64 {
+        self.inner.borrow().last_epoch
+    }
+
+    /// Sets the epoch of the leader's appends (`append`). Refused when older than the epoch of
+    /// the log's last batch, or 0 (the epoch of batches written before epochs).
+    pub fn set_epoch(&self, epoch: u64) -> Result<(), LogError> {
+        let mut inner = self.inner.borrow_mut();
+        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch {
+            return Err(LogError::Refused(format!(
+                "epoch {epoch}: the log's last batch is of epoch {}",
+                inner.last_epoch
+            )));
+        }
+        inner.epoch = epoch;
+        Ok(())
+    }
+
+    /// Whether each completed commit also commits its records (true when opened: a standalone
+    /// node's quorum is its own directories). A replicated log sets it false and calls
+    /// `commit_to` as its replicas confirm.
+    pub fn set_commit_on_durable(&self, commit_on_durable: bool) {
+        self.inner.borrow_mut().commit_on_durable = commit_on_durable;
+    }
+
+    /// Moves the committed position up to `offset`, or rather to the end of the last whole
+    /// batch at or below it (readers are served whole batches), and wakes the readers waiting
+    /// (`committed`). Never past what is durable here, never back: an offset at or below the
+    /// committed position changes nothing.
+    pub fn commit_to(&self, offset: u64) {
+        let advanced = {
+            let mut inner = self.inner.borrow_mut();
+            let offset = inner.batch_end_at_or_below(offset.min(inner.durable_end));
+            let advanced = offset > inner.committed_end;
+            if advanced {
+                inner.committed_end = offset;
+            }
+            inner.check_positions();
+            advanced
+        };
+        if advanced {
+            self.committed.notify_all();
+        }
     }
 
     pub fn storage(&self) -> &S {
@@ -1803,7 +1991,7 @@ impl<S: Storage> Log<S> {
     /// again finds it just the same.
     pub fn is_empty(&self) -> bool {
         let inner = self.inner.borrow();
-        inner.segments.is_empty() && inner.next_offset == 0 && inner.staged.is_empty()
+        inner.segments.is_empty() && inner.durable_end == 0 && inner.staged.is_empty()
     }
 
     /// Commits whose bytes were built, and whose write was issued, while the commit before them
@@ -1815,14 +2003,14 @@ impl<S: Storage> Log<S> {
     /// The oldest offset still stored.
     pub fn start_offset(&self) -> u64 {
         let inner = self.inner.borrow();
-        inner.segments.first().map(|segment| segment.base_offset).unwrap_or(inner.next_offset)
+        inner.segments.first().map(|segment| segment.base_offset).unwrap_or(inner.committed_end)
     }
 
     pub fn is_fenced(&self) -> Option<String> {
         self.inner.borrow().fenced.clone()
     }
 
-    /// Resolves after the next commit.
+    /// Resolves after the committed position next moves.
     pub fn committed(&self) -> crate::sync::Notified {
         self.committed.notified()
     }
@@ -1836,6 +2024,33 @@ impl<S: Storage> Log<S> {
 
     /// `append`, for records encoded already or encoded when their commit is built.
     pub async fn append_records(&self, records: Records, record_count: u32) -> Result<(u64, u32), LogError> {
+        self.stage(records, record_count, None, None).await
+    }
+
+    /// A follower's append: the leader's records from `first_offset` on, in a batch of
+    /// `epoch`. Refused (`LogError::Refused`) unless `first_offset` is the log's next offset
+    /// (`next_offset`: no gap, no overlap; a follower truncates a tail that disagrees with
+    /// its leader first, `truncate_after`) and `epoch` is at least the log's last
+    /// (`last_epoch`). Resolves, as `append` does, once the records are durable here.
+    pub async fn append_at(
+        &self,
+        first_offset: u64,
+        epoch: u64,
+        records: Vec<u8>,
+        record_count: u32,
+    ) -> Result<(u64, u32), LogError> {
+        self.stage(Records::Encoded(records), record_count, Some(epoch), Some(first_offset)).await
+    }
+
+    /// Queues an append for the flush loop and waits for its commit. `epoch` None: the
+    /// leader's (`set_epoch`); `first_offset` None: the flush loop gives the offsets.
+    async fn stage(
+        &self,
+        records: Records,
+        record_count: u32,
+        epoch: Option<u64>,
+        first_offset: Option<u64>,
+    ) -> Result<(u64, u32), LogError> {
         let receiver = {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
@@ -1844,12 +2059,16 @@ impl<S: Storage> Log<S> {
             if inner.closed_for_removal {
                 return Err(LogError::Fenced("the log is being removed (its topic was deleted)".into()));
             }
+            let epoch = epoch.unwrap_or(inner.epoch);
+            Self::check_append(&inner, epoch, first_offset)?;
             if inner.staged_bytes + records.len() > inner.config.staging_bytes_max {
                 return Err(LogError::Overloaded);
             }
             inner.staged_bytes += records.len();
+            inner.assigned_end += record_count as u64;
+            inner.last_epoch = epoch;
             let (reply, receiver) = oneshot();
-            inner.staged.push_back(Staged { records, record_count, reply });
+            inner.staged.push_back(Staged { records, record_count, epoch, first_offset, reply });
             let start_flushing = !inner.flushing;
             inner.flushing = true;
             drop(inner);
@@ -1865,13 +2084,42 @@ impl<S: Storage> Log<S> {
         }
     }
 
+    /// Refuses an append of `epoch` (at `first_offset`, for a follower's) that does not follow
+    /// the log's last batch, or that comes while the tail is being truncated.
+    fn check_append(inner: &LogInner<S>, epoch: u64, first_offset: Option<u64>) -> Result<(), LogError> {
+        if inner.truncating {
+            return Err(LogError::Refused("the log's tail is being truncated".into()));
+        }
+        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch {
+            return Err(LogError::Refused(format!(
+                "an append of epoch {epoch}: the log's last batch is of epoch {}",
+                inner.last_epoch
+            )));
+        }
+        match first_offset {
+            Some(first) if first != inner.assigned_end => Err(LogError::Refused(format!(
+                "an append at offset {first}: the log's next offset is {}",
+                inner.assigned_end
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// How many of the staged appends the next commit takes (at least one; then as many as fit
     /// in `group_commit_bytes_max`), and their bytes.
     fn next_take(inner: &LogInner<S>) -> (usize, usize) {
         let mut take_bytes = 0;
         let mut take = 0;
+        let first = inner.staged.front();
         for staged in inner.staged.iter() {
             if take > 0 && take_bytes + staged.records.len() > inner.config.group_commit_bytes_max {
+                break;
+            }
+            // A batch has one epoch, and either offsets the loop gives or a follower's.
+            let alike = first.is_some_and(|first| {
+                first.epoch == staged.epoch && first.first_offset.is_some() == staged.first_offset.is_some()
+            });
+            if take > 0 && !alike {
                 break;
             }
             take_bytes += staged.records.len();
@@ -1904,13 +2152,23 @@ impl<S: Storage> Log<S> {
             ahead = next;
             match result {
                 Ok(mut first) => {
+                    // Standalone, what is durable here is committed: one call, so that a
+                    // replicated log can make it on its replicas' word instead.
+                    let commit_on_durable = self.inner.borrow().commit_on_durable;
+                    if commit_on_durable {
+                        self.commit_to(first + count as u64);
+                    }
                     for staged in batch {
                         staged.reply.send(Ok((first, staged.record_count)));
                         first += staged.record_count as u64;
                     }
-                    self.committed.notify_all();
                 }
                 Err(error) => {
+                    // Unless the log is fenced, nothing of it was written (a failure after a
+                    // write fences the log): the appends queued behind take its offsets.
+                    if !matches!(error, LogError::Fenced(_)) {
+                        self.inner.borrow_mut().assigned_end -= count as u64;
+                    }
                     for staged in batch {
                         staged.reply.send(Err(error.clone()));
                     }
@@ -1982,6 +2240,16 @@ impl<S: Storage> Log<S> {
                 (prepared.place, prepared.buffer, prepared.writing)
             }
             None => {
+                // The offsets are given here, as the batch is built, not when the appends were
+                // queued: a commit that fails before its write (a full disk) then leaves no
+                // gap, and the appends behind it take its offsets. A follower's append came
+                // with its offsets, which must still be the log's next.
+                let durable_end = self.inner.borrow().durable_end;
+                if let Some(first) = batch[0].first_offset.filter(|first| *first != durable_end) {
+                    return Err(LogError::Refused(format!(
+                        "an append at offset {first}: a failed commit before it left the log's next offset at {durable_end}"
+                    )));
+                }
                 let (place, targets) = self.prepare_commit(disk_bytes).await?;
                 let buffer = Rc::new(self.build_batch(batch, count, place, false));
                 let writing = spawn_writes(&targets, &buffer, place.position);
@@ -2046,7 +2314,12 @@ impl<S: Storage> Log<S> {
         crate::latency::record_commit(issued);
         let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
         let mut inner = self.inner.borrow_mut();
-        let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };
+        let header = BatchHeader {
+            base_offset,
+            record_count: count,
+            records_bytes: records_bytes as u32,
+            epoch: batch[0].epoch,
+        };
         let keep_files_open = inner.config.keep_files_open;
         let segment = inner.segments.last_mut().unwrap();
         segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
@@ -2055,7 +2328,7 @@ impl<S: Storage> Log<S> {
         if !keep_files_open {
             segment.close_files();
         }
-        inner.next_offset = base_offset + count as u64;
+        inner.durable_end = base_offset + count as u64;
         inner.idle_sweeps = 0;
         if inner.config.tail_cache_bytes_max > 0 {
             // Commits complete in order, so the cache stays sorted by base offset for
@@ -2129,7 +2402,11 @@ impl<S: Storage> Log<S> {
     fn build_batch(&self, batch: &[Staged], count: u32, place: Place, written_ahead: bool) -> S::Buffer {
         let Place { segment_base, position, base_offset } = place;
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
-        let log_id = self.inner.borrow().log_id;
+        let log_id = {
+            let mut inner = self.inner.borrow_mut();
+            inner.written_end = base_offset + count as u64;
+            inner.log_id
+        };
         let mut buffer = self.storage.alloc_buffer(record::batch_disk_bytes(records_bytes));
         let bytes = buffer.bytes_mut();
         let mut at = record::BATCH_HEADER_BYTES;
@@ -2143,14 +2420,13 @@ impl<S: Storage> Log<S> {
         debug_assert_eq!(sealed, count, "the appends' records and their counts disagree");
         bytes[records_end..].fill(0);
         let flags = if written_ahead { record::FLAG_WRITTEN_AHEAD } else { 0 };
-        record::encode_batch_header_flagged(
-            bytes,
-            (log_id, segment_base, position),
+        let header = BatchHeader {
             base_offset,
-            count,
-            records_bytes as u32,
-            flags,
-        );
+            record_count: count,
+            records_bytes: records_bytes as u32,
+            epoch: batch[0].epoch,
+        };
+        record::encode_batch_header_flagged(bytes, (log_id, segment_base, position), &header, flags);
         buffer
     }
 
@@ -2191,6 +2467,16 @@ impl<S: Storage> Log<S> {
             }
             let (take, take_bytes) = Self::next_take(&inner);
             if next.position + record::batch_disk_bytes(take_bytes) as u64 > capacity {
+                return None;
+            }
+            // A follower's append that no longer continues the log is refused by a commit of
+            // its own (`commit_taking_ahead`).
+            if inner
+                .staged
+                .front()
+                .and_then(|staged| staged.first_offset)
+                .is_some_and(|first| first != next.base_offset)
+            {
                 return None;
             }
             inner.staged_bytes -= take_bytes;
@@ -2278,6 +2564,153 @@ impl<S: Storage> Log<S> {
         self.inner.borrow_mut().closed_for_removal = true;
         while self.inner.borrow().flushing || self.inner.borrow().manifest_writing {
             crate::runtime::sleep(REMOVAL_WAIT).await;
+        }
+    }
+
+    /// Removes every batch holding offsets at or above `end`, in every data directory, so
+    /// that the log's next offset is `end`: a follower's tail that its new leader never
+    /// committed. `end` must be the end of a batch, at or above the committed position
+    /// (`LogError::Refused` otherwise: committed records are never removed) and at or below
+    /// the durable one. Appends queued and not yet taken by a commit fail; the commits in
+    /// flight are waited for, and what they make durable past `end` goes too. Durable in
+    /// steps a crash may cut at any point: the manifest saying the log ends at `end`
+    /// (`Manifest::truncated_end`, which recovery honours) is durable before anything is
+    /// zeroed, the removed batches are zeroed and synced and the later segments' files
+    /// removed, and only then is the manifest without the mark written and appends taken
+    /// again. Readers never held the removed batches: they see committed ones only.
+    pub async fn truncate_after(&self, end: u64) -> Result<(), LogError> {
+        {
+            let mut inner = self.inner.borrow_mut();
+            if let Some(why) = &inner.fenced {
+                return Err(LogError::Fenced(why.clone()));
+            }
+            if inner.truncating || inner.closed_for_removal {
+                return Err(LogError::Refused("the log is being truncated or removed".into()));
+            }
+            if end < inner.committed_end {
+                return Err(LogError::Refused(format!(
+                    "a truncation at offset {end}: offsets up to {} are committed",
+                    inner.committed_end
+                )));
+            }
+            inner.truncating = true;
+            let refused = LogError::Refused(format!("the log's tail was truncated at offset {end}"));
+            for staged in std::mem::take(&mut inner.staged) {
+                inner.assigned_end -= staged.record_count as u64;
+                staged.reply.send(Err(refused.clone()));
+            }
+            inner.staged_bytes = 0;
+        }
+        while self.inner.borrow().flushing {
+            crate::runtime::sleep(REMOVAL_WAIT).await;
+        }
+        let result = self.truncate_durable(end).await;
+        self.inner.borrow_mut().truncating = false;
+        result
+    }
+
+    /// `truncate_after` once nothing is in flight.
+    async fn truncate_durable(&self, end: u64) -> Result<(), LogError> {
+        let (segment_index, cut, removed) = {
+            let mut inner = self.inner.borrow_mut();
+            if let Some(why) = &inner.fenced {
+                return Err(LogError::Fenced(why.clone()));
+            }
+            if end > inner.durable_end || inner.batch_end_at_or_below(end) != end {
+                return Err(LogError::Refused(format!(
+                    "a truncation at offset {end}: not the end of a batch at or below the durable end {}",
+                    inner.durable_end
+                )));
+            }
+            if end == inner.durable_end {
+                return Ok(());
+            }
+            // The segment holding the cut: the last one starting at or below it.
+            let segment_index = inner.segments.partition_point(|segment| segment.base_offset <= end) - 1;
+            let segment = &inner.segments[segment_index];
+            let kept = segment.batches.partition_point(|entry| entry.header.end_offset() <= end);
+            let cut = segment.batches.get(kept).map_or(segment.write_position, |entry| entry.position);
+            let removed: Vec<Segment<S>> = inner.segments.drain(segment_index + 1..).collect();
+            inner.truncated_end = Some(end);
+            (segment_index, (kept, cut), removed)
+        };
+        // 1. The mark: from here on a recovery discards what follows `end`.
+        if let Err(error) = self.write_manifest().await {
+            let mut inner = self.inner.borrow_mut();
+            inner.segments.extend(removed);
+            inner.truncated_end = None;
+            return Err(error);
+        }
+        let written_to = self.inner.borrow().segments[segment_index].write_position;
+        self.forget_after(segment_index, cut, end);
+        // 2. Zeros over the removed batches, and the later segments' files removed.
+        self.zero_removed(segment_index, cut.1, written_to).await?;
+        self.remove_segment_files(removed).await;
+        // 3. The mark goes: the log takes appends at `end`.
+        self.inner.borrow_mut().truncated_end = None;
+        self.write_manifest().await
+    }
+
+    /// Drops from memory every batch from `kept` on in segment `segment_index` (the cut at
+    /// byte `cut.1`), and the cached batches past `end`; the positions all come back to `end`.
+    fn forget_after(&self, segment_index: usize, cut: (usize, u64), end: u64) {
+        let mut inner = self.inner.borrow_mut();
+        let segment = &mut inner.segments[segment_index];
+        segment.batches.truncate(cut.0);
+        segment.write_position = cut.1;
+        while inner.tail_cache.back().is_some_and(|(base, _)| *base >= end) {
+            let (_, old) = inner.tail_cache.pop_back().unwrap();
+            let bytes = old.bytes().len();
+            inner.tail_cache_bytes -= bytes;
+            if let Some(budget) = &inner.config.tail_cache_budget {
+                budget.refund(bytes);
+            }
+        }
+        inner.drop_read_ahead();
+        inner.durable_end = end;
+        inner.written_end = end;
+        inner.assigned_end = end;
+        inner.last_epoch = inner.last_indexed_epoch();
+        inner.check_positions();
+    }
+
+    /// Zeroes bytes `from..to` of a segment in every copy holding it, and syncs them. A copy
+    /// that fails is fenced, and so is the log: the mark stays in the manifest, and the next
+    /// recovery zeroes them again.
+    async fn zero_removed(&self, segment_index: usize, from: u64, to: u64) -> Result<(), LogError> {
+        if from >= to {
+            return Ok(());
+        }
+        self.ensure_open(segment_index).await?;
+        let files = self.inner.borrow().segments[segment_index].files.clone();
+        for (copy, file) in files.into_iter().enumerate() {
+            let Some(file) = file else { continue };
+            let zeroed = async {
+                zero_range(&self.storage, &*file, from, to).await?;
+                file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))
+            }
+            .await;
+            if let Err(error) = zeroed {
+                self.fence_copy(copy, &format!("zeroing a truncated tail: {error}"));
+                return Err(self.fence(format!("the truncated tail could not be zeroed: {error}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the files of segments no longer listed, in every copy, and syncs the folders.
+    async fn remove_segment_files(&self, removed: Vec<Segment<S>>) {
+        if removed.is_empty() {
+            return;
+        }
+        for copy in 0..self.directories.count() {
+            let folder = self.folder(copy);
+            for segment in &removed {
+                let _ = self.storage.remove_file(&folder.join(segment_name(segment.base_offset)));
+            }
+            if !self.directories.is_fenced(copy) {
+                let _ = self.storage.sync_dir(&folder).await;
+            }
         }
     }
 
@@ -2375,7 +2808,7 @@ impl<S: Storage> Log<S> {
             // Doubling is for a disk with room: on a nearly full one the next segment is what
             // fits, down to the initial size (see `segment_bytes_to_fit`).
             let next = segment_bytes_to_fit(next, free_bytes, inner.config.segment_bytes_initial);
-            (next.max(at_least_bytes), inner.next_offset)
+            (next.max(at_least_bytes), inner.durable_end)
         };
         // The reserve (`LogConfig::reserve`) is for a disk without room for this segment: a
         // roll that the free space says cannot be allocated takes it at once, and one whose
@@ -2758,7 +3191,8 @@ impl<S: Storage> Log<S> {
                     Err(index) => index - 1,
                 };
             let entry = segment.batches[batch_index];
-            if offset >= entry.header.end_offset() {
+            // Readers see committed batches only (`committed_end` is a batch's end).
+            if offset >= entry.header.end_offset() || entry.header.base_offset >= inner.committed_end {
                 return Ok(None);
             }
             // The cache is in commit order, so by base offset: a search, not a scan, since it
@@ -2890,7 +3324,7 @@ impl<S: Storage> Log<S> {
                 return;
             }
             let Some(next) = inner.read_ahead.as_ref().and_then(|cache| cache.next_to_read()) else { return };
-            if next >= inner.next_offset {
+            if next >= inner.committed_end {
                 return;
             }
             let Some(plan) = inner.plan_extent(next) else { return };
@@ -3239,6 +3673,7 @@ async fn first_segment_alone<S: Storage>(
             capacity: record::align_up(capacity as usize, BLOCK_BYTES) as u64,
             recycled: false,
         }],
+        truncated_end: None,
     }))
 }
 
@@ -3399,5 +3834,7 @@ async fn zero_range<S: Storage>(storage: &S, file: &S::File, from: u64, to: u64)
     Ok(())
 }
 
+#[cfg(test)]
+mod replication_tests;
 #[cfg(test)]
 pub(crate) mod tests;
