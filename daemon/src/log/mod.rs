@@ -98,6 +98,7 @@ pub mod directories;
 pub mod manifest;
 pub mod read_ahead;
 pub mod record;
+mod recovery;
 
 use crate::storage::{IoBuffer, Storage, StorageFile};
 use crate::sync::{join_all, oneshot, Notify, Sender};
@@ -186,13 +187,13 @@ pub struct LogConfig {
     pub read_ahead: bool,
     /// Zero-fill the next segment in the background once the active one is half full, so that
     /// commits into it overwrite written blocks: a commit into space that was only fallocated
-    /// pays at its fdatasync for converting the unwritten extents (about 3× the sync here).
+    /// pays at its fdatasync for converting the unwritten extents (several times the sync).
     /// Only for logs that keep their files open; a log that closes them (a journal when
     /// descriptors are short) does not prepare spares.
     pub prewrite: bool,
     /// Keep one deleted segment's file of the largest size (`segment_bytes_max`) and rename it
     /// into place at the next roll, instead of unlinking it: commits into it overwrite written
-    /// blocks (about twice the MB/s of fresh ones on ext4 here), and no trim of a freed segment
+    /// blocks (faster than fresh ones, see benches/README.md), and no trim of a freed segment
     /// stalls the disk. Only for logs that keep their files open.
     pub recycle: bool,
     /// Keep one segment of `segment_bytes_initial` allocated beside the log (`RESERVE_NAME`),
@@ -391,7 +392,7 @@ impl StoredRecord {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct BatchEntry {
     header: BatchHeader,
     position: u64,
@@ -546,6 +547,25 @@ struct Writing<F: StorageFile> {
     /// When the write was issued, for the shard's commit latency (`crate::latency`).
     issued: std::time::Instant,
 }
+
+/// What `Log::create_in_copies` makes: a segment's base, size, whether it is the log's first,
+/// and the copies (bits) taking the reserve.
+#[derive(Clone, Copy)]
+struct Creation {
+    base_offset: u64,
+    capacity: u64,
+    first_segment: bool,
+    reserve_copies: u64,
+}
+
+/// A segment made in some copies: the files by copy, how many, and the copies that failed for
+/// want of space and for other reasons.
+type Created<S> = (
+    Vec<Option<Rc<<S as Storage>::File>>>,
+    usize,
+    Vec<(usize, std::io::Error)>,
+    Vec<(usize, std::io::Error)>,
+);
 
 /// The next batch, taken, built and being written ahead.
 type Ahead<S> = (Vec<Staged>, Prepared<S>);
@@ -1186,6 +1206,7 @@ const RECOVERY_READ_BYTES: usize = 1 << 20;
 const RECOVERY_READ_BYTES_FIRST: usize = 64 << 10;
 
 /// What one copy holds at a position during recovery.
+#[derive(Debug, Clone)]
 enum CopyBatch {
     Valid(BatchHeader, u64),
     Empty,
@@ -1204,463 +1225,9 @@ impl<S: Storage> Log<S> {
         config: impl Into<Rc<LogConfig>>,
     ) -> Result<(Log<S>, RecoveryReport), LogError> {
         let config = config.into();
-        let copies = directories.count();
-        let mut report = RecoveryReport::default();
-        let folder = |copy: usize| directories.path(copy).join(relative);
-        // 1. Manifests and segment files of every copy.
-        let mut best: Option<Manifest> = None;
-        let mut manifest_sequences = vec![0u64; copies];
-        let mut present: Vec<Vec<u64>> = Vec::with_capacity(copies);
-        for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
-            // Made here, not at the first segment: making it then (the directories, their syncs)
-            // doubled the time of a topic's first publish.
-            storage.create_dir_durable(&folder(copy)).await.map_err(|e| {
-                if is_no_space(&e) {
-                    LogError::NoSpace(format!("making {}: {}", folder(copy).display(), io_text(&e)))
-                } else {
-                    LogError::Io(io_text(&e))
-                }
-            })?;
-            let names = storage.list_dir(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
-            for leftover in [SPARE_NAME, RECYCLE_NAME, RESERVE_MAKING_NAME] {
-                // A spare that was being prepared, a deleted segment's file kept for the next
-                // roll, or a reserve being allocated: none was ever named a segment. (A whole
-                // reserve, `RESERVE_NAME`, is kept: it was never written either, and on a full
-                // disk it could not be made again.)
-                if names.iter().any(|name| name == leftover) {
-                    storage
-                        .remove_file(&folder(copy).join(leftover))
-                        .map_err(|e| LogError::Io(io_text(&e)))?;
-                }
-            }
-            present.push(
-                names
-                    .iter()
-                    .filter_map(|name| name.strip_suffix(".seg").and_then(|base| base.parse().ok()))
-                    .collect(),
-            );
-            for slot in MANIFEST_SLOTS {
-                if !names.iter().any(|name| name == slot) {
-                    continue;
-                }
-                let file = storage
-                    .open(&folder(copy).join(slot), false)
-                    .await
-                    .map_err(|e| LogError::Io(io_text(&e)))?;
-                let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-                if size == 0 {
-                    // Created ahead by a roll (see `roll`), never written.
-                    continue;
-                }
-                let bytes = file
-                    .read_at(0, record::align_up(size as usize, BLOCK_BYTES))
-                    .await
-                    .map_err(|e| LogError::Io(io_text(&e)))?;
-                if let Some(found) = Manifest::decode(&bytes, log_id) {
-                    *manifest_sequence = (*manifest_sequence).max(found.sequence);
-                    if best.as_ref().is_none_or(|best| found.sequence > best.sequence) {
-                        best = Some(found);
-                    }
-                }
-            }
-        }
-        // Without a valid manifest the log has at most its first segment, based at offset 0,
-        // which no manifest lists (see `roll`): if it holds data in any copy, that segment alone
-        // is the log. A slot holding bytes but no valid manifest changes nothing: it is the
-        // first manifest torn by a crash during the second roll (whose new segment then holds
-        // only zeros), or damage, and then step 2 stops at any other segment holding data.
-        // Without data in a first segment, the segment files are a first roll cut short, all
-        // zeros, which step 2 removes, and any that holds data stops recovery there.
-        if best.is_none() {
-            best = first_segment_alone(&storage, &present, &folder, log_id).await?;
-        }
-        let has_manifest = best.is_some();
-        let manifest = best.unwrap_or_default();
-        // 2. Files the manifest does not list.
-        let first_listed = manifest.segments.first().map(|listed| listed.base_offset);
-        for (copy, bases) in present.iter().enumerate() {
-            for base in bases {
-                if manifest.segments.iter().any(|listed| listed.base_offset == *base) {
-                    continue;
-                }
-                let path = folder(copy).join(segment_name(*base));
-                // Below the start: a crash between a manifest update and the unlink. Beyond a
-                // truncation's cut: the same, for a truncation (`truncate_after`).
-                let below_start = first_listed.is_some_and(|first| *base < first)
-                    || manifest.truncated_end.is_some_and(|end| *base > end);
-                let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
-                let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-                // A file renamed into place by a roll that a crash cut short before its manifest
-                // holds an earlier segment's bytes, none of which validates as a batch of this
-                // segment (a batch header's checksum covers its segment's base offset).
-                let never_written = || async {
-                    if last_nonzero_end(&file, size).await? == 0 {
-                        return Ok::<_, LogError>(true);
-                    }
-                    Ok(has_manifest && first_valid_batch(&file, log_id, *base, 0, size).await?.is_none())
-                };
-                if below_start || never_written().await? {
-                    storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
-                    report.empty_segments_removed += 1;
-                } else if has_manifest {
-                    return Err(LogError::Corrupt(format!(
-                        "{} holds data but the manifest does not list it; refusing to start (nothing was deleted)",
-                        path.display()
-                    )));
-                } else {
-                    return Err(LogError::Corrupt(format!(
-                        "{} holds data but no data directory has a valid manifest for its log; refusing to start (nothing was deleted)",
-                        path.display()
-                    )));
-                }
-            }
-        }
-        if report.empty_segments_removed > 0 {
-            // The unlinks are durable before the manifest is rewritten without a truncation's
-            // mark (step 5), which is all that tells a removed tail's file from damage.
-            for copy in 0..copies {
-                storage.sync_dir(&folder(copy)).await.map_err(|e| LogError::Io(io_text(&e)))?;
-            }
-        }
-        // 3 and 4. Scan every listed segment in every copy.
-        let mut segments: Vec<Segment<S>> = Vec::new();
-        let mut next_offset = first_listed.unwrap_or(0);
-        let mut torn: Option<(usize, u64)> = None;
-        let mut repairs: Vec<(usize, u64, usize, usize, usize)> = Vec::new(); // (segment, position, bytes, from, to)
-        let mut orphans: Vec<(usize, usize, u64)> = Vec::new(); // (segment, copy, position)
-        for (segment_index, listed) in manifest.segments.iter().copied().enumerate() {
-            let (base, capacity) = (listed.base_offset, listed.capacity);
-            let mut files: Vec<Option<Rc<S::File>>> = Vec::with_capacity(copies);
-            for copy in 0..copies {
-                let path = folder(copy).join(segment_name(base));
-                if storage.exists(&path) {
-                    let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
-                    if !file.direct_io() {
-                        report.buffered_io_warning = true;
-                    }
-                    files.push(Some(Rc::new(file)));
-                } else {
-                    files.push(None);
-                }
-            }
-            if files.iter().all(Option::is_none) {
-                return Err(LogError::Corrupt(format!(
-                    "segment {} of {} is listed in the manifest but missing from every data directory; refusing to start",
-                    segment_name(base),
-                    relative.display()
-                )));
-            }
-            let mut segment = Segment {
-                base_offset: base,
-                newest_publish_ms: 0,
-                capacity,
-                write_position: 0,
-                recycled: listed.recycled,
-                batches: Vec::new(),
-                files: files.clone(),
-                closed: None,
-            };
-            if torn.is_some() {
-                // After a torn tail every later segment must be empty in every copy: without
-                // bytes, or, for a recycled one, without a batch of its own.
-                for file in files.iter().flatten() {
-                    let holds_data = if listed.recycled {
-                        first_valid_batch(&**file, log_id, base, 0, capacity).await?.is_some()
-                    } else {
-                        last_nonzero_end(&**file, capacity).await? > 0
-                    };
-                    if holds_data {
-                        return Err(LogError::Corrupt(format!(
-                            "segment {} of {} holds bytes after a torn batch in an earlier segment; refusing to start",
-                            segment_name(base),
-                            relative.display()
-                        )));
-                    }
-                }
-                segments.push(segment);
-                continue;
-            }
-            if base != next_offset {
-                return Err(LogError::Corrupt(format!(
-                    "segment {} of {} starts at offset {base} but the log before it ends at {next_offset}; refusing to start",
-                    segment_name(base),
-                    relative.display()
-                )));
-            }
-            let mut windows: Vec<Window<<S::File as StorageFile>::Read>> =
-                (0..copies).map(|_| Window::new()).collect();
-            let mut position = 0u64;
-            // A closed segment holds the offsets up to the next one's base and ends there. What
-            // may follow its last batch is not always zeros: a batch of an earlier life (see
-            // `first_valid_batch_from_offset`) can stand right after it, whole, when the log
-            // rolled there.
-            let next_base = manifest.segments.get(segment_index + 1).map(|next| next.base_offset);
-            // A truncation cut short by a crash: the last segment ends at its cut.
-            let cut = manifest.truncated_end.filter(|_| next_base.is_none());
-            while position + BLOCK_BYTES as u64 <= capacity
-                && Some(next_offset) != next_base
-                && Some(next_offset) != cut
-            {
-                let mut found = Vec::with_capacity(copies);
-                for (copy, file) in files.iter().enumerate() {
-                    found.push(match file {
-                        None => CopyBatch::Missing,
-                        Some(file) => {
-                            match read_batch(&**file, &mut windows[copy], log_id, base, position, capacity)
-                                .await?
-                            {
-                                ReadBatch::Valid(header, newest) if header.base_offset == next_offset => {
-                                    CopyBatch::Valid(header, newest)
-                                }
-                                ReadBatch::Valid(header, _) => CopyBatch::Invalid(format!(
-                                    "batch starts at offset {} where {next_offset} was expected",
-                                    header.base_offset
-                                )),
-                                ReadBatch::Empty => CopyBatch::Empty,
-                                ReadBatch::Invalid(why) => CopyBatch::Invalid(why),
-                            }
-                        }
-                    });
-                }
-                let good = found.iter().position(|batch| matches!(batch, CopyBatch::Valid(..)));
-                if let Some(good) = good {
-                    let CopyBatch::Valid(header, newest) = found[good] else { unreachable!() };
-                    segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
-                    for (copy, batch) in found.iter().enumerate() {
-                        if !matches!(batch, CopyBatch::Valid(..)) {
-                            repairs.push((segment_index, position, header.disk_bytes(), good, copy));
-                        }
-                    }
-                    segment.batches.push(BatchEntry { header, position });
-                    report.batches += 1;
-                    report.records += header.record_count as u64;
-                    next_offset = header.end_offset();
-                    position += header.disk_bytes() as u64;
-                    continue;
-                }
-                if found.iter().all(|batch| matches!(batch, CopyBatch::Empty | CopyBatch::Missing)) {
-                    // The log's end, unless a power failure lost the commit here after the one
-                    // behind it was written ahead and landed: in a fresh segment that hole reads
-                    // as zeros. Left on disk, that batch (never acknowledged) would outlive this
-                    // recovery; the log would write over the hole with commits of other sizes
-                    // and reuse its offsets, and after a later crash it could no longer be told
-                    // from a batch after damage. So it is looked for where it can start, at
-                    // most `written_ahead_distance_max` past here, and its header zeroed below.
-                    // (A closed segment ends at the next one's base, before any such hole.)
-                    if next_base.is_none() {
-                        for (copy, file) in files.iter().enumerate() {
-                            let Some(file) = file else { continue };
-                            let starts = position + BLOCK_BYTES as u64
-                                ..(position + config.written_ahead_distance_max() + 1).min(capacity);
-                            // Where the file holds no data (space only fallocated, as after the
-                            // end of most fresh segments), nothing is read.
-                            let data =
-                                file.data_from(starts.start).await.map_err(|e| LogError::Io(io_text(&e)))?;
-                            let Some(data) = data else { continue };
-                            let from = starts.start.max(data / BLOCK_BYTES as u64 * BLOCK_BYTES as u64);
-                            let Some(later) = first_valid_batch_from_offset(
-                                &**file,
-                                log_id,
-                                base,
-                                from..starts.end,
-                                capacity,
-                                next_offset + 1,
-                            )
-                            .await?
-                            else {
-                                continue;
-                            };
-                            if orphan_written_ahead(&**file, log_id, base, later, capacity, next_offset)
-                                .await?
-                            {
-                                orphans.push((segment_index, copy, later));
-                                continue;
-                            }
-                            return Err(LogError::Corrupt(format!(
-                                "{} segment {} at byte {position}: zeros in every copy, but a valid batch follows at byte {later}: \
-                                 mid-log damage; refusing to start (nothing was deleted)",
-                                relative.display(),
-                                segment_name(base)
-                            )));
-                        }
-                    }
-                    break;
-                }
-                let why = found
-                    .iter()
-                    .find_map(
-                        |batch| if let CopyBatch::Invalid(why) = batch { Some(why.clone()) } else { None },
-                    )
-                    .unwrap_or_default();
-                for (copy, file) in files.iter().enumerate() {
-                    let Some(file) = file else { continue };
-                    // The batch that belongs here would have held `next_offset`: any later
-                    // one of this life starts after it.
-                    let later = first_valid_batch_from_offset(
-                        &**file,
-                        log_id,
-                        base,
-                        position + BLOCK_BYTES as u64..capacity,
-                        capacity,
-                        next_offset + 1,
-                    )
-                    .await?;
-                    if let Some(later) = later {
-                        if orphan_written_ahead(&**file, log_id, base, later, capacity, next_offset).await? {
-                            // The commit here never completed, and the one after it, whose
-                            // write was issued while this one was in flight, landed first:
-                            // neither was acknowledged. Its header is zeroed below.
-                            orphans.push((segment_index, copy, later));
-                            continue;
-                        }
-                        return Err(LogError::Corrupt(format!(
-                            "{} segment {} at byte {position}: {why} in every copy, but a valid batch follows at byte {later}: \
-                             mid-log corruption; refusing to start (nothing was deleted)",
-                            relative.display(),
-                            segment_name(base)
-                        )));
-                    }
-                }
-                if segment.recycled {
-                    // The bytes of the file's earlier life end this segment, as zeros end a
-                    // fresh one: a later segment must start where its batches end (checked
-                    // above), and commits after recovery go here and overwrite them. Nothing is
-                    // zeroed. A commit cut short shows as such only where its header landed
-                    // (it names this segment and position); one torn before its first sector
-                    // cannot be told from the old bytes.
-                    for (copy, file) in files.iter().enumerate() {
-                        let Some(file) = file else { continue };
-                        let head = windows[copy].at(&**file, position, BLOCK_BYTES, capacity).await?;
-                        if let Ok(header) = record::decode_batch_header(head, log_id, base, position) {
-                            report.torn_bytes_discarded =
-                                report.torn_bytes_discarded.max(header.disk_bytes() as u64);
-                            report.torn_at = Some((folder(0).join(segment_name(base)), position));
-                        }
-                    }
-                    break;
-                }
-                torn = Some((segment_index, position));
-                break;
-            }
-            if cut == Some(next_offset) && torn.is_none() {
-                // What follows is zeroed as a torn tail is, recycled segment or not: those
-                // batches were this segment's own, and valid.
-                torn = Some((segment_index, position));
-            }
-            segment.write_position = position;
-            segments.push(segment);
-            report.segments += 1;
-        }
-        if let Some((torn_segment, _)) = torn {
-            // Later segments were checked empty above; a later segment starting elsewhere than the
-            // cut is an orphan of the interrupted commit's roll and is dropped from the manifest.
-            while segments.len() > torn_segment + 1 {
-                let orphan = segments.pop().unwrap();
-                for copy in 0..copies {
-                    let path = folder(copy).join(segment_name(orphan.base_offset));
-                    if storage.exists(&path) {
-                        storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
-                    }
-                }
-                report.empty_segments_removed += 1;
-            }
-        }
-        let reserve = if config.reserve {
-            find_reserve(&storage, &directories, relative).await.map(Box::new)
-        } else {
-            None
-        };
-        let last_epoch = segments
-            .iter()
-            .rev()
-            .find_map(|segment| segment.batches.last())
-            .map_or(record::EPOCH_NONE, |entry| entry.header.epoch);
-        let log = Log {
-            storage: storage.clone(),
-            directories: directories.clone(),
-            inner: Rc::new(RefCell::new(LogInner {
-                log_id,
-                relative: relative.to_path_buf(),
-                config,
-                segments,
-                // Standalone: what recovery found durable is committed (see `committed_end`).
-                committed_end: next_offset,
-                durable_end: next_offset,
-                written_end: next_offset,
-                assigned_end: next_offset,
-                commit_on_durable: true,
-                epoch: STANDALONE_EPOCH.max(last_epoch),
-                last_epoch,
-                truncating: false,
-                truncated_end: None,
-                staged: VecDeque::new(),
-                staged_bytes: 0,
-                flushing: false,
-                fenced: None,
-                closed_for_removal: false,
-                tail_cache: VecDeque::new(),
-                tail_cache_bytes: 0,
-                idle_sweeps: 0,
-                read_ahead: None,
-                warned_buffered: report.buffered_io_warning,
-                copies: CopyStates::all_current(copies),
-                manifest_sequence: manifest.sequence,
-                spare: None,
-                spare_started_for: u64::MAX,
-                commits_built_ahead: 0,
-                recycled: None,
-                rolled: false,
-                manifest_writing: false,
-                reserve,
-                reserving: false,
-            })),
-            committed: Notify::new(),
-        };
-        // Repairs: copy good batches over missing or bad ones, then zero torn tails.
-        for (segment_index, position, bytes, from, to) in repairs {
-            // A copy that could not take a repair (a full or failing disk) is fenced; skip the
-            // rest of its repairs instead of failing each one again.
-            if log.directories.is_fenced(to) {
-                continue;
-            }
-            if log.repair(segment_index, position, bytes, from, to).await? {
-                report.batches_repaired += 1;
-            }
-        }
-        for (segment_index, copy, position) in orphans {
-            let file = log.inner.borrow().segments[segment_index].files[copy].clone();
-            if let Some(file) = file {
-                zero_range(&storage, &*file, position, position + BLOCK_BYTES as u64).await?;
-                file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;
-            }
-        }
-        if let Some((segment_index, position)) = torn {
-            let files: Vec<Rc<S::File>> =
-                log.inner.borrow().segments[segment_index].files.iter().flatten().cloned().collect();
-            let capacity = log.inner.borrow().segments[segment_index].capacity;
-            let mut discarded = 0;
-            for file in files {
-                let end = last_nonzero_end(&*file, capacity).await?;
-                if end > position {
-                    discarded = discarded.max(end - position);
-                    zero_range(&storage, &*file, position, end).await?;
-                    file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;
-                }
-            }
-            report.torn_bytes_discarded = discarded;
-            report.torn_at =
-                Some((folder(0).join(segment_name(manifest.segments[segment_index].base_offset)), position));
-        }
-        // 5. Every copy gets the newest manifest. A new log writes none: it gets its first with
-        // its first segment, so a topic that never publishes has only its folders.
-        let behind = has_manifest
-            && (manifest_sequences.iter().any(|sequence| *sequence < manifest.sequence)
-                || report.empty_segments_removed > 0
-                || manifest.truncated_end.is_some());
-        if behind {
-            log.write_manifest().await?;
-        }
-        Ok((log, report))
+        let (scan, files) = recovery::scan(&storage, &directories, relative, log_id, &config).await?;
+        let plan = recovery::plan(&scan)?;
+        Log::carry_out(storage, directories, (relative, log_id, config), plan, files).await
     }
 
     /// Rewrites the batch at `position` of a segment in copy `to` with the bytes of copy `from`.
@@ -2268,6 +1835,29 @@ impl<S: Storage> Log<S> {
             futures_lite::future::zip(task, self.prepare_ahead(next, disk_bytes as u64, capacity, &targets))
                 .await;
         *ahead = taken;
+        self.sync_written(targets, writes, position, disk_bytes).await?;
+        crate::latency::record_commit(issued);
+        let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
+        let header = BatchHeader {
+            base_offset,
+            record_count: count,
+            records_bytes: records_bytes as u32,
+            epoch: batch[0].epoch,
+        };
+        self.index_commit(BatchEntry { header, position }, newest, buffer);
+        self.start_spare_if_due();
+        Ok(base_offset)
+    }
+
+    /// Syncs the copies whose write of a commit (`disk_bytes` at `position`) succeeded, and
+    /// fences each copy that failed; the commit must be durable on ⌈M/2⌉ of them.
+    async fn sync_written(
+        &self,
+        targets: Vec<(usize, Rc<S::File>)>,
+        writes: Vec<std::io::Result<()>>,
+        position: u64,
+        disk_bytes: usize,
+    ) -> Result<(), LogError> {
         // A copy fenced while this write was in flight (by the commit before it) no longer
         // counts, whatever its write did.
         let writable = self.writable_copies();
@@ -2311,24 +1901,22 @@ impl<S: Storage> Log<S> {
                 "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
             )));
         }
-        crate::latency::record_commit(issued);
-        let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
+        Ok(())
+    }
+
+    /// Records a durable commit of `entry` in the index and the tail cache.
+    fn index_commit(&self, entry: BatchEntry, newest: u64, buffer: Rc<S::Buffer>) {
+        let (base_offset, disk_bytes) = (entry.header.base_offset, entry.header.disk_bytes());
         let mut inner = self.inner.borrow_mut();
-        let header = BatchHeader {
-            base_offset,
-            record_count: count,
-            records_bytes: records_bytes as u32,
-            epoch: batch[0].epoch,
-        };
         let keep_files_open = inner.config.keep_files_open;
         let segment = inner.segments.last_mut().unwrap();
         segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
-        segment.batches.push(BatchEntry { header, position });
+        segment.batches.push(entry);
         segment.write_position += disk_bytes as u64;
         if !keep_files_open {
             segment.close_files();
         }
-        inner.durable_end = base_offset + count as u64;
+        inner.durable_end = entry.header.end_offset();
         inner.idle_sweeps = 0;
         if inner.config.tail_cache_bytes_max > 0 {
             // Commits complete in order, so the cache stays sorted by base offset for
@@ -2352,9 +1940,6 @@ impl<S: Storage> Log<S> {
             }
             inner.drop_oldest_cached();
         }
-        drop(inner);
-        self.start_spare_if_due();
-        Ok(base_offset)
     }
 
     /// Makes room for a batch of `disk_bytes` (a new segment if the active one is full) and
@@ -2434,8 +2019,8 @@ impl<S: Storage> Log<S> {
     /// for the place that commit leaves (`next`, in a segment of `capacity` bytes) and issues
     /// its write to the same `targets`: the copy and the checksums of the next commit are not
     /// between two writes, and an append that arrives during a write waits for its own write
-    /// only, not for the one in flight too (at an offered 10k msg/s, the median publish-ack p99
-    /// of 12 interleaved runs went from 1.31 to 1.01 ms). At most two writes of a log are in
+    /// only, not for the one in flight too (the publish latency's tail shrinks; see
+    /// benches/README.md). At most two writes of a log are in
     /// flight: the one after is taken when this commit is done. Its appends are acknowledged
     /// only after this commit is durable too (`flush_loop` completes commits in order), and
     /// any failure once this write is issued fences the log, so a batch that landed beyond a
@@ -2817,52 +2402,7 @@ impl<S: Storage> Log<S> {
             reserve.as_ref().filter(|reserve| reserve.capacity >= at_least_bytes).map(|reserve| **reserve)
         };
         let mut from_reserve = reserve_fits(&self.inner.borrow().reserve).filter(|_| free_bytes < capacity);
-        // A recycled file goes first: its blocks are written ones, where a spare's are only
-        // as far as its zero-filling got. One large enough and in every copy that takes writes
-        // is renamed into place; one too small waits for a roll it fits.
-        let mut renamed: Option<(&'static str, CopyFiles<S>)> = None;
-        let mut recycled = false;
-        let kept = self.inner.borrow_mut().recycled.take();
-        if let Some(kept) = kept {
-            if kept.capacity < capacity {
-                self.inner.borrow_mut().recycled = Some(kept);
-            } else if copies.iter().all(|copy| kept.files[*copy].is_some()) {
-                capacity = kept.capacity;
-                let Recycled { files, .. } = *kept;
-                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
-                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].clone() })
-                    .collect();
-                self.remove_kept_files(RECYCLE_NAME, fenced, capacity);
-                let files = (0..files.len())
-                    .map(|copy| if copies.contains(&copy) { files[copy].clone() } else { None })
-                    .collect();
-                renamed = Some((RECYCLE_NAME, files));
-                recycled = true;
-                // Its spare, if one was started, is not needed.
-                if let Some((spare_capacity, files)) = self.take_spare().await {
-                    self.remove_kept_files(SPARE_NAME, files, spare_capacity);
-                }
-            } else {
-                let Recycled { files, capacity, .. } = *kept;
-                self.remove_kept_files(RECYCLE_NAME, files, capacity);
-            }
-        }
-        // A spare prepared for this roll is renamed into place if it is large enough and in
-        // every copy that takes writes; otherwise it goes and the segment is created as usual.
-        let spare = if renamed.is_none() { self.take_spare().await } else { None };
-        if let Some((spare_capacity, mut files)) = spare {
-            if spare_capacity >= capacity && copies.iter().all(|copy| files[*copy].is_some()) {
-                capacity = spare_capacity;
-                // A copy fenced since the spare was started takes no segment.
-                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
-                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].take() })
-                    .collect();
-                self.remove_kept_files(SPARE_NAME, fenced, spare_capacity);
-                renamed = Some((SPARE_NAME, files));
-            } else {
-                self.remove_kept_files(SPARE_NAME, files, spare_capacity);
-            }
-        }
+        let (renamed, recycled) = self.take_kept_file(&copies, &mut capacity).await;
         // A file renamed into place (a spare, a kept file) is allocated already: the reserve
         // stays for a later roll.
         if renamed.is_some() {
@@ -2882,80 +2422,8 @@ impl<S: Storage> Log<S> {
             if let Some(reserve) = from_reserve {
                 capacity = reserve.capacity;
             }
-            let creations = copies.iter().map(|copy| {
-                let folder = self.folder(*copy);
-                let from: Option<(&'static str, Option<Rc<S::File>>)> = match &renamed {
-                    Some((name, files)) => files[*copy].clone().map(|file| (*name, Some(file))),
-                    None if reserve_copies & (1 << copy) != 0 => Some((RESERVE_NAME, None)),
-                    None => None,
-                };
-                async move {
-                    let path = folder.join(segment_name(base_offset));
-                    if let Some((name, kept)) = from {
-                        // Allocated and synced already (a spare, zero-filled as far as it got, a
-                        // deleted segment's file, or the reserve): only its name must be made
-                        // durable. It is opened again as every segment is (a spare's zeros were
-                        // written without O_DSYNC).
-                        let renamed = async {
-                            self.storage.rename(&folder.join(name), &path)?;
-                            self.storage.sync_dir(&folder).await?;
-                            drop(kept);
-                            self.storage.open(&path, false).await
-                        }
-                        .await;
-                        return match renamed {
-                            Ok(file) => Ok(Rc::new(file)),
-                            Err(error) => {
-                                let _ = self.storage.remove_file(&path);
-                                let _ = self.storage.remove_file(&folder.join(name));
-                                Err(error)
-                            }
-                        };
-                    }
-                    let file = Rc::new(self.storage.open(&path, true).await?);
-                    let prepared = async {
-                        // Both manifest slots are made with the second segment, each with its
-                        // block allocated, so that no later manifest write needs disk space: a
-                        // deletion of acknowledged segments on a full disk writes one.
-                        if !first_segment {
-                            for slot in MANIFEST_SLOTS {
-                                let slot = folder.join(slot);
-                                if !self.storage.exists(&slot) {
-                                    let slot = self.storage.open(&slot, true).await?;
-                                    slot.allocate(BLOCK_BYTES as u64).await?;
-                                }
-                            }
-                        }
-                        file.allocate(capacity).await?;
-                        file.sync_data().await?;
-                        self.storage.sync_dir(&folder).await
-                    }
-                    .await;
-                    if let Err(error) = prepared {
-                        let _ = self.storage.remove_file(&path);
-                        return Err(error);
-                    }
-                    Ok(file)
-                }
-            });
-            let results = join_all(creations.collect()).await;
-            let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
-            let mut created = 0;
-            let mut full = Vec::new();
-            let mut failed = Vec::new();
-            for (copy, result) in copies.iter().zip(results) {
-                match result {
-                    Ok(file) => {
-                        if !file.direct_io() {
-                            self.warn_buffered(&self.folder(*copy));
-                        }
-                        files[*copy] = Some(file);
-                        created += 1;
-                    }
-                    Err(error) if is_no_space(&error) => full.push((*copy, error)),
-                    Err(error) => failed.push((*copy, error)),
-                }
-            }
+            let creation = Creation { base_offset, capacity, first_segment, reserve_copies };
+            let (files, created, full, failed) = self.create_in_copies(&copies, &renamed, creation).await;
             if reserve_copies != 0 {
                 // Taken, or removed by a rename that failed: either way it is gone.
                 let mut inner = self.inner.borrow_mut();
@@ -2987,6 +2455,173 @@ impl<S: Storage> Log<S> {
             capacity >= at_least_bytes,
             "a segment of {capacity} bytes for a batch of {at_least_bytes}"
         );
+        self.adopt_segment(base_offset, capacity, recycled, (files, created, full, failed))?;
+        if first_segment {
+            return Ok(());
+        }
+        if let Err(error) = self.write_manifest().await {
+            self.inner.borrow_mut().segments.pop();
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// The file a roll renames into place instead of creating one, if it has one that fits
+    /// `capacity` (which becomes the file's) in every copy in `copies`: the recycled file
+    /// (`LogConfig::recycle`), or else the spare (`LogConfig::prewrite`). Returns it, by copy,
+    /// with the name it has, and whether it is the recycled one. What does not fit goes.
+    async fn take_kept_file(
+        &self,
+        copies: &[usize],
+        capacity: &mut u64,
+    ) -> (Option<(&'static str, CopyFiles<S>)>, bool) {
+        let mut renamed: Option<(&'static str, CopyFiles<S>)> = None;
+        let mut recycled = false;
+        // A recycled file goes first: its blocks are written ones, where a spare's are only
+        // as far as its zero-filling got. One large enough and in every copy that takes writes
+        // is renamed into place; one too small waits for a roll it fits.
+        let kept = self.inner.borrow_mut().recycled.take();
+        if let Some(kept) = kept {
+            if kept.capacity < *capacity {
+                self.inner.borrow_mut().recycled = Some(kept);
+            } else if copies.iter().all(|copy| kept.files[*copy].is_some()) {
+                *capacity = kept.capacity;
+                let Recycled { files, .. } = *kept;
+                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
+                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].clone() })
+                    .collect();
+                self.remove_kept_files(RECYCLE_NAME, fenced, *capacity);
+                let files = (0..files.len())
+                    .map(|copy| if copies.contains(&copy) { files[copy].clone() } else { None })
+                    .collect();
+                renamed = Some((RECYCLE_NAME, files));
+                recycled = true;
+                // Its spare, if one was started, is not needed.
+                if let Some((spare_capacity, files)) = self.take_spare().await {
+                    self.remove_kept_files(SPARE_NAME, files, spare_capacity);
+                }
+            } else {
+                let Recycled { files, capacity, .. } = *kept;
+                self.remove_kept_files(RECYCLE_NAME, files, capacity);
+            }
+        }
+        // A spare prepared for this roll is renamed into place if it is large enough and in
+        // every copy that takes writes; otherwise it goes and the segment is created as usual.
+        let spare = if renamed.is_none() { self.take_spare().await } else { None };
+        if let Some((spare_capacity, mut files)) = spare {
+            if spare_capacity >= *capacity && copies.iter().all(|copy| files[*copy].is_some()) {
+                *capacity = spare_capacity;
+                // A copy fenced since the spare was started takes no segment.
+                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
+                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].take() })
+                    .collect();
+                self.remove_kept_files(SPARE_NAME, fenced, spare_capacity);
+                renamed = Some((SPARE_NAME, files));
+            } else {
+                self.remove_kept_files(SPARE_NAME, files, spare_capacity);
+            }
+        }
+        (renamed, recycled)
+    }
+
+    /// Creates segment `creation.base_offset` in every copy in `copies`: renamed from `renamed`
+    /// or the reserve (`creation.reserve_copies`) where given, else made and allocated. Returns
+    /// the files by copy, how many were made, and the copies that failed for want of space or
+    /// otherwise.
+    async fn create_in_copies(
+        &self,
+        copies: &[usize],
+        renamed: &Option<(&'static str, CopyFiles<S>)>,
+        creation: Creation,
+    ) -> Created<S> {
+        let Creation { base_offset, capacity, first_segment, reserve_copies } = creation;
+        let creations = copies.iter().map(|copy| {
+            let folder = self.folder(*copy);
+            let from: Option<(&'static str, Option<Rc<S::File>>)> = match renamed {
+                Some((name, files)) => files[*copy].clone().map(|file| (*name, Some(file))),
+                None if reserve_copies & (1 << copy) != 0 => Some((RESERVE_NAME, None)),
+                None => None,
+            };
+            async move {
+                let path = folder.join(segment_name(base_offset));
+                if let Some((name, kept)) = from {
+                    // Allocated and synced already (a spare, zero-filled as far as it got, a
+                    // deleted segment's file, or the reserve): only its name must be made
+                    // durable. It is opened again as every segment is (a spare's zeros were
+                    // written without O_DSYNC).
+                    let renamed = async {
+                        self.storage.rename(&folder.join(name), &path)?;
+                        self.storage.sync_dir(&folder).await?;
+                        drop(kept);
+                        self.storage.open(&path, false).await
+                    }
+                    .await;
+                    return match renamed {
+                        Ok(file) => Ok(Rc::new(file)),
+                        Err(error) => {
+                            let _ = self.storage.remove_file(&path);
+                            let _ = self.storage.remove_file(&folder.join(name));
+                            Err(error)
+                        }
+                    };
+                }
+                let file = Rc::new(self.storage.open(&path, true).await?);
+                let prepared = async {
+                    // Both manifest slots are made with the second segment, each with its
+                    // block allocated, so that no later manifest write needs disk space: a
+                    // deletion of acknowledged segments on a full disk writes one.
+                    if !first_segment {
+                        for slot in MANIFEST_SLOTS {
+                            let slot = folder.join(slot);
+                            if !self.storage.exists(&slot) {
+                                let slot = self.storage.open(&slot, true).await?;
+                                slot.allocate(BLOCK_BYTES as u64).await?;
+                            }
+                        }
+                    }
+                    file.allocate(capacity).await?;
+                    file.sync_data().await?;
+                    self.storage.sync_dir(&folder).await
+                }
+                .await;
+                if let Err(error) = prepared {
+                    let _ = self.storage.remove_file(&path);
+                    return Err(error);
+                }
+                Ok(file)
+            }
+        });
+        let results = join_all(creations.collect()).await;
+        let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
+        let mut created = 0;
+        let mut full = Vec::new();
+        let mut failed = Vec::new();
+        for (copy, result) in copies.iter().zip(results) {
+            match result {
+                Ok(file) => {
+                    if !file.direct_io() {
+                        self.warn_buffered(&self.folder(*copy));
+                    }
+                    files[*copy] = Some(file);
+                    created += 1;
+                }
+                Err(error) if is_no_space(&error) => full.push((*copy, error)),
+                Err(error) => failed.push((*copy, error)),
+            }
+        }
+        (files, created, full, failed)
+    }
+
+    /// Takes a segment made by `create_in_copies` as the log's active one (fencing the copies
+    /// that failed), or, made in fewer than ⌈M/2⌉ copies, removes it and fails the roll.
+    fn adopt_segment(
+        &self,
+        base_offset: u64,
+        capacity: u64,
+        recycled: bool,
+        (files, created, full, failed): Created<S>,
+    ) -> Result<(), LogError> {
+        let quorum = self.directories.quorum();
         for (copy, error) in &failed {
             self.fence_copy(*copy, &format!("creating segment {}: {error}", segment_name(base_offset)));
         }
@@ -3025,27 +2660,18 @@ impl<S: Storage> Log<S> {
                 self.inner.borrow_mut().copies.set(*copy, CopyState::Stale);
             }
         }
-        {
-            let mut inner = self.inner.borrow_mut();
-            inner.segments.push(Segment {
-                base_offset,
-                newest_publish_ms: 0,
-                capacity,
-                write_position: 0,
-                recycled,
-                batches: Vec::new(),
-                files,
-                closed: None,
-            });
-            inner.rolled = inner.config.recycle;
-        }
-        if first_segment {
-            return Ok(());
-        }
-        if let Err(error) = self.write_manifest().await {
-            self.inner.borrow_mut().segments.pop();
-            return Err(error);
-        }
+        let mut inner = self.inner.borrow_mut();
+        inner.segments.push(Segment {
+            base_offset,
+            newest_publish_ms: 0,
+            capacity,
+            write_position: 0,
+            recycled,
+            batches: Vec::new(),
+            files,
+            closed: None,
+        });
+        inner.rolled = inner.config.recycle;
         Ok(())
     }
 
@@ -3093,8 +2719,8 @@ impl<S: Storage> Log<S> {
     /// Every record from `from` to the end, as `read` returns them, but read in extents of up
     /// to `READ_AHEAD_BYTES` even where the log does not read ahead (`LogConfig::read_ahead`),
     /// and with the extents dropped after. For the replays at start-up (the catalog, a topic's
-    /// journal), which read once, in order: batch by batch, the catalog of 5,000 topics and as
-    /// many subscriptions was 7,700 reads of 4 KiB and more than half a second. The log's
+    /// journal), which read once, in order: batch by batch, a large catalog is thousands of
+    /// 4 KiB reads (see benches/README.md). The log's
     /// configuration reads ahead for the replay's duration, so it is meant for a log nothing
     /// else reads yet (both callers run it before the log is served).
     pub async fn read_all(&self, from: u64) -> Result<Vec<StoredRecord>, LogError> {
@@ -3583,7 +3209,8 @@ struct Window<R> {
     bytes: Option<R>,
     /// The size of the next read: `RECOVERY_READ_BYTES_FIRST`, doubling up to
     /// `RECOVERY_READ_BYTES`. Most logs are small, and the unwritten rest of a segment reads
-    /// as zeros the kernel still copies: 5,000 small topics read 6 GB of them in 1 MiB reads.
+    /// as zeros the kernel still copies: many small logs would read gigabytes of them in
+    /// large reads.
     next_bytes: usize,
 }
 
@@ -3615,66 +3242,6 @@ impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
         let to = (from + length).min(bytes.len());
         Ok(&bytes[from.min(to)..to])
     }
-}
-
-/// The manifest a log without one implies: its first segment alone, if that holds data in any
-/// copy (its size, the largest among the copies, is the capacity it was allocated with). Its
-/// first write starts with a batch header of this log (the header's checksum covers the log
-/// id): a crash may tear that write, but sectors land whole, so at position 0 some copy holds
-/// either that header or zeros (the first sector never landed). Where every copy holding data
-/// has other bytes there, the file is no first segment of this log (copied from another, or
-/// rotten): recovery stops, deleting nothing.
-async fn first_segment_alone<S: Storage>(
-    storage: &S,
-    present: &[Vec<u64>],
-    folder: &dyn Fn(usize) -> PathBuf,
-    log_id: u64,
-) -> Result<Option<Manifest>, LogError> {
-    let mut capacity = 0u64;
-    let mut starts_as_this_log = false;
-    let mut holding_data = None;
-    for (copy, bases) in present.iter().enumerate() {
-        if !bases.contains(&0) {
-            continue;
-        }
-        let path = folder(copy).join(segment_name(0));
-        let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
-        let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-        let head = file
-            .read_at(0, (BLOCK_BYTES as u64).min(size) as usize)
-            .await
-            .map_err(|e| LogError::Io(io_text(&e)))?;
-        // A first block holding bytes says the file holds data without reading the rest, which
-        // for every small topic's logs at every start would be most of their segment (and the
-        // start of a daemon with 5,000 of them took 8 s, most of it here). Only a zero first
-        // block (a file never written, or a first write torn before its first sector) needs the
-        // whole file to tell.
-        let head_is_zero = head.iter().all(|byte| *byte == 0);
-        if head_is_zero && last_nonzero_end(&file, size).await? == 0 {
-            continue;
-        }
-        capacity = capacity.max(size);
-        holding_data.get_or_insert(path);
-        if matches!(record::decode_batch_header(&head, log_id, 0, 0), Ok(_) | Err(BatchError::Empty)) {
-            starts_as_this_log = true;
-        }
-    }
-    let Some(holding_data) = holding_data else { return Ok(None) };
-    if !starts_as_this_log {
-        return Err(LogError::Corrupt(format!(
-            "{} holds data but no data directory has a valid manifest for its log, and it does not start with a batch of this log; refusing to start (nothing was deleted)",
-            holding_data.display()
-        )));
-    }
-    Ok(Some(Manifest {
-        sequence: 0,
-        segments: vec![Listed {
-            base_offset: 0,
-            capacity: record::align_up(capacity as usize, BLOCK_BYTES) as u64,
-            recycled: false,
-        }],
-        truncated_end: None,
-    }))
 }
 
 async fn read_batch<F: StorageFile>(
@@ -3801,10 +3368,9 @@ async fn last_nonzero_end<F: StorageFile>(file: &F, size: u64) -> Result<u64, Lo
 
 /// Deleting a large file frees all of its blocks at once, and where the filesystem trims freed
 /// blocks (ext4 mounted with `discard`, as here) the device then trims all of them while every
-/// write and fdatasync queued behind waits: a 64 MiB segment held them 10-18 ms, the tail of
-/// the end-to-end latency. Shrinking it by `SEGMENT_DELETE_STEP_BYTES` with a pause between
-/// steps trims a step at a time, between the other I/O (1-4 ms at worst, measured the same
-/// way).
+/// write and fdatasync queued behind waits, for milliseconds: the tail of the end-to-end
+/// latency. Shrinking it by `SEGMENT_DELETE_STEP_BYTES` with a pause between steps trims a
+/// step at a time, between the other I/O (see benches/README.md).
 /// Not while anyone else holds the file (a read still finishing): the plain unlink that follows
 /// leaves the bytes to it.
 async fn shrink_gradually<F: StorageFile>(file: Option<Rc<F>>, size: u64) {
