@@ -44,7 +44,12 @@
 //!    fdatasync'ed, except a copy whose file was opened with O_DSYNC (`writes_are_durable`; the
 //!    real storage opens its files so): its write completes only once it is durable.
 //! 5. When ⌈M/2⌉ copies have synced without error the appends are resolved with their offsets;
-//!    the caller acknowledges its publishers after that.
+//!    the caller acknowledges its publishers after that. A standalone log then commits them
+//!    (`commit_to`): readers see committed records only, and a replicated log will commit on
+//!    its replicas' word instead (see `LogInner::committed_end` for the four positions).
+//!    A follower's appends (`append_at`) come with their offsets and their leader's epoch;
+//!    the flush loop takes them in order like any other and refuses one whose offset is no
+//!    longer the log's next. `truncate_after` removes an uncommitted tail.
 //! 6. A copy whose write or fdatasync fails is fenced (its directory takes no more writes and
 //!    counts for nothing) and the sync is never retried and trusted. With fewer than ⌈M/2⌉
 //!    healthy copies the log is fenced: appends fail with `Unavailable`. A full disk while
@@ -52,6 +57,8 @@
 //!    batch with `ResourceExhausted`, leaving the log usable once space returns.
 //!
 //! # Recovery (`open`)
+//! Three steps (`recovery`): a scan reads what every copy holds, a pure plan decides from
+//! that alone what follows from the rules below, and a last step carries it out.
 //! 1. A missing folder is made, with its parents, and their names synced (a new log writes no
 //!    file until its first commit). Every copy's manifest slots are read; the newest valid
 //!    manifest across copies names the segments. No valid manifest, and a first segment (base
@@ -92,7 +99,10 @@
 //!    recycled segment the first position without a valid batch is the segment's end, as
 //!    zeros are in a fresh one (old batches never validate: a header's checksum covers its
 //!    segment's base offset), and nothing is zeroed: commits after recovery overwrite it.
-//! 5. Every copy ends with the same segments and the newest manifest.
+//! 5. A manifest marking a truncation's cut (`Manifest::truncated_end`, a truncation a crash
+//!    interrupted) ends the last segment at the cut: what follows is zeroed as a torn tail is,
+//!    and segment files beyond it are removed.
+//! 6. Every copy ends with the same segments and the newest manifest.
 
 pub mod directories;
 pub mod manifest;
@@ -1533,7 +1543,12 @@ impl<S: Storage> Log<S> {
     pub fn commit_to(&self, offset: u64) {
         let advanced = {
             let mut inner = self.inner.borrow_mut();
-            let offset = inner.batch_end_at_or_below(offset.min(inner.durable_end));
+            // The durable end is a batch's end: a standalone log's every commit needs no search.
+            let offset = if offset >= inner.durable_end {
+                inner.durable_end
+            } else {
+                inner.batch_end_at_or_below(offset)
+            };
             let advanced = offset > inner.committed_end;
             if advanced {
                 inner.committed_end = offset;
@@ -1940,6 +1955,7 @@ impl<S: Storage> Log<S> {
             }
             inner.drop_oldest_cached();
         }
+        inner.check_positions();
     }
 
     /// Makes room for a batch of `disk_bytes` (a new segment if the active one is full) and
@@ -2196,7 +2212,7 @@ impl<S: Storage> Log<S> {
 
     /// `truncate_after` once nothing is in flight.
     async fn truncate_durable(&self, end: u64) -> Result<(), LogError> {
-        let (segment_index, cut, removed) = {
+        let (cut_base, cut, removed) = {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
                 return Err(LogError::Fenced(why.clone()));
@@ -2215,9 +2231,10 @@ impl<S: Storage> Log<S> {
             let segment = &inner.segments[segment_index];
             let kept = segment.batches.partition_point(|entry| entry.header.end_offset() <= end);
             let cut = segment.batches.get(kept).map_or(segment.write_position, |entry| entry.position);
+            let cut_base = segment.base_offset;
             let removed: Vec<Segment<S>> = inner.segments.drain(segment_index + 1..).collect();
             inner.truncated_end = Some(end);
-            (segment_index, (kept, cut), removed)
+            (cut_base, (kept, cut), removed)
         };
         // 1. The mark: from here on a recovery discards what follows `end`.
         if let Err(error) = self.write_manifest().await {
@@ -2226,7 +2243,13 @@ impl<S: Storage> Log<S> {
             inner.truncated_end = None;
             return Err(error);
         }
-        let written_to = self.inner.borrow().segments[segment_index].write_position;
+        // Found again by its base: retention may have removed older segments meanwhile (never
+        // the last one, which this is).
+        let (segment_index, written_to) = {
+            let inner = self.inner.borrow();
+            let index = inner.segments.iter().position(|segment| segment.base_offset == cut_base).unwrap();
+            (index, inner.segments[index].write_position)
+        };
         self.forget_after(segment_index, cut, end);
         // 2. Zeros over the removed batches, and the later segments' files removed.
         self.zero_removed(segment_index, cut.1, written_to).await?;
