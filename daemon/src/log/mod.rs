@@ -1639,7 +1639,7 @@ impl<S: Storage> Log<S> {
                 return Err(LogError::Fenced(why.clone()));
             }
             if inner.closed_for_removal {
-                return Err(LogError::Fenced("the log is being removed (its topic was deleted)".into()));
+                return Err(LogError::Fenced("the log is being removed (`close_for_removal`)".into()));
             }
             let epoch = epoch.unwrap_or(inner.epoch);
             Self::check_append(&inner, epoch, first_offset)?;
