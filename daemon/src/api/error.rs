@@ -112,6 +112,7 @@ impl From<crate::log::LogError> for Status {
             LogError::DataLoss(why) => Status::new(Code::DataLoss, why),
             LogError::Corrupt(why) => Status::new(Code::DataLoss, why),
             LogError::Io(why) => Status::unavailable(why),
+            LogError::Refused(why) => Status::failed_precondition(why),
         }
     }
 }

@@ -6,8 +6,15 @@
 //!
 //! ```text
 //! 0 magic "RPM1"  4 total_bytes u32  8 sequence u64  16 log_id u64  24 segment_count u32
-//! 28 reserved u32  32 (base_offset u64, capacity_bytes u64) per segment ...  then crc32c u32
+//! 28 flags u32 (bit 0: a truncation is in progress)  32 (base_offset u64, capacity_bytes u64)
+//! per segment ...  then, with flag bit 0, truncated_end u64  then crc32c u32
 //! ```
+//!
+//! A manifest with `truncated_end` is written before a truncation of the log's tail
+//! (`Log::truncate_after`) zeroes anything: recovery then discards every batch at or above
+//! that offset, so that a crash in the middle of the zeroing never brings a removed batch back.
+//! The truncation writes the next manifest without it once the zeros are durable. Manifests
+//! written before the flag existed hold zero flags.
 //!
 //! Capacities are whole blocks, so bit 0 of `capacity_bytes` is free: set, it says the segment's
 //! file is a recycled one (see `Log::remove_oldest`), which may hold an earlier segment's bytes
@@ -25,6 +32,9 @@ pub struct Manifest {
     pub sequence: u64,
     /// Every segment, in order.
     pub segments: Vec<Listed>,
+    /// Set while a truncation is in progress: the log ends at this offset, whatever the
+    /// segments still hold beyond it.
+    pub truncated_end: Option<u64>,
 }
 
 /// A segment as the manifest lists it.
@@ -39,6 +49,8 @@ pub struct Listed {
 
 /// Bit 0 of an encoded capacity: the segment is recycled.
 const RECYCLED_BIT: u64 = 1;
+/// Bit 0 of the flags: `truncated_end` follows the segment list.
+const FLAG_TRUNCATING: u32 = 1;
 
 impl Manifest {
     /// The slot this manifest is written to.
@@ -53,13 +65,19 @@ impl Manifest {
 
     /// The encoded manifest, padded to whole blocks for direct I/O.
     pub fn encode(&self, log_id: u64) -> Vec<u8> {
-        let total = HEADER_BYTES + 16 * self.segments.len() + 4;
+        let total = Manifest::encoded_bytes(self.segments.len(), self.truncated_end.is_some());
         let mut bytes = vec![0u8; align_up(total, BLOCK_BYTES)];
         bytes[0..4].copy_from_slice(&MANIFEST_MAGIC.to_le_bytes());
         bytes[4..8].copy_from_slice(&(total as u32).to_le_bytes());
         bytes[8..16].copy_from_slice(&self.sequence.to_le_bytes());
         bytes[16..24].copy_from_slice(&log_id.to_le_bytes());
         bytes[24..28].copy_from_slice(&(self.segments.len() as u32).to_le_bytes());
+        let flags = if self.truncated_end.is_some() { FLAG_TRUNCATING } else { 0 };
+        bytes[28..32].copy_from_slice(&flags.to_le_bytes());
+        if let Some(end) = self.truncated_end {
+            let at = HEADER_BYTES + 16 * self.segments.len();
+            bytes[at..at + 8].copy_from_slice(&end.to_le_bytes());
+        }
         for (index, listed) in self.segments.iter().enumerate() {
             let at = HEADER_BYTES + 16 * index;
             debug_assert!(listed.capacity.is_multiple_of(BLOCK_BYTES as u64));
@@ -91,9 +109,15 @@ impl Manifest {
             return None;
         }
         let count = u32::from_le_bytes(bytes[24..28].try_into().unwrap()) as usize;
-        if HEADER_BYTES + 16 * count + 4 != total {
+        let flags = u32::from_le_bytes(bytes[28..32].try_into().unwrap());
+        if flags & !FLAG_TRUNCATING != 0
+            || Manifest::encoded_bytes(count, flags & FLAG_TRUNCATING != 0) != total
+        {
             return None;
         }
+        let end_at = HEADER_BYTES + 16 * count;
+        let truncated_end = (flags & FLAG_TRUNCATING != 0)
+            .then(|| u64::from_le_bytes(bytes[end_at..end_at + 8].try_into().unwrap()));
         let segments = (0..count)
             .map(|index| {
                 let at = HEADER_BYTES + 16 * index;
@@ -105,12 +129,21 @@ impl Manifest {
                 }
             })
             .collect();
-        Some(Manifest { sequence: u64::from_le_bytes(bytes[8..16].try_into().unwrap()), segments })
+        Some(Manifest {
+            sequence: u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
+            segments,
+            truncated_end,
+        })
+    }
+
+    /// Bytes a manifest of this many segments takes, its checksum included.
+    fn encoded_bytes(segments: usize, truncating: bool) -> usize {
+        HEADER_BYTES + 16 * segments + if truncating { 8 } else { 0 } + 4
     }
 
     /// Bytes to read to see a whole manifest of this many segments.
     pub fn bytes_for(segments: usize) -> usize {
-        align_up(HEADER_BYTES + 16 * segments + 4, BLOCK_BYTES)
+        align_up(Manifest::encoded_bytes(segments, true), BLOCK_BYTES)
     }
 }
 
@@ -121,8 +154,11 @@ mod tests {
     #[test]
     fn round_trip_and_damage() {
         let listed = |base_offset, capacity, recycled| Listed { base_offset, capacity, recycled };
-        let manifest =
-            Manifest { sequence: 7, segments: vec![listed(0, 1 << 20, false), listed(1000, 2 << 20, true)] };
+        let manifest = Manifest {
+            sequence: 7,
+            segments: vec![listed(0, 1 << 20, false), listed(1000, 2 << 20, true)],
+            truncated_end: None,
+        };
         let bytes = manifest.encode(42);
         assert_eq!(bytes.len(), BLOCK_BYTES);
         assert_eq!(Manifest::decode(&bytes, 42), Some(manifest.clone()));
@@ -136,7 +172,16 @@ mod tests {
         let big = Manifest {
             sequence: 1,
             segments: (0..500).map(|i| listed(i * 10, 1 << 20, i % 3 == 0)).collect(),
+            truncated_end: None,
         };
         assert_eq!(Manifest::decode(&big.encode(1), 1), Some(big));
+        let truncating = Manifest { truncated_end: Some(1234), ..manifest.clone() };
+        let bytes = truncating.encode(42);
+        assert_eq!(Manifest::decode(&bytes, 42), Some(truncating));
+        for byte in 0..HEADER_BYTES + 44 {
+            let mut copy = bytes.clone();
+            copy[byte] ^= 0x10;
+            assert_eq!(Manifest::decode(&copy, 42), None, "flip at {byte} of a truncating manifest");
+        }
     }
 }

@@ -44,7 +44,12 @@
 //!    fdatasync'ed, except a copy whose file was opened with O_DSYNC (`writes_are_durable`; the
 //!    real storage opens its files so): its write completes only once it is durable.
 //! 5. When ⌈M/2⌉ copies have synced without error the appends are resolved with their offsets;
-//!    the caller acknowledges its publishers after that.
+//!    the caller acknowledges its publishers after that. A standalone log then commits them
+//!    (`commit_to`): readers see committed records only, and a replicated log will commit on
+//!    its replicas' word instead (see `LogInner::committed_end` for the four positions).
+//!    A follower's appends (`append_at`) come with their offsets and their leader's epoch;
+//!    the flush loop takes them in order like any other and refuses one whose offset is no
+//!    longer the log's next. `truncate_after` removes an uncommitted tail.
 //! 6. A copy whose write or fdatasync fails is fenced (its directory takes no more writes and
 //!    counts for nothing) and the sync is never retried and trusted. With fewer than ⌈M/2⌉
 //!    healthy copies the log is fenced: appends fail with `Unavailable`. A full disk while
@@ -52,6 +57,8 @@
 //!    batch with `ResourceExhausted`, leaving the log usable once space returns.
 //!
 //! # Recovery (`open`)
+//! Three steps (`recovery`): a scan reads what every copy holds, a pure plan decides from
+//! that alone what follows from the rules below, and a last step carries it out.
 //! 1. A missing folder is made, with its parents, and their names synced (a new log writes no
 //!    file until its first commit). Every copy's manifest slots are read; the newest valid
 //!    manifest across copies names the segments. No valid manifest, and a first segment (base
@@ -92,12 +99,16 @@
 //!    recycled segment the first position without a valid batch is the segment's end, as
 //!    zeros are in a fresh one (old batches never validate: a header's checksum covers its
 //!    segment's base offset), and nothing is zeroed: commits after recovery overwrite it.
-//! 5. Every copy ends with the same segments and the newest manifest.
+//! 5. A manifest marking a truncation's cut (`Manifest::truncated_end`, a truncation a crash
+//!    interrupted) ends the last segment at the cut: what follows is zeroed as a torn tail is,
+//!    and segment files beyond it are removed.
+//! 6. Every copy ends with the same segments and the newest manifest.
 
 pub mod directories;
 pub mod manifest;
 pub mod read_ahead;
 pub mod record;
+mod recovery;
 
 use crate::storage::{IoBuffer, Storage, StorageFile};
 use crate::sync::{join_all, oneshot, Notify, Sender};
@@ -152,6 +163,10 @@ impl TailCacheBudget {
     }
 }
 
+/// The epoch of a standalone node's batches (`Log::set_epoch` gives another): a node that is
+/// a cluster of one is the leader of one term.
+pub const STANDALONE_EPOCH: u64 = 1;
+
 /// Sweeps (`Log::release_idle_cache`, once a second) without a commit after which a log drops
 /// its tail cache: the readers of an idle topic have caught up or will read from disk.
 pub const TAIL_CACHE_IDLE_SWEEPS: u8 = 10;
@@ -182,13 +197,13 @@ pub struct LogConfig {
     pub read_ahead: bool,
     /// Zero-fill the next segment in the background once the active one is half full, so that
     /// commits into it overwrite written blocks: a commit into space that was only fallocated
-    /// pays at its fdatasync for converting the unwritten extents (about 3× the sync here).
+    /// pays at its fdatasync for converting the unwritten extents (several times the sync).
     /// Only for logs that keep their files open; a log that closes them (a journal when
     /// descriptors are short) does not prepare spares.
     pub prewrite: bool,
     /// Keep one deleted segment's file of the largest size (`segment_bytes_max`) and rename it
     /// into place at the next roll, instead of unlinking it: commits into it overwrite written
-    /// blocks (about twice the MB/s of fresh ones on ext4 here), and no trim of a freed segment
+    /// blocks (faster than fresh ones, see benches/README.md), and no trim of a freed segment
     /// stalls the disk. Only for logs that keep their files open.
     pub recycle: bool,
     /// Keep one segment of `segment_bytes_initial` allocated beside the log (`RESERVE_NAME`),
@@ -244,6 +259,9 @@ pub enum LogError {
     /// Recovery found damage it must not repair on its own.
     Corrupt(String),
     Io(String),
+    /// The request does not fit the log's state: an append at an offset that is not the log's
+    /// next one, an epoch older than the log's last, a truncation of committed records.
+    Refused(String),
 }
 
 impl fmt::Display for LogError {
@@ -255,6 +273,7 @@ impl fmt::Display for LogError {
             LogError::DataLoss(why) => write!(f, "data loss: {why}"),
             LogError::Corrupt(why) => write!(f, "log is corrupt: {why}"),
             LogError::Io(why) => write!(f, "I/O error: {why}"),
+            LogError::Refused(why) => write!(f, "refused by the log: {why}"),
         }
     }
 }
@@ -383,7 +402,7 @@ impl StoredRecord {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct BatchEntry {
     header: BatchHeader,
     position: u64,
@@ -506,6 +525,11 @@ impl Records {
 struct Staged {
     records: Records,
     record_count: u32,
+    /// The epoch of the batch that takes these records: a batch takes appends of one epoch.
+    epoch: u64,
+    /// The offset a follower's append was given (`append_at`); None for the leader's appends,
+    /// whose offsets the flush loop assigns.
+    first_offset: Option<u64>,
     reply: Sender<Result<(u64, u32), LogError>>,
 }
 
@@ -533,6 +557,25 @@ struct Writing<F: StorageFile> {
     /// When the write was issued, for the shard's commit latency (`crate::metrics::latency`).
     issued: std::time::Instant,
 }
+
+/// What `Log::create_in_copies` makes: a segment's base, size, whether it is the log's first,
+/// and the copies (bits) taking the reserve.
+#[derive(Clone, Copy)]
+struct Creation {
+    base_offset: u64,
+    capacity: u64,
+    first_segment: bool,
+    reserve_copies: u64,
+}
+
+/// A segment made in some copies: the files by copy, how many, and the copies that failed for
+/// want of space and for other reasons.
+type Created<S> = (
+    Vec<Option<Rc<<S as Storage>::File>>>,
+    usize,
+    Vec<(usize, std::io::Error)>,
+    Vec<(usize, std::io::Error)>,
+);
 
 /// The next batch, taken, built and being written ahead.
 type Ahead<S> = (Vec<Staged>, Prepared<S>);
@@ -591,7 +634,34 @@ struct LogInner<S: Storage> {
     /// one copy per shard instead of 56 bytes per log.
     config: Rc<LogConfig>,
     segments: Vec<Segment<S>>,
-    next_offset: u64,
+    /// The log's positions, each an offset one past the last record it counts, in order
+    /// `start_offset() <= committed_end <= durable_end <= written_end <= assigned_end`
+    /// (`check_positions`):
+    /// - `committed_end`: what readers see (`read`, `hold_offsets`, `offset_at_time`, the
+    ///   `committed` notification). A standalone log commits what is durable as each commit
+    ///   completes (`commit_on_durable`); a replicated one is told (`commit_to`) once a quorum
+    ///   of replicas has it. Always the end of a batch.
+    /// - `durable_end`: what is durable on ⌈M/2⌉ of this node's directories; appends are
+    ///   acknowledged up to here.
+    /// - `written_end`: the end of the last batch whose offsets were given and whose write may
+    ///   be in flight.
+    /// - `assigned_end`: the offset the next append will get once everything queued commits:
+    ///   what `append_at` must be given.
+    committed_end: u64,
+    durable_end: u64,
+    written_end: u64,
+    assigned_end: u64,
+    /// Whether each completed commit also commits (a standalone log); see `set_commit_on_durable`.
+    commit_on_durable: bool,
+    /// The epoch of the leader's appends (`append`): `STANDALONE_EPOCH` unless set.
+    epoch: u64,
+    /// The epoch of the last batch written or queued: no later batch may have an older one.
+    last_epoch: u64,
+    /// A `truncate_after` is in progress: appends are refused until it ends.
+    truncating: bool,
+    /// Written into the manifest while a truncation zeroes the removed batches (see
+    /// `manifest::Manifest::truncated_end`).
+    truncated_end: Option<u64>,
     staged: VecDeque<Staged>,
     staged_bytes: usize,
     flushing: bool,
@@ -634,8 +704,49 @@ impl<S: Storage> LogInner<S> {
         self.segments.last().map(|segment| Place {
             segment_base: segment.base_offset,
             position: segment.write_position,
-            base_offset: self.next_offset,
+            base_offset: self.durable_end,
         })
+    }
+
+    /// Asserts the order of the log's positions (see `committed_end`).
+    fn check_positions(&self) {
+        let start = self.segments.first().map_or(self.committed_end, |segment| segment.base_offset);
+        debug_assert!(
+            start <= self.committed_end
+                && self.committed_end <= self.durable_end
+                && self.durable_end <= self.written_end
+                && self.written_end <= self.assigned_end,
+            "positions out of order: start {start}, committed {}, durable {}, written {}, assigned {}",
+            self.committed_end,
+            self.durable_end,
+            self.written_end,
+            self.assigned_end
+        );
+    }
+
+    /// The epoch of the last batch indexed (`EPOCH_NONE` without one).
+    fn last_indexed_epoch(&self) -> u64 {
+        self.segments
+            .iter()
+            .rev()
+            .find_map(|segment| segment.batches.last())
+            .map_or(record::EPOCH_NONE, |entry| entry.header.epoch)
+    }
+
+    /// The end of the last whole batch at or below `offset`.
+    fn batch_end_at_or_below(&self, offset: u64) -> u64 {
+        let segment_index = match self.segments.binary_search_by_key(&offset, |segment| segment.base_offset) {
+            Ok(index) => index,
+            Err(0) => return self.segments.first().map_or(offset, |segment| segment.base_offset),
+            Err(index) => index - 1,
+        };
+        let segment = &self.segments[segment_index];
+        let batches = &segment.batches;
+        let kept = batches.partition_point(|entry| entry.header.end_offset() <= offset);
+        match kept {
+            0 => segment.base_offset,
+            kept => batches[kept - 1].header.end_offset(),
+        }
     }
 
     fn drop_oldest_cached(&mut self) {
@@ -698,7 +809,9 @@ impl<S: Storage> LogInner<S> {
         for entry in &segment.batches[first..] {
             let follows = entry.position == position + bytes as u64;
             let fits = batches.is_empty() || bytes + entry.header.disk_bytes() <= READ_AHEAD_BYTES;
-            if entry.header.base_offset >= cached_from || !follows || !fits {
+            // Only committed batches: a truncation may take the others away.
+            let committed = entry.header.base_offset < self.committed_end;
+            if entry.header.base_offset >= cached_from || !follows || !fits || !committed {
                 break;
             }
             batches.push(*entry);
@@ -1103,6 +1216,7 @@ const RECOVERY_READ_BYTES: usize = 1 << 20;
 const RECOVERY_READ_BYTES_FIRST: usize = 64 << 10;
 
 /// What one copy holds at a position during recovery.
+#[derive(Debug, Clone)]
 enum CopyBatch {
     Valid(BatchHeader, u64),
     Empty,
@@ -1121,428 +1235,9 @@ impl<S: Storage> Log<S> {
         config: impl Into<Rc<LogConfig>>,
     ) -> Result<(Log<S>, RecoveryReport), LogError> {
         let config = config.into();
-        let copies = directories.count();
-        let mut report = RecoveryReport::default();
-        let folder = |copy: usize| directories.path(copy).join(relative);
-        // 1. Manifests and segment files of every copy.
-        let mut best: Option<Manifest> = None;
-        let mut manifest_sequences = vec![0u64; copies];
-        let mut present: Vec<Vec<u64>> = Vec::with_capacity(copies);
-        for (copy, manifest_sequence) in manifest_sequences.iter_mut().enumerate() {
-            // Made here, not at the first segment: making it then (the directories, their syncs)
-            // doubled the time of a topic's first publish.
-            storage.create_dir_durable(&folder(copy)).await.map_err(|e| {
-                if is_no_space(&e) {
-                    LogError::NoSpace(format!("making {}: {}", folder(copy).display(), io_text(&e)))
-                } else {
-                    LogError::Io(io_text(&e))
-                }
-            })?;
-            let names = storage.list_dir(&folder(copy)).map_err(|e| LogError::Io(io_text(&e)))?;
-            for leftover in [SPARE_NAME, RECYCLE_NAME, RESERVE_MAKING_NAME] {
-                // A spare that was being prepared, a deleted segment's file kept for the next
-                // roll, or a reserve being allocated: none was ever named a segment. (A whole
-                // reserve, `RESERVE_NAME`, is kept: it was never written either, and on a full
-                // disk it could not be made again.)
-                if names.iter().any(|name| name == leftover) {
-                    storage
-                        .remove_file(&folder(copy).join(leftover))
-                        .map_err(|e| LogError::Io(io_text(&e)))?;
-                }
-            }
-            present.push(
-                names
-                    .iter()
-                    .filter_map(|name| name.strip_suffix(".seg").and_then(|base| base.parse().ok()))
-                    .collect(),
-            );
-            for slot in MANIFEST_SLOTS {
-                if !names.iter().any(|name| name == slot) {
-                    continue;
-                }
-                let file = storage
-                    .open(&folder(copy).join(slot), false)
-                    .await
-                    .map_err(|e| LogError::Io(io_text(&e)))?;
-                let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-                if size == 0 {
-                    // Created ahead by a roll (see `roll`), never written.
-                    continue;
-                }
-                let bytes = file
-                    .read_at(0, record::align_up(size as usize, BLOCK_BYTES))
-                    .await
-                    .map_err(|e| LogError::Io(io_text(&e)))?;
-                if let Some(found) = Manifest::decode(&bytes, log_id) {
-                    *manifest_sequence = (*manifest_sequence).max(found.sequence);
-                    if best.as_ref().is_none_or(|best| found.sequence > best.sequence) {
-                        best = Some(found);
-                    }
-                }
-            }
-        }
-        // Without a valid manifest the log has at most its first segment, based at offset 0,
-        // which no manifest lists (see `roll`): if it holds data in any copy, that segment alone
-        // is the log. A slot holding bytes but no valid manifest changes nothing: it is the
-        // first manifest torn by a crash during the second roll (whose new segment then holds
-        // only zeros), or damage, and then step 2 stops at any other segment holding data.
-        // Without data in a first segment, the segment files are a first roll cut short, all
-        // zeros, which step 2 removes, and any that holds data stops recovery there.
-        if best.is_none() {
-            best = first_segment_alone(&storage, &present, &folder, log_id).await?;
-        }
-        let has_manifest = best.is_some();
-        let manifest = best.unwrap_or_default();
-        // 2. Files the manifest does not list.
-        let first_listed = manifest.segments.first().map(|listed| listed.base_offset);
-        for (copy, bases) in present.iter().enumerate() {
-            for base in bases {
-                if manifest.segments.iter().any(|listed| listed.base_offset == *base) {
-                    continue;
-                }
-                let path = folder(copy).join(segment_name(*base));
-                let below_start = first_listed.is_some_and(|first| *base < first);
-                let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
-                let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-                // A file renamed into place by a roll that a crash cut short before its manifest
-                // holds an earlier segment's bytes, none of which validates as a batch of this
-                // segment (a batch header's checksum covers its segment's base offset).
-                let never_written = || async {
-                    if last_nonzero_end(&file, size).await? == 0 {
-                        return Ok::<_, LogError>(true);
-                    }
-                    Ok(has_manifest && first_valid_batch(&file, log_id, *base, 0, size).await?.is_none())
-                };
-                if below_start || never_written().await? {
-                    storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
-                    report.empty_segments_removed += 1;
-                } else if has_manifest {
-                    return Err(LogError::Corrupt(format!(
-                        "{} holds data but the manifest does not list it; refusing to start (nothing was deleted)",
-                        path.display()
-                    )));
-                } else {
-                    return Err(LogError::Corrupt(format!(
-                        "{} holds data but no data directory has a valid manifest for its log; refusing to start (nothing was deleted)",
-                        path.display()
-                    )));
-                }
-            }
-        }
-        // 3 and 4. Scan every listed segment in every copy.
-        let mut segments: Vec<Segment<S>> = Vec::new();
-        let mut next_offset = first_listed.unwrap_or(0);
-        let mut torn: Option<(usize, u64)> = None;
-        let mut repairs: Vec<(usize, u64, usize, usize, usize)> = Vec::new(); // (segment, position, bytes, from, to)
-        let mut orphans: Vec<(usize, usize, u64)> = Vec::new(); // (segment, copy, position)
-        for (segment_index, listed) in manifest.segments.iter().copied().enumerate() {
-            let (base, capacity) = (listed.base_offset, listed.capacity);
-            let mut files: Vec<Option<Rc<S::File>>> = Vec::with_capacity(copies);
-            for copy in 0..copies {
-                let path = folder(copy).join(segment_name(base));
-                if storage.exists(&path) {
-                    let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
-                    if !file.direct_io() {
-                        report.buffered_io_warning = true;
-                    }
-                    files.push(Some(Rc::new(file)));
-                } else {
-                    files.push(None);
-                }
-            }
-            if files.iter().all(Option::is_none) {
-                return Err(LogError::Corrupt(format!(
-                    "segment {} of {} is listed in the manifest but missing from every data directory; refusing to start",
-                    segment_name(base),
-                    relative.display()
-                )));
-            }
-            let mut segment = Segment {
-                base_offset: base,
-                newest_publish_ms: 0,
-                capacity,
-                write_position: 0,
-                recycled: listed.recycled,
-                batches: Vec::new(),
-                files: files.clone(),
-                closed: None,
-            };
-            if torn.is_some() {
-                // After a torn tail every later segment must be empty in every copy: without
-                // bytes, or, for a recycled one, without a batch of its own.
-                for file in files.iter().flatten() {
-                    let holds_data = if listed.recycled {
-                        first_valid_batch(&**file, log_id, base, 0, capacity).await?.is_some()
-                    } else {
-                        last_nonzero_end(&**file, capacity).await? > 0
-                    };
-                    if holds_data {
-                        return Err(LogError::Corrupt(format!(
-                            "segment {} of {} holds bytes after a torn batch in an earlier segment; refusing to start",
-                            segment_name(base),
-                            relative.display()
-                        )));
-                    }
-                }
-                segments.push(segment);
-                continue;
-            }
-            if base != next_offset {
-                return Err(LogError::Corrupt(format!(
-                    "segment {} of {} starts at offset {base} but the log before it ends at {next_offset}; refusing to start",
-                    segment_name(base),
-                    relative.display()
-                )));
-            }
-            let mut windows: Vec<Window<<S::File as StorageFile>::Read>> =
-                (0..copies).map(|_| Window::new()).collect();
-            let mut position = 0u64;
-            // A closed segment holds the offsets up to the next one's base and ends there. What
-            // may follow its last batch is not always zeros: a batch of an earlier life (see
-            // `first_valid_batch_from_offset`) can stand right after it, whole, when the log
-            // rolled there.
-            let next_base = manifest.segments.get(segment_index + 1).map(|next| next.base_offset);
-            while position + BLOCK_BYTES as u64 <= capacity && Some(next_offset) != next_base {
-                let mut found = Vec::with_capacity(copies);
-                for (copy, file) in files.iter().enumerate() {
-                    found.push(match file {
-                        None => CopyBatch::Missing,
-                        Some(file) => {
-                            match read_batch(&**file, &mut windows[copy], log_id, base, position, capacity)
-                                .await?
-                            {
-                                ReadBatch::Valid(header, newest) if header.base_offset == next_offset => {
-                                    CopyBatch::Valid(header, newest)
-                                }
-                                ReadBatch::Valid(header, _) => CopyBatch::Invalid(format!(
-                                    "batch starts at offset {} where {next_offset} was expected",
-                                    header.base_offset
-                                )),
-                                ReadBatch::Empty => CopyBatch::Empty,
-                                ReadBatch::Invalid(why) => CopyBatch::Invalid(why),
-                            }
-                        }
-                    });
-                }
-                let good = found.iter().position(|batch| matches!(batch, CopyBatch::Valid(..)));
-                if let Some(good) = good {
-                    let CopyBatch::Valid(header, newest) = found[good] else { unreachable!() };
-                    segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
-                    for (copy, batch) in found.iter().enumerate() {
-                        if !matches!(batch, CopyBatch::Valid(..)) {
-                            repairs.push((segment_index, position, header.disk_bytes(), good, copy));
-                        }
-                    }
-                    segment.batches.push(BatchEntry { header, position });
-                    report.batches += 1;
-                    report.records += header.record_count as u64;
-                    next_offset = header.end_offset();
-                    position += header.disk_bytes() as u64;
-                    continue;
-                }
-                if found.iter().all(|batch| matches!(batch, CopyBatch::Empty | CopyBatch::Missing)) {
-                    // The log's end, unless a power failure lost the commit here after the one
-                    // behind it was written ahead and landed: in a fresh segment that hole reads
-                    // as zeros. Left on disk, that batch (never acknowledged) would outlive this
-                    // recovery; the log would write over the hole with commits of other sizes
-                    // and reuse its offsets, and after a later crash it could no longer be told
-                    // from a batch after damage. So it is looked for where it can start, at
-                    // most `written_ahead_distance_max` past here, and its header zeroed below.
-                    // (A closed segment ends at the next one's base, before any such hole.)
-                    if next_base.is_none() {
-                        for (copy, file) in files.iter().enumerate() {
-                            let Some(file) = file else { continue };
-                            let starts = position + BLOCK_BYTES as u64
-                                ..(position + config.written_ahead_distance_max() + 1).min(capacity);
-                            // Where the file holds no data (space only fallocated, as after the
-                            // end of most fresh segments), nothing is read.
-                            let data =
-                                file.data_from(starts.start).await.map_err(|e| LogError::Io(io_text(&e)))?;
-                            let Some(data) = data else { continue };
-                            let from = starts.start.max(data / BLOCK_BYTES as u64 * BLOCK_BYTES as u64);
-                            let Some(later) = first_valid_batch_from_offset(
-                                &**file,
-                                log_id,
-                                base,
-                                from..starts.end,
-                                capacity,
-                                next_offset + 1,
-                            )
-                            .await?
-                            else {
-                                continue;
-                            };
-                            if orphan_written_ahead(&**file, log_id, base, later, capacity, next_offset)
-                                .await?
-                            {
-                                orphans.push((segment_index, copy, later));
-                                continue;
-                            }
-                            return Err(LogError::Corrupt(format!(
-                                "{} segment {} at byte {position}: zeros in every copy, but a valid batch follows at byte {later}: \
-                                 mid-log damage; refusing to start (nothing was deleted)",
-                                relative.display(),
-                                segment_name(base)
-                            )));
-                        }
-                    }
-                    break;
-                }
-                let why = found
-                    .iter()
-                    .find_map(
-                        |batch| if let CopyBatch::Invalid(why) = batch { Some(why.clone()) } else { None },
-                    )
-                    .unwrap_or_default();
-                for (copy, file) in files.iter().enumerate() {
-                    let Some(file) = file else { continue };
-                    // The batch that belongs here would have held `next_offset`: any later
-                    // one of this life starts after it.
-                    let later = first_valid_batch_from_offset(
-                        &**file,
-                        log_id,
-                        base,
-                        position + BLOCK_BYTES as u64..capacity,
-                        capacity,
-                        next_offset + 1,
-                    )
-                    .await?;
-                    if let Some(later) = later {
-                        if orphan_written_ahead(&**file, log_id, base, later, capacity, next_offset).await? {
-                            // The commit here never completed, and the one after it, whose
-                            // write was issued while this one was in flight, landed first:
-                            // neither was acknowledged. Its header is zeroed below.
-                            orphans.push((segment_index, copy, later));
-                            continue;
-                        }
-                        return Err(LogError::Corrupt(format!(
-                            "{} segment {} at byte {position}: {why} in every copy, but a valid batch follows at byte {later}: \
-                             mid-log corruption; refusing to start (nothing was deleted)",
-                            relative.display(),
-                            segment_name(base)
-                        )));
-                    }
-                }
-                if segment.recycled {
-                    // The bytes of the file's earlier life end this segment, as zeros end a
-                    // fresh one: a later segment must start where its batches end (checked
-                    // above), and commits after recovery go here and overwrite them. Nothing is
-                    // zeroed. A commit cut short shows as such only where its header landed
-                    // (it names this segment and position); one torn before its first sector
-                    // cannot be told from the old bytes.
-                    for (copy, file) in files.iter().enumerate() {
-                        let Some(file) = file else { continue };
-                        let head = windows[copy].at(&**file, position, BLOCK_BYTES, capacity).await?;
-                        if let Ok(header) = record::decode_batch_header(head, log_id, base, position) {
-                            report.torn_bytes_discarded =
-                                report.torn_bytes_discarded.max(header.disk_bytes() as u64);
-                            report.torn_at = Some((folder(0).join(segment_name(base)), position));
-                        }
-                    }
-                    break;
-                }
-                torn = Some((segment_index, position));
-                break;
-            }
-            segment.write_position = position;
-            segments.push(segment);
-            report.segments += 1;
-        }
-        if let Some((torn_segment, _)) = torn {
-            // Later segments were checked empty above; a later segment starting elsewhere than the
-            // cut is an orphan of the interrupted commit's roll and is dropped from the manifest.
-            while segments.len() > torn_segment + 1 {
-                let orphan = segments.pop().unwrap();
-                for copy in 0..copies {
-                    let path = folder(copy).join(segment_name(orphan.base_offset));
-                    if storage.exists(&path) {
-                        storage.remove_file(&path).map_err(|e| LogError::Io(io_text(&e)))?;
-                    }
-                }
-                report.empty_segments_removed += 1;
-            }
-        }
-        let reserve = if config.reserve {
-            find_reserve(&storage, &directories, relative).await.map(Box::new)
-        } else {
-            None
-        };
-        let log = Log {
-            storage: storage.clone(),
-            directories: directories.clone(),
-            inner: Rc::new(RefCell::new(LogInner {
-                log_id,
-                relative: relative.to_path_buf(),
-                config,
-                segments,
-                next_offset,
-                staged: VecDeque::new(),
-                staged_bytes: 0,
-                flushing: false,
-                fenced: None,
-                closed_for_removal: false,
-                tail_cache: VecDeque::new(),
-                tail_cache_bytes: 0,
-                idle_sweeps: 0,
-                read_ahead: None,
-                warned_buffered: report.buffered_io_warning,
-                copies: CopyStates::all_current(copies),
-                manifest_sequence: manifest.sequence,
-                spare: None,
-                spare_started_for: u64::MAX,
-                commits_built_ahead: 0,
-                recycled: None,
-                rolled: false,
-                manifest_writing: false,
-                reserve,
-                reserving: false,
-            })),
-            committed: Notify::new(),
-        };
-        // Repairs: copy good batches over missing or bad ones, then zero torn tails.
-        for (segment_index, position, bytes, from, to) in repairs {
-            // A copy that could not take a repair (a full or failing disk) is fenced; skip the
-            // rest of its repairs instead of failing each one again.
-            if log.directories.is_fenced(to) {
-                continue;
-            }
-            if log.repair(segment_index, position, bytes, from, to).await? {
-                report.batches_repaired += 1;
-            }
-        }
-        for (segment_index, copy, position) in orphans {
-            let file = log.inner.borrow().segments[segment_index].files[copy].clone();
-            if let Some(file) = file {
-                zero_range(&storage, &*file, position, position + BLOCK_BYTES as u64).await?;
-                file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;
-            }
-        }
-        if let Some((segment_index, position)) = torn {
-            let files: Vec<Rc<S::File>> =
-                log.inner.borrow().segments[segment_index].files.iter().flatten().cloned().collect();
-            let capacity = log.inner.borrow().segments[segment_index].capacity;
-            let mut discarded = 0;
-            for file in files {
-                let end = last_nonzero_end(&*file, capacity).await?;
-                if end > position {
-                    discarded = discarded.max(end - position);
-                    zero_range(&storage, &*file, position, end).await?;
-                    file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))?;
-                }
-            }
-            report.torn_bytes_discarded = discarded;
-            report.torn_at =
-                Some((folder(0).join(segment_name(manifest.segments[segment_index].base_offset)), position));
-        }
-        // 5. Every copy gets the newest manifest. A new log writes none: it gets its first with
-        // its first segment, so a topic that never publishes has only its folders.
-        let behind = has_manifest
-            && (manifest_sequences.iter().any(|sequence| *sequence < manifest.sequence)
-                || report.empty_segments_removed > 0);
-        if behind {
-            log.write_manifest().await?;
-        }
-        Ok((log, report))
+        let (scan, files) = recovery::scan(&storage, &directories, relative, log_id, &config).await?;
+        let plan = recovery::plan(&scan)?;
+        Log::carry_out(storage, directories, (relative, log_id, config), plan, files).await
     }
 
     /// Rewrites the batch at `position` of a segment in copy `to` with the bytes of copy `from`.
@@ -1706,6 +1401,7 @@ impl<S: Storage> Log<S> {
                         recycled: segment.recycled,
                     })
                     .collect(),
+                truncated_end: inner.truncated_end,
             };
             (manifest, inner.log_id)
         };
@@ -1786,9 +1482,83 @@ impl<S: Storage> Log<S> {
         self.inner.borrow().read_ahead.as_ref().map_or(0, |cache| cache.bytes())
     }
 
-    /// The offset the next committed record will get: every offset below it is durable.
+    /// One past the last committed record: what readers see. Every offset below it is durable
+    /// here, and (replicated) on a quorum of replicas. The same as `committed_end`.
     pub fn end_offset(&self) -> u64 {
-        self.inner.borrow().next_offset
+        self.inner.borrow().committed_end
+    }
+
+    /// One past the last record a quorum has (see `LogInner::committed_end`).
+    pub fn committed_end(&self) -> u64 {
+        self.inner.borrow().committed_end
+    }
+
+    /// One past the last record durable on ⌈M/2⌉ of this node's data directories: what the
+    /// appends are acknowledged for.
+    pub fn durable_end(&self) -> u64 {
+        self.inner.borrow().durable_end
+    }
+
+    /// One past the last record whose batch was built and whose write may be in flight.
+    pub fn written_end(&self) -> u64 {
+        self.inner.borrow().written_end
+    }
+
+    /// The offset `append_at` must be given next: one past every record queued or written.
+    pub fn next_offset(&self) -> u64 {
+        self.inner.borrow().assigned_end
+    }
+
+    /// The epoch of the log's last batch, queued or written (`record::EPOCH_NONE` for none, or
+    /// for batches written before epochs).
+    pub fn last_epoch(&self) -> u64 {
+        self.inner.borrow().last_epoch
+    }
+
+    /// Sets the epoch of the leader's appends (`append`). Refused when older than the epoch of
+    /// the log's last batch, or 0 (the epoch of batches written before epochs).
+    pub fn set_epoch(&self, epoch: u64) -> Result<(), LogError> {
+        let mut inner = self.inner.borrow_mut();
+        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch {
+            return Err(LogError::Refused(format!(
+                "epoch {epoch}: the log's last batch is of epoch {}",
+                inner.last_epoch
+            )));
+        }
+        inner.epoch = epoch;
+        Ok(())
+    }
+
+    /// Whether each completed commit also commits its records (true when opened: a standalone
+    /// node's quorum is its own directories). A replicated log sets it false and calls
+    /// `commit_to` as its replicas confirm.
+    pub fn set_commit_on_durable(&self, commit_on_durable: bool) {
+        self.inner.borrow_mut().commit_on_durable = commit_on_durable;
+    }
+
+    /// Moves the committed position up to `offset`, or rather to the end of the last whole
+    /// batch at or below it (readers are served whole batches), and wakes the readers waiting
+    /// (`committed`). Never past what is durable here, never back: an offset at or below the
+    /// committed position changes nothing.
+    pub fn commit_to(&self, offset: u64) {
+        let advanced = {
+            let mut inner = self.inner.borrow_mut();
+            // The durable end is a batch's end: a standalone log's every commit needs no search.
+            let offset = if offset >= inner.durable_end {
+                inner.durable_end
+            } else {
+                inner.batch_end_at_or_below(offset)
+            };
+            let advanced = offset > inner.committed_end;
+            if advanced {
+                inner.committed_end = offset;
+            }
+            inner.check_positions();
+            advanced
+        };
+        if advanced {
+            self.committed.notify_all();
+        }
     }
 
     pub fn storage(&self) -> &S {
@@ -1803,7 +1573,7 @@ impl<S: Storage> Log<S> {
     /// again finds it just the same.
     pub fn is_empty(&self) -> bool {
         let inner = self.inner.borrow();
-        inner.segments.is_empty() && inner.next_offset == 0 && inner.staged.is_empty()
+        inner.segments.is_empty() && inner.durable_end == 0 && inner.staged.is_empty()
     }
 
     /// Commits whose bytes were built, and whose write was issued, while the commit before them
@@ -1815,14 +1585,14 @@ impl<S: Storage> Log<S> {
     /// The oldest offset still stored.
     pub fn start_offset(&self) -> u64 {
         let inner = self.inner.borrow();
-        inner.segments.first().map(|segment| segment.base_offset).unwrap_or(inner.next_offset)
+        inner.segments.first().map(|segment| segment.base_offset).unwrap_or(inner.committed_end)
     }
 
     pub fn is_fenced(&self) -> Option<String> {
         self.inner.borrow().fenced.clone()
     }
 
-    /// Resolves after the next commit.
+    /// Resolves after the committed position next moves.
     pub fn committed(&self) -> crate::sync::Notified {
         self.committed.notified()
     }
@@ -1836,20 +1606,51 @@ impl<S: Storage> Log<S> {
 
     /// `append`, for records encoded already or encoded when their commit is built.
     pub async fn append_records(&self, records: Records, record_count: u32) -> Result<(u64, u32), LogError> {
+        self.stage(records, record_count, None, None).await
+    }
+
+    /// A follower's append: the leader's records from `first_offset` on, in a batch of
+    /// `epoch`. Refused (`LogError::Refused`) unless `first_offset` is the log's next offset
+    /// (`next_offset`: no gap, no overlap; a follower truncates a tail that disagrees with
+    /// its leader first, `truncate_after`) and `epoch` is at least the log's last
+    /// (`last_epoch`). Resolves, as `append` does, once the records are durable here.
+    pub async fn append_at(
+        &self,
+        first_offset: u64,
+        epoch: u64,
+        records: Vec<u8>,
+        record_count: u32,
+    ) -> Result<(u64, u32), LogError> {
+        self.stage(Records::Encoded(records), record_count, Some(epoch), Some(first_offset)).await
+    }
+
+    /// Queues an append for the flush loop and waits for its commit. `epoch` None: the
+    /// leader's (`set_epoch`); `first_offset` None: the flush loop gives the offsets.
+    async fn stage(
+        &self,
+        records: Records,
+        record_count: u32,
+        epoch: Option<u64>,
+        first_offset: Option<u64>,
+    ) -> Result<(u64, u32), LogError> {
         let receiver = {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
                 return Err(LogError::Fenced(why.clone()));
             }
             if inner.closed_for_removal {
-                return Err(LogError::Fenced("the log is being removed (its topic was deleted)".into()));
+                return Err(LogError::Fenced("the log is being removed (`close_for_removal`)".into()));
             }
+            let epoch = epoch.unwrap_or(inner.epoch);
+            Self::check_append(&inner, epoch, first_offset)?;
             if inner.staged_bytes + records.len() > inner.config.staging_bytes_max {
                 return Err(LogError::Overloaded);
             }
             inner.staged_bytes += records.len();
+            inner.assigned_end += record_count as u64;
+            inner.last_epoch = epoch;
             let (reply, receiver) = oneshot();
-            inner.staged.push_back(Staged { records, record_count, reply });
+            inner.staged.push_back(Staged { records, record_count, epoch, first_offset, reply });
             let start_flushing = !inner.flushing;
             inner.flushing = true;
             drop(inner);
@@ -1865,13 +1666,42 @@ impl<S: Storage> Log<S> {
         }
     }
 
+    /// Refuses an append of `epoch` (at `first_offset`, for a follower's) that does not follow
+    /// the log's last batch, or that comes while the tail is being truncated.
+    fn check_append(inner: &LogInner<S>, epoch: u64, first_offset: Option<u64>) -> Result<(), LogError> {
+        if inner.truncating {
+            return Err(LogError::Refused("the log's tail is being truncated".into()));
+        }
+        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch {
+            return Err(LogError::Refused(format!(
+                "an append of epoch {epoch}: the log's last batch is of epoch {}",
+                inner.last_epoch
+            )));
+        }
+        match first_offset {
+            Some(first) if first != inner.assigned_end => Err(LogError::Refused(format!(
+                "an append at offset {first}: the log's next offset is {}",
+                inner.assigned_end
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// How many of the staged appends the next commit takes (at least one; then as many as fit
     /// in `group_commit_bytes_max`), and their bytes.
     fn next_take(inner: &LogInner<S>) -> (usize, usize) {
         let mut take_bytes = 0;
         let mut take = 0;
+        let first = inner.staged.front();
         for staged in inner.staged.iter() {
             if take > 0 && take_bytes + staged.records.len() > inner.config.group_commit_bytes_max {
+                break;
+            }
+            // A batch has one epoch, and either offsets the loop gives or a follower's.
+            let alike = first.is_some_and(|first| {
+                first.epoch == staged.epoch && first.first_offset.is_some() == staged.first_offset.is_some()
+            });
+            if take > 0 && !alike {
                 break;
             }
             take_bytes += staged.records.len();
@@ -1904,13 +1734,23 @@ impl<S: Storage> Log<S> {
             ahead = next;
             match result {
                 Ok(mut first) => {
+                    // Standalone, what is durable here is committed: one call, so that a
+                    // replicated log can make it on its replicas' word instead.
+                    let commit_on_durable = self.inner.borrow().commit_on_durable;
+                    if commit_on_durable {
+                        self.commit_to(first + count as u64);
+                    }
                     for staged in batch {
                         staged.reply.send(Ok((first, staged.record_count)));
                         first += staged.record_count as u64;
                     }
-                    self.committed.notify_all();
                 }
                 Err(error) => {
+                    // Unless the log is fenced, nothing of it was written (a failure after a
+                    // write fences the log): the appends queued behind take its offsets.
+                    if !matches!(error, LogError::Fenced(_)) {
+                        self.inner.borrow_mut().assigned_end -= count as u64;
+                    }
                     for staged in batch {
                         staged.reply.send(Err(error.clone()));
                     }
@@ -1982,6 +1822,16 @@ impl<S: Storage> Log<S> {
                 (prepared.place, prepared.buffer, prepared.writing)
             }
             None => {
+                // The offsets are given here, as the batch is built, not when the appends were
+                // queued: a commit that fails before its write (a full disk) then leaves no
+                // gap, and the appends behind it take its offsets. A follower's append came
+                // with its offsets, which must still be the log's next.
+                let durable_end = self.inner.borrow().durable_end;
+                if let Some(first) = batch[0].first_offset.filter(|first| *first != durable_end) {
+                    return Err(LogError::Refused(format!(
+                        "an append at offset {first}: a failed commit before it left the log's next offset at {durable_end}"
+                    )));
+                }
                 let (place, targets) = self.prepare_commit(disk_bytes).await?;
                 let buffer = Rc::new(self.build_batch(batch, count, place, false));
                 let writing = spawn_writes(&targets, &buffer, place.position);
@@ -2000,6 +1850,29 @@ impl<S: Storage> Log<S> {
             futures_lite::future::zip(task, self.prepare_ahead(next, disk_bytes as u64, capacity, &targets))
                 .await;
         *ahead = taken;
+        self.sync_written(targets, writes, position, disk_bytes).await?;
+        crate::metrics::latency::record_commit(issued);
+        let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
+        let header = BatchHeader {
+            base_offset,
+            record_count: count,
+            records_bytes: records_bytes as u32,
+            epoch: batch[0].epoch,
+        };
+        self.index_commit(BatchEntry { header, position }, newest, buffer);
+        self.start_spare_if_due();
+        Ok(base_offset)
+    }
+
+    /// Syncs the copies whose write of a commit (`disk_bytes` at `position`) succeeded, and
+    /// fences each copy that failed; the commit must be durable on ⌈M/2⌉ of them.
+    async fn sync_written(
+        &self,
+        targets: Vec<(usize, Rc<S::File>)>,
+        writes: Vec<std::io::Result<()>>,
+        position: u64,
+        disk_bytes: usize,
+    ) -> Result<(), LogError> {
         // A copy fenced while this write was in flight (by the commit before it) no longer
         // counts, whatever its write did.
         let writable = self.writable_copies();
@@ -2043,19 +1916,22 @@ impl<S: Storage> Log<S> {
                 "the commit at byte {position} is durable in {durable} data directories; {quorum} are needed"
             )));
         }
-        crate::metrics::latency::record_commit(issued);
-        let newest = batch.iter().map(|staged| staged.records.newest_publish_ms()).max().unwrap_or(0);
+        Ok(())
+    }
+
+    /// Records a durable commit of `entry` in the index and the tail cache.
+    fn index_commit(&self, entry: BatchEntry, newest: u64, buffer: Rc<S::Buffer>) {
+        let (base_offset, disk_bytes) = (entry.header.base_offset, entry.header.disk_bytes());
         let mut inner = self.inner.borrow_mut();
-        let header = BatchHeader { base_offset, record_count: count, records_bytes: records_bytes as u32 };
         let keep_files_open = inner.config.keep_files_open;
         let segment = inner.segments.last_mut().unwrap();
         segment.newest_publish_ms = segment.newest_publish_ms.max(newest);
-        segment.batches.push(BatchEntry { header, position });
+        segment.batches.push(entry);
         segment.write_position += disk_bytes as u64;
         if !keep_files_open {
             segment.close_files();
         }
-        inner.next_offset = base_offset + count as u64;
+        inner.durable_end = entry.header.end_offset();
         inner.idle_sweeps = 0;
         if inner.config.tail_cache_bytes_max > 0 {
             // Commits complete in order, so the cache stays sorted by base offset for
@@ -2079,9 +1955,7 @@ impl<S: Storage> Log<S> {
             }
             inner.drop_oldest_cached();
         }
-        drop(inner);
-        self.start_spare_if_due();
-        Ok(base_offset)
+        inner.check_positions();
     }
 
     /// Makes room for a batch of `disk_bytes` (a new segment if the active one is full) and
@@ -2129,7 +2003,11 @@ impl<S: Storage> Log<S> {
     fn build_batch(&self, batch: &[Staged], count: u32, place: Place, written_ahead: bool) -> S::Buffer {
         let Place { segment_base, position, base_offset } = place;
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
-        let log_id = self.inner.borrow().log_id;
+        let log_id = {
+            let mut inner = self.inner.borrow_mut();
+            inner.written_end = base_offset + count as u64;
+            inner.log_id
+        };
         let mut buffer = self.storage.alloc_buffer(record::batch_disk_bytes(records_bytes));
         let bytes = buffer.bytes_mut();
         let mut at = record::BATCH_HEADER_BYTES;
@@ -2143,14 +2021,13 @@ impl<S: Storage> Log<S> {
         debug_assert_eq!(sealed, count, "the appends' records and their counts disagree");
         bytes[records_end..].fill(0);
         let flags = if written_ahead { record::FLAG_WRITTEN_AHEAD } else { 0 };
-        record::encode_batch_header_flagged(
-            bytes,
-            (log_id, segment_base, position),
+        let header = BatchHeader {
             base_offset,
-            count,
-            records_bytes as u32,
-            flags,
-        );
+            record_count: count,
+            records_bytes: records_bytes as u32,
+            epoch: batch[0].epoch,
+        };
+        record::encode_batch_header_flagged(bytes, (log_id, segment_base, position), &header, flags);
         buffer
     }
 
@@ -2158,8 +2035,8 @@ impl<S: Storage> Log<S> {
     /// for the place that commit leaves (`next`, in a segment of `capacity` bytes) and issues
     /// its write to the same `targets`: the copy and the checksums of the next commit are not
     /// between two writes, and an append that arrives during a write waits for its own write
-    /// only, not for the one in flight too (at an offered 10k msg/s, the median publish-ack p99
-    /// of 12 interleaved runs went from 1.31 to 1.01 ms). At most two writes of a log are in
+    /// only, not for the one in flight too (the publish latency's tail shrinks; see
+    /// benches/README.md). At most two writes of a log are in
     /// flight: the one after is taken when this commit is done. Its appends are acknowledged
     /// only after this commit is durable too (`flush_loop` completes commits in order), and
     /// any failure once this write is issued fences the log, so a batch that landed beyond a
@@ -2191,6 +2068,16 @@ impl<S: Storage> Log<S> {
             }
             let (take, take_bytes) = Self::next_take(&inner);
             if next.position + record::batch_disk_bytes(take_bytes) as u64 > capacity {
+                return None;
+            }
+            // A follower's append that no longer continues the log is refused by a commit of
+            // its own (`commit_taking_ahead`).
+            if inner
+                .staged
+                .front()
+                .and_then(|staged| staged.first_offset)
+                .is_some_and(|first| first != next.base_offset)
+            {
                 return None;
             }
             inner.staged_bytes -= take_bytes;
@@ -2278,6 +2165,160 @@ impl<S: Storage> Log<S> {
         self.inner.borrow_mut().closed_for_removal = true;
         while self.inner.borrow().flushing || self.inner.borrow().manifest_writing {
             crate::runtime::sleep(REMOVAL_WAIT).await;
+        }
+    }
+
+    /// Removes every batch holding offsets at or above `end`, in every data directory, so
+    /// that the log's next offset is `end`: a follower's tail that its new leader never
+    /// committed. `end` must be the end of a batch, at or above the committed position
+    /// (`LogError::Refused` otherwise: committed records are never removed) and at or below
+    /// the durable one. Appends queued and not yet taken by a commit fail; the commits in
+    /// flight are waited for, and what they make durable past `end` goes too. Durable in
+    /// steps a crash may cut at any point: the manifest saying the log ends at `end`
+    /// (`Manifest::truncated_end`, which recovery honours) is durable before anything is
+    /// zeroed, the removed batches are zeroed and synced and the later segments' files
+    /// removed, and only then is the manifest without the mark written and appends taken
+    /// again. Readers never held the removed batches: they see committed ones only.
+    pub async fn truncate_after(&self, end: u64) -> Result<(), LogError> {
+        {
+            let mut inner = self.inner.borrow_mut();
+            if let Some(why) = &inner.fenced {
+                return Err(LogError::Fenced(why.clone()));
+            }
+            if inner.truncating || inner.closed_for_removal {
+                return Err(LogError::Refused("the log is being truncated or removed".into()));
+            }
+            if end < inner.committed_end {
+                return Err(LogError::Refused(format!(
+                    "a truncation at offset {end}: offsets up to {} are committed",
+                    inner.committed_end
+                )));
+            }
+            inner.truncating = true;
+            let refused = LogError::Refused(format!("the log's tail was truncated at offset {end}"));
+            for staged in std::mem::take(&mut inner.staged) {
+                inner.assigned_end -= staged.record_count as u64;
+                staged.reply.send(Err(refused.clone()));
+            }
+            inner.staged_bytes = 0;
+        }
+        while self.inner.borrow().flushing {
+            crate::runtime::sleep(REMOVAL_WAIT).await;
+        }
+        let result = self.truncate_durable(end).await;
+        self.inner.borrow_mut().truncating = false;
+        result
+    }
+
+    /// `truncate_after` once nothing is in flight.
+    async fn truncate_durable(&self, end: u64) -> Result<(), LogError> {
+        let (cut_base, cut, removed) = {
+            let mut inner = self.inner.borrow_mut();
+            if let Some(why) = &inner.fenced {
+                return Err(LogError::Fenced(why.clone()));
+            }
+            if end > inner.durable_end || inner.batch_end_at_or_below(end) != end {
+                return Err(LogError::Refused(format!(
+                    "a truncation at offset {end}: not the end of a batch at or below the durable end {}",
+                    inner.durable_end
+                )));
+            }
+            if end == inner.durable_end {
+                return Ok(());
+            }
+            // The segment holding the cut: the last one starting at or below it.
+            let segment_index = inner.segments.partition_point(|segment| segment.base_offset <= end) - 1;
+            let segment = &inner.segments[segment_index];
+            let kept = segment.batches.partition_point(|entry| entry.header.end_offset() <= end);
+            let cut = segment.batches.get(kept).map_or(segment.write_position, |entry| entry.position);
+            let cut_base = segment.base_offset;
+            let removed: Vec<Segment<S>> = inner.segments.drain(segment_index + 1..).collect();
+            inner.truncated_end = Some(end);
+            (cut_base, (kept, cut), removed)
+        };
+        // 1. The mark: from here on a recovery discards what follows `end`.
+        if let Err(error) = self.write_manifest().await {
+            let mut inner = self.inner.borrow_mut();
+            inner.segments.extend(removed);
+            inner.truncated_end = None;
+            return Err(error);
+        }
+        // Found again by its base: retention may have removed older segments meanwhile (never
+        // the last one, which this is).
+        let (segment_index, written_to) = {
+            let inner = self.inner.borrow();
+            let index = inner.segments.iter().position(|segment| segment.base_offset == cut_base).unwrap();
+            (index, inner.segments[index].write_position)
+        };
+        self.forget_after(segment_index, cut, end);
+        // 2. Zeros over the removed batches, and the later segments' files removed.
+        self.zero_removed(segment_index, cut.1, written_to).await?;
+        self.remove_segment_files(removed).await;
+        // 3. The mark goes: the log takes appends at `end`.
+        self.inner.borrow_mut().truncated_end = None;
+        self.write_manifest().await
+    }
+
+    /// Drops from memory every batch from `kept` on in segment `segment_index` (the cut at
+    /// byte `cut.1`), and the cached batches past `end`; the positions all come back to `end`.
+    fn forget_after(&self, segment_index: usize, cut: (usize, u64), end: u64) {
+        let mut inner = self.inner.borrow_mut();
+        let segment = &mut inner.segments[segment_index];
+        segment.batches.truncate(cut.0);
+        segment.write_position = cut.1;
+        while inner.tail_cache.back().is_some_and(|(base, _)| *base >= end) {
+            let (_, old) = inner.tail_cache.pop_back().unwrap();
+            let bytes = old.bytes().len();
+            inner.tail_cache_bytes -= bytes;
+            if let Some(budget) = &inner.config.tail_cache_budget {
+                budget.refund(bytes);
+            }
+        }
+        inner.drop_read_ahead();
+        inner.durable_end = end;
+        inner.written_end = end;
+        inner.assigned_end = end;
+        inner.last_epoch = inner.last_indexed_epoch();
+        inner.check_positions();
+    }
+
+    /// Zeroes bytes `from..to` of a segment in every copy holding it, and syncs them. A copy
+    /// that fails is fenced, and so is the log: the mark stays in the manifest, and the next
+    /// recovery zeroes them again.
+    async fn zero_removed(&self, segment_index: usize, from: u64, to: u64) -> Result<(), LogError> {
+        if from >= to {
+            return Ok(());
+        }
+        self.ensure_open(segment_index).await?;
+        let files = self.inner.borrow().segments[segment_index].files.clone();
+        for (copy, file) in files.into_iter().enumerate() {
+            let Some(file) = file else { continue };
+            let zeroed = async {
+                zero_range(&self.storage, &*file, from, to).await?;
+                file.sync_data().await.map_err(|e| LogError::Io(io_text(&e)))
+            }
+            .await;
+            if let Err(error) = zeroed {
+                self.fence_copy(copy, &format!("zeroing a truncated tail: {error}"));
+                return Err(self.fence(format!("the truncated tail could not be zeroed: {error}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the files of segments no longer listed, in every copy, and syncs the folders.
+    async fn remove_segment_files(&self, removed: Vec<Segment<S>>) {
+        if removed.is_empty() {
+            return;
+        }
+        for copy in 0..self.directories.count() {
+            let folder = self.folder(copy);
+            for segment in &removed {
+                let _ = self.storage.remove_file(&folder.join(segment_name(segment.base_offset)));
+            }
+            if !self.directories.is_fenced(copy) {
+                let _ = self.storage.sync_dir(&folder).await;
+            }
         }
     }
 
@@ -2375,7 +2416,7 @@ impl<S: Storage> Log<S> {
             // Doubling is for a disk with room: on a nearly full one the next segment is what
             // fits, down to the initial size (see `segment_bytes_to_fit`).
             let next = segment_bytes_to_fit(next, free_bytes, inner.config.segment_bytes_initial);
-            (next.max(at_least_bytes), inner.next_offset)
+            (next.max(at_least_bytes), inner.durable_end)
         };
         // The reserve (`LogConfig::reserve`) is for a disk without room for this segment: a
         // roll that the free space says cannot be allocated takes it at once, and one whose
@@ -2384,52 +2425,7 @@ impl<S: Storage> Log<S> {
             reserve.as_ref().filter(|reserve| reserve.capacity >= at_least_bytes).map(|reserve| **reserve)
         };
         let mut from_reserve = reserve_fits(&self.inner.borrow().reserve).filter(|_| free_bytes < capacity);
-        // A recycled file goes first: its blocks are written ones, where a spare's are only
-        // as far as its zero-filling got. One large enough and in every copy that takes writes
-        // is renamed into place; one too small waits for a roll it fits.
-        let mut renamed: Option<(&'static str, CopyFiles<S>)> = None;
-        let mut recycled = false;
-        let kept = self.inner.borrow_mut().recycled.take();
-        if let Some(kept) = kept {
-            if kept.capacity < capacity {
-                self.inner.borrow_mut().recycled = Some(kept);
-            } else if copies.iter().all(|copy| kept.files[*copy].is_some()) {
-                capacity = kept.capacity;
-                let Recycled { files, .. } = *kept;
-                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
-                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].clone() })
-                    .collect();
-                self.remove_kept_files(RECYCLE_NAME, fenced, capacity);
-                let files = (0..files.len())
-                    .map(|copy| if copies.contains(&copy) { files[copy].clone() } else { None })
-                    .collect();
-                renamed = Some((RECYCLE_NAME, files));
-                recycled = true;
-                // Its spare, if one was started, is not needed.
-                if let Some((spare_capacity, files)) = self.take_spare().await {
-                    self.remove_kept_files(SPARE_NAME, files, spare_capacity);
-                }
-            } else {
-                let Recycled { files, capacity, .. } = *kept;
-                self.remove_kept_files(RECYCLE_NAME, files, capacity);
-            }
-        }
-        // A spare prepared for this roll is renamed into place if it is large enough and in
-        // every copy that takes writes; otherwise it goes and the segment is created as usual.
-        let spare = if renamed.is_none() { self.take_spare().await } else { None };
-        if let Some((spare_capacity, mut files)) = spare {
-            if spare_capacity >= capacity && copies.iter().all(|copy| files[*copy].is_some()) {
-                capacity = spare_capacity;
-                // A copy fenced since the spare was started takes no segment.
-                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
-                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].take() })
-                    .collect();
-                self.remove_kept_files(SPARE_NAME, fenced, spare_capacity);
-                renamed = Some((SPARE_NAME, files));
-            } else {
-                self.remove_kept_files(SPARE_NAME, files, spare_capacity);
-            }
-        }
+        let (renamed, recycled) = self.take_kept_file(&copies, &mut capacity).await;
         // A file renamed into place (a spare, a kept file) is allocated already: the reserve
         // stays for a later roll.
         if renamed.is_some() {
@@ -2449,80 +2445,8 @@ impl<S: Storage> Log<S> {
             if let Some(reserve) = from_reserve {
                 capacity = reserve.capacity;
             }
-            let creations = copies.iter().map(|copy| {
-                let folder = self.folder(*copy);
-                let from: Option<(&'static str, Option<Rc<S::File>>)> = match &renamed {
-                    Some((name, files)) => files[*copy].clone().map(|file| (*name, Some(file))),
-                    None if reserve_copies & (1 << copy) != 0 => Some((RESERVE_NAME, None)),
-                    None => None,
-                };
-                async move {
-                    let path = folder.join(segment_name(base_offset));
-                    if let Some((name, kept)) = from {
-                        // Allocated and synced already (a spare, zero-filled as far as it got, a
-                        // deleted segment's file, or the reserve): only its name must be made
-                        // durable. It is opened again as every segment is (a spare's zeros were
-                        // written without O_DSYNC).
-                        let renamed = async {
-                            self.storage.rename(&folder.join(name), &path)?;
-                            self.storage.sync_dir(&folder).await?;
-                            drop(kept);
-                            self.storage.open(&path, false).await
-                        }
-                        .await;
-                        return match renamed {
-                            Ok(file) => Ok(Rc::new(file)),
-                            Err(error) => {
-                                let _ = self.storage.remove_file(&path);
-                                let _ = self.storage.remove_file(&folder.join(name));
-                                Err(error)
-                            }
-                        };
-                    }
-                    let file = Rc::new(self.storage.open(&path, true).await?);
-                    let prepared = async {
-                        // Both manifest slots are made with the second segment, each with its
-                        // block allocated, so that no later manifest write needs disk space: a
-                        // deletion of acknowledged segments on a full disk writes one.
-                        if !first_segment {
-                            for slot in MANIFEST_SLOTS {
-                                let slot = folder.join(slot);
-                                if !self.storage.exists(&slot) {
-                                    let slot = self.storage.open(&slot, true).await?;
-                                    slot.allocate(BLOCK_BYTES as u64).await?;
-                                }
-                            }
-                        }
-                        file.allocate(capacity).await?;
-                        file.sync_data().await?;
-                        self.storage.sync_dir(&folder).await
-                    }
-                    .await;
-                    if let Err(error) = prepared {
-                        let _ = self.storage.remove_file(&path);
-                        return Err(error);
-                    }
-                    Ok(file)
-                }
-            });
-            let results = join_all(creations.collect()).await;
-            let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
-            let mut created = 0;
-            let mut full = Vec::new();
-            let mut failed = Vec::new();
-            for (copy, result) in copies.iter().zip(results) {
-                match result {
-                    Ok(file) => {
-                        if !file.direct_io() {
-                            self.warn_buffered(&self.folder(*copy));
-                        }
-                        files[*copy] = Some(file);
-                        created += 1;
-                    }
-                    Err(error) if is_no_space(&error) => full.push((*copy, error)),
-                    Err(error) => failed.push((*copy, error)),
-                }
-            }
+            let creation = Creation { base_offset, capacity, first_segment, reserve_copies };
+            let (files, created, full, failed) = self.create_in_copies(&copies, &renamed, creation).await;
             if reserve_copies != 0 {
                 // Taken, or removed by a rename that failed: either way it is gone.
                 let mut inner = self.inner.borrow_mut();
@@ -2554,6 +2478,173 @@ impl<S: Storage> Log<S> {
             capacity >= at_least_bytes,
             "a segment of {capacity} bytes for a batch of {at_least_bytes}"
         );
+        self.adopt_segment(base_offset, capacity, recycled, (files, created, full, failed))?;
+        if first_segment {
+            return Ok(());
+        }
+        if let Err(error) = self.write_manifest().await {
+            self.inner.borrow_mut().segments.pop();
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// The file a roll renames into place instead of creating one, if it has one that fits
+    /// `capacity` (which becomes the file's) in every copy in `copies`: the recycled file
+    /// (`LogConfig::recycle`), or else the spare (`LogConfig::prewrite`). Returns it, by copy,
+    /// with the name it has, and whether it is the recycled one. What does not fit goes.
+    async fn take_kept_file(
+        &self,
+        copies: &[usize],
+        capacity: &mut u64,
+    ) -> (Option<(&'static str, CopyFiles<S>)>, bool) {
+        let mut renamed: Option<(&'static str, CopyFiles<S>)> = None;
+        let mut recycled = false;
+        // A recycled file goes first: its blocks are written ones, where a spare's are only
+        // as far as its zero-filling got. One large enough and in every copy that takes writes
+        // is renamed into place; one too small waits for a roll it fits.
+        let kept = self.inner.borrow_mut().recycled.take();
+        if let Some(kept) = kept {
+            if kept.capacity < *capacity {
+                self.inner.borrow_mut().recycled = Some(kept);
+            } else if copies.iter().all(|copy| kept.files[*copy].is_some()) {
+                *capacity = kept.capacity;
+                let Recycled { files, .. } = *kept;
+                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
+                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].clone() })
+                    .collect();
+                self.remove_kept_files(RECYCLE_NAME, fenced, *capacity);
+                let files = (0..files.len())
+                    .map(|copy| if copies.contains(&copy) { files[copy].clone() } else { None })
+                    .collect();
+                renamed = Some((RECYCLE_NAME, files));
+                recycled = true;
+                // Its spare, if one was started, is not needed.
+                if let Some((spare_capacity, files)) = self.take_spare().await {
+                    self.remove_kept_files(SPARE_NAME, files, spare_capacity);
+                }
+            } else {
+                let Recycled { files, capacity, .. } = *kept;
+                self.remove_kept_files(RECYCLE_NAME, files, capacity);
+            }
+        }
+        // A spare prepared for this roll is renamed into place if it is large enough and in
+        // every copy that takes writes; otherwise it goes and the segment is created as usual.
+        let spare = if renamed.is_none() { self.take_spare().await } else { None };
+        if let Some((spare_capacity, mut files)) = spare {
+            if spare_capacity >= *capacity && copies.iter().all(|copy| files[*copy].is_some()) {
+                *capacity = spare_capacity;
+                // A copy fenced since the spare was started takes no segment.
+                let fenced: Vec<Option<Rc<S::File>>> = (0..files.len())
+                    .map(|copy| if copies.contains(&copy) { None } else { files[copy].take() })
+                    .collect();
+                self.remove_kept_files(SPARE_NAME, fenced, spare_capacity);
+                renamed = Some((SPARE_NAME, files));
+            } else {
+                self.remove_kept_files(SPARE_NAME, files, spare_capacity);
+            }
+        }
+        (renamed, recycled)
+    }
+
+    /// Creates segment `creation.base_offset` in every copy in `copies`: renamed from `renamed`
+    /// or the reserve (`creation.reserve_copies`) where given, else made and allocated. Returns
+    /// the files by copy, how many were made, and the copies that failed for want of space or
+    /// otherwise.
+    async fn create_in_copies(
+        &self,
+        copies: &[usize],
+        renamed: &Option<(&'static str, CopyFiles<S>)>,
+        creation: Creation,
+    ) -> Created<S> {
+        let Creation { base_offset, capacity, first_segment, reserve_copies } = creation;
+        let creations = copies.iter().map(|copy| {
+            let folder = self.folder(*copy);
+            let from: Option<(&'static str, Option<Rc<S::File>>)> = match renamed {
+                Some((name, files)) => files[*copy].clone().map(|file| (*name, Some(file))),
+                None if reserve_copies & (1 << copy) != 0 => Some((RESERVE_NAME, None)),
+                None => None,
+            };
+            async move {
+                let path = folder.join(segment_name(base_offset));
+                if let Some((name, kept)) = from {
+                    // Allocated and synced already (a spare, zero-filled as far as it got, a
+                    // deleted segment's file, or the reserve): only its name must be made
+                    // durable. It is opened again as every segment is (a spare's zeros were
+                    // written without O_DSYNC).
+                    let renamed = async {
+                        self.storage.rename(&folder.join(name), &path)?;
+                        self.storage.sync_dir(&folder).await?;
+                        drop(kept);
+                        self.storage.open(&path, false).await
+                    }
+                    .await;
+                    return match renamed {
+                        Ok(file) => Ok(Rc::new(file)),
+                        Err(error) => {
+                            let _ = self.storage.remove_file(&path);
+                            let _ = self.storage.remove_file(&folder.join(name));
+                            Err(error)
+                        }
+                    };
+                }
+                let file = Rc::new(self.storage.open(&path, true).await?);
+                let prepared = async {
+                    // Both manifest slots are made with the second segment, each with its
+                    // block allocated, so that no later manifest write needs disk space: a
+                    // deletion of acknowledged segments on a full disk writes one.
+                    if !first_segment {
+                        for slot in MANIFEST_SLOTS {
+                            let slot = folder.join(slot);
+                            if !self.storage.exists(&slot) {
+                                let slot = self.storage.open(&slot, true).await?;
+                                slot.allocate(BLOCK_BYTES as u64).await?;
+                            }
+                        }
+                    }
+                    file.allocate(capacity).await?;
+                    file.sync_data().await?;
+                    self.storage.sync_dir(&folder).await
+                }
+                .await;
+                if let Err(error) = prepared {
+                    let _ = self.storage.remove_file(&path);
+                    return Err(error);
+                }
+                Ok(file)
+            }
+        });
+        let results = join_all(creations.collect()).await;
+        let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
+        let mut created = 0;
+        let mut full = Vec::new();
+        let mut failed = Vec::new();
+        for (copy, result) in copies.iter().zip(results) {
+            match result {
+                Ok(file) => {
+                    if !file.direct_io() {
+                        self.warn_buffered(&self.folder(*copy));
+                    }
+                    files[*copy] = Some(file);
+                    created += 1;
+                }
+                Err(error) if is_no_space(&error) => full.push((*copy, error)),
+                Err(error) => failed.push((*copy, error)),
+            }
+        }
+        (files, created, full, failed)
+    }
+
+    /// Takes a segment made by `create_in_copies` as the log's active one (fencing the copies
+    /// that failed), or, made in fewer than ⌈M/2⌉ copies, removes it and fails the roll.
+    fn adopt_segment(
+        &self,
+        base_offset: u64,
+        capacity: u64,
+        recycled: bool,
+        (files, created, full, failed): Created<S>,
+    ) -> Result<(), LogError> {
+        let quorum = self.directories.quorum();
         for (copy, error) in &failed {
             self.fence_copy(*copy, &format!("creating segment {}: {error}", segment_name(base_offset)));
         }
@@ -2592,27 +2683,18 @@ impl<S: Storage> Log<S> {
                 self.inner.borrow_mut().copies.set(*copy, CopyState::Stale);
             }
         }
-        {
-            let mut inner = self.inner.borrow_mut();
-            inner.segments.push(Segment {
-                base_offset,
-                newest_publish_ms: 0,
-                capacity,
-                write_position: 0,
-                recycled,
-                batches: Vec::new(),
-                files,
-                closed: None,
-            });
-            inner.rolled = inner.config.recycle;
-        }
-        if first_segment {
-            return Ok(());
-        }
-        if let Err(error) = self.write_manifest().await {
-            self.inner.borrow_mut().segments.pop();
-            return Err(error);
-        }
+        let mut inner = self.inner.borrow_mut();
+        inner.segments.push(Segment {
+            base_offset,
+            newest_publish_ms: 0,
+            capacity,
+            write_position: 0,
+            recycled,
+            batches: Vec::new(),
+            files,
+            closed: None,
+        });
+        inner.rolled = inner.config.recycle;
         Ok(())
     }
 
@@ -2660,8 +2742,8 @@ impl<S: Storage> Log<S> {
     /// Every record from `from` to the end, as `read` returns them, but read in extents of up
     /// to `READ_AHEAD_BYTES` even where the log does not read ahead (`LogConfig::read_ahead`),
     /// and with the extents dropped after. For the replays at start-up (the catalog, a topic's
-    /// journal), which read once, in order: batch by batch, the catalog of 5,000 topics and as
-    /// many subscriptions was 7,700 reads of 4 KiB and more than half a second. The log's
+    /// journal), which read once, in order: batch by batch, a large catalog is thousands of
+    /// 4 KiB reads (see benches/README.md). The log's
     /// configuration reads ahead for the replay's duration, so it is meant for a log nothing
     /// else reads yet (both callers run it before the log is served).
     pub async fn read_all(&self, from: u64) -> Result<Vec<StoredRecord>, LogError> {
@@ -2758,7 +2840,8 @@ impl<S: Storage> Log<S> {
                     Err(index) => index - 1,
                 };
             let entry = segment.batches[batch_index];
-            if offset >= entry.header.end_offset() {
+            // Readers see committed batches only (`committed_end` is a batch's end).
+            if offset >= entry.header.end_offset() || entry.header.base_offset >= inner.committed_end {
                 return Ok(None);
             }
             // The cache is in commit order, so by base offset: a search, not a scan, since it
@@ -2890,7 +2973,7 @@ impl<S: Storage> Log<S> {
                 return;
             }
             let Some(next) = inner.read_ahead.as_ref().and_then(|cache| cache.next_to_read()) else { return };
-            if next >= inner.next_offset {
+            if next >= inner.committed_end {
                 return;
             }
             let Some(plan) = inner.plan_extent(next) else { return };
@@ -3149,7 +3232,8 @@ struct Window<R> {
     bytes: Option<R>,
     /// The size of the next read: `RECOVERY_READ_BYTES_FIRST`, doubling up to
     /// `RECOVERY_READ_BYTES`. Most logs are small, and the unwritten rest of a segment reads
-    /// as zeros the kernel still copies: 5,000 small topics read 6 GB of them in 1 MiB reads.
+    /// as zeros the kernel still copies: many small logs would read gigabytes of them in
+    /// large reads.
     next_bytes: usize,
 }
 
@@ -3181,65 +3265,6 @@ impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
         let to = (from + length).min(bytes.len());
         Ok(&bytes[from.min(to)..to])
     }
-}
-
-/// The manifest a log without one implies: its first segment alone, if that holds data in any
-/// copy (its size, the largest among the copies, is the capacity it was allocated with). Its
-/// first write starts with a batch header of this log (the header's checksum covers the log
-/// id): a crash may tear that write, but sectors land whole, so at position 0 some copy holds
-/// either that header or zeros (the first sector never landed). Where every copy holding data
-/// has other bytes there, the file is no first segment of this log (copied from another, or
-/// rotten): recovery stops, deleting nothing.
-async fn first_segment_alone<S: Storage>(
-    storage: &S,
-    present: &[Vec<u64>],
-    folder: &dyn Fn(usize) -> PathBuf,
-    log_id: u64,
-) -> Result<Option<Manifest>, LogError> {
-    let mut capacity = 0u64;
-    let mut starts_as_this_log = false;
-    let mut holding_data = None;
-    for (copy, bases) in present.iter().enumerate() {
-        if !bases.contains(&0) {
-            continue;
-        }
-        let path = folder(copy).join(segment_name(0));
-        let file = storage.open(&path, false).await.map_err(|e| LogError::Io(io_text(&e)))?;
-        let size = file.size().await.map_err(|e| LogError::Io(io_text(&e)))?;
-        let head = file
-            .read_at(0, (BLOCK_BYTES as u64).min(size) as usize)
-            .await
-            .map_err(|e| LogError::Io(io_text(&e)))?;
-        // A first block holding bytes says the file holds data without reading the rest, which
-        // for every small topic's logs at every start would be most of their segment (and the
-        // start of a daemon with 5,000 of them took 8 s, most of it here). Only a zero first
-        // block (a file never written, or a first write torn before its first sector) needs the
-        // whole file to tell.
-        let head_is_zero = head.iter().all(|byte| *byte == 0);
-        if head_is_zero && last_nonzero_end(&file, size).await? == 0 {
-            continue;
-        }
-        capacity = capacity.max(size);
-        holding_data.get_or_insert(path);
-        if matches!(record::decode_batch_header(&head, log_id, 0, 0), Ok(_) | Err(BatchError::Empty)) {
-            starts_as_this_log = true;
-        }
-    }
-    let Some(holding_data) = holding_data else { return Ok(None) };
-    if !starts_as_this_log {
-        return Err(LogError::Corrupt(format!(
-            "{} holds data but no data directory has a valid manifest for its log, and it does not start with a batch of this log; refusing to start (nothing was deleted)",
-            holding_data.display()
-        )));
-    }
-    Ok(Some(Manifest {
-        sequence: 0,
-        segments: vec![Listed {
-            base_offset: 0,
-            capacity: record::align_up(capacity as usize, BLOCK_BYTES) as u64,
-            recycled: false,
-        }],
-    }))
 }
 
 async fn read_batch<F: StorageFile>(
@@ -3366,10 +3391,9 @@ async fn last_nonzero_end<F: StorageFile>(file: &F, size: u64) -> Result<u64, Lo
 
 /// Deleting a large file frees all of its blocks at once, and where the filesystem trims freed
 /// blocks (ext4 mounted with `discard`, as here) the device then trims all of them while every
-/// write and fdatasync queued behind waits: a 64 MiB segment held them 10-18 ms, the tail of
-/// the end-to-end latency. Shrinking it by `SEGMENT_DELETE_STEP_BYTES` with a pause between
-/// steps trims a step at a time, between the other I/O (1-4 ms at worst, measured the same
-/// way).
+/// write and fdatasync queued behind waits, for milliseconds: the tail of the end-to-end
+/// latency. Shrinking it by `SEGMENT_DELETE_STEP_BYTES` with a pause between steps trims a
+/// step at a time, between the other I/O (see benches/README.md).
 /// Not while anyone else holds the file (a read still finishing): the plain unlink that follows
 /// leaves the bytes to it.
 async fn shrink_gradually<F: StorageFile>(file: Option<Rc<F>>, size: u64) {
@@ -3399,5 +3423,7 @@ async fn zero_range<S: Storage>(storage: &S, file: &S::File, from: u64, to: u64)
     Ok(())
 }
 
+#[cfg(test)]
+mod replication_tests;
 #[cfg(test)]
 pub(crate) mod tests;

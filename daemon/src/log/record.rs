@@ -6,12 +6,17 @@
 //! (so that a torn write can only damage unacknowledged bytes).
 //!
 //! ```text
-//! batch header (32 bytes)
-//!   0 magic u32 "RPB1"   4 version u16   6 flags u16 (bit 0: written ahead, see below)
+//! batch header, format 2 (40 bytes)
+//!   0 magic u32 "RPB1"   4 version u16 (2)   6 flags u16 (bit 0: written ahead, see below)
 //!   8 base_offset u64    16 record_count u32   20 records_bytes u32
+//!  24 epoch u64: the leader term the batch was written in (1 or more)
+//!  32 header_crc u32: CRC32C of (log_id, segment_base, file_position, bytes 0..32)
+//!  36 reserved u32 (zero)
+//! batch header, format 1 (32 bytes; read, never written: its batches are of epoch 0)
+//!   0..24 as above, with version 1
 //!  24 header_crc u32: CRC32C of (log_id, segment_base, file_position, bytes 0..24)
 //!  28 reserved u32 (zero)
-//! records, each padded to 8 bytes
+//! records, each padded to 8 bytes, right after the header
 //!   0 record_bytes u32 (unpadded)
 //!   4 crc u32: CRC32C of (log_id, bytes 8..record_bytes); covers the record's offset
 //!   8 offset u64   16 publish_time_ms u64   24 data_bytes u32
@@ -23,6 +28,12 @@
 //! record checksum covers its offset, so right bytes written to the wrong place fail
 //! validation (a misdirected write) instead of being served as someone else's messages.
 //!
+//! The epoch is per batch, not per record: a replicated log tells by it which leader wrote a
+//! batch (a follower's tail of an older epoch is what a new leader may truncate). Format 1 had
+//! no room for it covered by the checksum (its spare word follows the checksum), hence the
+//! longer header of format 2. Epoch 0 is reserved for the batches of format 1, so a header
+//! says its own length by its epoch and the index (`BatchHeader`) needs no version field.
+//!
 //! `FLAG_WRITTEN_AHEAD` marks a batch whose write was issued while the commit before it was
 //! still in flight: if the power fails, it may be on the disk where the one before is not.
 //! Recovery then tells that hole (an unacknowledged commit and its unacknowledged successor)
@@ -30,16 +41,25 @@
 //! only zero flags, which read the same.
 
 pub const BLOCK_BYTES: usize = 4096;
-pub const BATCH_HEADER_BYTES: usize = 32;
+/// The header batches are written with (format 2).
+pub const BATCH_HEADER_BYTES: usize = 40;
+/// The header of format 1, still read.
+pub const BATCH_HEADER_BYTES_EPOCHLESS: usize = 32;
 pub const RECORD_HEADER_BYTES: usize = 32;
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPB1");
-pub const FORMAT_VERSION: u16 = 1;
+/// The format batches are written in: with an epoch.
+pub const FORMAT_VERSION: u16 = 2;
+/// The format before epochs, read as epoch 0.
+pub const FORMAT_VERSION_EPOCHLESS: u16 = 1;
+/// The epoch of every batch of format 1; no batch of format 2 has it.
+pub const EPOCH_NONE: u64 = 0;
 /// Batch header flag: the batch's write was issued before the one of the batch before it had
 /// completed.
 pub const FLAG_WRITTEN_AHEAD: u16 = 1;
 
 const _: () = assert!(BLOCK_BYTES.is_multiple_of(512), "blocks must be whole sectors for O_DIRECT");
 const _: () = assert!(BATCH_HEADER_BYTES.is_multiple_of(8) && RECORD_HEADER_BYTES.is_multiple_of(8));
+const _: () = assert!(BATCH_HEADER_BYTES_EPOCHLESS.is_multiple_of(8));
 
 pub fn align_up(value: usize, alignment: usize) -> usize {
     value.div_ceil(alignment) * alignment
@@ -152,12 +172,13 @@ fn record_crc(log_id: u64, covered: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&log_id.to_le_bytes()), covered)
 }
 
-fn header_crc(log_id: u64, segment_base: u64, file_position: u64, header: &[u8]) -> u32 {
+/// The header checksum over (log, segment, position) and the header's first `covered` bytes.
+fn header_crc(log_id: u64, segment_base: u64, file_position: u64, header: &[u8], covered: usize) -> u32 {
     let mut place = [0u8; 24];
     place[0..8].copy_from_slice(&log_id.to_le_bytes());
     place[8..16].copy_from_slice(&segment_base.to_le_bytes());
     place[16..24].copy_from_slice(&file_position.to_le_bytes());
-    crc32c::crc32c_append(crc32c::crc32c(&place), &header[0..24])
+    crc32c::crc32c_append(crc32c::crc32c(&place), &header[0..covered])
 }
 
 /// Bytes a batch with `records_bytes` of records takes on disk.
@@ -165,8 +186,27 @@ pub fn batch_disk_bytes(records_bytes: usize) -> usize {
     align_up(BATCH_HEADER_BYTES + records_bytes, BLOCK_BYTES)
 }
 
-/// Writes a batch header into the first `BATCH_HEADER_BYTES` of `out`.
-pub fn encode_batch_header(
+/// Writes a batch header (format 2) into the first `BATCH_HEADER_BYTES` of `out`; `place` is
+/// (log id, segment base, file position), `flags` is `FLAG_WRITTEN_AHEAD` or 0.
+pub fn encode_batch_header_flagged(out: &mut [u8], place: (u64, u64, u64), batch: &BatchHeader, flags: u16) {
+    assert!(batch.epoch != EPOCH_NONE, "epoch 0 is the epoch of format 1's batches");
+    let (log_id, segment_base, file_position) = place;
+    out[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+    out[4..6].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out[6..8].copy_from_slice(&flags.to_le_bytes());
+    out[8..16].copy_from_slice(&batch.base_offset.to_le_bytes());
+    out[16..20].copy_from_slice(&batch.record_count.to_le_bytes());
+    out[20..24].copy_from_slice(&batch.records_bytes.to_le_bytes());
+    out[24..32].copy_from_slice(&batch.epoch.to_le_bytes());
+    let crc = header_crc(log_id, segment_base, file_position, out, 32);
+    out[32..36].copy_from_slice(&crc.to_le_bytes());
+    out[36..40].copy_from_slice(&0u32.to_le_bytes());
+}
+
+/// Writes a batch header of format 1 (no epoch) into the first `BATCH_HEADER_BYTES_EPOCHLESS`
+/// of `out`: what the log wrote before epochs, for the tests that open such data.
+#[cfg(test)]
+pub fn encode_batch_header_epochless(
     out: &mut [u8],
     log_id: u64,
     segment_base: u64,
@@ -175,28 +215,13 @@ pub fn encode_batch_header(
     record_count: u32,
     records_bytes: u32,
 ) {
-    let place = (log_id, segment_base, file_position);
-    encode_batch_header_flagged(out, place, base_offset, record_count, records_bytes, 0);
-}
-
-/// `encode_batch_header` with `flags` (`FLAG_WRITTEN_AHEAD` or 0); `place` is (log id,
-/// segment base, file position).
-pub fn encode_batch_header_flagged(
-    out: &mut [u8],
-    place: (u64, u64, u64),
-    base_offset: u64,
-    record_count: u32,
-    records_bytes: u32,
-    flags: u16,
-) {
-    let (log_id, segment_base, file_position) = place;
     out[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
-    out[4..6].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out[6..8].copy_from_slice(&flags.to_le_bytes());
+    out[4..6].copy_from_slice(&FORMAT_VERSION_EPOCHLESS.to_le_bytes());
+    out[6..8].copy_from_slice(&0u16.to_le_bytes());
     out[8..16].copy_from_slice(&base_offset.to_le_bytes());
     out[16..20].copy_from_slice(&record_count.to_le_bytes());
     out[20..24].copy_from_slice(&records_bytes.to_le_bytes());
-    let crc = header_crc(log_id, segment_base, file_position, out);
+    let crc = header_crc(log_id, segment_base, file_position, out, 24);
     out[24..28].copy_from_slice(&crc.to_le_bytes());
     out[28..32].copy_from_slice(&0u32.to_le_bytes());
 }
@@ -206,11 +231,21 @@ pub struct BatchHeader {
     pub base_offset: u64,
     pub record_count: u32,
     pub records_bytes: u32,
+    /// The leader term the batch was written in; `EPOCH_NONE` for a batch of format 1.
+    pub epoch: u64,
 }
 
 impl BatchHeader {
+    /// Bytes of the header on disk: its records start there.
+    pub fn header_bytes(&self) -> usize {
+        if self.epoch == EPOCH_NONE {
+            BATCH_HEADER_BYTES_EPOCHLESS
+        } else {
+            BATCH_HEADER_BYTES
+        }
+    }
     pub fn disk_bytes(&self) -> usize {
-        batch_disk_bytes(self.records_bytes as usize)
+        align_up(self.header_bytes() + self.records_bytes as usize, BLOCK_BYTES)
     }
     pub fn end_offset(&self) -> u64 {
         self.base_offset + self.record_count as u64
@@ -235,30 +270,43 @@ pub fn decode_batch_header(
     segment_base: u64,
     file_position: u64,
 ) -> Result<BatchHeader, BatchError> {
-    if bytes.len() < BATCH_HEADER_BYTES {
+    if bytes.len() < BATCH_HEADER_BYTES_EPOCHLESS {
         return Err(BatchError::BadHeader("truncated"));
     }
-    let header = &bytes[..BATCH_HEADER_BYTES];
+    let header = &bytes[..BATCH_HEADER_BYTES_EPOCHLESS.max(bytes.len().min(BATCH_HEADER_BYTES))];
     if header.iter().all(|byte| *byte == 0) {
         return Err(BatchError::Empty);
     }
     if u32::from_le_bytes(header[0..4].try_into().unwrap()) != BATCH_MAGIC {
         return Err(BatchError::BadHeader("bad magic"));
     }
-    let stored_crc = u32::from_le_bytes(header[24..28].try_into().unwrap());
-    if stored_crc != header_crc(log_id, segment_base, file_position, header) {
+    // The version is checked once the checksum has held: a flipped bit there is damage.
+    let version = u16::from_le_bytes(header[4..6].try_into().unwrap());
+    let (covered, crc_at) = match version {
+        FORMAT_VERSION if header.len() >= BATCH_HEADER_BYTES => (32, 32),
+        FORMAT_VERSION => return Err(BatchError::BadHeader("truncated")),
+        _ => (24, 24),
+    };
+    let stored_crc = u32::from_le_bytes(header[crc_at..crc_at + 4].try_into().unwrap());
+    if stored_crc != header_crc(log_id, segment_base, file_position, header, covered) {
         return Err(BatchError::BadHeader("checksum mismatch (corrupt or misplaced)"));
     }
-    if batch_flags(header) & !FLAG_WRITTEN_AHEAD != 0 || header[28..32] != [0, 0, 0, 0] {
+    if batch_flags(header) & !FLAG_WRITTEN_AHEAD != 0 || header[crc_at + 4..crc_at + 8] != [0, 0, 0, 0] {
         return Err(BatchError::BadHeader("reserved bytes are not zero"));
     }
-    if u16::from_le_bytes(header[4..6].try_into().unwrap()) != FORMAT_VERSION {
-        return Err(BatchError::BadHeader("unknown format version"));
+    let epoch = match version {
+        FORMAT_VERSION => u64::from_le_bytes(header[24..32].try_into().unwrap()),
+        FORMAT_VERSION_EPOCHLESS => EPOCH_NONE,
+        _ => return Err(BatchError::BadHeader("unknown format version")),
+    };
+    if version == FORMAT_VERSION && epoch == EPOCH_NONE {
+        return Err(BatchError::BadHeader("epoch 0 in a header of format 2"));
     }
     let batch = BatchHeader {
         base_offset: u64::from_le_bytes(header[8..16].try_into().unwrap()),
         record_count: u32::from_le_bytes(header[16..20].try_into().unwrap()),
         records_bytes: u32::from_le_bytes(header[20..24].try_into().unwrap()),
+        epoch,
     };
     if batch.record_count == 0
         || (batch.records_bytes as usize) < batch.record_count as usize * RECORD_HEADER_BYTES
@@ -361,14 +409,14 @@ pub fn decode_batch_range<'a>(
     verify_checksums: bool,
     wanted: std::ops::Range<u64>,
 ) -> Result<Vec<RecordView<'a>>, BatchError> {
-    let end = BATCH_HEADER_BYTES + header.records_bytes as usize;
+    let end = header.header_bytes() + header.records_bytes as usize;
     if bytes.len() < end {
         return Err(BatchError::BadRecord { index: 0, reason: "batch extends past the bytes read" });
     }
     let first = wanted.start.saturating_sub(header.base_offset).min(header.record_count as u64) as u32;
     let last = wanted.end.saturating_sub(header.base_offset).min(header.record_count as u64) as u32;
     let mut records = Vec::with_capacity(last.saturating_sub(first) as usize);
-    let mut position = BATCH_HEADER_BYTES;
+    let mut position = header.header_bytes();
     for index in 0..last {
         let bad = |reason| BatchError::BadRecord { index, reason };
         if position + RECORD_HEADER_BYTES > end {
@@ -457,9 +505,45 @@ mod tests {
         }
         let count = seal_records(log_id, &mut records, base_offset);
         let mut batch = vec![0u8; batch_disk_bytes(records.len())];
-        encode_batch_header(&mut batch, log_id, 0, 8192, base_offset, count, records.len() as u32);
+        let header =
+            BatchHeader { base_offset, record_count: count, records_bytes: records.len() as u32, epoch: 3 };
+        encode_batch_header_flagged(&mut batch, (log_id, 0, 8192), &header, 0);
         batch[BATCH_HEADER_BYTES..BATCH_HEADER_BYTES + records.len()].copy_from_slice(&records);
         batch
+    }
+
+    /// The same batch in format 1, as the log wrote it before epochs.
+    fn build_epochless(log_id: u64, base_offset: u64, messages: &[TestMessage]) -> Vec<u8> {
+        let mut records = Vec::new();
+        for (data, attributes, key) in messages {
+            encode_record_unsealed(&mut records, 1234, data, &mut attributes.iter().copied(), key);
+        }
+        let count = seal_records(log_id, &mut records, base_offset);
+        let mut batch = vec![0u8; align_up(BATCH_HEADER_BYTES_EPOCHLESS + records.len(), BLOCK_BYTES)];
+        encode_batch_header_epochless(&mut batch, log_id, 0, 8192, base_offset, count, records.len() as u32);
+        let at = BATCH_HEADER_BYTES_EPOCHLESS;
+        batch[at..at + records.len()].copy_from_slice(&records);
+        batch
+    }
+
+    #[test]
+    fn epoch_round_trips_and_format_1_reads_as_epoch_0() {
+        let batch = build(7, 100, &[(b"hello", vec![("k", "v")], "key")]);
+        let header = decode_batch_header(&batch, 7, 0, 8192).unwrap();
+        assert_eq!((header.epoch, header.header_bytes()), (3, BATCH_HEADER_BYTES));
+        let old = build_epochless(7, 100, &[(b"hello", vec![("k", "v")], "key")]);
+        let old_header = decode_batch_header(&old, 7, 0, 8192).unwrap();
+        assert_eq!((old_header.epoch, old_header.header_bytes()), (EPOCH_NONE, BATCH_HEADER_BYTES_EPOCHLESS));
+        let records = decode_batch(&old, 7, &old_header).unwrap();
+        assert_eq!((records[0].offset, records[0].data), (100, &b"hello"[..]));
+        // Every bit of the old header is still covered.
+        for byte in 0..BATCH_HEADER_BYTES_EPOCHLESS {
+            let mut copy = old.clone();
+            copy[byte] ^= 0x04;
+            let result = decode_batch_header(&copy, 7, 0, 8192)
+                .and_then(|header| decode_batch(&copy, 7, &header).map(|_| ()));
+            assert!(result.is_err(), "flip at byte {byte} of a format 1 header went unnoticed");
+        }
     }
 
     #[test]
@@ -473,6 +557,7 @@ mod tests {
         let header = decode_batch_header(&batch, 7, 0, 8192).unwrap();
         assert_eq!(header.base_offset, 100);
         assert_eq!(header.record_count, 2);
+        assert_eq!(header.epoch, 3);
         let records = decode_batch(&batch, 7, &header).unwrap();
         assert_eq!(records[0].offset, 100);
         assert_eq!(records[0].data, b"hello");

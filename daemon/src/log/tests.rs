@@ -75,6 +75,24 @@ async fn read_all(log: &Log<SimDisk>) -> Vec<StoredRecord> {
     log.read(0, usize::MAX, usize::MAX).await.unwrap()
 }
 
+/// Writes a batch header of the current format (epoch `STANDALONE_EPOCH`) at the start of
+/// `out`; `place` is (log id, segment base, file position).
+pub(crate) fn write_header(
+    out: &mut [u8],
+    place: (u64, u64, u64),
+    base_offset: u64,
+    count: u32,
+    records_bytes: usize,
+) {
+    let header = BatchHeader {
+        base_offset,
+        record_count: count,
+        records_bytes: records_bytes as u32,
+        epoch: STANDALONE_EPOCH,
+    };
+    record::encode_batch_header_flagged(out, place, &header, 0);
+}
+
 fn check_payloads(records: &[StoredRecord], count: usize) {
     assert!(records.len() >= count, "{} records, expected at least {count}", records.len());
     for (i, record) in records.iter().take(count).enumerate() {
@@ -201,8 +219,9 @@ fn torn_tail_at_200_offsets() {
         let mut records = records_for(&[vec![20u8; 3000], vec![21u8; 5000]]);
         record::seal_records(1, &mut records, 20);
         let mut tail = vec![0u8; record::batch_disk_bytes(records.len())];
-        record::encode_batch_header(&mut tail, 1, 0, end as u64, 20, 2, records.len() as u32);
-        tail[32..32 + records.len()].copy_from_slice(&records);
+        write_header(&mut tail, (1, 0, end as u64), 20, 2, records.len());
+        tail[record::BATCH_HEADER_BYTES..record::BATCH_HEADER_BYTES + records.len()]
+            .copy_from_slice(&records);
         let mut discarded_runs = 0;
         for case in 0..200usize {
             let disk = SimDisk::new();
@@ -2007,7 +2026,7 @@ fn a_torn_commit_in_a_recycled_segment_is_reported() {
         let at = end as usize;
         bytes[at + record::BATCH_HEADER_BYTES..at + record::BATCH_HEADER_BYTES + records.len()]
             .copy_from_slice(&records);
-        record::encode_batch_header(&mut bytes[at..], 1, base, end, next, 1, records.len() as u32);
+        write_header(&mut bytes[at..], (1, base, end), next, 1, records.len());
         disk.set_file_bytes(&path, bytes);
         let (log, report) = open(&disk, &dirs, recycle_config()).await.unwrap();
         assert_eq!(report.torn_at, Some((path, end)));
@@ -2101,8 +2120,9 @@ fn torn_tail_at_200_offsets_in_a_recycled_segment() {
         let mut records = records_for(&[vec![20u8; 3000], vec![21u8; 5000]]);
         record::seal_records(1, &mut records, next);
         let mut tail = vec![0u8; record::batch_disk_bytes(records.len())];
-        record::encode_batch_header(&mut tail, 1, base, end as u64, next, 2, records.len() as u32);
-        tail[32..32 + records.len()].copy_from_slice(&records);
+        write_header(&mut tail, (1, base, end as u64), next, 2, records.len());
+        tail[record::BATCH_HEADER_BYTES..record::BATCH_HEADER_BYTES + records.len()]
+            .copy_from_slice(&records);
         let mut reported = 0;
         for case in 0..200usize {
             let disk = SimDisk::new();

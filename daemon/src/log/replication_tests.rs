@@ -1,0 +1,306 @@
+//! Tests of what a replicated log needs: epochs on batches (and data written before them),
+//! a follower's append at a given offset, committed and durable positions apart, and the
+//! truncation of an uncommitted tail, crashes during it included.
+
+use super::tests::{directories, payload, records_for, run, small_config};
+use super::*;
+use crate::storage::sim::{CrashMode, SimDisk};
+use std::path::Path;
+
+const RELATIVE: &str = "topics/1";
+
+async fn open(disk: &SimDisk, dirs: &Rc<Directories>) -> Result<(Log<SimDisk>, RecoveryReport), LogError> {
+    Log::open(disk.clone(), dirs.clone(), Path::new(RELATIVE), 1, small_config()).await
+}
+
+fn segment_path(copy: usize, base: u64) -> PathBuf {
+    PathBuf::from(format!("/d{copy}")).join(RELATIVE).join(segment_name(base))
+}
+
+/// Appends records `from..from + count` one batch each, as the leader.
+async fn append_each(log: &Log<SimDisk>, from: u64, count: u64) {
+    for i in from..from + count {
+        let (offset, _) = log.append(records_for(&[payload(i)]), 1).await.unwrap();
+        assert_eq!(offset, i);
+    }
+}
+
+/// The payloads of every committed record, by offset.
+async fn committed_payloads(log: &Log<SimDisk>) -> Vec<(u64, Vec<u8>)> {
+    let records = log.read(0, usize::MAX, usize::MAX).await.unwrap();
+    records.into_iter().map(|record| (record.offset, record.data)).collect()
+}
+
+fn expected(offsets: std::ops::Range<u64>, payload_of: impl Fn(u64) -> Vec<u8>) -> Vec<(u64, Vec<u8>)> {
+    offsets.map(|offset| (offset, payload_of(offset))).collect()
+}
+
+/// A follower's payload, different from the leader's at the same offset.
+fn follower_payload(offset: u64) -> Vec<u8> {
+    format!("follower-{offset}").into_bytes()
+}
+
+#[test]
+fn append_at_takes_the_next_offset_and_refuses_a_gap_an_overlap_or_an_older_epoch() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(1)).await.unwrap();
+        append_each(&log, 0, 3).await;
+        assert_eq!(log.last_epoch(), STANDALONE_EPOCH);
+        let two = records_for(&[follower_payload(3), follower_payload(4)]);
+        assert_eq!(log.append_at(3, 2, two, 2).await.unwrap(), (3, 2));
+        for (offset, why) in [(4, "an overlap"), (7, "a gap")] {
+            let refused = log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await;
+            assert!(matches!(refused, Err(LogError::Refused(_))), "{why}: {refused:?}");
+        }
+        let older = log.append_at(5, 1, records_for(&[follower_payload(5)]), 1).await;
+        assert!(matches!(older, Err(LogError::Refused(_))), "an older epoch: {older:?}");
+        let none = log.append_at(5, record::EPOCH_NONE, records_for(&[follower_payload(5)]), 1).await;
+        assert!(matches!(none, Err(LogError::Refused(_))), "epoch 0: {none:?}");
+        // The leader's appends are refused while its epoch is behind the log's last batch.
+        assert!(matches!(log.append(records_for(&[payload(5)]), 1).await, Err(LogError::Refused(_))));
+        assert!(log.set_epoch(1).is_err());
+        log.set_epoch(2).unwrap();
+        assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
+        assert_eq!(log.next_offset(), 6);
+        let mut wanted = expected(0..3, payload);
+        wanted.extend(expected(3..5, follower_payload));
+        wanted.push((5, payload(5)));
+        assert_eq!(committed_payloads(&log).await, wanted);
+    });
+}
+
+#[test]
+fn appends_at_queued_together_commit_in_order() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(3)).await.unwrap();
+        let tasks: Vec<_> = (0..50u64)
+            .map(|offset| {
+                let log = log.clone();
+                crate::runtime::spawn(async move {
+                    log.append_at(offset, 4, records_for(&[follower_payload(offset)]), 1).await.unwrap()
+                })
+            })
+            .collect();
+        for (offset, task) in tasks.into_iter().enumerate() {
+            assert_eq!(task.await, (offset as u64, 1));
+        }
+        assert_eq!(committed_payloads(&log).await, expected(0..50, follower_payload));
+    });
+}
+
+#[test]
+fn the_epoch_is_persisted_and_recovered() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(3);
+        let (log, _) = open(&disk, &dirs).await.unwrap();
+        append_each(&log, 0, 2).await;
+        log.append_at(2, 7, records_for(&[follower_payload(2)]), 1).await.unwrap();
+        drop(log);
+        let (log, _) = open(&disk, &dirs).await.unwrap();
+        assert_eq!(log.last_epoch(), 7);
+        let epochs: Vec<u64> =
+            log.inner.borrow().segments[0].batches.iter().map(|entry| entry.header.epoch).collect();
+        assert_eq!(epochs, vec![STANDALONE_EPOCH, STANDALONE_EPOCH, 7]);
+        // The leader's appends after the restart keep the newest epoch.
+        assert_eq!(log.append(records_for(&[payload(3)]), 1).await.unwrap(), (3, 1));
+        assert_eq!(log.inner.borrow().segments[0].batches[3].header.epoch, 7);
+    });
+}
+
+/// A log written before epochs (batch headers of format 1, written here by the old encoder)
+/// opens, reads as epoch 0, and takes appends of the current format after its batches.
+#[test]
+fn data_written_before_epochs_opens_as_epoch_0() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        drop(open(&disk, &dirs).await.unwrap());
+        let capacity = small_config().segment_bytes_initial as usize;
+        let mut bytes = vec![0u8; capacity];
+        let mut position = 0;
+        for batch in 0..10u64 {
+            let base = batch * 2;
+            let mut records = records_for(&[payload(base), payload(base + 1)]);
+            record::seal_records(1, &mut records, base);
+            record::encode_batch_header_epochless(
+                &mut bytes[position..],
+                1,
+                0,
+                position as u64,
+                base,
+                2,
+                records.len() as u32,
+            );
+            let at = position + record::BATCH_HEADER_BYTES_EPOCHLESS;
+            bytes[at..at + records.len()].copy_from_slice(&records);
+            position +=
+                record::align_up(record::BATCH_HEADER_BYTES_EPOCHLESS + records.len(), record::BLOCK_BYTES);
+        }
+        let path = segment_path(0, 0);
+        let file = disk.open(&path, true).await.unwrap();
+        file.allocate(capacity as u64).await.unwrap();
+        disk.sync_dir(path.parent().unwrap()).await.unwrap();
+        drop(file);
+        disk.set_file_bytes(&path, bytes);
+        let (log, report) = open(&disk, &dirs).await.unwrap();
+        assert_eq!((report.records, report.batches), (20, 10));
+        assert_eq!(log.last_epoch(), record::EPOCH_NONE);
+        assert_eq!(committed_payloads(&log).await, expected(0..20, payload));
+        // New batches follow in the current format, across a roll, and all of it reopens.
+        append_each(&log, 20, 40).await;
+        assert_eq!(log.last_epoch(), STANDALONE_EPOCH);
+        drop(log);
+        let (log, report) = open(&disk, &dirs).await.unwrap();
+        assert_eq!(report.records, 60);
+        assert_eq!(committed_payloads(&log).await, expected(0..60, payload));
+    });
+}
+
+#[test]
+fn readers_see_only_what_is_committed() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(3)).await.unwrap();
+        log.set_commit_on_durable(false);
+        append_each(&log, 0, 5).await;
+        let two = records_for(&[payload(5), payload(6)]);
+        log.append(two, 2).await.unwrap();
+        assert_eq!((log.committed_end(), log.durable_end(), log.written_end()), (0, 7, 7));
+        assert_eq!(log.end_offset(), 0);
+        assert!(committed_payloads(&log).await.is_empty());
+        let (held, covered) = log.hold_offsets(&[0, 1, 2], usize::MAX).await.unwrap();
+        assert!(held.is_empty() && covered == 3, "nothing committed is held");
+        assert_eq!(log.offset_at_time(0).await.unwrap(), 0);
+        let woken = log.committed();
+        log.commit_to(3);
+        woken.await;
+        assert_eq!(committed_payloads(&log).await, expected(0..3, payload));
+        // Into the middle of a batch: only whole batches are committed.
+        log.commit_to(6);
+        assert_eq!(log.committed_end(), 5);
+        log.commit_to(2);
+        assert_eq!(log.committed_end(), 5, "the committed position never goes back");
+        log.commit_to(100);
+        assert_eq!(log.committed_end(), 7, "never past what is durable");
+        assert_eq!(committed_payloads(&log).await, expected(0..7, payload));
+    });
+}
+
+#[test]
+fn truncate_after_removes_the_tail_and_appends_continue_there() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(3);
+        let (log, _) = open(&disk, &dirs).await.unwrap();
+        log.set_commit_on_durable(false);
+        append_each(&log, 0, 300).await;
+        assert!(log.inner.borrow().segments.len() > 2, "the tail spans segments");
+        log.commit_to(100);
+        for at_or_below_committed in [0, 99] {
+            let refused = log.truncate_after(at_or_below_committed).await;
+            assert!(matches!(refused, Err(LogError::Refused(_))), "{refused:?}");
+        }
+        assert!(matches!(log.truncate_after(301).await, Err(LogError::Refused(_))), "past the durable end");
+        log.truncate_after(150).await.unwrap();
+        assert_eq!((log.committed_end(), log.durable_end(), log.next_offset()), (100, 150, 150));
+        for offset in 150..200 {
+            log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await.unwrap();
+        }
+        log.commit_to(200);
+        let mut wanted = expected(0..150, payload);
+        wanted.extend(expected(150..200, follower_payload));
+        assert_eq!(committed_payloads(&log).await, wanted);
+        drop(log);
+        let (log, _) = open(&disk, &dirs).await.unwrap();
+        assert_eq!(committed_payloads(&log).await, wanted);
+        assert_eq!(log.last_epoch(), 2);
+        // A truncation inside a batch is refused; at the committed position it is not.
+        log.set_commit_on_durable(false);
+        log.append_at(200, 2, records_for(&[payload(200), payload(201)]), 2).await.unwrap();
+        assert!(matches!(log.truncate_after(201).await, Err(LogError::Refused(_))));
+        log.truncate_after(200).await.unwrap();
+        assert_eq!(log.durable_end(), 200);
+    });
+}
+
+#[test]
+fn truncate_after_fails_the_appends_still_queued() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(1)).await.unwrap();
+        log.set_commit_on_durable(false);
+        append_each(&log, 0, 10).await;
+        let queued: Vec<_> = (10..40u64)
+            .map(|offset| {
+                let log = log.clone();
+                crate::runtime::spawn(async move { log.append(records_for(&[payload(offset)]), 1).await })
+            })
+            .collect();
+        futures_lite::future::yield_now().await;
+        log.truncate_after(5).await.unwrap();
+        for task in queued {
+            // Each either committed before the truncation (and went with it) or was refused.
+            if let Err(error) = task.await {
+                assert!(matches!(error, LogError::Refused(_)), "{error:?}");
+            }
+        }
+        assert_eq!(log.durable_end(), 5);
+        assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
+    });
+}
+
+/// A power failure after every storage operation of a truncation: the recovered log either
+/// still holds the whole tail (the truncation had not begun to count) or ends at the cut,
+/// and a truncation that returned has its cut for good. After a cut, appends of another
+/// payload go there and survive the next recovery, with nothing of the old tail.
+#[test]
+fn a_crash_during_truncation_never_brings_the_removed_tail_back() {
+    run(async {
+        let mut completed = false;
+        for operations in 0..400u64 {
+            for mode in
+                [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::TearLastWrite { sectors: 1 }]
+            {
+                let disk = SimDisk::new();
+                let dirs = directories(3);
+                let (log, _) = open(&disk, &dirs).await.unwrap();
+                log.set_commit_on_durable(false);
+                append_each(&log, 0, 120).await;
+                log.commit_to(40);
+                disk.die_after(operations);
+                let truncated = log.truncate_after(60).await;
+                drop(log);
+                disk.crash(mode);
+                // Fencing is the running process's: the directories start healthy again.
+                let dirs = directories(3);
+                let (log, _) = open(&disk, &dirs).await.unwrap();
+                let end = log.durable_end();
+                assert!(end == 60 || (end == 120 && truncated.is_err()), "end {end} after {truncated:?}");
+                assert_eq!(committed_payloads(&log).await, expected(0..end, payload));
+                if end == 60 {
+                    for offset in 60..70 {
+                        log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await.unwrap();
+                    }
+                    drop(log);
+                    disk.crash(mode);
+                    let (log, _) = open(&disk, &dirs).await.unwrap();
+                    let mut wanted = expected(0..60, payload);
+                    wanted.extend(expected(60..70, follower_payload));
+                    assert_eq!(
+                        committed_payloads(&log).await,
+                        wanted,
+                        "after {operations} operations, {mode:?}"
+                    );
+                }
+                completed = truncated.is_ok();
+            }
+            if completed {
+                return;
+            }
+        }
+        panic!("the truncation never completed");
+    });
+}
