@@ -21,6 +21,8 @@ pub mod process;
 pub mod rate;
 pub mod router;
 pub mod runtime;
+#[cfg(test)]
+mod sim_tests;
 pub mod storage;
 pub mod subscription;
 pub mod sync;

@@ -570,6 +570,27 @@ mod tests {
         assert!(message.contains("seed 42") && message.contains("deadlocked"), "{message}");
     }
 
+    /// The router and the connections gate work with glommio's semaphore, which needs no
+    /// glommio executor: it works under the simulation as it is.
+    #[test]
+    fn glommio_semaphores_work_under_the_simulation() {
+        run(9, async {
+            let semaphore = Rc::new(glommio::sync::Semaphore::new(1));
+            let permit = semaphore.acquire_permit(1).await.unwrap();
+            let waiter = {
+                let semaphore = semaphore.clone();
+                runtime::spawn(async move {
+                    let _permit = semaphore.acquire_permit(1).await.unwrap();
+                    runtime::now()
+                })
+            };
+            runtime::sleep(Duration::from_millis(3)).await;
+            let released = runtime::now();
+            drop(permit);
+            assert!(waiter.await >= released, "the waiter got the permit before it was released");
+        });
+    }
+
     #[test]
     fn outside_a_simulation_the_runtime_is_glommio() {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
