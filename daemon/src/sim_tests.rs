@@ -3,7 +3,8 @@
 //! native protocol drives it. Random publishes, pulls, acknowledgements, nacks and waits past
 //! the ack deadline; crashes at random moments that lose (or keep, or tear) unsynced writes;
 //! restarts that attach the topic and subscription again from disk, as the router does at
-//! start; disk faults drawn from the seed within the budget (at most ⌊M/2⌋ of M directories).
+//! start; disk faults drawn from the seed within the budget (at most ⌊M/2⌋ of M directories);
+//! the lease sweep and the collection of acknowledged segments running as in the daemon.
 //!
 //! The queue checker (`Checker`) judges the history with at-least-once semantics: every
 //! acknowledged publish is delivered at least once; nothing is delivered that was never
@@ -38,6 +39,11 @@ const LIVES_MAX: u64 = 4;
 /// Publish requests per life, and messages in one.
 const PUBLISHES_PER_LIFE_MAX: u64 = 10;
 const MESSAGES_PER_PUBLISH_MAX: u64 = 8;
+/// Bytes of a message beyond its name: enough for segments to roll and be collected.
+const MESSAGE_FILL_MAX: u64 = 2000;
+/// How often the node collects acknowledged segments: the daemon's 5 s, shortened to fit the
+/// simulation's lives of milliseconds.
+const COLLECTION_INTERVAL: Duration = Duration::from_millis(5);
 /// Pulls per life, and messages asked for by one.
 const PULLS_PER_LIFE_MAX: u64 = 10;
 const PULL_MESSAGES_MAX: u64 = 10;
@@ -199,7 +205,8 @@ async fn publish(
             .map(|_| {
                 let mut checker = checker.borrow_mut();
                 checker.next_message += 1;
-                let data = format!("life-{life}/message-{}", checker.next_message).into_bytes();
+                let mut data = format!("life-{life}/message-{}/", checker.next_message).into_bytes();
+                data.resize(data.len() + rng.below(MESSAGE_FILL_MAX + 1) as usize, b'm');
                 checker.published.insert(data.clone(), Outcome::Indeterminate);
                 PubsubMessage { data, ..PubsubMessage::default() }
             })
@@ -350,6 +357,14 @@ fn simulate_node(seed: u64) -> (usize, usize, u64, u64) {
                 drain(&forwarder, &checker, seed).await;
                 break;
             }
+            let collector = forwarder.clone();
+            runtime::spawn(async move {
+                loop {
+                    runtime::sleep(COLLECTION_INTERVAL).await;
+                    collector.collect_segments().await;
+                }
+            })
+            .detach();
             let sweeper = forwarder.clone();
             runtime::spawn(async move {
                 loop {
