@@ -38,11 +38,6 @@ fn leave_simulation() {
     SIMULATION.with(|current| current.borrow_mut().take());
 }
 
-/// Whether this thread runs a simulation rather than glommio.
-pub fn is_simulated() -> bool {
-    SIMULATION.with(|current| current.borrow().is_some())
-}
-
 /// A spawned task. Dropping it cancels the task; `detach` lets it run to its end.
 #[must_use = "a task is cancelled when dropped; detach it to let it run"]
 pub struct Task<T>(Spawned<T>);

@@ -22,7 +22,7 @@ pub const EPOCH_MS: u64 = 1_700_000_000_000;
 
 /// Polls one run may make before it is taken for a livelock (tasks waking each other forever
 /// without the simulated future finishing).
-pub const POLLS_MAX: u64 = 50_000_000;
+pub const POLLS_MAX: u64 = 5_000_000;
 
 /// Virtual time one run may take by default before it is taken for a livelock (periodic timers
 /// firing forever while the simulated future waits on something that never comes).
@@ -464,14 +464,14 @@ pub fn run<T>(seed: u64, future: impl Future<Output = T>) -> T {
 /// Seeds to run: `RINGPOST_SIM_SEED=S` replays seed S alone; otherwise `RINGPOST_SIM_SEEDS=N`
 /// seeds (default `default_count`) from 0.
 pub fn seeds(default_count: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("RINGPOST_SIM_SEED").ok().and_then(|seed| seed.parse().ok()) {
+    let number = |name: &str| {
+        let value = std::env::var(name).ok()?;
+        Some(value.parse::<u64>().unwrap_or_else(|_| panic!("{name}={value} is not a number")))
+    };
+    if let Some(seed) = number("RINGPOST_SIM_SEED") {
         return vec![seed];
     }
-    let count = std::env::var("RINGPOST_SIM_SEEDS")
-        .ok()
-        .and_then(|count| count.parse().ok())
-        .unwrap_or(default_count);
-    (0..count).collect()
+    (0..number("RINGPOST_SIM_SEEDS").unwrap_or(default_count)).collect()
 }
 
 /// Runs `simulation` once per seed of [`seeds`]; a failing seed is printed with the command
