@@ -1,5 +1,10 @@
 //! The clock seam. Deadlines use the monotonic clock so a wall-clock jump never causes mass
-//! redelivery; publish times use the wall clock. Tests inject a manual clock.
+//! redelivery; publish times use the wall clock.
+//!
+//! [`SystemClock`] is the runtime's clock (`crate::runtime::{now, wall_ms}`): the system's in
+//! the daemon, the virtual clock of a simulation under `runtime::sim`, which moves as its timers
+//! fire. [`ManualClock`] is for unit tests that move time by hand, without an executor, and
+//! wall jumps that a simulation's clock does not make; it starts at the simulation's epoch.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -12,6 +17,7 @@ pub trait Clock {
     fn wall_ms(&self) -> u64;
 }
 
+/// The runtime's clock: the system's, or a simulation's virtual one.
 pub struct SystemClock;
 
 impl Clock for SystemClock {
@@ -52,6 +58,8 @@ impl Clock for ManualClock {
         self.start + self.elapsed.get()
     }
     fn wall_ms(&self) -> u64 {
-        (1_700_000_000_000i64 + self.elapsed.get().as_millis() as i64 + self.wall_offset_ms.get()) as u64
+        (crate::runtime::sim::EPOCH_MS as i64
+            + self.elapsed.get().as_millis() as i64
+            + self.wall_offset_ms.get()) as u64
     }
 }

@@ -16,6 +16,8 @@ pub mod protocol;
 pub mod router;
 pub mod runtime;
 pub mod shard;
+#[cfg(test)]
+mod sim_tests;
 pub mod storage;
 pub mod subscription;
 pub mod sync;

@@ -127,8 +127,8 @@ impl Storage for DmaStorage {
 
     /// Files are opened with O_DSYNC: a commit is then one write that completes once durable,
     /// instead of a write, its completion, and an fdatasync submitted after it (two trips
-    /// through io_uring and its workers). At 10k msg/s this took the publish-ack p50 from
-    /// 446-513 to 402-416 µs and the p99.9 from 7.8-41 to 3.7-5.0 ms.
+    /// through io_uring and its workers), which shortened the publish-ack latency (see
+    /// benches/README.md, "DmaStorage::open").
     async fn open(&self, path: &Path, create: bool) -> io::Result<DmaStorageFile> {
         open_with(path, create, nix::libc::O_DSYNC).await
     }
@@ -143,8 +143,8 @@ impl Storage for DmaStorage {
     /// kernel), on the executor's blocking thread: a directory sync takes 100 µs or more, and
     /// a topic's first publish and first acknowledgement make several, which on the shard's
     /// own thread stalled every other topic of the shard meanwhile. One such thread per shard
-    /// (glommio's default): with four, W4 published 16.5-18.0k msg/s against 22.7-23.8k with
-    /// one in three interleaved pairs.
+    /// (glommio's default): more of them published less (see benches/README.md,
+    /// "DmaStorage::sync_dir").
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let path = path.to_path_buf();
         glommio::executor().spawn_blocking(move || std::fs::File::open(path)?.sync_all()).await

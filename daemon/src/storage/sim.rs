@@ -12,8 +12,14 @@
 //! a device may complete them.
 //! `die_after(n)` makes every operation after the next n fail, as if power went out there;
 //! `crash` then turns the disk into what a restart would find.
+//!
+//! Besides these scripted faults, a [`FaultPlan`] draws them from a seed, for simulations:
+//! per write, sync and read a chance of EIO, ENOSPC or a torn write, confined to the directories
+//! the plan names as faulty, and a latency in virtual time for each of them; and
+//! [`CrashMode::KeepEach`] lets a crash keep, drop or tear each unsynced write by the seed.
 
 use super::{IoBuffer, Storage, StorageFile};
+use crate::runtime::sim::Rng;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -73,6 +79,88 @@ struct SimState {
     writes_landed_out_of_order: u64,
     /// Crashes so far: a write still held back at a crash never lands after it.
     crashes: u64,
+    /// Faults and latencies drawn from a seed, with the generator drawing them.
+    plan: Option<(FaultPlan, Rng)>,
+    /// Faults the plan injected so far.
+    planned_faults: u64,
+}
+
+/// Faults and latencies drawn from a seed (`SimDisk::set_fault_plan`). Chances are in parts
+/// per million of operations under a faulty directory.
+#[derive(Clone, Debug, Default)]
+pub struct FaultPlan {
+    /// The directories whose files may fail: a test keeps them within what the log tolerates
+    /// (at most ⌊M/2⌋ of M data directories), so that a quorum stays whole.
+    pub faulty: Vec<PathBuf>,
+    pub write_eio_ppm: u32,
+    pub write_no_space_ppm: u32,
+    /// A write that fails with EIO after part of it (whole sectors) reached the file.
+    pub write_torn_ppm: u32,
+    /// An fdatasync that fails with EIO and drops the file's unsynced writes, as Linux does.
+    pub sync_eio_ppm: u32,
+    pub read_eio_ppm: u32,
+    /// Each write, sync and read takes a latency drawn up to this, in virtual time under a
+    /// simulation, so that operations complete in an order the seed chooses.
+    pub latency_max: std::time::Duration,
+}
+
+/// The highest chance a drawn plan gives one kind of fault, in parts per million (10%): a
+/// faulty directory is fenced at its first failed write, so its faults come early or not at all.
+const DRAWN_FAULT_PPM_MAX: u32 = 100_000;
+/// The highest chance a drawn plan gives a failing read (1%): recovery reads every block of a
+/// log, and a read failing on one copy makes `Log::open` fail today rather than fence that
+/// copy, so a higher one leaves a log that never opens.
+const DRAWN_READ_FAULT_PPM_MAX: u32 = 10_000;
+/// Most latency a drawn plan gives an operation.
+const DRAWN_LATENCY_MAX: std::time::Duration = std::time::Duration::from_micros(500);
+
+impl FaultPlan {
+    /// A plan drawn from `rng` for a log over `directories`: up to ⌊M/2⌋ of them faulty, each
+    /// kind of fault with its own chance (often none), and a latency bound.
+    pub fn draw(rng: &mut Rng, directories: &[PathBuf]) -> FaultPlan {
+        let mut candidates = directories.to_vec();
+        let faulty_count = rng.below(directories.len() as u64 / 2 + 1) as usize;
+        let mut faulty = Vec::new();
+        for _ in 0..faulty_count {
+            faulty.push(candidates.swap_remove(rng.below(candidates.len() as u64) as usize));
+        }
+        let chance = |rng: &mut Rng| {
+            if rng.chance(500_000) {
+                rng.below(u64::from(DRAWN_FAULT_PPM_MAX)) as u32
+            } else {
+                0
+            }
+        };
+        FaultPlan {
+            faulty,
+            write_eio_ppm: chance(rng),
+            write_no_space_ppm: chance(rng),
+            write_torn_ppm: chance(rng),
+            sync_eio_ppm: chance(rng),
+            read_eio_ppm: chance(rng) / (DRAWN_FAULT_PPM_MAX / DRAWN_READ_FAULT_PPM_MAX),
+            latency_max: std::time::Duration::from_micros(
+                rng.below(DRAWN_LATENCY_MAX.as_micros() as u64 + 1),
+            ),
+        }
+    }
+}
+
+/// What the plan makes of one operation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Planned {
+    Eio,
+    NoSpace,
+    /// EIO after this many sectors of the write landed.
+    Torn {
+        sectors: usize,
+    },
+}
+
+#[derive(Clone, Copy)]
+enum Operation {
+    Write { sectors: usize },
+    Sync,
+    Read,
 }
 
 /// A fault confined to the files under one directory.
@@ -100,6 +188,9 @@ pub enum CrashMode {
     TearLastWrite { sectors: usize },
     /// Every unsynced write happens to have reached the disk.
     KeepUnsynced,
+    /// Each unsynced write, by a generator seeded with `seed`, reached the disk whole, not at
+    /// all, or torn (its first sectors only): a device may complete them in any order.
+    KeepEach { seed: u64 },
 }
 
 #[derive(Clone, Default)]
@@ -114,6 +205,38 @@ pub struct SimFileHandle {
 }
 
 impl SimState {
+    /// A latency for the next operation, from the plan.
+    fn planned_latency(&mut self) -> Option<std::time::Duration> {
+        let (plan, rng) = self.plan.as_mut()?;
+        let latency_max = plan.latency_max.as_nanos() as u64;
+        (latency_max > 0).then(|| std::time::Duration::from_nanos(rng.below(latency_max + 1)))
+    }
+
+    /// The fault the plan draws for an operation on `path`, if any.
+    fn planned_fault(&mut self, path: &Path, operation: Operation) -> Option<Planned> {
+        let (plan, rng) = self.plan.as_mut()?;
+        if !plan.faulty.iter().any(|directory| path.starts_with(directory)) {
+            return None;
+        }
+        let fault = match operation {
+            Operation::Write { sectors } => {
+                if rng.chance(plan.write_eio_ppm) {
+                    Some(Planned::Eio)
+                } else if rng.chance(plan.write_no_space_ppm) {
+                    Some(Planned::NoSpace)
+                } else if sectors > 1 && rng.chance(plan.write_torn_ppm) {
+                    Some(Planned::Torn { sectors: rng.between(1..sectors as u64) as usize })
+                } else {
+                    None
+                }
+            }
+            Operation::Sync => rng.chance(plan.sync_eio_ppm).then_some(Planned::Eio),
+            Operation::Read => rng.chance(plan.read_eio_ppm).then_some(Planned::Eio),
+        };
+        self.planned_faults += u64::from(fault.is_some());
+        fault
+    }
+
     /// Bytes the named files hold (a file with several names counted once; an unlinked one
     /// not at all, as its space is freed once closed, and the log shrinks it before).
     fn used_bytes(&self) -> u64 {
@@ -265,6 +388,15 @@ impl SimDisk {
     pub fn writes_landed_out_of_order(&self) -> u64 {
         self.state.borrow().writes_landed_out_of_order
     }
+    /// Faults and latencies from now on drawn by `plan` with a generator seeded with `seed`
+    /// (None: none but the scripted ones).
+    pub fn set_fault_plan(&self, plan: Option<FaultPlan>, seed: u64) {
+        self.state.borrow_mut().plan = plan.map(|plan| (plan, Rng::new(seed)));
+    }
+    /// Faults the plan injected so far.
+    pub fn planned_fault_count(&self) -> u64 {
+        self.state.borrow().planned_faults
+    }
     /// Power goes out after `operations` more operations: every later one fails.
     pub fn die_after(&self, operations: u64) {
         let mut state = self.state.borrow_mut();
@@ -330,10 +462,35 @@ impl SimDisk {
         state.durable_names = names.clone();
         state.directories = directories;
         state.names = names;
-        for file in state.files.values_mut() {
+        let mut kept_by_seed = match mode {
+            CrashMode::KeepEach { seed } => Some(Rng::new(seed)),
+            _ => None,
+        };
+        // Files in inode order, so that a seeded crash replays.
+        let mut inodes: Vec<u64> = state.files.keys().copied().collect();
+        inodes.sort_unstable();
+        for inode in inodes {
+            let file = state.files.get_mut(&inode).expect("listed above");
             let mut image = file.durable.clone();
             let keep: Vec<(u64, usize)> = match mode {
                 CrashMode::DropUnsynced => Vec::new(),
+                CrashMode::KeepEach { .. } => {
+                    let rng = kept_by_seed.as_mut().expect("made for this mode");
+                    file.unsynced
+                        .iter()
+                        .filter_map(|&(position, length)| match rng.below(3) {
+                            0 => None,
+                            1 => Some((position, length)),
+                            _ => Some((
+                                position,
+                                length.min(
+                                    rng.between(0..length as u64 / SECTOR_BYTES as u64 + 1) as usize
+                                        * SECTOR_BYTES,
+                                ),
+                            )),
+                        })
+                        .collect()
+                }
                 CrashMode::KeepUnsynced => file.unsynced.clone(),
                 CrashMode::TearLastWrite { sectors } => {
                     let mut kept = file.unsynced.clone();
@@ -519,17 +676,57 @@ impl Storage for SimDisk {
     }
 }
 
+impl SimFileHandle {
+    /// Waits the plan's latency for this operation, if there is a plan.
+    async fn planned_wait(&self) {
+        let latency = self.state.borrow_mut().planned_latency();
+        if let Some(latency) = latency {
+            crate::runtime::sleep(latency).await;
+        }
+    }
+
+    /// Puts `bytes` into the file at `position`: durable at once with durable writes, else
+    /// remembered as unsynced.
+    fn land(&self, state: &mut SimState, bytes: &[u8], position: u64) -> io::Result<()> {
+        state.check_room(self.inode, position + bytes.len() as u64)?;
+        let durable_writes = state.durable_writes;
+        let file = state.files.get_mut(&self.inode).unwrap();
+        let start = position as usize;
+        let end = start + bytes.len();
+        if file.current.len() < end {
+            file.current.resize(end, 0);
+        }
+        file.current[start..end].copy_from_slice(bytes);
+        if durable_writes {
+            if file.durable.len() < end {
+                file.durable.resize(end, 0);
+            }
+            file.durable[start..end].copy_from_slice(bytes);
+        } else {
+            file.unsynced.push((position, bytes.len()));
+        }
+        Ok(())
+    }
+}
+
 impl StorageFile for SimFileHandle {
     type Buffer = SimBuffer;
     type Read = Vec<u8>;
 
     async fn write_at(&self, buffer: Rc<SimBuffer>, position: u64) -> io::Result<()> {
-        let (issue, delay, crashes) = {
+        let (issue, delay, crashes, latency) = {
             let mut state = self.state.borrow_mut();
             state.writes_issued += 1;
             let issue = state.writes_issued;
-            (issue, state.delayed_write.filter(|(delayed, _, _)| *delayed == issue), state.crashes)
+            let latency = state.planned_latency();
+            (issue, state.delayed_write.filter(|(delayed, _, _)| *delayed == issue), state.crashes, latency)
         };
+        if let Some(latency) = latency {
+            crate::runtime::sleep(latency).await;
+            if self.state.borrow().crashes != crashes {
+                return Err(io::Error::other("power went out while the write was under way"));
+            }
+        }
         if let Some((_, delay, power_fails)) = delay {
             self.state.borrow_mut().held_issue = Some(issue);
             crate::runtime::sleep(delay).await;
@@ -551,6 +748,15 @@ impl StorageFile for SimFileHandle {
         if state.fail_all_writes || state.fail_write_at == Some(state.writes) {
             return Err(eio("write"));
         }
+        match state.planned_fault(&self.path, Operation::Write { sectors: buffer.0.len() / SECTOR_BYTES }) {
+            Some(Planned::Eio) => return Err(eio("write (planned)")),
+            Some(Planned::NoSpace) => return Err(io::Error::from_raw_os_error(nix::libc::ENOSPC)),
+            Some(Planned::Torn { sectors }) => {
+                self.land(&mut state, &buffer.0[..sectors * SECTOR_BYTES], position)?;
+                return Err(eio("write (planned, torn)"));
+            }
+            None => {}
+        }
         let mut position = position;
         match state.take_rule(&self.path, |fault| {
             matches!(fault, Fault::FailWrites | Fault::LoseNextWrite | Fault::MisdirectNextWrite { .. })
@@ -562,30 +768,16 @@ impl StorageFile for SimFileHandle {
             }
             _ => {}
         }
-        state.check_room(self.inode, position + buffer.0.len() as u64)?;
-        let durable_writes = state.durable_writes;
-        let file = state.files.get_mut(&self.inode).unwrap();
-        let start = position as usize;
-        let end = start + buffer.0.len();
-        if file.current.len() < end {
-            file.current.resize(end, 0);
-        }
-        file.current[start..end].copy_from_slice(&buffer.0);
-        if durable_writes {
-            if file.durable.len() < end {
-                file.durable.resize(end, 0);
-            }
-            file.durable[start..end].copy_from_slice(&buffer.0);
-        } else {
-            file.unsynced.push((position, buffer.0.len()));
-        }
-        Ok(())
+        self.land(&mut state, &buffer.0, position)
     }
 
     async fn read_at(&self, position: u64, bytes: usize) -> io::Result<Vec<u8>> {
+        self.planned_wait().await;
         let mut state = self.state.borrow_mut();
         state.reads += 1;
-        if state.fail_read_at == Some(state.reads) {
+        if state.fail_read_at == Some(state.reads)
+            || state.planned_fault(&self.path, Operation::Read).is_some()
+        {
             return Err(eio("read"));
         }
         let file = &state.files[&self.inode];
@@ -595,11 +787,17 @@ impl StorageFile for SimFileHandle {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
+        let crashes = self.state.borrow().crashes;
+        self.planned_wait().await;
         let mut state = self.state.borrow_mut();
+        if state.crashes != crashes {
+            return Err(io::Error::other("power went out while the sync was under way"));
+        }
         state.operate("fdatasync")?;
         state.syncs += 1;
         let rule = state.take_rule(&self.path, |fault| *fault == Fault::FailNextSync);
-        if state.fail_sync_at == Some(state.syncs) || rule.is_some() {
+        let planned = state.planned_fault(&self.path, Operation::Sync);
+        if state.fail_sync_at == Some(state.syncs) || rule.is_some() || planned.is_some() {
             // Like Linux after a failed fsync: the unsynced pages are dropped, and a later
             // sync would report success without them (fsyncgate).
             let file = state.files.get_mut(&self.inode).unwrap();
