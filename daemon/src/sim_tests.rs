@@ -16,10 +16,10 @@
 use crate::catalog::SubscriptionSettings;
 use crate::clock::SystemClock;
 use crate::control::ControlRequest;
-use crate::forwarder::Forwarder;
 use crate::log::{Directories, LogConfig};
-use crate::net::{Handler, Responder};
+use crate::protocol::native::server::{Handler, Responder};
 use crate::runtime::{self, sim};
+use crate::shard::Forwarder;
 use crate::storage::sim::{CrashMode, FaultPlan, SimDisk};
 use ringpost_wire::frame::Body;
 use ringpost_wire::frame::{FrameBuffer, FrameHeader};
@@ -368,7 +368,7 @@ fn simulate_node(seed: u64) -> (usize, usize, u64, u64) {
             let sweeper = forwarder.clone();
             runtime::spawn(async move {
                 loop {
-                    runtime::sleep(crate::forwarder::LEASE_SWEEP_INTERVAL).await;
+                    runtime::sleep(crate::shard::LEASE_SWEEP_INTERVAL).await;
                     sweeper.sweep_leases();
                 }
             })
@@ -389,12 +389,10 @@ fn simulate_node(seed: u64) -> (usize, usize, u64, u64) {
     })
 }
 
-/// Ignored until the fix in subscription.rs that /work/scratch/sim-needs.md describes lands:
-/// with it, 1,000 seeds pass; without it, seed 8 finds a subscription's cursor left below its
-/// ack floor after a restart (`pull_for` then underflows: a panic in debug, a subscription that
-/// stops delivering new messages in release).
+/// Seed 8 of this simulation found a subscription's cursor left below its ack floor after a
+/// restart (`pull_for` then underflowed: a panic in debug, a subscription that stopped
+/// delivering new messages in release); `SubscriptionState::apply_ack` now carries the cursor.
 #[test]
-#[ignore = "needs the cursor fix in SubscriptionState::apply_ack (see the comment above)"]
 fn a_node_delivers_every_acknowledged_publish_through_crashes_and_faults() {
     let totals = RefCell::new((0, 0, 0, 0));
     let started = std::time::Instant::now();
@@ -414,21 +412,18 @@ fn a_node_delivers_every_acknowledged_publish_through_crashes_and_faults() {
 
 #[test]
 fn a_node_simulation_replays_its_seed() {
-    // Seeds that pass before the fix the test above waits for.
-    for seed in [3, 5] {
+    for seed in [3, 5, 8] {
         assert_eq!(simulate_node(seed), simulate_node(seed), "seed {seed}");
     }
 }
 
 /// What seed 8 of the node simulation found, reduced: acknowledgements recovered out of order
 /// leave offsets acknowledged above the cursor; acknowledging the one below them raises the
-/// floor past the cursor, and the next pull underflows `cursor - floor`. Ignored until the fix
-/// in /work/scratch/sim-needs.md lands.
+/// floor past the cursor, and the next pull underflowed `cursor - floor`.
 #[test]
-#[ignore = "needs the cursor fix in SubscriptionState::apply_ack"]
 fn a_recovered_acknowledgement_above_the_cursor_does_not_stall_pulls() {
     let now = std::time::Instant::now();
-    let mut state = crate::subscription::SubscriptionState::new(9, 0, Duration::from_secs(10));
+    let mut state = crate::subscription::state::SubscriptionState::new(9, 0, Duration::from_secs(10));
     state.restore_ack(0);
     state.restore_ack(2);
     let delivered: Vec<u64> = state.pull(now, 1, 10).iter().map(|delivery| delivery.offset).collect();

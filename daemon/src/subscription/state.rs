@@ -830,6 +830,10 @@ impl SubscriptionState {
         if self.acked.insert(offset) {
             self.acked_total += 1;
         }
+        // Acknowledgements recovered out of order can stand above the cursor; one that raises
+        // the floor past the cursor must take the cursor with it, or the next pull's
+        // `cursor - floor` underflows and the subscription delivers nothing new again.
+        self.cursor = self.cursor.max(self.acked.floor());
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         in_flight.end_lease(offset);
         in_flight.redeliver.remove(&offset);
