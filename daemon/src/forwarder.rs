@@ -555,6 +555,7 @@ impl<S: Storage> Forwarder<S> {
             ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
                 self.attach_topic(topic_id, name, retention_seconds, recovering).await
             }
+            ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id),
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
             ControlRequest::UpdateSettings { topic_id, update } => self.update_settings(topic_id, update),
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
@@ -952,6 +953,19 @@ impl<S: Storage> Forwarder<S> {
         self.topics.borrow_mut().insert(name, topic.clone());
         self.topics_by_id.borrow_mut().insert(topic_id, topic);
         Ok(ControlOk::Done)
+    }
+
+    /// A topic's durable end offset: a new subscription's sync point. Every publish
+    /// acknowledged after the router answers the create has an offset at or above it, because
+    /// offsets are assigned at commit.
+    fn durable_end(&self, topic_id: u64) -> Result<ControlOk, Status> {
+        if let Some((topic_name, why)) = self.quarantined.borrow().topics.get(&topic_id) {
+            return Err(quarantined_status("topic", topic_name, why));
+        }
+        let topic = self.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
+            Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
+        })?;
+        Ok(ControlOk::SubscriptionStart(topic.log.end_offset()))
     }
 
     async fn attach_subscription(

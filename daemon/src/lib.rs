@@ -6,6 +6,8 @@
 
 pub mod api;
 pub mod catalog;
+/// Placement lives with the catalog, which records each decision; this name stays for callers.
+pub use catalog::placement;
 pub mod clock;
 pub mod codec;
 pub mod control;
@@ -16,7 +18,6 @@ pub mod latency;
 pub mod log;
 pub mod net;
 pub mod offset_map;
-pub mod placement;
 pub mod process;
 pub mod rate;
 pub mod router;
@@ -421,7 +422,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                         let forwarder = forwarder.clone();
                         let replies = replies.clone();
                         crate::runtime::spawn(async move {
-                            let result = forwarder.control(envelope.request).await;
+                            let result =
+                                forwarder.control(envelope.request).await.map_err(crate::api::Status::from);
                             let _ =
                                 replies.send(ControlReply { request_id: envelope.request_id, result }).await;
                         })
@@ -459,10 +461,16 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             }
             let directories = log::Directories::new(data_dirs);
             let storage = storage::dma::DmaStorage;
-            let (catalog_log, state) = match catalog::open_catalog(storage.clone(), directories.clone()).await
+            let catalog = match catalog::Catalog::open(
+                storage.clone(),
+                directories.clone(),
+                shards as u32,
+                balance_factor,
+            )
+            .await
             {
-                Ok(opened) => opened,
-                Err(error) => return fail(format!("opening the catalog: {error}")),
+                Ok(catalog) => catalog,
+                Err(error) => return fail(error),
             };
             let mut links = Vec::new();
             for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
@@ -473,8 +481,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             let router = Rc::new(router::Router::new(
                 storage,
                 directories,
-                catalog_log,
-                state,
+                catalog,
                 links,
                 router::ForwarderAddresses::new(ports, advertise),
                 balance_factor,
@@ -491,9 +498,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                     expirer.expire_subscriptions().await;
                     expirer.retake_catalog_reserve().await;
                     match expirer.compact_catalog().await {
-                        Ok(0) => {}
-                        Ok(segments) => {
-                            eprintln!("ringpostd: compacted the catalog: {segments} old segment(s) deleted")
+                        Ok(false) => {}
+                        Ok(true) => {
+                            eprintln!("ringpostd: compacted the catalog: snapshot taken, raft log purged")
                         }
                         Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
                     }

@@ -4,19 +4,22 @@
 //! through control channels. Clients then talk to forwarders directly, so the publish path never
 //! crosses a core, and the router can restart without disturbing traffic.
 //!
-//! Order of a create, for crash safety: the forwarder makes the resource durable first (log
-//! directory, or the subscription's sync point in the journal), then the catalog entry is made
-//! durable, then the client is answered. A crash in between leaves an orphan that the catalog
-//! never names (removed at the next start); ids are never reused (see `catalog`).
+//! Every change is decided by the catalog's leader (this node) with everything it needs in its
+//! entry, committed through the catalog's raft, and applied; the router shard then acts on what
+//! applying it did (detaching what a deletion removed). A create prepares its resource on the
+//! forwarder first (the topic's folders), so that a full disk refuses it before anything is
+//! decided; a crash between the preparation and the commit leaves an orphan that the catalog
+//! never names (removed at the next start).
 
+use crate::api::{Code as ErrorCode, Status};
+use crate::catalog::placement::Placement;
 use crate::catalog::{
-    entry_records, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
+    Applied, Catalog, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
     TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
-use crate::log::{Directories, Log, LogError};
+use crate::log::Directories;
 use crate::net::{fail, respond, Handler};
-use crate::placement::Placement;
 use crate::storage::Storage;
 use crate::sync::{oneshot, try_for_each_concurrent, Sender};
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
@@ -29,7 +32,7 @@ use ringpost_wire::validate::{
     effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
     validate_subscription_update, validate_topic_update,
 };
-use ringpost_wire::{Command, ErrorCode, Status};
+use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -139,37 +142,26 @@ impl ForwarderAddresses {
 pub struct Router<S: Storage> {
     storage: S,
     directories: Rc<Directories>,
-    catalog_log: Log<S>,
-    state: RefCell<CatalogState>,
-    next_sequence: Cell<u32>,
+    catalog: Catalog<S>,
+    /// The catalog's state, shared with its state machine: read here, changed only by `apply`.
+    state: Rc<RefCell<CatalogState>>,
     placement: RefCell<Placement>,
     topic_shard: RefCell<HashMap<u64, u32>>,
     forwarders: Vec<Rc<ForwarderLink>>,
     forwarder_addresses: ForwarderAddresses,
     /// Names being created right now, so two concurrent creates cannot both succeed.
     creating: RefCell<HashSet<String>>,
-    /// Each catalog append holds one unit; compaction takes them all, so that no entry commits
-    /// between its snapshot of the state and its checkpoint (see `catalog::compact`).
-    catalog_gate: Semaphore,
     /// One unit: updates run one at a time, each from reading the record to its forwarder's
     /// answer, so that two concurrent updates cannot each write their change over the record
     /// as it was before the other, nor reach the forwarder in another order than the catalog.
     update_gate: Semaphore,
 }
 
-/// Units of `Router::catalog_gate`: more than appends can ever be in flight at once.
-const CATALOG_GATE_UNITS: u64 = u32::MAX as u64;
-
-fn catalog_status(error: LogError) -> Status {
-    crate::forwarder::log_error_status(error)
-}
-
 impl<S: Storage> Router<S> {
     pub fn new(
         storage: S,
         directories: Rc<Directories>,
-        catalog_log: Log<S>,
-        state: CatalogState,
+        catalog: Catalog<S>,
         forwarders: Vec<Rc<ForwarderLink>>,
         forwarder_addresses: ForwarderAddresses,
         balance_factor: f64,
@@ -178,15 +170,13 @@ impl<S: Storage> Router<S> {
         Router {
             storage,
             directories,
-            catalog_log,
-            state: RefCell::new(state),
-            next_sequence: Cell::new(1),
+            state: catalog.shared_state(),
+            catalog,
             placement: RefCell::new(placement),
             topic_shard: RefCell::default(),
             forwarders,
             forwarder_addresses,
             creating: RefCell::default(),
-            catalog_gate: Semaphore::new(CATALOG_GATE_UNITS),
             update_gate: Semaphore::new(1),
         }
     }
@@ -202,14 +192,13 @@ impl<S: Storage> Router<S> {
             topics
         };
         let started = crate::runtime::now();
-        // Placed one after another, as placement depends on the topics placed before; then
-        // attached with several at once, since each attach waits on reads of the topic's logs
+        let topics = self.place_recovered(topics).await?;
+        // Attached with several at once, since each attach waits on reads of the topic's logs
         // (one at a time, 5,000 small topics took over 5 s to start).
         let mut attaches = Vec::with_capacity(topics.len());
         for topic in &topics {
-            let shard = self.placement.borrow_mut().place(&topic.name);
-            self.topic_shard.borrow_mut().insert(topic.id, shard);
-            attaches.push((shard, topic));
+            self.topic_shard.borrow_mut().insert(topic.id, topic.shard);
+            attaches.push((topic.shard, topic));
         }
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
             self.forwarders[shard as usize]
@@ -286,49 +275,42 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
+    /// Counts every topic on the shard the catalog placed it on; a topic whose shard is gone
+    /// (the daemon restarted with fewer) is placed again, by a decided entry.
+    async fn place_recovered(&self, mut topics: Vec<TopicRecord>) -> Result<Vec<TopicRecord>, String> {
+        let shards = self.forwarders.len() as u32;
+        for topic in topics.iter().filter(|topic| topic.shard < shards) {
+            self.placement.borrow_mut().assign(topic.shard);
+        }
+        for topic in topics.iter_mut().filter(|topic| topic.shard >= shards) {
+            let shard = self.placement.borrow_mut().place(&topic.name);
+            self.propose(CatalogEntry::TopicPlaced { id: topic.id, shard })
+                .await
+                .map_err(|status| format!("placing topic '{}' again: {status}", topic.name))?;
+            topic.shard = shard;
+        }
+        Ok(topics)
+    }
+
     fn allocate_id(&self) -> u64 {
-        let sequence = self.next_sequence.get();
-        self.next_sequence.set(sequence + 1);
-        (self.state.borrow().boot_count as u64) << 32 | sequence as u64
+        self.catalog.allocate_id()
     }
 
-    /// One unit of `catalog_gate`, held by whatever writes to the catalog log beside other
-    /// appends: compaction waits until every unit is back.
-    async fn catalog_permit(&self) -> Result<glommio::sync::Permit<'_>, Status> {
-        self.catalog_gate
-            .acquire_permit(1)
-            .await
-            .map_err(|error| Status::internal(format!("the catalog is closed: {error}")))
+    /// Decides a change: commits `entry` through the catalog's raft and applies it.
+    async fn propose(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+        self.catalog.propose(entry).await
     }
 
-    async fn append(&self, entry: CatalogEntry) -> Result<(), Status> {
-        let _permit = self.catalog_permit().await?;
-        self.catalog_log.append(entry_records(&entry), 1).await.map_err(catalog_status)?;
-        self.state.borrow_mut().apply(entry);
-        Ok(())
-    }
-
-    /// Makes the catalog's reserve segment again once a roll on a full disk took it
+    /// Makes the catalog's reserve segments again once a roll on a full disk took them
     /// (`LogConfig::reserve`); quiet while the disk stays full. Called once a minute.
     pub async fn retake_catalog_reserve(&self) {
-        let _ = self.catalog_log.retake_reserve().await;
+        self.catalog.retake_reserve().await;
     }
 
-    /// Compacts the catalog log once it has grown (`CATALOG_COMPACTION_BYTES_MIN`), with every
-    /// other catalog append held back meanwhile. Called once a minute.
-    pub async fn compact_catalog(&self) -> Result<usize, String> {
-        if self.catalog_log.disk_bytes() < CATALOG_COMPACTION_BYTES_MIN {
-            return Ok(0);
-        }
-        let _all = self
-            .catalog_gate
-            .acquire_permit(CATALOG_GATE_UNITS)
-            .await
-            .map_err(|error| format!("the catalog is closed: {error}"))?;
-        let checkpoint = || self.state.borrow().checkpoint_entries();
-        crate::catalog::compact(&self.catalog_log, checkpoint, CATALOG_COMPACTION_BYTES_MIN)
-            .await
-            .map_err(|error| error.to_string())
+    /// Snapshots the catalog and purges its raft log once the log has grown
+    /// (`CATALOG_COMPACTION_BYTES_MIN`). Called once a minute; returns whether it did.
+    pub async fn compact_catalog(&self) -> Result<bool, String> {
+        self.catalog.compact(CATALOG_COMPACTION_BYTES_MIN).await
     }
 
     fn reserve_name(&self, name: &str) -> Result<NameReservation<'_>, Status> {
@@ -364,8 +346,14 @@ impl<S: Storage> Router<S> {
             self.placement.borrow_mut().release(shard);
             return Err(status);
         }
-        let record = TopicRecord { id, name: name.to_owned(), message_retention_seconds: retention };
-        if let Err(status) = self.append(CatalogEntry::TopicCreated(record)).await {
+        let record = TopicRecord {
+            id,
+            name: name.to_owned(),
+            message_retention_seconds: retention,
+            shard,
+            created_ms: wall_ms(),
+        };
+        if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {
             self.placement.borrow_mut().release(shard);
             let _ = self.forwarders[shard as usize]
                 .call(ControlRequest::DetachTopic { topic_id: id, delete_data: true })
@@ -389,8 +377,9 @@ impl<S: Storage> Router<S> {
     async fn delete_topic(&self, body: &[u8]) -> Result<Empty, Status> {
         let request = access_body::<NameRequest>(body)?;
         let topic = self.topic_record(request.name.as_str())?;
-        self.append(CatalogEntry::TopicDeleted { id: topic.id }).await?;
-        let shard = self.topic_shard.borrow_mut().remove(&topic.id);
+        let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
+        let removed = matches!(applied, Applied::TopicDeleted(Some(_)));
+        let shard = self.topic_shard.borrow_mut().remove(&topic.id).filter(|_| removed);
         if let Some(shard) = shard {
             self.placement.borrow_mut().release(shard);
             // The deletion is durable already; if removing the files fails now, the next start
@@ -472,18 +461,11 @@ impl<S: Storage> Router<S> {
             Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
         })?;
         let id = self.allocate_id();
-        let attached = self.forwarders[shard as usize]
-            .call(ControlRequest::AttachSubscription {
-                subscription_id: id,
-                name: name.to_owned(),
-                topic_id: topic.id,
-                settings: settings.clone(),
-                create: true,
-                start_offset: 0,
-            })
-            .await?;
-        let ControlOk::SubscriptionStart(start_offset) = attached else {
-            return Err(Status::internal("the forwarder did not report the subscription's start"));
+        let forwarder = &self.forwarders[shard as usize];
+        let ControlOk::SubscriptionStart(start_offset) =
+            forwarder.call(ControlRequest::DurableEnd { topic_id: topic.id }).await?
+        else {
+            return Err(Status::internal("the forwarder did not report the topic's durable end"));
         };
         let record = SubscriptionRecord {
             id,
@@ -491,17 +473,22 @@ impl<S: Storage> Router<S> {
             topic_id: topic.id,
             topic_name: topic.name.clone(),
             start_offset,
-            settings,
+            settings: settings.clone(),
+            created_ms: wall_ms(),
         };
         let response = self.subscription_message(&record);
-        if let Err(status) = self.append(CatalogEntry::SubscriptionCreated(record)).await {
-            let _ = self.forwarders[shard as usize]
-                .call(ControlRequest::DetachSubscription {
-                    subscription_id: id,
-                    name: name.to_owned(),
-                    topic_id: topic.id,
-                })
-                .await;
+        self.propose(CatalogEntry::SubscriptionCreated(record)).await?;
+        let attach = ControlRequest::AttachSubscription {
+            subscription_id: id,
+            name: name.to_owned(),
+            topic_id: topic.id,
+            settings,
+            create: false,
+            start_offset,
+        };
+        if let Err(status) = forwarder.call(attach).await {
+            // Not served, so not kept: the deletion is decided like any other.
+            let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_owned() }).await;
             return Err(status);
         }
         Ok(response)
@@ -544,7 +531,7 @@ impl<S: Storage> Router<S> {
             topic.message_retention_seconds = retention;
         }
         let retention_seconds = topic.message_retention_seconds;
-        self.append(CatalogEntry::TopicUpdated {
+        self.propose(CatalogEntry::TopicUpdated {
             id: topic.id,
             message_retention_seconds: retention_seconds,
         })
@@ -595,7 +582,7 @@ impl<S: Storage> Router<S> {
             settings.minimum_backoff_seconds = minimum;
             settings.maximum_backoff_seconds = maximum;
         }
-        self.append(CatalogEntry::SubscriptionUpdated {
+        self.propose(CatalogEntry::SubscriptionUpdated {
             id: record.id,
             name: record.name.clone(),
             settings: record.settings.clone(),
@@ -662,7 +649,7 @@ impl<S: Storage> Router<S> {
             })
             .await?;
         let snapshot = SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms };
-        self.append(CatalogEntry::SnapshotCreated(snapshot)).await?;
+        self.propose(CatalogEntry::SnapshotCreated(snapshot)).await?;
         Ok(Snapshot { name: name.to_owned(), topic: topic.name, expire_time_ms })
     }
 
@@ -708,7 +695,7 @@ impl<S: Storage> Router<S> {
     async fn delete_subscription(&self, body: &[u8]) -> Result<Empty, Status> {
         let request = access_body::<NameRequest>(body)?;
         let record = self.subscription_record(request.name.as_str())?;
-        self.append(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
+        self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
         let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
         if let Some(shard) = shard {
             if let Err(status) = self.forwarders[shard as usize]
@@ -810,11 +797,8 @@ impl<S: Storage> Router<S> {
         }
         let mut response = ResyncDirectoryResponse::default();
         self.directories.unfence(index);
-        if self.catalog_log.is_stale(index) {
-            // One unit of the gate, like an append: compaction, which deletes segments, waits
-            // for the copy; appends go on beside it.
-            let _permit = self.catalog_permit().await?;
-            response.batches_copied += self.catalog_log.resync_copy(index).await.map_err(catalog_status)?;
+        if self.catalog.is_stale(index) {
+            response.batches_copied += self.catalog.resync_copy(index).await?;
             response.logs_resynced += 1;
         }
         for forwarder in &self.forwarders {
@@ -964,7 +948,7 @@ impl<S: Storage> Router<S> {
             Command::DeleteSnapshot => {
                 let request = access_body::<NameRequest>(body)?;
                 let snapshot = self.snapshot_record(request.name.as_str())?;
-                self.append(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() })
+                self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() })
                     .await?;
                 let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
                 if let Some(shard) = shard {
@@ -1028,7 +1012,10 @@ impl<S: Storage> Handler for Router<S> {
         responder: &crate::net::Responder,
     ) -> crate::net::Response {
         let local = responder.local_address();
-        self.dispatch(&header, &body, local).await.unwrap_or_else(|status| fail(&header, &status)).into()
+        self.dispatch(&header, &body, local)
+            .await
+            .unwrap_or_else(|status| fail(&header, &status.into()))
+            .into()
     }
 }
 
