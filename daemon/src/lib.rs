@@ -19,6 +19,7 @@ pub mod log;
 pub mod net;
 pub mod offset_map;
 pub mod process;
+pub mod protocol;
 pub mod rate;
 pub mod router;
 pub mod runtime;

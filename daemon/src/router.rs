@@ -19,7 +19,7 @@ use crate::catalog::{
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
 use crate::log::Directories;
-use crate::net::{fail, respond, Handler};
+use crate::net::respond;
 use crate::storage::Storage;
 use crate::sync::{oneshot, try_for_each_concurrent, Sender};
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
@@ -32,7 +32,6 @@ use ringpost_wire::validate::{
     effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
     validate_subscription_update, validate_topic_update,
 };
-use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -323,7 +322,7 @@ impl<S: Storage> Router<S> {
         Ok(NameReservation { set: &self.creating, name: name.to_owned() })
     }
 
-    async fn create_topic(&self, body: &[u8]) -> Result<Topic, Status> {
+    pub(crate) async fn create_topic(&self, body: &[u8]) -> Result<Topic, Status> {
         let request = access_body::<Topic>(body)?;
         let name = request.name.as_str();
         validate_name("topic", name)?;
@@ -374,7 +373,7 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("topic '{name}'")))
     }
 
-    async fn delete_topic(&self, body: &[u8]) -> Result<Empty, Status> {
+    pub(crate) async fn delete_topic(&self, body: &[u8]) -> Result<Empty, Status> {
         let request = access_body::<NameRequest>(body)?;
         let topic = self.topic_record(request.name.as_str())?;
         let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
@@ -413,7 +412,7 @@ impl<S: Storage> Router<S> {
         })
     }
 
-    async fn create_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
+    pub(crate) async fn create_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
         let request = access_body::<Subscription>(body)?;
         let name = request.name.as_str();
         validate_name("subscription", name)?;
@@ -522,7 +521,7 @@ impl<S: Storage> Router<S> {
 
     /// UpdateTopic. The new retention is made durable in the catalog first (what the next start
     /// attaches the topic with), then the forwarder that owns the topic applies it.
-    async fn update_topic(&self, body: &[u8]) -> Result<Topic, Status> {
+    pub(crate) async fn update_topic(&self, body: &[u8]) -> Result<Topic, Status> {
         let request = access_body::<UpdateTopicRequest>(body)?;
         let changes = validate_topic_update(request)?;
         let _update = self.update_permit().await?;
@@ -553,7 +552,7 @@ impl<S: Storage> Router<S> {
 
     /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
     /// as at creation.
-    async fn update_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
+    pub(crate) async fn update_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
         let request = access_body::<UpdateSubscriptionRequest>(body)?;
         let changes = validate_subscription_update(request)?;
         let _update = self.update_permit().await?;
@@ -620,7 +619,7 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("snapshot '{name}'")))
     }
 
-    async fn create_snapshot(&self, body: &[u8]) -> Result<Snapshot, Status> {
+    pub(crate) async fn create_snapshot(&self, body: &[u8]) -> Result<Snapshot, Status> {
         let request = access_body::<SnapshotRequest>(body)?;
         let name = request.name.as_str();
         validate_name("snapshot", name)?;
@@ -692,7 +691,7 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("subscription '{name}'")))
     }
 
-    async fn delete_subscription(&self, body: &[u8]) -> Result<Empty, Status> {
+    pub(crate) async fn delete_subscription(&self, body: &[u8]) -> Result<Empty, Status> {
         let request = access_body::<NameRequest>(body)?;
         let record = self.subscription_record(request.name.as_str())?;
         self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
@@ -712,7 +711,7 @@ impl<S: Storage> Router<S> {
         Ok(Empty {})
     }
 
-    fn list_topics(&self, body: &[u8]) -> Result<TopicList, Status> {
+    pub(crate) fn list_topics(&self, body: &[u8]) -> Result<TopicList, Status> {
         let request = access_body::<ListRequest>(body)?;
         let page_size = page_size(request.page_size.to_native());
         let state = self.state.borrow();
@@ -735,7 +734,7 @@ impl<S: Storage> Router<S> {
         Ok(TopicList { topics, next_page_token })
     }
 
-    fn list_subscriptions(&self, body: &[u8]) -> Result<SubscriptionList, Status> {
+    pub(crate) fn list_subscriptions(&self, body: &[u8]) -> Result<SubscriptionList, Status> {
         let request = access_body::<ListRequest>(body)?;
         let page_size = page_size(request.page_size.to_native());
         let topic_filter = request.topic.as_str();
@@ -764,7 +763,7 @@ impl<S: Storage> Router<S> {
         Ok(SubscriptionList { subscriptions, next_page_token })
     }
 
-    async fn stats(&self) -> Result<StatsResponse, Status> {
+    pub(crate) async fn stats(&self) -> Result<StatsResponse, Status> {
         // Read before the topics are gathered, so the figure does not count this response.
         let mut response = StatsResponse { process: crate::process::stats(), ..StatsResponse::default() };
         response.shards.push(ShardStats {
@@ -786,7 +785,7 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
-    async fn resync_directory(&self, body: &[u8]) -> Result<ResyncDirectoryResponse, Status> {
+    pub(crate) async fn resync_directory(&self, body: &[u8]) -> Result<ResyncDirectoryResponse, Status> {
         let request = access_body::<ResyncDirectoryRequest>(body)?;
         let index = request.index.to_native() as usize;
         if index >= self.directories.count() {
@@ -817,163 +816,131 @@ impl<S: Storage> Router<S> {
         );
         Ok(response)
     }
+    pub(crate) fn get_topic(&self, body: &[u8]) -> Result<Topic, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let topic = self.topic_record(request.name.as_str())?;
+        Ok(Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds })
+    }
 
     /// `local`: the address the client reached the router at, for lookups' answers.
-    async fn dispatch(
+    pub(crate) fn lookup_topic(
         &self,
-        header: &FrameHeader,
         body: &[u8],
         local: Option<SocketAddr>,
-    ) -> Result<FrameBuffer, Status> {
-        let Some(command) = Command::from_u16(header.command) else {
-            return Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command)));
+    ) -> Result<LookupResponse, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let topic = self.topic_record(request.name.as_str())?;
+        self.lookup(&topic.name, topic.id, local)
+    }
+
+    pub(crate) fn get_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let record = self.subscription_record(request.name.as_str())?;
+        Ok(self.subscription_message(&record))
+    }
+
+    pub(crate) fn lookup_subscription(
+        &self,
+        body: &[u8],
+        local: Option<SocketAddr>,
+    ) -> Result<LookupResponse, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let record = self.subscription_record(request.name.as_str())?;
+        let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+            return Err(Status::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            )));
         };
-        Ok(match command {
-            Command::Hello => hello_response(header),
-            Command::CreateTopic => respond(header, &self.create_topic(body).await?),
-            Command::GetTopic => {
-                let request = access_body::<NameRequest>(body)?;
-                let topic = self.topic_record(request.name.as_str())?;
-                respond(
-                    header,
-                    &Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds },
-                )
+        self.lookup(&topic.name, topic.id, local)
+    }
+
+    /// Seek: a data-plane operation on the subscription's journal, which its topic's forwarder
+    /// keeps; the catalog only names the subscription and the snapshot.
+    pub(crate) async fn seek(&self, body: &[u8]) -> Result<Empty, Status> {
+        let request = access_body::<SeekRequest>(body)?;
+        let record = self.subscription_record(request.subscription.as_str())?;
+        let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
+            Status::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            ))
+        })?;
+        let snapshot_id = if request.snapshot.is_empty() {
+            None
+        } else {
+            let snapshot = self.snapshot_record(request.snapshot.as_str())?;
+            if snapshot.topic_id != record.topic_id {
+                return Err(Status::failed_precondition(format!(
+                    "snapshot '{}' is of another topic than subscription '{}'",
+                    snapshot.name, record.name
+                )));
             }
-            Command::ListTopics => respond(header, &self.list_topics(body)?),
-            Command::DeleteTopic => respond(header, &self.delete_topic(body).await?),
-            Command::LookupTopic => {
-                let request = access_body::<NameRequest>(body)?;
-                let topic = self.topic_record(request.name.as_str())?;
-                respond(header, &self.lookup(&topic.name, topic.id, local)?)
+            if snapshot.expire_time_ms <= wall_ms() {
+                return Err(Status::failed_precondition(format!("snapshot '{}' has expired", snapshot.name)));
             }
-            Command::CreateSubscription => respond(header, &self.create_subscription(body).await?),
-            Command::GetSubscription => {
-                let request = access_body::<NameRequest>(body)?;
-                let record = self.subscription_record(request.name.as_str())?;
-                respond(header, &self.subscription_message(&record))
-            }
-            Command::ListSubscriptions => respond(header, &self.list_subscriptions(body)?),
-            Command::DeleteSubscription => respond(header, &self.delete_subscription(body).await?),
-            Command::LookupSubscription => {
-                let request = access_body::<NameRequest>(body)?;
-                let record = self.subscription_record(request.name.as_str())?;
-                let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
-                    return Err(Status::failed_precondition(format!(
-                        "subscription '{}' is detached: its topic was deleted",
-                        record.name
-                    )));
-                };
-                respond(header, &self.lookup(&topic.name, topic.id, local)?)
-            }
-            Command::Stats => respond(header, &self.stats().await?),
-            Command::ResyncDirectory => respond(header, &self.resync_directory(body).await?),
-            Command::Seek => {
-                let request = access_body::<SeekRequest>(body)?;
-                let record = self.subscription_record(request.subscription.as_str())?;
-                let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
-                    Status::failed_precondition(format!(
-                        "subscription '{}' is detached: its topic was deleted",
-                        record.name
-                    ))
-                })?;
-                let snapshot_id = if request.snapshot.is_empty() {
-                    None
-                } else {
-                    let snapshot = self.snapshot_record(request.snapshot.as_str())?;
-                    if snapshot.topic_id != record.topic_id {
-                        return Err(Status::failed_precondition(format!(
-                            "snapshot '{}' is of another topic than subscription '{}'",
-                            snapshot.name, record.name
-                        )));
-                    }
-                    if snapshot.expire_time_ms <= wall_ms() {
-                        return Err(Status::failed_precondition(format!(
-                            "snapshot '{}' has expired",
-                            snapshot.name
-                        )));
-                    }
-                    Some(snapshot.id)
-                };
-                self.forwarders[shard as usize]
-                    .call(ControlRequest::Seek {
-                        subscription_id: record.id,
-                        topic_id: record.topic_id,
-                        time_ms: request.time_ms.to_native(),
-                        snapshot_id,
-                    })
-                    .await?;
-                respond(header, &Empty {})
-            }
-            Command::CreateSnapshot => respond(header, &self.create_snapshot(body).await?),
-            Command::ListSnapshots => {
-                let request = access_body::<ListRequest>(body)?;
-                let page_size = page_size(request.page_size.to_native());
-                let state = self.state.borrow();
-                let mut snapshots: Vec<Snapshot> = state
-                    .snapshots
-                    .range::<str, _>((
-                        std::ops::Bound::Excluded(request.page_token.as_str()),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .take(page_size + 1)
-                    .map(|(_, snapshot)| Snapshot {
-                        name: snapshot.name.clone(),
-                        topic: state
-                            .topic_names
-                            .get(&snapshot.topic_id)
-                            .cloned()
-                            .unwrap_or_else(|| DELETED_TOPIC.into()),
-                        expire_time_ms: snapshot.expire_time_ms,
-                    })
-                    .collect();
-                let next_page_token = if snapshots.len() > page_size {
-                    snapshots.pop();
-                    snapshots.last().map(|snapshot| snapshot.name.clone()).unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                drop(state);
-                respond(header, &SnapshotList { snapshots, next_page_token })
-            }
-            Command::GetSnapshot => {
-                let request = access_body::<NameRequest>(body)?;
-                let snapshot = self.snapshot_record(request.name.as_str())?;
-                let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
-                let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
-                respond(
-                    header,
-                    &Snapshot { name: snapshot.name, topic, expire_time_ms: snapshot.expire_time_ms },
-                )
-            }
-            Command::DeleteSnapshot => {
-                let request = access_body::<NameRequest>(body)?;
-                let snapshot = self.snapshot_record(request.name.as_str())?;
-                self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() })
-                    .await?;
-                let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
-                if let Some(shard) = shard {
-                    let _ = self.forwarders[shard as usize]
-                        .call(ControlRequest::DropSnapshot {
-                            topic_id: snapshot.topic_id,
-                            snapshot_id: snapshot.id,
-                        })
-                        .await;
-                }
-                respond(header, &Empty {})
-            }
-            Command::UpdateTopic => respond(header, &self.update_topic(body).await?),
-            Command::UpdateSubscription => respond(header, &self.update_subscription(body).await?),
-            Command::Publish
-            | Command::Pull
-            | Command::Acknowledge
-            | Command::ModifyAckDeadline
-            | Command::StreamingPull => {
-                return Err(Status::new(
-                    ErrorCode::NotOwner,
-                    "data-plane commands go to a forwarder: look up the topic or subscription first",
-                ))
-            }
-        })
+            Some(snapshot.id)
+        };
+        self.forwarders[shard as usize]
+            .call(ControlRequest::Seek {
+                subscription_id: record.id,
+                topic_id: record.topic_id,
+                time_ms: request.time_ms.to_native(),
+                snapshot_id,
+            })
+            .await?;
+        Ok(Empty {})
+    }
+
+    pub(crate) fn list_snapshots(&self, body: &[u8]) -> Result<SnapshotList, Status> {
+        let request = access_body::<ListRequest>(body)?;
+        let page_size = page_size(request.page_size.to_native());
+        let state = self.state.borrow();
+        let mut snapshots: Vec<Snapshot> = state
+            .snapshots
+            .range::<str, _>((
+                std::ops::Bound::Excluded(request.page_token.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .take(page_size + 1)
+            .map(|(_, snapshot)| Snapshot {
+                name: snapshot.name.clone(),
+                topic: state
+                    .topic_names
+                    .get(&snapshot.topic_id)
+                    .cloned()
+                    .unwrap_or_else(|| DELETED_TOPIC.into()),
+                expire_time_ms: snapshot.expire_time_ms,
+            })
+            .collect();
+        let next_page_token = if snapshots.len() > page_size {
+            snapshots.pop();
+            snapshots.last().map(|snapshot| snapshot.name.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(SnapshotList { snapshots, next_page_token })
+    }
+
+    pub(crate) fn get_snapshot(&self, body: &[u8]) -> Result<Snapshot, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let snapshot = self.snapshot_record(request.name.as_str())?;
+        let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
+        let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
+        Ok(Snapshot { name: snapshot.name, topic, expire_time_ms: snapshot.expire_time_ms })
+    }
+
+    pub(crate) async fn delete_snapshot(&self, body: &[u8]) -> Result<Empty, Status> {
+        let request = access_body::<NameRequest>(body)?;
+        let snapshot = self.snapshot_record(request.name.as_str())?;
+        self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() }).await?;
+        let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
+        if let Some(shard) = shard {
+            let _ = self.forwarders[shard as usize]
+                .call(ControlRequest::DropSnapshot { topic_id: snapshot.topic_id, snapshot_id: snapshot.id })
+                .await;
+        }
+        Ok(Empty {})
     }
 }
 
@@ -1001,21 +968,6 @@ struct NameReservation<'a> {
 impl Drop for NameReservation<'_> {
     fn drop(&mut self) {
         self.set.borrow_mut().remove(&self.name);
-    }
-}
-
-impl<S: Storage> Handler for Router<S> {
-    async fn handle(
-        &self,
-        header: FrameHeader,
-        body: FrameBuffer,
-        responder: &crate::net::Responder,
-    ) -> crate::net::Response {
-        let local = responder.local_address();
-        self.dispatch(&header, &body, local)
-            .await
-            .unwrap_or_else(|status| fail(&header, &status.into()))
-            .into()
     }
 }
 

@@ -1,0 +1,3 @@
+//! Ringpost's own protocol: frames in, typed calls, frames out.
+
+pub mod router;
