@@ -11,6 +11,13 @@
 //! decided; a crash between the preparation and the commit leaves an orphan that the catalog
 //! never names (removed at the next start).
 
+use crate::api::control::{
+    effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
+    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
+    ForwarderAddress, ListRequest, Page, Resynced, SeekTarget, Snapshot, Subscription, SubscriptionUpdate,
+    Topic, TopicUpdate,
+};
+use crate::api::limits::*;
 use crate::api::{Code as ErrorCode, Status};
 use crate::catalog::placement::Placement;
 use crate::catalog::{
@@ -19,19 +26,15 @@ use crate::catalog::{
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
 use crate::log::Directories;
-use crate::net::respond;
+/// The Hello answer is the native protocol's (`protocol::native::router`); named here too for
+/// the forwarder's dispatch, which calls it by this name.
+pub use crate::protocol::native::router::hello_response;
 use crate::storage::Storage;
 use crate::sync::{oneshot, try_for_each_concurrent, Sender};
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
 use glommio::sync::Semaphore;
-use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
-use ringpost_wire::limits::*;
-use ringpost_wire::messages::*;
-use ringpost_wire::validate::{
-    effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
-    validate_subscription_update, validate_topic_update,
-};
+// The stats are still the wire's types: the forwarders report them so (`ControlOk::Stats`).
+use ringpost_wire::messages::{ShardStats, StatsResponse};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -50,19 +53,6 @@ pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::
 
 fn wall_ms() -> u64 {
     crate::runtime::wall_ms()
-}
-
-pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
-    respond(
-        header,
-        &HelloResponse {
-            protocol_version: PROTOCOL_VERSION,
-            server_version: env!("CARGO_PKG_VERSION").to_owned(),
-            frame_body_bytes_max: FRAME_BODY_BYTES_MAX as u32,
-            message_bytes_max: MESSAGE_BYTES_MAX as u32,
-            publish_batch_messages_max: PUBLISH_BATCH_MESSAGES_MAX as u32,
-        },
-    )
 }
 
 pub struct ForwarderLink {
@@ -192,8 +182,7 @@ impl<S: Storage> Router<S> {
         };
         let started = crate::runtime::now();
         let topics = self.place_recovered(topics).await?;
-        // Attached with several at once, since each attach waits on reads of the topic's logs
-        // (one at a time, 5,000 small topics took over 5 s to start).
+        // Attached with several at once, since each attach waits on reads of the topic's logs.
         let mut attaches = Vec::with_capacity(topics.len());
         for topic in &topics {
             self.topic_shard.borrow_mut().insert(topic.id, topic.shard);
@@ -322,11 +311,10 @@ impl<S: Storage> Router<S> {
         Ok(NameReservation { set: &self.creating, name: name.to_owned() })
     }
 
-    pub(crate) async fn create_topic(&self, body: &[u8]) -> Result<Topic, Status> {
-        let request = access_body::<Topic>(body)?;
+    pub async fn create_topic(&self, request: Topic) -> Result<Topic, Status> {
         let name = request.name.as_str();
         validate_name("topic", name)?;
-        let retention = topic_retention_seconds(request.message_retention_seconds.to_native())?;
+        let retention = topic_retention_seconds(request.message_retention_seconds)?;
         let _reservation = self.reserve_name(&format!("topic/{name}"))?;
         if self.state.borrow().topics.contains_key(name) {
             return Err(Status::already_exists(format!("topic '{name}'")));
@@ -373,9 +361,8 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("topic '{name}'")))
     }
 
-    pub(crate) async fn delete_topic(&self, body: &[u8]) -> Result<Empty, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let topic = self.topic_record(request.name.as_str())?;
+    pub async fn delete_topic(&self, name: &str) -> Result<(), Status> {
+        let topic = self.topic_record(name)?;
         let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
         let removed = matches!(applied, Applied::TopicDeleted(Some(_)));
         let shard = self.topic_shard.borrow_mut().remove(&topic.id).filter(|_| removed);
@@ -390,10 +377,15 @@ impl<S: Storage> Router<S> {
                 eprintln!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
             }
         }
-        Ok(Empty {})
+        Ok(())
     }
 
-    fn lookup(&self, key: &str, topic_id: u64, local: Option<SocketAddr>) -> Result<LookupResponse, Status> {
+    fn lookup(
+        &self,
+        key: &str,
+        topic_id: u64,
+        local: Option<SocketAddr>,
+    ) -> Result<Vec<ForwarderAddress>, Status> {
         let shard = self
             .topic_shard
             .borrow()
@@ -401,19 +393,17 @@ impl<S: Storage> Router<S> {
             .copied()
             .ok_or_else(|| Status::unavailable("the topic is not placed on any forwarder"))?;
         let order = self.placement.borrow().preference(key, shard);
-        Ok(LookupResponse {
-            forwarders: order
-                .into_iter()
-                .map(|shard| ShardAddress {
-                    shard,
-                    address: self.forwarder_addresses.address(shard as usize, local),
-                })
-                .collect(),
-        })
+        Ok(order
+            .into_iter()
+            .map(|shard| ForwarderAddress {
+                shard,
+                address: self.forwarder_addresses.address(shard as usize, local),
+            })
+            .collect())
     }
 
-    pub(crate) async fn create_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
-        let request = access_body::<Subscription>(body)?;
+    /// `request`: the settings as asked, 0 or empty asking for a setting's default.
+    pub async fn create_subscription(&self, request: Subscription) -> Result<Subscription, Status> {
         let name = request.name.as_str();
         validate_name("subscription", name)?;
         let topic = self.topic_record(request.topic.as_str())?;
@@ -424,28 +414,26 @@ impl<S: Storage> Router<S> {
             )));
         }
         if !request.filter.is_empty() {
-            crate::filter::Filter::parse(request.filter.as_str())
+            crate::filter::Filter::parse(&request.filter)
                 .map_err(|error| Status::invalid_argument(format!("invalid filter: {error}")))?;
         }
         let dead_letter_topic = request.dead_letter_topic.as_str();
         let max_delivery_attempts =
-            effective_max_delivery_attempts(dead_letter_topic, request.max_delivery_attempts.to_native())?;
+            effective_max_delivery_attempts(dead_letter_topic, request.max_delivery_attempts)?;
         if !dead_letter_topic.is_empty() {
             self.topic_record(dead_letter_topic)?;
         }
         let (minimum_backoff, maximum_backoff) = effective_retry_backoff_seconds(
-            request.minimum_backoff_seconds.to_native(),
-            request.maximum_backoff_seconds.to_native(),
+            request.minimum_backoff_seconds,
+            request.maximum_backoff_seconds,
         )?;
-        let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds.to_native())?;
+        let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds)?;
         let settings = SubscriptionSettings {
-            ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds.to_native())?,
+            ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds)?,
             retain_acked_messages: request.retain_acked_messages,
-            message_retention_seconds: effective_retention_seconds(
-                request.message_retention_seconds.to_native(),
-            )?,
+            message_retention_seconds: effective_retention_seconds(request.message_retention_seconds)?,
             enable_message_ordering: request.enable_message_ordering,
-            filter: request.filter.as_str().to_owned(),
+            filter: request.filter.clone(),
             dead_letter_topic: dead_letter_topic.to_owned(),
             max_delivery_attempts,
             minimum_backoff_seconds: minimum_backoff,
@@ -521,11 +509,9 @@ impl<S: Storage> Router<S> {
 
     /// UpdateTopic. The new retention is made durable in the catalog first (what the next start
     /// attaches the topic with), then the forwarder that owns the topic applies it.
-    pub(crate) async fn update_topic(&self, body: &[u8]) -> Result<Topic, Status> {
-        let request = access_body::<UpdateTopicRequest>(body)?;
-        let changes = validate_topic_update(request)?;
+    pub async fn update_topic(&self, changes: TopicUpdate) -> Result<Topic, Status> {
         let _update = self.update_permit().await?;
-        let mut topic = self.topic_record(request.topic.name.as_str())?;
+        let mut topic = self.topic_record(&changes.name)?;
         if let Some(retention) = changes.message_retention_seconds {
             topic.message_retention_seconds = retention;
         }
@@ -552,11 +538,9 @@ impl<S: Storage> Router<S> {
 
     /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
     /// as at creation.
-    pub(crate) async fn update_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
-        let request = access_body::<UpdateSubscriptionRequest>(body)?;
-        let changes = validate_subscription_update(request)?;
+    pub async fn update_subscription(&self, changes: SubscriptionUpdate) -> Result<Subscription, Status> {
         let _update = self.update_permit().await?;
-        let mut record = self.subscription_record(request.subscription.name.as_str())?;
+        let mut record = self.subscription_record(&changes.name)?;
         let settings = &mut record.settings;
         if let Some(seconds) = changes.ack_deadline_seconds {
             settings.ack_deadline_seconds = seconds;
@@ -619,11 +603,10 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("snapshot '{name}'")))
     }
 
-    pub(crate) async fn create_snapshot(&self, body: &[u8]) -> Result<Snapshot, Status> {
-        let request = access_body::<SnapshotRequest>(body)?;
-        let name = request.name.as_str();
+    /// A snapshot named `name` of subscription `subscription`'s acknowledgements.
+    pub async fn create_snapshot(&self, name: &str, subscription: &str) -> Result<Snapshot, Status> {
         validate_name("snapshot", name)?;
-        let record = self.subscription_record(request.subscription.as_str())?;
+        let record = self.subscription_record(subscription)?;
         let _reservation = self.reserve_name(&format!("snapshot/{name}"))?;
         if self.state.borrow().snapshots.contains_key(name) {
             return Err(Status::already_exists(format!("snapshot '{name}'")));
@@ -671,9 +654,7 @@ impl<S: Storage> Router<S> {
                         record.name,
                         subscription.idle_ms / 1000
                     );
-                    let body =
-                        ringpost_wire::encode_frame(0, 0, 0, &NameRequest { name: record.name.clone() });
-                    if let Err(status) = self.delete_subscription(&body[FRAME_HEADER_BYTES..]).await {
+                    if let Err(status) = self.delete_subscription(&record.name).await {
                         eprintln!("ringpostd: expiring subscription '{}': {status}", record.name);
                     }
                 }
@@ -691,9 +672,8 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("subscription '{name}'")))
     }
 
-    pub(crate) async fn delete_subscription(&self, body: &[u8]) -> Result<Empty, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let record = self.subscription_record(request.name.as_str())?;
+    pub async fn delete_subscription(&self, name: &str) -> Result<(), Status> {
+        let record = self.subscription_record(name)?;
         self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
         let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
         if let Some(shard) = shard {
@@ -708,35 +688,25 @@ impl<S: Storage> Router<S> {
                 eprintln!("ringpostd: detaching subscription '{}': {status}", record.name);
             }
         }
-        Ok(Empty {})
+        Ok(())
     }
 
-    pub(crate) fn list_topics(&self, body: &[u8]) -> Result<TopicList, Status> {
-        let request = access_body::<ListRequest>(body)?;
-        let page_size = page_size(request.page_size.to_native());
+    pub fn list_topics(&self, request: &ListRequest) -> Page<Topic> {
         let state = self.state.borrow();
-        let start = request.page_token.as_str();
-        let mut topics: Vec<Topic> = state
+        let topics = state
             .topics
-            .range::<str, _>((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded))
-            .take(page_size + 1)
+            .range::<str, _>((
+                std::ops::Bound::Excluded(request.page_token.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
             .map(|(_, topic)| Topic {
                 name: topic.name.clone(),
                 message_retention_seconds: topic.message_retention_seconds,
-            })
-            .collect();
-        let next_page_token = if topics.len() > page_size {
-            topics.pop();
-            topics.last().map(|topic| topic.name.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(TopicList { topics, next_page_token })
+            });
+        page(topics, request.page_size, |topic| &topic.name)
     }
 
-    pub(crate) fn list_subscriptions(&self, body: &[u8]) -> Result<SubscriptionList, Status> {
-        let request = access_body::<ListRequest>(body)?;
-        let page_size = page_size(request.page_size.to_native());
+    pub fn list_subscriptions(&self, request: &ListRequest) -> Page<Subscription> {
         let topic_filter = request.topic.as_str();
         let records: Vec<SubscriptionRecord> = {
             let state = self.state.borrow();
@@ -748,22 +718,15 @@ impl<S: Storage> Router<S> {
                 ))
                 .map(|(_, record)| &**record)
                 .filter(|record| topic_filter.is_empty() || record.topic_name == topic_filter)
-                .take(page_size + 1)
+                .take(page_size(request.page_size) + 1)
                 .cloned()
                 .collect()
         };
-        let mut subscriptions: Vec<Subscription> =
-            records.iter().map(|record| self.subscription_message(record)).collect();
-        let next_page_token = if subscriptions.len() > page_size {
-            subscriptions.pop();
-            subscriptions.last().map(|subscription| subscription.name.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(SubscriptionList { subscriptions, next_page_token })
+        let subscriptions = records.iter().map(|record| self.subscription_message(record));
+        page(subscriptions, request.page_size, |subscription| &subscription.name)
     }
 
-    pub(crate) async fn stats(&self) -> Result<StatsResponse, Status> {
+    pub async fn stats(&self) -> Result<StatsResponse, Status> {
         // Read before the topics are gathered, so the figure does not count this response.
         let mut response = StatsResponse { process: crate::process::stats(), ..StatsResponse::default() };
         response.shards.push(ShardStats {
@@ -785,67 +748,65 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
-    pub(crate) async fn resync_directory(&self, body: &[u8]) -> Result<ResyncDirectoryResponse, Status> {
-        let request = access_body::<ResyncDirectoryRequest>(body)?;
-        let index = request.index.to_native() as usize;
+    /// Trusts data directory `index` again, after rewriting every stale copy in it.
+    pub async fn resync_directory(&self, index: usize) -> Result<Resynced, Status> {
         if index >= self.directories.count() {
             return Err(Status::invalid_argument(format!(
                 "there is no data directory {index}; there are {} (numbered from 0 in --data-dir order)",
                 self.directories.count()
             )));
         }
-        let mut response = ResyncDirectoryResponse::default();
+        let mut resynced = Resynced::default();
         self.directories.unfence(index);
         if self.catalog.is_stale(index) {
-            response.batches_copied += self.catalog.resync_copy(index).await?;
-            response.logs_resynced += 1;
+            resynced.batches += self.catalog.resync_copy(index).await?;
+            resynced.logs += 1;
         }
         for forwarder in &self.forwarders {
             if let ControlOk::Resynced { logs, batches } =
                 forwarder.call(ControlRequest::ResyncDirectory { index }).await?
             {
-                response.logs_resynced += logs;
-                response.batches_copied += batches;
+                resynced.logs += logs;
+                resynced.batches += batches;
             }
         }
         eprintln!(
             "ringpostd: data directory {index} ({}) resynced: {} logs, {} batches copied; it takes writes again",
             self.directories.path(index).display(),
-            response.logs_resynced,
-            response.batches_copied
+            resynced.logs,
+            resynced.batches
         );
-        Ok(response)
+        Ok(resynced)
     }
-    pub(crate) fn get_topic(&self, body: &[u8]) -> Result<Topic, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let topic = self.topic_record(request.name.as_str())?;
+
+    pub fn get_topic(&self, name: &str) -> Result<Topic, Status> {
+        let topic = self.topic_record(name)?;
         Ok(Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds })
     }
 
-    /// `local`: the address the client reached the router at, for lookups' answers.
-    pub(crate) fn lookup_topic(
+    /// The forwarders serving a topic, most preferred first. `local`: the address the client
+    /// reached the router at.
+    pub fn lookup_topic(
         &self,
-        body: &[u8],
+        name: &str,
         local: Option<SocketAddr>,
-    ) -> Result<LookupResponse, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let topic = self.topic_record(request.name.as_str())?;
+    ) -> Result<Vec<ForwarderAddress>, Status> {
+        let topic = self.topic_record(name)?;
         self.lookup(&topic.name, topic.id, local)
     }
 
-    pub(crate) fn get_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let record = self.subscription_record(request.name.as_str())?;
+    pub fn get_subscription(&self, name: &str) -> Result<Subscription, Status> {
+        let record = self.subscription_record(name)?;
         Ok(self.subscription_message(&record))
     }
 
-    pub(crate) fn lookup_subscription(
+    /// The forwarders serving a subscription (its topic's), most preferred first.
+    pub fn lookup_subscription(
         &self,
-        body: &[u8],
+        name: &str,
         local: Option<SocketAddr>,
-    ) -> Result<LookupResponse, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let record = self.subscription_record(request.name.as_str())?;
+    ) -> Result<Vec<ForwarderAddress>, Status> {
+        let record = self.subscription_record(name)?;
         let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
             return Err(Status::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
@@ -857,52 +818,52 @@ impl<S: Storage> Router<S> {
 
     /// Seek: a data-plane operation on the subscription's journal, which its topic's forwarder
     /// keeps; the catalog only names the subscription and the snapshot.
-    pub(crate) async fn seek(&self, body: &[u8]) -> Result<Empty, Status> {
-        let request = access_body::<SeekRequest>(body)?;
-        let record = self.subscription_record(request.subscription.as_str())?;
+    pub async fn seek(&self, subscription: &str, target: SeekTarget) -> Result<(), Status> {
+        let record = self.subscription_record(subscription)?;
         let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
             Status::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
                 record.name
             ))
         })?;
-        let snapshot_id = if request.snapshot.is_empty() {
-            None
-        } else {
-            let snapshot = self.snapshot_record(request.snapshot.as_str())?;
-            if snapshot.topic_id != record.topic_id {
-                return Err(Status::failed_precondition(format!(
-                    "snapshot '{}' is of another topic than subscription '{}'",
-                    snapshot.name, record.name
-                )));
+        let (time_ms, snapshot_id) = match target {
+            SeekTarget::Time { time_ms } => (time_ms, None),
+            SeekTarget::Snapshot { name } => {
+                let snapshot = self.snapshot_record(&name)?;
+                if snapshot.topic_id != record.topic_id {
+                    return Err(Status::failed_precondition(format!(
+                        "snapshot '{}' is of another topic than subscription '{}'",
+                        snapshot.name, record.name
+                    )));
+                }
+                if snapshot.expire_time_ms <= wall_ms() {
+                    return Err(Status::failed_precondition(format!(
+                        "snapshot '{}' has expired",
+                        snapshot.name
+                    )));
+                }
+                (0, Some(snapshot.id))
             }
-            if snapshot.expire_time_ms <= wall_ms() {
-                return Err(Status::failed_precondition(format!("snapshot '{}' has expired", snapshot.name)));
-            }
-            Some(snapshot.id)
         };
         self.forwarders[shard as usize]
             .call(ControlRequest::Seek {
                 subscription_id: record.id,
                 topic_id: record.topic_id,
-                time_ms: request.time_ms.to_native(),
+                time_ms,
                 snapshot_id,
             })
             .await?;
-        Ok(Empty {})
+        Ok(())
     }
 
-    pub(crate) fn list_snapshots(&self, body: &[u8]) -> Result<SnapshotList, Status> {
-        let request = access_body::<ListRequest>(body)?;
-        let page_size = page_size(request.page_size.to_native());
+    pub fn list_snapshots(&self, request: &ListRequest) -> Page<Snapshot> {
         let state = self.state.borrow();
-        let mut snapshots: Vec<Snapshot> = state
+        let snapshots = state
             .snapshots
             .range::<str, _>((
                 std::ops::Bound::Excluded(request.page_token.as_str()),
                 std::ops::Bound::Unbounded,
             ))
-            .take(page_size + 1)
             .map(|(_, snapshot)| Snapshot {
                 name: snapshot.name.clone(),
                 topic: state
@@ -911,28 +872,19 @@ impl<S: Storage> Router<S> {
                     .cloned()
                     .unwrap_or_else(|| DELETED_TOPIC.into()),
                 expire_time_ms: snapshot.expire_time_ms,
-            })
-            .collect();
-        let next_page_token = if snapshots.len() > page_size {
-            snapshots.pop();
-            snapshots.last().map(|snapshot| snapshot.name.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(SnapshotList { snapshots, next_page_token })
+            });
+        page(snapshots, request.page_size, |snapshot| &snapshot.name)
     }
 
-    pub(crate) fn get_snapshot(&self, body: &[u8]) -> Result<Snapshot, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let snapshot = self.snapshot_record(request.name.as_str())?;
+    pub fn get_snapshot(&self, name: &str) -> Result<Snapshot, Status> {
+        let snapshot = self.snapshot_record(name)?;
         let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
         let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
         Ok(Snapshot { name: snapshot.name, topic, expire_time_ms: snapshot.expire_time_ms })
     }
 
-    pub(crate) async fn delete_snapshot(&self, body: &[u8]) -> Result<Empty, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let snapshot = self.snapshot_record(request.name.as_str())?;
+    pub async fn delete_snapshot(&self, name: &str) -> Result<(), Status> {
+        let snapshot = self.snapshot_record(name)?;
         self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() }).await?;
         let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
         if let Some(shard) = shard {
@@ -940,7 +892,7 @@ impl<S: Storage> Router<S> {
                 .call(ControlRequest::DropSnapshot { topic_id: snapshot.topic_id, snapshot_id: snapshot.id })
                 .await;
         }
-        Ok(Empty {})
+        Ok(())
     }
 }
 
@@ -951,6 +903,20 @@ fn not_applied(kind: &str, name: &str, status: Status) -> Status {
         "the update of {kind} '{name}' is durable, but its forwarder did not apply it ({status}); \
          it applies at the next start, or when the update is sent again"
     ))
+}
+
+/// One page of `items` (in name order, from after the page token): at most the page size, and
+/// the token of the next page when more follow.
+fn page<T>(items: impl Iterator<Item = T>, requested: u32, name_of: impl Fn(&T) -> &String) -> Page<T> {
+    let size = page_size(requested);
+    let mut items: Vec<T> = items.take(size + 1).collect();
+    let next_page_token = if items.len() > size {
+        items.pop();
+        items.last().map(|item| name_of(item).clone()).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Page { items, next_page_token }
 }
 
 fn page_size(requested: u32) -> usize {

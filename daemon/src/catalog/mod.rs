@@ -37,6 +37,8 @@ use store::{RaftLog, SnapshotLog};
 /// bytes (one copy) and four times what the state's snapshot takes: creating and deleting
 /// topics otherwise grows it without bound.
 pub const CATALOG_COMPACTION_BYTES_MIN: u64 = 64 << 20;
+/// Bound of openraft's request and notification queues.
+const CATALOG_QUEUE_CAPACITY: u64 = 1024;
 /// How long the start waits for the catalog to elect itself and apply its log.
 const RECOVERY_WAIT: Duration = Duration::from_secs(60);
 
@@ -63,6 +65,10 @@ fn raft_config() -> Arc<openraft::Config> {
         // The router decides when to snapshot (`Catalog::compact`), by bytes, as before.
         snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 0,
+        // Bounds of openraft's queues: the router proposes one entry per control-plane request
+        // in flight, far fewer than openraft's defaults (65,536) provide for.
+        api_channel_size: Some(CATALOG_QUEUE_CAPACITY),
+        notification_channel_size: Some(CATALOG_QUEUE_CAPACITY),
         ..Default::default()
     };
     Arc::new(config.validate().expect("the catalog's raft configuration is valid"))
