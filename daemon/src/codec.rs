@@ -64,6 +64,13 @@ impl<'a> Decoder<'a> {
         let length = self.u32()? as usize;
         std::str::from_utf8(self.take(length)?).map(str::to_owned).map_err(|_| "string is not UTF-8")
     }
+    /// The next `count` bytes as they are.
+    pub fn bytes(&mut self, count: usize) -> DecodeResult<&'a [u8]> {
+        self.take(count)
+    }
+    pub fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }

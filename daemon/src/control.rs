@@ -1,8 +1,8 @@
 //! Messages between the router shard and the forwarder shards. They cross threads through
 //! bounded glommio shared channels, so they are plain owned data.
 
+use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
-use ringpost_wire::Status;
 
 #[derive(Debug)]
 pub enum ControlRequest {
@@ -21,8 +21,8 @@ pub enum ControlRequest {
         delete_data: bool,
     },
     /// Serve a subscription. With `create`, its sync point is the topic's current durable end,
-    /// which the reply carries and the router records durably in the catalog before it answers
-    /// the client; without, `start_offset` is that recorded sync point.
+    /// which the reply carries; without, `start_offset` is the sync point the catalog decided
+    /// (what the router sends, at recovery and once a creation is applied).
     AttachSubscription {
         subscription_id: u64,
         name: String,
@@ -30,6 +30,11 @@ pub enum ControlRequest {
         settings: SubscriptionSettings,
         create: bool,
         start_offset: u64,
+    },
+    /// Report a topic's durable end offset (`ControlOk::SubscriptionStart`): the sync point the
+    /// router decides a new subscription with, before it proposes the creation.
+    DurableEnd {
+        topic_id: u64,
     },
     DetachSubscription {
         subscription_id: u64,

@@ -6,12 +6,13 @@
 
 pub mod api;
 pub mod catalog;
+/// Placement lives with the catalog, which records each decision; this name stays for callers.
+pub use catalog::placement;
 pub mod clock;
 pub mod codec;
 pub mod control;
 pub mod log;
 pub mod metrics;
-pub mod placement;
 pub mod protocol;
 pub mod router;
 pub mod runtime;
@@ -428,7 +429,7 @@ fn start_forwarder_shard(
                     let forwarder = forwarder.clone();
                     let replies = replies.clone();
                     crate::runtime::spawn(async move {
-                        let result = forwarder.control(envelope.request).await.map_err(Into::into);
+                        let result = forwarder.control(envelope.request).await;
                         let _ = replies.send(ControlReply { request_id: envelope.request_id, result }).await;
                     })
                     .detach();
@@ -540,10 +541,16 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             }
             let directories = log::Directories::new(data_dirs);
             let storage = storage::dma::DmaStorage;
-            let (catalog_log, state) = match catalog::open_catalog(storage.clone(), directories.clone()).await
+            let catalog = match catalog::Catalog::open(
+                storage.clone(),
+                directories.clone(),
+                shards as u32,
+                balance_factor,
+            )
+            .await
             {
-                Ok(opened) => opened,
-                Err(error) => return fail(format!("opening the catalog: {error}")),
+                Ok(catalog) => catalog,
+                Err(error) => return fail(error),
             };
             let mut links = Vec::new();
             for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
@@ -554,8 +561,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             let router = Rc::new(router::Router::new(
                 storage,
                 directories,
-                catalog_log,
-                state,
+                catalog,
                 links,
                 router::ForwarderAddresses::new(ports, advertise),
                 balance_factor,
@@ -572,9 +578,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                     expirer.expire_subscriptions().await;
                     expirer.retake_catalog_reserve().await;
                     match expirer.compact_catalog().await {
-                        Ok(0) => {}
-                        Ok(segments) => {
-                            eprintln!("ringpostd: compacted the catalog: {segments} old segment(s) deleted")
+                        Ok(false) => {}
+                        Ok(true) => {
+                            eprintln!("ringpostd: compacted the catalog: snapshot taken, raft log purged")
                         }
                         Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
                     }

@@ -4,32 +4,37 @@
 //! through control channels. Clients then talk to forwarders directly, so the publish path never
 //! crosses a core, and the router can restart without disturbing traffic.
 //!
-//! Order of a create, for crash safety: the forwarder makes the resource durable first (log
-//! directory, or the subscription's sync point in the journal), then the catalog entry is made
-//! durable, then the client is answered. A crash in between leaves an orphan that the catalog
-//! never names (removed at the next start); ids are never reused (see `catalog`).
+//! Every change is decided by the catalog's leader (this node) with everything it needs in its
+//! entry, committed through the catalog's raft, and applied; the router shard then acts on what
+//! applying it did (detaching what a deletion removed). A create prepares its resource on the
+//! forwarder first (the topic's folders), so that a full disk refuses it before anything is
+//! decided; a crash between the preparation and the commit leaves an orphan that the catalog
+//! never names (removed at the next start).
 
+use crate::api::control::{
+    effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
+    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
+    ForwarderAddress, ListRequest, Page, Resynced, SeekTarget, Snapshot, Subscription, SubscriptionUpdate,
+    Topic, TopicUpdate,
+};
+use crate::api::limits::*;
+use crate::api::{Code as ErrorCode, Status};
+use crate::catalog::placement::Placement;
 use crate::catalog::{
-    entry_records, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
+    Applied, Catalog, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
     TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
-use crate::log::{Directories, Log, LogError};
-use crate::placement::Placement;
-use crate::protocol::native::server::{fail, respond, Handler};
+use crate::log::Directories;
+/// The Hello answer is the native protocol's (`protocol::native::router`); named here too for
+/// the forwarder's dispatch, which calls it by this name.
+pub use crate::protocol::native::router::hello_response;
 use crate::storage::Storage;
 use crate::sync::{oneshot, try_for_each_concurrent, Sender};
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
 use glommio::sync::Semaphore;
-use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
-use ringpost_wire::limits::*;
-use ringpost_wire::messages::*;
-use ringpost_wire::validate::{
-    effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
-    validate_subscription_update, validate_topic_update,
-};
-use ringpost_wire::{Command, ErrorCode, Status};
+// The stats are still the wire's types: the forwarders report them so (`ControlOk::Stats`).
+use ringpost_wire::messages::{ShardStats, StatsResponse};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -48,19 +53,6 @@ pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::
 
 fn wall_ms() -> u64 {
     crate::runtime::wall_ms()
-}
-
-pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
-    respond(
-        header,
-        &HelloResponse {
-            protocol_version: PROTOCOL_VERSION,
-            server_version: env!("CARGO_PKG_VERSION").to_owned(),
-            frame_body_bytes_max: FRAME_BODY_BYTES_MAX as u32,
-            message_bytes_max: MESSAGE_BYTES_MAX as u32,
-            publish_batch_messages_max: PUBLISH_BATCH_MESSAGES_MAX as u32,
-        },
-    )
 }
 
 pub struct ForwarderLink {
@@ -139,37 +131,26 @@ impl ForwarderAddresses {
 pub struct Router<S: Storage> {
     storage: S,
     directories: Rc<Directories>,
-    catalog_log: Log<S>,
-    state: RefCell<CatalogState>,
-    next_sequence: Cell<u32>,
+    catalog: Catalog<S>,
+    /// The catalog's state, shared with its state machine: read here, changed only by `apply`.
+    state: Rc<RefCell<CatalogState>>,
     placement: RefCell<Placement>,
     topic_shard: RefCell<HashMap<u64, u32>>,
     forwarders: Vec<Rc<ForwarderLink>>,
     forwarder_addresses: ForwarderAddresses,
     /// Names being created right now, so two concurrent creates cannot both succeed.
     creating: RefCell<HashSet<String>>,
-    /// Each catalog append holds one unit; compaction takes them all, so that no entry commits
-    /// between its snapshot of the state and its checkpoint (see `catalog::compact`).
-    catalog_gate: Semaphore,
     /// One unit: updates run one at a time, each from reading the record to its forwarder's
     /// answer, so that two concurrent updates cannot each write their change over the record
     /// as it was before the other, nor reach the forwarder in another order than the catalog.
     update_gate: Semaphore,
 }
 
-/// Units of `Router::catalog_gate`: more than appends can ever be in flight at once.
-const CATALOG_GATE_UNITS: u64 = u32::MAX as u64;
-
-fn catalog_status(error: LogError) -> Status {
-    crate::api::Status::from(error).into()
-}
-
 impl<S: Storage> Router<S> {
     pub fn new(
         storage: S,
         directories: Rc<Directories>,
-        catalog_log: Log<S>,
-        state: CatalogState,
+        catalog: Catalog<S>,
         forwarders: Vec<Rc<ForwarderLink>>,
         forwarder_addresses: ForwarderAddresses,
         balance_factor: f64,
@@ -178,15 +159,13 @@ impl<S: Storage> Router<S> {
         Router {
             storage,
             directories,
-            catalog_log,
-            state: RefCell::new(state),
-            next_sequence: Cell::new(1),
+            state: catalog.shared_state(),
+            catalog,
             placement: RefCell::new(placement),
             topic_shard: RefCell::default(),
             forwarders,
             forwarder_addresses,
             creating: RefCell::default(),
-            catalog_gate: Semaphore::new(CATALOG_GATE_UNITS),
             update_gate: Semaphore::new(1),
         }
     }
@@ -202,14 +181,12 @@ impl<S: Storage> Router<S> {
             topics
         };
         let started = crate::runtime::now();
-        // Placed one after another, as placement depends on the topics placed before; then
-        // attached with several at once, since each attach waits on reads of the topic's logs
-        // (one at a time, 5,000 small topics took over 5 s to start).
+        let topics = self.place_recovered(topics).await?;
+        // Attached with several at once, since each attach waits on reads of the topic's logs.
         let mut attaches = Vec::with_capacity(topics.len());
         for topic in &topics {
-            let shard = self.placement.borrow_mut().place(&topic.name);
-            self.topic_shard.borrow_mut().insert(topic.id, shard);
-            attaches.push((shard, topic));
+            self.topic_shard.borrow_mut().insert(topic.id, topic.shard);
+            attaches.push((topic.shard, topic));
         }
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
             self.forwarders[shard as usize]
@@ -286,49 +263,42 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
+    /// Counts every topic on the shard the catalog placed it on; a topic whose shard is gone
+    /// (the daemon restarted with fewer) is placed again, by a decided entry.
+    async fn place_recovered(&self, mut topics: Vec<TopicRecord>) -> Result<Vec<TopicRecord>, String> {
+        let shards = self.forwarders.len() as u32;
+        for topic in topics.iter().filter(|topic| topic.shard < shards) {
+            self.placement.borrow_mut().assign(topic.shard);
+        }
+        for topic in topics.iter_mut().filter(|topic| topic.shard >= shards) {
+            let shard = self.placement.borrow_mut().place(&topic.name);
+            self.propose(CatalogEntry::TopicPlaced { id: topic.id, shard })
+                .await
+                .map_err(|status| format!("placing topic '{}' again: {status}", topic.name))?;
+            topic.shard = shard;
+        }
+        Ok(topics)
+    }
+
     fn allocate_id(&self) -> u64 {
-        let sequence = self.next_sequence.get();
-        self.next_sequence.set(sequence + 1);
-        (self.state.borrow().boot_count as u64) << 32 | sequence as u64
+        self.catalog.allocate_id()
     }
 
-    /// One unit of `catalog_gate`, held by whatever writes to the catalog log beside other
-    /// appends: compaction waits until every unit is back.
-    async fn catalog_permit(&self) -> Result<glommio::sync::Permit<'_>, Status> {
-        self.catalog_gate
-            .acquire_permit(1)
-            .await
-            .map_err(|error| Status::internal(format!("the catalog is closed: {error}")))
+    /// Decides a change: commits `entry` through the catalog's raft and applies it.
+    async fn propose(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+        self.catalog.propose(entry).await
     }
 
-    async fn append(&self, entry: CatalogEntry) -> Result<(), Status> {
-        let _permit = self.catalog_permit().await?;
-        self.catalog_log.append(entry_records(&entry), 1).await.map_err(catalog_status)?;
-        self.state.borrow_mut().apply(entry);
-        Ok(())
-    }
-
-    /// Makes the catalog's reserve segment again once a roll on a full disk took it
+    /// Makes the catalog's reserve segments again once a roll on a full disk took them
     /// (`LogConfig::reserve`); quiet while the disk stays full. Called once a minute.
     pub async fn retake_catalog_reserve(&self) {
-        let _ = self.catalog_log.retake_reserve().await;
+        self.catalog.retake_reserve().await;
     }
 
-    /// Compacts the catalog log once it has grown (`CATALOG_COMPACTION_BYTES_MIN`), with every
-    /// other catalog append held back meanwhile. Called once a minute.
-    pub async fn compact_catalog(&self) -> Result<usize, String> {
-        if self.catalog_log.disk_bytes() < CATALOG_COMPACTION_BYTES_MIN {
-            return Ok(0);
-        }
-        let _all = self
-            .catalog_gate
-            .acquire_permit(CATALOG_GATE_UNITS)
-            .await
-            .map_err(|error| format!("the catalog is closed: {error}"))?;
-        let checkpoint = || self.state.borrow().checkpoint_entries();
-        crate::catalog::compact(&self.catalog_log, checkpoint, CATALOG_COMPACTION_BYTES_MIN)
-            .await
-            .map_err(|error| error.to_string())
+    /// Snapshots the catalog and purges its raft log once the log has grown
+    /// (`CATALOG_COMPACTION_BYTES_MIN`). Called once a minute; returns whether it did.
+    pub async fn compact_catalog(&self) -> Result<bool, String> {
+        self.catalog.compact(CATALOG_COMPACTION_BYTES_MIN).await
     }
 
     fn reserve_name(&self, name: &str) -> Result<NameReservation<'_>, Status> {
@@ -341,11 +311,10 @@ impl<S: Storage> Router<S> {
         Ok(NameReservation { set: &self.creating, name: name.to_owned() })
     }
 
-    async fn create_topic(&self, body: &[u8]) -> Result<Topic, Status> {
-        let request = access_body::<Topic>(body)?;
+    pub async fn create_topic(&self, request: Topic) -> Result<Topic, Status> {
         let name = request.name.as_str();
         validate_name("topic", name)?;
-        let retention = topic_retention_seconds(request.message_retention_seconds.to_native())?;
+        let retention = topic_retention_seconds(request.message_retention_seconds)?;
         let _reservation = self.reserve_name(&format!("topic/{name}"))?;
         if self.state.borrow().topics.contains_key(name) {
             return Err(Status::already_exists(format!("topic '{name}'")));
@@ -364,8 +333,14 @@ impl<S: Storage> Router<S> {
             self.placement.borrow_mut().release(shard);
             return Err(status);
         }
-        let record = TopicRecord { id, name: name.to_owned(), message_retention_seconds: retention };
-        if let Err(status) = self.append(CatalogEntry::TopicCreated(record)).await {
+        let record = TopicRecord {
+            id,
+            name: name.to_owned(),
+            message_retention_seconds: retention,
+            shard,
+            created_ms: wall_ms(),
+        };
+        if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {
             self.placement.borrow_mut().release(shard);
             let _ = self.forwarders[shard as usize]
                 .call(ControlRequest::DetachTopic { topic_id: id, delete_data: true })
@@ -386,11 +361,11 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("topic '{name}'")))
     }
 
-    async fn delete_topic(&self, body: &[u8]) -> Result<Empty, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let topic = self.topic_record(request.name.as_str())?;
-        self.append(CatalogEntry::TopicDeleted { id: topic.id }).await?;
-        let shard = self.topic_shard.borrow_mut().remove(&topic.id);
+    pub async fn delete_topic(&self, name: &str) -> Result<(), Status> {
+        let topic = self.topic_record(name)?;
+        let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
+        let removed = matches!(applied, Applied::TopicDeleted(Some(_)));
+        let shard = self.topic_shard.borrow_mut().remove(&topic.id).filter(|_| removed);
         if let Some(shard) = shard {
             self.placement.borrow_mut().release(shard);
             // The deletion is durable already; if removing the files fails now, the next start
@@ -402,10 +377,15 @@ impl<S: Storage> Router<S> {
                 eprintln!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
             }
         }
-        Ok(Empty {})
+        Ok(())
     }
 
-    fn lookup(&self, key: &str, topic_id: u64, local: Option<SocketAddr>) -> Result<LookupResponse, Status> {
+    fn lookup(
+        &self,
+        key: &str,
+        topic_id: u64,
+        local: Option<SocketAddr>,
+    ) -> Result<Vec<ForwarderAddress>, Status> {
         let shard = self
             .topic_shard
             .borrow()
@@ -413,19 +393,17 @@ impl<S: Storage> Router<S> {
             .copied()
             .ok_or_else(|| Status::unavailable("the topic is not placed on any forwarder"))?;
         let order = self.placement.borrow().preference(key, shard);
-        Ok(LookupResponse {
-            forwarders: order
-                .into_iter()
-                .map(|shard| ShardAddress {
-                    shard,
-                    address: self.forwarder_addresses.address(shard as usize, local),
-                })
-                .collect(),
-        })
+        Ok(order
+            .into_iter()
+            .map(|shard| ForwarderAddress {
+                shard,
+                address: self.forwarder_addresses.address(shard as usize, local),
+            })
+            .collect())
     }
 
-    async fn create_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
-        let request = access_body::<Subscription>(body)?;
+    /// `request`: the settings as asked, 0 or empty asking for a setting's default.
+    pub async fn create_subscription(&self, request: Subscription) -> Result<Subscription, Status> {
         let name = request.name.as_str();
         validate_name("subscription", name)?;
         let topic = self.topic_record(request.topic.as_str())?;
@@ -436,28 +414,26 @@ impl<S: Storage> Router<S> {
             )));
         }
         if !request.filter.is_empty() {
-            crate::subscription::filter::Filter::parse(request.filter.as_str())
+            crate::subscription::filter::Filter::parse(&request.filter)
                 .map_err(|error| Status::invalid_argument(format!("invalid filter: {error}")))?;
         }
         let dead_letter_topic = request.dead_letter_topic.as_str();
         let max_delivery_attempts =
-            effective_max_delivery_attempts(dead_letter_topic, request.max_delivery_attempts.to_native())?;
+            effective_max_delivery_attempts(dead_letter_topic, request.max_delivery_attempts)?;
         if !dead_letter_topic.is_empty() {
             self.topic_record(dead_letter_topic)?;
         }
         let (minimum_backoff, maximum_backoff) = effective_retry_backoff_seconds(
-            request.minimum_backoff_seconds.to_native(),
-            request.maximum_backoff_seconds.to_native(),
+            request.minimum_backoff_seconds,
+            request.maximum_backoff_seconds,
         )?;
-        let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds.to_native())?;
+        let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds)?;
         let settings = SubscriptionSettings {
-            ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds.to_native())?,
+            ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds)?,
             retain_acked_messages: request.retain_acked_messages,
-            message_retention_seconds: effective_retention_seconds(
-                request.message_retention_seconds.to_native(),
-            )?,
+            message_retention_seconds: effective_retention_seconds(request.message_retention_seconds)?,
             enable_message_ordering: request.enable_message_ordering,
-            filter: request.filter.as_str().to_owned(),
+            filter: request.filter.clone(),
             dead_letter_topic: dead_letter_topic.to_owned(),
             max_delivery_attempts,
             minimum_backoff_seconds: minimum_backoff,
@@ -472,18 +448,11 @@ impl<S: Storage> Router<S> {
             Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
         })?;
         let id = self.allocate_id();
-        let attached = self.forwarders[shard as usize]
-            .call(ControlRequest::AttachSubscription {
-                subscription_id: id,
-                name: name.to_owned(),
-                topic_id: topic.id,
-                settings: settings.clone(),
-                create: true,
-                start_offset: 0,
-            })
-            .await?;
-        let ControlOk::SubscriptionStart(start_offset) = attached else {
-            return Err(Status::internal("the forwarder did not report the subscription's start"));
+        let forwarder = &self.forwarders[shard as usize];
+        let ControlOk::SubscriptionStart(start_offset) =
+            forwarder.call(ControlRequest::DurableEnd { topic_id: topic.id }).await?
+        else {
+            return Err(Status::internal("the forwarder did not report the topic's durable end"));
         };
         let record = SubscriptionRecord {
             id,
@@ -491,17 +460,22 @@ impl<S: Storage> Router<S> {
             topic_id: topic.id,
             topic_name: topic.name.clone(),
             start_offset,
-            settings,
+            settings: settings.clone(),
+            created_ms: wall_ms(),
         };
         let response = self.subscription_message(&record);
-        if let Err(status) = self.append(CatalogEntry::SubscriptionCreated(record)).await {
-            let _ = self.forwarders[shard as usize]
-                .call(ControlRequest::DetachSubscription {
-                    subscription_id: id,
-                    name: name.to_owned(),
-                    topic_id: topic.id,
-                })
-                .await;
+        self.propose(CatalogEntry::SubscriptionCreated(record)).await?;
+        let attach = ControlRequest::AttachSubscription {
+            subscription_id: id,
+            name: name.to_owned(),
+            topic_id: topic.id,
+            settings,
+            create: false,
+            start_offset,
+        };
+        if let Err(status) = forwarder.call(attach).await {
+            // Not served, so not kept: the deletion is decided like any other.
+            let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_owned() }).await;
             return Err(status);
         }
         Ok(response)
@@ -535,16 +509,14 @@ impl<S: Storage> Router<S> {
 
     /// UpdateTopic. The new retention is made durable in the catalog first (what the next start
     /// attaches the topic with), then the forwarder that owns the topic applies it.
-    async fn update_topic(&self, body: &[u8]) -> Result<Topic, Status> {
-        let request = access_body::<UpdateTopicRequest>(body)?;
-        let changes = validate_topic_update(request)?;
+    pub async fn update_topic(&self, changes: TopicUpdate) -> Result<Topic, Status> {
         let _update = self.update_permit().await?;
-        let mut topic = self.topic_record(request.topic.name.as_str())?;
+        let mut topic = self.topic_record(&changes.name)?;
         if let Some(retention) = changes.message_retention_seconds {
             topic.message_retention_seconds = retention;
         }
         let retention_seconds = topic.message_retention_seconds;
-        self.append(CatalogEntry::TopicUpdated {
+        self.propose(CatalogEntry::TopicUpdated {
             id: topic.id,
             message_retention_seconds: retention_seconds,
         })
@@ -566,11 +538,9 @@ impl<S: Storage> Router<S> {
 
     /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
     /// as at creation.
-    async fn update_subscription(&self, body: &[u8]) -> Result<Subscription, Status> {
-        let request = access_body::<UpdateSubscriptionRequest>(body)?;
-        let changes = validate_subscription_update(request)?;
+    pub async fn update_subscription(&self, changes: SubscriptionUpdate) -> Result<Subscription, Status> {
         let _update = self.update_permit().await?;
-        let mut record = self.subscription_record(request.subscription.name.as_str())?;
+        let mut record = self.subscription_record(&changes.name)?;
         let settings = &mut record.settings;
         if let Some(seconds) = changes.ack_deadline_seconds {
             settings.ack_deadline_seconds = seconds;
@@ -595,7 +565,7 @@ impl<S: Storage> Router<S> {
             settings.minimum_backoff_seconds = minimum;
             settings.maximum_backoff_seconds = maximum;
         }
-        self.append(CatalogEntry::SubscriptionUpdated {
+        self.propose(CatalogEntry::SubscriptionUpdated {
             id: record.id,
             name: record.name.clone(),
             settings: record.settings.clone(),
@@ -633,11 +603,10 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("snapshot '{name}'")))
     }
 
-    async fn create_snapshot(&self, body: &[u8]) -> Result<Snapshot, Status> {
-        let request = access_body::<SnapshotRequest>(body)?;
-        let name = request.name.as_str();
+    /// A snapshot named `name` of subscription `subscription`'s acknowledgements.
+    pub async fn create_snapshot(&self, name: &str, subscription: &str) -> Result<Snapshot, Status> {
         validate_name("snapshot", name)?;
-        let record = self.subscription_record(request.subscription.as_str())?;
+        let record = self.subscription_record(subscription)?;
         let _reservation = self.reserve_name(&format!("snapshot/{name}"))?;
         if self.state.borrow().snapshots.contains_key(name) {
             return Err(Status::already_exists(format!("snapshot '{name}'")));
@@ -662,7 +631,7 @@ impl<S: Storage> Router<S> {
             })
             .await?;
         let snapshot = SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms };
-        self.append(CatalogEntry::SnapshotCreated(snapshot)).await?;
+        self.propose(CatalogEntry::SnapshotCreated(snapshot)).await?;
         Ok(Snapshot { name: name.to_owned(), topic: topic.name, expire_time_ms })
     }
 
@@ -685,9 +654,7 @@ impl<S: Storage> Router<S> {
                         record.name,
                         subscription.idle_ms / 1000
                     );
-                    let body =
-                        ringpost_wire::encode_frame(0, 0, 0, &NameRequest { name: record.name.clone() });
-                    if let Err(status) = self.delete_subscription(&body[FRAME_HEADER_BYTES..]).await {
+                    if let Err(status) = self.delete_subscription(&record.name).await {
                         eprintln!("ringpostd: expiring subscription '{}': {status}", record.name);
                     }
                 }
@@ -705,10 +672,9 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| Status::not_found(format!("subscription '{name}'")))
     }
 
-    async fn delete_subscription(&self, body: &[u8]) -> Result<Empty, Status> {
-        let request = access_body::<NameRequest>(body)?;
-        let record = self.subscription_record(request.name.as_str())?;
-        self.append(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
+    pub async fn delete_subscription(&self, name: &str) -> Result<(), Status> {
+        let record = self.subscription_record(name)?;
+        self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
         let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
         if let Some(shard) = shard {
             if let Err(status) = self.forwarders[shard as usize]
@@ -722,35 +688,25 @@ impl<S: Storage> Router<S> {
                 eprintln!("ringpostd: detaching subscription '{}': {status}", record.name);
             }
         }
-        Ok(Empty {})
+        Ok(())
     }
 
-    fn list_topics(&self, body: &[u8]) -> Result<TopicList, Status> {
-        let request = access_body::<ListRequest>(body)?;
-        let page_size = page_size(request.page_size.to_native());
+    pub fn list_topics(&self, request: &ListRequest) -> Page<Topic> {
         let state = self.state.borrow();
-        let start = request.page_token.as_str();
-        let mut topics: Vec<Topic> = state
+        let topics = state
             .topics
-            .range::<str, _>((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded))
-            .take(page_size + 1)
+            .range::<str, _>((
+                std::ops::Bound::Excluded(request.page_token.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
             .map(|(_, topic)| Topic {
                 name: topic.name.clone(),
                 message_retention_seconds: topic.message_retention_seconds,
-            })
-            .collect();
-        let next_page_token = if topics.len() > page_size {
-            topics.pop();
-            topics.last().map(|topic| topic.name.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(TopicList { topics, next_page_token })
+            });
+        page(topics, request.page_size, |topic| &topic.name)
     }
 
-    fn list_subscriptions(&self, body: &[u8]) -> Result<SubscriptionList, Status> {
-        let request = access_body::<ListRequest>(body)?;
-        let page_size = page_size(request.page_size.to_native());
+    pub fn list_subscriptions(&self, request: &ListRequest) -> Page<Subscription> {
         let topic_filter = request.topic.as_str();
         let records: Vec<SubscriptionRecord> = {
             let state = self.state.borrow();
@@ -762,22 +718,15 @@ impl<S: Storage> Router<S> {
                 ))
                 .map(|(_, record)| &**record)
                 .filter(|record| topic_filter.is_empty() || record.topic_name == topic_filter)
-                .take(page_size + 1)
+                .take(page_size(request.page_size) + 1)
                 .cloned()
                 .collect()
         };
-        let mut subscriptions: Vec<Subscription> =
-            records.iter().map(|record| self.subscription_message(record)).collect();
-        let next_page_token = if subscriptions.len() > page_size {
-            subscriptions.pop();
-            subscriptions.last().map(|subscription| subscription.name.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok(SubscriptionList { subscriptions, next_page_token })
+        let subscriptions = records.iter().map(|record| self.subscription_message(record));
+        page(subscriptions, request.page_size, |subscription| &subscription.name)
     }
 
-    async fn stats(&self) -> Result<StatsResponse, Status> {
+    pub async fn stats(&self) -> Result<StatsResponse, Status> {
         // Read before the topics are gathered, so the figure does not count this response.
         let mut response =
             StatsResponse { process: crate::metrics::process::stats(), ..StatsResponse::default() };
@@ -800,197 +749,151 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
-    async fn resync_directory(&self, body: &[u8]) -> Result<ResyncDirectoryResponse, Status> {
-        let request = access_body::<ResyncDirectoryRequest>(body)?;
-        let index = request.index.to_native() as usize;
+    /// Trusts data directory `index` again, after rewriting every stale copy in it.
+    pub async fn resync_directory(&self, index: usize) -> Result<Resynced, Status> {
         if index >= self.directories.count() {
             return Err(Status::invalid_argument(format!(
                 "there is no data directory {index}; there are {} (numbered from 0 in --data-dir order)",
                 self.directories.count()
             )));
         }
-        let mut response = ResyncDirectoryResponse::default();
+        let mut resynced = Resynced::default();
         self.directories.unfence(index);
-        if self.catalog_log.is_stale(index) {
-            // One unit of the gate, like an append: compaction, which deletes segments, waits
-            // for the copy; appends go on beside it.
-            let _permit = self.catalog_permit().await?;
-            response.batches_copied += self.catalog_log.resync_copy(index).await.map_err(catalog_status)?;
-            response.logs_resynced += 1;
+        if self.catalog.is_stale(index) {
+            resynced.batches += self.catalog.resync_copy(index).await?;
+            resynced.logs += 1;
         }
         for forwarder in &self.forwarders {
             if let ControlOk::Resynced { logs, batches } =
                 forwarder.call(ControlRequest::ResyncDirectory { index }).await?
             {
-                response.logs_resynced += logs;
-                response.batches_copied += batches;
+                resynced.logs += logs;
+                resynced.batches += batches;
             }
         }
         eprintln!(
             "ringpostd: data directory {index} ({}) resynced: {} logs, {} batches copied; it takes writes again",
             self.directories.path(index).display(),
-            response.logs_resynced,
-            response.batches_copied
+            resynced.logs,
+            resynced.batches
         );
-        Ok(response)
+        Ok(resynced)
     }
 
-    /// `local`: the address the client reached the router at, for lookups' answers.
-    async fn dispatch(
+    pub fn get_topic(&self, name: &str) -> Result<Topic, Status> {
+        let topic = self.topic_record(name)?;
+        Ok(Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds })
+    }
+
+    /// The forwarders serving a topic, most preferred first. `local`: the address the client
+    /// reached the router at.
+    pub fn lookup_topic(
         &self,
-        header: &FrameHeader,
-        body: &[u8],
+        name: &str,
         local: Option<SocketAddr>,
-    ) -> Result<FrameBuffer, Status> {
-        let Some(command) = Command::from_u16(header.command) else {
-            return Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command)));
+    ) -> Result<Vec<ForwarderAddress>, Status> {
+        let topic = self.topic_record(name)?;
+        self.lookup(&topic.name, topic.id, local)
+    }
+
+    pub fn get_subscription(&self, name: &str) -> Result<Subscription, Status> {
+        let record = self.subscription_record(name)?;
+        Ok(self.subscription_message(&record))
+    }
+
+    /// The forwarders serving a subscription (its topic's), most preferred first.
+    pub fn lookup_subscription(
+        &self,
+        name: &str,
+        local: Option<SocketAddr>,
+    ) -> Result<Vec<ForwarderAddress>, Status> {
+        let record = self.subscription_record(name)?;
+        let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+            return Err(Status::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            )));
         };
-        Ok(match command {
-            Command::Hello => hello_response(header),
-            Command::CreateTopic => respond(header, &self.create_topic(body).await?),
-            Command::GetTopic => {
-                let request = access_body::<NameRequest>(body)?;
-                let topic = self.topic_record(request.name.as_str())?;
-                respond(
-                    header,
-                    &Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds },
-                )
-            }
-            Command::ListTopics => respond(header, &self.list_topics(body)?),
-            Command::DeleteTopic => respond(header, &self.delete_topic(body).await?),
-            Command::LookupTopic => {
-                let request = access_body::<NameRequest>(body)?;
-                let topic = self.topic_record(request.name.as_str())?;
-                respond(header, &self.lookup(&topic.name, topic.id, local)?)
-            }
-            Command::CreateSubscription => respond(header, &self.create_subscription(body).await?),
-            Command::GetSubscription => {
-                let request = access_body::<NameRequest>(body)?;
-                let record = self.subscription_record(request.name.as_str())?;
-                respond(header, &self.subscription_message(&record))
-            }
-            Command::ListSubscriptions => respond(header, &self.list_subscriptions(body)?),
-            Command::DeleteSubscription => respond(header, &self.delete_subscription(body).await?),
-            Command::LookupSubscription => {
-                let request = access_body::<NameRequest>(body)?;
-                let record = self.subscription_record(request.name.as_str())?;
-                let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+        self.lookup(&topic.name, topic.id, local)
+    }
+
+    /// Seek: a data-plane operation on the subscription's journal, which its topic's forwarder
+    /// keeps; the catalog only names the subscription and the snapshot.
+    pub async fn seek(&self, subscription: &str, target: SeekTarget) -> Result<(), Status> {
+        let record = self.subscription_record(subscription)?;
+        let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
+            Status::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            ))
+        })?;
+        let (time_ms, snapshot_id) = match target {
+            SeekTarget::Time { time_ms } => (time_ms, None),
+            SeekTarget::Snapshot { name } => {
+                let snapshot = self.snapshot_record(&name)?;
+                if snapshot.topic_id != record.topic_id {
                     return Err(Status::failed_precondition(format!(
-                        "subscription '{}' is detached: its topic was deleted",
-                        record.name
+                        "snapshot '{}' is of another topic than subscription '{}'",
+                        snapshot.name, record.name
                     )));
-                };
-                respond(header, &self.lookup(&topic.name, topic.id, local)?)
-            }
-            Command::Stats => respond(header, &self.stats().await?),
-            Command::ResyncDirectory => respond(header, &self.resync_directory(body).await?),
-            Command::Seek => {
-                let request = access_body::<SeekRequest>(body)?;
-                let record = self.subscription_record(request.subscription.as_str())?;
-                let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
-                    Status::failed_precondition(format!(
-                        "subscription '{}' is detached: its topic was deleted",
-                        record.name
-                    ))
-                })?;
-                let snapshot_id = if request.snapshot.is_empty() {
-                    None
-                } else {
-                    let snapshot = self.snapshot_record(request.snapshot.as_str())?;
-                    if snapshot.topic_id != record.topic_id {
-                        return Err(Status::failed_precondition(format!(
-                            "snapshot '{}' is of another topic than subscription '{}'",
-                            snapshot.name, record.name
-                        )));
-                    }
-                    if snapshot.expire_time_ms <= wall_ms() {
-                        return Err(Status::failed_precondition(format!(
-                            "snapshot '{}' has expired",
-                            snapshot.name
-                        )));
-                    }
-                    Some(snapshot.id)
-                };
-                self.forwarders[shard as usize]
-                    .call(ControlRequest::Seek {
-                        subscription_id: record.id,
-                        topic_id: record.topic_id,
-                        time_ms: request.time_ms.to_native(),
-                        snapshot_id,
-                    })
-                    .await?;
-                respond(header, &Empty {})
-            }
-            Command::CreateSnapshot => respond(header, &self.create_snapshot(body).await?),
-            Command::ListSnapshots => {
-                let request = access_body::<ListRequest>(body)?;
-                let page_size = page_size(request.page_size.to_native());
-                let state = self.state.borrow();
-                let mut snapshots: Vec<Snapshot> = state
-                    .snapshots
-                    .range::<str, _>((
-                        std::ops::Bound::Excluded(request.page_token.as_str()),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .take(page_size + 1)
-                    .map(|(_, snapshot)| Snapshot {
-                        name: snapshot.name.clone(),
-                        topic: state
-                            .topic_names
-                            .get(&snapshot.topic_id)
-                            .cloned()
-                            .unwrap_or_else(|| DELETED_TOPIC.into()),
-                        expire_time_ms: snapshot.expire_time_ms,
-                    })
-                    .collect();
-                let next_page_token = if snapshots.len() > page_size {
-                    snapshots.pop();
-                    snapshots.last().map(|snapshot| snapshot.name.clone()).unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                drop(state);
-                respond(header, &SnapshotList { snapshots, next_page_token })
-            }
-            Command::GetSnapshot => {
-                let request = access_body::<NameRequest>(body)?;
-                let snapshot = self.snapshot_record(request.name.as_str())?;
-                let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
-                let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
-                respond(
-                    header,
-                    &Snapshot { name: snapshot.name, topic, expire_time_ms: snapshot.expire_time_ms },
-                )
-            }
-            Command::DeleteSnapshot => {
-                let request = access_body::<NameRequest>(body)?;
-                let snapshot = self.snapshot_record(request.name.as_str())?;
-                self.append(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() })
-                    .await?;
-                let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
-                if let Some(shard) = shard {
-                    let _ = self.forwarders[shard as usize]
-                        .call(ControlRequest::DropSnapshot {
-                            topic_id: snapshot.topic_id,
-                            snapshot_id: snapshot.id,
-                        })
-                        .await;
                 }
-                respond(header, &Empty {})
+                if snapshot.expire_time_ms <= wall_ms() {
+                    return Err(Status::failed_precondition(format!(
+                        "snapshot '{}' has expired",
+                        snapshot.name
+                    )));
+                }
+                (0, Some(snapshot.id))
             }
-            Command::UpdateTopic => respond(header, &self.update_topic(body).await?),
-            Command::UpdateSubscription => respond(header, &self.update_subscription(body).await?),
-            Command::Publish
-            | Command::Pull
-            | Command::Acknowledge
-            | Command::ModifyAckDeadline
-            | Command::StreamingPull => {
-                return Err(Status::new(
-                    ErrorCode::NotOwner,
-                    "data-plane commands go to a forwarder: look up the topic or subscription first",
-                ))
-            }
-        })
+        };
+        self.forwarders[shard as usize]
+            .call(ControlRequest::Seek {
+                subscription_id: record.id,
+                topic_id: record.topic_id,
+                time_ms,
+                snapshot_id,
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub fn list_snapshots(&self, request: &ListRequest) -> Page<Snapshot> {
+        let state = self.state.borrow();
+        let snapshots = state
+            .snapshots
+            .range::<str, _>((
+                std::ops::Bound::Excluded(request.page_token.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(_, snapshot)| Snapshot {
+                name: snapshot.name.clone(),
+                topic: state
+                    .topic_names
+                    .get(&snapshot.topic_id)
+                    .cloned()
+                    .unwrap_or_else(|| DELETED_TOPIC.into()),
+                expire_time_ms: snapshot.expire_time_ms,
+            });
+        page(snapshots, request.page_size, |snapshot| &snapshot.name)
+    }
+
+    pub fn get_snapshot(&self, name: &str) -> Result<Snapshot, Status> {
+        let snapshot = self.snapshot_record(name)?;
+        let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
+        let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
+        Ok(Snapshot { name: snapshot.name, topic, expire_time_ms: snapshot.expire_time_ms })
+    }
+
+    pub async fn delete_snapshot(&self, name: &str) -> Result<(), Status> {
+        let snapshot = self.snapshot_record(name)?;
+        self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() }).await?;
+        let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
+        if let Some(shard) = shard {
+            let _ = self.forwarders[shard as usize]
+                .call(ControlRequest::DropSnapshot { topic_id: snapshot.topic_id, snapshot_id: snapshot.id })
+                .await;
+        }
+        Ok(())
     }
 }
 
@@ -1001,6 +904,20 @@ fn not_applied(kind: &str, name: &str, status: Status) -> Status {
         "the update of {kind} '{name}' is durable, but its forwarder did not apply it ({status}); \
          it applies at the next start, or when the update is sent again"
     ))
+}
+
+/// One page of `items` (in name order, from after the page token): at most the page size, and
+/// the token of the next page when more follow.
+fn page<T>(items: impl Iterator<Item = T>, requested: u32, name_of: impl Fn(&T) -> &String) -> Page<T> {
+    let size = page_size(requested);
+    let mut items: Vec<T> = items.take(size + 1).collect();
+    let next_page_token = if items.len() > size {
+        items.pop();
+        items.last().map(|item| name_of(item).clone()).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Page { items, next_page_token }
 }
 
 fn page_size(requested: u32) -> usize {
@@ -1018,18 +935,6 @@ struct NameReservation<'a> {
 impl Drop for NameReservation<'_> {
     fn drop(&mut self) {
         self.set.borrow_mut().remove(&self.name);
-    }
-}
-
-impl<S: Storage> Handler for Router<S> {
-    async fn handle(
-        &self,
-        header: FrameHeader,
-        body: FrameBuffer,
-        responder: &crate::protocol::native::server::Responder,
-    ) -> crate::protocol::native::server::Response {
-        let local = responder.local_address();
-        self.dispatch(&header, &body, local).await.unwrap_or_else(|status| fail(&header, &status)).into()
     }
 }
 

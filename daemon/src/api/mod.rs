@@ -7,3 +7,5 @@ pub mod error;
 pub mod limits;
 
 pub use error::{Code, Status};
+
+pub mod control;

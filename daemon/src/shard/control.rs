@@ -21,6 +21,7 @@ impl<S: Storage> Forwarder<S> {
             ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
                 self.attach_topic(topic_id, name, retention_seconds, recovering).await
             }
+            ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id),
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
             ControlRequest::UpdateSettings { topic_id, update } => self.update_settings(topic_id, update),
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
@@ -53,6 +54,19 @@ impl<S: Storage> Forwarder<S> {
                 Ok(ControlOk::Done)
             }
         }
+    }
+
+    /// A topic's durable end offset: the sync point the router decides a new subscription with.
+    /// Every publish acknowledged after the router answers the create has an offset at or
+    /// above it, because offsets are assigned at commit.
+    fn durable_end(&self, topic_id: u64) -> Result<ControlOk, Status> {
+        if let Some((topic_name, why)) = self.registry.quarantined.borrow().topics.get(&topic_id) {
+            return Err(super::quarantined_status("topic", topic_name, why));
+        }
+        let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
+            Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
+        })?;
+        Ok(ControlOk::SubscriptionStart(topic.log.end_offset()))
     }
 
     /// Moves a subscription's acknowledgements to the first message published at `time_ms`, or

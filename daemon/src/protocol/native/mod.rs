@@ -2,4 +2,5 @@
 //! daemon, with `api::limits` and `api::error`, that names the wire crate.
 
 pub mod forwarder;
+pub mod router;
 pub mod server;

@@ -1,0 +1,107 @@
+//! The control plane's operations on domain types: what the router serves (topics,
+//! subscriptions, snapshots, seek, lookups), whichever protocol asked. The native protocol's
+//! handlers (`crate::protocol::native::router`) decode each request into these and encode the
+//! answers; another protocol would do the same with its own encoding.
+
+/// Pub/Sub's rules for names, settings and their defaults, shared with the client.
+pub use ringpost_wire::validate::{
+    effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
+    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
+};
+
+/// A topic as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Topic {
+    pub name: String,
+    /// 0: not set (messages are kept until every subscription has acknowledged them).
+    pub message_retention_seconds: u64,
+}
+
+/// A subscription as clients see it (and ask for it: at creation, 0 or empty asks for the
+/// default of a setting).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Subscription {
+    pub name: String,
+    /// The topic's name, or `DELETED_TOPIC` once the topic is deleted.
+    pub topic: String,
+    pub ack_deadline_seconds: u32,
+    pub retain_acked_messages: bool,
+    pub message_retention_seconds: u64,
+    pub enable_message_ordering: bool,
+    pub filter: String,
+    pub dead_letter_topic: String,
+    pub max_delivery_attempts: u32,
+    pub minimum_backoff_seconds: u32,
+    pub maximum_backoff_seconds: u32,
+    pub expiration_ttl_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    pub name: String,
+    /// The topic's name, or `DELETED_TOPIC` once the topic is deleted.
+    pub topic: String,
+    pub expire_time_ms: u64,
+}
+
+/// A page of a listing, in name order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListRequest {
+    /// Only subscriptions of this topic (subscriptions' listing); empty for all.
+    pub topic: String,
+    /// 0: `LIST_PAGE_SIZE_DEFAULT`; at most `LIST_PAGE_SIZE_MAX`.
+    pub page_size: u32,
+    /// The name to start after; empty for the first page.
+    pub page_token: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// The last name of this page when there are more, else empty.
+    pub next_page_token: String,
+}
+
+/// The changes of an UpdateTopic, checked; `None` leaves a setting as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicUpdate {
+    pub name: String,
+    pub message_retention_seconds: Option<u64>,
+}
+
+/// The changes of an UpdateSubscription, checked; `None` leaves a setting as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SubscriptionUpdate {
+    pub name: String,
+    pub ack_deadline_seconds: Option<u32>,
+    pub retain_acked_messages: Option<bool>,
+    pub message_retention_seconds: Option<u64>,
+    pub expiration_ttl_seconds: Option<u64>,
+    /// The dead-letter topic (empty: no policy) and its delivery attempts.
+    pub dead_letter_policy: Option<(String, u32)>,
+    /// Minimum and maximum backoff seconds; (0, 0): no retry policy.
+    pub retry_policy: Option<(u32, u32)>,
+}
+
+/// Where a subscription's acknowledgements move to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeekTarget {
+    /// The first message published at or after this time.
+    Time { time_ms: u64 },
+    /// The acknowledgements a snapshot of the same topic captured.
+    Snapshot { name: String },
+}
+
+/// A forwarder that serves a resource: its shard and the address to reach it at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwarderAddress {
+    pub shard: u32,
+    pub address: String,
+}
+
+/// What a resync of a data directory rewrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resynced {
+    pub logs: u64,
+    pub batches: u64,
+}

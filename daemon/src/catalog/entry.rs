@@ -1,0 +1,318 @@
+//! The catalog's entries: the decided commands the catalog's raft log carries (and that its
+//! checkpoint restates), with their codec. Each entry holds every decision it needs (ids,
+//! creation times, placement, sync points), so applying it is deterministic.
+//!
+//! Kinds 1 to 11 are those the catalog wrote before it ran on raft; they are still decoded, for
+//! the one-time import of such a catalog and because some of them are still written.
+
+use crate::codec::{DecodeResult, Decoder, Encoder};
+
+const KIND_BOOT: u8 = 1;
+const KIND_TOPIC_CREATED: u8 = 2;
+const KIND_TOPIC_DELETED: u8 = 3;
+const KIND_SUBSCRIPTION_CREATED: u8 = 4;
+const KIND_SUBSCRIPTION_DELETED: u8 = 5;
+const KIND_SNAPSHOT_CREATED: u8 = 6;
+const KIND_SNAPSHOT_DELETED: u8 = 7;
+/// Deletions that carry the record's name beside its id, so that applying one is a lookup, not
+/// a scan of every record (kinds 5 and 7, written before, are still read).
+const KIND_SUBSCRIPTION_DELETED_NAMED: u8 = 8;
+const KIND_SNAPSHOT_DELETED_NAMED: u8 = 9;
+/// Updates of a live topic or subscription (UpdateTopic, UpdateSubscription): each restates
+/// every setting an update may change, so applying one needs nothing from the entries before.
+const KIND_TOPIC_UPDATED: u8 = 10;
+const KIND_SUBSCRIPTION_UPDATED: u8 = 11;
+/// A topic's creation with its creation time and its forwarder shard, decided by the leader.
+const KIND_TOPIC_CREATED_PLACED: u8 = 12;
+/// A subscription's creation with its creation time.
+const KIND_SUBSCRIPTION_CREATED_AT: u8 = 13;
+/// A topic moved to another forwarder shard (when the shard it was placed on is gone).
+const KIND_TOPIC_PLACED: u8 = 14;
+/// The next id the catalog hands out, as a checkpoint restates it.
+const KIND_NEXT_ID: u8 = 15;
+
+/// A topic's shard in entries written before placement was decided in the entry (kind 2):
+/// the import places those topics once.
+pub const SHARD_UNPLACED: u32 = u32::MAX;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    pub id: u64,
+    pub name: String,
+    pub topic_id: u64,
+    pub expire_time_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicRecord {
+    pub id: u64,
+    pub name: String,
+    /// 0: not set (messages are kept until every subscription has acknowledged them).
+    pub message_retention_seconds: u64,
+    /// The forwarder shard that serves the topic, as decided when it was created.
+    pub shard: u32,
+    /// Milliseconds since the Unix epoch; 0 for topics created before it was recorded.
+    pub created_ms: u64,
+}
+
+/// A subscription's settings as stored; defaults already applied.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SubscriptionSettings {
+    pub ack_deadline_seconds: u32,
+    pub retain_acked_messages: bool,
+    pub message_retention_seconds: u64,
+    pub enable_message_ordering: bool,
+    pub filter: String,
+    pub dead_letter_topic: String,
+    pub max_delivery_attempts: u32,
+    pub minimum_backoff_seconds: u32,
+    pub maximum_backoff_seconds: u32,
+    pub expiration_ttl_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionRecord {
+    pub id: u64,
+    pub name: String,
+    pub topic_id: u64,
+    /// The topic's name when the subscription was created (the topic may be deleted since).
+    pub topic_name: String,
+    /// The sync point: the subscription receives every message at or after this offset.
+    pub start_offset: u64,
+    pub settings: SubscriptionSettings,
+    /// Milliseconds since the Unix epoch; 0 for subscriptions created before it was recorded.
+    pub created_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogEntry {
+    Boot {
+        count: u32,
+    },
+    TopicCreated(TopicRecord),
+    TopicDeleted {
+        id: u64,
+    },
+    SubscriptionCreated(SubscriptionRecord),
+    /// `name` is empty in entries written before deletions recorded it.
+    SubscriptionDeleted {
+        id: u64,
+        name: String,
+    },
+    SnapshotCreated(SnapshotRecord),
+    /// `name` is empty in entries written before deletions recorded it.
+    SnapshotDeleted {
+        id: u64,
+        name: String,
+    },
+    /// A topic's new message retention (0: not set).
+    TopicUpdated {
+        id: u64,
+        message_retention_seconds: u64,
+    },
+    /// A subscription's settings after an update, whole; those an update cannot change
+    /// (filter, ordering) are restated as they were.
+    SubscriptionUpdated {
+        id: u64,
+        name: String,
+        settings: SubscriptionSettings,
+    },
+    /// A topic's new forwarder shard.
+    TopicPlaced {
+        id: u64,
+        shard: u32,
+    },
+    /// Ids below this are taken (a checkpoint's restatement of the counter).
+    NextId {
+        next_id: u64,
+    },
+}
+
+impl CatalogEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            CatalogEntry::Boot { count } => Encoder::new(KIND_BOOT).u32(*count).0.clone(),
+            CatalogEntry::TopicCreated(topic) => Encoder::new(KIND_TOPIC_CREATED_PLACED)
+                .u64(topic.id)
+                .str(&topic.name)
+                .u64(topic.message_retention_seconds)
+                .u32(topic.shard)
+                .u64(topic.created_ms)
+                .0
+                .clone(),
+            CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(*id).0.clone(),
+            CatalogEntry::SubscriptionCreated(subscription) => {
+                let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED_AT);
+                encoder
+                    .u64(subscription.id)
+                    .str(&subscription.name)
+                    .u64(subscription.topic_id)
+                    .str(&subscription.topic_name)
+                    .u64(subscription.start_offset);
+                encode_settings(&mut encoder, &subscription.settings).u64(subscription.created_ms).0.clone()
+            }
+            CatalogEntry::SubscriptionDeleted { id, name } if name.is_empty() => {
+                Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*id).0.clone()
+            }
+            CatalogEntry::SubscriptionDeleted { id, name } => {
+                Encoder::new(KIND_SUBSCRIPTION_DELETED_NAMED).u64(*id).str(name).0.clone()
+            }
+            CatalogEntry::SnapshotCreated(snapshot) => Encoder::new(KIND_SNAPSHOT_CREATED)
+                .u64(snapshot.id)
+                .str(&snapshot.name)
+                .u64(snapshot.topic_id)
+                .u64(snapshot.expire_time_ms)
+                .0
+                .clone(),
+            CatalogEntry::SnapshotDeleted { id, name } if name.is_empty() => {
+                Encoder::new(KIND_SNAPSHOT_DELETED).u64(*id).0.clone()
+            }
+            CatalogEntry::SnapshotDeleted { id, name } => {
+                Encoder::new(KIND_SNAPSHOT_DELETED_NAMED).u64(*id).str(name).0.clone()
+            }
+            CatalogEntry::TopicUpdated { id, message_retention_seconds } => {
+                Encoder::new(KIND_TOPIC_UPDATED).u64(*id).u64(*message_retention_seconds).0.clone()
+            }
+            CatalogEntry::SubscriptionUpdated { id, name, settings } => {
+                let mut encoder = Encoder::new(KIND_SUBSCRIPTION_UPDATED);
+                encoder.u64(*id).str(name);
+                encode_settings(&mut encoder, settings).0.clone()
+            }
+            CatalogEntry::TopicPlaced { id, shard } => {
+                Encoder::new(KIND_TOPIC_PLACED).u64(*id).u32(*shard).0.clone()
+            }
+            CatalogEntry::NextId { next_id } => Encoder::new(KIND_NEXT_ID).u64(*next_id).0.clone(),
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> DecodeResult<CatalogEntry> {
+        let mut d = Decoder::new(bytes);
+        let entry = match d.u8()? {
+            KIND_BOOT => CatalogEntry::Boot { count: d.u32()? },
+            KIND_TOPIC_CREATED => CatalogEntry::TopicCreated(TopicRecord {
+                id: d.u64()?,
+                name: d.str()?,
+                message_retention_seconds: d.u64()?,
+                shard: SHARD_UNPLACED,
+                created_ms: 0,
+            }),
+            KIND_TOPIC_CREATED_PLACED => CatalogEntry::TopicCreated(TopicRecord {
+                id: d.u64()?,
+                name: d.str()?,
+                message_retention_seconds: d.u64()?,
+                shard: d.u32()?,
+                created_ms: d.u64()?,
+            }),
+            KIND_TOPIC_DELETED => CatalogEntry::TopicDeleted { id: d.u64()? },
+            KIND_SUBSCRIPTION_CREATED => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
+                id: d.u64()?,
+                name: d.str()?,
+                topic_id: d.u64()?,
+                topic_name: d.str()?,
+                start_offset: d.u64()?,
+                settings: decode_settings(&mut d)?,
+                created_ms: 0,
+            }),
+            KIND_SUBSCRIPTION_CREATED_AT => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
+                id: d.u64()?,
+                name: d.str()?,
+                topic_id: d.u64()?,
+                topic_name: d.str()?,
+                start_offset: d.u64()?,
+                settings: decode_settings(&mut d)?,
+                created_ms: d.u64()?,
+            }),
+            KIND_SUBSCRIPTION_DELETED => {
+                CatalogEntry::SubscriptionDeleted { id: d.u64()?, name: String::new() }
+            }
+            KIND_SUBSCRIPTION_DELETED_NAMED => {
+                CatalogEntry::SubscriptionDeleted { id: d.u64()?, name: non_empty(d.str()?)? }
+            }
+            KIND_SNAPSHOT_CREATED => CatalogEntry::SnapshotCreated(SnapshotRecord {
+                id: d.u64()?,
+                name: d.str()?,
+                topic_id: d.u64()?,
+                expire_time_ms: d.u64()?,
+            }),
+            KIND_SNAPSHOT_DELETED => CatalogEntry::SnapshotDeleted { id: d.u64()?, name: String::new() },
+            KIND_SNAPSHOT_DELETED_NAMED => {
+                CatalogEntry::SnapshotDeleted { id: d.u64()?, name: non_empty(d.str()?)? }
+            }
+            KIND_TOPIC_UPDATED => {
+                CatalogEntry::TopicUpdated { id: d.u64()?, message_retention_seconds: d.u64()? }
+            }
+            KIND_SUBSCRIPTION_UPDATED => CatalogEntry::SubscriptionUpdated {
+                id: d.u64()?,
+                name: non_empty(d.str()?)?,
+                settings: decode_settings(&mut d)?,
+            },
+            KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced { id: d.u64()?, shard: d.u32()? },
+            KIND_NEXT_ID => CatalogEntry::NextId { next_id: d.u64()? },
+            _ => return Err("unknown catalog entry kind"),
+        };
+        if !d.is_empty() {
+            return Err("trailing bytes in catalog entry");
+        }
+        Ok(entry)
+    }
+}
+
+/// A subscription's settings, in the order both its creation and its updates store them.
+fn encode_settings<'a>(encoder: &'a mut Encoder, settings: &SubscriptionSettings) -> &'a mut Encoder {
+    encoder
+        .u32(settings.ack_deadline_seconds)
+        .bool(settings.retain_acked_messages)
+        .u64(settings.message_retention_seconds)
+        .bool(settings.enable_message_ordering)
+        .str(&settings.filter)
+        .str(&settings.dead_letter_topic)
+        .u32(settings.max_delivery_attempts)
+        .u32(settings.minimum_backoff_seconds)
+        .u32(settings.maximum_backoff_seconds)
+        .u64(settings.expiration_ttl_seconds)
+}
+
+fn decode_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
+    Ok(SubscriptionSettings {
+        ack_deadline_seconds: d.u32()?,
+        retain_acked_messages: d.bool()?,
+        message_retention_seconds: d.u64()?,
+        enable_message_ordering: d.bool()?,
+        filter: d.str()?,
+        dead_letter_topic: d.str()?,
+        max_delivery_attempts: d.u32()?,
+        minimum_backoff_seconds: d.u32()?,
+        maximum_backoff_seconds: d.u32()?,
+        expiration_ttl_seconds: d.u64()?,
+    })
+}
+/// A name read from a deletion that must carry one.
+fn non_empty(name: String) -> DecodeResult<String> {
+    if name.is_empty() {
+        return Err("a named deletion with an empty name");
+    }
+    Ok(name)
+}
+
+/// What the raft log's debug output says of an entry.
+impl std::fmt::Display for CatalogEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CatalogEntry::Boot { count } => write!(f, "boot {count}"),
+            CatalogEntry::TopicCreated(topic) => write!(f, "create topic '{}' ({:x})", topic.name, topic.id),
+            CatalogEntry::TopicDeleted { id } => write!(f, "delete topic {id:x}"),
+            CatalogEntry::SubscriptionCreated(record) => {
+                write!(f, "create subscription '{}' ({:x})", record.name, record.id)
+            }
+            CatalogEntry::SubscriptionDeleted { id, .. } => write!(f, "delete subscription {id:x}"),
+            CatalogEntry::SnapshotCreated(record) => {
+                write!(f, "create snapshot '{}' ({:x})", record.name, record.id)
+            }
+            CatalogEntry::SnapshotDeleted { id, .. } => write!(f, "delete snapshot {id:x}"),
+            CatalogEntry::TopicUpdated { id, .. } => write!(f, "update topic {id:x}"),
+            CatalogEntry::SubscriptionUpdated { id, .. } => write!(f, "update subscription {id:x}"),
+            CatalogEntry::TopicPlaced { id, shard } => write!(f, "place topic {id:x} on shard {shard}"),
+            CatalogEntry::NextId { next_id } => write!(f, "next id {next_id:x}"),
+        }
+    }
+}

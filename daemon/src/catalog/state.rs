@@ -1,0 +1,192 @@
+//! The catalog in memory, and `apply`, the only way it changes: a deterministic function of the
+//! state and one decided entry, so that every replica (and every replay) that applies the same
+//! entries in the same order holds the same catalog.
+
+use super::entry::{CatalogEntry, SnapshotRecord, SubscriptionRecord, TopicRecord};
+use crate::api::{Code, Status};
+use crate::codec::{DecodeResult, Decoder};
+use std::collections::{BTreeMap, HashMap};
+
+/// The catalog: what the entries so far add up to.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CatalogState {
+    /// The last boot of a catalog written before it ran on raft (imported), else 0.
+    pub boot_count: u32,
+    /// Every id below this is taken; the leader hands out ids from here (see `apply`).
+    pub next_id: u64,
+    pub topics: BTreeMap<String, TopicRecord>,
+    pub topic_names: HashMap<u64, String>,
+    /// Boxed: a B-tree fills its nodes about half when names arrive in order, and a record is
+    /// 160 bytes; boxed, the empty slots cost 8 bytes each instead (about 130 bytes less per
+    /// subscription).
+    pub subscriptions: BTreeMap<String, Box<SubscriptionRecord>>,
+    pub snapshots: BTreeMap<String, SnapshotRecord>,
+}
+
+/// What applying an entry did: the answer `client_write` returns to the proposer, and what the
+/// router shard acts on (detaching what a deletion removed, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    Done,
+    /// The entry changed nothing because the state refuses it (a name taken meanwhile).
+    Refused(Status),
+    TopicDeleted(Option<TopicRecord>),
+    SubscriptionDeleted(Option<Box<SubscriptionRecord>>),
+    SnapshotDeleted(Option<SnapshotRecord>),
+    /// An update; false when its record was deleted (or replaced) before it applied.
+    Updated(bool),
+}
+
+impl CatalogState {
+    pub fn apply(&mut self, entry: CatalogEntry) -> Applied {
+        match entry {
+            CatalogEntry::Boot { count } => {
+                // Ids handed out in boot `count` were `count << 32 | sequence`.
+                self.boot_count = count;
+                self.take_id(((count as u64) + 1) << 32);
+                Applied::Done
+            }
+            CatalogEntry::NextId { next_id } => {
+                self.next_id = self.next_id.max(next_id);
+                Applied::Done
+            }
+            CatalogEntry::TopicCreated(topic) => {
+                if let Some(existing) =
+                    self.topics.get(&topic.name).filter(|existing| existing.id != topic.id)
+                {
+                    return refused(format!("topic '{}' exists (id {:x})", existing.name, existing.id));
+                }
+                self.take_id(topic.id + 1);
+                self.topic_names.insert(topic.id, topic.name.clone());
+                self.topics.insert(topic.name.clone(), topic);
+                Applied::Done
+            }
+            CatalogEntry::TopicDeleted { id } => {
+                let removed = self.topic_names.remove(&id).and_then(|name| self.topics.remove(&name));
+                Applied::TopicDeleted(removed)
+            }
+            CatalogEntry::TopicPlaced { id, shard } => {
+                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+                if let Some(topic) = topic {
+                    topic.shard = shard;
+                }
+                Applied::Done
+            }
+            CatalogEntry::SubscriptionCreated(record) => {
+                if self.subscriptions.get(&record.name).is_some_and(|existing| existing.id != record.id) {
+                    return refused(format!("subscription '{}' exists", record.name));
+                }
+                self.take_id(record.id + 1);
+                self.subscriptions.insert(record.name.clone(), Box::new(record));
+                Applied::Done
+            }
+            CatalogEntry::SubscriptionDeleted { id, name } => {
+                Applied::SubscriptionDeleted(remove_record(&mut self.subscriptions, id, &name, |record| {
+                    record.id
+                }))
+            }
+            CatalogEntry::SnapshotCreated(snapshot) => {
+                if self.snapshots.get(&snapshot.name).is_some_and(|existing| existing.id != snapshot.id) {
+                    return refused(format!("snapshot '{}' exists", snapshot.name));
+                }
+                self.take_id(snapshot.id + 1);
+                self.snapshots.insert(snapshot.name.clone(), snapshot);
+                Applied::Done
+            }
+            CatalogEntry::SnapshotDeleted { id, name } => {
+                Applied::SnapshotDeleted(remove_record(&mut self.snapshots, id, &name, |record| record.id))
+            }
+            // An update of a record deleted since (or of another record under its name) changes
+            // nothing: the router checks the record before it proposes, but a deletion may
+            // commit in between.
+            CatalogEntry::TopicUpdated { id, message_retention_seconds } => {
+                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+                let found = topic.is_some();
+                if let Some(topic) = topic {
+                    topic.message_retention_seconds = message_retention_seconds;
+                }
+                Applied::Updated(found)
+            }
+            CatalogEntry::SubscriptionUpdated { id, name, settings } => {
+                let record = self.subscriptions.get_mut(&name).filter(|record| record.id == id);
+                let found = record.is_some();
+                if let Some(record) = record {
+                    record.settings = settings;
+                }
+                Applied::Updated(found)
+            }
+        }
+    }
+
+    fn take_id(&mut self, next: u64) {
+        self.next_id = self.next_id.max(next);
+    }
+
+    pub fn topic_by_id(&self, id: u64) -> Option<&TopicRecord> {
+        self.topic_names.get(&id).and_then(|name| self.topics.get(name))
+    }
+
+    /// Entries that rebuild this state when applied alone, or after any older entries: every
+    /// one sets a record to its current value (the id counter, each live topic, subscription
+    /// and snapshot). What was deleted is simply absent.
+    pub fn checkpoint_entries(&self) -> Vec<CatalogEntry> {
+        let mut entries = Vec::with_capacity(2 + self.topics.len() + self.subscriptions.len());
+        if self.boot_count > 0 {
+            entries.push(CatalogEntry::Boot { count: self.boot_count });
+        }
+        entries.push(CatalogEntry::NextId { next_id: self.next_id });
+        entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
+        entries.extend(
+            self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
+        );
+        entries.extend(self.snapshots.values().cloned().map(CatalogEntry::SnapshotCreated));
+        entries
+    }
+
+    /// The state as bytes: its checkpoint entries, each prefixed with its length.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for entry in self.checkpoint_entries() {
+            let encoded = entry.encode();
+            bytes.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&encoded);
+        }
+        bytes
+    }
+
+    pub fn decode(bytes: &[u8]) -> DecodeResult<CatalogState> {
+        let mut state = CatalogState::default();
+        let mut decoder = Decoder::new(bytes);
+        while !decoder.is_empty() {
+            let length = decoder.u32()? as usize;
+            let entry = CatalogEntry::decode(decoder.bytes(length)?)?;
+            if let Applied::Refused(_) = state.apply(entry) {
+                return Err("a checkpoint names a record twice");
+            }
+        }
+        Ok(state)
+    }
+}
+
+fn refused(message: String) -> Applied {
+    Applied::Refused(Status::new(Code::AlreadyExists, message))
+}
+
+/// Removes record `id` from a map keyed by name: by its name when the deletion carries it (a
+/// lookup), else by a scan (deletions written before they carried names; a scan per deletion
+/// grows with the square of the records' number).
+fn remove_record<V>(
+    records: &mut BTreeMap<String, V>,
+    id: u64,
+    name: &str,
+    id_of: impl Fn(&V) -> u64,
+) -> Option<V> {
+    if name.is_empty() {
+        let name = records.iter().find(|(_, record)| id_of(record) == id).map(|(name, _)| name.clone())?;
+        records.remove(&name)
+    } else if records.get(name).is_some_and(|record| id_of(record) == id) {
+        records.remove(name)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,479 @@
+//! The catalog's raft storage on Ringpost's own checksummed log: the raft log (entries, and the
+//! vote, committed and purged markers as records of their own, the last of each kind winning
+//! on replay) and the snapshots (a header record and the state's bytes in chunks, in a second
+//! log whose older snapshots are removed once a newer one is durable).
+
+use super::entry::CatalogEntry;
+use super::legacy::{catalog_log_config, record_bytes};
+use super::raft::{CatalogRaft, Entry, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::log::{Directories, Log, LogError};
+use crate::storage::Storage;
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{EntryPayload, RaftLogReader};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::rc::Rc;
+
+pub const RAFT_LOG_ID: u64 = 0x4341_5452_4146_5400;
+pub const SNAPSHOT_LOG_ID: u64 = 0x4341_5453_4e41_5000;
+/// The raft log's folder in each data directory.
+pub const RAFT_FOLDER: &str = "catalog-raft";
+/// The snapshots' folder in each data directory.
+pub const SNAPSHOT_FOLDER: &str = "catalog-snapshot";
+
+const KIND_ENTRY: u8 = 1;
+const KIND_VOTE: u8 = 2;
+const KIND_COMMITTED: u8 = 3;
+const KIND_PURGED: u8 = 4;
+/// Entries after the index it names are gone (a follower's conflicting tail). An append-only
+/// log can say so without rewriting anything: replay drops them when it reads this record.
+const KIND_TRUNCATED: u8 = 5;
+const KIND_SNAPSHOT_HEADER: u8 = 6;
+
+const PAYLOAD_BLANK: u8 = 0;
+const PAYLOAD_NORMAL: u8 = 1;
+const PAYLOAD_MEMBERSHIP: u8 = 2;
+
+/// A snapshot's bytes are stored in records of at most this many bytes.
+const SNAPSHOT_CHUNK_BYTES_MAX: usize = 256 << 10;
+/// Most bytes appended at once (the catalog logs' staging limit is 16 MiB).
+const APPEND_BYTES_MAX: usize = 4 << 20;
+
+fn io_error(error: LogError) -> io::Error {
+    io::Error::other(error.to_string())
+}
+
+fn corrupt(offset: u64, why: &str) -> LogError {
+    LogError::Corrupt(format!(
+        "catalog raft record at offset {offset} passed its checksum but not decoding: {why}"
+    ))
+}
+
+fn put_log_id(encoder: &mut Encoder, log_id: &Option<LogId>) {
+    match log_id {
+        Some(log_id) => {
+            encoder.bool(true).u64(log_id.leader_id.term).u64(log_id.leader_id.node_id).u64(log_id.index);
+        }
+        None => {
+            encoder.bool(false);
+        }
+    }
+}
+
+fn get_log_id(decoder: &mut Decoder) -> DecodeResult<Option<LogId>> {
+    if !decoder.bool()? {
+        return Ok(None);
+    }
+    let (term, node_id, index) = (decoder.u64()?, decoder.u64()?, decoder.u64()?);
+    Ok(Some(LogId::new(openraft::vote::leader_id_adv::LeaderId { term, node_id }, index)))
+}
+
+fn put_membership(encoder: &mut Encoder, membership: &Membership) {
+    let configs = membership.get_joint_config();
+    encoder.u32(configs.len() as u32);
+    for config in configs {
+        encoder.u32(config.len() as u32);
+        for id in config {
+            encoder.u64(*id);
+        }
+    }
+    let nodes: Vec<u64> = membership.nodes().map(|(id, _)| *id).collect();
+    encoder.u32(nodes.len() as u32);
+    for id in nodes {
+        encoder.u64(id);
+    }
+}
+
+fn get_membership(decoder: &mut Decoder) -> DecodeResult<Membership> {
+    let mut configs = Vec::new();
+    for _ in 0..decoder.u32()? {
+        let mut config = BTreeSet::new();
+        for _ in 0..decoder.u32()? {
+            config.insert(decoder.u64()?);
+        }
+        configs.push(config);
+    }
+    let mut nodes = Vec::new();
+    for _ in 0..decoder.u32()? {
+        nodes.push(decoder.u64()?);
+    }
+    Ok(Membership::new_with_defaults(configs, nodes))
+}
+
+fn encode_entry(entry: &Entry) -> Vec<u8> {
+    let mut encoder = Encoder::new(KIND_ENTRY);
+    put_log_id(&mut encoder, &Some(entry.log_id));
+    match &entry.payload {
+        EntryPayload::Blank => {
+            encoder.u8(PAYLOAD_BLANK);
+        }
+        EntryPayload::Normal(command) => {
+            encoder.u8(PAYLOAD_NORMAL);
+            encoder.0.extend_from_slice(&command.encode());
+        }
+        EntryPayload::Membership(membership) => {
+            encoder.u8(PAYLOAD_MEMBERSHIP);
+            put_membership(&mut encoder, membership);
+        }
+    }
+    encoder.0
+}
+
+fn decode_entry(decoder: &mut Decoder) -> DecodeResult<Entry> {
+    let log_id = get_log_id(decoder)?.ok_or("an entry without its log id")?;
+    let payload = match decoder.u8()? {
+        PAYLOAD_BLANK => EntryPayload::Blank,
+        PAYLOAD_NORMAL => {
+            let rest = decoder.bytes(decoder.remaining())?;
+            EntryPayload::Normal(CatalogEntry::decode(rest)?)
+        }
+        PAYLOAD_MEMBERSHIP => EntryPayload::Membership(get_membership(decoder)?),
+        _ => return Err("unknown entry payload"),
+    };
+    Ok(Entry { log_id, payload })
+}
+
+fn encode_marker(kind: u8, log_id: &Option<LogId>) -> Vec<u8> {
+    let mut encoder = Encoder::new(kind);
+    put_log_id(&mut encoder, log_id);
+    encoder.0
+}
+
+fn encode_vote(vote: &Vote) -> Vec<u8> {
+    Encoder::new(KIND_VOTE)
+        .u64(vote.leader_id.term)
+        .u64(vote.leader_id.node_id)
+        .bool(vote.committed)
+        .0
+        .clone()
+}
+
+/// What the raft log holds, in memory: the entries not purged (the catalog's are few, as a
+/// snapshot follows every few tens of MiB), and the markers.
+#[derive(Default)]
+struct Held {
+    entries: BTreeMap<u64, Entry>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    /// The committed id last written to the log: a newer one rides with the next append.
+    committed_written: Option<LogId>,
+    purged: Option<LogId>,
+}
+
+impl Held {
+    fn replay(&mut self, offset: u64, bytes: &[u8]) -> Result<(), LogError> {
+        let mut decoder = Decoder::new(bytes);
+        let kind = decoder.u8().map_err(|why| corrupt(offset, why))?;
+        let result = match kind {
+            KIND_ENTRY => decode_entry(&mut decoder).map(|entry| {
+                // An entry at an index replaces it and everything after (raft's log matching).
+                let index = entry.log_id.index;
+                self.entries.split_off(&index);
+                self.entries.insert(index, entry);
+            }),
+            KIND_VOTE => (|| {
+                let (term, node_id, committed) = (decoder.u64()?, decoder.u64()?, decoder.bool()?);
+                let vote =
+                    if committed { Vote::new_committed(term, node_id) } else { Vote::new(term, node_id) };
+                self.vote = Some(vote);
+                Ok(())
+            })(),
+            KIND_COMMITTED => get_log_id(&mut decoder).map(|log_id| {
+                self.committed = log_id;
+                self.committed_written = log_id;
+            }),
+            KIND_PURGED => get_log_id(&mut decoder).map(|log_id| self.purge(log_id)),
+            KIND_TRUNCATED => get_log_id(&mut decoder).map(|log_id| self.truncate_after(log_id)),
+            _ => Err("unknown raft record kind"),
+        };
+        result.map_err(|why| corrupt(offset, why))
+    }
+
+    fn purge(&mut self, log_id: Option<LogId>) {
+        if let Some(last) = log_id {
+            self.entries = self.entries.split_off(&(last.index + 1));
+        }
+        self.purged = self.purged.max(log_id);
+    }
+
+    fn truncate_after(&mut self, log_id: Option<LogId>) {
+        let first_gone = log_id.map_or(0, |log_id| log_id.index + 1);
+        self.entries.split_off(&first_gone);
+    }
+
+    /// Records that restate everything held: what a rewrite appends before it removes the
+    /// segments before it.
+    fn restatement(&self) -> (Vec<u8>, u32) {
+        let mut records = Vec::new();
+        let mut count = 0;
+        let mut push = |bytes: Vec<u8>| {
+            records.extend(record_bytes(&bytes));
+            count += 1;
+        };
+        if let Some(vote) = &self.vote {
+            push(encode_vote(vote));
+        }
+        push(encode_marker(KIND_PURGED, &self.purged));
+        push(encode_marker(KIND_COMMITTED, &self.committed));
+        for entry in self.entries.values() {
+            push(encode_entry(entry));
+        }
+        (records, count)
+    }
+}
+
+/// The raft log store (cheap to clone: openraft takes one and its readers more).
+pub struct RaftLog<S: Storage> {
+    log: Rc<Log<S>>,
+    held: Rc<RefCell<Held>>,
+}
+
+impl<S: Storage> Clone for RaftLog<S> {
+    fn clone(&self) -> Self {
+        RaftLog { log: self.log.clone(), held: self.held.clone() }
+    }
+}
+
+impl<S: Storage> RaftLog<S> {
+    pub async fn open(storage: S, directories: Rc<Directories>) -> Result<RaftLog<S>, LogError> {
+        let log = open_log(storage, directories, RAFT_FOLDER, RAFT_LOG_ID).await?;
+        let mut held = Held::default();
+        for stored in log.read_all(0).await? {
+            held.replay(stored.offset, &stored.data)?;
+        }
+        Ok(RaftLog { log: Rc::new(log), held: Rc::new(RefCell::new(held)) })
+    }
+
+    pub fn log(&self) -> &Rc<Log<S>> {
+        &self.log
+    }
+
+    /// Whether the log holds nothing at all (a catalog never started on raft).
+    pub fn is_pristine(&self) -> bool {
+        let held = self.held.borrow();
+        held.vote.is_none() && held.entries.is_empty() && held.purged.is_none()
+    }
+
+    async fn append_records(&self, records: Vec<u8>, count: u32) -> io::Result<u64> {
+        self.log.append(records, count).await.map(|(first, _)| first).map_err(io_error)
+    }
+
+    /// Restates what is held at the end of the log and deletes the segments before it.
+    async fn rewrite(&self) -> io::Result<()> {
+        let (records, count) = self.held.borrow().restatement();
+        let first = self.append_records(records, count).await?;
+        {
+            let mut held = self.held.borrow_mut();
+            held.committed_written = held.committed;
+        }
+        self.log.remove_before(first).await.map_err(io_error)?;
+        Ok(())
+    }
+}
+
+impl<S: Storage> RaftLogReader<CatalogRaft> for RaftLog<S> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + std::fmt::Debug>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        Ok(self.held.borrow().entries.range(range).map(|(_, entry)| entry.clone()).collect())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.held.borrow().vote)
+    }
+}
+
+impl<S: Storage> RaftLogStorage<CatalogRaft> for RaftLog<S> {
+    type LogReader = RaftLog<S>;
+
+    async fn get_log_state(&mut self) -> Result<LogState<CatalogRaft>, io::Error> {
+        let held = self.held.borrow();
+        let last = held.entries.values().next_back().map(|entry| entry.log_id).or(held.purged);
+        Ok(LogState { last_purged_log_id: held.purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> RaftLog<S> {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        self.append_records(record_bytes(&encode_vote(vote)), 1).await?;
+        self.held.borrow_mut().vote = Some(*vote);
+        Ok(())
+    }
+
+    /// Kept in memory and written with the next append, not by a commit of its own: a
+    /// committed id older than the truth only makes a restart apply the tail once elected.
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        self.held.borrow_mut().committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.held.borrow().committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<CatalogRaft>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry>,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let mut records = Vec::new();
+        let mut count = 0;
+        let committed = {
+            let held = self.held.borrow();
+            (held.committed != held.committed_written).then_some(held.committed)
+        };
+        if let Some(committed) = committed {
+            records.extend(record_bytes(&encode_marker(KIND_COMMITTED, &committed)));
+            count += 1;
+        }
+        for entry in &entries {
+            records.extend(record_bytes(&encode_entry(entry)));
+            count += 1;
+        }
+        let result = self.append_records(records, count).await;
+        if result.is_ok() {
+            let mut held = self.held.borrow_mut();
+            if let Some(committed) = committed {
+                held.committed_written = committed;
+            }
+            for entry in entries {
+                let index = entry.log_id.index;
+                held.entries.split_off(&index);
+                held.entries.insert(index, entry);
+            }
+        }
+        let flushed = result.as_ref().map(|_| ()).map_err(|error| io::Error::other(error.to_string()));
+        callback.io_completed(flushed);
+        result.map(|_| ())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        self.append_records(record_bytes(&encode_marker(KIND_TRUNCATED, &last_log_id)), 1).await?;
+        self.held.borrow_mut().truncate_after(last_log_id);
+        Ok(())
+    }
+
+    /// Purges the entries a snapshot covers, then rewrites the log without them: purges follow
+    /// snapshots, which the router takes only once the log has grown (`Catalog::compact`).
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        self.held.borrow_mut().purge(Some(log_id));
+        self.rewrite().await
+    }
+}
+
+async fn open_log<S: Storage>(
+    storage: S,
+    directories: Rc<Directories>,
+    folder: &str,
+    log_id: u64,
+) -> Result<Log<S>, LogError> {
+    let (log, report) =
+        Log::open(storage, directories, Path::new(folder), log_id, catalog_log_config()).await?;
+    // Made at the first start, while there is room; on a full disk the catalog goes on without
+    // one until `Router::retake_catalog_reserve` finds room.
+    if let Err(error) = log.retake_reserve().await {
+        eprintln!("ringpostd: reserving a segment for the catalog: {error}");
+    }
+    if report.batches_repaired > 0 {
+        eprintln!(
+            "ringpostd: catalog recovery repaired {} batch copies from healthy ones",
+            report.batches_repaired
+        );
+    }
+    if report.torn_bytes_discarded > 0 {
+        eprintln!(
+            "ringpostd: catalog recovery discarded a torn tail of {} bytes (an unacknowledged change)",
+            report.torn_bytes_discarded
+        );
+    }
+    Ok(log)
+}
+
+/// The catalog's snapshots: the newest complete one is the catalog as of its last log id.
+pub struct SnapshotLog<S: Storage> {
+    log: Rc<Log<S>>,
+}
+
+impl<S: Storage> SnapshotLog<S> {
+    pub async fn open(storage: S, directories: Rc<Directories>) -> Result<SnapshotLog<S>, LogError> {
+        let log = open_log(storage, directories, SNAPSHOT_FOLDER, SNAPSHOT_LOG_ID).await?;
+        Ok(SnapshotLog { log: Rc::new(log) })
+    }
+
+    pub fn log(&self) -> &Rc<Log<S>> {
+        &self.log
+    }
+
+    /// Stores a snapshot durably, then removes the ones before it.
+    pub async fn write(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), LogError> {
+        let chunks: Vec<&[u8]> = data.chunks(SNAPSHOT_CHUNK_BYTES_MAX).collect();
+        let mut header = Encoder::new(KIND_SNAPSHOT_HEADER);
+        put_log_id(&mut header, &meta.last_log_id);
+        put_log_id(&mut header, meta.last_membership.log_id());
+        put_membership(&mut header, meta.last_membership.membership());
+        header.u32(chunks.len() as u32).u64(data.len() as u64);
+        let mut pending = record_bytes(&header.0);
+        let mut pending_count = 1u32;
+        let mut start = None;
+        for (index, chunk) in chunks.iter().enumerate() {
+            pending.extend(record_bytes(chunk));
+            pending_count += 1;
+            if pending.len() >= APPEND_BYTES_MAX && index + 1 < chunks.len() {
+                let (first, _) = self.log.append(std::mem::take(&mut pending), pending_count).await?;
+                start.get_or_insert(first);
+                pending_count = 0;
+            }
+        }
+        let (first, _) = self.log.append(pending, pending_count).await?;
+        let start = *start.get_or_insert(first);
+        self.log.remove_before(start).await?;
+        Ok(())
+    }
+
+    /// The newest complete snapshot.
+    pub async fn read(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, LogError> {
+        let records = self.log.read_all(0).await?;
+        let mut newest = None;
+        let mut index = 0;
+        while index < records.len() {
+            let stored = &records[index];
+            index += 1;
+            let mut decoder = Decoder::new(&stored.data);
+            if decoder.u8() != Ok(KIND_SNAPSHOT_HEADER) {
+                continue;
+            }
+            let header = (|| {
+                let last_log_id = get_log_id(&mut decoder)?;
+                let membership_log_id = get_log_id(&mut decoder)?;
+                let membership = get_membership(&mut decoder)?;
+                let (chunks, bytes) = (decoder.u32()? as usize, decoder.u64()? as usize);
+                let meta = SnapshotMeta {
+                    last_log_id,
+                    last_membership: StoredMembership::new(membership_log_id, membership),
+                };
+                Ok((meta, chunks, bytes))
+            })()
+            .map_err(|why: &str| corrupt(stored.offset, why))?;
+            let (meta, chunks, bytes) = header;
+            if index + chunks > records.len() {
+                break;
+            }
+            let mut data = Vec::with_capacity(bytes);
+            for chunk in &records[index..index + chunks] {
+                data.extend_from_slice(&chunk.data);
+            }
+            index += chunks;
+            if data.len() == bytes {
+                newest = Some((meta, data));
+            }
+        }
+        Ok(newest)
+    }
+}

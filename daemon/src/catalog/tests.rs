@@ -1,0 +1,281 @@
+use super::*;
+use crate::log::tests::{directories, run};
+use crate::storage::sim::{CrashMode, SimDisk};
+
+fn topic(id: u64, shard: u32) -> CatalogEntry {
+    CatalogEntry::TopicCreated(TopicRecord {
+        id,
+        name: format!("topic-{id}"),
+        message_retention_seconds: 0,
+        shard,
+        created_ms: 1_700_000_000_000 + id,
+    })
+}
+
+fn subscription(id: u64, topic_id: u64) -> CatalogEntry {
+    CatalogEntry::SubscriptionCreated(SubscriptionRecord {
+        id,
+        name: format!("subscription-{id}"),
+        topic_id,
+        topic_name: format!("topic-{topic_id}"),
+        start_offset: id * 3,
+        settings: SubscriptionSettings { ack_deadline_seconds: 10, ..Default::default() },
+        created_ms: 0,
+    })
+}
+
+/// A history with every kind of entry, deletions, updates and a refused creation.
+fn history() -> Vec<CatalogEntry> {
+    let mut entries = Vec::new();
+    for id in (1..60u64).step_by(3) {
+        entries.push(topic(id, (id % 3) as u32));
+        entries.push(subscription(id + 1, id));
+        if id % 2 == 0 {
+            entries.push(CatalogEntry::SubscriptionDeleted {
+                id: id + 1,
+                name: format!("subscription-{}", id + 1),
+            });
+            entries.push(CatalogEntry::TopicDeleted { id });
+        }
+    }
+    entries.push(CatalogEntry::TopicUpdated { id: 1, message_retention_seconds: 600 });
+    entries.push(CatalogEntry::SnapshotCreated(SnapshotRecord {
+        id: 100,
+        name: "before".into(),
+        topic_id: 1,
+        expire_time_ms: 9,
+    }));
+    entries.push(CatalogEntry::TopicPlaced { id: 7, shard: 0 });
+    // Refused: the name is taken by another id.
+    entries.push(CatalogEntry::TopicCreated(TopicRecord {
+        id: 200,
+        name: "topic-1".into(),
+        message_retention_seconds: 5,
+        shard: 1,
+        created_ms: 0,
+    }));
+    entries
+}
+
+#[test]
+fn apply_is_deterministic() {
+    let mut first = CatalogState::default();
+    let mut second = CatalogState::default();
+    let answers_first: Vec<Applied> = history().into_iter().map(|entry| first.apply(entry)).collect();
+    let answers_second: Vec<Applied> = history().into_iter().map(|entry| second.apply(entry)).collect();
+    assert_eq!(first, second);
+    assert_eq!(answers_first, answers_second);
+    assert!(matches!(answers_first.last(), Some(Applied::Refused(_))));
+    assert_eq!(first.topics["topic-1"].message_retention_seconds, 600);
+    assert_eq!(first.topics["topic-7"].shard, 0);
+    assert_eq!(first.next_id, 101, "the counter passes every id used");
+}
+
+/// A snapshot of the state after some entries, decoded and followed by the rest, is the
+/// state after all of them.
+#[test]
+fn a_snapshot_and_the_entries_after_it_make_the_live_state() {
+    let entries = history();
+    for cut in [0, 1, entries.len() / 2, entries.len()] {
+        let mut live = CatalogState::default();
+        for entry in entries[..cut].iter().cloned() {
+            live.apply(entry);
+        }
+        let mut restored = CatalogState::decode(&live.encode()).unwrap();
+        for entry in entries[cut..].iter().cloned() {
+            live.apply(entry.clone());
+            restored.apply(entry);
+        }
+        assert_eq!(restored, live, "cut at {cut}");
+    }
+}
+
+#[test]
+fn entries_round_trip() {
+    for entry in history().into_iter().chain([
+        CatalogEntry::Boot { count: 3 },
+        CatalogEntry::NextId { next_id: 77 },
+        CatalogEntry::SubscriptionDeleted { id: 6, name: String::new() },
+        CatalogEntry::SnapshotDeleted { id: 8, name: "before".into() },
+        CatalogEntry::SubscriptionUpdated {
+            id: 6,
+            name: "audit".into(),
+            settings: SubscriptionSettings { filter: "attributes:y".into(), ..Default::default() },
+        },
+    ]) {
+        assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
+    }
+}
+
+async fn open(disk: &SimDisk, dirs: &Rc<Directories>) -> Catalog<SimDisk> {
+    Catalog::open(disk.clone(), dirs.clone(), 2, placement::BALANCE_FACTOR_DEFAULT).await.unwrap()
+}
+
+async fn create_topics(catalog: &Catalog<SimDisk>, count: usize) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for _ in 0..count {
+        let id = catalog.allocate_id();
+        let record = TopicRecord {
+            id,
+            name: format!("t{id:x}"),
+            message_retention_seconds: 0,
+            shard: 0,
+            created_ms: 0,
+        };
+        assert_eq!(catalog.propose(CatalogEntry::TopicCreated(record)).await, Ok(Applied::Done));
+        ids.push(id);
+    }
+    ids
+}
+
+/// A data directory with a catalog written by the code before raft starts: it is imported
+/// once (topics placed, ids above every old one), its folder renamed, and the next start
+/// reads the imported snapshot.
+#[test]
+fn an_old_catalog_is_imported_once() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let old_topic = |id: u64| {
+            CatalogEntry::TopicCreated(TopicRecord {
+                id,
+                name: format!("old-{id:x}"),
+                message_retention_seconds: 60,
+                shard: entry::SHARD_UNPLACED,
+                created_ms: 0,
+            })
+        };
+        let first = 1u64 << 32 | 1;
+        legacy::write_old(disk.clone(), dirs.clone(), &[old_topic(first), old_topic(first + 1)])
+            .await
+            .unwrap();
+        let second = 2u64 << 32 | 1;
+        legacy::write_old(
+            disk.clone(),
+            dirs.clone(),
+            &[
+                old_topic(second),
+                subscription(second + 1, first),
+                CatalogEntry::TopicDeleted { id: first + 1 },
+            ],
+        )
+        .await
+        .unwrap();
+        let catalog = open(&disk, &dirs).await;
+        {
+            let state = catalog.state();
+            assert_eq!(state.topics.len(), 2);
+            assert!(state.topics.values().all(|topic| topic.shard < 2), "placed at the import");
+            assert_eq!(state.topics[&format!("old-{first:x}")].message_retention_seconds, 60);
+            assert_eq!(
+                state.subscriptions[&format!("subscription-{}", second + 1)].start_offset,
+                (second + 1) * 3
+            );
+        }
+        let placed: Vec<u32> = catalog.state().topics.values().map(|topic| topic.shard).collect();
+        assert!(catalog.allocate_id() >= 3u64 << 32, "above any id the old code could have handed out");
+        assert!(legacy::exists(&disk, &dirs), "the old folder is left as it was");
+        create_topics(&catalog, 3).await;
+        drop(catalog);
+        disk.crash(CrashMode::DropUnsynced);
+        let reopened = open(&disk, &dirs).await;
+        let state = reopened.state();
+        assert_eq!(state.topics.len(), 5, "the imported topics and those created after");
+        let old: Vec<u32> = state
+            .topics
+            .values()
+            .filter(|topic| topic.name.starts_with("old-"))
+            .map(|topic| topic.shard)
+            .collect();
+        assert_eq!(old, placed, "placement is read back, not recomputed");
+    });
+}
+
+/// Ids are unique across restarts, also after a snapshot purged the entries that used them.
+#[test]
+fn ids_are_unique_across_restarts_and_compaction() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..3 {
+            let catalog = open(&disk, &dirs).await;
+            for id in create_topics(&catalog, 20).await {
+                assert!(seen.insert(id), "id {id:x} handed out twice");
+            }
+            if round == 1 {
+                assert!(catalog.compact(0).await.unwrap(), "compacted");
+            }
+            drop(catalog);
+            disk.crash(CrashMode::DropUnsynced);
+        }
+        let catalog = open(&disk, &dirs).await;
+        assert_eq!(catalog.state().topics.len(), 60);
+    });
+}
+
+/// A torn write at the raft log's tail (a change never acknowledged) is discarded at the
+/// next start, and every acknowledged change is there.
+#[test]
+fn the_raft_log_recovers_from_a_torn_tail() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let catalog = open(&disk, &dirs).await;
+        let ids = create_topics(&catalog, 10).await;
+        drop(catalog);
+        let folder = dirs.path(0).join(store::RAFT_FOLDER);
+        let segment = disk.list_dir(&folder).unwrap().into_iter().filter(|name| name.ends_with(".seg")).max();
+        let path = folder.join(segment.expect("a raft log segment"));
+        let mut bytes = disk.file_bytes(&path).unwrap();
+        let end = bytes.iter().rposition(|byte| *byte != 0).unwrap() + 1;
+        let block = crate::log::record::BLOCK_BYTES;
+        let torn = end.div_ceil(block) * block;
+        if bytes.len() < torn + block {
+            bytes.resize(torn + block, 0);
+        }
+        for (index, byte) in bytes[torn..torn + block / 2].iter_mut().enumerate() {
+            *byte = (index * 31 + 7) as u8;
+        }
+        disk.set_file_bytes(&path, bytes);
+        let catalog = open(&disk, &dirs).await;
+        let state = catalog.state();
+        assert_eq!(state.topics.len(), ids.len());
+        assert!(ids.iter().all(|id| state.topic_by_id(*id).is_some()));
+    });
+}
+
+/// Topics created and deleted by the thousand: compaction (a snapshot, then the purge of the
+/// raft log it covers) deletes the old segments, and the catalog reopened after a crash holds
+/// exactly the live state.
+#[test]
+fn compaction_keeps_the_live_state_and_bounds_the_log() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let catalog = open(&disk, &dirs).await;
+        for round in 0..30 {
+            for id in create_topics(&catalog, 100).await {
+                // Most of them go again; every tenth stays.
+                if id % 10 != 0 {
+                    let applied = catalog.propose(CatalogEntry::TopicDeleted { id }).await.unwrap();
+                    assert!(matches!(applied, Applied::TopicDeleted(Some(_))), "round {round}");
+                }
+            }
+        }
+        let live = catalog.state().clone();
+        let before = catalog.disk_bytes();
+        assert!(!catalog.compact(u64::MAX).await.unwrap(), "below the threshold nothing happens");
+        assert!(catalog.compact(0).await.unwrap());
+        assert!(catalog.disk_bytes() < before, "{} bytes, {before} before", catalog.disk_bytes());
+        drop(catalog);
+        disk.crash(CrashMode::DropUnsynced);
+        let reopened = open(&disk, &dirs).await;
+        let mut recovered = reopened.state().clone();
+        // The reopened catalog's counter may only be ahead (never behind) of the live one.
+        assert!(recovered.next_id >= live.next_id);
+        recovered.next_id = live.next_id;
+        assert_eq!(recovered, live);
+        assert_eq!(live.topics.len(), 300);
+    });
+}

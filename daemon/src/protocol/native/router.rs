@@ -1,0 +1,278 @@
+//! The router's side of the native protocol: a frame's command and body are decoded into the
+//! control plane's typed operation (`crate::api::control`), and its answer is encoded as the
+//! response frame.
+
+use crate::api::control::{
+    ForwarderAddress, ListRequest, Page, SeekTarget, Snapshot, Subscription, SubscriptionUpdate, Topic,
+    TopicUpdate,
+};
+use crate::api::limits::*;
+use crate::api::{Code, Status};
+use crate::protocol::native::server::{fail, respond, Handler};
+use crate::router::Router;
+use crate::storage::Storage;
+use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
+use ringpost_wire::messages as wire;
+use ringpost_wire::validate::{validate_subscription_update, validate_topic_update};
+use ringpost_wire::Command;
+use std::net::SocketAddr;
+
+pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
+    respond(
+        header,
+        &wire::HelloResponse {
+            protocol_version: PROTOCOL_VERSION,
+            server_version: env!("CARGO_PKG_VERSION").to_owned(),
+            frame_body_bytes_max: FRAME_BODY_BYTES_MAX as u32,
+            message_bytes_max: MESSAGE_BYTES_MAX as u32,
+            publish_batch_messages_max: PUBLISH_BATCH_MESSAGES_MAX as u32,
+        },
+    )
+}
+
+fn name(body: &[u8]) -> Result<String, Status> {
+    Ok(access_body::<wire::NameRequest>(body)?.name.as_str().to_owned())
+}
+
+fn list_request(body: &[u8]) -> Result<ListRequest, Status> {
+    let request = access_body::<wire::ListRequest>(body)?;
+    Ok(ListRequest {
+        topic: request.topic.as_str().to_owned(),
+        page_size: request.page_size.to_native(),
+        page_token: request.page_token.as_str().to_owned(),
+    })
+}
+
+fn topic_request(body: &[u8]) -> Result<Topic, Status> {
+    let request = access_body::<wire::Topic>(body)?;
+    Ok(Topic {
+        name: request.name.as_str().to_owned(),
+        message_retention_seconds: request.message_retention_seconds.to_native(),
+    })
+}
+
+fn topic_message(topic: Topic) -> wire::Topic {
+    wire::Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds }
+}
+
+fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
+    let request = access_body::<wire::Subscription>(body)?;
+    Ok(Subscription {
+        name: request.name.as_str().to_owned(),
+        topic: request.topic.as_str().to_owned(),
+        ack_deadline_seconds: request.ack_deadline_seconds.to_native(),
+        retain_acked_messages: request.retain_acked_messages,
+        message_retention_seconds: request.message_retention_seconds.to_native(),
+        enable_message_ordering: request.enable_message_ordering,
+        filter: request.filter.as_str().to_owned(),
+        dead_letter_topic: request.dead_letter_topic.as_str().to_owned(),
+        max_delivery_attempts: request.max_delivery_attempts.to_native(),
+        minimum_backoff_seconds: request.minimum_backoff_seconds.to_native(),
+        maximum_backoff_seconds: request.maximum_backoff_seconds.to_native(),
+        expiration_ttl_seconds: request.expiration_ttl_seconds.to_native(),
+    })
+}
+
+fn subscription_message(subscription: Subscription) -> wire::Subscription {
+    wire::Subscription {
+        name: subscription.name,
+        topic: subscription.topic,
+        ack_deadline_seconds: subscription.ack_deadline_seconds,
+        retain_acked_messages: subscription.retain_acked_messages,
+        message_retention_seconds: subscription.message_retention_seconds,
+        enable_message_ordering: subscription.enable_message_ordering,
+        filter: subscription.filter,
+        dead_letter_topic: subscription.dead_letter_topic,
+        max_delivery_attempts: subscription.max_delivery_attempts,
+        minimum_backoff_seconds: subscription.minimum_backoff_seconds,
+        maximum_backoff_seconds: subscription.maximum_backoff_seconds,
+        expiration_ttl_seconds: subscription.expiration_ttl_seconds,
+    }
+}
+
+fn snapshot_message(snapshot: Snapshot) -> wire::Snapshot {
+    wire::Snapshot { name: snapshot.name, topic: snapshot.topic, expire_time_ms: snapshot.expire_time_ms }
+}
+
+fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
+    wire::LookupResponse {
+        forwarders: forwarders
+            .into_iter()
+            .map(|forwarder| wire::ShardAddress { shard: forwarder.shard, address: forwarder.address })
+            .collect(),
+    }
+}
+
+fn topic_update(body: &[u8]) -> Result<TopicUpdate, Status> {
+    let request = access_body::<wire::UpdateTopicRequest>(body)?;
+    let changes = validate_topic_update(request)?;
+    Ok(TopicUpdate {
+        name: request.topic.name.as_str().to_owned(),
+        message_retention_seconds: changes.message_retention_seconds,
+    })
+}
+
+fn subscription_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
+    let request = access_body::<wire::UpdateSubscriptionRequest>(body)?;
+    let changes = validate_subscription_update(request)?;
+    Ok(SubscriptionUpdate {
+        name: request.subscription.name.as_str().to_owned(),
+        ack_deadline_seconds: changes.ack_deadline_seconds,
+        retain_acked_messages: changes.retain_acked_messages,
+        message_retention_seconds: changes.message_retention_seconds,
+        expiration_ttl_seconds: changes.expiration_ttl_seconds,
+        dead_letter_policy: changes.dead_letter_policy,
+        retry_policy: changes.retry_policy,
+    })
+}
+
+fn seek_request(body: &[u8]) -> Result<(String, SeekTarget), Status> {
+    let request = access_body::<wire::SeekRequest>(body)?;
+    let target = if request.snapshot.is_empty() {
+        SeekTarget::Time { time_ms: request.time_ms.to_native() }
+    } else {
+        SeekTarget::Snapshot { name: request.snapshot.as_str().to_owned() }
+    };
+    Ok((request.subscription.as_str().to_owned(), target))
+}
+
+fn topic_list(page: Page<Topic>) -> wire::TopicList {
+    wire::TopicList {
+        topics: page.items.into_iter().map(topic_message).collect(),
+        next_page_token: page.next_page_token,
+    }
+}
+
+fn subscription_list(page: Page<Subscription>) -> wire::SubscriptionList {
+    wire::SubscriptionList {
+        subscriptions: page.items.into_iter().map(subscription_message).collect(),
+        next_page_token: page.next_page_token,
+    }
+}
+
+fn snapshot_list(page: Page<Snapshot>) -> wire::SnapshotList {
+    wire::SnapshotList {
+        snapshots: page.items.into_iter().map(snapshot_message).collect(),
+        next_page_token: page.next_page_token,
+    }
+}
+
+/// Topics' and subscriptions' commands; `None` for the others.
+async fn dispatch_resources<S: Storage>(
+    router: &Router<S>,
+    header: &FrameHeader,
+    command: Command,
+    body: &[u8],
+    local: Option<SocketAddr>,
+) -> Result<Option<FrameBuffer>, Status> {
+    let empty = wire::Empty {};
+    Ok(Some(match command {
+        Command::CreateTopic => {
+            respond(header, &topic_message(router.create_topic(topic_request(body)?).await?))
+        }
+        Command::GetTopic => respond(header, &topic_message(router.get_topic(&name(body)?)?)),
+        Command::ListTopics => respond(header, &topic_list(router.list_topics(&list_request(body)?))),
+        Command::DeleteTopic => {
+            router.delete_topic(&name(body)?).await?;
+            respond(header, &empty)
+        }
+        Command::LookupTopic => respond(header, &lookup_message(router.lookup_topic(&name(body)?, local)?)),
+        Command::UpdateTopic => {
+            respond(header, &topic_message(router.update_topic(topic_update(body)?).await?))
+        }
+        Command::CreateSubscription => {
+            let created = router.create_subscription(subscription_request(body)?).await?;
+            respond(header, &subscription_message(created))
+        }
+        Command::GetSubscription => {
+            respond(header, &subscription_message(router.get_subscription(&name(body)?)?))
+        }
+        Command::ListSubscriptions => {
+            respond(header, &subscription_list(router.list_subscriptions(&list_request(body)?)))
+        }
+        Command::DeleteSubscription => {
+            router.delete_subscription(&name(body)?).await?;
+            respond(header, &empty)
+        }
+        Command::LookupSubscription => {
+            respond(header, &lookup_message(router.lookup_subscription(&name(body)?, local)?))
+        }
+        Command::UpdateSubscription => {
+            let updated = router.update_subscription(subscription_update(body)?).await?;
+            respond(header, &subscription_message(updated))
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// `local`: the address the client reached the router at, for lookups' answers.
+async fn dispatch<S: Storage>(
+    router: &Router<S>,
+    header: &FrameHeader,
+    body: &[u8],
+    local: Option<SocketAddr>,
+) -> Result<FrameBuffer, Status> {
+    let Some(command) = Command::from_u16(header.command) else {
+        return Err(Status::new(Code::Unimplemented, format!("unknown command {}", header.command)));
+    };
+    if let Some(response) = dispatch_resources(router, header, command, body, local).await? {
+        return Ok(response);
+    }
+    let empty = wire::Empty {};
+    Ok(match command {
+        Command::Hello => hello_response(header),
+        Command::Seek => {
+            let (subscription, target) = seek_request(body)?;
+            router.seek(&subscription, target).await?;
+            respond(header, &empty)
+        }
+        Command::CreateSnapshot => {
+            let request = access_body::<wire::SnapshotRequest>(body)?;
+            let snapshot =
+                router.create_snapshot(request.name.as_str(), request.subscription.as_str()).await?;
+            respond(header, &snapshot_message(snapshot))
+        }
+        Command::ListSnapshots => {
+            respond(header, &snapshot_list(router.list_snapshots(&list_request(body)?)))
+        }
+        Command::GetSnapshot => respond(header, &snapshot_message(router.get_snapshot(&name(body)?)?)),
+        Command::DeleteSnapshot => {
+            router.delete_snapshot(&name(body)?).await?;
+            respond(header, &empty)
+        }
+        Command::Stats => respond(header, &router.stats().await?),
+        Command::ResyncDirectory => {
+            let index = access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native() as usize;
+            let resynced = router.resync_directory(index).await?;
+            respond(
+                header,
+                &wire::ResyncDirectoryResponse {
+                    logs_resynced: resynced.logs,
+                    batches_copied: resynced.batches,
+                },
+            )
+        }
+        // The data-plane commands (the resources' were answered above).
+        _ => {
+            return Err(Status::new(
+                Code::NotOwner,
+                "data-plane commands go to a forwarder: look up the topic or subscription first",
+            ))
+        }
+    })
+}
+
+impl<S: Storage> Handler for Router<S> {
+    async fn handle(
+        &self,
+        header: FrameHeader,
+        body: FrameBuffer,
+        responder: &crate::protocol::native::server::Responder,
+    ) -> crate::protocol::native::server::Response {
+        let local = responder.local_address();
+        dispatch(self, &header, &body, local)
+            .await
+            .unwrap_or_else(|status| fail(&header, &status.into()))
+            .into()
+    }
+}
