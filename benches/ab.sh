@@ -17,6 +17,7 @@ PAIRS=${PAIRS:-3}
 export QUICK=${QUICK:-1}
 export ONLY=${ONLY:-W1_batch1000 W1_batch1_K64 W2_e2e W3_fanout10 W5_backlog}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-ab.XXXXXX")}
+mkdir -p "$OUT"
 for pair in $(seq 1 "$PAIRS"); do
   for side in A B; do
     if [ "$side" = A ]; then bin=$BASE; else bin=$NEW; fi
