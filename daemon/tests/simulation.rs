@@ -218,8 +218,8 @@ async fn read(log: Log<SimDisk>, model: Rc<RefCell<Model>>, mut rng: sim::Rng) {
 }
 
 /// Opens the log as a restarted daemon would, and reads it whole. A read that fails on a
-/// faulty copy (an injected EIO) makes the open fail today rather than fence that copy (see
-/// the report of issue 26): the operator's next restart is taken, up to `OPENS_MAX`.
+/// faulty copy (an injected EIO) makes the open fail today rather than fence that copy, a
+/// known limit of recovery: the operator's next restart is taken, up to `OPENS_MAX`.
 async fn restart(
     disk: &SimDisk,
     paths: &[PathBuf],
