@@ -87,7 +87,7 @@ pub enum SettingsUpdate {
 pub enum ControlOk {
     Done,
     SubscriptionStart(u64),
-    Stats(ringpost_wire::messages::ShardStats, Vec<ringpost_wire::messages::TopicStats>),
+    Stats(crate::api::stats::ShardStats, Vec<crate::api::stats::TopicStats>),
     Resynced { logs: u64, batches: u64 },
 }
 

@@ -18,6 +18,7 @@ use crate::api::control::{
     Topic, TopicUpdate,
 };
 use crate::api::limits::*;
+use crate::api::stats::{ShardStats, Stats};
 use crate::api::{Code as ErrorCode, Status};
 use crate::catalog::placement::Placement;
 use crate::catalog::{
@@ -33,8 +34,6 @@ use crate::storage::Storage;
 use crate::sync::{oneshot, try_for_each_concurrent, Sender};
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
 use glommio::sync::Semaphore;
-// The stats are still the wire's types: the forwarders report them so (`ControlOk::Stats`).
-use ringpost_wire::messages::{ShardStats, StatsResponse};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -726,10 +725,9 @@ impl<S: Storage> Router<S> {
         page(subscriptions, request.page_size, |subscription| &subscription.name)
     }
 
-    pub async fn stats(&self) -> Result<StatsResponse, Status> {
+    pub async fn stats(&self) -> Result<Stats, Status> {
         // Read before the topics are gathered, so the figure does not count this response.
-        let mut response =
-            StatsResponse { process: crate::metrics::process::stats(), ..StatsResponse::default() };
+        let mut response = Stats { process: crate::metrics::process::stats(), ..Stats::default() };
         response.shards.push(ShardStats {
             shard: u32::MAX,
             topics: self.state.borrow().topics.len() as u32,

@@ -3,8 +3,8 @@
 //! handlers (`crate::protocol::native::router`) decode each request into these and encode the
 //! answers; another protocol would do the same with its own encoding.
 
-/// Pub/Sub's rules for names, settings and their defaults, shared with the client.
-pub use ringpost_wire::validate::{
+/// Pub/Sub's rules for names, settings and their defaults.
+pub use crate::api::validate::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
     effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
 };

@@ -8,10 +8,10 @@
 //! in them, so that a protocol can send the data straight from those buffers.
 
 use crate::api::limits::{
-    validate_message, validate_name, ACK_IDS_PER_REQUEST_MAX, ACK_ID_BYTES_MAX,
-    MODIFY_ACK_DEADLINE_SECONDS_MAX, PUBLISH_BATCH_MESSAGES_MAX, PUBLISH_REQUEST_BYTES_MAX,
-    PULL_MESSAGES_MAX, PULL_WAIT_MS_MAX,
+    ACK_IDS_PER_REQUEST_MAX, ACK_ID_BYTES_MAX, MODIFY_ACK_DEADLINE_SECONDS_MAX, PUBLISH_BATCH_MESSAGES_MAX,
+    PUBLISH_REQUEST_BYTES_MAX, PULL_MESSAGES_MAX, PULL_WAIT_MS_MAX,
 };
+use crate::api::validate::{effective_ack_deadline_seconds, validate_message, validate_name};
 use crate::api::Status;
 use crate::log::record::AttributeIter;
 use crate::subscription::budget::StreamReservation;
@@ -124,9 +124,7 @@ impl StreamSettings {
     ) -> Result<StreamSettings, Status> {
         let lease = match ack_deadline_seconds {
             0 => None,
-            seconds => {
-                Some(Duration::from_secs(crate::api::limits::effective_ack_deadline_seconds(seconds)? as u64))
-            }
+            seconds => Some(Duration::from_secs(effective_ack_deadline_seconds(seconds)? as u64)),
         };
         let unlimited_at_zero = |limit: u64| if limit == 0 { u64::MAX } else { limit };
         Ok(StreamSettings {

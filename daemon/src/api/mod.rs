@@ -5,6 +5,8 @@
 pub mod data;
 pub mod error;
 pub mod limits;
+pub mod stats;
+pub mod validate;
 
 pub use error::{Code, Status};
 

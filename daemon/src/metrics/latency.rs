@@ -12,7 +12,6 @@
 //! into the same one without a handle being passed down to it.
 
 use hdrhistogram::Histogram;
-use ringpost_wire::messages::LatencySummary;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -22,6 +21,17 @@ pub const LATENCY_WINDOW_SECONDS: u64 = 10;
 const LATENCY_US_MAX: u64 = 60_000_000;
 /// Two significant digits: a reported percentile is within 1% of the true one.
 const LATENCY_SIGNIFICANT_DIGITS: u8 = 2;
+
+/// Latencies a shard measured over its last `LATENCY_WINDOW_SECONDS` to twice that; all zero
+/// when it measured none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
 
 /// Latencies of one kind, in two windows of `LATENCY_WINDOW_SECONDS`: the one filling and the
 /// one before it. A summary merges both, so it never covers less than a whole window (a

@@ -1,7 +1,15 @@
 //! What the kernel says about the daemon process: resident memory and open files, for the
 //! stats (an operator's first two questions about a daemon with many topics).
 
-use ringpost_wire::messages::ProcessStats;
+/// The daemon process as the kernel sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcessStats {
+    /// Resident memory (RSS), bytes.
+    pub resident_bytes: u64,
+    /// File descriptors open, and the soft limit on them.
+    pub open_files: u64,
+    pub open_files_limit: u64,
+}
 
 /// Reads the process's figures from /proc; a figure that cannot be read is 0.
 pub fn stats() -> ProcessStats {

@@ -2,10 +2,10 @@
 //! directories and latencies.
 
 use super::Forwarder;
+use crate::api::stats::{DirectoryStatus, QuarantinedTopic, ShardStats, SubscriptionStats, TopicStats};
 use crate::log::Directories;
 use crate::storage::Storage;
 use crate::subscription::SubscriptionEntry;
-use ringpost_wire::messages::{DirectoryStatus, QuarantinedTopic, ShardStats, SubscriptionStats, TopicStats};
 use std::rc::Rc;
 
 impl<S: Storage> Forwarder<S> {

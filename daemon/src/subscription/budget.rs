@@ -2,14 +2,13 @@
 //! stream reserves its next response's bytes before it leases or reads anything, and the
 //! protocol holds the reservation until the socket took the response.
 
-use crate::api::limits::{FRAME_BODY_BYTES_MAX, MESSAGE_BYTES_MAX};
+use crate::api::limits::MESSAGE_BYTES_MAX;
 use crate::sync::Notify;
 use std::cell::Cell;
 
-/// Bytes of messages one pull response may carry; the frame limit leaves room for the
-/// envelope of the largest single message.
+/// Bytes of messages one pull response may carry; the native protocol asserts that its frame
+/// limit leaves room beside them for the envelope of the largest single message.
 pub const PULL_RESPONSE_BYTES_MAX: usize = 12 * 1024 * 1024;
-const _: () = assert!(PULL_RESPONSE_BYTES_MAX + 2 * 1024 * 1024 <= FRAME_BODY_BYTES_MAX);
 const _: () = assert!(MESSAGE_BYTES_MAX <= PULL_RESPONSE_BYTES_MAX);
 
 thread_local! {

@@ -20,7 +20,7 @@
 //! [`FILTER_DEPTH_MAX`] so that neither parsing nor evaluation can exhaust the stack, and the
 //! text by [`FILTER_BYTES_MAX`]. Every error names the byte position of the offending token.
 
-use ringpost_wire::limits::FILTER_BYTES_MAX;
+use crate::api::limits::FILTER_BYTES_MAX;
 use std::fmt;
 
 /// Deepest nesting of parentheses and `NOT` a filter may have. Parsing and evaluation recurse

@@ -199,7 +199,7 @@ impl AckId {
     /// anything else is None. One pass over the bytes: every acknowledgement parses one, and
     /// splitting and `from_str_radix` cost a drain about 4% of its shard's time.
     pub fn parse(text: &str) -> Option<AckId> {
-        if text.len() > ringpost_wire::limits::ACK_ID_BYTES_MAX {
+        if text.len() > crate::api::limits::ACK_ID_BYTES_MAX {
             return None;
         }
         let mut bytes = text.as_bytes();

@@ -6,12 +6,14 @@ use crate::api::control::{
     ForwarderAddress, ListRequest, Page, SeekTarget, Snapshot, Subscription, SubscriptionUpdate, Topic,
     TopicUpdate,
 };
-use crate::api::limits::*;
 use crate::api::{Code, Status};
 use crate::protocol::native::server::{fail, respond, Handler};
 use crate::router::Router;
 use crate::storage::Storage;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
+use ringpost_wire::limits::{
+    FRAME_BODY_BYTES_MAX, MESSAGE_BYTES_MAX, PROTOCOL_VERSION, PUBLISH_BATCH_MESSAGES_MAX,
+};
 use ringpost_wire::messages as wire;
 use ringpost_wire::validate::{validate_subscription_update, validate_topic_update};
 use ringpost_wire::Command;
@@ -240,7 +242,7 @@ async fn dispatch<S: Storage>(
             router.delete_snapshot(&name(body)?).await?;
             respond(header, &empty)
         }
-        Command::Stats => respond(header, &router.stats().await?),
+        Command::Stats => respond(header, &wire::StatsResponse::from(router.stats().await?)),
         Command::ResyncDirectory => {
             let index = access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native() as usize;
             let resynced = router.resync_directory(index).await?;

@@ -1,0 +1,80 @@
+//! What the stats operation reports: every shard, every topic with its subscriptions, and the
+//! process. The router gathers it from the forwarders (`ControlOk::Stats`); a protocol encodes
+//! it (`protocol::native::stats` for the native one).
+
+pub use crate::metrics::latency::LatencySummary;
+pub use crate::metrics::process::ProcessStats;
+
+/// The whole daemon: the router's shard first, then each forwarder's; topics in name order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stats {
+    pub shards: Vec<ShardStats>,
+    pub topics: Vec<TopicStats>,
+    pub process: ProcessStats,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DirectoryStatus {
+    pub path: String,
+    /// Why the directory is fenced; empty when it is healthy.
+    pub fenced: String,
+}
+
+/// A topic left unserved at start because its logs could not be recovered
+/// (`ringpostd --quarantine-damaged`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuarantinedTopic {
+    pub name: String,
+    /// Recovery's report of the damage.
+    pub reason: String,
+}
+
+/// One shard: the router (`shard` = u32::MAX) or a forwarder.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShardStats {
+    pub shard: u32,
+    pub topics: u32,
+    pub directories: Vec<DirectoryStatus>,
+    /// Copies of batches rewritten from good ones since start.
+    pub repairs: u64,
+    pub quarantined: Vec<QuarantinedTopic>,
+    /// Publish requests, from the checked request to its durable result: the shard's share of
+    /// a publisher's publish-ack latency.
+    pub publish_latency: LatencySummary,
+    /// Commits of the shard's logs (messages and acknowledgements), from the write issued to
+    /// durable in a quorum of data directories: the disk's share.
+    pub commit_latency: LatencySummary,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SubscriptionStats {
+    pub name: String,
+    /// Messages published and not acknowledged.
+    pub backlog_messages: u64,
+    /// Messages delivered whose lease has not ended.
+    pub outstanding_messages: u64,
+    pub delivered_total: u64,
+    pub expired_total: u64,
+    /// Age of the oldest unacknowledged message; 0 when there is none.
+    pub oldest_unacked_age_ms: u64,
+    /// Time since the subscription was last pulled from or acknowledged (or since start).
+    pub idle_ms: u64,
+    /// Deliveries and acknowledgements per second over the last
+    /// `metrics::rate::RATE_WINDOW_SECONDS` seconds.
+    pub delivered_per_second: u64,
+    pub acked_per_second: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicStats {
+    pub name: String,
+    pub shard: u32,
+    /// Oldest offset still stored, and one past the newest.
+    pub first_offset: u64,
+    pub end_offset: u64,
+    /// Bytes of segment files in one data directory.
+    pub disk_bytes: u64,
+    /// Messages published per second over the last few seconds.
+    pub published_per_second: u64,
+    pub subscriptions: Vec<SubscriptionStats>,
+}

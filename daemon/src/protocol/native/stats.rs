@@ -1,0 +1,82 @@
+//! The stats response on the wire: the domain's figures (`api::stats`), moved field by field
+//! into the wire's messages. Stats are asked for by an operator, not on a data path.
+
+use crate::api::stats::{
+    DirectoryStatus, LatencySummary, ProcessStats, QuarantinedTopic, ShardStats, Stats, SubscriptionStats,
+    TopicStats,
+};
+use ringpost_wire::messages as wire;
+
+impl From<Stats> for wire::StatsResponse {
+    fn from(stats: Stats) -> wire::StatsResponse {
+        wire::StatsResponse {
+            shards: stats.shards.into_iter().map(shard).collect(),
+            topics: stats.topics.into_iter().map(topic).collect(),
+            process: process(stats.process),
+        }
+    }
+}
+
+fn shard(stats: ShardStats) -> wire::ShardStats {
+    wire::ShardStats {
+        shard: stats.shard,
+        topics: stats.topics,
+        directories: stats.directories.into_iter().map(directory).collect(),
+        repairs: stats.repairs,
+        quarantined: stats.quarantined.into_iter().map(quarantined).collect(),
+        publish_latency: latency(stats.publish_latency),
+        commit_latency: latency(stats.commit_latency),
+    }
+}
+
+fn directory(status: DirectoryStatus) -> wire::DirectoryStatus {
+    wire::DirectoryStatus { path: status.path, fenced: status.fenced }
+}
+
+fn quarantined(topic: QuarantinedTopic) -> wire::QuarantinedTopic {
+    wire::QuarantinedTopic { name: topic.name, reason: topic.reason }
+}
+
+fn latency(summary: LatencySummary) -> wire::LatencySummary {
+    wire::LatencySummary {
+        count: summary.count,
+        p50_us: summary.p50_us,
+        p99_us: summary.p99_us,
+        p999_us: summary.p999_us,
+        max_us: summary.max_us,
+    }
+}
+
+fn topic(stats: TopicStats) -> wire::TopicStats {
+    wire::TopicStats {
+        name: stats.name,
+        shard: stats.shard,
+        first_offset: stats.first_offset,
+        end_offset: stats.end_offset,
+        disk_bytes: stats.disk_bytes,
+        published_per_second: stats.published_per_second,
+        subscriptions: stats.subscriptions.into_iter().map(subscription).collect(),
+    }
+}
+
+fn subscription(stats: SubscriptionStats) -> wire::SubscriptionStats {
+    wire::SubscriptionStats {
+        name: stats.name,
+        backlog_messages: stats.backlog_messages,
+        outstanding_messages: stats.outstanding_messages,
+        delivered_total: stats.delivered_total,
+        expired_total: stats.expired_total,
+        oldest_unacked_age_ms: stats.oldest_unacked_age_ms,
+        idle_ms: stats.idle_ms,
+        delivered_per_second: stats.delivered_per_second,
+        acked_per_second: stats.acked_per_second,
+    }
+}
+
+fn process(stats: ProcessStats) -> wire::ProcessStats {
+    wire::ProcessStats {
+        resident_bytes: stats.resident_bytes,
+        open_files: stats.open_files,
+        open_files_limit: stats.open_files_limit,
+    }
+}
