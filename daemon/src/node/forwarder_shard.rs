@@ -1,0 +1,177 @@
+//! The forwarder shards' start: each on its own executor, with its port, its ends of the
+//! router's control channels and of the dead-letter channels, and its timers.
+
+use super::os::{into_glommio, stop_on_close};
+use super::Config;
+use crate::control::{ControlEnvelope, ControlReply, CONTROL_CHANNEL_CAPACITY};
+use crate::{clock, log, protocol, shard, storage};
+use glommio::channels::shared_channel;
+use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::rc::Rc;
+use std::sync::mpsc;
+
+/// What one forwarder shard is given at start: its port, its ends of the router's control
+/// channels and of its stop socket, and where it reports that it is ready and that it stopped.
+pub(super) struct ForwarderWiring {
+    shard: usize,
+    listener: StdListener,
+    requests: glommio::channels::shared_channel::SharedReceiver<ControlEnvelope>,
+    replies: glommio::channels::shared_channel::SharedSender<ControlReply>,
+    stop: std::os::unix::net::UnixStream,
+    ready: mpsc::Sender<Result<(), String>>,
+    stopped: mpsc::Sender<(String, usize)>,
+    /// Its ends of the dead-letter channels to and from the other forwarder shards.
+    peers: shard::dead_letters::PeerChannels,
+    journals_open_max: usize,
+}
+
+/// The forwarder shards, started: their threads, the router's ends of their control channels,
+/// and the ends of their stop sockets that stop them when closed.
+pub(super) struct ForwarderShards {
+    pub threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    pub to_forwarders: Vec<glommio::channels::shared_channel::SharedSender<ControlEnvelope>>,
+    pub from_forwarders: Vec<glommio::channels::shared_channel::SharedReceiver<ControlReply>>,
+    pub stops: Vec<std::os::unix::net::UnixStream>,
+}
+
+/// Where shards report that they are ready (or failed to start), and that they stopped.
+pub(super) type ShardReports<'a> = (&'a mpsc::Sender<Result<(), String>>, &'a mpsc::Sender<(String, usize)>);
+
+/// Starts one forwarder shard per listener, each reporting on `reports` (ready, stopped).
+pub(super) fn start_forwarder_shards(
+    config: &Config,
+    listeners: Vec<(StdListener, SocketAddr)>,
+    journals_open_max: usize,
+    reports: ShardReports<'_>,
+) -> Result<ForwarderShards, String> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut started = ForwarderShards {
+        threads: Vec::new(),
+        to_forwarders: Vec::new(),
+        from_forwarders: Vec::new(),
+        stops: Vec::new(),
+    };
+    let peer_channels = shard::dead_letters::peer_channels(listeners.len());
+    for (shard, ((listener, _), peers)) in listeners.into_iter().zip(peer_channels).enumerate() {
+        let (request_sender, request_receiver) =
+            shared_channel::new_bounded::<ControlEnvelope>(CONTROL_CHANNEL_CAPACITY);
+        let (reply_sender, reply_receiver) =
+            shared_channel::new_bounded::<ControlReply>(CONTROL_CHANNEL_CAPACITY);
+        started.to_forwarders.push(request_sender);
+        started.from_forwarders.push(reply_receiver);
+        let (stop, shard_stop) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
+        started.stops.push(stop);
+        let placement =
+            if config.pin_shards { CpuPlacement::Fixed(shard % cores) } else { CpuPlacement::Unbound };
+        let wiring = ForwarderWiring {
+            shard,
+            listener,
+            requests: request_receiver,
+            replies: reply_sender,
+            stop: shard_stop,
+            ready: reports.0.clone(),
+            stopped: reports.1.clone(),
+            peers,
+            journals_open_max,
+        };
+        started.threads.push(start_forwarder_shard(config, placement, wiring)?);
+    }
+    Ok(started)
+}
+
+/// Starts forwarder shard `wiring.shard` on its own executor: probes its data directories,
+/// makes its `Forwarder`, and serves its port and the router's requests until it stops.
+fn start_forwarder_shard(
+    config: &Config,
+    placement: CpuPlacement,
+    wiring: ForwarderWiring,
+) -> Result<glommio::ExecutorJoinHandle<()>, String> {
+    let shard = wiring.shard;
+    let data_dirs = config.data_dirs.clone();
+    let log_config = config.log.clone();
+    let quarantine_damaged = config.quarantine_damaged;
+    LocalExecutorBuilder::new(placement)
+        .name(&format!("forwarder-{shard}"))
+        .io_memory(config.io_memory_bytes)
+        .spawn(move || async move {
+            let ForwarderWiring {
+                shard,
+                listener,
+                requests,
+                replies,
+                stop: stop_socket,
+                ready,
+                stopped,
+                peers,
+                journals_open_max,
+            } = wiring;
+            for data_dir in &data_dirs {
+                if let Err(error) =
+                    storage::dma::warm_up_device_probe(data_dir, &format!("forwarder-{shard}")).await
+                {
+                    let _ = ready.send(Err(format!("probing {}: {error}", data_dir.display())));
+                    return;
+                }
+            }
+            let listener = into_glommio(listener);
+            let forwarder = Rc::new(shard::Forwarder::new(
+                shard as u32,
+                storage::dma::DmaStorage,
+                log::Directories::new(data_dirs),
+                log_config,
+                Rc::new(clock::SystemClock),
+            ));
+            forwarder.dead_letters.connect(&forwarder, peers);
+            forwarder.set_journals_open_max(journals_open_max);
+            forwarder.set_quarantine_damaged(quarantine_damaged);
+            let _ = ready.send(Ok(()));
+            let requests = requests.connect().await;
+            let replies = Rc::new(replies.connect().await);
+            let stop = forwarder.stop_handle();
+            stop_on_close(stop_socket, stop.clone());
+            let stopping = forwarder.clone();
+            crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
+            let serving =
+                crate::runtime::spawn(protocol::native::server::serve(listener, forwarder.clone(), stop));
+            run_forwarder_timers(&forwarder);
+            // The router's requests are served until the shard ends (the router stops
+            // first, so none is cut short by this shard's stop).
+            crate::runtime::spawn(async move {
+                while let Some(envelope) = requests.recv().await {
+                    let forwarder = forwarder.clone();
+                    let replies = replies.clone();
+                    crate::runtime::spawn(async move {
+                        let result = forwarder.control(envelope.request).await;
+                        let _ = replies.send(ControlReply { request_id: envelope.request_id, result }).await;
+                    })
+                    .detach();
+                }
+            })
+            .detach();
+            let connections = serving.await;
+            let _ = stopped.send((format!("forwarder-{shard}"), connections));
+        })
+        .map_err(|e| format!("starting forwarder shard {shard}: {e}"))
+}
+
+/// A forwarder shard's timers: segment collection and the lease sweep.
+fn run_forwarder_timers<S: storage::Storage>(forwarder: &Rc<shard::Forwarder<S>>) {
+    let collector = forwarder.clone();
+    crate::runtime::spawn(async move {
+        loop {
+            crate::runtime::sleep(shard::SEGMENT_COLLECTION_INTERVAL).await;
+            collector.collect_segments().await;
+        }
+    })
+    .detach();
+    let sweeper = forwarder.clone();
+    crate::runtime::spawn(async move {
+        loop {
+            crate::runtime::sleep(shard::LEASE_SWEEP_INTERVAL).await;
+            sweeper.sweep_leases();
+        }
+    })
+    .detach();
+}

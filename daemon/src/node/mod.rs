@@ -1,0 +1,258 @@
+//! The node: the wiring of one daemon's shards. It is the only place that builds executors:
+//! one glommio executor per forwarder shard (pinned to a core) and one for the router shard,
+//! joined by bounded control channels (router to forwarders) and dead-letter channels
+//! (forwarder to forwarder), each shard with its port and its stop socket. [`start`] takes the
+//! data directories, binds every port, starts the forwarders, then the router once they are
+//! ready, and returns a [`Daemon`] once every shard is serving.
+
+mod forwarder_shard;
+mod os;
+mod router_shard;
+
+use crate::{log, metrics, placement, router, shard};
+use forwarder_shard::{start_forwarder_shards, ForwarderShards};
+use os::{bind, check_data_directories, lock_data_dir, raise_open_file_limit};
+pub use os::{forwarder_port, host_and_port, OPEN_FILES_WANTED};
+use router_shard::{start_router_shard, RouterWiring};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+/// How the daemon is run. `Config::new` gives the embedded defaults.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The router's address; forwarders listen on the following ports (or on ephemeral ports
+    /// when this port is 0).
+    pub listen: SocketAddr,
+    /// The host clients are told to reach the forwarders at. `None`: the listening address,
+    /// or, when that is every address (0.0.0.0, ::), the address each client reached the
+    /// router at.
+    pub advertise: Option<String>,
+    /// The M data directories (M odd). Every log is kept in each; a commit is acknowledged when
+    /// ⌈M/2⌉ copies are durable.
+    pub data_dirs: Vec<PathBuf>,
+    /// Forwarder shards; default one per core.
+    pub shards: usize,
+    /// Consistent hashing with bounded loads: no forwarder holds more than
+    /// `ceil(balance_factor * topics / shards)` topics.
+    pub balance_factor: f64,
+    /// Pin each forwarder to a core.
+    pub pin_shards: bool,
+    /// Bytes of I/O memory each forwarder shard sets aside and registers with io_uring
+    /// (`io_memory_bytes_for`).
+    pub io_memory_bytes: usize,
+    pub log: log::LogConfig,
+    /// At start, a topic whose logs cannot be recovered (damage no copy can mend) is
+    /// quarantined instead of stopping the start: left on disk as it is and answered with
+    /// `DataLoss`, with its subscriptions, while every other topic is served. Off by default:
+    /// the daemon then refuses to start and says which topic is damaged and why.
+    pub quarantine_damaged: bool,
+}
+
+/// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
+/// io_uring once at start: a buffer taken from it is already resident (no page faults while a
+/// commit is copied in or a read lands) and its I/O skips pinning its pages (io_uring's fixed
+/// buffers), which saves a shard a sixth of its CPU per published message. Sized like the
+/// shard's cache budget (`shard::TAIL_CACHE_SHARD_BYTES_MAX`), which bounds the batches and
+/// read-ahead extents that stay in memory: with less, a drain's 8 MiB extents often do not fit
+/// and come from the heap. It is resident from the start: a daemon with two shards holds about
+/// 128 MiB more. A buffer that does not fit comes from the heap as before.
+pub const IO_MEMORY_BYTES_DEFAULT: usize = shard::TAIL_CACHE_SHARD_BYTES_MAX;
+
+/// What the forwarder shards' I/O memory may take of the machine's memory by default, in all:
+/// a sixteenth, so that a small machine (1 GiB, 2 cores) does not give an eighth of its memory
+/// to buffers before it stores a message.
+const IO_MEMORY_MACHINE_FRACTION: usize = 16;
+
+/// The least I/O memory a forwarder shard is given by default.
+const IO_MEMORY_BYTES_MIN: usize = 4 << 20;
+
+/// Each forwarder's I/O memory when `shards` share this machine: `IO_MEMORY_BYTES_DEFAULT`, or
+/// less where that would exceed `IO_MEMORY_MACHINE_FRACTION` of the machine's memory (MemTotal
+/// from /proc/meminfo; unknown counts as large). A container's memory limit is not read: under
+/// a tight one, `--io-memory-mib` says what to set aside.
+pub fn io_memory_bytes_for(shards: usize) -> usize {
+    let machine_bytes = std::fs::read_to_string("/proc/meminfo").ok().and_then(|meminfo| {
+        let kilobytes = meminfo.lines().find_map(|line| line.strip_prefix("MemTotal:"))?;
+        kilobytes.trim().trim_end_matches("kB").trim().parse::<usize>().ok().map(|kb| kb * 1024)
+    });
+    io_memory_bytes_on(machine_bytes, shards)
+}
+
+fn io_memory_bytes_on(machine_bytes: Option<usize>, shards: usize) -> usize {
+    match machine_bytes {
+        Some(bytes) => (bytes / IO_MEMORY_MACHINE_FRACTION / shards.max(1))
+            .clamp(IO_MEMORY_BYTES_MIN, IO_MEMORY_BYTES_DEFAULT),
+        None => IO_MEMORY_BYTES_DEFAULT,
+    }
+}
+
+/// The router shard's I/O memory (glommio's default is 10 MiB, resident and registered): it
+/// writes only the catalog, in commits of a few KiB; a compaction's larger batch and the
+/// start-up replay take their buffers from the heap.
+pub const ROUTER_IO_MEMORY_BYTES: usize = 1 << 20;
+
+impl Config {
+    pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Config {
+        let shards = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        Config {
+            listen,
+            advertise: None,
+            data_dirs: vec![data_dir],
+            shards,
+            balance_factor: placement::BALANCE_FACTOR_DEFAULT,
+            pin_shards: true,
+            io_memory_bytes: io_memory_bytes_for(shards),
+            log: log::LogConfig::default(),
+            quarantine_damaged: false,
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    pub router_address: SocketAddr,
+    pub forwarder_addresses: Vec<SocketAddr>,
+    threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    /// One end of a socket pair per shard (forwarders in order, then the router): closing it
+    /// tells that shard to stop (`shutdown`).
+    stops: Vec<std::os::unix::net::UnixStream>,
+    /// Each shard's report once it stopped serving: its name and the connections it closed.
+    stopped: mpsc::Receiver<(String, usize)>,
+    _locks: Vec<std::fs::File>,
+}
+
+/// What a clean stop did, for the daemon's log.
+#[derive(Debug)]
+pub struct Stopped {
+    /// Connections open when the stop began, per shard, all answered and closed.
+    pub connections: Vec<(String, usize)>,
+    pub took: std::time::Duration,
+}
+
+impl Daemon {
+    /// Blocks until every shard stops (they stop only with the process).
+    pub fn wait(self) {
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+
+    /// Stops serving, gracefully: the router first (no new lookups or control-plane changes;
+    /// those running finish), then the forwarders, each of which stops accepting and reading,
+    /// lets the requests it read finish (publishes waiting for their commit are answered
+    /// once durable, as always), ends its streams with `Unavailable` (clients retry) and closes
+    /// its connections. Returns once every shard has, or `Err` naming those that had not
+    /// after `grace`; the process may then exit, since whatever was left is safe to lose as
+    /// at any crash.
+    pub fn shutdown(mut self, grace: std::time::Duration) -> Result<Stopped, String> {
+        let started = std::time::Instant::now();
+        let until = started + grace;
+        let router = self.stops.pop().expect("the router's stop");
+        let mut connections = Vec::new();
+        let wait_for = |count: usize, connections: &mut Vec<(String, usize)>| {
+            for _ in 0..count {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                match self.stopped.recv_timeout(left) {
+                    Ok(report) => connections.push(report),
+                    Err(_) => return false,
+                }
+            }
+            true
+        };
+        drop(router);
+        let forwarders = std::mem::take(&mut self.stops);
+        let router_stopped = wait_for(1, &mut connections);
+        let count = forwarders.len();
+        drop(forwarders);
+        if !router_stopped || !wait_for(count, &mut connections) {
+            let stopped: Vec<&str> = connections.iter().map(|(name, _)| name.as_str()).collect();
+            return Err(format!(
+                "not every shard stopped within {grace:?}; stopped: [{}]",
+                stopped.join(", ")
+            ));
+        }
+        Ok(Stopped { connections, took: started.elapsed() })
+    }
+}
+
+/// Starts the daemon: takes its data directories, binds its ports, starts the forwarder shards,
+/// then the router shard once they are ready, and returns once every shard is serving.
+pub fn start(config: Config) -> Result<Daemon, String> {
+    metrics::process::keep_large_buffers_in_heap();
+    let open_files = raise_open_file_limit();
+    if open_files < 4096 {
+        eprintln!(
+            "ringpostd: WARNING: only {open_files} open files allowed; each topic keeps about two segment files open"
+        );
+    }
+    check_data_directories(&config.data_dirs)?;
+    let locks =
+        config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;
+    let shards = config.shards.max(1);
+    // Bind every port up front so a port conflict fails the start with a clear message.
+    let mut forwarder_listeners = Vec::new();
+    for shard in 0..shards {
+        let port = forwarder_port(config.listen.port(), shard, shards)?;
+        forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port))?);
+    }
+    let (router_listener, router_address) = bind(config.listen)?;
+    let forwarder_addresses: Vec<SocketAddr> =
+        forwarder_listeners.iter().map(|(_, address)| *address).collect();
+    let advertise = match &config.advertise {
+        Some(host) => router::Advertise::Host(host.clone()),
+        None if config.listen.ip().is_unspecified() => router::Advertise::ConnectionAddress,
+        None => router::Advertise::Host(config.listen.ip().to_string()),
+    };
+    let (stopped_sender, stopped) = mpsc::channel::<(String, usize)>();
+    // A quarter of the descriptors for journals kept open, each holding one per data directory;
+    // the rest are for message segments, connections and journals that reopen per commit.
+    let journals_open_max = (open_files / 4 / (shards * config.data_dirs.len()) as u64) as usize;
+    let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
+    let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops } = start_forwarder_shards(
+        &config,
+        forwarder_listeners,
+        journals_open_max,
+        (&ready_sender, &stopped_sender),
+    )?;
+    for _ in 0..shards {
+        ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
+    }
+
+    let (router_stop, router_shard_stop) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
+    let wiring = RouterWiring {
+        listener: router_listener,
+        to_forwarders,
+        from_forwarders,
+        ports: forwarder_addresses.iter().map(SocketAddr::port).collect(),
+        advertise,
+        stop: router_shard_stop,
+        ready: ready_sender.clone(),
+        stopped: stopped_sender,
+    };
+    let router = start_router_shard(&config, shards, wiring)?;
+    threads.push(router);
+    stops.push(router_stop);
+    ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
+    Ok(Daemon { router_address, forwarder_addresses, threads, stops, stopped, _locks: locks })
+}
+
+#[cfg(test)]
+mod io_memory_tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+    const GIB: usize = 1 << 30;
+
+    #[test]
+    fn io_memory_is_the_default_unless_it_would_take_a_sixteenth_of_the_machine() {
+        assert_eq!(io_memory_bytes_on(Some(24 * GIB), 2), 64 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(64 * GIB), 64), 64 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(GIB), 2), 32 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(8 * GIB), 64), 8 * MIB);
+        assert_eq!(io_memory_bytes_on(Some(256 * MIB), 8), IO_MEMORY_BYTES_MIN);
+        assert_eq!(io_memory_bytes_on(None, 2), IO_MEMORY_BYTES_DEFAULT);
+        assert_eq!(io_memory_bytes_on(Some(GIB), 0), 64 * MIB);
+    }
+}
