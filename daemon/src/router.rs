@@ -406,6 +406,8 @@ impl<S: Storage> Router<S> {
         let name = request.name.as_str();
         validate_name("subscription", name)?;
         let topic = self.topic_record(request.topic.as_str())?;
+        // From here on, the settings as asked.
+        let request = &request.settings;
         if request.filter.len() > FILTER_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
                 "filter is {} bytes; the limit is {FILTER_BYTES_MAX} (FILTER_BYTES_MAX)",
@@ -482,20 +484,10 @@ impl<S: Storage> Router<S> {
 
     fn subscription_message(&self, record: &SubscriptionRecord) -> Subscription {
         let alive = self.state.borrow().topic_by_id(record.topic_id).is_some();
-        let settings = &record.settings;
         Subscription {
             name: record.name.clone(),
             topic: if alive { record.topic_name.clone() } else { DELETED_TOPIC.to_owned() },
-            ack_deadline_seconds: settings.ack_deadline_seconds,
-            retain_acked_messages: settings.retain_acked_messages,
-            message_retention_seconds: settings.message_retention_seconds,
-            enable_message_ordering: settings.enable_message_ordering,
-            filter: settings.filter.clone(),
-            dead_letter_topic: settings.dead_letter_topic.clone(),
-            max_delivery_attempts: settings.max_delivery_attempts,
-            minimum_backoff_seconds: settings.minimum_backoff_seconds,
-            maximum_backoff_seconds: settings.maximum_backoff_seconds,
-            expiration_ttl_seconds: settings.expiration_ttl_seconds,
+            settings: record.settings.clone(),
         }
     }
 

@@ -17,23 +17,17 @@ pub struct Topic {
     pub message_retention_seconds: u64,
 }
 
-/// A subscription as clients see it (and ask for it: at creation, 0 or empty asks for the
-/// default of a setting).
+/// A subscription's settings, which the catalog stores as they are (defaults applied).
+pub use crate::catalog::SubscriptionSettings;
+
+/// A subscription as clients see it: its settings as stored, or, when it is asked for at
+/// creation, as asked (0 or empty asks for the default of a setting).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Subscription {
     pub name: String,
     /// The topic's name, or `DELETED_TOPIC` once the topic is deleted.
     pub topic: String,
-    pub ack_deadline_seconds: u32,
-    pub retain_acked_messages: bool,
-    pub message_retention_seconds: u64,
-    pub enable_message_ordering: bool,
-    pub filter: String,
-    pub dead_letter_topic: String,
-    pub max_delivery_attempts: u32,
-    pub minimum_backoff_seconds: u32,
-    pub maximum_backoff_seconds: u32,
-    pub expiration_ttl_seconds: u64,
+    pub settings: SubscriptionSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -3,8 +3,8 @@
 //! response frame.
 
 use crate::api::control::{
-    ForwarderAddress, ListRequest, Page, SeekTarget, Snapshot, Subscription, SubscriptionUpdate, Topic,
-    TopicUpdate,
+    ForwarderAddress, ListRequest, Page, SeekTarget, Snapshot, Subscription, SubscriptionSettings,
+    SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
 use crate::protocol::native::server::{fail, respond, Handler};
@@ -62,33 +62,36 @@ fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
     Ok(Subscription {
         name: request.name.as_str().to_owned(),
         topic: request.topic.as_str().to_owned(),
-        ack_deadline_seconds: request.ack_deadline_seconds.to_native(),
-        retain_acked_messages: request.retain_acked_messages,
-        message_retention_seconds: request.message_retention_seconds.to_native(),
-        enable_message_ordering: request.enable_message_ordering,
-        filter: request.filter.as_str().to_owned(),
-        dead_letter_topic: request.dead_letter_topic.as_str().to_owned(),
-        max_delivery_attempts: request.max_delivery_attempts.to_native(),
-        minimum_backoff_seconds: request.minimum_backoff_seconds.to_native(),
-        maximum_backoff_seconds: request.maximum_backoff_seconds.to_native(),
-        expiration_ttl_seconds: request.expiration_ttl_seconds.to_native(),
+        settings: SubscriptionSettings {
+            ack_deadline_seconds: request.ack_deadline_seconds.to_native(),
+            retain_acked_messages: request.retain_acked_messages,
+            message_retention_seconds: request.message_retention_seconds.to_native(),
+            enable_message_ordering: request.enable_message_ordering,
+            filter: request.filter.as_str().to_owned(),
+            dead_letter_topic: request.dead_letter_topic.as_str().to_owned(),
+            max_delivery_attempts: request.max_delivery_attempts.to_native(),
+            minimum_backoff_seconds: request.minimum_backoff_seconds.to_native(),
+            maximum_backoff_seconds: request.maximum_backoff_seconds.to_native(),
+            expiration_ttl_seconds: request.expiration_ttl_seconds.to_native(),
+        },
     })
 }
 
 fn subscription_message(subscription: Subscription) -> wire::Subscription {
+    let settings = subscription.settings;
     wire::Subscription {
         name: subscription.name,
         topic: subscription.topic,
-        ack_deadline_seconds: subscription.ack_deadline_seconds,
-        retain_acked_messages: subscription.retain_acked_messages,
-        message_retention_seconds: subscription.message_retention_seconds,
-        enable_message_ordering: subscription.enable_message_ordering,
-        filter: subscription.filter,
-        dead_letter_topic: subscription.dead_letter_topic,
-        max_delivery_attempts: subscription.max_delivery_attempts,
-        minimum_backoff_seconds: subscription.minimum_backoff_seconds,
-        maximum_backoff_seconds: subscription.maximum_backoff_seconds,
-        expiration_ttl_seconds: subscription.expiration_ttl_seconds,
+        ack_deadline_seconds: settings.ack_deadline_seconds,
+        retain_acked_messages: settings.retain_acked_messages,
+        message_retention_seconds: settings.message_retention_seconds,
+        enable_message_ordering: settings.enable_message_ordering,
+        filter: settings.filter,
+        dead_letter_topic: settings.dead_letter_topic,
+        max_delivery_attempts: settings.max_delivery_attempts,
+        minimum_backoff_seconds: settings.minimum_backoff_seconds,
+        maximum_backoff_seconds: settings.maximum_backoff_seconds,
+        expiration_ttl_seconds: settings.expiration_ttl_seconds,
     }
 }
 
