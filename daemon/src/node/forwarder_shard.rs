@@ -2,7 +2,7 @@
 //! router's control channels and of the dead-letter channels, and its timers.
 
 use super::os::{into_glommio, stop_on_close};
-use super::Config;
+use super::{repeat_every, Config};
 use crate::control::{ControlEnvelope, ControlReply, CONTROL_CHANNEL_CAPACITY};
 use crate::{clock, log, protocol, shard, storage};
 use glommio::channels::shared_channel;
@@ -159,19 +159,7 @@ fn start_forwarder_shard(
 /// A forwarder shard's timers: segment collection and the lease sweep.
 fn run_forwarder_timers<S: storage::Storage>(forwarder: &Rc<shard::Forwarder<S>>) {
     let collector = forwarder.clone();
-    crate::runtime::spawn(async move {
-        loop {
-            crate::runtime::sleep(shard::SEGMENT_COLLECTION_INTERVAL).await;
-            collector.collect_segments().await;
-        }
-    })
-    .detach();
+    repeat_every(shard::SEGMENT_COLLECTION_INTERVAL, async move || collector.collect_segments().await);
     let sweeper = forwarder.clone();
-    crate::runtime::spawn(async move {
-        loop {
-            crate::runtime::sleep(shard::LEASE_SWEEP_INTERVAL).await;
-            sweeper.sweep_leases();
-        }
-    })
-    .detach();
+    repeat_every(shard::LEASE_SWEEP_INTERVAL, async move || sweeper.sweep_leases());
 }

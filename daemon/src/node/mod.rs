@@ -238,6 +238,17 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     Ok(Daemon { router_address, forwarder_addresses, threads, stops, stopped, _locks: locks })
 }
 
+/// Runs `action` on this shard every `interval` (after a first wait), as long as the shard runs.
+fn repeat_every(interval: std::time::Duration, mut action: impl AsyncFnMut() + 'static) {
+    crate::runtime::spawn(async move {
+        loop {
+            crate::runtime::sleep(interval).await;
+            action().await;
+        }
+    })
+    .detach();
+}
+
 #[cfg(test)]
 mod io_memory_tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! forwarder's control channels, recovers, then serves its port and runs its timers.
 
 use super::os::{into_glommio, stop_on_close};
-use super::{Config, ROUTER_IO_MEMORY_BYTES};
+use super::{repeat_every, Config, ROUTER_IO_MEMORY_BYTES};
 use crate::control::{ControlEnvelope, ControlReply};
 use crate::{catalog, log, protocol, router, storage, sync};
 use glommio::channels::shared_channel::{SharedReceiver, SharedSender};
@@ -100,19 +100,13 @@ pub(super) fn start_router_shard(
 /// catalog's compaction.
 fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
     let expirer = router.clone();
-    crate::runtime::spawn(async move {
-        loop {
-            crate::runtime::sleep(router::EXPIRATION_CHECK_INTERVAL).await;
-            expirer.expire_subscriptions().await;
-            expirer.retake_catalog_reserve().await;
-            match expirer.compact_catalog().await {
-                Ok(false) => {}
-                Ok(true) => {
-                    eprintln!("ringpostd: compacted the catalog: snapshot taken, raft log purged")
-                }
-                Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
-            }
+    repeat_every(router::EXPIRATION_CHECK_INTERVAL, async move || {
+        expirer.expire_subscriptions().await;
+        expirer.retake_catalog_reserve().await;
+        match expirer.compact_catalog().await {
+            Ok(false) => {}
+            Ok(true) => eprintln!("ringpostd: compacted the catalog: snapshot taken, raft log purged"),
+            Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
         }
-    })
-    .detach();
+    });
 }
