@@ -866,6 +866,7 @@ impl<S: Storage> Log<S> {
                 read_ahead: None,
                 warned_buffered: false,
                 copies: CopyStates::all_current(copies),
+                joining: None,
                 manifest_sequence: plan.manifest.sequence,
                 spare: None,
                 spare_started_for: u64::MAX,
