@@ -290,6 +290,9 @@ pub struct RecoveryReport {
     /// Batches rewritten into a copy from another (missing, torn, rotten or misplaced).
     pub batches_repaired: usize,
     pub buffered_io_warning: bool,
+    /// Data directories fenced because a read of this log failed in them (at most ⌊M/2⌋ of
+    /// M; more refuses the start).
+    pub copies_fenced: Vec<usize>,
 }
 
 /// Records copied out of one batch, and where the batch ends.

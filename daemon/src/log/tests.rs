@@ -1279,6 +1279,56 @@ fn a_fenced_directory_is_resynced_live() {
     });
 }
 
+/// A read that fails with EIO in one copy of three during recovery fences that copy, as a
+/// failed write or sync does at run time, and the log opens from the two others with every
+/// record; every read of recovery is tried as the one that fails. Reads failing in two copies
+/// of three refuse the start with DataLoss naming both.
+#[test]
+fn a_read_failing_in_one_copy_fences_it_and_recovery_goes_on() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(3), small_config()).await.unwrap();
+        append_many(&log, 0, 60).await;
+        assert!(log.inner.borrow().segments.len() > 1, "the log has rolled");
+        drop(log);
+        let reads_before = disk.read_count();
+        let dirs = directories(3);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        let recovery_reads = disk.read_count() - reads_before;
+        drop(log);
+        for nth in 1..=recovery_reads {
+            disk.fail_nth_read(nth);
+            let dirs = directories(3);
+            let (log, report) = open(&disk, &dirs, small_config())
+                .await
+                .unwrap_or_else(|error| panic!("read {nth} of {recovery_reads} failing: {error}"));
+            assert_eq!(report.copies_fenced.len(), 1, "read {nth}: {report:?}");
+            assert!(dirs.is_fenced(report.copies_fenced[0]) && log.is_stale(report.copies_fenced[0]));
+            check_payloads(&read_all(&log).await, 60);
+        }
+        let every_read_fails = |faulty: &[&str]| crate::storage::sim::FaultPlan {
+            faulty: faulty.iter().map(PathBuf::from).collect(),
+            read_eio_ppm: 1_000_000,
+            ..Default::default()
+        };
+        disk.set_fault_plan(Some(every_read_fails(&["/d1"])), 1);
+        let dirs = directories(3);
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(report.copies_fenced, vec![1]);
+        append_many(&log, 60, 5).await;
+        check_payloads(&read_all(&log).await, 65);
+        drop(log);
+        disk.set_fault_plan(Some(every_read_fails(&["/d1", "/d2"])), 1);
+        match open(&disk, &directories(3), small_config()).await {
+            Err(LogError::DataLoss(why)) => assert!(why.contains("/d1") && why.contains("/d2"), "{why}"),
+            other => panic!("two failing copies of three: {:?}", other.map(|(_, report)| report)),
+        }
+        disk.set_fault_plan(None, 0);
+        let (log, _) = open(&disk, &directories(3), small_config()).await.unwrap();
+        check_payloads(&read_all(&log).await, 65);
+    });
+}
+
 /// Running out of file descriptors when a segment rolls is a resource limit, not a disk fault:
 /// ResourceExhausted, nothing fenced, and appends work again once files free up.
 #[test]
