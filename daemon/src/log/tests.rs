@@ -1,6 +1,13 @@
 //! Log tests on SimDisk: commits, crashes that drop unsynced writes, torn tails, bit rot,
 //! failing writes and syncs, a full disk, and with three data directories: a corrupting, a
 //! misdirecting, a losing and a failing one (docs/TESTING.md T2–T8).
+//!
+//! The tests whose outcome depends on how tasks interleave (group commit, commits built
+//! ahead, fencing, resync, rolls, the ENOSPC reserve, spares, truncation in
+//! `replication_tests`) run under the seeded deterministic executor over `SEEDS_DEFAULT`
+//! seeds (`for_each_seed`), each seed one interleaving and one set of disk latencies,
+//! replayed by `RINGPOST_SIM_SEED`; the others run on glommio (`run`), as do the tests of
+//! real O_DIRECT files in `storage::dma`.
 
 use super::*;
 use crate::storage::sim::{CrashMode, SimDisk};
@@ -150,8 +157,7 @@ fn append_read_and_reopen() {
 
 #[test]
 fn concurrent_appends_share_commits() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("concurrent_appends_share_commits", |disk, _seed| async move {
         let (log, _) = open(&disk, &directories(1), LogConfig::default()).await.unwrap();
         let syncs_before = disk.sync_count();
         let mut tasks = Vec::new();
@@ -337,8 +343,7 @@ fn failed_write_or_sync_fences_a_single_copy_log() {
 
 #[test]
 fn full_disk_is_resource_exhausted_and_recovers() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("full_disk_is_resource_exhausted_and_recovers", |disk, _seed| async move {
         let config = LogConfig { segment_bytes_initial: 8192, segment_bytes_max: 8192, ..small_config() };
         let (log, _) = open(&disk, &directories(1), config).await.unwrap();
         append_many(&log, 0, 2).await;
@@ -628,8 +633,7 @@ fn misdirected_and_lost_writes_are_caught_and_repaired() {
 /// nothing; after the disks are replaced recovery rebuilds every copy.
 #[test]
 fn failing_directories_fence_and_quorum_stops_acks() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("failing_directories_fence_and_quorum_stops_acks", |disk, _seed| async move {
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 10).await;
@@ -668,8 +672,7 @@ fn failing_directories_fence_and_quorum_stops_acks() {
 /// is still acknowledged by the other two, and nothing acknowledged is lost after a crash.
 #[test]
 fn a_failed_sync_fences_its_directory_without_losing_acks() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_failed_sync_fences_its_directory_without_losing_acks", |disk, _seed| async move {
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 10).await;
@@ -703,8 +706,7 @@ fn the_same_rot_in_every_copy_is_data_loss_not_garbage() {
 
 #[test]
 fn one_full_directory_of_three_is_fenced_and_publishing_goes_on() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("one_full_directory_of_three_is_fenced_and_publishing_goes_on", |disk, _seed| async move {
         let dirs = directories(3);
         let config = LogConfig { segment_bytes_initial: 8192, segment_bytes_max: 8192, ..small_config() };
         let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
@@ -1692,8 +1694,7 @@ async fn spare_ready(log: &Log<SimDisk>) {
 /// spare is left behind.
 #[test]
 fn a_spare_is_zero_filled_ahead_and_becomes_the_next_segment() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_spare_is_zero_filled_ahead_and_becomes_the_next_segment", |disk, _seed| async move {
         let (log, _) = open(&disk, &directories(2), spare_config()).await.unwrap();
         let appended = fill_past_half(&log, 0).await;
         spare_ready(&log).await;
@@ -1799,8 +1800,7 @@ fn crash_after_every_storage_operation_with_spares_and(durable_writes: bool) {
 /// commit.
 #[test]
 fn a_shard_keeps_a_bounded_number_of_spares() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_shard_keeps_a_bounded_number_of_spares", |disk, _seed| async move {
         let dirs = directories(1);
         let mut logs = Vec::new();
         for index in 0..=SPARES_PER_SHARD_MAX {
@@ -1881,33 +1881,40 @@ fn spawn_appends_from(
 #[test]
 fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
     for copies in [1, 3] {
-        run(async move {
-            let disk = SimDisk::new();
-            let dirs = directories(copies);
-            let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
-            let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
-            let appends = spawn_appends(&log, 400);
-            let mut payload_at = std::collections::BTreeMap::new();
-            for append in appends {
-                let (i, result) = append.await;
-                let (offset, count) = result.unwrap();
-                assert_eq!(count, 1);
-                assert!(payload_at.insert(offset, i).is_none(), "offset {offset} given twice");
-            }
-            assert_eq!(payload_at.keys().copied().collect::<Vec<_>>(), (0..400).collect::<Vec<_>>());
-            assert!(log.commits_built_ahead() > 0, "no commit was built ahead");
-            let check = |records: Vec<StoredRecord>| {
-                assert_eq!(records.len(), 400);
-                for record in records {
-                    assert_eq!(record.data, payload(payload_at[&record.offset]), "offset {}", record.offset);
+        for_each_seed(
+            "commits_built_ahead_keep_every_append_where_it_was_acknowledged",
+            |disk, _seed| async move {
+                let dirs = directories(copies);
+                let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
+                let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+                let appends = spawn_appends(&log, 400);
+                let mut payload_at = std::collections::BTreeMap::new();
+                for append in appends {
+                    let (i, result) = append.await;
+                    let (offset, count) = result.unwrap();
+                    assert_eq!(count, 1);
+                    assert!(payload_at.insert(offset, i).is_none(), "offset {offset} given twice");
                 }
-            };
-            check(read_all(&log).await);
-            drop(log);
-            disk.crash(CrashMode::DropUnsynced);
-            let (reopened, _) = open(&disk, &dirs, config).await.unwrap();
-            check(read_all(&reopened).await);
-        });
+                assert_eq!(payload_at.keys().copied().collect::<Vec<_>>(), (0..400).collect::<Vec<_>>());
+                assert!(log.commits_built_ahead() > 0, "no commit was built ahead");
+                let check = |records: Vec<StoredRecord>| {
+                    assert_eq!(records.len(), 400);
+                    for record in records {
+                        assert_eq!(
+                            record.data,
+                            payload(payload_at[&record.offset]),
+                            "offset {}",
+                            record.offset
+                        );
+                    }
+                };
+                check(read_all(&log).await);
+                drop(log);
+                disk.crash(CrashMode::DropUnsynced);
+                let (reopened, _) = open(&disk, &dirs, config).await.unwrap();
+                check(read_all(&reopened).await);
+            },
+        );
     }
 }
 
@@ -1917,8 +1924,7 @@ fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
 #[test]
 fn a_failed_commit_hands_back_the_batch_taken_ahead() {
     for failing_write in [3, 6, 11] {
-        run(async move {
-            let disk = SimDisk::new();
+        for_each_seed("a_failed_commit_hands_back_the_batch_taken_ahead", |disk, _seed| async move {
             let dirs = directories(1);
             let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
             let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
@@ -1987,8 +1993,7 @@ async fn check_from_start(log: &Log<SimDisk>, end: u64) {
 /// one alike, reports nothing torn, and appends after it survive another power failure.
 #[test]
 fn a_deleted_segment_is_recycled_by_the_next_roll() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_deleted_segment_is_recycled_by_the_next_roll", |disk, _seed| async move {
         let dirs = directories(2);
         let (log, _) = open(&disk, &dirs, recycle_config()).await.unwrap();
         let mut next = 0;
@@ -2378,8 +2383,7 @@ async fn append_until_full(log: &Log<SimDisk>, from: u64) -> Vec<u64> {
 
 #[test]
 fn segments_are_sized_by_the_space_there_is() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("segments_are_sized_by_the_space_there_is", |disk, _seed| async move {
         let dirs = directories(1);
         let config =
             LogConfig { segment_bytes_initial: 64 * 1024, segment_bytes_max: 1 << 20, ..small_config() };
@@ -2418,8 +2422,7 @@ fn segments_are_sized_by_the_space_there_is() {
 
 #[test]
 fn spares_are_not_made_on_a_nearly_full_disk() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("spares_are_not_made_on_a_nearly_full_disk", |disk, _seed| async move {
         let dirs = directories(1);
         let config = LogConfig {
             segment_bytes_initial: 64 * 1024,
@@ -2443,8 +2446,7 @@ fn spares_are_not_made_on_a_nearly_full_disk() {
 
 #[test]
 fn a_log_with_a_reserve_commits_on_a_full_disk() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_log_with_a_reserve_commits_on_a_full_disk", |disk, _seed| async move {
         let dirs = directories(1);
         // A journal's shape: small segments, one block per commit, and a reserve.
         let config = LogConfig {
