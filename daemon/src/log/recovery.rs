@@ -101,6 +101,10 @@ pub(super) struct Scan {
     pub unlisted: Vec<UnlistedScan>,
     pub segments: Vec<SegmentScan>,
     pub buffered_io: bool,
+    /// Copies a read (or another call) failed in, with the error: the scan went on without
+    /// them, as if their folders were empty, while they were at most ⌊M/2⌋ of M; past that
+    /// it stopped, and the plan refuses.
+    pub failed: Vec<(usize, String)>,
 }
 
 /// A batch to rewrite in copy `to` from copy `from`.
@@ -142,6 +146,10 @@ pub(super) struct RecoveryPlan {
     pub next_offset: u64,
     /// The manifest is rewritten to every copy at the end.
     pub rewrite_manifest: bool,
+    /// Copies fenced for a failed read (`Scan::failed`): as a failed write or sync fences a
+    /// copy at run time, they take nothing more until an operator resyncs them, and the log
+    /// opens from the others.
+    pub fenced: Vec<(usize, String)>,
     /// The report so far: what the plan knows (the carry-out adds what it did).
     pub report: RecoveryReport,
 }
@@ -197,8 +205,34 @@ fn first_segment_alone(scan: &Scan) -> Result<Option<Manifest>, LogError> {
     }))
 }
 
+/// Copies of M that may fail with the log still opening: ⌊M/2⌋, so that ⌈M/2⌉ remain, and
+/// among them a copy of every acknowledged batch and of the newest durable manifest (each
+/// was durable on ⌈M/2⌉ copies).
+pub(super) fn failures_tolerated(copies: usize) -> usize {
+    copies / 2
+}
+
+/// Refuses a start whose failed copies (`Scan::failed`) are beyond the budget: what they
+/// alone hold cannot be told from nothing.
+fn check_failed(scan: &Scan) -> Result<(), LogError> {
+    let copies = scan.folders.len();
+    if scan.failed.len() <= failures_tolerated(copies) {
+        return Ok(());
+    }
+    let failed: Vec<String> =
+        scan.failed.iter().map(|(copy, why)| format!("{} ({why})", scan.folders[*copy].display())).collect();
+    Err(LogError::DataLoss(format!(
+        "reading {} failed in {} of {copies} data directories: {}; at most {} may fail; refusing to start (nothing was deleted)",
+        scan.relative.display(),
+        scan.failed.len(),
+        failed.join(", "),
+        failures_tolerated(copies)
+    )))
+}
+
 /// Decides recovery from what the scan read: no I/O.
 pub(super) fn plan(scan: &Scan) -> Result<RecoveryPlan, LogError> {
+    check_failed(scan)?;
     let (manifest, has_manifest) = choose_manifest(scan)?;
     let mut plan = RecoveryPlan {
         leftovers: scan
@@ -216,7 +250,12 @@ pub(super) fn plan(scan: &Scan) -> Result<RecoveryPlan, LogError> {
         orphans: Vec::new(),
         torn: None,
         rewrite_manifest: false,
-        report: RecoveryReport { buffered_io_warning: scan.buffered_io, ..Default::default() },
+        fenced: scan.failed.clone(),
+        report: RecoveryReport {
+            buffered_io_warning: scan.buffered_io,
+            copies_fenced: scan.failed.iter().map(|(copy, _)| *copy).collect(),
+            ..Default::default()
+        },
     };
     plan.report.empty_segments_removed = plan.unlisted_removed.len();
     for (index, segment) in scan.segments.iter().enumerate() {
@@ -230,8 +269,10 @@ pub(super) fn plan(scan: &Scan) -> Result<RecoveryPlan, LogError> {
             plan.report.empty_segments_removed += 1;
         }
     }
-    let behind = scan.listings.iter().any(|listing| {
-        listing.manifests.iter().map(|manifest| manifest.sequence).max().unwrap_or(0) < plan.manifest.sequence
+    let behind = scan.listings.iter().enumerate().any(|(copy, listing)| {
+        let fenced = scan.failed.iter().any(|(failed, _)| *failed == copy);
+        let newest = listing.manifests.iter().map(|manifest| manifest.sequence).max().unwrap_or(0);
+        !fenced && newest < plan.manifest.sequence
     });
     plan.rewrite_manifest = has_manifest
         && (behind || plan.report.empty_segments_removed > 0 || plan.manifest.truncated_end.is_some());
@@ -319,7 +360,8 @@ fn plan_segment(
         let CopyBatch::Valid(header, newest) = found[good] else { unreachable!() };
         planned.newest_publish_ms = planned.newest_publish_ms.max(newest);
         for (copy, batch) in found.iter().enumerate() {
-            if !matches!(batch, CopyBatch::Valid(..)) {
+            let fenced = scan.failed.iter().any(|(failed, _)| *failed == copy);
+            if !matches!(batch, CopyBatch::Valid(..)) && !fenced {
                 let repair = Repair {
                     segment: index,
                     position: *at,
@@ -392,8 +434,28 @@ fn plan_segment(
 /// The files of every listed segment, by copy, as the scan opened them.
 pub(super) type ScannedFiles<S> = Vec<CopyFiles<S>>;
 
+/// The first I/O error of a scan that one copy's call returned, with that copy: the scan is
+/// run again without it (see `scan`).
+#[derive(Default)]
+struct FailedRead(RefCell<Option<(usize, String)>>);
+
+impl FailedRead {
+    /// Notes an I/O error of copy `copy`'s call and passes it on.
+    fn of(&self, copy: usize) -> impl Fn(LogError) -> LogError + '_ {
+        move |error| {
+            if let LogError::Io(why) = &error {
+                self.0.borrow_mut().get_or_insert_with(|| (copy, why.clone()));
+            }
+            error
+        }
+    }
+}
+
 /// Reads what every copy holds (see the module's documentation). Makes a missing folder,
-/// with its parents, and nothing else.
+/// with its parents, and nothing else. A call failing in one copy (EIO reading a batch, say)
+/// does not fail the scan: it is read again without that copy, as a disk that fails stops,
+/// and the copy is named in `Scan::failed`, for the plan to fence it, or, past ⌊M/2⌋ of M
+/// copies, to refuse the start.
 pub(super) async fn scan<S: Storage>(
     storage: &S,
     directories: &Directories,
@@ -401,18 +463,60 @@ pub(super) async fn scan<S: Storage>(
     log_id: u64,
     config: &LogConfig,
 ) -> Result<(Scan, ScannedFiles<S>), LogError> {
+    let mut failed: Vec<(usize, String)> = Vec::new();
+    loop {
+        let failure = FailedRead::default();
+        let scanned = scan_without(storage, directories, (relative, log_id, config), &failed, &failure).await;
+        let error = match scanned {
+            Ok((mut scan, files)) => {
+                scan.failed = failed;
+                return Ok((scan, files));
+            }
+            Err(error) => error,
+        };
+        let Some(copy_failed) = failure.0.take() else { return Err(error) };
+        failed.push(copy_failed);
+        if failed.len() > failures_tolerated(directories.count()) {
+            // Nothing more is read: the plan refuses with the copies named.
+            let scan = Scan {
+                relative: relative.to_path_buf(),
+                folders: (0..directories.count()).map(|copy| directories.path(copy).join(relative)).collect(),
+                failed,
+                ..Default::default()
+            };
+            return Ok((scan, Vec::new()));
+        }
+    }
+}
+
+/// `scan`, leaving out the copies in `failed` as if their folders were empty, and noting in
+/// `failure` a copy whose call fails.
+async fn scan_without<S: Storage>(
+    storage: &S,
+    directories: &Directories,
+    (relative, log_id, config): (&Path, u64, &LogConfig),
+    failed: &[(usize, String)],
+    failure: &FailedRead,
+) -> Result<(Scan, ScannedFiles<S>), LogError> {
     let mut scan = Scan {
         relative: relative.to_path_buf(),
         folders: (0..directories.count()).map(|copy| directories.path(copy).join(relative)).collect(),
+        failed: failed.to_vec(),
         ..Default::default()
     };
     for copy in 0..directories.count() {
-        let listing = scan_folder(storage, &scan.folders[copy], log_id).await?;
+        let listing = if scan.failed.iter().any(|(failed, _)| *failed == copy) {
+            FolderScan::default()
+        } else {
+            scan_folder(storage, &scan.folders[copy], log_id).await.map_err(failure.of(copy))?
+        };
         scan.listings.push(listing);
     }
     if scan.listings.iter().all(|listing| listing.manifests.is_empty()) {
         for copy in (0..scan.listings.len()).filter(|copy| scan.listings[*copy].segments.contains(&0)) {
-            let first = scan_first_segment(storage, &scan.folders[copy], copy, log_id).await?;
+            let first = scan_first_segment(storage, &scan.folders[copy], copy, log_id)
+                .await
+                .map_err(failure.of(copy))?;
             scan.first_segment.push(first);
         }
     }
@@ -421,12 +525,14 @@ pub(super) async fn scan<S: Storage>(
         for base in scan.listings[copy].segments.clone() {
             if !manifest.segments.iter().any(|listed| listed.base_offset == base) {
                 let path = scan.folders[copy].join(segment_name(base));
-                let unlisted = scan_unlisted(storage, &path, copy, base, log_id, has_manifest).await?;
+                let unlisted = scan_unlisted(storage, &path, copy, base, log_id, has_manifest)
+                    .await
+                    .map_err(failure.of(copy))?;
                 scan.unlisted.push(unlisted);
             }
         }
     }
-    let files = scan_segments(storage, &mut scan, &manifest, log_id, config).await?;
+    let files = scan_segments(storage, &mut scan, &manifest, (log_id, config), failure).await?;
     Ok((scan, files))
 }
 
@@ -521,8 +627,8 @@ async fn scan_segments<S: Storage>(
     storage: &S,
     scan: &mut Scan,
     manifest: &Manifest,
-    log_id: u64,
-    config: &LogConfig,
+    (log_id, config): (u64, &LogConfig),
+    failure: &FailedRead,
 ) -> Result<ScannedFiles<S>, LogError> {
     let io = |e: std::io::Error| LogError::Io(io_text(&e));
     let mut all_files = Vec::with_capacity(manifest.segments.len());
@@ -530,10 +636,11 @@ async fn scan_segments<S: Storage>(
     let mut after_torn = false;
     for (index, listed) in manifest.segments.iter().copied().enumerate() {
         let mut files: CopyFiles<S> = Vec::with_capacity(scan.folders.len());
-        for folder in &scan.folders {
+        for (copy, folder) in scan.folders.iter().enumerate() {
             let path = folder.join(segment_name(listed.base_offset));
-            if storage.exists(&path) {
-                let file = storage.open(&path, false).await.map_err(io)?;
+            let left_out = scan.failed.iter().any(|(failed, _)| *failed == copy);
+            if !left_out && storage.exists(&path) {
+                let file = storage.open(&path, false).await.map_err(io).map_err(failure.of(copy))?;
                 scan.buffered_io |= !file.direct_io();
                 files.push(Some(Rc::new(file)));
             } else {
@@ -544,7 +651,7 @@ async fn scan_segments<S: Storage>(
         let walk = if !present.iter().any(|present| *present) {
             Walk::AfterTorn(Vec::new())
         } else if after_torn {
-            Walk::AfterTorn(holds_data(&files, log_id, listed).await?)
+            Walk::AfterTorn(holds_data(&files, log_id, listed, failure).await?)
         } else if listed.base_offset != next_offset {
             Walk::Misplaced { expected: next_offset }
         } else {
@@ -552,7 +659,7 @@ async fn scan_segments<S: Storage>(
             let cut = manifest.truncated_end.filter(|_| next_base.is_none());
             let bounds =
                 WalkBounds { log_id, listed, next_base, cut, reach: config.written_ahead_distance_max() };
-            let (walk, end) = walk_segment(&files, bounds, next_offset).await?;
+            let (walk, end) = walk_segment(&files, bounds, next_offset, failure).await?;
             next_offset = end;
             after_torn = matches!(&walk, Walk::Walked { stop: StopWhy::AtCut, .. })
                 || matches!(&walk, Walk::Walked { stop: StopWhy::Damaged { .. }, .. }) && !listed.recycled;
@@ -575,15 +682,19 @@ async fn holds_data<F: StorageFile>(
     files: &[Option<Rc<F>>],
     log_id: u64,
     listed: Listed,
+    failure: &FailedRead,
 ) -> Result<Vec<bool>, LogError> {
     let mut holds = Vec::with_capacity(files.len());
-    for file in files {
+    for (copy, file) in files.iter().enumerate() {
         holds.push(match file {
             None => false,
             Some(file) if listed.recycled => {
-                first_valid_batch(&**file, log_id, listed.base_offset, 0, listed.capacity).await?.is_some()
+                first_valid_batch(&**file, log_id, listed.base_offset, 0, listed.capacity)
+                    .await
+                    .map_err(failure.of(copy))?
+                    .is_some()
             }
-            Some(file) => last_nonzero_end(&**file, listed.capacity).await? > 0,
+            Some(file) => last_nonzero_end(&**file, listed.capacity).await.map_err(failure.of(copy))? > 0,
         });
     }
     Ok(holds)
@@ -609,6 +720,7 @@ async fn walk_segment<F: StorageFile>(
     files: &[Option<Rc<F>>],
     bounds: WalkBounds,
     mut next_offset: u64,
+    failure: &FailedRead,
 ) -> Result<(Walk, u64), LogError> {
     let WalkBounds { log_id, listed, next_base, cut, .. } = bounds;
     let (base, capacity) = (listed.base_offset, listed.capacity);
@@ -628,7 +740,9 @@ async fn walk_segment<F: StorageFile>(
             found.push(match file {
                 None => CopyBatch::Missing,
                 Some(file) => {
-                    match read_batch(&**file, &mut windows[copy], log_id, base, position, capacity).await? {
+                    let read =
+                        read_batch(&**file, &mut windows[copy], log_id, base, position, capacity).await;
+                    match read.map_err(failure.of(copy))? {
                         ReadBatch::Valid(header, newest) if header.base_offset == next_offset => {
                             CopyBatch::Valid(header, newest)
                         }
@@ -670,10 +784,16 @@ async fn walk_segment<F: StorageFile>(
                     let starts = position + BLOCK_BYTES as u64..(position + bounds.reach + 1).min(capacity);
                     // Where the file holds no data (space only fallocated, as after the end of
                     // most fresh segments), nothing is read.
-                    let data = file.data_from(starts.start).await.map_err(|e| LogError::Io(io_text(&e)))?;
+                    let data = file
+                        .data_from(starts.start)
+                        .await
+                        .map_err(|e| LogError::Io(io_text(&e)))
+                        .map_err(failure.of(copy))?;
                     let Some(data) = data else { continue };
                     let from = starts.start.max(data / BLOCK_BYTES as u64 * BLOCK_BYTES as u64);
-                    beyond[copy].later = later_batch(&**file, bounds, from..starts.end, next_offset).await?;
+                    beyond[copy].later = later_batch(&**file, bounds, from..starts.end, next_offset)
+                        .await
+                        .map_err(failure.of(copy))?;
                 }
             }
             StopWhy::Zeros(beyond)
@@ -684,9 +804,13 @@ async fn walk_segment<F: StorageFile>(
                 // The batch that belongs here would have held `next_offset`: any later one
                 // of this life starts after it.
                 let starts = position + BLOCK_BYTES as u64..capacity;
-                beyond[copy].later = later_batch(&**file, bounds, starts, next_offset).await?;
+                beyond[copy].later =
+                    later_batch(&**file, bounds, starts, next_offset).await.map_err(failure.of(copy))?;
                 if listed.recycled {
-                    let head = windows[copy].at(&**file, position, BLOCK_BYTES, capacity).await?;
+                    let head = windows[copy]
+                        .at(&**file, position, BLOCK_BYTES, capacity)
+                        .await
+                        .map_err(failure.of(copy))?;
                     beyond[copy].torn_header_bytes =
                         record::decode_batch_header(head, log_id, base, position)
                             .ok()
@@ -730,6 +854,10 @@ impl<S: Storage> Log<S> {
     ) -> Result<(Log<S>, RecoveryReport), LogError> {
         let io = |e: std::io::Error| LogError::Io(io_text(&e));
         let folder = |copy: usize| directories.path(copy).join(relative);
+        // The copies a read failed in are left alone: they are fenced below.
+        let healthy: Vec<usize> = (0..directories.count())
+            .filter(|copy| !plan.fenced.iter().any(|(fenced, _)| fenced == copy))
+            .collect();
         let mut report = plan.report.clone();
         for (copy, name) in &plan.leftovers {
             storage.remove_file(&folder(*copy).join(name)).map_err(io)?;
@@ -740,13 +868,13 @@ impl<S: Storage> Log<S> {
         if !plan.unlisted_removed.is_empty() {
             // The unlinks are durable before the manifest is rewritten without a truncation's
             // mark, which is all that tells a removed tail's file from damage.
-            for copy in 0..directories.count() {
-                storage.sync_dir(&folder(copy)).await.map_err(io)?;
+            for copy in &healthy {
+                storage.sync_dir(&folder(*copy)).await.map_err(io)?;
             }
         }
         for base in &plan.dropped_after_torn {
-            for copy in 0..directories.count() {
-                let path = folder(copy).join(segment_name(*base));
+            for copy in &healthy {
+                let path = folder(*copy).join(segment_name(*base));
                 if storage.exists(&path) {
                     storage.remove_file(&path).map_err(io)?;
                 }
@@ -776,6 +904,9 @@ impl<S: Storage> Log<S> {
             Log::recovered(storage.clone(), directories.clone(), (relative, log_id, config), segments, &plan);
         log.inner.borrow_mut().reserve = reserve;
         log.inner.borrow_mut().warned_buffered = report.buffered_io_warning;
+        for (copy, why) in &plan.fenced {
+            log.fence_copy(*copy, &format!("reading {} during recovery: {why}", folder(*copy).display()));
+        }
         for repair in &plan.repairs {
             // A copy that could not take a repair (a full or failing disk) is fenced; skip the
             // rest of its repairs instead of failing each one again.
@@ -786,38 +917,70 @@ impl<S: Storage> Log<S> {
                 report.batches_repaired += 1;
             }
         }
-        for (segment_index, copy, position) in &plan.orphans {
-            let file = log.inner.borrow().segments[*segment_index].files[*copy].clone();
-            if let Some(file) = file {
-                zero_range(&storage, &*file, *position, position + BLOCK_BYTES as u64).await?;
-                file.sync_data().await.map_err(io)?;
-            }
-        }
-        if let Some((segment_index, position)) = plan.torn {
-            let (files, capacity) = {
-                let inner = log.inner.borrow();
-                let segment = &inner.segments[segment_index];
-                (segment.files.iter().flatten().cloned().collect::<Vec<_>>(), segment.capacity)
-            };
-            let mut discarded = 0;
-            for file in files {
-                let end = last_nonzero_end(&*file, capacity).await?;
-                if end > position {
-                    discarded = discarded.max(end - position);
-                    zero_range(&storage, &*file, position, end).await?;
-                    file.sync_data().await.map_err(io)?;
-                }
-            }
-            report.torn_bytes_discarded = discarded;
-            let base = plan.segments[segment_index].listed.base_offset;
-            report.torn_at = Some((folder(0).join(segment_name(base)), position));
-        }
+        log.zero_discarded(&plan, &mut report).await?;
         // Every copy gets the newest manifest. A new log writes none: it gets its first with
         // its first segment, so a log never appended to has only its folders.
         if plan.rewrite_manifest {
             log.write_manifest().await?;
         }
         Ok((log, report))
+    }
+
+    /// Zeroes what recovery discards in each copy holding it: the headers of batches written
+    /// ahead of a lost commit, and a torn tail. A copy whose write, sync or read fails here is
+    /// fenced, as at run time, and the log opens while ⌈M/2⌉ copies remain.
+    async fn zero_discarded(&self, plan: &RecoveryPlan, report: &mut RecoveryReport) -> Result<(), LogError> {
+        let io = |e: std::io::Error| LogError::Io(io_text(&e));
+        let mut fenced_here = false;
+        for (segment_index, copy, position) in &plan.orphans {
+            let file = self.inner.borrow().segments[*segment_index].files[*copy].clone();
+            let Some(file) = file else { continue };
+            let zeroed = async {
+                zero_range(&self.storage, &*file, *position, position + BLOCK_BYTES as u64).await?;
+                file.sync_data().await.map_err(io)
+            };
+            if let Err(error) = zeroed.await {
+                self.fence_copy(*copy, &format!("zeroing a batch written ahead at byte {position}: {error}"));
+                fenced_here = true;
+            }
+        }
+        if let Some((segment_index, position)) = plan.torn {
+            let (files, capacity) = {
+                let inner = self.inner.borrow();
+                let segment = &inner.segments[segment_index];
+                (segment.files.clone(), segment.capacity)
+            };
+            let mut discarded = 0;
+            for (copy, file) in files.into_iter().enumerate() {
+                let Some(file) = file else { continue };
+                let zeroed = async {
+                    let end = last_nonzero_end(&*file, capacity).await?;
+                    if end > position {
+                        zero_range(&self.storage, &*file, position, end).await?;
+                        file.sync_data().await.map_err(io)?;
+                    }
+                    Ok::<u64, LogError>(end)
+                };
+                match zeroed.await {
+                    Ok(end) => discarded = discarded.max(end.saturating_sub(position)),
+                    Err(error) => {
+                        self.fence_copy(copy, &format!("zeroing a torn tail at byte {position}: {error}"));
+                        fenced_here = true;
+                    }
+                }
+            }
+            report.torn_bytes_discarded = discarded;
+            let base = plan.segments[segment_index].listed.base_offset;
+            report.torn_at = Some((self.folder(0).join(segment_name(base)), position));
+        }
+        let healthy = self.writable_copies().len();
+        let quorum = self.directories.quorum();
+        if fenced_here && healthy < quorum {
+            return Err(LogError::Io(format!(
+                "recovery could zero what it discards in only {healthy} data directories; {quorum} are needed"
+            )));
+        }
+        Ok(())
     }
 
     /// The log as recovery leaves it, its positions all at the recovered end.
@@ -866,6 +1029,7 @@ impl<S: Storage> Log<S> {
                 read_ahead: None,
                 warned_buffered: false,
                 copies: CopyStates::all_current(copies),
+                joining: None,
                 manifest_sequence: plan.manifest.sequence,
                 spare: None,
                 spare_started_for: u64::MAX,
@@ -955,6 +1119,38 @@ mod tests {
 
     fn is_corrupt(result: Result<RecoveryPlan, LogError>) -> bool {
         matches!(result, Err(LogError::Corrupt(_)))
+    }
+
+    /// A read failed in copy 1 (EIO), so the scan went on without it: its folder reads as
+    /// empty and its files as missing. Within the budget (⌊M/2⌋) the copy is fenced, nothing is
+    /// repaired into it, and the log recovers from the others; beyond it the start is refused,
+    /// naming the copies.
+    #[test]
+    fn a_copy_whose_read_failed_is_fenced_within_the_budget_and_refuses_beyond() {
+        let left_out = |walk: Walk, failed: &[usize]| {
+            let mut scan = scan_of(vec![segment(0, walk)]);
+            for copy in failed {
+                scan.listings[*copy] = FolderScan::default();
+                scan.segments[0].present[*copy] = false;
+                scan.failed.push((*copy, "injected EIO on read".into()));
+            }
+            scan
+        };
+        let one_missing = vec![valid(0), CopyBatch::Missing, valid(0)];
+        let walk =
+            walked(vec![one_missing.clone(), vec![valid(1), CopyBatch::Missing, CopyBatch::Empty]], zeros());
+        let plan = plan(&left_out(walk, &[1])).unwrap();
+        assert_eq!(plan.fenced.iter().map(|(copy, _)| *copy).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(plan.report.copies_fenced, vec![1]);
+        let repair = Repair { segment: 0, position: BLOCK_BYTES as u64, bytes: BLOCK_BYTES, from: 0, to: 2 };
+        assert_eq!(plan.repairs, vec![repair], "a batch is repaired into a healthy copy only");
+        assert_eq!(plan.next_offset, 2);
+        assert!(!plan.rewrite_manifest, "the fenced copy's missing manifest is no reason to rewrite it");
+
+        let only_one = vec![valid(0), CopyBatch::Missing, CopyBatch::Missing];
+        let refused = super::plan(&left_out(walked(vec![only_one], zeros()), &[1, 2]));
+        let Err(LogError::DataLoss(why)) = refused else { panic!("two failed copies of three: {refused:?}") };
+        assert!(why.contains("/d1/log") && why.contains("/d2/log") && why.contains("2 of 3"), "{why}");
     }
 
     #[test]

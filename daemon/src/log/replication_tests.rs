@@ -2,7 +2,7 @@
 //! a follower's append at a given offset, committed and durable positions apart, and the
 //! truncation of an uncommitted tail, crashes during it included.
 
-use super::tests::{directories, payload, records_for, run, small_config};
+use super::tests::{directories, for_each_seed, payload, records_for, run, small_config};
 use super::*;
 use crate::storage::sim::{CrashMode, SimDisk};
 use std::path::Path;
@@ -42,36 +42,41 @@ fn follower_payload(offset: u64) -> Vec<u8> {
 
 #[test]
 fn append_at_takes_the_next_offset_and_refuses_a_gap_an_overlap_or_an_older_epoch() {
-    run(async {
-        let disk = SimDisk::new();
-        let (log, _) = open(&disk, &directories(1)).await.unwrap();
-        append_each(&log, 0, 3).await;
-        assert_eq!(log.last_epoch(), STANDALONE_EPOCH);
-        let two = records_for(&[follower_payload(3), follower_payload(4)]);
-        assert_eq!(log.append_at(3, 2, two, 2).await.unwrap(), (3, 2));
-        for (offset, why) in [(4, "an overlap"), (7, "a gap")] {
-            let refused = log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await;
-            assert!(matches!(refused, Err(LogError::Refused(_))), "{why}: {refused:?}");
-        }
-        let older = log.append_at(5, 1, records_for(&[follower_payload(5)]), 1).await;
-        assert!(matches!(older, Err(LogError::Refused(_))), "an older epoch: {older:?}");
-        let none = log.append_at(5, record::EPOCH_NONE, records_for(&[follower_payload(5)]), 1).await;
-        assert!(matches!(none, Err(LogError::Refused(_))), "epoch 0: {none:?}");
-        // The leader's appends are refused while its epoch is behind the log's last batch.
-        assert!(matches!(log.append(records_for(&[payload(5)]), 1).await, Err(LogError::Refused(_))));
-        assert!(log.set_epoch(1).is_err());
-        log.set_epoch(2).unwrap();
-        assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
-        assert_eq!(log.next_offset(), 6);
-        let mut wanted = expected(0..3, payload);
-        wanted.extend(expected(3..5, follower_payload));
-        wanted.push((5, payload(5)));
-        assert_eq!(committed_payloads(&log).await, wanted);
-    });
+    for_each_seed(
+        "append_at_takes_the_next_offset_and_refuses_a_gap_an_overlap_or_an_older_epoch",
+        |disk, _seed| async move {
+            let (log, _) = open(&disk, &directories(1)).await.unwrap();
+            append_each(&log, 0, 3).await;
+            assert_eq!(log.last_epoch(), STANDALONE_EPOCH);
+            let two = records_for(&[follower_payload(3), follower_payload(4)]);
+            assert_eq!(log.append_at(3, 2, two, 2).await.unwrap(), (3, 2));
+            for (offset, why) in [(4, "an overlap"), (7, "a gap")] {
+                let refused = log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await;
+                assert!(matches!(refused, Err(LogError::Refused(_))), "{why}: {refused:?}");
+            }
+            let older = log.append_at(5, 1, records_for(&[follower_payload(5)]), 1).await;
+            assert!(matches!(older, Err(LogError::Refused(_))), "an older epoch: {older:?}");
+            let none = log.append_at(5, record::EPOCH_NONE, records_for(&[follower_payload(5)]), 1).await;
+            assert!(matches!(none, Err(LogError::Refused(_))), "epoch 0: {none:?}");
+            // The leader's appends are refused while its epoch is behind the log's last batch.
+            assert!(matches!(log.append(records_for(&[payload(5)]), 1).await, Err(LogError::Refused(_))));
+            assert!(log.set_epoch(1).is_err());
+            log.set_epoch(2).unwrap();
+            assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
+            assert_eq!(log.next_offset(), 6);
+            let mut wanted = expected(0..3, payload);
+            wanted.extend(expected(3..5, follower_payload));
+            wanted.push((5, payload(5)));
+            assert_eq!(committed_payloads(&log).await, wanted);
+        },
+    );
 }
 
 #[test]
 fn appends_at_queued_together_commit_in_order() {
+    // On glommio: the appends must be queued in offset order (a follower's are, by its one
+    // stream from the leader), which glommio's first-in first-out run queue gives the tasks
+    // spawned here and a seeded executor does not.
     run(async {
         let disk = SimDisk::new();
         let (log, _) = open(&disk, &directories(3)).await.unwrap();
@@ -161,8 +166,7 @@ fn data_written_before_epochs_opens_as_epoch_0() {
 
 #[test]
 fn readers_see_only_what_is_committed() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("readers_see_only_what_is_committed", |disk, _seed| async move {
         let (log, _) = open(&disk, &directories(3)).await.unwrap();
         log.set_commit_on_durable(false);
         append_each(&log, 0, 5).await;
@@ -191,8 +195,7 @@ fn readers_see_only_what_is_committed() {
 
 #[test]
 fn truncate_after_removes_the_tail_and_appends_continue_there() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("truncate_after_removes_the_tail_and_appends_continue_there", |disk, _seed| async move {
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs).await.unwrap();
         log.set_commit_on_durable(false);
@@ -228,8 +231,7 @@ fn truncate_after_removes_the_tail_and_appends_continue_there() {
 
 #[test]
 fn truncate_after_fails_the_appends_still_queued() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("truncate_after_fails_the_appends_still_queued", |disk, _seed| async move {
         let (log, _) = open(&disk, &directories(1)).await.unwrap();
         log.set_commit_on_durable(false);
         append_each(&log, 0, 10).await;
@@ -239,7 +241,10 @@ fn truncate_after_fails_the_appends_still_queued() {
                 crate::runtime::spawn(async move { log.append(records_for(&[payload(offset)]), 1).await })
             })
             .collect();
-        futures_lite::future::yield_now().await;
+        // Every append is queued (or committed already) before the truncation begins.
+        while log.inner.borrow().assigned_end < 40 {
+            futures_lite::future::yield_now().await;
+        }
         log.truncate_after(5).await.unwrap();
         for task in queued {
             // Each either committed before the truncation (and went with it) or was refused.

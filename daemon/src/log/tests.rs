@@ -1,6 +1,13 @@
 //! Log tests on SimDisk: commits, crashes that drop unsynced writes, torn tails, bit rot,
 //! failing writes and syncs, a full disk, and with three data directories: a corrupting, a
 //! misdirecting, a losing and a failing one (docs/TESTING.md T2–T8).
+//!
+//! The tests whose outcome depends on how tasks interleave (group commit, commits built
+//! ahead, fencing, resync, rolls, the ENOSPC reserve, spares, truncation in
+//! `replication_tests`) run under the seeded deterministic executor over `SEEDS_DEFAULT`
+//! seeds (`for_each_seed`), each seed one interleaving and one set of disk latencies,
+//! replayed by `RINGPOST_SIM_SEED`; the others run on glommio (`run`), as do the tests of
+//! real O_DIRECT files in `storage::dma`.
 
 use super::*;
 use crate::storage::sim::{CrashMode, SimDisk};
@@ -9,6 +16,34 @@ use std::path::Path;
 pub(crate) fn run<F: std::future::Future<Output = ()> + 'static>(future: F) {
     let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap();
     executor.run(future);
+}
+
+/// Seeds each seeded log test runs by default (`RINGPOST_SIM_SEEDS` and `RINGPOST_SIM_SEED`
+/// change it; see `runtime::sim::seeds`).
+pub(crate) const SEEDS_DEFAULT: u64 = 16;
+
+/// Most latency the seeded tests give a disk operation, in virtual time: long beside a commit's
+/// building, so that writes, syncs and the tasks around them complete in an order the seed
+/// chooses.
+const LATENCY_MAX: std::time::Duration = std::time::Duration::from_micros(300);
+
+/// Runs `test` under the seeded deterministic executor once per seed (see
+/// `runtime::sim::for_each_seed`), on a SimDisk whose every operation takes a latency drawn
+/// from the seed, so that each seed is one interleaving of appends, commits, writes ahead,
+/// rolls, resyncs and truncations, replayed exactly by `RINGPOST_SIM_SEED`.
+pub(crate) fn for_each_seed<F: std::future::Future<Output = ()>>(
+    name: &str,
+    test: impl Fn(SimDisk, u64) -> F,
+) {
+    crate::runtime::sim::for_each_seed(name, SEEDS_DEFAULT, |seed| {
+        let disk = SimDisk::new();
+        // A third of the seeds without latency: every disk operation completes at once, and
+        // only the order of ready tasks varies.
+        let latency_max = LATENCY_MAX * (seed % 3) as u32 / 2;
+        let latency = crate::storage::sim::FaultPlan { latency_max, ..Default::default() };
+        disk.set_fault_plan(Some(latency), seed);
+        crate::runtime::sim::run(seed, test(disk, seed));
+    });
 }
 
 pub(crate) fn small_config() -> LogConfig {
@@ -122,8 +157,7 @@ fn append_read_and_reopen() {
 
 #[test]
 fn concurrent_appends_share_commits() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("concurrent_appends_share_commits", |disk, _seed| async move {
         let (log, _) = open(&disk, &directories(1), LogConfig::default()).await.unwrap();
         let syncs_before = disk.sync_count();
         let mut tasks = Vec::new();
@@ -309,8 +343,7 @@ fn failed_write_or_sync_fences_a_single_copy_log() {
 
 #[test]
 fn full_disk_is_resource_exhausted_and_recovers() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("full_disk_is_resource_exhausted_and_recovers", |disk, _seed| async move {
         let config = LogConfig { segment_bytes_initial: 8192, segment_bytes_max: 8192, ..small_config() };
         let (log, _) = open(&disk, &directories(1), config).await.unwrap();
         append_many(&log, 0, 2).await;
@@ -600,8 +633,7 @@ fn misdirected_and_lost_writes_are_caught_and_repaired() {
 /// nothing; after the disks are replaced recovery rebuilds every copy.
 #[test]
 fn failing_directories_fence_and_quorum_stops_acks() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("failing_directories_fence_and_quorum_stops_acks", |disk, _seed| async move {
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 10).await;
@@ -640,8 +672,7 @@ fn failing_directories_fence_and_quorum_stops_acks() {
 /// is still acknowledged by the other two, and nothing acknowledged is lost after a crash.
 #[test]
 fn a_failed_sync_fences_its_directory_without_losing_acks() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_failed_sync_fences_its_directory_without_losing_acks", |disk, _seed| async move {
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 10).await;
@@ -675,8 +706,7 @@ fn the_same_rot_in_every_copy_is_data_loss_not_garbage() {
 
 #[test]
 fn one_full_directory_of_three_is_fenced_and_publishing_goes_on() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("one_full_directory_of_three_is_fenced_and_publishing_goes_on", |disk, _seed| async move {
         let dirs = directories(3);
         let config = LogConfig { segment_bytes_initial: 8192, segment_bytes_max: 8192, ..small_config() };
         let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
@@ -1186,12 +1216,28 @@ fn two_hundred_random_power_failures() {
     });
 }
 
+/// Appends `rounds` times `at_once` payloads from `payload(first)` on, each round's at once
+/// (so that they share commits and commits are built ahead); returns (offset, payload index)
+/// of each.
+async fn append_in_rounds(log: Log<SimDisk>, first: u64, rounds: u64, at_once: u64) -> Vec<(u64, u64)> {
+    let mut acked = Vec::new();
+    for round in 0..rounds {
+        for task in spawn_appends_from(&log, first + round * at_once, at_once) {
+            let (i, result) = task.await;
+            acked.push((result.unwrap().0, i));
+        }
+    }
+    acked
+}
+
 /// An operator brings a fenced directory back while publishing goes on: the stale copy is
-/// rewritten from healthy ones, takes writes again, and ends identical to the others.
+/// rewritten from healthy ones, takes writes again, and ends identical to the others. Seeded:
+/// the resync races commits in flight, commits built ahead and rolls. Seed 0 showed a batch
+/// whose write was in flight (issued to the two other copies) when the resync found nothing
+/// left to copy: the copy was declared current without it.
 #[test]
 fn a_fenced_directory_is_resynced_live() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_fenced_directory_is_resynced_live", |disk, _seed| async move {
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 20).await;
@@ -1201,17 +1247,25 @@ fn a_fenced_directory_is_resynced_live() {
         disk.fail_writes_under(Path::new("/d2"), false);
         dirs.unfence(2);
         // Commits that interleave with the resync are caught up too.
-        let writer = {
-            let log = log.clone();
-            crate::runtime::spawn(async move { append_many(&log, 320, 30).await })
-        };
+        let writer = crate::runtime::spawn(append_in_rounds(log.clone(), 320, 10, 4));
         let copied = log.resync_copy(2).await.unwrap();
         assert!(copied > 0);
-        writer.await;
+        let mut acked: std::collections::BTreeMap<u64, u64> = (0..320).map(|i| (i, i)).collect();
+        acked.extend(writer.await);
         assert!(!log.is_stale(2) && !dirs.is_fenced(2));
-        append_many(&log, 350, 10).await;
+        assert!(log.inner.borrow().joining.is_none(), "the copy is still joining");
+        acked.extend(append_in_rounds(log.clone(), 360, 2, 5).await);
         for base in log.inner.borrow().segments.iter().map(|segment| segment.base_offset) {
-            assert_eq!(copy_bytes(&disk, 2, base), copy_bytes(&disk, 0, base), "segment {base}");
+            let (resynced, healthy) = (copy_bytes(&disk, 2, base), copy_bytes(&disk, 0, base));
+            let block = |bytes: &[u8], block: usize| {
+                bytes.get(block * BLOCK_BYTES..(block + 1) * BLOCK_BYTES).map(<[u8]>::to_vec)
+            };
+            let differs = (0..resynced.len().max(healthy.len()) / BLOCK_BYTES)
+                .find(|index| block(&resynced, *index) != block(&healthy, *index));
+            assert_eq!(
+                differs, None,
+                "segment {base}: the resynced copy differs from a healthy one at this block"
+            );
         }
         // The resynced copy alone is enough to read everything back.
         drop(log);
@@ -1221,7 +1275,59 @@ fn a_fenced_directory_is_resynced_live() {
         }
         let (log, report) = open(&disk, &directories(3), small_config()).await.unwrap();
         assert!(report.batches_repaired > 0);
-        check_payloads(&read_all(&log).await, 360);
+        let records = read_all(&log).await;
+        assert_eq!(records.len(), 370);
+        check_acknowledged(&records, &acked);
+    });
+}
+
+/// A read that fails with EIO in one copy of three during recovery fences that copy, as a
+/// failed write or sync does at run time, and the log opens from the two others with every
+/// record; every read of recovery is tried as the one that fails. Reads failing in two copies
+/// of three refuse the start with DataLoss naming both.
+#[test]
+fn a_read_failing_in_one_copy_fences_it_and_recovery_goes_on() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(3), small_config()).await.unwrap();
+        append_many(&log, 0, 60).await;
+        assert!(log.inner.borrow().segments.len() > 1, "the log has rolled");
+        drop(log);
+        let reads_before = disk.read_count();
+        let dirs = directories(3);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        let recovery_reads = disk.read_count() - reads_before;
+        drop(log);
+        for nth in 1..=recovery_reads {
+            disk.fail_nth_read(nth);
+            let dirs = directories(3);
+            let (log, report) = open(&disk, &dirs, small_config())
+                .await
+                .unwrap_or_else(|error| panic!("read {nth} of {recovery_reads} failing: {error}"));
+            assert_eq!(report.copies_fenced.len(), 1, "read {nth}: {report:?}");
+            assert!(dirs.is_fenced(report.copies_fenced[0]) && log.is_stale(report.copies_fenced[0]));
+            check_payloads(&read_all(&log).await, 60);
+        }
+        let every_read_fails = |faulty: &[&str]| crate::storage::sim::FaultPlan {
+            faulty: faulty.iter().map(PathBuf::from).collect(),
+            read_eio_ppm: 1_000_000,
+            ..Default::default()
+        };
+        disk.set_fault_plan(Some(every_read_fails(&["/d1"])), 1);
+        let dirs = directories(3);
+        let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!(report.copies_fenced, vec![1]);
+        append_many(&log, 60, 5).await;
+        check_payloads(&read_all(&log).await, 65);
+        drop(log);
+        disk.set_fault_plan(Some(every_read_fails(&["/d1", "/d2"])), 1);
+        match open(&disk, &directories(3), small_config()).await {
+            Err(LogError::DataLoss(why)) => assert!(why.contains("/d1") && why.contains("/d2"), "{why}"),
+            other => panic!("two failing copies of three: {:?}", other.map(|(_, report)| report)),
+        }
+        disk.set_fault_plan(None, 0);
+        let (log, _) = open(&disk, &directories(3), small_config()).await.unwrap();
+        check_payloads(&read_all(&log).await, 65);
     });
 }
 
@@ -1588,8 +1694,7 @@ async fn spare_ready(log: &Log<SimDisk>) {
 /// spare is left behind.
 #[test]
 fn a_spare_is_zero_filled_ahead_and_becomes_the_next_segment() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_spare_is_zero_filled_ahead_and_becomes_the_next_segment", |disk, _seed| async move {
         let (log, _) = open(&disk, &directories(2), spare_config()).await.unwrap();
         let appended = fill_past_half(&log, 0).await;
         spare_ready(&log).await;
@@ -1695,8 +1800,7 @@ fn crash_after_every_storage_operation_with_spares_and(durable_writes: bool) {
 /// commit.
 #[test]
 fn a_shard_keeps_a_bounded_number_of_spares() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_shard_keeps_a_bounded_number_of_spares", |disk, _seed| async move {
         let dirs = directories(1);
         let mut logs = Vec::new();
         for index in 0..=SPARES_PER_SHARD_MAX {
@@ -1777,33 +1881,40 @@ fn spawn_appends_from(
 #[test]
 fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
     for copies in [1, 3] {
-        run(async move {
-            let disk = SimDisk::new();
-            let dirs = directories(copies);
-            let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
-            let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
-            let appends = spawn_appends(&log, 400);
-            let mut payload_at = std::collections::BTreeMap::new();
-            for append in appends {
-                let (i, result) = append.await;
-                let (offset, count) = result.unwrap();
-                assert_eq!(count, 1);
-                assert!(payload_at.insert(offset, i).is_none(), "offset {offset} given twice");
-            }
-            assert_eq!(payload_at.keys().copied().collect::<Vec<_>>(), (0..400).collect::<Vec<_>>());
-            assert!(log.commits_built_ahead() > 0, "no commit was built ahead");
-            let check = |records: Vec<StoredRecord>| {
-                assert_eq!(records.len(), 400);
-                for record in records {
-                    assert_eq!(record.data, payload(payload_at[&record.offset]), "offset {}", record.offset);
+        for_each_seed(
+            "commits_built_ahead_keep_every_append_where_it_was_acknowledged",
+            |disk, _seed| async move {
+                let dirs = directories(copies);
+                let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
+                let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
+                let appends = spawn_appends(&log, 400);
+                let mut payload_at = std::collections::BTreeMap::new();
+                for append in appends {
+                    let (i, result) = append.await;
+                    let (offset, count) = result.unwrap();
+                    assert_eq!(count, 1);
+                    assert!(payload_at.insert(offset, i).is_none(), "offset {offset} given twice");
                 }
-            };
-            check(read_all(&log).await);
-            drop(log);
-            disk.crash(CrashMode::DropUnsynced);
-            let (reopened, _) = open(&disk, &dirs, config).await.unwrap();
-            check(read_all(&reopened).await);
-        });
+                assert_eq!(payload_at.keys().copied().collect::<Vec<_>>(), (0..400).collect::<Vec<_>>());
+                assert!(log.commits_built_ahead() > 0, "no commit was built ahead");
+                let check = |records: Vec<StoredRecord>| {
+                    assert_eq!(records.len(), 400);
+                    for record in records {
+                        assert_eq!(
+                            record.data,
+                            payload(payload_at[&record.offset]),
+                            "offset {}",
+                            record.offset
+                        );
+                    }
+                };
+                check(read_all(&log).await);
+                drop(log);
+                disk.crash(CrashMode::DropUnsynced);
+                let (reopened, _) = open(&disk, &dirs, config).await.unwrap();
+                check(read_all(&reopened).await);
+            },
+        );
     }
 }
 
@@ -1813,8 +1924,7 @@ fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
 #[test]
 fn a_failed_commit_hands_back_the_batch_taken_ahead() {
     for failing_write in [3, 6, 11] {
-        run(async move {
-            let disk = SimDisk::new();
+        for_each_seed("a_failed_commit_hands_back_the_batch_taken_ahead", |disk, _seed| async move {
             let dirs = directories(1);
             let config = LogConfig { group_commit_bytes_max: 4 * 1024, ..small_config() };
             let (log, _) = open(&disk, &dirs, config.clone()).await.unwrap();
@@ -1883,8 +1993,7 @@ async fn check_from_start(log: &Log<SimDisk>, end: u64) {
 /// one alike, reports nothing torn, and appends after it survive another power failure.
 #[test]
 fn a_deleted_segment_is_recycled_by_the_next_roll() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_deleted_segment_is_recycled_by_the_next_roll", |disk, _seed| async move {
         let dirs = directories(2);
         let (log, _) = open(&disk, &dirs, recycle_config()).await.unwrap();
         let mut next = 0;
@@ -2274,8 +2383,7 @@ async fn append_until_full(log: &Log<SimDisk>, from: u64) -> Vec<u64> {
 
 #[test]
 fn segments_are_sized_by_the_space_there_is() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("segments_are_sized_by_the_space_there_is", |disk, _seed| async move {
         let dirs = directories(1);
         let config =
             LogConfig { segment_bytes_initial: 64 * 1024, segment_bytes_max: 1 << 20, ..small_config() };
@@ -2314,8 +2422,7 @@ fn segments_are_sized_by_the_space_there_is() {
 
 #[test]
 fn spares_are_not_made_on_a_nearly_full_disk() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("spares_are_not_made_on_a_nearly_full_disk", |disk, _seed| async move {
         let dirs = directories(1);
         let config = LogConfig {
             segment_bytes_initial: 64 * 1024,
@@ -2339,8 +2446,7 @@ fn spares_are_not_made_on_a_nearly_full_disk() {
 
 #[test]
 fn a_log_with_a_reserve_commits_on_a_full_disk() {
-    run(async {
-        let disk = SimDisk::new();
+    for_each_seed("a_log_with_a_reserve_commits_on_a_full_disk", |disk, _seed| async move {
         let dirs = directories(1);
         // A journal's shape: small segments, one block per commit, and a reserve.
         let config = LogConfig {
