@@ -1,105 +1,39 @@
 //! Semantic checks on what passed rkyv's structural validation: names, sizes, counts, ranges.
 //! Every refusal is `InvalidArgument` naming the limit.
+//!
+//! The rules themselves are the model's (`ringpost_model::validate`), which the daemon applies
+//! too; this module applies them to the wire's archived requests, keeps the checks that are the
+//! wire's own (a publish request as a whole, update masks), and answers the model's checks with
+//! the wire's `Status`, for the client.
 
 use crate::error::Status;
 use crate::limits::*;
+use ringpost_model::validate as model;
+use ringpost_model::validate::shorten;
+use ringpost_model::Invalid;
 
-/// Checks a topic, subscription or snapshot name with Pub/Sub's rules: 3 to 255 bytes,
-/// starting with a letter, of letters, digits and `-_.~+%`, and not starting with `goog`.
+impl From<Invalid> for Status {
+    /// The model's refusals are all invalid arguments.
+    fn from(invalid: Invalid) -> Status {
+        Status::invalid_argument(invalid.message)
+    }
+}
+
+/// The model's [`model::validate_name`]: Pub/Sub's rules for a topic, subscription or snapshot
+/// name.
 pub fn validate_name(kind: &str, name: &str) -> Result<(), Status> {
-    if name.len() < NAME_BYTES_MIN || name.len() > NAME_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
-            "{kind} name '{}' is {} bytes; it must be {NAME_BYTES_MIN} to {NAME_BYTES_MAX} (NAME_BYTES_MIN, NAME_BYTES_MAX)",
-            shorten(name),
-            name.len()
-        )));
-    }
-    let first = name.as_bytes()[0];
-    if !first.is_ascii_alphabetic() {
-        return Err(Status::invalid_argument(format!(
-            "{kind} name '{}' must start with a letter",
-            shorten(name)
-        )));
-    }
-    if let Some(bad) =
-        name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '%')))
-    {
-        return Err(Status::invalid_argument(format!(
-            "{kind} name '{}' has the character {bad:?}; allowed are letters, digits and -_.~+%",
-            shorten(name)
-        )));
-    }
-    // Compared in place: this runs on every publish, and lowering a copy allocated each time.
-    if name.as_bytes().get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"goog")) {
-        return Err(Status::invalid_argument(format!("{kind} name '{name}' must not start with 'goog'")));
-    }
-    Ok(())
+    Ok(model::validate_name(kind, name)?)
 }
 
-fn shorten(text: &str) -> String {
-    if text.len() <= 64 {
-        return text.to_owned();
-    }
-    let mut cut = 64;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}...", &text[..cut])
-}
-
-/// Checks one message's parts and returns its accounted size (data + attribute keys and
-/// values + ordering key), which counts towards `PUBLISH_REQUEST_BYTES_MAX`.
+/// The model's [`model::validate_message`]: checks one message's parts and returns its
+/// accounted size, which counts towards `PUBLISH_REQUEST_BYTES_MAX`.
 pub fn validate_message<'a>(
     index: usize,
     data: &[u8],
     attributes: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
     ordering_key: &str,
 ) -> Result<usize, Status> {
-    let attribute_count = attributes.len();
-    if attribute_count > ATTRIBUTES_COUNT_MAX {
-        return Err(Status::invalid_argument(format!(
-            "message {index} has {attribute_count} attributes; the limit is {ATTRIBUTES_COUNT_MAX} (ATTRIBUTES_COUNT_MAX)"
-        )));
-    }
-    let mut size = data.len() + ordering_key.len();
-    for (key, value) in attributes {
-        if key.is_empty() {
-            return Err(Status::invalid_argument(format!(
-                "message {index} has an attribute with an empty key"
-            )));
-        }
-        if key.len() > ATTRIBUTE_KEY_BYTES_MAX {
-            return Err(Status::invalid_argument(format!(
-                "message {index} has an attribute key of {} bytes; the limit is {ATTRIBUTE_KEY_BYTES_MAX} (ATTRIBUTE_KEY_BYTES_MAX)",
-                key.len()
-            )));
-        }
-        if value.len() > ATTRIBUTE_VALUE_BYTES_MAX {
-            return Err(Status::invalid_argument(format!(
-                "message {index} attribute '{}' has a value of {} bytes; the limit is {ATTRIBUTE_VALUE_BYTES_MAX} (ATTRIBUTE_VALUE_BYTES_MAX)",
-                shorten(key),
-                value.len()
-            )));
-        }
-        size += key.len() + value.len();
-    }
-    if data.is_empty() && attribute_count == 0 {
-        return Err(Status::invalid_argument(format!(
-            "message {index} is empty: a message needs data or at least one attribute"
-        )));
-    }
-    if ordering_key.len() > ORDERING_KEY_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
-            "message {index} has an ordering key of {} bytes; the limit is {ORDERING_KEY_BYTES_MAX} (ORDERING_KEY_BYTES_MAX)",
-            ordering_key.len()
-        )));
-    }
-    if size > MESSAGE_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
-            "message {index} is {size} bytes; the limit is {MESSAGE_BYTES_MAX} (MESSAGE_BYTES_MAX)"
-        )));
-    }
-    Ok(size)
+    Ok(model::validate_message(index, data, attributes, ordering_key)?)
 }
 
 /// Checks a whole publish request (already structurally valid) and returns its total size.
@@ -131,83 +65,36 @@ pub fn validate_publish(request: &crate::messages::ArchivedPublishRequest) -> Re
     Ok(total)
 }
 
-/// Checks a subscription's ack deadline; 0 stands for the default.
+/// The model's [`model::effective_ack_deadline_seconds`]; 0 stands for the default.
 pub fn effective_ack_deadline_seconds(requested: u32) -> Result<u32, Status> {
-    match requested {
-        0 => Ok(ACK_DEADLINE_SECONDS_DEFAULT),
-        ACK_DEADLINE_SECONDS_MIN..=ACK_DEADLINE_SECONDS_MAX => Ok(requested),
-        _ => Err(Status::invalid_argument(format!(
-            "ack deadline of {requested} s is outside {ACK_DEADLINE_SECONDS_MIN} to {ACK_DEADLINE_SECONDS_MAX} s (ACK_DEADLINE_SECONDS_MIN, ACK_DEADLINE_SECONDS_MAX)"
-        ))),
-    }
+    Ok(model::effective_ack_deadline_seconds(requested)?)
 }
 
-/// Checks a retention duration; 0 stands for the default.
+/// The model's [`model::effective_retention_seconds`]; 0 stands for the default.
 pub fn effective_retention_seconds(requested: u64) -> Result<u64, Status> {
-    match requested {
-        0 => Ok(RETENTION_SECONDS_DEFAULT),
-        RETENTION_SECONDS_MIN..=RETENTION_SECONDS_MAX => Ok(requested),
-        _ => Err(Status::invalid_argument(format!(
-            "message retention of {requested} s is outside {RETENTION_SECONDS_MIN} to {RETENTION_SECONDS_MAX} s (10 minutes to 31 days; RETENTION_SECONDS_MIN, RETENTION_SECONDS_MAX)"
-        ))),
-    }
+    Ok(model::effective_retention_seconds(requested)?)
 }
 
-/// Checks a topic's message retention; 0 means not set (messages are kept until every
-/// subscription has acknowledged them).
+/// The model's [`model::topic_retention_seconds`]; 0 means not set.
 pub fn topic_retention_seconds(requested: u64) -> Result<u64, Status> {
-    match requested {
-        0 => Ok(0),
-        requested => effective_retention_seconds(requested),
-    }
+    Ok(model::topic_retention_seconds(requested)?)
 }
 
-/// Checks a subscription's expiration policy (seconds of inactivity); 0 stands for the default.
+/// The model's [`model::effective_expiration_ttl_seconds`]; 0 stands for the default.
 pub fn effective_expiration_ttl_seconds(requested: u64) -> Result<u64, Status> {
-    match requested {
-        0 => Ok(EXPIRATION_TTL_SECONDS_DEFAULT),
-        ttl if ttl < EXPIRATION_TTL_SECONDS_MIN => Err(Status::invalid_argument(format!(
-            "expiration ttl of {ttl} s is below the minimum of one day (EXPIRATION_TTL_SECONDS_MIN)"
-        ))),
-        ttl => Ok(ttl),
-    }
+    Ok(model::effective_expiration_ttl_seconds(requested)?)
 }
 
-/// Checks a dead-letter policy and returns its delivery attempts: 0 stands for the default, and
-/// without a dead-letter topic there is no policy (0 attempts, the only value allowed then).
-/// Whether the topic exists is the router's to check.
+/// The model's [`model::effective_max_delivery_attempts`]: a dead-letter policy's delivery
+/// attempts, 0 without a dead-letter topic.
 pub fn effective_max_delivery_attempts(dead_letter_topic: &str, requested: u32) -> Result<u32, Status> {
-    if dead_letter_topic.is_empty() {
-        if requested != 0 {
-            return Err(Status::invalid_argument("max_delivery_attempts needs a dead_letter_topic"));
-        }
-        return Ok(0);
-    }
-    validate_name("dead-letter topic", dead_letter_topic)?;
-    match requested {
-        0 => Ok(MAX_DELIVERY_ATTEMPTS_DEFAULT),
-        MAX_DELIVERY_ATTEMPTS_MIN..=MAX_DELIVERY_ATTEMPTS_MAX => Ok(requested),
-        attempts => Err(Status::invalid_argument(format!(
-            "max_delivery_attempts is {attempts}; it must be {MAX_DELIVERY_ATTEMPTS_MIN} to {MAX_DELIVERY_ATTEMPTS_MAX} (0 means {MAX_DELIVERY_ATTEMPTS_DEFAULT}; MAX_DELIVERY_ATTEMPTS_MIN, MAX_DELIVERY_ATTEMPTS_MAX)"
-        ))),
-    }
+    Ok(model::effective_max_delivery_attempts(dead_letter_topic, requested)?)
 }
 
-/// Checks a retry policy and returns its minimum and maximum backoff with defaults applied to
-/// a bound given as 0; both 0 mean no retry policy (a failed message is delivered again at
-/// once), returned as (0, 0).
+/// The model's [`model::effective_retry_backoff_seconds`]: a retry policy's minimum and maximum
+/// backoff, (0, 0) for none.
 pub fn effective_retry_backoff_seconds(minimum: u32, maximum: u32) -> Result<(u32, u32), Status> {
-    if minimum == 0 && maximum == 0 {
-        return Ok((0, 0));
-    }
-    let minimum = if minimum == 0 { BACKOFF_SECONDS_MINIMUM_DEFAULT } else { minimum };
-    let maximum = if maximum == 0 { BACKOFF_SECONDS_MAXIMUM_DEFAULT } else { maximum };
-    if minimum > BACKOFF_SECONDS_MAX || maximum > BACKOFF_SECONDS_MAX || minimum > maximum {
-        return Err(Status::invalid_argument(format!(
-            "retry backoff of {minimum} to {maximum} s: both must be 0 to {BACKOFF_SECONDS_MAX} s and the minimum at most the maximum (BACKOFF_SECONDS_MAX)"
-        )));
-    }
-    Ok((minimum, maximum))
+    Ok(model::effective_retry_backoff_seconds(minimum, maximum)?)
 }
 
 /// The subscription fields an update may name, as Pub/Sub names them.

@@ -1,0 +1,235 @@
+//! The model's checks of names, messages and settings against its limits, and Pub/Sub's
+//! defaults for settings left at 0, as pure functions of plain values: the client checks a
+//! message with these before it sends it, and every protocol of the daemon checks its requests
+//! with them. Every refusal is an [`Invalid`] naming the limit.
+
+use crate::limits::*;
+
+/// A refusal by the model's rules: always an invalid argument, whatever a protocol calls that,
+/// with a message for a person that names the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(message: impl Into<String>) -> Invalid {
+        Invalid { message: message.into() }
+    }
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid argument: {}", self.message)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+/// Checks a topic, subscription or snapshot name with Pub/Sub's rules: 3 to 255 bytes,
+/// starting with a letter, of letters, digits and `-_.~+%`, and not starting with `goog`.
+pub fn validate_name(kind: &str, name: &str) -> Result<(), Invalid> {
+    if name.len() < NAME_BYTES_MIN || name.len() > NAME_BYTES_MAX {
+        return Err(Invalid::new(format!(
+            "{kind} name '{}' is {} bytes; it must be {NAME_BYTES_MIN} to {NAME_BYTES_MAX} (NAME_BYTES_MIN, NAME_BYTES_MAX)",
+            shorten(name),
+            name.len()
+        )));
+    }
+    let first = name.as_bytes()[0];
+    if !first.is_ascii_alphabetic() {
+        return Err(Invalid::new(format!("{kind} name '{}' must start with a letter", shorten(name))));
+    }
+    if let Some(bad) =
+        name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '%')))
+    {
+        return Err(Invalid::new(format!(
+            "{kind} name '{}' has the character {bad:?}; allowed are letters, digits and -_.~+%",
+            shorten(name)
+        )));
+    }
+    // Compared in place: this runs on every publish, and lowering a copy allocated each time.
+    if name.as_bytes().get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"goog")) {
+        return Err(Invalid::new(format!("{kind} name '{name}' must not start with 'goog'")));
+    }
+    Ok(())
+}
+
+/// Bytes of a caller's text that a refusal quotes: enough to recognise a name, while a refusal
+/// of a long one stays short.
+pub const QUOTED_TEXT_BYTES_MAX: usize = 64;
+
+/// `text` as a refusal quotes it: whole, or its first `QUOTED_TEXT_BYTES_MAX` bytes (cut at a
+/// character's boundary) and `...`.
+pub fn shorten(text: &str) -> String {
+    if text.len() <= QUOTED_TEXT_BYTES_MAX {
+        return text.to_owned();
+    }
+    let mut cut = QUOTED_TEXT_BYTES_MAX;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
+}
+
+/// Checks one message's parts and returns its accounted size (data + attribute keys and
+/// values + ordering key), which counts towards `PUBLISH_REQUEST_BYTES_MAX`.
+pub fn validate_message<'a>(
+    index: usize,
+    data: &[u8],
+    attributes: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ordering_key: &str,
+) -> Result<usize, Invalid> {
+    let attribute_count = attributes.len();
+    if attribute_count > ATTRIBUTES_COUNT_MAX {
+        return Err(Invalid::new(format!(
+            "message {index} has {attribute_count} attributes; the limit is {ATTRIBUTES_COUNT_MAX} (ATTRIBUTES_COUNT_MAX)"
+        )));
+    }
+    let mut size = data.len() + ordering_key.len();
+    for (key, value) in attributes {
+        if key.is_empty() {
+            return Err(Invalid::new(format!("message {index} has an attribute with an empty key")));
+        }
+        if key.len() > ATTRIBUTE_KEY_BYTES_MAX {
+            return Err(Invalid::new(format!(
+                "message {index} has an attribute key of {} bytes; the limit is {ATTRIBUTE_KEY_BYTES_MAX} (ATTRIBUTE_KEY_BYTES_MAX)",
+                key.len()
+            )));
+        }
+        if value.len() > ATTRIBUTE_VALUE_BYTES_MAX {
+            return Err(Invalid::new(format!(
+                "message {index} attribute '{}' has a value of {} bytes; the limit is {ATTRIBUTE_VALUE_BYTES_MAX} (ATTRIBUTE_VALUE_BYTES_MAX)",
+                shorten(key),
+                value.len()
+            )));
+        }
+        size += key.len() + value.len();
+    }
+    if data.is_empty() && attribute_count == 0 {
+        return Err(Invalid::new(format!(
+            "message {index} is empty: a message needs data or at least one attribute"
+        )));
+    }
+    if ordering_key.len() > ORDERING_KEY_BYTES_MAX {
+        return Err(Invalid::new(format!(
+            "message {index} has an ordering key of {} bytes; the limit is {ORDERING_KEY_BYTES_MAX} (ORDERING_KEY_BYTES_MAX)",
+            ordering_key.len()
+        )));
+    }
+    if size > MESSAGE_BYTES_MAX {
+        return Err(Invalid::new(format!(
+            "message {index} is {size} bytes; the limit is {MESSAGE_BYTES_MAX} (MESSAGE_BYTES_MAX)"
+        )));
+    }
+    Ok(size)
+}
+
+/// Checks a subscription's ack deadline; 0 stands for the default.
+pub fn effective_ack_deadline_seconds(requested: u32) -> Result<u32, Invalid> {
+    match requested {
+        0 => Ok(ACK_DEADLINE_SECONDS_DEFAULT),
+        ACK_DEADLINE_SECONDS_MIN..=ACK_DEADLINE_SECONDS_MAX => Ok(requested),
+        _ => Err(Invalid::new(format!(
+            "ack deadline of {requested} s is outside {ACK_DEADLINE_SECONDS_MIN} to {ACK_DEADLINE_SECONDS_MAX} s (ACK_DEADLINE_SECONDS_MIN, ACK_DEADLINE_SECONDS_MAX)"
+        ))),
+    }
+}
+
+/// Checks a retention duration; 0 stands for the default.
+pub fn effective_retention_seconds(requested: u64) -> Result<u64, Invalid> {
+    match requested {
+        0 => Ok(RETENTION_SECONDS_DEFAULT),
+        RETENTION_SECONDS_MIN..=RETENTION_SECONDS_MAX => Ok(requested),
+        _ => Err(Invalid::new(format!(
+            "message retention of {requested} s is outside {RETENTION_SECONDS_MIN} to {RETENTION_SECONDS_MAX} s (10 minutes to 31 days; RETENTION_SECONDS_MIN, RETENTION_SECONDS_MAX)"
+        ))),
+    }
+}
+
+/// Checks a topic's message retention; 0 means not set (messages are kept until every
+/// subscription has acknowledged them).
+pub fn topic_retention_seconds(requested: u64) -> Result<u64, Invalid> {
+    match requested {
+        0 => Ok(0),
+        requested => effective_retention_seconds(requested),
+    }
+}
+
+/// Checks a subscription's expiration policy (seconds of inactivity); 0 stands for the default.
+pub fn effective_expiration_ttl_seconds(requested: u64) -> Result<u64, Invalid> {
+    match requested {
+        0 => Ok(EXPIRATION_TTL_SECONDS_DEFAULT),
+        ttl if ttl < EXPIRATION_TTL_SECONDS_MIN => Err(Invalid::new(format!(
+            "expiration ttl of {ttl} s is below the minimum of one day (EXPIRATION_TTL_SECONDS_MIN)"
+        ))),
+        ttl => Ok(ttl),
+    }
+}
+
+/// Checks a dead-letter policy and returns its delivery attempts: 0 stands for the default, and
+/// without a dead-letter topic there is no policy (0 attempts, the only value allowed then).
+/// Whether the topic exists is the router's to check.
+pub fn effective_max_delivery_attempts(dead_letter_topic: &str, requested: u32) -> Result<u32, Invalid> {
+    if dead_letter_topic.is_empty() {
+        if requested != 0 {
+            return Err(Invalid::new("max_delivery_attempts needs a dead_letter_topic"));
+        }
+        return Ok(0);
+    }
+    validate_name("dead-letter topic", dead_letter_topic)?;
+    match requested {
+        0 => Ok(MAX_DELIVERY_ATTEMPTS_DEFAULT),
+        MAX_DELIVERY_ATTEMPTS_MIN..=MAX_DELIVERY_ATTEMPTS_MAX => Ok(requested),
+        attempts => Err(Invalid::new(format!(
+            "max_delivery_attempts is {attempts}; it must be {MAX_DELIVERY_ATTEMPTS_MIN} to {MAX_DELIVERY_ATTEMPTS_MAX} (0 means {MAX_DELIVERY_ATTEMPTS_DEFAULT}; MAX_DELIVERY_ATTEMPTS_MIN, MAX_DELIVERY_ATTEMPTS_MAX)"
+        ))),
+    }
+}
+
+/// Checks a retry policy and returns its minimum and maximum backoff with defaults applied to
+/// a bound given as 0; both 0 mean no retry policy (a failed message is delivered again at
+/// once), returned as (0, 0).
+pub fn effective_retry_backoff_seconds(minimum: u32, maximum: u32) -> Result<(u32, u32), Invalid> {
+    if minimum == 0 && maximum == 0 {
+        return Ok((0, 0));
+    }
+    let minimum = if minimum == 0 { BACKOFF_SECONDS_MINIMUM_DEFAULT } else { minimum };
+    let maximum = if maximum == 0 { BACKOFF_SECONDS_MAXIMUM_DEFAULT } else { maximum };
+    if minimum > BACKOFF_SECONDS_MAX || maximum > BACKOFF_SECONDS_MAX || minimum > maximum {
+        return Err(Invalid::new(format!(
+            "retry backoff of {minimum} to {maximum} s: both must be 0 to {BACKOFF_SECONDS_MAX} s and the minimum at most the maximum (BACKOFF_SECONDS_MAX)"
+        )));
+    }
+    Ok((minimum, maximum))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_limit_and_quote_at_most_64_bytes() {
+        let long = format!("a{}", "é".repeat(200));
+        let refusal = validate_name("topic", &long).unwrap_err();
+        assert!(refusal.message.contains("NAME_BYTES_MAX"), "{refusal}");
+        assert!(refusal.message.contains(&format!("'{}'", shorten(&long))), "{refusal}");
+        assert!(shorten(&long).len() <= QUOTED_TEXT_BYTES_MAX + "...".len());
+        assert_eq!(shorten("orders"), "orders");
+    }
+
+    #[test]
+    fn settings_left_at_0_take_pub_subs_defaults() {
+        assert_eq!(effective_ack_deadline_seconds(0), Ok(ACK_DEADLINE_SECONDS_DEFAULT));
+        assert_eq!(effective_retention_seconds(0), Ok(RETENTION_SECONDS_DEFAULT));
+        assert_eq!(topic_retention_seconds(0), Ok(0), "a topic's retention left at 0 is not set");
+        assert_eq!(effective_expiration_ttl_seconds(0), Ok(EXPIRATION_TTL_SECONDS_DEFAULT));
+        assert_eq!(effective_max_delivery_attempts("dead", 0), Ok(MAX_DELIVERY_ATTEMPTS_DEFAULT));
+        assert_eq!(effective_max_delivery_attempts("", 0), Ok(0));
+        assert_eq!(effective_retry_backoff_seconds(0, 60), Ok((BACKOFF_SECONDS_MINIMUM_DEFAULT, 60)));
+        assert_eq!(
+            effective_max_delivery_attempts("", 5),
+            Err(Invalid::new("max_delivery_attempts needs a dead_letter_topic"))
+        );
+    }
+}
