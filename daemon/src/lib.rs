@@ -61,6 +61,8 @@ pub struct Config {
     /// `DataLoss`, with its subscriptions, while every other topic is served. Off by default:
     /// the daemon then refuses to start and says which topic is damaged and why.
     pub quarantine_damaged: bool,
+    /// What every shard allows the connections on its port (the router's and the forwarders').
+    pub connections: protocol::native::server::ConnectionLimits,
 }
 
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
@@ -119,6 +121,7 @@ impl Config {
             io_memory_bytes: io_memory_bytes_for(shards),
             log: log::LogConfig::default(),
             quarantine_damaged: false,
+            connections: protocol::native::server::ConnectionLimits::default(),
         }
     }
 }
@@ -378,6 +381,7 @@ fn start_forwarder_shard(
     let data_dirs = config.data_dirs.clone();
     let log_config = config.log.clone();
     let quarantine_damaged = config.quarantine_damaged;
+    let connection_limits = config.connections;
     LocalExecutorBuilder::new(placement)
         .name(&format!("forwarder-{shard}"))
         .io_memory(config.io_memory_bytes)
@@ -419,8 +423,12 @@ fn start_forwarder_shard(
             stop_on_close(stop_socket, stop.clone());
             let stopping = forwarder.clone();
             crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
-            let serving =
-                crate::runtime::spawn(protocol::native::server::serve(listener, forwarder.clone(), stop));
+            let serving = crate::runtime::spawn(protocol::native::server::serve(
+                listener,
+                forwarder.clone(),
+                stop,
+                connection_limits,
+            ));
             run_forwarder_timers(&forwarder);
             // The router's requests are served until the shard ends (the router stops
             // first, so none is cut short by this shard's stop).
@@ -523,6 +531,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
 
     let data_dirs = config.data_dirs.clone();
     let balance_factor = config.balance_factor;
+    let connection_limits = config.connections;
     let router_ready = ready_sender.clone();
     let (router_stop, router_shard_stop) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
@@ -589,7 +598,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             .detach();
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
-            let connections = protocol::native::server::serve(listener, router, stop).await;
+            let connections =
+                protocol::native::server::serve(listener, router, stop, connection_limits).await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))?;
