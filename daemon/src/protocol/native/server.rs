@@ -516,7 +516,10 @@ impl AcceptFailures {
             self.suppressed += 1;
         }
         crate::runtime::sleep(self.backoff).await;
-        self.backoff = (self.backoff * 2).min(ACCEPT_BACKOFF_MAX);
+        // A failure that still answered a client made progress: the next client is not kept
+        // waiting longer. Only failures that take no one back off further.
+        self.backoff =
+            if refused > 0 { ACCEPT_BACKOFF_MIN } else { (self.backoff * 2).min(ACCEPT_BACKOFF_MAX) };
     }
 }
 
