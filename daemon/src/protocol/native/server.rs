@@ -42,7 +42,10 @@ pub const CONNECTIONS_PER_PEER_MAX: usize = CONNECTIONS_PER_SHARD_MAX / 4;
 pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
 /// Bytes the frames not yet whole of one shard's connections may hold. Two frames of the
 /// largest size fit, and a thousand 32 KiB ones; a frame that would take more closes its
-/// connection with `ResourceExhausted` (see `read_frames`).
+/// connection with `ResourceExhausted` (`Reading::read_batch`), which a publisher retries.
+/// Frames are partial only while they arrive (milliseconds on a fast link), so this bounds
+/// large frames arriving at the same moment, not large frames in flight; an operator whose
+/// many publishers send the largest requests at once raises it (`--partial-frames-mib-max`).
 pub const PARTIAL_FRAME_BYTES_SHARD_MAX: usize = 32 << 20;
 /// How long a new connection may take to authenticate (today: to send its first whole frame).
 pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(10);
@@ -79,8 +82,10 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// One log line per this long at most about failed accepts, counting those not logged.
 const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// Partial frames released since the last trim of malloc's free memory beyond which a closing
-/// connection trims it (the heap keeps freed pages otherwise).
-const PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM: usize = PARTIAL_FRAME_BYTES_SHARD_MAX;
+/// connection trims it (the heap keeps freed pages otherwise, up to its 128 MiB trim
+/// threshold): a quarter of the budget, so that what stays untrimmed after a burst of slow
+/// peers is small, while a trim (a walk of the free lists) costs a peer that many bytes sent.
+const PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM: usize = PARTIAL_FRAME_BYTES_SHARD_MAX / 4;
 
 /// What a shard allows the connections on its port: the router's and each forwarder's alike.
 #[derive(Debug, Clone, Copy, PartialEq)]
