@@ -353,9 +353,14 @@ impl Shard {
         self.sockets.borrow_mut().remove(&socket);
         self.connections.set(self.connections.get() - 1);
         // Many partial frames given back leave the heap holding their pages; trim once they
-        // add up, so that memory taken by a burst of slow peers returns to the system.
-        if self.partial_frame_bytes_released.get() >= PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM
-            && self.partial_frame_bytes.get() < self.limits.partial_frame_bytes_max / 4
+        // add up, and once more when the last partial frame is gone, so that memory taken by
+        // a burst of slow peers returns to the system.
+        let released = self.partial_frame_bytes_released.get();
+        let held = self.partial_frame_bytes.get();
+        let burst_over = held == 0 && released >= PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM / 2;
+        if burst_over
+            || (released >= PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM
+                && held < self.limits.partial_frame_bytes_max / 4)
         {
             self.partial_frame_bytes_released.set(0);
             crate::metrics::process::release_free_memory();
