@@ -21,6 +21,7 @@ use nix::errno::Errno;
 use nix::sys::socket::MsgFlags;
 use ringpost_wire::frame::{encode_frame, Body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
+use ringpost_wire::Status;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::{IoSlice, Read, Write};
@@ -325,6 +326,10 @@ pub struct Connection {
     streams: Arc<Streams>,
     next_request: AtomicU64,
     closed: Arc<AtomicBool>,
+    /// The error the server closed the connection with (a refusal naming a limit, a protocol
+    /// error), if it gave one: what a request on the closed connection fails with, instead of
+    /// a bare "closed" that hides why.
+    refusal: Arc<Mutex<Option<Status>>>,
     pub(crate) started: AtomicU64,
     pub(crate) completed: Arc<AtomicU64>,
 }
@@ -346,6 +351,7 @@ impl Connection {
         let pending: Arc<Pending> = Arc::default();
         let streams: Arc<Streams> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
+        let refusal: Arc<Mutex<Option<Status>>> = Arc::default();
         let completed = Arc::new(AtomicU64::new(0));
         let writer = Arc::new(Writer::new(stream));
         let connection = Arc::new(Connection {
@@ -356,6 +362,7 @@ impl Connection {
             streams: streams.clone(),
             next_request: AtomicU64::new(1),
             closed: closed.clone(),
+            refusal: refusal.clone(),
             started: AtomicU64::new(0),
             completed: completed.clone(),
         });
@@ -368,7 +375,7 @@ impl Connection {
         std::thread::Builder::new()
             .name(format!("ringpost-reader-{address}"))
             .spawn(move || {
-                read_responses(reader, pending, streams, closed, completed);
+                read_responses(reader, pending, streams, (closed, refusal), completed);
                 // Nothing more can be answered: stop sending too.
                 reader_writer.close();
             })
@@ -382,6 +389,14 @@ impl Connection {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// What a request on this closed connection fails with: the server's reason, if it gave one.
+    fn closed_error(&self) -> Error {
+        match &*self.refusal.lock().unwrap() {
+            Some(status) => Error::Status(status.clone()),
+            None => Error::Closed(self.address.clone()),
+        }
     }
 
     /// Requests started and completed on this connection; the difference is what is in flight.
@@ -409,7 +424,7 @@ impl Connection {
         // written here, so it always queues.
         if self.is_closed() || !self.writer.push(frame, false) {
             self.streams.lock().unwrap().remove(&request_id);
-            return Err(Error::Closed(self.address.clone()));
+            return Err(self.closed_error());
         }
         Ok(StreamReceiver { queue, connection: self.clone() })
     }
@@ -423,7 +438,7 @@ impl Connection {
             // Checked under the lock the reader thread drains `pending` with after it marks the
             // connection closed: a request is either refused here or failed by the reader.
             if self.is_closed() {
-                return ResponseFuture::ready(Err(Error::Closed(self.address.clone())));
+                return ResponseFuture::ready(Err(self.closed_error()));
             }
             if pending.len() >= REQUESTS_PENDING_PER_CONNECTION_MAX {
                 return ResponseFuture::ready(Err(Error::Status(ringpost_wire::Status::resource_exhausted(format!(
@@ -444,7 +459,7 @@ impl Connection {
             if self.pending.lock().unwrap().remove(&request_id).is_some() {
                 self.completed.fetch_add(1, Ordering::Relaxed);
             }
-            return ResponseFuture::ready(Err(Error::Closed(self.address.clone())));
+            return ResponseFuture::ready(Err(self.closed_error()));
         }
         ResponseFuture {
             slot: Some(slot),
@@ -480,7 +495,7 @@ fn read_responses(
     socket: TcpStream,
     pending: Arc<Pending>,
     streams: Arc<Streams>,
-    closed: Arc<AtomicBool>,
+    (closed, refusal): (Arc<AtomicBool>, Arc<Mutex<Option<Status>>>),
     completed: Arc<AtomicU64>,
 ) {
     let address = socket.peer_addr().map(|peer| peer.to_string()).unwrap_or_else(|_| "the server".into());
@@ -509,6 +524,7 @@ fn read_responses(
             // A connection-level error (protocol error, too many connections): the server
             // closes the connection after it.
             let status = ringpost_wire::frame::decode_error(&body);
+            *refusal.lock().unwrap() = Some(status.clone());
             break Error::Status(status);
         }
         let stream = streams.lock().unwrap().get(&header.request_id).cloned();

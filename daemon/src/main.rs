@@ -50,6 +50,81 @@ struct Flags {
     /// are, while the other topics are served; without it the daemon refuses to start
     #[argh(switch)]
     quarantine_damaged: bool,
+    /// connections each shard serves at most, on its port (default 4096)
+    #[argh(option)]
+    connections_per_shard_max: Option<usize>,
+    /// connections one peer address may hold on each shard (default 1024)
+    #[argh(option)]
+    connections_per_peer_max: Option<usize>,
+    /// connections each shard holds that have not authenticated yet, i.e. sent no whole frame
+    /// (default 1024)
+    #[argh(option)]
+    connections_unauthenticated_max: Option<usize>,
+    /// mebibytes that the frames not yet whole of each shard's connections may hold; a frame that
+    /// would take more closes its connection with ResourceExhausted (default 32)
+    #[argh(option)]
+    partial_frames_mib_max: Option<usize>,
+    /// milliseconds a new connection has to authenticate, i.e. send its first whole frame
+    /// (default 10000)
+    #[argh(option)]
+    unauthenticated_deadline_ms: Option<u64>,
+    /// milliseconds a frame may take to arrive once its first byte has, plus its length at
+    /// --frame-bytes-per-second-min (default 5000)
+    #[argh(option)]
+    frame_deadline_base_ms: Option<u64>,
+    /// the slowest a frame may arrive, in bytes a second (default 1048576)
+    #[argh(option)]
+    frame_bytes_per_second_min: Option<u64>,
+    /// seconds a connection may go without sending a whole frame before it is closed
+    /// (default 600)
+    #[argh(option)]
+    idle_deadline_seconds: Option<u64>,
+}
+
+/// The connection limits the flags set, over the defaults.
+fn connection_limits(flags: &Flags) -> ringpost_daemon::protocol::native::server::ConnectionLimits {
+    let mut limits = ringpost_daemon::protocol::native::server::ConnectionLimits::default();
+    let positive = |value: Option<usize>, name: &str| -> Option<usize> {
+        if value == Some(0) {
+            usage_error(&format!("--{name} must be at least 1"));
+        }
+        value
+    };
+    if let Some(count) = positive(flags.connections_per_shard_max, "connections-per-shard-max") {
+        limits.connections_per_shard_max = count;
+    }
+    if let Some(count) = positive(flags.connections_per_peer_max, "connections-per-peer-max") {
+        limits.connections_per_peer_max = count;
+    }
+    if let Some(count) = positive(flags.connections_unauthenticated_max, "connections-unauthenticated-max") {
+        limits.connections_unauthenticated_max = count;
+    }
+    if let Some(mib) = positive(flags.partial_frames_mib_max, "partial-frames-mib-max") {
+        limits.partial_frame_bytes_max = mib << 20;
+    }
+    let duration = |value: Option<u64>, name: &str| -> Option<Duration> {
+        if value == Some(0) {
+            usage_error(&format!("--{name} must be at least 1"));
+        }
+        value.map(Duration::from_millis)
+    };
+    if let Some(deadline) = duration(flags.unauthenticated_deadline_ms, "unauthenticated-deadline-ms") {
+        limits.unauthenticated_deadline = deadline;
+    }
+    if let Some(deadline) = duration(flags.frame_deadline_base_ms, "frame-deadline-base-ms") {
+        limits.frame_deadline_base = deadline;
+    }
+    if let Some(rate) =
+        positive(flags.frame_bytes_per_second_min.map(|rate| rate as usize), "frame-bytes-per-second-min")
+    {
+        limits.frame_bytes_per_second_min = rate as u64;
+    }
+    if let Some(deadline) =
+        duration(flags.idle_deadline_seconds.map(|seconds| seconds * 1000), "idle-deadline-seconds")
+    {
+        limits.idle_deadline = deadline;
+    }
+    limits
 }
 
 /// The most `--io-memory-mib` takes: the memory is resident from the start, per shard.
@@ -229,6 +304,8 @@ fn main() {
     }
     config.pin_shards = !flags.no_pin;
     config.quarantine_damaged = flags.quarantine_damaged;
+    config.connections = connection_limits(&flags);
+    let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     let shards = config.shards;
     warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
     let daemon = match ringpost_daemon::start(config) {
@@ -238,6 +315,14 @@ fn main() {
             std::process::exit(EXIT_FAILURE);
         }
     };
+    // The daemon raises its soft open-file limit as it starts; say so, since every connection
+    // takes a descriptor and the limits on connections are only as good as that one.
+    let open_files_now = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
+    if let (Some((before, _)), Some((now, hard))) = (open_files_before, open_files_now) {
+        if now != before {
+            eprintln!("ringpostd: raised the open-file limit from {before} to {now} (hard limit {hard})");
+        }
+    }
     let forwarders: Vec<String> = daemon.forwarder_addresses.iter().map(|a| a.to_string()).collect();
     eprintln!(
         "ringpostd: serving on {} (router) with {shards} forwarder shard(s) on {}; data in {}",

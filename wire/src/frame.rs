@@ -188,19 +188,20 @@ pub fn decode_error(bytes: &[u8]) -> Status {
     }
 }
 
-/// Most bytes the splitter reserves for a body before its bytes arrive.
-const SPLITTER_RESERVE_BYTES_MAX: usize = 64 * 1024;
 /// A body with at least this many bytes still to come is read straight into its buffer
 /// (`FrameSplitter::body_room`); less is read through the caller's chunk, which may bring the
 /// next frames in the same read.
 pub const DIRECT_BODY_BYTES_MIN: usize = 64 * 1024;
-/// A body read straight into its buffer has room for at most this many times the bytes that
-/// arrived, so a peer that announces a large body and stops costs little.
-const DIRECT_ROOM_GROWTH: usize = 4;
+/// A body read straight into its buffer grows to at most this many times the bytes that
+/// arrived (more only when the reader says more are already waiting), so a peer that announces
+/// a large body and stops costs little more than what it sent; doubling keeps the copies of a
+/// body that arrives slowly to one body's length in all.
+const DIRECT_ROOM_GROWTH: usize = 2;
 
 /// Splits a byte stream into frames without doing any I/O: feed it bytes as they arrive and
-/// take whole frames out. Memory is bounded by one header plus one body of at most
-/// `FRAME_BODY_BYTES_MAX`.
+/// take whole frames out. A frame not yet whole holds memory for the bytes that arrived, not for
+/// the length its header announces (`held_bytes`, which a server counts against its budget for
+/// partial frames); at most one header plus one body of `FRAME_BODY_BYTES_MAX`.
 #[derive(Default)]
 pub struct FrameSplitter {
     pending: Vec<u8>,
@@ -235,11 +236,11 @@ impl FrameSplitter {
                     if self.pending.len() == FRAME_HEADER_BYTES {
                         let header = FrameHeader::decode(&self.pending)?;
                         self.pending.clear();
-                        // Grow with what arrives instead of reserving the announced length:
-                        // a peer that sends only a header must not cost a whole body.
-                        self.body = FrameBuffer::with_capacity(
-                            (header.body_length as usize).min(SPLITTER_RESERVE_BYTES_MAX),
-                        );
+                        // Room for what arrived, not for the announced length: a peer that
+                        // sends only a header must not cost a body. A frame that arrived
+                        // whole gets its body's exact room, in one allocation.
+                        self.body =
+                            FrameBuffer::with_capacity((header.body_length as usize).min(bytes.len()));
                         self.header = Some(header);
                     }
                 }
@@ -281,12 +282,15 @@ impl FrameSplitter {
     /// memory, at most `DIRECT_ROOM_GROWTH` times the bytes that arrived
     /// (`DIRECT_BODY_BYTES_MIN` at first), and never beyond the body.
     pub fn body_room(&mut self) -> Option<&mut [u8]> {
-        let length = self.header?.body_length as usize;
-        if length - self.filled < DIRECT_BODY_BYTES_MIN {
-            return None;
-        }
-        if self.body.len() == self.filled {
-            let size = (self.filled * DIRECT_ROOM_GROWTH).max(DIRECT_BODY_BYTES_MIN).min(length);
+        self.body_room_for(0)
+    }
+
+    /// `body_room`, knowing that `waiting` more bytes are ready to be read (the socket's
+    /// `FIONREAD`): a body that arrived whole gets its whole room at once, so it is read with
+    /// one allocation and no copy past the bytes its header's read brought.
+    pub fn body_room_for(&mut self, waiting: usize) -> Option<&mut [u8]> {
+        let size = self.body_room_bytes(waiting)?;
+        if size > self.body.len() {
             // A buffer of exactly this size: growing in place would round it up to a power of
             // two, up to twice the body.
             let mut body = FrameBuffer::with_capacity(size);
@@ -295,6 +299,21 @@ impl FrameSplitter {
             self.body = body;
         }
         Some(&mut self.body[self.filled..])
+    }
+
+    /// The size the body's buffer has after `body_room_for(waiting)`, or `None` if the next
+    /// bytes go through the caller's chunk: what a server checks against its budget for partial
+    /// frames before the buffer grows.
+    pub fn body_room_bytes(&self, waiting: usize) -> Option<usize> {
+        let length = self.header?.body_length as usize;
+        if length - self.filled < DIRECT_BODY_BYTES_MIN {
+            return None;
+        }
+        if self.body.len() > self.filled {
+            return Some(self.body.len());
+        }
+        let grown = (self.filled * DIRECT_ROOM_GROWTH).max(self.filled + waiting);
+        Some(grown.max(DIRECT_BODY_BYTES_MIN).min(length))
     }
 
     /// Counts `count` bytes read into the room `body_room` gave; the frame, if they complete it.
@@ -307,5 +326,86 @@ impl FrameSplitter {
     /// Bytes held for a frame not yet complete.
     pub fn buffered_bytes(&self) -> usize {
         self.pending.len() + self.filled
+    }
+
+    /// Memory this splitter holds for a frame not yet complete: the header's bytes and the
+    /// body's buffer, including room not filled yet.
+    pub fn held_bytes(&self) -> usize {
+        self.pending.capacity() + self.body.capacity()
+    }
+
+    /// Room `body_room` gave that no read has filled yet: 0 when the next room grows the body.
+    pub fn body_room_unfilled(&self) -> usize {
+        if self.header.is_some() {
+            self.body.len() - self.filled
+        } else {
+            0
+        }
+    }
+
+    /// The header of the frame being received, once it is whole.
+    pub fn header(&self) -> Option<FrameHeader> {
+        self.header
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(body_length: u32) -> [u8; FRAME_HEADER_BYTES] {
+        FrameHeader { body_length, command: 30, flags: 0, request_id: 1 }.encode()
+    }
+
+    /// A header that announces the largest body holds no body memory until bytes arrive, and
+    /// then only about what arrived.
+    #[test]
+    fn a_partial_frame_holds_what_arrived_not_what_it_announced() {
+        let mut splitter = FrameSplitter::new();
+        assert!(splitter.push(&header(FRAME_BODY_BYTES_MAX as u32)).unwrap().is_empty());
+        assert!(
+            splitter.held_bytes() <= FRAME_HEADER_BYTES,
+            "{} bytes for a bare header",
+            splitter.held_bytes()
+        );
+        assert!(splitter.push(&[7u8; 1000]).unwrap().is_empty());
+        assert!(splitter.held_bytes() < 4096, "{} bytes for 1000 that arrived", splitter.held_bytes());
+        // A slow body's room at most doubles what arrived.
+        let room = splitter.body_room_for(0).unwrap().len();
+        assert_eq!(room + 1000, DIRECT_BODY_BYTES_MIN);
+        let count = room;
+        assert!(splitter.body_filled(count).is_none());
+        assert_eq!(splitter.body_room_bytes(0), Some(DIRECT_BODY_BYTES_MIN * DIRECT_ROOM_GROWTH));
+        assert_eq!(splitter.body_room_unfilled(), 0);
+    }
+
+    /// A body whose bytes are already waiting gets its whole room at once: one buffer of its
+    /// exact length, the bytes its header's read brought copied once.
+    #[test]
+    fn a_body_that_arrived_whole_gets_its_room_at_once() {
+        let length = 1 << 20;
+        let mut splitter = FrameSplitter::new();
+        let mut first = header(length as u32).to_vec();
+        first.extend_from_slice(&[1u8; 4096]);
+        assert!(splitter.push(&first).unwrap().is_empty());
+        assert_eq!(splitter.body_room_bytes(length), Some(length));
+        let room = splitter.body_room_for(length - 4096).unwrap();
+        assert_eq!(room.len(), length - 4096);
+        room.fill(2);
+        let frame = splitter.body_filled(length - 4096).expect("the frame is whole");
+        assert_eq!(frame.body.len(), length);
+        assert_eq!(frame.body.capacity(), length, "one buffer of the body's length");
+        assert_eq!(splitter.held_bytes(), splitter.pending.capacity());
+    }
+
+    /// A frame that arrives whole in one read gets one allocation of its body's length.
+    #[test]
+    fn a_small_frame_in_one_read_is_one_allocation() {
+        let mut splitter = FrameSplitter::new();
+        let mut bytes = header(300).to_vec();
+        bytes.extend_from_slice(&[3u8; 300]);
+        let frames = splitter.push(&bytes).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].body.capacity(), 300);
     }
 }

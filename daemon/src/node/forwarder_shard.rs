@@ -92,6 +92,7 @@ fn start_forwarder_shard(
     let data_dirs = config.data_dirs.clone();
     let log_config = config.log.clone();
     let quarantine_damaged = config.quarantine_damaged;
+    let connection_limits = config.connections;
     LocalExecutorBuilder::new(placement)
         .name(&format!("forwarder-{shard}"))
         .io_memory(config.io_memory_bytes)
@@ -134,7 +135,12 @@ fn start_forwarder_shard(
             let stopping = forwarder.clone();
             crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
             let serving =
-                crate::runtime::spawn(protocol::native::server::serve(listener, forwarder.clone(), stop));
+                crate::runtime::spawn(protocol::native::server::serve(
+                listener,
+                forwarder.clone(),
+                stop,
+                connection_limits,
+            ));
             run_forwarder_timers(&forwarder);
             // The router's requests are served until the shard ends (the router stops
             // first, so none is cut short by this shard's stop).

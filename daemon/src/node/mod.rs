@@ -9,7 +9,7 @@ mod forwarder_shard;
 mod os;
 mod router_shard;
 
-use crate::{log, metrics, placement, router, shard};
+use crate::{log, metrics, placement, protocol, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
 use os::{bind, check_data_directories, lock_data_dir, raise_open_file_limit};
 pub use os::{forwarder_port, host_and_port, OPEN_FILES_WANTED};
@@ -47,6 +47,8 @@ pub struct Config {
     /// `DataLoss`, with its subscriptions, while every other topic is served. Off by default:
     /// the daemon then refuses to start and says which topic is damaged and why.
     pub quarantine_damaged: bool,
+    /// What every shard allows the connections on its port (the router's and the forwarders').
+    pub connections: protocol::native::server::ConnectionLimits,
 }
 
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
@@ -105,6 +107,7 @@ impl Config {
             io_memory_bytes: io_memory_bytes_for(shards),
             log: log::LogConfig::default(),
             quarantine_damaged: false,
+            connections: protocol::native::server::ConnectionLimits::default(),
         }
     }
 }

@@ -33,6 +33,7 @@ pub(super) fn start_router_shard(
 ) -> Result<glommio::ExecutorJoinHandle<()>, String> {
     let data_dirs = config.data_dirs.clone();
     let balance_factor = config.balance_factor;
+    let connection_limits = config.connections;
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -90,7 +91,7 @@ pub(super) fn start_router_shard(
             run_router_timers(&router);
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
-            let connections = protocol::native::server::serve(listener, router, stop).await;
+            let connections = protocol::native::server::serve(listener, router, stop, connection_limits).await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod client_api;
+mod connections;
 mod crash;
 mod damage;
 mod deadlines;

@@ -1,12 +1,19 @@
 //! The connection server shared by the router and the forwarders: frames in, one task per
 //! request, responses out in completion order (each carries its request id).
 //!
-//! Bounds: a frame body is refused before allocation if it exceeds `FRAME_BODY_BYTES_MAX`;
-//! at most `REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX` requests run per connection (the reader
-//! stops reading beyond that, which is TCP backpressure); responses wait in a queue of the
-//! same bound; at most `CONNECTIONS_PER_SHARD_MAX` connections per shard; a connection that
-//! sends nothing for `CONNECTION_IDLE_MAX` is closed. A frame that cannot be parsed gets a
-//! `ProtocolError` reply and the connection is closed; other connections carry on.
+//! Bounds (`ConnectionLimits`, per shard): a frame body is refused before allocation if it
+//! exceeds `FRAME_BODY_BYTES_MAX`; a frame not yet whole holds memory only for the bytes that
+//! arrived, out of the shard's `partial_frame_bytes_max`, and must arrive within
+//! `frame_deadline_base` plus its length at `frame_bytes_per_second_min` once its first byte
+//! has; at most `REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX` requests run per connection (the
+//! reader stops reading beyond that, which is TCP backpressure); responses wait in a queue of
+//! the same bound; connections are limited per shard, per peer address, and before they are
+//! authenticated; a connection that completes no frame for `idle_deadline` is closed (bytes
+//! that never make a frame do not count). A connection is unauthenticated until its first
+//! whole frame (authentication will end that phase instead) and must get there within
+//! `unauthenticated_deadline`. A refusal or a closing for a limit is an error frame (request
+//! id 0) naming the limit. A frame that cannot be parsed gets a `ProtocolError` reply and the
+//! connection is closed; other connections carry on.
 
 use crate::subscription::budget::StreamReservation;
 use crate::sync::{Notify, Stop};
@@ -19,23 +26,103 @@ use ringpost_wire::frame::{encode_error, FrameBuffer, FrameHeader, FrameSplitter
 use ringpost_wire::gather::GatheredFrame;
 use ringpost_wire::{ErrorCode, Status};
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSlice;
-use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: u64 = 1024;
 pub const CONNECTIONS_PER_SHARD_MAX: usize = 4096;
+/// Connections one peer address may hold on one shard: a quarter of the shard's, so that one
+/// client (or one host behind it) cannot shut every other out.
+pub const CONNECTIONS_PER_PEER_MAX: usize = CONNECTIONS_PER_SHARD_MAX / 4;
+/// Connections of a shard that have not authenticated yet (today: sent no whole frame yet).
+pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
+/// Bytes the frames not yet whole of one shard's connections may hold. Two frames of the
+/// largest size fit, and a thousand 32 KiB ones; a frame that would take more closes its
+/// connection with `ResourceExhausted` (`Reading::read_batch`), which a publisher retries.
+/// Frames are partial only while they arrive (milliseconds on a fast link), so this bounds
+/// large frames arriving at the same moment, not large frames in flight; an operator whose
+/// many publishers send the largest requests at once raises it (`--partial-frames-mib-max`).
+pub const PARTIAL_FRAME_BYTES_SHARD_MAX: usize = 32 << 20;
+/// How long a new connection may take to authenticate (today: to send its first whole frame).
+pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a frame may take to arrive once its first byte has, before its length's share.
+pub const FRAME_DEADLINE_BASE: Duration = Duration::from_secs(5);
+/// The slowest a frame may arrive, beyond `FRAME_DEADLINE_BASE`: the largest frame then has 21
+/// seconds, and a peer that trickles bytes to hold memory is closed.
+pub const FRAME_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
+/// A connection that completes no frame for this long is closed.
 pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
 /// Responses smaller than this are gathered into one socket write.
 const COALESCE_BYTES_MAX: usize = 256 * 1024;
 /// Runs handed to one vectored write: Linux takes at most 1024 (`UIO_MAXIOV`).
 const WRITE_RUNS_MAX: usize = 1024;
-/// Read buffer of one connection, allocated for its whole life: at `CONNECTIONS_PER_SHARD_MAX`
-/// idle connections this is what a shard holds for them (256 MiB), so it stays modest.
+/// Read buffer of an authenticated connection, allocated for the rest of its life: at
+/// `CONNECTIONS_PER_SHARD_MAX` idle connections this is what a shard holds for them
+/// (256 MiB), so it stays modest.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Read buffer of a connection until it authenticates: small, so that the many connections an
+/// unauthenticated client may open cost little (a large first frame's body is read straight
+/// into its own buffer anyway).
+const READ_CHUNK_UNAUTHENTICATED_BYTES: usize = 4 * 1024;
+/// How long a refused connection is kept to read what its peer sent before it closes: closing
+/// a socket with unread bytes resets it, and the reset can overtake the refusal.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// Refused connections a shard keeps lingering at once; beyond, a refusal closes at once.
+const REFUSALS_LINGERING_MAX: usize = 256;
+/// Bytes a lingering refused connection reads (and drops) at most.
+const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;
+/// Accept failures wait this long before the next accept, doubling up to the maximum while
+/// they go on, so that a shard out of file descriptors does not spin.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// One log line per this long at most about failed accepts, counting those not logged.
+const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// Partial frames released since the last trim of malloc's free memory beyond which a closing
+/// connection trims it (the heap keeps freed pages otherwise, up to its 128 MiB trim
+/// threshold): a quarter of the budget, so that what stays untrimmed after a burst of slow
+/// peers is small, while a trim (a walk of the free lists) costs a peer that many bytes sent.
+const PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM: usize = PARTIAL_FRAME_BYTES_SHARD_MAX / 4;
+
+/// What a shard allows the connections on its port: the router's and each forwarder's alike.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConnectionLimits {
+    pub connections_per_shard_max: usize,
+    pub connections_per_peer_max: usize,
+    pub connections_unauthenticated_max: usize,
+    pub partial_frame_bytes_max: usize,
+    pub unauthenticated_deadline: Duration,
+    pub frame_deadline_base: Duration,
+    pub frame_bytes_per_second_min: u64,
+    pub idle_deadline: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            connections_per_shard_max: CONNECTIONS_PER_SHARD_MAX,
+            connections_per_peer_max: CONNECTIONS_PER_PEER_MAX,
+            connections_unauthenticated_max: CONNECTIONS_UNAUTHENTICATED_MAX,
+            partial_frame_bytes_max: PARTIAL_FRAME_BYTES_SHARD_MAX,
+            unauthenticated_deadline: UNAUTHENTICATED_DEADLINE,
+            frame_deadline_base: FRAME_DEADLINE_BASE,
+            frame_bytes_per_second_min: FRAME_BYTES_PER_SECOND_MIN,
+            idle_deadline: CONNECTION_IDLE_MAX,
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// When a frame whose first byte came at `started` must be whole, if its header (when
+    /// known) announces `body_bytes`.
+    fn frame_deadline(&self, started: Instant, body_bytes: u64) -> Instant {
+        let rate = self.frame_bytes_per_second_min.max(1);
+        started + self.frame_deadline_base + Duration::from_millis(body_bytes.saturating_mul(1000) / rate)
+    }
+}
 
 /// Frames a stream may have waiting for the socket before it must wait: a slow reader slows
 /// the stream down instead of growing memory (its messages stay in the log).
@@ -191,17 +278,132 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
     encode_error(header.command, header.request_id, status)
 }
 
+/// What the connections of one shard share: their counts, against the limits, and the bytes
+/// their frames not yet whole hold.
+struct Shard {
+    limits: ConnectionLimits,
+    connections: Cell<usize>,
+    unauthenticated: Cell<usize>,
+    per_peer: RefCell<HashMap<IpAddr, usize>>,
+    partial_frame_bytes: Cell<usize>,
+    /// Bytes partial frames gave back since malloc's free memory was last trimmed.
+    partial_frame_bytes_released: Cell<usize>,
+    refusals_lingering: Cell<usize>,
+    /// The sockets of the connections open now. A stop shuts their reading side, which ends
+    /// each connection's pending read at once: a read waiting on the stop order as well would
+    /// register with it at every read of every connection.
+    sockets: RefCell<HashSet<RawFd>>,
+    closed: Notify,
+}
+
+impl Shard {
+    /// Why a new connection from `peer` is refused, if it is: the limit it would pass.
+    fn refusal(&self, peer: Option<IpAddr>) -> Option<Status> {
+        let limits = &self.limits;
+        let message = if self.connections.get() >= limits.connections_per_shard_max {
+            format!(
+                "this shard already serves {} connections (connections_per_shard_max)",
+                limits.connections_per_shard_max
+            )
+        } else if self.unauthenticated.get() >= limits.connections_unauthenticated_max {
+            format!(
+                "this shard already has {} connections that have not authenticated (connections_unauthenticated_max)",
+                limits.connections_unauthenticated_max
+            )
+        } else if peer.is_some_and(|peer| {
+            self.per_peer.borrow().get(&peer).copied().unwrap_or(0) >= limits.connections_per_peer_max
+        }) {
+            format!(
+                "{} already holds {} connections to this shard (connections_per_peer_max)",
+                peer.unwrap(),
+                limits.connections_per_peer_max
+            )
+        } else {
+            return None;
+        };
+        Some(Status::resource_exhausted(message))
+    }
+
+    fn opened(&self, socket: RawFd, peer: Option<IpAddr>) {
+        self.connections.set(self.connections.get() + 1);
+        self.unauthenticated.set(self.unauthenticated.get() + 1);
+        if let Some(peer) = peer {
+            *self.per_peer.borrow_mut().entry(peer).or_insert(0) += 1;
+        }
+        self.sockets.borrow_mut().insert(socket);
+    }
+
+    fn authenticated(&self) {
+        debug_assert!(self.unauthenticated.get() > 0);
+        self.unauthenticated.set(self.unauthenticated.get() - 1);
+    }
+
+    fn left(&self, socket: RawFd, peer: Option<IpAddr>, authenticated: bool) {
+        if !authenticated {
+            self.authenticated();
+        }
+        if let Some(peer) = peer {
+            let mut per_peer = self.per_peer.borrow_mut();
+            let count = per_peer.get_mut(&peer).expect("a connection's peer is counted");
+            *count -= 1;
+            if *count == 0 {
+                per_peer.remove(&peer);
+            }
+        }
+        self.sockets.borrow_mut().remove(&socket);
+        self.connections.set(self.connections.get() - 1);
+        // Many partial frames given back leave the heap holding their pages; trim once they
+        // add up, and once more when the last partial frame is gone, so that memory taken by
+        // a burst of slow peers returns to the system.
+        let released = self.partial_frame_bytes_released.get();
+        let held = self.partial_frame_bytes.get();
+        let burst_over = held == 0 && released >= PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM / 2;
+        if burst_over
+            || (released >= PARTIAL_FRAME_BYTES_RELEASED_BEFORE_TRIM
+                && held < self.limits.partial_frame_bytes_max / 4)
+        {
+            self.partial_frame_bytes_released.set(0);
+            crate::metrics::process::release_free_memory();
+        }
+        self.closed.notify_all();
+    }
+
+    /// Moves the bytes a connection's partial frame holds from `before` to `after`.
+    fn charge_partial(&self, before: usize, after: usize) {
+        let total = self.partial_frame_bytes.get() + after - before;
+        self.partial_frame_bytes.set(total);
+        if after < before {
+            self.partial_frame_bytes_released.set(self.partial_frame_bytes_released.get() + before - after);
+        }
+    }
+
+    fn partial_has_room(&self, bytes: usize) -> bool {
+        self.partial_frame_bytes.get().saturating_add(bytes) <= self.limits.partial_frame_bytes_max
+    }
+}
+
 /// Accepts and serves connections until `stop` is given; then stops accepting (the listening
 /// socket closes, so new clients are refused at once), lets every connection finish the
 /// requests it has running and answer them, and returns once all connections are closed.
 /// Returns how many connections were open when the stop was given.
-pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop) -> usize {
-    let connections = Rc::new(Cell::new(0usize));
-    let closed = Rc::new(Notify::new());
-    // The sockets of the connections open now. A stop shuts their reading side, which ends
-    // each connection's pending read at once: a read waiting on the stop order as well would
-    // register with it at every read of every connection.
-    let sockets: Rc<RefCell<std::collections::HashSet<RawFd>>> = Rc::default();
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    handler: Rc<H>,
+    stop: Stop,
+    limits: ConnectionLimits,
+) -> usize {
+    let shard = Rc::new(Shard {
+        limits,
+        connections: Cell::new(0),
+        unauthenticated: Cell::new(0),
+        per_peer: RefCell::default(),
+        partial_frame_bytes: Cell::new(0),
+        partial_frame_bytes_released: Cell::new(0),
+        refusals_lingering: Cell::new(0),
+        sockets: RefCell::default(),
+        closed: Notify::new(),
+    });
+    let mut failures = AcceptFailures::new();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             stop.given().await;
@@ -212,49 +414,153 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, stop: Stop
         let stream = match accepted {
             Ok(stream) => stream,
             Err(error) => {
-                eprintln!("ringpostd: accept failed: {error}");
-                crate::runtime::sleep(Duration::from_millis(50)).await;
+                failures.failed(&listener, &error.into()).await;
                 continue;
             }
         };
-        if connections.get() >= CONNECTIONS_PER_SHARD_MAX {
-            crate::runtime::spawn(async move {
-                let mut stream = stream;
-                let status = Status::resource_exhausted(format!(
-                    "this shard already serves {CONNECTIONS_PER_SHARD_MAX} connections (CONNECTIONS_PER_SHARD_MAX)"
-                ));
-                let _ = stream.write_all(&encode_error(0, 0, &status)).await;
-            })
-            .detach();
+        failures.succeeded();
+        let peer = stream.peer_addr().ok().map(|address| address.ip());
+        if let Some(status) = shard.refusal(peer) {
+            refuse(stream, status, &shard);
             continue;
         }
-        connections.set(connections.get() + 1);
         let socket = stream.as_raw_fd();
-        sockets.borrow_mut().insert(socket);
-        let (handler, connections, closed, stop, sockets) =
-            (handler.clone(), connections.clone(), closed.clone(), stop.clone(), sockets.clone());
+        shard.opened(socket, peer);
+        let (handler, shard, stop) = (handler.clone(), shard.clone(), stop.clone());
         crate::runtime::spawn(async move {
-            serve_connection(stream, handler, stop).await;
+            let authenticated = serve_connection(stream, handler, stop, &shard).await;
             // The socket closed as serve_connection returned, and nothing ran since: no other
             // connection can have its number yet.
-            sockets.borrow_mut().remove(&socket);
-            connections.set(connections.get() - 1);
-            closed.notify_all();
+            shard.left(socket, peer, authenticated);
         })
         .detach();
     }
     drop(listener);
-    for socket in sockets.borrow().iter() {
+    for socket in shard.sockets.borrow().iter() {
         let _ = nix::sys::socket::shutdown(*socket, nix::sys::socket::Shutdown::Read);
     }
-    let open_at_stop = connections.get();
+    let open_at_stop = shard.connections.get();
     loop {
-        let notified = closed.notified();
-        if connections.get() == 0 {
+        let notified = shard.closed.notified();
+        if shard.connections.get() == 0 {
             return open_at_stop;
         }
         notified.await;
     }
+}
+
+/// Answers a connection the shard will not serve with `status` and closes it. Its peer has
+/// usually sent a request already: the connection reads (and drops) that for up to
+/// `REFUSAL_LINGER`, after shutting its writing side, so that the refusal arrives before the
+/// close instead of being overtaken by a reset.
+fn refuse(mut stream: TcpStream, status: Status, shard: &Rc<Shard>) {
+    let frame = encode_error(0, 0, &status);
+    if shard.refusals_lingering.get() >= REFUSALS_LINGERING_MAX {
+        // Too many lingering already: the refusal is sent if the socket takes it at once.
+        send_now(&stream, &frame);
+        return;
+    }
+    shard.refusals_lingering.set(shard.refusals_lingering.get() + 1);
+    let shard = shard.clone();
+    crate::runtime::spawn(async move {
+        if stream.write_all(&frame).await.is_ok() {
+            let _ = nix::sys::socket::shutdown(stream.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+            let _ = stream.set_read_timeout(Some(REFUSAL_LINGER));
+            let started = Instant::now();
+            let mut drained = 0;
+            let mut buffer = [0u8; 4096];
+            while drained < REFUSAL_DRAIN_BYTES_MAX && started.elapsed() < REFUSAL_LINGER {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(count) => drained += count,
+                }
+            }
+        }
+        shard.refusals_lingering.set(shard.refusals_lingering.get() - 1);
+    })
+    .detach();
+}
+
+/// What the accept loop knows about its failures: how long to wait before the next accept,
+/// and what it has not logged yet. A spare file descriptor is kept open so that, out of
+/// descriptors (EMFILE, ENFILE), the shard can still take the waiting client and tell it so
+/// instead of leaving it in the listen backlog, unanswered.
+struct AcceptFailures {
+    backoff: Duration,
+    spare: Option<OwnedFd>,
+    logged_at: Option<Instant>,
+    suppressed: u64,
+}
+
+impl AcceptFailures {
+    fn new() -> AcceptFailures {
+        AcceptFailures { backoff: ACCEPT_BACKOFF_MIN, spare: open_spare(), logged_at: None, suppressed: 0 }
+    }
+
+    fn succeeded(&mut self) {
+        self.backoff = ACCEPT_BACKOFF_MIN;
+    }
+
+    async fn failed(&mut self, listener: &TcpListener, error: &std::io::Error) {
+        let errno = error.raw_os_error().map(Errno::from_raw);
+        let out_of_descriptors = matches!(errno, Some(Errno::EMFILE | Errno::ENFILE));
+        let mut refused = 0;
+        if out_of_descriptors {
+            if let Some(spare) = self.spare.take() {
+                drop(spare);
+                refused = refuse_waiting(listener, error).await;
+                self.spare = open_spare();
+            }
+        }
+        let now = Instant::now();
+        if self.logged_at.is_none_or(|at| now.duration_since(at) >= ACCEPT_ERROR_LOG_INTERVAL) {
+            let suppressed = std::mem::take(&mut self.suppressed);
+            let refused = if refused > 0 { "; refused the waiting client" } else { "" };
+            eprintln!(
+                "ringpostd: accept failed: {error}{refused} ({suppressed} more failure(s) not logged since the last line; \
+                 retrying in {} ms)",
+                self.backoff.as_millis()
+            );
+            self.logged_at = Some(now);
+        } else {
+            self.suppressed += 1;
+        }
+        crate::runtime::sleep(self.backoff).await;
+        // A failure that still answered a client made progress: the next client is not kept
+        // waiting longer. Only failures that take no one back off further.
+        self.backoff =
+            if refused > 0 { ACCEPT_BACKOFF_MIN } else { (self.backoff * 2).min(ACCEPT_BACKOFF_MAX) };
+    }
+}
+
+/// The spare descriptor `AcceptFailures` keeps.
+fn open_spare() -> Option<OwnedFd> {
+    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
+}
+
+/// Takes one client waiting on `listener` (with the descriptor the spare freed), sends it a
+/// `ResourceExhausted` refusal if its socket takes it at once, and closes it, without the
+/// lingering of `refuse` (which would hold the descriptor the spare needs back). Returns how
+/// many it refused (0 or 1); waits `ACCEPT_BACKOFF_MIN` at most for the client.
+async fn refuse_waiting(listener: &TcpListener, error: &std::io::Error) -> usize {
+    let accepted = futures_lite::future::or(async { listener.accept().await.ok() }, async {
+        crate::runtime::sleep(ACCEPT_BACKOFF_MIN).await;
+        None
+    })
+    .await;
+    let Some(stream) = accepted else { return 0 };
+    let status = Status::resource_exhausted(format!(
+        "the daemon has no file descriptor left for a new connection ({error}); raise its open-file limit"
+    ));
+    send_now(&stream, &encode_error(0, 0, &status));
+    1
+}
+
+/// Sends `frame` if the socket takes it at once, and shuts the writing side.
+fn send_now(stream: &TcpStream, frame: &[u8]) {
+    let _ =
+        nix::sys::socket::send(stream.as_raw_fd(), frame, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);
+    let _ = nix::sys::socket::shutdown(stream.as_raw_fd(), nix::sys::socket::Shutdown::Write);
 }
 
 /// Responses waiting for the socket. Each holds the in-flight permit of its request until it is
@@ -301,49 +607,59 @@ impl Outbound {
     }
 }
 
-async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: Stop) {
+/// Serves one connection until its peer goes, it breaks a limit, or the shard stops. Returns
+/// whether it authenticated.
+async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: Stop, shard: &Shard) -> bool {
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(CONNECTION_IDLE_MAX));
     let local_address = stream.local_addr().ok();
     let socket = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
     let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
     let in_flight = Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
-    let mut splitter = FrameSplitter::new();
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let now = Instant::now();
+    let watch = Rc::new(Watch::new(now + shard.limits.unauthenticated_deadline));
+    let watchdog = crate::runtime::spawn(watch_deadline(watch.clone(), socket));
+    let mut reading = Reading {
+        shard,
+        socket,
+        splitter: FrameSplitter::new(),
+        chunk: vec![0u8; READ_CHUNK_UNAUTHENTICATED_BYTES],
+        charged: 0,
+        authenticated: false,
+        unauthenticated_until: now + shard.limits.unauthenticated_deadline,
+        frame_started: None,
+        last_frame: now,
+        refusal: None,
+        deadline_kind: Deadline::Unauthenticated,
+    };
     // Once the shard is told to stop, nothing more is read (`serve` shuts the socket's reading
     // side, so a pending read ends): the requests read so far run and are answered, and the
     // connection closes after them.
     'reading: while !outbound.closed.get() && !stop.is_given() {
-        // A large body is read straight into its own buffer, not copied through the chunk.
-        let frames = if let Some(room) = splitter.body_room() {
-            let count = match reader.read(room).await {
-                Ok(0) | Err(_) => break,
-                Ok(count) => count,
-            };
-            splitter.body_filled(count).into_iter().collect()
-        } else {
-            let count = match reader.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(count) => count,
-            };
-            match splitter.push(&chunk[..count]) {
-                Ok(frames) => frames,
-                Err(error) => {
-                    let status = Status::new(ErrorCode::ProtocolError, error.to_string());
-                    outbound.push(encode_error(0, 0, &status), None);
-                    break;
-                }
+        let frames = match reading.read_batch(&mut reader).await {
+            Ok(frames) => frames,
+            Err(refusal) => {
+                reading.refusal = refusal;
+                break;
             }
         };
+        let completed = !frames.is_empty();
         for frame in frames {
             if frame.header.is_response() {
                 let status = Status::new(ErrorCode::ProtocolError, "a client sent a response frame");
                 outbound.push(fail(&frame.header, &status), None);
                 break 'reading;
             }
+            // The shard is behind, not the peer: its deadlines wait while it catches up.
+            let waiting = (in_flight.available() == 0).then(|| {
+                watch.set(now + Duration::from_secs(365 * 24 * 3600));
+                Instant::now()
+            });
             let Ok(permit) = in_flight.clone().acquire_static_permit(1).await else { break 'reading };
+            if let Some(waiting) = waiting {
+                reading.postpone(waiting.elapsed());
+            }
             let handler = handler.clone();
             let outbound = outbound.clone();
             crate::runtime::spawn(async move {
@@ -359,13 +675,255 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
             })
             .detach();
         }
+        if reading.refusal.is_some() {
+            break;
+        }
+        watch.set(reading.deadline(Instant::now(), completed));
     }
+    watch.finish();
+    watchdog.await;
+    if watch.expired.get() && !stop.is_given() {
+        reading.refusal = Some(reading.deadline_status());
+    }
+    if let Some(status) = reading.refusal.take() {
+        outbound.push(encode_error(0, 0, &status), None);
+    }
+    shard.charge_partial(reading.charged, 0);
+    let authenticated = reading.authenticated;
+    drop(reading);
     // The peer is done sending: streams stop; requests already running finish and answer;
     // then the connection closes.
     outbound.peer_left();
     let _ = in_flight.acquire(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX).await;
     outbound.close();
     writer_task.await;
+    authenticated
+}
+
+/// The reading side of one connection: its frame splitter, what its partial frame holds of the
+/// shard's budget, and the times its deadlines run from.
+struct Reading<'a> {
+    shard: &'a Shard,
+    socket: RawFd,
+    splitter: FrameSplitter,
+    chunk: Vec<u8>,
+    /// Bytes the splitter's partial frame holds, as last counted against the shard's budget.
+    charged: usize,
+    authenticated: bool,
+    unauthenticated_until: Instant,
+    /// When the first byte of the frame not yet whole arrived.
+    frame_started: Option<Instant>,
+    last_frame: Instant,
+    /// The error to close with once the frames already read are dispatched.
+    refusal: Option<Status>,
+    /// Which deadline the watchdog holds the connection to.
+    deadline_kind: Deadline,
+}
+
+/// The deadlines of a connection: the earliest that applies is the one it is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    Unauthenticated,
+    Frame,
+    Idle,
+}
+
+impl Reading<'_> {
+    /// Reads once and returns the frames completed. `Err(None)`: the peer is gone (or the
+    /// read side was shut); `Err(Some(status))`: the connection closes with that error.
+    async fn read_batch(
+        &mut self,
+        reader: &mut futures_lite::io::ReadHalf<TcpStream>,
+    ) -> Result<Vec<ringpost_wire::frame::Frame>, Option<Status>> {
+        // A large body is read straight into its own buffer, not copied through the chunk.
+        if self.splitter.body_room_bytes(0).is_some() {
+            let waiting =
+                if self.splitter.body_room_unfilled() == 0 { bytes_waiting(self.socket) } else { 0 };
+            let size = self.splitter.body_room_bytes(waiting).expect("checked above");
+            if self.splitter.body_room_unfilled() == 0
+                && !self.shard.partial_has_room(size.saturating_sub(self.charged))
+            {
+                return Err(Some(self.over_budget()));
+            }
+            let room = self.splitter.body_room_for(waiting).expect("checked above");
+            let count = match reader.read(room).await {
+                Ok(0) | Err(_) => return Err(None),
+                Ok(count) => count,
+            };
+            let frames = self.splitter.body_filled(count).into_iter().collect();
+            self.recharge();
+            return Ok(frames);
+        }
+        let count = match reader.read(&mut self.chunk).await {
+            Ok(0) | Err(_) => return Err(None),
+            Ok(count) => count,
+        };
+        match self.splitter.push(&self.chunk[..count]) {
+            Ok(frames) => {
+                if self.recharge() {
+                    self.refusal = Some(self.over_budget());
+                }
+                Ok(frames)
+            }
+            Err(error) => Err(Some(Status::new(ErrorCode::ProtocolError, error.to_string()))),
+        }
+    }
+
+    /// Counts what the partial frame holds now against the shard's budget; true if it grew
+    /// past the budget.
+    fn recharge(&mut self) -> bool {
+        let held = self.splitter.held_bytes();
+        self.shard.charge_partial(self.charged, held);
+        let grew = held > self.charged;
+        self.charged = held;
+        grew && !self.shard.partial_has_room(0)
+    }
+
+    fn over_budget(&self) -> Status {
+        Status::resource_exhausted(format!(
+            "frames not yet whole on this shard already hold {} of their {} bytes (partial_frame_bytes_max); \
+             try again later",
+            self.shard.partial_frame_bytes.get(),
+            self.shard.limits.partial_frame_bytes_max
+        ))
+    }
+
+    /// After a read that `completed` frames (or not): when the connection must next show
+    /// progress. Only whole frames count: bytes that never complete one move no deadline.
+    fn deadline(&mut self, now: Instant, completed: bool) -> Instant {
+        let limits = &self.shard.limits;
+        if completed {
+            self.last_frame = now;
+            if !self.authenticated {
+                self.authenticated = true;
+                self.shard.authenticated();
+                self.chunk = vec![0u8; READ_CHUNK_BYTES];
+            }
+        }
+        let partial = self.splitter.buffered_bytes() > 0 || self.splitter.header().is_some();
+        if !partial {
+            self.frame_started = None;
+        } else if completed || self.frame_started.is_none() {
+            // A read that ended a frame and began the next starts the next one's clock.
+            self.frame_started = Some(now);
+        }
+        let (mut deadline, mut kind) = if self.authenticated {
+            (self.last_frame + limits.idle_deadline, Deadline::Idle)
+        } else {
+            (self.unauthenticated_until, Deadline::Unauthenticated)
+        };
+        if let Some(started) = self.frame_started {
+            let body_bytes = self.splitter.header().map_or(0, |header| header.body_length as u64);
+            let frame = limits.frame_deadline(started, body_bytes);
+            if frame < deadline {
+                (deadline, kind) = (frame, Deadline::Frame);
+            }
+        }
+        self.deadline_kind = kind;
+        deadline
+    }
+
+    /// Moves the deadlines later by `waited`, the time the shard kept the reader from reading.
+    fn postpone(&mut self, waited: Duration) {
+        if waited < Duration::from_millis(1) {
+            return;
+        }
+        self.unauthenticated_until += waited;
+        self.last_frame += waited;
+        if let Some(started) = &mut self.frame_started {
+            *started += waited;
+        }
+    }
+
+    /// The error a connection gets when a deadline closes it.
+    fn deadline_status(&self) -> Status {
+        let limits = &self.shard.limits;
+        let message = if self.deadline_kind == Deadline::Frame {
+            format!(
+                "a frame did not arrive within {} ms plus its length at {} bytes/s (frame_deadline_base, \
+                 frame_bytes_per_second_min)",
+                limits.frame_deadline_base.as_millis(),
+                limits.frame_bytes_per_second_min
+            )
+        } else if self.deadline_kind == Deadline::Unauthenticated {
+            format!(
+                "the connection did not authenticate (send a whole frame) within {} ms (unauthenticated_deadline)",
+                limits.unauthenticated_deadline.as_millis()
+            )
+        } else {
+            format!("no frame came for {} s (idle_deadline)", limits.idle_deadline.as_secs())
+        };
+        Status::new(ErrorCode::DeadlineExceeded, message)
+    }
+}
+
+/// Bytes the socket has received that no read took yet (`FIONREAD`); 0 if it cannot say.
+fn bytes_waiting(socket: RawFd) -> usize {
+    let mut waiting: nix::libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which points at one.
+    let result = unsafe { nix::libc::ioctl(socket, nix::libc::FIONREAD, &mut waiting) };
+    if result == 0 {
+        waiting.max(0) as usize
+    } else {
+        0
+    }
+}
+
+/// The deadline a connection's watchdog holds it to. The reader moves it; the watchdog sleeps
+/// until it and shuts the socket's reading side if it passed, which ends the reader's pending
+/// read (as a stop does). Moving it later costs nothing (the watchdog finds out when it wakes);
+/// only moving it earlier wakes the watchdog, which happens once per frame that spans reads.
+struct Watch {
+    deadline: Cell<Instant>,
+    /// The deadline the watchdog sleeps until.
+    watched: Cell<Instant>,
+    earlier: Notify,
+    expired: Cell<bool>,
+    finished: Cell<bool>,
+}
+
+impl Watch {
+    fn new(deadline: Instant) -> Watch {
+        Watch {
+            deadline: Cell::new(deadline),
+            watched: Cell::new(deadline),
+            earlier: Notify::new(),
+            expired: Cell::new(false),
+            finished: Cell::new(false),
+        }
+    }
+
+    fn set(&self, deadline: Instant) {
+        self.deadline.set(deadline);
+        if deadline < self.watched.get() {
+            self.earlier.notify_all();
+        }
+    }
+
+    /// The connection is done reading: the watchdog ends (before the socket closes, so it
+    /// never shuts another connection's socket that reused the number).
+    fn finish(&self) {
+        self.finished.set(true);
+        self.earlier.notify_all();
+    }
+}
+
+async fn watch_deadline(watch: Rc<Watch>, socket: RawFd) {
+    loop {
+        let earlier = watch.earlier.notified();
+        if watch.finished.get() {
+            return;
+        }
+        let deadline = watch.deadline.get();
+        watch.watched.set(deadline);
+        let now = Instant::now();
+        if deadline <= now {
+            watch.expired.set(true);
+            let _ = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Read);
+            return;
+        }
+        futures_lite::future::or(crate::runtime::sleep(deadline - now), earlier).await;
+    }
 }
 
 fn is_protocol_error(response: &Response) -> bool {
@@ -503,6 +1061,70 @@ async fn write_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn shard(limits: ConnectionLimits) -> Shard {
+        Shard {
+            limits,
+            connections: Cell::new(0),
+            unauthenticated: Cell::new(0),
+            per_peer: RefCell::default(),
+            partial_frame_bytes: Cell::new(0),
+            partial_frame_bytes_released: Cell::new(0),
+            refusals_lingering: Cell::new(0),
+            sockets: RefCell::default(),
+            closed: Notify::new(),
+        }
+    }
+
+    /// Each limit refuses with its own name; a connection that authenticates leaves room before
+    /// authentication and none in the shard; leaving gives everything back.
+    #[test]
+    fn each_connection_limit_refuses_by_name() {
+        let limits = ConnectionLimits {
+            connections_per_shard_max: 3,
+            connections_per_peer_max: 2,
+            connections_unauthenticated_max: 2,
+            ..ConnectionLimits::default()
+        };
+        let shard = shard(limits);
+        let one: IpAddr = "10.0.0.1".parse().unwrap();
+        let two: IpAddr = "10.0.0.2".parse().unwrap();
+        let named = |status: Option<Status>| status.map(|status| status.message);
+        shard.opened(10, Some(one));
+        shard.opened(11, Some(one));
+        assert!(named(shard.refusal(Some(two))).unwrap().contains("connections_unauthenticated_max"));
+        shard.authenticated();
+        assert!(named(shard.refusal(Some(one))).unwrap().contains("connections_per_peer_max"));
+        assert_eq!(shard.refusal(Some(two)), None);
+        shard.opened(12, Some(two));
+        assert!(named(shard.refusal(None)).unwrap().contains("connections_per_shard_max"));
+        shard.left(10, Some(one), true);
+        shard.left(11, Some(one), false);
+        shard.left(12, Some(two), false);
+        assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
+        assert!(shard.per_peer.borrow().is_empty() && shard.sockets.borrow().is_empty());
+    }
+
+    /// The budget for partial frames counts what each holds and what they give back.
+    #[test]
+    fn partial_frames_count_against_the_shard_budget() {
+        let shard = shard(ConnectionLimits { partial_frame_bytes_max: 1000, ..ConnectionLimits::default() });
+        shard.charge_partial(0, 600);
+        assert!(shard.partial_has_room(400) && !shard.partial_has_room(401));
+        shard.charge_partial(600, 100);
+        assert_eq!(shard.partial_frame_bytes.get(), 100);
+        assert_eq!(shard.partial_frame_bytes_released.get(), 500);
+    }
+
+    /// A frame's deadline is its base plus its length at the minimum rate.
+    #[test]
+    fn a_frame_deadline_grows_with_its_length() {
+        let limits = ConnectionLimits::default();
+        let start = Instant::now();
+        assert_eq!(limits.frame_deadline(start, 0), start + FRAME_DEADLINE_BASE);
+        let largest = limits.frame_deadline(start, FRAME_BYTES_PER_SECOND_MIN * 16);
+        assert_eq!(largest, start + FRAME_DEADLINE_BASE + Duration::from_secs(16));
+    }
 
     #[test]
     fn held_buffers_count_against_the_shard_until_dropped() {

@@ -1,0 +1,680 @@
+//! Bounded connections (docs/TESTING.md T14, T15): hostile frames, slow peers and too many
+//! connections, against the real daemon on raw sockets. Each bad connection is closed with a
+//! clear error at its deadline, the daemon's memory stays bounded and returns, refusals name
+//! their limit (in the client library and the CLI too), and a well-behaved publisher carries on
+//! throughout. Sizes are for CI; `RINGPOST_SLOW_CONNECTIONS` raises the slow peers' count (the
+//! issue's figure is 1,000) and `RINGPOST_HOSTILE_ROUNDS` the hostile frames' rounds.
+
+use ringpost_client::{block_on, Client, ErrorCode, Message};
+use ringpost_tests::{failed, Daemon};
+use ringpost_wire::frame::{decode_error, encode_frame, FrameHeader};
+use ringpost_wire::limits::*;
+use ringpost_wire::messages::{HelloRequest, NameRequest, PublishRequest, PubsubMessage};
+use ringpost_wire::{Command, FrameBuffer, Status};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a hostile connection may stay open after its bad frame (T14).
+const HOSTILE_CLOSE_MAX: Duration = Duration::from_secs(1);
+/// Memory one unauthenticated slow connection may cost the daemon (T15).
+const SLOW_CONNECTION_KIB_MAX: u64 = 64;
+/// Growth of the daemon's memory allowed under all the slow connections (T15).
+const SLOW_CONNECTIONS_GROWTH_KIB_MAX: u64 = 100 * 1024;
+/// What "back to baseline" allows: allocator and kernel noise, not a connection's buffers.
+const BASELINE_SLACK_KIB: u64 = 16 * 1024;
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+/// The test process opens many sockets: its soft open-file limit goes up to the hard one.
+fn raise_open_files() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    }
+}
+
+/// The forwarders' addresses, from the daemon's start line.
+fn forwarders(daemon: &Daemon) -> Vec<String> {
+    let log = daemon.log();
+    let line = log.lines().find(|line| line.contains("(router) with")).expect("the start line");
+    let list = line.split(" on ").nth(2).unwrap().split(';').next().unwrap();
+    list.split(", ").map(str::to_owned).collect()
+}
+
+fn connect(address: &str) -> TcpStream {
+    let stream = TcpStream::connect(address).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+}
+
+/// Connects from `source` (a loopback address other than 127.0.0.1 is another peer).
+fn connect_from(source: &str, address: &str) -> TcpStream {
+    use nix::libc;
+    use std::os::fd::FromRawFd;
+    let to_sockaddr = |address: SocketAddr| {
+        let SocketAddr::V4(address) = address else { panic!("IPv4 only") };
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: address.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(*address.ip()).to_be() },
+            sin_zero: [0; 8],
+        }
+    };
+    let local = to_sockaddr(format!("{source}:0").parse().unwrap());
+    let remote = to_sockaddr(address.parse().unwrap());
+    let length = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor made here, with addresses that live across them.
+    unsafe {
+        let socket = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(socket >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(socket);
+        let bound = libc::bind(socket, (&local as *const libc::sockaddr_in).cast(), length);
+        assert_eq!(bound, 0, "bind {source}: {}", std::io::Error::last_os_error());
+        let connected = libc::connect(socket, (&remote as *const libc::sockaddr_in).cast(), length);
+        assert_eq!(connected, 0, "connect {address}: {}", std::io::Error::last_os_error());
+        stream
+    }
+}
+
+fn hello(request_id: u64) -> FrameBuffer {
+    encode_frame(
+        Command::Hello.code(),
+        0,
+        request_id,
+        &HelloRequest { protocol_version: PROTOCOL_VERSION, client_name: "raw".into() },
+    )
+}
+
+fn publish_frame(topic: &str, request_id: u64) -> FrameBuffer {
+    let request = PublishRequest {
+        topic: topic.into(),
+        messages: vec![PubsubMessage { data: b"hostile".to_vec(), ..Default::default() }],
+    };
+    encode_frame(Command::Publish.code(), 0, request_id, &request)
+}
+
+/// Reads one frame within `limit`.
+fn read_frame(stream: &mut TcpStream, limit: Duration) -> Option<(FrameHeader, FrameBuffer)> {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    stream.read_exact(&mut header).ok()?;
+    let header = FrameHeader::decode(&header).expect("the server sends valid headers");
+    let mut body = FrameBuffer::with_capacity(header.body_length as usize);
+    body.resize(header.body_length as usize, 0);
+    stream.read_exact(&mut body).ok()?;
+    Some((header, body))
+}
+
+/// Reads until the server closes the connection, within `limit`; the error frames it sent.
+fn statuses_until_closed(stream: &mut TcpStream, limit: Duration) -> Vec<Status> {
+    let until = Instant::now() + limit;
+    let mut received = Vec::new();
+    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    loop {
+        let mut buffer = [0u8; 4096];
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(count) => received.extend_from_slice(&buffer[..count]),
+            Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                assert!(Instant::now() < until, "the server did not close the connection within {limit:?}");
+            }
+            // A reset after the server closed with bytes unread: closed all the same.
+            Err(_) => break,
+        }
+    }
+    statuses_in(&received)
+}
+
+fn statuses_in(mut bytes: &[u8]) -> Vec<Status> {
+    let mut statuses = Vec::new();
+    while bytes.len() >= FRAME_HEADER_BYTES {
+        let header = FrameHeader::decode(&bytes[..FRAME_HEADER_BYTES]).unwrap();
+        let end = FRAME_HEADER_BYTES + header.body_length as usize;
+        if bytes.len() < end {
+            break;
+        }
+        if header.is_error() {
+            let mut body = FrameBuffer::new();
+            body.extend_from_slice(&bytes[FRAME_HEADER_BYTES..end]);
+            statuses.push(decode_error(&body));
+        }
+        bytes = &bytes[end..];
+    }
+    statuses
+}
+
+/// A well-behaved client publishing one message at a time until stopped; its latencies.
+struct Publisher {
+    running: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<Duration>>,
+}
+
+impl Publisher {
+    fn start(client: Client, topic: &'static str) -> Publisher {
+        let running = Arc::new(AtomicBool::new(true));
+        let keep = running.clone();
+        let thread = std::thread::spawn(move || {
+            let mut latencies = Vec::new();
+            while keep.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                block_on(client.publish(topic, vec![Message::new("legitimate")]))
+                    .expect("a legitimate publish");
+                latencies.push(started.elapsed());
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            latencies
+        });
+        Publisher { running, thread }
+    }
+
+    fn stop(self) -> Vec<Duration> {
+        self.running.store(false, Ordering::Relaxed);
+        self.thread.join().expect("the publisher failed")
+    }
+}
+
+fn p99(mut latencies: Vec<Duration>) -> Duration {
+    assert!(!latencies.is_empty(), "the publisher published nothing");
+    latencies.sort();
+    latencies[latencies.len() * 99 / 100]
+}
+
+/// The publisher's p99 alone for a moment: the baseline the figures are reported against.
+fn baseline_p99(daemon: &Daemon, topic: &'static str) -> Duration {
+    let publisher = Publisher::start(daemon.client(), topic);
+    std::thread::sleep(Duration::from_millis(500));
+    p99(publisher.stop())
+}
+
+/// Waits up to `limit` for the daemon's resident memory to come back under `ceiling_kib`.
+fn resident_returns(daemon: &Daemon, ceiling_kib: u64, limit: Duration) -> u64 {
+    let until = Instant::now() + limit;
+    loop {
+        let resident = daemon.memory_kib("VmRSS");
+        if resident <= ceiling_kib || Instant::now() > until {
+            return resident;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One round of hostile frames against `address`; each bad connection is closed within
+/// `HOSTILE_CLOSE_MAX`, with a `ProtocolError` where the frame was refused. Returns how many
+/// bad connections it made. `valid` is a frame the port would serve (its body is what the bad
+/// bodies are made from, under its command).
+fn hostile_round(address: &str, valid: &FrameBuffer) -> usize {
+    let command = FrameHeader::decode(valid).unwrap().command;
+    let refused_header = |body_length: u32| {
+        let mut stream = connect(address);
+        let header = FrameHeader { body_length, command, flags: 0, request_id: 7 };
+        stream.write_all(&header.encode()).unwrap();
+        let started = Instant::now();
+        let statuses = statuses_until_closed(&mut stream, HOSTILE_CLOSE_MAX);
+        assert!(started.elapsed() <= HOSTILE_CLOSE_MAX);
+        assert_eq!(
+            statuses.first().map(|status| status.code),
+            Some(ErrorCode::ProtocolError),
+            "{statuses:?}"
+        );
+    };
+    refused_header(u32::MAX);
+    refused_header(FRAME_BODY_BYTES_MAX as u32 + 1);
+
+    // Truncated, then EOF: nothing to answer, closed at once.
+    let mut stream = connect(address);
+    stream.write_all(&valid[..valid.len() / 2]).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    statuses_until_closed(&mut stream, HOSTILE_CLOSE_MAX);
+
+    // A valid length and bodies rkyv must refuse: garbage, a root pointer far out of bounds,
+    // and a misaligned root (the body shifted by a byte).
+    let body = &valid[FRAME_HEADER_BYTES..];
+    let mut out_of_bounds = body.to_vec();
+    let root = out_of_bounds.len() - 8;
+    out_of_bounds[root..root + 4].copy_from_slice(&0x7fff_fff0u32.to_le_bytes());
+    let mut misaligned = vec![0u8];
+    misaligned.extend_from_slice(body);
+    for (what, bad_body) in
+        [("garbage", vec![0xA5u8; 256]), ("out of bounds", out_of_bounds), ("misaligned", misaligned)]
+    {
+        let mut stream = connect(address);
+        let header = FrameHeader { body_length: bad_body.len() as u32, command, flags: 0, request_id: 10 };
+        stream.write_all(&header.encode()).unwrap();
+        stream.write_all(&bad_body).unwrap();
+        let statuses = statuses_until_closed(&mut stream, HOSTILE_CLOSE_MAX);
+        assert_eq!(
+            statuses.first().map(|status| status.code),
+            Some(ErrorCode::ProtocolError),
+            "{what} body to {address}: {statuses:?}"
+        );
+    }
+    6
+}
+
+#[test]
+fn hostile_frames_are_closed_within_a_second_and_memory_returns() {
+    let daemon = Daemon::start("hostile-frames");
+    let client = daemon.client();
+    block_on(client.create_topic("hostile")).unwrap();
+    let targets: Vec<String> = std::iter::once(daemon.address.clone()).chain(forwarders(&daemon)).collect();
+    let alone = baseline_p99(&daemon, "hostile");
+    let baseline_kib = daemon.memory_kib("VmRSS");
+    let publisher = Publisher::start(daemon.client(), "hostile");
+    let rounds = env_count("RINGPOST_HOSTILE_ROUNDS", 10);
+    let mut bad = 0;
+    let create = encode_frame(Command::CreateTopic.code(), 0, 8, &NameRequest { name: "never-made".into() });
+    let publish = publish_frame("hostile", 9);
+    for _ in 0..rounds {
+        for (index, target) in targets.iter().enumerate() {
+            // The router serves the control plane, the forwarders publishes.
+            bad += hostile_round(target, if index == 0 { &create } else { &publish });
+        }
+    }
+    // Many tiny valid frames on one connection: all answered, in a burst.
+    let frames_tiny = 10_000;
+    let mut stream = connect(&targets[1]);
+    let burst: Vec<u8> = (1..=frames_tiny as u64).flat_map(|id| hello(id).to_vec()).collect();
+    let writer = {
+        let mut stream = stream.try_clone().unwrap();
+        std::thread::spawn(move || stream.write_all(&burst).unwrap())
+    };
+    for _ in 0..frames_tiny {
+        let (header, _) =
+            read_frame(&mut stream, Duration::from_secs(10)).expect("every tiny frame is answered");
+        assert!(!header.is_error());
+    }
+    writer.join().unwrap();
+    drop(stream);
+    let peak_kib = daemon.memory_kib("VmRSS");
+    let during = p99(publisher.stop());
+    println!(
+        "T14: {bad} bad connections; resident {baseline_kib} KiB before, {peak_kib} KiB after; \
+         publisher p99 {alone:?} alone, {during:?} during"
+    );
+    assert!(
+        peak_kib.saturating_sub(baseline_kib) < 1024 * bad as u64,
+        "resident memory grew by {} KiB for {bad} bad connections",
+        peak_kib.saturating_sub(baseline_kib)
+    );
+    let after = resident_returns(&daemon, baseline_kib + BASELINE_SLACK_KIB, Duration::from_secs(10));
+    assert!(after <= baseline_kib + BASELINE_SLACK_KIB, "resident memory stayed at {after} KiB");
+    // The daemon is whole: nothing hostile was stored, everyone else still served.
+    assert_eq!(block_on(daemon.client().list_topics()).unwrap().len(), 1);
+}
+
+/// A peer that sends a frame one byte at a time, `TRICKLE_INTERVAL` apart.
+struct Trickler {
+    stream: TcpStream,
+    bytes: Vec<u8>,
+    sent: usize,
+    /// When its deadline started (connected, or its frame's first byte sent).
+    started: Instant,
+    closed: Option<Instant>,
+    received: Vec<u8>,
+}
+
+const TRICKLE_INTERVAL: Duration = Duration::from_millis(200);
+
+impl Trickler {
+    fn header_only(address: &str) -> Trickler {
+        let stream = connect(address);
+        let header =
+            FrameHeader { body_length: 100, command: Command::Publish.code(), flags: 0, request_id: 1 };
+        Trickler::new(stream, header.encode().to_vec())
+    }
+
+    /// Authenticated (a whole frame answered), then a frame of `body_bytes`: its header whole,
+    /// its body trickled.
+    fn body(address: &str, body_bytes: u32) -> Trickler {
+        let mut stream = connect(address);
+        stream.write_all(&hello(1)).unwrap();
+        read_frame(&mut stream, Duration::from_secs(10)).expect("the hello is answered");
+        let header = FrameHeader {
+            body_length: body_bytes,
+            command: Command::Publish.code(),
+            flags: 0,
+            request_id: 2,
+        };
+        stream.write_all(&header.encode()).unwrap();
+        let mut bytes = header.encode().to_vec();
+        bytes.resize(FRAME_HEADER_BYTES + body_bytes as usize, 0);
+        let mut trickler = Trickler::new(stream, bytes);
+        trickler.sent = FRAME_HEADER_BYTES;
+        trickler
+    }
+
+    fn new(stream: TcpStream, bytes: Vec<u8>) -> Trickler {
+        stream.set_nonblocking(true).unwrap();
+        Trickler { stream, bytes, sent: 0, started: Instant::now(), closed: None, received: Vec::new() }
+    }
+
+    /// Sends the next byte and reads what came; notes when the server closed.
+    fn step(&mut self) {
+        if self.closed.is_some() {
+            return;
+        }
+        let mut buffer = [0u8; 1024];
+        loop {
+            match self.stream.read(&mut buffer) {
+                Ok(0) => return self.close(),
+                Ok(count) => self.received.extend_from_slice(&buffer[..count]),
+                Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+                Err(_) => return self.close(),
+            }
+        }
+        if self.sent < self.bytes.len() {
+            match self.stream.write(&self.bytes[self.sent..=self.sent]) {
+                Ok(count) => self.sent += count,
+                Err(error) if error.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => self.close(),
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        self.closed = Some(Instant::now());
+    }
+}
+
+/// Trickles every one of `tricklers` until all are closed or `limit` passes.
+fn trickle_until_closed(tricklers: &mut [Trickler], limit: Duration, mut between: impl FnMut()) {
+    let until = Instant::now() + limit;
+    while tricklers.iter().any(|trickler| trickler.closed.is_none()) && Instant::now() < until {
+        for trickler in tricklers.iter_mut() {
+            trickler.step();
+        }
+        between();
+        std::thread::sleep(TRICKLE_INTERVAL);
+    }
+}
+
+/// Checks that every trickler was closed between `deadline` after its start and `slack` more,
+/// and that what it was told (if the answer was not lost to the reset) names the deadline.
+fn closed_at_deadline(tricklers: &[Trickler], deadline: Duration, slack: Duration, what: &str) {
+    let mut told = 0;
+    for trickler in tricklers {
+        let closed = trickler.closed.unwrap_or_else(|| panic!("a {what} was never closed"));
+        let open = closed.duration_since(trickler.started);
+        assert!(
+            open + TRICKLE_INTERVAL >= deadline,
+            "a {what} was closed after {open:?}, before its deadline"
+        );
+        assert!(open <= deadline + slack, "a {what} stayed open {open:?}");
+        for status in statuses_in(&trickler.received) {
+            assert_eq!(status.code, ErrorCode::DeadlineExceeded, "{status}");
+            assert!(status.message.contains("deadline"), "{status}");
+            told += 1;
+        }
+    }
+    println!(
+        "T15: {} {what}s closed at their deadline; {told} read the DeadlineExceeded frame",
+        tricklers.len()
+    );
+}
+
+#[test]
+fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
+    raise_open_files();
+    // The frame's clock starts at its first byte, so a header trickled before authenticating
+    // meets the earlier of the two deadlines: here, the unauthenticated one.
+    let unauthenticated_deadline = Duration::from_millis(1500);
+    let frame_base = Duration::from_millis(2500);
+    let rate = 64 * 1024;
+    let daemon = Daemon::start_with(
+        "slow-connections",
+        Vec::new(),
+        [
+            "--unauthenticated-deadline-ms",
+            &unauthenticated_deadline.as_millis().to_string(),
+            "--frame-deadline-base-ms",
+            &frame_base.as_millis().to_string(),
+            "--frame-bytes-per-second-min",
+            &rate.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let client = daemon.client();
+    block_on(client.create_topic("legit")).unwrap();
+    let forwarder_addresses = forwarders(&daemon);
+    let targets: Vec<String> =
+        std::iter::once(daemon.address.clone()).chain(forwarder_addresses.clone()).collect();
+    let alone = baseline_p99(&daemon, "legit");
+    let baseline_kib = daemon.memory_kib("VmRSS");
+    let publisher = Publisher::start(daemon.client(), "legit");
+
+    let count = env_count("RINGPOST_SLOW_CONNECTIONS", 200);
+    let started = Instant::now();
+    let mut headers: Vec<Trickler> =
+        (0..count).map(|index| Trickler::header_only(&targets[index % targets.len()])).collect();
+    let mut peak_kib = 0;
+    trickle_until_closed(&mut headers, unauthenticated_deadline * 3, || {
+        peak_kib = peak_kib.max(daemon.memory_kib("VmRSS"));
+    });
+    closed_at_deadline(&headers, unauthenticated_deadline, Duration::from_millis(1500), "header trickler");
+    let growth_kib = peak_kib.saturating_sub(baseline_kib);
+    println!(
+        "T15: {count} unauthenticated tricklers: resident {baseline_kib} KiB before, peak {peak_kib} KiB \
+         ({} KiB a connection)",
+        growth_kib / count as u64
+    );
+    assert!(growth_kib <= SLOW_CONNECTION_KIB_MAX * count as u64, "{growth_kib} KiB for {count} connections");
+    assert!(growth_kib < SLOW_CONNECTIONS_GROWTH_KIB_MAX);
+
+    // Authenticated peers trickling a body: closed at the frame's deadline, its base plus its
+    // length at the minimum rate.
+    let body_bytes = 32 * 1024;
+    let mut bodies: Vec<Trickler> = (0..count / 5)
+        .map(|index| Trickler::body(&forwarder_addresses[index % forwarder_addresses.len()], body_bytes))
+        .collect();
+    let frame_deadline = frame_base + Duration::from_millis(body_bytes as u64 * 1000 / rate);
+    trickle_until_closed(&mut bodies, frame_deadline * 3, || {
+        peak_kib = peak_kib.max(daemon.memory_kib("VmRSS"));
+    });
+    closed_at_deadline(&bodies, frame_deadline, Duration::from_millis(1500), "body trickler");
+
+    println!("T15: {:?} since the start", started.elapsed());
+    let during = p99(publisher.stop());
+    println!("T15: publisher p99 {alone:?} alone, {during:?} with the tricklers");
+    let after = resident_returns(&daemon, baseline_kib + BASELINE_SLACK_KIB, Duration::from_secs(10));
+    println!("T15: resident {after} KiB after the tricklers closed");
+    assert!(after <= baseline_kib + BASELINE_SLACK_KIB, "resident memory stayed at {after} KiB");
+}
+
+/// Opens `count` connections from `source`, each answered by nothing yet (still open).
+fn open_idle(source: &str, address: &str, count: usize) -> Vec<TcpStream> {
+    (0..count).map(|_| connect_from(source, address)).collect()
+}
+
+/// The refusal a new connection from `source` gets, read within a second.
+fn refusal(source: &str, address: &str) -> Status {
+    let mut stream = connect_from(source, address);
+    let statuses = statuses_until_closed(&mut stream, Duration::from_secs(2));
+    assert_eq!(statuses.len(), 1, "one refusal, then the close: {statuses:?}");
+    statuses[0].clone()
+}
+
+#[test]
+fn connection_limits_refuse_with_an_error_naming_the_limit() {
+    let daemon = Daemon::start_with(
+        "connection-limits",
+        Vec::new(),
+        [
+            "--connections-per-peer-max",
+            "4",
+            "--connections-unauthenticated-max",
+            "6",
+            "--connections-per-shard-max",
+            "8",
+            "--unauthenticated-deadline-ms",
+            "60000",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for address in std::iter::once(daemon.address.clone()).chain(forwarders(&daemon)) {
+        let mut held = open_idle("127.0.0.1", &address, 4);
+        let status = refusal("127.0.0.1", &address);
+        assert_eq!(status.code, ErrorCode::ResourceExhausted, "{status}");
+        assert!(status.message.contains("connections_per_peer_max"), "{status}");
+        held.extend(open_idle("127.0.0.2", &address, 2));
+        let status = refusal("127.0.0.3", &address);
+        assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+        // Authenticated connections leave room before authentication, not in the shard.
+        for (index, stream) in held.iter_mut().enumerate() {
+            stream.write_all(&hello(index as u64 + 1)).unwrap();
+            read_frame(stream, Duration::from_secs(5)).expect("the hello is answered");
+        }
+        held.extend(open_idle("127.0.0.3", &address, 2));
+        let status = refusal("127.0.0.4", &address);
+        assert!(status.message.contains("connections_per_shard_max"), "{status}");
+        if address == daemon.address {
+            // The client library and the CLI say why, not just that the connection closed.
+            let refused = block_on(Client::connect(&daemon.address)).map(|_| ()).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::ResourceExhausted, "{refused}");
+            let output = daemon.cli(&["topic", "list"]);
+            let said = failed(&output);
+            assert!(
+                said.contains("ResourceExhausted") && said.contains("connections_per_shard_max"),
+                "{said}"
+            );
+        }
+        drop(held);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Once the connections are gone, everyone is served again.
+    block_on(daemon.client().list_topics()).unwrap();
+}
+
+/// The issue's reproduction: 1,000 connections to a forwarder each announce a 15 MiB publish,
+/// send 1 MiB of it, then trickle a byte a second for 5 s. The daemon's memory must stay under
+/// its baseline plus 100 MiB and come back once they are closed. Run with
+/// `cargo test -p ringpost-tests --test it large_partial_frames -- --ignored --nocapture`;
+/// `RINGPOST_SLOW_CONNECTIONS` sets the count.
+#[test]
+#[ignore = "a measurement, run by hand: 1 GiB over loopback"]
+fn large_partial_frames_stay_within_the_budget() {
+    raise_open_files();
+    let daemon = Daemon::start("large-partial-frames");
+    let forwarder = forwarders(&daemon)[0].clone();
+    let count = env_count("RINGPOST_SLOW_CONNECTIONS", 1000);
+    let baseline_kib = daemon.memory_kib("VmRSS");
+    let announced = 15 << 20;
+    let sent_bytes = 1 << 20;
+    let chunk = vec![0u8; sent_bytes];
+    let mut streams = Vec::new();
+    let mut refused = 0;
+    let mut codes = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..count {
+        let mut stream = connect(&forwarder);
+        let header =
+            FrameHeader { body_length: announced, command: Command::Publish.code(), flags: 0, request_id: 1 };
+        stream.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        if stream.write_all(&header.encode()).and_then(|_| stream.write_all(&chunk)).is_err() {
+            refused += 1;
+        }
+        streams.push(stream);
+    }
+    let loaded_kib = daemon.memory_kib("VmRSS");
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_secs(1));
+        for stream in &mut streams {
+            let _ = stream.write(&[0]);
+        }
+    }
+    let trickled_kib = daemon.memory_kib("VmRSS");
+    for stream in &mut streams {
+        stream.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let mut received = vec![0u8; 4096];
+        if let Ok(read) = stream.read(&mut received) {
+            for status in statuses_in(&received[..read]) {
+                *codes.entry(status.code.to_string()).or_default() += 1;
+            }
+        }
+    }
+    drop(streams);
+    let high_water_kib = daemon.memory_kib("VmHWM");
+    let peak_kib = loaded_kib.max(trickled_kib);
+    let after = resident_returns(&daemon, baseline_kib + BASELINE_SLACK_KIB, Duration::from_secs(30));
+    println!(
+        "repro: {count} connections ({refused} writes refused); resident {baseline_kib} KiB before, {loaded_kib} KiB \
+         loaded, {trickled_kib} KiB after 5 s of trickling, high-water {high_water_kib} KiB, {after} KiB after \
+         closing; errors told: {codes:?}"
+    );
+    assert!(peak_kib < baseline_kib + 100 * 1024, "resident memory reached {peak_kib} KiB");
+    assert!(after <= baseline_kib + BASELINE_SLACK_KIB, "resident memory stayed at {after} KiB");
+}
+
+/// CPU seconds the process has used (user and system), from /proc/<pid>/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15; after the command's ')' they are the 12th and 13th.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf only reads a constant of the running system.
+    ticks as f64 / unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) } as f64
+}
+
+/// Out of file descriptors, the daemon answers new clients with ResourceExhausted instead of
+/// leaving them in the listen backlog, does not spin, logs a line now and then, and keeps
+/// serving the connections it has.
+#[test]
+fn out_of_descriptors_new_clients_are_refused_and_served_ones_carry_on() {
+    let daemon = Daemon::start("out-of-descriptors");
+    let client = daemon.client();
+    block_on(client.create_topic("served")).unwrap();
+    block_on(client.publish("served", vec![Message::new("before")])).unwrap();
+    let pid = daemon.pid().unwrap();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u64;
+    let limit = nix::libc::rlimit { rlim_cur: open + 2, rlim_max: open + 2 };
+    let mut before = nix::libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: prlimit reads and writes the limits it is given pointers to.
+    let set = unsafe { nix::libc::prlimit(pid as i32, nix::libc::RLIMIT_NOFILE, &limit, &mut before) };
+    assert_eq!(set, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let cpu_before = cpu_seconds(pid);
+    let started = Instant::now();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..20 {
+        let mut stream = connect(&daemon.address);
+        stream.write_all(&hello(1)).unwrap();
+        match read_frame(&mut stream, Duration::from_secs(3)) {
+            Some((header, body)) if header.is_error() => {
+                let status = decode_error(&body);
+                assert_eq!(status.code, ErrorCode::ResourceExhausted, "{status}");
+                assert!(status.message.contains("file descriptor"), "{status}");
+                refused += 1;
+            }
+            Some(_) => held.push(stream),
+            None => panic!("a client was left unanswered"),
+        }
+    }
+    let answered_in = started.elapsed();
+    // A second more, still out of descriptors: an accept loop that spins would show here.
+    std::thread::sleep(Duration::from_secs(1));
+    let busy = (cpu_seconds(pid) - cpu_before) / started.elapsed().as_secs_f64();
+    assert!(refused > 0, "no client was refused");
+    assert!(busy < 0.5, "the daemon used {busy:.2} of a core while out of descriptors");
+    // The connection served before carries on.
+    block_on(client.publish("served", vec![Message::new("during")])).unwrap();
+    let lines = daemon.log().lines().filter(|line| line.contains("accept failed")).count();
+    assert!(lines <= 3, "{lines} lines about failed accepts");
+    println!(
+        "out of descriptors: {refused} of 20 refused, {} served, {busy:.3} of a core, in {:?}",
+        held.len(),
+        answered_in
+    );
+    // The stop needs descriptors of its own (the soft limit cannot go back above the hard one
+    // lowered here, so the test stops the daemon as a supervisor would, at once).
+    drop(held);
+    let _ = before;
+    let mut daemon = daemon;
+    daemon.kill();
+}
