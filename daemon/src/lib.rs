@@ -20,6 +20,10 @@ pub mod router;
 pub mod runtime;
 pub mod shard;
 #[cfg(test)]
+mod sim_checker;
+#[cfg(test)]
+mod sim_node_tests;
+#[cfg(test)]
 mod sim_tests;
 pub mod storage;
 pub mod subscription;

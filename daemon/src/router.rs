@@ -54,33 +54,62 @@ fn wall_ms() -> u64 {
     crate::runtime::wall_ms()
 }
 
-pub struct ForwarderLink {
-    sender: ConnectedSender<ControlEnvelope>,
-    waiting: RefCell<HashMap<u64, Sender<Result<ControlOk, Status>>>>,
-    next_request: Cell<u64>,
+/// How the router reaches one forwarder. In the daemon, the forwarder runs on its own shard,
+/// reached through a bounded shared channel; in a simulation of a whole node, it runs on the
+/// router's executor and is called directly, so that one seeded executor runs both.
+pub struct ForwarderLink(Link);
+
+/// A forwarder's `control`, called on the router's executor (see `ForwarderLink::local`).
+pub type LocalControl = Box<
+    dyn Fn(ControlRequest) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ControlOk, Status>>>>,
+>;
+
+enum Link {
+    Channel {
+        sender: ConnectedSender<ControlEnvelope>,
+        waiting: RefCell<HashMap<u64, Sender<Result<ControlOk, Status>>>>,
+        next_request: Cell<u64>,
+    },
+    Local(LocalControl),
 }
 
 impl ForwarderLink {
     pub fn new(sender: ConnectedSender<ControlEnvelope>) -> Rc<ForwarderLink> {
-        Rc::new(ForwarderLink { sender, waiting: RefCell::default(), next_request: Cell::new(1) })
+        Rc::new(ForwarderLink(Link::Channel {
+            sender,
+            waiting: RefCell::default(),
+            next_request: Cell::new(1),
+        }))
     }
 
-    /// Delivers replies to the requests waiting for them; runs for the life of the router.
+    /// A link to a forwarder on this executor: each request is `control(request)`, awaited by
+    /// the caller as a reply from another shard would be.
+    pub fn local(control: LocalControl) -> Rc<ForwarderLink> {
+        Rc::new(ForwarderLink(Link::Local(control)))
+    }
+
+    /// Delivers replies to the requests waiting for them; runs for the life of the router. A
+    /// local link has no replies to deliver.
     pub async fn receive_replies(self: Rc<Self>, replies: ConnectedReceiver<ControlReply>) {
+        let Link::Channel { waiting, .. } = &self.0 else { return };
         while let Some(reply) = replies.recv().await {
-            if let Some(waiter) = self.waiting.borrow_mut().remove(&reply.request_id) {
+            if let Some(waiter) = waiting.borrow_mut().remove(&reply.request_id) {
                 waiter.send(reply.result);
             }
         }
     }
 
     async fn call(&self, request: ControlRequest) -> Result<ControlOk, Status> {
-        let request_id = self.next_request.get();
-        self.next_request.set(request_id + 1);
+        let (sender, waiting, next_request) = match &self.0 {
+            Link::Channel { sender, waiting, next_request } => (sender, waiting, next_request),
+            Link::Local(control) => return control(request).await,
+        };
+        let request_id = next_request.get();
+        next_request.set(request_id + 1);
         let (reply, receiver) = oneshot();
-        self.waiting.borrow_mut().insert(request_id, reply);
-        if self.sender.send(ControlEnvelope { request_id, request }).await.is_err() {
-            self.waiting.borrow_mut().remove(&request_id);
+        waiting.borrow_mut().insert(request_id, reply);
+        if sender.send(ControlEnvelope { request_id, request }).await.is_err() {
+            waiting.borrow_mut().remove(&request_id);
             return Err(Status::unavailable("the forwarder shard is gone"));
         }
         receiver.await.unwrap_or_else(|| Err(Status::unavailable("the forwarder shard did not answer")))
@@ -243,7 +272,7 @@ impl<S: Storage> Router<S> {
             eprintln!(
                 "ringpostd: recovered {} topic(s) and {subscription_count} subscription(s) in {:.2} s",
                 topics.len(),
-                started.elapsed().as_secs_f64()
+                crate::runtime::now().saturating_duration_since(started).as_secs_f64()
             );
         }
         let known: HashSet<String> = topics.iter().map(|topic| format!("{:016x}", topic.id)).collect();
@@ -279,6 +308,12 @@ impl<S: Storage> Router<S> {
         Ok(topics)
     }
 
+    /// The catalog as applied so far, for the simulation's checks of ids and placement.
+    #[cfg(test)]
+    pub(crate) fn catalog_state(&self) -> std::cell::Ref<'_, CatalogState> {
+        self.state.borrow()
+    }
+
     fn allocate_id(&self) -> u64 {
         self.catalog.allocate_id()
     }
@@ -298,6 +333,13 @@ impl<S: Storage> Router<S> {
     /// (`CATALOG_COMPACTION_BYTES_MIN`). Called once a minute; returns whether it did.
     pub async fn compact_catalog(&self) -> Result<bool, String> {
         self.catalog.compact(CATALOG_COMPACTION_BYTES_MIN).await
+    }
+
+    /// Compacts the catalog whatever its size (still once its log holds four times the
+    /// snapshot), for the simulation, whose catalogs stay far below the daemon's threshold.
+    #[cfg(test)]
+    pub(crate) async fn compact_catalog_now(&self) -> Result<bool, String> {
+        self.catalog.compact(0).await
     }
 
     fn reserve_name(&self, name: &str) -> Result<NameReservation<'_>, Status> {

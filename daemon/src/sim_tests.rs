@@ -20,6 +20,7 @@ use crate::log::{Directories, LogConfig};
 use crate::protocol::native::server::{Handler, Responder};
 use crate::runtime::{self, sim};
 use crate::shard::Forwarder;
+use crate::sim_checker::{Checker, Outcome};
 use crate::storage::sim::{CrashMode, FaultPlan, SimDisk};
 use ringpost_wire::frame::Body;
 use ringpost_wire::frame::{FrameBuffer, FrameHeader};
@@ -27,7 +28,7 @@ use ringpost_wire::limits::FRAME_HEADER_BYTES;
 use ringpost_wire::messages::*;
 use ringpost_wire::Command;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -61,57 +62,6 @@ const TOPIC_ID: u64 = 7;
 const TOPIC: &str = "simulated";
 const SUBSCRIPTION_ID: u64 = 9;
 const SUBSCRIPTION: &str = "reader";
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Outcome {
-    /// The publish was answered with its ids: it must be delivered.
-    Acknowledged,
-    /// An error, or no answer before the crash: it may or may not be delivered.
-    Indeterminate,
-}
-
-/// The queue checker, for one subscription, kept as the simulation goes.
-#[derive(Default)]
-struct Checker {
-    published: HashMap<Vec<u8>, Outcome>,
-    deliveries: HashMap<Vec<u8>, u32>,
-    /// Messages whose acknowledgement the forwarder confirmed: never delivered again.
-    acknowledged: HashSet<Vec<u8>>,
-    next_message: u64,
-    redeliveries: u64,
-    publishes_refused: u64,
-}
-
-impl Checker {
-    fn delivered(&mut self, seed: u64, data: &[u8]) {
-        assert!(
-            self.published.contains_key(data),
-            "seed {seed}: delivered a message never published: {data:?}"
-        );
-        assert!(
-            !self.acknowledged.contains(data),
-            "seed {seed}: delivered {} again after its acknowledgement was confirmed",
-            String::from_utf8_lossy(data)
-        );
-        let count = self.deliveries.entry(data.to_vec()).or_insert(0);
-        *count += 1;
-        self.redeliveries += u64::from(*count > 1);
-    }
-
-    /// Acknowledged publishes never delivered.
-    fn lost(&self) -> Vec<String> {
-        let mut lost: Vec<String> = self
-            .published
-            .iter()
-            .filter(|(data, outcome)| {
-                **outcome == Outcome::Acknowledged && !self.deliveries.contains_key(*data)
-            })
-            .map(|(data, _)| String::from_utf8_lossy(data).into_owned())
-            .collect();
-        lost.sort();
-        lost
-    }
-}
 
 /// A request through the forwarder's handler, as a connection would make it; the response
 /// body, or None for an error.

@@ -90,11 +90,30 @@ impl<S: Storage> Catalog<S> {
         forwarders: u32,
         balance_factor: f64,
     ) -> Result<Catalog<S>, String> {
-        let raft_log = RaftLog::open(storage.clone(), directories.clone())
+        Catalog::open_with_log_config(
+            storage,
+            directories,
+            forwarders,
+            balance_factor,
+            legacy::catalog_log_config(),
+        )
+        .await
+    }
+
+    /// `open`, with the catalog logs' configuration given: the simulation's catalogs take
+    /// segments of kilobytes, since SimDisk holds (and copies at each sync) every byte of them.
+    pub async fn open_with_log_config(
+        storage: S,
+        directories: Rc<Directories>,
+        forwarders: u32,
+        balance_factor: f64,
+        config: crate::log::LogConfig,
+    ) -> Result<Catalog<S>, String> {
+        let raft_log = RaftLog::open(storage.clone(), directories.clone(), config.clone())
             .await
             .map_err(|error| format!("opening the catalog's raft log: {error}"))?;
         let snapshots = Rc::new(
-            SnapshotLog::open(storage.clone(), directories.clone())
+            SnapshotLog::open(storage.clone(), directories.clone(), config)
                 .await
                 .map_err(|error| format!("opening the catalog's snapshots: {error}"))?,
         );

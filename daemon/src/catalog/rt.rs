@@ -145,10 +145,16 @@ impl AsyncRuntime for ShardRuntime {
     }
 
     fn thread_rng() -> rand::rngs::SmallRng {
-        let seed = NEXT_SEED.with(|next| {
-            let seed = next.get();
-            next.set(seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407));
-            seed
+        // Under a simulation, from its seed: the thread-local sequence goes on from one run to
+        // the next on a thread, and a replay of a seed would draw other timeouts.
+        let seed = crate::runtime::simulated_seed().unwrap_or_else(|| {
+            NEXT_SEED.with(|next| {
+                let seed = next.get();
+                next.set(
+                    seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407),
+                );
+                seed
+            })
         });
         rand::rngs::SmallRng::seed_from_u64(seed)
     }

@@ -4,10 +4,10 @@
 //! log whose older snapshots are removed once a newer one is durable).
 
 use super::entry::CatalogEntry;
-use super::legacy::{catalog_log_config, record_bytes};
+use super::legacy::record_bytes;
 use super::raft::{CatalogRaft, Entry, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::log::{Directories, Log, LogError};
+use crate::log::{Directories, Log, LogConfig, LogError};
 use crate::storage::Storage;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{EntryPayload, RaftLogReader};
@@ -239,8 +239,12 @@ impl<S: Storage> Clone for RaftLog<S> {
 }
 
 impl<S: Storage> RaftLog<S> {
-    pub async fn open(storage: S, directories: Rc<Directories>) -> Result<RaftLog<S>, LogError> {
-        let log = open_log(storage, directories, RAFT_FOLDER, RAFT_LOG_ID).await?;
+    pub async fn open(
+        storage: S,
+        directories: Rc<Directories>,
+        config: LogConfig,
+    ) -> Result<RaftLog<S>, LogError> {
+        let log = open_log(storage, directories, RAFT_FOLDER, RAFT_LOG_ID, config).await?;
         let mut held = Held::default();
         for stored in log.read_all(0).await? {
             held.replay(stored.offset, &stored.data)?;
@@ -373,9 +377,9 @@ async fn open_log<S: Storage>(
     directories: Rc<Directories>,
     folder: &str,
     log_id: u64,
+    config: LogConfig,
 ) -> Result<Log<S>, LogError> {
-    let (log, report) =
-        Log::open(storage, directories, Path::new(folder), log_id, catalog_log_config()).await?;
+    let (log, report) = Log::open(storage, directories, Path::new(folder), log_id, config).await?;
     // Made at the first start, while there is room; on a full disk the catalog goes on without
     // one until `Router::retake_catalog_reserve` finds room.
     if let Err(error) = log.retake_reserve().await {
@@ -402,8 +406,12 @@ pub struct SnapshotLog<S: Storage> {
 }
 
 impl<S: Storage> SnapshotLog<S> {
-    pub async fn open(storage: S, directories: Rc<Directories>) -> Result<SnapshotLog<S>, LogError> {
-        let log = open_log(storage, directories, SNAPSHOT_FOLDER, SNAPSHOT_LOG_ID).await?;
+    pub async fn open(
+        storage: S,
+        directories: Rc<Directories>,
+        config: LogConfig,
+    ) -> Result<SnapshotLog<S>, LogError> {
+        let log = open_log(storage, directories, SNAPSHOT_FOLDER, SNAPSHOT_LOG_ID, config).await?;
         Ok(SnapshotLog { log: Rc::new(log) })
     }
 

@@ -1053,7 +1053,9 @@ async fn prewrite_spare<S: Storage>(
         }
         position += bytes as u64;
         if position < capacity && !stop.get() {
-            crate::runtime::sleep(started.elapsed()).await;
+            // Measured on the seam's clock: `Instant::elapsed` reads the system clock, which a
+            // simulation does not run on, and made its pauses (and a seed's replay) vary.
+            crate::runtime::sleep(crate::runtime::now().saturating_duration_since(started)).await;
         }
     }
     if position >= capacity && !stop.get() {

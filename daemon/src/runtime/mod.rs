@@ -38,6 +38,21 @@ fn leave_simulation() {
     SIMULATION.with(|current| current.borrow_mut().take());
 }
 
+/// A hasher with the same keys in every process, for unit tests: a simulation's seed must
+/// replay in another process (`RINGPOST_SIM_SEED`), and maps the node walks and acts on in
+/// their order must walk the same way there. (ahash's "fixed" keys are drawn once per
+/// process, std's random ones once per map.)
+pub type FixedHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+/// The hasher of maps keyed by client text that the node walks in their order (a shard's
+/// subscriptions, swept for expired leases): std's random keys in the daemon, against
+/// flooding; `FixedHasher` in unit tests. The daemon's type is std's own, so it costs nothing
+/// there.
+#[cfg(not(test))]
+pub type NameHasher = std::collections::hash_map::RandomState;
+#[cfg(test)]
+pub type NameHasher = FixedHasher;
+
 /// A spawned task. Dropping it cancels the task; `detach` lets it run to its end.
 #[must_use = "a task is cancelled when dropped; detach it to let it run"]
 pub struct Task<T>(Spawned<T>);
@@ -96,6 +111,11 @@ pub fn now() -> Instant {
     SIMULATION
         .with(|current| current.borrow().as_ref().map(|executor| executor.now()))
         .unwrap_or_else(Instant::now)
+}
+
+/// A seed for a generator, drawn from the running simulation's seed; None outside a simulation.
+pub fn simulated_seed() -> Option<u64> {
+    SIMULATION.with(|current| current.borrow().as_ref().map(|executor| executor.next_seed()))
 }
 
 /// Milliseconds since the Unix epoch, for publish times and expirations.

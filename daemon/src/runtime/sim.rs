@@ -31,6 +31,10 @@ pub const VIRTUAL_TIME_MAX: Duration = Duration::from_secs(24 * 3600);
 /// The id of the simulated future itself, which is polled in place rather than spawned.
 const MAIN: u64 = 0;
 
+/// Mixed into the simulation's seed for the stream of `Executor::next_seed` (any constant
+/// keeps it apart from the task order's stream).
+const SEEDS_STREAM: u64 = 0x6f70_656e_7261_6674;
+
 /// SplitMix64 (Steele, Lea and Flood): a small generator whose every seed, 0 included, gives a
 /// full-period, well-mixed stream. Simulations need reproducibility, not cryptography.
 #[derive(Clone, Debug)]
@@ -113,6 +117,10 @@ struct Entry {
 pub(crate) struct Executor {
     seed: u64,
     rng: RefCell<Rng>,
+    /// Seeds for the generators the code under test asks for (openraft's election timeouts):
+    /// drawn from the simulation's seed, so that two runs of one seed on one thread draw the
+    /// same ones, and apart from `rng`, so that drawing them does not change the task order.
+    seeds: RefCell<Rng>,
     start: Instant,
     elapsed: Cell<Duration>,
     time_max: Duration,
@@ -131,6 +139,7 @@ impl Executor {
         Executor {
             seed,
             rng: RefCell::new(Rng::new(seed)),
+            seeds: RefCell::new(Rng::new(seed ^ SEEDS_STREAM)),
             start: Instant::now(),
             elapsed: Cell::new(Duration::ZERO),
             time_max,
@@ -145,6 +154,10 @@ impl Executor {
 
     pub(crate) fn now(&self) -> Instant {
         self.start + self.elapsed.get()
+    }
+
+    pub(crate) fn next_seed(&self) -> u64 {
+        self.seeds.borrow_mut().next_u64()
     }
 
     pub(crate) fn wall_ms(&self) -> u64 {

@@ -41,8 +41,8 @@ pub type Served<S> = (Rc<SubscriptionEntry>, Rc<TopicState<S>>);
 /// The topics and subscriptions a shard serves, by name and by id, and those it quarantined.
 pub struct Registry<S: Storage> {
     pub topics: RefCell<HashMap<Rc<str>, Rc<TopicState<S>>>>,
-    pub topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>>>,
-    pub subscriptions: RefCell<HashMap<Rc<str>, Served<S>>>,
+    pub topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>, IdHasher>>,
+    pub subscriptions: RefCell<HashMap<Rc<str>, Served<S>, crate::runtime::NameHasher>>,
     pub quarantined: RefCell<Quarantined>,
 }
 

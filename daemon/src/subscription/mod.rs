@@ -161,7 +161,7 @@ pub fn recovered_state(
     now: Instant,
     wall_ms: u64,
 ) -> SubscriptionState {
-    let mut extended: HashMap<u64, u64> = HashMap::new();
+    let mut extended: HashMap<u64, u64, state::IdHasher> = HashMap::default();
     for entry in entries {
         match entry {
             JournalEntry::Seek { offset, .. } => {

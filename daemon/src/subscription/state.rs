@@ -280,7 +280,11 @@ impl AckRefusal {
 /// Hashes the maps keyed by offsets and ids, which the server assigns, so a fixed-key hasher is
 /// safe from flooding and saves each map the 16 bytes of a random state (it adds up over 10,000
 /// idle topics and subscriptions). Maps keyed by client text keep a random state.
+#[cfg(not(test))]
 pub type IdHasher = std::hash::BuildHasherDefault<ahash::AHasher>;
+/// In unit tests, keys that are the same in every process, so that a simulation replays.
+#[cfg(test)]
+pub type IdHasher = crate::runtime::FixedHasher;
 
 /// An ordered subscription's keys: the one offset each busy key has out, the messages held
 /// back behind it, and the key of each offset that is busy or held.

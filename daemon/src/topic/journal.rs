@@ -181,7 +181,7 @@ impl<S: Storage> TopicState<S> {
             }
             // Leases restated at their wall-clock end, so extensions outlive the compaction.
             let (now, wall_ms) = (clock.now(), clock.wall_ms());
-            let mut by_end: HashMap<u64, Vec<u64>> = HashMap::new();
+            let mut by_end: HashMap<u64, Vec<u64>, IdHasher> = HashMap::default();
             for (offset, deadline) in state.leases() {
                 let until_ms = wall_ms + deadline.saturating_duration_since(now).as_millis() as u64;
                 by_end.entry(until_ms / 1000 * 1000 + 999).or_default().push(offset);
