@@ -19,7 +19,7 @@
 use crate::api::control::{Subscription, Topic};
 use crate::api::Status;
 use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, SubscriptionSettings};
 use crate::clock::SystemClock;
 use crate::log::{Directories, LogConfig};
 use crate::protocol::native::server::{Handler, Responder};
@@ -509,8 +509,7 @@ async fn create_subscription(router: &Router<SimDisk>, model: &RefCell<Model>, t
     let request = Subscription {
         name: name.clone(),
         topic: topic.clone(),
-        ack_deadline_seconds: ACK_DEADLINE_SECONDS,
-        ..Subscription::default()
+        settings: SubscriptionSettings { ack_deadline_seconds: ACK_DEADLINE_SECONDS, ..Default::default() },
     };
     let result = router.create_subscription(request).await;
     let record = router.catalog_state().subscriptions.get(&name).map(|record| (record.id, record.topic_id));
