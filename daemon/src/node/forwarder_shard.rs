@@ -134,8 +134,7 @@ fn start_forwarder_shard(
             stop_on_close(stop_socket, stop.clone());
             let stopping = forwarder.clone();
             crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
-            let serving =
-                crate::runtime::spawn(protocol::native::server::serve(
+            let serving = crate::runtime::spawn(protocol::native::server::serve(
                 listener,
                 forwarder.clone(),
                 stop,

@@ -91,7 +91,8 @@ pub(super) fn start_router_shard(
             run_router_timers(&router);
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
-            let connections = protocol::native::server::serve(listener, router, stop, connection_limits).await;
+            let connections =
+                protocol::native::server::serve(listener, router, stop, connection_limits).await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))
