@@ -827,3 +827,52 @@ fn a_whole_node_simulation_replays_its_seed_exactly() {
         assert_eq!(simulate_node(seed), simulate_node(seed), "seed {seed}");
     }
 }
+
+/// Seeds run in two processes by `a_whole_node_simulation_replays_in_another_process`: the
+/// first sixteen, and the ones that once differed between processes (a map's per-process hash
+/// keys, a pause measured on the real clock).
+const REPLAYED_SEEDS: [u64; 19] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 32, 60, 140];
+/// Set in the child process of that test, which then prints its digests instead of comparing.
+const REPLAY_CHILD_VARIABLE: &str = "RINGPOST_SIM_REPLAY_CHILD";
+
+/// A seed makes the same trace in another process: what one process draws once (hash keys,
+/// a thread's generator) and what the machine's speed changes (a real clock read) differ there,
+/// where two runs on one thread can agree by chance. The test runs itself as a child process
+/// and compares the digests it prints with its own.
+#[test]
+fn a_whole_node_simulation_replays_in_another_process() {
+    let digests: Vec<(u64, u64)> = REPLAYED_SEEDS.iter().map(|&seed| (seed, simulate_node(seed).0)).collect();
+    if std::env::var_os(REPLAY_CHILD_VARIABLE).is_some() {
+        for (seed, digest) in &digests {
+            println!("replayed seed {seed} digest {digest:x}");
+        }
+        return;
+    }
+    let test = "sim_node_tests::a_whole_node_simulation_replays_in_another_process";
+    let output = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(REPLAY_CHILD_VARIABLE, "1")
+        .env_remove("RINGPOST_SIM_SEED")
+        .env_remove("RINGPOST_SIM_SEEDS")
+        .output()
+        .expect("running the test binary again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the child process failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let replayed: Vec<(u64, u64)> = stdout
+        .lines()
+        .filter_map(|line| {
+            // The harness may print its "test ... " on the same line as the first digest.
+            let (_, rest) = line.split_once("replayed seed ")?;
+            let (seed, digest) = rest.split_once(" digest ")?;
+            Some((seed.parse().ok()?, u64::from_str_radix(digest.trim(), 16).ok()?))
+        })
+        .collect();
+    assert_eq!(replayed.len(), digests.len(), "the child printed {} digests:\n{stdout}", replayed.len());
+    for ((seed, digest), (_, other)) in digests.iter().zip(&replayed) {
+        assert_eq!(digest, other, "seed {seed} made another trace in another process");
+    }
+}
