@@ -297,6 +297,21 @@ struct Shard {
 }
 
 impl Shard {
+    /// A shard's connection state before its first connection.
+    fn new(limits: ConnectionLimits) -> Shard {
+        Shard {
+            limits,
+            connections: Cell::new(0),
+            unauthenticated: Cell::new(0),
+            per_peer: RefCell::default(),
+            partial_frame_bytes: Cell::new(0),
+            partial_frame_bytes_released: Cell::new(0),
+            refusals_lingering: Cell::new(0),
+            sockets: RefCell::default(),
+            closed: Notify::new(),
+        }
+    }
+
     /// Why a new connection from `peer` is refused, if it is: the limit it would pass.
     fn refusal(&self, peer: Option<IpAddr>) -> Option<Status> {
         let limits = &self.limits;
@@ -392,17 +407,7 @@ pub async fn serve<H: Handler>(
     stop: Stop,
     limits: ConnectionLimits,
 ) -> usize {
-    let shard = Rc::new(Shard {
-        limits,
-        connections: Cell::new(0),
-        unauthenticated: Cell::new(0),
-        per_peer: RefCell::default(),
-        partial_frame_bytes: Cell::new(0),
-        partial_frame_bytes_released: Cell::new(0),
-        refusals_lingering: Cell::new(0),
-        sockets: RefCell::default(),
-        closed: Notify::new(),
-    });
+    let shard = Rc::new(Shard::new(limits));
     let mut failures = AcceptFailures::new();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -1063,17 +1068,7 @@ mod tests {
     use super::*;
 
     fn shard(limits: ConnectionLimits) -> Shard {
-        Shard {
-            limits,
-            connections: Cell::new(0),
-            unauthenticated: Cell::new(0),
-            per_peer: RefCell::default(),
-            partial_frame_bytes: Cell::new(0),
-            partial_frame_bytes_released: Cell::new(0),
-            refusals_lingering: Cell::new(0),
-            sockets: RefCell::default(),
-            closed: Notify::new(),
-        }
+        Shard::new(limits)
     }
 
     /// Each limit refuses with its own name; a connection that authenticates leaves room before
