@@ -6,6 +6,7 @@
 //! ARCHITECTURE.md for the map.
 
 pub mod api;
+pub mod auth;
 pub mod catalog;
 /// Placement lives with the catalog, which records each decision; this name stays for callers.
 pub use catalog::placement;

@@ -7,6 +7,10 @@
 pub enum Command {
     /// `HelloRequest` → `HelloResponse`: protocol version and the server's limits.
     Hello = 1,
+    /// `AuthenticateRequest` → `AuthenticateResponse` (every port): present a credential; the
+    /// connection then acts as its principal. Served by the connection itself, in order: a
+    /// request sent after it, without waiting for its answer, runs as the principal.
+    Authenticate = 2,
     /// `Topic` → `Topic` (router).
     CreateTopic = 10,
     /// `NameRequest` → `Topic` (router).
@@ -65,8 +69,9 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 25] = [
+    pub const ALL: [Command; 26] = [
         Command::Hello,
+        Command::Authenticate,
         Command::CreateTopic,
         Command::GetTopic,
         Command::ListTopics,
@@ -96,6 +101,7 @@ impl Command {
     pub fn from_u16(code: u16) -> Option<Command> {
         Some(match code {
             1 => Command::Hello,
+            2 => Command::Authenticate,
             10 => Command::CreateTopic,
             11 => Command::GetTopic,
             12 => Command::ListTopics,

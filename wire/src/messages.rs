@@ -38,6 +38,16 @@ wire_type! {
 }
 
 wire_type! {
+    /// A credential: an access token (the daemon keeps only its SHA-256).
+    pub struct AuthenticateRequest { pub token: String }
+}
+
+wire_type! {
+    /// The principal the connection now acts as.
+    pub struct AuthenticateResponse { pub principal: String }
+}
+
+wire_type! {
     /// A request that names one resource.
     pub struct NameRequest { pub name: String }
 }

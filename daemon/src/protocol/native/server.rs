@@ -15,6 +15,7 @@
 //! id 0) naming the limit. A frame that cannot be parsed gets a `ProtocolError` reply and the
 //! connection is closed; other connections carry on.
 
+use crate::auth::{Access, Permission, Session};
 use crate::subscription::budget::StreamReservation;
 use crate::sync::{Notify, Stop};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -217,6 +218,9 @@ impl Response {
 /// leaving.
 pub struct Responder {
     outbound: Rc<Outbound>,
+    /// Who sent the request, as the connection was when it was read, and the shard's rules.
+    session: Rc<Session>,
+    access: Rc<Access>,
     /// The address the peer reached this connection at (the router answers lookups with it
     /// when it listens on every address, see `Advertise`).
     local_address: Option<SocketAddr>,
@@ -226,7 +230,28 @@ impl Responder {
     /// A responder on no connection, for tests that call a handler directly.
     #[cfg(test)]
     pub(crate) fn unconnected() -> Responder {
-        Responder { outbound: Rc::default(), local_address: None }
+        Responder {
+            outbound: Rc::default(),
+            local_address: None,
+            session: Rc::new(Session::anonymous()),
+            access: Rc::new(Access::off()),
+        }
+    }
+
+    /// Who sent the request.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Whether the request's sender holds `permission` on `name`; a refusal is the request's
+    /// answer (`Unauthenticated` or `PermissionDenied`), already logged for audit.
+    pub fn check(&self, permission: Permission, name: &str) -> Result<(), Status> {
+        self.access.check(&self.session, permission, name).map_err(Status::from)
+    }
+
+    /// Like `check`, without the audit log: for what a list shows.
+    pub fn allows(&self, permission: Permission, name: &str) -> bool {
+        self.access.allows(&self.session, permission, name)
     }
 
     /// The address of this end of the connection, as the peer reached it.
@@ -622,6 +647,8 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
     let outbound = Rc::new(Outbound::default());
     let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
     let in_flight = Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
+    let access = Rc::new(Access::off());
+    let session = Rc::new(Session::anonymous());
     let now = Instant::now();
     let watch = Rc::new(Watch::new(now + shard.limits.unauthenticated_deadline));
     let watchdog = crate::runtime::spawn(watch_deadline(watch.clone(), socket));
@@ -667,8 +694,14 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
             }
             let handler = handler.clone();
             let outbound = outbound.clone();
+            let (session, access) = (session.clone(), access.clone());
             crate::runtime::spawn(async move {
-                let responder = Responder { outbound: outbound.clone(), local_address };
+                let responder = Responder {
+                    outbound: outbound.clone(),
+                    local_address,
+                    session: session.clone(),
+                    access: access.clone(),
+                };
                 let response = handler.handle(frame.header, frame.body, &responder).await;
                 let closes = is_protocol_error(&response);
                 outbound.push(response, Some(permit));
@@ -1153,7 +1186,7 @@ mod tests {
         let wakes = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(wakes.clone());
         let mut context = std::task::Context::from_waker(&waker);
-        let responder = Responder { outbound: Rc::new(Outbound::default()), local_address: None };
+        let responder = Responder::unconnected();
         let mut gone = std::pin::pin!(responder.gone());
         let mut room = std::pin::pin!(responder.outbound.changed.notified());
         assert!(gone.as_mut().poll(&mut context).is_pending());
