@@ -30,29 +30,48 @@ pub fn stats() -> ProcessStats {
 
 /// Largest allocation glibc's malloc serves from its heap rather than from a fresh mmap.
 pub const MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
+/// Free memory at the top of a heap beyond which a `free` gives it back to the kernel.
+pub const TRIM_THRESHOLD_BYTES: i32 = 4 * MMAP_THRESHOLD_BYTES;
+/// A free this large makes glibc look at its arena's top (smaller ones go to the thread's
+/// cache or the fast bins without it); see `release_free_memory`.
+const FREE_THAT_TRIMS_BYTES: usize = 128 << 10;
 
 /// Frames and record buffers of a large publish are megabytes each and short-lived. Served by
 /// mmap, every one of them is fresh memory the kernel has to fault in and zero page by page
 /// (`clear_page_erms` was 7% of the forwarder's time publishing 1 MiB messages); served from
 /// the heap, the freed ones are reused. glibc raises its mmap threshold this way by itself,
 /// but only after the first free, and per process; setting it keeps the behaviour fixed. The
-/// heap then holds on to the peak of what is in flight, which the staging limits bound.
+/// heap then holds on to the peak of what is in flight, which the staging limits bound, until
+/// `release_free_memory` gives it back.
 pub fn keep_large_buffers_in_heap() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes allocator parameters; it is safe to call at any time.
     unsafe {
         nix::libc::mallopt(nix::libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
-        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, 4 * MMAP_THRESHOLD_BYTES);
+        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
     }
 }
 
-/// Hands free heap memory back to the kernel (all of malloc's arenas). It walks the free lists,
-/// so it is called after large releases only, not on a timer.
+/// Hands free heap memory back to the kernel. It walks the free lists, so it is called after
+/// large releases only, not on a timer.
+///
+/// `malloc_trim` releases the free chunks of every arena, but not the free memory at the top
+/// of a thread's arena (each shard's thread has its own), where large buffers freed last
+/// coalesce: only a `free` trims that, and only beyond `M_TRIM_THRESHOLD`, which is kept high
+/// (see `keep_large_buffers_in_heap`) and above a thread heap's 64 MiB. So the threshold is
+/// lowered for one large free on the calling thread, whose arena is the one that released the
+/// memory, and set back. Without it, 100 connections' partial frames freed together stayed
+/// resident (34 MiB of one shard's arena, all zero pages) however often this ran.
 pub fn release_free_memory() {
     #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases memory malloc holds free; it is safe at any time.
+    // SAFETY: malloc_trim and mallopt only change what malloc holds free and its parameters;
+    // the buffer is allocated and freed here, unused in between.
     unsafe {
         nix::libc::malloc_trim(0);
+        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, 0);
+        let probe = nix::libc::malloc(FREE_THAT_TRIMS_BYTES);
+        nix::libc::free(probe);
+        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
     }
 }
 
