@@ -6,11 +6,13 @@
 #
 # runs COMMAND with the word @SERVER@ replaced by the daemon's router address, then stops the
 # daemon; returns COMMAND's status, or 1 when the daemon did not start (its output is in LOG).
+# DAEMON_ARGS, if set, are more arguments for the daemon (e.g. its TLS certificate).
 with_standalone_daemon() {
   local daemon=$1 data_parent=$2 log=$3; shift 3
   local directory daemon_pid address= status=0 argument arguments=()
   directory=$(mktemp -d "$data_parent/ringpost-standalone.XXXXXX")
-  "$daemon" --listen 127.0.0.1:0 --data-dir "$directory" >"$log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$daemon" --listen 127.0.0.1:0 --data-dir "$directory" ${DAEMON_ARGS:-} >"$log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 100); do
     address=$( (grep -o 'serving on [0-9.:]*' "$log" || true) | cut -d' ' -f3)
