@@ -240,7 +240,6 @@ impl Responder {
 
     /// A responder on no connection for a request from `session`, under `access`'s rules.
     #[cfg(test)]
-    #[allow(dead_code)] // until the handlers' permission tests use it
     pub(crate) fn with_session(session: Session, access: Rc<Access>) -> Responder {
         Responder { session: Rc::new(session), access, ..Responder::unconnected() }
     }
