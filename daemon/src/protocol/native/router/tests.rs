@@ -120,7 +120,6 @@ fn topic_names(body: &[u8]) -> (Vec<String>, String) {
 }
 
 #[test]
-#[ignore = "needs the access file parser"]
 fn a_refused_create_creates_nothing() {
     sim::run(0, async {
         let access = required_access("router-create", ACCESS_FILE);
@@ -188,7 +187,6 @@ fn a_refused_create_creates_nothing() {
 }
 
 #[test]
-#[ignore = "needs the access file parser"]
 fn lists_show_only_what_their_reader_may_list() {
     sim::run(0, async {
         let access = required_access("router-list", ACCESS_FILE);
@@ -233,7 +231,6 @@ fn lists_show_only_what_their_reader_may_list() {
 }
 
 #[test]
-#[ignore = "needs the access file parser"]
 fn a_lookup_serves_who_uses_or_views_the_resource() {
     sim::run(0, async {
         let access = required_access("router-lookup", ACCESS_FILE);
@@ -268,7 +265,6 @@ fn a_lookup_serves_who_uses_or_views_the_resource() {
 }
 
 #[test]
-#[ignore = "needs the access file parser"]
 fn a_subscription_needs_its_topic_and_its_dead_letter_topic() {
     sim::run(0, async {
         let access = required_access("router-attach", ACCESS_FILE);
