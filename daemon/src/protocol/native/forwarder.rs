@@ -59,11 +59,11 @@ impl<S: Storage> Handler for Forwarder<S> {
 
 /// Whether a publish's sender may publish to its topic.
 ///
-/// Reading the topic's name means validating the whole request (about 20 µs for a thousand
-/// messages), which the data plane does again, so it is skipped when the name cannot change
-/// the answer: when authentication is off, or when the sender holds the permission on the
-/// empty name. A pattern that matches the empty name is all wildcards and matches every name,
-/// so that sender may publish to any topic.
+/// Reading the topic's name means validating the whole request, every message of it, which
+/// the data plane then does again; so it is skipped when the name cannot change the answer:
+/// when authentication is off, or when the sender holds the permission on the empty name. A
+/// pattern that matches the empty name is all wildcards and matches every name, so that
+/// sender may publish to any topic.
 fn check_publish(body: &[u8], responder: &Responder) -> Result<(), Status> {
     if responder.allows(Permission::TopicsPublish, EVERY_TOPIC) {
         debug_assert!(
@@ -120,7 +120,7 @@ impl PublishBatch for FramedPublish {
     }
 }
 
-/// A publish whose permission was checked (`check_publish`).
+/// A publish, once `check_publish` has let it through.
 pub async fn publish(data: &impl DataPlane, body: FrameBuffer) -> Result<PublishResponse, Status> {
     let ids = data.publish(FramedPublish { body }).await?;
     Ok(PublishResponse { message_ids: ids.collect() })
