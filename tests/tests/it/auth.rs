@@ -66,7 +66,7 @@ fn tokens_are_checked_unauthenticated_and_permission_denied_named_as_such() {
 
     // No credential: Unauthenticated (Hello alone is open to everyone).
     let nobody = anonymous_client(&daemon);
-    let said = assert_code(block_on(nobody.create_topic("x")), ErrorCode::Unauthenticated, "no token");
+    let said = assert_code(block_on(nobody.create_topic("xyz-topic")), ErrorCode::Unauthenticated, "no token");
     assert!(said.contains("credential"), "{said}");
     assert_code(
         block_on(nobody.publish("orders-eu", vec![Message::new("x")])),
@@ -159,21 +159,21 @@ fn a_denied_publish_leaves_no_record() {
         &files,
         &access_text(
             &[&root, &publisher, &reader],
-            &["admin * root", "publisher topic:a publisher-a", "subscriber subscription:b-sub reader-b"],
+            &["admin * root", "publisher topic:topic-a publisher-a", "subscriber subscription:b-sub reader-b"],
         ),
     );
     let daemon = daemon_requiring_auth("auth-denied-publish", &access, &[]);
     let admin = client_with(&daemon, &root);
-    block_on(admin.create_topic("a")).unwrap();
-    block_on(admin.create_topic("b")).unwrap();
-    create_subscription(&admin, "b-sub", "b", 10);
-    let first = block_on(admin.publish("b", vec![Message::new("first")])).unwrap()[0];
+    block_on(admin.create_topic("topic-a")).unwrap();
+    block_on(admin.create_topic("topic-b")).unwrap();
+    create_subscription(&admin, "b-sub", "topic-b", 10);
+    let first = block_on(admin.publish("topic-b", vec![Message::new("first")])).unwrap()[0];
 
     let client = client_with(&daemon, &publisher);
-    block_on(client.publish("a", vec![Message::new("allowed")])).unwrap();
+    block_on(client.publish("topic-a", vec![Message::new("allowed")])).unwrap();
     for _ in 0..3 {
         assert_code(
-            block_on(client.publish("b", vec![Message::new("denied"), Message::new("denied too")])),
+            block_on(client.publish("topic-b", vec![Message::new("denied"), Message::new("denied too")])),
             ErrorCode::PermissionDenied,
             "publishing to b",
         );
@@ -184,7 +184,7 @@ fn a_denied_publish_leaves_no_record() {
     for forwarder in forwarders(&daemon) {
         let mut stream = authenticated_stream(&forwarder, &publisher.secret);
         let request = PublishRequest {
-            topic: "b".into(),
+            topic: "topic-b".into(),
             messages: vec![PubsubMessage { data: b"denied on the wire".to_vec(), ..Default::default() }],
         };
         stream.write_all(&encode_frame(Command::Publish.code(), 0, 2, &request)).unwrap();
@@ -204,7 +204,7 @@ fn a_denied_publish_leaves_no_record() {
     let delivered = drain(&subscriber, "b-sub", true);
     assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert_eq!(delivered.get(&first).map(Vec::as_slice), Some(&b"first"[..]));
-    let second = block_on(admin.publish("b", vec![Message::new("second")])).unwrap()[0];
+    let second = block_on(admin.publish("topic-b", vec![Message::new("second")])).unwrap()[0];
     assert_eq!(second, first + 1, "the denied publishes took ids");
     let delivered = drain(&subscriber, "b-sub", true);
     assert_eq!(delivered.keys().copied().collect::<Vec<_>>(), vec![second]);
@@ -221,50 +221,50 @@ fn each_role_grants_what_pubsub_roles_do() {
             &[&root, &publisher, &subscriber, &viewer, &editor, &orders],
             &[
                 "admin * root",
-                "publisher topic:t1 pub",
-                "subscriber subscription:s1 sub",
-                "subscriber topic:t1 sub",
+                "publisher topic:topic-1 pub",
+                "subscriber subscription:sub-1 sub",
+                "subscriber topic:topic-1 sub",
                 "editor subscription:sub-own-* sub",
                 "viewer topic:vis-* view",
-                "viewer subscription:s1 view",
+                "viewer subscription:sub-1 view",
                 "editor * edit",
                 "publisher topic:orders-* orders",
-                "viewer topic:t2 allAuthenticatedUsers",
+                "viewer topic:topic-2 allAuthenticatedUsers",
             ],
         ),
     );
     let daemon = daemon_requiring_auth("auth-roles", &access, &[]);
     let admin = client_with(&daemon, &root);
-    for topic in ["t1", "t2", "vis-1", "vis-2", "orders", "orders-eu"] {
+    for topic in ["topic-1", "topic-2", "vis-1", "vis-2", "orders", "orders-eu"] {
         block_on(admin.create_topic(topic)).unwrap();
     }
-    create_subscription(&admin, "s1", "t1", 10);
+    create_subscription(&admin, "sub-1", "topic-1", 10);
     let denied = ErrorCode::PermissionDenied;
 
     // publisher: publish, nothing else.
     let client = client_with(&daemon, &publisher);
-    block_on(client.publish("t1", vec![Message::new("one")])).unwrap();
-    assert_code(block_on(client.publish("t2", vec![Message::new("x")])), denied, "pub publishes t2");
-    assert_code(block_on(client.get_topic("t1")), denied, "pub gets t1");
-    assert_code(block_on(client.create_topic("t3")), denied, "pub creates");
-    assert_code(block_on(client.pull("s1", 10, 0)), denied, "pub pulls");
-    assert!(block_on(client.list_topics()).unwrap().iter().all(|topic| topic.name == "t2"));
+    block_on(client.publish("topic-1", vec![Message::new("one")])).unwrap();
+    assert_code(block_on(client.publish("topic-2", vec![Message::new("x")])), denied, "pub publishes topic-2");
+    assert_code(block_on(client.get_topic("topic-1")), denied, "pub gets topic-1");
+    assert_code(block_on(client.create_topic("topic-3")), denied, "pub creates");
+    assert_code(block_on(client.pull("sub-1", 10, 0)), denied, "pub pulls");
+    assert!(block_on(client.list_topics()).unwrap().iter().all(|topic| topic.name == "topic-2"));
     // allAuthenticatedUsers covers every token's holder.
-    block_on(client.get_topic("t2")).unwrap();
+    block_on(client.get_topic("topic-2")).unwrap();
 
     // subscriber: consume its subscription, attach new ones to the topic it holds the role on.
     let client = client_with(&daemon, &subscriber);
-    let delivered = drain(&client, "s1", true);
+    let delivered = drain(&client, "sub-1", true);
     assert_eq!(delivered.len(), 1);
-    block_on(client.create_subscription(subscription("sub-own-1", "t1"))).unwrap();
+    block_on(client.create_subscription(subscription("sub-own-1", "topic-1"))).unwrap();
     assert_code(
-        block_on(client.create_subscription(subscription("sub-own-2", "t2"))),
+        block_on(client.create_subscription(subscription("sub-own-2", "topic-2"))),
         denied,
         "attach to t2",
     );
-    assert_code(block_on(client.create_subscription(subscription("other", "t1"))), denied, "create other");
-    assert_code(block_on(client.publish("t1", vec![Message::new("x")])), denied, "sub publishes");
-    assert_code(block_on(client.delete_subscription("s1")), denied, "sub deletes s1");
+    assert_code(block_on(client.create_subscription(subscription("other", "topic-1"))), denied, "create other");
+    assert_code(block_on(client.publish("topic-1", vec![Message::new("x")])), denied, "sub publishes");
+    assert_code(block_on(client.delete_subscription("sub-1")), denied, "sub deletes s1");
 
     // viewer: get and list, and a list shows only what it may see.
     let client = client_with(&daemon, &viewer);
@@ -272,25 +272,25 @@ fn each_role_grants_what_pubsub_roles_do() {
     let mut names: Vec<String> =
         block_on(client.list_topics()).unwrap().into_iter().map(|t| t.name).collect();
     names.sort();
-    assert_eq!(names, ["t2", "vis-1", "vis-2"]);
+    assert_eq!(names, ["topic-2", "vis-1", "vis-2"]);
     let subscriptions = block_on(client.list_subscriptions(None)).unwrap();
-    assert_eq!(subscriptions.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["s1"]);
-    block_on(client.get_subscription("s1")).unwrap();
-    assert_code(block_on(client.get_topic("t1")), denied, "view gets t1");
+    assert_eq!(subscriptions.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sub-1"]);
+    block_on(client.get_subscription("sub-1")).unwrap();
+    assert_code(block_on(client.get_topic("topic-1")), denied, "view gets topic-1");
     assert_code(block_on(client.publish("vis-1", vec![Message::new("x")])), denied, "view publishes");
-    assert_code(block_on(client.pull("s1", 10, 0)), denied, "view pulls");
+    assert_code(block_on(client.pull("sub-1", 10, 0)), denied, "view pulls");
     // A role on topics says nothing of the daemon: its statistics need a grant on `*`.
     assert_code(block_on(client.stats()), denied, "view stats");
 
     // editor on `*`: every topic, subscription and snapshot, and the statistics; not the
     // daemon's administration.
     let client = client_with(&daemon, &editor);
-    block_on(client.create_topic("e1")).unwrap();
-    create_subscription(&client, "e1-sub", "e1", 10);
-    block_on(client.publish("e1", vec![Message::new("x")])).unwrap();
+    block_on(client.create_topic("edit-1")).unwrap();
+    create_subscription(&client, "e1-sub", "edit-1", 10);
+    block_on(client.publish("edit-1", vec![Message::new("x")])).unwrap();
     block_on(client.create_snapshot("e1-snap", "e1-sub")).unwrap();
     block_on(client.delete_subscription("e1-sub")).unwrap();
-    block_on(client.delete_topic("e1")).unwrap();
+    block_on(client.delete_topic("edit-1")).unwrap();
     block_on(client.stats()).unwrap();
     assert_code(block_on(client.resync_directory(0)), denied, "editor resyncs");
 
@@ -306,11 +306,11 @@ fn each_role_grants_what_pubsub_roles_do() {
         denied,
         "orders publishes orders",
     );
-    assert_code(block_on(client.publish("t1", vec![Message::new("x")])), denied, "orders publishes t1");
+    assert_code(block_on(client.publish("topic-1", vec![Message::new("x")])), denied, "orders publishes t1");
 
     // Anonymous holds nothing here (allAuthenticatedUsers does not cover it): Unauthenticated.
     let nobody = anonymous_client(&daemon);
-    assert_code(block_on(nobody.get_topic("t2")), ErrorCode::Unauthenticated, "anonymous gets t2");
+    assert_code(block_on(nobody.get_topic("topic-2")), ErrorCode::Unauthenticated, "anonymous gets t2");
 }
 
 #[test]
@@ -343,19 +343,19 @@ fn revoking_a_token_closes_its_connections_and_a_new_grant_needs_no_restart() {
     let root = token("root");
     let temporary = token("temporary");
     let late = token("late");
-    let grants = ["admin * root", "subscriber subscription:r-sub temporary", "publisher topic:r temporary"];
+    let grants = ["admin * root", "subscriber subscription:r-sub temporary", "publisher topic:topic-r temporary"];
     let access = AccessFile::new(&files, &access_text(&[&root, &temporary, &late], &grants));
     let daemon = daemon_requiring_auth("auth-revoke", &access, &[]);
     let admin = client_with(&daemon, &root);
-    block_on(admin.create_topic("r")).unwrap();
-    block_on(admin.create_topic("c")).unwrap();
-    create_subscription(&admin, "r-sub", "r", 10);
+    block_on(admin.create_topic("topic-r")).unwrap();
+    block_on(admin.create_topic("topic-c")).unwrap();
+    create_subscription(&admin, "r-sub", "topic-r", 10);
 
     // The token's holder: a streaming pull, a publisher that published once and now idles,
     // and raw authenticated connections idling on every port.
     let holder = client_with(&daemon, &temporary);
     let mut stream = block_on(holder.streaming_pull("r-sub", StreamSettings::default())).unwrap();
-    block_on(holder.publish("r", vec![Message::new("before")])).unwrap();
+    block_on(holder.publish("topic-r", vec![Message::new("before")])).unwrap();
     let batch = block_on(stream.next()).expect("a batch").unwrap();
     assert_eq!(batch.len(), 1);
     block_on(holder.acknowledge("r-sub", vec![batch[0].ack_id.clone()])).unwrap();
@@ -364,11 +364,11 @@ fn revoking_a_token_closes_its_connections_and_a_new_grant_needs_no_restart() {
         .map(|address| authenticated_stream(&address, &temporary.secret))
         .collect();
     let other = client_with(&daemon, &late);
-    assert_code(block_on(other.publish("c", vec![Message::new("x")])), ErrorCode::PermissionDenied, "late");
+    assert_code(block_on(other.publish("topic-c", vec![Message::new("x")])), ErrorCode::PermissionDenied, "late");
 
     // Revoke one token and grant another a role, in one new file renamed over the old.
     let mut grants = grants.to_vec();
-    grants.push("publisher topic:c late");
+    grants.push("publisher topic:topic-c late");
     access.replace(&access_text(&[&root, &late], &grants));
     let changed = Instant::now();
 
@@ -391,7 +391,7 @@ fn revoking_a_token_closes_its_connections_and_a_new_grant_needs_no_restart() {
 
     // New requests with it fail, on the client that held it and on a new one.
     assert_code(
-        block_on(holder.publish("r", vec![Message::new("after")])),
+        block_on(holder.publish("topic-r", vec![Message::new("after")])),
         ErrorCode::Unauthenticated,
         "the revoked holder publishes",
     );
@@ -402,7 +402,7 @@ fn revoking_a_token_closes_its_connections_and_a_new_grant_needs_no_restart() {
     assert_code(outcome, ErrorCode::Unauthenticated, "a new client with the revoked token");
 
     // The new grant holds without a restart, on the connection opened before it.
-    eventually(RELOAD_WITHIN, || block_on(other.publish("c", vec![Message::new("granted")])))
+    eventually(RELOAD_WITHIN, || block_on(other.publish("topic-c", vec![Message::new("granted")])))
         .expect("the new grant took effect");
     println!("T17: a new grant held {:?} after the file changed", changed.elapsed());
     assert_eq!(daemon.starts(), 1);

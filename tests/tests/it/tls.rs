@@ -166,10 +166,10 @@ fn client_certificates_are_principals_with_roles() {
             &[&root],
             &[
                 "admin * root",
-                "publisher topic:m billing",
-                "publisher topic:n orders.svc",
-                "viewer topic:m orders.svc",
-                "publisher topic:m ignored-name",
+                "publisher topic:topic-m billing",
+                "publisher topic:topic-n orders.svc",
+                "viewer topic:topic-m orders.svc",
+                "publisher topic:topic-m ignored-name",
             ],
         ),
     );
@@ -178,14 +178,14 @@ fn client_certificates_are_principals_with_roles() {
     let daemon =
         daemon_requiring_auth("tls-mtls", &access, &words.iter().map(String::as_str).collect::<Vec<_>>());
     let admin = connect_with(&daemon.address, trusting(&server_ca).with_token(root.secret.clone()));
-    block_on(admin.create_topic("m")).unwrap();
-    block_on(admin.create_topic("n")).unwrap();
+    block_on(admin.create_topic("topic-m")).unwrap();
+    block_on(admin.create_topic("topic-n")).unwrap();
 
     // The common name is the identity of a certificate without subject alternative names.
     let billing = connect_with(&daemon.address, presenting(&server_ca, &client_ca.client("billing", None)));
-    block_on(billing.publish("m", vec![Message::new("by certificate")])).unwrap();
+    block_on(billing.publish("topic-m", vec![Message::new("by certificate")])).unwrap();
     let said = assert_code(
-        block_on(billing.publish("n", vec![Message::new("x")])),
+        block_on(billing.publish("topic-n", vec![Message::new("x")])),
         ErrorCode::PermissionDenied,
         "billing",
     );
@@ -194,10 +194,10 @@ fn client_certificates_are_principals_with_roles() {
     // The first DNS name wins over the common name.
     let orders = client_ca.client("ignored-name", Some("orders.svc"));
     let client = connect_with(&daemon.address, presenting(&server_ca, &orders));
-    block_on(client.publish("n", vec![Message::new("x")])).unwrap();
-    block_on(client.get_topic("m")).unwrap();
+    block_on(client.publish("topic-n", vec![Message::new("x")])).unwrap();
+    block_on(client.get_topic("topic-m")).unwrap();
     assert_code(
-        block_on(client.publish("m", vec![Message::new("x")])),
+        block_on(client.publish("topic-m", vec![Message::new("x")])),
         ErrorCode::PermissionDenied,
         "orders.svc",
     );
@@ -211,7 +211,7 @@ fn client_certificates_are_principals_with_roles() {
         "--key",
         &text(&orders.key),
         "publish",
-        "n",
+        "topic-n",
         "from the CLI",
     ]);
     succeeded(&orders_cli);
@@ -221,12 +221,12 @@ fn client_certificates_are_principals_with_roles() {
     fails_clearly(&daemon.address, presenting(&server_ca, &stranger), "a certificate from another CA");
     let nobody = connect_with(&daemon.address, trusting(&server_ca));
     assert_code(
-        block_on(nobody.publish("m", vec![Message::new("x")])),
+        block_on(nobody.publish("topic-m", vec![Message::new("x")])),
         ErrorCode::Unauthenticated,
         "no certificate",
     );
     // And served all along.
-    block_on(billing.publish("m", vec![Message::new("still")])).unwrap();
+    block_on(billing.publish("topic-m", vec![Message::new("still")])).unwrap();
 }
 
 #[test]
