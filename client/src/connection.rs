@@ -251,7 +251,10 @@ fn write_requests(writer: Arc<Writer>, socket: TcpStream, closed: Arc<AtomicBool
         writer.room.notify_all();
         let written = match &writer.tls {
             None => write_frames(socket, &sending, first_sent_bytes),
-            Some(tls) => tls.write_frames(socket, &sending, &mut records),
+            Some(tls) => {
+                debug_assert_eq!(first_sent_bytes, 0, "over TLS no call writes its own frame");
+                tls.write_frames(socket, &sending, &mut records)
+            }
         };
         writer.outbox.lock().unwrap().writing = false;
         if written.is_err() {
