@@ -66,7 +66,8 @@ fn tokens_are_checked_unauthenticated_and_permission_denied_named_as_such() {
 
     // No credential: Unauthenticated (Hello alone is open to everyone).
     let nobody = anonymous_client(&daemon);
-    let said = assert_code(block_on(nobody.create_topic("xyz-topic")), ErrorCode::Unauthenticated, "no token");
+    let said =
+        assert_code(block_on(nobody.create_topic("xyz-topic")), ErrorCode::Unauthenticated, "no token");
     assert!(said.contains("credential"), "{said}");
     assert_code(
         block_on(nobody.publish("orders-eu", vec![Message::new("x")])),
@@ -159,7 +160,11 @@ fn a_denied_publish_leaves_no_record() {
         &files,
         &access_text(
             &[&root, &publisher, &reader],
-            &["admin * root", "publisher topic:topic-a publisher-a", "subscriber subscription:b-sub reader-b"],
+            &[
+                "admin * root",
+                "publisher topic:topic-a publisher-a",
+                "subscriber subscription:b-sub reader-b",
+            ],
         ),
     );
     let daemon = daemon_requiring_auth("auth-denied-publish", &access, &[]);
@@ -244,7 +249,11 @@ fn each_role_grants_what_pubsub_roles_do() {
     // publisher: publish, nothing else.
     let client = client_with(&daemon, &publisher);
     block_on(client.publish("topic-1", vec![Message::new("one")])).unwrap();
-    assert_code(block_on(client.publish("topic-2", vec![Message::new("x")])), denied, "pub publishes topic-2");
+    assert_code(
+        block_on(client.publish("topic-2", vec![Message::new("x")])),
+        denied,
+        "pub publishes topic-2",
+    );
     assert_code(block_on(client.get_topic("topic-1")), denied, "pub gets topic-1");
     assert_code(block_on(client.create_topic("topic-3")), denied, "pub creates");
     assert_code(block_on(client.pull("sub-1", 10, 0)), denied, "pub pulls");
@@ -262,7 +271,11 @@ fn each_role_grants_what_pubsub_roles_do() {
         denied,
         "attach to t2",
     );
-    assert_code(block_on(client.create_subscription(subscription("other", "topic-1"))), denied, "create other");
+    assert_code(
+        block_on(client.create_subscription(subscription("other", "topic-1"))),
+        denied,
+        "create other",
+    );
     assert_code(block_on(client.publish("topic-1", vec![Message::new("x")])), denied, "sub publishes");
     assert_code(block_on(client.delete_subscription("sub-1")), denied, "sub deletes s1");
 
@@ -343,7 +356,8 @@ fn revoking_a_token_closes_its_connections_and_a_new_grant_needs_no_restart() {
     let root = token("root");
     let temporary = token("temporary");
     let late = token("late");
-    let grants = ["admin * root", "subscriber subscription:r-sub temporary", "publisher topic:topic-r temporary"];
+    let grants =
+        ["admin * root", "subscriber subscription:r-sub temporary", "publisher topic:topic-r temporary"];
     let access = AccessFile::new(&files, &access_text(&[&root, &temporary, &late], &grants));
     let daemon = daemon_requiring_auth("auth-revoke", &access, &[]);
     let admin = client_with(&daemon, &root);
@@ -364,7 +378,11 @@ fn revoking_a_token_closes_its_connections_and_a_new_grant_needs_no_restart() {
         .map(|address| authenticated_stream(&address, &temporary.secret))
         .collect();
     let other = client_with(&daemon, &late);
-    assert_code(block_on(other.publish("topic-c", vec![Message::new("x")])), ErrorCode::PermissionDenied, "late");
+    assert_code(
+        block_on(other.publish("topic-c", vec![Message::new("x")])),
+        ErrorCode::PermissionDenied,
+        "late",
+    );
 
     // Revoke one token and grant another a role, in one new file renamed over the old.
     let mut grants = grants.to_vec();
@@ -440,7 +458,13 @@ fn authentication_is_off_on_loopback_and_required_elsewhere_by_default() {
     let log = refusing.log();
     assert!(log.lines().any(|line| line.contains("WARNING") && line.contains("access")), "{log}");
     let client = connect_with(&refusing.address, Security::default());
-    assert_code(block_on(client.list_topics()), ErrorCode::Unauthenticated, "without an access file");
+    assert_code(
+        block_on(client.create_topic("refused")),
+        ErrorCode::Unauthenticated,
+        "without an access file",
+    );
+    // A list is filtered rather than refused: it shows nothing.
+    assert!(block_on(client.list_topics()).unwrap().is_empty());
     drop(refusing);
 
     // Off on every address: served, with a warning.
