@@ -112,6 +112,50 @@ fn tokens_are_checked_unauthenticated_and_permission_denied_named_as_such() {
     assert_eq!(block_on(admin.list_topics()).unwrap().len(), 1, "nothing refused was created");
 }
 
+/// `ringpost token create NAME [--expires T]`: the token, then its access-file line.
+fn token_from_the_cli(name: &str, expires: Option<&str>) -> Token {
+    let mut command = std::process::Command::new(ringpost_tests::binary("ringpost"));
+    command.args(["token", "create", name]);
+    if let Some(expires) = expires {
+        command.args(["--expires", expires]);
+    }
+    let printed = succeeded(&command.output().unwrap());
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines.len(), 2, "{printed}");
+    let (secret, line) = (lines[0].to_owned(), lines[1].to_owned());
+    assert!(secret.starts_with("rpt_") && secret.len() == 68, "{secret}");
+    // The line holds the digest, never the token, and the digest is SHA-256's.
+    assert!(!line.contains(&secret), "{line}");
+    assert!(line.starts_with(&format!("token {name} sha256:{}", sha256_hex(&secret))), "{line}");
+    Token { principal: name.to_owned(), secret, line }
+}
+
+#[test]
+fn tokens_made_by_the_cli_are_accepted_until_they_expire() {
+    let files = Files::new("auth-token-create");
+    let lasting = token_from_the_cli("carol", Some("2999-01-01T00:00:00Z"));
+    assert!(lasting.line.ends_with("expires=2999-01-01T00:00:00Z"), "{}", lasting.line);
+    let forever = token_from_the_cli("dave", None);
+    let past = token_from_the_cli("erin", Some("2020-06-01T12:00:00Z"));
+    let access =
+        AccessFile::new(&files, &access_text(&[&lasting, &forever, &past], &["editor * carol dave erin"]));
+    let daemon = daemon_requiring_auth("auth-token-create", &access, &[]);
+    block_on(client_with(&daemon, &lasting).create_topic("by-carol")).unwrap();
+    block_on(client_with(&daemon, &forever).publish("by-carol", vec![Message::new("by dave")])).unwrap();
+    let outcome =
+        connect_and(&daemon.address, Security::default().with_token(past.secret.clone()), |client| {
+            block_on(client.get_topic("by-carol"))
+        });
+    assert_code(outcome, ErrorCode::Unauthenticated, "a token that expired");
+    // The environment variable is the CLI's default for --token.
+    let output = std::process::Command::new(ringpost_tests::binary("ringpost"))
+        .args(["--server", &daemon.address, "topic", "get", "by-carol"])
+        .env("RINGPOST_TOKEN", &forever.secret)
+        .output()
+        .unwrap();
+    succeeded(&output);
+}
+
 #[test]
 fn before_authenticating_a_large_frame_closes_the_connection() {
     let files = Files::new("auth-large-frame");
