@@ -15,13 +15,24 @@
 //! on this machine's 2 vCPUs, which at a light load is a large part of a durable publish's
 //! 200-400 µs. Under load a connection is never idle and every call queues as before, so the
 //! writes stay gathered.
+//!
+//! Over TLS (see `security`), rustls' `ClientConnection` is one state machine for both
+//! directions, behind a mutex the reader thread and the writer thread share: the reader takes it
+//! to hand rustls the bytes a socket read brought and to take plaintext out, never while
+//! blocked in a socket read; the writer takes it to encrypt frames, and writes the records to
+//! the socket after letting it go. Every call queues for the writer thread (no call writes its
+//! own frame): the records must reach the socket in the order rustls made them, and the
+//! outbox's `writing` flag gives the writer thread alone that order. The plaintext path is as
+//! described above, untouched.
 
+use crate::security::Security;
 use crate::Error;
 use nix::errno::Errno;
 use nix::sys::socket::MsgFlags;
 use ringpost_wire::frame::{encode_frame, Body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
-use ringpost_wire::Status;
+use ringpost_wire::messages::AuthenticateRequest;
+use ringpost_wire::{Command, Status};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::{IoSlice, Read, Write};
@@ -59,8 +70,11 @@ struct Outbox {
 
 #[derive(Default)]
 struct Writer {
-    /// Where a call on an idle connection writes its frame itself (None: every call queues).
+    /// Where a call on an idle connection writes its frame itself (None: every call queues, as
+    /// over TLS).
     socket: Option<TcpStream>,
+    /// The TLS session frames are encrypted with, if the connection uses TLS.
+    tls: Option<Arc<TlsSession>>,
     outbox: Mutex<Outbox>,
     /// Signals the writer thread that frames arrived (or the connection closed).
     ready: Condvar,
@@ -71,6 +85,23 @@ struct Writer {
 impl Writer {
     fn new(socket: TcpStream) -> Writer {
         Writer { socket: Some(socket), ..Writer::default() }
+    }
+
+    fn new_tls(tls: Arc<TlsSession>) -> Writer {
+        Writer { tls: Some(tls), ..Writer::default() }
+    }
+
+    /// Has the writer thread write what the TLS session has pending (an answer to the server's
+    /// key update, an alert) even with no frame to send: an empty frame carries it. Never waits
+    /// for room, so the reader thread, which calls it, never stops reading for it.
+    fn flush_tls_soon(&self) {
+        let mut outbox = self.outbox.lock().unwrap();
+        if outbox.closed {
+            return;
+        }
+        outbox.frames.push(FrameBuffer::new());
+        drop(outbox);
+        self.ready.notify_one();
     }
 
     /// Sends a frame, or queues it for the writer thread; false if the connection is closed.
@@ -180,10 +211,12 @@ fn write_frames(
 /// The writer thread: sends what gathered in the outbox, in order, until the connection
 /// closes. A failed write closes the connection; the reader thread then fails every request
 /// still waiting, as for any broken connection.
-fn write_requests(writer: Arc<Writer>, control: TcpStream, closed: Arc<AtomicBool>) {
+fn write_requests(writer: Arc<Writer>, socket: TcpStream, closed: Arc<AtomicBool>) {
     // The same socket a call on an idle connection writes to; `writing` keeps them apart.
-    let socket = writer.socket.as_ref().expect("a writer thread writes to its writer's socket");
+    let socket = &socket;
     let mut sending = Vec::new();
+    // TLS records made and not yet written (empty, never allocated, in plaintext).
+    let mut records = Vec::new();
     let mut first_sent_bytes;
     // Frames the last write carried: more than one means callers are queueing faster than
     // single writes, and are likely to queue more.
@@ -216,17 +249,171 @@ fn write_requests(writer: Arc<Writer>, control: TcpStream, closed: Arc<AtomicBoo
             outbox.writing = true;
         }
         writer.room.notify_all();
-        let written = write_frames(socket, &sending, first_sent_bytes);
+        let written = match &writer.tls {
+            None => write_frames(socket, &sending, first_sent_bytes),
+            Some(tls) => {
+                debug_assert_eq!(first_sent_bytes, 0, "over TLS no call writes its own frame");
+                tls.write_frames(socket, &sending, &mut records)
+            }
+        };
         writer.outbox.lock().unwrap().writing = false;
         if written.is_err() {
             closed.store(true, Ordering::Release);
-            let _ = control.shutdown(Shutdown::Both);
+            let _ = socket.shutdown(Shutdown::Both);
             writer.close();
             return;
         }
         frames_last_write = sending.len();
         sending.clear();
     }
+}
+
+/// TLS records gathered before one socket write: frames are encrypted up to about this many
+/// bytes of records, which are then written without the session's lock held.
+const TLS_WRITE_BYTES: usize = 256 * 1024;
+/// Bytes one socket read hands to rustls at most (a TLS record is at most about 16 KiB).
+const TLS_READ_BYTES: usize = 64 * 1024;
+
+/// One connection's TLS state machine, shared by its reader and its writer (see the module's
+/// comment).
+pub(crate) struct TlsSession {
+    connection: Mutex<rustls::ClientConnection>,
+}
+
+impl TlsSession {
+    /// Encrypts every frame, in order, and writes the records. The lock is held while encrypting
+    /// only, never during a socket write: a writer blocked on a full socket must not stop the
+    /// reader, or a server that waits for its answers to be read before it reads again would
+    /// never read again.
+    fn write_frames(
+        &self,
+        mut socket: &TcpStream,
+        frames: &[FrameBuffer],
+        records: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        let (mut index, mut offset) = (0, 0);
+        loop {
+            {
+                let mut tls = self.connection.lock().unwrap();
+                while index < frames.len() && records.len() < TLS_WRITE_BYTES {
+                    let frame = &frames[index];
+                    let taken = tls.writer().write(&frame[offset..])?;
+                    offset += taken;
+                    while tls.wants_write() {
+                        tls.write_tls(records)?;
+                    }
+                    if offset == frame.len() {
+                        (index, offset) = (index + 1, 0);
+                    } else if taken == 0 {
+                        return Err(std::io::ErrorKind::WriteZero.into());
+                    }
+                }
+                // Also what the session has pending without a frame (see `flush_tls_soon`).
+                while tls.wants_write() {
+                    tls.write_tls(records)?;
+                }
+            }
+            if !records.is_empty() {
+                socket.write_all(records)?;
+                records.clear();
+            }
+            if index == frames.len() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The reader thread's side of a TLS connection: reads the socket without the session's lock,
+/// then hands what came to rustls and takes the plaintext out under it.
+struct TlsReader {
+    session: Arc<TlsSession>,
+    socket: TcpStream,
+    writer: Arc<Writer>,
+    /// Bytes read from the socket, `start..end` of them not yet taken by rustls.
+    incoming: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Read for TlsReader {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let wants_write = {
+                let mut tls = self.session.connection.lock().unwrap();
+                match tls.reader().read(buffer) {
+                    Ok(count) => return Ok(count),
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(error) => return Err(error),
+                }
+                if self.start == self.end {
+                    None
+                } else {
+                    let taken = tls.read_tls(&mut &self.incoming[self.start..self.end])?;
+                    self.start += taken;
+                    tls.process_new_packets()
+                        .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))?;
+                    Some(tls.wants_write())
+                }
+            };
+            match wants_write {
+                Some(true) => self.writer.flush_tls_soon(),
+                Some(false) => {}
+                None => {
+                    let count = loop {
+                        match self.socket.read(&mut self.incoming) {
+                            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                            other => break other?,
+                        }
+                    };
+                    if count == 0 {
+                        // The server closed without a close_notify: what came is all there is.
+                        return Ok(0);
+                    }
+                    (self.start, self.end) = (0, count);
+                }
+            }
+        }
+    }
+}
+
+/// Does the TLS handshake on `socket` within what is left of `CONNECT_TIMEOUT`, so that a
+/// server that never answers it fails the connect as one that never accepts does.
+fn handshake(
+    socket: &TcpStream,
+    address: &str,
+    (config, name): (Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>),
+    deadline: std::time::Instant,
+) -> Result<rustls::ClientConnection, Error> {
+    let failed = |error: &dyn std::fmt::Display| {
+        Error::Tls(format!(
+            "TLS handshake with {address} failed: {error} (is it a TLS port, and does the CA given sign its certificate for {name:?}?)",
+            name = name.to_str()
+        ))
+    };
+    let mut tls = rustls::ClientConnection::new(config, name.clone()).map_err(|error| failed(&error))?;
+    let mut io = socket;
+    while tls.is_handshaking() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(failed(&format!("no answer within {CONNECT_TIMEOUT:?}")));
+        }
+        socket.set_read_timeout(Some(left)).map_err(Error::Io)?;
+        socket.set_write_timeout(Some(left)).map_err(Error::Io)?;
+        match tls.complete_io(&mut io) {
+            Ok((0, 0)) if tls.is_handshaking() => return Err(failed(&"the server closed the connection")),
+            Ok(_) => {}
+            Err(error)
+                if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                return Err(failed(&format!("no answer within {CONNECT_TIMEOUT:?}")))
+            }
+            Err(error) => return Err(failed(&error)),
+        }
+    }
+    socket.set_read_timeout(None).map_err(Error::Io)?;
+    socket.set_write_timeout(None).map_err(Error::Io)?;
+    Ok(tls)
 }
 
 /// A response frame: its header and its body, aligned for in-place access.
@@ -335,8 +522,19 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects (blocking, bounded by `CONNECT_TIMEOUT`) and starts the reader thread.
+    /// Connects in plaintext without a token (blocking, bounded by `CONNECT_TIMEOUT`) and starts
+    /// the reader and writer threads.
     pub fn connect(address: &str) -> Result<Arc<Connection>, Error> {
+        Connection::connect_with(address, &Security::default())
+    }
+
+    /// Connects as `security` says: the TLS handshake, if it asks for TLS, within
+    /// `CONNECT_TIMEOUT` with the connect; then, if it has a token, an `Authenticate` frame goes
+    /// first, before any request, and is not waited for. A failed authentication comes back as
+    /// `Unauthenticated`, which every request on the connection then fails with.
+    pub fn connect_with(address: &str, security: &Security) -> Result<Arc<Connection>, Error> {
+        security.validate()?;
+        let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
         let socket_address = address
             .to_socket_addrs()
             .map_err(Error::Io)?
@@ -345,15 +543,30 @@ impl Connection {
         let stream = TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT)
             .map_err(|error| Error::Connect { address: address.to_owned(), source: error })?;
         stream.set_nodelay(true).map_err(Error::Io)?;
+        let tls = match security.tls_for(address)? {
+            Some(settings) => {
+                let connection = handshake(&stream, address, settings, deadline)?;
+                Some(Arc::new(TlsSession { connection: Mutex::new(connection) }))
+            }
+            None => None,
+        };
         let reader = stream.try_clone().map_err(Error::Io)?;
         let control = stream.try_clone().map_err(Error::Io)?;
-        let writer_control = stream.try_clone().map_err(Error::Io)?;
+        let writer_socket = stream.try_clone().map_err(Error::Io)?;
+        // The TLS reader reads the socket itself; the reader thread keeps a handle to close it.
+        let tls_reader_socket = match &tls {
+            Some(_) => Some(stream.try_clone().map_err(Error::Io)?),
+            None => None,
+        };
         let pending: Arc<Pending> = Arc::default();
         let streams: Arc<Streams> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         let refusal: Arc<Mutex<Option<Status>>> = Arc::default();
         let completed = Arc::new(AtomicU64::new(0));
-        let writer = Arc::new(Writer::new(stream));
+        let writer = Arc::new(match &tls {
+            None => Writer::new(stream),
+            Some(session) => Writer::new_tls(session.clone()),
+        });
         let connection = Arc::new(Connection {
             address: address.to_owned(),
             writer: writer.clone(),
@@ -366,20 +579,47 @@ impl Connection {
             started: AtomicU64::new(0),
             completed: completed.clone(),
         });
+        // The id of the Authenticate frame, whose refusal ends the connection (0: none is sent).
+        let authenticate_request = if security.token().is_some() {
+            connection.next_request.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        };
         let writer_closed = closed.clone();
         std::thread::Builder::new()
             .name(format!("ringpost-writer-{address}"))
-            .spawn(move || write_requests(writer, writer_control, writer_closed))
+            .spawn(move || write_requests(writer, writer_socket, writer_closed))
             .map_err(Error::Io)?;
         let reader_writer = connection.writer.clone();
+        let state = (closed, refusal, authenticate_request);
         std::thread::Builder::new()
             .name(format!("ringpost-reader-{address}"))
             .spawn(move || {
-                read_responses(reader, pending, streams, (closed, refusal), completed);
+                match (tls, tls_reader_socket) {
+                    (Some(session), Some(socket)) => {
+                        let source = TlsReader {
+                            session,
+                            socket,
+                            writer: reader_writer.clone(),
+                            incoming: vec![0u8; TLS_READ_BYTES].into_boxed_slice(),
+                            start: 0,
+                            end: 0,
+                        };
+                        read_responses(&reader, source, pending, streams, state, completed);
+                    }
+                    _ => read_responses(&reader, &reader, pending, streams, state, completed),
+                }
                 // Nothing more can be answered: stop sending too.
                 reader_writer.close();
             })
             .map_err(Error::Io)?;
+        if let Some(token) = security.token() {
+            let request = AuthenticateRequest { token: token.to_owned() };
+            let frame = encode_frame(Command::Authenticate.code(), 0, authenticate_request, &request);
+            if !connection.writer.push(frame, true) {
+                return Err(connection.closed_error());
+            }
+        }
         Ok(connection)
     }
 
@@ -491,15 +731,19 @@ impl Drop for Connection {
 /// system call usually brings several frames.
 const READ_BUFFER_BYTES: usize = 256 * 1024;
 
+/// The reader thread: reads answers from `source` (the socket itself, or its TLS session) and
+/// completes the requests and streams they answer, until the connection fails; then fails
+/// everything still waiting with why. `socket` is the connection's, to close it and name it.
 fn read_responses(
-    socket: TcpStream,
+    socket: &TcpStream,
+    source: impl Read,
     pending: Arc<Pending>,
     streams: Arc<Streams>,
-    (closed, refusal): (Arc<AtomicBool>, Arc<Mutex<Option<Status>>>),
+    (closed, refusal, authenticate_request): (Arc<AtomicBool>, Arc<Mutex<Option<Status>>>, u64),
     completed: Arc<AtomicU64>,
 ) {
     let address = socket.peer_addr().map(|peer| peer.to_string()).unwrap_or_else(|_| "the server".into());
-    let mut stream = std::io::BufReader::with_capacity(READ_BUFFER_BYTES, socket);
+    let mut stream = std::io::BufReader::with_capacity(READ_BUFFER_BYTES, source);
     // The first frame on a connection tells whether the peer speaks Ringpost at all.
     let mut first = true;
     let error = loop {
@@ -520,9 +764,9 @@ fn read_responses(
         if let Err(error) = stream.read_exact(&mut body) {
             break Error::Io(error);
         }
-        if header.request_id == 0 && header.is_error() {
-            // A connection-level error (protocol error, too many connections): the server
-            // closes the connection after it.
+        if header.is_error() && (header.request_id == 0 || header.request_id == authenticate_request) {
+            // A connection-level error (protocol error, too many connections, a revoked
+            // token) or a refused Authenticate: the server closes the connection after it.
             let status = ringpost_wire::frame::decode_error(&body);
             *refusal.lock().unwrap() = Some(status.clone());
             break Error::Status(status);
@@ -555,7 +799,7 @@ fn read_responses(
         }
     };
     closed.store(true, Ordering::Release);
-    let _ = stream.get_ref().shutdown(Shutdown::Both);
+    let _ = socket.shutdown(Shutdown::Both);
     let open_streams: Vec<Arc<StreamQueue>> =
         streams.lock().unwrap().drain().map(|(_, queue)| queue).collect();
     for queue in open_streams {
@@ -625,8 +869,12 @@ fn not_ringpost(address: &str, header: &[u8], rest: &[u8]) -> Error {
     let line_end = answer.iter().position(|&byte| byte == b'\r' || byte == b'\n');
     let cut = line_end.unwrap_or(answer.len()).min(FOREIGN_ANSWER_EXCERPT_BYTES_MAX);
     let ellipsis = if line_end.is_none() && answer.len() > cut { "..." } else { "" };
+    // A TLS record (an alert or a handshake) starts with its type, 21 or 22, then major version 3.
+    let tls = matches!(answer.as_slice(), [21 | 22, 3, ..]);
+    let hint =
+        if tls { "; it speaks TLS: give the CA that signed its certificate (--ca, RINGPOST_CA)" } else { "" };
     Error::Protocol(format!(
-        "{address} is not a Ringpost server (it answered \"{}{ellipsis}\")",
+        "{address} is not a Ringpost server (it answered \"{}{ellipsis}\"{hint})",
         answer[..cut].escape_ascii()
     ))
 }

@@ -30,6 +30,7 @@ pub mod connection;
 pub mod pool;
 pub mod publisher;
 pub mod retry;
+pub mod security;
 pub mod stream;
 pub mod subscriber;
 pub mod timer;
@@ -47,6 +48,7 @@ pub use ringpost_wire::messages::{
     TopicStats,
 };
 pub use ringpost_wire::{ErrorCode, Status};
+pub use security::Security;
 pub use stream::{MessageStream, StreamSettings};
 pub use subscriber::{AckHandle, ShutdownMode, Subscriber, SubscriberSettings, SubscriberStats};
 pub use timer::sleep;
@@ -85,6 +87,11 @@ pub enum Error {
     /// request is forgotten, and an answer that still comes is discarded.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// TLS could not be set up: a certificate or key file that cannot be read or used, or a
+    /// handshake that failed (the server's certificate is not signed by the CA given, or not
+    /// for the name expected, or the port does not speak TLS). Not retried: it would fail again.
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl Error {
@@ -95,6 +102,7 @@ impl Error {
             Error::Connect { .. } | Error::Io(_) | Error::Closed(_) => ErrorCode::Unavailable,
             Error::Protocol(_) => ErrorCode::ProtocolError,
             Error::DeadlineExceeded(_) => ErrorCode::DeadlineExceeded,
+            Error::Tls(_) => ErrorCode::Unavailable,
         }
     }
 
@@ -109,6 +117,7 @@ impl Error {
             Error::Closed(address) => Error::Closed(address.clone()),
             Error::Protocol(text) => Error::Protocol(text.clone()),
             Error::DeadlineExceeded(text) => Error::DeadlineExceeded(text.clone()),
+            Error::Tls(text) => Error::Tls(text.clone()),
         }
     }
 }
@@ -173,6 +182,8 @@ pub struct Client {
     pools: Arc<Pools>,
     routes: Mutex<HashMap<(Resource, String), Vec<String>>>,
     maintenance: OnceLock<Maintenance>,
+    /// TLS and token of every connection the client opens.
+    security: Security,
 }
 
 struct Maintenance {
@@ -210,9 +221,22 @@ impl Client {
         settings: PoolSettings,
         request_timeout: Duration,
     ) -> Result<Client> {
+        Client::connect_with_security(address, settings, request_timeout, Security::default()).await
+    }
+
+    /// Like `connect_with_timeout`, with every connection the client opens (the router's,
+    /// the forwarder pools', each streaming pull's) set up as `security` says: TLS, and a token
+    /// presented first.
+    pub async fn connect_with_security(
+        address: &str,
+        settings: PoolSettings,
+        request_timeout: Duration,
+        security: Security,
+    ) -> Result<Client> {
         settings.validate()?;
+        security.validate()?;
         let request_timeout = request_timeout.max(REQUEST_TIMEOUT_MIN);
-        let router = open_router(address, request_timeout).await?;
+        let router = open_router(address, request_timeout, &security).await?;
         Ok(Client {
             router: Mutex::new(router),
             router_address: address.to_owned(),
@@ -223,6 +247,7 @@ impl Client {
             pools: Arc::default(),
             routes: Mutex::default(),
             maintenance: OnceLock::new(),
+            security,
         })
     }
 
@@ -245,6 +270,10 @@ impl Client {
 
     pub fn pool_settings(&self) -> &PoolSettings {
         &self.settings
+    }
+
+    pub fn security(&self) -> &Security {
+        &self.security
     }
 
     /// Replaces the retry settings of publish and of the other data-plane requests (pull,
@@ -286,7 +315,7 @@ impl Client {
         if !current.is_closed() {
             return Ok(current);
         }
-        let fresh = open_router(&self.router_address, self.request_timeout).await?;
+        let fresh = open_router(&self.router_address, self.request_timeout, &self.security).await?;
         let mut router = self.router.lock().unwrap();
         // Requests that raced here each opened one: keep the first that is still open.
         if router.is_closed() {
@@ -471,7 +500,9 @@ impl Client {
             if let Some(pool) = pools.get(address) {
                 return pool.clone();
             }
-            let pool = Pool::new(address, self.settings.clone()).expect("settings validated by connect_with");
+            let pool = Pool::new(address, self.settings.clone())
+                .expect("settings validated by connect_with")
+                .with_security(self.security.clone());
             let pool = Arc::new(pool);
             pools.insert(address.to_owned(), pool.clone());
             pool
@@ -597,10 +628,10 @@ impl Drop for Client {
 }
 
 /// Connects to the router and checks its protocol version, within `timeout`.
-async fn open_router(address: &str, timeout: Duration) -> Result<Arc<Connection>> {
+async fn open_router(address: &str, timeout: Duration, security: &Security) -> Result<Arc<Connection>> {
     let deadline = Instant::now() + timeout;
-    let target = address.to_owned();
-    let router = off_thread(move || Connection::connect(&target)).await?;
+    let (target, security) = (address.to_owned(), security.clone());
+    let router = off_thread(move || Connection::connect_with(&target, &security)).await?;
     let hello = HelloRequest {
         protocol_version: ringpost_wire::limits::PROTOCOL_VERSION,
         client_name: "ringpost-client".into(),
@@ -745,7 +776,17 @@ mod tests {
         publishes: usize,
         script: std::collections::VecDeque<Next>,
         streams: Vec<std::net::TcpStream>,
+        /// Every request's command, per connection, in the order they came.
+        commands: Vec<Vec<Command>>,
+        /// The token of each Authenticate.
+        tokens: Vec<String>,
+        /// Connections whose TLS handshake verified a client certificate.
+        client_certificates: usize,
     }
+
+    /// The token the fake daemon takes; any other is refused, as the daemon does: an
+    /// `Unauthenticated` answer, then a connection error (request 0), then the close.
+    const GOOD_TOKEN: &str = "rpt_good";
 
     /// A daemon in miniature: router and forwarder on one port, answering Hello, GetTopic,
     /// LookupTopic and Publish, and failing publishes as scripted.
@@ -756,6 +797,11 @@ mod tests {
 
     impl FakeDaemon {
         fn start(script: &[Next]) -> FakeDaemon {
+            FakeDaemon::start_with(script, None)
+        }
+
+        /// With `tls`, every connection is served over TLS with that configuration.
+        fn start_with(script: &[Next], tls: Option<Arc<rustls::ServerConfig>>) -> FakeDaemon {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let address = listener.local_addr().unwrap().to_string();
             let seen =
@@ -765,8 +811,28 @@ mod tests {
                 for stream in listener.incoming() {
                     let Ok(stream) = stream else { return };
                     shared.lock().unwrap().streams.push(stream.try_clone().unwrap());
-                    let (shared, own_address) = (shared.clone(), own_address.clone());
-                    std::thread::spawn(move || serve_fake(stream, shared, own_address));
+                    let (shared, own_address, tls) = (shared.clone(), own_address.clone(), tls.clone());
+                    std::thread::spawn(move || {
+                        let control = stream.try_clone().unwrap();
+                        match tls {
+                            None => serve_fake(stream, control, shared, own_address),
+                            Some(config) => {
+                                let mut tls = rustls::ServerConnection::new(config).unwrap();
+                                let mut socket = stream;
+                                while tls.is_handshaking() {
+                                    if tls.complete_io(&mut socket).is_err() {
+                                        let _ = control.shutdown(std::net::Shutdown::Both);
+                                        return;
+                                    }
+                                }
+                                if tls.peer_certificates().is_some() {
+                                    shared.lock().unwrap().client_certificates += 1;
+                                }
+                                let stream = rustls::StreamOwned::new(tls, socket);
+                                serve_fake(stream, control, shared, own_address);
+                            }
+                        }
+                    });
                 }
             });
             FakeDaemon { address, seen }
@@ -777,9 +843,18 @@ mod tests {
         }
     }
 
-    fn serve_fake(mut stream: std::net::TcpStream, seen: Arc<Mutex<Seen>>, own_address: String) {
+    fn serve_fake(
+        mut stream: impl std::io::Read + std::io::Write,
+        control: std::net::TcpStream,
+        seen: Arc<Mutex<Seen>>,
+        own_address: String,
+    ) {
         use ringpost_wire::frame::{encode_error, encode_frame, FrameHeader, FLAG_RESPONSE};
-        use std::io::{Read, Write};
+        let connection = {
+            let mut seen = seen.lock().unwrap();
+            seen.commands.push(Vec::new());
+            seen.commands.len() - 1
+        };
         loop {
             let mut header = [0u8; ringpost_wire::limits::FRAME_HEADER_BYTES];
             if stream.read_exact(&mut header).is_err() {
@@ -791,7 +866,24 @@ mod tests {
                 return;
             }
             let (command, id) = (header.command, header.request_id);
+            seen.lock().unwrap().commands[connection].push(Command::from_u16(command).unwrap());
             let reply = match Command::from_u16(command).unwrap() {
+                Command::Authenticate => {
+                    let request: AuthenticateRequest = decode_body(&body).unwrap();
+                    seen.lock().unwrap().tokens.push(request.token.clone());
+                    if request.token == GOOD_TOKEN {
+                        let answer = AuthenticateResponse { principal: "alice".into() };
+                        encode_frame(command, FLAG_RESPONSE, id, &answer)
+                    } else {
+                        let status = Status::new(ErrorCode::Unauthenticated, "the token is not known");
+                        let mut refusal = encode_error(command, id, &status);
+                        refusal.extend_from_slice(&encode_error(0, 0, &status));
+                        let _ = stream.write_all(&refusal);
+                        let _ = stream.flush();
+                        let _ = control.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                }
                 Command::Hello => {
                     seen.lock().unwrap().hellos += 1;
                     let hello = HelloResponse {
@@ -821,7 +913,7 @@ mod tests {
                         ),
                         Some(Next::Refuse(code)) => encode_error(command, id, &Status::new(code, "scripted")),
                         Some(Next::Drop) => {
-                            let _ = stream.shutdown(std::net::Shutdown::Both);
+                            let _ = control.shutdown(std::net::Shutdown::Both);
                             return;
                         }
                         Some(Next::Ignore) => continue,
@@ -829,7 +921,7 @@ mod tests {
                 }
                 other => panic!("the fake daemon does not serve {other:?}"),
             };
-            if stream.write_all(&reply).is_err() {
+            if stream.write_all(&reply).is_err() || stream.flush().is_err() {
                 return;
             }
         }
@@ -1014,5 +1106,212 @@ mod tests {
         // Nothing listens on port 1: an invalid setting must be reported before the connect.
         let error = block_on(Client::connect_with("127.0.0.1:1", settings)).err().unwrap();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+    }
+
+    /// `PermissionDenied` and `Unauthenticated` reach the caller with their codes, at once:
+    /// another attempt would be refused again.
+    #[test]
+    fn permission_denied_and_unauthenticated_are_not_retried() {
+        let daemon = FakeDaemon::start(&[
+            Next::Refuse(ErrorCode::PermissionDenied),
+            Next::Refuse(ErrorCode::Unauthenticated),
+        ]);
+        let client = client(&daemon);
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::PermissionDenied);
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::Unauthenticated);
+        assert_eq!(daemon.seen(|seen| seen.publishes), 2);
+    }
+
+    fn connect_as(daemon: &FakeDaemon, security: Security) -> Result<Client> {
+        let connecting = Client::connect_with_security(
+            &daemon.address,
+            PoolSettings::default(),
+            Duration::from_secs(10),
+            security,
+        );
+        block_on(connecting).map(|client| client.with_retry(FAST, FAST))
+    }
+
+    /// With a token, every connection the client opens (the router's, the forwarder pool's)
+    /// sends an Authenticate first, and the requests after it do not wait for its answer.
+    #[test]
+    fn the_authenticate_frame_goes_first_on_every_connection() {
+        let daemon = FakeDaemon::start(&[]);
+        let client = connect_as(&daemon, Security::default().with_token(GOOD_TOKEN.into())).unwrap();
+        assert_eq!(publish(&client).unwrap(), vec![7]);
+        let (commands, tokens) = daemon.seen(|seen| (seen.commands.clone(), seen.tokens.clone()));
+        assert_eq!(commands.len(), 2, "the router's connection and one forwarder connection");
+        assert_eq!(commands[0], [Command::Authenticate, Command::Hello, Command::LookupTopic]);
+        assert_eq!(commands[1], [Command::Authenticate, Command::Publish]);
+        assert_eq!(tokens, [GOOD_TOKEN, GOOD_TOKEN]);
+        // Without a token, nothing but the requests.
+        let plain = client_of(&daemon);
+        block_on(plain.get_topic("topic")).unwrap();
+        assert_eq!(daemon.seen(|seen| seen.commands[2].clone()), [Command::Hello, Command::GetTopic]);
+    }
+
+    fn client_of(daemon: &FakeDaemon) -> Client {
+        client(daemon)
+    }
+
+    /// A refused token fails what was pipelined behind it with `Unauthenticated` and the
+    /// server's reason, not with a bare "connection closed".
+    #[test]
+    fn a_refused_token_fails_the_requests_with_unauthenticated() {
+        let daemon = FakeDaemon::start(&[]);
+        let error = connect_as(&daemon, Security::default().with_token("rpt_wrong".into())).err().unwrap();
+        assert_eq!(error.code(), ErrorCode::Unauthenticated, "{error}");
+        assert!(error.to_string().contains("the token is not known"), "{error}");
+    }
+
+    /// A CA and certificates made for a test, written as PEM files in a directory of its own.
+    struct TestPki {
+        directory: std::path::PathBuf,
+        ca: rcgen::Certificate,
+        ca_key: rcgen::KeyPair,
+    }
+
+    impl TestPki {
+        fn new(name: &str) -> TestPki {
+            use std::sync::atomic::AtomicUsize;
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let directory = std::env::temp_dir().join(format!(
+                "ringpost-client-pki-{}-{}-{name}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&directory).unwrap();
+            let ca_key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.distinguished_name.push(rcgen::DnType::CommonName, format!("{name} test CA"));
+            let ca = params.self_signed(&ca_key).unwrap();
+            std::fs::write(directory.join("ca.pem"), ca.pem()).unwrap();
+            TestPki { directory, ca, ca_key }
+        }
+
+        fn ca_file(&self) -> std::path::PathBuf {
+            self.directory.join("ca.pem")
+        }
+
+        /// A certificate for `names`, signed by the CA: its chain and key, and their files.
+        fn issue(
+            &self,
+            file: &str,
+            names: &[&str],
+        ) -> (Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>)
+        {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
+            let certificate = rcgen::CertificateParams::new(names)
+                .unwrap()
+                .signed_by(&key, &self.ca, &self.ca_key)
+                .unwrap();
+            std::fs::write(self.directory.join(format!("{file}.pem")), certificate.pem()).unwrap();
+            std::fs::write(self.directory.join(format!("{file}.key")), key.serialize_pem()).unwrap();
+            let der = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
+            (vec![certificate.der().clone()], der.into())
+        }
+
+        /// A server configuration for 127.0.0.1, asking for client certificates of this CA if
+        /// `client_certificates`.
+        fn server(&self, client_certificates: bool) -> Arc<rustls::ServerConfig> {
+            let (chain, key) = self.issue("server", &["127.0.0.1", "ringpost.test"]);
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap();
+            let builder = if client_certificates {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(self.ca.der().clone()).unwrap();
+                let verifier =
+                    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .allow_unauthenticated()
+                        .build()
+                        .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_no_client_auth()
+            };
+            Arc::new(builder.with_single_cert(chain, key).unwrap())
+        }
+    }
+
+    impl Drop for TestPki {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.directory);
+        }
+    }
+
+    /// Over TLS, the router's connection and the forwarder pool's both work, with a token
+    /// first, for frames small and large (a large one is encrypted in many records).
+    #[test]
+    fn requests_go_over_tls_with_a_token() {
+        let pki = TestPki::new("tls");
+        let daemon = FakeDaemon::start_with(&[], Some(pki.server(false)));
+        let security =
+            Security::default().with_ca_file(&pki.ca_file()).unwrap().with_token(GOOD_TOKEN.into());
+        assert!(security.is_tls());
+        let client = connect_as(&daemon, security).unwrap();
+        block_on(client.get_topic("topic")).unwrap();
+        assert_eq!(publish(&client).unwrap(), vec![7]);
+        let large = vec![Message::new(vec![5u8; 3 << 20])];
+        assert_eq!(block_on(client.publish("topic", large)).unwrap(), vec![7]);
+        let commands = daemon.seen(|seen| seen.commands.clone());
+        assert!(commands.iter().all(|connection| connection[0] == Command::Authenticate), "{commands:?}");
+        let publishes = commands.iter().flatten().filter(|&&command| command == Command::Publish).count();
+        assert_eq!(publishes, 2, "{commands:?}");
+        // A name the certificate holds, given instead of the address's host.
+        let named = Security::default()
+            .with_ca_file(&pki.ca_file())
+            .unwrap()
+            .with_server_name("ringpost.test".into());
+        block_on(connect_as(&daemon, named).unwrap().get_topic("topic")).unwrap();
+    }
+
+    /// A server whose certificate another CA signed, or that holds another name, fails the
+    /// handshake with an error that says so, and is not retried.
+    #[test]
+    fn a_certificate_of_another_ca_or_name_fails_the_handshake() {
+        let pki = TestPki::new("server");
+        let other = TestPki::new("other");
+        let daemon = FakeDaemon::start_with(&[], Some(pki.server(false)));
+        let error =
+            connect_as(&daemon, Security::default().with_ca_file(&other.ca_file()).unwrap()).err().unwrap();
+        assert!(matches!(error, Error::Tls(_)), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains("TLS handshake with") && text.contains("UnknownIssuer"), "{text}");
+        let renamed = Security::default()
+            .with_ca_file(&pki.ca_file())
+            .unwrap()
+            .with_server_name("elsewhere.test".into());
+        let error = connect_as(&daemon, renamed).err().unwrap();
+        assert!(error.to_string().contains("not valid for name"), "{error}");
+        assert!(!retry::is_retryable(&error));
+        // Plaintext to a TLS port is no Ringpost answer either.
+        let error = block_on(Client::connect(&daemon.address)).err().unwrap();
+        assert!(error.to_string().contains("TLS"), "{error}");
+    }
+
+    /// With a client certificate, the server's handshake verifies it (mTLS).
+    #[test]
+    fn a_client_certificate_is_presented() {
+        let pki = TestPki::new("mtls");
+        let daemon = FakeDaemon::start_with(&[], Some(pki.server(true)));
+        pki.issue("client", &["alice.test"]);
+        let (cert, key) = (pki.directory.join("client.pem"), pki.directory.join("client.key"));
+        let security = Security::default()
+            .with_ca_file(&pki.ca_file())
+            .unwrap()
+            .with_client_certificate(&cert, &key)
+            .unwrap();
+        block_on(connect_as(&daemon, security).unwrap().get_topic("topic")).unwrap();
+        assert_eq!(daemon.seen(|seen| seen.client_certificates), 1);
+        // Without one, the handshake still succeeds (the server allows it), and none is seen.
+        let anonymous = Security::default().with_ca_file(&pki.ca_file()).unwrap();
+        block_on(connect_as(&daemon, anonymous).unwrap().get_topic("topic")).unwrap();
+        assert_eq!(daemon.seen(|seen| seen.client_certificates), 1);
+        let missing = Security::default().with_ca_file(&pki.directory.join("absent.pem")).err().unwrap();
+        assert!(missing.to_string().contains("absent.pem"), "{missing}");
     }
 }

@@ -35,7 +35,7 @@
 
 use crate::connection::{Connection, Response, REQUESTS_PENDING_PER_CONNECTION_MAX};
 use crate::retry::random_below;
-use crate::{off_thread, Error, Result};
+use crate::{off_thread, Error, Result, Security};
 use ringpost_wire::frame::Body;
 use ringpost_wire::limits::PULL_WAIT_MS_MAX;
 use ringpost_wire::Status;
@@ -227,6 +227,8 @@ impl std::ops::AddAssign for PoolCounters {
 pub struct Pool {
     address: String,
     settings: PoolSettings,
+    /// TLS and token of each connection the pool opens.
+    security: Security,
     state: Mutex<State>,
 }
 
@@ -242,7 +244,18 @@ impl Pool {
             next_id: 1,
             counters: PoolCounters::default(),
         };
-        Ok(Pool { address: address.into(), settings, state: Mutex::new(state) })
+        Ok(Pool {
+            address: address.into(),
+            settings,
+            security: Security::default(),
+            state: Mutex::new(state),
+        })
+    }
+
+    /// Opens every connection as `security` says (TLS, a token presented first).
+    pub fn with_security(mut self, security: Security) -> Pool {
+        self.security = security;
+        self
     }
 
     pub fn address(&self) -> &str {
@@ -296,7 +309,7 @@ impl Pool {
         };
         effects.apply();
         for (slot, id) in due {
-            let connected = Connection::connect(&self.address);
+            let connected = Connection::connect_with(&self.address, &self.security);
             let mut effects = Effects::default();
             self.state.lock().unwrap().refreshed(slot, id, connected, &self.settings, now, &mut effects);
             effects.apply();
@@ -338,8 +351,8 @@ impl Pool {
 
     /// Opens the connection of a slot marked `Connecting` and admits the caller on it.
     async fn open<'a>(&'a self, mut opening: Opening<'a>) -> Result<Lease<'a>> {
-        let address = self.address.clone();
-        let connected = off_thread(move || Connection::connect(&address)).await;
+        let (address, security) = (self.address.clone(), self.security.clone());
+        let connected = off_thread(move || Connection::connect_with(&address, &security)).await;
         let slot = opening.slot.take().expect("an opening is awaited once");
         let mut effects = Effects::default();
         let result = {

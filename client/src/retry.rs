@@ -52,15 +52,17 @@ impl RetrySettings {
 
 /// Whether a failed attempt is worth another: the connection failed (the request may or may not
 /// have been served; publish is at-least-once), or the server said `Unavailable` or
-/// `ResourceExhausted`. Everything else (`NotFound`, `InvalidArgument`, ...) would fail again.
+/// `ResourceExhausted`. Everything else (`NotFound`, `InvalidArgument`, `Unauthenticated`,
+/// `PermissionDenied`, ...) would fail again.
 /// The client's own full queue is refused before this is asked: retrying it would only hide
 /// the backpressure.
 pub fn is_retryable(error: &Error) -> bool {
     match error {
         Error::Connect { .. } | Error::Io(_) | Error::Closed(_) => true,
         Error::Status(status) => matches!(status.code, ErrorCode::Unavailable | ErrorCode::ResourceExhausted),
-        // The request's whole deadline has passed: no attempt is left to make.
-        Error::Protocol(_) | Error::DeadlineExceeded(_) => false,
+        // The request's whole deadline has passed: no attempt is left to make. A certificate
+        // that did not verify would not verify again.
+        Error::Protocol(_) | Error::DeadlineExceeded(_) | Error::Tls(_) => false,
     }
 }
 

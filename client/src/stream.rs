@@ -83,7 +83,8 @@ impl Client {
             attempt += 1;
             let route = self.route(Resource::Subscription, subscription).await?;
             let address = route[0].clone();
-            let connection = off_thread(move || Connection::connect(&address)).await?;
+            let security = self.security.clone();
+            let connection = off_thread(move || Connection::connect_with(&address, &security)).await?;
             let receiver = connection.open_stream(Command::StreamingPull.code(), &request)?;
             let mut stream = MessageStream { receiver };
             // The forwarder answers a new stream with an empty batch when it takes it, or with

@@ -79,6 +79,66 @@ struct Flags {
     /// (default 600)
     #[argh(option)]
     idle_deadline_seconds: Option<u64>,
+    /// whether requests must be authenticated and permitted: auto (the default: off on a
+    /// loopback --listen address, required on any other), required, or off
+    #[argh(option, default = "String::from(\"auto\")")]
+    auth: String,
+    /// the access file: tokens (their SHA-256) and role grants, reloaded when it changes
+    #[argh(option)]
+    access_file: Option<PathBuf>,
+    /// the server's certificate chain (PEM), with --tls-key: TLS on every port
+    #[argh(option)]
+    tls_cert: Option<PathBuf>,
+    /// the server's private key (PEM), with --tls-cert
+    #[argh(option)]
+    tls_key: Option<PathBuf>,
+    /// a CA (PEM) that client certificates are verified against; a verified certificate's
+    /// identity (its first DNS or URI name, else its common name) is its principal
+    #[argh(option)]
+    tls_client_ca: Option<PathBuf>,
+    /// with --tls-client-ca: optional (the default: a client without a certificate may use a
+    /// token or stay anonymous) or required (the handshake fails without one)
+    #[argh(option)]
+    tls_client_cert: Option<String>,
+}
+
+/// The access and TLS settings the flags set; the TLS files are read when the shards start.
+fn security_settings(
+    flags: &Flags,
+    listen: SocketAddr,
+) -> (ringpost_daemon::auth::AccessSettings, Option<ringpost_daemon::protocol::native::tls::TlsSettings>) {
+    use ringpost_daemon::auth::{AccessSettings, Mode};
+    use ringpost_daemon::protocol::native::tls::{ClientCertificates, TlsSettings};
+    let mode = match flags.auth.as_str() {
+        "auto" if listen.ip().is_loopback() => Mode::Off,
+        "auto" | "required" => Mode::Required,
+        "off" => Mode::Off,
+        other => usage_error(&format!("--auth {other}: give auto, required or off")),
+    };
+    let client_certificates = match flags.tls_client_cert.as_deref() {
+        None | Some("optional") => ClientCertificates::Optional,
+        Some("required") => ClientCertificates::Required,
+        Some(other) => usage_error(&format!("--tls-client-cert {other}: give optional or required")),
+    };
+    if flags.tls_client_cert.is_some() && flags.tls_client_ca.is_none() {
+        usage_error(
+            "--tls-client-cert needs --tls-client-ca, the CA client certificates are verified against",
+        );
+    }
+    let tls = match (&flags.tls_cert, &flags.tls_key) {
+        (Some(certificate), Some(key)) => Some(TlsSettings {
+            certificate: certificate.clone(),
+            key: key.clone(),
+            client_ca: flags.tls_client_ca.clone(),
+            client_certificates,
+        }),
+        (None, None) if flags.tls_client_ca.is_some() => {
+            usage_error("--tls-client-ca needs --tls-cert and --tls-key: client certificates come with TLS")
+        }
+        (None, None) => None,
+        _ => usage_error("give --tls-cert and --tls-key together, or neither"),
+    };
+    (AccessSettings { mode, file: flags.access_file.clone() }, tls)
 }
 
 /// The connection limits the flags set, over the defaults.
@@ -305,6 +365,7 @@ fn main() {
     config.pin_shards = !flags.no_pin;
     config.quarantine_damaged = flags.quarantine_damaged;
     config.connections = connection_limits(&flags);
+    (config.access, config.tls) = security_settings(&flags, listen);
     let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     let shards = config.shards;
     warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);

@@ -30,6 +30,17 @@ pub fn binary(name: &str) -> PathBuf {
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut command = Command::new(cargo);
+        // `cargo test` gives this process its package's variables (CARGO_PKG_NAME, ...); build
+        // scripts that watch them (ring's) would see them changed and rebuild everything twice.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_BIN_", "CARGO_PRIMARY_"]
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+            {
+                command.env_remove(name.as_ref());
+            }
+        }
         command.args(["build", "--quiet", "-p", "ringpost-daemon", "-p", "ringpost-tools", "--bins"]);
         if directory.file_name().is_some_and(|profile| profile == "release") {
             command.arg("--release");

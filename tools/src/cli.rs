@@ -32,9 +32,16 @@ pub fn exit_code(error: &ringpost_client::Error) -> u8 {
 }
 
 /// The one line a client error is reported with, starting with its code: `NotFound: topic 'x'`.
+/// A refusal for want of a credential or a role also says what to do about it.
 pub fn error_line(error: &ringpost_client::Error) -> String {
-    use ringpost_client::Error;
+    use ringpost_client::{Error, ErrorCode};
     match error {
+        Error::Status(status) if status.code == ErrorCode::Unauthenticated => {
+            format!("{status} ({HINT_UNAUTHENTICATED})")
+        }
+        Error::Status(status) if status.code == ErrorCode::PermissionDenied => {
+            format!("{status} ({HINT_PERMISSION_DENIED})")
+        }
         Error::Status(status) => status.to_string(),
         Error::Connect { address, source } => format!("Unavailable: cannot connect to {address}: {source}"),
         Error::Protocol(text) | Error::DeadlineExceeded(text) => format!("{}: {text}", error.code()),
@@ -42,7 +49,85 @@ pub fn error_line(error: &ringpost_client::Error) -> String {
     }
 }
 
+/// What an `Unauthenticated` refusal is followed by.
+pub const HINT_UNAUTHENTICATED: &str =
+    "give --token or set RINGPOST_TOKEN, or present a client certificate with --cert and --key";
+/// What a `PermissionDenied` refusal is followed by.
+pub const HINT_PERMISSION_DENIED: &str =
+    "the credential is valid but its principal lacks the role; a grant line in the daemon's access file gives it";
+
+/// The security options both programs take, as given on the command line (`None`: not
+/// given, so the environment variable of the same name counts).
+#[derive(Debug, Default, Clone)]
+pub struct SecurityOptions {
+    pub token: Option<String>,
+    pub ca: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub server_name: Option<String>,
+}
+
+/// The global options of `SecurityOptions`, for `hoist`.
+pub const SECURITY_OPTIONS: [GlobalOption; 5] = [
+    GlobalOption { name: "--token", takes_value: true },
+    GlobalOption { name: "--ca", takes_value: true },
+    GlobalOption { name: "--cert", takes_value: true },
+    GlobalOption { name: "--key", takes_value: true },
+    GlobalOption { name: "--server-name", takes_value: true },
+];
+
+impl SecurityOptions {
+    /// The client's `Security`: each option given on the command line, else its environment
+    /// variable (`RINGPOST_TOKEN`, `RINGPOST_CA`, `RINGPOST_CERT`, `RINGPOST_KEY`,
+    /// `RINGPOST_SERVER_NAME`), else nothing. A file that cannot be read or used is a usage
+    /// error, with its name.
+    pub fn security(&self) -> Result<ringpost_client::Security, String> {
+        self.security_with(|name| std::env::var(name).ok())
+    }
+
+    /// `security`, with the environment given (for tests).
+    pub fn security_with(
+        &self,
+        environment: impl Fn(&str) -> Option<String>,
+    ) -> Result<ringpost_client::Security, String> {
+        use ringpost_client::security::{ENV_CA, ENV_CERT, ENV_KEY, ENV_SERVER_NAME, ENV_TOKEN};
+        use std::path::Path;
+        let pick = |given: &Option<String>, variable: &str| {
+            given.clone().or_else(|| environment(variable)).filter(|value| !value.is_empty())
+        };
+        let failed = |error: ringpost_client::Error| format!("InvalidArgument: {error}");
+        let mut security = ringpost_client::Security::default();
+        if let Some(token) = pick(&self.token, ENV_TOKEN) {
+            security = security.with_token(token);
+        }
+        if let Some(ca) = pick(&self.ca, ENV_CA) {
+            security = security.with_ca_file(Path::new(&ca)).map_err(failed)?;
+        }
+        match (pick(&self.cert, ENV_CERT), pick(&self.key, ENV_KEY)) {
+            (Some(cert), Some(key)) => {
+                if !security.is_tls() {
+                    return Err(format!(
+                        "InvalidArgument: a client certificate (--cert, --key) needs --ca (or {ENV_CA}), the CA to check the server with"
+                    ));
+                }
+                security = security.with_client_certificate(Path::new(&cert), Path::new(&key)).map_err(failed)?;
+            }
+            (None, None) => {}
+            _ => {
+                return Err(format!(
+                    "InvalidArgument: --cert and --key (or {ENV_CERT} and {ENV_KEY}) go together: give both or neither"
+                ))
+            }
+        }
+        if let Some(name) = pick(&self.server_name, ENV_SERVER_NAME) {
+            security = security.with_server_name(name);
+        }
+        Ok(security)
+    }
+}
+
 /// A global option that `hoist` takes from anywhere on the command line.
+#[derive(Clone, Copy)]
 pub struct GlobalOption {
     /// The option's name with its dashes, `--output`.
     pub name: &'static str,
@@ -223,5 +308,37 @@ mod tests {
     fn options_of_subcommands_are_left_alone() {
         let words = ["sub", "create", "s", "--topic", "t", "--filter", "attributes.x = \"--output\""];
         assert_eq!(hoist(&strings(&words), &GLOBALS), strings(&words));
+    }
+
+    #[test]
+    fn security_options_win_over_the_environment() {
+        let environment = |name: &str| match name {
+            "RINGPOST_TOKEN" => Some("from-environment".to_owned()),
+            "RINGPOST_CA" => Some(String::new()),
+            _ => None,
+        };
+        let given = SecurityOptions { token: Some("from-flag".into()), ..SecurityOptions::default() };
+        let security = given.security_with(environment).unwrap();
+        assert_eq!(security.token(), Some("from-flag"));
+        assert!(!security.is_tls(), "an empty variable counts as unset");
+        let security = SecurityOptions::default().security_with(environment).unwrap();
+        assert_eq!(security.token(), Some("from-environment"));
+        let missing =
+            SecurityOptions { ca: Some("/nonexistent/ca.pem".into()), ..SecurityOptions::default() };
+        let error = missing.security_with(|_| None).unwrap_err();
+        assert!(error.starts_with("InvalidArgument: ") && error.contains("/nonexistent/ca.pem"), "{error}");
+    }
+
+    #[test]
+    fn refusals_for_want_of_a_credential_or_a_role_say_what_to_do() {
+        use ringpost_client::{Error, ErrorCode, Status};
+        let refused = Error::Status(Status::new(ErrorCode::Unauthenticated, "no credential"));
+        assert_eq!(error_line(&refused), format!("Unauthenticated: no credential ({HINT_UNAUTHENTICATED})"));
+        assert_eq!(exit_code(&refused), EXIT_REFUSED);
+        let denied = Error::Status(Status::new(ErrorCode::PermissionDenied, "principal alice lacks it"));
+        assert_eq!(
+            error_line(&denied),
+            format!("PermissionDenied: principal alice lacks it ({HINT_PERMISSION_DENIED})")
+        );
     }
 }

@@ -6,10 +6,30 @@
 //! Each shard holds an `Access` of its own (nothing is shared between cores), loaded from the
 //! same file and reloaded by each shard when the file changes.
 
+mod audit;
+pub mod policy;
+pub mod token;
+
+pub use audit::AUDIT_LINES_PER_SECOND_MAX;
+
 use crate::api::{Code, Status};
-use std::path::PathBuf;
+use policy::{Policy, Role, Who};
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest token `authenticate_token` looks at; a longer one is malformed (the daemon's
+/// own are 68 bytes).
+pub const TOKEN_BYTES_MAX: usize = 1024;
+/// The largest access file the daemon reads: far beyond any real one, so that a wrong path
+/// (a log, a device) is an error instead of a shard's memory.
+pub const ACCESS_FILE_BYTES_MAX: u64 = 16 << 20;
+/// How many characters of a client-given name a refusal or an audit line shows.
+const NAME_SHOWN_CHARS_MAX: usize = 256;
 
 /// What a request needs, as Pub/Sub names its permissions. Each role is a set of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +72,65 @@ pub enum ResourceKind {
 }
 
 impl Permission {
+    pub const ALL: [Permission; 20] = {
+        use Permission::*;
+        [
+            TopicsGet,
+            TopicsList,
+            TopicsCreate,
+            TopicsUpdate,
+            TopicsDelete,
+            TopicsPublish,
+            TopicsAttachSubscription,
+            SubscriptionsGet,
+            SubscriptionsList,
+            SubscriptionsCreate,
+            SubscriptionsUpdate,
+            SubscriptionsDelete,
+            SubscriptionsConsume,
+            SnapshotsGet,
+            SnapshotsList,
+            SnapshotsCreate,
+            SnapshotsDelete,
+            SnapshotsSeek,
+            DaemonStats,
+            DaemonAdminister,
+        ]
+    };
+
+    /// The permission's bit in a `policy::Permissions`.
+    pub const fn bit(self) -> u32 {
+        1 << self as u32
+    }
+
+    /// The permission as Pub/Sub spells it (`pubsub.topics.publish`); the daemon's own,
+    /// which Pub/Sub has no counterpart of, are `ringpost.daemon.*`.
+    pub fn name(self) -> &'static str {
+        use Permission::*;
+        match self {
+            TopicsGet => "pubsub.topics.get",
+            TopicsList => "pubsub.topics.list",
+            TopicsCreate => "pubsub.topics.create",
+            TopicsUpdate => "pubsub.topics.update",
+            TopicsDelete => "pubsub.topics.delete",
+            TopicsPublish => "pubsub.topics.publish",
+            TopicsAttachSubscription => "pubsub.topics.attachSubscription",
+            SubscriptionsGet => "pubsub.subscriptions.get",
+            SubscriptionsList => "pubsub.subscriptions.list",
+            SubscriptionsCreate => "pubsub.subscriptions.create",
+            SubscriptionsUpdate => "pubsub.subscriptions.update",
+            SubscriptionsDelete => "pubsub.subscriptions.delete",
+            SubscriptionsConsume => "pubsub.subscriptions.consume",
+            SnapshotsGet => "pubsub.snapshots.get",
+            SnapshotsList => "pubsub.snapshots.list",
+            SnapshotsCreate => "pubsub.snapshots.create",
+            SnapshotsDelete => "pubsub.snapshots.delete",
+            SnapshotsSeek => "pubsub.snapshots.seek",
+            DaemonStats => "ringpost.daemon.stats",
+            DaemonAdminister => "ringpost.daemon.administer",
+        }
+    }
+
     pub fn resource_kind(self) -> ResourceKind {
         use Permission::*;
         match self {
@@ -139,64 +218,342 @@ impl AccessSettings {
     }
 }
 
-/// One shard's view of who may do what.
+/// One shard's view of who may do what: the mode, the access file's policy as last read,
+/// and the shard's audit log. Nothing in it is shared with another shard; each reloads the
+/// file itself (`reload_if_changed`), so a change reaches every shard within its next tick.
+///
+/// `check` is on every request's path: in mode `Off` it returns at once; in mode `Required`
+/// an allowed request costs one hash lookup of the principal's grants and a walk over them,
+/// and allocates nothing. Only a refusal builds a message.
 pub struct Access {
     mode: Mode,
+    file: Option<PathBuf>,
+    policy: RefCell<Policy>,
+    /// The file's metadata when it was last read (or found unreadable), to tell a change.
+    stamp: Cell<Stamp>,
+    audit: audit::Audit,
+}
+
+/// What tells that the access file changed: an editor's rewrite changes its modification time
+/// or length, a replacement by rename its inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stamp {
+    Unread,
+    Missing,
+    Present { modified: Option<SystemTime>, length: u64, device: u64, inode: u64 },
+}
+
+fn stamp_of(path: &Path) -> Stamp {
+    match std::fs::metadata(path) {
+        Ok(metadata) => Stamp::Present {
+            modified: metadata.modified().ok(),
+            length: metadata.len(),
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        },
+        Err(_) => Stamp::Missing,
+    }
+}
+
+/// Reads and parses the access file; an error names the file (and the line).
+fn read_policy(path: &Path) -> Result<Policy, String> {
+    let shown = path.display();
+    let file =
+        std::fs::File::open(path).map_err(|error| format!("access file {shown}: cannot open it: {error}"))?;
+    let mut bytes = Vec::new();
+    file.take(ACCESS_FILE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("access file {shown}: cannot read it: {error}"))?;
+    if bytes.len() as u64 > ACCESS_FILE_BYTES_MAX {
+        return Err(format!(
+            "access file {shown}: larger than {ACCESS_FILE_BYTES_MAX} bytes; is this the right file?"
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|error| {
+        format!("access file {shown}: not UTF-8 text (at byte {})", error.utf8_error().valid_up_to())
+    })?;
+    Policy::parse(&text).map_err(|what| format!("access file {shown}, {what}"))
 }
 
 impl Access {
     /// Everyone may do everything.
     pub fn off() -> Access {
-        Access { mode: Mode::Off }
+        Access {
+            mode: Mode::Off,
+            file: None,
+            policy: RefCell::new(Policy::default()),
+            stamp: Cell::new(Stamp::Unread),
+            audit: audit::Audit::stderr(),
+        }
     }
 
     /// Loads the access file, if any; an error names the file, the line and what is wrong.
+    /// A file is read in mode `Off` too: tokens still name their holders there, and a wrong
+    /// file is better found at start than when the mode changes.
     pub fn open(settings: &AccessSettings) -> Result<Access, String> {
-        Ok(Access { mode: settings.mode })
+        let mut access = Access::off();
+        access.mode = settings.mode;
+        if let Some(path) = &settings.file {
+            let stamp = stamp_of(path);
+            access.policy = RefCell::new(read_policy(path)?);
+            access.stamp.set(stamp);
+            access.file = Some(path.clone());
+        }
+        Ok(access)
+    }
+
+    /// The same access with its audit lines sent to `sink` instead of stderr.
+    #[cfg(test)]
+    pub(crate) fn with_audit_sink(mut self, sink: audit::AuditSink) -> Access {
+        self.audit = audit::Audit::with_sink(sink);
+        self
     }
 
     pub fn is_required(&self) -> bool {
         self.mode == Mode::Required
     }
 
+    /// Whether a session without a credential may do anything: in mode `Off`, or when the
+    /// file grants `anonymous` or `allUsers` a role. If not, a connection has nothing to do
+    /// before it authenticates, and the server holds it to the limits of one that has not.
+    pub fn anonymous_may_act(&self) -> bool {
+        self.mode == Mode::Off || self.policy.borrow().anonymous_may_act()
+    }
+
     /// The session of a token's holder; `Unauthenticated` for an unknown, malformed, expired
-    /// or revoked token (the message never repeats the token).
+    /// or revoked token (the message never repeats the token). A failure is logged for audit.
+    /// Tokens are checked in mode `Off` too: a wrong credential is an error worth seeing.
     pub fn authenticate_token(&self, token: &str) -> Result<Session, Status> {
-        let _ = token;
-        Err(Status::new(Code::Unauthenticated, "tokens are not accepted yet"))
+        self.authenticate_token_at(token, wall_now())
+    }
+
+    fn authenticate_token_at(&self, token: &str, now: SystemTime) -> Result<Session, Status> {
+        let refused = |reason: fmt::Arguments<'_>| {
+            self.audit.denied(format_args!("authentication with a token: {reason}"));
+            Status::new(Code::Unauthenticated, format!("authentication failed: {reason}"))
+        };
+        if token.is_empty() {
+            return Err(refused(format_args!("the token is empty")));
+        }
+        if token.len() > TOKEN_BYTES_MAX {
+            return Err(refused(format_args!(
+                "the token is malformed (longer than {TOKEN_BYTES_MAX} bytes)"
+            )));
+        }
+        if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+            return Err(refused(format_args!(
+                "the token is malformed (it holds characters other than printable ASCII, or spaces)"
+            )));
+        }
+        let digest = token::digest(token);
+        let policy = self.policy.borrow();
+        let Some(entry) = policy.tokens.get(&digest) else {
+            return Err(refused(format_args!(
+                "the token is not in the daemon's access file (it was never given, or was revoked)"
+            )));
+        };
+        if let Some(expires) = entry.expires.filter(|expires| *expires <= now) {
+            return Err(refused(format_args!(
+                "the token of principal {} expired at {}",
+                Shown(&entry.principal),
+                token::format_rfc3339_utc(expires)
+            )));
+        }
+        Ok(Session {
+            principal: Principal::Named(entry.principal.clone()),
+            credential: Credential::Token { digest, expires: entry.expires },
+        })
     }
 
     /// The session of a client whose certificate the TLS handshake verified, by the identity
     /// it names (its first DNS or URI subject alternative name, else its common name).
     pub fn authenticate_certificate(&self, identity: &str) -> Session {
-        Session { principal: Principal::Named(identity.into()), credential: Credential::Certificate }
+        let name = self.policy.borrow().principal_name(identity).unwrap_or_else(|| identity.into());
+        Session { principal: Principal::Named(name), credential: Credential::Certificate }
     }
 
     /// Whether `session` holds `permission` on the resource `name` (of the permission's
     /// kind). A refusal is `Unauthenticated` for a session without a credential (the
     /// anonymous principal, when not granted the role) and `PermissionDenied` for one with;
-    /// each is logged for audit (rate-limited).
+    /// each is logged for audit (rate-limited). Inlined, so that in mode `Off` a request's
+    /// check is one comparison at its caller.
+    #[inline]
     pub fn check(&self, session: &Session, permission: Permission, name: &str) -> Result<(), Status> {
-        let _ = (session, permission, name);
-        Ok(())
+        if self.mode == Mode::Off || self.decide(session, permission, name) {
+            return Ok(());
+        }
+        Err(self.refuse(session, permission, name))
     }
 
     /// Like `check`, without the log: for filtering what a list shows.
+    #[inline]
     pub fn allows(&self, session: &Session, permission: Permission, name: &str) -> bool {
-        self.check(session, permission, name).is_ok()
+        self.mode == Mode::Off || self.decide(session, permission, name)
+    }
+
+    fn decide(&self, session: &Session, permission: Permission, name: &str) -> bool {
+        self.policy.borrow().allows(who(session), permission, name)
+    }
+
+    #[cold]
+    fn refuse(&self, session: &Session, permission: Permission, name: &str) -> Status {
+        let resource = Resource { kind: permission.resource_kind(), name };
+        let permission = permission.name_and_roles();
+        match who(session) {
+            Who::Anonymous => {
+                self.audit
+                    .denied(format_args!("{} on {resource} to anonymous (Unauthenticated)", permission.0));
+                Status::new(
+                    Code::Unauthenticated,
+                    format!(
+                        "this request carries no credential (a token or a client certificate) and anonymous \
+                         may not {} on {resource}",
+                        permission.0
+                    ),
+                )
+            }
+            Who::Named(principal) => {
+                let principal = Shown(principal);
+                self.audit
+                    .denied(format_args!("{} on {resource} to {principal} (PermissionDenied)", permission.0));
+                Status::new(
+                    Code::PermissionDenied,
+                    format!("principal {principal} lacks {} on {resource}; {}", permission.0, permission.1),
+                )
+            }
+        }
+    }
+
+    /// Logs, for audit and through the same rate limit as the refusals here, a refusal this
+    /// `Access` did not see: a failed TLS handshake, a certificate the server would not take.
+    /// `what` follows `ringpostd: audit: denied `.
+    pub fn audit_refusal(&self, what: &str) {
+        self.audit.denied(format_args!("{what}"));
     }
 
     /// Whether a session authenticated earlier still holds: `Unauthenticated` once its token
-    /// was revoked (no longer in the file) or expired.
+    /// was revoked (no longer in the file, or now another principal's) or expired, with its
+    /// expiry as the file gives it now. Certificate and anonymous sessions stay valid. A
+    /// failure is logged for audit.
     pub fn still_valid(&self, session: &Session, now: SystemTime) -> Result<(), Status> {
-        let _ = (session, now);
+        let Credential::Token { digest, .. } = &session.credential else { return Ok(()) };
+        let principal = Shown(match &session.principal {
+            Principal::Named(name) => name,
+            Principal::Anonymous => policy::PRINCIPAL_ANONYMOUS,
+        });
+        let refused = |reason: fmt::Arguments<'_>| {
+            self.audit.denied(format_args!("a connection's token: {reason}"));
+            Status::new(Code::Unauthenticated, reason.to_string())
+        };
+        let policy = self.policy.borrow();
+        let entry = policy.tokens.get(digest).filter(|entry| *principal.0 == *entry.principal);
+        let Some(entry) = entry else {
+            return Err(refused(format_args!(
+                "the token of principal {principal} was revoked (it is no longer in the access file)"
+            )));
+        };
+        if let Some(expires) = entry.expires.filter(|expires| *expires <= now) {
+            return Err(refused(format_args!(
+                "the token of principal {principal} expired at {}",
+                token::format_rfc3339_utc(expires)
+            )));
+        }
         Ok(())
     }
 
     /// Reloads the access file if it changed since it was last read (its modification time,
     /// length or inode): `None` if it did not, `Some(Err)` if the new one is invalid (the old
-    /// one stays in force).
+    /// one stays in force). An invalid file is reported once, not at every call, until it
+    /// changes again.
     pub fn reload_if_changed(&self) -> Option<Result<(), String>> {
-        None
+        let path = self.file.as_ref()?;
+        let before = stamp_of(path);
+        if before == self.stamp.get() {
+            return None;
+        }
+        let read = read_policy(path);
+        // A file that changed while it was read may be half written: keep the old stamp, so
+        // that the next call reads it again once it is whole.
+        let after = stamp_of(path);
+        if after != before {
+            return None;
+        }
+        self.stamp.set(after);
+        Some(match read {
+            Ok(policy) => {
+                *self.policy.borrow_mut() = policy;
+                Ok(())
+            }
+            Err(error) => Err(format!("{error}; the access file read before stays in force")),
+        })
     }
 }
+
+/// The decision's view of a session: a principal counts only with a credential.
+fn who(session: &Session) -> Who<'_> {
+    match (&session.principal, &session.credential) {
+        (Principal::Named(name), Credential::Token { .. } | Credential::Certificate) => Who::Named(name),
+        _ => Who::Anonymous,
+    }
+}
+
+/// The wall clock (the simulation's in a simulation), for expiries.
+fn wall_now() -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(crate::runtime::wall_ms())
+}
+
+impl Permission {
+    /// The permission's name, and which roles grant it, for a refusal's message.
+    fn name_and_roles(self) -> (&'static str, String) {
+        let roles: Vec<&str> =
+            Role::ALL.into_iter().filter(|role| role.permissions().contains(self)).map(Role::name).collect();
+        let granted = match roles.as_slice() {
+            [] => "no role grants it".to_string(),
+            [only] => format!("only the role {only} grants it"),
+            [first @ .., last] => format!("the roles {} and {last} grant it", first.join(", ")),
+        };
+        (self.name(), granted)
+    }
+}
+
+/// A resource as a refusal names it: `topic:NAME`, or `the daemon`.
+struct Resource<'a> {
+    kind: ResourceKind,
+    name: &'a str,
+}
+
+impl fmt::Display for Resource<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ResourceKind::Topic => "topic",
+            ResourceKind::Subscription => "subscription",
+            ResourceKind::Snapshot => "snapshot",
+            ResourceKind::Daemon => return f.write_str("the daemon"),
+        };
+        write!(f, "{kind}:{}", Shown(self.name))
+    }
+}
+
+/// A name a client gave, shown in a message or a log line: control characters escaped (so a
+/// line stays one line), and cut at `NAME_SHOWN_CHARS_MAX` characters (a request is checked
+/// before its names are validated).
+struct Shown<'a>(&'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, character) in self.0.chars().enumerate() {
+            if index == NAME_SHOWN_CHARS_MAX {
+                return f.write_str("…");
+            }
+            if character.is_control() {
+                write!(f, "{}", character.escape_default())?;
+            } else {
+                fmt::Write::write_char(f, character)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

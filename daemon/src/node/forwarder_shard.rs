@@ -93,6 +93,7 @@ fn start_forwarder_shard(
     let log_config = config.log.clone();
     let quarantine_damaged = config.quarantine_damaged;
     let connection_limits = config.connections;
+    let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     LocalExecutorBuilder::new(placement)
         .name(&format!("forwarder-{shard}"))
         .io_memory(config.io_memory_bytes)
@@ -116,6 +117,14 @@ fn start_forwarder_shard(
                     return;
                 }
             }
+            let security =
+                match protocol::native::server::Security::open(&access_settings, tls_settings.as_ref()) {
+                    Ok(security) => security,
+                    Err(error) => {
+                        let _ = ready.send(Err(error));
+                        return;
+                    }
+                };
             let listener = into_glommio(listener);
             let forwarder = Rc::new(shard::Forwarder::new(
                 shard as u32,
@@ -139,6 +148,7 @@ fn start_forwarder_shard(
                 forwarder.clone(),
                 stop,
                 connection_limits,
+                security,
             ));
             run_forwarder_timers(&forwarder);
             // The router's requests are served until the shard ends (the router stops

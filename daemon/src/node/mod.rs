@@ -9,7 +9,7 @@ mod forwarder_shard;
 mod os;
 mod router_shard;
 
-use crate::{log, metrics, placement, protocol, router, shard};
+use crate::{auth, log, metrics, placement, protocol, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
 use os::{bind, check_data_directories, lock_data_dir, raise_open_file_limit};
 pub use os::{forwarder_port, host_and_port, OPEN_FILES_WANTED};
@@ -49,6 +49,11 @@ pub struct Config {
     pub quarantine_damaged: bool,
     /// What every shard allows the connections on its port (the router's and the forwarders').
     pub connections: protocol::native::server::ConnectionLimits,
+    /// Who may do what: whether requests are checked, and the access file. `Config::new`
+    /// gives auth off on a loopback address and required on any other.
+    pub access: auth::AccessSettings,
+    /// TLS on every port (the router's and the forwarders'), or plaintext.
+    pub tls: Option<protocol::native::tls::TlsSettings>,
 }
 
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
@@ -108,8 +113,56 @@ impl Config {
             log: log::LogConfig::default(),
             quarantine_damaged: false,
             connections: protocol::native::server::ConnectionLimits::default(),
+            access: auth::AccessSettings { mode: auth_mode_for(listen), file: None },
+            tls: None,
         }
     }
+
+    /// What guards a shard's connections, as each shard builds its own.
+    fn security(&self) -> Result<protocol::native::server::Security, String> {
+        protocol::native::server::Security::open(&self.access, self.tls.as_ref())
+    }
+}
+
+/// Authentication's default for a listening address: off on a loopback one (only this machine
+/// reaches it), required on any other.
+fn auth_mode_for(listen: SocketAddr) -> auth::Mode {
+    if listen.ip().is_loopback() {
+        auth::Mode::Off
+    } else {
+        auth::Mode::Required
+    }
+}
+
+/// The warnings a configuration deserves at start: a setting that refuses everything, or one
+/// that lets anyone in.
+fn security_warnings(config: &Config) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let exposed = !config.listen.ip().is_loopback();
+    let address = config.listen;
+    match config.access.mode {
+        auth::Mode::Required if config.access.file.is_none() => warnings.push(
+            "authentication is required and no --access-file is given: nobody holds any role, every request \
+             will be refused"
+                .to_owned(),
+        ),
+        auth::Mode::Off if exposed => warnings.push(format!(
+            "authentication is off on {address}, which is not a loopback address: anyone who reaches it can \
+             read, publish to and delete every topic"
+        )),
+        _ => {}
+    }
+    if config.access.mode == auth::Mode::Required
+        && config.access.file.is_some()
+        && exposed
+        && config.tls.is_none()
+    {
+        warnings.push(format!(
+            "tokens are accepted on {address} without TLS: they cross the network in plaintext (give --tls-cert \
+             and --tls-key)"
+        ));
+    }
+    warnings
 }
 
 /// A running daemon.
@@ -189,6 +242,12 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             "ringpostd: WARNING: only {open_files} open files allowed; each topic keeps about two segment files open"
         );
     }
+    for warning in security_warnings(&config) {
+        eprintln!("ringpostd: WARNING: {warning}");
+    }
+    // Each shard opens its own; opened once here as well, so that an invalid access file or
+    // certificate stops the start with its message before any shard starts.
+    config.security()?;
     check_data_directories(&config.data_dirs)?;
     let locks =
         config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;

@@ -34,6 +34,7 @@ pub(super) fn start_router_shard(
     let data_dirs = config.data_dirs.clone();
     let balance_factor = config.balance_factor;
     let connection_limits = config.connections;
+    let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -86,13 +87,18 @@ pub(super) fn start_router_shard(
             if let Err(error) = router.recover().await {
                 return fail(error);
             }
+            let security =
+                match protocol::native::server::Security::open(&access_settings, tls_settings.as_ref()) {
+                    Ok(security) => security,
+                    Err(error) => return fail(error),
+                };
             let listener = into_glommio(router_listener);
             let _ = router_ready.send(Ok(()));
             run_router_timers(&router);
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
             let connections =
-                protocol::native::server::serve(listener, router, stop, connection_limits).await;
+                protocol::native::server::serve(listener, router, stop, connection_limits, security).await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))

@@ -32,7 +32,7 @@ fn env_count(name: &str, default: usize) -> usize {
 }
 
 /// The test process opens many sockets: its soft open-file limit goes up to the hard one.
-fn raise_open_files() {
+pub(crate) fn raise_open_files() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     if soft < hard {
@@ -41,14 +41,14 @@ fn raise_open_files() {
 }
 
 /// The forwarders' addresses, from the daemon's start line.
-fn forwarders(daemon: &Daemon) -> Vec<String> {
+pub(crate) fn forwarders(daemon: &Daemon) -> Vec<String> {
     let log = daemon.log();
     let line = log.lines().find(|line| line.contains("(router) with")).expect("the start line");
     let list = line.split(" on ").nth(2).unwrap().split(';').next().unwrap();
     list.split(", ").map(str::to_owned).collect()
 }
 
-fn connect(address: &str) -> TcpStream {
+pub(crate) fn connect(address: &str) -> TcpStream {
     let stream = TcpStream::connect(address).unwrap();
     stream.set_nodelay(true).unwrap();
     stream
@@ -83,7 +83,7 @@ fn connect_from(source: &str, address: &str) -> TcpStream {
     }
 }
 
-fn hello(request_id: u64) -> FrameBuffer {
+pub(crate) fn hello(request_id: u64) -> FrameBuffer {
     encode_frame(
         Command::Hello.code(),
         0,
@@ -101,7 +101,7 @@ fn publish_frame(topic: &str, request_id: u64) -> FrameBuffer {
 }
 
 /// Reads one frame within `limit`.
-fn read_frame(stream: &mut TcpStream, limit: Duration) -> Option<(FrameHeader, FrameBuffer)> {
+pub(crate) fn read_frame(stream: &mut TcpStream, limit: Duration) -> Option<(FrameHeader, FrameBuffer)> {
     stream.set_read_timeout(Some(limit)).unwrap();
     let mut header = [0u8; FRAME_HEADER_BYTES];
     stream.read_exact(&mut header).ok()?;
@@ -132,7 +132,7 @@ fn statuses_until_closed(stream: &mut TcpStream, limit: Duration) -> Vec<Status>
     statuses_in(&received)
 }
 
-fn statuses_in(mut bytes: &[u8]) -> Vec<Status> {
+pub(crate) fn statuses_in(mut bytes: &[u8]) -> Vec<Status> {
     let mut statuses = Vec::new();
     while bytes.len() >= FRAME_HEADER_BYTES {
         let header = FrameHeader::decode(&bytes[..FRAME_HEADER_BYTES]).unwrap();
@@ -350,6 +350,24 @@ impl Trickler {
         trickler
     }
 
+    /// Authenticated with `token` (the Authenticate answered), then a frame of `body_bytes`:
+    /// its header whole, its body trickled.
+    fn authenticated_body(address: &str, token: &str, body_bytes: u32) -> Trickler {
+        let mut stream = crate::security::authenticated_stream(address, token);
+        let header = FrameHeader {
+            body_length: body_bytes,
+            command: Command::Publish.code(),
+            flags: 0,
+            request_id: 2,
+        };
+        stream.write_all(&header.encode()).unwrap();
+        let mut bytes = header.encode().to_vec();
+        bytes.resize(FRAME_HEADER_BYTES + body_bytes as usize, 0);
+        let mut trickler = Trickler::new(stream, bytes);
+        trickler.sent = FRAME_HEADER_BYTES;
+        trickler
+    }
+
     fn new(stream: TcpStream, bytes: Vec<u8>) -> Trickler {
         stream.set_nonblocking(true).unwrap();
         Trickler { stream, bytes, sent: 0, started: Instant::now(), closed: None, received: Vec::new() }
@@ -486,6 +504,58 @@ fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
     let after = resident_returns(&daemon, baseline_kib + BASELINE_SLACK_KIB, Duration::from_secs(10));
     println!("T15: resident {after} KiB after the tricklers closed");
     assert!(after <= baseline_kib + BASELINE_SLACK_KIB, "resident memory stayed at {after} KiB");
+}
+
+/// Peers that authenticate with a valid token, under required mode, and then trickle a
+/// frame's body are closed at the frame's deadline like any other; a client with a token of
+/// its own publishes throughout. `RINGPOST_AUTHENTICATED_TRICKLERS` sets their count (the
+/// issue's figure, 200, by default).
+#[test]
+fn authenticated_tricklers_are_closed_at_the_frame_deadline() {
+    use crate::security::{access_text, client_with, daemon_requiring_auth, token, AccessFile, Files};
+    raise_open_files();
+    let files = Files::new("authenticated-tricklers");
+    let root = token("root");
+    let trickling = token("trickling");
+    let access = AccessFile::new(
+        &files,
+        &access_text(&[&root, &trickling], &["admin * root", "publisher topic:legit trickling"]),
+    );
+    let frame_base = Duration::from_millis(2500);
+    let rate = 64 * 1024;
+    let daemon = daemon_requiring_auth(
+        "authenticated-tricklers",
+        &access,
+        &[
+            "--frame-deadline-base-ms",
+            &frame_base.as_millis().to_string(),
+            "--frame-bytes-per-second-min",
+            &rate.to_string(),
+        ],
+    );
+    block_on(client_with(&daemon, &root).create_topic("legit")).unwrap();
+    let forwarder_addresses = forwarders(&daemon);
+    // The legitimate client holds a token as the tricklers do: the same checks, the same shards.
+    let publisher = Publisher::start(client_with(&daemon, &trickling), "legit");
+    let count = env_count("RINGPOST_AUTHENTICATED_TRICKLERS", 200);
+    let body_bytes = 32 * 1024;
+    let mut bodies: Vec<Trickler> = (0..count)
+        .map(|index| {
+            let address = &forwarder_addresses[index % forwarder_addresses.len()];
+            Trickler::authenticated_body(address, &trickling.secret, body_bytes)
+        })
+        .collect();
+    let frame_deadline = frame_base + Duration::from_millis(body_bytes as u64 * 1000 / rate);
+    trickle_until_closed(&mut bodies, frame_deadline * 3, || {});
+    closed_at_deadline(&bodies, frame_deadline, Duration::from_millis(1500), "authenticated body trickler");
+    let during = publisher.stop();
+    println!(
+        "T15: {} legitimate publishes beside {count} authenticated tricklers, p99 {:?}",
+        during.len(),
+        p99(during)
+    );
+    // Served after them too.
+    block_on(client_with(&daemon, &trickling).publish("legit", vec![Message::new("after")])).unwrap();
 }
 
 /// Opens `count` connections from `source`, each answered by nothing yet (still open).

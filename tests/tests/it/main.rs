@@ -1,5 +1,6 @@
 //! Integration tests against the real `ringpostd` binary. One test binary, one module per area.
 
+mod auth;
 mod bad_input;
 mod client_api;
 mod connections;
@@ -15,7 +16,10 @@ mod pool;
 mod pull_memory;
 mod quickstart;
 mod readme;
+mod security;
 mod semantics;
 mod shutdown;
 mod streaming;
 mod subscriptions;
+mod test_ca;
+mod tls;

@@ -41,6 +41,30 @@ pub mod setup;
 pub mod subscribe;
 pub mod workload;
 
+use ringpost_client::{Client, PoolSettings, Security};
+use std::sync::OnceLock;
+
+/// The TLS and token of every connection a run opens (the clients', and the raw connections of
+/// setup and the streams). Set once, by the binary, before the run; plaintext without a token
+/// if never set. One value for the process, like the run's other command-line settings, so
+/// that the workloads need not carry it through every thread's options.
+static SECURITY: OnceLock<Security> = OnceLock::new();
+
+/// Sets what every connection of the run uses; false if it was set already (the first stays).
+pub fn set_security(security: Security) -> bool {
+    SECURITY.set(security).is_ok()
+}
+
+pub(crate) fn security() -> &'static Security {
+    SECURITY.get_or_init(Security::default)
+}
+
+/// A client of the router at `server`, with the run's security and the client's defaults.
+pub(crate) async fn connect(server: &str) -> ringpost_client::Result<Client> {
+    let timeout = ringpost_client::REQUEST_TIMEOUT_DEFAULT;
+    Client::connect_with_security(server, PoolSettings::default(), timeout, security().clone()).await
+}
+
 /// A failure that ends a run: one line for the user and the process exit code it maps to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {

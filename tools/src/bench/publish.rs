@@ -20,7 +20,7 @@ use super::latency::{micros_between, new_histogram, stamp_ns};
 use super::live::LiveStats;
 use super::Failure;
 use hdrhistogram::Histogram;
-use ringpost_client::{block_on, Client, Message};
+use ringpost_client::{block_on, Message};
 use ringpost_wire::limits::{MESSAGE_BYTES_MAX, PUBLISH_BATCH_MESSAGES_MAX, PUBLISH_REQUEST_BYTES_MAX};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -365,7 +365,7 @@ pub fn publisher_run(
             context.warnings.lock().unwrap().push(warning);
         }
     }
-    let connected = block_on(Client::connect(&options.server));
+    let connected = block_on(super::connect(&options.server));
     if connected.is_err() {
         context.setup_failed.store(true, Ordering::Release);
     }

@@ -89,7 +89,7 @@ fn apply_some(server: &str, operations: &[&Admin]) -> Result<(), Failure> {
     if operations.is_empty() {
         return Ok(());
     }
-    let client = block_on(Client::connect(server))?;
+    let client = block_on(super::connect(server))?;
     let client = &client;
     let mut in_flight: InflightSet<'_, (usize, ringpost_client::Result<()>)> =
         InflightSet::new(ADMIN_REQUESTS_IN_FLIGHT);
@@ -130,7 +130,7 @@ fn apply_some(server: &str, operations: &[&Admin]) -> Result<(), Failure> {
 /// The forwarder address that owns each subscription, asked of the router many at a time on
 /// one connection.
 pub fn lookup_subscriptions(server: &str, names: &[String]) -> Result<Vec<String>, Failure> {
-    let router = Connection::connect(server).map_err(Failure::from)?;
+    let router = Connection::connect_with(server, super::security()).map_err(Failure::from)?;
     let mut addresses: Vec<Option<String>> = vec![None; names.len()];
     let mut in_flight: InflightSet<
         '_,

@@ -195,7 +195,7 @@ fn open_feeds(client: &Client, mine: &[usize], context: &SubscriberContext) -> R
     }
     for (forwarder, locals) in by_forwarder {
         for chunk in locals.chunks(STREAMS_PER_CONNECTION_MAX) {
-            let connection = Connection::connect(forwarder).map_err(Failure::from)?;
+            let connection = Connection::connect_with(forwarder, super::security()).map_err(Failure::from)?;
             for &local in chunk {
                 let request = StreamingPullRequest {
                     subscription: context.targets[mine[local]].name.clone(),
@@ -214,7 +214,7 @@ fn open_feeds(client: &Client, mine: &[usize], context: &SubscriberContext) -> R
 
 /// Connects and, unless the streams wait for the publishers, opens them.
 fn prepare(mine: &[usize], context: &SubscriberContext) -> Result<(Client, Option<Vec<Feed>>), Failure> {
-    let client = block_on(Client::connect(context.server))?;
+    let client = block_on(super::connect(context.server))?;
     let feeds = match context.wait_for_publishers {
         true => None,
         false => Some(open_feeds(&client, mine, context)?),

@@ -24,7 +24,7 @@ use super::subscribe::{
     subscriber_run, SubscriberContext, SubscriberOutcome, Target, WINDOW_DEFAULT, WINDOW_MAX,
 };
 use super::Failure;
-use ringpost_client::{block_on, Client, ErrorCode, StatsResponse, Subscription};
+use ringpost_client::{block_on, ErrorCode, StatsResponse, Subscription};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread::ScopedJoinHandle;
@@ -254,7 +254,7 @@ fn join_outcome<T>(
 /// The daemon's stats; None if they cannot be read (their figures are side notes of the run,
 /// never a reason to fail it).
 fn daemon_stats(server: &str) -> Option<StatsResponse> {
-    let client = block_on(Client::connect(server)).ok()?;
+    let client = block_on(super::connect(server)).ok()?;
     block_on(client.stats()).ok()
 }
 
@@ -292,7 +292,7 @@ pub fn run(
     let resident_before = resident_bytes(daemon_stats(server).as_ref());
     let setup_started = Instant::now();
     if let Some(name) = &options.publish.topic {
-        let client = block_on(Client::connect(server))?;
+        let client = block_on(super::connect(server))?;
         block_on(client.get_topic(name)).map_err(|error| match error {
             ringpost_client::Error::Status(status) if status.code == ErrorCode::NotFound => {
                 Failure::runtime(format!(

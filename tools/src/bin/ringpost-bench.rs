@@ -17,11 +17,18 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The options `cli::hoist` takes from anywhere on the command line, as `ringpost` does.
-const GLOBAL_OPTIONS: [cli::GlobalOption; 3] = [
-    cli::GlobalOption { name: "--server", takes_value: true },
-    cli::GlobalOption { name: "--embedded", takes_value: false },
-    cli::GlobalOption { name: "--data-dir", takes_value: true },
-];
+const GLOBAL_OPTIONS: [cli::GlobalOption; 3 + cli::SECURITY_OPTIONS.len()] = {
+    let mut options =
+        [cli::GlobalOption { name: "--server", takes_value: true }; 3 + cli::SECURITY_OPTIONS.len()];
+    options[1] = cli::GlobalOption { name: "--embedded", takes_value: false };
+    options[2] = cli::GlobalOption { name: "--data-dir", takes_value: true };
+    let mut index = 0;
+    while index < cli::SECURITY_OPTIONS.len() {
+        options[3 + index] = cli::SECURITY_OPTIONS[index];
+        index += 1;
+    }
+    options
+};
 
 /// The backlog workload stores this many messages before draining them (W5 of the brief).
 const BACKLOG_MESSAGES_DEFAULT: u64 = 1_000_000;
@@ -40,7 +47,8 @@ const TOPICS_BATCH_DEFAULT: usize = 10;
     example = "Ten subscriptions that each receive every message:\n  $ {command_name} --embedded fanout --subscriptions 10",
     example = "Measure the disk the daemon would write to:\n  $ {command_name} --data-dir /var/tmp disk --json /tmp/disk.json",
     example = "Two runs side by side:\n  $ {command_name} compare before.json after.json",
-    note = "--server, --embedded and --data-dir may be given anywhere on the line, before or after the workload.",
+    note = "--server, --embedded, --data-dir and the security options (--token, --ca, --cert, --key, --server-name) may be given anywhere on the line, before or after the workload.",
+    example = "Publish over TLS with a token to a daemon that requires both:\n  $ {command_name} --server 10.0.0.5:7450 --ca ca.pem --token \"$TOKEN\" publish",
     note = "Progress goes to stderr once a second, results to stdout. Ctrl-C stops publishing early and still reports what completed (subscribers drain what was acknowledged); a second Ctrl-C kills it.",
     error_code(1, "the server refused a request, the run failed, or some messages failed or were lost (the results are still printed)"),
     error_code(2, "usage: invalid arguments, found before anything was sent"),
@@ -58,6 +66,23 @@ struct Flags {
     /// measures (default: the current directory)
     #[argh(option, arg_name = "dir")]
     data_dir: Option<PathBuf>,
+    /// the token to authenticate with, sent first on every connection (default $RINGPOST_TOKEN)
+    #[argh(option)]
+    token: Option<String>,
+    /// PEM file of the CA that signed the daemon's certificate: connect over TLS, trusting
+    /// only it (default $RINGPOST_CA; without either, plaintext)
+    #[argh(option, arg_name = "file")]
+    ca: Option<String>,
+    /// PEM file of a client certificate to present (mTLS), with --key (default $RINGPOST_CERT)
+    #[argh(option, arg_name = "file")]
+    cert: Option<String>,
+    /// PEM file of the client certificate's private key (default $RINGPOST_KEY)
+    #[argh(option, arg_name = "file")]
+    key: Option<String>,
+    /// the name the daemon's certificate must hold (default $RINGPOST_SERVER_NAME, else the
+    /// host of each address)
+    #[argh(option)]
+    server_name: Option<String>,
     #[argh(subcommand)]
     workload: Command,
 }
@@ -505,6 +530,27 @@ fn run(flags: Flags) -> Result<(), Failure> {
         return Err(Failure::usage(
             "InvalidArgument: --server and --embedded exclude each other: load a running daemon, or start one",
         ));
+    }
+    let security_options = cli::SecurityOptions {
+        token: flags.token.clone(),
+        ca: flags.ca.clone(),
+        cert: flags.cert.clone(),
+        key: flags.key.clone(),
+        server_name: flags.server_name.clone(),
+    };
+    let security_given = [&flags.token, &flags.ca, &flags.cert, &flags.key, &flags.server_name]
+        .iter()
+        .any(|option| option.is_some());
+    if flags.embedded {
+        // The embedded daemon listens on loopback without TLS or authentication: the
+        // RINGPOST_* variables, meant for a daemon elsewhere, do not apply to it.
+        if security_given {
+            return Err(Failure::usage(
+                "InvalidArgument: --embedded starts a loopback daemon without TLS or authentication: give --token, --ca, --cert, --key and --server-name with --server",
+            ));
+        }
+    } else {
+        ringpost_tools::bench::set_security(security_options.security().map_err(Failure::usage)?);
     }
     let daemon_flags_given = flags.server.is_some() || flags.embedded || flags.data_dir.is_some();
     let load = match flags.workload {

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// Ringpost's command line: topics, subscriptions, publish, pull, acknowledge.
 #[derive(FromArgs)]
 #[argh(
-    note = "--server, --output and --timeout may be given anywhere on the line, before or after the command.",
+    note = "--server, --output, --timeout and the security options (--token, --ca, --cert, --key, --server-name) may be given anywhere on the line, before or after the command.",
     error_code(1, "the server refused the request; the message starts with its code, e.g. NotFound: topic 'x'"),
     error_code(2, "usage: invalid arguments, options or input, found before anything was sent"),
     error_code(
@@ -32,16 +32,39 @@ struct Flags {
     /// (default 60; a pull's --wait comes on top; a --stream pull is bounded only while it opens)
     #[argh(option)]
     timeout: Option<f64>,
+    /// the token to authenticate with, sent first on every connection (default $RINGPOST_TOKEN)
+    #[argh(option)]
+    token: Option<String>,
+    /// PEM file of the CA that signed the daemon's certificate: connect over TLS, trusting
+    /// only it (default $RINGPOST_CA; without either, plaintext)
+    #[argh(option)]
+    ca: Option<String>,
+    /// PEM file of a client certificate to present (mTLS), with --key (default $RINGPOST_CERT)
+    #[argh(option)]
+    cert: Option<String>,
+    /// PEM file of the client certificate's private key (default $RINGPOST_KEY)
+    #[argh(option)]
+    key: Option<String>,
+    /// the name the daemon's certificate must hold (default $RINGPOST_SERVER_NAME, else the
+    /// host of each address)
+    #[argh(option)]
+    server_name: Option<String>,
     #[argh(subcommand)]
     command: Command,
 }
 
 /// The options `cli::hoist` takes from anywhere on the command line.
-const GLOBAL_OPTIONS: [GlobalOption; 3] = [
-    GlobalOption { name: "--server", takes_value: true },
-    GlobalOption { name: "--output", takes_value: true },
-    GlobalOption { name: "--timeout", takes_value: true },
-];
+const GLOBAL_OPTIONS: [GlobalOption; 3 + cli::SECURITY_OPTIONS.len()] = {
+    let mut options = [GlobalOption { name: "--server", takes_value: true }; 3 + cli::SECURITY_OPTIONS.len()];
+    options[1] = GlobalOption { name: "--output", takes_value: true };
+    options[2] = GlobalOption { name: "--timeout", takes_value: true };
+    let mut index = 0;
+    while index < cli::SECURITY_OPTIONS.len() {
+        options[3 + index] = cli::SECURITY_OPTIONS[index];
+        index += 1;
+    }
+    options
+};
 
 /// The longest `--timeout`: a day, which is "no deadline" for any request a person waits on.
 const TIMEOUT_SECONDS_MAX: f64 = 86_400.0;
@@ -76,6 +99,35 @@ enum Command {
     Stats(StatsCommand),
     Admin(AdminCommand),
     Snapshot(SnapshotCommand),
+    Token(TokenCommand),
+}
+
+/// make credentials for the daemon's access file (no server is contacted)
+#[derive(FromArgs)]
+#[argh(subcommand, name = "token")]
+struct TokenCommand {
+    #[argh(subcommand)]
+    action: TokenAction,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum TokenAction {
+    Create(TokenCreate),
+}
+
+/// make a new random token for principal NAME: prints the token on the first line (give it to
+/// the client: --token or RINGPOST_TOKEN) and the access-file line on the second (only the
+/// token's SHA-256 goes into the file)
+#[derive(FromArgs)]
+#[argh(subcommand, name = "create")]
+struct TokenCreate {
+    /// the principal the token authenticates as (the name grant lines give roles to)
+    #[argh(positional)]
+    name: String,
+    /// when the token stops being accepted, RFC 3339 in UTC: 2027-01-01T00:00:00Z
+    #[argh(option)]
+    expires: Option<String>,
 }
 
 /// show topics, subscriptions (backlog, outstanding, oldest unacked age, deliveries) and the
@@ -827,7 +879,49 @@ fn without_table(command: &Command) -> Option<&'static str> {
     }
 }
 
+/// `ringpost token create`: a token and its access-file line.
+fn create_token(create: &TokenCreate) -> Result<(), Failure> {
+    use ringpost_daemon::auth::{policy, token};
+    let name = create.name.as_str();
+    let special =
+        [policy::PRINCIPAL_ANONYMOUS, policy::PRINCIPAL_ALL_AUTHENTICATED, policy::PRINCIPAL_ALL_USERS];
+    if special.contains(&name) {
+        return Err(Failure::usage(format!(
+            "InvalidArgument: {name} is a special principal; a token cannot be given to it"
+        )));
+    }
+    let bad_character = |character: char| character.is_whitespace() || character.is_control();
+    if name.is_empty()
+        || name.starts_with('#')
+        || name.chars().any(bad_character)
+        || name.len() > policy::PRINCIPAL_BYTES_MAX
+    {
+        return Err(Failure::usage(format!(
+            "InvalidArgument: {name:?} is not a principal name: give 1 to {} bytes, without spaces or control characters, not starting with #",
+            policy::PRINCIPAL_BYTES_MAX
+        )));
+    }
+    let expires = match &create.expires {
+        None => None,
+        Some(text) => Some(token::parse_rfc3339_utc(text).ok_or_else(|| {
+            Failure::usage(format!(
+                "InvalidArgument: --expires {text:?}: give a time in UTC as 2027-01-01T00:00:00Z"
+            ))
+        })?),
+    };
+    if expires.is_some_and(|expires| expires <= std::time::SystemTime::now()) {
+        errln!("note: --expires is in the past: the daemon will refuse this token");
+    }
+    let secret = token::generate();
+    outln!("{secret}");
+    outln!("{}", token::access_line(name, &secret, expires));
+    Ok(())
+}
+
 async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
+    if let Command::Token(TokenCommand { action: TokenAction::Create(create) }) = &flags.command {
+        return create_token(create);
+    }
     let timeout = request_timeout(flags.timeout)?;
     let output = flags.output;
     if output == Output::Table {
@@ -840,7 +934,16 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         Command::Publish(publish) => Some(messages_to_publish(publish)?),
         _ => None,
     };
-    let client = Client::connect_with_timeout(server, PoolSettings::default(), timeout).await?;
+    let security = cli::SecurityOptions {
+        token: flags.token.clone(),
+        ca: flags.ca.clone(),
+        cert: flags.cert.clone(),
+        key: flags.key.clone(),
+        server_name: flags.server_name.clone(),
+    }
+    .security()
+    .map_err(Failure::usage)?;
+    let client = Client::connect_with_security(server, PoolSettings::default(), timeout, security).await?;
     match flags.command {
         Command::Topic(TopicCommand { action }) => match action {
             TopicAction::Create(create) => {
@@ -1019,6 +1122,8 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 ])
             );
         }
+        // Done above, before connecting: it needs no server.
+        Command::Token(TokenCommand { action: TokenAction::Create(create) }) => create_token(&create)?,
     }
     Ok(())
 }

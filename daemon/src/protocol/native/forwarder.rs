@@ -8,6 +8,7 @@ use crate::api::data::{
     Attributes, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch, PullSettings,
     StreamPeer, StreamSettings,
 };
+use crate::auth::Permission;
 use crate::shard::Forwarder;
 use crate::storage::Storage;
 use crate::subscription::budget::StreamReservation;
@@ -28,15 +29,25 @@ impl<S: Storage> Handler for Forwarder<S> {
             Some(Command::StreamingPull) => Box::pin(streaming_pull(self, &header, &body, responder)).await,
             Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
             Some(Command::Publish) => {
+                // Checked before the data plane sees the request, so that a refused publish
+                // appends nothing; nothing of the check is held across the publish's await,
+                // which keeps a publish's task small.
+                if let Err(status) = check_publish(&body, responder) {
+                    return fail(&header, &status).into();
+                }
                 publish(self, body).await.map(|response| respond(&header, &response).into())
             }
-            Some(Command::Pull) => Box::pin(pull(self, &header, &body)).await,
-            Some(Command::Acknowledge) => {
-                Box::pin(acknowledge(self, &body)).await.map(|response| respond(&header, &response).into())
-            }
-            Some(Command::ModifyAckDeadline) => Box::pin(modify_ack_deadline(self, &body))
+            Some(Command::Pull) => Box::pin(checked_pull(self, &header, &body, responder)).await,
+            Some(Command::Acknowledge) => Box::pin(checked_acknowledge(self, &body, responder))
                 .await
                 .map(|response| respond(&header, &response).into()),
+            Some(Command::ModifyAckDeadline) => Box::pin(modify_ack_deadline(self, &body, responder))
+                .await
+                .map(|response| respond(&header, &response).into()),
+            // The connection's reading loop answers it before any handler sees it.
+            Some(Command::Authenticate) => {
+                Err(Status::new(ErrorCode::Internal, "an Authenticate request reached a forwarder's handler"))
+            }
             Some(command) => Err(Status::failed_precondition(format!(
                 "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
             ))),
@@ -45,6 +56,29 @@ impl<S: Storage> Handler for Forwarder<S> {
         result.unwrap_or_else(|status| fail(&header, &status).into())
     }
 }
+
+/// Whether a publish's sender may publish to its topic.
+///
+/// Reading the topic's name means validating the whole request, every message of it, which
+/// the data plane then does again; so it is skipped when the name cannot change the answer:
+/// when authentication is off, or when the sender holds the permission on the empty name. A
+/// pattern that matches the empty name is all wildcards and matches every name, so that
+/// sender may publish to any topic.
+fn check_publish(body: &[u8], responder: &Responder) -> Result<(), Status> {
+    if responder.allows(Permission::TopicsPublish, EVERY_TOPIC) {
+        debug_assert!(
+            access_body::<PublishRequest>(body)
+                .map_or(true, |request| responder.allows(Permission::TopicsPublish, request.topic.as_str())),
+            "a grant on every topic did not match a publish's topic"
+        );
+        return Ok(());
+    }
+    let request = access_body::<PublishRequest>(body)?;
+    responder.check(Permission::TopicsPublish, request.topic.as_str())
+}
+
+/// A name no topic has, which only a pattern matching every name matches (`check_publish`).
+const EVERY_TOPIC: &str = "";
 
 impl StreamPeer for Responder {
     fn is_gone(&self) -> bool {
@@ -86,13 +120,34 @@ impl PublishBatch for FramedPublish {
     }
 }
 
+/// A publish, once `check_publish` has let it through.
 pub async fn publish(data: &impl DataPlane, body: FrameBuffer) -> Result<PublishResponse, Status> {
     let ids = data.publish(FramedPublish { body }).await?;
     Ok(PublishResponse { message_ids: ids.collect() })
 }
 
+/// A pull, unchecked: for tests that drive the data plane through its protocol.
+#[cfg(test)]
 pub async fn pull<D: DataPlane>(data: &D, header: &FrameHeader, body: &[u8]) -> Result<Response, Status> {
+    pull_request(data, header, access_body::<PullRequest>(body)?).await
+}
+
+async fn checked_pull<D: DataPlane>(
+    data: &D,
+    header: &FrameHeader,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<Response, Status> {
     let request = access_body::<PullRequest>(body)?;
+    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    pull_request(data, header, request).await
+}
+
+async fn pull_request<D: DataPlane>(
+    data: &D,
+    header: &FrameHeader,
+    request: &ArchivedPullRequest,
+) -> Result<Response, Status> {
     let settings = PullSettings::new(request.max_messages.to_native(), request.wait_ms.to_native())?;
     match data.pull(request.subscription.as_str(), settings).await? {
         Some(delivery) => {
@@ -112,6 +167,7 @@ async fn streaming_pull<D: DataPlane>(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<StreamingPullRequest>(body)?;
+    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
     let settings = StreamSettings::new(
         request.stream_ack_deadline_seconds.to_native(),
         request.max_outstanding_messages.to_native(),
@@ -139,15 +195,38 @@ async fn streaming_pull<D: DataPlane>(
     Ok(respond(header, &PullResponse::default()).into())
 }
 
+/// An acknowledgement, unchecked: for tests that drive the data plane through its protocol.
+#[cfg(test)]
 pub async fn acknowledge(data: &impl DataPlane, body: &[u8]) -> Result<AckResponse, Status> {
+    acknowledge_request(data, access_body::<AcknowledgeRequest>(body)?).await
+}
+
+async fn checked_acknowledge(
+    data: &impl DataPlane,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<AckResponse, Status> {
     let request = access_body::<AcknowledgeRequest>(body)?;
+    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    acknowledge_request(data, request).await
+}
+
+async fn acknowledge_request(
+    data: &impl DataPlane,
+    request: &ArchivedAcknowledgeRequest,
+) -> Result<AckResponse, Status> {
     let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
     let invalid = data.acknowledge(request.subscription.as_str(), ack_ids).await?;
     Ok(ack_response(invalid))
 }
 
-async fn modify_ack_deadline(data: &impl DataPlane, body: &[u8]) -> Result<AckResponse, Status> {
+async fn modify_ack_deadline(
+    data: &impl DataPlane,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<AckResponse, Status> {
     let request = access_body::<ModifyAckDeadlineRequest>(body)?;
+    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
     let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
     let seconds = request.ack_deadline_seconds.to_native();
     let invalid = data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await?;
@@ -245,3 +324,6 @@ pub fn encode_delivery<B: AsRef<[u8]> + 'static>(
     reservation.fit_to(frame.wire_bytes());
     (frame, reservation)
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -8,3 +8,4 @@ pub mod router;
 pub mod server;
 mod stats;
 mod status;
+pub mod tls;

@@ -7,7 +7,8 @@ use crate::api::control::{
     SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
-use crate::protocol::native::server::{fail, respond, Handler};
+use crate::auth::Permission;
+use crate::protocol::native::server::{fail, respond, Handler, Responder, Response};
 use crate::router::Router;
 use crate::storage::Storage;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
@@ -17,7 +18,6 @@ use ringpost_wire::limits::{
 use ringpost_wire::messages as wire;
 use ringpost_wire::validate::{validate_subscription_update, validate_topic_update};
 use ringpost_wire::Command;
-use std::net::SocketAddr;
 
 pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
     respond(
@@ -162,91 +162,154 @@ fn snapshot_list(page: Page<Snapshot>) -> wire::SnapshotList {
     }
 }
 
-/// Topics' and subscriptions' commands; `None` for the others.
-async fn dispatch_resources<S: Storage>(
+/// Each command's permission is checked as soon as the request names its resource, before
+/// anything else happens: a refused create creates nothing, and the refusal is the answer.
+/// Lists show only what their reader may list (`allows`, without an audit line per item); the
+/// next page token comes from the unfiltered page, so a page may hold fewer than asked.
+///
+/// Topics' commands; `None` for the others.
+async fn dispatch_topics<S: Storage>(
     router: &Router<S>,
     header: &FrameHeader,
     command: Command,
     body: &[u8],
-    local: Option<SocketAddr>,
+    responder: &Responder,
 ) -> Result<Option<FrameBuffer>, Status> {
-    let empty = wire::Empty {};
     Ok(Some(match command {
         Command::CreateTopic => {
-            respond(header, &topic_message(router.create_topic(topic_request(body)?).await?))
+            let topic = topic_request(body)?;
+            responder.check(Permission::TopicsCreate, &topic.name)?;
+            respond(header, &topic_message(router.create_topic(topic).await?))
         }
-        Command::GetTopic => respond(header, &topic_message(router.get_topic(&name(body)?)?)),
-        Command::ListTopics => respond(header, &topic_list(router.list_topics(&list_request(body)?))),
+        Command::GetTopic => {
+            let name = name(body)?;
+            responder.check(Permission::TopicsGet, &name)?;
+            respond(header, &topic_message(router.get_topic(&name)?))
+        }
+        Command::ListTopics => {
+            let mut page = router.list_topics(&list_request(body)?);
+            page.items.retain(|topic| responder.allows(Permission::TopicsList, &topic.name));
+            respond(header, &topic_list(page))
+        }
         Command::DeleteTopic => {
-            router.delete_topic(&name(body)?).await?;
-            respond(header, &empty)
+            let name = name(body)?;
+            responder.check(Permission::TopicsDelete, &name)?;
+            router.delete_topic(&name).await?;
+            respond(header, &wire::Empty {})
         }
-        Command::LookupTopic => respond(header, &lookup_message(router.lookup_topic(&name(body)?, local)?)),
+        Command::LookupTopic => {
+            let name = name(body)?;
+            check_either(responder, Permission::TopicsPublish, Permission::TopicsGet, &name)?;
+            respond(header, &lookup_message(router.lookup_topic(&name, responder.local_address())?))
+        }
         Command::UpdateTopic => {
-            respond(header, &topic_message(router.update_topic(topic_update(body)?).await?))
-        }
-        Command::CreateSubscription => {
-            let created = router.create_subscription(subscription_request(body)?).await?;
-            respond(header, &subscription_message(created))
-        }
-        Command::GetSubscription => {
-            respond(header, &subscription_message(router.get_subscription(&name(body)?)?))
-        }
-        Command::ListSubscriptions => {
-            respond(header, &subscription_list(router.list_subscriptions(&list_request(body)?)))
-        }
-        Command::DeleteSubscription => {
-            router.delete_subscription(&name(body)?).await?;
-            respond(header, &empty)
-        }
-        Command::LookupSubscription => {
-            respond(header, &lookup_message(router.lookup_subscription(&name(body)?, local)?))
-        }
-        Command::UpdateSubscription => {
-            let updated = router.update_subscription(subscription_update(body)?).await?;
-            respond(header, &subscription_message(updated))
+            let update = topic_update(body)?;
+            responder.check(Permission::TopicsUpdate, &update.name)?;
+            respond(header, &topic_message(router.update_topic(update).await?))
         }
         _ => return Ok(None),
     }))
 }
 
-/// `local`: the address the client reached the router at, for lookups' answers.
-async fn dispatch<S: Storage>(
+/// Subscriptions' commands; `None` for the others.
+async fn dispatch_subscriptions<S: Storage>(
     router: &Router<S>,
     header: &FrameHeader,
+    command: Command,
     body: &[u8],
-    local: Option<SocketAddr>,
-) -> Result<FrameBuffer, Status> {
-    let Some(command) = Command::from_u16(header.command) else {
-        return Err(Status::new(Code::Unimplemented, format!("unknown command {}", header.command)));
-    };
-    if let Some(response) = dispatch_resources(router, header, command, body, local).await? {
-        return Ok(response);
-    }
-    let empty = wire::Empty {};
-    Ok(match command {
-        Command::Hello => hello_response(header),
+    responder: &Responder,
+) -> Result<Option<FrameBuffer>, Status> {
+    Ok(Some(match command {
+        Command::CreateSubscription => {
+            let subscription = subscription_request(body)?;
+            responder.check(Permission::SubscriptionsCreate, &subscription.name)?;
+            responder.check(Permission::TopicsAttachSubscription, &subscription.topic)?;
+            check_dead_letter_topic(responder, &subscription.settings.dead_letter_topic)?;
+            respond(header, &subscription_message(router.create_subscription(subscription).await?))
+        }
+        Command::GetSubscription => {
+            let name = name(body)?;
+            responder.check(Permission::SubscriptionsGet, &name)?;
+            respond(header, &subscription_message(router.get_subscription(&name)?))
+        }
+        Command::ListSubscriptions => {
+            let mut page = router.list_subscriptions(&list_request(body)?);
+            page.items
+                .retain(|subscription| responder.allows(Permission::SubscriptionsList, &subscription.name));
+            respond(header, &subscription_list(page))
+        }
+        Command::DeleteSubscription => {
+            let name = name(body)?;
+            responder.check(Permission::SubscriptionsDelete, &name)?;
+            router.delete_subscription(&name).await?;
+            respond(header, &wire::Empty {})
+        }
+        Command::LookupSubscription => {
+            let name = name(body)?;
+            check_either(responder, Permission::SubscriptionsConsume, Permission::SubscriptionsGet, &name)?;
+            let forwarders = router.lookup_subscription(&name, responder.local_address())?;
+            respond(header, &lookup_message(forwarders))
+        }
+        Command::UpdateSubscription => {
+            let update = subscription_update(body)?;
+            responder.check(Permission::SubscriptionsUpdate, &update.name)?;
+            if let Some((dead_letter_topic, _)) = &update.dead_letter_policy {
+                check_dead_letter_topic(responder, dead_letter_topic)?;
+            }
+            respond(header, &subscription_message(router.update_subscription(update).await?))
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// Snapshots' and the daemon's commands; `None` for the others.
+async fn dispatch_snapshots<S: Storage>(
+    router: &Router<S>,
+    header: &FrameHeader,
+    command: Command,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<Option<FrameBuffer>, Status> {
+    Ok(Some(match command {
         Command::Seek => {
             let (subscription, target) = seek_request(body)?;
+            responder.check(Permission::SnapshotsSeek, &subscription)?;
+            if let SeekTarget::Snapshot { name } = &target {
+                responder.check(Permission::SnapshotsGet, name)?;
+            }
             router.seek(&subscription, target).await?;
-            respond(header, &empty)
+            respond(header, &wire::Empty {})
         }
         Command::CreateSnapshot => {
             let request = access_body::<wire::SnapshotRequest>(body)?;
+            responder.check(Permission::SnapshotsCreate, request.name.as_str())?;
+            responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
             let snapshot =
                 router.create_snapshot(request.name.as_str(), request.subscription.as_str()).await?;
             respond(header, &snapshot_message(snapshot))
         }
         Command::ListSnapshots => {
-            respond(header, &snapshot_list(router.list_snapshots(&list_request(body)?)))
+            let mut page = router.list_snapshots(&list_request(body)?);
+            page.items.retain(|snapshot| responder.allows(Permission::SnapshotsList, &snapshot.name));
+            respond(header, &snapshot_list(page))
         }
-        Command::GetSnapshot => respond(header, &snapshot_message(router.get_snapshot(&name(body)?)?)),
+        Command::GetSnapshot => {
+            let name = name(body)?;
+            responder.check(Permission::SnapshotsGet, &name)?;
+            respond(header, &snapshot_message(router.get_snapshot(&name)?))
+        }
         Command::DeleteSnapshot => {
-            router.delete_snapshot(&name(body)?).await?;
-            respond(header, &empty)
+            let name = name(body)?;
+            responder.check(Permission::SnapshotsDelete, &name)?;
+            router.delete_snapshot(&name).await?;
+            respond(header, &wire::Empty {})
         }
-        Command::Stats => respond(header, &wire::StatsResponse::from(router.stats().await?)),
+        Command::Stats => {
+            responder.check(Permission::DaemonStats, DAEMON)?;
+            respond(header, &wire::StatsResponse::from(router.stats().await?))
+        }
         Command::ResyncDirectory => {
+            responder.check(Permission::DaemonAdminister, DAEMON)?;
             let index = access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native() as usize;
             let resynced = router.resync_directory(index).await?;
             respond(
@@ -257,27 +320,78 @@ async fn dispatch<S: Storage>(
                 },
             )
         }
-        // The data-plane commands (the resources' were answered above).
-        _ => {
-            return Err(Status::new(
-                Code::NotOwner,
-                "data-plane commands go to a forwarder: look up the topic or subscription first",
-            ))
+        _ => return Ok(None),
+    }))
+}
+
+/// The name the daemon's own permissions are checked with.
+const DAEMON: &str = "";
+
+/// A lookup serves both who use a resource and who only look at it: allowed with either
+/// permission; a refusal is `needed`'s (the one a client that looks up means to use), logged
+/// once.
+fn check_either(
+    responder: &Responder,
+    needed: Permission,
+    instead: Permission,
+    name: &str,
+) -> Result<(), Status> {
+    if responder.allows(instead, name) {
+        return Ok(());
+    }
+    responder.check(needed, name).map_err(Status::from)
+}
+
+/// A subscription's dead-lettered messages are published to its dead-letter topic, so that
+/// whoever sets one needs to be able to publish there (as Pub/Sub asks of its service agent).
+/// Empty: no dead-letter topic.
+fn check_dead_letter_topic(responder: &Responder, topic: &str) -> Result<(), Status> {
+    if topic.is_empty() {
+        return Ok(());
+    }
+    responder.check(Permission::TopicsPublish, topic).map_err(Status::from)
+}
+
+async fn dispatch<S: Storage>(
+    router: &Router<S>,
+    header: &FrameHeader,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<FrameBuffer, Status> {
+    let Some(command) = Command::from_u16(header.command) else {
+        return Err(Status::new(Code::Unimplemented, format!("unknown command {}", header.command)));
+    };
+    if let Some(response) = dispatch_topics(router, header, command, body, responder).await? {
+        return Ok(response);
+    }
+    if let Some(response) = dispatch_subscriptions(router, header, command, body, responder).await? {
+        return Ok(response);
+    }
+    if let Some(response) = dispatch_snapshots(router, header, command, body, responder).await? {
+        return Ok(response);
+    }
+    match command {
+        Command::Hello => Ok(hello_response(header)),
+        // The connection's reading loop answers it before any handler sees it.
+        Command::Authenticate => {
+            Err(Status::internal("an Authenticate request reached the router's handler"))
         }
-    })
+        // The data-plane commands (the others were answered above).
+        _ => Err(Status::new(
+            Code::NotOwner,
+            "data-plane commands go to a forwarder: look up the topic or subscription first",
+        )),
+    }
 }
 
 impl<S: Storage> Handler for Router<S> {
-    async fn handle(
-        &self,
-        header: FrameHeader,
-        body: FrameBuffer,
-        responder: &crate::protocol::native::server::Responder,
-    ) -> crate::protocol::native::server::Response {
-        let local = responder.local_address();
-        dispatch(self, &header, &body, local)
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response {
+        dispatch(self, &header, &body, responder)
             .await
             .unwrap_or_else(|status| fail(&header, &status.into()))
             .into()
     }
 }
+
+#[cfg(test)]
+mod tests;

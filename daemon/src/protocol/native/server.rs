@@ -9,38 +9,59 @@
 //! reader stops reading beyond that, which is TCP backpressure); responses wait in a queue of
 //! the same bound; connections are limited per shard, per peer address, and before they are
 //! authenticated; a connection that completes no frame for `idle_deadline` is closed (bytes
-//! that never make a frame do not count). A connection is unauthenticated until its first
-//! whole frame (authentication will end that phase instead) and must get there within
-//! `unauthenticated_deadline`. A refusal or a closing for a limit is an error frame (request
-//! id 0) naming the limit. A frame that cannot be parsed gets a `ProtocolError` reply and the
-//! connection is closed; other connections carry on.
+//! that never make a frame do not count). A refusal or a closing for a limit is an error frame
+//! (request id 0) naming the limit. A frame that cannot be parsed gets a `ProtocolError` reply
+//! and the connection is closed; other connections carry on.
+//!
+//! Security (`Security`, per shard): with TLS on, every connection is handshaken first (within
+//! `unauthenticated_deadline`; a failed handshake closes that connection alone, with one
+//! rate-limited log line). A connection is unauthenticated until an Authenticate succeeds, the
+//! handshake verified a client certificate, or (when anonymous may act) its first whole frame
+//! came, and must get there within `unauthenticated_deadline`; until then, when anonymous may
+//! not act, a frame larger than `FRAME_BODY_BYTES_UNAUTHENTICATED_MAX` closes it. Authenticate
+//! is answered by the reading loop itself, before the frames after it are dispatched, so a
+//! client may pipeline it; a failed one closes the connection. Each second the shard reloads
+//! its access file and certificates if they changed and closes the connections whose session
+//! no longer holds (a revoked or expired token).
 
-use crate::auth::{Access, Permission, Session};
+use super::tls::{certificate_identity, Tls, TlsSettings};
+use crate::auth::{Access, AccessSettings, Permission, Session};
 use crate::subscription::budget::StreamReservation;
 use crate::sync::{Notify, Stop};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::{Semaphore, StaticPermit};
 use nix::errno::Errno;
 use nix::sys::socket::{sendmsg, MsgFlags, UnixAddr};
+use ringpost_wire::frame::{access_body, Frame};
 use ringpost_wire::frame::{encode_error, FrameBuffer, FrameHeader, FrameSplitter, FLAG_RESPONSE};
 use ringpost_wire::gather::GatheredFrame;
-use ringpost_wire::{ErrorCode, Status};
+use ringpost_wire::messages::{AuthenticateRequest, AuthenticateResponse};
+use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX: u64 = 1024;
 pub const CONNECTIONS_PER_SHARD_MAX: usize = 4096;
 /// Connections one peer address may hold on one shard: a quarter of the shard's, so that one
 /// client (or one host behind it) cannot shut every other out.
 pub const CONNECTIONS_PER_PEER_MAX: usize = CONNECTIONS_PER_SHARD_MAX / 4;
-/// Connections of a shard that have not authenticated yet (today: sent no whole frame yet).
+/// Connections of a shard that have not authenticated yet.
 pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
+/// The largest frame body a connection may send before it authenticates, when anonymous may
+/// not act: with the read buffer of `READ_CHUNK_UNAUTHENTICATED_BYTES`, a connection before
+/// authentication holds about 20 KiB. An Authenticate request is far smaller.
+pub const FRAME_BODY_BYTES_UNAUTHENTICATED_MAX: usize = 16 * 1024;
+/// How often each shard reloads its access file and certificates (if changed) and checks
+/// every open connection's session again: a revoked token's connections close within two.
+pub const SECURITY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// One log line per this long at most about failed TLS handshakes, counting those not logged.
+const HANDSHAKE_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes the frames not yet whole of one shard's connections may hold. Two frames of the
 /// largest size fit, and a thousand 32 KiB ones; a frame that would take more closes its
 /// connection with `ResourceExhausted` (`Reading::read_batch`), which a publisher retries.
@@ -48,7 +69,7 @@ pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
 /// large frames arriving at the same moment, not large frames in flight; an operator whose
 /// many publishers send the largest requests at once raises it (`--partial-frames-mib-max`).
 pub const PARTIAL_FRAME_BYTES_SHARD_MAX: usize = 32 << 20;
-/// How long a new connection may take to authenticate (today: to send its first whole frame).
+/// How long a new connection may take to authenticate (its TLS handshake included).
 pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a frame may take to arrive once its first byte has, before its length's share.
 pub const FRAME_DEADLINE_BASE: Duration = Duration::from_secs(5);
@@ -240,7 +261,6 @@ impl Responder {
 
     /// A responder on no connection for a request from `session`, under `access`'s rules.
     #[cfg(test)]
-    #[allow(dead_code)] // until the handlers' permission tests use it
     pub(crate) fn with_session(session: Session, access: Rc<Access>) -> Responder {
         Responder { session: Rc::new(session), access, ..Responder::unconnected() }
     }
@@ -310,10 +330,64 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
     encode_error(header.command, header.request_id, status)
 }
 
-/// What the connections of one shard share: their counts, against the limits, and the bytes
-/// their frames not yet whole hold.
+/// What guards one shard's connections: who may do what, and TLS when it is on. Each shard
+/// builds its own (`Security::open`), from the same files.
+pub struct Security {
+    pub access: Rc<Access>,
+    pub tls: Option<Tls>,
+}
+
+impl Security {
+    /// Everyone may do everything, in plaintext.
+    pub fn off() -> Security {
+        Security { access: Rc::new(Access::off()), tls: None }
+    }
+
+    /// Reads the access file and the TLS files; an error names the file and what is wrong.
+    pub fn open(access: &AccessSettings, tls: Option<&TlsSettings>) -> Result<Security, String> {
+        let access = Rc::new(Access::open(access)?);
+        let tls = tls.map(Tls::open).transpose()?;
+        Ok(Security { access, tls })
+    }
+}
+
+/// What the shard knows of one open connection: its session, checked again each second, and
+/// why it must close once that check fails.
+struct Link {
+    session: RefCell<Rc<Session>>,
+    ending: RefCell<Option<Status>>,
+}
+
+/// At most one log line per interval, counting the lines left out.
+struct LogLimiter {
+    interval: Duration,
+    logged_at: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    fn new(interval: Duration) -> LogLimiter {
+        LogLimiter { interval, logged_at: None, suppressed: 0 }
+    }
+
+    /// `Some(lines left out since the last one)` if a line may be written now.
+    fn admit(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self.logged_at.is_some_and(|at| now.duration_since(at) < self.interval) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.logged_at = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// What the connections of one shard share: their counts, against the limits, the bytes
+/// their frames not yet whole hold, and the shard's security.
 struct Shard {
     limits: ConnectionLimits,
+    access: Rc<Access>,
+    tls: Option<Tls>,
     connections: Cell<usize>,
     unauthenticated: Cell<usize>,
     per_peer: RefCell<HashMap<IpAddr, usize>>,
@@ -321,26 +395,59 @@ struct Shard {
     /// Bytes partial frames gave back since malloc's free memory was last trimmed.
     partial_frame_bytes_released: Cell<usize>,
     refusals_lingering: Cell<usize>,
-    /// The sockets of the connections open now. A stop shuts their reading side, which ends
-    /// each connection's pending read at once: a read waiting on the stop order as well would
-    /// register with it at every read of every connection.
-    sockets: RefCell<HashSet<RawFd>>,
+    /// The connections open now, by socket. A stop shuts their reading side, which ends each
+    /// connection's pending read at once: a read waiting on the stop order as well would
+    /// register with it at every read of every connection. The security check closes those
+    /// whose session no longer holds the same way.
+    links: RefCell<HashMap<RawFd, Rc<Link>>>,
     closed: Notify,
+    handshake_failures: RefCell<LogLimiter>,
 }
 
 impl Shard {
     /// A shard's connection state before its first connection.
-    fn new(limits: ConnectionLimits) -> Shard {
+    fn new(limits: ConnectionLimits, security: Security) -> Shard {
         Shard {
             limits,
+            access: security.access,
+            tls: security.tls,
             connections: Cell::new(0),
             unauthenticated: Cell::new(0),
             per_peer: RefCell::default(),
             partial_frame_bytes: Cell::new(0),
             partial_frame_bytes_released: Cell::new(0),
             refusals_lingering: Cell::new(0),
-            sockets: RefCell::default(),
+            links: RefCell::default(),
             closed: Notify::new(),
+            handshake_failures: RefCell::new(LogLimiter::new(HANDSHAKE_ERROR_LOG_INTERVAL)),
+        }
+    }
+
+    /// Reloads the access file and the certificates if they changed, then closes (through
+    /// their reading side, as a stop does) the connections whose session no longer holds.
+    fn check_security(&self) {
+        if let Some(Err(error)) = self.access.reload_if_changed() {
+            eprintln!("ringpostd: the access file was not reloaded, the one before stays in force: {error}");
+        }
+        match self.tls.as_ref().and_then(Tls::reload_if_changed) {
+            Some(Ok(())) => eprintln!("ringpostd: reloaded the TLS certificates for new connections"),
+            Some(Err(error)) => {
+                eprintln!("ringpostd: the TLS certificates were not reloaded, the ones before stay in force: {error}")
+            }
+            None => {}
+        }
+        let now = SystemTime::now();
+        for (socket, link) in self.links.borrow().iter() {
+            if link.ending.borrow().is_some() {
+                continue;
+            }
+            if let Err(status) = self.access.still_valid(&link.session.borrow(), now) {
+                let status = Status::from(status);
+                let message =
+                    format!("the connection's credential no longer holds, it closes: {}", status.message);
+                *link.ending.borrow_mut() = Some(Status::new(status.code, message));
+                let _ = nix::sys::socket::shutdown(*socket, nix::sys::socket::Shutdown::Read);
+            }
         }
     }
 
@@ -371,13 +478,18 @@ impl Shard {
         Some(Status::resource_exhausted(message))
     }
 
-    fn opened(&self, socket: RawFd, peer: Option<IpAddr>) {
+    fn opened(&self, socket: RawFd, peer: Option<IpAddr>) -> Rc<Link> {
         self.connections.set(self.connections.get() + 1);
         self.unauthenticated.set(self.unauthenticated.get() + 1);
         if let Some(peer) = peer {
             *self.per_peer.borrow_mut().entry(peer).or_insert(0) += 1;
         }
-        self.sockets.borrow_mut().insert(socket);
+        let link = Rc::new(Link {
+            session: RefCell::new(Rc::new(Session::anonymous())),
+            ending: RefCell::default(),
+        });
+        self.links.borrow_mut().insert(socket, link.clone());
+        link
     }
 
     fn authenticated(&self) {
@@ -397,7 +509,7 @@ impl Shard {
                 per_peer.remove(&peer);
             }
         }
-        self.sockets.borrow_mut().remove(&socket);
+        self.links.borrow_mut().remove(&socket);
         self.connections.set(self.connections.get() - 1);
         // Many partial frames given back leave the heap holding their pages; trim once they
         // add up, and once more when the last partial frame is gone, so that memory taken by
@@ -438,8 +550,10 @@ pub async fn serve<H: Handler>(
     handler: Rc<H>,
     stop: Stop,
     limits: ConnectionLimits,
+    security: Security,
 ) -> usize {
-    let shard = Rc::new(Shard::new(limits));
+    let shard = Rc::new(Shard::new(limits, security));
+    crate::runtime::spawn(check_security_each_interval(shard.clone(), stop.clone())).detach();
     let mut failures = AcceptFailures::new();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -462,18 +576,18 @@ pub async fn serve<H: Handler>(
             continue;
         }
         let socket = stream.as_raw_fd();
-        shard.opened(socket, peer);
+        let link = shard.opened(socket, peer);
         let (handler, shard, stop) = (handler.clone(), shard.clone(), stop.clone());
         crate::runtime::spawn(async move {
-            let authenticated = serve_connection(stream, handler, stop, &shard).await;
-            // The socket closed as serve_connection returned, and nothing ran since: no other
-            // connection can have its number yet.
+            let authenticated = open_connection(stream, link, handler, stop, &shard).await;
+            // The socket closed as the connection's task returned, and nothing ran since: no
+            // other connection can have its number yet.
             shard.left(socket, peer, authenticated);
         })
         .detach();
     }
     drop(listener);
-    for socket in shard.sockets.borrow().iter() {
+    for socket in shard.links.borrow().keys() {
         let _ = nix::sys::socket::shutdown(*socket, nix::sys::socket::Shutdown::Read);
     }
     let open_at_stop = shard.connections.get();
@@ -484,6 +598,107 @@ pub async fn serve<H: Handler>(
         }
         notified.await;
     }
+}
+
+/// Runs the shard's security check each `SECURITY_CHECK_INTERVAL` until the stop.
+async fn check_security_each_interval(shard: Rc<Shard>, stop: Stop) {
+    loop {
+        let stopped = futures_lite::future::or(
+            async {
+                crate::runtime::sleep(SECURITY_CHECK_INTERVAL).await;
+                false
+            },
+            async {
+                stop.given().await;
+                true
+            },
+        )
+        .await;
+        if stopped {
+            return;
+        }
+        shard.check_security();
+    }
+}
+
+/// What a connection starts with once accepted (and handshaken).
+struct Accepted {
+    socket: RawFd,
+    local_address: Option<SocketAddr>,
+    at: Instant,
+    link: Rc<Link>,
+    /// The session a verified client certificate gave, if any.
+    certified: Option<Session>,
+}
+
+/// Serves an accepted connection, in plaintext or after its TLS handshake. Returns whether it
+/// authenticated.
+async fn open_connection<H: Handler>(
+    stream: TcpStream,
+    link: Rc<Link>,
+    handler: Rc<H>,
+    stop: Stop,
+    shard: &Shard,
+) -> bool {
+    let _ = stream.set_nodelay(true);
+    let accepted = Accepted {
+        socket: stream.as_raw_fd(),
+        local_address: stream.local_addr().ok(),
+        at: Instant::now(),
+        link,
+        certified: None,
+    };
+    let Some(tls) = &shard.tls else {
+        return serve_connection(stream, accepted, handler, stop, shard).await;
+    };
+    let peer = stream.peer_addr().ok();
+    let handshake = futures_lite::future::or(async { Some(tls.acceptor().accept(stream).await) }, async {
+        crate::runtime::sleep(shard.limits.unauthenticated_deadline).await;
+        None
+    })
+    .await;
+    let failure = match handshake {
+        Some(Ok(stream)) => {
+            let identity = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first());
+            let certified = identity.and_then(certificate_identity).map(|identity| {
+                let session = shard.access.authenticate_certificate(&identity);
+                *accepted.link.session.borrow_mut() = Rc::new(session.clone());
+                session
+            });
+            return serve_connection(stream, Accepted { certified, ..accepted }, handler, stop, shard).await;
+        }
+        Some(Err(error)) => error.to_string(),
+        None => format!(
+            "it did not complete within {} ms (unauthenticated_deadline)",
+            shard.limits.unauthenticated_deadline.as_millis()
+        ),
+    };
+    if !stop.is_given() {
+        if let Some(suppressed) = shard.handshake_failures.borrow_mut().admit() {
+            let peer = peer.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
+            eprintln!(
+                "ringpostd: a TLS handshake with {peer} failed, its connection is closed: {failure} \
+                 ({suppressed} more failure(s) not logged since the last line)"
+            );
+        }
+    }
+    false
+}
+
+/// A connection's byte stream: the socket itself, or TLS over it.
+trait Transport: AsyncRead + AsyncWrite + Unpin + 'static {
+    /// Whether the stream's bytes are the socket's: writes may then go past the stream,
+    /// straight to the socket (vectored, `write_runs`), and what the socket has received
+    /// (`FIONREAD`) is what the stream will read.
+    const PLAINTEXT: bool;
+}
+
+impl Transport for TcpStream {
+    const PLAINTEXT: bool = true;
+}
+
+impl Transport for futures_rustls::server::TlsStream<TcpStream> {
+    const PLAINTEXT: bool = false;
 }
 
 /// Answers a connection the shard will not serve with `status` and closes it. Its peer has
@@ -644,34 +859,48 @@ impl Outbound {
     }
 }
 
-/// Serves one connection until its peer goes, it breaks a limit, or the shard stops. Returns
-/// whether it authenticated.
-async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: Stop, shard: &Shard) -> bool {
-    let _ = stream.set_nodelay(true);
-    let local_address = stream.local_addr().ok();
-    let socket = stream.as_raw_fd();
+/// Serves one connection until its peer goes, it breaks a limit, its session ends, or the
+/// shard stops. Returns whether it authenticated.
+async fn serve_connection<H: Handler, S: Transport>(
+    stream: S,
+    accepted: Accepted,
+    handler: Rc<H>,
+    stop: Stop,
+    shard: &Shard,
+) -> bool {
+    let Accepted { socket, local_address, at, link, certified } = accepted;
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
     let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
-    let in_flight = Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX));
-    let access = Rc::new(Access::off());
-    let session = Rc::new(Session::anonymous());
-    let now = Instant::now();
-    let watch = Rc::new(Watch::new(now + shard.limits.unauthenticated_deadline));
+    let mut connection = Connection {
+        handler,
+        outbound: outbound.clone(),
+        in_flight: Rc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX)),
+        session: link.session.borrow().clone(),
+        access: shard.access.clone(),
+        local_address,
+        link: link.clone(),
+    };
+    let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline));
     let watchdog = crate::runtime::spawn(watch_deadline(watch.clone(), socket));
     let mut reading = Reading {
         shard,
         socket,
+        plaintext: S::PLAINTEXT,
         splitter: FrameSplitter::new(),
         chunk: vec![0u8; READ_CHUNK_UNAUTHENTICATED_BYTES],
         charged: 0,
         authenticated: false,
-        unauthenticated_until: now + shard.limits.unauthenticated_deadline,
+        unauthenticated_until: at + shard.limits.unauthenticated_deadline,
         frame_started: None,
-        last_frame: now,
+        last_frame: at,
         refusal: None,
         deadline_kind: Deadline::Unauthenticated,
     };
+    if certified.is_some() {
+        reading.authenticate();
+        watch.set(reading.deadline(Instant::now(), false));
+    }
     // Once the shard is told to stop, nothing more is read (`serve` shuts the socket's reading
     // side, so a pending read ends): the requests read so far run and are answered, and the
     // connection closes after them.
@@ -691,34 +920,26 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
                 break 'reading;
             }
             // The shard is behind, not the peer: its deadlines wait while it catches up.
-            let waiting = (in_flight.available() == 0).then(|| {
-                watch.set(now + Duration::from_secs(365 * 24 * 3600));
+            let waiting = (connection.in_flight.available() == 0).then(|| {
+                watch.set(at + Duration::from_secs(365 * 24 * 3600));
                 Instant::now()
             });
-            let Ok(permit) = in_flight.clone().acquire_static_permit(1).await else { break 'reading };
+            let Ok(permit) = connection.in_flight.clone().acquire_static_permit(1).await else {
+                break 'reading;
+            };
             if let Some(waiting) = waiting {
                 reading.postpone(waiting.elapsed());
             }
-            let handler = handler.clone();
-            let outbound = outbound.clone();
-            let (session, access) = (session.clone(), access.clone());
-            crate::runtime::spawn(async move {
-                let responder = Responder {
-                    outbound: outbound.clone(),
-                    local_address,
-                    session: session.clone(),
-                    access: access.clone(),
-                };
-                let response = handler.handle(frame.header, frame.body, &responder).await;
-                let closes = is_protocol_error(&response);
-                outbound.push(response, Some(permit));
-                if closes {
-                    // The stream may still be in step, but a peer that sends malformed bodies
-                    // is not trusted with more.
-                    outbound.close();
+            if frame.header.command == Command::Authenticate.code() {
+                if !connection.authenticate(frame, permit, &mut reading) {
+                    break 'reading;
                 }
-            })
-            .detach();
+                continue;
+            }
+            connection.dispatch(frame, permit);
+        }
+        if reading.refusal.is_none() {
+            reading.refusal = reading.unauthenticated_refusal();
         }
         if reading.refusal.is_some() {
             break;
@@ -727,7 +948,9 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
     }
     watch.finish();
     watchdog.await;
-    if watch.expired.get() && !stop.is_given() {
+    if let Some(ending) = link.ending.borrow_mut().take() {
+        reading.refusal = Some(ending);
+    } else if watch.expired.get() && !stop.is_given() {
         reading.refusal = Some(reading.deadline_status());
     }
     if let Some(status) = reading.refusal.take() {
@@ -739,10 +962,72 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
     // The peer is done sending: streams stop; requests already running finish and answer;
     // then the connection closes.
     outbound.peer_left();
-    let _ = in_flight.acquire(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX).await;
+    let _ = connection.in_flight.acquire(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX).await;
     outbound.close();
     writer_task.await;
     authenticated
+}
+
+/// What one connection's requests are dispatched with: its handler, its responses' queue, its
+/// bound on requests in flight, and who it acts as now.
+struct Connection<H> {
+    handler: Rc<H>,
+    outbound: Rc<Outbound>,
+    in_flight: Rc<Semaphore>,
+    session: Rc<Session>,
+    access: Rc<Access>,
+    local_address: Option<SocketAddr>,
+    link: Rc<Link>,
+}
+
+impl<H: Handler> Connection<H> {
+    /// Runs one request as its own task, as the connection's session is now.
+    fn dispatch(&self, frame: Frame, permit: StaticPermit) {
+        let handler = self.handler.clone();
+        let outbound = self.outbound.clone();
+        let responder = Responder {
+            outbound: outbound.clone(),
+            local_address: self.local_address,
+            session: self.session.clone(),
+            access: self.access.clone(),
+        };
+        crate::runtime::spawn(async move {
+            let response = handler.handle(frame.header, frame.body, &responder).await;
+            let closes = is_protocol_error(&response);
+            outbound.push(response, Some(permit));
+            if closes {
+                // The stream may still be in step, but a peer that sends malformed bodies
+                // is not trusted with more.
+                outbound.close();
+            }
+        })
+        .detach();
+    }
+
+    /// Answers an Authenticate before the frames after it are dispatched: on success the
+    /// connection acts as the token's holder from the next frame on; on failure it answers
+    /// `Unauthenticated` and closes (false).
+    fn authenticate(&mut self, frame: Frame, permit: StaticPermit, reading: &mut Reading) -> bool {
+        let session = access_body::<AuthenticateRequest>(&frame.body)
+            .map_err(|status| Status::new(ErrorCode::Unauthenticated, status.message))
+            .and_then(|request| self.access.authenticate_token(request.token.as_str()).map_err(Status::from));
+        match session {
+            Ok(session) => {
+                let principal = session.principal.to_string();
+                self.session = Rc::new(session);
+                *self.link.session.borrow_mut() = self.session.clone();
+                reading.authenticate();
+                self.outbound.push(respond(&frame.header, &AuthenticateResponse { principal }), Some(permit));
+                true
+            }
+            Err(status) => {
+                let closing = format!("authentication failed, the connection closes: {}", status.message);
+                self.outbound.push(fail(&frame.header, &status), Some(permit));
+                reading.refusal = Some(Status::new(ErrorCode::Unauthenticated, closing));
+                false
+            }
+        }
+    }
 }
 
 /// The reading side of one connection: its frame splitter, what its partial frame holds of the
@@ -750,6 +1035,8 @@ async fn serve_connection<H: Handler>(stream: TcpStream, handler: Rc<H>, stop: S
 struct Reading<'a> {
     shard: &'a Shard,
     socket: RawFd,
+    /// Whether the stream is the socket's bytes (not TLS), so `FIONREAD` counts them.
+    plaintext: bool,
     splitter: FrameSplitter,
     chunk: Vec<u8>,
     /// Bytes the splitter's partial frame holds, as last counted against the shard's budget.
@@ -776,14 +1063,19 @@ enum Deadline {
 impl Reading<'_> {
     /// Reads once and returns the frames completed. `Err(None)`: the peer is gone (or the
     /// read side was shut); `Err(Some(status))`: the connection closes with that error.
-    async fn read_batch(
+    async fn read_batch<S: Transport>(
         &mut self,
-        reader: &mut futures_lite::io::ReadHalf<TcpStream>,
-    ) -> Result<Vec<ringpost_wire::frame::Frame>, Option<Status>> {
+        reader: &mut futures_lite::io::ReadHalf<S>,
+    ) -> Result<Vec<Frame>, Option<Status>> {
         // A large body is read straight into its own buffer, not copied through the chunk.
         if self.splitter.body_room_bytes(0).is_some() {
-            let waiting =
-                if self.splitter.body_room_unfilled() == 0 { bytes_waiting(self.socket) } else { 0 };
+            // What the socket holds is only a hint of what a TLS stream will read: none is
+            // taken, and the body's room grows as its bytes come.
+            let waiting = if self.plaintext && self.splitter.body_room_unfilled() == 0 {
+                bytes_waiting(self.socket)
+            } else {
+                0
+            };
             let size = self.splitter.body_room_bytes(waiting).expect("checked above");
             if self.splitter.body_room_unfilled() == 0
                 && !self.shard.partial_has_room(size.saturating_sub(self.charged))
@@ -836,15 +1128,13 @@ impl Reading<'_> {
     /// After a read that `completed` frames (or not): when the connection must next show
     /// progress. Only whole frames count: bytes that never complete one move no deadline.
     fn deadline(&mut self, now: Instant, completed: bool) -> Instant {
-        let limits = &self.shard.limits;
         if completed {
             self.last_frame = now;
-            if !self.authenticated {
-                self.authenticated = true;
-                self.shard.authenticated();
-                self.chunk = vec![0u8; READ_CHUNK_BYTES];
+            if !self.authenticated && self.anonymous_may_act() {
+                self.authenticate();
             }
         }
+        let limits = &self.shard.limits;
         let partial = self.splitter.buffered_bytes() > 0 || self.splitter.header().is_some();
         if !partial {
             self.frame_started = None;
@@ -866,6 +1156,43 @@ impl Reading<'_> {
         }
         self.deadline_kind = kind;
         deadline
+    }
+
+    /// Whether a connection without a credential may do anything, so that its first whole
+    /// frame ends its unauthenticated phase.
+    fn anonymous_may_act(&self) -> bool {
+        // TODO(coordinator): `self.shard.access.anonymous_may_act()` once auth/ provides it.
+        !self.shard.access.is_required()
+    }
+
+    /// The connection's unauthenticated phase is over: it gets the full read buffer, and
+    /// leaves the shard's count of connections before authentication.
+    fn authenticate(&mut self) {
+        if !self.authenticated {
+            self.authenticated = true;
+            self.shard.authenticated();
+            self.chunk = vec![0u8; READ_CHUNK_BYTES];
+        }
+    }
+
+    /// Before authentication, when anonymous may not act: the refusal of a frame announcing a
+    /// body over `FRAME_BODY_BYTES_UNAUTHENTICATED_MAX`, before any more of it is read.
+    fn unauthenticated_refusal(&self) -> Option<Status> {
+        if self.authenticated || self.anonymous_may_act() {
+            return None;
+        }
+        let header = self.splitter.header()?;
+        (header.body_length as usize > FRAME_BODY_BYTES_UNAUTHENTICATED_MAX).then(|| {
+            Status::new(
+                ErrorCode::Unauthenticated,
+                format!(
+                    "authenticate before sending large requests: this frame's body is {} bytes, and before \
+                     authentication at most {FRAME_BODY_BYTES_UNAUTHENTICATED_MAX} are read \
+                     (FRAME_BODY_BYTES_UNAUTHENTICATED_MAX)",
+                    header.body_length
+                ),
+            )
+        })
     }
 
     /// Moves the deadlines later by `waited`, the time the shard kept the reader from reading.
@@ -892,7 +1219,7 @@ impl Reading<'_> {
             )
         } else if self.deadline_kind == Deadline::Unauthenticated {
             format!(
-                "the connection did not authenticate (send a whole frame) within {} ms (unauthenticated_deadline)",
+                "the connection did not authenticate within {} ms (unauthenticated_deadline)",
                 limits.unauthenticated_deadline.as_millis()
             )
         } else {
@@ -983,8 +1310,8 @@ fn is_protocol_error(response: &Response) -> bool {
     }
 }
 
-async fn write_responses(
-    writer: futures_lite::io::WriteHalf<TcpStream>,
+async fn write_responses<S: Transport>(
+    writer: futures_lite::io::WriteHalf<S>,
     socket: RawFd,
     outbound: Rc<Outbound>,
 ) {
@@ -995,8 +1322,8 @@ async fn write_responses(
 
 /// `socket` is the stream's descriptor, for vectored writes, which glommio's stream lacks; it
 /// stays open as long as `writer` does.
-async fn write_all_responses(
-    mut writer: futures_lite::io::WriteHalf<TcpStream>,
+async fn write_all_responses<S: Transport>(
+    mut writer: futures_lite::io::WriteHalf<S>,
     socket: RawFd,
     outbound: &Outbound,
 ) {
@@ -1057,6 +1384,11 @@ async fn write_all_responses(
             }
             gathered.clear();
         }
+        // TLS keeps what the socket did not take at once in its own buffers; a write to the
+        // socket itself has nothing left behind.
+        if !S::PLAINTEXT && writer.flush().await.is_err() {
+            return;
+        }
         permits.clear();
     }
     let _ = writer.flush().await;
@@ -1066,12 +1398,30 @@ async fn write_all_responses(
 /// Writes `runs` in order with as few vectored writes as the socket allows. A write that
 /// finds the socket full hands the first unwritten run to glommio's stream, which waits for
 /// room through the ring, and the rest carries on vectored.
-async fn write_runs(
-    writer: &mut futures_lite::io::WriteHalf<TcpStream>,
+async fn write_runs<S: Transport>(
+    writer: &mut futures_lite::io::WriteHalf<S>,
     socket: RawFd,
     mut runs: Vec<&[u8]>,
 ) -> std::io::Result<()> {
     runs.retain(|run| !run.is_empty());
+    if !S::PLAINTEXT {
+        // TLS encrypts the runs into its own buffers anyway: they go through the stream, small
+        // ones gathered first so that each write makes a full record, not one per run.
+        let mut pending =
+            Vec::with_capacity(runs.iter().map(|run| run.len()).sum::<usize>().min(COALESCE_BYTES_MAX));
+        for run in runs {
+            if pending.len() + run.len() > COALESCE_BYTES_MAX && !pending.is_empty() {
+                writer.write_all(&pending).await?;
+                pending.clear();
+            }
+            if run.len() >= COALESCE_BYTES_MAX {
+                writer.write_all(run).await?;
+            } else {
+                pending.extend_from_slice(run);
+            }
+        }
+        return writer.write_all(&pending).await;
+    }
     let mut slices = Vec::with_capacity(runs.len().min(WRITE_RUNS_MAX));
     let mut first = 0;
     while first < runs.len() {
@@ -1108,7 +1458,7 @@ mod tests {
     use super::*;
 
     fn shard(limits: ConnectionLimits) -> Shard {
-        Shard::new(limits)
+        Shard::new(limits, Security::off())
     }
 
     /// Each limit refuses with its own name; a connection that authenticates leaves room before
@@ -1137,7 +1487,7 @@ mod tests {
         shard.left(11, Some(one), false);
         shard.left(12, Some(two), false);
         assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
-        assert!(shard.per_peer.borrow().is_empty() && shard.sockets.borrow().is_empty());
+        assert!(shard.per_peer.borrow().is_empty() && shard.links.borrow().is_empty());
     }
 
     /// The budget for partial frames counts what each holds and what they give back.
@@ -1238,5 +1588,417 @@ mod tests {
             assert_eq!(received.len(), expected.len());
             assert!(received == expected, "the bytes arrived changed or out of order");
         });
+    }
+}
+
+/// TLS and authentication on real connections: a server on a glommio executor, clients on
+/// a thread of their own with blocking sockets (rustls's client over TLS).
+#[cfg(test)]
+mod security_tests {
+    use super::*;
+    use crate::auth::Mode;
+    use crate::protocol::native::tls::ClientCertificates;
+    use ringpost_wire::frame::decode_body;
+    use ringpost_wire::limits::PROTOCOL_VERSION;
+    use ringpost_wire::messages::HelloRequest;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::io::{Read, Write};
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    /// Answers every request with the principal of the session it came in.
+    struct AnswerPrincipal;
+
+    impl Handler for AnswerPrincipal {
+        async fn handle(&self, header: FrameHeader, _body: FrameBuffer, responder: &Responder) -> Response {
+            let principal = responder.session().principal.to_string();
+            respond(&header, &AuthenticateResponse { principal }).into()
+        }
+    }
+
+    /// Serves `AnswerPrincipal` on a loopback port under `security`'s settings while `client`
+    /// runs on a thread of its own, then stops; a panic on the client's thread fails the test.
+    fn serve_while(
+        access: AccessSettings,
+        tls: Option<TlsSettings>,
+        client: impl FnOnce(SocketAddr) + Send + 'static,
+    ) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap();
+            let security = Security::open(&access, tls.as_ref()).unwrap();
+            let stop = Stop::default();
+            let limits = ConnectionLimits::default();
+            let serving = crate::runtime::spawn(serve(
+                listener,
+                Rc::new(AnswerPrincipal),
+                stop.clone(),
+                limits,
+                security,
+            ));
+            let client = std::thread::spawn(move || client(address));
+            while !client.is_finished() {
+                crate::runtime::sleep(Duration::from_millis(5)).await;
+            }
+            stop.give();
+            serving.await;
+            if let Err(panic) = client.join() {
+                std::panic::resume_unwind(panic);
+            }
+        });
+    }
+
+    fn send<T: ringpost_wire::frame::Body>(
+        stream: &mut impl Write,
+        command: Command,
+        request_id: u64,
+        body: &T,
+    ) {
+        stream.write_all(&ringpost_wire::encode_frame(command.code(), 0, request_id, body)).unwrap();
+    }
+
+    fn hello(stream: &mut impl Write, request_id: u64) {
+        let body = HelloRequest { protocol_version: PROTOCOL_VERSION, client_name: "test".into() };
+        send(stream, Command::Hello, request_id, &body);
+    }
+
+    /// The next frame, or `None` once the connection is closed.
+    fn receive(stream: &mut impl Read) -> Option<(FrameHeader, FrameBuffer)> {
+        let mut header = [0u8; ringpost_wire::limits::FRAME_HEADER_BYTES];
+        stream.read_exact(&mut header).ok()?;
+        let header = FrameHeader::decode(&header).unwrap();
+        let mut body = FrameBuffer::with_capacity(header.body_length as usize);
+        body.resize(header.body_length as usize, 0);
+        stream.read_exact(&mut body).unwrap();
+        Some((header, body))
+    }
+
+    /// The principal a request was answered with, or the error it was answered with.
+    fn answer(stream: &mut impl Read, request_id: u64) -> Result<String, Status> {
+        let (header, body) = receive(stream).expect("an answer, not a close");
+        assert_eq!(header.request_id, request_id);
+        if header.is_error() {
+            return Err(ringpost_wire::frame::decode_error(&body));
+        }
+        Ok(decode_body::<AuthenticateResponse>(&body).unwrap().principal)
+    }
+
+    /// Whether the connection ends with no frame more.
+    fn closes(stream: &mut impl Read) -> bool {
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+        rest.len() < ringpost_wire::limits::FRAME_HEADER_BYTES
+    }
+
+    /// A directory of its own for one test's files.
+    fn directory(name: &str) -> PathBuf {
+        let directory = std::env::temp_dir().join(format!("ringpost-server-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        directory
+    }
+
+    /// A test CA, a server certificate for `localhost` and a client certificate for
+    /// `alice.example`, as PEM files in `directory`.
+    fn make_certificates(
+        directory: &std::path::Path,
+        client_certificates: ClientCertificates,
+    ) -> TlsSettings {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+            KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(DnType::CommonName, "ringpost test CA");
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let write = |name: &str, text: String| std::fs::write(directory.join(name), text).unwrap();
+        write("ca.pem", ca.pem());
+        for (name, purpose) in [
+            ("localhost", ExtendedKeyUsagePurpose::ServerAuth),
+            ("alice.example", ExtendedKeyUsagePurpose::ClientAuth),
+        ] {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+            params.extended_key_usages = vec![purpose];
+            let certificate = params.signed_by(&key, &ca, &ca_key).unwrap();
+            write(&format!("{name}.pem"), certificate.pem());
+            write(&format!("{name}.key"), key.serialize_pem());
+        }
+        TlsSettings {
+            certificate: directory.join("localhost.pem"),
+            key: directory.join("localhost.key"),
+            client_ca: Some(directory.join("ca.pem")),
+            client_certificates,
+        }
+    }
+
+    /// A TLS connection to `address` trusting the test CA, with alice's certificate or none.
+    fn connect_tls(
+        address: SocketAddr,
+        directory: &std::path::Path,
+        with_certificate: bool,
+    ) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_file(directory.join("ca.pem")).unwrap()).unwrap();
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let config = if with_certificate {
+            let chain = vec![CertificateDer::from_pem_file(directory.join("alice.example.pem")).unwrap()];
+            let key = PrivateKeyDer::from_pem_file(directory.join("alice.example.key")).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        } else {
+            builder.with_no_client_auth()
+        };
+        let name = "localhost".try_into().unwrap();
+        let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        let socket = std::net::TcpStream::connect(address).unwrap();
+        socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        rustls::StreamOwned::new(connection, socket)
+    }
+
+    /// Over TLS, requests are answered; a verified client certificate is the connection's
+    /// principal from its first request, and a client without one is anonymous.
+    #[test]
+    fn requests_are_answered_over_tls_as_the_certificate_names() {
+        let directory = directory("tls");
+        let tls = make_certificates(&directory, ClientCertificates::Optional);
+        serve_while(AccessSettings::off(), Some(tls), move |address| {
+            let mut alice = connect_tls(address, &directory, true);
+            hello(&mut alice, 1);
+            hello(&mut alice, 2);
+            assert_eq!(answer(&mut alice, 1).unwrap(), "alice.example");
+            assert_eq!(answer(&mut alice, 2).unwrap(), "alice.example");
+            let mut nobody = connect_tls(address, &directory, false);
+            hello(&mut nobody, 7);
+            assert_eq!(answer(&mut nobody, 7).unwrap(), "anonymous");
+            let _ = std::fs::remove_dir_all(&directory);
+        });
+    }
+
+    /// Plaintext sent to a TLS port fails the handshake and closes that connection alone;
+    /// a client without a certificate where one is required is closed too.
+    #[test]
+    fn plaintext_to_a_tls_port_closes_while_others_are_served() {
+        let directory = directory("plaintext");
+        let tls = make_certificates(&directory, ClientCertificates::Required);
+        serve_while(AccessSettings::off(), Some(tls), move |address| {
+            let mut alice = connect_tls(address, &directory, true);
+            hello(&mut alice, 1);
+            assert_eq!(answer(&mut alice, 1).unwrap(), "alice.example");
+            let mut plaintext = std::net::TcpStream::connect(address).unwrap();
+            plaintext.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            hello(&mut plaintext, 1);
+            let mut rest = Vec::new();
+            let _ = plaintext.read_to_end(&mut rest);
+            assert!(FrameHeader::decode(&rest).is_err(), "a plaintext client got a frame from a TLS port");
+            let mut nobody = connect_tls(address, &directory, false);
+            hello(&mut nobody, 3);
+            assert!(receive(&mut nobody).is_none(), "a client without a certificate was served");
+            hello(&mut alice, 2);
+            assert_eq!(answer(&mut alice, 2).unwrap(), "alice.example");
+            let _ = std::fs::remove_dir_all(&directory);
+        });
+    }
+
+    /// A refused Authenticate answers its request `Unauthenticated`, closes the connection
+    /// with an error frame of request id 0, and dispatches nothing pipelined after it.
+    #[test]
+    fn a_failed_authenticate_closes_the_connection() {
+        serve_while(AccessSettings::off(), None, |address| {
+            let mut stream = std::net::TcpStream::connect(address).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut pipelined = Vec::new();
+            send(
+                &mut pipelined,
+                Command::Authenticate,
+                1,
+                &AuthenticateRequest { token: "rpt_unknown".into() },
+            );
+            hello(&mut pipelined, 2);
+            stream.write_all(&pipelined).unwrap();
+            assert_eq!(answer(&mut stream, 1).unwrap_err().code, ErrorCode::Unauthenticated);
+            let closing = answer(&mut stream, 0).unwrap_err();
+            assert_eq!(closing.code, ErrorCode::Unauthenticated);
+            assert!(closing.message.contains("authentication failed"), "{}", closing.message);
+            assert!(closes(&mut stream), "the connection answered after a failed Authenticate");
+        });
+    }
+
+    /// Under required authentication, a small request before authenticating is read (the
+    /// permission checks answer it), and a frame announcing a body over
+    /// `FRAME_BODY_BYTES_UNAUTHENTICATED_MAX` closes the connection before its body is read.
+    #[test]
+    fn a_large_frame_before_authentication_closes_under_required_mode() {
+        let access = AccessSettings { mode: Mode::Required, file: None };
+        serve_while(access, None, |address| {
+            let mut stream = std::net::TcpStream::connect(address).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            hello(&mut stream, 1);
+            assert_eq!(answer(&mut stream, 1).unwrap(), "anonymous");
+            let header = FrameHeader {
+                body_length: FRAME_BODY_BYTES_UNAUTHENTICATED_MAX as u32 + 1,
+                command: Command::Publish.code(),
+                flags: 0,
+                request_id: 2,
+            };
+            stream.write_all(&header.encode()).unwrap();
+            stream.write_all(&[0u8; 1000]).unwrap();
+            let closing = answer(&mut stream, 0).unwrap_err();
+            assert_eq!(closing.code, ErrorCode::Unauthenticated);
+            assert!(
+                closing.message.contains("authenticate before sending large requests"),
+                "{}",
+                closing.message
+            );
+            assert!(closes(&mut stream));
+        });
+    }
+
+    /// The same large frame is read once the mode is off (anonymous may act).
+    #[test]
+    fn a_large_frame_is_read_when_anonymous_may_act() {
+        serve_while(AccessSettings::off(), None, |address| {
+            let mut stream = std::net::TcpStream::connect(address).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let body = HelloRequest {
+                protocol_version: PROTOCOL_VERSION,
+                client_name: "x".repeat(FRAME_BODY_BYTES_UNAUTHENTICATED_MAX * 2),
+            };
+            send(&mut stream, Command::Hello, 1, &body);
+            assert_eq!(answer(&mut stream, 1).unwrap(), "anonymous");
+        });
+    }
+
+    /// An access file holding `token` for alice, granting her every role.
+    fn write_access_file(file: &std::path::Path, token: Option<&str>) {
+        let mut text = String::from("grant admin * alice\n");
+        if let Some(token) = token {
+            let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+            let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
+            text.push_str(&format!("token alice sha256:{hex}\n"));
+        }
+        std::fs::write(file, text).unwrap();
+    }
+
+    const TOKEN: &str = "rpt_00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    /// Authenticate pipelined with the requests after it: they run as the token's holder.
+    #[test]
+    #[ignore = "needs auth/'s access file, which the auth helper's branch brings; run once merged"]
+    fn requests_pipelined_after_authenticate_run_as_its_principal() {
+        let directory = directory("authenticate");
+        let file = directory.join("access");
+        write_access_file(&file, Some(TOKEN));
+        let access = AccessSettings { mode: Mode::Required, file: Some(file) };
+        serve_while(access, None, move |address| {
+            let mut stream = std::net::TcpStream::connect(address).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut pipelined = Vec::new();
+            hello(&mut pipelined, 1);
+            send(&mut pipelined, Command::Authenticate, 2, &AuthenticateRequest { token: TOKEN.into() });
+            hello(&mut pipelined, 3);
+            stream.write_all(&pipelined).unwrap();
+            let mut answers: Vec<(u64, String)> = (0..3)
+                .map(|_| {
+                    let (header, body) = receive(&mut stream).unwrap();
+                    (header.request_id, decode_body::<AuthenticateResponse>(&body).unwrap().principal)
+                })
+                .collect();
+            answers.sort();
+            let expected = [(1, "anonymous"), (2, "alice"), (3, "alice")];
+            assert_eq!(answers, expected.map(|(id, name)| (id, name.to_owned())));
+            let _ = std::fs::remove_dir_all(&directory);
+        });
+    }
+
+    /// A token taken out of the access file closes its connections within two seconds.
+    #[test]
+    #[ignore = "needs auth/'s access file, which the auth helper's branch brings; run once merged"]
+    fn a_revoked_token_closes_its_connection() {
+        let directory = directory("revoke");
+        let file = directory.join("access");
+        write_access_file(&file, Some(TOKEN));
+        let access = AccessSettings { mode: Mode::Required, file: Some(file.clone()) };
+        serve_while(access, None, move |address| {
+            let mut stream = std::net::TcpStream::connect(address).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            send(&mut stream, Command::Authenticate, 1, &AuthenticateRequest { token: TOKEN.into() });
+            assert_eq!(answer(&mut stream, 1).unwrap(), "alice");
+            write_access_file(&file, None);
+            let revoked = Instant::now();
+            let closing = answer(&mut stream, 0).unwrap_err();
+            assert!(revoked.elapsed() < 2 * SECURITY_CHECK_INTERVAL + Duration::from_millis(500));
+            assert_eq!(closing.code, ErrorCode::Unauthenticated);
+            assert!(closes(&mut stream));
+            let _ = std::fs::remove_dir_all(&directory);
+        });
+    }
+
+    /// Runs written through TLS (gathered into records, large ones alone) arrive whole and in
+    /// order, through a reader that starts late.
+    #[test]
+    fn runs_arrive_whole_and_in_order_over_tls() {
+        let directory = directory("runs");
+        let settings = make_certificates(&directory, ClientCertificates::Optional);
+        let runs: Vec<Vec<u8>> = (0..200u32)
+            .map(|index| {
+                let length =
+                    if index % 50 == 7 { COALESCE_BYTES_MAX + 1 } else { (index as usize % 7) * 1001 + 1 };
+                (0..length).map(|byte| (byte as u32 ^ index) as u8).collect()
+            })
+            .collect();
+        let expected: Vec<u8> = runs.concat();
+        assert!(
+            runs.iter().any(|run| run.len() >= COALESCE_BYTES_MAX) && expected.len() > 4 * COALESCE_BYTES_MAX
+        );
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap();
+            let client = std::thread::spawn(move || {
+                let mut stream = connect_tls(address, &directory, false);
+                std::thread::sleep(Duration::from_millis(200));
+                let mut received = Vec::new();
+                let _ = stream.read_to_end(&mut received);
+                let _ = std::fs::remove_dir_all(&directory);
+                received
+            });
+            let stream = listener.accept().await.unwrap();
+            let socket = stream.as_raw_fd();
+            let stream = Tls::open(&settings).unwrap().acceptor().accept(stream).await.unwrap();
+            let (_, mut writer) = futures_lite::io::split(stream);
+            write_runs(&mut writer, socket, runs.iter().map(Vec::as_slice).collect()).await.unwrap();
+            writer.close().await.unwrap();
+            drop(writer);
+            while !client.is_finished() {
+                crate::runtime::sleep(Duration::from_millis(5)).await;
+            }
+            let received = client.join().unwrap();
+            assert_eq!(received.len(), expected.len());
+            assert!(received == expected, "the bytes arrived changed or out of order");
+        });
+    }
+
+    /// Certificates that change are loaded for new connections; an invalid set is refused and
+    /// the one before kept; files that did not change are not read again.
+    #[test]
+    fn changed_certificates_are_reloaded_and_invalid_ones_refused() {
+        let directory = directory("reload");
+        let settings = make_certificates(&directory, ClientCertificates::Optional);
+        let tls = Tls::open(&settings).unwrap();
+        assert_eq!(tls.reload_if_changed(), None);
+        std::fs::write(&settings.certificate, "not a certificate\n").unwrap();
+        let refused = tls.reload_if_changed().unwrap().unwrap_err();
+        assert!(refused.contains("localhost.pem"), "{refused}");
+        assert_eq!(tls.reload_if_changed(), None, "an invalid set is tried again only once it changes");
+        make_certificates(&directory, ClientCertificates::Optional);
+        assert_eq!(tls.reload_if_changed(), Some(Ok(())));
+        let _ = std::fs::remove_dir_all(&directory);
     }
 }
