@@ -1161,8 +1161,7 @@ impl Reading<'_> {
     /// Whether a connection without a credential may do anything, so that its first whole
     /// frame ends its unauthenticated phase.
     fn anonymous_may_act(&self) -> bool {
-        // TODO(coordinator): `self.shard.access.anonymous_may_act()` once auth/ provides it.
-        !self.shard.access.is_required()
+        self.shard.access.anonymous_may_act()
     }
 
     /// The connection's unauthenticated phase is over: it gets the full read buffer, and
