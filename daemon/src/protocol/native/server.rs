@@ -1890,7 +1890,6 @@ mod security_tests {
 
     /// Authenticate pipelined with the requests after it: they run as the token's holder.
     #[test]
-    #[ignore = "needs auth/'s access file, which the auth helper's branch brings; run once merged"]
     fn requests_pipelined_after_authenticate_run_as_its_principal() {
         let directory = directory("authenticate");
         let file = directory.join("access");
@@ -1919,7 +1918,6 @@ mod security_tests {
 
     /// A token taken out of the access file closes its connections within two seconds.
     #[test]
-    #[ignore = "needs auth/'s access file, which the auth helper's branch brings; run once merged"]
     fn a_revoked_token_closes_its_connection() {
         let directory = directory("revoke");
         let file = directory.join("access");
