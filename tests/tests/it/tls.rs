@@ -285,3 +285,25 @@ fn a_replaced_server_certificate_serves_new_connections_without_a_restart() {
     let client = connect_with(&daemon.address, trusting(&second));
     block_on(client.get_topic("renewed")).unwrap();
 }
+
+/// A connection refused for a connection limit on a TLS port is told why over TLS, so the
+/// client library and the CLI show `ResourceExhausted` naming the limit, as in plaintext,
+/// instead of a failed handshake.
+#[test]
+fn a_limit_refusal_on_a_tls_port_is_read_by_name() {
+    let files = Files::new("tls-refusal");
+    let ca = TestCa::new(&files.directory, "ca");
+    let mut more = tls_flags(&ca.server());
+    more.extend(flags(&["--connections-per-peer-max", "1"]));
+    let daemon = Daemon::start_with("tls-refusal", Vec::new(), more);
+    // The one connection this peer may hold to the router's shard.
+    let held = connect_with(&daemon.address, trusting(&ca));
+    block_on(held.list_topics()).unwrap();
+    let error =
+        fails_clearly(&daemon.address, trusting(&ca), "a second TLS connection past the per-peer limit");
+    assert_eq!(error.code(), ErrorCode::ResourceExhausted, "{error}");
+    assert!(error.to_string().contains("connections_per_peer_max"), "{error}");
+    let said = failed(&daemon.cli(&["--ca", &text(&ca.file), "topic", "list"]));
+    assert!(said.contains("ResourceExhausted") && said.contains("connections_per_peer_max"), "{said}");
+    drop(held);
+}

@@ -705,32 +705,67 @@ impl Transport for futures_rustls::server::TlsStream<TcpStream> {
 /// usually sent a request already: the connection reads (and drops) that for up to
 /// `REFUSAL_LINGER`, after shutting its writing side, so that the refusal arrives before the
 /// close instead of being overtaken by a reset.
-fn refuse(mut stream: TcpStream, status: Status, shard: &Rc<Shard>) {
+fn refuse(stream: TcpStream, status: Status, shard: &Rc<Shard>) {
     let frame = encode_error(0, 0, &status);
     if shard.refusals_lingering.get() >= REFUSALS_LINGERING_MAX {
-        // Too many lingering already: the refusal is sent if the socket takes it at once.
-        send_now(&stream, &frame);
+        // Too many lingering already: the refusal is sent if the socket takes it at once (on a
+        // TLS port it would need a handshake first, so the connection just closes).
+        if shard.tls.is_none() {
+            send_now(&stream, &frame);
+        }
         return;
     }
     shard.refusals_lingering.set(shard.refusals_lingering.get() + 1);
     let shard = shard.clone();
     crate::runtime::spawn(async move {
-        if stream.write_all(&frame).await.is_ok() {
-            let _ = nix::sys::socket::shutdown(stream.as_raw_fd(), nix::sys::socket::Shutdown::Write);
-            let _ = stream.set_read_timeout(Some(REFUSAL_LINGER));
-            let started = Instant::now();
-            let mut drained = 0;
-            let mut buffer = [0u8; 4096];
-            while drained < REFUSAL_DRAIN_BYTES_MAX && started.elapsed() < REFUSAL_LINGER {
-                match stream.read(&mut buffer).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(count) => drained += count,
-                }
-            }
+        match shard.tls.as_ref().map(Tls::acceptor) {
+            Some(acceptor) => refuse_over_tls(stream, acceptor, &frame).await,
+            None => refuse_in_plaintext(stream, &frame).await,
         }
         shard.refusals_lingering.set(shard.refusals_lingering.get() - 1);
     })
     .detach();
+}
+
+async fn refuse_in_plaintext(mut stream: TcpStream, frame: &[u8]) {
+    if stream.write_all(frame).await.is_ok() {
+        let _ = nix::sys::socket::shutdown(stream.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+        let _ = stream.set_read_timeout(Some(REFUSAL_LINGER));
+        drain(&mut stream).await;
+    }
+}
+
+/// A TLS client reads nothing but records, so the refusal follows a handshake, within
+/// `REFUSAL_LINGER` (at most `REFUSALS_LINGERING_MAX` at once, so that refusals cannot take a
+/// shard's CPU); the client then reads the limit by name, as in plaintext.
+async fn refuse_over_tls(stream: TcpStream, acceptor: futures_rustls::TlsAcceptor, frame: &[u8]) {
+    let _ = stream.set_read_timeout(Some(REFUSAL_LINGER));
+    let _ = stream.set_write_timeout(Some(REFUSAL_LINGER));
+    let handshake = futures_lite::future::or(async { acceptor.accept(stream).await.ok() }, async {
+        crate::runtime::sleep(REFUSAL_LINGER).await;
+        None
+    })
+    .await;
+    if let Some(mut stream) = handshake {
+        if stream.write_all(frame).await.is_ok() && stream.flush().await.is_ok() {
+            let _ = stream.close().await;
+            drain(&mut stream).await;
+        }
+    }
+}
+
+/// Reads (and drops) what the peer of a refused connection sent, for up to `REFUSAL_LINGER`:
+/// closing a socket with unread bytes resets it, and the reset can overtake the refusal.
+async fn drain(stream: &mut (impl AsyncRead + Unpin)) {
+    let started = Instant::now();
+    let mut drained = 0;
+    let mut buffer = [0u8; 4096];
+    while drained < REFUSAL_DRAIN_BYTES_MAX && started.elapsed() < REFUSAL_LINGER {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(count) => drained += count,
+        }
+    }
 }
 
 /// What the accept loop knows about its failures: how long to wait before the next accept,
