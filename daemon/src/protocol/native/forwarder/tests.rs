@@ -69,10 +69,10 @@ async fn forwarder() -> Forwarder<SimDisk> {
     forwarder
 }
 
-/// A request through the forwarder's handler as `session` sends it: the response frame's
-/// body, or the error.
-async fn call<T: Body>(
-    forwarder: &Forwarder<SimDisk>,
+/// A request through a shard's handler (a forwarder's or the router's) as `responder`'s
+/// session sends it: the response frame's body, or the error.
+pub(crate) async fn call<H: Handler, T: Body>(
+    handler: &H,
     responder: &Responder,
     command: Command,
     request: &T,
@@ -81,7 +81,7 @@ async fn call<T: Body>(
     let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).unwrap();
     let mut body = FrameBuffer::new();
     body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-    let response = forwarder.handle(header, body, responder).await.into_contiguous();
+    let response = handler.handle(header, body, responder).await.into_contiguous();
     let header = FrameHeader::decode(&response[..FRAME_HEADER_BYTES]).unwrap();
     let mut body = FrameBuffer::new();
     body.extend_from_slice(&response[FRAME_HEADER_BYTES..]);

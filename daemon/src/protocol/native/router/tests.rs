@@ -7,14 +7,13 @@ use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
 use crate::catalog::Catalog;
 use crate::clock::SystemClock;
 use crate::log::{Directories, LogConfig};
-use crate::protocol::native::forwarder::tests::required_access;
-use crate::protocol::native::server::{Handler, Responder};
+use crate::protocol::native::forwarder::tests::{call, required_access};
+use crate::protocol::native::server::Responder;
 use crate::router::{Advertise, ForwarderAddresses, ForwarderLink, Router};
 use crate::runtime::sim;
 use crate::shard::Forwarder;
 use crate::storage::sim::SimDisk;
-use ringpost_wire::frame::{decode_body, decode_error, Body, FrameBuffer, FrameHeader};
-use ringpost_wire::limits::FRAME_HEADER_BYTES;
+use ringpost_wire::frame::{decode_body, FrameBuffer};
 use ringpost_wire::messages::*;
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::rc::Rc;
@@ -70,27 +69,6 @@ async fn node() -> (Rc<Router<SimDisk>>, Rc<Forwarder<SimDisk>>) {
     (router, forwarder)
 }
 
-async fn call<T: Body>(
-    router: &Router<SimDisk>,
-    responder: &Responder,
-    command: Command,
-    request: &T,
-) -> Result<FrameBuffer, Status> {
-    let frame = ringpost_wire::encode_frame(command.code(), 0, 1, request);
-    let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).unwrap();
-    let mut body = FrameBuffer::new();
-    body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-    let response = router.handle(header, body, responder).await.into_contiguous();
-    let header = FrameHeader::decode(&response[..FRAME_HEADER_BYTES]).unwrap();
-    let mut body = FrameBuffer::new();
-    body.extend_from_slice(&response[FRAME_HEADER_BYTES..]);
-    if header.is_error() {
-        Err(decode_error(&body))
-    } else {
-        Ok(body)
-    }
-}
-
 fn code<T>(result: Result<T, Status>) -> ErrorCode {
     match result {
         Ok(_) => panic!("allowed where a refusal was expected"),
@@ -128,61 +106,67 @@ fn a_refused_create_creates_nothing() {
         let alice = as_principal(&access, "alice");
         let anonymous = Responder::with_session(Session::anonymous(), access.clone());
         assert_eq!(
-            code(call(&router, &alice, Command::CreateTopic, &topic("bob-1")).await),
+            code(call(&*router, &alice, Command::CreateTopic, &topic("bob-1")).await),
             ErrorCode::PermissionDenied
         );
         assert_eq!(
-            code(call(&router, &anonymous, Command::CreateTopic, &topic("xyz")).await),
+            code(call(&*router, &anonymous, Command::CreateTopic, &topic("xyz")).await),
             ErrorCode::Unauthenticated
         );
-        assert_eq!(code(call(&router, &root, Command::GetTopic, &named("bob-1")).await), ErrorCode::NotFound);
-        assert!(forwarder.topic("bob-1").is_err(), "no forwarder serves a refused topic");
-
-        call(&router, &alice, Command::CreateTopic, &topic("alice-1")).await.unwrap();
-        call(&router, &alice, Command::GetTopic, &named("alice-1")).await.unwrap();
-        let created = subscription("reader-of-alice", "alice-1");
-        let refused = call(&router, &alice, Command::CreateSubscription, &created).await;
-        assert_eq!(code(refused), ErrorCode::PermissionDenied, "the subscription's name is not alice's");
         assert_eq!(
-            code(call(&router, &root, Command::GetSubscription, &named("reader-of-alice")).await),
+            code(call(&*router, &root, Command::GetTopic, &named("bob-1")).await),
             ErrorCode::NotFound
         );
-        call(&router, &alice, Command::CreateSubscription, &subscription("alice-sub", "alice-1"))
+        assert!(forwarder.topic("bob-1").is_err(), "no forwarder serves a refused topic");
+
+        call(&*router, &alice, Command::CreateTopic, &topic("alice-1")).await.unwrap();
+        call(&*router, &alice, Command::GetTopic, &named("alice-1")).await.unwrap();
+        let created = subscription("reader-of-alice", "alice-1");
+        let refused = call(&*router, &alice, Command::CreateSubscription, &created).await;
+        assert_eq!(code(refused), ErrorCode::PermissionDenied, "the subscription's name is not alice's");
+        assert_eq!(
+            code(call(&*router, &root, Command::GetSubscription, &named("reader-of-alice")).await),
+            ErrorCode::NotFound
+        );
+        call(&*router, &alice, Command::CreateSubscription, &subscription("alice-sub", "alice-1"))
             .await
             .unwrap();
         // Deleting, updating, snapshots and the daemon's own commands are checked alike.
         assert_eq!(
-            code(call(&router, &anonymous, Command::DeleteTopic, &named("alice-1")).await),
+            code(call(&*router, &anonymous, Command::DeleteTopic, &named("alice-1")).await),
             ErrorCode::Unauthenticated
         );
         let bob = as_principal(&access, "bob");
         assert_eq!(
-            code(call(&router, &bob, Command::DeleteTopic, &named("alice-1")).await),
+            code(call(&*router, &bob, Command::DeleteTopic, &named("alice-1")).await),
             ErrorCode::PermissionDenied
         );
-        call(&router, &root, Command::GetTopic, &named("alice-1")).await.unwrap();
+        call(&*router, &root, Command::GetTopic, &named("alice-1")).await.unwrap();
         let snapshot = SnapshotRequest { name: "alice-snapshot".into(), subscription: "alice-sub".into() };
         assert_eq!(
-            code(call(&router, &bob, Command::CreateSnapshot, &snapshot).await),
+            code(call(&*router, &bob, Command::CreateSnapshot, &snapshot).await),
             ErrorCode::PermissionDenied
         );
         assert_eq!(
-            code(call(&router, &root, Command::GetSnapshot, &named("alice-snapshot")).await),
+            code(call(&*router, &root, Command::GetSnapshot, &named("alice-snapshot")).await),
             ErrorCode::NotFound
         );
         assert_eq!(
-            code(call(&router, &anonymous, Command::Stats, &Empty {}).await),
+            code(call(&*router, &anonymous, Command::Stats, &Empty {}).await),
             ErrorCode::Unauthenticated
         );
-        assert_eq!(code(call(&router, &alice, Command::Stats, &Empty {}).await), ErrorCode::PermissionDenied);
-        call(&router, &root, Command::Stats, &Empty {}).await.unwrap();
+        assert_eq!(
+            code(call(&*router, &alice, Command::Stats, &Empty {}).await),
+            ErrorCode::PermissionDenied
+        );
+        call(&*router, &root, Command::Stats, &Empty {}).await.unwrap();
         let resync = ResyncDirectoryRequest { index: 0 };
         assert_eq!(
-            code(call(&router, &alice, Command::ResyncDirectory, &resync).await),
+            code(call(&*router, &alice, Command::ResyncDirectory, &resync).await),
             ErrorCode::PermissionDenied
         );
         // Hello needs nothing.
-        call(&router, &anonymous, Command::Hello, &HelloRequest::default()).await.unwrap();
+        call(&*router, &anonymous, Command::Hello, &HelloRequest::default()).await.unwrap();
     });
 }
 
@@ -193,40 +177,40 @@ fn lists_show_only_what_their_reader_may_list() {
         let (router, _forwarder) = node().await;
         let root = as_principal(&access, "root");
         for name in ["aa1", "bb1", "aa2", "cc1"] {
-            call(&router, &root, Command::CreateTopic, &topic(name)).await.unwrap();
+            call(&*router, &root, Command::CreateTopic, &topic(name)).await.unwrap();
         }
         let bob = as_principal(&access, "bob");
         let first = ListRequest { topic: String::new(), page_size: 2, page_token: String::new() };
-        let (names, token) = topic_names(&call(&router, &bob, Command::ListTopics, &first).await.unwrap());
+        let (names, token) = topic_names(&call(&*router, &bob, Command::ListTopics, &first).await.unwrap());
         // The page is the unfiltered page's first two (aa1, aa2), of which bob sees one; its
         // token goes on from the unfiltered page.
         assert_eq!((names, token.as_str()), (vec!["aa1".to_owned()], "aa2"));
         let second = ListRequest { page_token: token, ..first.clone() };
-        let (names, _) = topic_names(&call(&router, &bob, Command::ListTopics, &second).await.unwrap());
+        let (names, _) = topic_names(&call(&*router, &bob, Command::ListTopics, &second).await.unwrap());
         assert_eq!(names, ["bb1", "cc1"]);
         let all = ListRequest { page_size: 0, ..first };
-        let (names, _) = topic_names(&call(&router, &root, Command::ListTopics, &all).await.unwrap());
+        let (names, _) = topic_names(&call(&*router, &root, Command::ListTopics, &all).await.unwrap());
         assert_eq!(names, ["aa1", "aa2", "bb1", "cc1"]);
         let anonymous = Responder::with_session(Session::anonymous(), access.clone());
-        let (names, _) = topic_names(&call(&router, &anonymous, Command::ListTopics, &all).await.unwrap());
+        let (names, _) = topic_names(&call(&*router, &anonymous, Command::ListTopics, &all).await.unwrap());
         assert!(names.is_empty(), "anonymous may list nothing: {names:?}");
         for name in ["aa1-s", "bb1-s"] {
-            call(&router, &root, Command::CreateSubscription, &subscription(name, "aa1")).await.unwrap();
+            call(&*router, &root, Command::CreateSubscription, &subscription(name, "aa1")).await.unwrap();
         }
         let subscriptions = |body: FrameBuffer| -> Vec<String> {
             let list = decode_body::<SubscriptionList>(&body).unwrap();
             list.subscriptions.into_iter().map(|subscription| subscription.name).collect()
         };
         assert!(
-            subscriptions(call(&router, &bob, Command::ListSubscriptions, &all).await.unwrap()).is_empty()
+            subscriptions(call(&*router, &bob, Command::ListSubscriptions, &all).await.unwrap()).is_empty()
         );
-        let listed = subscriptions(call(&router, &root, Command::ListSubscriptions, &all).await.unwrap());
+        let listed = subscriptions(call(&*router, &root, Command::ListSubscriptions, &all).await.unwrap());
         assert_eq!(listed, ["aa1-s", "bb1-s"]);
         let snapshot = SnapshotRequest { name: "aa1-snapshot".into(), subscription: "aa1-s".into() };
-        call(&router, &root, Command::CreateSnapshot, &snapshot).await.unwrap();
+        call(&*router, &root, Command::CreateSnapshot, &snapshot).await.unwrap();
         let snapshots = |body: FrameBuffer| decode_body::<SnapshotList>(&body).unwrap().snapshots.len();
-        assert_eq!(snapshots(call(&router, &bob, Command::ListSnapshots, &all).await.unwrap()), 0);
-        assert_eq!(snapshots(call(&router, &root, Command::ListSnapshots, &all).await.unwrap()), 1);
+        assert_eq!(snapshots(call(&*router, &bob, Command::ListSnapshots, &all).await.unwrap()), 0);
+        assert_eq!(snapshots(call(&*router, &root, Command::ListSnapshots, &all).await.unwrap()), 1);
     });
 }
 
@@ -236,31 +220,31 @@ fn a_lookup_serves_who_uses_or_views_the_resource() {
         let access = required_access("router-lookup", ACCESS_FILE);
         let (router, _forwarder) = node().await;
         let root = as_principal(&access, "root");
-        call(&router, &root, Command::CreateTopic, &topic("orders")).await.unwrap();
-        call(&router, &root, Command::CreateSubscription, &subscription("orders-audit", "orders"))
+        call(&*router, &root, Command::CreateTopic, &topic("orders")).await.unwrap();
+        call(&*router, &root, Command::CreateSubscription, &subscription("orders-audit", "orders"))
             .await
             .unwrap();
         let [carol, dave, erin] = ["carol", "dave", "erin"].map(|name| as_principal(&access, name));
-        call(&router, &carol, Command::LookupTopic, &named("orders")).await.unwrap();
-        call(&router, &dave, Command::LookupTopic, &named("orders")).await.unwrap();
-        let refused = call(&router, &erin, Command::LookupTopic, &named("orders")).await.unwrap_err();
+        call(&*router, &carol, Command::LookupTopic, &named("orders")).await.unwrap();
+        call(&*router, &dave, Command::LookupTopic, &named("orders")).await.unwrap();
+        let refused = call(&*router, &erin, Command::LookupTopic, &named("orders")).await.unwrap_err();
         assert_eq!(refused.code, ErrorCode::PermissionDenied);
         assert!(refused.message.contains("publish"), "the publish permission's refusal: {}", refused.message);
-        call(&router, &erin, Command::LookupSubscription, &named("orders-audit")).await.unwrap();
-        call(&router, &dave, Command::LookupSubscription, &named("orders-audit")).await.unwrap();
+        call(&*router, &erin, Command::LookupSubscription, &named("orders-audit")).await.unwrap();
+        call(&*router, &dave, Command::LookupSubscription, &named("orders-audit")).await.unwrap();
         let refused =
-            call(&router, &carol, Command::LookupSubscription, &named("orders-audit")).await.unwrap_err();
+            call(&*router, &carol, Command::LookupSubscription, &named("orders-audit")).await.unwrap_err();
         assert_eq!(refused.code, ErrorCode::PermissionDenied);
         assert!(refused.message.contains("consume"), "the consume permission's refusal: {}", refused.message);
         let anonymous = Responder::with_session(Session::anonymous(), access.clone());
         assert_eq!(
-            code(call(&router, &anonymous, Command::LookupTopic, &named("orders")).await),
+            code(call(&*router, &anonymous, Command::LookupTopic, &named("orders")).await),
             ErrorCode::Unauthenticated
         );
         // Seeking needs the seek permission on the subscription: erin's subscriber role.
         let seek = SeekRequest { subscription: "orders-audit".into(), time_ms: 0, snapshot: String::new() };
-        call(&router, &erin, Command::Seek, &seek).await.unwrap();
-        assert_eq!(code(call(&router, &dave, Command::Seek, &seek).await), ErrorCode::PermissionDenied);
+        call(&*router, &erin, Command::Seek, &seek).await.unwrap();
+        assert_eq!(code(call(&*router, &dave, Command::Seek, &seek).await), ErrorCode::PermissionDenied);
     });
 }
 
@@ -271,26 +255,26 @@ fn a_subscription_needs_its_topic_and_its_dead_letter_topic() {
         let (router, _forwarder) = node().await;
         let root = as_principal(&access, "root");
         for name in ["orders", "invoices", "orders-dead"] {
-            call(&router, &root, Command::CreateTopic, &topic(name)).await.unwrap();
+            call(&*router, &root, Command::CreateTopic, &topic(name)).await.unwrap();
         }
         let frank = as_principal(&access, "frank");
         let refused =
-            call(&router, &frank, Command::CreateSubscription, &subscription("fr-1", "invoices")).await;
+            call(&*router, &frank, Command::CreateSubscription, &subscription("fr-1", "invoices")).await;
         assert_eq!(code(refused), ErrorCode::PermissionDenied, "frank may not attach to invoices");
         let dead_lettered = Subscription {
             dead_letter_topic: "orders-dead".into(),
             max_delivery_attempts: 5,
             ..subscription("fr-2", "orders")
         };
-        let refused = call(&router, &frank, Command::CreateSubscription, &dead_lettered).await;
+        let refused = call(&*router, &frank, Command::CreateSubscription, &dead_lettered).await;
         assert_eq!(code(refused), ErrorCode::PermissionDenied, "frank may not publish to orders-dead");
         for name in ["fr-1", "fr-2"] {
             assert_eq!(
-                code(call(&router, &root, Command::GetSubscription, &named(name)).await),
+                code(call(&*router, &root, Command::GetSubscription, &named(name)).await),
                 ErrorCode::NotFound
             );
         }
-        call(&router, &frank, Command::CreateSubscription, &subscription("fr-3", "orders")).await.unwrap();
+        call(&*router, &frank, Command::CreateSubscription, &subscription("fr-3", "orders")).await.unwrap();
         let update = UpdateSubscriptionRequest {
             subscription: dead_lettered.clone(),
             update_mask: vec!["dead_letter_policy".into()],
@@ -299,14 +283,14 @@ fn a_subscription_needs_its_topic_and_its_dead_letter_topic() {
             subscription: Subscription { name: "fr-3".into(), ..update.subscription },
             ..update
         };
-        let refused = call(&router, &frank, Command::UpdateSubscription, &update).await;
+        let refused = call(&*router, &frank, Command::UpdateSubscription, &update).await;
         assert_eq!(code(refused), ErrorCode::PermissionDenied);
         let unchanged = decode_body::<Subscription>(
-            &call(&router, &root, Command::GetSubscription, &named("fr-3")).await.unwrap(),
+            &call(&*router, &root, Command::GetSubscription, &named("fr-3")).await.unwrap(),
         )
         .unwrap();
         assert_eq!(unchanged.dead_letter_topic, "");
-        call(&router, &root, Command::UpdateSubscription, &update).await.unwrap();
+        call(&*router, &root, Command::UpdateSubscription, &update).await.unwrap();
     });
 }
 
@@ -315,7 +299,7 @@ fn an_authenticate_request_is_not_a_handlers() {
     sim::run(0, async {
         let (router, _forwarder) = node().await;
         let request = AuthenticateRequest { token: "rpt_0".into() };
-        let refused = call(&router, &Responder::unconnected(), Command::Authenticate, &request).await;
+        let refused = call(&*router, &Responder::unconnected(), Command::Authenticate, &request).await;
         assert_eq!(code(refused), ErrorCode::Internal);
     });
 }
