@@ -40,6 +40,10 @@ impl Permissions {
         Permissions(bits)
     }
 
+    pub const fn without(self, permission: Permission) -> Permissions {
+        Permissions(self.0 & !permission.bit())
+    }
+
     pub fn contains(self, permission: Permission) -> bool {
         self.0 & permission.bit() != 0
     }
@@ -90,27 +94,8 @@ impl Role {
         // As Pub/Sub's subscriber: a role on a topic lets its holder attach subscriptions.
         const SUBSCRIBER: Permissions =
             Permissions::of(&[SubscriptionsConsume, SnapshotsSeek, TopicsAttachSubscription]);
-        const EDITOR: Permissions = Permissions::of(&[
-            TopicsGet,
-            TopicsList,
-            TopicsCreate,
-            TopicsUpdate,
-            TopicsDelete,
-            TopicsPublish,
-            TopicsAttachSubscription,
-            SubscriptionsGet,
-            SubscriptionsList,
-            SubscriptionsCreate,
-            SubscriptionsUpdate,
-            SubscriptionsDelete,
-            SubscriptionsConsume,
-            SnapshotsGet,
-            SnapshotsList,
-            SnapshotsCreate,
-            SnapshotsDelete,
-            SnapshotsSeek,
-            DaemonStats,
-        ]);
+        // Everything but the daemon's administration.
+        const EDITOR: Permissions = Permissions::of(&Permission::ALL).without(DaemonAdminister);
         const ADMIN: Permissions = Permissions::of(&Permission::ALL);
         match self {
             Role::Viewer => VIEWER,
