@@ -114,22 +114,7 @@ pub(crate) fn read_frame(stream: &mut TcpStream, limit: Duration) -> Option<(Fra
 
 /// Reads until the server closes the connection, within `limit`; the error frames it sent.
 fn statuses_until_closed(stream: &mut TcpStream, limit: Duration) -> Vec<Status> {
-    let until = Instant::now() + limit;
-    let mut received = Vec::new();
-    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    loop {
-        let mut buffer = [0u8; 4096];
-        match stream.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(count) => received.extend_from_slice(&buffer[..count]),
-            Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                assert!(Instant::now() < until, "the server did not close the connection within {limit:?}");
-            }
-            // A reset after the server closed with bytes unread: closed all the same.
-            Err(_) => break,
-        }
-    }
-    statuses_in(&received)
+    statuses_in(&crate::security::bytes_until_closed(stream, limit))
 }
 
 pub(crate) fn statuses_in(mut bytes: &[u8]) -> Vec<Status> {
@@ -336,24 +321,18 @@ impl Trickler {
         let mut stream = connect(address);
         stream.write_all(&hello(1)).unwrap();
         read_frame(&mut stream, Duration::from_secs(10)).expect("the hello is answered");
-        let header = FrameHeader {
-            body_length: body_bytes,
-            command: Command::Publish.code(),
-            flags: 0,
-            request_id: 2,
-        };
-        stream.write_all(&header.encode()).unwrap();
-        let mut bytes = header.encode().to_vec();
-        bytes.resize(FRAME_HEADER_BYTES + body_bytes as usize, 0);
-        let mut trickler = Trickler::new(stream, bytes);
-        trickler.sent = FRAME_HEADER_BYTES;
-        trickler
+        Trickler::body_on(stream, body_bytes)
     }
 
     /// Authenticated with `token` (the Authenticate answered), then a frame of `body_bytes`:
     /// its header whole, its body trickled.
     fn authenticated_body(address: &str, token: &str, body_bytes: u32) -> Trickler {
-        let mut stream = crate::security::authenticated_stream(address, token);
+        Trickler::body_on(crate::security::authenticated_stream(address, token), body_bytes)
+    }
+
+    /// On a connection past its unauthenticated phase, a publish frame of `body_bytes`: its
+    /// header sent whole, its body left to trickle.
+    fn body_on(mut stream: TcpStream, body_bytes: u32) -> Trickler {
         let header = FrameHeader {
             body_length: body_bytes,
             command: Command::Publish.code(),
