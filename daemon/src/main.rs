@@ -42,7 +42,8 @@ struct Flags {
     /// memory); resident from the start
     #[argh(option)]
     io_memory_mib: Option<usize>,
-    /// write the router's address to this file once the daemon serves (for scripts and tests)
+    /// write the router's address to this file once the daemon serves (for scripts and tests);
+    /// a second line `grpc HOST:PORT` says where the gRPC API serves
     #[argh(option)]
     ready_file: Option<PathBuf>,
     /// start even if some topics' logs cannot be recovered (damage no copy can mend): each
@@ -100,17 +101,27 @@ struct Flags {
     /// token or stay anonymous) or required (the handshake fails without one)
     #[argh(option)]
     tls_client_cert: Option<String>,
+    /// where Google Cloud Pub/Sub's gRPC API serves, HOST:PORT (default 127.0.0.1:8085, the
+    /// emulator's port, so PUBSUB_EMULATOR_HOST=localhost:8085 finds it), or off
+    #[argh(option, default = "String::from(ringpost_daemon::protocol::grpc::GRPC_LISTEN_DEFAULT)")]
+    grpc_listen: String,
+    /// threads of the gRPC API's runtime, on the cores no shard is pinned to (default 2)
+    #[argh(option)]
+    grpc_threads: Option<usize>,
 }
 
 /// The access and TLS settings the flags set; the TLS files are read when the shards start.
 fn security_settings(
     flags: &Flags,
     listen: SocketAddr,
+    grpc_listen: Option<SocketAddr>,
 ) -> (ringpost_daemon::auth::AccessSettings, Option<ringpost_daemon::protocol::native::tls::TlsSettings>) {
     use ringpost_daemon::auth::{AccessSettings, Mode};
     use ringpost_daemon::protocol::native::tls::{ClientCertificates, TlsSettings};
     let mode = match flags.auth.as_str() {
-        "auto" if listen.ip().is_loopback() => Mode::Off,
+        "auto" if listen.ip().is_loopback() && grpc_listen.is_none_or(|grpc| grpc.ip().is_loopback()) => {
+            Mode::Off
+        }
         "auto" | "required" => Mode::Required,
         "off" => Mode::Off,
         other => usage_error(&format!("--auth {other}: give auto, required or off")),
@@ -365,7 +376,19 @@ fn main() {
     config.pin_shards = !flags.no_pin;
     config.quarantine_damaged = flags.quarantine_damaged;
     config.connections = connection_limits(&flags);
-    (config.access, config.tls) = security_settings(&flags, listen);
+    config.grpc.listen = match flags.grpc_listen.as_str() {
+        "off" => None,
+        text => Some(
+            listen_address(text).unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--grpc-listen", 1))),
+        ),
+    };
+    if let Some(threads) = flags.grpc_threads {
+        if threads == 0 {
+            usage_error("--grpc-threads must be at least 1");
+        }
+        config.grpc.threads = threads;
+    }
+    (config.access, config.tls) = security_settings(&flags, listen, config.grpc.listen);
     let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     let shards = config.shards;
     warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
@@ -385,15 +408,24 @@ fn main() {
         }
     }
     let forwarders: Vec<String> = daemon.forwarder_addresses.iter().map(|a| a.to_string()).collect();
+    let grpc = match daemon.grpc_address {
+        Some(address) => format!("; Pub/Sub's gRPC API on {address}"),
+        None => String::new(),
+    };
     eprintln!(
-        "ringpostd: serving on {} (router) with {shards} forwarder shard(s) on {}; data in {}",
+        "ringpostd: serving on {} (router) with {shards} forwarder shard(s) on {}{grpc}; data in {}",
         daemon.router_address,
         forwarders.join(", "),
         data_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
     );
     if let Some(path) = flags.ready_file {
         let temporary = path.with_extension("tmp");
-        if let Err(error) = std::fs::write(&temporary, daemon.router_address.to_string())
+        // The router's address on the first line; the gRPC API's, when served, on the second.
+        let mut contents = daemon.router_address.to_string();
+        if let Some(grpc) = daemon.grpc_address {
+            contents.push_str(&format!("\ngrpc {grpc}"));
+        }
+        if let Err(error) = std::fs::write(&temporary, contents)
             .and_then(|_| std::fs::rename(&temporary, &path))
         {
             eprintln!("ringpostd: writing {}: {error}", path.display());

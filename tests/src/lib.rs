@@ -77,6 +77,10 @@ pub struct Daemon {
     pub data_dirs: Vec<PathBuf>,
     /// Further flags for every start.
     pub extra_args: Vec<String>,
+    /// Where the gRPC API serves (`--grpc-listen`), when the test asked for it with
+    /// `--grpc-listen 127.0.0.1:0`: the port first picked is kept across restarts, so that
+    /// a client reconnects to the same address.
+    pub grpc_address: Option<String>,
 }
 
 impl Daemon {
@@ -97,6 +101,7 @@ impl Daemon {
             starts: 0,
             data_dirs,
             extra_args,
+            grpc_address: None,
         };
         daemon.spawn();
         daemon
@@ -114,8 +119,19 @@ impl Daemon {
         if !self.extra_args.iter().any(|arg| arg == "--shards") {
             command.arg("--shards").arg("2");
         }
+        // No gRPC API unless the test asks for it: tests run beside each other, and its
+        // default port is one fixed port. Once started on a free port, it keeps that port.
+        let mut args = self.extra_args.clone();
+        match args.iter().position(|arg| arg == "--grpc-listen") {
+            None => args.extend(["--grpc-listen".to_owned(), "off".to_owned()]),
+            Some(index) => {
+                if let Some(address) = &self.grpc_address {
+                    args[index + 1] = address.clone();
+                }
+            }
+        }
         let child = command
-            .args(&self.extra_args)
+            .args(&args)
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--ready-file")
@@ -128,8 +144,12 @@ impl Daemon {
         self.starts += 1;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Ok(address) = std::fs::read_to_string(&ready) {
-                self.address = address.trim().to_owned();
+            if let Ok(contents) = std::fs::read_to_string(&ready) {
+                let mut lines = contents.lines();
+                self.address = lines.next().unwrap_or_default().trim().to_owned();
+                if let Some(grpc) = lines.find_map(|line| line.strip_prefix("grpc ")) {
+                    self.grpc_address = Some(grpc.trim().to_owned());
+                }
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {

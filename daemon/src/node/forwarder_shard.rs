@@ -11,6 +11,10 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::rc::Rc;
 use std::sync::mpsc;
 
+type GrpcJobs = protocol::grpc::bridge::JobReceiver<ForwarderShard>;
+use protocol::grpc::bridge::serve_jobs;
+use protocol::grpc::gateway::ForwarderShard;
+
 /// What one forwarder shard is given at start: its port, its ends of the router's control
 /// channels and of its stop socket, and where it reports that it is ready and that it stopped.
 pub(super) struct ForwarderWiring {
@@ -24,6 +28,8 @@ pub(super) struct ForwarderWiring {
     /// Its ends of the dead-letter channels to and from the other forwarder shards.
     peers: shard::dead_letters::PeerChannels,
     journals_open_max: usize,
+    /// The gRPC API's jobs for this shard, when it is served.
+    grpc_jobs: Option<GrpcJobs>,
 }
 
 /// The forwarder shards, started: their threads, the router's ends of their control channels,
@@ -44,6 +50,7 @@ pub(super) fn start_forwarder_shards(
     listeners: Vec<(StdListener, SocketAddr)>,
     journals_open_max: usize,
     reports: ShardReports<'_>,
+    grpc_jobs: Vec<Option<GrpcJobs>>,
 ) -> Result<ForwarderShards, String> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut started = ForwarderShards {
@@ -53,7 +60,9 @@ pub(super) fn start_forwarder_shards(
         stops: Vec::new(),
     };
     let peer_channels = shard::dead_letters::peer_channels(listeners.len());
-    for (shard, ((listener, _), peers)) in listeners.into_iter().zip(peer_channels).enumerate() {
+    for (shard, (((listener, _), peers), grpc_jobs)) in
+        listeners.into_iter().zip(peer_channels).zip(grpc_jobs).enumerate()
+    {
         let (request_sender, request_receiver) =
             shared_channel::new_bounded::<ControlEnvelope>(CONTROL_CHANNEL_CAPACITY);
         let (reply_sender, reply_receiver) =
@@ -75,6 +84,7 @@ pub(super) fn start_forwarder_shards(
             stopped: reports.1.clone(),
             peers,
             journals_open_max,
+            grpc_jobs,
         };
         started.threads.push(start_forwarder_shard(config, placement, wiring)?);
     }
@@ -108,6 +118,7 @@ fn start_forwarder_shard(
                 stopped,
                 peers,
                 journals_open_max,
+                grpc_jobs,
             } = wiring;
             for data_dir in &data_dirs {
                 if let Err(error) =
@@ -126,6 +137,7 @@ fn start_forwarder_shard(
                     }
                 };
             let listener = into_glommio(listener);
+            let access = security.access.clone();
             let forwarder = Rc::new(shard::Forwarder::new(
                 shard as u32,
                 storage::dma::DmaStorage,
@@ -151,6 +163,10 @@ fn start_forwarder_shard(
                 security,
             ));
             run_forwarder_timers(&forwarder);
+            if let Some(jobs) = grpc_jobs {
+                let target = Rc::new(ForwarderShard { forwarder: forwarder.clone(), access });
+                crate::runtime::spawn(serve_jobs(jobs, target, forwarder.stop_handle())).detach();
+            }
             // The router's requests are served until the shard ends (the router stops
             // first, so none is cut short by this shard's stop).
             crate::runtime::spawn(async move {

@@ -54,6 +54,9 @@ pub struct Config {
     pub access: auth::AccessSettings,
     /// TLS on every port (the router's and the forwarders'), or plaintext.
     pub tls: Option<protocol::native::tls::TlsSettings>,
+    /// Google Cloud Pub/Sub's gRPC API: where, and on how many threads. `Config::new` leaves
+    /// it off; ringpostd's `--grpc-listen` turns it on by default.
+    pub grpc: protocol::grpc::GrpcSettings,
 }
 
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
@@ -115,6 +118,7 @@ impl Config {
             connections: protocol::native::server::ConnectionLimits::default(),
             access: auth::AccessSettings { mode: auth_mode_for(listen), file: None },
             tls: None,
+            grpc: protocol::grpc::GrpcSettings::default(),
         }
     }
 
@@ -138,8 +142,10 @@ fn auth_mode_for(listen: SocketAddr) -> auth::Mode {
 /// that lets anyone in.
 fn security_warnings(config: &Config) -> Vec<String> {
     let mut warnings = Vec::new();
-    let exposed = !config.listen.ip().is_loopback();
-    let address = config.listen;
+    // The gRPC API shares the access file and TLS files; either port exposed exposes both.
+    let grpc_exposed = config.grpc.listen.filter(|grpc| !grpc.ip().is_loopback());
+    let exposed = !config.listen.ip().is_loopback() || grpc_exposed.is_some();
+    let address = grpc_exposed.filter(|_| config.listen.ip().is_loopback()).unwrap_or(config.listen);
     match config.access.mode {
         auth::Mode::Required if config.access.file.is_none() => warnings.push(
             "authentication is required and no --access-file is given: nobody holds any role, every request \
@@ -169,6 +175,9 @@ fn security_warnings(config: &Config) -> Vec<String> {
 pub struct Daemon {
     pub router_address: SocketAddr,
     pub forwarder_addresses: Vec<SocketAddr>,
+    /// Where the gRPC API serves, when it does.
+    pub grpc_address: Option<SocketAddr>,
+    grpc: Option<protocol::grpc::GrpcServer>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     /// One end of a socket pair per shard (forwarders in order, then the router): closing it
     /// tells that shard to stop (`shutdown`).
@@ -188,8 +197,8 @@ pub struct Stopped {
 
 impl Daemon {
     /// Blocks until every shard stops (they stop only with the process).
-    pub fn wait(self) {
-        for thread in self.threads {
+    pub fn wait(mut self) {
+        for thread in std::mem::take(&mut self.threads) {
             let _ = thread.join();
         }
     }
@@ -203,6 +212,11 @@ impl Daemon {
     /// at any crash.
     pub fn shutdown(mut self, grace: std::time::Duration) -> Result<Stopped, String> {
         let started = std::time::Instant::now();
+        // The gRPC API first: its streams end with UNAVAILABLE so that its clients reconnect,
+        // and nothing it runs is left waiting on a stopped shard.
+        if let Some(grpc) = self.grpc.take() {
+            grpc.stop();
+        }
         let until = started + grace;
         let router = self.stops.pop().expect("the router's stop");
         let mut connections = Vec::new();
@@ -259,6 +273,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port))?);
     }
     let (router_listener, router_address) = bind(config.listen)?;
+    let grpc_listener = config.grpc.listen.map(bind).transpose()?;
+    let (grpc_jobs, grpc_gateway) = grpc_channels(grpc_listener.is_some(), shards);
     let forwarder_addresses: Vec<SocketAddr> =
         forwarder_listeners.iter().map(|(_, address)| *address).collect();
     let advertise = match &config.advertise {
@@ -276,6 +292,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         forwarder_listeners,
         journals_open_max,
         (&ready_sender, &stopped_sender),
+        grpc_jobs.forwarders,
     )?;
     for _ in 0..shards {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
@@ -292,12 +309,61 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         stop: router_shard_stop,
         ready: ready_sender.clone(),
         stopped: stopped_sender,
+        grpc_jobs: grpc_jobs.router,
     };
     let router = start_router_shard(&config, shards, wiring)?;
     threads.push(router);
     stops.push(router_stop);
     ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
-    Ok(Daemon { router_address, forwarder_addresses, threads, stops, stopped, _locks: locks })
+    let grpc = match (grpc_listener, grpc_gateway) {
+        (Some((listener, _)), Some(gateway)) => Some(protocol::grpc::GrpcServer::start(
+            listener,
+            gateway,
+            config.grpc.threads,
+            cores_without_a_shard(&config, shards),
+            config.tls.as_ref(),
+        )?),
+        _ => None,
+    };
+    let grpc_address = grpc.as_ref().map(|grpc| grpc.address);
+    Ok(Daemon {
+        router_address,
+        forwarder_addresses,
+        grpc_address,
+        grpc,
+        threads,
+        stops,
+        stopped,
+        _locks: locks,
+    })
+}
+
+/// The shards' ends of the gRPC API's job channels, and the gateway holding the other ends.
+struct GrpcJobs {
+    router: Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::RouterShard>>,
+    forwarders: Vec<Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::ForwarderShard>>>,
+}
+
+fn grpc_channels(serving: bool, shards: usize) -> (GrpcJobs, Option<protocol::grpc::gateway::Gateway>) {
+    use protocol::grpc::bridge::job_channel;
+    if !serving {
+        return (GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect() }, None);
+    }
+    let (router_caller, router_jobs) = job_channel();
+    let (callers, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| job_channel()).unzip();
+    let jobs = GrpcJobs { router: Some(router_jobs), forwarders: receivers.into_iter().map(Some).collect() };
+    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers)))
+}
+
+/// The cores no forwarder shard is pinned to, for the gRPC API's threads; none when the
+/// shards are not pinned or take every core (the threads then run where the scheduler puts
+/// them, beside the shards).
+fn cores_without_a_shard(config: &Config, shards: usize) -> Vec<usize> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if !config.pin_shards {
+        return Vec::new();
+    }
+    (0..cores).filter(|core| (0..shards).all(|shard| shard % cores != *core)).collect()
 }
 
 /// Runs `action` on this shard every `interval` (after a first wait), as long as the shard runs.

@@ -11,6 +11,9 @@ use std::net::TcpListener as StdListener;
 use std::rc::Rc;
 use std::sync::mpsc;
 
+use protocol::grpc::bridge::{serve_jobs, JobReceiver};
+use protocol::grpc::gateway::RouterShard;
+
 /// What the router shard is given at start: its port, the router's ends of the forwarders'
 /// control channels, the forwarders' ports and how to advertise them, its end of its stop
 /// socket, and where it reports that it is ready and that it stopped.
@@ -23,6 +26,8 @@ pub(super) struct RouterWiring {
     pub stop: std::os::unix::net::UnixStream,
     pub ready: mpsc::Sender<Result<(), String>>,
     pub stopped: mpsc::Sender<(String, usize)>,
+    /// The gRPC API's jobs for the router, when it is served.
+    pub grpc_jobs: Option<JobReceiver<RouterShard>>,
 }
 
 /// Starts the router shard for `shards` forwarder shards, which are serving already.
@@ -48,6 +53,7 @@ pub(super) fn start_router_shard(
                 stop: router_shard_stop,
                 ready: router_ready,
                 stopped: stopped_sender,
+                grpc_jobs,
             } = wiring;
             let fail = |message: String| {
                 let _ = router_ready.send(Err(message));
@@ -97,6 +103,10 @@ pub(super) fn start_router_shard(
             run_router_timers(&router);
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
+            if let Some(jobs) = grpc_jobs {
+                let target = Rc::new(RouterShard { router: router.clone(), access: security.access.clone() });
+                crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
+            }
             let connections =
                 protocol::native::server::serve(listener, router, stop, connection_limits, security).await;
             let _ = stopped_sender.send(("router".to_owned(), connections));

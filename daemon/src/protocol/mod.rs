@@ -2,3 +2,6 @@
 //! their results back into its own responses; nothing below `api` knows any of them.
 
 pub mod native;
+// `grpc` (Google Cloud Pub/Sub's API) runs on a tokio runtime of its own and reaches the shards
+// through `grpc::bridge`.
+pub mod grpc;

@@ -1,0 +1,52 @@
+//! Who a gRPC request acts as. tonic's threads only carry what the request presented (a
+//! bearer token, a verified client certificate's identity) to the shard; the shard decides
+//! with its own `Access`, exactly as for the native protocol: the same access file, the same
+//! roles, the same refusals and the same audit lines.
+
+use crate::auth::{Access, Permission, Session};
+use crate::api::Status;
+
+/// What a request presented, owned, so that it crosses to a shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Presented {
+    /// The bearer token of `authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// The identity of a client certificate the TLS handshake verified.
+    pub certificate: Option<String>,
+}
+
+impl Presented {
+    /// What `request` presented. A malformed `authorization` header presents an empty token,
+    /// which the shard refuses as `Unauthenticated`, instead of being taken for no credential.
+    pub fn of<T>(request: &tonic::Request<T>) -> Presented {
+        let token = request.metadata().get("authorization").map(|value| {
+            value
+                .to_str()
+                .ok()
+                .and_then(|text| text.strip_prefix("Bearer ").or_else(|| text.strip_prefix("bearer ")))
+                .map(|token| token.trim().to_owned())
+                .unwrap_or_default()
+        });
+        let certificate = request
+            .peer_certs()
+            .and_then(|certificates| certificates.first().and_then(crate::protocol::native::tls::certificate_identity));
+        Presented { token, certificate }
+    }
+
+    /// The session on this shard: a token is authenticated with the shard's access file; a
+    /// verified certificate names its principal; nothing presented is anonymous.
+    pub fn session(&self, access: &Access) -> Result<Session, Status> {
+        match (&self.token, &self.certificate) {
+            (Some(token), _) => access.authenticate_token(token),
+            (None, Some(identity)) => Ok(access.authenticate_certificate(identity)),
+            (None, None) => Ok(Session::anonymous()),
+        }
+    }
+
+    /// The session, allowed `permission` on `name`, or the refusal.
+    pub fn check(&self, access: &Access, permission: Permission, name: &str) -> Result<Session, Status> {
+        let session = self.session(access)?;
+        access.check(&session, permission, name)?;
+        Ok(session)
+    }
+}

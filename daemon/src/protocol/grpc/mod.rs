@@ -1,0 +1,194 @@
+//! Google Cloud Pub/Sub's gRPC API (`google.pubsub.v1`), so that code written against Google's
+//! client libraries runs against Ringpost with nothing changed but `PUBSUB_EMULATOR_HOST`.
+//!
+//! tonic serves it on a tokio runtime of its own, whose threads run on the cores no forwarder
+//! shard is pinned to (or beside them, when every core has one). A handler decodes its request,
+//! maps Pub/Sub's names and fields onto the typed API (`crate::api`), and runs the operation on
+//! the shard that owns it as a job (`bridge`): the router shard for administration, the topic's
+//! forwarder shard for publishing and delivery. Permissions are decided there, by the shard's
+//! own `Access`, as for the native protocol.
+
+pub mod bridge;
+pub mod credentials;
+mod delivery;
+pub mod gateway;
+pub mod names;
+mod publisher;
+mod snapshots;
+pub mod status;
+mod subscriber;
+mod subscriptions;
+mod unimplemented;
+
+use crate::protocol::native::tls::{ClientCertificates, TlsSettings};
+use gateway::Gateway;
+use ringpost_proto::google::iam::v1::iam_policy_server::IamPolicyServer;
+use ringpost_proto::pubsub::publisher_server::PublisherServer;
+use ringpost_proto::pubsub::schema_service_server::SchemaServiceServer;
+use ringpost_proto::pubsub::subscriber_server::SubscriberServer;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The emulator's port, so `PUBSUB_EMULATOR_HOST=localhost:8085` finds Ringpost.
+pub const GRPC_LISTEN_DEFAULT: &str = "127.0.0.1:8085";
+
+/// A gRPC message the server decodes: above Pub/Sub's 10 MB request limit, so that a publish
+/// over that limit is refused by the same check as the native protocol's, naming the limit.
+pub const GRPC_REQUEST_BYTES_MAX: usize = 16 << 20;
+
+/// Concurrent calls on one HTTP/2 connection (a client's StreamingPulls, publishes, acks).
+pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+
+/// How long a stop waits for calls to finish after open streams were told to reconnect.
+pub const GRPC_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How the gRPC API is served.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GrpcSettings {
+    /// `None`: not served.
+    pub listen: Option<SocketAddr>,
+    /// The tokio runtime's worker threads.
+    pub threads: usize,
+}
+
+impl Default for GrpcSettings {
+    fn default() -> GrpcSettings {
+        GrpcSettings { listen: None, threads: 2 }
+    }
+}
+
+/// The gRPC API, serving: its runtime's thread, and how to stop it.
+pub struct GrpcServer {
+    pub address: SocketAddr,
+    stopping: tokio::sync::watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GrpcServer {
+    /// Serves the gRPC API on `listener` (bound by the caller, so a taken port fails the
+    /// start), on `threads` tokio worker threads pinned to `cpus` (none: unpinned).
+    pub fn start(
+        listener: std::net::TcpListener,
+        gateway: Gateway,
+        threads: usize,
+        cpus: Vec<usize>,
+        tls: Option<&TlsSettings>,
+    ) -> Result<GrpcServer, String> {
+        let address = listener.local_addr().map_err(|error| format!("the gRPC listener: {error}"))?;
+        listener.set_nonblocking(true).map_err(|error| format!("the gRPC listener: {error}"))?;
+        let tls = tls.map(server_tls).transpose()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("grpc")
+            .enable_io()
+            .enable_time()
+            .on_thread_start(move || pin_to(&cpus))
+            .build()
+            .map_err(|error| format!("starting the gRPC runtime: {error}"))?;
+        let (stopping, stopping_receiver) = tokio::sync::watch::channel(false);
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).map_err(|error| format!("the gRPC listener: {error}"))?
+        };
+        let gateway = Arc::new(gateway);
+        let thread = std::thread::Builder::new()
+            .name("grpc-main".into())
+            .spawn(move || {
+                runtime.block_on(serve(listener, gateway, tls, stopping_receiver));
+                runtime.shutdown_timeout(GRPC_STOP_GRACE);
+            })
+            .map_err(|error| format!("starting the gRPC thread: {error}"))?;
+        Ok(GrpcServer { address, stopping, thread: Some(thread) })
+    }
+
+    /// Stops serving: open StreamingPulls end with `UNAVAILABLE` (the clients reconnect), the
+    /// listener closes, and calls running get `GRPC_STOP_GRACE` to finish.
+    pub fn stop(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        let _ = self.stopping.send(true);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    gateway: Arc<Gateway>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<PublisherServer<publisher::PublisherService>>().await;
+    health_reporter.set_serving::<SubscriberServer<subscriber::SubscriberService>>().await;
+    let publisher = PublisherServer::new(publisher::PublisherService { gateway: gateway.clone() })
+        .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
+    let subscriber =
+        SubscriberServer::new(subscriber::SubscriberService { gateway, stopping: stopping.clone() })
+            .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
+        .http2_keepalive_interval(Some(Duration::from_secs(60)))
+        .tcp_nodelay(true);
+    if let Some(tls) = tls {
+        builder = match builder.tls_config(tls) {
+            Ok(builder) => builder,
+            Err(error) => {
+                eprintln!("ringpostd: the gRPC API's TLS configuration failed: {error}");
+                return;
+            }
+        };
+    }
+    let mut stopped = stopping.clone();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let result = builder
+        .add_service(health)
+        .add_service(publisher)
+        .add_service(subscriber)
+        .add_service(SchemaServiceServer::new(unimplemented::SchemaService))
+        .add_service(IamPolicyServer::new(unimplemented::IamPolicyService))
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stopped.wait_for(|stopping| *stopping).await;
+        })
+        .await;
+    if let Err(error) = result {
+        eprintln!("ringpostd: the gRPC API stopped: {error}");
+    }
+}
+
+/// tonic's TLS from the same files as the native protocol's.
+fn server_tls(settings: &TlsSettings) -> Result<tonic::transport::ServerTlsConfig, String> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|error| format!("reading {}: {error}", path.display()))
+    };
+    let identity = tonic::transport::Identity::from_pem(read(&settings.certificate)?, read(&settings.key)?);
+    let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &settings.client_ca {
+        config = config
+            .client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?))
+            .client_auth_optional(settings.client_certificates == ClientCertificates::Optional);
+    }
+    Ok(config)
+}
+
+/// Pins the calling thread to `cpus` (none: leaves it where the scheduler puts it).
+fn pin_to(cpus: &[usize]) {
+    if cpus.is_empty() {
+        return;
+    }
+    let mut set = nix::sched::CpuSet::new();
+    for &cpu in cpus {
+        let _ = set.set(cpu);
+    }
+    let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+}
