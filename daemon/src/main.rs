@@ -379,7 +379,8 @@ fn main() {
     config.grpc.listen = match flags.grpc_listen.as_str() {
         "off" => None,
         text => Some(
-            listen_address(text).unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--grpc-listen", 1))),
+            listen_address(text)
+                .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--grpc-listen", 1))),
         ),
     };
     if let Some(threads) = flags.grpc_threads {
@@ -425,8 +426,8 @@ fn main() {
         if let Some(grpc) = daemon.grpc_address {
             contents.push_str(&format!("\ngrpc {grpc}"));
         }
-        if let Err(error) = std::fs::write(&temporary, contents)
-            .and_then(|_| std::fs::rename(&temporary, &path))
+        if let Err(error) =
+            std::fs::write(&temporary, contents).and_then(|_| std::fs::rename(&temporary, &path))
         {
             eprintln!("ringpostd: writing {}: {error}", path.display());
             std::process::exit(EXIT_FAILURE);

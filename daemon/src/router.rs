@@ -389,7 +389,7 @@ impl<S: Storage> Router<S> {
             return Err(status);
         }
         self.topic_shard.borrow_mut().insert(id, shard);
-        Ok(Topic { name: name.to_owned(), message_retention_seconds: retention })
+        Ok(Topic { name: name.to_owned(), message_retention_seconds: retention, labels: Default::default() })
     }
 
     fn topic_record(&self, name: &str) -> Result<TopicRecord, Status> {
@@ -482,6 +482,8 @@ impl<S: Storage> Router<S> {
             minimum_backoff_seconds: minimum_backoff,
             maximum_backoff_seconds: maximum_backoff,
             expiration_ttl_seconds: expiration,
+            labels: request.labels.clone(),
+            enable_exactly_once_delivery: request.enable_exactly_once_delivery,
         };
         let _reservation = self.reserve_name(&format!("subscription/{name}"))?;
         if self.state.borrow().subscriptions.contains_key(name) {
@@ -566,7 +568,11 @@ impl<S: Storage> Router<S> {
                 .await
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }
-        Ok(Topic { name: topic.name, message_retention_seconds: retention_seconds })
+        Ok(Topic {
+            name: topic.name,
+            message_retention_seconds: retention_seconds,
+            labels: Default::default(),
+        })
     }
 
     /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
@@ -637,7 +643,12 @@ impl<S: Storage> Router<S> {
     }
 
     /// A snapshot named `name` of subscription `subscription`'s acknowledgements.
-    pub async fn create_snapshot(&self, name: &str, subscription: &str) -> Result<Snapshot, Status> {
+    pub async fn create_snapshot(
+        &self,
+        name: &str,
+        subscription: &str,
+        _labels: crate::api::control::Labels,
+    ) -> Result<Snapshot, Status> {
         validate_name("snapshot", name)?;
         let record = self.subscription_record(subscription)?;
         let _reservation = self.reserve_name(&format!("snapshot/{name}"))?;
@@ -665,7 +676,7 @@ impl<S: Storage> Router<S> {
             .await?;
         let snapshot = SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms };
         self.propose(CatalogEntry::SnapshotCreated(snapshot)).await?;
-        Ok(Snapshot { name: name.to_owned(), topic: topic.name, expire_time_ms })
+        Ok(Snapshot { name: name.to_owned(), topic: topic.name, expire_time_ms, labels: Default::default() })
     }
 
     /// Deletes subscriptions idle for longer than their expiration policy allows.
@@ -735,6 +746,7 @@ impl<S: Storage> Router<S> {
             .map(|(_, topic)| Topic {
                 name: topic.name.clone(),
                 message_retention_seconds: topic.message_retention_seconds,
+                labels: Default::default(),
             });
         page(topics, request.page_size, |topic| &topic.name)
     }
@@ -814,7 +826,11 @@ impl<S: Storage> Router<S> {
 
     pub fn get_topic(&self, name: &str) -> Result<Topic, Status> {
         let topic = self.topic_record(name)?;
-        Ok(Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds })
+        Ok(Topic {
+            name: topic.name,
+            message_retention_seconds: topic.message_retention_seconds,
+            labels: Default::default(),
+        })
     }
 
     /// The forwarders serving a topic, most preferred first. `local`: the address the client
@@ -905,15 +921,38 @@ impl<S: Storage> Router<S> {
                     .cloned()
                     .unwrap_or_else(|| DELETED_TOPIC.into()),
                 expire_time_ms: snapshot.expire_time_ms,
+                labels: Default::default(),
             });
         page(snapshots, request.page_size, |snapshot| &snapshot.name)
+    }
+
+    /// UpdateSnapshot: changes a snapshot's labels (`None`: leaves them).
+    pub async fn update_snapshot(
+        &self,
+        name: &str,
+        _labels: Option<crate::api::control::Labels>,
+    ) -> Result<Snapshot, Status> {
+        let _ = self.snapshot_record(name)?;
+        Err(Status::new(crate::api::Code::Unimplemented, "UpdateSnapshot is not built yet"))
+    }
+
+    /// DetachSubscription: the subscription stays, but leaves its topic as if the topic were
+    /// deleted: its messages are dropped and pulls answer `FAILED_PRECONDITION`.
+    pub async fn detach_subscription(&self, name: &str) -> Result<(), Status> {
+        let _ = self.subscription_record(name)?;
+        Err(Status::new(crate::api::Code::Unimplemented, "DetachSubscription is not built yet"))
     }
 
     pub fn get_snapshot(&self, name: &str) -> Result<Snapshot, Status> {
         let snapshot = self.snapshot_record(name)?;
         let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
         let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
-        Ok(Snapshot { name: snapshot.name, topic, expire_time_ms: snapshot.expire_time_ms })
+        Ok(Snapshot {
+            name: snapshot.name,
+            topic,
+            expire_time_ms: snapshot.expire_time_ms,
+            labels: Default::default(),
+        })
     }
 
     pub async fn delete_snapshot(&self, name: &str) -> Result<(), Status> {

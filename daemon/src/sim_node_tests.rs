@@ -470,7 +470,7 @@ async fn create_topic(router: &Router<SimDisk>, model: &RefCell<Model>) {
     let name = model.borrow_mut().fresh_name("topic");
     let topic = TopicModel { known: Known::Unknown, placed: None, publishes: BTreeMap::new() };
     model.borrow_mut().topics.insert(name.clone(), topic);
-    let result = router.create_topic(Topic { name: name.clone(), message_retention_seconds: 0 }).await;
+    let result = router.create_topic(Topic { name: name.clone(), ..Default::default() }).await;
     let placed = router.catalog_state().topics.get(&name).map(|record| (record.id, record.shard));
     let mut model = model.borrow_mut();
     model.record(&format!("create {name}: {} {placed:?}", outcome(&result)));

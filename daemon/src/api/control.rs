@@ -9,12 +9,16 @@ pub use crate::api::validate::{
     effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
 };
 
+/// A resource's labels, Pub/Sub's key-value pairs, kept in key order.
+pub type Labels = std::collections::BTreeMap<String, String>;
+
 /// A topic as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Topic {
     pub name: String,
     /// 0: not set (messages are kept until every subscription has acknowledged them).
     pub message_retention_seconds: u64,
+    pub labels: Labels,
 }
 
 /// A subscription's settings, which the catalog stores as they are (defaults applied).
@@ -36,6 +40,7 @@ pub struct Snapshot {
     /// The topic's name, or `DELETED_TOPIC` once the topic is deleted.
     pub topic: String,
     pub expire_time_ms: u64,
+    pub labels: Labels,
 }
 
 /// A page of a listing, in name order.
@@ -61,6 +66,7 @@ pub struct Page<T> {
 pub struct TopicUpdate {
     pub name: String,
     pub message_retention_seconds: Option<u64>,
+    pub labels: Option<Labels>,
 }
 
 /// The changes of an UpdateSubscription, checked; `None` leaves a setting as it is.
@@ -75,6 +81,8 @@ pub struct SubscriptionUpdate {
     pub dead_letter_policy: Option<(String, u32)>,
     /// Minimum and maximum backoff seconds; (0, 0): no retry policy.
     pub retry_policy: Option<(u32, u32)>,
+    pub labels: Option<Labels>,
+    pub enable_exactly_once_delivery: Option<bool>,
 }
 
 /// Where a subscription's acknowledgements move to.

@@ -219,11 +219,20 @@ pub struct InvalidAckId {
     /// At most `ACK_ID_BYTES_MAX` characters of it.
     pub ack_id: String,
     pub reason: &'static str,
+    /// Whether asking again can never succeed (a malformed, unknown or expired ack id), or
+    /// might (the acknowledgement could not be made durable yet).
+    pub permanent: bool,
 }
 
 impl InvalidAckId {
+    /// An ack id that can never be honoured.
     pub fn new(ack_id: &str, reason: &'static str) -> InvalidAckId {
-        InvalidAckId { ack_id: ack_id.chars().take(ACK_ID_BYTES_MAX).collect(), reason }
+        InvalidAckId { ack_id: ack_id.chars().take(ACK_ID_BYTES_MAX).collect(), reason, permanent: true }
+    }
+
+    /// An ack id not honoured this time, which may be on a retry.
+    pub fn transient(ack_id: &str, reason: &'static str) -> InvalidAckId {
+        InvalidAckId { permanent: false, ..InvalidAckId::new(ack_id, reason) }
     }
 }
 

@@ -68,6 +68,11 @@ pub struct SubscriptionSettings {
     pub minimum_backoff_seconds: u32,
     pub maximum_backoff_seconds: u32,
     pub expiration_ttl_seconds: u64,
+    /// Pub/Sub's labels, stored and returned as given.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Exactly-once delivery: an ack id is good only while its lease is, and once an
+    /// acknowledgement is confirmed the message is never delivered again.
+    pub enable_exactly_once_delivery: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,6 +289,8 @@ fn decode_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
         minimum_backoff_seconds: d.u32()?,
         maximum_backoff_seconds: d.u32()?,
         expiration_ttl_seconds: d.u64()?,
+        labels: Default::default(),
+        enable_exactly_once_delivery: false,
     })
 }
 /// A name read from a deletion that must carry one.

@@ -113,7 +113,16 @@ fn listening_ports_beyond_65535_are_refused_and_names_resolve() {
     let directory = ringpost_tests::temporary_directory("shutdown-ports");
     let ringpostd = ringpost_tests::binary("ringpostd");
     let output = std::process::Command::new(&ringpostd)
-        .args(["--listen", "127.0.0.1:65535", "--grpc-listen", "off", "--shards", "2", "--no-pin", "--data-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:65535",
+            "--grpc-listen",
+            "off",
+            "--shards",
+            "2",
+            "--no-pin",
+            "--data-dir",
+        ])
         .arg(directory.join("data"))
         .output()
         .unwrap();

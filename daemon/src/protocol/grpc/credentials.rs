@@ -3,8 +3,8 @@
 //! with its own `Access`, exactly as for the native protocol: the same access file, the same
 //! roles, the same refusals and the same audit lines.
 
-use crate::auth::{Access, Permission, Session};
 use crate::api::Status;
+use crate::auth::{Access, Permission, Session};
 
 /// What a request presented, owned, so that it crosses to a shard.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,9 +27,9 @@ impl Presented {
                 .map(|token| token.trim().to_owned())
                 .unwrap_or_default()
         });
-        let certificate = request
-            .peer_certs()
-            .and_then(|certificates| certificates.first().and_then(crate::protocol::native::tls::certificate_identity));
+        let certificate = request.peer_certs().and_then(|certificates| {
+            certificates.first().and_then(crate::protocol::native::tls::certificate_identity)
+        });
         Presented { token, certificate }
     }
 

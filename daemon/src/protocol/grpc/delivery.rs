@@ -2,8 +2,8 @@
 
 use super::gateway::Gateway;
 use ringpost_proto::pubsub;
-use tonic::{Request, Response, Status};
 use std::pin::Pin;
+use tonic::{Request, Response, Status};
 
 /// What a StreamingPull answers: responses until the stream ends.
 pub type ResponseStream =
@@ -18,17 +18,26 @@ pub async fn streaming_pull(
     Err(Status::unimplemented("streaming_pull: not built yet"))
 }
 
-pub async fn pull(gateway: &Gateway, request: Request<pubsub::PullRequest>) -> Result<Response<pubsub::PullResponse>, Status> {
+pub async fn pull(
+    gateway: &Gateway,
+    request: Request<pubsub::PullRequest>,
+) -> Result<Response<pubsub::PullResponse>, Status> {
     let _ = (gateway, request);
     Err(Status::unimplemented("pull: not built yet"))
 }
 
-pub async fn acknowledge(gateway: &Gateway, request: Request<pubsub::AcknowledgeRequest>) -> Result<Response<()>, Status> {
+pub async fn acknowledge(
+    gateway: &Gateway,
+    request: Request<pubsub::AcknowledgeRequest>,
+) -> Result<Response<()>, Status> {
     let _ = (gateway, request);
     Err(Status::unimplemented("acknowledge: not built yet"))
 }
 
-pub async fn modify_ack_deadline(gateway: &Gateway, request: Request<pubsub::ModifyAckDeadlineRequest>) -> Result<Response<()>, Status> {
+pub async fn modify_ack_deadline(
+    gateway: &Gateway,
+    request: Request<pubsub::ModifyAckDeadlineRequest>,
+) -> Result<Response<()>, Status> {
     let _ = (gateway, request);
     Err(Status::unimplemented("modify_ack_deadline: not built yet"))
 }

@@ -89,7 +89,8 @@ impl GrpcServer {
         let (stopping, stopping_receiver) = tokio::sync::watch::channel(false);
         let listener = {
             let _entered = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).map_err(|error| format!("the gRPC listener: {error}"))?
+            tokio::net::TcpListener::from_std(listener)
+                .map_err(|error| format!("the gRPC listener: {error}"))?
         };
         let gateway = Arc::new(gateway);
         let thread = std::thread::Builder::new()

@@ -70,11 +70,12 @@ pub fn parse(field: &str, kind: Kind, text: &str) -> Result<Name, Status> {
 
 /// `projects/{project}`, as list requests name their project.
 pub fn parse_project(field: &str, text: &str) -> Result<String, Status> {
-    let project = text.strip_prefix("projects/").filter(|project| !project.contains('/')).ok_or_else(|| {
-        Status::invalid_argument(format!(
-            "Invalid resource name given ({field}={text}): expected projects/{{project}}"
-        ))
-    })?;
+    let project =
+        text.strip_prefix("projects/").filter(|project| !project.contains('/')).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "Invalid resource name given ({field}={text}): expected projects/{{project}}"
+            ))
+        })?;
     validate_project(project).map_err(|why| {
         Status::invalid_argument(format!("Invalid resource name given ({field}={text}): {why}"))
     })?;

@@ -60,11 +60,17 @@ impl pubsub::subscriber_server::Subscriber for SubscriberService {
         delivery::modify_ack_deadline(&self.gateway, request).await
     }
 
-    async fn acknowledge(&self, request: Request<pubsub::AcknowledgeRequest>) -> Result<Response<()>, Status> {
+    async fn acknowledge(
+        &self,
+        request: Request<pubsub::AcknowledgeRequest>,
+    ) -> Result<Response<()>, Status> {
         delivery::acknowledge(&self.gateway, request).await
     }
 
-    async fn pull(&self, request: Request<pubsub::PullRequest>) -> Result<Response<pubsub::PullResponse>, Status> {
+    async fn pull(
+        &self,
+        request: Request<pubsub::PullRequest>,
+    ) -> Result<Response<pubsub::PullResponse>, Status> {
         delivery::pull(&self.gateway, request).await
     }
 
@@ -115,11 +121,17 @@ impl pubsub::subscriber_server::Subscriber for SubscriberService {
         snapshots::update(&self.gateway, request).await
     }
 
-    async fn delete_snapshot(&self, request: Request<pubsub::DeleteSnapshotRequest>) -> Result<Response<()>, Status> {
+    async fn delete_snapshot(
+        &self,
+        request: Request<pubsub::DeleteSnapshotRequest>,
+    ) -> Result<Response<()>, Status> {
         snapshots::delete(&self.gateway, request).await
     }
 
-    async fn seek(&self, request: Request<pubsub::SeekRequest>) -> Result<Response<pubsub::SeekResponse>, Status> {
+    async fn seek(
+        &self,
+        request: Request<pubsub::SeekRequest>,
+    ) -> Result<Response<pubsub::SeekResponse>, Status> {
         snapshots::seek(&self.gateway, request).await
     }
 }

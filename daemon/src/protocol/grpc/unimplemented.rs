@@ -25,31 +25,52 @@ fn no_iam(method: &str) -> Status {
 
 #[tonic::async_trait]
 impl pubsub::schema_service_server::SchemaService for SchemaService {
-    async fn create_schema(&self, _: Request<pubsub::CreateSchemaRequest>) -> Result<Response<pubsub::Schema>, Status> {
+    async fn create_schema(
+        &self,
+        _: Request<pubsub::CreateSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
         Err(no_schemas("CreateSchema"))
     }
 
-    async fn get_schema(&self, _: Request<pubsub::GetSchemaRequest>) -> Result<Response<pubsub::Schema>, Status> {
+    async fn get_schema(
+        &self,
+        _: Request<pubsub::GetSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
         Err(no_schemas("GetSchema"))
     }
 
-    async fn list_schemas(&self, _: Request<pubsub::ListSchemasRequest>) -> Result<Response<pubsub::ListSchemasResponse>, Status> {
+    async fn list_schemas(
+        &self,
+        _: Request<pubsub::ListSchemasRequest>,
+    ) -> Result<Response<pubsub::ListSchemasResponse>, Status> {
         Err(no_schemas("ListSchemas"))
     }
 
-    async fn list_schema_revisions(&self, _: Request<pubsub::ListSchemaRevisionsRequest>) -> Result<Response<pubsub::ListSchemaRevisionsResponse>, Status> {
+    async fn list_schema_revisions(
+        &self,
+        _: Request<pubsub::ListSchemaRevisionsRequest>,
+    ) -> Result<Response<pubsub::ListSchemaRevisionsResponse>, Status> {
         Err(no_schemas("ListSchemaRevisions"))
     }
 
-    async fn commit_schema(&self, _: Request<pubsub::CommitSchemaRequest>) -> Result<Response<pubsub::Schema>, Status> {
+    async fn commit_schema(
+        &self,
+        _: Request<pubsub::CommitSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
         Err(no_schemas("CommitSchema"))
     }
 
-    async fn rollback_schema(&self, _: Request<pubsub::RollbackSchemaRequest>) -> Result<Response<pubsub::Schema>, Status> {
+    async fn rollback_schema(
+        &self,
+        _: Request<pubsub::RollbackSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
         Err(no_schemas("RollbackSchema"))
     }
 
-    async fn delete_schema_revision(&self, _: Request<pubsub::DeleteSchemaRevisionRequest>) -> Result<Response<pubsub::Schema>, Status> {
+    async fn delete_schema_revision(
+        &self,
+        _: Request<pubsub::DeleteSchemaRevisionRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
         Err(no_schemas("DeleteSchemaRevision"))
     }
 
@@ -57,26 +78,41 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         Err(no_schemas("DeleteSchema"))
     }
 
-    async fn validate_schema(&self, _: Request<pubsub::ValidateSchemaRequest>) -> Result<Response<pubsub::ValidateSchemaResponse>, Status> {
+    async fn validate_schema(
+        &self,
+        _: Request<pubsub::ValidateSchemaRequest>,
+    ) -> Result<Response<pubsub::ValidateSchemaResponse>, Status> {
         Err(no_schemas("ValidateSchema"))
     }
 
-    async fn validate_message(&self, _: Request<pubsub::ValidateMessageRequest>) -> Result<Response<pubsub::ValidateMessageResponse>, Status> {
+    async fn validate_message(
+        &self,
+        _: Request<pubsub::ValidateMessageRequest>,
+    ) -> Result<Response<pubsub::ValidateMessageResponse>, Status> {
         Err(no_schemas("ValidateMessage"))
     }
 }
 
 #[tonic::async_trait]
 impl iam::iam_policy_server::IamPolicy for IamPolicyService {
-    async fn set_iam_policy(&self, _: Request<iam::SetIamPolicyRequest>) -> Result<Response<iam::Policy>, Status> {
+    async fn set_iam_policy(
+        &self,
+        _: Request<iam::SetIamPolicyRequest>,
+    ) -> Result<Response<iam::Policy>, Status> {
         Err(no_iam("SetIAMPolicy"))
     }
 
-    async fn get_iam_policy(&self, _: Request<iam::GetIamPolicyRequest>) -> Result<Response<iam::Policy>, Status> {
+    async fn get_iam_policy(
+        &self,
+        _: Request<iam::GetIamPolicyRequest>,
+    ) -> Result<Response<iam::Policy>, Status> {
         Err(no_iam("GetIAMPolicy"))
     }
 
-    async fn test_iam_permissions(&self, _: Request<iam::TestIamPermissionsRequest>) -> Result<Response<iam::TestIamPermissionsResponse>, Status> {
+    async fn test_iam_permissions(
+        &self,
+        _: Request<iam::TestIamPermissionsRequest>,
+    ) -> Result<Response<iam::TestIamPermissionsResponse>, Status> {
         Err(no_iam("TestIAMPermissions"))
     }
 }

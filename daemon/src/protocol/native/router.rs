@@ -50,6 +50,7 @@ fn topic_request(body: &[u8]) -> Result<Topic, Status> {
     Ok(Topic {
         name: request.name.as_str().to_owned(),
         message_retention_seconds: request.message_retention_seconds.to_native(),
+        labels: Default::default(),
     })
 }
 
@@ -73,6 +74,9 @@ fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
             minimum_backoff_seconds: request.minimum_backoff_seconds.to_native(),
             maximum_backoff_seconds: request.maximum_backoff_seconds.to_native(),
             expiration_ttl_seconds: request.expiration_ttl_seconds.to_native(),
+            // The native protocol carries neither yet; the gRPC API sets them.
+            labels: Default::default(),
+            enable_exactly_once_delivery: false,
         },
     })
 }
@@ -114,6 +118,7 @@ fn topic_update(body: &[u8]) -> Result<TopicUpdate, Status> {
     Ok(TopicUpdate {
         name: request.topic.name.as_str().to_owned(),
         message_retention_seconds: changes.message_retention_seconds,
+        labels: None,
     })
 }
 
@@ -128,6 +133,8 @@ fn subscription_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
         expiration_ttl_seconds: changes.expiration_ttl_seconds,
         dead_letter_policy: changes.dead_letter_policy,
         retry_policy: changes.retry_policy,
+        labels: None,
+        enable_exactly_once_delivery: None,
     })
 }
 
@@ -284,8 +291,9 @@ async fn dispatch_snapshots<S: Storage>(
             let request = access_body::<wire::SnapshotRequest>(body)?;
             responder.check(Permission::SnapshotsCreate, request.name.as_str())?;
             responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
-            let snapshot =
-                router.create_snapshot(request.name.as_str(), request.subscription.as_str()).await?;
+            let snapshot = router
+                .create_snapshot(request.name.as_str(), request.subscription.as_str(), Default::default())
+                .await?;
             respond(header, &snapshot_message(snapshot))
         }
         Command::ListSnapshots => {
