@@ -47,6 +47,8 @@ impl Drop for ScratchDir {
 pub struct EmbeddedDaemon {
     /// The router's address, as a client connects to it.
     pub address: String,
+    /// Where its gRPC API serves, when asked for.
+    pub grpc_address: Option<String>,
     pub data_dir: PathBuf,
     // Field order matters: the daemon is dropped before its scratch directory is removed.
     _daemon: ringpost_daemon::Daemon,
@@ -56,7 +58,7 @@ pub struct EmbeddedDaemon {
 impl EmbeddedDaemon {
     /// Starts a daemon on ephemeral loopback ports, with one forwarder shard per core. With no
     /// `data_dir`, it gets a fresh directory under [`SCRATCH_PARENT`] that is removed on drop.
-    pub fn start(data_dir: Option<&Path>) -> Result<EmbeddedDaemon, Failure> {
+    pub fn start(data_dir: Option<&Path>, grpc: bool) -> Result<EmbeddedDaemon, Failure> {
         let scratch = match data_dir {
             Some(_) => None,
             None => Some(ScratchDir::create(Path::new(SCRATCH_PARENT))?),
@@ -67,9 +69,19 @@ impl EmbeddedDaemon {
             (None, None) => unreachable!("a scratch directory is made when none is given"),
         };
         let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let daemon = ringpost_daemon::start(ringpost_daemon::Config::new(listen, data_dir.clone()))
+        let mut config = ringpost_daemon::Config::new(listen, data_dir.clone());
+        if grpc {
+            config.grpc.listen = Some(listen);
+        }
+        let daemon = ringpost_daemon::start(config)
             .map_err(|error| Failure::runtime(format!("starting the embedded daemon: {error}")))?;
-        Ok(EmbeddedDaemon { address: daemon.router_address.to_string(), data_dir, _daemon: daemon, scratch })
+        Ok(EmbeddedDaemon {
+            address: daemon.router_address.to_string(),
+            grpc_address: daemon.grpc_address.map(|address| address.to_string()),
+            data_dir,
+            _daemon: daemon,
+            scratch,
+        })
     }
 
     /// Whether the data directory is removed when the daemon is dropped.

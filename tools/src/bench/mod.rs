@@ -30,6 +30,7 @@ pub mod curve;
 pub mod embedded;
 pub mod format;
 pub mod gate;
+pub mod grpc;
 pub mod ids;
 pub mod inflight;
 pub mod latency;
@@ -57,6 +58,45 @@ pub fn set_security(security: Security) -> bool {
 
 pub(crate) fn security() -> &'static Security {
     SECURITY.get_or_init(Security::default)
+}
+
+/// The gRPC API's address when the run goes through it (`--grpc`); set once, like `SECURITY`.
+static GRPC: OnceLock<String> = OnceLock::new();
+
+/// Sends the run's publishes, streams and acknowledgements through the gRPC API at `address`;
+/// false if it was set already.
+pub fn set_grpc(address: String) -> bool {
+    GRPC.set(address).is_ok()
+}
+
+pub(crate) fn grpc_address() -> Option<&'static str> {
+    GRPC.get().map(String::as_str)
+}
+
+/// What a publisher thread publishes through: the native client, or the gRPC API.
+pub(crate) enum Publisher {
+    Native(Client),
+    Grpc(grpc::GrpcClient),
+}
+
+impl Publisher {
+    pub(crate) async fn connect(server: &str) -> ringpost_client::Result<Publisher> {
+        match grpc_address() {
+            Some(address) => grpc::GrpcClient::connect(address, security().token()).map(Publisher::Grpc),
+            None => connect(server).await.map(Publisher::Native),
+        }
+    }
+
+    pub(crate) async fn publish(
+        &self,
+        topic: &str,
+        messages: Vec<ringpost_client::Message>,
+    ) -> ringpost_client::Result<Vec<u64>> {
+        match self {
+            Publisher::Native(client) => client.publish(topic, messages).await,
+            Publisher::Grpc(client) => client.publish(topic, messages).await,
+        }
+    }
 }
 
 /// A client of the router at `server`, with the run's security and the client's defaults.

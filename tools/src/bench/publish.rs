@@ -365,7 +365,7 @@ pub fn publisher_run(
             context.warnings.lock().unwrap().push(warning);
         }
     }
-    let connected = block_on(super::connect(&options.server));
+    let connected = block_on(super::Publisher::connect(&options.server));
     if connected.is_err() {
         context.setup_failed.store(true, Ordering::Release);
     }

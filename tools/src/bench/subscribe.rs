@@ -131,6 +131,7 @@ struct Delivery {
 enum Feed {
     Client(MessageStream),
     Multiplexed(StreamReceiver),
+    Grpc(tonic::Streaming<ringpost_proto::pubsub::StreamingPullResponse>),
 }
 
 impl Feed {
@@ -149,6 +150,14 @@ impl Feed {
                         .collect()
                 })
             }),
+            Feed::Grpc(stream) => loop {
+                match stream.message().await {
+                    Ok(Some(response)) if response.received_messages.is_empty() => continue,
+                    Ok(Some(response)) => break Some(grpc_deliveries(response)),
+                    Ok(None) => break None,
+                    Err(status) => break Some(Err(super::grpc::from_grpc(status))),
+                }
+            },
             Feed::Multiplexed(receiver) => receiver.next().await.map(|frame| {
                 let frame = frame?;
                 // Read in place: only the ack id is copied out of the frame.
@@ -173,8 +182,55 @@ enum Event {
 }
 
 /// Opens the streams of `mine` (indices into the targets).
+/// A StreamingPull response's messages as deliveries.
+fn grpc_deliveries(
+    response: ringpost_proto::pubsub::StreamingPullResponse,
+) -> ringpost_client::Result<Vec<Delivery>> {
+    response
+        .received_messages
+        .into_iter()
+        .map(|received| {
+            let message = received.message.unwrap_or_default();
+            let message_id = message.message_id.parse().map_err(|_| {
+                Error::Protocol(format!("message id {:?} is not a number", message.message_id))
+            })?;
+            Ok(Delivery { stamp_ns: read_stamp(&message.data), ack_id: received.ack_id, message_id })
+        })
+        .collect()
+}
+
+/// Where a subscriber thread sends its acknowledgements: the native client, or the gRPC API.
+enum Acker<'a> {
+    Native(&'a Client),
+    Grpc(super::grpc::GrpcClient),
+}
+
+impl Acker<'_> {
+    async fn acknowledge(
+        &self,
+        subscription: &str,
+        ack_ids: Vec<String>,
+    ) -> ringpost_client::Result<Vec<InvalidAckId>> {
+        match self {
+            Acker::Native(client) => client.acknowledge(subscription, ack_ids).await,
+            Acker::Grpc(client) => client.acknowledge(subscription, ack_ids).await.map(|()| Vec::new()),
+        }
+    }
+}
+
 fn open_feeds(client: &Client, mine: &[usize], context: &SubscriberContext) -> Result<Vec<Feed>, Failure> {
     let settings = StreamSettings { max_outstanding_messages: context.window, ..StreamSettings::default() };
+    if let Some(address) = super::grpc_address() {
+        let grpc = super::grpc::GrpcClient::connect(address, super::security().token())?;
+        return mine
+            .iter()
+            .map(|&index| {
+                grpc.streaming_pull(&context.targets[index].name, context.window)
+                    .map(Feed::Grpc)
+                    .map_err(Failure::from)
+            })
+            .collect();
+    }
     if !context.multiplex {
         return mine
             .iter()
@@ -299,7 +355,11 @@ pub fn subscriber_run(
         timed_out: false,
         first_error: None,
     };
-    let client = &client;
+    let acker = match super::grpc_address() {
+        Some(address) => Acker::Grpc(super::grpc::GrpcClient::connect(address, super::security().token())?),
+        None => Acker::Native(&client),
+    };
+    let acker = &acker;
     let mut in_flight: InflightSet<'_, Event> = InflightSet::new(feeds.len() + ACK_REQUESTS_PER_THREAD_MAX);
     let mut events: Vec<Event> = Vec::new();
     for (local, feed) in feeds.into_iter().enumerate() {
@@ -414,7 +474,7 @@ pub fn subscriber_run(
                 acks_in_flight += 1;
                 let count = ids.len();
                 let request = async move {
-                    let result = client.acknowledge(name, ids).await;
+                    let result = acker.acknowledge(name, ids).await;
                     Event::Acknowledged { local, count, result }
                 };
                 events.extend(in_flight.start(request));
