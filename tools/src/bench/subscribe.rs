@@ -131,7 +131,7 @@ struct Delivery {
 enum Feed {
     Client(MessageStream),
     Multiplexed(StreamReceiver),
-    Grpc(tonic::Streaming<ringpost_proto::pubsub::StreamingPullResponse>),
+    Grpc(Box<tonic::Streaming<ringpost_proto::pubsub::StreamingPullResponse>>),
 }
 
 impl Feed {
@@ -202,7 +202,7 @@ fn grpc_deliveries(
 /// Where a subscriber thread sends its acknowledgements: the native client, or the gRPC API.
 enum Acker<'a> {
     Native(&'a Client),
-    Grpc(super::grpc::GrpcClient),
+    Grpc(Box<super::grpc::GrpcClient>),
 }
 
 impl Acker<'_> {
@@ -226,7 +226,7 @@ fn open_feeds(client: &Client, mine: &[usize], context: &SubscriberContext) -> R
             .iter()
             .map(|&index| {
                 grpc.streaming_pull(&context.targets[index].name, context.window)
-                    .map(Feed::Grpc)
+                    .map(|stream| Feed::Grpc(Box::new(stream)))
                     .map_err(Failure::from)
             })
             .collect();
@@ -356,7 +356,9 @@ pub fn subscriber_run(
         first_error: None,
     };
     let acker = match super::grpc_address() {
-        Some(address) => Acker::Grpc(super::grpc::GrpcClient::connect(address, super::security().token())?),
+        Some(address) => {
+            Acker::Grpc(Box::new(super::grpc::GrpcClient::connect(address, super::security().token())?))
+        }
         None => Acker::Native(&client),
     };
     let acker = &acker;
