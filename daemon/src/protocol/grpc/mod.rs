@@ -9,6 +9,7 @@
 //! own `Access`, as for the native protocol.
 
 pub mod bridge;
+mod connections;
 pub mod credentials;
 mod delivery;
 pub mod gateway;
@@ -37,8 +38,10 @@ pub const GRPC_LISTEN_DEFAULT: &str = "127.0.0.1:8085";
 /// over that limit is refused by the same check as the native protocol's, naming the limit.
 pub const GRPC_REQUEST_BYTES_MAX: usize = 16 << 20;
 
-/// Concurrent calls on one HTTP/2 connection (a client's StreamingPulls, publishes, acks).
-pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+/// Concurrent calls on one HTTP/2 connection (a client's StreamingPulls, publishes, acks), as
+/// Google's front ends and grpc-core's servers allow; a client queues calls beyond it. With
+/// `GRPC_REQUEST_BYTES_MAX`, it bounds what one connection can make the server hold.
+pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 100;
 
 /// How long a stop waits for calls to finish after open streams were told to reconnect.
 pub const GRPC_STOP_GRACE: Duration = Duration::from_secs(5);
@@ -151,7 +154,10 @@ async fn serve(
         };
     }
     let mut stopped = stopping.clone();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = connections::bounded(
+        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        connections::GRPC_CONNECTIONS_MAX,
+    );
     let result = builder
         .add_service(health)
         .add_service(publisher)
