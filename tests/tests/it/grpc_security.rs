@@ -1,0 +1,205 @@
+//! The gRPC API guarded as the native protocol is: the same access file (tokens as
+//! `authorization: Bearer`), the same TLS files, client certificates as principals; the
+//! health service; and the services Ringpost does not implement answering why.
+
+use crate::security::{access_text, daemon_requiring_auth, flags, text, token, AccessFile, Files};
+use crate::test_ca::{Pair, TestCa};
+use ringpost_client::block_on;
+use ringpost_proto::google::iam::v1 as iam;
+use ringpost_proto::pubsub;
+use ringpost_tests::Daemon;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::Code;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// The gRPC API's address of a daemon started with `--grpc-listen 127.0.0.1:0`.
+fn grpc_address(daemon: &Daemon) -> String {
+    daemon.grpc_address.clone().expect("the daemon serves the gRPC API")
+}
+
+fn with_grpc(mut words: Vec<String>) -> Vec<String> {
+    words.extend(flags(&["--grpc-listen", "127.0.0.1:0"]));
+    words
+}
+
+fn plaintext(runtime: &tokio::runtime::Runtime, address: &str) -> Channel {
+    runtime.block_on(Endpoint::from_shared(format!("http://{address}")).unwrap().connect()).unwrap()
+}
+
+fn over_tls(
+    runtime: &tokio::runtime::Runtime,
+    address: &str,
+    ca: &TestCa,
+    client: Option<&Pair>,
+) -> Result<Channel, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(&ca.file).unwrap()))
+        .domain_name("localhost");
+    if let Some(pair) = client {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(&pair.certificate).unwrap(),
+            std::fs::read(&pair.key).unwrap(),
+        ));
+    }
+    let endpoint = Endpoint::from_shared(format!("https://{address}")).unwrap().tls_config(tls).unwrap();
+    runtime.block_on(endpoint.connect())
+}
+
+fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    request
+}
+
+fn get_topic(
+    runtime: &tokio::runtime::Runtime,
+    channel: &Channel,
+    topic: &str,
+    token: Option<&str>,
+) -> Result<pubsub::Topic, tonic::Status> {
+    let mut publisher = pubsub::publisher_client::PublisherClient::new(channel.clone());
+    let request = pubsub::GetTopicRequest { topic: format!("projects/p/topics/{topic}") };
+    runtime.block_on(publisher.get_topic(with_token(request, token))).map(tonic::Response::into_inner)
+}
+
+fn publish(
+    runtime: &tokio::runtime::Runtime,
+    channel: &Channel,
+    topic: &str,
+    token: Option<&str>,
+) -> Result<pubsub::PublishResponse, tonic::Status> {
+    let mut publisher = pubsub::publisher_client::PublisherClient::new(channel.clone());
+    let request = pubsub::PublishRequest {
+        topic: format!("projects/p/topics/{topic}"),
+        messages: vec![pubsub::PubsubMessage { data: b"guarded".to_vec().into(), ..Default::default() }],
+    };
+    runtime.block_on(publisher.publish(with_token(request, token))).map(tonic::Response::into_inner)
+}
+
+#[test]
+fn grpc_health_serves_and_the_services_ringpost_lacks_say_why() {
+    let daemon = Daemon::start_with("grpc-health", Vec::new(), with_grpc(Vec::new()));
+    let runtime = runtime();
+    let channel = plaintext(&runtime, &grpc_address(&daemon));
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for service in ["", "google.pubsub.v1.Publisher", "google.pubsub.v1.Subscriber"] {
+        let request = tonic_health::pb::HealthCheckRequest { service: service.to_owned() };
+        let answer = runtime.block_on(health.check(request)).unwrap().into_inner();
+        assert_eq!(answer.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    }
+
+    let mut schemas = pubsub::schema_service_client::SchemaServiceClient::new(channel.clone());
+    let request = pubsub::ListSchemasRequest { parent: "projects/p".into(), ..Default::default() };
+    let refused = runtime.block_on(schemas.list_schemas(request)).unwrap_err();
+    assert_eq!(refused.code(), Code::Unimplemented);
+    assert!(refused.message().contains("schemas"), "{}", refused.message());
+
+    let mut policies = iam::iam_policy_client::IamPolicyClient::new(channel.clone());
+    let request = iam::GetIamPolicyRequest { resource: "projects/p/topics/t".into(), ..Default::default() };
+    let refused = runtime.block_on(policies.get_iam_policy(request)).unwrap_err();
+    assert_eq!(refused.code(), Code::Unimplemented);
+    assert!(refused.message().contains("--access-file"), "{}", refused.message());
+
+    let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(channel);
+    let request = pubsub::ModifyPushConfigRequest {
+        subscription: "projects/p/subscriptions/s".into(),
+        ..Default::default()
+    };
+    let refused = runtime.block_on(subscriber.modify_push_config(request)).unwrap_err();
+    assert_eq!(refused.code(), Code::Unimplemented);
+    assert!(refused.message().contains("push"), "{}", refused.message());
+}
+
+/// Tokens in `authorization: Bearer`, decided by the same access file as the native protocol:
+/// no token is UNAUTHENTICATED, a wrong one too, a token without the role PERMISSION_DENIED,
+/// and a denied publish stores nothing.
+#[test]
+fn grpc_calls_are_authenticated_and_permitted_by_the_access_file() {
+    let files = Files::new("grpc-auth");
+    let (root, reader) = (token("root"), token("reader"));
+    let access =
+        AccessFile::new(&files, &access_text(&[&root, &reader], &["admin * root", "viewer * reader"]));
+    let daemon = daemon_requiring_auth("grpc-auth", &access, &["--grpc-listen", "127.0.0.1:0"]);
+    let admin = crate::security::client_with(&daemon, &root);
+    block_on(admin.create_topic("guarded")).unwrap();
+    let runtime = runtime();
+    let channel = plaintext(&runtime, &grpc_address(&daemon));
+
+    let status = get_topic(&runtime, &channel, "guarded", None).unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let status = get_topic(&runtime, &channel, "guarded", Some("rpt_not-a-token")).unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(!status.message().contains("rpt_not-a-token"), "a refusal never repeats the token");
+    let topic = get_topic(&runtime, &channel, "guarded", Some(&reader.secret)).unwrap();
+    assert_eq!(topic.name, "projects/p/topics/guarded");
+
+    let status = publish(&runtime, &channel, "guarded", Some(&reader.secret)).unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("pubsub.topics.publish"), "{}", status.message());
+    let stats = block_on(admin.stats()).unwrap();
+    let stored = stats.topics.iter().find(|topic| topic.name == "guarded").map(|topic| topic.end_offset);
+    assert_eq!(stored, Some(0), "a denied publish appends nothing");
+
+    let published = publish(&runtime, &channel, "guarded", Some(&root.secret)).unwrap();
+    assert_eq!(published.message_ids.len(), 1);
+}
+
+/// With --tls-cert and --tls-key the gRPC API serves TLS from the same files; a client
+/// certificate the --tls-client-ca signed is a principal, as on the native ports.
+#[test]
+fn grpc_serves_tls_and_client_certificates_are_principals() {
+    let files = Files::new("grpc-tls");
+    let server_ca = TestCa::new(&files.directory, "server-ca");
+    let client_ca = TestCa::new(&files.directory, "client-ca");
+    let root = token("root");
+    let access =
+        AccessFile::new(&files, &access_text(&[&root], &["admin * root", "publisher topic:secure billing"]));
+    let server = server_ca.server();
+    let words = flags(&[
+        "--tls-cert",
+        &text(&server.certificate),
+        "--tls-key",
+        &text(&server.key),
+        "--tls-client-ca",
+        &text(&client_ca.file),
+        "--grpc-listen",
+        "127.0.0.1:0",
+    ]);
+    let daemon =
+        daemon_requiring_auth("grpc-tls", &access, &words.iter().map(String::as_str).collect::<Vec<_>>());
+    let native = ringpost_client::Security::default().with_ca_file(&server_ca.file).unwrap();
+    let admin = crate::security::connect_with(&daemon.address, native.with_token(root.secret.clone()));
+    block_on(admin.create_topic("secure")).unwrap();
+    let runtime = runtime();
+    let address = grpc_address(&daemon);
+
+    // Plaintext to the TLS port fails instead of hanging.
+    let plaintext_channel = runtime.block_on(
+        Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .connect(),
+    );
+    if let Ok(channel) = plaintext_channel {
+        assert!(get_topic(&runtime, &channel, "secure", Some(&root.secret)).is_err());
+    }
+
+    let trusted = over_tls(&runtime, &address, &server_ca, None).unwrap();
+    assert_eq!(
+        get_topic(&runtime, &trusted, "secure", Some(&root.secret)).unwrap().name,
+        "projects/p/topics/secure"
+    );
+    let status = publish(&runtime, &trusted, "secure", None).unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "no token, no certificate: {status:?}");
+
+    let billing = client_ca.client("billing", None);
+    let presenting = over_tls(&runtime, &address, &server_ca, Some(&billing)).unwrap();
+    publish(&runtime, &presenting, "secure", None).unwrap();
+    let status = get_topic(&runtime, &presenting, "secure", None).unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "billing may publish, not read: {status:?}");
+}
