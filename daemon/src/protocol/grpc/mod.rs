@@ -99,8 +99,15 @@ impl GrpcServer {
         let thread = std::thread::Builder::new()
             .name("grpc-main".into())
             .spawn(move || {
-                runtime.block_on(serve(listener, gateway, tls, stopping_receiver));
-                runtime.shutdown_timeout(GRPC_STOP_GRACE);
+                let mut stop = stopping_receiver.clone();
+                runtime.block_on(async move {
+                    let serving = tokio::spawn(serve(listener, gateway, tls, stopping_receiver));
+                    let _ = stop.wait_for(|stopping| *stopping).await;
+                    // Calls still running after the grace (a long Pull, a client that keeps
+                    // a stream open past its UNAVAILABLE) are cut: the daemon's stop is bounded.
+                    let _ = tokio::time::timeout(GRPC_STOP_GRACE, serving).await;
+                });
+                runtime.shutdown_timeout(Duration::from_millis(100));
             })
             .map_err(|error| format!("starting the gRPC thread: {error}"))?;
         Ok(GrpcServer { address, stopping, thread: Some(thread) })
