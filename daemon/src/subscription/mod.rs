@@ -155,6 +155,7 @@ pub fn delivery_policy(settings: &SubscriptionSettings) -> DeliveryPolicy {
         max_delivery_attempts: (!settings.dead_letter_topic.is_empty())
             .then_some(settings.max_delivery_attempts.max(1)),
         ordered: settings.enable_message_ordering,
+        exactly_once: settings.enable_exactly_once_delivery,
     }
 }
 
