@@ -279,13 +279,17 @@ pub trait DataPlane {
         subscription: &str,
         settings: StreamSettings,
     ) -> Result<Self::Stream<'_>, Status>;
-    /// Acknowledges, durably; returns the ack ids refused.
+    /// Acknowledges, durably; returns the ack ids refused. On a subscription with exactly-once
+    /// delivery, only ack ids of current, unexpired leases are accepted, and a journal write
+    /// that fails is not an error of the request: each id it held is returned as
+    /// `InvalidAckId::transient` (the others refused are permanent).
     async fn acknowledge<'a>(
         &self,
         subscription: &str,
         ack_ids: impl ExactSizeIterator<Item = &'a str>,
     ) -> Result<Vec<InvalidAckId>, Status>;
     /// Extends the leases by `seconds` from now (durably), or gives them back at once with 0.
+    /// With exactly-once delivery, refusals and failures are per id, as for `acknowledge`.
     async fn modify_ack_deadline<'a>(
         &self,
         subscription: &str,

@@ -600,3 +600,83 @@ fn acknowledged_segments_go_unless_a_retention_keeps_them() {
         });
     }
 }
+
+/// The offsets (message ids) and ack ids one pull of "reader" leased.
+async fn pull_leases(forwarder: &Forwarder<SimDisk>) -> Vec<(u64, String)> {
+    use crate::api::data::{DataPlane, PullSettings};
+    let pulled = DataPlane::pull(forwarder, "reader", PullSettings::new(10, 0).unwrap()).await.unwrap();
+    let Some(delivery) = pulled else { return Vec::new() };
+    let ack_id =
+        |message: &crate::api::data::DeliveredMessage| delivery.ack_ids[message.ack_id.clone()].to_owned();
+    delivery.messages.iter().map(|message| (message.message_id, ack_id(message))).collect()
+}
+
+async fn acknowledge_ids(
+    forwarder: &Forwarder<SimDisk>,
+    ack_ids: &[&str],
+) -> Vec<crate::api::data::InvalidAckId> {
+    use crate::api::data::DataPlane;
+    DataPlane::acknowledge(forwarder, "reader", ack_ids.iter().copied())
+        .await
+        .expect("with exactly-once delivery, failures are per id")
+}
+
+/// Exactly-once delivery through the data plane: an acknowledgement whose journal write is in
+/// flight pins its lease past the deadline, so the message is not delivered again, then or
+/// after; an ack id whose lease expired is refused for good; and a journal that fails is
+/// answered per id, as transient, and lets the lease run out.
+#[test]
+fn exactly_once_acknowledgements_pin_their_lease_and_fail_per_id() {
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = Rc::new(forwarder(&clock));
+        topic(&forwarder, 0).await;
+        let entry = subscribe(&forwarder, false).await;
+        let settings = SubscriptionSettings {
+            ack_deadline_seconds: 10,
+            message_retention_seconds: 7 * 24 * 3600,
+            enable_exactly_once_delivery: true,
+            ..Default::default()
+        };
+        let update = SettingsUpdate::Subscription { subscription_id: 9, settings };
+        forwarder.control(ControlRequest::UpdateSettings { topic_id: 7, update }).await.unwrap();
+        assert!(entry.state.borrow().policy.exactly_once, "an update carries the setting");
+        publish(&forwarder, 3).await;
+        // The first publish had the journal's reserve made, in the background.
+        crate::runtime::sleep(Duration::from_millis(20)).await;
+        let first = pull_leases(&forwarder).await;
+        assert_eq!(first.len(), 3);
+
+        // The acknowledgement of the first message is held at the disk past its deadline.
+        forwarder.store.storage.delay_nth_write(1, Duration::from_millis(100), false);
+        let confirmed = Rc::new(Cell::new(None));
+        let acking = {
+            let (forwarder, confirmed, ack_id) = (forwarder.clone(), confirmed.clone(), first[0].1.clone());
+            crate::runtime::spawn(async move {
+                confirmed.set(Some(acknowledge_ids(&forwarder, &[&ack_id]).await))
+            })
+        };
+        crate::runtime::sleep(Duration::from_millis(10)).await;
+        clock.advance(Duration::from_secs(11));
+        let again = pull_leases(&forwarder).await;
+        assert!(confirmed.take().is_none(), "the acknowledgement was still in flight");
+        let offsets: Vec<u64> = again.iter().map(|(offset, _)| *offset).collect();
+        assert_eq!(offsets, [first[1].0, first[2].0], "the pinned lease did not expire");
+        acking.await;
+        assert_eq!(confirmed.take().map(|invalid| invalid.len()), Some(0), "confirmed");
+
+        // The ack id of a lease that expired is refused, permanently.
+        let refused = acknowledge_ids(&forwarder, &[&first[1].1]).await;
+        assert_eq!(refused.len(), 1);
+        assert!(refused[0].permanent, "{refused:?}");
+
+        // A journal that fails: each id is a transient failure, and its lease runs out.
+        forwarder.store.storage.fail_all_writes(true);
+        let failed = acknowledge_ids(&forwarder, &[&again[0].1, &again[1].1]).await;
+        assert_eq!(failed.len(), 2, "{failed:?}");
+        assert!(failed.iter().all(|invalid| !invalid.permanent), "{failed:?}");
+        clock.advance(Duration::from_secs(11));
+        let redelivered: Vec<u64> = pull_leases(&forwarder).await.iter().map(|(offset, _)| *offset).collect();
+        assert_eq!(redelivered, offsets, "unpinned: delivered again; the acknowledged one never");
+    });
+}
