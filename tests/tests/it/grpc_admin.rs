@@ -933,3 +933,45 @@ fn the_grpc_api_asks_for_the_native_protocols_permissions() {
     let pulled = block_on(native.pull("audit", 10, PULL_WAIT_MS)).unwrap();
     assert_eq!(pulled.iter().map(|message| message.data.as_slice()).collect::<Vec<_>>(), [&b"by alice"[..]]);
 }
+
+/// Recreations a test makes at most to move a topic to another shard.
+const MOVE_ATTEMPTS_MAX: usize = 40;
+
+/// The forwarder address serving `topic`, asked of a new native client (a client caches routes).
+fn serving(daemon: &Daemon, topic: &str) -> String {
+    block_on(daemon.client().lookup_topic(topic)).unwrap().remove(0)
+}
+
+#[test]
+fn a_publish_follows_its_topic_to_another_shard() {
+    let (daemon, grpc) = grpc_daemon("grpc-moved");
+    let native = daemon.client();
+    grpc.create_plain_topic("moving").unwrap();
+    // The gateway now remembers which forwarder serves the topic.
+    grpc.publish_data("moving", &[b"before"]).unwrap();
+    let first = serving(&daemon, "moving");
+
+    // The topic made again, natively (the gateway is not told), until it is served elsewhere:
+    // topics kept on the first forwarder fill its share, so placement moves on.
+    let mut moved = false;
+    for filler in 0..MOVE_ATTEMPTS_MAX {
+        block_on(native.delete_topic("moving")).unwrap();
+        let filler = format!("filler-{filler}");
+        block_on(native.create_topic(&filler)).unwrap();
+        if serving(&daemon, &filler) != first {
+            block_on(native.delete_topic(&filler)).unwrap();
+        }
+        block_on(native.create_topic("moving")).unwrap();
+        if serving(&daemon, "moving") != first {
+            moved = true;
+            break;
+        }
+    }
+    assert!(moved, "the topic stayed on {first} through {MOVE_ATTEMPTS_MAX} recreations");
+    ringpost_tests::create_subscription(&daemon.client(), "moving-reader", "moving", 10);
+
+    // The stale route is found out on the old forwarder, and the publish goes where it moved.
+    let ids = grpc.publish_data("moving", &[b"after"]).unwrap();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(pull_natively(&daemon.client(), "moving-reader", PULL_WAIT_MS, true), [b"after".to_vec()]);
+}

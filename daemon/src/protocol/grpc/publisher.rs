@@ -124,6 +124,11 @@ impl PublishBatch for OwnedPublish {
     }
 }
 
+/// Forwarders a publish tries: the one the gateway remembers, then, if it no longer serves the
+/// topic, the one the router names now. A topic that moves again within that is rare enough
+/// that the client's retry of `UNAVAILABLE` covers it.
+const PUBLISH_ATTEMPTS_MAX: usize = 2;
+
 /// What a publish on a forwarder came to: the message ids, or the batch back when the shard
 /// no longer serves the topic (the route was stale), to be sent again where it moved.
 type Published = Result<Range<u64>, OwnedPublish>;
@@ -137,7 +142,7 @@ async fn publish(
 ) -> Result<Vec<String>, Status> {
     let topic = names::parse("topic", Kind::Topic, &request.topic)?.name;
     let mut batch = OwnedPublish::new(topic.clone(), request.messages);
-    for _attempt in 0..2 {
+    for _attempt in 0..PUBLISH_ATTEMPTS_MAX {
         let shard = gateway.topic_forwarder(&presented, &topic, Permission::TopicsPublish).await?;
         let (presented, name) = (presented.clone(), topic.clone());
         let published: Published = shard
