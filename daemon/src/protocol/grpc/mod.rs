@@ -10,6 +10,7 @@
 
 pub mod bridge;
 mod connections;
+pub mod convert;
 pub mod credentials;
 mod delivery;
 pub mod gateway;
