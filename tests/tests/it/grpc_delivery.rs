@@ -33,6 +33,8 @@ struct Grpc {
     runtime: tokio::runtime::Runtime,
     channel: Channel,
     subscriber: SubscriberClient<Channel>,
+    /// The bearer token every request presents, if any.
+    token: Option<String>,
 }
 
 impl Grpc {
@@ -45,7 +47,21 @@ impl Grpc {
             .expect("connecting to the gRPC API");
         // Unary pulls may answer up to the daemon's pull limit (12 MiB).
         let subscriber = SubscriberClient::new(channel.clone()).max_decoding_message_size(16 << 20);
-        Grpc { runtime, channel, subscriber }
+        Grpc { runtime, channel, subscriber, token: None }
+    }
+
+    fn with_token(mut self, token: &str) -> Grpc {
+        self.token = Some(token.to_owned());
+        self
+    }
+
+    /// `message` as a request, with the token if there is one.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        request
     }
 
     fn block<F: Future>(&self, future: F) -> F::Output {
@@ -65,13 +81,13 @@ impl Grpc {
             return_immediately: immediately,
         };
         let mut subscriber = self.subscriber.clone();
-        Ok(self.block(subscriber.pull(request))?.into_inner().received_messages)
+        Ok(self.block(subscriber.pull(self.request(request)))?.into_inner().received_messages)
     }
 
     fn acknowledge(&self, subscription: &str, ack_ids: Vec<String>) -> Result<(), Status> {
         let request = AcknowledgeRequest { subscription: subscription_name(subscription), ack_ids };
         let mut subscriber = self.subscriber.clone();
-        self.block(subscriber.acknowledge(request)).map(|_| ())
+        self.block(subscriber.acknowledge(self.request(request))).map(|_| ())
     }
 
     fn modify(&self, subscription: &str, ack_ids: Vec<String>, seconds: i32) -> Result<(), Status> {
@@ -81,7 +97,7 @@ impl Grpc {
             ack_deadline_seconds: seconds,
         };
         let mut subscriber = self.subscriber.clone();
-        self.block(subscriber.modify_ack_deadline(request)).map(|_| ())
+        self.block(subscriber.modify_ack_deadline(self.request(request))).map(|_| ())
     }
 
     /// Opens a StreamingPull with `first` as its first request.
@@ -92,7 +108,7 @@ impl Grpc {
         // A client of its own, with tonic's default 4 MiB decoding limit: a larger response
         // fails the stream.
         let mut subscriber = SubscriberClient::new(self.channel.clone());
-        let responses = self.block(subscriber.streaming_pull(outgoing))?.into_inner();
+        let responses = self.block(subscriber.streaming_pull(self.request(outgoing)))?.into_inner();
         Ok(GrpcStream { requests: Some(requests), responses })
     }
 }
@@ -390,5 +406,117 @@ fn grpc_streaming_pull_ends_not_found_when_its_subscription_is_deleted() {
     match stream.next(&grpc, Duration::from_secs(10)) {
         Some(Err(status)) => assert_eq!(status.code(), Code::NotFound, "{status:?}"),
         other => panic!("the stream did not end with NOT_FOUND: {other:?}"),
+    }
+}
+
+/// Each delivery method checks the caller's permission on the subscription before it has any
+/// effect, as the native protocol does: without `SubscriptionsConsume` a pull, stream,
+/// acknowledgement or deadline change is PERMISSION_DENIED and leases nothing; without a token
+/// it is UNAUTHENTICATED.
+#[test]
+fn grpc_delivery_needs_the_consume_permission_before_any_effect() {
+    use crate::security::{access_text, client_with, daemon_requiring_auth, token, AccessFile, Files};
+    let files = Files::new("grpc-delivery-auth");
+    let (root, alice, bob) = (token("root"), token("alice"), token("bob"));
+    let access = AccessFile::new(
+        &files,
+        &access_text(
+            &[&root, &alice, &bob],
+            &["admin * root", "subscriber subscription:allowed-* alice", "viewer * bob"],
+        ),
+    );
+    let daemon = daemon_requiring_auth("grpc-delivery-auth", &access, &["--grpc-listen", "127.0.0.1:0"]);
+    let admin = client_with(&daemon, &root);
+    create_topic_and_subscription(&admin, "guarded", "allowed-sub", 30);
+    block_on(admin.create_subscription(Subscription {
+        name: "other-sub".into(),
+        topic: "guarded".into(),
+        ack_deadline_seconds: 30,
+        ..Default::default()
+    }))
+    .unwrap();
+    block_on(admin.publish("guarded", vec![Message::new("kept")])).unwrap();
+
+    let alice_grpc = Grpc::connect(&daemon).with_token(&alice.secret);
+    let bob_grpc = Grpc::connect(&daemon).with_token(&bob.secret);
+    let anonymous = Grpc::connect(&daemon);
+    let denied = |result: Result<(), Status>, code: Code, what: &str| {
+        let status = result.expect_err(what);
+        assert_eq!(status.code(), code, "{what}: {status:?}");
+    };
+    denied(bob_grpc.pull("allowed-sub", 10, true).map(|_| ()), Code::PermissionDenied, "a viewer's pull");
+    denied(alice_grpc.pull("other-sub", 10, true).map(|_| ()), Code::PermissionDenied, "a pull elsewhere");
+    denied(anonymous.pull("allowed-sub", 10, true).map(|_| ()), Code::Unauthenticated, "an anonymous pull");
+    denied(
+        bob_grpc.open_stream(first_request("allowed-sub", 0)).map(|_| ()),
+        Code::PermissionDenied,
+        "a viewer's stream",
+    );
+    // The refused pulls and stream leased nothing: the message comes at once.
+    let received = alice_grpc.pull("allowed-sub", 10, true).expect("alice's pull");
+    assert_eq!(received.len(), 1);
+    denied(bob_grpc.modify("allowed-sub", ack_ids(&received), 0), Code::PermissionDenied, "a viewer's nack");
+    denied(bob_grpc.acknowledge("allowed-sub", ack_ids(&received)), Code::PermissionDenied, "a viewer's ack");
+    // The refused nack gave nothing back, and the refused ack acknowledged nothing.
+    assert!(alice_grpc.pull("allowed-sub", 10, true).unwrap().is_empty());
+    alice_grpc.modify("allowed-sub", ack_ids(&received), 0).expect("alice's nack");
+    assert_eq!(alice_grpc.pull("allowed-sub", 10, true).unwrap().len(), 1);
+}
+
+/// The next response's messages, failing the test if none comes within `limit`.
+fn next_messages(stream: &mut GrpcStream, grpc: &Grpc, limit: Duration) -> Vec<ReceivedMessage> {
+    match stream.next(grpc, limit) {
+        Some(Ok(Some(response))) => response.received_messages,
+        other => panic!("no delivery on the stream: {other:?}"),
+    }
+}
+
+/// On the stream, a deadline change of 0 (a nack) delivers the message again on the stream;
+/// deadline changes that do not pair with their ack ids end the stream with INVALID_ARGUMENT,
+/// and so does flow control set after the first request.
+#[test]
+fn grpc_streaming_pull_takes_nacks_on_the_stream_and_refuses_malformed_later_requests() {
+    let daemon = start("grpc-stream-nack");
+    let client = daemon.client();
+    create_topic_and_subscription(&client, "streamed", "streamed-sub", 60);
+    block_on(client.publish("streamed", vec![Message::new("again")])).unwrap();
+    let grpc = Grpc::connect(&daemon);
+    let mut stream = grpc.open_stream(first_request("streamed-sub", 0)).expect("open");
+    let first = next_messages(&mut stream, &grpc, Duration::from_secs(10));
+    assert_eq!(first.len(), 1);
+    stream.send(
+        &grpc,
+        StreamingPullRequest {
+            modify_deadline_seconds: vec![0],
+            modify_deadline_ack_ids: ack_ids(&first),
+            ..Default::default()
+        },
+    );
+    let again = next_messages(&mut stream, &grpc, Duration::from_secs(10));
+    assert_eq!(again.len(), 1);
+    assert_eq!(data(&again[0]), "again");
+    assert_ne!(again[0].ack_id, first[0].ack_id);
+
+    let unpaired = StreamingPullRequest {
+        modify_deadline_seconds: vec![30, 30],
+        modify_deadline_ack_ids: ack_ids(&again),
+        ..Default::default()
+    };
+    stream.send(&grpc, unpaired);
+    match stream.next(&grpc, Duration::from_secs(10)) {
+        Some(Err(status)) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
+        other => panic!("an unpaired deadline change did not end the stream: {other:?}"),
+    }
+    let mut stream = grpc.open_stream(first_request("streamed-sub", 0)).expect("open");
+    stream.send(&grpc, StreamingPullRequest { max_outstanding_messages: 3, ..Default::default() });
+    let ended = loop {
+        match stream.next(&grpc, Duration::from_secs(10)) {
+            Some(Ok(Some(_))) => continue,
+            other => break other,
+        }
+    };
+    match ended {
+        Some(Err(status)) => assert_eq!(status.code(), Code::InvalidArgument, "{status:?}"),
+        other => panic!("flow control set later did not end the stream: {other:?}"),
     }
 }
