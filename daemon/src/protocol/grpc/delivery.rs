@@ -55,7 +55,7 @@ pub struct Properties {
 impl Properties {
     pub fn of(entry: &SubscriptionEntry) -> Properties {
         Properties {
-            exactly_once: exactly_once(entry),
+            exactly_once: entry.state.borrow().policy.exactly_once,
             ordered: entry.state.borrow().policy.ordered,
             counts_attempts: entry.dead_letter_topic.borrow().is_some(),
         }
@@ -67,13 +67,6 @@ impl Properties {
             message_ordering_enabled: self.ordered,
         }
     }
-}
-
-/// Whether the subscription delivers exactly once. The forwarder learns the setting from the
-/// core's strict acknowledgement mode (wt-core); until that lands it is never on here.
-fn exactly_once(entry: &SubscriptionEntry) -> bool {
-    let _ = entry;
-    false
 }
 
 /// The properties of `name` on this shard (`NotOwner` if it is not served here).
