@@ -312,6 +312,7 @@ pub fn subscription_out(
         dead_letter_policy,
         retry_policy,
         enable_exactly_once_delivery: settings.enable_exactly_once_delivery,
+        detached: subscription.detached,
         topic_message_retention_duration: duration(topic_retention_seconds),
         state: pubsub::subscription::State::Active as i32,
         ..Default::default()
