@@ -265,7 +265,7 @@ pub fn subscription_in(subscription: &pubsub::Subscription) -> Result<(Name, Sub
         labels: labels_in(&subscription.labels),
         enable_exactly_once_delivery: subscription.enable_exactly_once_delivery,
     };
-    let request = Subscription { name: name.name.clone(), topic: topic.name, settings };
+    let request = Subscription { name: name.name.clone(), topic: topic.name, settings, detached: false };
     Ok((name, request))
 }
 
@@ -312,6 +312,7 @@ pub fn subscription_out(
         dead_letter_policy,
         retry_policy,
         enable_exactly_once_delivery: settings.enable_exactly_once_delivery,
+        detached: subscription.detached,
         topic_message_retention_duration: duration(topic_retention_seconds),
         state: pubsub::subscription::State::Active as i32,
         ..Default::default()
