@@ -14,6 +14,7 @@ mod liveness;
 mod permissions;
 mod pool;
 mod pull_memory;
+mod python_client;
 mod quickstart;
 mod readme;
 mod security;
