@@ -3,6 +3,7 @@
 //! deliveries with Jepsen's total-queue semantics (`checker`).
 
 pub mod checker;
+pub mod grpc;
 pub mod loopfs;
 
 use ringpost_client::{block_on, Client, Subscription};

@@ -9,6 +9,7 @@ mod damage;
 mod deadlines;
 mod disks;
 mod full_disk;
+mod grpc_admin;
 mod io_memory;
 mod liveness;
 mod permissions;

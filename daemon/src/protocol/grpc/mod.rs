@@ -9,6 +9,7 @@
 //! own `Access`, as for the native protocol.
 
 pub mod bridge;
+pub mod convert;
 pub mod credentials;
 mod delivery;
 pub mod gateway;

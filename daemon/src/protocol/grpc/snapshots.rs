@@ -1,6 +1,14 @@
-//! Snapshots and seek.
+//! Snapshots and seek, on the router shard, with the native protocol's permissions, checked
+//! there before any effect.
 
+use super::convert;
+use super::credentials::Presented;
 use super::gateway::Gateway;
+use super::names::{self, Kind};
+use super::publisher::{list_request, list_session, pubsub_wording};
+use crate::api::control::SeekTarget;
+use crate::api::Status as DomainStatus;
+use crate::auth::Permission;
 use ringpost_proto::pubsub;
 use tonic::{Request, Response, Status};
 
@@ -8,46 +16,143 @@ pub async fn get(
     gateway: &Gateway,
     request: Request<pubsub::GetSnapshotRequest>,
 ) -> Result<Response<pubsub::Snapshot>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("get: not built yet"))
+    let presented = Presented::of(&request);
+    let name = names::parse("snapshot", Kind::Snapshot, &request.get_ref().snapshot)?;
+    let snapshot = name.name.clone();
+    let found = gateway
+        .router
+        .try_call(move |shard| async move {
+            presented.check(&shard.access, Permission::SnapshotsGet, &snapshot)?;
+            shard.router.get_snapshot(&snapshot).map_err(|status| pubsub_wording(status, &snapshot))
+        })
+        .await?;
+    Ok(Response::new(convert::snapshot_out(&name.project, found)))
 }
 
 pub async fn list(
     gateway: &Gateway,
     request: Request<pubsub::ListSnapshotsRequest>,
 ) -> Result<Response<pubsub::ListSnapshotsResponse>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("list: not built yet"))
+    let presented = Presented::of(&request);
+    let request = request.into_inner();
+    let project = names::parse_project("project", &request.project)?;
+    let list = list_request(String::new(), request.page_size, request.page_token)?;
+    let page = gateway
+        .router
+        .try_call(move |shard| async move {
+            let session = list_session(&presented, &shard.access)?;
+            let mut page = shard.router.list_snapshots(&list);
+            page.items.retain(|item| shard.access.allows(&session, Permission::SnapshotsList, &item.name));
+            Ok(page)
+        })
+        .await?;
+    Ok(Response::new(pubsub::ListSnapshotsResponse {
+        snapshots: page.items.into_iter().map(|snapshot| convert::snapshot_out(&project, snapshot)).collect(),
+        next_page_token: page.next_page_token,
+    }))
 }
 
 pub async fn create(
     gateway: &Gateway,
     request: Request<pubsub::CreateSnapshotRequest>,
 ) -> Result<Response<pubsub::Snapshot>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("create: not built yet"))
+    let presented = Presented::of(&request);
+    let request = request.into_inner();
+    let name = names::parse("name", Kind::Snapshot, &request.name)?;
+    let subscription = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    if !request.tags.is_empty() {
+        return Err(convert::unsupported("tags").into());
+    }
+    let labels = convert::labels_in(&request.labels);
+    let snapshot = name.name.clone();
+    let created = gateway
+        .router
+        .try_call(move |shard| async move {
+            presented.check(&shard.access, Permission::SnapshotsCreate, &snapshot)?;
+            presented.check(&shard.access, Permission::SubscriptionsConsume, &subscription)?;
+            // A missing resource is the subscription (the router's message names it); an
+            // existing one can only be the snapshot.
+            shard.router.create_snapshot(&snapshot, &subscription, labels).await.map_err(|status| {
+                if status.code == crate::api::Code::AlreadyExists {
+                    pubsub_wording(status, &snapshot)
+                } else {
+                    status
+                }
+            })
+        })
+        .await?;
+    Ok(Response::new(convert::snapshot_out(&name.project, created)))
 }
 
+/// UpdateSnapshot: its labels. Pub/Sub has no permission of its own for it beyond the
+/// snapshot's; Ringpost asks the one that made it (`SnapshotsCreate`).
 pub async fn update(
     gateway: &Gateway,
     request: Request<pubsub::UpdateSnapshotRequest>,
 ) -> Result<Response<pubsub::Snapshot>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("update: not built yet"))
+    let presented = Presented::of(&request);
+    let (name, labels) = convert::snapshot_update_in(request.get_ref())?;
+    let snapshot = name.name.clone();
+    let updated = gateway
+        .router
+        .try_call(move |shard| async move {
+            presented.check(&shard.access, Permission::SnapshotsCreate, &snapshot)?;
+            shard
+                .router
+                .update_snapshot(&snapshot, labels)
+                .await
+                .map_err(|status| pubsub_wording(status, &snapshot))
+        })
+        .await?;
+    Ok(Response::new(convert::snapshot_out(&name.project, updated)))
 }
 
 pub async fn delete(
     gateway: &Gateway,
     request: Request<pubsub::DeleteSnapshotRequest>,
 ) -> Result<Response<()>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("delete: not built yet"))
+    let presented = Presented::of(&request);
+    let snapshot = names::parse("snapshot", Kind::Snapshot, &request.get_ref().snapshot)?.name;
+    gateway
+        .router
+        .try_call(move |shard| async move {
+            presented.check(&shard.access, Permission::SnapshotsDelete, &snapshot)?;
+            shard.router.delete_snapshot(&snapshot).await.map_err(|status| pubsub_wording(status, &snapshot))
+        })
+        .await?;
+    Ok(Response::new(()))
+}
+
+/// A Seek's target, checked: a time, or a snapshot by Ringpost's name.
+fn seek_target(target: Option<pubsub::seek_request::Target>) -> Result<SeekTarget, DomainStatus> {
+    match target {
+        None => Err(DomainStatus::invalid_argument("a seek needs a target: time or snapshot")),
+        Some(pubsub::seek_request::Target::Time(time)) => {
+            Ok(SeekTarget::Time { time_ms: convert::timestamp_ms("time", &time)? })
+        }
+        Some(pubsub::seek_request::Target::Snapshot(snapshot)) => {
+            Ok(SeekTarget::Snapshot { name: names::parse("snapshot", Kind::Snapshot, &snapshot)?.name })
+        }
+    }
 }
 
 pub async fn seek(
     gateway: &Gateway,
     request: Request<pubsub::SeekRequest>,
 ) -> Result<Response<pubsub::SeekResponse>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("seek: not built yet"))
+    let presented = Presented::of(&request);
+    let request = request.into_inner();
+    let subscription = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let target = seek_target(request.target)?;
+    gateway
+        .router
+        .try_call(move |shard| async move {
+            presented.check(&shard.access, Permission::SnapshotsSeek, &subscription)?;
+            if let SeekTarget::Snapshot { name } = &target {
+                presented.check(&shard.access, Permission::SnapshotsGet, name)?;
+            }
+            shard.router.seek(&subscription, target).await
+        })
+        .await?;
+    Ok(Response::new(pubsub::SeekResponse {}))
 }

@@ -1,0 +1,264 @@
+use super::*;
+use crate::api::Code;
+
+fn refusal<T: std::fmt::Debug>(result: Result<T, Status>) -> String {
+    let status = result.expect_err("should be refused");
+    assert_eq!(status.code, Code::InvalidArgument, "{status:?}");
+    status.message
+}
+
+fn seconds(seconds: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration { seconds, nanos: 0 })
+}
+
+fn mask(paths: &[&str]) -> Option<prost_types::FieldMask> {
+    Some(prost_types::FieldMask { paths: paths.iter().map(|path| path.to_string()).collect() })
+}
+
+#[test]
+fn durations_and_timestamps_map_both_ways() {
+    assert_eq!(duration_seconds("d", None), Ok(0));
+    assert_eq!(duration_seconds("d", seconds(600).as_ref()), Ok(600));
+    assert!(refusal(duration_seconds("retry", seconds(-1).as_ref())).contains("retry"));
+    assert_eq!(duration(0), None);
+    assert_eq!(duration(7), seconds(7));
+    let time = timestamp(1_700_000_000_123);
+    assert_eq!(time, prost_types::Timestamp { seconds: 1_700_000_000, nanos: 123_000_000 });
+    assert_eq!(timestamp_ms("time", &time), Ok(1_700_000_000_123));
+    assert!(refusal(timestamp_ms("time", &prost_types::Timestamp { seconds: -5, nanos: 0 })).contains("time"));
+}
+
+#[test]
+fn a_topic_maps_in_and_out_and_unsupported_fields_are_refused_by_name() {
+    let topic = pubsub::Topic {
+        name: "projects/p/topics/orders".into(),
+        labels: [("team".to_owned(), "core".to_owned())].into(),
+        message_retention_duration: seconds(3600),
+        state: 1,
+        satisfies_pzs: true,
+        ..Default::default()
+    };
+    let (name, request) = topic_in(&topic).unwrap();
+    assert_eq!(name.project, "p");
+    assert_eq!(request.name, "orders");
+    assert_eq!(request.message_retention_seconds, 3600);
+    assert_eq!(request.labels.get("team").map(String::as_str), Some("core"));
+    let shown = topic_out("q", request);
+    assert_eq!(shown.name, "projects/q/topics/orders");
+    assert_eq!(shown.message_retention_duration, seconds(3600));
+    assert_eq!(shown.labels, topic.labels);
+
+    let refused = |topic: pubsub::Topic| {
+        refusal(topic_in(&pubsub::Topic { name: "projects/p/topics/orders".into(), ..topic }))
+    };
+    let storage =
+        pubsub::MessageStoragePolicy { allowed_persistence_regions: vec!["eu".into()], ..Default::default() };
+    for (field, topic) in [
+        ("kms_key_name", pubsub::Topic { kms_key_name: "k".into(), ..Default::default() }),
+        (
+            "schema_settings",
+            pubsub::Topic { schema_settings: Some(Default::default()), ..Default::default() },
+        ),
+        (
+            "message_storage_policy",
+            pubsub::Topic { message_storage_policy: Some(storage), ..Default::default() },
+        ),
+        (
+            "ingestion_data_source_settings",
+            pubsub::Topic { ingestion_data_source_settings: Some(Default::default()), ..Default::default() },
+        ),
+        (
+            "message_transforms",
+            pubsub::Topic { message_transforms: vec![Default::default()], ..Default::default() },
+        ),
+    ] {
+        let message = refused(topic);
+        assert!(message.contains(field) && message.contains("not supported"), "{field}: {message}");
+    }
+    // An empty storage policy asks for nothing.
+    let empty_policy = pubsub::Topic {
+        name: "projects/p/topics/orders".into(),
+        message_storage_policy: Some(Default::default()),
+        ..Default::default()
+    };
+    assert!(topic_in(&empty_policy).is_ok());
+    assert!(refused(pubsub::Topic { message_retention_duration: seconds(5), ..Default::default() })
+        .contains("RETENTION_SECONDS_MIN"));
+}
+
+fn subscription() -> pubsub::Subscription {
+    pubsub::Subscription {
+        name: "projects/p/subscriptions/audit".into(),
+        topic: "projects/p/topics/orders".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_subscription_maps_in_with_ringpost_names_and_out_with_the_projects() {
+    let full = pubsub::Subscription {
+        ack_deadline_seconds: 30,
+        retain_acked_messages: true,
+        message_retention_duration: seconds(7200),
+        labels: [("env".to_owned(), "test".to_owned())].into(),
+        enable_message_ordering: true,
+        filter: "attributes.kind = \"a\"".into(),
+        dead_letter_policy: Some(pubsub::DeadLetterPolicy {
+            dead_letter_topic: "projects/p/topics/dead".into(),
+            max_delivery_attempts: 7,
+        }),
+        retry_policy: Some(pubsub::RetryPolicy { minimum_backoff: seconds(5), maximum_backoff: None }),
+        enable_exactly_once_delivery: true,
+        push_config: Some(pubsub::PushConfig::default()),
+        state: 2,
+        ..subscription()
+    };
+    let (name, request) = subscription_in(&full).unwrap();
+    assert_eq!(
+        (name.project.as_str(), request.name.as_str(), request.topic.as_str()),
+        ("p", "audit", "orders")
+    );
+    let settings = &request.settings;
+    assert_eq!(settings.ack_deadline_seconds, 30);
+    assert_eq!(settings.message_retention_seconds, 7200);
+    assert_eq!((settings.dead_letter_topic.as_str(), settings.max_delivery_attempts), ("dead", 7));
+    assert_eq!((settings.minimum_backoff_seconds, settings.maximum_backoff_seconds), (5, 600));
+    assert_eq!(settings.expiration_ttl_seconds, 31 * 24 * 3600, "absent: the default");
+    assert!(
+        settings.enable_exactly_once_delivery
+            && settings.enable_message_ordering
+            && settings.retain_acked_messages
+    );
+
+    let shown = subscription_out("q", request, 600);
+    assert_eq!(shown.name, "projects/q/subscriptions/audit");
+    assert_eq!(shown.topic, "projects/q/topics/orders");
+    assert_eq!(shown.dead_letter_policy.unwrap().dead_letter_topic, "projects/q/topics/dead");
+    assert_eq!(shown.topic_message_retention_duration, seconds(600));
+    assert_eq!(shown.expiration_policy.unwrap().ttl, seconds(31 * 24 * 3600));
+    assert_eq!(shown.labels, full.labels);
+    assert_eq!(shown.filter, full.filter);
+
+    // An expiration policy without a ttl never expires, and says so on the way out.
+    let never = pubsub::Subscription { expiration_policy: Some(Default::default()), ..subscription() };
+    let (_, request) = subscription_in(&never).unwrap();
+    assert_eq!(request.settings.expiration_ttl_seconds, EXPIRATION_TTL_SECONDS_NEVER);
+    assert_eq!(subscription_out("p", request, 0).expiration_policy.unwrap().ttl, None);
+    let deleted = Subscription { topic: DELETED_TOPIC.into(), ..Default::default() };
+    assert_eq!(subscription_out("p", deleted, 0).topic, "_deleted-topic_");
+}
+
+#[test]
+fn a_subscriptions_unsupported_fields_and_bad_values_are_refused_by_name() {
+    let push = pubsub::PushConfig { push_endpoint: "https://example.com/push".into(), ..Default::default() };
+    for (field, refused) in [
+        ("push_config", pubsub::Subscription { push_config: Some(push), ..subscription() }),
+        (
+            "bigquery_config",
+            pubsub::Subscription { bigquery_config: Some(Default::default()), ..subscription() },
+        ),
+        (
+            "cloud_storage_config",
+            pubsub::Subscription { cloud_storage_config: Some(Default::default()), ..subscription() },
+        ),
+        (
+            "bigtable_config",
+            pubsub::Subscription { bigtable_config: Some(Default::default()), ..subscription() },
+        ),
+        ("detached", pubsub::Subscription { detached: true, ..subscription() }),
+        (
+            "message_transforms",
+            pubsub::Subscription { message_transforms: vec![Default::default()], ..subscription() },
+        ),
+        ("ack_deadline_seconds", pubsub::Subscription { ack_deadline_seconds: -1, ..subscription() }),
+        (
+            "dead_letter_topic",
+            pubsub::Subscription {
+                dead_letter_policy: Some(pubsub::DeadLetterPolicy {
+                    dead_letter_topic: "dead".into(),
+                    max_delivery_attempts: 5,
+                }),
+                ..subscription()
+            },
+        ),
+        (
+            "expiration_policy.ttl",
+            pubsub::Subscription {
+                expiration_policy: Some(pubsub::ExpirationPolicy { ttl: seconds(0) }),
+                ..subscription()
+            },
+        ),
+        ("topic", pubsub::Subscription { topic: "orders".into(), ..subscription() }),
+        ("name", pubsub::Subscription { name: "projects/p/topics/audit".into(), ..subscription() }),
+    ] {
+        let message = refusal(subscription_in(&refused));
+        assert!(message.contains(field), "{field}: {message}");
+    }
+}
+
+#[test]
+fn update_masks_name_what_changes_and_refuse_the_rest_by_name() {
+    let request = |subscription: pubsub::Subscription, paths: &[&str]| pubsub::UpdateSubscriptionRequest {
+        subscription: Some(subscription),
+        update_mask: mask(paths),
+    };
+    let changed = pubsub::Subscription {
+        ack_deadline_seconds: 60,
+        labels: [("a".to_owned(), "b".to_owned())].into(),
+        enable_exactly_once_delivery: true,
+        ..subscription()
+    };
+    let (_, update) = subscription_update_in(&request(
+        changed.clone(),
+        &["ack_deadline_seconds", "labels", "enable_exactly_once_delivery"],
+    ))
+    .unwrap();
+    assert_eq!(update.name, "audit");
+    assert_eq!(update.ack_deadline_seconds, Some(60));
+    assert_eq!(update.labels.unwrap().len(), 1);
+    assert_eq!(update.enable_exactly_once_delivery, Some(true));
+    assert_eq!(update.retain_acked_messages, None, "only what the mask names");
+    let (_, update) =
+        subscription_update_in(&request(subscription(), &["dead_letter_policy", "retry_policy"])).unwrap();
+    assert_eq!(update.dead_letter_policy, Some((String::new(), 0)), "absent: the policy is removed");
+    assert_eq!(update.retry_policy, Some((0, 0)));
+
+    assert!(
+        refusal(subscription_update_in(&request(subscription(), &[]))).contains("update_mask is required")
+    );
+    let absent = pubsub::UpdateSubscriptionRequest { subscription: Some(subscription()), update_mask: None };
+    assert!(refusal(subscription_update_in(&absent)).contains("update_mask is required"));
+    for path in ["filter", "enable_message_ordering", "topic", "name"] {
+        let message = refusal(subscription_update_in(&request(subscription(), &["labels", path])));
+        assert!(message.contains(&format!("'{path}'")) && message.contains("cannot be changed"), "{message}");
+    }
+    let message = refusal(subscription_update_in(&request(subscription(), &["push_config"])));
+    assert!(message.contains("push_config is not supported"), "{message}");
+    let message = refusal(subscription_update_in(&request(subscription(), &["no_such_field"])));
+    assert!(message.contains("'no_such_field'") && message.contains("retry_policy"), "{message}");
+    let out_of_range = pubsub::Subscription { ack_deadline_seconds: 3, ..subscription() };
+    assert!(refusal(subscription_update_in(&request(out_of_range.clone(), &["ack_deadline_seconds"])))
+        .contains("ACK_DEADLINE_SECONDS_MIN"));
+    assert!(
+        subscription_update_in(&request(out_of_range, &["labels"])).is_ok(),
+        "unnamed fields are not read"
+    );
+
+    let topic = |paths: &[&str]| pubsub::UpdateTopicRequest {
+        topic: Some(pubsub::Topic { name: "projects/p/topics/orders".into(), ..Default::default() }),
+        update_mask: mask(paths),
+    };
+    let (_, update) = topic_update_in(&topic(&["labels", "message_retention_duration"])).unwrap();
+    assert_eq!((update.labels, update.message_retention_seconds), (Some(Labels::new()), Some(0)));
+    assert!(refusal(topic_update_in(&topic(&[]))).contains("update_mask is required"));
+    assert!(refusal(topic_update_in(&topic(&["name"]))).contains("cannot be changed"));
+    assert!(refusal(topic_update_in(&topic(&["kms_key_name"]))).contains("kms_key_name is not supported"));
+
+    let snapshot = |paths: &[&str]| pubsub::UpdateSnapshotRequest {
+        snapshot: Some(pubsub::Snapshot { name: "projects/p/snapshots/snap-1".into(), ..Default::default() }),
+        update_mask: mask(paths),
+    };
+    assert_eq!(snapshot_update_in(&snapshot(&["labels"])).unwrap().1, Some(Labels::new()));
+    assert!(refusal(snapshot_update_in(&snapshot(&["expire_time"]))).contains("expire_time"));
+    assert!(refusal(snapshot_update_in(&snapshot(&[]))).contains("update_mask is required"));
+}
