@@ -36,10 +36,13 @@ pub enum ControlRequest {
     DurableEnd {
         topic_id: u64,
     },
+    /// Stop serving a subscription: it was deleted (`deleted`), or detached from its topic,
+    /// which its open pulls and streams end with (`FailedPrecondition` instead of `NotFound`).
     DetachSubscription {
         subscription_id: u64,
         name: String,
         topic_id: u64,
+        deleted: bool,
     },
     /// Move a subscription's acknowledgements to the first message published at `time_ms`, or
     /// to those captured by a snapshot.

@@ -13,9 +13,9 @@
 
 use crate::api::control::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
-    ForwarderAddress, ListRequest, Page, Resynced, SeekTarget, Snapshot, Subscription, SubscriptionUpdate,
-    Topic, TopicUpdate,
+    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_labels,
+    validate_name, ForwarderAddress, Labels, ListRequest, Page, Resynced, SeekTarget, Snapshot, Subscription,
+    SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::limits::*;
 use crate::api::stats::{ShardStats, Stats};
@@ -242,6 +242,8 @@ impl<S: Storage> Router<S> {
             .borrow()
             .subscriptions
             .values()
+            // A detached subscription is served nowhere, as if its topic were deleted.
+            .filter(|record| !record.detached)
             .filter_map(|record| {
                 let shard = self.topic_shard.borrow().get(&record.topic_id).copied()?;
                 Some((shard, (**record).clone()))
@@ -356,6 +358,7 @@ impl<S: Storage> Router<S> {
         let name = request.name.as_str();
         validate_name("topic", name)?;
         let retention = topic_retention_seconds(request.message_retention_seconds)?;
+        validate_labels(&request.labels)?;
         let _reservation = self.reserve_name(&format!("topic/{name}"))?;
         if self.state.borrow().topics.contains_key(name) {
             return Err(Status::already_exists(format!("topic '{name}'")));
@@ -380,7 +383,9 @@ impl<S: Storage> Router<S> {
             message_retention_seconds: retention,
             shard,
             created_ms: wall_ms(),
+            labels: request.labels.clone(),
         };
+        let response = topic_message(&record);
         if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {
             self.placement.borrow_mut().release(shard);
             let _ = self.forwarders[shard as usize]
@@ -389,7 +394,7 @@ impl<S: Storage> Router<S> {
             return Err(status);
         }
         self.topic_shard.borrow_mut().insert(id, shard);
-        Ok(Topic { name: name.to_owned(), message_retention_seconds: retention, labels: Default::default() })
+        Ok(response)
     }
 
     fn topic_record(&self, name: &str) -> Result<TopicRecord, Status> {
@@ -471,6 +476,7 @@ impl<S: Storage> Router<S> {
             request.maximum_backoff_seconds,
         )?;
         let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds)?;
+        validate_labels(&request.labels)?;
         let settings = SubscriptionSettings {
             ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds)?,
             retain_acked_messages: request.retain_acked_messages,
@@ -507,6 +513,7 @@ impl<S: Storage> Router<S> {
             start_offset,
             settings: settings.clone(),
             created_ms: wall_ms(),
+            detached: false,
         };
         let response = self.subscription_message(&record);
         self.propose(CatalogEntry::SubscriptionCreated(record)).await?;
@@ -526,12 +533,15 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
+    /// A subscription as clients see it: a detached one names no topic, as one whose topic
+    /// was deleted, and says it is detached.
     fn subscription_message(&self, record: &SubscriptionRecord) -> Subscription {
-        let alive = self.state.borrow().topic_by_id(record.topic_id).is_some();
+        let alive = !record.detached && self.state.borrow().topic_by_id(record.topic_id).is_some();
         Subscription {
             name: record.name.clone(),
             topic: if alive { record.topic_name.clone() } else { DELETED_TOPIC.to_owned() },
             settings: record.settings.clone(),
+            detached: record.detached,
         }
     }
 
@@ -550,10 +560,15 @@ impl<S: Storage> Router<S> {
         if let Some(retention) = changes.message_retention_seconds {
             topic.message_retention_seconds = retention;
         }
+        if let Some(labels) = changes.labels {
+            validate_labels(&labels)?;
+            topic.labels = labels;
+        }
         let retention_seconds = topic.message_retention_seconds;
         self.propose(CatalogEntry::TopicUpdated {
             id: topic.id,
             message_retention_seconds: retention_seconds,
+            labels: topic.labels.clone(),
         })
         .await?;
         // A deletion that committed while the update waited for the disk wins.
@@ -568,11 +583,7 @@ impl<S: Storage> Router<S> {
                 .await
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }
-        Ok(Topic {
-            name: topic.name,
-            message_retention_seconds: retention_seconds,
-            labels: Default::default(),
-        })
+        Ok(topic_message(&topic))
     }
 
     /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
@@ -604,6 +615,13 @@ impl<S: Storage> Router<S> {
             settings.minimum_backoff_seconds = minimum;
             settings.maximum_backoff_seconds = maximum;
         }
+        if let Some(labels) = changes.labels {
+            validate_labels(&labels)?;
+            settings.labels = labels;
+        }
+        if let Some(exactly_once) = changes.enable_exactly_once_delivery {
+            settings.enable_exactly_once_delivery = exactly_once;
+        }
         self.propose(CatalogEntry::SubscriptionUpdated {
             id: record.id,
             name: record.name.clone(),
@@ -617,8 +635,9 @@ impl<S: Storage> Router<S> {
                 record.name
             )));
         }
-        // A subscription whose topic was deleted is served nowhere: the catalog is all there is.
-        let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
+        // A subscription whose topic was deleted, or that was detached, is served nowhere: the
+        // catalog is all there is.
+        let shard = self.topic_shard.borrow().get(&record.topic_id).copied().filter(|_| !record.detached);
         if let Some(shard) = shard {
             let update = SettingsUpdate::Subscription {
                 subscription_id: record.id,
@@ -647,10 +666,14 @@ impl<S: Storage> Router<S> {
         &self,
         name: &str,
         subscription: &str,
-        _labels: crate::api::control::Labels,
+        labels: Labels,
     ) -> Result<Snapshot, Status> {
         validate_name("snapshot", name)?;
+        validate_labels(&labels)?;
         let record = self.subscription_record(subscription)?;
+        if record.detached {
+            return Err(detached(&record.name));
+        }
         let _reservation = self.reserve_name(&format!("snapshot/{name}"))?;
         if self.state.borrow().snapshots.contains_key(name) {
             return Err(Status::already_exists(format!("snapshot '{name}'")));
@@ -674,9 +697,16 @@ impl<S: Storage> Router<S> {
                 expire_time_ms,
             })
             .await?;
-        let snapshot = SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms };
+        let snapshot =
+            SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms, labels };
+        let response = Snapshot {
+            name: name.to_owned(),
+            topic: topic.name,
+            expire_time_ms,
+            labels: snapshot.labels.clone(),
+        };
         self.propose(CatalogEntry::SnapshotCreated(snapshot)).await?;
-        Ok(Snapshot { name: name.to_owned(), topic: topic.name, expire_time_ms, labels: Default::default() })
+        Ok(response)
     }
 
     /// Deletes subscriptions idle for longer than their expiration policy allows.
@@ -719,13 +749,15 @@ impl<S: Storage> Router<S> {
     pub async fn delete_subscription(&self, name: &str) -> Result<(), Status> {
         let record = self.subscription_record(name)?;
         self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
-        let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
+        // A detached subscription's forwarder dropped it already.
+        let shard = self.topic_shard.borrow().get(&record.topic_id).copied().filter(|_| !record.detached);
         if let Some(shard) = shard {
             if let Err(status) = self.forwarders[shard as usize]
                 .call(ControlRequest::DetachSubscription {
                     subscription_id: record.id,
                     name: record.name.clone(),
                     topic_id: record.topic_id,
+                    deleted: true,
                 })
                 .await
             {
@@ -743,11 +775,7 @@ impl<S: Storage> Router<S> {
                 std::ops::Bound::Excluded(request.page_token.as_str()),
                 std::ops::Bound::Unbounded,
             ))
-            .map(|(_, topic)| Topic {
-                name: topic.name.clone(),
-                message_retention_seconds: topic.message_retention_seconds,
-                labels: Default::default(),
-            });
+            .map(|(_, topic)| topic_message(topic));
         page(topics, request.page_size, |topic| &topic.name)
     }
 
@@ -762,7 +790,10 @@ impl<S: Storage> Router<S> {
                     std::ops::Bound::Unbounded,
                 ))
                 .map(|(_, record)| &**record)
-                .filter(|record| topic_filter.is_empty() || record.topic_name == topic_filter)
+                // A detached subscription is no longer one of its topic's.
+                .filter(|record| {
+                    topic_filter.is_empty() || (record.topic_name == topic_filter && !record.detached)
+                })
                 .take(page_size(request.page_size) + 1)
                 .cloned()
                 .collect()
@@ -825,12 +856,7 @@ impl<S: Storage> Router<S> {
     }
 
     pub fn get_topic(&self, name: &str) -> Result<Topic, Status> {
-        let topic = self.topic_record(name)?;
-        Ok(Topic {
-            name: topic.name,
-            message_retention_seconds: topic.message_retention_seconds,
-            labels: Default::default(),
-        })
+        Ok(topic_message(&self.topic_record(name)?))
     }
 
     /// The forwarders serving a topic, most preferred first. `local`: the address the client
@@ -856,6 +882,9 @@ impl<S: Storage> Router<S> {
         local: Option<SocketAddr>,
     ) -> Result<Vec<ForwarderAddress>, Status> {
         let record = self.subscription_record(name)?;
+        if record.detached {
+            return Err(detached(&record.name));
+        }
         let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
             return Err(Status::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
@@ -869,6 +898,9 @@ impl<S: Storage> Router<S> {
     /// keeps; the catalog only names the subscription and the snapshot.
     pub async fn seek(&self, subscription: &str, target: SeekTarget) -> Result<(), Status> {
         let record = self.subscription_record(subscription)?;
+        if record.detached {
+            return Err(detached(&record.name));
+        }
         let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
             Status::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
@@ -913,46 +945,66 @@ impl<S: Storage> Router<S> {
                 std::ops::Bound::Excluded(request.page_token.as_str()),
                 std::ops::Bound::Unbounded,
             ))
-            .map(|(_, snapshot)| Snapshot {
-                name: snapshot.name.clone(),
-                topic: state
-                    .topic_names
-                    .get(&snapshot.topic_id)
-                    .cloned()
-                    .unwrap_or_else(|| DELETED_TOPIC.into()),
-                expire_time_ms: snapshot.expire_time_ms,
-                labels: Default::default(),
-            });
+            .map(|(_, snapshot)| snapshot_message(&state, snapshot));
         page(snapshots, request.page_size, |snapshot| &snapshot.name)
     }
 
-    /// UpdateSnapshot: changes a snapshot's labels (`None`: leaves them).
-    pub async fn update_snapshot(
-        &self,
-        name: &str,
-        _labels: Option<crate::api::control::Labels>,
-    ) -> Result<Snapshot, Status> {
-        let _ = self.snapshot_record(name)?;
-        Err(Status::new(crate::api::Code::Unimplemented, "UpdateSnapshot is not built yet"))
+    /// UpdateSnapshot: changes a snapshot's labels (`None`: leaves them). Only the catalog
+    /// holds them: the forwarder's copy of the snapshot is its acknowledgements.
+    pub async fn update_snapshot(&self, name: &str, labels: Option<Labels>) -> Result<Snapshot, Status> {
+        let _update = self.update_permit().await?;
+        let mut snapshot = self.snapshot_record(name)?;
+        if let Some(labels) = labels {
+            validate_labels(&labels)?;
+            snapshot.labels = labels;
+        }
+        let entry = CatalogEntry::SnapshotUpdated {
+            id: snapshot.id,
+            name: snapshot.name.clone(),
+            labels: snapshot.labels,
+        };
+        // A deletion that committed while the update waited for the disk wins.
+        if self.propose(entry).await? == Applied::Updated(false) {
+            return Err(Status::not_found(format!("snapshot '{name}' (deleted during the update)")));
+        }
+        self.get_snapshot(name)
     }
 
     /// DetachSubscription: the subscription stays, but leaves its topic as if the topic were
-    /// deleted: its messages are dropped and pulls answer `FAILED_PRECONDITION`.
+    /// deleted: its forwarder drops its state (its messages and leases), and from then on it
+    /// is served nowhere, so pulls and streams answer `FAILED_PRECONDITION` (the forwarder
+    /// answers `NotOwner` and the router's lookup says why). Detaching one already detached
+    /// changes nothing. Durable first: a restart never attaches it again.
     pub async fn detach_subscription(&self, name: &str) -> Result<(), Status> {
-        let _ = self.subscription_record(name)?;
-        Err(Status::new(crate::api::Code::Unimplemented, "DetachSubscription is not built yet"))
+        let _update = self.update_permit().await?;
+        let record = self.subscription_record(name)?;
+        if record.detached {
+            return Ok(());
+        }
+        let entry = CatalogEntry::SubscriptionDetached { id: record.id, name: record.name.clone() };
+        if self.propose(entry).await? == Applied::Updated(false) {
+            return Err(Status::not_found(format!("subscription '{name}' (deleted during the detach)")));
+        }
+        let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
+        if let Some(shard) = shard {
+            let request = ControlRequest::DetachSubscription {
+                subscription_id: record.id,
+                name: record.name.clone(),
+                topic_id: record.topic_id,
+                deleted: false,
+            };
+            // Durable already: if the forwarder did not take it, the next start does not
+            // attach the subscription.
+            if let Err(status) = self.forwarders[shard as usize].call(request).await {
+                eprintln!("ringpostd: detaching subscription '{}' from its topic: {status}", record.name);
+            }
+        }
+        Ok(())
     }
 
     pub fn get_snapshot(&self, name: &str) -> Result<Snapshot, Status> {
         let snapshot = self.snapshot_record(name)?;
-        let topic = self.state.borrow().topic_names.get(&snapshot.topic_id).cloned();
-        let topic = topic.unwrap_or_else(|| DELETED_TOPIC.into());
-        Ok(Snapshot {
-            name: snapshot.name,
-            topic,
-            expire_time_ms: snapshot.expire_time_ms,
-            labels: Default::default(),
-        })
+        Ok(snapshot_message(&self.state.borrow(), &snapshot))
     }
 
     pub async fn delete_snapshot(&self, name: &str) -> Result<(), Status> {
@@ -966,6 +1018,30 @@ impl<S: Storage> Router<S> {
         }
         Ok(())
     }
+}
+
+/// A topic as clients see it.
+fn topic_message(topic: &TopicRecord) -> Topic {
+    Topic {
+        name: topic.name.clone(),
+        message_retention_seconds: topic.message_retention_seconds,
+        labels: topic.labels.clone(),
+    }
+}
+
+/// A snapshot as clients see it: its topic's name, or `DELETED_TOPIC` once it is deleted.
+fn snapshot_message(state: &CatalogState, snapshot: &SnapshotRecord) -> Snapshot {
+    Snapshot {
+        name: snapshot.name.clone(),
+        topic: state.topic_names.get(&snapshot.topic_id).cloned().unwrap_or_else(|| DELETED_TOPIC.into()),
+        expire_time_ms: snapshot.expire_time_ms,
+        labels: snapshot.labels.clone(),
+    }
+}
+
+/// What operations a detached subscription cannot take answer.
+fn detached(name: &str) -> Status {
+    Status::failed_precondition(format!("subscription '{name}' is detached"))
 }
 
 /// An update the catalog holds but the owning forwarder did not take: the daemon serves it from

@@ -1,8 +1,9 @@
 //! The queue checker of the seeded simulations (`sim_tests`, `sim_node_tests`): it judges one
 //! subscription's history with at-least-once semantics. Every acknowledged publish is
 //! delivered at least once; nothing is delivered that was never published; a message whose
-//! acknowledgement was confirmed is never delivered again (the workloads neither seek nor let
-//! messages expire, which alone would explain it).
+//! acknowledgement was confirmed is never delivered again (the workloads never seek, which
+//! alone would explain it). With exactly-once delivery, also not while that acknowledgement
+//! was in flight (`confirmed_exactly_once`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -35,11 +36,31 @@ impl Checker {
         assert!(
             !self.acknowledged.contains(data),
             "seed {seed}: delivered {} again after its acknowledgement was confirmed",
-            String::from_utf8_lossy(data)
+            name_of(data)
         );
         let count = self.deliveries.entry(data.to_vec()).or_insert(0);
         *count += 1;
         self.redeliveries += u64::from(*count > 1);
+    }
+
+    /// How often a message was delivered so far: taken when its acknowledgement is sent, for
+    /// `confirmed_exactly_once`.
+    pub fn deliveries_of(&self, data: &[u8]) -> u32 {
+        self.deliveries.get(data).copied().unwrap_or(0)
+    }
+
+    /// Exactly-once delivery: an acknowledgement was confirmed that was sent when the message
+    /// had been delivered `deliveries_at_send` times. It was accepted for the lease it named,
+    /// so no delivery may have come between (the lease was pinned while the acknowledgement
+    /// was made durable); `delivered` checks that none comes after.
+    pub fn confirmed_exactly_once(&mut self, seed: u64, data: &[u8], deliveries_at_send: u32) {
+        assert_eq!(
+            self.deliveries_of(data),
+            deliveries_at_send,
+            "seed {seed}: exactly-once: {} was delivered again while its acknowledgement, then confirmed, was in flight",
+            name_of(data)
+        );
+        self.acknowledged.insert(data.to_vec());
     }
 
     /// Acknowledged publishes never delivered.
@@ -55,4 +76,10 @@ impl Checker {
         lost.sort();
         lost
     }
+}
+
+/// A message's name (`life-L/message-N`), without the fill that follows it.
+fn name_of(data: &[u8]) -> String {
+    let text = String::from_utf8_lossy(data);
+    text.rsplit_once('/').map_or(text.to_string(), |(name, _)| name.to_owned())
 }

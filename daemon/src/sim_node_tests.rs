@@ -510,6 +510,7 @@ async fn create_subscription(router: &Router<SimDisk>, model: &RefCell<Model>, t
         name: name.clone(),
         topic: topic.clone(),
         settings: SubscriptionSettings { ack_deadline_seconds: ACK_DEADLINE_SECONDS, ..Default::default() },
+        detached: false,
     };
     let result = router.create_subscription(request).await;
     let record = router.catalog_state().subscriptions.get(&name).map(|record| (record.id, record.topic_id));

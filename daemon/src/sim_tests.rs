@@ -9,7 +9,13 @@
 //! The queue checker (`Checker`) judges the history with at-least-once semantics: every
 //! acknowledged publish is delivered at least once; nothing is delivered that was never
 //! published; a message whose acknowledgement was confirmed is never delivered again (the
-//! workload neither seeks nor lets messages expire, which alone would explain it).
+//! workload never seeks, which alone would explain it).
+//!
+//! The same node with exactly-once delivery on its subscription runs lives long enough for
+//! leases to expire, and its subscriber sometimes holds what it pulled until just before the
+//! deadline, acknowledging it while another subscriber pulls just after the deadline: a
+//! message must then not be delivered again while its acknowledgement, later confirmed, is
+//! being made durable (the lease is pinned), nor after.
 //!
 //! `RINGPOST_SIM_SEEDS=N` runs N seeds; `RINGPOST_SIM_SEED=S` replays seed S exactly.
 
@@ -53,6 +59,14 @@ const LIFE_MAX: Duration = Duration::from_millis(40);
 /// The subscription's ack deadline; the subscriber sometimes waits past it, so that what it
 /// held is delivered again.
 const ACK_DEADLINE_SECONDS: u32 = 10;
+/// Exactly-once delivery: how long a life may last, so that leases expire in it, and how
+/// often segments are collected in it (the daemon's interval, shortened less than above: a
+/// life is longer).
+const LIFE_EXACTLY_ONCE_MAX: Duration = Duration::from_secs(3 * ACK_DEADLINE_SECONDS as u64);
+const COLLECTION_INTERVAL_EXACTLY_ONCE: Duration = Duration::from_millis(100);
+/// How far from the deadline the holding subscriber acknowledges (before it) and the racing
+/// one pulls (after it): about a journal write, whose operations take up to 500 µs each.
+const RACE_JITTER_MICROS: u64 = 600;
 /// Empty pulls in a row after which the final drain takes the subscription to be empty.
 const DRAIN_EMPTY_PULLS: u32 = 3;
 /// Pulls the final drain may take.
@@ -103,6 +117,7 @@ async fn start(
     config: &LogConfig,
     life: u64,
     seed: u64,
+    exactly_once: bool,
 ) -> Rc<Forwarder<SimDisk>> {
     // The disk's faults stay within the budget (at most ⌊M/2⌋ of M directories), where a read
     // failing in a copy during recovery fences that copy and the open goes on from the others:
@@ -123,6 +138,7 @@ async fn start(
     let settings = SubscriptionSettings {
         ack_deadline_seconds: ACK_DEADLINE_SECONDS,
         message_retention_seconds: 7 * 24 * 3600,
+        enable_exactly_once_delivery: exactly_once,
         ..SubscriptionSettings::default()
     };
     let subscription = ControlRequest::AttachSubscription {
@@ -181,19 +197,7 @@ async fn subscribe(
     seed: u64,
 ) {
     for _ in 0..rng.below(PULLS_PER_LIFE_MAX + 1) {
-        let request = PullRequest {
-            subscription: SUBSCRIPTION.into(),
-            max_messages: rng.between(1..PULL_MESSAGES_MAX + 1) as u32,
-            wait_ms: 0,
-        };
-        let received = match call(&forwarder, Command::Pull, &request).await {
-            Some(response) => {
-                ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..])
-                    .expect("a pull response")
-                    .received_messages
-            }
-            None => Vec::new(),
-        };
+        let received = pull(&forwarder, rng.between(1..PULL_MESSAGES_MAX + 1) as u32).await;
         let (mut acks, mut nacks) = (Vec::new(), Vec::new());
         for message in &received {
             checker.borrow_mut().delivered(seed, &message.data);
@@ -204,7 +208,7 @@ async fn subscribe(
             }
         }
         if !acks.is_empty() {
-            acknowledge(&forwarder, &checker, acks).await;
+            acknowledge(&forwarder, &checker, acks, None).await;
         }
         if !nacks.is_empty() {
             let request = ModifyAckDeadlineRequest {
@@ -223,12 +227,73 @@ async fn subscribe(
     }
 }
 
-/// Acknowledges, and records as confirmed those the forwarder did not call invalid.
+/// One pull of at most `max_messages`, without waiting; nothing when it fails.
+async fn pull(forwarder: &Forwarder<SimDisk>, max_messages: u32) -> Vec<ReceivedMessage> {
+    let request = PullRequest { subscription: SUBSCRIPTION.into(), max_messages, wait_ms: 0 };
+    match call(forwarder, Command::Pull, &request).await {
+        Some(response) => {
+            ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..])
+                .expect("a pull response")
+                .received_messages
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Exactly-once delivery: pulls, and acknowledges what it received, at once or held until
+/// just before the deadline while a racer pulls just after it (`race`).
+async fn subscribe_exactly_once(
+    forwarder: Rc<Forwarder<SimDisk>>,
+    checker: Rc<RefCell<Checker>>,
+    mut rng: sim::Rng,
+    seed: u64,
+) {
+    let deadline = Duration::from_secs(u64::from(ACK_DEADLINE_SECONDS));
+    for _ in 0..rng.below(PULLS_PER_LIFE_MAX + 1) {
+        let received = pull(&forwarder, rng.between(1..PULL_MESSAGES_MAX + 1) as u32).await;
+        for message in &received {
+            checker.borrow_mut().delivered(seed, &message.data);
+        }
+        let acks: Vec<(String, Vec<u8>)> =
+            received.into_iter().map(|message| (message.ack_id, message.data)).collect();
+        if rng.chance(500_000) {
+            let racing = deadline + Duration::from_micros(rng.below(RACE_JITTER_MICROS));
+            runtime::spawn(race(forwarder.clone(), checker.clone(), racing, seed)).detach();
+            runtime::sleep(deadline - Duration::from_micros(rng.below(RACE_JITTER_MICROS))).await;
+        }
+        if !acks.is_empty() {
+            acknowledge(&forwarder, &checker, acks, Some(seed)).await;
+        }
+        runtime::sleep(Duration::from_micros(rng.below(3_000))).await;
+    }
+}
+
+/// Another subscriber of the same subscription: after `after`, pulls what expired and
+/// acknowledges it.
+async fn race(forwarder: Rc<Forwarder<SimDisk>>, checker: Rc<RefCell<Checker>>, after: Duration, seed: u64) {
+    runtime::sleep(after).await;
+    let received = pull(&forwarder, PULL_MESSAGES_MAX as u32).await;
+    for message in &received {
+        checker.borrow_mut().delivered(seed, &message.data);
+    }
+    let acks: Vec<(String, Vec<u8>)> =
+        received.into_iter().map(|message| (message.ack_id, message.data)).collect();
+    if !acks.is_empty() {
+        acknowledge(&forwarder, &checker, acks, Some(seed)).await;
+    }
+}
+
+/// Acknowledges, and records as confirmed those the forwarder did not call invalid. With
+/// exactly-once delivery (`Some(seed)`), each confirmed one is also checked against what was
+/// delivered while it was in flight.
 async fn acknowledge(
     forwarder: &Forwarder<SimDisk>,
     checker: &RefCell<Checker>,
     acks: Vec<(String, Vec<u8>)>,
+    exactly_once_seed: Option<u64>,
 ) {
+    let deliveries_at_send: Vec<u32> =
+        acks.iter().map(|(_, data)| checker.borrow().deliveries_of(data)).collect();
     let request = AcknowledgeRequest {
         subscription: SUBSCRIPTION.into(),
         ack_ids: acks.iter().map(|(id, _)| id.clone()).collect(),
@@ -241,26 +306,22 @@ async fn acknowledge(
         .map(|invalid| invalid.ack_id)
         .collect();
     let mut checker = checker.borrow_mut();
-    for (id, data) in acks {
-        if !invalid.contains(&id) {
-            checker.acknowledged.insert(data);
+    for ((id, data), deliveries_at_send) in acks.into_iter().zip(deliveries_at_send) {
+        match exactly_once_seed {
+            _ if invalid.contains(&id) => {}
+            Some(seed) => checker.confirmed_exactly_once(seed, &data, deliveries_at_send),
+            None => {
+                checker.acknowledged.insert(data);
+            }
         }
     }
 }
 
 /// The last life: pulls and acknowledges everything until the subscription stays empty.
-async fn drain(forwarder: &Forwarder<SimDisk>, checker: &RefCell<Checker>, seed: u64) {
+async fn drain(forwarder: &Forwarder<SimDisk>, checker: &RefCell<Checker>, seed: u64, exactly_once: bool) {
     let mut empty = 0;
     for _ in 0..DRAIN_PULLS_MAX {
-        let request = PullRequest { subscription: SUBSCRIPTION.into(), max_messages: 100, wait_ms: 0 };
-        let received = match call(forwarder, Command::Pull, &request).await {
-            Some(response) => {
-                ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..])
-                    .expect("a pull response")
-                    .received_messages
-            }
-            None => Vec::new(),
-        };
+        let received = pull(forwarder, 100).await;
         if received.is_empty() {
             empty += 1;
             if empty == DRAIN_EMPTY_PULLS {
@@ -277,6 +338,7 @@ async fn drain(forwarder: &Forwarder<SimDisk>, checker: &RefCell<Checker>, seed:
             forwarder,
             checker,
             received.into_iter().map(|message| (message.ack_id, message.data)).collect(),
+            exactly_once.then_some(seed),
         )
         .await;
     }
@@ -284,7 +346,7 @@ async fn drain(forwarder: &Forwarder<SimDisk>, checker: &RefCell<Checker>, seed:
 }
 
 /// What one seed did: publishes acknowledged, deliveries, redeliveries, faults injected.
-fn simulate_node(seed: u64) -> (usize, usize, u64, u64) {
+fn simulate_node(seed: u64, exactly_once: bool) -> (usize, usize, u64, u64) {
     let mut rng = sim::Rng::new(seed);
     let copies = [1, 3][rng.below(2) as usize];
     let paths: Vec<PathBuf> = (0..copies).map(|copy| PathBuf::from(format!("/d{copy}"))).collect();
@@ -295,17 +357,22 @@ fn simulate_node(seed: u64) -> (usize, usize, u64, u64) {
     let lives = rng.between(2..LIVES_MAX + 1);
     let mut workload = rng.fork();
     let checker = Rc::new(RefCell::new(Checker::default()));
+    let (life_max, collection_interval) = if exactly_once {
+        (LIFE_EXACTLY_ONCE_MAX, COLLECTION_INTERVAL_EXACTLY_ONCE)
+    } else {
+        (LIFE_MAX, COLLECTION_INTERVAL)
+    };
     sim::run(seed, async move {
         for life in 0..lives {
-            let forwarder = start(&disk, &paths, &config, life, seed).await;
+            let forwarder = start(&disk, &paths, &config, life, seed, exactly_once).await;
             if life + 1 == lives {
-                drain(&forwarder, &checker, seed).await;
+                drain(&forwarder, &checker, seed, exactly_once).await;
                 break;
             }
             let collector = forwarder.clone();
             runtime::spawn(async move {
                 loop {
-                    runtime::sleep(COLLECTION_INTERVAL).await;
+                    runtime::sleep(collection_interval).await;
                     collector.collect_segments().await;
                 }
             })
@@ -319,8 +386,14 @@ fn simulate_node(seed: u64) -> (usize, usize, u64, u64) {
             })
             .detach();
             runtime::spawn(publish(forwarder.clone(), checker.clone(), workload.fork(), life)).detach();
-            runtime::spawn(subscribe(forwarder.clone(), checker.clone(), workload.fork(), seed)).detach();
-            runtime::sleep(Duration::from_micros(workload.below(LIFE_MAX.as_micros() as u64))).await;
+            if exactly_once {
+                let subscriber =
+                    subscribe_exactly_once(forwarder.clone(), checker.clone(), workload.fork(), seed);
+                runtime::spawn(subscriber).detach();
+            } else {
+                runtime::spawn(subscribe(forwarder.clone(), checker.clone(), workload.fork(), seed)).detach();
+            }
+            runtime::sleep(Duration::from_micros(workload.below(life_max.as_micros() as u64))).await;
             sim::kill_spawned_tasks();
             drop(forwarder);
             disk.crash(crash_mode(&mut workload));
@@ -342,7 +415,7 @@ fn a_node_delivers_every_acknowledged_publish_through_crashes_and_faults() {
     let totals = RefCell::new((0, 0, 0, 0));
     let started = std::time::Instant::now();
     sim::for_each_seed("a_node_delivers_every_acknowledged_publish", SEEDS_DEFAULT, |seed| {
-        let (acknowledged, delivered, redeliveries, faults) = simulate_node(seed);
+        let (acknowledged, delivered, redeliveries, faults) = simulate_node(seed, false);
         let mut totals = totals.borrow_mut();
         *totals = (totals.0 + acknowledged, totals.1 + delivered, totals.2 + redeliveries, totals.3 + faults);
     });
@@ -355,10 +428,32 @@ fn a_node_delivers_every_acknowledged_publish_through_crashes_and_faults() {
     assert!(acknowledged > 0, "the simulation acknowledged nothing, so it checked nothing");
 }
 
+/// Exactly-once delivery through crashes, faults and leases that expire while their
+/// acknowledgements are in flight: a confirmed acknowledgement's message is never delivered
+/// again, nor while it was in flight.
+#[test]
+fn an_exactly_once_subscription_never_delivers_an_acknowledged_message_again() {
+    let totals = RefCell::new((0, 0, 0, 0));
+    let started = std::time::Instant::now();
+    sim::for_each_seed("an_exactly_once_subscription_never_delivers", SEEDS_DEFAULT, |seed| {
+        let (acknowledged, delivered, redeliveries, faults) = simulate_node(seed, true);
+        let mut totals = totals.borrow_mut();
+        *totals = (totals.0 + acknowledged, totals.1 + delivered, totals.2 + redeliveries, totals.3 + faults);
+    });
+    let (acknowledged, delivered, redeliveries, faults) = totals.into_inner();
+    eprintln!(
+        "exactly-once node simulation: {acknowledged} publishes acknowledged, {delivered} delivered, \
+         {redeliveries} redeliveries, {faults} faults injected, in {:?}",
+        started.elapsed()
+    );
+    assert!(redeliveries > 0, "no lease expired, so the simulation checked little");
+}
+
 #[test]
 fn a_node_simulation_replays_its_seed() {
     for seed in [3, 5, 8] {
-        assert_eq!(simulate_node(seed), simulate_node(seed), "seed {seed}");
+        assert_eq!(simulate_node(seed, false), simulate_node(seed, false), "seed {seed}");
+        assert_eq!(simulate_node(seed, true), simulate_node(seed, true), "seed {seed}, exactly once");
     }
 }
 

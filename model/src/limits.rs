@@ -58,6 +58,17 @@ pub const RETENTION_SECONDS_MAX: u64 = 31 * 24 * 3600;
 /// Subscription expiration after inactivity (Pub/Sub: default 31 days, minimum 1 day).
 pub const EXPIRATION_TTL_SECONDS_DEFAULT: u64 = 31 * 24 * 3600;
 pub const EXPIRATION_TTL_SECONDS_MIN: u64 = 24 * 3600;
+/// An expiration policy without a ttl (Pub/Sub: the subscription never expires). The largest
+/// value, so that every comparison with an idle time says "not yet" without a special case;
+/// whoever turns it into milliseconds must saturate.
+pub const EXPIRATION_TTL_SECONDS_NEVER: u64 = u64::MAX;
+/// Labels on one topic, subscription or snapshot (Pub/Sub: 64).
+pub const LABELS_COUNT_MAX: usize = 64;
+/// Bytes of a label key (Pub/Sub: 1 to 63, lowercase letters, digits, `_` and `-`, starting
+/// with a lowercase letter).
+pub const LABEL_KEY_BYTES_MAX: usize = 63;
+/// Bytes of a label value (Pub/Sub: at most 63, of the key's characters, may be empty).
+pub const LABEL_VALUE_BYTES_MAX: usize = 63;
 /// Dead-letter policy (Pub/Sub: 5 to 100 delivery attempts, 0 means 5).
 pub const MAX_DELIVERY_ATTEMPTS_DEFAULT: u32 = 5;
 pub const MAX_DELIVERY_ATTEMPTS_MIN: u32 = 5;
@@ -75,6 +86,7 @@ const _: () = assert!(ACK_DEADLINE_SECONDS_DEFAULT <= ACK_DEADLINE_SECONDS_MAX);
 const _: () = assert!(RETENTION_SECONDS_MIN <= RETENTION_SECONDS_DEFAULT);
 const _: () = assert!(RETENTION_SECONDS_DEFAULT <= RETENTION_SECONDS_MAX);
 const _: () = assert!(EXPIRATION_TTL_SECONDS_MIN <= EXPIRATION_TTL_SECONDS_DEFAULT);
+const _: () = assert!(EXPIRATION_TTL_SECONDS_DEFAULT < EXPIRATION_TTL_SECONDS_NEVER);
 const _: () = assert!(MAX_DELIVERY_ATTEMPTS_MIN <= MAX_DELIVERY_ATTEMPTS_DEFAULT);
 const _: () = assert!(MAX_DELIVERY_ATTEMPTS_DEFAULT <= MAX_DELIVERY_ATTEMPTS_MAX);
 const _: () = assert!(BACKOFF_SECONDS_MINIMUM_DEFAULT <= BACKOFF_SECONDS_MAXIMUM_DEFAULT);

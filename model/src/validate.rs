@@ -156,10 +156,12 @@ pub fn topic_retention_seconds(requested: u64) -> Result<u64, Invalid> {
     }
 }
 
-/// Checks a subscription's expiration policy (seconds of inactivity); 0 stands for the default.
+/// Checks a subscription's expiration policy (seconds of inactivity); 0 stands for the default,
+/// and `EXPIRATION_TTL_SECONDS_NEVER` for a subscription that never expires.
 pub fn effective_expiration_ttl_seconds(requested: u64) -> Result<u64, Invalid> {
     match requested {
         0 => Ok(EXPIRATION_TTL_SECONDS_DEFAULT),
+        EXPIRATION_TTL_SECONDS_NEVER => Ok(EXPIRATION_TTL_SECONDS_NEVER),
         ttl if ttl < EXPIRATION_TTL_SECONDS_MIN => Err(Invalid::new(format!(
             "expiration ttl of {ttl} s is below the minimum of one day (EXPIRATION_TTL_SECONDS_MIN)"
         ))),
@@ -204,6 +206,54 @@ pub fn effective_retry_backoff_seconds(minimum: u32, maximum: u32) -> Result<(u3
     Ok((minimum, maximum))
 }
 
+/// Checks labels with Pub/Sub's rules: at most `LABELS_COUNT_MAX`; each key 1 to
+/// `LABEL_KEY_BYTES_MAX` bytes of lowercase letters, digits, `_` and `-`, starting with a
+/// lowercase letter; each value at most `LABEL_VALUE_BYTES_MAX` bytes of the same characters.
+/// (Pub/Sub also allows international lowercase letters; Ringpost keeps to ASCII.)
+pub fn validate_labels(labels: &std::collections::BTreeMap<String, String>) -> Result<(), Invalid> {
+    if labels.len() > LABELS_COUNT_MAX {
+        return Err(Invalid::new(format!(
+            "{} labels; at most {LABELS_COUNT_MAX} are allowed (LABELS_COUNT_MAX)",
+            labels.len()
+        )));
+    }
+    for (key, value) in labels {
+        if key.is_empty() || key.len() > LABEL_KEY_BYTES_MAX {
+            return Err(Invalid::new(format!(
+                "label key '{}' is {} bytes; it must be 1 to {LABEL_KEY_BYTES_MAX} (LABEL_KEY_BYTES_MAX)",
+                shorten(key),
+                key.len()
+            )));
+        }
+        if !key.as_bytes()[0].is_ascii_lowercase() {
+            return Err(Invalid::new(format!(
+                "label key '{}' must start with a lowercase letter",
+                shorten(key)
+            )));
+        }
+        if value.len() > LABEL_VALUE_BYTES_MAX {
+            return Err(Invalid::new(format!(
+                "the value of label '{}' is {} bytes; the limit is {LABEL_VALUE_BYTES_MAX} (LABEL_VALUE_BYTES_MAX)",
+                shorten(key),
+                value.len()
+            )));
+        }
+        for (what, text) in [("key", key), ("value", value)] {
+            if let Some(bad) = text.chars().find(|c| !is_label_character(*c)) {
+                return Err(Invalid::new(format!(
+                    "label {what} '{}' has the character {bad:?}; allowed are lowercase letters, digits, _ and -",
+                    shorten(text)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_label_character(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +281,46 @@ mod tests {
             effective_max_delivery_attempts("", 5),
             Err(Invalid::new("max_delivery_attempts needs a dead_letter_topic"))
         );
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+    }
+
+    #[test]
+    fn labels_follow_pub_subs_rules_and_refusals_name_the_limit() {
+        assert_eq!(validate_labels(&labels(&[])), Ok(()));
+        let key_max = format!("k{}", "a".repeat(LABEL_KEY_BYTES_MAX - 1));
+        let value_max = "v".repeat(LABEL_VALUE_BYTES_MAX);
+        assert_eq!(
+            validate_labels(&labels(&[("env", ""), ("team_1-x", "a-b_9"), (&key_max, &value_max)])),
+            Ok(())
+        );
+        let refusal = |pairs: &[(&str, &str)]| validate_labels(&labels(pairs)).unwrap_err().message;
+        assert!(refusal(&[("", "x")]).contains("LABEL_KEY_BYTES_MAX"));
+        assert!(refusal(&[(&format!("{key_max}a"), "x")]).contains("LABEL_KEY_BYTES_MAX"));
+        assert!(refusal(&[("k", &format!("{value_max}v"))]).contains("LABEL_VALUE_BYTES_MAX"));
+        assert!(refusal(&[("1abc", "x")]).contains("lowercase letter"));
+        assert!(refusal(&[("_abc", "x")]).contains("lowercase letter"));
+        assert!(refusal(&[("Env", "x")]).contains("lowercase letter"));
+        assert!(refusal(&[("eNv", "x")]).contains("'N'"));
+        assert!(refusal(&[("env", "Prod")]).contains("'P'"));
+        assert!(refusal(&[("env", "a.b")]).contains("'.'"));
+        let many: Vec<(String, String)> =
+            (0..=LABELS_COUNT_MAX).map(|n| (format!("k{n}"), String::new())).collect();
+        let many: std::collections::BTreeMap<String, String> = many.into_iter().collect();
+        assert!(validate_labels(&many).unwrap_err().message.contains("LABELS_COUNT_MAX"));
+        let most: std::collections::BTreeMap<String, String> =
+            many.into_iter().take(LABELS_COUNT_MAX).collect();
+        assert_eq!(validate_labels(&most), Ok(()));
+    }
+
+    #[test]
+    fn an_expiration_policy_may_never_expire() {
+        assert_eq!(
+            effective_expiration_ttl_seconds(EXPIRATION_TTL_SECONDS_NEVER),
+            Ok(EXPIRATION_TTL_SECONDS_NEVER)
+        );
+        assert!(effective_expiration_ttl_seconds(EXPIRATION_TTL_SECONDS_MIN - 1).is_err());
     }
 }

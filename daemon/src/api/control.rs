@@ -6,11 +6,13 @@
 /// Pub/Sub's rules for names, settings and their defaults.
 pub use crate::api::validate::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_name,
+    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_labels,
+    validate_name,
 };
 
-/// A resource's labels, Pub/Sub's key-value pairs, kept in key order.
-pub type Labels = std::collections::BTreeMap<String, String>;
+/// A resource's labels, Pub/Sub's key-value pairs, kept in key order (as the catalog stores
+/// them).
+pub use crate::catalog::Labels;
 
 /// A topic as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -32,6 +34,9 @@ pub struct Subscription {
     /// The topic's name, or `DELETED_TOPIC` once the topic is deleted.
     pub topic: String,
     pub settings: SubscriptionSettings,
+    /// Detached (DetachSubscription): it stays in the catalog, but its topic is
+    /// `DELETED_TOPIC` and it delivers nothing. Output only: ignored in a creation.
+    pub detached: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

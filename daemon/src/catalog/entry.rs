@@ -2,6 +2,10 @@
 //! checkpoint restates), with their codec. Each entry holds every decision it needs (ids,
 //! creation times, placement, sync points), so applying it is deterministic.
 //!
+//! Fields added later (labels, exactly-once delivery, detachment) are an optional trailer after
+//! an entry's fields, written only when one of them is not its default: an entry that uses none
+//! of them is encoded exactly as before, and one written before decodes with the defaults.
+//!
 //! Kinds 1 to 11 are those the catalog wrote before it ran on raft; they are still decoded, for
 //! the one-time import of such a catalog and because some of them are still written.
 
@@ -30,6 +34,10 @@ const KIND_SUBSCRIPTION_CREATED_AT: u8 = 13;
 const KIND_TOPIC_PLACED: u8 = 14;
 /// The next id the catalog hands out, as a checkpoint restates it.
 const KIND_NEXT_ID: u8 = 15;
+/// A snapshot's labels after an UpdateSnapshot.
+const KIND_SNAPSHOT_UPDATED: u8 = 16;
+/// A subscription detached from its topic (DetachSubscription).
+const KIND_SUBSCRIPTION_DETACHED: u8 = 17;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -41,7 +49,11 @@ pub struct SnapshotRecord {
     pub name: String,
     pub topic_id: u64,
     pub expire_time_ms: u64,
+    pub labels: Labels,
 }
+
+/// Pub/Sub's labels of a resource, stored and returned as given (checked by the router).
+pub type Labels = std::collections::BTreeMap<String, String>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {
@@ -53,6 +65,7 @@ pub struct TopicRecord {
     pub shard: u32,
     /// Milliseconds since the Unix epoch; 0 for topics created before it was recorded.
     pub created_ms: u64,
+    pub labels: Labels,
 }
 
 /// A subscription's settings as stored; defaults already applied.
@@ -69,7 +82,7 @@ pub struct SubscriptionSettings {
     pub maximum_backoff_seconds: u32,
     pub expiration_ttl_seconds: u64,
     /// Pub/Sub's labels, stored and returned as given.
-    pub labels: std::collections::BTreeMap<String, String>,
+    pub labels: Labels,
     /// Exactly-once delivery: an ack id is good only while its lease is, and once an
     /// acknowledgement is confirmed the message is never delivered again.
     pub enable_exactly_once_delivery: bool,
@@ -87,6 +100,9 @@ pub struct SubscriptionRecord {
     pub settings: SubscriptionSettings,
     /// Milliseconds since the Unix epoch; 0 for subscriptions created before it was recorded.
     pub created_ms: u64,
+    /// Detached from its topic (DetachSubscription): kept, but served by no forwarder, as if
+    /// its topic were deleted.
+    pub detached: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,10 +126,12 @@ pub enum CatalogEntry {
         id: u64,
         name: String,
     },
-    /// A topic's new message retention (0: not set).
+    /// A topic's settings after an update, whole: its message retention (0: not set) and
+    /// labels.
     TopicUpdated {
         id: u64,
         message_retention_seconds: u64,
+        labels: Labels,
     },
     /// A subscription's settings after an update, whole; those an update cannot change
     /// (filter, ordering) are restated as they were.
@@ -131,20 +149,33 @@ pub enum CatalogEntry {
     NextId {
         next_id: u64,
     },
+    /// A snapshot's labels after an update, whole.
+    SnapshotUpdated {
+        id: u64,
+        name: String,
+        labels: Labels,
+    },
+    /// A subscription leaves its topic for good; a checkpoint restates it in the record.
+    SubscriptionDetached {
+        id: u64,
+        name: String,
+    },
 }
 
 impl CatalogEntry {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             CatalogEntry::Boot { count } => Encoder::new(KIND_BOOT).u32(*count).0.clone(),
-            CatalogEntry::TopicCreated(topic) => Encoder::new(KIND_TOPIC_CREATED_PLACED)
-                .u64(topic.id)
-                .str(&topic.name)
-                .u64(topic.message_retention_seconds)
-                .u32(topic.shard)
-                .u64(topic.created_ms)
-                .0
-                .clone(),
+            CatalogEntry::TopicCreated(topic) => {
+                let mut encoder = Encoder::new(KIND_TOPIC_CREATED_PLACED);
+                encoder
+                    .u64(topic.id)
+                    .str(&topic.name)
+                    .u64(topic.message_retention_seconds)
+                    .u32(topic.shard)
+                    .u64(topic.created_ms);
+                encode_labels_trailer(&mut encoder, &topic.labels).0.clone()
+            }
             CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(*id).0.clone(),
             CatalogEntry::SubscriptionCreated(subscription) => {
                 let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED_AT);
@@ -154,7 +185,11 @@ impl CatalogEntry {
                     .u64(subscription.topic_id)
                     .str(&subscription.topic_name)
                     .u64(subscription.start_offset);
-                encode_settings(&mut encoder, &subscription.settings).u64(subscription.created_ms).0.clone()
+                encode_settings(&mut encoder, &subscription.settings).u64(subscription.created_ms);
+                if has_trailer(&subscription.settings) || subscription.detached {
+                    encode_settings_trailer(&mut encoder, &subscription.settings).bool(subscription.detached);
+                }
+                encoder.0
             }
             CatalogEntry::SubscriptionDeleted { id, name } if name.is_empty() => {
                 Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*id).0.clone()
@@ -162,31 +197,47 @@ impl CatalogEntry {
             CatalogEntry::SubscriptionDeleted { id, name } => {
                 Encoder::new(KIND_SUBSCRIPTION_DELETED_NAMED).u64(*id).str(name).0.clone()
             }
-            CatalogEntry::SnapshotCreated(snapshot) => Encoder::new(KIND_SNAPSHOT_CREATED)
-                .u64(snapshot.id)
-                .str(&snapshot.name)
-                .u64(snapshot.topic_id)
-                .u64(snapshot.expire_time_ms)
-                .0
-                .clone(),
+            CatalogEntry::SnapshotCreated(snapshot) => {
+                let mut encoder = Encoder::new(KIND_SNAPSHOT_CREATED);
+                encoder
+                    .u64(snapshot.id)
+                    .str(&snapshot.name)
+                    .u64(snapshot.topic_id)
+                    .u64(snapshot.expire_time_ms);
+                encode_labels_trailer(&mut encoder, &snapshot.labels).0.clone()
+            }
             CatalogEntry::SnapshotDeleted { id, name } if name.is_empty() => {
                 Encoder::new(KIND_SNAPSHOT_DELETED).u64(*id).0.clone()
             }
             CatalogEntry::SnapshotDeleted { id, name } => {
                 Encoder::new(KIND_SNAPSHOT_DELETED_NAMED).u64(*id).str(name).0.clone()
             }
-            CatalogEntry::TopicUpdated { id, message_retention_seconds } => {
-                Encoder::new(KIND_TOPIC_UPDATED).u64(*id).u64(*message_retention_seconds).0.clone()
+            CatalogEntry::TopicUpdated { id, message_retention_seconds, labels } => {
+                let mut encoder = Encoder::new(KIND_TOPIC_UPDATED);
+                encoder.u64(*id).u64(*message_retention_seconds);
+                encode_labels_trailer(&mut encoder, labels).0.clone()
             }
             CatalogEntry::SubscriptionUpdated { id, name, settings } => {
                 let mut encoder = Encoder::new(KIND_SUBSCRIPTION_UPDATED);
                 encoder.u64(*id).str(name);
-                encode_settings(&mut encoder, settings).0.clone()
+                encode_settings(&mut encoder, settings);
+                if has_trailer(settings) {
+                    encode_settings_trailer(&mut encoder, settings);
+                }
+                encoder.0
             }
             CatalogEntry::TopicPlaced { id, shard } => {
                 Encoder::new(KIND_TOPIC_PLACED).u64(*id).u32(*shard).0.clone()
             }
             CatalogEntry::NextId { next_id } => Encoder::new(KIND_NEXT_ID).u64(*next_id).0.clone(),
+            CatalogEntry::SnapshotUpdated { id, name, labels } => {
+                let mut encoder = Encoder::new(KIND_SNAPSHOT_UPDATED);
+                encoder.u64(*id).str(name);
+                encode_labels(&mut encoder, labels).0.clone()
+            }
+            CatalogEntry::SubscriptionDetached { id, name } => {
+                Encoder::new(KIND_SUBSCRIPTION_DETACHED).u64(*id).str(name).0.clone()
+            }
         }
     }
 
@@ -200,6 +251,7 @@ impl CatalogEntry {
                 message_retention_seconds: d.u64()?,
                 shard: SHARD_UNPLACED,
                 created_ms: 0,
+                labels: Labels::new(),
             }),
             KIND_TOPIC_CREATED_PLACED => CatalogEntry::TopicCreated(TopicRecord {
                 id: d.u64()?,
@@ -207,6 +259,7 @@ impl CatalogEntry {
                 message_retention_seconds: d.u64()?,
                 shard: d.u32()?,
                 created_ms: d.u64()?,
+                labels: decode_labels_trailer(&mut d)?,
             }),
             KIND_TOPIC_DELETED => CatalogEntry::TopicDeleted { id: d.u64()? },
             KIND_SUBSCRIPTION_CREATED => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
@@ -217,16 +270,25 @@ impl CatalogEntry {
                 start_offset: d.u64()?,
                 settings: decode_settings(&mut d)?,
                 created_ms: 0,
+                detached: false,
             }),
-            KIND_SUBSCRIPTION_CREATED_AT => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
-                id: d.u64()?,
-                name: d.str()?,
-                topic_id: d.u64()?,
-                topic_name: d.str()?,
-                start_offset: d.u64()?,
-                settings: decode_settings(&mut d)?,
-                created_ms: d.u64()?,
-            }),
+            KIND_SUBSCRIPTION_CREATED_AT => {
+                let mut record = SubscriptionRecord {
+                    id: d.u64()?,
+                    name: d.str()?,
+                    topic_id: d.u64()?,
+                    topic_name: d.str()?,
+                    start_offset: d.u64()?,
+                    settings: decode_settings(&mut d)?,
+                    created_ms: d.u64()?,
+                    detached: false,
+                };
+                if !d.is_empty() {
+                    decode_settings_trailer(&mut d, &mut record.settings)?;
+                    record.detached = d.bool()?;
+                }
+                CatalogEntry::SubscriptionCreated(record)
+            }
             KIND_SUBSCRIPTION_DELETED => {
                 CatalogEntry::SubscriptionDeleted { id: d.u64()?, name: String::new() }
             }
@@ -238,21 +300,34 @@ impl CatalogEntry {
                 name: d.str()?,
                 topic_id: d.u64()?,
                 expire_time_ms: d.u64()?,
+                labels: decode_labels_trailer(&mut d)?,
             }),
             KIND_SNAPSHOT_DELETED => CatalogEntry::SnapshotDeleted { id: d.u64()?, name: String::new() },
             KIND_SNAPSHOT_DELETED_NAMED => {
                 CatalogEntry::SnapshotDeleted { id: d.u64()?, name: non_empty(d.str()?)? }
             }
-            KIND_TOPIC_UPDATED => {
-                CatalogEntry::TopicUpdated { id: d.u64()?, message_retention_seconds: d.u64()? }
-            }
-            KIND_SUBSCRIPTION_UPDATED => CatalogEntry::SubscriptionUpdated {
+            KIND_TOPIC_UPDATED => CatalogEntry::TopicUpdated {
                 id: d.u64()?,
-                name: non_empty(d.str()?)?,
-                settings: decode_settings(&mut d)?,
+                message_retention_seconds: d.u64()?,
+                labels: decode_labels_trailer(&mut d)?,
             },
+            KIND_SUBSCRIPTION_UPDATED => {
+                let (id, name, mut settings) = (d.u64()?, non_empty(d.str()?)?, decode_settings(&mut d)?);
+                if !d.is_empty() {
+                    decode_settings_trailer(&mut d, &mut settings)?;
+                }
+                CatalogEntry::SubscriptionUpdated { id, name, settings }
+            }
             KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced { id: d.u64()?, shard: d.u32()? },
             KIND_NEXT_ID => CatalogEntry::NextId { next_id: d.u64()? },
+            KIND_SNAPSHOT_UPDATED => CatalogEntry::SnapshotUpdated {
+                id: d.u64()?,
+                name: non_empty(d.str()?)?,
+                labels: decode_labels(&mut d)?,
+            },
+            KIND_SUBSCRIPTION_DETACHED => {
+                CatalogEntry::SubscriptionDetached { id: d.u64()?, name: non_empty(d.str()?)? }
+            }
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -293,6 +368,56 @@ fn decode_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
         enable_exactly_once_delivery: false,
     })
 }
+/// Whether a subscription's settings need the trailer (a setting added after the first
+/// encoding is not its default).
+fn has_trailer(settings: &SubscriptionSettings) -> bool {
+    !settings.labels.is_empty() || settings.enable_exactly_once_delivery
+}
+
+/// The settings added after the first encoding, in the order they were added.
+fn encode_settings_trailer<'a>(encoder: &'a mut Encoder, settings: &SubscriptionSettings) -> &'a mut Encoder {
+    encode_labels(encoder, &settings.labels).bool(settings.enable_exactly_once_delivery)
+}
+
+fn decode_settings_trailer(d: &mut Decoder, settings: &mut SubscriptionSettings) -> DecodeResult<()> {
+    settings.labels = decode_labels(d)?;
+    settings.enable_exactly_once_delivery = d.bool()?;
+    Ok(())
+}
+
+/// Labels as a count and then each key and value.
+fn encode_labels<'a>(encoder: &'a mut Encoder, labels: &Labels) -> &'a mut Encoder {
+    encoder.u32(labels.len() as u32);
+    for (key, value) in labels {
+        encoder.str(key).str(value);
+    }
+    encoder
+}
+
+fn decode_labels(d: &mut Decoder) -> DecodeResult<Labels> {
+    let count = d.u32()?;
+    let mut labels = Labels::new();
+    for _ in 0..count {
+        labels.insert(d.str()?, d.str()?);
+    }
+    Ok(labels)
+}
+
+/// Labels as an optional trailer: nothing when there are none, as entries were before.
+fn encode_labels_trailer<'a>(encoder: &'a mut Encoder, labels: &Labels) -> &'a mut Encoder {
+    if labels.is_empty() {
+        return encoder;
+    }
+    encode_labels(encoder, labels)
+}
+
+fn decode_labels_trailer(d: &mut Decoder) -> DecodeResult<Labels> {
+    if d.is_empty() {
+        return Ok(Labels::new());
+    }
+    decode_labels(d)
+}
+
 /// A name read from a deletion that must carry one.
 fn non_empty(name: String) -> DecodeResult<String> {
     if name.is_empty() {
@@ -320,6 +445,8 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::SubscriptionUpdated { id, .. } => write!(f, "update subscription {id:x}"),
             CatalogEntry::TopicPlaced { id, shard } => write!(f, "place topic {id:x} on shard {shard}"),
             CatalogEntry::NextId { next_id } => write!(f, "next id {next_id:x}"),
+            CatalogEntry::SnapshotUpdated { id, .. } => write!(f, "update snapshot {id:x}"),
+            CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
         }
     }
 }

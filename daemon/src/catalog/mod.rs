@@ -18,7 +18,9 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 
-pub use entry::{CatalogEntry, SnapshotRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord};
+pub use entry::{
+    CatalogEntry, Labels, SnapshotRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord,
+};
 pub use state::{Applied, CatalogState};
 
 use crate::api::Status;

@@ -99,11 +99,29 @@ impl CatalogState {
             // An update of a record deleted since (or of another record under its name) changes
             // nothing: the router checks the record before it proposes, but a deletion may
             // commit in between.
-            CatalogEntry::TopicUpdated { id, message_retention_seconds } => {
+            CatalogEntry::TopicUpdated { id, message_retention_seconds, labels } => {
                 let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
                 let found = topic.is_some();
                 if let Some(topic) = topic {
                     topic.message_retention_seconds = message_retention_seconds;
+                    topic.labels = labels;
+                }
+                Applied::Updated(found)
+            }
+            CatalogEntry::SnapshotUpdated { id, name, labels } => {
+                let snapshot = self.snapshots.get_mut(&name).filter(|snapshot| snapshot.id == id);
+                let found = snapshot.is_some();
+                if let Some(snapshot) = snapshot {
+                    snapshot.labels = labels;
+                }
+                Applied::Updated(found)
+            }
+            // Detaching is for good: the record stays, marked, and no later entry clears it.
+            CatalogEntry::SubscriptionDetached { id, name } => {
+                let record = self.subscriptions.get_mut(&name).filter(|record| record.id == id);
+                let found = record.is_some();
+                if let Some(record) = record {
+                    record.detached = true;
                 }
                 Applied::Updated(found)
             }

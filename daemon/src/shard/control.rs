@@ -49,8 +49,8 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_subscription(subscription_id, name, topic_id, settings, create, start_offset)
                     .await
             }
-            ControlRequest::DetachSubscription { subscription_id, name, topic_id } => {
-                self.detach_subscription(subscription_id, &name, topic_id);
+            ControlRequest::DetachSubscription { subscription_id, name, topic_id, deleted } => {
+                self.detach_subscription(subscription_id, &name, topic_id, deleted);
                 Ok(ControlOk::Done)
             }
         }
@@ -202,9 +202,13 @@ impl<S: Storage> Forwarder<S> {
         }
     }
 
-    fn detach_subscription(&self, subscription_id: u64, name: &str, topic_id: u64) {
+    /// Stops serving a subscription that was deleted, or detached from its topic (`deleted`
+    /// false); either way its state here goes.
+    fn detach_subscription(&self, subscription_id: u64, name: &str, topic_id: u64, deleted: bool) {
         self.registry.quarantined.borrow_mut().subscriptions.remove(name);
-        if let Some((entry, _)) = self.registry.subscriptions.borrow_mut().remove(name) {
+        let removed = self.registry.subscriptions.borrow_mut().remove(name);
+        if let Some((entry, _)) = removed {
+            entry.left_topic.set(!deleted);
             entry.detach();
         }
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();

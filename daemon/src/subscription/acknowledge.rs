@@ -9,7 +9,12 @@ use crate::api::Status;
 use crate::log::LogError;
 use std::rc::Rc;
 
-/// Acknowledges the leases `ack_ids` name; returns those refused.
+/// Why an acknowledgement or extension accepted was not honoured this time.
+const NOT_DURABLE: &str = "the change could not be made durable; sending it again may succeed";
+
+/// Acknowledges the leases `ack_ids` name; returns those refused. With exactly-once delivery a
+/// journal that fails is a refusal of each id, transient, rather than an error of the request:
+/// the subscriber learns per id what holds.
 pub async fn acknowledge<'a, T: AckJournal>(
     environment: &Environment,
     subscription: &SubscriptionEntry,
@@ -17,41 +22,59 @@ pub async fn acknowledge<'a, T: AckJournal>(
     ack_ids: impl Iterator<Item = &'a str>,
 ) -> Result<Vec<InvalidAckId>, Status> {
     subscription.last_activity_ms.set(environment.clock.wall_ms());
+    let now = environment.clock.now();
     let mut invalid = Vec::new();
-    let mut offsets = Vec::new();
-    {
+    let mut accepted: Vec<(u64, &'a str)> = Vec::new();
+    let exactly_once = {
         let mut state = subscription.state.borrow_mut();
         for ack_id in ack_ids {
-            match state.check_ack(ack_id) {
+            match state.check_ack(ack_id, now) {
                 Ok(Some(offset)) => {
                     state.leave_window(offset);
-                    offsets.push(offset);
+                    if state.policy.exactly_once {
+                        state.pin(offset);
+                    }
+                    accepted.push((offset, ack_id));
                 }
                 Ok(None) => {}
                 Err(refusal) => invalid.push(InvalidAckId::new(ack_id, refusal.reason())),
             }
         }
-    }
-    if offsets.is_empty() {
+        state.policy.exactly_once
+    };
+    if accepted.is_empty() {
         return Ok(invalid);
     }
     // The stream may send more while the acknowledgements become durable.
     subscription.changed.notify_all();
+    let mut offsets: Vec<u64> = accepted.iter().map(|(offset, _)| *offset).collect();
     offsets.sort_unstable();
     offsets.dedup();
     // Durable first: an acknowledgement confirmed to the subscriber never comes back.
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&offsets) };
-    topic.record(&entry).await.map_err(|error| {
-        // The journal's reserve is gone too: the files kept for later rolls go, so that the
-        // retry finds room.
-        if matches!(error, LogError::NoSpace(_)) {
-            (environment.release_space)();
-        }
-        Status::from(error)
-    })?;
+    let written = topic.record(&entry).await;
     let mut state = subscription.state.borrow_mut();
-    for offset in offsets {
-        state.apply_ack(offset);
+    match written {
+        // Applying ends each lease, pinned or not.
+        Ok(()) => offsets.into_iter().for_each(|offset| state.apply_ack(offset)),
+        Err(error) => {
+            // The journal's reserve is gone too: the files kept for later rolls go, so that
+            // the retry finds room.
+            if matches!(error, LogError::NoSpace(_)) {
+                (environment.release_space)();
+            }
+            if !exactly_once {
+                return Err(Status::from(error));
+            }
+            // One pin per id accepted, so one unpin each. An offset another request made
+            // durable meanwhile is acknowledged all the same.
+            for (offset, ack_id) in accepted {
+                state.unpin(offset);
+                if !state.is_acknowledged(offset) {
+                    invalid.push(InvalidAckId::transient(ack_id, NOT_DURABLE));
+                }
+            }
+        }
     }
     drop(state);
     subscription.changed.notify_all();
@@ -69,9 +92,12 @@ pub async fn modify_ack_deadline<'a, T: MessageSource + AckJournal + 'static>(
 ) -> Result<Vec<InvalidAckId>, Status> {
     if seconds > 0 {
         // An extension confirmed to the subscriber survives a restart: journal it first.
-        let mut offsets: Vec<u64> = {
+        let (mut offsets, exactly_once) = {
             let state = subscription.state.borrow();
-            ack_ids.clone().filter_map(|ack_id| state.check_ack(ack_id).ok().flatten()).collect()
+            let now = environment.clock.now();
+            let offsets: Vec<u64> =
+                ack_ids.clone().filter_map(|ack_id| state.check_ack(ack_id, now).ok().flatten()).collect();
+            (offsets, state.policy.exactly_once)
         };
         if !offsets.is_empty() {
             offsets.sort_unstable();
@@ -82,7 +108,22 @@ pub async fn modify_ack_deadline<'a, T: MessageSource + AckJournal + 'static>(
                 runs: runs_of(&offsets),
                 until_ms,
             };
-            topic.record(&entry).await?;
+            match topic.record(&entry).await {
+                Ok(()) => {}
+                // With exactly-once delivery each id learns whether its extension may hold
+                // when sent again.
+                Err(_) if exactly_once => {
+                    let state = subscription.state.borrow();
+                    let now = environment.clock.now();
+                    let refusals = ack_ids.filter_map(|ack_id| match state.check_ack(ack_id, now) {
+                        Err(refusal) => Some(InvalidAckId::new(ack_id, refusal.reason())),
+                        Ok(Some(_)) => Some(InvalidAckId::transient(ack_id, NOT_DURABLE)),
+                        Ok(None) => None,
+                    });
+                    return Ok(refusals.collect());
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
     }
     let now = environment.clock.now();

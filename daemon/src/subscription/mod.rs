@@ -64,6 +64,9 @@ pub struct SubscriptionEntry {
     pub dead_lettering: Cell<bool>,
     /// Deleted (or its topic was): the pulls and streams still holding it end with NotFound.
     pub detached: Cell<bool>,
+    /// Detached from its topic (DetachSubscription) rather than deleted: they end with
+    /// FailedPrecondition instead.
+    pub left_topic: Cell<bool>,
     /// Wall-clock time of the last pull or acknowledgement, for the expiration policy.
     pub last_activity_ms: Cell<u64>,
     pub delivered: RefCell<RateWindow>,
@@ -79,8 +82,11 @@ impl SubscriptionEntry {
         self.changed.notify_all();
     }
 
-    /// The error a pull or stream on a deleted subscription ends with.
+    /// The error a pull or stream on a deleted (or detached) subscription ends with.
     pub fn deleted(&self) -> Status {
+        if self.left_topic.get() {
+            return Status::failed_precondition(format!("subscription '{}' is detached", self.name));
+        }
         Status::not_found(format!("subscription '{}' was deleted", self.name))
     }
 
@@ -105,6 +111,7 @@ impl SubscriptionEntry {
             changed: Notify::new(),
             dead_lettering: Cell::new(false),
             detached: Cell::new(false),
+            left_topic: Cell::new(false),
             last_activity_ms: Cell::new(now_ms),
             delivered: RefCell::default(),
             acked: RefCell::default(),
@@ -148,6 +155,7 @@ pub fn delivery_policy(settings: &SubscriptionSettings) -> DeliveryPolicy {
         max_delivery_attempts: (!settings.dead_letter_topic.is_empty())
             .then_some(settings.max_delivery_attempts.max(1)),
         ordered: settings.enable_message_ordering,
+        exactly_once: settings.enable_exactly_once_delivery,
     }
 }
 

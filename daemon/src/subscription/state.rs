@@ -10,6 +10,14 @@
 //! again first. So a subscriber sees each key in order, a key waiting for a redelivery blocks
 //! only itself, and dead-lettering unblocks it.
 //!
+//! Exactly-once delivery (`DeliveryPolicy::exactly_once`): an ack id is good only for the
+//! current lease of its message, and only until that lease's deadline (the lenient acceptance
+//! of an expired lease not yet delivered again is off). An acknowledgement accepted for the
+//! journal pins its lease (`pin`): the lease cannot expire, be nacked or be given back while
+//! the write is in flight, so the message is not delivered again before the acknowledgement is
+//! durable (`apply_ack`), nor after; if the write fails, `unpin` lets the lease run out as
+//! usual.
+//!
 //! Invariants:
 //! - every offset in `[start_offset, cursor)` is acknowledged, leased, or waiting in
 //!   `redeliver` (or below the log's start, deleted by retention);
@@ -133,6 +141,9 @@ struct Lease {
     /// The streaming pull that holds the lease (0: a unary pull), for its flow control.
     stream: u64,
     bytes: u64,
+    /// Acknowledgements of this lease being made durable (exactly-once delivery): while any
+    /// is, the lease neither expires nor is given back.
+    pins: u16,
 }
 
 /// Redelivery and dead-letter settings of a subscription.
@@ -145,6 +156,9 @@ pub struct DeliveryPolicy {
     /// Deliveries after which a failing message goes to the dead-letter topic.
     pub max_delivery_attempts: Option<u32>,
     pub ordered: bool,
+    /// Exactly-once delivery: acknowledgements only of current leases, pinned while they are
+    /// made durable (see the module's documentation).
+    pub exactly_once: bool,
 }
 
 impl DeliveryPolicy {
@@ -262,6 +276,9 @@ pub enum AckRefusal {
     NeverDelivered,
     /// The lease expired and the message is now leased to another delivery.
     Expired,
+    /// Exactly-once delivery: the lease the ack id names is not current, or its deadline
+    /// passed.
+    LeaseEnded,
 }
 
 impl AckRefusal {
@@ -273,6 +290,9 @@ impl AckRefusal {
             }
             AckRefusal::NeverDelivered => "unknown ack id: no such message was delivered",
             AckRefusal::Expired => "ack id expired: its deadline passed and the message was delivered again",
+            AckRefusal::LeaseEnded => {
+                "ack id expired: its lease is not current (exactly-once delivery accepts only a lease before its deadline)"
+            }
         }
     }
 }
@@ -395,9 +415,14 @@ impl InFlight {
         }
     }
 
-    /// Undoes a delivery that is still leased under its generation; whether it was.
+    /// Undoes a delivery that is still leased under its generation; whether it was. A pinned
+    /// lease stays: its acknowledgement is being made durable.
     fn release(&mut self, delivery: Delivery) -> bool {
-        if self.leases.get(delivery.offset).is_none_or(|lease| lease.generation != delivery.generation) {
+        if self
+            .leases
+            .get(delivery.offset)
+            .is_none_or(|lease| lease.generation != delivery.generation || lease.pins > 0)
+        {
             return false;
         }
         self.end_lease(delivery.offset);
@@ -577,7 +602,7 @@ impl SubscriptionState {
             return;
         }
         let in_flight = self.in_flight();
-        in_flight.leases.insert(offset, Lease { deadline, generation: 0, stream: 0, bytes: 0 });
+        in_flight.leases.insert(offset, Lease { deadline, generation: 0, stream: 0, bytes: 0, pins: 0 });
         in_flight.deadlines.push(Reverse((deadline, offset, 0)));
         if !in_flight.attempts.contains_key(offset) {
             in_flight.attempts.insert(offset, 1);
@@ -667,7 +692,8 @@ impl SubscriptionState {
             }
             in_flight.deadlines.pop();
             if let Some(lease) = in_flight.leases.get(offset) {
-                if lease.generation == generation && lease.deadline <= now {
+                // A pinned lease's deadline goes back on the heap when it is unpinned.
+                if lease.generation == generation && lease.deadline <= now && lease.pins == 0 {
                     in_flight.end_lease(offset);
                     in_flight.fail(&self.policy, offset, now);
                     self.expired_total += 1;
@@ -764,7 +790,7 @@ impl SubscriptionState {
         self.delivered_total += 1;
         let deadline = now + duration;
         let in_flight = self.in_flight();
-        in_flight.leases.insert(offset, Lease { deadline, generation, stream, bytes: 0 });
+        in_flight.leases.insert(offset, Lease { deadline, generation, stream, bytes: 0, pins: 0 });
         if stream != 0 {
             in_flight.streams.entry(stream).or_default().messages += 1;
         }
@@ -781,9 +807,9 @@ impl SubscriptionState {
         }
     }
 
-    /// Checks an ack id. `Ok(Some(offset))`: acknowledge it (after making it durable);
-    /// `Ok(None)`: already acknowledged, nothing to do.
-    pub fn check_ack(&self, text: &str) -> Result<Option<u64>, AckRefusal> {
+    /// Checks an ack id at `now`. `Ok(Some(offset))`: acknowledge it (after making it
+    /// durable); `Ok(None)`: already acknowledged, nothing to do.
+    pub fn check_ack(&self, text: &str, now: Instant) -> Result<Option<u64>, AckRefusal> {
         let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
         if ack_id.subscription_id != self.id {
             return Err(AckRefusal::OtherSubscription);
@@ -794,7 +820,22 @@ impl SubscriptionState {
         if self.acked.contains(ack_id.offset) {
             return Ok(None);
         }
-        match self.in_flight.as_ref().and_then(|in_flight| in_flight.leases.get(ack_id.offset)) {
+        let lease = self.in_flight.as_ref().and_then(|in_flight| in_flight.leases.get(ack_id.offset));
+        if self.policy.exactly_once {
+            // Generation 0, as below, is a lease restored at recovery, which the ack ids from
+            // before the restart name. A pinned lease is current even past its deadline: its
+            // acknowledgement is in flight, and this is the same one again.
+            return match lease {
+                Some(lease)
+                    if (lease.generation == ack_id.generation || lease.generation == 0)
+                        && (lease.deadline > now || lease.pins > 0) =>
+                {
+                    Ok(Some(ack_id.offset))
+                }
+                _ => Err(AckRefusal::LeaseEnded),
+            };
+        }
+        match lease {
             // Generation 0 marks a lease restored at recovery: the ack ids from before the
             // restart are still good for it.
             Some(lease) if lease.generation != ack_id.generation && lease.generation != 0 => {
@@ -826,6 +867,33 @@ impl SubscriptionState {
         lease.bytes = 0;
     }
 
+    /// Exactly-once delivery: an acknowledgement of this lease (one `check_ack` accepted) is
+    /// being made durable, so the lease must not end before it is applied or has failed.
+    pub fn pin(&mut self, offset: u64) {
+        let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
+        if let Some(lease) = in_flight.leases.get_mut(offset) {
+            lease.pins = lease.pins.saturating_add(1);
+        }
+    }
+
+    /// The acknowledgement that pinned a lease failed: once no other pins it, the lease runs
+    /// to its deadline again (at once, if the deadline passed meanwhile).
+    pub fn unpin(&mut self, offset: u64) {
+        let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
+        let Some(lease) = in_flight.leases.get_mut(offset) else { return };
+        lease.pins = lease.pins.saturating_sub(1);
+        if lease.pins == 0 {
+            // `expire` dropped the heap entry it found while the lease was pinned.
+            let (deadline, generation) = (lease.deadline, lease.generation);
+            in_flight.deadlines.push(Reverse((deadline, offset, generation)));
+        }
+    }
+
+    /// Whether an offset is acknowledged (durably).
+    pub fn is_acknowledged(&self, offset: u64) -> bool {
+        self.acked.contains(offset)
+    }
+
     /// Applies a durable acknowledgement.
     pub fn apply_ack(&mut self, offset: u64) {
         if offset < self.start_offset {
@@ -849,10 +917,12 @@ impl SubscriptionState {
     /// ModifyAckDeadline for one ack id: 0 is a nack (redeliver now); otherwise the lease runs
     /// until `now + seconds`.
     pub fn modify_deadline(&mut self, text: &str, seconds: u32, now: Instant) -> Result<(), AckRefusal> {
-        let Some(offset) = self.check_ack(text)? else { return Ok(()) };
+        let Some(offset) = self.check_ack(text, now)? else { return Ok(()) };
         let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return Ok(()) };
         match in_flight.leases.get_mut(offset) {
+            // Its acknowledgement is being made durable: that wins over a nack or extension.
+            Some(lease) if lease.pins > 0 => Ok(()),
             Some(lease) if lease.generation == ack_id.generation || lease.generation == 0 => {
                 if seconds == 0 {
                     in_flight.end_lease(offset);
@@ -989,13 +1059,13 @@ mod tests {
         assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![10, 11, 12]);
         assert!(first.iter().all(|d| d.attempt == 1));
         let id = ack_id(&state, &first[0]);
-        assert_eq!(state.check_ack(&id), Ok(Some(10)));
+        assert_eq!(state.check_ack(&id, now), Ok(Some(10)));
         state.apply_ack(10);
-        assert_eq!(state.check_ack(&id), Ok(None), "acking twice is harmless");
+        assert_eq!(state.check_ack(&id, now), Ok(None), "acking twice is harmless");
         assert!(state.pull(now + Duration::from_secs(9), 5, 13).is_empty());
         let again = state.pull(now + DEADLINE, 5, 13);
         assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(11, 2), (12, 2)]);
-        assert_eq!(state.check_ack(&ack_id(&state, &first[1])), Err(AckRefusal::Expired));
+        assert_eq!(state.check_ack(&ack_id(&state, &first[1]), now), Err(AckRefusal::Expired));
         assert_eq!(state.ack_floor(), 11);
     }
 
@@ -1010,7 +1080,7 @@ mod tests {
         }
         assert_eq!((state.stream_load(stream).messages, state.stream_load(stream).bytes), (3, 300));
         let id = ack_id(&state, &deliveries[0]);
-        assert_eq!(state.check_ack(&id), Ok(Some(0)));
+        assert_eq!(state.check_ack(&id, now), Ok(Some(0)));
         state.leave_window(0);
         state.leave_window(0);
         assert_eq!((state.stream_load(stream).messages, state.stream_load(stream).bytes), (2, 200));
@@ -1021,7 +1091,7 @@ mod tests {
         assert_eq!(state.stream_load(stream).messages, 2, "counted once");
         // A stream that closes gives back only what its subscriber still held.
         let id = ack_id(&state, &deliveries[1]);
-        assert_eq!(state.check_ack(&id), Ok(Some(1)));
+        assert_eq!(state.check_ack(&id, now), Ok(Some(1)));
         state.leave_window(1);
         state.close_stream(stream);
         let again = state.pull(now, 5, 3);
@@ -1084,10 +1154,10 @@ mod tests {
         let now = Instant::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         state.pull(now, 1, 1);
-        assert_eq!(state.check_ack("zz"), Err(AckRefusal::Malformed));
-        assert_eq!(state.check_ack("2.0.1"), Err(AckRefusal::OtherSubscription));
-        assert_eq!(state.check_ack("1.5.1"), Err(AckRefusal::NeverDelivered));
-        assert_eq!(state.check_ack(&"1".repeat(100)), Err(AckRefusal::Malformed));
+        assert_eq!(state.check_ack("zz", now), Err(AckRefusal::Malformed));
+        assert_eq!(state.check_ack("2.0.1", now), Err(AckRefusal::OtherSubscription));
+        assert_eq!(state.check_ack("1.5.1", now), Err(AckRefusal::NeverDelivered));
+        assert_eq!(state.check_ack(&"1".repeat(100), now), Err(AckRefusal::Malformed));
     }
 
     /// An update that removes the dead-letter policy, or raises its attempts, sends messages
@@ -1163,7 +1233,7 @@ mod tests {
         state.seek(0);
         let replay = state.pull(now, 2, 2);
         assert_eq!(replay.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 1), (1, 1)]);
-        assert_eq!(state.check_ack(&stale), Err(AckRefusal::Expired));
+        assert_eq!(state.check_ack(&stale, now), Err(AckRefusal::Expired));
     }
 
     #[test]
@@ -1174,5 +1244,109 @@ mod tests {
         state.release(deliveries[2]);
         let next = state.pull(now, 3, 3);
         assert_eq!(next, vec![Delivery { offset: 2, attempt: 1, generation: next[0].generation }]);
+    }
+
+    fn exactly_once(id: u64) -> SubscriptionState {
+        let mut state = SubscriptionState::new(id, 0, DEADLINE);
+        state.policy.exactly_once = true;
+        state
+    }
+
+    /// Exactly-once delivery accepts an ack id only for its lease while the lease is current;
+    /// without it, an expired lease not delivered again yet is still acknowledged.
+    #[test]
+    fn exactly_once_accepts_only_current_unexpired_leases() {
+        let now = Instant::now();
+        let mut lenient = SubscriptionState::new(4, 0, DEADLINE);
+        let mut strict = exactly_once(4);
+        for state in [&mut lenient, &mut strict] {
+            let deliveries = state.pull(now, 2, 2);
+            let id = ack_id(state, &deliveries[0]);
+            assert_eq!(state.check_ack(&id, now + DEADLINE - Duration::from_millis(1)), Ok(Some(0)));
+        }
+        let late = now + DEADLINE;
+        let id = ack_id(&lenient, &Delivery { offset: 0, attempt: 1, generation: 1 });
+        assert_eq!(lenient.check_ack(&id, late), Ok(Some(0)), "lenient: expired, not delivered again");
+        assert_eq!(strict.check_ack(&id, late), Err(AckRefusal::LeaseEnded));
+        assert_eq!(strict.modify_deadline(&id, 30, late), Err(AckRefusal::LeaseEnded));
+        // Delivered again: only the new lease's ack id is good.
+        let again = strict.pull(late, 2, 2);
+        assert_eq!(again.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(strict.check_ack(&id, late), Err(AckRefusal::LeaseEnded));
+        let current = ack_id(&strict, &again[0]);
+        assert_eq!(strict.check_ack(&current, late), Ok(Some(0)));
+        // An extension moves the deadline the check uses.
+        strict.modify_deadline(&current, 60, late).unwrap();
+        assert_eq!(strict.check_ack(&current, late + Duration::from_secs(59)), Ok(Some(0)));
+        assert_eq!(strict.check_ack(&current, late + Duration::from_secs(60)), Err(AckRefusal::LeaseEnded));
+        // The refusals of malformed, foreign and undelivered ids are as without it.
+        assert_eq!(strict.check_ack("zz", now), Err(AckRefusal::Malformed));
+        assert_eq!(strict.check_ack("5.0.1", now), Err(AckRefusal::OtherSubscription));
+        assert_eq!(strict.check_ack("4.9.1", now), Err(AckRefusal::NeverDelivered));
+    }
+
+    /// An accepted acknowledgement pins its lease until it is applied: past its deadline, nacked
+    /// or with its stream closed, the message is not delivered again; once applied, never.
+    #[test]
+    fn exactly_once_pins_a_lease_while_its_acknowledgement_is_made_durable() {
+        let now = Instant::now();
+        let mut state = exactly_once(4);
+        let stream = 3;
+        let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
+        let (first, second) = (ack_id(&state, &deliveries[0]), ack_id(&state, &deliveries[1]));
+        for id in [&first, &second] {
+            let offset = state.check_ack(id, now).unwrap().unwrap();
+            state.leave_window(offset);
+            state.pin(offset);
+        }
+        state.modify_deadline(&first, 0, now).unwrap();
+        state.close_stream(stream);
+        let late = now + 3 * DEADLINE;
+        assert_eq!(state.expire(late), 0, "pinned leases do not expire");
+        assert!(state.pull(late, 5, 2).is_empty(), "nothing pinned is delivered again");
+        // The same ack id again, while the first write is in flight, is still good.
+        assert_eq!(state.check_ack(&first, late), Ok(Some(0)));
+        // The first write succeeds; the second fails and lets its lease run out.
+        state.apply_ack(0);
+        state.unpin(1);
+        assert_eq!(state.check_ack(&second, late), Err(AckRefusal::LeaseEnded));
+        let again = state.pull(late, 5, 2);
+        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
+        assert_eq!(state.check_ack(&first, late), Ok(None), "acknowledged: nothing to do");
+        assert!(state.pull(late + 10 * DEADLINE, 5, 2).iter().all(|d| d.offset != 0));
+        assert!(state.is_acknowledged(0));
+    }
+
+    /// Two acknowledgements of one lease pin it twice: the failure of one leaves it pinned
+    /// for the other.
+    #[test]
+    fn exactly_once_counts_pins() {
+        let now = Instant::now();
+        let mut state = exactly_once(4);
+        let deliveries = state.pull(now, 1, 1);
+        let id = ack_id(&state, &deliveries[0]);
+        for _ in 0..2 {
+            assert_eq!(state.check_ack(&id, now), Ok(Some(0)));
+            state.pin(0);
+        }
+        state.unpin(0);
+        let late = now + 2 * DEADLINE;
+        assert!(state.pull(late, 1, 1).is_empty(), "still pinned by the other");
+        state.unpin(0);
+        assert_eq!(state.pull(late, 1, 1).len(), 1, "unpinned past its deadline: delivered again");
+    }
+
+    /// A lease restored at recovery (a journaled extension) takes the ack ids from before the
+    /// restart until its deadline.
+    #[test]
+    fn exactly_once_honours_a_restored_lease_until_its_deadline() {
+        let now = Instant::now();
+        let mut state = exactly_once(4);
+        state.restore_lease(0, now + DEADLINE);
+        state.pull(now, 0, 1);
+        let before_restart = AckId { subscription_id: 4, offset: 0, generation: 17 }.encode();
+        state.cursor = 1;
+        assert_eq!(state.check_ack(&before_restart, now), Ok(Some(0)));
+        assert_eq!(state.check_ack(&before_restart, now + DEADLINE), Err(AckRefusal::LeaseEnded));
     }
 }

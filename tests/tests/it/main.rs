@@ -10,6 +10,7 @@ mod deadlines;
 mod disks;
 mod full_disk;
 mod grpc_admin;
+mod grpc_delivery;
 mod io_memory;
 mod liveness;
 mod permissions;

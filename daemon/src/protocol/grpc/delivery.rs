@@ -1,43 +1,438 @@
-//! Delivery: pull, streaming pull, acknowledge and modify ack deadline, on the subscription's forwarder.
+//! Delivery: pull, acknowledge and modify ack deadline, on the subscription's forwarder
+//! (streaming pull is `streaming`). Each runs as a job on that shard: it checks the caller's
+//! permission there, calls the data plane (`api::data::DataPlane`), and turns what it returns
+//! into owned prost messages before the answer leaves the shard, since a `Delivery` holds the
+//! shard's own buffers.
 
-use super::gateway::Gateway;
+use super::bridge::ShardCaller;
+use super::credentials::Presented;
+use super::gateway::{is_stale_route, ForwarderShard, Gateway};
+use super::names::{self, Kind};
+use super::streaming;
+use crate::api::data::{DataPlane, Delivery, InvalidAckId, PullSettings};
+use crate::api::limits::{ACK_ID_BYTES_MAX, MODIFY_ACK_DEADLINE_SECONDS_MAX, PULL_MESSAGES_MAX};
+use crate::auth::Permission;
+use crate::subscription::state::AckId;
+use crate::subscription::SubscriptionEntry;
 use ringpost_proto::pubsub;
-use std::pin::Pin;
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::rc::Rc;
 use tonic::{Request, Response, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
-/// What a StreamingPull answers: responses until the stream ends.
-pub type ResponseStream =
-    Pin<Box<dyn futures_lite::Stream<Item = Result<pubsub::StreamingPullResponse, Status>> + Send + 'static>>;
+pub use streaming::{streaming_pull, ResponseStream};
 
-pub async fn streaming_pull(
+/// How long a pull with `return_immediately: false` waits for a first message. Pub/Sub answers
+/// such a pull with nothing after a while rather than hold it to the client's deadline; the
+/// client libraries pull again. Below `PULL_WAIT_MS_MAX`, and short enough that a caller's
+/// default deadline (60 s in the client libraries) never cuts it.
+pub const GRPC_PULL_WAIT_MS: u32 = 10_000;
+
+/// `google.rpc.ErrorInfo` of an exactly-once acknowledgement's failures, as Pub/Sub sends it and
+/// its client libraries read it: the reason and domain, and per failed ack id one of the values
+/// below (the libraries retry the ack ids whose value starts with `TRANSIENT_`).
+pub const EXACTLY_ONCE_FAILURE_REASON: &str = "EXACTLY_ONCE_ACKID_FAILURE";
+pub const EXACTLY_ONCE_FAILURE_DOMAIN: &str = "pubsub.googleapis.com";
+pub const PERMANENT_FAILURE_INVALID_ACK_ID: &str = "PERMANENT_FAILURE_INVALID_ACK_ID";
+/// The acknowledgement could not be made durable this time; asking again may succeed.
+pub const TRANSIENT_FAILURE_NOT_DURABLE: &str = "TRANSIENT_FAILURE_NOT_DURABLE";
+
+/// Pub/Sub's message when every ack id of an exactly-once request was refused for good.
+const INVALID_ACK_IDS_MESSAGE: &str = "Some acknowledgement ids in the request were invalid. This could be \
+     because the acknowledgement ids have expired or the acknowledgement ids were malformed.";
+
+/// What every streaming response says of its subscription, read on its shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Properties {
+    pub exactly_once: bool,
+    pub ordered: bool,
+    /// The subscription has a dead-letter policy, so a delivery says its attempt (Pub/Sub
+    /// leaves it 0 otherwise).
+    pub counts_attempts: bool,
+}
+
+impl Properties {
+    pub fn of(entry: &SubscriptionEntry) -> Properties {
+        Properties {
+            exactly_once: exactly_once(entry),
+            ordered: entry.state.borrow().policy.ordered,
+            counts_attempts: entry.dead_letter_topic.borrow().is_some(),
+        }
+    }
+
+    pub fn to_proto(self) -> pubsub::streaming_pull_response::SubscriptionProperties {
+        pubsub::streaming_pull_response::SubscriptionProperties {
+            exactly_once_delivery_enabled: self.exactly_once,
+            message_ordering_enabled: self.ordered,
+        }
+    }
+}
+
+/// Whether the subscription delivers exactly once. The forwarder learns the setting from the
+/// core's strict acknowledgement mode (wt-core); until that lands it is never on here.
+fn exactly_once(entry: &SubscriptionEntry) -> bool {
+    let _ = entry;
+    false
+}
+
+/// The properties of `name` on this shard (`NotOwner` if it is not served here).
+pub fn properties_on(shard: &ForwarderShard, name: &str) -> Result<Properties, crate::api::Status> {
+    let (entry, _) = shard.forwarder.subscription(name)?;
+    Ok(Properties::of(&entry))
+}
+
+/// Runs `work` on the forwarder serving `name`, after checking there that the caller may
+/// consume from it. A stale route (the subscription moved) is forgotten and asked once more.
+pub async fn on_subscription_shard<R, F, Fut>(
     gateway: &Gateway,
-    request: Request<tonic::Streaming<pubsub::StreamingPullRequest>>,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) -> Result<Response<ResponseStream>, Status> {
-    let _ = (gateway, request, stopping);
-    Err(Status::unimplemented("streaming_pull: not built yet"))
+    presented: &Presented,
+    name: &str,
+    work: F,
+) -> Result<R, Status>
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<ForwarderShard>) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = Result<R, crate::api::Status>> + 'static,
+{
+    let mut retried = false;
+    loop {
+        let caller =
+            gateway.subscription_forwarder(presented, name, Permission::SubscriptionsConsume).await?;
+        match checked_call(caller, presented, name, work.clone()).await {
+            Err(status) if is_stale_route(&status) && !retried => {
+                gateway.forget_subscription(name);
+                retried = true;
+            }
+            result => return result.map_err(Status::from),
+        }
+    }
+}
+
+/// `work` on the shard of `caller`, once the caller's permission is checked there.
+pub async fn checked_call<R, F, Fut>(
+    caller: &ShardCaller<ForwarderShard>,
+    presented: &Presented,
+    name: &str,
+    work: F,
+) -> Result<R, crate::api::Status>
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<ForwarderShard>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, crate::api::Status>> + 'static,
+{
+    let (presented, name) = (presented.clone(), name.to_owned());
+    caller
+        .try_call(move |shard| async move {
+            presented.check(&shard.access, Permission::SubscriptionsConsume, &name)?;
+            work(shard).await
+        })
+        .await
+}
+
+/// A delivery as Pub/Sub's received messages, copied out of the shard's buffers.
+pub fn received_messages<B: AsRef<[u8]>>(
+    delivery: &Delivery<B>,
+    properties: Properties,
+) -> Vec<pubsub::ReceivedMessage> {
+    delivery
+        .messages
+        .iter()
+        .map(|message| {
+            let view = delivery.view(message);
+            pubsub::ReceivedMessage {
+                ack_id: view.ack_id.to_owned(),
+                message: Some(pubsub::PubsubMessage {
+                    data: prost::bytes::Bytes::copy_from_slice(view.data),
+                    attributes: view
+                        .attributes
+                        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+                        .collect(),
+                    message_id: view.message_id.to_string(),
+                    publish_time: Some(timestamp(view.publish_time_ms)),
+                    ordering_key: view.ordering_key.to_owned(),
+                }),
+                delivery_attempt: match properties.counts_attempts {
+                    true => i32::try_from(view.delivery_attempt).unwrap_or(i32::MAX),
+                    false => 0,
+                },
+            }
+        })
+        .collect()
+}
+
+fn timestamp(ms: u64) -> prost_types::Timestamp {
+    prost_types::Timestamp { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
 }
 
 pub async fn pull(
     gateway: &Gateway,
     request: Request<pubsub::PullRequest>,
 ) -> Result<Response<pubsub::PullResponse>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("pull: not built yet"))
+    let presented = Presented::of(&request);
+    let request = request.into_inner();
+    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let settings = pull_settings(&request)?;
+    let subscription = name.clone();
+    let received_messages = on_subscription_shard(gateway, &presented, &name, move |shard| async move {
+        let delivery = shard.forwarder.pull(&subscription, settings).await?;
+        // Read after the pull, so that a policy changed while it waited is the one answered.
+        let properties = properties_on(&shard, &subscription)?;
+        Ok(delivery.map(|delivery| received_messages(&delivery, properties)).unwrap_or_default())
+    })
+    .await?;
+    Ok(Response::new(pubsub::PullResponse { received_messages }))
+}
+
+/// Pub/Sub's pull: `max_messages` must be positive (a larger one than Ringpost answers is
+/// capped, as Pub/Sub caps it); `return_immediately` waits for nothing. That field is
+/// deprecated in the proto, yet clients still send it, so it is honoured.
+#[allow(deprecated)]
+fn pull_settings(request: &pubsub::PullRequest) -> Result<PullSettings, Status> {
+    if request.max_messages <= 0 {
+        return Err(Status::invalid_argument(format!(
+            "max_messages is {}; it must be positive",
+            request.max_messages
+        )));
+    }
+    let max_messages = (request.max_messages as u32).min(PULL_MESSAGES_MAX);
+    let wait_ms = if request.return_immediately { 0 } else { GRPC_PULL_WAIT_MS };
+    Ok(PullSettings::new(max_messages, wait_ms)?)
 }
 
 pub async fn acknowledge(
     gateway: &Gateway,
     request: Request<pubsub::AcknowledgeRequest>,
 ) -> Result<Response<()>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("acknowledge: not built yet"))
+    let presented = Presented::of(&request);
+    let request = request.into_inner();
+    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let ack_ids = request.ack_ids;
+    let (properties, failures) = acknowledge_on_shard(gateway, &presented, &name, ack_ids.clone()).await?;
+    ack_outcome(properties, &ack_ids, failures)?;
+    Ok(Response::new(()))
+}
+
+/// Acknowledges `ack_ids` on the subscription's shard; the subscription's properties and the
+/// ack ids refused.
+pub async fn acknowledge_on_shard(
+    gateway: &Gateway,
+    presented: &Presented,
+    name: &str,
+    ack_ids: Vec<String>,
+) -> Result<(Properties, Vec<InvalidAckId>), Status> {
+    let subscription = name.to_owned();
+    on_subscription_shard(gateway, presented, name, move |shard| async move {
+        let properties = properties_on(&shard, &subscription)?;
+        let failures = shard.forwarder.acknowledge(&subscription, ack_ids.iter().map(String::as_str)).await?;
+        Ok((properties, failures))
+    })
+    .await
 }
 
 pub async fn modify_ack_deadline(
     gateway: &Gateway,
     request: Request<pubsub::ModifyAckDeadlineRequest>,
 ) -> Result<Response<()>, Status> {
-    let _ = (gateway, request);
-    Err(Status::unimplemented("modify_ack_deadline: not built yet"))
+    let presented = Presented::of(&request);
+    let request = request.into_inner();
+    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let seconds = deadline_seconds(request.ack_deadline_seconds)?;
+    let ack_ids = request.ack_ids;
+    let (properties, failures) =
+        modify_on_shard(gateway, &presented, &name, ack_ids.clone(), seconds).await?;
+    ack_outcome(properties, &ack_ids, failures)?;
+    Ok(Response::new(()))
+}
+
+/// Changes the deadlines of `ack_ids` on the subscription's shard, as `acknowledge_on_shard`.
+pub async fn modify_on_shard(
+    gateway: &Gateway,
+    presented: &Presented,
+    name: &str,
+    ack_ids: Vec<String>,
+    seconds: u32,
+) -> Result<(Properties, Vec<InvalidAckId>), Status> {
+    let subscription = name.to_owned();
+    on_subscription_shard(gateway, presented, name, move |shard| async move {
+        let properties = properties_on(&shard, &subscription)?;
+        let failures = shard
+            .forwarder
+            .modify_ack_deadline(&subscription, ack_ids.iter().map(String::as_str), seconds)
+            .await?;
+        Ok((properties, failures))
+    })
+    .await
+}
+
+/// A deadline change's seconds: 0 (give the message back now) to Pub/Sub's 600.
+pub fn deadline_seconds(seconds: i32) -> Result<u32, Status> {
+    u32::try_from(seconds).ok().filter(|&seconds| seconds <= MODIFY_ACK_DEADLINE_SECONDS_MAX).ok_or_else(
+        || {
+            Status::invalid_argument(format!(
+                "ack_deadline_seconds is {seconds}; it must be 0 to {MODIFY_ACK_DEADLINE_SECONDS_MAX}"
+            ))
+        },
+    )
+}
+
+/// Whether an ack id could ever be one Ringpost handed out.
+pub fn is_malformed(ack_id: &str) -> bool {
+    AckId::parse(ack_id).is_none()
+}
+
+/// What the caller of Acknowledge or ModifyAckDeadline is told of the ack ids refused.
+///
+/// Without exactly-once delivery, Pub/Sub ignores unknown and expired ack ids, refuses the
+/// request when one is malformed (`INVALID_ARGUMENT`), and a refusal that may pass on a retry
+/// (the acknowledgement was not made durable) is `UNAVAILABLE`, which the client libraries
+/// retry whole.
+///
+/// With it, each refused ack id is named in a `google.rpc.ErrorInfo`, permanent or transient,
+/// as the client libraries read it (google-cloud-pubsub's `_get_ack_errors` and
+/// `_process_requests`): they fail the permanent ones, retry the transient ones, and decide the
+/// ack ids the ErrorInfo does not name by the status code. So when every ack id was refused
+/// for good, the code is Pub/Sub's `INVALID_ARGUMENT` (nothing is left for the code to
+/// decide); otherwise it is `ABORTED`, which the libraries retry (and their default retry
+/// settings do not retry the whole request for): the ack ids that succeeded succeed again,
+/// since an acknowledged message acknowledges again without error, instead of being reported
+/// as failed, which `INVALID_ARGUMENT` would make them.
+pub fn ack_outcome(
+    properties: Properties,
+    requested: &[String],
+    failures: Vec<InvalidAckId>,
+) -> Result<(), Status> {
+    if failures.is_empty() {
+        return Ok(());
+    }
+    if !properties.exactly_once {
+        if let Some(malformed) = requested.iter().find(|ack_id| is_malformed(ack_id)) {
+            let shown: String = malformed.chars().take(ACK_ID_BYTES_MAX).collect();
+            return Err(Status::invalid_argument(format!(
+                "You have passed an invalid ack ID to the service (ack_id={shown})."
+            )));
+        }
+        if let Some(transient) = failures.iter().find(|failure| !failure.permanent) {
+            return Err(Status::unavailable(format!(
+                "acknowledgements were not made durable ({}); retry",
+                transient.reason
+            )));
+        }
+        return Ok(());
+    }
+    Err(exactly_once_failure(requested, &failures))
+}
+
+/// The status of an exactly-once request some of whose ack ids were refused (`ack_outcome`).
+pub fn exactly_once_failure(requested: &[String], failures: &[InvalidAckId]) -> Status {
+    let metadata: HashMap<String, String> = failures
+        .iter()
+        .map(|failure| {
+            let value = if failure.permanent {
+                PERMANENT_FAILURE_INVALID_ACK_ID
+            } else {
+                TRANSIENT_FAILURE_NOT_DURABLE
+            };
+            (failure.ack_id.clone(), value.to_owned())
+        })
+        .collect();
+    // Refused ack ids are cut to `ACK_ID_BYTES_MAX` characters; so are the requested ones here.
+    let requested: BTreeSet<String> =
+        requested.iter().map(|ack_id| ack_id.chars().take(ACK_ID_BYTES_MAX).collect()).collect();
+    let every_one_permanent = failures.iter().all(|failure| failure.permanent)
+        && requested.iter().all(|ack_id| metadata.contains_key(ack_id));
+    let details =
+        ErrorDetails::with_error_info(EXACTLY_ONCE_FAILURE_REASON, EXACTLY_ONCE_FAILURE_DOMAIN, metadata);
+    match every_one_permanent {
+        true => Status::with_error_details(tonic::Code::InvalidArgument, INVALID_ACK_IDS_MESSAGE, details),
+        false => Status::with_error_details(
+            tonic::Code::Aborted,
+            "Some acknowledgement ids in the request failed; the ErrorInfo names them (PERMANENT_: \
+             expired, unknown or malformed; TRANSIENT_: retry them). The others succeeded, and \
+             succeed again if retried.",
+            details,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXACTLY_ONCE: Properties =
+        Properties { exactly_once: true, ordered: false, counts_attempts: false };
+
+    fn ids(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|id| id.to_string()).collect()
+    }
+
+    #[test]
+    fn without_exactly_once_unknown_and_expired_ack_ids_are_ignored_and_malformed_ones_refused() {
+        let properties = Properties::default();
+        let expired = vec![InvalidAckId::new("1.2.3", "ack id expired")];
+        assert!(ack_outcome(properties, &ids(&["1.2.3", "1.4.1"]), expired).is_ok());
+        let malformed = vec![InvalidAckId::new("nonsense", "malformed ack id")];
+        let status = ack_outcome(properties, &ids(&["1.2.3", "nonsense"]), malformed).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains("(ack_id=nonsense)"), "{}", status.message());
+        let transient = vec![InvalidAckId::transient("1.2.3", "journal write failed")];
+        assert_eq!(
+            ack_outcome(properties, &ids(&["1.2.3"]), transient).unwrap_err().code(),
+            tonic::Code::Unavailable
+        );
+    }
+
+    #[test]
+    fn exactly_once_failures_name_each_ack_id_in_an_error_info_as_the_client_libraries_read_it() {
+        let failures = vec![InvalidAckId::new("1.2.3", "ack id expired")];
+        let status = ack_outcome(EXACTLY_ONCE, &ids(&["1.2.3"]), failures).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), INVALID_ACK_IDS_MESSAGE);
+        // The first detail is the ErrorInfo (`_get_ack_errors` reads only the first).
+        let details = status.get_error_details_vec();
+        let Some(tonic_types::ErrorDetail::ErrorInfo(info)) = details.first() else {
+            panic!("the first detail is not an ErrorInfo: {details:?}")
+        };
+        assert_eq!(info.reason, EXACTLY_ONCE_FAILURE_REASON);
+        assert_eq!(info.domain, EXACTLY_ONCE_FAILURE_DOMAIN);
+        assert_eq!(info.metadata.get("1.2.3").map(String::as_str), Some(PERMANENT_FAILURE_INVALID_ACK_ID));
+        assert_eq!(info.metadata.len(), 1);
+    }
+
+    #[test]
+    fn exactly_once_partial_or_transient_failures_are_aborted_so_the_rest_is_retried_not_failed() {
+        let failures = vec![InvalidAckId::new("1.2.3", "ack id expired")];
+        let status = ack_outcome(EXACTLY_ONCE, &ids(&["1.2.3", "1.4.1"]), failures).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Aborted);
+        let failures = vec![InvalidAckId::transient("1.4.1", "journal write failed")];
+        let status = ack_outcome(EXACTLY_ONCE, &ids(&["1.4.1"]), failures).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Aborted);
+        let info = status.get_details_error_info().expect("an ErrorInfo");
+        assert_eq!(info.metadata.get("1.4.1").map(String::as_str), Some(TRANSIENT_FAILURE_NOT_DURABLE));
+        assert!(TRANSIENT_FAILURE_NOT_DURABLE.starts_with("TRANSIENT_"));
+    }
+
+    #[test]
+    fn deadline_seconds_are_zero_to_six_hundred() {
+        assert_eq!(deadline_seconds(0).unwrap(), 0);
+        assert_eq!(deadline_seconds(600).unwrap(), 600);
+        assert_eq!(deadline_seconds(-1).unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert_eq!(deadline_seconds(601).unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn pulls_need_a_positive_max_messages_and_larger_ones_are_capped() {
+        let request = |max_messages, return_immediately| pubsub::PullRequest {
+            subscription: "projects/p/subscriptions/s".into(),
+            return_immediately,
+            max_messages,
+        };
+        assert_eq!(pull_settings(&request(0, false)).unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert_eq!(pull_settings(&request(-3, false)).unwrap_err().code(), tonic::Code::InvalidArgument);
+        let settings = pull_settings(&request(5000, true)).unwrap();
+        assert_eq!(settings.max_messages, PULL_MESSAGES_MAX as usize);
+        assert!(settings.wait.is_zero());
+        assert_eq!(pull_settings(&request(1, false)).unwrap().wait.as_millis(), GRPC_PULL_WAIT_MS as u128);
+    }
 }

@@ -17,6 +17,7 @@ pub mod names;
 mod publisher;
 mod snapshots;
 pub mod status;
+mod streaming;
 mod subscriber;
 mod subscriptions;
 mod unimplemented;

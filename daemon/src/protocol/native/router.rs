@@ -78,6 +78,7 @@ fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
             labels: Default::default(),
             enable_exactly_once_delivery: false,
         },
+        detached: false,
     })
 }
 

@@ -1,0 +1,576 @@
+//! StreamingPull: one job on the subscription's forwarder shard for as long as the stream is
+//! open, which takes deliveries from the data plane's stream and sends them, copied into prost
+//! messages, into a bounded channel whose other end is the response stream tonic writes; and a
+//! task on tokio that reads the client's requests (acknowledgements, deadline changes,
+//! heartbeats) and runs each acknowledgement or deadline change as a job of its own.
+//!
+//! The stream ends when the client goes (tonic drops the response stream, which closes the
+//! channel: the shard's stream sees its peer gone and gives its outstanding messages back at
+//! once), when the client closes its side, with `UNAVAILABLE` when the daemon stops (so the
+//! client libraries reconnect), and with the data plane's error otherwise (`NOT_FOUND` once
+//! the subscription is deleted).
+
+use super::bridge::ShardCaller;
+use super::credentials::Presented;
+use super::delivery::{
+    ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
+};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway};
+use super::names::{self, Kind};
+use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
+use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
+use crate::auth::Permission;
+use futures_lite::future::or;
+use prost::Message;
+use ringpost_proto::pubsub;
+use ringpost_proto::pubsub::streaming_pull_response::{
+    AcknowledgeConfirmation, ModifyAckDeadlineConfirmation,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
+use std::rc::Rc;
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::{Request, Response, Status, Streaming};
+
+/// The largest response a stream sends: gRPC's default limit on a received message (4 MiB),
+/// which clients keep unless told otherwise. A delivery larger than this is split across
+/// responses; a single larger message goes alone.
+pub const GRPC_STREAM_RESPONSE_BYTES_MAX: usize = 4 << 20;
+
+/// Responses a stream has waiting for tonic to write them. Small: each holds up to
+/// `GRPC_STREAM_RESPONSE_BYTES_MAX`, and a full channel is what stops the shard from leasing
+/// more for a client that does not read.
+pub const GRPC_STREAM_RESPONSES_QUEUED_MAX: usize = 2;
+
+/// Room kept in each response for its `subscription_properties` (two booleans with their
+/// tags and the field's own tag and length).
+const PROPERTIES_BYTES_MAX: usize = 8;
+
+/// What a StreamingPull answers: responses until the stream ends.
+pub type ResponseStream =
+    Pin<Box<dyn futures_lite::Stream<Item = Result<pubsub::StreamingPullResponse, Status>> + Send + 'static>>;
+
+type Responses = mpsc::Sender<Result<pubsub::StreamingPullResponse, Status>>;
+
+/// What the first request asks for, checked.
+struct Opening {
+    name: String,
+    settings: StreamSettings,
+}
+
+impl Opening {
+    fn of(first: &pubsub::StreamingPullRequest) -> Result<Opening, Status> {
+        if first.subscription.is_empty() {
+            return Err(Status::invalid_argument("the first request of a stream must name its subscription"));
+        }
+        let name = names::parse("subscription", Kind::Subscription, &first.subscription)?.name;
+        let seconds = first.stream_ack_deadline_seconds;
+        let deadline_range = ACK_DEADLINE_SECONDS_MIN as i32..=ACK_DEADLINE_SECONDS_MAX as i32;
+        if !deadline_range.contains(&seconds) {
+            return Err(Status::invalid_argument(format!(
+                "stream_ack_deadline_seconds is {seconds}; it must be {ACK_DEADLINE_SECONDS_MIN} to \
+                 {ACK_DEADLINE_SECONDS_MAX}"
+            )));
+        }
+        // At or below zero: no limit, as Pub/Sub reads it.
+        let limit = |value: i64| value.max(0) as u64;
+        let settings = StreamSettings::new(
+            seconds as u32,
+            limit(first.max_outstanding_messages),
+            limit(first.max_outstanding_bytes),
+        )?;
+        Ok(Opening { name, settings })
+    }
+}
+
+pub async fn streaming_pull(
+    gateway: &Gateway,
+    request: Request<Streaming<pubsub::StreamingPullRequest>>,
+    stopping: watch::Receiver<bool>,
+) -> Result<Response<ResponseStream>, Status> {
+    let presented = Presented::of(&request);
+    let mut requests = request.into_inner();
+    let first = requests
+        .message()
+        .await?
+        .ok_or_else(|| Status::invalid_argument("the stream ended before its first request"))?;
+    let opening = Opening::of(&first)?;
+    check_deadline_changes(&first)?;
+    let (responses, received) = mpsc::channel(GRPC_STREAM_RESPONSES_QUEUED_MAX);
+    let (caller, properties) = open(gateway, &presented, &opening, &responses).await?;
+    let (client_done, client_gone) = oneshot::channel();
+    let reader = RequestReader { caller, presented, name: opening.name, properties, responses };
+    tokio::spawn(reader.run(first, requests, client_done));
+    Ok(Response::new(response_stream(received, stopping, client_gone)))
+}
+
+/// Starts the stream's job on the subscription's shard; once the shard opened the stream, its
+/// caller and the subscription's properties. A stale route is forgotten and tried once more.
+async fn open(
+    gateway: &Gateway,
+    presented: &Presented,
+    opening: &Opening,
+    responses: &Responses,
+) -> Result<(ShardCaller<ForwarderShard>, Properties), Status> {
+    let mut retried = false;
+    loop {
+        let caller = gateway
+            .subscription_forwarder(presented, &opening.name, Permission::SubscriptionsConsume)
+            .await?
+            .clone();
+        let (opened, answer) = oneshot::channel();
+        let (presented, name, settings, responses) =
+            (presented.clone(), opening.name.clone(), opening.settings, responses.clone());
+        let running = caller.clone();
+        // The job lives as long as the stream; its result is only that it ended.
+        tokio::spawn(async move {
+            let _ = running
+                .call(move |shard| serve_stream(shard, presented, name, settings, responses, opened))
+                .await;
+        });
+        match answer.await {
+            Ok(Ok(properties)) => return Ok((caller, properties)),
+            Ok(Err(status)) if is_stale_route(&status) && !retried => {
+                gateway.forget_subscription(&opening.name);
+                retried = true;
+            }
+            Ok(Err(status)) => return Err(status.into()),
+            // The job was dropped unrun: the shard is stopping.
+            Err(_) => return Err(Status::unavailable("the server is stopping; retry")),
+        }
+    }
+}
+
+/// The stream's peer as the shard sees it: gone once tonic dropped the response stream.
+struct ChannelPeer<'a> {
+    responses: &'a Responses,
+}
+
+impl StreamPeer for ChannelPeer<'_> {
+    fn is_gone(&self) -> bool {
+        self.responses.is_closed()
+    }
+
+    async fn gone(&self) {
+        self.responses.closed().await
+    }
+}
+
+/// The stream's job, on the shard: opens the data plane's stream, says so on `opened`, then
+/// sends each delivery as responses until the peer goes or the stream fails.
+async fn serve_stream(
+    shard: Rc<ForwarderShard>,
+    presented: Presented,
+    name: String,
+    settings: StreamSettings,
+    responses: Responses,
+    opened: oneshot::Sender<Result<Properties, crate::api::Status>>,
+) {
+    let opening = async {
+        presented.check(&shard.access, Permission::SubscriptionsConsume, &name)?;
+        let stream = shard.forwarder.open_stream(&name, settings).await?;
+        Ok((stream, properties_on(&shard, &name)?))
+    };
+    let (mut stream, mut properties) = match opening.await {
+        Ok(opened_stream) => opened_stream,
+        Err(status) => {
+            let _ = opened.send(Err(status));
+            return;
+        }
+    };
+    if opened.send(Ok(properties)).is_err() {
+        return;
+    }
+    let peer = ChannelPeer { responses: &responses };
+    loop {
+        let delivery = match stream.next(&peer).await {
+            Ok(Some(delivery)) => delivery,
+            Ok(None) => return,
+            Err(status) => {
+                let _ = responses.send(Err(status.into())).await;
+                return;
+            }
+        };
+        // Read again for each delivery: an update may have changed them.
+        properties = properties_on(&shard, &name).unwrap_or(properties);
+        if !send_delivery(&responses, delivery, properties).await {
+            return;
+        }
+    }
+}
+
+/// Sends one delivery as responses of at most `GRPC_STREAM_RESPONSE_BYTES_MAX`, holding its
+/// share of the shard's response budget until the last is queued; false once the peer went.
+async fn send_delivery<B: AsRef<[u8]>>(
+    responses: &Responses,
+    delivery: Delivery<B>,
+    properties: Properties,
+) -> bool {
+    let messages = received_messages(&delivery, properties);
+    let Delivery { batches, reservation, .. } = delivery;
+    // The messages are copied out: the log's buffers can go before the client reads them.
+    drop(batches);
+    for response in split_responses(messages, properties) {
+        if responses.send(Ok(response)).await.is_err() {
+            return false;
+        }
+    }
+    drop(reservation);
+    true
+}
+
+/// `messages` in responses of at most `GRPC_STREAM_RESPONSE_BYTES_MAX` encoded bytes each
+/// (a single larger message alone), in order, each with the subscription's properties.
+pub fn split_responses(
+    messages: Vec<pubsub::ReceivedMessage>,
+    properties: Properties,
+) -> Vec<pubsub::StreamingPullResponse> {
+    let response = |received_messages| pubsub::StreamingPullResponse {
+        received_messages,
+        subscription_properties: Some(properties.to_proto()),
+        ..Default::default()
+    };
+    let room = GRPC_STREAM_RESPONSE_BYTES_MAX - PROPERTIES_BYTES_MAX;
+    let (mut responses, mut current, mut bytes) = (Vec::new(), Vec::new(), 0);
+    for message in messages {
+        // The field's tag (1 byte), the message's length, the message.
+        let length = message.encoded_len();
+        let size = 1 + prost::encoding::encoded_len_varint(length as u64) + length;
+        if !current.is_empty() && bytes + size > room {
+            responses.push(response(std::mem::take(&mut current)));
+            bytes = 0;
+        }
+        bytes += size;
+        current.push(message);
+    }
+    if !current.is_empty() {
+        responses.push(response(current));
+    }
+    responses
+}
+
+/// The response stream tonic writes: what the shard and the request reader send, until either
+/// sends an error, the client closes its side, or the daemon stops (`UNAVAILABLE`).
+fn response_stream(
+    received: mpsc::Receiver<Result<pubsub::StreamingPullResponse, Status>>,
+    stopping: watch::Receiver<bool>,
+    client_gone: oneshot::Receiver<()>,
+) -> ResponseStream {
+    struct Outlet {
+        received: mpsc::Receiver<Result<pubsub::StreamingPullResponse, Status>>,
+        stopping: watch::Receiver<bool>,
+        client_gone: oneshot::Receiver<()>,
+        ended: bool,
+    }
+    enum Event {
+        Sent(Option<Result<pubsub::StreamingPullResponse, Status>>),
+        Stopping,
+        ClientGone,
+    }
+    let outlet = Outlet { received, stopping, client_gone, ended: false };
+    Box::pin(futures_lite::stream::unfold(outlet, |mut outlet| async move {
+        if outlet.ended {
+            return None;
+        }
+        let Outlet { received, stopping, client_gone, .. } = &mut outlet;
+        let event = or(
+            or(async { Event::Sent(received.recv().await) }, async {
+                // A dropped sender is a stopped server too.
+                let _ = stopping.wait_for(|stopping| *stopping).await;
+                Event::Stopping
+            }),
+            async {
+                let _ = client_gone.await;
+                Event::ClientGone
+            },
+        )
+        .await;
+        match event {
+            Event::Sent(Some(Ok(response))) => Some((Ok(response), outlet)),
+            Event::Sent(Some(Err(status))) => {
+                outlet.ended = true;
+                Some((Err(status), outlet))
+            }
+            Event::Stopping => {
+                outlet.ended = true;
+                let status = Status::unavailable(
+                    "ringpostd is stopping; open the stream again (its messages are delivered again)",
+                );
+                Some((Err(status), outlet))
+            }
+            Event::Sent(None) | Event::ClientGone => None,
+        }
+    }))
+}
+
+/// Requests after the first may change deadlines and acknowledge, not the flow control.
+fn check_later_request(request: &pubsub::StreamingPullRequest) -> Result<(), Status> {
+    if request.max_outstanding_messages != 0 || request.max_outstanding_bytes != 0 {
+        return Err(Status::invalid_argument(
+            "max_outstanding_messages and max_outstanding_bytes can only be set on the first request",
+        ));
+    }
+    check_deadline_changes(request)
+}
+
+/// `modify_deadline_seconds` pairs with `modify_deadline_ack_ids`, one to one.
+fn check_deadline_changes(request: &pubsub::StreamingPullRequest) -> Result<(), Status> {
+    if request.modify_deadline_seconds.len() != request.modify_deadline_ack_ids.len() {
+        return Err(Status::invalid_argument(format!(
+            "modify_deadline_seconds has {} values and modify_deadline_ack_ids {}; they must pair up",
+            request.modify_deadline_seconds.len(),
+            request.modify_deadline_ack_ids.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the client's side of a stream, on tokio.
+struct RequestReader {
+    caller: ShardCaller<ForwarderShard>,
+    presented: Presented,
+    name: String,
+    properties: Properties,
+    responses: Responses,
+}
+
+impl RequestReader {
+    /// Applies each request in turn (one acknowledgement or deadline change at a time per
+    /// stream, which bounds a stream's jobs); a refused one ends the stream with its error.
+    /// Dropping `client_done` ends the response stream once the client's side ended.
+    async fn run(
+        mut self,
+        first: pubsub::StreamingPullRequest,
+        mut requests: Streaming<pubsub::StreamingPullRequest>,
+        client_done: oneshot::Sender<()>,
+    ) {
+        // The first request was checked as the opening one; the rest are later ones.
+        let mut applied = self.apply(first).await;
+        while applied.is_ok() {
+            applied = match requests.message().await {
+                Ok(Some(request)) => match check_later_request(&request) {
+                    Ok(()) => self.apply(request).await,
+                    Err(status) => Err(status),
+                },
+                Ok(None) | Err(_) => break,
+            };
+        }
+        if let Err(status) = applied {
+            let _ = self.responses.send(Err(status)).await;
+        }
+        drop(client_done);
+    }
+
+    /// A request's acknowledgements, then its deadline changes grouped by their seconds. A new
+    /// `stream_ack_deadline_seconds` is accepted; the leases of this stream keep the deadline
+    /// it opened with (the client libraries extend each lease themselves).
+    async fn apply(&mut self, request: pubsub::StreamingPullRequest) -> Result<(), Status> {
+        if !request.ack_ids.is_empty() {
+            let ack_ids = request.ack_ids;
+            let name = self.name.clone();
+            let sent = ack_ids.clone();
+            let (properties, failures) =
+                checked_call(&self.caller, &self.presented, &self.name, move |shard| {
+                    shard_acknowledge(shard, name, sent)
+                })
+                .await?;
+            self.confirm(properties, &ack_ids, failures, Confirmation::Acknowledge).await?;
+        }
+        let mut by_seconds: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (seconds, ack_id) in
+            request.modify_deadline_seconds.into_iter().zip(request.modify_deadline_ack_ids)
+        {
+            by_seconds.entry(deadline_seconds(seconds)?).or_default().push(ack_id);
+        }
+        for (seconds, ack_ids) in by_seconds {
+            let name = self.name.clone();
+            let sent = ack_ids.clone();
+            let (properties, failures) =
+                checked_call(&self.caller, &self.presented, &self.name, move |shard| {
+                    shard_modify(shard, name, sent, seconds)
+                })
+                .await?;
+            self.confirm(properties, &ack_ids, failures, Confirmation::ModifyAckDeadline).await?;
+        }
+        Ok(())
+    }
+
+    /// With exactly-once delivery, tells the client which ack ids succeeded and which failed,
+    /// in a response of their own; without it, only a malformed ack id (or one that could
+    /// not be made durable) is news, and it ends the stream.
+    async fn confirm(
+        &mut self,
+        properties: Properties,
+        requested: &[String],
+        failures: Vec<InvalidAckId>,
+        kind: Confirmation,
+    ) -> Result<(), Status> {
+        self.properties = properties;
+        if !properties.exactly_once {
+            return ack_outcome(properties, requested, failures);
+        }
+        let response = confirmation(properties, requested, &failures, kind);
+        // The response stream is gone when the client is: nothing is left to tell.
+        let _ = self.responses.send(Ok(response)).await;
+        Ok(())
+    }
+}
+
+/// Which confirmation field a response fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confirmation {
+    Acknowledge,
+    ModifyAckDeadline,
+}
+
+/// An exactly-once stream's confirmation of `requested`, of which `failures` failed.
+pub fn confirmation(
+    properties: Properties,
+    requested: &[String],
+    failures: &[InvalidAckId],
+    kind: Confirmation,
+) -> pubsub::StreamingPullResponse {
+    let failed: BTreeSet<&str> = failures.iter().map(|failure| failure.ack_id.as_str()).collect();
+    let mut succeeded: Vec<String> = requested
+        .iter()
+        .filter(|ack_id| !failed.contains(ack_id.chars().take(ACK_ID_BYTES_MAX).collect::<String>().as_str()))
+        .cloned()
+        .collect();
+    succeeded.dedup();
+    let of = |permanent: bool| -> Vec<String> {
+        failures
+            .iter()
+            .filter(|failure| failure.permanent == permanent)
+            .map(|failure| failure.ack_id.clone())
+            .collect()
+    };
+    let mut response = pubsub::StreamingPullResponse {
+        subscription_properties: Some(properties.to_proto()),
+        ..Default::default()
+    };
+    match kind {
+        Confirmation::Acknowledge => {
+            response.acknowledge_confirmation = Some(AcknowledgeConfirmation {
+                ack_ids: succeeded,
+                invalid_ack_ids: of(true),
+                unordered_ack_ids: Vec::new(),
+                temporary_failed_ack_ids: of(false),
+            })
+        }
+        Confirmation::ModifyAckDeadline => {
+            response.modify_ack_deadline_confirmation = Some(ModifyAckDeadlineConfirmation {
+                ack_ids: succeeded,
+                invalid_ack_ids: of(true),
+                temporary_failed_ack_ids: of(false),
+            })
+        }
+    }
+    response
+}
+
+async fn shard_acknowledge(
+    shard: Rc<ForwarderShard>,
+    name: String,
+    ack_ids: Vec<String>,
+) -> Result<(Properties, Vec<InvalidAckId>), crate::api::Status> {
+    let properties = properties_on(&shard, &name)?;
+    let failures = shard.forwarder.acknowledge(&name, ack_ids.iter().map(String::as_str)).await?;
+    Ok((properties, failures))
+}
+
+async fn shard_modify(
+    shard: Rc<ForwarderShard>,
+    name: String,
+    ack_ids: Vec<String>,
+    seconds: u32,
+) -> Result<(Properties, Vec<InvalidAckId>), crate::api::Status> {
+    let properties = properties_on(&shard, &name)?;
+    let failures =
+        shard.forwarder.modify_ack_deadline(&name, ack_ids.iter().map(String::as_str), seconds).await?;
+    Ok((properties, failures))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(bytes: usize, index: usize) -> pubsub::ReceivedMessage {
+        pubsub::ReceivedMessage {
+            ack_id: format!("1.{index:x}.1"),
+            message: Some(pubsub::PubsubMessage {
+                data: vec![7u8; bytes].into(),
+                message_id: index.to_string(),
+                ..Default::default()
+            }),
+            delivery_attempt: 0,
+        }
+    }
+
+    #[test]
+    fn deliveries_split_into_responses_under_the_limit_and_a_big_message_goes_alone() {
+        let properties = Properties { exactly_once: true, ordered: true, counts_attempts: false };
+        let mut messages: Vec<_> = (0..40).map(|index| message(300_000, index)).collect();
+        messages.insert(10, message(GRPC_STREAM_RESPONSE_BYTES_MAX + 10, 999));
+        let count = messages.len();
+        let responses = split_responses(messages, properties);
+        let mut seen = 0;
+        for response in &responses {
+            let alone = response.received_messages.len() == 1;
+            assert!(
+                alone || response.encoded_len() <= GRPC_STREAM_RESPONSE_BYTES_MAX,
+                "{}",
+                response.encoded_len()
+            );
+            let properties = response.subscription_properties.expect("properties in every response");
+            assert!(properties.exactly_once_delivery_enabled && properties.message_ordering_enabled);
+            seen += response.received_messages.len();
+        }
+        assert_eq!(seen, count);
+        assert!(responses.len() >= 4, "{} responses", responses.len());
+        let big = responses
+            .iter()
+            .find(|response| response.received_messages[0].message.as_ref().unwrap().message_id == "999")
+            .unwrap();
+        assert_eq!(big.received_messages.len(), 1);
+    }
+
+    #[test]
+    fn exactly_once_confirmations_sort_ack_ids_into_succeeded_invalid_and_temporary() {
+        let properties = Properties { exactly_once: true, ..Properties::default() };
+        let requested: Vec<String> = ["1.1.1", "1.2.1", "1.3.1"].iter().map(|id| id.to_string()).collect();
+        let failures =
+            vec![InvalidAckId::new("1.2.1", "expired"), InvalidAckId::transient("1.3.1", "journal")];
+        let response = confirmation(properties, &requested, &failures, Confirmation::Acknowledge);
+        let confirmation = response.acknowledge_confirmation.unwrap();
+        assert_eq!(confirmation.ack_ids, vec!["1.1.1"]);
+        assert_eq!(confirmation.invalid_ack_ids, vec!["1.2.1"]);
+        assert_eq!(confirmation.temporary_failed_ack_ids, vec!["1.3.1"]);
+        assert!(response.subscription_properties.unwrap().exactly_once_delivery_enabled);
+    }
+
+    #[test]
+    fn the_first_request_needs_a_subscription_and_a_stream_deadline_of_10_to_600_seconds() {
+        let request = |subscription: &str, seconds| pubsub::StreamingPullRequest {
+            subscription: subscription.into(),
+            stream_ack_deadline_seconds: seconds,
+            ..Default::default()
+        };
+        assert!(Opening::of(&request("projects/p/subscriptions/orders", 10)).is_ok());
+        for (subscription, seconds) in [
+            ("", 10),
+            ("projects/p/subscriptions/orders", 9),
+            ("projects/p/subscriptions/orders", 601),
+            ("orders", 60),
+        ] {
+            let status = Opening::of(&request(subscription, seconds)).err().expect("refused");
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{subscription} {seconds}");
+        }
+        let mut unpaired = request("projects/p/subscriptions/orders", 10);
+        unpaired.modify_deadline_ack_ids = vec!["1.1.1".into()];
+        assert_eq!(check_deadline_changes(&unpaired).unwrap_err().code(), tonic::Code::InvalidArgument);
+        let mut later = pubsub::StreamingPullRequest { max_outstanding_messages: 5, ..Default::default() };
+        assert!(check_later_request(&later).is_err());
+        later.max_outstanding_messages = 0;
+        assert!(check_later_request(&later).is_ok());
+    }
+}
