@@ -1102,3 +1102,6 @@ mod advertise_tests {
         assert_eq!(connection.address(1, Some(reached_v6)), "[fe80::1]:7452");
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! The router's operations on domain values: labels kept through updates and restarts, checked
+//! on every create and update; UpdateSnapshot; DetachSubscription, also across a restart; and
+//! subscriptions that never expire.
+
+use super::*;
+use crate::api::data::{DataPlane, PullSettings};
+use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
+use crate::clock::SystemClock;
+use crate::log::LogConfig;
+use crate::protocol::native::forwarder::tests::call;
+use crate::protocol::native::server::Responder;
+use crate::runtime::sim;
+use crate::shard::Forwarder;
+use crate::storage::sim::{CrashMode, SimDisk};
+use ringpost_model::limits::{EXPIRATION_TTL_SECONDS_NEVER, LABEL_KEY_BYTES_MAX};
+use ringpost_wire::messages::{PublishRequest, PubsubMessage};
+use ringpost_wire::Command;
+use std::path::PathBuf;
+use std::time::Duration;
+
+struct Node {
+    router: Rc<Router<SimDisk>>,
+    forwarder: Rc<Forwarder<SimDisk>>,
+}
+
+/// A router with one forwarder on `disk`, started as the daemon starts them (catalog opened,
+/// then everything it names recovered).
+async fn start(disk: &SimDisk) -> Node {
+    start_with_clock(disk, Rc::new(SystemClock)).await
+}
+
+/// `start`, with the forwarder on `clock`.
+async fn start_with_clock(disk: &SimDisk, clock: Rc<dyn crate::clock::Clock>) -> Node {
+    let paths = vec![PathBuf::from("/d0")];
+    let catalog = Catalog::open(disk.clone(), Directories::new(paths.clone()), 1, BALANCE_FACTOR_DEFAULT)
+        .await
+        .unwrap();
+    let forwarder = Rc::new(Forwarder::new(
+        0,
+        disk.clone(),
+        Directories::new(paths.clone()),
+        LogConfig::default(),
+        clock,
+    ));
+    let link = {
+        let forwarder = forwarder.clone();
+        ForwarderLink::local(Box::new(move |request| {
+            let forwarder = forwarder.clone();
+            Box::pin(async move { forwarder.control(request).await })
+        }))
+    };
+    let addresses = ForwarderAddresses::new(vec![7451], Advertise::Host("simulated".into()));
+    let router = Rc::new(Router::new(
+        disk.clone(),
+        Directories::new(paths),
+        catalog,
+        vec![link],
+        addresses,
+        BALANCE_FACTOR_DEFAULT,
+    ));
+    router.recover().await.unwrap();
+    Node { router, forwarder }
+}
+
+/// Stops the node as a crash would (what was unsynced is lost) and starts it again.
+async fn restart(disk: &SimDisk, node: Node) -> Node {
+    sim::kill_spawned_tasks();
+    drop(node);
+    disk.crash(CrashMode::DropUnsynced);
+    start(disk).await
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+}
+
+fn topic(name: &str, labels: Labels) -> Topic {
+    Topic { name: name.into(), labels, ..Topic::default() }
+}
+
+fn subscription(name: &str, topic: &str, settings: SubscriptionSettings) -> Subscription {
+    Subscription { name: name.into(), topic: topic.into(), settings, detached: false }
+}
+
+async fn publish(node: &Node, topic: &str, data: &str) {
+    let request = PublishRequest {
+        topic: topic.into(),
+        messages: vec![PubsubMessage { data: data.as_bytes().to_vec(), ..PubsubMessage::default() }],
+    };
+    call(&*node.forwarder, &Responder::unconnected(), Command::Publish, &request).await.unwrap();
+}
+
+/// An invalid argument whose message names `limit`.
+fn refused_naming<T: std::fmt::Debug>(result: Result<T, Status>, limit: &str) {
+    let status = result.unwrap_err();
+    assert_eq!(status.code, ErrorCode::InvalidArgument, "{status}");
+    assert!(status.message.contains(limit), "{status} does not name {limit}");
+}
+
+#[test]
+fn labels_are_kept_through_updates_and_a_restart() {
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let node = start(&disk).await;
+        let router = &node.router;
+        let created = router.create_topic(topic("orders", labels(&[("team", "shop")]))).await.unwrap();
+        assert_eq!(created.labels, labels(&[("team", "shop")]));
+        let changes = TopicUpdate {
+            name: "orders".into(),
+            labels: Some(labels(&[("env", "prod")])),
+            ..Default::default()
+        };
+        assert_eq!(router.update_topic(changes).await.unwrap().labels, labels(&[("env", "prod")]));
+        // An update of the retention alone leaves the labels.
+        let retention = TopicUpdate {
+            name: "orders".into(),
+            message_retention_seconds: Some(3600),
+            ..Default::default()
+        };
+        assert_eq!(router.update_topic(retention).await.unwrap().labels, labels(&[("env", "prod")]));
+
+        let settings = SubscriptionSettings {
+            labels: labels(&[("reader", "audit")]),
+            enable_exactly_once_delivery: true,
+            ..Default::default()
+        };
+        let created = router.create_subscription(subscription("audit", "orders", settings)).await.unwrap();
+        assert_eq!(created.settings.labels, labels(&[("reader", "audit")]));
+        assert!(created.settings.enable_exactly_once_delivery);
+        let changes = SubscriptionUpdate {
+            name: "audit".into(),
+            labels: Some(labels(&[("reader", "billing")])),
+            ..Default::default()
+        };
+        let updated = router.update_subscription(changes).await.unwrap();
+        assert_eq!(updated.settings.labels, labels(&[("reader", "billing")]));
+        assert!(updated.settings.enable_exactly_once_delivery, "left as it was");
+
+        let snapshot = router.create_snapshot("before", "audit", labels(&[("why", "backup")])).await.unwrap();
+        assert_eq!(snapshot.labels, labels(&[("why", "backup")]));
+        let updated = router.update_snapshot("before", Some(labels(&[("why", "audit-1")]))).await.unwrap();
+        assert_eq!(updated.labels, labels(&[("why", "audit-1")]));
+        assert_eq!(updated.topic, "orders");
+        assert_eq!(updated.expire_time_ms, snapshot.expire_time_ms, "an update changes only labels");
+        let unchanged = router.update_snapshot("before", None).await.unwrap();
+        assert_eq!(unchanged.labels, labels(&[("why", "audit-1")]));
+
+        let node = restart(&disk, node).await;
+        let router = &node.router;
+        assert_eq!(router.get_topic("orders").unwrap().labels, labels(&[("env", "prod")]));
+        assert_eq!(router.get_topic("orders").unwrap().message_retention_seconds, 3600);
+        assert_eq!(router.list_topics(&ListRequest::default()).items[0].labels, labels(&[("env", "prod")]));
+        let audit = router.get_subscription("audit").unwrap();
+        assert_eq!(audit.settings.labels, labels(&[("reader", "billing")]));
+        assert!(audit.settings.enable_exactly_once_delivery);
+        let listed = router.list_subscriptions(&ListRequest::default()).items;
+        assert_eq!(listed[0].settings.labels, labels(&[("reader", "billing")]));
+        assert_eq!(router.get_snapshot("before").unwrap().labels, labels(&[("why", "audit-1")]));
+        assert_eq!(
+            router.list_snapshots(&ListRequest::default()).items[0].labels,
+            labels(&[("why", "audit-1")])
+        );
+        // The forwarder carries exactly-once delivery from the catalog at recovery, and an
+        // update turns it off.
+        let served =
+            |node: &Node| node.forwarder.subscription("audit").unwrap().0.state.borrow().policy.exactly_once;
+        assert!(served(&node));
+        let off = SubscriptionUpdate {
+            name: "audit".into(),
+            enable_exactly_once_delivery: Some(false),
+            ..Default::default()
+        };
+        assert!(!router.update_subscription(off).await.unwrap().settings.enable_exactly_once_delivery);
+        assert!(!served(&node));
+    });
+}
+
+#[test]
+fn every_create_and_update_checks_labels() {
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let node = start(&disk).await;
+        let router = &node.router;
+        let long_key = "k".repeat(LABEL_KEY_BYTES_MAX + 1);
+        let bad = labels(&[(long_key.as_str(), "x")]);
+        refused_naming(router.create_topic(topic("orders", bad.clone())).await, "LABEL_KEY_BYTES_MAX");
+        assert!(router.get_topic("orders").is_err(), "a refused create creates nothing");
+        router.create_topic(topic("orders", Labels::new())).await.unwrap();
+        let changes = TopicUpdate {
+            name: "orders".into(),
+            labels: Some(labels(&[("Team", "x")])),
+            ..Default::default()
+        };
+        refused_naming(router.update_topic(changes).await, "lowercase letter");
+        let settings = SubscriptionSettings { labels: bad.clone(), ..Default::default() };
+        refused_naming(
+            router.create_subscription(subscription("audit", "orders", settings)).await,
+            "LABEL_KEY_BYTES_MAX",
+        );
+        assert!(router.get_subscription("audit").is_err());
+        router
+            .create_subscription(subscription("audit", "orders", SubscriptionSettings::default()))
+            .await
+            .unwrap();
+        let changes =
+            SubscriptionUpdate { name: "audit".into(), labels: Some(bad.clone()), ..Default::default() };
+        refused_naming(router.update_subscription(changes).await, "LABEL_KEY_BYTES_MAX");
+        let many: Labels = (0..65).map(|n| (format!("k{n}"), String::new())).collect();
+        refused_naming(router.create_snapshot("before", "audit", many).await, "LABELS_COUNT_MAX");
+        assert_eq!(router.get_snapshot("before").unwrap_err().code, ErrorCode::NotFound);
+        router.create_snapshot("before", "audit", Labels::new()).await.unwrap();
+        refused_naming(router.update_snapshot("before", Some(bad)).await, "LABEL_KEY_BYTES_MAX");
+        assert_eq!(router.update_snapshot("missing", None).await.unwrap_err().code, ErrorCode::NotFound);
+        // Nothing refused changed anything.
+        assert!(router.get_topic("orders").unwrap().labels.is_empty());
+        assert!(router.get_subscription("audit").unwrap().settings.labels.is_empty());
+        assert!(router.get_snapshot("before").unwrap().labels.is_empty());
+    });
+}
+
+/// A detached subscription stays in the catalog without its topic: its forwarder dropped it,
+/// the pull waiting on it ends with FailedPrecondition, and so do a lookup, a seek and a
+/// snapshot; it is no longer listed among its topic's subscriptions; all of it across a restart.
+#[test]
+fn a_detached_subscription_stays_but_leaves_its_topic() {
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let node = start(&disk).await;
+        node.router.create_topic(topic("orders", Labels::new())).await.unwrap();
+        for name in ["audit", "billing"] {
+            let created = subscription(name, "orders", SubscriptionSettings::default());
+            node.router.create_subscription(created).await.unwrap();
+        }
+        publish(&node, "orders", "first").await;
+        let delivered = node.forwarder.pull("audit", PullSettings::new(10, 0).unwrap()).await.unwrap();
+        assert_eq!(delivered.map(|delivery| delivery.messages.len()), Some(1));
+        let waiting = {
+            let forwarder = node.forwarder.clone();
+            crate::runtime::spawn(async move {
+                forwarder
+                    .pull("audit", PullSettings::new(10, 30_000).unwrap())
+                    .await
+                    .map(|delivery| delivery.is_some())
+            })
+        };
+        crate::runtime::sleep(Duration::from_millis(1)).await;
+        node.router.detach_subscription("audit").await.unwrap();
+        let ended = waiting.await.unwrap_err();
+        assert_eq!(ended.code, ErrorCode::FailedPrecondition, "{ended}");
+        assert_eq!(ended.message, "subscription 'audit' is detached");
+        node.router.detach_subscription("audit").await.unwrap();
+        assert_eq!(node.router.detach_subscription("missing").await.unwrap_err().code, ErrorCode::NotFound);
+
+        let node = check_detached(node).await;
+        let node = check_detached(restart(&disk, node).await).await;
+        // The other subscription of the topic was not touched.
+        publish(&node, "orders", "second").await;
+        let delivered = node.forwarder.pull("billing", PullSettings::new(10, 0).unwrap()).await.unwrap();
+        assert_eq!(delivered.map(|delivery| delivery.messages.len()), Some(2));
+        // It can still be updated (in the catalog) and deleted.
+        let changes = SubscriptionUpdate {
+            name: "audit".into(),
+            labels: Some(labels(&[("a", "b")])),
+            ..Default::default()
+        };
+        let updated = node.router.update_subscription(changes).await.unwrap();
+        assert!(updated.detached && updated.topic == DELETED_TOPIC);
+        node.router.delete_subscription("audit").await.unwrap();
+        assert_eq!(node.router.get_subscription("audit").unwrap_err().code, ErrorCode::NotFound);
+    });
+}
+
+async fn check_detached(node: Node) -> Node {
+    let router = &node.router;
+    let audit = router.get_subscription("audit").unwrap();
+    assert!(audit.detached);
+    assert_eq!(audit.topic, DELETED_TOPIC);
+    assert!(!router.get_subscription("billing").unwrap().detached);
+    let listed: Vec<String> = router
+        .list_subscriptions(&ListRequest { topic: "orders".into(), ..Default::default() })
+        .items
+        .into_iter()
+        .map(|subscription| subscription.name)
+        .collect();
+    assert_eq!(listed, ["billing"]);
+    assert!(router
+        .list_subscriptions(&ListRequest::default())
+        .items
+        .iter()
+        .any(|s| s.name == "audit" && s.detached));
+    let precondition = |status: Status| {
+        assert_eq!(status.code, ErrorCode::FailedPrecondition, "{status}");
+        assert!(status.message.contains("is detached"), "{status}");
+    };
+    precondition(router.lookup_subscription("audit", None).unwrap_err());
+    precondition(router.seek("audit", SeekTarget::Time { time_ms: 0 }).await.unwrap_err());
+    precondition(router.create_snapshot("of-audit", "audit", Labels::new()).await.unwrap_err());
+    // The forwarder serves it no more: a client asks the router again, which says why.
+    let served = node.forwarder.pull("audit", PullSettings::new(10, 0).unwrap()).await;
+    assert_eq!(served.err().map(|status| status.code), Some(ErrorCode::NotOwner));
+    node
+}
+
+/// A subscription whose expiration policy never expires is kept however long it is idle, and
+/// the arithmetic of its ttl does not overflow; one with the default policy expires.
+#[test]
+fn a_subscription_that_never_expires_is_kept() {
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let clock = crate::clock::ManualClock::default();
+        let node = start_with_clock(&disk, Rc::new(clock.clone())).await;
+        node.router.create_topic(topic("orders", Labels::new())).await.unwrap();
+        let never = SubscriptionSettings {
+            expiration_ttl_seconds: EXPIRATION_TTL_SECONDS_NEVER,
+            ..Default::default()
+        };
+        let created = node.router.create_subscription(subscription("kept", "orders", never)).await.unwrap();
+        assert_eq!(created.settings.expiration_ttl_seconds, EXPIRATION_TTL_SECONDS_NEVER);
+        let default = subscription("expiring", "orders", SubscriptionSettings::default());
+        node.router.create_subscription(default).await.unwrap();
+        // The forwarder measures idleness on the wall clock.
+        clock.jump_wall_ms(400 * 24 * 3600 * 1000);
+        node.router.expire_subscriptions().await;
+        assert!(node.router.get_subscription("kept").is_ok());
+        assert_eq!(node.router.get_subscription("expiring").unwrap_err().code, ErrorCode::NotFound);
+    });
+}
