@@ -265,7 +265,7 @@ pub fn subscription_in(subscription: &pubsub::Subscription) -> Result<(Name, Sub
         labels: labels_in(&subscription.labels),
         enable_exactly_once_delivery: subscription.enable_exactly_once_delivery,
     };
-    let request = Subscription { name: name.name.clone(), topic: topic.name, settings };
+    let request = Subscription { name: name.name.clone(), topic: topic.name, settings, detached: false };
     Ok((name, request))
 }
 
