@@ -17,6 +17,7 @@ mod liveness;
 mod permissions;
 mod pool;
 mod pull_memory;
+mod python_client;
 mod quickstart;
 mod readme;
 mod security;
