@@ -13,6 +13,7 @@ threads), the daemon's every thread of ringpostd.
 """
 
 import argparse
+import importlib.metadata
 import os
 import pathlib
 import sys
@@ -118,7 +119,7 @@ def main():
         subscriber.close()
         daemon.remove()
     print(f"ringpostd: {binary}")
-    print(f"{arguments.messages} messages of {arguments.bytes} bytes, google-cloud-pubsub {pubsub_v1.__version__}")
+    print(f"{arguments.messages} messages of {arguments.bytes} bytes, google-cloud-pubsub {importlib.metadata.version('google-cloud-pubsub')}")
     print(f"{'phase':<22}{'msgs/s':>10}{'seconds':>9}{'python CPU%':>13}{'ringpostd CPU%':>16}")
     for name, phase in (("publish (batched)", publishing), ("streaming pull + ack", subscribing)):
         rate = arguments.messages / phase.seconds
