@@ -107,12 +107,16 @@ impl PullSettings {
 }
 
 /// What a streaming pull asks for, checked: its lease (`None`: the subscription's ack
-/// deadline) and its flow-control window.
+/// deadline), its flow-control window, and what becomes of its leases when it ends.
 #[derive(Clone, Copy, Debug)]
 pub struct StreamSettings {
     pub lease: Option<Duration>,
     pub max_outstanding_messages: u64,
     pub max_outstanding_bytes: u64,
+    /// When the stream ends, its leases run on to their deadlines instead of ending at once:
+    /// the client will reconnect and still holds the messages (Pub/Sub's `client_id`), so it
+    /// can extend or acknowledge them without each being delivered again on its new stream.
+    pub leases_outlive_stream: bool,
 }
 
 impl StreamSettings {
@@ -131,6 +135,7 @@ impl StreamSettings {
             lease,
             max_outstanding_messages: unlimited_at_zero(max_outstanding_messages),
             max_outstanding_bytes: unlimited_at_zero(max_outstanding_bytes),
+            leases_outlive_stream: false,
         })
     }
 }

@@ -104,7 +104,8 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
 }
 
 /// A streaming pull: delivers while its flow-control window has room, until the peer goes.
-/// Dropped, it ends: its outstanding messages are delivered again at once.
+/// Dropped, it ends: its outstanding messages are delivered again at once, or, when its
+/// settings say the client reconnects (`leases_outlive_stream`), at their deadlines.
 pub struct Stream<'a, T> {
     environment: &'a Environment,
     subscription: Rc<SubscriptionEntry>,
@@ -113,6 +114,7 @@ pub struct Stream<'a, T> {
     lease: Duration,
     max_messages: u64,
     max_bytes: u64,
+    leases_outlive: bool,
 }
 
 impl<'a, T> Stream<'a, T> {
@@ -134,13 +136,20 @@ impl<'a, T> Stream<'a, T> {
             lease,
             max_messages: settings.max_outstanding_messages,
             max_bytes: settings.max_outstanding_bytes,
+            leases_outlive: settings.leases_outlive_stream,
         }
     }
 }
 
 impl<T> Drop for Stream<'_, T> {
     fn drop(&mut self) {
-        self.subscription.state.borrow_mut().close_stream(self.id);
+        let mut state = self.subscription.state.borrow_mut();
+        if self.leases_outlive {
+            state.detach_stream(self.id);
+        } else {
+            state.close_stream(self.id);
+        }
+        drop(state);
         self.subscription.changed.notify_all();
     }
 }

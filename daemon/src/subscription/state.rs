@@ -582,6 +582,21 @@ impl SubscriptionState {
         self.in_flight().streams.remove(&stream);
     }
 
+    /// A stream ended whose client reconnects and still holds its messages: their leases leave
+    /// the stream and run on to their deadlines, as a unary pull's do. The client extends or
+    /// acknowledges them by ack id from its new stream, or they expire and are delivered again.
+    pub fn detach_stream(&mut self, stream: u64) {
+        let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
+        in_flight.leases.retain(|_, lease| {
+            if lease.stream == stream {
+                lease.stream = 0;
+                lease.bytes = 0;
+            }
+            true
+        });
+        in_flight.streams.remove(&stream);
+    }
+
     /// Takes the messages due for the dead-letter topic. The forwarder publishes each there and
     /// then acknowledges it here.
     pub fn take_dead_letters(&mut self) -> Vec<u64> {
@@ -1195,6 +1210,27 @@ mod tests {
             state.pull(now + DEADLINE * 2, 5, 2).iter().map(|d| d.offset).collect::<Vec<_>>(),
             vec![0]
         );
+    }
+
+    #[test]
+    fn a_detached_streams_leases_run_to_their_deadlines_and_its_ack_ids_stay_good() {
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(3, 0, DEADLINE);
+        let stream = 9;
+        let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
+        for delivery in &deliveries {
+            state.account(delivery.offset, 100);
+        }
+        let held = ack_id(&state, &deliveries[0]);
+        state.detach_stream(stream);
+        assert_eq!(state.stream_count(), 0, "the stream's flow control is gone with it");
+        // Nothing is delivered again while the leases run: the reconnected client holds them.
+        assert!(state.pull(now, 5, 2).is_empty());
+        assert_eq!(state.check_ack(&held, now), Ok(Some(0)), "its ack ids still acknowledge");
+        // Past their deadlines they are delivered again, as any expired lease.
+        let later = now + DEADLINE;
+        let again: Vec<u64> = state.pull(later, 5, 2).iter().map(|delivery| delivery.offset).collect();
+        assert_eq!(again, vec![0, 1]);
     }
 
     #[test]

@@ -520,3 +520,39 @@ fn grpc_streaming_pull_takes_nacks_on_the_stream_and_refuses_malformed_later_req
         other => panic!("flow control set later did not end the stream: {other:?}"),
     }
 }
+
+/// A stream whose first request names a `client_id` (Google's clients always do) belongs to a
+/// client that reconnects when the stream breaks and still holds what it was sent: those
+/// leases outlive the stream, so the messages are not delivered again at once, and their ack
+/// ids still acknowledge. A stream without one gives its messages back at once.
+#[test]
+fn grpc_a_named_clients_leases_outlive_its_broken_stream() {
+    let daemon = start("grpc-stream-client-id");
+    let client = daemon.client();
+    create_topic_and_subscription(&client, "held", "held-sub", 60);
+    create_topic_and_subscription(&client, "anonymous", "anonymous-sub", 60);
+    block_on(client.publish("held", vec![Message::new("held")])).unwrap();
+    block_on(client.publish("anonymous", vec![Message::new("anonymous")])).unwrap();
+    let grpc = Grpc::connect(&daemon);
+    let first_message = |stream: &mut GrpcStream| match stream.next(&grpc, Duration::from_secs(10)) {
+        Some(Ok(Some(response))) => response.received_messages.into_iter().next().expect("a message"),
+        other => panic!("no delivery on the stream: {other:?}"),
+    };
+
+    let named = StreamingPullRequest { client_id: "worker-1".into(), ..first_request("held-sub", 0) };
+    let mut stream = grpc.open_stream(named).expect("open");
+    let held = first_message(&mut stream);
+    drop(stream);
+    let mut stream = grpc.open_stream(first_request("anonymous-sub", 0)).expect("open");
+    first_message(&mut stream);
+    drop(stream);
+
+    // Given back at once by the anonymous stream; a while for the daemon to see it closed.
+    let again = pull_at_least(&grpc, "anonymous-sub", 1, Duration::from_secs(15));
+    assert_eq!(again.len(), 1, "the anonymous stream's message was not delivered again");
+    // The named client's message stays leased to it (the 60 s stream deadline) ...
+    assert!(grpc.pull("held-sub", 10, true).unwrap().is_empty(), "delivered again while still leased");
+    // ... and its ack id, from the broken stream, acknowledges it.
+    grpc.acknowledge("held-sub", vec![held.ack_id]).expect("acknowledge");
+    assert!(grpc.pull("held-sub", 10, true).unwrap().is_empty(), "acknowledged, yet delivered again");
+}

@@ -74,11 +74,15 @@ impl Opening {
         }
         // At or below zero: no limit, as Pub/Sub reads it.
         let limit = |value: i64| value.max(0) as u64;
-        let settings = StreamSettings::new(
+        let mut settings = StreamSettings::new(
             seconds as u32,
             limit(first.max_outstanding_messages),
             limit(first.max_outstanding_bytes),
         )?;
+        // A client that names itself reconnects when its stream breaks and keeps the messages
+        // it holds (Google's clients do, and extend and acknowledge them by ack id): those
+        // leases run to their deadlines rather than each being delivered again at once.
+        settings.leases_outlive_stream = !first.client_id.is_empty();
         Ok(Opening { name, settings })
     }
 }
