@@ -1,23 +1,26 @@
 //! Google Cloud Pub/Sub's gRPC API, delivery: Pull, Acknowledge, ModifyAckDeadline and
 //! StreamingPull against the real daemon, through a tonic client. Messages are published and
-//! subscriptions created with the native client, so every test also proves that what one
-//! protocol publishes the other delivers.
+//! subscriptions created with the native client (except exactly-once subscriptions, which only
+//! the gRPC API can ask for), so every test also proves that what one protocol publishes the
+//! other delivers.
 //!
 //! The blocking gRPC helper below is this file's own until `tests/src/grpc.rs` lands.
 
 use prost::Message as _;
 use ringpost_client::{block_on, Message, Subscription};
+use ringpost_proto::pubsub;
 use ringpost_proto::pubsub::subscriber_client::SubscriberClient;
 use ringpost_proto::pubsub::{
     AcknowledgeRequest, ModifyAckDeadlineRequest, PullRequest, ReceivedMessage, StreamingPullRequest,
     StreamingPullResponse,
 };
 use ringpost_tests::{create_topic_and_subscription, Daemon};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+use tonic_types::StatusExt;
 
 /// The largest response a stream may send (the daemon's `GRPC_STREAM_RESPONSE_BYTES_MAX`, and
 /// the tonic client's default decoding limit, which this client keeps for streams).
@@ -66,6 +69,21 @@ impl Grpc {
 
     fn block<F: Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
+    }
+
+    /// Creates `subscription` of the natively created `topic` with exactly-once delivery, which
+    /// the native protocol cannot ask for.
+    fn create_exactly_once_subscription(&self, subscription: &str, topic: &str) -> pubsub::Subscription {
+        let request = pubsub::Subscription {
+            name: subscription_name(subscription),
+            topic: format!("{PROJECT}/topics/{topic}"),
+            ack_deadline_seconds: 60,
+            enable_exactly_once_delivery: true,
+            ..Default::default()
+        };
+        let mut subscriber = self.subscriber.clone();
+        let created = self.block(subscriber.create_subscription(self.request(request)));
+        created.expect("creating an exactly-once subscription").into_inner()
     }
 
     fn pull(
@@ -555,4 +573,198 @@ fn grpc_a_named_clients_leases_outlive_its_broken_stream() {
     // ... and its ack id, from the broken stream, acknowledges it.
     grpc.acknowledge("held-sub", vec![held.ack_id]).expect("acknowledge");
     assert!(grpc.pull("held-sub", 10, true).unwrap().is_empty(), "acknowledged, yet delivered again");
+}
+
+/// The `google.rpc.ErrorInfo` in which Pub/Sub names the ack ids an exactly-once request
+/// refused, as its client libraries read it: this reason and domain, and per refused ack id a
+/// value starting with `PERMANENT_FAILURE_INVALID_ACK_ID` when sending it again cannot help
+/// (the libraries retry only the ones starting with `TRANSIENT_`).
+const EXACTLY_ONCE_FAILURE_REASON: &str = "EXACTLY_ONCE_ACKID_FAILURE";
+const EXACTLY_ONCE_FAILURE_DOMAIN: &str = "pubsub.googleapis.com";
+const PERMANENT_FAILURE_INVALID_ACK_ID: &str = "PERMANENT_FAILURE_INVALID_ACK_ID";
+/// How long a test waits for one response on a stream before it fails.
+const STREAM_RESPONSE_WAIT: Duration = Duration::from_secs(10);
+/// How long a stream must stay quiet to show that nothing more is delivered.
+const STREAM_QUIET: Duration = Duration::from_secs(2);
+
+fn message_id(message: &ReceivedMessage) -> String {
+    message.message.as_ref().expect("a message").message_id.clone()
+}
+
+/// Asserts that `status` has `code` and, as its first detail (the only one the client
+/// libraries read), the exactly-once ErrorInfo naming exactly the ack ids `refused`, each as
+/// refused for good.
+fn assert_refused_for_good(status: &Status, code: Code, refused: &[&str]) {
+    assert_eq!(status.code(), code, "{status:?}");
+    let details = status.get_error_details_vec();
+    let Some(tonic_types::ErrorDetail::ErrorInfo(info)) = details.first() else {
+        panic!("the first detail is not an ErrorInfo: {details:?} in {status:?}")
+    };
+    assert_eq!(info.reason, EXACTLY_ONCE_FAILURE_REASON);
+    assert_eq!(info.domain, EXACTLY_ONCE_FAILURE_DOMAIN);
+    let named: BTreeSet<&str> = info.metadata.keys().map(String::as_str).collect();
+    assert_eq!(named, refused.iter().copied().collect(), "the ack ids named: {:?}", info.metadata);
+    for ack_id in refused {
+        assert!(info.metadata[*ack_id].starts_with(PERMANENT_FAILURE_INVALID_ACK_ID), "{:?}", info.metadata);
+    }
+}
+
+/// Exactly-once delivery through the unary calls. Once a message is handed back (a nack) and
+/// delivered again, only the new delivery's ack id is good: the old one is refused, per id, in
+/// Pub/Sub's ErrorInfo, by Acknowledge and by ModifyAckDeadline alike, and a stale nack leaves
+/// the current delivery alone. The current ack id acknowledges, also beside a stale one, and
+/// again without error. And the promise itself: an acknowledged message is never delivered
+/// again, not even after the daemon is killed and started again on its data.
+#[test]
+fn grpc_exactly_once_refuses_stale_ack_ids_per_id_and_never_redelivers_an_acknowledged_message_across_a_restart(
+) {
+    let mut daemon = start("grpc-exactly-once");
+    block_on(daemon.client().create_topic("payments")).unwrap();
+    let grpc = Grpc::connect(&daemon);
+    let created = grpc.create_exactly_once_subscription("settlement", "payments");
+    assert!(created.enable_exactly_once_delivery, "{created:?}");
+    let published = block_on(daemon.client().publish("payments", vec![Message::new("charge once")])).unwrap();
+
+    let first = pull_at_least(&grpc, "settlement", 1, Duration::from_secs(10));
+    assert_eq!(first.len(), 1, "{first:?}");
+    let stale = first[0].ack_id.clone();
+    grpc.modify("settlement", vec![stale.clone()], 0).expect("a nack of the current delivery");
+    let again = pull_at_least(&grpc, "settlement", 1, Duration::from_secs(10));
+    assert_eq!(again.len(), 1, "a nacked message is delivered again: {again:?}");
+    let current = again[0].ack_id.clone();
+    assert_eq!(message_id(&again[0]), published[0].to_string());
+    assert_eq!(data(&again[0]), "charge once");
+    assert_ne!(current, stale, "a new delivery has an ack id of its own");
+
+    // Every ack id of the request refused for good: INVALID_ARGUMENT, as Pub/Sub answers.
+    let refused = grpc.acknowledge("settlement", vec![stale.clone()]).unwrap_err();
+    assert_refused_for_good(&refused, Code::InvalidArgument, &[&stale]);
+    // A deadline change, an extension or a nack, of the stale ack id is refused the same way,
+    // and the stale nack does not hand back the current delivery.
+    for seconds in [60, 0] {
+        let refused = grpc.modify("settlement", vec![stale.clone()], seconds).unwrap_err();
+        assert_refused_for_good(&refused, Code::InvalidArgument, &[&stale]);
+    }
+    assert!(
+        grpc.pull("settlement", 10, true).unwrap().is_empty(),
+        "a stale nack handed back the current delivery"
+    );
+    // Beside the current ack id, only the stale one is named; the status is ABORTED (which the
+    // client libraries retry for the ack ids not named), not INVALID_ARGUMENT, since the
+    // current one succeeded.
+    let partly = grpc.acknowledge("settlement", vec![stale.clone(), current.clone()]).unwrap_err();
+    assert_refused_for_good(&partly, Code::Aborted, &[&stale]);
+    // A client that lost the answer sends the acknowledgement again: it succeeds, and changes
+    // nothing, since the message is acknowledged.
+    grpc.acknowledge("settlement", vec![current.clone()]).expect("acknowledging again");
+    assert!(grpc.pull("settlement", 10, true).unwrap().is_empty(), "delivered again once acknowledged");
+
+    // SIGKILL: only what was made durable survives. A message published after the restart is
+    // delivered, which shows the subscription delivers again; the acknowledged one, which would
+    // come first, must not come with it.
+    drop(grpc);
+    daemon.restart();
+    let grpc = Grpc::connect(&daemon);
+    block_on(daemon.client().publish("payments", vec![Message::new("after the restart")])).unwrap();
+    let mut after = pull_at_least(&grpc, "settlement", 1, Duration::from_secs(20));
+    after.extend(grpc.pull("settlement", 10, true).expect("pull"));
+    let texts: Vec<String> = after.iter().map(data).collect();
+    assert_eq!(texts, ["after the restart"], "an acknowledged message came back after the restart");
+}
+
+/// The next response on an exactly-once stream, which must say so in its properties.
+fn exactly_once_response(stream: &mut GrpcStream, grpc: &Grpc) -> StreamingPullResponse {
+    let response = match stream.next(grpc, STREAM_RESPONSE_WAIT) {
+        Some(Ok(Some(response))) => response,
+        Some(Ok(None)) => panic!("the stream ended"),
+        Some(Err(status)) => panic!("the stream failed: {status:?}"),
+        None => panic!("no response on the stream in {STREAM_RESPONSE_WAIT:?}"),
+    };
+    let properties = response.subscription_properties.as_ref().expect("subscription_properties");
+    assert!(properties.exactly_once_delivery_enabled, "{response:?}");
+    response
+}
+
+/// A request on the stream that changes the deadline of `ack_id` to `seconds`.
+fn deadline_change(ack_id: &str, seconds: i32) -> StreamingPullRequest {
+    StreamingPullRequest {
+        modify_deadline_seconds: vec![seconds],
+        modify_deadline_ack_ids: vec![ack_id.to_owned()],
+        ..Default::default()
+    }
+}
+
+/// StreamingPull on an exactly-once subscription: every response says so in its
+/// subscription_properties, and each acknowledgement or deadline change sent on the stream is
+/// confirmed in a response of its own, with the good ack ids in `ack_ids` and the stale ones
+/// in `invalid_ack_ids`, from which the client libraries settle each ack's future. A nack on
+/// the stream delivers the message again on it under a new ack id; then the old ack id is
+/// invalid for a nack and for an acknowledgement, the new one acknowledges (again without
+/// error), and the message is not delivered again.
+#[test]
+fn grpc_exactly_once_streaming_pull_confirms_good_ack_ids_and_names_stale_ones_invalid() {
+    let daemon = start("grpc-exactly-once-stream");
+    block_on(daemon.client().create_topic("ledger")).unwrap();
+    let grpc = Grpc::connect(&daemon);
+    grpc.create_exactly_once_subscription("ledger-sub", "ledger");
+    let published = block_on(daemon.client().publish("ledger", vec![Message::new("post once")])).unwrap();
+    let mut stream = grpc.open_stream(first_request("ledger-sub", 0)).expect("open");
+    let first = exactly_once_response(&mut stream, &grpc).received_messages;
+    assert_eq!(first.len(), 1, "{first:?}");
+    let stale = first[0].ack_id.clone();
+
+    stream.send(&grpc, deadline_change(&stale, 0));
+    // The nack's confirmation and the delivery again may come in either order.
+    let (mut nacked, mut again) = (None, Vec::new());
+    while nacked.is_none() || again.is_empty() {
+        let response = exactly_once_response(&mut stream, &grpc);
+        assert!(response.acknowledge_confirmation.is_none(), "{response:?}");
+        if let Some(confirmation) = response.modify_ack_deadline_confirmation {
+            assert!(nacked.replace(confirmation).is_none(), "a nack confirmed twice");
+        }
+        again.extend(response.received_messages);
+    }
+    let nacked = nacked.unwrap();
+    assert_eq!(nacked.ack_ids, [stale.as_str()], "{nacked:?}");
+    assert!(nacked.invalid_ack_ids.is_empty() && nacked.temporary_failed_ack_ids.is_empty(), "{nacked:?}");
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(message_id(&again[0]), published[0].to_string());
+    let current = again[0].ack_id.clone();
+    assert_ne!(current, stale, "a new delivery has an ack id of its own");
+
+    // From here on nothing is delivered: each response is the confirmation of a request, in
+    // the order the requests were sent.
+    let mut confirmation_of = |request: StreamingPullRequest| {
+        stream.send(&grpc, request);
+        let response = exactly_once_response(&mut stream, &grpc);
+        assert!(response.received_messages.is_empty(), "delivered again: {response:?}");
+        response
+    };
+    let stale_nack = confirmation_of(deadline_change(&stale, 0)).modify_ack_deadline_confirmation;
+    let stale_nack = stale_nack.expect("a deadline change's confirmation");
+    assert!(stale_nack.ack_ids.is_empty(), "a stale nack succeeded: {stale_nack:?}");
+    assert_eq!(stale_nack.invalid_ack_ids, [stale.as_str()], "{stale_nack:?}");
+
+    let acknowledge = |ack_ids: &[&String]| StreamingPullRequest {
+        ack_ids: ack_ids.iter().map(|ack_id| ack_id.to_string()).collect(),
+        ..Default::default()
+    };
+    let acked = confirmation_of(acknowledge(&[&stale, &current])).acknowledge_confirmation;
+    let acked = acked.expect("an acknowledgement's confirmation");
+    assert_eq!(acked.ack_ids, [current.as_str()], "the stale nack ended the current delivery: {acked:?}");
+    assert_eq!(acked.invalid_ack_ids, [stale.as_str()], "{acked:?}");
+    assert!(acked.temporary_failed_ack_ids.is_empty() && acked.unordered_ack_ids.is_empty(), "{acked:?}");
+    // A client that lost the confirmation sends the acknowledgement again.
+    let acked_again = confirmation_of(acknowledge(&[&current])).acknowledge_confirmation;
+    let acked_again = acked_again.expect("an acknowledgement's confirmation");
+    assert_eq!(acked_again.ack_ids, [current.as_str()], "{acked_again:?}");
+    assert!(acked_again.invalid_ack_ids.is_empty(), "{acked_again:?}");
+
+    match stream.next(&grpc, STREAM_QUIET) {
+        None => {}
+        other => panic!("the stream sent more once everything was acknowledged: {other:?}"),
+    }
+    // Closing the stream gives back what it holds: nothing.
+    drop(stream);
+    assert!(grpc.pull("ledger-sub", 10, true).unwrap().is_empty(), "delivered again once acknowledged");
 }
