@@ -203,3 +203,104 @@ fn grpc_serves_tls_and_client_certificates_are_principals() {
     let status = get_topic(&runtime, &presenting, "secure", None).unwrap_err();
     assert_eq!(status.code(), Code::PermissionDenied, "billing may publish, not read: {status:?}");
 }
+
+/// How long a renewed certificate may take to reach new gRPC connections: the API looks at
+/// the files for each new connection, so the next one after the renames.
+const CERTIFICATE_RELOAD_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The server's certificate renewed (the files renamed over, as an operator or certbot does)
+/// serves new gRPC connections without a restart, while connections opened before go on; a
+/// broken set (a key that does not match) is refused and the working one kept.
+#[test]
+fn grpc_a_renewed_certificate_serves_new_connections_without_a_restart() {
+    use crate::test_ca::{replace_pair, write_replacing};
+    let files = Files::new("grpc-tls-reload");
+    let first = TestCa::new(&files.directory, "first");
+    let second = TestCa::new(&files.directory, "second");
+    let live = Pair { certificate: files.path("live.crt"), key: files.path("live.key") };
+    replace_pair(&first.server(), &live);
+    let words = with_grpc(flags(&["--tls-cert", &text(&live.certificate), "--tls-key", &text(&live.key)]));
+    let daemon = Daemon::start_with("grpc-tls-reload", Vec::new(), words);
+    let runtime = runtime();
+    let address = grpc_address(&daemon);
+    block_on(
+        crate::security::connect_with(
+            &daemon.address,
+            ringpost_client::Security::default().with_ca_file(&first.file).unwrap(),
+        )
+        .create_topic("renewed"),
+    )
+    .unwrap();
+    let held = over_tls(&runtime, &address, &first, None).expect("the first certificate is served");
+    assert!(over_tls(&runtime, &address, &second, None).is_err(), "the second CA before the renewal");
+
+    replace_pair(&second.server(), &live);
+    let started = std::time::Instant::now();
+    let renewed = loop {
+        match over_tls(&runtime, &address, &second, None) {
+            Ok(channel) => break channel,
+            Err(error) if started.elapsed() > CERTIFICATE_RELOAD_WITHIN => {
+                panic!("the renewed certificate was not served within {CERTIFICATE_RELOAD_WITHIN:?}: {error}")
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    };
+    get_topic(&runtime, &renewed, "renewed", None).expect("a call over the renewed certificate");
+    assert!(over_tls(&runtime, &address, &first, None).is_err(), "the first CA after the renewal");
+    get_topic(&runtime, &held, "renewed", None).expect("the connection opened before goes on");
+
+    write_replacing(&live.key, &std::fs::read(first.server().key).unwrap());
+    let still = over_tls(&runtime, &address, &second, None).expect("the working set kept");
+    get_topic(&runtime, &still, "renewed", None).unwrap();
+    assert_eq!(daemon.starts(), 1);
+}
+
+/// A connection that says nothing — no HTTP/2 preface in plaintext, no TLS handshake on a TLS
+/// port — is closed after the preface deadline (10 s), so strangers that connect and wait
+/// cannot hold the API's connections; a real client beside them is served throughout.
+#[test]
+fn grpc_a_connection_that_says_nothing_is_closed() {
+    use std::io::Read;
+    const PREFACE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+    // Far past the deadline, so only a daemon that never closes fails the test.
+    const CLOSED_WITHIN: std::time::Duration = std::time::Duration::from_secs(40);
+    let files = Files::new("grpc-silent");
+    let ca = TestCa::new(&files.directory, "ca");
+    let server = ca.server();
+    let plain = Daemon::start_with("grpc-silent-plain", Vec::new(), with_grpc(Vec::new()));
+    let words =
+        with_grpc(flags(&["--tls-cert", &text(&server.certificate), "--tls-key", &text(&server.key)]));
+    let tls = Daemon::start_with("grpc-silent-tls", Vec::new(), words);
+    let runtime = runtime();
+    let started = std::time::Instant::now();
+    let silent: Vec<std::net::TcpStream> = [&plain, &tls]
+        .iter()
+        .map(|daemon| {
+            let stream = std::net::TcpStream::connect(grpc_address(daemon)).unwrap();
+            stream.set_read_timeout(Some(CLOSED_WITHIN)).unwrap();
+            stream
+        })
+        .collect();
+    // Served beside them.
+    let channel = plaintext(&runtime, &grpc_address(&plain));
+    let status = get_topic(&runtime, &channel, "absent", None).unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(over_tls(&runtime, &grpc_address(&tls), &ca, None).is_ok());
+    for (mut stream, which) in silent.into_iter().zip(["plaintext", "TLS"]) {
+        let mut buffer = [0u8; 256];
+        let closed = loop {
+            match stream.read(&mut buffer) {
+                Ok(0) => break true,
+                // The server may send its own SETTINGS first on a plaintext connection.
+                Ok(_) => continue,
+                Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false,
+            }
+        };
+        assert!(closed, "the silent {which} connection was still open after {CLOSED_WITHIN:?}");
+        assert!(
+            started.elapsed() >= PREFACE_TIMEOUT - std::time::Duration::from_secs(1),
+            "closed before the deadline"
+        );
+    }
+}

@@ -1,23 +1,70 @@
-//! The gRPC API's bound on connections: each holds a permit from one semaphore for as long as
-//! it is open, and one accepted beyond the bound is closed at once (the clients back off and
-//! retry, as they do for any refused connection), with at most one log line a second.
+//! The gRPC API's connections, before tonic serves them: a bound on how many are open, a
+//! deadline for a new one to show it speaks gRPC, and TLS with certificates reloaded for new
+//! connections when their files change.
+//!
+//! Each connection holds a permit from one semaphore for as long as it is open; one accepted
+//! beyond the bound is closed at once (the clients back off and retry, as they do for any
+//! refused connection), with at most one log line a second. A new connection must finish its
+//! TLS handshake, if any, and send HTTP/2's connection preface within
+//! `GRPC_PREFACE_TIMEOUT`, or it is closed: neither tonic nor hyper bounds that wait, so
+//! without it strangers that connect and say nothing would hold every permit. Handshakes run
+//! on tasks of their own, so a slow one delays no other connection.
 
+use crate::protocol::native::tls::SharedTls;
+use futures_lite::StreamExt;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 /// Connections the gRPC API serves at once, over all clients.
 pub const GRPC_CONNECTIONS_MAX: usize = 4096;
 
-/// An accepted connection and its share of the bound.
+/// How long a new connection has to finish its TLS handshake (if the API serves TLS) and send
+/// HTTP/2's 24-byte connection preface; past it, it is closed. A real client sends the
+/// preface in its first packet after the handshake.
+pub const GRPC_PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bytes of HTTP/2's connection preface (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`).
+const PREFACE_BYTES: usize = 24;
+
+/// Handshaken connections waiting for tonic to take them (it takes each at once).
+const HANDSHAKEN_QUEUED_MAX: usize = 64;
+
+/// At most one log line a second for each kind of refusal: a flood of strangers must not
+/// become a flood of log lines.
+struct LogLimiter {
+    last_second: AtomicU64,
+}
+
+impl LogLimiter {
+    fn new() -> LogLimiter {
+        LogLimiter { last_second: AtomicU64::new(0) }
+    }
+
+    fn allows(&self) -> bool {
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        self.last_second.swap(second, Ordering::Relaxed) != second
+    }
+}
+
+/// An accepted connection: its share of the bound, and until it has sent the preface, the
+/// deadline for that.
 pub struct Counted {
     stream: tokio::net::TcpStream,
     _permit: OwnedSemaphorePermit,
+    accepted_at: Instant,
 }
 
 impl Connected for Counted {
@@ -25,6 +72,86 @@ impl Connected for Counted {
 
     fn connect_info(&self) -> TcpConnectInfo {
         self.stream.connect_info()
+    }
+}
+
+/// A connection until it has sent `PREFACE_BYTES` (after TLS, when it is TLS): a read that
+/// waits past the deadline fails, and hyper closes the connection.
+pub struct Preface<IO> {
+    inner: IO,
+    /// `None` once the preface's bytes arrived.
+    deadline: Option<Pin<Box<Sleep>>>,
+    received: usize,
+}
+
+impl<IO> Preface<IO> {
+    fn new(inner: IO, accepted_at: Instant) -> Preface<IO> {
+        let deadline = Some(Box::pin(tokio::time::sleep_until(accepted_at + GRPC_PREFACE_TIMEOUT)));
+        Preface { inner, deadline, received: 0 }
+    }
+}
+
+impl<IO: Connected> Connected for Preface<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> IO::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Preface<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buffer.filled().len();
+        let read = Pin::new(&mut this.inner).poll_read(context, buffer);
+        if let Some(deadline) = &mut this.deadline {
+            if let Poll::Ready(Ok(())) = read {
+                this.received += buffer.filled().len() - before;
+                if this.received >= PREFACE_BYTES {
+                    this.deadline = None;
+                }
+            } else if read.is_pending() && deadline.as_mut().poll(context).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no HTTP/2 preface within GRPC_PREFACE_TIMEOUT",
+                )));
+            }
+        }
+        read
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Preface<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(context, bytes)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffers: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(context, buffers)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(context)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(context)
     }
 }
 
@@ -69,22 +196,18 @@ impl AsyncWrite for Counted {
 }
 
 /// The accepted connections of `incoming`, at most `connections_max` open at once.
-pub fn bounded(
+fn bounded(
     incoming: TcpIncoming,
     connections_max: usize,
 ) -> impl futures_lite::Stream<Item = io::Result<Counted>> + Send + 'static {
-    use futures_lite::StreamExt;
     let permits = Arc::new(Semaphore::new(connections_max));
-    let last_logged_second = Arc::new(AtomicU64::new(0));
+    let refusals = LogLimiter::new();
     incoming.filter_map(move |accepted| match accepted {
         Err(error) => Some(Err(error)),
         Ok(stream) => match permits.clone().try_acquire_owned() {
-            Ok(permit) => Some(Ok(Counted { stream, _permit: permit })),
+            Ok(permit) => Some(Ok(Counted { stream, _permit: permit, accepted_at: Instant::now() })),
             Err(_) => {
-                let second = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |elapsed| elapsed.as_secs());
-                if last_logged_second.swap(second, Ordering::Relaxed) != second {
+                if refusals.allows() {
                     eprintln!(
                         "ringpostd: the gRPC API refused a connection from {}: {connections_max} are open (GRPC_CONNECTIONS_MAX)",
                         stream.peer_addr().map(|peer| peer.to_string()).unwrap_or_else(|_| "?".into())
@@ -93,5 +216,78 @@ pub fn bounded(
                 None
             }
         },
+    })
+}
+
+/// Plaintext connections, bounded, each with its preface deadline.
+pub fn plain(
+    incoming: TcpIncoming,
+    connections_max: usize,
+) -> impl futures_lite::Stream<Item = io::Result<Preface<Counted>>> + Send + 'static {
+    bounded(incoming, connections_max).map(|accepted| {
+        accepted.map(|counted| {
+            let accepted_at = counted.accepted_at;
+            Preface::new(counted, accepted_at)
+        })
+    })
+}
+
+/// TLS connections, bounded, handshaken on tasks of their own with the certificates the files
+/// hold when each connection arrives (`tls` looks at them each time: a few `stat`s beside a
+/// handshake), each with its preface deadline counted from its accept. Accepting ends when
+/// `stopping` turns true, which closes the listener.
+pub fn handshaken(
+    incoming: TcpIncoming,
+    connections_max: usize,
+    mut tls: SharedTls,
+    mut stopping: watch::Receiver<bool>,
+) -> impl futures_lite::Stream<Item = io::Result<Preface<TlsStream<Counted>>>> + Send + 'static {
+    let (sender, receiver) = mpsc::channel(HANDSHAKEN_QUEUED_MAX);
+    let failures = Arc::new(LogLimiter::new());
+    tokio::spawn(async move {
+        let mut accepted = Box::pin(bounded(incoming, connections_max));
+        loop {
+            let next = futures_lite::future::or(async { accepted.next().await }, async {
+                let _ = stopping.wait_for(|stopping| *stopping).await;
+                None
+            });
+            let counted = match next.await {
+                None => break,
+                // Accept errors (a connection reset before it was taken, no file descriptor
+                // left) end nothing but that connection, as tonic's own accept loop has it.
+                Some(Err(_)) => continue,
+                Some(Ok(counted)) => counted,
+            };
+            match tls.reload_if_changed() {
+                Some(Ok(())) => eprintln!("ringpostd: the gRPC API reloaded its TLS certificates for new connections"),
+                Some(Err(error)) => eprintln!(
+                    "ringpostd: the gRPC API's TLS certificates were not reloaded, the ones before stay in force: {error}"
+                ),
+                None => {}
+            }
+            let acceptor = TlsAcceptor::from(tls.config());
+            let (sender, failures) = (sender.clone(), failures.clone());
+            tokio::spawn(async move {
+                let accepted_at = counted.accepted_at;
+                let peer =
+                    counted.stream.peer_addr().map(|peer| peer.to_string()).unwrap_or_else(|_| "?".into());
+                let deadline = accepted_at + GRPC_PREFACE_TIMEOUT;
+                match tokio::time::timeout_at(deadline, acceptor.accept(counted)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = sender.send(Ok(Preface::new(stream, accepted_at))).await;
+                    }
+                    Ok(Err(error)) if failures.allows() => {
+                        eprintln!("ringpostd: the gRPC API's TLS handshake with {peer} failed: {error}")
+                    }
+                    Err(_) if failures.allows() => eprintln!(
+                        "ringpostd: the gRPC API closed a connection from {peer}: no TLS handshake within GRPC_PREFACE_TIMEOUT"
+                    ),
+                    _ => {}
+                }
+            });
+        }
+    });
+    futures_lite::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|connection| (connection, receiver))
     })
 }

@@ -23,7 +23,7 @@ mod subscriber;
 mod subscriptions;
 mod unimplemented;
 
-use crate::protocol::native::tls::{ClientCertificates, TlsSettings};
+use crate::protocol::native::tls::{SharedTls, TlsSettings};
 use gateway::Gateway;
 use ringpost_proto::google::iam::v1::iam_policy_server::IamPolicyServer;
 use ringpost_proto::pubsub::publisher_server::PublisherServer;
@@ -82,7 +82,7 @@ impl GrpcServer {
     ) -> Result<GrpcServer, String> {
         let address = listener.local_addr().map_err(|error| format!("the gRPC listener: {error}"))?;
         listener.set_nonblocking(true).map_err(|error| format!("the gRPC listener: {error}"))?;
-        let tls = tls.map(server_tls).transpose()?;
+        let tls = tls.map(|settings| SharedTls::open(settings, &[b"h2"])).transpose()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("grpc")
@@ -138,7 +138,7 @@ impl Drop for GrpcServer {
 async fn serve(
     listener: tokio::net::TcpListener,
     gateway: Arc<Gateway>,
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    tls: Option<SharedTls>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let (health_reporter, health) = tonic_health::server::health_reporter();
@@ -149,52 +149,35 @@ async fn serve(
     let subscriber =
         SubscriberServer::new(subscriber::SubscriberService { gateway, stopping: stopping.clone() })
             .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
-    let mut builder = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
-        .tcp_nodelay(true);
-    if let Some(tls) = tls {
-        builder = match builder.tls_config(tls) {
-            Ok(builder) => builder,
-            Err(error) => {
-                eprintln!("ringpostd: the gRPC API's TLS configuration failed: {error}");
-                return;
-            }
-        };
-    }
-    let mut stopped = stopping.clone();
-    let incoming = connections::bounded(
-        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-        connections::GRPC_CONNECTIONS_MAX,
-    );
-    let result = builder
+        .tcp_nodelay(true)
         .add_service(health)
         .add_service(publisher)
         .add_service(subscriber)
         .add_service(SchemaServiceServer::new(unimplemented::SchemaService))
-        .add_service(IamPolicyServer::new(unimplemented::IamPolicyService))
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = stopped.wait_for(|stopping| *stopping).await;
-        })
-        .await;
+        .add_service(IamPolicyServer::new(unimplemented::IamPolicyService));
+    let mut stopped = stopping.clone();
+    let signal = async move {
+        let _ = stopped.wait_for(|stopping| *stopping).await;
+    };
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let connections_max = connections::GRPC_CONNECTIONS_MAX;
+    // TLS is ours rather than tonic's: tonic's reads its certificates once and gives a
+    // handshake no deadline.
+    let result = match tls {
+        None => {
+            router.serve_with_incoming_shutdown(connections::plain(incoming, connections_max), signal).await
+        }
+        Some(tls) => {
+            let handshaken = connections::handshaken(incoming, connections_max, tls, stopping);
+            router.serve_with_incoming_shutdown(handshaken, signal).await
+        }
+    };
     if let Err(error) = result {
         eprintln!("ringpostd: the gRPC API stopped: {error}");
     }
-}
-
-/// tonic's TLS from the same files as the native protocol's.
-fn server_tls(settings: &TlsSettings) -> Result<tonic::transport::ServerTlsConfig, String> {
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|error| format!("reading {}: {error}", path.display()))
-    };
-    let identity = tonic::transport::Identity::from_pem(read(&settings.certificate)?, read(&settings.key)?);
-    let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
-    if let Some(ca) = &settings.client_ca {
-        config = config
-            .client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?))
-            .client_auth_optional(settings.client_certificates == ClientCertificates::Optional);
-    }
-    Ok(config)
 }
 
 /// Pins the calling thread to `cpus` (none: leaves it where the scheduler puts it).

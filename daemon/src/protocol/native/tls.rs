@@ -85,6 +85,48 @@ impl Tls {
     }
 }
 
+/// TLS for a server on threads of its own (the gRPC API's tokio runtime) from the same
+/// files, owned by the one task that accepts its connections: it looks at the files for each
+/// new connection, so a changed set is in force from the next one.
+pub struct SharedTls {
+    settings: TlsSettings,
+    /// The ALPN protocols offered (`h2` for gRPC, whose clients insist on it).
+    alpn: Vec<Vec<u8>>,
+    config: Arc<rustls::ServerConfig>,
+    stamp: Stamp,
+}
+
+impl SharedTls {
+    /// Reads the files; an error names the file and what is wrong with it.
+    pub fn open(settings: &TlsSettings, alpn: &[&[u8]]) -> Result<SharedTls, String> {
+        let stamp = stamp(settings);
+        let alpn: Vec<Vec<u8>> = alpn.iter().map(|protocol| protocol.to_vec()).collect();
+        let config = Arc::new(server_config_with_alpn(settings, &alpn)?);
+        Ok(SharedTls { settings: settings.clone(), alpn, config, stamp })
+    }
+
+    /// The configuration for a new connection.
+    pub fn config(&self) -> Arc<rustls::ServerConfig> {
+        self.config.clone()
+    }
+
+    /// As `Tls::reload_if_changed`.
+    pub fn reload_if_changed(&mut self) -> Option<Result<(), String>> {
+        let now = stamp(&self.settings);
+        if now == self.stamp {
+            return None;
+        }
+        self.stamp = now;
+        Some(server_config_with_alpn(&self.settings, &self.alpn).map(|config| self.config = Arc::new(config)))
+    }
+}
+
+fn server_config_with_alpn(settings: &TlsSettings, alpn: &[Vec<u8>]) -> Result<rustls::ServerConfig, String> {
+    let mut config = server_config(settings)?;
+    config.alpn_protocols = alpn.to_vec();
+    Ok(config)
+}
+
 fn acceptor(settings: &TlsSettings) -> Result<TlsAcceptor, String> {
     server_config(settings).map(|config| TlsAcceptor::from(Arc::new(config)))
 }
