@@ -768,3 +768,34 @@ fn grpc_exactly_once_streaming_pull_confirms_good_ack_ids_and_names_stale_ones_i
     drop(stream);
     assert!(grpc.pull("ledger-sub", 10, true).unwrap().is_empty(), "delivered again once acknowledged");
 }
+
+/// Google's clients send an empty request on an open stream every 30 s as a heartbeat, and
+/// one carrying only a new `stream_ack_deadline_seconds` when their deadline changes: both
+/// are taken without effect, and the stream goes on delivering.
+#[test]
+fn grpc_streaming_pull_takes_heartbeats_and_new_stream_deadlines() {
+    let daemon = start("grpc-stream-heartbeat");
+    let client = daemon.client();
+    create_topic_and_subscription(&client, "beating", "beating-sub", 60);
+    let grpc = Grpc::connect(&daemon);
+    let mut stream = grpc.open_stream(first_request("beating-sub", 0)).expect("open");
+    for _ in 0..3 {
+        stream.send(&grpc, StreamingPullRequest::default());
+    }
+    stream.send(&grpc, StreamingPullRequest { stream_ack_deadline_seconds: 120, ..Default::default() });
+    block_on(client.publish("beating", vec![Message::new("after the heartbeats")])).unwrap();
+    let received = loop {
+        match stream.next(&grpc, Duration::from_secs(10)) {
+            Some(Ok(Some(response))) if response.received_messages.is_empty() => continue,
+            Some(Ok(Some(response))) => break response.received_messages,
+            other => panic!("the stream did not deliver after the heartbeats: {other:?}"),
+        }
+    };
+    assert_eq!(received.iter().map(data).collect::<Vec<_>>(), ["after the heartbeats"]);
+    stream.send(&grpc, StreamingPullRequest { ack_ids: ack_ids(&received), ..Default::default() });
+    stream.send(&grpc, StreamingPullRequest::default());
+    // The acknowledgement landed and the stream is still open.
+    assert!(stream.next(&grpc, Duration::from_millis(500)).is_none(), "the stream ended or sent more");
+    drop(stream);
+    assert!(grpc.pull("beating-sub", 10, true).unwrap().is_empty(), "acknowledged, yet delivered again");
+}
