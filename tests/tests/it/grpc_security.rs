@@ -304,3 +304,88 @@ fn grpc_a_connection_that_says_nothing_is_closed() {
         );
     }
 }
+
+/// Request messages still arriving hold at most 64 MiB of the gRPC API's memory over all its
+/// calls (`GRPC_REQUEST_BYTES_ARRIVING_MAX`): calls that each announce a 10 MB publish and send
+/// only its start are taken until their lengths fill the budget, the next is refused at once
+/// with RESOURCE_EXHAUSTED (which the client libraries retry), and those held are ended with
+/// DEADLINE_EXCEEDED once they fall behind the minimum rate; then a publish goes through.
+#[test]
+fn grpc_requests_arriving_hold_a_bounded_budget_and_a_trickle_is_cut() {
+    const ANNOUNCED_BYTES: u32 = 10_000_000;
+    // Six fit in 64 MiB; the seventh does not.
+    const HELD: usize = 6;
+    // Past the minimum rate's deadline for 10 MB (5 s and 9.5 s at 1 MiB/s), with room.
+    const CUT_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+    let daemon = Daemon::start_with("grpc-budget", Vec::new(), with_grpc(Vec::new()));
+    let address = grpc_address(&daemon);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let channel = plaintext(&runtime, &address);
+    let mut publisher = pubsub::publisher_client::PublisherClient::new(channel.clone());
+    runtime
+        .block_on(
+            publisher.create_topic(pubsub::Topic {
+                name: "projects/p/topics/budget".into(),
+                ..Default::default()
+            }),
+        )
+        .unwrap();
+
+    // Each call on a connection of its own: the start of a message, then nothing.
+    let start_call = |address: String| async move {
+        let socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let (client, connection) = h2::client::handshake(socket).await.unwrap();
+        tokio::spawn(connection);
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::post(format!("http://{address}/google.pubsub.v1.Publisher/Publish"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        let mut start = vec![0u8];
+        start.extend_from_slice(&ANNOUNCED_BYTES.to_be_bytes());
+        start.extend_from_slice(&[0u8; 1024]);
+        body.send_data(bytes::Bytes::from(start), false).unwrap();
+        (client, body, response)
+    };
+    // The grpc-status of a call's answer: in its headers (a trailers-only answer) or trailers.
+    let status_of = |response: h2::client::ResponseFuture| async move {
+        let response = response.await.unwrap();
+        if let Some(code) = response.headers().get("grpc-status") {
+            return code.to_str().unwrap().to_owned();
+        }
+        let mut body = response.into_body();
+        while body.data().await.is_some() {}
+        let trailers = body.trailers().await.unwrap().unwrap_or_default();
+        trailers.get("grpc-status").map(|code| code.to_str().unwrap().to_owned()).unwrap_or_default()
+    };
+    let started = std::time::Instant::now();
+    let held: Vec<_> = (0..HELD).map(|_| runtime.block_on(start_call(address.clone()))).collect();
+    // Give the daemon the held calls' starts before the next arrives.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (_client, _body, refused) = runtime.block_on(start_call(address.clone()));
+    let refused = runtime
+        .block_on(async { tokio::time::timeout(CUT_WITHIN, status_of(refused)).await })
+        .expect("an answer");
+    assert_eq!(refused, (Code::ResourceExhausted as i32).to_string(), "the call past the budget");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "refused at once, not after the held ones"
+    );
+
+    let mut keep = Vec::new();
+    for (client, body, response) in held {
+        let status = runtime
+            .block_on(async { tokio::time::timeout(CUT_WITHIN, status_of(response)).await })
+            .expect("cut");
+        assert_eq!(status, (Code::DeadlineExceeded as i32).to_string(), "a held call");
+        keep.push((client, body));
+    }
+    runtime
+        .block_on(publisher.publish(pubsub::PublishRequest {
+            topic: "projects/p/topics/budget".into(),
+            messages: vec![pubsub::PubsubMessage { data: vec![1; 1 << 20].into(), ..Default::default() }],
+        }))
+        .expect("a publish once the budget is free");
+}

@@ -9,6 +9,7 @@
 //! own `Access`, as for the native protocol.
 
 pub mod bridge;
+mod budget;
 mod connections;
 pub mod convert;
 pub mod credentials;
@@ -153,6 +154,7 @@ async fn serve(
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .tcp_nodelay(true)
+        .layer(budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX))
         .add_service(health)
         .add_service(publisher)
         .add_service(subscriber)
