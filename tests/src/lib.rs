@@ -5,6 +5,7 @@
 pub mod checker;
 pub mod grpc;
 pub mod loopfs;
+pub mod netns;
 
 use ringpost_client::{block_on, Client, Subscription};
 use std::collections::HashMap;

@@ -14,6 +14,7 @@ mod grpc_delivery;
 mod grpc_security;
 mod io_memory;
 mod liveness;
+mod netns;
 mod permissions;
 mod pool;
 mod pull_memory;
