@@ -1,9 +1,10 @@
 //! Machines for multi-node tests, on this one: each node a Linux network namespace of its own
 //! with one interface, all of them on a bridge in a hub namespace, so that nodes reach each
-//! other by address and a test cuts, slows or heals each node's link as a real network would
-//! fail, without touching the host's own network.
+//! other by address and a test cuts or heals each node's link as a real network would fail,
+//! without touching the host's own network. (Delays, loss and reordering are the seeded
+//! simulation's: this machine's kernel has no netem.)
 //!
-//! Needs root and `ip` (iproute2); `tc` for impairments. Without them a test panics with a
+//! Needs root and `ip` (iproute2). Without them a test panics with a
 //! clear message rather than passing silently. Names carry the test process's id, and a new
 //! network first removes what a test process that died left behind.
 
@@ -161,21 +162,6 @@ impl Network {
     /// Brings node `node`'s link back.
     pub fn heal(&self, node: usize) {
         run("ip", &["-n", &self.hub, "link", "set", &format!("port{node}"), "up"]);
-    }
-
-    /// Impairs what reaches node `node` with netem (`["delay", "50ms", "loss", "10%"]`, say);
-    /// an empty list removes the impairment.
-    pub fn impair(&self, node: usize, netem: &[&str]) {
-        let port = format!("port{node}");
-        if netem.is_empty() {
-            let _ = Command::new(tool("tc"))
-                .args(["-n", &self.hub, "qdisc", "del", "dev", &port, "root"])
-                .output();
-            return;
-        }
-        let mut args = vec!["-n", &self.hub, "qdisc", "replace", "dev", &port, "root", "netem"];
-        args.extend_from_slice(netem);
-        run("tc", &args);
     }
 }
 
