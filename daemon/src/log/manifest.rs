@@ -35,6 +35,9 @@ pub struct Manifest {
     /// Set while a truncation is in progress: the log ends at this offset, whatever the
     /// segments still hold beyond it.
     pub truncated_end: Option<u64>,
+    /// The epoch this log promised (a replica's answer to a fencing round): no append of an
+    /// older epoch is taken, across restarts. 0: none.
+    pub promised_epoch: u64,
 }
 
 /// A segment as the manifest lists it.
@@ -51,6 +54,8 @@ pub struct Listed {
 const RECYCLED_BIT: u64 = 1;
 /// Bit 0 of the flags: `truncated_end` follows the segment list.
 const FLAG_TRUNCATING: u32 = 1;
+/// Bit 1 of the flags: `promised_epoch` follows (after `truncated_end`, if any).
+const FLAG_PROMISED: u32 = 2;
 
 impl Manifest {
     /// The slot this manifest is written to.
@@ -65,18 +70,24 @@ impl Manifest {
 
     /// The encoded manifest, padded to whole blocks for direct I/O.
     pub fn encode(&self, log_id: u64) -> Vec<u8> {
-        let total = Manifest::encoded_bytes(self.segments.len(), self.truncated_end.is_some());
+        let promised = self.promised_epoch != 0;
+        let total = Manifest::encoded_bytes(self.segments.len(), self.truncated_end.is_some(), promised);
         let mut bytes = vec![0u8; align_up(total, BLOCK_BYTES)];
         bytes[0..4].copy_from_slice(&MANIFEST_MAGIC.to_le_bytes());
         bytes[4..8].copy_from_slice(&(total as u32).to_le_bytes());
         bytes[8..16].copy_from_slice(&self.sequence.to_le_bytes());
         bytes[16..24].copy_from_slice(&log_id.to_le_bytes());
         bytes[24..28].copy_from_slice(&(self.segments.len() as u32).to_le_bytes());
-        let flags = if self.truncated_end.is_some() { FLAG_TRUNCATING } else { 0 };
+        let flags = if self.truncated_end.is_some() { FLAG_TRUNCATING } else { 0 }
+            | if promised { FLAG_PROMISED } else { 0 };
         bytes[28..32].copy_from_slice(&flags.to_le_bytes());
+        let mut at = HEADER_BYTES + 16 * self.segments.len();
         if let Some(end) = self.truncated_end {
-            let at = HEADER_BYTES + 16 * self.segments.len();
             bytes[at..at + 8].copy_from_slice(&end.to_le_bytes());
+            at += 8;
+        }
+        if promised {
+            bytes[at..at + 8].copy_from_slice(&self.promised_epoch.to_le_bytes());
         }
         for (index, listed) in self.segments.iter().enumerate() {
             let at = HEADER_BYTES + 16 * index;
@@ -110,14 +121,23 @@ impl Manifest {
         }
         let count = u32::from_le_bytes(bytes[24..28].try_into().unwrap()) as usize;
         let flags = u32::from_le_bytes(bytes[28..32].try_into().unwrap());
-        if flags & !FLAG_TRUNCATING != 0
-            || Manifest::encoded_bytes(count, flags & FLAG_TRUNCATING != 0) != total
+        let (truncating, promised) = (flags & FLAG_TRUNCATING != 0, flags & FLAG_PROMISED != 0);
+        if flags & !(FLAG_TRUNCATING | FLAG_PROMISED) != 0
+            || Manifest::encoded_bytes(count, truncating, promised) != total
         {
             return None;
         }
-        let end_at = HEADER_BYTES + 16 * count;
-        let truncated_end = (flags & FLAG_TRUNCATING != 0)
-            .then(|| u64::from_le_bytes(bytes[end_at..end_at + 8].try_into().unwrap()));
+        let mut at = HEADER_BYTES + 16 * count;
+        let mut word = || {
+            let value = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            at += 8;
+            value
+        };
+        let truncated_end = truncating.then(&mut word);
+        let promised_epoch = if promised { word() } else { 0 };
+        if promised && promised_epoch == 0 {
+            return None;
+        }
         let segments = (0..count)
             .map(|index| {
                 let at = HEADER_BYTES + 16 * index;
@@ -133,17 +153,18 @@ impl Manifest {
             sequence: u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
             segments,
             truncated_end,
+            promised_epoch,
         })
     }
 
     /// Bytes a manifest of this many segments takes, its checksum included.
-    fn encoded_bytes(segments: usize, truncating: bool) -> usize {
-        HEADER_BYTES + 16 * segments + if truncating { 8 } else { 0 } + 4
+    fn encoded_bytes(segments: usize, truncating: bool, promised: bool) -> usize {
+        HEADER_BYTES + 16 * segments + if truncating { 8 } else { 0 } + if promised { 8 } else { 0 } + 4
     }
 
     /// Bytes to read to see a whole manifest of this many segments.
     pub fn bytes_for(segments: usize) -> usize {
-        align_up(Manifest::encoded_bytes(segments, true), BLOCK_BYTES)
+        align_up(Manifest::encoded_bytes(segments, true, true), BLOCK_BYTES)
     }
 }
 
@@ -158,6 +179,7 @@ mod tests {
             sequence: 7,
             segments: vec![listed(0, 1 << 20, false), listed(1000, 2 << 20, true)],
             truncated_end: None,
+            promised_epoch: 0,
         };
         let bytes = manifest.encode(42);
         assert_eq!(bytes.len(), BLOCK_BYTES);
@@ -173,6 +195,7 @@ mod tests {
             sequence: 1,
             segments: (0..500).map(|i| listed(i * 10, 1 << 20, i % 3 == 0)).collect(),
             truncated_end: None,
+            promised_epoch: 0,
         };
         assert_eq!(Manifest::decode(&big.encode(1), 1), Some(big));
         let truncating = Manifest { truncated_end: Some(1234), ..manifest.clone() };
@@ -182,6 +205,17 @@ mod tests {
             let mut copy = bytes.clone();
             copy[byte] ^= 0x10;
             assert_eq!(Manifest::decode(&copy, 42), None, "flip at {byte} of a truncating manifest");
+        }
+        for truncated_end in [None, Some(1234)] {
+            let promising = Manifest { truncated_end, promised_epoch: 9, ..manifest.clone() };
+            let bytes = promising.encode(42);
+            assert_eq!(Manifest::decode(&bytes, 42), Some(promising.clone()));
+            let total = HEADER_BYTES + 32 + if truncated_end.is_some() { 8 } else { 0 } + 8 + 4;
+            for byte in 0..total {
+                let mut copy = bytes.clone();
+                copy[byte] ^= 0x10;
+                assert_eq!(Manifest::decode(&copy, 42), None, "flip at {byte} of a promising manifest");
+            }
         }
     }
 }

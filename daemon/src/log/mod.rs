@@ -673,6 +673,9 @@ struct LogInner<S: Storage> {
     epoch: u64,
     /// The epoch of the last batch written or queued: no later batch may have an older one.
     last_epoch: u64,
+    /// The epoch this log promised (`promise_epoch`, kept in the manifest): appends of an older
+    /// one are refused. 0: none.
+    promised_epoch: u64,
     /// A `truncate_after` is in progress: appends are refused until it ends.
     truncating: bool,
     /// Written into the manifest while a truncation zeroes the removed batches (see
@@ -1462,6 +1465,7 @@ impl<S: Storage> Log<S> {
                     })
                     .collect(),
                 truncated_end: inner.truncated_end,
+                promised_epoch: inner.promised_epoch,
             };
             (manifest, inner.log_id)
         };
@@ -1579,14 +1583,45 @@ impl<S: Storage> Log<S> {
     /// the log's last batch, or 0 (the epoch of batches written before epochs).
     pub fn set_epoch(&self, epoch: u64) -> Result<(), LogError> {
         let mut inner = self.inner.borrow_mut();
-        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch {
+        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch.max(inner.promised_epoch) {
             return Err(LogError::Refused(format!(
-                "epoch {epoch}: the log's last batch is of epoch {}",
-                inner.last_epoch
+                "epoch {epoch}: the log's last batch is of epoch {} and it promised epoch {}",
+                inner.last_epoch, inner.promised_epoch
             )));
         }
         inner.epoch = epoch;
         Ok(())
+    }
+
+    /// The epoch promised (`promise_epoch`); 0 if none.
+    pub fn promised_epoch(&self) -> u64 {
+        self.inner.borrow().promised_epoch
+    }
+
+    /// A replica's part in a fencing round before a new leader is chosen: from now on, and
+    /// across restarts, no append of an epoch older than `epoch` is taken. The appends queued
+    /// before the promise are let through to their commits and waited for, and the promise is
+    /// made durable in the manifest; then the log answers its last epoch and durable end, so
+    /// the answer holds every record a deposed leader could still count as replicated here
+    /// (one queued earlier is durable by then and in it; any later one is refused). A promise
+    /// at or below one made before only waits and answers.
+    pub async fn promise_epoch(&self, epoch: u64) -> Result<(u64, u64), LogError> {
+        {
+            let mut inner = self.inner.borrow_mut();
+            if let Some(why) = &inner.fenced {
+                return Err(LogError::Fenced(why.clone()));
+            }
+            inner.promised_epoch = inner.promised_epoch.max(epoch);
+        }
+        while self.inner.borrow().flushing {
+            crate::runtime::sleep(REMOVAL_WAIT).await;
+        }
+        self.write_manifest().await?;
+        let inner = self.inner.borrow();
+        if let Some(why) = &inner.fenced {
+            return Err(LogError::Fenced(why.clone()));
+        }
+        Ok((inner.last_epoch, inner.durable_end))
     }
 
     /// Whether each completed commit also commits its records (true when opened: a standalone
@@ -1736,6 +1771,12 @@ impl<S: Storage> Log<S> {
             return Err(LogError::Refused(format!(
                 "an append of epoch {epoch}: the log's last batch is of epoch {}",
                 inner.last_epoch
+            )));
+        }
+        if epoch < inner.promised_epoch {
+            return Err(LogError::Refused(format!(
+                "an append of epoch {epoch}: the log promised to take none older than epoch {}",
+                inner.promised_epoch
             )));
         }
         match first_offset {

@@ -202,6 +202,7 @@ fn first_segment_alone(scan: &Scan) -> Result<Option<Manifest>, LogError> {
             recycled: false,
         }],
         truncated_end: None,
+        promised_epoch: 0,
     }))
 }
 
@@ -1016,6 +1017,7 @@ impl<S: Storage> Log<S> {
                 commit_on_durable: true,
                 epoch: STANDALONE_EPOCH.max(last_epoch),
                 last_epoch,
+                promised_epoch: plan.manifest.promised_epoch,
                 truncating: false,
                 truncated_end: None,
                 staged: VecDeque::new(),
@@ -1089,6 +1091,7 @@ mod tests {
             sequence: 3,
             segments: segments.iter().map(|segment| segment.listed).collect(),
             truncated_end: None,
+            promised_epoch: 0,
         };
         Scan {
             relative: PathBuf::from("log"),

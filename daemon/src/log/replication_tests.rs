@@ -309,3 +309,106 @@ fn a_crash_during_truncation_never_brings_the_removed_tail_back() {
         panic!("the truncation never completed");
     });
 }
+
+/// A promise (a replica's answer to a fencing round) refuses every later append of an older
+/// epoch, the leader's own included, takes the promised epoch and newer ones, answers the
+/// log's last epoch and durable end, and a lower promise changes nothing.
+#[test]
+fn a_promised_epoch_refuses_older_appends_and_takes_newer_ones() {
+    for_each_seed("a_promised_epoch_refuses_older_appends_and_takes_newer_ones", |disk, _seed| async move {
+        let (log, _) = open(&disk, &directories(3)).await.unwrap();
+        log.set_epoch(2).unwrap();
+        append_each(&log, 0, 4).await;
+        assert_eq!(log.promise_epoch(5).await.unwrap(), (2, 4));
+        assert_eq!(log.promised_epoch(), 5);
+        let leader = log.append(records_for(&[payload(4)]), 1).await;
+        assert!(matches!(leader, Err(LogError::Refused(_))), "the deposed leader's append: {leader:?}");
+        let follower = log.append_at(4, 4, records_for(&[follower_payload(4)]), 1).await;
+        assert!(matches!(follower, Err(LogError::Refused(_))), "an append of epoch 4: {follower:?}");
+        assert!(log.set_epoch(4).is_err(), "a leader's epoch below the promise");
+        assert_eq!(log.next_offset(), 4, "nothing refused took an offset");
+        assert_eq!(log.promise_epoch(3).await.unwrap(), (2, 4), "a lower promise answers as it is");
+        assert_eq!(log.promised_epoch(), 5);
+        log.append_at(4, 5, records_for(&[follower_payload(4)]), 1).await.unwrap();
+        log.set_epoch(6).unwrap();
+        append_each(&log, 5, 1).await;
+        let mut wanted = expected(0..4, payload);
+        wanted.push((4, follower_payload(4)));
+        wanted.push((5, payload(5)));
+        assert_eq!(committed_payloads(&log).await, wanted);
+    });
+}
+
+/// Appends queued before a promise are let through and are in its answer, so that a deposed
+/// leader can count nothing here that the fencing round did not hear of.
+#[test]
+fn appends_queued_before_a_promise_are_durable_and_in_its_answer() {
+    for_each_seed(
+        "appends_queued_before_a_promise_are_durable_and_in_its_answer",
+        |disk, _seed| async move {
+            let (log, _) = open(&disk, &directories(3)).await.unwrap();
+            log.set_epoch(2).unwrap();
+            // The leader's appends (offsets given as commits take them: the seeded executor runs
+            // the tasks in any order).
+            let queued: Vec<_> = (0..20u64)
+                .map(|index| {
+                    let log = log.clone();
+                    crate::runtime::spawn(async move { log.append(records_for(&[payload(index)]), 1).await })
+                })
+                .collect();
+            // Every append queued, most not yet durable, before the promise.
+            while log.next_offset() < 20 {
+                crate::runtime::sleep(std::time::Duration::from_micros(10)).await;
+            }
+            let (last_epoch, durable_end) = log.promise_epoch(3).await.unwrap();
+            let mut taken = 0;
+            for task in queued {
+                if task.await.is_ok() {
+                    taken += 1;
+                }
+            }
+            assert_eq!(last_epoch, 2);
+            assert_eq!(
+                (durable_end, taken),
+                (20, 20),
+                "every append queued before the promise is in its answer"
+            );
+            let refused = log.append(records_for(&[payload(20)]), 1).await;
+            assert!(matches!(refused, Err(LogError::Refused(_))), "after the promise: {refused:?}");
+        },
+    );
+}
+
+/// The promise is durable before it is answered: a crash right after (unsynced writes lost,
+/// kept or torn) and a restart keep it.
+#[test]
+fn a_promise_survives_a_crash_and_a_restart() {
+    run(async {
+        for mode in
+            [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::TearLastWrite { sectors: 1 }]
+        {
+            let disk = SimDisk::new();
+            let dirs = directories(3);
+            let (log, _) = open(&disk, &dirs).await.unwrap();
+            log.set_commit_on_durable(false);
+            append_each(&log, 0, 3).await;
+            log.commit_to(3);
+            log.promise_epoch(9).await.unwrap();
+            drop(log);
+            disk.crash(mode);
+            let (log, _) = open(&disk, &dirs).await.unwrap();
+            log.set_commit_on_durable(false);
+            log.commit_to(3);
+            assert_eq!(log.promised_epoch(), 9, "{mode:?}");
+            let older = log.append_at(3, 8, records_for(&[follower_payload(3)]), 1).await;
+            assert!(matches!(older, Err(LogError::Refused(_))), "{mode:?}: {older:?}");
+            // Later manifests (a roll, a truncation) keep it too.
+            log.append_at(3, 9, records_for(&[follower_payload(3)]), 1).await.unwrap();
+            log.truncate_after(3).await.unwrap();
+            drop(log);
+            disk.crash(mode);
+            let (log, _) = open(&disk, &dirs).await.unwrap();
+            assert_eq!(log.promised_epoch(), 9, "{mode:?}, after a truncation");
+        }
+    });
+}
