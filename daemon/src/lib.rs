@@ -17,6 +17,7 @@ pub mod log;
 pub mod metrics;
 pub mod node;
 pub mod protocol;
+pub mod replication;
 pub mod router;
 pub mod runtime;
 pub mod shard;
