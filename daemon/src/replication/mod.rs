@@ -112,3 +112,89 @@ pub fn choose_leader(replicas: &[NodeId], answers: &[FenceAnswer]) -> Result<Fen
         })
         .expect("a quorum is at least one answer"))
 }
+
+/// Where each epoch begins in a log: `(epoch, first offset)` in increasing order of both, as a
+/// replica keeps it beside its log (Kafka's leader-epoch cache). A follower and its leader
+/// compare theirs to find where their logs part (KIP-101, with KIP-279's repeat for several
+/// epochs apart), without comparing records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EpochHistory {
+    starts: Vec<(u64, u64)>,
+}
+
+impl EpochHistory {
+    /// The history of a log whose records have these epochs, in order.
+    pub fn of_epochs(epochs: impl IntoIterator<Item = u64>) -> EpochHistory {
+        let mut history = EpochHistory::default();
+        for (offset, epoch) in epochs.into_iter().enumerate() {
+            history.appended(epoch, offset as u64);
+        }
+        history
+    }
+
+    /// A record of `epoch` was appended at `offset`.
+    pub fn appended(&mut self, epoch: u64, offset: u64) {
+        match self.starts.last() {
+            Some(&(last, _)) if last == epoch => {}
+            Some(&(last, start)) => {
+                assert!(
+                    epoch > last && offset >= start,
+                    "epoch {epoch} at {offset} after epoch {last} at {start}"
+                );
+                self.starts.push((epoch, offset));
+            }
+            None => self.starts.push((epoch, offset)),
+        }
+    }
+
+    /// The log was cut to end at `end`: epochs that began at or past it are gone.
+    pub fn truncated(&mut self, end: u64) {
+        self.starts.retain(|&(_, start)| start < end);
+    }
+
+    /// The epoch of the record before `end` (0 for an empty log).
+    pub fn epoch_before(&self, end: u64) -> u64 {
+        self.starts.iter().take_while(|&&(_, start)| start < end).last().map_or(0, |&(epoch, _)| epoch)
+    }
+
+    /// The leader's answer to a follower whose last epoch is `epoch`: the greatest epoch at or
+    /// below it this log has, and where that epoch ends here (the next epoch's start, or
+    /// `log_end`). With no such epoch, (0, 0): nothing is known to agree.
+    pub fn end_of(&self, epoch: u64, log_end: u64) -> (u64, u64) {
+        let index = self.starts.partition_point(|&(started, _)| started <= epoch);
+        if index == 0 {
+            return (0, 0);
+        }
+        let end = self.starts.get(index).map_or(log_end, |&(_, next_start)| next_start);
+        (self.starts[index - 1].0, end)
+    }
+}
+
+/// Where a follower whose log ends at `follower_end` cuts it before following a leader: the end
+/// of the longest prefix both logs hold, found from the epoch histories alone. Each round asks
+/// the leader where the follower's last epoch ends in its log; an epoch the leader never had
+/// makes the follower step back to the leader's last epoch below it and ask again.
+pub fn divergence(follower: &EpochHistory, follower_end: u64, leader: &EpochHistory, leader_end: u64) -> u64 {
+    let mut end = follower_end;
+    loop {
+        let epoch = follower.epoch_before(end);
+        if epoch == 0 {
+            return 0;
+        }
+        let (leaders_epoch, leaders_end) = leader.end_of(epoch, leader_end);
+        if leaders_epoch == epoch {
+            return end.min(leaders_end);
+        }
+        // The leader never had `epoch`: nothing of it agrees. Step back to where the follower's
+        // records of the leader's epoch (if any) end, and ask again about the epoch before.
+        let cut = follower
+            .starts
+            .iter()
+            .find(|&&(started, _)| started > leaders_epoch)
+            .map_or(end, |&(_, start)| start);
+        end = end.min(cut).min(leaders_end);
+        if leaders_epoch == 0 {
+            return 0;
+        }
+    }
+}

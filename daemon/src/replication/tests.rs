@@ -27,6 +27,26 @@ fn records_commit_once_a_quorum_holds_a_record_of_the_epoch() {
 }
 
 #[test]
+fn a_follower_cuts_where_its_log_and_its_leaders_part() {
+    let history = |epochs: &[u64]| EpochHistory::of_epochs(epochs.iter().copied());
+    // The same epochs: the shorter end.
+    assert_eq!(divergence(&history(&[1, 1, 2]), 3, &history(&[1, 1, 2, 2]), 4), 3);
+    // The follower's epoch 2 tail outlived a leader of epoch 3 that started at offset 2.
+    assert_eq!(divergence(&history(&[1, 1, 2, 2]), 4, &history(&[1, 1, 3]), 3), 2);
+    // Several epochs the leader never had (KIP-279): back to the common epoch 1's end.
+    assert_eq!(divergence(&history(&[1, 2, 4, 4]), 4, &history(&[1, 3, 3, 5]), 4), 1);
+    // Nothing in common, and an empty follower.
+    assert_eq!(divergence(&history(&[2, 2]), 2, &history(&[1, 3]), 2), 0);
+    assert_eq!(divergence(&history(&[]), 0, &history(&[1]), 1), 0);
+    let mut cut = history(&[1, 1, 2, 3]);
+    cut.truncated(2);
+    assert_eq!(cut, history(&[1, 1]));
+    assert_eq!(cut.end_of(5, 2), (1, 2));
+    assert_eq!(history(&[2, 4]).end_of(3, 2), (2, 1));
+    assert_eq!(history(&[2, 4]).end_of(1, 2), (0, 0));
+}
+
+#[test]
 fn the_leader_is_the_most_up_to_date_of_a_quorum_of_answers() {
     let answer = |node, last_epoch, durable_end| FenceAnswer { node, last_epoch, durable_end };
     let replicas = [1, 2, 3];
@@ -165,7 +185,16 @@ impl Model {
             self.counts.refused += 1;
             return;
         }
-        let common = replica.log.iter().zip(&source).take_while(|(a, b)| a == b).count();
+        // Found from the two epoch histories, as a real follower must; the records themselves
+        // check it.
+        let common = divergence(
+            &EpochHistory::of_epochs(replica.log.iter().copied()),
+            replica.log.len() as u64,
+            &EpochHistory::of_epochs(source.iter().copied()),
+            source.len() as u64,
+        ) as usize;
+        let agreeing = replica.log.iter().zip(&source).take_while(|(a, b)| a == b).count();
+        assert_eq!(common, agreeing, "divergence of {:?} from its leader's {source:?}", replica.log);
         replica.log.truncate(common);
         if let Some(&next) = source.get(common) {
             replica.log.push(next);
