@@ -1593,6 +1593,21 @@ impl<S: Storage> Log<S> {
         Ok(())
     }
 
+    /// Where each epoch begins among this log's durable batches, for a follower and its leader
+    /// to find where their logs part (`replication::divergence`) without comparing records.
+    /// Batches written before epochs (epoch 0) and segments retention removed are not in it.
+    pub fn epoch_history(&self) -> crate::replication::EpochHistory {
+        let inner = self.inner.borrow();
+        let mut history = crate::replication::EpochHistory::default();
+        let durable = inner.segments.iter().flat_map(|segment| segment.batches.iter());
+        for entry in durable.take_while(|entry| entry.header.end_offset() <= inner.durable_end) {
+            if entry.header.epoch != record::EPOCH_NONE && entry.header.record_count > 0 {
+                history.appended(entry.header.epoch, entry.header.base_offset);
+            }
+        }
+        history
+    }
+
     /// The epoch promised (`promise_epoch`); 0 if none.
     pub fn promised_epoch(&self) -> u64 {
         self.inner.borrow().promised_epoch

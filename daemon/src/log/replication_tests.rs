@@ -412,3 +412,41 @@ fn a_promise_survives_a_crash_and_a_restart() {
         }
     });
 }
+
+/// The epoch history follows the durable batches (across a restart, and a truncation), and the
+/// divergence it gives a follower is where the follower's log really parts from its leader's.
+#[test]
+fn the_epoch_history_follows_the_batches_and_finds_where_two_logs_part() {
+    run(async {
+        let (leader_disk, follower_disk) = (SimDisk::new(), SimDisk::new());
+        let dirs = directories(1);
+        let (leader, _) = open(&leader_disk, &dirs).await.unwrap();
+        let (follower, _) = open(&follower_disk, &dirs).await.unwrap();
+        for log in [&leader, &follower] {
+            log.set_commit_on_durable(false);
+            log.set_epoch(2).unwrap();
+            append_each(log, 0, 3).await;
+        }
+        // The follower took two more records of epoch 2 that the leader of epoch 3 never had.
+        follower.append_at(3, 2, records_for(&[follower_payload(3), follower_payload(4)]), 2).await.unwrap();
+        leader.set_epoch(3).unwrap();
+        append_each(&leader, 3, 2).await;
+        let history = |epochs: &[u64]| crate::replication::EpochHistory::of_epochs(epochs.iter().copied());
+        assert_eq!(leader.epoch_history(), history(&[2, 2, 2, 3, 3]));
+        assert_eq!(follower.epoch_history(), history(&[2, 2, 2, 2, 2]));
+        let cut = crate::replication::divergence(
+            &follower.epoch_history(),
+            follower.durable_end(),
+            &leader.epoch_history(),
+            leader.durable_end(),
+        );
+        assert_eq!(cut, 3);
+        follower.truncate_after(cut).await.unwrap();
+        follower.append_at(3, 3, records_for(&[payload(3), payload(4)]), 2).await.unwrap();
+        assert_eq!(follower.epoch_history(), leader.epoch_history());
+        drop(follower);
+        let (follower, _) = open(&follower_disk, &dirs).await.unwrap();
+        assert_eq!(follower.epoch_history(), history(&[2, 2, 2, 3, 3]), "after a restart");
+        assert_eq!(committed_payloads(&follower).await, expected(0..5, payload));
+    });
+}
