@@ -17,6 +17,8 @@ pub mod store;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod voters_sim_tests;
 
 pub use entry::{
     CatalogEntry, Labels, SnapshotRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord,
