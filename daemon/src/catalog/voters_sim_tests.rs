@@ -9,7 +9,7 @@ use super::store::{RaftLog, SnapshotLog};
 use super::*;
 use crate::log::tests::directories;
 use crate::runtime::sim;
-use crate::storage::sim::SimDisk;
+use crate::storage::sim::{CrashMode, SimDisk};
 use openraft::error::{RPCError, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
@@ -37,6 +37,8 @@ struct Network {
     rafts: BTreeMap<u64, Raft>,
     isolated: BTreeSet<u64>,
     rng: Option<sim::Rng>,
+    /// Each message is lost with this chance, in parts per million.
+    loss_ppm: u32,
 }
 
 #[derive(Clone)]
@@ -47,9 +49,12 @@ struct SimNetwork {
 }
 
 impl SimNetwork {
+    /// Whether this message is lost: a node at either end is cut off, or the seed drops it.
     fn cut(&self) -> bool {
-        let network = self.network.borrow();
-        network.isolated.contains(&self.from) || network.isolated.contains(&self.to)
+        let mut network = self.network.borrow_mut();
+        let loss = network.loss_ppm;
+        let dropped = network.rng.as_mut().expect("seeded").chance(loss);
+        dropped || network.isolated.contains(&self.from) || network.isolated.contains(&self.to)
     }
 
     async fn one_way(&self) {
@@ -152,12 +157,11 @@ fn topic(id: u64) -> CatalogEntry {
     })
 }
 
-/// Starts voter `id` on its own disk.
-async fn voter(id: u64, network: &Rc<RefCell<Network>>) -> (Raft, CatalogMachine<SimDisk>) {
-    let disk = SimDisk::new();
+/// Starts (or restarts) voter `id` on its disk.
+async fn voter(id: u64, disk: &SimDisk, network: &Rc<RefCell<Network>>) -> (Raft, CatalogMachine<SimDisk>) {
     let dirs = directories(1);
     let raft_log = RaftLog::open(disk.clone(), dirs.clone(), sim_log_config()).await.unwrap();
-    let snapshots = Rc::new(SnapshotLog::open(disk, dirs, sim_log_config()).await.unwrap());
+    let snapshots = Rc::new(SnapshotLog::open(disk.clone(), dirs, sim_log_config()).await.unwrap());
     let machine = CatalogMachine::new(CatalogState::default(), snapshots);
     let factory = Factory { network: network.clone(), from: id };
     let raft = Raft::new(id, raft_config(), factory, raft_log, machine.clone()).await.unwrap();
@@ -208,7 +212,7 @@ fn three_voters_elect_fail_over_and_apply_the_same_catalog() {
             let mut rafts = BTreeMap::new();
             let mut machines = Vec::new();
             for id in VOTERS {
-                let (raft, machine) = voter(id, &network).await;
+                let (raft, machine) = voter(id, &SimDisk::new(), &network).await;
                 rafts.insert(id, raft);
                 machines.push(machine);
             }
@@ -246,6 +250,122 @@ fn three_voters_elect_fail_over_and_apply_the_same_catalog() {
             for machine in &machines[1..] {
                 assert_eq!(*machine.state.borrow(), state, "two voters applied different catalogs");
             }
+            for raft in rafts.values() {
+                raft.shutdown().await.unwrap();
+            }
+        })
+    });
+}
+
+/// How long one write may wait for its answer: a leader cut off without knowing it never
+/// answers, and the write is then unknown (it may still commit), as a client's timeout.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Steps of the nemesis run.
+const NEMESIS_STEPS: usize = 60;
+
+/// One write through any voter, within `WRITE_TIMEOUT` for each: whether one acknowledged it.
+async fn try_write(rafts: &BTreeMap<u64, Raft>, entry: &CatalogEntry) -> bool {
+    for raft in rafts.values() {
+        let write = async { raft.client_write(entry.clone()).await.is_ok() };
+        let timeout = async {
+            crate::runtime::sleep(WRITE_TIMEOUT).await;
+            false
+        };
+        if futures_lite::future::or(write, timeout).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// Writes, cut-offs, lost messages and crashes of one voter at a time (its unsynced writes
+/// dropped, kept or torn) with restarts, at the seed's choice; then everything healed and
+/// restarted: every voter applies the same catalog, and it holds every acknowledged write.
+#[test]
+fn voters_under_cut_offs_losses_and_crashes_keep_every_acknowledged_write() {
+    sim::for_each_seed("voters_under_cut_offs_losses_and_crashes_keep_every_acknowledged_write", 8, |seed| {
+        sim::run(seed, async move {
+            let mut rng = sim::Rng::new(seed ^ 0x5EED);
+            let network =
+                Rc::new(RefCell::new(Network { rng: Some(sim::Rng::new(seed)), ..Default::default() }));
+            let disks: BTreeMap<u64, SimDisk> = VOTERS.iter().map(|&id| (id, SimDisk::new())).collect();
+            let mut rafts = BTreeMap::new();
+            let mut machines = BTreeMap::new();
+            for id in VOTERS {
+                let (raft, machine) = voter(id, &disks[&id], &network).await;
+                rafts.insert(id, raft);
+                machines.insert(id, machine);
+            }
+            rafts[&1].initialize(BTreeSet::from(VOTERS)).await.unwrap();
+            let mut acknowledged = BTreeSet::new();
+            let mut next_id = 1;
+            for _ in 0..NEMESIS_STEPS {
+                // Time for elections and replication between the steps (half a second on average).
+                crate::runtime::sleep(Duration::from_millis(rng.below(1000))).await;
+                match rng.below(10) {
+                    0..=5 => {
+                        let id = next_id;
+                        next_id += 1;
+                        if try_write(&rafts, &topic(id)).await {
+                            acknowledged.insert(format!("topic-{id}"));
+                        }
+                    }
+                    // One voter at most is cut off or down at a time: the fault budget.
+                    6 => {
+                        let mut network = network.borrow_mut();
+                        network.isolated.clear();
+                        network.isolated.insert(VOTERS[rng.below(3) as usize]);
+                    }
+                    7 => {
+                        let mut network = network.borrow_mut();
+                        network.isolated.clear();
+                        network.loss_ppm = [0, 20_000, 100_000][rng.below(3) as usize];
+                    }
+                    _ => {
+                        network.borrow_mut().isolated.clear();
+                        let id = VOTERS[rng.below(3) as usize];
+                        let raft = rafts.remove(&id).unwrap();
+                        network.borrow_mut().rafts.remove(&id);
+                        raft.shutdown().await.unwrap();
+                        drop(raft);
+                        let mode = match rng.below(3) {
+                            0 => CrashMode::DropUnsynced,
+                            1 => CrashMode::KeepUnsynced,
+                            _ => CrashMode::TearLastWrite { sectors: 1 },
+                        };
+                        disks[&id].crash(mode);
+                        let (raft, machine) = voter(id, &disks[&id], &network).await;
+                        rafts.insert(id, raft);
+                        machines.insert(id, machine);
+                    }
+                }
+            }
+            {
+                let mut network = network.borrow_mut();
+                network.isolated.clear();
+                network.loss_ppm = 0;
+            }
+            // A last write makes the leader commit (and the others learn) everything before it.
+            let last = next_id;
+            write(&rafts, None, topic(last)).await;
+            acknowledged.insert(format!("topic-{last}"));
+            let started = crate::runtime::now();
+            loop {
+                let states: Vec<CatalogState> =
+                    machines.values().map(|machine| machine.state.borrow().clone()).collect();
+                if states.windows(2).all(|pair| pair[0] == pair[1])
+                    && states[0].topics.contains_key(&format!("topic-{last}"))
+                {
+                    let missing: Vec<&String> =
+                        acknowledged.iter().filter(|name| !states[0].topics.contains_key(*name)).collect();
+                    assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
+                    break;
+                }
+                assert!(crate::runtime::now() - started < SETTLE_WITHIN, "the voters did not converge");
+                crate::runtime::sleep(RETRY_WAIT).await;
+            }
+            assert!(acknowledged.len() > 1, "no write was acknowledged under the faults");
+            println!("seed {seed}: {} of {} writes acknowledged", acknowledged.len(), next_id);
             for raft in rafts.values() {
                 raft.shutdown().await.unwrap();
             }
