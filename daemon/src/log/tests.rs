@@ -952,7 +952,9 @@ fn spawn_sized_appends(
 /// fails with unsynced writes dropped. Neither is acknowledged.
 async fn lose_a_commit_while_the_next_lands(disk: &SimDisk, log: Log<SimDisk>, sizes: [usize; 2]) {
     let landed_before = disk.writes_landed_out_of_order();
-    disk.delay_nth_write(1, std::time::Duration::from_millis(2), true);
+    // Held in real time (glommio's clock): long enough that the second commit is written
+    // while it waits even on a loaded machine (at 2 ms, CI beside other tests once missed it).
+    disk.delay_nth_write(1, std::time::Duration::from_millis(200), true);
     for append in spawn_sized_appends(&log, &sizes) {
         assert!(append.await.is_err(), "neither is acknowledged");
     }
