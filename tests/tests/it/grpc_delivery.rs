@@ -794,8 +794,8 @@ fn grpc_streaming_pull_takes_heartbeats_and_new_stream_deadlines() {
     assert_eq!(received.iter().map(data).collect::<Vec<_>>(), ["after the heartbeats"]);
     stream.send(&grpc, StreamingPullRequest { ack_ids: ack_ids(&received), ..Default::default() });
     stream.send(&grpc, StreamingPullRequest::default());
-    // The acknowledgement landed and the stream is still open.
-    assert!(stream.next(&grpc, Duration::from_millis(500)).is_none(), "the stream ended or sent more");
+    // The acknowledgement lands meanwhile (generous: a loaded machine), and the stream stays open.
+    assert!(stream.next(&grpc, Duration::from_secs(2)).is_none(), "the stream ended or sent more");
     drop(stream);
     assert!(grpc.pull("beating-sub", 10, true).unwrap().is_empty(), "acknowledged, yet delivered again");
 }
