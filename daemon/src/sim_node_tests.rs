@@ -269,7 +269,7 @@ fn log_config(rng: &mut sim::Rng) -> LogConfig {
 
 /// The daemon's catalog configuration with segments of kilobytes instead of a mebibyte: SimDisk
 /// holds every byte of them, and copies each file at each sync.
-fn catalog_log_config() -> LogConfig {
+pub(crate) fn catalog_log_config() -> LogConfig {
     LogConfig {
         segment_bytes_initial: 16 * 1024,
         segment_bytes_max: 64 * 1024,

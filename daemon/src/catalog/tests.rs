@@ -2,7 +2,7 @@ use super::*;
 use crate::log::tests::{directories, run};
 use crate::storage::sim::{CrashMode, SimDisk};
 
-fn topic(id: u64, shard: u32) -> CatalogEntry {
+pub(super) fn topic(id: u64, shard: u32) -> CatalogEntry {
     CatalogEntry::TopicCreated(TopicRecord {
         id,
         name: format!("topic-{id}"),

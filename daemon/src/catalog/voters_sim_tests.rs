@@ -6,9 +6,11 @@
 
 use super::raft::{CatalogMachine, CatalogRaft, Snapshot, Vote};
 use super::store::{RaftLog, SnapshotLog};
+use super::tests::topic as topic_on;
 use super::*;
 use crate::log::tests::directories;
 use crate::runtime::sim;
+use crate::sim_node_tests::catalog_log_config;
 use crate::storage::sim::{CrashMode, SimDisk};
 use openraft::error::{RPCError, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
@@ -137,31 +139,15 @@ impl RaftNetworkV2<CatalogRaft> for SimNetwork {
     }
 }
 
-fn sim_log_config() -> crate::log::LogConfig {
-    crate::log::LogConfig {
-        segment_bytes_initial: 16 * 1024,
-        segment_bytes_max: 64 * 1024,
-        group_commit_bytes_max: 16 * 1024,
-        ..legacy::catalog_log_config()
-    }
-}
-
 fn topic(id: u64) -> CatalogEntry {
-    CatalogEntry::TopicCreated(crate::catalog::entry::TopicRecord {
-        id,
-        name: format!("topic-{id}"),
-        message_retention_seconds: 0,
-        shard: 0,
-        created_ms: 1_700_000_000_000 + id,
-        labels: Default::default(),
-    })
+    topic_on(id, 0)
 }
 
 /// Starts (or restarts) voter `id` on its disk.
 async fn voter(id: u64, disk: &SimDisk, network: &Rc<RefCell<Network>>) -> (Raft, CatalogMachine<SimDisk>) {
     let dirs = directories(1);
-    let raft_log = RaftLog::open(disk.clone(), dirs.clone(), sim_log_config()).await.unwrap();
-    let snapshots = Rc::new(SnapshotLog::open(disk.clone(), dirs, sim_log_config()).await.unwrap());
+    let raft_log = RaftLog::open(disk.clone(), dirs.clone(), catalog_log_config()).await.unwrap();
+    let snapshots = Rc::new(SnapshotLog::open(disk.clone(), dirs, catalog_log_config()).await.unwrap());
     let machine = CatalogMachine::new(CatalogState::default(), snapshots);
     let factory = Factory { network: network.clone(), from: id };
     let raft = Raft::new(id, raft_config(), factory, raft_log, machine.clone()).await.unwrap();

@@ -10,7 +10,7 @@
 //! without it strangers that connect and say nothing would hold every permit. Handshakes run
 //! on tasks of their own, so a slow one delays no other connection.
 
-use crate::protocol::native::tls::SharedTls;
+use crate::protocol::native::tls::TlsFiles;
 use futures_lite::StreamExt;
 use std::future::Future;
 use std::io;
@@ -239,7 +239,7 @@ pub fn plain(
 pub fn handshaken(
     incoming: TcpIncoming,
     connections_max: usize,
-    mut tls: SharedTls,
+    mut tls: TlsFiles,
     mut stopping: watch::Receiver<bool>,
 ) -> impl futures_lite::Stream<Item = io::Result<Preface<TlsStream<Counted>>>> + Send + 'static {
     let (sender, receiver) = mpsc::channel(HANDSHAKEN_QUEUED_MAX);

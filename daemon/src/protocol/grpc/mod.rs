@@ -24,7 +24,7 @@ mod subscriber;
 mod subscriptions;
 mod unimplemented;
 
-use crate::protocol::native::tls::{SharedTls, TlsSettings};
+use crate::protocol::native::tls::{TlsFiles, TlsSettings};
 use gateway::Gateway;
 use ringpost_proto::google::iam::v1::iam_policy_server::IamPolicyServer;
 use ringpost_proto::pubsub::publisher_server::PublisherServer;
@@ -83,7 +83,7 @@ impl GrpcServer {
     ) -> Result<GrpcServer, String> {
         let address = listener.local_addr().map_err(|error| format!("the gRPC listener: {error}"))?;
         listener.set_nonblocking(true).map_err(|error| format!("the gRPC listener: {error}"))?;
-        let tls = tls.map(|settings| SharedTls::open(settings, &[b"h2"])).transpose()?;
+        let tls = tls.map(|settings| TlsFiles::open(settings, &[b"h2"])).transpose()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("grpc")
@@ -139,7 +139,7 @@ impl Drop for GrpcServer {
 async fn serve(
     listener: tokio::net::TcpListener,
     gateway: Arc<Gateway>,
-    tls: Option<SharedTls>,
+    tls: Option<TlsFiles>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let (health_reporter, health) = tonic_health::server::health_reporter();

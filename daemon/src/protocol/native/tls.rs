@@ -53,56 +53,45 @@ fn stamp(settings: &TlsSettings) -> Stamp {
 
 /// One shard's TLS: the acceptor new connections are handshaken with.
 pub struct Tls {
-    settings: TlsSettings,
-    acceptor: RefCell<TlsAcceptor>,
-    stamp: RefCell<Stamp>,
+    files: RefCell<TlsFiles>,
 }
 
 impl Tls {
     /// Reads the files; an error names the file and what is wrong with it.
     pub fn open(settings: &TlsSettings) -> Result<Tls, String> {
-        // Taken before reading, so that a file written meanwhile is read again at the next check.
-        let stamp = stamp(settings);
-        let acceptor = acceptor(settings)?;
-        Ok(Tls { settings: settings.clone(), acceptor: RefCell::new(acceptor), stamp: RefCell::new(stamp) })
+        Ok(Tls { files: RefCell::new(TlsFiles::open(settings, &[])?) })
     }
 
     /// The acceptor for a new connection (a shared reference to the configuration).
     pub fn acceptor(&self) -> TlsAcceptor {
-        self.acceptor.borrow().clone()
+        TlsAcceptor::from(self.files.borrow().config())
     }
 
-    /// Reads the files again if any changed since they were last read: `None` if none did,
-    /// `Some(Err)` if the new set is invalid (the one before stays in force; it is not tried
-    /// again until a file changes once more).
+    /// As `TlsFiles::reload_if_changed`.
     pub fn reload_if_changed(&self) -> Option<Result<(), String>> {
-        let now = stamp(&self.settings);
-        if now == *self.stamp.borrow() {
-            return None;
-        }
-        *self.stamp.borrow_mut() = now;
-        Some(acceptor(&self.settings).map(|acceptor| *self.acceptor.borrow_mut() = acceptor))
+        self.files.borrow_mut().reload_if_changed()
     }
 }
 
-/// TLS for a server on threads of its own (the gRPC API's tokio runtime) from the same
-/// files, owned by the one task that accepts its connections: it looks at the files for each
-/// new connection, so a changed set is in force from the next one.
-pub struct SharedTls {
+/// The server configuration the TLS files make, and what the files were when read, so that a
+/// changed set is loaded again. A shard's `Tls` holds one; the gRPC API's accepting task holds
+/// one of its own (with ALPN `h2`) and looks at the files for each new connection.
+pub struct TlsFiles {
     settings: TlsSettings,
-    /// The ALPN protocols offered (`h2` for gRPC, whose clients insist on it).
+    /// The ALPN protocols offered (`h2` for gRPC, whose clients insist on it; none natively).
     alpn: Vec<Vec<u8>>,
     config: Arc<rustls::ServerConfig>,
     stamp: Stamp,
 }
 
-impl SharedTls {
+impl TlsFiles {
     /// Reads the files; an error names the file and what is wrong with it.
-    pub fn open(settings: &TlsSettings, alpn: &[&[u8]]) -> Result<SharedTls, String> {
+    pub fn open(settings: &TlsSettings, alpn: &[&[u8]]) -> Result<TlsFiles, String> {
+        // Taken before reading, so that a file written meanwhile is read again at the next check.
         let stamp = stamp(settings);
         let alpn: Vec<Vec<u8>> = alpn.iter().map(|protocol| protocol.to_vec()).collect();
         let config = Arc::new(server_config_with_alpn(settings, &alpn)?);
-        Ok(SharedTls { settings: settings.clone(), alpn, config, stamp })
+        Ok(TlsFiles { settings: settings.clone(), alpn, config, stamp })
     }
 
     /// The configuration for a new connection.
@@ -110,7 +99,9 @@ impl SharedTls {
         self.config.clone()
     }
 
-    /// As `Tls::reload_if_changed`.
+    /// Reads the files again if any changed since they were last read: `None` if none did,
+    /// `Some(Err)` if the new set is invalid (the one before stays in force; it is not tried
+    /// again until a file changes once more).
     pub fn reload_if_changed(&mut self) -> Option<Result<(), String>> {
         let now = stamp(&self.settings);
         if now == self.stamp {
@@ -125,10 +116,6 @@ fn server_config_with_alpn(settings: &TlsSettings, alpn: &[Vec<u8>]) -> Result<r
     let mut config = server_config(settings)?;
     config.alpn_protocols = alpn.to_vec();
     Ok(config)
-}
-
-fn acceptor(settings: &TlsSettings) -> Result<TlsAcceptor, String> {
-    server_config(settings).map(|config| TlsAcceptor::from(Arc::new(config)))
 }
 
 fn certificates(file: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
