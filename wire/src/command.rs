@@ -65,11 +65,25 @@ pub enum Command {
     /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
     /// directory back by rewriting every log's copy in it from healthy copies.
     ResyncDirectory = 61,
+    /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft AppendEntries, from its
+    /// leader to another voter. The bytes are the catalog's own encoding of the request.
+    PeerAppendEntries = 70,
+    /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft RequestVote.
+    PeerVote = 71,
+    /// `PeerMessage` → `PeerMessage` (cluster port): a whole catalog snapshot, for a voter too
+    /// far behind for the raft log.
+    PeerSnapshot = 72,
+    /// `PeerMessage` → `PeerMessage` (cluster port): a read index from the catalog's leader, so
+    /// that a starting node applies everything committed before it acts on the catalog.
+    PeerReadIndex = 73,
+    /// `PeerMessage` → `PeerMessage` (cluster port): a control request for one of the
+    /// answering node's forwarders, from the catalog's leader.
+    PeerControl = 74,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 26] = [
+    pub const ALL: [Command; 31] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -96,6 +110,11 @@ impl Command {
         Command::GetSnapshot,
         Command::Stats,
         Command::ResyncDirectory,
+        Command::PeerAppendEntries,
+        Command::PeerVote,
+        Command::PeerSnapshot,
+        Command::PeerReadIndex,
+        Command::PeerControl,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -126,6 +145,11 @@ impl Command {
             54 => Command::GetSnapshot,
             60 => Command::Stats,
             61 => Command::ResyncDirectory,
+            70 => Command::PeerAppendEntries,
+            71 => Command::PeerVote,
+            72 => Command::PeerSnapshot,
+            73 => Command::PeerReadIndex,
+            74 => Command::PeerControl,
             _ => return None,
         })
     }

@@ -342,3 +342,10 @@ wire_type! {
 wire_type! {
     pub struct SnapshotList { pub snapshots: Vec<Snapshot>, pub next_page_token: String }
 }
+
+wire_type! {
+    /// A message between two nodes' routers on their cluster ports: bytes in the encoding of
+    /// the daemon's own durable entries (the catalog's raft messages, control requests), which
+    /// the daemon decodes defensively; the wire only frames them.
+    pub struct PeerMessage { pub bytes: Vec<u8> }
+}

@@ -9,6 +9,7 @@
 
 pub mod entry;
 pub mod legacy;
+pub mod peer;
 pub mod placement;
 pub mod raft;
 pub mod rt;
@@ -28,8 +29,9 @@ pub use state::{Applied, CatalogState};
 use crate::api::Status;
 use crate::log::{Directories, Log};
 use crate::storage::Storage;
+use openraft::network::RaftNetworkFactory;
 use placement::Placement;
-use raft::{CatalogMachine, CatalogRaft, NoPeers, NODE_ID};
+use raft::{CatalogMachine, CatalogRaft, LogId, NoPeers, NODE_ID};
 use std::cell::{Cell, Ref, RefCell};
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -56,7 +58,33 @@ pub struct Catalog<S: Storage> {
     /// The next id this leader hands out: ids of proposals not yet applied are above the
     /// state's counter, so two creates in flight never share one.
     next_id: Cell<u64>,
+    /// A catalog from before raft is being imported: stored as a snapshot once ready.
+    importing: Cell<bool>,
+    this_node: u64,
 }
+
+/// The catalog's voters and which of them this node is.
+#[derive(Clone, Debug)]
+pub struct Voters {
+    pub this_node: u64,
+    pub ids: Vec<u64>,
+}
+
+impl Voters {
+    /// One node alone, as a daemon without `--cluster` runs.
+    pub fn single() -> Voters {
+        Voters { this_node: NODE_ID, ids: vec![NODE_ID] }
+    }
+
+    pub fn is_single(&self) -> bool {
+        self.ids.len() == 1
+    }
+}
+
+/// How often a node waiting for the catalog's leader says so.
+const CLUSTER_WAIT_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a node waiting for the catalog's leader waits between attempts.
+const CLUSTER_WAIT_RETRY: Duration = Duration::from_millis(200);
 
 /// How often a catalog leader would heartbeat its peers; with a single voter it paces only
 /// openraft's ticks.
@@ -113,6 +141,37 @@ impl<S: Storage> Catalog<S> {
         balance_factor: f64,
         config: crate::log::LogConfig,
     ) -> Result<Catalog<S>, String> {
+        let voters = Voters::single();
+        let catalog = Catalog::open_clustered(
+            storage,
+            directories,
+            forwarders,
+            balance_factor,
+            config,
+            &voters,
+            NoPeers,
+        )
+        .await?;
+        catalog.ready(&voters, async |_| Err("a single voter has no peers".to_owned())).await?;
+        Ok(catalog)
+    }
+
+    /// Opens this node's voter of a catalog whose voters are `voters`, over `network`, without
+    /// waiting for a leader: the cluster port must answer the other voters before one can be
+    /// elected. `ready` then waits until the catalog can be acted on.
+    pub async fn open_clustered<N>(
+        storage: S,
+        directories: Rc<Directories>,
+        forwarders: u32,
+        balance_factor: f64,
+        config: crate::log::LogConfig,
+        voters: &Voters,
+        network: N,
+    ) -> Result<Catalog<S>, String>
+    where
+        N: RaftNetworkFactory<CatalogRaft>,
+        N::Network: openraft::network::NetSnapshot<CatalogRaft, SnapshotData = Vec<u8>>,
+    {
         let raft_log = RaftLog::open(storage.clone(), directories.clone(), config.clone())
             .await
             .map_err(|error| format!("opening the catalog's raft log: {error}"))?;
@@ -126,7 +185,9 @@ impl<S: Storage> Catalog<S> {
             .await
             .map_err(|error| format!("reading the catalog's snapshot: {error}"))?
             .is_some();
-        let imported = if has_snapshot {
+        let imported = if has_snapshot || !voters.is_single() {
+            // A cluster starts from an empty catalog: a catalog from before raft belongs to a
+            // single node, and is imported by starting that node alone first.
             None
         } else {
             let old = legacy::read(storage.clone(), directories.clone())
@@ -137,52 +198,149 @@ impl<S: Storage> Catalog<S> {
                 state
             })
         };
-        let importing = imported.is_some();
-        let machine = CatalogMachine::new(imported.unwrap_or_default(), snapshots.clone());
+        let machine = CatalogMachine::new(imported.clone().unwrap_or_default(), snapshots.clone());
         let pristine = raft_log.is_pristine();
-        let raft = Raft::new(NODE_ID, raft_config(), NoPeers, raft_log.clone(), machine.clone())
+        let raft = Raft::new(voters.this_node, raft_config(), network, raft_log.clone(), machine.clone())
             .await
             .map_err(|error| format!("starting the catalog's raft: {error}"))?;
-        let catalog = Catalog { raft, machine, raft_log, snapshots, next_id: Cell::new(0) };
-        catalog.become_leader(pristine).await?;
-        if importing {
+        let catalog = Catalog {
+            raft,
+            machine,
+            raft_log,
+            snapshots,
+            next_id: Cell::new(0),
+            importing: Cell::new(imported.is_some()),
+            this_node: voters.this_node,
+        };
+        if pristine {
+            // Every voter of a new cluster initializes with the same members, which openraft
+            // allows: they agree on the first membership entry, and the first election decides.
+            let members: BTreeSet<u64> = voters.ids.iter().copied().collect();
+            match catalog.raft.initialize(members).await {
+                Ok(()) => {}
+                Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(
+                    _,
+                ))) => {}
+                Err(error) => return Err(format!("initializing the catalog: {error}")),
+            }
+        } else if voters.is_single() {
+            let _ = catalog.raft.trigger().elect(false).await;
+        }
+        Ok(catalog)
+    }
+
+    /// Waits until the catalog can be acted on: a leader is known, and this voter has applied
+    /// every entry committed before it asked (the leader's read index, which `ask_leader`
+    /// fetches from another node; on the leader itself, its own). A single voter elects itself
+    /// and applies its log within `RECOVERY_WAIT`; a cluster waits as long as it takes a
+    /// quorum to come up, saying so every `CLUSTER_WAIT_REPORT_INTERVAL`.
+    pub async fn ready(
+        &self,
+        voters: &Voters,
+        ask_leader: impl AsyncFn(u64) -> Result<Option<LogId>, String>,
+    ) -> Result<(), String> {
+        if voters.is_single() {
+            let wait = self.raft.wait(Some(RECOVERY_WAIT));
+            wait.state(openraft::ServerState::Leader, "the catalog elects its single voter")
+                .await
+                .map_err(|error| format!("electing the catalog's voter: {error}"))?;
+            wait.metrics(
+                |metrics| metrics.last_applied.map(|applied| applied.index) == metrics.last_log_index,
+                "the catalog applies its log",
+            )
+            .await
+            .map_err(|error| format!("applying the catalog's log: {error}"))?;
+        } else {
+            let started = crate::runtime::now();
+            let mut reported = started;
+            let read_index = loop {
+                let answer = match self.leader() {
+                    Some(leader) if leader == self.this_node => self
+                        .raft
+                        .ensure_linearizable(openraft::raft::ReadPolicy::ReadIndex)
+                        .await
+                        .map(|read| Some(*read.log_id()))
+                        .map_err(|error| error.to_string()),
+                    Some(leader) => ask_leader(leader).await,
+                    None => Err("no leader is elected yet".to_owned()),
+                };
+                match answer {
+                    Ok(index) => break index,
+                    Err(why) => {
+                        if crate::runtime::now() - reported >= CLUSTER_WAIT_REPORT_INTERVAL {
+                            reported = crate::runtime::now();
+                            eprintln!(
+                                "ringpostd: node {} waits for the catalog's leader ({:.0} s so far): {why}",
+                                self.this_node,
+                                (reported - started).as_secs_f64()
+                            );
+                        }
+                        crate::runtime::sleep(CLUSTER_WAIT_RETRY).await;
+                    }
+                }
+            };
+            let index = read_index.map(|log_id| log_id.index);
+            self.raft
+                .wait(None)
+                .metrics(
+                    |metrics| metrics.last_applied.map(|applied| applied.index) >= index,
+                    "the catalog applies what its leader committed",
+                )
+                .await
+                .map_err(|error| format!("applying the catalog's log: {error}"))?;
+        }
+        if self.importing.replace(false) {
             // Once this snapshot is durable the old folder is never read again: a start imports
             // only a catalog that has no snapshot.
-            catalog
-                .machine
+            self.machine
                 .store_snapshot()
                 .await
                 .map_err(|error| format!("storing the imported catalog: {error}"))?;
             eprintln!(
                 "ringpostd: imported the catalog ({} topics); its old folder {}/ is no longer read",
-                catalog.state().topics.len(),
+                self.state().topics.len(),
                 legacy::LEGACY_FOLDER
             );
         }
-        Ok(catalog)
+        Ok(())
     }
 
-    async fn become_leader(&self, pristine: bool) -> Result<(), String> {
-        if pristine {
-            let members: BTreeSet<u64> = [NODE_ID].into();
-            self.raft
-                .initialize(members)
-                .await
-                .map_err(|error| format!("initializing the catalog: {error}"))?;
-        } else {
-            let _ = self.raft.trigger().elect(false).await;
-        }
-        let wait = self.raft.wait(Some(RECOVERY_WAIT));
-        wait.state(openraft::ServerState::Leader, "the catalog elects its single voter")
+    /// The voter this one knows to lead, if any.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// Whether this voter leads the catalog: only the leader decides changes.
+    pub fn leads(&self) -> bool {
+        self.leader() == Some(self.this_node)
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.this_node
+    }
+
+    /// openraft's handle, for the cluster port that answers the other voters.
+    pub fn raft(&self) -> Raft<S> {
+        self.raft.clone()
+    }
+
+    /// The index of the last entry this voter applied.
+    pub fn applied_index(&self) -> Option<u64> {
+        self.raft.metrics().borrow_watched().last_applied.map(|applied| applied.index)
+    }
+
+    /// Waits until this voter has applied entry `index` (for a write another node's leader
+    /// decided, so that this node's next read sees it), at most `within`.
+    pub async fn wait_applied(&self, index: u64, within: Duration) -> bool {
+        self.raft
+            .wait(Some(within))
+            .metrics(
+                |metrics| metrics.last_applied.map(|applied| applied.index) >= Some(index),
+                "the catalog applies a forwarded write",
+            )
             .await
-            .map_err(|error| format!("electing the catalog's voter: {error}"))?;
-        wait.metrics(
-            |metrics| metrics.last_applied.map(|applied| applied.index) == metrics.last_log_index,
-            "the catalog applies its log",
-        )
-        .await
-        .map_err(|error| format!("applying the catalog's log: {error}"))?;
-        Ok(())
+            .is_ok()
     }
 
     pub fn state(&self) -> Ref<'_, CatalogState> {

@@ -53,7 +53,7 @@ fn corrupt(offset: u64, why: &str) -> LogError {
     ))
 }
 
-fn put_log_id(encoder: &mut Encoder, log_id: &Option<LogId>) {
+pub(super) fn put_log_id(encoder: &mut Encoder, log_id: &Option<LogId>) {
     match log_id {
         Some(log_id) => {
             encoder.bool(true).u64(log_id.leader_id.term).u64(log_id.leader_id.node_id).u64(log_id.index);
@@ -64,7 +64,7 @@ fn put_log_id(encoder: &mut Encoder, log_id: &Option<LogId>) {
     }
 }
 
-fn get_log_id(decoder: &mut Decoder) -> DecodeResult<Option<LogId>> {
+pub(super) fn get_log_id(decoder: &mut Decoder) -> DecodeResult<Option<LogId>> {
     if !decoder.bool()? {
         return Ok(None);
     }
@@ -72,7 +72,7 @@ fn get_log_id(decoder: &mut Decoder) -> DecodeResult<Option<LogId>> {
     Ok(Some(LogId::new(openraft::vote::leader_id_adv::LeaderId { term, node_id }, index)))
 }
 
-fn put_membership(encoder: &mut Encoder, membership: &Membership) {
+pub(super) fn put_membership(encoder: &mut Encoder, membership: &Membership) {
     let configs = membership.get_joint_config();
     encoder.u32(configs.len() as u32);
     for config in configs {
@@ -88,7 +88,7 @@ fn put_membership(encoder: &mut Encoder, membership: &Membership) {
     }
 }
 
-fn get_membership(decoder: &mut Decoder) -> DecodeResult<Membership> {
+pub(super) fn get_membership(decoder: &mut Decoder) -> DecodeResult<Membership> {
     let mut configs = Vec::new();
     for _ in 0..decoder.u32()? {
         let mut config = BTreeSet::new();
@@ -104,7 +104,7 @@ fn get_membership(decoder: &mut Decoder) -> DecodeResult<Membership> {
     Ok(Membership::new_with_defaults(configs, nodes))
 }
 
-fn encode_entry(entry: &Entry) -> Vec<u8> {
+pub(super) fn encode_entry(entry: &Entry) -> Vec<u8> {
     let mut encoder = Encoder::new(KIND_ENTRY);
     put_log_id(&mut encoder, &Some(entry.log_id));
     match &entry.payload {
@@ -123,7 +123,7 @@ fn encode_entry(entry: &Entry) -> Vec<u8> {
     encoder.0
 }
 
-fn decode_entry(decoder: &mut Decoder) -> DecodeResult<Entry> {
+pub(super) fn decode_entry(decoder: &mut Decoder) -> DecodeResult<Entry> {
     let log_id = get_log_id(decoder)?.ok_or("an entry without its log id")?;
     let payload = match decoder.u8()? {
         PAYLOAD_BLANK => EntryPayload::Blank,

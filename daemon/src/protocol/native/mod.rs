@@ -4,6 +4,7 @@
 
 pub mod forwarder;
 mod limits;
+pub mod peer;
 pub mod router;
 pub mod server;
 mod stats;
