@@ -1,6 +1,8 @@
-//! A small binary codec for the daemon's own durable entries (catalog and journal). These bytes
-//! are always inside a checksummed log record, so decoding only has to be careful, not
-//! defensive against attackers; it still never panics on short input.
+//! A small binary codec for the daemon's own durable entries (catalog and journal), and for the
+//! control messages between nodes (`control::codec`). A durable entry is always inside a
+//! checksummed log record, but a control message comes from the network, so decoding must hold
+//! for any bytes: it never panics, and it checks each length against the input before taking
+//! (or allocating) what it counts.
 
 pub struct Encoder(pub Vec<u8>);
 

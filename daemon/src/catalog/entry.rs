@@ -385,6 +385,23 @@ fn decode_settings_trailer(d: &mut Decoder, settings: &mut SubscriptionSettings)
     Ok(())
 }
 
+/// A subscription's settings whole: the first encoding's fields and then, always, those added
+/// after it. Messages that carry settings among other fields (the control messages between
+/// nodes) use this, since an optional trailer there could not be told from the fields after it.
+pub(crate) fn encode_whole_settings<'a>(
+    encoder: &'a mut Encoder,
+    settings: &SubscriptionSettings,
+) -> &'a mut Encoder {
+    encode_settings(encoder, settings);
+    encode_settings_trailer(encoder, settings)
+}
+
+pub(crate) fn decode_whole_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
+    let mut settings = decode_settings(d)?;
+    decode_settings_trailer(d, &mut settings)?;
+    Ok(settings)
+}
+
 /// Labels as a count and then each key and value.
 fn encode_labels<'a>(encoder: &'a mut Encoder, labels: &Labels) -> &'a mut Encoder {
     encoder.u32(labels.len() as u32);

@@ -1,10 +1,15 @@
 //! Messages between the router shard and the forwarder shards. They cross threads through
-//! bounded glommio shared channels, so they are plain owned data.
+//! bounded glommio shared channels, so they are plain owned data. `codec` gives them a binary
+//! encoding, for the router of one node to reach the forwarders of another.
+
+mod codec;
+
+pub use codec::{decode_reply, encode_reply};
 
 use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum ControlRequest {
     /// Open (recover) or create a topic's log and journal on this forwarder.
     AttachTopic {
@@ -78,7 +83,7 @@ pub enum ControlRequest {
 }
 
 /// What an `UpdateSettings` changes.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum SettingsUpdate {
     /// The topic's message retention; 0 when not set.
     Topic { retention_seconds: u64 },
@@ -86,7 +91,7 @@ pub enum SettingsUpdate {
     Subscription { subscription_id: u64, settings: SubscriptionSettings },
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum ControlOk {
     Done,
     SubscriptionStart(u64),

@@ -1,0 +1,770 @@
+//! The binary encoding of the control messages, for a router that reaches forwarders on other
+//! nodes. Each message is a tag byte naming its variant, then its fields in declaration order,
+//! written with the daemon's own codec (`crate::codec`). Every field is always written, so a
+//! message's length follows from its tag and contents, and a cut or padded message is refused.
+//!
+//! These bytes come from the network, so decoding never panics on any input: it reads each
+//! length before what it counts, allocates only as the input proves to hold, and refuses
+//! unknown tags, unknown status codes and trailing bytes with a message naming what was wrong.
+
+use super::{ControlOk, ControlRequest, SettingsUpdate};
+use crate::api::stats::{
+    DirectoryStatus, LatencySummary, QuarantinedTopic, ShardStats, SubscriptionStats, TopicStats,
+};
+use crate::api::{Code, Status};
+use crate::catalog::entry::{decode_whole_settings, encode_whole_settings};
+use crate::codec::{DecodeResult, Decoder, Encoder};
+
+// Tags start at 1, so that a run of zero bytes is never a message.
+const REQUEST_ATTACH_TOPIC: u8 = 1;
+const REQUEST_DETACH_TOPIC: u8 = 2;
+const REQUEST_ATTACH_SUBSCRIPTION: u8 = 3;
+const REQUEST_DURABLE_END: u8 = 4;
+const REQUEST_DETACH_SUBSCRIPTION: u8 = 5;
+const REQUEST_SEEK: u8 = 6;
+const REQUEST_TAKE_SNAPSHOT: u8 = 7;
+const REQUEST_DROP_SNAPSHOT: u8 = 8;
+const REQUEST_UPDATE_SETTINGS: u8 = 9;
+const REQUEST_STATS: u8 = 10;
+const REQUEST_RESYNC_DIRECTORY: u8 = 11;
+
+const UPDATE_TOPIC: u8 = 1;
+const UPDATE_SUBSCRIPTION: u8 = 2;
+
+const OK_DONE: u8 = 1;
+const OK_SUBSCRIPTION_START: u8 = 2;
+const OK_STATS: u8 = 3;
+const OK_RESYNCED: u8 = 4;
+
+/// A reply's first byte: a `ControlOk`'s encoding follows one, a status the other.
+const REPLY_OK: u8 = 1;
+const REPLY_ERROR: u8 = 2;
+
+impl ControlRequest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut encoder;
+        match self {
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
+                encoder = Encoder::new(REQUEST_ATTACH_TOPIC);
+                encoder.u64(*topic_id).str(name).u64(*retention_seconds).bool(*recovering);
+            }
+            ControlRequest::DetachTopic { topic_id, delete_data } => {
+                encoder = Encoder::new(REQUEST_DETACH_TOPIC);
+                encoder.u64(*topic_id).bool(*delete_data);
+            }
+            ControlRequest::AttachSubscription {
+                subscription_id,
+                name,
+                topic_id,
+                settings,
+                create,
+                start_offset,
+            } => {
+                encoder = Encoder::new(REQUEST_ATTACH_SUBSCRIPTION);
+                encoder.u64(*subscription_id).str(name).u64(*topic_id);
+                encode_whole_settings(&mut encoder, settings).bool(*create).u64(*start_offset);
+            }
+            ControlRequest::DurableEnd { topic_id } => {
+                encoder = Encoder::new(REQUEST_DURABLE_END);
+                encoder.u64(*topic_id);
+            }
+            ControlRequest::DetachSubscription { subscription_id, name, topic_id, deleted } => {
+                encoder = Encoder::new(REQUEST_DETACH_SUBSCRIPTION);
+                encoder.u64(*subscription_id).str(name).u64(*topic_id).bool(*deleted);
+            }
+            ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
+                encoder = Encoder::new(REQUEST_SEEK);
+                encoder.u64(*subscription_id).u64(*topic_id).u64(*time_ms).bool(snapshot_id.is_some());
+                if let Some(snapshot_id) = snapshot_id {
+                    encoder.u64(*snapshot_id);
+                }
+            }
+            ControlRequest::TakeSnapshot { topic_id, subscription_id, snapshot_id, expire_time_ms } => {
+                encoder = Encoder::new(REQUEST_TAKE_SNAPSHOT);
+                encoder.u64(*topic_id).u64(*subscription_id).u64(*snapshot_id).u64(*expire_time_ms);
+            }
+            ControlRequest::DropSnapshot { topic_id, snapshot_id } => {
+                encoder = Encoder::new(REQUEST_DROP_SNAPSHOT);
+                encoder.u64(*topic_id).u64(*snapshot_id);
+            }
+            ControlRequest::UpdateSettings { topic_id, update } => {
+                encoder = Encoder::new(REQUEST_UPDATE_SETTINGS);
+                encoder.u64(*topic_id);
+                encode_settings_update(&mut encoder, update);
+            }
+            ControlRequest::Stats => encoder = Encoder::new(REQUEST_STATS),
+            ControlRequest::ResyncDirectory { index } => {
+                encoder = Encoder::new(REQUEST_RESYNC_DIRECTORY);
+                encoder.u64(*index as u64);
+            }
+        }
+        encoder.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ControlRequest, String> {
+        let mut decoder = Decoder::new(bytes);
+        let tag = decoder.u8().map_err(|_| "control request is empty".to_owned())?;
+        let decoder = &mut decoder;
+        let request = match tag {
+            REQUEST_ATTACH_TOPIC => fields("control request AttachTopic", decoder, |decoder| {
+                Ok(ControlRequest::AttachTopic {
+                    topic_id: decoder.u64()?,
+                    name: decoder.str()?,
+                    retention_seconds: decoder.u64()?,
+                    recovering: decoder.bool()?,
+                })
+            })?,
+            REQUEST_DETACH_TOPIC => fields("control request DetachTopic", decoder, |decoder| {
+                Ok(ControlRequest::DetachTopic { topic_id: decoder.u64()?, delete_data: decoder.bool()? })
+            })?,
+            REQUEST_ATTACH_SUBSCRIPTION => {
+                fields("control request AttachSubscription", decoder, |decoder| {
+                    Ok(ControlRequest::AttachSubscription {
+                        subscription_id: decoder.u64()?,
+                        name: decoder.str()?,
+                        topic_id: decoder.u64()?,
+                        settings: decode_whole_settings(decoder)?,
+                        create: decoder.bool()?,
+                        start_offset: decoder.u64()?,
+                    })
+                })?
+            }
+            REQUEST_DURABLE_END => fields("control request DurableEnd", decoder, |decoder| {
+                Ok(ControlRequest::DurableEnd { topic_id: decoder.u64()? })
+            })?,
+            REQUEST_DETACH_SUBSCRIPTION => {
+                fields("control request DetachSubscription", decoder, |decoder| {
+                    Ok(ControlRequest::DetachSubscription {
+                        subscription_id: decoder.u64()?,
+                        name: decoder.str()?,
+                        topic_id: decoder.u64()?,
+                        deleted: decoder.bool()?,
+                    })
+                })?
+            }
+            REQUEST_SEEK => fields("control request Seek", decoder, |decoder| {
+                Ok(ControlRequest::Seek {
+                    subscription_id: decoder.u64()?,
+                    topic_id: decoder.u64()?,
+                    time_ms: decoder.u64()?,
+                    snapshot_id: if decoder.bool()? { Some(decoder.u64()?) } else { None },
+                })
+            })?,
+            REQUEST_TAKE_SNAPSHOT => fields("control request TakeSnapshot", decoder, |decoder| {
+                Ok(ControlRequest::TakeSnapshot {
+                    topic_id: decoder.u64()?,
+                    subscription_id: decoder.u64()?,
+                    snapshot_id: decoder.u64()?,
+                    expire_time_ms: decoder.u64()?,
+                })
+            })?,
+            REQUEST_DROP_SNAPSHOT => fields("control request DropSnapshot", decoder, |decoder| {
+                Ok(ControlRequest::DropSnapshot { topic_id: decoder.u64()?, snapshot_id: decoder.u64()? })
+            })?,
+            REQUEST_UPDATE_SETTINGS => {
+                let topic_id = fields("control request UpdateSettings", decoder, |decoder| decoder.u64())?;
+                ControlRequest::UpdateSettings { topic_id, update: decode_settings_update(decoder)? }
+            }
+            REQUEST_STATS => ControlRequest::Stats,
+            REQUEST_RESYNC_DIRECTORY => fields("control request ResyncDirectory", decoder, |decoder| {
+                // An index is a position among this node's data directories, so one too large
+                // for this machine's `usize` names no directory.
+                let index = usize::try_from(decoder.u64()?)
+                    .map_err(|_| "directory index does not fit in this machine's usize")?;
+                Ok(ControlRequest::ResyncDirectory { index })
+            })?,
+            _ => return Err(format!("unknown control request tag {tag}")),
+        };
+        refuse_trailing("control request", decoder)?;
+        Ok(request)
+    }
+}
+
+fn encode_settings_update(encoder: &mut Encoder, update: &SettingsUpdate) {
+    match update {
+        SettingsUpdate::Topic { retention_seconds } => {
+            encoder.u8(UPDATE_TOPIC).u64(*retention_seconds);
+        }
+        SettingsUpdate::Subscription { subscription_id, settings } => {
+            encoder.u8(UPDATE_SUBSCRIPTION).u64(*subscription_id);
+            encode_whole_settings(encoder, settings);
+        }
+    }
+}
+
+fn decode_settings_update(decoder: &mut Decoder) -> Result<SettingsUpdate, String> {
+    let tag = decoder.u8().map_err(|_| "control request UpdateSettings has no settings update".to_owned())?;
+    match tag {
+        UPDATE_TOPIC => fields("control request UpdateSettings Topic", decoder, |decoder| {
+            Ok(SettingsUpdate::Topic { retention_seconds: decoder.u64()? })
+        }),
+        UPDATE_SUBSCRIPTION => fields("control request UpdateSettings Subscription", decoder, |decoder| {
+            Ok(SettingsUpdate::Subscription {
+                subscription_id: decoder.u64()?,
+                settings: decode_whole_settings(decoder)?,
+            })
+        }),
+        _ => Err(format!("control request UpdateSettings has unknown settings update tag {tag}")),
+    }
+}
+
+impl ControlOk {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut encoder;
+        match self {
+            ControlOk::Done => encoder = Encoder::new(OK_DONE),
+            ControlOk::SubscriptionStart(offset) => {
+                encoder = Encoder::new(OK_SUBSCRIPTION_START);
+                encoder.u64(*offset);
+            }
+            ControlOk::Stats(shard, topics) => {
+                encoder = Encoder::new(OK_STATS);
+                encode_shard_stats(&mut encoder, shard);
+                encoder.u32(topics.len() as u32);
+                for topic in topics {
+                    encode_topic_stats(&mut encoder, topic);
+                }
+            }
+            ControlOk::Resynced { logs, batches } => {
+                encoder = Encoder::new(OK_RESYNCED);
+                encoder.u64(*logs).u64(*batches);
+            }
+        }
+        encoder.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ControlOk, String> {
+        let mut decoder = Decoder::new(bytes);
+        let tag = decoder.u8().map_err(|_| "control reply is empty".to_owned())?;
+        let decoder = &mut decoder;
+        let ok = match tag {
+            OK_DONE => ControlOk::Done,
+            OK_SUBSCRIPTION_START => fields("control reply SubscriptionStart", decoder, |decoder| {
+                Ok(ControlOk::SubscriptionStart(decoder.u64()?))
+            })?,
+            OK_STATS => fields("control reply Stats", decoder, |decoder| {
+                let shard = decode_shard_stats(decoder)?;
+                let topics = decode_list(decoder, decode_topic_stats)?;
+                Ok(ControlOk::Stats(shard, topics))
+            })?,
+            OK_RESYNCED => fields("control reply Resynced", decoder, |decoder| {
+                Ok(ControlOk::Resynced { logs: decoder.u64()?, batches: decoder.u64()? })
+            })?,
+            _ => return Err(format!("unknown control reply tag {tag}")),
+        };
+        refuse_trailing("control reply", decoder)?;
+        Ok(ok)
+    }
+}
+
+/// A forwarder's answer to a `ControlRequest`: its `ControlOk`, or the status it failed with.
+pub fn encode_reply(result: &Result<ControlOk, Status>) -> Vec<u8> {
+    match result {
+        Ok(ok) => {
+            let mut bytes = vec![REPLY_OK];
+            bytes.extend_from_slice(&ok.encode());
+            bytes
+        }
+        Err(status) => {
+            let mut encoder = Encoder::new(REPLY_ERROR);
+            encoder.u32(code_number(status.code)).str(&status.message);
+            encoder.0
+        }
+    }
+}
+
+pub fn decode_reply(bytes: &[u8]) -> Result<Result<ControlOk, Status>, String> {
+    let mut decoder = Decoder::new(bytes);
+    match decoder.u8().map_err(|_| "control reply is empty".to_owned())? {
+        REPLY_OK => Ok(Ok(ControlOk::decode(&bytes[1..])?)),
+        REPLY_ERROR => {
+            let decoder = &mut decoder;
+            let (number, message) =
+                fields("control reply status", decoder, |decoder| Ok((decoder.u32()?, decoder.str()?)))?;
+            let code = code_from_number(number)
+                .ok_or_else(|| format!("control reply has unknown status code {number}"))?;
+            refuse_trailing("control reply status", decoder)?;
+            Ok(Err(Status::new(code, message)))
+        }
+        outcome => Err(format!("unknown control reply outcome {outcome}")),
+    }
+}
+
+/// A status code's number is the native protocol's, whose list is the domain's one for one (a
+/// test in `protocol::native::status` checks both ways): that numbering is already published
+/// to clients, so it cannot change under the nodes either.
+fn code_number(code: Code) -> u32 {
+    ringpost_wire::ErrorCode::from(code) as u32
+}
+
+fn code_from_number(number: u32) -> Option<Code> {
+    ringpost_wire::ErrorCode::from_u32(number).map(Code::from)
+}
+
+fn encode_shard_stats(encoder: &mut Encoder, shard: &ShardStats) {
+    encoder.u32(shard.shard).u32(shard.topics).u32(shard.directories.len() as u32);
+    for directory in &shard.directories {
+        encoder.str(&directory.path).str(&directory.fenced);
+    }
+    encoder.u64(shard.repairs).u32(shard.quarantined.len() as u32);
+    for topic in &shard.quarantined {
+        encoder.str(&topic.name).str(&topic.reason);
+    }
+    encode_latency(encoder, &shard.publish_latency);
+    encode_latency(encoder, &shard.commit_latency);
+}
+
+fn decode_shard_stats(decoder: &mut Decoder) -> DecodeResult<ShardStats> {
+    Ok(ShardStats {
+        shard: decoder.u32()?,
+        topics: decoder.u32()?,
+        directories: decode_list(decoder, |decoder| {
+            Ok(DirectoryStatus { path: decoder.str()?, fenced: decoder.str()? })
+        })?,
+        repairs: decoder.u64()?,
+        quarantined: decode_list(decoder, |decoder| {
+            Ok(QuarantinedTopic { name: decoder.str()?, reason: decoder.str()? })
+        })?,
+        publish_latency: decode_latency(decoder)?,
+        commit_latency: decode_latency(decoder)?,
+    })
+}
+
+fn encode_latency(encoder: &mut Encoder, latency: &LatencySummary) {
+    encoder
+        .u64(latency.count)
+        .u64(latency.p50_us)
+        .u64(latency.p99_us)
+        .u64(latency.p999_us)
+        .u64(latency.max_us);
+}
+
+fn decode_latency(decoder: &mut Decoder) -> DecodeResult<LatencySummary> {
+    Ok(LatencySummary {
+        count: decoder.u64()?,
+        p50_us: decoder.u64()?,
+        p99_us: decoder.u64()?,
+        p999_us: decoder.u64()?,
+        max_us: decoder.u64()?,
+    })
+}
+
+fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats) {
+    encoder
+        .str(&topic.name)
+        .u32(topic.shard)
+        .u64(topic.first_offset)
+        .u64(topic.end_offset)
+        .u64(topic.disk_bytes)
+        .u64(topic.published_per_second)
+        .u32(topic.subscriptions.len() as u32);
+    for subscription in &topic.subscriptions {
+        encoder
+            .str(&subscription.name)
+            .u64(subscription.backlog_messages)
+            .u64(subscription.outstanding_messages)
+            .u64(subscription.delivered_total)
+            .u64(subscription.expired_total)
+            .u64(subscription.oldest_unacked_age_ms)
+            .u64(subscription.idle_ms)
+            .u64(subscription.delivered_per_second)
+            .u64(subscription.acked_per_second);
+    }
+}
+
+fn decode_topic_stats(decoder: &mut Decoder) -> DecodeResult<TopicStats> {
+    Ok(TopicStats {
+        name: decoder.str()?,
+        shard: decoder.u32()?,
+        first_offset: decoder.u64()?,
+        end_offset: decoder.u64()?,
+        disk_bytes: decoder.u64()?,
+        published_per_second: decoder.u64()?,
+        subscriptions: decode_list(decoder, |decoder| {
+            Ok(SubscriptionStats {
+                name: decoder.str()?,
+                backlog_messages: decoder.u64()?,
+                outstanding_messages: decoder.u64()?,
+                delivered_total: decoder.u64()?,
+                expired_total: decoder.u64()?,
+                oldest_unacked_age_ms: decoder.u64()?,
+                idle_ms: decoder.u64()?,
+                delivered_per_second: decoder.u64()?,
+                acked_per_second: decoder.u64()?,
+            })
+        })?,
+    })
+}
+
+/// A count and then that many items. The count comes from the network, so nothing is reserved
+/// by it: the list grows only by items actually read, and a count larger than the input ends
+/// at the first missing item.
+fn decode_list<T>(
+    decoder: &mut Decoder,
+    mut item: impl FnMut(&mut Decoder) -> DecodeResult<T>,
+) -> DecodeResult<Vec<T>> {
+    let count = decoder.u32()?;
+    let mut items = Vec::new();
+    for _ in 0..count {
+        items.push(item(decoder)?);
+    }
+    Ok(items)
+}
+
+/// Reads a message's fields, naming the message in any error the codec reports.
+fn fields<'a, T>(
+    what: &str,
+    decoder: &mut Decoder<'a>,
+    read: impl FnOnce(&mut Decoder<'a>) -> DecodeResult<T>,
+) -> Result<T, String> {
+    read(decoder).map_err(|why| format!("{what}: {why}"))
+}
+
+fn refuse_trailing(what: &str, decoder: &Decoder) -> Result<(), String> {
+    match decoder.remaining() {
+        0 => Ok(()),
+        count => Err(format!("{what} has {count} trailing bytes")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Labels, SubscriptionSettings};
+
+    fn settings(seed: u32) -> SubscriptionSettings {
+        SubscriptionSettings {
+            ack_deadline_seconds: 30 + seed,
+            retain_acked_messages: true,
+            message_retention_seconds: 86_400 + seed as u64,
+            enable_message_ordering: true,
+            filter: format!("attributes.seed = \"{seed}\""),
+            dead_letter_topic: "projects/p/topics/dead".to_owned(),
+            max_delivery_attempts: 5 + seed,
+            minimum_backoff_seconds: 10 + seed,
+            maximum_backoff_seconds: 600 + seed,
+            expiration_ttl_seconds: 7 * 86_400 + seed as u64,
+            labels: Labels::from([
+                ("team".to_owned(), "ops".to_owned()),
+                ("tier".to_owned(), "gold".to_owned()),
+            ]),
+            enable_exactly_once_delivery: true,
+        }
+    }
+
+    /// One request of each variant (two for those with an option or a nested variant), every
+    /// field away from its default.
+    fn requests() -> Vec<ControlRequest> {
+        vec![
+            ControlRequest::AttachTopic {
+                topic_id: 0x0102_0304_0506_0708,
+                name: "projects/p/topics/orders".to_owned(),
+                retention_seconds: 3600,
+                recovering: true,
+            },
+            ControlRequest::DetachTopic { topic_id: 17, delete_data: true },
+            ControlRequest::AttachSubscription {
+                subscription_id: 18,
+                name: "projects/p/subscriptions/billing".to_owned(),
+                topic_id: 17,
+                settings: settings(1),
+                create: true,
+                start_offset: 99,
+            },
+            ControlRequest::DurableEnd { topic_id: u64::MAX },
+            ControlRequest::DetachSubscription {
+                subscription_id: 18,
+                name: "projects/p/subscriptions/billing".to_owned(),
+                topic_id: 17,
+                deleted: true,
+            },
+            ControlRequest::Seek {
+                subscription_id: 18,
+                topic_id: 17,
+                time_ms: 1_700_000_000_000,
+                snapshot_id: None,
+            },
+            ControlRequest::Seek { subscription_id: 18, topic_id: 17, time_ms: 0, snapshot_id: Some(42) },
+            ControlRequest::TakeSnapshot {
+                topic_id: 17,
+                subscription_id: 18,
+                snapshot_id: 42,
+                expire_time_ms: 1_800_000_000_000,
+            },
+            ControlRequest::DropSnapshot { topic_id: 17, snapshot_id: 42 },
+            ControlRequest::UpdateSettings {
+                topic_id: 17,
+                update: SettingsUpdate::Topic { retention_seconds: 7200 },
+            },
+            ControlRequest::UpdateSettings {
+                topic_id: 17,
+                update: SettingsUpdate::Subscription { subscription_id: 18, settings: settings(2) },
+            },
+            ControlRequest::Stats,
+            ControlRequest::ResyncDirectory { index: 2 },
+        ]
+    }
+
+    fn shard_stats() -> ShardStats {
+        let latency = |base: u64| LatencySummary {
+            count: base,
+            p50_us: base + 1,
+            p99_us: base + 2,
+            p999_us: base + 3,
+            max_us: base + 4,
+        };
+        ShardStats {
+            shard: 3,
+            topics: 2,
+            directories: vec![
+                DirectoryStatus { path: "/data/a".to_owned(), fenced: String::new() },
+                DirectoryStatus { path: "/data/b".to_owned(), fenced: "write failed: EIO".to_owned() },
+            ],
+            repairs: 7,
+            quarantined: vec![QuarantinedTopic {
+                name: "projects/p/topics/broken".to_owned(),
+                reason: "segment 4 is damaged".to_owned(),
+            }],
+            publish_latency: latency(100),
+            commit_latency: latency(200),
+        }
+    }
+
+    fn topic_stats(name: &str, subscriptions: usize) -> TopicStats {
+        TopicStats {
+            name: name.to_owned(),
+            shard: 3,
+            first_offset: 10,
+            end_offset: 1000,
+            disk_bytes: 1 << 20,
+            published_per_second: 250,
+            subscriptions: (0..subscriptions as u64)
+                .map(|index| SubscriptionStats {
+                    name: format!("projects/p/subscriptions/s{index}"),
+                    backlog_messages: index + 1,
+                    outstanding_messages: index + 2,
+                    delivered_total: index + 3,
+                    expired_total: index + 4,
+                    oldest_unacked_age_ms: index + 5,
+                    idle_ms: index + 6,
+                    delivered_per_second: index + 7,
+                    acked_per_second: index + 8,
+                })
+                .collect(),
+        }
+    }
+
+    fn oks() -> Vec<ControlOk> {
+        vec![
+            ControlOk::Done,
+            ControlOk::SubscriptionStart(12_345),
+            ControlOk::Stats(shard_stats(), vec![topic_stats("projects/p/topics/a", 2), topic_stats("t", 0)]),
+            ControlOk::Stats(ShardStats::default(), Vec::new()),
+            ControlOk::Resynced { logs: 4, batches: 96 },
+        ]
+    }
+
+    /// Every reply: each `ControlOk`, and a status of every code the domain has.
+    fn replies() -> Vec<Result<ControlOk, Status>> {
+        let statuses = ringpost_wire::ErrorCode::ALL
+            .iter()
+            .map(|code| Err(Status::new(Code::from(*code), format!("failed with {code}"))));
+        oks().into_iter().map(Ok).chain(statuses).collect()
+    }
+
+    /// Which decoder an encoding was written for.
+    #[derive(Debug, Clone, Copy)]
+    enum Kind {
+        Request,
+        Ok,
+        Reply,
+    }
+
+    fn decodes(kind: Kind, bytes: &[u8]) -> bool {
+        match kind {
+            Kind::Request => ControlRequest::decode(bytes).is_ok(),
+            Kind::Ok => ControlOk::decode(bytes).is_ok(),
+            Kind::Reply => decode_reply(bytes).is_ok(),
+        }
+    }
+
+    /// Every valid encoding the samples give, with what it encodes and its decoder.
+    fn encodings() -> Vec<(String, Kind, Vec<u8>)> {
+        let requests =
+            requests().into_iter().map(|request| (format!("{request:?}"), Kind::Request, request.encode()));
+        let oks = oks().into_iter().map(|ok| (format!("{ok:?}"), Kind::Ok, ok.encode()));
+        let replies =
+            replies().into_iter().map(|reply| (format!("{reply:?}"), Kind::Reply, encode_reply(&reply)));
+        requests.chain(oks).chain(replies).collect()
+    }
+
+    /// Fails to compile when a variant is added, so that the samples above grow with it.
+    #[test]
+    fn the_samples_hold_every_variant() {
+        let mut seen_requests = [false; 12];
+        for request in requests() {
+            let index = match request {
+                ControlRequest::AttachTopic { .. } => 0,
+                ControlRequest::DetachTopic { .. } => 1,
+                ControlRequest::AttachSubscription { .. } => 2,
+                ControlRequest::DurableEnd { .. } => 3,
+                ControlRequest::DetachSubscription { .. } => 4,
+                ControlRequest::Seek { .. } => 5,
+                ControlRequest::TakeSnapshot { .. } => 6,
+                ControlRequest::DropSnapshot { .. } => 7,
+                ControlRequest::UpdateSettings { update: SettingsUpdate::Topic { .. }, .. } => 8,
+                ControlRequest::UpdateSettings { update: SettingsUpdate::Subscription { .. }, .. } => 9,
+                ControlRequest::Stats => 10,
+                ControlRequest::ResyncDirectory { .. } => 11,
+            };
+            seen_requests[index] = true;
+        }
+        assert!(seen_requests.iter().all(|seen| *seen), "{seen_requests:?}");
+        let mut seen_oks = [false; 4];
+        for ok in oks() {
+            let index = match ok {
+                ControlOk::Done => 0,
+                ControlOk::SubscriptionStart(_) => 1,
+                ControlOk::Stats(..) => 2,
+                ControlOk::Resynced { .. } => 3,
+            };
+            seen_oks[index] = true;
+        }
+        assert!(seen_oks.iter().all(|seen| *seen), "{seen_oks:?}");
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        for request in requests() {
+            let bytes = request.encode();
+            assert_eq!(ControlRequest::decode(&bytes), Ok(request));
+        }
+    }
+
+    #[test]
+    fn every_ok_round_trips() {
+        for ok in oks() {
+            let bytes = ok.encode();
+            assert_eq!(ControlOk::decode(&bytes), Ok(ok));
+        }
+    }
+
+    #[test]
+    fn every_reply_round_trips() {
+        for reply in replies() {
+            let bytes = encode_reply(&reply);
+            assert_eq!(decode_reply(&bytes), Ok(reply));
+        }
+    }
+
+    /// Every field is always written, so no proper prefix of a message is one.
+    #[test]
+    fn every_truncation_is_an_error() {
+        for (what, kind, bytes) in encodings() {
+            assert!(decodes(kind, &bytes), "{what} does not decode whole");
+            for length in 0..bytes.len() {
+                assert!(
+                    !decodes(kind, &bytes[..length]),
+                    "{what} cut to {length} of {} bytes decoded",
+                    bytes.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        for request in requests() {
+            let mut bytes = request.encode();
+            bytes.push(0);
+            let error = ControlRequest::decode(&bytes).unwrap_err();
+            assert!(error.contains("1 trailing bytes"), "{error}");
+        }
+        for ok in oks() {
+            let mut bytes = ok.encode();
+            bytes.push(0);
+            let error = ControlOk::decode(&bytes).unwrap_err();
+            assert!(error.contains("1 trailing bytes"), "{error}");
+        }
+        for reply in replies() {
+            let mut bytes = encode_reply(&reply);
+            bytes.extend_from_slice(&[0, 0]);
+            let error = decode_reply(&bytes).unwrap_err();
+            assert!(error.contains("2 trailing bytes"), "{error}");
+        }
+    }
+
+    #[test]
+    fn errors_name_what_was_wrong() {
+        assert_eq!(ControlRequest::decode(&[]).unwrap_err(), "control request is empty");
+        assert_eq!(ControlRequest::decode(&[0]).unwrap_err(), "unknown control request tag 0");
+        assert_eq!(ControlRequest::decode(&[200]).unwrap_err(), "unknown control request tag 200");
+        assert_eq!(ControlOk::decode(&[9]).unwrap_err(), "unknown control reply tag 9");
+        assert_eq!(decode_reply(&[3]).unwrap_err(), "unknown control reply outcome 3");
+        assert_eq!(
+            ControlRequest::decode(&[REQUEST_DURABLE_END, 1, 2]).unwrap_err(),
+            "control request DurableEnd: entry is truncated"
+        );
+        assert_eq!(
+            ControlRequest::decode(&[REQUEST_UPDATE_SETTINGS, 1, 0, 0, 0, 0, 0, 0, 0, 7]).unwrap_err(),
+            "control request UpdateSettings has unknown settings update tag 7"
+        );
+        let mut unknown_code = Encoder::new(REPLY_ERROR);
+        unknown_code.u32(57).str("who knows");
+        assert_eq!(decode_reply(&unknown_code.0).unwrap_err(), "control reply has unknown status code 57");
+        let mut not_text = Encoder::new(REQUEST_ATTACH_TOPIC);
+        not_text.u64(1).u32(2).u8(0xff).u8(0xfe).u64(0).bool(false);
+        assert_eq!(
+            ControlRequest::decode(&not_text.0).unwrap_err(),
+            "control request AttachTopic: string is not UTF-8"
+        );
+    }
+
+    /// A list's count is read from the input; one far beyond it is refused. Had decoding
+    /// reserved room for that many items by the count, the allocation would abort the test.
+    #[test]
+    fn a_huge_count_is_refused_without_allocating() {
+        let mut bytes = ControlOk::Stats(ShardStats::default(), Vec::new()).encode();
+        let length = bytes.len();
+        bytes[length - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+        let error = ControlOk::decode(&bytes).unwrap_err();
+        assert_eq!(error, "control reply Stats: entry is truncated");
+    }
+
+    fn decode_all(bytes: &[u8]) {
+        let _ = ControlRequest::decode(bytes);
+        let _ = ControlOk::decode(bytes);
+        let _ = decode_reply(bytes);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            decode_all(&bytes);
+        }
+
+        /// Random bytes rarely start with a valid tag; these do, so that decoding reaches the
+        /// fields of every variant.
+        #[test]
+        fn arbitrary_fields_after_valid_tags_never_panic(
+            tags in proptest::collection::vec(0u8..13, 1..4),
+            rest in proptest::collection::vec(proptest::num::u8::ANY, 0..600),
+        ) {
+            decode_all(&[tags, rest].concat());
+        }
+
+        /// A valid message with one byte changed reaches deepest: lengths and counts that
+        /// are almost right.
+        #[test]
+        fn a_changed_byte_never_panics(
+            sample in proptest::sample::select(encodings()),
+            position in proptest::num::usize::ANY,
+            value in proptest::num::u8::ANY,
+        ) {
+            let (_, _, mut bytes) = sample;
+            let length = bytes.len();
+            bytes[position % length] = value;
+            decode_all(&bytes);
+        }
+    }
+}
