@@ -28,6 +28,30 @@ pub enum Code {
 }
 
 impl Code {
+    /// Every code. A code's place here is its number between nodes (`control::codec`), so the
+    /// list only grows at its end.
+    pub const ALL: [Code; 19] = [
+        Code::Ok,
+        Code::Cancelled,
+        Code::Unknown,
+        Code::InvalidArgument,
+        Code::DeadlineExceeded,
+        Code::NotFound,
+        Code::AlreadyExists,
+        Code::PermissionDenied,
+        Code::ResourceExhausted,
+        Code::FailedPrecondition,
+        Code::Aborted,
+        Code::OutOfRange,
+        Code::Unimplemented,
+        Code::Internal,
+        Code::Unavailable,
+        Code::DataLoss,
+        Code::Unauthenticated,
+        Code::NotOwner,
+        Code::ProtocolError,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Code::Ok => "Ok",
