@@ -38,6 +38,7 @@ const KIND_NEXT_ID: u8 = 15;
 const KIND_SNAPSHOT_UPDATED: u8 = 16;
 /// A subscription detached from its topic (DetachSubscription).
 const KIND_SUBSCRIPTION_DETACHED: u8 = 17;
+const KIND_NODE_REGISTERED: u8 = 18;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -105,6 +106,32 @@ pub struct SubscriptionRecord {
     pub detached: bool,
 }
 
+/// One node of a cluster, as it registered itself: where its peers reach its router, and where
+/// clients reach its router and each of its forwarder shards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRecord {
+    pub node_id: u64,
+    pub cluster_address: String,
+    pub router_address: String,
+    /// Shard `i`'s address at index `i`.
+    pub forwarders: Vec<String>,
+}
+
+/// A topic's `shard` names a node and one of its forwarder shards: the node's id less one in
+/// the high bits, the shard in the low `NODE_SHARD_BITS`. A single node is node 1, so a
+/// catalog written before clusters names its shards unchanged.
+pub const NODE_SHARD_BITS: u32 = 16;
+
+/// The node and local shard a topic's `shard` names.
+pub fn node_and_shard(shard: u32) -> (u64, u32) {
+    ((shard >> NODE_SHARD_BITS) as u64 + 1, shard & ((1 << NODE_SHARD_BITS) - 1))
+}
+
+/// The `shard` naming `node`'s forwarder `local`.
+pub fn global_shard(node: u64, local: u32) -> u32 {
+    (((node - 1) as u32) << NODE_SHARD_BITS) | local
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatalogEntry {
     Boot {
@@ -160,6 +187,8 @@ pub enum CatalogEntry {
         id: u64,
         name: String,
     },
+    /// A node joined the cluster, or started again with other addresses or shards.
+    NodeRegistered(NodeRecord),
 }
 
 impl CatalogEntry {
@@ -237,6 +266,18 @@ impl CatalogEntry {
             }
             CatalogEntry::SubscriptionDetached { id, name } => {
                 Encoder::new(KIND_SUBSCRIPTION_DETACHED).u64(*id).str(name).0.clone()
+            }
+            CatalogEntry::NodeRegistered(node) => {
+                let mut encoder = Encoder::new(KIND_NODE_REGISTERED);
+                encoder
+                    .u64(node.node_id)
+                    .str(&node.cluster_address)
+                    .str(&node.router_address)
+                    .u32(node.forwarders.len() as u32);
+                for address in &node.forwarders {
+                    encoder.str(address);
+                }
+                encoder.0
             }
         }
     }
@@ -327,6 +368,23 @@ impl CatalogEntry {
             },
             KIND_SUBSCRIPTION_DETACHED => {
                 CatalogEntry::SubscriptionDetached { id: d.u64()?, name: non_empty(d.str()?)? }
+            }
+            KIND_NODE_REGISTERED => {
+                let (node_id, cluster_address, router_address) = (d.u64()?, d.str()?, d.str()?);
+                let count = d.u32()?;
+                if count > 1 << NODE_SHARD_BITS {
+                    return Err("a node with more forwarder shards than a shard number holds");
+                }
+                let mut forwarders = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    forwarders.push(d.str()?);
+                }
+                CatalogEntry::NodeRegistered(NodeRecord {
+                    node_id,
+                    cluster_address,
+                    router_address,
+                    forwarders,
+                })
             }
             _ => return Err("unknown catalog entry kind"),
         };
@@ -464,6 +522,7 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::NextId { next_id } => write!(f, "next id {next_id:x}"),
             CatalogEntry::SnapshotUpdated { id, .. } => write!(f, "update snapshot {id:x}"),
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
+            CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),
         }
     }
 }

@@ -22,7 +22,8 @@ mod tests;
 mod voters_sim_tests;
 
 pub use entry::{
-    CatalogEntry, Labels, SnapshotRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord,
+    global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, SnapshotRecord, SubscriptionRecord,
+    SubscriptionSettings, TopicRecord,
 };
 pub use state::{Applied, CatalogState};
 

@@ -2,7 +2,7 @@
 //! state and one decided entry, so that every replica (and every replay) that applies the same
 //! entries in the same order holds the same catalog.
 
-use super::entry::{CatalogEntry, SnapshotRecord, SubscriptionRecord, TopicRecord};
+use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SubscriptionRecord, TopicRecord};
 use crate::api::{Code, Status};
 use crate::codec::{DecodeResult, Decoder};
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +21,8 @@ pub struct CatalogState {
     /// subscription).
     pub subscriptions: BTreeMap<String, Box<SubscriptionRecord>>,
     pub snapshots: BTreeMap<String, SnapshotRecord>,
+    /// The cluster's nodes as they registered, by id; empty for a single node.
+    pub nodes: BTreeMap<u64, NodeRecord>,
 }
 
 /// What applying an entry did: the answer `client_write` returns to the proposer, and what the
@@ -125,6 +127,10 @@ impl CatalogState {
                 }
                 Applied::Updated(found)
             }
+            CatalogEntry::NodeRegistered(node) => {
+                self.nodes.insert(node.node_id, node);
+                Applied::Done
+            }
             CatalogEntry::SubscriptionUpdated { id, name, settings } => {
                 let record = self.subscriptions.get_mut(&name).filter(|record| record.id == id);
                 let found = record.is_some();
@@ -153,6 +159,7 @@ impl CatalogState {
             entries.push(CatalogEntry::Boot { count: self.boot_count });
         }
         entries.push(CatalogEntry::NextId { next_id: self.next_id });
+        entries.extend(self.nodes.values().cloned().map(CatalogEntry::NodeRegistered));
         entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),

@@ -152,6 +152,12 @@ fn entries_round_trip() {
             expire_time_ms: 9,
             labels: labels("z"),
         }),
+        CatalogEntry::NodeRegistered(NodeRecord {
+            node_id: 2,
+            cluster_address: "10.0.0.2:7460".into(),
+            router_address: "10.0.0.2:7450".into(),
+            forwarders: vec!["10.0.0.2:7451".into(), "10.0.0.2:7452".into()],
+        }),
     ]) {
         assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
     }

@@ -565,8 +565,7 @@ mod tests {
 
     /// Every reply: each `ControlOk`, and a status of every code the domain has.
     fn replies() -> Vec<Result<ControlOk, Status>> {
-        let statuses =
-            Code::ALL.iter().map(|code| Err(Status::new(*code, format!("failed with {code}"))));
+        let statuses = Code::ALL.iter().map(|code| Err(Status::new(*code, format!("failed with {code}"))));
         oks().into_iter().map(Ok).chain(statuses).collect()
     }
 
