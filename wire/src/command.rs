@@ -65,11 +65,14 @@ pub enum Command {
     /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
     /// directory back by rewriting every log's copy in it from healthy copies.
     ResyncDirectory = 61,
+    /// `Empty` → `ClusterStatusResponse` (router): the catalog's raft group as the answering
+    /// node sees it: leader, term, log and applied index, and each member.
+    ClusterStatus = 62,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 26] = [
+    pub const ALL: [Command; 27] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -96,6 +99,7 @@ impl Command {
         Command::GetSnapshot,
         Command::Stats,
         Command::ResyncDirectory,
+        Command::ClusterStatus,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -126,6 +130,7 @@ impl Command {
             54 => Command::GetSnapshot,
             60 => Command::Stats,
             61 => Command::ResyncDirectory,
+            62 => Command::ClusterStatus,
             _ => return None,
         })
     }
