@@ -1,11 +1,11 @@
-//! Administrative requests: updates of topics and subscriptions, seek, snapshots, stats and
-//! data-directory resync. All go to the router.
+//! Administrative requests: updates of topics and subscriptions, seek, snapshots, stats,
+//! data-directory resync and the cluster's status. All go to the router.
 
 use crate::{Client, Result};
 use ringpost_wire::messages::{
-    Empty, ListRequest, NameRequest, ResyncDirectoryRequest, ResyncDirectoryResponse, SeekRequest, Snapshot,
-    SnapshotList, SnapshotRequest, StatsResponse, Subscription, Topic, UpdateSubscriptionRequest,
-    UpdateTopicRequest,
+    ClusterStatusResponse, Empty, ListRequest, NameRequest, ResyncDirectoryRequest, ResyncDirectoryResponse,
+    SeekRequest, Snapshot, SnapshotList, SnapshotRequest, StatsResponse, Subscription, Topic,
+    UpdateSubscriptionRequest, UpdateTopicRequest,
 };
 use ringpost_wire::Command;
 
@@ -105,6 +105,13 @@ impl Client {
     /// unacknowledged age; per shard: data directories and whether they are fenced.
     pub async fn stats(&self) -> Result<StatsResponse> {
         self.control(Command::Stats, &Empty {}).await
+    }
+
+    /// The catalog's raft group as the router that answers sees it: the catalog's leader, the
+    /// term, how far its log goes and is applied, and each member (voter or learner, role and,
+    /// when the answering node leads, how far it is replicated).
+    pub async fn cluster_status(&self) -> Result<ClusterStatusResponse> {
+        self.control(Command::ClusterStatus, &Empty {}).await
     }
 
     /// Seeks a subscription to a time (milliseconds since the Unix epoch): messages published

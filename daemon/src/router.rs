@@ -11,6 +11,7 @@
 //! decided; a crash between the preparation and the commit leaves an orphan that the catalog
 //! never names (removed at the next start).
 
+use crate::api::cluster::ClusterStatus;
 use crate::api::control::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
     effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_labels,
@@ -822,6 +823,11 @@ impl<S: Storage> Router<S> {
         }
         response.topics.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(response)
+    }
+
+    /// The catalog's raft group as this node sees it.
+    pub fn cluster_status(&self) -> ClusterStatus {
+        self.catalog.cluster_status()
     }
 
     /// Trusts data directory `index` again, after rewriting every stale copy in it.

@@ -65,6 +65,9 @@ pub enum Command {
     /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
     /// directory back by rewriting every log's copy in it from healthy copies.
     ResyncDirectory = 61,
+    /// `Empty` → `ClusterStatusResponse` (router): the catalog's raft group as the answering
+    /// node sees it: leader, term, log and applied index, and each member.
+    ClusterStatus = 62,
     /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft AppendEntries, from its
     /// leader to another voter. The bytes are the catalog's own encoding of the request.
     PeerAppendEntries = 70,
@@ -79,11 +82,18 @@ pub enum Command {
     /// `PeerMessage` → `PeerMessage` (cluster port): a control request for one of the
     /// answering node's forwarders, from the catalog's leader.
     PeerControl = 74,
+    /// `PeerMessage` → `PeerMessage` (cluster port): a node's registration (its addresses and
+    /// forwarder shards), for the catalog's leader to decide.
+    PeerRegister = 75,
+    /// `PeerMessage` → `PeerMessage` (cluster port): a client's catalog change that reached a
+    /// node not leading the catalog, carried to the leader with the client's principal; the
+    /// answer is the leader's response frame and the index the change applied at.
+    PeerForward = 76,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 31] = [
+    pub const ALL: [Command; 34] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -110,11 +120,14 @@ impl Command {
         Command::GetSnapshot,
         Command::Stats,
         Command::ResyncDirectory,
+        Command::ClusterStatus,
         Command::PeerAppendEntries,
         Command::PeerVote,
         Command::PeerSnapshot,
         Command::PeerReadIndex,
         Command::PeerControl,
+        Command::PeerRegister,
+        Command::PeerForward,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -145,11 +158,14 @@ impl Command {
             54 => Command::GetSnapshot,
             60 => Command::Stats,
             61 => Command::ResyncDirectory,
+            62 => Command::ClusterStatus,
             70 => Command::PeerAppendEntries,
             71 => Command::PeerVote,
             72 => Command::PeerSnapshot,
             73 => Command::PeerReadIndex,
             74 => Command::PeerControl,
+            75 => Command::PeerRegister,
+            76 => Command::PeerForward,
             _ => return None,
         })
     }

@@ -302,6 +302,39 @@ wire_type! {
 }
 
 wire_type! {
+    /// One member of the catalog's raft group.
+    pub struct NodeStatus {
+        pub node_id: u64,
+        /// The address its peers reach it at.
+        pub cluster_address: String,
+        /// A voter, or else a learner.
+        pub voter: bool,
+        /// "leader", "follower", "candidate", "learner", or "unknown" when only the leader could
+        /// tell.
+        pub role: String,
+        /// The leader's view: the highest catalog index this member is known to hold; `None`
+        /// when unknown (the answering node does not lead).
+        pub matched_index: Option<u64>,
+    }
+}
+
+wire_type! {
+    /// The catalog's raft group as the answering node sees it.
+    pub struct ClusterStatusResponse {
+        /// The node that answered.
+        pub node_id: u64,
+        /// The catalog's leader as that node knows it; `None` during an election.
+        pub catalog_leader: Option<u64>,
+        pub term: u64,
+        /// The last catalog index in its log and the last it applied; `None`: none yet.
+        pub last_log_index: Option<u64>,
+        pub last_applied_index: Option<u64>,
+        /// Every member, voters and learners, in id order.
+        pub nodes: Vec<NodeStatus>,
+    }
+}
+
+wire_type! {
     pub struct StreamingPullRequest {
         pub subscription: String,
         /// Lease of the messages this stream receives; 0 uses the subscription's ack deadline.

@@ -611,6 +611,42 @@ mod round_trips {
     }
 
     #[test]
+    fn cluster_status() {
+        check_round_trip(Command::ClusterStatus, 0, 16, &Empty {});
+        let node = |node_id, voter, role: &str, matched_index| NodeStatus {
+            node_id,
+            cluster_address: format!("10.0.0.{node_id}:7460"),
+            voter,
+            role: role.to_owned(),
+            matched_index,
+        };
+        let leader = ClusterStatusResponse {
+            node_id: 1,
+            catalog_leader: Some(1),
+            term: 7,
+            last_log_index: Some(42),
+            last_applied_index: Some(41),
+            nodes: vec![
+                node(1, true, "leader", Some(42)),
+                node(2, true, "follower", Some(0)),
+                node(3, true, "follower", None),
+                node(u64::MAX, false, "learner", Some(u64::MAX)),
+            ],
+        };
+        check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &leader);
+        let electing = ClusterStatusResponse {
+            node_id: 3,
+            catalog_leader: None,
+            term: 8,
+            last_log_index: None,
+            last_applied_index: None,
+            nodes: vec![node(3, true, "candidate", None), node(1, true, "unknown", None)],
+        };
+        check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &electing);
+        check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &ClusterStatusResponse::default());
+    }
+
+    #[test]
     fn error_frame() {
         let status = Status::new(ErrorCode::NotOwner, "shard 3 does not own topic 'orders'");
         let frame = encode_error(Command::Publish.code(), 77, &status);

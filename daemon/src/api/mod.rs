@@ -2,6 +2,7 @@
 //! frames and no encoding, which the native protocol's handlers call and which another protocol
 //! (a gRPC gateway) can call the same way.
 
+pub mod cluster;
 pub mod data;
 pub mod error;
 pub mod limits;

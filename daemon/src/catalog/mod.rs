@@ -14,6 +14,7 @@ pub mod placement;
 pub mod raft;
 pub mod rt;
 pub mod state;
+mod status;
 pub mod store;
 
 #[cfg(test)]

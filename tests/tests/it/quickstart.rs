@@ -122,6 +122,35 @@ fn stats_show_backlog_and_healthy_directories() {
 }
 
 #[test]
+fn cluster_status_shows_the_single_node_leading_the_catalog() {
+    let daemon = Daemon::start("cluster-status");
+    succeeded(&daemon.cli(&["topic", "create", "decided"]));
+    let json = succeeded(&daemon.cli(&["cluster", "status"]));
+    let lines: Vec<&str> = json.lines().collect();
+    assert_eq!(lines.len(), 2, "the answering node's view, then one member: {json}");
+    assert_eq!(field(lines[0], "answering_node"), "1", "{json}");
+    assert_eq!(field(lines[0], "catalog_leader"), "1", "{json}");
+    let term: u64 = field(lines[0], "term").parse().expect(&json);
+    assert!(term >= 1, "{json}");
+    let applied: u64 = field(lines[0], "last_applied_index").parse().expect(&json);
+    assert!(applied >= 1, "{json}");
+    assert_eq!(field(lines[1], "node"), "1", "{json}");
+    assert_eq!(field(lines[1], "voter"), "true", "{json}");
+    assert_eq!(field(lines[1], "role"), "leader", "{json}");
+    let matched: u64 = field(lines[1], "matched_index").parse().expect(&json);
+    assert!(matched >= applied, "the leader holds what it applied: {json}");
+
+    let table = succeeded(&daemon.cli(&["--output", "table", "cluster", "status"]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    let header = format!("node 1 answering: catalog leader 1, term {term}, applied index ");
+    assert!(lines[0].starts_with(&header), "{table}");
+    assert!(lines[1].starts_with("NODE") && lines[1].contains("MATCHED_INDEX"), "{table}");
+    let row: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(row[..4], ["1", "-", "voter", "leader"], "{table}");
+}
+
+#[test]
 fn stats_report_publish_and_delivery_rates() {
     let daemon = Daemon::start("rates");
     let client = daemon.client();

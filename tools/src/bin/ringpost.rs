@@ -24,8 +24,8 @@ struct Flags {
     /// the router's address (default 127.0.0.1:7450, or $RINGPOST_SERVER)
     #[argh(option)]
     server: Option<String>,
-    /// output format of create, get, list and stats: json (default, one object per line) or
-    /// table; pull, publish and admin always print JSON lines or ids (and say so)
+    /// output format of create, get, list, stats and cluster status: json (default, one object
+    /// per line) or table; pull, publish and admin always print JSON lines or ids (and say so)
     #[argh(option, default = "Output::Json")]
     output: Output,
     /// seconds each request may take before it fails with DeadlineExceeded, retries included
@@ -97,6 +97,7 @@ enum Command {
     Nack(NackCommand),
     Modack(ModackCommand),
     Stats(StatsCommand),
+    Cluster(ClusterCommand),
     Admin(AdminCommand),
     Snapshot(SnapshotCommand),
     Token(TokenCommand),
@@ -135,6 +136,27 @@ struct TokenCreate {
 #[derive(FromArgs)]
 #[argh(subcommand, name = "stats")]
 struct StatsCommand {}
+
+/// the cluster, as the node that answers sees it
+#[derive(FromArgs)]
+#[argh(subcommand, name = "cluster")]
+struct ClusterCommand {
+    #[argh(subcommand)]
+    action: ClusterAction,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum ClusterAction {
+    Status(ClusterStatusCommand),
+}
+
+/// show the catalog's raft group as the answering node sees it: the node, the catalog's leader,
+/// the term and the applied index, then each member: its cluster address, voter or learner, its
+/// role and the catalog index the leader knows it holds
+#[derive(FromArgs)]
+#[argh(subcommand, name = "status")]
+struct ClusterStatusCommand {}
 
 /// operator actions
 #[derive(FromArgs)]
@@ -751,6 +773,57 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
     }
 }
 
+/// `ringpost cluster status`: the answering node's view first (a line of its own), then one row
+/// per member. JSON leaves an unknown value `null`; the table says `none` (a leader, an index)
+/// or `-` (a member's value).
+fn print_cluster_status(output: Output, status: &ringpost_client::ClusterStatusResponse) {
+    let known =
+        |value: Option<u64>, unknown: &str| value.map_or_else(|| unknown.to_owned(), |v| v.to_string());
+    match output {
+        Output::Json => outln!(
+            "{}",
+            json::object(&[
+                ("answering_node", status.node_id.to_string()),
+                ("catalog_leader", known(status.catalog_leader, "null")),
+                ("term", status.term.to_string()),
+                ("last_log_index", known(status.last_log_index, "null")),
+                ("last_applied_index", known(status.last_applied_index, "null")),
+            ])
+        ),
+        Output::Table => outln!(
+            "node {} answering: catalog leader {}, term {}, applied index {}",
+            status.node_id,
+            known(status.catalog_leader, "none"),
+            status.term,
+            known(status.last_applied_index, "none"),
+        ),
+    }
+    let rows = status
+        .nodes
+        .iter()
+        .map(|node| {
+            let address = if node.cluster_address.is_empty() { "-" } else { node.cluster_address.as_str() };
+            (
+                vec![
+                    node.node_id.to_string(),
+                    address.to_owned(),
+                    if node.voter { "voter" } else { "learner" }.to_owned(),
+                    node.role.clone(),
+                    known(node.matched_index, "-"),
+                ],
+                json::object(&[
+                    ("node", node.node_id.to_string()),
+                    ("cluster_address", json::string(&node.cluster_address)),
+                    ("voter", node.voter.to_string()),
+                    ("role", json::string(&node.role)),
+                    ("matched_index", known(node.matched_index, "null")),
+                ]),
+            )
+        })
+        .collect();
+    print_rows(output, &["node", "cluster_address", "member", "role", "matched_index"], rows);
+}
+
 fn latency_text(summary: &ringpost_wire::messages::LatencySummary) -> String {
     if summary.count == 0 {
         return "none".to_string();
@@ -1080,6 +1153,9 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             client.modify_ack_deadline(&modack.subscription, modack.ack_ids, modack.seconds).await?,
         )?,
         Command::Stats(_) => print_stats(output, &client.stats().await?),
+        Command::Cluster(ClusterCommand { action: ClusterAction::Status(_) }) => {
+            print_cluster_status(output, &client.cluster_status().await?)
+        }
         Command::Snapshot(SnapshotCommand { action }) => {
             let row = |snapshot: &ringpost_client::Snapshot| {
                 (

@@ -2,6 +2,7 @@
 //! control plane's typed operation (`crate::api::control`), and its answer is encoded as the
 //! response frame.
 
+use crate::api::cluster::ClusterStatus;
 use crate::api::control::{
     ForwarderAddress, ListRequest, Page, SeekTarget, Snapshot, Subscription, SubscriptionSettings,
     SubscriptionUpdate, Topic, TopicUpdate,
@@ -109,6 +110,27 @@ fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
         forwarders: forwarders
             .into_iter()
             .map(|forwarder| wire::ShardAddress { shard: forwarder.shard, address: forwarder.address })
+            .collect(),
+    }
+}
+
+fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse {
+    wire::ClusterStatusResponse {
+        node_id: status.node_id,
+        catalog_leader: status.catalog_leader,
+        term: status.term,
+        last_log_index: status.last_log_index,
+        last_applied_index: status.last_applied_index,
+        nodes: status
+            .nodes
+            .into_iter()
+            .map(|node| wire::NodeStatus {
+                node_id: node.node_id,
+                cluster_address: node.cluster_address,
+                voter: node.voter,
+                role: node.role,
+                matched_index: node.matched_index,
+            })
             .collect(),
     }
 }
@@ -316,6 +338,10 @@ async fn dispatch_snapshots<S: Storage>(
         Command::Stats => {
             responder.check(Permission::DaemonStats, DAEMON)?;
             respond(header, &wire::StatsResponse::from(router.stats().await?))
+        }
+        Command::ClusterStatus => {
+            responder.check(Permission::DaemonStats, DAEMON)?;
+            respond(header, &cluster_status_message(router.cluster_status()))
         }
         Command::ResyncDirectory => {
             responder.check(Permission::DaemonAdminister, DAEMON)?;

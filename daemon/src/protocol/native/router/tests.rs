@@ -303,3 +303,38 @@ fn an_authenticate_request_is_not_a_handlers() {
         assert_eq!(code(refused), ErrorCode::Internal);
     });
 }
+
+#[test]
+fn the_cluster_status_needs_the_stats_permission_and_shows_the_single_voter_leading() {
+    sim::run(0, async {
+        let access = required_access("router-cluster", ACCESS_FILE);
+        let (router, _forwarder) = node().await;
+        let anonymous = Responder::with_session(Session::anonymous(), access.clone());
+        assert_eq!(
+            code(call(&*router, &anonymous, Command::ClusterStatus, &Empty {}).await),
+            ErrorCode::Unauthenticated
+        );
+        let alice = as_principal(&access, "alice");
+        assert_eq!(
+            code(call(&*router, &alice, Command::ClusterStatus, &Empty {}).await),
+            ErrorCode::PermissionDenied,
+            "an editor of topics is no viewer of the daemon"
+        );
+        let root = as_principal(&access, "root");
+        call(&*router, &root, Command::CreateTopic, &topic("orders")).await.unwrap();
+        let body = call(&*router, &root, Command::ClusterStatus, &Empty {}).await.unwrap();
+        let status = decode_body::<ClusterStatusResponse>(&body).unwrap();
+        assert_eq!((status.node_id, status.catalog_leader), (1, Some(1)), "{status:?}");
+        assert!(status.term >= 1, "{status:?}");
+        // One consistent reading of openraft's metrics, which it reports after it acts: the
+        // create's entry may be applied before the metrics say so.
+        let last = status.last_log_index.expect("the catalog's log holds its entries");
+        let applied = status.last_applied_index.expect("the start applied the catalog's log");
+        assert!(1 <= applied && applied <= last, "{status:?}");
+        assert_eq!(status.nodes.len(), 1, "{status:?}");
+        let node = &status.nodes[0];
+        assert_eq!((node.node_id, node.voter, node.role.as_str()), (1, true, "leader"));
+        let matched = node.matched_index.expect("the leader knows what it holds itself");
+        assert!(applied <= matched && matched <= last, "{status:?}");
+    });
+}
