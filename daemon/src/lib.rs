@@ -34,6 +34,6 @@ pub mod topic;
 
 /// What `ringpostd`, the tools and the tests start a daemon with.
 pub use node::{
-    forwarder_port, host_and_port, io_memory_bytes_for, start, Config, Daemon, Stopped,
+    forwarder_port, host_and_port, io_memory_bytes_for, start, ClusterSettings, Config, Daemon, Stopped,
     IO_MEMORY_BYTES_DEFAULT, OPEN_FILES_WANTED, ROUTER_IO_MEMORY_BYTES,
 };

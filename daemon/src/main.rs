@@ -108,6 +108,14 @@ struct Flags {
     /// threads of the gRPC API's runtime, on the cores no shard is pinned to (default 2)
     #[argh(option)]
     grpc_threads: Option<usize>,
+    /// the cluster's nodes, HOST:PORT,HOST:PORT,... (the same list on every node): node i
+    /// (from 1) listens for the other nodes at the i-th address; the catalog is replicated to
+    /// all of them and topics are placed over all their forwarders (default: a node alone)
+    #[argh(option)]
+    cluster: Option<String>,
+    /// this node's place in --cluster, from 1 (default 1)
+    #[argh(option, default = "1")]
+    node_id: u64,
 }
 
 /// The access and TLS settings the flags set; the TLS files are read when the shards start.
@@ -390,6 +398,22 @@ fn main() {
         config.grpc.threads = threads;
     }
     (config.access, config.tls) = security_settings(&flags, listen, config.grpc.listen);
+    if let Some(list) = &flags.cluster {
+        let addresses = list
+            .split(',')
+            .map(|address| {
+                listen_address(address.trim())
+                    .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--cluster", 1)))
+            })
+            .collect();
+        let cluster = ringpost_daemon::ClusterSettings { node_id: flags.node_id, addresses };
+        if let Err(why) = cluster.check() {
+            usage_error(&why);
+        }
+        config.cluster = Some(cluster);
+    } else if flags.node_id != 1 {
+        usage_error("--node-id needs --cluster");
+    }
     let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     let shards = config.shards;
     warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);

@@ -22,9 +22,10 @@ use crate::api::limits::*;
 use crate::api::stats::{ShardStats, Stats};
 use crate::api::{Code as ErrorCode, Status};
 use crate::catalog::placement::Placement;
+use crate::catalog::raft::NODE_ID;
 use crate::catalog::{
-    Applied, Catalog, CatalogEntry, CatalogState, SnapshotRecord, SubscriptionRecord, SubscriptionSettings,
-    TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
+    global_shard, node_and_shard, Applied, Catalog, CatalogEntry, CatalogState, NodeRecord, SnapshotRecord,
+    SubscriptionRecord, SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
 use crate::log::Directories;
@@ -157,15 +158,66 @@ impl ForwarderAddresses {
     }
 }
 
+/// A future of another node's answer.
+pub type PeerFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Status>>>>;
+
+/// How the router reaches the other nodes' routers (their cluster ports). The native protocol
+/// implements it; the router knows only what it asks.
+pub trait Peers {
+    /// Runs `request` on forwarder `shard` of node `node`.
+    fn control(&self, node: u64, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk>;
+    /// Asks the catalog's leader, node `leader`, to decide this node's registration.
+    fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()>;
+    /// Carries a client's request (in the protocol's own encoding) to the catalog's leader.
+    fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>>;
+}
+
+/// Every forwarder of the cluster, in the order placement numbers them (by node, then shard),
+/// and the consistent-hashing ring over them.
+struct Layout {
+    /// The nodes it was built from (empty: this node alone).
+    nodes: std::collections::BTreeMap<u64, NodeRecord>,
+    /// Placement's index → the topic's `shard` (node and local shard).
+    shards: Vec<u32>,
+    placement: Placement,
+}
+
+impl Layout {
+    fn single(forwarders: u32, balance_factor: f64) -> Layout {
+        Layout {
+            nodes: Default::default(),
+            shards: (0..forwarders).map(|local| global_shard(NODE_ID, local)).collect(),
+            placement: Placement::new(forwarders.max(1), balance_factor),
+        }
+    }
+
+    fn of(nodes: &std::collections::BTreeMap<u64, NodeRecord>, balance_factor: f64) -> Layout {
+        let shards: Vec<u32> = nodes
+            .values()
+            .flat_map(|node| (0..node.forwarders.len() as u32).map(|local| global_shard(node.node_id, local)))
+            .collect();
+        let placement = Placement::new(shards.len().max(1) as u32, balance_factor);
+        Layout { nodes: nodes.clone(), shards, placement }
+    }
+
+    fn index_of(&self, shard: u32) -> Option<u32> {
+        self.shards.iter().position(|known| *known == shard).map(|index| index as u32)
+    }
+}
+
 pub struct Router<S: Storage> {
     storage: S,
     directories: Rc<Directories>,
     catalog: Catalog<S>,
     /// The catalog's state, shared with its state machine: read here, changed only by `apply`.
     state: Rc<RefCell<CatalogState>>,
-    placement: RefCell<Placement>,
-    topic_shard: RefCell<HashMap<u64, u32>>,
+    balance_factor: f64,
+    /// Every forwarder of the cluster in placement order, rebuilt when the nodes change.
+    layout: RefCell<Layout>,
+    /// This node's forwarders, by local shard.
     forwarders: Vec<Rc<ForwarderLink>>,
+    /// The other nodes' routers, in a cluster.
+    peers: Option<Rc<dyn Peers>>,
     forwarder_addresses: ForwarderAddresses,
     /// Names being created right now, so two concurrent creates cannot both succeed.
     creating: RefCell<HashSet<String>>,
@@ -184,15 +236,16 @@ impl<S: Storage> Router<S> {
         forwarder_addresses: ForwarderAddresses,
         balance_factor: f64,
     ) -> Router<S> {
-        let placement = Placement::new(forwarders.len() as u32, balance_factor);
+        let layout = Layout::single(forwarders.len() as u32, balance_factor);
         Router {
             storage,
             directories,
             state: catalog.shared_state(),
             catalog,
-            placement: RefCell::new(placement),
-            topic_shard: RefCell::default(),
+            balance_factor,
+            layout: RefCell::new(layout),
             forwarders,
+            peers: None,
             forwarder_addresses,
             creating: RefCell::default(),
             update_gate: Semaphore::new(1),
@@ -211,31 +264,32 @@ impl<S: Storage> Router<S> {
         };
         let started = crate::runtime::now();
         let topics = self.place_recovered(topics).await?;
+        // Each node attaches the topics placed on its own forwarders.
+        let topics: Vec<TopicRecord> =
+            topics.into_iter().filter(|topic| node_and_shard(topic.shard).0 == self.node_id()).collect();
         // Attached with several at once, since each attach waits on reads of the topic's logs.
-        let mut attaches = Vec::with_capacity(topics.len());
-        for topic in &topics {
-            self.topic_shard.borrow_mut().insert(topic.id, topic.shard);
-            attaches.push((topic.shard, topic));
-        }
+        let attaches: Vec<(u32, &TopicRecord)> = topics.iter().map(|topic| (topic.shard, topic)).collect();
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
-            self.forwarders[shard as usize]
-                .call(ControlRequest::AttachTopic {
+            self.call_forwarder(
+                shard,
+                ControlRequest::AttachTopic {
                     topic_id: topic.id,
                     name: topic.name.clone(),
                     retention_seconds: topic.message_retention_seconds,
                     recovering: true,
-                })
-                .await
-                .map(|_| ())
-                .map_err(|status| {
-                    let hint = if status.code == ErrorCode::DataLoss {
-                        " (with --quarantine-damaged the daemon starts and serves the other topics, \
+                },
+            )
+            .await
+            .map(|_| ())
+            .map_err(|status| {
+                let hint = if status.code == ErrorCode::DataLoss {
+                    " (with --quarantine-damaged the daemon starts and serves the other topics, \
                          leaving this one and its files as they are)"
-                    } else {
-                        ""
-                    };
-                    format!("recovering topic '{}': {status}{hint}", topic.name)
-                })
+                } else {
+                    ""
+                };
+                format!("recovering topic '{}': {status}{hint}", topic.name)
+            })
         })
         .await?;
         let subscriptions: Vec<(u32, SubscriptionRecord)> = self
@@ -246,8 +300,8 @@ impl<S: Storage> Router<S> {
             // A detached subscription is served nowhere, as if its topic were deleted.
             .filter(|record| !record.detached)
             .filter_map(|record| {
-                let shard = self.topic_shard.borrow().get(&record.topic_id).copied()?;
-                Some((shard, (**record).clone()))
+                let shard = self.shard_of(record.topic_id)?;
+                (node_and_shard(shard).0 == self.node_id()).then(|| (shard, (**record).clone()))
             })
             .collect();
         let subscription_count = subscriptions.len();
@@ -255,18 +309,20 @@ impl<S: Storage> Router<S> {
             subscriptions,
             RECOVERY_ATTACHES_IN_FLIGHT_MAX,
             |(shard, subscription)| async move {
-                self.forwarders[shard as usize]
-                    .call(ControlRequest::AttachSubscription {
+                self.call_forwarder(
+                    shard,
+                    ControlRequest::AttachSubscription {
                         subscription_id: subscription.id,
                         name: subscription.name.clone(),
                         topic_id: subscription.topic_id,
                         settings: subscription.settings.clone(),
                         create: false,
                         start_offset: subscription.start_offset,
-                    })
-                    .await
-                    .map(|_| ())
-                    .map_err(|status| format!("recovering subscription '{}': {status}", subscription.name))
+                    },
+                )
+                .await
+                .map(|_| ())
+                .map_err(|status| format!("recovering subscription '{}': {status}", subscription.name))
             },
         )
         .await?;
@@ -294,21 +350,159 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    /// Counts every topic on the shard the catalog placed it on; a topic whose shard is gone
-    /// (the daemon restarted with fewer) is placed again, by a decided entry.
+    /// A topic whose shard is gone (this node restarted with fewer) is placed again, by a
+    /// decided entry, on this node: its files are here.
     async fn place_recovered(&self, mut topics: Vec<TopicRecord>) -> Result<Vec<TopicRecord>, String> {
         let shards = self.forwarders.len() as u32;
-        for topic in topics.iter().filter(|topic| topic.shard < shards) {
-            self.placement.borrow_mut().assign(topic.shard);
+        let mut placement = Placement::new(shards.max(1), self.balance_factor);
+        let this_node = |topic: &TopicRecord| node_and_shard(topic.shard).0 == self.node_id();
+        for topic in topics.iter().filter(|topic| this_node(topic)) {
+            let (_, local) = node_and_shard(topic.shard);
+            if local < shards {
+                placement.assign(local);
+            }
         }
-        for topic in topics.iter_mut().filter(|topic| topic.shard >= shards) {
-            let shard = self.placement.borrow_mut().place(&topic.name);
+        for topic in
+            topics.iter_mut().filter(|topic| this_node(topic) && node_and_shard(topic.shard).1 >= shards)
+        {
+            let shard = global_shard(self.node_id(), placement.place(&topic.name));
+            if !self.catalog.leads() {
+                return Err(format!(
+                    "topic '{}' is placed on shard {} of this node, which has {shards}: start it with as \
+                     many forwarder shards as before",
+                    topic.name,
+                    node_and_shard(topic.shard).1
+                ));
+            }
             self.propose(CatalogEntry::TopicPlaced { id: topic.id, shard })
                 .await
                 .map_err(|status| format!("placing topic '{}' again: {status}", topic.name))?;
             topic.shard = shard;
         }
         Ok(topics)
+    }
+
+    /// This node's id in its cluster (1 alone).
+    pub fn node_id(&self) -> u64 {
+        self.catalog.node_id()
+    }
+
+    /// The forwarder shard a topic is placed on, naming its node.
+    fn shard_of(&self, topic_id: u64) -> Option<u32> {
+        self.state
+            .borrow()
+            .topic_by_id(topic_id)
+            .map(|topic| topic.shard)
+            .filter(|shard| *shard != crate::catalog::entry::SHARD_UNPLACED)
+    }
+
+    /// Runs `request` on forwarder `shard`: through its channel on this node, through its
+    /// node's cluster port on another.
+    async fn call_forwarder(&self, shard: u32, request: ControlRequest) -> Result<ControlOk, Status> {
+        let (node, local) = node_and_shard(shard);
+        if node == self.node_id() {
+            let link = self
+                .forwarders
+                .get(local as usize)
+                .ok_or_else(|| Status::unavailable(format!("this node has no forwarder shard {local}")))?;
+            return link.call(request).await;
+        }
+        let peers = self.peers.as_ref().ok_or_else(|| {
+            Status::unavailable(format!("node {node} is not reachable: this node has no peers"))
+        })?;
+        peers.control(node, local, request).await
+    }
+
+    /// Runs a control request from the catalog's leader on one of this node's forwarders.
+    pub async fn local_control(&self, local: u32, request: ControlRequest) -> Result<ControlOk, Status> {
+        self.call_forwarder(global_shard(self.node_id(), local), request).await
+    }
+
+    /// The cluster's forwarders as the catalog now lists them, with every topic counted on
+    /// its own, for a placement decision.
+    fn current_layout(&self) -> std::cell::RefMut<'_, Layout> {
+        let mut layout = self.layout.borrow_mut();
+        let state = self.state.borrow();
+        if !state.nodes.is_empty() && state.nodes != layout.nodes {
+            *layout = Layout::of(&state.nodes, self.balance_factor);
+        }
+        layout
+    }
+
+    /// The placement of a new topic: consistent hashing with bounded loads over every
+    /// forwarder of every node, loads counted from the catalog (so a new leader decides as
+    /// the old one would have), then the rest in preference order for when the first is down.
+    fn place(&self, name: &str) -> Vec<u32> {
+        let mut layout = self.current_layout();
+        let state = self.state.borrow();
+        let mut placement = Placement::new(layout.shards.len().max(1) as u32, self.balance_factor);
+        for topic in state.topics.values() {
+            if let Some(index) = layout.index_of(topic.shard) {
+                placement.assign(index);
+            }
+        }
+        let first = placement.place(name);
+        layout.placement = placement;
+        layout
+            .placement
+            .preference(name, first)
+            .into_iter()
+            .map(|index| layout.shards[index as usize])
+            .collect()
+    }
+
+    /// Makes this node's registration (its addresses and shards) part of the catalog, once it
+    /// differs from what the catalog holds: proposed here on the leader, asked of the leader
+    /// elsewhere.
+    pub async fn register(&self, node: NodeRecord) -> Result<(), Status> {
+        if self.state.borrow().nodes.get(&node.node_id) == Some(&node) {
+            return Ok(());
+        }
+        if self.catalog.leads() {
+            return self.propose(CatalogEntry::NodeRegistered(node)).await.map(|_| ());
+        }
+        let leader = self.catalog.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
+        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
+        peers.register(leader, node).await
+    }
+
+    /// Whether this node decides catalog changes (it leads the catalog).
+    pub fn leads(&self) -> bool {
+        self.catalog.leads()
+    }
+
+    /// The node leading the catalog, and its router's address if it registered one.
+    pub fn leader(&self) -> Option<(u64, String)> {
+        let leader = self.catalog.leader()?;
+        let address = self.state.borrow().nodes.get(&leader).map(|node| node.router_address.clone());
+        Some((leader, address.unwrap_or_default()))
+    }
+
+    /// Waits until this node applied catalog entry `index` (a change the leader decided for a
+    /// client of this node), at most `within`.
+    pub async fn wait_applied(&self, index: u64, within: std::time::Duration) -> bool {
+        self.catalog.wait_applied(index, within).await
+    }
+
+    /// The last catalog entry this node applied.
+    pub fn applied_index(&self) -> Option<u64> {
+        self.catalog.applied_index()
+    }
+
+    /// Whether this node is one of a cluster's.
+    pub fn is_clustered(&self) -> bool {
+        self.peers.is_some()
+    }
+
+    /// Carries a client's request to the catalog's leader (see `Peers::forward`).
+    pub async fn forward(&self, leader: u64, request: Vec<u8>) -> Result<Vec<u8>, Status> {
+        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
+        peers.forward(leader, request).await
+    }
+
+    /// Gives the router the other nodes' routers.
+    pub fn set_peers(&mut self, peers: Rc<dyn Peers>) {
+        self.peers = Some(peers);
     }
 
     /// The catalog as applied so far, for the simulation's checks of ids and placement.
@@ -323,6 +517,7 @@ impl<S: Storage> Router<S> {
 
     /// Decides a change: commits `entry` through the catalog's raft and applies it.
     async fn propose(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+        self.check_leads()?;
         self.catalog.propose(entry).await
     }
 
@@ -364,20 +559,29 @@ impl<S: Storage> Router<S> {
         if self.state.borrow().topics.contains_key(name) {
             return Err(Status::already_exists(format!("topic '{name}'")));
         }
+        self.check_leads()?;
         let id = self.allocate_id();
-        let shard = self.placement.borrow_mut().place(name);
-        let attached = self.forwarders[shard as usize]
-            .call(ControlRequest::AttachTopic {
+        // The placed forwarder first; one that cannot take the topic (its node is down, its
+        // disk is full) passes it to the next in preference order.
+        let mut refusal = Status::unavailable("no forwarder is placed");
+        let mut attached = None;
+        for shard in self.place(name) {
+            let attach = ControlRequest::AttachTopic {
                 topic_id: id,
                 name: name.to_owned(),
                 retention_seconds: retention,
                 recovering: false,
-            })
-            .await;
-        if let Err(status) = attached {
-            self.placement.borrow_mut().release(shard);
-            return Err(status);
+            };
+            match self.call_forwarder(shard, attach).await {
+                Ok(_) => {
+                    attached = Some(shard);
+                    break;
+                }
+                Err(status) if status.code == ErrorCode::Unavailable => refusal = status,
+                Err(status) => return Err(status),
+            }
         }
+        let Some(shard) = attached else { return Err(refusal) };
         let record = TopicRecord {
             id,
             name: name.to_owned(),
@@ -388,14 +592,27 @@ impl<S: Storage> Router<S> {
         };
         let response = topic_message(&record);
         if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {
-            self.placement.borrow_mut().release(shard);
-            let _ = self.forwarders[shard as usize]
-                .call(ControlRequest::DetachTopic { topic_id: id, delete_data: true })
+            let _ = self
+                .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: id, delete_data: true })
                 .await;
             return Err(status);
         }
-        self.topic_shard.borrow_mut().insert(id, shard);
         Ok(response)
+    }
+
+    /// Refuses a change on a node that does not lead the catalog, naming the one that does:
+    /// only the leader decides, with ids and placement no other node hands out meanwhile.
+    fn check_leads(&self) -> Result<(), Status> {
+        if self.catalog.leads() {
+            return Ok(());
+        }
+        Err(match self.leader() {
+            Some((leader, address)) => Status::unavailable(format!(
+                "node {} does not lead the catalog; node {leader} does (its router is at {address})",
+                self.node_id()
+            )),
+            None => Status::unavailable("the catalog has no leader (too few of its voters are reachable)"),
+        })
     }
 
     fn topic_record(&self, name: &str) -> Result<TopicRecord, Status> {
@@ -411,14 +628,15 @@ impl<S: Storage> Router<S> {
     pub async fn delete_topic(&self, name: &str) -> Result<(), Status> {
         let topic = self.topic_record(name)?;
         let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
-        let removed = matches!(applied, Applied::TopicDeleted(Some(_)));
-        let shard = self.topic_shard.borrow_mut().remove(&topic.id).filter(|_| removed);
+        let shard = match applied {
+            Applied::TopicDeleted(Some(removed)) => Some(removed.shard),
+            _ => None,
+        };
         if let Some(shard) = shard {
-            self.placement.borrow_mut().release(shard);
             // The deletion is durable already; if removing the files fails now, the next start
             // removes them (the catalog no longer names the directory).
-            if let Err(status) = self.forwarders[shard as usize]
-                .call(ControlRequest::DetachTopic { topic_id: topic.id, delete_data: true })
+            if let Err(status) = self
+                .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: topic.id, delete_data: true })
                 .await
             {
                 eprintln!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
@@ -431,20 +649,27 @@ impl<S: Storage> Router<S> {
         &self,
         key: &str,
         topic_id: u64,
-        local: Option<SocketAddr>,
+        local_address: Option<SocketAddr>,
     ) -> Result<Vec<ForwarderAddress>, Status> {
         let shard = self
-            .topic_shard
-            .borrow()
-            .get(&topic_id)
-            .copied()
+            .shard_of(topic_id)
             .ok_or_else(|| Status::unavailable("the topic is not placed on any forwarder"))?;
-        let order = self.placement.borrow().preference(key, shard);
+        let layout = self.current_layout();
+        let owner =
+            layout.index_of(shard).ok_or_else(|| Status::unavailable("the topic's forwarder is gone"))?;
+        let order = layout.placement.preference(key, owner);
+        let this_node = self.node_id();
         Ok(order
             .into_iter()
-            .map(|shard| ForwarderAddress {
-                shard,
-                address: self.forwarder_addresses.address(shard as usize, local),
+            .filter_map(|index| {
+                let shard = layout.shards[index as usize];
+                let (node, local) = node_and_shard(shard);
+                let address = if node == this_node {
+                    self.forwarder_addresses.address(local as usize, local_address)
+                } else {
+                    layout.nodes.get(&node)?.forwarders.get(local as usize)?.clone()
+                };
+                Some(ForwarderAddress { shard, address })
             })
             .collect())
     }
@@ -496,13 +721,13 @@ impl<S: Storage> Router<S> {
         if self.state.borrow().subscriptions.contains_key(name) {
             return Err(Status::already_exists(format!("subscription '{name}'")));
         }
-        let shard = self.topic_shard.borrow().get(&topic.id).copied().ok_or_else(|| {
+        let shard = self.shard_of(topic.id).ok_or_else(|| {
             Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
         })?;
+        self.check_leads()?;
         let id = self.allocate_id();
-        let forwarder = &self.forwarders[shard as usize];
         let ControlOk::SubscriptionStart(start_offset) =
-            forwarder.call(ControlRequest::DurableEnd { topic_id: topic.id }).await?
+            self.call_forwarder(shard, ControlRequest::DurableEnd { topic_id: topic.id }).await?
         else {
             return Err(Status::internal("the forwarder did not report the topic's durable end"));
         };
@@ -526,7 +751,7 @@ impl<S: Storage> Router<S> {
             create: false,
             start_offset,
         };
-        if let Err(status) = forwarder.call(attach).await {
+        if let Err(status) = self.call_forwarder(shard, attach).await {
             // Not served, so not kept: the deletion is decided like any other.
             let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_owned() }).await;
             return Err(status);
@@ -576,11 +801,10 @@ impl<S: Storage> Router<S> {
         if self.state.borrow().topic_by_id(topic.id).is_none() {
             return Err(Status::not_found(format!("topic '{}' (deleted during the update)", topic.name)));
         }
-        let shard = self.topic_shard.borrow().get(&topic.id).copied();
+        let shard = self.shard_of(topic.id);
         if let Some(shard) = shard {
             let update = SettingsUpdate::Topic { retention_seconds };
-            self.forwarders[shard as usize]
-                .call(ControlRequest::UpdateSettings { topic_id: topic.id, update })
+            self.call_forwarder(shard, ControlRequest::UpdateSettings { topic_id: topic.id, update })
                 .await
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }
@@ -638,14 +862,13 @@ impl<S: Storage> Router<S> {
         }
         // A subscription whose topic was deleted, or that was detached, is served nowhere: the
         // catalog is all there is.
-        let shard = self.topic_shard.borrow().get(&record.topic_id).copied().filter(|_| !record.detached);
+        let shard = self.shard_of(record.topic_id).filter(|_| !record.detached);
         if let Some(shard) = shard {
             let update = SettingsUpdate::Subscription {
                 subscription_id: record.id,
                 settings: record.settings.clone(),
             };
-            self.forwarders[shard as usize]
-                .call(ControlRequest::UpdateSettings { topic_id: record.topic_id, update })
+            self.call_forwarder(shard, ControlRequest::UpdateSettings { topic_id: record.topic_id, update })
                 .await
                 .map_err(|status| not_applied("subscription", &record.name, status))?;
         }
@@ -682,22 +905,20 @@ impl<S: Storage> Router<S> {
         let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
             return Err(Status::failed_precondition(format!("subscription '{}' is detached", record.name)));
         };
-        let shard = self
-            .topic_shard
-            .borrow()
-            .get(&topic.id)
-            .copied()
-            .ok_or_else(|| Status::unavailable("topic not placed"))?;
+        let shard = self.shard_of(topic.id).ok_or_else(|| Status::unavailable("topic not placed"))?;
+        self.check_leads()?;
         let id = self.allocate_id();
         let expire_time_ms = wall_ms() + SNAPSHOT_LIFETIME_MS;
-        self.forwarders[shard as usize]
-            .call(ControlRequest::TakeSnapshot {
+        self.call_forwarder(
+            shard,
+            ControlRequest::TakeSnapshot {
                 topic_id: topic.id,
                 subscription_id: record.id,
                 snapshot_id: id,
                 expire_time_ms,
-            })
-            .await?;
+            },
+        )
+        .await?;
         let snapshot =
             SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms, labels };
         let response = Snapshot {
@@ -751,15 +972,18 @@ impl<S: Storage> Router<S> {
         let record = self.subscription_record(name)?;
         self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
         // A detached subscription's forwarder dropped it already.
-        let shard = self.topic_shard.borrow().get(&record.topic_id).copied().filter(|_| !record.detached);
+        let shard = self.shard_of(record.topic_id).filter(|_| !record.detached);
         if let Some(shard) = shard {
-            if let Err(status) = self.forwarders[shard as usize]
-                .call(ControlRequest::DetachSubscription {
-                    subscription_id: record.id,
-                    name: record.name.clone(),
-                    topic_id: record.topic_id,
-                    deleted: true,
-                })
+            if let Err(status) = self
+                .call_forwarder(
+                    shard,
+                    ControlRequest::DetachSubscription {
+                        subscription_id: record.id,
+                        name: record.name.clone(),
+                        topic_id: record.topic_id,
+                        deleted: true,
+                    },
+                )
                 .await
             {
                 eprintln!("ringpostd: detaching subscription '{}': {status}", record.name);
@@ -907,7 +1131,7 @@ impl<S: Storage> Router<S> {
         if record.detached {
             return Err(detached(&record.name));
         }
-        let shard = self.topic_shard.borrow().get(&record.topic_id).copied().ok_or_else(|| {
+        let shard = self.shard_of(record.topic_id).ok_or_else(|| {
             Status::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
                 record.name
@@ -932,14 +1156,16 @@ impl<S: Storage> Router<S> {
                 (0, Some(snapshot.id))
             }
         };
-        self.forwarders[shard as usize]
-            .call(ControlRequest::Seek {
+        self.call_forwarder(
+            shard,
+            ControlRequest::Seek {
                 subscription_id: record.id,
                 topic_id: record.topic_id,
                 time_ms,
                 snapshot_id,
-            })
-            .await?;
+            },
+        )
+        .await?;
         Ok(())
     }
 
@@ -991,7 +1217,7 @@ impl<S: Storage> Router<S> {
         if self.propose(entry).await? == Applied::Updated(false) {
             return Err(Status::not_found(format!("subscription '{name}' (deleted during the detach)")));
         }
-        let shard = self.topic_shard.borrow().get(&record.topic_id).copied();
+        let shard = self.shard_of(record.topic_id);
         if let Some(shard) = shard {
             let request = ControlRequest::DetachSubscription {
                 subscription_id: record.id,
@@ -1001,7 +1227,7 @@ impl<S: Storage> Router<S> {
             };
             // Durable already: if the forwarder did not take it, the next start does not
             // attach the subscription.
-            if let Err(status) = self.forwarders[shard as usize].call(request).await {
+            if let Err(status) = self.call_forwarder(shard, request).await {
                 eprintln!("ringpostd: detaching subscription '{}' from its topic: {status}", record.name);
             }
         }
@@ -1016,10 +1242,13 @@ impl<S: Storage> Router<S> {
     pub async fn delete_snapshot(&self, name: &str) -> Result<(), Status> {
         let snapshot = self.snapshot_record(name)?;
         self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() }).await?;
-        let shard = self.topic_shard.borrow().get(&snapshot.topic_id).copied();
+        let shard = self.shard_of(snapshot.topic_id);
         if let Some(shard) = shard {
-            let _ = self.forwarders[shard as usize]
-                .call(ControlRequest::DropSnapshot { topic_id: snapshot.topic_id, snapshot_id: snapshot.id })
+            let _ = self
+                .call_forwarder(
+                    shard,
+                    ControlRequest::DropSnapshot { topic_id: snapshot.topic_id, snapshot_id: snapshot.id },
+                )
                 .await;
         }
         Ok(())

@@ -59,8 +59,8 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// The address member `node_id` is reached at by its peers.
-    fn member_address(&self, _node_id: u64) -> String {
-        String::new()
+    fn member_address(&self, node_id: u64) -> String {
+        self.state().nodes.get(&node_id).map(|node| node.cluster_address.clone()).unwrap_or_default()
     }
 }
 

@@ -9,7 +9,7 @@ mod forwarder_shard;
 mod os;
 mod router_shard;
 
-use crate::{auth, log, metrics, placement, protocol, router, shard};
+use crate::{auth, catalog, log, metrics, placement, protocol, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
 use os::{bind, check_data_directories, lock_data_dir, raise_open_file_limit};
 pub use os::{forwarder_port, host_and_port, OPEN_FILES_WANTED};
@@ -57,6 +57,50 @@ pub struct Config {
     /// Google Cloud Pub/Sub's gRPC API: where, and on how many threads. `Config::new` leaves
     /// it off; ringpostd's `--grpc-listen` turns it on by default.
     pub grpc: protocol::grpc::GrpcSettings,
+    /// The cluster this node is one of; `None`, a node alone.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// A node's place in a cluster: its id, and every voter's cluster address, node `i + 1` at
+/// index `i`. Each node is given the same list.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    pub node_id: u64,
+    pub addresses: Vec<SocketAddr>,
+}
+
+/// Most voters a cluster's catalog takes: Raft's quorums grow with them, and 3 or 5 survive
+/// one or two failures.
+pub const CLUSTER_VOTERS_MAX: usize = 7;
+
+impl ClusterSettings {
+    /// This node's cluster address.
+    pub fn address(&self) -> SocketAddr {
+        self.addresses[(self.node_id - 1) as usize]
+    }
+
+    /// Checks the id and the list: at most `CLUSTER_VOTERS_MAX` distinct addresses, the id
+    /// one of them.
+    pub fn check(&self) -> Result<(), String> {
+        if self.addresses.is_empty() || self.addresses.len() > CLUSTER_VOTERS_MAX {
+            return Err(format!(
+                "--cluster lists {} addresses; give 1 to {CLUSTER_VOTERS_MAX} (CLUSTER_VOTERS_MAX)",
+                self.addresses.len()
+            ));
+        }
+        if self.node_id == 0 || self.node_id as usize > self.addresses.len() {
+            return Err(format!(
+                "--node-id {} is not one of the {} nodes --cluster lists (numbered from 1 in its order)",
+                self.node_id,
+                self.addresses.len()
+            ));
+        }
+        let distinct: std::collections::HashSet<&SocketAddr> = self.addresses.iter().collect();
+        if distinct.len() != self.addresses.len() {
+            return Err("--cluster lists an address twice".to_owned());
+        }
+        Ok(())
+    }
 }
 
 /// What each forwarder shard sets aside for its commits' and reads' buffers, registered with
@@ -119,6 +163,7 @@ impl Config {
             access: auth::AccessSettings { mode: auth_mode_for(listen), file: None },
             tls: None,
             grpc: protocol::grpc::GrpcSettings::default(),
+            cluster: None,
         }
     }
 
@@ -273,6 +318,13 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port))?);
     }
     let (router_listener, router_address) = bind(config.listen)?;
+    let cluster_listener = match &config.cluster {
+        Some(cluster) => {
+            cluster.check()?;
+            Some(bind(cluster.address())?.0)
+        }
+        None => None,
+    };
     let grpc_listener = config.grpc.listen.map(bind).transpose()?;
     let (grpc_jobs, grpc_gateway) = grpc_channels(grpc_listener.is_some(), shards);
     let forwarder_addresses: Vec<SocketAddr> =
@@ -310,6 +362,29 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         ready: ready_sender.clone(),
         stopped: stopped_sender,
         grpc_jobs: grpc_jobs.router,
+        cluster: cluster_listener.map(|listener| {
+            let settings = config.cluster.clone().expect("bound for a cluster");
+            // Where the other nodes' clients reach this node: a fixed host, since they did not
+            // connect here; without one, the host of this node's cluster address.
+            let host = match &config.advertise {
+                Some(host) => host.clone(),
+                None if !config.listen.ip().is_unspecified() => config.listen.ip().to_string(),
+                None => settings.address().ip().to_string(),
+            };
+            router_shard::ClusterWiring {
+                listener,
+                record: catalog::NodeRecord {
+                    node_id: settings.node_id,
+                    cluster_address: settings.address().to_string(),
+                    router_address: crate::host_and_port(&host, router_address.port()),
+                    forwarders: forwarder_addresses
+                        .iter()
+                        .map(|address| crate::host_and_port(&host, address.port()))
+                        .collect(),
+                },
+                settings,
+            }
+        }),
     };
     let router = start_router_shard(&config, shards, wiring)?;
     threads.push(router);

@@ -13,6 +13,7 @@ use std::sync::mpsc;
 
 use protocol::grpc::bridge::{serve_jobs, JobReceiver};
 use protocol::grpc::gateway::RouterShard;
+use protocol::native::peer::{PeerAddresses, PeerHandler, PeerNetwork, PeerPool};
 
 /// What the router shard is given at start: its port, the router's ends of the forwarders'
 /// control channels, the forwarders' ports and how to advertise them, its end of its stop
@@ -28,6 +29,32 @@ pub(super) struct RouterWiring {
     pub stopped: mpsc::Sender<(String, usize)>,
     /// The gRPC API's jobs for the router, when it is served.
     pub grpc_jobs: Option<JobReceiver<RouterShard>>,
+    /// The cluster port and this node's registration, in a cluster.
+    pub cluster: Option<ClusterWiring>,
+}
+
+pub(super) struct ClusterWiring {
+    pub listener: StdListener,
+    pub settings: super::ClusterSettings,
+    pub record: catalog::NodeRecord,
+}
+
+/// How often a node that could not register with the catalog's leader tries again.
+const REGISTER_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// How often a node still unregistered says so.
+const REGISTER_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Registers this node with the catalog's leader, trying until it takes the registration.
+async fn register<S: storage::Storage>(router: &router::Router<S>, record: catalog::NodeRecord) {
+    let started = crate::runtime::now();
+    let mut reported = started;
+    while let Err(status) = router.register(record.clone()).await {
+        if crate::runtime::now() - reported >= REGISTER_REPORT_INTERVAL {
+            reported = crate::runtime::now();
+            eprintln!("ringpostd: node {} is not registered yet: {status}", record.node_id);
+        }
+        crate::runtime::sleep(REGISTER_RETRY).await;
+    }
 }
 
 /// Starts the router shard for `shards` forwarder shards, which are serving already.
@@ -54,6 +81,7 @@ pub(super) fn start_router_shard(
                 ready: router_ready,
                 stopped: stopped_sender,
                 grpc_jobs,
+                cluster,
             } = wiring;
             let fail = |message: String| {
                 let _ = router_ready.send(Err(message));
@@ -65,15 +93,37 @@ pub(super) fn start_router_shard(
             }
             let directories = log::Directories::new(data_dirs);
             let storage = storage::dma::DmaStorage;
-            let catalog = match catalog::Catalog::open(
-                storage.clone(),
-                directories.clone(),
-                shards as u32,
-                balance_factor,
-            )
-            .await
-            {
-                Ok(catalog) => catalog,
+            let security =
+                match protocol::native::server::Security::open(&access_settings, tls_settings.as_ref()) {
+                    Ok(security) => security,
+                    Err(error) => return fail(error),
+                };
+            let stop = sync::Stop::default();
+            stop_on_close(router_shard_stop, stop.clone());
+            let opened = match &cluster {
+                None => catalog::Catalog::open(
+                    storage.clone(),
+                    directories.clone(),
+                    shards as u32,
+                    balance_factor,
+                )
+                .await
+                .map(|catalog| (catalog, None)),
+                Some(cluster) => open_clustered(
+                    storage.clone(),
+                    directories.clone(),
+                    shards as u32,
+                    balance_factor,
+                    cluster,
+                    &security,
+                    &stop,
+                    connection_limits,
+                )
+                .await
+                .map(|(catalog, handler, pool)| (catalog, Some((handler, pool)))),
+            };
+            let (catalog, peers) = match opened {
+                Ok(opened) => opened,
                 Err(error) => return fail(error),
             };
             let mut links = Vec::new();
@@ -82,27 +132,30 @@ pub(super) fn start_router_shard(
                 crate::runtime::spawn(link.clone().receive_replies(receiver.connect().await)).detach();
                 links.push(link);
             }
-            let router = Rc::new(router::Router::new(
+            let mut router = router::Router::new(
                 storage,
                 directories,
                 catalog,
                 links,
                 router::ForwarderAddresses::new(ports, advertise),
                 balance_factor,
-            ));
+            );
+            if let Some((_, pool)) = &peers {
+                router.set_peers(Rc::new(pool.clone()));
+            }
+            let router = Rc::new(router);
+            if let (Some(cluster), Some(_)) = (&cluster, &peers) {
+                register(&router, cluster.record.clone()).await;
+            }
             if let Err(error) = router.recover().await {
                 return fail(error);
             }
-            let security =
-                match protocol::native::server::Security::open(&access_settings, tls_settings.as_ref()) {
-                    Ok(security) => security,
-                    Err(error) => return fail(error),
-                };
+            if let Some((handler, _)) = &peers {
+                handler.set_router(router.clone());
+            }
             let listener = into_glommio(router_listener);
             let _ = router_ready.send(Ok(()));
             run_router_timers(&router);
-            let stop = sync::Stop::default();
-            stop_on_close(router_shard_stop, stop.clone());
             if let Some(jobs) = grpc_jobs {
                 let target = Rc::new(RouterShard { router: router.clone(), access: security.access.clone() });
                 crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
@@ -127,4 +180,64 @@ fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
             Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
         }
     });
+}
+
+/// Opens this node's voter of the cluster's catalog, serves the cluster port (the other voters
+/// need it to elect anyone), and waits until the catalog has a leader and this node applied
+/// what it committed.
+#[allow(clippy::too_many_arguments)]
+async fn open_clustered(
+    storage: storage::dma::DmaStorage,
+    directories: Rc<log::Directories>,
+    shards: u32,
+    balance_factor: f64,
+    cluster: &ClusterWiring,
+    security: &protocol::native::server::Security,
+    stop: &sync::Stop,
+    connection_limits: protocol::native::server::ConnectionLimits,
+) -> Result<
+    (catalog::Catalog<storage::dma::DmaStorage>, Rc<PeerHandler<storage::dma::DmaStorage>>, Rc<PeerPool>),
+    String,
+> {
+    let settings = &cluster.settings;
+    let addresses: std::collections::BTreeMap<u64, std::net::SocketAddr> =
+        settings.addresses.iter().enumerate().map(|(index, address)| (index as u64 + 1, *address)).collect();
+    let addresses = PeerAddresses(Rc::new(addresses));
+    let voters = catalog::Voters { this_node: settings.node_id, ids: addresses.0.keys().copied().collect() };
+    let catalog = catalog::Catalog::open_clustered(
+        storage,
+        directories,
+        shards,
+        balance_factor,
+        catalog::legacy::catalog_log_config(),
+        &voters,
+        PeerNetwork { addresses: addresses.clone() },
+    )
+    .await?;
+    let handler = PeerHandler::new(catalog.raft(), security.access.clone());
+    let listener =
+        into_glommio(cluster.listener.try_clone().map_err(|error| format!("the cluster port: {error}"))?);
+    let serving = handler.clone();
+    let (stop, limits) = (stop.clone(), connection_limits);
+    crate::runtime::spawn(async move {
+        protocol::native::server::serve(
+            listener,
+            serving,
+            stop,
+            limits,
+            protocol::native::server::Security::off(),
+        )
+        .await;
+    })
+    .detach();
+    let pool = PeerPool::new(addresses);
+    let asking = pool.clone();
+    catalog.ready(&voters, async move |leader| asking.read_index(leader).await).await?;
+    eprintln!(
+        "ringpostd: node {} joined the catalog of {} voters (leader: node {})",
+        settings.node_id,
+        voters.ids.len(),
+        catalog.leader().map_or("none".to_owned(), |leader| leader.to_string())
+    );
+    Ok((catalog, handler, pool))
 }

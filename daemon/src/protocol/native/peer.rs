@@ -8,9 +8,15 @@
 //! on the cluster port with the node's own raft.
 
 use crate::api::Status;
+use crate::auth::{Access, Credential, Principal, Session};
 use crate::catalog::peer as codec;
 use crate::catalog::raft::{CatalogMachine, CatalogRaft, Snapshot, Vote};
+use crate::catalog::{CatalogEntry, NodeRecord};
+use crate::codec::{Decoder, Encoder};
+use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
+use crate::protocol::native::router;
 use crate::protocol::native::server::{fail, respond, Handler, Responder, Response};
+use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -24,6 +30,7 @@ use ringpost_wire::frame::{access_body, decode_error, FrameBuffer, FrameHeader, 
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::PeerMessage;
 use ringpost_wire::Command;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -187,9 +194,153 @@ impl RaftNetworkV2<CatalogRaft> for PeerClient {
     }
 }
 
-/// Answers peers on the cluster port with this node's raft.
+/// Idle connections kept to each peer for the router's requests (forwarded changes, control
+/// requests, registrations); more may be open while requests are in flight.
+pub const PEER_IDLE_CONNECTIONS_MAX: usize = 4;
+
+/// The router's requests to other nodes, over their cluster ports: the `Peers` the router
+/// is given in a cluster.
+pub struct PeerPool {
+    addresses: PeerAddresses,
+    idle: RefCell<BTreeMap<u64, Vec<PeerClient>>>,
+}
+
+impl PeerPool {
+    pub fn new(addresses: PeerAddresses) -> Rc<PeerPool> {
+        Rc::new(PeerPool { addresses, idle: RefCell::default() })
+    }
+
+    /// The read index of the catalog's leader, node `leader`.
+    pub async fn read_index(&self, leader: u64) -> Result<Option<crate::catalog::raft::LogId>, String> {
+        let answer = self.call(leader, Command::PeerReadIndex, Vec::new()).await;
+        let answer = answer.map_err(|status| status.message.to_string())?;
+        codec::decode_read_index(&answer).map_err(str::to_owned)
+    }
+
+    /// `bytes` as `command` to node `node`, on an idle connection or a new one.
+    pub async fn call(&self, node: u64, command: Command, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
+        let idle = self.idle.borrow_mut().get_mut(&node).and_then(Vec::pop);
+        let mut client = idle.unwrap_or_else(|| PeerClient::new(self.addresses.0.get(&node).copied(), node));
+        let answer = client.call(command, bytes, PEER_REQUEST_TIMEOUT).await;
+        if answer.is_ok() {
+            let mut idle = self.idle.borrow_mut();
+            let kept = idle.entry(node).or_default();
+            if kept.len() < PEER_IDLE_CONNECTIONS_MAX {
+                kept.push(client);
+            }
+        }
+        answer.map_err(|error| Status::unavailable(format!("node {node} did not answer: {error}")))
+    }
+}
+
+impl Peers for Rc<PeerPool> {
+    fn control(&self, node: u64, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
+        let pool = self.clone();
+        Box::pin(async move {
+            let mut bytes = shard.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&request.encode());
+            let answer = pool.call(node, Command::PeerControl, bytes).await?;
+            decode_reply(&answer)
+                .map_err(|why| Status::internal(format!("node {node}'s control reply: {why}")))?
+        })
+    }
+
+    fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()> {
+        let pool = self.clone();
+        Box::pin(async move {
+            pool.call(leader, Command::PeerRegister, CatalogEntry::NodeRegistered(node).encode())
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>> {
+        let pool = self.clone();
+        Box::pin(async move { pool.call(leader, Command::PeerForward, request).await })
+    }
+}
+
+const PRINCIPAL_ANONYMOUS: u8 = 0;
+const PRINCIPAL_NAMED: u8 = 1;
+
+/// A client's request as a peer carries it: who sent it, its header and its body.
+pub fn encode_forward(principal: &Principal, header: &FrameHeader, body: &[u8]) -> Vec<u8> {
+    let mut encoder = Encoder::new(0);
+    match principal {
+        Principal::Anonymous => encoder.u8(PRINCIPAL_ANONYMOUS),
+        Principal::Named(name) => encoder.u8(PRINCIPAL_NAMED).str(name),
+    };
+    encoder.0.extend_from_slice(&header.encode());
+    encoder.0.extend_from_slice(body);
+    encoder.0
+}
+
+fn decode_forward(bytes: &[u8]) -> Result<(Principal, FrameHeader, &[u8]), String> {
+    let mut decoder = Decoder::new(bytes);
+    decoder.u8()?;
+    let principal = match decoder.u8()? {
+        PRINCIPAL_ANONYMOUS => Principal::Anonymous,
+        PRINCIPAL_NAMED => Principal::Named(decoder.str()?.into()),
+        _ => return Err("unknown principal kind".to_owned()),
+    };
+    let header =
+        FrameHeader::decode(decoder.bytes(FRAME_HEADER_BYTES)?).map_err(|error| format!("{error:?}"))?;
+    let body = decoder.bytes(decoder.remaining())?;
+    if body.len() != header.body_length as usize {
+        return Err("the body's length is not the header's".to_owned());
+    }
+    Ok((principal, header, body))
+}
+
+/// The leader's answer to a forwarded request: the catalog index this node must apply to see
+/// the change (none when nothing is applied yet), then the response frame.
+fn encode_forwarded(applied: Option<u64>, frame: &[u8]) -> Vec<u8> {
+    let mut encoder = Encoder::new(0);
+    match applied {
+        Some(index) => encoder.bool(true).u64(index),
+        None => encoder.bool(false),
+    };
+    encoder.0.extend_from_slice(frame);
+    encoder.0
+}
+
+pub fn decode_forwarded(bytes: &[u8]) -> Result<(Option<u64>, FrameBuffer), String> {
+    let mut decoder = Decoder::new(bytes);
+    decoder.u8()?;
+    let applied = if decoder.bool()? { Some(decoder.u64()?) } else { None };
+    let rest = decoder.bytes(decoder.remaining())?;
+    if rest.len() < FRAME_HEADER_BYTES {
+        return Err("no response frame".to_owned());
+    }
+    let mut frame = FrameBuffer::with_capacity(rest.len());
+    frame.extend_from_slice(rest);
+    Ok((applied, frame))
+}
+
+/// Answers peers on the cluster port: the catalog's raft at once, the router's requests once
+/// the router is up (`set_router`); before, those are `Unavailable` and their senders retry.
 pub struct PeerHandler<S: Storage> {
     pub raft: Raft<S>,
+    router: RefCell<Option<Rc<Router<S>>>>,
+    /// What principals may do here: the router's access file, read by this shard.
+    access: Rc<Access>,
+}
+
+impl<S: Storage> PeerHandler<S> {
+    pub fn new(raft: Raft<S>, access: Rc<Access>) -> Rc<PeerHandler<S>> {
+        Rc::new(PeerHandler { raft, router: RefCell::default(), access })
+    }
+
+    pub fn set_router(&self, router: Rc<Router<S>>) {
+        *self.router.borrow_mut() = Some(router);
+    }
+
+    fn router(&self) -> Result<Rc<Router<S>>, Status> {
+        self.router
+            .borrow()
+            .clone()
+            .ok_or_else(|| Status::unavailable("this node's router is still starting"))
+    }
 }
 
 fn peer_message(header: &FrameHeader, bytes: Vec<u8>) -> Response {
@@ -229,6 +380,42 @@ impl<S: Storage> PeerHandler<S> {
                     .await
                     .map_err(|error| stopped(&error))?;
                 Ok(codec::encode_read_index(&Some(*read.log_id())))
+            }
+            Command::PeerControl => {
+                let router = self.router()?;
+                let (shard, request) = bytes.split_at_checked(4).ok_or_else(|| invalid("no shard"))?;
+                let shard = u32::from_le_bytes(shard.try_into().expect("four bytes"));
+                let request = ControlRequest::decode(request).map_err(|why| invalid(&why))?;
+                Ok(encode_reply(&router.local_control(shard, request).await))
+            }
+            Command::PeerRegister => {
+                let router = self.router()?;
+                let CatalogEntry::NodeRegistered(node) = CatalogEntry::decode(bytes).map_err(invalid)? else {
+                    return Err(invalid("not a registration"));
+                };
+                router.register(node).await?;
+                Ok(Vec::new())
+            }
+            Command::PeerForward => {
+                let router = self.router()?;
+                let (principal, header, body) = decode_forward(bytes).map_err(|why| invalid(&why))?;
+                let credential = match principal {
+                    Principal::Anonymous => Credential::None,
+                    // The sending node authenticated the client; this node checks what the
+                    // principal may do, with its own access file.
+                    Principal::Named(_) => Credential::Certificate,
+                };
+                let session = Session { principal, credential };
+                let responder = Responder::with_session(session, self.access.clone());
+                // rkyv reads a body in place only at 16-byte alignment, which a slice of the
+                // peer's message does not have.
+                let mut aligned = FrameBuffer::with_capacity(body.len());
+                aligned.extend_from_slice(body);
+                let frame = match router::dispatch_here(&router, &header, &aligned, &responder).await {
+                    Ok(frame) => frame,
+                    Err(status) => fail(&header, &status.into()),
+                };
+                Ok(encode_forwarded(router.applied_index(), &frame))
             }
             _ => Err(Status::invalid_argument(format!("{command:?} is not served on the cluster port"))),
         }

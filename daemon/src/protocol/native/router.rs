@@ -387,7 +387,69 @@ fn check_dead_letter_topic(responder: &Responder, topic: &str) -> Result<(), Sta
     responder.check(Permission::TopicsPublish, topic).map_err(Status::from)
 }
 
-async fn dispatch<S: Storage>(
+/// The commands that change the catalog: only its leader decides them, so another node carries
+/// them to it (`forward`).
+fn changes_the_catalog(command: Command) -> bool {
+    matches!(
+        command,
+        Command::CreateTopic
+            | Command::DeleteTopic
+            | Command::UpdateTopic
+            | Command::CreateSubscription
+            | Command::DeleteSubscription
+            | Command::UpdateSubscription
+            | Command::CreateSnapshot
+            | Command::DeleteSnapshot
+    )
+}
+
+/// How long a node waits to apply a change its leader decided for one of its clients before it
+/// answers anyway: the answer is the leader's, and a lookup right after may then still miss it.
+const FORWARDED_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Carries a catalog change from a client of this node to the catalog's leader, with the
+/// client's principal, and answers with the leader's response once this node applied it.
+async fn forward<S: Storage>(
+    router: &Router<S>,
+    header: &FrameHeader,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<FrameBuffer, Status> {
+    let (leader, _) = router.leader().ok_or_else(|| {
+        Status::unavailable("the catalog has no leader (too few of its voters are reachable); try again")
+    })?;
+    let request = crate::protocol::native::peer::encode_forward(&responder.session().principal, header, body);
+    let answer = router.forward(leader, request).await?;
+    let (applied, mut frame) = crate::protocol::native::peer::decode_forwarded(&answer)
+        .map_err(|why| Status::internal(format!("the leader's answer did not decode: {why}")))?;
+    if let Some(index) = applied {
+        router.wait_applied(index, FORWARDED_APPLY_WAIT).await;
+    }
+    // The leader answered the id it was given; the client waits for its own.
+    let mut response_header = FrameHeader::decode(&frame[..ringpost_wire::limits::FRAME_HEADER_BYTES])
+        .map_err(|error| Status::internal(format!("the leader's answer has no frame header: {error:?}")))?;
+    response_header.request_id = header.request_id;
+    frame[..ringpost_wire::limits::FRAME_HEADER_BYTES].copy_from_slice(&response_header.encode());
+    Ok(frame)
+}
+
+/// Answers a request: here, or at the catalog's leader when it changes the catalog and this
+/// node does not lead.
+pub(crate) async fn dispatch<S: Storage>(
+    router: &Router<S>,
+    header: &FrameHeader,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<FrameBuffer, Status> {
+    if let Some(command) = Command::from_u16(header.command) {
+        if changes_the_catalog(command) && router.is_clustered() && !router.leads() {
+            return forward(router, header, body, responder).await;
+        }
+    }
+    dispatch_here(router, header, body, responder).await
+}
+
+pub(crate) async fn dispatch_here<S: Storage>(
     router: &Router<S>,
     header: &FrameHeader,
     body: &[u8],

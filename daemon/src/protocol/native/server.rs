@@ -249,7 +249,6 @@ pub struct Responder {
 
 impl Responder {
     /// A responder on no connection, for tests that call a handler directly.
-    #[cfg(test)]
     pub(crate) fn unconnected() -> Responder {
         Responder {
             outbound: Rc::default(),
@@ -259,8 +258,8 @@ impl Responder {
         }
     }
 
-    /// A responder on no connection for a request from `session`, under `access`'s rules.
-    #[cfg(test)]
+    /// A responder on no connection for a request from `session`, under `access`'s rules (a
+    /// request another node carried here, and tests).
     pub(crate) fn with_session(session: Session, access: Rc<Access>) -> Responder {
         Responder { session: Rc::new(session), access, ..Responder::unconnected() }
     }
