@@ -170,6 +170,9 @@ pub trait Peers {
     fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()>;
     /// Carries a client's request (in the protocol's own encoding) to the catalog's leader.
     fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>>;
+    /// Asks the catalog's leader to delete subscription `name`, idle past its expiration
+    /// policy on this node.
+    fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()>;
 }
 
 /// Every forwarder of the cluster, in the order placement numbers them (by node, then shard),
@@ -950,12 +953,23 @@ impl<S: Storage> Router<S> {
                         record.name,
                         subscription.idle_ms / 1000
                     );
-                    if let Err(status) = self.delete_subscription(&record.name).await {
+                    if let Err(status) = self.expire_subscription(&record.name).await {
                         eprintln!("ringpostd: expiring subscription '{}': {status}", record.name);
                     }
                 }
             }
         }
+    }
+
+    /// Deletes a subscription this node found idle past its expiration policy: here on the
+    /// catalog's leader, which alone knows only its own forwarders' idleness, else by asking it.
+    async fn expire_subscription(&self, name: &str) -> Result<(), Status> {
+        if !self.is_clustered() || self.leads() {
+            return self.delete_subscription(name).await;
+        }
+        let (leader, _) = self.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
+        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
+        peers.expire_subscription(leader, name.to_owned()).await
     }
 
     fn subscription_record(&self, name: &str) -> Result<SubscriptionRecord, Status> {

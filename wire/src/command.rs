@@ -89,11 +89,14 @@ pub enum Command {
     /// node not leading the catalog, carried to the leader with the client's principal; the
     /// answer is the leader's response frame and the index the change applied at.
     PeerForward = 76,
+    /// `PeerMessage` → `PeerMessage` (cluster port): a subscription idle past its expiration
+    /// policy on the sending node's forwarder, for the catalog's leader to delete.
+    PeerExpireSubscription = 77,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 34] = [
+    pub const ALL: [Command; 35] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -128,6 +131,7 @@ impl Command {
         Command::PeerControl,
         Command::PeerRegister,
         Command::PeerForward,
+        Command::PeerExpireSubscription,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -166,6 +170,7 @@ impl Command {
             74 => Command::PeerControl,
             75 => Command::PeerRegister,
             76 => Command::PeerForward,
+            77 => Command::PeerExpireSubscription,
             _ => return None,
         })
     }

@@ -150,7 +150,15 @@ async fn voter(id: u64, disk: &SimDisk, network: &Rc<RefCell<Network>>) -> (Raft
     let snapshots = Rc::new(SnapshotLog::open(disk.clone(), dirs, catalog_log_config()).await.unwrap());
     let machine = CatalogMachine::new(CatalogState::default(), snapshots);
     let factory = Factory { network: network.clone(), from: id };
-    let raft = Raft::new(id, raft_config(), factory, raft_log, machine.clone()).await.unwrap();
+    let raft = Raft::new(
+        id,
+        raft_config_for(&Voters { this_node: id, ids: VOTERS.to_vec() }),
+        factory,
+        raft_log,
+        machine.clone(),
+    )
+    .await
+    .unwrap();
     network.borrow_mut().rafts.insert(id, raft.clone());
     (raft, machine)
 }

@@ -254,6 +254,13 @@ impl Peers for Rc<PeerPool> {
         })
     }
 
+    fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()> {
+        let pool = self.clone();
+        Box::pin(async move {
+            pool.call(leader, Command::PeerExpireSubscription, name.into_bytes()).await.map(|_| ())
+        })
+    }
+
     fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>> {
         let pool = self.clone();
         Box::pin(async move { pool.call(leader, Command::PeerForward, request).await })
@@ -394,6 +401,12 @@ impl<S: Storage> PeerHandler<S> {
                     return Err(invalid("not a registration"));
                 };
                 router.register(node).await?;
+                Ok(Vec::new())
+            }
+            Command::PeerExpireSubscription => {
+                let router = self.router()?;
+                let name = std::str::from_utf8(bytes).map_err(|_| invalid("a name that is not UTF-8"))?;
+                router.delete_subscription(name).await?;
                 Ok(Vec::new())
             }
             Command::PeerForward => {
