@@ -93,3 +93,145 @@ fn a_daemon_inside_a_node_serves_a_client_in_another() {
     assert_eq!(delivered, ["from node 0"]);
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// How long a cluster may take to replace a lost catalog leader: the product promises 10 s.
+const FAILOVER_WITHIN: Duration = Duration::from_secs(10);
+
+/// Three nodes of one cluster, each daemon in its own namespace.
+struct NetCluster {
+    network: Network,
+    daemons: Vec<std::process::Child>,
+    directory: std::path::PathBuf,
+}
+
+impl NetCluster {
+    fn start(label: &str) -> NetCluster {
+        let network = Network::new(3);
+        let directory = ringpost_tests::temporary_directory(label);
+        let cluster: Vec<String> = (0..3).map(|node| format!("{}:7460", network.address(node))).collect();
+        let cluster = cluster.join(",");
+        let mut daemons = Vec::new();
+        for node in 0..3 {
+            let listen = format!("{}:7450", network.address(node));
+            let log = std::fs::File::create(directory.join(format!("node-{node}.log"))).unwrap();
+            let daemon = network
+                .command(node, ringpost_tests::binary("ringpostd"))
+                .args(["--listen", &listen, "--cluster", &cluster, "--node-id", &(node + 1).to_string()])
+                .args(["--auth", "off", "--grpc-listen", "off", "--shards", "1", "--no-pin"])
+                .arg("--data-dir")
+                .arg(directory.join(format!("data-{node}")))
+                .arg("--ready-file")
+                .arg(directory.join(format!("ready-{node}")))
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("starting ringpostd inside a node");
+            daemons.push(daemon);
+        }
+        let cluster = NetCluster { network, daemons, directory };
+        let started = Instant::now();
+        while !(0..3).all(|node| cluster.directory.join(format!("ready-{node}")).exists()) {
+            assert!(started.elapsed() < READY_WITHIN, "the cluster was not ready:\n{}", cluster.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    fn logs(&self) -> String {
+        (0..3)
+            .map(|node| {
+                let log = std::fs::read_to_string(self.directory.join(format!("node-{node}.log")))
+                    .unwrap_or_default();
+                format!("--- node {node} ---\n{log}")
+            })
+            .collect()
+    }
+
+    /// `ringpost` run inside `node` against that node's router.
+    fn cli(&self, node: usize, args: &[&str]) -> std::process::Output {
+        let server = format!("{}:7450", self.network.address(node));
+        self.network
+            .command(node, ringpost_tests::binary("ringpost"))
+            .args(["--server", &server])
+            .args(args)
+            .output()
+            .expect("running ringpost inside a node")
+    }
+
+    /// The catalog's leader as `node` sees it (node ids from 1), if it knows one.
+    fn leader_seen_by(&self, node: usize) -> Option<u64> {
+        let output = self.cli(node, &["--timeout", "2", "cluster", "status"]);
+        let header = String::from_utf8_lossy(&output.stdout).lines().next()?.to_owned();
+        let marker = "\"catalog_leader\":";
+        let start = header.find(marker)? + marker.len();
+        header[start..].split([',', '}']).next()?.trim().parse().ok()
+    }
+}
+
+impl Drop for NetCluster {
+    fn drop(&mut self) {
+        for daemon in &mut self.daemons {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+#[test]
+fn a_partitioned_catalog_leader_is_replaced_and_decides_nothing_until_healed() {
+    let cluster = NetCluster::start("netns-cluster");
+    let started = Instant::now();
+    let first = loop {
+        if let Some(leader) = cluster.leader_seen_by(0) {
+            break leader;
+        }
+        assert!(started.elapsed() < READY_WITHIN, "no leader:\n{}", cluster.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let cut = (first - 1) as usize;
+    let other = (cut + 1) % 3;
+    cluster.network.isolate(cut);
+    let isolated = Instant::now();
+    let second = loop {
+        if let Some(leader) = cluster.leader_seen_by(other).filter(|leader| *leader != first) {
+            break leader;
+        }
+        assert!(
+            isolated.elapsed() < FAILOVER_WITHIN,
+            "no new leader within {FAILOVER_WITHIN:?} of cutting node {first} off:\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("node {second} leads {:.2} s after node {first} was cut off", isolated.elapsed().as_secs_f64());
+    let made = cluster.cli(other, &["topic", "create", "made-by-the-majority"]);
+    assert!(
+        made.status.success(),
+        "the majority did not take a create: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    // The node cut off cannot gather a quorum: whatever it believes, it decides nothing.
+    let refused = cluster.cli(cut, &["--timeout", "5", "topic", "create", "made-by-the-minority"]);
+    assert!(!refused.status.success(), "a node cut off from the others took a create");
+    cluster.network.heal(cut);
+    let healed = Instant::now();
+    loop {
+        let seen = cluster.cli(cut, &["--timeout", "2", "topic", "get", "made-by-the-majority"]);
+        if seen.status.success() {
+            break;
+        }
+        assert!(healed.elapsed() < READY_WITHIN, "the healed node never applied the majority's create");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for node in 0..3 {
+        let listed = cluster.cli(node, &["topic", "list"]);
+        let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+        assert!(listed.contains("made-by-the-majority"), "node {node} lists {listed}");
+        assert!(
+            !listed.contains("made-by-the-minority"),
+            "the minority's create survived on node {node}: {listed}"
+        );
+        assert_eq!(cluster.leader_seen_by(node), Some(second), "node {node} sees another leader");
+    }
+}
