@@ -6,6 +6,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The shortest cluster secret taken: a guessable one would open every cluster port.
+const CLUSTER_SECRET_BYTES_MIN: usize = 32;
+
 /// Ringpost: a durable, thread-per-core Pub/Sub daemon.
 #[derive(FromArgs)]
 struct Flags {
@@ -116,6 +119,11 @@ struct Flags {
     /// this node's place in --cluster, from 1 (default 1)
     #[argh(option, default = "1")]
     node_id: u64,
+    /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
+    /// same on every node: the cluster port then answers only nodes that present it; needed
+    /// unless auth is off
+    #[argh(option)]
+    cluster_secret_file: Option<PathBuf>,
 }
 
 /// The access and TLS settings the flags set; the TLS files are read when the shards start.
@@ -406,7 +414,27 @@ fn main() {
                     .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--cluster", 1)))
             })
             .collect();
-        let cluster = ringpost_daemon::ClusterSettings { node_id: flags.node_id, addresses };
+        let secret = flags.cluster_secret_file.as_ref().map(|path| {
+            let text = std::fs::read_to_string(path).unwrap_or_else(|error| {
+                usage_error(&format!("--cluster-secret-file {}: {error}", path.display()))
+            });
+            let secret = text.trim().to_owned();
+            if secret.len() < CLUSTER_SECRET_BYTES_MIN {
+                usage_error(&format!(
+                    "--cluster-secret-file {}: the secret is {} bytes; give at least {CLUSTER_SECRET_BYTES_MIN}",
+                    path.display(),
+                    secret.len()
+                ));
+            }
+            secret
+        });
+        if secret.is_none() && config.access.mode != ringpost_daemon::auth::Mode::Off {
+            usage_error(
+                "--cluster needs --cluster-secret-file while auth is on (the default off loopback): \
+                 without it, anyone who reaches a cluster port could act as a node",
+            );
+        }
+        let cluster = ringpost_daemon::ClusterSettings { node_id: flags.node_id, addresses, secret };
         if let Err(why) = cluster.check() {
             usage_error(&why);
         }

@@ -203,6 +203,9 @@ pub enum Mode {
     Required,
 }
 
+/// Who a peer on the cluster port is once it presented the cluster's secret.
+pub const CLUSTER_PRINCIPAL: &str = "ringpost-cluster";
+
 /// How a shard builds its `Access`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AccessSettings {
@@ -300,6 +303,18 @@ impl Access {
             access.file = Some(path.clone());
         }
         Ok(access)
+    }
+
+    /// The cluster port's access: with the cluster's secret, only a connection that
+    /// authenticates with it acts, as `CLUSTER_PRINCIPAL`; without one, everyone does.
+    pub fn for_cluster(secret: Option<&str>) -> Access {
+        let mut access = Access::off();
+        if let Some(secret) = secret {
+            let line = token::access_line(CLUSTER_PRINCIPAL, secret, None);
+            access.mode = Mode::Required;
+            access.policy = RefCell::new(Policy::parse(&line).expect("a token line parses"));
+        }
+        access
     }
 
     /// The same access with its audit lines sent to `sink` instead of stderr.

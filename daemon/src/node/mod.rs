@@ -67,6 +67,9 @@ pub struct Config {
 pub struct ClusterSettings {
     pub node_id: u64,
     pub addresses: Vec<SocketAddr>,
+    /// The secret every node presents on the others' cluster ports (`--cluster-secret-file`);
+    /// without one, the cluster port answers whoever reaches it.
+    pub secret: Option<String>,
 }
 
 /// Most voters a cluster's catalog takes: Raft's quorums grow with them, and 3 or 5 survive

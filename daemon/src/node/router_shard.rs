@@ -203,6 +203,7 @@ async fn open_clustered(
     let addresses: std::collections::BTreeMap<u64, std::net::SocketAddr> =
         settings.addresses.iter().enumerate().map(|(index, address)| (index as u64 + 1, *address)).collect();
     let addresses = PeerAddresses(Rc::new(addresses));
+    let secret: Option<Rc<str>> = settings.secret.as_deref().map(Rc::from);
     let voters = catalog::Voters { this_node: settings.node_id, ids: addresses.0.keys().copied().collect() };
     let catalog = catalog::Catalog::open_clustered(
         storage,
@@ -211,26 +212,22 @@ async fn open_clustered(
         balance_factor,
         catalog::legacy::catalog_log_config(),
         &voters,
-        PeerNetwork { addresses: addresses.clone() },
+        PeerNetwork { addresses: addresses.clone(), secret: secret.clone() },
     )
     .await?;
-    let handler = PeerHandler::new(catalog.raft(), security.access.clone());
+    let handler = PeerHandler::new(catalog.raft(), security.access.clone(), secret.is_some());
     let listener =
         into_glommio(cluster.listener.try_clone().map_err(|error| format!("the cluster port: {error}"))?);
     let serving = handler.clone();
-    let (stop, limits) = (stop.clone(), connection_limits);
+    let (stop, limits, port_secret) = (stop.clone(), connection_limits, secret.clone());
     crate::runtime::spawn(async move {
-        protocol::native::server::serve(
-            listener,
-            serving,
-            stop,
-            limits,
-            protocol::native::server::Security::off(),
-        )
-        .await;
+        // Only the cluster's secret authenticates here; the router's access file does not.
+        let access = Rc::new(crate::auth::Access::for_cluster(port_secret.as_deref()));
+        let security = protocol::native::server::Security { access, tls: None };
+        protocol::native::server::serve(listener, serving, stop, limits, security).await;
     })
     .detach();
-    let pool = PeerPool::new(addresses);
+    let pool = PeerPool::new(addresses, secret);
     let asking = pool.clone();
     catalog.ready(&voters, async move |leader| asking.read_index(leader).await).await?;
     eprintln!(

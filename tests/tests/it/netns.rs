@@ -110,6 +110,8 @@ impl NetCluster {
         let directory = ringpost_tests::temporary_directory(label);
         let cluster: Vec<String> = (0..3).map(|node| format!("{}:7460", network.address(node))).collect();
         let cluster = cluster.join(",");
+        let secret = directory.join("cluster-secret");
+        std::fs::write(&secret, "rpt_a-test-secret-of-the-clusters-nodes-0123456789\n").unwrap();
         let mut daemons = Vec::new();
         for node in 0..3 {
             let listen = format!("{}:7450", network.address(node));
@@ -122,6 +124,8 @@ impl NetCluster {
                 .arg(directory.join(format!("data-{node}")))
                 .arg("--ready-file")
                 .arg(directory.join(format!("ready-{node}")))
+                .arg("--cluster-secret-file")
+                .arg(&secret)
                 .stdout(std::process::Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -178,9 +182,33 @@ impl Drop for NetCluster {
     }
 }
 
+/// What a cluster port answers a request from `from` that presents no secret.
+fn answer_without_the_secret(cluster: &NetCluster, from: usize, to: usize) -> ringpost_wire::Status {
+    use ringpost_wire::frame::{decode_error, encode_frame, FrameHeader};
+    use ringpost_wire::messages::PeerMessage;
+    let address = SocketAddr::from((cluster.network.address(to), 7460));
+    cluster.network.in_node(from, move || {
+        let mut stream =
+            TcpStream::connect_timeout(&address, CONNECT_TIMEOUT).expect("connecting to a cluster port");
+        stream.set_read_timeout(Some(CONNECT_TIMEOUT)).unwrap();
+        let request = PeerMessage { bytes: Vec::new() };
+        let code = ringpost_wire::Command::PeerReadIndex.code();
+        stream.write_all(&encode_frame(code, 0, 1, &request)).unwrap();
+        let mut header = [0u8; 16];
+        stream.read_exact(&mut header).expect("an answer");
+        let header = FrameHeader::decode(&header).unwrap();
+        let mut body = vec![0u8; header.body_length as usize];
+        stream.read_exact(&mut body).unwrap();
+        assert!(header.is_error(), "a cluster port answered a stranger");
+        decode_error(&body)
+    })
+}
+
 #[test]
 fn a_partitioned_catalog_leader_is_replaced_and_decides_nothing_until_healed() {
     let cluster = NetCluster::start("netns-cluster");
+    let refused = answer_without_the_secret(&cluster, 0, 1);
+    assert_eq!(refused.code, ringpost_wire::ErrorCode::Unauthenticated, "{refused:?}");
     let started = Instant::now();
     let first = loop {
         if let Some(leader) = cluster.leader_seen_by(0) {

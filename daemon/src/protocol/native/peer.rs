@@ -8,7 +8,7 @@
 //! on the cluster port with the node's own raft.
 
 use crate::api::Status;
-use crate::auth::{Access, Credential, Principal, Session};
+use crate::auth::{Access, Credential, Principal, Session, CLUSTER_PRINCIPAL};
 use crate::catalog::peer as codec;
 use crate::catalog::raft::{CatalogMachine, CatalogRaft, Snapshot, Vote};
 use crate::catalog::{CatalogEntry, NodeRecord};
@@ -28,7 +28,7 @@ use openraft::raft::{
 use openraft::OptionalSend;
 use ringpost_wire::frame::{access_body, decode_error, FrameBuffer, FrameHeader, FLAG_ERROR, FLAG_RESPONSE};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
-use ringpost_wire::messages::PeerMessage;
+use ringpost_wire::messages::{AuthenticateRequest, PeerMessage};
 use ringpost_wire::Command;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -53,12 +53,14 @@ pub struct PeerAddresses(pub Rc<BTreeMap<u64, SocketAddr>>);
 /// openraft's network over the cluster ports.
 pub struct PeerNetwork {
     pub addresses: PeerAddresses,
+    /// The cluster's secret, presented first on every connection to a peer.
+    pub secret: Option<Rc<str>>,
 }
 
 impl RaftNetworkFactory<CatalogRaft> for PeerNetwork {
     type Network = PeerClient;
     async fn new_client(&mut self, target: u64, _node: &openraft::EmptyNode) -> PeerClient {
-        PeerClient::new(self.addresses.0.get(&target).copied(), target)
+        PeerClient::new(self.addresses.0.get(&target).copied(), target, self.secret.clone())
     }
 }
 
@@ -66,6 +68,7 @@ impl RaftNetworkFactory<CatalogRaft> for PeerNetwork {
 pub struct PeerClient {
     address: Option<SocketAddr>,
     target: u64,
+    secret: Option<Rc<str>>,
     connection: Option<TcpStream>,
     next_request: u64,
 }
@@ -82,8 +85,8 @@ async fn within<T>(
 }
 
 impl PeerClient {
-    pub fn new(address: Option<SocketAddr>, target: u64) -> PeerClient {
-        PeerClient { address, target, connection: None, next_request: 1 }
+    pub fn new(address: Option<SocketAddr>, target: u64, secret: Option<Rc<str>>) -> PeerClient {
+        PeerClient { address, target, secret, connection: None, next_request: 1 }
     }
 
     /// Sends `bytes` as `command` and returns the answer's bytes, within `deadline`.
@@ -112,11 +115,27 @@ impl PeerClient {
             .await?;
             stream.set_nodelay(true).map_err(|error| io::Error::other(error.to_string()))?;
             self.connection = Some(stream);
+            if let Some(secret) = self.secret.clone() {
+                let request = AuthenticateRequest { token: secret.to_string() };
+                self.send_and_receive(Command::Authenticate, &request).await?;
+            }
         }
+        let body = self.send_and_receive(command, &PeerMessage { bytes }).await?;
+        let message = access_body::<PeerMessage>(&body)
+            .map_err(|status| io::Error::new(io::ErrorKind::InvalidData, status.message.to_string()))?;
+        Ok(message.bytes.as_slice().to_vec())
+    }
+
+    /// Sends one request on the open connection and reads its answer's body.
+    async fn send_and_receive<T: ringpost_wire::frame::Body>(
+        &mut self,
+        command: Command,
+        body: &T,
+    ) -> io::Result<FrameBuffer> {
         let request_id = self.next_request;
         self.next_request += 1;
-        let frame = ringpost_wire::encode_frame(command.code(), 0, request_id, &PeerMessage { bytes });
-        let stream = self.connection.as_mut().expect("connected above");
+        let frame = ringpost_wire::encode_frame(command.code(), 0, request_id, body);
+        let stream = self.connection.as_mut().expect("connected");
         stream.write_all(frame.as_ref()).await?;
         let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
         stream.read_exact(&mut header_bytes).await?;
@@ -129,15 +148,14 @@ impl PeerClient {
         {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the peer answered out of turn"));
         }
-        let mut body = vec![0u8; length];
+        let mut body = FrameBuffer::with_capacity(length);
+        body.resize(length, 0);
         stream.read_exact(&mut body).await?;
         if header.flags & FLAG_ERROR != 0 {
             let status = decode_error(&body);
             return Err(io::Error::other(format!("node {} refused: {}", self.target, status.message)));
         }
-        let message = access_body::<PeerMessage>(&body)
-            .map_err(|status| io::Error::new(io::ErrorKind::InvalidData, status.message.to_string()))?;
-        Ok(message.bytes.as_slice().to_vec())
+        Ok(body)
     }
 }
 
@@ -202,12 +220,13 @@ pub const PEER_IDLE_CONNECTIONS_MAX: usize = 4;
 /// is given in a cluster.
 pub struct PeerPool {
     addresses: PeerAddresses,
+    secret: Option<Rc<str>>,
     idle: RefCell<BTreeMap<u64, Vec<PeerClient>>>,
 }
 
 impl PeerPool {
-    pub fn new(addresses: PeerAddresses) -> Rc<PeerPool> {
-        Rc::new(PeerPool { addresses, idle: RefCell::default() })
+    pub fn new(addresses: PeerAddresses, secret: Option<Rc<str>>) -> Rc<PeerPool> {
+        Rc::new(PeerPool { addresses, secret, idle: RefCell::default() })
     }
 
     /// The read index of the catalog's leader, node `leader`.
@@ -220,7 +239,9 @@ impl PeerPool {
     /// `bytes` as `command` to node `node`, on an idle connection or a new one.
     pub async fn call(&self, node: u64, command: Command, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
         let idle = self.idle.borrow_mut().get_mut(&node).and_then(Vec::pop);
-        let mut client = idle.unwrap_or_else(|| PeerClient::new(self.addresses.0.get(&node).copied(), node));
+        let mut client = idle.unwrap_or_else(|| {
+            PeerClient::new(self.addresses.0.get(&node).copied(), node, self.secret.clone())
+        });
         let answer = client.call(command, bytes, PEER_REQUEST_TIMEOUT).await;
         if answer.is_ok() {
             let mut idle = self.idle.borrow_mut();
@@ -331,11 +352,13 @@ pub struct PeerHandler<S: Storage> {
     router: RefCell<Option<Rc<Router<S>>>>,
     /// What principals may do here: the router's access file, read by this shard.
     access: Rc<Access>,
+    /// Whether a peer must have presented the cluster's secret (`--cluster-secret-file`).
+    secret_required: bool,
 }
 
 impl<S: Storage> PeerHandler<S> {
-    pub fn new(raft: Raft<S>, access: Rc<Access>) -> Rc<PeerHandler<S>> {
-        Rc::new(PeerHandler { raft, router: RefCell::default(), access })
+    pub fn new(raft: Raft<S>, access: Rc<Access>, secret_required: bool) -> Rc<PeerHandler<S>> {
+        Rc::new(PeerHandler { raft, router: RefCell::default(), access, secret_required })
     }
 
     pub fn set_router(&self, router: Rc<Router<S>>) {
@@ -436,7 +459,16 @@ impl<S: Storage> PeerHandler<S> {
 }
 
 impl<S: Storage> Handler for PeerHandler<S> {
-    async fn handle(&self, header: FrameHeader, body: FrameBuffer, _responder: &Responder) -> Response {
+    async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response {
+        if self.secret_required
+            && !matches!(&responder.session().principal, Principal::Named(name) if &**name == CLUSTER_PRINCIPAL)
+        {
+            let status = Status::new(
+                crate::api::Code::Unauthenticated,
+                "the cluster port answers only nodes that present the cluster's secret",
+            );
+            return refuse(&header, status);
+        }
         let Some(command) = Command::from_u16(header.command) else {
             return refuse(&header, Status::invalid_argument(format!("unknown command {}", header.command)));
         };
