@@ -22,7 +22,6 @@ use crate::api::limits::*;
 use crate::api::stats::{ShardStats, Stats};
 use crate::api::{Code as ErrorCode, Status};
 use crate::catalog::placement::Placement;
-use crate::catalog::raft::NODE_ID;
 use crate::catalog::{
     global_shard, node_and_shard, Applied, Catalog, CatalogEntry, CatalogState, NodeRecord, SnapshotRecord,
     SubscriptionRecord, SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
@@ -173,6 +172,8 @@ pub trait Peers {
     /// Asks the catalog's leader to delete subscription `name`, idle past its expiration
     /// policy on this node.
     fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()>;
+    /// The catalog's group as its leader sees it.
+    fn cluster_status(&self, leader: u64) -> PeerFuture<crate::api::cluster::ClusterStatus>;
 }
 
 /// Every forwarder of the cluster, in the order placement numbers them (by node, then shard),
@@ -186,10 +187,11 @@ struct Layout {
 }
 
 impl Layout {
-    fn single(forwarders: u32, balance_factor: f64) -> Layout {
+    /// This node's forwarders alone, until the catalog lists the cluster's nodes.
+    fn single(node: u64, forwarders: u32, balance_factor: f64) -> Layout {
         Layout {
             nodes: Default::default(),
-            shards: (0..forwarders).map(|local| global_shard(NODE_ID, local)).collect(),
+            shards: (0..forwarders).map(|local| global_shard(node, local)).collect(),
             placement: Placement::new(forwarders.max(1), balance_factor),
         }
     }
@@ -239,7 +241,7 @@ impl<S: Storage> Router<S> {
         forwarder_addresses: ForwarderAddresses,
         balance_factor: f64,
     ) -> Router<S> {
-        let layout = Layout::single(forwarders.len() as u32, balance_factor);
+        let layout = Layout::single(catalog.node_id(), forwarders.len() as u32, balance_factor);
         Router {
             storage,
             directories,
@@ -1064,8 +1066,27 @@ impl<S: Storage> Router<S> {
     }
 
     /// The catalog's raft group as this node sees it.
-    pub fn cluster_status(&self) -> ClusterStatus {
-        self.catalog.cluster_status()
+    /// On a node that does not lead, the leader's view of the members (only the leader knows how
+    /// far each is replicated), with this node's own log and applied index; this node's view
+    /// alone when the leader does not answer.
+    pub async fn cluster_status(&self) -> ClusterStatus {
+        let local = self.catalog.cluster_status();
+        let (Some(peers), Some(leader)) = (&self.peers, local.catalog_leader) else { return local };
+        if leader == local.node_id {
+            return local;
+        }
+        let Ok(mut status) = peers.cluster_status(leader).await else { return local };
+        status.node_id = local.node_id;
+        status.last_log_index = local.last_log_index;
+        status.last_applied_index = local.last_applied_index;
+        for node in &mut status.nodes {
+            if let Some(own) =
+                local.nodes.iter().find(|own| own.node_id == node.node_id && own.node_id == local.node_id)
+            {
+                node.role = own.role.clone();
+            }
+        }
+        status
     }
 
     /// Trusts data directory `index` again, after rewriting every stale copy in it.

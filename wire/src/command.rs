@@ -92,11 +92,14 @@ pub enum Command {
     /// `PeerMessage` → `PeerMessage` (cluster port): a subscription idle past its expiration
     /// policy on the sending node's forwarder, for the catalog's leader to delete.
     PeerExpireSubscription = 77,
+    /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's leader's view of the cluster
+    /// (every member's role and replication), for a `ClusterStatus` another node answers.
+    PeerClusterStatus = 78,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 35] = [
+    pub const ALL: [Command; 36] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -132,6 +135,7 @@ impl Command {
         Command::PeerRegister,
         Command::PeerForward,
         Command::PeerExpireSubscription,
+        Command::PeerClusterStatus,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -171,6 +175,7 @@ impl Command {
             75 => Command::PeerRegister,
             76 => Command::PeerForward,
             77 => Command::PeerExpireSubscription,
+            78 => Command::PeerClusterStatus,
             _ => return None,
         })
     }

@@ -7,6 +7,7 @@
 //! other), dropped on any failure and opened again by the next request. `PeerHandler` answers
 //! on the cluster port with the node's own raft.
 
+use crate::api::cluster::{ClusterStatus, NodeStatus};
 use crate::api::Status;
 use crate::auth::{Access, Credential, Principal, Session, CLUSTER_PRINCIPAL};
 use crate::catalog::peer as codec;
@@ -282,10 +283,75 @@ impl Peers for Rc<PeerPool> {
         })
     }
 
+    fn cluster_status(&self, leader: u64) -> PeerFuture<ClusterStatus> {
+        let pool = self.clone();
+        Box::pin(async move {
+            let answer = pool.call(leader, Command::PeerClusterStatus, Vec::new()).await?;
+            decode_cluster_status(&answer)
+                .map_err(|why| Status::internal(format!("node {leader}'s cluster status: {why}")))
+        })
+    }
+
     fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>> {
         let pool = self.clone();
         Box::pin(async move { pool.call(leader, Command::PeerForward, request).await })
     }
+}
+
+fn put_index(encoder: &mut Encoder, index: Option<u64>) {
+    match index {
+        Some(index) => encoder.bool(true).u64(index),
+        None => encoder.bool(false),
+    };
+}
+
+fn get_index(decoder: &mut Decoder) -> Result<Option<u64>, &'static str> {
+    Ok(if decoder.bool()? { Some(decoder.u64()?) } else { None })
+}
+
+fn encode_cluster_status(status: &ClusterStatus) -> Vec<u8> {
+    let mut encoder = Encoder::new(0);
+    encoder.u64(status.node_id);
+    put_index(&mut encoder, status.catalog_leader);
+    encoder.u64(status.term);
+    put_index(&mut encoder, status.last_log_index);
+    put_index(&mut encoder, status.last_applied_index);
+    encoder.u32(status.nodes.len() as u32);
+    for node in &status.nodes {
+        encoder.u64(node.node_id).str(&node.cluster_address).bool(node.voter).str(&node.role);
+        put_index(&mut encoder, node.matched_index);
+    }
+    encoder.0
+}
+
+fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str> {
+    let mut decoder = Decoder::new(bytes);
+    decoder.u8()?;
+    let mut status = ClusterStatus {
+        node_id: decoder.u64()?,
+        catalog_leader: get_index(&mut decoder)?,
+        term: decoder.u64()?,
+        last_log_index: get_index(&mut decoder)?,
+        last_applied_index: get_index(&mut decoder)?,
+        nodes: Vec::new(),
+    };
+    let count = decoder.u32()?;
+    if count as usize > crate::node::CLUSTER_VOTERS_MAX * 2 {
+        return Err("more members than a cluster has");
+    }
+    for _ in 0..count {
+        status.nodes.push(NodeStatus {
+            node_id: decoder.u64()?,
+            cluster_address: decoder.str()?,
+            voter: decoder.bool()?,
+            role: decoder.str()?,
+            matched_index: get_index(&mut decoder)?,
+        });
+    }
+    if !decoder.is_empty() {
+        return Err("trailing bytes");
+    }
+    Ok(status)
 }
 
 const PRINCIPAL_ANONYMOUS: u8 = 0;
@@ -426,6 +492,7 @@ impl<S: Storage> PeerHandler<S> {
                 router.register(node).await?;
                 Ok(Vec::new())
             }
+            Command::PeerClusterStatus => Ok(encode_cluster_status(&self.router()?.cluster_status().await)),
             Command::PeerExpireSubscription => {
                 let router = self.router()?;
                 let name = std::str::from_utf8(bytes).map_err(|_| invalid("a name that is not UTF-8"))?;
@@ -485,6 +552,34 @@ impl<S: Storage> Handler for PeerHandler<S> {
         match self.answer(command, message.bytes.as_slice()).await {
             Ok(bytes) => peer_message(&header, bytes),
             Err(status) => refuse(&header, status),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_status_decodes_to_what_was_encoded_and_a_cut_is_refused() {
+        let status = ClusterStatus {
+            node_id: 2,
+            catalog_leader: Some(3),
+            term: 7,
+            last_log_index: Some(40),
+            last_applied_index: None,
+            nodes: vec![NodeStatus {
+                node_id: 1,
+                cluster_address: "10.0.0.1:7460".into(),
+                voter: true,
+                role: "follower".into(),
+                matched_index: Some(39),
+            }],
+        };
+        let encoded = encode_cluster_status(&status);
+        assert_eq!(decode_cluster_status(&encoded), Ok(status));
+        for cut in 0..encoded.len() {
+            assert!(decode_cluster_status(&encoded[..cut]).is_err(), "a cut at {cut} decoded");
         }
     }
 }

@@ -341,7 +341,7 @@ async fn dispatch_snapshots<S: Storage>(
         }
         Command::ClusterStatus => {
             responder.check(Permission::DaemonStats, DAEMON)?;
-            respond(header, &cluster_status_message(router.cluster_status()))
+            respond(header, &cluster_status_message(router.cluster_status().await))
         }
         Command::ResyncDirectory => {
             responder.check(Permission::DaemonAdminister, DAEMON)?;
