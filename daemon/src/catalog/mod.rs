@@ -47,6 +47,15 @@ use store::{RaftLog, SnapshotLog};
 pub const CATALOG_COMPACTION_BYTES_MIN: u64 = 64 << 20;
 /// Bound of openraft's request and notification queues.
 const CATALOG_QUEUE_CAPACITY: u64 = 1024;
+/// How long a proposal waits to be decided before its proposer answers that the outcome is
+/// unknown: longer than a failover (about 3 s), shorter than a client's patience.
+pub const CATALOG_PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether a refusal of `propose` leaves the outcome unknown: the change may still be decided.
+pub fn is_undecided(status: &Status) -> bool {
+    status.code == crate::api::Code::DeadlineExceeded
+}
+
 /// How long the start waits for the catalog to elect itself and apply its log.
 const RECOVERY_WAIT: Duration = Duration::from_secs(60);
 
@@ -373,13 +382,30 @@ impl<S: Storage> Catalog<S> {
 
     /// Decides `entry`: commits it through raft and applies it; the answer is what `apply`
     /// returned.
+    ///
+    /// A leader that lost its quorum may hold a proposal unanswered until the quorum returns
+    /// (and then commit it), so the wait is bounded by `CATALOG_PROPOSE_TIMEOUT`; its refusal,
+    /// `DeadlineExceeded`, means the outcome is unknown (see `is_undecided`).
     pub async fn propose(&self, entry: CatalogEntry) -> Result<Applied, Status> {
-        match self.raft.client_write(entry).await {
-            Ok(response) => match response.data {
+        let write = async { Some(self.raft.client_write(entry).await) };
+        let timeout = async {
+            crate::runtime::sleep(CATALOG_PROPOSE_TIMEOUT).await;
+            None
+        };
+        match futures_lite::future::or(write, timeout).await {
+            Some(Ok(response)) => match response.data {
                 Applied::Refused(status) => Err(status),
                 applied => Ok(applied),
             },
-            Err(error) => Err(Status::unavailable(format!("the catalog did not commit the change: {error}"))),
+            Some(Err(error)) => Err(Status::unavailable(format!("the catalog did not commit the change: {error}"))),
+            None => Err(Status::new(
+                crate::api::Code::DeadlineExceeded,
+                format!(
+                    "the catalog did not decide the change within {} s (too few of its voters answer); \
+                     it may still be decided once they do",
+                    CATALOG_PROPOSE_TIMEOUT.as_secs()
+                ),
+            )),
         }
     }
 
