@@ -348,3 +348,44 @@ fn a_cluster_without_a_quorum_refuses_changes_and_recovers() {
         assert_eq!(names, ["after-the-loss", "before-the-loss"], "node {id}");
     }
 }
+
+/// The same loss from the leader's side: both followers go, and a create reaches the leader
+/// while it still holds its lease. It should be refused as through a follower, and never
+/// appear.
+///
+/// Ignored while the daemon fails it: `Catalog::propose` awaits openraft's `client_write`
+/// without a deadline, and a leader with no quorum never commits, so the create is never
+/// answered (the CLI gives up with DeadlineExceeded); the entry stays in the leader's log and
+/// is committed once the followers are back, so the topic the client was not given appears.
+#[test]
+#[ignore = "daemon bug: a catalog leader that lost its quorum leaves a change unanswered, then commits it once its followers return"]
+fn a_catalog_leader_without_its_followers_refuses_changes() {
+    let mut cluster = Cluster::start("cluster-lone-leader", 3, Vec::new());
+    let leader = cluster.leader();
+    let followers: Vec<u64> = cluster.ids().filter(|id| *id != leader).collect();
+    for id in &followers {
+        cluster.node_mut(*id).kill();
+    }
+    let started = Instant::now();
+    let output = cluster.node(leader).cli(&["--timeout", "10", "topic", "create", "without-a-quorum"]);
+    let took = started.elapsed();
+    let answer =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    eprintln!("the leader alone, after {took:?}: exit {:?}: {}", output.status.code(), answer.trim());
+
+    for id in &followers {
+        cluster.node_mut(*id).restart();
+    }
+    let leader = cluster.leader();
+    succeeded(&cluster.node(leader).cli(&["topic", "create", "after-the-loss"]));
+    let appeared = cli_lists_topic(&cluster, leader, "without-a-quorum");
+
+    assert!(
+        output.status.code() == Some(1) && answer.starts_with("Unavailable") && !appeared,
+        "a create on a leader without a quorum: answered after {took:?} with exit code {:?} ({}), and the \
+         topic {} once the followers were back",
+        output.status.code(),
+        answer.trim(),
+        if appeared { "appeared" } else { "did not appear" }
+    );
+}
