@@ -3,6 +3,7 @@
 //! deliveries with Jepsen's total-queue semantics (`checker`).
 
 pub mod checker;
+pub mod cluster;
 pub mod grpc;
 pub mod loopfs;
 pub mod netns;
@@ -83,6 +84,10 @@ pub struct Daemon {
     /// `--grpc-listen 127.0.0.1:0`: the port first picked is kept across restarts, so that
     /// a client reconnects to the same address.
     pub grpc_address: Option<String>,
+    /// `--listen`: `127.0.0.1:0` (free ports, other ones at each start) unless the test chose
+    /// a port (`Daemon::prepare` and `listen_on`), which the router and its forwarders then keep
+    /// across restarts.
+    listen: String,
 }
 
 impl Daemon {
@@ -93,9 +98,18 @@ impl Daemon {
     /// Starts with the given data directories (empty: one inside the test's directory) and
     /// extra flags.
     pub fn start_with(label: &str, data_dirs: Vec<PathBuf>, extra_args: Vec<String>) -> Daemon {
+        let mut daemon = Daemon::prepare(label, data_dirs, extra_args);
+        daemon.spawn();
+        daemon
+    }
+
+    /// A daemon in a directory of its own, not started yet: `launch` starts it without waiting
+    /// (for daemons that become ready only together, like a cluster's nodes), `spawn` (as
+    /// `start_with` does) starts it and waits until it serves.
+    pub fn prepare(label: &str, data_dirs: Vec<PathBuf>, extra_args: Vec<String>) -> Daemon {
         let directory = temporary_directory(label);
         let data_dirs = if data_dirs.is_empty() { vec![directory.join("data")] } else { data_dirs };
-        let mut daemon = Daemon {
+        Daemon {
             log_path: directory.join("ringpostd.log"),
             directory,
             address: String::new(),
@@ -104,12 +118,38 @@ impl Daemon {
             data_dirs,
             extra_args,
             grpc_address: None,
-        };
-        daemon.spawn();
-        daemon
+            listen: "127.0.0.1:0".to_owned(),
+        }
     }
 
-    fn spawn(&mut self) {
+    /// Serves the router on `address` (`--listen`) from the next start on; forwarder shard i
+    /// listens on its port + 1 + i.
+    pub fn listen_on(&mut self, address: &str) {
+        self.listen = address.to_owned();
+    }
+
+    /// Starts the daemon and waits until it serves (at most `START_TIMEOUT`).
+    pub fn spawn(&mut self) {
+        self.launch();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match self.poll_ready() {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(status) => panic!("ringpostd exited with {status} while starting; log:\n{}", self.log()),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ringpostd did not start in {START_TIMEOUT:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the daemon's process and returns at once; `poll_ready` says when it serves.
+    pub fn launch(&mut self) {
+        assert!(self.child.is_none(), "the daemon runs already");
         let ready = self.directory.join("ready");
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
@@ -135,7 +175,7 @@ impl Daemon {
         let child = command
             .args(&args)
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(&self.listen)
             .arg("--ready-file")
             .arg(&ready)
             .stdout(Stdio::null())
@@ -144,25 +184,26 @@ impl Daemon {
             .expect("starting ringpostd");
         self.child = Some(child);
         self.starts += 1;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Ok(contents) = std::fs::read_to_string(&ready) {
-                let mut lines = contents.lines();
-                self.address = lines.next().unwrap_or_default().trim().to_owned();
-                if let Some(grpc) = lines.find_map(|line| line.strip_prefix("grpc ")) {
-                    self.grpc_address = Some(grpc.trim().to_owned());
-                }
-                return;
+    }
+
+    /// Whether the daemon started by `launch` serves yet (its ready file is written; `address`
+    /// is then set), or `Err` with its exit status if it exited.
+    pub fn poll_ready(&mut self) -> Result<bool, std::process::ExitStatus> {
+        if let Ok(contents) = std::fs::read_to_string(self.directory.join("ready")) {
+            let mut lines = contents.lines();
+            self.address = lines.next().unwrap_or_default().trim().to_owned();
+            if let Some(grpc) = lines.find_map(|line| line.strip_prefix("grpc ")) {
+                self.grpc_address = Some(grpc.trim().to_owned());
             }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("ringpostd exited with {status} while starting; log:\n{}", self.log());
+            return Ok(true);
+        }
+        let child = self.child.as_mut().expect("the daemon was launched");
+        match child.try_wait().unwrap() {
+            Some(status) => {
+                self.child = None;
+                Err(status)
             }
-            assert!(
-                Instant::now() < deadline,
-                "ringpostd did not start in {START_TIMEOUT:?}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+            None => Ok(false),
         }
     }
 
@@ -214,7 +255,8 @@ impl Daemon {
         }
     }
 
-    /// SIGKILL, then start again on the same data (the address changes).
+    /// SIGKILL, then start again on the same data (the address changes, unless `listen_on` set
+    /// it).
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();

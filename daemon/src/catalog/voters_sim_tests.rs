@@ -28,7 +28,7 @@ const WRITES_EACH_HALF: u64 = 6;
 const DELAY_MAX_US: u64 = 5_000;
 /// How long a writer waits before trying again when no leader takes its write.
 const RETRY_WAIT: Duration = Duration::from_millis(200);
-/// Bounds every wait of the test in virtual time: several election timeouts (3-6 s).
+/// Bounds every wait of the test in virtual time: several election timeouts (0.9-1.8 s).
 const SETTLE_WITHIN: Duration = Duration::from_secs(120);
 
 type Raft = openraft::Raft<CatalogRaft, CatalogMachine<SimDisk>>;

@@ -3,6 +3,7 @@
 mod auth;
 mod bad_input;
 mod client_api;
+mod cluster;
 mod connections;
 mod crash;
 mod damage;

@@ -1,0 +1,391 @@
+//! Three `ringpostd` nodes on this machine as one cluster (`ringpost_tests::cluster`): one
+//! catalog leader, one catalog on every node, topics spread over the nodes and reached through
+//! any router; the catalog leader killed under running publishers; a quorum lost and regained.
+
+use ringpost_client::{block_on, Client, ErrorCode, Message};
+use ringpost_tests::cluster::Cluster;
+use ringpost_tests::{create_subscription, drain, failed, payload, succeeded};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The failover the cluster promises: from the catalog leader's death to another leader.
+const FAILOVER_MAX: Duration = Duration::from_secs(10);
+/// How long a node that did not take a change may take to apply it.
+const APPLY_WITHIN: Duration = Duration::from_secs(5);
+
+/// A field of a one-line JSON object as the CLI prints it (strings unquoted).
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    let key = format!("\"{name}\":");
+    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
+    let rest = &line[start..];
+    if let Some(quoted) = rest.strip_prefix('"') {
+        &quoted[..quoted.find('"').unwrap()]
+    } else {
+        &rest[..rest.find([',', '}']).unwrap()]
+    }
+}
+
+/// Every topic each running node's forwarders serve, by topic: each node's `stats` lists only
+/// its own. Asserts that no topic is served by two nodes.
+fn owners(cluster: &Cluster) -> HashMap<String, u64> {
+    let mut owners = HashMap::new();
+    for id in cluster.ids().filter(|id| cluster.is_running(*id)) {
+        let stats = block_on(cluster.node(id).client().stats()).unwrap();
+        for topic in stats.topics {
+            if let Some(other) = owners.insert(topic.name.clone(), id) {
+                panic!("topic {} is served by node {other} and node {id}", topic.name);
+            }
+        }
+    }
+    owners
+}
+
+/// Topics `prefix-0`.. with a subscription `<topic>-sub` each, created through the nodes in
+/// turn.
+fn create_topics(cluster: &Cluster, prefix: &str, count: usize) -> Vec<String> {
+    let clients: Vec<Client> = cluster.ids().map(|id| cluster.node(id).client()).collect();
+    (0..count)
+        .map(|index| {
+            let topic = format!("{prefix}-{index}");
+            block_on(clients[index % clients.len()].create_topic(&topic)).unwrap();
+            create_subscription(&clients[(index + 1) % clients.len()], &format!("{topic}-sub"), &topic, 60);
+            topic
+        })
+        .collect()
+}
+
+/// Publishes `count` messages to `topic` in batches of five; each acknowledged id with its
+/// payload.
+fn publish(client: &Client, topic: &str, first_sequence: u64, count: u64) -> HashMap<u64, Vec<u8>> {
+    let mut published = HashMap::new();
+    let sequences: Vec<u64> = (first_sequence..first_sequence + count).collect();
+    for batch in sequences.chunks(5) {
+        let data: Vec<Vec<u8>> = batch.iter().map(|sequence| payload(*sequence, 64)).collect();
+        let ids = block_on(client.publish(topic, data.iter().cloned().map(Message::new).collect())).unwrap();
+        assert_eq!(ids.len(), batch.len());
+        for (id, data) in ids.into_iter().zip(data) {
+            assert!(published.insert(id, data).is_none(), "id {id} given twice");
+        }
+    }
+    published
+}
+
+/// Waits until `check` holds (at most `limit`), or fails saying `what`.
+fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cli_lists_topic(cluster: &Cluster, id: u64, topic: &str) -> bool {
+    let output = cluster.node(id).cli(&["topic", "list"]);
+    succeeded(&output).lines().any(|line| field(line, "name") == topic)
+}
+
+#[test]
+fn three_nodes_elect_one_leader_and_share_the_catalog() {
+    let cluster = Cluster::start("cluster-share", 3, Vec::new());
+    let leader = cluster.leader();
+
+    // Every node names the same leader and term; each knows itself, and the leader knows all.
+    let mut terms = HashSet::new();
+    for id in cluster.ids() {
+        let output = succeeded(&cluster.node(id).cli(&["cluster", "status", "--output", "json"]));
+        let mut lines = output.lines();
+        let header = lines.next().unwrap();
+        assert_eq!(field(header, "answering_node"), id.to_string(), "{output}");
+        assert_eq!(field(header, "catalog_leader"), leader.to_string(), "node {id}: {output}");
+        terms.insert(field(header, "term").to_owned());
+        let members: Vec<&str> = lines.collect();
+        assert_eq!(members.len(), 3, "{output}");
+        for (member, line) in cluster.ids().zip(&members) {
+            assert_eq!(field(line, "node"), member.to_string(), "{output}");
+            assert_eq!(field(line, "cluster_address"), cluster.cluster_addresses[member as usize - 1]);
+            assert_eq!(field(line, "voter"), "true", "{output}");
+            let role = field(line, "role");
+            if member == leader {
+                assert_eq!(role, "leader", "node {id}: {output}");
+            } else if member == id || id == leader {
+                assert_eq!(role, "follower", "node {id}: {output}");
+            }
+        }
+    }
+    assert_eq!(terms.len(), 1, "the nodes name different terms: {terms:?}");
+
+    // A topic created through a follower: that follower and the leader answer with it as soon
+    // as the create returns; the third node applies it shortly.
+    let follower = cluster.ids().find(|id| *id != leader).unwrap();
+    let third = cluster.ids().find(|id| *id != leader && *id != follower).unwrap();
+    let created = succeeded(&cluster.node(follower).cli(&["topic", "create", "shared-topic"]));
+    assert_eq!(field(&created, "name"), "shared-topic");
+    for id in [follower, leader] {
+        let got = succeeded(&cluster.node(id).cli(&["topic", "get", "shared-topic"]));
+        assert_eq!(field(&got, "name"), "shared-topic", "node {id}");
+        assert!(cli_lists_topic(&cluster, id, "shared-topic"), "node {id} does not list it");
+    }
+    eventually(APPLY_WITHIN, "the third node gets the topic", || {
+        cluster.node(third).cli(&["topic", "get", "shared-topic"]).status.success()
+    });
+    assert!(cli_lists_topic(&cluster, third, "shared-topic"));
+
+    // Topics spread over the nodes: each is served by exactly one, not all by the same, and
+    // every router sends its publishes to that node's forwarder.
+    let topics = create_topics(&cluster, "spread", 12);
+    let owners = owners(&cluster);
+    for topic in &topics {
+        let owner = owners.get(topic).unwrap_or_else(|| panic!("no node serves {topic}: {owners:?}"));
+        let router_port: u16 = cluster.node(*owner).address.rsplit(':').next().unwrap().parse().unwrap();
+        let forwarder = format!("127.0.0.1:{}", router_port + 1);
+        for id in cluster.ids() {
+            let route = block_on(cluster.node(id).client().lookup_topic(topic)).unwrap();
+            assert_eq!(route.first(), Some(&forwarder), "node {id}'s route to {topic} (on node {owner})");
+        }
+    }
+    let serving: HashSet<u64> = topics.iter().map(|topic| owners[topic]).collect();
+    eprintln!("12 topics on nodes {serving:?}: {owners:?}");
+    assert!(serving.len() > 1, "every topic landed on node {serving:?}");
+
+    // Published through one node's router, pulled through another's: every message, intact.
+    std::thread::scope(|scope| {
+        for (index, topic) in topics.iter().enumerate() {
+            let (cluster, owners) = (&cluster, &owners);
+            scope.spawn(move || {
+                let through = (index % 3) as u64 + 1;
+                let pulled_through = through % 3 + 1;
+                let published = publish(&cluster.node(through).client(), topic, index as u64 * 1000, 25);
+                let delivered = drain(&cluster.node(pulled_through).client(), &format!("{topic}-sub"), true);
+                assert_eq!(
+                    delivered, published,
+                    "{topic} (on node {}), published through node {through}, pulled through node {pulled_through}",
+                    owners[topic]
+                );
+            });
+        }
+    });
+}
+
+/// One publisher's record: what was acknowledged, what failed, its slowest publish.
+#[derive(Default)]
+struct Record {
+    acknowledged: HashMap<u64, Vec<u8>>,
+    failures: Vec<String>,
+    slowest: Duration,
+}
+
+#[test]
+fn killing_the_catalog_leader_does_not_stop_established_publishers() {
+    let mut cluster = Cluster::start("cluster-failover", 3, Vec::new());
+    let leader = cluster.leader();
+    let survivors: Vec<u64> = cluster.ids().filter(|id| *id != leader).collect();
+
+    // Twelve topics over three forwarders at a balance factor of 1.25: at most five on any, so
+    // at least two on each node.
+    let topics = create_topics(&cluster, "failover", 12);
+    let owners = owners(&cluster);
+    let on = |node: u64| -> Vec<String> {
+        topics.iter().filter(|topic| owners.get(*topic) == Some(&node)).cloned().collect()
+    };
+    let mut published_topics = Vec::new();
+    for survivor in &survivors {
+        let theirs = on(*survivor);
+        assert!(theirs.len() >= 2, "node {survivor} serves {theirs:?} of {owners:?}");
+        published_topics.extend(theirs.into_iter().take(2));
+    }
+    let leaders_topic =
+        on(leader).first().cloned().unwrap_or_else(|| panic!("node {leader} serves none of {owners:?}"));
+    eprintln!("leader node {leader}; publishing to {published_topics:?} through nodes {survivors:?}");
+
+    // Messages on the leader's own topic, to find after its restart.
+    let admin = cluster.node(survivors[0]).client();
+    let mut on_leaders_topic = publish(&admin, &leaders_topic, 1_000_000, 10);
+
+    // A publisher per topic, through the routers of the nodes that stay, publishing until told.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let mut publishers = Vec::new();
+    for (index, topic) in published_topics.iter().enumerate() {
+        let client = cluster.node(survivors[index % 2]).client();
+        let (topic, stop, acknowledged) = (topic.clone(), stop.clone(), acknowledged.clone());
+        let record = Arc::new(Mutex::new(Record::default()));
+        let recording = record.clone();
+        let thread = std::thread::spawn(move || {
+            let mut sequence = (index as u64 + 1) << 32;
+            while !stop.load(Ordering::Relaxed) {
+                let count = 1 + sequence % 4;
+                let data: Vec<Vec<u8>> = (sequence..sequence + count)
+                    .map(|sequence| payload(sequence, 64 + sequence as usize % 200))
+                    .collect();
+                sequence += count;
+                let started = Instant::now();
+                let result =
+                    block_on(client.publish(&topic, data.iter().cloned().map(Message::new).collect()));
+                let took = started.elapsed();
+                let mut record = recording.lock().unwrap();
+                record.slowest = record.slowest.max(took);
+                match result {
+                    Ok(ids) if ids.len() == data.len() => {
+                        for (id, data) in ids.into_iter().zip(data) {
+                            assert!(
+                                record.acknowledged.insert(id, data).is_none(),
+                                "{topic}: id {id} given twice"
+                            );
+                        }
+                        acknowledged.fetch_add(count, Ordering::Relaxed);
+                    }
+                    Ok(ids) => record.failures.push(format!("{} ids for {count} messages", ids.len())),
+                    Err(error) => record.failures.push(format!("after {took:?}: {error}")),
+                }
+            }
+        });
+        publishers.push((published_topics[index].clone(), record, thread));
+    }
+    let publishing = |what: &str| {
+        let before = acknowledged.load(Ordering::Relaxed);
+        eventually(Duration::from_secs(10), what, || acknowledged.load(Ordering::Relaxed) >= before + 100);
+    };
+    publishing("the publishers start");
+
+    // SIGKILL the catalog's leader; another takes over while the publishers go on.
+    cluster.node_mut(leader).kill();
+    let killed = Instant::now();
+    let acknowledged_at_kill = acknowledged.load(Ordering::Relaxed);
+    let new_leader = cluster.leader();
+    let failover = killed.elapsed();
+    let during = acknowledged.load(Ordering::Relaxed) - acknowledged_at_kill;
+    eprintln!("node {new_leader} leads {failover:?} after node {leader} was killed; {during} messages acknowledged meanwhile");
+    assert_ne!(new_leader, leader);
+    assert!(failover < FAILOVER_MAX, "the catalog took {failover:?} to elect another leader");
+    assert!(during > 0, "no publish was acknowledged during the election");
+
+    // The catalog takes changes again, through either node that stayed.
+    let other = survivors.iter().copied().find(|id| *id != new_leader).unwrap();
+    succeeded(&cluster.node(other).cli(&["topic", "create", "created-while-down"]));
+    succeeded(&cluster.node(new_leader).cli(&["topic", "get", "created-while-down"]));
+    publishing("the publishers go on after the election");
+
+    // The killed node comes back: ready, caught up, serving its topics again.
+    let restarted = Instant::now();
+    cluster.node_mut(leader).restart();
+    eprintln!("node {leader} serves again {:?} after its restart", restarted.elapsed());
+    let got = succeeded(&cluster.node(leader).cli(&["topic", "get", "created-while-down"]));
+    assert_eq!(field(&got, "name"), "created-while-down");
+    let back = cluster.node(leader).client();
+    on_leaders_topic.extend(publish(&back, &leaders_topic, 2_000_000, 10));
+    let delivered = drain(&back, &format!("{leaders_topic}-sub"), true);
+    assert_eq!(delivered, on_leaders_topic, "{leaders_topic} on node {leader}, before its death and after");
+    publishing("the publishers go on after the restart");
+
+    stop.store(true, Ordering::Relaxed);
+    let reader = cluster.node(survivors[1]).client();
+    for (topic, record, thread) in publishers {
+        thread.join().expect("a publisher panicked");
+        let record = record.lock().unwrap();
+        eprintln!(
+            "{topic} (node {}): {} messages acknowledged, slowest publish {:?}",
+            owners[&topic],
+            record.acknowledged.len(),
+            record.slowest
+        );
+        assert!(record.failures.is_empty(), "{topic}: publishes failed: {:?}", record.failures);
+        let delivered = drain(&reader, &format!("{topic}-sub"), true);
+        assert_eq!(delivered.len(), record.acknowledged.len(), "{topic}: delivered and acknowledged counts");
+        assert_eq!(
+            delivered, record.acknowledged,
+            "{topic}: the delivered messages are not the acknowledged ones"
+        );
+    }
+}
+
+#[test]
+fn a_cluster_without_a_quorum_refuses_changes_and_recovers() {
+    let mut cluster = Cluster::start("cluster-quorum", 3, Vec::new());
+    let leader = cluster.leader();
+    succeeded(&cluster.node(leader).cli(&["topic", "create", "before-the-loss"]));
+    // The survivor is a follower; the leader and the other follower go.
+    let survivor = cluster.ids().find(|id| *id != leader).unwrap();
+    let killed: Vec<u64> = cluster.ids().filter(|id| *id != survivor).collect();
+    for id in &killed {
+        cluster.node_mut(*id).kill();
+    }
+
+    // A create through the survivor is refused, well within its timeout, as unavailable.
+    let started = Instant::now();
+    let output = cluster.node(survivor).cli(&["--timeout", "5", "topic", "create", "without-a-quorum"]);
+    let took = started.elapsed();
+    let error = failed(&output);
+    eprintln!("without a quorum, after {took:?}: {}", error.trim());
+    assert_eq!(output.status.code(), Some(1), "the server itself should refuse: {error}");
+    assert!(error.starts_with("Unavailable"), "{error}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The Rust client sees the same.
+    let client = cluster.node(survivor).client();
+    let refused = block_on(client.create_topic("without-a-quorum-2")).unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::Unavailable, "{refused}");
+    // Reads go on from the catalog the survivor applied; nothing was created.
+    assert!(cli_lists_topic(&cluster, survivor, "before-the-loss"));
+    let missing = failed(&cluster.node(survivor).cli(&["topic", "get", "without-a-quorum"]));
+    assert!(missing.starts_with("NotFound"), "{missing}");
+
+    // Back to three: the create succeeds, the refused ones never appear.
+    for id in &killed {
+        let restarted = Instant::now();
+        cluster.node_mut(*id).restart();
+        eprintln!("node {id} serves again {:?} after its restart", restarted.elapsed());
+    }
+    let leader = cluster.leader();
+    eprintln!("node {leader} leads after the restarts");
+    succeeded(&cluster.node(survivor).cli(&["topic", "create", "after-the-loss"]));
+    for id in cluster.ids() {
+        eventually(APPLY_WITHIN, "every node gets the new topic", || {
+            cli_lists_topic(&cluster, id, "after-the-loss")
+        });
+        let listed = succeeded(&cluster.node(id).cli(&["topic", "list"]));
+        let names: Vec<&str> = listed.lines().map(|line| field(line, "name")).collect();
+        assert_eq!(names, ["after-the-loss", "before-the-loss"], "node {id}");
+    }
+}
+
+/// The same loss from the leader's side: both followers go, and a create reaches the leader
+/// while it still holds its lease. It should be refused as through a follower, and never
+/// appear.
+///
+/// Ignored while the daemon fails it: `Catalog::propose` awaits openraft's `client_write`
+/// without a deadline, and a leader with no quorum never commits, so the create is never
+/// answered (the CLI gives up with DeadlineExceeded); the entry stays in the leader's log and
+/// is committed once the followers are back, so the topic the client was not given appears.
+#[test]
+#[ignore = "daemon bug: a catalog leader that lost its quorum leaves a change unanswered, then commits it once its followers return"]
+fn a_catalog_leader_without_its_followers_refuses_changes() {
+    let mut cluster = Cluster::start("cluster-lone-leader", 3, Vec::new());
+    let leader = cluster.leader();
+    let followers: Vec<u64> = cluster.ids().filter(|id| *id != leader).collect();
+    for id in &followers {
+        cluster.node_mut(*id).kill();
+    }
+    let started = Instant::now();
+    let output = cluster.node(leader).cli(&["--timeout", "10", "topic", "create", "without-a-quorum"]);
+    let took = started.elapsed();
+    let answer =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    eprintln!("the leader alone, after {took:?}: exit {:?}: {}", output.status.code(), answer.trim());
+
+    for id in &followers {
+        cluster.node_mut(*id).restart();
+    }
+    let leader = cluster.leader();
+    succeeded(&cluster.node(leader).cli(&["topic", "create", "after-the-loss"]));
+    let appeared = cli_lists_topic(&cluster, leader, "without-a-quorum");
+
+    assert!(
+        output.status.code() == Some(1) && answer.starts_with("Unavailable") && !appeared,
+        "a create on a leader without a quorum: answered after {took:?} with exit code {:?} ({}), and the \
+         topic {} once the followers were back",
+        output.status.code(),
+        answer.trim(),
+        if appeared { "appeared" } else { "did not appear" }
+    );
+}
