@@ -157,6 +157,20 @@ impl ForwarderAddresses {
     }
 }
 
+/// A subscription created with an unknown outcome, and how to serve it if it was decided.
+struct Undecided {
+    subscription_id: u64,
+    shard: u32,
+    attach: ControlRequest,
+    /// Past this, it is no longer watched; if it commits later, the next start attaches it.
+    until: std::time::Instant,
+}
+
+/// How long an undecided subscription is watched for its creation to commit.
+pub const UNDECIDED_WATCH: std::time::Duration = std::time::Duration::from_secs(120);
+/// How often the undecided subscriptions are looked at.
+pub const UNDECIDED_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A future of another node's answer.
 pub type PeerFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Status>>>>;
 
@@ -226,6 +240,9 @@ pub struct Router<S: Storage> {
     forwarder_addresses: ForwarderAddresses,
     /// Names being created right now, so two concurrent creates cannot both succeed.
     creating: RefCell<HashSet<String>>,
+    /// Subscriptions whose creation the catalog did not decide in time (`is_undecided`): if
+    /// it commits later, the subscription is attached then (`settle_undecided`).
+    undecided: RefCell<Vec<Undecided>>,
     /// One unit: updates run one at a time, each from reading the record to its forwarder's
     /// answer, so that two concurrent updates cannot each write their change over the record
     /// as it was before the other, nor reach the forwarder in another order than the catalog.
@@ -253,6 +270,7 @@ impl<S: Storage> Router<S> {
             peers: None,
             forwarder_addresses,
             creating: RefCell::default(),
+            undecided: RefCell::default(),
             update_gate: Semaphore::new(1),
         }
     }
@@ -597,9 +615,13 @@ impl<S: Storage> Router<S> {
         };
         let response = topic_message(&record);
         if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {
-            let _ = self
-                .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: id, delete_data: true })
-                .await;
+            // Undecided, the topic may still be created: it stays attached, its files kept,
+            // and the next start removes them if the catalog never names it.
+            if !crate::catalog::is_undecided(&status) {
+                let _ = self
+                    .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: id, delete_data: true })
+                    .await;
+            }
             return Err(status);
         }
         Ok(response)
@@ -747,7 +769,6 @@ impl<S: Storage> Router<S> {
             detached: false,
         };
         let response = self.subscription_message(&record);
-        self.propose(CatalogEntry::SubscriptionCreated(record)).await?;
         let attach = ControlRequest::AttachSubscription {
             subscription_id: id,
             name: name.to_owned(),
@@ -756,6 +777,13 @@ impl<S: Storage> Router<S> {
             create: false,
             start_offset,
         };
+        if let Err(status) = self.propose(CatalogEntry::SubscriptionCreated(record)).await {
+            if crate::catalog::is_undecided(&status) {
+                let until = crate::runtime::now() + UNDECIDED_WATCH;
+                self.undecided.borrow_mut().push(Undecided { subscription_id: id, shard, attach, until });
+            }
+            return Err(status);
+        }
         if let Err(status) = self.call_forwarder(shard, attach).await {
             // Not served, so not kept: the deletion is decided like any other.
             let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_owned() }).await;
@@ -958,6 +986,31 @@ impl<S: Storage> Router<S> {
                     if let Err(status) = self.expire_subscription(&record.name).await {
                         eprintln!("ringpostd: expiring subscription '{}': {status}", record.name);
                     }
+                }
+            }
+        }
+    }
+
+    /// Attaches each subscription whose undecided creation has committed since; forgets those
+    /// watched for `UNDECIDED_WATCH`. Called every `UNDECIDED_CHECK_INTERVAL`.
+    pub async fn settle_undecided(&self) {
+        let now = crate::runtime::now();
+        let settled: Vec<Undecided> = {
+            let mut undecided = self.undecided.borrow_mut();
+            let state = self.state.borrow();
+            let (settled, waiting) = std::mem::take(&mut *undecided).into_iter().partition(|watched| {
+                watched.until <= now
+                    || state.subscriptions.values().any(|record| record.id == watched.subscription_id)
+            });
+            *undecided = waiting;
+            settled
+        };
+        for watched in settled {
+            let decided =
+                self.state.borrow().subscriptions.values().any(|record| record.id == watched.subscription_id);
+            if decided {
+                if let Err(status) = self.call_forwarder(watched.shard, watched.attach).await {
+                    eprintln!("ringpostd: attaching a subscription whose creation committed late: {status}");
                 }
             }
         }

@@ -51,6 +51,10 @@ const CATALOG_QUEUE_CAPACITY: u64 = 1024;
 /// unknown: longer than a failover (about 3 s), shorter than a client's patience.
 pub const CATALOG_PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How recently a cluster's leader must have heard from a majority of its voters to take a
+/// proposal: two heartbeats, and well inside its lease.
+const QUORUM_HEARD_WITHIN: Duration = Duration::from_millis(2 * CLUSTER_HEARTBEAT_INTERVAL_MS);
+
 /// Whether a refusal of `propose` leaves the outcome unknown: the change may still be decided.
 pub fn is_undecided(status: &Status) -> bool {
     status.code == crate::api::Code::DeadlineExceeded
@@ -72,6 +76,8 @@ pub struct Catalog<S: Storage> {
     /// A catalog from before raft is being imported: stored as a snapshot once ready.
     importing: Cell<bool>,
     this_node: u64,
+    /// How many voters the catalog has.
+    voters: usize,
 }
 
 /// The catalog's voters and which of them this node is.
@@ -235,6 +241,7 @@ impl<S: Storage> Catalog<S> {
             next_id: Cell::new(0),
             importing: Cell::new(imported.is_some()),
             this_node: voters.this_node,
+            voters: voters.ids.len(),
         };
         if pristine {
             // Every voter of a new cluster initializes with the same members, which openraft
@@ -329,6 +336,28 @@ impl<S: Storage> Catalog<S> {
         Ok(())
     }
 
+    /// Refuses, before anything is appended, a proposal on a cluster's leader that has not
+    /// heard from a majority of voters for `QUORUM_HEARD_WITHIN`: it would wait for a quorum
+    /// that is not there. A single voter is its own quorum.
+    fn check_quorum_heard(&self) -> Result<(), Status> {
+        if self.voters <= 1 {
+            return Ok(());
+        }
+        let heard: Option<rt::ShardInstant> =
+            self.raft.metrics().borrow_watched().last_quorum_acked.map(|acked| *acked);
+        let since = heard.map(|acked| <rt::ShardInstant as openraft_rt::instant::Instant>::now() - acked);
+        match since {
+            Some(since) if since <= QUORUM_HEARD_WITHIN => Ok(()),
+            since => Err(Status::unavailable(format!(
+                "node {} leads the catalog but has not heard from a majority of its {} voters{}: \
+                 too few are reachable to decide anything",
+                self.this_node,
+                self.voters,
+                since.map_or(String::new(), |since| format!(" for {:.1} s", since.as_secs_f64()))
+            ))),
+        }
+    }
+
     /// The voter this one knows to lead, if any.
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow_watched().current_leader
@@ -390,6 +419,7 @@ impl<S: Storage> Catalog<S> {
     /// (and then commit it), so the wait is bounded by `CATALOG_PROPOSE_TIMEOUT`; its refusal,
     /// `DeadlineExceeded`, means the outcome is unknown (see `is_undecided`).
     pub async fn propose(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+        self.check_quorum_heard()?;
         let write = async { Some(self.raft.client_write(entry).await) };
         let timeout = async {
             crate::runtime::sleep(CATALOG_PROPOSE_TIMEOUT).await;
@@ -400,7 +430,12 @@ impl<S: Storage> Catalog<S> {
                 Applied::Refused(status) => Err(status),
                 applied => Ok(applied),
             },
-            Some(Err(error)) => Err(Status::unavailable(format!("the catalog did not commit the change: {error}"))),
+            Some(Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(_),
+            ))) => Err(Status::unavailable("this node no longer leads the catalog; try again")),
+            Some(Err(error)) => {
+                Err(Status::unavailable(format!("the catalog did not commit the change: {error}")))
+            }
             None => Err(Status::new(
                 crate::api::Code::DeadlineExceeded,
                 format!(

@@ -170,6 +170,8 @@ pub(super) fn start_router_shard(
 /// The router shard's timer: subscription expiry, the catalog's disk reserve, and the
 /// catalog's compaction.
 fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
+    let settler = router.clone();
+    repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);
     let expirer = router.clone();
     repeat_every(router::EXPIRATION_CHECK_INTERVAL, async move || {
         expirer.expire_subscriptions().await;
