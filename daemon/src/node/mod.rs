@@ -334,6 +334,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         None if config.listen.ip().is_unspecified() => router::Advertise::ConnectionAddress,
         None => router::Advertise::Host(config.listen.ip().to_string()),
     };
+    let grpc_port = grpc_listener.as_ref().map(|(_, address)| address.port());
     let (stopped_sender, stopped) = mpsc::channel::<(String, usize)>();
     // A quarter of the descriptors for journals kept open, each holding one per data directory;
     // the rest are for message segments, connections and journals that reopen per commit.
@@ -381,6 +382,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                         .iter()
                         .map(|address| crate::host_and_port(&host, address.port()))
                         .collect(),
+                    // The other nodes' gRPC APIs carry catalog changes here when this node
+                    // leads (`protocol::grpc::forward`).
+                    grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
                 },
                 settings,
             }
