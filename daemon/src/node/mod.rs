@@ -363,6 +363,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         ready: ready_sender.clone(),
         stopped: stopped_sender,
         grpc_jobs: grpc_jobs.router,
+        leader_view: grpc_jobs.leader_view,
         cluster: cluster_listener.map(|listener| {
             let settings = config.cluster.clone().expect("bound for a cluster");
             // Where the other nodes' clients reach this node: a fixed host, since they did not
@@ -421,17 +422,26 @@ pub fn start(config: Config) -> Result<Daemon, String> {
 struct GrpcJobs {
     router: Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::RouterShard>>,
     forwarders: Vec<Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::ForwarderShard>>>,
+    /// The router shard's end of the gateway's view of the catalog's leader.
+    leader_view: Option<protocol::grpc::forward::LeaderViewSender>,
 }
 
 fn grpc_channels(serving: bool, shards: usize) -> (GrpcJobs, Option<protocol::grpc::gateway::Gateway>) {
     use protocol::grpc::bridge::job_channel;
     if !serving {
-        return (GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect() }, None);
+        let jobs =
+            GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect(), leader_view: None };
+        return (jobs, None);
     }
     let (router_caller, router_jobs) = job_channel();
     let (callers, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| job_channel()).unzip();
-    let jobs = GrpcJobs { router: Some(router_jobs), forwarders: receivers.into_iter().map(Some).collect() };
-    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers)))
+    let (leader_view, leader) = protocol::grpc::forward::leader_view();
+    let jobs = GrpcJobs {
+        router: Some(router_jobs),
+        forwarders: receivers.into_iter().map(Some).collect(),
+        leader_view: Some(leader_view),
+    };
+    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, leader)))
 }
 
 /// The cores no forwarder shard is pinned to, for the gRPC API's threads; none when the

@@ -3,6 +3,7 @@
 
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
+use super::forward::LeaderViewReceiver;
 use crate::api::{Code, Status};
 use crate::auth::{Access, Permission};
 use crate::router::Router;
@@ -37,12 +38,19 @@ enum Resource {
 pub struct Gateway {
     pub router: ShardCaller<RouterShard>,
     pub forwarders: Vec<ShardCaller<ForwarderShard>>,
+    /// Whether this node leads the catalog and where the leader's gRPC API is, kept by the
+    /// router shard (`forward`).
+    pub leader: LeaderViewReceiver,
     routes: Mutex<HashMap<Resource, u32>>,
 }
 
 impl Gateway {
-    pub fn new(router: ShardCaller<RouterShard>, forwarders: Vec<ShardCaller<ForwarderShard>>) -> Gateway {
-        Gateway { router, forwarders, routes: Mutex::new(HashMap::new()) }
+    pub fn new(
+        router: ShardCaller<RouterShard>,
+        forwarders: Vec<ShardCaller<ForwarderShard>>,
+        leader: LeaderViewReceiver,
+    ) -> Gateway {
+        Gateway { router, forwarders, leader, routes: Mutex::new(HashMap::new()) }
     }
 
     /// The forwarder serving `topic`, for a request that needs `permission` on it (checked by
