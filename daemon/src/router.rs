@@ -501,6 +501,16 @@ impl<S: Storage> Router<S> {
         Some((leader, address.unwrap_or_default()))
     }
 
+    /// Where node `node` serves its gRPC API, as it registered (empty: none, or unknown).
+    pub fn grpc_address(&self, node: u64) -> String {
+        self.state.borrow().nodes.get(&node).map(|node| node.grpc_address.clone()).unwrap_or_default()
+    }
+
+    /// Changes of which node leads the catalog (see `Catalog::role_changes`).
+    pub fn leader_changes(&self) -> crate::catalog::RoleChanges {
+        self.catalog.role_changes()
+    }
+
     /// Waits until this node applied catalog entry `index` (a change the leader decided for a
     /// client of this node), at most `within`.
     pub async fn wait_applied(&self, index: u64, within: std::time::Duration) -> bool {

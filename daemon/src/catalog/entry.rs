@@ -2,9 +2,10 @@
 //! checkpoint restates), with their codec. Each entry holds every decision it needs (ids,
 //! creation times, placement, sync points), so applying it is deterministic.
 //!
-//! Fields added later (labels, exactly-once delivery, detachment) are an optional trailer after
-//! an entry's fields, written only when one of them is not its default: an entry that uses none
-//! of them is encoded exactly as before, and one written before decodes with the defaults.
+//! Fields added later (labels, exactly-once delivery, detachment, a node's gRPC address) are an
+//! optional trailer after an entry's fields, written only when one of them is not its default:
+//! an entry that uses none of them is encoded exactly as before, and one written before decodes
+//! with the defaults.
 //!
 //! Kinds 1 to 11 are those the catalog wrote before it ran on raft; they are still decoded, for
 //! the one-time import of such a catalog and because some of them are still written.
@@ -107,7 +108,7 @@ pub struct SubscriptionRecord {
 }
 
 /// One node of a cluster, as it registered itself: where its peers reach its router, and where
-/// clients reach its router and each of its forwarder shards.
+/// clients reach its router, each of its forwarder shards and its gRPC API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRecord {
     pub node_id: u64,
@@ -115,6 +116,9 @@ pub struct NodeRecord {
     pub router_address: String,
     /// Shard `i`'s address at index `i`.
     pub forwarders: Vec<String>,
+    /// Where clients (and the other nodes' gRPC APIs, carrying catalog changes to the leader)
+    /// reach its gRPC API; empty when it serves none, and in entries written before the field.
+    pub grpc_address: String,
 }
 
 /// A topic's `shard` names a node and one of its forwarder shards: the node's id less one in
@@ -277,6 +281,11 @@ impl CatalogEntry {
                 for address in &node.forwarders {
                     encoder.str(address);
                 }
+                // A trailer, written only when set: a node without a gRPC API registers in
+                // exactly the bytes it did before the field, which every version reads.
+                if !node.grpc_address.is_empty() {
+                    encoder.str(&node.grpc_address);
+                }
                 encoder.0
             }
         }
@@ -379,11 +388,13 @@ impl CatalogEntry {
                 for _ in 0..count {
                     forwarders.push(d.str()?);
                 }
+                let grpc_address = if d.is_empty() { String::new() } else { d.str()? };
                 CatalogEntry::NodeRegistered(NodeRecord {
                     node_id,
                     cluster_address,
                     router_address,
                     forwarders,
+                    grpc_address,
                 })
             }
             _ => return Err("unknown catalog entry kind"),

@@ -396,6 +396,12 @@ impl<S: Storage> Catalog<S> {
             .is_ok()
     }
 
+    /// Changes of this voter's place in the raft group (an election, a new leader, a vote),
+    /// as openraft reports them: only when they change, not at each tick.
+    pub fn role_changes(&self) -> RoleChanges {
+        RoleChanges(self.raft.server_metrics())
+    }
+
     pub fn state(&self) -> Ref<'_, CatalogState> {
         self.machine.state.borrow()
     }
@@ -503,6 +509,21 @@ impl<S: Storage> Catalog<S> {
 }
 
 use openraft::async_runtime::WatchReceiver;
+
+/// See `Catalog::role_changes`.
+pub struct RoleChanges(
+    openraft::type_config::alias::WatchReceiverOf<
+        CatalogRaft,
+        openraft::metrics::RaftServerMetrics<CatalogRaft>,
+    >,
+);
+
+impl RoleChanges {
+    /// Waits for the next change; `false` once the raft has stopped (there will be none).
+    pub async fn changed(&mut self) -> bool {
+        self.0.changed().await.is_ok()
+    }
+}
 
 /// Places, once, the topics of a catalog written before placement was in its entries, in id
 /// order as the old start did.

@@ -152,15 +152,48 @@ fn entries_round_trip() {
             expire_time_ms: 9,
             labels: labels("z"),
         }),
-        CatalogEntry::NodeRegistered(NodeRecord {
-            node_id: 2,
-            cluster_address: "10.0.0.2:7460".into(),
-            router_address: "10.0.0.2:7450".into(),
-            forwarders: vec!["10.0.0.2:7451".into(), "10.0.0.2:7452".into()],
-        }),
+        CatalogEntry::NodeRegistered(node_record("")),
+        CatalogEntry::NodeRegistered(node_record("10.0.0.2:8085")),
     ]) {
         assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
     }
+}
+
+/// Node 2 of a cluster, its gRPC API at `grpc_address` (empty: none).
+fn node_record(grpc_address: &str) -> NodeRecord {
+    NodeRecord {
+        node_id: 2,
+        cluster_address: "10.0.0.2:7460".into(),
+        router_address: "10.0.0.2:7450".into(),
+        forwarders: vec!["10.0.0.2:7451".into(), "10.0.0.2:7452".into()],
+        grpc_address: grpc_address.into(),
+    }
+}
+
+/// A registration written before nodes recorded their gRPC API (bytes built by hand, the old
+/// field list) decodes with none; a node without one is still encoded byte for byte as before,
+/// and one with one only adds its trailer, so a checkpoint holding both decodes whole.
+#[test]
+fn node_registrations_written_before_the_grpc_address_decode_without_one() {
+    use crate::codec::Encoder;
+    let mut old = Encoder::new(18);
+    old.u64(2).str("10.0.0.2:7460").str("10.0.0.2:7450").u32(2).str("10.0.0.2:7451").str("10.0.0.2:7452");
+    let old = old.0;
+    assert_eq!(CatalogEntry::decode(&old), Ok(CatalogEntry::NodeRegistered(node_record(""))));
+    assert_eq!(CatalogEntry::NodeRegistered(node_record("")).encode(), old);
+    let with_grpc = Encoder(old.clone()).str("10.0.0.2:8085").0.clone();
+    assert_eq!(CatalogEntry::NodeRegistered(node_record("10.0.0.2:8085")).encode(), with_grpc);
+
+    let mut checkpoint = Vec::new();
+    let mut third = node_record("10.0.0.3:8085");
+    third.node_id = 3;
+    for entry in [old, CatalogEntry::NodeRegistered(third).encode()] {
+        checkpoint.extend_from_slice(&(entry.len() as u32).to_le_bytes());
+        checkpoint.extend_from_slice(&entry);
+    }
+    let state = CatalogState::decode(&checkpoint).unwrap();
+    assert_eq!(state.nodes[&2].grpc_address, "");
+    assert_eq!(state.nodes[&3].grpc_address, "10.0.0.3:8085");
 }
 
 /// Entries as this version's predecessor wrote them (bytes built by hand, the old field lists):

@@ -337,6 +337,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         None if config.listen.ip().is_unspecified() => router::Advertise::ConnectionAddress,
         None => router::Advertise::Host(config.listen.ip().to_string()),
     };
+    let grpc_port = grpc_listener.as_ref().map(|(_, address)| address.port());
     let (stopped_sender, stopped) = mpsc::channel::<(String, usize)>();
     // A quarter of the descriptors for journals kept open, each holding one per data directory;
     // the rest are for message segments, connections and journals that reopen per commit.
@@ -365,6 +366,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         ready: ready_sender.clone(),
         stopped: stopped_sender,
         grpc_jobs: grpc_jobs.router,
+        leader_view: grpc_jobs.leader_view,
         cluster: cluster_listener.map(|listener| {
             let settings = config.cluster.clone().expect("bound for a cluster");
             // Where the other nodes' clients reach this node: a fixed host, since they did not
@@ -384,6 +386,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                         .iter()
                         .map(|address| crate::host_and_port(&host, address.port()))
                         .collect(),
+                    // The other nodes' gRPC APIs carry catalog changes here when this node
+                    // leads (`protocol::grpc::forward`).
+                    grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
                 },
                 settings,
             }
@@ -420,17 +425,26 @@ pub fn start(config: Config) -> Result<Daemon, String> {
 struct GrpcJobs {
     router: Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::RouterShard>>,
     forwarders: Vec<Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::ForwarderShard>>>,
+    /// The router shard's end of the gateway's view of the catalog's leader.
+    leader_view: Option<protocol::grpc::forward::LeaderViewSender>,
 }
 
 fn grpc_channels(serving: bool, shards: usize) -> (GrpcJobs, Option<protocol::grpc::gateway::Gateway>) {
     use protocol::grpc::bridge::job_channel;
     if !serving {
-        return (GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect() }, None);
+        let jobs =
+            GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect(), leader_view: None };
+        return (jobs, None);
     }
     let (router_caller, router_jobs) = job_channel();
     let (callers, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| job_channel()).unzip();
-    let jobs = GrpcJobs { router: Some(router_jobs), forwarders: receivers.into_iter().map(Some).collect() };
-    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers)))
+    let (leader_view, leader) = protocol::grpc::forward::leader_view();
+    let jobs = GrpcJobs {
+        router: Some(router_jobs),
+        forwarders: receivers.into_iter().map(Some).collect(),
+        leader_view: Some(leader_view),
+    };
+    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, leader)))
 }
 
 /// The cores no forwarder shard is pinned to, for the gRPC API's threads; none when the

@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 
 use protocol::grpc::bridge::{serve_jobs, JobReceiver};
+use protocol::grpc::forward::{LeaderView, LeaderViewSender};
 use protocol::grpc::gateway::RouterShard;
 use protocol::native::peer::{PeerAddresses, PeerHandler, PeerNetwork, PeerPool};
 
@@ -29,6 +30,8 @@ pub(super) struct RouterWiring {
     pub stopped: mpsc::Sender<(String, usize)>,
     /// The gRPC API's jobs for the router, when it is served.
     pub grpc_jobs: Option<JobReceiver<RouterShard>>,
+    /// The gRPC API's view of the catalog's leader, kept current here, when it is served.
+    pub leader_view: Option<LeaderViewSender>,
     /// The cluster port and this node's registration, in a cluster.
     pub cluster: Option<ClusterWiring>,
 }
@@ -81,6 +84,7 @@ pub(super) fn start_router_shard(
                 ready: router_ready,
                 stopped: stopped_sender,
                 grpc_jobs,
+                leader_view,
                 cluster,
             } = wiring;
             let fail = |message: String| {
@@ -153,6 +157,9 @@ pub(super) fn start_router_shard(
             if let Some((handler, _)) = &peers {
                 handler.set_router(router.clone());
             }
+            if let Some(view) = leader_view {
+                keep_leader_view(&router, view, &stop);
+            }
             let listener = into_glommio(router_listener);
             let _ = router_ready.send(Ok(()));
             run_router_timers(&router);
@@ -182,6 +189,77 @@ fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
             Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
         }
     });
+}
+
+/// The longest the gRPC API's view of the catalog's leader waits for a refresh when no change
+/// of leader wakes it: long enough to cost nothing, short enough that a registration applied
+/// since (the leader's gRPC address) is seen within a client's retry.
+const LEADER_VIEW_REFRESH_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What the router says of the catalog's leader, for the gRPC API.
+fn leader_view_of<S: storage::Storage>(router: &router::Router<S>) -> LeaderView {
+    LeaderView {
+        node_id: router.node_id(),
+        clustered: router.is_clustered(),
+        leads: router.leads(),
+        leader: router.leader().map(|(leader, _)| (leader, router.grpc_address(leader))),
+    }
+}
+
+/// Keeps the gRPC API's view of the catalog's leader current, so that its tokio threads know,
+/// without a job, whether a catalog change is decided here or carried to the leader
+/// (`protocol::grpc::forward`). Refreshed when openraft reports a change of this voter's role
+/// or of the leader it knows, rather than on a fast timer: openraft sends those only when they
+/// change, so an idle shard is not woken ten times a second, and a new leader is seen as soon
+/// as this node learns of it instead of up to a period later (each stale answer costs a client
+/// a retry). The leader's gRPC address comes from its registration, an applied entry that
+/// changes no role: a slow timer (`LEADER_VIEW_REFRESH_MAX`) catches those.
+fn keep_leader_view<S: storage::Storage>(
+    router: &Rc<router::Router<S>>,
+    view: LeaderViewSender,
+    stop: &sync::Stop,
+) {
+    let (router, stop) = (router.clone(), stop.clone());
+    view.send_replace(leader_view_of(&router));
+    if !router.is_clustered() {
+        // A node alone decides every change itself, for as long as it runs.
+        return;
+    }
+    crate::runtime::spawn(async move {
+        let mut changes = router.leader_changes();
+        loop {
+            let woken = futures_lite::future::or(
+                async {
+                    let changed = futures_lite::future::or(changes.changed(), async {
+                        crate::runtime::sleep(LEADER_VIEW_REFRESH_MAX).await;
+                        true
+                    });
+                    // The raft stopped: no change will come, only the timer.
+                    if !changed.await {
+                        crate::runtime::sleep(LEADER_VIEW_REFRESH_MAX).await;
+                    }
+                    true
+                },
+                async {
+                    stop.given().await;
+                    false
+                },
+            )
+            .await;
+            if !woken {
+                return;
+            }
+            let current = leader_view_of(&router);
+            view.send_if_modified(|seen| {
+                let changed = *seen != current;
+                if changed {
+                    *seen = current;
+                }
+                changed
+            });
+        }
+    })
+    .detach();
 }
 
 /// Opens this node's voter of the cluster's catalog, serves the cluster port (the other voters

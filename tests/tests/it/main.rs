@@ -11,6 +11,7 @@ mod deadlines;
 mod disks;
 mod full_disk;
 mod grpc_admin;
+mod grpc_cluster;
 mod grpc_delivery;
 mod grpc_security;
 mod io_memory;

@@ -3,6 +3,7 @@
 
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
+use super::forward::LeaderViewReceiver;
 use crate::api::{Code, Status};
 use crate::auth::{Access, Permission};
 use crate::router::Router;
@@ -37,12 +38,19 @@ enum Resource {
 pub struct Gateway {
     pub router: ShardCaller<RouterShard>,
     pub forwarders: Vec<ShardCaller<ForwarderShard>>,
+    /// Whether this node leads the catalog and where the leader's gRPC API is, kept by the
+    /// router shard (`forward`).
+    pub leader: LeaderViewReceiver,
     routes: Mutex<HashMap<Resource, u32>>,
 }
 
 impl Gateway {
-    pub fn new(router: ShardCaller<RouterShard>, forwarders: Vec<ShardCaller<ForwarderShard>>) -> Gateway {
-        Gateway { router, forwarders, routes: Mutex::new(HashMap::new()) }
+    pub fn new(
+        router: ShardCaller<RouterShard>,
+        forwarders: Vec<ShardCaller<ForwarderShard>>,
+        leader: LeaderViewReceiver,
+    ) -> Gateway {
+        Gateway { router, forwarders, leader, routes: Mutex::new(HashMap::new()) }
     }
 
     /// The forwarder serving `topic`, for a request that needs `permission` on it (checked by
@@ -63,10 +71,14 @@ impl Gateway {
             .router
             .try_call(move |shard| async move {
                 presented.check(&shard.access, permission, &name)?;
-                first_shard(shard.router.lookup_topic(&name, None)?)
+                router_local_shard(
+                    &shard.router,
+                    &format!("topic '{name}'"),
+                    shard.router.lookup_topic(&name, None)?,
+                )
             })
             .await?;
-        Ok(self.remember(resource, shard))
+        self.remember(resource, shard)
     }
 
     /// The forwarder serving `subscription` (its topic's), as `topic_forwarder`.
@@ -85,10 +97,11 @@ impl Gateway {
             .router
             .try_call(move |shard| async move {
                 presented.check(&shard.access, permission, &name)?;
-                first_shard(shard.router.lookup_subscription(&name, None)?)
+                let forwarders = shard.router.lookup_subscription(&name, None)?;
+                router_local_shard(&shard.router, &format!("subscription '{name}'"), forwarders)
             })
             .await?;
-        Ok(self.remember(resource, shard))
+        self.remember(resource, shard)
     }
 
     /// Forgets a topic's route: after `NotOwner` (the topic moved, or was deleted and made
@@ -111,25 +124,90 @@ impl Gateway {
         self.forwarders.get(shard as usize)
     }
 
-    fn remember(&self, resource: Resource, shard: u32) -> &ShardCaller<ForwarderShard> {
+    fn remember(&self, resource: Resource, shard: u32) -> Result<&ShardCaller<ForwarderShard>, Status> {
+        let caller = self
+            .forwarders
+            .get(shard as usize)
+            .ok_or_else(|| Status::unavailable(format!("this node has no forwarder shard {shard}; retry")))?;
         let mut routes = self.routes.lock().expect("routes");
         if routes.len() >= GRPC_ROUTES_CACHED_MAX {
             routes.clear();
         }
         routes.insert(resource, shard);
-        &self.forwarders[shard as usize]
+        Ok(caller)
     }
 }
 
-fn first_shard(addresses: Vec<crate::api::control::ForwarderAddress>) -> Result<u32, Status> {
-    addresses
-        .first()
-        .map(|address| address.shard)
-        .ok_or_else(|| Status::unavailable("no forwarder serves this resource; retry"))
+/// The local shard of this node's forwarder that serves a resource (`what`), the first of
+/// `forwarders`. The lookup names a cluster's shard (node and local shard); this API reaches
+/// only this node's shards, through their job channels, so a resource another node serves is
+/// refused, naming that node and its gRPC API (`grpc_address_of`), rather than sent to this
+/// node's shard of the same number.
+fn local_shard(
+    this_node: u64,
+    grpc_address_of: impl Fn(u64) -> String,
+    what: &str,
+    forwarders: Vec<crate::api::control::ForwarderAddress>,
+) -> Result<u32, Status> {
+    let first =
+        forwarders.first().ok_or_else(|| Status::unavailable("no forwarder serves this resource; retry"))?;
+    let (node, local) = crate::catalog::node_and_shard(first.shard);
+    if node == this_node {
+        return Ok(local);
+    }
+    let grpc = grpc_address_of(node);
+    let elsewhere = if grpc.is_empty() {
+        format!("node {node} serves no gRPC API: use")
+    } else {
+        format!("call node {node}'s gRPC API at {grpc}, or use")
+    };
+    Err(Status::failed_precondition(format!(
+        "{what} is served by node {node}'s forwarders, and this node's gRPC API reaches only its own; {elsewhere} \
+         the native protocol, whose clients reach any node's forwarders"
+    )))
+}
+
+/// `local_shard` with what the router knows.
+fn router_local_shard<S: crate::storage::Storage>(
+    router: &Router<S>,
+    what: &str,
+    forwarders: Vec<crate::api::control::ForwarderAddress>,
+) -> Result<u32, Status> {
+    local_shard(router.node_id(), |node| router.grpc_address(node), what, forwarders)
 }
 
 /// Whether a forwarder's answer means the route was stale, so the caller should forget it and
 /// ask once more.
 pub fn is_stale_route(status: &Status) -> bool {
     status.code == Code::NotOwner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::control::ForwarderAddress;
+    use crate::catalog::global_shard;
+
+    fn at(shards: &[u32]) -> Vec<ForwarderAddress> {
+        shards
+            .iter()
+            .map(|&shard| ForwarderAddress { shard, address: format!("forwarder {shard}") })
+            .collect()
+    }
+
+    #[test]
+    fn only_this_nodes_forwarders_are_reached_and_another_nodes_are_named() {
+        let grpc = |node: u64| if node == 3 { String::new() } else { format!("10.0.0.{node}:8085") };
+        // Node 2's second shard is its local shard 1, not the 65,537th of this node.
+        assert_eq!(local_shard(2, grpc, "topic 'a'", at(&[global_shard(2, 1), global_shard(1, 0)])), Ok(1));
+        assert_eq!(local_shard(1, grpc, "topic 'a'", at(&[global_shard(1, 1)])), Ok(1));
+        let refused =
+            local_shard(2, grpc, "topic 'a'", at(&[global_shard(1, 0), global_shard(2, 0)])).unwrap_err();
+        assert_eq!(refused.code, Code::FailedPrecondition);
+        assert!(refused.message.contains("topic 'a' is served by node 1's forwarders"), "{refused}");
+        assert!(refused.message.contains("call node 1's gRPC API at 10.0.0.1:8085"), "{refused}");
+        let refused = local_shard(1, grpc, "subscription 'b'", at(&[global_shard(3, 1)])).unwrap_err();
+        assert!(refused.message.contains("node 3 serves no gRPC API: use the native protocol"), "{refused}");
+        assert_eq!(local_shard(1, grpc, "topic 'a'", Vec::new()).unwrap_err().code, Code::Unavailable);
+    }
 }

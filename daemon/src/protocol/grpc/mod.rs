@@ -14,6 +14,7 @@ mod connections;
 pub mod convert;
 pub mod credentials;
 mod delivery;
+pub mod forward;
 pub mod gateway;
 pub mod names;
 mod publisher;
@@ -145,6 +146,8 @@ async fn serve(
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<PublisherServer<publisher::PublisherService>>().await;
     health_reporter.set_serving::<SubscriberServer<subscriber::SubscriberService>>().await;
+    // Over TLS, catalog changes are not carried to the leader: see `forward`.
+    let forwarding = forward::ForwardLayer::new(gateway.clone(), tls.is_none());
     let publisher = PublisherServer::new(publisher::PublisherService { gateway: gateway.clone() })
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
     let subscriber =
@@ -155,6 +158,8 @@ async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .tcp_nodelay(true)
         .layer(budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX))
+        // Inside the budget, so that a request carried to the leader is metered as it arrives.
+        .layer(forwarding)
         .add_service(health)
         .add_service(publisher)
         .add_service(subscriber)

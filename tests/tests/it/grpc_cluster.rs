@@ -1,0 +1,386 @@
+//! Google's gRPC API on a cluster of three nodes: catalog changes sent to a node that does not
+//! lead the catalog are carried to the leader's gRPC API, the caller's token with them, so that
+//! code written for Pub/Sub (which cannot follow a redirect) works against any node.
+//!
+//! The nodes are started here, not with the harness's `Daemon`: a clustered node is ready only
+//! once the catalog has a leader, so all three are spawned before any is waited on.
+
+use crate::security::{access_text, token, AccessFile, Files, Token};
+use ringpost_client::{block_on, Client, PoolSettings, Security};
+use ringpost_tests::grpc::{pubsub, snapshot_path, subscription_path, topic_path, Grpc};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+/// How long three nodes may take to elect a leader and start serving.
+const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a call answered `UNAVAILABLE` is retried, as the client libraries retry it (a
+/// node's view of the leader's gRPC address may lag its registration by a second).
+const UNAVAILABLE_RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// One `ringpostd` of the cluster.
+struct Node {
+    id: u64,
+    directory: PathBuf,
+    child: Option<Child>,
+    /// Its router's address, from its ready file.
+    address: String,
+    /// Its gRPC API's address.
+    grpc: String,
+}
+
+impl Node {
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.directory.join("ringpostd.log")).unwrap_or_default()
+    }
+
+    /// The `ringpost` CLI against this node, presenting `token`.
+    fn cli(&self, token: &Token, args: &[&str]) -> String {
+        let output = Command::new(ringpost_tests::binary("ringpost"))
+            .args(["--server", &self.address, "--token", &token.secret])
+            .args(args)
+            .output()
+            .expect("running ringpost");
+        ringpost_tests::succeeded(&output)
+    }
+
+    /// A native client of this node presenting `token`.
+    fn client(&self, token: &Token) -> Client {
+        let security = Security::default().with_token(token.secret.clone());
+        block_on(Client::connect_with_security(
+            &self.address,
+            PoolSettings::default(),
+            Duration::from_secs(10),
+            security,
+        ))
+        .unwrap_or_else(|error| panic!("connecting to node {} at {}: {error}", self.id, self.address))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "kept {} for inspection; node {}'s log:\n{}",
+                self.directory.display(),
+                self.id,
+                self.log()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.directory);
+        }
+    }
+}
+
+/// Ports free now (held together while chosen, so none is chosen twice).
+fn free_ports(count: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> =
+        (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port")).collect();
+    held.iter().map(|listener| listener.local_addr().unwrap().port()).collect()
+}
+
+/// Three nodes on loopback, each with its gRPC API, requiring the tokens of `access`; returns
+/// once every one is serving.
+fn start_cluster(label: &str, access: &AccessFile) -> Vec<Node> {
+    let ports = free_ports(6);
+    let cluster = ports[..3].iter().map(|port| format!("127.0.0.1:{port}")).collect::<Vec<_>>().join(",");
+    let mut nodes: Vec<Node> = (1..=3u64)
+        .map(|id| {
+            let directory = ringpost_tests::temporary_directory(&format!("{label}-{id}"));
+            let log = std::fs::File::create(directory.join("ringpostd.log")).unwrap();
+            let child = Command::new(ringpost_tests::binary("ringpostd"))
+                .arg("--data-dir")
+                .arg(directory.join("data"))
+                .args(["--shards", "2", "--listen", "127.0.0.1:0"])
+                .args(["--node-id", &id.to_string(), "--cluster", &cluster])
+                .args(["--grpc-listen", &format!("127.0.0.1:{}", ports[2 + id as usize])])
+                .args(["--auth", "required", "--access-file"])
+                .arg(&access.path)
+                .arg("--ready-file")
+                .arg(directory.join("ready"))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("starting ringpostd");
+            Node { id, directory, child: Some(child), address: String::new(), grpc: String::new() }
+        })
+        .collect();
+    let deadline = Instant::now() + CLUSTER_START_TIMEOUT;
+    for node in &mut nodes {
+        loop {
+            if let Ok(contents) = std::fs::read_to_string(node.directory.join("ready")) {
+                let mut lines = contents.lines();
+                node.address = lines.next().unwrap_or_default().trim().to_owned();
+                node.grpc =
+                    lines.find_map(|line| line.strip_prefix("grpc ")).expect(&contents).trim().to_owned();
+                break;
+            }
+            if let Some(status) = node.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("node {} exited with {status} while starting; log:\n{}", node.id, node.log());
+            }
+            assert!(Instant::now() < deadline, "node {} did not start; log:\n{}", node.id, node.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    nodes
+}
+
+fn mask(paths: &[&str]) -> Option<prost_types::FieldMask> {
+    Some(prost_types::FieldMask { paths: paths.iter().map(|path| (*path).to_owned()).collect() })
+}
+
+/// A field of one of the CLI's JSON lines.
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    let key = format!("\"{name}\":");
+    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
+    let rest = &line[start..];
+    match rest.strip_prefix('"') {
+        Some(quoted) => &quoted[..quoted.find('"').unwrap()],
+        None => &rest[..rest.find([',', '}']).unwrap()],
+    }
+}
+
+/// The node leading the catalog, as `ringpost cluster status` on `node` says.
+fn leader(node: &Node, token: &Token) -> u64 {
+    let deadline = Instant::now() + CLUSTER_START_TIMEOUT;
+    loop {
+        let status = node.cli(token, &["cluster", "status"]);
+        if let Ok(leader) = field(status.lines().next().expect(&status), "catalog_leader").parse() {
+            return leader;
+        }
+        assert!(Instant::now() < deadline, "no leader: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `call`'s answer, retried while it is `UNAVAILABLE` as the client libraries retry it.
+fn retrying<T>(what: &str, call: impl Fn() -> Result<T, tonic::Status>) -> Result<T, tonic::Status> {
+    let deadline = Instant::now() + UNAVAILABLE_RETRY_FOR;
+    loop {
+        match call() {
+            Err(status) if status.code() == Code::Unavailable && Instant::now() < deadline => {
+                eprintln!("{what}: UNAVAILABLE, retried: {}", status.message());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            answer => return answer,
+        }
+    }
+}
+
+fn succeeds<T>(what: &str, call: impl Fn() -> Result<T, tonic::Status>) -> T {
+    retrying(what, call).unwrap_or_else(|status| panic!("{what}: {status:?}"))
+}
+
+/// The node whose forwarders serve `topic`, from each node's stats (a node's lists only the
+/// topics on its own forwarders).
+fn node_serving(nodes: &[Node], token: &Token, topic: &str) -> u64 {
+    let serving: Vec<u64> = nodes
+        .iter()
+        .filter(|node| {
+            let stats = block_on(node.client(token).stats()).expect("stats");
+            stats.topics.iter().any(|served| served.name == topic)
+        })
+        .map(|node| node.id)
+        .collect();
+    assert_eq!(serving.len(), 1, "topic '{topic}' is served by nodes {serving:?}");
+    serving[0]
+}
+
+#[test]
+fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
+    let files = Files::new("grpc-cluster");
+    let (root, reader) = (token("root"), token("reader"));
+    let access =
+        AccessFile::new(&files, &access_text(&[&root, &reader], &["admin * root", "viewer * reader"]));
+    let nodes = start_cluster("grpc-cluster", &access);
+    let leader_id = leader(&nodes[0], &root);
+    let followers: Vec<&Node> = nodes.iter().filter(|node| node.id != leader_id).collect();
+    let leader = nodes.iter().find(|node| node.id == leader_id).expect("the leader");
+    let at_followers: Vec<Grpc> =
+        followers.iter().map(|node| Grpc::connect_with_token(&node.grpc, Some(&root.secret))).collect();
+    let at_leader = Grpc::connect_with_token(&leader.grpc, Some(&root.secret));
+    // Most calls go to the follower of the higher id, which is never node 1 (whose shards'
+    // cluster numbers equal their local numbers, which would hide a mix-up of the two); the
+    // creates go to both in turn.
+    let (follower, grpc) = (followers[1], &at_followers[1]);
+    eprintln!("node {leader_id} leads; the gRPC calls go to nodes {} and {}", followers[0].id, follower.id);
+
+    // Topics enough that placement (over the six forwarders of three nodes) puts some on the
+    // followers and some elsewhere; each with a subscription.
+    let topics: Vec<String> = (0..6).map(|index| format!("orders-{index}")).collect();
+    for (index, topic) in topics.iter().enumerate() {
+        let grpc = &at_followers[index % 2];
+        let created = succeeds("CreateTopic at a follower", || grpc.create_plain_topic(topic));
+        assert_eq!(created.name, topic_path(topic));
+        let reader_name = format!("{topic}-reader");
+        let subscription = succeeds("CreateSubscription at a follower", || {
+            grpc.create_plain_subscription(&reader_name, topic)
+        });
+        assert_eq!(subscription.topic, topic_path(topic));
+        // The leader decided it, and the follower applied it before it answered: both see it.
+        for (who, at) in [("the leader", &at_leader), ("the follower", grpc)] {
+            at.get_topic(pubsub::GetTopicRequest { topic: topic_path(topic) })
+                .unwrap_or_else(|status| panic!("topic '{topic}' at {who}: {status:?}"));
+            at.get_subscription(pubsub::GetSubscriptionRequest {
+                subscription: subscription_path(&reader_name),
+            })
+            .unwrap_or_else(|status| panic!("subscription '{reader_name}' at {who}: {status:?}"));
+        }
+    }
+
+    // Every other kind of change, through the follower too, seen at the leader.
+    let (first, first_reader) = (&topics[0], format!("{}-reader", topics[0]));
+    let labels: std::collections::HashMap<String, String> = [("team".to_owned(), "orders".to_owned())].into();
+    succeeds("UpdateTopic at a follower", || {
+        grpc.update_topic(pubsub::UpdateTopicRequest {
+            topic: Some(pubsub::Topic {
+                name: topic_path(first),
+                labels: labels.clone(),
+                ..Default::default()
+            }),
+            update_mask: mask(&["labels"]),
+        })
+    });
+    let shown = at_leader.get_topic(pubsub::GetTopicRequest { topic: topic_path(first) }).unwrap();
+    assert_eq!(shown.labels, labels);
+    succeeds("UpdateSubscription at a follower", || {
+        grpc.update_subscription(pubsub::UpdateSubscriptionRequest {
+            subscription: Some(pubsub::Subscription {
+                name: subscription_path(&first_reader),
+                ack_deadline_seconds: 30,
+                ..Default::default()
+            }),
+            update_mask: mask(&["ack_deadline_seconds"]),
+        })
+    });
+    let shown = at_leader
+        .get_subscription(pubsub::GetSubscriptionRequest { subscription: subscription_path(&first_reader) })
+        .unwrap();
+    assert_eq!(shown.ack_deadline_seconds, 30);
+    succeeds("CreateSnapshot at a follower", || {
+        grpc.create_snapshot(pubsub::CreateSnapshotRequest {
+            name: snapshot_path("mark"),
+            subscription: subscription_path(&first_reader),
+            ..Default::default()
+        })
+    });
+    succeeds("UpdateSnapshot at a follower", || {
+        grpc.update_snapshot(pubsub::UpdateSnapshotRequest {
+            snapshot: Some(pubsub::Snapshot {
+                name: snapshot_path("mark"),
+                labels: labels.clone(),
+                ..Default::default()
+            }),
+            update_mask: mask(&["labels"]),
+        })
+    });
+    let shown =
+        at_leader.get_snapshot(pubsub::GetSnapshotRequest { snapshot: snapshot_path("mark") }).unwrap();
+    assert_eq!((shown.topic, shown.labels), (topic_path(first), labels.clone()));
+    succeeds("DeleteSnapshot at a follower", || {
+        grpc.delete_snapshot(pubsub::DeleteSnapshotRequest { snapshot: snapshot_path("mark") })
+    });
+    let status =
+        at_leader.get_snapshot(pubsub::GetSnapshotRequest { snapshot: snapshot_path("mark") }).unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    succeeds("CreateSubscription at a follower", || grpc.create_plain_subscription("pager", first));
+    succeeds("DetachSubscription at a follower", || {
+        grpc.detach_subscription(pubsub::DetachSubscriptionRequest {
+            subscription: subscription_path("pager"),
+        })
+    });
+    let shown = at_leader
+        .get_subscription(pubsub::GetSubscriptionRequest { subscription: subscription_path("pager") })
+        .unwrap();
+    assert!(shown.detached, "{shown:?}");
+    succeeds("DeleteSubscription at a follower", || {
+        grpc.delete_subscription(pubsub::DeleteSubscriptionRequest {
+            subscription: subscription_path("pager"),
+        })
+    });
+
+    // The token crossed with the change: the leader decided who may make it.
+    let anonymous = Grpc::connect(&follower.grpc);
+    let status = anonymous.create_plain_topic("nobody-may").unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let viewer = Grpc::connect_with_token(&follower.grpc, Some(&reader.secret));
+    let status =
+        retrying("CreateTopic as a viewer", || viewer.create_plain_topic("viewers-may-not")).unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let status =
+        at_leader.get_topic(pubsub::GetTopicRequest { topic: topic_path("viewers-may-not") }).unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    let refusal = "denied pubsub.topics.create on topic:viewers-may-not to reader";
+    assert!(leader.log().contains(refusal), "the leader refused it:\n{}", leader.log());
+    assert!(!follower.log().contains(refusal), "not the follower:\n{}", follower.log());
+
+    // Publish and pull through each follower. Its gRPC API reaches only its own forwarders
+    // (through their job channels): a topic another node serves is refused, naming that node,
+    // and the client can go there. Carrying the data plane to the serving node is not built.
+    let placed: Vec<(&String, u64)> =
+        topics.iter().map(|topic| (topic, node_serving(&nodes, &root, topic))).collect();
+    eprintln!("placement: {placed:?}");
+    let mut served_here = 0;
+    for node in nodes.iter().filter(|node| node.id != leader_id) {
+        let here = Grpc::connect_with_token(&node.grpc, Some(&root.secret));
+        for (topic, serving) in &placed {
+            let data = format!("to {topic}");
+            let published = here.publish_data(topic, &[data.as_bytes()]);
+            if *serving != node.id {
+                let status = published.expect_err("a publish to a topic another node serves");
+                assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+                assert!(status.message().contains(&format!("node {serving}'s forwarders")), "{status:?}");
+                let pulled = here.pull_now(&format!("{topic}-reader"), 10).expect_err("a pull elsewhere");
+                assert_eq!(pulled.code(), Code::FailedPrecondition, "{pulled:?}");
+                continue;
+            }
+            served_here += 1;
+            let ids = published
+                .unwrap_or_else(|status| panic!("publish to '{topic}' on node {serving}: {status:?}"));
+            assert_eq!(ids.len(), 1);
+            let pulled = here
+                .pull(pubsub::PullRequest {
+                    subscription: subscription_path(&format!("{topic}-reader")),
+                    max_messages: 10,
+                    ..Default::default()
+                })
+                .unwrap_or_else(|status| panic!("pull of '{topic}' on node {serving}: {status:?}"));
+            let data: Vec<&[u8]> = pulled
+                .received_messages
+                .iter()
+                .map(|message| &message.message.as_ref().unwrap().data[..])
+                .collect();
+            assert_eq!(data, [format!("to {topic}").as_bytes()], "'{topic}' on node {serving}");
+            let ack_ids = pulled.received_messages.iter().map(|message| message.ack_id.clone()).collect();
+            here.acknowledge(pubsub::AcknowledgeRequest {
+                subscription: subscription_path(&format!("{topic}-reader")),
+                ack_ids,
+            })
+            .unwrap();
+        }
+    }
+    assert!(served_here > 0, "no topic was placed on a follower: {placed:?}");
+
+    // Deleted through the follower, gone everywhere.
+    for topic in &topics {
+        let reader_name = format!("{topic}-reader");
+        succeeds("DeleteSubscription at a follower", || {
+            grpc.delete_subscription(pubsub::DeleteSubscriptionRequest {
+                subscription: subscription_path(&reader_name),
+            })
+        });
+        succeeds("DeleteTopic at a follower", || {
+            grpc.delete_topic(pubsub::DeleteTopicRequest { topic: topic_path(topic) })
+        });
+        for (who, at) in [("the leader", &at_leader), ("the follower", grpc)] {
+            let status = at.get_topic(pubsub::GetTopicRequest { topic: topic_path(topic) }).unwrap_err();
+            assert_eq!(status.code(), Code::NotFound, "topic '{topic}' at {who}: {status:?}");
+        }
+    }
+    assert!(at_leader.topic_names().unwrap().is_empty());
+}
