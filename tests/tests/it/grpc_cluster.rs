@@ -93,7 +93,12 @@ fn start_cluster(label: &str, access: &AccessFile) -> Vec<Node> {
         .map(|id| {
             let directory = ringpost_tests::temporary_directory(&format!("{label}-{id}"));
             let log = std::fs::File::create(directory.join("ringpostd.log")).unwrap();
+            // With auth on, the nodes must share a secret for their cluster ports.
+            let secret = directory.join("cluster-secret");
+            std::fs::write(&secret, "rpt_the-grpc-cluster-tests-shared-secret-0123456789\n").unwrap();
             let child = Command::new(ringpost_tests::binary("ringpostd"))
+                .arg("--cluster-secret-file")
+                .arg(&secret)
                 .arg("--data-dir")
                 .arg(directory.join("data"))
                 .args(["--shards", "2", "--listen", "127.0.0.1:0"])
