@@ -324,29 +324,24 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
     assert!(leader.log().contains(refusal), "the leader refused it:\n{}", leader.log());
     assert!(!follower.log().contains(refusal), "not the follower:\n{}", follower.log());
 
-    // Publish and pull through each follower. Its gRPC API reaches only its own forwarders
-    // (through their job channels): a topic another node serves is refused, naming that node,
-    // and the client can go there. Carrying the data plane to the serving node is not built.
+    // Publish, pull and acknowledge through each follower, whichever node serves the topic: a
+    // call for another node's topic is carried to that node's gRPC API.
     let placed: Vec<(&String, u64)> =
         topics.iter().map(|topic| (topic, node_serving(&nodes, &root, topic))).collect();
     eprintln!("placement: {placed:?}");
-    let mut served_here = 0;
+    let (mut served_here, mut served_elsewhere) = (0, 0);
     for node in nodes.iter().filter(|node| node.id != leader_id) {
         let here = Grpc::connect_with_token(&node.grpc, Some(&root.secret));
         for (topic, serving) in &placed {
-            let data = format!("to {topic}");
-            let published = here.publish_data(topic, &[data.as_bytes()]);
-            if *serving != node.id {
-                let status = published.expect_err("a publish to a topic another node serves");
-                assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-                assert!(status.message().contains(&format!("node {serving}'s forwarders")), "{status:?}");
-                let pulled = here.pull_now(&format!("{topic}-reader"), 10).expect_err("a pull elsewhere");
-                assert_eq!(pulled.code(), Code::FailedPrecondition, "{pulled:?}");
-                continue;
+            if *serving == node.id {
+                served_here += 1;
+            } else {
+                served_elsewhere += 1;
             }
-            served_here += 1;
-            let ids = published
-                .unwrap_or_else(|status| panic!("publish to '{topic}' on node {serving}: {status:?}"));
+            let data = format!("to {topic} through node {}", node.id);
+            let ids = here.publish_data(topic, &[data.as_bytes()]).unwrap_or_else(|status| {
+                panic!("publish to '{topic}' (node {serving}) through node {}: {status:?}", node.id)
+            });
             assert_eq!(ids.len(), 1);
             let pulled = here
                 .pull(pubsub::PullRequest {
@@ -354,13 +349,15 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
                     max_messages: 10,
                     ..Default::default()
                 })
-                .unwrap_or_else(|status| panic!("pull of '{topic}' on node {serving}: {status:?}"));
-            let data: Vec<&[u8]> = pulled
+                .unwrap_or_else(|status| {
+                    panic!("pull of '{topic}' (node {serving}) through node {}: {status:?}", node.id)
+                });
+            let received: Vec<&[u8]> = pulled
                 .received_messages
                 .iter()
                 .map(|message| &message.message.as_ref().unwrap().data[..])
                 .collect();
-            assert_eq!(data, [format!("to {topic}").as_bytes()], "'{topic}' on node {serving}");
+            assert_eq!(received, [data.as_bytes()], "'{topic}' on node {serving} through node {}", node.id);
             let ack_ids = pulled.received_messages.iter().map(|message| message.ack_id.clone()).collect();
             here.acknowledge(pubsub::AcknowledgeRequest {
                 subscription: subscription_path(&format!("{topic}-reader")),
@@ -369,7 +366,55 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
             .unwrap();
         }
     }
-    assert!(served_here > 0, "no topic was placed on a follower: {placed:?}");
+    assert!(served_here > 0 && served_elsewhere > 0, "placement did not spread: {placed:?}");
+
+    // A StreamingPull through a follower for a topic another node serves: carried whole, it
+    // delivers, and what it acknowledges is not delivered again.
+    let follower_node = nodes.iter().find(|node| node.id != leader_id).unwrap();
+    let (topic, serving) = *placed.iter().find(|(_, serving)| *serving != follower_node.id).unwrap();
+    let here = Grpc::connect_with_token(&follower_node.grpc, Some(&root.secret));
+    here.publish_data(topic, &[b"streamed"]).unwrap();
+    let (requests, outgoing) = tokio::sync::mpsc::channel(16);
+    requests
+        .try_send(pubsub::StreamingPullRequest {
+            subscription: subscription_path(&format!("{topic}-reader")),
+            stream_ack_deadline_seconds: 60,
+            ..Default::default()
+        })
+        .unwrap();
+    let outgoing = tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(outgoing);
+    let mut subscriber = here.subscriber();
+    let mut responses = here
+        .block_on(subscriber.streaming_pull(here.request(outgoing)))
+        .unwrap_or_else(|status| {
+            panic!("a stream of '{topic}' (node {serving}) through node {}: {status:?}", follower_node.id)
+        })
+        .into_inner();
+    let response = here
+        .block_on(async { tokio::time::timeout(Duration::from_secs(20), responses.message()).await })
+        .expect("a streamed delivery within 20 s")
+        .expect("the stream stays open")
+        .expect("a response");
+    let streamed: Vec<&[u8]> = response
+        .received_messages
+        .iter()
+        .map(|message| &message.message.as_ref().unwrap().data[..])
+        .collect();
+    assert_eq!(streamed, [&b"streamed"[..]]);
+    let ack_ids = response.received_messages.iter().map(|message| message.ack_id.clone()).collect();
+    here.block_on(requests.send(pubsub::StreamingPullRequest { ack_ids, ..Default::default() })).unwrap();
+    // Half-closed, the stream ends once what was sent on it is done (the ack included).
+    drop(requests);
+    let ended = here.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(_)) = responses.message().await {}
+        })
+        .await
+    });
+    assert!(ended.is_ok(), "the carried stream did not end after its requests did");
+    let again =
+        retrying("a pull after the streamed ack", || here.pull_now(&format!("{topic}-reader"), 10)).unwrap();
+    assert!(again.is_empty(), "an acknowledged streamed message came back: {again:?}");
 
     // Deleted through the follower, gone everywhere.
     for topic in &topics {

@@ -30,7 +30,7 @@ pub struct ForwarderShard {
 
 /// A topic or a subscription, as routes are cached.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Resource {
+pub enum Resource {
     Topic(String),
     Subscription(String),
 }
@@ -42,6 +42,12 @@ pub struct Gateway {
     /// router shard (`forward`).
     pub leader: LeaderViewReceiver,
     routes: Mutex<HashMap<Resource, u32>>,
+    /// Topics and subscriptions another node serves, by the gRPC address of that node.
+    remote_routes: Mutex<HashMap<Resource, String>>,
+    /// One channel per other node's gRPC API, for the calls carried there.
+    channels: Mutex<HashMap<String, tonic::transport::Channel>>,
+    /// Whether calls are carried to other nodes (off over TLS).
+    carrying: std::sync::atomic::AtomicBool,
 }
 
 impl Gateway {
@@ -50,7 +56,15 @@ impl Gateway {
         forwarders: Vec<ShardCaller<ForwarderShard>>,
         leader: LeaderViewReceiver,
     ) -> Gateway {
-        Gateway { router, forwarders, leader, routes: Mutex::new(HashMap::new()) }
+        Gateway {
+            router,
+            forwarders,
+            leader,
+            routes: Mutex::new(HashMap::new()),
+            remote_routes: Mutex::new(HashMap::new()),
+            channels: Mutex::new(HashMap::new()),
+            carrying: std::sync::atomic::AtomicBool::new(true),
+        }
     }
 
     /// The forwarder serving `topic`, for a request that needs `permission` on it (checked by
@@ -117,6 +131,103 @@ impl Gateway {
     /// Forgets every route (a topic's deletion leaves its subscriptions' routes stale too).
     pub fn forget_all(&self) {
         self.routes.lock().expect("routes").clear();
+    }
+
+    /// Where a publish or delivery call for `resource` goes when another node of the cluster
+    /// serves it: a channel to that node's gRPC API (`None`: this node serves it, or the
+    /// router says it serves nothing, which the local call then answers). The permission is
+    /// checked here first, as for a local route. A node that serves no gRPC API is
+    /// `FAILED_PRECONDITION`, naming it.
+    pub async fn elsewhere(
+        &self,
+        presented: &Presented,
+        resource: Resource,
+        permission: Permission,
+    ) -> Result<Option<tonic::transport::Channel>, Status> {
+        if self.routes.lock().expect("routes").contains_key(&resource) {
+            return Ok(None);
+        }
+        let cached = self.remote_routes.lock().expect("routes").get(&resource).cloned();
+        let address = match cached {
+            Some(address) => address,
+            None => {
+                let (presented, looked_up) = (presented.clone(), resource.clone());
+                let owner = self
+                    .router
+                    .try_call(move |shard| async move {
+                        let (name, forwarders) = match &looked_up {
+                            Resource::Topic(name) => (name.clone(), shard.router.lookup_topic(name, None)),
+                            Resource::Subscription(name) => {
+                                (name.clone(), shard.router.lookup_subscription(name, None))
+                            }
+                        };
+                        presented.check(&shard.access, permission, &name)?;
+                        let Some(first) =
+                            forwarders.ok().and_then(|forwarders| forwarders.into_iter().next())
+                        else {
+                            return Ok(None);
+                        };
+                        let (node, _) = crate::catalog::node_and_shard(first.shard);
+                        if node == shard.router.node_id() {
+                            return Ok(None);
+                        }
+                        Ok(Some((node, shard.router.grpc_address(node))))
+                    })
+                    .await?;
+                match owner {
+                    None => return Ok(None),
+                    Some((node, address)) if address.is_empty() => {
+                        return Err(Status::failed_precondition(format!(
+                            "node {node} serves this resource and serves no gRPC API; use the native \
+                             protocol, whose clients reach any node's forwarders"
+                        )))
+                    }
+                    Some((_, address)) => {
+                        let mut remote = self.remote_routes.lock().expect("routes");
+                        if remote.len() >= GRPC_ROUTES_CACHED_MAX {
+                            remote.clear();
+                        }
+                        remote.insert(resource, address.clone());
+                        address
+                    }
+                }
+            }
+        };
+        Ok(Some(self.channel(&address)?))
+    }
+
+    /// Whether calls may be carried to other nodes: in a cluster, in plaintext (`carry`).
+    pub fn carries(&self) -> bool {
+        self.carrying.load(std::sync::atomic::Ordering::Relaxed) && self.leader.borrow().clustered
+    }
+
+    /// Turns carrying off (over TLS, see `carry`).
+    pub fn set_carrying(&self, carrying: bool) {
+        self.carrying.store(carrying, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forgets where another node serves `resource` (its call failed: the resource may have
+    /// moved, or the node gone).
+    pub fn forget_elsewhere(&self, resource: &Resource) {
+        self.remote_routes.lock().expect("routes").remove(resource);
+    }
+
+    /// The channel to another node's gRPC API, made on first use.
+    fn channel(&self, address: &str) -> Result<tonic::transport::Channel, Status> {
+        let mut channels = self.channels.lock().expect("channels");
+        if let Some(channel) = channels.get(address) {
+            return Ok(channel.clone());
+        }
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|error| Status::unavailable(format!("node gRPC address {address:?}: {error}")))?
+            .connect_timeout(super::forward::GRPC_FORWARD_CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        if channels.len() >= super::forward::GRPC_FORWARD_CHANNELS_MAX {
+            channels.clear();
+        }
+        let channel = endpoint.connect_lazy();
+        channels.insert(address.to_owned(), channel.clone());
+        Ok(channel)
     }
 
     fn cached(&self, resource: &Resource) -> Option<&ShardCaller<ForwarderShard>> {

@@ -10,6 +10,7 @@
 
 pub mod bridge;
 mod budget;
+pub mod carry;
 mod connections;
 pub mod convert;
 pub mod credentials;
@@ -148,6 +149,7 @@ async fn serve(
     health_reporter.set_serving::<SubscriberServer<subscriber::SubscriberService>>().await;
     // Over TLS, catalog changes are not carried to the leader: see `forward`.
     let forwarding = forward::ForwardLayer::new(gateway.clone(), tls.is_none());
+    gateway.set_carrying(tls.is_none());
     let publisher = PublisherServer::new(publisher::PublisherService { gateway: gateway.clone() })
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
     let subscriber =

@@ -300,6 +300,10 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         &self,
         request: Request<pubsub::PublishRequest>,
     ) -> Result<Response<pubsub::PublishResponse>, Status> {
+        let request = match super::carry::publish(&self.gateway, request).await {
+            Ok(carried) => return carried,
+            Err(request) => request,
+        };
         let presented = Presented::of(&request);
         let message_ids = publish(&self.gateway, presented, request.into_inner()).await?;
         Ok(Response::new(pubsub::PublishResponse { message_ids }))

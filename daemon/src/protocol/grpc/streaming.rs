@@ -93,6 +93,7 @@ pub async fn streaming_pull(
     stopping: watch::Receiver<bool>,
 ) -> Result<Response<ResponseStream>, Status> {
     let presented = Presented::of(&request);
+    let metadata = request.metadata().clone();
     let mut requests = request.into_inner();
     let first = requests
         .message()
@@ -100,6 +101,11 @@ pub async fn streaming_pull(
         .ok_or_else(|| Status::invalid_argument("the stream ended before its first request"))?;
     let opening = Opening::of(&first)?;
     check_deadline_changes(&first)?;
+    let mut rest = Some(requests);
+    if let Some(carried) = super::carry::streaming_pull(gateway, &metadata, &first, &mut rest).await? {
+        return Ok(Response::new(carried));
+    }
+    let requests = rest.expect("not carried, so still here");
     let (responses, received) = mpsc::channel(GRPC_STREAM_RESPONSES_QUEUED_MAX);
     let (caller, properties) = open(gateway, &presented, &opening, &responses).await?;
     let (client_done, client_gone) = oneshot::channel();
