@@ -166,6 +166,10 @@ struct Undecided {
     until: std::time::Instant,
 }
 
+/// How long a node waits to apply a change the catalog's leader decided for one of its clients
+/// (native or gRPC) before it answers anyway: the answer is the leader's, and a lookup right
+/// after may then still miss it.
+pub const FORWARDED_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long an undecided subscription is watched for its creation to commit.
 pub const UNDECIDED_WATCH: std::time::Duration = std::time::Duration::from_secs(120);
 /// How often the undecided subscriptions are looked at.

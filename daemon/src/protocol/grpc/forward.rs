@@ -24,14 +24,12 @@
 
 use super::gateway::Gateway;
 use http::HeaderValue;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tonic::body::Body;
-use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
 /// The request header that marks a change carried here by another node (its id): answered
@@ -44,10 +42,7 @@ pub const APPLIED_INDEX: &str = "ringpost-catalog-applied";
 /// How long connecting to the leader's gRPC API may take before the change is answered
 /// `UNAVAILABLE` (the client retries, by then perhaps toward another leader).
 pub const GRPC_FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long this node waits to apply a change the leader decided for its client before it
-/// answers anyway, as the native protocol's `FORWARDED_APPLY_WAIT`.
-pub const GRPC_FORWARDED_APPLY_WAIT: Duration = Duration::from_secs(5);
-/// Leaders' addresses whose channels are kept; past it the cache is emptied (a cluster has at
+/// Other nodes' gRPC addresses whose channels the gateway keeps (`Gateway::channel`); past it the cache is emptied (a cluster has at
 /// most `CLUSTER_VOTERS_MAX` nodes, so only addresses that changed fill it).
 pub const GRPC_FORWARD_CHANNELS_MAX: usize = 16;
 
@@ -132,12 +127,11 @@ struct Shared {
     /// Off over TLS (see the module's comment).
     enabled: bool,
     gateway: Arc<Gateway>,
-    channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl ForwardLayer {
     pub fn new(gateway: Arc<Gateway>, enabled: bool) -> ForwardLayer {
-        ForwardLayer { shared: Arc::new(Shared { enabled, gateway, channels: Mutex::new(HashMap::new()) }) }
+        ForwardLayer { shared: Arc::new(Shared { enabled, gateway }) }
     }
 }
 
@@ -238,27 +232,8 @@ where
 }
 
 impl Shared {
-    /// The channel to `address`, made on first use (it connects when first called, and again
-    /// after the connection breaks).
-    fn channel(&self, address: &str) -> Result<Channel, Status> {
-        let mut channels = self.channels.lock().expect("channels");
-        if let Some(channel) = channels.get(address) {
-            return Ok(channel.clone());
-        }
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|error| Status::unavailable(format!("the leader's gRPC address {address:?}: {error}")))?
-            .connect_timeout(GRPC_FORWARD_CONNECT_TIMEOUT)
-            .tcp_nodelay(true);
-        if channels.len() >= GRPC_FORWARD_CHANNELS_MAX {
-            channels.clear();
-        }
-        let channel = endpoint.connect_lazy();
-        channels.insert(address.to_owned(), channel.clone());
-        Ok(channel)
-    }
-
     /// Sends `request` to the leader's gRPC API at `address` and answers with its response,
-    /// once this node applied the change (at most `GRPC_FORWARDED_APPLY_WAIT`).
+    /// once this node applied the change (at most `crate::router::FORWARDED_APPLY_WAIT`).
     async fn forward(
         &self,
         request: http::Request<Body>,
@@ -286,9 +261,9 @@ impl Shared {
             ))
             .into_http()
         };
-        let mut channel = match self.channel(&address) {
+        let mut channel = match self.gateway.channel(&address) {
             Ok(channel) => channel,
-            Err(status) => return status.into_http(),
+            Err(status) => return Status::from(status).into_http(),
         };
         let sent = async {
             std::future::poll_fn(|context| tower_service::Service::poll_ready(&mut channel, context)).await?;
@@ -303,7 +278,7 @@ impl Shared {
                 .gateway
                 .router
                 .call(move |shard| async move {
-                    shard.router.wait_applied(index, GRPC_FORWARDED_APPLY_WAIT).await
+                    shard.router.wait_applied(index, crate::router::FORWARDED_APPLY_WAIT).await
                 })
                 .await;
         }

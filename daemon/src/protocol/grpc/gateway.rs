@@ -212,8 +212,10 @@ impl Gateway {
         self.remote_routes.lock().expect("routes").remove(resource);
     }
 
-    /// The channel to another node's gRPC API, made on first use.
-    fn channel(&self, address: &str) -> Result<tonic::transport::Channel, Status> {
+    /// The channel to another node's gRPC API, made on first use (it connects when first
+    /// called, and again after the connection breaks): for catalog changes carried to the
+    /// leader (`forward`) and calls carried to a topic's node (`carry`).
+    pub fn channel(&self, address: &str) -> Result<tonic::transport::Channel, Status> {
         let mut channels = self.channels.lock().expect("channels");
         if let Some(channel) = channels.get(address) {
             return Ok(channel.clone());

@@ -403,10 +403,6 @@ fn changes_the_catalog(command: Command) -> bool {
     )
 }
 
-/// How long a node waits to apply a change its leader decided for one of its clients before it
-/// answers anyway: the answer is the leader's, and a lookup right after may then still miss it.
-const FORWARDED_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Carries a catalog change from a client of this node to the catalog's leader, with the
 /// client's principal, and answers with the leader's response once this node applied it.
 async fn forward<S: Storage>(
@@ -423,7 +419,7 @@ async fn forward<S: Storage>(
     let (applied, mut frame) = crate::protocol::native::peer::decode_forwarded(&answer)
         .map_err(|why| Status::internal(format!("the leader's answer did not decode: {why}")))?;
     if let Some(index) = applied {
-        router.wait_applied(index, FORWARDED_APPLY_WAIT).await;
+        router.wait_applied(index, crate::router::FORWARDED_APPLY_WAIT).await;
     }
     // The leader answered the id it was given; the client waits for its own.
     let mut response_header = FrameHeader::decode(&frame[..ringpost_wire::limits::FRAME_HEADER_BYTES])
