@@ -311,6 +311,17 @@ impl Drop for Daemon {
 }
 
 /// Standard output of a CLI run that must succeed.
+/// A field of one of the CLI's one-line JSON objects (a string's value unquoted).
+pub fn json_field<'a>(line: &'a str, name: &str) -> &'a str {
+    let key = format!("\"{name}\":");
+    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
+    let rest = &line[start..];
+    match rest.strip_prefix('"') {
+        Some(quoted) => &quoted[..quoted.find('"').unwrap()],
+        None => &rest[..rest.find([',', '}']).unwrap()],
+    }
+}
+
 pub fn succeeded(output: &Output) -> String {
     assert!(
         output.status.success(),

@@ -4,6 +4,7 @@
 
 use ringpost_client::{block_on, Client, ErrorCode, Message};
 use ringpost_tests::cluster::Cluster;
+use ringpost_tests::json_field as field;
 use ringpost_tests::{create_subscription, drain, failed, payload, succeeded};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,18 +15,6 @@ use std::time::{Duration, Instant};
 const FAILOVER_MAX: Duration = Duration::from_secs(10);
 /// How long a node that did not take a change may take to apply it.
 const APPLY_WITHIN: Duration = Duration::from_secs(5);
-
-/// A field of a one-line JSON object as the CLI prints it (strings unquoted).
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("\"{name}\":");
-    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
-    let rest = &line[start..];
-    if let Some(quoted) = rest.strip_prefix('"') {
-        &quoted[..quoted.find('"').unwrap()]
-    } else {
-        &rest[..rest.find([',', '}']).unwrap()]
-    }
-}
 
 /// Every topic each running node's forwarders serve, by topic: each node's `stats` lists only
 /// its own. Asserts that no topic is served by two nodes.

@@ -8,6 +8,7 @@
 use crate::security::{access_text, token, AccessFile, Files, Token};
 use ringpost_client::{block_on, Client, PoolSettings, Security};
 use ringpost_tests::grpc::{pubsub, snapshot_path, subscription_path, topic_path, Grpc};
+use ringpost_tests::json_field as field;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,17 +138,6 @@ fn start_cluster(label: &str, access: &AccessFile) -> Vec<Node> {
 
 fn mask(paths: &[&str]) -> Option<prost_types::FieldMask> {
     Some(prost_types::FieldMask { paths: paths.iter().map(|path| (*path).to_owned()).collect() })
-}
-
-/// A field of one of the CLI's JSON lines.
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("\"{name}\":");
-    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
-    let rest = &line[start..];
-    match rest.strip_prefix('"') {
-        Some(quoted) => &quoted[..quoted.find('"').unwrap()],
-        None => &rest[..rest.find([',', '}']).unwrap()],
-    }
 }
 
 /// The node leading the catalog, as `ringpost cluster status` on `node` says.

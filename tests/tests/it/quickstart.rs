@@ -1,18 +1,8 @@
 //! The README's quickstart through the `ringpost` CLI, with SIGKILL and restart between publish
 //! and pull and between ack and pull.
 
+use ringpost_tests::json_field as field;
 use ringpost_tests::{failed, succeeded, Daemon};
-
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!("\"{name}\":");
-    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
-    let rest = &line[start..];
-    if let Some(quoted) = rest.strip_prefix('"') {
-        &quoted[..quoted.find('"').unwrap()]
-    } else {
-        &rest[..rest.find([',', '}']).unwrap()]
-    }
-}
 
 #[test]
 fn quickstart_survives_sigkill() {
