@@ -172,6 +172,9 @@ struct Undecided {
 pub const FORWARDED_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long an undecided subscription is watched for its creation to commit.
 pub const UNDECIDED_WATCH: std::time::Duration = std::time::Duration::from_secs(120);
+/// Most undecided subscriptions watched at once; one beyond is left to the next start, which
+/// attaches whatever the catalog names.
+pub const UNDECIDED_WATCHED_MAX: usize = 1024;
 /// How often the undecided subscriptions are looked at.
 pub const UNDECIDED_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -794,7 +797,10 @@ impl<S: Storage> Router<S> {
         if let Err(status) = self.propose(CatalogEntry::SubscriptionCreated(record)).await {
             if crate::catalog::is_undecided(&status) {
                 let until = crate::runtime::now() + UNDECIDED_WATCH;
-                self.undecided.borrow_mut().push(Undecided { subscription_id: id, shard, attach, until });
+                let mut undecided = self.undecided.borrow_mut();
+                if undecided.len() < UNDECIDED_WATCHED_MAX {
+                    undecided.push(Undecided { subscription_id: id, shard, attach, until });
+                }
             }
             return Err(status);
         }
