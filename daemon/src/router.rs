@@ -629,6 +629,8 @@ impl<S: Storage> Router<S> {
             shard,
             created_ms: wall_ms(),
             labels: request.labels.clone(),
+            replicas: Vec::new(),
+            epoch: 0,
         };
         let response = topic_message(&record);
         if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {

@@ -40,10 +40,18 @@ const KIND_SNAPSHOT_UPDATED: u8 = 16;
 /// A subscription detached from its topic (DetachSubscription).
 const KIND_SUBSCRIPTION_DETACHED: u8 = 17;
 const KIND_NODE_REGISTERED: u8 = 18;
+/// A topic's creation with its replicas and their epoch, in a cluster where it has more than
+/// one: kind 12's fields, then the replicas and the epoch, then the labels' trailer.
+const KIND_TOPIC_CREATED_REPLICATED: u8 = 19;
+/// A replicated topic's new leader, elected at a new epoch after a fencing round.
+const KIND_TOPIC_LEADER_ELECTED: u8 = 20;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
 pub const SHARD_UNPLACED: u32 = u32::MAX;
+
+/// The most replicas a topic may have: one per voter of the largest cluster.
+pub const REPLICAS_MAX: usize = 7;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotRecord {
@@ -68,6 +76,29 @@ pub struct TopicRecord {
     /// Milliseconds since the Unix epoch; 0 for topics created before it was recorded.
     pub created_ms: u64,
     pub labels: Labels,
+    /// Every forwarder holding a replica of the topic's log, `shard` (its leader) among them
+    /// (first when the topic was created); empty for a topic with one replica, on `shard`
+    /// alone.
+    pub replicas: Vec<u32>,
+    /// The leader's epoch: what every batch it writes carries and every replica checks
+    /// (`Log::append_at`). 0 for a topic with one replica.
+    pub epoch: u64,
+}
+
+impl TopicRecord {
+    /// How many replicas hold the topic's log.
+    pub fn replica_count(&self) -> usize {
+        self.replicas.len().max(1)
+    }
+
+    /// Every forwarder holding a replica, the leader first.
+    pub fn replica_shards(&self) -> Vec<u32> {
+        if self.replicas.is_empty() {
+            vec![self.shard]
+        } else {
+            self.replicas.clone()
+        }
+    }
 }
 
 /// A subscription's settings as stored; defaults already applied.
@@ -193,6 +224,14 @@ pub enum CatalogEntry {
     },
     /// A node joined the cluster, or started again with other addresses or shards.
     NodeRegistered(NodeRecord),
+    /// A replicated topic's leader from `epoch` on: one of its replicas, chosen by a fencing
+    /// round that a quorum of them answered (docs/REPLICATION.md). Applied only when `epoch`
+    /// is newer than the topic's, so one epoch has one leader.
+    TopicLeaderElected {
+        id: u64,
+        epoch: u64,
+        leader: u32,
+    },
 }
 
 impl CatalogEntry {
@@ -200,13 +239,23 @@ impl CatalogEntry {
         match self {
             CatalogEntry::Boot { count } => Encoder::new(KIND_BOOT).u32(*count).0.clone(),
             CatalogEntry::TopicCreated(topic) => {
-                let mut encoder = Encoder::new(KIND_TOPIC_CREATED_PLACED);
+                // One replica: the bytes every version reads.
+                let replicated = topic.replicas.len() > 1;
+                let kind = if replicated { KIND_TOPIC_CREATED_REPLICATED } else { KIND_TOPIC_CREATED_PLACED };
+                let mut encoder = Encoder::new(kind);
                 encoder
                     .u64(topic.id)
                     .str(&topic.name)
                     .u64(topic.message_retention_seconds)
                     .u32(topic.shard)
                     .u64(topic.created_ms);
+                if replicated {
+                    encoder.u32(topic.replicas.len() as u32);
+                    for replica in &topic.replicas {
+                        encoder.u32(*replica);
+                    }
+                    encoder.u64(topic.epoch);
+                }
                 encode_labels_trailer(&mut encoder, &topic.labels).0.clone()
             }
             CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(*id).0.clone(),
@@ -288,6 +337,9 @@ impl CatalogEntry {
                 }
                 encoder.0
             }
+            CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
+                Encoder::new(KIND_TOPIC_LEADER_ELECTED).u64(*id).u64(*epoch).u32(*leader).0.clone()
+            }
         }
     }
 
@@ -302,6 +354,8 @@ impl CatalogEntry {
                 shard: SHARD_UNPLACED,
                 created_ms: 0,
                 labels: Labels::new(),
+                replicas: Vec::new(),
+                epoch: 0,
             }),
             KIND_TOPIC_CREATED_PLACED => CatalogEntry::TopicCreated(TopicRecord {
                 id: d.u64()?,
@@ -310,7 +364,33 @@ impl CatalogEntry {
                 shard: d.u32()?,
                 created_ms: d.u64()?,
                 labels: decode_labels_trailer(&mut d)?,
+                replicas: Vec::new(),
+                epoch: 0,
             }),
+            KIND_TOPIC_CREATED_REPLICATED => {
+                let (id, name, message_retention_seconds, shard, created_ms) =
+                    (d.u64()?, d.str()?, d.u64()?, d.u32()?, d.u64()?);
+                let count = d.u32()?;
+                if count as usize > REPLICAS_MAX {
+                    return Err("a topic with more replicas than REPLICAS_MAX");
+                }
+                let replicas = (0..count).map(|_| d.u32()).collect::<DecodeResult<Vec<u32>>>()?;
+                if !replicas.contains(&shard) {
+                    return Err("a replicated topic whose leader is not one of its replicas");
+                }
+                let epoch = d.u64()?;
+                let labels = decode_labels_trailer(&mut d)?;
+                CatalogEntry::TopicCreated(TopicRecord {
+                    id,
+                    name,
+                    message_retention_seconds,
+                    shard,
+                    created_ms,
+                    labels,
+                    replicas,
+                    epoch,
+                })
+            }
             KIND_TOPIC_DELETED => CatalogEntry::TopicDeleted { id: d.u64()? },
             KIND_SUBSCRIPTION_CREATED => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
                 id: d.u64()?,
@@ -396,6 +476,9 @@ impl CatalogEntry {
                     forwarders,
                     grpc_address,
                 })
+            }
+            KIND_TOPIC_LEADER_ELECTED => {
+                CatalogEntry::TopicLeaderElected { id: d.u64()?, epoch: d.u64()?, leader: d.u32()? }
             }
             _ => return Err("unknown catalog entry kind"),
         };
@@ -534,6 +617,9 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::SnapshotUpdated { id, .. } => write!(f, "update snapshot {id:x}"),
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
             CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),
+            CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
+                write!(f, "topic {id:x} led by shard {leader} from epoch {epoch}")
+            }
         }
     }
 }

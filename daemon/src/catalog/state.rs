@@ -70,6 +70,10 @@ impl CatalogState {
             CatalogEntry::TopicPlaced { id, shard } => {
                 let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
                 if let Some(topic) = topic {
+                    let leader = topic.shard;
+                    if let Some(replica) = topic.replicas.iter_mut().find(|replica| **replica == leader) {
+                        *replica = shard;
+                    }
                     topic.shard = shard;
                 }
                 Applied::Done
@@ -130,6 +134,19 @@ impl CatalogState {
             CatalogEntry::NodeRegistered(node) => {
                 self.nodes.insert(node.node_id, node);
                 Applied::Done
+            }
+            CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
+                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+                match topic {
+                    // One leader per epoch: a second election of an epoch, or an older one
+                    // decided late, changes nothing.
+                    Some(topic) if epoch > topic.epoch && topic.replicas.contains(&leader) => {
+                        topic.shard = leader;
+                        topic.epoch = epoch;
+                        Applied::Updated(true)
+                    }
+                    _ => Applied::Updated(false),
+                }
             }
             CatalogEntry::SubscriptionUpdated { id, name, settings } => {
                 let record = self.subscriptions.get_mut(&name).filter(|record| record.id == id);

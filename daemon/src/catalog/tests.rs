@@ -10,6 +10,8 @@ pub(super) fn topic(id: u64, shard: u32) -> CatalogEntry {
         shard,
         created_ms: 1_700_000_000_000 + id,
         labels: Labels::new(),
+        replicas: Vec::new(),
+        epoch: 0,
     })
 }
 
@@ -60,6 +62,8 @@ fn history() -> Vec<CatalogEntry> {
         shard: 1,
         created_ms: 0,
         labels: Labels::new(),
+        replicas: Vec::new(),
+        epoch: 0,
     }));
     entries
 }
@@ -144,6 +148,8 @@ fn entries_round_trip() {
             shard: 1,
             created_ms: 5,
             labels: labels("y"),
+            replicas: Vec::new(),
+            epoch: 0,
         }),
         CatalogEntry::SnapshotCreated(SnapshotRecord {
             id: 4,
@@ -210,6 +216,8 @@ fn entries_written_before_labels_decode_with_defaults() {
         shard: 1,
         created_ms: 1_700_000_000_000,
         labels: Labels::new(),
+        replicas: Vec::new(),
+        epoch: 0,
     };
     assert_eq!(CatalogEntry::decode(&old_topic), Ok(CatalogEntry::TopicCreated(expected_topic.clone())));
     assert_eq!(CatalogEntry::TopicCreated(expected_topic).encode(), old_topic);
@@ -265,6 +273,8 @@ async fn create_topics(catalog: &Catalog<SimDisk>, count: usize) -> Vec<u64> {
             shard: 0,
             created_ms: 0,
             labels: Labels::new(),
+            replicas: Vec::new(),
+            epoch: 0,
         };
         assert_eq!(catalog.propose(CatalogEntry::TopicCreated(record)).await, Ok(Applied::Done));
         ids.push(id);
@@ -288,6 +298,8 @@ fn an_old_catalog_is_imported_once() {
                 shard: entry::SHARD_UNPLACED,
                 created_ms: 0,
                 labels: Labels::new(),
+                replicas: Vec::new(),
+                epoch: 0,
             })
         };
         let first = 1u64 << 32 | 1;
@@ -423,4 +435,51 @@ fn compaction_keeps_the_live_state_and_bounds_the_log() {
         assert_eq!(recovered, live);
         assert_eq!(live.topics.len(), 300);
     });
+}
+
+/// A replicated topic keeps its replicas and epoch through its entry, a checkpoint and a cut;
+/// an election moves its leader only to one of its replicas and only at a newer epoch.
+#[test]
+fn a_replicated_topic_and_its_elections_round_trip_and_apply_once_per_epoch() {
+    let replicated = TopicRecord {
+        id: 9,
+        name: "orders".into(),
+        message_retention_seconds: 0,
+        shard: global_shard(2, 0),
+        created_ms: 1_700_000_000_000,
+        labels: labels("env"),
+        replicas: vec![global_shard(2, 0), global_shard(1, 1), global_shard(3, 0)],
+        epoch: 1,
+    };
+    let created = CatalogEntry::TopicCreated(replicated.clone());
+    assert_eq!(CatalogEntry::decode(&created.encode()), Ok(created.clone()));
+    // Without labels, no optional trailer: every cut is refused.
+    let encoded =
+        CatalogEntry::TopicCreated(TopicRecord { labels: Labels::new(), ..replicated.clone() }).encode();
+    for cut in 0..encoded.len() {
+        assert!(CatalogEntry::decode(&encoded[..cut]).is_err(), "a cut at {cut} decoded");
+    }
+    // The leader must be one of the replicas.
+    let mut misled = replicated.clone();
+    misled.shard = global_shard(3, 1);
+    assert!(CatalogEntry::decode(&CatalogEntry::TopicCreated(misled).encode()).is_err());
+
+    let elected = CatalogEntry::TopicLeaderElected { id: 9, epoch: 2, leader: global_shard(3, 0) };
+    assert_eq!(CatalogEntry::decode(&elected.encode()), Ok(elected.clone()));
+
+    let mut state = CatalogState::default();
+    state.apply(created);
+    assert_eq!(state.apply(elected.clone()), Applied::Updated(true));
+    assert_eq!((state.topics["orders"].shard, state.topics["orders"].epoch), (global_shard(3, 0), 2));
+    // The same epoch again, an older one, and a shard that holds no replica change nothing.
+    for stale in [
+        CatalogEntry::TopicLeaderElected { id: 9, epoch: 2, leader: global_shard(1, 1) },
+        CatalogEntry::TopicLeaderElected { id: 9, epoch: 1, leader: global_shard(1, 1) },
+        CatalogEntry::TopicLeaderElected { id: 9, epoch: 3, leader: global_shard(1, 0) },
+    ] {
+        assert_eq!(state.apply(stale), Applied::Updated(false));
+    }
+    assert_eq!((state.topics["orders"].shard, state.topics["orders"].epoch), (global_shard(3, 0), 2));
+    let restored = CatalogState::decode(&state.encode()).unwrap();
+    assert_eq!(restored, state);
 }
