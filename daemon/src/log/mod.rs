@@ -945,6 +945,8 @@ pub struct Log<S: Storage> {
     directories: Rc<Directories>,
     inner: Rc<RefCell<LogInner<S>>>,
     committed: Notify,
+    /// Fires when the durable end moves (a leader's replicas are sent what is durable here).
+    durable: Notify,
 }
 
 impl<S: Storage> Clone for Log<S> {
@@ -954,6 +956,7 @@ impl<S: Storage> Clone for Log<S> {
             directories: self.directories.clone(),
             inner: self.inner.clone(),
             committed: self.committed.clone(),
+            durable: self.durable.clone(),
         }
     }
 }
@@ -1707,6 +1710,47 @@ impl<S: Storage> Log<S> {
         self.committed.notified()
     }
 
+    /// Resolves after the durable end next moves.
+    pub fn durable(&self) -> crate::sync::Notified {
+        self.durable.notified()
+    }
+
+    /// Forgets which records are committed: a replicated log's own directories cannot tell
+    /// which of its records a quorum of replicas holds, so after it is opened (and when its
+    /// leader is deposed) nothing past its start counts as committed until a leader says so
+    /// (`commit_to`). Readers then see nothing new; a truncation may cut anywhere.
+    pub fn forget_commits(&self) {
+        let mut inner = self.inner.borrow_mut();
+        inner.commit_on_durable = false;
+        let start = inner.segments.first().map_or(inner.committed_end, |segment| segment.base_offset);
+        inner.committed_end = inner.committed_end.min(start);
+        inner.check_positions();
+    }
+
+    /// The durable batches from the one holding `offset`, in order, up to `records_bytes_max`
+    /// bytes of records (the first is always taken): what a leader sends a follower, committed
+    /// or not. Empty when nothing durable holds `offset` (it is at the durable end, or below
+    /// the log's start).
+    pub async fn hold_durable_from(
+        &self,
+        offset: u64,
+        records_bytes_max: usize,
+    ) -> Result<Vec<HeldBatch<S>>, LogError> {
+        let mut out: Vec<HeldBatch<S>> = Vec::new();
+        let mut next = offset;
+        let mut held_bytes = 0usize;
+        while next < self.durable_end() && (out.is_empty() || held_bytes < records_bytes_max) {
+            let Some(batch) = self.hold_batch_within(next, true).await? else { break };
+            if batch.end_offset() <= next {
+                break;
+            }
+            next = batch.end_offset();
+            held_bytes = held_bytes.saturating_add(batch.records_bytes());
+            out.push(batch);
+        }
+        Ok(out)
+    }
+
     /// Appends `record_count` unsealed records (see `record::encode_record_unsealed`) and
     /// resolves, after they are durable, with the offset of the first and the count. The
     /// records are copied once more, into the aligned buffer of the commit that takes them.
@@ -1731,6 +1775,33 @@ impl<S: Storage> Log<S> {
         records: Vec<u8>,
         record_count: u32,
     ) -> Result<(u64, u32), LogError> {
+        self.append_from_leader(epoch, first_offset, epoch, records, record_count).await
+    }
+
+    /// `append_at`, for records of `epoch` sent by the leader of `leader_epoch`: a new leader
+    /// sends its followers the records older leaders wrote, at their own epochs. The promise
+    /// (`promise_epoch`) is kept against the leader's epoch, the order of epochs against the
+    /// records': refused when `leader_epoch` is older than the promise or `epoch` newer than
+    /// `leader_epoch`. Appends made one after the other without awaiting (`sync::join_all`
+    /// polls its futures in order) are queued, and commit, in that order.
+    pub async fn append_from_leader(
+        &self,
+        leader_epoch: u64,
+        first_offset: u64,
+        epoch: u64,
+        records: Vec<u8>,
+        record_count: u32,
+    ) -> Result<(u64, u32), LogError> {
+        {
+            let inner = self.inner.borrow();
+            if epoch > leader_epoch || leader_epoch < inner.promised_epoch {
+                return Err(LogError::Refused(format!(
+                    "an append of epoch {epoch} from the leader of epoch {leader_epoch}: the log promised to take \
+                     none from a leader older than epoch {}",
+                    inner.promised_epoch
+                )));
+            }
+        }
         self.stage(Records::Encoded(records), record_count, Some(epoch), Some(first_offset)).await
     }
 
@@ -1788,7 +1859,7 @@ impl<S: Storage> Log<S> {
                 inner.last_epoch
             )));
         }
-        if epoch < inner.promised_epoch {
+        if first_offset.is_none() && epoch < inner.promised_epoch {
             return Err(LogError::Refused(format!(
                 "an append of epoch {epoch}: the log promised to take none older than epoch {}",
                 inner.promised_epoch
@@ -1856,6 +1927,7 @@ impl<S: Storage> Log<S> {
                     if commit_on_durable {
                         self.commit_to(first + count as u64);
                     }
+                    self.durable.notify_all();
                     for staged in batch {
                         staged.reply.send(Ok((first, staged.record_count)));
                         first += staged.record_count as u64;
@@ -2943,6 +3015,11 @@ impl<S: Storage> Log<S> {
     /// ahead, or from the first copy whose bytes pass their checksums. A copy that fails is
     /// repaired from the good one. None if no batch holds it.
     async fn hold_batch_at(&self, offset: u64) -> Result<Option<HeldBatch<S>>, LogError> {
+        self.hold_batch_within(offset, false).await
+    }
+
+    /// `hold_batch_at`, up to the durable end instead of the committed one when `durable`.
+    async fn hold_batch_within(&self, offset: u64, durable: bool) -> Result<Option<HeldBatch<S>>, LogError> {
         let (segment_index, entry, files, segment_base, log_id, cached) = {
             let inner = self.inner.borrow();
             let segment_index =
@@ -2960,7 +3037,8 @@ impl<S: Storage> Log<S> {
                 };
             let entry = segment.batches[batch_index];
             // Readers see committed batches only (`committed_end` is a batch's end).
-            if offset >= entry.header.end_offset() || entry.header.base_offset >= inner.committed_end {
+            let visible_end = if durable { inner.durable_end } else { inner.committed_end };
+            if offset >= entry.header.end_offset() || entry.header.base_offset >= visible_end {
                 return Ok(None);
             }
             // The cache is in commit order, so by base offset: a search, not a scan, since it

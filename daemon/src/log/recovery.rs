@@ -1043,6 +1043,7 @@ impl<S: Storage> Log<S> {
                 reserving: false,
             })),
             committed: Notify::new(),
+            durable: Notify::new(),
         }
     }
 }

@@ -450,3 +450,65 @@ fn the_epoch_history_follows_the_batches_and_finds_where_two_logs_part() {
         assert_eq!(committed_payloads(&follower).await, expected(0..5, payload));
     });
 }
+
+/// A new leader sends its followers records older leaders wrote, at their own epochs: after a
+/// promise of epoch 5 the log takes records of epoch 3 from the leader of epoch 5, and refuses
+/// the deposed leader of epoch 3 and a record newer than its sender.
+#[test]
+fn a_newer_leader_sends_older_records_and_a_deposed_one_is_refused() {
+    for_each_seed(
+        "a_newer_leader_sends_older_records_and_a_deposed_one_is_refused",
+        |disk, _seed| async move {
+            let (log, _) = open(&disk, &directories(1)).await.unwrap();
+            log.forget_commits();
+            log.append_at(0, 3, records_for(&[follower_payload(0)]), 1).await.unwrap();
+            log.promise_epoch(5).await.unwrap();
+            let deposed = log.append_from_leader(3, 1, 3, records_for(&[follower_payload(1)]), 1).await;
+            assert!(matches!(deposed, Err(LogError::Refused(_))), "{deposed:?}");
+            let ahead = log.append_from_leader(5, 1, 6, records_for(&[follower_payload(1)]), 1).await;
+            assert!(matches!(ahead, Err(LogError::Refused(_))), "{ahead:?}");
+            // Two chunks queued in order, without awaiting the first: both commit, in order.
+            let chunks = vec![
+                log.append_from_leader(5, 1, 3, records_for(&[follower_payload(1), follower_payload(2)]), 2),
+                log.append_from_leader(5, 3, 5, records_for(&[follower_payload(3)]), 1),
+            ];
+            let results = crate::sync::join_all(chunks).await;
+            assert_eq!(results.into_iter().map(Result::unwrap).collect::<Vec<_>>(), vec![(1, 2), (3, 1)]);
+            assert_eq!(log.epoch_history(), crate::replication::EpochHistory::of_epochs([3, 3, 3, 5]));
+            // Nothing is committed until a leader says so; then readers see it.
+            assert!(committed_payloads(&log).await.is_empty());
+            log.commit_to(4);
+            assert_eq!(committed_payloads(&log).await, expected(0..4, follower_payload));
+        },
+    );
+}
+
+/// A leader sends what is durable, committed or not; a log whose commits were forgotten (as
+/// after a restart) can be cut below what it had counted as committed.
+#[test]
+fn durable_batches_are_held_past_the_commit_and_forgotten_commits_allow_a_cut() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let (log, _) = open(&disk, &dirs).await.unwrap();
+        log.set_commit_on_durable(false);
+        append_each(&log, 0, 10).await;
+        log.commit_to(4);
+        let batches = log.hold_durable_from(2, usize::MAX).await.unwrap();
+        let offsets: Vec<u64> = batches
+            .iter()
+            .flat_map(|batch| batch.records().unwrap().iter().map(|record| record.offset).collect::<Vec<_>>())
+            .collect();
+        assert_eq!(offsets, (2..10).collect::<Vec<u64>>());
+        let bounded = log.hold_durable_from(2, 1).await.unwrap();
+        assert_eq!(bounded.len(), 1, "the first batch alone when the bound is small");
+        assert!(log.hold_durable_from(10, usize::MAX).await.unwrap().is_empty());
+        drop((batches, bounded, log));
+        let (log, _) = open(&disk, &dirs).await.unwrap();
+        assert_eq!(log.committed_end(), 10, "recovery counts everything durable as committed");
+        log.forget_commits();
+        assert_eq!(log.committed_end(), 0);
+        log.truncate_after(3).await.unwrap();
+        assert_eq!(log.next_offset(), 3);
+    });
+}
