@@ -191,8 +191,10 @@ struct Maintenance {
     stop: Arc<AtomicBool>,
 }
 
-/// How often a data-plane request is sent again after `NotOwner`, each time after a new lookup.
-const ROUTING_ATTEMPTS_MAX: usize = 3;
+/// How often a data-plane request is sent again after `NotOwner`, each time after a new lookup:
+/// at once the first time (the placement moved), then after the retry's backoff (a replicated
+/// topic's leader is being elected, for a few seconds).
+const ROUTING_ATTEMPTS_MAX: usize = 10;
 
 /// The default deadline of a unary request, retries included: the total timeout Google's
 /// generated Pub/Sub clients give publish, pull and acknowledge. A pull that waits for messages
@@ -565,9 +567,19 @@ impl Client {
                     routings += 1;
                     attempts -= 1;
                     self.forget(resource, name);
+                    if routings > 2 {
+                        // The router still names a forwarder that does not serve it: a
+                        // leader is being elected. Looking again at once would not help.
+                        let delay = backoff.next_delay();
+                        if Instant::now() + delay >= deadline {
+                            return Err(exceeded(Some(&error)));
+                        }
+                        last_failure = Some(error);
+                        timer::sleep(delay).await;
+                    }
                 }
                 _ if retry::is_retryable(&error) && attempts < retry.attempts_max => {
-                    if retry::is_connection_failure(&error) {
+                    if retry::needs_new_route(&error) {
                         self.forget(resource, name);
                     }
                     let delay = backoff.next_delay();

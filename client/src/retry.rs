@@ -71,6 +71,14 @@ pub fn is_connection_failure(error: &Error) -> bool {
     matches!(error, Error::Connect { .. } | Error::Io(_) | Error::Closed(_))
 }
 
+/// Whether the route should be looked up again before retrying: the connection failed, or the
+/// forwarder no longer serves what was asked (`NotOwner`) or could not (`Unavailable`: a
+/// replicated topic's leader that was deposed or cannot reach its replicas).
+pub fn needs_new_route(error: &Error) -> bool {
+    is_connection_failure(error)
+        || matches!(error, Error::Status(status) if matches!(status.code, ErrorCode::NotOwner | ErrorCode::Unavailable))
+}
+
 /// The waits between the attempts of one request.
 #[derive(Debug, Clone)]
 pub struct Backoff {

@@ -92,7 +92,7 @@ use ringpost_wire::limits::{
     ACK_DEADLINE_SECONDS_DEFAULT, ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN,
     ACK_IDS_PER_REQUEST_MAX, MODIFY_ACK_DEADLINE_SECONDS_MAX,
 };
-use ringpost_wire::Status;
+use ringpost_wire::{ErrorCode, Status};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -800,11 +800,14 @@ impl Inner {
     /// After a failure: waits out the backoff and returns true if it is worth another try;
     /// otherwise records it as fatal and returns false.
     fn retry_after(&self, error: &Error, backoff: &mut Backoff) -> bool {
-        if !retry::is_retryable(error) {
+        // `NotOwner` here outlasted the stream's own lookups: a replicated topic's leader is
+        // being elected; it is retried like `Unavailable`.
+        let moving = matches!(error, Error::Status(status) if status.code == ErrorCode::NotOwner);
+        if !retry::is_retryable(error) && !moving {
             self.fail(error.duplicate());
             return false;
         }
-        if retry::is_connection_failure(error) {
+        if retry::needs_new_route(error) {
             self.client.forget(Resource::Subscription, &self.subscription);
         }
         block_on(until(&self.stop, timer::sleep(backoff.next_delay())));

@@ -190,6 +190,9 @@ pub trait Peers {
     fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()>;
     /// Carries a client's request (in the protocol's own encoding) to the catalog's leader.
     fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>>;
+    /// Asks the catalog's leader to elect new leaders for `topics` (their leader's node
+    /// restarted and must not lead them at their epoch again).
+    fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()>;
     /// Asks the catalog's leader to delete subscription `name`, idle past its expiration
     /// policy on this node.
     fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()>;
@@ -250,6 +253,8 @@ pub struct Router<S: Storage> {
     /// Subscriptions whose creation the catalog did not decide in time (`is_undecided`): if
     /// it commits later, the subscription is attached then (`settle_undecided`).
     undecided: RefCell<Vec<Undecided>>,
+    /// This node's replicas of replicated topics, beyond what the catalog says.
+    replicas: replicas::LocalReplicas,
     /// One unit: updates run one at a time, each from reading the record to its forwarder's
     /// answer, so that two concurrent updates cannot each write their change over the record
     /// as it was before the other, nor reach the forwarder in another order than the catalog.
@@ -278,6 +283,7 @@ impl<S: Storage> Router<S> {
             forwarder_addresses,
             creating: RefCell::default(),
             undecided: RefCell::default(),
+            replicas: replicas::LocalReplicas::default(),
             update_gate: Semaphore::new(1),
         }
     }
@@ -293,6 +299,9 @@ impl<S: Storage> Router<S> {
             topics
         };
         let started = crate::runtime::now();
+        let (replicated, topics): (Vec<TopicRecord>, Vec<TopicRecord>) =
+            topics.into_iter().partition(|topic| topic.replica_count() > 1);
+        self.recover_replicas(&replicated).await?;
         let topics = self.place_recovered(topics).await?;
         // Each node attaches the topics placed on its own forwarders.
         let topics: Vec<TopicRecord> =
@@ -329,6 +338,8 @@ impl<S: Storage> Router<S> {
             .values()
             // A detached subscription is served nowhere, as if its topic were deleted.
             .filter(|record| !record.detached)
+            // A replicated topic's subscriptions are attached once its leader is promoted.
+            .filter(|record| !replicated.iter().any(|topic| topic.id == record.topic_id))
             .filter_map(|record| {
                 let shard = self.shard_of(record.topic_id)?;
                 (node_and_shard(shard).0 == self.node_id()).then(|| (shard, (**record).clone()))
@@ -364,7 +375,12 @@ impl<S: Storage> Router<S> {
                 crate::runtime::now().saturating_duration_since(started).as_secs_f64()
             );
         }
-        let known: HashSet<String> = topics.iter().map(|topic| format!("{:016x}", topic.id)).collect();
+        let node = self.node_id();
+        let replicas_here = replicated
+            .iter()
+            .filter(|topic| topic.replicas.iter().any(|shard| node_and_shard(*shard).0 == node));
+        let known: HashSet<String> =
+            topics.iter().chain(replicas_here).map(|topic| format!("{:016x}", topic.id)).collect();
         for copy in 0..self.directories.count() {
             let topics_directory = self.directories.path(copy).join("topics");
             if let Ok(names) = self.storage.list_dir(&topics_directory) {
@@ -600,7 +616,11 @@ impl<S: Storage> Router<S> {
             return Err(Status::already_exists(format!("topic '{name}'")));
         }
         self.check_leads()?;
+        let replicas = self.replica_count(request.replicas)?;
         let id = self.allocate_id();
+        if replicas > 1 {
+            return self.create_replicated_topic(id, &request, retention, replicas).await;
+        }
         // The placed forwarder first; one that cannot take the topic (its node is down, its
         // disk is full) passes it to the next in preference order.
         let mut refusal = Status::unavailable("no forwarder is placed");
@@ -674,11 +694,11 @@ impl<S: Storage> Router<S> {
     pub async fn delete_topic(&self, name: &str) -> Result<(), Status> {
         let topic = self.topic_record(name)?;
         let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
-        let shard = match applied {
-            Applied::TopicDeleted(Some(removed)) => Some(removed.shard),
-            _ => None,
+        let shards = match applied {
+            Applied::TopicDeleted(Some(removed)) => removed.replica_shards(),
+            _ => Vec::new(),
         };
-        if let Some(shard) = shard {
+        for shard in shards {
             // The deletion is durable already; if removing the files fails now, the next start
             // removes them (the catalog no longer names the directory).
             if let Err(status) = self
@@ -1371,6 +1391,7 @@ fn topic_message(topic: &TopicRecord) -> Topic {
         name: topic.name.clone(),
         message_retention_seconds: topic.message_retention_seconds,
         labels: topic.labels.clone(),
+        replicas: topic.replica_count() as u32,
     }
 }
 
@@ -1448,5 +1469,8 @@ mod advertise_tests {
     }
 }
 
+mod replicas;
 #[cfg(test)]
 mod tests;
+
+pub use replicas::{ELECTIONS_ASKED_MAX, RECONCILE_TICK, SOURCE_FAILURE_TIMEOUT};

@@ -95,11 +95,18 @@ pub enum Command {
     /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's leader's view of the cluster
     /// (every member's role and replication), for a `ClusterStatus` another node answers.
     PeerClusterStatus = 78,
+    /// `PeerMessage` → `PeerMessage` (cluster port): topics whose leader's node restarted, for
+    /// the catalog's leader to elect new leaders of.
+    PeerWantElections = 79,
+    /// `PeerMessage` → `PeerMessage` (a forwarder's port, from another node's forwarder that
+    /// presented the cluster's secret): a replicated source's sync, records, fencing round or
+    /// read, in the daemon's own encoding.
+    Replica = 80,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 36] = [
+    pub const ALL: [Command; 38] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -136,6 +143,8 @@ impl Command {
         Command::PeerForward,
         Command::PeerExpireSubscription,
         Command::PeerClusterStatus,
+        Command::PeerWantElections,
+        Command::Replica,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -176,6 +185,8 @@ impl Command {
             76 => Command::PeerForward,
             77 => Command::PeerExpireSubscription,
             78 => Command::PeerClusterStatus,
+            79 => Command::PeerWantElections,
+            80 => Command::Replica,
             _ => return None,
         })
     }

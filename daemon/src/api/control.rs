@@ -21,6 +21,9 @@ pub struct Topic {
     /// 0: not set (messages are kept until every subscription has acknowledged them).
     pub message_retention_seconds: u64,
     pub labels: Labels,
+    /// How many nodes hold its messages (odd): asked at creation, 0 for the default (the
+    /// cluster's nodes, at most 3, odd); reported as it is.
+    pub replicas: u32,
 }
 
 /// A subscription's settings, which the catalog stores as they are (defaults applied).

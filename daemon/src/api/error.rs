@@ -137,6 +137,7 @@ impl From<crate::log::LogError> for Status {
             LogError::Corrupt(why) => Status::new(Code::DataLoss, why),
             LogError::Io(why) => Status::unavailable(why),
             LogError::Refused(why) => Status::failed_precondition(why),
+            LogError::Unreplicated(why) => Status::unavailable(why),
         }
     }
 }

@@ -235,6 +235,10 @@ pub struct Access {
     /// The file's metadata when it was last read (or found unreadable), to tell a change.
     stamp: Cell<Stamp>,
     audit: audit::Audit,
+    /// The digest of the cluster's secret, on a forwarder's port: another node's forwarder
+    /// that presents it acts as `CLUSTER_PRINCIPAL` (a source's replication), whatever the
+    /// access file says, and its principal is granted nothing else.
+    cluster_digest: Option<[u8; token::DIGEST_BYTES]>,
 }
 
 /// What tells that the access file changed: an editor's rewrite changes its modification time
@@ -287,6 +291,7 @@ impl Access {
             policy: RefCell::new(Policy::default()),
             stamp: Cell::new(Stamp::Unread),
             audit: audit::Audit::stderr(),
+            cluster_digest: None,
         }
     }
 
@@ -315,6 +320,25 @@ impl Access {
             access.policy = RefCell::new(Policy::parse(&line).expect("a token line parses"));
         }
         access
+    }
+
+    /// The same access, also taking the cluster's secret (a forwarder's port, where other
+    /// nodes' forwarders replicate sources): see `cluster_digest`.
+    pub fn with_cluster_secret(mut self, secret: Option<&str>) -> Access {
+        self.cluster_digest = secret.map(token::digest);
+        self
+    }
+
+    /// Whether `session` is another node of the cluster: it presented the cluster's secret,
+    /// or, with no secret set, the access mode lets anyone act.
+    pub fn is_cluster_peer(&self, session: &Session) -> bool {
+        match (&self.cluster_digest, &session.principal) {
+            (Some(_), Principal::Named(name)) => {
+                &**name == CLUSTER_PRINCIPAL && matches!(session.credential, Credential::Token { .. })
+            }
+            (Some(_), Principal::Anonymous) => false,
+            (None, _) => self.mode == Mode::Off,
+        }
     }
 
     /// The same access with its audit lines sent to `sink` instead of stderr.
@@ -361,6 +385,12 @@ impl Access {
             )));
         }
         let digest = token::digest(token);
+        if self.cluster_digest == Some(digest) {
+            return Ok(Session {
+                principal: Principal::Named(CLUSTER_PRINCIPAL.into()),
+                credential: Credential::Token { digest, expires: None },
+            });
+        }
         let policy = self.policy.borrow();
         let Some(entry) = policy.tokens.get(&digest) else {
             return Err(refused(format_args!(
@@ -452,6 +482,9 @@ impl Access {
     /// failure is logged for audit.
     pub fn still_valid(&self, session: &Session, now: SystemTime) -> Result<(), Status> {
         let Credential::Token { digest, .. } = &session.credential else { return Ok(()) };
+        if self.cluster_digest == Some(*digest) {
+            return Ok(());
+        }
         let principal = Shown(match &session.principal {
             Principal::Named(name) => name,
             Principal::Anonymous => policy::PRINCIPAL_ANONYMOUS,

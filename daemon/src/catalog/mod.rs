@@ -78,6 +78,8 @@ pub struct Catalog<S: Storage> {
     this_node: u64,
     /// How many voters the catalog has.
     voters: usize,
+    /// The term this node last saw itself lead in, and since when (`voters_heard_within`).
+    led_since: Cell<Option<(u64, rt::ShardInstant)>>,
 }
 
 /// The catalog's voters and which of them this node is.
@@ -242,6 +244,7 @@ impl<S: Storage> Catalog<S> {
             importing: Cell::new(imported.is_some()),
             this_node: voters.this_node,
             voters: voters.ids.len(),
+            led_since: Cell::new(None),
         };
         if pristine {
             // Every voter of a new cluster initializes with the same members, which openraft
@@ -358,6 +361,39 @@ impl<S: Storage> Catalog<S> {
         }
     }
 
+    /// On the catalog's leader, the voters it heard from (a heartbeat or a replication
+    /// answered) within `within`, itself included; None on a follower, or on a leader that has
+    /// led for less than `within` (it cannot tell yet who is gone).
+    pub fn voters_heard_within(&self, within: std::time::Duration) -> Option<Vec<u64>> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        if metrics.current_leader != Some(self.this_node) {
+            return None;
+        }
+        let now = <rt::ShardInstant as openraft_rt::instant::Instant>::now();
+        let led_since =
+            self.led_since.get().filter(|(term, _)| *term == metrics.current_term).map(|(_, at)| at);
+        let led_since = match led_since {
+            Some(at) => at,
+            None => {
+                self.led_since.set(Some((metrics.current_term, now)));
+                now
+            }
+        };
+        if now - led_since < within {
+            return None;
+        }
+        let heartbeats = metrics.heartbeat.as_ref()?;
+        let mut heard: Vec<u64> = heartbeats
+            .iter()
+            .filter(|(_, at)| at.is_some_and(|at| now - *at <= within))
+            .map(|(node, _)| *node)
+            .collect();
+        if !heard.contains(&self.this_node) {
+            heard.push(self.this_node);
+        }
+        Some(heard)
+    }
+
     /// The voter this one knows to lead, if any.
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow_watched().current_leader
@@ -366,6 +402,11 @@ impl<S: Storage> Catalog<S> {
     /// Whether this voter leads the catalog: only the leader decides changes.
     pub fn leads(&self) -> bool {
         self.leader() == Some(self.this_node)
+    }
+
+    /// How many voters the catalog has.
+    pub fn voter_count(&self) -> usize {
+        self.voters
     }
 
     /// This node's id.

@@ -27,6 +27,10 @@ const REQUEST_DROP_SNAPSHOT: u8 = 8;
 const REQUEST_UPDATE_SETTINGS: u8 = 9;
 const REQUEST_STATS: u8 = 10;
 const REQUEST_RESYNC_DIRECTORY: u8 = 11;
+const REQUEST_ATTACH_REPLICA: u8 = 12;
+const REQUEST_PROMOTE_REPLICA: u8 = 13;
+const REQUEST_DEMOTE_REPLICA: u8 = 14;
+const REQUEST_FENCE_REPLICA: u8 = 15;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -35,6 +39,10 @@ const OK_DONE: u8 = 1;
 const OK_SUBSCRIPTION_START: u8 = 2;
 const OK_STATS: u8 = 3;
 const OK_RESYNCED: u8 = 4;
+const OK_FENCED: u8 = 5;
+
+/// Most replicas a control request names: one per voter of the largest cluster.
+const REPLICAS_MAX: usize = crate::catalog::entry::REPLICAS_MAX;
 
 /// A reply's first byte: a `ControlOk`'s encoding follows one, a status the other.
 const REPLY_OK: u8 = 1;
@@ -96,6 +104,23 @@ impl ControlRequest {
             ControlRequest::ResyncDirectory { index } => {
                 encoder = Encoder::new(REQUEST_RESYNC_DIRECTORY);
                 encoder.u64(*index as u64);
+            }
+            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering } => {
+                encoder = Encoder::new(REQUEST_ATTACH_REPLICA);
+                encoder.u64(*topic_id).str(name).u64(*retention_seconds).bool(*recovering);
+            }
+            ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
+                encoder = Encoder::new(REQUEST_PROMOTE_REPLICA);
+                encoder.u64(*topic_id).u64(*epoch);
+                encode_peers(&mut encoder, replicas);
+            }
+            ControlRequest::DemoteReplica { topic_id, epoch } => {
+                encoder = Encoder::new(REQUEST_DEMOTE_REPLICA);
+                encoder.u64(*topic_id).u64(*epoch);
+            }
+            ControlRequest::FenceReplica { topic_id, epoch } => {
+                encoder = Encoder::new(REQUEST_FENCE_REPLICA);
+                encoder.u64(*topic_id).u64(*epoch);
             }
         }
         encoder.0
@@ -173,11 +198,51 @@ impl ControlRequest {
                     .map_err(|_| "directory index does not fit in this machine's usize")?;
                 Ok(ControlRequest::ResyncDirectory { index })
             })?,
+            REQUEST_ATTACH_REPLICA => fields("control request AttachReplica", decoder, |decoder| {
+                Ok(ControlRequest::AttachReplica {
+                    topic_id: decoder.u64()?,
+                    name: decoder.str()?,
+                    retention_seconds: decoder.u64()?,
+                    recovering: decoder.bool()?,
+                })
+            })?,
+            REQUEST_PROMOTE_REPLICA => fields("control request PromoteReplica", decoder, |decoder| {
+                Ok(ControlRequest::PromoteReplica {
+                    topic_id: decoder.u64()?,
+                    epoch: decoder.u64()?,
+                    replicas: decode_peers(decoder)?,
+                })
+            })?,
+            REQUEST_DEMOTE_REPLICA => fields("control request DemoteReplica", decoder, |decoder| {
+                Ok(ControlRequest::DemoteReplica { topic_id: decoder.u64()?, epoch: decoder.u64()? })
+            })?,
+            REQUEST_FENCE_REPLICA => fields("control request FenceReplica", decoder, |decoder| {
+                Ok(ControlRequest::FenceReplica { topic_id: decoder.u64()?, epoch: decoder.u64()? })
+            })?,
             _ => return Err(format!("unknown control request tag {tag}")),
         };
         refuse_trailing("control request", decoder)?;
         Ok(request)
     }
+}
+
+fn encode_peers(encoder: &mut Encoder, peers: &[crate::replication::source::Peer]) {
+    encoder.u32(peers.len() as u32);
+    for peer in peers {
+        encoder.u32(peer.shard).str(&peer.address);
+    }
+}
+
+fn decode_peers(decoder: &mut Decoder) -> DecodeResult<Vec<crate::replication::source::Peer>> {
+    let count = decoder.u32()? as usize;
+    if count > REPLICAS_MAX {
+        return Err("more replicas than REPLICAS_MAX");
+    }
+    let mut peers = Vec::with_capacity(count);
+    for _ in 0..count {
+        peers.push(crate::replication::source::Peer { shard: decoder.u32()?, address: decoder.str()? });
+    }
+    Ok(peers)
 }
 
 fn encode_settings_update(encoder: &mut Encoder, update: &SettingsUpdate) {
@@ -229,6 +294,10 @@ impl ControlOk {
                 encoder = Encoder::new(OK_RESYNCED);
                 encoder.u64(*logs).u64(*batches);
             }
+            ControlOk::Fenced { last_epoch, durable_end } => {
+                encoder = Encoder::new(OK_FENCED);
+                encoder.u64(*last_epoch).u64(*durable_end);
+            }
         }
         encoder.0
     }
@@ -249,6 +318,9 @@ impl ControlOk {
             })?,
             OK_RESYNCED => fields("control reply Resynced", decoder, |decoder| {
                 Ok(ControlOk::Resynced { logs: decoder.u64()?, batches: decoder.u64()? })
+            })?,
+            OK_FENCED => fields("control reply Fenced", decoder, |decoder| {
+                Ok(ControlOk::Fenced { last_epoch: decoder.u64()?, durable_end: decoder.u64()? })
             })?,
             _ => return Err(format!("unknown control reply tag {tag}")),
         };
@@ -501,6 +573,22 @@ mod tests {
             },
             ControlRequest::Stats,
             ControlRequest::ResyncDirectory { index: 2 },
+            ControlRequest::AttachReplica {
+                topic_id: 17,
+                name: "orders".to_owned(),
+                retention_seconds: 0,
+                recovering: true,
+            },
+            ControlRequest::PromoteReplica {
+                topic_id: 17,
+                epoch: 3,
+                replicas: vec![
+                    crate::replication::source::Peer { shard: 1, address: "10.0.0.1:7451".to_owned() },
+                    crate::replication::source::Peer { shard: 65_536, address: "10.0.0.2:7451".to_owned() },
+                ],
+            },
+            ControlRequest::DemoteReplica { topic_id: 17, epoch: 4 },
+            ControlRequest::FenceReplica { topic_id: 17, epoch: 4 },
         ]
     }
 
@@ -560,6 +648,7 @@ mod tests {
             ControlOk::Stats(shard_stats(), vec![topic_stats("projects/p/topics/a", 2), topic_stats("t", 0)]),
             ControlOk::Stats(ShardStats::default(), Vec::new()),
             ControlOk::Resynced { logs: 4, batches: 96 },
+            ControlOk::Fenced { last_epoch: 3, durable_end: 1_000 },
         ]
     }
 
@@ -598,7 +687,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 12];
+        let mut seen_requests = [false; 16];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -613,17 +702,22 @@ mod tests {
                 ControlRequest::UpdateSettings { update: SettingsUpdate::Subscription { .. }, .. } => 9,
                 ControlRequest::Stats => 10,
                 ControlRequest::ResyncDirectory { .. } => 11,
+                ControlRequest::AttachReplica { .. } => 12,
+                ControlRequest::PromoteReplica { .. } => 13,
+                ControlRequest::DemoteReplica { .. } => 14,
+                ControlRequest::FenceReplica { .. } => 15,
             };
             seen_requests[index] = true;
         }
         assert!(seen_requests.iter().all(|seen| *seen), "{seen_requests:?}");
-        let mut seen_oks = [false; 4];
+        let mut seen_oks = [false; 5];
         for ok in oks() {
             let index = match ok {
                 ControlOk::Done => 0,
                 ControlOk::SubscriptionStart(_) => 1,
                 ControlOk::Stats(..) => 2,
                 ControlOk::Resynced { .. } => 3,
+                ControlOk::Fenced { .. } => 4,
             };
             seen_oks[index] = true;
         }

@@ -80,6 +80,31 @@ pub enum ControlRequest {
     ResyncDirectory {
         index: usize,
     },
+    /// Open (recover) or create one replica of a replicated topic, as a follower: it takes
+    /// records from whichever replica leads, until it is promoted (`PromoteReplica`).
+    AttachReplica {
+        topic_id: u64,
+        name: String,
+        retention_seconds: u64,
+        recovering: bool,
+    },
+    /// Lead a replicated topic from `epoch`, which the catalog elected this replica for.
+    PromoteReplica {
+        topic_id: u64,
+        epoch: u64,
+        replicas: Vec<crate::replication::source::Peer>,
+    },
+    /// Stop leading a replicated topic at an epoch older than `epoch`.
+    DemoteReplica {
+        topic_id: u64,
+        epoch: u64,
+    },
+    /// A fencing round: promise to take nothing from a leader older than `epoch`, and report
+    /// the topic's messages log (`ControlOk::Fenced`).
+    FenceReplica {
+        topic_id: u64,
+        epoch: u64,
+    },
 }
 
 /// What an `UpdateSettings` changes.
@@ -96,7 +121,15 @@ pub enum ControlOk {
     Done,
     SubscriptionStart(u64),
     Stats(crate::api::stats::ShardStats, Vec<crate::api::stats::TopicStats>),
-    Resynced { logs: u64, batches: u64 },
+    Resynced {
+        logs: u64,
+        batches: u64,
+    },
+    /// A replica's answer to a fencing round: its messages' last epoch and durable end.
+    Fenced {
+        last_epoch: u64,
+        durable_end: u64,
+    },
 }
 
 #[derive(Debug)]

@@ -262,6 +262,9 @@ pub enum LogError {
     /// The request does not fit the log's state: an append at an offset that is not the log's
     /// next one, an epoch older than the log's last, a truncation of committed records.
     Refused(String),
+    /// Durable here, but a quorum of the source's replicas did not confirm it (its leader was
+    /// deposed, or too few replicas answered in time): it may or may not be kept.
+    Unreplicated(String),
 }
 
 impl fmt::Display for LogError {
@@ -274,6 +277,7 @@ impl fmt::Display for LogError {
             LogError::Corrupt(why) => write!(f, "log is corrupt: {why}"),
             LogError::Io(why) => write!(f, "I/O error: {why}"),
             LogError::Refused(why) => write!(f, "refused by the log: {why}"),
+            LogError::Unreplicated(why) => write!(f, "not replicated: {why}"),
         }
     }
 }
@@ -346,6 +350,24 @@ impl<S: Storage> HeldBatch<S> {
     /// The bytes it was read into, from the batch's start: its records' views point inside.
     pub fn bytes(&self) -> &[u8] {
         self.bytes.bytes()
+    }
+
+    /// The epoch of the leader that wrote it.
+    pub fn epoch(&self) -> u64 {
+        self.header.epoch
+    }
+
+    /// How many records it holds.
+    pub fn record_count(&self) -> u32 {
+        self.header.record_count
+    }
+
+    /// Its records as they lie in it, sealed (offsets and checksums in place): what a leader
+    /// sends a follower, which checks them (`record::check_sealed_records`) and seals them
+    /// again at the same offsets, to the same bytes.
+    pub fn sealed_records(&self) -> &[u8] {
+        let start = self.header.header_bytes();
+        &self.bytes.bytes()[start..start + self.header.records_bytes as usize]
     }
 
     /// Its records, in offset order. They passed their checksums when the batch was read from
@@ -2909,12 +2931,24 @@ impl<S: Storage> Log<S> {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Vec<StoredRecord>, LogError> {
+        self.read_within(from, max_records, max_bytes, false).await
+    }
+
+    /// `read`, up to the durable end instead of the committed one when `durable`.
+    async fn read_within(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        durable: bool,
+    ) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut offset = from.max(self.start_offset());
-        while out.len() < max_records && offset < self.end_offset() {
+        let visible_end = || if durable { self.durable_end() } else { self.end_offset() };
+        while out.len() < max_records && offset < visible_end() {
             let lowest = offset;
-            let batch = self.read_batch_at(offset, &|wanted| wanted >= lowest).await?;
+            let batch = self.read_batch_at(offset, &|wanted| wanted >= lowest, durable).await?;
             if batch.end <= offset {
                 break;
             }
@@ -2936,13 +2970,15 @@ impl<S: Storage> Log<S> {
     /// journal), which read once, in order: batch by batch, a large catalog is thousands of
     /// 4 KiB reads (see benches/README.md). The log's
     /// configuration reads ahead for the replay's duration, so it is meant for a log nothing
-    /// else reads yet (both callers run it before the log is served).
+    /// else reads yet (both callers run it before the log is served). Durable records count,
+    /// committed or not: a replicated topic's new leader replays its journal before it has
+    /// committed what it holds.
     pub async fn read_all(&self, from: u64) -> Result<Vec<StoredRecord>, LogError> {
         let configured = self.inner.borrow().config.clone();
         if !configured.read_ahead {
             self.inner.borrow_mut().config = Rc::new(LogConfig { read_ahead: true, ..(*configured).clone() });
         }
-        let result = self.read(from, usize::MAX, usize::MAX).await;
+        let result = self.read_within(from, usize::MAX, usize::MAX, true).await;
         if !configured.read_ahead {
             let mut inner = self.inner.borrow_mut();
             inner.config = configured;
@@ -3004,8 +3040,15 @@ impl<S: Storage> Log<S> {
     }
 
     /// The whole batch holding `offset`, with its records copied out where `keep` says.
-    async fn read_batch_at(&self, offset: u64, keep: &dyn Fn(u64) -> bool) -> Result<BatchRead, LogError> {
-        let Some(batch) = self.hold_batch_at(offset).await? else { return Ok(BatchRead::default()) };
+    async fn read_batch_at(
+        &self,
+        offset: u64,
+        keep: &dyn Fn(u64) -> bool,
+        durable: bool,
+    ) -> Result<BatchRead, LogError> {
+        let Some(batch) = self.hold_batch_within(offset, durable).await? else {
+            return Ok(BatchRead::default());
+        };
         let records =
             batch.records()?.iter().filter(|view| keep(view.offset)).map(StoredRecord::of).collect();
         Ok(BatchRead { end: batch.end_offset(), records })

@@ -492,6 +492,24 @@ pub fn decode_batch_range<'a>(
     Ok(records)
 }
 
+/// Checks records sealed elsewhere (another replica's batch, received over the network) before
+/// they are appended: `record_count` of them exactly filling `records`, each laid out within
+/// bounds, at the offsets from `base_offset` on, passing its checksum for log `log_id`.
+pub fn check_sealed_records(
+    records: &[u8],
+    log_id: u64,
+    base_offset: u64,
+    record_count: u32,
+) -> Result<(), BatchError> {
+    let header = BatchHeader { base_offset, record_count, records_bytes: records.len() as u32, epoch: 1 };
+    if records.len() > u32::MAX as usize {
+        return Err(BatchError::BadRecord { index: 0, reason: "more record bytes than a batch holds" });
+    }
+    let mut bytes = vec![0u8; BATCH_HEADER_BYTES + records.len()];
+    bytes[BATCH_HEADER_BYTES..].copy_from_slice(records);
+    decode_batch_range(&bytes, log_id, &header, true, 0..u64::MAX).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

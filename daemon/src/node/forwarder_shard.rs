@@ -104,6 +104,7 @@ fn start_forwarder_shard(
     let quarantine_damaged = config.quarantine_damaged;
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
+    let cluster = config.cluster.as_ref().map(|cluster| (cluster.node_id, cluster.secret.clone()));
     LocalExecutorBuilder::new(placement)
         .name(&format!("forwarder-{shard}"))
         .io_memory(config.io_memory_bytes)
@@ -128,14 +129,18 @@ fn start_forwarder_shard(
                     return;
                 }
             }
-            let security =
-                match protocol::native::server::Security::open(&access_settings, tls_settings.as_ref()) {
-                    Ok(security) => security,
-                    Err(error) => {
-                        let _ = ready.send(Err(error));
-                        return;
-                    }
-                };
+            let cluster_secret = cluster.as_ref().and_then(|(_, secret)| secret.as_deref());
+            let security = match protocol::native::server::Security::open_with_cluster(
+                &access_settings,
+                tls_settings.as_ref(),
+                cluster_secret,
+            ) {
+                Ok(security) => security,
+                Err(error) => {
+                    let _ = ready.send(Err(error));
+                    return;
+                }
+            };
             let listener = into_glommio(listener);
             let access = security.access.clone();
             let forwarder = Rc::new(shard::Forwarder::new(
@@ -146,6 +151,13 @@ fn start_forwarder_shard(
                 Rc::new(clock::SystemClock),
             ));
             forwarder.dead_letters.connect(&forwarder, peers);
+            if let Some((node_id, secret)) = &cluster {
+                // Sources replicate from this shard straight to the other nodes' forwarders.
+                forwarder.replica_context.node_id.set(*node_id);
+                let transport =
+                    protocol::native::replica::NativeTransport::new(secret.as_deref().map(Rc::from));
+                *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport));
+            }
             forwarder.set_journals_open_max(journals_open_max);
             forwarder.set_quarantine_damaged(quarantine_damaged);
             let _ = ready.send(Ok(()));

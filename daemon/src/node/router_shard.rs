@@ -174,9 +174,18 @@ pub(super) fn start_router_shard(
         .map_err(|e| format!("starting the router shard: {e}"))
 }
 
-/// The router shard's timer: subscription expiry, the catalog's disk reserve, and the
-/// catalog's compaction.
+/// The router shard's timers: replicated topics' replicas and elections (in a cluster),
+/// subscription expiry, the catalog's disk reserve, and the catalog's compaction.
 fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
+    if router.is_clustered() {
+        // Replicated topics: this node's replicas as the catalog says, and, on the catalog's
+        // leader, elections for topics whose leader is gone.
+        let replicas = router.clone();
+        repeat_every(router::RECONCILE_TICK, async move || {
+            replicas.reconcile_replicas().await;
+            replicas.coordinate();
+        });
+    }
     let settler = router.clone();
     repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);
     let expirer = router.clone();

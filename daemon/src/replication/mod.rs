@@ -5,6 +5,8 @@
 //! majority, followers truncating to their leader) for the two safety properties: no committed
 //! record is ever lost, and a deposed leader never commits.
 
+pub mod protocol;
+pub mod source;
 #[cfg(test)]
 mod tests;
 
@@ -130,6 +132,18 @@ impl EpochHistory {
             history.appended(epoch, offset as u64);
         }
         history
+    }
+
+    /// Where each epoch begins, `(epoch, first offset)`, in order.
+    pub fn starts(&self) -> &[(u64, u64)] {
+        &self.starts
+    }
+
+    /// A history from its starts, as `starts` gives them; None unless both epochs and offsets
+    /// increase (epochs strictly), as a log's do.
+    pub fn from_starts(starts: Vec<(u64, u64)>) -> Option<EpochHistory> {
+        let ordered = starts.windows(2).all(|pair| pair[0].0 < pair[1].0 && pair[0].1 <= pair[1].1);
+        ordered.then_some(EpochHistory { starts })
     }
 
     /// A record of `epoch` was appended at `offset`.

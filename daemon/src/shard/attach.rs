@@ -76,6 +76,13 @@ impl<S: Storage> Forwarder<S> {
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
             Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
         })?;
+        // Attached already (a replicated topic's new leader is given its subscriptions by
+        // whichever router gets there first): once is enough.
+        let attached =
+            self.registry.subscriptions.borrow().get(name.as_str()).map(|(entry, _)| entry.clone());
+        if let Some(entry) = attached.filter(|entry| entry.id == subscription_id && !create) {
+            return Ok(ControlOk::SubscriptionStart(entry.state.borrow().start_offset));
+        }
         let ack_deadline = Duration::from_secs(settings.ack_deadline_seconds as u64);
         let mut state = if create {
             // The sync point: every publish acknowledged after the router answers the create

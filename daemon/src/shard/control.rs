@@ -49,6 +49,20 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_subscription(subscription_id, name, topic_id, settings, create, start_offset)
                     .await
             }
+            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering } => {
+                self.attach_replica(topic_id, name, retention_seconds, recovering).await
+            }
+            ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
+                self.promote_replica(topic_id, epoch, replicas).await
+            }
+            ControlRequest::DemoteReplica { topic_id, epoch } => {
+                self.demote_replica(topic_id, epoch);
+                Ok(ControlOk::Done)
+            }
+            ControlRequest::FenceReplica { topic_id, epoch } => {
+                let [messages, _] = self.fence_replica(topic_id, epoch).await?;
+                Ok(ControlOk::Fenced { last_epoch: messages.last_epoch, durable_end: messages.durable_end })
+            }
             ControlRequest::DetachSubscription { subscription_id, name, topic_id, deleted } => {
                 self.detach_subscription(subscription_id, &name, topic_id, deleted);
                 Ok(ControlOk::Done)
@@ -187,7 +201,17 @@ impl<S: Storage> Forwarder<S> {
                 }
             }
         }
+        let following = self.registry.followers.borrow_mut().remove(&topic_id);
+        if let Some(topic) = following {
+            if delete_data {
+                self.store.delete_files(topic);
+            }
+            return;
+        }
         let topic: Option<Rc<TopicState<S>>> = self.registry.topics_by_id.borrow_mut().remove(&topic_id);
+        if let Some(leader) = topic.as_ref().and_then(|topic| topic.leader()) {
+            leader.stop();
+        }
         if let Some(topic) = topic {
             self.registry.topics.borrow_mut().remove(&topic.name);
             self.registry.subscriptions.borrow_mut().retain(|_, (entry, owner)| {

@@ -9,6 +9,7 @@ pub mod control;
 pub mod data;
 pub mod dead_letters;
 pub mod maintenance;
+pub mod replica;
 pub mod stats;
 #[cfg(test)]
 mod tests;
@@ -44,6 +45,8 @@ pub struct Registry<S: Storage> {
     pub topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>, IdHasher>>,
     pub subscriptions: RefCell<HashMap<Rc<str>, Served<S>, crate::runtime::NameHasher>>,
     pub quarantined: RefCell<Quarantined>,
+    /// Replicas of replicated topics that follow another replica's lead, by id: not served.
+    pub followers: RefCell<HashMap<u64, Rc<TopicState<S>>, IdHasher>>,
 }
 
 impl<S: Storage> Registry<S> {
@@ -97,6 +100,8 @@ pub struct Forwarder<S: Storage> {
     pub activity: Activity,
     /// Where dead letters go: set once the daemon serves (see `dead_letters`).
     pub dead_letters: Rc<dead_letters::ShardPublisher>,
+    /// Its node and how it reaches other replicas, in a cluster.
+    pub replica_context: replica::ReplicaContext,
 }
 
 /// Topics left unserved at start because their logs could not be recovered, and their
@@ -143,6 +148,7 @@ impl<S: Storage> Forwarder<S> {
             topics_by_id: RefCell::default(),
             subscriptions: RefCell::default(),
             quarantined: RefCell::default(),
+            followers: RefCell::default(),
         });
         let releasing = Rc::new(Cell::new(false));
         let release_space = {
@@ -166,6 +172,7 @@ impl<S: Storage> Forwarder<S> {
             attach_policy,
             activity: Activity::default(),
             dead_letters,
+            replica_context: replica::ReplicaContext::default(),
         }
     }
 

@@ -104,11 +104,13 @@ fn choose<B: SourceBatch>(
             state.apply_ack(lease.offset);
             continue;
         };
-        if let Some(filter) = &subscription.filter {
-            if !filter.matches(record.attributes()) {
-                chosen.filtered_out.push(lease.offset);
-                continue;
-            }
+        // A replicated topic's new leader writes one record of its own, with no data and no
+        // attributes (no publish can be: Pub/Sub refuses such a message): nobody's message,
+        // acknowledged like one a filter rejects.
+        let marker = record.data.is_empty() && record.attribute_count() == 0;
+        if marker || subscription.filter.as_ref().is_some_and(|filter| !filter.matches(record.attributes())) {
+            chosen.filtered_out.push(lease.offset);
+            continue;
         }
         let size = record.data.len()
             + record.ordering_key.len()

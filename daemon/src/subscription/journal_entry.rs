@@ -16,6 +16,7 @@ const KIND_SEEK: u8 = 4;
 const KIND_SNAPSHOT_TAKEN: u8 = 5;
 const KIND_SNAPSHOT_DROPPED: u8 = 6;
 const KIND_DEADLINE_EXTENDED: u8 = 7;
+const KIND_LEADER_EPOCH: u8 = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalEntry {
@@ -53,6 +54,11 @@ pub enum JournalEntry {
         subscription_id: u64,
         runs: Vec<(u64, u32)>,
         until_ms: u64,
+    },
+    /// A replicated topic's new leader began its epoch here: it changes no subscription; its
+    /// commit commits every entry before it (docs/REPLICATION.md).
+    LeaderEpoch {
+        epoch: u64,
     },
 }
 
@@ -93,6 +99,7 @@ impl JournalEntry {
                 }
                 encoder.0
             }
+            JournalEntry::LeaderEpoch { epoch } => Encoder::new(KIND_LEADER_EPOCH).u64(*epoch).0.clone(),
             JournalEntry::Acked { subscription_id, runs } => {
                 let mut encoder = Encoder::new(KIND_ACKED);
                 encoder.u64(*subscription_id).u32(runs.len() as u32);
@@ -143,6 +150,7 @@ impl JournalEntry {
                 }
                 JournalEntry::DeadlineExtended { subscription_id, runs, until_ms }
             }
+            KIND_LEADER_EPOCH => JournalEntry::LeaderEpoch { epoch: decoder.u64()? },
             _ => return Err("unknown journal entry kind"),
         };
         if !decoder.is_empty() {
@@ -184,6 +192,7 @@ mod tests {
             },
             JournalEntry::SnapshotDropped { snapshot_id: 3 },
             JournalEntry::DeadlineExtended { subscription_id: 9, runs: vec![(4, 1)], until_ms: 1234 },
+            JournalEntry::LeaderEpoch { epoch: 4 },
         ] {
             assert_eq!(JournalEntry::decode(&entry.encode()), Ok(entry.clone()));
             let bytes = entry.encode();

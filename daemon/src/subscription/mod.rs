@@ -67,6 +67,9 @@ pub struct SubscriptionEntry {
     /// Detached from its topic (DetachSubscription) rather than deleted: they end with
     /// FailedPrecondition instead.
     pub left_topic: Cell<bool>,
+    /// Its topic's replica here stopped leading (another replica was elected): they end with
+    /// Unavailable, and their clients look for the new leader.
+    pub moved: Cell<bool>,
     /// Wall-clock time of the last pull or acknowledgement, for the expiration policy.
     pub last_activity_ms: Cell<u64>,
     pub delivered: RefCell<RateWindow>,
@@ -84,6 +87,12 @@ impl SubscriptionEntry {
 
     /// The error a pull or stream on a deleted (or detached) subscription ends with.
     pub fn deleted(&self) -> Status {
+        if self.moved.get() {
+            return Status::unavailable(format!(
+                "subscription '{}' is now served by its topic's new leader; look it up again",
+                self.name
+            ));
+        }
         if self.left_topic.get() {
             return Status::failed_precondition(format!("subscription '{}' is detached", self.name));
         }
@@ -112,6 +121,7 @@ impl SubscriptionEntry {
             dead_lettering: Cell::new(false),
             detached: Cell::new(false),
             left_topic: Cell::new(false),
+            moved: Cell::new(false),
             last_activity_ms: Cell::new(now_ms),
             delivered: RefCell::default(),
             acked: RefCell::default(),

@@ -219,7 +219,9 @@ impl<S: Storage> TopicState<S> {
             (checkpoints.len() == 2).then(|| checkpoints[0])
         });
         if let Some(previous) = previous.flatten() {
-            journal.remove_before(previous).await?;
+            // A leader keeps what a follower still lacks.
+            let replicated = self.replicated_floor(crate::replication::protocol::JOURNAL);
+            journal.remove_before(previous.min(replicated)).await?;
         }
         Ok(())
     }

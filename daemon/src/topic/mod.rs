@@ -42,6 +42,19 @@ pub struct TopicState<S: Storage> {
     pub reserve_done: Notify,
     /// Deleted: its journal must not open (or be made) again while its files go.
     pub deleted: Cell<bool>,
+    /// Its part in the topic's replication across nodes.
+    pub replication: RefCell<Replication>,
+}
+
+/// A topic's part in its replication across nodes (docs/REPLICATION.md).
+pub enum Replication {
+    /// Its only replica: a commit on ⌈M/2⌉ of this node's directories commits it.
+    Alone,
+    /// A follower: it takes records from the leader it last synced with (`synced_epoch`, 0
+    /// for none yet) and serves no client.
+    Follower { synced_epoch: u64 },
+    /// The leader of an epoch: it serves clients, and commits what a quorum of replicas holds.
+    Leader(Rc<crate::replication::source::Leader>),
 }
 
 /// A topic's folder inside each data directory.
@@ -120,7 +133,34 @@ impl<S: Storage> TopicState<S> {
             return Err(LogError::Fenced("the topic was deleted".into()));
         }
         let journal = self.journal.log(&self.log, self.id).await?;
-        journal.append(records, 1).await.map(|_| ())
+        let (first, count) = journal.append(records, 1).await?;
+        self.wait_replicated(&journal, first + count as u64).await
+    }
+
+    /// The leader of a replicated topic, when this replica leads it.
+    pub fn leader(&self) -> Option<Rc<crate::replication::source::Leader>> {
+        match &*self.replication.borrow() {
+            Replication::Leader(leader) => Some(leader.clone()),
+            _ => None,
+        }
+    }
+
+    /// Waits, on a replicated topic's leader, until a quorum of replicas holds `log` (its
+    /// messages or journal) below `end`; at once otherwise.
+    pub async fn wait_replicated(&self, log: &Log<S>, end: u64) -> Result<(), LogError> {
+        match self.leader() {
+            Some(leader) => leader.wait_committed(log, end).await,
+            None if matches!(*self.replication.borrow(), Replication::Follower { .. }) => {
+                Err(LogError::Unreplicated("this replica no longer leads the topic".into()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The offset below which every replica holds `log` (`protocol::MESSAGES` or `JOURNAL`):
+    /// a leader's retention removes nothing a follower still needs.
+    pub fn replicated_floor(&self, log: usize) -> u64 {
+        self.leader().map_or(u64::MAX, |leader| leader.replicated_floor(log))
     }
 }
 

@@ -192,6 +192,7 @@ impl<S: Storage> TopicStore<S> {
             journal_reserve: Cell::new(JournalReserve::Untried),
             reserve_done: Notify::new(),
             deleted: Cell::new(false),
+            replication: RefCell::new(super::Replication::Alone),
         })
     }
 
@@ -230,6 +231,21 @@ impl<S: Storage> TopicStore<S> {
     }
 }
 
+impl<S: Storage> TopicState<S> {
+    /// Replays the journal again into what subscriptions attached from now on rebuild their
+    /// state from (and the topic's snapshots): for a replica that becomes its topic's leader,
+    /// whose journal took entries as a follower that no subscription here applied.
+    pub async fn replay_journal_again(&self) -> Result<(), Status> {
+        let Some(journal) = self.journal.opened() else { return Ok(()) };
+        let (recovered, snapshots) = replay_journal(&journal, &self.name).await?;
+        self.journal.with_open(|open| {
+            open.recovered = recovered;
+            open.snapshots = snapshots;
+        });
+        Ok(())
+    }
+}
+
 /// Each subscription's acknowledgements and seeks, in order, applied when the router attaches
 /// it with the sync point the catalog recorded; and the topic's live snapshots.
 #[allow(clippy::type_complexity)]
@@ -244,8 +260,9 @@ async fn replay_journal<S: Storage>(
             Status::new(Code::DataLoss, format!("topic '{name}' journal entry {}: {why}", stored.offset))
         })?;
         match entry {
-            // The sync point lives in the catalog; checkpoints restate it for reference.
-            JournalEntry::SubscriptionCreated { .. } => {}
+            // The sync point lives in the catalog; checkpoints restate it for reference. A
+            // leader's epoch changes no subscription.
+            JournalEntry::SubscriptionCreated { .. } | JournalEntry::LeaderEpoch { .. } => {}
             JournalEntry::SubscriptionDeleted { subscription_id } => {
                 recovered.remove(&subscription_id);
             }

@@ -16,10 +16,15 @@ impl<S: Storage> TopicState<S> {
             let expired = |newest_ms: u64, seconds: u64| {
                 newest_ms.saturating_add(seconds.saturating_mul(1000)) <= now_ms
             };
+            // A leader keeps what a follower still lacks.
+            let replicated = self.replicated_floor(crate::replication::protocol::MESSAGES);
             self.log
                 .closed_segments()
                 .iter()
                 .take_while(|segment| {
+                    if segment.end_offset > replicated {
+                        return false;
+                    }
                     let topic_keeps = self.retention_seconds.get() > 0
                         && !expired(segment.newest_publish_ms, self.retention_seconds.get());
                     // A live snapshot keeps everything it may seek back to.

@@ -159,6 +159,7 @@ pub fn topic_in(topic: &pubsub::Topic) -> Result<(Name, Topic), Status> {
         name: name.name.clone(),
         message_retention_seconds: topic_retention_seconds(retention)?,
         labels: labels_in(&topic.labels),
+        replicas: 0,
     };
     Ok((name, request))
 }

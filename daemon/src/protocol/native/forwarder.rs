@@ -44,6 +44,7 @@ impl<S: Storage> Handler for Forwarder<S> {
             Some(Command::ModifyAckDeadline) => Box::pin(modify_ack_deadline(self, &body, responder))
                 .await
                 .map(|response| respond(&header, &response).into()),
+            Some(Command::Replica) => Box::pin(replica(self, &header, &body, responder)).await,
             // The connection's reading loop answers it before any handler sees it.
             Some(Command::Authenticate) => {
                 Err(Status::new(ErrorCode::Internal, "an Authenticate request reached a forwarder's handler"))
@@ -55,6 +56,26 @@ impl<S: Storage> Handler for Forwarder<S> {
         };
         result.unwrap_or_else(|status| fail(&header, &status).into())
     }
+}
+
+/// Another replica's request: only from a node of the cluster.
+async fn replica<S: crate::storage::Storage>(
+    forwarder: &Forwarder<S>,
+    header: &FrameHeader,
+    body: &[u8],
+    responder: &Responder,
+) -> Result<Response, Status> {
+    if !responder.is_cluster_peer() {
+        return Err(Status::new(
+            ErrorCode::Unauthenticated,
+            "replication answers only nodes of the cluster, which present its secret",
+        ));
+    }
+    let message = access_body::<PeerMessage>(body)?;
+    let request = crate::replication::protocol::ReplicaRequest::decode(message.bytes.as_slice())
+        .map_err(|why| Status::invalid_argument(format!("a replica request did not decode: {why}")))?;
+    let answer = forwarder.replica_request(request).await.map_err(Status::from)?;
+    Ok(respond(header, &PeerMessage { bytes: answer.encode() }).into())
 }
 
 /// Whether a publish's sender may publish to its topic.

@@ -276,6 +276,18 @@ impl Peers for Rc<PeerPool> {
         })
     }
 
+    fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()> {
+        let pool = self.clone();
+        Box::pin(async move {
+            let mut encoder = Encoder::new(0);
+            encoder.u32(topics.len() as u32);
+            for topic in &topics {
+                encoder.u64(*topic);
+            }
+            pool.call(leader, Command::PeerWantElections, encoder.0).await.map(|_| ())
+        })
+    }
+
     fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
@@ -493,6 +505,25 @@ impl<S: Storage> PeerHandler<S> {
                 Ok(Vec::new())
             }
             Command::PeerClusterStatus => Ok(encode_cluster_status(&self.router()?.cluster_status().await)),
+            Command::PeerWantElections => {
+                let router = self.router()?;
+                let mut decoder = Decoder::new(bytes);
+                let topics = (|| {
+                    decoder.u8()?;
+                    let count = decoder.u32()? as usize;
+                    if count > crate::router::ELECTIONS_ASKED_MAX {
+                        return Err("more topics than ELECTIONS_ASKED_MAX");
+                    }
+                    let topics = (0..count).map(|_| decoder.u64()).collect::<Result<Vec<u64>, _>>()?;
+                    if !decoder.is_empty() {
+                        return Err("trailing bytes");
+                    }
+                    Ok(topics)
+                })()
+                .map_err(invalid)?;
+                router.want_elections(topics).await?;
+                Ok(Vec::new())
+            }
             Command::PeerExpireSubscription => {
                 let router = self.router()?;
                 let name = std::str::from_utf8(bytes).map_err(|_| invalid("a name that is not UTF-8"))?;

@@ -52,6 +52,7 @@ fn topic_request(body: &[u8]) -> Result<Topic, Status> {
         name: request.name.as_str().to_owned(),
         message_retention_seconds: request.message_retention_seconds.to_native(),
         labels: Default::default(),
+        replicas: 0,
     })
 }
 

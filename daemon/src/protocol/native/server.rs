@@ -269,6 +269,11 @@ impl Responder {
         &self.session
     }
 
+    /// Whether the request comes from another node of the cluster (`Access::is_cluster_peer`).
+    pub fn is_cluster_peer(&self) -> bool {
+        self.access.is_cluster_peer(&self.session)
+    }
+
     /// Whether the request's sender holds `permission` on `name`; a refusal is the request's
     /// answer (`Unauthenticated` or `PermissionDenied`), already logged for audit.
     pub fn check(&self, permission: Permission, name: &str) -> Result<(), Status> {
@@ -344,7 +349,17 @@ impl Security {
 
     /// Reads the access file and the TLS files; an error names the file and what is wrong.
     pub fn open(access: &AccessSettings, tls: Option<&TlsSettings>) -> Result<Security, String> {
-        let access = Rc::new(Access::open(access)?);
+        Security::open_with_cluster(access, tls, None)
+    }
+
+    /// `open`, for a forwarder's port in a cluster: other nodes' forwarders that present the
+    /// cluster's secret replicate sources here (`Access::with_cluster_secret`).
+    pub fn open_with_cluster(
+        access: &AccessSettings,
+        tls: Option<&TlsSettings>,
+        cluster_secret: Option<&str>,
+    ) -> Result<Security, String> {
+        let access = Rc::new(Access::open(access)?.with_cluster_secret(cluster_secret));
         let tls = tls.map(Tls::open).transpose()?;
         Ok(Security { access, tls })
     }

@@ -1,0 +1,256 @@
+//! Replication between forwarders of different nodes over the native protocol: a source's
+//! leader reaches each follower's forwarder port directly, so a publish's path crosses no
+//! other core. One connection per shard and follower forwarder carries the requests of every
+//! topic they share, pipelined and written together (batched per pair), each a `Replica`
+//! frame whose `PeerMessage` body holds `replication::protocol`'s encoding. The connection
+//! presents the cluster's secret first; it is dropped on any failure and made again by the
+//! next request.
+
+use crate::api::{Code, Status};
+use crate::replication::protocol::{ReplicaAnswer, ReplicaRequest};
+use crate::replication::source::{AnswerFuture, Peer, Transport};
+use crate::sync::{oneshot, Notify, Sender};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use ringpost_wire::frame::{access_body, decode_error, FrameBuffer, FrameHeader, FLAG_ERROR, FLAG_RESPONSE};
+use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
+use ringpost_wire::messages::{AuthenticateRequest, PeerMessage};
+use ringpost_wire::Command;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// How long connecting to another node's forwarder may take.
+pub const REPLICA_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a request waits for its answer (a follower's commit included).
+pub const REPLICA_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests one connection has waiting for answers; one more waits for room.
+pub const REPLICA_REQUESTS_IN_FLIGHT_MAX: usize = 4096;
+/// Bytes of requests one connection has queued or in flight; one more waits for room (one
+/// larger than it goes alone).
+pub const REPLICA_BYTES_IN_FLIGHT_MAX: usize = 64 << 20;
+
+/// A shard's connections to the forwarders it replicates to, by address.
+pub struct NativeTransport {
+    secret: Option<Rc<str>>,
+    channels: RefCell<HashMap<String, Rc<Channel>>>,
+}
+
+impl NativeTransport {
+    pub fn new(secret: Option<Rc<str>>) -> Rc<NativeTransport> {
+        Rc::new(NativeTransport { secret, channels: RefCell::default() })
+    }
+
+    fn channel(self: &Rc<Self>, address: &str) -> Rc<Channel> {
+        if let Some(channel) = self.channels.borrow().get(address).filter(|channel| !channel.broken.get()) {
+            return channel.clone();
+        }
+        let channel = Rc::new(Channel {
+            queue: RefCell::default(),
+            in_flight_bytes: Cell::new(0),
+            waiting: RefCell::default(),
+            next_request: Cell::new(2),
+            wake_writer: Notify::new(),
+            room: Notify::new(),
+            broken: Cell::new(false),
+        });
+        self.channels.borrow_mut().insert(address.to_owned(), channel.clone());
+        let (transport, address, opened) = (self.clone(), address.to_owned(), channel.clone());
+        crate::runtime::spawn(async move {
+            let why = opened.run(&address, transport.secret.clone()).await;
+            opened.fail(&format!("the connection to {address} failed: {why}"));
+            let mut channels = transport.channels.borrow_mut();
+            if channels.get(&address).is_some_and(|current| Rc::ptr_eq(current, &opened)) {
+                channels.remove(&address);
+            }
+        })
+        .detach();
+        channel
+    }
+}
+
+impl Transport for Rc<NativeTransport> {
+    fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
+        let channel = self.channel(&peer.address);
+        let shard = peer.shard;
+        Box::pin(async move {
+            let bytes = channel.call(request.encode()).await.map_err(|status| {
+                Status::new(status.code, format!("replica shard {shard:#x}: {}", status.message))
+            })?;
+            ReplicaAnswer::decode(&bytes).map_err(|why| {
+                Status::new(
+                    Code::Internal,
+                    format!("replica shard {shard:#x} answered what did not decode: {why}"),
+                )
+            })
+        })
+    }
+}
+
+/// Where a request's answer goes: its body, or the status it failed with.
+type AnswerSender = Sender<Result<Vec<u8>, Status>>;
+
+/// One connection: frames queued for its writer, and the requests waiting for answers.
+struct Channel {
+    queue: RefCell<VecDeque<FrameBuffer>>,
+    /// Bytes of requests sent or queued whose answers have not come.
+    in_flight_bytes: Cell<usize>,
+    waiting: RefCell<HashMap<u64, (usize, AnswerSender)>>,
+    next_request: Cell<u64>,
+    wake_writer: Notify,
+    /// Fires when answers leave room for more requests.
+    room: Notify,
+    broken: Cell<bool>,
+}
+
+impl Channel {
+    async fn call(&self, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
+        let size = bytes.len();
+        loop {
+            let room = self.room.notified();
+            if self.broken.get() {
+                return Err(Status::unavailable("the connection failed"));
+            }
+            let has_room = self.waiting.borrow().len() < REPLICA_REQUESTS_IN_FLIGHT_MAX
+                && (self.in_flight_bytes.get() == 0
+                    || self.in_flight_bytes.get() + size <= REPLICA_BYTES_IN_FLIGHT_MAX);
+            if has_room {
+                break;
+            }
+            futures_lite::future::or(room, crate::runtime::sleep(REPLICA_REQUEST_TIMEOUT)).await;
+        }
+        let request_id = self.next_request.get();
+        self.next_request.set(request_id + 1);
+        let frame =
+            ringpost_wire::encode_frame(Command::Replica.code(), 0, request_id, &PeerMessage { bytes });
+        let (sender, receiver) = oneshot();
+        self.waiting.borrow_mut().insert(request_id, (size, sender));
+        self.in_flight_bytes.set(self.in_flight_bytes.get() + size);
+        self.queue.borrow_mut().push_back(frame);
+        self.wake_writer.notify_all();
+        let answer = futures_lite::future::or(receiver, async {
+            crate::runtime::sleep(REPLICA_REQUEST_TIMEOUT).await;
+            None
+        })
+        .await;
+        match answer {
+            Some(answer) => answer,
+            None => {
+                self.forget(request_id);
+                Err(Status::new(Code::DeadlineExceeded, "no answer within REPLICA_REQUEST_TIMEOUT"))
+            }
+        }
+    }
+
+    fn forget(&self, request_id: u64) -> Option<AnswerSender> {
+        let (size, sender) = self.waiting.borrow_mut().remove(&request_id)?;
+        self.in_flight_bytes.set(self.in_flight_bytes.get().saturating_sub(size));
+        self.room.notify_all();
+        Some(sender)
+    }
+
+    /// Every request waiting fails with `why`; the channel takes no more.
+    fn fail(&self, why: &str) {
+        self.broken.set(true);
+        let waiting: Vec<_> = self.waiting.borrow_mut().drain().collect();
+        for (_, (_, sender)) in waiting {
+            sender.send(Err(Status::unavailable(why.to_owned())));
+        }
+        self.queue.borrow_mut().clear();
+        self.in_flight_bytes.set(0);
+        self.room.notify_all();
+        self.wake_writer.notify_all();
+    }
+
+    /// Connects, presents the secret, then writes what is queued and reads answers until
+    /// either fails; returns why.
+    async fn run(&self, address: &str, secret: Option<Rc<str>>) -> String {
+        let connected = futures_lite::future::or(
+            async { TcpStream::connect(address).await.map_err(|error| error.to_string()) },
+            async {
+                crate::runtime::sleep(REPLICA_CONNECT_TIMEOUT).await;
+                Err("it took longer than REPLICA_CONNECT_TIMEOUT".to_owned())
+            },
+        )
+        .await;
+        let stream = match connected {
+            Ok(stream) => stream,
+            Err(why) => return format!("connecting: {why}"),
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut reader, mut writer) = futures_lite::io::split(stream);
+        if let Some(secret) = secret {
+            let request = AuthenticateRequest { token: secret.to_string() };
+            let frame = ringpost_wire::encode_frame(Command::Authenticate.code(), 0, 1, &request);
+            if let Err(error) = writer.write_all(frame.as_ref()).await {
+                return format!("authenticating: {error}");
+            }
+        }
+        let writing = async {
+            loop {
+                let wake = self.wake_writer.notified();
+                if self.broken.get() {
+                    return "closed".to_owned();
+                }
+                let frames: Vec<FrameBuffer> = self.queue.borrow_mut().drain(..).collect();
+                if frames.is_empty() {
+                    wake.await;
+                    continue;
+                }
+                let mut bytes = Vec::with_capacity(frames.iter().map(|frame| frame.len()).sum());
+                for frame in &frames {
+                    bytes.extend_from_slice(frame.as_ref());
+                }
+                if let Err(error) = writer.write_all(&bytes).await {
+                    return format!("writing: {error}");
+                }
+            }
+        };
+        let reading = async {
+            loop {
+                match read_frame(&mut reader).await {
+                    Ok((header, body)) => {
+                        if header.request_id == 1 && header.command == Command::Authenticate.code() {
+                            if header.flags & FLAG_ERROR != 0 {
+                                return format!(
+                                    "the cluster's secret was refused: {}",
+                                    decode_error(&body).message
+                                );
+                            }
+                            continue;
+                        }
+                        let Some(sender) = self.forget(header.request_id) else { continue };
+                        if header.flags & FLAG_ERROR != 0 {
+                            sender.send(Err(Status::from(decode_error(&body))));
+                            continue;
+                        }
+                        let answer = access_body::<PeerMessage>(&body)
+                            .map(|message| message.bytes.as_slice().to_vec())
+                            .map_err(Status::from);
+                        sender.send(answer);
+                    }
+                    Err(why) => return why,
+                }
+            }
+        };
+        futures_lite::future::or(writing, reading).await
+    }
+}
+
+async fn read_frame(
+    reader: &mut futures_lite::io::ReadHalf<TcpStream>,
+) -> Result<(FrameHeader, FrameBuffer), String> {
+    let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
+    reader.read_exact(&mut header_bytes).await.map_err(|error| format!("reading: {error}"))?;
+    let header =
+        FrameHeader::decode(&header_bytes).map_err(|error| format!("a bad frame header: {error:?}"))?;
+    let length = header.body_length as usize;
+    if length > FRAME_BODY_BYTES_MAX || header.flags & FLAG_RESPONSE == 0 {
+        return Err("the peer answered with a frame that is not a response".to_owned());
+    }
+    let mut body = FrameBuffer::with_capacity(length);
+    body.resize(length, 0);
+    reader.read_exact(&mut body).await.map_err(|error| format!("reading: {error}"))?;
+    Ok((header, body))
+}

@@ -1,0 +1,350 @@
+//! What replicas of a source say to each other (docs/REPLICATION.md), as plain values with a
+//! binary encoding: a leader syncs a follower (which cuts what disagrees) and sends it the
+//! records it holds durably; a fencing round asks a replica to promise an epoch and say what it
+//! holds; a new leader reads a journal it lacks from the replica that holds the most. A source
+//! is two logs, the topic's messages and its subscriptions' journal, each replicated alone.
+//!
+//! Between nodes these travel as the body of a `PeerMessage` frame of the native protocol; the
+//! bytes come from another node, so decoding refuses anything out of bounds.
+
+use super::EpochHistory;
+use crate::codec::{DecodeResult, Decoder, Encoder};
+
+/// A source's logs: its messages, then its journal.
+pub const LOGS: usize = 2;
+pub const MESSAGES: usize = 0;
+pub const JOURNAL: usize = 1;
+
+/// Most chunks one log's part of an append or a read carries.
+pub const CHUNKS_PER_LOG_MAX: usize = 4096;
+/// Most epochs an epoch history carries: one per leader a log ever had.
+pub const HISTORY_EPOCHS_MAX: usize = 1 << 16;
+
+/// Records of one epoch at consecutive offsets, sealed as the sender's log holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub first_offset: u64,
+    pub epoch: u64,
+    pub record_count: u32,
+    pub records: Vec<u8>,
+}
+
+impl Chunk {
+    pub fn end_offset(&self) -> u64 {
+        self.first_offset + self.record_count as u64
+    }
+}
+
+/// What a leader sends for one log: records from the follower's next offset on, what the
+/// leader counts as committed, and where the leader's log now starts (retention).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogAppend {
+    pub chunks: Vec<Chunk>,
+    pub committed_end: u64,
+    pub start_offset: u64,
+}
+
+/// Where a log stands: the epochs of its durable records, and their end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogTip {
+    pub history: EpochHistory,
+    pub end: u64,
+}
+
+/// A replica's answer to a fencing round, for one log: the epoch of its last record, its
+/// durable end, and its epochs (for a new leader to find where it parts from it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FencedLog {
+    pub last_epoch: u64,
+    pub durable_end: u64,
+    pub history: EpochHistory,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaRequest {
+    /// The leader of `leader_epoch` to a follower, before it sends records: promise my epoch,
+    /// cut what disagrees with my logs, and say where each of yours now ends.
+    Sync { topic_id: u64, leader_epoch: u64, logs: [LogTip; LOGS] },
+    /// The leader's records, at the follower's next offsets.
+    Append { topic_id: u64, leader_epoch: u64, logs: [LogAppend; LOGS] },
+    /// A fencing round: take no append from a leader older than `epoch`, and say what you hold.
+    Fence { topic_id: u64, epoch: u64 },
+    /// Durable records of one log from `from` on, at most about `bytes_max` of them.
+    Read { topic_id: u64, log: u8, from: u64, bytes_max: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaAnswer {
+    /// Each log's next offset once cut to agree with the leader.
+    Synced {
+        next_offsets: [u64; LOGS],
+    },
+    /// Each log's durable end once the records sent are durable.
+    Appended {
+        durable_ends: [u64; LOGS],
+    },
+    Fenced {
+        logs: [FencedLog; LOGS],
+    },
+    Read {
+        chunks: Vec<Chunk>,
+        durable_end: u64,
+    },
+}
+
+impl ReplicaRequest {
+    pub fn topic_id(&self) -> u64 {
+        match self {
+            ReplicaRequest::Sync { topic_id, .. }
+            | ReplicaRequest::Append { topic_id, .. }
+            | ReplicaRequest::Fence { topic_id, .. }
+            | ReplicaRequest::Read { topic_id, .. } => *topic_id,
+        }
+    }
+}
+
+const REQUEST_SYNC: u8 = 1;
+const REQUEST_APPEND: u8 = 2;
+const REQUEST_FENCE: u8 = 3;
+const REQUEST_READ: u8 = 4;
+const ANSWER_SYNCED: u8 = 1;
+const ANSWER_APPENDED: u8 = 2;
+const ANSWER_FENCED: u8 = 3;
+const ANSWER_READ: u8 = 4;
+
+fn put_bytes(encoder: &mut Encoder, bytes: &[u8]) {
+    encoder.u32(bytes.len() as u32);
+    encoder.0.extend_from_slice(bytes);
+}
+
+fn get_bytes<'a>(decoder: &mut Decoder<'a>) -> DecodeResult<&'a [u8]> {
+    let length = decoder.u32()? as usize;
+    decoder.bytes(length)
+}
+
+fn put_history(encoder: &mut Encoder, history: &EpochHistory) {
+    encoder.u32(history.starts().len() as u32);
+    for (epoch, start) in history.starts() {
+        encoder.u64(*epoch).u64(*start);
+    }
+}
+
+fn get_history(decoder: &mut Decoder) -> DecodeResult<EpochHistory> {
+    let count = decoder.u32()? as usize;
+    if count > HISTORY_EPOCHS_MAX {
+        return Err("an epoch history longer than HISTORY_EPOCHS_MAX");
+    }
+    let mut starts = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        starts.push((decoder.u64()?, decoder.u64()?));
+    }
+    EpochHistory::from_starts(starts).ok_or("an epoch history out of order")
+}
+
+fn put_chunks(encoder: &mut Encoder, chunks: &[Chunk]) {
+    encoder.u32(chunks.len() as u32);
+    for chunk in chunks {
+        encoder.u64(chunk.first_offset).u64(chunk.epoch).u32(chunk.record_count);
+        put_bytes(encoder, &chunk.records);
+    }
+}
+
+fn get_chunks(decoder: &mut Decoder) -> DecodeResult<Vec<Chunk>> {
+    let count = decoder.u32()? as usize;
+    if count > CHUNKS_PER_LOG_MAX {
+        return Err("more chunks than CHUNKS_PER_LOG_MAX");
+    }
+    let mut chunks = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        let (first_offset, epoch, record_count) = (decoder.u64()?, decoder.u64()?, decoder.u32()?);
+        let records = get_bytes(decoder)?.to_vec();
+        chunks.push(Chunk { first_offset, epoch, record_count, records });
+    }
+    Ok(chunks)
+}
+
+fn finish<T>(decoder: &Decoder, value: T) -> DecodeResult<T> {
+    if !decoder.is_empty() {
+        return Err("trailing bytes in a replica message");
+    }
+    Ok(value)
+}
+
+impl ReplicaRequest {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ReplicaRequest::Sync { topic_id, leader_epoch, logs } => {
+                let mut encoder = Encoder::new(REQUEST_SYNC);
+                encoder.u64(*topic_id).u64(*leader_epoch);
+                for tip in logs {
+                    put_history(&mut encoder, &tip.history);
+                    encoder.u64(tip.end);
+                }
+                encoder.0
+            }
+            ReplicaRequest::Append { topic_id, leader_epoch, logs } => {
+                let mut encoder = Encoder::new(REQUEST_APPEND);
+                encoder.u64(*topic_id).u64(*leader_epoch);
+                for log in logs {
+                    encoder.u64(log.committed_end).u64(log.start_offset);
+                    put_chunks(&mut encoder, &log.chunks);
+                }
+                encoder.0
+            }
+            ReplicaRequest::Fence { topic_id, epoch } => {
+                Encoder::new(REQUEST_FENCE).u64(*topic_id).u64(*epoch).0.clone()
+            }
+            ReplicaRequest::Read { topic_id, log, from, bytes_max } => {
+                Encoder::new(REQUEST_READ).u64(*topic_id).u8(*log).u64(*from).u32(*bytes_max).0.clone()
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> DecodeResult<ReplicaRequest> {
+        let mut d = Decoder::new(bytes);
+        let request = match d.u8()? {
+            REQUEST_SYNC => {
+                let (topic_id, leader_epoch) = (d.u64()?, d.u64()?);
+                let mut tip = || -> DecodeResult<LogTip> {
+                    Ok(LogTip { history: get_history(&mut d)?, end: d.u64()? })
+                };
+                let logs = [tip()?, tip()?];
+                ReplicaRequest::Sync { topic_id, leader_epoch, logs }
+            }
+            REQUEST_APPEND => {
+                let (topic_id, leader_epoch) = (d.u64()?, d.u64()?);
+                let mut log = || -> DecodeResult<LogAppend> {
+                    let (committed_end, start_offset) = (d.u64()?, d.u64()?);
+                    Ok(LogAppend { committed_end, start_offset, chunks: get_chunks(&mut d)? })
+                };
+                let logs = [log()?, log()?];
+                ReplicaRequest::Append { topic_id, leader_epoch, logs }
+            }
+            REQUEST_FENCE => ReplicaRequest::Fence { topic_id: d.u64()?, epoch: d.u64()? },
+            REQUEST_READ => {
+                let (topic_id, log, from, bytes_max) = (d.u64()?, d.u8()?, d.u64()?, d.u32()?);
+                if log as usize >= LOGS {
+                    return Err("a read of a log a source does not have");
+                }
+                ReplicaRequest::Read { topic_id, log, from, bytes_max }
+            }
+            _ => return Err("unknown replica request"),
+        };
+        finish(&d, request)
+    }
+}
+
+impl ReplicaAnswer {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ReplicaAnswer::Synced { next_offsets } => {
+                Encoder::new(ANSWER_SYNCED).u64(next_offsets[0]).u64(next_offsets[1]).0.clone()
+            }
+            ReplicaAnswer::Appended { durable_ends } => {
+                Encoder::new(ANSWER_APPENDED).u64(durable_ends[0]).u64(durable_ends[1]).0.clone()
+            }
+            ReplicaAnswer::Fenced { logs } => {
+                let mut encoder = Encoder::new(ANSWER_FENCED);
+                for log in logs {
+                    encoder.u64(log.last_epoch).u64(log.durable_end);
+                    put_history(&mut encoder, &log.history);
+                }
+                encoder.0
+            }
+            ReplicaAnswer::Read { chunks, durable_end } => {
+                let mut encoder = Encoder::new(ANSWER_READ);
+                encoder.u64(*durable_end);
+                put_chunks(&mut encoder, chunks);
+                encoder.0
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> DecodeResult<ReplicaAnswer> {
+        let mut d = Decoder::new(bytes);
+        let answer = match d.u8()? {
+            ANSWER_SYNCED => ReplicaAnswer::Synced { next_offsets: [d.u64()?, d.u64()?] },
+            ANSWER_APPENDED => ReplicaAnswer::Appended { durable_ends: [d.u64()?, d.u64()?] },
+            ANSWER_FENCED => {
+                let mut log = || -> DecodeResult<FencedLog> {
+                    let (last_epoch, durable_end) = (d.u64()?, d.u64()?);
+                    Ok(FencedLog { last_epoch, durable_end, history: get_history(&mut d)? })
+                };
+                let logs = [log()?, log()?];
+                ReplicaAnswer::Fenced { logs }
+            }
+            ANSWER_READ => {
+                let durable_end = d.u64()?;
+                ReplicaAnswer::Read { durable_end, chunks: get_chunks(&mut d)? }
+            }
+            _ => return Err("unknown replica answer"),
+        };
+        finish(&d, answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(first_offset: u64, epoch: u64) -> Chunk {
+        Chunk { first_offset, epoch, record_count: 2, records: vec![7; 24] }
+    }
+
+    #[test]
+    fn every_message_decodes_to_what_was_encoded_and_a_cut_is_refused() {
+        let history = EpochHistory::of_epochs([1, 1, 3, 4]);
+        let requests = vec![
+            ReplicaRequest::Sync {
+                topic_id: 9,
+                leader_epoch: 4,
+                logs: [LogTip { history: history.clone(), end: 4 }, LogTip::default()],
+            },
+            ReplicaRequest::Append {
+                topic_id: 9,
+                leader_epoch: 4,
+                logs: [
+                    LogAppend { chunks: vec![chunk(4, 3), chunk(6, 4)], committed_end: 3, start_offset: 0 },
+                    LogAppend { chunks: vec![], committed_end: 0, start_offset: 0 },
+                ],
+            },
+            ReplicaRequest::Fence { topic_id: 9, epoch: 5 },
+            ReplicaRequest::Read { topic_id: 9, log: JOURNAL as u8, from: 3, bytes_max: 1 << 20 },
+        ];
+        for request in requests {
+            let encoded = request.encode();
+            assert_eq!(ReplicaRequest::decode(&encoded), Ok(request.clone()));
+            for cut in 0..encoded.len() {
+                assert!(ReplicaRequest::decode(&encoded[..cut]).is_err(), "{request:?} cut at {cut}");
+            }
+        }
+        let answers = vec![
+            ReplicaAnswer::Synced { next_offsets: [4, 0] },
+            ReplicaAnswer::Appended { durable_ends: [8, 2] },
+            ReplicaAnswer::Fenced {
+                logs: [
+                    FencedLog { last_epoch: 4, durable_end: 8, history: history.clone() },
+                    FencedLog::default(),
+                ],
+            },
+            ReplicaAnswer::Read { chunks: vec![chunk(0, 1)], durable_end: 2 },
+        ];
+        for answer in answers {
+            let encoded = answer.encode();
+            assert_eq!(ReplicaAnswer::decode(&encoded), Ok(answer.clone()));
+            for cut in 0..encoded.len() {
+                assert!(ReplicaAnswer::decode(&encoded[..cut]).is_err(), "{answer:?} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_history_out_of_order_and_a_third_log_are_refused() {
+        let mut encoder = Encoder::new(REQUEST_SYNC);
+        encoder.u64(1).u64(2).u32(2).u64(3).u64(0).u64(2).u64(5).u64(9);
+        encoder.u32(0).u64(0);
+        assert!(ReplicaRequest::decode(&encoder.0).is_err());
+        let read = Encoder::new(REQUEST_READ).u64(1).u8(2).u64(0).u32(1).0.clone();
+        assert!(ReplicaRequest::decode(&read).is_err());
+    }
+}

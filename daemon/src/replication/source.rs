@@ -1,0 +1,557 @@
+//! A replicated source's data path on one replica (docs/REPLICATION.md): the leader sends each
+//! follower what its two logs hold durably and commits what a quorum holds; a follower cuts
+//! what disagrees with its leader, takes the records, and answers what is durable; a fencing
+//! round's promise; and the reads a new leader makes of a journal it lacks. It knows logs,
+//! epochs and a `Transport` to the other replicas, not topics or the wire.
+
+use super::protocol::{
+    Chunk, FencedLog, LogAppend, LogTip, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES,
+};
+use super::{divergence, quorum, CommitTracker};
+use crate::api::Status;
+use crate::log::{HeldBatch, Log, LogError};
+use crate::storage::Storage;
+use crate::sync::Notify;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Bytes of records one append to a follower carries of each log, beyond its first batch.
+pub const APPEND_BYTES_MAX: usize = 4 << 20;
+/// Bytes of records one append carries in all: a journal batch that would pass it with the
+/// messages' waits for the next append. Under the frame's limit, with room for the framing.
+pub const APPEND_REQUEST_BYTES_MAX: usize = 14 << 20;
+/// How long a publish or an acknowledgement durable on its leader waits for a quorum of
+/// replicas before it is answered `Unavailable` (it may still commit later).
+pub const COMMIT_WAIT_MAX: Duration = Duration::from_secs(10);
+/// The first and the longest pause before a leader tries a follower again after a failure.
+pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(20);
+pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// How long a follower that waits for nothing to send goes before the leader tells it the
+/// commit point and its start again, even when nothing new is durable.
+pub const IDLE_APPEND_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Another replica of a source: its forwarder shard (node and shard, as the catalog names it)
+/// and the address of that forwarder's port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub shard: u32,
+    pub address: String,
+}
+
+pub type AnswerFuture = Pin<Box<dyn Future<Output = Result<ReplicaAnswer, Status>>>>;
+
+/// How a replica reaches the others: the native protocol between forwarders in the daemon, a
+/// simulated network in tests.
+pub trait Transport {
+    fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture;
+}
+
+/// The records of `batches` from `from` on, as chunks of one epoch each. The first batch may
+/// start below `from` (the follower's batches are not the leader's): its records before it
+/// are left out.
+pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: u64) -> Result<Vec<Chunk>, LogError> {
+    let mut chunks: Vec<Chunk> = Vec::new();
+    for batch in batches {
+        if batch.end_offset() <= from {
+            continue;
+        }
+        let (first_offset, records) = if batch.base_offset() < from {
+            (from, sealed_from(batch, from)?)
+        } else {
+            (batch.base_offset(), batch.sealed_records())
+        };
+        let record_count = (batch.end_offset() - first_offset) as u32;
+        match chunks.last_mut() {
+            Some(last) if last.epoch == batch.epoch() && last.end_offset() == first_offset => {
+                last.records.extend_from_slice(records);
+                last.record_count += record_count;
+            }
+            _ => chunks.push(Chunk {
+                first_offset,
+                epoch: batch.epoch(),
+                record_count,
+                records: records.to_vec(),
+            }),
+        }
+    }
+    Ok(chunks)
+}
+
+/// A batch's sealed records from offset `from` on.
+fn sealed_from<S: Storage>(batch: &HeldBatch<S>, from: u64) -> Result<&[u8], LogError> {
+    let records = batch.sealed_records();
+    let mut position = 0usize;
+    for _ in batch.base_offset()..from {
+        let unpadded = records
+            .get(position..position + 4)
+            .map(|length| u32::from_le_bytes(length.try_into().expect("four bytes")) as usize)
+            .ok_or_else(|| {
+                LogError::DataLoss(format!("batch at {}: records end early", batch.base_offset()))
+            })?;
+        position += crate::log::record::align_up(unpadded.max(crate::log::record::RECORD_HEADER_BYTES), 8);
+    }
+    records
+        .get(position..)
+        .ok_or_else(|| LogError::DataLoss(format!("batch at {}: records end early", batch.base_offset())))
+}
+
+/// Where a log stands, for a follower to find where it parts from it.
+pub fn tip<S: Storage>(log: &Log<S>) -> LogTip {
+    LogTip { history: log.epoch_history(), end: log.durable_end() }
+}
+
+/// A leader's replication of one source, for one epoch: what each replica holds durably, and
+/// the tasks that send each follower its records. Dropped (stopped) when it is deposed.
+pub struct Leader {
+    pub epoch: u64,
+    /// This replica's shard.
+    pub shard: u32,
+    pub peers: Vec<Peer>,
+    trackers: RefCell<[CommitTracker; LOGS]>,
+    /// Each follower's durable ends as it last answered (what retention may not remove yet).
+    acknowledged: RefCell<Vec<[u64; LOGS]>>,
+    stopped: Cell<bool>,
+    stop: Notify,
+}
+
+impl Leader {
+    /// The leader of `epoch` among `shard` and `peers`, whose logs held `epoch_starts` records
+    /// when it was elected, of which `committed_ends` were known committed.
+    pub fn new(
+        epoch: u64,
+        shard: u32,
+        peers: Vec<Peer>,
+        epoch_starts: [u64; LOGS],
+        committed_ends: [u64; LOGS],
+    ) -> Rc<Leader> {
+        let replicas: Vec<u64> =
+            std::iter::once(shard as u64).chain(peers.iter().map(|peer| peer.shard as u64)).collect();
+        let trackers = [MESSAGES, JOURNAL]
+            .map(|log| CommitTracker::new(epoch, &replicas, epoch_starts[log], committed_ends[log]));
+        Rc::new(Leader {
+            epoch,
+            shard,
+            acknowledged: RefCell::new(vec![[0; LOGS]; peers.len()]),
+            peers,
+            trackers: RefCell::new(trackers),
+            stopped: Cell::new(false),
+            stop: Notify::new(),
+        })
+    }
+
+    /// Starts sending each follower the records of `logs` (messages, journal).
+    pub fn start<S: Storage>(
+        self: &Rc<Self>,
+        topic_id: u64,
+        logs: [Log<S>; LOGS],
+        transport: Rc<dyn Transport>,
+    ) {
+        for index in 0..self.peers.len() {
+            let (leader, logs, transport) = (self.clone(), logs.clone(), transport.clone());
+            crate::runtime::spawn(async move { leader.replicate(topic_id, index, logs, transport).await })
+                .detach();
+        }
+    }
+
+    /// It no longer leads: its tasks end, and whatever waits for a commit is answered.
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.stop.notify_all();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.get()
+    }
+
+    /// The offset below which every follower holds `log` (what its retention may remove).
+    pub fn replicated_floor(&self, log: usize) -> u64 {
+        self.acknowledged.borrow().iter().map(|ends| ends[log]).min().unwrap_or(u64::MAX)
+    }
+
+    /// Moves each log's committed position to what a quorum holds, this replica included.
+    pub fn advance<S: Storage>(&self, logs: &[Log<S>; LOGS]) {
+        let mut trackers = self.trackers.borrow_mut();
+        for (log, tracker) in logs.iter().zip(trackers.iter_mut()) {
+            let committed = tracker.durable(self.shard as u64, log.durable_end());
+            log.commit_to(committed);
+        }
+    }
+
+    fn answered<S: Storage>(&self, index: usize, durable_ends: [u64; LOGS], logs: &[Log<S>; LOGS]) {
+        {
+            let mut trackers = self.trackers.borrow_mut();
+            for (log, tracker) in trackers.iter_mut().enumerate() {
+                tracker.durable(self.peers[index].shard as u64, durable_ends[log]);
+            }
+        }
+        self.acknowledged.borrow_mut()[index] = durable_ends;
+        self.advance(logs);
+    }
+
+    /// Waits until `log` (one of this leader's) has committed everything below `end`: a
+    /// quorum of replicas holds it. Fails once this replica is deposed, or after
+    /// `COMMIT_WAIT_MAX`: the records are durable here and may still commit, so the caller
+    /// cannot say they did.
+    pub async fn wait_committed<S: Storage>(&self, log: &Log<S>, end: u64) -> Result<(), LogError> {
+        let deadline = crate::runtime::now() + COMMIT_WAIT_MAX;
+        loop {
+            let committed = log.committed();
+            let stopped = self.stop.notified();
+            if log.committed_end() >= end {
+                return Ok(());
+            }
+            if self.stopped.get() {
+                return Err(LogError::Unreplicated(format!(
+                    "this replica stopped leading at epoch {} before a quorum of replicas confirmed the write; \
+                     it may or may not be kept",
+                    self.epoch
+                )));
+            }
+            let now = crate::runtime::now();
+            if now >= deadline {
+                return Err(LogError::Unreplicated(format!(
+                    "fewer than {} of {} replicas confirmed the write within {} s; it may or may not be kept",
+                    quorum(self.peers.len() + 1),
+                    self.peers.len() + 1,
+                    COMMIT_WAIT_MAX.as_secs()
+                )));
+            }
+            let woken = futures_lite::future::or(committed, stopped);
+            futures_lite::future::or(woken, crate::runtime::sleep(deadline - now)).await;
+        }
+    }
+
+    /// Sends follower `index` what it lacks, for as long as this replica leads.
+    async fn replicate<S: Storage>(
+        self: Rc<Self>,
+        topic_id: u64,
+        index: usize,
+        logs: [Log<S>; LOGS],
+        transport: Rc<dyn Transport>,
+    ) {
+        let peer = self.peers[index].clone();
+        let mut next: Option<[u64; LOGS]> = None;
+        let mut pause = RETRY_PAUSE_MIN;
+        let mut told = [0u64; LOGS];
+        while !self.stopped.get() {
+            let Some(at) = next else {
+                let request = ReplicaRequest::Sync {
+                    topic_id,
+                    leader_epoch: self.epoch,
+                    logs: [tip(&logs[MESSAGES]), tip(&logs[JOURNAL])],
+                };
+                match self.exchange(&*transport, &peer, request).await {
+                    Some(ReplicaAnswer::Synced { next_offsets }) => {
+                        // Cut to agree with this leader, durable there: it counts.
+                        self.answered(index, next_offsets, &logs);
+                        next = Some(next_offsets);
+                        pause = RETRY_PAUSE_MIN;
+                    }
+                    _ => pause = self.pause(pause).await,
+                }
+                continue;
+            };
+            // Records past the follower's are sent at once. The commit point and the start
+            // ride along; alone, they are told only once the source is idle for
+            // `IDLE_APPEND_INTERVAL` (a follower needs them only to let go of segments), so an
+            // idle topic costs nothing.
+            let waiting = [logs[MESSAGES].durable(), logs[JOURNAL].durable()];
+            let stopped = self.stop.notified();
+            let records = |log: usize| logs[log].durable_end() > at[log];
+            if !records(MESSAGES) && !records(JOURNAL) {
+                let [messages, journal] = waiting;
+                let woken = futures_lite::future::or(futures_lite::future::or(messages, journal), stopped);
+                let idle = futures_lite::future::or(
+                    async {
+                        woken.await;
+                        false
+                    },
+                    async {
+                        crate::runtime::sleep(IDLE_APPEND_INTERVAL).await;
+                        true
+                    },
+                )
+                .await;
+                let untold = |log: usize| logs[log].committed_end() > told[log];
+                if !(idle && (untold(MESSAGES) || untold(JOURNAL))) {
+                    continue;
+                }
+            }
+            let parts = match self.parts(&logs, at).await {
+                Ok(parts) => parts,
+                Err(error) => {
+                    eprintln!(
+                        "ringpostd: topic {topic_id:x}: reading records for replica shard {:#x}: {error}",
+                        peer.shard
+                    );
+                    pause = self.pause(pause).await;
+                    continue;
+                }
+            };
+            let sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
+            let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
+            match self.exchange(&*transport, &peer, request).await {
+                Some(ReplicaAnswer::Appended { durable_ends }) => {
+                    self.answered(index, durable_ends, &logs);
+                    next = Some(durable_ends);
+                    told = sent;
+                    pause = RETRY_PAUSE_MIN;
+                }
+                _ => {
+                    // Whatever the follower holds now, a new sync finds out.
+                    next = None;
+                    pause = self.pause(pause).await;
+                }
+            }
+        }
+    }
+
+    /// An append's parts: each log's durable records from the follower's next offsets `at`,
+    /// the journal's only as far as the request has room for (`APPEND_REQUEST_BYTES_MAX`).
+    async fn parts<S: Storage>(
+        &self,
+        logs: &[Log<S>; LOGS],
+        at: [u64; LOGS],
+    ) -> Result<[LogAppend; LOGS], LogError> {
+        let messages = part(&logs[MESSAGES], at[MESSAGES], usize::MAX).await?;
+        let taken: usize = messages.chunks.iter().map(|chunk| chunk.records.len()).sum();
+        let journal =
+            part(&logs[JOURNAL], at[JOURNAL], APPEND_REQUEST_BYTES_MAX.saturating_sub(taken)).await?;
+        Ok([messages, journal])
+    }
+
+    /// Sends `request` unless deposed meanwhile; None on any failure (said once per pause).
+    async fn exchange(
+        &self,
+        transport: &dyn Transport,
+        peer: &Peer,
+        request: ReplicaRequest,
+    ) -> Option<ReplicaAnswer> {
+        let stopped = self.stop.notified();
+        let call = transport.call(peer, request);
+        let answer = futures_lite::future::or(async { Some(call.await) }, async {
+            stopped.await;
+            None
+        })
+        .await?;
+        answer.ok()
+    }
+
+    /// Sleeps `pause` (or until deposed) and returns the next, doubled up to the longest.
+    async fn pause(&self, pause: Duration) -> Duration {
+        let stopped = self.stop.notified();
+        if !self.stopped.get() {
+            futures_lite::future::or(stopped, crate::runtime::sleep(pause)).await;
+        }
+        (pause * 2).min(RETRY_PAUSE_MAX)
+    }
+}
+
+/// One log's part of an append: its durable records from `from` on, up to `APPEND_BYTES_MAX`
+/// beyond the first batch, none when that batch alone is larger than `room`.
+async fn part<S: Storage>(log: &Log<S>, from: u64, room: usize) -> Result<LogAppend, LogError> {
+    let start_offset = log.start_offset();
+    let committed_end = log.committed_end();
+    if from < start_offset {
+        return Err(LogError::Refused(format!(
+            "the follower needs offset {from}, and the log starts at {start_offset}: it was removed"
+        )));
+    }
+    let batches = log.hold_durable_from(from, APPEND_BYTES_MAX.min(room)).await?;
+    if batches.first().is_some_and(|first| first.records_bytes() > room) {
+        return Ok(LogAppend { chunks: Vec::new(), committed_end, start_offset });
+    }
+    Ok(LogAppend { chunks: chunks_from(&batches, from)?, committed_end, start_offset })
+}
+
+/// A follower's part of a sync with the leader of `leader_epoch`: the promise never to take an
+/// older leader's records, then each log cut where it parts from the leader's. Returns each
+/// log's next offset. A cut below what this replica counted as committed would lose a
+/// committed record: refused (it cannot happen while the protocol holds; it is asserted).
+pub async fn follow<S: Storage>(
+    logs: &[Log<S>; LOGS],
+    leader_epoch: u64,
+    tips: &[LogTip; LOGS],
+) -> Result<[u64; LOGS], LogError> {
+    let mut next = [0; LOGS];
+    for (index, (log, tip)) in logs.iter().zip(tips).enumerate() {
+        if log.promised_epoch() < leader_epoch {
+            log.promise_epoch(leader_epoch).await?;
+        } else if log.promised_epoch() > leader_epoch {
+            return Err(LogError::Refused(format!(
+                "a sync from the leader of epoch {leader_epoch}: this replica promised epoch {}",
+                log.promised_epoch()
+            )));
+        }
+        let end = log.durable_end();
+        let cut = divergence(&log.epoch_history(), end, &tip.history, tip.end);
+        if cut < log.next_offset() {
+            if cut < log.committed_end() {
+                return Err(LogError::Refused(format!(
+                    "the leader of epoch {leader_epoch} parts from this replica at offset {cut}, below its \
+                     committed end {}: refused, or a committed record would be lost",
+                    log.committed_end()
+                )));
+            }
+            log.truncate_after(cut).await?;
+        }
+        next[index] = log.next_offset();
+    }
+    Ok(next)
+}
+
+/// A follower takes its leader's records (`log_ids` are the ids their checksums cover): each
+/// log's chunks are checked, then queued in order and awaited, both logs at once; then what the
+/// leader counts as committed is committed here too, as far as it is durable, and segments below
+/// the leader's start are let go. Returns each log's durable end.
+pub async fn take<S: Storage>(
+    logs: &[Log<S>; LOGS],
+    log_ids: [u64; LOGS],
+    leader_epoch: u64,
+    parts: [LogAppend; LOGS],
+) -> Result<[u64; LOGS], LogError> {
+    let bounds: Vec<(u64, u64)> = parts.iter().map(|part| (part.committed_end, part.start_offset)).collect();
+    let [messages, journal] = parts;
+    let taken = crate::sync::join_all(vec![
+        take_one(&logs[MESSAGES], log_ids[MESSAGES], leader_epoch, messages.chunks),
+        take_one(&logs[JOURNAL], log_ids[JOURNAL], leader_epoch, journal.chunks),
+    ])
+    .await;
+    for result in taken {
+        result?;
+    }
+    for (log, (committed_end, start_offset)) in logs.iter().zip(bounds) {
+        log.commit_to(committed_end.min(log.durable_end()));
+        if start_offset > log.start_offset() {
+            let log = log.clone();
+            crate::runtime::spawn(async move {
+                if let Err(error) = log.remove_before(start_offset).await {
+                    eprintln!("ringpostd: removing segments a leader removed: {error}");
+                }
+            })
+            .detach();
+        }
+    }
+    Ok([logs[MESSAGES].durable_end(), logs[JOURNAL].durable_end()])
+}
+
+/// One log's part of `take`: its chunks, checked to follow the log's next offset and to be
+/// whole, sealed records of that log, then queued in order and awaited.
+async fn take_one<S: Storage>(
+    log: &Log<S>,
+    log_id: u64,
+    leader_epoch: u64,
+    chunks: Vec<Chunk>,
+) -> Result<(), LogError> {
+    let mut expected = log.next_offset();
+    for chunk in &chunks {
+        if chunk.first_offset != expected {
+            return Err(LogError::Refused(format!(
+                "a chunk at offset {}: the log's next offset is {expected}",
+                chunk.first_offset
+            )));
+        }
+        crate::log::record::check_sealed_records(
+            &chunk.records,
+            log_id,
+            chunk.first_offset,
+            chunk.record_count,
+        )
+        .map_err(|error| LogError::Refused(format!("records from another replica: {error}")))?;
+        expected = chunk.end_offset();
+    }
+    let appends = chunks
+        .into_iter()
+        .map(|chunk| {
+            log.append_from_leader(
+                leader_epoch,
+                chunk.first_offset,
+                chunk.epoch,
+                chunk.records,
+                chunk.record_count,
+            )
+        })
+        .collect();
+    for result in crate::sync::join_all(appends).await {
+        result?;
+    }
+    Ok(())
+}
+
+/// A replica's part of a fencing round: from now on it takes nothing from a leader older than
+/// `epoch`; it says what each log holds.
+pub async fn fence<S: Storage>(logs: &[Log<S>; LOGS], epoch: u64) -> Result<[FencedLog; LOGS], LogError> {
+    let mut answers: [FencedLog; LOGS] = Default::default();
+    for (log, answer) in logs.iter().zip(answers.iter_mut()) {
+        let (last_epoch, durable_end) = log.promise_epoch(epoch).await?;
+        *answer = FencedLog { last_epoch, durable_end, history: log.epoch_history() };
+    }
+    Ok(answers)
+}
+
+/// Durable records of `log` from `from` on, about `bytes_max` of them (a new leader reads a
+/// journal it lacks from the replica that holds the most).
+pub async fn read<S: Storage>(
+    log: &Log<S>,
+    from: u64,
+    bytes_max: usize,
+) -> Result<(Vec<Chunk>, u64), LogError> {
+    if from < log.start_offset() {
+        return Err(LogError::Refused(format!(
+            "offset {from} is below the log's start {}",
+            log.start_offset()
+        )));
+    }
+    let batches = log.hold_durable_from(from, bytes_max).await?;
+    Ok((chunks_from(&batches, from)?, log.durable_end()))
+}
+
+/// A new leader's journal, made to hold every committed entry before it leads: the replica of
+/// `answers` (a quorum's, its own among them as `own`) whose journal is the most up to date
+/// holds them all; if that is another, the journal is cut where it parts from that one's and
+/// the rest is read from it.
+pub async fn adopt_journal<S: Storage>(
+    journal: &Log<S>,
+    topic_id: u64,
+    epoch: u64,
+    answers: &[(Peer, FencedLog)],
+    transport: &dyn Transport,
+) -> Result<(), Status> {
+    let own = (journal.last_epoch(), journal.durable_end());
+    let Some((donor, best)) = answers
+        .iter()
+        .filter(|(_, answer)| (answer.last_epoch, answer.durable_end) > own)
+        .max_by_key(|(_, answer)| (answer.last_epoch, answer.durable_end))
+    else {
+        return Ok(());
+    };
+    let cut = divergence(&journal.epoch_history(), journal.durable_end(), &best.history, best.durable_end);
+    if cut < journal.next_offset() {
+        journal.truncate_after(cut).await.map_err(Status::from)?;
+    }
+    while journal.next_offset() < best.durable_end {
+        let request = ReplicaRequest::Read {
+            topic_id,
+            log: JOURNAL as u8,
+            from: journal.next_offset(),
+            bytes_max: APPEND_BYTES_MAX as u32,
+        };
+        let chunks = match transport.call(donor, request).await? {
+            ReplicaAnswer::Read { chunks, .. } => chunks,
+            other => return Err(Status::internal(format!("a read of a journal answered {other:?}"))),
+        };
+        if chunks.is_empty() {
+            return Err(Status::unavailable(format!(
+                "replica shard {} had no journal records past {}",
+                donor.shard,
+                journal.next_offset()
+            )));
+        }
+        let log_id = crate::subscription::journal_entry::journal_log_id(topic_id);
+        take_one(journal, log_id, epoch, chunks).await.map_err(Status::from)?;
+    }
+    Ok(())
+}

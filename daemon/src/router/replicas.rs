@@ -1,0 +1,477 @@
+//! The router's part in replicated topics (docs/REPLICATION.md). Every node's router keeps its
+//! own forwarders' replicas as the catalog says (`reconcile`): attached, the elected leader
+//! promoted and its subscriptions attached, a deposed leader demoted, a deleted topic's files
+//! removed. The catalog's leader also runs the elections (`coordinate`): when a topic's leader
+//! is on a node it has not heard from, or a node asks (it restarted while leading), it asks
+//! every replica to promise the next epoch and proposes, as leader, the most up-to-date
+//! replica of a quorum that answered.
+
+use super::{Router, RECOVERY_ATTACHES_IN_FLIGHT_MAX};
+use crate::api::control::Topic;
+use crate::api::{Code as ErrorCode, Status};
+use crate::catalog::{node_and_shard, CatalogEntry, TopicRecord};
+use crate::control::{ControlOk, ControlRequest};
+use crate::replication::source::Peer;
+use crate::replication::{choose_leader, quorum, FenceAnswer};
+use crate::storage::Storage;
+use crate::sync::try_for_each_concurrent;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+fn now() -> Instant {
+    crate::runtime::now()
+}
+
+/// How often each node compares its replicas with the catalog when nothing was applied
+/// meanwhile (an applied entry makes it look at once, on its next tick).
+pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the router looks whether the catalog applied something to act on.
+pub const RECONCILE_TICK: Duration = Duration::from_millis(100);
+/// A node the catalog's leader has not heard from for this long has its topics' leadership
+/// moved to other replicas.
+pub const SOURCE_FAILURE_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long an election waits for the replicas' answers to its fencing round.
+pub const ELECTION_FENCE_WAIT: Duration = Duration::from_secs(1);
+/// Elections the catalog's leader runs at once.
+pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
+/// How often a node asks again for an election of a topic it must not lead at its epoch.
+pub const ELECTION_ASK_INTERVAL: Duration = Duration::from_secs(1);
+/// Most topics one request for elections names.
+pub const ELECTIONS_ASKED_MAX: usize = 4096;
+/// The most replicas a topic's creation asks for by default.
+pub const REPLICAS_DEFAULT_MAX: usize = 3;
+
+/// What a node's router knows of its own replicas beyond the catalog.
+#[derive(Default)]
+pub struct LocalReplicas {
+    /// Replicas attached to this node's forwarders: (topic, shard).
+    attached: RefCell<HashSet<(u64, u32)>>,
+    /// The shard of this node leading each topic, and since which epoch.
+    leading: RefCell<HashMap<u64, (u32, u64)>>,
+    /// Topics this node led when it started, at that epoch: it does not lead again at that
+    /// epoch (what a quorum held is not known here), and asks for an election instead.
+    stale: RefCell<HashMap<u64, u64>>,
+    /// Promotions under way.
+    promoting: RefCell<HashSet<u64>>,
+    /// Topics this node is creating: attached here, not yet in the catalog.
+    creating: RefCell<HashSet<u64>>,
+    /// On the catalog's leader: elections asked for, and those under way.
+    wanted: RefCell<HashSet<u64>>,
+    electing: RefCell<HashSet<u64>>,
+    /// When elections were last asked for, and the applied index at the last full pass.
+    asked_at: Cell<Option<Instant>>,
+    reconciled: Cell<(Option<u64>, Option<Instant>)>,
+}
+
+impl<S: Storage> Router<S> {
+    /// How many replicas a new topic gets for `asked` (0: the default, the cluster's nodes,
+    /// at most `REPLICAS_DEFAULT_MAX`, odd).
+    pub(super) fn replica_count(&self, asked: u32) -> Result<usize, Status> {
+        let nodes = self.state.borrow().nodes.len().max(self.catalog.voter_count()).max(1);
+        if asked == 0 {
+            let count = nodes.min(REPLICAS_DEFAULT_MAX);
+            return Ok(if count.is_multiple_of(2) { count - 1 } else { count });
+        }
+        let asked = asked as usize;
+        if asked.is_multiple_of(2) {
+            return Err(Status::invalid_argument(format!(
+                "{asked} replicas: a topic's replicas are odd in number (1, 3, 5), so that a majority of them decides"
+            )));
+        }
+        if asked > nodes || asked > crate::catalog::entry::REPLICAS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "{asked} replicas: each is on another node, and the cluster has {nodes}"
+            )));
+        }
+        Ok(asked)
+    }
+
+    /// The addresses of a topic's replicas, as their nodes registered them.
+    pub(super) fn peers(&self, replicas: &[u32]) -> Vec<Peer> {
+        let state = self.state.borrow();
+        replicas
+            .iter()
+            .map(|shard| {
+                let (node, local) = node_and_shard(*shard);
+                let address = state
+                    .nodes
+                    .get(&node)
+                    .and_then(|record| record.forwarders.get(local as usize))
+                    .cloned()
+                    .unwrap_or_default();
+                Peer { shard: *shard, address }
+            })
+            .collect()
+    }
+
+    /// Creates a topic on `count` replicas, each on another node: the forwarders first in
+    /// placement's order of preference, one per node. Each opens the topic as a follower;
+    /// with a quorum of them open the creation is decided, the first of them its leader at
+    /// epoch 1, and that one promoted before the create is answered.
+    pub(super) async fn create_replicated_topic(
+        &self,
+        id: u64,
+        request: &Topic,
+        retention: u64,
+        count: usize,
+    ) -> Result<Topic, Status> {
+        let name = request.name.as_str();
+        let mut replicas: Vec<u32> = Vec::new();
+        for shard in self.place(name) {
+            let node = node_and_shard(shard).0;
+            if replicas.len() < count && !replicas.iter().any(|chosen| node_and_shard(*chosen).0 == node) {
+                replicas.push(shard);
+            }
+        }
+        if replicas.len() < count {
+            return Err(Status::failed_precondition(format!(
+                "{count} replicas need {count} nodes; {} have registered forwarders",
+                replicas.len()
+            )));
+        }
+        self.replicas.creating.borrow_mut().insert(id);
+        let created = self.create_on(id, request, retention, count, replicas).await;
+        self.replicas.creating.borrow_mut().remove(&id);
+        created
+    }
+
+    /// `create_replicated_topic` on the replicas chosen.
+    async fn create_on(
+        &self,
+        id: u64,
+        request: &Topic,
+        retention: u64,
+        count: usize,
+        replicas: Vec<u32>,
+    ) -> Result<Topic, Status> {
+        let name = request.name.as_str();
+        let attached: Rc<RefCell<Vec<u32>>> = Rc::default();
+        let refusal: Rc<RefCell<Option<Status>>> = Rc::default();
+        let attaches = replicas.iter().map(|shard| {
+            let (attached, refusal) = (attached.clone(), refusal.clone());
+            let attach = ControlRequest::AttachReplica {
+                topic_id: id,
+                name: name.to_owned(),
+                retention_seconds: retention,
+                recovering: false,
+            };
+            async move {
+                match self.call_forwarder(*shard, attach).await {
+                    Ok(_) => attached.borrow_mut().push(*shard),
+                    Err(status) => *refusal.borrow_mut() = Some(status),
+                }
+            }
+        });
+        crate::sync::join_all(attaches.collect()).await;
+        let attached = attached.take();
+        let detach_all = || async {
+            for shard in &attached {
+                let detach = ControlRequest::DetachTopic { topic_id: id, delete_data: true };
+                let _ = self.call_forwarder(*shard, detach).await;
+            }
+        };
+        if attached.len() < quorum(count) {
+            detach_all().await;
+            let why = refusal.take().map(|status| format!(": {status}")).unwrap_or_default();
+            return Err(Status::unavailable(format!(
+                "topic '{name}': only {} of {count} replicas could be made{why}",
+                attached.len()
+            )));
+        }
+        let leader = *replicas.iter().find(|shard| attached.contains(shard)).expect("a quorum attached");
+        // Other nodes' routers learn of theirs from the catalog.
+        for shard in attached.iter().filter(|shard| node_and_shard(**shard).0 == self.node_id()) {
+            self.replicas.attached.borrow_mut().insert((id, *shard));
+        }
+        let record = TopicRecord {
+            id,
+            name: name.to_owned(),
+            message_retention_seconds: retention,
+            shard: leader,
+            created_ms: super::wall_ms(),
+            labels: request.labels.clone(),
+            replicas,
+            epoch: 1,
+        };
+        let response = super::topic_message(&record);
+        if let Err(status) = self.propose(CatalogEntry::TopicCreated(record.clone())).await {
+            if !crate::catalog::is_undecided(&status) {
+                detach_all().await;
+            }
+            return Err(status);
+        }
+        // Served once promoted; if this fails, the leader's node promotes it on its own.
+        if let Err(status) = self.promote(&record).await {
+            eprintln!(
+                "ringpostd: topic '{name}': promoting its first leader: {status}; its node will try again"
+            );
+        }
+        Ok(response)
+    }
+
+    /// Promotes a topic's elected leader (on whichever node) and attaches its subscriptions.
+    async fn promote(&self, topic: &TopicRecord) -> Result<(), Status> {
+        let request = ControlRequest::PromoteReplica {
+            topic_id: topic.id,
+            epoch: topic.epoch,
+            replicas: self.peers(&topic.replicas),
+        };
+        self.call_forwarder(topic.shard, request).await?;
+        let subscriptions: Vec<ControlRequest> = self
+            .state
+            .borrow()
+            .subscriptions
+            .values()
+            .filter(|record| record.topic_id == topic.id && !record.detached)
+            .map(|record| ControlRequest::AttachSubscription {
+                subscription_id: record.id,
+                name: record.name.clone(),
+                topic_id: record.topic_id,
+                settings: record.settings.clone(),
+                create: false,
+                start_offset: record.start_offset,
+            })
+            .collect();
+        for attach in subscriptions {
+            self.call_forwarder(topic.shard, attach).await?;
+        }
+        if node_and_shard(topic.shard).0 == self.node_id() {
+            self.replicas.leading.borrow_mut().insert(topic.id, (topic.shard, topic.epoch));
+        }
+        Ok(())
+    }
+
+    /// At start: opens this node's replicas of replicated topics as followers. Those it led
+    /// are remembered as stale: it asks for an election rather than lead again at their epoch.
+    pub(super) async fn recover_replicas(&self, topics: &[TopicRecord]) -> Result<(), String> {
+        let node = self.node_id();
+        let mut attaches = Vec::new();
+        for topic in topics.iter().filter(|topic| topic.replica_count() > 1) {
+            for shard in topic.replicas.iter().filter(|shard| node_and_shard(**shard).0 == node) {
+                attaches.push((*shard, topic));
+            }
+            if node_and_shard(topic.shard).0 == node {
+                self.replicas.stale.borrow_mut().insert(topic.id, topic.epoch);
+            }
+        }
+        try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
+            let attach = ControlRequest::AttachReplica {
+                topic_id: topic.id,
+                name: topic.name.clone(),
+                retention_seconds: topic.message_retention_seconds,
+                recovering: true,
+            };
+            self.call_forwarder(shard, attach)
+                .await
+                .map_err(|status| format!("recovering a replica of topic '{}': {status}", topic.name))?;
+            self.replicas.attached.borrow_mut().insert((topic.id, shard));
+            Ok(())
+        })
+        .await
+    }
+
+    /// Keeps this node's replicas as the catalog says: called every `RECONCILE_TICK`, it looks
+    /// when the catalog applied something since, or `RECONCILE_INTERVAL` passed.
+    pub async fn reconcile_replicas(self: &Rc<Self>) {
+        let applied = self.catalog.applied_index();
+        let now = now();
+        let (last_applied, last_pass) = self.replicas.reconciled.get();
+        let due = last_pass.is_none_or(|at| now.duration_since(at) >= RECONCILE_INTERVAL);
+        if last_applied == applied && !due {
+            return;
+        }
+        self.replicas.reconciled.set((applied, Some(now)));
+        let node = self.node_id();
+        let topics: Vec<TopicRecord> = self
+            .state
+            .borrow()
+            .topics
+            .values()
+            .filter(|topic| topic.replicas.iter().any(|shard| node_and_shard(*shard).0 == node))
+            .cloned()
+            .collect();
+        let mut stale_leads = Vec::new();
+        for topic in &topics {
+            for shard in topic.replicas.iter().filter(|shard| node_and_shard(**shard).0 == node) {
+                if !self.replicas.attached.borrow().contains(&(topic.id, *shard)) {
+                    let attach = ControlRequest::AttachReplica {
+                        topic_id: topic.id,
+                        name: topic.name.clone(),
+                        retention_seconds: topic.message_retention_seconds,
+                        recovering: true,
+                    };
+                    match self.call_forwarder(*shard, attach).await {
+                        Ok(_) => {
+                            self.replicas.attached.borrow_mut().insert((topic.id, *shard));
+                        }
+                        Err(status) => {
+                            eprintln!("ringpostd: attaching a replica of '{}': {status}", topic.name)
+                        }
+                    }
+                }
+            }
+            let leading = self.replicas.leading.borrow().get(&topic.id).copied();
+            if let Some((shard, epoch)) = leading.filter(|led| *led != (topic.shard, topic.epoch)) {
+                let _ = self
+                    .call_forwarder(
+                        shard,
+                        ControlRequest::DemoteReplica { topic_id: topic.id, epoch: topic.epoch },
+                    )
+                    .await;
+                eprintln!(
+                    "ringpostd: topic '{}': epoch {} began elsewhere; shard {shard:#x} led epoch {epoch}",
+                    topic.name, topic.epoch
+                );
+                self.replicas.leading.borrow_mut().remove(&topic.id);
+            }
+            if node_and_shard(topic.shard).0 != node || leading == Some((topic.shard, topic.epoch)) {
+                continue;
+            }
+            if self.replicas.stale.borrow().get(&topic.id) == Some(&topic.epoch) {
+                stale_leads.push(topic.id);
+                continue;
+            }
+            if !self.replicas.promoting.borrow_mut().insert(topic.id) {
+                continue;
+            }
+            let (router, topic) = (self.clone(), topic.clone());
+            crate::runtime::spawn(async move {
+                if let Err(status) = router.promote(&topic).await {
+                    eprintln!("ringpostd: topic '{}': leading epoch {}: {status}", topic.name, topic.epoch);
+                }
+                router.replicas.promoting.borrow_mut().remove(&topic.id);
+            })
+            .detach();
+        }
+        // A topic deleted while a replica's node was away: its files go.
+        let known: HashSet<u64> = topics.iter().map(|topic| topic.id).collect();
+        let creating = self.replicas.creating.borrow().clone();
+        let gone: Vec<(u64, u32)> = self
+            .replicas
+            .attached
+            .borrow()
+            .iter()
+            .filter(|(id, _)| !known.contains(id) && !creating.contains(id))
+            .copied()
+            .collect();
+        for (topic_id, shard) in gone {
+            if self.state.borrow().topic_by_id(topic_id).is_some() {
+                continue;
+            }
+            let _ =
+                self.call_forwarder(shard, ControlRequest::DetachTopic { topic_id, delete_data: true }).await;
+            self.replicas.attached.borrow_mut().remove(&(topic_id, shard));
+            self.replicas.leading.borrow_mut().remove(&topic_id);
+        }
+        if !stale_leads.is_empty() {
+            self.ask_for_elections(stale_leads).await;
+        }
+    }
+
+    /// Asks the catalog's leader to elect new leaders for `topics` (at most once per
+    /// `ELECTION_ASK_INTERVAL`).
+    async fn ask_for_elections(&self, mut topics: Vec<u64>) {
+        let now = now();
+        if self.replicas.asked_at.get().is_some_and(|at| now.duration_since(at) < ELECTION_ASK_INTERVAL) {
+            return;
+        }
+        self.replicas.asked_at.set(Some(now));
+        topics.truncate(ELECTIONS_ASKED_MAX);
+        if let Err(status) = self.want_elections(topics).await {
+            eprintln!(
+                "ringpostd: asking for elections of the topics this node led before it restarted: {status}"
+            );
+        }
+    }
+
+    /// Elections wanted for `topics`: run here on the catalog's leader, asked of it elsewhere.
+    pub async fn want_elections(&self, topics: Vec<u64>) -> Result<(), Status> {
+        if self.catalog.leads() {
+            self.replicas.wanted.borrow_mut().extend(topics);
+            return Ok(());
+        }
+        let leader = self.catalog.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
+        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
+        peers.want_elections(leader, topics).await
+    }
+
+    /// On the catalog's leader: starts an election for every replicated topic whose leader is
+    /// on a node not heard from within `SOURCE_FAILURE_TIMEOUT`, or that a node asked for.
+    pub fn coordinate(self: &Rc<Self>) {
+        let Some(heard) = self.catalog.voters_heard_within(SOURCE_FAILURE_TIMEOUT) else {
+            return;
+        };
+        let candidates: Vec<u64> = {
+            let state = self.state.borrow();
+            let mut wanted = self.replicas.wanted.borrow_mut();
+            state
+                .topics
+                .values()
+                .filter(|topic| topic.replica_count() > 1)
+                .filter(|topic| {
+                    let away = !heard.contains(&node_and_shard(topic.shard).0);
+                    wanted.remove(&topic.id) || away
+                })
+                .map(|topic| topic.id)
+                .collect()
+        };
+        for topic_id in candidates {
+            if self.replicas.electing.borrow().len() >= ELECTIONS_IN_FLIGHT_MAX {
+                break;
+            }
+            if !self.replicas.electing.borrow_mut().insert(topic_id) {
+                continue;
+            }
+            let router = self.clone();
+            crate::runtime::spawn(async move {
+                if let Err(status) = router.elect(topic_id).await {
+                    eprintln!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
+                }
+                router.replicas.electing.borrow_mut().remove(&topic_id);
+            })
+            .detach();
+        }
+    }
+
+    /// One election: every replica is asked to promise the next epoch; once a quorum has, the
+    /// most up-to-date of those that answered is proposed as its leader.
+    async fn elect(&self, topic_id: u64) -> Result<(), Status> {
+        let Some(topic) = self.state.borrow().topic_by_id(topic_id).cloned() else { return Ok(()) };
+        let epoch = topic.epoch + 1;
+        let answers: Rc<RefCell<Vec<FenceAnswer>>> = Rc::default();
+        let fences = topic.replicas.iter().map(|shard| {
+            let answers = answers.clone();
+            async move {
+                let fence = ControlRequest::FenceReplica { topic_id, epoch };
+                let answered = futures_lite::future::or(self.call_forwarder(*shard, fence), async {
+                    crate::runtime::sleep(ELECTION_FENCE_WAIT).await;
+                    Err(Status::new(ErrorCode::DeadlineExceeded, "no answer in time"))
+                })
+                .await;
+                if let Ok(ControlOk::Fenced { last_epoch, durable_end }) = answered {
+                    answers.borrow_mut().push(FenceAnswer { node: *shard as u64, last_epoch, durable_end });
+                }
+            }
+        });
+        crate::sync::join_all(fences.collect()).await;
+        let replicas: Vec<u64> = topic.replicas.iter().map(|shard| *shard as u64).collect();
+        let chosen = choose_leader(&replicas, &answers.borrow()).map_err(|short| {
+            Status::unavailable(format!(
+                "topic '{}': {} of its {} replicas answered the fencing round of epoch {epoch}; {} are needed",
+                topic.name,
+                short.answered,
+                replicas.len(),
+                short.needed
+            ))
+        })?;
+        let leader = chosen.node as u32;
+        self.propose(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
+        eprintln!(
+            "ringpostd: topic '{}': shard {leader:#x} leads from epoch {epoch} (its log ends at {}, epoch {})",
+            topic.name, chosen.durable_end, chosen.last_epoch
+        );
+        Ok(())
+    }
+}
