@@ -15,6 +15,8 @@ pub enum Command {
     CreateTopic = 10,
     /// `NameRequest` → `Topic` (router).
     GetTopic = 11,
+    /// `CreateTopicRequest` → `Topic` (router): `CreateTopic` with its replicas' number.
+    CreateReplicatedTopic = 16,
     /// `ListRequest` → `TopicList` (router).
     ListTopics = 12,
     /// `NameRequest` → `Empty` (router).
@@ -106,7 +108,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 38] = [
+    pub const ALL: [Command; 39] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -115,6 +117,7 @@ impl Command {
         Command::DeleteTopic,
         Command::LookupTopic,
         Command::UpdateTopic,
+        Command::CreateReplicatedTopic,
         Command::CreateSubscription,
         Command::GetSubscription,
         Command::ListSubscriptions,
@@ -157,6 +160,7 @@ impl Command {
             13 => Command::DeleteTopic,
             14 => Command::LookupTopic,
             15 => Command::UpdateTopic,
+            16 => Command::CreateReplicatedTopic,
             20 => Command::CreateSubscription,
             21 => Command::GetSubscription,
             22 => Command::ListSubscriptions,

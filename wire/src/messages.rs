@@ -72,6 +72,12 @@ wire_type! {
 }
 
 wire_type! {
+    /// A topic's creation with the number of nodes that hold its messages (odd; 0 for the
+    /// cluster's default: its nodes, at most 3).
+    pub struct CreateTopicRequest { pub topic: Topic, pub replicas: u32 }
+}
+
+wire_type! {
     pub struct TopicList { pub topics: Vec<Topic>, pub next_page_token: String }
 }
 

@@ -23,6 +23,7 @@ mod pull_memory;
 mod python_client;
 mod quickstart;
 mod readme;
+mod replication;
 mod security;
 mod semantics;
 mod shutdown;

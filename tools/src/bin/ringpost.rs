@@ -224,6 +224,10 @@ struct TopicCreate {
     /// every subscription acknowledged them)
     #[argh(option)]
     retention: Option<u64>,
+    /// in a cluster, how many nodes hold its messages (odd: 1, 3, 5); a publish is acknowledged
+    /// once a majority of them have it (default: the cluster's nodes, at most 3)
+    #[argh(option)]
+    replicas: Option<u32>,
 }
 
 /// show a topic
@@ -1020,12 +1024,12 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
     match flags.command {
         Command::Topic(TopicCommand { action }) => match action {
             TopicAction::Create(create) => {
-                let topic = client
-                    .create_topic_with(Topic {
-                        name: create.name,
-                        message_retention_seconds: create.retention.unwrap_or(0),
-                    })
-                    .await?;
+                let topic =
+                    Topic { name: create.name, message_retention_seconds: create.retention.unwrap_or(0) };
+                let topic = match create.replicas {
+                    Some(replicas) => client.create_topic_replicated(topic, replicas).await?,
+                    None => client.create_topic_with(topic).await?,
+                };
                 print_rows(output, &TOPIC_HEADER, vec![topic_row(&topic)]);
             }
             TopicAction::Get(get) => {

@@ -212,6 +212,17 @@ async fn dispatch_topics<S: Storage>(
             responder.check(Permission::TopicsCreate, &topic.name)?;
             respond(header, &topic_message(router.create_topic(topic).await?))
         }
+        Command::CreateReplicatedTopic => {
+            let request = access_body::<wire::CreateTopicRequest>(body)?;
+            let topic = Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+            };
+            responder.check(Permission::TopicsCreate, &topic.name)?;
+            respond(header, &topic_message(router.create_topic(topic).await?))
+        }
         Command::GetTopic => {
             let name = name(body)?;
             responder.check(Permission::TopicsGet, &name)?;
@@ -394,6 +405,7 @@ fn changes_the_catalog(command: Command) -> bool {
     matches!(
         command,
         Command::CreateTopic
+            | Command::CreateReplicatedTopic
             | Command::DeleteTopic
             | Command::UpdateTopic
             | Command::CreateSubscription
