@@ -18,6 +18,8 @@ pub mod metrics;
 pub mod node;
 pub mod protocol;
 pub mod replication;
+#[cfg(test)]
+mod replication_sim_tests;
 pub mod router;
 pub mod runtime;
 pub mod shard;

@@ -231,7 +231,7 @@ struct Node {
 
 /// A request through a forwarder's handler, as a connection would make it; the response
 /// frame, or the error's code and message.
-async fn call<T: Body>(
+pub(crate) async fn call<T: Body>(
     forwarder: &Forwarder<SimDisk>,
     command: Command,
     request: &T,
@@ -278,7 +278,7 @@ pub(crate) fn catalog_log_config() -> LogConfig {
     }
 }
 
-fn crash_mode(rng: &mut sim::Rng) -> CrashMode {
+pub(crate) fn crash_mode(rng: &mut sim::Rng) -> CrashMode {
     match rng.below(4) {
         0 => CrashMode::DropUnsynced,
         1 => CrashMode::KeepUnsynced,

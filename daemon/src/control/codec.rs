@@ -31,6 +31,7 @@ const REQUEST_ATTACH_REPLICA: u8 = 12;
 const REQUEST_PROMOTE_REPLICA: u8 = 13;
 const REQUEST_DEMOTE_REPLICA: u8 = 14;
 const REQUEST_FENCE_REPLICA: u8 = 15;
+const REQUEST_ELECTIONS_WANTED: u8 = 16;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -40,6 +41,10 @@ const OK_SUBSCRIPTION_START: u8 = 2;
 const OK_STATS: u8 = 3;
 const OK_RESYNCED: u8 = 4;
 const OK_FENCED: u8 = 5;
+const OK_TOPICS: u8 = 6;
+
+/// Most topics a `ControlOk::Topics` lists.
+const TOPICS_LISTED_MAX: usize = 1 << 20;
 
 /// Most replicas a control request names: one per voter of the largest cluster.
 const REPLICAS_MAX: usize = crate::catalog::entry::REPLICAS_MAX;
@@ -122,6 +127,7 @@ impl ControlRequest {
                 encoder = Encoder::new(REQUEST_FENCE_REPLICA);
                 encoder.u64(*topic_id).u64(*epoch);
             }
+            ControlRequest::ElectionsWanted => encoder = Encoder::new(REQUEST_ELECTIONS_WANTED),
         }
         encoder.0
     }
@@ -219,6 +225,7 @@ impl ControlRequest {
             REQUEST_FENCE_REPLICA => fields("control request FenceReplica", decoder, |decoder| {
                 Ok(ControlRequest::FenceReplica { topic_id: decoder.u64()?, epoch: decoder.u64()? })
             })?,
+            REQUEST_ELECTIONS_WANTED => ControlRequest::ElectionsWanted,
             _ => return Err(format!("unknown control request tag {tag}")),
         };
         refuse_trailing("control request", decoder)?;
@@ -298,6 +305,13 @@ impl ControlOk {
                 encoder = Encoder::new(OK_FENCED);
                 encoder.u64(*last_epoch).u64(*durable_end);
             }
+            ControlOk::Topics(topics) => {
+                encoder = Encoder::new(OK_TOPICS);
+                encoder.u32(topics.len() as u32);
+                for topic in topics {
+                    encoder.u64(*topic);
+                }
+            }
         }
         encoder.0
     }
@@ -321,6 +335,14 @@ impl ControlOk {
             })?,
             OK_FENCED => fields("control reply Fenced", decoder, |decoder| {
                 Ok(ControlOk::Fenced { last_epoch: decoder.u64()?, durable_end: decoder.u64()? })
+            })?,
+            OK_TOPICS => fields("control reply Topics", decoder, |decoder| {
+                let count = decoder.u32()? as usize;
+                if count > TOPICS_LISTED_MAX {
+                    return Err("more topics than TOPICS_LISTED_MAX");
+                }
+                let topics = (0..count).map(|_| decoder.u64()).collect::<DecodeResult<Vec<u64>>>()?;
+                Ok(ControlOk::Topics(topics))
             })?,
             _ => return Err(format!("unknown control reply tag {tag}")),
         };
@@ -589,6 +611,7 @@ mod tests {
             },
             ControlRequest::DemoteReplica { topic_id: 17, epoch: 4 },
             ControlRequest::FenceReplica { topic_id: 17, epoch: 4 },
+            ControlRequest::ElectionsWanted,
         ]
     }
 
@@ -649,6 +672,7 @@ mod tests {
             ControlOk::Stats(ShardStats::default(), Vec::new()),
             ControlOk::Resynced { logs: 4, batches: 96 },
             ControlOk::Fenced { last_epoch: 3, durable_end: 1_000 },
+            ControlOk::Topics(vec![1, 2, 3]),
         ]
     }
 
@@ -687,7 +711,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 16];
+        let mut seen_requests = [false; 17];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -706,11 +730,12 @@ mod tests {
                 ControlRequest::PromoteReplica { .. } => 13,
                 ControlRequest::DemoteReplica { .. } => 14,
                 ControlRequest::FenceReplica { .. } => 15,
+                ControlRequest::ElectionsWanted => 16,
             };
             seen_requests[index] = true;
         }
         assert!(seen_requests.iter().all(|seen| *seen), "{seen_requests:?}");
-        let mut seen_oks = [false; 5];
+        let mut seen_oks = [false; 6];
         for ok in oks() {
             let index = match ok {
                 ControlOk::Done => 0,
@@ -718,6 +743,7 @@ mod tests {
                 ControlOk::Stats(..) => 2,
                 ControlOk::Resynced { .. } => 3,
                 ControlOk::Fenced { .. } => 4,
+                ControlOk::Topics(_) => 5,
             };
             seen_oks[index] = true;
         }

@@ -105,6 +105,9 @@ pub enum ControlRequest {
         topic_id: u64,
         epoch: u64,
     },
+    /// The topics this shard leads whose followers refused it for a newer epoch's promise
+    /// (`ControlOk::Topics`): elections to ask for.
+    ElectionsWanted,
 }
 
 /// What an `UpdateSettings` changes.
@@ -130,6 +133,8 @@ pub enum ControlOk {
         last_epoch: u64,
         durable_end: u64,
     },
+    /// Topics, by id (`ElectionsWanted`).
+    Topics(Vec<u64>),
 }
 
 #[derive(Debug)]

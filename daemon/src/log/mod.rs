@@ -698,6 +698,8 @@ struct LogInner<S: Storage> {
     /// The epoch this log promised (`promise_epoch`, kept in the manifest): appends of an older
     /// one are refused. 0: none.
     promised_epoch: u64,
+    /// The promise the manifest holds durably (`promise_epoch` writes it once).
+    promised_durable: u64,
     /// A `truncate_after` is in progress: appends are refused until it ends.
     truncating: bool,
     /// Written into the manifest while a truncation zeroes the removed batches (see
@@ -1656,7 +1658,13 @@ impl<S: Storage> Log<S> {
         while self.inner.borrow().flushing {
             crate::runtime::sleep(REMOVAL_WAIT).await;
         }
-        self.write_manifest().await?;
+        // A promise made durable before needs no write again (a fencing round retried).
+        let promised = self.inner.borrow().promised_epoch;
+        if promised > self.inner.borrow().promised_durable {
+            self.write_manifest().await?;
+            let mut inner = self.inner.borrow_mut();
+            inner.promised_durable = inner.promised_durable.max(promised);
+        }
         let inner = self.inner.borrow();
         if let Some(why) = &inner.fenced {
             return Err(LogError::Fenced(why.clone()));

@@ -1018,6 +1018,7 @@ impl<S: Storage> Log<S> {
                 epoch: STANDALONE_EPOCH.max(last_epoch),
                 last_epoch,
                 promised_epoch: plan.manifest.promised_epoch,
+                promised_durable: plan.manifest.promised_epoch,
                 truncating: false,
                 truncated_end: None,
                 staged: VecDeque::new(),

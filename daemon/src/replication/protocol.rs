@@ -90,6 +90,11 @@ pub enum ReplicaAnswer {
         chunks: Vec<Chunk>,
         durable_end: u64,
     },
+    /// A sync or records from a leader older than this replica promised (a fencing round of
+    /// `promised_epoch` reached it): the leader is deposed here, and an election is wanted.
+    Deposed {
+        promised_epoch: u64,
+    },
 }
 
 impl ReplicaRequest {
@@ -111,6 +116,7 @@ const ANSWER_SYNCED: u8 = 1;
 const ANSWER_APPENDED: u8 = 2;
 const ANSWER_FENCED: u8 = 3;
 const ANSWER_READ: u8 = 4;
+const ANSWER_DEPOSED: u8 = 5;
 
 fn put_bytes(encoder: &mut Encoder, bytes: &[u8]) {
     encoder.u32(bytes.len() as u32);
@@ -257,6 +263,9 @@ impl ReplicaAnswer {
                 put_chunks(&mut encoder, chunks);
                 encoder.0
             }
+            ReplicaAnswer::Deposed { promised_epoch } => {
+                Encoder::new(ANSWER_DEPOSED).u64(*promised_epoch).0.clone()
+            }
         }
     }
 
@@ -277,6 +286,7 @@ impl ReplicaAnswer {
                 let durable_end = d.u64()?;
                 ReplicaAnswer::Read { durable_end, chunks: get_chunks(&mut d)? }
             }
+            ANSWER_DEPOSED => ReplicaAnswer::Deposed { promised_epoch: d.u64()? },
             _ => return Err("unknown replica answer"),
         };
         finish(&d, answer)
@@ -328,6 +338,7 @@ mod tests {
                 ],
             },
             ReplicaAnswer::Read { chunks: vec![chunk(0, 1)], durable_end: 2 },
+            ReplicaAnswer::Deposed { promised_epoch: 7 },
         ];
         for answer in answers {
             let encoded = answer.encode();

@@ -33,6 +33,20 @@ pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// commit point and its start again, even when nothing new is durable.
 pub const IDLE_APPEND_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a leader's word holds: it delivers messages only while, within this, a quorum of
+/// replicas (itself included) answered a request sent to them, so that a leader deposed
+/// without knowing it (cut off from the catalog, still reachable by subscribers) stops
+/// delivering before its successor starts (`LEASE_WAIT` after its election's fencing round).
+/// Otherwise a message whose acknowledgement the new leader confirmed could be delivered
+/// again by the old one. Only deliveries wait on it: publishes and acknowledgements need a
+/// quorum anyway, and no record's safety depends on any clock.
+pub const LEADER_LEASE: Duration = Duration::from_secs(1);
+/// How long a new leader waits after its fencing round before it delivers: the old leader's
+/// lease, with a quarter more for two clocks' rates.
+pub const LEASE_WAIT: Duration = Duration::from_millis(1_250);
+/// How soon a delivery that found the lease lapsed looks again (the lease is being renewed).
+pub const LEASE_RETRY: Duration = Duration::from_millis(20);
+
 /// Another replica of a source: its forwarder shard (node and shard, as the catalog names it)
 /// and the address of that forwarder's port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +129,14 @@ pub struct Leader {
     acknowledged: RefCell<Vec<[u64; LOGS]>>,
     stopped: Cell<bool>,
     stop: Notify,
+    /// A follower promised a newer epoch than this leader's (`wants_election`).
+    election_wanted: Cell<bool>,
+    /// When each follower was sent the last request it answered (`may_serve`).
+    answered_sent: RefCell<Vec<Option<std::time::Instant>>>,
+    /// Deliveries start here: its predecessor's lease is over (`LEASE_WAIT`).
+    serve_from: std::time::Instant,
+    /// Fires when a delivery finds the lease lapsing: the followers are asked again.
+    renew: Notify,
 }
 
 impl Leader {
@@ -126,9 +148,11 @@ impl Leader {
         peers: Vec<Peer>,
         epoch_starts: [u64; LOGS],
         committed_ends: [u64; LOGS],
+        serve_from: std::time::Instant,
     ) -> Rc<Leader> {
         let replicas: Vec<u64> =
             std::iter::once(shard as u64).chain(peers.iter().map(|peer| peer.shard as u64)).collect();
+        let followers = peers.len();
         let trackers = [MESSAGES, JOURNAL]
             .map(|log| CommitTracker::new(epoch, &replicas, epoch_starts[log], committed_ends[log]));
         Rc::new(Leader {
@@ -139,6 +163,10 @@ impl Leader {
             trackers: RefCell::new(trackers),
             stopped: Cell::new(false),
             stop: Notify::new(),
+            election_wanted: Cell::new(false),
+            answered_sent: RefCell::new(vec![None; followers]),
+            serve_from,
+            renew: Notify::new(),
         })
     }
 
@@ -164,6 +192,35 @@ impl Leader {
 
     pub fn is_stopped(&self) -> bool {
         self.stopped.get()
+    }
+
+    /// Whether it may deliver messages at `now`: once its predecessor's lease is over, and
+    /// while its own holds (a quorum answered a request sent within `LEADER_LEASE`). If not,
+    /// when to look again; a lease that lapses is renewed by asking the followers.
+    pub fn may_serve(&self, now: std::time::Instant) -> Result<(), std::time::Instant> {
+        if now < self.serve_from {
+            return Err(self.serve_from);
+        }
+        let needed = quorum(self.peers.len() + 1) - 1;
+        if needed == 0 {
+            return Ok(());
+        }
+        let mut sent: Vec<std::time::Instant> =
+            self.answered_sent.borrow().iter().flatten().copied().collect();
+        sent.sort_unstable_by(|a, b| b.cmp(a));
+        let lease_end = sent.get(needed - 1).map(|sent| *sent + LEADER_LEASE);
+        match lease_end {
+            Some(end) if end > now => {
+                if end - now < LEADER_LEASE / 2 {
+                    self.renew.notify_all();
+                }
+                Ok(())
+            }
+            _ => {
+                self.renew.notify_all();
+                Err(now + LEASE_RETRY)
+            }
+        }
     }
 
     /// The offset below which every follower holds `log` (what its retention may remove).
@@ -243,8 +300,10 @@ impl Leader {
                     leader_epoch: self.epoch,
                     logs: [tip(&logs[MESSAGES]), tip(&logs[JOURNAL])],
                 };
+                let sent_at = crate::runtime::now();
                 match self.exchange(&*transport, &peer, request).await {
                     Some(ReplicaAnswer::Synced { next_offsets }) => {
+                        self.answered_sent.borrow_mut()[index] = Some(sent_at);
                         // Cut to agree with this leader, durable there: it counts.
                         self.answered(index, next_offsets, &logs);
                         next = Some(next_offsets);
@@ -259,24 +318,32 @@ impl Leader {
             // `IDLE_APPEND_INTERVAL` (a follower needs them only to let go of segments), so an
             // idle topic costs nothing.
             let waiting = [logs[MESSAGES].durable(), logs[JOURNAL].durable()];
-            let stopped = self.stop.notified();
+            let (stopped, renew) = (self.stop.notified(), self.renew.notified());
             let records = |log: usize| logs[log].durable_end() > at[log];
             if !records(MESSAGES) && !records(JOURNAL) {
                 let [messages, journal] = waiting;
                 let woken = futures_lite::future::or(futures_lite::future::or(messages, journal), stopped);
-                let idle = futures_lite::future::or(
-                    async {
-                        woken.await;
-                        false
-                    },
+                // 0: records or a stop; 1: a delivery wants the lease renewed; 2: idle.
+                let why = futures_lite::future::or(
+                    futures_lite::future::or(
+                        async {
+                            woken.await;
+                            0
+                        },
+                        async {
+                            renew.await;
+                            1
+                        },
+                    ),
                     async {
                         crate::runtime::sleep(IDLE_APPEND_INTERVAL).await;
-                        true
+                        2
                     },
                 )
                 .await;
                 let untold = |log: usize| logs[log].committed_end() > told[log];
-                if !(idle && (untold(MESSAGES) || untold(JOURNAL))) {
+                let tell = why == 1 || (why == 2 && (untold(MESSAGES) || untold(JOURNAL)));
+                if !tell {
                     continue;
                 }
             }
@@ -293,8 +360,10 @@ impl Leader {
             };
             let sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
             let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
+            let sent_at = crate::runtime::now();
             match self.exchange(&*transport, &peer, request).await {
                 Some(ReplicaAnswer::Appended { durable_ends }) => {
+                    self.answered_sent.borrow_mut()[index] = Some(sent_at);
                     self.answered(index, durable_ends, &logs);
                     next = Some(durable_ends);
                     told = sent;
@@ -337,7 +406,28 @@ impl Leader {
             None
         })
         .await?;
-        answer.ok()
+        match answer {
+            Ok(ReplicaAnswer::Deposed { promised_epoch }) => {
+                // A fencing round of a newer epoch reached this follower, and no election
+                // followed (or this leader has not heard of it): whoever runs elections is
+                // told (`wants_election`), since this follower takes nothing from it now.
+                if !self.election_wanted.replace(true) {
+                    eprintln!(
+                        "ringpostd: replica shard {:#x} promised epoch {promised_epoch}; the leader of epoch {} asks \
+                         for an election",
+                        peer.shard, self.epoch
+                    );
+                }
+                None
+            }
+            answer => answer.ok(),
+        }
+    }
+
+    /// Whether a follower refused this leader for a newer epoch's promise, no election having
+    /// followed that this leader knows of.
+    pub fn wants_election(&self) -> bool {
+        self.election_wanted.get()
     }
 
     /// Sleeps `pause` (or until deposed) and returns the next, doubled up to the longest.
@@ -386,8 +476,15 @@ pub async fn follow<S: Storage>(
                 log.promised_epoch()
             )));
         }
+        // Records of the leader's own epoch came from it, and agree with its log: a sync that
+        // arrives late (a copy the network held back) and names an older tip of the leader
+        // must not cut them, or records the leader counts as held here would be gone.
         let end = log.durable_end();
-        let cut = divergence(&log.epoch_history(), end, &tip.history, tip.end);
+        let cut = if log.last_epoch() == leader_epoch {
+            end
+        } else {
+            divergence(&log.epoch_history(), end, &tip.history, tip.end)
+        };
         if cut < log.next_offset() {
             if cut < log.committed_end() {
                 return Err(LogError::Refused(format!(

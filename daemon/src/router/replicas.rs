@@ -34,6 +34,9 @@ pub const RECONCILE_TICK: Duration = Duration::from_millis(100);
 pub const SOURCE_FAILURE_TIMEOUT: Duration = Duration::from_millis(1500);
 /// How long an election waits for the replicas' answers to its fencing round.
 pub const ELECTION_FENCE_WAIT: Duration = Duration::from_secs(1);
+/// How long a creation waits for each replica to be made (the ones that are, of a quorum,
+/// suffice; the rest are made when their nodes come back).
+pub const REPLICA_ATTACH_WAIT: Duration = Duration::from_secs(2);
 /// Elections the catalog's leader runs at once.
 pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
 /// How often a node asks again for an election of a topic it must not lead at its epoch.
@@ -57,9 +60,11 @@ pub struct LocalReplicas {
     promoting: RefCell<HashSet<u64>>,
     /// Topics this node is creating: attached here, not yet in the catalog.
     creating: RefCell<HashSet<u64>>,
-    /// On the catalog's leader: elections asked for, and those under way.
+    /// On the catalog's leader: elections asked for, those under way, and those that failed
+    /// (some replicas may have promised their epoch: tried again until one succeeds).
     wanted: RefCell<HashSet<u64>>,
     electing: RefCell<HashSet<u64>>,
+    retry: RefCell<HashMap<u64, Instant>>,
     /// When elections were last asked for, and the applied index at the last full pass.
     asked_at: Cell<Option<Instant>>,
     reconciled: Cell<(Option<u64>, Option<Instant>)>,
@@ -158,7 +163,14 @@ impl<S: Storage> Router<S> {
                 recovering: false,
             };
             async move {
-                match self.call_forwarder(*shard, attach).await {
+                // A node cut off may hold a connection open and never answer: a quorum is
+                // enough, and the create's own deadline must not pass waiting for the rest.
+                let answered = futures_lite::future::or(self.call_forwarder(*shard, attach), async {
+                    crate::runtime::sleep(REPLICA_ATTACH_WAIT).await;
+                    Err(Status::new(ErrorCode::DeadlineExceeded, "its node did not answer in time"))
+                })
+                .await;
+                match answered {
                     Ok(_) => attached.borrow_mut().push(*shard),
                     Err(status) => *refusal.borrow_mut() = Some(status),
                 }
@@ -365,6 +377,17 @@ impl<S: Storage> Router<S> {
             self.replicas.attached.borrow_mut().remove(&(topic_id, shard));
             self.replicas.leading.borrow_mut().remove(&topic_id);
         }
+        if due {
+            // Leaders whose followers promised a newer epoch that no election followed.
+            for local in 0..self.forwarders.len() as u32 {
+                let shard = crate::catalog::global_shard(node, local);
+                if let Ok(ControlOk::Topics(topics)) =
+                    self.call_forwarder(shard, ControlRequest::ElectionsWanted).await
+                {
+                    stale_leads.extend(topics);
+                }
+            }
+        }
         if !stale_leads.is_empty() {
             self.ask_for_elections(stale_leads).await;
         }
@@ -412,7 +435,8 @@ impl<S: Storage> Router<S> {
                 .filter(|topic| topic.replica_count() > 1)
                 .filter(|topic| {
                     let away = !heard.contains(&node_and_shard(topic.shard).0);
-                    wanted.remove(&topic.id) || away
+                    let due = self.replicas.retry.borrow().get(&topic.id).is_some_and(|at| now() >= *at);
+                    wanted.remove(&topic.id) || away || due
                 })
                 .map(|topic| topic.id)
                 .collect()
@@ -426,8 +450,14 @@ impl<S: Storage> Router<S> {
             }
             let router = self.clone();
             crate::runtime::spawn(async move {
-                if let Err(status) = router.elect(topic_id).await {
-                    eprintln!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
+                match router.elect(topic_id).await {
+                    Ok(()) => {
+                        router.replicas.retry.borrow_mut().remove(&topic_id);
+                    }
+                    Err(status) => {
+                        eprintln!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
+                        router.replicas.retry.borrow_mut().insert(topic_id, now() + ELECTION_ASK_INTERVAL);
+                    }
                 }
                 router.replicas.electing.borrow_mut().remove(&topic_id);
             })

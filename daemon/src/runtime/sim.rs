@@ -112,6 +112,10 @@ struct Entry {
     waker: Waker,
     /// Its handle was dropped while it was being polled: drop it once the poll returns.
     cancelled: bool,
+    /// The simulated process it belongs to (`spawn_in_group`; 0 for the simulated future's),
+    /// which every task it spawns inherits, so that one node of a simulated cluster dies alone
+    /// (`kill_group`) and reads its own wall clock (`set_wall_offset_ms`).
+    group: u64,
 }
 
 pub(crate) struct Executor {
@@ -132,6 +136,10 @@ pub(crate) struct Executor {
     timers: RefCell<BTreeMap<(Duration, u64), Waker>>,
     next_timer: Cell<u64>,
     polls: Cell<u64>,
+    /// The group of the task being polled (0 for the simulated future).
+    current_group: Cell<u64>,
+    /// Each group's wall clock, ahead of (or behind) the simulation's by milliseconds.
+    wall_offsets_ms: RefCell<BTreeMap<u64, i64>>,
 }
 
 impl Executor {
@@ -149,6 +157,8 @@ impl Executor {
             timers: RefCell::default(),
             next_timer: Cell::new(0),
             polls: Cell::new(0),
+            current_group: Cell::new(0),
+            wall_offsets_ms: RefCell::default(),
         }
     }
 
@@ -161,7 +171,8 @@ impl Executor {
     }
 
     pub(crate) fn wall_ms(&self) -> u64 {
-        EPOCH_MS + self.elapsed.get().as_millis() as u64
+        let offset = self.wall_offsets_ms.borrow().get(&self.current_group.get()).copied().unwrap_or(0);
+        (EPOCH_MS + self.elapsed.get().as_millis() as u64).saturating_add_signed(offset)
     }
 
     fn waker(&self, id: u64) -> Waker {
@@ -187,13 +198,15 @@ impl Executor {
     fn poll_task(&self, id: u64) {
         let taken = {
             let mut tasks = self.tasks.borrow_mut();
-            tasks
-                .get_mut(&id)
-                .and_then(|entry| entry.future.take().map(|future| (future, entry.waker.clone())))
+            tasks.get_mut(&id).and_then(|entry| {
+                entry.future.take().map(|future| (future, entry.waker.clone(), entry.group))
+            })
         };
         // A task woken after it finished or was cancelled has nothing left to poll.
-        let Some((mut future, waker)) = taken else { return };
+        let Some((mut future, waker, group)) = taken else { return };
+        self.current_group.set(group);
         let done = future.as_mut().poll(&mut Context::from_waker(&waker)).is_ready();
+        self.current_group.set(0);
         let finished = {
             let mut tasks = self.tasks.borrow_mut();
             let cancelled = tasks.get(&id).is_none_or(|entry| entry.cancelled);
@@ -224,13 +237,23 @@ impl Executor {
         true
     }
 
-    fn spawn_local(&self, future: LocalFuture) -> u64 {
+    fn spawn_local(&self, future: LocalFuture, group: u64) -> u64 {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let waker = self.waker(id);
-        self.tasks.borrow_mut().insert(id, Entry { future: Some(future), waker, cancelled: false });
+        self.tasks.borrow_mut().insert(id, Entry { future: Some(future), waker, cancelled: false, group });
         self.schedule(id);
         id
+    }
+
+    /// Drops every task of `group`, each with no borrow held.
+    fn kill_group(&self, group: u64) {
+        let ids: Vec<u64> =
+            self.tasks.borrow().iter().filter(|(_, entry)| entry.group == group).map(|(id, _)| *id).collect();
+        for id in ids {
+            let entry = self.tasks.borrow_mut().remove(&id);
+            drop(entry);
+        }
     }
 
     fn cancel(&self, id: u64) {
@@ -331,20 +354,32 @@ pub(crate) fn spawn<T: 'static>(
     executor: &Rc<Executor>,
     future: impl Future<Output = T> + 'static,
 ) -> SimTask<T> {
+    let group = executor.current_group.get();
+    spawn_grouped(executor, future, group)
+}
+
+fn spawn_grouped<T: 'static>(
+    executor: &Rc<Executor>,
+    future: impl Future<Output = T> + 'static,
+    group: u64,
+) -> SimTask<T> {
     let join = Rc::new(RefCell::new(Join { output: None, waker: None, finished: false }));
     let result = join.clone();
-    let id = executor.spawn_local(Box::pin(async move {
-        let output = future.await;
-        let waker = {
-            let mut join = result.borrow_mut();
-            join.output = Some(output);
-            join.finished = true;
-            join.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }));
+    let id = executor.spawn_local(
+        Box::pin(async move {
+            let output = future.await;
+            let waker = {
+                let mut join = result.borrow_mut();
+                join.output = Some(output);
+                join.finished = true;
+                join.waker.take()
+            };
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }),
+        group,
+    );
     SimTask { id, executor: Rc::downgrade(executor), join, detached: false }
 }
 
@@ -467,6 +502,29 @@ impl Simulation {
 /// `SimDisk::crash`. What the simulated future holds (handles of the dead node) it drops itself.
 pub fn kill_spawned_tasks() {
     super::simulation().expect("kill_spawned_tasks outside a simulation").kill_tasks();
+}
+
+/// Spawns `future` as a task of `group` (a simulated process: every task it spawns belongs to
+/// it too), in the running simulation.
+#[cfg(test)]
+pub(crate) fn spawn_in_group<T: 'static>(
+    group: u64,
+    future: impl Future<Output = T> + 'static,
+) -> SimTask<T> {
+    let executor = super::simulation().expect("spawn_in_group outside a simulation");
+    spawn_grouped(&executor, future, group)
+}
+
+/// Drops every task of `group`, as the death of that simulated process would end them.
+pub fn kill_group(group: u64) {
+    super::simulation().expect("kill_group outside a simulation").kill_group(group);
+}
+
+/// Sets `group`'s wall clock `offset_ms` from the simulation's (a node whose clock is off, or
+/// that was stepped).
+pub fn set_wall_offset_ms(group: u64, offset_ms: i64) {
+    let executor = super::simulation().expect("set_wall_offset_ms outside a simulation");
+    executor.wall_offsets_ms.borrow_mut().insert(group, offset_ms);
 }
 
 /// Runs `future` under the simulation with `seed` (see [`Simulation::run`]).

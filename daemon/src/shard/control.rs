@@ -59,6 +59,7 @@ impl<S: Storage> Forwarder<S> {
                 self.demote_replica(topic_id, epoch);
                 Ok(ControlOk::Done)
             }
+            ControlRequest::ElectionsWanted => Ok(ControlOk::Topics(self.elections_wanted())),
             ControlRequest::FenceReplica { topic_id, epoch } => {
                 let [messages, _] = self.fence_replica(topic_id, epoch).await?;
                 Ok(ControlOk::Fenced { last_epoch: messages.last_epoch, durable_end: messages.durable_end })

@@ -161,7 +161,10 @@ impl<S: Storage> Forwarder<S> {
         // What a subscription attached from here on rebuilds its state from: every entry the
         // journal holds, committed or about to be with this epoch's first.
         topic.replay_journal_again().await?;
-        let leader = Leader::new(epoch, self.global_shard(), peers, epoch_starts, committed);
+        // The first leader of a new topic has no predecessor whose lease could still run.
+        let now = self.environment.clock.now();
+        let serve_from = if epoch == 1 { now } else { now + source::LEASE_WAIT };
+        let leader = Leader::new(epoch, self.global_shard(), peers, epoch_starts, committed, serve_from);
         *topic.replication.borrow_mut() = Replication::Leader(leader.clone());
         self.registry.followers.borrow_mut().remove(&topic_id);
         self.registry.topics.borrow_mut().insert(topic.name.clone(), topic.clone());
@@ -251,6 +254,18 @@ impl<S: Storage> Forwarder<S> {
         source::fence(&logs, epoch).await.map_err(Status::from)
     }
 
+    /// Topics this shard leads whose followers refused it for a newer epoch's promise: their
+    /// node asks for elections (`ControlRequest::ElectionsWanted`).
+    pub fn elections_wanted(&self) -> Vec<u64> {
+        self.registry
+            .topics_by_id
+            .borrow()
+            .values()
+            .filter(|topic| topic.leader().is_some_and(|leader| leader.wants_election()))
+            .map(|topic| topic.id)
+            .collect()
+    }
+
     /// A replica of `topic_id` here, leading or following.
     fn replica(&self, topic_id: u64) -> Result<Rc<TopicState<S>>, Status> {
         let following = self.registry.followers.borrow().get(&topic_id).cloned();
@@ -271,6 +286,10 @@ impl<S: Storage> Forwarder<S> {
                     )));
                 }
                 let logs = self.logs_of(&topic).await?;
+                let promised_epoch = logs[MESSAGES].promised_epoch();
+                if promised_epoch > leader_epoch {
+                    return Ok(ReplicaAnswer::Deposed { promised_epoch });
+                }
                 let next_offsets = source::follow(&logs, leader_epoch, &tips).await.map_err(Status::from)?;
                 if let Replication::Follower { synced_epoch } = &mut *topic.replication.borrow_mut() {
                     *synced_epoch = leader_epoch;
@@ -290,6 +309,10 @@ impl<S: Storage> Forwarder<S> {
                     )));
                 }
                 let logs = self.logs_of(&topic).await?;
+                let promised_epoch = logs[MESSAGES].promised_epoch();
+                if promised_epoch > leader_epoch {
+                    return Ok(ReplicaAnswer::Deposed { promised_epoch });
+                }
                 let log_ids = [topic_id, journal_log_id(topic_id)];
                 let durable_ends =
                     source::take(&logs, log_ids, leader_epoch, parts).await.map_err(Status::from)?;

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 /// subscription's deletion wake it. Long, because each idle stream's timer costs its shard a
 /// little CPU at every wake.
 const STREAM_IDLE_CHECK: Duration = Duration::from_secs(30);
+/// How long a pull waits at least for a replicated topic's leader to renew its lease.
+const LEASE_RENEWAL_WAIT: Duration = Duration::from_millis(500);
 /// The shortest sleep of a pull or stream waiting for a deadline. Each takes back expired
 /// leases before it reads the next deadline, so that deadline is in the future; were it ever
 /// not, a sleep of zero would return at once without yielding and the loop would hold the
@@ -50,7 +52,8 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
 ) -> Result<Option<Delivery<T::Batch>>, Status> {
     let clock = &environment.clock;
     subscription.last_activity_ms.set(clock.wall_ms());
-    let give_up_at = clock.now() + settings.wait;
+    let started = clock.now();
+    let mut give_up_at = started + settings.wait;
     let lease = subscription.state.borrow().ack_deadline;
     loop {
         if subscription.detached.get() {
@@ -66,8 +69,16 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         // (`STREAM_RESERVED_BYTES_SHARD_MAX`): a thousand pulls of large messages at once
         // would otherwise each hold a full response. Without room, nothing is leased and
         // the pull waits (expired leases are still taken back, and its wait still ends).
-        let reservation = StreamReservation::try_new(PULL_RESPONSE_BYTES_MAX);
-        let waiting_for_budget = reservation.is_none();
+        // A replicated topic's leader delivers only while it knows it leads; a pull that
+        // finds it unsure waits for the answer (its followers are asked), however short its
+        // own wait, or a pull that never waits would find nothing on a quiet topic.
+        let unsure_until = topic.may_deliver(now).err();
+        if unsure_until.is_some() {
+            give_up_at = give_up_at.max(started + LEASE_RENEWAL_WAIT);
+        }
+        let reservation =
+            StreamReservation::try_new(PULL_RESPONSE_BYTES_MAX).filter(|_| unsure_until.is_none());
+        let waiting_for_budget = reservation.is_none() && unsure_until.is_none();
         let leases = match reservation {
             Some(_) => subscription.state.borrow_mut().pull_for(
                 now,
@@ -96,6 +107,9 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         let mut wake_at = give_up_at;
         if let Some(deadline) = subscription.state.borrow().next_deadline() {
             wake_at = wake_at.min(deadline);
+        }
+        if let Some(retry_at) = unsure_until {
+            wake_at = wake_at.min(retry_at);
         }
         // A stop wakes it through `changed` (the shard's `wake_for_stop`).
         let wake = or(committed, changed);
@@ -181,7 +195,17 @@ impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
             let committed = self.topic.committed();
             let changed = subscription.changed.notified();
             let now = self.environment.clock.now();
-            let (leases, reservation, bytes_room, first) = self.lease_what_fits(now);
+            // A replicated topic's leader delivers only while it knows it leads.
+            let unsure_until = self.topic.may_deliver(now).err();
+            let (leases, reservation, bytes_room, first) = match unsure_until {
+                None => self.lease_what_fits(now),
+                Some(_) => {
+                    if subscription.state.borrow_mut().expire(now) > 0 {
+                        subscription.changed.notify_all();
+                    }
+                    (Vec::new(), None, 0, false)
+                }
+            };
             let waiting_for_budget = reservation.is_none() && bytes_room > 0;
             dead_letter::start(self.environment, subscription, &self.topic);
             if let (false, Some(reservation)) = (leases.is_empty(), reservation) {
@@ -197,6 +221,9 @@ impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
             let mut wake_at = now + STREAM_IDLE_CHECK;
             if let Some(deadline) = subscription.state.borrow().next_deadline() {
                 wake_at = wake_at.min(deadline);
+            }
+            if let Some(retry_at) = unsure_until {
+                wake_at = wake_at.min(retry_at);
             }
             let wake = or(or(committed, changed), sleep_until(now, wake_at));
             // A stop ends the connection's reading, which wakes this through `gone`; the stop

@@ -34,6 +34,12 @@ pub trait MessageSource {
     ) -> Result<(Vec<Self::Batch>, usize), LogError>;
     /// Copies of the records at `offsets` (sorted).
     async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError>;
+    /// Whether messages may be delivered now: always, but on a replicated topic's leader that
+    /// is not sure it still leads (its lease, `replication::source::Leader::may_serve`); then
+    /// when to look again.
+    fn may_deliver(&self, _now: std::time::Instant) -> Result<(), std::time::Instant> {
+        Ok(())
+    }
 }
 
 /// Where a topic's subscriptions record what their subscribers did.

@@ -490,7 +490,9 @@ impl SubscriptionState {
             return;
         }
         self.acked.raise_floor(offset);
-        self.cursor = self.cursor.max(offset);
+        // The floor may pass `offset` (acknowledgements recovered just above it): the cursor
+        // goes with it, or the next pull's `cursor - floor` underflows.
+        self.cursor = self.cursor.max(self.acked.floor());
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         let gone: Vec<u64> = in_flight.leases.keys().filter(|leased| *leased < offset).collect();
         for leased in gone {

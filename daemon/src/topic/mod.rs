@@ -197,6 +197,14 @@ impl<S: Storage> MessageSource for TopicState<S> {
     async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
         self.log.read_offsets(offsets).await
     }
+    fn may_deliver(&self, now: std::time::Instant) -> Result<(), std::time::Instant> {
+        match &*self.replication.borrow() {
+            Replication::Alone => Ok(()),
+            Replication::Leader(leader) => leader.may_serve(now),
+            // Not served; a pull that got here raced a demotion.
+            Replication::Follower { .. } => Err(now + crate::replication::source::LEASE_RETRY),
+        }
+    }
 }
 
 impl<S: Storage> AckJournal for TopicState<S> {

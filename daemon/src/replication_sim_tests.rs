@@ -1,0 +1,721 @@
+//! T19 for the replicated data plane (docs/TESTING.md): three nodes, each a real `Forwarder`
+//! on a SimDisk of its own (one or three data directories), replicating one topic to each
+//! other over a simulated network that delays, reorders, drops and duplicates requests and
+//! cuts nodes off, all on one seeded executor. Each node's tasks are a group of the executor,
+//! so a crash ends that node's tasks alone before its disk loses, keeps or tears what was not
+//! synced; it comes back as the daemon does (its replica attached as a follower, and, if it
+//! led, an election asked for). The catalog's part (elections after a fencing round, each
+//! node's router promoting and demoting) is played by the test, as the router does it, from a
+//! view that cannot reach nodes cut off. Publishers and an acknowledging subscriber go to the
+//! leader they know, or to any node.
+//!
+//! Checked as it runs: nothing is delivered that was never published, no message is
+//! delivered again after its acknowledgement was confirmed, and the committed records of any
+//! two replicas agree where both have them. At the end, once everything healed: every
+//! acknowledged publish is delivered, and the three replicas hold one committed log.
+//!
+//! `RINGPOST_SIM_SEEDS=N` runs N seeds (default 200); `RINGPOST_SIM_SEED=S` replays seed S.
+
+use crate::catalog::{global_shard, SubscriptionSettings};
+use crate::clock::SystemClock;
+use crate::control::{ControlOk, ControlRequest};
+use crate::log::{Directories, LogConfig};
+use crate::replication::protocol::ReplicaRequest;
+use crate::replication::source::{AnswerFuture, Peer, Transport};
+use crate::replication::{choose_leader, FenceAnswer};
+use crate::runtime::{self, sim};
+use crate::shard::Forwarder;
+use crate::sim_checker::{Checker, Outcome};
+use crate::sim_node_tests::{call, crash_mode};
+use crate::storage::sim::SimDisk;
+use ringpost_wire::limits::FRAME_HEADER_BYTES;
+use ringpost_wire::messages::*;
+use ringpost_wire::Command;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+const SEEDS_DEFAULT: u64 = 200;
+const NODES: usize = 3;
+const TOPIC_ID: u64 = 1;
+const TOPIC: &str = "replicated";
+const SUBSCRIPTION_ID: u64 = 2;
+const SUBSCRIPTION: &str = "replicated-sub";
+/// Faults the nemesis makes before everything heals.
+const NEMESIS_STEPS_MAX: u64 = 12;
+/// One way of a request or an answer: up to this much, drawn by the seed.
+const DELAY_MAX_US: u64 = 3_000;
+/// How long a caller waits for an answer through the simulated network.
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the catalog's part looks at the replicas.
+const COORDINATE_INTERVAL: Duration = Duration::from_millis(50);
+/// How long the catalog's leader waits before it takes an unreachable leader for gone.
+const FAILURE_TIMEOUT: Duration = Duration::from_millis(300);
+const PUBLISHERS: usize = 2;
+const MESSAGES_PER_PUBLISH_MAX: u64 = 3;
+const ACK_DEADLINE_SECONDS: u32 = 10;
+/// Empty pulls in a row after which the drain takes the subscription for empty.
+const DRAIN_EMPTY_PULLS: u32 = 5;
+
+/// One node: its disk, its forwarder while it runs, and the executor group of its tasks.
+struct Node {
+    disk: SimDisk,
+    forwarder: Option<Rc<Forwarder<SimDisk>>>,
+    group: u64,
+    lives: u64,
+    /// The epoch it led at when it last crashed: it asks for an election instead.
+    stale: Option<u64>,
+    /// The epoch its router last promoted it for.
+    promoted: Option<u64>,
+}
+
+/// The simulated network and nodes, shared by every transport.
+struct World {
+    seed: u64,
+    nodes: RefCell<Vec<Node>>,
+    paths: Vec<PathBuf>,
+    config: LogConfig,
+    rng: RefCell<sim::Rng>,
+    /// Nodes cut off from every other (and from the catalog), but reachable by clients.
+    isolated: RefCell<BTreeSet<usize>>,
+    drop_ppm: u32,
+    duplicate_ppm: u32,
+    /// The catalog's view: the topic's epoch and leader.
+    epoch: Cell<u64>,
+    leader: Cell<usize>,
+    /// Since when the catalog has not reached the leader.
+    unreachable_since: Cell<Option<std::time::Instant>>,
+    checker: RefCell<Checker>,
+    next_message: Cell<u64>,
+    /// The nemesis is done and everything healed.
+    healed: Cell<bool>,
+    /// An election failed for want of a quorum: the next tick tries again.
+    retry_election: Cell<bool>,
+}
+
+/// Prints what the simulation does when `RINGPOST_SIM_TRACE` is set, to follow a failing seed.
+fn trace(what: impl FnOnce() -> String) {
+    if std::env::var_os("RINGPOST_SIM_TRACE").is_some() {
+        eprintln!("{:>12?} {}", runtime::wall_ms() % 1_000_000, what());
+    }
+}
+
+fn shard_of(node: usize) -> u32 {
+    global_shard(node as u64 + 1, 0)
+}
+
+fn node_of(shard: u32) -> usize {
+    crate::catalog::node_and_shard(shard).0 as usize - 1
+}
+
+fn peers() -> Vec<Peer> {
+    (0..NODES).map(|node| Peer { shard: shard_of(node), address: format!("node-{node}") }).collect()
+}
+
+impl World {
+    fn chance(&self, parts_per_million: u32) -> bool {
+        self.rng.borrow_mut().chance(parts_per_million)
+    }
+
+    async fn one_way(&self) {
+        let delay = self.rng.borrow_mut().below(DELAY_MAX_US);
+        runtime::sleep(Duration::from_micros(delay)).await;
+    }
+
+    fn cut(&self, from: Option<usize>, to: usize) -> bool {
+        let isolated = self.isolated.borrow();
+        isolated.contains(&to)
+            || from.is_some_and(|from| isolated.contains(&from))
+            || self.chance(self.drop_ppm)
+    }
+
+    /// The running forwarder of `node` and its group, if it runs.
+    fn running(&self, node: usize) -> Option<(Rc<Forwarder<SimDisk>>, u64)> {
+        let nodes = self.nodes.borrow();
+        nodes[node].forwarder.clone().map(|forwarder| (forwarder, nodes[node].group))
+    }
+
+    /// Runs `work` on `node` as one of its tasks (its own spawns are that node's too), if it
+    /// runs; None if it is down, the answer did not come within `CALL_TIMEOUT`, or the node
+    /// died meanwhile.
+    async fn on_node<T: 'static, F: std::future::Future<Output = T> + 'static>(
+        &self,
+        node: usize,
+        work: impl FnOnce(Rc<Forwarder<SimDisk>>) -> F,
+    ) -> Option<T> {
+        let (forwarder, group) = self.running(node)?;
+        let task = sim::spawn_in_group(group, work(forwarder));
+        futures_lite::future::or(async { Some(task.await) }, async {
+            runtime::sleep(CALL_TIMEOUT).await;
+            None
+        })
+        .await
+    }
+
+    /// Whether the catalog's side reaches `node`.
+    fn reachable(&self, node: usize) -> bool {
+        self.nodes.borrow()[node].forwarder.is_some() && !self.isolated.borrow().contains(&node)
+    }
+}
+
+/// A node's way to the others: requests cross the simulated network, run on the target as
+/// its task, and their answers cross back.
+struct SimTransport {
+    world: Rc<World>,
+    from: usize,
+}
+
+impl Transport for SimTransport {
+    fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
+        let (world, from, to) = (self.world.clone(), self.from, node_of(peer.shard));
+        Box::pin(async move {
+            let unreachable = || crate::api::Status::unavailable(format!("node {to} is not reachable"));
+            world.one_way().await;
+            if world.cut(Some(from), to) {
+                return Err(unreachable());
+            }
+            if world.chance(world.duplicate_ppm) {
+                // The same request again, later: its answer goes nowhere.
+                let (again, twice) = (world.clone(), request.clone());
+                runtime::spawn(async move {
+                    again.one_way().await;
+                    again
+                        .on_node(to, move |forwarder| async move { forwarder.replica_request(twice).await })
+                        .await;
+                })
+                .detach();
+            }
+            let answer = world
+                .on_node(to, move |forwarder| async move { forwarder.replica_request(request).await })
+                .await
+                .ok_or_else(unreachable)?;
+            world.one_way().await;
+            if world.cut(Some(to), from) {
+                return Err(unreachable());
+            }
+            answer
+        })
+    }
+}
+
+fn log_config(rng: &mut sim::Rng) -> LogConfig {
+    LogConfig {
+        segment_bytes_initial: 32 * 1024,
+        segment_bytes_max: 64 * 1024,
+        group_commit_bytes_max: [8 * 1024, 32 * 1024][rng.below(2) as usize],
+        prewrite: false,
+        recycle: false,
+        ..LogConfig::default()
+    }
+}
+
+/// Starts (or restarts) `node`: a forwarder on its disk, its replica attached as a follower.
+async fn start(world: &Rc<World>, node: usize, recovering: bool) {
+    let group = {
+        let mut nodes = world.nodes.borrow_mut();
+        nodes[node].lives += 1;
+        nodes[node].group = (node as u64 + 1) * 1_000 + nodes[node].lives;
+        nodes[node].group
+    };
+    let disk = world.nodes.borrow()[node].disk.clone();
+    let forwarder = Rc::new(Forwarder::new(
+        0,
+        disk,
+        Directories::new(world.paths.clone()),
+        world.config.clone(),
+        Rc::new(SystemClock),
+    ));
+    forwarder.replica_context.node_id.set(node as u64 + 1);
+    *forwarder.replica_context.transport.borrow_mut() =
+        Some(Rc::new(SimTransport { world: world.clone(), from: node }));
+    let attach = ControlRequest::AttachReplica {
+        topic_id: TOPIC_ID,
+        name: TOPIC.to_owned(),
+        retention_seconds: 0,
+        recovering,
+    };
+    let starting = forwarder.clone();
+    let attached = sim::spawn_in_group(group, async move { starting.control(attach).await }).await;
+    attached.unwrap_or_else(|status| panic!("seed {}: node {node} could not attach: {status}", world.seed));
+    let collector = forwarder.clone();
+    sim::spawn_in_group(group, async move {
+        loop {
+            runtime::sleep(Duration::from_millis(20)).await;
+            collector.collect_segments().await;
+            collector.sweep_leases();
+        }
+    })
+    .detach();
+    let mut nodes = world.nodes.borrow_mut();
+    nodes[node].forwarder = Some(forwarder);
+    nodes[node].promoted = None;
+}
+
+/// A crash of `node`: its tasks end, its disk loses what was not synced (or keeps some, or
+/// tears the last write). If it led, it asks for an election once back.
+fn crash(world: &World, node: usize) {
+    let (group, disk) = {
+        let nodes = world.nodes.borrow();
+        (nodes[node].group, nodes[node].disk.clone())
+    };
+    sim::kill_group(group);
+    let mode = crash_mode(&mut world.rng.borrow_mut());
+    disk.crash(mode);
+    let mut nodes = world.nodes.borrow_mut();
+    nodes[node].forwarder = None;
+    if world.leader.get() == node {
+        nodes[node].stale = Some(world.epoch.get());
+    }
+}
+
+/// The catalog's part, as the routers and the catalog's leader play it: an election when the
+/// leader is unreachable for `FAILURE_TIMEOUT` or came back from a crash; each reachable node
+/// promoted or demoted as the decided epoch says.
+async fn coordinate(world: Rc<World>) {
+    loop {
+        runtime::sleep(COORDINATE_INTERVAL).await;
+        let leader = world.leader.get();
+        let now = runtime::now();
+        if world.reachable(leader) {
+            world.unreachable_since.set(None);
+        } else if world.unreachable_since.get().is_none() {
+            world.unreachable_since.set(Some(now));
+        }
+        let gone = world.unreachable_since.get().is_some_and(|since| now - since >= FAILURE_TIMEOUT);
+        let stale = world.nodes.borrow()[leader].stale == Some(world.epoch.get());
+        // The leader's router asks when a follower refused it for a newer epoch's promise.
+        let refused = world.reachable(leader)
+            && world.running(leader).is_some_and(|(forwarder, _)| !forwarder.elections_wanted().is_empty());
+        if gone || stale || refused || world.retry_election.get() {
+            let elected = elect(&world).await;
+            world.retry_election.set(!elected);
+        }
+        reconcile(&world).await;
+    }
+}
+
+/// One election: every reachable replica promises the next epoch; the most up-to-date of a
+/// quorum that answered leads it. False when too few answered (it is tried again: some may
+/// have promised).
+async fn elect(world: &Rc<World>) -> bool {
+    let epoch = world.epoch.get() + 1;
+    let mut answers = Vec::new();
+    for node in (0..NODES).filter(|node| world.reachable(*node)) {
+        let fence = ControlRequest::FenceReplica { topic_id: TOPIC_ID, epoch };
+        let answered =
+            world.on_node(node, move |forwarder| async move { forwarder.control(fence).await }).await;
+        if let Some(Ok(ControlOk::Fenced { last_epoch, durable_end })) = answered {
+            answers.push(FenceAnswer { node: shard_of(node) as u64, last_epoch, durable_end });
+        }
+    }
+    let replicas: Vec<u64> = (0..NODES).map(|node| shard_of(node) as u64).collect();
+    trace(|| format!("election of epoch {epoch}: answers {answers:?}"));
+    let Ok(chosen) = choose_leader(&replicas, &answers) else { return false };
+    // Decided: one leader for the epoch.
+    if world.epoch.get() < epoch {
+        world.epoch.set(epoch);
+        world.leader.set(node_of(chosen.node as u32));
+        world.unreachable_since.set(None);
+    }
+    true
+}
+
+/// Each reachable node as the decided epoch says: the leader promoted (and given the
+/// subscription), any other leading an older epoch demoted.
+async fn reconcile(world: &Rc<World>) {
+    let (epoch, leader) = (world.epoch.get(), world.leader.get());
+    for node in (0..NODES).filter(|node| world.reachable(*node)) {
+        if node == leader {
+            let (promoted, stale) = {
+                let nodes = world.nodes.borrow();
+                (nodes[node].promoted, nodes[node].stale)
+            };
+            if promoted == Some(epoch) || stale == Some(epoch) {
+                continue;
+            }
+            let promote = ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch, replicas: peers() };
+            let promoted = world
+                .on_node(node, move |forwarder| async move {
+                    forwarder.control(promote).await?;
+                    // The defaults the router applies: a week's retention, not none.
+                    let settings = SubscriptionSettings {
+                        ack_deadline_seconds: ACK_DEADLINE_SECONDS,
+                        message_retention_seconds: 7 * 24 * 3600,
+                        expiration_ttl_seconds: 31 * 24 * 3600,
+                        ..SubscriptionSettings::default()
+                    };
+                    forwarder
+                        .control(ControlRequest::AttachSubscription {
+                            subscription_id: SUBSCRIPTION_ID,
+                            name: SUBSCRIPTION.to_owned(),
+                            topic_id: TOPIC_ID,
+                            settings,
+                            create: false,
+                            start_offset: 0,
+                        })
+                        .await
+                })
+                .await;
+            trace(|| format!("node {node} promoted for epoch {epoch}: {promoted:?}"));
+            if let Some(Ok(_)) = promoted {
+                world.nodes.borrow_mut()[node].promoted = Some(epoch);
+            }
+        } else {
+            let demote = ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch };
+            world.on_node(node, move |forwarder| async move { forwarder.control(demote).await }).await;
+        }
+    }
+}
+
+/// A node a client sends to: the leader it was told of, mostly.
+fn target(world: &World) -> usize {
+    let mut rng = world.rng.borrow_mut();
+    if rng.chance(100_000) {
+        rng.below(NODES as u64) as usize
+    } else {
+        world.leader.get()
+    }
+}
+
+async fn publisher(world: Rc<World>, publisher: usize) {
+    while !world.healed.get() {
+        let pause = world.rng.borrow_mut().below(3_000);
+        runtime::sleep(Duration::from_micros(pause)).await;
+        let node = target(&world);
+        let count = 1 + world.rng.borrow_mut().below(MESSAGES_PER_PUBLISH_MAX);
+        let messages: Vec<PubsubMessage> = (0..count)
+            .map(|_| {
+                let number = world.next_message.get();
+                world.next_message.set(number + 1);
+                PubsubMessage {
+                    data: format!("p{publisher}/m{number}/").into_bytes(),
+                    ..PubsubMessage::default()
+                }
+            })
+            .collect();
+        let sent: Vec<Vec<u8>> = messages.iter().map(|message| message.data.clone()).collect();
+        for data in &sent {
+            world.checker.borrow_mut().published.insert(data.clone(), Outcome::Indeterminate);
+        }
+        let request = PublishRequest { topic: TOPIC.to_owned(), messages };
+        let answered = world
+            .on_node(node, move |forwarder| async move { call(&forwarder, Command::Publish, &request).await })
+            .await;
+        trace(|| {
+            let ids = answered.as_ref().and_then(|answer| answer.as_ref().ok()).map(|response| {
+                ringpost_wire::decode_body::<PublishResponse>(&response[FRAME_HEADER_BYTES..])
+                    .map(|ids| ids.message_ids)
+            });
+            let names: Vec<String> =
+                sent.iter().map(|data| String::from_utf8_lossy(data).into_owned()).collect();
+            format!(
+                "publish {names:?} to node {node}: {ids:?} {:?}",
+                answered.as_ref().map(|answer| answer.as_ref().err())
+            )
+        });
+        if let Some(Ok(_)) = answered {
+            let mut checker = world.checker.borrow_mut();
+            for data in sent {
+                checker.published.insert(data, Outcome::Acknowledged);
+            }
+        }
+    }
+}
+
+/// One pull from `node` and an acknowledgement of most of what came; how many came.
+async fn pull_once(world: &Rc<World>, node: usize, acknowledge_all: bool) -> usize {
+    let request = PullRequest { subscription: SUBSCRIPTION.into(), max_messages: 20, wait_ms: 0 };
+    let answered = world
+        .on_node(node, move |forwarder| async move { call(&forwarder, Command::Pull, &request).await })
+        .await;
+    let Some(Ok(response)) = answered else { return 0 };
+    let received = ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..])
+        .expect("a pull response")
+        .received_messages;
+    trace(|| {
+        format!(
+            "pull from node {node}: {:?}",
+            received.iter().map(|message| message.message_id).collect::<Vec<_>>()
+        )
+    });
+    let mut acks = Vec::new();
+    {
+        let mut checker = world.checker.borrow_mut();
+        for message in &received {
+            checker.delivered(world.seed, &message.data);
+            if acknowledge_all || !world.chance(100_000) {
+                acks.push((message.ack_id.clone(), message.data.clone()));
+            }
+        }
+    }
+    if acks.is_empty() {
+        return received.len();
+    }
+    let request = AcknowledgeRequest {
+        subscription: SUBSCRIPTION.into(),
+        ack_ids: acks.iter().map(|(id, _)| id.clone()).collect(),
+    };
+    let answered = world
+        .on_node(node, move |forwarder| async move { call(&forwarder, Command::Acknowledge, &request).await })
+        .await;
+    trace(|| {
+        format!(
+            "acknowledge on node {node}: {:?} {:?}",
+            acks.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(),
+            answered.as_ref().map(|answer| answer.as_ref().err())
+        )
+    });
+    if let Some(Ok(response)) = answered {
+        let invalid: HashSet<String> =
+            ringpost_wire::decode_body::<AckResponse>(&response[FRAME_HEADER_BYTES..])
+                .expect("an acknowledgement response")
+                .invalid_ack_ids
+                .into_iter()
+                .map(|invalid| invalid.ack_id)
+                .collect();
+        let mut checker = world.checker.borrow_mut();
+        for (id, data) in acks {
+            if !invalid.contains(&id) {
+                checker.acknowledged.insert(data);
+            }
+        }
+    }
+    received.len()
+}
+
+async fn subscriber(world: Rc<World>) {
+    while !world.healed.get() {
+        let pause = world.rng.borrow_mut().below(5_000);
+        runtime::sleep(Duration::from_micros(pause)).await;
+        let node = target(&world);
+        pull_once(&world, node, false).await;
+    }
+}
+
+/// Every committed record of `node`'s messages, by offset; with `durable`, every durable one.
+async fn records(world: &Rc<World>, node: usize, durable: bool) -> Option<BTreeMap<u64, Vec<u8>>> {
+    world
+        .on_node(node, |forwarder| async move {
+            let topic = forwarder
+                .registry
+                .followers
+                .borrow()
+                .get(&TOPIC_ID)
+                .cloned()
+                .or_else(|| forwarder.registry.topics_by_id.borrow().get(&TOPIC_ID).cloned())?;
+            let records = if durable {
+                topic.log.read_all(0).await.ok()?
+            } else {
+                topic.log.read(0, usize::MAX, usize::MAX).await.ok()?
+            };
+            Some(records.into_iter().map(|record| (record.offset, record.data)).collect())
+        })
+        .await
+        .flatten()
+}
+
+/// The committed records of every running replica agree at every offset two of them hold.
+async fn check_prefixes(world: &Rc<World>) {
+    let mut logs: Vec<(usize, BTreeMap<u64, Vec<u8>>)> = Vec::new();
+    for node in 0..NODES {
+        if let Some(records) = records(world, node, false).await {
+            logs.push((node, records));
+        }
+    }
+    for (index, (node, records)) in logs.iter().enumerate() {
+        for (other, other_records) in &logs[index + 1..] {
+            for (offset, data) in records {
+                if let Some(other_data) = other_records.get(offset) {
+                    assert_eq!(
+                        data, other_data,
+                        "seed {}: nodes {node} and {other} committed different records at offset {offset}",
+                        world.seed
+                    );
+                }
+            }
+        }
+    }
+}
+
+async fn nemesis(world: Rc<World>) {
+    let steps = 1 + world.rng.borrow_mut().below(NEMESIS_STEPS_MAX);
+    for _ in 0..steps {
+        let pause = 20 + world.rng.borrow_mut().below(400);
+        runtime::sleep(Duration::from_millis(pause)).await;
+        check_prefixes(&world).await;
+        let choice = world.rng.borrow_mut().below(6);
+        let leader = world.leader.get();
+        let random = world.rng.borrow_mut().below(NODES as u64) as usize;
+        trace(|| format!("nemesis {choice}: leader {leader}, node {random}"));
+        match choice {
+            // The leader cut off, then healed.
+            0 => {
+                world.isolated.borrow_mut().insert(leader);
+            }
+            // A minority (one node) cut off.
+            1 => {
+                world.isolated.borrow_mut().insert(random);
+            }
+            2 => world.isolated.borrow_mut().clear(),
+            // One node crashes and comes back.
+            3 => {
+                if world.running(random).is_some() {
+                    crash(&world, random);
+                    let down = world.rng.borrow_mut().below(300);
+                    runtime::sleep(Duration::from_millis(down)).await;
+                    start(&world, random, true).await;
+                }
+            }
+            // A majority crashes at once and comes back.
+            4 => {
+                let spared = random;
+                for node in (0..NODES).filter(|node| *node != spared) {
+                    if world.running(node).is_some() {
+                        crash(&world, node);
+                    }
+                }
+                let down = world.rng.borrow_mut().below(300);
+                runtime::sleep(Duration::from_millis(down)).await;
+                for node in (0..NODES).filter(|node| *node != spared) {
+                    start(&world, node, true).await;
+                }
+            }
+            // A node's wall clock stepped (T11): nothing that is safe may change.
+            _ => {
+                let offset = world.rng.borrow_mut().below(7_200_000) as i64 - 3_600_000;
+                let group = world.nodes.borrow()[random].group;
+                sim::set_wall_offset_ms(group, offset);
+            }
+        }
+    }
+    world.isolated.borrow_mut().clear();
+}
+
+fn simulate(seed: u64) {
+    let mut rng = sim::Rng::new(seed);
+    let copies = [1, 3][rng.below(2) as usize];
+    let paths: Vec<PathBuf> = (0..copies).map(|copy| PathBuf::from(format!("/d{copy}"))).collect();
+    let config = log_config(&mut rng);
+    let drop_ppm = [0, 20_000, 100_000][rng.below(3) as usize];
+    let duplicate_ppm = [0, 50_000][rng.below(2) as usize];
+    let world = Rc::new(World {
+        seed,
+        nodes: RefCell::new(
+            (0..NODES)
+                .map(|_| Node {
+                    disk: SimDisk::new(),
+                    forwarder: None,
+                    group: 0,
+                    lives: 0,
+                    stale: None,
+                    promoted: None,
+                })
+                .collect(),
+        ),
+        paths,
+        config,
+        rng: RefCell::new(rng.fork()),
+        isolated: RefCell::default(),
+        drop_ppm,
+        duplicate_ppm,
+        epoch: Cell::new(1),
+        leader: Cell::new(rng.below(NODES as u64) as usize),
+        unreachable_since: Cell::new(None),
+        checker: RefCell::default(),
+        next_message: Cell::new(0),
+        healed: Cell::new(false),
+        retry_election: Cell::new(false),
+    });
+    sim::run(seed, async move {
+        for node in 0..NODES {
+            start(&world, node, false).await;
+        }
+        runtime::spawn(coordinate(world.clone())).detach();
+        let clients: Vec<_> = (0..PUBLISHERS)
+            .map(|publisher_number| runtime::spawn(publisher(world.clone(), publisher_number)))
+            .chain(std::iter::once(runtime::spawn(subscriber(world.clone()))))
+            .collect();
+        nemesis(world.clone()).await;
+        world.healed.set(true);
+        for client in clients {
+            client.await;
+        }
+        // Everything healed: wait until the leader serves, then drain, taking redeliveries
+        // past the ack deadline too.
+        let mut empty = 0;
+        let mut pulls = 0;
+        while empty < DRAIN_EMPTY_PULLS {
+            pulls += 1;
+            assert!(pulls < 20_000, "seed {seed}: the drain never ended");
+            let came = pull_once(&world, world.leader.get(), true).await;
+            if came == 0 {
+                empty += 1;
+                runtime::sleep(Duration::from_secs(u64::from(ACK_DEADLINE_SECONDS) + 1)).await;
+            } else {
+                empty = 0;
+            }
+        }
+        let lost = world.checker.borrow().lost();
+        if !lost.is_empty() {
+            for node in 0..NODES {
+                let held = records(&world, node, true).await.unwrap_or_default();
+                let found: Vec<(u64, String)> = held
+                    .iter()
+                    .filter(|(_, data)| lost.contains(&String::from_utf8_lossy(data).into_owned()))
+                    .map(|(offset, data)| (*offset, String::from_utf8_lossy(data).into_owned()))
+                    .collect();
+                eprintln!("seed {seed}: node {node} holds the lost ones at {found:?}");
+                let state = world
+                    .on_node(node, |forwarder| async move {
+                        let served = forwarder.registry.subscriptions.borrow().get(SUBSCRIPTION).cloned()?;
+                        let state = served.0.state.borrow();
+                        Some((
+                            state.ack_floor(),
+                            state.outstanding(),
+                            served.1.log.start_offset(),
+                            served.1.log.committed_end(),
+                        ))
+                    })
+                    .await;
+                eprintln!("seed {seed}: node {node} subscription (ack floor, outstanding, log start, committed) {state:?}");
+            }
+        }
+        assert!(lost.is_empty(), "seed {seed}: acknowledged publishes lost: {lost:?}");
+        // The followers learn the last commit point once the leader is idle.
+        runtime::sleep(Duration::from_secs(3)).await;
+        check_prefixes(&world).await;
+        // Quiet and healed, the replicas hold one log.
+        let mut logs = Vec::new();
+        for node in 0..NODES {
+            logs.push(records(&world, node, true).await.expect("every node runs at the end"));
+        }
+        // Retention removes segments on each replica apart: from the latest start on.
+        let start = logs.iter().filter_map(|log| log.keys().next().copied()).max().unwrap_or(0);
+        let kept: Vec<BTreeMap<u64, Vec<u8>>> =
+            logs.into_iter().map(|mut log| log.split_off(&start)).collect();
+        for node in 1..NODES {
+            let differs =
+                kept[node].iter().zip(kept[0].iter()).find(|((offset, data), (other_offset, other_data))| {
+                    offset != other_offset || data != other_data
+                });
+            assert!(
+                kept[node].len() == kept[0].len() && differs.is_none(),
+                "seed {seed}: node {node}'s log differs from node 0's from offset {start}: {} against {} records, \
+                 first difference {differs:?}",
+                kept[node].len(),
+                kept[0].len()
+            );
+        }
+    });
+}
+
+#[test]
+fn three_replicas_keep_every_acknowledged_publish_through_partitions_crashes_and_lost_messages() {
+    sim::for_each_seed(
+        "three_replicas_keep_every_acknowledged_publish_through_partitions_crashes_and_lost_messages",
+        SEEDS_DEFAULT,
+        simulate,
+    );
+}
