@@ -255,6 +255,8 @@ pub struct Router<S: Storage> {
     undecided: RefCell<Vec<Undecided>>,
     /// This node's replicas of replicated topics, beyond what the catalog says.
     replicas: replicas::LocalReplicas,
+    /// Why topics here cannot have more than one replica, if they cannot.
+    replication_refused: Option<String>,
     /// One unit: updates run one at a time, each from reading the record to its forwarder's
     /// answer, so that two concurrent updates cannot each write their change over the record
     /// as it was before the other, nor reach the forwarder in another order than the catalog.
@@ -284,6 +286,7 @@ impl<S: Storage> Router<S> {
             creating: RefCell::default(),
             undecided: RefCell::default(),
             replicas: replicas::LocalReplicas::default(),
+            replication_refused: None,
             update_gate: Semaphore::new(1),
         }
     }
@@ -554,6 +557,11 @@ impl<S: Storage> Router<S> {
     pub async fn forward(&self, leader: u64, request: Vec<u8>) -> Result<Vec<u8>, Status> {
         let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
         peers.forward(leader, request).await
+    }
+
+    /// New topics get one replica, and asking for more is refused with `why`.
+    pub fn refuse_replication(&mut self, why: &str) {
+        self.replication_refused = Some(why.to_owned());
     }
 
     /// Gives the router the other nodes' routers.

@@ -146,6 +146,12 @@ pub(super) fn start_router_shard(
             );
             if let Some((_, pool)) = &peers {
                 router.set_peers(Rc::new(pool.clone()));
+                if tls_settings.is_some() {
+                    // Forwarders replicate to each other in plaintext, which a TLS port refuses.
+                    router.refuse_replication(
+                        "the forwarders' ports take TLS, and replication between nodes runs in plaintext only",
+                    );
+                }
             }
             let router = Rc::new(router);
             if let (Some(cluster), Some(_)) = (&cluster, &peers) {

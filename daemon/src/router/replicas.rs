@@ -74,6 +74,12 @@ impl<S: Storage> Router<S> {
     /// How many replicas a new topic gets for `asked` (0: the default, the cluster's nodes,
     /// at most `REPLICAS_DEFAULT_MAX`, odd).
     pub(super) fn replica_count(&self, asked: u32) -> Result<usize, Status> {
+        if let Some(why) = &self.replication_refused {
+            if asked > 1 {
+                return Err(Status::failed_precondition(format!("{asked} replicas: {why}")));
+            }
+            return Ok(1);
+        }
         let nodes = self.state.borrow().nodes.len().max(self.catalog.voter_count()).max(1);
         if asked == 0 {
             let count = nodes.min(REPLICAS_DEFAULT_MAX);

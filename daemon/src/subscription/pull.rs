@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 /// subscription's deletion wake it. Long, because each idle stream's timer costs its shard a
 /// little CPU at every wake.
 const STREAM_IDLE_CHECK: Duration = Duration::from_secs(30);
-/// How long a pull waits at least for a replicated topic's leader to renew its lease.
-const LEASE_RENEWAL_WAIT: Duration = Duration::from_millis(500);
+/// How long a pull waits at least when a replicated topic's leader is not sure it leads: for
+/// its lease's renewal, or for a new leader's `LEASE_WAIT` (1.25 s) to pass.
+const LEASE_RENEWAL_WAIT: Duration = Duration::from_secs(2);
 /// The shortest sleep of a pull or stream waiting for a deadline. Each takes back expired
 /// leases before it reads the next deadline, so that deadline is in the future; were it ever
 /// not, a sleep of zero would return at once without yielding and the loop would hold the
