@@ -13,10 +13,11 @@ use crate::log::{HeldBatch, Log, LogError};
 use crate::storage::Storage;
 use crate::sync::Notify;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes of records one append to a follower carries of each log, beyond its first batch.
 pub const APPEND_BYTES_MAX: usize = 4 << 20;
@@ -32,6 +33,12 @@ pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// How long a follower that waits for nothing to send goes before the leader tells it the
 /// commit point and its start again, even when nothing new is durable.
 pub const IDLE_APPEND_INTERVAL: Duration = Duration::from_secs(1);
+/// Appends a leader has in flight to one follower: the next goes out while the follower
+/// writes the one before.
+pub const APPENDS_IN_FLIGHT: usize = 4;
+/// Records waiting to be sent that make an append go while another is in flight; fewer wait
+/// for its answer and go together.
+pub const APPEND_PIPELINE_RECORDS_MIN: u64 = 1024;
 
 /// How long a leader's word holds: it delivers messages only while, within this, a quorum of
 /// replicas (itself included) answered a request sent to them, so that a leader deposed
@@ -223,6 +230,24 @@ impl Leader {
         }
     }
 
+    /// Each follower as it last answered: its durable end of `log`, and how long ago the last
+    /// request it answered was sent (`None`: no answer yet).
+    pub fn followers(&self, log: usize, now: std::time::Instant) -> Vec<(&Peer, u64, Option<Duration>)> {
+        let acknowledged = self.acknowledged.borrow();
+        let answered = self.answered_sent.borrow();
+        self.peers
+            .iter()
+            .enumerate()
+            .map(|(index, peer)| {
+                (
+                    peer,
+                    acknowledged[index][log],
+                    answered[index].map(|sent| now.saturating_duration_since(sent)),
+                )
+            })
+            .collect()
+    }
+
     /// The offset below which every follower holds `log` (what its retention may remove).
     pub fn replicated_floor(&self, log: usize) -> u64 {
         self.acknowledged.borrow().iter().map(|ends| ends[log]).min().unwrap_or(u64::MAX)
@@ -281,7 +306,10 @@ impl Leader {
         }
     }
 
-    /// Sends follower `index` what it lacks, for as long as this replica leads.
+    /// Sends follower `index` what it lacks, for as long as this replica leads: up to
+    /// `APPENDS_IN_FLIGHT` appends at once, each from where the one before ends, so that the
+    /// follower's writes and the network overlap; a failure drops the window and a new sync
+    /// finds out what the follower holds.
     async fn replicate<S: Storage>(
         self: Rc<Self>,
         topic_id: u64,
@@ -290,91 +318,125 @@ impl Leader {
         transport: Rc<dyn Transport>,
     ) {
         let peer = self.peers[index].clone();
-        let mut next: Option<[u64; LOGS]> = None;
+        let mut synced = false;
+        // Where the next append starts (past what is in flight), and what each in flight
+        // told the follower of the commit point, and when it was sent.
+        let mut sent_to = [0u64; LOGS];
+        let mut in_flight: VecDeque<(Exchange, [u64; LOGS], Instant)> = VecDeque::new();
         let mut pause = RETRY_PAUSE_MIN;
         let mut told = [0u64; LOGS];
         while !self.stopped.get() {
-            let Some(at) = next else {
+            if !synced {
+                in_flight.clear();
                 let request = ReplicaRequest::Sync {
                     topic_id,
                     leader_epoch: self.epoch,
                     logs: [tip(&logs[MESSAGES]), tip(&logs[JOURNAL])],
                 };
                 let sent_at = crate::runtime::now();
-                match self.exchange(&*transport, &peer, request).await {
+                match exchange(self.clone(), transport.clone(), peer.clone(), request).await {
                     Some(ReplicaAnswer::Synced { next_offsets }) => {
                         self.answered_sent.borrow_mut()[index] = Some(sent_at);
                         // Cut to agree with this leader, durable there: it counts.
                         self.answered(index, next_offsets, &logs);
-                        next = Some(next_offsets);
+                        sent_to = next_offsets;
+                        synced = true;
                         pause = RETRY_PAUSE_MIN;
                     }
                     _ => pause = self.pause(pause).await,
                 }
                 continue;
-            };
-            // Records past the follower's are sent at once. The commit point and the start
-            // ride along; alone, they are told only once the source is idle for
-            // `IDLE_APPEND_INTERVAL` (a follower needs them only to let go of segments), so an
-            // idle topic costs nothing.
-            let waiting = [logs[MESSAGES].durable(), logs[JOURNAL].durable()];
-            let (stopped, renew) = (self.stop.notified(), self.renew.notified());
-            let records = |log: usize| logs[log].durable_end() > at[log];
-            if !records(MESSAGES) && !records(JOURNAL) {
+            }
+            // Records past what was sent go at once, while the window has room. The commit
+            // point and the start ride along; alone, they are told only once the source is
+            // idle for `IDLE_APPEND_INTERVAL` (a follower needs them only to let go of
+            // segments), so an idle topic costs nothing; or when a delivery wants the lease.
+            // Small appends wait for the one in flight (the follower then writes them as one);
+            // a large backlog goes while others are in flight.
+            let pending = |log: usize| logs[log].durable_end().saturating_sub(sent_to[log]);
+            let any = pending(MESSAGES) + pending(JOURNAL) > 0;
+            let many = pending(MESSAGES) + pending(JOURNAL) >= APPEND_PIPELINE_RECORDS_MIN;
+            let mut send = any && (in_flight.is_empty() || (many && in_flight.len() < APPENDS_IN_FLIGHT));
+            if !send {
+                let waiting = [logs[MESSAGES].durable(), logs[JOURNAL].durable()];
+                let (stopped, renew) = (self.stop.notified(), self.renew.notified());
                 let [messages, journal] = waiting;
                 let woken = futures_lite::future::or(futures_lite::future::or(messages, journal), stopped);
-                // 0: records or a stop; 1: a delivery wants the lease renewed; 2: idle.
-                let why = futures_lite::future::or(
+                let front = async {
+                    match in_flight.front_mut() {
+                        Some((answer, _, _)) => Some(answer.await),
+                        None => std::future::pending().await,
+                    }
+                };
+                // What woke it: an answer, records (or a stop), a delivery wanting the lease
+                // renewed, or the idle interval.
+                let woke = futures_lite::future::or(
+                    futures_lite::future::or(async { Woke::Answer(front.await.flatten()) }, async {
+                        woken.await;
+                        Woke::Records
+                    }),
                     futures_lite::future::or(
                         async {
-                            woken.await;
-                            0
+                            renew.await;
+                            Woke::Renew
                         },
                         async {
-                            renew.await;
-                            1
+                            crate::runtime::sleep(IDLE_APPEND_INTERVAL).await;
+                            Woke::Idle
                         },
                     ),
-                    async {
-                        crate::runtime::sleep(IDLE_APPEND_INTERVAL).await;
-                        2
-                    },
                 )
                 .await;
-                let untold = |log: usize| logs[log].committed_end() > told[log];
-                let tell = why == 1 || (why == 2 && (untold(MESSAGES) || untold(JOURNAL)));
-                if !tell {
+                match woke {
+                    Woke::Answer(answer) => {
+                        let (_, committed_sent, sent_at) = in_flight.pop_front().expect("an answer came");
+                        match answer {
+                            Some(ReplicaAnswer::Appended { durable_ends }) => {
+                                self.answered_sent.borrow_mut()[index] = Some(sent_at);
+                                self.answered(index, durable_ends, &logs);
+                                told = committed_sent;
+                                pause = RETRY_PAUSE_MIN;
+                            }
+                            _ => {
+                                synced = false;
+                                pause = self.pause(pause).await;
+                            }
+                        }
+                        continue;
+                    }
+                    Woke::Records => continue,
+                    Woke::Renew => send = in_flight.is_empty(),
+                    Woke::Idle => {
+                        let untold = |log: usize| logs[log].committed_end() > told[log];
+                        send = in_flight.is_empty() && (untold(MESSAGES) || untold(JOURNAL));
+                    }
+                }
+                if !send {
                     continue;
                 }
             }
-            let parts = match self.parts(&logs, at).await {
+            let parts = match self.parts(&logs, sent_to).await {
                 Ok(parts) => parts,
                 Err(error) => {
                     eprintln!(
                         "ringpostd: topic {topic_id:x}: reading records for replica shard {:#x}: {error}",
                         peer.shard
                     );
+                    synced = false;
                     pause = self.pause(pause).await;
                     continue;
                 }
             };
-            let sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
-            let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
-            let sent_at = crate::runtime::now();
-            match self.exchange(&*transport, &peer, request).await {
-                Some(ReplicaAnswer::Appended { durable_ends }) => {
-                    self.answered_sent.borrow_mut()[index] = Some(sent_at);
-                    self.answered(index, durable_ends, &logs);
-                    next = Some(durable_ends);
-                    told = sent;
-                    pause = RETRY_PAUSE_MIN;
-                }
-                _ => {
-                    // Whatever the follower holds now, a new sync finds out.
-                    next = None;
-                    pause = self.pause(pause).await;
+            for (log, part) in parts.iter().enumerate() {
+                if let Some(last) = part.chunks.last() {
+                    sent_to[log] = last.end_offset();
                 }
             }
+            let committed_sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
+            let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
+            let sent_at = crate::runtime::now();
+            let answer = Box::pin(exchange(self.clone(), transport.clone(), peer.clone(), request));
+            in_flight.push_back((answer, committed_sent, sent_at));
         }
     }
 
@@ -390,38 +452,6 @@ impl Leader {
         let journal =
             part(&logs[JOURNAL], at[JOURNAL], APPEND_REQUEST_BYTES_MAX.saturating_sub(taken)).await?;
         Ok([messages, journal])
-    }
-
-    /// Sends `request` unless deposed meanwhile; None on any failure (said once per pause).
-    async fn exchange(
-        &self,
-        transport: &dyn Transport,
-        peer: &Peer,
-        request: ReplicaRequest,
-    ) -> Option<ReplicaAnswer> {
-        let stopped = self.stop.notified();
-        let call = transport.call(peer, request);
-        let answer = futures_lite::future::or(async { Some(call.await) }, async {
-            stopped.await;
-            None
-        })
-        .await?;
-        match answer {
-            Ok(ReplicaAnswer::Deposed { promised_epoch }) => {
-                // A fencing round of a newer epoch reached this follower, and no election
-                // followed (or this leader has not heard of it): whoever runs elections is
-                // told (`wants_election`), since this follower takes nothing from it now.
-                if !self.election_wanted.replace(true) {
-                    eprintln!(
-                        "ringpostd: replica shard {:#x} promised epoch {promised_epoch}; the leader of epoch {} asks \
-                         for an election",
-                        peer.shard, self.epoch
-                    );
-                }
-                None
-            }
-            answer => answer.ok(),
-        }
     }
 
     /// Whether a follower refused this leader for a newer epoch's promise, no election having
@@ -455,6 +485,50 @@ async fn part<S: Storage>(log: &Log<S>, from: u64, room: usize) -> Result<LogApp
         return Ok(LogAppend { chunks: Vec::new(), committed_end, start_offset });
     }
     Ok(LogAppend { chunks: chunks_from(&batches, from)?, committed_end, start_offset })
+}
+
+/// What woke a leader's loop for one follower.
+enum Woke {
+    Answer(Option<ReplicaAnswer>),
+    Records,
+    Renew,
+    Idle,
+}
+
+/// An append in flight: its answer, None on any failure.
+type Exchange = Pin<Box<dyn Future<Output = Option<ReplicaAnswer>>>>;
+
+/// Sends `request` to `peer` unless `leader` is deposed meanwhile; None on any failure. A
+/// follower that answers `Deposed` makes the leader ask for an election (`wants_election`).
+async fn exchange(
+    leader: Rc<Leader>,
+    transport: Rc<dyn Transport>,
+    peer: Peer,
+    request: ReplicaRequest,
+) -> Option<ReplicaAnswer> {
+    let stopped = leader.stop.notified();
+    let call = transport.call(&peer, request);
+    let answer = futures_lite::future::or(async { Some(call.await) }, async {
+        stopped.await;
+        None
+    })
+    .await?;
+    match answer {
+        Ok(ReplicaAnswer::Deposed { promised_epoch }) => {
+            // A fencing round of a newer epoch reached this follower, and no election followed
+            // (or this leader has not heard of it): whoever runs elections is told, since this
+            // follower takes nothing from it now.
+            if !leader.election_wanted.replace(true) {
+                eprintln!(
+                    "ringpostd: replica shard {:#x} promised epoch {promised_epoch}; the leader of epoch {} asks \
+                     for an election",
+                    peer.shard, leader.epoch
+                );
+            }
+            None
+        }
+        answer => answer.ok(),
+    }
 }
 
 /// A follower's part of a sync with the leader of `leader_epoch`: the promise never to take an
