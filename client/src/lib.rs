@@ -43,9 +43,9 @@ pub use publisher::{
 };
 pub use retry::RetrySettings;
 pub use ringpost_wire::messages::{
-    Attribute, ClusterStatusResponse, DirectoryStatus, InvalidAckId, NodeStatus, ProcessStats, PubsubMessage,
-    ReceivedMessage, ResyncDirectoryResponse, ShardStats, Snapshot, StatsResponse, Subscription,
-    SubscriptionStats, Topic, TopicStats,
+    Attribute, ClusterStatusResponse, DirectoryStatus, FollowerStats, InvalidAckId, NodeStatus, ProcessStats,
+    PubsubMessage, ReceivedMessage, ReplicaStats, ResyncDirectoryResponse, ShardStats, Snapshot,
+    StatsResponse, Subscription, SubscriptionStats, Topic, TopicPlacement, TopicStats,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use security::Security;

@@ -1192,6 +1192,26 @@ impl<S: Storage> Router<S> {
         status
     }
 
+    /// Replicated topics as this node's applied catalog places them, in name order, at most
+    /// `CLUSTER_STATUS_TOPICS_MAX` of them, and how many more there are.
+    pub fn topic_placements(&self) -> (Vec<crate::api::cluster::TopicPlacement>, u64) {
+        use crate::api::cluster::{TopicPlacement, CLUSTER_STATUS_TOPICS_MAX};
+        use crate::catalog::entry::node_and_shard;
+        let state = self.catalog.state();
+        let mut replicated = state.topics.values().filter(|topic| topic.replica_count() > 1);
+        let placements: Vec<TopicPlacement> = replicated
+            .by_ref()
+            .take(CLUSTER_STATUS_TOPICS_MAX)
+            .map(|topic| TopicPlacement {
+                name: topic.name.clone(),
+                leader_node: node_and_shard(topic.shard).0,
+                epoch: topic.epoch,
+                replica_nodes: topic.replicas.iter().map(|shard| node_and_shard(*shard).0).collect(),
+            })
+            .collect();
+        (placements, replicated.count() as u64)
+    }
+
     /// Trusts data directory `index` again, after rewriting every stale copy in it.
     pub async fn resync_directory(&self, index: usize) -> Result<Resynced, Status> {
         if index >= self.directories.count() {

@@ -277,6 +277,39 @@ wire_type! {
         /// Messages published per second over the last few seconds.
         pub published_per_second: u64,
         pub subscriptions: Vec<SubscriptionStats>,
+        /// This replica's part when the topic is replicated across nodes; `None` for a topic
+        /// of one replica.
+        pub replication: Option<ReplicaStats>,
+    }
+}
+
+wire_type! {
+    /// One replica of a replicated topic, as its forwarder sees it.
+    pub struct ReplicaStats {
+        /// It leads the topic (serves clients), or else follows another replica.
+        pub leader: bool,
+        /// The leader epoch it leads, or last synced with as a follower (0: none yet).
+        pub epoch: u64,
+        /// One past the last message durable on this node, and one past the last a quorum
+        /// of replicas holds.
+        pub durable_end: u64,
+        pub committed_end: u64,
+        /// The leader's view of each follower; empty on a follower.
+        pub followers: Vec<FollowerStats>,
+    }
+}
+
+wire_type! {
+    /// A follower as its leader last heard from it.
+    pub struct FollowerStats {
+        /// Its forwarder as the catalog names it, and the address it is reached at.
+        pub shard: u32,
+        pub address: String,
+        /// One past the last message it holds durably, and how many the leader holds beyond.
+        pub durable_end: u64,
+        pub lag_messages: u64,
+        /// Since the leader sent the last request it answered; `None` before its first answer.
+        pub answered_ms_ago: Option<u64>,
     }
 }
 
@@ -337,6 +370,22 @@ wire_type! {
         pub last_applied_index: Option<u64>,
         /// Every member, voters and learners, in id order.
         pub nodes: Vec<NodeStatus>,
+        /// Replicated topics as the answering node's catalog places them, in name order (at
+        /// most a thousand), and how many more there are.
+        pub topics: Vec<TopicPlacement>,
+        pub topics_omitted: u64,
+    }
+}
+
+wire_type! {
+    /// Where a replicated topic's replicas are.
+    pub struct TopicPlacement {
+        pub name: String,
+        /// The node whose replica leads, and the leader epoch.
+        pub leader_node: u64,
+        pub epoch: u64,
+        /// Every node holding a replica, the leader among them.
+        pub replica_nodes: Vec<u64>,
     }
 }
 

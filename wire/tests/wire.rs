@@ -632,6 +632,13 @@ mod round_trips {
                 node(3, true, "follower", None),
                 node(u64::MAX, false, "learner", Some(u64::MAX)),
             ],
+            topics: vec![TopicPlacement {
+                name: "projects/p/topics/orders".to_owned(),
+                leader_node: 2,
+                epoch: 5,
+                replica_nodes: vec![1, 2, 3],
+            }],
+            topics_omitted: 7,
         };
         check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &leader);
         let electing = ClusterStatusResponse {
@@ -641,6 +648,8 @@ mod round_trips {
             last_log_index: None,
             last_applied_index: None,
             nodes: vec![node(3, true, "candidate", None), node(1, true, "unknown", None)],
+            topics: Vec::new(),
+            topics_omitted: 0,
         };
         check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &electing);
         check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &ClusterStatusResponse::default());

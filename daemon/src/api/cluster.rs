@@ -15,6 +15,25 @@ pub struct ClusterStatus {
     pub last_applied_index: Option<u64>,
     /// Every member of the catalog's group, voters and learners, in id order.
     pub nodes: Vec<NodeStatus>,
+    /// Replicated topics as the answering node's applied catalog places them, in name order,
+    /// at most `CLUSTER_STATUS_TOPICS_MAX`; how many more there are.
+    pub topics: Vec<TopicPlacement>,
+    pub topics_omitted: u64,
+}
+
+/// Most replicated topics one cluster status lists: the answer stays one modest frame
+/// however many topics a cluster holds (`ringpost stats` on each node shows the rest).
+pub const CLUSTER_STATUS_TOPICS_MAX: usize = 1000;
+
+/// Where a replicated topic's replicas are, as the catalog decided.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicPlacement {
+    pub name: String,
+    /// The node whose replica leads, and the epoch it leads.
+    pub leader_node: u64,
+    pub epoch: u64,
+    /// Every node holding a replica, the leader among them, in the catalog's order.
+    pub replica_nodes: Vec<u64>,
 }
 
 /// One member of the catalog's group.

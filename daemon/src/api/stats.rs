@@ -77,4 +77,36 @@ pub struct TopicStats {
     /// Messages published per second over the last few seconds.
     pub published_per_second: u64,
     pub subscriptions: Vec<SubscriptionStats>,
+    /// Its replica's part when the topic is replicated across nodes; `None` for a topic of
+    /// one replica.
+    pub replication: Option<ReplicaStats>,
+}
+
+/// One replica of a replicated topic, as its shard sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReplicaStats {
+    /// Whether it leads the topic (serves clients) or follows another replica.
+    pub leader: bool,
+    /// The leader epoch it leads, or last synced with as a follower (0: none yet).
+    pub epoch: u64,
+    /// One past the last message durable on this node's data directories, and one past the
+    /// last a quorum of replicas holds.
+    pub durable_end: u64,
+    pub committed_end: u64,
+    /// The leader's view of each follower; empty on a follower.
+    pub followers: Vec<FollowerStats>,
+}
+
+/// A follower as its leader last heard from it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FollowerStats {
+    /// The follower's forwarder, as the catalog names it, and the address it is reached at.
+    pub shard: u32,
+    pub address: String,
+    /// One past the last message it holds durably.
+    pub durable_end: u64,
+    /// Messages durable on the leader that it does not hold yet.
+    pub lag_messages: u64,
+    /// Since the leader sent the last request it answered; `None` before its first answer.
+    pub answered_ms_ago: Option<u64>,
 }

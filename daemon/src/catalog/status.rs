@@ -55,6 +55,7 @@ impl<S: Storage> Catalog<S> {
             last_log_index: metrics.last_log_index,
             last_applied_index: metrics.last_applied.map(|applied| applied.index),
             nodes,
+            ..ClusterStatus::default()
         }
     }
 

@@ -9,7 +9,8 @@
 
 use super::{ControlOk, ControlRequest, SettingsUpdate};
 use crate::api::stats::{
-    DirectoryStatus, LatencySummary, QuarantinedTopic, ShardStats, SubscriptionStats, TopicStats,
+    DirectoryStatus, FollowerStats, LatencySummary, QuarantinedTopic, ReplicaStats, ShardStats,
+    SubscriptionStats, TopicStats,
 };
 use crate::api::{Code, Status};
 use crate::catalog::entry::{decode_whole_settings, encode_whole_settings};
@@ -463,6 +464,49 @@ fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats) {
             .u64(subscription.delivered_per_second)
             .u64(subscription.acked_per_second);
     }
+    encoder.bool(topic.replication.is_some());
+    if let Some(replica) = &topic.replication {
+        encoder
+            .bool(replica.leader)
+            .u64(replica.epoch)
+            .u64(replica.durable_end)
+            .u64(replica.committed_end)
+            .u32(replica.followers.len() as u32);
+        for follower in &replica.followers {
+            encoder
+                .u32(follower.shard)
+                .str(&follower.address)
+                .u64(follower.durable_end)
+                .u64(follower.lag_messages)
+                .bool(follower.answered_ms_ago.is_some())
+                .u64(follower.answered_ms_ago.unwrap_or(0));
+        }
+    }
+}
+
+fn decode_replica_stats(decoder: &mut Decoder) -> DecodeResult<Option<ReplicaStats>> {
+    if !decoder.bool()? {
+        return Ok(None);
+    }
+    Ok(Some(ReplicaStats {
+        leader: decoder.bool()?,
+        epoch: decoder.u64()?,
+        durable_end: decoder.u64()?,
+        committed_end: decoder.u64()?,
+        followers: decode_list(decoder, |decoder| {
+            Ok(FollowerStats {
+                shard: decoder.u32()?,
+                address: decoder.str()?,
+                durable_end: decoder.u64()?,
+                lag_messages: decoder.u64()?,
+                answered_ms_ago: {
+                    let known = decoder.bool()?;
+                    let ago = decoder.u64()?;
+                    known.then_some(ago)
+                },
+            })
+        })?,
+    }))
 }
 
 fn decode_topic_stats(decoder: &mut Decoder) -> DecodeResult<TopicStats> {
@@ -486,6 +530,7 @@ fn decode_topic_stats(decoder: &mut Decoder) -> DecodeResult<TopicStats> {
                 acked_per_second: decoder.u64()?,
             })
         })?,
+        replication: decode_replica_stats(decoder)?,
     })
 }
 
@@ -661,6 +706,22 @@ mod tests {
                     acked_per_second: index + 8,
                 })
                 .collect(),
+            replication: (subscriptions > 0).then(|| ReplicaStats {
+                leader: subscriptions > 1,
+                epoch: 4,
+                durable_end: 1000,
+                committed_end: 990,
+                followers: vec![
+                    FollowerStats {
+                        shard: 2049,
+                        address: "10.0.0.2:7451".to_owned(),
+                        durable_end: 980,
+                        lag_messages: 20,
+                        answered_ms_ago: Some(12),
+                    },
+                    FollowerStats { shard: 3073, answered_ms_ago: None, ..FollowerStats::default() },
+                ],
+            }),
         }
     }
 
@@ -668,7 +729,10 @@ mod tests {
         vec![
             ControlOk::Done,
             ControlOk::SubscriptionStart(12_345),
-            ControlOk::Stats(shard_stats(), vec![topic_stats("projects/p/topics/a", 2), topic_stats("t", 0)]),
+            ControlOk::Stats(
+                shard_stats(),
+                vec![topic_stats("projects/p/topics/a", 2), topic_stats("b", 1), topic_stats("t", 0)],
+            ),
             ControlOk::Stats(ShardStats::default(), Vec::new()),
             ControlOk::Resynced { logs: 4, batches: 96 },
             ControlOk::Fenced { last_epoch: 3, durable_end: 1_000 },

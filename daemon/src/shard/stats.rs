@@ -2,10 +2,14 @@
 //! directories and latencies.
 
 use super::Forwarder;
-use crate::api::stats::{DirectoryStatus, QuarantinedTopic, ShardStats, SubscriptionStats, TopicStats};
+use crate::api::stats::{
+    DirectoryStatus, FollowerStats, QuarantinedTopic, ReplicaStats, ShardStats, SubscriptionStats, TopicStats,
+};
 use crate::log::Directories;
+use crate::replication::protocol::MESSAGES;
 use crate::storage::Storage;
 use crate::subscription::SubscriptionEntry;
+use crate::topic::{Replication, TopicState};
 use std::rc::Rc;
 
 impl<S: Storage> Forwarder<S> {
@@ -33,6 +37,20 @@ impl<S: Storage> Forwarder<S> {
         let now_ms = self.environment.clock.wall_ms();
         let topics = self.registry.topic_list();
         let mut out = Vec::with_capacity(topics.len());
+        // Followers serve no client but are shown: an operator looks for a source's lag on
+        // every replica.
+        let followers: Vec<_> = self.registry.followers.borrow().values().cloned().collect();
+        for topic in followers {
+            out.push(TopicStats {
+                name: topic.name.to_string(),
+                shard: self.shard,
+                first_offset: topic.log.start_offset(),
+                end_offset: topic.log.end_offset(),
+                disk_bytes: topic.log.disk_bytes(),
+                replication: self.replica_stats(&topic),
+                ..TopicStats::default()
+            });
+        }
         for topic in topics {
             let end = topic.log.end_offset();
             let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().clone();
@@ -86,9 +104,43 @@ impl<S: Storage> Forwarder<S> {
                 disk_bytes: topic.log.disk_bytes(),
                 published_per_second: topic.published.borrow().per_second(&self.activity.rate_ticks.borrow()),
                 subscriptions,
+                replication: self.replica_stats(&topic),
             });
         }
         out
+    }
+
+    /// The replica's part in `topic`'s replication; `None` for a topic of one replica.
+    fn replica_stats(&self, topic: &TopicState<S>) -> Option<ReplicaStats> {
+        let durable_end = topic.log.durable_end();
+        let committed_end = topic.log.committed_end();
+        match &*topic.replication.borrow() {
+            Replication::Alone => None,
+            Replication::Follower { synced_epoch } => Some(ReplicaStats {
+                leader: false,
+                epoch: *synced_epoch,
+                durable_end,
+                committed_end,
+                followers: Vec::new(),
+            }),
+            Replication::Leader(leader) => Some(ReplicaStats {
+                leader: true,
+                epoch: leader.epoch,
+                durable_end,
+                committed_end,
+                followers: leader
+                    .followers(MESSAGES, self.environment.clock.now())
+                    .into_iter()
+                    .map(|(peer, end, answered)| FollowerStats {
+                        shard: peer.shard,
+                        address: peer.address.clone(),
+                        durable_end: end,
+                        lag_messages: durable_end.saturating_sub(end),
+                        answered_ms_ago: answered.map(|ago| ago.as_millis() as u64),
+                    })
+                    .collect(),
+            }),
+        }
     }
 }
 

@@ -172,13 +172,15 @@ fn succeeds<T>(what: &str, call: impl Fn() -> Result<T, tonic::Status>) -> T {
 }
 
 /// The node whose forwarders serve `topic`, from each node's stats (a node's lists only the
-/// topics on its own forwarders).
+/// topics on its own forwarders; a replica that follows another serves no client).
 fn node_serving(nodes: &[Node], token: &Token, topic: &str) -> u64 {
     let serving: Vec<u64> = nodes
         .iter()
         .filter(|node| {
             let stats = block_on(node.client(token).stats()).expect("stats");
-            stats.topics.iter().any(|served| served.name == topic)
+            stats.topics.iter().any(|served| {
+                served.name == topic && served.replication.as_ref().is_none_or(|replica| replica.leader)
+            })
         })
         .map(|node| node.id)
         .collect();

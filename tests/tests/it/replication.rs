@@ -244,4 +244,41 @@ fn killing_a_topics_leader_under_load_loses_no_acknowledged_publish_or_acknowled
         delivered_after_ack.len()
     );
     assert!(delivered_after_ack.is_empty(), "acknowledged, then delivered again: {:?}", *delivered_after_ack);
+    drop(delivered_after_ack);
+    replicas_are_shown_and_catch_up(&cluster, "replicated");
+}
+
+/// Once publishing stops, every node's cluster status places `topic` on all three nodes, and
+/// its leader's stats show both followers holding everything it holds.
+fn replicas_are_shown_and_catch_up(cluster: &Cluster, topic: &str) {
+    for id in cluster.ids() {
+        let status = block_on(cluster.node(id).client().cluster_status()).unwrap();
+        let placement = status.topics.iter().find(|placement| placement.name.ends_with(topic));
+        let placement =
+            placement.unwrap_or_else(|| panic!("node {id}'s cluster status lacks {topic}: {status:?}"));
+        let mut nodes = placement.replica_nodes.clone();
+        nodes.sort_unstable();
+        assert_eq!(nodes, [1, 2, 3], "{placement:?}");
+        assert!(nodes.contains(&placement.leader_node), "{placement:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leader = leader_of(cluster, topic);
+        let stats = block_on(cluster.node(leader).client().stats()).unwrap();
+        let replica = stats
+            .topics
+            .iter()
+            .find(|stats| stats.name.ends_with(topic) && stats.replication.as_ref().is_some_and(|r| r.leader))
+            .and_then(|stats| stats.replication.clone());
+        let caught_up = replica.as_ref().is_some_and(|replica| {
+            replica.followers.len() == 2
+                && replica.committed_end == replica.durable_end
+                && replica.followers.iter().all(|follower| follower.lag_messages == 0)
+        });
+        if caught_up {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the followers did not catch up: {replica:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

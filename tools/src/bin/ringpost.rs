@@ -700,6 +700,7 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
         ],
         rows,
     );
+    print_replicas(output, stats);
     for shard in &stats.shards {
         let name =
             if shard.shard == u32::MAX { "router".to_string() } else { format!("forwarder-{}", shard.shard) };
@@ -777,6 +778,74 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
     }
 }
 
+/// The replicas of replicated topics on the answering node: a row per follower as its leader
+/// last heard from it, and a row per replica that follows. Nothing for a node whose topics
+/// have one replica each.
+fn print_replicas(output: Output, stats: &ringpost_client::StatsResponse) {
+    let mut rows = Vec::new();
+    for topic in &stats.topics {
+        let Some(replica) = &topic.replication else { continue };
+        let role = if replica.leader { "leader" } else { "follower" };
+        let common = |follower: Option<&ringpost_client::FollowerStats>| {
+            let cells = vec![
+                topic.name.clone(),
+                role.to_owned(),
+                replica.epoch.to_string(),
+                replica.durable_end.to_string(),
+                replica.committed_end.to_string(),
+                follower.map_or_else(|| "-".to_owned(), |f| f.address.clone()),
+                follower.map_or_else(|| "-".to_owned(), |f| f.durable_end.to_string()),
+                follower.map_or_else(|| "-".to_owned(), |f| f.lag_messages.to_string()),
+                follower
+                    .and_then(|f| f.answered_ms_ago)
+                    .map_or_else(|| "-".to_owned(), |ago| ago.to_string()),
+            ];
+            let mut fields = vec![
+                ("topic", json::string(&topic.name)),
+                ("role", json::string(role)),
+                ("epoch", replica.epoch.to_string()),
+                ("durable_end", replica.durable_end.to_string()),
+                ("committed_end", replica.committed_end.to_string()),
+            ];
+            if let Some(follower) = follower {
+                fields.push(("follower_shard", follower.shard.to_string()));
+                fields.push(("follower_address", json::string(&follower.address)));
+                fields.push(("follower_durable_end", follower.durable_end.to_string()));
+                fields.push(("lag_messages", follower.lag_messages.to_string()));
+                fields.push((
+                    "answered_ms_ago",
+                    follower.answered_ms_ago.map_or_else(|| "null".to_owned(), |ago| ago.to_string()),
+                ));
+            }
+            (cells, json::object(&fields))
+        };
+        if replica.followers.is_empty() {
+            rows.push(common(None));
+        }
+        for follower in &replica.followers {
+            rows.push(common(Some(follower)));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    print_rows(
+        output,
+        &[
+            "topic",
+            "replica",
+            "epoch",
+            "durable_end",
+            "committed_end",
+            "follower",
+            "follower_end",
+            "lag",
+            "answered_ms_ago",
+        ],
+        rows,
+    );
+}
+
 /// `ringpost cluster status`: the answering node's view first (a line of its own), then one row
 /// per member. JSON leaves an unknown value `null`; the table says `none` (a leader, an index)
 /// or `-` (a member's value).
@@ -826,6 +895,38 @@ fn print_cluster_status(output: Output, status: &ringpost_client::ClusterStatusR
         })
         .collect();
     print_rows(output, &["node", "cluster_address", "member", "role", "matched_index"], rows);
+    let topics: Vec<_> = status
+        .topics
+        .iter()
+        .map(|topic| {
+            let replicas: Vec<String> = topic.replica_nodes.iter().map(u64::to_string).collect();
+            (
+                vec![
+                    topic.name.clone(),
+                    topic.leader_node.to_string(),
+                    topic.epoch.to_string(),
+                    replicas.join(","),
+                ],
+                json::object(&[
+                    ("topic", json::string(&topic.name)),
+                    ("leader_node", topic.leader_node.to_string()),
+                    ("epoch", topic.epoch.to_string()),
+                    ("replica_nodes", format!("[{}]", replicas.join(","))),
+                ]),
+            )
+        })
+        .collect::<Vec<_>>();
+    if !topics.is_empty() {
+        print_rows(output, &["topic", "leader_node", "epoch", "replica_nodes"], topics);
+    }
+    if status.topics_omitted > 0 {
+        match output {
+            Output::Json => {
+                outln!("{}", json::object(&[("topics_omitted", status.topics_omitted.to_string())]))
+            }
+            Output::Table => outln!("... and {} more replicated topics", status.topics_omitted),
+        }
+    }
 }
 
 fn latency_text(summary: &ringpost_wire::messages::LatencySummary) -> String {

@@ -346,6 +346,8 @@ fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str> {
         last_log_index: get_index(&mut decoder)?,
         last_applied_index: get_index(&mut decoder)?,
         nodes: Vec::new(),
+        // The asking node lists topics from its own applied catalog (`Router::topic_placements`).
+        ..ClusterStatus::default()
     };
     let count = decoder.u32()?;
     if count as usize > crate::node::CLUSTER_VOTERS_MAX * 2 {
@@ -606,6 +608,7 @@ mod tests {
                 role: "follower".into(),
                 matched_index: Some(39),
             }],
+            ..ClusterStatus::default()
         };
         let encoded = encode_cluster_status(&status);
         assert_eq!(decode_cluster_status(&encoded), Ok(status));

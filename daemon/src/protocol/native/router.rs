@@ -133,6 +133,17 @@ fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse 
                 matched_index: node.matched_index,
             })
             .collect(),
+        topics: status
+            .topics
+            .into_iter()
+            .map(|topic| wire::TopicPlacement {
+                name: topic.name,
+                leader_node: topic.leader_node,
+                epoch: topic.epoch,
+                replica_nodes: topic.replica_nodes,
+            })
+            .collect(),
+        topics_omitted: status.topics_omitted,
     }
 }
 
@@ -353,7 +364,9 @@ async fn dispatch_snapshots<S: Storage>(
         }
         Command::ClusterStatus => {
             responder.check(Permission::DaemonStats, DAEMON)?;
-            respond(header, &cluster_status_message(router.cluster_status().await))
+            let mut status = router.cluster_status().await;
+            (status.topics, status.topics_omitted) = router.topic_placements();
+            respond(header, &cluster_status_message(status))
         }
         Command::ResyncDirectory => {
             responder.check(Permission::DaemonAdminister, DAEMON)?;

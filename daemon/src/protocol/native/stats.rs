@@ -2,8 +2,8 @@
 //! into the wire's messages. Stats are asked for by an operator, not on a data path.
 
 use crate::api::stats::{
-    DirectoryStatus, LatencySummary, ProcessStats, QuarantinedTopic, ShardStats, Stats, SubscriptionStats,
-    TopicStats,
+    DirectoryStatus, FollowerStats, LatencySummary, ProcessStats, QuarantinedTopic, ReplicaStats, ShardStats,
+    Stats, SubscriptionStats, TopicStats,
 };
 use ringpost_wire::messages as wire;
 
@@ -56,6 +56,27 @@ fn topic(stats: TopicStats) -> wire::TopicStats {
         disk_bytes: stats.disk_bytes,
         published_per_second: stats.published_per_second,
         subscriptions: stats.subscriptions.into_iter().map(subscription).collect(),
+        replication: stats.replication.map(replica),
+    }
+}
+
+fn replica(stats: ReplicaStats) -> wire::ReplicaStats {
+    wire::ReplicaStats {
+        leader: stats.leader,
+        epoch: stats.epoch,
+        durable_end: stats.durable_end,
+        committed_end: stats.committed_end,
+        followers: stats.followers.into_iter().map(follower).collect(),
+    }
+}
+
+fn follower(stats: FollowerStats) -> wire::FollowerStats {
+    wire::FollowerStats {
+        shard: stats.shard,
+        address: stats.address,
+        durable_end: stats.durable_end,
+        lag_messages: stats.lag_messages,
+        answered_ms_ago: stats.answered_ms_ago,
     }
 }
 
