@@ -416,6 +416,10 @@ impl Random {
         eprintln!("random seed {seed} (set RINGPOST_TEST_SEED to replay)");
         Random(seed)
     }
+    /// A generator of its own for a thread of a test whose `from_time` generator chose `seed`.
+    pub fn from_seed(seed: u64) -> Random {
+        Random(seed | 1)
+    }
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;

@@ -140,8 +140,13 @@ impl Network {
         command
     }
 
-    /// Runs `work` on a thread of its own inside node `node` (sockets it makes stay there).
-    pub fn in_node<R: Send + 'static>(&self, node: usize, work: impl FnOnce() -> R + Send + 'static) -> R {
+    /// Starts `work` on a thread of its own inside node `node` (threads it starts stay there
+    /// too), and returns its handle.
+    pub fn spawn_in_node<R: Send + 'static>(
+        &self,
+        node: usize,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> std::thread::JoinHandle<R> {
         let path = Path::new(NETNS_DIRECTORY).join(&self.nodes[node]);
         std::thread::spawn(move || {
             let namespace =
@@ -150,8 +155,11 @@ impl Network {
                 .unwrap_or_else(|error| panic!("entering {}: {error}", path.display()));
             work()
         })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+
+    /// Runs `work` on a thread of its own inside node `node` (sockets it makes stay there).
+    pub fn in_node<R: Send + 'static>(&self, node: usize, work: impl FnOnce() -> R + Send + 'static) -> R {
+        self.spawn_in_node(node, work).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
     /// Cuts node `node` off from every other: its link to the bridge goes down.
@@ -170,6 +178,162 @@ impl Drop for Network {
         // A node's namespace takes its end of the link with it, and the hub's end goes too.
         for name in self.nodes.iter().chain(std::iter::once(&self.hub)) {
             let _ = Command::new(tool("ip")).args(["netns", "del", name]).output();
+        }
+    }
+}
+
+/// How long a daemon inside a node may take to be ready (a debug build beside other tests).
+pub const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+/// The port each node's router listens on (its forwarders take the ones after it).
+pub const ROUTER_PORT: u16 = 7450;
+/// The port each node's cluster (catalog) listener takes.
+pub const CLUSTER_PORT: u16 = 7460;
+
+/// A cluster of `voters` real daemons, each in a namespace of its own, beside `clients` more
+/// namespaces holding nothing but the tests' clients (so that a node cut off is cut off from
+/// them too). Each node's daemon can be killed, restarted, stopped and continued.
+pub struct NetCluster {
+    pub network: Network,
+    daemons: Vec<Option<std::process::Child>>,
+    voters: usize,
+    directory: PathBuf,
+}
+
+impl NetCluster {
+    pub fn start(label: &str, voters: usize, clients: usize) -> NetCluster {
+        let network = Network::new(voters + clients);
+        let directory = crate::temporary_directory(label);
+        std::fs::write(
+            directory.join("cluster-secret"),
+            "rpt_a-test-secret-of-the-clusters-nodes-0123456789\n",
+        )
+        .unwrap();
+        let mut cluster =
+            NetCluster { network, daemons: (0..voters).map(|_| None).collect(), voters, directory };
+        for node in 0..voters {
+            cluster.spawn(node);
+        }
+        let started = std::time::Instant::now();
+        while !(0..voters).all(|node| cluster.directory.join(format!("ready-{node}")).exists()) {
+            assert!(started.elapsed() < READY_WITHIN, "the cluster was not ready:\n{}", cluster.logs());
+            for node in 0..voters {
+                let exited = cluster.daemons[node].as_mut().and_then(|daemon| daemon.try_wait().unwrap());
+                assert!(exited.is_none(), "node {node} exited ({exited:?}):\n{}", cluster.logs());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// The nodes that run daemons (the others hold clients).
+    pub fn voters(&self) -> usize {
+        self.voters
+    }
+
+    /// Node `node`'s router address.
+    pub fn router(&self, node: usize) -> String {
+        format!("{}:{ROUTER_PORT}", self.network.address(node))
+    }
+
+    /// The node whose address `address` (`ip:port`) names, if it is one of the daemons'.
+    pub fn node_of(&self, address: &str) -> Option<usize> {
+        let ip: Ipv4Addr = address.rsplit_once(':')?.0.parse().ok()?;
+        (0..self.voters).find(|node| self.network.address(*node) == ip)
+    }
+
+    /// Starts node `node`'s daemon on its data directory (again, after a kill); its standard
+    /// error goes on at the end of its log.
+    pub fn spawn(&mut self, node: usize) {
+        assert!(self.daemons[node].is_none(), "node {node} already runs");
+        let cluster: Vec<String> =
+            (0..self.voters).map(|node| format!("{}:{CLUSTER_PORT}", self.network.address(node))).collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.directory.join(format!("node-{node}.log")))
+            .unwrap();
+        let ready = self.directory.join(format!("ready-{node}"));
+        let _ = std::fs::remove_file(&ready);
+        let daemon = self
+            .network
+            .command(node, crate::binary("ringpostd"))
+            .args(["--listen", &self.router(node), "--cluster", &cluster.join(",")])
+            .args(["--node-id", &(node + 1).to_string()])
+            .args(["--auth", "off", "--grpc-listen", "off", "--shards", "1", "--no-pin"])
+            .arg("--data-dir")
+            .arg(self.directory.join(format!("data-{node}")))
+            .arg("--ready-file")
+            .arg(ready)
+            .arg("--cluster-secret-file")
+            .arg(self.directory.join("cluster-secret"))
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting ringpostd inside a node");
+        self.daemons[node] = Some(daemon);
+    }
+
+    pub fn is_running(&self, node: usize) -> bool {
+        self.daemons[node].is_some()
+    }
+
+    /// Sends `signal` to node `node`'s daemon (`ip netns exec` execs it: the child is the
+    /// daemon itself).
+    pub fn signal(&self, node: usize, signal: nix::sys::signal::Signal) {
+        let daemon = self.daemons[node].as_ref().expect("the node runs");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), signal).unwrap();
+    }
+
+    /// SIGKILL: the node loses whatever it had not written.
+    pub fn kill(&mut self, node: usize) {
+        if let Some(mut daemon) = self.daemons[node].take() {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        (0..self.voters)
+            .map(|node| {
+                let log = std::fs::read_to_string(self.directory.join(format!("node-{node}.log")))
+                    .unwrap_or_default();
+                format!("--- node {node} ---\n{log}")
+            })
+            .collect()
+    }
+
+    /// `ringpost` run inside `node` against that node's router.
+    pub fn cli(&self, node: usize, args: &[&str]) -> std::process::Output {
+        self.network
+            .command(node, crate::binary("ringpost"))
+            .args(["--server", &self.router(node)])
+            .args(args)
+            .output()
+            .expect("running ringpost inside a node")
+    }
+
+    /// The catalog's leader as `node` sees it (node ids from 1), if it knows one.
+    pub fn leader_seen_by(&self, node: usize) -> Option<u64> {
+        let output = self.cli(node, &["--timeout", "2", "cluster", "status"]);
+        let header = String::from_utf8_lossy(&output.stdout).lines().next()?.to_owned();
+        let marker = "\"catalog_leader\":";
+        let start = header.find(marker)? + marker.len();
+        header[start..].split([',', '}']).next()?.trim().parse().ok()
+    }
+}
+
+impl Drop for NetCluster {
+    fn drop(&mut self) {
+        for node in 0..self.voters {
+            if let Some(daemon) = &self.daemons[node] {
+                // A stopped process takes SIGKILL all the same; continuing it first is harmless.
+                let pid = nix::unistd::Pid::from_raw(daemon.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+            }
+            self.kill(node);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.directory);
         }
     }
 }

@@ -16,6 +16,7 @@ mod grpc_delivery;
 mod grpc_security;
 mod io_memory;
 mod liveness;
+mod nemesis;
 mod netns;
 mod permissions;
 mod pool;

@@ -3,7 +3,7 @@
 //! a daemon run inside a node serves clients of another node.
 
 use ringpost_client::{block_on, Client, Message};
-use ringpost_tests::netns::Network;
+use ringpost_tests::netns::{NetCluster, Network, READY_WITHIN};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 /// link fails within the test's patience.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const PORT: u16 = 7000;
-/// How long a daemon inside a node may take to be ready (a debug build beside other tests).
-const READY_WITHIN: Duration = Duration::from_secs(60);
 
 /// Whether a connection from `from` to `to`'s echo listener carries a byte there and back.
 fn reaches(network: &Network, from: usize, to: usize) -> bool {
@@ -97,91 +95,6 @@ fn a_daemon_inside_a_node_serves_a_client_in_another() {
 /// How long a cluster may take to replace a lost catalog leader: the product promises 10 s.
 const FAILOVER_WITHIN: Duration = Duration::from_secs(10);
 
-/// Three nodes of one cluster, each daemon in its own namespace.
-struct NetCluster {
-    network: Network,
-    daemons: Vec<std::process::Child>,
-    directory: std::path::PathBuf,
-}
-
-impl NetCluster {
-    fn start(label: &str) -> NetCluster {
-        let network = Network::new(3);
-        let directory = ringpost_tests::temporary_directory(label);
-        let cluster: Vec<String> = (0..3).map(|node| format!("{}:7460", network.address(node))).collect();
-        let cluster = cluster.join(",");
-        let secret = directory.join("cluster-secret");
-        std::fs::write(&secret, "rpt_a-test-secret-of-the-clusters-nodes-0123456789\n").unwrap();
-        let mut daemons = Vec::new();
-        for node in 0..3 {
-            let listen = format!("{}:7450", network.address(node));
-            let log = std::fs::File::create(directory.join(format!("node-{node}.log"))).unwrap();
-            let daemon = network
-                .command(node, ringpost_tests::binary("ringpostd"))
-                .args(["--listen", &listen, "--cluster", &cluster, "--node-id", &(node + 1).to_string()])
-                .args(["--auth", "off", "--grpc-listen", "off", "--shards", "1", "--no-pin"])
-                .arg("--data-dir")
-                .arg(directory.join(format!("data-{node}")))
-                .arg("--ready-file")
-                .arg(directory.join(format!("ready-{node}")))
-                .arg("--cluster-secret-file")
-                .arg(&secret)
-                .stdout(std::process::Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("starting ringpostd inside a node");
-            daemons.push(daemon);
-        }
-        let cluster = NetCluster { network, daemons, directory };
-        let started = Instant::now();
-        while !(0..3).all(|node| cluster.directory.join(format!("ready-{node}")).exists()) {
-            assert!(started.elapsed() < READY_WITHIN, "the cluster was not ready:\n{}", cluster.logs());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        cluster
-    }
-
-    fn logs(&self) -> String {
-        (0..3)
-            .map(|node| {
-                let log = std::fs::read_to_string(self.directory.join(format!("node-{node}.log")))
-                    .unwrap_or_default();
-                format!("--- node {node} ---\n{log}")
-            })
-            .collect()
-    }
-
-    /// `ringpost` run inside `node` against that node's router.
-    fn cli(&self, node: usize, args: &[&str]) -> std::process::Output {
-        let server = format!("{}:7450", self.network.address(node));
-        self.network
-            .command(node, ringpost_tests::binary("ringpost"))
-            .args(["--server", &server])
-            .args(args)
-            .output()
-            .expect("running ringpost inside a node")
-    }
-
-    /// The catalog's leader as `node` sees it (node ids from 1), if it knows one.
-    fn leader_seen_by(&self, node: usize) -> Option<u64> {
-        let output = self.cli(node, &["--timeout", "2", "cluster", "status"]);
-        let header = String::from_utf8_lossy(&output.stdout).lines().next()?.to_owned();
-        let marker = "\"catalog_leader\":";
-        let start = header.find(marker)? + marker.len();
-        header[start..].split([',', '}']).next()?.trim().parse().ok()
-    }
-}
-
-impl Drop for NetCluster {
-    fn drop(&mut self) {
-        for daemon in &mut self.daemons {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.directory);
-    }
-}
-
 /// What a cluster port answers a request from `from` that presents no secret.
 fn answer_without_the_secret(cluster: &NetCluster, from: usize, to: usize) -> ringpost_wire::Status {
     use ringpost_wire::frame::{decode_error, encode_frame, FrameHeader};
@@ -206,7 +119,7 @@ fn answer_without_the_secret(cluster: &NetCluster, from: usize, to: usize) -> ri
 
 #[test]
 fn a_partitioned_catalog_leader_is_replaced_and_decides_nothing_until_healed() {
-    let cluster = NetCluster::start("netns-cluster");
+    let cluster = NetCluster::start("netns-cluster", 3, 0);
     let refused = answer_without_the_secret(&cluster, 0, 1);
     assert_eq!(refused.code, ringpost_wire::ErrorCode::Unauthenticated, "{refused:?}");
     let started = Instant::now();

@@ -11,7 +11,7 @@ use ringpost_client::{block_on, Client, Error, ErrorCode, Message, RetrySettings
 use ringpost_tests::checker::{Checker, Outcome};
 use ringpost_tests::cluster::Cluster;
 use ringpost_tests::{create_subscription, Random};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -86,7 +86,7 @@ fn killing_a_topics_leader_under_load_loses_no_acknowledged_publish_or_acknowled
     let stop_publishing = Arc::new(AtomicBool::new(false));
     let stop_subscribing = Arc::new(AtomicBool::new(false));
     let acknowledged_publishes = Arc::new(AtomicU64::new(0));
-    let durably_acked = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let durably_acked = Arc::new(Mutex::new(HashMap::<String, Instant>::new()));
     let delivered_after_ack = Arc::new(Mutex::new(Vec::<String>::new()));
 
     let publishers: Vec<_> = (0..PUBLISHERS)
@@ -139,6 +139,7 @@ fn killing_a_topics_leader_under_load_loses_no_acknowledged_publish_or_acknowled
                         std::thread::sleep(Duration::from_millis(20));
                         continue;
                     };
+                    let pull_sent = Instant::now();
                     let messages = match block_on(connected.pull("replicated-sub", 200, 300)) {
                         Ok(messages) => messages,
                         Err(_) => {
@@ -151,7 +152,9 @@ fn killing_a_topics_leader_under_load_loses_no_acknowledged_publish_or_acknowled
                     for message in messages {
                         let payload = String::from_utf8(message.data).expect("payloads are UTF-8");
                         checker.delivered(&payload, message.delivery_attempt);
-                        if durably_acked.lock().unwrap().contains(&payload) {
+                        // Judged only for pulls sent after the confirmation: one sent before may
+                        // have been answered before the acknowledgement was applied.
+                        if durably_acked.lock().unwrap().get(&payload).is_some_and(|at| *at < pull_sent) {
                             delivered_after_ack.lock().unwrap().push(payload.clone());
                         }
                         ack_ids.push(message.ack_id);
@@ -163,9 +166,10 @@ fn killing_a_topics_leader_under_load_loses_no_acknowledged_publish_or_acknowled
                                 let refused: HashSet<&str> =
                                     refused.iter().map(|invalid| invalid.ack_id.as_str()).collect();
                                 let mut durable = durably_acked.lock().unwrap();
+                                let confirmed = Instant::now();
                                 for (ack_id, payload) in ack_ids.iter().zip(payloads) {
                                     if !refused.contains(ack_id.as_str()) {
-                                        durable.insert(payload);
+                                        durable.entry(payload).or_insert(confirmed);
                                     }
                                 }
                             }
