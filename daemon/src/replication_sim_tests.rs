@@ -93,7 +93,13 @@ struct World {
     healed: Cell<bool>,
     /// An election failed for want of a quorum: the next tick tries again.
     retry_election: Cell<bool>,
+    /// Acknowledgements whose answer never came (ack id, payload), at most
+    /// `UNANSWERED_ACKS_MAX`: a subscriber sends them again later, maybe to another leader,
+    /// as a client library retries.
+    unanswered_acks: RefCell<Vec<(String, Vec<u8>)>>,
 }
+
+const UNANSWERED_ACKS_MAX: usize = 64;
 
 /// Prints what the simulation does when `RINGPOST_SIM_TRACE` is set, to follow a failing seed.
 fn trace(what: impl FnOnce() -> String) {
@@ -441,6 +447,10 @@ async fn pull_once(world: &Rc<World>, node: usize, acknowledge_all: bool) -> usi
         )
     });
     let mut acks = Vec::new();
+    // Now and then, first the acknowledgements that were never answered.
+    if world.chance(300_000) {
+        acks.extend(world.unanswered_acks.borrow_mut().drain(..));
+    }
     {
         let mut checker = world.checker.borrow_mut();
         for message in &received {
@@ -467,7 +477,13 @@ async fn pull_once(world: &Rc<World>, node: usize, acknowledge_all: bool) -> usi
             answered.as_ref().map(|answer| answer.as_ref().err())
         )
     });
-    if let Some(Ok(response)) = answered {
+    let Some(Ok(response)) = answered else {
+        let mut unanswered = world.unanswered_acks.borrow_mut();
+        let room = UNANSWERED_ACKS_MAX.saturating_sub(unanswered.len());
+        unanswered.extend(acks.into_iter().take(room));
+        return received.len();
+    };
+    {
         let invalid: HashSet<String> =
             ringpost_wire::decode_body::<AckResponse>(&response[FRAME_HEADER_BYTES..])
                 .expect("an acknowledgement response")
@@ -627,6 +643,7 @@ fn simulate(seed: u64) {
         next_message: Cell::new(0),
         healed: Cell::new(false),
         retry_election: Cell::new(false),
+        unanswered_acks: RefCell::default(),
     });
     sim::run(seed, async move {
         for node in 0..NODES {

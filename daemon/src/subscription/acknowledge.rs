@@ -25,6 +25,7 @@ pub async fn acknowledge<'a, T: AckJournal>(
     let now = environment.clock.now();
     let mut invalid = Vec::new();
     let mut accepted: Vec<(u64, &'a str)> = Vec::new();
+    let mut already_acknowledged = false;
     let exactly_once = {
         let mut state = subscription.state.borrow_mut();
         for ack_id in ack_ids {
@@ -36,13 +37,19 @@ pub async fn acknowledge<'a, T: AckJournal>(
                     }
                     accepted.push((offset, ack_id));
                 }
-                Ok(None) => {}
+                Ok(None) => already_acknowledged = true,
                 Err(refusal) => invalid.push(InvalidAckId::new(ack_id, refusal.reason())),
             }
         }
         state.policy.exactly_once
     };
     if accepted.is_empty() {
+        // Acknowledged by an entry that may not be committed yet (a new leader's replay): the
+        // subscriber is told so only once it is, as it would be had this request written it.
+        // An entry written below commits no later than the ones before it.
+        if already_acknowledged {
+            topic.settle().await.map_err(Status::from)?;
+        }
         return Ok(invalid);
     }
     // The stream may send more while the acknowledgements become durable.

@@ -47,4 +47,9 @@ pub trait MessageSource {
 pub trait AckJournal {
     /// Makes `entry` durable.
     async fn record(&self, entry: &JournalEntry) -> Result<(), LogError>;
+    /// Waits until every entry recorded so far is as durable as `record` makes one. A new
+    /// leader of a replicated topic replays entries its predecessor wrote that no quorum may
+    /// hold yet (they commit with its own epoch's first entry); an acknowledgement they already
+    /// cover is confirmed only once they do.
+    async fn settle(&self) -> Result<(), LogError>;
 }

@@ -211,4 +211,10 @@ impl<S: Storage> AckJournal for TopicState<S> {
     async fn record(&self, entry: &JournalEntry) -> Result<(), LogError> {
         self.append_journal(entry).await
     }
+
+    async fn settle(&self) -> Result<(), LogError> {
+        let Some(journal) = self.journal.opened() else { return Ok(()) };
+        let end = journal.next_offset();
+        self.wait_replicated(&journal, end).await
+    }
 }
