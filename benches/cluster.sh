@@ -118,7 +118,10 @@ cleanup
 
 if [ -n "$NATS_CLUSTER_RUN" ] && [ -f "$NATS_CLUSTER_RUN" ]; then
   echo "== NATS JetStream, three servers, streams of three replicas ($NATS_CLUSTER_RUN)"
-  if QUICK=$QUICK OUT="$OUT/nats" bash "$NATS_CLUSTER_RUN" >"$OUT/nats.log" 2>&1; then
+  # Judged by its RESULT lines: the runner may exit non-zero after printing them (its summary
+  # table wants workloads this script does not run).
+  QUICK=$QUICK OUT="$OUT/nats" bash "$NATS_CLUSTER_RUN" >"$OUT/nats.log" 2>&1 || true
+  if grep -q '^RESULT' "$OUT/nats.log"; then
     echo "   done"
   else
     echo "   FAILED: $(tail -n 1 "$OUT/nats.log")"

@@ -310,7 +310,6 @@ impl Drop for Daemon {
     }
 }
 
-/// Standard output of a CLI run that must succeed.
 /// A field of one of the CLI's one-line JSON objects (a string's value unquoted).
 pub fn json_field<'a>(line: &'a str, name: &str) -> &'a str {
     let key = format!("\"{name}\":");
@@ -322,6 +321,7 @@ pub fn json_field<'a>(line: &'a str, name: &str) -> &'a str {
     }
 }
 
+/// Standard output of a CLI run that must succeed.
 pub fn succeeded(output: &Output) -> String {
     assert!(
         output.status.success(),

@@ -196,11 +196,23 @@ pub struct NetCluster {
     pub network: Network,
     daemons: Vec<Option<std::process::Child>>,
     voters: usize,
+    /// Data directories per node (M): a publish is durable on a majority of them.
+    directories: usize,
     directory: PathBuf,
 }
 
 impl NetCluster {
     pub fn start(label: &str, voters: usize, clients: usize) -> NetCluster {
+        NetCluster::start_with_directories(label, voters, clients, 1)
+    }
+
+    /// Like `start`, each node with `directories` data directories.
+    pub fn start_with_directories(
+        label: &str,
+        voters: usize,
+        clients: usize,
+        directories: usize,
+    ) -> NetCluster {
         let network = Network::new(voters + clients);
         let directory = crate::temporary_directory(label);
         std::fs::write(
@@ -208,8 +220,8 @@ impl NetCluster {
             "rpt_a-test-secret-of-the-clusters-nodes-0123456789\n",
         )
         .unwrap();
-        let mut cluster =
-            NetCluster { network, daemons: (0..voters).map(|_| None).collect(), voters, directory };
+        let daemons = (0..voters).map(|_| None).collect();
+        let mut cluster = NetCluster { network, daemons, voters, directories, directory };
         for node in 0..voters {
             cluster.spawn(node);
         }
@@ -260,8 +272,12 @@ impl NetCluster {
             .args(["--listen", &self.router(node), "--cluster", &cluster.join(",")])
             .args(["--node-id", &(node + 1).to_string()])
             .args(["--auth", "off", "--grpc-listen", "off", "--shards", "1", "--no-pin"])
-            .arg("--data-dir")
-            .arg(self.directory.join(format!("data-{node}")))
+            .args((0..self.directories).flat_map(|copy| {
+                [
+                    std::ffi::OsString::from("--data-dir"),
+                    self.directory.join(format!("data-{node}-{copy}")).into(),
+                ]
+            }))
             .arg("--ready-file")
             .arg(ready)
             .arg("--cluster-secret-file")

@@ -346,6 +346,8 @@ wire_type! {
         pub node_id: u64,
         /// The address its peers reach it at.
         pub cluster_address: String,
+        /// Where its router serves clients; empty until it registered.
+        pub router_address: String,
         /// A voter, or else a learner.
         pub voter: bool,
         /// "leader", "follower", "candidate", "learner", or "unknown" when only the leader could

@@ -616,6 +616,7 @@ mod round_trips {
         let node = |node_id, voter, role: &str, matched_index| NodeStatus {
             node_id,
             cluster_address: format!("10.0.0.{node_id}:7460"),
+            router_address: format!("10.0.0.{node_id}:7450"),
             voter,
             role: role.to_owned(),
             matched_index,

@@ -41,6 +41,8 @@ pub struct TopicPlacement {
 pub struct NodeStatus {
     pub node_id: u64,
     pub cluster_address: String,
+    /// Where its router serves clients (empty until it registered).
+    pub router_address: String,
     /// A voter, or else a learner.
     pub voter: bool,
     /// "leader", "follower", "candidate", "learner", or "unknown" when only the leader could tell.

@@ -42,6 +42,12 @@ impl<S: Storage> Catalog<S> {
                 NodeStatus {
                     node_id,
                     cluster_address: self.member_address(node_id),
+                    router_address: self
+                        .state()
+                        .nodes
+                        .get(&node_id)
+                        .map(|node| node.router_address.clone())
+                        .unwrap_or_default(),
                     voter,
                     role: role.to_owned(),
                     matched_index,

@@ -10,6 +10,7 @@
 //! was reachable); and the replicas must end agreeing: the same durable end on all three, all
 //! of it committed.
 //!
+//! Runs alternate three data directories per node (M=3, the first) and one.
 //! `RINGPOST_T9_RUNS` sets the runs (default 1), each with `RINGPOST_T9_SECONDS` of nemesis
 //! (default 50: each fault once); `RINGPOST_TEST_SEED` replays a run's choices.
 
@@ -150,13 +151,15 @@ fn three_nodes_under_partitions_kills_and_pauses_lose_nothing_acknowledged() {
     let seconds: u64 = std::env::var("RINGPOST_T9_SECONDS").ok().and_then(|n| n.parse().ok()).unwrap_or(50);
     let mut random = Random::from_time();
     for run in 0..runs {
-        eprintln!("T9 run {run} of {runs}, {seconds} s of nemesis");
-        run_once(Duration::from_secs(seconds), &mut random);
+        // Three data directories per node, then one, in turn.
+        let directories = if run % 2 == 0 { 3 } else { 1 };
+        eprintln!("T9 run {run} of {runs}, {seconds} s of nemesis, {directories} data directories per node");
+        run_once(Duration::from_secs(seconds), directories, &mut random);
     }
 }
 
-fn run_once(nemesis_for: Duration, random: &mut Random) {
-    let mut cluster = NetCluster::start("t9", NODES, 1);
+fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
+    let mut cluster = NetCluster::start_with_directories("t9", NODES, 1, directories);
     let routers: Arc<Vec<String>> = Arc::new((0..NODES).map(|node| cluster.router(node)).collect());
     {
         let routers = routers.clone();

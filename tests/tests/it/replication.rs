@@ -280,6 +280,22 @@ fn replicas_are_shown_and_catch_up(cluster: &Cluster, topic: &str) {
                 && replica.followers.iter().all(|follower| follower.lag_messages == 0)
         });
         if caught_up {
+            // The CLI's cluster status shows the same, gathered from every node, on any node.
+            for id in cluster.ids() {
+                let output = cluster.node(id).cli(&["cluster", "status"]);
+                let text = ringpost_tests::succeeded(&output);
+                let line = text
+                    .lines()
+                    .find(|line| line.contains("\"topic\"") && line.contains(topic))
+                    .unwrap_or_else(|| panic!("node {id}'s cluster status lacks {topic}: {text}"));
+                assert_eq!(ringpost_tests::json_field(line, "lag_messages_max"), "0", "{line}");
+                let committed = replica.as_ref().map(|replica| replica.committed_end.to_string());
+                assert_eq!(
+                    Some(ringpost_tests::json_field(line, "committed_end").to_owned()),
+                    committed,
+                    "{line}"
+                );
+            }
             return;
         }
         assert!(Instant::now() < deadline, "the followers did not catch up: {replica:?}");

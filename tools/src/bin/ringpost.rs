@@ -846,10 +846,72 @@ fn print_replicas(output: Output, stats: &ringpost_client::StatsResponse) {
     );
 }
 
+/// A replicated topic's leader as its own node's stats tell: what a quorum holds, and how far
+/// the furthest follower lags.
+struct ReplicaLag {
+    committed_end: u64,
+    lag_messages_max: u64,
+}
+
+/// Each replicated topic's lag, from the stats of every node's router (the answering node's
+/// through `client`); a node that does not answer within `timeout` leaves its topics' lag
+/// unknown. Keyed by the topic's short name.
+async fn replica_lags(
+    status: &ringpost_client::ClusterStatusResponse,
+    client: &Client,
+    timeout: Duration,
+    security: &ringpost_client::Security,
+) -> std::collections::HashMap<String, ReplicaLag> {
+    let mut lags = std::collections::HashMap::new();
+    if status.topics.is_empty() {
+        return lags;
+    }
+    for node in &status.nodes {
+        let stats = if node.node_id == status.node_id {
+            client.stats().await
+        } else if node.router_address.is_empty() {
+            continue;
+        } else {
+            match Client::connect_with_security(
+                &node.router_address,
+                PoolSettings::default(),
+                timeout,
+                security.clone(),
+            )
+            .await
+            {
+                Ok(other) => other.stats().await,
+                Err(error) => Err(error),
+            }
+        };
+        let Ok(stats) = stats else { continue };
+        for topic in stats.topics {
+            let Some(replica) = topic.replication.filter(|replica| replica.leader) else { continue };
+            let lag_messages_max =
+                replica.followers.iter().map(|follower| follower.lag_messages).max().unwrap_or(0);
+            lags.insert(
+                short_name(&topic.name).to_owned(),
+                ReplicaLag { committed_end: replica.committed_end, lag_messages_max },
+            );
+        }
+    }
+    lags
+}
+
+/// A topic's name without its `projects/P/topics/` prefix.
+fn short_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 /// `ringpost cluster status`: the answering node's view first (a line of its own), then one row
-/// per member. JSON leaves an unknown value `null`; the table says `none` (a leader, an index)
-/// or `-` (a member's value).
-fn print_cluster_status(output: Output, status: &ringpost_client::ClusterStatusResponse) {
+/// per member, then one per replicated topic with its leader's lag when its node answered.
+/// JSON leaves an unknown value `null`; the table says `none` (a leader, an index) or `-` (a
+/// member's value).
+fn print_cluster_status(
+    output: Output,
+    status: &ringpost_client::ClusterStatusResponse,
+    lags: &std::collections::HashMap<String, ReplicaLag>,
+) {
     let known =
         |value: Option<u64>, unknown: &str| value.map_or_else(|| unknown.to_owned(), |v| v.to_string());
     match output {
@@ -900,24 +962,35 @@ fn print_cluster_status(output: Output, status: &ringpost_client::ClusterStatusR
         .iter()
         .map(|topic| {
             let replicas: Vec<String> = topic.replica_nodes.iter().map(u64::to_string).collect();
+            let lag = lags.get(short_name(&topic.name));
+            let committed = lag.map(|lag| lag.committed_end);
+            let behind = lag.map(|lag| lag.lag_messages_max);
             (
                 vec![
                     topic.name.clone(),
                     topic.leader_node.to_string(),
                     topic.epoch.to_string(),
                     replicas.join(","),
+                    known(committed, "-"),
+                    known(behind, "-"),
                 ],
                 json::object(&[
                     ("topic", json::string(&topic.name)),
                     ("leader_node", topic.leader_node.to_string()),
                     ("epoch", topic.epoch.to_string()),
                     ("replica_nodes", format!("[{}]", replicas.join(","))),
+                    ("committed_end", known(committed, "null")),
+                    ("lag_messages_max", known(behind, "null")),
                 ]),
             )
         })
         .collect::<Vec<_>>();
     if !topics.is_empty() {
-        print_rows(output, &["topic", "leader_node", "epoch", "replica_nodes"], topics);
+        print_rows(
+            output,
+            &["topic", "leader_node", "epoch", "replica_nodes", "committed_end", "lag_messages_max"],
+            topics,
+        );
     }
     if status.topics_omitted > 0 {
         match output {
@@ -1121,7 +1194,8 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
     }
     .security()
     .map_err(Failure::usage)?;
-    let client = Client::connect_with_security(server, PoolSettings::default(), timeout, security).await?;
+    let client =
+        Client::connect_with_security(server, PoolSettings::default(), timeout, security.clone()).await?;
     match flags.command {
         Command::Topic(TopicCommand { action }) => match action {
             TopicAction::Create(create) => {
@@ -1259,7 +1333,9 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         )?,
         Command::Stats(_) => print_stats(output, &client.stats().await?),
         Command::Cluster(ClusterCommand { action: ClusterAction::Status(_) }) => {
-            print_cluster_status(output, &client.cluster_status().await?)
+            let status = client.cluster_status().await?;
+            let lags = replica_lags(&status, &client, timeout, &security).await;
+            print_cluster_status(output, &status, &lags)
         }
         Command::Snapshot(SnapshotCommand { action }) => {
             let row = |snapshot: &ringpost_client::Snapshot| {

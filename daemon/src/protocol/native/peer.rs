@@ -330,7 +330,12 @@ fn encode_cluster_status(status: &ClusterStatus) -> Vec<u8> {
     put_index(&mut encoder, status.last_applied_index);
     encoder.u32(status.nodes.len() as u32);
     for node in &status.nodes {
-        encoder.u64(node.node_id).str(&node.cluster_address).bool(node.voter).str(&node.role);
+        encoder
+            .u64(node.node_id)
+            .str(&node.cluster_address)
+            .str(&node.router_address)
+            .bool(node.voter)
+            .str(&node.role);
         put_index(&mut encoder, node.matched_index);
     }
     encoder.0
@@ -357,6 +362,7 @@ fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str> {
         status.nodes.push(NodeStatus {
             node_id: decoder.u64()?,
             cluster_address: decoder.str()?,
+            router_address: decoder.str()?,
             voter: decoder.bool()?,
             role: decoder.str()?,
             matched_index: get_index(&mut decoder)?,
@@ -604,6 +610,7 @@ mod tests {
             nodes: vec![NodeStatus {
                 node_id: 1,
                 cluster_address: "10.0.0.1:7460".into(),
+                router_address: "10.0.0.1:7450".into(),
                 voter: true,
                 role: "follower".into(),
                 matched_index: Some(39),

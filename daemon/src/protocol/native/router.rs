@@ -128,6 +128,7 @@ fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse 
             .map(|node| wire::NodeStatus {
                 node_id: node.node_id,
                 cluster_address: node.cluster_address,
+                router_address: node.router_address,
                 voter: node.voter,
                 role: node.role,
                 matched_index: node.matched_index,
