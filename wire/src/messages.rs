@@ -308,6 +308,8 @@ wire_type! {
         /// One past the last message it holds durably, and how many the leader holds beyond.
         pub durable_end: u64,
         pub lag_messages: u64,
+        /// Journal entries (acknowledgements, seeks) the leader holds durably beyond it.
+        pub journal_lag_entries: u64,
         /// Since the leader sent the last request it answered; `None` before its first answer.
         pub answered_ms_ago: Option<u64>,
     }

@@ -107,6 +107,8 @@ pub struct FollowerStats {
     pub durable_end: u64,
     /// Messages durable on the leader that it does not hold yet.
     pub lag_messages: u64,
+    /// Journal entries (acknowledgements, seeks) durable on the leader that it does not hold.
+    pub journal_lag_entries: u64,
     /// Since the leader sent the last request it answered; `None` before its first answer.
     pub answered_ms_ago: Option<u64>,
 }

@@ -478,6 +478,7 @@ fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats) {
                 .str(&follower.address)
                 .u64(follower.durable_end)
                 .u64(follower.lag_messages)
+                .u64(follower.journal_lag_entries)
                 .bool(follower.answered_ms_ago.is_some())
                 .u64(follower.answered_ms_ago.unwrap_or(0));
         }
@@ -499,6 +500,7 @@ fn decode_replica_stats(decoder: &mut Decoder) -> DecodeResult<Option<ReplicaSta
                 address: decoder.str()?,
                 durable_end: decoder.u64()?,
                 lag_messages: decoder.u64()?,
+                journal_lag_entries: decoder.u64()?,
                 answered_ms_ago: {
                     let known = decoder.bool()?;
                     let ago = decoder.u64()?;
@@ -717,6 +719,7 @@ mod tests {
                         address: "10.0.0.2:7451".to_owned(),
                         durable_end: 980,
                         lag_messages: 20,
+                        journal_lag_entries: 3,
                         answered_ms_ago: Some(12),
                     },
                     FollowerStats { shard: 3073, answered_ms_ago: None, ..FollowerStats::default() },

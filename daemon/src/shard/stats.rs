@@ -6,7 +6,7 @@ use crate::api::stats::{
     DirectoryStatus, FollowerStats, QuarantinedTopic, ReplicaStats, ShardStats, SubscriptionStats, TopicStats,
 };
 use crate::log::Directories;
-use crate::replication::protocol::MESSAGES;
+use crate::replication::protocol::{JOURNAL, MESSAGES};
 use crate::storage::Storage;
 use crate::subscription::SubscriptionEntry;
 use crate::topic::{Replication, TopicState};
@@ -123,23 +123,31 @@ impl<S: Storage> Forwarder<S> {
                 committed_end,
                 followers: Vec::new(),
             }),
-            Replication::Leader(leader) => Some(ReplicaStats {
-                leader: true,
-                epoch: leader.epoch,
-                durable_end,
-                committed_end,
-                followers: leader
-                    .followers(MESSAGES, self.environment.clock.now())
-                    .into_iter()
-                    .map(|(peer, end, answered)| FollowerStats {
-                        shard: peer.shard,
-                        address: peer.address.clone(),
-                        durable_end: end,
-                        lag_messages: durable_end.saturating_sub(end),
-                        answered_ms_ago: answered.map(|ago| ago.as_millis() as u64),
-                    })
-                    .collect(),
-            }),
+            Replication::Leader(leader) => {
+                let now = self.environment.clock.now();
+                // The journal opens with its first entry; unopened, nothing lags.
+                let journal_end = topic.journal.opened().map_or(0, |journal| journal.durable_end());
+                let journal_ends = leader.followers(JOURNAL, now);
+                Some(ReplicaStats {
+                    leader: true,
+                    epoch: leader.epoch,
+                    durable_end,
+                    committed_end,
+                    followers: leader
+                        .followers(MESSAGES, now)
+                        .into_iter()
+                        .zip(journal_ends)
+                        .map(|((peer, end, answered), (_, journal_held, _))| FollowerStats {
+                            shard: peer.shard,
+                            address: peer.address.clone(),
+                            durable_end: end,
+                            lag_messages: durable_end.saturating_sub(end),
+                            journal_lag_entries: journal_end.saturating_sub(journal_held),
+                            answered_ms_ago: answered.map(|ago| ago.as_millis() as u64),
+                        })
+                        .collect(),
+                })
+            }
         }
     }
 }

@@ -7,8 +7,8 @@
 //! nothing whose acknowledgement was confirmed may be delivered again (by a pull sent after
 //! the confirmation); nothing may be confirmed
 //! that was sent while two nodes were dead and answered before either came back (no quorum
-//! was reachable); and the replicas must end agreeing: the same durable end on all three, all
-//! of it committed.
+//! was reachable); and the replicas must end agreeing: the same durable end and epoch on all
+//! three, all of it committed, and no follower behind the leader's messages or journal.
 //!
 //! Runs alternate three data directories per node (M=3, the first) and one.
 //! `RINGPOST_T9_RUNS` sets the runs (default 1), each with `RINGPOST_T9_SECONDS` of nemesis
@@ -465,7 +465,10 @@ fn replicas_agree(cluster: &mut NetCluster) {
             && leaders.len() == 1
             && leaders[0].committed_end == leaders[0].durable_end
             && leaders[0].followers.len() == NODES - 1
-            && leaders[0].followers.iter().all(|follower| follower.lag_messages == 0)
+            && leaders[0]
+                .followers
+                .iter()
+                .all(|follower| follower.lag_messages == 0 && follower.journal_lag_entries == 0)
             && replicas.iter().flatten().all(|replica| {
                 replica.durable_end == leaders[0].durable_end && replica.epoch == leaders[0].epoch
             });

@@ -277,7 +277,10 @@ fn replicas_are_shown_and_catch_up(cluster: &Cluster, topic: &str) {
         let caught_up = replica.as_ref().is_some_and(|replica| {
             replica.followers.len() == 2
                 && replica.committed_end == replica.durable_end
-                && replica.followers.iter().all(|follower| follower.lag_messages == 0)
+                && replica
+                    .followers
+                    .iter()
+                    .all(|follower| follower.lag_messages == 0 && follower.journal_lag_entries == 0)
         });
         if caught_up {
             // The CLI's cluster status shows the same, gathered from every node, on any node.

@@ -796,6 +796,7 @@ fn print_replicas(output: Output, stats: &ringpost_client::StatsResponse) {
                 follower.map_or_else(|| "-".to_owned(), |f| f.address.clone()),
                 follower.map_or_else(|| "-".to_owned(), |f| f.durable_end.to_string()),
                 follower.map_or_else(|| "-".to_owned(), |f| f.lag_messages.to_string()),
+                follower.map_or_else(|| "-".to_owned(), |f| f.journal_lag_entries.to_string()),
                 follower
                     .and_then(|f| f.answered_ms_ago)
                     .map_or_else(|| "-".to_owned(), |ago| ago.to_string()),
@@ -812,6 +813,7 @@ fn print_replicas(output: Output, stats: &ringpost_client::StatsResponse) {
                 fields.push(("follower_address", json::string(&follower.address)));
                 fields.push(("follower_durable_end", follower.durable_end.to_string()));
                 fields.push(("lag_messages", follower.lag_messages.to_string()));
+                fields.push(("journal_lag_entries", follower.journal_lag_entries.to_string()));
                 fields.push((
                     "answered_ms_ago",
                     follower.answered_ms_ago.map_or_else(|| "null".to_owned(), |ago| ago.to_string()),
@@ -840,6 +842,7 @@ fn print_replicas(output: Output, stats: &ringpost_client::StatsResponse) {
             "follower",
             "follower_end",
             "lag",
+            "journal_lag",
             "answered_ms_ago",
         ],
         rows,

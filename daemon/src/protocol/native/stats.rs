@@ -76,6 +76,7 @@ fn follower(stats: FollowerStats) -> wire::FollowerStats {
         address: stats.address,
         durable_end: stats.durable_end,
         lag_messages: stats.lag_messages,
+        journal_lag_entries: stats.journal_lag_entries,
         answered_ms_ago: stats.answered_ms_ago,
     }
 }
