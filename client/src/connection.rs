@@ -408,6 +408,21 @@ fn handshake(
             {
                 return Err(failed(&format!("no answer within {CONNECT_TIMEOUT:?}")))
             }
+            // The connection itself failed (a node that died while it was being reached, say):
+            // worth another attempt, which a failed verification is not.
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionRefused
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::BrokenPipe
+                        | std::io::ErrorKind::NotConnected
+                ) =>
+            {
+                let source = std::io::Error::new(error.kind(), format!("{error} during the TLS handshake"));
+                return Err(Error::Connect { address: address.to_owned(), source });
+            }
             Err(error) => return Err(failed(&error)),
         }
     }

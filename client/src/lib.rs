@@ -546,6 +546,7 @@ impl Client {
         let mut backoff = Backoff::new(retry);
         let mut attempts = 0;
         let mut routings = 1;
+        let started = Instant::now();
         let timeout = self.request_timeout + wait;
         let deadline = Instant::now() + timeout;
         let exceeded = |last: Option<&Error>| {
@@ -585,7 +586,9 @@ impl Client {
                         timer::sleep(delay).await;
                     }
                 }
-                _ if retry::is_retryable(&error) && attempts < retry.attempts_max => {
+                _ if retry::is_retryable(&error)
+                    && (attempts < retry.attempts_max || started.elapsed() < retry.retry_for_min) =>
+                {
                     if retry::needs_new_route(&error) {
                         self.forget(resource, name);
                     }
@@ -952,6 +955,7 @@ mod tests {
         delay_multiplier: 2.0,
         delay_max: Duration::from_millis(10),
         attempts_max: retry::RETRY_ATTEMPTS_MAX,
+        retry_for_min: Duration::ZERO,
     };
 
     fn client(daemon: &FakeDaemon) -> Client {
@@ -989,6 +993,15 @@ mod tests {
         let error = publish(&client(&daemon)).unwrap_err();
         assert_eq!(error.code(), ErrorCode::Unavailable);
         assert_eq!(daemon.seen(|seen| seen.publishes), 5);
+    }
+
+    #[test]
+    fn retries_go_on_past_five_attempts_for_as_long_as_a_failover_may_take() {
+        let daemon = FakeDaemon::start(&[Next::Refuse(ErrorCode::Unavailable); 20]);
+        let lasting = RetrySettings { retry_for_min: Duration::from_secs(30), ..FAST };
+        let client = client(&daemon).with_retry(lasting, lasting);
+        assert_eq!(publish(&client).unwrap(), vec![7]);
+        assert_eq!(daemon.seen(|seen| seen.publishes), 21);
     }
 
     #[test]

@@ -18,8 +18,12 @@ pub const RETRY_DELAY_MULTIPLIER_PUBLISH: f64 = 4.0;
 /// For pull, acknowledge and modify-ack-deadline.
 pub const RETRY_DELAY_MULTIPLIER: f64 = 1.3;
 pub const RETRY_DELAY_MAX: Duration = Duration::from_secs(60);
-/// Attempts in all, the first included.
+/// Attempts in all, the first included, unless `RETRY_FOR_MIN` has not passed yet.
 pub const RETRY_ATTEMPTS_MAX: usize = 5;
+/// How long retries go on whatever their count: a cluster replaces a lost topic leader within
+/// 10 s, and five attempts with full jitter may all fall within its first second. (Google's
+/// clients bound retries by time alone.)
+pub const RETRY_FOR_MIN: Duration = Duration::from_secs(10);
 
 const _: () = assert!(RETRY_DELAY_INITIAL.as_nanos() <= RETRY_DELAY_MAX.as_nanos());
 const _: () = assert!(RETRY_ATTEMPTS_MAX >= 1);
@@ -30,7 +34,11 @@ pub struct RetrySettings {
     pub delay_initial: Duration,
     pub delay_multiplier: f64,
     pub delay_max: Duration,
+    /// Attempts in all, the first included: no more once `retry_for_min` has passed.
     pub attempts_max: usize,
+    /// Since the first attempt: until then a retryable failure is retried whatever the count
+    /// (within the request's deadline).
+    pub retry_for_min: Duration,
 }
 
 impl RetrySettings {
@@ -39,15 +47,18 @@ impl RetrySettings {
         delay_multiplier: RETRY_DELAY_MULTIPLIER_PUBLISH,
         delay_max: RETRY_DELAY_MAX,
         attempts_max: RETRY_ATTEMPTS_MAX,
+        retry_for_min: RETRY_FOR_MIN,
     };
     pub const SUBSCRIBE: RetrySettings = RetrySettings {
         delay_initial: RETRY_DELAY_INITIAL,
         delay_multiplier: RETRY_DELAY_MULTIPLIER,
         delay_max: RETRY_DELAY_MAX,
         attempts_max: RETRY_ATTEMPTS_MAX,
+        retry_for_min: RETRY_FOR_MIN,
     };
     /// One attempt: every failure is returned at once.
-    pub const NONE: RetrySettings = RetrySettings { attempts_max: 1, ..RetrySettings::PUBLISH };
+    pub const NONE: RetrySettings =
+        RetrySettings { attempts_max: 1, retry_for_min: Duration::ZERO, ..RetrySettings::PUBLISH };
 }
 
 /// Whether a failed attempt is worth another: the connection failed (the request may or may not

@@ -124,6 +124,11 @@ struct Flags {
     /// unless auth is off
     #[argh(option)]
     cluster_secret_file: Option<PathBuf>,
+    /// with --cluster and TLS on (--tls-cert): the CA (PEM) the other nodes' certificates chain
+    /// to, so that forwarders replicate to each other over TLS (without it, topics get one
+    /// replica)
+    #[argh(option)]
+    cluster_ca: Option<PathBuf>,
 }
 
 /// The access and TLS settings the flags set; the TLS files are read when the shards start.
@@ -434,13 +439,30 @@ fn main() {
                  without it, anyone who reaches a cluster port could act as a node",
             );
         }
-        let cluster = ringpost_daemon::ClusterSettings { node_id: flags.node_id, addresses, secret };
+        if flags.cluster_ca.is_some() && config.tls.is_none() {
+            usage_error(
+                "--cluster-ca is the CA of the nodes' TLS certificates: give --tls-cert and --tls-key too",
+            );
+        }
+        if let Some(ca) = &flags.cluster_ca {
+            if let Err(why) = ringpost_daemon::protocol::native::tls::replication_client_config(ca) {
+                usage_error(&format!("--cluster-ca: {why}"));
+            }
+        }
+        let cluster = ringpost_daemon::ClusterSettings {
+            node_id: flags.node_id,
+            addresses,
+            secret,
+            ca: flags.cluster_ca.clone(),
+        };
         if let Err(why) = cluster.check() {
             usage_error(&why);
         }
         config.cluster = Some(cluster);
     } else if flags.node_id != 1 {
         usage_error("--node-id needs --cluster");
+    } else if flags.cluster_ca.is_some() {
+        usage_error("--cluster-ca needs --cluster");
     }
     let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     let shards = config.shards;

@@ -105,6 +105,13 @@ fn start_forwarder_shard(
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let cluster = config.cluster.as_ref().map(|cluster| (cluster.node_id, cluster.secret.clone()));
+    // Replication over TLS when the forwarders' ports take it and the nodes' CA is given;
+    // without the CA, the router gives topics one replica.
+    let replication_tls =
+        match (&tls_settings, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
+            (Some(_), Some(ca)) => Some(protocol::native::tls::replication_client_config(ca)?),
+            _ => None,
+        };
     LocalExecutorBuilder::new(placement)
         .name(&format!("forwarder-{shard}"))
         .io_memory(config.io_memory_bytes)
@@ -154,8 +161,10 @@ fn start_forwarder_shard(
             if let Some((node_id, secret)) = &cluster {
                 // Sources replicate from this shard straight to the other nodes' forwarders.
                 forwarder.replica_context.node_id.set(*node_id);
-                let transport =
-                    protocol::native::replica::NativeTransport::new(secret.as_deref().map(Rc::from));
+                let transport = protocol::native::replica::NativeTransport::new(
+                    secret.as_deref().map(Rc::from),
+                    replication_tls.clone(),
+                );
                 *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport));
             }
             forwarder.set_journals_open_max(journals_open_max);

@@ -70,6 +70,10 @@ pub struct ClusterSettings {
     /// The secret every node presents on the others' cluster ports (`--cluster-secret-file`);
     /// without one, the cluster port answers whoever reaches it.
     pub secret: Option<String>,
+    /// With TLS on the forwarders' ports, the CA the other nodes' certificates chain to
+    /// (`--cluster-ca`): forwarders replicate to each other over TLS, verifying them against
+    /// it. Without it, topics get one replica.
+    pub ca: Option<std::path::PathBuf>,
 }
 
 /// Most voters a cluster's catalog takes: Raft's quorums grow with them, and 3 or 5 survive

@@ -70,6 +70,7 @@ pub(super) fn start_router_shard(
     let balance_factor = config.balance_factor;
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
+    let replication_over_tls = config.cluster.as_ref().is_some_and(|cluster| cluster.ca.is_some());
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -146,10 +147,19 @@ pub(super) fn start_router_shard(
             );
             if let Some((_, pool)) = &peers {
                 router.set_peers(Rc::new(pool.clone()));
-                if tls_settings.is_some() {
-                    // Forwarders replicate to each other in plaintext, which a TLS port refuses.
+                if tls_settings.is_some() && !replication_over_tls {
+                    // Forwarders would replicate to each other in plaintext, which a TLS port
+                    // refuses.
                     router.refuse_replication(
-                        "the forwarders' ports take TLS, and replication between nodes runs in plaintext only",
+                        "the forwarders' ports take TLS and no --cluster-ca says how to verify the other nodes' certificates",
+                    );
+                } else if tls_settings.as_ref().is_some_and(|tls| {
+                    tls.client_certificates == protocol::native::tls::ClientCertificates::Required
+                }) {
+                    // A replicating forwarder authenticates with the cluster's secret and
+                    // presents no certificate, which these ports would refuse.
+                    router.refuse_replication(
+                        "the forwarders' ports require client certificates, which replication between nodes does not present",
                     );
                 }
             }

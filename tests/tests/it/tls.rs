@@ -307,3 +307,80 @@ fn a_limit_refusal_on_a_tls_port_is_read_by_name() {
     assert!(said.contains("ResourceExhausted") && said.contains("connections_per_peer_max"), "{said}");
     drop(held);
 }
+
+/// With TLS on every port, three nodes given the CA of their certificates (`--cluster-ca`)
+/// replicate a topic to each other over TLS: a publish is acknowledged by a quorum, the
+/// followers hold it, and when the leader's node is SIGKILLed another replica serves it all.
+#[test]
+fn forwarders_replicate_over_tls_with_the_clusters_ca() {
+    let directory = ringpost_tests::temporary_directory("tls-cluster");
+    let ca = TestCa::new(&directory, "cluster");
+    let mut args = tls_flags(&ca.server());
+    args.extend(flags(&["--cluster-ca", &text(&ca.file)]));
+    let mut cluster = ringpost_tests::cluster::Cluster::start("tls-replication", 3, args);
+    let connect = |address: &str| {
+        block_on(Client::connect_with_security(
+            address,
+            ringpost_client::PoolSettings::default(),
+            Duration::from_secs(30),
+            trusting(&ca),
+        ))
+        .expect("connecting over TLS")
+    };
+    let client = connect(&cluster.node(1).address);
+    let topic = ringpost_client::Topic { name: "over-tls".into(), ..Default::default() };
+    let created =
+        block_on(client.create_topic_replicated(topic, 3)).expect("a topic of three replicas over TLS");
+    assert_eq!(created.name, "over-tls");
+    ringpost_tests::create_subscription(&client, "over-tls-sub", "over-tls", 10);
+    let first: Vec<Message> = (0..100).map(|i| Message::new(format!("before-{i}"))).collect();
+    block_on(client.publish("over-tls", first)).expect("publishing to a topic replicated over TLS");
+
+    // The leader's stats show its followers (those running) holding everything.
+    let leader_of = |cluster: &ringpost_tests::cluster::Cluster| -> (u64, ringpost_client::ReplicaStats) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            for id in cluster.ids().filter(|id| cluster.is_running(*id)) {
+                let Ok(stats) = block_on(connect(&cluster.node(id).address).stats()) else { continue };
+                let leading = stats
+                    .topics
+                    .into_iter()
+                    .filter(|topic| topic.name.ends_with("over-tls"))
+                    .find_map(|topic| topic.replication.filter(|replica| replica.leader));
+                if let Some(replica) = leading {
+                    let caught_up =
+                        replica.followers.iter().filter(|follower| follower.lag_messages == 0).count();
+                    if caught_up + 1 == cluster.ids().filter(|id| cluster.is_running(*id)).count() {
+                        return (id, replica);
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader with its followers caught up:\n{}", cluster.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let (leader, replica) = leader_of(&cluster);
+    assert_eq!(replica.followers.len(), 2, "{replica:?}");
+    assert!(replica.committed_end >= 100, "{replica:?}");
+
+    cluster.node_mut(leader).kill();
+    let survivor = cluster.ids().find(|id| *id != leader).unwrap();
+    let client = connect(&cluster.node(survivor).address);
+    let second: Vec<Message> = (0..100).map(|i| Message::new(format!("after-{i}"))).collect();
+    block_on(client.publish("over-tls", second)).expect("publishing after the leader's node died");
+    let (new_leader, _) = leader_of(&cluster);
+    assert_ne!(new_leader, leader);
+    let mut delivered = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered.len() < 200 {
+        assert!(Instant::now() < deadline, "{} of 200 delivered:\n{}", delivered.len(), cluster.logs());
+        let messages = block_on(client.pull("over-tls-sub", 100, 1000)).unwrap_or_default();
+        let ack_ids: Vec<String> = messages.iter().map(|message| message.ack_id.clone()).collect();
+        delivered.extend(messages.into_iter().map(|message| String::from_utf8(message.data).unwrap()));
+        if !ack_ids.is_empty() {
+            let _ = block_on(client.acknowledge("over-tls-sub", ack_ids));
+        }
+    }
+    assert!(delivered.iter().all(|data| data.starts_with("before-") || data.starts_with("after-")));
+    let _ = std::fs::remove_dir_all(&directory);
+}

@@ -3,14 +3,14 @@
 //! other core. One connection per shard and follower forwarder carries the requests of every
 //! topic they share, pipelined and written together (batched per pair), each a `Replica`
 //! frame whose `PeerMessage` body holds `replication::protocol`'s encoding. The connection
-//! presents the cluster's secret first; it is dropped on any failure and made again by the
-//! next request.
+//! presents the cluster's secret first (inside TLS when the forwarders' ports take it,
+//! `--cluster-ca`); it is dropped on any failure and made again by the next request.
 
 use crate::api::{Code, Status};
 use crate::replication::protocol::{ReplicaAnswer, ReplicaRequest};
 use crate::replication::source::{AnswerFuture, Peer, Transport};
 use crate::sync::{oneshot, Notify, Sender};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
 use ringpost_wire::frame::{access_body, decode_error, FrameBuffer, FrameHeader, FLAG_ERROR, FLAG_RESPONSE};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
@@ -34,12 +34,17 @@ pub const REPLICA_BYTES_IN_FLIGHT_MAX: usize = 64 << 20;
 /// A shard's connections to the forwarders it replicates to, by address.
 pub struct NativeTransport {
     secret: Option<Rc<str>>,
+    /// TLS to the other forwarders, when their ports take it.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     channels: RefCell<HashMap<String, Rc<Channel>>>,
 }
 
 impl NativeTransport {
-    pub fn new(secret: Option<Rc<str>>) -> Rc<NativeTransport> {
-        Rc::new(NativeTransport { secret, channels: RefCell::default() })
+    pub fn new(
+        secret: Option<Rc<str>>,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Rc<NativeTransport> {
+        Rc::new(NativeTransport { secret, tls, channels: RefCell::default() })
     }
 
     fn channel(self: &Rc<Self>, address: &str) -> Rc<Channel> {
@@ -58,7 +63,7 @@ impl NativeTransport {
         self.channels.borrow_mut().insert(address.to_owned(), channel.clone());
         let (transport, address, opened) = (self.clone(), address.to_owned(), channel.clone());
         crate::runtime::spawn(async move {
-            let why = opened.run(&address, transport.secret.clone()).await;
+            let why = opened.run(&address, transport.secret.clone(), transport.tls.clone()).await;
             opened.fail(&format!("the connection to {address} failed: {why}"));
             let mut channels = transport.channels.borrow_mut();
             if channels.get(&address).is_some_and(|current| Rc::ptr_eq(current, &opened)) {
@@ -163,27 +168,58 @@ impl Channel {
         self.wake_writer.notify_all();
     }
 
-    /// Connects, presents the secret, then writes what is queued and reads answers until
-    /// either fails; returns why.
-    async fn run(&self, address: &str, secret: Option<Rc<str>>) -> String {
+    /// Connects (and makes a TLS session, with `tls`), presents the secret, then writes what
+    /// is queued and reads answers until either fails; returns why.
+    async fn run(
+        &self,
+        address: &str,
+        secret: Option<Rc<str>>,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> String {
         let connected = futures_lite::future::or(
-            async { TcpStream::connect(address).await.map_err(|error| error.to_string()) },
+            async {
+                let stream = TcpStream::connect(address).await.map_err(|error| error.to_string())?;
+                let _ = stream.set_nodelay(true);
+                let Some(config) = tls else { return Ok(Err(stream)) };
+                let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|error| format!("{host} is not a name TLS can verify: {error}"))?;
+                let session = futures_rustls::TlsConnector::from(config)
+                    .connect(name, stream)
+                    .await
+                    .map_err(|error| format!("the TLS handshake failed: {error}"))?;
+                Ok(Ok(session))
+            },
             async {
                 crate::runtime::sleep(REPLICA_CONNECT_TIMEOUT).await;
                 Err("it took longer than REPLICA_CONNECT_TIMEOUT".to_owned())
             },
         )
         .await;
-        let stream = match connected {
-            Ok(stream) => stream,
-            Err(why) => return format!("connecting: {why}"),
-        };
-        let _ = stream.set_nodelay(true);
+        match connected {
+            Ok(Ok(session)) => self.exchange(session, secret).await,
+            Ok(Err(stream)) => self.exchange(stream, secret).await,
+            Err(why) => format!("connecting: {why}"),
+        }
+    }
+
+    /// Presents the secret on `stream`, then writes what is queued and reads answers until
+    /// either fails; returns why.
+    async fn exchange<T: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        stream: T,
+        secret: Option<Rc<str>>,
+    ) -> String {
         let (mut reader, mut writer) = futures_lite::io::split(stream);
         if let Some(secret) = secret {
             let request = AuthenticateRequest { token: secret.to_string() };
             let frame = ringpost_wire::encode_frame(Command::Authenticate.code(), 0, 1, &request);
             if let Err(error) = writer.write_all(frame.as_ref()).await {
+                return format!("authenticating: {error}");
+            }
+            // A TLS session holds what it was given until flushed.
+            if let Err(error) = writer.flush().await {
                 return format!("authenticating: {error}");
             }
         }
@@ -203,6 +239,9 @@ impl Channel {
                     bytes.extend_from_slice(frame.as_ref());
                 }
                 if let Err(error) = writer.write_all(&bytes).await {
+                    return format!("writing: {error}");
+                }
+                if let Err(error) = writer.flush().await {
                     return format!("writing: {error}");
                 }
             }
@@ -238,8 +277,8 @@ impl Channel {
     }
 }
 
-async fn read_frame(
-    reader: &mut futures_lite::io::ReadHalf<TcpStream>,
+async fn read_frame<T: AsyncRead + Unpin>(
+    reader: &mut futures_lite::io::ReadHalf<T>,
 ) -> Result<(FrameHeader, FrameBuffer), String> {
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     reader.read_exact(&mut header_bytes).await.map_err(|error| format!("reading: {error}"))?;

@@ -158,6 +158,24 @@ fn server_config(settings: &TlsSettings) -> Result<rustls::ServerConfig, String>
     })
 }
 
+/// How a forwarder reaches the other nodes' forwarders when their ports take TLS: their
+/// certificates verified against the cluster's CA (`--cluster-ca`) and the name or address it
+/// dials. It presents no certificate of its own: it authenticates with the cluster's secret,
+/// inside the TLS session.
+pub fn replication_client_config(cluster_ca: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in certificates(cluster_ca)? {
+        roots.add(certificate).map_err(|error| format!("{}: {error}", cluster_ca.display()))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS protocol versions: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// The principal a verified client certificate names: its first DNS subject alternative
 /// name, else its first URI one, else its subject's common name.
 pub fn certificate_identity(certificate: &CertificateDer<'_>) -> Option<String> {
