@@ -1,6 +1,7 @@
 //! Three `ringpostd` nodes on this machine as one cluster (`ringpost_tests::cluster`): one
 //! catalog leader, one catalog on every node, topics spread over the nodes and reached through
-//! any router; the catalog leader killed under running publishers; a quorum lost and regained.
+//! any router; the catalog leader killed and restarted under running publishers and a streaming
+//! subscriber, none of them interrupted; a quorum lost and regained.
 
 use ringpost_client::{block_on, Client, ErrorCode, Message};
 use ringpost_tests::cluster::Cluster;
@@ -195,6 +196,42 @@ fn killing_the_catalog_leader_does_not_stop_established_publishers() {
     let admin = cluster.node(survivors[0]).client();
     let mut on_leaders_topic = publish(&admin, &leaders_topic, 1_000_000, 10);
 
+    // A streaming subscriber of the first topic, through a node that stays, on a subscription
+    // of its own made before anything is published to it: it must get every acknowledged
+    // publish, its stream never failing, across the catalog leader's death and restart.
+    let live_topic = published_topics[0].clone();
+    let live_subscription = format!("{live_topic}-live");
+    create_subscription(&admin, &live_subscription, &live_topic, 10);
+    let live_received = Arc::new(Mutex::new(HashSet::<Vec<u8>>::new()));
+    let live_failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let live_stop = Arc::new(AtomicBool::new(false));
+    let live = {
+        let client = cluster.node(survivors[0]).client();
+        let (received, failures, stop) = (live_received.clone(), live_failures.clone(), live_stop.clone());
+        let subscription = live_subscription.clone();
+        std::thread::spawn(move || {
+            let settings = ringpost_client::StreamSettings::default();
+            let mut stream = match block_on(client.streaming_pull(&subscription, settings)) {
+                Ok(stream) => stream,
+                Err(error) => return failures.lock().unwrap().push(format!("opening: {error}")),
+            };
+            while !stop.load(Ordering::Relaxed) {
+                let batch = match block_on(stream.next()) {
+                    Some(Ok(batch)) => batch,
+                    Some(Err(error)) => {
+                        return failures.lock().unwrap().push(format!("the stream failed: {error}"))
+                    }
+                    None => return failures.lock().unwrap().push("the stream ended".to_owned()),
+                };
+                let ack_ids = batch.iter().map(|message| message.ack_id.clone()).collect();
+                received.lock().unwrap().extend(batch.into_iter().map(|message| message.data));
+                if let Err(error) = block_on(client.acknowledge(&subscription, ack_ids)) {
+                    failures.lock().unwrap().push(format!("acknowledging: {error}"));
+                }
+            }
+        })
+    };
+
     // A publisher per topic, through the routers of the nodes that stay, publishing until told.
     let stop = Arc::new(AtomicBool::new(false));
     let acknowledged = Arc::new(AtomicU64::new(0));
@@ -283,6 +320,22 @@ fn killing_the_catalog_leader_does_not_stop_established_publishers() {
             record.slowest
         );
         assert!(record.failures.is_empty(), "{topic}: publishes failed: {:?}", record.failures);
+        if *topic == live_topic {
+            // The streaming subscriber catches up with everything acknowledged.
+            eventually(Duration::from_secs(30), "the streaming subscriber gets every publish", || {
+                let received = live_received.lock().unwrap();
+                record.acknowledged.values().all(|data| received.contains(data))
+            });
+            // It stops at its next batch, or with the cluster (what it says then is not read).
+            live_stop.store(true, Ordering::Relaxed);
+            assert!(!live.is_finished(), "the streaming subscriber stopped early");
+            let failures = live_failures.lock().unwrap();
+            assert!(failures.is_empty(), "the streaming subscriber failed: {failures:?}");
+            eprintln!(
+                "{topic}: a streaming subscriber got all {} through the catalog leader's death",
+                record.acknowledged.len()
+            );
+        }
         let delivered = drain(&reader, &format!("{topic}-sub"), true);
         assert_eq!(delivered.len(), record.acknowledged.len(), "{topic}: delivered and acknowledged counts");
         assert_eq!(
