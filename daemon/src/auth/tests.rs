@@ -520,3 +520,19 @@ fn a_generated_token_authenticates_through_its_access_line() {
     assert!(access.check(&carol, Permission::TopicsPublish, "t").is_ok());
     assert!(access.authenticate_token(&token::generate()).is_err());
 }
+
+#[test]
+fn another_node_presenting_the_clusters_secret_may_act_as_a_node() {
+    let secret = "rpt_a-test-secret-of-the-clusters-nodes-0123456789";
+    let access = Access::open(&AccessSettings { mode: Mode::Required, file: None })
+        .unwrap()
+        .with_cluster_secret(Some(secret));
+    let node = access.authenticate_token(secret).expect("the cluster's secret authenticates");
+    assert!(access.is_cluster_peer(&node));
+    assert!(access.check(&node, Permission::DaemonStats, "").is_ok());
+    // A principal named like the cluster's, without its secret, is nobody special.
+    assert_eq!(
+        access.check(&named(CLUSTER_PRINCIPAL), Permission::DaemonStats, "").unwrap_err().code,
+        Code::PermissionDenied
+    );
+}

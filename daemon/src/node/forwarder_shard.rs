@@ -105,6 +105,15 @@ fn start_forwarder_shard(
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let cluster = config.cluster.as_ref().map(|cluster| (cluster.node_id, cluster.secret.clone()));
+    // Where this node's router is reached from here (an unspecified listen address is this
+    // host).
+    let router_address = {
+        let mut listen = config.listen;
+        if listen.ip().is_unspecified() {
+            listen.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        listen.to_string()
+    };
     // Replication over TLS when the forwarders' ports take it and the nodes' CA is given;
     // without the CA, the router gives topics one replica.
     let replication_tls =
@@ -165,7 +174,13 @@ fn start_forwarder_shard(
                     secret.as_deref().map(Rc::from),
                     replication_tls.clone(),
                 );
-                *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport));
+                *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport.clone()));
+                // Dead letters for a topic another node leads go there, looked up through this
+                // node's router.
+                forwarder.dead_letters.set_remote(Rc::new(protocol::native::replica::RemoteDeadLetters {
+                    transport,
+                    router: router_address.clone(),
+                }));
             }
             forwarder.set_journals_open_max(journals_open_max);
             forwarder.set_quarantine_damaged(quarantine_damaged);

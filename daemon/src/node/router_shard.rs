@@ -71,6 +71,7 @@ pub(super) fn start_router_shard(
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let replication_over_tls = config.cluster.as_ref().is_some_and(|cluster| cluster.ca.is_some());
+    let cluster_secret = config.cluster.as_ref().and_then(|cluster| cluster.secret.clone());
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -98,11 +99,16 @@ pub(super) fn start_router_shard(
             }
             let directories = log::Directories::new(data_dirs);
             let storage = storage::dma::DmaStorage;
-            let security =
-                match protocol::native::server::Security::open(&access_settings, tls_settings.as_ref()) {
-                    Ok(security) => security,
-                    Err(error) => return fail(error),
-                };
+            // Forwarders of this node present the cluster's secret here to look up topics
+            // another node leads (their dead letters).
+            let security = match protocol::native::server::Security::open_with_cluster(
+                &access_settings,
+                tls_settings.as_ref(),
+                cluster_secret.as_deref(),
+            ) {
+                Ok(security) => security,
+                Err(error) => return fail(error),
+            };
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
             let opened = match &cluster {

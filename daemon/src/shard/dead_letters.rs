@@ -107,14 +107,27 @@ impl PeerLink {
     }
 }
 
-/// Publishes dead letters on whichever forwarder shard serves their topic.
+/// Where dead letters go whose topic no shard of this node serves: in a cluster, the node
+/// that leads it (the network's part, `protocol::native::replica::RemoteDeadLetters`).
+pub trait RemotePublisher {
+    fn publish(&self, topic: Box<str>, messages: Vec<DeadLetter>) -> LocalFuture<'_, Result<(), Status>>;
+}
+
+/// Publishes dead letters on whichever forwarder shard serves their topic, of this node or,
+/// in a cluster, of another.
 #[derive(Default)]
 pub struct ShardPublisher {
     local: RefCell<Option<Weak<dyn LocalPublisher>>>,
     peers: RefCell<Vec<Rc<PeerLink>>>,
+    remote: RefCell<Option<Rc<dyn RemotePublisher>>>,
 }
 
 impl ShardPublisher {
+    /// Dead letters no shard here takes go to `remote` (a node of a cluster).
+    pub fn set_remote(&self, remote: Rc<dyn RemotePublisher>) {
+        *self.remote.borrow_mut() = Some(remote);
+    }
+
     /// Connects this shard's ends of the dead-letter channels, each in its own task (a
     /// connection waits for the other shard's end), and serves the publishes other shards send
     /// here on `local`.
@@ -169,7 +182,13 @@ impl Publisher for ShardPublisher {
                     result => return result,
                 }
             }
-            Err(Status::not_found(format!("no forwarder shard serves dead-letter topic '{topic}'")))
+            let remote = self.remote.borrow().clone();
+            match remote {
+                Some(remote) => remote.publish(topic, messages).await,
+                None => {
+                    Err(Status::not_found(format!("no forwarder shard serves dead-letter topic '{topic}'")))
+                }
+            }
         })
     }
 }

@@ -442,3 +442,58 @@ fn a_catalog_leader_without_its_followers_answers_and_what_it_decides_later_is_w
         assert_eq!(drain(&client, "without-a-quorum-sub", true), published);
     }
 }
+
+/// A subscription's dead letters reach a dead-letter topic that another node leads: its
+/// forwarder looks the topic up through its own router and publishes there.
+#[test]
+fn dead_letters_reach_a_topic_another_node_leads() {
+    let cluster = Cluster::start("cluster-dead-letters", 3, Vec::new());
+    let client = cluster.node(1).client();
+    block_on(client.create_topic("letters")).unwrap();
+    // Dead-letter topics until one is led by another node than the source's leader.
+    let mut dead_letter_topic = None;
+    for index in 0..12 {
+        let topic = format!("letters-dead-{index}");
+        block_on(client.create_topic(&topic)).unwrap();
+        let owners = owners(&cluster);
+        if owners.get(&topic).is_some_and(|node| Some(node) != owners.get("letters")) {
+            dead_letter_topic = Some(topic);
+            break;
+        }
+    }
+    let dead_letter_topic = dead_letter_topic.expect("twelve topics all led by the source's node");
+    create_subscription(&client, "letters-dead-sub", &dead_letter_topic, 60);
+    succeeded(&cluster.node(2).cli(&[
+        "sub",
+        "create",
+        "letters-sub",
+        "--topic",
+        "letters",
+        "--dead-letter-topic",
+        &dead_letter_topic,
+        "--max-delivery-attempts",
+        "5",
+    ]));
+    let sent: HashSet<Vec<u8>> = (0..3).map(|index| format!("letter-{index}").into_bytes()).collect();
+    block_on(client.publish("letters", sent.iter().cloned().map(Message::new).collect())).unwrap();
+
+    // Refused five times each, then they go to the dead-letter topic on the other node.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut dead = HashSet::new();
+    while dead != sent {
+        assert!(Instant::now() < deadline, "dead letters received: {dead:?}\n{}", cluster.logs());
+        let refused = block_on(client.pull("letters-sub", 10, 200)).unwrap();
+        if !refused.is_empty() {
+            let ack_ids = refused.into_iter().map(|message| message.ack_id).collect();
+            block_on(client.nack("letters-sub", ack_ids)).unwrap();
+        }
+        for message in block_on(client.pull("letters-dead-sub", 10, 200)).unwrap() {
+            let source = message
+                .attributes
+                .iter()
+                .find(|attribute| attribute.key == "CloudPubSubDeadLetterSourceSubscription");
+            assert!(source.is_some_and(|source| source.value.ends_with("letters-sub")), "{message:?}");
+            dead.insert(message.data);
+        }
+    }
+}

@@ -75,12 +75,51 @@ impl NativeTransport {
     }
 }
 
+impl NativeTransport {
+    /// One request of the native protocol's own (`command`, `body`) to the port at `address`,
+    /// on the connection replication uses, its answer decoded as `Resp`.
+    pub async fn request<Req: ringpost_wire::frame::Body, Resp>(
+        self: &Rc<Self>,
+        address: &str,
+        command: Command,
+        body: &Req,
+    ) -> Result<Resp, Status>
+    where
+        Resp: rkyv::Archive,
+        Resp::Archived: rkyv::Portable
+            + for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
+            + rkyv::Deserialize<Resp, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
+    {
+        let channel = self.channel(address);
+        let body = channel
+            .call(|request_id| ringpost_wire::encode_frame(command.code(), 0, request_id, body))
+            .await?;
+        ringpost_wire::frame::decode_body::<Resp>(&body).map_err(Status::from)
+    }
+}
+
 impl Transport for Rc<NativeTransport> {
     fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
         let channel = self.channel(&peer.address);
         let shard = peer.shard;
         Box::pin(async move {
-            let bytes = channel.call(request.encode()).await.map_err(|status| {
+            let bytes = request.encode();
+            let answer = channel
+                .call(move |request_id| {
+                    ringpost_wire::encode_frame(
+                        Command::Replica.code(),
+                        0,
+                        request_id,
+                        &PeerMessage { bytes },
+                    )
+                })
+                .await
+                .and_then(|body| {
+                    access_body::<PeerMessage>(&body)
+                        .map(|message| message.bytes.as_slice().to_vec())
+                        .map_err(Status::from)
+                });
+            let bytes = answer.map_err(|status| {
                 Status::new(status.code, format!("replica shard {shard:#x}: {}", status.message))
             })?;
             ReplicaAnswer::decode(&bytes).map_err(|why| {
@@ -94,7 +133,7 @@ impl Transport for Rc<NativeTransport> {
 }
 
 /// Where a request's answer goes: its body, or the status it failed with.
-type AnswerSender = Sender<Result<Vec<u8>, Status>>;
+type AnswerSender = Sender<Result<FrameBuffer, Status>>;
 
 /// One connection: frames queued for its writer, and the requests waiting for answers.
 struct Channel {
@@ -110,8 +149,12 @@ struct Channel {
 }
 
 impl Channel {
-    async fn call(&self, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
-        let size = bytes.len();
+    /// Sends the frame `encode` makes for its request id, and waits for the answer's body.
+    async fn call(&self, encode: impl FnOnce(u64) -> FrameBuffer) -> Result<FrameBuffer, Status> {
+        let request_id = self.next_request.get();
+        self.next_request.set(request_id + 1);
+        let frame = encode(request_id);
+        let size = frame.len();
         loop {
             let room = self.room.notified();
             if self.broken.get() {
@@ -125,10 +168,6 @@ impl Channel {
             }
             futures_lite::future::or(room, crate::runtime::sleep(REPLICA_REQUEST_TIMEOUT)).await;
         }
-        let request_id = self.next_request.get();
-        self.next_request.set(request_id + 1);
-        let frame =
-            ringpost_wire::encode_frame(Command::Replica.code(), 0, request_id, &PeerMessage { bytes });
         let (sender, receiver) = oneshot();
         self.waiting.borrow_mut().insert(request_id, (size, sender));
         self.in_flight_bytes.set(self.in_flight_bytes.get() + size);
@@ -264,10 +303,7 @@ impl Channel {
                             sender.send(Err(Status::from(decode_error(&body))));
                             continue;
                         }
-                        let answer = access_body::<PeerMessage>(&body)
-                            .map(|message| message.bytes.as_slice().to_vec())
-                            .map_err(Status::from);
-                        sender.send(answer);
+                        sender.send(Ok(body));
                     }
                     Err(why) => return why,
                 }
@@ -292,4 +328,61 @@ async fn read_frame<T: AsyncRead + Unpin>(
     body.resize(length, 0);
     reader.read_exact(&mut body).await.map_err(|error| format!("reading: {error}"))?;
     Ok((header, body))
+}
+
+/// Dead letters for a topic no shard of this node serves (`shard::dead_letters`): the topic
+/// is looked up through this node's router and the letters published on the forwarder that
+/// leads it, over the connections replication uses (the cluster's secret presented first).
+pub struct RemoteDeadLetters {
+    pub transport: Rc<NativeTransport>,
+    /// This node's router, where the lookup goes.
+    pub router: String,
+}
+
+impl crate::shard::dead_letters::RemotePublisher for RemoteDeadLetters {
+    fn publish(
+        &self,
+        topic: Box<str>,
+        messages: Vec<crate::subscription::dead_letter::DeadLetter>,
+    ) -> crate::subscription::dead_letter::LocalFuture<'_, Result<(), Status>> {
+        use ringpost_wire::messages::{
+            Attribute, LookupResponse, NameRequest, PublishRequest, PublishResponse, PubsubMessage,
+        };
+        Box::pin(async move {
+            let lookup: LookupResponse = self
+                .transport
+                .request(&self.router, Command::LookupTopic, &NameRequest { name: topic.to_string() })
+                .await?;
+            let request = PublishRequest {
+                topic: topic.to_string(),
+                messages: messages
+                    .into_iter()
+                    .map(|message| PubsubMessage {
+                        data: message.data,
+                        attributes: message
+                            .attributes
+                            .into_iter()
+                            .map(|(key, value)| Attribute { key, value })
+                            .collect(),
+                        ordering_key: message.ordering_key,
+                    })
+                    .collect(),
+            };
+            // The list in the router's order: the leader first, the other replicas after it
+            // for when the first has just failed.
+            let mut last = Status::unavailable(format!("no forwarder serves dead-letter topic '{topic}'"));
+            for forwarder in &lookup.forwarders {
+                match self
+                    .transport
+                    .request::<_, PublishResponse>(&forwarder.address, Command::Publish, &request)
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => last = status,
+                    Err(status) => return Err(status),
+                }
+            }
+            Err(last)
+        })
+    }
 }
