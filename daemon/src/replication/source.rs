@@ -435,7 +435,14 @@ impl Leader {
             let committed_sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
             let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
             let sent_at = crate::runtime::now();
-            let answer = Box::pin(exchange(self.clone(), transport.clone(), peer.clone(), request));
+            // A task of its own, so that the request goes now rather than when it reaches the
+            // front of the window; dropping the window cancels what did not go yet.
+            let answer: Exchange = Box::pin(crate::runtime::spawn(exchange(
+                self.clone(),
+                transport.clone(),
+                peer.clone(),
+                request,
+            )));
             in_flight.push_back((answer, committed_sent, sent_at));
         }
     }
