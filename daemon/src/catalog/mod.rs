@@ -362,8 +362,10 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// On the catalog's leader, the voters it heard from (a heartbeat or a replication
-    /// answered) within `within`, itself included; None on a follower, or on a leader that has
-    /// led for less than `within` (it cannot tell yet who is gone).
+    /// answered) within `within`, itself included; None on a follower, on a leader that has
+    /// led for less than `within` (it cannot tell yet who is gone), and on one that heard from
+    /// fewer than a majority: it is more likely the one cut off than they all gone, and what it
+    /// would start on their account (fencing rounds) could only depose leaders they reach.
     pub fn voters_heard_within(&self, within: std::time::Duration) -> Option<Vec<u64>> {
         let metrics = self.raft.metrics().borrow_watched().clone();
         if metrics.current_leader != Some(self.this_node) {
@@ -390,6 +392,9 @@ impl<S: Storage> Catalog<S> {
             .collect();
         if !heard.contains(&self.this_node) {
             heard.push(self.this_node);
+        }
+        if heard.len() < self.voters / 2 + 1 {
+            return None;
         }
         Some(heard)
     }

@@ -317,9 +317,12 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
         let leader = topic_leader(&cluster).unwrap_or_else(|| random.between(0, NODES as u64) as usize);
         let other = (leader + 1 + random.between(0, NODES as u64 - 1) as usize) % NODES;
         let began = Instant::now();
+        // Whether the fault reached the topic's leader (then a failover pauses publishing).
+        let mut leader_hit = true;
         match fault {
             Fault::IsolateLeader | Fault::IsolateMinority => {
                 let node = if fault == Fault::IsolateLeader { leader } else { other };
+                leader_hit = node == leader;
                 cluster.network.isolate(node);
                 std::thread::sleep(FAULT_HOLD);
                 cluster.network.heal(node);
@@ -327,6 +330,7 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
             }
             Fault::KillOne => {
                 let node = if random.between(0, 2) == 0 { leader } else { other };
+                leader_hit = node == leader;
                 cluster.kill(node);
                 std::thread::sleep(FAULT_HOLD);
                 cluster.spawn(node);
@@ -345,6 +349,7 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
             }
             Fault::PauseOne => {
                 let node = if random.between(0, 2) == 0 { leader } else { other };
+                leader_hit = node == leader;
                 cluster.signal(node, nix::sys::signal::Signal::SIGSTOP);
                 std::thread::sleep(PAUSE_HOLD);
                 cluster.signal(node, nix::sys::signal::Signal::SIGCONT);
@@ -368,6 +373,12 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
                 resumed - began
             ),
             None => eprintln!("T9:   {fault:?}: no publish sent since confirmed"),
+        }
+        // A fault that spared the leader should not pause publishing: when it did, the nodes'
+        // logs so far, to see why.
+        let stalled = resumed.is_none_or(|resumed| resumed - began > Duration::from_secs(2));
+        if !leader_hit && fault != Fault::KillMajority && stalled {
+            eprintln!("T9: STALL after {fault:?} that spared the leader; the logs:\n{}", cluster.logs());
         }
     }
     wait_for_publishes("after the last heal", RECOVERY_WITHIN, &cluster);
