@@ -33,9 +33,12 @@ pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// How long a follower that waits for nothing to send goes before the leader tells it the
 /// commit point and its start again, even when nothing new is durable.
 pub const IDLE_APPEND_INTERVAL: Duration = Duration::from_secs(1);
-/// Appends a leader has in flight to one follower: the next goes out while the follower
-/// writes the one before.
-pub const APPENDS_IN_FLIGHT: usize = 4;
+/// Appends a leader has in flight to one follower. One: a second sent while the first is
+/// unanswered could still be on the wire when a failure makes the leader sync the follower
+/// again, and reach it while the sync cuts its log (both of this epoch, the follower cannot
+/// tell them apart; T9 found a follower whose positions went out of order so). Overlapping
+/// them needs the follower to refuse appends sent before its latest sync.
+pub const APPENDS_IN_FLIGHT: usize = 1;
 /// Records waiting to be sent that make an append go while another is in flight; fewer wait
 /// for its answer and go together.
 pub const APPEND_PIPELINE_RECORDS_MIN: u64 = 1024;
@@ -307,9 +310,8 @@ impl Leader {
     }
 
     /// Sends follower `index` what it lacks, for as long as this replica leads: up to
-    /// `APPENDS_IN_FLIGHT` appends at once, each from where the one before ends, so that the
-    /// follower's writes and the network overlap; a failure drops the window and a new sync
-    /// finds out what the follower holds.
+    /// `APPENDS_IN_FLIGHT` appends at once, each from where the one before ends; a failure
+    /// drops the window and a new sync finds out what the follower holds.
     async fn replicate<S: Storage>(
         self: Rc<Self>,
         topic_id: u64,
@@ -435,14 +437,8 @@ impl Leader {
             let committed_sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
             let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
             let sent_at = crate::runtime::now();
-            // A task of its own, so that the request goes now rather than when it reaches the
-            // front of the window; dropping the window cancels what did not go yet.
-            let answer: Exchange = Box::pin(crate::runtime::spawn(exchange(
-                self.clone(),
-                transport.clone(),
-                peer.clone(),
-                request,
-            )));
+            // Sent when first polled, at the window's front (see `APPENDS_IN_FLIGHT`).
+            let answer = Box::pin(exchange(self.clone(), transport.clone(), peer.clone(), request));
             in_flight.push_back((answer, committed_sent, sent_at));
         }
     }

@@ -87,18 +87,19 @@ impl Deliveries {
         self.acknowledged.entry(payload).or_insert(confirmed);
     }
 
-    fn history(&self, payload: &str, epoch: Instant) -> String {
+    fn history(&self, payload: &str, origin: Instant) -> String {
         let given: Vec<String> = self.given[payload]
             .iter()
-            .map(|(sent, id)| format!("pulled at {:.3} s as {id}", secs(*sent, epoch)))
+            .map(|(sent, id)| format!("pulled at {:.3} s as {id}", secs(*sent, origin)))
             .collect();
-        let acknowledged = self.acknowledged.get(payload).map(|at| secs(*at, epoch));
+        let acknowledged = self.acknowledged.get(payload).map(|at| secs(*at, origin));
         format!("{payload}: {given:?}, acknowledgement confirmed at {acknowledged:?} s")
     }
 }
 
-fn secs(at: Instant, epoch: Instant) -> f64 {
-    at.saturating_duration_since(epoch).as_secs_f64()
+/// Seconds from the run's start, for the timelines printed on a failure.
+fn secs(at: Instant, origin: Instant) -> f64 {
+    at.saturating_duration_since(origin).as_secs_f64()
 }
 
 /// One request's history: when it was sent, when it was answered, and whether it succeeded.
@@ -175,7 +176,7 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
     let stop_publishing = Arc::new(AtomicBool::new(false));
     let stop_subscribing = Arc::new(AtomicBool::new(false));
     let deliveries = Arc::new(Mutex::new(Deliveries::default()));
-    let epoch = Instant::now();
+    let origin = Instant::now();
 
     let publishers: Vec<_> = (0..PUBLISHERS)
         .map(|publisher| {
@@ -437,10 +438,12 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
     if !deliveries.after_ack.is_empty() {
         let faults: Vec<String> = timeline
             .iter()
-            .map(|(fault, from, to)| format!("{fault} {:.3}..{:.3} s", secs(*from, epoch), secs(*to, epoch)))
+            .map(|(fault, from, to)| {
+                format!("{fault} {:.3}..{:.3} s", secs(*from, origin), secs(*to, origin))
+            })
             .collect();
         let histories: Vec<String> =
-            deliveries.after_ack.iter().take(20).map(|payload| deliveries.history(payload, epoch)).collect();
+            deliveries.after_ack.iter().take(20).map(|payload| deliveries.history(payload, origin)).collect();
         panic!(
             "acknowledged, then delivered again: {:?}\nfaults: {faults:#?}\n{histories:#?}\n{}",
             deliveries.after_ack,
