@@ -592,7 +592,13 @@ impl Client {
                     if retry::needs_new_route(&error) {
                         self.forget(resource, name);
                     }
-                    let delay = backoff.next_delay();
+                    let mut delay = backoff.next_delay();
+                    if attempts >= retry.attempts_max {
+                        // Past its attempts a request is retried only to the end of
+                        // `retry_for_min`: the last attempt no later, so that what fails then
+                        // fails with its own error, not the deadline's.
+                        delay = delay.min(retry.retry_for_min.saturating_sub(started.elapsed()));
+                    }
                     // An attempt that would start after the deadline cannot finish before it.
                     if Instant::now() + delay >= deadline {
                         return Err(exceeded(Some(&error)));
@@ -1002,6 +1008,17 @@ mod tests {
         let client = client(&daemon).with_retry(lasting, lasting);
         assert_eq!(publish(&client).unwrap(), vec![7]);
         assert_eq!(daemon.seen(|seen| seen.publishes), 21);
+    }
+
+    #[test]
+    fn past_its_attempts_a_request_fails_with_its_own_error_when_the_time_is_up() {
+        let daemon = FakeDaemon::start(&[Next::Refuse(ErrorCode::Unavailable); 1000]);
+        let lasting = RetrySettings { retry_for_min: Duration::from_millis(300), ..FAST };
+        let client = client(&daemon).with_retry(lasting, lasting);
+        let started = std::time::Instant::now();
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::Unavailable);
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(daemon.seen(|seen| seen.publishes) > retry::RETRY_ATTEMPTS_MAX);
     }
 
     #[test]

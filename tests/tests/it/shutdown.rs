@@ -3,7 +3,7 @@
 //! listening ports are refused with an error rather than a panic.
 
 use nix::sys::signal::Signal;
-use ringpost_client::{block_on, Client, ErrorCode, Message, StreamSettings};
+use ringpost_client::{block_on, Client, ErrorCode, Message, RetrySettings, StreamSettings};
 use ringpost_tests::{create_topic_and_subscription, drain, failed, Daemon};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,11 @@ fn sigterm_answers_what_runs_ends_streams_retryably_and_exits_zero() {
         .map(|publisher| {
             let (address, stop, acked) = (daemon.address.clone(), stop.clone(), acked.clone());
             std::thread::spawn(move || {
-                let client = block_on(Client::connect(&address)).unwrap();
+                // Pub/Sub's retries without the floor of retries a failover needs: a stopped
+                // daemon's refusals come back after five attempts, not ten seconds.
+                let retry = RetrySettings { retry_for_min: Duration::ZERO, ..RetrySettings::PUBLISH };
+                let client =
+                    block_on(Client::connect(&address)).unwrap().with_retry(retry, RetrySettings::SUBSCRIBE);
                 let mut refused = 0;
                 let mut sequence = 0u64;
                 while !stop.load(Ordering::Relaxed) {
