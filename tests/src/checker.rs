@@ -20,6 +20,23 @@ pub enum Outcome {
     Indeterminate,
 }
 
+impl Outcome {
+    /// What a failed publish's error says of it: refused before anything was written
+    /// (`InvalidArgument`, `NotFound`), or unknown (the connection dropped or the server failed
+    /// mid-way: the publish may or may not be durable).
+    pub fn of_error(error: &ringpost_client::Error) -> Outcome {
+        use ringpost_client::{Error, ErrorCode};
+        match error {
+            Error::Status(status)
+                if matches!(status.code, ErrorCode::InvalidArgument | ErrorCode::NotFound) =>
+            {
+                Outcome::Failed
+            }
+            _ => Outcome::Indeterminate,
+        }
+    }
+}
+
 #[derive(Default)]
 struct History {
     published: HashMap<String, Outcome>,

@@ -6,7 +6,7 @@
 //! `RINGPOST_T1_ITERATIONS` sets the number of kills (default 20); `RINGPOST_TEST_SEED` replays
 //! a run's kill times.
 
-use ringpost_client::{block_on, Client, Error, ErrorCode, Message, RetrySettings};
+use ringpost_client::{block_on, Client, Message, RetrySettings};
 use ringpost_tests::checker::{Checker, Outcome};
 use ringpost_tests::{create_topic_and_subscription, Daemon, Random};
 use std::collections::HashSet;
@@ -21,18 +21,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(90);
 /// Pause between a publisher's requests: the test is about crash safety, not volume, and an
 /// unpaced run builds a backlog that takes minutes to drain on two cores.
 const PUBLISH_PAUSE: Duration = Duration::from_millis(5);
-
-fn outcome_of(error: &Error) -> Outcome {
-    match error {
-        // Refused before anything was written.
-        Error::Status(status) if matches!(status.code, ErrorCode::InvalidArgument | ErrorCode::NotFound) => {
-            Outcome::Failed
-        }
-        // The connection dropped or the server failed mid-way: the publish may or may not be
-        // durable.
-        _ => Outcome::Indeterminate,
-    }
-}
 
 /// A client of the daemon's current address that returns every failure at once: the default
 /// retries would keep calling the killed daemon's ports for many seconds, and the load would
@@ -140,7 +128,7 @@ fn sigkill_under_load(daemon: &mut Daemon, iterations: u32) {
                             client = Some(connected);
                         }
                         Err(error) => {
-                            let outcome = outcome_of(&error);
+                            let outcome = Outcome::of_error(&error);
                             assert_ne!(outcome, Outcome::Failed, "unexpected refusal: {error}");
                             payloads.iter().for_each(|p| checker.published(p, outcome));
                         }

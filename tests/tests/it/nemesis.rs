@@ -14,7 +14,7 @@
 //! `RINGPOST_T9_RUNS` sets the runs (default 1), each with `RINGPOST_T9_SECONDS` of nemesis
 //! (default 50: each fault once); `RINGPOST_TEST_SEED` replays a run's choices.
 
-use ringpost_client::{block_on, Client, Error, ErrorCode, Message, PoolSettings, RetrySettings};
+use ringpost_client::{block_on, Client, Message, PoolSettings, RetrySettings};
 use ringpost_tests::checker::{Checker, Outcome};
 use ringpost_tests::netns::NetCluster;
 use ringpost_tests::Random;
@@ -111,15 +111,6 @@ struct Attempt {
     publish: bool,
 }
 
-fn outcome_of(error: &Error) -> Outcome {
-    match error {
-        Error::Status(status) if matches!(status.code, ErrorCode::InvalidArgument | ErrorCode::NotFound) => {
-            Outcome::Failed
-        }
-        _ => Outcome::Indeterminate,
-    }
-}
-
 /// A client of one node's router, chosen at random, that returns every failure at once.
 fn connect(routers: &[String], random: &mut Random) -> Option<Client> {
     let address = &routers[random.between(0, routers.len() as u64) as usize];
@@ -214,7 +205,7 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
                             client = Some(connected);
                         }
                         Err(error) => {
-                            let outcome = outcome_of(&error);
+                            let outcome = Outcome::of_error(&error);
                             assert_ne!(outcome, Outcome::Failed, "unexpected refusal: {error}");
                             payloads.iter().for_each(|p| checker.published(p, outcome));
                             std::thread::sleep(Duration::from_millis(20));

@@ -7,7 +7,7 @@
 //!
 //! `RINGPOST_REPLICATION_KILLS` sets how many leaders are killed (default 3).
 
-use ringpost_client::{block_on, Client, Error, ErrorCode, Message, RetrySettings};
+use ringpost_client::{block_on, Client, Message, RetrySettings};
 use ringpost_tests::checker::{Checker, Outcome};
 use ringpost_tests::cluster::Cluster;
 use ringpost_tests::{create_subscription, Random};
@@ -23,15 +23,6 @@ const PUBLISH_PAUSE: Duration = Duration::from_millis(5);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(90);
 /// The failover the issue allows: from a leader's death to publishes acknowledged again.
 const FAILOVER_MAX: Duration = Duration::from_secs(10);
-
-fn outcome_of(error: &Error) -> Outcome {
-    match error {
-        Error::Status(status) if matches!(status.code, ErrorCode::InvalidArgument | ErrorCode::NotFound) => {
-            Outcome::Failed
-        }
-        _ => Outcome::Indeterminate,
-    }
-}
 
 /// A client of one of the running nodes' routers, chosen at random, that returns every
 /// failure at once (the caller connects again, maybe to another node).
@@ -116,7 +107,7 @@ fn killing_a_topics_leader_under_load_loses_no_acknowledged_publish_or_acknowled
                             client = Some(connected);
                         }
                         Err(error) => {
-                            let outcome = outcome_of(&error);
+                            let outcome = Outcome::of_error(&error);
                             assert_ne!(outcome, Outcome::Failed, "unexpected refusal: {error}");
                             payloads.iter().for_each(|p| checker.published(p, outcome));
                             std::thread::sleep(Duration::from_millis(20));
