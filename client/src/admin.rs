@@ -3,11 +3,16 @@
 
 use crate::{Client, Result};
 use ringpost_wire::messages::{
-    ClusterStatusResponse, Empty, ListRequest, NameRequest, ResyncDirectoryRequest, ResyncDirectoryResponse,
-    SeekRequest, Snapshot, SnapshotList, SnapshotRequest, StatsResponse, Subscription, Topic,
-    UpdateSubscriptionRequest, UpdateTopicRequest,
+    ClusterAddNodeRequest, ClusterRemoveNodeRequest, ClusterStatusResponse, Empty, ListRequest, NameRequest,
+    ResyncDirectoryRequest, ResyncDirectoryResponse, SeekRequest, Snapshot, SnapshotList, SnapshotRequest,
+    StatsResponse, Subscription, Topic, UpdateSubscriptionRequest, UpdateTopicRequest,
 };
 use ringpost_wire::Command;
+use std::time::Duration;
+
+/// How long `add_node` waits at least: the daemon gives a new node 30 s to catch up with the
+/// catalog before it answers.
+pub const ADD_NODE_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// The changes of a topic update: each field given is set, the others are left as they are.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -112,6 +117,26 @@ impl Client {
     /// when the answering node leads, how far it is replicated).
     pub async fn cluster_status(&self) -> Result<ClusterStatusResponse> {
         self.control(Command::ClusterStatus, &Empty {}).await
+    }
+
+    /// Adds node `node_id`, started with `--join` and reached by the other nodes at
+    /// `cluster_address`, to the cluster: a learner of the catalog, then a voter if `voter`.
+    /// Answered once it caught up with the catalog (the daemon waits up to 30 s; this waits
+    /// `ADD_NODE_TIMEOUT` or the request timeout, the longer). Adding a member again is done
+    /// at once, or promotes a learner.
+    pub async fn add_node(&self, node_id: u64, cluster_address: &str, voter: bool) -> Result<()> {
+        let request = ClusterAddNodeRequest { node_id, cluster_address: cluster_address.to_owned(), voter };
+        let timeout = self.request_timeout.max(ADD_NODE_TIMEOUT);
+        let _: Empty = self.control_within(Command::ClusterAddNode, &request, timeout).await?;
+        Ok(())
+    }
+
+    /// Removes node `node_id` from the cluster; refused (`FailedPrecondition`) while a topic
+    /// is on it. Stop the node once it is removed.
+    pub async fn remove_node(&self, node_id: u64) -> Result<()> {
+        let _: Empty =
+            self.control(Command::ClusterRemoveNode, &ClusterRemoveNodeRequest { node_id }).await?;
+        Ok(())
     }
 
     /// Seeks a subscription to a time (milliseconds since the Unix epoch): messages published

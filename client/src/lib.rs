@@ -332,12 +332,28 @@ impl Client {
         Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
             + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
     {
-        let deadline = Instant::now() + self.request_timeout;
+        self.control_within(command, request, self.request_timeout).await
+    }
+
+    /// `control` with a deadline of its own, for a request that waits on more than the
+    /// router (a node catching up with the catalog).
+    async fn control_within<Req: Body, Resp>(
+        &self,
+        command: Command,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp>
+    where
+        Resp: Archive,
+        Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
+    {
+        let deadline = Instant::now() + timeout;
         let answer = async { decode(self.router().await?.call(command.code(), request).await?) };
         timer::run_until(deadline, answer).await.unwrap_or_else(|| {
             Err(Error::DeadlineExceeded(format!(
-                "{command:?}: no answer from {} within {:?}",
-                self.router_address, self.request_timeout
+                "{command:?}: no answer from {} within {timeout:?}",
+                self.router_address
             )))
         })
     }

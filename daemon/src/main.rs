@@ -119,6 +119,11 @@ struct Flags {
     /// this node's place in --cluster, from 1 (default 1)
     #[argh(option, default = "1")]
     node_id: u64,
+    /// with --cluster: this node joins a running cluster instead of founding it with the
+    /// others of the list; it serves once a member adds it (`ringpost cluster add-node`).
+    /// --cluster then lists the members it can reach and, at --node-id's place, itself
+    #[argh(switch)]
+    join: bool,
     /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
     /// same on every node: the cluster port then answers only nodes that present it; needed
     /// unless auth is off
@@ -454,6 +459,7 @@ fn main() {
             addresses,
             secret,
             ca: flags.cluster_ca.clone(),
+            join: flags.join,
         };
         if let Err(why) = cluster.check() {
             usage_error(&why);
@@ -461,6 +467,8 @@ fn main() {
         config.cluster = Some(cluster);
     } else if flags.node_id != 1 {
         usage_error("--node-id needs --cluster");
+    } else if flags.join {
+        usage_error("--join needs --cluster");
     } else if flags.cluster_ca.is_some() {
         usage_error("--cluster-ca needs --cluster");
     }

@@ -261,6 +261,8 @@ pub struct Router<S: Storage> {
     /// answer, so that two concurrent updates cannot each write their change over the record
     /// as it was before the other, nor reach the forwarder in another order than the catalog.
     update_gate: Semaphore,
+    /// Nodes this leader is removing: placement gives them nothing new meanwhile.
+    draining: RefCell<std::collections::BTreeSet<u64>>,
 }
 
 impl<S: Storage> Router<S> {
@@ -288,6 +290,7 @@ impl<S: Storage> Router<S> {
             replicas: replicas::LocalReplicas::default(),
             replication_refused: None,
             update_gate: Semaphore::new(1),
+            draining: RefCell::default(),
         }
     }
 
@@ -492,11 +495,13 @@ impl<S: Storage> Router<S> {
         }
         let first = placement.place(name);
         layout.placement = placement;
+        let draining = self.draining.borrow();
         layout
             .placement
             .preference(name, first)
             .into_iter()
             .map(|index| layout.shards[index as usize])
+            .filter(|shard| !draining.contains(&node_and_shard(*shard).0))
             .collect()
     }
 
@@ -508,6 +513,14 @@ impl<S: Storage> Router<S> {
             return Ok(());
         }
         if self.catalog.leads() {
+            // A node removed (or never added) would get topics placed on it while it no longer
+            // hears the catalog.
+            if !self.catalog.members().contains_key(&node.node_id) {
+                return Err(Status::failed_precondition(format!(
+                    "node {} is not a member of the cluster: add it with `ringpost cluster add-node`",
+                    node.node_id
+                )));
+            }
             return self.propose(CatalogEntry::NodeRegistered(node)).await.map(|_| ());
         }
         let leader = self.catalog.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
@@ -1497,6 +1510,8 @@ mod advertise_tests {
     }
 }
 
+mod members;
+pub use members::NodeRemoval;
 mod replicas;
 #[cfg(test)]
 mod tests;

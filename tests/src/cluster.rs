@@ -109,6 +109,10 @@ pub struct Cluster {
     /// Every node's cluster address, node i at index i - 1 (`--cluster`).
     pub cluster_addresses: Vec<String>,
     ports: Vec<u16>,
+    /// The flags every node got, for nodes that join later.
+    args: Vec<String>,
+    shards: usize,
+    label: String,
 }
 
 impl Cluster {
@@ -149,6 +153,9 @@ impl Cluster {
                 .iter()
                 .flat_map(|node| (0..=shards as u16).map(|i| node.router + i).chain([node.cluster]))
                 .collect(),
+            args: args.to_vec(),
+            shards,
+            label: label.to_owned(),
         };
         let list = cluster.cluster_addresses.join(",");
         for (index, node_ports) in ports.iter().enumerate() {
@@ -190,6 +197,44 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(cluster)
+    }
+
+    /// Starts the next node (id n + 1) with `--join`, the members' cluster addresses and its
+    /// own in `--cluster`, and the flags the others got, without waiting: it serves only once
+    /// a member adds it (`ringpost cluster add-node`; then `wait_ready`). Returns its id.
+    pub fn launch_joining(&mut self) -> u64 {
+        let node_ports = pick_ports(1, self.shards).pop().expect("one node's ports");
+        self.ports
+            .extend((0..=self.shards as u16).map(|i| node_ports.router + i).chain([node_ports.cluster]));
+        self.cluster_addresses.push(format!("127.0.0.1:{}", node_ports.cluster));
+        let id = self.cluster_addresses.len() as u64;
+        let mut node_args = self.args.clone();
+        node_args.extend([
+            "--node-id".to_owned(),
+            id.to_string(),
+            "--cluster".to_owned(),
+            self.cluster_addresses.join(","),
+            "--join".to_owned(),
+        ]);
+        let mut daemon = Daemon::prepare(&format!("{}-node{id}", self.label), Vec::new(), node_args);
+        daemon.listen_on(&format!("127.0.0.1:{}", node_ports.router));
+        daemon.launch();
+        self.nodes.push(daemon);
+        id
+    }
+
+    /// Waits until node `id`, launched or restarted, serves (at most `CLUSTER_START_TIMEOUT`).
+    pub fn wait_ready(&mut self, id: u64) {
+        let deadline = Instant::now() + CLUSTER_START_TIMEOUT;
+        loop {
+            match self.node_mut(id).poll_ready() {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(status) => panic!("node {id} exited with {status} while starting"),
+            }
+            assert!(Instant::now() < deadline, "node {id} did not serve within {CLUSTER_START_TIMEOUT:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The node ids, 1 to n.

@@ -70,6 +70,12 @@ pub enum Command {
     /// `Empty` → `ClusterStatusResponse` (router): the catalog's raft group as the answering
     /// node sees it: leader, term, log and applied index, and each member.
     ClusterStatus = 62,
+    /// `ClusterAddNodeRequest` → `Empty` (router, decided by the catalog's leader): a node
+    /// started with `--join` becomes a learner of the catalog, then a voter if asked.
+    ClusterAddNode = 63,
+    /// `ClusterRemoveNodeRequest` → `Empty` (router, decided by the catalog's leader): a node
+    /// that holds no topic leaves the cluster.
+    ClusterRemoveNode = 64,
     /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft AppendEntries, from its
     /// leader to another voter. The bytes are the catalog's own encoding of the request.
     PeerAppendEntries = 70,
@@ -108,7 +114,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 39] = [
+    pub const ALL: [Command; 41] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -137,6 +143,8 @@ impl Command {
         Command::Stats,
         Command::ResyncDirectory,
         Command::ClusterStatus,
+        Command::ClusterAddNode,
+        Command::ClusterRemoveNode,
         Command::PeerAppendEntries,
         Command::PeerVote,
         Command::PeerSnapshot,
@@ -180,6 +188,8 @@ impl Command {
             60 => Command::Stats,
             61 => Command::ResyncDirectory,
             62 => Command::ClusterStatus,
+            63 => Command::ClusterAddNode,
+            64 => Command::ClusterRemoveNode,
             70 => Command::PeerAppendEntries,
             71 => Command::PeerVote,
             72 => Command::PeerSnapshot,

@@ -343,6 +343,20 @@ wire_type! {
 }
 
 wire_type! {
+    /// Adds node `node_id`, whose cluster port is at `cluster_address`, to the cluster.
+    pub struct ClusterAddNodeRequest {
+        pub node_id: u64,
+        pub cluster_address: String,
+        /// A voter of the catalog, or else a learner (it holds topics either way).
+        pub voter: bool,
+    }
+}
+
+wire_type! {
+    pub struct ClusterRemoveNodeRequest { pub node_id: u64 }
+}
+
+wire_type! {
     /// One member of the catalog's raft group.
     pub struct NodeStatus {
         pub node_id: u64,

@@ -613,6 +613,10 @@ mod round_trips {
     #[test]
     fn cluster_status() {
         check_round_trip(Command::ClusterStatus, 0, 16, &Empty {});
+        let add =
+            ClusterAddNodeRequest { node_id: 4, cluster_address: "10.0.0.4:7460".to_owned(), voter: true };
+        check_round_trip(Command::ClusterAddNode, 0, 16, &add);
+        check_round_trip(Command::ClusterRemoveNode, 0, 16, &ClusterRemoveNodeRequest { node_id: 4 });
         let node = |node_id, voter, role: &str, matched_index| NodeStatus {
             node_id,
             cluster_address: format!("10.0.0.{node_id}:7460"),

@@ -45,6 +45,8 @@ const KIND_NODE_REGISTERED: u8 = 18;
 const KIND_TOPIC_CREATED_REPLICATED: u8 = 19;
 /// A replicated topic's new leader, elected at a new epoch after a fencing round.
 const KIND_TOPIC_LEADER_ELECTED: u8 = 20;
+/// A node left the cluster (`ringpost cluster remove-node`).
+const KIND_NODE_REMOVED: u8 = 21;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -152,6 +154,21 @@ pub struct NodeRecord {
     pub grpc_address: String,
 }
 
+impl NodeRecord {
+    /// A node admitted to the cluster (`ringpost cluster add-node`) that has not registered
+    /// yet: its cluster address only, so that the catalog's leader, and every later one, can
+    /// reach it. It has no forwarders, so placement gives it nothing until it registers.
+    pub fn admitted(node_id: u64, cluster_address: String) -> NodeRecord {
+        NodeRecord {
+            node_id,
+            cluster_address,
+            router_address: String::new(),
+            forwarders: Vec::new(),
+            grpc_address: String::new(),
+        }
+    }
+}
+
 /// A topic's `shard` names a node and one of its forwarder shards: the node's id less one in
 /// the high bits, the shard in the low `NODE_SHARD_BITS`. A single node is node 1, so a
 /// catalog written before clusters names its shards unchanged.
@@ -222,8 +239,14 @@ pub enum CatalogEntry {
         id: u64,
         name: String,
     },
-    /// A node joined the cluster, or started again with other addresses or shards.
+    /// A node joined the cluster, or started again with other addresses or shards; or was
+    /// admitted and has not registered yet (`NodeRecord::admitted`).
     NodeRegistered(NodeRecord),
+    /// A node left the cluster: its record is dropped, so placement no longer counts its
+    /// forwarders. Decided only once it holds no topic and no replica.
+    NodeRemoved {
+        node_id: u64,
+    },
     /// A replicated topic's leader from `epoch` on: one of its replicas, chosen by a fencing
     /// round that a quorum of them answered (docs/REPLICATION.md). Applied only when `epoch`
     /// is newer than the topic's, so one epoch has one leader.
@@ -340,6 +363,7 @@ impl CatalogEntry {
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 Encoder::new(KIND_TOPIC_LEADER_ELECTED).u64(*id).u64(*epoch).u32(*leader).0.clone()
             }
+            CatalogEntry::NodeRemoved { node_id } => Encoder::new(KIND_NODE_REMOVED).u64(*node_id).0.clone(),
         }
     }
 
@@ -480,6 +504,7 @@ impl CatalogEntry {
             KIND_TOPIC_LEADER_ELECTED => {
                 CatalogEntry::TopicLeaderElected { id: d.u64()?, epoch: d.u64()?, leader: d.u32()? }
             }
+            KIND_NODE_REMOVED => CatalogEntry::NodeRemoved { node_id: d.u64()? },
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -617,6 +642,7 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::SnapshotUpdated { id, .. } => write!(f, "update snapshot {id:x}"),
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
             CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),
+            CatalogEntry::NodeRemoved { node_id } => write!(f, "remove node {node_id}"),
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 write!(f, "topic {id:x} led by shard {leader} from epoch {epoch}")
             }

@@ -35,7 +35,7 @@ use openraft::network::RaftNetworkFactory;
 use placement::Placement;
 use raft::{CatalogMachine, CatalogRaft, LogId, NoPeers, NODE_ID};
 use std::cell::{Cell, Ref, RefCell};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,8 +76,6 @@ pub struct Catalog<S: Storage> {
     /// A catalog from before raft is being imported: stored as a snapshot once ready.
     importing: Cell<bool>,
     this_node: u64,
-    /// How many voters the catalog has.
-    voters: usize,
     /// The term this node last saw itself lead in, and since when (`voters_heard_within`).
     led_since: Cell<Option<(u64, rt::ShardInstant)>>,
 }
@@ -87,12 +85,15 @@ pub struct Catalog<S: Storage> {
 pub struct Voters {
     pub this_node: u64,
     pub ids: Vec<u64>,
+    /// This node joins a running cluster (`--join`): it starts no catalog of its own and waits
+    /// until the cluster's leader adds it (`Catalog::add_member`).
+    pub joining: bool,
 }
 
 impl Voters {
     /// One node alone, as a daemon without `--cluster` runs.
     pub fn single() -> Voters {
-        Voters { this_node: NODE_ID, ids: vec![NODE_ID] }
+        Voters { this_node: NODE_ID, ids: vec![NODE_ID], joining: false }
     }
 
     pub fn is_single(&self) -> bool {
@@ -243,10 +244,11 @@ impl<S: Storage> Catalog<S> {
             next_id: Cell::new(0),
             importing: Cell::new(imported.is_some()),
             this_node: voters.this_node,
-            voters: voters.ids.len(),
             led_since: Cell::new(None),
         };
-        if pristine {
+        if pristine && voters.joining {
+            // Its first membership comes from the cluster's leader, with the log.
+        } else if pristine {
             // Every voter of a new cluster initializes with the same members, which openraft
             // allows: they agree on the first membership entry, and the first election decides.
             let members: BTreeSet<u64> = voters.ids.iter().copied().collect();
@@ -296,6 +298,10 @@ impl<S: Storage> Catalog<S> {
                         .map(|read| Some(*read.log_id()))
                         .map_err(|error| error.to_string()),
                     Some(leader) => ask_leader(leader).await,
+                    None if voters.joining => Err(format!(
+                        "it joins a running cluster: add it there with `ringpost cluster add-node {}`",
+                        self.this_node
+                    )),
                     None => Err("no leader is elected yet".to_owned()),
                 };
                 match answer {
@@ -343,7 +349,8 @@ impl<S: Storage> Catalog<S> {
     /// heard from a majority of voters for `QUORUM_HEARD_WITHIN`: it would wait for a quorum
     /// that is not there. A single voter is its own quorum.
     fn check_quorum_heard(&self) -> Result<(), Status> {
-        if self.voters <= 1 {
+        let voters = self.voter_count();
+        if voters <= 1 {
             return Ok(());
         }
         let heard: Option<rt::ShardInstant> =
@@ -355,7 +362,7 @@ impl<S: Storage> Catalog<S> {
                 "node {} leads the catalog but has not heard from a majority of its {} voters{}: \
                  too few are reachable to decide anything",
                 self.this_node,
-                self.voters,
+                voters,
                 since.map_or(String::new(), |since| format!(" for {:.1} s", since.as_secs_f64()))
             ))),
         }
@@ -393,7 +400,9 @@ impl<S: Storage> Catalog<S> {
         if !heard.contains(&self.this_node) {
             heard.push(self.this_node);
         }
-        if heard.len() < self.voters / 2 + 1 {
+        // Learners are heard too (they may hold replicas), but only voters make the majority.
+        let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
+        if heard.iter().filter(|node| voters.contains(node)).count() < voters.len() / 2 + 1 {
             return None;
         }
         Some(heard)
@@ -409,9 +418,78 @@ impl<S: Storage> Catalog<S> {
         self.leader() == Some(self.this_node)
     }
 
-    /// How many voters the catalog has.
+    /// How many voters the catalog has now (its latest membership, committed or not).
     pub fn voter_count(&self) -> usize {
-        self.voters
+        self.raft.metrics().borrow_watched().membership_config.membership().voter_ids().count()
+    }
+
+    /// The catalog's members now, voters and learners, each with whether it votes.
+    pub fn members(&self) -> BTreeMap<u64, bool> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        membership.nodes().map(|(id, _)| (*id, voters.contains(id))).collect()
+    }
+
+    /// On the leader: makes node `node_id` a member, as a learner that the leader brings up to
+    /// date, then, if `voter`, a voter. Waits at most `catch_up_within` for it to catch up (it
+    /// must be running, started with `--join`); a node already a member is left as it is, or
+    /// promoted. Learner first, so that a voter never joins a quorum before it holds the log.
+    pub async fn add_member(
+        &self,
+        node_id: u64,
+        voter: bool,
+        catch_up_within: Duration,
+    ) -> Result<(), Status> {
+        let members = self.members();
+        if !members.contains_key(&node_id) || voter && members.get(&node_id) == Some(&false) {
+            let added = within(catch_up_within, self.raft.add_learner(node_id, openraft::EmptyNode {}, true))
+                .await
+                .ok_or_else(|| {
+                    Status::unavailable(format!(
+                        "node {node_id} is a learner of the catalog now, but did not catch up within {} s: \
+                         is it running, started with --join? Run the command again once it is",
+                        catch_up_within.as_secs()
+                    ))
+                })?;
+            added.map_err(|error| membership_refused(node_id, error))?;
+        }
+        if voter && self.members().get(&node_id) != Some(&true) {
+            let change = openraft::ChangeMembers::AddVoterIds(BTreeSet::from([node_id]));
+            within(CATALOG_PROPOSE_TIMEOUT, self.raft.change_membership(change, false))
+                .await
+                .ok_or_else(|| undecided_membership(node_id))?
+                .map_err(|error| membership_refused(node_id, error))?;
+        }
+        Ok(())
+    }
+
+    /// On the leader: takes node `node_id` out of the catalog's group, voter or learner. The
+    /// leader itself is not removed here: it hands its leadership to another voter first.
+    pub async fn remove_member(&self, node_id: u64) -> Result<(), Status> {
+        let Some(voter) = self.members().get(&node_id).copied() else {
+            return Ok(());
+        };
+        let ids = BTreeSet::from([node_id]);
+        let change = if voter {
+            openraft::ChangeMembers::RemoveVoters(ids)
+        } else {
+            openraft::ChangeMembers::RemoveNodes(ids)
+        };
+        within(CATALOG_PROPOSE_TIMEOUT, self.raft.change_membership(change, false))
+            .await
+            .ok_or_else(|| undecided_membership(node_id))?
+            .map_err(|error| membership_refused(node_id, error))?;
+        Ok(())
+    }
+
+    /// Asks this leader to hand the catalog's leadership to voter `to`.
+    pub async fn transfer_leadership(&self, to: u64) -> Result<(), Status> {
+        self.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|error| Status::unavailable(format!("handing the catalog's leadership over: {error}")))
     }
 
     /// This node's id.
@@ -555,6 +633,38 @@ impl<S: Storage> Catalog<S> {
 }
 
 use openraft::async_runtime::WatchReceiver;
+
+/// `future`'s output, or None once `limit` has passed.
+async fn within<T>(limit: Duration, future: impl std::future::Future<Output = T>) -> Option<T> {
+    futures_lite::future::or(async { Some(future.await) }, async {
+        crate::runtime::sleep(limit).await;
+        None
+    })
+    .await
+}
+
+fn membership_refused(
+    node_id: u64,
+    error: openraft::error::RaftError<CatalogRaft, openraft::error::ClientWriteError<CatalogRaft>>,
+) -> Status {
+    match error {
+        openraft::error::RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(_)) => {
+            Status::unavailable("this node no longer leads the catalog; try again")
+        }
+        error => Status::unavailable(format!("changing the catalog's members (node {node_id}): {error}")),
+    }
+}
+
+fn undecided_membership(node_id: u64) -> Status {
+    Status::new(
+        crate::api::Code::DeadlineExceeded,
+        format!(
+            "the catalog did not decide the change of its members (node {node_id}) within {} s; \
+             it may still be decided: look with `ringpost cluster status`",
+            CATALOG_PROPOSE_TIMEOUT.as_secs()
+        ),
+    )
+}
 
 /// See `Catalog::role_changes`.
 pub struct RoleChanges(

@@ -135,6 +135,7 @@ impl CatalogState {
                 self.nodes.insert(node.node_id, node);
                 Applied::Done
             }
+            CatalogEntry::NodeRemoved { node_id } => Applied::Updated(self.nodes.remove(&node_id).is_some()),
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
                 match topic {

@@ -160,6 +160,8 @@ fn entries_round_trip() {
         }),
         CatalogEntry::NodeRegistered(node_record("")),
         CatalogEntry::NodeRegistered(node_record("10.0.0.2:8085")),
+        CatalogEntry::NodeRegistered(NodeRecord::admitted(4, "10.0.0.4:7460".into())),
+        CatalogEntry::NodeRemoved { node_id: 4 },
     ]) {
         assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
     }
@@ -174,6 +176,22 @@ fn node_record(grpc_address: &str) -> NodeRecord {
         forwarders: vec!["10.0.0.2:7451".into(), "10.0.0.2:7452".into()],
         grpc_address: grpc_address.into(),
     }
+}
+
+/// A node admitted (address only) is a record placement gives nothing to; its registration
+/// fills it in; its removal drops it, from the state and from a checkpoint of it.
+#[test]
+fn an_admitted_node_registers_and_is_removed() {
+    let mut state = CatalogState::default();
+    state.apply(CatalogEntry::NodeRegistered(node_record("")));
+    state.apply(CatalogEntry::NodeRegistered(NodeRecord::admitted(4, "10.0.0.4:7460".into())));
+    assert!(state.nodes[&4].forwarders.is_empty());
+    let restored = CatalogState::decode(&state.encode()).unwrap();
+    assert_eq!(restored, state);
+    assert_eq!(state.apply(CatalogEntry::NodeRemoved { node_id: 4 }), Applied::Updated(true));
+    assert_eq!(state.apply(CatalogEntry::NodeRemoved { node_id: 4 }), Applied::Updated(false));
+    assert_eq!(state.nodes.keys().copied().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state);
 }
 
 /// A registration written before nodes recorded their gRPC API (bytes built by hand, the old

@@ -152,7 +152,7 @@ async fn voter(id: u64, disk: &SimDisk, network: &Rc<RefCell<Network>>) -> (Raft
     let factory = Factory { network: network.clone(), from: id };
     let raft = Raft::new(
         id,
-        raft_config_for(&Voters { this_node: id, ids: VOTERS.to_vec() }),
+        raft_config_for(&Voters { this_node: id, ids: VOTERS.to_vec(), joining: false }),
         factory,
         raft_log,
         machine.clone(),

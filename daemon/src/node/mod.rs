@@ -74,11 +74,18 @@ pub struct ClusterSettings {
     /// (`--cluster-ca`): forwarders replicate to each other over TLS, verifying them against
     /// it. Without it, topics get one replica.
     pub ca: Option<std::path::PathBuf>,
+    /// This node joins a running cluster (`--join`) rather than founding one with the others
+    /// of the list: it waits until a member adds it (`ringpost cluster add-node`).
+    pub join: bool,
 }
 
 /// Most voters a cluster's catalog takes: Raft's quorums grow with them, and 3 or 5 survive
-/// one or two failures.
+/// one or two failures. More nodes join as learners (`ringpost cluster add-node`).
 pub const CLUSTER_VOTERS_MAX: usize = 7;
+
+/// Most addresses `--cluster` lists for a node that joins (`--join`), which is itself at
+/// `--node-id`'s place: its node ids, and so the list, may go past the voters.
+pub const CLUSTER_NODES_MAX: usize = 256;
 
 impl ClusterSettings {
     /// This node's cluster address.
@@ -89,9 +96,14 @@ impl ClusterSettings {
     /// Checks the id and the list: at most `CLUSTER_VOTERS_MAX` distinct addresses, the id
     /// one of them.
     pub fn check(&self) -> Result<(), String> {
-        if self.addresses.is_empty() || self.addresses.len() > CLUSTER_VOTERS_MAX {
+        let (most, limit) = if self.join {
+            (CLUSTER_NODES_MAX, "CLUSTER_NODES_MAX")
+        } else {
+            (CLUSTER_VOTERS_MAX, "CLUSTER_VOTERS_MAX")
+        };
+        if self.addresses.is_empty() || self.addresses.len() > most {
             return Err(format!(
-                "--cluster lists {} addresses; give 1 to {CLUSTER_VOTERS_MAX} (CLUSTER_VOTERS_MAX)",
+                "--cluster lists {} addresses; give 1 to {most} ({limit})",
                 self.addresses.len()
             ));
         }

@@ -74,10 +74,29 @@ pub(super) fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File,
 }
 
 pub(super) fn bind(address: SocketAddr) -> Result<(StdListener, SocketAddr), String> {
-    let listener = StdListener::bind(address).map_err(|e| format!("binding {address}: {e}"))?;
+    let started = std::time::Instant::now();
+    let listener = loop {
+        match StdListener::bind(address) {
+            Ok(listener) => break listener,
+            // A daemon restarted at once after a crash finds its ports still held for a moment:
+            // the kernel releases the sockets a dead process's io_uring held only once it has
+            // torn the ring down, after the process is gone.
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < BIND_IN_USE_WAIT =>
+            {
+                std::thread::sleep(BIND_IN_USE_RETRY)
+            }
+            Err(error) => return Err(format!("binding {address}: {error}")),
+        }
+    };
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     Ok((listener, local))
 }
+
+/// How long a port found in use is tried again before the start fails (see `bind`), and how
+/// often.
+const BIND_IN_USE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const BIND_IN_USE_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Hands a listening std socket to the current glommio executor. Ports are bound with std
 /// (without SO_REUSEPORT, which glommio's own bind sets) so that a second daemon on the same

@@ -313,9 +313,13 @@ async fn open_clustered(
     let settings = &cluster.settings;
     let addresses: std::collections::BTreeMap<u64, std::net::SocketAddr> =
         settings.addresses.iter().enumerate().map(|(index, address)| (index as u64 + 1, *address)).collect();
-    let addresses = PeerAddresses(Rc::new(addresses));
+    let voters = catalog::Voters {
+        this_node: settings.node_id,
+        ids: addresses.keys().copied().collect(),
+        joining: settings.join,
+    };
+    let addresses = PeerAddresses::new(addresses);
     let secret: Option<Rc<str>> = settings.secret.as_deref().map(Rc::from);
-    let voters = catalog::Voters { this_node: settings.node_id, ids: addresses.0.keys().copied().collect() };
     let catalog = catalog::Catalog::open_clustered(
         storage,
         directories,
@@ -326,6 +330,7 @@ async fn open_clustered(
         PeerNetwork { addresses: addresses.clone(), secret: secret.clone() },
     )
     .await?;
+    addresses.learn_from(catalog.shared_state());
     let handler = PeerHandler::new(catalog.raft(), security.access.clone(), secret.is_some());
     let listener =
         into_glommio(cluster.listener.try_clone().map_err(|error| format!("the cluster port: {error}"))?);
@@ -344,7 +349,7 @@ async fn open_clustered(
     eprintln!(
         "ringpostd: node {} joined the catalog of {} voters (leader: node {})",
         settings.node_id,
-        voters.ids.len(),
+        catalog.voter_count(),
         catalog.leader().map_or("none".to_owned(), |leader| leader.to_string())
     );
     Ok((catalog, handler, pool))

@@ -35,10 +35,11 @@ fn owners(cluster: &Cluster) -> HashMap<String, u64> {
     owners
 }
 
-/// Topics `prefix-0`.. with a subscription `<topic>-sub` each, created through the nodes in
-/// turn.
+/// Topics `prefix-0`.. with a subscription `<topic>-sub` each, created through the running
+/// nodes in turn.
 fn create_topics(cluster: &Cluster, prefix: &str, count: usize) -> Vec<String> {
-    let clients: Vec<Client> = cluster.ids().map(|id| cluster.node(id).client()).collect();
+    let clients: Vec<Client> =
+        cluster.ids().filter(|id| cluster.is_running(*id)).map(|id| cluster.node(id).client()).collect();
     (0..count)
         .map(|index| {
             let topic = format!("{prefix}-{index}");
@@ -496,4 +497,122 @@ fn dead_letters_reach_a_topic_another_node_leads() {
             dead.insert(message.data);
         }
     }
+}
+
+/// Every running node's view of the catalog's members: (node, voter) by the node answering.
+fn members_seen(cluster: &Cluster) -> HashMap<u64, Vec<(u64, bool)>> {
+    cluster
+        .ids()
+        .filter(|id| cluster.is_running(*id))
+        .map(|id| {
+            let members = cluster
+                .status(id)
+                .map(|status| status.nodes.iter().map(|node| (node.node_id, node.voter)).collect::<Vec<_>>());
+            (id, members.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Waits until every running node lists exactly `expected` as the catalog's members.
+fn wait_for_members(cluster: &Cluster, expected: &[(u64, bool)]) {
+    let deadline = Instant::now() + APPLY_WITHIN * 2;
+    loop {
+        let seen = members_seen(cluster);
+        if seen.values().all(|members| members == expected) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the nodes list other members than {expected:?}: {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A node joins a running cluster with one command, as a learner that takes topics, then as
+/// a voter; it restarts like any member; it cannot leave while it holds topics, and leaves
+/// with one command once it holds none. The catalog's leader can be removed too: it hands the
+/// lead over first, and the cluster carries on with the voters left.
+#[test]
+fn a_node_joins_takes_topics_and_leaves_and_the_leader_can_be_removed() {
+    let mut cluster = Cluster::start("cluster-members", 3, Vec::new());
+    // (Before the new node runs: `leader` asks every running node.)
+    let leader = cluster.leader();
+    let joining = cluster.launch_joining();
+    assert_eq!(joining, 4);
+    let address = cluster.cluster_addresses[3].clone();
+    // It waits to be added: it does not serve on its own.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(cluster.node_mut(4).poll_ready(), Ok(false), "a joining node served before it was added");
+
+    // Added through a node that does not lead the catalog: carried to the leader.
+    let other = cluster.ids().find(|id| *id != leader && *id != 4).unwrap();
+    let added = succeeded(&cluster.node(other).cli(&["cluster", "add-node", "4", &address]));
+    assert_eq!(field(&added, "role"), "learner", "{added}");
+    cluster.wait_ready(4);
+    wait_for_members(&cluster, &[(1, true), (2, true), (3, true), (4, false)]);
+    // Adding it again is done already; at another address, refused.
+    succeeded(&cluster.node(leader).cli(&["cluster", "add-node", "4", &address]));
+    let moved = failed(&cluster.node(leader).cli(&["cluster", "add-node", "4", "127.0.0.1:1"]));
+    assert!(moved.contains("AlreadyExists"), "{moved}");
+
+    // Its forwarder takes topics like any other, and serves them through every router.
+    let topics = create_topics(&cluster, "joined", 12);
+    let leaders = owners(&cluster);
+    let on_new: Vec<&String> = topics.iter().filter(|topic| leaders.get(*topic) == Some(&4)).collect();
+    eprintln!("12 topics, led by: {leaders:?}");
+    assert!(!on_new.is_empty(), "no topic is led by the new node: {leaders:?}");
+    for (index, topic) in on_new.iter().enumerate() {
+        let published = publish(&cluster.node(1).client(), topic, index as u64 * 1000, 20);
+        let delivered = drain(&cluster.node(4).client(), &format!("{topic}-sub"), true);
+        assert_eq!(delivered, published, "{topic}, led by the new node");
+    }
+
+    // Promoted to voter; it restarts as any member does.
+    let promoted = succeeded(&cluster.node(4).cli(&["cluster", "add-node", "4", &address, "--voter"]));
+    assert_eq!(field(&promoted, "role"), "voter", "{promoted}");
+    wait_for_members(&cluster, &[(1, true), (2, true), (3, true), (4, true)]);
+    cluster.node_mut(4).kill();
+    cluster.node_mut(4).launch();
+    cluster.wait_ready(4);
+    // A founder restarted knows the new node only from the catalog (its --cluster lists three):
+    // with it as the leader, the new node still hears of every change.
+    let leader = cluster.leader();
+    if leader != 4 {
+        cluster.node_mut(leader).kill();
+        cluster.node_mut(leader).launch();
+        cluster.wait_ready(leader);
+    }
+    succeeded(&cluster.node(1).cli(&["topic", "create", "after-restart"]));
+    eventually(APPLY_WITHIN, "the new node applies a topic created after the restarts", || {
+        cluster.node(4).cli(&["topic", "get", "after-restart"]).status.success()
+    });
+
+    // It cannot leave while it holds topics; once they are gone, it leaves.
+    let refused = failed(&cluster.node(2).cli(&["cluster", "remove-node", "4"]));
+    assert!(refused.contains("FailedPrecondition") && refused.contains("holds"), "{refused}");
+    for topic in topics.iter().chain([&"after-restart".to_owned()]) {
+        succeeded(&cluster.node(1).cli(&["topic", "delete", topic]));
+    }
+    succeeded(&cluster.node(2).cli(&["cluster", "remove-node", "4"]));
+    cluster.node_mut(4).kill();
+    wait_for_members(&cluster, &[(1, true), (2, true), (3, true)]);
+    let unknown = failed(&cluster.node(2).cli(&["cluster", "remove-node", "4"]));
+    assert!(unknown.contains("NotFound"), "{unknown}");
+    // New topics go to the nodes left.
+    let after = create_topics(&cluster, "after-removal", 6);
+    let leaders = owners(&cluster);
+    assert!(after.iter().all(|topic| matches!(leaders.get(topic), Some(1..=3))), "{leaders:?}");
+    for topic in &after {
+        succeeded(&cluster.node(1).cli(&["topic", "delete", topic]));
+    }
+
+    // The catalog's leader, asked through another node to remove itself, hands the lead over.
+    let leader = cluster.leader();
+    let asker = cluster.ids().find(|id| *id != leader && cluster.is_running(*id)).unwrap();
+    succeeded(&cluster.node(asker).cli(&["cluster", "remove-node", &leader.to_string()]));
+    cluster.node_mut(leader).kill();
+    let left: Vec<(u64, bool)> = (1..=3).filter(|id| *id != leader).map(|id| (id, true)).collect();
+    wait_for_members(&cluster, &left);
+    let new_leader = cluster.leader();
+    assert_ne!(new_leader, leader);
+    let created = succeeded(&cluster.node(asker).cli(&["topic", "create", "two-voters"]));
+    assert_eq!(field(&created, "name"), "two-voters");
 }

@@ -149,6 +149,37 @@ struct ClusterCommand {
 #[argh(subcommand)]
 enum ClusterAction {
     Status(ClusterStatusCommand),
+    AddNode(ClusterAddNodeCommand),
+    RemoveNode(ClusterRemoveNodeCommand),
+}
+
+/// add a node to the cluster: start it first with `ringpostd --join --node-id N --cluster ...`
+/// (the members' cluster addresses and, at its place, its own); it becomes a learner of the
+/// catalog, caught up before this answers, and takes topics once it registered its forwarders
+#[derive(FromArgs)]
+#[argh(subcommand, name = "add-node")]
+struct ClusterAddNodeCommand {
+    /// the new node's --node-id
+    #[argh(positional)]
+    node_id: u64,
+    /// where the other nodes reach its cluster port, IP:PORT (its place in its --cluster)
+    #[argh(positional)]
+    cluster_address: String,
+    /// make it a voter of the catalog too (at most 7 voters; 3 or 5 are usual): without it,
+    /// a learner, which holds topics but does not vote; adding a learner again with --voter
+    /// promotes it
+    #[argh(switch)]
+    voter: bool,
+}
+
+/// remove a node from the cluster (refused while it holds a topic); stop it afterwards. A node
+/// that leads the catalog hands the lead to another voter first
+#[derive(FromArgs)]
+#[argh(subcommand, name = "remove-node")]
+struct ClusterRemoveNodeCommand {
+    /// the node's id
+    #[argh(positional)]
+    node_id: u64,
 }
 
 /// show the catalog's raft group as the answering node sees it: the node, the catalog's leader,
@@ -1339,6 +1370,18 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             let status = client.cluster_status().await?;
             let lags = replica_lags(&status, &client, timeout, &security).await;
             print_cluster_status(output, &status, &lags)
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::AddNode(add) }) => {
+            client.add_node(add.node_id, &add.cluster_address, add.voter).await?;
+            let role = if add.voter { "voter" } else { "learner" };
+            outln!("{}", json::object(&[("node_id", add.node_id.to_string()), ("role", json::string(role))]));
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::RemoveNode(remove) }) => {
+            client.remove_node(remove.node_id).await?;
+            outln!(
+                "{}",
+                json::object(&[("node_id", remove.node_id.to_string()), ("removed", "true".to_owned())])
+            );
         }
         Command::Snapshot(SnapshotCommand { action }) => {
             let row = |snapshot: &ringpost_client::Snapshot| {

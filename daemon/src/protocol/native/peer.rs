@@ -47,9 +47,33 @@ pub const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Raft<S> = openraft::Raft<CatalogRaft, CatalogMachine<S>>;
 
-/// Every voter's cluster address, by node id.
-#[derive(Clone, Debug)]
-pub struct PeerAddresses(pub Rc<BTreeMap<u64, SocketAddr>>);
+/// Where each member of the cluster is reached: as its registration in the catalog says (a
+/// node added since the start is known only there), else as `--cluster` gave it. Looked up
+/// at each connection, so a node added or moved is reached at its current address.
+#[derive(Clone)]
+pub struct PeerAddresses {
+    given: Rc<BTreeMap<u64, SocketAddr>>,
+    catalog: Rc<RefCell<Option<Rc<RefCell<crate::catalog::CatalogState>>>>>,
+}
+
+impl PeerAddresses {
+    pub fn new(given: BTreeMap<u64, SocketAddr>) -> PeerAddresses {
+        PeerAddresses { given: Rc::new(given), catalog: Rc::default() }
+    }
+
+    /// From now on, addresses come from `state`'s registrations first.
+    pub fn learn_from(&self, state: Rc<RefCell<crate::catalog::CatalogState>>) {
+        *self.catalog.borrow_mut() = Some(state);
+    }
+
+    pub fn get(&self, node: u64) -> Option<SocketAddr> {
+        let catalog = self.catalog.borrow();
+        let registered = catalog.as_ref().and_then(|state| {
+            state.borrow().nodes.get(&node).and_then(|record| record.cluster_address.parse().ok())
+        });
+        registered.or_else(|| self.given.get(&node).copied())
+    }
+}
 
 /// openraft's network over the cluster ports.
 pub struct PeerNetwork {
@@ -61,13 +85,13 @@ pub struct PeerNetwork {
 impl RaftNetworkFactory<CatalogRaft> for PeerNetwork {
     type Network = PeerClient;
     async fn new_client(&mut self, target: u64, _node: &openraft::EmptyNode) -> PeerClient {
-        PeerClient::new(self.addresses.0.get(&target).copied(), target, self.secret.clone())
+        PeerClient::new(self.addresses.clone(), target, self.secret.clone())
     }
 }
 
 /// One connection to one peer, opened when first needed.
 pub struct PeerClient {
-    address: Option<SocketAddr>,
+    addresses: PeerAddresses,
     target: u64,
     secret: Option<Rc<str>>,
     connection: Option<TcpStream>,
@@ -86,8 +110,8 @@ async fn within<T>(
 }
 
 impl PeerClient {
-    pub fn new(address: Option<SocketAddr>, target: u64, secret: Option<Rc<str>>) -> PeerClient {
-        PeerClient { address, target, secret, connection: None, next_request: 1 }
+    pub fn new(addresses: PeerAddresses, target: u64, secret: Option<Rc<str>>) -> PeerClient {
+        PeerClient { addresses, target, secret, connection: None, next_request: 1 }
     }
 
     /// Sends `bytes` as `command` and returns the answer's bytes, within `deadline`.
@@ -106,10 +130,13 @@ impl PeerClient {
     }
 
     async fn exchange(&mut self, command: Command, bytes: Vec<u8>) -> io::Result<Vec<u8>> {
-        let address = self.address.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("node {} has no cluster address", self.target))
-        })?;
         if self.connection.is_none() {
+            let address = self.addresses.get(self.target).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("node {} has no cluster address", self.target),
+                )
+            })?;
             let stream = within(PEER_CONNECT_TIMEOUT, async {
                 TcpStream::connect(address).await.map_err(|error| io::Error::other(error.to_string()))
             })
@@ -240,10 +267,16 @@ impl PeerPool {
     /// `bytes` as `command` to node `node`, on an idle connection or a new one.
     pub async fn call(&self, node: u64, command: Command, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
         let idle = self.idle.borrow_mut().get_mut(&node).and_then(Vec::pop);
-        let mut client = idle.unwrap_or_else(|| {
-            PeerClient::new(self.addresses.0.get(&node).copied(), node, self.secret.clone())
-        });
-        let answer = client.call(command, bytes, PEER_REQUEST_TIMEOUT).await;
+        let reused = idle.is_some();
+        let fresh = || PeerClient::new(self.addresses.clone(), node, self.secret.clone());
+        let mut client = idle.unwrap_or_else(fresh);
+        let mut answer = client.call(command, bytes.clone(), PEER_REQUEST_TIMEOUT).await;
+        if reused && answer.as_ref().is_err_and(closed_by_peer) {
+            // An idle connection to a node that restarted since: the process that held it is
+            // gone, so the request was not taken. Once more, on a new connection.
+            client = fresh();
+            answer = client.call(command, bytes, PEER_REQUEST_TIMEOUT).await;
+        }
         if answer.is_ok() {
             let mut idle = self.idle.borrow_mut();
             let kept = idle.entry(node).or_default();
@@ -253,6 +286,15 @@ impl PeerPool {
         }
         answer.map_err(|error| Status::unavailable(format!("node {node} did not answer: {error}")))
     }
+}
+
+/// Whether a request failed because the peer had closed the connection (it went away), as
+/// opposed to a refusal, a timeout or an answer that did not decode.
+fn closed_by_peer(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+    )
 }
 
 impl Peers for Rc<PeerPool> {

@@ -369,6 +369,25 @@ async fn dispatch_snapshots<S: Storage>(
             (status.topics, status.topics_omitted) = router.topic_placements();
             respond(header, &cluster_status_message(status))
         }
+        Command::ClusterAddNode => {
+            responder.check(Permission::DaemonAdminister, DAEMON)?;
+            let request = access_body::<wire::ClusterAddNodeRequest>(body)?;
+            router
+                .add_node(request.node_id.to_native(), request.cluster_address.as_str(), request.voter)
+                .await?;
+            respond(header, &wire::Empty {})
+        }
+        Command::ClusterRemoveNode => {
+            responder.check(Permission::DaemonAdminister, DAEMON)?;
+            let request = access_body::<wire::ClusterRemoveNodeRequest>(body)?;
+            match router.remove_node(request.node_id.to_native()).await? {
+                crate::router::NodeRemoval::Removed => respond(header, &wire::Empty {}),
+                // This node led the catalog and handed the lead over: its successor decides.
+                crate::router::NodeRemoval::HandedOver(_) => {
+                    return forward(router, header, body, responder).await.map(Some)
+                }
+            }
+        }
         Command::ResyncDirectory => {
             responder.check(Permission::DaemonAdminister, DAEMON)?;
             let index = access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native() as usize;
@@ -427,6 +446,8 @@ fn changes_the_catalog(command: Command) -> bool {
             | Command::UpdateSubscription
             | Command::CreateSnapshot
             | Command::DeleteSnapshot
+            | Command::ClusterAddNode
+            | Command::ClusterRemoveNode
     )
 }
 

@@ -1,0 +1,148 @@
+//! The router's part in the cluster's membership: adding a node (a learner of the catalog
+//! brought up to date, then, if asked, a voter) and removing one that holds nothing. Both run
+//! on the catalog's leader; other nodes carry the request there.
+
+use super::Router;
+use crate::api::Status;
+use crate::catalog::{node_and_shard, CatalogEntry, NodeRecord};
+use crate::storage::Storage;
+use std::time::Duration;
+
+/// How long an add waits for the new node to catch up with the catalog's log before it
+/// answers; the node stays a learner and catches up later if it takes longer.
+pub const NODE_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a leader asked to remove itself waits for the voter it hands the lead to.
+const LEADER_HANDOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// What a removal did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NodeRemoval {
+    Removed,
+    /// The node to remove led the catalog and handed the lead to node `.0`, which decides the
+    /// removal: the request is carried there.
+    HandedOver(u64),
+}
+
+/// Most topics a refused removal names.
+const REMOVAL_TOPICS_NAMED_MAX: usize = 5;
+
+/// The largest node id: a topic's shard keeps a node's id less one in its high 16 bits.
+pub const NODE_ID_MAX: u64 = 1 << crate::catalog::entry::NODE_SHARD_BITS;
+
+impl<S: Storage> Router<S> {
+    /// Adds node `node_id`, reached by the other nodes at `cluster_address` (its cluster
+    /// port), to the cluster: a learner of the catalog first, a voter if `voter`. The node
+    /// must run with `--join`; it registers its forwarders once it has caught up, and
+    /// placement counts them from then on. Adding a member again with the same address is
+    /// answered as done (or promotes a learner to voter).
+    pub async fn add_node(&self, node_id: u64, cluster_address: &str, voter: bool) -> Result<(), Status> {
+        self.check_leads()?;
+        if node_id == 0 || node_id > NODE_ID_MAX {
+            return Err(Status::invalid_argument(format!("node id {node_id}: give 1 to {NODE_ID_MAX}")));
+        }
+        let address: std::net::SocketAddr = cluster_address.parse().map_err(|_| {
+            Status::invalid_argument(format!(
+                "'{cluster_address}' is not an address (IP:PORT of its cluster port)"
+            ))
+        })?;
+        let members = self.catalog.members();
+        let known = self.state.borrow().nodes.get(&node_id).map(|record| record.cluster_address.clone());
+        if members.contains_key(&node_id) {
+            if let Some(known) = known.as_ref().filter(|known| known.parse().ok() != Some(address)) {
+                return Err(Status::already_exists(format!(
+                    "node {node_id} is a member already, at {known}: remove it first to add it at another address"
+                )));
+            }
+        }
+        let taken = self.state.borrow().nodes.values().find_map(|record| {
+            (record.node_id != node_id && record.cluster_address.parse().ok() == Some(address))
+                .then_some(record.node_id)
+        });
+        if let Some(other) = taken {
+            return Err(Status::already_exists(format!("node {other} is at {address} already")));
+        }
+        let voters = members.values().filter(|voter| **voter).count();
+        if voter && members.get(&node_id) != Some(&true) && voters >= crate::node::CLUSTER_VOTERS_MAX {
+            return Err(Status::failed_precondition(format!(
+                "the catalog has {voters} voters, the most it takes (CLUSTER_VOTERS_MAX); add node {node_id} as a learner"
+            )));
+        }
+        if known.is_none() {
+            // The leader reaches a member at the address its record gives; so will every later
+            // leader, which applies this record before it could lead.
+            self.propose(CatalogEntry::NodeRegistered(NodeRecord::admitted(node_id, address.to_string())))
+                .await?;
+        }
+        self.catalog.add_member(node_id, voter, NODE_CATCH_UP_TIMEOUT).await
+    }
+
+    /// Removes node `node_id` from the cluster: from the catalog's group, then from placement.
+    /// Refused while any topic is on it (led there, or one of its replicas): delete those
+    /// topics first. The catalog's leader hands its leadership to another voter rather than
+    /// remove itself (`NodeRemoval::HandedOver`), so that the new leader decides.
+    pub async fn remove_node(&self, node_id: u64) -> Result<NodeRemoval, Status> {
+        self.check_leads()?;
+        let members = self.catalog.members();
+        let registered = self.state.borrow().nodes.contains_key(&node_id);
+        if !members.contains_key(&node_id) && !registered {
+            return Err(Status::not_found(format!("node {node_id} is not a member of the cluster")));
+        }
+        let other_voters: Vec<u64> =
+            members.iter().filter(|(id, voter)| **voter && **id != node_id).map(|(id, _)| *id).collect();
+        if members.get(&node_id) == Some(&true) && other_voters.is_empty() {
+            return Err(Status::failed_precondition(format!("node {node_id} is the catalog's only voter")));
+        }
+        if node_id == self.node_id() {
+            self.check_holds_nothing(node_id)?;
+            let to = other_voters[0];
+            self.catalog.transfer_leadership(to).await?;
+            let started = crate::runtime::now();
+            while crate::runtime::now() - started < LEADER_HANDOVER_WAIT {
+                match self.catalog.leader() {
+                    Some(leader) if leader != node_id => return Ok(NodeRemoval::HandedOver(leader)),
+                    _ => crate::runtime::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            return Err(Status::unavailable(format!(
+                "node {node_id} leads the catalog and asked node {to} to take the lead, which it has not yet; try again"
+            )));
+        }
+        self.draining.borrow_mut().insert(node_id);
+        let removed = self.remove_drained(node_id).await;
+        self.draining.borrow_mut().remove(&node_id);
+        removed.map(|()| NodeRemoval::Removed)
+    }
+
+    async fn remove_drained(&self, node_id: u64) -> Result<(), Status> {
+        self.check_holds_nothing(node_id)?;
+        self.catalog.remove_member(node_id).await?;
+        self.propose(CatalogEntry::NodeRemoved { node_id }).await?;
+        // A create decided before this leader drained the node may have placed a topic there.
+        self.check_holds_nothing(node_id)
+    }
+
+    /// Refuses while a topic is on node `node_id`, naming some.
+    fn check_holds_nothing(&self, node_id: u64) -> Result<(), Status> {
+        let state = self.state.borrow();
+        let held: Vec<&str> = state
+            .topics
+            .values()
+            .filter(|topic| {
+                node_and_shard(topic.shard).0 == node_id
+                    || topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id)
+            })
+            .map(|topic| topic.name.as_str())
+            .collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let named: Vec<&str> = held.iter().take(REMOVAL_TOPICS_NAMED_MAX).copied().collect();
+        Err(Status::failed_precondition(format!(
+            "node {node_id} holds {} topic(s) ({}{}): delete them first (moving replicas is not built yet)",
+            held.len(),
+            named.join(", "),
+            if held.len() > named.len() { ", …" } else { "" }
+        )))
+    }
+}
