@@ -14,6 +14,9 @@ use std::time::Duration;
 /// catalog before it answers.
 pub const ADD_NODE_TIMEOUT: Duration = Duration::from_secs(40);
 
+/// How long `remove_node` waits at least: the daemon moves the node's replicas first.
+pub const REMOVE_NODE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// The changes of a topic update: each field given is set, the others are left as they are.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopicUpdate {
@@ -131,11 +134,14 @@ impl Client {
         Ok(())
     }
 
-    /// Removes node `node_id` from the cluster; refused (`FailedPrecondition`) while a topic
-    /// is on it. Stop the node once it is removed.
+    /// Removes node `node_id` from the cluster, once its replicas are moved to other nodes;
+    /// refused (`FailedPrecondition`) while a topic of one replica is on it. Waits
+    /// `REMOVE_NODE_TIMEOUT` or the request timeout, the longer. Stop the node once it is
+    /// removed.
     pub async fn remove_node(&self, node_id: u64) -> Result<()> {
-        let _: Empty =
-            self.control(Command::ClusterRemoveNode, &ClusterRemoveNodeRequest { node_id }).await?;
+        let request = ClusterRemoveNodeRequest { node_id };
+        let timeout = self.request_timeout.max(REMOVE_NODE_TIMEOUT);
+        let _: Empty = self.control_within(Command::ClusterRemoveNode, &request, timeout).await?;
         Ok(())
     }
 

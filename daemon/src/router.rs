@@ -189,7 +189,7 @@ pub trait Peers {
     /// Asks the catalog's leader, node `leader`, to decide this node's registration.
     fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()>;
     /// Carries a client's request (in the protocol's own encoding) to the catalog's leader.
-    fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>>;
+    fn forward(&self, leader: u64, request: Vec<u8>, timeout: std::time::Duration) -> PeerFuture<Vec<u8>>;
     /// Asks the catalog's leader to elect new leaders for `topics` (their leader's node
     /// restarted and must not lead them at their epoch again).
     fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()>;
@@ -567,9 +567,14 @@ impl<S: Storage> Router<S> {
     }
 
     /// Carries a client's request to the catalog's leader (see `Peers::forward`).
-    pub async fn forward(&self, leader: u64, request: Vec<u8>) -> Result<Vec<u8>, Status> {
+    pub async fn forward(
+        &self,
+        leader: u64,
+        request: Vec<u8>,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<u8>, Status> {
         let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
-        peers.forward(leader, request).await
+        peers.forward(leader, request, timeout).await
     }
 
     /// New topics get one replica, and asking for more is refused with `why`.
@@ -1511,7 +1516,8 @@ mod advertise_tests {
 }
 
 mod members;
-pub use members::NodeRemoval;
+mod moves;
+pub use members::{NodeRemoval, MEMBERSHIP_CHANGE_TIMEOUT};
 mod replicas;
 #[cfg(test)]
 mod tests;

@@ -47,6 +47,8 @@ const KIND_TOPIC_CREATED_REPLICATED: u8 = 19;
 const KIND_TOPIC_LEADER_ELECTED: u8 = 20;
 /// A node left the cluster (`ringpost cluster remove-node`).
 const KIND_NODE_REMOVED: u8 = 21;
+/// A replicated topic's replicas after one was added or removed (a replica move's steps).
+const KIND_TOPIC_REPLICAS_CHANGED: u8 = 22;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -247,6 +249,14 @@ pub enum CatalogEntry {
     NodeRemoved {
         node_id: u64,
     },
+    /// A replicated topic's replicas from now on: its replicas with one added or one removed,
+    /// its leader among them (docs/REPLICATION.md, "Moving a replica"). Applied only to a
+    /// topic of more than one replica, and only if the set keeps its leader and has at least
+    /// two, each on its own node.
+    TopicReplicasChanged {
+        id: u64,
+        replicas: Vec<u32>,
+    },
     /// A replicated topic's leader from `epoch` on: one of its replicas, chosen by a fencing
     /// round that a quorum of them answered (docs/REPLICATION.md). Applied only when `epoch`
     /// is newer than the topic's, so one epoch has one leader.
@@ -364,6 +374,14 @@ impl CatalogEntry {
                 Encoder::new(KIND_TOPIC_LEADER_ELECTED).u64(*id).u64(*epoch).u32(*leader).0.clone()
             }
             CatalogEntry::NodeRemoved { node_id } => Encoder::new(KIND_NODE_REMOVED).u64(*node_id).0.clone(),
+            CatalogEntry::TopicReplicasChanged { id, replicas } => {
+                let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
+                encoder.u64(*id).u32(replicas.len() as u32);
+                for replica in replicas {
+                    encoder.u32(*replica);
+                }
+                encoder.0
+            }
         }
     }
 
@@ -505,6 +523,15 @@ impl CatalogEntry {
                 CatalogEntry::TopicLeaderElected { id: d.u64()?, epoch: d.u64()?, leader: d.u32()? }
             }
             KIND_NODE_REMOVED => CatalogEntry::NodeRemoved { node_id: d.u64()? },
+            KIND_TOPIC_REPLICAS_CHANGED => {
+                let id = d.u64()?;
+                let count = d.u32()?;
+                if count as usize > REPLICAS_MAX {
+                    return Err("a topic with more replicas than REPLICAS_MAX");
+                }
+                let replicas = (0..count).map(|_| d.u32()).collect::<DecodeResult<Vec<u32>>>()?;
+                CatalogEntry::TopicReplicasChanged { id, replicas }
+            }
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -643,6 +670,9 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
             CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),
             CatalogEntry::NodeRemoved { node_id } => write!(f, "remove node {node_id}"),
+            CatalogEntry::TopicReplicasChanged { id, replicas } => {
+                write!(f, "topic {id:x} replicated on shards {replicas:x?}")
+            }
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 write!(f, "topic {id:x} led by shard {leader} from epoch {epoch}")
             }

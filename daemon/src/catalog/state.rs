@@ -135,6 +135,23 @@ impl CatalogState {
                 self.nodes.insert(node.node_id, node);
                 Applied::Done
             }
+            CatalogEntry::TopicReplicasChanged { id, replicas } => {
+                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+                let nodes: std::collections::BTreeSet<u64> =
+                    replicas.iter().map(|shard| super::entry::node_and_shard(*shard).0).collect();
+                match topic {
+                    Some(topic)
+                        if topic.replicas.len() > 1
+                            && replicas.len() >= 2
+                            && nodes.len() == replicas.len()
+                            && replicas.contains(&topic.shard) =>
+                    {
+                        topic.replicas = replicas;
+                        Applied::Updated(true)
+                    }
+                    _ => Applied::Updated(false),
+                }
+            }
             CatalogEntry::NodeRemoved { node_id } => Applied::Updated(self.nodes.remove(&node_id).is_some()),
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));

@@ -33,6 +33,7 @@ const REQUEST_PROMOTE_REPLICA: u8 = 13;
 const REQUEST_DEMOTE_REPLICA: u8 = 14;
 const REQUEST_FENCE_REPLICA: u8 = 15;
 const REQUEST_ELECTIONS_WANTED: u8 = 16;
+const REQUEST_REPLICA_PROGRESS: u8 = 17;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -43,6 +44,7 @@ const OK_STATS: u8 = 3;
 const OK_RESYNCED: u8 = 4;
 const OK_FENCED: u8 = 5;
 const OK_TOPICS: u8 = 6;
+const OK_PROGRESS: u8 = 7;
 
 /// Most topics a `ControlOk::Topics` lists.
 const TOPICS_LISTED_MAX: usize = 1 << 20;
@@ -129,6 +131,10 @@ impl ControlRequest {
                 encoder.u64(*topic_id).u64(*epoch);
             }
             ControlRequest::ElectionsWanted => encoder = Encoder::new(REQUEST_ELECTIONS_WANTED),
+            ControlRequest::ReplicaProgress { topic_id } => {
+                encoder = Encoder::new(REQUEST_REPLICA_PROGRESS);
+                encoder.u64(*topic_id);
+            }
         }
         encoder.0
     }
@@ -227,6 +233,9 @@ impl ControlRequest {
                 Ok(ControlRequest::FenceReplica { topic_id: decoder.u64()?, epoch: decoder.u64()? })
             })?,
             REQUEST_ELECTIONS_WANTED => ControlRequest::ElectionsWanted,
+            REQUEST_REPLICA_PROGRESS => fields("control request ReplicaProgress", decoder, |decoder| {
+                Ok(ControlRequest::ReplicaProgress { topic_id: decoder.u64()? })
+            })?,
             _ => return Err(format!("unknown control request tag {tag}")),
         };
         refuse_trailing("control request", decoder)?;
@@ -313,6 +322,17 @@ impl ControlOk {
                     encoder.u64(*topic);
                 }
             }
+            ControlOk::Progress(progress) => {
+                encoder = Encoder::new(OK_PROGRESS);
+                encoder.bool(progress.leader).u64(progress.epoch).bool(progress.epoch_committed);
+                for end in progress.durable_ends.iter().chain(&progress.committed_ends) {
+                    encoder.u64(*end);
+                }
+                encoder.u32(progress.followers.len() as u32);
+                for (shard, ends) in &progress.followers {
+                    encoder.u32(*shard).u64(ends[0]).u64(ends[1]);
+                }
+            }
         }
         encoder.0
     }
@@ -344,6 +364,26 @@ impl ControlOk {
                 }
                 let topics = (0..count).map(|_| decoder.u64()).collect::<DecodeResult<Vec<u64>>>()?;
                 Ok(ControlOk::Topics(topics))
+            })?,
+            OK_PROGRESS => fields("control reply Progress", decoder, |decoder| {
+                let (leader, epoch, epoch_committed) = (decoder.bool()?, decoder.u64()?, decoder.bool()?);
+                let durable_ends = [decoder.u64()?, decoder.u64()?];
+                let committed_ends = [decoder.u64()?, decoder.u64()?];
+                let count = decoder.u32()? as usize;
+                if count > REPLICAS_MAX {
+                    return Err("more followers than REPLICAS_MAX");
+                }
+                let followers = (0..count)
+                    .map(|_| Ok((decoder.u32()?, [decoder.u64()?, decoder.u64()?])))
+                    .collect::<DecodeResult<Vec<(u32, [u64; 2])>>>()?;
+                Ok(ControlOk::Progress(super::ReplicaProgress {
+                    leader,
+                    epoch,
+                    epoch_committed,
+                    durable_ends,
+                    committed_ends,
+                    followers,
+                }))
             })?,
             _ => return Err(format!("unknown control reply tag {tag}")),
         };
@@ -659,6 +699,7 @@ mod tests {
             ControlRequest::DemoteReplica { topic_id: 17, epoch: 4 },
             ControlRequest::FenceReplica { topic_id: 17, epoch: 4 },
             ControlRequest::ElectionsWanted,
+            ControlRequest::ReplicaProgress { topic_id: 77 },
         ]
     }
 
@@ -740,6 +781,14 @@ mod tests {
             ControlOk::Resynced { logs: 4, batches: 96 },
             ControlOk::Fenced { last_epoch: 3, durable_end: 1_000 },
             ControlOk::Topics(vec![1, 2, 3]),
+            ControlOk::Progress(crate::control::ReplicaProgress {
+                leader: true,
+                epoch: 4,
+                epoch_committed: true,
+                durable_ends: [100, 7],
+                committed_ends: [90, 6],
+                followers: vec![(1, [90, 6]), (65_536, [0, 0])],
+            }),
         ]
     }
 
@@ -778,7 +827,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 17];
+        let mut seen_requests = [false; 18];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -798,11 +847,12 @@ mod tests {
                 ControlRequest::DemoteReplica { .. } => 14,
                 ControlRequest::FenceReplica { .. } => 15,
                 ControlRequest::ElectionsWanted => 16,
+                ControlRequest::ReplicaProgress { .. } => 17,
             };
             seen_requests[index] = true;
         }
         assert!(seen_requests.iter().all(|seen| *seen), "{seen_requests:?}");
-        let mut seen_oks = [false; 6];
+        let mut seen_oks = [false; 7];
         for ok in oks() {
             let index = match ok {
                 ControlOk::Done => 0,
@@ -811,6 +861,7 @@ mod tests {
                 ControlOk::Resynced { .. } => 3,
                 ControlOk::Fenced { .. } => 4,
                 ControlOk::Topics(_) => 5,
+                ControlOk::Progress(_) => 6,
             };
             seen_oks[index] = true;
         }

@@ -108,6 +108,26 @@ pub enum ControlRequest {
     /// The topics this shard leads whose followers refused it for a newer epoch's promise
     /// (`ControlOk::Topics`): elections to ask for.
     ElectionsWanted,
+    /// Where a replica's logs stand, and on a leader its followers' (`ControlOk::Progress`):
+    /// what a replica move waits on.
+    ReplicaProgress {
+        topic_id: u64,
+    },
+}
+
+/// One replica's logs (messages, journal), and a leader's view of its followers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReplicaProgress {
+    pub leader: bool,
+    /// The epoch it leads, or last synced with as a follower.
+    pub epoch: u64,
+    /// On a leader: everything its logs held when its epoch began is on a quorum of its
+    /// replicas (`Leader::holds_what_came_before`).
+    pub epoch_committed: bool,
+    pub durable_ends: [u64; 2],
+    pub committed_ends: [u64; 2],
+    /// Each follower's shard and the durable ends it answered, on a leader.
+    pub followers: Vec<(u32, [u64; 2])>,
 }
 
 /// What an `UpdateSettings` changes.
@@ -135,6 +155,7 @@ pub enum ControlOk {
     },
     /// Topics, by id (`ElectionsWanted`).
     Topics(Vec<u64>),
+    Progress(ReplicaProgress),
 }
 
 #[derive(Debug)]

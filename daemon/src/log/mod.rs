@@ -1719,6 +1719,47 @@ impl<S: Storage> Log<S> {
         inner.segments.is_empty() && inner.durable_end == 0 && inner.staged.is_empty()
     }
 
+    /// Makes a log that never held anything (`is_empty`) start at `offset`: its first segment
+    /// is made there and listed in the manifest, so a recovery finds it starting there too, as
+    /// it finds a log whose older segments retention removed. For a new replica whose leader's
+    /// log no longer starts at 0: nothing below `offset` exists anywhere to copy. Everything
+    /// below it counts as committed (there is nothing).
+    pub async fn start_at(&self, offset: u64) -> Result<(), LogError> {
+        {
+            let mut inner = self.inner.borrow_mut();
+            if let Some(why) = &inner.fenced {
+                return Err(LogError::Fenced(why.clone()));
+            }
+            let untouched = inner.segments.is_empty()
+                && inner.durable_end == 0
+                && inner.assigned_end == 0
+                && inner.staged.is_empty()
+                && !inner.flushing
+                && !inner.truncating;
+            if !untouched {
+                return Err(LogError::Refused(format!(
+                    "a log that holds records cannot start again at offset {offset}"
+                )));
+            }
+            inner.committed_end = offset;
+            inner.durable_end = offset;
+            inner.written_end = offset;
+            inner.assigned_end = offset;
+            inner.check_positions();
+        }
+        if let Err(error) = self.roll(0).await {
+            let mut inner = self.inner.borrow_mut();
+            if inner.segments.is_empty() {
+                inner.committed_end = 0;
+                inner.durable_end = 0;
+                inner.written_end = 0;
+                inner.assigned_end = 0;
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+
     /// Commits whose bytes were built, and whose write was issued, while the commit before them
     /// was being written.
     pub fn commits_built_ahead(&self) -> u64 {

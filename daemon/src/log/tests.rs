@@ -385,6 +385,34 @@ fn remove_before_keeps_the_active_segment_and_survives_restart() {
     });
 }
 
+/// A log that never held anything starts where it is told (a new replica of a leader whose
+/// older segments are gone): it appends there, and a crash at any point after brings it back
+/// starting there; one that holds records refuses.
+#[test]
+fn an_untouched_log_starts_at_an_offset_and_recovers_there() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(3);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        log.start_at(1000).await.unwrap();
+        assert_eq!((log.start_offset(), log.next_offset(), log.committed_end()), (1000, 1000, 1000));
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!((log.start_offset(), log.next_offset()), (1000, 1000));
+        let (offset, _) = log.append(records_for(&[payload(7)]), 1).await.unwrap();
+        assert_eq!(offset, 1000);
+        assert!(matches!(log.start_at(2000).await, Err(LogError::Refused(_))));
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        assert_eq!((log.start_offset(), log.end_offset()), (1000, 1001));
+        let records = read_all(&log).await;
+        assert_eq!(records.len(), 1);
+        assert_eq!((records[0].offset, records[0].data.as_slice()), (1000, payload(7).as_slice()));
+    });
+}
+
 #[test]
 fn a_lost_segment_file_is_detected_not_skipped() {
     run(async {

@@ -13,9 +13,11 @@ mod tests;
 /// A node of the cluster.
 pub type NodeId = u64;
 
-/// Replicas whose answers make a quorum of `replicas`: ⌈R/2⌉, a majority of an odd R.
+/// Replicas whose answers make a quorum of `replicas`: a majority, ⌊R/2⌋ + 1 (⌈R/2⌉ for the
+/// odd R a topic is created with; a replica move passes through an even R for a moment, where
+/// ⌈R/2⌉ would let two quorums miss each other).
 pub fn quorum(replicas: usize) -> usize {
-    replicas.div_ceil(2)
+    replicas / 2 + 1
 }
 
 /// A leader's view of its epoch's replication: how far each replica has its log durable at
@@ -37,7 +39,7 @@ impl CommitTracker {
     /// A leader of `epoch` over `replicas` (its own id among them) whose log held `epoch_start`
     /// records when it was elected, of which `committed_end` were known committed.
     pub fn new(epoch: u64, replicas: &[NodeId], epoch_start: u64, committed_end: u64) -> CommitTracker {
-        assert!(replicas.len() % 2 == 1, "{} replicas: R is odd", replicas.len());
+        assert!(!replicas.is_empty(), "a leader is one of its replicas");
         CommitTracker {
             epoch,
             epoch_start,
@@ -70,6 +72,13 @@ impl CommitTracker {
     /// The end of what a quorum holds durably with a record of this epoch among it.
     pub fn committed_end(&self) -> u64 {
         self.committed_end
+    }
+
+    /// Whether everything the log held when this epoch began is on a quorum of this epoch's
+    /// replicas: a record of this epoch is committed, or the log held nothing. A replica set
+    /// changes again only after this (Raft's rule for one change at a time).
+    pub fn holds_what_came_before(&self) -> bool {
+        self.epoch_start == 0 || self.committed_end > self.epoch_start
     }
 }
 

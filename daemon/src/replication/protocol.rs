@@ -49,6 +49,9 @@ pub struct LogAppend {
 pub struct LogTip {
     pub history: EpochHistory,
     pub end: u64,
+    /// Where the leader's log starts (what retention left): a replica that holds nothing, a
+    /// new one, starts its log there (`Log::start_at`) instead of at 0.
+    pub start: u64,
 }
 
 /// A replica's answer to a fencing round, for one log: the epoch of its last record, its
@@ -184,7 +187,7 @@ impl ReplicaRequest {
                 encoder.u64(*topic_id).u64(*leader_epoch);
                 for tip in logs {
                     put_history(&mut encoder, &tip.history);
-                    encoder.u64(tip.end);
+                    encoder.u64(tip.end).u64(tip.start);
                 }
                 encoder.0
             }
@@ -212,7 +215,7 @@ impl ReplicaRequest {
             REQUEST_SYNC => {
                 let (topic_id, leader_epoch) = (d.u64()?, d.u64()?);
                 let mut tip = || -> DecodeResult<LogTip> {
-                    Ok(LogTip { history: get_history(&mut d)?, end: d.u64()? })
+                    Ok(LogTip { history: get_history(&mut d)?, end: d.u64()?, start: d.u64()? })
                 };
                 let logs = [tip()?, tip()?];
                 ReplicaRequest::Sync { topic_id, leader_epoch, logs }
@@ -308,7 +311,7 @@ mod tests {
             ReplicaRequest::Sync {
                 topic_id: 9,
                 leader_epoch: 4,
-                logs: [LogTip { history: history.clone(), end: 4 }, LogTip::default()],
+                logs: [LogTip { history: history.clone(), end: 4, start: 2 }, LogTip::default()],
             },
             ReplicaRequest::Append {
                 topic_id: 9,

@@ -124,7 +124,7 @@ fn sealed_from<S: Storage>(batch: &HeldBatch<S>, from: u64) -> Result<&[u8], Log
 
 /// Where a log stands, for a follower to find where it parts from it.
 pub fn tip<S: Storage>(log: &Log<S>) -> LogTip {
-    LogTip { history: log.epoch_history(), end: log.durable_end() }
+    LogTip { history: log.epoch_history(), end: log.durable_end(), start: log.start_offset() }
 }
 
 /// A leader's replication of one source, for one epoch: what each replica holds durably, and
@@ -249,6 +249,12 @@ impl Leader {
                 )
             })
             .collect()
+    }
+
+    /// Whether both logs hold, on a quorum of this epoch's replicas, everything they held when
+    /// it began (`CommitTracker::holds_what_came_before`).
+    pub fn holds_what_came_before(&self) -> bool {
+        self.trackers.borrow().iter().all(CommitTracker::holds_what_came_before)
     }
 
     /// The offset below which every follower holds `log` (what its retention may remove).
@@ -571,6 +577,11 @@ pub async fn follow<S: Storage>(
                 )));
             }
             log.truncate_after(cut).await?;
+        }
+        // A replica that has never held a record (a new one, from a replica move) starts where
+        // the leader's log does: what retention removed there is nowhere to copy from.
+        if tip.start > log.next_offset() && log.is_empty() {
+            log.start_at(tip.start).await?;
         }
         next[index] = log.next_offset();
     }

@@ -10,6 +10,8 @@ use super::*;
 #[test]
 fn a_quorum_is_a_majority() {
     assert_eq!((quorum(1), quorum(3), quorum(5)), (1, 2, 3));
+    // A move passes through an even count: two majorities of it always share a replica.
+    assert_eq!((quorum(2), quorum(4)), (2, 3));
 }
 
 #[test]

@@ -12,6 +12,10 @@ use std::time::Duration;
 /// answers; the node stays a learner and catches up later if it takes longer.
 pub const NODE_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a node carrying a membership change to the catalog's leader waits for its answer:
+/// an addition waits for the node to catch up, a removal for its replicas to move.
+pub const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// How long a leader asked to remove itself waits for the voter it hands the lead to.
 const LEADER_HANDOVER_WAIT: Duration = Duration::from_secs(5);
 
@@ -77,9 +81,9 @@ impl<S: Storage> Router<S> {
         self.catalog.add_member(node_id, voter, NODE_CATCH_UP_TIMEOUT).await
     }
 
-    /// Removes node `node_id` from the cluster: from the catalog's group, then from placement.
-    /// Refused while any topic is on it (led there, or one of its replicas): delete those
-    /// topics first. The catalog's leader hands its leadership to another voter rather than
+    /// Removes node `node_id` from the cluster: its replicas moved to other nodes first, then
+    /// it leaves the catalog's group and placement. Refused while a topic of one replica is on
+    /// it (it has nowhere to be copied from once the node goes): delete those first. The catalog's leader hands its leadership to another voter rather than
     /// remove itself (`NodeRemoval::HandedOver`), so that the new leader decides.
     pub async fn remove_node(&self, node_id: u64) -> Result<NodeRemoval, Status> {
         self.check_leads()?;
@@ -115,6 +119,10 @@ impl<S: Storage> Router<S> {
     }
 
     async fn remove_drained(&self, node_id: u64) -> Result<(), Status> {
+        let moved = self.move_replicas_off(node_id).await?;
+        if moved > 0 {
+            eprintln!("ringpostd: moved {moved} replica(s) off node {node_id}");
+        }
         self.check_holds_nothing(node_id)?;
         self.catalog.remove_member(node_id).await?;
         self.propose(CatalogEntry::NodeRemoved { node_id }).await?;
@@ -139,7 +147,7 @@ impl<S: Storage> Router<S> {
         }
         let named: Vec<&str> = held.iter().take(REMOVAL_TOPICS_NAMED_MAX).copied().collect();
         Err(Status::failed_precondition(format!(
-            "node {node_id} holds {} topic(s) ({}{}): delete them first (moving replicas is not built yet)",
+            "node {node_id} holds {} topic(s) of one replica ({}{}), which cannot move: delete them first",
             held.len(),
             named.join(", "),
             if held.len() > named.len() { ", …" } else { "" }

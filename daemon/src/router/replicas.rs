@@ -63,7 +63,7 @@ pub struct LocalReplicas {
     /// On the catalog's leader: elections asked for, those under way, and those that failed
     /// (some replicas may have promised their epoch: tried again until one succeeds).
     wanted: RefCell<HashSet<u64>>,
-    electing: RefCell<HashSet<u64>>,
+    pub(super) electing: RefCell<HashSet<u64>>,
     retry: RefCell<HashMap<u64, Instant>>,
     /// When elections were last asked for, and the applied index at the last full pass.
     asked_at: Cell<Option<Instant>>,
@@ -363,25 +363,29 @@ impl<S: Storage> Router<S> {
             })
             .detach();
         }
-        // A topic deleted while a replica's node was away: its files go.
-        let known: HashSet<u64> = topics.iter().map(|topic| topic.id).collect();
+        // A topic deleted while a replica's node was away, or a replica moved off this node:
+        // its files go.
         let creating = self.replicas.creating.borrow().clone();
         let gone: Vec<(u64, u32)> = self
             .replicas
             .attached
             .borrow()
             .iter()
-            .filter(|(id, _)| !known.contains(id) && !creating.contains(id))
+            .filter(|(id, shard)| {
+                let listed =
+                    self.state.borrow().topic_by_id(*id).is_some_and(|topic| topic.replicas.contains(shard));
+                !listed && !creating.contains(id)
+            })
             .copied()
             .collect();
         for (topic_id, shard) in gone {
-            if self.state.borrow().topic_by_id(topic_id).is_some() {
-                continue;
-            }
             let _ =
                 self.call_forwarder(shard, ControlRequest::DetachTopic { topic_id, delete_data: true }).await;
             self.replicas.attached.borrow_mut().remove(&(topic_id, shard));
-            self.replicas.leading.borrow_mut().remove(&topic_id);
+            let mut leading = self.replicas.leading.borrow_mut();
+            if leading.get(&topic_id).is_some_and(|(led, _)| *led == shard) {
+                leading.remove(&topic_id);
+            }
         }
         if due {
             // Leaders whose followers promised a newer epoch that no election followed.
@@ -474,6 +478,13 @@ impl<S: Storage> Router<S> {
     /// One election: every replica is asked to promise the next epoch; once a quorum has, the
     /// most up-to-date of those that answered is proposed as its leader.
     async fn elect(&self, topic_id: u64) -> Result<(), Status> {
+        self.elect_excluding(topic_id, None).await
+    }
+
+    /// `elect`, with replica `excluded` (one a move takes away) fenced but not a candidate: the
+    /// others' answers must make a quorum of every replica on their own, so that the most
+    /// up-to-date of them holds everything committed.
+    pub(super) async fn elect_excluding(&self, topic_id: u64, excluded: Option<u32>) -> Result<(), Status> {
         let Some(topic) = self.state.borrow().topic_by_id(topic_id).cloned() else { return Ok(()) };
         let epoch = topic.epoch + 1;
         let answers: Rc<RefCell<Vec<FenceAnswer>>> = Rc::default();
@@ -492,7 +503,21 @@ impl<S: Storage> Router<S> {
             }
         });
         crate::sync::join_all(fences.collect()).await;
-        let replicas: Vec<u64> = topic.replicas.iter().map(|shard| *shard as u64).collect();
+        let mut replicas: Vec<u64> = topic.replicas.iter().map(|shard| *shard as u64).collect();
+        if let Some(excluded) = excluded {
+            let needed = quorum(replicas.len());
+            replicas.retain(|shard| *shard != excluded as u64);
+            answers.borrow_mut().retain(|answer| answer.node != excluded as u64);
+            let answered: HashSet<u64> = answers.borrow().iter().map(|answer| answer.node).collect();
+            if answered.len() < needed {
+                return Err(Status::unavailable(format!(
+                    "topic '{}': {} of its replicas other than shard {excluded:#x} answered the fencing round of \
+                     epoch {epoch}; {needed} are needed",
+                    topic.name,
+                    answered.len()
+                )));
+            }
+        }
         let chosen = choose_leader(&replicas, &answers.borrow()).map_err(|short| {
             Status::unavailable(format!(
                 "topic '{}': {} of its {} replicas answered the fencing round of epoch {epoch}; {} are needed",

@@ -60,6 +60,9 @@ impl<S: Storage> Forwarder<S> {
                 Ok(ControlOk::Done)
             }
             ControlRequest::ElectionsWanted => Ok(ControlOk::Topics(self.elections_wanted())),
+            ControlRequest::ReplicaProgress { topic_id } => {
+                Ok(ControlOk::Progress(self.replica_progress(topic_id)?))
+            }
             ControlRequest::FenceReplica { topic_id, epoch } => {
                 let [messages, _] = self.fence_replica(topic_id, epoch).await?;
                 Ok(ControlOk::Fenced { last_epoch: messages.last_epoch, durable_end: messages.durable_end })

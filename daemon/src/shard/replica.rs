@@ -266,6 +266,35 @@ impl<S: Storage> Forwarder<S> {
             .collect()
     }
 
+    /// Where this shard's replica of `topic_id` stands (`ControlRequest::ReplicaProgress`).
+    pub fn replica_progress(&self, topic_id: u64) -> Result<crate::control::ReplicaProgress, Status> {
+        let topic = self.replica(topic_id)?;
+        let journal = topic.journal.opened();
+        let journal_ends = journal.as_ref().map_or([0, 0], |log| [log.durable_end(), log.committed_end()]);
+        let mut progress = crate::control::ReplicaProgress {
+            durable_ends: [topic.log.durable_end(), journal_ends[0]],
+            committed_ends: [topic.log.committed_end(), journal_ends[1]],
+            ..Default::default()
+        };
+        match &*topic.replication.borrow() {
+            Replication::Alone => {}
+            Replication::Follower { synced_epoch } => progress.epoch = *synced_epoch,
+            Replication::Leader(leader) => {
+                let now = crate::runtime::now();
+                progress.leader = true;
+                progress.epoch = leader.epoch;
+                progress.epoch_committed = leader.holds_what_came_before();
+                progress.followers = leader
+                    .followers(MESSAGES, now)
+                    .into_iter()
+                    .zip(leader.followers(JOURNAL, now))
+                    .map(|((peer, messages, _), (_, journal, _))| (peer.shard, [messages, journal]))
+                    .collect();
+            }
+        }
+        Ok(progress)
+    }
+
     /// A replica of `topic_id` here, leading or following.
     fn replica(&self, topic_id: u64) -> Result<Rc<TopicState<S>>, Status> {
         let following = self.registry.followers.borrow().get(&topic_id).cloned();

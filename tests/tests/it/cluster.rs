@@ -585,22 +585,71 @@ fn a_node_joins_takes_topics_and_leaves_and_the_leader_can_be_removed() {
         cluster.node(4).cli(&["topic", "get", "after-restart"]).status.success()
     });
 
-    // It cannot leave while it holds topics; once they are gone, it leaves.
-    let refused = failed(&cluster.node(2).cli(&["cluster", "remove-node", "4"]));
-    assert!(refused.contains("FailedPrecondition") && refused.contains("holds"), "{refused}");
-    for topic in topics.iter().chain([&"after-restart".to_owned()]) {
-        succeeded(&cluster.node(1).cli(&["topic", "delete", topic]));
+    // It leaves with its replicas moved to the other nodes, under publishers, losing nothing;
+    // a topic of one replica on it cannot move, and holds it back until deleted.
+    let mut singles = Vec::new();
+    let single = (0..40)
+        .map(|index| format!("single-{index}"))
+        .find(|name| {
+            let topic = ringpost_client::Topic { name: name.clone(), ..Default::default() };
+            block_on(cluster.node(1).client().create_topic_replicated(topic, 1)).unwrap();
+            singles.push(name.clone());
+            owners(&cluster).get(name) == Some(&4)
+        })
+        .expect("no topic of one replica landed on the new node in 40");
+    let published = Arc::new(Mutex::new(HashMap::<String, HashMap<u64, Vec<u8>>>::new()));
+    for (index, topic) in topics.iter().enumerate() {
+        let sent = publish(&cluster.node(1).client(), topic, 100_000 + index as u64 * 1000, 20);
+        published.lock().unwrap().entry(topic.clone()).or_default().extend(sent);
     }
+    let refused = std::thread::scope(|scope| {
+        let running = Arc::new(AtomicBool::new(true));
+        for (index, topic) in topics.iter().enumerate().take(4) {
+            let (running, published, client) = (running.clone(), published.clone(), cluster.node(2).client());
+            scope.spawn(move || {
+                let mut sequence = 200_000 + index as u64 * 10_000;
+                while running.load(Ordering::Relaxed) {
+                    let data = payload(sequence, 64);
+                    // A publish may fail while the topic's leader changes; only acknowledged
+                    // ones are counted.
+                    if let Ok(ids) = block_on(client.publish(topic, vec![Message::new(data.clone())])) {
+                        published.lock().unwrap().entry(topic.clone()).or_default().insert(ids[0], data);
+                    }
+                    sequence += 1;
+                }
+            });
+        }
+        let during = published.lock().unwrap().values().map(HashMap::len).sum::<usize>();
+        let refused = failed(&cluster.node(2).cli(&["cluster", "remove-node", "4"]));
+        running.store(false, Ordering::Relaxed);
+        let after = published.lock().unwrap().values().map(HashMap::len).sum::<usize>();
+        eprintln!("{} publishes acknowledged while node 4's replicas moved", after - during);
+        refused
+    });
+    assert!(refused.contains("FailedPrecondition") && refused.contains(&single), "{refused}");
+    let placed = cluster.status(1).unwrap();
+    for topic in &placed.topics {
+        assert_eq!(topic.replica_nodes.len(), 3, "{topic:?}");
+        assert!(!topic.replica_nodes.contains(&4), "{topic:?} still has a replica on the node leaving");
+    }
+    succeeded(&cluster.node(1).cli(&["topic", "delete", &single]));
     succeeded(&cluster.node(2).cli(&["cluster", "remove-node", "4"]));
     cluster.node_mut(4).kill();
     wait_for_members(&cluster, &[(1, true), (2, true), (3, true)]);
     let unknown = failed(&cluster.node(2).cli(&["cluster", "remove-node", "4"]));
     assert!(unknown.contains("NotFound"), "{unknown}");
+    for topic in &topics {
+        let delivered = drain(&cluster.node(3).client(), &format!("{topic}-sub"), true);
+        let published = published.lock().unwrap().remove(topic).unwrap_or_default();
+        let lost: Vec<&u64> = published.keys().filter(|id| !delivered.contains_key(id)).collect();
+        assert!(lost.is_empty(), "{topic}: {} acknowledged publishes lost: {lost:?}", lost.len());
+    }
     // New topics go to the nodes left.
     let after = create_topics(&cluster, "after-removal", 6);
     let leaders = owners(&cluster);
     assert!(after.iter().all(|topic| matches!(leaders.get(topic), Some(1..=3))), "{leaders:?}");
-    for topic in &after {
+    let others = singles.iter().filter(|name| **name != single);
+    for topic in after.iter().chain(&topics).chain(others).chain([&"after-restart".to_owned()]) {
         succeeded(&cluster.node(1).cli(&["topic", "delete", topic]));
     }
 
@@ -615,4 +664,54 @@ fn a_node_joins_takes_topics_and_leaves_and_the_leader_can_be_removed() {
     assert_ne!(new_leader, leader);
     let created = succeeded(&cluster.node(asker).cli(&["topic", "create", "two-voters"]));
     assert_eq!(field(&created, "name"), "two-voters");
+}
+
+/// A node that died for good is removed with one command: its replicas are rebuilt on the
+/// nodes left, from the replicas that survive, and nothing acknowledged is lost.
+#[test]
+fn a_dead_nodes_replicas_move_to_the_nodes_left_when_it_is_removed() {
+    let mut cluster = Cluster::start("cluster-dead-node", 3, Vec::new());
+    cluster.leader();
+    cluster.launch_joining();
+    let address = cluster.cluster_addresses[3].clone();
+    succeeded(&cluster.node(1).cli(&["cluster", "add-node", "4", &address, "--voter"]));
+    cluster.wait_ready(4);
+    let topics = create_topics(&cluster, "dead", 8);
+    let mut published = HashMap::new();
+    for (index, topic) in topics.iter().enumerate() {
+        published.insert(topic.clone(), publish(&cluster.node(1).client(), topic, index as u64 * 1000, 30));
+    }
+    let before = cluster.status(1).unwrap();
+    let on_dead = before.topics.iter().filter(|topic| topic.replica_nodes.contains(&4)).count();
+    eprintln!("{on_dead} of {} topics have a replica on node 4", before.topics.len());
+    assert!(on_dead > 0, "no replica on node 4: {:?}", before.topics);
+
+    cluster.node_mut(4).kill();
+    // Dead for a while, as a machine that failed is: the catalog's leader has elected other
+    // leaders for what it led.
+    eventually(Duration::from_secs(20), "the topics node 4 led get other leaders", || {
+        cluster.status(1).is_ok_and(|status| status.topics.iter().all(|topic| topic.leader_node != 4))
+    });
+    let started = Instant::now();
+    succeeded(&cluster.node(1).cli(&["cluster", "remove-node", "4"]));
+    eprintln!("node 4 (dead, {on_dead} replicas) removed in {:?}", started.elapsed());
+    wait_for_members(&cluster, &[(1, true), (2, true), (3, true)]);
+    for topic in &cluster.status(2).unwrap().topics {
+        assert_eq!(topic.replica_nodes.len(), 3, "{topic:?}");
+        assert!(!topic.replica_nodes.contains(&4), "{topic:?}");
+    }
+    for topic in &topics {
+        let delivered = drain(&cluster.node(2).client(), &format!("{topic}-sub"), true);
+        assert_eq!(delivered, published[topic], "{topic}");
+    }
+    // Every replica holds the same messages: the new ones caught up.
+    eventually(APPLY_WITHIN, "every replica holds its topic's messages", || {
+        cluster.ids().filter(|id| cluster.is_running(*id)).all(|id| {
+            let stats = block_on(cluster.node(id).client().stats()).unwrap();
+            stats.topics.iter().filter(|topic| topics.contains(&topic.name)).all(|topic| {
+                topic.replication.as_ref().is_some_and(|replica| replica.durable_end == replica.committed_end)
+                    && topic.end_offset >= 30
+            })
+        })
+    });
 }

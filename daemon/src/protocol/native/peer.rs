@@ -266,16 +266,27 @@ impl PeerPool {
 
     /// `bytes` as `command` to node `node`, on an idle connection or a new one.
     pub async fn call(&self, node: u64, command: Command, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
+        self.call_within(node, command, bytes, PEER_REQUEST_TIMEOUT).await
+    }
+
+    /// `call`, waiting for the answer up to `timeout`.
+    pub async fn call_within(
+        &self,
+        node: u64,
+        command: Command,
+        bytes: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, Status> {
         let idle = self.idle.borrow_mut().get_mut(&node).and_then(Vec::pop);
         let reused = idle.is_some();
         let fresh = || PeerClient::new(self.addresses.clone(), node, self.secret.clone());
         let mut client = idle.unwrap_or_else(fresh);
-        let mut answer = client.call(command, bytes.clone(), PEER_REQUEST_TIMEOUT).await;
+        let mut answer = client.call(command, bytes.clone(), timeout).await;
         if reused && answer.as_ref().is_err_and(closed_by_peer) {
             // An idle connection to a node that restarted since: the process that held it is
             // gone, so the request was not taken. Once more, on a new connection.
             client = fresh();
-            answer = client.call(command, bytes, PEER_REQUEST_TIMEOUT).await;
+            answer = client.call(command, bytes, timeout).await;
         }
         if answer.is_ok() {
             let mut idle = self.idle.borrow_mut();
@@ -346,9 +357,9 @@ impl Peers for Rc<PeerPool> {
         })
     }
 
-    fn forward(&self, leader: u64, request: Vec<u8>) -> PeerFuture<Vec<u8>> {
+    fn forward(&self, leader: u64, request: Vec<u8>, timeout: Duration) -> PeerFuture<Vec<u8>> {
         let pool = self.clone();
-        Box::pin(async move { pool.call(leader, Command::PeerForward, request).await })
+        Box::pin(async move { pool.call_within(leader, Command::PeerForward, request, timeout).await })
     }
 }
 

@@ -463,7 +463,14 @@ async fn forward<S: Storage>(
         Status::unavailable("the catalog has no leader (too few of its voters are reachable); try again")
     })?;
     let request = crate::protocol::native::peer::encode_forward(&responder.session().principal, header, body);
-    let answer = router.forward(leader, request).await?;
+    // A node's addition waits for it to catch up, its removal for its replicas to move.
+    let timeout = match Command::from_u16(header.command) {
+        Some(Command::ClusterAddNode | Command::ClusterRemoveNode) => {
+            crate::router::MEMBERSHIP_CHANGE_TIMEOUT
+        }
+        _ => crate::protocol::native::peer::PEER_REQUEST_TIMEOUT,
+    };
+    let answer = router.forward(leader, request, timeout).await?;
     let (applied, mut frame) = crate::protocol::native::peer::decode_forwarded(&answer)
         .map_err(|why| Status::internal(format!("the leader's answer did not decode: {why}")))?;
     if let Some(index) = applied {

@@ -1,0 +1,223 @@
+//! Moving a replicated topic's replica off a node (docs/REPLICATION.md, "Moving a replica"):
+//! two changes of one replica each, the one leaving taken away first and the new one added
+//! after, each decided in the catalog and followed by an election whose leader commits a
+//! record of its epoch before the next change. Run by the catalog's leader for a node that
+//! leaves the cluster.
+
+use super::Router;
+use crate::api::{Code, Status};
+use crate::catalog::{node_and_shard, CatalogEntry, TopicRecord};
+use crate::control::{ControlOk, ControlRequest, ReplicaProgress};
+use crate::storage::Storage;
+use std::time::Duration;
+
+/// How long each step of a move may take: an election and its leader's first commit, or the
+/// new replica catching up with its leader.
+pub const MOVE_STEP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a move looks at the leader's progress.
+const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Replica moves one node's removal runs at once.
+pub const MOVES_IN_FLIGHT_MAX: usize = 8;
+
+impl<S: Storage> Router<S> {
+    /// Moves every replica on node `node_id` (of topics with more than one) to other nodes,
+    /// at most `MOVES_IN_FLIGHT_MAX` at once. Fails with the first move that failed; those
+    /// done stay done, and running it again moves the rest.
+    pub(super) async fn move_replicas_off(&self, node_id: u64) -> Result<usize, Status> {
+        let topics: Vec<u64> = self
+            .state
+            .borrow()
+            .topics
+            .values()
+            .filter(|topic| {
+                topic.replicas.len() > 1
+                    && topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id)
+            })
+            .map(|topic| topic.id)
+            .collect();
+        let count = topics.len();
+        crate::sync::try_for_each_concurrent(topics, MOVES_IN_FLIGHT_MAX, |topic_id| async move {
+            self.move_replica_off(topic_id, node_id).await
+        })
+        .await?;
+        Ok(count)
+    }
+
+    /// Moves topic `topic_id`'s replica on node `node_id` to a node that holds none: elections
+    /// of the topic by the catalog's timers wait meanwhile (this runs its own).
+    async fn move_replica_off(&self, topic_id: u64, node_id: u64) -> Result<(), Status> {
+        // An election the catalog's timers run (its leader's node went away) finishes first.
+        let started = crate::runtime::now();
+        while !self.replicas.electing.borrow_mut().insert(topic_id) {
+            if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
+                return Err(Status::unavailable(format!(
+                    "topic {topic_id:x} has been in an election for {} s; try again",
+                    MOVE_STEP_TIMEOUT.as_secs()
+                )));
+            }
+            crate::runtime::sleep(MOVE_POLL_INTERVAL).await;
+        }
+        let moved = self.move_guarded(topic_id, node_id).await;
+        self.replicas.electing.borrow_mut().remove(&topic_id);
+        moved.map_err(|status| {
+            let name = self.state.borrow().topic_by_id(topic_id).map(|topic| topic.name.clone());
+            let name = name.unwrap_or_else(|| format!("{topic_id:x}"));
+            Status::new(status.code, format!("moving topic '{name}' off node {node_id}: {}", status.message))
+        })
+    }
+
+    async fn move_guarded(&self, topic_id: u64, node_id: u64) -> Result<(), Status> {
+        let Some(topic) = self.topic_by_id(topic_id) else { return Ok(()) };
+        let Some(&leaving) = topic.replicas.iter().find(|replica| node_and_shard(**replica).0 == node_id)
+        else {
+            return Ok(());
+        };
+        // 1. The replica leaving goes first, so that nothing waits on a node that may be gone.
+        // A set of two (a move cut short after this step) goes straight to the second.
+        if topic.replicas.len() > 2 {
+            if topic.shard == leaving {
+                // A set must hold its leader: the lead goes to another replica first.
+                self.elect_excluding(topic_id, Some(leaving)).await?;
+                self.wait_epoch_committed(topic_id).await?;
+            }
+            let kept: Vec<u32> =
+                topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
+            self.change_replicas(topic_id, kept).await?;
+        } else {
+            let kept: Vec<u32> =
+                topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
+            if topic.shard == leaving || kept.len() < 2 {
+                return Err(Status::failed_precondition(format!(
+                    "it has {} replicas and one would be left: add one first",
+                    topic.replicas.len()
+                )));
+            }
+            if kept.len() != topic.replicas.len() {
+                self.change_replicas(topic_id, kept).await?;
+            }
+        }
+        // 2. The new replica: on a node that holds none, first in placement's preference.
+        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
+        let holding: Vec<u64> = topic.replicas.iter().map(|replica| node_and_shard(*replica).0).collect();
+        let heard = self.catalog.voters_heard_within(super::replicas::SOURCE_FAILURE_TIMEOUT);
+        let target = self
+            .place(&topic.name)
+            .into_iter()
+            .find(|shard| {
+                let node = node_and_shard(*shard).0;
+                node != node_id
+                    && !holding.contains(&node)
+                    && heard.as_ref().is_none_or(|heard| heard.contains(&node))
+            })
+            .ok_or_else(|| {
+                Status::failed_precondition(format!(
+                    "no node other than its replicas' and node {node_id} has a forwarder to take it"
+                ))
+            })?;
+        let attach = ControlRequest::AttachReplica {
+            topic_id,
+            name: topic.name.clone(),
+            retention_seconds: topic.message_retention_seconds,
+            recovering: false,
+        };
+        self.call_forwarder(target, attach).await?;
+        let mut grown = topic.replicas.clone();
+        grown.push(target);
+        self.change_replicas(topic_id, grown).await?;
+        // 3. Done once the new replica holds what its leader held when it joined.
+        self.wait_caught_up(topic_id, target).await
+    }
+
+    fn topic_by_id(&self, topic_id: u64) -> Option<TopicRecord> {
+        self.state.borrow().topic_by_id(topic_id).cloned()
+    }
+
+    /// One change of the topic's replicas, decided in the catalog, then an election among the
+    /// new set (its leader syncs the replicas it names), whose leader must commit a record of
+    /// its epoch before anything changes again.
+    async fn change_replicas(&self, topic_id: u64, replicas: Vec<u32>) -> Result<(), Status> {
+        let applied = self.propose(CatalogEntry::TopicReplicasChanged { id: topic_id, replicas }).await?;
+        if applied != crate::catalog::Applied::Updated(true) {
+            return Err(Status::new(
+                Code::Aborted,
+                "the topic's leader or replicas changed meanwhile; try again",
+            ));
+        }
+        self.elect_excluding(topic_id, None).await?;
+        self.wait_epoch_committed(topic_id).await
+    }
+
+    /// The topic's leader's progress, as its forwarder reports it.
+    async fn leader_progress(&self, topic: &TopicRecord) -> Result<ReplicaProgress, Status> {
+        match self.call_forwarder(topic.shard, ControlRequest::ReplicaProgress { topic_id: topic.id }).await?
+        {
+            ControlOk::Progress(progress) => Ok(progress),
+            other => Err(Status::internal(format!("a replica's progress answered with {other:?}"))),
+        }
+    }
+
+    /// Refuses at once when the catalog no longer hears from the node of the topic's leader: the
+    /// move stops, and the catalog's timers elect another leader as for any topic.
+    fn check_leader_heard(&self, topic: &TopicRecord) -> Result<(), Status> {
+        let node = node_and_shard(topic.shard).0;
+        let heard = self.catalog.voters_heard_within(super::replicas::SOURCE_FAILURE_TIMEOUT);
+        if heard.is_some_and(|heard| !heard.contains(&node)) {
+            return Err(Status::unavailable(format!("the node of its leader, node {node}, does not answer")));
+        }
+        Ok(())
+    }
+
+    /// Waits until the topic's leader, at the epoch the catalog names, holds on a quorum of
+    /// its replicas everything its logs held when it was elected (at most `MOVE_STEP_TIMEOUT`).
+    async fn wait_epoch_committed(&self, topic_id: u64) -> Result<(), Status> {
+        let started = crate::runtime::now();
+        loop {
+            let topic =
+                self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
+            self.check_leader_heard(&topic)?;
+            if let Ok(progress) = self.leader_progress(&topic).await {
+                if progress.leader && progress.epoch == topic.epoch && progress.epoch_committed {
+                    return Ok(());
+                }
+            }
+            if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
+                return Err(Status::unavailable(format!(
+                    "its leader of epoch {} did not commit a record of its epoch within {} s",
+                    topic.epoch,
+                    MOVE_STEP_TIMEOUT.as_secs()
+                )));
+            }
+            crate::runtime::sleep(MOVE_POLL_INTERVAL).await;
+        }
+    }
+
+    /// Waits until replica `target` holds, durably, everything the topic's leader held
+    /// durably when this began (at most `MOVE_STEP_TIMEOUT`).
+    async fn wait_caught_up(&self, topic_id: u64, target: u32) -> Result<(), Status> {
+        let started = crate::runtime::now();
+        let mut goal: Option<[u64; 2]> = None;
+        loop {
+            let topic =
+                self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
+            self.check_leader_heard(&topic)?;
+            if let Ok(progress) = self.leader_progress(&topic).await {
+                if progress.leader && progress.epoch == topic.epoch {
+                    let goal = *goal.get_or_insert(progress.durable_ends);
+                    let held =
+                        progress.followers.iter().find(|(shard, _)| *shard == target).map(|(_, ends)| *ends);
+                    if held.is_some_and(|held| held[0] >= goal[0] && held[1] >= goal[1]) {
+                        return Ok(());
+                    }
+                }
+            }
+            if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
+                return Err(Status::unavailable(format!(
+                    "the new replica on shard {target:#x} did not catch up with its leader within {} s; it goes on \
+                     catching up",
+                    MOVE_STEP_TIMEOUT.as_secs()
+                )));
+            }
+            crate::runtime::sleep(MOVE_POLL_INTERVAL).await;
+        }
+    }
+}
