@@ -7,7 +7,9 @@
 //! led, an election asked for). The catalog's part (elections after a fencing round, each
 //! node's router promoting and demoting) is played by the test, as the router does it, from a
 //! view that cannot reach nodes cut off. Publishers and an acknowledging subscriber go to the
-//! leader they know, or to any node.
+//! leader they know, or to any node. Among the faults, a replica is moved to a spare node as
+//! `router/moves.rs` moves it (taken out, then a new one added, an election after each), the
+//! faults going on meanwhile; the replica taken out is shut down.
 //!
 //! Checked as it runs: nothing is delivered that was never published, no message is
 //! delivered again after its acknowledgement was confirmed, and the committed records of any
@@ -38,7 +40,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 const SEEDS_DEFAULT: u64 = 200;
+/// The replicas a topic starts with.
 const NODES: usize = 3;
+/// Nodes in all: the replicas, and spares a replica move takes one of as the new replica.
+const NODES_TOTAL: usize = 5;
+/// How long a move waits for a leader's first commit of its epoch before it gives up.
+const MOVE_STEP_WAIT: Duration = Duration::from_secs(3);
 const TOPIC_ID: u64 = 1;
 const TOPIC: &str = "replicated";
 const SUBSCRIPTION_ID: u64 = 2;
@@ -93,6 +100,13 @@ struct World {
     healed: Cell<bool>,
     /// An election failed for want of a quorum: the next tick tries again.
     retry_election: Cell<bool>,
+    /// The catalog's replicas of the topic, in order (changed by moves, one at a time).
+    members: RefCell<Vec<usize>>,
+    /// Nodes running without a replica, that a move may add.
+    spares: RefCell<Vec<usize>>,
+    /// A replica move runs: the catalog's timers hold their elections meanwhile, as the router
+    /// does for a topic being moved (the move runs its own).
+    moving: Cell<bool>,
     /// Acknowledgements whose answer never came (ack id, payload), at most
     /// `UNANSWERED_ACKS_MAX`: a subscriber sends them again later, maybe to another leader,
     /// as a client library retries.
@@ -116,8 +130,8 @@ fn node_of(shard: u32) -> usize {
     crate::catalog::node_and_shard(shard).0 as usize - 1
 }
 
-fn peers() -> Vec<Peer> {
-    (0..NODES).map(|node| Peer { shard: shard_of(node), address: format!("node-{node}") }).collect()
+fn peers(members: &[usize]) -> Vec<Peer> {
+    members.iter().map(|node| Peer { shard: shard_of(*node), address: format!("node-{node}") }).collect()
 }
 
 impl World {
@@ -163,6 +177,15 @@ impl World {
     /// Whether the catalog's side reaches `node`.
     fn reachable(&self, node: usize) -> bool {
         self.nodes.borrow()[node].forwarder.is_some() && !self.isolated.borrow().contains(&node)
+    }
+
+    fn members(&self) -> Vec<usize> {
+        self.members.borrow().clone()
+    }
+
+    fn random_member(&self) -> usize {
+        let members = self.members();
+        members[self.rng.borrow_mut().below(members.len() as u64) as usize]
     }
 }
 
@@ -242,9 +265,13 @@ async fn start(world: &Rc<World>, node: usize, recovering: bool) {
         retention_seconds: 0,
         recovering,
     };
-    let starting = forwarder.clone();
-    let attached = sim::spawn_in_group(group, async move { starting.control(attach).await }).await;
-    attached.unwrap_or_else(|status| panic!("seed {}: node {node} could not attach: {status}", world.seed));
+    // A spare holds no replica until a move adds it.
+    if world.members.borrow().contains(&node) {
+        let starting = forwarder.clone();
+        let attached = sim::spawn_in_group(group, async move { starting.control(attach).await }).await;
+        attached
+            .unwrap_or_else(|status| panic!("seed {}: node {node} could not attach: {status}", world.seed));
+    }
     let collector = forwarder.clone();
     sim::spawn_in_group(group, async move {
         loop {
@@ -294,8 +321,8 @@ async fn coordinate(world: Rc<World>) {
         // The leader's router asks when a follower refused it for a newer epoch's promise.
         let refused = world.reachable(leader)
             && world.running(leader).is_some_and(|(forwarder, _)| !forwarder.elections_wanted().is_empty());
-        if gone || stale || refused || world.retry_election.get() {
-            let elected = elect(&world).await;
+        if (gone || stale || refused || world.retry_election.get()) && !world.moving.get() {
+            let elected = elect(&world, None).await;
             world.retry_election.set(!elected);
         }
         reconcile(&world).await;
@@ -304,11 +331,13 @@ async fn coordinate(world: Rc<World>) {
 
 /// One election: every reachable replica promises the next epoch; the most up-to-date of a
 /// quorum that answered leads it. False when too few answered (it is tried again: some may
-/// have promised).
-async fn elect(world: &Rc<World>) -> bool {
+/// have promised). With `excluded` (a move taking that replica away), it is fenced but not a
+/// candidate, and the others' answers must make a quorum of every replica on their own.
+async fn elect(world: &Rc<World>, excluded: Option<usize>) -> bool {
     let epoch = world.epoch.get() + 1;
+    let members = world.members();
     let mut answers = Vec::new();
-    for node in (0..NODES).filter(|node| world.reachable(*node)) {
+    for node in members.iter().copied().filter(|node| world.reachable(*node)) {
         let fence = ControlRequest::FenceReplica { topic_id: TOPIC_ID, epoch };
         let answered =
             world.on_node(node, move |forwarder| async move { forwarder.control(fence).await }).await;
@@ -316,9 +345,21 @@ async fn elect(world: &Rc<World>) -> bool {
             answers.push(FenceAnswer { node: shard_of(node) as u64, last_epoch, durable_end });
         }
     }
-    let replicas: Vec<u64> = (0..NODES).map(|node| shard_of(node) as u64).collect();
-    trace(|| format!("election of epoch {epoch}: answers {answers:?}"));
+    let mut replicas: Vec<u64> = members.iter().map(|node| shard_of(*node) as u64).collect();
+    trace(|| format!("election of epoch {epoch} among {members:?} (not {excluded:?}): answers {answers:?}"));
+    if let Some(excluded) = excluded {
+        let needed = crate::replication::quorum(replicas.len());
+        replicas.retain(|shard| *shard != shard_of(excluded) as u64);
+        answers.retain(|answer| answer.node != shard_of(excluded) as u64);
+        if answers.len() < needed {
+            return false;
+        }
+    }
     let Ok(chosen) = choose_leader(&replicas, &answers) else { return false };
+    // The set changed while the round ran: its answers decide nothing.
+    if world.members() != members {
+        return false;
+    }
     // Decided: one leader for the epoch.
     if world.epoch.get() < epoch {
         world.epoch.set(epoch);
@@ -332,7 +373,8 @@ async fn elect(world: &Rc<World>) -> bool {
 /// subscription), any other leading an older epoch demoted.
 async fn reconcile(world: &Rc<World>) {
     let (epoch, leader) = (world.epoch.get(), world.leader.get());
-    for node in (0..NODES).filter(|node| world.reachable(*node)) {
+    let members = world.members();
+    for node in members.iter().copied().filter(|node| world.reachable(*node)) {
         if node == leader {
             let (promoted, stale) = {
                 let nodes = world.nodes.borrow();
@@ -341,7 +383,8 @@ async fn reconcile(world: &Rc<World>) {
             if promoted == Some(epoch) || stale == Some(epoch) {
                 continue;
             }
-            let promote = ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch, replicas: peers() };
+            let promote =
+                ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch, replicas: peers(&members) };
             let promoted = world
                 .on_node(node, move |forwarder| async move {
                     forwarder.control(promote).await?;
@@ -373,13 +416,18 @@ async fn reconcile(world: &Rc<World>) {
             world.on_node(node, move |forwarder| async move { forwarder.control(demote).await }).await;
         }
     }
+    // A replica taken out of the set leads nothing any more (its node is shut down soon).
+    for node in (0..NODES_TOTAL).filter(|node| !members.contains(node) && world.reachable(*node)) {
+        let demote = ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch };
+        world.on_node(node, move |forwarder| async move { forwarder.control(demote).await }).await;
+    }
 }
 
 /// A node a client sends to: the leader it was told of, mostly.
 fn target(world: &World) -> usize {
     let mut rng = world.rng.borrow_mut();
     if rng.chance(100_000) {
-        rng.below(NODES as u64) as usize
+        rng.below(NODES_TOTAL as u64) as usize
     } else {
         world.leader.get()
     }
@@ -535,7 +583,7 @@ async fn records(world: &Rc<World>, node: usize, durable: bool) -> Option<BTreeM
 /// The committed records of every running replica agree at every offset two of them hold.
 async fn check_prefixes(world: &Rc<World>) {
     let mut logs: Vec<(usize, BTreeMap<u64, Vec<u8>>)> = Vec::new();
-    for node in 0..NODES {
+    for node in 0..NODES_TOTAL {
         if let Some(records) = records(world, node, false).await {
             logs.push((node, records));
         }
@@ -561,9 +609,9 @@ async fn nemesis(world: Rc<World>) {
         let pause = 20 + world.rng.borrow_mut().below(400);
         runtime::sleep(Duration::from_millis(pause)).await;
         check_prefixes(&world).await;
-        let choice = world.rng.borrow_mut().below(6);
+        let choice = world.rng.borrow_mut().below(7);
         let leader = world.leader.get();
-        let random = world.rng.borrow_mut().below(NODES as u64) as usize;
+        let random = world.random_member();
         trace(|| format!("nemesis {choice}: leader {leader}, node {random}"));
         match choice {
             // The leader cut off, then healed.
@@ -587,15 +635,25 @@ async fn nemesis(world: Rc<World>) {
             // A majority crashes at once and comes back.
             4 => {
                 let spared = random;
-                for node in (0..NODES).filter(|node| *node != spared) {
-                    if world.running(node).is_some() {
-                        crash(&world, node);
-                    }
+                let crashed: Vec<usize> = world
+                    .members()
+                    .into_iter()
+                    .filter(|node| *node != spared && world.running(*node).is_some())
+                    .collect();
+                for node in &crashed {
+                    crash(&world, *node);
                 }
                 let down = world.rng.borrow_mut().below(300);
                 runtime::sleep(Duration::from_millis(down)).await;
-                for node in (0..NODES).filter(|node| *node != spared) {
+                for node in crashed {
                     start(&world, node, true).await;
+                }
+            }
+            // A replica moved to a spare node, while the faults go on.
+            5 => {
+                if !world.moving.get() && !world.spares.borrow().is_empty() {
+                    world.moving.set(true);
+                    runtime::spawn(move_replica(world.clone(), random)).detach();
                 }
             }
             // A node's wall clock stepped (T11): nothing that is safe may change.
@@ -609,6 +667,81 @@ async fn nemesis(world: Rc<World>) {
     world.isolated.borrow_mut().clear();
 }
 
+/// A replica move, as `router/moves.rs` runs it: `leaving` handed the lead away if it has it,
+/// taken out of the set, then a spare added; each change followed by an election whose leader
+/// commits a record of its epoch before the next. A step that fails ends the move where it
+/// is (the catalog's timers elect again); the replica taken out is shut down, as a node that
+/// left the cluster is.
+async fn move_replica(world: Rc<World>, leaving: usize) {
+    let done = move_steps(&world, leaving).await;
+    trace(|| format!("move off node {leaving}: {done:?}, replicas now {:?}", world.members()));
+    if !world.members().contains(&leaving) && world.running(leaving).is_some() {
+        crash(&world, leaving);
+    }
+    if done.is_err() {
+        world.retry_election.set(true);
+    }
+    world.moving.set(false);
+}
+
+async fn move_steps(world: &Rc<World>, leaving: usize) -> Result<(), &'static str> {
+    if world.members().len() > 2 {
+        if world.leader.get() == leaving {
+            if !elect(world, Some(leaving)).await {
+                return Err("handing the lead over");
+            }
+            wait_epoch_committed(world).await?;
+        }
+        if world.leader.get() == leaving {
+            return Err("it leads again");
+        }
+        world.members.borrow_mut().retain(|node| *node != leaving);
+        if !elect(world, None).await {
+            return Err("the election after the removal");
+        }
+        wait_epoch_committed(world).await?;
+    }
+    let Some(joining) = world.spares.borrow_mut().pop() else { return Err("no spare") };
+    world.members.borrow_mut().push(joining);
+    let attach = ControlRequest::AttachReplica {
+        topic_id: TOPIC_ID,
+        name: TOPIC.to_owned(),
+        retention_seconds: 0,
+        recovering: false,
+    };
+    let attached =
+        world.on_node(joining, move |forwarder| async move { forwarder.control(attach).await }).await;
+    if !matches!(attached, Some(Ok(_))) {
+        return Err("attaching the new replica");
+    }
+    if !elect(world, None).await {
+        return Err("the election after the addition");
+    }
+    wait_epoch_committed(world).await
+}
+
+/// Waits until the leader the catalog names leads its epoch and holds, on a quorum of its
+/// replicas, what its logs held when it began (at most `MOVE_STEP_WAIT`).
+async fn wait_epoch_committed(world: &Rc<World>) -> Result<(), &'static str> {
+    let started = runtime::now();
+    while runtime::now() - started < MOVE_STEP_WAIT {
+        let (leader, epoch) = (world.leader.get(), world.epoch.get());
+        if !world.reachable(leader) {
+            return Err("its leader is not reachable");
+        }
+        let progress = ControlRequest::ReplicaProgress { topic_id: TOPIC_ID };
+        let answer =
+            world.on_node(leader, move |forwarder| async move { forwarder.control(progress).await }).await;
+        if let Some(Ok(ControlOk::Progress(progress))) = answer {
+            if progress.leader && progress.epoch == epoch && progress.epoch_committed {
+                return Ok(());
+            }
+        }
+        runtime::sleep(COORDINATE_INTERVAL).await;
+    }
+    Err("the leader's first commit of its epoch")
+}
+
 fn simulate(seed: u64) {
     let mut rng = sim::Rng::new(seed);
     let copies = [1, 3][rng.below(2) as usize];
@@ -619,7 +752,7 @@ fn simulate(seed: u64) {
     let world = Rc::new(World {
         seed,
         nodes: RefCell::new(
-            (0..NODES)
+            (0..NODES_TOTAL)
                 .map(|_| Node {
                     disk: SimDisk::new(),
                     forwarder: None,
@@ -638,6 +771,9 @@ fn simulate(seed: u64) {
         duplicate_ppm,
         epoch: Cell::new(1),
         leader: Cell::new(rng.below(NODES as u64) as usize),
+        members: RefCell::new((0..NODES).collect()),
+        spares: RefCell::new((NODES..NODES_TOTAL).collect()),
+        moving: Cell::new(false),
         unreachable_since: Cell::new(None),
         checker: RefCell::default(),
         next_message: Cell::new(0),
@@ -646,7 +782,7 @@ fn simulate(seed: u64) {
         unanswered_acks: RefCell::default(),
     });
     sim::run(seed, async move {
-        for node in 0..NODES {
+        for node in 0..NODES_TOTAL {
             start(&world, node, false).await;
         }
         runtime::spawn(coordinate(world.clone())).detach();
@@ -655,6 +791,9 @@ fn simulate(seed: u64) {
             .chain(std::iter::once(runtime::spawn(subscriber(world.clone()))))
             .collect();
         nemesis(world.clone()).await;
+        while world.moving.get() {
+            runtime::sleep(COORDINATE_INTERVAL).await;
+        }
         world.healed.set(true);
         for client in clients {
             client.await;
@@ -676,7 +815,7 @@ fn simulate(seed: u64) {
         }
         let lost = world.checker.borrow().lost();
         if !lost.is_empty() {
-            for node in 0..NODES {
+            for node in 0..NODES_TOTAL {
                 let held = records(&world, node, true).await.unwrap_or_default();
                 let found: Vec<(u64, String)> = held
                     .iter()
@@ -704,23 +843,26 @@ fn simulate(seed: u64) {
         runtime::sleep(Duration::from_secs(3)).await;
         check_prefixes(&world).await;
         // Quiet and healed, the replicas hold one log.
+        let members = world.members();
         let mut logs = Vec::new();
-        for node in 0..NODES {
-            logs.push(records(&world, node, true).await.expect("every node runs at the end"));
+        for node in &members {
+            logs.push(records(&world, *node, true).await.expect("every replica runs at the end"));
         }
         // Retention removes segments on each replica apart: from the latest start on.
         let start = logs.iter().filter_map(|log| log.keys().next().copied()).max().unwrap_or(0);
         let kept: Vec<BTreeMap<u64, Vec<u8>>> =
             logs.into_iter().map(|mut log| log.split_off(&start)).collect();
-        for node in 1..NODES {
+        for node in 1..members.len() {
             let differs =
                 kept[node].iter().zip(kept[0].iter()).find(|((offset, data), (other_offset, other_data))| {
                     offset != other_offset || data != other_data
                 });
             assert!(
                 kept[node].len() == kept[0].len() && differs.is_none(),
-                "seed {seed}: node {node}'s log differs from node 0's from offset {start}: {} against {} records, \
+                "seed {seed}: node {}'s log differs from node {}'s from offset {start}: {} against {} records, \
                  first difference {differs:?}",
+                members[node],
+                members[0],
                 kept[node].len(),
                 kept[0].len()
             );
