@@ -71,6 +71,15 @@ pub(super) fn start_router_shard(
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let replication_over_tls = config.cluster.as_ref().is_some_and(|cluster| cluster.ca.is_some());
+    // With TLS and the cluster's CA, the cluster port takes TLS too: the server's certificate
+    // verified against the CA, the client authenticated by the cluster's secret inside.
+    let cluster_tls = match (&config.tls, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
+        (Some(settings), Some(ca)) => {
+            let server = protocol::native::tls::TlsSettings { client_ca: None, ..settings.clone() };
+            Some((server, protocol::native::tls::replication_client_config(ca)?))
+        }
+        _ => None,
+    };
     let cluster_secret = config.cluster.as_ref().and_then(|cluster| cluster.secret.clone());
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
@@ -129,6 +138,7 @@ pub(super) fn start_router_shard(
                     &security,
                     &stop,
                     connection_limits,
+                    cluster_tls,
                 )
                 .await
                 .map(|(catalog, handler, pool)| (catalog, Some((handler, pool)))),
@@ -306,10 +316,15 @@ async fn open_clustered(
     security: &protocol::native::server::Security,
     stop: &sync::Stop,
     connection_limits: protocol::native::server::ConnectionLimits,
+    cluster_tls: Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
 ) -> Result<
     (catalog::Catalog<storage::dma::DmaStorage>, Rc<PeerHandler<storage::dma::DmaStorage>>, Rc<PeerPool>),
     String,
 > {
+    let (server_tls, client_tls) = match cluster_tls {
+        Some((server, client)) => (Some(protocol::native::tls::Tls::open(&server)?), Some(client)),
+        None => (None, None),
+    };
     let settings = &cluster.settings;
     let addresses: std::collections::BTreeMap<u64, std::net::SocketAddr> =
         settings.addresses.iter().enumerate().map(|(index, address)| (index as u64 + 1, *address)).collect();
@@ -327,7 +342,7 @@ async fn open_clustered(
         balance_factor,
         catalog::legacy::catalog_log_config(),
         &voters,
-        PeerNetwork { addresses: addresses.clone(), secret: secret.clone() },
+        PeerNetwork { addresses: addresses.clone(), secret: secret.clone(), tls: client_tls.clone() },
     )
     .await?;
     addresses.learn_from(catalog.shared_state());
@@ -339,11 +354,11 @@ async fn open_clustered(
     crate::runtime::spawn(async move {
         // Only the cluster's secret authenticates here; the router's access file does not.
         let access = Rc::new(crate::auth::Access::for_cluster(port_secret.as_deref()));
-        let security = protocol::native::server::Security { access, tls: None };
+        let security = protocol::native::server::Security { access, tls: server_tls };
         protocol::native::server::serve(listener, serving, stop, limits, security).await;
     })
     .detach();
-    let pool = PeerPool::new(addresses, secret);
+    let pool = PeerPool::new(addresses, secret, client_tls);
     let asking = pool.clone();
     catalog.ready(&voters, async move |leader| asking.read_index(leader).await).await?;
     eprintln!(

@@ -327,6 +327,17 @@ fn forwarders_replicate_over_tls_with_the_clusters_ca() {
         ))
         .expect("connecting over TLS")
     };
+    // The nodes formed their catalog over TLS: a cluster port answers no frame in plaintext
+    // (a plaintext port answers this Hello, with a response or a refusal).
+    for address in &cluster.cluster_addresses {
+        let mut stream = crate::connections::connect(address);
+        stream.write_all(hello(1).as_ref()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut answer = [0u8; 64];
+        let read = std::io::Read::read(&mut stream, &mut answer).unwrap_or(0);
+        let framed = read >= FRAME_HEADER_BYTES && FrameHeader::decode(&answer[..FRAME_HEADER_BYTES]).is_ok();
+        assert!(!framed, "the cluster port {address} answered a frame in plaintext");
+    }
     let client = connect(&cluster.node(1).address);
     let topic = ringpost_client::Topic { name: "over-tls".into(), ..Default::default() };
     let created =

@@ -80,12 +80,21 @@ pub struct PeerNetwork {
     pub addresses: PeerAddresses,
     /// The cluster's secret, presented first on every connection to a peer.
     pub secret: Option<Rc<str>>,
+    /// With TLS on the cluster ports: how a peer's certificate is verified (`--cluster-ca`).
+    pub tls: PeerTls,
 }
+
+/// The client side of TLS on the cluster ports, when they take it.
+pub type PeerTls = Option<std::sync::Arc<rustls::ClientConfig>>;
+
+/// A connection to a peer's cluster port: plain, or in a TLS session.
+trait PeerIo: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
+impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> PeerIo for T {}
 
 impl RaftNetworkFactory<CatalogRaft> for PeerNetwork {
     type Network = PeerClient;
     async fn new_client(&mut self, target: u64, _node: &openraft::EmptyNode) -> PeerClient {
-        PeerClient::new(self.addresses.clone(), target, self.secret.clone())
+        PeerClient::new(self.addresses.clone(), target, self.secret.clone(), self.tls.clone())
     }
 }
 
@@ -94,7 +103,8 @@ pub struct PeerClient {
     addresses: PeerAddresses,
     target: u64,
     secret: Option<Rc<str>>,
-    connection: Option<TcpStream>,
+    tls: PeerTls,
+    connection: Option<Box<dyn PeerIo>>,
     next_request: u64,
 }
 
@@ -110,8 +120,8 @@ async fn within<T>(
 }
 
 impl PeerClient {
-    pub fn new(addresses: PeerAddresses, target: u64, secret: Option<Rc<str>>) -> PeerClient {
-        PeerClient { addresses, target, secret, connection: None, next_request: 1 }
+    pub fn new(addresses: PeerAddresses, target: u64, secret: Option<Rc<str>>, tls: PeerTls) -> PeerClient {
+        PeerClient { addresses, target, secret, tls, connection: None, next_request: 1 }
     }
 
     /// Sends `bytes` as `command` and returns the answer's bytes, within `deadline`.
@@ -137,11 +147,26 @@ impl PeerClient {
                     format!("node {} has no cluster address", self.target),
                 )
             })?;
+            let tls = self.tls.clone();
             let stream = within(PEER_CONNECT_TIMEOUT, async {
-                TcpStream::connect(address).await.map_err(|error| io::Error::other(error.to_string()))
+                let stream =
+                    TcpStream::connect(address).await.map_err(|error| io::Error::other(error.to_string()))?;
+                stream.set_nodelay(true).map_err(|error| io::Error::other(error.to_string()))?;
+                let Some(config) = tls else { return Ok(Box::new(stream) as Box<dyn PeerIo>) };
+                // The peer's certificate must name the address the others reach it at.
+                let name = rustls::pki_types::ServerName::IpAddress(address.ip().into());
+                let session = futures_rustls::TlsConnector::from(config)
+                    .connect(name, stream)
+                    .await
+                    .map_err(|error| {
+                        io::Error::new(
+                            io::ErrorKind::ConnectionRefused,
+                            format!("the TLS handshake failed: {error}"),
+                        )
+                    })?;
+                Ok(Box::new(session) as Box<dyn PeerIo>)
             })
             .await?;
-            stream.set_nodelay(true).map_err(|error| io::Error::other(error.to_string()))?;
             self.connection = Some(stream);
             if let Some(secret) = self.secret.clone() {
                 let request = AuthenticateRequest { token: secret.to_string() };
@@ -165,6 +190,8 @@ impl PeerClient {
         let frame = ringpost_wire::encode_frame(command.code(), 0, request_id, body);
         let stream = self.connection.as_mut().expect("connected");
         stream.write_all(frame.as_ref()).await?;
+        // A TLS session holds what it was given until flushed.
+        stream.flush().await?;
         let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
         stream.read_exact(&mut header_bytes).await?;
         let header = FrameHeader::decode(&header_bytes)
@@ -249,12 +276,13 @@ pub const PEER_IDLE_CONNECTIONS_MAX: usize = 4;
 pub struct PeerPool {
     addresses: PeerAddresses,
     secret: Option<Rc<str>>,
+    tls: PeerTls,
     idle: RefCell<BTreeMap<u64, Vec<PeerClient>>>,
 }
 
 impl PeerPool {
-    pub fn new(addresses: PeerAddresses, secret: Option<Rc<str>>) -> Rc<PeerPool> {
-        Rc::new(PeerPool { addresses, secret, idle: RefCell::default() })
+    pub fn new(addresses: PeerAddresses, secret: Option<Rc<str>>, tls: PeerTls) -> Rc<PeerPool> {
+        Rc::new(PeerPool { addresses, secret, tls, idle: RefCell::default() })
     }
 
     /// The read index of the catalog's leader, node `leader`.
@@ -279,7 +307,7 @@ impl PeerPool {
     ) -> Result<Vec<u8>, Status> {
         let idle = self.idle.borrow_mut().get_mut(&node).and_then(Vec::pop);
         let reused = idle.is_some();
-        let fresh = || PeerClient::new(self.addresses.clone(), node, self.secret.clone());
+        let fresh = || PeerClient::new(self.addresses.clone(), node, self.secret.clone(), self.tls.clone());
         let mut client = idle.unwrap_or_else(fresh);
         let mut answer = client.call(command, bytes.clone(), timeout).await;
         if reused && answer.as_ref().is_err_and(closed_by_peer) {
