@@ -1,6 +1,6 @@
 //! The router's part in the cluster's membership: adding a node (a learner of the catalog
-//! brought up to date, then, if asked, a voter) and removing one that holds nothing. Both run
-//! on the catalog's leader; other nodes carry the request there.
+//! brought up to date, then, if asked, a voter) and removing one once its replicas are moved
+//! (`moves.rs`). Both run on the catalog's leader; other nodes carry the request there.
 
 use super::Router;
 use crate::api::Status;
@@ -72,7 +72,7 @@ impl<S: Storage> Router<S> {
                 "the catalog has {voters} voters, the most it takes (CLUSTER_VOTERS_MAX); add node {node_id} as a learner"
             )));
         }
-        if known.is_none() {
+        if known.as_deref().and_then(|known| known.parse().ok()) != Some(address) {
             // The leader reaches a member at the address its record gives; so will every later
             // leader, which applies this record before it could lead.
             self.propose(CatalogEntry::NodeRegistered(NodeRecord::admitted(node_id, address.to_string())))
@@ -83,8 +83,9 @@ impl<S: Storage> Router<S> {
 
     /// Removes node `node_id` from the cluster: its replicas moved to other nodes first, then
     /// it leaves the catalog's group and placement. Refused while a topic of one replica is on
-    /// it (it has nowhere to be copied from once the node goes): delete those first. The catalog's leader hands its leadership to another voter rather than
-    /// remove itself (`NodeRemoval::HandedOver`), so that the new leader decides.
+    /// it (it has nowhere to be copied from once the node goes): delete those first. The
+    /// catalog's leader hands its leadership to another voter rather than remove itself
+    /// (`NodeRemoval::HandedOver`), so that the new leader decides.
     pub async fn remove_node(&self, node_id: u64) -> Result<NodeRemoval, Status> {
         self.check_leads()?;
         let members = self.catalog.members();
@@ -98,7 +99,8 @@ impl<S: Storage> Router<S> {
             return Err(Status::failed_precondition(format!("node {node_id} is the catalog's only voter")));
         }
         if node_id == self.node_id() {
-            self.check_holds_nothing(node_id)?;
+            // Not worth a change of leader if the removal cannot be done.
+            self.check_holds_nothing(node_id, true)?;
             let to = other_voters[0];
             self.catalog.transfer_leadership(to).await?;
             let started = crate::runtime::now();
@@ -123,22 +125,24 @@ impl<S: Storage> Router<S> {
         if moved > 0 {
             eprintln!("ringpostd: moved {moved} replica(s) off node {node_id}");
         }
-        self.check_holds_nothing(node_id)?;
+        self.check_holds_nothing(node_id, false)?;
         self.catalog.remove_member(node_id).await?;
         self.propose(CatalogEntry::NodeRemoved { node_id }).await?;
         // A create decided before this leader drained the node may have placed a topic there.
-        self.check_holds_nothing(node_id)
+        self.check_holds_nothing(node_id, false)
     }
 
-    /// Refuses while a topic is on node `node_id`, naming some.
-    fn check_holds_nothing(&self, node_id: u64) -> Result<(), Status> {
+    /// Refuses while a topic is on node `node_id` (with `single_only`, a topic of one
+    /// replica), naming some.
+    fn check_holds_nothing(&self, node_id: u64, single_only: bool) -> Result<(), Status> {
         let state = self.state.borrow();
         let held: Vec<&str> = state
             .topics
             .values()
             .filter(|topic| {
-                node_and_shard(topic.shard).0 == node_id
-                    || topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id)
+                let single = topic.replicas.len() <= 1 && node_and_shard(topic.shard).0 == node_id;
+                let replica = topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id);
+                single || !single_only && replica
             })
             .map(|topic| topic.name.as_str())
             .collect();
@@ -147,7 +151,8 @@ impl<S: Storage> Router<S> {
         }
         let named: Vec<&str> = held.iter().take(REMOVAL_TOPICS_NAMED_MAX).copied().collect();
         Err(Status::failed_precondition(format!(
-            "node {node_id} holds {} topic(s) of one replica ({}{}), which cannot move: delete them first",
+            "node {node_id} holds {} topic(s) ({}{}): a topic of one replica cannot move (delete it first); \
+             a replicated one placed there meanwhile moves when the removal runs again",
             held.len(),
             named.join(", "),
             if held.len() > named.len() { ", …" } else { "" }

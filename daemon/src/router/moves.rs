@@ -30,8 +30,9 @@ impl<S: Storage> Router<S> {
             .topics
             .values()
             .filter(|topic| {
-                topic.replicas.len() > 1
-                    && topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id)
+                // Those on the node, and those a move cut short left with an even count.
+                let on_node = topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id);
+                topic.replicas.len() > 1 && (on_node || topic.replicas.len().is_multiple_of(2))
             })
             .map(|topic| topic.id)
             .collect();
@@ -68,36 +69,15 @@ impl<S: Storage> Router<S> {
 
     async fn move_guarded(&self, topic_id: u64, node_id: u64) -> Result<(), Status> {
         let Some(topic) = self.topic_by_id(topic_id) else { return Ok(()) };
-        let Some(&leaving) = topic.replicas.iter().find(|replica| node_and_shard(**replica).0 == node_id)
-        else {
+        let leaving = topic.replicas.iter().copied().find(|replica| node_and_shard(*replica).0 == node_id);
+        // An even count is a move cut short between its steps: it gets its replica back.
+        let short = topic.replicas.len().is_multiple_of(2);
+        if leaving.is_none() && !short {
             return Ok(());
-        };
-        // 1. The replica leaving goes first, so that nothing waits on a node that may be gone.
-        // A set of two (a move cut short after this step) goes straight to the second.
-        if topic.replicas.len() > 2 {
-            if topic.shard == leaving {
-                // A set must hold its leader: the lead goes to another replica first.
-                self.elect_excluding(topic_id, Some(leaving)).await?;
-                self.wait_epoch_committed(topic_id).await?;
-            }
-            let kept: Vec<u32> =
-                topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
-            self.change_replicas(topic_id, kept).await?;
-        } else {
-            let kept: Vec<u32> =
-                topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
-            if topic.shard == leaving || kept.len() < 2 {
-                return Err(Status::failed_precondition(format!(
-                    "it has {} replicas and one would be left: add one first",
-                    topic.replicas.len()
-                )));
-            }
-            if kept.len() != topic.replicas.len() {
-                self.change_replicas(topic_id, kept).await?;
-            }
         }
-        // 2. The new replica: on a node that holds none, first in placement's preference.
-        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
+        // The new replica's place: a node that holds none and answers, first in placement's
+        // preference; chosen before anything changes, so that a move with nowhere to go
+        // leaves the topic as it was.
         let holding: Vec<u64> = topic.replicas.iter().map(|replica| node_and_shard(*replica).0).collect();
         let heard = self.catalog.voters_heard_within(super::replicas::SOURCE_FAILURE_TIMEOUT);
         let target = self
@@ -114,6 +94,40 @@ impl<S: Storage> Router<S> {
                     "no node other than its replicas' and node {node_id} has a forwarder to take it"
                 ))
             })?;
+        match leaving {
+            // Two replicas, one of them leaving: one is added first, so that none is ever
+            // alone, then the move goes on as from three.
+            Some(_) if topic.replicas.len() <= 2 => {
+                self.add_replica(topic_id, target).await?;
+                Box::pin(self.move_guarded(topic_id, node_id)).await
+            }
+            // 1. The replica leaving goes first, so that nothing waits on a node that may be
+            // gone; 2. then the new one.
+            Some(leaving) => {
+                self.take_out(topic_id, leaving).await?;
+                self.add_replica(topic_id, target).await
+            }
+            None => self.add_replica(topic_id, target).await,
+        }
+    }
+
+    /// Takes replica `leaving` out of the topic's set, the lead handed to another replica
+    /// first if it has it (a set must hold its leader).
+    async fn take_out(&self, topic_id: u64, leaving: u32) -> Result<(), Status> {
+        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
+        if topic.shard == leaving {
+            self.elect_excluding(topic_id, Some(leaving)).await?;
+            self.wait_epoch_committed(topic_id).await?;
+        }
+        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
+        let kept: Vec<u32> = topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
+        self.change_replicas(topic_id, kept).await
+    }
+
+    /// Adds a replica on `target` (attached empty first), and waits until it holds what its
+    /// leader held when it joined.
+    async fn add_replica(&self, topic_id: u64, target: u32) -> Result<(), Status> {
+        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
         let attach = ControlRequest::AttachReplica {
             topic_id,
             name: topic.name.clone(),
@@ -124,7 +138,6 @@ impl<S: Storage> Router<S> {
         let mut grown = topic.replicas.clone();
         grown.push(target);
         self.change_replicas(topic_id, grown).await?;
-        // 3. Done once the new replica holds what its leader held when it joined.
         self.wait_caught_up(topic_id, target).await
     }
 
