@@ -2467,6 +2467,15 @@ impl<S: Storage> Log<S> {
         while self.inner.borrow().flushing {
             crate::runtime::sleep(REMOVAL_WAIT).await;
         }
+        // Committed meanwhile, past the cut (a commit point taken while the writes in flight
+        // ended): refused as at the start, or a committed record would go.
+        let committed_end = self.inner.borrow().committed_end;
+        if end < committed_end {
+            self.inner.borrow_mut().truncating = false;
+            return Err(LogError::Refused(format!(
+                "a truncation at offset {end}: offsets up to {committed_end} were committed while it waited"
+            )));
+        }
         let result = self.truncate_durable(end).await;
         self.inner.borrow_mut().truncating = false;
         result

@@ -608,6 +608,15 @@ pub async fn take<S: Storage>(
     for result in taken {
         result?;
     }
+    // Fenced by a newer epoch while its records were written (a fencing round, or this
+    // replica's own promotion): the deposed leader's commit point is not taken. A promotion may
+    // be cutting this log where it parts from another replica, waiting only for these writes,
+    // and a commit point moved past its cut would stand on records it removes.
+    if logs.iter().any(|log| log.promised_epoch() > leader_epoch) {
+        return Err(LogError::Refused(format!(
+            "the leader of epoch {leader_epoch} was fenced while its records were written"
+        )));
+    }
     for (log, (committed_end, start_offset)) in logs.iter().zip(bounds) {
         log.commit_to(committed_end.min(log.durable_end()));
         if start_offset > log.start_offset() {
