@@ -180,7 +180,7 @@ pub struct Client {
     /// Pull, acknowledge and modify-ack-deadline.
     retry_subscribe: RetrySettings,
     pools: Arc<Pools>,
-    routes: Mutex<HashMap<(Resource, String), Vec<String>>>,
+    routes: Mutex<HashMap<(Resource, String), Route>>,
     maintenance: OnceLock<Maintenance>,
     /// TLS and token of every connection the client opens.
     security: Security,
@@ -501,9 +501,31 @@ impl Client {
         self.routes.lock().unwrap().remove(&(resource, name.to_owned()));
     }
 
+    /// After a connection to `address`, the first of `name`'s route, failed. A subscription's
+    /// route then tries its next forwarder first, with no new lookup: in a cluster any node's
+    /// forwarder serves a subscriber, carrying its requests to the source's leader, so a
+    /// subscriber carries on through another node while the router it knows may be the node
+    /// that failed. Once every forwarder of the route has failed, and for a topic at once, the
+    /// route is looked up again.
+    fn pass_over(&self, resource: Resource, name: &str, address: &str) {
+        let mut routes = self.routes.lock().unwrap();
+        let key = (resource, name.to_owned());
+        let Some(route) = routes.get_mut(&key) else { return };
+        if route.addresses.first().map(String::as_str) != Some(address) {
+            // Another request already passed it over.
+            return;
+        }
+        route.passed += 1;
+        if resource == Resource::Topic || route.passed >= route.addresses.len() {
+            routes.remove(&key);
+            return;
+        }
+        route.addresses.rotate_left(1);
+    }
+
     async fn route(&self, resource: Resource, name: &str) -> Result<Vec<String>> {
         if let Some(route) = self.routes.lock().unwrap().get(&(resource, name.to_owned())) {
-            return Ok(route.clone());
+            return Ok(route.addresses.clone());
         }
         let command = match resource {
             Resource::Topic => Command::LookupTopic,
@@ -514,7 +536,8 @@ impl Client {
         if route.is_empty() {
             return Err(Error::Status(Status::unavailable(format!("no forwarder serves '{name}'"))));
         }
-        self.routes.lock().unwrap().insert((resource, name.to_owned()), route.clone());
+        let cached = Route { addresses: route.clone(), passed: 0 };
+        self.routes.lock().unwrap().insert((resource, name.to_owned()), cached);
         Ok(route)
     }
 
@@ -605,7 +628,8 @@ impl Client {
                 _ if retry::is_retryable(&error)
                     && (attempts < retry.attempts_max || started.elapsed() < retry.retry_for_min) =>
                 {
-                    if retry::needs_new_route(&error) {
+                    // A failed connection was passed over by the attempt.
+                    if retry::needs_new_route(&error) && !retry::is_connection_failure(&error) {
                         self.forget(resource, name);
                     }
                     let mut delay = backoff.next_delay();
@@ -641,16 +665,29 @@ impl Client {
     {
         let route = self.route(resource, name).await.map_err(Attempt::Failed)?;
         let pool = self.pool(&route[0]);
+        let passed_over = |error: Error| {
+            if retry::is_connection_failure(&error) {
+                self.pass_over(resource, name, &route[0]);
+            }
+            Attempt::Failed(error)
+        };
         let lease = match pool.acquire().await {
             Ok(lease) => lease,
             // The only status `acquire` returns: the pool's queue is full.
             Err(error @ Error::Status(_)) => return Err(Attempt::Refused(error)),
-            Err(error) => return Err(Attempt::Failed(error)),
+            Err(error) => return Err(passed_over(error)),
         };
         let response = lease.connection().call(command.code(), request).await;
         drop(lease);
-        response.and_then(decode::<Resp>).map_err(Attempt::Failed)
+        response.and_then(decode::<Resp>).map_err(passed_over)
     }
+}
+
+/// A cached route: the forwarders in the order they are tried, and how many of them have
+/// failed since the lookup (`Client::pass_over`).
+struct Route {
+    addresses: Vec<String>,
+    passed: usize,
 }
 
 /// How one attempt of a data-plane request ended, when it did not succeed.

@@ -78,13 +78,31 @@ impl Client {
             max_outstanding_messages: settings.max_outstanding_messages,
             max_outstanding_bytes: settings.max_outstanding_bytes,
         };
-        let mut attempt = 0;
+        let mut routings = 1;
+        let mut passes = 0;
         loop {
-            attempt += 1;
             let route = self.route(Resource::Subscription, subscription).await?;
             let address = route[0].clone();
             let security = self.security.clone();
-            let connection = off_thread(move || Connection::connect_with(&address, &security)).await?;
+            let connecting = address.clone();
+            // A forwarder that cannot be reached is passed over for the route's next (another
+            // node's, which carries the stream to the source's leader), each at most once.
+            let failed = |error: Error, passes: &mut usize| {
+                if crate::retry::is_connection_failure(&error) && *passes + 1 < route.len() {
+                    *passes += 1;
+                    self.pass_over(Resource::Subscription, subscription, &address);
+                    return None;
+                }
+                Some(error)
+            };
+            let connection = match off_thread(move || Connection::connect_with(&connecting, &security)).await
+            {
+                Ok(connection) => connection,
+                Err(error) => match failed(error, &mut passes) {
+                    None => continue,
+                    Some(error) => return Err(error),
+                },
+            };
             let receiver = connection.open_stream(Command::StreamingPull.code(), &request)?;
             let mut stream = MessageStream { receiver };
             // The forwarder answers a new stream with an empty batch when it takes it, or with
@@ -92,12 +110,19 @@ impl Client {
             match stream.next().await {
                 Some(Ok(_accepted)) => return Ok(stream),
                 Some(Err(Error::Status(status)))
-                    if status.code == ErrorCode::NotOwner && attempt < STREAM_ROUTING_ATTEMPTS_MAX =>
+                    if status.code == ErrorCode::NotOwner && routings < STREAM_ROUTING_ATTEMPTS_MAX =>
                 {
+                    routings += 1;
                     self.forget(Resource::Subscription, subscription);
                 }
-                Some(Err(error)) => return Err(error),
-                None => return Err(Error::Closed(route[0].clone())),
+                Some(Err(error)) => match failed(error, &mut passes) {
+                    None => continue,
+                    Some(error) => return Err(error),
+                },
+                None => match failed(Error::Closed(address.clone()), &mut passes) {
+                    None => continue,
+                    Some(error) => return Err(error),
+                },
             }
         }
     }

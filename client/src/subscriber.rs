@@ -807,7 +807,10 @@ impl Inner {
             self.fail(error.duplicate());
             return false;
         }
-        if retry::needs_new_route(error) {
+        // A stream whose connection failed opens again from the route it had: a forwarder that
+        // cannot be reached is passed over for the next as the stream opens, with no lookup
+        // through a router that may be on the node that failed.
+        if retry::needs_new_route(error) && !retry::is_connection_failure(error) {
             self.client.forget(Resource::Subscription, &self.subscription);
         }
         block_on(until(&self.stop, timer::sleep(backoff.next_delay())));

@@ -25,8 +25,12 @@ pub const FLAG_ERROR: u16 = 1 << 1;
 /// A response of a stream (`StreamingPull`) with more to come under the same request id; the
 /// stream's last frame has it clear.
 pub const FLAG_MORE: u16 = 1 << 2;
+/// A request carried by another node's forwarder for a subscriber it serves (a subscribe
+/// forwarder's relay): the forwarder receiving it serves it or refuses it, never carries it on,
+/// so a request crosses at most one relay however stale the nodes' routes are.
+pub const FLAG_RELAYED: u16 = 1 << 3;
 /// Flags this version understands; a frame with any other bit set is refused.
-pub const FLAGS_KNOWN: u16 = FLAG_RESPONSE | FLAG_ERROR | FLAG_MORE;
+pub const FLAGS_KNOWN: u16 = FLAG_RESPONSE | FLAG_ERROR | FLAG_MORE | FLAG_RELAYED;
 
 /// Bytes that frames are built in and read into: 16-byte aligned, as rkyv needs.
 pub type FrameBuffer = AlignedVec<16>;

@@ -178,9 +178,16 @@ fn start_forwarder_shard(
                 // Dead letters for a topic another node leads go there, looked up through this
                 // node's router.
                 forwarder.dead_letters.set_remote(Rc::new(protocol::native::replica::RemoteDeadLetters {
-                    transport,
+                    transport: transport.clone(),
                     router: router_address.clone(),
                 }));
+                // Subscribers of sources other nodes lead are served here too, carried there.
+                protocol::native::relay::install(protocol::native::relay::Relay::new(
+                    transport,
+                    router_address.clone(),
+                    *node_id,
+                    forwarder.stop_handle(),
+                ));
             }
             forwarder.set_journals_open_max(journals_open_max);
             forwarder.set_quarantine_damaged(quarantine_damaged);

@@ -296,3 +296,192 @@ fn replicas_are_shown_and_catch_up(cluster: &Cluster, topic: &str) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The address of node `id`'s first forwarder (the router's port plus one, as `Cluster` gives).
+fn forwarder_of(cluster: &Cluster, id: u64) -> String {
+    let router = &cluster.node(id).address;
+    let (host, port) = router.rsplit_once(':').unwrap();
+    format!("{host}:{}", port.parse::<u16>().unwrap() + 1)
+}
+
+/// Publishes `messages` with payloads `{prefix}{i}`, each acknowledged (retried through a
+/// failover by the client).
+fn publish_numbered(client: &Client, topic: &str, prefix: &str, messages: usize) -> HashSet<String> {
+    let payloads: Vec<String> = (0..messages).map(|i| format!("{prefix}{i}")).collect();
+    for chunk in payloads.chunks(10) {
+        let batch = chunk.iter().map(|payload| Message::new(payload.as_str())).collect();
+        block_on(client.publish(topic, batch)).unwrap();
+    }
+    payloads.into_iter().collect()
+}
+
+/// A streaming pull held open on one forwarder's port, read by a thread of its own: every
+/// batch goes to `batches`, and the end or failure of the stream to the same channel.
+fn open_raw_stream(
+    address: &str,
+    subscription: &str,
+) -> (
+    std::sync::Arc<ringpost_client::Connection>,
+    std::sync::mpsc::Receiver<Result<Vec<ringpost_client::ReceivedMessage>, String>>,
+) {
+    use ringpost_wire::messages::{PullResponse, StreamingPullRequest};
+    let connection = ringpost_client::Connection::connect(address).unwrap();
+    let request = StreamingPullRequest {
+        subscription: subscription.to_owned(),
+        stream_ack_deadline_seconds: 10,
+        max_outstanding_messages: 1000,
+        max_outstanding_bytes: 0,
+    };
+    let mut receiver =
+        connection.open_stream(ringpost_wire::Command::StreamingPull.code(), &request).unwrap();
+    let (batches, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || loop {
+        let next = match block_on(receiver.next()) {
+            None => Err("the stream ended".to_owned()),
+            Some(Err(error)) => Err(format!("the stream failed: {error}")),
+            Some(Ok(response)) => ringpost_wire::frame::decode_body::<PullResponse>(&response.body)
+                .map(|batch| batch.received_messages)
+                .map_err(|status| format!("a batch did not decode: {status:?}")),
+        };
+        let ended = next.is_err();
+        if batches.send(next).is_err() || ended {
+            return;
+        }
+    });
+    (connection, received)
+}
+
+/// `ack_ids` acknowledged (or, with `seconds`, their deadlines changed) on `connection`'s
+/// forwarder; none refused.
+fn settle(
+    connection: &ringpost_client::Connection,
+    subscription: &str,
+    ack_ids: Vec<String>,
+    seconds: Option<u32>,
+) {
+    use ringpost_wire::messages::{AckResponse, AcknowledgeRequest, ModifyAckDeadlineRequest};
+    let subscription = subscription.to_owned();
+    let response =
+        match seconds {
+            None => block_on(connection.call(
+                ringpost_wire::Command::Acknowledge.code(),
+                &AcknowledgeRequest { subscription, ack_ids },
+            )),
+            Some(ack_deadline_seconds) => block_on(connection.call(
+                ringpost_wire::Command::ModifyAckDeadline.code(),
+                &ModifyAckDeadlineRequest { subscription, ack_ids, ack_deadline_seconds },
+            )),
+        }
+        .unwrap();
+    let answer = ringpost_wire::frame::decode_body::<AckResponse>(&response.body).unwrap();
+    assert!(answer.invalid_ack_ids.is_empty(), "refused: {:?}", answer.invalid_ack_ids);
+}
+
+/// A subscriber served by a forwarder of a node that does not lead its topic: its stream,
+/// acknowledgements and deadline changes are carried to the leader's forwarder; when the
+/// leader's node is SIGKILLed, the same stream carries on from the new leader (the subscriber
+/// sees a pause, not an error), and nothing acknowledged is delivered again. A second
+/// subscriber, whose client knows only the killed node's router, carries on through another
+/// node's forwarder, passing over the dead one in the route it had, with no lookup.
+#[test]
+fn a_subscriber_served_by_another_nodes_forwarder_follows_its_source_across_the_leaders_death() {
+    const MESSAGES: usize = 60;
+    let mut cluster = Cluster::start("relay", 3, Vec::new());
+    let admin = cluster.node(1).client();
+    block_on(admin.create_topic("carried")).unwrap();
+    create_subscription(&admin, "carried-relayed", "carried", 10);
+    create_subscription(&admin, "carried-routerless", "carried", 10);
+    let leader = leader_of(&cluster, "carried");
+    let relay = cluster.ids().find(|id| *id != leader).unwrap();
+    let publisher = cluster.node(relay).client();
+
+    // The relayed subscriber, on the other node's forwarder.
+    let (relayed, batches) = open_raw_stream(&forwarder_of(&cluster, relay), "carried-relayed");
+    let accepted = batches.recv_timeout(Duration::from_secs(10)).expect("the stream was not taken").unwrap();
+    assert!(accepted.is_empty(), "the first batch only says the stream is taken");
+    // The routerless subscriber: its client's router is the leader's node.
+    let routerless = cluster.node(leader).client();
+    let mut stream = block_on(routerless.streaming_pull("carried-routerless", Default::default())).unwrap();
+
+    let receive =
+        |batches: &std::sync::mpsc::Receiver<Result<Vec<ringpost_client::ReceivedMessage>, String>>,
+         wanted: &HashSet<String>,
+         what: &str|
+         -> Vec<(String, String)> {
+            let mut got = Vec::new();
+            let mut seen = HashSet::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !wanted.iter().all(|payload| seen.contains(payload)) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let batch = batches
+                    .recv_timeout(left)
+                    .unwrap_or_else(|_| panic!("{what}: {} of {} delivered", seen.len(), wanted.len()))
+                    .unwrap_or_else(|why| panic!("{what}: {why}"));
+                for message in batch {
+                    let payload = String::from_utf8(message.data).unwrap();
+                    seen.insert(payload.clone());
+                    got.push((payload, message.ack_id));
+                }
+            }
+            got
+        };
+
+    let first = publish_numbered(&publisher, "carried", "a", MESSAGES);
+    let delivered = receive(&batches, &first, "through the relay");
+    // Half acknowledged, the other half given back at once: delivered again, then acknowledged.
+    let (acked, nacked): (Vec<_>, Vec<_>) =
+        delivered.into_iter().partition(|(payload, _)| payload[1..].parse::<usize>().unwrap() % 2 == 0);
+    settle(&relayed, "carried-relayed", acked.iter().map(|(_, id)| id.clone()).collect(), None);
+    settle(&relayed, "carried-relayed", nacked.iter().map(|(_, id)| id.clone()).collect(), Some(0));
+    let given_back: HashSet<String> = nacked.iter().map(|(payload, _)| payload.clone()).collect();
+    let again = receive(&batches, &given_back, "given back through the relay");
+    settle(&relayed, "carried-relayed", again.iter().map(|(_, id)| id.clone()).collect(), None);
+
+    let mut routerless_seen = HashSet::new();
+    while !first.iter().all(|payload| routerless_seen.contains(payload)) {
+        let batch = block_on(stream.next()).unwrap().unwrap();
+        let ack_ids = batch.iter().map(|message| message.ack_id.clone()).collect();
+        routerless_seen.extend(batch.into_iter().map(|message| String::from_utf8(message.data).unwrap()));
+        let refused = block_on(routerless.acknowledge("carried-routerless", ack_ids)).unwrap();
+        assert!(refused.is_empty());
+    }
+
+    // The leader's node dies; both subscribers carry on from the new leader.
+    cluster.node_mut(leader).kill();
+    let second = publish_numbered(&publisher, "carried", "b", MESSAGES);
+    let delivered = receive(&batches, &second, "through the relay after the leader's death");
+    for (payload, _) in &delivered {
+        assert!(payload.starts_with('b'), "{payload} was acknowledged, then delivered again");
+    }
+    settle(&relayed, "carried-relayed", delivered.iter().map(|(_, id)| id.clone()).collect(), None);
+
+    // The routerless subscriber's stream broke with its forwarder; it opens another from the
+    // route it had, its router dead, and acknowledges through the same forwarder.
+    assert!(
+        matches!(block_on(stream.next()), Some(Err(_)) | None),
+        "a stream from the killed node's forwarder should have failed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut stream = loop {
+        match block_on(routerless.streaming_pull("carried-routerless", Default::default())) {
+            Ok(stream) => break stream,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "no stream opened without the router: {error}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    let mut routerless_seen = HashSet::new();
+    while !second.iter().all(|payload| routerless_seen.contains(payload)) {
+        let batch = block_on(stream.next()).unwrap().unwrap();
+        let ack_ids = batch.iter().map(|message| message.ack_id.clone()).collect();
+        for message in batch {
+            let payload = String::from_utf8(message.data).unwrap();
+            assert!(payload.starts_with('b'), "{payload} was acknowledged, then delivered again");
+            routerless_seen.insert(payload);
+        }
+        let refused = block_on(routerless.acknowledge("carried-routerless", ack_ids)).unwrap();
+        assert!(refused.is_empty());
+    }
+    cluster.node_mut(leader).restart();
+}

@@ -3,6 +3,7 @@
 //! were read into, as a gathered frame (`encode_gathered`): the data is copied only by the
 //! kernel.
 
+use super::relay;
 use super::server::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::api::data::{
     Attributes, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch, PullSettings,
@@ -13,7 +14,7 @@ use crate::shard::Forwarder;
 use crate::storage::Storage;
 use crate::subscription::budget::StreamReservation;
 use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
-use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader, FLAG_MORE, FLAG_RESPONSE};
+use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader, FLAG_MORE, FLAG_RELAYED, FLAG_RESPONSE};
 use ringpost_wire::gather::{encode_gathered, GATHER_RUN_BYTES_MIN};
 use ringpost_wire::limits::FRAME_HEADER_BYTES;
 use ringpost_wire::messages::*;
@@ -38,12 +39,12 @@ impl<S: Storage> Handler for Forwarder<S> {
                 publish(self, body).await.map(|response| respond(&header, &response).into())
             }
             Some(Command::Pull) => Box::pin(checked_pull(self, &header, &body, responder)).await,
-            Some(Command::Acknowledge) => Box::pin(checked_acknowledge(self, &body, responder))
-                .await
-                .map(|response| respond(&header, &response).into()),
-            Some(Command::ModifyAckDeadline) => Box::pin(modify_ack_deadline(self, &body, responder))
-                .await
-                .map(|response| respond(&header, &response).into()),
+            Some(Command::Acknowledge) => {
+                Box::pin(checked_acknowledge(self, &header, &body, responder)).await
+            }
+            Some(Command::ModifyAckDeadline) => {
+                Box::pin(modify_ack_deadline(self, &header, &body, responder)).await
+            }
             Some(Command::Replica) => Box::pin(replica(self, &header, &body, responder)).await,
             // The connection's reading loop answers it before any handler sees it.
             Some(Command::Authenticate) => {
@@ -161,7 +162,34 @@ async fn checked_pull<D: DataPlane>(
 ) -> Result<Response, Status> {
     let request = access_body::<PullRequest>(body)?;
     responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
-    pull_request(data, header, request).await
+    match pull_request(data, header, request).await {
+        Err(status) if status.code == ErrorCode::NotOwner => {
+            let wait = std::time::Duration::from_millis(request.wait_ms.to_native().into());
+            carried(header, status, |relay| async move {
+                relay.unary(header, body, request.subscription.as_str(), wait).await
+            })
+            .await
+        }
+        result => result,
+    }
+}
+
+/// A request the data plane refused with `refusal` (`NotOwner`): on a forwarder of a cluster,
+/// carried to its source's leader on another node (`relay`), unless another node's forwarder
+/// already carried it; otherwise, or when the leader is on this node, refused.
+async fn carried<F: std::future::Future<Output = Result<Option<Response>, crate::api::Status>>>(
+    header: &FrameHeader,
+    refusal: Status,
+    carry: impl FnOnce(std::rc::Rc<relay::Relay>) -> F,
+) -> Result<Response, Status> {
+    if header.flags & FLAG_RELAYED != 0 {
+        return Err(refusal);
+    }
+    let Some(relay) = relay::current() else { return Err(refusal) };
+    match carry(relay).await? {
+        Some(response) => Ok(response),
+        None => Err(refusal),
+    }
 }
 
 async fn pull_request<D: DataPlane>(
@@ -194,7 +222,16 @@ async fn streaming_pull<D: DataPlane>(
         request.max_outstanding_messages.to_native(),
         request.max_outstanding_bytes.to_native(),
     )?;
-    let mut stream = data.open_stream(request.subscription.as_str(), settings).await?;
+    let mut stream = match data.open_stream(request.subscription.as_str(), settings).await {
+        Ok(stream) => stream,
+        Err(status) if status.code == crate::api::Code::NotOwner => {
+            return carried(header, status.into(), |relay| async move {
+                relay.stream(header, body, request.subscription.as_str(), responder).await
+            })
+            .await;
+        }
+        Err(status) => return Err(status.into()),
+    };
     // An empty first batch tells the client the stream is taken (a refusal is an error).
     let accepted = ringpost_wire::encode_frame(
         header.command,
@@ -224,12 +261,22 @@ pub async fn acknowledge(data: &impl DataPlane, body: &[u8]) -> Result<AckRespon
 
 async fn checked_acknowledge(
     data: &impl DataPlane,
+    header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
-) -> Result<AckResponse, Status> {
+) -> Result<Response, Status> {
     let request = access_body::<AcknowledgeRequest>(body)?;
     responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
-    acknowledge_request(data, request).await
+    match acknowledge_request(data, request).await {
+        Ok(response) => Ok(respond(header, &response).into()),
+        Err(status) if status.code == ErrorCode::NotOwner => {
+            carried(header, status, |relay| async move {
+                relay.unary(header, body, request.subscription.as_str(), std::time::Duration::ZERO).await
+            })
+            .await
+        }
+        Err(status) => Err(status),
+    }
 }
 
 async fn acknowledge_request(
@@ -243,15 +290,24 @@ async fn acknowledge_request(
 
 async fn modify_ack_deadline(
     data: &impl DataPlane,
+    header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
-) -> Result<AckResponse, Status> {
+) -> Result<Response, Status> {
     let request = access_body::<ModifyAckDeadlineRequest>(body)?;
     responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
     let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
     let seconds = request.ack_deadline_seconds.to_native();
-    let invalid = data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await?;
-    Ok(ack_response(invalid))
+    match data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await {
+        Ok(invalid) => Ok(respond(header, &ack_response(invalid)).into()),
+        Err(status) if status.code == crate::api::Code::NotOwner => {
+            carried(header, status.into(), |relay| async move {
+                relay.unary(header, body, request.subscription.as_str(), std::time::Duration::ZERO).await
+            })
+            .await
+        }
+        Err(status) => Err(status.into()),
+    }
 }
 
 fn ack_response(invalid: Vec<InvalidAckId>) -> AckResponse {

@@ -5,6 +5,7 @@
 pub mod forwarder;
 mod limits;
 pub mod peer;
+pub mod relay;
 pub mod replica;
 pub mod router;
 pub mod server;

@@ -98,6 +98,38 @@ impl NativeTransport {
     }
 }
 
+impl NativeTransport {
+    /// Carries a request's body as it is (`command`, `flags`) to the port at `address`, on the
+    /// connection replication uses; its answer's body as it came, or the status it failed with.
+    /// `wait`: how long the request may be held by design (a pull's), beyond
+    /// `REPLICA_REQUEST_TIMEOUT`.
+    pub async fn carry(
+        self: &Rc<Self>,
+        address: &str,
+        command: u16,
+        flags: u16,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<FrameBuffer, Status> {
+        self.channel(address)
+            .call_within(
+                |request_id| frame_with_body(command, flags, request_id, body),
+                REPLICA_REQUEST_TIMEOUT + wait,
+            )
+            .await
+    }
+
+    /// The cluster's secret, which a connection presents first.
+    pub fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
+    }
+
+    /// TLS to the other nodes' ports, when they take it.
+    pub fn tls(&self) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+        self.tls.clone()
+    }
+}
+
 impl Transport for Rc<NativeTransport> {
     fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
         let channel = self.channel(&peer.address);
@@ -151,6 +183,15 @@ struct Channel {
 impl Channel {
     /// Sends the frame `encode` makes for its request id, and waits for the answer's body.
     async fn call(&self, encode: impl FnOnce(u64) -> FrameBuffer) -> Result<FrameBuffer, Status> {
+        self.call_within(encode, REPLICA_REQUEST_TIMEOUT).await
+    }
+
+    /// `call`, its answer awaited at most `timeout` once sent.
+    async fn call_within(
+        &self,
+        encode: impl FnOnce(u64) -> FrameBuffer,
+        timeout: Duration,
+    ) -> Result<FrameBuffer, Status> {
         let request_id = self.next_request.get();
         self.next_request.set(request_id + 1);
         let frame = encode(request_id);
@@ -174,7 +215,7 @@ impl Channel {
         self.queue.borrow_mut().push_back(frame);
         self.wake_writer.notify_all();
         let answer = futures_lite::future::or(receiver, async {
-            crate::runtime::sleep(REPLICA_REQUEST_TIMEOUT).await;
+            crate::runtime::sleep(timeout).await;
             None
         })
         .await;
@@ -182,7 +223,7 @@ impl Channel {
             Some(answer) => answer,
             None => {
                 self.forget(request_id);
-                Err(Status::new(Code::DeadlineExceeded, "no answer within REPLICA_REQUEST_TIMEOUT"))
+                Err(Status::new(Code::DeadlineExceeded, format!("no answer within {timeout:?}")))
             }
         }
     }
@@ -215,30 +256,8 @@ impl Channel {
         secret: Option<Rc<str>>,
         tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     ) -> String {
-        let connected = futures_lite::future::or(
-            async {
-                let stream = TcpStream::connect(address).await.map_err(|error| error.to_string())?;
-                let _ = stream.set_nodelay(true);
-                let Some(config) = tls else { return Ok(Err(stream)) };
-                let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                    .map_err(|error| format!("{host} is not a name TLS can verify: {error}"))?;
-                let session = futures_rustls::TlsConnector::from(config)
-                    .connect(name, stream)
-                    .await
-                    .map_err(|error| format!("the TLS handshake failed: {error}"))?;
-                Ok(Ok(session))
-            },
-            async {
-                crate::runtime::sleep(REPLICA_CONNECT_TIMEOUT).await;
-                Err("it took longer than REPLICA_CONNECT_TIMEOUT".to_owned())
-            },
-        )
-        .await;
-        match connected {
-            Ok(Ok(session)) => self.exchange(session, secret).await,
-            Ok(Err(stream)) => self.exchange(stream, secret).await,
+        match connect_peer(address, tls).await {
+            Ok(stream) => self.exchange(stream, secret).await,
             Err(why) => format!("connecting: {why}"),
         }
     }
@@ -251,16 +270,8 @@ impl Channel {
         secret: Option<Rc<str>>,
     ) -> String {
         let (mut reader, mut writer) = futures_lite::io::split(stream);
-        if let Some(secret) = secret {
-            let request = AuthenticateRequest { token: secret.to_string() };
-            let frame = ringpost_wire::encode_frame(Command::Authenticate.code(), 0, 1, &request);
-            if let Err(error) = writer.write_all(frame.as_ref()).await {
-                return format!("authenticating: {error}");
-            }
-            // A TLS session holds what it was given until flushed.
-            if let Err(error) = writer.flush().await {
-                return format!("authenticating: {error}");
-            }
+        if let Err(why) = present_secret(&mut writer, secret.as_deref()).await {
+            return why;
         }
         let writing = async {
             loop {
@@ -313,21 +324,91 @@ impl Channel {
     }
 }
 
-async fn read_frame<T: AsyncRead + Unpin>(
-    reader: &mut futures_lite::io::ReadHalf<T>,
-) -> Result<(FrameHeader, FrameBuffer), String> {
+/// A connection to another node's port, plain or inside TLS.
+pub(crate) trait Duplex: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Duplex for T {}
+
+/// Connects to another node's port at `address` (and makes a TLS session, with `tls`, the
+/// peer's certificate verified for its IP address), within `REPLICA_CONNECT_TIMEOUT`.
+pub(crate) async fn connect_peer(
+    address: &str,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<Box<dyn Duplex>, String> {
+    futures_lite::future::or(
+        async {
+            let stream = TcpStream::connect(address).await.map_err(|error| error.to_string())?;
+            let _ = stream.set_nodelay(true);
+            let Some(config) = tls else { return Ok(Box::new(stream) as Box<dyn Duplex>) };
+            let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|error| format!("{host} is not a name TLS can verify: {error}"))?;
+            let session = futures_rustls::TlsConnector::from(config)
+                .connect(name, stream)
+                .await
+                .map_err(|error| format!("the TLS handshake failed: {error}"))?;
+            Ok(Box::new(session) as Box<dyn Duplex>)
+        },
+        async {
+            crate::runtime::sleep(REPLICA_CONNECT_TIMEOUT).await;
+            Err("it took longer than REPLICA_CONNECT_TIMEOUT".to_owned())
+        },
+    )
+    .await
+}
+
+/// Sends the cluster's secret as an `Authenticate` (request id 1) that nothing waits for: a
+/// refusal comes back as an error frame of that id, and the peer closes.
+pub(crate) async fn present_secret<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    secret: Option<&str>,
+) -> Result<(), String> {
+    let Some(secret) = secret else { return Ok(()) };
+    let request = AuthenticateRequest { token: secret.to_string() };
+    let frame = ringpost_wire::encode_frame(Command::Authenticate.code(), 0, 1, &request);
+    writer.write_all(frame.as_ref()).await.map_err(|error| format!("authenticating: {error}"))?;
+    // A TLS session holds what it was given until flushed.
+    writer.flush().await.map_err(|error| format!("authenticating: {error}"))
+}
+
+/// Reads one response frame's header.
+pub(crate) async fn read_header<R: AsyncRead + Unpin>(reader: &mut R) -> Result<FrameHeader, String> {
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     reader.read_exact(&mut header_bytes).await.map_err(|error| format!("reading: {error}"))?;
     let header =
         FrameHeader::decode(&header_bytes).map_err(|error| format!("a bad frame header: {error:?}"))?;
-    let length = header.body_length as usize;
-    if length > FRAME_BODY_BYTES_MAX || header.flags & FLAG_RESPONSE == 0 {
+    if header.body_length as usize > FRAME_BODY_BYTES_MAX || header.flags & FLAG_RESPONSE == 0 {
         return Err("the peer answered with a frame that is not a response".to_owned());
     }
+    Ok(header)
+}
+
+/// Reads the body `header` announced.
+pub(crate) async fn read_body<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    header: &FrameHeader,
+) -> Result<FrameBuffer, String> {
+    let length = header.body_length as usize;
     let mut body = FrameBuffer::with_capacity(length);
     body.resize(length, 0);
     reader.read_exact(&mut body).await.map_err(|error| format!("reading: {error}"))?;
+    Ok(body)
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<(FrameHeader, FrameBuffer), String> {
+    let header = read_header(reader).await?;
+    let body = read_body(reader, &header).await?;
     Ok((header, body))
+}
+
+/// A frame of `command` whose body is `body`'s bytes as they are (another frame's body,
+/// carried on).
+pub(crate) fn frame_with_body(command: u16, flags: u16, request_id: u64, body: &[u8]) -> FrameBuffer {
+    let header = FrameHeader { body_length: body.len() as u32, command, flags, request_id };
+    let mut frame = FrameBuffer::with_capacity(FRAME_HEADER_BYTES + body.len());
+    frame.extend_from_slice(&header.encode());
+    frame.extend_from_slice(body);
+    frame
 }
 
 /// Dead letters for a topic no shard of this node serves (`shard::dead_letters`): the topic
