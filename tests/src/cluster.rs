@@ -120,6 +120,17 @@ impl Cluster {
     /// off --no-pin` unless `extra_args` say otherwise, and waits until every one serves (at
     /// most `CLUSTER_START_TIMEOUT`; a failure shows every node's log).
     pub fn start(label: &str, nodes: usize, extra_args: Vec<String>) -> Cluster {
+        Cluster::start_each(label, nodes, extra_args, &|_, _| {})
+    }
+
+    /// `start`, with `prepare` given each node (its id and its `Daemon`, not yet started) to
+    /// set what differs between nodes, such as their environment.
+    pub fn start_each(
+        label: &str,
+        nodes: usize,
+        extra_args: Vec<String>,
+        prepare: &dyn Fn(u64, &mut Daemon),
+    ) -> Cluster {
         let mut args = extra_args;
         if flag_value(&args, "--shards").is_none() {
             args.extend(["--shards".to_owned(), "1".to_owned()]);
@@ -129,7 +140,7 @@ impl Cluster {
         }
         let shards: usize = flag_value(&args, "--shards").unwrap().parse().expect("--shards takes a number");
         for attempt in 1..=START_ATTEMPTS {
-            match Cluster::try_start(label, nodes, shards, &args) {
+            match Cluster::try_start(label, nodes, shards, &args, prepare) {
                 Ok(cluster) => return cluster,
                 Err(why) if attempt < START_ATTEMPTS => {
                     eprintln!("cluster {label}: {why}; starting again on other ports")
@@ -142,7 +153,13 @@ impl Cluster {
 
     /// One start on newly chosen ports: `Err` only when a node could not bind a port it was
     /// given (taken since it was chosen); any other failure panics.
-    fn try_start(label: &str, count: usize, shards: usize, args: &[String]) -> Result<Cluster, String> {
+    fn try_start(
+        label: &str,
+        count: usize,
+        shards: usize,
+        args: &[String],
+        prepare: &dyn Fn(u64, &mut Daemon),
+    ) -> Result<Cluster, String> {
         let ports = pick_ports(count, shards);
         let cluster_addresses: Vec<String> =
             ports.iter().map(|node| format!("127.0.0.1:{}", node.cluster)).collect();
@@ -168,6 +185,7 @@ impl Cluster {
             ]);
             let mut daemon = Daemon::prepare(&format!("{label}-node{}", index + 1), Vec::new(), node_args);
             daemon.listen_on(&format!("127.0.0.1:{}", node_ports.router));
+            prepare(index as u64 + 1, &mut daemon);
             daemon.launch();
             cluster.nodes.push(daemon);
         }
@@ -238,6 +256,29 @@ impl Cluster {
     }
 
     /// The node ids, 1 to n.
+    /// The running node whose forwarder the routers name first for `topic`: its leader
+    /// (waiting up to 30 s for one).
+    pub fn topic_leader(&self, topic: &str) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port_of = |address: &str| -> u16 { address.rsplit(':').next().unwrap().parse().unwrap() };
+        loop {
+            for id in self.ids().filter(|id| self.is_running(*id)) {
+                let Ok(route) = block_on(self.node(id).client().lookup_topic(topic)) else { continue };
+                let Some(first) = route.first() else { continue };
+                let port = port_of(first);
+                let leader = self.ids().find(|candidate| {
+                    let router = port_of(&self.node(*candidate).address);
+                    port > router && port <= router + self.shards as u16 && self.is_running(*candidate)
+                });
+                if let Some(leader) = leader {
+                    return leader;
+                }
+            }
+            assert!(Instant::now() < deadline, "no running node leads {topic}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn ids(&self) -> impl Iterator<Item = u64> {
         1..=self.nodes.len() as u64
     }

@@ -80,6 +80,8 @@ pub struct Daemon {
     pub data_dirs: Vec<PathBuf>,
     /// Further flags for every start.
     pub extra_args: Vec<String>,
+    /// Environment variables of every start, beside the test's own.
+    pub env: Vec<(String, String)>,
     /// Where the gRPC API serves (`--grpc-listen`), when the test asked for it with
     /// `--grpc-listen 127.0.0.1:0`: the port first picked is kept across restarts, so that
     /// a client reconnects to the same address.
@@ -117,6 +119,7 @@ impl Daemon {
             starts: 0,
             data_dirs,
             extra_args,
+            env: Vec::new(),
             grpc_address: None,
             listen: "127.0.0.1:0".to_owned(),
         }
@@ -173,6 +176,7 @@ impl Daemon {
             }
         }
         let child = command
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
             .args(&args)
             .arg("--listen")
             .arg(&self.listen)

@@ -3,6 +3,7 @@
 mod auth;
 mod bad_input;
 mod client_api;
+mod clocks;
 mod cluster;
 mod connections;
 mod crash;

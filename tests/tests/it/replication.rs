@@ -38,23 +38,7 @@ fn connect(routers: &RwLock<Vec<String>>, random: &mut Random) -> Option<Client>
 
 /// The node whose forwarder the routers name first for `topic`: its leader.
 fn leader_of(cluster: &Cluster, topic: &str) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for id in cluster.ids().filter(|id| cluster.is_running(*id)) {
-            let Ok(route) = block_on(cluster.node(id).client().lookup_topic(topic)) else { continue };
-            let Some(first) = route.first() else { continue };
-            let port: u16 = first.rsplit(':').next().unwrap().parse().unwrap();
-            for candidate in cluster.ids() {
-                let router_port: u16 =
-                    cluster.node(candidate).address.rsplit(':').next().unwrap().parse().unwrap();
-                if port == router_port + 1 && cluster.is_running(candidate) {
-                    return candidate;
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no running node leads {topic}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    cluster.topic_leader(topic)
 }
 
 fn running_routers(cluster: &Cluster) -> Vec<String> {
