@@ -5,6 +5,7 @@
 pub mod checker;
 pub mod cluster;
 pub mod grpc;
+pub mod load;
 pub mod loopfs;
 pub mod netns;
 

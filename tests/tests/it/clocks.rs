@@ -11,13 +11,10 @@
 //! in force (the publish times the leader stamps), so the test cannot pass without them.
 
 use ringpost_client::{block_on, Client, Message};
-use ringpost_tests::checker::{Checker, Outcome};
 use ringpost_tests::cluster::Cluster;
+use ringpost_tests::load::Load;
 use ringpost_tests::{create_subscription, temporary_directory};
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Each node's wall-clock offset, in seconds, at the start.
@@ -103,92 +100,10 @@ fn wall_clocks_that_disagree_and_jump_change_nothing_safe_and_leases_run_on_the_
         (skew_ms - expected_ms).abs() < 5_000,
         "node {probe_leader} stamped {skew_ms} ms from the test's clock; its offset is {expected_ms} ms: libfaketime is not in force"
     );
-    let leader = cluster.topic_leader("clocks");
 
-    let checker = Arc::new(Checker::new());
-    let stop_publishing = Arc::new(AtomicBool::new(false));
-    let stop_subscribing = Arc::new(AtomicBool::new(false));
-    let acknowledged_publishes = Arc::new(AtomicU64::new(0));
-    let confirmed = Arc::new(Mutex::new(HashMap::<String, Instant>::new()));
-    let delivered_after_ack = Arc::new(Mutex::new(Vec::<String>::new()));
     let routers: Vec<String> = cluster.ids().map(|id| cluster.node(id).address.clone()).collect();
-
-    let publishers: Vec<_> = (0..2)
-        .map(|publisher| {
-            let (checker, stop, acknowledged) =
-                (checker.clone(), stop_publishing.clone(), acknowledged_publishes.clone());
-            // Each publisher's router is a node the test never kills (not the leader).
-            let router = routers[(leader as usize + publisher) % 3].clone();
-            std::thread::spawn(move || {
-                let client = block_on(Client::connect(&router)).unwrap();
-                let mut sequence = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let payloads: Vec<String> =
-                        (sequence..sequence + 5).map(|s| format!("p{publisher}-{s}")).collect();
-                    sequence += 5;
-                    let messages = payloads.iter().map(|p| Message::new(p.as_str())).collect();
-                    match block_on(client.publish("clocks", messages)) {
-                        Ok(_) => {
-                            payloads.iter().for_each(|p| checker.published(p, Outcome::Ok));
-                            acknowledged.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(error) => {
-                            let outcome = Outcome::of_error(&error);
-                            assert_ne!(outcome, Outcome::Failed, "unexpected refusal: {error}");
-                            payloads.iter().for_each(|p| checker.published(p, outcome));
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            })
-        })
-        .collect();
-
-    let subscriber = {
-        let (checker, stop) = (checker.clone(), stop_subscribing.clone());
-        let (confirmed, delivered_after_ack) = (confirmed.clone(), delivered_after_ack.clone());
-        let router = routers[leader as usize % 3].clone();
-        std::thread::spawn(move || {
-            let client = block_on(Client::connect(&router)).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                let pull_sent = Instant::now();
-                let Ok(messages) = block_on(client.pull("clocks-sub", 200, 300)) else { continue };
-                let mut ack_ids = Vec::new();
-                let mut payloads = Vec::new();
-                for message in messages {
-                    let payload = String::from_utf8(message.data).unwrap();
-                    checker.delivered(&payload, message.delivery_attempt);
-                    if confirmed.lock().unwrap().get(&payload).is_some_and(|at| *at < pull_sent) {
-                        delivered_after_ack.lock().unwrap().push(payload.clone());
-                    }
-                    ack_ids.push(message.ack_id);
-                    payloads.push(payload);
-                }
-                if ack_ids.is_empty() {
-                    continue;
-                }
-                if let Ok(refused) = block_on(client.acknowledge("clocks-sub", ack_ids.clone())) {
-                    let refused: HashSet<&str> =
-                        refused.iter().map(|invalid| invalid.ack_id.as_str()).collect();
-                    let now = Instant::now();
-                    let mut confirmed = confirmed.lock().unwrap();
-                    for (ack_id, payload) in ack_ids.iter().zip(payloads) {
-                        if !refused.contains(ack_id.as_str()) {
-                            confirmed.entry(payload).or_insert(now);
-                        }
-                    }
-                }
-            }
-        })
-    };
-    let wait_for_publishes = |what: &str| {
-        let started = Instant::now();
-        let before = acknowledged_publishes.load(Ordering::Relaxed);
-        while acknowledged_publishes.load(Ordering::Relaxed) <= before + 10 {
-            assert!(started.elapsed() < Duration::from_secs(30), "{what}: publishes stopped");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let load = Load::start("clocks", "clocks-sub", routers, 2, 1);
+    let wait_for_publishes = |what: &str| load.wait_for_publishes(what, Duration::from_secs(30));
     wait_for_publishes("the publishers start");
 
     // A lease taken, then every wall clock steps while it runs, the lease holder's forward and
@@ -212,31 +127,26 @@ fn wall_clocks_that_disagree_and_jump_change_nothing_safe_and_leases_run_on_the_
         );
     }
     wait_for_publishes("after the steps");
-    let verdict = checker.verdict();
-    assert_eq!(verdict.duplicates, 0, "the steps redelivered {} messages", verdict.duplicates);
+    let duplicates = load.checker.verdict().duplicates;
+    assert_eq!(duplicates, 0, "the steps redelivered {duplicates} messages");
 
     // The topic's leader dies and comes back under the skewed clocks; then the clocks step back.
     let leader = cluster.topic_leader("clocks");
     cluster.node_mut(leader).kill();
+    *load.routers.write().unwrap() =
+        cluster.ids().filter(|id| *id != leader).map(|id| cluster.node(id).address.clone()).collect();
     wait_for_publishes("after the leader's death");
     cluster.node_mut(leader).restart();
+    *load.routers.write().unwrap() = cluster.ids().map(|id| cluster.node(id).address.clone()).collect();
     for (file, offset) in files.iter().zip(OFFSETS_SECONDS) {
         set_offset(file, offset);
     }
     wait_for_publishes("after the clocks stepped back");
     std::thread::sleep(Duration::from_secs(2));
 
-    stop_publishing.store(true, Ordering::Relaxed);
-    for publisher in publishers {
-        publisher.join().unwrap();
-    }
-    let drain_started = Instant::now();
-    while !checker.missing().is_empty() && drain_started.elapsed() < DRAIN_TIMEOUT {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    stop_subscribing.store(true, Ordering::Relaxed);
-    subscriber.join().unwrap();
-    let verdict = checker.verdict();
+    let checker = load.checker.clone();
+    let outcomes = load.finish(DRAIN_TIMEOUT);
+    let verdict = &outcomes.verdict;
     eprintln!(
         "clocks: {} publishes acknowledged, {} distinct delivered, {} duplicates, lost {}, unexpected {}",
         verdict.acknowledged,
@@ -245,17 +155,7 @@ fn wall_clocks_that_disagree_and_jump_change_nothing_safe_and_leases_run_on_the_
         verdict.lost.len(),
         verdict.unexpected.len()
     );
-    assert!(verdict.acknowledged > 0);
-    assert!(
-        verdict.lost.is_empty(),
-        "lost: {:?}\n{}",
-        checker.lost_by_producer(&verdict.lost),
-        cluster.logs()
-    );
-    assert!(verdict.unexpected.is_empty(), "delivered but never published: {:?}", verdict.unexpected);
-    assert!(verdict.failed_but_delivered.is_empty());
-    let delivered_after_ack = delivered_after_ack.lock().unwrap();
-    assert!(delivered_after_ack.is_empty(), "acknowledged, then delivered again: {:?}", *delivered_after_ack);
+    outcomes.assert_safe(&checker, || cluster.logs());
 }
 
 /// Pulls `clocks-lease` until the message `payload` comes (at most 30 s).
