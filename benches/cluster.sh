@@ -73,7 +73,7 @@ start_cluster() {
   for i in 0 1 2; do
     local dir; dir=$(mktemp -d "$DATA_PARENT/ringpost-cluster-bench.XXXXXX"); DIRS+=("$dir")
     "$DAEMON" --node-id $((i + 1)) --cluster "$cluster" --listen "127.0.0.1:${ROUTERS[$i]}" --data-dir "$dir" \
-      --shards "$SHARDS" --no-pin --grpc-listen off >"$OUT/node$((i + 1)).log" 2>&1 &
+      --shards "$SHARDS" --no-pin --grpc-listen off --http-listen off >"$OUT/node$((i + 1)).log" 2>&1 &
     PIDS+=("$!")
   done
   for _ in $(seq 300); do
@@ -109,7 +109,7 @@ cleanup
 echo "== Ringpost, one node, in the same run"
 dir=$(mktemp -d "$DATA_PARENT/ringpost-cluster-bench.XXXXXX"); DIRS+=("$dir")
 port=$(free_run)
-"$DAEMON" --listen "127.0.0.1:$port" --data-dir "$dir" --shards "$SHARDS" --no-pin --grpc-listen off \
+"$DAEMON" --listen "127.0.0.1:$port" --data-dir "$dir" --shards "$SHARDS" --no-pin --grpc-listen off --http-listen off \
   >"$OUT/single.log" 2>&1 &
 PIDS+=("$!")
 for _ in $(seq 100); do grep -q 'serving on' "$OUT/single.log" && break; sleep 0.1; done

@@ -11,9 +11,11 @@ with_standalone_daemon() {
   local daemon=$1 data_parent=$2 log=$3; shift 3
   local directory daemon_pid address= status=0 argument arguments=()
   directory=$(mktemp -d "$data_parent/ringpost-standalone.XXXXXX")
-  # The gRPC API stays off unless asked for: its default port is one fixed port.
+  # The gRPC API and the monitoring endpoint stay off unless asked for: their default ports
+  # are fixed ports.
   local grpc="--grpc-listen off"
   case " ${DAEMON_ARGS:-} " in *" --grpc-listen "*) grpc= ;; esac
+  case " ${DAEMON_ARGS:-} " in *" --http-listen "*) ;; *) grpc="$grpc --http-listen off" ;; esac
   # shellcheck disable=SC2086
   "$daemon" --listen 127.0.0.1:0 --data-dir "$directory" $grpc ${DAEMON_ARGS:-} >"$log" 2>&1 &
   daemon_pid=$!

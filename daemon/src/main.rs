@@ -46,7 +46,8 @@ struct Flags {
     #[argh(option)]
     io_memory_mib: Option<usize>,
     /// write the router's address to this file once the daemon serves (for scripts and tests);
-    /// a second line `grpc HOST:PORT` says where the gRPC API serves
+    /// further lines `grpc HOST:PORT` and `http HOST:PORT` say where the gRPC API and the
+    /// monitoring endpoint serve
     #[argh(option)]
     ready_file: Option<PathBuf>,
     /// start even if some topics' logs cannot be recovered (damage no copy can mend): each
@@ -111,6 +112,10 @@ struct Flags {
     /// threads of the gRPC API's runtime, on the cores no shard is pinned to (default 2)
     #[argh(option)]
     grpc_threads: Option<usize>,
+    /// where the monitoring endpoint serves /metrics (Prometheus), /healthz and /readyz,
+    /// HOST:PORT (default 127.0.0.1:9464), or off
+    #[argh(option, default = "String::from(ringpost_daemon::protocol::http::HTTP_LISTEN_DEFAULT)")]
+    http_listen: String,
     /// the cluster's nodes, HOST:PORT,HOST:PORT,... (the same list on every node): node i
     /// (from 1) listens for the other nodes at the i-th address; the catalog is replicated to
     /// all of them and topics are placed over all their forwarders (default: a node alone)
@@ -409,6 +414,13 @@ fn main() {
                 .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--grpc-listen", 1))),
         ),
     };
+    config.http_listen = match flags.http_listen.as_str() {
+        "off" => None,
+        text => Some(
+            listen_address(text)
+                .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--http-listen", 1))),
+        ),
+    };
     if let Some(threads) = flags.grpc_threads {
         if threads == 0 {
             usage_error("--grpc-threads must be at least 1");
@@ -491,10 +503,13 @@ fn main() {
         }
     }
     let forwarders: Vec<String> = daemon.forwarder_addresses.iter().map(|a| a.to_string()).collect();
-    let grpc = match daemon.grpc_address {
+    let mut grpc = match daemon.grpc_address {
         Some(address) => format!("; Pub/Sub's gRPC API on {address}"),
         None => String::new(),
     };
+    if let Some(address) = daemon.http_address {
+        grpc.push_str(&format!("; metrics on http://{address}/metrics"));
+    }
     eprintln!(
         "ringpostd: serving on {} (router) with {shards} forwarder shard(s) on {}{grpc}; data in {}",
         daemon.router_address,
@@ -503,10 +518,14 @@ fn main() {
     );
     if let Some(path) = flags.ready_file {
         let temporary = path.with_extension("tmp");
-        // The router's address on the first line; the gRPC API's, when served, on the second.
+        // The router's address on the first line; the gRPC API's and the monitoring
+        // endpoint's, when served, on the lines after it.
         let mut contents = daemon.router_address.to_string();
         if let Some(grpc) = daemon.grpc_address {
             contents.push_str(&format!("\ngrpc {grpc}"));
+        }
+        if let Some(http) = daemon.http_address {
+            contents.push_str(&format!("\nhttp {http}"));
         }
         if let Err(error) =
             std::fs::write(&temporary, contents).and_then(|_| std::fs::rename(&temporary, &path))

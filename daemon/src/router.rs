@@ -1186,6 +1186,11 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
+    /// The catalog's raft group as this node alone sees it: no request to another node.
+    pub fn catalog_status(&self) -> ClusterStatus {
+        self.catalog.cluster_status()
+    }
+
     /// The catalog's raft group as this node sees it.
     /// On a node that does not lead, the leader's view of the members (only the leader knows how
     /// far each is replicated), with this node's own log and applied index; this node's view

@@ -51,6 +51,8 @@ class Daemon:
             str(binary_path()),
             "--listen", "127.0.0.1:0",
             "--grpc-listen", grpc_listen,
+            # Suites run beside each other: no monitoring endpoint on its one default port.
+            "--http-listen", "off",
             "--shards", "2",
             "--no-pin",
             "--data-dir", str(self.data_directory),

@@ -8,6 +8,7 @@ pub mod grpc;
 pub mod load;
 pub mod loopfs;
 pub mod netns;
+pub mod scrape;
 
 use ringpost_client::{block_on, Client, Subscription};
 use std::collections::HashMap;
@@ -87,6 +88,9 @@ pub struct Daemon {
     /// `--grpc-listen 127.0.0.1:0`: the port first picked is kept across restarts, so that
     /// a client reconnects to the same address.
     pub grpc_address: Option<String>,
+    /// Where the monitoring endpoint serves (`--http-listen`), when the test asked for it
+    /// with `--http-listen 127.0.0.1:0`; kept across restarts as `grpc_address` is.
+    pub http_address: Option<String>,
     /// `--listen`: `127.0.0.1:0` (free ports, other ones at each start) unless the test chose
     /// a port (`Daemon::prepare` and `listen_on`), which the router and its forwarders then keep
     /// across restarts.
@@ -122,6 +126,7 @@ impl Daemon {
             extra_args,
             env: Vec::new(),
             grpc_address: None,
+            http_address: None,
             listen: "127.0.0.1:0".to_owned(),
         }
     }
@@ -176,6 +181,15 @@ impl Daemon {
                 }
             }
         }
+        // No monitoring endpoint either, for the same reason, unless asked for.
+        match args.iter().position(|arg| arg == "--http-listen") {
+            None => args.extend(["--http-listen".to_owned(), "off".to_owned()]),
+            Some(index) => {
+                if let Some(address) = &self.http_address {
+                    args[index + 1] = address.clone();
+                }
+            }
+        }
         let child = command
             .envs(self.env.iter().map(|(key, value)| (key, value)))
             .args(&args)
@@ -197,8 +211,13 @@ impl Daemon {
         if let Ok(contents) = std::fs::read_to_string(self.directory.join("ready")) {
             let mut lines = contents.lines();
             self.address = lines.next().unwrap_or_default().trim().to_owned();
-            if let Some(grpc) = lines.find_map(|line| line.strip_prefix("grpc ")) {
-                self.grpc_address = Some(grpc.trim().to_owned());
+            for line in lines {
+                if let Some(grpc) = line.strip_prefix("grpc ") {
+                    self.grpc_address = Some(grpc.trim().to_owned());
+                }
+                if let Some(http) = line.strip_prefix("http ") {
+                    self.http_address = Some(http.trim().to_owned());
+                }
             }
             return Ok(true);
         }

@@ -271,7 +271,17 @@ impl NetCluster {
             .command(node, crate::binary("ringpostd"))
             .args(["--listen", &self.router(node), "--cluster", &cluster.join(",")])
             .args(["--node-id", &(node + 1).to_string()])
-            .args(["--auth", "off", "--grpc-listen", "off", "--shards", "1", "--no-pin"])
+            .args([
+                "--auth",
+                "off",
+                "--grpc-listen",
+                "off",
+                "--http-listen",
+                "off",
+                "--shards",
+                "1",
+                "--no-pin",
+            ])
             .args((0..self.directories).flat_map(|copy| {
                 [
                     std::ffi::OsString::from("--data-dir"),

@@ -57,6 +57,9 @@ pub struct Config {
     /// Google Cloud Pub/Sub's gRPC API: where, and on how many threads. `Config::new` leaves
     /// it off; ringpostd's `--grpc-listen` turns it on by default.
     pub grpc: protocol::grpc::GrpcSettings,
+    /// Where the monitoring endpoint serves (`/metrics`, `/healthz`, `/readyz`); `None`, not
+    /// at all. `Config::new` leaves it off; ringpostd's `--http-listen` turns it on by default.
+    pub http_listen: Option<SocketAddr>,
     /// The cluster this node is one of; `None`, a node alone.
     pub cluster: Option<ClusterSettings>,
 }
@@ -182,6 +185,7 @@ impl Config {
             access: auth::AccessSettings { mode: auth_mode_for(listen), file: None },
             tls: None,
             grpc: protocol::grpc::GrpcSettings::default(),
+            http_listen: None,
             cluster: None,
         }
     }
@@ -242,6 +246,9 @@ pub struct Daemon {
     /// Where the gRPC API serves, when it does.
     pub grpc_address: Option<SocketAddr>,
     grpc: Option<protocol::grpc::GrpcServer>,
+    /// Where the monitoring endpoint serves, when it does.
+    pub http_address: Option<SocketAddr>,
+    http: Option<protocol::http::HttpServer>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     /// One end of a socket pair per shard (forwarders in order, then the router): closing it
     /// tells that shard to stop (`shutdown`).
@@ -280,6 +287,10 @@ impl Daemon {
         // and nothing it runs is left waiting on a stopped shard.
         if let Some(grpc) = self.grpc.take() {
             grpc.stop();
+        }
+        // A scrape then finds no shard to answer it; the endpoint goes before them.
+        if let Some(http) = self.http.take() {
+            http.stop();
         }
         let until = started + grace;
         let router = self.stops.pop().expect("the router's stop");
@@ -345,7 +356,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         None => None,
     };
     let grpc_listener = config.grpc.listen.map(bind).transpose()?;
-    let (grpc_jobs, grpc_gateway) = grpc_channels(grpc_listener.is_some(), shards);
+    let http_listener = config.http_listen.map(bind).transpose()?;
+    let (grpc_jobs, grpc_gateway, router_jobs) =
+        grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards);
     let forwarder_addresses: Vec<SocketAddr> =
         forwarder_listeners.iter().map(|(_, address)| *address).collect();
     let advertise = match &config.advertise {
@@ -425,11 +438,21 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         _ => None,
     };
     let grpc_address = grpc.as_ref().map(|grpc| grpc.address);
+    let http = match (http_listener, router_jobs) {
+        (Some((listener, _)), Some(router)) => Some(
+            protocol::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"))
+                .map_err(|error| format!("starting the monitoring endpoint: {error}"))?,
+        ),
+        _ => None,
+    };
+    let http_address = http.as_ref().map(|http| http.address);
     Ok(Daemon {
         router_address,
         forwarder_addresses,
         grpc_address,
         grpc,
+        http_address,
+        http,
         threads,
         stops,
         stopped,
@@ -445,14 +468,34 @@ struct GrpcJobs {
     leader_view: Option<protocol::grpc::forward::LeaderViewSender>,
 }
 
-fn grpc_channels(serving: bool, shards: usize) -> (GrpcJobs, Option<protocol::grpc::gateway::Gateway>) {
+/// The job channels the gRPC API (`grpc`) and the monitoring endpoint (`http`) need: the
+/// router's, for either; the forwarders' and the gateway, for the gRPC API. The last is the
+/// monitoring endpoint's handle on the router shard.
+fn grpc_channels(
+    grpc: bool,
+    http: bool,
+    shards: usize,
+) -> (
+    GrpcJobs,
+    Option<protocol::grpc::gateway::Gateway>,
+    Option<protocol::grpc::bridge::ShardCaller<protocol::grpc::gateway::RouterShard>>,
+) {
     use protocol::grpc::bridge::job_channel;
-    if !serving {
+    if !grpc && !http {
         let jobs =
             GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect(), leader_view: None };
-        return (jobs, None);
+        return (jobs, None, None);
     }
     let (router_caller, router_jobs) = job_channel();
+    let http_caller = http.then(|| router_caller.clone());
+    if !grpc {
+        let jobs = GrpcJobs {
+            router: Some(router_jobs),
+            forwarders: (0..shards).map(|_| None).collect(),
+            leader_view: None,
+        };
+        return (jobs, None, http_caller);
+    }
     let (callers, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| job_channel()).unzip();
     let (leader_view, leader) = protocol::grpc::forward::leader_view();
     let jobs = GrpcJobs {
@@ -460,7 +503,7 @@ fn grpc_channels(serving: bool, shards: usize) -> (GrpcJobs, Option<protocol::gr
         forwarders: receivers.into_iter().map(Some).collect(),
         leader_view: Some(leader_view),
     };
-    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, leader)))
+    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, leader)), http_caller)
 }
 
 /// The cores no forwarder shard is pinned to, for the gRPC API's threads; none when the

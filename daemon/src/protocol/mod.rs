@@ -5,3 +5,6 @@ pub mod native;
 // `grpc` (Google Cloud Pub/Sub's API) runs on a tokio runtime of its own and reaches the shards
 // through `grpc::bridge`.
 pub mod grpc;
+// `http` (the monitoring endpoint) runs on a tokio thread of its own and reaches the router
+// shard through `grpc::bridge`.
+pub mod http;

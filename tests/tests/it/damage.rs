@@ -47,7 +47,7 @@ fn refused_start(data_dir: &Path) -> String {
     let mut child = Command::new(binary("ringpostd"))
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["--listen", "127.0.0.1:0", "--grpc-listen", "off", "--shards", "2"])
+        .args(["--listen", "127.0.0.1:0", "--grpc-listen", "off", "--http-listen", "off", "--shards", "2"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -7,6 +7,7 @@
 
 use ringpost_client::{block_on, Client, ErrorCode, Message, RetrySettings};
 use ringpost_tests::loopfs::LoopFilesystem;
+use ringpost_tests::scrape::{http_get, Scrape};
 use ringpost_tests::{create_topic_and_subscription, drain, temporary_directory, Daemon};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -190,11 +191,30 @@ fn second_failing_directory_stops_acknowledgements() {
     let b = LoopFilesystem::create("disks-second-b", 64);
     let c = LoopFilesystem::create("disks-second-c", 16);
     let a = Scratch::new("disks-second-a");
+    let mut flags = small_segments();
+    flags.extend(["--http-listen".to_owned(), "127.0.0.1:0".to_owned()]);
     let daemon = Daemon::start_with(
         "disks-second",
         vec![a.0.clone(), b.path().to_path_buf(), c.path().to_path_buf()],
-        small_segments(),
+        flags,
     );
+    let http = daemon.http_address.clone().expect("the monitoring endpoint serves");
+    let fenced_gauge = |path: &Path| -> Vec<f64> {
+        let (_, body) = http_get(&http, "/metrics");
+        let scrape = Scrape::parse(&body);
+        let path = path.display().to_string();
+        scrape
+            .samples
+            .iter()
+            .filter(|sample| sample.name == "ringpost_data_directory_fenced")
+            .filter(|sample| {
+                sample.labels.get("path") == Some(&path)
+                    && sample.labels.get("shard").is_some_and(|s| s != "router")
+            })
+            .map(|sample| sample.value)
+            .collect()
+    };
+    assert!(fenced_gauge(c.path()).iter().all(|value| *value == 0.0));
     let client = unretried_client(&daemon);
     setup(&client, "failing", "failing-reader");
 
@@ -216,6 +236,14 @@ fn second_failing_directory_stops_acknowledgements() {
         after_fence.unwrap(),
         fence_line(&daemon, 2, c.path()).unwrap()
     );
+
+    // The monitoring endpoint shows C fenced, and the daemon still ready (two of three).
+    assert!(
+        fenced_gauge(c.path()).contains(&1.0),
+        "C was fenced and ringpost_data_directory_fenced does not say so: {:?}",
+        fenced_gauge(c.path())
+    );
+    assert_eq!(http_get(&http, "/readyz"), (200, "ready\n".to_owned()));
 
     // A remount read-only is refused while the daemon holds files open for writing; shutting
     // the filesystem down makes every write and sync on B fail, as a dying disk does.
@@ -254,6 +282,10 @@ fn second_failing_directory_stops_acknowledgements() {
     println!("publishes after B failed: {failed} refused ({codes:?}), none acknowledged");
     assert_eq!(acked.len(), acknowledged_before);
     assert!(fence_line(&daemon, 1, b.path()).is_some(), "B's failure was not reported as a fence");
+    // Without a quorum of healthy directories the daemon is not ready, and says why.
+    let (status, reasons) = http_get(&http, "/readyz");
+    assert_eq!(status, 503, "{reasons}");
+    assert!(reasons.contains("fewer than a quorum"), "{reasons}");
 
     // Reads come from any valid copy: everything acknowledged before is still delivered.
     let delivered = drain(&client, "failing-reader", false);

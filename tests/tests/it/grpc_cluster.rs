@@ -105,6 +105,7 @@ fn start_cluster(label: &str, access: &AccessFile) -> Vec<Node> {
                 .args(["--shards", "2", "--listen", "127.0.0.1:0"])
                 .args(["--node-id", &id.to_string(), "--cluster", &cluster])
                 .args(["--grpc-listen", &format!("127.0.0.1:{}", ports[2 + id as usize])])
+                .args(["--http-listen", "off"])
                 .args(["--auth", "required", "--access-file"])
                 .arg(&access.path)
                 .arg("--ready-file")

@@ -53,7 +53,17 @@ fn commits_larger_than_the_io_memory_are_stored_and_read_back_intact() {
 fn an_io_memory_of_zero_is_refused() {
     let directory = temporary_directory("io-memory-zero");
     let mut child = Command::new(binary("ringpostd"))
-        .args(["--io-memory-mib", "0", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--data-dir"])
+        .args([
+            "--io-memory-mib",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "off",
+            "--http-listen",
+            "off",
+            "--data-dir",
+        ])
         .arg(directory.join("data"))
         .stderr(Stdio::piped())
         .spawn()

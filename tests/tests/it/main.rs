@@ -17,6 +17,7 @@ mod grpc_delivery;
 mod grpc_security;
 mod io_memory;
 mod liveness;
+mod monitoring;
 mod nemesis;
 mod netns;
 mod permissions;

@@ -64,7 +64,19 @@ fn a_daemon_inside_a_node_serves_a_client_in_another() {
     let listen = format!("{}:7450", network.address(1));
     let mut daemon = network
         .command(1, ringpost_tests::binary("ringpostd"))
-        .args(["--listen", &listen, "--auth", "off", "--grpc-listen", "off", "--shards", "2", "--no-pin"])
+        .args([
+            "--listen",
+            &listen,
+            "--auth",
+            "off",
+            "--grpc-listen",
+            "off",
+            "--http-listen",
+            "off",
+            "--shards",
+            "2",
+            "--no-pin",
+        ])
         .arg("--data-dir")
         .arg(directory.join("data"))
         .arg("--ready-file")

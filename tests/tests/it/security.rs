@@ -259,7 +259,17 @@ impl OwnDaemon {
         let child = Process::new(ringpost_tests::binary("ringpostd"))
             .arg("--data-dir")
             .arg(directory.join("data"))
-            .args(["--shards", "2", "--grpc-listen", "off", "--listen", listen, "--ready-file"])
+            .args([
+                "--shards",
+                "2",
+                "--grpc-listen",
+                "off",
+                "--http-listen",
+                "off",
+                "--listen",
+                listen,
+                "--ready-file",
+            ])
             .arg(&ready)
             .args(more)
             .stdout(Stdio::null())

@@ -122,6 +122,8 @@ fn listening_ports_beyond_65535_are_refused_and_names_resolve() {
             "127.0.0.1:65535",
             "--grpc-listen",
             "off",
+            "--http-listen",
+            "off",
             "--shards",
             "2",
             "--no-pin",

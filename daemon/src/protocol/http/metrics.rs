@@ -1,0 +1,348 @@
+//! The daemon's figures in the OpenMetrics text format that Prometheus scrapes, encoded from
+//! what the stats operation gathers (`api::stats::Stats`) and the catalog's view of the
+//! cluster. No I/O here: a scrape gathers, this encodes. Each scrape builds a registry of its
+//! own, so the shards keep plain figures and nothing is shared with them between scrapes.
+//!
+//! Names follow Prometheus's conventions (units last, `_total` on counters) and Google Cloud
+//! Monitoring's metric names where one exists (`num_undelivered_messages`,
+//! `oldest_unacked_message_age`). Topics and subscriptions are labels, so their number is
+//! bounded per scrape (`METRICS_TOPICS_MAX`, `METRICS_SUBSCRIPTIONS_MAX`, in name order); what
+//! is left out is counted.
+
+use crate::api::cluster::ClusterStatus;
+use crate::api::stats::{LatencySummary, Stats};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+/// Topics one scrape exports; the rest are counted in `ringpost_metrics_topics_omitted`.
+pub const METRICS_TOPICS_MAX: usize = 1000;
+/// Subscriptions one scrape exports; the rest are counted in
+/// `ringpost_metrics_subscriptions_omitted`.
+pub const METRICS_SUBSCRIPTIONS_MAX: usize = 5000;
+
+/// The content type of what `encode_metrics` writes.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(&'static str, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// A family of gauges or counters, registered under its name when the scrape is encoded.
+struct Families {
+    registry: Registry,
+}
+
+impl Families {
+    fn gauge(&mut self, name: &str, help: &str, unit: Option<Unit>) -> Family<Labels, FloatGauge> {
+        let family = Family::<Labels, FloatGauge>::default();
+        match unit {
+            Some(unit) => self.registry.register_with_unit(name, help, unit, family.clone()),
+            None => self.registry.register(name, help, family.clone()),
+        }
+        family
+    }
+
+    /// A counter family; `name` without `_total`, which the encoding adds.
+    fn counter(&mut self, name: &str, help: &str, unit: Option<Unit>) -> Family<Labels, Counter> {
+        let family = Family::<Labels, Counter>::default();
+        match unit {
+            Some(unit) => self.registry.register_with_unit(name, help, unit, family.clone()),
+            None => self.registry.register(name, help, family.clone()),
+        }
+        family
+    }
+}
+
+fn shard_label(shard: u32) -> String {
+    match shard {
+        u32::MAX => "router".to_owned(),
+        shard => shard.to_string(),
+    }
+}
+
+/// A latency window's percentiles as gauges labelled by `quantile` (0.5, 0.99, 0.999, 1).
+fn set_quantiles(family: &Family<Labels, FloatGauge>, labels: &Labels, latency: &LatencySummary) {
+    for (quantile, micros) in
+        [("0.5", latency.p50_us), ("0.99", latency.p99_us), ("0.999", latency.p999_us), ("1", latency.max_us)]
+    {
+        let mut labels = labels.clone();
+        labels.push(("quantile", quantile.to_owned()));
+        family.get_or_create(&labels).set(micros as f64 / 1e6);
+    }
+}
+
+/// Everything a scrape shows, in the OpenMetrics text format. `version`: the daemon's.
+/// `cluster`: the catalog's group as this node sees it, `None` for a node alone.
+pub fn encode_metrics(stats: &Stats, cluster: Option<&ClusterStatus>, version: &str) -> String {
+    let mut families = Families { registry: Registry::with_prefix("ringpost") };
+
+    let build = families.gauge("build_info", "The daemon's version (the value is always 1)", None);
+    build.get_or_create(&vec![("version", version.to_owned())]).set(1.0);
+
+    // The process, under the names Prometheus's own clients give these.
+    let mut process = Families { registry: Registry::default() };
+    process
+        .gauge("process_resident_memory", "Resident memory", Some(Unit::Bytes))
+        .get_or_create(&Vec::new())
+        .set(stats.process.resident_bytes as f64);
+    process
+        .gauge("process_open_fds", "Open file descriptors", None)
+        .get_or_create(&Vec::new())
+        .set(stats.process.open_files as f64);
+    process
+        .gauge("process_max_fds", "The soft limit on open file descriptors", None)
+        .get_or_create(&Vec::new())
+        .set(stats.process.open_files_limit as f64);
+
+    let shard_topics =
+        families.gauge("shard_topics", "Topics a shard serves (the router: in the catalog)", None);
+    let fenced = families.gauge(
+        "data_directory_fenced",
+        "1 when the data directory is fenced (left out of every write after a failure), else 0",
+        None,
+    );
+    let repairs = families.counter(
+        "data_directory_repairs",
+        "Copies of batches rewritten from good ones in a shard's data directories since start",
+        None,
+    );
+    let publish_latency = families.gauge(
+        "publish_ack_latency_window",
+        "Publish requests from the checked request to their durable (and replicated) result, over the last 10 to 20 seconds, by quantile",
+        Some(Unit::Seconds),
+    );
+    let commit_latency = families.gauge(
+        "commit_latency_window",
+        "Commits of a shard's logs, from the write issued to durable on a quorum of its data directories, over the last 10 to 20 seconds, by quantile",
+        Some(Unit::Seconds),
+    );
+    let quarantined = families.gauge(
+        "shard_quarantined_topics",
+        "Topics left unserved at start because they were damaged",
+        None,
+    );
+    for shard in &stats.shards {
+        let labels: Labels = vec![("shard", shard_label(shard.shard))];
+        shard_topics.get_or_create(&labels).set(shard.topics as f64);
+        repairs.get_or_create(&labels).inc_by(shard.repairs);
+        quarantined.get_or_create(&labels).set(shard.quarantined.len() as f64);
+        for directory in &shard.directories {
+            let labels: Labels = vec![("shard", shard_label(shard.shard)), ("path", directory.path.clone())];
+            fenced.get_or_create(&labels).set(if directory.fenced.is_empty() { 0.0 } else { 1.0 });
+        }
+        if shard.shard != u32::MAX {
+            set_quantiles(&publish_latency, &labels, &shard.publish_latency);
+            set_quantiles(&commit_latency, &labels, &shard.commit_latency);
+        }
+    }
+
+    let topic_offsets = families.counter(
+        "topic_offsets",
+        "Offsets the topic's log has handed out since it was created: its messages, and in a replicated topic one more at each change of leader",
+        None,
+    );
+    let topic_stored = families.gauge(
+        "topic_stored",
+        "Bytes of the topic's segment files in one data directory",
+        Some(Unit::Bytes),
+    );
+    let topic_rate = families.gauge(
+        "topic_published_per_second",
+        "Messages published per second over the last few seconds",
+        None,
+    );
+    let undelivered = families.gauge(
+        "subscription_num_undelivered_messages",
+        "Messages published and not acknowledged (Cloud Monitoring's num_undelivered_messages)",
+        None,
+    );
+    let oldest = families.gauge(
+        "subscription_oldest_unacked_message_age",
+        "Age of the oldest unacknowledged message; 0 when there is none (Cloud Monitoring's oldest_unacked_message_age)",
+        Some(Unit::Seconds),
+    );
+    let outstanding = families.gauge(
+        "subscription_outstanding_messages",
+        "Messages delivered whose lease has not ended",
+        None,
+    );
+    let delivered = families.counter(
+        "subscription_delivered_messages",
+        "Deliveries, redeliveries included, since the serving shard took the subscription",
+        None,
+    );
+    let expired = families.counter(
+        "subscription_expired_leases",
+        "Leases that ran out unacknowledged (their messages are delivered again), since the serving shard took the subscription",
+        None,
+    );
+    let replica_leader = families.gauge(
+        "replica_leader",
+        "1 when this node's replica of a replicated topic leads it, else 0",
+        None,
+    );
+    let replica_epoch = families.gauge(
+        "replica_epoch",
+        "The leader epoch this node's replica leads or last synced with",
+        None,
+    );
+    let replica_committed = families.gauge(
+        "replica_committed_end",
+        "One past the last message a quorum of the topic's replicas holds",
+        None,
+    );
+    let follower_lag = families.gauge(
+        "replica_follower_lag_messages",
+        "On a leader: messages durable on it that a follower does not hold yet",
+        None,
+    );
+    let mut subscriptions_exported = 0usize;
+    let mut subscriptions_omitted = 0usize;
+    for topic in stats.topics.iter().take(METRICS_TOPICS_MAX) {
+        let labels: Labels = vec![("topic", topic.name.clone())];
+        topic_offsets.get_or_create(&labels).inc_by(topic.end_offset);
+        topic_stored.get_or_create(&labels).set(topic.disk_bytes as f64);
+        topic_rate.get_or_create(&labels).set(topic.published_per_second as f64);
+        for subscription in &topic.subscriptions {
+            if subscriptions_exported == METRICS_SUBSCRIPTIONS_MAX {
+                subscriptions_omitted += 1;
+                continue;
+            }
+            subscriptions_exported += 1;
+            let labels: Labels =
+                vec![("subscription", subscription.name.clone()), ("topic", topic.name.clone())];
+            undelivered.get_or_create(&labels).set(subscription.backlog_messages as f64);
+            oldest.get_or_create(&labels).set(subscription.oldest_unacked_age_ms as f64 / 1e3);
+            outstanding.get_or_create(&labels).set(subscription.outstanding_messages as f64);
+            delivered.get_or_create(&labels).inc_by(subscription.delivered_total);
+            expired.get_or_create(&labels).inc_by(subscription.expired_total);
+        }
+        if let Some(replica) = &topic.replication {
+            replica_leader.get_or_create(&labels).set(if replica.leader { 1.0 } else { 0.0 });
+            replica_epoch.get_or_create(&labels).set(replica.epoch as f64);
+            replica_committed.get_or_create(&labels).set(replica.committed_end as f64);
+            for follower in &replica.followers {
+                let labels: Labels =
+                    vec![("topic", topic.name.clone()), ("follower_shard", follower.shard.to_string())];
+                follower_lag.get_or_create(&labels).set(follower.lag_messages as f64);
+            }
+        }
+    }
+    let topics_omitted = stats.topics.len().saturating_sub(METRICS_TOPICS_MAX);
+    let subscriptions_omitted = subscriptions_omitted
+        + stats.topics.iter().skip(METRICS_TOPICS_MAX).map(|topic| topic.subscriptions.len()).sum::<usize>();
+    families
+        .gauge(
+            "metrics_topics_omitted",
+            "Topics this scrape left out (past METRICS_TOPICS_MAX, in name order)",
+            None,
+        )
+        .get_or_create(&Vec::new())
+        .set(topics_omitted as f64);
+    families
+        .gauge(
+            "metrics_subscriptions_omitted",
+            "Subscriptions this scrape left out (past METRICS_SUBSCRIPTIONS_MAX, or of topics left out)",
+            None,
+        )
+        .get_or_create(&Vec::new())
+        .set(subscriptions_omitted as f64);
+
+    if let Some(cluster) = cluster {
+        families
+            .gauge("catalog_term", "The catalog's raft term as this node knows it", None)
+            .get_or_create(&Vec::new())
+            .set(cluster.term as f64);
+        families
+            .gauge(
+                "catalog_leader_node",
+                "The node leading the catalog as this node knows it; 0 during an election",
+                None,
+            )
+            .get_or_create(&Vec::new())
+            .set(cluster.catalog_leader.unwrap_or(0) as f64);
+        families
+            .gauge("node_id", "This node's id in the cluster", None)
+            .get_or_create(&Vec::new())
+            .set(cluster.node_id as f64);
+        let members = families.gauge("catalog_members", "Members of the catalog's group, by kind", None);
+        let voters = cluster.nodes.iter().filter(|node| node.voter).count();
+        members.get_or_create(&vec![("kind", "voter".to_owned())]).set(voters as f64);
+        members
+            .get_or_create(&vec![("kind", "learner".to_owned())])
+            .set((cluster.nodes.len() - voters) as f64);
+    }
+
+    let mut text = String::new();
+    encode(&mut text, &process.registry).expect("encoding into a String cannot fail");
+    // Each registry ends with `# EOF`; the text ends with the last one's only.
+    if let Some(cut) = text.rfind("# EOF\n") {
+        text.truncate(cut);
+    }
+    encode(&mut text, &families.registry).expect("encoding into a String cannot fail");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::cluster::NodeStatus;
+    use crate::api::stats::{SubscriptionStats, TopicStats};
+
+    fn sample<'a>(text: &'a str, series: &str) -> Option<&'a str> {
+        text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+    }
+
+    #[test]
+    fn topics_past_the_limit_are_counted_not_shown_and_the_cluster_is_shown() {
+        let topics: Vec<TopicStats> = (0..METRICS_TOPICS_MAX + 3)
+            .map(|index| TopicStats {
+                name: format!("topic-{index:05}"),
+                end_offset: index as u64,
+                subscriptions: vec![SubscriptionStats {
+                    name: format!("sub-{index:05}"),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect();
+        let stats = Stats { topics, ..Default::default() };
+        let cluster = ClusterStatus {
+            node_id: 2,
+            catalog_leader: Some(3),
+            term: 7,
+            nodes: (1..=4)
+                .map(|node_id| NodeStatus { node_id, voter: node_id != 4, ..Default::default() })
+                .collect(),
+            ..Default::default()
+        };
+        let text = encode_metrics(&stats, Some(&cluster), "9.9.9");
+        assert!(text.ends_with("# EOF\n"), "{}", &text[text.len() - 100..]);
+        assert_eq!(text.matches("# EOF").count(), 1);
+        assert_eq!(sample(&text, "ringpost_metrics_topics_omitted"), Some("3.0"));
+        assert_eq!(sample(&text, "ringpost_metrics_subscriptions_omitted"), Some("3.0"));
+        assert_eq!(sample(&text, "ringpost_topic_offsets_total{topic=\"topic-00999\"}"), Some("999"));
+        assert_eq!(sample(&text, "ringpost_topic_offsets_total{topic=\"topic-01000\"}"), None);
+        assert_eq!(sample(&text, "ringpost_catalog_leader_node"), Some("3.0"));
+        assert_eq!(sample(&text, "ringpost_catalog_term"), Some("7.0"));
+        assert_eq!(sample(&text, "ringpost_catalog_members{kind=\"learner\"}"), Some("1.0"));
+        assert_eq!(sample(&text, "ringpost_build_info{version=\"9.9.9\"}"), Some("1.0"));
+        // Each family is declared once.
+        let mut declared: Vec<&str> = text.lines().filter(|line| line.starts_with("# TYPE ")).collect();
+        let count = declared.len();
+        declared.sort_unstable();
+        declared.dedup();
+        assert_eq!(declared.len(), count);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let topic = TopicStats { name: "a\"b\\c".to_owned(), ..Default::default() };
+        let text = encode_metrics(&Stats { topics: vec![topic], ..Default::default() }, None, "1");
+        assert!(text.contains(r#"ringpost_topic_offsets_total{topic="a\"b\\c"} 0"#), "{text}");
+        assert!(!text.contains("ringpost_catalog_term"));
+    }
+}

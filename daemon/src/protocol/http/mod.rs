@@ -1,0 +1,201 @@
+//! The monitoring endpoint (`ringpostd --http-listen`): `/metrics` for Prometheus (`metrics`),
+//! `/healthz` (the process serves) and `/readyz` (the shards serve, every shard's data
+//! directories hold a quorum, and in a cluster the catalog has a leader).
+//!
+//! hyper serves HTTP/1.1 on one tokio thread of its own, unpinned: a scrape is rare, small and
+//! never on a publish's path, and the endpoint must answer whether or not the gRPC API runs.
+//! A scrape or a readiness check runs on the router shard as a job (`grpc::bridge`), which
+//! gathers every forwarder's figures over the control channels as `ringpost stats` does; the
+//! shards keep plain figures and share nothing with this thread.
+
+pub mod metrics;
+
+use crate::api::Status;
+use crate::protocol::grpc::bridge::ShardCaller;
+use crate::protocol::grpc::gateway::RouterShard;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Method, Request, Response, StatusCode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the endpoint serves unless told otherwise: Prometheus's exporters' range, loopback.
+pub const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:9464";
+/// How long a scrape or a readiness check waits for the shards before it answers 503.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; more wait in the listening socket's backlog.
+pub const HTTP_CONNECTIONS_MAX: usize = 64;
+/// How long a connection may take to send a request's head; then it is closed.
+pub const HTTP_REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the endpoint answers from.
+struct Endpoint {
+    router: ShardCaller<RouterShard>,
+    version: &'static str,
+}
+
+/// The endpoint, serving: its thread, and how to stop it.
+pub struct HttpServer {
+    pub address: SocketAddr,
+    stopping: tokio::sync::watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Serves on `listener` (bound by the caller, so that a taken port fails the start),
+    /// answering from the router shard through `router`.
+    pub fn start(
+        listener: std::net::TcpListener,
+        router: ShardCaller<RouterShard>,
+        version: &'static str,
+    ) -> std::io::Result<HttpServer> {
+        let address = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+        let (stopping, stopped) = tokio::sync::watch::channel(false);
+        let endpoint = Arc::new(Endpoint { router, version });
+        let thread = std::thread::Builder::new().name("ringpost-http".to_owned()).spawn(move || {
+            runtime.block_on(serve(listener, endpoint, stopped));
+        })?;
+        Ok(HttpServer { address, stopping, thread: Some(thread) })
+    }
+
+    /// Stops accepting and ends the connections; returns once the thread has.
+    pub fn stop(mut self) {
+        let _ = self.stopping.send(true);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    endpoint: Arc<Endpoint>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("ringpostd: the monitoring endpoint cannot serve: {error}");
+            return;
+        }
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(HTTP_CONNECTIONS_MAX));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { break };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.wait_for(|stop| *stop) => break,
+        };
+        let Ok((stream, _peer)) = accepted else { continue };
+        let endpoint = endpoint.clone();
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let endpoint = endpoint.clone();
+                async move { Ok::<_, std::convert::Infallible>(endpoint.answer(request).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HTTP_REQUEST_HEAD_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            drop(slot);
+        });
+        // Finished connections are reaped as new ones come, so the set stays small.
+        while connections.try_join_next().is_some() {}
+    }
+    connections.abort_all();
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// What the router shard tells a scrape or a readiness check.
+struct Gathered {
+    stats: crate::api::stats::Stats,
+    cluster: Option<crate::api::cluster::ClusterStatus>,
+}
+
+impl Endpoint {
+    async fn answer<B>(&self, request: Request<B>) -> Response<Full<Bytes>> {
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".to_owned());
+        }
+        match request.uri().path() {
+            "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
+            "/readyz" => match self.gather().await {
+                Ok(gathered) => match not_ready(&gathered) {
+                    reasons if reasons.is_empty() => text(StatusCode::OK, "ready\n".to_owned()),
+                    reasons => {
+                        text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready:\n{}\n", reasons.join("\n")))
+                    }
+                },
+                Err(status) => {
+                    text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", status.message))
+                }
+            },
+            "/metrics" => match self.gather().await {
+                Ok(gathered) => {
+                    let body =
+                        metrics::encode_metrics(&gathered.stats, gathered.cluster.as_ref(), self.version);
+                    let mut response = text(StatusCode::OK, body);
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static(metrics::OPENMETRICS_CONTENT_TYPE),
+                    );
+                    response
+                }
+                Err(status) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", status.message)),
+            },
+            "/" => text(StatusCode::OK, "ringpostd: /metrics, /healthz, /readyz\n".to_owned()),
+            _ => text(StatusCode::NOT_FOUND, "not found: /metrics, /healthz, /readyz\n".to_owned()),
+        }
+    }
+
+    async fn gather(&self) -> Result<Gathered, Status> {
+        let gathering = self.router.try_call(|shard: std::rc::Rc<RouterShard>| async move {
+            let stats = shard.router.stats().await?;
+            let cluster = shard.router.is_clustered().then(|| shard.router.catalog_status());
+            Ok(Gathered { stats, cluster })
+        });
+        match tokio::time::timeout(SCRAPE_TIMEOUT, gathering).await {
+            Ok(gathered) => gathered,
+            Err(_) => Err(Status::unavailable("the shards did not answer within SCRAPE_TIMEOUT")),
+        }
+    }
+}
+
+/// Why the daemon is not ready, if it is not: a shard whose data directories no longer hold a
+/// quorum, or a cluster whose catalog has no leader this node knows.
+fn not_ready(gathered: &Gathered) -> Vec<String> {
+    let mut reasons = Vec::new();
+    for shard in &gathered.stats.shards {
+        let directories = shard.directories.len();
+        let healthy = shard.directories.iter().filter(|directory| directory.fenced.is_empty()).count();
+        if directories > 0 && healthy < directories.div_ceil(2) {
+            let name = match shard.shard {
+                u32::MAX => "the router".to_owned(),
+                shard => format!("forwarder shard {shard}"),
+            };
+            reasons.push(format!(
+                "{name} has {healthy} healthy data directories of {directories}, fewer than a quorum"
+            ));
+        }
+    }
+    if let Some(cluster) = &gathered.cluster {
+        if cluster.catalog_leader.is_none() {
+            reasons.push(format!("node {}: the catalog has no leader this node knows", cluster.node_id));
+        }
+    }
+    reasons
+}
