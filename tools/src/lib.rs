@@ -5,3 +5,4 @@ pub mod cli;
 pub mod disk;
 pub mod json;
 pub mod loopback;
+pub mod probe;

@@ -109,3 +109,81 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
         "150 delivered"
     );
 }
+
+/// `ringpost probe`: probes a real daemon, one JSON line each with sane figures, serving its
+/// own histograms to Prometheus while it runs and deleting every subscription it made; a
+/// missed objective exits 1; a stopped daemon fails at once with a clear error.
+#[test]
+fn the_prober_measures_a_daemon_and_fails_fast_when_it_is_gone() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut daemon = Daemon::start("probe");
+    let mut prober = Command::new(ringpost_tests::binary("ringpost"))
+        .args(["--server", &daemon.address, "probe", "--every", "100ms", "--count", "20"])
+        .args(["--http-listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(prober.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let endpoint = line
+        .trim()
+        .strip_prefix("probe: metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("the prober did not say where its metrics are: {line:?}"))
+        .to_owned();
+    // Its figures, while it runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let figures = loop {
+        let figures = scrape(&endpoint);
+        if figures.value("ringpost_probe_probes_total", &[("result", "ok")]).unwrap_or(0.0) >= 2.0 {
+            break figures;
+        }
+        assert!(std::time::Instant::now() < deadline, "no probe succeeded within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for family in [
+        "ringpost_probe_create_subscription_seconds",
+        "ringpost_probe_publish_ack_seconds",
+        "ringpost_probe_delivery_seconds",
+    ] {
+        assert_eq!(figures.type_of(family), Some("histogram"), "{family}");
+        assert!(figures.value(&format!("{family}_count"), &[]).unwrap() >= 2.0, "{family}");
+    }
+    let output = prober.wait_with_output().unwrap();
+    assert!(output.status.success(), "the prober exited with {}", output.status);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 20, "{stdout}");
+    for line in &lines {
+        assert_eq!(ringpost_tests::json_field(line, "ok"), "true", "{line}");
+        let figure = |name: &str| -> f64 { ringpost_tests::json_field(line, name).parse().unwrap() };
+        let (create, publish, delivery) =
+            (figure("create_subscription_ms"), figure("publish_ack_ms"), figure("delivery_ms"));
+        assert!(create > 0.0 && publish > 0.0 && delivery >= publish && delivery < 10_000.0, "{line}");
+    }
+    // Every subscription it made is gone.
+    let subscriptions = block_on(daemon.client().list_subscriptions(None)).unwrap();
+    assert!(
+        subscriptions.iter().all(|subscription| !subscription.name.starts_with("ringpost-probe-")),
+        "{subscriptions:?}"
+    );
+
+    // An objective nobody meets: exit 1, the objective named.
+    let missed = daemon.cli(&["probe", "--delivery-objective-ms", "0"]);
+    assert_eq!(missed.status.code(), Some(1), "{missed:?}");
+    let line = String::from_utf8(missed.stdout).unwrap();
+    assert!(line.contains("\"missed\":[\"delivery\"]"), "{line}");
+
+    // A stopped daemon: a clear error at once, not a hang.
+    daemon.kill();
+    let started = std::time::Instant::now();
+    let gone = daemon.cli(&["probe"]);
+    assert!(!gone.status.success());
+    let error = String::from_utf8_lossy(&gone.stderr);
+    // Refused, or reset by a port still closing: either way said as Unavailable.
+    assert!(error.starts_with("Unavailable:"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the prober took {:?} to fail", started.elapsed());
+}

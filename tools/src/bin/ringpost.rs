@@ -101,6 +101,38 @@ enum Command {
     Admin(AdminCommand),
     Snapshot(SnapshotCommand),
     Token(TokenCommand),
+    Probe(ProbeCommand),
+}
+
+/// probe the daemon as a user would: make a subscription of its own on a probe topic, publish
+/// one message, time the subscription's creation, the publish's acknowledgement and the
+/// delivery, acknowledge, and delete what it made; one JSON line per probe; exit 1 once done if
+/// any probe failed or missed an objective
+#[derive(FromArgs)]
+#[argh(subcommand, name = "probe")]
+struct ProbeCommand {
+    /// the probe topic, made if missing (default ringpost-probe)
+    #[argh(option, default = "String::from(ringpost_tools::probe::PROBE_TOPIC_DEFAULT)")]
+    topic: String,
+    /// probe again after this long (10s, 500ms, 1m; a bare number is seconds), until --count
+    /// probes (default: one probe)
+    #[argh(option)]
+    every: Option<String>,
+    /// how many probes with --every (default: until stopped)
+    #[argh(option)]
+    count: Option<u64>,
+    /// the publish-ack objective, in milliseconds (default 1000)
+    #[argh(option, default = "ringpost_tools::probe::PUBLISH_OBJECTIVE_MS_DEFAULT")]
+    publish_objective_ms: u64,
+    /// the delivery objective, in milliseconds from the publish's start (default 5000)
+    #[argh(option, default = "ringpost_tools::probe::DELIVERY_OBJECTIVE_MS_DEFAULT")]
+    delivery_objective_ms: u64,
+    /// the create-subscription objective, in milliseconds (default 2000)
+    #[argh(option, default = "ringpost_tools::probe::CREATE_OBJECTIVE_MS_DEFAULT")]
+    create_objective_ms: u64,
+    /// serve the probe's figures to Prometheus at http://HOST:PORT/metrics while it runs
+    #[argh(option)]
+    http_listen: Option<String>,
 }
 
 /// make credentials for the daemon's access file (no server is contacted)
@@ -1160,7 +1192,73 @@ fn without_table(command: &Command) -> Option<&'static str> {
         Command::Pull(_) => Some("pull prints one JSON object per message"),
         Command::Publish(_) => Some("publish prints one message id per line"),
         Command::Admin(_) => Some("admin prints one JSON object"),
+        Command::Probe(_) => Some("probe prints one JSON object per probe"),
         _ => None,
+    }
+}
+
+/// `--every`'s interval: `10s`, `500ms`, `1m`, or a bare number of seconds.
+fn parse_interval(text: &str) -> Result<Duration, Failure> {
+    let bad = || Failure::usage(format!("InvalidArgument: --every {text}: give 10s, 500ms, 1m or seconds"));
+    let (number, unit_seconds) = if let Some(number) = text.strip_suffix("ms") {
+        (number, 0.001)
+    } else if let Some(number) = text.strip_suffix('s') {
+        (number, 1.0)
+    } else if let Some(number) = text.strip_suffix('m') {
+        (number, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let seconds = number.parse::<f64>().map_err(|_| bad())? * unit_seconds;
+    if !(0.0..=TIMEOUT_SECONDS_MAX).contains(&seconds) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `ringpost probe`: probes, one JSON line each, until done; exit 1 if any failed or missed.
+async fn run_probe(client: &Client, probe: ProbeCommand, every: Option<Duration>) -> Result<(), Failure> {
+    use ringpost_tools::probe;
+    let objectives = probe::Objectives {
+        create_subscription: Duration::from_millis(probe.create_objective_ms),
+        publish_ack: Duration::from_millis(probe.publish_objective_ms),
+        delivery: Duration::from_millis(probe.delivery_objective_ms),
+    };
+    let metrics = std::sync::Arc::new(std::sync::Mutex::new(probe::ProbeMetrics::new()));
+    if let Some(address) = &probe.http_listen {
+        let listener = std::net::TcpListener::bind(address)
+            .map_err(|error| Failure::usage(format!("InvalidArgument: --http-listen {address}: {error}")))?;
+        let bound = listener.local_addr().map_err(|error| Failure(error.to_string(), EXIT_REFUSED))?;
+        errln!("probe: metrics on http://{bound}/metrics");
+        probe::serve_metrics(listener, metrics.clone());
+    }
+    probe::ensure_topic(client, &probe.topic).await?;
+    let count = match every {
+        None => 1,
+        Some(_) => probe.count.unwrap_or(u64::MAX),
+    };
+    let process = std::process::id();
+    let mut failed = 0u64;
+    for sequence in 0..count {
+        if sequence > 0 {
+            ringpost_client::sleep(every.unwrap_or_default()).await;
+        }
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_nanos());
+        let label = format!("{process}-{sequence}-{nanos}");
+        let result = probe::probe(client, &probe.topic, &label, &objectives).await;
+        metrics.lock().unwrap().record(&result);
+        if !result.ok() {
+            failed += 1;
+        }
+        outln!("{}", result.json(sequence));
+    }
+    match failed {
+        0 => Ok(()),
+        failed => Err(Failure(
+            format!("probe: {failed} of {count} probes failed or missed an objective"),
+            EXIT_REFUSED,
+        )),
     }
 }
 
@@ -1228,9 +1326,14 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
     }
     .security()
     .map_err(Failure::usage)?;
+    let probe_every = match &flags.command {
+        Command::Probe(probe) => probe.every.as_deref().map(parse_interval).transpose()?,
+        _ => None,
+    };
     let client =
         Client::connect_with_security(server, PoolSettings::default(), timeout, security.clone()).await?;
     match flags.command {
+        Command::Probe(probe) => run_probe(&client, probe, probe_every).await?,
         Command::Topic(TopicCommand { action }) => match action {
             TopicAction::Create(create) => {
                 let topic =
