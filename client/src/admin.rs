@@ -111,6 +111,16 @@ impl Client {
 
     /// Per topic and subscription: offsets, backlog, outstanding, delivery counters, oldest
     /// unacknowledged age; per shard: data directories and whether they are fenced.
+    /// The version the server reports (its `Hello`).
+    pub async fn server_version(&self) -> Result<String> {
+        let hello = ringpost_wire::messages::HelloRequest {
+            protocol_version: ringpost_wire::limits::PROTOCOL_VERSION,
+            client_name: "ringpost-client".into(),
+        };
+        let response: ringpost_wire::messages::HelloResponse = self.control(Command::Hello, &hello).await?;
+        Ok(response.server_version)
+    }
+
     pub async fn stats(&self) -> Result<StatsResponse> {
         self.control(Command::Stats, &Empty {}).await
     }

@@ -9,7 +9,8 @@ use std::time::Duration;
 /// The shortest cluster secret taken: a guessable one would open every cluster port.
 const CLUSTER_SECRET_BYTES_MIN: usize = 32;
 
-/// Ringpost: a durable, thread-per-core Pub/Sub daemon.
+/// Ringpost: a durable, thread-per-core Pub/Sub daemon. `ringpostd --version` prints its
+/// version.
 #[derive(FromArgs)]
 struct Flags {
     /// the router's address, HOST:PORT, HOST a name or an address (default 127.0.0.1:7450);
@@ -339,6 +340,10 @@ fn parse_flags() -> Flags {
     let arguments: Vec<String> = std::env::args().collect();
     let words: Vec<&str> = arguments.iter().map(String::as_str).collect();
     let (command, rest) = words.split_first().map_or(("ringpostd", &[][..]), |(first, rest)| (*first, rest));
+    if rest.first() == Some(&"--version") {
+        println!("ringpostd {}", env!("CARGO_PKG_VERSION"));
+        std::process::exit(0);
+    }
     match <Flags as argh::FromArgs>::from_args(&[command], rest) {
         Ok(flags) => flags,
         Err(early) => match early.status {

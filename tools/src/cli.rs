@@ -188,6 +188,11 @@ pub fn hoist(arguments: &[String], globals: &[GlobalOption]) -> Vec<String> {
 /// goes to standard output with 0, a parse error to standard error with `EXIT_USAGE` (argh's
 /// own `from_env` would exit 1, the code of a refusal).
 pub fn parse<T: FromArgs>(program: &str, arguments: &[String]) -> Result<T, u8> {
+    // `--version` first answers at once, before any subcommand is required.
+    if arguments.first().map(String::as_str) == Some("--version") {
+        print_out(format_args!("{program} {}\n", env!("CARGO_PKG_VERSION")));
+        return Err(EXIT_OK);
+    }
     let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
     match T::from_args(&[program], &arguments) {
         Ok(flags) => Ok(flags),

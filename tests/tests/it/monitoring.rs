@@ -187,3 +187,26 @@ fn the_prober_measures_a_daemon_and_fails_fast_when_it_is_gone() {
     assert!(error.starts_with("Unavailable:"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(10), "the prober took {:?} to fail", started.elapsed());
 }
+
+/// `--version` on the three binaries, and the server's version in `ringpost stats`.
+#[test]
+fn the_binaries_and_the_server_say_their_version() {
+    let mut versions = Vec::new();
+    for binary in ["ringpostd", "ringpost", "ringpost-bench"] {
+        let output =
+            std::process::Command::new(ringpost_tests::binary(binary)).arg("--version").output().unwrap();
+        assert!(output.status.success(), "{binary} --version: {output:?}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        let version = text
+            .trim()
+            .strip_prefix(&format!("{binary} "))
+            .unwrap_or_else(|| panic!("{binary} --version printed {text:?}"))
+            .to_owned();
+        assert_eq!(version.split('.').count(), 3, "{binary}: {version}");
+        versions.push(version);
+    }
+    let daemon = Daemon::start("version");
+    let stats = ringpost_tests::succeeded(&daemon.cli(&["stats"]));
+    let process = stats.lines().find(|line| line.contains("\"process\"")).expect("a process line");
+    assert_eq!(ringpost_tests::json_field(process, "version"), versions[0], "{process}");
+}

@@ -52,6 +52,7 @@ const TOPICS_BATCH_DEFAULT: usize = 10;
     example = "W1 through Google Cloud Pub/Sub's gRPC API of an in-process daemon:\n  $ {command_name} --embedded --grpc publish",
     note = "--server, --embedded, --data-dir and the security options (--token, --ca, --cert, --key, --server-name) may be given anywhere on the line, before or after the workload.",
     example = "Publish over TLS with a token to a daemon that requires both:\n  $ {command_name} --server 10.0.0.5:7450 --ca ca.pem --token \"$TOKEN\" publish",
+    note = "ringpost-bench --version prints its version.",
     note = "Progress goes to stderr once a second, results to stdout. Ctrl-C stops publishing early and still reports what completed (subscribers drain what was acknowledged); a second Ctrl-C kills it.",
     error_code(1, "the server refused a request, the run failed, or some messages failed or were lost (the results are still printed)"),
     error_code(2, "usage: invalid arguments, found before anything was sent"),

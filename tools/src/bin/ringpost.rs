@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Ringpost's command line: topics, subscriptions, publish, pull, acknowledge.
+/// `ringpost --version` prints its version.
 #[derive(FromArgs)]
 #[argh(
     note = "--server, --output, --timeout and the security options (--token, --ca, --cert, --key, --server-name) may be given anywhere on the line, before or after the command.",
@@ -692,7 +693,7 @@ fn request_timeout(seconds: Option<f64>) -> Result<Duration, Failure> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
+fn print_stats(output: Output, stats: &ringpost_client::StatsResponse, version: &str) {
     let mut rows = Vec::new();
     for topic in &stats.topics {
         let messages = topic.end_offset - topic.first_offset;
@@ -827,13 +828,14 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse) {
             "{}",
             json::object(&[
                 ("process", json::string("ringpostd")),
+                ("version", json::string(version)),
                 ("resident_bytes", process.resident_bytes.to_string()),
                 ("open_files", process.open_files.to_string()),
                 ("open_files_limit", process.open_files_limit.to_string()),
             ])
         ),
         Output::Table => outln!(
-            "ringpostd: resident {:.1} MiB, {} of {} open files",
+            "ringpostd {version}: resident {:.1} MiB, {} of {} open files",
             process.resident_bytes as f64 / (1024.0 * 1024.0),
             process.open_files,
             process.open_files_limit
@@ -1468,7 +1470,10 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         Command::Modack(modack) => report_invalid(
             client.modify_ack_deadline(&modack.subscription, modack.ack_ids, modack.seconds).await?,
         )?,
-        Command::Stats(_) => print_stats(output, &client.stats().await?),
+        Command::Stats(_) => {
+            let version = client.server_version().await?;
+            print_stats(output, &client.stats().await?, &version)
+        }
         Command::Cluster(ClusterCommand { action: ClusterAction::Status(_) }) => {
             let status = client.cluster_status().await?;
             let lags = replica_lags(&status, &client, timeout, &security).await;
