@@ -210,3 +210,33 @@ fn the_binaries_and_the_server_say_their_version() {
     let process = stats.lines().find(|line| line.contains("\"process\"")).expect("a process line");
     assert_eq!(ringpost_tests::json_field(process, "version"), versions[0], "{process}");
 }
+
+/// The systemd unit in the repository passes `systemd-analyze verify` (its ExecStart pointed
+/// at the built daemon, since verify checks the program exists), with nothing said: a
+/// misspelt or invalid setting is only a warning to systemd, so any output fails the test.
+/// Where systemd-analyze is not installed there is nothing to check it with, and the test says so.
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/systemd/ringpostd.service");
+    let text = std::fs::read_to_string(&unit).unwrap();
+    assert!(text.contains("ExecStart=/usr/local/bin/ringpostd "), "the install steps put ringpostd there");
+    for setting in
+        ["LimitNOFILE=", "LimitMEMLOCK=", "CAP_IPC_LOCK", "Restart=on-failure", "StateDirectory=ringpost"]
+    {
+        assert!(text.contains(setting), "the unit lacks {setting}");
+    }
+    let Ok(probe) = std::process::Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("systemd-analyze is not installed: the unit is not verified here");
+        return;
+    };
+    assert!(probe.status.success());
+    let directory = ringpost_tests::temporary_directory("systemd-unit");
+    let copy = directory.join("ringpostd.service");
+    let daemon = ringpost_tests::binary("ringpostd");
+    std::fs::write(&copy, text.replace("/usr/local/bin/ringpostd", &daemon.display().to_string())).unwrap();
+    let output = std::process::Command::new("systemd-analyze").arg("verify").arg(&copy).output().unwrap();
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+    let _ = std::fs::remove_dir_all(&directory);
+}
