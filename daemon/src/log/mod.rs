@@ -293,7 +293,8 @@ pub struct RecoveryReport {
     pub empty_segments_removed: usize,
     /// Batches rewritten into a copy from another (missing, torn, rotten or misplaced).
     pub batches_repaired: usize,
-    pub buffered_io_warning: bool,
+    /// Copies (data directories) whose files do not take O_DIRECT.
+    pub buffered_io_copies: Vec<usize>,
     /// Data directories fenced because a read of this log failed in them (at most ⌊M/2⌋ of
     /// M; more refuses the start).
     pub copies_fenced: Vec<usize>,
@@ -2894,7 +2895,7 @@ impl<S: Storage> Log<S> {
             match result {
                 Ok(file) => {
                     if !file.direct_io() {
-                        self.warn_buffered(&self.folder(*copy));
+                        self.warn_buffered(*copy);
                     }
                     files[*copy] = Some(file);
                     created += 1;
@@ -2969,16 +2970,13 @@ impl<S: Storage> Log<S> {
         Ok(())
     }
 
-    fn warn_buffered(&self, folder: &Path) {
-        let mut inner = self.inner.borrow_mut();
-        if !inner.warned_buffered {
-            inner.warned_buffered = true;
-            eprintln!(
-                "ringpostd: WARNING: O_DIRECT did not take effect in {} (the filesystem does not support direct I/O); \
-                 writes go through the page cache and rely on fdatasync alone",
-                folder.display()
-            );
+    /// Warns that a copy's files do not take O_DIRECT: once per data directory and process,
+    /// since every log there finds the same (`warned_buffered` spares this log the lock after).
+    fn warn_buffered(&self, copy: usize) {
+        if std::mem::replace(&mut self.inner.borrow_mut().warned_buffered, true) {
+            return;
         }
+        warn_buffered_directory(self.directories.path(copy));
     }
 
     /// Reads records from `from` on, at most `max_records` of them and (beyond the first) at
@@ -3868,6 +3866,28 @@ async fn zero_range<S: Storage>(storage: &S, file: &S::File, from: u64, to: u64)
         position += length as u64;
     }
     Ok(())
+}
+
+/// Data directories already warned about as not taking O_DIRECT, at most
+/// `BUFFERED_DIRECTORIES_REMEMBERED` (past it a directory may be warned about again).
+static BUFFERED_DIRECTORIES_WARNED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+const BUFFERED_DIRECTORIES_REMEMBERED: usize = 64;
+
+/// One warning per data directory whose filesystem does not take O_DIRECT (tmpfs, some
+/// network filesystems), not one per log.
+fn warn_buffered_directory(directory: &Path) {
+    let mut warned = BUFFERED_DIRECTORIES_WARNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if warned.iter().any(|known| known == directory) {
+        return;
+    }
+    if warned.len() < BUFFERED_DIRECTORIES_REMEMBERED {
+        warned.push(directory.to_owned());
+    }
+    eprintln!(
+        "ringpostd: WARNING: O_DIRECT does not take effect in data directory {} (its filesystem does not support \
+         direct I/O): writes there go through the page cache and rely on fdatasync alone (said once for the directory)",
+        directory.display()
+    );
 }
 
 #[cfg(test)]

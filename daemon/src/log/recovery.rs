@@ -100,7 +100,7 @@ pub(super) struct Scan {
     pub first_segment: Vec<FirstSegmentScan>,
     pub unlisted: Vec<UnlistedScan>,
     pub segments: Vec<SegmentScan>,
-    pub buffered_io: bool,
+    pub buffered_io: Vec<usize>,
     /// Copies a read (or another call) failed in, with the error: the scan went on without
     /// them, as if their folders were empty, while they were at most ⌊M/2⌋ of M; past that
     /// it stopped, and the plan refuses.
@@ -253,7 +253,7 @@ pub(super) fn plan(scan: &Scan) -> Result<RecoveryPlan, LogError> {
         rewrite_manifest: false,
         fenced: scan.failed.clone(),
         report: RecoveryReport {
-            buffered_io_warning: scan.buffered_io,
+            buffered_io_copies: scan.buffered_io.clone(),
             copies_fenced: scan.failed.iter().map(|(copy, _)| *copy).collect(),
             ..Default::default()
         },
@@ -642,7 +642,9 @@ async fn scan_segments<S: Storage>(
             let left_out = scan.failed.iter().any(|(failed, _)| *failed == copy);
             if !left_out && storage.exists(&path) {
                 let file = storage.open(&path, false).await.map_err(io).map_err(failure.of(copy))?;
-                scan.buffered_io |= !file.direct_io();
+                if !file.direct_io() && !scan.buffered_io.contains(&copy) {
+                    scan.buffered_io.push(copy);
+                }
                 files.push(Some(Rc::new(file)));
             } else {
                 files.push(None);
@@ -904,7 +906,9 @@ impl<S: Storage> Log<S> {
         let log =
             Log::recovered(storage.clone(), directories.clone(), (relative, log_id, config), segments, &plan);
         log.inner.borrow_mut().reserve = reserve;
-        log.inner.borrow_mut().warned_buffered = report.buffered_io_warning;
+        for copy in &report.buffered_io_copies {
+            log.warn_buffered(*copy);
+        }
         for (copy, why) in &plan.fenced {
             log.fence_copy(*copy, &format!("reading {} during recovery: {why}", folder(*copy).display()));
         }

@@ -303,7 +303,4 @@ fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
             report.empty_segments_removed
         );
     }
-    if report.buffered_io_warning {
-        eprintln!("ringpostd: WARNING: topic '{topic}' {what}: O_DIRECT is not in effect on this filesystem");
-    }
 }

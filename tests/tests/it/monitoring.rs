@@ -240,3 +240,33 @@ fn the_systemd_unit_verifies() {
     assert!(output.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// A data directory whose filesystem does not take O_DIRECT (tmpfs) is warned about once per
+/// start, not once per log: here by the catalog's logs and four topics' on two shards, first
+/// as they are made, then as they are recovered.
+#[test]
+fn a_data_directory_without_direct_io_is_warned_about_once() {
+    const WARNING: &str = "O_DIRECT does not take effect in data directory";
+    let shared_memory = std::path::Path::new("/dev/shm");
+    assert!(
+        shared_memory.is_dir(),
+        "/dev/shm (tmpfs) is where this test finds a filesystem without O_DIRECT"
+    );
+    let directory = shared_memory.join(format!("ringpost-buffered-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    let mut daemon = Daemon::start_with("buffered", vec![directory.clone()], Vec::new());
+    let client = daemon.client();
+    for topic in ["buffered-a", "buffered-b", "buffered-c", "buffered-d"] {
+        block_on(client.create_topic(topic)).unwrap();
+        create_subscription(&client, &format!("{topic}-sub"), topic, 10);
+        block_on(client.publish(topic, vec![Message::new("x")])).unwrap();
+        let delivered = ringpost_tests::drain(&client, &format!("{topic}-sub"), true);
+        assert_eq!(delivered.len(), 1);
+    }
+    let warnings = |log: &str| log.lines().filter(|line| line.contains(WARNING)).count();
+    assert_eq!(warnings(&daemon.log()), 1, "{}", daemon.log());
+    daemon.restart();
+    assert_eq!(warnings(&daemon.log()), 2, "once more at the second start:\n{}", daemon.log());
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&directory);
+}
