@@ -71,7 +71,7 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
         .samples
         .iter()
         .filter(|sample| sample.name == "ringpost_publish_ack_latency_window_seconds")
-        .filter(|sample| sample.labels.get("quantile").map(String::as_str) == Some("0.99"))
+        .filter(|sample| sample.labels.get("percentile").map(String::as_str) == Some("99"))
         .map(|sample| sample.value)
         .fold(0.0, f64::max);
     assert!(p99 > 0.0, "ten publishes and no publish latency");
@@ -268,5 +268,121 @@ fn a_data_directory_without_direct_io_is_warned_about_once() {
     daemon.restart();
     assert_eq!(warnings(&daemon.log()), 2, "once more at the second start:\n{}", daemon.log());
     drop(daemon);
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// promtool, fetched by `tests/monitoring/setup.sh`.
+fn promtool() -> std::path::PathBuf {
+    let setup = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("monitoring/setup.sh");
+    let output = std::process::Command::new("bash").arg(&setup).output().unwrap();
+    assert!(
+        output.status.success(),
+        "tests/monitoring/setup.sh: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::path::PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+/// The alerting rules pass `promtool check rules`; the dashboard is JSON Grafana imports, every
+/// panel's query is PromQL promtool accepts, and every metric a query names is one a
+/// three-node cluster's endpoint or the prober serves.
+#[test]
+fn the_alerting_rules_and_the_dashboard_check_out() {
+    use ringpost_tests::cluster::Cluster;
+    let promtool = promtool();
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/monitoring");
+    let check = |rules: &std::path::Path| {
+        let output =
+            std::process::Command::new(&promtool).arg("check").arg("rules").arg(rules).output().unwrap();
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "promtool check rules {}: {said}", rules.display());
+    };
+    check(&docs.join("alerts.yml"));
+
+    // The dashboard's queries, read by Python's JSON parser, as recording rules for promtool.
+    let directory = ringpost_tests::temporary_directory("dashboard");
+    let rules = directory.join("dashboard-queries.yml");
+    let script = r#"
+import json, sys
+dashboard = json.load(open(sys.argv[1]))
+assert dashboard["title"] and dashboard["uid"] and dashboard["panels"], "a dashboard needs a title, uid and panels"
+queries = []
+for panel in dashboard["panels"]:
+    assert panel["title"] and panel["targets"] and panel["gridPos"], panel
+    queries += [target["expr"] for target in panel["targets"]]
+with open(sys.argv[2], "w") as out:
+    out.write("groups:\n  - name: dashboard\n    rules:\n")
+    for index, query in enumerate(queries):
+        out.write("      - record: dashboard:query_%d\n        expr: %s\n" % (index, json.dumps(query)))
+print("\n".join(queries))
+"#;
+    let output = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(docs.join("dashboard.json"))
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "the dashboard: {}", String::from_utf8_lossy(&output.stderr));
+    let queries = String::from_utf8(output.stdout).unwrap();
+    check(&rules);
+
+    // What a cluster's node and the prober serve.
+    let cluster = Cluster::start("dashboard", 3, vec!["--http-listen".into(), "127.0.0.1:0".into()]);
+    let client = cluster.node(1).client();
+    block_on(client.create_topic("dashboarded")).unwrap();
+    create_subscription(&client, "dashboarded-sub", "dashboarded", 10);
+    block_on(client.publish("dashboarded", vec![Message::new("x")])).unwrap();
+    let leader = cluster.topic_leader("dashboarded");
+    let mut families: Vec<String> =
+        scrape(cluster.node(leader).http_address.as_ref().unwrap()).types.into_keys().collect();
+    let mut prober = std::process::Command::new(ringpost_tests::binary("ringpost"))
+        .args([
+            "--server",
+            &cluster.node(leader).address,
+            "probe",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--every",
+            "1s",
+            "--count",
+            "3",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(prober.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    let endpoint =
+        line.trim().trim_start_matches("probe: metrics on http://").trim_end_matches("/metrics").to_owned();
+    // Its counter shows once the first probe is counted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let probe_families = loop {
+        let types = scrape(&endpoint).types;
+        if types.contains_key("ringpost_probe_probes") {
+            break types;
+        }
+        assert!(std::time::Instant::now() < deadline, "the prober counted no probe within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    families.extend(probe_families.into_keys());
+    assert!(prober.wait().unwrap().success(), "the prober failed");
+    let names: std::collections::BTreeSet<&str> = queries
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|word| word.starts_with("ringpost_") || word.starts_with("process_"))
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        let family = ["_bucket", "_total", "_count", "_sum"]
+            .iter()
+            .fold(name, |name, suffix| name.trim_end_matches(suffix));
+        assert!(
+            families.iter().any(|known| known == family),
+            "the dashboard queries {name}, which nothing serves: {families:?}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&directory);
 }

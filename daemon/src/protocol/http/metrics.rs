@@ -63,13 +63,15 @@ fn shard_label(shard: u32) -> String {
     }
 }
 
-/// A latency window's percentiles as gauges labelled by `quantile` (0.5, 0.99, 0.999, 1).
-fn set_quantiles(family: &Family<Labels, FloatGauge>, labels: &Labels, latency: &LatencySummary) {
-    for (quantile, micros) in
-        [("0.5", latency.p50_us), ("0.99", latency.p99_us), ("0.999", latency.p999_us), ("1", latency.max_us)]
+/// A latency window's percentiles as gauges labelled by `percentile` (50, 99, 99.9, 100).
+/// Not `quantile`: OpenMetrics keeps that label for summaries, and these are a window's
+/// figures, not a summary's.
+fn set_percentiles(family: &Family<Labels, FloatGauge>, labels: &Labels, latency: &LatencySummary) {
+    for (percentile, micros) in
+        [("50", latency.p50_us), ("99", latency.p99_us), ("99.9", latency.p999_us), ("100", latency.max_us)]
     {
         let mut labels = labels.clone();
-        labels.push(("quantile", quantile.to_owned()));
+        labels.push(("percentile", percentile.to_owned()));
         family.get_or_create(&labels).set(micros as f64 / 1e6);
     }
 }
@@ -111,12 +113,12 @@ pub fn encode_metrics(stats: &Stats, cluster: Option<&ClusterStatus>, version: &
     );
     let publish_latency = families.gauge(
         "publish_ack_latency_window",
-        "Publish requests from the checked request to their durable (and replicated) result, over the last 10 to 20 seconds, by quantile",
+        "Publish requests from the checked request to their durable (and replicated) result, over the last 10 to 20 seconds, by percentile",
         Some(Unit::Seconds),
     );
     let commit_latency = families.gauge(
         "commit_latency_window",
-        "Commits of a shard's logs, from the write issued to durable on a quorum of its data directories, over the last 10 to 20 seconds, by quantile",
+        "Commits of a shard's logs, from the write issued to durable on a quorum of its data directories, over the last 10 to 20 seconds, by percentile",
         Some(Unit::Seconds),
     );
     let quarantined = families.gauge(
@@ -134,8 +136,8 @@ pub fn encode_metrics(stats: &Stats, cluster: Option<&ClusterStatus>, version: &
             fenced.get_or_create(&labels).set(if directory.fenced.is_empty() { 0.0 } else { 1.0 });
         }
         if shard.shard != u32::MAX {
-            set_quantiles(&publish_latency, &labels, &shard.publish_latency);
-            set_quantiles(&commit_latency, &labels, &shard.commit_latency);
+            set_percentiles(&publish_latency, &labels, &shard.publish_latency);
+            set_percentiles(&commit_latency, &labels, &shard.commit_latency);
         }
     }
 
