@@ -14,6 +14,7 @@ pub mod clock;
 pub mod codec;
 pub mod control;
 pub mod log;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod protocol;

@@ -113,6 +113,14 @@ struct Flags {
     /// threads of the gRPC API's runtime, on the cores no shard is pinned to (default 2)
     #[argh(option)]
     grpc_threads: Option<usize>,
+    /// the least severe log lines written: error, warn, info or debug (default
+    /// $RINGPOST_LOG, else info)
+    #[argh(option)]
+    log_level: Option<String>,
+    /// log lines as text (time, level, message) or json, one object per line (default
+    /// $RINGPOST_LOG_FORMAT, else text)
+    #[argh(option)]
+    log_format: Option<String>,
     /// where the monitoring endpoint serves /metrics (Prometheus), /healthz and /readyz,
     /// HOST:PORT (default 127.0.0.1:9464), or off
     #[argh(option, default = "String::from(ringpost_daemon::protocol::http::HTTP_LISTEN_DEFAULT)")]
@@ -251,7 +259,7 @@ fn warn_if_io_memory_cannot_be_registered(shards: usize, io_memory_bytes: usize)
     let needed_bytes = (IO_URING_RINGS_PER_EXECUTOR
         * (shards * io_memory_bytes + ringpost_daemon::ROUTER_IO_MEMORY_BYTES)) as u64;
     if limit_bytes != RLIM_INFINITY && limit_bytes < needed_bytes {
-        eprintln!(
+        ringpost_daemon::log_info!(
             "ringpostd: note: RLIMIT_MEMLOCK is {} KiB and registering the I/O memory of {shards} forwarder shard(s) and the router needs {} KiB; \
              writes will pin their buffers one by one (raise `ulimit -l`, grant CAP_IPC_LOCK, or lower --io-memory-mib)",
             limit_bytes / 1024,
@@ -313,7 +321,7 @@ fn block_handled_signals() -> nix::sys::signal::SigSet {
         signals.add(signal);
     }
     if let Err(error) = signals.thread_block() {
-        eprintln!("ringpostd: WARNING: cannot block SIGTERM, SIGINT and SIGHUP ({error}); they will stop the daemon at once");
+        ringpost_daemon::log_warn!("ringpostd: WARNING: cannot block SIGTERM, SIGINT and SIGHUP ({error}); they will stop the daemon at once");
     }
     signals
 }
@@ -324,10 +332,12 @@ fn wait_for_stop(signals: &nix::sys::signal::SigSet) -> nix::sys::signal::Signal
     use nix::sys::signal::Signal;
     loop {
         match signals.wait() {
-            Ok(Signal::SIGHUP) => eprintln!("ringpostd: SIGHUP ignored: there is nothing to reload"),
+            Ok(Signal::SIGHUP) => {
+                ringpost_daemon::log_info!("ringpostd: SIGHUP ignored: there is nothing to reload")
+            }
             Ok(signal) => return signal,
             Err(error) => {
-                eprintln!("ringpostd: waiting for signals: {error}");
+                ringpost_daemon::log_warn!("ringpostd: waiting for signals: {error}");
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
@@ -336,6 +346,22 @@ fn wait_for_stop(signals: &nix::sys::signal::SigSet) -> nix::sys::signal::Signal
 
 /// The flags, or the process ends: `--help` prints and exits 0, a bad command line exits
 /// `EXIT_USAGE` (argh's own `from_env` would exit 1, which the scheme gives to failures).
+/// The log's level and format: the flags, else the environment, else info and text.
+fn configure_logging(flags: &Flags) {
+    use ringpost_daemon::logging::{configure, Format, Level};
+    let level = flags.log_level.clone().or_else(|| std::env::var("RINGPOST_LOG").ok());
+    let level: Level = match level.as_deref().map(str::parse).transpose() {
+        Ok(level) => level.unwrap_or(Level::Info),
+        Err(why) => usage_error(&format!("--log-level (or RINGPOST_LOG): {why}")),
+    };
+    let format = flags.log_format.clone().or_else(|| std::env::var("RINGPOST_LOG_FORMAT").ok());
+    let format: Format = match format.as_deref().map(str::parse).transpose() {
+        Ok(format) => format.unwrap_or(Format::Text),
+        Err(why) => usage_error(&format!("--log-format (or RINGPOST_LOG_FORMAT): {why}")),
+    };
+    configure(level, format);
+}
+
 fn parse_flags() -> Flags {
     let arguments: Vec<String> = std::env::args().collect();
     let words: Vec<&str> = arguments.iter().map(String::as_str).collect();
@@ -364,6 +390,7 @@ fn main() {
     // invoking shell's umask (commonly 022, which made them 0644 and 0755).
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let flags = parse_flags();
+    configure_logging(&flags);
     let signals = block_handled_signals();
     // A shard that panics leaves the others serving a half-working process; stop everything
     // instead, so a supervisor restarts it and recovery runs.
@@ -495,7 +522,7 @@ fn main() {
     let daemon = match ringpost_daemon::start(config) {
         Ok(daemon) => daemon,
         Err(error) => {
-            eprintln!("ringpostd: cannot start: {error}");
+            ringpost_daemon::log_warn!("ringpostd: cannot start: {error}");
             std::process::exit(EXIT_FAILURE);
         }
     };
@@ -504,7 +531,9 @@ fn main() {
     let open_files_now = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     if let (Some((before, _)), Some((now, hard))) = (open_files_before, open_files_now) {
         if now != before {
-            eprintln!("ringpostd: raised the open-file limit from {before} to {now} (hard limit {hard})");
+            ringpost_daemon::log_info!(
+                "ringpostd: raised the open-file limit from {before} to {now} (hard limit {hard})"
+            );
         }
     }
     let forwarders: Vec<String> = daemon.forwarder_addresses.iter().map(|a| a.to_string()).collect();
@@ -515,7 +544,7 @@ fn main() {
     if let Some(address) = daemon.http_address {
         grpc.push_str(&format!("; metrics on http://{address}/metrics"));
     }
-    eprintln!(
+    ringpost_daemon::log_info!(
         "ringpostd: serving on {} (router) with {shards} forwarder shard(s) on {}{grpc}; data in {}",
         daemon.router_address,
         forwarders.join(", "),
@@ -535,12 +564,12 @@ fn main() {
         if let Err(error) =
             std::fs::write(&temporary, contents).and_then(|_| std::fs::rename(&temporary, &path))
         {
-            eprintln!("ringpostd: writing {}: {error}", path.display());
+            ringpost_daemon::log_warn!("ringpostd: writing {}: {error}", path.display());
             std::process::exit(EXIT_FAILURE);
         }
     }
     let signal = wait_for_stop(&signals);
-    eprintln!(
+    ringpost_daemon::log_info!(
         "ringpostd: {signal}: stopping: no new connections; requests running finish and are answered, streams end \
          with Unavailable (at most {} s; a second signal stops at once)",
         SHUTDOWN_GRACE.as_secs()
@@ -548,20 +577,22 @@ fn main() {
     // A second SIGTERM or SIGINT while stopping ends the process at once.
     std::thread::spawn(move || {
         let signal = wait_for_stop(&signals);
-        eprintln!("ringpostd: {signal} again: stopping at once");
+        ringpost_daemon::log_info!("ringpostd: {signal} again: stopping at once");
         std::process::exit(EXIT_FAILURE);
     });
     match daemon.shutdown(SHUTDOWN_GRACE) {
         Ok(stopped) => {
             let connections: usize = stopped.connections.iter().map(|(_, count)| count).sum();
-            eprintln!(
+            ringpost_daemon::log_info!(
                 "ringpostd: stopped in {} ms; {connections} connection(s) answered and closed",
                 stopped.took.as_millis()
             );
             std::process::exit(0);
         }
         Err(why) => {
-            eprintln!("ringpostd: ERROR: stopping by force: {why}; nothing acknowledged is lost");
+            ringpost_daemon::log_error!(
+                "ringpostd: ERROR: stopping by force: {why}; nothing acknowledged is lost"
+            );
             std::process::exit(EXIT_FAILURE);
         }
     }

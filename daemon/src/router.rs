@@ -375,7 +375,7 @@ impl<S: Storage> Router<S> {
         .await?;
         if !topics.is_empty() {
             // What an operator waits for before "serving on": with thousands of topics, seconds.
-            eprintln!(
+            crate::log_info!(
                 "ringpostd: recovered {} topic(s) and {subscription_count} subscription(s) in {:.2} s",
                 topics.len(),
                 crate::runtime::now().saturating_duration_since(started).as_secs_f64()
@@ -391,7 +391,7 @@ impl<S: Storage> Router<S> {
             let topics_directory = self.directories.path(copy).join("topics");
             if let Ok(names) = self.storage.list_dir(&topics_directory) {
                 for name in names.into_iter().filter(|name| !known.contains(name)) {
-                    eprintln!(
+                    crate::log_info!(
                         "ringpostd: removing {}: the catalog does not name this topic (an unfinished create or delete)",
                         topics_directory.join(&name).display()
                     );
@@ -731,7 +731,7 @@ impl<S: Storage> Router<S> {
                 .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: topic.id, delete_data: true })
                 .await
             {
-                eprintln!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
+                crate::log_warn!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
             }
         }
         Ok(())
@@ -1046,13 +1046,13 @@ impl<S: Storage> Router<S> {
                 let Some(record) = record else { continue };
                 let ttl_ms = record.settings.expiration_ttl_seconds.saturating_mul(1000);
                 if subscription.idle_ms > ttl_ms {
-                    eprintln!(
+                    crate::log_info!(
                         "ringpostd: subscription '{}' expired after {} s without activity (expiration policy)",
                         record.name,
                         subscription.idle_ms / 1000
                     );
                     if let Err(status) = self.expire_subscription(&record.name).await {
-                        eprintln!("ringpostd: expiring subscription '{}': {status}", record.name);
+                        crate::log_warn!("ringpostd: expiring subscription '{}': {status}", record.name);
                     }
                 }
             }
@@ -1078,7 +1078,9 @@ impl<S: Storage> Router<S> {
                 self.state.borrow().subscriptions.values().any(|record| record.id == watched.subscription_id);
             if decided {
                 if let Err(status) = self.call_forwarder(watched.shard, watched.attach).await {
-                    eprintln!("ringpostd: attaching a subscription whose creation committed late: {status}");
+                    crate::log_warn!(
+                        "ringpostd: attaching a subscription whose creation committed late: {status}"
+                    );
                 }
             }
         }
@@ -1123,7 +1125,7 @@ impl<S: Storage> Router<S> {
                 )
                 .await
             {
-                eprintln!("ringpostd: detaching subscription '{}': {status}", record.name);
+                crate::log_warn!("ringpostd: detaching subscription '{}': {status}", record.name);
             }
         }
         Ok(())
@@ -1257,7 +1259,7 @@ impl<S: Storage> Router<S> {
                 resynced.batches += batches;
             }
         }
-        eprintln!(
+        crate::log_info!(
             "ringpostd: data directory {index} ({}) resynced: {} logs, {} batches copied; it takes writes again",
             self.directories.path(index).display(),
             resynced.logs,
@@ -1409,7 +1411,10 @@ impl<S: Storage> Router<S> {
             // Durable already: if the forwarder did not take it, the next start does not
             // attach the subscription.
             if let Err(status) = self.call_forwarder(shard, request).await {
-                eprintln!("ringpostd: detaching subscription '{}' from its topic: {status}", record.name);
+                crate::log_warn!(
+                    "ringpostd: detaching subscription '{}' from its topic: {status}",
+                    record.name
+                );
             }
         }
         Ok(())

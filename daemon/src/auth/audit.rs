@@ -27,7 +27,7 @@ pub struct Audit {
 impl Audit {
     /// An audit log on stderr.
     pub fn stderr() -> Audit {
-        Audit::with_sink(Box::new(|line| eprintln!("{line}")))
+        Audit::with_sink(Box::new(|line| crate::log_warn!("{line}")))
     }
 
     pub fn with_sink(sink: AuditSink) -> Audit {

@@ -59,7 +59,7 @@ pub async fn read<S: Storage>(
         Log::open(storage, directories, Path::new(LEGACY_FOLDER), CATALOG_LOG_ID, catalog_log_config())
             .await?;
     if report.torn_bytes_discarded > 0 {
-        eprintln!(
+        crate::log_info!(
             "ringpostd: the catalog being imported had a torn tail of {} bytes (an unacknowledged change)",
             report.torn_bytes_discarded
         );

@@ -309,7 +309,7 @@ impl<S: Storage> Catalog<S> {
                     Err(why) => {
                         if crate::runtime::now() - reported >= CLUSTER_WAIT_REPORT_INTERVAL {
                             reported = crate::runtime::now();
-                            eprintln!(
+                            crate::log_warn!(
                                 "ringpostd: node {} waits for the catalog's leader ({:.0} s so far): {why}",
                                 self.this_node,
                                 (reported - started).as_secs_f64()
@@ -336,7 +336,7 @@ impl<S: Storage> Catalog<S> {
                 .store_snapshot()
                 .await
                 .map_err(|error| format!("storing the imported catalog: {error}"))?;
-            eprintln!(
+            crate::log_info!(
                 "ringpostd: imported the catalog ({} topics); its old folder {}/ is no longer read",
                 self.state().topics.len(),
                 legacy::LEGACY_FOLDER

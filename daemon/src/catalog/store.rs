@@ -383,16 +383,16 @@ async fn open_log<S: Storage>(
     // Made at the first start, while there is room; on a full disk the catalog goes on without
     // one until `Router::retake_catalog_reserve` finds room.
     if let Err(error) = log.retake_reserve().await {
-        eprintln!("ringpostd: reserving a segment for the catalog: {error}");
+        crate::log_warn!("ringpostd: reserving a segment for the catalog: {error}");
     }
     if report.batches_repaired > 0 {
-        eprintln!(
+        crate::log_info!(
             "ringpostd: catalog recovery repaired {} batch copies from healthy ones",
             report.batches_repaired
         );
     }
     if report.torn_bytes_discarded > 0 {
-        eprintln!(
+        crate::log_info!(
             "ringpostd: catalog recovery discarded a torn tail of {} bytes (an unacknowledged change)",
             report.torn_bytes_discarded
         );

@@ -48,7 +48,7 @@ impl Directories {
     pub fn fence(&self, index: usize, why: &str) {
         let mut fenced = self.fenced.borrow_mut();
         if fenced[index].is_none() {
-            eprintln!(
+            crate::log_error!(
                 "ringpostd: ERROR: fencing data directory {} ({}): {why}; it takes no more writes until it is resynced",
                 index,
                 self.paths[index].display()

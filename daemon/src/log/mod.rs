@@ -1461,7 +1461,11 @@ impl<S: Storage> Log<S> {
 
     fn fence(&self, why: String) -> LogError {
         let mut inner = self.inner.borrow_mut();
-        eprintln!("ringpostd: ERROR: fencing log {} ({}): {why}", inner.log_id, inner.relative.display());
+        crate::log_error!(
+            "ringpostd: ERROR: fencing log {} ({}): {why}",
+            inner.log_id,
+            inner.relative.display()
+        );
         inner.fenced = Some(why.clone());
         LogError::Fenced(why)
     }
@@ -3209,7 +3213,9 @@ impl<S: Storage> Log<S> {
                 Ok(batch) => {
                     for bad in bad_copies {
                         if self.inner.borrow().copies.get(bad) == CopyState::Current {
-                            eprintln!("ringpostd: repairing data directory {bad}'s copy of {last_error}");
+                            crate::log_info!(
+                                "ringpostd: repairing data directory {bad}'s copy of {last_error}"
+                            );
                             self.repair(segment_index, entry.position, entry.header.disk_bytes(), *copy, bad)
                                 .await?;
                         }
@@ -3883,7 +3889,7 @@ fn warn_buffered_directory(directory: &Path) {
     if warned.len() < BUFFERED_DIRECTORIES_REMEMBERED {
         warned.push(directory.to_owned());
     }
-    eprintln!(
+    crate::log_warn!(
         "ringpostd: WARNING: O_DIRECT does not take effect in data directory {} (its filesystem does not support \
          direct I/O): writes there go through the page cache and rely on fdatasync alone (said once for the directory)",
         directory.display()

@@ -327,12 +327,12 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     metrics::process::keep_large_buffers_in_heap();
     let open_files = raise_open_file_limit();
     if open_files < 4096 {
-        eprintln!(
+        crate::log_warn!(
             "ringpostd: WARNING: only {open_files} open files allowed; each topic keeps about two segment files open"
         );
     }
     for warning in security_warnings(&config) {
-        eprintln!("ringpostd: WARNING: {warning}");
+        crate::log_warn!("ringpostd: WARNING: {warning}");
     }
     // Each shard opens its own; opened once here as well, so that an invalid access file or
     // certificate stops the start with its message before any shard starts.

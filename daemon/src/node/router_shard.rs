@@ -54,7 +54,7 @@ async fn register<S: storage::Storage>(router: &router::Router<S>, record: catal
     while let Err(status) = router.register(record.clone()).await {
         if crate::runtime::now() - reported >= REGISTER_REPORT_INTERVAL {
             reported = crate::runtime::now();
-            eprintln!("ringpostd: node {} is not registered yet: {status}", record.node_id);
+            crate::log_warn!("ringpostd: node {} is not registered yet: {status}", record.node_id);
         }
         crate::runtime::sleep(REGISTER_RETRY).await;
     }
@@ -226,8 +226,8 @@ fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
         expirer.retake_catalog_reserve().await;
         match expirer.compact_catalog().await {
             Ok(false) => {}
-            Ok(true) => eprintln!("ringpostd: compacted the catalog: snapshot taken, raft log purged"),
-            Err(error) => eprintln!("ringpostd: compacting the catalog: {error}"),
+            Ok(true) => crate::log_info!("ringpostd: compacted the catalog: snapshot taken, raft log purged"),
+            Err(error) => crate::log_warn!("ringpostd: compacting the catalog: {error}"),
         }
     });
 }
@@ -361,7 +361,7 @@ async fn open_clustered(
     let pool = PeerPool::new(addresses, secret, client_tls);
     let asking = pool.clone();
     catalog.ready(&voters, async move |leader| asking.read_index(leader).await).await?;
-    eprintln!(
+    crate::log_info!(
         "ringpostd: node {} joined the catalog of {} voters (leader: node {})",
         settings.node_id,
         catalog.voter_count(),

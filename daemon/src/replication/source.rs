@@ -426,7 +426,7 @@ impl Leader {
             let parts = match self.parts(&logs, sent_to).await {
                 Ok(parts) => parts,
                 Err(error) => {
-                    eprintln!(
+                    crate::log_warn!(
                         "ringpostd: topic {topic_id:x}: reading records for replica shard {:#x}: {error}",
                         peer.shard
                     );
@@ -528,7 +528,7 @@ async fn exchange(
             // (or this leader has not heard of it): whoever runs elections is told, since this
             // follower takes nothing from it now.
             if !leader.election_wanted.replace(true) {
-                eprintln!(
+                crate::log_info!(
                     "ringpostd: replica shard {:#x} promised epoch {promised_epoch}; the leader of epoch {} asks \
                      for an election",
                     peer.shard, leader.epoch
@@ -623,7 +623,7 @@ pub async fn take<S: Storage>(
             let log = log.clone();
             crate::runtime::spawn(async move {
                 if let Err(error) = log.remove_before(start_offset).await {
-                    eprintln!("ringpostd: removing segments a leader removed: {error}");
+                    crate::log_warn!("ringpostd: removing segments a leader removed: {error}");
                 }
             })
             .detach();

@@ -123,7 +123,7 @@ impl<S: Storage> Router<S> {
     async fn remove_drained(&self, node_id: u64) -> Result<(), Status> {
         let moved = self.move_replicas_off(node_id).await?;
         if moved > 0 {
-            eprintln!("ringpostd: moved {moved} replica(s) off node {node_id}");
+            crate::log_info!("ringpostd: moved {moved} replica(s) off node {node_id}");
         }
         self.check_holds_nothing(node_id, false)?;
         self.catalog.remove_member(node_id).await?;

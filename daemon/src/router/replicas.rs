@@ -222,7 +222,7 @@ impl<S: Storage> Router<S> {
         }
         // Served once promoted; if this fails, the leader's node promotes it on its own.
         if let Err(status) = self.promote(&record).await {
-            eprintln!(
+            crate::log_warn!(
                 "ringpostd: topic '{name}': promoting its first leader: {status}; its node will try again"
             );
         }
@@ -325,7 +325,7 @@ impl<S: Storage> Router<S> {
                             self.replicas.attached.borrow_mut().insert((topic.id, *shard));
                         }
                         Err(status) => {
-                            eprintln!("ringpostd: attaching a replica of '{}': {status}", topic.name)
+                            crate::log_warn!("ringpostd: attaching a replica of '{}': {status}", topic.name)
                         }
                     }
                 }
@@ -338,9 +338,10 @@ impl<S: Storage> Router<S> {
                         ControlRequest::DemoteReplica { topic_id: topic.id, epoch: topic.epoch },
                     )
                     .await;
-                eprintln!(
+                crate::log_info!(
                     "ringpostd: topic '{}': epoch {} began elsewhere; shard {shard:#x} led epoch {epoch}",
-                    topic.name, topic.epoch
+                    topic.name,
+                    topic.epoch
                 );
                 self.replicas.leading.borrow_mut().remove(&topic.id);
             }
@@ -357,7 +358,11 @@ impl<S: Storage> Router<S> {
             let (router, topic) = (self.clone(), topic.clone());
             crate::runtime::spawn(async move {
                 if let Err(status) = router.promote(&topic).await {
-                    eprintln!("ringpostd: topic '{}': leading epoch {}: {status}", topic.name, topic.epoch);
+                    crate::log_warn!(
+                        "ringpostd: topic '{}': leading epoch {}: {status}",
+                        topic.name,
+                        topic.epoch
+                    );
                 }
                 router.replicas.promoting.borrow_mut().remove(&topic.id);
             })
@@ -413,7 +418,7 @@ impl<S: Storage> Router<S> {
         self.replicas.asked_at.set(Some(now));
         topics.truncate(ELECTIONS_ASKED_MAX);
         if let Err(status) = self.want_elections(topics).await {
-            eprintln!(
+            crate::log_warn!(
                 "ringpostd: asking for elections of the topics this node led before it restarted: {status}"
             );
         }
@@ -465,7 +470,7 @@ impl<S: Storage> Router<S> {
                         router.replicas.retry.borrow_mut().remove(&topic_id);
                     }
                     Err(status) => {
-                        eprintln!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
+                        crate::log_warn!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
                         router.replicas.retry.borrow_mut().insert(topic_id, now() + ELECTION_ASK_INTERVAL);
                     }
                 }
@@ -529,7 +534,7 @@ impl<S: Storage> Router<S> {
         })?;
         let leader = chosen.node as u32;
         self.propose(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
-        eprintln!(
+        crate::log_info!(
             "ringpostd: topic '{}': shard {leader:#x} leads from epoch {epoch} (its log ends at {}, epoch {})",
             topic.name, chosen.durable_end, chosen.last_epoch
         );

@@ -35,7 +35,7 @@ impl<S: Storage> Forwarder<S> {
                     && status.code == Code::DataLoss
                     && self.attach_policy.quarantine_damaged.get() =>
             {
-                eprintln!(
+                crate::log_error!(
                     "ringpostd: ERROR: topic '{name}' is quarantined: {}; it and its subscriptions answer DataLoss, \
                      its files are left as they are (deleting the topic removes them)",
                     status.message

@@ -200,7 +200,10 @@ impl<S: Storage> Forwarder<S> {
                 let folder = directories.path(copy).join(topic_folder(topic_id));
                 if storage.exists(&folder) {
                     if let Err(error) = storage.remove_dir_all(&folder) {
-                        eprintln!("ringpostd: removing {} of topic '{name}': {error}", folder.display());
+                        crate::log_warn!(
+                            "ringpostd: removing {} of topic '{name}': {error}",
+                            folder.display()
+                        );
                     }
                 }
             }

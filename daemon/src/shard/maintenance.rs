@@ -72,7 +72,7 @@ impl<S: Storage> Forwarder<S> {
         let now_ms = self.environment.clock.wall_ms();
         for topic in self.registry.topic_list() {
             if let Err(error) = topic.compact_journal(&*self.environment.clock).await {
-                eprintln!("ringpostd: compacting the journal of topic '{}': {error}", topic.name);
+                crate::log_warn!("ringpostd: compacting the journal of topic '{}': {error}", topic.name);
             }
             topic.remove_unneeded_segments(now_ms).await;
             // After the deletions, which may have given back the space a journal's roll on a

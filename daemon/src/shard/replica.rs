@@ -173,7 +173,7 @@ impl<S: Storage> Forwarder<S> {
         let publish_ms = self.environment.clock.wall_ms();
         crate::runtime::spawn(async move { start_epoch(topic, logs, epoch, epoch_starts, publish_ms).await })
             .detach();
-        eprintln!("ringpostd: shard {} leads topic {topic_id:x} from epoch {epoch}", self.shard);
+        crate::log_info!("ringpostd: shard {} leads topic {topic_id:x} from epoch {epoch}", self.shard);
         Ok(ControlOk::Done)
     }
 
@@ -242,7 +242,10 @@ impl<S: Storage> Forwarder<S> {
         }
         *topic.replication.borrow_mut() = Replication::Follower { synced_epoch: 0 };
         self.registry.followers.borrow_mut().insert(topic_id, topic);
-        eprintln!("ringpostd: shard {} no longer leads topic {topic_id:x} (epoch {epoch} began)", self.shard);
+        crate::log_info!(
+            "ringpostd: shard {} no longer leads topic {topic_id:x} (epoch {epoch} began)",
+            self.shard
+        );
     }
 
     /// A fencing round's question, from the catalog's leader or a new leader: the promise, and
@@ -389,7 +392,7 @@ async fn start_epoch<S: Storage>(
         if let Err(error) = result {
             // Deposed meanwhile (refused), or the log failed: the next leader starts again.
             if !matches!(error, LogError::Refused(_)) {
-                eprintln!("ringpostd: topic '{}': starting epoch {epoch}: {error}", topic.name);
+                crate::log_warn!("ringpostd: topic '{}': starting epoch {epoch}: {error}", topic.name);
             }
         }
     }

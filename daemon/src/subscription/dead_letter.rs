@@ -93,7 +93,7 @@ pub fn start<T: MessageSource + AckJournal + 'static>(
     crate::runtime::spawn(async move {
         let result = dead_letter(&*publisher, &subscription, &*topic, &offsets).await;
         if let Err(error) = result {
-            eprintln!(
+            crate::log_warn!(
                 "ringpostd: dead-lettering {} messages of subscription '{}' to '{}' failed, will retry: {error}",
                 offsets.len(),
                 subscription.name,

@@ -213,7 +213,7 @@ async fn acknowledge_filtered_out<T: AckJournal>(
                 state.apply_ack(offset);
             }
         }
-        Err(error) => eprintln!("ringpostd: acknowledging filtered-out messages: {error}"),
+        Err(error) => crate::log_warn!("ringpostd: acknowledging filtered-out messages: {error}"),
     }
     subscription.changed.notify_all();
 }

@@ -216,13 +216,13 @@ impl<S: Storage> TopicStore<S> {
             topic.log.discard_spares().await;
             let closed = topic.log.closed_segments().len();
             if let Err(error) = topic.log.remove_oldest(closed).await {
-                eprintln!("ringpostd: deleting the segments of topic '{}': {error}", topic.name);
+                crate::log_warn!("ringpostd: deleting the segments of topic '{}': {error}", topic.name);
             }
             for copy in 0..directories.count() {
                 let folder = directories.path(copy).join(topic_folder(topic.id));
                 if storage.exists(&folder) {
                     if let Err(error) = storage.remove_dir_all(&folder) {
-                        eprintln!("ringpostd: removing {}: {error}", folder.display());
+                        crate::log_warn!("ringpostd: removing {}: {error}", folder.display());
                     }
                 }
             }
@@ -284,7 +284,7 @@ async fn replay_journal<S: Storage>(
 
 fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
     if let Some((path, position)) = &report.torn_at {
-        eprintln!(
+        crate::log_info!(
             "ringpostd: recovery of topic '{topic}' {what}: cut a torn tail at byte {position} of {} ({} bytes discarded; \
              they were never acknowledged)",
             path.display(),
@@ -292,13 +292,13 @@ fn report_recovery(topic: &str, what: &str, report: &RecoveryReport) {
         );
     }
     if report.batches_repaired > 0 {
-        eprintln!(
+        crate::log_info!(
             "ringpostd: recovery of topic '{topic}' {what}: repaired {} batch copies from healthy data directories",
             report.batches_repaired
         );
     }
     if report.empty_segments_removed > 0 {
-        eprintln!(
+        crate::log_info!(
             "ringpostd: recovery of topic '{topic}' {what}: removed {} empty segment(s) created before a crash",
             report.empty_segments_removed
         );

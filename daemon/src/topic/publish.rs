@@ -77,7 +77,10 @@ impl<S: Storage> TopicState<S> {
             let topic = self.clone();
             crate::runtime::spawn(async move {
                 if let Err(error) = topic.reserve_journal_space().await {
-                    eprintln!("ringpostd: reserving journal space for topic '{}': {error}", topic.name);
+                    crate::log_warn!(
+                        "ringpostd: reserving journal space for topic '{}': {error}",
+                        topic.name
+                    );
                 }
             })
             .detach();

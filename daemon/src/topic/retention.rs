@@ -55,7 +55,7 @@ impl<S: Storage> TopicState<S> {
                 }
             }
             Err(error) => {
-                eprintln!("ringpostd: deleting old segments of topic '{}': {error}", self.name)
+                crate::log_warn!("ringpostd: deleting old segments of topic '{}': {error}", self.name)
             }
         }
     }

@@ -489,7 +489,7 @@ fn authentication_is_off_on_loopback_and_required_elsewhere_by_default() {
     let everywhere =
         OwnDaemon::start("auth-everywhere", "0.0.0.0:0", &flags(&["--access-file", &text(&access.path)]));
     let log = everywhere.log();
-    assert!(log.lines().any(|line| line.contains("WARNING") && line.contains("TLS")), "{log}");
+    assert!(log.lines().any(|line| line.contains(" WARN ") && line.contains("TLS")), "{log}");
     let client = connect_with(&everywhere.address, Security::default());
     assert_code(block_on(client.create_topic("closed")), ErrorCode::Unauthenticated, "anonymous on 0.0.0.0");
     let client = connect_with(&everywhere.address, Security::default().with_token(root.secret.clone()));
@@ -500,7 +500,7 @@ fn authentication_is_off_on_loopback_and_required_elsewhere_by_default() {
     // Required with no access file: everything refused, and a warning says so.
     let refusing = OwnDaemon::start("auth-no-file", "0.0.0.0:0", &[]);
     let log = refusing.log();
-    assert!(log.lines().any(|line| line.contains("WARNING") && line.contains("access")), "{log}");
+    assert!(log.lines().any(|line| line.contains(" WARN ") && line.contains("access")), "{log}");
     let client = connect_with(&refusing.address, Security::default());
     assert_code(
         block_on(client.create_topic("refused")),
@@ -514,7 +514,7 @@ fn authentication_is_off_on_loopback_and_required_elsewhere_by_default() {
     // Off on every address: served, with a warning.
     let open = OwnDaemon::start("auth-off-everywhere", "0.0.0.0:0", &flags(&["--auth", "off"]));
     let log = open.log();
-    assert!(log.lines().any(|line| line.contains("WARNING") && line.contains("anyone")), "{log}");
+    assert!(log.lines().any(|line| line.contains(" WARN ") && line.contains("anyone")), "{log}");
     let client = connect_with(&open.address, Security::default());
     block_on(client.create_topic("anyone")).unwrap();
 }

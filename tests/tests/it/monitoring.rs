@@ -386,3 +386,45 @@ print("\n".join(queries))
     }
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// Log lines carry a time and a level; `--log-format json` makes each an object Python's JSON
+/// parser reads; `RINGPOST_LOG=warn` (or `--log-level warn`) leaves the info lines out.
+#[test]
+fn log_lines_have_times_and_levels_in_text_or_json() {
+    let text = Daemon::start("log-text");
+    let log = text.log();
+    let serving = log.lines().find(|line| line.contains("ringpostd: serving on")).expect("a serving line");
+    let words: Vec<&str> = serving.split_whitespace().collect();
+    assert!(words[0].len() == 24 && words[0].ends_with('Z') && words[0].contains('T'), "{serving}");
+    assert_eq!(words[1], "INFO", "{serving}");
+    drop(text);
+
+    let json = Daemon::start_with("log-json", Vec::new(), vec!["--log-format".into(), "json".into()]);
+    let log = json.log();
+    let check = r#"
+import json, sys
+lines = [line for line in sys.stdin.read().splitlines() if line]
+assert lines, "no log lines"
+for line in lines:
+    event = json.loads(line)
+    assert set(event) == {"time", "level", "message"}, event
+    assert event["level"] in ("error", "warn", "info", "debug"), event
+assert any(e["level"] == "info" and e["message"].startswith("serving on") for e in map(json.loads, lines))
+"#;
+    let mut python = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(check)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut python.stdin.take().unwrap(), log.as_bytes()).unwrap();
+    let output = python.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}\n{log}", String::from_utf8_lossy(&output.stderr));
+    drop(json);
+
+    let mut quiet = Daemon::prepare("log-warn", Vec::new(), Vec::new());
+    quiet.env = vec![("RINGPOST_LOG".to_owned(), "warn".to_owned())];
+    quiet.spawn();
+    assert!(!quiet.log().contains("serving on"), "an info line at level warn:\n{}", quiet.log());
+}

@@ -208,7 +208,7 @@ fn bounded(
             Ok(permit) => Some(Ok(Counted { stream, _permit: permit, accepted_at: Instant::now() })),
             Err(_) => {
                 if refusals.allows() {
-                    eprintln!(
+                    crate::log_info!(
                         "ringpostd: the gRPC API refused a connection from {}: {connections_max} are open (GRPC_CONNECTIONS_MAX)",
                         stream.peer_addr().map(|peer| peer.to_string()).unwrap_or_else(|_| "?".into())
                     );
@@ -259,8 +259,8 @@ pub fn handshaken(
                 Some(Ok(counted)) => counted,
             };
             match tls.reload_if_changed() {
-                Some(Ok(())) => eprintln!("ringpostd: the gRPC API reloaded its TLS certificates for new connections"),
-                Some(Err(error)) => eprintln!(
+                Some(Ok(())) => crate::log_info!("ringpostd: the gRPC API reloaded its TLS certificates for new connections"),
+                Some(Err(error)) => crate::log_warn!(
                     "ringpostd: the gRPC API's TLS certificates were not reloaded, the ones before stay in force: {error}"
                 ),
                 None => {}
@@ -277,9 +277,9 @@ pub fn handshaken(
                         let _ = sender.send(Ok(Preface::new(stream, accepted_at))).await;
                     }
                     Ok(Err(error)) if failures.allows() => {
-                        eprintln!("ringpostd: the gRPC API's TLS handshake with {peer} failed: {error}")
+                        crate::log_warn!("ringpostd: the gRPC API's TLS handshake with {peer} failed: {error}")
                     }
-                    Err(_) if failures.allows() => eprintln!(
+                    Err(_) if failures.allows() => crate::log_info!(
                         "ringpostd: the gRPC API closed a connection from {peer}: no TLS handshake within GRPC_PREFACE_TIMEOUT"
                     ),
                     _ => {}

@@ -185,7 +185,7 @@ async fn serve(
         }
     };
     if let Err(error) = result {
-        eprintln!("ringpostd: the gRPC API stopped: {error}");
+        crate::log_warn!("ringpostd: the gRPC API stopped: {error}");
     }
 }
 

@@ -78,7 +78,7 @@ async fn serve(
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(error) => {
-            eprintln!("ringpostd: the monitoring endpoint cannot serve: {error}");
+            crate::log_warn!("ringpostd: the monitoring endpoint cannot serve: {error}");
             return;
         }
     };

@@ -441,12 +441,14 @@ impl Shard {
     /// their reading side, as a stop does) the connections whose session no longer holds.
     fn check_security(&self) {
         if let Some(Err(error)) = self.access.reload_if_changed() {
-            eprintln!("ringpostd: the access file was not reloaded, the one before stays in force: {error}");
+            crate::log_warn!(
+                "ringpostd: the access file was not reloaded, the one before stays in force: {error}"
+            );
         }
         match self.tls.as_ref().and_then(Tls::reload_if_changed) {
-            Some(Ok(())) => eprintln!("ringpostd: reloaded the TLS certificates for new connections"),
+            Some(Ok(())) => crate::log_info!("ringpostd: reloaded the TLS certificates for new connections"),
             Some(Err(error)) => {
-                eprintln!("ringpostd: the TLS certificates were not reloaded, the ones before stay in force: {error}")
+                crate::log_warn!("ringpostd: the TLS certificates were not reloaded, the ones before stay in force: {error}")
             }
             None => {}
         }
@@ -690,7 +692,7 @@ async fn open_connection<H: Handler>(
     if !stop.is_given() {
         if let Some(suppressed) = shard.handshake_failures.borrow_mut().admit() {
             let peer = peer.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
-            eprintln!(
+            crate::log_warn!(
                 "ringpostd: a TLS handshake with {peer} failed, its connection is closed: {failure} \
                  ({suppressed} more failure(s) not logged since the last line)"
             );
@@ -817,7 +819,7 @@ impl AcceptFailures {
         if self.logged_at.is_none_or(|at| now.duration_since(at) >= ACCEPT_ERROR_LOG_INTERVAL) {
             let suppressed = std::mem::take(&mut self.suppressed);
             let refused = if refused > 0 { "; refused the waiting client" } else { "" };
-            eprintln!(
+            crate::log_warn!(
                 "ringpostd: accept failed: {error}{refused} ({suppressed} more failure(s) not logged since the last line; \
                  retrying in {} ms)",
                 self.backoff.as_millis()
