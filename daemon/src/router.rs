@@ -1188,6 +1188,20 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
+    /// The requests each shard of this node answered: the router's (`u32::MAX`), then each
+    /// forwarder's, by its index.
+    pub async fn request_figures(
+        &self,
+    ) -> Result<Vec<(u32, Vec<crate::metrics::requests::CommandFigures>)>, Status> {
+        let mut figures = vec![(u32::MAX, crate::metrics::requests::snapshot())];
+        for (index, forwarder) in self.forwarders.iter().enumerate() {
+            if let ControlOk::Requests(commands) = forwarder.call(ControlRequest::Requests).await? {
+                figures.push((index as u32, commands));
+            }
+        }
+        Ok(figures)
+    }
+
     /// The catalog's raft group as this node alone sees it: no request to another node.
     pub fn catalog_status(&self) -> ClusterStatus {
         self.catalog.cluster_status()

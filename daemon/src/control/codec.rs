@@ -34,6 +34,7 @@ const REQUEST_DEMOTE_REPLICA: u8 = 14;
 const REQUEST_FENCE_REPLICA: u8 = 15;
 const REQUEST_ELECTIONS_WANTED: u8 = 16;
 const REQUEST_REPLICA_PROGRESS: u8 = 17;
+const REQUEST_REQUESTS: u8 = 18;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -45,6 +46,7 @@ const OK_RESYNCED: u8 = 4;
 const OK_FENCED: u8 = 5;
 const OK_TOPICS: u8 = 6;
 const OK_PROGRESS: u8 = 7;
+const OK_REQUESTS: u8 = 8;
 
 /// Most topics a `ControlOk::Topics` lists.
 const TOPICS_LISTED_MAX: usize = 1 << 20;
@@ -109,6 +111,7 @@ impl ControlRequest {
                 encode_settings_update(&mut encoder, update);
             }
             ControlRequest::Stats => encoder = Encoder::new(REQUEST_STATS),
+            ControlRequest::Requests => encoder = Encoder::new(REQUEST_REQUESTS),
             ControlRequest::ResyncDirectory { index } => {
                 encoder = Encoder::new(REQUEST_RESYNC_DIRECTORY);
                 encoder.u64(*index as u64);
@@ -204,6 +207,7 @@ impl ControlRequest {
                 ControlRequest::UpdateSettings { topic_id, update: decode_settings_update(decoder)? }
             }
             REQUEST_STATS => ControlRequest::Stats,
+            REQUEST_REQUESTS => ControlRequest::Requests,
             REQUEST_RESYNC_DIRECTORY => fields("control request ResyncDirectory", decoder, |decoder| {
                 // An index is a position among this node's data directories, so one too large
                 // for this machine's `usize` names no directory.
@@ -307,6 +311,21 @@ impl ControlOk {
                     encode_topic_stats(&mut encoder, topic);
                 }
             }
+            ControlOk::Requests(commands) => {
+                encoder = Encoder::new(OK_REQUESTS);
+                encoder.u32(commands.len() as u32);
+                for command in commands {
+                    encoder.u32(command.command as u32).u32(command.codes.len() as u32);
+                    for (code, count) in &command.codes {
+                        encoder.u32(*code as u32).u64(*count);
+                    }
+                    encoder.u32(command.duration_buckets.len() as u32);
+                    for count in &command.duration_buckets {
+                        encoder.u64(*count);
+                    }
+                    encoder.u64(command.duration_sum_us);
+                }
+            }
             ControlOk::Resynced { logs, batches } => {
                 encoder = Encoder::new(OK_RESYNCED);
                 encoder.u64(*logs).u64(*batches);
@@ -350,6 +369,17 @@ impl ControlOk {
                 let shard = decode_shard_stats(decoder)?;
                 let topics = decode_list(decoder, decode_topic_stats)?;
                 Ok(ControlOk::Stats(shard, topics))
+            })?,
+            OK_REQUESTS => fields("control reply Requests", decoder, |decoder| {
+                let commands = decode_list(decoder, |decoder| {
+                    Ok(crate::metrics::requests::CommandFigures {
+                        command: decoder.u32()? as u16,
+                        codes: decode_list(decoder, |decoder| Ok((decoder.u32()? as u16, decoder.u64()?)))?,
+                        duration_buckets: decode_list(decoder, |decoder| decoder.u64())?,
+                        duration_sum_us: decoder.u64()?,
+                    })
+                })?;
+                Ok(ControlOk::Requests(commands))
             })?,
             OK_RESYNCED => fields("control reply Resynced", decoder, |decoder| {
                 Ok(ControlOk::Resynced { logs: decoder.u64()?, batches: decoder.u64()? })
@@ -681,6 +711,7 @@ mod tests {
                 update: SettingsUpdate::Subscription { subscription_id: 18, settings: settings(2) },
             },
             ControlRequest::Stats,
+            ControlRequest::Requests,
             ControlRequest::ResyncDirectory { index: 2 },
             ControlRequest::AttachReplica {
                 topic_id: 17,
@@ -781,6 +812,19 @@ mod tests {
             ControlOk::Resynced { logs: 4, batches: 96 },
             ControlOk::Fenced { last_epoch: 3, durable_end: 1_000 },
             ControlOk::Topics(vec![1, 2, 3]),
+            ControlOk::Requests(vec![
+                crate::metrics::requests::CommandFigures {
+                    command: 6,
+                    codes: vec![(0, 41), (14, 2)],
+                    duration_buckets: (0..21).collect(),
+                    duration_sum_us: 123_456,
+                },
+                crate::metrics::requests::CommandFigures {
+                    command: 9,
+                    codes: vec![(100, 1)],
+                    ..Default::default()
+                },
+            ]),
             ControlOk::Progress(crate::control::ReplicaProgress {
                 leader: true,
                 epoch: 4,
@@ -827,7 +871,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 18];
+        let mut seen_requests = [false; 19];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -848,11 +892,12 @@ mod tests {
                 ControlRequest::FenceReplica { .. } => 15,
                 ControlRequest::ElectionsWanted => 16,
                 ControlRequest::ReplicaProgress { .. } => 17,
+                ControlRequest::Requests => 18,
             };
             seen_requests[index] = true;
         }
         assert!(seen_requests.iter().all(|seen| *seen), "{seen_requests:?}");
-        let mut seen_oks = [false; 7];
+        let mut seen_oks = [false; 8];
         for ok in oks() {
             let index = match ok {
                 ControlOk::Done => 0,
@@ -862,6 +907,7 @@ mod tests {
                 ControlOk::Fenced { .. } => 4,
                 ControlOk::Topics(_) => 5,
                 ControlOk::Progress(_) => 6,
+                ControlOk::Requests(_) => 7,
             };
             seen_oks[index] = true;
         }

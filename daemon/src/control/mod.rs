@@ -76,6 +76,8 @@ pub enum ControlRequest {
     },
     /// Report this shard's topics, subscriptions and data directories.
     Stats,
+    /// Report the requests this shard answered, by command, status and duration.
+    Requests,
     /// Trust data directory `index` again, after rewriting every stale copy in it.
     ResyncDirectory {
         index: usize,
@@ -144,6 +146,7 @@ pub enum ControlOk {
     Done,
     SubscriptionStart(u64),
     Stats(crate::api::stats::ShardStats, Vec<crate::api::stats::TopicStats>),
+    Requests(Vec<crate::metrics::requests::CommandFigures>),
     Resynced {
         logs: u64,
         batches: u64,

@@ -4,3 +4,4 @@
 pub mod latency;
 pub mod process;
 pub mod rate;
+pub mod requests;

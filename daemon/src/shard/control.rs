@@ -14,7 +14,7 @@ impl<S: Storage> Forwarder<S> {
     pub async fn control(&self, request: ControlRequest) -> Result<ControlOk, Status> {
         // Creating and deleting topics allocates like any burst; reading the stats does not
         // count, or watching a quiet daemon would keep it from trimming.
-        if !matches!(request, ControlRequest::Stats) {
+        if !matches!(request, ControlRequest::Stats | ControlRequest::Requests) {
             self.activity.count_request();
         }
         match request {
@@ -23,6 +23,7 @@ impl<S: Storage> Forwarder<S> {
             }
             ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id),
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
+            ControlRequest::Requests => Ok(ControlOk::Requests(crate::metrics::requests::snapshot())),
             ControlRequest::UpdateSettings { topic_id, update } => self.update_settings(topic_id, update),
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
                 self.seek(topic_id, subscription_id, time_ms, snapshot_id).await

@@ -34,6 +34,9 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
         }
     };
     publish(100);
+    // A request refused: its status is counted too.
+    let missing = block_on(client.publish("no-such-topic", vec![Message::new("x")]));
+    assert_eq!(missing.unwrap_err().code(), ringpost_client::ErrorCode::NotFound);
     std::thread::sleep(Duration::from_millis(1100));
 
     let first = scrape(&http);
@@ -56,9 +59,34 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
         ("ringpost_subscription_expired_leases", "counter"),
         ("ringpost_metrics_topics_omitted", "gauge"),
         ("ringpost_metrics_subscriptions_omitted", "gauge"),
+        ("ringpost_requests", "counter"),
+        ("ringpost_request_duration_seconds", "histogram"),
     ] {
         assert_eq!(first.type_of(family), Some(kind), "{family} in {:?}", first.types);
     }
+    // Requests by command and status, summed over the shards, and their durations.
+    let total = |scrape: &Scrape, name: &str, labels: &[(&str, &str)]| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|sample| {
+                sample.name == name
+                    && labels
+                        .iter()
+                        .all(|(key, value)| sample.labels.get(*key).map(String::as_str) == Some(*value))
+            })
+            .map(|sample| sample.value)
+            .sum()
+    };
+    let publishes = total(&first, "ringpost_requests_total", &[("command", "publish"), ("code", "ok")]);
+    assert_eq!(publishes, 10.0, "ten publish requests answered ok");
+    let refused = total(&first, "ringpost_requests_total", &[("code", "not_found")]);
+    assert!(refused >= 1.0, "the refused publish's lookup was not counted");
+    let timed = total(&first, "ringpost_request_duration_seconds_count", &[("command", "publish")]);
+    assert_eq!(timed, 10.0);
+    let within_26s =
+        total(&first, "ringpost_request_duration_seconds_bucket", &[("command", "publish"), ("le", "+Inf")]);
+    assert_eq!(within_26s, 10.0);
     let subscription = [("subscription", "monitored-sub"), ("topic", "monitored")];
     assert_eq!(first.value("ringpost_subscription_num_undelivered_messages", &subscription), Some(100.0));
     let oldest =

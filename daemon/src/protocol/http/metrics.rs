@@ -28,6 +28,36 @@ pub const METRICS_SUBSCRIPTIONS_MAX: usize = 5000;
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Labels = Vec<(&'static str, String)>;
+
+/// Each shard's requests (`Router::request_figures`): the router (`u32::MAX`), then each
+/// forwarder by index.
+pub type ShardRequests = Vec<(u32, Vec<crate::metrics::requests::CommandFigures>)>;
+
+/// A histogram's sum, count, and buckets by upper bound (not cumulative).
+type HistogramFigures = (f64, u64, Vec<(f64, u64)>);
+
+/// A histogram whose buckets were counted elsewhere (by the shards), encoded as Prometheus
+/// histograms are.
+#[derive(Debug, Default)]
+struct CountedHistogram {
+    figures: std::sync::Mutex<HistogramFigures>,
+}
+
+impl prometheus_client::metrics::TypedMetric for CountedHistogram {
+    const TYPE: prometheus_client::metrics::MetricType = prometheus_client::metrics::MetricType::Histogram;
+}
+
+impl prometheus_client::encoding::EncodeMetric for CountedHistogram {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> Result<(), std::fmt::Error> {
+        let figures = self.figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (sum, count, buckets) = &*figures;
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, buckets, None)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        <Self as prometheus_client::metrics::TypedMetric>::TYPE
+    }
+}
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// A family of gauges or counters, registered under its name when the scrape is encoded.
@@ -63,6 +93,55 @@ fn shard_label(shard: u32) -> String {
     }
 }
 
+/// Requests by shard, command and status code, and their durations by command (every shard's
+/// buckets added together, as a query would).
+fn encode_requests(families: &mut Families, requests: &ShardRequests) {
+    use crate::metrics::requests::DURATION_BUCKETS_US;
+    use crate::protocol::native::{command_name, status_name};
+    let counts = families.counter(
+        "requests",
+        "Requests of the native protocol answered, by shard, command and status code (ok, or the error's)",
+        None,
+    );
+    let mut durations: std::collections::BTreeMap<u16, (u64, Vec<u64>)> = std::collections::BTreeMap::new();
+    for (shard, commands) in requests {
+        for command in commands {
+            for (code, count) in &command.codes {
+                let labels: Labels = vec![
+                    ("shard", shard_label(*shard)),
+                    ("command", command_name(command.command)),
+                    ("code", status_name(*code)),
+                ];
+                counts.get_or_create(&labels).inc_by(*count);
+            }
+            if command.duration_buckets.len() == DURATION_BUCKETS_US.len() + 1 {
+                let (sum_us, buckets) = durations
+                    .entry(command.command)
+                    .or_insert_with(|| (0, vec![0; DURATION_BUCKETS_US.len() + 1]));
+                *sum_us += command.duration_sum_us;
+                for (total, count) in buckets.iter_mut().zip(&command.duration_buckets) {
+                    *total += count;
+                }
+            }
+        }
+    }
+    let histograms = Family::<Labels, CountedHistogram>::default();
+    families.registry.register_with_unit(
+        "request_duration",
+        "Requests of the native protocol from dispatch to answer, a publish's durable commit included, by command (streams left out)",
+        Unit::Seconds,
+        histograms.clone(),
+    );
+    for (command, (sum_us, buckets)) in durations {
+        let bounds = DURATION_BUCKETS_US.iter().map(|micros| *micros as f64 / 1e6).chain([f64::INFINITY]);
+        let buckets: Vec<(f64, u64)> = bounds.zip(buckets.iter().copied()).collect();
+        let count = buckets.iter().map(|(_, count)| count).sum();
+        let histogram = histograms.get_or_create(&vec![("command", command_name(command))]);
+        *histogram.figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            (sum_us as f64 / 1e6, count, buckets);
+    }
+}
+
 /// A latency window's percentiles as gauges labelled by `percentile` (50, 99, 99.9, 100).
 /// Not `quantile`: OpenMetrics keeps that label for summaries, and these are a window's
 /// figures, not a summary's.
@@ -78,8 +157,14 @@ fn set_percentiles(family: &Family<Labels, FloatGauge>, labels: &Labels, latency
 
 /// Everything a scrape shows, in the OpenMetrics text format. `version`: the daemon's.
 /// `cluster`: the catalog's group as this node sees it, `None` for a node alone.
-pub fn encode_metrics(stats: &Stats, cluster: Option<&ClusterStatus>, version: &str) -> String {
+pub fn encode_metrics(
+    stats: &Stats,
+    cluster: Option<&ClusterStatus>,
+    requests: &ShardRequests,
+    version: &str,
+) -> String {
     let mut families = Families { registry: Registry::with_prefix("ringpost") };
+    encode_requests(&mut families, requests);
 
     let build = families.gauge("build_info", "The daemon's version (the value is always 1)", None);
     build.get_or_create(&vec![("version", version.to_owned())]).set(1.0);
@@ -321,7 +406,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let text = encode_metrics(&stats, Some(&cluster), "9.9.9");
+        let text = encode_metrics(&stats, Some(&cluster), &Vec::new(), "9.9.9");
         assert!(text.ends_with("# EOF\n"), "{}", &text[text.len() - 100..]);
         assert_eq!(text.matches("# EOF").count(), 1);
         assert_eq!(sample(&text, "ringpost_metrics_topics_omitted"), Some("3.0"));
@@ -343,7 +428,8 @@ mod tests {
     #[test]
     fn label_values_are_escaped() {
         let topic = TopicStats { name: "a\"b\\c".to_owned(), ..Default::default() };
-        let text = encode_metrics(&Stats { topics: vec![topic], ..Default::default() }, None, "1");
+        let text =
+            encode_metrics(&Stats { topics: vec![topic], ..Default::default() }, None, &Vec::new(), "1");
         assert!(text.contains(r#"ringpost_topic_offsets_total{topic="a\"b\\c"} 0"#), "{text}");
         assert!(!text.contains("ringpost_catalog_term"));
     }

@@ -124,6 +124,7 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 struct Gathered {
     stats: crate::api::stats::Stats,
     cluster: Option<crate::api::cluster::ClusterStatus>,
+    requests: metrics::ShardRequests,
 }
 
 impl Endpoint {
@@ -146,8 +147,12 @@ impl Endpoint {
             },
             "/metrics" => match self.gather().await {
                 Ok(gathered) => {
-                    let body =
-                        metrics::encode_metrics(&gathered.stats, gathered.cluster.as_ref(), self.version);
+                    let body = metrics::encode_metrics(
+                        &gathered.stats,
+                        gathered.cluster.as_ref(),
+                        &gathered.requests,
+                        self.version,
+                    );
                     let mut response = text(StatusCode::OK, body);
                     response.headers_mut().insert(
                         hyper::header::CONTENT_TYPE,
@@ -166,7 +171,8 @@ impl Endpoint {
         let gathering = self.router.try_call(|shard: std::rc::Rc<RouterShard>| async move {
             let stats = shard.router.stats().await?;
             let cluster = shard.router.is_clustered().then(|| shard.router.catalog_status());
-            Ok(Gathered { stats, cluster })
+            let requests = shard.router.request_figures().await?;
+            Ok(Gathered { stats, cluster, requests })
         });
         match tokio::time::timeout(SCRAPE_TIMEOUT, gathering).await {
             Ok(gathered) => gathered,

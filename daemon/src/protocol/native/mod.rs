@@ -12,3 +12,34 @@ pub mod server;
 mod stats;
 mod status;
 pub mod tls;
+
+/// A command's name for metrics: its name in snake case (`streaming_pull`), or its number.
+pub fn command_name(code: u16) -> String {
+    match ringpost_wire::Command::from_u16(code) {
+        Some(command) => snake_case(&format!("{command:?}")),
+        None => format!("command_{code}"),
+    }
+}
+
+/// A status code's name for metrics (`ok`, `not_found`, `not_owner`), or its number.
+pub fn status_name(code: u16) -> String {
+    match ringpost_wire::ErrorCode::from_u32(code.into()) {
+        Some(status) => snake_case(&format!("{status:?}")),
+        None => format!("code_{code}"),
+    }
+}
+
+fn snake_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (index, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if index > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

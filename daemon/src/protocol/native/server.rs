@@ -1043,7 +1043,16 @@ impl<H: Handler> Connection<H> {
             access: self.access.clone(),
         };
         crate::runtime::spawn(async move {
+            let started = std::time::Instant::now();
+            let command = frame.header.command;
             let response = handler.handle(frame.header, frame.body, &responder).await;
+            // A stream's time is its subscriber's session, not a latency.
+            let timed = command != ringpost_wire::Command::StreamingPull.code();
+            crate::metrics::requests::record(
+                command,
+                response_code(&response),
+                timed.then(|| started.elapsed()),
+            );
             let closes = is_protocol_error(&response);
             outbound.push(response, Some(permit));
             if closes {
@@ -1345,6 +1354,18 @@ async fn watch_deadline(watch: Rc<Watch>, socket: RawFd) {
             return;
         }
         futures_lite::future::or(crate::runtime::sleep(deadline - now), earlier).await;
+    }
+}
+
+/// The status code a response answers with (0 for any answer that is not an error).
+fn response_code(response: &Response) -> u16 {
+    let Response::Frame(frame) = response else { return 0 };
+    match FrameHeader::decode(frame) {
+        Ok(header) if header.is_error() => {
+            ringpost_wire::frame::decode_error(&frame[ringpost_wire::limits::FRAME_HEADER_BYTES..]).code
+                as u16
+        }
+        _ => 0,
     }
 }
 
