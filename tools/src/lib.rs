@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod completions;
 pub mod disk;
 pub mod json;
 pub mod loopback;

@@ -456,3 +456,36 @@ assert any(e["level"] == "info" and e["message"].startswith("serving on") for e 
     quiet.spawn();
     assert!(!quiet.log().contains("serving on"), "an info line at level warn:\n{}", quiet.log());
 }
+
+/// `ringpost completions`: the bash script completes commands, actions and options as bash
+/// runs it; the zsh and fish scripts name every command; an unknown shell is a usage error.
+#[test]
+fn completion_scripts_complete_commands_actions_and_options() {
+    let ringpost = ringpost_tests::binary("ringpost");
+    let script =
+        |shell: &str| std::process::Command::new(&ringpost).args(["completions", shell]).output().unwrap();
+    let bash = script("bash");
+    assert!(bash.status.success());
+    let completions = |words: &str, index: usize| -> String {
+        let program = format!(
+            "source <({} completions bash); COMP_WORDS=({words}); COMP_CWORD={index}; _ringpost; echo \"${{COMPREPLY[*]}}\"",
+            ringpost.display()
+        );
+        let output = std::process::Command::new("bash").arg("-c").arg(program).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    assert_eq!(completions("ringpost to", 1), "topic token");
+    assert_eq!(completions("ringpost --server host:7450 topic cr", 4), "create");
+    assert_eq!(completions("ringpost sub s", 2), "seek");
+    assert_eq!(completions("ringpost cluster --ser", 2), "--server --server-name");
+    for shell in ["zsh", "fish"] {
+        let output = script(shell);
+        assert!(output.status.success(), "{shell}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        for command in ["topic", "sub", "publish", "pull", "probe", "cluster"] {
+            assert!(text.contains(command), "{shell} lacks {command}");
+        }
+    }
+    assert_eq!(script("tcsh").status.code(), Some(2));
+}

@@ -103,6 +103,17 @@ enum Command {
     Snapshot(SnapshotCommand),
     Token(TokenCommand),
     Probe(ProbeCommand),
+    Completions(CompletionsCommand),
+}
+
+/// print a shell completion script: bash, zsh or fish (for example
+/// `ringpost completions bash > /etc/bash_completion.d/ringpost`)
+#[derive(FromArgs)]
+#[argh(subcommand, name = "completions")]
+struct CompletionsCommand {
+    /// the shell: bash, zsh or fish
+    #[argh(positional)]
+    shell: String,
 }
 
 /// probe the daemon as a user would: make a subscription of its own on a probe topic, publish
@@ -1195,8 +1206,40 @@ fn without_table(command: &Command) -> Option<&'static str> {
         Command::Publish(_) => Some("publish prints one message id per line"),
         Command::Admin(_) => Some("admin prints one JSON object"),
         Command::Probe(_) => Some("probe prints one JSON object per probe"),
+        Command::Completions(_) => Some("completions prints a shell script"),
         _ => None,
     }
+}
+
+/// `ringpost completions SHELL`: the script, from the commands argh knows.
+fn print_completions(shell: &str) -> Result<(), Failure> {
+    use argh::SubCommands;
+    use ringpost_tools::completions::{CommandTree, Completion};
+    fn actions<T: SubCommands>() -> Vec<(&'static str, &'static str)> {
+        T::COMMANDS.iter().map(|info| (info.name, info.description)).collect()
+    }
+    let commands: Vec<CommandTree> = <Command as SubCommands>::COMMANDS
+        .iter()
+        .map(|info| CommandTree {
+            name: info.name,
+            description: info.description,
+            actions: match info.name {
+                "topic" => actions::<TopicAction>(),
+                "sub" => actions::<SubAction>(),
+                "snapshot" => actions::<SnapshotAction>(),
+                "cluster" => actions::<ClusterAction>(),
+                "admin" => actions::<AdminAction>(),
+                "token" => actions::<TokenAction>(),
+                _ => Vec::new(),
+            },
+        })
+        .collect();
+    let options: Vec<(&str, bool)> =
+        GLOBAL_OPTIONS.iter().map(|option| (option.name, option.takes_value)).collect();
+    let completion = Completion { program: "ringpost", commands: &commands, options: &options };
+    let script = completion.script(shell).map_err(|why| Failure::usage(format!("InvalidArgument: {why}")))?;
+    outln!("{}", script.trim_end());
+    Ok(())
 }
 
 /// `--every`'s interval: `10s`, `500ms`, `1m`, or a bare number of seconds.
@@ -1306,6 +1349,9 @@ fn create_token(create: &TokenCreate) -> Result<(), Failure> {
 async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
     if let Command::Token(TokenCommand { action: TokenAction::Create(create) }) = &flags.command {
         return create_token(create);
+    }
+    if let Command::Completions(completions) = &flags.command {
+        return print_completions(&completions.shell);
     }
     let timeout = request_timeout(flags.timeout)?;
     let output = flags.output;
@@ -1535,6 +1581,7 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         }
         // Done above, before connecting: it needs no server.
         Command::Token(TokenCommand { action: TokenAction::Create(create) }) => create_token(&create)?,
+        Command::Completions(completions) => print_completions(&completions.shell)?,
     }
     Ok(())
 }
