@@ -121,6 +121,15 @@ struct Flags {
     /// $RINGPOST_LOG_FORMAT, else text)
     #[argh(option)]
     log_format: Option<String>,
+    /// a TOML file of settings: the flags' names as keys (`data-dir = ["/a", "/b"]`,
+    /// `no-pin = true`); flags on the command line win
+    #[argh(option)]
+    #[allow(dead_code)] // Here for --help: parse_flags takes it off the line first.
+    config: Option<String>,
+    /// print the settings (the file's and the command line's) as TOML, and exit
+    #[argh(switch)]
+    #[allow(dead_code)] // Here for --help: parse_flags takes it off the line first.
+    print_config: bool,
     /// where the monitoring endpoint serves /metrics (Prometheus), /healthz and /readyz,
     /// HOST:PORT (default 127.0.0.1:9464), or off
     #[argh(option, default = "String::from(ringpost_daemon::protocol::http::HTTP_LISTEN_DEFAULT)")]
@@ -344,8 +353,102 @@ fn wait_for_stop(signals: &nix::sys::signal::SigSet) -> nix::sys::signal::Signal
     }
 }
 
-/// The flags, or the process ends: `--help` prints and exits 0, a bad command line exits
-/// `EXIT_USAGE` (argh's own `from_env` would exit 1, which the scheme gives to failures).
+/// Removes `switch` from `arguments`; whether it was there.
+fn take_switch(arguments: &mut Vec<String>, switch: &str) -> bool {
+    let before = arguments.len();
+    arguments.retain(|argument| argument != switch);
+    arguments.len() != before
+}
+
+/// Removes `option` and its value from `arguments`; the value, if it was there.
+fn take_option(arguments: &mut Vec<String>, option: &str) -> Option<String> {
+    let index = arguments.iter().position(|argument| argument == option)?;
+    if index + 1 >= arguments.len() {
+        usage_error(&format!("{option} needs a value"));
+    }
+    let value = arguments.remove(index + 1);
+    arguments.remove(index);
+    Some(value)
+}
+
+/// The settings of a TOML file as flags (`data-dir = ["/a", "/b"]` or `data_dir` are
+/// `--data-dir /a --data-dir /b`, `no-pin = true` is `--no-pin`), leaving out every key the
+/// command line (`given`) sets, so that the command line wins.
+fn config_arguments(path: &str, given: &[String]) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("--config {path}: {error}"))?;
+    let table: toml::Table = text.parse().map_err(|error| format!("--config {path}: {error}"))?;
+    let mut arguments = Vec::new();
+    for (key, value) in table {
+        let flag = format!("--{}", key.replace('_', "-"));
+        if given.contains(&flag) {
+            continue;
+        }
+        let scalar = |value: &toml::Value| -> Result<String, String> {
+            match value {
+                toml::Value::String(text) => Ok(text.clone()),
+                toml::Value::Integer(number) => Ok(number.to_string()),
+                toml::Value::Float(number) => Ok(number.to_string()),
+                other => Err(format!("--config {path}: {key} = {other}: give a string, a number or true")),
+            }
+        };
+        match &value {
+            toml::Value::Boolean(true) => arguments.push(flag),
+            toml::Value::Boolean(false) => {}
+            toml::Value::Array(items) => {
+                for item in items {
+                    arguments.extend([flag.clone(), scalar(item)?]);
+                }
+            }
+            other => arguments.extend([flag, scalar(other)?]),
+        }
+    }
+    Ok(arguments)
+}
+
+/// The settings the daemon would start with, besides its defaults, as a TOML file that
+/// `--config` reads back: the file's, then the command line's, the command line winning.
+fn settings_as_toml(arguments: &[String]) -> String {
+    let mut settings: Vec<(String, Vec<String>)> = Vec::new();
+    let mut index = 0;
+    while index < arguments.len() {
+        let Some(key) = arguments[index].strip_prefix("--") else {
+            index += 1;
+            continue;
+        };
+        let value = arguments.get(index + 1).filter(|value| !value.starts_with("--")).cloned();
+        index += if value.is_some() { 2 } else { 1 };
+        match settings.iter_mut().find(|(known, _)| known == key) {
+            // A repeated option (`--data-dir`) is a list; a later single value replaces.
+            Some((_, values)) if key == "data-dir" => values.extend(value),
+            Some((_, values)) => *values = value.into_iter().collect(),
+            None => settings.push((key.to_owned(), value.into_iter().collect())),
+        }
+    }
+    let quote = |text: &str| -> String {
+        let number = text.parse::<i64>().is_ok() || (text.parse::<f64>().is_ok() && text.contains('.'));
+        if number {
+            text.to_owned()
+        } else {
+            toml::Value::String(text.to_owned()).to_string()
+        }
+    };
+    let mut text =
+        String::from("# ringpostd's settings besides its defaults (ringpostd --help lists them all)\n");
+    for (key, values) in settings {
+        let line = match values.as_slice() {
+            [] => format!("{key} = true"),
+            [value] if key != "data-dir" => format!("{key} = {}", quote(value)),
+            values => format!(
+                "{key} = [{}]",
+                values.iter().map(|value| quote(value)).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
 /// The log's level and format: the flags, else the environment, else info and text.
 fn configure_logging(flags: &Flags) {
     use ringpost_daemon::logging::{configure, Format, Level};
@@ -362,14 +465,26 @@ fn configure_logging(flags: &Flags) {
     configure(level, format);
 }
 
+/// The flags, or the process ends: `--help` prints and exits 0, a bad command line exits
+/// `EXIT_USAGE` (argh's own `from_env` would exit 1, which the scheme gives to failures).
+/// `--config FILE` adds the file's settings; `--print-config` prints the settings and exits.
 fn parse_flags() -> Flags {
-    let arguments: Vec<String> = std::env::args().collect();
-    let words: Vec<&str> = arguments.iter().map(String::as_str).collect();
-    let (command, rest) = words.split_first().map_or(("ringpostd", &[][..]), |(first, rest)| (*first, rest));
-    if rest.first() == Some(&"--version") {
+    let mut arguments: Vec<String> = std::env::args().collect();
+    if arguments.get(1).map(String::as_str) == Some("--version") {
         println!("ringpostd {}", env!("CARGO_PKG_VERSION"));
         std::process::exit(0);
     }
+    let print_config = take_switch(&mut arguments, "--print-config");
+    if let Some(path) = take_option(&mut arguments, "--config") {
+        let from_file = config_arguments(&path, &arguments[1..]).unwrap_or_else(|why| usage_error(&why));
+        arguments.splice(1..1, from_file);
+    }
+    if print_config {
+        print!("{}", settings_as_toml(&arguments[1..]));
+        std::process::exit(0);
+    }
+    let words: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    let (command, rest) = words.split_first().map_or(("ringpostd", &[][..]), |(first, rest)| (*first, rest));
     match <Flags as argh::FromArgs>::from_args(&[command], rest) {
         Ok(flags) => flags,
         Err(early) => match early.status {

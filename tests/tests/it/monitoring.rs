@@ -489,3 +489,70 @@ fn completion_scripts_complete_commands_actions_and_options() {
     }
     assert_eq!(script("tcsh").status.code(), Some(2));
 }
+
+/// `ringpostd --config FILE`: a TOML file of the flags' names; the command line wins;
+/// `--print-config` prints what the daemon would start with, which `--config` reads back; a
+/// daemon started from the file alone serves as it says.
+#[test]
+fn a_config_file_sets_the_flags_and_the_command_line_wins() {
+    use std::process::{Command, Stdio};
+    let directory = ringpost_tests::temporary_directory("config");
+    let data = directory.join("data");
+    let file = directory.join("ringpostd.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"127.0.0.1:0\"\nshards = 1\ndata-dir = [\"{}\"]\ngrpc_listen = \"off\"\nhttp-listen = \"off\"\nno-pin = true\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let ringpostd = ringpost_tests::binary("ringpostd");
+    let print = |file: &std::path::Path, more: &[&str]| -> String {
+        let output = Command::new(&ringpostd)
+            .arg("--config")
+            .arg(file)
+            .arg("--print-config")
+            .args(more)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let printed = print(&file, &["--shards", "2"]);
+    assert!(printed.lines().any(|line| line == "shards = 2"), "the command line wins:\n{printed}");
+    assert!(printed.lines().any(|line| line == "no-pin = true"), "{printed}");
+    assert!(printed.lines().any(|line| line == "grpc-listen = \"off\""), "{printed}");
+    let again = directory.join("printed.toml");
+    std::fs::write(&again, &printed).unwrap();
+    assert_eq!(print(&again, &[]), printed, "--print-config's output reads back as itself");
+
+    let bad = directory.join("bad.toml");
+    std::fs::write(&bad, "listen = [\n").unwrap();
+    let refused = Command::new(&ringpostd).arg("--config").arg(&bad).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("bad.toml"));
+
+    let ready = directory.join("ready");
+    let log = std::fs::File::create(directory.join("log")).unwrap();
+    let mut daemon = Command::new(&ringpostd)
+        .arg("--config")
+        .arg(&file)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stderr(log)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(std::time::Instant::now() < deadline, "the daemon did not start from its file");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(directory.join("log")).unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(log.contains("with 1 forwarder shard(s)"), "{log}");
+    assert!(data.is_dir(), "the file's data directory is not where the daemon stores");
+    let _ = std::fs::remove_dir_all(&directory);
+}
