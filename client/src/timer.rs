@@ -280,7 +280,8 @@ mod tests {
         for sleep in &mut sleeps {
             assert!(sleep.as_mut().poll(&mut context).is_pending());
         }
-        assert!(timer().live() >= before + SLEEPS);
+        // At least this test's own: other tests' sleeps counted in `before` may have ended.
+        assert!(timer().live() >= SLEEPS, "{} live with {SLEEPS} of this test's", timer().live());
         drop(sleeps);
         assert!(timer().live() < before + SLEEPS / 100, "{} live after dropping", timer().live());
     }
