@@ -30,8 +30,13 @@ const DELIVERY_WAIT_MIN: Duration = Duration::from_secs(10);
 /// The ack deadline of a probe's subscription: long enough that its message is not
 /// delivered twice while the probe acknowledges it.
 const PROBE_ACK_DEADLINE_SECONDS: u32 = 10;
-/// Requests the probe's endpoint serves at once is one: a scrape is small and rare.
+/// The most of a request's head the probe's endpoint reads (it serves one connection at a
+/// time: a scrape is small and rare).
 const SCRAPE_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// Messages one of the probe's pulls takes (its own, and other probers' on the same topic).
+const PROBE_PULL_MESSAGES_MAX: u32 = 100;
+/// The longest a probe's pull waits, so that a lost message is noticed near its deadline.
+const PROBE_PULL_WAIT_MS_MAX: u32 = 1_000;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Objectives {
@@ -150,9 +155,9 @@ async fn publish_and_receive(
         if left.is_zero() {
             return Err(format!("the probe's message was not delivered within {wait:?}"));
         }
-        let wait_ms = left.as_millis().min(1_000) as u32;
+        let wait_ms = left.as_millis().min(PROBE_PULL_WAIT_MS_MAX.into()) as u32;
         let messages = client
-            .pull(subscription, 100, wait_ms.max(1))
+            .pull(subscription, PROBE_PULL_MESSAGES_MAX, wait_ms.max(1))
             .await
             .map_err(|error| format!("pulling {subscription}: {error}"))?;
         let received = Instant::now();

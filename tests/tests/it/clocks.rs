@@ -146,15 +146,7 @@ fn wall_clocks_that_disagree_and_jump_change_nothing_safe_and_leases_run_on_the_
 
     let checker = load.checker.clone();
     let outcomes = load.finish(DRAIN_TIMEOUT);
-    let verdict = &outcomes.verdict;
-    eprintln!(
-        "clocks: {} publishes acknowledged, {} distinct delivered, {} duplicates, lost {}, unexpected {}",
-        verdict.acknowledged,
-        verdict.delivered_distinct,
-        verdict.duplicates,
-        verdict.lost.len(),
-        verdict.unexpected.len()
-    );
+    outcomes.report("clocks");
     outcomes.assert_safe(&checker, || cluster.logs());
 }
 

@@ -60,21 +60,7 @@ fn killing_a_topics_leader_under_load_loses_no_acknowledged_publish_or_acknowled
     std::thread::sleep(Duration::from_millis(500));
     let checker = load.checker.clone();
     let outcomes = load.finish(DRAIN_TIMEOUT);
-    let verdict = &outcomes.verdict;
-    eprintln!(
-        "replication: {kills} leaders killed, {} publishes acknowledged, {} distinct delivered, {} duplicates \
-         ({} flagged as redeliveries), {} indeterminate publishes recovered, lost {}, unexpected {}; \
-         {} deliveries acknowledged and confirmed, {} of them delivered again after",
-        verdict.acknowledged,
-        verdict.delivered_distinct,
-        verdict.duplicates,
-        verdict.redeliveries_reported_by_server,
-        verdict.recovered,
-        verdict.lost.len(),
-        verdict.unexpected.len(),
-        outcomes.confirmed,
-        outcomes.delivered_after_ack.len()
-    );
+    outcomes.report(&format!("replication: {kills} leaders killed"));
     outcomes.assert_safe(&checker, || cluster.logs());
     replicas_are_shown_and_catch_up(&cluster, "replicated");
 }
@@ -377,15 +363,7 @@ fn a_stale_follower_and_a_restarted_leader_form_a_majority_that_loses_nothing_ac
     std::thread::sleep(Duration::from_secs(1));
     let checker = load.checker.clone();
     let outcomes = load.finish(DRAIN_TIMEOUT);
-    let verdict = &outcomes.verdict;
-    eprintln!(
-        "T10: {} publishes acknowledged, {} distinct delivered, {} duplicates, lost {}, unexpected {}",
-        verdict.acknowledged,
-        verdict.delivered_distinct,
-        verdict.duplicates,
-        verdict.lost.len(),
-        verdict.unexpected.len()
-    );
+    outcomes.report("T10");
     outcomes.assert_safe(&checker, || cluster.logs());
     replicas_are_shown_and_catch_up(&cluster, "stale");
 }

@@ -232,14 +232,7 @@ async fn streaming_pull<D: DataPlane>(
         }
         Err(status) => return Err(status.into()),
     };
-    // An empty first batch tells the client the stream is taken (a refusal is an error).
-    let accepted = ringpost_wire::encode_frame(
-        header.command,
-        FLAG_RESPONSE | FLAG_MORE,
-        header.request_id,
-        &PullResponse::default(),
-    );
-    if !responder.send_more(accepted, None).await {
+    if !responder.send_more(stream_accepted(header), None).await {
         return Ok(respond(header, &PullResponse::default()).into());
     }
     while let Some(delivery) = stream.next(responder).await? {
@@ -251,6 +244,16 @@ async fn streaming_pull<D: DataPlane>(
     }
     drop(stream);
     Ok(respond(header, &PullResponse::default()).into())
+}
+
+/// An empty first batch: it tells the client its stream is taken (a refusal is an error).
+pub fn stream_accepted(header: &FrameHeader) -> FrameBuffer {
+    ringpost_wire::encode_frame(
+        header.command,
+        FLAG_RESPONSE | FLAG_MORE,
+        header.request_id,
+        &PullResponse::default(),
+    )
 }
 
 /// An acknowledgement, unchecked: for tests that drive the data plane through its protocol.

@@ -199,14 +199,8 @@ impl Relay {
             }
         };
         let end = || Ok(Some(super::server::respond(header, &PullResponse::default()).into()));
-        // An empty first batch tells the client the stream is taken, as the leader told us.
-        let accepted = ringpost_wire::encode_frame(
-            header.command,
-            FLAG_RESPONSE | FLAG_MORE,
-            header.request_id,
-            &PullResponse::default(),
-        );
-        if !responder.send_more(accepted, None).await {
+        // The client hears its stream is taken once the leader has taken it.
+        if !responder.send_more(super::forwarder::stream_accepted(header), None).await {
             return end();
         }
         loop {
