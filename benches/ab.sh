@@ -6,6 +6,8 @@
 #
 #   benches/ab.sh BASE_BENCH_BIN NEW_BENCH_BIN           three pairs, QUICK sizes
 #   PAIRS=5 QUICK=0 ONLY="W1 W2" benches/ab.sh A B       more pairs, full sizes, fewer workloads
+#   B_ARGS="--scrape-every 1000" benches/ab.sh BIN BIN    one build, B with more options (here:
+#                                                         /metrics read every second)
 #
 # Build the base in a worktree of the base commit: git worktree add /tmp/base <commit> &&
 # (cd /tmp/base && cargo build --release -p ringpost-tools).
@@ -20,9 +22,9 @@ OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-ab.XXXXXX")}
 mkdir -p "$OUT"
 for pair in $(seq 1 "$PAIRS"); do
   for side in A B; do
-    if [ "$side" = A ]; then bin=$BASE; else bin=$NEW; fi
-    echo "== pair $pair, $side ($bin)"
-    BENCH_BIN=$bin OUT="$OUT/$pair$side" bash "$HERE/run.sh" >"$OUT/$pair$side.txt" 2>&1 || true
+    if [ "$side" = A ]; then bin=$BASE; args=${A_ARGS:-}; else bin=$NEW; args=${B_ARGS:-}; fi
+    echo "== pair $pair, $side ($bin $args)"
+    BENCH_BIN=$bin BENCH_ARGS=$args OUT="$OUT/$pair$side" bash "$HERE/run.sh" >"$OUT/$pair$side.txt" 2>&1 || true
   done
 done
 python3 - "$OUT" "$PAIRS" <<'PY'

@@ -12,6 +12,7 @@
 #   ONLY="W1 W2" benches/run.sh   only the Ringpost workloads whose labels start so (no W4
 #                             memory, no NATS, no disk ceilings): what benches/ab.sh runs
 #   BENCH_BIN=path benches/run.sh   that ringpost-bench instead of building this tree's
+#   BENCH_ARGS="--scrape-every 1000" benches/run.sh   more options for every Ringpost workload
 #
 # The workloads run one after the other, never at once, with a sync and a pause between them so
 # that one's write-back does not land in the next. Every Ringpost run checks each delivery
@@ -26,6 +27,7 @@ NATS=${NATS:-1}
 NATS_RUN=${NATS_RUN:-}
 ONLY=${ONLY:-}
 BENCH_BIN=${BENCH_BIN:-}
+BENCH_ARGS=${BENCH_ARGS:-}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-bench.XXXXXX")}
 # The daemon's scratch data directories go here: /tmp is often a tmpfs, whose fdatasync is free.
 # DATA_PARENT=/dev/shm measures the CPU path alone (tmpfs: no O_DIRECT, fdatasync free), for an
@@ -76,7 +78,9 @@ ringpost() { # label, ringpost-bench workload arguments...
   local label=$1; shift
   selected "$label" || return 0
   local started=$SECONDS
-  if "$BIN" --embedded "$@" --json "$OUT/$label.json" --latency-plot "$OUT/$label.svg" \
+  # BENCH_ARGS is split into words on purpose: it holds options.
+  # shellcheck disable=SC2086
+  if "$BIN" --embedded $BENCH_ARGS "$@" --json "$OUT/$label.json" --latency-plot "$OUT/$label.svg" \
       >"$OUT/$label.txt" 2>"$OUT/$label.log"; then
     echo "   $label: done in $((SECONDS - started)) s"
   else

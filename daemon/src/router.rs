@@ -1188,15 +1188,13 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
-    /// The requests each shard of this node answered: the router's (`u32::MAX`), then each
-    /// forwarder's, by its index.
-    pub async fn request_figures(
-        &self,
-    ) -> Result<Vec<(u32, Vec<crate::metrics::requests::CommandFigures>)>, Status> {
-        let mut figures = vec![(u32::MAX, crate::metrics::requests::snapshot())];
+    /// Each shard's figures for a scrape: the router's (`u32::MAX`), then each forwarder's, by
+    /// its index.
+    pub async fn shard_figures(&self) -> Result<Vec<(u32, crate::metrics::shard::ShardFigures)>, Status> {
+        let mut figures = vec![(u32::MAX, crate::metrics::shard::snapshot())];
         for (index, forwarder) in self.forwarders.iter().enumerate() {
-            if let ControlOk::Requests(commands) = forwarder.call(ControlRequest::Requests).await? {
-                figures.push((index as u32, commands));
+            if let ControlOk::Requests(shard) = forwarder.call(ControlRequest::Requests).await? {
+                figures.push((index as u32, shard));
             }
         }
         Ok(figures)

@@ -54,7 +54,16 @@ pub struct SubscriptionStats {
     /// Messages delivered whose lease has not ended.
     pub outstanding_messages: u64,
     pub delivered_total: u64,
+    /// Deliveries after a message's first (after a nack or an expired lease).
+    pub redelivered_total: u64,
+    pub acked_total: u64,
     pub expired_total: u64,
+    /// Messages published to the dead-letter topic.
+    pub dead_lettered_total: u64,
+    /// Bytes of the topic's log from the oldest unacknowledged message on, as stored.
+    pub backlog_bytes: u64,
+    /// Streaming pulls open on it.
+    pub open_streams: u64,
     /// Age of the oldest unacknowledged message; 0 when there is none.
     pub oldest_unacked_age_ms: u64,
     /// Time since the subscription was last pulled from or acknowledged (or since start).
@@ -76,6 +85,9 @@ pub struct TopicStats {
     pub disk_bytes: u64,
     /// Messages published per second over the last few seconds.
     pub published_per_second: u64,
+    /// Messages and their bytes (as stored) published since the shard took the topic.
+    pub published_messages_total: u64,
+    pub published_bytes_total: u64,
     pub subscriptions: Vec<SubscriptionStats>,
     /// Its replica's part when the topic is replicated across nodes; `None` for a topic of
     /// one replica.

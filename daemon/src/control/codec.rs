@@ -311,20 +311,9 @@ impl ControlOk {
                     encode_topic_stats(&mut encoder, topic);
                 }
             }
-            ControlOk::Requests(commands) => {
+            ControlOk::Requests(figures) => {
                 encoder = Encoder::new(OK_REQUESTS);
-                encoder.u32(commands.len() as u32);
-                for command in commands {
-                    encoder.u32(command.command as u32).u32(command.codes.len() as u32);
-                    for (code, count) in &command.codes {
-                        encoder.u32(*code as u32).u64(*count);
-                    }
-                    encoder.u32(command.duration_buckets.len() as u32);
-                    for count in &command.duration_buckets {
-                        encoder.u64(*count);
-                    }
-                    encoder.u64(command.duration_sum_us);
-                }
+                encode_shard_figures(&mut encoder, figures);
             }
             ControlOk::Resynced { logs, batches } => {
                 encoder = Encoder::new(OK_RESYNCED);
@@ -371,15 +360,7 @@ impl ControlOk {
                 Ok(ControlOk::Stats(shard, topics))
             })?,
             OK_REQUESTS => fields("control reply Requests", decoder, |decoder| {
-                let commands = decode_list(decoder, |decoder| {
-                    Ok(crate::metrics::requests::CommandFigures {
-                        command: decoder.u32()? as u16,
-                        codes: decode_list(decoder, |decoder| Ok((decoder.u32()? as u16, decoder.u64()?)))?,
-                        duration_buckets: decode_list(decoder, |decoder| decoder.u64())?,
-                        duration_sum_us: decoder.u64()?,
-                    })
-                })?;
-                Ok(ControlOk::Requests(commands))
+                Ok(ControlOk::Requests(decode_shard_figures(decoder)?))
             })?,
             OK_RESYNCED => fields("control reply Resynced", decoder, |decoder| {
                 Ok(ControlOk::Resynced { logs: decoder.u64()?, batches: decoder.u64()? })
@@ -521,6 +502,8 @@ fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats) {
         .u64(topic.end_offset)
         .u64(topic.disk_bytes)
         .u64(topic.published_per_second)
+        .u64(topic.published_messages_total)
+        .u64(topic.published_bytes_total)
         .u32(topic.subscriptions.len() as u32);
     for subscription in &topic.subscriptions {
         encoder
@@ -532,7 +515,12 @@ fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats) {
             .u64(subscription.oldest_unacked_age_ms)
             .u64(subscription.idle_ms)
             .u64(subscription.delivered_per_second)
-            .u64(subscription.acked_per_second);
+            .u64(subscription.acked_per_second)
+            .u64(subscription.redelivered_total)
+            .u64(subscription.acked_total)
+            .u64(subscription.dead_lettered_total)
+            .u64(subscription.backlog_bytes)
+            .u64(subscription.open_streams);
     }
     encoder.bool(topic.replication.is_some());
     if let Some(replica) = &topic.replication {
@@ -589,6 +577,8 @@ fn decode_topic_stats(decoder: &mut Decoder) -> DecodeResult<TopicStats> {
         end_offset: decoder.u64()?,
         disk_bytes: decoder.u64()?,
         published_per_second: decoder.u64()?,
+        published_messages_total: decoder.u64()?,
+        published_bytes_total: decoder.u64()?,
         subscriptions: decode_list(decoder, |decoder| {
             Ok(SubscriptionStats {
                 name: decoder.str()?,
@@ -600,9 +590,78 @@ fn decode_topic_stats(decoder: &mut Decoder) -> DecodeResult<TopicStats> {
                 idle_ms: decoder.u64()?,
                 delivered_per_second: decoder.u64()?,
                 acked_per_second: decoder.u64()?,
+                redelivered_total: decoder.u64()?,
+                acked_total: decoder.u64()?,
+                dead_lettered_total: decoder.u64()?,
+                backlog_bytes: decoder.u64()?,
+                open_streams: decoder.u64()?,
             })
         })?,
         replication: decode_replica_stats(decoder)?,
+    })
+}
+
+fn encode_histogram(encoder: &mut Encoder, histogram: &crate::metrics::histogram::DurationHistogram) {
+    encoder.u32(histogram.buckets.len() as u32);
+    for count in &histogram.buckets {
+        encoder.u64(*count);
+    }
+    encoder.u64(histogram.sum_us);
+}
+
+fn decode_histogram(decoder: &mut Decoder) -> DecodeResult<crate::metrics::histogram::DurationHistogram> {
+    let buckets = decode_list(decoder, |decoder| decoder.u64())?;
+    if !buckets.is_empty() && buckets.len() != crate::metrics::histogram::DURATION_BUCKETS + 1 {
+        return Err("a histogram with other buckets than DURATION_BUCKETS_US");
+    }
+    Ok(crate::metrics::histogram::DurationHistogram { buckets, sum_us: decoder.u64()? })
+}
+
+fn encode_shard_figures(encoder: &mut Encoder, figures: &crate::metrics::shard::ShardFigures) {
+    encoder.u32(figures.commands.len() as u32);
+    for command in &figures.commands {
+        encoder.u32(command.command as u32).u32(command.codes.len() as u32);
+        for (code, count) in &command.codes {
+            encoder.u32(*code as u32).u64(*count);
+        }
+        encode_histogram(encoder, &command.duration);
+    }
+    encode_histogram(encoder, &figures.publish_ack);
+    encode_histogram(encoder, &figures.commit);
+    encode_histogram(encoder, &figures.delivery);
+    encoder.u32(figures.directories.len() as u32);
+    for directory in &figures.directories {
+        encoder.u32(directory.copy);
+        encode_histogram(encoder, &directory.writes);
+        encode_histogram(encoder, &directory.syncs);
+        encoder.u64(directory.written_bytes).u64(directory.write_errors);
+    }
+    encoder.u64(figures.connections);
+}
+
+fn decode_shard_figures(decoder: &mut Decoder) -> DecodeResult<crate::metrics::shard::ShardFigures> {
+    let commands = decode_list(decoder, |decoder| {
+        Ok(crate::metrics::requests::CommandFigures {
+            command: decoder.u32()? as u16,
+            codes: decode_list(decoder, |decoder| Ok((decoder.u32()? as u16, decoder.u64()?)))?,
+            duration: decode_histogram(decoder)?,
+        })
+    })?;
+    Ok(crate::metrics::shard::ShardFigures {
+        commands,
+        publish_ack: decode_histogram(decoder)?,
+        commit: decode_histogram(decoder)?,
+        delivery: decode_histogram(decoder)?,
+        directories: decode_list(decoder, |decoder| {
+            Ok(crate::metrics::shard::DirectoryFigures {
+                copy: decoder.u32()?,
+                writes: decode_histogram(decoder)?,
+                syncs: decode_histogram(decoder)?,
+                written_bytes: decoder.u64()?,
+                write_errors: decoder.u64()?,
+            })
+        })?,
+        connections: decoder.u64()?,
     })
 }
 
@@ -767,6 +826,8 @@ mod tests {
             end_offset: 1000,
             disk_bytes: 1 << 20,
             published_per_second: 250,
+            published_messages_total: 990,
+            published_bytes_total: 99_000,
             subscriptions: (0..subscriptions as u64)
                 .map(|index| SubscriptionStats {
                     name: format!("projects/p/subscriptions/s{index}"),
@@ -778,6 +839,11 @@ mod tests {
                     idle_ms: index + 6,
                     delivered_per_second: index + 7,
                     acked_per_second: index + 8,
+                    redelivered_total: index + 9,
+                    acked_total: index + 10,
+                    dead_lettered_total: index + 11,
+                    backlog_bytes: index + 12,
+                    open_streams: index + 13,
                 })
                 .collect(),
             replication: (subscriptions > 0).then(|| ReplicaStats {
@@ -812,19 +878,40 @@ mod tests {
             ControlOk::Resynced { logs: 4, batches: 96 },
             ControlOk::Fenced { last_epoch: 3, durable_end: 1_000 },
             ControlOk::Topics(vec![1, 2, 3]),
-            ControlOk::Requests(vec![
-                crate::metrics::requests::CommandFigures {
-                    command: 6,
-                    codes: vec![(0, 41), (14, 2)],
-                    duration_buckets: (0..21).collect(),
-                    duration_sum_us: 123_456,
+            ControlOk::Requests(crate::metrics::shard::ShardFigures {
+                commands: vec![
+                    crate::metrics::requests::CommandFigures {
+                        command: 6,
+                        codes: vec![(0, 41), (14, 2)],
+                        duration: crate::metrics::histogram::DurationHistogram {
+                            buckets: (0..25).collect(),
+                            sum_us: 123_456,
+                        },
+                    },
+                    crate::metrics::requests::CommandFigures {
+                        command: 9,
+                        codes: vec![(100, 1)],
+                        ..Default::default()
+                    },
+                ],
+                publish_ack: crate::metrics::histogram::DurationHistogram {
+                    buckets: (100..125).collect(),
+                    sum_us: 7,
                 },
-                crate::metrics::requests::CommandFigures {
-                    command: 9,
-                    codes: vec![(100, 1)],
+                directories: vec![crate::metrics::shard::DirectoryFigures {
+                    copy: 2,
+                    written_bytes: 4096,
+                    write_errors: 1,
+                    syncs: crate::metrics::histogram::DurationHistogram {
+                        buckets: (200..225).collect(),
+                        sum_us: 9,
+                    },
                     ..Default::default()
-                },
-            ]),
+                }],
+                connections: 12,
+                ..Default::default()
+            }),
+            ControlOk::Requests(crate::metrics::shard::ShardFigures::default()),
             ControlOk::Progress(crate::control::ReplicaProgress {
                 leader: true,
                 epoch: 4,

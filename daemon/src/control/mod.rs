@@ -146,7 +146,7 @@ pub enum ControlOk {
     Done,
     SubscriptionStart(u64),
     Stats(crate::api::stats::ShardStats, Vec<crate::api::stats::TopicStats>),
-    Requests(Vec<crate::metrics::requests::CommandFigures>),
+    Requests(crate::metrics::shard::ShardFigures),
     Resynced {
         logs: u64,
         batches: u64,

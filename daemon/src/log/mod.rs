@@ -626,10 +626,26 @@ fn spawn_writes<F: StorageFile>(
     buffer: &Rc<F::Buffer>,
     position: u64,
 ) -> Writing<F> {
-    let files: Vec<Rc<F>> = targets.iter().map(|(_, file)| file.clone()).collect();
+    let files: Vec<(usize, Rc<F>)> = targets.to_vec();
     let buffer = buffer.clone();
     let task = crate::runtime::spawn(async move {
-        join_all(files.iter().map(|file| file.write_at(buffer.clone(), position)).collect()).await
+        let bytes = buffer.bytes().len() as u64;
+        join_all(
+            files
+                .iter()
+                .map(|(copy, file)| {
+                    let buffer = buffer.clone();
+                    async move {
+                        let started = crate::runtime::now();
+                        let written = file.write_at(buffer, position).await;
+                        let took = crate::runtime::now().saturating_duration_since(started);
+                        crate::metrics::shard::record_write(*copy, bytes, took, written.is_ok());
+                        written
+                    }
+                })
+                .collect(),
+        )
+        .await
     });
     Writing { targets: targets.to_vec(), task, issued: crate::runtime::now() }
 }
@@ -2156,11 +2172,15 @@ impl<S: Storage> Log<S> {
         let syncs = join_all(
             written
                 .iter()
-                .map(|(_, file)| async move {
+                .map(|(copy, file)| async move {
                     if file.writes_are_durable() {
                         Ok(())
                     } else {
-                        file.sync_data().await
+                        let started = crate::runtime::now();
+                        let synced = file.sync_data().await;
+                        let took = crate::runtime::now().saturating_duration_since(started);
+                        crate::metrics::shard::record_sync(*copy, took);
+                        synced
                     }
                 })
                 .collect(),
@@ -3659,6 +3679,26 @@ impl<S: Storage> Log<S> {
     /// deletes what no one needs any more, so that the next roll finds a file to recycle.
     pub fn take_rolled(&self) -> bool {
         std::mem::take(&mut self.inner.borrow_mut().rolled)
+    }
+
+    /// Bytes of the durable batches from the one holding `offset` to the log's end, as stored
+    /// (headers and checksums included): what a reader starting at `offset` has left to read.
+    pub fn bytes_from(&self, offset: u64) -> u64 {
+        let inner = self.inner.borrow();
+        let mut bytes = 0;
+        for segment in inner.segments.iter().rev() {
+            let Some(first) = segment.batches.first() else { continue };
+            if segment.base_offset > offset || first.header.base_offset > offset {
+                bytes += segment.write_position - first.position;
+                continue;
+            }
+            let holding = segment.batches.partition_point(|batch| batch.header.end_offset() <= offset);
+            if let Some(batch) = segment.batches.get(holding) {
+                bytes += segment.write_position - batch.position;
+            }
+            break;
+        }
+        bytes
     }
 
     /// Bytes of segment files (allocated capacity) of one copy, a recycled one included.

@@ -155,6 +155,28 @@ fn append_read_and_reopen() {
     });
 }
 
+/// What a reader has left to read, across the segments a small log rolled through.
+#[test]
+fn bytes_from_an_offset_run_to_the_logs_end() {
+    run(async {
+        let disk = SimDisk::new();
+        let (log, _) = open(&disk, &directories(1), small_config()).await.unwrap();
+        assert_eq!(log.bytes_from(0), 0, "an empty log has nothing to read");
+        append_many(&log, 0, 500).await;
+        let whole = log.bytes_from(0);
+        assert!(whole >= 500 * payload(0).len() as u64, "{whole}");
+        // Each append here is a batch of one: the bytes fall by one batch per offset.
+        let mut previous = whole;
+        for offset in [1, 100, 250, 499] {
+            let left = log.bytes_from(offset);
+            assert!(left < previous, "{offset}: {left} of {previous}");
+            previous = left;
+        }
+        assert_eq!(log.bytes_from(500), 0);
+        assert_eq!(log.bytes_from(u64::MAX), 0);
+    });
+}
+
 #[test]
 fn concurrent_appends_share_commits() {
     for_each_seed("concurrent_appends_share_commits", |disk, _seed| async move {

@@ -108,12 +108,14 @@ thread_local! {
 /// Records on this shard a publish that started at `started`.
 pub fn record_publish(started: Instant) {
     let now = crate::runtime::now();
+    super::shard::record_publish_ack(now - started);
     SHARD_LATENCIES.with(|latencies| latencies.borrow_mut().publish.record(now - started, now));
 }
 
 /// Records on this shard a commit whose write was issued at `issued`.
 pub fn record_commit(issued: Instant) {
     let now = crate::runtime::now();
+    super::shard::record_commit(now - issued);
     SHARD_LATENCIES.with(|latencies| latencies.borrow_mut().commit.record(now - issued, now));
 }
 

@@ -39,6 +39,8 @@ impl<S: Storage> DataPlane for Forwarder<S> {
             },
         )?;
         crate::metrics::latency::record_publish(started);
+        topic.published_messages_total.set(topic.published_messages_total.get() + count as u64);
+        topic.published_bytes_total.set(topic.published_bytes_total.get() + encoded_bytes as u64);
         Ok(ids)
     }
 

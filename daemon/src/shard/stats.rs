@@ -56,15 +56,20 @@ impl<S: Storage> Forwarder<S> {
             let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().clone();
             let mut subscriptions = Vec::with_capacity(entries.len());
             for entry in entries {
-                let (floor, backlog, outstanding, delivered_total, expired_total) = {
+                let (floor, backlog, outstanding, open_streams) = {
                     let state = entry.state.borrow();
-                    (
-                        state.ack_floor(),
-                        state.backlog(end),
-                        state.outstanding(),
-                        state.delivered_total,
-                        state.expired_total,
-                    )
+                    (state.ack_floor(), state.backlog(end), state.outstanding(), state.stream_count())
+                };
+                let counted = {
+                    let state = entry.state.borrow();
+                    SubscriptionStats {
+                        delivered_total: state.delivered_total,
+                        redelivered_total: state.redelivered_total,
+                        acked_total: state.acked_total,
+                        expired_total: state.expired_total,
+                        dead_lettered_total: state.dead_lettered_total,
+                        ..SubscriptionStats::default()
+                    }
                 };
                 let oldest_unacked_age_ms = if floor < end {
                     match topic.log.read(floor, 1, usize::MAX).await {
@@ -76,11 +81,8 @@ impl<S: Storage> Forwarder<S> {
                 } else {
                     0
                 };
-                let idle_ms = if entry.state.borrow().stream_count() > 0 {
-                    0
-                } else {
-                    now_ms.saturating_sub(entry.last_activity_ms.get())
-                };
+                let idle_ms =
+                    if open_streams > 0 { 0 } else { now_ms.saturating_sub(entry.last_activity_ms.get()) };
                 subscriptions.push(SubscriptionStats {
                     idle_ms,
                     delivered_per_second: entry
@@ -91,9 +93,10 @@ impl<S: Storage> Forwarder<S> {
                     name: entry.name.to_string(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,
-                    delivered_total,
-                    expired_total,
+                    backlog_bytes: if floor < end { topic.log.bytes_from(floor) } else { 0 },
+                    open_streams: open_streams as u64,
                     oldest_unacked_age_ms,
+                    ..counted
                 });
             }
             out.push(TopicStats {
@@ -103,6 +106,8 @@ impl<S: Storage> Forwarder<S> {
                 end_offset: end,
                 disk_bytes: topic.log.disk_bytes(),
                 published_per_second: topic.published.borrow().per_second(&self.activity.rate_ticks.borrow()),
+                published_messages_total: topic.published_messages_total.get(),
+                published_bytes_total: topic.published_bytes_total.get(),
                 subscriptions,
                 replication: self.replica_stats(&topic),
             });

@@ -153,6 +153,7 @@ async fn dead_letter<T: MessageSource + AckJournal>(
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&done) };
     topic.record(&entry).await.map_err(|e| e.to_string())?;
     let mut state = subscription.state.borrow_mut();
+    state.dead_lettered_total += done.len() as u64;
     for offset in done {
         state.apply_ack(offset);
     }

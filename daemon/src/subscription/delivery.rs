@@ -65,6 +65,10 @@ pub async fn read<T: MessageSource + AckJournal>(
     if chosen.messages.is_empty() {
         return Ok(None);
     }
+    let now_ms = crate::runtime::wall_ms();
+    for message in chosen.messages.iter().filter(|message| message.delivery_attempt == 1) {
+        crate::metrics::shard::record_delivery(now_ms.saturating_sub(message.publish_time_ms));
+    }
     Ok(Some(Delivery {
         batches: holding(batches, &chosen.messages),
         messages: renumbered(chosen.messages),

@@ -327,8 +327,12 @@ pub struct SubscriptionState {
     pub policy: DeliveryPolicy,
     /// Counters for stats.
     pub delivered_total: u64,
+    /// Deliveries after the first of the same message (after a nack or an expired lease).
+    pub redelivered_total: u64,
     pub acked_total: u64,
     pub expired_total: u64,
+    /// Messages published to the dead-letter topic (and acknowledged here).
+    pub dead_lettered_total: u64,
 }
 
 /// What a subscription has out or waiting: leases and their deadlines, redeliveries, retry
@@ -446,8 +450,10 @@ impl SubscriptionState {
             ack_deadline,
             policy: DeliveryPolicy::default(),
             delivered_total: 0,
+            redelivered_total: 0,
             acked_total: 0,
             expired_total: 0,
+            dead_lettered_total: 0,
         }
     }
 
@@ -814,13 +820,20 @@ impl SubscriptionState {
         in_flight.deadlines.push(Reverse((deadline, offset, generation)));
         let attempt = in_flight.attempts.get(offset).copied().unwrap_or(0) + 1;
         in_flight.attempts.insert(offset, attempt);
+        if attempt > 1 {
+            self.redelivered_total += 1;
+        }
         Delivery { offset, attempt, generation }
     }
 
     /// Gives back a delivery that never reached the subscriber (its response did not fit).
     pub fn release(&mut self, delivery: Delivery) {
+        let attempt = delivery.attempt;
         if self.in_flight.as_deref_mut().is_some_and(|in_flight| in_flight.release(delivery)) {
             self.delivered_total -= 1;
+            if attempt > 1 {
+                self.redelivered_total -= 1;
+            }
         }
     }
 

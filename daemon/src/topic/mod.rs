@@ -35,6 +35,9 @@ pub struct TopicState<S: Storage> {
     /// Topic message retention; 0 when not set. A cell: an update changes it in place.
     pub retention_seconds: Cell<u64>,
     pub published: RefCell<RateWindow>,
+    /// Messages and their bytes (as stored) published since this shard took the topic.
+    pub published_messages_total: Cell<u64>,
+    pub published_bytes_total: Cell<u64>,
     /// Whether the journal's reserve segment was made while the journal was closed (an open
     /// journal's log keeps track of its own): see `reserve_journal_space`.
     pub journal_reserve: Cell<JournalReserve>,

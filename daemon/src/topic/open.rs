@@ -189,6 +189,8 @@ impl<S: Storage> TopicStore<S> {
             subscriptions: RefCell::default(),
             retention_seconds: Cell::new(retention_seconds),
             published: RefCell::default(),
+            published_messages_total: Cell::new(0),
+            published_bytes_total: Cell::new(0),
             journal_reserve: Cell::new(JournalReserve::Untried),
             reserve_done: Notify::new(),
             deleted: Cell::new(false),

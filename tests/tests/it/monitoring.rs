@@ -5,6 +5,7 @@
 //! and `/readyz` without a quorum of directories are checked in `disks.rs`.)
 
 use ringpost_client::{block_on, Message};
+use ringpost_tests::grpc::{pubsub, topic_path, Grpc};
 use ringpost_tests::scrape::{http_get, http_request, Scrape};
 use ringpost_tests::{create_subscription, Daemon};
 use std::time::Duration;
@@ -17,7 +18,11 @@ fn scrape(address: &str) -> Scrape {
 
 #[test]
 fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catches_up() {
-    let daemon = Daemon::start_with("monitoring", vec![], vec!["--http-listen".into(), "127.0.0.1:0".into()]);
+    let daemon = Daemon::start_with(
+        "monitoring",
+        vec![],
+        ["--http-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
     let http = daemon.http_address.clone().expect("the ready file names the monitoring endpoint");
     assert_eq!(http_get(&http, "/healthz"), (200, "ok\n".to_owned()));
     assert_eq!(http_get(&http, "/readyz"), (200, "ready\n".to_owned()));
@@ -37,6 +42,16 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
     // A request refused: its status is counted too.
     let missing = block_on(client.publish("no-such-topic", vec![Message::new("x")]));
     assert_eq!(missing.unwrap_err().code(), ringpost_client::ErrorCode::NotFound);
+    // The gRPC API's calls are counted beside them, under the same command names; its
+    // connection stays open for the scrape.
+    let grpc = Grpc::connect(daemon.grpc_address.as_deref().expect("the gRPC API serves"));
+    grpc.publish(pubsub::PublishRequest {
+        topic: topic_path("monitored"),
+        messages: vec![pubsub::PubsubMessage { data: b"by grpc".to_vec().into(), ..Default::default() }],
+    })
+    .unwrap();
+    let absent = grpc.get_topic(pubsub::GetTopicRequest { topic: topic_path("absent") }).unwrap_err();
+    assert_eq!(absent.code(), tonic::Code::NotFound);
     std::thread::sleep(Duration::from_millis(1100));
 
     let first = scrape(&http);
@@ -61,6 +76,21 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
         ("ringpost_metrics_subscriptions_omitted", "gauge"),
         ("ringpost_requests", "counter"),
         ("ringpost_request_duration_seconds", "histogram"),
+        ("ringpost_publish_ack_latency_seconds", "histogram"),
+        ("ringpost_commit_latency_seconds", "histogram"),
+        ("ringpost_delivery_latency_seconds", "histogram"),
+        ("ringpost_data_directory_write_latency_seconds", "histogram"),
+        ("ringpost_data_directory_sync_latency_seconds", "histogram"),
+        ("ringpost_data_directory_written_bytes", "counter"),
+        ("ringpost_data_directory_write_errors", "counter"),
+        ("ringpost_connections", "gauge"),
+        ("ringpost_topic_published_messages", "counter"),
+        ("ringpost_topic_published_bytes", "counter"),
+        ("ringpost_subscription_backlog_bytes", "gauge"),
+        ("ringpost_subscription_redelivered_messages", "counter"),
+        ("ringpost_subscription_acknowledged_messages", "counter"),
+        ("ringpost_subscription_dead_lettered_messages", "counter"),
+        ("ringpost_subscription_open_streams", "gauge"),
     ] {
         assert_eq!(first.type_of(family), Some(kind), "{family} in {:?}", first.types);
     }
@@ -78,21 +108,56 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
             .map(|sample| sample.value)
             .sum()
     };
-    let publishes = total(&first, "ringpost_requests_total", &[("command", "publish"), ("code", "ok")]);
+    let native_publish = [("protocol", "native"), ("command", "publish")];
+    let publishes =
+        total(&first, "ringpost_requests_total", &[native_publish[0], native_publish[1], ("code", "ok")]);
     assert_eq!(publishes, 10.0, "ten publish requests answered ok");
-    let refused = total(&first, "ringpost_requests_total", &[("code", "not_found")]);
+    let refused = total(&first, "ringpost_requests_total", &[("protocol", "native"), ("code", "not_found")]);
     assert!(refused >= 1.0, "the refused publish's lookup was not counted");
-    let timed = total(&first, "ringpost_request_duration_seconds_count", &[("command", "publish")]);
+    let timed = total(&first, "ringpost_request_duration_seconds_count", &native_publish);
     assert_eq!(timed, 10.0);
-    let within_26s =
-        total(&first, "ringpost_request_duration_seconds_bucket", &[("command", "publish"), ("le", "+Inf")]);
-    assert_eq!(within_26s, 10.0);
+    let all_buckets = total(
+        &first,
+        "ringpost_request_duration_seconds_bucket",
+        &[native_publish[0], native_publish[1], ("le", "+Inf")],
+    );
+    assert_eq!(all_buckets, 10.0);
+    let grpc_publish = [("protocol", "grpc"), ("command", "publish"), ("code", "ok")];
+    assert_eq!(total(&first, "ringpost_requests_total", &grpc_publish), 1.0, "the gRPC publish");
+    let grpc_refused = [("protocol", "grpc"), ("command", "get_topic"), ("code", "not_found")];
+    assert_eq!(total(&first, "ringpost_requests_total", &grpc_refused), 1.0, "the gRPC lookup refused");
+    assert_eq!(
+        total(
+            &first,
+            "ringpost_request_duration_seconds_count",
+            &[("protocol", "grpc"), ("command", "publish")]
+        ),
+        1.0
+    );
+    assert!(total(&first, "ringpost_connections", &[("protocol", "grpc")]) >= 1.0, "the gRPC connection");
+    assert!(
+        total(&first, "ringpost_connections", &[("protocol", "native")]) >= 1.0,
+        "the client's connections"
+    );
+    // Each publish was timed on its shard, and each commit written to the data directory.
+    assert_eq!(total(&first, "ringpost_publish_ack_latency_seconds_count", &[]), 11.0);
+    assert!(total(&first, "ringpost_data_directory_write_latency_seconds_count", &[]) >= 11.0);
+    assert!(total(&first, "ringpost_data_directory_written_bytes_total", &[]) >= 101.0 * 2.0);
+    assert_eq!(total(&first, "ringpost_data_directory_write_errors_total", &[]), 0.0);
+    assert_eq!(
+        first.value("ringpost_topic_published_messages_total", &[("topic", "monitored")]),
+        Some(101.0)
+    );
+    assert!(
+        first.value("ringpost_topic_published_bytes_total", &[("topic", "monitored")]).unwrap() > 101.0 * 2.0
+    );
     let subscription = [("subscription", "monitored-sub"), ("topic", "monitored")];
-    assert_eq!(first.value("ringpost_subscription_num_undelivered_messages", &subscription), Some(100.0));
+    assert_eq!(first.value("ringpost_subscription_num_undelivered_messages", &subscription), Some(101.0));
+    assert!(first.value("ringpost_subscription_backlog_bytes", &subscription).unwrap() > 101.0 * 2.0);
     let oldest =
         first.value("ringpost_subscription_oldest_unacked_message_age_seconds", &subscription).unwrap();
     assert!(oldest >= 1.0, "the oldest unacknowledged message is {oldest} s old after 1.1 s");
-    assert_eq!(first.value("ringpost_topic_offsets_total", &[("topic", "monitored")]), Some(100.0));
+    assert_eq!(first.value("ringpost_topic_offsets_total", &[("topic", "monitored")]), Some(101.0));
     assert!(first.value("process_resident_memory_bytes", &[]).unwrap() > 0.0);
     // The shard that serves the topic measured its publishes; the other measured none.
     let p99 = first
@@ -110,11 +175,30 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
     // The subscriber falls further behind, then catches up.
     publish(50);
     let behind = scrape(&http);
-    assert_eq!(behind.value("ringpost_subscription_num_undelivered_messages", &subscription), Some(150.0));
+    assert_eq!(behind.value("ringpost_subscription_num_undelivered_messages", &subscription), Some(151.0));
+    // Ten delivered and given back: delivered again, and counted as redelivered.
+    let nacked = block_on(client.pull("monitored-sub", 10, 1000)).unwrap();
+    assert_eq!(nacked.len(), 10);
+    let ack_ids = nacked.iter().map(|message| message.ack_id.clone()).collect();
+    assert!(block_on(client.nack("monitored-sub", ack_ids)).unwrap().is_empty());
     let delivered = ringpost_tests::drain(&client, "monitored-sub", true);
-    assert_eq!(delivered.len(), 150);
+    assert_eq!(delivered.len(), 151);
     let caught_up = scrape(&http);
     assert_eq!(caught_up.value("ringpost_subscription_num_undelivered_messages", &subscription), Some(0.0));
+    assert_eq!(caught_up.value("ringpost_subscription_backlog_bytes", &subscription), Some(0.0));
+    assert_eq!(
+        caught_up.value("ringpost_subscription_redelivered_messages_total", &subscription),
+        Some(10.0)
+    );
+    assert_eq!(
+        caught_up.value("ringpost_subscription_acknowledged_messages_total", &subscription),
+        Some(151.0)
+    );
+    assert_eq!(
+        total(&caught_up, "ringpost_delivery_latency_seconds_count", &[]),
+        151.0,
+        "each message's first delivery"
+    );
     assert_eq!(
         caught_up.value("ringpost_subscription_oldest_unacked_message_age_seconds", &subscription),
         Some(0.0)
@@ -133,8 +217,8 @@ fn metrics_health_and_readiness_follow_a_subscriber_that_falls_behind_and_catche
         assert!(later.value >= sample.value, "{} went from {} to {}", sample.name, sample.value, later.value);
     }
     assert!(
-        caught_up.value("ringpost_subscription_delivered_messages_total", &subscription).unwrap() >= 150.0,
-        "150 delivered"
+        caught_up.value("ringpost_subscription_delivered_messages_total", &subscription).unwrap() >= 161.0,
+        "151 delivered, ten of them twice"
     );
 }
 
@@ -214,6 +298,30 @@ fn the_prober_measures_a_daemon_and_fails_fast_when_it_is_gone() {
     // Refused, or reset by a port still closing: either way said as Unavailable.
     assert!(error.starts_with("Unavailable:"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(10), "the prober took {:?} to fail", started.elapsed());
+}
+
+/// `ringpost-bench --scrape-every`: the load generator's embedded daemon serves its endpoint
+/// and is scraped while a workload runs, for the A/B of what scraping costs (benches/ab.sh with
+/// `B_ARGS`); without an embedded daemon it is a usage error.
+#[test]
+fn the_load_generator_scrapes_its_embedded_daemon_while_it_loads_it() {
+    let bench = ringpost_tests::binary("ringpost-bench");
+    let output = std::process::Command::new(&bench)
+        .args(["--embedded", "--scrape-every", "50", "publish", "--messages", "20000", "--batch", "10"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let scraped = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("scraped /metrics ")?.split(' ').next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the run did not say how often it scraped: {stderr}"));
+    assert!(scraped >= 1, "{stderr}");
+    let refused = std::process::Command::new(&bench)
+        .args(["--server", "127.0.0.1:1", "--scrape-every", "1000", "publish"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
 }
 
 /// `--version` on the three binaries, and the server's version in `ringpost stats`.

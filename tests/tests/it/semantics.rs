@@ -58,7 +58,8 @@ fn filters_deliver_only_matching_messages_and_acknowledge_the_rest() {
 
 #[test]
 fn exhausted_messages_go_to_the_dead_letter_topic_once() {
-    let daemon = Daemon::start("dead-letter");
+    let daemon =
+        Daemon::start_with("dead-letter", vec![], vec!["--http-listen".into(), "127.0.0.1:0".into()]);
     let client = daemon.client();
     block_on(client.create_topic("jobs")).unwrap();
     block_on(client.create_topic("jobs-dead")).unwrap();
@@ -95,6 +96,21 @@ fn exhausted_messages_go_to_the_dead_letter_topic_once() {
     assert!(
         block_on(client.pull("workers", 10, 1000)).unwrap().is_empty(),
         "dead-lettered means acknowledged here"
+    );
+    // What a monitoring system sees of it.
+    let (status, body) =
+        ringpost_tests::scrape::http_get(daemon.http_address.as_deref().unwrap(), "/metrics");
+    assert_eq!(status, 200, "{body}");
+    let scrape = ringpost_tests::scrape::Scrape::parse(&body);
+    let workers = [("subscription", "workers"), ("topic", "jobs")];
+    let counter = |name: &str| scrape.value(name, &workers);
+    assert_eq!(counter("ringpost_subscription_dead_lettered_messages_total"), Some(1.0));
+    assert_eq!(counter("ringpost_subscription_redelivered_messages_total"), Some(4.0), "attempts 2 to 5");
+    assert_eq!(counter("ringpost_subscription_acknowledged_messages_total"), Some(2.0));
+    assert_eq!(
+        scrape.value("ringpost_topic_published_messages_total", &[("topic", "jobs-dead")]),
+        Some(1.0),
+        "the dead letter is a publish to its topic"
     );
 }
 

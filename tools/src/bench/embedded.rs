@@ -1,8 +1,11 @@
 //! A daemon inside the benchmark process, for a one-command measurement.
 
 use super::Failure;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Scratch data directories are made here rather than under /tmp, which is often a tmpfs: a
 /// tmpfs has no real fdatasync and would make durable publishes look free.
@@ -43,6 +46,65 @@ impl Drop for ScratchDir {
     }
 }
 
+/// A thread that reads the daemon's `/metrics` at a fixed interval while a run loads it, as a
+/// Prometheus server would: for measuring what scraping costs the hot path.
+pub struct Scraper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(u64, u64), String>>>,
+}
+
+impl Scraper {
+    fn start(address: SocketAddr, every: Duration) -> Scraper {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut scrapes, mut bytes) = (0u64, 0u64);
+            while !stopping.load(Ordering::Relaxed) {
+                let started = std::time::Instant::now();
+                bytes += scrape(address)?;
+                scrapes += 1;
+                // Sleeps in short steps, so that a stop does not wait out a whole interval.
+                while started.elapsed() < every && !stopping.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10).min(every));
+                }
+            }
+            Ok((scrapes, bytes))
+        });
+        Scraper { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Scraper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(|thread| thread.join()) {
+            Some(Ok(Ok((scrapes, bytes)))) => {
+                crate::errln!("scraped /metrics {scrapes} times, {} bytes each", bytes / scrapes.max(1))
+            }
+            Some(Ok(Err(error))) => crate::errln!("warning: scraping /metrics stopped: {error}"),
+            _ => crate::errln!("warning: the scraping thread panicked"),
+        }
+    }
+}
+
+/// One GET of `/metrics`, read whole; its length.
+fn scrape(address: SocketAddr) -> Result<u64, String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))
+        .map_err(|error| format!("connecting to {address}: {error}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|error| error.to_string())?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .map_err(|error| format!("asking {address}: {error}"))?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).map_err(|error| format!("reading from {address}: {error}"))?;
+    if !response.starts_with(b"HTTP/1.1 200") {
+        let head = String::from_utf8_lossy(&response[..response.len().min(80)]).into_owned();
+        return Err(format!("{address} answered {head:?}"));
+    }
+    Ok(response.len() as u64)
+}
+
 /// A running in-process daemon and, unless the user named one, the scratch directory it uses.
 pub struct EmbeddedDaemon {
     /// The router's address, as a client connects to it.
@@ -50,7 +112,9 @@ pub struct EmbeddedDaemon {
     /// Where its gRPC API serves, when asked for.
     pub grpc_address: Option<String>,
     pub data_dir: PathBuf,
-    // Field order matters: the daemon is dropped before its scratch directory is removed.
+    // Field order matters: the scraper stops before the daemon, and the daemon is dropped
+    // before its scratch directory is removed.
+    _scraper: Option<Scraper>,
     _daemon: ringpost_daemon::Daemon,
     scratch: Option<ScratchDir>,
 }
@@ -58,7 +122,13 @@ pub struct EmbeddedDaemon {
 impl EmbeddedDaemon {
     /// Starts a daemon on ephemeral loopback ports, with one forwarder shard per core. With no
     /// `data_dir`, it gets a fresh directory under [`SCRATCH_PARENT`] that is removed on drop.
-    pub fn start(data_dir: Option<&Path>, grpc: bool) -> Result<EmbeddedDaemon, Failure> {
+    /// With `scrape_every`, it serves its monitoring endpoint and a thread scrapes it at that
+    /// interval until the daemon is dropped.
+    pub fn start(
+        data_dir: Option<&Path>,
+        grpc: bool,
+        scrape_every: Option<Duration>,
+    ) -> Result<EmbeddedDaemon, Failure> {
         let scratch = match data_dir {
             Some(_) => None,
             None => Some(ScratchDir::create(Path::new(SCRATCH_PARENT))?),
@@ -73,12 +143,23 @@ impl EmbeddedDaemon {
         if grpc {
             config.grpc.listen = Some(listen);
         }
+        if scrape_every.is_some() {
+            config.http_listen = Some(listen);
+        }
         let daemon = ringpost_daemon::start(config)
             .map_err(|error| Failure::runtime(format!("starting the embedded daemon: {error}")))?;
+        let scraper = match (scrape_every, daemon.http_address) {
+            (Some(every), Some(address)) => {
+                crate::errln!("scraping http://{address}/metrics every {} ms", every.as_millis());
+                Some(Scraper::start(address, every))
+            }
+            _ => None,
+        };
         Ok(EmbeddedDaemon {
             address: daemon.router_address.to_string(),
             grpc_address: daemon.grpc_address.map(|address| address.to_string()),
             data_dir,
+            _scraper: scraper,
             _daemon: daemon,
             scratch,
         })

@@ -17,16 +17,17 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The options `cli::hoist` takes from anywhere on the command line, as `ringpost` does.
-const GLOBAL_OPTIONS: [cli::GlobalOption; 5 + cli::SECURITY_OPTIONS.len()] = {
+const GLOBAL_OPTIONS: [cli::GlobalOption; 6 + cli::SECURITY_OPTIONS.len()] = {
     let mut options =
-        [cli::GlobalOption { name: "--server", takes_value: true }; 5 + cli::SECURITY_OPTIONS.len()];
+        [cli::GlobalOption { name: "--server", takes_value: true }; 6 + cli::SECURITY_OPTIONS.len()];
     options[1] = cli::GlobalOption { name: "--embedded", takes_value: false };
     options[2] = cli::GlobalOption { name: "--data-dir", takes_value: true };
     options[3] = cli::GlobalOption { name: "--grpc", takes_value: false };
     options[4] = cli::GlobalOption { name: "--grpc-server", takes_value: true };
+    options[5] = cli::GlobalOption { name: "--scrape-every", takes_value: true };
     let mut index = 0;
     while index < cli::SECURITY_OPTIONS.len() {
-        options[5 + index] = cli::SECURITY_OPTIONS[index];
+        options[6 + index] = cli::SECURITY_OPTIONS[index];
         index += 1;
     }
     options
@@ -78,6 +79,11 @@ struct Flags {
     /// an embedded daemon serves it on a free port
     #[argh(option, arg_name = "addr")]
     grpc_server: Option<String>,
+    /// with --embedded: serve the daemon's monitoring endpoint and read its /metrics every this
+    /// many milliseconds while the workload runs, as Prometheus would (for measuring what a
+    /// scrape costs)
+    #[argh(option, arg_name = "ms")]
+    scrape_every: Option<u64>,
     /// the token to authenticate with, sent first on every connection (default $RINGPOST_TOKEN)
     #[argh(option)]
     token: Option<String>,
@@ -644,8 +650,14 @@ fn run(flags: Flags) -> Result<(), Failure> {
             "InvalidArgument: --grpc-server names a running daemon's gRPC API: give it with --grpc and --server",
         ));
     }
+    if flags.scrape_every.is_some_and(|every| every == 0 || !flags.embedded) {
+        return Err(Failure::usage(
+            "InvalidArgument: --scrape-every takes milliseconds above 0 and applies with --embedded; a running daemon is scraped by its own Prometheus",
+        ));
+    }
+    let scrape_every = flags.scrape_every.map(std::time::Duration::from_millis);
     let embedded = match flags.embedded {
-        true => Some(EmbeddedDaemon::start(flags.data_dir.as_deref(), flags.grpc)?),
+        true => Some(EmbeddedDaemon::start(flags.data_dir.as_deref(), flags.grpc, scrape_every)?),
         false => None,
     };
     if flags.grpc {

@@ -67,6 +67,27 @@ pub struct Counted {
     accepted_at: Instant,
 }
 
+/// Connections of the gRPC API open now, for a scrape.
+static OPEN: AtomicU64 = AtomicU64::new(0);
+
+/// How many connections the gRPC API has open.
+pub fn open_connections() -> u64 {
+    OPEN.load(Ordering::Relaxed)
+}
+
+impl Counted {
+    fn new(stream: tokio::net::TcpStream, permit: OwnedSemaphorePermit) -> Counted {
+        OPEN.fetch_add(1, Ordering::Relaxed);
+        Counted { stream, _permit: permit, accepted_at: Instant::now() }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        OPEN.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Connected for Counted {
     type ConnectInfo = TcpConnectInfo;
 
@@ -205,7 +226,7 @@ fn bounded(
     incoming.filter_map(move |accepted| match accepted {
         Err(error) => Some(Err(error)),
         Ok(stream) => match permits.clone().try_acquire_owned() {
-            Ok(permit) => Some(Ok(Counted { stream, _permit: permit, accepted_at: Instant::now() })),
+            Ok(permit) => Some(Ok(Counted::new(stream, permit))),
             Err(_) => {
                 if refusals.allows() {
                     crate::log_info!(

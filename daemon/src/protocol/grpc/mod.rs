@@ -11,8 +11,9 @@
 pub mod bridge;
 mod budget;
 pub mod carry;
-mod connections;
+pub mod connections;
 pub mod convert;
+pub mod counting;
 pub mod credentials;
 mod delivery;
 pub mod forward;
@@ -159,6 +160,8 @@ async fn serve(
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .tcp_nodelay(true)
+        // Outside the rest, so that a call the budget refuses is counted too.
+        .layer(counting::CountingLayer)
         .layer(budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX))
         // Inside the budget, so that a request carried to the leader is metered as it arrives.
         .layer(forwarding)

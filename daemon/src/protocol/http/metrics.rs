@@ -11,6 +11,7 @@
 
 use crate::api::cluster::ClusterStatus;
 use crate::api::stats::{LatencySummary, Stats};
+use crate::metrics::histogram::{DurationHistogram, DURATION_BUCKETS, DURATION_BUCKETS_US};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,9 +30,16 @@ pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; versio
 
 type Labels = Vec<(&'static str, String)>;
 
-/// Each shard's requests (`Router::request_figures`): the router (`u32::MAX`), then each
-/// forwarder by index.
-pub type ShardRequests = Vec<(u32, Vec<crate::metrics::requests::CommandFigures>)>;
+/// What the shards and the gRPC API counted, for a scrape.
+#[derive(Debug, Default)]
+pub struct Counted {
+    /// Each shard's figures (`Router::shard_figures`): the router's, then each forwarder's,
+    /// in the order of `Stats::shards`.
+    pub shards: Vec<(u32, crate::metrics::shard::ShardFigures)>,
+    /// The gRPC API's requests by method (`protocol::grpc::counting`).
+    pub grpc_requests: Vec<crate::metrics::requests::CommandFigures>,
+    pub grpc_connections: u64,
+}
 
 /// A histogram's sum, count, and buckets by upper bound (not cumulative).
 type HistogramFigures = (f64, u64, Vec<(f64, u64)>);
@@ -93,52 +101,132 @@ fn shard_label(shard: u32) -> String {
     }
 }
 
-/// Requests by shard, command and status code, and their durations by command (every shard's
-/// buckets added together, as a query would).
-fn encode_requests(families: &mut Families, requests: &ShardRequests) {
-    use crate::metrics::requests::DURATION_BUCKETS_US;
+/// A family of histograms counted by the shards, registered under `name` in seconds.
+fn histograms(families: &mut Families, name: &str, help: &str) -> Family<Labels, CountedHistogram> {
+    let family = Family::<Labels, CountedHistogram>::default();
+    families.registry.register_with_unit(name, help, Unit::Seconds, family.clone());
+    family
+}
+
+/// Sets one histogram of `family` to `histogram`'s counts; one that measured nothing is shown
+/// with none, so that the series exists before its first sample.
+fn set_histogram(family: &Family<Labels, CountedHistogram>, labels: &Labels, histogram: &DurationHistogram) {
+    let counts = match histogram.buckets.len() {
+        length if length == DURATION_BUCKETS + 1 => histogram.buckets.clone(),
+        _ => vec![0; DURATION_BUCKETS + 1],
+    };
+    let bounds = DURATION_BUCKETS_US.iter().map(|micros| *micros as f64 / 1e6).chain([f64::INFINITY]);
+    let buckets: Vec<(f64, u64)> = bounds.zip(counts).collect();
+    let figures = (histogram.sum_us as f64 / 1e6, histogram.count(), buckets);
+    *family.get_or_create(labels).figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = figures;
+}
+
+/// Requests of both protocols by shard, command and status code, and their durations by
+/// command (every shard's buckets added together, as a query would). The gRPC API's calls run
+/// on its own threads: their shard is `grpc`, and their commands are named as the native
+/// protocol's (`publish`, `streaming_pull`).
+fn encode_requests(families: &mut Families, counted: &Counted) {
     use crate::protocol::native::{command_name, status_name};
     let counts = families.counter(
         "requests",
-        "Requests of the native protocol answered, by shard, command and status code (ok, or the error's)",
+        "Requests answered, by protocol (native or grpc), shard, command and status code (ok, or the error's)",
         None,
     );
-    let mut durations: std::collections::BTreeMap<u16, (u64, Vec<u64>)> = std::collections::BTreeMap::new();
-    for (shard, commands) in requests {
+    let durations = histograms(
+        families,
+        "request_duration",
+        "Requests from dispatch to answer, a publish's durable commit included, by protocol and command (streams left out)",
+    );
+    let native =
+        counted.shards.iter().map(|(shard, figures)| ("native", shard_label(*shard), &figures.commands));
+    let grpc = std::iter::once(("grpc", "grpc".to_owned(), &counted.grpc_requests));
+    let mut totals: std::collections::BTreeMap<(&str, String), DurationHistogram> = Default::default();
+    for (protocol, shard, commands) in native.chain(grpc) {
         for command in commands {
+            let name = match protocol {
+                "grpc" => crate::protocol::grpc::counting::method_name(command.command),
+                _ => command_name(command.command),
+            };
             for (code, count) in &command.codes {
                 let labels: Labels = vec![
-                    ("shard", shard_label(*shard)),
-                    ("command", command_name(command.command)),
+                    ("protocol", protocol.to_owned()),
+                    ("shard", shard.clone()),
+                    ("command", name.clone()),
                     ("code", status_name(*code)),
                 ];
                 counts.get_or_create(&labels).inc_by(*count);
             }
-            if command.duration_buckets.len() == DURATION_BUCKETS_US.len() + 1 {
-                let (sum_us, buckets) = durations
-                    .entry(command.command)
-                    .or_insert_with(|| (0, vec![0; DURATION_BUCKETS_US.len() + 1]));
-                *sum_us += command.duration_sum_us;
-                for (total, count) in buckets.iter_mut().zip(&command.duration_buckets) {
-                    *total += count;
-                }
-            }
+            totals.entry((protocol, name)).or_default().add(&command.duration);
         }
     }
-    let histograms = Family::<Labels, CountedHistogram>::default();
-    families.registry.register_with_unit(
-        "request_duration",
-        "Requests of the native protocol from dispatch to answer, a publish's durable commit included, by command (streams left out)",
-        Unit::Seconds,
-        histograms.clone(),
+    for ((protocol, command), histogram) in totals {
+        set_histogram(&durations, &vec![("protocol", protocol.to_owned()), ("command", command)], &histogram);
+    }
+}
+
+/// What each shard measured besides its requests: publish, commit and delivery latencies,
+/// each data directory's writes, and connections.
+fn encode_shards(families: &mut Families, stats: &Stats, counted: &Counted) {
+    let publish_ack = histograms(
+        families,
+        "publish_ack_latency",
+        "Publish requests from the checked request to their durable (and replicated) result, by shard",
     );
-    for (command, (sum_us, buckets)) in durations {
-        let bounds = DURATION_BUCKETS_US.iter().map(|micros| *micros as f64 / 1e6).chain([f64::INFINITY]);
-        let buckets: Vec<(f64, u64)> = bounds.zip(buckets.iter().copied()).collect();
-        let count = buckets.iter().map(|(_, count)| count).sum();
-        let histogram = histograms.get_or_create(&vec![("command", command_name(command))]);
-        *histogram.figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
-            (sum_us as f64 / 1e6, count, buckets);
+    let commit = histograms(
+        families,
+        "commit_latency",
+        "Commits of a shard's logs, from the write issued to durable on a quorum of its data directories, by shard",
+    );
+    let delivery = histograms(
+        families,
+        "delivery_latency",
+        "Messages at their first delivery, from their publish time (this node's clock) to the delivery leaving the shard, by shard",
+    );
+    let writes = histograms(
+        families,
+        "data_directory_write_latency",
+        "Writes of commits to a data directory, issued to done (durable: segment files are written with O_DSYNC)",
+    );
+    let syncs = histograms(
+        families,
+        "data_directory_sync_latency",
+        "fdatasync calls after a commit's write, where a directory cannot take O_DSYNC writes",
+    );
+    let written = families.counter(
+        "data_directory_written",
+        "Bytes of commits written to a data directory",
+        Some(Unit::Bytes),
+    );
+    let write_errors =
+        families.counter("data_directory_write_errors", "Writes to a data directory that failed", None);
+    let connections =
+        families.gauge("connections", "Connections open, by protocol and shard (gRPC's: shard grpc)", None);
+    connections
+        .get_or_create(&vec![("protocol", "grpc".to_owned()), ("shard", "grpc".to_owned())])
+        .set(counted.grpc_connections as f64);
+    for (position, (shard, figures)) in counted.shards.iter().enumerate() {
+        let labels: Labels = vec![("shard", shard_label(*shard))];
+        set_histogram(&commit, &labels, &figures.commit);
+        // The router shard publishes and delivers nothing.
+        if *shard != u32::MAX {
+            set_histogram(&publish_ack, &labels, &figures.publish_ack);
+            set_histogram(&delivery, &labels, &figures.delivery);
+        }
+        connections
+            .get_or_create(&vec![("protocol", "native".to_owned()), ("shard", shard_label(*shard))])
+            .set(figures.connections as f64);
+        // The shard's directories in the stats, in the same order as their figures' copies.
+        let paths = stats.shards.get(position).filter(|stats| stats.shard == *shard);
+        for directory in &figures.directories {
+            let path = paths
+                .and_then(|stats| stats.directories.get(directory.copy as usize))
+                .map_or_else(|| directory.copy.to_string(), |status| status.path.clone());
+            let labels: Labels = vec![("shard", shard_label(*shard)), ("path", path)];
+            set_histogram(&writes, &labels, &directory.writes);
+            set_histogram(&syncs, &labels, &directory.syncs);
+            written.get_or_create(&labels).inc_by(directory.written_bytes);
+            write_errors.get_or_create(&labels).inc_by(directory.write_errors);
+        }
     }
 }
 
@@ -160,11 +248,12 @@ fn set_percentiles(family: &Family<Labels, FloatGauge>, labels: &Labels, latency
 pub fn encode_metrics(
     stats: &Stats,
     cluster: Option<&ClusterStatus>,
-    requests: &ShardRequests,
+    counted: &Counted,
     version: &str,
 ) -> String {
     let mut families = Families { registry: Registry::with_prefix("ringpost") };
-    encode_requests(&mut families, requests);
+    encode_requests(&mut families, counted);
+    encode_shards(&mut families, stats, counted);
 
     let build = families.gauge("build_info", "The daemon's version (the value is always 1)", None);
     build.get_or_create(&vec![("version", version.to_owned())]).set(1.0);
@@ -241,6 +330,41 @@ pub fn encode_metrics(
         "Messages published per second over the last few seconds",
         None,
     );
+    let topic_messages = families.counter(
+        "topic_published_messages",
+        "Messages published to the topic since its shard took it",
+        None,
+    );
+    let topic_bytes = families.counter(
+        "topic_published",
+        "Bytes of the messages published to the topic since its shard took it, as stored (a record header each)",
+        Some(Unit::Bytes),
+    );
+    let backlog_bytes = families.gauge(
+        "subscription_backlog",
+        "Bytes of the topic's log from the oldest unacknowledged message on, as stored (Cloud Monitoring's backlog_bytes)",
+        Some(Unit::Bytes),
+    );
+    let redelivered = families.counter(
+        "subscription_redelivered_messages",
+        "Deliveries after a message's first (after a nack or an expired lease), since the serving shard took the subscription",
+        None,
+    );
+    let acknowledged = families.counter(
+        "subscription_acknowledged_messages",
+        "Messages acknowledged durably, since the serving shard took the subscription",
+        None,
+    );
+    let dead_lettered = families.counter(
+        "subscription_dead_lettered_messages",
+        "Messages published to the dead-letter topic after their delivery attempts ran out, since the serving shard took the subscription",
+        None,
+    );
+    let open_streams = families.gauge(
+        "subscription_open_streams",
+        "Streaming pulls open on the subscription, on either protocol",
+        None,
+    );
     let undelivered = families.gauge(
         "subscription_num_undelivered_messages",
         "Messages published and not acknowledged (Cloud Monitoring's num_undelivered_messages)",
@@ -293,6 +417,8 @@ pub fn encode_metrics(
         topic_offsets.get_or_create(&labels).inc_by(topic.end_offset);
         topic_stored.get_or_create(&labels).set(topic.disk_bytes as f64);
         topic_rate.get_or_create(&labels).set(topic.published_per_second as f64);
+        topic_messages.get_or_create(&labels).inc_by(topic.published_messages_total);
+        topic_bytes.get_or_create(&labels).inc_by(topic.published_bytes_total);
         for subscription in &topic.subscriptions {
             if subscriptions_exported == METRICS_SUBSCRIPTIONS_MAX {
                 subscriptions_omitted += 1;
@@ -306,6 +432,11 @@ pub fn encode_metrics(
             outstanding.get_or_create(&labels).set(subscription.outstanding_messages as f64);
             delivered.get_or_create(&labels).inc_by(subscription.delivered_total);
             expired.get_or_create(&labels).inc_by(subscription.expired_total);
+            backlog_bytes.get_or_create(&labels).set(subscription.backlog_bytes as f64);
+            redelivered.get_or_create(&labels).inc_by(subscription.redelivered_total);
+            acknowledged.get_or_create(&labels).inc_by(subscription.acked_total);
+            dead_lettered.get_or_create(&labels).inc_by(subscription.dead_lettered_total);
+            open_streams.get_or_create(&labels).set(subscription.open_streams as f64);
         }
         if let Some(replica) = &topic.replication {
             replica_leader.get_or_create(&labels).set(if replica.leader { 1.0 } else { 0.0 });
@@ -406,7 +537,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let text = encode_metrics(&stats, Some(&cluster), &Vec::new(), "9.9.9");
+        let text = encode_metrics(&stats, Some(&cluster), &Counted::default(), "9.9.9");
         assert!(text.ends_with("# EOF\n"), "{}", &text[text.len() - 100..]);
         assert_eq!(text.matches("# EOF").count(), 1);
         assert_eq!(sample(&text, "ringpost_metrics_topics_omitted"), Some("3.0"));
@@ -428,8 +559,12 @@ mod tests {
     #[test]
     fn label_values_are_escaped() {
         let topic = TopicStats { name: "a\"b\\c".to_owned(), ..Default::default() };
-        let text =
-            encode_metrics(&Stats { topics: vec![topic], ..Default::default() }, None, &Vec::new(), "1");
+        let text = encode_metrics(
+            &Stats { topics: vec![topic], ..Default::default() },
+            None,
+            &Counted::default(),
+            "1",
+        );
         assert!(text.contains(r#"ringpost_topic_offsets_total{topic="a\"b\\c"} 0"#), "{text}");
         assert!(!text.contains("ringpost_catalog_term"));
     }

@@ -124,7 +124,7 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 struct Gathered {
     stats: crate::api::stats::Stats,
     cluster: Option<crate::api::cluster::ClusterStatus>,
-    requests: metrics::ShardRequests,
+    counted: metrics::Counted,
 }
 
 impl Endpoint {
@@ -150,7 +150,7 @@ impl Endpoint {
                     let body = metrics::encode_metrics(
                         &gathered.stats,
                         gathered.cluster.as_ref(),
-                        &gathered.requests,
+                        &gathered.counted,
                         self.version,
                     );
                     let mut response = text(StatusCode::OK, body);
@@ -171,8 +171,13 @@ impl Endpoint {
         let gathering = self.router.try_call(|shard: std::rc::Rc<RouterShard>| async move {
             let stats = shard.router.stats().await?;
             let cluster = shard.router.is_clustered().then(|| shard.router.catalog_status());
-            let requests = shard.router.request_figures().await?;
-            Ok(Gathered { stats, cluster, requests })
+            let shards = shard.router.shard_figures().await?;
+            let counted = metrics::Counted {
+                shards,
+                grpc_requests: crate::protocol::grpc::counting::snapshot(),
+                grpc_connections: crate::protocol::grpc::connections::open_connections(),
+            };
+            Ok(Gathered { stats, cluster, counted })
         });
         match tokio::time::timeout(SCRAPE_TIMEOUT, gathering).await {
             Ok(gathered) => gathered,

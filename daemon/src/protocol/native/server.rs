@@ -370,6 +370,8 @@ impl Security {
 struct Link {
     session: RefCell<Rc<Session>>,
     ending: RefCell<Option<Status>>,
+    /// The connection in the shard's count for a scrape, until it is dropped.
+    _counted: crate::metrics::shard::ConnectionCounted,
 }
 
 /// At most one log line per interval, counting the lines left out.
@@ -503,6 +505,7 @@ impl Shard {
         let link = Rc::new(Link {
             session: RefCell::new(Rc::new(Session::anonymous())),
             ending: RefCell::default(),
+            _counted: crate::metrics::shard::connection_opened(),
         });
         self.links.borrow_mut().insert(socket, link.clone());
         link
