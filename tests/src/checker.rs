@@ -66,6 +66,21 @@ impl Verdict {
     pub fn is_valid(&self) -> bool {
         self.lost.is_empty() && self.unexpected.is_empty() && self.failed_but_delivered.is_empty()
     }
+
+    /// The run's figures in words, for a fault test's report line.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} publishes acknowledged, {} distinct delivered, {} duplicates ({} flagged as redeliveries by the \
+             server), {} indeterminate publishes recovered, lost {}, unexpected {}",
+            self.acknowledged,
+            self.delivered_distinct,
+            self.duplicates,
+            self.redeliveries_reported_by_server,
+            self.recovered,
+            self.lost.len(),
+            self.unexpected.len()
+        )
+    }
 }
 
 impl Checker {

@@ -211,18 +211,9 @@ impl Load {
 impl Outcomes {
     /// One line of what the run found, after `label`.
     pub fn report(&self, label: &str) {
-        let verdict = &self.verdict;
         eprintln!(
-            "{label}: {} publishes acknowledged, {} distinct delivered, {} duplicates ({} flagged as redeliveries), \
-             {} indeterminate publishes recovered, lost {}, unexpected {}; {} deliveries acknowledged and \
-             confirmed, {} of them delivered again after",
-            verdict.acknowledged,
-            verdict.delivered_distinct,
-            verdict.duplicates,
-            verdict.redeliveries_reported_by_server,
-            verdict.recovered,
-            verdict.lost.len(),
-            verdict.unexpected.len(),
+            "{label}: {}; {} deliveries acknowledged and confirmed, {} of them delivered again after",
+            self.verdict.summary(),
             self.confirmed,
             self.delivered_after_ack.len()
         );

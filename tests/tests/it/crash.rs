@@ -225,18 +225,7 @@ fn sigkill_under_load(daemon: &mut Daemon, iterations: u32) {
         subscriber.join().unwrap();
     }
     let verdict = checker.verdict();
-    eprintln!(
-        "T1: {} kills, {} publishes acknowledged, {} distinct delivered, {} duplicates ({} deliveries flagged as \
-         redeliveries by the server), {} indeterminate publishes recovered, lost {}, unexpected {}",
-        daemon.starts() - 1,
-        verdict.acknowledged,
-        verdict.delivered_distinct,
-        verdict.duplicates,
-        verdict.redeliveries_reported_by_server,
-        verdict.recovered,
-        verdict.lost.len(),
-        verdict.unexpected.len()
-    );
+    eprintln!("T1: {} kills, {}", daemon.starts() - 1, verdict.summary());
     assert!(verdict.acknowledged > 0, "no publish was ever acknowledged: the test proved nothing");
     assert!(
         verdict.lost.is_empty(),

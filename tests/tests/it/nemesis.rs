@@ -396,16 +396,8 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
     let confirmed_without_quorum =
         attempts.iter().filter(|attempt| attempt.confirmed && in_window(attempt)).count();
     eprintln!(
-        "T9: {round} faults; {} publishes acknowledged, {} distinct delivered, {} duplicates ({} flagged as \
-         redeliveries), {} indeterminate publishes recovered, lost {}, unexpected {}; {} requests sent and \
-         answered while two nodes were dead, {} of them confirmed",
-        verdict.acknowledged,
-        verdict.delivered_distinct,
-        verdict.duplicates,
-        verdict.redeliveries_reported_by_server,
-        verdict.recovered,
-        verdict.lost.len(),
-        verdict.unexpected.len(),
+        "T9: {round} faults; {}; {} requests sent and answered while two nodes were dead, {} of them confirmed",
+        verdict.summary(),
         tried_without_quorum,
         confirmed_without_quorum,
     );

@@ -74,19 +74,7 @@ fn is_stream(method: u16) -> bool {
 
 /// A counted method's name for metrics, as the native protocol names its commands.
 pub fn method_name(method: u16) -> String {
-    let name = METHODS.get(method as usize).copied().unwrap_or("Other");
-    let mut out = String::with_capacity(name.len() + 4);
-    for (index, c) in name.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if index > 0 {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::protocol::native::snake_case(METHODS.get(method as usize).copied().unwrap_or("Other"))
 }
 
 fn record(method: u16, code: u16, started: Instant) {

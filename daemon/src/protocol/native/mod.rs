@@ -29,7 +29,8 @@ pub fn status_name(code: u16) -> String {
     }
 }
 
-fn snake_case(name: &str) -> String {
+/// `CamelCase` as `camel_case`, the form metrics name commands and codes in.
+pub(crate) fn snake_case(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);
     for (index, c) in name.chars().enumerate() {
         if c.is_ascii_uppercase() {
