@@ -49,7 +49,7 @@ pub use ringpost_wire::messages::{
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use security::Security;
-pub use stream::{MessageStream, StreamSettings};
+pub use stream::{MessageStream, ResumingStream, StreamEvent, StreamSettings};
 pub use subscriber::{AckHandle, ShutdownMode, Subscriber, SubscriberSettings, SubscriberStats};
 pub use timer::sleep;
 
@@ -378,7 +378,7 @@ impl Client {
     }
 
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
-        self.forget(Resource::Topic, name);
+        self.drop_route(Resource::Topic, name);
         self.control::<_, Empty>(Command::DeleteTopic, &NameRequest { name: name.to_owned() })
             .await
             .map(|_| ())
@@ -412,7 +412,7 @@ impl Client {
     }
 
     pub async fn delete_subscription(&self, name: &str) -> Result<()> {
-        self.forget(Resource::Subscription, name);
+        self.drop_route(Resource::Subscription, name);
         self.control::<_, Empty>(Command::DeleteSubscription, &NameRequest { name: name.to_owned() })
             .await
             .map(|_| ())
@@ -497,7 +497,16 @@ impl Client {
         self.route(Resource::Topic, topic).await
     }
 
+    /// Marks `name`'s route as no longer trusted: the next request looks it up again, and uses
+    /// it only if the router cannot be reached (see `route`).
     fn forget(&self, resource: Resource, name: &str) {
+        if let Some(route) = self.routes.lock().unwrap().get_mut(&(resource, name.to_owned())) {
+            route.stale = true;
+        }
+    }
+
+    /// Forgets `name`'s route altogether (it was deleted).
+    fn drop_route(&self, resource: Resource, name: &str) {
         self.routes.lock().unwrap().remove(&(resource, name.to_owned()));
     }
 
@@ -506,7 +515,8 @@ impl Client {
     /// forwarder serves a subscriber, carrying its requests to the source's leader, so a
     /// subscriber carries on through another node while the router it knows may be the node
     /// that failed. Once every forwarder of the route has failed, and for a topic at once, the
-    /// route is looked up again.
+    /// route is looked up again (and kept, in its new order, for when the router cannot be
+    /// reached either).
     fn pass_over(&self, resource: Resource, name: &str, address: &str) {
         let mut routes = self.routes.lock().unwrap();
         let key = (resource, name.to_owned());
@@ -516,27 +526,41 @@ impl Client {
             return;
         }
         route.passed += 1;
-        if resource == Resource::Topic || route.passed >= route.addresses.len() {
-            routes.remove(&key);
-            return;
-        }
         route.addresses.rotate_left(1);
+        if resource == Resource::Topic || route.passed >= route.addresses.len() {
+            route.stale = true;
+            route.passed = 0;
+        }
     }
 
+    /// The forwarders of `name`, in order: the cached route, or the router's answer. A route
+    /// that is no longer trusted (`forget`, `pass_over`) is looked up again, but still used
+    /// when the router cannot be reached: the router may be on the node that failed, and
+    /// once connected a client should not need it (any forwarder of a cluster serves a
+    /// subscriber, and a topic's new leader is among its old route's forwarders).
     async fn route(&self, resource: Resource, name: &str) -> Result<Vec<String>> {
-        if let Some(route) = self.routes.lock().unwrap().get(&(resource, name.to_owned())) {
-            return Ok(route.addresses.clone());
-        }
+        let stale = match self.routes.lock().unwrap().get(&(resource, name.to_owned())) {
+            Some(route) if !route.stale => return Ok(route.addresses.clone()),
+            Some(route) => Some(route.addresses.clone()),
+            None => None,
+        };
         let command = match resource {
             Resource::Topic => Command::LookupTopic,
             Resource::Subscription => Command::LookupSubscription,
         };
-        let response: LookupResponse = self.control(command, &NameRequest { name: name.to_owned() }).await?;
+        let response: LookupResponse =
+            match self.control(command, &NameRequest { name: name.to_owned() }).await {
+                Ok(response) => response,
+                Err(error) => match stale {
+                    Some(addresses) if retry::is_connection_failure(&error) => return Ok(addresses),
+                    _ => return Err(error),
+                },
+            };
         let route: Vec<String> = response.forwarders.into_iter().map(|forwarder| forwarder.address).collect();
         if route.is_empty() {
             return Err(Error::Status(Status::unavailable(format!("no forwarder serves '{name}'"))));
         }
-        let cached = Route { addresses: route.clone(), passed: 0 };
+        let cached = Route { addresses: route.clone(), passed: 0, stale: false };
         self.routes.lock().unwrap().insert((resource, name.to_owned()), cached);
         Ok(route)
     }
@@ -683,11 +707,13 @@ impl Client {
     }
 }
 
-/// A cached route: the forwarders in the order they are tried, and how many of them have
-/// failed since the lookup (`Client::pass_over`).
+/// A cached route: the forwarders in the order they are tried, how many of them have failed
+/// since the lookup (`Client::pass_over`), and whether it is to be looked up again before it
+/// is used (`Client::forget`; it is then used only when the router cannot be reached).
 struct Route {
     addresses: Vec<String>,
     passed: usize,
+    stale: bool,
 }
 
 /// How one attempt of a data-plane request ended, when it did not succeed.

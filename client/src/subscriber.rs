@@ -85,14 +85,14 @@
 //!
 //! [`timer`]: crate::timer
 
-use crate::retry::{self, Backoff, RetrySettings};
+use crate::retry::{Backoff, RetrySettings};
 use crate::stream::{MessageStream, StreamSettings};
-use crate::{block_on, timer, Client, Error, ReceivedMessage, Resource, Result};
+use crate::{block_on, timer, Client, Error, ReceivedMessage, Result};
 use ringpost_wire::limits::{
     ACK_DEADLINE_SECONDS_DEFAULT, ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN,
     ACK_IDS_PER_REQUEST_MAX, MODIFY_ACK_DEADLINE_SECONDS_MAX,
 };
-use ringpost_wire::{ErrorCode, Status};
+use ringpost_wire::Status;
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -134,7 +134,7 @@ pub const LEASE_PERCENTILE: f64 = 99.0;
 /// Extensions due within this of the first one due go in the same request.
 pub const LEASE_GROUPING: Duration = Duration::from_secs(1);
 /// Longest wait before a stream that failed is opened again.
-pub const STREAM_REOPEN_DELAY_MAX: Duration = Duration::from_secs(10);
+pub use crate::stream::STREAM_REOPEN_DELAY_MAX;
 /// How often `shutdown` looks whether the threads it waits for are done.
 const SHUTDOWN_POLL_INTERVAL: Duration = Duration::from_millis(5);
 
@@ -143,8 +143,7 @@ const _: () = assert!(LEASE_EXTENSION_SECONDS_MAX <= MODIFY_ACK_DEADLINE_SECONDS
 const _: () = assert!(LEASE_GROUPING.as_secs() * 5 <= LEASE_EXTENSION_SECONDS_MIN as u64);
 
 /// Pull, acknowledge and modify-ack-deadline backoff, capped lower for reopening streams.
-const REOPEN_RETRY: RetrySettings =
-    RetrySettings { delay_max: STREAM_REOPEN_DELAY_MAX, ..RetrySettings::SUBSCRIBE };
+const REOPEN_RETRY: RetrySettings = crate::stream::STREAM_REOPEN_RETRY;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriberSettings {
@@ -801,18 +800,18 @@ impl Inner {
     /// otherwise records it as fatal and returns false.
     fn retry_after(&self, error: &Error, backoff: &mut Backoff) -> bool {
         // `NotOwner` here outlasted the stream's own lookups: a replicated topic's leader is
-        // being elected; it is retried like `Unavailable`.
-        let moving = matches!(error, Error::Status(status) if status.code == ErrorCode::NotOwner);
-        if !retry::is_retryable(error) && !moving {
+        // being elected; it is retried like `Unavailable`. A stream that could not be opened
+        // within the request timeout (a node still starting) is tried again too: a subscriber
+        // runs until it is shut down.
+        let timed_out = matches!(error, Error::DeadlineExceeded(_));
+        if !crate::stream::is_worth_reopening(error) && !timed_out {
             self.fail(error.duplicate());
             return false;
         }
         // A stream whose connection failed opens again from the route it had: a forwarder that
         // cannot be reached is passed over for the next as the stream opens, with no lookup
         // through a router that may be on the node that failed.
-        if retry::needs_new_route(error) && !retry::is_connection_failure(error) {
-            self.client.forget(Resource::Subscription, &self.subscription);
-        }
+        self.client.after_stream_failure(&self.subscription, error);
         block_on(until(&self.stop, timer::sleep(backoff.next_delay())));
         !self.stop.is_fired()
     }

@@ -26,6 +26,7 @@ mod pull_memory;
 mod python_client;
 mod quickstart;
 mod readme;
+mod reopen;
 mod replication;
 mod security;
 mod semantics;

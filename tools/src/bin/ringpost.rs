@@ -1,7 +1,7 @@
 //! `ringpost`: the admin and messaging CLI.
 
 use argh::FromArgs;
-use ringpost_client::{block_on, Client, Error, Message, PoolSettings, Subscription, Topic};
+use ringpost_client::{block_on, Client, Error, Message, PoolSettings, StreamEvent, Subscription, Topic};
 use ringpost_tools::bench::report::summary_json;
 use ringpost_tools::cli::{self, GlobalOption, EXIT_REFUSED, EXIT_USAGE};
 use ringpost_tools::{errln, json, outln};
@@ -30,7 +30,8 @@ struct Flags {
     #[argh(option, default = "Output::Json")]
     output: Output,
     /// seconds each request may take before it fails with DeadlineExceeded, retries included
-    /// (default 60; a pull's --wait comes on top; a --stream pull is bounded only while it opens)
+    /// (default 60; a pull's --wait comes on top; a --stream pull is bounded only while it
+    /// opens, and while it opens again after it broke)
     #[argh(option)]
     timeout: Option<f64>,
     /// the token to authenticate with, sent first on every connection (default $RINGPOST_TOKEN)
@@ -620,7 +621,8 @@ struct PullCommand {
     #[argh(switch)]
     base64: bool,
     /// follow the subscription with a streaming pull until interrupted (--max is then the
-    /// stream's window of unacknowledged messages)
+    /// stream's window of unacknowledged messages); a stream that breaks (its server died or
+    /// restarted) is opened again, for up to --timeout, with a note on standard error
     #[argh(switch)]
     stream: bool,
 }
@@ -1199,6 +1201,28 @@ fn report_invalid(invalid: Vec<ringpost_client::InvalidAckId>) -> Result<(), Fai
     Err(Failure(format!("{} ack id(s) refused", invalid.len()), EXIT_REFUSED))
 }
 
+/// Acknowledges what a `pull --stream` printed. A failure does not end the stream: the
+/// messages are delivered again (at least once), and the next batch is printed as usual. An
+/// ack id of a stream that broke since may be refused the same way.
+async fn acknowledge_streamed(client: &Client, subscription: &str, ack_ids: Vec<String>) {
+    let count = ack_ids.len();
+    match client.acknowledge(subscription, ack_ids).await {
+        Ok(refused) => {
+            for refused in &refused {
+                errln!(
+                    "note: ack id '{}' refused ({}): its message will be delivered again",
+                    refused.ack_id,
+                    refused.reason
+                );
+            }
+        }
+        Err(error) => errln!(
+            "note: acknowledging {count} message(s) failed ({}): they will be delivered again",
+            cli::error_line(&error)
+        ),
+    }
+}
+
 /// The name of a command whose output has no table form, if it prints anything.
 fn without_table(command: &Command) -> Option<&'static str> {
     match command {
@@ -1495,15 +1519,32 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                     max_outstanding_messages: pull.max.max(1) as u64,
                     ..Default::default()
                 };
-                let mut stream = client.streaming_pull(&pull.subscription, settings).await?;
-                while let Some(batch) = stream.next().await {
-                    let batch = batch?;
-                    let ack_ids = print_messages(&batch, pull.base64);
-                    if pull.ack && !ack_ids.is_empty() {
-                        report_invalid(client.acknowledge(&pull.subscription, ack_ids).await?)?;
+                // A stream that breaks (its forwarder's node died, the daemon restarted) is
+                // opened again, for as long as one request may take (--timeout).
+                let mut stream =
+                    client.resuming_streaming_pull(&pull.subscription, settings, timeout).await?;
+                loop {
+                    match stream.next().await? {
+                        StreamEvent::Messages(batch) => {
+                            let ack_ids = print_messages(&batch, pull.base64);
+                            if pull.ack && !ack_ids.is_empty() {
+                                acknowledge_streamed(&client, &pull.subscription, ack_ids).await;
+                            }
+                        }
+                        StreamEvent::Broken(error) => errln!(
+                            "note: the stream of '{}' broke ({}); opening it again for up to {:?}",
+                            pull.subscription,
+                            cli::error_line(&error),
+                            timeout
+                        ),
+                        StreamEvent::Reopened(after) => errln!(
+                            "note: the stream of '{}' is open again, {:.1} s after it broke; messages it \
+                             had delivered and that were not acknowledged come again",
+                            pull.subscription,
+                            after.as_secs_f64()
+                        ),
                     }
                 }
-                return Ok(());
             }
             let messages = client.pull(&pull.subscription, pull.max, (pull.wait * 1000.0) as u32).await?;
             let ack_ids = print_messages(&messages, pull.base64);
