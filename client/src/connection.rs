@@ -29,7 +29,7 @@ use crate::security::Security;
 use crate::Error;
 use nix::errno::Errno;
 use nix::sys::socket::MsgFlags;
-use ringpost_wire::frame::{encode_frame, Body, FrameBuffer, FrameHeader};
+use ringpost_wire::frame::{try_encode_frame, Body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::AuthenticateRequest;
 use ringpost_wire::{Command, Status};
@@ -630,7 +630,8 @@ impl Connection {
             .map_err(Error::Io)?;
         if let Some(token) = security.token() {
             let request = AuthenticateRequest { token: token.to_owned() };
-            let frame = encode_frame(Command::Authenticate.code(), 0, authenticate_request, &request);
+            let frame = try_encode_frame(Command::Authenticate.code(), 0, authenticate_request, &request)
+                .map_err(Error::Status)?;
             if !connection.writer.push(frame, true) {
                 return Err(connection.closed_error());
             }
@@ -672,7 +673,7 @@ impl Connection {
     /// receiver closes it).
     pub fn open_stream<T: Body>(self: &Arc<Self>, command: u16, body: &T) -> Result<StreamReceiver, Error> {
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let frame = encode_frame(command, 0, request_id, body);
+        let frame = try_encode_frame(command, 0, request_id, body).map_err(Error::Status)?;
         let queue = Arc::new(StreamQueue::default());
         self.streams.lock().unwrap().insert(request_id, queue.clone());
         // A stream opens once and lives long: its first request gains little from being
@@ -686,7 +687,11 @@ impl Connection {
 
     pub fn call<T: Body>(&self, command: u16, body: &T) -> ResponseFuture {
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let frame = encode_frame(command, 0, request_id, body);
+        // A body past the frame's limit (the caller's choice) is refused here, never sent.
+        let frame = match try_encode_frame(command, 0, request_id, body) {
+            Ok(frame) => frame,
+            Err(status) => return ResponseFuture::ready(Err(Error::Status(status))),
+        };
         let slot = Arc::new(Mutex::new(Slot::default()));
         let idle = {
             let mut pending = self.pending.lock().unwrap();
@@ -964,6 +969,7 @@ impl Future for ResponseFuture {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringpost_wire::frame::encode_frame;
 
     /// Frames queue in call order; a frame larger than the outbox still goes (alone); a call
     /// waiting for room is let go when the writer takes the bytes, and refused once closed.

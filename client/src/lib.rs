@@ -435,7 +435,12 @@ impl Client {
     }
 
     /// Publishes a batch; resolves, once the batch is durable, with one id per message.
+    /// `InvalidArgument` naming the limit, before anything is sent, for a batch the server
+    /// would refuse for its size: a message over `MESSAGE_BYTES_MAX` (10 MB), a batch over
+    /// `PUBLISH_REQUEST_BYTES_MAX` or `PUBLISH_BATCH_MESSAGES_MAX`, an attribute or ordering key
+    /// over its limit.
     pub async fn publish(&self, topic: &str, messages: Vec<Message>) -> Result<Vec<u64>> {
+        check_publish(&messages)?;
         let request = PublishRequest {
             topic: topic.to_owned(),
             messages: messages.into_iter().map(|message| message.0).collect(),
@@ -705,6 +710,35 @@ impl Client {
         drop(lease);
         response.and_then(decode::<Resp>).map_err(passed_over)
     }
+}
+
+/// Refuses a publish the server would refuse for its size or shape before it is encoded, with
+/// the model's checks (`InvalidArgument` naming the limit): a message of 20 MB would otherwise
+/// only be found past the frame's limit, as it is encoded.
+fn check_publish(messages: &[Message]) -> Result<()> {
+    use ringpost_wire::limits::{PUBLISH_BATCH_MESSAGES_MAX, PUBLISH_REQUEST_BYTES_MAX};
+    if messages.len() > PUBLISH_BATCH_MESSAGES_MAX {
+        return Err(Error::Status(Status::invalid_argument(format!(
+            "publish request has {} messages; the limit is {PUBLISH_BATCH_MESSAGES_MAX} (PUBLISH_BATCH_MESSAGES_MAX)",
+            messages.len()
+        ))));
+    }
+    let mut total = 0usize;
+    for (index, Message(message)) in messages.iter().enumerate() {
+        total += ringpost_wire::validate::validate_message(
+            index,
+            &message.data,
+            message.attributes.iter().map(|attribute| (attribute.key.as_str(), attribute.value.as_str())),
+            &message.ordering_key,
+        )
+        .map_err(Error::Status)?;
+    }
+    if total > PUBLISH_REQUEST_BYTES_MAX {
+        return Err(Error::Status(Status::invalid_argument(format!(
+            "publish request is {total} bytes; the limit is {PUBLISH_REQUEST_BYTES_MAX} (PUBLISH_REQUEST_BYTES_MAX)"
+        ))));
+    }
+    Ok(())
 }
 
 /// A cached route: the forwarders in the order they are tried, how many of them have failed
@@ -1049,6 +1083,37 @@ mod tests {
 
     fn publish(client: &Client) -> Result<Vec<u64>> {
         block_on(client.publish("topic", vec![Message::new("m")]))
+    }
+
+    /// A message over Pub/Sub's 10 MB, and one over the frame's 16 MiB, are refused by name
+    /// before anything is sent (the second used to panic as it was encoded); so is a request
+    /// whose messages fit one by one but not together. The connection serves on.
+    #[test]
+    fn an_oversized_publish_is_refused_before_it_is_sent() {
+        use ringpost_wire::limits::{MESSAGE_BYTES_MAX, PUBLISH_REQUEST_BYTES_MAX};
+        let daemon = FakeDaemon::start(&[]);
+        let client = client(&daemon);
+        for bytes in [MESSAGE_BYTES_MAX + 1, 20_000_000] {
+            let error = block_on(client.publish("topic", vec![Message::new(vec![0u8; bytes])])).unwrap_err();
+            assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+            assert!(error.to_string().contains("MESSAGE_BYTES_MAX"), "{error}");
+        }
+        let halves = vec![Message::new(vec![0u8; PUBLISH_REQUEST_BYTES_MAX / 2 + 1]); 2];
+        let error = block_on(client.publish("topic", halves)).unwrap_err();
+        assert!(error.to_string().contains("PUBLISH_REQUEST_BYTES_MAX"), "{error}");
+        assert_eq!(daemon.seen(|seen| seen.publishes), 0, "nothing was sent");
+        assert_eq!(publish(&client).unwrap(), vec![7]);
+        // Below the client's checks, a connection refuses a frame past its limit by name.
+        let connection = Connection::connect(&daemon.address).unwrap();
+        let request = PublishRequest {
+            topic: "topic".into(),
+            messages: vec![PubsubMessage { data: vec![0u8; 20_000_000], ..Default::default() }],
+        };
+        let Err(error) = block_on(connection.call(Command::Publish.code(), &request)) else {
+            panic!("a frame past its limit was sent");
+        };
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+        assert!(error.to_string().contains("FRAME_BODY_BYTES_MAX"), "{error}");
     }
 
     #[test]

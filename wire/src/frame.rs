@@ -120,6 +120,33 @@ pub fn encode_frame_sized<T: Body>(
     body: &T,
     capacity: usize,
 ) -> FrameBuffer {
+    match encode_frame_within_limit(command, flags, request_id, body, capacity) {
+        Ok(buffer) => buffer,
+        // What the daemon encodes is bounded by its own limits (a pull response by
+        // `PULL_RESPONSE_BYTES_MAX`), so a body past the frame's limit is a bug there.
+        Err(status) => panic!("{}", status.message),
+    }
+}
+
+/// `encode_frame`, refusing a body over `FRAME_BODY_BYTES_MAX` with `InvalidArgument` naming
+/// the limit: for a client, whose caller chose the body (a message of 20 MB, say), which is
+/// then never sent.
+pub fn try_encode_frame<T: Body>(
+    command: u16,
+    flags: u16,
+    request_id: u64,
+    body: &T,
+) -> Result<FrameBuffer, Status> {
+    encode_frame_within_limit(command, flags, request_id, body, 256)
+}
+
+fn encode_frame_within_limit<T: Body>(
+    command: u16,
+    flags: u16,
+    request_id: u64,
+    body: &T,
+    capacity: usize,
+) -> Result<FrameBuffer, Status> {
     let mut buffer = FrameBuffer::with_capacity(
         capacity.clamp(FRAME_HEADER_BYTES, FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX),
     );
@@ -127,10 +154,14 @@ pub fn encode_frame_sized<T: Body>(
     let mut buffer = rkyv::api::high::to_bytes_in::<_, rancor::Error>(body, buffer)
         .expect("serializing into memory cannot fail");
     let body_length = buffer.len() - FRAME_HEADER_BYTES;
-    assert!(body_length <= FRAME_BODY_BYTES_MAX, "frame body of {body_length} bytes exceeds the limit");
+    if body_length > FRAME_BODY_BYTES_MAX {
+        return Err(Status::invalid_argument(format!(
+            "frame body of {body_length} bytes exceeds the limit of {FRAME_BODY_BYTES_MAX} (FRAME_BODY_BYTES_MAX)"
+        )));
+    }
     let header = FrameHeader { body_length: body_length as u32, command, flags, request_id };
     buffer[..FRAME_HEADER_BYTES].copy_from_slice(&header.encode());
-    buffer
+    Ok(buffer)
 }
 
 /// Builds the error reply to a request.
@@ -411,5 +442,21 @@ mod tests {
         let frames = splitter.push(&bytes).unwrap();
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].body.capacity(), 300);
+    }
+
+    /// A body past the frame's limit is refused by name, not encoded (the client's 20 MB
+    /// message used to panic here); one at the limit's edge is encoded.
+    #[test]
+    fn a_body_over_the_limit_is_refused_by_name() {
+        use crate::messages::{PublishRequest, PubsubMessage};
+        let request = |bytes: usize| PublishRequest {
+            topic: "t".into(),
+            messages: vec![PubsubMessage { data: vec![1u8; bytes], ..Default::default() }],
+        };
+        let refused = try_encode_frame(1, 0, 1, &request(20_000_000)).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidArgument);
+        assert!(refused.message.contains("FRAME_BODY_BYTES_MAX"), "{}", refused.message);
+        let fits = try_encode_frame(1, 0, 1, &request(FRAME_BODY_BYTES_MAX - 1024)).unwrap();
+        assert!(fits.len() <= FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX);
     }
 }

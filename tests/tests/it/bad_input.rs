@@ -90,10 +90,23 @@ fn message_limits_are_enforced_and_nothing_is_stored() {
         ((0..1001).map(|_| Message::new("x")).collect(), "PUBLISH_BATCH_MESSAGES_MAX"),
         (vec![], "no messages"),
     ];
+    // The client refuses them before sending; the server, sent them past the client's checks
+    // on a connection of their own to the topic's forwarder, refuses them the same way.
+    let forwarder = block_on(client.lookup_topic("input")).unwrap()[0].clone();
+    let raw = ringpost_client::Connection::connect(&forwarder).unwrap();
     for (messages, limit) in cases {
+        let request = ringpost_wire::messages::PublishRequest {
+            topic: "input".into(),
+            messages: messages.iter().map(|message| message.0.clone()).collect(),
+        };
         let (code, text) = code(block_on(client.publish("input", messages)));
         assert_eq!(code, ErrorCode::InvalidArgument, "{limit}: {text}");
         assert!(text.contains(limit), "the error should name {limit}: {text}");
+        let response = block_on(raw.call(Command::Publish.code(), &request)).unwrap();
+        assert!(response.header.is_error(), "the server took a message over {limit}");
+        let refusal = decode_error(&response.body);
+        assert_eq!(refusal.code, ErrorCode::InvalidArgument, "{limit}: {refusal:?}");
+        assert!(refusal.message.contains(limit), "the server's error should name {limit}: {refusal:?}");
     }
     // A message with only attributes is valid, and the largest message fits.
     block_on(client.publish("input", vec![Message::default().attribute("only", "attributes")])).unwrap();

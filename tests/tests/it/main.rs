@@ -2,6 +2,7 @@
 
 mod auth;
 mod bad_input;
+mod cli_edges;
 mod client_api;
 mod clocks;
 mod cluster;

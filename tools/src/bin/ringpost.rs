@@ -5,6 +5,7 @@ use ringpost_client::{block_on, Client, Error, Message, PoolSettings, StreamEven
 use ringpost_tools::bench::report::summary_json;
 use ringpost_tools::cli::{self, GlobalOption, EXIT_REFUSED, EXIT_USAGE};
 use ringpost_tools::{errln, json, outln};
+use ringpost_wire::limits::MESSAGE_BYTES_MAX;
 use std::io::Read;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -1658,14 +1659,21 @@ fn messages_to_publish(publish: &PublishCommand) -> Result<Vec<Message>, Failure
             ))
         }
         Some(path) => {
-            let bytes = if path == "-" {
-                let mut bytes = Vec::new();
-                std::io::stdin().lock().read_to_end(&mut bytes).map(|_| bytes)
+            // At most one byte past a message's limit is read: `--file /dev/zero` (or a file
+            // of gigabytes) is refused, not read until memory runs out.
+            let limit = MESSAGE_BYTES_MAX as u64 + 1;
+            let mut bytes = Vec::new();
+            let read = if path == "-" {
+                std::io::stdin().lock().take(limit).read_to_end(&mut bytes)
             } else {
-                std::fs::read(path)
+                std::fs::File::open(path).and_then(|file| file.take(limit).read_to_end(&mut bytes))
             };
-            let bytes =
-                bytes.map_err(|error| Failure::usage(format!("InvalidArgument: --file {path}: {error}")))?;
+            read.map_err(|error| Failure::usage(format!("InvalidArgument: --file {path}: {error}")))?;
+            if bytes.len() > MESSAGE_BYTES_MAX {
+                return Err(Failure::usage(format!(
+                    "InvalidArgument: --file {path} is over the limit of a message, {MESSAGE_BYTES_MAX} bytes (MESSAGE_BYTES_MAX)"
+                )));
+            }
             if bytes.is_empty() && attributes.is_empty() {
                 return Err(Failure::usage(format!(
                     "InvalidArgument: --file {path} is empty: a message needs data or attributes"
@@ -1680,18 +1688,40 @@ fn messages_to_publish(publish: &PublishCommand) -> Result<Vec<Message>, Failure
             .map(|(index, text)| decode(text.as_bytes(), &|| format!("message argument {}", index + 1)))
             .collect::<Result<_, _>>()?,
         None => {
-            let mut input = Vec::new();
-            std::io::stdin().lock().read_to_end(&mut input).map_err(|error| {
-                Failure::usage(format!("InvalidArgument: reading standard input: {error}"))
-            })?;
+            // Each line is read up to the longest a message's line can be (base64 takes four
+            // bytes for three), so a line too long is refused as soon as it is seen, without
+            // being held whole.
+            let line_bytes_max = match publish.base64 {
+                false => MESSAGE_BYTES_MAX,
+                true => MESSAGE_BYTES_MAX.div_ceil(3) * 4,
+            };
+            let mut input = std::io::stdin().lock();
             let mut data = Vec::new();
             let mut blank_lines = Vec::new();
-            for (index, line) in stdin_lines(&input).enumerate() {
+            let mut line = Vec::new();
+            for index in 0.. {
+                let number = index + 1;
+                match read_line_bounded(&mut input, line_bytes_max, &mut line) {
+                    Ok(LineRead::End) => break,
+                    Ok(LineRead::Line) => {}
+                    Ok(LineRead::TooLong) => {
+                        return Err(Failure::usage(format!(
+                            "InvalidArgument: line {number} of standard input is over the limit of a message, \
+                             {MESSAGE_BYTES_MAX} bytes (MESSAGE_BYTES_MAX{}); use --file for one large message",
+                            if publish.base64 { ", base64-encoded" } else { "" }
+                        )))
+                    }
+                    Err(error) => {
+                        return Err(Failure::usage(format!(
+                            "InvalidArgument: reading standard input: {error}"
+                        )))
+                    }
+                }
                 if line.is_empty() {
-                    blank_lines.push((index + 1).to_string());
+                    blank_lines.push(number.to_string());
                     continue;
                 }
-                data.push(decode(line, &|| format!("line {} of standard input", index + 1))?);
+                data.push(decode(&line, &|| format!("line {number} of standard input"))?);
             }
             if !blank_lines.is_empty() {
                 errln!(
@@ -1708,7 +1738,7 @@ fn messages_to_publish(publish: &PublishCommand) -> Result<Vec<Message>, Failure
             "InvalidArgument: nothing to publish: give messages, --file, or lines on standard input",
         ));
     }
-    Ok(data
+    let messages: Vec<Message> = data
         .into_iter()
         .map(|data| {
             attributes.iter().fold(
@@ -1716,13 +1746,107 @@ fn messages_to_publish(publish: &PublishCommand) -> Result<Vec<Message>, Failure
                 |message, (key, value)| message.attribute(key, value),
             )
         })
-        .collect())
+        .collect();
+    // The server's checks, made here: a message it would refuse is a usage error, known
+    // before anything is sent (and none of the others is sent either).
+    for (index, Message(message)) in messages.iter().enumerate() {
+        ringpost_wire::validate::validate_message(
+            index,
+            &message.data,
+            message.attributes.iter().map(|attribute| (attribute.key.as_str(), attribute.value.as_str())),
+            &message.ordering_key,
+        )
+        .map_err(|status| Failure::usage(format!("InvalidArgument: {}", status.message)))?;
+    }
+    Ok(messages)
 }
 
-/// The lines of standard input, each without its `\n` or `\r\n`; a last line without a line
-/// break counts, an empty end after the last one does not.
-fn stdin_lines(input: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let input = input.strip_suffix(b"\n").unwrap_or(input);
-    let lines = if input.is_empty() { None } else { Some(input.split(|&byte| byte == b'\n')) };
-    lines.into_iter().flatten().map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+/// How `read_line_bounded` ended.
+#[derive(Debug, PartialEq)]
+enum LineRead {
+    /// A line is in the buffer, without its `\n` or `\r\n`.
+    Line,
+    /// The input ended (an empty end after the last line break is no line).
+    End,
+    /// The line is longer than allowed; what was read of it is dropped.
+    TooLong,
+}
+
+/// Reads the next line of `input` into `line` (cleared first), holding at most
+/// `line_bytes_max` bytes of it (plus a `\r`): a longer line is `TooLong` as soon as its bytes
+/// pass the bound, without reading the rest of it. A last line without a line break counts.
+fn read_line_bounded(
+    input: &mut impl std::io::BufRead,
+    line_bytes_max: usize,
+    line: &mut Vec<u8>,
+) -> std::io::Result<LineRead> {
+    line.clear();
+    let mut any = false;
+    loop {
+        let available = input.fill_buf()?;
+        if available.is_empty() {
+            break;
+        }
+        any = true;
+        let (taken, ended) = match available.iter().position(|&byte| byte == b'\n') {
+            Some(end) => (end, true),
+            None => (available.len(), false),
+        };
+        if line.len() + taken > line_bytes_max + 1 {
+            return Ok(LineRead::TooLong);
+        }
+        line.extend_from_slice(&available[..taken]);
+        input.consume(taken + usize::from(ended));
+        if ended {
+            break;
+        }
+    }
+    if !any {
+        return Ok(LineRead::End);
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    if line.len() > line_bytes_max {
+        return Ok(LineRead::TooLong);
+    }
+    Ok(LineRead::Line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], line_bytes_max: usize) -> Vec<Result<Vec<u8>, LineRead>> {
+        let mut reader = std::io::BufReader::with_capacity(4, input);
+        let mut line = Vec::new();
+        let mut read = Vec::new();
+        loop {
+            match read_line_bounded(&mut reader, line_bytes_max, &mut line).unwrap() {
+                LineRead::Line => read.push(Ok(line.clone())),
+                LineRead::End => return read,
+                LineRead::TooLong => {
+                    read.push(Err(LineRead::TooLong));
+                    return read;
+                }
+            }
+        }
+    }
+
+    /// Lines lose their `\n` or `\r\n`, a last line without a break counts and an empty end
+    /// does not; a line past the bound is refused once its bytes pass it, whatever follows.
+    #[test]
+    fn standard_input_is_read_a_bounded_line_at_a_time() {
+        let ok = |text: &str| Ok(text.as_bytes().to_vec());
+        assert_eq!(lines(b"one\r\ntwo\n\nthree", 5), [ok("one"), ok("two"), ok(""), ok("three")]);
+        assert_eq!(lines(b"one\n", 5), [ok("one")]);
+        assert!(lines(b"", 5).is_empty());
+        assert_eq!(lines(b"fives\r\nsixsix\nnever read", 5), [ok("fives"), Err(LineRead::TooLong)]);
+        assert_eq!(lines(b"sixsix", 5), [Err(LineRead::TooLong)]);
+        // Refused before the rest of an endless line is read.
+        let mut endless = std::io::Read::chain(&b"x"[..], std::io::repeat(b'y'));
+        let mut reader = std::io::BufReader::new(&mut endless);
+        let mut line = Vec::new();
+        assert_eq!(read_line_bounded(&mut reader, 1 << 20, &mut line).unwrap(), LineRead::TooLong);
+    }
 }

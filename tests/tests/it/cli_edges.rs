@@ -1,0 +1,76 @@
+//! The CLI's edges, each against a real daemon: messages over Pub/Sub's limit refused before
+//! anything is sent, however they come (a file, an endless file, a long line of standard
+//! input).
+
+use ringpost_client::block_on;
+use ringpost_tests::Daemon;
+use ringpost_wire::limits::MESSAGE_BYTES_MAX;
+use std::time::{Duration, Instant};
+
+/// The exit code of `output`, and its standard error.
+fn exit(output: &std::process::Output) -> (Option<i32>, String) {
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// Runs the CLI against `daemon` with `input` on its standard input, written by a thread of its
+/// own: the CLI may stop reading early (that is what is tested), and the rest is dropped.
+fn cli_fed(daemon: &Daemon, args: &[&str], input: Vec<u8>) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(ringpost_tests::binary("ringpost"))
+        .args(["--server", &daemon.address])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    output
+}
+
+/// A message of 10,000,001 bytes, or of 20 MB (which used to panic the client with exit 101),
+/// from `--file`, `--file /dev/zero` (which used to read until memory ran out) or one line
+/// of standard input, is a usage error naming the limit (exit 2), and nothing is published; a
+/// message of exactly the limit is published.
+#[test]
+fn a_message_over_the_limit_is_refused_before_anything_is_sent() {
+    let daemon = Daemon::start("cli-oversized");
+    ringpost_tests::succeeded(&daemon.cli(&["topic", "create", "big"]));
+    ringpost_tests::succeeded(&daemon.cli(&["sub", "create", "big-sub", "--topic", "big"]));
+    let file = daemon.directory.join("message");
+    for bytes in [MESSAGE_BYTES_MAX + 1, 20_000_000] {
+        std::fs::write(&file, vec![b'x'; bytes]).unwrap();
+        let (code, stderr) = exit(&daemon.cli(&["publish", "big", "--file", file.to_str().unwrap()]));
+        assert_eq!(code, Some(2), "{bytes} bytes: {stderr}");
+        assert!(stderr.contains("MESSAGE_BYTES_MAX"), "{stderr}");
+    }
+    let started = Instant::now();
+    let (code, stderr) = exit(&daemon.cli(&["publish", "big", "--file", "/dev/zero"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("/dev/zero is over the limit"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "--file /dev/zero took {:?}", started.elapsed());
+    let long_line = format!("short\n{}\nnever sent\n", "y".repeat(20_000_000));
+    let (code, stderr) = exit(&cli_fed(&daemon, &["publish", "big"], long_line.into_bytes()));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("line 2 of standard input") && stderr.contains("MESSAGE_BYTES_MAX"), "{stderr}");
+    // Data within the limit but too much with its attributes is the server's rule, checked here.
+    std::fs::write(&file, vec![b'x'; MESSAGE_BYTES_MAX - 2]).unwrap();
+    let (code, stderr) =
+        exit(&daemon.cli(&["publish", "big", "--file", file.to_str().unwrap(), "--attr", "key=value"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("MESSAGE_BYTES_MAX"), "{stderr}");
+
+    let client = daemon.client();
+    assert!(block_on(client.pull("big-sub", 10, 0)).unwrap().is_empty(), "nothing was published");
+    std::fs::write(&file, vec![b'z'; MESSAGE_BYTES_MAX]).unwrap();
+    ringpost_tests::succeeded(&daemon.cli(&["publish", "big", "--file", file.to_str().unwrap()]));
+    let pulled = block_on(client.pull("big-sub", 10, 5000)).unwrap();
+    assert_eq!(pulled.len(), 1);
+    assert_eq!(pulled[0].data.len(), MESSAGE_BYTES_MAX);
+}
