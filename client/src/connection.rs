@@ -32,7 +32,7 @@ use nix::sys::socket::MsgFlags;
 use ringpost_wire::frame::{try_encode_frame, Body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::AuthenticateRequest;
-use ringpost_wire::{Command, Status};
+use ringpost_wire::Command;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::{IoSlice, Read, Write};
@@ -529,9 +529,11 @@ pub struct Connection {
     next_request: AtomicU64,
     closed: Arc<AtomicBool>,
     /// The error the server closed the connection with (a refusal naming a limit, a protocol
-    /// error), if it gave one: what a request on the closed connection fails with, instead of
-    /// a bare "closed" that hides why.
-    refusal: Arc<Mutex<Option<Status>>>,
+    /// error), if it gave one, or the `Error::Protocol` of a peer that is no Ringpost server:
+    /// what a request on the closed connection fails with, instead of a bare "closed" that
+    /// hides why (an HTTP/2 server speaks first, so its answer can close the connection
+    /// before the first request is sent).
+    refusal: Arc<Mutex<Option<Error>>>,
     pub(crate) started: AtomicU64,
     pub(crate) completed: Arc<AtomicU64>,
 }
@@ -576,7 +578,7 @@ impl Connection {
         let pending: Arc<Pending> = Arc::default();
         let streams: Arc<Streams> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
-        let refusal: Arc<Mutex<Option<Status>>> = Arc::default();
+        let refusal: Arc<Mutex<Option<Error>>> = Arc::default();
         let completed = Arc::new(AtomicU64::new(0));
         let writer = Arc::new(match &tls {
             None => Writer::new(stream),
@@ -650,7 +652,7 @@ impl Connection {
     /// What a request on this closed connection fails with: the server's reason, if it gave one.
     fn closed_error(&self) -> Error {
         match &*self.refusal.lock().unwrap() {
-            Some(status) => Error::Status(status.clone()),
+            Some(error) => error.duplicate(),
             None => Error::Closed(self.address.clone()),
         }
     }
@@ -759,7 +761,7 @@ fn read_responses(
     source: impl Read,
     pending: Arc<Pending>,
     streams: Arc<Streams>,
-    (closed, refusal, authenticate_request): (Arc<AtomicBool>, Arc<Mutex<Option<Status>>>, u64),
+    (closed, refusal, authenticate_request): (Arc<AtomicBool>, Arc<Mutex<Option<Error>>>, u64),
     completed: Arc<AtomicU64>,
 ) {
     let address = socket.peer_addr().map(|peer| peer.to_string()).unwrap_or_else(|_| "the server".into());
@@ -788,7 +790,7 @@ fn read_responses(
             // A connection-level error (protocol error, too many connections, a revoked
             // token) or a refused Authenticate: the server closes the connection after it.
             let status = ringpost_wire::frame::decode_error(&body);
-            *refusal.lock().unwrap() = Some(status.clone());
+            *refusal.lock().unwrap() = Some(Error::Status(status.clone()));
             break Error::Status(status);
         }
         let stream = streams.lock().unwrap().get(&header.request_id).cloned();
@@ -818,6 +820,9 @@ fn read_responses(
             }
         }
     };
+    if let Error::Protocol(_) = &error {
+        refusal.lock().unwrap().get_or_insert_with(|| error.duplicate());
+    }
     closed.store(true, Ordering::Release);
     let _ = socket.shutdown(Shutdown::Both);
     let open_streams: Vec<Arc<StreamQueue>> =
@@ -891,8 +896,16 @@ fn not_ringpost(address: &str, header: &[u8], rest: &[u8]) -> Error {
     let ellipsis = if line_end.is_none() && answer.len() > cut { "..." } else { "" };
     // A TLS record (an alert or a handshake) starts with its type, 21 or 22, then major version 3.
     let tls = matches!(answer.as_slice(), [21 | 22, 3, ..]);
-    let hint =
-        if tls { "; it speaks TLS: give the CA that signed its certificate (--ca, RINGPOST_CA)" } else { "" };
+    // An HTTP/2 server (a gRPC port) speaks first: a SETTINGS frame (type 4), or a GOAWAY
+    // (type 7) for a client without the preface, each on stream 0, after a 3-byte length.
+    let http2 = matches!(answer.as_slice(), [_, _, _, 4 | 7, _, 0, 0, 0, 0, ..]);
+    let hint = if tls {
+        "; it speaks TLS: give the CA that signed its certificate (--ca, RINGPOST_CA)"
+    } else if http2 {
+        "; it speaks HTTP/2, as a gRPC port does: give the router's native port (ringpostd --listen, 7450 by default)"
+    } else {
+        ""
+    };
     Error::Protocol(format!(
         "{address} is not a Ringpost server (it answered \"{}{ellipsis}\"{hint})",
         answer[..cut].escape_ascii()

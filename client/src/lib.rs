@@ -1259,6 +1259,30 @@ mod tests {
         assert!(error.to_string().ends_with("is not a Ringpost server (it answered \"hi\\x01\")"), "{error}");
     }
 
+    /// An HTTP/2 server (a gRPC port) sends its SETTINGS first and closes the connection on a
+    /// client without its preface, which may be before the client's Hello is even queued: the
+    /// error says what answered, not "connection closed".
+    #[test]
+    fn an_http2_server_is_named_as_such_even_when_it_closes_first() {
+        let settings: &[u8] = b"\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x64";
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                use std::io::Write;
+                let _ = stream.write_all(settings);
+                // Closed at once, the client's request unread.
+            }
+        });
+        for _ in 0..20 {
+            let error = block_on(Client::connect(&address)).err().expect("HTTP/2 is not Ringpost");
+            let text = error.to_string();
+            assert!(text.contains("is not a Ringpost server") && text.contains("HTTP/2"), "{text}");
+            assert_eq!(error.code(), ErrorCode::ProtocolError);
+        }
+    }
+
     #[test]
     fn an_unanswered_request_fails_with_deadline_exceeded_and_is_forgotten() {
         let daemon = FakeDaemon::start(&[Next::Ignore, Next::Ignore]);

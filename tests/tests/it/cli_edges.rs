@@ -74,3 +74,21 @@ fn a_message_over_the_limit_is_refused_before_anything_is_sent() {
     assert_eq!(pulled.len(), 1);
     assert_eq!(pulled[0].data.len(), MESSAGE_BYTES_MAX);
 }
+
+/// `--server` at the daemon's gRPC port: the CLI says it is no Ringpost server and that it
+/// speaks HTTP/2, with exit 3, rather than "connection closed".
+#[test]
+fn the_grpc_port_is_named_as_http2_not_a_closed_connection() {
+    let daemon =
+        Daemon::start_with("cli-grpc-port", Vec::new(), vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
+    let grpc = daemon.grpc_address.clone().expect("the gRPC API serves");
+    for _ in 0..5 {
+        let output = std::process::Command::new(ringpost_tests::binary("ringpost"))
+            .args(["--server", &grpc, "topic", "list"])
+            .output()
+            .unwrap();
+        let (code, stderr) = exit(&output);
+        assert_eq!(code, Some(3), "{stderr}");
+        assert!(stderr.contains("is not a Ringpost server") && stderr.contains("HTTP/2"), "{stderr}");
+    }
+}
