@@ -189,21 +189,47 @@ pub fn effective_max_delivery_attempts(dead_letter_topic: &str, requested: u32) 
     }
 }
 
-/// Checks a retry policy and returns its minimum and maximum backoff with defaults applied to
-/// a bound given as 0; both 0 mean no retry policy (a failed message is delivered again at
-/// once), returned as (0, 0).
+/// Checks a retry policy's bounds as a protocol with presence gives them (`None`: not given,
+/// Pub/Sub's default, `BACKOFF_SECONDS_MINIMUM_DEFAULT` and `BACKOFF_SECONDS_MAXIMUM_DEFAULT`)
+/// and returns them: each 0 to `BACKOFF_SECONDS_MAX`, the minimum at most the maximum, as
+/// Pub/Sub allows. (0, 0) is stored as no retry policy, which delivers a failed message again at
+/// once, as a policy of (0, 0) would. A refusal names the values as the caller gave them, and a
+/// default it applied as such.
+pub fn retry_backoff_seconds(minimum: Option<u32>, maximum: Option<u32>) -> Result<(u32, u32), Invalid> {
+    let described = |name: &str, value: Option<u32>, default: u32| match value {
+        Some(seconds) => format!("{name} of {seconds} s"),
+        None => format!("{name} (not given: the default, {default} s)"),
+    };
+    let minimum_text = described("minimum_backoff", minimum, BACKOFF_SECONDS_MINIMUM_DEFAULT);
+    let maximum_text = described("maximum_backoff", maximum, BACKOFF_SECONDS_MAXIMUM_DEFAULT);
+    let minimum_seconds = minimum.unwrap_or(BACKOFF_SECONDS_MINIMUM_DEFAULT);
+    let maximum_seconds = maximum.unwrap_or(BACKOFF_SECONDS_MAXIMUM_DEFAULT);
+    for (text, seconds) in [(&minimum_text, minimum_seconds), (&maximum_text, maximum_seconds)] {
+        if seconds > BACKOFF_SECONDS_MAX {
+            return Err(Invalid::new(format!(
+                "retry policy's {text} is above {BACKOFF_SECONDS_MAX} s: each bound must be 0 to {BACKOFF_SECONDS_MAX} s (BACKOFF_SECONDS_MAX)"
+            )));
+        }
+    }
+    if minimum_seconds > maximum_seconds {
+        return Err(Invalid::new(format!(
+            "retry policy's {minimum_text} is above its {maximum_text}: the minimum must be at most the maximum"
+        )));
+    }
+    Ok((minimum_seconds, maximum_seconds))
+}
+
+/// Checks a retry policy as the native protocol and the catalog carry it, in seconds without
+/// presence, and returns it: (0, 0) is no policy; otherwise the minimum is as given (0 is no
+/// wait, which Pub/Sub allows) and a maximum of 0 stands for the default (600 s), since a
+/// maximum of 0 below a minimum above 0 could only be refused. A client that wants Pub/Sub's
+/// default minimum sends it (10 s), as the CLI does for a bound it was not given. The values
+/// this returns come back unchanged, so a stored policy checked again is itself.
 pub fn effective_retry_backoff_seconds(minimum: u32, maximum: u32) -> Result<(u32, u32), Invalid> {
     if minimum == 0 && maximum == 0 {
         return Ok((0, 0));
     }
-    let minimum = if minimum == 0 { BACKOFF_SECONDS_MINIMUM_DEFAULT } else { minimum };
-    let maximum = if maximum == 0 { BACKOFF_SECONDS_MAXIMUM_DEFAULT } else { maximum };
-    if minimum > BACKOFF_SECONDS_MAX || maximum > BACKOFF_SECONDS_MAX || minimum > maximum {
-        return Err(Invalid::new(format!(
-            "retry backoff of {minimum} to {maximum} s: both must be 0 to {BACKOFF_SECONDS_MAX} s and the minimum at most the maximum (BACKOFF_SECONDS_MAX)"
-        )));
-    }
-    Ok((minimum, maximum))
+    retry_backoff_seconds(Some(minimum), (maximum != 0).then_some(maximum))
 }
 
 /// Checks labels with Pub/Sub's rules: at most `LABELS_COUNT_MAX`; each key 1 to
@@ -276,7 +302,7 @@ mod tests {
         assert_eq!(effective_expiration_ttl_seconds(0), Ok(EXPIRATION_TTL_SECONDS_DEFAULT));
         assert_eq!(effective_max_delivery_attempts("dead", 0), Ok(MAX_DELIVERY_ATTEMPTS_DEFAULT));
         assert_eq!(effective_max_delivery_attempts("", 0), Ok(0));
-        assert_eq!(effective_retry_backoff_seconds(0, 60), Ok((BACKOFF_SECONDS_MINIMUM_DEFAULT, 60)));
+        assert_eq!(effective_retry_backoff_seconds(5, 0), Ok((5, BACKOFF_SECONDS_MAXIMUM_DEFAULT)));
         assert_eq!(
             effective_max_delivery_attempts("", 5),
             Err(Invalid::new("max_delivery_attempts needs a dead_letter_topic"))
@@ -322,5 +348,36 @@ mod tests {
             Ok(EXPIRATION_TTL_SECONDS_NEVER)
         );
         assert!(effective_expiration_ttl_seconds(EXPIRATION_TTL_SECONDS_MIN - 1).is_err());
+    }
+
+    /// Pub/Sub allows 0 to 600 s for both bounds: a minimum of 0 is no wait, not the default,
+    /// and a refusal names what the caller gave (it named a default of 10 the caller never
+    /// sent: "retry backoff of 10 to 1 s").
+    #[test]
+    fn a_retry_policy_may_start_at_0_and_refusals_name_what_was_given() {
+        assert_eq!(retry_backoff_seconds(Some(0), Some(1)), Ok((0, 1)));
+        assert_eq!(retry_backoff_seconds(Some(0), None), Ok((0, BACKOFF_SECONDS_MAXIMUM_DEFAULT)));
+        assert_eq!(retry_backoff_seconds(None, Some(60)), Ok((BACKOFF_SECONDS_MINIMUM_DEFAULT, 60)));
+        assert_eq!(retry_backoff_seconds(None, None), Ok((10, 600)));
+        assert_eq!(retry_backoff_seconds(Some(600), Some(600)), Ok((600, 600)));
+        let refusal = |minimum, maximum| retry_backoff_seconds(minimum, maximum).unwrap_err().message;
+        assert_eq!(
+            refusal(Some(30), Some(20)),
+            "retry policy's minimum_backoff of 30 s is above its maximum_backoff of 20 s: the minimum must be at most the maximum"
+        );
+        assert!(refusal(None, Some(5)).contains("minimum_backoff (not given: the default, 10 s)"));
+        assert!(refusal(Some(601), None).contains("minimum_backoff of 601 s is above 600 s"));
+        assert!(refusal(Some(1), Some(601)).contains("BACKOFF_SECONDS_MAX"));
+        // The native form: (0, 0) is none, 0 as a minimum is 0, 0 as a maximum is the default.
+        assert_eq!(effective_retry_backoff_seconds(0, 0), Ok((0, 0)));
+        assert_eq!(effective_retry_backoff_seconds(0, 1), Ok((0, 1)));
+        assert_eq!(effective_retry_backoff_seconds(0, 60), Ok((0, 60)));
+        assert_eq!(effective_retry_backoff_seconds(30, 0), Ok((30, BACKOFF_SECONDS_MAXIMUM_DEFAULT)));
+        assert!(effective_retry_backoff_seconds(30, 20).is_err());
+        // What it returns, checked again, is itself (the router checks a gRPC policy again).
+        for (minimum, maximum) in [(0, 0), (0, 1), (0, 600), (10, 600), (600, 600), (5, 60)] {
+            let checked = effective_retry_backoff_seconds(minimum, maximum).unwrap();
+            assert_eq!(effective_retry_backoff_seconds(checked.0, checked.1), Ok(checked));
+        }
     }
 }

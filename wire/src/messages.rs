@@ -94,9 +94,12 @@ wire_type! {
         pub filter: String,
         pub dead_letter_topic: String,
         pub max_delivery_attempts: u32,
+        /// The retry policy, 0 to 600 each, the minimum at most the maximum; both 0: none (a
+        /// failed message is delivered again at once). A minimum of 0 is no wait (send 10 for
+        /// Pub/Sub's default); a maximum of 0 with a minimum means the default (600).
         pub minimum_backoff_seconds: u32,
         pub maximum_backoff_seconds: u32,
-        /// 0 means the default (31 days).
+        /// 0 means the default (31 days); `EXPIRATION_TTL_SECONDS_NEVER` (u64::MAX): never.
         pub expiration_ttl_seconds: u64,
     }
 }

@@ -91,8 +91,14 @@ pub fn effective_max_delivery_attempts(dead_letter_topic: &str, requested: u32) 
     Ok(model::effective_max_delivery_attempts(dead_letter_topic, requested)?)
 }
 
+/// The model's [`model::retry_backoff_seconds`]: a retry policy's bounds as given (`None`: not
+/// given, the default), checked, for a client that knows which were given.
+pub fn retry_backoff_seconds(minimum: Option<u32>, maximum: Option<u32>) -> Result<(u32, u32), Status> {
+    Ok(model::retry_backoff_seconds(minimum, maximum)?)
+}
+
 /// The model's [`model::effective_retry_backoff_seconds`]: a retry policy's minimum and maximum
-/// backoff, (0, 0) for none.
+/// backoff, (0, 0) for none; a minimum of 0 is 0 s, a maximum of 0 the default.
 pub fn effective_retry_backoff_seconds(minimum: u32, maximum: u32) -> Result<(u32, u32), Status> {
     Ok(model::effective_retry_backoff_seconds(minimum, maximum)?)
 }
@@ -410,9 +416,11 @@ mod tests {
         };
         assert_eq!(retry(0, 0), Ok((0, 0)), "both 0 remove the policy");
         assert_eq!(retry(5, 0), Ok((5, BACKOFF_SECONDS_MAXIMUM_DEFAULT)));
-        assert_eq!(retry(0, 60), Ok((BACKOFF_SECONDS_MINIMUM_DEFAULT, 60)));
-        refusal(retry(0, 5));
-        refusal(retry(30, 20));
+        assert_eq!(retry(0, 60), Ok((0, 60)), "a minimum of 0 is no wait");
+        assert_eq!(retry(0, 5), Ok((0, 5)));
+        assert!(
+            refusal(retry(30, 20)).contains("minimum_backoff of 30 s is above its maximum_backoff of 20 s")
+        );
         refusal(retry(BACKOFF_SECONDS_MAX + 1, 0));
     }
 

@@ -6,8 +6,8 @@
 /// Pub/Sub's rules for names, settings and their defaults.
 pub use crate::api::validate::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_labels,
-    validate_name,
+    effective_retention_seconds, effective_retry_backoff_seconds, retry_backoff_seconds,
+    topic_retention_seconds, validate_labels, validate_name,
 };
 
 /// A resource's labels, Pub/Sub's key-value pairs, kept in key order (as the catalog stores

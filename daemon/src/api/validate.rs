@@ -8,8 +8,8 @@ use ringpost_model::Invalid;
 
 pub use ringpost_model::validate::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_labels,
-    validate_message, validate_name,
+    effective_retention_seconds, effective_retry_backoff_seconds, retry_backoff_seconds,
+    topic_retention_seconds, validate_labels, validate_message, validate_name,
 };
 
 impl From<Invalid> for Status {

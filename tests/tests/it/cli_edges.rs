@@ -92,3 +92,107 @@ fn the_grpc_port_is_named_as_http2_not_a_closed_connection() {
         assert!(stderr.contains("is not a Ringpost server") && stderr.contains("HTTP/2"), "{stderr}");
     }
 }
+
+/// The first line of a successful CLI run's standard output.
+fn first_line(output: &std::process::Output) -> String {
+    ringpost_tests::succeeded(output).lines().next().unwrap_or_default().to_owned()
+}
+
+/// Pub/Sub allows a retry policy of 0 to 600 s for both bounds: a minimum of 0 is taken (it
+/// was refused with "retry backoff of 10 to 1 s", a 10 nobody sent), by the CLI as by the
+/// gRPC API, and a refusal names what was given and which value was a default.
+#[test]
+fn a_retry_policy_may_start_at_0_in_both_protocols() {
+    use ringpost_tests::grpc::{pubsub, subscription_path, topic_path, Grpc};
+    let daemon =
+        Daemon::start_with("cli-retry", Vec::new(), vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
+    ringpost_tests::succeeded(&daemon.cli(&["topic", "create", "retried"]));
+    let created = first_line(&daemon.cli(&[
+        "sub",
+        "create",
+        "at-once",
+        "--topic",
+        "retried",
+        "--min-backoff",
+        "0",
+        "--max-backoff",
+        "1",
+    ]));
+    assert_eq!(ringpost_tests::json_field(&created, "minimum_backoff_seconds"), "0", "{created}");
+    assert_eq!(ringpost_tests::json_field(&created, "maximum_backoff_seconds"), "1", "{created}");
+    // A bound not given is Pub/Sub's default.
+    let created =
+        first_line(&daemon.cli(&["sub", "create", "from-zero", "--topic", "retried", "--min-backoff", "0"]));
+    assert_eq!(ringpost_tests::json_field(&created, "minimum_backoff_seconds"), "0", "{created}");
+    assert_eq!(ringpost_tests::json_field(&created, "maximum_backoff_seconds"), "600", "{created}");
+    let updated = first_line(&daemon.cli(&["sub", "update", "from-zero", "--max-backoff", "30"]));
+    assert_eq!(ringpost_tests::json_field(&updated, "minimum_backoff_seconds"), "10", "{updated}");
+    assert_eq!(ringpost_tests::json_field(&updated, "maximum_backoff_seconds"), "30", "{updated}");
+    let (code, stderr) =
+        exit(&daemon.cli(&["sub", "create", "bad", "--topic", "retried", "--max-backoff", "5"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--min-backoff (not given: the default, 10 s) is above its --max-backoff of 5 s"),
+        "{stderr}"
+    );
+    let (code, stderr) =
+        exit(&daemon.cli(&["sub", "update", "at-once", "--min-backoff", "30", "--max-backoff", "20"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--min-backoff of 30 s is above its --max-backoff of 20 s"), "{stderr}");
+
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().unwrap());
+    let seconds = |seconds: i64| Some(prost_types::Duration { seconds, nanos: 0 });
+    let asked = pubsub::Subscription {
+        name: subscription_path("grpc-at-once"),
+        topic: topic_path("retried"),
+        retry_policy: Some(pubsub::RetryPolicy { minimum_backoff: seconds(0), maximum_backoff: seconds(1) }),
+        ..Default::default()
+    };
+    let created = grpc.create_subscription(asked.clone()).unwrap();
+    assert_eq!(created.retry_policy, asked.retry_policy);
+    let refused = grpc
+        .create_subscription(pubsub::Subscription {
+            name: subscription_path("grpc-bad"),
+            topic: topic_path("retried"),
+            retry_policy: Some(pubsub::RetryPolicy { minimum_backoff: None, maximum_backoff: seconds(5) }),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("minimum_backoff (not given: the default, 10 s)"),
+        "{}",
+        refused.message()
+    );
+    // Both protocols show the same policy.
+    let shown = first_line(&daemon.cli(&["sub", "get", "grpc-at-once"]));
+    assert_eq!(ringpost_tests::json_field(&shown, "minimum_backoff_seconds"), "0", "{shown}");
+    assert_eq!(ringpost_tests::json_field(&shown, "maximum_backoff_seconds"), "1", "{shown}");
+}
+
+/// A subscription that never expires (Pub/Sub's expiration policy without a ttl) is made by
+/// the CLI with `--expiration never` and shown with `"expiration_ttl_seconds":null`, not
+/// 18446744073709551615; `sub update` sets it both ways.
+#[test]
+fn a_subscription_that_never_expires_is_made_and_shown_as_such() {
+    let daemon = Daemon::start("cli-never");
+    ringpost_tests::succeeded(&daemon.cli(&["topic", "create", "kept"]));
+    let created =
+        first_line(&daemon.cli(&["sub", "create", "forever", "--topic", "kept", "--expiration", "never"]));
+    assert!(created.contains("\"expiration_ttl_seconds\":null"), "{created}");
+    let got = first_line(&daemon.cli(&["sub", "get", "forever"]));
+    assert!(got.contains("\"expiration_ttl_seconds\":null"), "{got}");
+    let updated = first_line(&daemon.cli(&["sub", "update", "forever", "--expiration", "86400"]));
+    assert_eq!(ringpost_tests::json_field(&updated, "expiration_ttl_seconds"), "86400", "{updated}");
+    let updated = first_line(&daemon.cli(&["sub", "update", "forever", "--expiration", "never"]));
+    assert!(updated.contains("\"expiration_ttl_seconds\":null"), "{updated}");
+    let client = daemon.client();
+    assert_eq!(
+        block_on(client.get_subscription("forever")).unwrap().expiration_ttl_seconds,
+        ringpost_wire::limits::EXPIRATION_TTL_SECONDS_NEVER
+    );
+    let (code, stderr) =
+        exit(&daemon.cli(&["sub", "create", "bad", "--topic", "kept", "--expiration", "nope"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("neither seconds nor never"), "{stderr}");
+}

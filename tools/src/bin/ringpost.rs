@@ -366,9 +366,9 @@ struct SubUpdate {
     #[argh(option)]
     retention: Option<u64>,
     /// seconds of inactivity after which the subscription expires (at least 86400; 0 means
-    /// the default, 31 days)
+    /// the default, 31 days), or never
     #[argh(option)]
-    expiration: Option<u64>,
+    expiration: Option<Expiration>,
     /// topic that receives messages which failed --max-delivery-attempts times (the policy is
     /// set whole: this with the attempts)
     #[argh(option)]
@@ -380,7 +380,8 @@ struct SubUpdate {
     #[argh(switch)]
     clear_dead_letter: bool,
     /// seconds to wait before redelivering a nacked or expired message, doubling per attempt
-    /// (0 to 600; the policy is set whole: a bound not given takes its default, 10 and 600)
+    /// (0 to 600, 0: no wait; the policy is set whole: a bound not given takes its default, 10
+    /// and 600)
     #[argh(option)]
     min_backoff: Option<u32>,
     /// longest retry backoff in seconds (0 to 600)
@@ -414,14 +415,14 @@ impl SubUpdate {
         let retry_policy = match (self.min_backoff, self.max_backoff, self.clear_retry) {
             (None, None, false) => None,
             (None, None, true) => Some((0, 0)),
-            (minimum, maximum, false) => Some((minimum.unwrap_or(0), maximum.unwrap_or(0))),
+            (minimum, maximum, false) => Some(retry_bounds(minimum, maximum)?),
             (_, _, true) => return invalid("--clear-retry goes without --min-backoff and --max-backoff"),
         };
         let changes = ringpost_client::SubscriptionUpdate {
             ack_deadline_seconds: self.ack_deadline,
             retain_acked_messages: self.retain_acked,
             message_retention_seconds: self.retention,
-            expiration_ttl_seconds: self.expiration,
+            expiration_ttl_seconds: self.expiration.map(Expiration::ttl_seconds),
             dead_letter_policy,
             retry_policy,
         };
@@ -432,6 +433,61 @@ impl SubUpdate {
             );
         }
         Ok(changes)
+    }
+}
+
+/// `--expiration`: seconds of inactivity, or `never` (Pub/Sub's expiration policy without a
+/// ttl).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expiration {
+    Seconds(u64),
+    Never,
+}
+
+impl Expiration {
+    /// The subscription's `expiration_ttl_seconds` for it.
+    fn ttl_seconds(self) -> u64 {
+        match self {
+            Expiration::Seconds(seconds) => seconds,
+            Expiration::Never => ringpost_wire::limits::EXPIRATION_TTL_SECONDS_NEVER,
+        }
+    }
+}
+
+impl std::str::FromStr for Expiration {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Expiration, String> {
+        if text == "never" {
+            return Ok(Expiration::Never);
+        }
+        match text.parse::<u64>() {
+            Ok(seconds) if seconds != ringpost_wire::limits::EXPIRATION_TTL_SECONDS_NEVER => {
+                Ok(Expiration::Seconds(seconds))
+            }
+            _ => Err(format!("'{text}' is neither seconds nor never")),
+        }
+    }
+}
+
+/// A retry policy's bounds as the native protocol carries them, from the flags given: a
+/// bound not given takes Pub/Sub's default (10 s, 600 s), so that a minimum of 0 given is 0.
+/// Checked here, where it is known which bounds were given, so that a refusal says which
+/// value was a default (a usage error: nothing is sent).
+fn retry_bounds(minimum: Option<u32>, maximum: Option<u32>) -> Result<(u32, u32), Failure> {
+    ringpost_wire::validate::retry_backoff_seconds(minimum, maximum).map_err(|status| {
+        let flags = status
+            .message
+            .replace("minimum_backoff", "--min-backoff")
+            .replace("maximum_backoff", "--max-backoff");
+        Failure::usage(format!("InvalidArgument: {flags}"))
+    })
+}
+
+/// A subscription's expiration in JSON: its seconds, or `null` when it never expires.
+fn expiration_json(ttl_seconds: u64) -> String {
+    match ttl_seconds {
+        ringpost_wire::limits::EXPIRATION_TTL_SECONDS_NEVER => "null".to_owned(),
+        seconds => seconds.to_string(),
     }
 }
 
@@ -454,9 +510,10 @@ struct SubCreate {
     /// seconds unacknowledged messages are kept (600 to 2678400; default 7 days)
     #[argh(option, default = "0")]
     retention: u64,
-    /// seconds of inactivity after which the subscription expires (at least 86400; default 31 days)
-    #[argh(option, default = "0")]
-    expiration: u64,
+    /// seconds of inactivity after which the subscription expires (at least 86400; default 31
+    /// days), or never
+    #[argh(option)]
+    expiration: Option<Expiration>,
     /// deliver messages with the same ordering key in publish order
     #[argh(switch)]
     ordering: bool,
@@ -471,12 +528,12 @@ struct SubCreate {
     #[argh(option, default = "0")]
     max_delivery_attempts: u32,
     /// seconds to wait before redelivering a nacked or expired message, doubling per attempt
-    /// (0 to 600; setting either backoff sets a retry policy, default 10)
-    #[argh(option, default = "0")]
-    min_backoff: u32,
+    /// (0 to 600, 0: no wait; setting either backoff sets a retry policy, default 10)
+    #[argh(option)]
+    min_backoff: Option<u32>,
     /// longest retry backoff in seconds (0 to 600; default 600 once a retry policy is set)
-    #[argh(option, default = "0")]
-    max_backoff: u32,
+    #[argh(option)]
+    max_backoff: Option<u32>,
 }
 
 /// move a subscription's acknowledgements to a time: earlier messages count as acknowledged,
@@ -1140,7 +1197,7 @@ fn subscription_json(subscription: &Subscription) -> String {
         ("ack_deadline_seconds", subscription.ack_deadline_seconds.to_string()),
         ("retain_acked_messages", subscription.retain_acked_messages.to_string()),
         ("message_retention_seconds", subscription.message_retention_seconds.to_string()),
-        ("expiration_ttl_seconds", subscription.expiration_ttl_seconds.to_string()),
+        ("expiration_ttl_seconds", expiration_json(subscription.expiration_ttl_seconds)),
         ("enable_message_ordering", subscription.enable_message_ordering.to_string()),
         ("filter", json::string(&subscription.filter)),
         ("dead_letter_topic", json::string(&subscription.dead_letter_topic)),
@@ -1436,6 +1493,10 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         },
         Command::Sub(SubCommand { action }) => match action {
             SubAction::Create(create) => {
+                let retry = match (create.min_backoff, create.max_backoff) {
+                    (None, None) => (0, 0),
+                    (minimum, maximum) => retry_bounds(minimum, maximum)?,
+                };
                 let subscription = client
                     .create_subscription(Subscription {
                         name: create.name,
@@ -1443,13 +1504,13 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                         ack_deadline_seconds: create.ack_deadline,
                         retain_acked_messages: create.retain_acked,
                         message_retention_seconds: create.retention,
-                        expiration_ttl_seconds: create.expiration,
+                        expiration_ttl_seconds: create.expiration.map_or(0, Expiration::ttl_seconds),
                         enable_message_ordering: create.ordering,
                         filter: create.filter,
                         dead_letter_topic: create.dead_letter_topic,
                         max_delivery_attempts: create.max_delivery_attempts,
-                        minimum_backoff_seconds: create.min_backoff,
-                        maximum_backoff_seconds: create.max_backoff,
+                        minimum_backoff_seconds: retry.0,
+                        maximum_backoff_seconds: retry.1,
                     })
                     .await?;
                 print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);

@@ -10,10 +10,9 @@
 use super::names::{self, Kind, Name};
 use crate::api::control::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, Labels, Snapshot,
+    effective_retention_seconds, retry_backoff_seconds, topic_retention_seconds, Labels, Snapshot,
     Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
 };
-use crate::api::limits::{BACKOFF_SECONDS_MAXIMUM_DEFAULT, BACKOFF_SECONDS_MINIMUM_DEFAULT};
 use crate::api::Status;
 use crate::router::DELETED_TOPIC;
 use ringpost_proto::pubsub;
@@ -201,24 +200,17 @@ fn dead_letter_policy_in(policy: Option<&pubsub::DeadLetterPolicy>) -> Result<(S
 }
 
 /// A retry policy as (minimum, maximum) backoff seconds, checked. Absent is none, (0, 0): a
-/// message is delivered again at once. Present, a bound left unset takes Pub/Sub's default.
+/// message is delivered again at once. Present, a bound left unset takes Pub/Sub's default,
+/// and one set to 0 is 0 (the model's `retry_backoff_seconds`, which names what was given).
 fn retry_policy_in(policy: Option<&pubsub::RetryPolicy>) -> Result<(u32, u32), Status> {
     let Some(policy) = policy else { return Ok((0, 0)) };
-    let bound = |field: &str, value: Option<&prost_types::Duration>, default: u32| match value {
-        None => Ok::<u32, Status>(default),
-        Some(value) => Ok(u32::try_from(duration_seconds(field, Some(value))?).unwrap_or(u32::MAX)),
+    let bound = |field: &str, value: Option<&prost_types::Duration>| match value {
+        None => Ok::<Option<u32>, Status>(None),
+        Some(value) => Ok(Some(u32::try_from(duration_seconds(field, Some(value))?).unwrap_or(u32::MAX))),
     };
-    let minimum = bound(
-        "retry_policy.minimum_backoff",
-        policy.minimum_backoff.as_ref(),
-        BACKOFF_SECONDS_MINIMUM_DEFAULT,
-    )?;
-    let maximum = bound(
-        "retry_policy.maximum_backoff",
-        policy.maximum_backoff.as_ref(),
-        BACKOFF_SECONDS_MAXIMUM_DEFAULT,
-    )?;
-    Ok(effective_retry_backoff_seconds(minimum, maximum)?)
+    let minimum = bound("retry_policy.minimum_backoff", policy.minimum_backoff.as_ref())?;
+    let maximum = bound("retry_policy.maximum_backoff", policy.maximum_backoff.as_ref())?;
+    Ok(retry_backoff_seconds(minimum, maximum)?)
 }
 
 /// An expiration policy as its ttl in seconds, checked: absent takes the default (31 days);
