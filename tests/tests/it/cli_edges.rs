@@ -196,3 +196,30 @@ fn a_subscription_that_never_expires_is_made_and_shown_as_such() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("neither seconds nor never"), "{stderr}");
 }
+
+/// `pull` without `--base64`: text stays text in `data`; data that is not UTF-8 (printed as
+/// lossy text before, then acknowledged by `--ack`) comes whole as base64 in `data_base64`,
+/// with a note on standard error naming the message.
+#[test]
+fn pull_prints_data_that_is_not_utf8_as_base64_and_says_so() {
+    use ringpost_client::Message;
+    let daemon = Daemon::start("cli-binary-pull");
+    let client = daemon.client();
+    ringpost_tests::create_topic_and_subscription(&client, "mixed", "mixed-sub", 10);
+    let binary = vec![0xff, 0xfe, b'a', 0x00, 0x80];
+    let ids =
+        block_on(client.publish("mixed", vec![Message::new("plain text"), Message::new(binary)])).unwrap();
+    let output = daemon.cli(&["pull", "mixed-sub", "--max", "10", "--wait", "5", "--ack"]);
+    let stdout = ringpost_tests::succeeded(&output);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(ringpost_tests::json_field(lines[0], "data"), "plain text");
+    assert!(!lines[1].contains("\"data\":"), "{}", lines[1]);
+    // Base64 of ff fe 61 00 80 (Python's base64.b64encode).
+    assert_eq!(ringpost_tests::json_field(lines[1], "data_base64"), "//5hAIA=", "{}", lines[1]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("message(s) {} is not UTF-8", ids[1])) && stderr.contains("data_base64"),
+        "{stderr}"
+    );
+}

@@ -675,7 +675,8 @@ struct PullCommand {
     /// acknowledge the messages once printed
     #[argh(switch)]
     ack: bool,
-    /// print data as base64 (for binary payloads) instead of UTF-8 text
+    /// print data as base64 (for binary payloads) instead of UTF-8 text; without it, data that
+    /// is not UTF-8 is printed as base64 in a field of its own, data_base64
     #[argh(switch)]
     base64: bool,
     /// follow the subscription with a streaming pull until interrupted (--max is then the
@@ -1151,21 +1152,29 @@ fn latency_text(summary: &ringpost_wire::messages::LatencySummary) -> String {
     )
 }
 
-/// Prints one JSON object per message and returns their ack ids.
+/// Prints one JSON object per message and returns their ack ids. Data is UTF-8 text in
+/// `data`, or base64 in `data` with `--base64`. Without it, data that is not UTF-8 is printed
+/// whole as base64 in `data_base64` instead of `data` (a reader of `data` finds it missing
+/// rather than reading damaged text), with a note on standard error, so that `--ack` never
+/// acknowledges a message whose bytes were not shown.
 fn print_messages(messages: &[ringpost_client::ReceivedMessage], base64: bool) -> Vec<String> {
     let mut out = String::new();
     let mut ack_ids = Vec::with_capacity(messages.len());
+    let mut not_text = Vec::new();
     for message in messages {
-        let data = if base64 {
-            json::base64(&message.data)
-        } else {
-            String::from_utf8_lossy(&message.data).into_owned()
+        let (field, data) = match (base64, std::str::from_utf8(&message.data)) {
+            (true, _) => ("data", json::base64(&message.data)),
+            (false, Ok(text)) => ("data", text.to_owned()),
+            (false, Err(_)) => {
+                not_text.push(message.message_id.to_string());
+                ("data_base64", json::base64(&message.data))
+            }
         };
         let attributes: Vec<(&str, String)> =
             message.attributes.iter().map(|a| (a.key.as_str(), json::string(&a.value))).collect();
         let mut fields = vec![
             ("message_id", json::string(&message.message_id.to_string())),
-            ("data", json::string(&data)),
+            (field, json::string(&data)),
             ("attributes", json::object(&attributes)),
             ("publish_time", json::string(&json::rfc3339(message.publish_time_ms))),
             ("ack_id", json::string(&message.ack_id)),
@@ -1177,6 +1186,12 @@ fn print_messages(messages: &[ringpost_client::ReceivedMessage], base64: bool) -
         out.push_str(&json::object(&fields));
         out.push('\n');
         ack_ids.push(message.ack_id.clone());
+    }
+    if !not_text.is_empty() {
+        errln!(
+            "note: the data of message(s) {} is not UTF-8: printed as base64 in data_base64 (--base64 prints all data so)",
+            not_text.join(", ")
+        );
     }
     // One write for the batch; a closed pipe ends the program before anything is acknowledged.
     cli::print_out(format_args!("{out}"));
