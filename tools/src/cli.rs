@@ -202,10 +202,117 @@ pub fn parse<T: FromArgs>(program: &str, arguments: &[String]) -> Result<T, u8> 
         }
         Err(EarlyExit { output, status: Err(()) }) => {
             eprintln!("{}", output.trim_end());
+            if let Some(nearest) = suggestion::<T>(program, &arguments, &output) {
+                eprintln!("did you mean `{nearest}`?");
+            }
             eprintln!("Run {program} --help for more information.");
             Err(EXIT_USAGE)
         }
     }
+}
+
+/// For argh's "Unrecognized argument: X", the known command or option nearest to X at the
+/// place it was given (a command among the commands, an option among the options of the
+/// command it follows), read from that command's help; `None` when none is near enough
+/// (`is_near`) or the error is another.
+fn suggestion<T: FromArgs>(program: &str, arguments: &[&str], error: &str) -> Option<String> {
+    let unknown = error.lines().find_map(|line| line.strip_prefix("Unrecognized argument: "))?.trim();
+    let position = arguments.iter().position(|argument| *argument == unknown)?;
+    // The command path before it: each word that, added to the path, has help of its own.
+    let mut path: Vec<&str> = Vec::new();
+    for word in arguments[..position].iter().filter(|word| !word.starts_with('-')) {
+        let mut asked = path.clone();
+        asked.extend([*word, "--help"]);
+        let usage = format!("Usage: {program} {}", asked[..asked.len() - 1].join(" "));
+        if let Err(EarlyExit { output, status: Ok(()) }) = T::from_args(&[program], &asked) {
+            if output.starts_with(&format!("{usage} ")) || output.starts_with(&format!("{usage}\n")) {
+                path.push(word);
+            }
+        }
+    }
+    let mut asked = path.clone();
+    asked.push("--help");
+    let Err(EarlyExit { output: help, status: Ok(()) }) = T::from_args(&[program], &asked) else {
+        return None;
+    };
+    let (mut options, commands) = known_words(&help);
+    if !path.is_empty() {
+        // The program's own options (--server, --output, ...) go anywhere on the line.
+        if let Err(EarlyExit { output, status: Ok(()) }) = T::from_args(&[program], &["--help"]) {
+            options.extend(known_words(&output).0);
+        }
+    }
+    let candidates = if unknown.starts_with('-') { options } else { commands };
+    nearest(unknown, &candidates)
+}
+
+/// The options (`--name`) and commands a command's help lists.
+fn known_words(help: &str) -> (Vec<String>, Vec<String>) {
+    let (mut options, mut commands) = (Vec::new(), Vec::new());
+    let mut section = "";
+    for line in help.lines() {
+        if !line.starts_with(' ') {
+            section = line.trim_end();
+            continue;
+        }
+        // An entry starts two spaces in; its description's further lines are indented more.
+        let Some(entry) = line.strip_prefix("  ").filter(|entry| !entry.starts_with(' ')) else { continue };
+        let names = entry.split("  ").next().unwrap_or_default();
+        match section {
+            "Options:" => options.extend(
+                names
+                    .split(", ")
+                    .map(|name| name.split_whitespace().next().unwrap_or_default())
+                    .filter(|name| name.starts_with("--") && *name != "--help")
+                    .map(str::to_owned),
+            ),
+            "Commands:" => commands.extend(names.split_whitespace().next().map(str::to_owned)),
+            _ => {}
+        }
+    }
+    (options, commands)
+}
+
+/// The candidate nearest to `unknown` by edit distance, if near enough to be a typo of it.
+fn nearest(unknown: &str, candidates: &[String]) -> Option<String> {
+    candidates
+        .iter()
+        .map(|candidate| (edit_distance(unknown, candidate), candidate))
+        .filter(|(distance, candidate)| is_near(*distance, candidate))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate.clone())
+}
+
+/// Whether `distance` edits make a typo of `candidate` rather than another word: one edit in a
+/// short name, up to a third of a longer one's letters, never more than three.
+fn is_near(distance: usize, candidate: &str) -> bool {
+    let letters = candidate.trim_start_matches('-').len();
+    distance <= (letters / 3).clamp(1, 3)
+}
+
+/// Levenshtein's distance between two words, in characters, with a transposition of two
+/// neighbours counting as one edit (the commonest typo).
+fn edit_distance(left: &str, right: &str) -> usize {
+    let (left, right): (Vec<char>, Vec<char>) = (left.chars().collect(), right.chars().collect());
+    let mut rows = vec![vec![0usize; right.len() + 1]; left.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=left.len() {
+        for j in 1..=right.len() {
+            let substitution = usize::from(left[i - 1] != right[j - 1]);
+            let mut best =
+                (rows[i - 1][j] + 1).min(rows[i][j - 1] + 1).min(rows[i - 1][j - 1] + substitution);
+            if i > 1 && j > 1 && left[i - 1] == right[j - 2] && left[i - 2] == right[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[left.len()][right.len()]
 }
 
 /// The program's name as it was called, for messages.
@@ -345,5 +452,106 @@ mod tests {
             error_line(&denied),
             format!("PermissionDenied: principal alice lacks it ({HINT_PERMISSION_DENIED})")
         );
+    }
+
+    /// A program shaped like ringpost's, for the suggestions: a global option, commands with
+    /// actions, options with values and switches.
+    #[derive(FromArgs)]
+    /// the program
+    struct Program {
+        /// the server
+        #[argh(option)]
+        _server: Option<String>,
+        #[argh(subcommand)]
+        _command: ProgramCommand,
+    }
+
+    // Read by argh only: the test looks at what it refuses and suggests.
+    #[allow(dead_code)]
+    #[derive(FromArgs)]
+    #[argh(subcommand)]
+    enum ProgramCommand {
+        Publish(Publish),
+        Sub(Sub),
+    }
+
+    #[derive(FromArgs)]
+    /// publish
+    #[argh(subcommand, name = "publish")]
+    struct Publish {
+        #[argh(positional)]
+        _topic: String,
+    }
+
+    #[derive(FromArgs)]
+    /// subscriptions
+    #[argh(subcommand, name = "sub")]
+    struct Sub {
+        #[argh(subcommand)]
+        _action: SubAction,
+    }
+
+    #[allow(dead_code)]
+    #[derive(FromArgs)]
+    #[argh(subcommand)]
+    enum SubAction {
+        Create(Create),
+        List(List),
+    }
+
+    #[derive(FromArgs)]
+    /// create
+    #[argh(subcommand, name = "create")]
+    struct Create {
+        #[argh(positional)]
+        _name: String,
+        /// the ack deadline
+        #[argh(option)]
+        _ack_deadline: Option<u32>,
+        /// keep acknowledged messages
+        #[argh(switch)]
+        _retain_acked: bool,
+    }
+
+    #[derive(FromArgs)]
+    /// list
+    #[argh(subcommand, name = "list")]
+    struct List {}
+
+    fn suggest(arguments: &[&str]) -> Option<String> {
+        let Err(EarlyExit { output, status: Err(()) }) = Program::from_args(&["ringpost"], arguments) else {
+            panic!("{arguments:?} should not parse");
+        };
+        suggestion::<Program>("ringpost", arguments, &output)
+    }
+
+    /// An unknown command or option gets the nearest known one at its place, a word that is
+    /// near nothing gets none, and a value that reads like a command is not taken for one.
+    #[test]
+    fn typos_get_the_nearest_command_or_option() {
+        assert_eq!(suggest(&["publsh", "orders"]).as_deref(), Some("publish"));
+        assert_eq!(suggest(&["sub", "crate", "s"]).as_deref(), Some("create"));
+        assert_eq!(suggest(&["sub", "lsit"]).as_deref(), Some("list"));
+        assert_eq!(suggest(&["sub", "create", "s", "--ack-dedline", "5"]).as_deref(), Some("--ack-deadline"));
+        assert_eq!(suggest(&["sub", "create", "sub", "--retain-aked"]).as_deref(), Some("--retain-acked"));
+        assert_eq!(suggest(&["sub", "create", "s", "--sever", "a:1"]).as_deref(), Some("--server"));
+        assert_eq!(
+            suggest(&["--server", "sub", "sub", "lst"]).as_deref(),
+            Some("list"),
+            "a value, then a command"
+        );
+        assert_eq!(suggest(&["xyzzy"]), None);
+        assert_eq!(suggest(&["sub", "create", "s", "--deadline-of-ack"]), None);
+    }
+
+    #[test]
+    fn edit_distance_counts_a_transposition_as_one() {
+        assert_eq!(edit_distance("publish", "publish"), 0);
+        assert_eq!(edit_distance("publsh", "publish"), 1);
+        assert_eq!(edit_distance("lsit", "list"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert!(is_near(1, "get") && !is_near(2, "get"));
+        assert!(is_near(3, "--max-delivery-attempts") && !is_near(4, "--max-delivery-attempts"));
     }
 }

@@ -223,3 +223,20 @@ fn pull_prints_data_that_is_not_utf8_as_base64_and_says_so() {
         "{stderr}"
     );
 }
+
+/// An unknown command or option is a usage error that suggests the nearest known one.
+#[test]
+fn typos_are_answered_with_the_nearest_command_or_option() {
+    for (arguments, nearest) in [
+        (&["publsh", "orders", "x"][..], "publish"),
+        (&["sub", "crate", "s", "--topic", "t"][..], "create"),
+        (&["pull", "s", "--strem"][..], "--stream"),
+        (&["topic", "list", "--outptu", "table"][..], "--output"),
+    ] {
+        let output =
+            std::process::Command::new(ringpost_tests::binary("ringpost")).args(arguments).output().unwrap();
+        let (code, stderr) = exit(&output);
+        assert_eq!(code, Some(2), "{arguments:?}: {stderr}");
+        assert!(stderr.contains(&format!("did you mean `{nearest}`?")), "{arguments:?}: {stderr}");
+    }
+}
