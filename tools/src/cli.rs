@@ -211,6 +211,30 @@ pub fn parse<T: FromArgs>(program: &str, arguments: &[String]) -> Result<T, u8> 
     }
 }
 
+/// The options of the command at `path` (`["sub", "create"]`), read from its usage line, each
+/// with whether a value follows it (`--topic <topic>`); the global options of the program are
+/// not among them (they are the program's).
+pub fn usage_options<T: FromArgs>(program: &str, path: &[&str]) -> Vec<(String, bool)> {
+    let mut asked = path.to_vec();
+    asked.push("--help");
+    let Err(EarlyExit { output, status: Ok(()) }) = T::from_args(&[program], &asked) else {
+        return Vec::new();
+    };
+    let usage = output.lines().next().unwrap_or_default();
+    let words: Vec<&str> = usage.split_whitespace().map(|word| word.trim_start_matches('[')).collect();
+    let mut options = Vec::new();
+    for (index, word) in words.iter().enumerate() {
+        let name = word.trim_end_matches(']');
+        if name.starts_with("--") && name.len() > 2 && name != "--help" {
+            let valued = words.get(index + 1).is_some_and(|next| next.starts_with('<'));
+            if !options.iter().any(|(known, _)| known == name) {
+                options.push((name.to_owned(), valued));
+            }
+        }
+    }
+    options
+}
+
 /// For argh's "Unrecognized argument: X", the known command or option nearest to X at the
 /// place it was given (a command among the commands, an option among the options of the
 /// command it follows), read from that command's help; `None` when none is near enough
@@ -542,6 +566,17 @@ mod tests {
         );
         assert_eq!(suggest(&["xyzzy"]), None);
         assert_eq!(suggest(&["sub", "create", "s", "--deadline-of-ack"]), None);
+    }
+
+    /// A command's options come from its usage line, each with whether a value follows it;
+    /// the program's own are not a command's.
+    #[test]
+    fn a_commands_options_are_read_from_its_usage() {
+        let options = usage_options::<Program>("ringpost", &["sub", "create"]);
+        assert_eq!(options, [("--ack-deadline".to_owned(), true), ("--retain-acked".to_owned(), false)]);
+        assert!(usage_options::<Program>("ringpost", &["sub", "list"]).is_empty());
+        assert_eq!(usage_options::<Program>("ringpost", &[]), [("--server".to_owned(), true)]);
+        assert!(usage_options::<Program>("ringpost", &["nothing"]).is_empty());
     }
 
     #[test]

@@ -240,3 +240,40 @@ fn typos_are_answered_with_the_nearest_command_or_option() {
         assert!(stderr.contains(&format!("did you mean `{nearest}`?")), "{arguments:?}: {stderr}");
     }
 }
+
+/// `ringpost completions`: after a command or an action, `-` completes its own options beside
+/// the global ones (it completed only the global ones), in bash as bash runs the script, and
+/// in fish's script.
+#[test]
+fn completions_offer_each_commands_own_options() {
+    let ringpost = ringpost_tests::binary("ringpost");
+    let completions = |words: &str, index: usize| -> String {
+        let program = format!(
+            "source <({} completions bash); COMP_WORDS=({words}); COMP_CWORD={index}; _ringpost; echo \"${{COMPREPLY[*]}}\"",
+            ringpost.display()
+        );
+        let output = std::process::Command::new("bash").arg("-c").arg(program).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    assert_eq!(completions("ringpost sub create audit --to", 4), "--token --topic");
+    assert_eq!(completions("ringpost sub update audit --min", 4), "--min-backoff");
+    assert_eq!(completions("ringpost pull audit --st", 3), "--stream");
+    assert_eq!(completions("ringpost --timeout 5 publish orders --at", 5), "--attr");
+    assert_eq!(completions("ringpost topic create orders --rep", 4), "--replicas");
+    // An action's options are its own: topic create has no --topic.
+    assert_eq!(completions("ringpost topic create orders --to", 4), "--token");
+    assert_eq!(completions("ringpost cluster --ser", 2), "--server --server-name");
+    let fish = std::process::Command::new(&ringpost).args(["completions", "fish"]).output().unwrap();
+    let fish = String::from_utf8(fish.stdout).unwrap();
+    assert!(
+        fish.contains(
+            "complete -c ringpost -n '__fish_seen_subcommand_from sub; and __fish_seen_subcommand_from create' -l topic -r"
+        ),
+        "{fish}"
+    );
+    assert!(
+        fish.contains("complete -c ringpost -n '__fish_seen_subcommand_from pull' -l stream\n"),
+        "{fish}"
+    );
+}

@@ -1311,24 +1311,32 @@ fn without_table(command: &Command) -> Option<&'static str> {
 /// `ringpost completions SHELL`: the script, from the commands argh knows.
 fn print_completions(shell: &str) -> Result<(), Failure> {
     use argh::SubCommands;
-    use ringpost_tools::completions::{CommandTree, Completion};
-    fn actions<T: SubCommands>() -> Vec<(&'static str, &'static str)> {
-        T::COMMANDS.iter().map(|info| (info.name, info.description)).collect()
-    }
+    use ringpost_tools::completions::{Action, CommandTree, Completion};
+    let options = |path: &[&str]| cli::usage_options::<Flags>("ringpost", path);
+    let actions = |command: &str, infos: &[&'static argh::CommandInfo]| -> Vec<Action> {
+        infos
+            .iter()
+            .map(|info| Action {
+                name: info.name,
+                description: info.description,
+                options: options(&[command, info.name]),
+            })
+            .collect()
+    };
     let commands: Vec<CommandTree> = <Command as SubCommands>::COMMANDS
         .iter()
-        .map(|info| CommandTree {
-            name: info.name,
-            description: info.description,
-            actions: match info.name {
-                "topic" => actions::<TopicAction>(),
-                "sub" => actions::<SubAction>(),
-                "snapshot" => actions::<SnapshotAction>(),
-                "cluster" => actions::<ClusterAction>(),
-                "admin" => actions::<AdminAction>(),
-                "token" => actions::<TokenAction>(),
+        .map(|info| {
+            let actions = match info.name {
+                "topic" => actions(info.name, TopicAction::COMMANDS),
+                "sub" => actions(info.name, SubAction::COMMANDS),
+                "snapshot" => actions(info.name, SnapshotAction::COMMANDS),
+                "cluster" => actions(info.name, ClusterAction::COMMANDS),
+                "admin" => actions(info.name, AdminAction::COMMANDS),
+                "token" => actions(info.name, TokenAction::COMMANDS),
                 _ => Vec::new(),
-            },
+            };
+            let own = if actions.is_empty() { options(&[info.name]) } else { Vec::new() };
+            CommandTree { name: info.name, description: info.description, options: own, actions }
         })
         .collect();
     let options: Vec<(&str, bool)> =
