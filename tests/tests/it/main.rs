@@ -27,6 +27,7 @@ mod python_client;
 mod quickstart;
 mod readme;
 mod replication;
+mod resets;
 mod security;
 mod semantics;
 mod shutdown;

@@ -871,11 +871,19 @@ fn send_now(stream: &TcpStream, frame: &[u8]) {
 
 /// Responses waiting for the socket. Each holds the in-flight permit of its request until it is
 /// written, so running plus queued requests never exceed the per-connection bound.
+///
+/// Once the socket takes no more (`broken`: a write failed, the peer reset the connection),
+/// nothing waits for it any more: what was queued is dropped at once, and so is every response
+/// pushed after, with its permit, its stream reservation and the buffers it gathered. Requests
+/// still running then finish into nothing, the connection's last permit comes back, and the
+/// connection closes with all it held.
 #[derive(Default)]
 pub struct Outbound {
     queue: RefCell<VecDeque<Queued>>,
     ready: Notify,
     closed: Cell<bool>,
+    /// The socket takes no more bytes: responses are dropped instead of queued.
+    broken: Cell<bool>,
     /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
     peer_gone: Cell<bool>,
     /// Fires when the queue drains or the peer goes, for streams waiting for room.
@@ -899,8 +907,20 @@ impl Outbound {
         permit: Option<StaticPermit>,
         reservation: Option<StreamReservation>,
     ) {
+        if self.broken.get() {
+            // Nobody will write it: what it holds goes back now, not when the connection ends.
+            return;
+        }
         self.queue.borrow_mut().push_back((frame.into(), permit, reservation));
         self.ready.notify_all();
+    }
+    /// The socket takes no more: drops what is queued (permits, reservations and gathered
+    /// buffers with it) and everything pushed from now on, and tells streams the peer is gone.
+    fn break_off(&self) {
+        self.broken.set(true);
+        let dropped: VecDeque<Queued> = std::mem::take(&mut *self.queue.borrow_mut());
+        drop(dropped);
+        self.peer_left();
     }
     fn close(&self) {
         self.closed.set(true);
@@ -1389,9 +1409,16 @@ async fn write_responses<S: Transport>(
     socket: RawFd,
     outbound: Rc<Outbound>,
 ) {
-    write_all_responses(writer, socket, &outbound).await;
-    // Whatever ended the writer (a broken socket, or the close), nobody reads any more.
-    outbound.peer_left();
+    let written = write_all_responses(writer, socket, &outbound).await;
+    if written.is_err() && !outbound.closed.get() {
+        // The peer is gone (reset, or the socket broke): the reader stops now rather than at
+        // its next failed read or deadline. The socket is still open: the reader's half holds
+        // it until the connection's task returns, after this one.
+        let _ = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Read);
+    }
+    // Whatever ended the writer (a broken socket, or the close), nobody reads any more: what
+    // is queued, and what running requests answer later, is dropped with what it holds.
+    outbound.break_off();
 }
 
 /// `socket` is the stream's descriptor, for vectored writes, which glommio's stream lacks; it
@@ -1400,7 +1427,7 @@ async fn write_all_responses<S: Transport>(
     mut writer: futures_lite::io::WriteHalf<S>,
     socket: RawFd,
     outbound: &Outbound,
-) {
+) -> std::io::Result<()> {
     let mut gathered: Vec<u8> = Vec::with_capacity(COALESCE_BYTES_MAX);
     let mut permits = Vec::new();
     loop {
@@ -1426,47 +1453,40 @@ async fn write_all_responses<S: Transport>(
                 Response::Gathered(frame) => {
                     // The small frames gathered so far go first, in the same write.
                     let runs = std::iter::once(&gathered[..]).chain(frame.slices()).collect();
-                    if write_runs(&mut writer, socket, runs).await.is_err() {
-                        return;
-                    }
+                    write_runs(&mut writer, socket, runs).await?;
                     gathered.clear();
                     continue;
                 }
                 Response::Reserved(..) => unreachable!("unwrapped above"),
             };
             if frame.len() >= COALESCE_BYTES_MAX {
-                if !gathered.is_empty() && writer.write_all(&gathered).await.is_err() {
-                    return;
+                if !gathered.is_empty() {
+                    writer.write_all(&gathered).await?;
                 }
                 gathered.clear();
-                if writer.write_all(&frame).await.is_err() {
-                    return;
-                }
+                writer.write_all(&frame).await?;
             } else {
                 gathered.extend_from_slice(&frame);
                 if gathered.len() >= COALESCE_BYTES_MAX {
-                    if writer.write_all(&gathered).await.is_err() {
-                        return;
-                    }
+                    writer.write_all(&gathered).await?;
                     gathered.clear();
                 }
             }
         }
         if !gathered.is_empty() {
-            if writer.write_all(&gathered).await.is_err() {
-                return;
-            }
+            writer.write_all(&gathered).await?;
             gathered.clear();
         }
         // TLS keeps what the socket did not take at once in its own buffers; a write to the
         // socket itself has nothing left behind.
-        if !S::PLAINTEXT && writer.flush().await.is_err() {
-            return;
+        if !S::PLAINTEXT {
+            writer.flush().await?;
         }
         permits.clear();
     }
     let _ = writer.flush().await;
     let _ = writer.close().await;
+    Ok(())
 }
 
 /// Writes `runs` in order with as few vectored writes as the socket allows. A write that
@@ -1630,6 +1650,29 @@ mod tests {
         responder.outbound.peer_left();
         assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
         assert!(gone.as_mut().poll(&mut context).is_ready());
+    }
+
+    /// Once the socket is broken, what was queued gives back what it held at once, and so does
+    /// every response pushed after (a request that finishes once its peer reset the
+    /// connection); streams see the peer gone.
+    #[test]
+    fn a_broken_connection_drops_its_queue_and_every_later_response() {
+        use crate::subscription::budget::stream_reserved_bytes;
+        let outbound = Outbound::default();
+        let frame = |bytes: usize| {
+            let mut buffer = FrameBuffer::new();
+            buffer.resize(bytes, 0);
+            Response::Frame(buffer)
+        };
+        outbound.push_held(frame(100), None, StreamReservation::try_new(1000));
+        outbound.push_held(frame(100), None, StreamReservation::try_new(2000));
+        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (2, 3000));
+        outbound.break_off();
+        assert!(outbound.peer_gone.get());
+        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
+        let reserved = Response::Reserved(Box::new(frame(100)), StreamReservation::try_new(5000).unwrap());
+        outbound.push_held(reserved, None, StreamReservation::try_new(4000));
+        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
     }
 
     /// Many runs (more than one vectored write takes), many more bytes than the socket buffers,
