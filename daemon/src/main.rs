@@ -81,8 +81,8 @@ struct Flags {
     /// the slowest a frame may arrive, in bytes a second (default 1048576)
     #[argh(option)]
     frame_bytes_per_second_min: Option<u64>,
-    /// seconds a connection may go without sending a whole frame before it is closed
-    /// (default 600)
+    /// seconds a connection may go without sending a whole frame before it is closed, not
+    /// counting the time a streaming pull is open on it (default 600)
     #[argh(option)]
     idle_deadline_seconds: Option<u64>,
     /// whether requests must be authenticated and permitted: auto (the default: off on a

@@ -9,7 +9,9 @@ use ringpost_client::{block_on, Client, ErrorCode, Message};
 use ringpost_tests::{failed, Daemon};
 use ringpost_wire::frame::{decode_error, encode_frame, FrameHeader};
 use ringpost_wire::limits::*;
-use ringpost_wire::messages::{HelloRequest, NameRequest, PublishRequest, PubsubMessage};
+use ringpost_wire::messages::{
+    HelloRequest, NameRequest, PublishRequest, PubsubMessage, StreamingPullRequest,
+};
 use ringpost_wire::{Command, FrameBuffer, Status};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -726,4 +728,96 @@ fn out_of_descriptors_new_clients_are_refused_and_served_ones_carry_on() {
     let _ = before;
     let mut daemon = daemon;
     daemon.kill();
+}
+
+/// A raw connection to `address` with a StreamingPull open on `subscription` (its first, empty
+/// batch read).
+fn raw_stream(address: &str, subscription: &str) -> TcpStream {
+    let mut stream = connect(address);
+    let request = StreamingPullRequest {
+        subscription: subscription.into(),
+        stream_ack_deadline_seconds: 60,
+        max_outstanding_messages: 0,
+        max_outstanding_bytes: 0,
+    };
+    stream.write_all(&encode_frame(Command::StreamingPull.code(), 0, 1, &request)).unwrap();
+    let (header, _) = read_frame(&mut stream, Duration::from_secs(10)).expect("the stream is taken");
+    assert!(!header.is_error() && header.request_id == 1);
+    stream
+}
+
+/// Reads a stream's frames until one carries a message, within `limit`; panics on an error or
+/// a close.
+fn next_delivery(stream: &mut TcpStream, limit: Duration, what: &str) {
+    let until = Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let (header, body) =
+            read_frame(stream, left.max(Duration::from_millis(1))).unwrap_or_else(|| panic!("{what} ended"));
+        assert!(!header.is_error(), "{what} ended with {}", decode_error(&body));
+        if body.len() > 16 {
+            return;
+        }
+    }
+}
+
+/// A stream the client keeps open is not idle (issue 46: `ringpost pull --stream` ended after
+/// exactly the idle deadline). With the idle deadline at 2 s, a stream on a quiet subscription
+/// and one receiving a message now and then stay open across several deadlines, while a
+/// connection with nothing open is closed at its deadline, and so is one whose stream ended,
+/// the deadline counted from that end.
+#[test]
+fn open_streams_outlive_the_idle_deadline_and_idle_connections_do_not() {
+    let idle = Duration::from_secs(2);
+    let daemon = Daemon::start_with(
+        "idle-streams",
+        Vec::new(),
+        ["--shards", "1", "--idle-deadline-seconds", "2"].map(String::from).to_vec(),
+    );
+    let client = daemon.client();
+    for name in ["quiet", "busy", "ending"] {
+        ringpost_tests::create_topic_and_subscription(&client, name, &format!("{name}-sub"), 60);
+    }
+    let forwarder = forwarders(&daemon)[0].clone();
+    let mut quiet = raw_stream(&forwarder, "quiet-sub");
+    let mut busy = raw_stream(&forwarder, "busy-sub");
+    let mut ending = raw_stream(&forwarder, "ending-sub");
+    let mut idle_connection = connect(&forwarder);
+    idle_connection.write_all(&hello(1)).unwrap();
+    read_frame(&mut idle_connection, Duration::from_secs(5)).expect("the hello is answered");
+    let idle_since = Instant::now();
+
+    // The ending stream ends when its subscription goes; its connection is then idle.
+    block_on(client.delete_subscription("ending-sub")).unwrap();
+    let (_, body) = read_frame(&mut ending, Duration::from_secs(5)).expect("the stream's end");
+    assert_eq!(decode_error(&body).code, ErrorCode::NotFound);
+    let ended_at = Instant::now();
+
+    let statuses = statuses_until_closed(&mut idle_connection, idle * 3);
+    let closed_after = idle_since.elapsed();
+    assert!(closed_after + Duration::from_millis(200) >= idle, "closed after {closed_after:?}");
+    assert!(
+        statuses.iter().any(|status| status.message.contains("idle_deadline")),
+        "the idle connection was told {statuses:?}"
+    );
+    statuses_until_closed(&mut ending, idle * 3);
+    let ending_closed_after = ended_at.elapsed();
+    assert!(ending_closed_after + Duration::from_millis(200) >= idle, "closed after {ending_closed_after:?}");
+
+    // Four deadlines with the streams open: the busy one gets a message now and then.
+    let started = Instant::now();
+    let mut messages = 0;
+    while started.elapsed() < idle * 4 {
+        std::thread::sleep(idle * 3 / 4);
+        block_on(client.publish("busy", vec![Message::new("now and then")])).unwrap();
+        next_delivery(&mut busy, Duration::from_secs(5), "the busy stream");
+        messages += 1;
+    }
+    block_on(client.publish("quiet", vec![Message::new("at last")])).unwrap();
+    next_delivery(&mut quiet, Duration::from_secs(5), "the quiet stream");
+    println!(
+        "idle deadline {idle:?}: an idle connection closed after {closed_after:?}, one whose stream ended \
+         {ending_closed_after:?} after its end; two streams open {:?} ({messages} messages on one)",
+        started.elapsed()
+    );
 }

@@ -78,6 +78,13 @@ pub const FRAME_DEADLINE_BASE: Duration = Duration::from_secs(5);
 pub const FRAME_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
 /// A connection that completes no frame for this long is closed.
 pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
+/// TCP keepalive on every connection: the kernel probes a peer it has heard nothing from for
+/// `KEEPALIVE_IDLE`, every `KEEPALIVE_INTERVAL`, and fails the connection after
+/// `KEEPALIVE_PROBES` unanswered, so a peer that vanished (its host gone, the network cut) is
+/// found within two minutes, also on a connection whose open stream suspends the idle deadline.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_PROBES: u32 = 6;
 /// Responses smaller than this are gathered into one socket write.
 const COALESCE_BYTES_MAX: usize = 256 * 1024;
 /// Runs handed to one vectored write: Linux takes at most 1024 (`UIO_MAXIOV`).
@@ -660,6 +667,7 @@ async fn open_connection<H: Handler>(
     shard: &Shard,
 ) -> bool {
     let _ = stream.set_nodelay(true);
+    keep_alive(stream.as_raw_fd());
     let accepted = Accepted {
         socket: stream.as_raw_fd(),
         local_address: stream.local_addr().ok(),
@@ -702,6 +710,25 @@ async fn open_connection<H: Handler>(
         }
     }
     false
+}
+
+/// Turns TCP keepalive on for `socket` (`KEEPALIVE_IDLE`); a failure leaves the connection
+/// without it, held to its other deadlines.
+fn keep_alive(socket: RawFd) {
+    use nix::libc::{c_int, setsockopt, socklen_t, IPPROTO_TCP, SOL_SOCKET, SO_KEEPALIVE};
+    use nix::libc::{TCP_KEEPCNT, TCP_KEEPIDLE, TCP_KEEPINTVL};
+    let options = [
+        (SOL_SOCKET, SO_KEEPALIVE, 1),
+        (IPPROTO_TCP, TCP_KEEPIDLE, KEEPALIVE_IDLE.as_secs() as c_int),
+        (IPPROTO_TCP, TCP_KEEPINTVL, KEEPALIVE_INTERVAL.as_secs() as c_int),
+        (IPPROTO_TCP, TCP_KEEPCNT, KEEPALIVE_PROBES as c_int),
+    ];
+    for (level, name, value) in options {
+        // SAFETY: the option's value is one int, passed by pointer with its size.
+        let _ = unsafe {
+            setsockopt(socket, level, name, (&value as *const c_int).cast(), size_of::<c_int>() as socklen_t)
+        };
+    }
 }
 
 /// A connection's byte stream: the socket itself, or TLS over it.
@@ -946,6 +973,7 @@ async fn serve_connection<H: Handler, S: Transport>(
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
     let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
+    let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline, shard.limits.idle_deadline));
     let mut connection = Connection {
         handler,
         outbound: outbound.clone(),
@@ -954,8 +982,8 @@ async fn serve_connection<H: Handler, S: Transport>(
         access: shard.access.clone(),
         local_address,
         link: link.clone(),
+        watch: watch.clone(),
     };
-    let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline));
     let watchdog = crate::runtime::spawn(watch_deadline(watch.clone(), socket));
     let mut reading = Reading {
         shard,
@@ -973,7 +1001,8 @@ async fn serve_connection<H: Handler, S: Transport>(
     };
     if certified.is_some() {
         reading.authenticate();
-        watch.set(reading.deadline(Instant::now(), false));
+        let deadline = reading.deadline(Instant::now(), false);
+        watch.set_kind(deadline, reading.deadline_kind == Deadline::Idle);
     }
     // Once the shard is told to stop, nothing more is read (`serve` shuts the socket's reading
     // side, so a pending read ends): the requests read so far run and are answered, and the
@@ -1018,7 +1047,8 @@ async fn serve_connection<H: Handler, S: Transport>(
         if reading.refusal.is_some() {
             break;
         }
-        watch.set(reading.deadline(Instant::now(), completed));
+        let deadline = reading.deadline(Instant::now(), completed);
+        watch.set_kind(deadline, reading.deadline_kind == Deadline::Idle);
     }
     watch.finish();
     watchdog.await;
@@ -1052,6 +1082,8 @@ struct Connection<H> {
     access: Rc<Access>,
     local_address: Option<SocketAddr>,
     link: Rc<Link>,
+    /// The connection's deadlines, which its open streams suspend the idle one of.
+    watch: Rc<Watch>,
 }
 
 impl<H: Handler> Connection<H> {
@@ -1065,12 +1097,17 @@ impl<H: Handler> Connection<H> {
             session: self.session.clone(),
             access: self.access.clone(),
         };
+        let command = frame.header.command;
+        let stream = command == Command::StreamingPull.code();
+        // A stream the client keeps open is not idleness, however quiet its subscription: the
+        // idle deadline waits while one is open (a dead peer is found by TCP keepalive).
+        let open_stream = stream.then(|| OpenStream::new(self.watch.clone()));
         crate::runtime::spawn(async move {
             let started = std::time::Instant::now();
-            let command = frame.header.command;
             let response = handler.handle(frame.header, frame.body, &responder).await;
+            drop(open_stream);
             // A stream's time is its subscriber's session, not a latency.
-            let timed = command != ringpost_wire::Command::StreamingPull.code();
+            let timed = !stream;
             crate::metrics::requests::record(
                 command,
                 response_code(&response),
@@ -1327,8 +1364,19 @@ fn bytes_waiting(socket: RawFd) -> usize {
 /// until it and shuts the socket's reading side if it passed, which ends the reader's pending
 /// read (as a stop does). Moving it later costs nothing (the watchdog finds out when it wakes);
 /// only moving it earlier wakes the watchdog, which happens once per frame that spans reads.
+///
+/// The idle deadline is suspended while a stream is open on the connection, and runs again
+/// from the moment the last one ended: a subscriber's stream on a quiet subscription sends no
+/// frame for hours and is not idle.
 struct Watch {
     deadline: Cell<Instant>,
+    /// Whether `deadline` is the idle one (the one open streams suspend).
+    idle: Cell<bool>,
+    /// The connection's idle deadline (`ConnectionLimits::idle_deadline`).
+    idle_deadline: Duration,
+    /// Streams open now, and when the last one ended.
+    streams: Cell<usize>,
+    streams_ended: Cell<Option<Instant>>,
     /// The deadline the watchdog sleeps until.
     watched: Cell<Instant>,
     earlier: Notify,
@@ -1337,9 +1385,13 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(deadline: Instant) -> Watch {
+    fn new(deadline: Instant, idle_deadline: Duration) -> Watch {
         Watch {
             deadline: Cell::new(deadline),
+            idle: Cell::new(false),
+            idle_deadline,
+            streams: Cell::new(0),
+            streams_ended: Cell::new(None),
             watched: Cell::new(deadline),
             earlier: Notify::new(),
             expired: Cell::new(false),
@@ -1348,10 +1400,30 @@ impl Watch {
     }
 
     fn set(&self, deadline: Instant) {
+        self.set_kind(deadline, false);
+    }
+
+    /// Sets the deadline, saying whether it is the idle one.
+    fn set_kind(&self, deadline: Instant, idle: bool) {
         self.deadline.set(deadline);
+        self.idle.set(idle);
         if deadline < self.watched.get() {
             self.earlier.notify_all();
         }
+    }
+
+    /// When the deadline in force passes, given the connection's open streams: `None` while the
+    /// idle deadline waits for them to end.
+    fn effective_deadline(&self) -> Option<Instant> {
+        let deadline = self.deadline.get();
+        if !self.idle.get() {
+            return Some(deadline);
+        }
+        if self.streams.get() > 0 {
+            return None;
+        }
+        let resumed = self.streams_ended.get().map(|ended| ended + self.idle_deadline);
+        Some(resumed.map_or(deadline, |resumed| resumed.max(deadline)))
     }
 
     /// The connection is done reading: the watchdog ends (before the socket closes, so it
@@ -1368,7 +1440,12 @@ async fn watch_deadline(watch: Rc<Watch>, socket: RawFd) {
         if watch.finished.get() {
             return;
         }
-        let deadline = watch.deadline.get();
+        let Some(deadline) = watch.effective_deadline() else {
+            // Suspended by open streams: any new deadline, or the last stream's end, wakes it.
+            watch.watched.set(Instant::now() + Duration::from_secs(365 * 24 * 3600));
+            earlier.await;
+            continue;
+        };
         watch.watched.set(deadline);
         let now = Instant::now();
         if deadline <= now {
@@ -1377,6 +1454,31 @@ async fn watch_deadline(watch: Rc<Watch>, socket: RawFd) {
             return;
         }
         futures_lite::future::or(crate::runtime::sleep(deadline - now), earlier).await;
+    }
+}
+
+/// A stream open on a connection, for as long as its request runs: the connection's idle
+/// deadline waits until the last one ends.
+struct OpenStream {
+    watch: Rc<Watch>,
+}
+
+impl OpenStream {
+    fn new(watch: Rc<Watch>) -> OpenStream {
+        watch.streams.set(watch.streams.get() + 1);
+        OpenStream { watch }
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let streams = self.watch.streams.get();
+        debug_assert!(streams > 0, "a stream is counted closed once");
+        self.watch.streams.set(streams - 1);
+        if streams == 1 {
+            self.watch.streams_ended.set(Some(Instant::now()));
+            self.watch.earlier.notify_all();
+        }
     }
 }
 
@@ -1650,6 +1752,31 @@ mod tests {
         responder.outbound.peer_left();
         assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
         assert!(gone.as_mut().poll(&mut context).is_ready());
+    }
+
+    /// Open streams suspend the idle deadline, and only the idle one; once the last stream
+    /// ends, the idle deadline counts from that end.
+    #[test]
+    fn open_streams_suspend_the_idle_deadline_only() {
+        let idle = Duration::from_secs(600);
+        let start = Instant::now();
+        let watch = Rc::new(Watch::new(start, idle));
+        watch.set_kind(start + Duration::from_secs(5), false);
+        let first = OpenStream::new(watch.clone());
+        assert_eq!(
+            watch.effective_deadline(),
+            Some(start + Duration::from_secs(5)),
+            "a frame's deadline holds"
+        );
+        watch.set_kind(start + idle, true);
+        let second = OpenStream::new(watch.clone());
+        assert_eq!(watch.effective_deadline(), None);
+        drop(first);
+        assert_eq!(watch.effective_deadline(), None, "one stream is still open");
+        drop(second);
+        let ended = watch.streams_ended.get().expect("the last stream's end");
+        assert!(ended >= start);
+        assert_eq!(watch.effective_deadline(), Some(ended + idle));
     }
 
     /// Once the socket is broken, what was queued gives back what it held at once, and so does
