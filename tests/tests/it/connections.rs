@@ -821,3 +821,84 @@ fn open_streams_outlive_the_idle_deadline_and_idle_connections_do_not() {
         started.elapsed()
     );
 }
+
+/// One address holds only its share of a shard's connections before authentication
+/// (`--connections-unauthenticated-per-peer-max`): idle connections from one address at their
+/// share, on the router's port and a forwarder's, leave clients of other addresses served.
+#[test]
+fn one_address_takes_only_its_share_of_the_slots_before_authentication() {
+    use crate::security::{access_text, client_with, daemon_requiring_auth, token, AccessFile, Files};
+    let files = Files::new("unauthenticated-share");
+    let root = token("root");
+    let access = AccessFile::new(&files, &access_text(&[&root], &["admin * root"]));
+    let daemon = daemon_requiring_auth(
+        "unauthenticated-share",
+        &access,
+        &[
+            "--connections-unauthenticated-max",
+            "16",
+            "--connections-unauthenticated-per-peer-max",
+            "4",
+            "--unauthenticated-deadline-ms",
+            "60000",
+        ],
+    );
+    block_on(client_with(&daemon, &root).create_topic("shared")).unwrap();
+    for address in std::iter::once(daemon.address.clone()).chain(forwarders(&daemon)) {
+        let mut held = open_idle("127.0.0.2", &address, 4);
+        let status = refusal("127.0.0.2", &address);
+        assert_eq!(status.code, ErrorCode::ResourceExhausted, "{status}");
+        assert!(status.message.contains("connections_unauthenticated_per_peer_max"), "{status}");
+        // Everyone else is served: a client with a token, through the router and a forwarder.
+        let client = client_with(&daemon, &root);
+        block_on(client.publish("shared", vec![Message::new("beside a stranger")])).unwrap();
+        drop(client);
+        // Strangers from enough addresses still fill the shard's budget, which then refuses.
+        for source in ["127.0.0.3", "127.0.0.4", "127.0.0.5"] {
+            held.extend(open_idle(source, &address, 4));
+        }
+        let status = refusal("127.0.0.6", &address);
+        assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+        drop(held);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The cluster's nodes never compete with strangers for the slots before authentication: with
+/// strangers holding every one of a node's cluster port, a node of the cluster (from a host
+/// `--cluster` names) presenting the cluster's secret is answered, and the cluster carries on.
+#[test]
+fn strangers_never_take_the_cluster_nodes_slots_before_authentication() {
+    use crate::security::{authenticate_frame, random_secret, Files};
+    let files = Files::new("cluster-slots");
+    let secret = random_secret();
+    std::fs::write(files.path("cluster-secret"), format!("{secret}\n")).unwrap();
+    let cluster = ringpost_tests::cluster::Cluster::start(
+        "cluster-slots",
+        3,
+        vec![
+            "--cluster-secret-file".to_owned(),
+            files.path("cluster-secret").display().to_string(),
+            "--connections-unauthenticated-max".to_owned(),
+            "8".to_owned(),
+            "--connections-unauthenticated-per-peer-max".to_owned(),
+            "4".to_owned(),
+            "--unauthenticated-deadline-ms".to_owned(),
+            "60000".to_owned(),
+        ],
+    );
+    let port = cluster.cluster_addresses[0].clone();
+    let mut held = open_idle("127.0.0.2", &port, 4);
+    held.extend(open_idle("127.0.0.3", &port, 4));
+    let status = refusal("127.0.0.4", &port);
+    assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+    // The nodes are on 127.0.0.1, which `--cluster` names.
+    let mut peer = connect_from("127.0.0.1", &port);
+    peer.write_all(&authenticate_frame(&secret, 1)).unwrap();
+    let (header, body) =
+        read_frame(&mut peer, Duration::from_secs(5)).expect("the node's Authenticate is answered");
+    assert!(!header.is_error(), "a node of the cluster was refused: {}", decode_error(&body));
+    block_on(cluster.node(2).client().create_topic("beside-strangers")).unwrap();
+    block_on(cluster.node(1).client().get_topic("beside-strangers")).unwrap();
+    drop(held);
+}

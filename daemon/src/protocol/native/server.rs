@@ -39,7 +39,7 @@ use ringpost_wire::gather::GatheredFrame;
 use ringpost_wire::messages::{AuthenticateRequest, AuthenticateResponse};
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -53,6 +53,17 @@ pub const CONNECTIONS_PER_SHARD_MAX: usize = 4096;
 pub const CONNECTIONS_PER_PEER_MAX: usize = CONNECTIONS_PER_SHARD_MAX / 4;
 /// Connections of a shard that have not authenticated yet.
 pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
+/// Connections one peer address may hold on one shard before they authenticate: a sixteenth of
+/// `CONNECTIONS_UNAUTHENTICATED_MAX`, so that one stranger reopening idle connections cannot
+/// take every slot before authentication and lock every other client out; a client's pool
+/// opens a few connections at once, far fewer.
+pub const CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX: usize = CONNECTIONS_UNAUTHENTICATED_MAX / 16;
+const _: () = assert!(CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX <= CONNECTIONS_UNAUTHENTICATED_MAX);
+/// Connections from the hosts of the cluster's nodes (`--cluster`) before they authenticate, in
+/// a budget of their own: a node's raft, replication and lookups never compete with strangers
+/// for the slots before authentication, nor count in an address's share of them. A node opens
+/// a connection per raft stream and per forwarder it replicates to, far fewer.
+pub const CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX: usize = 256;
 /// The largest frame body a connection may send before it authenticates, when anonymous may
 /// not act: with the read buffer of `READ_CHUNK_UNAUTHENTICATED_BYTES`, a connection before
 /// authentication holds about 20 KiB. An Authenticate request is far smaller.
@@ -122,6 +133,7 @@ pub struct ConnectionLimits {
     pub connections_per_shard_max: usize,
     pub connections_per_peer_max: usize,
     pub connections_unauthenticated_max: usize,
+    pub connections_unauthenticated_per_peer_max: usize,
     pub partial_frame_bytes_max: usize,
     pub unauthenticated_deadline: Duration,
     pub frame_deadline_base: Duration,
@@ -135,6 +147,7 @@ impl Default for ConnectionLimits {
             connections_per_shard_max: CONNECTIONS_PER_SHARD_MAX,
             connections_per_peer_max: CONNECTIONS_PER_PEER_MAX,
             connections_unauthenticated_max: CONNECTIONS_UNAUTHENTICATED_MAX,
+            connections_unauthenticated_per_peer_max: CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX,
             partial_frame_bytes_max: PARTIAL_FRAME_BYTES_SHARD_MAX,
             unauthenticated_deadline: UNAUTHENTICATED_DEADLINE,
             frame_deadline_base: FRAME_DEADLINE_BASE,
@@ -341,17 +354,25 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
     encode_error(header.command, header.request_id, status)
 }
 
-/// What guards one shard's connections: who may do what, and TLS when it is on. Each shard
-/// builds its own (`Security::open`), from the same files.
+/// What guards one shard's connections: who may do what, TLS when it is on, and the hosts of
+/// the cluster's nodes. Each shard builds its own (`Security::open`), from the same files.
 pub struct Security {
     pub access: Rc<Access>,
     pub tls: Option<Tls>,
+    /// Addresses of the cluster's nodes: their connections before authentication have a budget
+    /// of their own (`CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX`).
+    pub cluster_hosts: HashSet<IpAddr>,
 }
 
 impl Security {
     /// Everyone may do everything, in plaintext.
     pub fn off() -> Security {
-        Security { access: Rc::new(Access::off()), tls: None }
+        Security { access: Rc::new(Access::off()), tls: None, cluster_hosts: HashSet::new() }
+    }
+
+    /// The same security, knowing the hosts of the cluster's nodes.
+    pub fn with_cluster_hosts(self, hosts: impl IntoIterator<Item = IpAddr>) -> Security {
+        Security { cluster_hosts: hosts.into_iter().collect(), ..self }
     }
 
     /// Reads the access file and the TLS files; an error names the file and what is wrong.
@@ -368,7 +389,7 @@ impl Security {
     ) -> Result<Security, String> {
         let access = Rc::new(Access::open(access)?.with_cluster_secret(cluster_secret));
         let tls = tls.map(Tls::open).transpose()?;
-        Ok(Security { access, tls })
+        Ok(Security { access, tls, cluster_hosts: HashSet::new() })
     }
 }
 
@@ -411,8 +432,13 @@ struct Shard {
     limits: ConnectionLimits,
     access: Rc<Access>,
     tls: Option<Tls>,
+    cluster_hosts: HashSet<IpAddr>,
     connections: Cell<usize>,
+    /// Connections before authentication: strangers', in all and by address, and the cluster's
+    /// hosts' (a budget of their own).
     unauthenticated: Cell<usize>,
+    unauthenticated_per_peer: RefCell<HashMap<IpAddr, usize>>,
+    unauthenticated_cluster: Cell<usize>,
     per_peer: RefCell<HashMap<IpAddr, usize>>,
     partial_frame_bytes: Cell<usize>,
     /// Bytes partial frames gave back since malloc's free memory was last trimmed.
@@ -434,8 +460,11 @@ impl Shard {
             limits,
             access: security.access,
             tls: security.tls,
+            cluster_hosts: security.cluster_hosts,
             connections: Cell::new(0),
             unauthenticated: Cell::new(0),
+            unauthenticated_per_peer: RefCell::default(),
+            unauthenticated_cluster: Cell::new(0),
             per_peer: RefCell::default(),
             partial_frame_bytes: Cell::new(0),
             partial_frame_bytes_released: Cell::new(0),
@@ -476,26 +505,48 @@ impl Shard {
         }
     }
 
+    /// Whether `peer` is a host of one of the cluster's nodes.
+    fn is_cluster_host(&self, peer: Option<IpAddr>) -> bool {
+        peer.is_some_and(|peer| self.cluster_hosts.contains(&peer))
+    }
+
     /// Why a new connection from `peer` is refused, if it is: the limit it would pass.
     fn refusal(&self, peer: Option<IpAddr>) -> Option<Status> {
         let limits = &self.limits;
+        let count = |map: &RefCell<HashMap<IpAddr, usize>>| {
+            peer.and_then(|peer| map.borrow().get(&peer).copied()).unwrap_or(0)
+        };
+        let from = || peer.map_or_else(|| "this address".to_owned(), |peer| peer.to_string());
         let message = if self.connections.get() >= limits.connections_per_shard_max {
             format!(
                 "this shard already serves {} connections (connections_per_shard_max)",
                 limits.connections_per_shard_max
+            )
+        } else if count(&self.per_peer) >= limits.connections_per_peer_max {
+            format!(
+                "{} already holds {} connections to this shard (connections_per_peer_max)",
+                from(),
+                limits.connections_per_peer_max
+            )
+        } else if self.is_cluster_host(peer) {
+            if self.unauthenticated_cluster.get() < CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX {
+                return None;
+            }
+            format!(
+                "this shard already has {CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX} connections from the cluster's \
+                 nodes that have not authenticated (CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX)"
             )
         } else if self.unauthenticated.get() >= limits.connections_unauthenticated_max {
             format!(
                 "this shard already has {} connections that have not authenticated (connections_unauthenticated_max)",
                 limits.connections_unauthenticated_max
             )
-        } else if peer.is_some_and(|peer| {
-            self.per_peer.borrow().get(&peer).copied().unwrap_or(0) >= limits.connections_per_peer_max
-        }) {
+        } else if count(&self.unauthenticated_per_peer) >= limits.connections_unauthenticated_per_peer_max {
             format!(
-                "{} already holds {} connections to this shard (connections_per_peer_max)",
-                peer.unwrap(),
-                limits.connections_per_peer_max
+                "{} already holds {} connections to this shard that have not authenticated \
+                 (connections_unauthenticated_per_peer_max)",
+                from(),
+                limits.connections_unauthenticated_per_peer_max
             )
         } else {
             return None;
@@ -505,7 +556,14 @@ impl Shard {
 
     fn opened(&self, socket: RawFd, peer: Option<IpAddr>) -> Rc<Link> {
         self.connections.set(self.connections.get() + 1);
-        self.unauthenticated.set(self.unauthenticated.get() + 1);
+        if self.is_cluster_host(peer) {
+            self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() + 1);
+        } else {
+            self.unauthenticated.set(self.unauthenticated.get() + 1);
+            if let Some(peer) = peer {
+                *self.unauthenticated_per_peer.borrow_mut().entry(peer).or_insert(0) += 1;
+            }
+        }
         if let Some(peer) = peer {
             *self.per_peer.borrow_mut().entry(peer).or_insert(0) += 1;
         }
@@ -518,22 +576,26 @@ impl Shard {
         link
     }
 
-    fn authenticated(&self) {
-        debug_assert!(self.unauthenticated.get() > 0);
+    /// A connection from `peer` authenticated: it leaves the counts before authentication.
+    fn authenticated(&self, peer: Option<IpAddr>) {
+        if self.is_cluster_host(peer) {
+            assert!(self.unauthenticated_cluster.get() > 0, "an unauthenticated connection is counted");
+            self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() - 1);
+            return;
+        }
+        assert!(self.unauthenticated.get() > 0, "an unauthenticated connection is counted");
         self.unauthenticated.set(self.unauthenticated.get() - 1);
+        if let Some(peer) = peer {
+            uncount(&self.unauthenticated_per_peer, peer);
+        }
     }
 
     fn left(&self, socket: RawFd, peer: Option<IpAddr>, authenticated: bool) {
         if !authenticated {
-            self.authenticated();
+            self.authenticated(peer);
         }
         if let Some(peer) = peer {
-            let mut per_peer = self.per_peer.borrow_mut();
-            let count = per_peer.get_mut(&peer).expect("a connection's peer is counted");
-            *count -= 1;
-            if *count == 0 {
-                per_peer.remove(&peer);
-            }
+            uncount(&self.per_peer, peer);
         }
         self.links.borrow_mut().remove(&socket);
         self.connections.set(self.connections.get() - 1);
@@ -564,6 +626,16 @@ impl Shard {
 
     fn partial_has_room(&self, bytes: usize) -> bool {
         self.partial_frame_bytes.get().saturating_add(bytes) <= self.limits.partial_frame_bytes_max
+    }
+}
+
+/// Takes one from `peer`'s count in `map`, forgetting the address at zero.
+fn uncount(map: &RefCell<HashMap<IpAddr, usize>>, peer: IpAddr) {
+    let mut map = map.borrow_mut();
+    let count = map.get_mut(&peer).expect("a connection's peer is counted");
+    *count -= 1;
+    if *count == 0 {
+        map.remove(&peer);
     }
 }
 
@@ -605,7 +677,7 @@ pub async fn serve<H: Handler>(
         let link = shard.opened(socket, peer);
         let (handler, shard, stop) = (handler.clone(), shard.clone(), stop.clone());
         crate::runtime::spawn(async move {
-            let authenticated = open_connection(stream, link, handler, stop, &shard).await;
+            let authenticated = open_connection(stream, peer, link, handler, stop, &shard).await;
             // The socket closed as the connection's task returned, and nothing ran since: no
             // other connection can have its number yet.
             shard.left(socket, peer, authenticated);
@@ -650,6 +722,8 @@ async fn check_security_each_interval(shard: Rc<Shard>, stop: Stop) {
 /// What a connection starts with once accepted (and handshaken).
 struct Accepted {
     socket: RawFd,
+    /// The peer's address, as counted against the limits.
+    peer: Option<IpAddr>,
     local_address: Option<SocketAddr>,
     at: Instant,
     link: Rc<Link>,
@@ -661,6 +735,7 @@ struct Accepted {
 /// authenticated.
 async fn open_connection<H: Handler>(
     stream: TcpStream,
+    peer: Option<IpAddr>,
     link: Rc<Link>,
     handler: Rc<H>,
     stop: Stop,
@@ -670,6 +745,7 @@ async fn open_connection<H: Handler>(
     keep_alive(stream.as_raw_fd());
     let accepted = Accepted {
         socket: stream.as_raw_fd(),
+        peer,
         local_address: stream.local_addr().ok(),
         at: Instant::now(),
         link,
@@ -678,7 +754,7 @@ async fn open_connection<H: Handler>(
     let Some(tls) = &shard.tls else {
         return serve_connection(stream, accepted, handler, stop, shard).await;
     };
-    let peer = stream.peer_addr().ok();
+    let peer_address = stream.peer_addr().ok();
     let handshake = futures_lite::future::or(async { Some(tls.acceptor().accept(stream).await) }, async {
         crate::runtime::sleep(shard.limits.unauthenticated_deadline).await;
         None
@@ -702,7 +778,7 @@ async fn open_connection<H: Handler>(
     };
     if !stop.is_given() {
         if let Some(suppressed) = shard.handshake_failures.borrow_mut().admit() {
-            let peer = peer.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
+            let peer = peer_address.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
             crate::log_warn!(
                 "ringpostd: a TLS handshake with {peer} failed, its connection is closed: {failure} \
                  ({suppressed} more failure(s) not logged since the last line)"
@@ -969,7 +1045,7 @@ async fn serve_connection<H: Handler, S: Transport>(
     stop: Stop,
     shard: &Shard,
 ) -> bool {
-    let Accepted { socket, local_address, at, link, certified } = accepted;
+    let Accepted { socket, peer, local_address, at, link, certified } = accepted;
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
     let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
@@ -988,6 +1064,7 @@ async fn serve_connection<H: Handler, S: Transport>(
     let mut reading = Reading {
         shard,
         socket,
+        peer,
         plaintext: S::PLAINTEXT,
         splitter: FrameSplitter::new(),
         chunk: vec![0u8; READ_CHUNK_UNAUTHENTICATED_BYTES],
@@ -1155,6 +1232,7 @@ impl<H: Handler> Connection<H> {
 struct Reading<'a> {
     shard: &'a Shard,
     socket: RawFd,
+    peer: Option<IpAddr>,
     /// Whether the stream is the socket's bytes (not TLS), so `FIONREAD` counts them.
     plaintext: bool,
     splitter: FrameSplitter,
@@ -1289,7 +1367,7 @@ impl Reading<'_> {
     fn authenticate(&mut self) {
         if !self.authenticated {
             self.authenticated = true;
-            self.shard.authenticated();
+            self.shard.authenticated(self.peer);
             self.chunk = vec![0u8; READ_CHUNK_BYTES];
         }
     }
@@ -1674,7 +1752,7 @@ mod tests {
         shard.opened(10, Some(one));
         shard.opened(11, Some(one));
         assert!(named(shard.refusal(Some(two))).unwrap().contains("connections_unauthenticated_max"));
-        shard.authenticated();
+        shard.authenticated(Some(one));
         assert!(named(shard.refusal(Some(one))).unwrap().contains("connections_per_peer_max"));
         assert_eq!(shard.refusal(Some(two)), None);
         shard.opened(12, Some(two));
@@ -1684,6 +1762,53 @@ mod tests {
         shard.left(12, Some(two), false);
         assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
         assert!(shard.per_peer.borrow().is_empty() && shard.links.borrow().is_empty());
+    }
+
+    /// One address holds at most its share of the connections before authentication; the
+    /// cluster's hosts have a budget of their own, beside the strangers' and outside any share;
+    /// authenticating or leaving gives a connection's place back to its own budget.
+    #[test]
+    fn strangers_take_a_share_before_authentication_and_never_the_clusters_budget() {
+        let limits = ConnectionLimits {
+            connections_unauthenticated_max: 4,
+            connections_unauthenticated_per_peer_max: 2,
+            ..ConnectionLimits::default()
+        };
+        let node: IpAddr = "10.0.0.9".parse().unwrap();
+        let shard = Shard::new(limits, Security::off().with_cluster_hosts([node]));
+        let stranger = |last: u8| -> IpAddr { format!("10.0.1.{last}").parse().unwrap() };
+        let named = |status: Option<Status>| status.map(|status| status.message).unwrap_or_default();
+        shard.opened(10, Some(stranger(1)));
+        shard.opened(11, Some(stranger(1)));
+        assert!(named(shard.refusal(Some(stranger(1)))).contains("connections_unauthenticated_per_peer_max"));
+        shard.opened(12, Some(stranger(2)));
+        shard.opened(13, Some(stranger(2)));
+        assert!(named(shard.refusal(Some(stranger(3)))).contains("connections_unauthenticated_max"));
+        // The cluster's node is still let in, again and again, and counts nowhere else.
+        for socket in 20..30 {
+            assert_eq!(shard.refusal(Some(node)), None);
+            shard.opened(socket, Some(node));
+        }
+        assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (4, 10));
+        // A stranger authenticating makes room for another of its address.
+        shard.authenticated(Some(stranger(1)));
+        assert_eq!(shard.refusal(Some(stranger(1))), None);
+        shard.left(10, Some(stranger(1)), true);
+        shard.left(11, Some(stranger(1)), false);
+        shard.left(12, Some(stranger(2)), false);
+        shard.left(13, Some(stranger(2)), false);
+        for socket in 20..30 {
+            let authenticated = socket % 2 == 0;
+            if authenticated {
+                shard.authenticated(Some(node));
+            }
+            shard.left(socket, Some(node), authenticated);
+        }
+        assert_eq!(
+            (shard.connections.get(), shard.unauthenticated.get(), shard.unauthenticated_cluster.get()),
+            (0, 0, 0)
+        );
+        assert!(shard.unauthenticated_per_peer.borrow().is_empty() && shard.per_peer.borrow().is_empty());
     }
 
     /// The budget for partial frames counts what each holds and what they give back.
