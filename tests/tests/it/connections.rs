@@ -902,3 +902,93 @@ fn strangers_never_take_the_cluster_nodes_slots_before_authentication() {
     block_on(cluster.node(1).client().get_topic("beside-strangers")).unwrap();
     drop(held);
 }
+
+/// A GET of `path` on the monitoring endpoint at `address` from `source`, answered within
+/// `limit`: its status line and headers, lowercased, or `None` if no whole head came in time.
+fn http_head(source: &str, address: &str, path: &str, limit: Duration) -> Option<String> {
+    let mut stream = connect_from(source, address);
+    stream.set_read_timeout(Some(limit)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).to_lowercase();
+    response.split_once("\r\n\r\n").map(|(head, _)| head.to_owned())
+}
+
+/// The monitoring port (`--http-listen`) beside strangers: one address trickling request heads
+/// on every connection it can open holds only its share of the 64 slots, so `/healthz` probes
+/// from elsewhere answer within a second; and parallel scrapers share their gatherings rather
+/// than each make the shards gather again.
+#[test]
+fn the_monitoring_port_answers_probes_beside_tricklers_and_scrapers_share_gatherings() {
+    const TRICKLERS: usize = 64;
+    const PROBES: usize = 10;
+    const SCRAPERS: usize = 16;
+    let daemon = Daemon::start_with(
+        "monitoring-strangers",
+        Vec::new(),
+        ["--http-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let http = daemon.http_address.clone().expect("the monitoring endpoint");
+    let running = Arc::new(AtomicBool::new(true));
+    let trickling = {
+        let (running, http) = (running.clone(), http.clone());
+        std::thread::spawn(move || {
+            let open = || {
+                let mut stream = connect_from("127.0.0.2", &http);
+                let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ");
+                stream
+            };
+            let mut streams: Vec<TcpStream> = (0..TRICKLERS).map(|_| open()).collect();
+            let mut reopened = 0;
+            while running.load(Ordering::Relaxed) {
+                for stream in &mut streams {
+                    if stream.write_all(b"a").is_err() {
+                        *stream = open();
+                        reopened += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            reopened
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..PROBES {
+        let started = Instant::now();
+        let head = http_head("127.0.0.1", &http, "/healthz", Duration::from_secs(2))
+            .expect("a /healthz probe was not answered");
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        slowest = slowest.max(started.elapsed());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    running.store(false, Ordering::Relaxed);
+    let reopened = trickling.join().unwrap();
+    assert!(slowest < Duration::from_secs(1), "a /healthz probe took {slowest:?}");
+
+    let barrier = Arc::new(std::sync::Barrier::new(SCRAPERS));
+    let scrapers: Vec<_> = (0..SCRAPERS)
+        .map(|index| {
+            let (barrier, http) = (barrier.clone(), http.clone());
+            // Two scrapers an address, within its share of the port.
+            let source = format!("127.0.1.{}", index / 2 + 1);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let head = http_head(&source, &http, "/metrics", Duration::from_secs(30)).expect("a scrape");
+                assert!(head.starts_with("http/1.1 200"), "{head}");
+                let line = head.lines().find_map(|line| line.strip_prefix("x-ringpost-rendering: "));
+                line.expect("the scrape names its rendering").trim().parse::<u64>().unwrap()
+            })
+        })
+        .collect();
+    let renderings: std::collections::BTreeSet<u64> =
+        scrapers.into_iter().map(|scraper| scraper.join().unwrap()).collect();
+    println!(
+        "monitoring port: {PROBES} probes beside {TRICKLERS} trickled heads from one address (reopened \
+         {reopened} times), the slowest answered in {slowest:?}; {SCRAPERS} parallel scrapes took \
+         {} gathering(s)",
+        renderings.len()
+    );
+    assert!(renderings.len() <= 2, "{SCRAPERS} parallel scrapes took {} gatherings", renderings.len());
+}
