@@ -992,3 +992,66 @@ fn the_monitoring_port_answers_probes_beside_tricklers_and_scrapers_share_gather
     );
     assert!(renderings.len() <= 2, "{SCRAPERS} parallel scrapes took {} gatherings", renderings.len());
 }
+
+/// HTTP/2's connection preface and an empty SETTINGS frame: all a silent stranger sends.
+const HTTP2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// Whether the server closed `stream` (a read ends or fails) within `limit`; what it sends
+/// before (its SETTINGS, a ping) is read and dropped.
+fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut buffer = [0u8; 4096];
+    while Instant::now() < until {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Strangers on the gRPC port (issue 47: connections that send HTTP/2's preface and an empty
+/// SETTINGS frame, then nothing, held `GRPC_CONNECTIONS_MAX` for good): one address holds at most
+/// its share (1,024) and the next from it is closed at once while a client elsewhere is served,
+/// and the silent ones, which never answer the server's keepalive pings, are closed within
+/// 20 s + 10 s, after which the address is served again.
+#[test]
+fn grpc_strangers_take_only_their_share_and_silent_ones_are_evicted() {
+    const SHARE: usize = 1024;
+    const EVICTED_WITHIN: Duration = Duration::from_secs(45);
+    raise_open_files();
+    let daemon = Daemon::start_with(
+        "grpc-strangers",
+        Vec::new(),
+        ["--grpc-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let address = daemon.grpc_address.clone().expect("the gRPC API");
+    let started = Instant::now();
+    let mut silent: Vec<TcpStream> = (0..SHARE)
+        .map(|_| {
+            let mut stream = connect_from("127.0.0.2", &address);
+            stream.write_all(HTTP2_PREFACE_AND_SETTINGS).unwrap();
+            stream
+        })
+        .collect();
+    let mut one_more = connect_from("127.0.0.2", &address);
+    let _ = one_more.write_all(HTTP2_PREFACE_AND_SETTINGS);
+    assert!(closed_within(&mut one_more, Duration::from_secs(2)), "a connection beyond the share was kept");
+    let grpc = ringpost_tests::grpc::Grpc::connect(&address);
+    grpc.create_plain_topic("beside-strangers").expect("a client beside the strangers");
+    let until = started + EVICTED_WITHIN;
+    for stream in &mut silent {
+        let left = until.saturating_duration_since(Instant::now());
+        assert!(closed_within(stream, left), "a silent connection was kept {EVICTED_WITHIN:?}");
+    }
+    let evicted_after = started.elapsed();
+    let mut again = connect_from("127.0.0.2", &address);
+    again.write_all(HTTP2_PREFACE_AND_SETTINGS).unwrap();
+    assert!(!closed_within(&mut again, Duration::from_secs(1)), "the address was not served again");
+    println!(
+        "gRPC: {SHARE} silent connections from one address, all evicted {evicted_after:?} after they opened"
+    );
+}
