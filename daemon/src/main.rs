@@ -66,6 +66,11 @@ struct Flags {
     /// (default 1024)
     #[argh(option)]
     connections_unauthenticated_max: Option<usize>,
+    /// connections one peer address may hold on each shard before they authenticate, so that
+    /// one address cannot take them all; the hosts --cluster names have a budget of their own
+    /// (default 64)
+    #[argh(option)]
+    connections_unauthenticated_per_peer_max: Option<usize>,
     /// mebibytes that the frames not yet whole of each shard's connections may hold; a frame that
     /// would take more closes its connection with ResourceExhausted (default 32)
     #[argh(option)]
@@ -81,8 +86,8 @@ struct Flags {
     /// the slowest a frame may arrive, in bytes a second (default 1048576)
     #[argh(option)]
     frame_bytes_per_second_min: Option<u64>,
-    /// seconds a connection may go without sending a whole frame before it is closed
-    /// (default 600)
+    /// seconds a connection may go without sending a whole frame before it is closed, not
+    /// counting the time a streaming pull is open on it (default 600)
     #[argh(option)]
     idle_deadline_seconds: Option<u64>,
     /// whether requests must be authenticated and permitted: auto (the default: off on a
@@ -218,6 +223,11 @@ fn connection_limits(flags: &Flags) -> ringpost_daemon::protocol::native::server
     }
     if let Some(count) = positive(flags.connections_unauthenticated_max, "connections-unauthenticated-max") {
         limits.connections_unauthenticated_max = count;
+    }
+    if let Some(count) =
+        positive(flags.connections_unauthenticated_per_peer_max, "connections-unauthenticated-per-peer-max")
+    {
+        limits.connections_unauthenticated_per_peer_max = count;
     }
     if let Some(mib) = positive(flags.partial_frames_mib_max, "partial-frames-mib-max") {
         limits.partial_frame_bytes_max = mib << 20;

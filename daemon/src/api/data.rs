@@ -279,6 +279,18 @@ pub trait DataPlane {
         subscription: &str,
         settings: PullSettings,
     ) -> Result<Option<Delivery<Self::Batch>>, Status>;
+    /// `pull`, ending its wait with `None` once `peer` is gone: a connection whose client left
+    /// is not held until the wait it asked for ends. Only the wait ends early; a pull that has
+    /// leased messages answers them.
+    async fn pull_for_peer(
+        &self,
+        subscription: &str,
+        settings: PullSettings,
+        peer: &impl StreamPeer,
+    ) -> Result<Option<Delivery<Self::Batch>>, Status> {
+        let _ = peer;
+        self.pull(subscription, settings).await
+    }
     async fn open_stream(
         &self,
         subscription: &str,

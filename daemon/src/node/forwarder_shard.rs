@@ -105,6 +105,7 @@ fn start_forwarder_shard(
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let cluster = config.cluster.as_ref().map(|cluster| (cluster.node_id, cluster.secret.clone()));
+    let cluster_hosts = config.cluster.as_ref().map(|cluster| cluster.hosts()).unwrap_or_default();
     // Where this node's router is reached from here (an unspecified listen address is this
     // host).
     let router_address = {
@@ -151,7 +152,7 @@ fn start_forwarder_shard(
                 tls_settings.as_ref(),
                 cluster_secret,
             ) {
-                Ok(security) => security,
+                Ok(security) => security.with_cluster_hosts(cluster_hosts),
                 Err(error) => {
                     let _ = ready.send(Err(error));
                     return;

@@ -96,6 +96,12 @@ impl ClusterSettings {
         self.addresses[(self.node_id - 1) as usize]
     }
 
+    /// The hosts of the cluster's nodes, as `--cluster` names them: their connections before
+    /// authentication have a budget of their own on every port of this node.
+    pub fn hosts(&self) -> Vec<std::net::IpAddr> {
+        self.addresses.iter().map(SocketAddr::ip).filter(|host| !host.is_unspecified()).collect()
+    }
+
     /// Checks the id and the list: at most `CLUSTER_VOTERS_MAX` distinct addresses, the id
     /// one of them.
     pub fn check(&self) -> Result<(), String> {

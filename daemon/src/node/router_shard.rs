@@ -2,7 +2,7 @@
 //! forwarder's control channels, recovers, then serves its port and runs its timers.
 
 use super::os::{into_glommio, stop_on_close};
-use super::{repeat_every, Config, ROUTER_IO_MEMORY_BYTES};
+use super::{repeat_every, ClusterSettings, Config, ROUTER_IO_MEMORY_BYTES};
 use crate::control::{ControlEnvelope, ControlReply};
 use crate::{catalog, log, protocol, router, storage, sync};
 use glommio::channels::shared_channel::{SharedReceiver, SharedSender};
@@ -81,6 +81,7 @@ pub(super) fn start_router_shard(
         _ => None,
     };
     let cluster_secret = config.cluster.as_ref().and_then(|cluster| cluster.secret.clone());
+    let cluster_hosts = config.cluster.as_ref().map(ClusterSettings::hosts).unwrap_or_default();
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -115,7 +116,7 @@ pub(super) fn start_router_shard(
                 tls_settings.as_ref(),
                 cluster_secret.as_deref(),
             ) {
-                Ok(security) => security,
+                Ok(security) => security.with_cluster_hosts(cluster_hosts.iter().copied()),
                 Err(error) => return fail(error),
             };
             let stop = sync::Stop::default();
@@ -350,11 +351,16 @@ async fn open_clustered(
     let listener =
         into_glommio(cluster.listener.try_clone().map_err(|error| format!("the cluster port: {error}"))?);
     let serving = handler.clone();
-    let (stop, limits, port_secret) = (stop.clone(), connection_limits, secret.clone());
+    let (stop, limits, port_secret, hosts) =
+        (stop.clone(), connection_limits, secret.clone(), settings.hosts());
     crate::runtime::spawn(async move {
         // Only the cluster's secret authenticates here; the router's access file does not.
         let access = Rc::new(crate::auth::Access::for_cluster(port_secret.as_deref()));
-        let security = protocol::native::server::Security { access, tls: server_tls };
+        let security = protocol::native::server::Security {
+            access,
+            tls: server_tls,
+            cluster_hosts: hosts.into_iter().collect(),
+        };
         protocol::native::server::serve(listener, serving, stop, limits, security).await;
     })
     .detach();

@@ -4,7 +4,7 @@
 use super::Forwarder;
 use crate::api::data::{
     check_ack_deadline_change, check_ack_id_count, check_publish, DataPlane, Delivery, InvalidAckId,
-    PublishBatch, PullSettings, StreamSettings,
+    PublishBatch, PullSettings, StreamPeer, StreamSettings,
 };
 use crate::api::Status;
 use crate::log::{HeldBatch, LogError};
@@ -50,7 +50,17 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         settings: PullSettings,
     ) -> Result<Option<Delivery<HeldBatch<S>>>, Status> {
         let (subscription, topic) = self.subscription(subscription)?;
-        pull::pull(&self.environment, &subscription, &topic, settings).await
+        pull::pull(&self.environment, &subscription, &topic, settings, &pull::NeverGone).await
+    }
+
+    async fn pull_for_peer(
+        &self,
+        subscription: &str,
+        settings: PullSettings,
+        peer: &impl StreamPeer,
+    ) -> Result<Option<Delivery<HeldBatch<S>>>, Status> {
+        let (subscription, topic) = self.subscription(subscription)?;
+        pull::pull(&self.environment, &subscription, &topic, settings, peer).await
     }
 
     async fn open_stream(

@@ -42,14 +42,28 @@ async fn budget_freed(waiting: bool) {
     }
 }
 
+/// A peer that stays: for pulls whose caller cannot tell when its client leaves.
+pub struct NeverGone;
+
+impl StreamPeer for NeverGone {
+    fn is_gone(&self) -> bool {
+        false
+    }
+    async fn gone(&self) {
+        std::future::pending().await
+    }
+}
+
 /// A unary pull: leases up to `settings.max_messages`, waiting up to `settings.wait` for a
-/// first one. `None` when there was none, or the shard is stopping (it answers with nothing
-/// rather than hold the caller until its wait ends).
+/// first one. `None` when there was none, the shard is stopping, or `peer` went while it
+/// waited (it answers with nothing rather than hold the caller, or a connection nobody is at
+/// any more, until its wait ends).
 pub async fn pull<T: MessageSource + AckJournal + 'static>(
     environment: &Environment,
     subscription: &Rc<SubscriptionEntry>,
     topic: &Rc<T>,
     settings: PullSettings,
+    peer: &impl StreamPeer,
 ) -> Result<Option<Delivery<T::Batch>>, Status> {
     let clock = &environment.clock;
     subscription.last_activity_ms.set(clock.wall_ms());
@@ -60,7 +74,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         if subscription.detached.get() {
             return Err(subscription.deleted());
         }
-        if environment.stop.is_given() {
+        if environment.stop.is_given() || peer.is_gone() {
             return Ok(None);
         }
         let committed = topic.committed();
@@ -113,7 +127,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
             wake_at = wake_at.min(retry_at);
         }
         // A stop wakes it through `changed` (the shard's `wake_for_stop`).
-        let wake = or(committed, changed);
+        let wake = or(or(committed, changed), peer.gone());
         or(or(wake, sleep_until(now, wake_at)), budget_freed(waiting_for_budget)).await;
     }
 }

@@ -9,7 +9,9 @@ use ringpost_client::{block_on, Client, ErrorCode, Message};
 use ringpost_tests::{failed, Daemon};
 use ringpost_wire::frame::{decode_error, encode_frame, FrameHeader};
 use ringpost_wire::limits::*;
-use ringpost_wire::messages::{HelloRequest, NameRequest, PublishRequest, PubsubMessage};
+use ringpost_wire::messages::{
+    HelloRequest, NameRequest, PublishRequest, PubsubMessage, StreamingPullRequest,
+};
 use ringpost_wire::{Command, FrameBuffer, Status};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -726,4 +728,330 @@ fn out_of_descriptors_new_clients_are_refused_and_served_ones_carry_on() {
     let _ = before;
     let mut daemon = daemon;
     daemon.kill();
+}
+
+/// A raw connection to `address` with a StreamingPull open on `subscription` (its first, empty
+/// batch read).
+fn raw_stream(address: &str, subscription: &str) -> TcpStream {
+    let mut stream = connect(address);
+    let request = StreamingPullRequest {
+        subscription: subscription.into(),
+        stream_ack_deadline_seconds: 60,
+        max_outstanding_messages: 0,
+        max_outstanding_bytes: 0,
+    };
+    stream.write_all(&encode_frame(Command::StreamingPull.code(), 0, 1, &request)).unwrap();
+    let (header, _) = read_frame(&mut stream, Duration::from_secs(10)).expect("the stream is taken");
+    assert!(!header.is_error() && header.request_id == 1);
+    stream
+}
+
+/// Reads a stream's frames until one carries a message, within `limit`; panics on an error or
+/// a close.
+fn next_delivery(stream: &mut TcpStream, limit: Duration, what: &str) {
+    let until = Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let (header, body) =
+            read_frame(stream, left.max(Duration::from_millis(1))).unwrap_or_else(|| panic!("{what} ended"));
+        assert!(!header.is_error(), "{what} ended with {}", decode_error(&body));
+        if body.len() > 16 {
+            return;
+        }
+    }
+}
+
+/// A stream the client keeps open is not idle (issue 46: `ringpost pull --stream` ended after
+/// exactly the idle deadline). With the idle deadline at 2 s, a stream on a quiet subscription
+/// and one receiving a message now and then stay open across several deadlines, while a
+/// connection with nothing open is closed at its deadline, and so is one whose stream ended,
+/// the deadline counted from that end.
+#[test]
+fn open_streams_outlive_the_idle_deadline_and_idle_connections_do_not() {
+    let idle = Duration::from_secs(2);
+    let daemon = Daemon::start_with(
+        "idle-streams",
+        Vec::new(),
+        ["--shards", "1", "--idle-deadline-seconds", "2"].map(String::from).to_vec(),
+    );
+    let client = daemon.client();
+    for name in ["quiet", "busy", "ending"] {
+        ringpost_tests::create_topic_and_subscription(&client, name, &format!("{name}-sub"), 60);
+    }
+    let forwarder = forwarders(&daemon)[0].clone();
+    let mut quiet = raw_stream(&forwarder, "quiet-sub");
+    let mut busy = raw_stream(&forwarder, "busy-sub");
+    let mut ending = raw_stream(&forwarder, "ending-sub");
+    let mut idle_connection = connect(&forwarder);
+    idle_connection.write_all(&hello(1)).unwrap();
+    read_frame(&mut idle_connection, Duration::from_secs(5)).expect("the hello is answered");
+    let idle_since = Instant::now();
+
+    // The ending stream ends when its subscription goes; its connection is then idle.
+    block_on(client.delete_subscription("ending-sub")).unwrap();
+    let (_, body) = read_frame(&mut ending, Duration::from_secs(5)).expect("the stream's end");
+    assert_eq!(decode_error(&body).code, ErrorCode::NotFound);
+    let ended_at = Instant::now();
+
+    let statuses = statuses_until_closed(&mut idle_connection, idle * 3);
+    let closed_after = idle_since.elapsed();
+    assert!(closed_after + Duration::from_millis(200) >= idle, "closed after {closed_after:?}");
+    assert!(
+        statuses.iter().any(|status| status.message.contains("idle_deadline")),
+        "the idle connection was told {statuses:?}"
+    );
+    statuses_until_closed(&mut ending, idle * 3);
+    let ending_closed_after = ended_at.elapsed();
+    assert!(ending_closed_after + Duration::from_millis(200) >= idle, "closed after {ending_closed_after:?}");
+
+    // Four deadlines with the streams open: the busy one gets a message now and then.
+    let started = Instant::now();
+    let mut messages = 0;
+    while started.elapsed() < idle * 4 {
+        std::thread::sleep(idle * 3 / 4);
+        block_on(client.publish("busy", vec![Message::new("now and then")])).unwrap();
+        next_delivery(&mut busy, Duration::from_secs(5), "the busy stream");
+        messages += 1;
+    }
+    block_on(client.publish("quiet", vec![Message::new("at last")])).unwrap();
+    next_delivery(&mut quiet, Duration::from_secs(5), "the quiet stream");
+    println!(
+        "idle deadline {idle:?}: an idle connection closed after {closed_after:?}, one whose stream ended \
+         {ending_closed_after:?} after its end; two streams open {:?} ({messages} messages on one)",
+        started.elapsed()
+    );
+}
+
+/// One address holds only its share of a shard's connections before authentication
+/// (`--connections-unauthenticated-per-peer-max`): idle connections from one address at their
+/// share, on the router's port and a forwarder's, leave clients of other addresses served.
+#[test]
+fn one_address_takes_only_its_share_of_the_slots_before_authentication() {
+    use crate::security::{access_text, client_with, daemon_requiring_auth, token, AccessFile, Files};
+    let files = Files::new("unauthenticated-share");
+    let root = token("root");
+    let access = AccessFile::new(&files, &access_text(&[&root], &["admin * root"]));
+    let daemon = daemon_requiring_auth(
+        "unauthenticated-share",
+        &access,
+        &[
+            "--connections-unauthenticated-max",
+            "16",
+            "--connections-unauthenticated-per-peer-max",
+            "4",
+            "--unauthenticated-deadline-ms",
+            "60000",
+        ],
+    );
+    block_on(client_with(&daemon, &root).create_topic("shared")).unwrap();
+    for address in std::iter::once(daemon.address.clone()).chain(forwarders(&daemon)) {
+        let mut held = open_idle("127.0.0.2", &address, 4);
+        let status = refusal("127.0.0.2", &address);
+        assert_eq!(status.code, ErrorCode::ResourceExhausted, "{status}");
+        assert!(status.message.contains("connections_unauthenticated_per_peer_max"), "{status}");
+        // Everyone else is served: a client with a token, through the router and a forwarder.
+        let client = client_with(&daemon, &root);
+        block_on(client.publish("shared", vec![Message::new("beside a stranger")])).unwrap();
+        drop(client);
+        // Strangers from enough addresses still fill the shard's budget, which then refuses.
+        for source in ["127.0.0.3", "127.0.0.4", "127.0.0.5"] {
+            held.extend(open_idle(source, &address, 4));
+        }
+        let status = refusal("127.0.0.6", &address);
+        assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+        drop(held);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The cluster's nodes never compete with strangers for the slots before authentication: with
+/// strangers holding every one of a node's cluster port, a node of the cluster (from a host
+/// `--cluster` names) presenting the cluster's secret is answered, and the cluster carries on.
+#[test]
+fn strangers_never_take_the_cluster_nodes_slots_before_authentication() {
+    use crate::security::{authenticate_frame, random_secret, Files};
+    let files = Files::new("cluster-slots");
+    let secret = random_secret();
+    std::fs::write(files.path("cluster-secret"), format!("{secret}\n")).unwrap();
+    let cluster = ringpost_tests::cluster::Cluster::start(
+        "cluster-slots",
+        3,
+        vec![
+            "--cluster-secret-file".to_owned(),
+            files.path("cluster-secret").display().to_string(),
+            "--connections-unauthenticated-max".to_owned(),
+            "8".to_owned(),
+            "--connections-unauthenticated-per-peer-max".to_owned(),
+            "4".to_owned(),
+            "--unauthenticated-deadline-ms".to_owned(),
+            "60000".to_owned(),
+        ],
+    );
+    let port = cluster.cluster_addresses[0].clone();
+    let mut held = open_idle("127.0.0.2", &port, 4);
+    held.extend(open_idle("127.0.0.3", &port, 4));
+    let status = refusal("127.0.0.4", &port);
+    assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+    // The nodes are on 127.0.0.1, which `--cluster` names.
+    let mut peer = connect_from("127.0.0.1", &port);
+    peer.write_all(&authenticate_frame(&secret, 1)).unwrap();
+    let (header, body) =
+        read_frame(&mut peer, Duration::from_secs(5)).expect("the node's Authenticate is answered");
+    assert!(!header.is_error(), "a node of the cluster was refused: {}", decode_error(&body));
+    block_on(cluster.node(2).client().create_topic("beside-strangers")).unwrap();
+    block_on(cluster.node(1).client().get_topic("beside-strangers")).unwrap();
+    drop(held);
+}
+
+/// A GET of `path` on the monitoring endpoint at `address` from `source`, answered within
+/// `limit`: its status line and headers, lowercased, or `None` if no whole head came in time.
+fn http_head(source: &str, address: &str, path: &str, limit: Duration) -> Option<String> {
+    let mut stream = connect_from(source, address);
+    stream.set_read_timeout(Some(limit)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).to_lowercase();
+    response.split_once("\r\n\r\n").map(|(head, _)| head.to_owned())
+}
+
+/// The monitoring port (`--http-listen`) beside strangers: one address trickling request heads
+/// on every connection it can open holds only its share of the 64 slots, so `/healthz` probes
+/// from elsewhere answer within a second; and parallel scrapers share their gatherings rather
+/// than each make the shards gather again.
+#[test]
+fn the_monitoring_port_answers_probes_beside_tricklers_and_scrapers_share_gatherings() {
+    const TRICKLERS: usize = 64;
+    const PROBES: usize = 10;
+    const SCRAPERS: usize = 16;
+    let daemon = Daemon::start_with(
+        "monitoring-strangers",
+        Vec::new(),
+        ["--http-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let http = daemon.http_address.clone().expect("the monitoring endpoint");
+    let running = Arc::new(AtomicBool::new(true));
+    let trickling = {
+        let (running, http) = (running.clone(), http.clone());
+        std::thread::spawn(move || {
+            let open = || {
+                let mut stream = connect_from("127.0.0.2", &http);
+                let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ");
+                stream
+            };
+            let mut streams: Vec<TcpStream> = (0..TRICKLERS).map(|_| open()).collect();
+            let mut reopened = 0;
+            while running.load(Ordering::Relaxed) {
+                for stream in &mut streams {
+                    if stream.write_all(b"a").is_err() {
+                        *stream = open();
+                        reopened += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            reopened
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..PROBES {
+        let started = Instant::now();
+        let head = http_head("127.0.0.1", &http, "/healthz", Duration::from_secs(2))
+            .expect("a /healthz probe was not answered");
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        slowest = slowest.max(started.elapsed());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    running.store(false, Ordering::Relaxed);
+    let reopened = trickling.join().unwrap();
+    assert!(slowest < Duration::from_secs(1), "a /healthz probe took {slowest:?}");
+
+    let barrier = Arc::new(std::sync::Barrier::new(SCRAPERS));
+    let scrapers: Vec<_> = (0..SCRAPERS)
+        .map(|index| {
+            let (barrier, http) = (barrier.clone(), http.clone());
+            // Two scrapers an address, within its share of the port.
+            let source = format!("127.0.1.{}", index / 2 + 1);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let head = http_head(&source, &http, "/metrics", Duration::from_secs(30)).expect("a scrape");
+                assert!(head.starts_with("http/1.1 200"), "{head}");
+                let line = head.lines().find_map(|line| line.strip_prefix("x-ringpost-rendering: "));
+                line.expect("the scrape names its rendering").trim().parse::<u64>().unwrap()
+            })
+        })
+        .collect();
+    let renderings: std::collections::BTreeSet<u64> =
+        scrapers.into_iter().map(|scraper| scraper.join().unwrap()).collect();
+    println!(
+        "monitoring port: {PROBES} probes beside {TRICKLERS} trickled heads from one address (reopened \
+         {reopened} times), the slowest answered in {slowest:?}; {SCRAPERS} parallel scrapes took \
+         {} gathering(s)",
+        renderings.len()
+    );
+    assert!(renderings.len() <= 2, "{SCRAPERS} parallel scrapes took {} gatherings", renderings.len());
+}
+
+/// HTTP/2's connection preface and an empty SETTINGS frame: all a silent stranger sends.
+const HTTP2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// Whether the server closed `stream` (a read ends or fails) within `limit`; what it sends
+/// before (its SETTINGS, a ping) is read and dropped.
+fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut buffer = [0u8; 4096];
+    while Instant::now() < until {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Strangers on the gRPC port (issue 47: connections that send HTTP/2's preface and an empty
+/// SETTINGS frame, then nothing, held `GRPC_CONNECTIONS_MAX` for good): one address holds at most
+/// its share (1,024) and the next from it is closed at once while a client elsewhere is served,
+/// and the silent ones, which never answer the server's keepalive pings, are closed within
+/// 20 s + 10 s, after which the address is served again.
+#[test]
+fn grpc_strangers_take_only_their_share_and_silent_ones_are_evicted() {
+    const SHARE: usize = 1024;
+    const EVICTED_WITHIN: Duration = Duration::from_secs(45);
+    raise_open_files();
+    let daemon = Daemon::start_with(
+        "grpc-strangers",
+        Vec::new(),
+        ["--grpc-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let address = daemon.grpc_address.clone().expect("the gRPC API");
+    let started = Instant::now();
+    let mut silent: Vec<TcpStream> = (0..SHARE)
+        .map(|_| {
+            let mut stream = connect_from("127.0.0.2", &address);
+            stream.write_all(HTTP2_PREFACE_AND_SETTINGS).unwrap();
+            stream
+        })
+        .collect();
+    let mut one_more = connect_from("127.0.0.2", &address);
+    let _ = one_more.write_all(HTTP2_PREFACE_AND_SETTINGS);
+    assert!(closed_within(&mut one_more, Duration::from_secs(2)), "a connection beyond the share was kept");
+    let grpc = ringpost_tests::grpc::Grpc::connect(&address);
+    grpc.create_plain_topic("beside-strangers").expect("a client beside the strangers");
+    let until = started + EVICTED_WITHIN;
+    for stream in &mut silent {
+        let left = until.saturating_duration_since(Instant::now());
+        assert!(closed_within(stream, left), "a silent connection was kept {EVICTED_WITHIN:?}");
+    }
+    let evicted_after = started.elapsed();
+    let mut again = connect_from("127.0.0.2", &address);
+    again.write_all(HTTP2_PREFACE_AND_SETTINGS).unwrap();
+    assert!(!closed_within(&mut again, Duration::from_secs(1)), "the address was not served again");
+    println!(
+        "gRPC: {SHARE} silent connections from one address, all evicted {evicted_after:?} after they opened"
+    );
 }

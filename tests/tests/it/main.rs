@@ -29,6 +29,7 @@ mod quickstart;
 mod readme;
 mod reopen;
 mod replication;
+mod resets;
 mod security;
 mod semantics;
 mod shutdown;

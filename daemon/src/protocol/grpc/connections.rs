@@ -12,8 +12,10 @@
 
 use crate::protocol::native::tls::TlsFiles;
 use futures_lite::StreamExt;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +30,10 @@ use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 /// Connections the gRPC API serves at once, over all clients.
 pub const GRPC_CONNECTIONS_MAX: usize = 4096;
+/// Connections one peer address may hold, a quarter of `GRPC_CONNECTIONS_MAX` as on the native
+/// ports: one more from it is closed at once, so one host (or the clients behind one address)
+/// cannot take every connection. Google's client libraries open a handful each.
+pub const GRPC_CONNECTIONS_PER_PEER_MAX: usize = GRPC_CONNECTIONS_MAX / 4;
 
 /// How long a new connection has to finish its TLS handshake (if the API serves TLS) and send
 /// HTTP/2's 24-byte connection preface; past it, it is closed. A real client sends the
@@ -64,7 +70,46 @@ impl LogLimiter {
 pub struct Counted {
     stream: tokio::net::TcpStream,
     _permit: OwnedSemaphorePermit,
+    _share: PeerShare,
     accepted_at: Instant,
+}
+
+/// The connections of each peer address, against `GRPC_CONNECTIONS_PER_PEER_MAX`.
+type PerPeer = Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>;
+
+/// A connection's place in its address's share, given back when dropped.
+struct PeerShare {
+    per_peer: PerPeer,
+    peer: Option<IpAddr>,
+}
+
+impl PeerShare {
+    /// A place for a connection from `peer`, if its address has one left (one of unknown
+    /// address counts nowhere).
+    fn take(per_peer: &PerPeer, peer: Option<IpAddr>) -> Option<PeerShare> {
+        if let Some(peer) = peer {
+            let mut counts = per_peer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let count = counts.entry(peer).or_insert(0);
+            if *count >= GRPC_CONNECTIONS_PER_PEER_MAX {
+                return None;
+            }
+            *count += 1;
+        }
+        Some(PeerShare { per_peer: per_peer.clone(), peer })
+    }
+}
+
+impl Drop for PeerShare {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer else { return };
+        let mut counts = self.per_peer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = counts.get_mut(&peer) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&peer);
+            }
+        }
+    }
 }
 
 /// Connections of the gRPC API open now, for a scrape.
@@ -76,9 +121,9 @@ pub fn open_connections() -> u64 {
 }
 
 impl Counted {
-    fn new(stream: tokio::net::TcpStream, permit: OwnedSemaphorePermit) -> Counted {
+    fn new(stream: tokio::net::TcpStream, permit: OwnedSemaphorePermit, share: PeerShare) -> Counted {
         OPEN.fetch_add(1, Ordering::Relaxed);
-        Counted { stream, _permit: permit, accepted_at: Instant::now() }
+        Counted { stream, _permit: permit, _share: share, accepted_at: Instant::now() }
     }
 }
 
@@ -216,17 +261,33 @@ impl AsyncWrite for Counted {
     }
 }
 
-/// The accepted connections of `incoming`, at most `connections_max` open at once.
+/// The accepted connections of `incoming`, at most `connections_max` open at once and
+/// `GRPC_CONNECTIONS_PER_PEER_MAX` from one address.
 fn bounded(
     incoming: TcpIncoming,
     connections_max: usize,
 ) -> impl futures_lite::Stream<Item = io::Result<Counted>> + Send + 'static {
     let permits = Arc::new(Semaphore::new(connections_max));
+    let per_peer = PerPeer::default();
     let refusals = LogLimiter::new();
+    let shares_refused = LogLimiter::new();
     incoming.filter_map(move |accepted| match accepted {
         Err(error) => Some(Err(error)),
         Ok(stream) => match permits.clone().try_acquire_owned() {
-            Ok(permit) => Some(Ok(Counted::new(stream, permit))),
+            Ok(permit) => {
+                let peer = stream.peer_addr().ok();
+                let Some(share) = PeerShare::take(&per_peer, peer.map(|peer| peer.ip())) else {
+                    if shares_refused.allows() {
+                        crate::log_info!(
+                            "ringpostd: the gRPC API refused a connection from {}: it holds \
+                             {GRPC_CONNECTIONS_PER_PEER_MAX} already (GRPC_CONNECTIONS_PER_PEER_MAX)",
+                            peer.map_or_else(|| "?".to_owned(), |peer| peer.ip().to_string())
+                        );
+                    }
+                    return None;
+                };
+                Some(Ok(Counted::new(stream, permit, share)))
+            }
             Err(_) => {
                 if refusals.allows() {
                     crate::log_info!(

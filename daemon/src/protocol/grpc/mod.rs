@@ -49,6 +49,13 @@ pub const GRPC_REQUEST_BYTES_MAX: usize = 16 << 20;
 /// `GRPC_REQUEST_BYTES_MAX`, it bounds what one connection can make the server hold.
 pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 100;
 
+/// HTTP/2 keepalive: a connection the server heard nothing from for `GRPC_KEEPALIVE_INTERVAL`
+/// is pinged, and closed unless the ping is answered within `GRPC_KEEPALIVE_TIMEOUT`. Every
+/// HTTP/2 client answers pings by itself, so this closes only peers that are gone or never
+/// spoke HTTP/2 past their preface (which held connections for good before), within 30 s.
+pub const GRPC_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+pub const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a stop waits for calls to finish after open streams were told to reconnect.
 pub const GRPC_STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -158,7 +165,8 @@ async fn serve(
             .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
-        .http2_keepalive_interval(Some(Duration::from_secs(60)))
+        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .tcp_nodelay(true)
         // Outside the rest, so that a call the budget refuses is counted too.
         .layer(counting::CountingLayer)

@@ -7,6 +7,11 @@
 //! A scrape or a readiness check runs on the router shard as a job (`grpc::bridge`), which
 //! gathers every forwarder's figures over the control channels as `ringpost stats` does; the
 //! shards keep plain figures and share nothing with this thread.
+//!
+//! Strangers cannot take it from the probes and scrapers it is for: it serves
+//! `HTTP_CONNECTIONS_MAX` connections, at most `HTTP_CONNECTIONS_PER_PEER_MAX` from one address,
+//! each closed if a request's head takes longer than `HTTP_REQUEST_HEAD_TIMEOUT`; and scrapes
+//! arriving while a gathering runs share the next one (`Endpoint::metrics`).
 
 pub mod metrics;
 
@@ -16,7 +21,8 @@ use crate::protocol::grpc::gateway::RouterShard;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,13 +32,34 @@ pub const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:9464";
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once; more wait in the listening socket's backlog.
 pub const HTTP_CONNECTIONS_MAX: usize = 64;
-/// How long a connection may take to send a request's head; then it is closed.
-pub const HTTP_REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one peer address may hold at once, an eighth of `HTTP_CONNECTIONS_MAX`; one
+/// more from it is closed at once. A host that trickles request heads then holds a few slots,
+/// not all of them, and a liveness probe from elsewhere is still answered.
+pub const HTTP_CONNECTIONS_PER_PEER_MAX: usize = HTTP_CONNECTIONS_MAX / 8;
+/// How long a connection may take to send a request's head, idle time between requests
+/// included; then it is closed. A scraper sends its head in one packet.
+pub const HTTP_REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(3);
+/// The response header that numbers the gathering a `/metrics` answer was rendered from:
+/// scrapes that share one show the same number.
+pub const RENDERING_HEADER: &str = "x-ringpost-rendering";
 
 /// What the endpoint answers from.
 struct Endpoint {
     router: ShardCaller<RouterShard>,
     version: &'static str,
+    /// The last rendering of `/metrics`. Gatherings run one at a time; a scrape that arrived
+    /// before the last one began takes its rendering rather than gathering again, so parallel
+    /// scrapers cost the shards one or two gatherings, never one each, and no scrape answers
+    /// figures older than itself.
+    rendering: tokio::sync::Mutex<Option<Rendering>>,
+}
+
+/// One rendering of `/metrics`: when its gathering began, its number, and its body (or why
+/// there is none).
+struct Rendering {
+    started: tokio::time::Instant,
+    number: u64,
+    body: Result<Bytes, String>,
 }
 
 /// The endpoint, serving: its thread, and how to stop it.
@@ -54,7 +81,7 @@ impl HttpServer {
         listener.set_nonblocking(true)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
         let (stopping, stopped) = tokio::sync::watch::channel(false);
-        let endpoint = Arc::new(Endpoint { router, version });
+        let endpoint = Arc::new(Endpoint { router, version, rendering: tokio::sync::Mutex::new(None) });
         let thread = std::thread::Builder::new().name("ringpost-http".to_owned()).spawn(move || {
             runtime.block_on(serve(listener, endpoint, stopped));
         })?;
@@ -83,6 +110,7 @@ async fn serve(
         }
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(HTTP_CONNECTIONS_MAX));
+    let per_peer = Arc::new(std::sync::Mutex::new(HashMap::new()));
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { break };
@@ -90,7 +118,9 @@ async fn serve(
             accepted = listener.accept() => accepted,
             _ = stopped.wait_for(|stop| *stop) => break,
         };
-        let Ok((stream, _peer)) = accepted else { continue };
+        let Ok((stream, peer)) = accepted else { continue };
+        // Beyond its address's share the connection closes at once, its slot free again.
+        let Some(share) = PeerShare::take(&per_peer, peer.ip()) else { continue };
         let endpoint = endpoint.clone();
         connections.spawn(async move {
             let service = hyper::service::service_fn(move |request| {
@@ -102,12 +132,44 @@ async fn serve(
                 .header_read_timeout(HTTP_REQUEST_HEAD_TIMEOUT)
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
-            drop(slot);
+            drop((share, slot));
         });
         // Finished connections are reaped as new ones come, so the set stays small.
         while connections.try_join_next().is_some() {}
     }
     connections.abort_all();
+}
+
+/// A connection's place in its address's share (`HTTP_CONNECTIONS_PER_PEER_MAX`), given back
+/// when dropped.
+struct PeerShare {
+    per_peer: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    peer: IpAddr,
+}
+
+impl PeerShare {
+    /// A place for a connection from `peer`, if its address has one left.
+    fn take(per_peer: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, peer: IpAddr) -> Option<PeerShare> {
+        let mut counts = per_peer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = counts.entry(peer).or_insert(0);
+        if *count >= HTTP_CONNECTIONS_PER_PEER_MAX {
+            return None;
+        }
+        *count += 1;
+        Some(PeerShare { per_peer: per_peer.clone(), peer })
+    }
+}
+
+impl Drop for PeerShare {
+    fn drop(&mut self) {
+        let mut counts = self.per_peer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = counts.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.peer);
+            }
+        }
+    }
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
@@ -145,26 +207,45 @@ impl Endpoint {
                     text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", status.message))
                 }
             },
-            "/metrics" => match self.gather().await {
-                Ok(gathered) => {
-                    let body = metrics::encode_metrics(
-                        &gathered.stats,
-                        gathered.cluster.as_ref(),
-                        &gathered.counted,
-                        self.version,
-                    );
-                    let mut response = text(StatusCode::OK, body);
-                    response.headers_mut().insert(
-                        hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static(metrics::OPENMETRICS_CONTENT_TYPE),
-                    );
-                    response
-                }
-                Err(status) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", status.message)),
-            },
+            "/metrics" => self.metrics().await,
             "/" => text(StatusCode::OK, "ringpostd: /metrics, /healthz, /readyz\n".to_owned()),
             _ => text(StatusCode::NOT_FOUND, "not found: /metrics, /healthz, /readyz\n".to_owned()),
         }
+    }
+
+    /// `/metrics`: the rendering of a gathering that began after this scrape arrived, the
+    /// last one if it did, else a new one.
+    async fn metrics(&self) -> Response<Full<Bytes>> {
+        let arrived = tokio::time::Instant::now();
+        let mut last = self.rendering.lock().await;
+        let fresh = last.as_ref().is_some_and(|rendering| rendering.started >= arrived);
+        if !fresh {
+            let started = tokio::time::Instant::now();
+            let body = self.gather().await.map_err(|status| status.message).map(|gathered| {
+                Bytes::from(metrics::encode_metrics(
+                    &gathered.stats,
+                    gathered.cluster.as_ref(),
+                    &gathered.counted,
+                    self.version,
+                ))
+            });
+            let number = last.as_ref().map_or(1, |rendering| rendering.number + 1);
+            *last = Some(Rendering { started, number, body });
+        }
+        let rendering = last.as_ref().expect("rendered above");
+        let mut response = match &rendering.body {
+            Ok(body) => {
+                let mut response = Response::new(Full::new(body.clone()));
+                response.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(metrics::OPENMETRICS_CONTENT_TYPE),
+                );
+                response
+            }
+            Err(message) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{message}\n")),
+        };
+        response.headers_mut().insert(RENDERING_HEADER, hyper::header::HeaderValue::from(rendering.number));
+        response
     }
 
     async fn gather(&self) -> Result<Gathered, Status> {

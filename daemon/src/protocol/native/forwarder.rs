@@ -151,7 +151,7 @@ pub async fn publish(data: &impl DataPlane, body: FrameBuffer) -> Result<Publish
 /// A pull, unchecked: for tests that drive the data plane through its protocol.
 #[cfg(test)]
 pub async fn pull<D: DataPlane>(data: &D, header: &FrameHeader, body: &[u8]) -> Result<Response, Status> {
-    pull_request(data, header, access_body::<PullRequest>(body)?).await
+    pull_request(data, header, access_body::<PullRequest>(body)?, None).await
 }
 
 async fn checked_pull<D: DataPlane>(
@@ -162,7 +162,7 @@ async fn checked_pull<D: DataPlane>(
 ) -> Result<Response, Status> {
     let request = access_body::<PullRequest>(body)?;
     responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
-    match pull_request(data, header, request).await {
+    match pull_request(data, header, request, Some(responder)).await {
         Err(status) if status.code == ErrorCode::NotOwner => {
             let wait = std::time::Duration::from_millis(request.wait_ms.to_native().into());
             carried(header, status, |relay| async move {
@@ -192,13 +192,20 @@ async fn carried<F: std::future::Future<Output = Result<Option<Response>, crate:
     }
 }
 
+/// A pull on this shard; with `responder`, its wait ends once the connection's peer is gone.
 async fn pull_request<D: DataPlane>(
     data: &D,
     header: &FrameHeader,
     request: &ArchivedPullRequest,
+    responder: Option<&Responder>,
 ) -> Result<Response, Status> {
     let settings = PullSettings::new(request.max_messages.to_native(), request.wait_ms.to_native())?;
-    match data.pull(request.subscription.as_str(), settings).await? {
+    let subscription = request.subscription.as_str();
+    let delivery = match responder {
+        Some(responder) => data.pull_for_peer(subscription, settings, responder).await?,
+        None => data.pull(subscription, settings).await?,
+    };
+    match delivery {
         Some(delivery) => {
             let (frame, reservation) = encode_delivery(header, 0, delivery);
             Ok(Response::Reserved(Box::new(frame), reservation))

@@ -39,7 +39,7 @@ use ringpost_wire::gather::GatheredFrame;
 use ringpost_wire::messages::{AuthenticateRequest, AuthenticateResponse};
 use ringpost_wire::{Command, ErrorCode, Status};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -53,6 +53,17 @@ pub const CONNECTIONS_PER_SHARD_MAX: usize = 4096;
 pub const CONNECTIONS_PER_PEER_MAX: usize = CONNECTIONS_PER_SHARD_MAX / 4;
 /// Connections of a shard that have not authenticated yet.
 pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
+/// Connections one peer address may hold on one shard before they authenticate: a sixteenth of
+/// `CONNECTIONS_UNAUTHENTICATED_MAX`, so that one stranger reopening idle connections cannot
+/// take every slot before authentication and lock every other client out; a client's pool
+/// opens a few connections at once, far fewer.
+pub const CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX: usize = CONNECTIONS_UNAUTHENTICATED_MAX / 16;
+const _: () = assert!(CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX <= CONNECTIONS_UNAUTHENTICATED_MAX);
+/// Connections from the hosts of the cluster's nodes (`--cluster`) before they authenticate, in
+/// a budget of their own: a node's raft, replication and lookups never compete with strangers
+/// for the slots before authentication, nor count in an address's share of them. A node opens
+/// a connection per raft stream and per forwarder it replicates to, far fewer.
+pub const CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX: usize = 256;
 /// The largest frame body a connection may send before it authenticates, when anonymous may
 /// not act: with the read buffer of `READ_CHUNK_UNAUTHENTICATED_BYTES`, a connection before
 /// authentication holds about 20 KiB. An Authenticate request is far smaller.
@@ -78,6 +89,13 @@ pub const FRAME_DEADLINE_BASE: Duration = Duration::from_secs(5);
 pub const FRAME_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
 /// A connection that completes no frame for this long is closed.
 pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
+/// TCP keepalive on every connection: the kernel probes a peer it has heard nothing from for
+/// `KEEPALIVE_IDLE`, every `KEEPALIVE_INTERVAL`, and fails the connection after
+/// `KEEPALIVE_PROBES` unanswered, so a peer that vanished (its host gone, the network cut) is
+/// found within two minutes, also on a connection whose open stream suspends the idle deadline.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_PROBES: u32 = 6;
 /// Responses smaller than this are gathered into one socket write.
 const COALESCE_BYTES_MAX: usize = 256 * 1024;
 /// Runs handed to one vectored write: Linux takes at most 1024 (`UIO_MAXIOV`).
@@ -115,6 +133,7 @@ pub struct ConnectionLimits {
     pub connections_per_shard_max: usize,
     pub connections_per_peer_max: usize,
     pub connections_unauthenticated_max: usize,
+    pub connections_unauthenticated_per_peer_max: usize,
     pub partial_frame_bytes_max: usize,
     pub unauthenticated_deadline: Duration,
     pub frame_deadline_base: Duration,
@@ -128,6 +147,7 @@ impl Default for ConnectionLimits {
             connections_per_shard_max: CONNECTIONS_PER_SHARD_MAX,
             connections_per_peer_max: CONNECTIONS_PER_PEER_MAX,
             connections_unauthenticated_max: CONNECTIONS_UNAUTHENTICATED_MAX,
+            connections_unauthenticated_per_peer_max: CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX,
             partial_frame_bytes_max: PARTIAL_FRAME_BYTES_SHARD_MAX,
             unauthenticated_deadline: UNAUTHENTICATED_DEADLINE,
             frame_deadline_base: FRAME_DEADLINE_BASE,
@@ -334,17 +354,25 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
     encode_error(header.command, header.request_id, status)
 }
 
-/// What guards one shard's connections: who may do what, and TLS when it is on. Each shard
-/// builds its own (`Security::open`), from the same files.
+/// What guards one shard's connections: who may do what, TLS when it is on, and the hosts of
+/// the cluster's nodes. Each shard builds its own (`Security::open`), from the same files.
 pub struct Security {
     pub access: Rc<Access>,
     pub tls: Option<Tls>,
+    /// Addresses of the cluster's nodes: their connections before authentication have a budget
+    /// of their own (`CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX`).
+    pub cluster_hosts: HashSet<IpAddr>,
 }
 
 impl Security {
     /// Everyone may do everything, in plaintext.
     pub fn off() -> Security {
-        Security { access: Rc::new(Access::off()), tls: None }
+        Security { access: Rc::new(Access::off()), tls: None, cluster_hosts: HashSet::new() }
+    }
+
+    /// The same security, knowing the hosts of the cluster's nodes.
+    pub fn with_cluster_hosts(self, hosts: impl IntoIterator<Item = IpAddr>) -> Security {
+        Security { cluster_hosts: hosts.into_iter().collect(), ..self }
     }
 
     /// Reads the access file and the TLS files; an error names the file and what is wrong.
@@ -361,7 +389,7 @@ impl Security {
     ) -> Result<Security, String> {
         let access = Rc::new(Access::open(access)?.with_cluster_secret(cluster_secret));
         let tls = tls.map(Tls::open).transpose()?;
-        Ok(Security { access, tls })
+        Ok(Security { access, tls, cluster_hosts: HashSet::new() })
     }
 }
 
@@ -404,8 +432,13 @@ struct Shard {
     limits: ConnectionLimits,
     access: Rc<Access>,
     tls: Option<Tls>,
+    cluster_hosts: HashSet<IpAddr>,
     connections: Cell<usize>,
+    /// Connections before authentication: strangers', in all and by address, and the cluster's
+    /// hosts' (a budget of their own).
     unauthenticated: Cell<usize>,
+    unauthenticated_per_peer: RefCell<HashMap<IpAddr, usize>>,
+    unauthenticated_cluster: Cell<usize>,
     per_peer: RefCell<HashMap<IpAddr, usize>>,
     partial_frame_bytes: Cell<usize>,
     /// Bytes partial frames gave back since malloc's free memory was last trimmed.
@@ -427,8 +460,11 @@ impl Shard {
             limits,
             access: security.access,
             tls: security.tls,
+            cluster_hosts: security.cluster_hosts,
             connections: Cell::new(0),
             unauthenticated: Cell::new(0),
+            unauthenticated_per_peer: RefCell::default(),
+            unauthenticated_cluster: Cell::new(0),
             per_peer: RefCell::default(),
             partial_frame_bytes: Cell::new(0),
             partial_frame_bytes_released: Cell::new(0),
@@ -469,26 +505,48 @@ impl Shard {
         }
     }
 
+    /// Whether `peer` is a host of one of the cluster's nodes.
+    fn is_cluster_host(&self, peer: Option<IpAddr>) -> bool {
+        peer.is_some_and(|peer| self.cluster_hosts.contains(&peer))
+    }
+
     /// Why a new connection from `peer` is refused, if it is: the limit it would pass.
     fn refusal(&self, peer: Option<IpAddr>) -> Option<Status> {
         let limits = &self.limits;
+        let count = |map: &RefCell<HashMap<IpAddr, usize>>| {
+            peer.and_then(|peer| map.borrow().get(&peer).copied()).unwrap_or(0)
+        };
+        let from = || peer.map_or_else(|| "this address".to_owned(), |peer| peer.to_string());
         let message = if self.connections.get() >= limits.connections_per_shard_max {
             format!(
                 "this shard already serves {} connections (connections_per_shard_max)",
                 limits.connections_per_shard_max
+            )
+        } else if count(&self.per_peer) >= limits.connections_per_peer_max {
+            format!(
+                "{} already holds {} connections to this shard (connections_per_peer_max)",
+                from(),
+                limits.connections_per_peer_max
+            )
+        } else if self.is_cluster_host(peer) {
+            if self.unauthenticated_cluster.get() < CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX {
+                return None;
+            }
+            format!(
+                "this shard already has {CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX} connections from the cluster's \
+                 nodes that have not authenticated (CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX)"
             )
         } else if self.unauthenticated.get() >= limits.connections_unauthenticated_max {
             format!(
                 "this shard already has {} connections that have not authenticated (connections_unauthenticated_max)",
                 limits.connections_unauthenticated_max
             )
-        } else if peer.is_some_and(|peer| {
-            self.per_peer.borrow().get(&peer).copied().unwrap_or(0) >= limits.connections_per_peer_max
-        }) {
+        } else if count(&self.unauthenticated_per_peer) >= limits.connections_unauthenticated_per_peer_max {
             format!(
-                "{} already holds {} connections to this shard (connections_per_peer_max)",
-                peer.unwrap(),
-                limits.connections_per_peer_max
+                "{} already holds {} connections to this shard that have not authenticated \
+                 (connections_unauthenticated_per_peer_max)",
+                from(),
+                limits.connections_unauthenticated_per_peer_max
             )
         } else {
             return None;
@@ -498,7 +556,14 @@ impl Shard {
 
     fn opened(&self, socket: RawFd, peer: Option<IpAddr>) -> Rc<Link> {
         self.connections.set(self.connections.get() + 1);
-        self.unauthenticated.set(self.unauthenticated.get() + 1);
+        if self.is_cluster_host(peer) {
+            self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() + 1);
+        } else {
+            self.unauthenticated.set(self.unauthenticated.get() + 1);
+            if let Some(peer) = peer {
+                *self.unauthenticated_per_peer.borrow_mut().entry(peer).or_insert(0) += 1;
+            }
+        }
         if let Some(peer) = peer {
             *self.per_peer.borrow_mut().entry(peer).or_insert(0) += 1;
         }
@@ -511,22 +576,26 @@ impl Shard {
         link
     }
 
-    fn authenticated(&self) {
-        debug_assert!(self.unauthenticated.get() > 0);
+    /// A connection from `peer` authenticated: it leaves the counts before authentication.
+    fn authenticated(&self, peer: Option<IpAddr>) {
+        if self.is_cluster_host(peer) {
+            assert!(self.unauthenticated_cluster.get() > 0, "an unauthenticated connection is counted");
+            self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() - 1);
+            return;
+        }
+        assert!(self.unauthenticated.get() > 0, "an unauthenticated connection is counted");
         self.unauthenticated.set(self.unauthenticated.get() - 1);
+        if let Some(peer) = peer {
+            uncount(&self.unauthenticated_per_peer, peer);
+        }
     }
 
     fn left(&self, socket: RawFd, peer: Option<IpAddr>, authenticated: bool) {
         if !authenticated {
-            self.authenticated();
+            self.authenticated(peer);
         }
         if let Some(peer) = peer {
-            let mut per_peer = self.per_peer.borrow_mut();
-            let count = per_peer.get_mut(&peer).expect("a connection's peer is counted");
-            *count -= 1;
-            if *count == 0 {
-                per_peer.remove(&peer);
-            }
+            uncount(&self.per_peer, peer);
         }
         self.links.borrow_mut().remove(&socket);
         self.connections.set(self.connections.get() - 1);
@@ -557,6 +626,16 @@ impl Shard {
 
     fn partial_has_room(&self, bytes: usize) -> bool {
         self.partial_frame_bytes.get().saturating_add(bytes) <= self.limits.partial_frame_bytes_max
+    }
+}
+
+/// Takes one from `peer`'s count in `map`, forgetting the address at zero.
+fn uncount(map: &RefCell<HashMap<IpAddr, usize>>, peer: IpAddr) {
+    let mut map = map.borrow_mut();
+    let count = map.get_mut(&peer).expect("a connection's peer is counted");
+    *count -= 1;
+    if *count == 0 {
+        map.remove(&peer);
     }
 }
 
@@ -598,7 +677,7 @@ pub async fn serve<H: Handler>(
         let link = shard.opened(socket, peer);
         let (handler, shard, stop) = (handler.clone(), shard.clone(), stop.clone());
         crate::runtime::spawn(async move {
-            let authenticated = open_connection(stream, link, handler, stop, &shard).await;
+            let authenticated = open_connection(stream, peer, link, handler, stop, &shard).await;
             // The socket closed as the connection's task returned, and nothing ran since: no
             // other connection can have its number yet.
             shard.left(socket, peer, authenticated);
@@ -643,6 +722,8 @@ async fn check_security_each_interval(shard: Rc<Shard>, stop: Stop) {
 /// What a connection starts with once accepted (and handshaken).
 struct Accepted {
     socket: RawFd,
+    /// The peer's address, as counted against the limits.
+    peer: Option<IpAddr>,
     local_address: Option<SocketAddr>,
     at: Instant,
     link: Rc<Link>,
@@ -654,14 +735,17 @@ struct Accepted {
 /// authenticated.
 async fn open_connection<H: Handler>(
     stream: TcpStream,
+    peer: Option<IpAddr>,
     link: Rc<Link>,
     handler: Rc<H>,
     stop: Stop,
     shard: &Shard,
 ) -> bool {
     let _ = stream.set_nodelay(true);
+    keep_alive(stream.as_raw_fd());
     let accepted = Accepted {
         socket: stream.as_raw_fd(),
+        peer,
         local_address: stream.local_addr().ok(),
         at: Instant::now(),
         link,
@@ -670,7 +754,7 @@ async fn open_connection<H: Handler>(
     let Some(tls) = &shard.tls else {
         return serve_connection(stream, accepted, handler, stop, shard).await;
     };
-    let peer = stream.peer_addr().ok();
+    let peer_address = stream.peer_addr().ok();
     let handshake = futures_lite::future::or(async { Some(tls.acceptor().accept(stream).await) }, async {
         crate::runtime::sleep(shard.limits.unauthenticated_deadline).await;
         None
@@ -694,7 +778,7 @@ async fn open_connection<H: Handler>(
     };
     if !stop.is_given() {
         if let Some(suppressed) = shard.handshake_failures.borrow_mut().admit() {
-            let peer = peer.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
+            let peer = peer_address.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
             crate::log_warn!(
                 "ringpostd: a TLS handshake with {peer} failed, its connection is closed: {failure} \
                  ({suppressed} more failure(s) not logged since the last line)"
@@ -702,6 +786,25 @@ async fn open_connection<H: Handler>(
         }
     }
     false
+}
+
+/// Turns TCP keepalive on for `socket` (`KEEPALIVE_IDLE`); a failure leaves the connection
+/// without it, held to its other deadlines.
+fn keep_alive(socket: RawFd) {
+    use nix::libc::{c_int, setsockopt, socklen_t, IPPROTO_TCP, SOL_SOCKET, SO_KEEPALIVE};
+    use nix::libc::{TCP_KEEPCNT, TCP_KEEPIDLE, TCP_KEEPINTVL};
+    let options = [
+        (SOL_SOCKET, SO_KEEPALIVE, 1),
+        (IPPROTO_TCP, TCP_KEEPIDLE, KEEPALIVE_IDLE.as_secs() as c_int),
+        (IPPROTO_TCP, TCP_KEEPINTVL, KEEPALIVE_INTERVAL.as_secs() as c_int),
+        (IPPROTO_TCP, TCP_KEEPCNT, KEEPALIVE_PROBES as c_int),
+    ];
+    for (level, name, value) in options {
+        // SAFETY: the option's value is one int, passed by pointer with its size.
+        let _ = unsafe {
+            setsockopt(socket, level, name, (&value as *const c_int).cast(), size_of::<c_int>() as socklen_t)
+        };
+    }
 }
 
 /// A connection's byte stream: the socket itself, or TLS over it.
@@ -871,11 +974,19 @@ fn send_now(stream: &TcpStream, frame: &[u8]) {
 
 /// Responses waiting for the socket. Each holds the in-flight permit of its request until it is
 /// written, so running plus queued requests never exceed the per-connection bound.
+///
+/// Once the socket takes no more (`broken`: a write failed, the peer reset the connection),
+/// nothing waits for it any more: what was queued is dropped at once, and so is every response
+/// pushed after, with its permit, its stream reservation and the buffers it gathered. Requests
+/// still running then finish into nothing, the connection's last permit comes back, and the
+/// connection closes with all it held.
 #[derive(Default)]
 pub struct Outbound {
     queue: RefCell<VecDeque<Queued>>,
     ready: Notify,
     closed: Cell<bool>,
+    /// The socket takes no more bytes: responses are dropped instead of queued.
+    broken: Cell<bool>,
     /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
     peer_gone: Cell<bool>,
     /// Fires when the queue drains or the peer goes, for streams waiting for room.
@@ -899,8 +1010,20 @@ impl Outbound {
         permit: Option<StaticPermit>,
         reservation: Option<StreamReservation>,
     ) {
+        if self.broken.get() {
+            // Nobody will write it: what it holds goes back now, not when the connection ends.
+            return;
+        }
         self.queue.borrow_mut().push_back((frame.into(), permit, reservation));
         self.ready.notify_all();
+    }
+    /// The socket takes no more: drops what is queued (permits, reservations and gathered
+    /// buffers with it) and everything pushed from now on, and tells streams the peer is gone.
+    fn break_off(&self) {
+        self.broken.set(true);
+        let dropped: VecDeque<Queued> = std::mem::take(&mut *self.queue.borrow_mut());
+        drop(dropped);
+        self.peer_left();
     }
     fn close(&self) {
         self.closed.set(true);
@@ -922,10 +1045,11 @@ async fn serve_connection<H: Handler, S: Transport>(
     stop: Stop,
     shard: &Shard,
 ) -> bool {
-    let Accepted { socket, local_address, at, link, certified } = accepted;
+    let Accepted { socket, peer, local_address, at, link, certified } = accepted;
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
     let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
+    let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline, shard.limits.idle_deadline));
     let mut connection = Connection {
         handler,
         outbound: outbound.clone(),
@@ -934,12 +1058,13 @@ async fn serve_connection<H: Handler, S: Transport>(
         access: shard.access.clone(),
         local_address,
         link: link.clone(),
+        watch: watch.clone(),
     };
-    let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline));
     let watchdog = crate::runtime::spawn(watch_deadline(watch.clone(), socket));
     let mut reading = Reading {
         shard,
         socket,
+        peer,
         plaintext: S::PLAINTEXT,
         splitter: FrameSplitter::new(),
         chunk: vec![0u8; READ_CHUNK_UNAUTHENTICATED_BYTES],
@@ -953,7 +1078,8 @@ async fn serve_connection<H: Handler, S: Transport>(
     };
     if certified.is_some() {
         reading.authenticate();
-        watch.set(reading.deadline(Instant::now(), false));
+        let deadline = reading.deadline(Instant::now(), false);
+        watch.set_kind(deadline, reading.deadline_kind == Deadline::Idle);
     }
     // Once the shard is told to stop, nothing more is read (`serve` shuts the socket's reading
     // side, so a pending read ends): the requests read so far run and are answered, and the
@@ -998,7 +1124,8 @@ async fn serve_connection<H: Handler, S: Transport>(
         if reading.refusal.is_some() {
             break;
         }
-        watch.set(reading.deadline(Instant::now(), completed));
+        let deadline = reading.deadline(Instant::now(), completed);
+        watch.set_kind(deadline, reading.deadline_kind == Deadline::Idle);
     }
     watch.finish();
     watchdog.await;
@@ -1032,6 +1159,8 @@ struct Connection<H> {
     access: Rc<Access>,
     local_address: Option<SocketAddr>,
     link: Rc<Link>,
+    /// The connection's deadlines, which its open streams suspend the idle one of.
+    watch: Rc<Watch>,
 }
 
 impl<H: Handler> Connection<H> {
@@ -1045,12 +1174,17 @@ impl<H: Handler> Connection<H> {
             session: self.session.clone(),
             access: self.access.clone(),
         };
+        let command = frame.header.command;
+        let stream = command == Command::StreamingPull.code();
+        // A stream the client keeps open is not idleness, however quiet its subscription: the
+        // idle deadline waits while one is open (a dead peer is found by TCP keepalive).
+        let open_stream = stream.then(|| OpenStream::new(self.watch.clone()));
         crate::runtime::spawn(async move {
             let started = std::time::Instant::now();
-            let command = frame.header.command;
             let response = handler.handle(frame.header, frame.body, &responder).await;
+            drop(open_stream);
             // A stream's time is its subscriber's session, not a latency.
-            let timed = command != ringpost_wire::Command::StreamingPull.code();
+            let timed = !stream;
             crate::metrics::requests::record(
                 command,
                 response_code(&response),
@@ -1098,6 +1232,7 @@ impl<H: Handler> Connection<H> {
 struct Reading<'a> {
     shard: &'a Shard,
     socket: RawFd,
+    peer: Option<IpAddr>,
     /// Whether the stream is the socket's bytes (not TLS), so `FIONREAD` counts them.
     plaintext: bool,
     splitter: FrameSplitter,
@@ -1232,7 +1367,7 @@ impl Reading<'_> {
     fn authenticate(&mut self) {
         if !self.authenticated {
             self.authenticated = true;
-            self.shard.authenticated();
+            self.shard.authenticated(self.peer);
             self.chunk = vec![0u8; READ_CHUNK_BYTES];
         }
     }
@@ -1307,8 +1442,19 @@ fn bytes_waiting(socket: RawFd) -> usize {
 /// until it and shuts the socket's reading side if it passed, which ends the reader's pending
 /// read (as a stop does). Moving it later costs nothing (the watchdog finds out when it wakes);
 /// only moving it earlier wakes the watchdog, which happens once per frame that spans reads.
+///
+/// The idle deadline is suspended while a stream is open on the connection, and runs again
+/// from the moment the last one ended: a subscriber's stream on a quiet subscription sends no
+/// frame for hours and is not idle.
 struct Watch {
     deadline: Cell<Instant>,
+    /// Whether `deadline` is the idle one (the one open streams suspend).
+    idle: Cell<bool>,
+    /// The connection's idle deadline (`ConnectionLimits::idle_deadline`).
+    idle_deadline: Duration,
+    /// Streams open now, and when the last one ended.
+    streams: Cell<usize>,
+    streams_ended: Cell<Option<Instant>>,
     /// The deadline the watchdog sleeps until.
     watched: Cell<Instant>,
     earlier: Notify,
@@ -1317,9 +1463,13 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(deadline: Instant) -> Watch {
+    fn new(deadline: Instant, idle_deadline: Duration) -> Watch {
         Watch {
             deadline: Cell::new(deadline),
+            idle: Cell::new(false),
+            idle_deadline,
+            streams: Cell::new(0),
+            streams_ended: Cell::new(None),
             watched: Cell::new(deadline),
             earlier: Notify::new(),
             expired: Cell::new(false),
@@ -1328,10 +1478,30 @@ impl Watch {
     }
 
     fn set(&self, deadline: Instant) {
+        self.set_kind(deadline, false);
+    }
+
+    /// Sets the deadline, saying whether it is the idle one.
+    fn set_kind(&self, deadline: Instant, idle: bool) {
         self.deadline.set(deadline);
+        self.idle.set(idle);
         if deadline < self.watched.get() {
             self.earlier.notify_all();
         }
+    }
+
+    /// When the deadline in force passes, given the connection's open streams: `None` while the
+    /// idle deadline waits for them to end.
+    fn effective_deadline(&self) -> Option<Instant> {
+        let deadline = self.deadline.get();
+        if !self.idle.get() {
+            return Some(deadline);
+        }
+        if self.streams.get() > 0 {
+            return None;
+        }
+        let resumed = self.streams_ended.get().map(|ended| ended + self.idle_deadline);
+        Some(resumed.map_or(deadline, |resumed| resumed.max(deadline)))
     }
 
     /// The connection is done reading: the watchdog ends (before the socket closes, so it
@@ -1348,7 +1518,12 @@ async fn watch_deadline(watch: Rc<Watch>, socket: RawFd) {
         if watch.finished.get() {
             return;
         }
-        let deadline = watch.deadline.get();
+        let Some(deadline) = watch.effective_deadline() else {
+            // Suspended by open streams: any new deadline, or the last stream's end, wakes it.
+            watch.watched.set(Instant::now() + Duration::from_secs(365 * 24 * 3600));
+            earlier.await;
+            continue;
+        };
         watch.watched.set(deadline);
         let now = Instant::now();
         if deadline <= now {
@@ -1357,6 +1532,31 @@ async fn watch_deadline(watch: Rc<Watch>, socket: RawFd) {
             return;
         }
         futures_lite::future::or(crate::runtime::sleep(deadline - now), earlier).await;
+    }
+}
+
+/// A stream open on a connection, for as long as its request runs: the connection's idle
+/// deadline waits until the last one ends.
+struct OpenStream {
+    watch: Rc<Watch>,
+}
+
+impl OpenStream {
+    fn new(watch: Rc<Watch>) -> OpenStream {
+        watch.streams.set(watch.streams.get() + 1);
+        OpenStream { watch }
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let streams = self.watch.streams.get();
+        debug_assert!(streams > 0, "a stream is counted closed once");
+        self.watch.streams.set(streams - 1);
+        if streams == 1 {
+            self.watch.streams_ended.set(Some(Instant::now()));
+            self.watch.earlier.notify_all();
+        }
     }
 }
 
@@ -1389,9 +1589,16 @@ async fn write_responses<S: Transport>(
     socket: RawFd,
     outbound: Rc<Outbound>,
 ) {
-    write_all_responses(writer, socket, &outbound).await;
-    // Whatever ended the writer (a broken socket, or the close), nobody reads any more.
-    outbound.peer_left();
+    let written = write_all_responses(writer, socket, &outbound).await;
+    if written.is_err() && !outbound.closed.get() {
+        // The peer is gone (reset, or the socket broke): the reader stops now rather than at
+        // its next failed read or deadline. The socket is still open: the reader's half holds
+        // it until the connection's task returns, after this one.
+        let _ = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Read);
+    }
+    // Whatever ended the writer (a broken socket, or the close), nobody reads any more: what
+    // is queued, and what running requests answer later, is dropped with what it holds.
+    outbound.break_off();
 }
 
 /// `socket` is the stream's descriptor, for vectored writes, which glommio's stream lacks; it
@@ -1400,7 +1607,7 @@ async fn write_all_responses<S: Transport>(
     mut writer: futures_lite::io::WriteHalf<S>,
     socket: RawFd,
     outbound: &Outbound,
-) {
+) -> std::io::Result<()> {
     let mut gathered: Vec<u8> = Vec::with_capacity(COALESCE_BYTES_MAX);
     let mut permits = Vec::new();
     loop {
@@ -1426,47 +1633,40 @@ async fn write_all_responses<S: Transport>(
                 Response::Gathered(frame) => {
                     // The small frames gathered so far go first, in the same write.
                     let runs = std::iter::once(&gathered[..]).chain(frame.slices()).collect();
-                    if write_runs(&mut writer, socket, runs).await.is_err() {
-                        return;
-                    }
+                    write_runs(&mut writer, socket, runs).await?;
                     gathered.clear();
                     continue;
                 }
                 Response::Reserved(..) => unreachable!("unwrapped above"),
             };
             if frame.len() >= COALESCE_BYTES_MAX {
-                if !gathered.is_empty() && writer.write_all(&gathered).await.is_err() {
-                    return;
+                if !gathered.is_empty() {
+                    writer.write_all(&gathered).await?;
                 }
                 gathered.clear();
-                if writer.write_all(&frame).await.is_err() {
-                    return;
-                }
+                writer.write_all(&frame).await?;
             } else {
                 gathered.extend_from_slice(&frame);
                 if gathered.len() >= COALESCE_BYTES_MAX {
-                    if writer.write_all(&gathered).await.is_err() {
-                        return;
-                    }
+                    writer.write_all(&gathered).await?;
                     gathered.clear();
                 }
             }
         }
         if !gathered.is_empty() {
-            if writer.write_all(&gathered).await.is_err() {
-                return;
-            }
+            writer.write_all(&gathered).await?;
             gathered.clear();
         }
         // TLS keeps what the socket did not take at once in its own buffers; a write to the
         // socket itself has nothing left behind.
-        if !S::PLAINTEXT && writer.flush().await.is_err() {
-            return;
+        if !S::PLAINTEXT {
+            writer.flush().await?;
         }
         permits.clear();
     }
     let _ = writer.flush().await;
     let _ = writer.close().await;
+    Ok(())
 }
 
 /// Writes `runs` in order with as few vectored writes as the socket allows. A write that
@@ -1552,7 +1752,7 @@ mod tests {
         shard.opened(10, Some(one));
         shard.opened(11, Some(one));
         assert!(named(shard.refusal(Some(two))).unwrap().contains("connections_unauthenticated_max"));
-        shard.authenticated();
+        shard.authenticated(Some(one));
         assert!(named(shard.refusal(Some(one))).unwrap().contains("connections_per_peer_max"));
         assert_eq!(shard.refusal(Some(two)), None);
         shard.opened(12, Some(two));
@@ -1562,6 +1762,53 @@ mod tests {
         shard.left(12, Some(two), false);
         assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
         assert!(shard.per_peer.borrow().is_empty() && shard.links.borrow().is_empty());
+    }
+
+    /// One address holds at most its share of the connections before authentication; the
+    /// cluster's hosts have a budget of their own, beside the strangers' and outside any share;
+    /// authenticating or leaving gives a connection's place back to its own budget.
+    #[test]
+    fn strangers_take_a_share_before_authentication_and_never_the_clusters_budget() {
+        let limits = ConnectionLimits {
+            connections_unauthenticated_max: 4,
+            connections_unauthenticated_per_peer_max: 2,
+            ..ConnectionLimits::default()
+        };
+        let node: IpAddr = "10.0.0.9".parse().unwrap();
+        let shard = Shard::new(limits, Security::off().with_cluster_hosts([node]));
+        let stranger = |last: u8| -> IpAddr { format!("10.0.1.{last}").parse().unwrap() };
+        let named = |status: Option<Status>| status.map(|status| status.message).unwrap_or_default();
+        shard.opened(10, Some(stranger(1)));
+        shard.opened(11, Some(stranger(1)));
+        assert!(named(shard.refusal(Some(stranger(1)))).contains("connections_unauthenticated_per_peer_max"));
+        shard.opened(12, Some(stranger(2)));
+        shard.opened(13, Some(stranger(2)));
+        assert!(named(shard.refusal(Some(stranger(3)))).contains("connections_unauthenticated_max"));
+        // The cluster's node is still let in, again and again, and counts nowhere else.
+        for socket in 20..30 {
+            assert_eq!(shard.refusal(Some(node)), None);
+            shard.opened(socket, Some(node));
+        }
+        assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (4, 10));
+        // A stranger authenticating makes room for another of its address.
+        shard.authenticated(Some(stranger(1)));
+        assert_eq!(shard.refusal(Some(stranger(1))), None);
+        shard.left(10, Some(stranger(1)), true);
+        shard.left(11, Some(stranger(1)), false);
+        shard.left(12, Some(stranger(2)), false);
+        shard.left(13, Some(stranger(2)), false);
+        for socket in 20..30 {
+            let authenticated = socket % 2 == 0;
+            if authenticated {
+                shard.authenticated(Some(node));
+            }
+            shard.left(socket, Some(node), authenticated);
+        }
+        assert_eq!(
+            (shard.connections.get(), shard.unauthenticated.get(), shard.unauthenticated_cluster.get()),
+            (0, 0, 0)
+        );
+        assert!(shard.unauthenticated_per_peer.borrow().is_empty() && shard.per_peer.borrow().is_empty());
     }
 
     /// The budget for partial frames counts what each holds and what they give back.
@@ -1630,6 +1877,54 @@ mod tests {
         responder.outbound.peer_left();
         assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
         assert!(gone.as_mut().poll(&mut context).is_ready());
+    }
+
+    /// Open streams suspend the idle deadline, and only the idle one; once the last stream
+    /// ends, the idle deadline counts from that end.
+    #[test]
+    fn open_streams_suspend_the_idle_deadline_only() {
+        let idle = Duration::from_secs(600);
+        let start = Instant::now();
+        let watch = Rc::new(Watch::new(start, idle));
+        watch.set_kind(start + Duration::from_secs(5), false);
+        let first = OpenStream::new(watch.clone());
+        assert_eq!(
+            watch.effective_deadline(),
+            Some(start + Duration::from_secs(5)),
+            "a frame's deadline holds"
+        );
+        watch.set_kind(start + idle, true);
+        let second = OpenStream::new(watch.clone());
+        assert_eq!(watch.effective_deadline(), None);
+        drop(first);
+        assert_eq!(watch.effective_deadline(), None, "one stream is still open");
+        drop(second);
+        let ended = watch.streams_ended.get().expect("the last stream's end");
+        assert!(ended >= start);
+        assert_eq!(watch.effective_deadline(), Some(ended + idle));
+    }
+
+    /// Once the socket is broken, what was queued gives back what it held at once, and so does
+    /// every response pushed after (a request that finishes once its peer reset the
+    /// connection); streams see the peer gone.
+    #[test]
+    fn a_broken_connection_drops_its_queue_and_every_later_response() {
+        use crate::subscription::budget::stream_reserved_bytes;
+        let outbound = Outbound::default();
+        let frame = |bytes: usize| {
+            let mut buffer = FrameBuffer::new();
+            buffer.resize(bytes, 0);
+            Response::Frame(buffer)
+        };
+        outbound.push_held(frame(100), None, StreamReservation::try_new(1000));
+        outbound.push_held(frame(100), None, StreamReservation::try_new(2000));
+        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (2, 3000));
+        outbound.break_off();
+        assert!(outbound.peer_gone.get());
+        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
+        let reserved = Response::Reserved(Box::new(frame(100)), StreamReservation::try_new(5000).unwrap());
+        outbound.push_held(reserved, None, StreamReservation::try_new(4000));
+        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
     }
 
     /// Many runs (more than one vectored write takes), many more bytes than the socket buffers,
