@@ -5,6 +5,7 @@ mod bad_input;
 mod client_api;
 mod clocks;
 mod cluster;
+mod cluster_health;
 mod connections;
 mod crash;
 mod damage;

@@ -993,30 +993,42 @@ fn print_cluster_status(
 ) {
     let known =
         |value: Option<u64>, unknown: &str| value.map_or_else(|| unknown.to_owned(), |v| v.to_string());
+    let mut answering = vec![
+        ("answering_node", status.node_id.to_string()),
+        ("catalog_leader", known(status.catalog_leader, "null")),
+        ("term", status.term.to_string()),
+        ("last_log_index", known(status.last_log_index, "null")),
+        ("last_applied_index", known(status.last_applied_index, "null")),
+        ("not_serving", status.not_serving.as_deref().map_or_else(|| "null".to_owned(), json::string)),
+    ];
+    if !status.note.is_empty() {
+        answering.push(("view", json::string(&status.note)));
+    }
     match output {
-        Output::Json => outln!(
-            "{}",
-            json::object(&[
-                ("answering_node", status.node_id.to_string()),
-                ("catalog_leader", known(status.catalog_leader, "null")),
-                ("term", status.term.to_string()),
-                ("last_log_index", known(status.last_log_index, "null")),
-                ("last_applied_index", known(status.last_applied_index, "null")),
-            ])
-        ),
-        Output::Table => outln!(
-            "node {} answering: catalog leader {}, term {}, applied index {}",
-            status.node_id,
-            known(status.catalog_leader, "none"),
-            status.term,
-            known(status.last_applied_index, "none"),
-        ),
+        Output::Json => outln!("{}", json::object(&answering)),
+        Output::Table => {
+            outln!(
+                "node {} answering: catalog leader {}, term {}, applied index {}",
+                status.node_id,
+                known(status.catalog_leader, "none"),
+                status.term,
+                known(status.last_applied_index, "none"),
+            );
+            if let Some(why) = &status.not_serving {
+                outln!("NOT SERVING: {why}");
+            }
+            if !status.note.is_empty() {
+                outln!("roles and liveness: {}", status.note);
+            }
+        }
     }
     let rows = status
         .nodes
         .iter()
         .map(|node| {
             let address = if node.cluster_address.is_empty() { "-" } else { node.cluster_address.as_str() };
+            // Seconds since the leader last heard from it, as the leader sees it.
+            let heard = node.heard_ms_ago.map(|ago| format!("{:.1}", ago as f64 / 1000.0));
             (
                 vec![
                     node.node_id.to_string(),
@@ -1024,6 +1036,7 @@ fn print_cluster_status(
                     if node.voter { "voter" } else { "learner" }.to_owned(),
                     node.role.clone(),
                     known(node.matched_index, "-"),
+                    heard.unwrap_or_else(|| "-".to_owned()),
                 ],
                 json::object(&[
                     ("node", node.node_id.to_string()),
@@ -1031,11 +1044,12 @@ fn print_cluster_status(
                     ("voter", node.voter.to_string()),
                     ("role", json::string(&node.role)),
                     ("matched_index", known(node.matched_index, "null")),
+                    ("heard_ms_ago", known(node.heard_ms_ago, "null")),
                 ]),
             )
         })
         .collect();
-    print_rows(output, &["node", "cluster_address", "member", "role", "matched_index"], rows);
+    print_rows(output, &["node", "cluster_address", "member", "role", "matched_index", "last_heard_s"], rows);
     let topics: Vec<_> = status
         .topics
         .iter()
