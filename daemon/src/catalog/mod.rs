@@ -24,8 +24,8 @@ mod tests;
 mod voters_sim_tests;
 
 pub use entry::{
-    global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, SnapshotRecord, SubscriptionRecord,
-    SubscriptionSettings, TopicRecord,
+    forwarder_name, global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, SnapshotRecord,
+    SubscriptionRecord, SubscriptionSettings, TopicRecord,
 };
 pub use state::{Applied, CatalogState};
 

@@ -292,3 +292,52 @@ fn sigterm_stops_a_node_that_waits_in_its_start() {
     assert!(status.success(), "{status}");
     assert!(daemon.log().contains("SIGTERM while starting"), "{}", daemon.log());
 }
+
+/// `remove-node` on a node holding replicas of empty topics moves them within seconds (it once
+/// waited 60 s for a new replica to "catch up" with nothing), and a topic of one replica on
+/// the node is named at once, before anything moves; `cluster status` shows where it lives.
+#[test]
+fn remove_node_moves_empty_replicas_at_once_and_names_a_one_replica_topic() {
+    let mut cluster = Cluster::start("health-removal", 3, Vec::new());
+    let joining = cluster.launch_joining();
+    let address = cluster.cluster_addresses[(joining - 1) as usize].clone();
+    succeeded(&cluster.node(1).cli(&["cluster", "add-node", &joining.to_string(), &address, "--voter"]));
+    cluster.wait_ready(joining);
+    let topics: Vec<String> = (0..12).map(|index| format!("empty-{index:02}")).collect();
+    for topic in &topics {
+        succeeded(&cluster.node(1).cli(&["topic", "create", topic, "--replicas", "3"]));
+    }
+    // A topic of one replica on the node to remove: created until placement puts one there.
+    let status = |id: u64| block_on(cluster.node(id).client().cluster_status()).unwrap();
+    let single = (0..40)
+        .map(|index| format!("single-{index:02}"))
+        .find(|name| {
+            succeeded(&cluster.node(1).cli(&["topic", "create", name, "--replicas", "1"]));
+            let placed = status(1).topics.into_iter().find(|topic| &topic.name == name).unwrap();
+            assert_eq!(placed.replica_nodes.len(), 1, "{placed:?}");
+            placed.replica_nodes == [joining]
+        })
+        .expect("no one-replica topic placed on the joined node in 40");
+    let on_joined = status(1).topics.iter().filter(|topic| topic.replica_nodes.contains(&joining)).count();
+    eprintln!("node {joining} holds replicas of {on_joined} topics, '{single}' alone");
+
+    let started = Instant::now();
+    let refused = failed(&cluster.node(1).cli(&["cluster", "remove-node", &joining.to_string()]));
+    eprintln!("remove-node refused after {:?}: {}", started.elapsed(), refused.trim());
+    assert!(refused.starts_with("FailedPrecondition") && refused.contains(&single), "{refused}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // Refused before anything moved.
+    let still = status(1).topics.iter().filter(|topic| topic.replica_nodes.contains(&joining)).count();
+    assert_eq!(still, on_joined);
+
+    succeeded(&cluster.node(1).cli(&["topic", "delete", &single]));
+    let started = Instant::now();
+    succeeded(&cluster.node(1).cli(&["cluster", "remove-node", &joining.to_string()]));
+    eprintln!("remove-node moved {} replicas in {:?}", on_joined - 1, started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    let placed = status(1);
+    for topic in placed.topics.iter().filter(|topic| topics.contains(&topic.name)) {
+        assert_eq!(topic.replica_nodes.len(), 3, "{topic:?}");
+        assert!(!topic.replica_nodes.contains(&joining), "{topic:?}");
+    }
+}
