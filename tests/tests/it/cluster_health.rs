@@ -341,3 +341,65 @@ fn remove_node_moves_empty_replicas_at_once_and_names_a_one_replica_topic() {
         assert!(!topic.replica_nodes.contains(&joining), "{topic:?}");
     }
 }
+
+/// `ringpost stats` through any node shows every node's topics and subscriptions, each JSON
+/// line naming its kind and node; a node that does not answer is marked within a bound and the
+/// rest is shown; the replicas' metrics name followers by node and forwarder.
+#[test]
+fn stats_through_any_node_show_the_whole_cluster() {
+    let mut cluster = Cluster::start("health-stats", 3, http_args());
+    succeeded(&cluster.node(1).cli(&["topic", "create", "everywhere", "--replicas", "3"]));
+    for id in cluster.ids() {
+        let name = format!("through-{id}");
+        succeeded(&cluster.node(id).cli(&["sub", "create", &name, "--topic", "everywhere"]));
+    }
+    succeeded(&cluster.node(2).cli(&["publish", "everywhere", "a", "b"]));
+    let leader = cluster.topic_leader("everywhere");
+    for id in cluster.ids() {
+        let json = succeeded(&cluster.node(id).cli(&["stats"]));
+        for line in json.lines() {
+            assert!(line.contains("\"kind\":\"") && line.contains(",\"node\":"), "node {id}: {line}");
+        }
+        let subscriptions: Vec<&str> =
+            json.lines().filter(|line| line.contains("\"kind\":\"subscription\"")).collect();
+        assert_eq!(subscriptions.len(), 3, "through node {id}: {json}");
+        assert!(subscriptions.iter().all(|line| line.contains(&format!("\"node\":{leader}}}"))), "{json}");
+        assert!(subscriptions.iter().all(|line| line.contains("\"idle_ms\":")), "{json}");
+        let processes = json.lines().filter(|line| line.contains("\"kind\":\"process\"")).count();
+        assert_eq!(processes, 3, "through node {id}: {json}");
+        let replicas = json.lines().filter(|line| line.contains("\"follower_node\":")).count();
+        assert_eq!(replicas, 2, "the leader's two followers, through node {id}: {json}");
+        assert!(!json.contains("follower_shard"), "{json}");
+    }
+    let table = succeeded(&cluster.node(1).cli(&["--output", "table", "stats"]));
+    let header = table.lines().next().unwrap();
+    assert!(header.starts_with("NODE") && header.contains("IDLE_S"), "{table}");
+    // Every cell under a figure's heading is a number or a dash.
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    let published = columns.iter().position(|column| *column == "PUBLISHED_PER_S").unwrap();
+    for row in table.lines().skip(1).take_while(|line| !line.starts_with("NODE")) {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        let cell = cells[published];
+        assert!(cell == "-" || cell.parse::<u64>().is_ok(), "{row}");
+    }
+    let http = cluster.node(leader).http_address.clone().unwrap();
+    let (_, metrics) = http_get(&http, "/metrics");
+    assert!(
+        metrics.contains("ringpost_replica_follower_lag_messages{topic=\"everywhere\",follower_node=\""),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("follower_shard"));
+
+    let down = cluster.ids().find(|id| *id != leader).unwrap();
+    let asking = cluster.ids().find(|id| *id != down).unwrap();
+    cluster.node_mut(down).kill();
+    let started = Instant::now();
+    let json = succeeded(&cluster.node(asking).cli(&["stats"]));
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    let marked = json.lines().find(|line| line.contains("\"kind\":\"node\"")).expect(&json);
+    assert!(
+        marked.contains(&format!("\"node\":{down}")) && marked.contains("\"answered\":false"),
+        "{marked}"
+    );
+    assert_eq!(json.lines().filter(|line| line.contains("\"kind\":\"subscription\"")).count(), 3, "{json}");
+}

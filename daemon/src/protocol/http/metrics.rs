@@ -443,8 +443,13 @@ pub fn encode_metrics(
             replica_epoch.get_or_create(&labels).set(replica.epoch as f64);
             replica_committed.get_or_create(&labels).set(replica.committed_end as f64);
             for follower in &replica.followers {
-                let labels: Labels =
-                    vec![("topic", topic.name.clone()), ("follower_shard", follower.shard.to_string())];
+                // The node and its forwarder, as an operator names them, not the packed shard.
+                let (node, forwarder) = crate::catalog::node_and_shard(follower.shard);
+                let labels: Labels = vec![
+                    ("topic", topic.name.clone()),
+                    ("follower_node", node.to_string()),
+                    ("follower_forwarder", forwarder.to_string()),
+                ];
                 follower_lag.get_or_create(&labels).set(follower.lag_messages as f64);
             }
         }
