@@ -84,6 +84,9 @@ pub struct ClusterSettings {
     pub join: bool,
 }
 
+/// How often a start that has not finished says in the log what it is doing.
+const START_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Most voters a cluster's catalog takes: Raft's quorums grow with them, and 3 or 5 survive
 /// one or two failures. More nodes join as learners (`ringpost cluster add-node`).
 pub const CLUSTER_VOTERS_MAX: usize = 7;
@@ -457,7 +460,22 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let router = start_router_shard(&config, shards, wiring)?;
     threads.push(router);
     stops.push(router_stop);
-    ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
+    // A start can wait long (a majority of the cluster, an addition with --join), and once it
+    // waited with nothing in the log (issue: 40 minutes, no line): say what it waits for.
+    let started = std::time::Instant::now();
+    loop {
+        match ready.recv_timeout(START_REPORT_INTERVAL) {
+            Ok(result) => break result?,
+            Err(mpsc::RecvTimeoutError::Timeout) => crate::log_warn!(
+                "ringpostd: still starting after {} s: {}",
+                started.elapsed().as_secs(),
+                phase.current().unwrap_or_default()
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the router shard died while starting".to_string())
+            }
+        }
+    }
     let grpc = match (grpc_listener, grpc_gateway) {
         (Some((listener, _)), Some(gateway)) => Some(protocol::grpc::GrpcServer::start(
             listener,

@@ -53,11 +53,22 @@ fn catalog_alert_fires(leader_node: f64) -> bool {
     let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/monitoring/alerts.yml");
     let text = std::fs::read_to_string(&rules).unwrap();
     let rule = &text[text.find("alert: RingpostCatalogWithoutLeader").expect("the alert is shipped")..];
-    let summary = rule
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("summary: "))
-        .expect("the alert has a summary")
-        .trim_matches('"');
+    // Its annotations as promtool renders them for a series of instance "node".
+    let annotation = |name: &str| {
+        let text = rule
+            .lines()
+            .take_while(|line| {
+                !line.trim_start().starts_with("- alert:") || line.contains("CatalogWithoutLeader")
+            })
+            .find_map(|line| line.trim().strip_prefix(&format!("{name}: ")).map(str::to_owned))?;
+        Some(text.trim_matches('"').replace("{{ $labels.instance }}", "node"))
+    };
+    let mut annotations = String::new();
+    for name in ["summary", "description"] {
+        if let Some(text) = annotation(name) {
+            annotations.push_str(&format!("              {name}: {text:?}\n"));
+        }
+    }
     let directory = ringpost_tests::temporary_directory("catalog-alert");
     let test = directory.join("catalog-alert-test.yml");
     let firing = format!(
@@ -65,7 +76,7 @@ fn catalog_alert_fires(leader_node: f64) -> bool {
          - series: 'ringpost_catalog_leader_node{{instance=\"node\"}}'\n        values: '{leader_node}x8'\n    \
          alert_rule_test:\n      - eval_time: 2m\n        alertname: RingpostCatalogWithoutLeader\n        \
          exp_alerts:\n          - exp_labels:\n              severity: page\n              instance: node\n            \
-         exp_annotations:\n              summary: {summary:?}\n",
+         exp_annotations:\n{annotations}",
         rules.display()
     );
     std::fs::write(&test, firing).unwrap();
