@@ -281,7 +281,7 @@ fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
         });
         // The log's account of the cluster: members, leaders, contact lost and regained.
         let watcher = router.clone();
-        repeat_every(router::CLUSTER_WATCH_INTERVAL, async move || watcher.watch_cluster().await);
+        repeat_every(router::CLUSTER_WATCH_INTERVAL, async move || watcher.watch_cluster());
     }
     let settler = router.clone();
     repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);

@@ -25,12 +25,15 @@ const REMOVAL_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 pub(super) struct ClusterWatch {
     seen: Option<Picture>,
     removal_checked: Option<std::time::Instant>,
+    /// A removal check runs (on a task of its own: it asks other nodes, each within
+    /// `PEER_REQUEST_TIMEOUT`, and the log must not wait for it).
+    removal_checking: bool,
 }
 
 impl<S: Storage> Router<S> {
     /// Logs what changed in this node's view of its cluster since the last call; asks the
     /// members whether this node is still one when it hears no leader.
-    pub async fn watch_cluster(&self) {
+    pub fn watch_cluster(self: &std::rc::Rc<Self>) {
         let observed = self.catalog.observe();
         let picture = Picture::of(&observed);
         let before = self.watch.borrow_mut().seen.replace(picture.clone());
@@ -45,14 +48,20 @@ impl<S: Storage> Router<S> {
         }
         if matches!(picture.standing, Standing::LeaderSilent { .. } | Standing::NoLeader) {
             let now = crate::runtime::now();
-            let due = self
-                .watch
-                .borrow()
-                .removal_checked
-                .is_none_or(|checked| now.duration_since(checked) >= REMOVAL_CHECK_INTERVAL);
+            let mut watch = self.watch.borrow_mut();
+            let due = !watch.removal_checking
+                && watch
+                    .removal_checked
+                    .is_none_or(|checked| now.duration_since(checked) >= REMOVAL_CHECK_INTERVAL);
             if due {
-                self.watch.borrow_mut().removal_checked = Some(now);
-                self.check_still_member(&observed.members).await;
+                watch.removal_checked = Some(now);
+                watch.removal_checking = true;
+                let router = self.clone();
+                crate::runtime::spawn(async move {
+                    router.check_still_member(&observed.members).await;
+                    router.watch.borrow_mut().removal_checking = false;
+                })
+                .detach();
             }
         }
     }
