@@ -746,6 +746,9 @@ impl<S: Storage> Router<S> {
         topic_id: u64,
         local_address: Option<SocketAddr>,
     ) -> Result<Vec<ForwarderAddress>, Status> {
+        // Every protocol's route goes through here: a removed node's catalog is stale, and
+        // what it would route to no longer counts it.
+        self.check_member()?;
         let shard = self
             .shard_of(topic_id)
             .ok_or_else(|| Status::unavailable("the topic is not placed on any forwarder"))?;
