@@ -167,6 +167,11 @@ macro_rules! log_info {
     ($($argument:tt)*) => { $crate::logging::line($crate::logging::Level::Info, format_args!($($argument)*)) };
 }
 
+#[macro_export]
+macro_rules! log_debug {
+    ($($argument:tt)*) => { $crate::logging::line($crate::logging::Level::Debug, format_args!($($argument)*)) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,7 +149,7 @@ struct Flags {
     node_id: u64,
     /// with --cluster: this node joins a running cluster instead of founding it with the
     /// others of the list; it serves once a member adds it (`ringpost cluster add-node`).
-    /// --cluster then lists the members it can reach and, at --node-id's place, itself
+    /// --cluster then lists the members it can reach and, at --node-id's place or last, itself
     #[argh(switch)]
     join: bool,
     /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
@@ -360,6 +360,45 @@ fn wait_for_stop(signals: &nix::sys::signal::SigSet) -> nix::sys::signal::Signal
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// SIGTERM and SIGINT as they arrive, waited for on a thread of their own from before the
+/// start: a start can wait for long (for a majority of the cluster, or with --join to be added),
+/// and a signal then must stop it, not wait for it to finish.
+struct StopSignals {
+    received: std::sync::mpsc::Receiver<nix::sys::signal::Signal>,
+    serving: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn watch_signals(signals: nix::sys::signal::SigSet) -> StopSignals {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let serving = std::sync::Arc::new(AtomicBool::new(false));
+    let (sender, received) = std::sync::mpsc::channel();
+    let started = serving.clone();
+    std::thread::spawn(move || loop {
+        let signal = wait_for_stop(&signals);
+        if !started.load(Ordering::SeqCst) {
+            // Nothing was served yet, so nothing is cut short: whatever the start wrote is
+            // recovered at the next start, as after any stop.
+            ringpost_daemon::log_info!("ringpostd: {signal} while starting: stopped before serving");
+            std::process::exit(0);
+        }
+        if sender.send(signal).is_err() {
+            return;
+        }
+    });
+    StopSignals { received, serving }
+}
+
+impl StopSignals {
+    /// The daemon serves: from now on a signal stops it gracefully.
+    fn serving(&self) {
+        self.serving.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn next(&self) -> nix::sys::signal::Signal {
+        self.received.recv().expect("the signal thread runs as long as the process")
     }
 }
 
@@ -644,8 +683,12 @@ fn main() {
     let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     let shards = config.shards;
     warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
+    let signals = watch_signals(signals);
     let daemon = match ringpost_daemon::start(config) {
-        Ok(daemon) => daemon,
+        Ok(daemon) => {
+            signals.serving();
+            daemon
+        }
         Err(error) => {
             ringpost_daemon::log_warn!("ringpostd: cannot start: {error}");
             std::process::exit(EXIT_FAILURE);
@@ -693,7 +736,7 @@ fn main() {
             std::process::exit(EXIT_FAILURE);
         }
     }
-    let signal = wait_for_stop(&signals);
+    let signal = signals.next();
     ringpost_daemon::log_info!(
         "ringpostd: {signal}: stopping: no new connections; requests running finish and are answered, streams end \
          with Unavailable (at most {} s; a second signal stops at once)",
@@ -701,7 +744,7 @@ fn main() {
     );
     // A second SIGTERM or SIGINT while stopping ends the process at once.
     std::thread::spawn(move || {
-        let signal = wait_for_stop(&signals);
+        let signal = signals.next();
         ringpost_daemon::log_info!("ringpostd: {signal} again: stopping at once");
         std::process::exit(EXIT_FAILURE);
     });

@@ -263,6 +263,8 @@ pub struct Router<S: Storage> {
     update_gate: Semaphore,
     /// Nodes this leader is removing: placement gives them nothing new meanwhile.
     draining: RefCell<std::collections::BTreeSet<u64>>,
+    /// What this node last saw of its cluster, for the log (`watch_cluster`).
+    watch: RefCell<watch::ClusterWatch>,
 }
 
 impl<S: Storage> Router<S> {
@@ -291,6 +293,7 @@ impl<S: Storage> Router<S> {
             replication_refused: None,
             update_gate: Semaphore::new(1),
             draining: RefCell::default(),
+            watch: RefCell::default(),
         }
     }
 
@@ -743,6 +746,9 @@ impl<S: Storage> Router<S> {
         topic_id: u64,
         local_address: Option<SocketAddr>,
     ) -> Result<Vec<ForwarderAddress>, Status> {
+        // Every protocol's route goes through here: a removed node's catalog is stale, and
+        // what it would route to no longer counts it.
+        self.check_member()?;
         let shard = self
             .shard_of(topic_id)
             .ok_or_else(|| Status::unavailable("the topic is not placed on any forwarder"))?;
@@ -1207,18 +1213,34 @@ impl<S: Storage> Router<S> {
 
     /// The catalog's raft group as this node sees it.
     /// On a node that does not lead, the leader's view of the members (only the leader knows how
-    /// far each is replicated), with this node's own log and applied index; this node's view
-    /// alone when the leader does not answer.
+    /// far each is replicated and when it last answered), with this node's own log, applied
+    /// index, role and standing; this node's view alone when the leader does not answer, the
+    /// leader then shown unreachable and not named as leading.
     pub async fn cluster_status(&self) -> ClusterStatus {
         let local = self.catalog.cluster_status();
         let (Some(peers), Some(leader)) = (&self.peers, local.catalog_leader) else { return local };
         if leader == local.node_id {
             return local;
         }
-        let Ok(mut status) = peers.cluster_status(leader).await else { return local };
+        let mut status = match peers.cluster_status(leader).await {
+            Ok(status) => status,
+            Err(error) => {
+                let mut local = local;
+                local.catalog_leader = None;
+                for node in local.nodes.iter_mut().filter(|node| node.node_id == leader) {
+                    node.role = "unreachable".to_owned();
+                }
+                local.note = format!(
+                    "node {}'s own view: node {leader}, the catalog's leader it knew, did not answer ({})",
+                    local.node_id, error.message
+                );
+                return local;
+            }
+        };
         status.node_id = local.node_id;
         status.last_log_index = local.last_log_index;
         status.last_applied_index = local.last_applied_index;
+        status.not_serving = local.not_serving;
         for node in &mut status.nodes {
             if let Some(own) =
                 local.nodes.iter().find(|own| own.node_id == node.node_id && own.node_id == local.node_id)
@@ -1229,24 +1251,50 @@ impl<S: Storage> Router<S> {
         status
     }
 
-    /// Replicated topics as this node's applied catalog places them, in name order, at most
-    /// `CLUSTER_STATUS_TOPICS_MAX` of them, and how many more there are.
+    /// The catalog's leader this node can vouch for (`Catalog::reported_leader`).
+    pub fn reported_leader(&self) -> Option<u64> {
+        self.catalog.reported_leader()
+    }
+
+    /// Where this node stands in the catalog's group (`catalog::standing`).
+    pub fn standing(&self) -> crate::catalog::standing::Standing {
+        self.catalog.standing()
+    }
+
+    /// Refuses a client's request on a node that is no longer a member of its cluster (removed
+    /// with `cluster remove-node`): its catalog is no longer kept up to date, so what it would
+    /// answer, look up or carry to a leader could be stale or land on nodes that no longer
+    /// count it.
+    pub fn check_member(&self) -> Result<(), Status> {
+        if self.peers.is_some() && self.catalog.standing() == crate::catalog::standing::Standing::Removed {
+            return Err(Status::failed_precondition(format!(
+                "node {0} was removed from the cluster (`ringpost cluster remove-node {0}`): it serves no requests; \
+                 use another node",
+                self.node_id()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Topics as this node's applied catalog places them, in name order, at most
+    /// `CLUSTER_STATUS_TOPICS_MAX` of them, and how many more there are: a topic of one replica
+    /// too, so that where it lives (the node a removal would need to keep) is seen.
     pub fn topic_placements(&self) -> (Vec<crate::api::cluster::TopicPlacement>, u64) {
         use crate::api::cluster::{TopicPlacement, CLUSTER_STATUS_TOPICS_MAX};
         use crate::catalog::entry::node_and_shard;
         let state = self.catalog.state();
-        let mut replicated = state.topics.values().filter(|topic| topic.replica_count() > 1);
-        let placements: Vec<TopicPlacement> = replicated
+        let mut topics = state.topics.values();
+        let placements: Vec<TopicPlacement> = topics
             .by_ref()
             .take(CLUSTER_STATUS_TOPICS_MAX)
             .map(|topic| TopicPlacement {
                 name: topic.name.clone(),
                 leader_node: node_and_shard(topic.shard).0,
                 epoch: topic.epoch,
-                replica_nodes: topic.replicas.iter().map(|shard| node_and_shard(*shard).0).collect(),
+                replica_nodes: topic.replica_shards().iter().map(|shard| node_and_shard(*shard).0).collect(),
             })
             .collect();
-        (placements, replicated.count() as u64)
+        (placements, topics.count() as u64)
     }
 
     /// Trusts data directory `index` again, after rewriting every stale copy in it.
@@ -1539,7 +1587,9 @@ mod advertise_tests {
 
 mod members;
 mod moves;
-pub use members::{NodeRemoval, MEMBERSHIP_CHANGE_TIMEOUT};
+mod watch;
+pub use members::{NodeRemoval, MEMBERSHIP_CHANGE_TIMEOUT, NODE_ID_MAX};
+pub use watch::CLUSTER_WATCH_INTERVAL;
 mod replicas;
 #[cfg(test)]
 mod tests;

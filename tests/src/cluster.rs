@@ -221,21 +221,38 @@ impl Cluster {
     /// own in `--cluster`, and the flags the others got, without waiting: it serves only once
     /// a member adds it (`ringpost cluster add-node`; then `wait_ready`). Returns its id.
     pub fn launch_joining(&mut self) -> u64 {
+        self.launch_joining_without(&[])
+    }
+
+    /// `launch_joining`, its `--cluster` leaving out the nodes `gone` (removed ones), so that
+    /// its id is beyond the list and its own address is the list's last.
+    pub fn launch_joining_without(&mut self, gone: &[u64]) -> u64 {
         let node_ports = pick_ports(1, self.shards).pop().expect("one node's ports");
         self.ports
             .extend((0..=self.shards as u16).map(|i| node_ports.router + i).chain([node_ports.cluster]));
         self.cluster_addresses.push(format!("127.0.0.1:{}", node_ports.cluster));
         let id = self.cluster_addresses.len() as u64;
+        let listed: Vec<&str> = (1..=id)
+            .filter(|node| !gone.contains(node))
+            .map(|node| self.cluster_addresses[(node - 1) as usize].as_str())
+            .collect();
         let mut node_args = self.args.clone();
         node_args.extend([
             "--node-id".to_owned(),
             id.to_string(),
             "--cluster".to_owned(),
-            self.cluster_addresses.join(","),
+            listed.join(","),
             "--join".to_owned(),
         ]);
         let mut daemon = Daemon::prepare(&format!("{}-node{id}", self.label), Vec::new(), node_args);
         daemon.listen_on(&format!("127.0.0.1:{}", node_ports.router));
+        // Known before it serves: a node waiting to be added answers on both meanwhile.
+        daemon.address = format!("127.0.0.1:{}", node_ports.router);
+        if flag_value(&self.args, "--http-listen").is_some_and(|listen| listen != "off") {
+            let picked = pick_ports(1, 0).pop().expect("one node's ports");
+            self.ports.extend([picked.router, picked.cluster]);
+            daemon.http_address = Some(format!("127.0.0.1:{}", picked.router));
+        }
         daemon.launch();
         self.nodes.push(daemon);
         id

@@ -369,12 +369,15 @@ wire_type! {
         pub router_address: String,
         /// A voter, or else a learner.
         pub voter: bool,
-        /// "leader", "follower", "candidate", "learner", or "unknown" when only the leader could
-        /// tell.
+        /// "leader", "follower", "candidate", "learner", "unreachable", "leader-without-quorum",
+        /// "removed", "joining", or "unknown" when only the leader could tell.
         pub role: String,
         /// The leader's view: the highest catalog index this member is known to hold; `None`
         /// when unknown (the answering node does not lead).
         pub matched_index: Option<u64>,
+        /// The leader's view: milliseconds since this member last answered it (0 for the leader);
+        /// `None` when unknown (never, or the leader's view was not had).
+        pub heard_ms_ago: Option<u64>,
     }
 }
 
@@ -383,7 +386,8 @@ wire_type! {
     pub struct ClusterStatusResponse {
         /// The node that answered.
         pub node_id: u64,
-        /// The catalog's leader as that node knows it; `None` during an election.
+        /// The catalog's leader as that node can vouch for it; `None` during an election, on a
+        /// leader cut off from its majority and on a node that no longer hears its leader.
         pub catalog_leader: Option<u64>,
         pub term: u64,
         /// The last catalog index in its log and the last it applied; `None`: none yet.
@@ -391,10 +395,15 @@ wire_type! {
         pub last_applied_index: Option<u64>,
         /// Every member, voters and learners, in id order.
         pub nodes: Vec<NodeStatus>,
-        /// Replicated topics as the answering node's catalog places them, in name order (at
-        /// most a thousand), and how many more there are.
+        /// Topics as the answering node's catalog places them, in name order (at most a
+        /// thousand), and how many more there are.
         pub topics: Vec<TopicPlacement>,
         pub topics_omitted: u64,
+        /// Why the answering node does not serve as a member, if it does not (as `/readyz`).
+        pub not_serving: Option<String>,
+        /// Whose view the members' roles and liveness are when not the leader's; empty when
+        /// they are the leader's.
+        pub note: String,
     }
 }
 

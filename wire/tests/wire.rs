@@ -624,6 +624,7 @@ mod round_trips {
             voter,
             role: role.to_owned(),
             matched_index,
+            heard_ms_ago: matched_index.map(|index| index % 1000),
         };
         let leader = ClusterStatusResponse {
             node_id: 1,
@@ -644,6 +645,8 @@ mod round_trips {
                 replica_nodes: vec![1, 2, 3],
             }],
             topics_omitted: 7,
+            not_serving: None,
+            note: String::new(),
         };
         check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &leader);
         let electing = ClusterStatusResponse {
@@ -655,6 +658,8 @@ mod round_trips {
             nodes: vec![node(3, true, "candidate", None), node(1, true, "unknown", None)],
             topics: Vec::new(),
             topics_omitted: 0,
+            not_serving: Some("node 3: the catalog has no leader this node knows".to_owned()),
+            note: "node 3's own view".to_owned(),
         };
         check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &electing);
         check_round_trip(Command::ClusterStatus, FLAG_RESPONSE, 16, &ClusterStatusResponse::default());

@@ -7,7 +7,9 @@
 pub struct ClusterStatus {
     /// The node that answered.
     pub node_id: u64,
-    /// The catalog's leader as this node knows it; `None` during an election.
+    /// The catalog's leader as this node can vouch for it: `None` during an election, on a
+    /// leader that has not heard from a majority of its voters within
+    /// `LEADER_CONTACT_LOST_AFTER`, and on a node that has not heard from its leader as long.
     pub catalog_leader: Option<u64>,
     pub term: u64,
     /// The last catalog index in this node's log, and the last it applied (`None`: none yet).
@@ -19,13 +21,20 @@ pub struct ClusterStatus {
     /// at most `CLUSTER_STATUS_TOPICS_MAX`; how many more there are.
     pub topics: Vec<TopicPlacement>,
     pub topics_omitted: u64,
+    /// Why the answering node does not serve as a member of the cluster, if it does not: it
+    /// lost contact with its majority or its leader, has no leader, waits to be added, or was
+    /// removed (`catalog::standing`). What `/readyz` says.
+    pub not_serving: Option<String>,
+    /// Whose view the members' roles and liveness are, when not the leader's: empty when they
+    /// are the leader's.
+    pub note: String,
 }
 
-/// Most replicated topics one cluster status lists: the answer stays one modest frame
-/// however many topics a cluster holds (`ringpost stats` on each node shows the rest).
+/// Most topics one cluster status lists: the answer stays one modest frame however many topics
+/// a cluster holds (`ringpost stats` on each node shows the rest).
 pub const CLUSTER_STATUS_TOPICS_MAX: usize = 1000;
 
-/// Where a replicated topic's replicas are, as the catalog decided.
+/// Where a topic's replicas are, as the catalog decided (one for a topic of one replica).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TopicPlacement {
     pub name: String,
@@ -45,8 +54,15 @@ pub struct NodeStatus {
     pub router_address: String,
     /// A voter, or else a learner.
     pub voter: bool,
-    /// "leader", "follower", "candidate", "learner", or "unknown" when only the leader could tell.
+    /// "leader", "follower", "candidate", "learner", "unreachable" (the leader has not heard
+    /// from it within `MEMBER_UNREACHABLE_AFTER`, or it is the leader this node no longer
+    /// hears), "leader-without-quorum" (it leads, heard by no majority within
+    /// `LEADER_CONTACT_LOST_AFTER`), "removed", "joining", or "unknown" when only the leader
+    /// could tell.
     pub role: String,
     /// The leader's view: the highest catalog index this node is known to hold (None when unknown).
     pub matched_index: Option<u64>,
+    /// The leader's view: how long ago this member last answered it, in milliseconds (0 for the
+    /// leader itself; None when unknown: never, or not the leader's view).
+    pub heard_ms_ago: Option<u64>,
 }

@@ -13,6 +13,7 @@ pub mod peer;
 pub mod placement;
 pub mod raft;
 pub mod rt;
+pub mod standing;
 pub mod state;
 mod status;
 pub mod store;
@@ -23,8 +24,8 @@ mod tests;
 mod voters_sim_tests;
 
 pub use entry::{
-    global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, SnapshotRecord, SubscriptionRecord,
-    SubscriptionSettings, TopicRecord,
+    forwarder_name, global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, SnapshotRecord,
+    SubscriptionRecord, SubscriptionSettings, TopicRecord,
 };
 pub use state::{Applied, CatalogState};
 
@@ -78,6 +79,39 @@ pub struct Catalog<S: Storage> {
     this_node: u64,
     /// The term this node last saw itself lead in, and since when (`voters_heard_within`).
     led_since: Cell<Option<(u64, rt::ShardInstant)>>,
+    /// When the catalog's leader last reached this node (the cluster port notes it).
+    leader_contact: Rc<LeaderContact>,
+    /// When this voter started.
+    opened_at: rt::ShardInstant,
+    /// Started with `--join`, and not a member since.
+    joining: Cell<bool>,
+    /// A member told this node it is no longer in the cluster's membership.
+    told_removed: Cell<bool>,
+    /// When this node first saw each member in the membership: a member the leader has not
+    /// heard from yet counts as heard then, so a node just added is not reported unreachable.
+    members_since: RefCell<BTreeMap<u64, rt::ShardInstant>>,
+}
+
+/// When the catalog's leader last reached this node: an AppendEntries (a heartbeat every
+/// `CLUSTER_HEARTBEAT_INTERVAL_MS`) or a snapshot it took, as the cluster port answered it.
+/// openraft keeps no such time on a follower, and a learner follows a leader that went silent
+/// for ever: this is how a follower tells that it lost its leader (`standing`).
+#[derive(Debug, Default)]
+pub struct LeaderContact(Cell<Option<rt::ShardInstant>>);
+
+impl LeaderContact {
+    /// The leader reached this node now.
+    pub fn heard(&self) {
+        self.0.set(Some(shard_now()));
+    }
+
+    fn ago(&self) -> Option<Duration> {
+        self.0.get().map(|at| shard_now() - at)
+    }
+}
+
+fn shard_now() -> rt::ShardInstant {
+    <rt::ShardInstant as openraft_rt::instant::Instant>::now()
 }
 
 /// The catalog's voters and which of them this node is.
@@ -96,8 +130,10 @@ impl Voters {
         Voters { this_node: NODE_ID, ids: vec![NODE_ID], joining: false }
     }
 
+    /// One voter alone, which elects itself; never a node that joins (it may know no other
+    /// member's id, yet it joins a cluster of several).
     pub fn is_single(&self) -> bool {
-        self.ids.len() == 1
+        self.ids.len() == 1 && !self.joining
     }
 }
 
@@ -184,7 +220,7 @@ impl<S: Storage> Catalog<S> {
             NoPeers,
         )
         .await?;
-        catalog.ready(&voters, async |_| Err("a single voter has no peers".to_owned())).await?;
+        catalog.ready(&voters, async |_| Err("a single voter has no peers".to_owned()), &|_| {}).await?;
         Ok(catalog)
     }
 
@@ -245,6 +281,11 @@ impl<S: Storage> Catalog<S> {
             importing: Cell::new(imported.is_some()),
             this_node: voters.this_node,
             led_since: Cell::new(None),
+            leader_contact: Rc::default(),
+            opened_at: shard_now(),
+            joining: Cell::new(voters.joining),
+            told_removed: Cell::new(false),
+            members_since: RefCell::default(),
         };
         if pristine && voters.joining {
             // Its first membership comes from the cluster's leader, with the log.
@@ -269,11 +310,13 @@ impl<S: Storage> Catalog<S> {
     /// every entry committed before it asked (the leader's read index, which `ask_leader`
     /// fetches from another node; on the leader itself, its own). A single voter elects itself
     /// and applies its log within `RECOVERY_WAIT`; a cluster waits as long as it takes a
-    /// quorum to come up, saying so every `CLUSTER_WAIT_REPORT_INTERVAL`.
+    /// quorum to come up, saying so every `CLUSTER_WAIT_REPORT_INTERVAL` in the log and at each
+    /// attempt to `report` (what a client or `/readyz` is told meanwhile).
     pub async fn ready(
         &self,
         voters: &Voters,
         ask_leader: impl AsyncFn(u64) -> Result<Option<LogId>, String>,
+        report: &dyn Fn(&str),
     ) -> Result<(), String> {
         if voters.is_single() {
             let wait = self.raft.wait(Some(RECOVERY_WAIT));
@@ -299,14 +342,16 @@ impl<S: Storage> Catalog<S> {
                         .map_err(|error| error.to_string()),
                     Some(leader) => ask_leader(leader).await,
                     None if voters.joining => Err(format!(
-                        "it joins a running cluster: add it there with `ringpost cluster add-node {}`",
+                        "node {0} is not yet a member of the cluster: it waits to be added (`ringpost cluster \
+                         add-node {0} ADDRESS` at a member, ADDRESS its cluster address)",
                         self.this_node
                     )),
-                    None => Err("no leader is elected yet".to_owned()),
+                    None => Err("the catalog has no leader yet: it waits for a majority of its voters".to_owned()),
                 };
                 match answer {
                     Ok(index) => break index,
                     Err(why) => {
+                        report(&why);
                         if crate::runtime::now() - reported >= CLUSTER_WAIT_REPORT_INTERVAL {
                             reported = crate::runtime::now();
                             crate::log_warn!(
@@ -329,6 +374,8 @@ impl<S: Storage> Catalog<S> {
                 .await
                 .map_err(|error| format!("applying the catalog's log: {error}"))?;
         }
+        // From now on each change of the membership is logged as it is applied.
+        self.machine.log_members.set(true);
         if self.importing.replace(false) {
             // Once this snapshot is durable the old folder is never read again: a start imports
             // only a catalog that has no snapshot.
@@ -406,6 +453,69 @@ impl<S: Storage> Catalog<S> {
             return None;
         }
         Some(heard)
+    }
+
+    /// What this node observes of the catalog's group now (`standing`).
+    pub fn observe(&self) -> standing::Observed {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let now = shard_now();
+        let members = self.members();
+        if self.joining.get() && members.contains_key(&self.this_node) {
+            self.joining.set(false);
+        }
+        let since = {
+            let mut since = self.members_since.borrow_mut();
+            since.retain(|node, _| members.contains_key(node));
+            for node in members.keys() {
+                since.entry(*node).or_insert(now);
+            }
+            since.clone()
+        };
+        let members_heard_ago = metrics
+            .heartbeat
+            .as_ref()
+            .map(|heartbeats| {
+                heartbeats
+                    .iter()
+                    .map(|(node, at)| {
+                        let heard = at.as_ref().map(|at| **at).or_else(|| since.get(node).copied());
+                        (*node, heard.map(|at| now - at))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        standing::Observed {
+            this_node: self.this_node,
+            leader: metrics.current_leader,
+            members,
+            quorum_acked_ago: metrics.last_quorum_acked.as_ref().map(|acked| now - **acked),
+            members_heard_ago,
+            leader_heard_ago: self.leader_contact.ago(),
+            running_for: now - self.opened_at,
+            joining: self.joining.get(),
+            told_removed: self.told_removed.get(),
+        }
+    }
+
+    /// Where this node stands in the catalog's group now.
+    pub fn standing(&self) -> standing::Standing {
+        standing::standing(&self.observe())
+    }
+
+    /// The catalog's leader this node names to others: none while it cannot vouch for one
+    /// (a leader cut off from its majority, a follower that no longer hears its leader).
+    pub fn reported_leader(&self) -> Option<u64> {
+        self.standing().reported_leader(self.this_node)
+    }
+
+    /// The cluster port's record of the leader's messages to this node.
+    pub fn leader_contact(&self) -> Rc<LeaderContact> {
+        self.leader_contact.clone()
+    }
+
+    /// A member's view of the cluster's membership leaves this node out: it was removed.
+    pub fn note_removed(&self) {
+        self.told_removed.set(true);
     }
 
     /// The voter this one knows to lead, if any.

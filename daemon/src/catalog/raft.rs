@@ -44,6 +44,9 @@ pub struct CatalogMachine<S: Storage> {
     applied: Rc<Cell<Option<LogId>>>,
     membership: Rc<RefCell<StoredMembership>>,
     snapshots: Rc<SnapshotLog<S>>,
+    /// Changes of the membership applied from now on are logged (a node added, promoted,
+    /// removed): set once the catalog is ready, so a start's replay of old ones is not.
+    pub log_members: Rc<Cell<bool>>,
 }
 
 impl<S: Storage> Clone for CatalogMachine<S> {
@@ -53,8 +56,15 @@ impl<S: Storage> Clone for CatalogMachine<S> {
             applied: self.applied.clone(),
             membership: self.membership.clone(),
             snapshots: self.snapshots.clone(),
+            log_members: self.log_members.clone(),
         }
     }
+}
+
+/// Each member of `membership`, and whether it votes (in any of a joint change's configs).
+fn members_of(membership: &Membership) -> std::collections::BTreeMap<u64, bool> {
+    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    membership.nodes().map(|(id, _)| (*id, voters.contains(id))).collect()
 }
 
 fn io_error(error: impl std::fmt::Display) -> io::Error {
@@ -68,6 +78,7 @@ impl<S: Storage> CatalogMachine<S> {
             applied: Rc::default(),
             membership: Rc::default(),
             snapshots,
+            log_members: Rc::default(),
         }
     }
 
@@ -112,6 +123,12 @@ impl<S: Storage> RaftStateMachine<CatalogRaft> for CatalogMachine<S> {
                 EntryPayload::Blank => Applied::Done,
                 EntryPayload::Normal(command) => self.state.borrow_mut().apply(command),
                 EntryPayload::Membership(membership) => {
+                    if self.log_members.get() {
+                        let before = members_of(self.membership.borrow().membership());
+                        for change in super::standing::member_changes(&before, &members_of(&membership)) {
+                            crate::log_info!("ringpostd: {}", change.line);
+                        }
+                    }
                     *self.membership.borrow_mut() = StoredMembership::new(Some(entry.log_id), membership);
                     Applied::Done
                 }

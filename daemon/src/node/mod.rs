@@ -7,12 +7,14 @@
 
 mod forwarder_shard;
 mod os;
+mod phase;
 mod router_shard;
 
 use crate::{auth, catalog, log, metrics, placement, protocol, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
 use os::{bind, check_data_directories, lock_data_dir, raise_open_file_limit};
 pub use os::{forwarder_port, host_and_port, OPEN_FILES_WANTED};
+pub use phase::StartPhase;
 use router_shard::{start_router_shard, RouterWiring};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -82,6 +84,9 @@ pub struct ClusterSettings {
     pub join: bool,
 }
 
+/// How often a start that has not finished says in the log what it is doing.
+const START_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Most voters a cluster's catalog takes: Raft's quorums grow with them, and 3 or 5 survive
 /// one or two failures. More nodes join as learners (`ringpost cluster add-node`).
 pub const CLUSTER_VOTERS_MAX: usize = 7;
@@ -91,9 +96,23 @@ pub const CLUSTER_VOTERS_MAX: usize = 7;
 pub const CLUSTER_NODES_MAX: usize = 256;
 
 impl ClusterSettings {
-    /// This node's cluster address.
+    /// This node's cluster address: the one at `--node-id`'s place, or, for a node that joins
+    /// with an id beyond the list (the list names the members it can reach, itself last, so
+    /// that no placeholder stands for a node removed before it), the last.
     pub fn address(&self) -> SocketAddr {
-        self.addresses[(self.node_id - 1) as usize]
+        let index = (self.node_id as usize).min(self.addresses.len()) - 1;
+        self.addresses[index]
+    }
+
+    /// The addresses the list numbers, by node id: every one at its place, or, for a node that
+    /// joins with an id beyond the list, its own alone (it learns the members' from the
+    /// catalog once a member adds it).
+    pub fn numbered(&self) -> std::collections::BTreeMap<u64, SocketAddr> {
+        if (self.node_id as usize) <= self.addresses.len() {
+            self.addresses.iter().enumerate().map(|(index, address)| (index as u64 + 1, *address)).collect()
+        } else {
+            std::collections::BTreeMap::from([(self.node_id, self.address())])
+        }
     }
 
     /// The hosts of the cluster's nodes, as `--cluster` names them: their connections before
@@ -103,7 +122,7 @@ impl ClusterSettings {
     }
 
     /// Checks the id and the list: at most `CLUSTER_VOTERS_MAX` distinct addresses, the id
-    /// one of them.
+    /// one of them (or, joining, any id up to `router::NODE_ID_MAX`, itself last in the list).
     pub fn check(&self) -> Result<(), String> {
         let (most, limit) = if self.join {
             (CLUSTER_NODES_MAX, "CLUSTER_NODES_MAX")
@@ -116,7 +135,10 @@ impl ClusterSettings {
                 self.addresses.len()
             ));
         }
-        if self.node_id == 0 || self.node_id as usize > self.addresses.len() {
+        if self.join && (self.node_id == 0 || self.node_id > router::NODE_ID_MAX) {
+            return Err(format!("--node-id {}: give 1 to {}", self.node_id, router::NODE_ID_MAX));
+        }
+        if !self.join && (self.node_id == 0 || self.node_id as usize > self.addresses.len()) {
             return Err(format!(
                 "--node-id {} is not one of the {} nodes --cluster lists (numbered from 1 in its order)",
                 self.node_id,
@@ -388,6 +410,17 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     for _ in 0..shards {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
     }
+    // The monitoring endpoint serves from here on: `/healthz` answers while the router starts
+    // (a node waiting to be added may wait for hours), and `/readyz` says what it waits for.
+    let phase = StartPhase::default();
+    phase.set("starting its router");
+    let http = match (http_listener, router_jobs) {
+        (Some((listener, _)), Some(router)) => Some(
+            protocol::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone())
+                .map_err(|error| format!("starting the monitoring endpoint: {error}"))?,
+        ),
+        _ => None,
+    };
 
     let (router_stop, router_shard_stop) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
@@ -402,6 +435,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         stopped: stopped_sender,
         grpc_jobs: grpc_jobs.router,
         leader_view: grpc_jobs.leader_view,
+        phase: phase.clone(),
         cluster: cluster_listener.map(|listener| {
             let settings = config.cluster.clone().expect("bound for a cluster");
             // Where the other nodes' clients reach this node: a fixed host, since they did not
@@ -432,7 +466,22 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let router = start_router_shard(&config, shards, wiring)?;
     threads.push(router);
     stops.push(router_stop);
-    ready.recv().map_err(|_| "the router shard died while starting".to_string())??;
+    // A start can wait long (a majority of the cluster, an addition with --join), and once it
+    // waited with nothing in the log (issue: 40 minutes, no line): say what it waits for.
+    let started = std::time::Instant::now();
+    loop {
+        match ready.recv_timeout(START_REPORT_INTERVAL) {
+            Ok(result) => break result?,
+            Err(mpsc::RecvTimeoutError::Timeout) => crate::log_warn!(
+                "ringpostd: still starting after {} s: {}",
+                started.elapsed().as_secs(),
+                phase.current().unwrap_or_default()
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the router shard died while starting".to_string())
+            }
+        }
+    }
     let grpc = match (grpc_listener, grpc_gateway) {
         (Some((listener, _)), Some(gateway)) => Some(protocol::grpc::GrpcServer::start(
             listener,
@@ -444,13 +493,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         _ => None,
     };
     let grpc_address = grpc.as_ref().map(|grpc| grpc.address);
-    let http = match (http_listener, router_jobs) {
-        (Some((listener, _)), Some(router)) => Some(
-            protocol::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"))
-                .map_err(|error| format!("starting the monitoring endpoint: {error}"))?,
-        ),
-        _ => None,
-    };
+    phase.finish();
     let http_address = http.as_ref().map(|http| http.address);
     Ok(Daemon {
         router_address,

@@ -34,6 +34,8 @@ pub(super) struct RouterWiring {
     pub leader_view: Option<LeaderViewSender>,
     /// The cluster port and this node's registration, in a cluster.
     pub cluster: Option<ClusterWiring>,
+    /// What the start is doing, set here as it moves on.
+    pub phase: super::StartPhase,
 }
 
 pub(super) struct ClusterWiring {
@@ -82,6 +84,7 @@ pub(super) fn start_router_shard(
     };
     let cluster_secret = config.cluster.as_ref().and_then(|cluster| cluster.secret.clone());
     let cluster_hosts = config.cluster.as_ref().map(ClusterSettings::hosts).unwrap_or_default();
+    let phase = wiring.phase.clone();
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -98,10 +101,21 @@ pub(super) fn start_router_shard(
                 grpc_jobs,
                 leader_view,
                 cluster,
+                phase: _,
             } = wiring;
             let fail = |message: String| {
                 let _ = router_ready.send(Err(message));
             };
+            // The forwarders' control channels first: glommio's connect of a shared channel
+            // wakes its executor at every turn until the other end connects, so a forwarder
+            // left waiting while this shard opened the catalog spun its core (1.26 cores for a
+            // node waiting with --join to be added).
+            let mut links = Vec::new();
+            for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
+                let link = router::ForwarderLink::new(sender.connect().await);
+                crate::runtime::spawn(link.clone().receive_replies(receiver.connect().await)).detach();
+                links.push(link);
+            }
             for data_dir in &data_dirs {
                 if let Err(error) = storage::dma::warm_up_device_probe(data_dir, "router").await {
                     return fail(format!("probing {}: {error}", data_dir.display()));
@@ -119,8 +133,22 @@ pub(super) fn start_router_shard(
                 Ok(security) => security.with_cluster_hosts(cluster_hosts.iter().copied()),
                 Err(error) => return fail(error),
             };
+            let access = security.access.clone();
             let stop = sync::Stop::default();
             stop_on_close(router_shard_stop, stop.clone());
+            // The router's port answers from the start: until the router is ready, every
+            // request but Hello is refused at once with what the start waits for (a node
+            // waiting with --join to be added, a catalog without a leader), rather than left
+            // unanswered in the listening socket's backlog.
+            let door = Rc::new(RouterDoor::new(phase.clone()));
+            let serving = crate::runtime::spawn(protocol::native::server::serve(
+                into_glommio(router_listener),
+                door.clone(),
+                stop.clone(),
+                connection_limits,
+                security,
+            ));
+            phase.set("opening the catalog");
             let opened = match &cluster {
                 None => catalog::Catalog::open(
                     storage.clone(),
@@ -136,10 +164,11 @@ pub(super) fn start_router_shard(
                     shards as u32,
                     balance_factor,
                     cluster,
-                    &security,
+                    &access,
                     &stop,
                     connection_limits,
                     cluster_tls,
+                    &phase,
                 )
                 .await
                 .map(|(catalog, handler, pool)| (catalog, Some((handler, pool)))),
@@ -148,12 +177,6 @@ pub(super) fn start_router_shard(
                 Ok(opened) => opened,
                 Err(error) => return fail(error),
             };
-            let mut links = Vec::new();
-            for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
-                let link = router::ForwarderLink::new(sender.connect().await);
-                crate::runtime::spawn(link.clone().receive_replies(receiver.connect().await)).detach();
-                links.push(link);
-            }
             let mut router = router::Router::new(
                 storage,
                 directories,
@@ -182,8 +205,10 @@ pub(super) fn start_router_shard(
             }
             let router = Rc::new(router);
             if let (Some(cluster), Some(_)) = (&cluster, &peers) {
+                phase.set("registering its forwarders with the catalog's leader");
                 register(&router, cluster.record.clone()).await;
             }
+            phase.set("recovering its topics and subscriptions");
             if let Err(error) = router.recover().await {
                 return fail(error);
             }
@@ -193,18 +218,55 @@ pub(super) fn start_router_shard(
             if let Some(view) = leader_view {
                 keep_leader_view(&router, view, &stop);
             }
-            let listener = into_glommio(router_listener);
+            door.open(router.clone());
             let _ = router_ready.send(Ok(()));
             run_router_timers(&router);
             if let Some(jobs) = grpc_jobs {
-                let target = Rc::new(RouterShard { router: router.clone(), access: security.access.clone() });
+                let target = Rc::new(RouterShard { router: router.clone(), access });
                 crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
             }
-            let connections =
-                protocol::native::server::serve(listener, router, stop, connection_limits, security).await;
+            let connections = serving.await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))
+}
+
+/// The router's port while the router starts: Hello is answered (a client connects and learns
+/// the server's version), every other request is refused with `Unavailable` saying what the
+/// start waits for; once the router is ready (`open`), every request goes to it.
+struct RouterDoor<S: storage::Storage> {
+    router: std::cell::RefCell<Option<Rc<router::Router<S>>>>,
+    phase: super::StartPhase,
+}
+
+impl<S: storage::Storage> RouterDoor<S> {
+    fn new(phase: super::StartPhase) -> RouterDoor<S> {
+        RouterDoor { router: std::cell::RefCell::new(None), phase }
+    }
+
+    fn open(&self, router: Rc<router::Router<S>>) {
+        *self.router.borrow_mut() = Some(router);
+    }
+}
+
+impl<S: storage::Storage> protocol::native::server::Handler for RouterDoor<S> {
+    async fn handle(
+        &self,
+        header: ringpost_wire::frame::FrameHeader,
+        body: ringpost_wire::frame::FrameBuffer,
+        responder: &protocol::native::server::Responder,
+    ) -> protocol::native::server::Response {
+        let router = self.router.borrow().clone();
+        if let Some(router) = router {
+            return router.handle(header, body, responder).await;
+        }
+        if header.command == ringpost_wire::Command::Hello.code() {
+            return protocol::native::router::hello_response(&header).into();
+        }
+        let step = self.phase.current().unwrap_or_else(|| "starting".to_owned());
+        let status = crate::api::Status::unavailable(format!("this node is still starting: {step}"));
+        protocol::native::server::fail(&header, &status.into()).into()
+    }
 }
 
 /// The router shard's timers: replicated topics' replicas and elections (in a cluster),
@@ -218,6 +280,9 @@ fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
             replicas.reconcile_replicas().await;
             replicas.coordinate();
         });
+        // The log's account of the cluster: members, leaders, contact lost and regained.
+        let watcher = router.clone();
+        repeat_every(router::CLUSTER_WATCH_INTERVAL, async move || watcher.watch_cluster());
     }
     let settler = router.clone();
     repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);
@@ -244,7 +309,9 @@ fn leader_view_of<S: storage::Storage>(router: &router::Router<S>) -> LeaderView
         node_id: router.node_id(),
         clustered: router.is_clustered(),
         leads: router.leads(),
-        leader: router.leader().map(|(leader, _)| (leader, router.grpc_address(leader))),
+        // The leader this node can vouch for: a change carried to a leader cut off from its
+        // majority would wait for nothing.
+        leader: router.reported_leader().map(|leader| (leader, router.grpc_address(leader))),
     }
 }
 
@@ -314,10 +381,11 @@ async fn open_clustered(
     shards: u32,
     balance_factor: f64,
     cluster: &ClusterWiring,
-    security: &protocol::native::server::Security,
+    access: &Rc<crate::auth::Access>,
     stop: &sync::Stop,
     connection_limits: protocol::native::server::ConnectionLimits,
     cluster_tls: Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
+    phase: &super::StartPhase,
 ) -> Result<
     (catalog::Catalog<storage::dma::DmaStorage>, Rc<PeerHandler<storage::dma::DmaStorage>>, Rc<PeerPool>),
     String,
@@ -327,8 +395,7 @@ async fn open_clustered(
         None => (None, None),
     };
     let settings = &cluster.settings;
-    let addresses: std::collections::BTreeMap<u64, std::net::SocketAddr> =
-        settings.addresses.iter().enumerate().map(|(index, address)| (index as u64 + 1, *address)).collect();
+    let addresses = settings.numbered();
     let voters = catalog::Voters {
         this_node: settings.node_id,
         ids: addresses.keys().copied().collect(),
@@ -347,7 +414,8 @@ async fn open_clustered(
     )
     .await?;
     addresses.learn_from(catalog.shared_state());
-    let handler = PeerHandler::new(catalog.raft(), security.access.clone(), secret.is_some());
+    let handler =
+        PeerHandler::new(catalog.raft(), access.clone(), secret.is_some(), catalog.leader_contact());
     let listener =
         into_glommio(cluster.listener.try_clone().map_err(|error| format!("the cluster port: {error}"))?);
     let serving = handler.clone();
@@ -366,7 +434,9 @@ async fn open_clustered(
     .detach();
     let pool = PeerPool::new(addresses, secret, client_tls);
     let asking = pool.clone();
-    catalog.ready(&voters, async move |leader| asking.read_index(leader).await).await?;
+    catalog
+        .ready(&voters, async move |leader| asking.read_index(leader).await, &|why| phase.set(why))
+        .await?;
     crate::log_info!(
         "ringpostd: node {} joined the catalog of {} voters (leader: node {})",
         settings.node_id,

@@ -114,6 +114,9 @@ impl<S: Storage> Router<S> {
                 "node {node_id} leads the catalog and asked node {to} to take the lead, which it has not yet; try again"
             )));
         }
+        // A topic of one replica cannot move: named before anything moves, rather than after
+        // every replicated topic was moved for nothing.
+        self.check_holds_nothing(node_id, true)?;
         self.draining.borrow_mut().insert(node_id);
         let removed = self.remove_drained(node_id).await;
         self.draining.borrow_mut().remove(&node_id);

@@ -213,6 +213,13 @@ impl<S: Storage> Router<S> {
             let topic =
                 self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
             self.check_leader_heard(&topic)?;
+            if topic.shard == target {
+                // The election after the change chose the new replica: it was as far as any
+                // of a quorum (an empty topic's replicas are all equal, and the lowest node
+                // wins the tie), and its epoch is committed. A leader is not among its own
+                // followers, so waiting to see it there waited the whole MOVE_STEP_TIMEOUT.
+                return Ok(());
+            }
             if let Ok(progress) = self.leader_progress(&topic).await {
                 if progress.leader && progress.epoch == topic.epoch {
                     let goal = *goal.get_or_insert(progress.durable_ends);
@@ -225,8 +232,9 @@ impl<S: Storage> Router<S> {
             }
             if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
                 return Err(Status::unavailable(format!(
-                    "the new replica on shard {target:#x} did not catch up with its leader within {} s; it goes on \
+                    "the new replica on {} did not catch up with its leader within {} s; it goes on \
                      catching up",
+                    crate::catalog::forwarder_name(target),
                     MOVE_STEP_TIMEOUT.as_secs()
                 )));
             }

@@ -338,10 +338,11 @@ impl<S: Storage> Router<S> {
                         ControlRequest::DemoteReplica { topic_id: topic.id, epoch: topic.epoch },
                     )
                     .await;
-                crate::log_info!(
-                    "ringpostd: topic '{}': epoch {} began elsewhere; shard {shard:#x} led epoch {epoch}",
+                crate::log_debug!(
+                    "ringpostd: topic '{}': epoch {} began elsewhere; {} led epoch {epoch}",
                     topic.name,
-                    topic.epoch
+                    topic.epoch,
+                    crate::catalog::forwarder_name(shard)
                 );
                 self.replicas.leading.borrow_mut().remove(&topic.id);
             }
@@ -516,10 +517,11 @@ impl<S: Storage> Router<S> {
             let answered: HashSet<u64> = answers.borrow().iter().map(|answer| answer.node).collect();
             if answered.len() < needed {
                 return Err(Status::unavailable(format!(
-                    "topic '{}': {} of its replicas other than shard {excluded:#x} answered the fencing round of \
+                    "topic '{}': {} of its replicas other than {} answered the fencing round of \
                      epoch {epoch}; {needed} are needed",
                     topic.name,
-                    answered.len()
+                    answered.len(),
+                    crate::catalog::forwarder_name(excluded)
                 )));
             }
         }
@@ -535,8 +537,11 @@ impl<S: Storage> Router<S> {
         let leader = chosen.node as u32;
         self.propose(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
         crate::log_info!(
-            "ringpostd: topic '{}': shard {leader:#x} leads from epoch {epoch} (its log ends at {}, epoch {})",
-            topic.name, chosen.durable_end, chosen.last_epoch
+            "ringpostd: topic '{}': {} leads from epoch {epoch} (its log ends at {}, epoch {})",
+            topic.name,
+            crate::catalog::forwarder_name(leader),
+            chosen.durable_end,
+            chosen.last_epoch
         );
         Ok(())
     }

@@ -173,7 +173,8 @@ impl<S: Storage> Forwarder<S> {
         let publish_ms = self.environment.clock.wall_ms();
         crate::runtime::spawn(async move { start_epoch(topic, logs, epoch, epoch_starts, publish_ms).await })
             .detach();
-        crate::log_info!("ringpostd: shard {} leads topic {topic_id:x} from epoch {epoch}", self.shard);
+        // The catalog's leader logs the election once, naming the topic and this forwarder.
+        crate::log_debug!("ringpostd: forwarder {} leads topic {topic_id:x} from epoch {epoch}", self.shard);
         Ok(ControlOk::Done)
     }
 
@@ -242,8 +243,8 @@ impl<S: Storage> Forwarder<S> {
         }
         *topic.replication.borrow_mut() = Replication::Follower { synced_epoch: 0 };
         self.registry.followers.borrow_mut().insert(topic_id, topic);
-        crate::log_info!(
-            "ringpostd: shard {} no longer leads topic {topic_id:x} (epoch {epoch} began)",
+        crate::log_debug!(
+            "ringpostd: forwarder {} no longer leads topic {topic_id:x} (epoch {epoch} began)",
             self.shard
         );
     }

@@ -6,6 +6,7 @@ mod cli_edges;
 mod client_api;
 mod clocks;
 mod cluster;
+mod cluster_health;
 mod connections;
 mod crash;
 mod damage;

@@ -408,7 +408,7 @@ fn a_data_directory_without_direct_io_is_warned_about_once() {
 }
 
 /// promtool, fetched by `tests/monitoring/setup.sh`.
-fn promtool() -> std::path::PathBuf {
+pub(crate) fn promtool() -> std::path::PathBuf {
     let setup = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("monitoring/setup.sh");
     let output = std::process::Command::new("bash").arg(&setup).output().unwrap();
     assert!(

@@ -177,8 +177,8 @@ struct TokenCreate {
     expires: Option<String>,
 }
 
-/// show topics, subscriptions (backlog, outstanding, oldest unacked age, deliveries) and the
-/// health of every shard's data directories
+/// show topics, subscriptions (backlog, outstanding, oldest unacked age, idle time,
+/// deliveries) and the health of every shard's data directories, of every node of a cluster
 #[derive(FromArgs)]
 #[argh(subcommand, name = "stats")]
 struct StatsCommand {}
@@ -765,24 +765,84 @@ fn request_timeout(seconds: Option<f64>) -> Result<Duration, Failure> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-fn print_stats(output: Output, stats: &ringpost_client::StatsResponse, version: &str) {
+/// How long `stats` and `cluster status` wait for each node other than the one that answers:
+/// a node that does not answer within it is shown as such instead of holding the whole
+/// command for its `--timeout` (60 s by default).
+const NODE_STATS_WAIT: Duration = Duration::from_secs(5);
+
+/// One node's stats, or why it did not give them.
+struct NodeStats {
+    node: u64,
+    stats: Result<(ringpost_client::StatsResponse, String), String>,
+}
+
+/// The stats of every node of the cluster the answering node belongs to (its own through
+/// `client`, the others' through their routers, as its cluster status lists them, each at
+/// most `NODE_STATS_WAIT` and all at once); a node alone gives its own. In node order.
+async fn cluster_stats(
+    client: &Client,
+    timeout: Duration,
+    security: &ringpost_client::Security,
+) -> Result<Vec<NodeStats>, Failure> {
+    let own = (client.stats().await?, client.server_version().await?);
+    let status = client.cluster_status().await?;
+    let wait = timeout.min(NODE_STATS_WAIT);
+    let others: Vec<(u64, String)> = status
+        .nodes
+        .iter()
+        .filter(|node| node.node_id != status.node_id)
+        .map(|node| (node.node_id, node.router_address.clone()))
+        .collect();
+    let mut gathered: Vec<NodeStats> = std::thread::scope(|scope| {
+        let asked: Vec<_> = others
+            .into_iter()
+            .map(|(node, address)| {
+                let security = security.clone();
+                let answer = scope.spawn(move || {
+                    if address.is_empty() {
+                        return Err("its router address is not known yet (it has not registered)".to_owned());
+                    }
+                    block_on(async {
+                        let other =
+                            Client::connect_with_security(&address, PoolSettings::default(), wait, security)
+                                .await?
+                                .with_request_timeout(wait);
+                        Ok::<_, Error>((other.stats().await?, other.server_version().await?))
+                    })
+                    .map_err(|error| error.to_string())
+                });
+                (node, answer)
+            })
+            .collect();
+        asked
+            .into_iter()
+            .map(|(node, answer)| NodeStats {
+                node,
+                stats: answer.join().unwrap_or_else(|_| Err("asking it failed".to_owned())),
+            })
+            .collect()
+    });
+    gathered.push(NodeStats { node: status.node_id, stats: Ok(own) });
+    gathered.sort_by_key(|node| node.node);
+    Ok(gathered)
+}
+
+/// `ringpost stats`: every node's topics and subscriptions in one table (a `node` column),
+/// then each node's replicas, data directories, latencies and process; a node that did not
+/// answer is said so. Each JSON line names what it describes (`kind`: topic, subscription,
+/// replica, directory, latency, quarantined, process, node) and the node it comes from, after
+/// the fields it always had.
+fn print_stats(output: Output, nodes: &[NodeStats]) {
     let mut rows = Vec::new();
-    for topic in &stats.topics {
-        let messages = topic.end_offset - topic.first_offset;
-        rows.push((
-            vec![
-                topic.name.clone(),
-                String::new(),
-                topic.shard.to_string(),
-                messages.to_string(),
-                topic.disk_bytes.to_string(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                format!("{} published", topic.published_per_second),
-            ],
-            json::object(&[
+    let dash = || "-".to_owned();
+    for node in nodes {
+        let Ok((stats, _)) = &node.stats else { continue };
+        let id = node.node.to_string();
+        for topic in &stats.topics {
+            let messages = topic.end_offset - topic.first_offset;
+            let role =
+                topic.replication.as_ref().map(|replica| if replica.leader { "leader" } else { "follower" });
+            let mut fields = vec![
                 ("topic", json::string(&topic.name)),
                 ("shard", topic.shard.to_string()),
                 ("first_offset", topic.first_offset.to_string()),
@@ -790,53 +850,135 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse, version: 
                 ("messages", messages.to_string()),
                 ("disk_bytes", topic.disk_bytes.to_string()),
                 ("published_per_second", topic.published_per_second.to_string()),
-            ]),
-        ));
-        for subscription in &topic.subscriptions {
+            ];
+            if let Some(role) = role {
+                fields.push(("replica", json::string(role)));
+            }
+            fields.extend([("kind", json::string("topic")), ("node", id.clone())]);
             rows.push((
                 vec![
+                    id.clone(),
                     topic.name.clone(),
-                    subscription.name.clone(),
+                    dash(),
                     topic.shard.to_string(),
-                    String::new(),
-                    String::new(),
-                    subscription.backlog_messages.to_string(),
-                    subscription.outstanding_messages.to_string(),
-                    format!("{:.1}", subscription.oldest_unacked_age_ms as f64 / 1000.0),
-                    subscription.delivered_total.to_string(),
-                    subscription.delivered_per_second.to_string(),
+                    role.unwrap_or("-").to_owned(),
+                    messages.to_string(),
+                    topic.disk_bytes.to_string(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    topic.published_per_second.to_string(),
+                    dash(),
                 ],
-                json::object(&[
-                    ("topic", json::string(&topic.name)),
-                    ("subscription", json::string(&subscription.name)),
-                    ("backlog", subscription.backlog_messages.to_string()),
-                    ("outstanding", subscription.outstanding_messages.to_string()),
-                    ("oldest_unacked_age_ms", subscription.oldest_unacked_age_ms.to_string()),
-                    ("delivered", subscription.delivered_total.to_string()),
-                    ("delivered_per_second", subscription.delivered_per_second.to_string()),
-                    ("acked_per_second", subscription.acked_per_second.to_string()),
-                    ("expired_deadlines", subscription.expired_total.to_string()),
-                ]),
+                json::object(&fields),
             ));
+            for subscription in &topic.subscriptions {
+                rows.push((
+                    vec![
+                        id.clone(),
+                        topic.name.clone(),
+                        subscription.name.clone(),
+                        topic.shard.to_string(),
+                        role.unwrap_or("-").to_owned(),
+                        dash(),
+                        dash(),
+                        subscription.backlog_messages.to_string(),
+                        subscription.outstanding_messages.to_string(),
+                        format!("{:.1}", subscription.oldest_unacked_age_ms as f64 / 1000.0),
+                        format!("{:.1}", subscription.idle_ms as f64 / 1000.0),
+                        subscription.delivered_total.to_string(),
+                        dash(),
+                        subscription.delivered_per_second.to_string(),
+                    ],
+                    json::object(&[
+                        ("topic", json::string(&topic.name)),
+                        ("subscription", json::string(&subscription.name)),
+                        ("backlog", subscription.backlog_messages.to_string()),
+                        ("outstanding", subscription.outstanding_messages.to_string()),
+                        ("oldest_unacked_age_ms", subscription.oldest_unacked_age_ms.to_string()),
+                        ("idle_ms", subscription.idle_ms.to_string()),
+                        ("delivered", subscription.delivered_total.to_string()),
+                        ("delivered_per_second", subscription.delivered_per_second.to_string()),
+                        ("acked_per_second", subscription.acked_per_second.to_string()),
+                        ("expired_deadlines", subscription.expired_total.to_string()),
+                        ("kind", json::string("subscription")),
+                        ("node", id.clone()),
+                    ]),
+                ));
+            }
         }
     }
     print_rows(
         output,
         &[
+            "node",
             "topic",
             "subscription",
             "shard",
+            "replica",
             "messages",
             "disk_bytes",
             "backlog",
             "outstanding",
             "oldest_unacked_s",
+            "idle_s",
             "delivered",
-            "per_second",
+            "published_per_s",
+            "delivered_per_s",
         ],
         rows,
     );
-    print_replicas(output, stats);
+    print_replicas(output, nodes);
+    for node in nodes {
+        let id = node.node.to_string();
+        let (stats, version) = match &node.stats {
+            Ok(answered) => answered,
+            Err(why) => {
+                match output {
+                    Output::Json => outln!(
+                        "{}",
+                        json::object(&[
+                            ("answered", "false".to_owned()),
+                            ("error", json::string(why)),
+                            ("kind", json::string("node")),
+                            ("node", id),
+                        ])
+                    ),
+                    Output::Table => outln!("node {id}: DID NOT ANSWER: {why}"),
+                }
+                continue;
+            }
+        };
+        print_node_shards(output, &id, stats);
+        let process = &stats.process;
+        match output {
+            Output::Json => outln!(
+                "{}",
+                json::object(&[
+                    ("process", json::string("ringpostd")),
+                    ("version", json::string(version)),
+                    ("resident_bytes", process.resident_bytes.to_string()),
+                    ("open_files", process.open_files.to_string()),
+                    ("open_files_limit", process.open_files_limit.to_string()),
+                    ("kind", json::string("process")),
+                    ("node", id),
+                ])
+            ),
+            Output::Table => outln!(
+                "node {id}: ringpostd {version}: resident {:.1} MiB, {} of {} open files",
+                process.resident_bytes as f64 / (1024.0 * 1024.0),
+                process.open_files,
+                process.open_files_limit
+            ),
+        }
+    }
+}
+
+/// One node's shards: every data directory's health, each forwarder's latencies, its
+/// quarantined topics.
+fn print_node_shards(output: Output, id: &str, stats: &ringpost_client::StatsResponse) {
     for shard in &stats.shards {
         let name =
             if shard.shard == u32::MAX { "router".to_string() } else { format!("forwarder-{}", shard.shard) };
@@ -856,9 +998,11 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse, version: 
                         ("healthy", directory.fenced.is_empty().to_string()),
                         ("fenced", json::string(&directory.fenced)),
                         ("repairs", shard.repairs.to_string()),
+                        ("kind", json::string("directory")),
+                        ("node", id.to_owned()),
                     ])
                 ),
-                Output::Table => outln!("{name} directory {index} {}: {state}", directory.path),
+                Output::Table => outln!("node {id} {name} directory {index} {}: {state}", directory.path),
             }
         }
         if shard.shard != u32::MAX {
@@ -869,13 +1013,15 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse, version: 
                         ("shard", json::string(&name)),
                         ("publish_us", summary_json(&shard.publish_latency)),
                         ("commit_us", summary_json(&shard.commit_latency)),
+                        ("kind", json::string("latency")),
+                        ("node", id.to_owned()),
                     ])
                 ),
                 Output::Table => {
                     for (kind, summary) in
                         [("publish", &shard.publish_latency), ("commit", &shard.commit_latency)]
                     {
-                        outln!("{name} {kind} latency, last 10-20 s: {}", latency_text(summary));
+                        outln!("node {id} {name} {kind} latency, last 10-20 s: {}", latency_text(summary));
                     }
                 }
             }
@@ -888,81 +1034,75 @@ fn print_stats(output: Output, stats: &ringpost_client::StatsResponse, version: 
                         ("shard", json::string(&name)),
                         ("quarantined_topic", json::string(&topic.name)),
                         ("reason", json::string(&topic.reason)),
+                        ("kind", json::string("quarantined")),
+                        ("node", id.to_owned()),
                     ])
                 ),
-                Output::Table => outln!("{name} topic '{}': QUARANTINED: {}", topic.name, topic.reason),
+                Output::Table => {
+                    outln!("node {id} {name} topic '{}': QUARANTINED: {}", topic.name, topic.reason)
+                }
             }
         }
-    }
-    let process = &stats.process;
-    match output {
-        Output::Json => outln!(
-            "{}",
-            json::object(&[
-                ("process", json::string("ringpostd")),
-                ("version", json::string(version)),
-                ("resident_bytes", process.resident_bytes.to_string()),
-                ("open_files", process.open_files.to_string()),
-                ("open_files_limit", process.open_files_limit.to_string()),
-            ])
-        ),
-        Output::Table => outln!(
-            "ringpostd {version}: resident {:.1} MiB, {} of {} open files",
-            process.resident_bytes as f64 / (1024.0 * 1024.0),
-            process.open_files,
-            process.open_files_limit
-        ),
     }
 }
 
-/// The replicas of replicated topics on the answering node: a row per follower as its leader
-/// last heard from it, and a row per replica that follows. Nothing for a node whose topics
-/// have one replica each.
-fn print_replicas(output: Output, stats: &ringpost_client::StatsResponse) {
+/// The replicas of replicated topics on every node that answered: a row per follower as its
+/// leader last heard from it, and a row per replica that follows. Nothing when every topic has
+/// one replica.
+fn print_replicas(output: Output, nodes: &[NodeStats]) {
     let mut rows = Vec::new();
-    for topic in &stats.topics {
-        let Some(replica) = &topic.replication else { continue };
-        let role = if replica.leader { "leader" } else { "follower" };
-        let common = |follower: Option<&ringpost_client::FollowerStats>| {
-            let cells = vec![
-                topic.name.clone(),
-                role.to_owned(),
-                replica.epoch.to_string(),
-                replica.durable_end.to_string(),
-                replica.committed_end.to_string(),
-                follower.map_or_else(|| "-".to_owned(), |f| f.address.clone()),
-                follower.map_or_else(|| "-".to_owned(), |f| f.durable_end.to_string()),
-                follower.map_or_else(|| "-".to_owned(), |f| f.lag_messages.to_string()),
-                follower.map_or_else(|| "-".to_owned(), |f| f.journal_lag_entries.to_string()),
-                follower
-                    .and_then(|f| f.answered_ms_ago)
-                    .map_or_else(|| "-".to_owned(), |ago| ago.to_string()),
-            ];
-            let mut fields = vec![
-                ("topic", json::string(&topic.name)),
-                ("role", json::string(role)),
-                ("epoch", replica.epoch.to_string()),
-                ("durable_end", replica.durable_end.to_string()),
-                ("committed_end", replica.committed_end.to_string()),
-            ];
-            if let Some(follower) = follower {
-                fields.push(("follower_shard", follower.shard.to_string()));
-                fields.push(("follower_address", json::string(&follower.address)));
-                fields.push(("follower_durable_end", follower.durable_end.to_string()));
-                fields.push(("lag_messages", follower.lag_messages.to_string()));
-                fields.push(("journal_lag_entries", follower.journal_lag_entries.to_string()));
-                fields.push((
-                    "answered_ms_ago",
-                    follower.answered_ms_ago.map_or_else(|| "null".to_owned(), |ago| ago.to_string()),
-                ));
+    for node in nodes {
+        let Ok((stats, _)) = &node.stats else { continue };
+        let id = node.node.to_string();
+        for topic in &stats.topics {
+            let Some(replica) = &topic.replication else { continue };
+            let role = if replica.leader { "leader" } else { "follower" };
+            let common = |follower: Option<&ringpost_client::FollowerStats>| {
+                // The follower's node and forwarder, as the catalog numbers them.
+                let place = follower.map(|f| ringpost_daemon::catalog::node_and_shard(f.shard));
+                let cells = vec![
+                    id.clone(),
+                    topic.name.clone(),
+                    role.to_owned(),
+                    replica.epoch.to_string(),
+                    replica.durable_end.to_string(),
+                    replica.committed_end.to_string(),
+                    place.map_or_else(|| "-".to_owned(), |(node, forwarder)| format!("{node}/{forwarder}")),
+                    follower.map_or_else(|| "-".to_owned(), |f| f.durable_end.to_string()),
+                    follower.map_or_else(|| "-".to_owned(), |f| f.lag_messages.to_string()),
+                    follower.map_or_else(|| "-".to_owned(), |f| f.journal_lag_entries.to_string()),
+                    follower
+                        .and_then(|f| f.answered_ms_ago)
+                        .map_or_else(|| "-".to_owned(), |ago| ago.to_string()),
+                ];
+                let mut fields = vec![
+                    ("topic", json::string(&topic.name)),
+                    ("role", json::string(role)),
+                    ("epoch", replica.epoch.to_string()),
+                    ("durable_end", replica.durable_end.to_string()),
+                    ("committed_end", replica.committed_end.to_string()),
+                ];
+                if let (Some(follower), Some((node, forwarder))) = (follower, place) {
+                    fields.push(("follower_node", node.to_string()));
+                    fields.push(("follower_forwarder", forwarder.to_string()));
+                    fields.push(("follower_address", json::string(&follower.address)));
+                    fields.push(("follower_durable_end", follower.durable_end.to_string()));
+                    fields.push(("lag_messages", follower.lag_messages.to_string()));
+                    fields.push(("journal_lag_entries", follower.journal_lag_entries.to_string()));
+                    fields.push((
+                        "answered_ms_ago",
+                        follower.answered_ms_ago.map_or_else(|| "null".to_owned(), |ago| ago.to_string()),
+                    ));
+                }
+                fields.extend([("kind", json::string("replica")), ("node", id.clone())]);
+                (cells, json::object(&fields))
+            };
+            if replica.followers.is_empty() {
+                rows.push(common(None));
             }
-            (cells, json::object(&fields))
-        };
-        if replica.followers.is_empty() {
-            rows.push(common(None));
-        }
-        for follower in &replica.followers {
-            rows.push(common(Some(follower)));
+            for follower in &replica.followers {
+                rows.push(common(Some(follower)));
+            }
         }
     }
     if rows.is_empty() {
@@ -971,6 +1111,7 @@ fn print_replicas(output: Output, stats: &ringpost_client::StatsResponse) {
     print_rows(
         output,
         &[
+            "node",
             "topic",
             "replica",
             "epoch",
@@ -993,40 +1134,14 @@ struct ReplicaLag {
     lag_messages_max: u64,
 }
 
-/// Each replicated topic's lag, from the stats of every node's router (the answering node's
-/// through `client`); a node that does not answer within `timeout` leaves its topics' lag
-/// unknown. Keyed by the topic's short name.
-async fn replica_lags(
-    status: &ringpost_client::ClusterStatusResponse,
-    client: &Client,
-    timeout: Duration,
-    security: &ringpost_client::Security,
-) -> std::collections::HashMap<String, ReplicaLag> {
+/// Each replicated topic's lag, from the stats of every node (`cluster_stats`); a node that
+/// did not answer leaves its topics' lag unknown. Keyed by the topic's short name.
+fn replica_lags(nodes: &[NodeStats]) -> std::collections::HashMap<String, ReplicaLag> {
     let mut lags = std::collections::HashMap::new();
-    if status.topics.is_empty() {
-        return lags;
-    }
-    for node in &status.nodes {
-        let stats = if node.node_id == status.node_id {
-            client.stats().await
-        } else if node.router_address.is_empty() {
-            continue;
-        } else {
-            match Client::connect_with_security(
-                &node.router_address,
-                PoolSettings::default(),
-                timeout,
-                security.clone(),
-            )
-            .await
-            {
-                Ok(other) => other.stats().await,
-                Err(error) => Err(error),
-            }
-        };
-        let Ok(stats) = stats else { continue };
-        for topic in stats.topics {
-            let Some(replica) = topic.replication.filter(|replica| replica.leader) else { continue };
+    for node in nodes {
+        let Ok((stats, _)) = &node.stats else { continue };
+        for topic in &stats.topics {
+            let Some(replica) = topic.replication.as_ref().filter(|replica| replica.leader) else { continue };
             let lag_messages_max =
                 replica.followers.iter().map(|follower| follower.lag_messages).max().unwrap_or(0);
             lags.insert(
@@ -1054,30 +1169,42 @@ fn print_cluster_status(
 ) {
     let known =
         |value: Option<u64>, unknown: &str| value.map_or_else(|| unknown.to_owned(), |v| v.to_string());
+    let mut answering = vec![
+        ("answering_node", status.node_id.to_string()),
+        ("catalog_leader", known(status.catalog_leader, "null")),
+        ("term", status.term.to_string()),
+        ("last_log_index", known(status.last_log_index, "null")),
+        ("last_applied_index", known(status.last_applied_index, "null")),
+        ("not_serving", status.not_serving.as_deref().map_or_else(|| "null".to_owned(), json::string)),
+    ];
+    if !status.note.is_empty() {
+        answering.push(("view", json::string(&status.note)));
+    }
     match output {
-        Output::Json => outln!(
-            "{}",
-            json::object(&[
-                ("answering_node", status.node_id.to_string()),
-                ("catalog_leader", known(status.catalog_leader, "null")),
-                ("term", status.term.to_string()),
-                ("last_log_index", known(status.last_log_index, "null")),
-                ("last_applied_index", known(status.last_applied_index, "null")),
-            ])
-        ),
-        Output::Table => outln!(
-            "node {} answering: catalog leader {}, term {}, applied index {}",
-            status.node_id,
-            known(status.catalog_leader, "none"),
-            status.term,
-            known(status.last_applied_index, "none"),
-        ),
+        Output::Json => outln!("{}", json::object(&answering)),
+        Output::Table => {
+            outln!(
+                "node {} answering: catalog leader {}, term {}, applied index {}",
+                status.node_id,
+                known(status.catalog_leader, "none"),
+                status.term,
+                known(status.last_applied_index, "none"),
+            );
+            if let Some(why) = &status.not_serving {
+                outln!("NOT SERVING: {why}");
+            }
+            if !status.note.is_empty() {
+                outln!("roles and liveness: {}", status.note);
+            }
+        }
     }
     let rows = status
         .nodes
         .iter()
         .map(|node| {
             let address = if node.cluster_address.is_empty() { "-" } else { node.cluster_address.as_str() };
+            // Seconds since the leader last heard from it, as the leader sees it.
+            let heard = node.heard_ms_ago.map(|ago| format!("{:.1}", ago as f64 / 1000.0));
             (
                 vec![
                     node.node_id.to_string(),
@@ -1085,6 +1212,7 @@ fn print_cluster_status(
                     if node.voter { "voter" } else { "learner" }.to_owned(),
                     node.role.clone(),
                     known(node.matched_index, "-"),
+                    heard.unwrap_or_else(|| "-".to_owned()),
                 ],
                 json::object(&[
                     ("node", node.node_id.to_string()),
@@ -1092,11 +1220,12 @@ fn print_cluster_status(
                     ("voter", node.voter.to_string()),
                     ("role", json::string(&node.role)),
                     ("matched_index", known(node.matched_index, "null")),
+                    ("heard_ms_ago", known(node.heard_ms_ago, "null")),
                 ]),
             )
         })
         .collect();
-    print_rows(output, &["node", "cluster_address", "member", "role", "matched_index"], rows);
+    print_rows(output, &["node", "cluster_address", "member", "role", "matched_index", "last_heard_s"], rows);
     let topics: Vec<_> = status
         .topics
         .iter()
@@ -1125,19 +1254,20 @@ fn print_cluster_status(
             )
         })
         .collect::<Vec<_>>();
-    if !topics.is_empty() {
+    // Where topics live tells nothing on a node alone.
+    if !topics.is_empty() && status.nodes.len() > 1 {
         print_rows(
             output,
             &["topic", "leader_node", "epoch", "replica_nodes", "committed_end", "lag_messages_max"],
             topics,
         );
     }
-    if status.topics_omitted > 0 {
+    if status.topics_omitted > 0 && status.nodes.len() > 1 {
         match output {
             Output::Json => {
                 outln!("{}", json::object(&[("topics_omitted", status.topics_omitted.to_string())]))
             }
-            Output::Table => outln!("... and {} more replicated topics", status.topics_omitted),
+            Output::Table => outln!("... and {} more topics", status.topics_omitted),
         }
     }
 }
@@ -1642,13 +1772,14 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         Command::Modack(modack) => report_invalid(
             client.modify_ack_deadline(&modack.subscription, modack.ack_ids, modack.seconds).await?,
         )?,
-        Command::Stats(_) => {
-            let version = client.server_version().await?;
-            print_stats(output, &client.stats().await?, &version)
-        }
+        Command::Stats(_) => print_stats(output, &cluster_stats(&client, timeout, &security).await?),
         Command::Cluster(ClusterCommand { action: ClusterAction::Status(_) }) => {
             let status = client.cluster_status().await?;
-            let lags = replica_lags(&status, &client, timeout, &security).await;
+            let lags = if status.topics.iter().any(|topic| topic.replica_nodes.len() > 1) {
+                replica_lags(&cluster_stats(&client, timeout, &security).await?)
+            } else {
+                Default::default()
+            };
             print_cluster_status(output, &status, &lags)
         }
         Command::Cluster(ClusterCommand { action: ClusterAction::AddNode(add) }) => {

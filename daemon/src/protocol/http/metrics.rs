@@ -443,8 +443,13 @@ pub fn encode_metrics(
             replica_epoch.get_or_create(&labels).set(replica.epoch as f64);
             replica_committed.get_or_create(&labels).set(replica.committed_end as f64);
             for follower in &replica.followers {
-                let labels: Labels =
-                    vec![("topic", topic.name.clone()), ("follower_shard", follower.shard.to_string())];
+                // The node and its forwarder, as an operator names them, not the packed shard.
+                let (node, forwarder) = crate::catalog::node_and_shard(follower.shard);
+                let labels: Labels = vec![
+                    ("topic", topic.name.clone()),
+                    ("follower_node", node.to_string()),
+                    ("follower_forwarder", forwarder.to_string()),
+                ];
                 follower_lag.get_or_create(&labels).set(follower.lag_messages as f64);
             }
         }
@@ -477,7 +482,8 @@ pub fn encode_metrics(
         families
             .gauge(
                 "catalog_leader_node",
-                "The node leading the catalog as this node knows it; 0 during an election",
+                "The node leading the catalog as this node can vouch for it; 0 during an election, on a leader \
+                 not heard by a majority of its voters for 2 s, and on a node that has not heard its leader for 2 s",
                 None,
             )
             .get_or_create(&Vec::new())
@@ -492,6 +498,17 @@ pub fn encode_metrics(
         members
             .get_or_create(&vec![("kind", "learner".to_owned())])
             .set((cluster.nodes.len() - voters) as f64);
+        // Only the leader hears every member; elsewhere the family is empty.
+        let heard = families.gauge(
+            "catalog_member_last_heard_seconds",
+            "On the catalog's leader: seconds since each member last answered it (0 for itself)",
+            None,
+        );
+        for node in &cluster.nodes {
+            if let Some(ago) = node.heard_ms_ago {
+                heard.get_or_create(&vec![("node", node.node_id.to_string())]).set(ago as f64 / 1000.0);
+            }
+        }
     }
 
     let mut text = String::new();

@@ -52,6 +52,8 @@ struct Endpoint {
     /// scrapers cost the shards one or two gatherings, never one each, and no scrape answers
     /// figures older than itself.
     rendering: tokio::sync::Mutex<Option<Rendering>>,
+    /// What the node's start is doing, until it serves: the router shard answers no job before.
+    phase: crate::node::StartPhase,
 }
 
 /// One rendering of `/metrics`: when its gathering began, its number, and its body (or why
@@ -76,12 +78,14 @@ impl HttpServer {
         listener: std::net::TcpListener,
         router: ShardCaller<RouterShard>,
         version: &'static str,
+        phase: crate::node::StartPhase,
     ) -> std::io::Result<HttpServer> {
         let address = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
         let (stopping, stopped) = tokio::sync::watch::channel(false);
-        let endpoint = Arc::new(Endpoint { router, version, rendering: tokio::sync::Mutex::new(None) });
+        let endpoint =
+            Arc::new(Endpoint { router, version, rendering: tokio::sync::Mutex::new(None), phase });
         let thread = std::thread::Builder::new().name("ringpost-http".to_owned()).spawn(move || {
             runtime.block_on(serve(listener, endpoint, stopped));
         })?;
@@ -249,6 +253,9 @@ impl Endpoint {
     }
 
     async fn gather(&self) -> Result<Gathered, Status> {
+        if let Some(step) = self.phase.current() {
+            return Err(Status::unavailable(format!("this node is still starting: {step}")));
+        }
         let gathering = self.router.try_call(|shard: std::rc::Rc<RouterShard>| async move {
             let stats = shard.router.stats().await?;
             let cluster = shard.router.is_clustered().then(|| shard.router.catalog_status());
@@ -268,7 +275,7 @@ impl Endpoint {
 }
 
 /// Why the daemon is not ready, if it is not: a shard whose data directories no longer hold a
-/// quorum, or a cluster whose catalog has no leader this node knows.
+/// quorum, or a node of a cluster that does not serve as a member.
 fn not_ready(gathered: &Gathered) -> Vec<String> {
     let mut reasons = Vec::new();
     for shard in &gathered.stats.shards {
@@ -284,10 +291,11 @@ fn not_ready(gathered: &Gathered) -> Vec<String> {
             ));
         }
     }
+    // A node of a cluster serves only as a member that hears its majority or its leader
+    // (`catalog::standing`): a leader cut off, a follower whose leader went silent, no leader,
+    // a node removed or waiting to be added.
     if let Some(cluster) = &gathered.cluster {
-        if cluster.catalog_leader.is_none() {
-            reasons.push(format!("node {}: the catalog has no leader this node knows", cluster.node_id));
-        }
+        reasons.extend(cluster.not_serving.clone());
     }
     reasons
 }

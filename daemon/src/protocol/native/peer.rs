@@ -418,6 +418,7 @@ fn encode_cluster_status(status: &ClusterStatus) -> Vec<u8> {
             .bool(node.voter)
             .str(&node.role);
         put_index(&mut encoder, node.matched_index);
+        put_index(&mut encoder, node.heard_ms_ago);
     }
     encoder.0
 }
@@ -447,6 +448,7 @@ fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str> {
             voter: decoder.bool()?,
             role: decoder.str()?,
             matched_index: get_index(&mut decoder)?,
+            heard_ms_ago: get_index(&mut decoder)?,
         });
     }
     if !decoder.is_empty() {
@@ -521,11 +523,19 @@ pub struct PeerHandler<S: Storage> {
     access: Rc<Access>,
     /// Whether a peer must have presented the cluster's secret (`--cluster-secret-file`).
     secret_required: bool,
+    /// Noted at each AppendEntries or snapshot a current leader sends: a follower's only sign
+    /// that its leader still reaches it.
+    leader_contact: Rc<crate::catalog::LeaderContact>,
 }
 
 impl<S: Storage> PeerHandler<S> {
-    pub fn new(raft: Raft<S>, access: Rc<Access>, secret_required: bool) -> Rc<PeerHandler<S>> {
-        Rc::new(PeerHandler { raft, router: RefCell::default(), access, secret_required })
+    pub fn new(
+        raft: Raft<S>,
+        access: Rc<Access>,
+        secret_required: bool,
+        leader_contact: Rc<crate::catalog::LeaderContact>,
+    ) -> Rc<PeerHandler<S>> {
+        Rc::new(PeerHandler { raft, router: RefCell::default(), access, secret_required, leader_contact })
     }
 
     pub fn set_router(&self, router: Rc<Router<S>>) {
@@ -557,6 +567,10 @@ impl<S: Storage> PeerHandler<S> {
             Command::PeerAppendEntries => {
                 let request = codec::decode_append(bytes).map_err(invalid)?;
                 let answer = self.raft.append_entries(request).await.map_err(|error| stopped(&error))?;
+                // A deposed leader's message (answered with the newer vote) is no contact.
+                if !matches!(answer, openraft::raft::AppendEntriesResponse::HigherVote(_)) {
+                    self.leader_contact.heard();
+                }
                 Ok(codec::encode_append_response(&answer))
             }
             Command::PeerVote => {
@@ -568,6 +582,7 @@ impl<S: Storage> PeerHandler<S> {
                 let (vote, snapshot) = codec::decode_snapshot(bytes).map_err(invalid)?;
                 let answer =
                     self.raft.install_full_snapshot(vote, snapshot).await.map_err(|error| stopped(&error))?;
+                self.leader_contact.heard();
                 Ok(codec::encode_snapshot_response(&answer))
             }
             Command::PeerReadIndex => {
@@ -695,6 +710,7 @@ mod tests {
                 voter: true,
                 role: "follower".into(),
                 matched_index: Some(39),
+                heard_ms_ago: Some(250),
             }],
             ..ClusterStatus::default()
         };

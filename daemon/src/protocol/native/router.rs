@@ -132,6 +132,7 @@ fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse 
                 voter: node.voter,
                 role: node.role,
                 matched_index: node.matched_index,
+                heard_ms_ago: node.heard_ms_ago,
             })
             .collect(),
         topics: status
@@ -145,6 +146,8 @@ fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse 
             })
             .collect(),
         topics_omitted: status.topics_omitted,
+        not_serving: status.not_serving,
+        note: status.note,
     }
 }
 
@@ -493,6 +496,10 @@ pub(crate) async fn dispatch<S: Storage>(
     responder: &Responder,
 ) -> Result<FrameBuffer, Status> {
     if let Some(command) = Command::from_u16(header.command) {
+        // A node removed from its cluster answers only what shows why.
+        if !matches!(command, Command::Hello | Command::Stats | Command::ClusterStatus) {
+            router.check_member()?;
+        }
         if changes_the_catalog(command) && router.is_clustered() && !router.leads() {
             return forward(router, header, body, responder).await;
         }
