@@ -1131,7 +1131,10 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    pub fn list_topics(&self, request: &ListRequest) -> Page<Topic> {
+    /// One page of the topics `visible` shows (by name), from after the page token. What the
+    /// caller may not see is left out before the page is cut, so the next page's token is the
+    /// last name it was shown and never names what it may not see.
+    pub fn list_topics(&self, request: &ListRequest, visible: impl Fn(&str) -> bool) -> Page<Topic> {
         let state = self.state.borrow();
         let topics = state
             .topics
@@ -1139,11 +1142,18 @@ impl<S: Storage> Router<S> {
                 std::ops::Bound::Excluded(request.page_token.as_str()),
                 std::ops::Bound::Unbounded,
             ))
+            .filter(|(name, _)| visible(name))
             .map(|(_, topic)| topic_message(topic));
         page(topics, request.page_size, |topic| &topic.name)
     }
 
-    pub fn list_subscriptions(&self, request: &ListRequest) -> Page<Subscription> {
+    /// One page of the subscriptions (of `request.topic`, when given) that `visible` shows, as
+    /// `list_topics` pages.
+    pub fn list_subscriptions(
+        &self,
+        request: &ListRequest,
+        visible: impl Fn(&str) -> bool,
+    ) -> Page<Subscription> {
         let topic_filter = request.topic.as_str();
         let records: Vec<SubscriptionRecord> = {
             let state = self.state.borrow();
@@ -1158,6 +1168,7 @@ impl<S: Storage> Router<S> {
                 .filter(|record| {
                     topic_filter.is_empty() || (record.topic_name == topic_filter && !record.detached)
                 })
+                .filter(|record| visible(&record.name))
                 .take(page_size(request.page_size) + 1)
                 .cloned()
                 .collect()
@@ -1364,15 +1375,20 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    pub fn list_snapshots(&self, request: &ListRequest) -> Page<Snapshot> {
+    /// One page of the snapshots (of `request.topic`, when given) that `visible` shows, as
+    /// `list_topics` pages.
+    pub fn list_snapshots(&self, request: &ListRequest, visible: impl Fn(&str) -> bool) -> Page<Snapshot> {
         let state = self.state.borrow();
+        let topic_filter = request.topic.as_str();
         let snapshots = state
             .snapshots
             .range::<str, _>((
                 std::ops::Bound::Excluded(request.page_token.as_str()),
                 std::ops::Bound::Unbounded,
             ))
-            .map(|(_, snapshot)| snapshot_message(&state, snapshot));
+            .filter(|(name, _)| visible(name))
+            .map(|(_, snapshot)| snapshot_message(&state, snapshot))
+            .filter(|snapshot| topic_filter.is_empty() || snapshot.topic == topic_filter);
         page(snapshots, request.page_size, |snapshot| &snapshot.name)
     }
 

@@ -7,6 +7,7 @@ mod clocks;
 mod cluster;
 mod connections;
 mod crash;
+mod credentials;
 mod damage;
 mod deadlines;
 mod disks;
