@@ -147,6 +147,19 @@ struct Flags {
     /// --cluster then lists the members it can reach and, at --node-id's place, itself
     #[argh(switch)]
     join: bool,
+    /// topics the daemon (or its cluster) holds at most; one more is refused with
+    /// ResourceExhausted (default 20000)
+    #[argh(option)]
+    topics_max: Option<usize>,
+    /// subscriptions held at most, of every topic (default 100000)
+    #[argh(option)]
+    subscriptions_max: Option<usize>,
+    /// subscriptions one topic has at most (default 10000)
+    #[argh(option)]
+    subscriptions_per_topic_max: Option<usize>,
+    /// snapshots held at most, each keeping its topic's messages for up to 7 days (default 5000)
+    #[argh(option)]
+    snapshots_max: Option<usize>,
     /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
     /// same on every node: the cluster port then answers only nodes that present it; needed
     /// unless auth is off
@@ -243,6 +256,28 @@ fn connection_limits(flags: &Flags) -> ringpost_daemon::protocol::native::server
         duration(flags.idle_deadline_seconds.map(|seconds| seconds * 1000), "idle-deadline-seconds")
     {
         limits.idle_deadline = deadline;
+    }
+    limits
+}
+
+/// The catalog's limits the flags set, over the defaults.
+fn catalog_limits(flags: &Flags) -> ringpost_daemon::router::CatalogLimits {
+    let mut limits = ringpost_daemon::router::CatalogLimits::default();
+    for (value, name, limit) in [
+        (flags.topics_max, "topics-max", &mut limits.topics_max),
+        (flags.subscriptions_max, "subscriptions-max", &mut limits.subscriptions_max),
+        (
+            flags.subscriptions_per_topic_max,
+            "subscriptions-per-topic-max",
+            &mut limits.subscriptions_per_topic_max,
+        ),
+        (flags.snapshots_max, "snapshots-max", &mut limits.snapshots_max),
+    ] {
+        match value {
+            Some(0) => usage_error(&format!("--{name} must be at least 1")),
+            Some(count) => *limit = count,
+            None => {}
+        }
     }
     limits
 }
@@ -554,6 +589,7 @@ fn main() {
     config.pin_shards = !flags.no_pin;
     config.quarantine_damaged = flags.quarantine_damaged;
     config.connections = connection_limits(&flags);
+    config.catalog_limits = catalog_limits(&flags);
     config.grpc.listen = match flags.grpc_listen.as_str() {
         "off" => None,
         text => Some(

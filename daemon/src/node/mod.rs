@@ -62,6 +62,9 @@ pub struct Config {
     pub http_listen: Option<SocketAddr>,
     /// The cluster this node is one of; `None`, a node alone.
     pub cluster: Option<ClusterSettings>,
+    /// How many topics, subscriptions and snapshots the catalog may hold (decided by the
+    /// catalog's leader with its own).
+    pub catalog_limits: router::CatalogLimits,
 }
 
 /// A node's place in a cluster: its id, and every voter's cluster address, node `i + 1` at
@@ -187,6 +190,7 @@ impl Config {
             grpc: protocol::grpc::GrpcSettings::default(),
             http_listen: None,
             cluster: None,
+            catalog_limits: router::CatalogLimits::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 
 mod auth;
 mod bad_input;
+mod catalog_limits;
 mod client_api;
 mod clocks;
 mod cluster;

@@ -14,6 +14,7 @@
 
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
+use super::decode_errors::refusal_of_bad_request;
 use super::delivery::{
     ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
 };
@@ -102,7 +103,8 @@ pub async fn streaming_pull(
     let mut requests = request.into_inner();
     let first = requests
         .message()
-        .await?
+        .await
+        .map_err(refusal_of_bad_request)?
         .ok_or_else(|| Status::invalid_argument("the stream ended before its first request"))?;
     let opening = Opening::of(&first)?;
     check_deadline_changes(&first)?;
@@ -470,6 +472,13 @@ impl RequestReader {
                     Ok(()) => self.apply(request).await,
                     Err(status) => Err(status),
                 },
+                // A request that does not decode ends the stream with the client's error; a
+                // broken connection or a cancelled call just ends it.
+                Err(status)
+                    if refusal_of_bad_request(status.clone()).code() == tonic::Code::InvalidArgument =>
+                {
+                    Err(refusal_of_bad_request(status))
+                }
                 Ok(None) | Err(_) => break,
             };
         }
