@@ -22,6 +22,7 @@ mod liveness;
 mod monitoring;
 mod nemesis;
 mod netns;
+mod operator;
 mod permissions;
 mod pool;
 mod pull_memory;
