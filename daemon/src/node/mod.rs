@@ -348,10 +348,12 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let shards = config.shards.max(1);
     // Bind every port up front so a port conflict fails the start with a clear message: the
     // router's first, the port the user gave, so that a daemon already on it is named by it.
+    let forwarder_ports = (0..shards)
+        .map(|shard| forwarder_port(config.listen.port(), shard, shards))
+        .collect::<Result<Vec<_>, _>>()?;
     let (router_listener, router_address) = bind(config.listen, "the router's port (--listen)")?;
     let mut forwarder_listeners = Vec::new();
-    for shard in 0..shards {
-        let port = forwarder_port(config.listen.port(), shard, shards)?;
+    for (shard, port) in forwarder_ports.into_iter().enumerate() {
         let described = format!(
             "forwarder shard {shard}'s port (--listen {} puts forwarder shard i on its port + 1 + i)",
             config.listen
