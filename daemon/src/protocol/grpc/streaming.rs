@@ -22,7 +22,7 @@ use super::gateway::{is_stale_route, ForwarderShard, Gateway};
 use super::names::{self, Kind};
 use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
-use crate::auth::{Access, Permission, Session};
+use crate::auth::{Access, Credential, Permission, Session};
 use crate::protocol::native::server::SECURITY_CHECK_INTERVAL;
 use futures_lite::future::or;
 use prost::Message;
@@ -194,7 +194,7 @@ impl CredentialedPeer<'_> {
         if self.refused.borrow().is_some() {
             return true;
         }
-        if self.checked.get().elapsed() < SECURITY_CHECK_INTERVAL {
+        if !self.may_lapse() || self.checked.get().elapsed() < SECURITY_CHECK_INTERVAL {
             return false;
         }
         self.check()
@@ -211,8 +211,18 @@ impl CredentialedPeer<'_> {
         }
     }
 
+    /// Whether the session can stop holding: only a token is revoked or expires (a certificate
+    /// was verified at the handshake, and anonymous has nothing to lose), so only a token's
+    /// stream pays for a timer.
+    fn may_lapse(&self) -> bool {
+        matches!(self.session.credential, Credential::Token { .. })
+    }
+
     /// Resolves once the session no longer holds.
     async fn refusal(&self) {
+        if !self.may_lapse() {
+            return std::future::pending().await;
+        }
         while !self.check() {
             crate::runtime::sleep(SECURITY_CHECK_INTERVAL).await;
         }
