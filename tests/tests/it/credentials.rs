@@ -10,7 +10,7 @@ use crate::security::{
 };
 use ringpost_client::{block_on, Message};
 use ringpost_proto::pubsub;
-use ringpost_tests::grpc::{snapshot_path, subscription_path, topic_path, Grpc};
+use ringpost_tests::grpc::{subscription_path, topic_path, Grpc};
 use ringpost_tests::{create_subscription, Daemon};
 use ringpost_wire::frame::{access_body, decode_error, encode_frame};
 use ringpost_wire::messages as wire;
@@ -382,7 +382,6 @@ fn list_pages_never_name_what_their_reader_may_not_list() {
         .list_topics(pubsub::ListTopicsRequest { project, page_size: 1, ..Default::default() })
         .unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
-    let _ = snapshot_path;
 }
 
 /// DetachSubscription by a caller who may not see the subscription is refused alike whether it
