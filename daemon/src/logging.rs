@@ -21,7 +21,7 @@ pub enum Level {
 }
 
 impl Level {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Level::Error => "error",
             Level::Warn => "warn",
@@ -48,6 +48,15 @@ impl std::str::FromStr for Level {
 pub enum Format {
     Text,
     Json,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+        }
+    }
 }
 
 impl std::str::FromStr for Format {

@@ -1,6 +1,8 @@
 //! `ringpostd`: runs the daemon. With no flags it serves on 127.0.0.1:7450 with its data in
 //! `./ringpost-data`.
 
+mod settings;
+
 use argh::FromArgs;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -152,6 +154,19 @@ struct Flags {
     /// --cluster then lists the members it can reach and, at --node-id's place or last, itself
     #[argh(switch)]
     join: bool,
+    /// topics the daemon (or its cluster) holds at most; one more is refused with
+    /// ResourceExhausted (default 20000)
+    #[argh(option)]
+    topics_max: Option<usize>,
+    /// subscriptions held at most, of every topic (default 100000)
+    #[argh(option)]
+    subscriptions_max: Option<usize>,
+    /// subscriptions one topic has at most (default 10000)
+    #[argh(option)]
+    subscriptions_per_topic_max: Option<usize>,
+    /// snapshots held at most, each keeping its topic's messages for up to 7 days (default 5000)
+    #[argh(option)]
+    snapshots_max: Option<usize>,
     /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
     /// same on every node: the cluster port then answers only nodes that present it; needed
     /// unless auth is off
@@ -257,6 +272,28 @@ fn connection_limits(flags: &Flags) -> ringpost_daemon::protocol::native::server
     limits
 }
 
+/// The catalog's limits the flags set, over the defaults.
+fn catalog_limits(flags: &Flags) -> ringpost_daemon::router::CatalogLimits {
+    let mut limits = ringpost_daemon::router::CatalogLimits::default();
+    for (value, name, limit) in [
+        (flags.topics_max, "topics-max", &mut limits.topics_max),
+        (flags.subscriptions_max, "subscriptions-max", &mut limits.subscriptions_max),
+        (
+            flags.subscriptions_per_topic_max,
+            "subscriptions-per-topic-max",
+            &mut limits.subscriptions_per_topic_max,
+        ),
+        (flags.snapshots_max, "snapshots-max", &mut limits.snapshots_max),
+    ] {
+        match value {
+            Some(0) => usage_error(&format!("--{name} must be at least 1")),
+            Some(count) => *limit = count,
+            None => {}
+        }
+    }
+    limits
+}
+
 /// The most `--io-memory-mib` takes: the memory is resident from the start, per shard.
 const IO_MEMORY_MIB_MAX: usize = 4096;
 
@@ -308,8 +345,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const EXIT_FAILURE: i32 = 1;
 const EXIT_USAGE: i32 = 2;
 
+/// Ends the process for a wrong command line or settings file: the message names the flag, and
+/// the file and line when the file set it.
 fn usage_error(message: &str) -> ! {
-    eprintln!("ringpostd: InvalidArgument: {message}");
+    eprintln!("ringpostd: InvalidArgument: {}", settings::with_origin(message));
     std::process::exit(EXIT_USAGE);
 }
 
@@ -402,6 +441,31 @@ impl StopSignals {
     }
 }
 
+/// Tells systemd how the daemon is, for a unit of `Type=notify`: `READY=1` once it serves,
+/// `STOPPING=1` as it begins to stop. systemd's protocol (sd_notify(3)): one datagram to the
+/// unix socket `$NOTIFY_SOCKET` names, a path or, after `@`, an abstract name. Without the
+/// variable (not started by systemd) nothing is sent; a failure is logged, since systemd then
+/// waits for the start until its timeout.
+fn notify_systemd(state: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddress, UnixDatagram};
+    let Some(name) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let name = name.as_bytes();
+    let address = match name.strip_prefix(b"@") {
+        Some(abstract_name) => UnixAddress::from_abstract_name(abstract_name),
+        None => UnixAddress::from_pathname(std::ffi::OsStr::from_bytes(name)),
+    };
+    let sent = address
+        .and_then(|address| UnixDatagram::unbound()?.send_to_addr(state.as_bytes(), &address).map(|_| ()));
+    if let Err(error) = sent {
+        ringpost_daemon::log_warn!(
+            "ringpostd: WARNING: telling systemd {state} through NOTIFY_SOCKET={}: {error}",
+            String::from_utf8_lossy(name)
+        );
+    }
+}
+
 /// Removes `switch` from `arguments`; whether it was there.
 fn take_switch(arguments: &mut Vec<String>, switch: &str) -> bool {
     let before = arguments.len();
@@ -420,86 +484,9 @@ fn take_option(arguments: &mut Vec<String>, option: &str) -> Option<String> {
     Some(value)
 }
 
-/// The settings of a TOML file as flags (`data-dir = ["/a", "/b"]` or `data_dir` are
-/// `--data-dir /a --data-dir /b`, `no-pin = true` is `--no-pin`), leaving out every key the
-/// command line (`given`) sets, so that the command line wins.
-fn config_arguments(path: &str, given: &[String]) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("--config {path}: {error}"))?;
-    let table: toml::Table = text.parse().map_err(|error| format!("--config {path}: {error}"))?;
-    let mut arguments = Vec::new();
-    for (key, value) in table {
-        let flag = format!("--{}", key.replace('_', "-"));
-        if given.contains(&flag) {
-            continue;
-        }
-        let scalar = |value: &toml::Value| -> Result<String, String> {
-            match value {
-                toml::Value::String(text) => Ok(text.clone()),
-                toml::Value::Integer(number) => Ok(number.to_string()),
-                toml::Value::Float(number) => Ok(number.to_string()),
-                other => Err(format!("--config {path}: {key} = {other}: give a string, a number or true")),
-            }
-        };
-        match &value {
-            toml::Value::Boolean(true) => arguments.push(flag),
-            toml::Value::Boolean(false) => {}
-            toml::Value::Array(items) => {
-                for item in items {
-                    arguments.extend([flag.clone(), scalar(item)?]);
-                }
-            }
-            other => arguments.extend([flag, scalar(other)?]),
-        }
-    }
-    Ok(arguments)
-}
-
-/// The settings the daemon would start with, besides its defaults, as a TOML file that
-/// `--config` reads back: the file's, then the command line's, the command line winning.
-fn settings_as_toml(arguments: &[String]) -> String {
-    let mut settings: Vec<(String, Vec<String>)> = Vec::new();
-    let mut index = 0;
-    while index < arguments.len() {
-        let Some(key) = arguments[index].strip_prefix("--") else {
-            index += 1;
-            continue;
-        };
-        let value = arguments.get(index + 1).filter(|value| !value.starts_with("--")).cloned();
-        index += if value.is_some() { 2 } else { 1 };
-        match settings.iter_mut().find(|(known, _)| known == key) {
-            // A repeated option (`--data-dir`) is a list; a later single value replaces.
-            Some((_, values)) if key == "data-dir" => values.extend(value),
-            Some((_, values)) => *values = value.into_iter().collect(),
-            None => settings.push((key.to_owned(), value.into_iter().collect())),
-        }
-    }
-    let quote = |text: &str| -> String {
-        let number = text.parse::<i64>().is_ok() || (text.parse::<f64>().is_ok() && text.contains('.'));
-        if number {
-            text.to_owned()
-        } else {
-            toml::Value::String(text.to_owned()).to_string()
-        }
-    };
-    let mut text =
-        String::from("# ringpostd's settings besides its defaults (ringpostd --help lists them all)\n");
-    for (key, values) in settings {
-        let line = match values.as_slice() {
-            [] => format!("{key} = true"),
-            [value] if key != "data-dir" => format!("{key} = {}", quote(value)),
-            values => format!(
-                "{key} = [{}]",
-                values.iter().map(|value| quote(value)).collect::<Vec<_>>().join(", ")
-            ),
-        };
-        text.push_str(&line);
-        text.push('\n');
-    }
-    text
-}
-
-/// The log's level and format: the flags, else the environment, else info and text.
-fn configure_logging(flags: &Flags) {
+/// The log's level and format: the flags, else the environment, else info and text. Returns
+/// their names, for `--print-config`.
+fn configure_logging(flags: &Flags) -> (&'static str, &'static str) {
     use ringpost_daemon::logging::{configure, Format, Level};
     let level = flags.log_level.clone().or_else(|| std::env::var("RINGPOST_LOG").ok());
     let level: Level = match level.as_deref().map(str::parse).transpose() {
@@ -512,12 +499,14 @@ fn configure_logging(flags: &Flags) {
         Err(why) => usage_error(&format!("--log-format (or RINGPOST_LOG_FORMAT): {why}")),
     };
     configure(level, format);
+    (level.name(), format.name())
 }
 
-/// The flags, or the process ends: `--help` prints and exits 0, a bad command line exits
-/// `EXIT_USAGE` (argh's own `from_env` would exit 1, which the scheme gives to failures).
-/// `--config FILE` adds the file's settings; `--print-config` prints the settings and exits.
-fn parse_flags() -> Flags {
+/// The flags, and whether to print the settings (`--print-config`) rather than start, or the
+/// process ends: `--help` prints and exits 0, a bad command line exits `EXIT_USAGE` (argh's own
+/// `from_env` would exit 1, which the scheme gives to failures). `--config FILE` adds the
+/// file's settings, each checked (`settings::file_arguments`).
+fn parse_flags() -> (Flags, bool) {
     let mut arguments: Vec<String> = std::env::args().collect();
     if arguments.get(1).map(String::as_str) == Some("--version") {
         println!("ringpostd {}", env!("CARGO_PKG_VERSION"));
@@ -525,17 +514,14 @@ fn parse_flags() -> Flags {
     }
     let print_config = take_switch(&mut arguments, "--print-config");
     if let Some(path) = take_option(&mut arguments, "--config") {
-        let from_file = config_arguments(&path, &arguments[1..]).unwrap_or_else(|why| usage_error(&why));
+        let from_file =
+            settings::file_arguments(&path, &arguments[1..]).unwrap_or_else(|why| usage_error(&why));
         arguments.splice(1..1, from_file);
-    }
-    if print_config {
-        print!("{}", settings_as_toml(&arguments[1..]));
-        std::process::exit(0);
     }
     let words: Vec<&str> = arguments.iter().map(String::as_str).collect();
     let (command, rest) = words.split_first().map_or(("ringpostd", &[][..]), |(first, rest)| (*first, rest));
     match <Flags as argh::FromArgs>::from_args(&[command], rest) {
-        Ok(flags) => flags,
+        Ok(flags) => (flags, print_config),
         Err(early) => match early.status {
             Ok(()) => {
                 println!("{}", early.output);
@@ -553,8 +539,8 @@ fn main() {
     // A message store is its owner's alone: files 0600 and folders 0700, whatever the
     // invoking shell's umask (commonly 022, which made them 0644 and 0755).
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let flags = parse_flags();
-    configure_logging(&flags);
+    let (flags, print_config) = parse_flags();
+    let log = configure_logging(&flags);
     let signals = block_handled_signals();
     // A shard that panics leaves the others serving a half-working process; stop everything
     // instead, so a supervisor restarts it and recovery runs.
@@ -603,6 +589,7 @@ fn main() {
     config.pin_shards = !flags.no_pin;
     config.quarantine_damaged = flags.quarantine_damaged;
     config.connections = connection_limits(&flags);
+    config.catalog_limits = catalog_limits(&flags);
     config.grpc.listen = match flags.grpc_listen.as_str() {
         "off" => None,
         text => Some(
@@ -680,6 +667,14 @@ fn main() {
     } else if flags.cluster_ca.is_some() {
         usage_error("--cluster-ca needs --cluster");
     }
+    // Checked here as well as at the start, so that --print-config refuses what a start would.
+    if let Err(why) = ringpost_daemon::node::check_data_directories(&config.data_dirs) {
+        usage_error(&format!("--data-dir: {why}"));
+    }
+    if print_config {
+        print!("{}", settings::print(&flags, &config, log));
+        std::process::exit(0);
+    }
     let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
     let shards = config.shards;
     warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
@@ -690,7 +685,7 @@ fn main() {
             daemon
         }
         Err(error) => {
-            ringpost_daemon::log_warn!("ringpostd: cannot start: {error}");
+            ringpost_daemon::log_error!("ringpostd: cannot start: {error}");
             std::process::exit(EXIT_FAILURE);
         }
     };
@@ -722,21 +717,24 @@ fn main() {
         let temporary = path.with_extension("tmp");
         // The router's address on the first line; the gRPC API's and the monitoring
         // endpoint's, when served, on the lines after it.
-        let mut contents = daemon.router_address.to_string();
+        // Each line ends with a newline, as a text file's lines do (`read`, `wc -l`).
+        let mut contents = format!("{}\n", daemon.router_address);
         if let Some(grpc) = daemon.grpc_address {
-            contents.push_str(&format!("\ngrpc {grpc}"));
+            contents.push_str(&format!("grpc {grpc}\n"));
         }
         if let Some(http) = daemon.http_address {
-            contents.push_str(&format!("\nhttp {http}"));
+            contents.push_str(&format!("http {http}\n"));
         }
         if let Err(error) =
             std::fs::write(&temporary, contents).and_then(|_| std::fs::rename(&temporary, &path))
         {
-            ringpost_daemon::log_warn!("ringpostd: writing {}: {error}", path.display());
+            ringpost_daemon::log_error!("ringpostd: cannot start: writing {}: {error}", path.display());
             std::process::exit(EXIT_FAILURE);
         }
     }
+    notify_systemd("READY=1");
     let signal = signals.next();
+    notify_systemd("STOPPING=1");
     ringpost_daemon::log_info!(
         "ringpostd: {signal}: stopping: no new connections; requests running finish and are answered, streams end \
          with Unavailable (at most {} s; a second signal stops at once)",

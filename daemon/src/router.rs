@@ -51,6 +51,103 @@ pub const SNAPSHOT_LIFETIME_MS: u64 = 7 * 24 * 3600 * 1000;
 /// How often idle subscriptions are checked against their expiration policy.
 pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Topics a daemon (or cluster) holds by default (`--topics-max`). Pub/Sub allows 10,000 per
+/// project; a daemon holds every project's in one namespace, so twice that, which also leaves
+/// room beside the 10,000 topics of the W4 workload. Each topic preallocates at least a 1 MiB
+/// segment in every data directory and holds descriptors while its files are open, so 20,000 is
+/// some 20 GiB of every data disk before any message.
+pub const TOPICS_MAX_DEFAULT: usize = 20_000;
+/// Subscriptions of one topic by default (`--subscriptions-per-topic-max`): Pub/Sub's 10,000.
+/// Every subscription reads each message its topic takes, on the topic's one core.
+pub const SUBSCRIPTIONS_PER_TOPIC_MAX_DEFAULT: usize = 10_000;
+/// Subscriptions in all by default (`--subscriptions-max`): ten times Pub/Sub's 10,000 per
+/// project, five per topic at the topic limit. Each is a catalog record kept on every node and in
+/// every catalog snapshot, and an acknowledgement state and journal on its forwarder.
+pub const SUBSCRIPTIONS_MAX_DEFAULT: usize = 100_000;
+/// Snapshots in all by default (`--snapshots-max`): Pub/Sub's 5,000. Each keeps its topic's
+/// messages from its subscription's acknowledgement point for up to 7 days
+/// (`SNAPSHOT_LIFETIME_MS`), so each can pin a week of its topic's log on disk.
+pub const SNAPSHOTS_MAX_DEFAULT: usize = 5_000;
+
+/// How many topics, subscriptions and snapshots the catalog may hold: a create beyond one is
+/// refused with `ResourceExhausted` naming the limit and its flag. Decided by the catalog's
+/// leader with its own limits, so every node of a cluster should be given the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogLimits {
+    pub topics_max: usize,
+    pub subscriptions_max: usize,
+    pub subscriptions_per_topic_max: usize,
+    pub snapshots_max: usize,
+}
+
+impl Default for CatalogLimits {
+    fn default() -> CatalogLimits {
+        CatalogLimits {
+            topics_max: TOPICS_MAX_DEFAULT,
+            subscriptions_max: SUBSCRIPTIONS_MAX_DEFAULT,
+            subscriptions_per_topic_max: SUBSCRIPTIONS_PER_TOPIC_MAX_DEFAULT,
+            snapshots_max: SNAPSHOTS_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Creates in flight, not yet in the catalog, counted against its limits so that concurrent
+/// creates cannot pass one together.
+#[derive(Default)]
+struct Creating {
+    topics: usize,
+    subscriptions: usize,
+    snapshots: usize,
+    /// Subscriptions in flight by their topic's id.
+    subscriptions_by_topic: HashMap<u64, usize>,
+}
+
+/// One create's place in `Creating`, given back when the create ends (by then a created
+/// resource is in the catalog, so for a moment it counts twice: the limits hold).
+struct CreatingSlot<'a> {
+    creating: &'a RefCell<Creating>,
+    kind: CreateKind,
+}
+
+#[derive(Clone, Copy)]
+enum CreateKind {
+    Topic,
+    Subscription { topic_id: u64 },
+    Snapshot,
+}
+
+impl Drop for CreatingSlot<'_> {
+    fn drop(&mut self) {
+        let mut creating = self.creating.borrow_mut();
+        match self.kind {
+            CreateKind::Topic => creating.topics -= 1,
+            CreateKind::Snapshot => creating.snapshots -= 1,
+            CreateKind::Subscription { topic_id } => {
+                creating.subscriptions -= 1;
+                let on_topic =
+                    creating.subscriptions_by_topic.get_mut(&topic_id).expect("counted when taken");
+                *on_topic -= 1;
+                if *on_topic == 0 {
+                    creating.subscriptions_by_topic.remove(&topic_id);
+                }
+            }
+        }
+    }
+}
+
+/// A create refused by the limit `name` of `limit` `noun`, of which `holder` holds `count`
+/// already (those being created included).
+fn beyond_limit(holder: &str, count: usize, noun: &str, limit: usize, name: &str) -> Status {
+    Status::new(
+        ErrorCode::ResourceExhausted,
+        format!(
+            "{holder} holds {count} {noun} (those being created included), and its limit is {limit} \
+             ({name}; ringpostd --{}): delete some, or raise the limit",
+            name.replace('_', "-")
+        ),
+    )
+}
+
 fn wall_ms() -> u64 {
     crate::runtime::wall_ms()
 }
@@ -265,6 +362,10 @@ pub struct Router<S: Storage> {
     draining: RefCell<std::collections::BTreeSet<u64>>,
     /// What this node last saw of its cluster, for the log (`watch_cluster`).
     watch: RefCell<watch::ClusterWatch>,
+    /// How many topics, subscriptions and snapshots the catalog may hold.
+    limits: CatalogLimits,
+    /// Creates in flight, counted against `limits`.
+    in_flight: RefCell<Creating>,
 }
 
 impl<S: Storage> Router<S> {
@@ -294,6 +395,8 @@ impl<S: Storage> Router<S> {
             update_gate: Semaphore::new(1),
             draining: RefCell::default(),
             watch: RefCell::default(),
+            limits: CatalogLimits::default(),
+            in_flight: RefCell::default(),
         }
     }
 
@@ -585,6 +688,80 @@ impl<S: Storage> Router<S> {
         self.replication_refused = Some(why.to_owned());
     }
 
+    /// Sets how many topics, subscriptions and snapshots the catalog may hold.
+    pub fn set_limits(&mut self, limits: CatalogLimits) {
+        self.limits = limits;
+    }
+
+    /// Takes a place for one create of `kind` within the catalog's limits, or refuses it with
+    /// `ResourceExhausted` naming the limit. Called on the catalog's leader, which decides.
+    fn within_limits(&self, kind: CreateKind) -> Result<CreatingSlot<'_>, Status> {
+        let state = self.state.borrow();
+        let mut creating = self.in_flight.borrow_mut();
+        let limits = &self.limits;
+        match kind {
+            CreateKind::Topic => {
+                let count = state.topics.len() + creating.topics;
+                if count >= limits.topics_max {
+                    return Err(beyond_limit(
+                        "the catalog",
+                        count,
+                        "topics",
+                        limits.topics_max,
+                        "topics_max",
+                    ));
+                }
+                creating.topics += 1;
+            }
+            CreateKind::Snapshot => {
+                let count = state.snapshots.len() + creating.snapshots;
+                if count >= limits.snapshots_max {
+                    return Err(beyond_limit(
+                        "the catalog",
+                        count,
+                        "snapshots",
+                        limits.snapshots_max,
+                        "snapshots_max",
+                    ));
+                }
+                creating.snapshots += 1;
+            }
+            CreateKind::Subscription { topic_id } => {
+                let count = state.subscriptions.len() + creating.subscriptions;
+                if count >= limits.subscriptions_max {
+                    return Err(beyond_limit(
+                        "the catalog",
+                        count,
+                        "subscriptions",
+                        limits.subscriptions_max,
+                        "subscriptions_max",
+                    ));
+                }
+                // A scan of every subscription: no index by topic is kept, and the scan is
+                // bounded by `subscriptions_max`, beside a create's durable catalog write.
+                let on_topic = state
+                    .subscriptions
+                    .values()
+                    .filter(|record| record.topic_id == topic_id && !record.detached)
+                    .count()
+                    + creating.subscriptions_by_topic.get(&topic_id).copied().unwrap_or(0);
+                if on_topic >= limits.subscriptions_per_topic_max {
+                    let topic = state.topic_names.get(&topic_id).map_or("the topic", String::as_str);
+                    return Err(beyond_limit(
+                        &format!("topic '{topic}'"),
+                        on_topic,
+                        "subscriptions",
+                        limits.subscriptions_per_topic_max,
+                        "subscriptions_per_topic_max",
+                    ));
+                }
+                creating.subscriptions += 1;
+                *creating.subscriptions_by_topic.entry(topic_id).or_default() += 1;
+            }
+        }
+        Ok(CreatingSlot { creating: &self.in_flight, kind })
+    }
+
     /// Gives the router the other nodes' routers.
     pub fn set_peers(&mut self, peers: Rc<dyn Peers>) {
         self.peers = Some(peers);
@@ -645,6 +822,7 @@ impl<S: Storage> Router<S> {
             return Err(Status::already_exists(format!("topic '{name}'")));
         }
         self.check_leads()?;
+        let _slot = self.within_limits(CreateKind::Topic)?;
         let replicas = self.replica_count(request.replicas)?;
         let id = self.allocate_id();
         if replicas > 1 {
@@ -793,6 +971,7 @@ impl<S: Storage> Router<S> {
         let max_delivery_attempts =
             effective_max_delivery_attempts(dead_letter_topic, request.max_delivery_attempts)?;
         if !dead_letter_topic.is_empty() {
+            check_dead_letter_topic(name, &topic.name, dead_letter_topic)?;
             self.topic_record(dead_letter_topic)?;
         }
         let (minimum_backoff, maximum_backoff) = effective_retry_backoff_seconds(
@@ -823,6 +1002,7 @@ impl<S: Storage> Router<S> {
             Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
         })?;
         self.check_leads()?;
+        let _slot = self.within_limits(CreateKind::Subscription { topic_id: topic.id })?;
         let id = self.allocate_id();
         let ControlOk::SubscriptionStart(start_offset) =
             self.call_forwarder(shard, ControlRequest::DurableEnd { topic_id: topic.id }).await?
@@ -938,6 +1118,7 @@ impl<S: Storage> Router<S> {
         }
         if let Some((dead_letter_topic, attempts)) = changes.dead_letter_policy {
             if !dead_letter_topic.is_empty() {
+                check_dead_letter_topic(&record.name, &record.topic_name, &dead_letter_topic)?;
                 self.topic_record(&dead_letter_topic)?;
             }
             settings.dead_letter_topic = dead_letter_topic;
@@ -1014,6 +1195,7 @@ impl<S: Storage> Router<S> {
         };
         let shard = self.shard_of(topic.id).ok_or_else(|| Status::unavailable("topic not placed"))?;
         self.check_leads()?;
+        let _slot = self.within_limits(CreateKind::Snapshot)?;
         let id = self.allocate_id();
         let expire_time_ms = wall_ms() + SNAPSHOT_LIFETIME_MS;
         self.call_forwarder(
@@ -1137,7 +1319,10 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    pub fn list_topics(&self, request: &ListRequest) -> Page<Topic> {
+    /// One page of the topics `visible` shows (by name), from after the page token. What the
+    /// caller may not see is left out before the page is cut, so the next page's token is the
+    /// last name it was shown and never names what it may not see.
+    pub fn list_topics(&self, request: &ListRequest, visible: impl Fn(&str) -> bool) -> Page<Topic> {
         let state = self.state.borrow();
         let topics = state
             .topics
@@ -1145,11 +1330,18 @@ impl<S: Storage> Router<S> {
                 std::ops::Bound::Excluded(request.page_token.as_str()),
                 std::ops::Bound::Unbounded,
             ))
+            .filter(|(name, _)| visible(name))
             .map(|(_, topic)| topic_message(topic));
         page(topics, request.page_size, |topic| &topic.name)
     }
 
-    pub fn list_subscriptions(&self, request: &ListRequest) -> Page<Subscription> {
+    /// One page of the subscriptions (of `request.topic`, when given) that `visible` shows, as
+    /// `list_topics` pages.
+    pub fn list_subscriptions(
+        &self,
+        request: &ListRequest,
+        visible: impl Fn(&str) -> bool,
+    ) -> Page<Subscription> {
         let topic_filter = request.topic.as_str();
         let records: Vec<SubscriptionRecord> = {
             let state = self.state.borrow();
@@ -1164,6 +1356,7 @@ impl<S: Storage> Router<S> {
                 .filter(|record| {
                     topic_filter.is_empty() || (record.topic_name == topic_filter && !record.detached)
                 })
+                .filter(|record| visible(&record.name))
                 .take(page_size(request.page_size) + 1)
                 .cloned()
                 .collect()
@@ -1412,15 +1605,20 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    pub fn list_snapshots(&self, request: &ListRequest) -> Page<Snapshot> {
+    /// One page of the snapshots (of `request.topic`, when given) that `visible` shows, as
+    /// `list_topics` pages.
+    pub fn list_snapshots(&self, request: &ListRequest, visible: impl Fn(&str) -> bool) -> Page<Snapshot> {
         let state = self.state.borrow();
+        let topic_filter = request.topic.as_str();
         let snapshots = state
             .snapshots
             .range::<str, _>((
                 std::ops::Bound::Excluded(request.page_token.as_str()),
                 std::ops::Bound::Unbounded,
             ))
-            .map(|(_, snapshot)| snapshot_message(&state, snapshot));
+            .filter(|(name, _)| visible(name))
+            .map(|(_, snapshot)| snapshot_message(&state, snapshot))
+            .filter(|snapshot| topic_filter.is_empty() || snapshot.topic == topic_filter);
         page(snapshots, request.page_size, |snapshot| &snapshot.name)
     }
 
@@ -1519,6 +1717,18 @@ fn snapshot_message(state: &CatalogState, snapshot: &SnapshotRecord) -> Snapshot
         expire_time_ms: snapshot.expire_time_ms,
         labels: snapshot.labels.clone(),
     }
+}
+
+/// A subscription's dead letters go to another topic: to its own, each would come back to it as
+/// a new message, to be dead-lettered again after as many attempts, for ever.
+fn check_dead_letter_topic(subscription: &str, topic: &str, dead_letter_topic: &str) -> Result<(), Status> {
+    if dead_letter_topic == topic {
+        return Err(Status::invalid_argument(format!(
+            "dead_letter_topic '{dead_letter_topic}' is the topic of subscription '{subscription}'; \
+             dead letters must go to another topic"
+        )));
+    }
+    Ok(())
 }
 
 /// What operations a detached subscription cannot take answer.

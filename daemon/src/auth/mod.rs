@@ -239,6 +239,9 @@ pub struct Access {
     /// that presents it acts as `CLUSTER_PRINCIPAL` (a source's replication), whatever the
     /// access file says, and its principal is granted nothing else.
     cluster_digest: Option<[u8; token::DIGEST_BYTES]>,
+    /// Whether this is the cluster port's access (`for_cluster`), whose only token is the
+    /// cluster's secret: a refusal there names the secret, not the access file.
+    cluster_port: bool,
 }
 
 /// What tells that the access file changed: an editor's rewrite changes its modification time
@@ -292,6 +295,7 @@ impl Access {
             stamp: Cell::new(Stamp::Unread),
             audit: audit::Audit::stderr(),
             cluster_digest: None,
+            cluster_port: false,
         }
     }
 
@@ -314,6 +318,7 @@ impl Access {
     /// authenticates with it acts, as `CLUSTER_PRINCIPAL`; without one, everyone does.
     pub fn for_cluster(secret: Option<&str>) -> Access {
         let mut access = Access::off();
+        access.cluster_port = true;
         if let Some(secret) = secret {
             let line = token::access_line(CLUSTER_PRINCIPAL, secret, None);
             access.mode = Mode::Required;
@@ -393,6 +398,12 @@ impl Access {
         }
         let policy = self.policy.borrow();
         let Some(entry) = policy.tokens.get(&digest) else {
+            if self.cluster_port {
+                return Err(refused(format_args!(
+                    "the token is not the cluster's secret (every node must be given the same \
+                     --cluster-secret-file)"
+                )));
+            }
             return Err(refused(format_args!(
                 "the token is not in the daemon's access file (it was never given, or was revoked)"
             )));

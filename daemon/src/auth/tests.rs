@@ -536,3 +536,15 @@ fn another_node_presenting_the_clusters_secret_may_act_as_a_node() {
         Code::PermissionDenied
     );
 }
+
+#[test]
+fn a_wrong_secret_on_the_cluster_port_is_said_to_be_the_wrong_cluster_secret() {
+    let secret = "rpt_a-test-secret-of-the-clusters-nodes-0123456789";
+    let access = Access::for_cluster(Some(secret));
+    assert!(access.authenticate_token(secret).is_ok());
+    let refused = access.authenticate_token("rpt_another-secret-of-another-cluster-0123456789").unwrap_err();
+    assert_eq!(refused.code, Code::Unauthenticated);
+    assert!(refused.message.contains("not the cluster's secret"), "{}", refused.message);
+    assert!(refused.message.contains("--cluster-secret-file"), "{}", refused.message);
+    assert!(!refused.message.contains("access file"), "{}", refused.message);
+}

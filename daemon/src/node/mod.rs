@@ -12,7 +12,8 @@ mod router_shard;
 
 use crate::{auth, catalog, log, metrics, placement, protocol, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
-use os::{bind, check_data_directories, lock_data_dir, raise_open_file_limit};
+pub use os::check_data_directories;
+use os::{bind, lock_data_dir, raise_open_file_limit};
 pub use os::{forwarder_port, host_and_port, OPEN_FILES_WANTED};
 pub use phase::StartPhase;
 use router_shard::{start_router_shard, RouterWiring};
@@ -64,6 +65,9 @@ pub struct Config {
     pub http_listen: Option<SocketAddr>,
     /// The cluster this node is one of; `None`, a node alone.
     pub cluster: Option<ClusterSettings>,
+    /// How many topics, subscriptions and snapshots the catalog may hold (decided by the
+    /// catalog's leader with its own).
+    pub catalog_limits: router::CatalogLimits,
 }
 
 /// A node's place in a cluster: its id, and every voter's cluster address, node `i + 1` at
@@ -215,6 +219,7 @@ impl Config {
             grpc: protocol::grpc::GrpcSettings::default(),
             http_listen: None,
             cluster: None,
+            catalog_limits: router::CatalogLimits::default(),
         }
     }
 
@@ -369,22 +374,34 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let locks =
         config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;
     let shards = config.shards.max(1);
-    // Bind every port up front so a port conflict fails the start with a clear message.
+    // Bind every port up front so a port conflict fails the start with a clear message: the
+    // router's first, the port the user gave, so that a daemon already on it is named by it.
+    let forwarder_ports = (0..shards)
+        .map(|shard| forwarder_port(config.listen.port(), shard, shards))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (router_listener, router_address) = bind(config.listen, "the router's port (--listen)")?;
     let mut forwarder_listeners = Vec::new();
-    for shard in 0..shards {
-        let port = forwarder_port(config.listen.port(), shard, shards)?;
-        forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port))?);
+    for (shard, port) in forwarder_ports.into_iter().enumerate() {
+        let described = format!(
+            "forwarder shard {shard}'s port (--listen {} puts forwarder shard i on its port + 1 + i)",
+            config.listen
+        );
+        forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port), &described)?);
     }
-    let (router_listener, router_address) = bind(config.listen)?;
     let cluster_listener = match &config.cluster {
         Some(cluster) => {
             cluster.check()?;
-            Some(bind(cluster.address())?.0)
+            let described = format!("the cluster port (node {}'s address in --cluster)", cluster.node_id);
+            Some(bind(cluster.address(), &described)?.0)
         }
         None => None,
     };
-    let grpc_listener = config.grpc.listen.map(bind).transpose()?;
-    let http_listener = config.http_listen.map(bind).transpose()?;
+    let grpc_listener =
+        config.grpc.listen.map(|address| bind(address, "the gRPC API's port (--grpc-listen)")).transpose()?;
+    let http_listener = config
+        .http_listen
+        .map(|address| bind(address, "the monitoring endpoint's port (--http-listen)"))
+        .transpose()?;
     let (grpc_jobs, grpc_gateway, router_jobs) =
         grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards);
     let forwarder_addresses: Vec<SocketAddr> =

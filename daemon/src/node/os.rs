@@ -73,7 +73,9 @@ pub(super) fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File,
     Ok(file)
 }
 
-pub(super) fn bind(address: SocketAddr) -> Result<(StdListener, SocketAddr), String> {
+/// Binds `address`, which `port` describes (the flag that set it, and for a forwarder shard's
+/// how it follows from the router's) so that a port in use is named as the user gave it.
+pub(super) fn bind(address: SocketAddr, port: &str) -> Result<(StdListener, SocketAddr), String> {
     let started = std::time::Instant::now();
     let listener = loop {
         match StdListener::bind(address) {
@@ -86,7 +88,7 @@ pub(super) fn bind(address: SocketAddr) -> Result<(StdListener, SocketAddr), Str
             {
                 std::thread::sleep(BIND_IN_USE_RETRY)
             }
-            Err(error) => return Err(format!("binding {address}: {error}")),
+            Err(error) => return Err(format!("binding {address}, {port}: {error}")),
         }
     };
     let local = listener.local_addr().map_err(|e| e.to_string())?;
@@ -131,7 +133,7 @@ pub(super) fn raise_open_file_limit() -> u64 {
 }
 
 /// Refuses data directories no majority can be counted in.
-pub(super) fn check_data_directories(data_dirs: &[PathBuf]) -> Result<(), String> {
+pub fn check_data_directories(data_dirs: &[PathBuf]) -> Result<(), String> {
     if data_dirs.is_empty() || data_dirs.len().is_multiple_of(2) {
         return Err(format!(
             "{} data directories given: give an odd number (1, 3, 5...), so that a majority is well defined",

@@ -70,6 +70,7 @@ pub(super) fn start_router_shard(
 ) -> Result<glommio::ExecutorJoinHandle<()>, String> {
     let data_dirs = config.data_dirs.clone();
     let balance_factor = config.balance_factor;
+    let catalog_limits = config.catalog_limits;
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let replication_over_tls = config.cluster.as_ref().is_some_and(|cluster| cluster.ca.is_some());
@@ -185,6 +186,7 @@ pub(super) fn start_router_shard(
                 router::ForwarderAddresses::new(ports, advertise),
                 balance_factor,
             );
+            router.set_limits(catalog_limits);
             if let Some((_, pool)) = &peers {
                 router.set_peers(Rc::new(pool.clone()));
                 if tls_settings.is_some() && !replication_over_tls {

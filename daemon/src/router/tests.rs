@@ -149,15 +149,18 @@ fn labels_are_kept_through_updates_and_a_restart() {
         let router = &node.router;
         assert_eq!(router.get_topic("orders").unwrap().labels, labels(&[("env", "prod")]));
         assert_eq!(router.get_topic("orders").unwrap().message_retention_seconds, 3600);
-        assert_eq!(router.list_topics(&ListRequest::default()).items[0].labels, labels(&[("env", "prod")]));
+        assert_eq!(
+            router.list_topics(&ListRequest::default(), |_| true).items[0].labels,
+            labels(&[("env", "prod")])
+        );
         let audit = router.get_subscription("audit").unwrap();
         assert_eq!(audit.settings.labels, labels(&[("reader", "billing")]));
         assert!(audit.settings.enable_exactly_once_delivery);
-        let listed = router.list_subscriptions(&ListRequest::default()).items;
+        let listed = router.list_subscriptions(&ListRequest::default(), |_| true).items;
         assert_eq!(listed[0].settings.labels, labels(&[("reader", "billing")]));
         assert_eq!(router.get_snapshot("before").unwrap().labels, labels(&[("why", "audit-1")]));
         assert_eq!(
-            router.list_snapshots(&ListRequest::default()).items[0].labels,
+            router.list_snapshots(&ListRequest::default(), |_| true).items[0].labels,
             labels(&[("why", "audit-1")])
         );
         // The forwarder carries exactly-once delivery from the catalog at recovery, and an
@@ -277,14 +280,14 @@ async fn check_detached(node: Node) -> Node {
     assert_eq!(audit.topic, DELETED_TOPIC);
     assert!(!router.get_subscription("billing").unwrap().detached);
     let listed: Vec<String> = router
-        .list_subscriptions(&ListRequest { topic: "orders".into(), ..Default::default() })
+        .list_subscriptions(&ListRequest { topic: "orders".into(), ..Default::default() }, |_| true)
         .items
         .into_iter()
         .map(|subscription| subscription.name)
         .collect();
     assert_eq!(listed, ["billing"]);
     assert!(router
-        .list_subscriptions(&ListRequest::default())
+        .list_subscriptions(&ListRequest::default(), |_| true)
         .items
         .iter()
         .any(|s| s.name == "audit" && s.detached));

@@ -2,6 +2,7 @@
 
 mod auth;
 mod bad_input;
+mod catalog_limits;
 mod cli_edges;
 mod client_api;
 mod clocks;
@@ -9,6 +10,7 @@ mod cluster;
 mod cluster_health;
 mod connections;
 mod crash;
+mod credentials;
 mod damage;
 mod deadlines;
 mod disks;
@@ -22,6 +24,7 @@ mod liveness;
 mod monitoring;
 mod nemesis;
 mod netns;
+mod operator;
 mod permissions;
 mod pool;
 mod pull_memory;

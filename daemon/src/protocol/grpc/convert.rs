@@ -27,6 +27,11 @@ pub const EXPIRATION_TTL_SECONDS_NEVER: u64 = u64::MAX;
 const MS_PER_SECOND: u64 = 1000;
 /// Nanoseconds in a millisecond, for timestamps.
 const NANOS_PER_MS: u32 = 1_000_000;
+/// The largest `nanos` of a protobuf `Timestamp` or `Duration`: a whole second's worth or more
+/// belongs in `seconds`, and protobuf's well-known types refuse it (as Pub/Sub does).
+const NANOS_MAX: i32 = 999_999_999;
+/// The latest time a protobuf `Timestamp` may hold, 9999-12-31T23:59:59Z (its documented range).
+const TIMESTAMP_SECONDS_MAX: i64 = 253_402_300_799;
 
 // --- Durations and timestamps -------------------------------------------------------------
 
@@ -34,6 +39,12 @@ const NANOS_PER_MS: u32 = 1_000_000;
 /// seconds); absent is 0, which the setting's rule reads as its default.
 pub fn duration_seconds(field: &str, duration: Option<&prost_types::Duration>) -> Result<u64, Status> {
     let Some(duration) = duration else { return Ok(0) };
+    if duration.nanos > NANOS_MAX {
+        return Err(Status::invalid_argument(format!(
+            "{field}.nanos is {}; it must be 0 to {NANOS_MAX} (whole seconds go in seconds)",
+            duration.nanos
+        )));
+    }
     if duration.seconds < 0 || duration.nanos < 0 {
         return Err(Status::invalid_argument(format!(
             "{field} is negative ({}s); a duration must be positive",
@@ -50,7 +61,19 @@ pub fn duration(seconds: u64) -> Option<prost_types::Duration> {
 
 /// A timestamp as milliseconds since the Unix epoch; before the epoch is refused.
 pub fn timestamp_ms(field: &str, timestamp: &prost_types::Timestamp) -> Result<u64, Status> {
-    if timestamp.seconds < 0 || timestamp.nanos < 0 {
+    if !(0..=NANOS_MAX).contains(&timestamp.nanos) {
+        return Err(Status::invalid_argument(format!(
+            "{field}.nanos is {}; it must be 0 to {NANOS_MAX} (whole seconds go in seconds)",
+            timestamp.nanos
+        )));
+    }
+    if timestamp.seconds > TIMESTAMP_SECONDS_MAX {
+        return Err(Status::invalid_argument(format!(
+            "{field} is {}s after the Unix epoch, past 9999-12-31T23:59:59Z, the latest a timestamp holds",
+            timestamp.seconds
+        )));
+    }
+    if timestamp.seconds < 0 {
         return Err(Status::invalid_argument(format!(
             "{field} is before 1970-01-01T00:00:00Z ({}s); a time must be after the Unix epoch",
             timestamp.seconds

@@ -19,14 +19,10 @@ impl Presented {
     /// What `request` presented. A malformed `authorization` header presents an empty token,
     /// which the shard refuses as `Unauthenticated`, instead of being taken for no credential.
     pub fn of<T>(request: &tonic::Request<T>) -> Presented {
-        let token = request.metadata().get("authorization").map(|value| {
-            value
-                .to_str()
-                .ok()
-                .and_then(|text| text.strip_prefix("Bearer ").or_else(|| text.strip_prefix("bearer ")))
-                .map(|token| token.trim().to_owned())
-                .unwrap_or_default()
-        });
+        let token = request
+            .metadata()
+            .get("authorization")
+            .map(|value| value.to_str().ok().and_then(bearer_token).unwrap_or_default().to_owned());
         let certificate = request.peer_certs().and_then(|certificates| {
             certificates.first().and_then(crate::protocol::native::tls::certificate_identity)
         });
@@ -48,5 +44,34 @@ impl Presented {
         let session = self.session(access)?;
         access.check(&session, permission, name)?;
         Ok(session)
+    }
+}
+
+/// The token of an `authorization` header's value, `Bearer <token>`: the scheme is
+/// case-insensitive (RFC 9110, section 11.1), so `BEARER` and `bearer` are the same scheme;
+/// `None` for another scheme or no token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer rpt_1", "bearer rpt_1", "BEARER rpt_1", "BeArEr   rpt_1 "] {
+            assert_eq!(bearer_token(value), Some("rpt_1"), "{value}");
+        }
+        for value in ["Basic dXNlcg==", "Bearer", "Bearer ", "rpt_1", "Bearerrpt_1"] {
+            assert_eq!(bearer_token(value), None, "{value}");
+        }
+        let mut request = tonic::Request::new(());
+        request.metadata_mut().insert("authorization", "BEARER rpt_upper".parse().unwrap());
+        assert_eq!(Presented::of(&request).token.as_deref(), Some("rpt_upper"));
+        request.metadata_mut().insert("authorization", "Basic x".parse().unwrap());
+        assert_eq!(Presented::of(&request).token.as_deref(), Some(""), "another scheme is an empty token");
     }
 }

@@ -15,6 +15,7 @@ pub mod connections;
 pub mod convert;
 pub mod counting;
 pub mod credentials;
+pub mod decode_errors;
 mod delivery;
 pub mod forward;
 pub mod gateway;
@@ -170,6 +171,8 @@ async fn serve(
         .tcp_nodelay(true)
         // Outside the rest, so that a call the budget refuses is counted too.
         .layer(counting::CountingLayer)
+        // Inside the counting, so that a request that does not decode counts as the client's.
+        .layer(decode_errors::DecodeErrorLayer)
         .layer(budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX))
         // Inside the budget, so that a request carried to the leader is metered as it arrives.
         .layer(forwarding)

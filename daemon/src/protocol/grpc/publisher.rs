@@ -184,10 +184,9 @@ async fn list_topic_subscriptions(
         .try_call(move |shard| async move {
             let session = presented.check(&shard.access, Permission::TopicsGet, &name)?;
             shard.router.get_topic(&name).map_err(|status| pubsub_wording(status, &name))?;
-            let mut page = shard.router.list_subscriptions(&list);
-            page.items
-                .retain(|item| shard.access.allows(&session, Permission::SubscriptionsList, &item.name));
-            Ok(page)
+            Ok(shard.router.list_subscriptions(&list, |item| {
+                shard.access.allows(&session, Permission::SubscriptionsList, item)
+            }))
         })
         .await?;
     Ok(pubsub::ListTopicSubscriptionsResponse {
@@ -200,27 +199,23 @@ async fn list_topic_subscriptions(
     })
 }
 
-/// ListTopicSnapshots, on the router. The router pages every snapshot; this page shows those
-/// of the topic, with the router's next token, so a page may hold fewer than asked (as a
-/// filtered listing does in the native protocol) and every page costs the router one page.
+/// ListTopicSnapshots, on the router: the snapshot names of one page of the topic's.
 async fn list_topic_snapshots(
     gateway: &Gateway,
     presented: Presented,
     request: pubsub::ListTopicSnapshotsRequest,
 ) -> Result<pubsub::ListTopicSnapshotsResponse, Status> {
     let topic = names::parse("topic", Kind::Topic, &request.topic)?;
-    let list = list_request(String::new(), request.page_size, request.page_token)?;
+    let list = list_request(topic.name.clone(), request.page_size, request.page_token)?;
     let name = topic.name.clone();
     let page = gateway
         .router
         .try_call(move |shard| async move {
             let session = presented.check(&shard.access, Permission::TopicsGet, &name)?;
             shard.router.get_topic(&name).map_err(|status| pubsub_wording(status, &name))?;
-            let mut page = shard.router.list_snapshots(&list);
-            page.items.retain(|item| {
-                item.topic == name && shard.access.allows(&session, Permission::SnapshotsList, &item.name)
-            });
-            Ok(page)
+            Ok(shard
+                .router
+                .list_snapshots(&list, |item| shard.access.allows(&session, Permission::SnapshotsList, item)))
         })
         .await?;
     Ok(pubsub::ListTopicSnapshotsResponse {
@@ -234,8 +229,13 @@ async fn list_topic_snapshots(
 }
 
 /// DetachSubscription. Pub/Sub asks `pubsub.topics.detachSubscription` on the subscription's
-/// topic, which is `TopicsUpdate` here. Of a subscription that does not exist there is no
-/// topic to check, so the caller must be able to see it (`SubscriptionsGet`) to learn that.
+/// topic, which is `TopicsUpdate` here. The request names only the subscription, so its topic
+/// must be looked up before that check; the answer must then say nothing the caller may not
+/// see. A caller allowed to update the topic of an existing subscription detaches it. Any
+/// other caller is first checked for `SubscriptionsGet` on the subscription, so that one who
+/// may not see it gets the same refusal whether it exists or not, and on whichever topic; one
+/// who may see it (and could read its topic with GetSubscription) is told it does not exist, or
+/// refused on its topic.
 async fn detach_subscription(
     gateway: &Gateway,
     presented: Presented,
@@ -246,14 +246,16 @@ async fn detach_subscription(
     gateway
         .router
         .try_call(move |shard| async move {
-            let topic = match shard.router.get_subscription(&name) {
-                Ok(found) => found.topic,
-                Err(status) => {
-                    presented.check(&shard.access, Permission::SubscriptionsGet, &name)?;
-                    return Err(pubsub_wording(status, &name));
-                }
-            };
-            presented.check(&shard.access, Permission::TopicsUpdate, &topic)?;
+            let session = presented.session(&shard.access)?;
+            let found = shard.router.get_subscription(&name);
+            let allowed = found
+                .as_ref()
+                .is_ok_and(|found| shard.access.allows(&session, Permission::TopicsUpdate, &found.topic));
+            if !allowed {
+                shard.access.check(&session, Permission::SubscriptionsGet, &name)?;
+                let topic = found.map_err(|status| pubsub_wording(status, &name))?.topic;
+                shard.access.check(&session, Permission::TopicsUpdate, &topic)?;
+            }
             shard.router.detach_subscription(&name).await
         })
         .await?;
@@ -340,8 +342,9 @@ impl pubsub::publisher_server::Publisher for PublisherService {
             .router
             .try_call(move |shard| async move {
                 let session = list_session(&presented, &shard.access)?;
-                let mut page = shard.router.list_topics(&list);
-                page.items.retain(|item| shard.access.allows(&session, Permission::TopicsList, &item.name));
+                let page = shard
+                    .router
+                    .list_topics(&list, |item| shard.access.allows(&session, Permission::TopicsList, item));
                 Ok(page)
             })
             .await?;

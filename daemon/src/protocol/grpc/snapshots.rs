@@ -41,9 +41,9 @@ pub async fn list(
         .router
         .try_call(move |shard| async move {
             let session = list_session(&presented, &shard.access)?;
-            let mut page = shard.router.list_snapshots(&list);
-            page.items.retain(|item| shard.access.allows(&session, Permission::SnapshotsList, &item.name));
-            Ok(page)
+            Ok(shard
+                .router
+                .list_snapshots(&list, |item| shard.access.allows(&session, Permission::SnapshotsList, item)))
         })
         .await?;
     Ok(Response::new(pubsub::ListSnapshotsResponse {

@@ -7,11 +7,14 @@
 //! The stream ends when the client goes (tonic drops the response stream, which closes the
 //! channel: the shard's stream sees its peer gone and gives its outstanding messages back at
 //! once), when the client closes its side, with `UNAVAILABLE` when the daemon stops (so the
-//! client libraries reconnect), and with the data plane's error otherwise (`NOT_FOUND` once
-//! the subscription is deleted).
+//! client libraries reconnect), with `UNAUTHENTICATED` once the token it opened with is revoked
+//! or expires (checked each `SECURITY_CHECK_INTERVAL`, as the native protocol checks its
+//! connections), and with the data plane's error otherwise (`NOT_FOUND` once the subscription
+//! is deleted).
 
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
+use super::decode_errors::refusal_of_bad_request;
 use super::delivery::{
     ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
 };
@@ -19,16 +22,19 @@ use super::gateway::{is_stale_route, ForwarderShard, Gateway};
 use super::names::{self, Kind};
 use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
-use crate::auth::Permission;
+use crate::auth::{Access, Credential, Permission, Session};
+use crate::protocol::native::server::SECURITY_CHECK_INTERVAL;
 use futures_lite::future::or;
 use prost::Message;
 use ringpost_proto::pubsub;
 use ringpost_proto::pubsub::streaming_pull_response::{
     AcknowledgeConfirmation, ModifyAckDeadlineConfirmation,
 };
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::time::{Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -97,7 +103,8 @@ pub async fn streaming_pull(
     let mut requests = request.into_inner();
     let first = requests
         .message()
-        .await?
+        .await
+        .map_err(refusal_of_bad_request)?
         .ok_or_else(|| Status::invalid_argument("the stream ended before its first request"))?;
     let opening = Opening::of(&first)?;
     check_deadline_changes(&first)?;
@@ -107,22 +114,27 @@ pub async fn streaming_pull(
     }
     let requests = rest.expect("not carried, so still here");
     let (responses, received) = mpsc::channel(GRPC_STREAM_RESPONSES_QUEUED_MAX);
-    let (caller, properties) = open(gateway, &presented, &opening, &responses).await?;
+    let (refusal, refused) = oneshot::channel();
+    let (caller, properties) = open(gateway, &presented, &opening, &responses, refusal).await?;
     let (client_done, client_gone) = oneshot::channel();
     let reader = RequestReader { caller, presented, name: opening.name, properties, responses };
     tokio::spawn(reader.run(first, requests, client_done));
-    Ok(Response::new(response_stream(received, stopping, client_gone)))
+    Ok(Response::new(response_stream(received, stopping, client_gone, refused)))
 }
 
 /// Starts the stream's job on the subscription's shard; once the shard opened the stream, its
 /// caller and the subscription's properties. A stale route is forgotten and tried once more.
+/// The job sends on `refusal` why the stream's credential no longer holds, if it stops holding.
 async fn open(
     gateway: &Gateway,
     presented: &Presented,
     opening: &Opening,
     responses: &Responses,
+    refusal: oneshot::Sender<Status>,
 ) -> Result<(ShardCaller<ForwarderShard>, Properties), Status> {
     let mut retried = false;
+    // Shared by the attempts: only the one whose stream opens keeps it.
+    let refusal = std::sync::Arc::new(std::sync::Mutex::new(Some(refusal)));
     loop {
         let caller = gateway
             .subscription_forwarder(presented, &opening.name, Permission::SubscriptionsConsume)
@@ -131,11 +143,12 @@ async fn open(
         let (opened, answer) = oneshot::channel();
         let (presented, name, settings, responses) =
             (presented.clone(), opening.name.clone(), opening.settings, responses.clone());
+        let ends = Ends { opened, refusal: refusal.clone() };
         let running = caller.clone();
         // The job lives as long as the stream; its result is only that it ended.
         tokio::spawn(async move {
             let _ = running
-                .call(move |shard| serve_stream(shard, presented, name, settings, responses, opened))
+                .call(move |shard| serve_stream(shard, presented, name, settings, responses, ends))
                 .await;
         });
         match answer.await {
@@ -151,51 +164,125 @@ async fn open(
     }
 }
 
-/// The stream's peer as the shard sees it: gone once tonic dropped the response stream.
-struct ChannelPeer<'a> {
-    responses: &'a Responses,
+/// How the stream's job tells its end: once opened (or why not), and, once the stream's
+/// credential no longer holds, why (the response stream ends with it at once, whatever it had
+/// queued).
+struct Ends {
+    opened: oneshot::Sender<Result<Properties, crate::api::Status>>,
+    refusal: std::sync::Arc<std::sync::Mutex<Option<oneshot::Sender<Status>>>>,
 }
 
-impl StreamPeer for ChannelPeer<'_> {
+/// The stream's peer as the shard sees it: gone once tonic dropped the response stream, or once
+/// the session the stream opened with no longer holds (its token revoked or expired), checked
+/// again each `SECURITY_CHECK_INTERVAL` against the shard's access file, which the shard reloads
+/// as often: a stream ends within about two intervals of the change, as a native connection does.
+struct CredentialedPeer<'a> {
+    responses: &'a Responses,
+    access: &'a Access,
+    session: Session,
+    /// When the session was last checked.
+    checked: Cell<Instant>,
+    /// Why the session no longer holds, once it does not.
+    refused: RefCell<Option<crate::api::Status>>,
+}
+
+impl CredentialedPeer<'_> {
+    /// Whether the session no longer holds, checking it again when an interval has passed
+    /// since the last check (so a stream that keeps delivering checks too, at no cost per
+    /// delivery beyond reading the clock).
+    fn is_refused(&self) -> bool {
+        if self.refused.borrow().is_some() {
+            return true;
+        }
+        if !self.may_lapse() || self.checked.get().elapsed() < SECURITY_CHECK_INTERVAL {
+            return false;
+        }
+        self.check()
+    }
+
+    fn check(&self) -> bool {
+        self.checked.set(Instant::now());
+        match self.access.still_valid(&self.session, SystemTime::now()) {
+            Ok(()) => false,
+            Err(status) => {
+                *self.refused.borrow_mut() = Some(status);
+                true
+            }
+        }
+    }
+
+    /// Whether the session can stop holding: only a token is revoked or expires (a certificate
+    /// was verified at the handshake, and anonymous has nothing to lose), so only a token's
+    /// stream pays for a timer.
+    fn may_lapse(&self) -> bool {
+        matches!(self.session.credential, Credential::Token { .. })
+    }
+
+    /// Resolves once the session no longer holds.
+    async fn refusal(&self) {
+        if !self.may_lapse() {
+            return std::future::pending().await;
+        }
+        while !self.check() {
+            crate::runtime::sleep(SECURITY_CHECK_INTERVAL).await;
+        }
+    }
+
+    /// Why the stream must end for its credential, if it must.
+    fn take_refusal(&self) -> Option<Status> {
+        let status = self.refused.borrow_mut().take()?;
+        let message = format!("the stream's credential no longer holds, it ends: {}", status.message);
+        Some(crate::api::Status::new(status.code, message).into())
+    }
+}
+
+impl StreamPeer for CredentialedPeer<'_> {
     fn is_gone(&self) -> bool {
-        self.responses.is_closed()
+        self.responses.is_closed() || self.is_refused()
     }
 
     async fn gone(&self) {
-        self.responses.closed().await
+        or(self.responses.closed(), self.refusal()).await
     }
 }
 
 /// The stream's job, on the shard: opens the data plane's stream, says so on `opened`, then
-/// sends each delivery as responses until the peer goes or the stream fails.
+/// sends each delivery as responses until the peer goes, the stream fails, or its credential
+/// no longer holds.
 async fn serve_stream(
     shard: Rc<ForwarderShard>,
     presented: Presented,
     name: String,
     settings: StreamSettings,
     responses: Responses,
-    opened: oneshot::Sender<Result<Properties, crate::api::Status>>,
+    ends: Ends,
 ) {
     let opening = async {
-        presented.check(&shard.access, Permission::SubscriptionsConsume, &name)?;
+        let session = presented.check(&shard.access, Permission::SubscriptionsConsume, &name)?;
         let stream = shard.forwarder.open_stream(&name, settings).await?;
-        Ok((stream, properties_on(&shard, &name)?))
+        Ok((session, stream, properties_on(&shard, &name)?))
     };
-    let (mut stream, mut properties) = match opening.await {
+    let (session, mut stream, mut properties) = match opening.await {
         Ok(opened_stream) => opened_stream,
         Err(status) => {
-            let _ = opened.send(Err(status));
+            let _ = ends.opened.send(Err(status));
             return;
         }
     };
-    if opened.send(Ok(properties)).is_err() {
+    if ends.opened.send(Ok(properties)).is_err() {
         return;
     }
-    let peer = ChannelPeer { responses: &responses };
+    let peer = CredentialedPeer {
+        responses: &responses,
+        access: &shard.access,
+        session,
+        checked: Cell::new(Instant::now()),
+        refused: RefCell::new(None),
+    };
     loop {
         let delivery = match stream.next(&peer).await {
             Ok(Some(delivery)) => delivery,
-            Ok(None) => return,
+            Ok(None) => break,
             Err(status) => {
                 let _ = responses.send(Err(status.into())).await;
                 return;
@@ -203,8 +290,22 @@ async fn serve_stream(
         };
         // Read again for each delivery: an update may have changed them.
         properties = properties_on(&shard, &name).unwrap_or(properties);
-        if !send_delivery(&responses, delivery, properties).await {
-            return;
+        // A client that does not read holds the send; its credential is still checked.
+        let sent = or(send_delivery(&responses, delivery, properties), async {
+            peer.refusal().await;
+            false
+        });
+        if !sent.await {
+            break;
+        }
+    }
+    // The stream is dropped first, so its messages are delivered again before the client
+    // hears why.
+    drop(stream);
+    if let Some(status) = peer.take_refusal() {
+        let refusal = ends.refusal.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(refusal) = refusal {
+            let _ = refusal.send(status);
         }
     }
 }
@@ -260,44 +361,63 @@ pub fn split_responses(
 }
 
 /// The response stream tonic writes: what the shard and the request reader send, until either
-/// sends an error, the client closes its side, or the daemon stops (`UNAVAILABLE`).
+/// sends an error, the client closes its side, the daemon stops (`UNAVAILABLE`), or the shard
+/// finds the stream's credential no longer holds (`refused`, ahead of anything queued).
 fn response_stream(
     received: mpsc::Receiver<Result<pubsub::StreamingPullResponse, Status>>,
     stopping: watch::Receiver<bool>,
     client_gone: oneshot::Receiver<()>,
+    refused: oneshot::Receiver<Status>,
 ) -> ResponseStream {
     struct Outlet {
         received: mpsc::Receiver<Result<pubsub::StreamingPullResponse, Status>>,
         stopping: watch::Receiver<bool>,
         client_gone: oneshot::Receiver<()>,
+        /// `None` once it answered.
+        refused: Option<oneshot::Receiver<Status>>,
         ended: bool,
     }
     enum Event {
         Sent(Option<Result<pubsub::StreamingPullResponse, Status>>),
         Stopping,
         ClientGone,
+        Refused(Status),
     }
-    let outlet = Outlet { received, stopping, client_gone, ended: false };
+    let outlet = Outlet { received, stopping, client_gone, refused: Some(refused), ended: false };
     Box::pin(futures_lite::stream::unfold(outlet, |mut outlet| async move {
         if outlet.ended {
             return None;
         }
-        let Outlet { received, stopping, client_gone, .. } = &mut outlet;
+        let Outlet { received, stopping, client_gone, refused, .. } = &mut outlet;
+        let refusal = async {
+            let Some(receiver) = refused.as_mut() else { return std::future::pending().await };
+            let outcome = receiver.await;
+            *refused = None;
+            match outcome {
+                Ok(status) => Event::Refused(status),
+                // The job ended without a refusal: nothing more to wait for from it.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        // The refusal first: a client that does not read must not keep its stream by it.
         let event = or(
-            or(async { Event::Sent(received.recv().await) }, async {
-                // A dropped sender is a stopped server too.
-                let _ = stopping.wait_for(|stopping| *stopping).await;
-                Event::Stopping
-            }),
-            async {
-                let _ = client_gone.await;
-                Event::ClientGone
-            },
+            refusal,
+            or(
+                or(async { Event::Sent(received.recv().await) }, async {
+                    // A dropped sender is a stopped server too.
+                    let _ = stopping.wait_for(|stopping| *stopping).await;
+                    Event::Stopping
+                }),
+                async {
+                    let _ = client_gone.await;
+                    Event::ClientGone
+                },
+            ),
         )
         .await;
         match event {
             Event::Sent(Some(Ok(response))) => Some((Ok(response), outlet)),
-            Event::Sent(Some(Err(status))) => {
+            Event::Sent(Some(Err(status))) | Event::Refused(status) => {
                 outlet.ended = true;
                 Some((Err(status), outlet))
             }
@@ -362,6 +482,13 @@ impl RequestReader {
                     Ok(()) => self.apply(request).await,
                     Err(status) => Err(status),
                 },
+                // A request that does not decode ends the stream with the client's error; a
+                // broken connection or a cancelled call just ends it.
+                Err(status)
+                    if refusal_of_bad_request(status.clone()).code() == tonic::Code::InvalidArgument =>
+                {
+                    Err(refusal_of_bad_request(status))
+                }
                 Ok(None) | Err(_) => break,
             };
         }

@@ -116,9 +116,9 @@ pub async fn list(
         .router
         .try_call(move |shard| async move {
             let session = list_session(&presented, &shard.access)?;
-            let mut page = shard.router.list_subscriptions(&list);
-            page.items
-                .retain(|item| shard.access.allows(&session, Permission::SubscriptionsList, &item.name));
+            let page = shard.router.list_subscriptions(&list, |item| {
+                shard.access.allows(&session, Permission::SubscriptionsList, item)
+            });
             let items: Vec<WithRetention> =
                 page.items.into_iter().map(|subscription| with_retention(&shard, subscription)).collect();
             Ok((items, page.next_page_token))

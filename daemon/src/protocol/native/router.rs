@@ -8,7 +8,7 @@ use crate::api::control::{
     SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
-use crate::auth::Permission;
+use crate::auth::{Credential, Permission};
 use crate::protocol::native::server::{fail, respond, Handler, Responder, Response};
 use crate::router::Router;
 use crate::storage::Storage;
@@ -210,8 +210,9 @@ fn snapshot_list(page: Page<Snapshot>) -> wire::SnapshotList {
 
 /// Each command's permission is checked as soon as the request names its resource, before
 /// anything else happens: a refused create creates nothing, and the refusal is the answer.
-/// Lists show only what their reader may list (`allows`, without an audit line per item); the
-/// next page token comes from the unfiltered page, so a page may hold fewer than asked.
+/// Lists show only what their reader may list (`allows`, without an audit line per item),
+/// left out before the page is cut, so a page token only ever names what its reader was shown;
+/// a request without a credential, where anonymous may do nothing, is refused (`list_allowed`).
 ///
 /// Topics' commands; `None` for the others.
 async fn dispatch_topics<S: Storage>(
@@ -244,8 +245,9 @@ async fn dispatch_topics<S: Storage>(
             respond(header, &topic_message(router.get_topic(&name)?))
         }
         Command::ListTopics => {
-            let mut page = router.list_topics(&list_request(body)?);
-            page.items.retain(|topic| responder.allows(Permission::TopicsList, &topic.name));
+            list_allowed(responder)?;
+            let page = router
+                .list_topics(&list_request(body)?, |name| responder.allows(Permission::TopicsList, name));
             respond(header, &topic_list(page))
         }
         Command::DeleteTopic => {
@@ -290,9 +292,10 @@ async fn dispatch_subscriptions<S: Storage>(
             respond(header, &subscription_message(router.get_subscription(&name)?))
         }
         Command::ListSubscriptions => {
-            let mut page = router.list_subscriptions(&list_request(body)?);
-            page.items
-                .retain(|subscription| responder.allows(Permission::SubscriptionsList, &subscription.name));
+            list_allowed(responder)?;
+            let page = router.list_subscriptions(&list_request(body)?, |name| {
+                responder.allows(Permission::SubscriptionsList, name)
+            });
             respond(header, &subscription_list(page))
         }
         Command::DeleteSubscription => {
@@ -347,8 +350,10 @@ async fn dispatch_snapshots<S: Storage>(
             respond(header, &snapshot_message(snapshot))
         }
         Command::ListSnapshots => {
-            let mut page = router.list_snapshots(&list_request(body)?);
-            page.items.retain(|snapshot| responder.allows(Permission::SnapshotsList, &snapshot.name));
+            list_allowed(responder)?;
+            let page = router.list_snapshots(&list_request(body)?, |name| {
+                responder.allows(Permission::SnapshotsList, name)
+            });
             respond(header, &snapshot_list(page))
         }
         Command::GetSnapshot => {
@@ -409,6 +414,18 @@ async fn dispatch_snapshots<S: Storage>(
 
 /// The name the daemon's own permissions are checked with.
 const DAEMON: &str = "";
+
+/// A list from a request without a credential, where anonymous may do nothing, is refused as
+/// `Unauthenticated` rather than answered with an empty page, as the gRPC API refuses it.
+fn list_allowed(responder: &Responder) -> Result<(), Status> {
+    if responder.session().credential == Credential::None && !responder.anonymous_may_act() {
+        return Err(Status::new(
+            Code::Unauthenticated,
+            "this request carries no credential (a token or a client certificate), and anonymous may not list",
+        ));
+    }
+    Ok(())
+}
 
 /// A lookup serves both who use a resource and who only look at it: allowed with either
 /// permission; a refusal is `needed`'s (the one a client that looks up means to use), logged

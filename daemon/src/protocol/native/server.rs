@@ -305,6 +305,11 @@ impl Responder {
         self.access.allows(&self.session, permission, name)
     }
 
+    /// Whether a request without a credential may do anything here (`Access::anonymous_may_act`).
+    pub fn anonymous_may_act(&self) -> bool {
+        self.access.anonymous_may_act()
+    }
+
     /// The address of this end of the connection, as the peer reached it.
     pub fn local_address(&self) -> Option<SocketAddr> {
         self.local_address

@@ -26,6 +26,19 @@ fn durations_and_timestamps_map_both_ways() {
     assert_eq!(time, prost_types::Timestamp { seconds: 1_700_000_000, nanos: 123_000_000 });
     assert_eq!(timestamp_ms("time", &time), Ok(1_700_000_000_123));
     assert!(refusal(timestamp_ms("time", &prost_types::Timestamp { seconds: -5, nanos: 0 })).contains("time"));
+    // Nanoseconds beyond a second, or negative, are refused as protobuf's types define them.
+    for nanos in [1_000_000_000, 2_000_000_000, -1] {
+        let refused = refusal(timestamp_ms("time", &prost_types::Timestamp { seconds: 5, nanos }));
+        assert!(refused.contains("time.nanos"), "{refused}");
+    }
+    assert_eq!(timestamp_ms("t", &prost_types::Timestamp { seconds: 1, nanos: 999_999_999 }), Ok(1_999));
+    assert!(refusal(timestamp_ms(
+        "t",
+        &prost_types::Timestamp { seconds: TIMESTAMP_SECONDS_MAX + 1, nanos: 0 }
+    ))
+    .contains("9999"));
+    let too_many = prost_types::Duration { seconds: 5, nanos: 1_000_000_000 };
+    assert!(refusal(duration_seconds("ttl", Some(&too_many))).contains("ttl.nanos"));
 }
 
 #[test]
