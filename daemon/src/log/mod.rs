@@ -1431,6 +1431,7 @@ impl<S: Storage> Log<S> {
             }
         };
         let mut files: Vec<Option<Rc<S::File>>> = vec![None; present.len()];
+        let mut missing = Vec::new();
         for (copy, had) in present.iter().enumerate() {
             if !had {
                 continue;
@@ -1441,8 +1442,20 @@ impl<S: Storage> Log<S> {
                 Err(error) if is_no_space(&error) => {
                     return Err(LogError::NoSpace(format!("reopening {}: {error}", path.display())))
                 }
-                Err(error) => self.fence_copy(copy, &format!("reopening {}: {error}", path.display())),
+                Err(error) => missing.push((copy, format!("reopening {}: {error}", path.display()))),
             }
+        }
+        let listed = self.inner.borrow().segments.iter().any(|segment| segment.base_offset == base);
+        if !listed {
+            // Removed (retention, compaction) while its files were being opened: its files are
+            // gone for that reason, which says nothing against the directory.
+            return Err(LogError::Refused(format!(
+                "segment {} was removed while it was reopened",
+                segment_name(base)
+            )));
+        }
+        for (copy, why) in missing {
+            self.fence_copy(copy, &why);
         }
         // Found again by base offset: the list may have changed while the files opened.
         let mut inner = self.inner.borrow_mut();
