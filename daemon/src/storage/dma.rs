@@ -56,8 +56,8 @@ pub async fn warm_up_device_probe(directory: &Path, shard_name: &str) -> io::Res
     let path = directory.join(format!(".device-probe-{shard_name}"));
     match std::fs::write(&path, vec![0u8; 4096]) {
         Ok(()) => {
-            let file = OpenOptions::new().read(true).dma_open(&path).await.map_err(to_io)?;
-            let _ = file.close().await;
+            let file = open_with(&path, false, 0).await?;
+            let _ = file.file.close().await;
             std::fs::remove_file(&path)
         }
         // A full disk must not stop the daemon from starting: the user frees space through it
@@ -67,8 +67,8 @@ pub async fn warm_up_device_probe(directory: &Path, shard_name: &str) -> io::Res
             let Some(found) = non_empty_file_under(directory, PROBE_SEARCH_DEPTH_MAX) else {
                 return Err(error);
             };
-            let file = OpenOptions::new().read(true).dma_open(&found).await.map_err(to_io)?;
-            let _ = file.close().await;
+            let file = open_with(&found, false, 0).await?;
+            let _ = file.file.close().await;
             Ok(())
         }
         Err(error) => Err(error),
@@ -107,18 +107,45 @@ fn data_at_start(path: &Path) -> bool {
     matches!(nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekData), Ok(0))
 }
 
+/// Opens `path` as a DMA file, by descriptor. glommio's `DmaFile` open looks the path up a
+/// second time after opening it (`statfs(path).unwrap()`, to tell a tmpfs) and panics when
+/// the name went meanwhile, taking the shard's thread with it: any rename or unlink of the
+/// name by another task of the shard during the open's awaits did that (the journal's reserve,
+/// made twice at once, at 10,000 topics). So the path is opened once (a buffered open, which
+/// looks nothing up again), and the DMA file is opened through the descriptor's name in
+/// `/proc`, which names that file for as long as the descriptor is held, whatever happens to
+/// `path`; the first descriptor is closed once the second is open. A vanished file is then an
+/// error (`NotFound`) from the first open, never a panic. The price is a second open and a
+/// close per file, microseconds beside the allocation or write that follows. Checking that the
+/// path exists first would leave the window open; patching glommio would mean keeping a fork.
 async fn open_with(path: &Path, create: bool, flags: i32) -> io::Result<DmaStorageFile> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .custom_flags(flags)
-        .dma_open(path)
-        .await
-        .map_err(to_io)?;
+    let held =
+        OpenOptions::new().read(true).write(true).create(create).buffered_open(path).await.map_err(to_io)?;
+    let by_descriptor = descriptor_path(held.as_raw_fd());
+    let opened = OpenOptions::new().read(true).write(true).custom_flags(flags).dma_open(&by_descriptor).await;
+    // Closed whatever the second open did: the DMA file holds its own descriptor.
+    let _ = held.close().await;
+    let file = opened.map_err(|error| match to_io(error) {
+        // The descriptor is held, so its name cannot be missing unless /proc is not mounted.
+        error if error.kind() == io::ErrorKind::NotFound => io::Error::new(
+            error.kind(),
+            format!(
+                "opening {} through {}: {error} (is /proc mounted?)",
+                path.display(),
+                by_descriptor.display()
+            ),
+        ),
+        error => error,
+    })?;
     let direct_io = has_o_direct(file.as_raw_fd());
     let writes_are_durable = has_flag(file.as_raw_fd(), nix::fcntl::OFlag::O_DSYNC);
     Ok(DmaStorageFile { file, direct_io, writes_are_durable })
+}
+
+/// The name `/proc` gives the file that descriptor `fd` of this process holds. By process id
+/// rather than `self`: io_uring may run the open on one of its worker threads.
+fn descriptor_path(fd: i32) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id()))
 }
 
 impl Storage for DmaStorage {
@@ -263,8 +290,13 @@ impl StorageFile for DmaStorageFile {
         self.file.pre_allocate(bytes, false).await.map_err(to_io)
     }
 
+    /// fstat(2) of the descriptor, on the shard's thread (the inode is in memory). glommio's
+    /// `file_size` stats the path the file was opened by, which names the file no more once it
+    /// is renamed (a spare or a reserve renamed into place) and, for a file opened by
+    /// descriptor (`open_with`), names a descriptor closed since.
     async fn size(&self) -> io::Result<u64> {
-        self.file.file_size().await.map_err(to_io)
+        let stat = nix::sys::stat::fstat(self.file.as_raw_fd()).map_err(io::Error::from)?;
+        Ok(stat.st_size as u64)
     }
 
     /// A plain lseek(2), on the shard's thread: it reads the file's extent map, which recovery
