@@ -64,6 +64,7 @@ impl<S: Storage> TopicState<S> {
         encoded_bytes: usize,
         publish_time_ms: u64,
     ) -> Result<Range<u64>, LogError> {
+        crate::fail_stop::count_publish();
         let records = PublishRecords { messages, publish_time_ms, encoded_bytes };
         let (first, count) = self.log.append_records(Records::Deferred(Box::new(records)), count).await?;
         if !matches!(*self.replication.borrow(), super::Replication::Alone) {

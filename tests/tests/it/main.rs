@@ -10,6 +10,7 @@ mod crash;
 mod damage;
 mod deadlines;
 mod disks;
+mod fail_stop;
 mod full_disk;
 mod grpc_admin;
 mod grpc_cluster;
