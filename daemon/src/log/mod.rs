@@ -1024,6 +1024,12 @@ pub fn is_no_space(error: &std::io::Error) -> bool {
     )
 }
 
+/// The directory's filesystem (or its quota) is out of space, as opposed to a process-wide
+/// shortage (open files, memory) that `is_no_space` also counts.
+fn is_out_of_space(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT))
+}
+
 /// Creates a spare segment file in each copy given a path (`None` elsewhere), allocates and
 /// syncs it, then writes zeros over it chunk by chunk until it is whole or `stop` is set: only
 /// while `busy` (the log is bound by the disk) is false, and pausing after each chunk as long
@@ -2920,6 +2926,8 @@ impl<S: Storage> Log<S> {
                     let _ = self.storage.remove_file(&path);
                     return Err(error);
                 }
+                // Space allocated: a directory logged full has room again.
+                directories::note_room(self.directories.path(*copy));
                 Ok(file)
             }
         });
@@ -2965,6 +2973,11 @@ impl<S: Storage> Log<S> {
                     let _ = self.storage.remove_file(&self.folder(copy).join(segment_name(base_offset)));
                 }
             }
+            for (copy, error) in &full {
+                if is_out_of_space(error) {
+                    directories::note_full(self.directories.path(*copy), &error.to_string());
+                }
+            }
             if !full.is_empty() {
                 let (copy, error) = &full[0];
                 return Err(LogError::NoSpace(format!(
@@ -2980,9 +2993,7 @@ impl<S: Storage> Log<S> {
             // A full directory is fenced so the others carry on; a process-wide shortage (open
             // files, memory) is no fault of the directory, so its copy just misses this segment
             // and is marked stale for a resync.
-            let per_directory =
-                matches!(error.raw_os_error(), Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT));
-            if per_directory {
+            if is_out_of_space(error) {
                 self.fence_copy(
                     *copy,
                     &format!("no space for segment {}: {error}", segment_name(base_offset)),
