@@ -18,6 +18,7 @@ mod grpc_delivery;
 mod grpc_security;
 mod io_memory;
 mod liveness;
+mod many_topics;
 mod modack_storm;
 mod monitoring;
 mod nemesis;
