@@ -1250,10 +1250,16 @@ pub async fn make_reserve<S: Storage>(
             storage.sync_dir(&folder).await
         }
         .await;
-        if let Err(error) = made {
-            let _ = storage.remove_file(&making);
-            let text = format!("reserving {bytes} bytes for {}: {error}", folder.display());
-            result = Err(if is_no_space(&error) { LogError::NoSpace(text) } else { LogError::Io(text) });
+        match made {
+            Ok(()) => self::directories::note_room(directories.path(copy)),
+            Err(error) => {
+                let _ = storage.remove_file(&making);
+                if is_out_of_space(&error) {
+                    self::directories::note_full(directories.path(copy), &error.to_string());
+                }
+                let text = format!("reserving {bytes} bytes for {}: {error}", folder.display());
+                result = Err(if is_no_space(&error) { LogError::NoSpace(text) } else { LogError::Io(text) });
+            }
         }
     }
     result
