@@ -325,3 +325,67 @@ impl StorageFile for DmaStorageFile {
         self.writes_are_durable
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(future: F) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(future);
+    }
+
+    /// A folder of its own on the real filesystem (O_DIRECT; /tmp is often a tmpfs).
+    fn scratch(label: &str) -> std::path::PathBuf {
+        let path =
+            std::path::PathBuf::from("/var/tmp").join(format!("ringpost-dma-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+
+    /// A file opened by descriptor is the file, whatever happens to its name afterwards: its
+    /// size is read from it after a rename (glommio's stat of the path found nothing), and it
+    /// still takes writes once unlinked. A missing path is an error, not a panic.
+    #[test]
+    fn a_file_is_the_file_whatever_happens_to_its_name() {
+        let folder = scratch("names");
+        let moved = folder.clone();
+        run(async move {
+            let storage = DmaStorage;
+            let path = moved.join("first");
+            let file = storage.open(&path, true).await.unwrap();
+            file.allocate(64 << 10).await.unwrap();
+            assert!(file.writes_are_durable(), "opened without O_DSYNC");
+            std::fs::rename(&path, moved.join("second")).unwrap();
+            assert_eq!(file.size().await.unwrap(), 64 << 10, "the size after a rename");
+            std::fs::remove_file(moved.join("second")).unwrap();
+            let mut buffer = storage.alloc_buffer(4096);
+            buffer.bytes_mut().fill(7);
+            file.write_at(Rc::new(buffer), 0).await.unwrap();
+            file.sync_data().await.unwrap();
+            let missing = storage.open(&moved.join("never-made"), false).await.map(|_| ()).unwrap_err();
+            assert_eq!(missing.kind(), io::ErrorKind::NotFound, "{missing}");
+        });
+        std::fs::remove_dir_all(&folder).unwrap();
+    }
+
+    /// Opened through its descriptor's name in /proc, a file on a tmpfs is still seen as one
+    /// (glommio's statfs then names the file's filesystem, not /proc's): buffered, no O_DIRECT.
+    #[test]
+    fn a_tmpfs_file_is_still_told_from_a_disk_file() {
+        let shm = Path::new("/dev/shm");
+        let is_tmpfs = nix::sys::statfs::statfs(shm)
+            .is_ok_and(|stats| stats.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if !is_tmpfs {
+            eprintln!("skipped: /dev/shm is not a tmpfs here");
+            return;
+        }
+        let path = shm.join(format!("ringpost-dma-tmpfs-{}", std::process::id()));
+        let opened = path.clone();
+        run(async move {
+            let file = DmaStorage.open(&opened, true).await.unwrap();
+            assert!(!file.direct_io(), "O_DIRECT reported on a tmpfs");
+        });
+        std::fs::remove_file(&path).unwrap();
+    }
+}
