@@ -13,6 +13,7 @@ pub use catalog::placement;
 pub mod clock;
 pub mod codec;
 pub mod control;
+pub mod fail_stop;
 pub mod log;
 pub mod logging;
 pub mod metrics;

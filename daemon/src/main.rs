@@ -543,12 +543,8 @@ fn main() {
     let log = configure_logging(&flags);
     let signals = block_handled_signals();
     // A shard that panics leaves the others serving a half-working process; stop everything
-    // instead, so a supervisor restarts it and recovery runs.
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default_hook(info);
-        std::process::abort();
-    }));
+    // instead, so a supervisor restarts it and recovery runs (`fail_stop`).
+    ringpost_daemon::fail_stop::install(None).unwrap_or_else(|why| usage_error(&why));
     if flags.balance_factor <= 1.0 || !flags.balance_factor.is_finite() {
         usage_error("--balance-factor must be a number above 1");
     }

@@ -95,6 +95,9 @@ pub struct Daemon {
     /// a port (`Daemon::prepare` and `listen_on`), which the router and its forwarders then keep
     /// across restarts.
     listen: String,
+    /// The daemon's open-file limit (soft and hard), when the test sets one: below what the
+    /// daemon asks for, it closes the journals beyond a quarter of it between commits.
+    pub open_files_max: Option<u64>,
 }
 
 impl Daemon {
@@ -128,6 +131,7 @@ impl Daemon {
             grpc_address: None,
             http_address: None,
             listen: "127.0.0.1:0".to_owned(),
+            open_files_max: None,
         }
     }
 
@@ -189,6 +193,9 @@ impl Daemon {
                     args[index + 1] = address.clone();
                 }
             }
+        }
+        if let Some(limit) = self.open_files_max {
+            limit_open_files(&mut command, limit);
         }
         let child = command
             .envs(self.env.iter().map(|(key, value)| (key, value)))
@@ -320,6 +327,26 @@ impl Daemon {
 
     pub fn starts(&self) -> u32 {
         self.starts
+    }
+}
+
+/// Linux's capability to raise resource limits past the hard limit.
+const CAP_SYS_RESOURCE: nix::libc::c_ulong = 24;
+
+/// Runs `command` with an open-file limit of `limit`, which it cannot raise: the daemon raises
+/// its own limit as far as it may, and a root with CAP_SYS_RESOURCE may go past any hard
+/// limit, so the capability is dropped from the child's bounding set (root's capabilities
+/// after exec are that set; dropping it needs CAP_SETPCAP, and without that the child lacked
+/// CAP_SYS_RESOURCE anyway, unless inherited).
+fn limit_open_files(command: &mut Command, limit: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure makes two system calls and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::libc::prctl(nix::libc::PR_CAPBSET_DROP, CAP_SYS_RESOURCE, 0, 0, 0);
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, limit, limit)
+                .map_err(std::io::Error::from)
+        });
     }
 }
 

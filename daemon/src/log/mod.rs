@@ -1024,6 +1024,12 @@ pub fn is_no_space(error: &std::io::Error) -> bool {
     )
 }
 
+/// The directory's filesystem (or its quota) is out of space, as opposed to a process-wide
+/// shortage (open files, memory) that `is_no_space` also counts.
+fn is_out_of_space(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT))
+}
+
 /// Creates a spare segment file in each copy given a path (`None` elsewhere), allocates and
 /// syncs it, then writes zeros over it chunk by chunk until it is whole or `stop` is set: only
 /// while `busy` (the log is bound by the disk) is false, and pausing after each chunk as long
@@ -1244,10 +1250,16 @@ pub async fn make_reserve<S: Storage>(
             storage.sync_dir(&folder).await
         }
         .await;
-        if let Err(error) = made {
-            let _ = storage.remove_file(&making);
-            let text = format!("reserving {bytes} bytes for {}: {error}", folder.display());
-            result = Err(if is_no_space(&error) { LogError::NoSpace(text) } else { LogError::Io(text) });
+        match made {
+            Ok(()) => self::directories::note_room(directories.path(copy)),
+            Err(error) => {
+                let _ = storage.remove_file(&making);
+                if is_out_of_space(&error) {
+                    self::directories::note_full(directories.path(copy), &error.to_string());
+                }
+                let text = format!("reserving {bytes} bytes for {}: {error}", folder.display());
+                result = Err(if is_no_space(&error) { LogError::NoSpace(text) } else { LogError::Io(text) });
+            }
         }
     }
     result
@@ -1431,6 +1443,7 @@ impl<S: Storage> Log<S> {
             }
         };
         let mut files: Vec<Option<Rc<S::File>>> = vec![None; present.len()];
+        let mut missing = Vec::new();
         for (copy, had) in present.iter().enumerate() {
             if !had {
                 continue;
@@ -1441,8 +1454,20 @@ impl<S: Storage> Log<S> {
                 Err(error) if is_no_space(&error) => {
                     return Err(LogError::NoSpace(format!("reopening {}: {error}", path.display())))
                 }
-                Err(error) => self.fence_copy(copy, &format!("reopening {}: {error}", path.display())),
+                Err(error) => missing.push((copy, format!("reopening {}: {error}", path.display()))),
             }
+        }
+        let listed = self.inner.borrow().segments.iter().any(|segment| segment.base_offset == base);
+        if !listed {
+            // Removed (retention, compaction) while its files were being opened: its files are
+            // gone for that reason, which says nothing against the directory.
+            return Err(LogError::Refused(format!(
+                "segment {} was removed while it was reopened",
+                segment_name(base)
+            )));
+        }
+        for (copy, why) in missing {
+            self.fence_copy(copy, &why);
         }
         // Found again by base offset: the list may have changed while the files opened.
         let mut inner = self.inner.borrow_mut();
@@ -2907,6 +2932,8 @@ impl<S: Storage> Log<S> {
                     let _ = self.storage.remove_file(&path);
                     return Err(error);
                 }
+                // Space allocated: a directory logged full has room again.
+                directories::note_room(self.directories.path(*copy));
                 Ok(file)
             }
         });
@@ -2952,6 +2979,11 @@ impl<S: Storage> Log<S> {
                     let _ = self.storage.remove_file(&self.folder(copy).join(segment_name(base_offset)));
                 }
             }
+            for (copy, error) in &full {
+                if is_out_of_space(error) {
+                    directories::note_full(self.directories.path(*copy), &error.to_string());
+                }
+            }
             if !full.is_empty() {
                 let (copy, error) = &full[0];
                 return Err(LogError::NoSpace(format!(
@@ -2967,9 +2999,7 @@ impl<S: Storage> Log<S> {
             // A full directory is fenced so the others carry on; a process-wide shortage (open
             // files, memory) is no fault of the directory, so its copy just misses this segment
             // and is marked stale for a resync.
-            let per_directory =
-                matches!(error.raw_os_error(), Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT));
-            if per_directory {
+            if is_out_of_space(error) {
                 self.fence_copy(
                     *copy,
                     &format!("no space for segment {}: {error}", segment_name(base_offset)),

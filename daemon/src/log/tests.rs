@@ -2472,6 +2472,40 @@ fn segments_are_sized_by_the_space_there_is() {
     });
 }
 
+/// A data directory out of space is noted once as full (logged at ERROR, not per refused
+/// append), and as having room again at the next allocation there (logged too).
+#[test]
+fn a_full_directory_is_noted_once_and_its_room_again() {
+    run(async {
+        // A directory of its own: the notes are the process's, shared with the other tests.
+        let directory = PathBuf::from("/full-directory-noted");
+        let dirs = Directories::new(vec![directory.clone()]);
+        let disk = SimDisk::new();
+        disk.set_capacity_bytes(Some(256 * 1024));
+        let (log, _) = Log::open(disk.clone(), dirs, Path::new(RELATIVE), 1, small_config()).await.unwrap();
+        assert!(!directories::is_full(&directory));
+        let acked = append_until_full(&log, 0).await;
+        assert!(directories::is_full(&directory), "refused for want of space, and not noted full");
+        for i in 0..10 {
+            assert!(matches!(log.append(records_for(&[payload(i)]), 1).await, Err(LogError::NoSpace(_))));
+        }
+        assert!(directories::is_full(&directory));
+        assert_eq!(directories::space_lines(&directory), (1, 0), "one line for eleven refusals");
+        disk.set_capacity_bytes(None);
+        append_many(&log, acked.len() as u64, 20).await;
+        assert!(
+            !directories::is_full(&directory),
+            "a segment was allocated, and the directory is still noted full"
+        );
+        assert_eq!(directories::space_lines(&directory), (1, 1), "its return is logged once");
+        // Full again within `DISK_FULL_LINE_INTERVAL`: noted, not logged again yet.
+        disk.set_capacity_bytes(Some(0));
+        append_until_full(&log, 1000).await;
+        assert!(directories::is_full(&directory));
+        assert_eq!(directories::space_lines(&directory), (1, 1), "a second line within the interval");
+    });
+}
+
 #[test]
 fn spares_are_not_made_on_a_nearly_full_disk() {
     for_each_seed("spares_are_not_made_on_a_nearly_full_disk", |disk, _seed| async move {

@@ -62,7 +62,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// A topic's two logs, its journal opened if it was not.
     async fn logs_of(&self, topic: &TopicState<S>) -> Result<[Log<S>; LOGS], Status> {
-        let journal = topic.journal.log(&topic.log, topic.id).await.map_err(Status::from)?;
+        let journal = topic.journal_log().await.map_err(Status::from)?;
         Ok([topic.log.clone(), journal])
     }
 

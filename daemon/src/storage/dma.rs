@@ -56,8 +56,8 @@ pub async fn warm_up_device_probe(directory: &Path, shard_name: &str) -> io::Res
     let path = directory.join(format!(".device-probe-{shard_name}"));
     match std::fs::write(&path, vec![0u8; 4096]) {
         Ok(()) => {
-            let file = OpenOptions::new().read(true).dma_open(&path).await.map_err(to_io)?;
-            let _ = file.close().await;
+            let file = open_with(&path, false, 0).await?;
+            let _ = file.file.close().await;
             std::fs::remove_file(&path)
         }
         // A full disk must not stop the daemon from starting: the user frees space through it
@@ -67,8 +67,8 @@ pub async fn warm_up_device_probe(directory: &Path, shard_name: &str) -> io::Res
             let Some(found) = non_empty_file_under(directory, PROBE_SEARCH_DEPTH_MAX) else {
                 return Err(error);
             };
-            let file = OpenOptions::new().read(true).dma_open(&found).await.map_err(to_io)?;
-            let _ = file.close().await;
+            let file = open_with(&found, false, 0).await?;
+            let _ = file.file.close().await;
             Ok(())
         }
         Err(error) => Err(error),
@@ -107,18 +107,45 @@ fn data_at_start(path: &Path) -> bool {
     matches!(nix::unistd::lseek(file.as_raw_fd(), 0, nix::unistd::Whence::SeekData), Ok(0))
 }
 
+/// Opens `path` as a DMA file, by descriptor. glommio's `DmaFile` open looks the path up a
+/// second time after opening it (`statfs(path).unwrap()`, to tell a tmpfs) and panics when
+/// the name went meanwhile, taking the shard's thread with it: any rename or unlink of the
+/// name by another task of the shard during the open's awaits did that (the journal's reserve,
+/// made twice at once, at 10,000 topics). So the path is opened once (a buffered open, which
+/// looks nothing up again), and the DMA file is opened through the descriptor's name in
+/// `/proc`, which names that file for as long as the descriptor is held, whatever happens to
+/// `path`; the first descriptor is closed once the second is open. A vanished file is then an
+/// error (`NotFound`) from the first open, never a panic. The price is a second open and a
+/// close per file, microseconds beside the allocation or write that follows. Checking that the
+/// path exists first would leave the window open; patching glommio would mean keeping a fork.
 async fn open_with(path: &Path, create: bool, flags: i32) -> io::Result<DmaStorageFile> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .custom_flags(flags)
-        .dma_open(path)
-        .await
-        .map_err(to_io)?;
+    let held =
+        OpenOptions::new().read(true).write(true).create(create).buffered_open(path).await.map_err(to_io)?;
+    let by_descriptor = descriptor_path(held.as_raw_fd());
+    let opened = OpenOptions::new().read(true).write(true).custom_flags(flags).dma_open(&by_descriptor).await;
+    // Closed whatever the second open did: the DMA file holds its own descriptor.
+    let _ = held.close().await;
+    let file = opened.map_err(|error| match to_io(error) {
+        // The descriptor is held, so its name cannot be missing unless /proc is not mounted.
+        error if error.kind() == io::ErrorKind::NotFound => io::Error::new(
+            error.kind(),
+            format!(
+                "opening {} through {}: {error} (is /proc mounted?)",
+                path.display(),
+                by_descriptor.display()
+            ),
+        ),
+        error => error,
+    })?;
     let direct_io = has_o_direct(file.as_raw_fd());
     let writes_are_durable = has_flag(file.as_raw_fd(), nix::fcntl::OFlag::O_DSYNC);
     Ok(DmaStorageFile { file, direct_io, writes_are_durable })
+}
+
+/// The name `/proc` gives the file that descriptor `fd` of this process holds. By process id
+/// rather than `self`: io_uring may run the open on one of its worker threads.
+fn descriptor_path(fd: i32) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id()))
 }
 
 impl Storage for DmaStorage {
@@ -263,8 +290,13 @@ impl StorageFile for DmaStorageFile {
         self.file.pre_allocate(bytes, false).await.map_err(to_io)
     }
 
+    /// fstat(2) of the descriptor, on the shard's thread (the inode is in memory). glommio's
+    /// `file_size` stats the path the file was opened by, which names the file no more once it
+    /// is renamed (a spare or a reserve renamed into place) and, for a file opened by
+    /// descriptor (`open_with`), names a descriptor closed since.
     async fn size(&self) -> io::Result<u64> {
-        self.file.file_size().await.map_err(to_io)
+        let stat = nix::sys::stat::fstat(self.file.as_raw_fd()).map_err(io::Error::from)?;
+        Ok(stat.st_size as u64)
     }
 
     /// A plain lseek(2), on the shard's thread: it reads the file's extent map, which recovery
@@ -291,5 +323,69 @@ impl StorageFile for DmaStorageFile {
 
     fn writes_are_durable(&self) -> bool {
         self.writes_are_durable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(future: F) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(future);
+    }
+
+    /// A folder of its own on the real filesystem (O_DIRECT; /tmp is often a tmpfs).
+    fn scratch(label: &str) -> std::path::PathBuf {
+        let path =
+            std::path::PathBuf::from("/var/tmp").join(format!("ringpost-dma-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+
+    /// A file opened by descriptor is the file, whatever happens to its name afterwards: its
+    /// size is read from it after a rename (glommio's stat of the path found nothing), and it
+    /// still takes writes once unlinked. A missing path is an error, not a panic.
+    #[test]
+    fn a_file_is_the_file_whatever_happens_to_its_name() {
+        let folder = scratch("names");
+        let moved = folder.clone();
+        run(async move {
+            let storage = DmaStorage;
+            let path = moved.join("first");
+            let file = storage.open(&path, true).await.unwrap();
+            file.allocate(64 << 10).await.unwrap();
+            assert!(file.writes_are_durable(), "opened without O_DSYNC");
+            std::fs::rename(&path, moved.join("second")).unwrap();
+            assert_eq!(file.size().await.unwrap(), 64 << 10, "the size after a rename");
+            std::fs::remove_file(moved.join("second")).unwrap();
+            let mut buffer = storage.alloc_buffer(4096);
+            buffer.bytes_mut().fill(7);
+            file.write_at(Rc::new(buffer), 0).await.unwrap();
+            file.sync_data().await.unwrap();
+            let missing = storage.open(&moved.join("never-made"), false).await.map(|_| ()).unwrap_err();
+            assert_eq!(missing.kind(), io::ErrorKind::NotFound, "{missing}");
+        });
+        std::fs::remove_dir_all(&folder).unwrap();
+    }
+
+    /// Opened through its descriptor's name in /proc, a file on a tmpfs is still seen as one
+    /// (glommio's statfs then names the file's filesystem, not /proc's): buffered, no O_DIRECT.
+    #[test]
+    fn a_tmpfs_file_is_still_told_from_a_disk_file() {
+        let shm = Path::new("/dev/shm");
+        let is_tmpfs = nix::sys::statfs::statfs(shm)
+            .is_ok_and(|stats| stats.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if !is_tmpfs {
+            eprintln!("skipped: /dev/shm is not a tmpfs here");
+            return;
+        }
+        let path = shm.join(format!("ringpost-dma-tmpfs-{}", std::process::id()));
+        let opened = path.clone();
+        run(async move {
+            let file = DmaStorage.open(&opened, true).await.unwrap();
+            assert!(!file.direct_io(), "O_DIRECT reported on a tmpfs");
+        });
+        std::fs::remove_file(&path).unwrap();
     }
 }

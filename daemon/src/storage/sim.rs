@@ -83,6 +83,10 @@ struct SimState {
     plan: Option<(FaultPlan, Rng)>,
     /// Faults the plan injected so far.
     planned_faults: u64,
+    /// See `SimDisk::set_opens_yield`.
+    opens_yield: bool,
+    /// Opens whose path no longer named the file they opened when they ended.
+    opens_raced: u64,
 }
 
 /// Faults and latencies drawn from a seed (`SimDisk::set_fault_plan`). Chances are in parts
@@ -339,6 +343,51 @@ impl SimDisk {
     pub fn set_capacity_bytes(&self, capacity: Option<u64>) {
         self.state.borrow_mut().capacity_bytes = capacity;
     }
+    /// Opens yield to the executor once, between finding the file and returning it, as the
+    /// real storage's do (io_uring's openat, then a statx): other tasks may rename or remove
+    /// the name meanwhile. An open whose path no longer names the file it opened when it
+    /// returns is counted (`opens_raced`): glommio's own DMA open looked the path up again
+    /// there and panicked, and whatever removed the name raced the opener. Off by default, so
+    /// that the other tests keep their interleavings.
+    pub fn set_opens_yield(&self, yields: bool) {
+        self.state.borrow_mut().opens_yield = yields;
+    }
+    /// Opens that raced a rename or removal of their path (see `set_opens_yield`).
+    pub fn opens_raced(&self) -> u64 {
+        self.state.borrow().opens_raced
+    }
+    /// Opens (or creates) the file at `path` at once: `Storage::open` without its yield.
+    fn open_now(&self, path: &Path, create: bool) -> io::Result<SimFileHandle> {
+        let mut state = self.state.borrow_mut();
+        if create {
+            state.operate("open")?;
+            if state.too_many_files && !state.names.contains_key(path) {
+                return Err(io::Error::from_raw_os_error(nix::libc::EMFILE));
+            }
+        }
+        let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if !state.directories.contains(&parent) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no directory {}", parent.display()),
+            ));
+        }
+        let inode = match state.names.get(path) {
+            Some(inode) => *inode,
+            None if create => {
+                state.next_inode += 1;
+                let inode = state.next_inode;
+                state.files.insert(inode, SimFile::default());
+                state.names.insert(path.to_path_buf(), inode);
+                inode
+            }
+            None => {
+                return Err(io::Error::new(io::ErrorKind::NotFound, format!("no file {}", path.display())))
+            }
+        };
+        Ok(SimFileHandle { state: self.state.clone(), inode, path: path.to_path_buf() })
+    }
+
     /// Bytes left under the capacity (`u64::MAX` without one).
     pub fn free_bytes_left(&self) -> u64 {
         self.state.borrow().free_bytes()
@@ -545,34 +594,15 @@ impl Storage for SimDisk {
     type Buffer = SimBuffer;
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<SimFileHandle> {
-        let mut state = self.state.borrow_mut();
-        if create {
-            state.operate("open")?;
-            if state.too_many_files && !state.names.contains_key(path) {
-                return Err(io::Error::from_raw_os_error(nix::libc::EMFILE));
+        let handle = self.open_now(path, create)?;
+        if self.state.borrow().opens_yield {
+            futures_lite::future::yield_now().await;
+            let mut state = self.state.borrow_mut();
+            if state.names.get(path) != Some(&handle.inode) {
+                state.opens_raced += 1;
             }
         }
-        let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        if !state.directories.contains(&parent) {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no directory {}", parent.display()),
-            ));
-        }
-        let inode = match state.names.get(path) {
-            Some(inode) => *inode,
-            None if create => {
-                state.next_inode += 1;
-                let inode = state.next_inode;
-                state.files.insert(inode, SimFile::default());
-                state.names.insert(path.to_path_buf(), inode);
-                inode
-            }
-            None => {
-                return Err(io::Error::new(io::ErrorKind::NotFound, format!("no file {}", path.display())))
-            }
-        };
-        Ok(SimFileHandle { state: self.state.clone(), inode, path: path.to_path_buf() })
+        Ok(handle)
     }
 
     /// The real storage does this on another thread (`dma.rs`): here the task yields once

@@ -34,6 +34,17 @@ use std::time::{Duration, Instant};
 /// the old one is acked, redelivered or dead-lettered: memory stays bounded (a bit per offset).
 pub const UNACKED_WINDOW_MAX: u64 = 4_000_000;
 
+/// Entries the deadline heap may hold per live lease, plus `DEADLINE_ENTRIES_SLACK`, before it
+/// is rebuilt from the leases. Every extension (ModifyAckDeadline) pushes an entry, and the one
+/// it replaces leaves only when it reaches the top, up to 600 s later: a subscriber pipelining
+/// extensions of 2,500 ids grew a daemon from 104 MiB to 3.99 GB in 60 s. Two: a rebuild
+/// (linear in the leases) then comes after at least as many pushes as there are leases, so it
+/// costs each push a constant, and the heap stays within twice the leases.
+pub const DEADLINE_ENTRIES_PER_LEASE_MAX: usize = 2;
+/// Entries the deadline heap may hold beyond `DEADLINE_ENTRIES_PER_LEASE_MAX` per lease, so
+/// that a subscription with few leases is not rebuilt every few extensions.
+pub const DEADLINE_ENTRIES_SLACK: usize = 1024;
+
 /// Acknowledged offsets: everything below `floor`, plus a bitmap above it.
 #[derive(Debug, Clone)]
 pub struct AckSet {
@@ -355,6 +366,26 @@ struct InFlight {
 }
 
 impl InFlight {
+    /// Most entries `deadlines` holds (`DEADLINE_ENTRIES_PER_LEASE_MAX`).
+    fn deadline_entries_max(&self) -> usize {
+        DEADLINE_ENTRIES_PER_LEASE_MAX * self.leases.len() + DEADLINE_ENTRIES_SLACK
+    }
+
+    /// Puts a lease's deadline on the heap. An entry it replaces (an earlier deadline of the
+    /// same lease) stays until it reaches the top, where `expire` skips it; when such stale
+    /// entries pass the bound, the heap is rebuilt with one entry per lease.
+    fn push_deadline(&mut self, deadline: Instant, offset: u64, generation: u32) {
+        self.deadlines.push(Reverse((deadline, offset, generation)));
+        if self.deadlines.len() > self.deadline_entries_max() {
+            self.deadlines = self
+                .leases
+                .iter()
+                .map(|(offset, lease)| Reverse((lease.deadline, offset, lease.generation)))
+                .collect();
+        }
+        assert!(self.deadlines.len() <= self.deadline_entries_max(), "the deadline heap passed its bound");
+    }
+
     /// Nothing leased, waiting or counted, and no stream open: dropping it loses nothing.
     /// (Stale entries of `deadlines` belong to leases that are gone; they are skipped anyway.)
     fn is_idle(&self) -> bool {
@@ -626,7 +657,7 @@ impl SubscriptionState {
         }
         let in_flight = self.in_flight();
         in_flight.leases.insert(offset, Lease { deadline, generation: 0, stream: 0, bytes: 0, pins: 0 });
-        in_flight.deadlines.push(Reverse((deadline, offset, 0)));
+        in_flight.push_deadline(deadline, offset, 0);
         if !in_flight.attempts.contains_key(offset) {
             in_flight.attempts.insert(offset, 1);
         }
@@ -734,15 +765,6 @@ impl SubscriptionState {
                 moved += 1;
             }
         }
-        // Old heap entries for leases that were extended or acked are dropped lazily above;
-        // bound the heap if extensions piled them up.
-        if in_flight.deadlines.len() > 4 * in_flight.leases.len() + 1024 {
-            in_flight.deadlines = in_flight
-                .leases
-                .iter()
-                .map(|(offset, lease)| Reverse((lease.deadline, offset, lease.generation)))
-                .collect();
-        }
         // Checked in tests; in production the waiting loops' sleep floor keeps a broken
         // invariant from spinning a shard, and aborting the daemon for it would be worse.
         debug_assert!(
@@ -817,7 +839,7 @@ impl SubscriptionState {
         if stream != 0 {
             in_flight.streams.entry(stream).or_default().messages += 1;
         }
-        in_flight.deadlines.push(Reverse((deadline, offset, generation)));
+        in_flight.push_deadline(deadline, offset, generation);
         let attempt = in_flight.attempts.get(offset).copied().unwrap_or(0) + 1;
         in_flight.attempts.insert(offset, attempt);
         if attempt > 1 {
@@ -915,7 +937,7 @@ impl SubscriptionState {
         if lease.pins == 0 {
             // `expire` dropped the heap entry it found while the lease was pinned.
             let (deadline, generation) = (lease.deadline, lease.generation);
-            in_flight.deadlines.push(Reverse((deadline, offset, generation)));
+            in_flight.push_deadline(deadline, offset, generation);
         }
     }
 
@@ -963,7 +985,7 @@ impl SubscriptionState {
                     // recovery has generation 0 and accepts older ack ids, and an entry under
                     // the ack id's generation would never match it, so it would never expire.
                     let (deadline, generation) = (lease.deadline, lease.generation);
-                    in_flight.deadlines.push(Reverse((deadline, offset, generation)));
+                    in_flight.push_deadline(deadline, offset, generation);
                 }
                 Ok(())
             }
@@ -1142,6 +1164,38 @@ mod tests {
         assert_eq!(before.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 3)]);
         let after = state.pull(now + Duration::from_secs(61), 5, 2);
         assert_eq!(after.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
+    }
+
+    /// Issue 47's storm: 1,000 leases, and extensions of 2,500 ids at a time (each lease
+    /// extended again and again) with nothing pulled in between. The deadline heap stays within
+    /// its bound throughout, and the last extension is the one that counts.
+    #[test]
+    fn a_storm_of_extensions_keeps_the_deadline_heap_bounded() {
+        const LEASES: usize = 1000;
+        const IDS_PER_REQUEST: usize = 2500;
+        const REQUESTS: usize = 200;
+        let now = Instant::now();
+        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let deliveries = state.pull(now, LEASES, LEASES as u64);
+        assert_eq!(deliveries.len(), LEASES);
+        let ids: Vec<String> = deliveries.iter().map(|delivery| ack_id(&state, delivery)).collect();
+        let bound = DEADLINE_ENTRIES_PER_LEASE_MAX * LEASES + DEADLINE_ENTRIES_SLACK;
+        let mut largest = 0;
+        let mut last = now;
+        for request in 0..REQUESTS {
+            last = now + Duration::from_millis(request as u64);
+            for id in ids.iter().cycle().take(IDS_PER_REQUEST) {
+                state.modify_deadline(id, 600, last).unwrap();
+                largest = largest.max(state.in_flight.as_ref().unwrap().deadlines.len());
+            }
+        }
+        assert!(largest <= bound, "{largest} heap entries for {LEASES} leases (bound {bound})");
+        assert!(
+            state.pull(last + Duration::from_secs(599), LEASES, LEASES as u64).is_empty(),
+            "a lease ended before its last extension"
+        );
+        let again = state.pull(last + Duration::from_secs(600), LEASES, LEASES as u64);
+        assert_eq!(again.len(), LEASES, "every lease ends with its last extension");
     }
 
     /// A full stream's leases expire although it pulls nothing: taking them back frees its

@@ -22,11 +22,11 @@ pub const JOURNAL_CHECKPOINT_BYTES: u64 = 8 << 20;
 pub enum JournalReserve {
     /// Not tried since the topic was attached: its next publish tries.
     Untried,
-    /// Being made in the journal's folder: the journal must not open (its recovery removes a
-    /// reserve half made, under the file being made), nor the folder go, until it is done
-    /// (`TopicState::reserve_settled`).
+    /// Being made in the journal's folder, by one task: no other may make it meanwhile, the
+    /// journal must not open (its recovery removes a reserve half made, under the file being
+    /// made), nor the folder go, until it is done (`TopicState::reserve_settled`).
     Making,
-    /// Being made, or made (the journal adopts it when it opens).
+    /// Made (the journal adopts it when it opens).
     Made,
     /// The disk had no room: segment collection tries again, once it may have freed some.
     Failed,
@@ -74,11 +74,12 @@ impl<S: Storage> OpenJournal<S> {
 }
 
 impl<S: Storage> LazyJournal<S> {
-    /// The journal's log, opened (and created on disk) if it is not yet. Opening an empty
+    /// The journal's log, opened (and created on disk) if it is not yet: through
+    /// `TopicState::journal_log`, which waits for a reserve being made first. Opening an empty
     /// folder does not wait on the disk today, but should it ever, appends that arrive meanwhile
     /// wait for the one opener instead of opening a second log on the same files.
     /// It goes beside the topic's message log, `messages`, on the same storage.
-    pub async fn log(&self, messages: &Log<S>, topic_id: u64) -> Result<Log<S>, LogError> {
+    pub(super) async fn log(&self, messages: &Log<S>, topic_id: u64) -> Result<Log<S>, LogError> {
         loop {
             // Registered before looking, so an opener finishing in between is not missed.
             let opened = self.opened.notified();

@@ -6,6 +6,8 @@ pub mod journal;
 pub mod open;
 pub mod publish;
 pub mod retention;
+#[cfg(test)]
+mod tests;
 
 use crate::log::record::RecordView;
 use crate::log::{make_reserve, record, HeldBatch, Log, LogError, StoredRecord};
@@ -87,7 +89,11 @@ impl<S: Storage> TopicState<S> {
         if let Some(journal) = self.journal.opened() {
             return journal.retake_reserve().await;
         }
-        if self.journal_reserve.get() == JournalReserve::Made
+        // Made, or being made by another task: two `make_reserve` on one folder would each
+        // create and rename the other's `RESERVE_MAKING_NAME` (one of them then opened a file
+        // whose name had just gone, and glommio's open panicked on it). The task making it
+        // reports its outcome; segment collection asks again if it failed.
+        if matches!(self.journal_reserve.get(), JournalReserve::Made | JournalReserve::Making)
             || !matches!(*self.journal.log.borrow(), JournalSlot::Closed)
         {
             return Ok(());
@@ -124,18 +130,42 @@ impl<S: Storage> TopicState<S> {
         }
     }
 
+    /// The journal's log, opened if it is not yet: the one way to open it. It waits while the
+    /// journal's reserve is being made in its folder (the journal's recovery would remove the
+    /// file being made as a leftover), and a deleted topic's journal is not opened (or made)
+    /// again.
+    pub async fn journal_log(&self) -> Result<Log<S>, LogError> {
+        loop {
+            if let Some(journal) = self.journal.opened() {
+                return Ok(journal);
+            }
+            self.reserve_settled().await;
+            if self.deleted.get() {
+                return Err(LogError::Fenced("the topic was deleted".into()));
+            }
+            // Another task opening it: wait for it, then look again (its open may have failed,
+            // and a reserve may have started meanwhile).
+            let opened = self.journal.opened.notified();
+            if !matches!(*self.journal.log.borrow(), JournalSlot::Opening) {
+                break;
+            }
+            opened.await;
+        }
+        // No await between the checks above and the slot turning `Opening` inside `log`: a
+        // reserve cannot start in between (`reserve_journal_space` makes one only while the
+        // slot is `Closed`).
+        self.journal.log(&self.log, self.id).await
+    }
+
     /// Makes one journal entry durable, opening the journal first if it is not yet.
     pub async fn append_journal(&self, entry: &JournalEntry) -> Result<(), LogError> {
         let bytes = entry.encode();
         let mut records = Vec::with_capacity(bytes.len() + record::RECORD_HEADER_BYTES + 8);
         record::encode_record_unsealed(&mut records, 0, &bytes, &mut std::iter::empty(), "");
-        if self.journal.opened().is_none() {
-            self.reserve_settled().await;
-        }
         if self.deleted.get() {
             return Err(LogError::Fenced("the topic was deleted".into()));
         }
-        let journal = self.journal.log(&self.log, self.id).await?;
+        let journal = self.journal_log().await?;
         let (first, count) = journal.append(records, 1).await?;
         self.wait_replicated(&journal, first + count as u64).await
     }

@@ -64,6 +64,7 @@ impl<S: Storage> TopicState<S> {
         encoded_bytes: usize,
         publish_time_ms: u64,
     ) -> Result<Range<u64>, LogError> {
+        crate::fail_stop::count_publish();
         let records = PublishRecords { messages, publish_time_ms, encoded_bytes };
         let (first, count) = self.log.append_records(Records::Deferred(Box::new(records)), count).await?;
         if !matches!(*self.replication.borrow(), super::Replication::Alone) {
@@ -76,11 +77,15 @@ impl<S: Storage> TopicState<S> {
             // the background (an allocation and two syncs).
             let topic = self.clone();
             crate::runtime::spawn(async move {
-                if let Err(error) = topic.reserve_journal_space().await {
-                    crate::log_warn!(
+                match topic.reserve_journal_space().await {
+                    // A full disk is logged once for its data directory (`log::directories::
+                    // note_full`), not once for each of its topics; segment collection tries
+                    // again once space may have come back.
+                    Ok(()) | Err(LogError::NoSpace(_)) => {}
+                    Err(error) => crate::log_warn!(
                         "ringpostd: reserving journal space for topic '{}': {error}",
                         topic.name
-                    );
+                    ),
                 }
             })
             .detach();

@@ -34,6 +34,8 @@ const HOT_TOPIC_WEIGHT: usize = 8;
 /// `df`'s available space with which no publish may be refused: segments are sized by the space
 /// there is, down to 1 MiB, so one always fits in this.
 const ROOM_FOR_A_SEGMENT: u64 = 2 * MIB;
+/// How often the daemon may log a data directory as full (`DISK_FULL_LINE_INTERVAL`).
+const DISK_FULL_LINE_INTERVAL_SECONDS: u64 = 60;
 
 fn payload(sequence: u64) -> Vec<u8> {
     ringpost_tests::payload(sequence, MESSAGE_BYTES)
@@ -134,6 +136,20 @@ fn acknowledgements_free_a_full_disk_and_publishing_resumes() {
         assert!(!messages.is_empty(), "topic {} took no publish at all", topic_name(index));
     }
 
+    // The full disk was logged, at ERROR, once (not per refused publish: there were
+    // hundreds), or once a minute at most.
+    let filling_log = daemon.log();
+    let full_lines = filling_log.lines().filter(|line| is_full_line(line)).count() as u64;
+    let room_lines = filling_log.lines().filter(|line| line.contains("has room again")).count() as u64;
+    println!("while filling: {full_lines} line(s) for the full disk, {room_lines} for its room again");
+    assert!(full_lines >= 1, "the data directory filled up and no ERROR line said so");
+    let lines_allowed = 1 + started.elapsed().as_secs() / DISK_FULL_LINE_INTERVAL_SECONDS;
+    assert!(
+        full_lines <= lines_allowed,
+        "{full_lines} lines for a full disk in {:?}; at most one a minute",
+        started.elapsed()
+    );
+
     // A new topic on the full disk: ResourceExhausted, and nothing of it left behind.
     let refused =
         block_on(client.create_topic("full-extra")).expect_err("a topic was created on a full disk");
@@ -152,6 +168,7 @@ fn acknowledgements_free_a_full_disk_and_publishing_resumes() {
     // their reserves.
     // Only printed: the daemon may have freed blocks since `free` was read.
     let crumbs = free.saturating_sub(filesystem.fill(0));
+    let restarted_at = daemon.log().len();
     daemon.restart();
     let client: Client = daemon.client().with_retry(RetrySettings::NONE, RetrySettings::NONE);
     println!(
@@ -253,4 +270,85 @@ fn acknowledgements_free_a_full_disk_and_publishing_resumes() {
     );
     // Nothing of the refused topic came back with the space.
     assert_eq!(block_on(client.get_topic("full-extra")).unwrap_err().code(), ErrorCode::NotFound);
+    // Where the restarted daemon found the disk full, it said so, and then that the space
+    // came back.
+    let log = daemon.log();
+    let restarted_log = &log[restarted_at.min(log.len())..];
+    let lines: Vec<&str> = restarted_log.lines().collect();
+    let last_full = lines.iter().rposition(|line| is_full_line(line));
+    let last_room = lines.iter().rposition(|line| line.contains("has room again"));
+    println!("after the restart: last full line {last_full:?}, last room line {last_room:?}");
+    if refused_again > 0 {
+        assert!(
+            last_full.is_some(),
+            "{refused_again} publishes refused after the restart, and nothing logged"
+        );
+    }
+    if let Some(full) = last_full {
+        assert!(
+            last_room.is_some_and(|room| room > full),
+            "the space came back and no line said so; log since the restart:\n{restarted_log}"
+        );
+    }
+}
+
+/// The daemon's line saying a data directory is full (`log::directories::note_full`).
+fn is_full_line(line: &str) -> bool {
+    line.contains("ERROR") && line.contains("is full")
+}
+
+/// A data directory that fills up is logged once at ERROR, however many publishes are refused,
+/// and its return is logged once space comes back (here, a file of someone else's removed).
+#[test]
+fn a_full_disk_is_logged_once_and_its_return_too() {
+    const REFUSALS: u32 = 20;
+    let filesystem = LoopFilesystem::create("full-disk-log", 32);
+    let daemon = Daemon::start_with(
+        "full-disk-log",
+        vec![filesystem.path().to_path_buf()],
+        vec!["--shards".into(), "1".into()],
+    );
+    let client: Client = daemon.client().with_retry(RetrySettings::NONE, RetrySettings::NONE);
+    create_topic_and_subscription(&client, "filling", "filling-reader", 600);
+    // Room for a few segments beside the filler, too little for a spare.
+    filesystem.fill(4 * MIB);
+    let (mut sequence, mut refusals, mut accepted) = (0u64, 0u32, 0u64);
+    while refusals < REFUSALS {
+        assert!(
+            sequence < PUBLISHES_MAX * MESSAGES_PER_PUBLISH,
+            "the disk never filled: {:?}",
+            space(&filesystem)
+        );
+        match block_on(client.publish("filling", messages(sequence))) {
+            Ok(_) => accepted += 1,
+            Err(error) => {
+                assert_eq!(error.code(), ErrorCode::ResourceExhausted, "{error}");
+                refusals += 1;
+            }
+        }
+        sequence += MESSAGES_PER_PUBLISH;
+    }
+    let log = daemon.log();
+    let full_lines: Vec<&str> = log.lines().filter(|line| is_full_line(line)).collect();
+    println!("{accepted} publishes taken, {refusals} refused; the lines: {full_lines:?}");
+    assert_eq!(full_lines.len(), 1, "{refusals} refusals for want of space; log:\n{log}");
+    assert!(full_lines[0].contains(&filesystem.path().display().to_string()), "{}", full_lines[0]);
+    assert!(!log.contains("has room again"), "room again while the disk stayed full; log:\n{log}");
+
+    std::fs::remove_file(filesystem.path().join("filler")).expect("removing the filler");
+    let waiting = Instant::now();
+    while block_on(client.publish("filling", messages(sequence))).is_err() {
+        assert!(
+            waiting.elapsed() < SPACE_BACK_WITHIN,
+            "publishes still refused with {:?}",
+            space(&filesystem)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        sequence += MESSAGES_PER_PUBLISH;
+    }
+    let log = daemon.log();
+    let room_lines: Vec<&str> = log.lines().filter(|line| line.contains("has room again")).collect();
+    println!("space back: {room_lines:?}");
+    assert_eq!(room_lines.len(), 1, "log:\n{log}");
+    assert_eq!(log.lines().filter(|line| is_full_line(line)).count(), 1, "log:\n{log}");
 }

@@ -146,6 +146,16 @@ impl EmbeddedDaemon {
         if scrape_every.is_some() {
             config.http_listen = Some(listen);
         }
+        // A panic on any of the daemon's threads stops the process, as it stops ringpostd
+        // (`fail_stop`): a run with a dead shard would measure half a daemon. The scratch
+        // directory goes first, as it does when a run ends.
+        let scratch_path = scratch.as_ref().map(|scratch| scratch.path().to_path_buf());
+        let cleanup = scratch_path.map(|path| -> Box<dyn Fn() + Send + Sync> {
+            Box::new(move || {
+                let _ = std::fs::remove_dir_all(&path);
+            })
+        });
+        ringpost_daemon::fail_stop::install(cleanup).map_err(Failure::usage)?;
         let daemon = ringpost_daemon::start(config)
             .map_err(|error| Failure::runtime(format!("starting the embedded daemon: {error}")))?;
         let scraper = match (scrape_every, daemon.http_address) {
