@@ -867,6 +867,10 @@ fn read_header(
             Ok(0) => return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into())),
             Ok(count) => filled += count,
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            // A peer that answered a few bytes and then reset the connection (an HTTP/2 server
+            // closing on a client without its preface, with our request unread, resets it) is
+            // as foreign as one that closed it.
+            Err(_) if first && filled > 0 => return Err(not_ringpost(address, &header[..filled], &[])),
             Err(error) => return Err(Error::Io(error)),
         }
     }
