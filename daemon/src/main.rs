@@ -118,6 +118,11 @@ struct Flags {
     /// threads of the gRPC API's runtime, on the cores no shard is pinned to (default 2)
     #[argh(option)]
     grpc_threads: Option<usize>,
+    /// seconds a gRPC connection may stay open with no call on it before it is closed
+    /// gracefully (GOAWAY), counted from its last call's end; a streaming pull is a call
+    /// (default 600)
+    #[argh(option)]
+    grpc_idle_deadline_seconds: Option<u64>,
     /// the least severe log lines written: error, warn, info or debug (default
     /// $RINGPOST_LOG, else info)
     #[argh(option)]
@@ -583,6 +588,12 @@ fn main() {
             usage_error("--grpc-threads must be at least 1");
         }
         config.grpc.threads = threads;
+    }
+    if let Some(seconds) = flags.grpc_idle_deadline_seconds {
+        if seconds == 0 {
+            usage_error("--grpc-idle-deadline-seconds must be at least 1");
+        }
+        config.grpc.idle_deadline = Duration::from_secs(seconds);
     }
     (config.access, config.tls) = security_settings(&flags, listen, config.grpc.listen);
     if let Some(list) = &flags.cluster {

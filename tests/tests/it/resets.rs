@@ -60,7 +60,7 @@ fn scrape(daemon: &Daemon) -> Scrape {
 }
 
 /// Connections of `protocol` open, over every shard (`ringpost_connections`).
-fn connections(daemon: &Daemon, protocol: &str) -> f64 {
+pub(crate) fn connections(daemon: &Daemon, protocol: &str) -> f64 {
     scrape(daemon)
         .samples
         .iter()
@@ -347,7 +347,7 @@ fn reset_connections_give_the_response_budget_back() {
 }
 
 /// A gRPC request message on the wire: uncompressed, its length, its protobuf.
-fn grpc_message(message: &impl prost::Message) -> bytes::Bytes {
+pub(crate) fn grpc_message(message: &impl prost::Message) -> bytes::Bytes {
     let encoded = message.encode_to_vec();
     let mut bytes = vec![0u8];
     bytes.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
