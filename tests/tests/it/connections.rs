@@ -426,6 +426,7 @@ fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
     let unauthenticated_deadline = Duration::from_millis(1500);
     let frame_base = Duration::from_millis(2500);
     let rate = 64 * 1024;
+    let count = env_count("RINGPOST_SLOW_CONNECTIONS", 200);
     let daemon = Daemon::start_with(
         "slow-connections",
         Vec::new(),
@@ -436,6 +437,10 @@ fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
             &frame_base.as_millis().to_string(),
             "--frame-bytes-per-second-min",
             &rate.to_string(),
+            // Every trickler comes from 127.0.0.1: this test is about deadlines, so its address
+            // may hold them all before they authenticate (the share's own test is below).
+            "--connections-unauthenticated-per-peer-max",
+            &count.to_string(),
         ]
         .map(String::from)
         .to_vec(),
@@ -449,7 +454,6 @@ fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
     let baseline_kib = daemon.memory_kib("VmRSS");
     let publisher = Publisher::start(daemon.client(), "legit");
 
-    let count = env_count("RINGPOST_SLOW_CONNECTIONS", 200);
     let started = Instant::now();
     let mut headers: Vec<Trickler> =
         (0..count).map(|index| Trickler::header_only(&targets[index % targets.len()])).collect();
