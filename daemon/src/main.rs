@@ -90,6 +90,11 @@ struct Flags {
     /// counting the time a streaming pull is open on it (default 600)
     #[argh(option)]
     idle_deadline_seconds: Option<u64>,
+    /// seconds a connection's socket may take no byte while an answer waits for it (a peer
+    /// that does not read) before the connection is reset and what it held released (default
+    /// 60)
+    #[argh(option)]
+    write_stall_deadline_seconds: Option<u64>,
     /// whether requests must be authenticated and permitted: auto (the default: off on a
     /// loopback --listen address, required on any other), required, or off
     #[argh(option, default = "String::from(\"auto\")")]
@@ -258,6 +263,12 @@ fn connection_limits(flags: &Flags) -> ringpost_daemon::protocol::native::server
         duration(flags.idle_deadline_seconds.map(|seconds| seconds * 1000), "idle-deadline-seconds")
     {
         limits.idle_deadline = deadline;
+    }
+    if let Some(deadline) = duration(
+        flags.write_stall_deadline_seconds.map(|seconds| seconds * 1000),
+        "write-stall-deadline-seconds",
+    ) {
+        limits.write_stall_deadline = deadline;
     }
     limits
 }

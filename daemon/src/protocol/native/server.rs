@@ -9,7 +9,8 @@
 //! reader stops reading beyond that, which is TCP backpressure); responses wait in a queue of
 //! the same bound; connections are limited per shard, per peer address, and before they are
 //! authenticated; a connection that completes no frame for `idle_deadline` is closed (bytes
-//! that never make a frame do not count). A refusal or a closing for a limit is an error frame
+//! that never make a frame do not count), and so is one whose socket takes no byte for
+//! `write_stall_deadline` while an answer waits for it (a peer that never reads). A refusal or a closing for a limit is an error frame
 //! (request id 0) naming the limit. A frame that cannot be parsed gets a `ProtocolError` reply
 //! and the connection is closed; other connections carry on.
 //!
@@ -71,7 +72,8 @@ pub const FRAME_BODY_BYTES_UNAUTHENTICATED_MAX: usize = 16 * 1024;
 /// How often each shard reloads its access file and certificates (if changed) and checks
 /// every open connection's session again: a revoked token's connections close within two.
 pub const SECURITY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-/// One log line per this long at most about failed TLS handshakes, counting those not logged.
+/// One log line per this long at most about failed TLS handshakes (and about connections closed
+/// for a stalled write), counting those not logged.
 const HANDSHAKE_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes the frames not yet whole of one shard's connections may hold. Two frames of the
 /// largest size fit, and a thousand 32 KiB ones; a frame that would take more closes its
@@ -89,6 +91,18 @@ pub const FRAME_DEADLINE_BASE: Duration = Duration::from_secs(5);
 pub const FRAME_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
 /// A connection that completes no frame for this long is closed.
 pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
+/// A connection whose socket takes no byte for this long while an answer waits to be written is
+/// closed (reset), releasing what it holds as a broken one does (`Outbound::break_off`): a peer
+/// that is alive (TCP keepalive holds) but never reads would otherwise keep its slot, the
+/// permits of its queued answers and their share of the shard's response budget for ever. Only
+/// no progress at all counts: a slow reader taking a byte now and then is never cut. A minute is
+/// far beyond a pause of a live client (a client library stops reading only while its
+/// application has not taken a stream's frames).
+pub const WRITE_STALL_DEADLINE: Duration = Duration::from_secs(60);
+/// The write-stall deadline once the shard is stopping: answers still waiting for a socket that
+/// takes nothing are given up after this, so that a stop ends well within the daemon's grace
+/// (10 s) instead of by force.
+pub const WRITE_STALL_DEADLINE_STOPPING: Duration = Duration::from_secs(2);
 /// TCP keepalive on every connection: the kernel probes a peer it has heard nothing from for
 /// `KEEPALIVE_IDLE`, every `KEEPALIVE_INTERVAL`, and fails the connection after
 /// `KEEPALIVE_PROBES` unanswered, so a peer that vanished (its host gone, the network cut) is
@@ -139,6 +153,7 @@ pub struct ConnectionLimits {
     pub frame_deadline_base: Duration,
     pub frame_bytes_per_second_min: u64,
     pub idle_deadline: Duration,
+    pub write_stall_deadline: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -153,6 +168,7 @@ impl Default for ConnectionLimits {
             frame_deadline_base: FRAME_DEADLINE_BASE,
             frame_bytes_per_second_min: FRAME_BYTES_PER_SECOND_MIN,
             idle_deadline: CONNECTION_IDLE_MAX,
+            write_stall_deadline: WRITE_STALL_DEADLINE,
         }
     }
 }
@@ -451,6 +467,7 @@ struct Shard {
     links: RefCell<HashMap<RawFd, Rc<Link>>>,
     closed: Notify,
     handshake_failures: RefCell<LogLimiter>,
+    write_stalls: RefCell<LogLimiter>,
 }
 
 impl Shard {
@@ -472,6 +489,7 @@ impl Shard {
             links: RefCell::default(),
             closed: Notify::new(),
             handshake_failures: RefCell::new(LogLimiter::new(HANDSHAKE_ERROR_LOG_INTERVAL)),
+            write_stalls: RefCell::new(LogLimiter::new(HANDSHAKE_ERROR_LOG_INTERVAL)),
         }
     }
 
@@ -987,6 +1005,8 @@ pub struct Outbound {
     closed: Cell<bool>,
     /// The socket takes no more bytes: responses are dropped instead of queued.
     broken: Cell<bool>,
+    /// The socket took no byte for the write-stall deadline while answers waited.
+    stalled: Cell<bool>,
     /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
     peer_gone: Cell<bool>,
     /// Fires when the queue drains or the peer goes, for streams waiting for room.
@@ -1048,7 +1068,8 @@ async fn serve_connection<H: Handler, S: Transport>(
     let Accepted { socket, peer, local_address, at, link, certified } = accepted;
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
-    let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
+    let stall = Stall { deadline: shard.limits.write_stall_deadline, stop: stop.clone() };
+    let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone(), stall));
     let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline, shard.limits.idle_deadline));
     let mut connection = Connection {
         handler,
@@ -1107,6 +1128,10 @@ async fn serve_connection<H: Handler, S: Transport>(
             let Ok(permit) = connection.in_flight.clone().acquire_static_permit(1).await else {
                 break 'reading;
             };
+            if outbound.broken.get() {
+                // Nobody reads the answers any more (the permit came back with the queue).
+                break 'reading;
+            }
             if let Some(waiting) = waiting {
                 reading.postpone(waiting.elapsed());
             }
@@ -1146,6 +1171,21 @@ async fn serve_connection<H: Handler, S: Transport>(
     let _ = connection.in_flight.acquire(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX).await;
     outbound.close();
     writer_task.await;
+    if outbound.stalled.get() {
+        if let Some(suppressed) = shard.write_stalls.borrow_mut().admit() {
+            let peer = peer.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
+            let deadline = if stop.is_given() {
+                WRITE_STALL_DEADLINE_STOPPING
+            } else {
+                shard.limits.write_stall_deadline
+            };
+            crate::log_info!(
+                "ringpostd: reset a connection from {peer}: its socket took no byte for {} ms while answers \
+                 waited (write_stall_deadline) ({suppressed} more not logged since the last line)",
+                deadline.min(shard.limits.write_stall_deadline).as_millis()
+            );
+        }
+    }
     authenticated
 }
 
@@ -1584,27 +1624,162 @@ fn is_protocol_error(response: &Response) -> bool {
     }
 }
 
+/// How long a connection's writer may wait for its socket without a byte taken, and the stop
+/// that shortens it (`WRITE_STALL_DEADLINE_STOPPING`).
+struct Stall {
+    deadline: Duration,
+    stop: Stop,
+}
+
 async fn write_responses<S: Transport>(
     writer: futures_lite::io::WriteHalf<S>,
     socket: RawFd,
     outbound: Rc<Outbound>,
+    stall: Stall,
 ) {
-    let written = write_all_responses(writer, socket, &outbound).await;
+    let progress = WriteProgress::default();
+    let writing = write_all_responses(Tracked { inner: writer, progress: &progress }, socket, &outbound);
+    let written = futures_lite::future::or(writing, watch_writes(&progress, &stall)).await;
+    if progress.stalled.get() {
+        // What the socket holds would otherwise be sent for minutes after the close, to a peer
+        // that does not read: a reset drops it (and tells the peer).
+        outbound.stalled.set(true);
+        let linger = nix::libc::linger { l_onoff: 1, l_linger: 0 };
+        // SAFETY: the option's value is one `linger`, passed by pointer with its size; the
+        // socket is open (the reader's half holds it until the connection's task returns).
+        let _ = unsafe {
+            nix::libc::setsockopt(
+                socket,
+                nix::libc::SOL_SOCKET,
+                nix::libc::SO_LINGER,
+                (&linger as *const nix::libc::linger).cast(),
+                size_of::<nix::libc::linger>() as nix::libc::socklen_t,
+            )
+        };
+    }
     if written.is_err() && !outbound.closed.get() {
-        // The peer is gone (reset, or the socket broke): the reader stops now rather than at
-        // its next failed read or deadline. The socket is still open: the reader's half holds
-        // it until the connection's task returns, after this one.
+        // The peer is gone (reset, or the socket broke) or does not read: the reader stops now
+        // rather than at its next failed read or deadline. The socket is still open: the
+        // reader's half holds it until the connection's task returns, after this one.
         let _ = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Read);
     }
-    // Whatever ended the writer (a broken socket, or the close), nobody reads any more: what
-    // is queued, and what running requests answer later, is dropped with what it holds.
+    // Whatever ended the writer (a broken or stalled socket, or the close), nobody reads any
+    // more: what is queued, and what running requests answer later, is dropped with what it
+    // holds.
     outbound.break_off();
+}
+
+/// Whether a connection's writer is waiting for its socket, and since when the socket took no
+/// byte (the wait's beginning, or the last byte taken); and whether it waited too long.
+#[derive(Default)]
+struct WriteProgress {
+    since: Cell<Option<Instant>>,
+    stalled: Cell<bool>,
+}
+
+impl WriteProgress {
+    /// The writer has answers to write: the wait for the socket begins.
+    fn begin(&self) {
+        self.since.set(Some(Instant::now()));
+    }
+
+    /// The socket took bytes.
+    fn advanced(&self) {
+        if self.since.get().is_some() {
+            self.since.set(Some(Instant::now()));
+        }
+    }
+
+    /// Everything taken was written: the writer waits for answers, not for the socket.
+    fn end(&self) {
+        self.since.set(None);
+    }
+}
+
+/// Resolves with an error once the writer has waited for its socket without a byte taken for
+/// the stall deadline (the shorter one once the shard stops). It wakes once per deadline while
+/// the writer waits for answers, and at the stop.
+async fn watch_writes(progress: &WriteProgress, stall: &Stall) -> std::io::Result<()> {
+    loop {
+        let stopping = stall.stop.is_given();
+        let deadline =
+            if stopping { stall.deadline.min(WRITE_STALL_DEADLINE_STOPPING) } else { stall.deadline };
+        let now = Instant::now();
+        let wake = match progress.since.get() {
+            Some(since) if since + deadline <= now => {
+                progress.stalled.set(true);
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the socket took no byte within write_stall_deadline",
+                ));
+            }
+            Some(since) => since + deadline,
+            None => now + deadline,
+        };
+        let sleep = crate::runtime::sleep(wake - now);
+        if stopping {
+            sleep.await;
+        } else {
+            futures_lite::future::or(sleep, stall.stop.given()).await;
+        }
+    }
+}
+
+/// A connection's writing half, telling its `WriteProgress` of every byte the socket takes.
+struct Tracked<'a, W> {
+    inner: W,
+    progress: &'a WriteProgress,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Tracked<'_, W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(context, bytes);
+        if matches!(polled, std::task::Poll::Ready(Ok(written)) if written > 0) {
+            self.progress.advanced();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffers: &[IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write_vectored(context, buffers);
+        if matches!(polled, std::task::Poll::Ready(Ok(written)) if written > 0) {
+            self.progress.advanced();
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        // A flush that ends sent what TLS held: bytes the socket took.
+        let polled = std::pin::Pin::new(&mut self.inner).poll_flush(context);
+        if matches!(polled, std::task::Poll::Ready(Ok(()))) {
+            self.progress.advanced();
+        }
+        polled
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_close(context)
+    }
 }
 
 /// `socket` is the stream's descriptor, for vectored writes, which glommio's stream lacks; it
 /// stays open as long as `writer` does.
 async fn write_all_responses<S: Transport>(
-    mut writer: futures_lite::io::WriteHalf<S>,
+    mut writer: Tracked<'_, futures_lite::io::WriteHalf<S>>,
     socket: RawFd,
     outbound: &Outbound,
 ) -> std::io::Result<()> {
@@ -1621,6 +1796,7 @@ async fn write_all_responses<S: Transport>(
             ready.await;
             continue;
         }
+        writer.progress.begin();
         for (response, permit, reservation) in batch {
             // A reserved response's share is held, like its permit, until the write is done.
             let (response, held) = match response {
@@ -1662,8 +1838,12 @@ async fn write_all_responses<S: Transport>(
         if !S::PLAINTEXT {
             writer.flush().await?;
         }
+        writer.progress.end();
         permits.clear();
     }
+    // TLS's last records and its close are writes like any other: a peer that does not read
+    // holds them to the same deadline.
+    writer.progress.begin();
     let _ = writer.flush().await;
     let _ = writer.close().await;
     Ok(())
@@ -1673,7 +1853,7 @@ async fn write_all_responses<S: Transport>(
 /// finds the socket full hands the first unwritten run to glommio's stream, which waits for
 /// room through the ring, and the rest carries on vectored.
 async fn write_runs<S: Transport>(
-    writer: &mut futures_lite::io::WriteHalf<S>,
+    writer: &mut Tracked<'_, futures_lite::io::WriteHalf<S>>,
     socket: RawFd,
     mut runs: Vec<&[u8]>,
 ) -> std::io::Result<()> {
@@ -1705,6 +1885,9 @@ async fn write_runs<S: Transport>(
         // No address (the socket is connected); the type parameter only names the kind it lacks.
         match sendmsg::<UnixAddr>(socket, &slices, &[], flags, None) {
             Ok(mut written) => {
+                if written > 0 {
+                    writer.progress.advanced();
+                }
                 while written > 0 {
                     let run = runs[first];
                     if written >= run.len() {
@@ -1927,6 +2110,51 @@ mod tests {
         assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
     }
 
+    /// A writer waiting for its socket is stalled once no byte was taken for the deadline, not
+    /// while bytes are taken now and then, nor while it waits for answers; once the shard stops,
+    /// the shorter deadline holds.
+    #[test]
+    fn a_write_stalls_only_without_progress_for_the_whole_deadline() {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
+            let deadline = Duration::from_millis(200);
+            let stall = Stall { deadline, stop: Stop::default() };
+            let progress = WriteProgress::default();
+            let watched = || {
+                futures_lite::future::or(async { Some(watch_writes(&progress, &stall).await) }, async {
+                    crate::runtime::sleep(deadline * 4).await;
+                    None
+                })
+            };
+            // Waiting for answers, not for the socket: never stalled.
+            assert!(watched().await.is_none());
+            // Bytes taken each half deadline: not stalled.
+            progress.begin();
+            let taking = async {
+                for _ in 0..8 {
+                    crate::runtime::sleep(deadline / 2).await;
+                    progress.advanced();
+                }
+                None
+            };
+            assert!(futures_lite::future::or(taking, async { Some(watch_writes(&progress, &stall).await) })
+                .await
+                .is_none());
+            assert!(!progress.stalled.get());
+            // Nothing taken: stalled a deadline after the last byte.
+            let last = Instant::now();
+            assert!(watched().await.expect("stalled").is_err());
+            assert!(progress.stalled.get() && last.elapsed() >= deadline);
+            // A stop shortens a long deadline.
+            let stall = Stall { deadline: Duration::from_secs(3600), stop: Stop::default() };
+            let progress = WriteProgress::default();
+            progress.begin();
+            stall.stop.give();
+            let stopped = Instant::now();
+            assert!(watch_writes(&progress, &stall).await.is_err());
+            assert!(stopped.elapsed() <= WRITE_STALL_DEADLINE_STOPPING + Duration::from_secs(1));
+        });
+    }
+
     /// Many runs (more than one vectored write takes), many more bytes than the socket buffers,
     /// and a reader that starts late: the writes stop on a full socket, wait, and resume
     /// mid-run, and the bytes arrive whole and in order.
@@ -1949,7 +2177,9 @@ mod tests {
             });
             let stream = TcpStream::connect(address).await.unwrap();
             let socket = stream.as_raw_fd();
-            let (_, mut writer) = futures_lite::io::split(stream);
+            let (_, writer) = futures_lite::io::split(stream);
+            let progress = WriteProgress::default();
+            let mut writer = Tracked { inner: writer, progress: &progress };
             write_runs(&mut writer, socket, runs.iter().map(Vec::as_slice).collect()).await.unwrap();
             writer.close().await.unwrap();
             drop(writer);
@@ -2339,7 +2569,9 @@ mod security_tests {
             let stream = listener.accept().await.unwrap();
             let socket = stream.as_raw_fd();
             let stream = Tls::open(&settings).unwrap().acceptor().accept(stream).await.unwrap();
-            let (_, mut writer) = futures_lite::io::split(stream);
+            let (_, writer) = futures_lite::io::split(stream);
+            let progress = WriteProgress::default();
+            let mut writer = Tracked { inner: writer, progress: &progress };
             write_runs(&mut writer, socket, runs.iter().map(Vec::as_slice).collect()).await.unwrap();
             writer.close().await.unwrap();
             drop(writer);
