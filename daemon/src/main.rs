@@ -67,8 +67,8 @@ struct Flags {
     #[argh(option)]
     connections_unauthenticated_max: Option<usize>,
     /// connections one peer address may hold on each shard before they authenticate, so that
-    /// one address cannot take them all; the hosts --cluster names have a budget of their own
-    /// (default 64)
+    /// one address cannot take them all; the cluster's nodes (the hosts --cluster names and
+    /// those added since) have a budget of their own (default 64)
     #[argh(option)]
     connections_unauthenticated_per_peer_max: Option<usize>,
     /// mebibytes that the frames not yet whole of each shard's connections may hold; a frame that

@@ -1210,3 +1210,87 @@ fn idle_grpc_connections_are_closed_and_busy_ones_are_not() {
     );
     runtime.shutdown_background();
 }
+
+/// Whether a connection from `source` to `address` presenting `secret` (the cluster's) is
+/// answered: `Err` with the refusal it got instead.
+fn node_admitted(source: &str, address: &str, secret: &str) -> Result<(), Status> {
+    let mut stream = connect_from(source, address);
+    stream.write_all(&crate::security::authenticate_frame(secret, 1)).unwrap();
+    let (header, body) = read_frame(&mut stream, Duration::from_secs(5)).expect("an answer or a refusal");
+    if header.is_error() {
+        return Err(decode_error(&body));
+    }
+    Ok(())
+}
+
+/// A node added to the cluster after the start (`ringpost cluster add-node`) at an address
+/// `--cluster` does not name is one of the cluster's nodes on every port of every node as soon
+/// as its registration is applied: with strangers holding every slot before authentication,
+/// its connections are answered in the cluster's budget on node 1's cluster port, router port
+/// and forwarder port and on node 2's forwarder port (each shard its own server), while
+/// strangers are still refused. Before it was added, it was refused like any stranger.
+#[test]
+fn a_node_added_later_is_let_in_beside_strangers_on_every_port() {
+    use crate::security::{random_secret, Files};
+    const NEW_NODE_HOST: &str = "127.0.0.5";
+    let files = Files::new("cluster-added");
+    let secret = random_secret();
+    std::fs::write(files.path("cluster-secret"), format!("{secret}\n")).unwrap();
+    let cluster = ringpost_tests::cluster::Cluster::start(
+        "cluster-added",
+        3,
+        [
+            "--cluster-secret-file",
+            &files.path("cluster-secret").display().to_string(),
+            "--connections-unauthenticated-max",
+            "8",
+            "--connections-unauthenticated-per-peer-max",
+            "4",
+            "--unauthenticated-deadline-ms",
+            "60000",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let ports = [
+        cluster.cluster_addresses[0].clone(),
+        cluster.node(1).address.clone(),
+        forwarders(cluster.node(1))[0].clone(),
+        forwarders(cluster.node(2))[0].clone(),
+    ];
+    let mut held = Vec::new();
+    for port in &ports {
+        held.extend(open_idle("127.0.0.2", port, 4));
+        held.extend(open_idle("127.0.0.3", port, 4));
+        let status = node_admitted(NEW_NODE_HOST, port, &secret).expect_err("a host --cluster does not name");
+        assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+    }
+    // Nothing serves at the new node's cluster address: the add waits for it to catch up (and
+    // gives up after 30 s), but its registration is applied at once.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let new_node = format!("{NEW_NODE_HOST}:{free}");
+    let client = cluster.node(cluster.leader()).client();
+    let adding = std::thread::spawn(move || block_on(client.add_node(4, &new_node, false)));
+    let added = Instant::now();
+    for port in &ports {
+        let until = added + Duration::from_secs(20);
+        while let Err(status) = node_admitted(NEW_NODE_HOST, port, &secret) {
+            assert!(
+                Instant::now() < until,
+                "the added node was still refused on {port} 20 s after: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let status = node_admitted("127.0.0.6", port, &secret).expect_err("a stranger beside the node");
+        assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+    }
+    println!(
+        "a node added at {NEW_NODE_HOST} was let in beside strangers on {} ports of two nodes {:?} after the add",
+        ports.len(),
+        added.elapsed()
+    );
+    drop(held);
+    drop(cluster);
+    // The add ends with the cluster, whatever it answers.
+    let _ = adding.join();
+}

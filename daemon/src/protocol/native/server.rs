@@ -60,7 +60,7 @@ pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
 /// opens a few connections at once, far fewer.
 pub const CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX: usize = CONNECTIONS_UNAUTHENTICATED_MAX / 16;
 const _: () = assert!(CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX <= CONNECTIONS_UNAUTHENTICATED_MAX);
-/// Connections from the hosts of the cluster's nodes (`--cluster`) before they authenticate, in
+/// Connections from the hosts of the cluster's nodes (`ClusterHosts`) before they authenticate, in
 /// a budget of their own: a node's raft, replication and lookups never compete with strangers
 /// for the slots before authentication, nor count in an address's share of them. A node opens
 /// a connection per raft stream and per forwarder it replicates to, far fewer.
@@ -370,25 +370,57 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
     encode_error(header.command, header.request_id, status)
 }
 
+/// Hosts a shard counts as the cluster's nodes': the hosts of the largest cluster
+/// (`CLUSTER_NODES_MAX`, 256) a few times over. Beyond them, connections count as strangers'.
+pub const CLUSTER_HOSTS_MAX: usize = 1024;
+
+/// The hosts of the cluster's nodes, as one shard knows them now: those `--cluster` names and
+/// those of the nodes the catalog registered since (an `add-node`, a `--join`). Their
+/// connections before authentication have a budget of their own
+/// (`CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX`). Shared by the servers of one shard (`Rc`, no
+/// lock); each shard has its own, which the router shard keeps current by message
+/// (`ControlRequest::ClusterHosts`), as its catalog's registrations change.
+#[derive(Clone, Default)]
+pub struct ClusterHosts(Rc<RefCell<HashSet<IpAddr>>>);
+
+impl ClusterHosts {
+    pub fn new(hosts: impl IntoIterator<Item = IpAddr>) -> ClusterHosts {
+        let known = ClusterHosts::default();
+        known.replace(hosts);
+        known
+    }
+
+    pub fn contains(&self, host: IpAddr) -> bool {
+        self.0.borrow().contains(&host)
+    }
+
+    /// From now on the hosts are `hosts`: connections open keep the budget they were counted in.
+    /// Returns whether that changed anything.
+    pub fn replace(&self, hosts: impl IntoIterator<Item = IpAddr>) -> bool {
+        let hosts: HashSet<IpAddr> = hosts.into_iter().collect();
+        let changed = *self.0.borrow() != hosts;
+        *self.0.borrow_mut() = hosts;
+        changed
+    }
+}
+
 /// What guards one shard's connections: who may do what, TLS when it is on, and the hosts of
 /// the cluster's nodes. Each shard builds its own (`Security::open`), from the same files.
 pub struct Security {
     pub access: Rc<Access>,
     pub tls: Option<Tls>,
-    /// Addresses of the cluster's nodes: their connections before authentication have a budget
-    /// of their own (`CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX`).
-    pub cluster_hosts: HashSet<IpAddr>,
+    pub cluster_hosts: ClusterHosts,
 }
 
 impl Security {
     /// Everyone may do everything, in plaintext.
     pub fn off() -> Security {
-        Security { access: Rc::new(Access::off()), tls: None, cluster_hosts: HashSet::new() }
+        Security { access: Rc::new(Access::off()), tls: None, cluster_hosts: ClusterHosts::default() }
     }
 
-    /// The same security, knowing the hosts of the cluster's nodes.
-    pub fn with_cluster_hosts(self, hosts: impl IntoIterator<Item = IpAddr>) -> Security {
-        Security { cluster_hosts: hosts.into_iter().collect(), ..self }
+    /// The same security, knowing the hosts of the cluster's nodes (and whatever they become).
+    pub fn with_cluster_hosts(self, hosts: ClusterHosts) -> Security {
+        Security { cluster_hosts: hosts, ..self }
     }
 
     /// Reads the access file and the TLS files; an error names the file and what is wrong.
@@ -405,7 +437,7 @@ impl Security {
     ) -> Result<Security, String> {
         let access = Rc::new(Access::open(access)?.with_cluster_secret(cluster_secret));
         let tls = tls.map(Tls::open).transpose()?;
-        Ok(Security { access, tls, cluster_hosts: HashSet::new() })
+        Ok(Security { access, tls, cluster_hosts: ClusterHosts::default() })
     }
 }
 
@@ -414,6 +446,11 @@ impl Security {
 struct Link {
     session: RefCell<Rc<Session>>,
     ending: RefCell<Option<Status>>,
+    /// The peer's address, as counted against the limits.
+    peer: Option<IpAddr>,
+    /// Whether it came from a host of the cluster's nodes, so that it leaves the budget before
+    /// authentication it entered, whatever the hosts became since.
+    cluster_host: bool,
     /// The connection in the shard's count for a scrape, until it is dropped.
     _counted: crate::metrics::shard::ConnectionCounted,
 }
@@ -448,7 +485,7 @@ struct Shard {
     limits: ConnectionLimits,
     access: Rc<Access>,
     tls: Option<Tls>,
-    cluster_hosts: HashSet<IpAddr>,
+    cluster_hosts: ClusterHosts,
     connections: Cell<usize>,
     /// Connections before authentication: strangers', in all and by address, and the cluster's
     /// hosts' (a budget of their own).
@@ -525,7 +562,7 @@ impl Shard {
 
     /// Whether `peer` is a host of one of the cluster's nodes.
     fn is_cluster_host(&self, peer: Option<IpAddr>) -> bool {
-        peer.is_some_and(|peer| self.cluster_hosts.contains(&peer))
+        peer.is_some_and(|peer| self.cluster_hosts.contains(peer))
     }
 
     /// Why a new connection from `peer` is refused, if it is: the limit it would pass.
@@ -574,7 +611,8 @@ impl Shard {
 
     fn opened(&self, socket: RawFd, peer: Option<IpAddr>) -> Rc<Link> {
         self.connections.set(self.connections.get() + 1);
-        if self.is_cluster_host(peer) {
+        let cluster_host = self.is_cluster_host(peer);
+        if cluster_host {
             self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() + 1);
         } else {
             self.unauthenticated.set(self.unauthenticated.get() + 1);
@@ -588,15 +626,18 @@ impl Shard {
         let link = Rc::new(Link {
             session: RefCell::new(Rc::new(Session::anonymous())),
             ending: RefCell::default(),
+            peer,
+            cluster_host,
             _counted: crate::metrics::shard::connection_opened(),
         });
         self.links.borrow_mut().insert(socket, link.clone());
         link
     }
 
-    /// A connection from `peer` authenticated: it leaves the counts before authentication.
-    fn authenticated(&self, peer: Option<IpAddr>) {
-        if self.is_cluster_host(peer) {
+    /// A connection authenticated: it leaves the counts before authentication.
+    fn authenticated(&self, link: &Link) {
+        let peer = link.peer;
+        if link.cluster_host {
             assert!(self.unauthenticated_cluster.get() > 0, "an unauthenticated connection is counted");
             self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() - 1);
             return;
@@ -608,9 +649,10 @@ impl Shard {
         }
     }
 
-    fn left(&self, socket: RawFd, peer: Option<IpAddr>, authenticated: bool) {
+    fn left(&self, socket: RawFd, link: &Link, authenticated: bool) {
+        let peer = link.peer;
         if !authenticated {
-            self.authenticated(peer);
+            self.authenticated(link);
         }
         if let Some(peer) = peer {
             uncount(&self.per_peer, peer);
@@ -695,10 +737,10 @@ pub async fn serve<H: Handler>(
         let link = shard.opened(socket, peer);
         let (handler, shard, stop) = (handler.clone(), shard.clone(), stop.clone());
         crate::runtime::spawn(async move {
-            let authenticated = open_connection(stream, peer, link, handler, stop, &shard).await;
+            let authenticated = open_connection(stream, peer, link.clone(), handler, stop, &shard).await;
             // The socket closed as the connection's task returned, and nothing ran since: no
             // other connection can have its number yet.
-            shard.left(socket, peer, authenticated);
+            shard.left(socket, &link, authenticated);
         })
         .detach();
     }
@@ -1085,7 +1127,7 @@ async fn serve_connection<H: Handler, S: Transport>(
     let mut reading = Reading {
         shard,
         socket,
-        peer,
+        link: link.clone(),
         plaintext: S::PLAINTEXT,
         splitter: FrameSplitter::new(),
         chunk: vec![0u8; READ_CHUNK_UNAUTHENTICATED_BYTES],
@@ -1272,7 +1314,8 @@ impl<H: Handler> Connection<H> {
 struct Reading<'a> {
     shard: &'a Shard,
     socket: RawFd,
-    peer: Option<IpAddr>,
+    /// The connection as its shard counts it.
+    link: Rc<Link>,
     /// Whether the stream is the socket's bytes (not TLS), so `FIONREAD` counts them.
     plaintext: bool,
     splitter: FrameSplitter,
@@ -1407,7 +1450,7 @@ impl Reading<'_> {
     fn authenticate(&mut self) {
         if !self.authenticated {
             self.authenticated = true;
-            self.shard.authenticated(self.peer);
+            self.shard.authenticated(&self.link);
             self.chunk = vec![0u8; READ_CHUNK_BYTES];
         }
     }
@@ -1932,17 +1975,17 @@ mod tests {
         let one: IpAddr = "10.0.0.1".parse().unwrap();
         let two: IpAddr = "10.0.0.2".parse().unwrap();
         let named = |status: Option<Status>| status.map(|status| status.message);
-        shard.opened(10, Some(one));
-        shard.opened(11, Some(one));
+        let first = shard.opened(10, Some(one));
+        let second = shard.opened(11, Some(one));
         assert!(named(shard.refusal(Some(two))).unwrap().contains("connections_unauthenticated_max"));
-        shard.authenticated(Some(one));
+        shard.authenticated(&first);
         assert!(named(shard.refusal(Some(one))).unwrap().contains("connections_per_peer_max"));
         assert_eq!(shard.refusal(Some(two)), None);
-        shard.opened(12, Some(two));
+        let third = shard.opened(12, Some(two));
         assert!(named(shard.refusal(None)).unwrap().contains("connections_per_shard_max"));
-        shard.left(10, Some(one), true);
-        shard.left(11, Some(one), false);
-        shard.left(12, Some(two), false);
+        shard.left(10, &first, true);
+        shard.left(11, &second, false);
+        shard.left(12, &third, false);
         assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
         assert!(shard.per_peer.borrow().is_empty() && shard.links.borrow().is_empty());
     }
@@ -1958,40 +2001,71 @@ mod tests {
             ..ConnectionLimits::default()
         };
         let node: IpAddr = "10.0.0.9".parse().unwrap();
-        let shard = Shard::new(limits, Security::off().with_cluster_hosts([node]));
+        let shard = Shard::new(limits, Security::off().with_cluster_hosts(ClusterHosts::new([node])));
         let stranger = |last: u8| -> IpAddr { format!("10.0.1.{last}").parse().unwrap() };
         let named = |status: Option<Status>| status.map(|status| status.message).unwrap_or_default();
-        shard.opened(10, Some(stranger(1)));
-        shard.opened(11, Some(stranger(1)));
+        let mut strangers = vec![shard.opened(10, Some(stranger(1))), shard.opened(11, Some(stranger(1)))];
         assert!(named(shard.refusal(Some(stranger(1)))).contains("connections_unauthenticated_per_peer_max"));
-        shard.opened(12, Some(stranger(2)));
-        shard.opened(13, Some(stranger(2)));
+        strangers.extend([shard.opened(12, Some(stranger(2))), shard.opened(13, Some(stranger(2)))]);
         assert!(named(shard.refusal(Some(stranger(3)))).contains("connections_unauthenticated_max"));
         // The cluster's node is still let in, again and again, and counts nowhere else.
-        for socket in 20..30 {
-            assert_eq!(shard.refusal(Some(node)), None);
-            shard.opened(socket, Some(node));
-        }
+        let nodes: Vec<Rc<Link>> = (20..30)
+            .map(|socket| {
+                assert_eq!(shard.refusal(Some(node)), None);
+                shard.opened(socket, Some(node))
+            })
+            .collect();
         assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (4, 10));
         // A stranger authenticating makes room for another of its address.
-        shard.authenticated(Some(stranger(1)));
+        shard.authenticated(&strangers[0]);
         assert_eq!(shard.refusal(Some(stranger(1))), None);
-        shard.left(10, Some(stranger(1)), true);
-        shard.left(11, Some(stranger(1)), false);
-        shard.left(12, Some(stranger(2)), false);
-        shard.left(13, Some(stranger(2)), false);
-        for socket in 20..30 {
-            let authenticated = socket % 2 == 0;
+        for (index, link) in strangers.iter().enumerate() {
+            shard.left(10 + index as RawFd, link, index == 0);
+        }
+        for (index, link) in nodes.iter().enumerate() {
+            let authenticated = index % 2 == 0;
             if authenticated {
-                shard.authenticated(Some(node));
+                shard.authenticated(link);
             }
-            shard.left(socket, Some(node), authenticated);
+            shard.left(20 + index as RawFd, link, authenticated);
         }
         assert_eq!(
             (shard.connections.get(), shard.unauthenticated.get(), shard.unauthenticated_cluster.get()),
             (0, 0, 0)
         );
         assert!(shard.unauthenticated_per_peer.borrow().is_empty() && shard.per_peer.borrow().is_empty());
+    }
+
+    /// A host that becomes one of the cluster's (a node added) is let into the cluster's budget
+    /// from then on, and one that stops being one (a node removed) into the strangers'; a
+    /// connection open meanwhile leaves the budget it entered.
+    #[test]
+    fn the_clusters_budget_follows_its_hosts_and_open_connections_keep_theirs() {
+        let limits = ConnectionLimits {
+            connections_unauthenticated_max: 2,
+            connections_unauthenticated_per_peer_max: 2,
+            ..ConnectionLimits::default()
+        };
+        let (old, new): (IpAddr, IpAddr) = ("10.0.0.9".parse().unwrap(), "10.0.0.10".parse().unwrap());
+        let hosts = ClusterHosts::new([old]);
+        let shard = Shard::new(limits, Security::off().with_cluster_hosts(hosts.clone()));
+        let strangers = [shard.opened(10, Some(new)), shard.opened(11, Some(new))];
+        let from_old = shard.opened(12, Some(old));
+        assert!(shard.refusal(Some(new)).is_some(), "a stranger beyond the strangers' budget");
+        assert!(hosts.replace([new]));
+        assert!(!hosts.replace([new]), "the same hosts change nothing");
+        assert_eq!(shard.refusal(Some(new)), None, "the new node is let in beside strangers");
+        let from_new = shard.opened(13, Some(new));
+        assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (2, 2));
+        assert!(shard.refusal(Some(old)).is_some(), "the removed node's host is a stranger now");
+        shard.left(12, &from_old, false);
+        shard.authenticated(&from_new);
+        shard.left(13, &from_new, true);
+        assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (2, 0));
+        for (index, link) in strangers.iter().enumerate() {
+            shard.left(10 + index as RawFd, link, false);
+        }
+        assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
     }
 
     /// The budget for partial frames counts what each holds and what they give back.
