@@ -451,6 +451,10 @@ struct Link {
     /// Whether it came from a host of the cluster's nodes, so that it leaves the budget before
     /// authentication it entered, whatever the hosts became since.
     cluster_host: bool,
+    /// Told when the shard stops, for the connection's writer (`Stall`): its own, so that a
+    /// writer's watch, polled at every write, finds one waiter here rather than scan the
+    /// stop's waiters, one per connection.
+    stopping: Notify,
     /// The connection in the shard's count for a scrape, until it is dropped.
     _counted: crate::metrics::shard::ConnectionCounted,
 }
@@ -628,6 +632,7 @@ impl Shard {
             ending: RefCell::default(),
             peer,
             cluster_host,
+            stopping: Notify::new(),
             _counted: crate::metrics::shard::connection_opened(),
         });
         self.links.borrow_mut().insert(socket, link.clone());
@@ -745,8 +750,9 @@ pub async fn serve<H: Handler>(
         .detach();
     }
     drop(listener);
-    for socket in shard.links.borrow().keys() {
+    for (socket, link) in shard.links.borrow().iter() {
         let _ = nix::sys::socket::shutdown(*socket, nix::sys::socket::Shutdown::Read);
+        link.stopping.notify_all();
     }
     let open_at_stop = shard.connections.get();
     loop {
@@ -1110,7 +1116,11 @@ async fn serve_connection<H: Handler, S: Transport>(
     let Accepted { socket, peer, local_address, at, link, certified } = accepted;
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
-    let stall = Stall { deadline: shard.limits.write_stall_deadline, stop: stop.clone() };
+    let stall = Stall {
+        deadline: shard.limits.write_stall_deadline,
+        stop: stop.clone(),
+        stopping: link.stopping.clone(),
+    };
     let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone(), stall));
     let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline, shard.limits.idle_deadline));
     let mut connection = Connection {
@@ -1668,10 +1678,12 @@ fn is_protocol_error(response: &Response) -> bool {
 }
 
 /// How long a connection's writer may wait for its socket without a byte taken, and the stop
-/// that shortens it (`WRITE_STALL_DEADLINE_STOPPING`).
+/// that shortens it (`WRITE_STALL_DEADLINE_STOPPING`): given (`stop`), and told to this
+/// connection (`stopping`, which `serve` notifies at the stop).
 struct Stall {
     deadline: Duration,
     stop: Stop,
+    stopping: Notify,
 }
 
 async fn write_responses<S: Transport>(
@@ -1744,6 +1756,8 @@ impl WriteProgress {
 /// the writer waits for answers, and at the stop.
 async fn watch_writes(progress: &WriteProgress, stall: &Stall) -> std::io::Result<()> {
     loop {
+        // Registered before looking, so that a stop in between is not missed.
+        let stopped = stall.stopping.notified();
         let stopping = stall.stop.is_given();
         let deadline =
             if stopping { stall.deadline.min(WRITE_STALL_DEADLINE_STOPPING) } else { stall.deadline };
@@ -1763,7 +1777,7 @@ async fn watch_writes(progress: &WriteProgress, stall: &Stall) -> std::io::Resul
         if stopping {
             sleep.await;
         } else {
-            futures_lite::future::or(sleep, stall.stop.given()).await;
+            futures_lite::future::or(sleep, stopped).await;
         }
     }
 }
@@ -2191,7 +2205,7 @@ mod tests {
     fn a_write_stalls_only_without_progress_for_the_whole_deadline() {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
             let deadline = Duration::from_millis(200);
-            let stall = Stall { deadline, stop: Stop::default() };
+            let stall = Stall { deadline, stop: Stop::default(), stopping: Notify::new() };
             let progress = WriteProgress::default();
             let watched = || {
                 futures_lite::future::or(async { Some(watch_writes(&progress, &stall).await) }, async {
@@ -2219,13 +2233,21 @@ mod tests {
             assert!(watched().await.expect("stalled").is_err());
             assert!(progress.stalled.get() && last.elapsed() >= deadline);
             // A stop shortens a long deadline.
-            let stall = Stall { deadline: Duration::from_secs(3600), stop: Stop::default() };
+            let stall =
+                Stall { deadline: Duration::from_secs(3600), stop: Stop::default(), stopping: Notify::new() };
             let progress = WriteProgress::default();
             progress.begin();
-            stall.stop.give();
+            let stopping = async {
+                crate::runtime::sleep(deadline).await;
+                stall.stop.give();
+                stall.stopping.notify_all();
+                futures_lite::future::pending::<std::io::Result<()>>().await
+            };
             let stopped = Instant::now();
-            assert!(watch_writes(&progress, &stall).await.is_err());
-            assert!(stopped.elapsed() <= WRITE_STALL_DEADLINE_STOPPING + Duration::from_secs(1));
+            assert!(futures_lite::future::or(watch_writes(&progress, &stall), stopping).await.is_err());
+            let elapsed = stopped.elapsed();
+            assert!(elapsed >= WRITE_STALL_DEADLINE_STOPPING, "{elapsed:?}");
+            assert!(elapsed <= WRITE_STALL_DEADLINE_STOPPING + Duration::from_secs(1), "{elapsed:?}");
         });
     }
 
