@@ -9,10 +9,11 @@
 //! reader stops reading beyond that, which is TCP backpressure); responses wait in a queue of
 //! the same bound; connections are limited per shard, per peer address, and before they are
 //! authenticated; a connection that completes no frame for `idle_deadline` is closed (bytes
-//! that never make a frame do not count), and so is one whose socket takes no byte for
-//! `write_stall_deadline` while an answer waits for it (a peer that never reads). A refusal or a closing for a limit is an error frame
-//! (request id 0) naming the limit. A frame that cannot be parsed gets a `ProtocolError` reply
-//! and the connection is closed; other connections carry on.
+//! that never make a frame do not count), and one whose socket takes no byte for
+//! `write_stall_deadline` while an answer waits for it (a peer that never reads) is reset. A
+//! refusal or a closing for a limit is an error frame (request id 0) naming the limit. A frame
+//! that cannot be parsed gets a `ProtocolError` reply and the connection is closed; other
+//! connections carry on.
 //!
 //! Security (`Security`, per shard): with TLS on, every connection is handshaken first (within
 //! `unauthenticated_deadline`; a failed handshake closes that connection alone, with one
@@ -373,6 +374,8 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
 /// Hosts a shard counts as the cluster's nodes': the hosts of the largest cluster
 /// (`CLUSTER_NODES_MAX`, 256) a few times over. Beyond them, connections count as strangers'.
 pub const CLUSTER_HOSTS_MAX: usize = 1024;
+// Every host `--cluster` may name fits (`cluster_hosts` takes those first).
+const _: () = assert!(crate::node::CLUSTER_NODES_MAX <= CLUSTER_HOSTS_MAX);
 
 /// The hosts of the cluster's nodes, as one shard knows them now: those `--cluster` names and
 /// those of the nodes the catalog registered since (an `add-node`, a `--join`). Their
@@ -398,6 +401,7 @@ impl ClusterHosts {
     /// Returns whether that changed anything.
     pub fn replace(&self, hosts: impl IntoIterator<Item = IpAddr>) -> bool {
         let hosts: HashSet<IpAddr> = hosts.into_iter().collect();
+        assert!(hosts.len() <= CLUSTER_HOSTS_MAX, "{} hosts of the cluster's nodes", hosts.len());
         let changed = *self.0.borrow() != hosts;
         *self.0.borrow_mut() = hosts;
         changed
@@ -1226,15 +1230,12 @@ async fn serve_connection<H: Handler, S: Transport>(
     if outbound.stalled.get() {
         if let Some(suppressed) = shard.write_stalls.borrow_mut().admit() {
             let peer = peer.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
-            let deadline = if stop.is_given() {
-                WRITE_STALL_DEADLINE_STOPPING
-            } else {
-                shard.limits.write_stall_deadline
-            };
+            let limit = shard.limits.write_stall_deadline;
+            let deadline = if stop.is_given() { limit.min(WRITE_STALL_DEADLINE_STOPPING) } else { limit };
             crate::log_info!(
                 "ringpostd: reset a connection from {peer}: its socket took no byte for {} ms while answers \
                  waited (write_stall_deadline) ({suppressed} more not logged since the last line)",
-                deadline.min(shard.limits.write_stall_deadline).as_millis()
+                deadline.as_millis()
             );
         }
     }
