@@ -69,8 +69,8 @@ struct Flags {
     #[argh(option)]
     connections_unauthenticated_max: Option<usize>,
     /// connections one peer address may hold on each shard before they authenticate, so that
-    /// one address cannot take them all; the hosts --cluster names have a budget of their own
-    /// (default 64)
+    /// one address cannot take them all; the cluster's nodes (the hosts --cluster names and
+    /// those added since) have a budget of their own (default 64)
     #[argh(option)]
     connections_unauthenticated_per_peer_max: Option<usize>,
     /// mebibytes that the frames not yet whole of each shard's connections may hold; a frame that
@@ -92,6 +92,11 @@ struct Flags {
     /// counting the time a streaming pull is open on it (default 600)
     #[argh(option)]
     idle_deadline_seconds: Option<u64>,
+    /// seconds a connection's socket may take no byte while an answer waits for it (a peer
+    /// that does not read) before the connection is reset and what it held released (default
+    /// 60)
+    #[argh(option)]
+    write_stall_deadline_seconds: Option<u64>,
     /// whether requests must be authenticated and permitted: auto (the default: off on a
     /// loopback --listen address, required on any other), required, or off
     #[argh(option, default = "String::from(\"auto\")")]
@@ -120,6 +125,11 @@ struct Flags {
     /// threads of the gRPC API's runtime, on the cores no shard is pinned to (default 2)
     #[argh(option)]
     grpc_threads: Option<usize>,
+    /// seconds a gRPC connection may stay open with no call on it before it is closed
+    /// gracefully (GOAWAY), counted from its last call's end; a streaming pull is a call
+    /// (default 600)
+    #[argh(option)]
+    grpc_idle_deadline_seconds: Option<u64>,
     /// the least severe log lines written: error, warn, info or debug (default
     /// $RINGPOST_LOG, else info)
     #[argh(option)]
@@ -268,6 +278,12 @@ fn connection_limits(flags: &Flags) -> ringpost_daemon::protocol::native::server
         duration(flags.idle_deadline_seconds.map(|seconds| seconds * 1000), "idle-deadline-seconds")
     {
         limits.idle_deadline = deadline;
+    }
+    if let Some(deadline) = duration(
+        flags.write_stall_deadline_seconds.map(|seconds| seconds * 1000),
+        "write-stall-deadline-seconds",
+    ) {
+        limits.write_stall_deadline = deadline;
     }
     limits
 }
@@ -605,6 +621,12 @@ fn main() {
             usage_error("--grpc-threads must be at least 1");
         }
         config.grpc.threads = threads;
+    }
+    if let Some(seconds) = flags.grpc_idle_deadline_seconds {
+        if seconds == 0 {
+            usage_error("--grpc-idle-deadline-seconds must be at least 1");
+        }
+        config.grpc.idle_deadline = Duration::from_secs(seconds);
     }
     (config.access, config.tls) = security_settings(&flags, listen, config.grpc.listen);
     if let Some(list) = &flags.cluster {

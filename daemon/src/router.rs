@@ -651,6 +651,12 @@ impl<S: Storage> Router<S> {
         self.state.borrow().nodes.get(&node).map(|node| node.grpc_address.clone()).unwrap_or_default()
     }
 
+    /// The nodes the catalog registered, as this node applied it (the hosts of the cluster's
+    /// nodes follow them: `node::router_shard`).
+    pub fn registered_nodes(&self) -> std::collections::BTreeMap<u64, NodeRecord> {
+        self.state.borrow().nodes.clone()
+    }
+
     /// Changes of which node leads the catalog (see `Catalog::role_changes`).
     pub fn leader_changes(&self) -> crate::catalog::RoleChanges {
         self.catalog.role_changes()

@@ -35,6 +35,7 @@ const REQUEST_FENCE_REPLICA: u8 = 15;
 const REQUEST_ELECTIONS_WANTED: u8 = 16;
 const REQUEST_REPLICA_PROGRESS: u8 = 17;
 const REQUEST_REQUESTS: u8 = 18;
+const REQUEST_CLUSTER_HOSTS: u8 = 19;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -50,6 +51,9 @@ const OK_REQUESTS: u8 = 8;
 
 /// Most topics a `ControlOk::Topics` lists.
 const TOPICS_LISTED_MAX: usize = 1 << 20;
+
+/// Most hosts a `ClusterHosts` names.
+const CLUSTER_HOSTS_MAX: usize = crate::protocol::native::server::CLUSTER_HOSTS_MAX;
 
 /// Most replicas a control request names: one per voter of the largest cluster.
 const REPLICAS_MAX: usize = crate::catalog::entry::REPLICAS_MAX;
@@ -137,6 +141,14 @@ impl ControlRequest {
             ControlRequest::ReplicaProgress { topic_id } => {
                 encoder = Encoder::new(REQUEST_REPLICA_PROGRESS);
                 encoder.u64(*topic_id);
+            }
+            ControlRequest::ClusterHosts { hosts } => {
+                assert!(hosts.len() <= CLUSTER_HOSTS_MAX, "{} cluster hosts", hosts.len());
+                encoder = Encoder::new(REQUEST_CLUSTER_HOSTS);
+                encoder.u32(hosts.len() as u32);
+                for host in hosts {
+                    encoder.str(&host.to_string());
+                }
             }
         }
         encoder.0
@@ -239,6 +251,17 @@ impl ControlRequest {
             REQUEST_ELECTIONS_WANTED => ControlRequest::ElectionsWanted,
             REQUEST_REPLICA_PROGRESS => fields("control request ReplicaProgress", decoder, |decoder| {
                 Ok(ControlRequest::ReplicaProgress { topic_id: decoder.u64()? })
+            })?,
+            REQUEST_CLUSTER_HOSTS => fields("control request ClusterHosts", decoder, |decoder| {
+                let count = decoder.u32()? as usize;
+                if count > CLUSTER_HOSTS_MAX {
+                    return Err("more hosts than CLUSTER_HOSTS_MAX");
+                }
+                let mut hosts = Vec::with_capacity(count);
+                for _ in 0..count {
+                    hosts.push(decoder.str()?.parse().map_err(|_| "a host that is not an IP address")?);
+                }
+                Ok(ControlRequest::ClusterHosts { hosts })
             })?,
             _ => return Err(format!("unknown control request tag {tag}")),
         };
@@ -790,6 +813,9 @@ mod tests {
             ControlRequest::FenceReplica { topic_id: 17, epoch: 4 },
             ControlRequest::ElectionsWanted,
             ControlRequest::ReplicaProgress { topic_id: 77 },
+            ControlRequest::ClusterHosts {
+                hosts: vec!["10.0.0.4".parse().unwrap(), "fd00::4".parse().unwrap()],
+            },
         ]
     }
 
@@ -958,7 +984,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 19];
+        let mut seen_requests = [false; 20];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -980,6 +1006,7 @@ mod tests {
                 ControlRequest::ElectionsWanted => 16,
                 ControlRequest::ReplicaProgress { .. } => 17,
                 ControlRequest::Requests => 18,
+                ControlRequest::ClusterHosts { .. } => 19,
             };
             seen_requests[index] = true;
         }

@@ -115,6 +115,13 @@ pub enum ControlRequest {
     ReplicaProgress {
         topic_id: u64,
     },
+    /// The hosts of the cluster's nodes are now `hosts` (the catalog registered a node, or
+    /// removed one): the shard's connection server counts their connections before
+    /// authentication in the cluster's budget (`protocol::native::server::ClusterHosts`). At
+    /// most `CLUSTER_HOSTS_MAX`.
+    ClusterHosts {
+        hosts: Vec<std::net::IpAddr>,
+    },
 }
 
 /// One replica's logs (messages, journal), and a leader's view of its followers.

@@ -3,7 +3,7 @@
 
 use super::os::{into_glommio, stop_on_close};
 use super::{repeat_every, Config};
-use crate::control::{ControlEnvelope, ControlReply, CONTROL_CHANNEL_CAPACITY};
+use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, CONTROL_CHANNEL_CAPACITY};
 use crate::{clock, log, protocol, shard, storage};
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
@@ -147,12 +147,14 @@ fn start_forwarder_shard(
                 }
             }
             let cluster_secret = cluster.as_ref().and_then(|(_, secret)| secret.as_deref());
+            // The router shard tells of the nodes registered since (`ClusterHosts` below).
+            let hosts = protocol::native::server::ClusterHosts::new(cluster_hosts);
             let security = match protocol::native::server::Security::open_with_cluster(
                 &access_settings,
                 tls_settings.as_ref(),
                 cluster_secret,
             ) {
-                Ok(security) => security.with_cluster_hosts(cluster_hosts),
+                Ok(security) => security.with_cluster_hosts(hosts.clone()),
                 Err(error) => {
                     let _ = ready.send(Err(error));
                     return;
@@ -215,6 +217,14 @@ fn start_forwarder_shard(
             // first, so none is cut short by this shard's stop).
             crate::runtime::spawn(async move {
                 while let Some(envelope) = requests.recv().await {
+                    if let ControlRequest::ClusterHosts { hosts: now } = &envelope.request {
+                        // The connection server's to keep, not the forwarder's.
+                        hosts.replace(now.iter().copied());
+                        let reply =
+                            ControlReply { request_id: envelope.request_id, result: Ok(ControlOk::Done) };
+                        let _ = replies.send(reply).await;
+                        continue;
+                    }
                     let forwarder = forwarder.clone();
                     let replies = replies.clone();
                     crate::runtime::spawn(async move {

@@ -506,6 +506,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
             config.grpc.threads,
             cores_without_a_shard(&config, shards),
             config.tls.as_ref(),
+            config.grpc.idle_deadline,
         )?),
         _ => None,
     };

@@ -124,6 +124,9 @@ pub(super) fn start_router_shard(
             }
             let directories = log::Directories::new(data_dirs);
             let storage = storage::dma::DmaStorage;
+            // The router's port and the cluster port share what this shard knows of the
+            // cluster's hosts; `follow_cluster_hosts` keeps it (and the forwarders') current.
+            let hosts = protocol::native::server::ClusterHosts::new(cluster_hosts.iter().copied());
             // Forwarders of this node present the cluster's secret here to look up topics
             // another node leads (their dead letters).
             let security = match protocol::native::server::Security::open_with_cluster(
@@ -131,7 +134,7 @@ pub(super) fn start_router_shard(
                 tls_settings.as_ref(),
                 cluster_secret.as_deref(),
             ) {
-                Ok(security) => security.with_cluster_hosts(cluster_hosts.iter().copied()),
+                Ok(security) => security.with_cluster_hosts(hosts.clone()),
                 Err(error) => return fail(error),
             };
             let access = security.access.clone();
@@ -165,7 +168,7 @@ pub(super) fn start_router_shard(
                     shards as u32,
                     balance_factor,
                     cluster,
-                    &access,
+                    (&access, &hosts),
                     &stop,
                     connection_limits,
                     cluster_tls,
@@ -219,6 +222,9 @@ pub(super) fn start_router_shard(
             }
             if let Some(view) = leader_view {
                 keep_leader_view(&router, view, &stop);
+            }
+            if peers.is_some() {
+                follow_cluster_hosts(&router, cluster_hosts, hosts, shards as u32, &stop);
             }
             door.open(router.clone());
             let _ = router_ready.send(Ok(()));
@@ -373,6 +379,65 @@ fn keep_leader_view<S: storage::Storage>(
     .detach();
 }
 
+/// How often the router shard looks whether the catalog's registrations changed the hosts of
+/// the cluster's nodes, as often as a shard reloads its access file: a node added is let in
+/// beside strangers within a second of its registration being applied here.
+const CLUSTER_HOSTS_CHECK_INTERVAL: std::time::Duration = protocol::native::server::SECURITY_CHECK_INTERVAL;
+
+/// Keeps every shard's hosts of the cluster's nodes (`ClusterHosts`) following the catalog:
+/// those `--cluster` named (`given`) and those of every node registered (`add-node`, `--join`),
+/// here for the router's port and the cluster port (`hosts`), and by message for each of the
+/// `forwarders` local forwarder shards, which have their own. A forwarder that was not told
+/// (its channel full at a stop) is told again at the next look.
+fn follow_cluster_hosts<S: storage::Storage>(
+    router: &Rc<router::Router<S>>,
+    given: Vec<std::net::IpAddr>,
+    hosts: protocol::native::server::ClusterHosts,
+    forwarders: u32,
+    stop: &sync::Stop,
+) {
+    let (router, stop) = (router.clone(), stop.clone());
+    crate::runtime::spawn(async move {
+        // What the shards were started with (`--cluster`'s hosts, as the list they make).
+        let mut told = protocol::native::peer::cluster_hosts(&given, &Default::default());
+        loop {
+            let stopped = futures_lite::future::or(
+                async {
+                    crate::runtime::sleep(CLUSTER_HOSTS_CHECK_INTERVAL).await;
+                    false
+                },
+                async {
+                    stop.given().await;
+                    true
+                },
+            )
+            .await;
+            if stopped {
+                return;
+            }
+            let now = protocol::native::peer::cluster_hosts(&given, &router.registered_nodes());
+            if now == told {
+                continue;
+            }
+            hosts.replace(now.iter().copied());
+            let mut all_told = true;
+            for local in 0..forwarders {
+                let request = crate::control::ControlRequest::ClusterHosts { hosts: now.clone() };
+                all_told &= router.local_control(local, request).await.is_ok();
+            }
+            if all_told {
+                crate::log_info!(
+                    "ringpostd: the hosts of the cluster's nodes are now {} (their connections before authentication \
+                     have a budget of their own)",
+                    now.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                );
+                told = now;
+            }
+        }
+    })
+    .detach();
+}
+
 /// Opens this node's voter of the cluster's catalog, serves the cluster port (the other voters
 /// need it to elect anyone), and waits until the catalog has a leader and this node applied
 /// what it committed.
@@ -383,7 +448,7 @@ async fn open_clustered(
     shards: u32,
     balance_factor: f64,
     cluster: &ClusterWiring,
-    access: &Rc<crate::auth::Access>,
+    (access, hosts): (&Rc<crate::auth::Access>, &protocol::native::server::ClusterHosts),
     stop: &sync::Stop,
     connection_limits: protocol::native::server::ConnectionLimits,
     cluster_tls: Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
@@ -421,16 +486,11 @@ async fn open_clustered(
     let listener =
         into_glommio(cluster.listener.try_clone().map_err(|error| format!("the cluster port: {error}"))?);
     let serving = handler.clone();
-    let (stop, limits, port_secret, hosts) =
-        (stop.clone(), connection_limits, secret.clone(), settings.hosts());
+    let (stop, limits, port_secret, hosts) = (stop.clone(), connection_limits, secret.clone(), hosts.clone());
     crate::runtime::spawn(async move {
         // Only the cluster's secret authenticates here; the router's access file does not.
         let access = Rc::new(crate::auth::Access::for_cluster(port_secret.as_deref()));
-        let security = protocol::native::server::Security {
-            access,
-            tls: server_tls,
-            cluster_hosts: hosts.into_iter().collect(),
-        };
+        let security = protocol::native::server::Security { access, tls: server_tls, cluster_hosts: hosts };
         protocol::native::server::serve(listener, serving, stop, limits, security).await;
     })
     .detach();

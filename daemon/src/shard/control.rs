@@ -72,6 +72,9 @@ impl<S: Storage> Forwarder<S> {
                 self.detach_subscription(subscription_id, &name, topic_id, deleted);
                 Ok(ControlOk::Done)
             }
+            // The shard's connection server keeps the cluster's hosts, not the forwarder: the
+            // shard's start takes this request before it reaches here (`node::forwarder_shard`).
+            ControlRequest::ClusterHosts { .. } => Ok(ControlOk::Done),
         }
     }
 

@@ -426,6 +426,7 @@ fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
     let unauthenticated_deadline = Duration::from_millis(1500);
     let frame_base = Duration::from_millis(2500);
     let rate = 64 * 1024;
+    let count = env_count("RINGPOST_SLOW_CONNECTIONS", 200);
     let daemon = Daemon::start_with(
         "slow-connections",
         Vec::new(),
@@ -436,10 +437,10 @@ fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
             &frame_base.as_millis().to_string(),
             "--frame-bytes-per-second-min",
             &rate.to_string(),
-            // Every trickler comes from 127.0.0.1: this test is of deadlines and memory, so the
-            // per-address share before authentication (tested on its own) must not refuse them.
+            // Every trickler comes from 127.0.0.1: this test is about deadlines, so its address
+            // may hold them all before they authenticate (the share's own test is below).
             "--connections-unauthenticated-per-peer-max",
-            "1024",
+            &count.to_string(),
         ]
         .map(String::from)
         .to_vec(),
@@ -453,7 +454,6 @@ fn slow_connections_are_closed_at_their_deadlines_within_bounded_memory() {
     let baseline_kib = daemon.memory_kib("VmRSS");
     let publisher = Publisher::start(daemon.client(), "legit");
 
-    let count = env_count("RINGPOST_SLOW_CONNECTIONS", 200);
     let started = Instant::now();
     let mut headers: Vec<Trickler> =
         (0..count).map(|index| Trickler::header_only(&targets[index % targets.len()])).collect();
@@ -1058,4 +1058,239 @@ fn grpc_strangers_take_only_their_share_and_silent_ones_are_evicted() {
     println!(
         "gRPC: {SHARE} silent connections from one address, all evicted {evicted_after:?} after they opened"
     );
+}
+
+/// A raw HTTP/2 connection to the gRPC API that answers the server's pings (h2 does) and opens
+/// only the calls a test asks for; `closed` resolves with how the connection ended.
+struct Http2Connection {
+    client: h2::client::SendRequest<bytes::Bytes>,
+    closed: tokio::task::JoinHandle<(Instant, Result<(), h2::Error>)>,
+}
+
+impl Http2Connection {
+    async fn open(address: &str) -> Http2Connection {
+        let socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (client, connection) = h2::client::handshake(socket).await.unwrap();
+        let closed = tokio::spawn(async move {
+            let result = connection.await;
+            (Instant::now(), result)
+        });
+        Http2Connection { client, closed }
+    }
+
+    /// Starts a call of `method` ("Publisher/GetTopic") with `message`, ending the request
+    /// there if `end`; returns its response's head and body once they begin.
+    async fn call(
+        &mut self,
+        address: &str,
+        method: &str,
+        message: bytes::Bytes,
+        end: bool,
+    ) -> (h2::RecvStream, h2::SendStream<bytes::Bytes>) {
+        let request = http::Request::post(format!("http://{address}/google.pubsub.v1.{method}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let mut client = self.client.clone().ready().await.unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(message, end).unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200, "{method}");
+        (response.into_body(), body)
+    }
+}
+
+/// How `connection` ended, if it did by `limit`.
+fn closed_by(
+    runtime: &tokio::runtime::Runtime,
+    connection: Http2Connection,
+    limit: Instant,
+) -> Option<(Instant, Result<(), h2::Error>)> {
+    let left = limit.saturating_duration_since(Instant::now());
+    let ended = runtime.block_on(async { tokio::time::timeout(left, connection.closed).await }).ok()?;
+    Some(ended.unwrap())
+}
+
+/// Reads a gRPC response body until it holds at least `bytes` bytes of messages, within 10 s.
+async fn read_at_least(body: &mut h2::RecvStream, bytes: usize, what: &str) {
+    let mut read = 0;
+    while read < bytes {
+        let data = tokio::time::timeout(Duration::from_secs(10), body.data())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: nothing came within 10 s"))
+            .unwrap_or_else(|| panic!("{what} ended"))
+            .unwrap();
+        read += data.len();
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+}
+
+/// gRPC connections that answer pings but never open a call are closed at the idle deadline
+/// (`--grpc-idle-deadline-seconds`), gracefully (GOAWAY), and give their slots back; a
+/// connection with a StreamingPull open and one calling now and then are not, however long;
+/// and once the stream ends, its connection is closed a deadline after that end. (Keepalive
+/// alone closes only peers that do not answer pings: these held a slot for ever.)
+#[test]
+fn idle_grpc_connections_are_closed_and_busy_ones_are_not() {
+    use crate::resets::{connections as open_connections, grpc_message};
+    use ringpost_tests::grpc::{pubsub, subscription_path, topic_path};
+    const SILENT: usize = 8;
+    let idle = Duration::from_secs(3);
+    // What a loaded machine may add to a close (the server's timer, the GOAWAY's round trip).
+    let late = Duration::from_secs(5);
+    let daemon = Daemon::start_with(
+        "grpc-idle",
+        Vec::new(),
+        ["--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--grpc-idle-deadline-seconds", "3"]
+            .map(String::from)
+            .to_vec(),
+    );
+    let client = daemon.client();
+    ringpost_tests::create_topic_and_subscription(&client, "idle-stream", "idle-stream-sub", 60);
+    let address = daemon.grpc_address.clone().expect("the gRPC API");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let opened = Instant::now();
+    let silent: Vec<Http2Connection> =
+        (0..SILENT).map(|_| runtime.block_on(Http2Connection::open(&address))).collect();
+    let mut streaming = runtime.block_on(Http2Connection::open(&address));
+    let pull = pubsub::StreamingPullRequest {
+        subscription: subscription_path("idle-stream-sub"),
+        stream_ack_deadline_seconds: 60,
+        ..Default::default()
+    };
+    let (mut stream, stream_request) =
+        runtime.block_on(streaming.call(&address, "Subscriber/StreamingPull", grpc_message(&pull), false));
+    let mut calling = runtime.block_on(Http2Connection::open(&address));
+    let get = pubsub::GetTopicRequest { topic: topic_path("idle-stream") };
+    let mut calls = 0;
+    let mut messages = 0;
+    // Three deadlines: the calling connection calls each second, and the stream gets a
+    // message each second call.
+    while opened.elapsed() < idle * 3 {
+        std::thread::sleep(Duration::from_secs(1));
+        let (mut answer, _) =
+            runtime.block_on(calling.call(&address, "Publisher/GetTopic", grpc_message(&get), true));
+        runtime.block_on(read_at_least(&mut answer, 5, "a GetTopic"));
+        calls += 1;
+        if calls % 2 == 0 {
+            block_on(client.publish("idle-stream", vec![Message::new("now and then")])).unwrap();
+            runtime.block_on(read_at_least(&mut stream, 20, "the stream"));
+            messages += 1;
+        }
+    }
+    let mut closed_after = Vec::new();
+    for connection in silent {
+        let (at, result) = closed_by(&runtime, connection, opened + idle + late)
+            .expect("a silent connection was kept past the idle deadline");
+        assert!(result.is_ok(), "a silent connection was not closed gracefully: {result:?}");
+        closed_after.push(at - opened);
+    }
+    let (first, last) = (*closed_after.iter().min().unwrap(), *closed_after.iter().max().unwrap());
+    assert!(first + Duration::from_millis(200) >= idle, "a silent connection closed after {first:?}");
+    assert!(last <= idle + late, "a silent connection closed only after {last:?}");
+    assert!(!streaming.closed.is_finished(), "the connection with a stream open was closed");
+    assert!(!calling.closed.is_finished(), "the connection calling now and then was closed");
+    assert_eq!(open_connections(&daemon, "grpc"), 2.0, "the silent connections' slots");
+
+    // The stream ends (the client cancels it): its connection is closed a deadline later.
+    drop((stream, stream_request));
+    let ended = Instant::now();
+    let (at, result) = closed_by(&runtime, streaming, ended + idle + late)
+        .expect("the stream's connection was kept past the idle deadline after the stream's end");
+    assert!(result.is_ok(), "{result:?}");
+    let after_end = at - ended;
+    assert!(after_end + Duration::from_millis(200) >= idle, "closed {after_end:?} after its stream ended");
+    assert!(after_end <= idle + late, "closed only {after_end:?} after its stream ended");
+    println!(
+        "gRPC idle deadline {idle:?}: {SILENT} silent connections closed {first:?} to {last:?} after they \
+         opened; a stream open {:?} ({messages} messages) and a connection calling each second ({calls} \
+         calls) kept; the stream's connection closed {after_end:?} after the stream ended",
+        ended - opened
+    );
+    runtime.shutdown_background();
+}
+
+/// Whether a connection from `source` to `address` presenting `secret` (the cluster's) is
+/// answered: `Err` with the refusal it got instead.
+fn node_admitted(source: &str, address: &str, secret: &str) -> Result<(), Status> {
+    let mut stream = connect_from(source, address);
+    stream.write_all(&crate::security::authenticate_frame(secret, 1)).unwrap();
+    let (header, body) = read_frame(&mut stream, Duration::from_secs(5)).expect("an answer or a refusal");
+    if header.is_error() {
+        return Err(decode_error(&body));
+    }
+    Ok(())
+}
+
+/// A node added to the cluster after the start (`ringpost cluster add-node`) at an address
+/// `--cluster` does not name is one of the cluster's nodes on every port of every node as soon
+/// as its registration is applied: with strangers holding every slot before authentication,
+/// its connections are answered in the cluster's budget on node 1's cluster port, router port
+/// and forwarder port and on node 2's forwarder port (each shard its own server), while
+/// strangers are still refused. Before it was added, it was refused like any stranger.
+#[test]
+fn a_node_added_later_is_let_in_beside_strangers_on_every_port() {
+    use crate::security::{random_secret, Files};
+    const NEW_NODE_HOST: &str = "127.0.0.5";
+    let files = Files::new("cluster-added");
+    let secret = random_secret();
+    std::fs::write(files.path("cluster-secret"), format!("{secret}\n")).unwrap();
+    let cluster = ringpost_tests::cluster::Cluster::start(
+        "cluster-added",
+        3,
+        [
+            "--cluster-secret-file",
+            &files.path("cluster-secret").display().to_string(),
+            "--connections-unauthenticated-max",
+            "8",
+            "--connections-unauthenticated-per-peer-max",
+            "4",
+            "--unauthenticated-deadline-ms",
+            "60000",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let ports = [
+        cluster.cluster_addresses[0].clone(),
+        cluster.node(1).address.clone(),
+        forwarders(cluster.node(1))[0].clone(),
+        forwarders(cluster.node(2))[0].clone(),
+    ];
+    let mut held = Vec::new();
+    for port in &ports {
+        held.extend(open_idle("127.0.0.2", port, 4));
+        held.extend(open_idle("127.0.0.3", port, 4));
+        let status = node_admitted(NEW_NODE_HOST, port, &secret).expect_err("a host --cluster does not name");
+        assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+    }
+    // Nothing serves at the new node's cluster address: the add waits for it to catch up (and
+    // gives up after 30 s), but its registration is applied at once.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let new_node = format!("{NEW_NODE_HOST}:{free}");
+    let client = cluster.node(cluster.leader()).client();
+    let adding = std::thread::spawn(move || block_on(client.add_node(4, &new_node, false)));
+    let added = Instant::now();
+    for port in &ports {
+        let until = added + Duration::from_secs(20);
+        while let Err(status) = node_admitted(NEW_NODE_HOST, port, &secret) {
+            assert!(
+                Instant::now() < until,
+                "the added node was still refused on {port} 20 s after: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let status = node_admitted("127.0.0.6", port, &secret).expect_err("a stranger beside the node");
+        assert!(status.message.contains("connections_unauthenticated_max"), "{status}");
+    }
+    println!(
+        "a node added at {NEW_NODE_HOST} was let in beside strangers on {} ports of two nodes {:?} after the add",
+        ports.len(),
+        added.elapsed()
+    );
+    drop(held);
+    drop(cluster);
+    // The add ends with the cluster, whatever it answers.
+    let _ = adding.join();
 }

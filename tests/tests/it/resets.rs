@@ -60,7 +60,7 @@ fn scrape(daemon: &Daemon) -> Scrape {
 }
 
 /// Connections of `protocol` open, over every shard (`ringpost_connections`).
-fn connections(daemon: &Daemon, protocol: &str) -> f64 {
+pub(crate) fn connections(daemon: &Daemon, protocol: &str) -> f64 {
     scrape(daemon)
         .samples
         .iter()
@@ -347,7 +347,7 @@ fn reset_connections_give_the_response_budget_back() {
 }
 
 /// A gRPC request message on the wire: uncompressed, its length, its protobuf.
-fn grpc_message(message: &impl prost::Message) -> bytes::Bytes {
+pub(crate) fn grpc_message(message: &impl prost::Message) -> bytes::Bytes {
     let encoded = message.encode_to_vec();
     let mut bytes = vec![0u8];
     bytes.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
@@ -504,4 +504,209 @@ fn grpc_connections_reset_mid_call_release_everything() {
     drop(grpc);
     let client = daemon.client();
     still_whole(daemon, client);
+}
+
+/// The write-stall deadline of the tests of peers that never read.
+const WRITE_STALL_DEADLINE: Duration = Duration::from_secs(3);
+
+/// A connection to `address` whose receive buffer is as small as the kernel allows, so that a
+/// peer that never reads leaves nearly all of its answers with the daemon.
+fn connect_never_reading(address: &str) -> TcpStream {
+    use nix::libc;
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(address) = address.parse().unwrap() else { panic!("IPv4 only") };
+    let remote = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: address.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*address.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    let length = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor made here, with values that live across them.
+    unsafe {
+        let socket = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(socket >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(socket);
+        let buffer: libc::c_int = 4096;
+        let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let set = libc::setsockopt(
+            socket,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&buffer as *const libc::c_int).cast(),
+            size,
+        );
+        assert_eq!(set, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+        let connected = libc::connect(socket, (&remote as *const libc::sockaddr_in).cast(), length);
+        assert_eq!(connected, 0, "connect {address}: {}", std::io::Error::last_os_error());
+        stream
+    }
+}
+
+/// Whether the daemon reset `stream` (what it had sent before is read and dropped first),
+/// within `limit`.
+fn reset_by_the_daemon(stream: &mut TcpStream, limit: Duration) -> bool {
+    use std::io::Read;
+    let until = Instant::now() + limit;
+    stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut buffer = vec![0u8; 1 << 20];
+    while Instant::now() < until {
+        match stream.read(&mut buffer) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(error)
+                if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(error) => panic!("reading the never-reading connection: {error}"),
+        }
+    }
+    false
+}
+
+/// Reads the answers of `count` pipelined requests, slowly for `slow_for` (`chunk` bytes each
+/// `pause`), then at full speed; returns their headers. Panics on an error answer or a close.
+fn read_slowly(
+    stream: &mut TcpStream,
+    count: usize,
+    slow_for: Duration,
+    chunk: usize,
+    pause: Duration,
+) -> usize {
+    use ringpost_wire::frame::FrameHeader;
+    use ringpost_wire::limits::FRAME_HEADER_BYTES;
+    use std::io::Read;
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let started = Instant::now();
+    let mut bytes = 0;
+    let mut read_exactly = |stream: &mut TcpStream, length: usize| -> Vec<u8> {
+        let mut body = vec![0u8; length];
+        let mut filled = 0;
+        while filled < length {
+            let slow = started.elapsed() < slow_for;
+            let end = if slow { length.min(filled + chunk) } else { length };
+            stream.read_exact(&mut body[filled..end]).expect("a slow reader's connection was cut");
+            filled = end;
+            if slow {
+                std::thread::sleep(pause);
+            }
+        }
+        bytes += length;
+        body
+    };
+    for _ in 0..count {
+        let header = read_exactly(stream, FRAME_HEADER_BYTES);
+        let header = FrameHeader::decode(&header).unwrap();
+        let body = read_exactly(stream, header.body_length as usize);
+        assert!(
+            !header.is_error(),
+            "a slow reader was answered {}",
+            ringpost_wire::frame::decode_error(&body)
+        );
+    }
+    bytes
+}
+
+/// A peer that is alive but never reads (issue 47's pipelined unread pulls, held rather than
+/// reset) is cut at the write-stall deadline (`--write-stall-deadline-seconds`): its connection
+/// is reset and released (the connection gauge, the daemon's descriptors), the shard's budget for
+/// responses its pulls held comes back (a stream with a window of 20 MB is served), and SIGTERM
+/// exits 0. A reader that is slow but takes bytes the whole time is never cut, past several
+/// deadlines.
+#[test]
+fn a_peer_that_never_reads_is_cut_at_the_write_stall_deadline() {
+    raise_open_files();
+    let stall = WRITE_STALL_DEADLINE.as_secs().to_string();
+    let daemon = start("stall", vec!["--write-stall-deadline-seconds".into(), stall]);
+    let client = daemon.client();
+    block_on(client.create_topic("resets")).unwrap();
+    block_on(client.create_topic("resets-later")).unwrap();
+    create_subscription(&client, "resets-backlog", "resets", 60);
+    create_subscription(&client, "resets-slow", "resets", 60);
+    create_subscription(&client, "resets-after", "resets", 60);
+    for index in 0..WAITING_PULLS {
+        create_subscription(&client, &format!("resets-later-{index}"), "resets-later", 60);
+    }
+    publish_large(&client, "resets", LARGE_MESSAGES, 10);
+    drop(client);
+    let before = quiet_descriptors(&daemon);
+    let forwarder = forwarders(&daemon)[0].clone();
+
+    // A slow reader: two pulls of about 12 MB each, read 128 KiB each half second for three
+    // deadlines, then at full speed. Both answers arrive whole.
+    let mut slow = connect(&forwarder);
+    let pull = PullRequest { subscription: "resets-slow".into(), max_messages: 1000, wait_ms: 0 };
+    let mut requests = frame(Command::Pull, 1, &pull);
+    requests.extend(frame(Command::Pull, 2, &pull));
+    slow.write_all(&requests).unwrap();
+    let slow_for = WRITE_STALL_DEADLINE * 3;
+    let slow_bytes = read_slowly(&mut slow, 2, slow_for, 128 << 10, Duration::from_millis(500));
+    drop(slow);
+
+    // A peer that never reads: a pull of the backlog fills its socket, and pulls waiting on
+    // other subscriptions then get 9 MB answers each, 117 MB of the shard's budget for responses.
+    let mut never = connect_never_reading(&forwarder);
+    let backlog = PullRequest { subscription: "resets-backlog".into(), max_messages: 1000, wait_ms: 0 };
+    let mut requests = frame(Command::Pull, 1, &backlog);
+    for index in 0..WAITING_PULLS {
+        let subscription = format!("resets-later-{index}");
+        let pull = PullRequest { subscription, max_messages: 1000, wait_ms: QUIET_PULL_WAIT_MS };
+        requests.extend(frame(Command::Pull, index as u64 + 2, &pull));
+    }
+    never.write_all(&requests).unwrap();
+    let client = daemon.client();
+    publish_large(&client, "resets-later", LATER_MESSAGES, LATER_MESSAGES);
+    let published = Instant::now();
+    drop(client);
+    let until = published + WRITE_STALL_DEADLINE + RELEASE_WITHIN;
+    while connections(&daemon, "native") > 0.0 {
+        assert!(
+            Instant::now() < until,
+            "the connection that never reads was kept {:?} after its answers were due",
+            published.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cut_after = published.elapsed();
+    assert!(
+        reset_by_the_daemon(&mut never, RELEASE_WITHIN),
+        "the never-reading peer was not told by a reset"
+    );
+    released(&daemon, "native", before, "a peer that never reads");
+    let log = daemon.log();
+    assert!(log.contains("write_stall_deadline"), "the cut is not logged:\n{log}");
+    println!(
+        "write stall deadline {WRITE_STALL_DEADLINE:?}: a slow reader took {slow_bytes} bytes over {slow_for:?} and \
+         more, whole; a peer that never read was reset {cut_after:?} after its answers were due"
+    );
+    let client = daemon.client();
+    still_whole(daemon, client);
+}
+
+/// SIGTERM while a peer that never reads holds answers the daemon cannot write: the stop gives
+/// them up after `WRITE_STALL_DEADLINE_STOPPING` (2 s) rather than waiting for the write-stall
+/// deadline (60 s by default) or stopping by force after 10 s; the daemon exits 0.
+#[test]
+fn sigterm_with_a_peer_that_never_reads_exits_zero() {
+    let mut daemon = start("stall-sigterm", Vec::new());
+    let client = daemon.client();
+    block_on(client.create_topic("resets")).unwrap();
+    create_subscription(&client, "resets-backlog", "resets", 60);
+    publish_large(&client, "resets", LARGE_MESSAGES, 10);
+    drop(client);
+    let forwarder = forwarders(&daemon)[0].clone();
+    let mut never = connect_never_reading(&forwarder);
+    let backlog = PullRequest { subscription: "resets-backlog".into(), max_messages: 1000, wait_ms: 0 };
+    never.write_all(&frame(Command::Pull, 1, &backlog)).unwrap();
+    // The pull's answer fills the socket, then SIGTERM.
+    std::thread::sleep(Duration::from_millis(500));
+    let signalled = Instant::now();
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = daemon.wait_for_exit(EXIT_WITHIN).expect("ringpostd stopped after SIGTERM");
+    let took = signalled.elapsed();
+    let log = daemon.log();
+    assert!(status.success(), "ringpostd exited with {status} after {took:?}; log:\n{log}");
+    assert!(!log.contains("stopping by force"), "{log}");
+    assert!(log.contains("write_stall_deadline"), "{log}");
+    println!("SIGTERM with a peer that never reads: exited 0 after {took:?}");
+    drop(never);
 }

@@ -67,11 +67,13 @@ pub struct GrpcSettings {
     pub listen: Option<SocketAddr>,
     /// The tokio runtime's worker threads.
     pub threads: usize,
+    /// How long a connection with no call open stays open (`connections::GRPC_IDLE_DEADLINE`).
+    pub idle_deadline: Duration,
 }
 
 impl Default for GrpcSettings {
     fn default() -> GrpcSettings {
-        GrpcSettings { listen: None, threads: 2 }
+        GrpcSettings { listen: None, threads: 2, idle_deadline: connections::GRPC_IDLE_DEADLINE }
     }
 }
 
@@ -91,6 +93,7 @@ impl GrpcServer {
         threads: usize,
         cpus: Vec<usize>,
         tls: Option<&TlsSettings>,
+        idle_deadline: Duration,
     ) -> Result<GrpcServer, String> {
         let address = listener.local_addr().map_err(|error| format!("the gRPC listener: {error}"))?;
         listener.set_nonblocking(true).map_err(|error| format!("the gRPC listener: {error}"))?;
@@ -115,7 +118,8 @@ impl GrpcServer {
             .spawn(move || {
                 let mut stop = stopping_receiver.clone();
                 runtime.block_on(async move {
-                    let serving = tokio::spawn(serve(listener, gateway, tls, stopping_receiver));
+                    let serving =
+                        tokio::spawn(serve(listener, gateway, tls, stopping_receiver, idle_deadline));
                     let _ = stop.wait_for(|stopping| *stopping).await;
                     // Calls still running after the grace (a long Pull, a client that keeps
                     // a stream open past its UNAVAILABLE) are cut: the daemon's stop is bounded.
@@ -152,6 +156,7 @@ async fn serve(
     gateway: Arc<Gateway>,
     tls: Option<TlsFiles>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    idle_deadline: Duration,
 ) {
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<PublisherServer<publisher::PublisherService>>().await;
@@ -164,42 +169,79 @@ async fn serve(
     let subscriber =
         SubscriberServer::new(subscriber::SubscriberService { gateway, stopping: stopping.clone() })
             .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
-        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
-        .tcp_nodelay(true)
-        // Outside the rest, so that a call the budget refuses is counted too.
-        .layer(counting::CountingLayer)
-        // Inside the counting, so that a request that does not decode counts as the client's.
-        .layer(decode_errors::DecodeErrorLayer)
-        .layer(budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX))
-        // Inside the budget, so that a request carried to the leader is metered as it arrives.
-        .layer(forwarding)
-        .add_service(health)
+    let routes = tonic::service::Routes::new(health)
         .add_service(publisher)
         .add_service(subscriber)
         .add_service(SchemaServiceServer::new(unimplemented::SchemaService))
         .add_service(IamPolicyServer::new(unimplemented::IamPolicyService));
-    let mut stopped = stopping.clone();
-    let signal = async move {
-        let _ = stopped.wait_for(|stopping| *stopping).await;
+    let budget = budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX);
+    // Each connection has a server of its own, sharing the services and the budget, so that it
+    // can be closed alone when idle (`connections::serve_each`).
+    let server = move |activity| {
+        tonic::transport::Server::builder()
+            .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
+            .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
+            // Outside the rest, so that every call arriving is the connection's activity.
+            .layer(connections::ActivityLayer::new(activity))
+            // Outside the rest, so that a call the budget refuses is counted too.
+            .layer(counting::CountingLayer)
+            // Inside the counting, so that a request that does not decode counts as the client's.
+            .layer(decode_errors::DecodeErrorLayer)
+            .layer(budget.clone())
+            // Inside the budget, so that a request carried to the leader is metered as it arrives.
+            .layer(forwarding.clone())
+            .add_routes(routes.clone())
     };
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let connections_max = connections::GRPC_CONNECTIONS_MAX;
     // TLS is ours rather than tonic's: tonic's reads its certificates once and gives a
     // handshake no deadline.
-    let result = match tls {
+    match tls {
         None => {
-            router.serve_with_incoming_shutdown(connections::plain(incoming, connections_max), signal).await
+            let incoming = connections::plain(incoming, connections_max);
+            connections::serve_each(incoming, idle_deadline, stopping, move |io, activity, ending| {
+                serve_connection(server(activity), io, ending)
+            })
+            .await
         }
         Some(tls) => {
-            let handshaken = connections::handshaken(incoming, connections_max, tls, stopping);
-            router.serve_with_incoming_shutdown(handshaken, signal).await
+            let incoming = connections::handshaken(incoming, connections_max, tls, stopping.clone());
+            connections::serve_each(incoming, idle_deadline, stopping, move |io, activity, ending| {
+                serve_connection(server(activity), io, ending)
+            })
+            .await
         }
-    };
-    if let Err(error) = result {
-        crate::log_warn!("ringpostd: the gRPC API stopped: {error}");
+    }
+}
+
+/// Serves one connection with `router` until `ending` resolves, then closes it gracefully.
+async fn serve_connection<Layers, IO>(
+    router: tonic::transport::server::Router<Layers>,
+    io: IO,
+    ending: connections::Ending,
+) where
+    Layers: tower_layer::Layer<tonic::service::Routes>,
+    Layers::Service: tower_service::Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    <Layers::Service as tower_service::Service<http::Request<tonic::body::Body>>>::Future: Send,
+    <Layers::Service as tower_service::Service<http::Request<tonic::body::Body>>>::Error:
+        Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+{
+    // The one connection, then nothing: tonic's serving then lasts until `ending`.
+    use futures_lite::StreamExt;
+    let incoming =
+        futures_lite::stream::once(Ok::<IO, std::io::Error>(io)).chain(futures_lite::stream::pending());
+    if let Err(error) = router.serve_with_incoming_shutdown(incoming, ending).await {
+        crate::log_warn!("ringpostd: the gRPC API stopped serving a connection: {error}");
     }
 }
 

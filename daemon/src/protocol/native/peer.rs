@@ -16,7 +16,7 @@ use crate::catalog::{CatalogEntry, NodeRecord};
 use crate::codec::{Decoder, Encoder};
 use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
 use crate::protocol::native::router;
-use crate::protocol::native::server::{fail, respond, Handler, Responder, Response};
+use crate::protocol::native::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
 use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -73,6 +73,24 @@ impl PeerAddresses {
         });
         registered.or_else(|| self.given.get(&node).copied())
     }
+}
+
+/// The hosts of the cluster's nodes: those `--cluster` names (`given`) and those of every node
+/// the catalog registered (`nodes`: an `add-node`'s cluster address, then the node's own
+/// registration), by their cluster addresses as `--cluster` names them; in order, without
+/// repeats or unspecified addresses, at most `CLUSTER_HOSTS_MAX` (`--cluster` first).
+pub fn cluster_hosts(given: &[std::net::IpAddr], nodes: &BTreeMap<u64, NodeRecord>) -> Vec<std::net::IpAddr> {
+    let registered = nodes
+        .values()
+        .filter_map(|node| node.cluster_address.parse::<SocketAddr>().ok())
+        .map(|address| address.ip());
+    let mut hosts: Vec<std::net::IpAddr> = Vec::new();
+    for host in given.iter().copied().chain(registered) {
+        if !host.is_unspecified() && !hosts.contains(&host) && hosts.len() < CLUSTER_HOSTS_MAX {
+            hosts.push(host);
+        }
+    }
+    hosts
 }
 
 /// openraft's network over the cluster ports.
@@ -694,6 +712,34 @@ impl<S: Storage> Handler for PeerHandler<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hosts follow the registrations: a node added at a new address brings its host, one
+    /// removed takes its host away unless `--cluster` names it; its other addresses (where
+    /// clients reach it) are not hosts of the cluster's nodes.
+    #[test]
+    fn the_cluster_hosts_follow_the_registrations() {
+        let host = |text: &str| -> std::net::IpAddr { text.parse().unwrap() };
+        let given = [host("10.0.0.1"), host("10.0.0.2"), host("0.0.0.0")];
+        let mut nodes = BTreeMap::new();
+        assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2")]);
+        nodes.insert(1, NodeRecord::admitted(1, "10.0.0.1:7460".into()));
+        nodes.insert(4, NodeRecord::admitted(4, "10.0.0.4:7460".into()));
+        assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2"), host("10.0.0.4")]);
+        let registered = NodeRecord {
+            router_address: "192.0.2.4:7450".into(),
+            forwarders: vec!["192.0.2.4:7451".into()],
+            grpc_address: "192.0.2.4:8085".into(),
+            ..NodeRecord::admitted(4, "[fd00::4]:7460".into())
+        };
+        nodes.insert(4, registered);
+        assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2"), host("fd00::4")]);
+        nodes.remove(&4);
+        assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2")]);
+        let many: BTreeMap<u64, NodeRecord> = (0..2000u64)
+            .map(|id| (id, NodeRecord::admitted(id, format!("10.1.{}.{}:7460", id / 256, id % 256))))
+            .collect();
+        assert_eq!(cluster_hosts(&given, &many).len(), CLUSTER_HOSTS_MAX);
+    }
 
     #[test]
     fn a_cluster_status_decodes_to_what_was_encoded_and_a_cut_is_refused() {

@@ -9,9 +9,11 @@
 //! reader stops reading beyond that, which is TCP backpressure); responses wait in a queue of
 //! the same bound; connections are limited per shard, per peer address, and before they are
 //! authenticated; a connection that completes no frame for `idle_deadline` is closed (bytes
-//! that never make a frame do not count). A refusal or a closing for a limit is an error frame
-//! (request id 0) naming the limit. A frame that cannot be parsed gets a `ProtocolError` reply
-//! and the connection is closed; other connections carry on.
+//! that never make a frame do not count), and one whose socket takes no byte for
+//! `write_stall_deadline` while an answer waits for it (a peer that never reads) is reset. A
+//! refusal or a closing for a limit is an error frame (request id 0) naming the limit. A frame
+//! that cannot be parsed gets a `ProtocolError` reply and the connection is closed; other
+//! connections carry on.
 //!
 //! Security (`Security`, per shard): with TLS on, every connection is handshaken first (within
 //! `unauthenticated_deadline`; a failed handshake closes that connection alone, with one
@@ -59,7 +61,7 @@ pub const CONNECTIONS_UNAUTHENTICATED_MAX: usize = 1024;
 /// opens a few connections at once, far fewer.
 pub const CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX: usize = CONNECTIONS_UNAUTHENTICATED_MAX / 16;
 const _: () = assert!(CONNECTIONS_UNAUTHENTICATED_PER_PEER_MAX <= CONNECTIONS_UNAUTHENTICATED_MAX);
-/// Connections from the hosts of the cluster's nodes (`--cluster`) before they authenticate, in
+/// Connections from the hosts of the cluster's nodes (`ClusterHosts`) before they authenticate, in
 /// a budget of their own: a node's raft, replication and lookups never compete with strangers
 /// for the slots before authentication, nor count in an address's share of them. A node opens
 /// a connection per raft stream and per forwarder it replicates to, far fewer.
@@ -71,7 +73,8 @@ pub const FRAME_BODY_BYTES_UNAUTHENTICATED_MAX: usize = 16 * 1024;
 /// How often each shard reloads its access file and certificates (if changed) and checks
 /// every open connection's session again: a revoked token's connections close within two.
 pub const SECURITY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-/// One log line per this long at most about failed TLS handshakes, counting those not logged.
+/// One log line per this long at most about failed TLS handshakes (and about connections closed
+/// for a stalled write), counting those not logged.
 const HANDSHAKE_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes the frames not yet whole of one shard's connections may hold. Two frames of the
 /// largest size fit, and a thousand 32 KiB ones; a frame that would take more closes its
@@ -89,6 +92,18 @@ pub const FRAME_DEADLINE_BASE: Duration = Duration::from_secs(5);
 pub const FRAME_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
 /// A connection that completes no frame for this long is closed.
 pub const CONNECTION_IDLE_MAX: Duration = Duration::from_secs(600);
+/// A connection whose socket takes no byte for this long while an answer waits to be written is
+/// closed (reset), releasing what it holds as a broken one does (`Outbound::break_off`): a peer
+/// that is alive (TCP keepalive holds) but never reads would otherwise keep its slot, the
+/// permits of its queued answers and their share of the shard's response budget for ever. Only
+/// no progress at all counts: a slow reader taking a byte now and then is never cut. A minute is
+/// far beyond a pause of a live client (a client library stops reading only while its
+/// application has not taken a stream's frames).
+pub const WRITE_STALL_DEADLINE: Duration = Duration::from_secs(60);
+/// The write-stall deadline once the shard is stopping: answers still waiting for a socket that
+/// takes nothing are given up after this, so that a stop ends well within the daemon's grace
+/// (10 s) instead of by force.
+pub const WRITE_STALL_DEADLINE_STOPPING: Duration = Duration::from_secs(2);
 /// TCP keepalive on every connection: the kernel probes a peer it has heard nothing from for
 /// `KEEPALIVE_IDLE`, every `KEEPALIVE_INTERVAL`, and fails the connection after
 /// `KEEPALIVE_PROBES` unanswered, so a peer that vanished (its host gone, the network cut) is
@@ -139,6 +154,7 @@ pub struct ConnectionLimits {
     pub frame_deadline_base: Duration,
     pub frame_bytes_per_second_min: u64,
     pub idle_deadline: Duration,
+    pub write_stall_deadline: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -153,6 +169,7 @@ impl Default for ConnectionLimits {
             frame_deadline_base: FRAME_DEADLINE_BASE,
             frame_bytes_per_second_min: FRAME_BYTES_PER_SECOND_MIN,
             idle_deadline: CONNECTION_IDLE_MAX,
+            write_stall_deadline: WRITE_STALL_DEADLINE,
         }
     }
 }
@@ -359,25 +376,60 @@ pub fn fail(header: &FrameHeader, status: &Status) -> FrameBuffer {
     encode_error(header.command, header.request_id, status)
 }
 
+/// Hosts a shard counts as the cluster's nodes': the hosts of the largest cluster
+/// (`CLUSTER_NODES_MAX`, 256) a few times over. Beyond them, connections count as strangers'.
+pub const CLUSTER_HOSTS_MAX: usize = 1024;
+// Every host `--cluster` may name fits (`cluster_hosts` takes those first).
+const _: () = assert!(crate::node::CLUSTER_NODES_MAX <= CLUSTER_HOSTS_MAX);
+
+/// The hosts of the cluster's nodes, as one shard knows them now: those `--cluster` names and
+/// those of the nodes the catalog registered since (an `add-node`, a `--join`). Their
+/// connections before authentication have a budget of their own
+/// (`CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX`). Shared by the servers of one shard (`Rc`, no
+/// lock); each shard has its own, which the router shard keeps current by message
+/// (`ControlRequest::ClusterHosts`), as its catalog's registrations change.
+#[derive(Clone, Default)]
+pub struct ClusterHosts(Rc<RefCell<HashSet<IpAddr>>>);
+
+impl ClusterHosts {
+    pub fn new(hosts: impl IntoIterator<Item = IpAddr>) -> ClusterHosts {
+        let known = ClusterHosts::default();
+        known.replace(hosts);
+        known
+    }
+
+    pub fn contains(&self, host: IpAddr) -> bool {
+        self.0.borrow().contains(&host)
+    }
+
+    /// From now on the hosts are `hosts`: connections open keep the budget they were counted in.
+    /// Returns whether that changed anything.
+    pub fn replace(&self, hosts: impl IntoIterator<Item = IpAddr>) -> bool {
+        let hosts: HashSet<IpAddr> = hosts.into_iter().collect();
+        assert!(hosts.len() <= CLUSTER_HOSTS_MAX, "{} hosts of the cluster's nodes", hosts.len());
+        let changed = *self.0.borrow() != hosts;
+        *self.0.borrow_mut() = hosts;
+        changed
+    }
+}
+
 /// What guards one shard's connections: who may do what, TLS when it is on, and the hosts of
 /// the cluster's nodes. Each shard builds its own (`Security::open`), from the same files.
 pub struct Security {
     pub access: Rc<Access>,
     pub tls: Option<Tls>,
-    /// Addresses of the cluster's nodes: their connections before authentication have a budget
-    /// of their own (`CLUSTER_CONNECTIONS_UNAUTHENTICATED_MAX`).
-    pub cluster_hosts: HashSet<IpAddr>,
+    pub cluster_hosts: ClusterHosts,
 }
 
 impl Security {
     /// Everyone may do everything, in plaintext.
     pub fn off() -> Security {
-        Security { access: Rc::new(Access::off()), tls: None, cluster_hosts: HashSet::new() }
+        Security { access: Rc::new(Access::off()), tls: None, cluster_hosts: ClusterHosts::default() }
     }
 
-    /// The same security, knowing the hosts of the cluster's nodes.
-    pub fn with_cluster_hosts(self, hosts: impl IntoIterator<Item = IpAddr>) -> Security {
-        Security { cluster_hosts: hosts.into_iter().collect(), ..self }
+    /// The same security, knowing the hosts of the cluster's nodes (and whatever they become).
+    pub fn with_cluster_hosts(self, hosts: ClusterHosts) -> Security {
+        Security { cluster_hosts: hosts, ..self }
     }
 
     /// Reads the access file and the TLS files; an error names the file and what is wrong.
@@ -394,7 +446,7 @@ impl Security {
     ) -> Result<Security, String> {
         let access = Rc::new(Access::open(access)?.with_cluster_secret(cluster_secret));
         let tls = tls.map(Tls::open).transpose()?;
-        Ok(Security { access, tls, cluster_hosts: HashSet::new() })
+        Ok(Security { access, tls, cluster_hosts: ClusterHosts::default() })
     }
 }
 
@@ -403,6 +455,15 @@ impl Security {
 struct Link {
     session: RefCell<Rc<Session>>,
     ending: RefCell<Option<Status>>,
+    /// The peer's address, as counted against the limits.
+    peer: Option<IpAddr>,
+    /// Whether it came from a host of the cluster's nodes, so that it leaves the budget before
+    /// authentication it entered, whatever the hosts became since.
+    cluster_host: bool,
+    /// Told when the shard stops, for the connection's writer (`Stall`): its own, so that a
+    /// writer's watch, polled at every write, finds one waiter here rather than scan the
+    /// stop's waiters, one per connection.
+    stopping: Notify,
     /// The connection in the shard's count for a scrape, until it is dropped.
     _counted: crate::metrics::shard::ConnectionCounted,
 }
@@ -437,7 +498,7 @@ struct Shard {
     limits: ConnectionLimits,
     access: Rc<Access>,
     tls: Option<Tls>,
-    cluster_hosts: HashSet<IpAddr>,
+    cluster_hosts: ClusterHosts,
     connections: Cell<usize>,
     /// Connections before authentication: strangers', in all and by address, and the cluster's
     /// hosts' (a budget of their own).
@@ -456,6 +517,7 @@ struct Shard {
     links: RefCell<HashMap<RawFd, Rc<Link>>>,
     closed: Notify,
     handshake_failures: RefCell<LogLimiter>,
+    write_stalls: RefCell<LogLimiter>,
 }
 
 impl Shard {
@@ -477,6 +539,7 @@ impl Shard {
             links: RefCell::default(),
             closed: Notify::new(),
             handshake_failures: RefCell::new(LogLimiter::new(HANDSHAKE_ERROR_LOG_INTERVAL)),
+            write_stalls: RefCell::new(LogLimiter::new(HANDSHAKE_ERROR_LOG_INTERVAL)),
         }
     }
 
@@ -512,7 +575,7 @@ impl Shard {
 
     /// Whether `peer` is a host of one of the cluster's nodes.
     fn is_cluster_host(&self, peer: Option<IpAddr>) -> bool {
-        peer.is_some_and(|peer| self.cluster_hosts.contains(&peer))
+        peer.is_some_and(|peer| self.cluster_hosts.contains(peer))
     }
 
     /// Why a new connection from `peer` is refused, if it is: the limit it would pass.
@@ -561,7 +624,8 @@ impl Shard {
 
     fn opened(&self, socket: RawFd, peer: Option<IpAddr>) -> Rc<Link> {
         self.connections.set(self.connections.get() + 1);
-        if self.is_cluster_host(peer) {
+        let cluster_host = self.is_cluster_host(peer);
+        if cluster_host {
             self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() + 1);
         } else {
             self.unauthenticated.set(self.unauthenticated.get() + 1);
@@ -575,15 +639,19 @@ impl Shard {
         let link = Rc::new(Link {
             session: RefCell::new(Rc::new(Session::anonymous())),
             ending: RefCell::default(),
+            peer,
+            cluster_host,
+            stopping: Notify::new(),
             _counted: crate::metrics::shard::connection_opened(),
         });
         self.links.borrow_mut().insert(socket, link.clone());
         link
     }
 
-    /// A connection from `peer` authenticated: it leaves the counts before authentication.
-    fn authenticated(&self, peer: Option<IpAddr>) {
-        if self.is_cluster_host(peer) {
+    /// A connection authenticated: it leaves the counts before authentication.
+    fn authenticated(&self, link: &Link) {
+        let peer = link.peer;
+        if link.cluster_host {
             assert!(self.unauthenticated_cluster.get() > 0, "an unauthenticated connection is counted");
             self.unauthenticated_cluster.set(self.unauthenticated_cluster.get() - 1);
             return;
@@ -595,9 +663,10 @@ impl Shard {
         }
     }
 
-    fn left(&self, socket: RawFd, peer: Option<IpAddr>, authenticated: bool) {
+    fn left(&self, socket: RawFd, link: &Link, authenticated: bool) {
+        let peer = link.peer;
         if !authenticated {
-            self.authenticated(peer);
+            self.authenticated(link);
         }
         if let Some(peer) = peer {
             uncount(&self.per_peer, peer);
@@ -682,16 +751,17 @@ pub async fn serve<H: Handler>(
         let link = shard.opened(socket, peer);
         let (handler, shard, stop) = (handler.clone(), shard.clone(), stop.clone());
         crate::runtime::spawn(async move {
-            let authenticated = open_connection(stream, peer, link, handler, stop, &shard).await;
+            let authenticated = open_connection(stream, peer, link.clone(), handler, stop, &shard).await;
             // The socket closed as the connection's task returned, and nothing ran since: no
             // other connection can have its number yet.
-            shard.left(socket, peer, authenticated);
+            shard.left(socket, &link, authenticated);
         })
         .detach();
     }
     drop(listener);
-    for socket in shard.links.borrow().keys() {
+    for (socket, link) in shard.links.borrow().iter() {
         let _ = nix::sys::socket::shutdown(*socket, nix::sys::socket::Shutdown::Read);
+        link.stopping.notify_all();
     }
     let open_at_stop = shard.connections.get();
     loop {
@@ -992,6 +1062,8 @@ pub struct Outbound {
     closed: Cell<bool>,
     /// The socket takes no more bytes: responses are dropped instead of queued.
     broken: Cell<bool>,
+    /// The socket took no byte for the write-stall deadline while answers waited.
+    stalled: Cell<bool>,
     /// The peer stopped sending (EOF, error, idle timeout) or the socket broke.
     peer_gone: Cell<bool>,
     /// Fires when the queue drains or the peer goes, for streams waiting for room.
@@ -1053,7 +1125,12 @@ async fn serve_connection<H: Handler, S: Transport>(
     let Accepted { socket, peer, local_address, at, link, certified } = accepted;
     let (mut reader, writer) = futures_lite::io::split(stream);
     let outbound = Rc::new(Outbound::default());
-    let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone()));
+    let stall = Stall {
+        deadline: shard.limits.write_stall_deadline,
+        stop: stop.clone(),
+        stopping: link.stopping.clone(),
+    };
+    let writer_task = crate::runtime::spawn(write_responses(writer, socket, outbound.clone(), stall));
     let watch = Rc::new(Watch::new(at + shard.limits.unauthenticated_deadline, shard.limits.idle_deadline));
     let mut connection = Connection {
         handler,
@@ -1069,7 +1146,7 @@ async fn serve_connection<H: Handler, S: Transport>(
     let mut reading = Reading {
         shard,
         socket,
-        peer,
+        link: link.clone(),
         plaintext: S::PLAINTEXT,
         splitter: FrameSplitter::new(),
         chunk: vec![0u8; READ_CHUNK_UNAUTHENTICATED_BYTES],
@@ -1112,6 +1189,10 @@ async fn serve_connection<H: Handler, S: Transport>(
             let Ok(permit) = connection.in_flight.clone().acquire_static_permit(1).await else {
                 break 'reading;
             };
+            if outbound.broken.get() {
+                // Nobody reads the answers any more (the permit came back with the queue).
+                break 'reading;
+            }
             if let Some(waiting) = waiting {
                 reading.postpone(waiting.elapsed());
             }
@@ -1151,6 +1232,18 @@ async fn serve_connection<H: Handler, S: Transport>(
     let _ = connection.in_flight.acquire(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX).await;
     outbound.close();
     writer_task.await;
+    if outbound.stalled.get() {
+        if let Some(suppressed) = shard.write_stalls.borrow_mut().admit() {
+            let peer = peer.map_or_else(|| "a client".to_owned(), |peer| peer.to_string());
+            let limit = shard.limits.write_stall_deadline;
+            let deadline = if stop.is_given() { limit.min(WRITE_STALL_DEADLINE_STOPPING) } else { limit };
+            crate::log_info!(
+                "ringpostd: reset a connection from {peer}: its socket took no byte for {} ms while answers \
+                 waited (write_stall_deadline) ({suppressed} more not logged since the last line)",
+                deadline.as_millis()
+            );
+        }
+    }
     authenticated
 }
 
@@ -1237,7 +1330,8 @@ impl<H: Handler> Connection<H> {
 struct Reading<'a> {
     shard: &'a Shard,
     socket: RawFd,
-    peer: Option<IpAddr>,
+    /// The connection as its shard counts it.
+    link: Rc<Link>,
     /// Whether the stream is the socket's bytes (not TLS), so `FIONREAD` counts them.
     plaintext: bool,
     splitter: FrameSplitter,
@@ -1372,7 +1466,7 @@ impl Reading<'_> {
     fn authenticate(&mut self) {
         if !self.authenticated {
             self.authenticated = true;
-            self.shard.authenticated(self.peer);
+            self.shard.authenticated(&self.link);
             self.chunk = vec![0u8; READ_CHUNK_BYTES];
         }
     }
@@ -1589,27 +1683,166 @@ fn is_protocol_error(response: &Response) -> bool {
     }
 }
 
+/// How long a connection's writer may wait for its socket without a byte taken, and the stop
+/// that shortens it (`WRITE_STALL_DEADLINE_STOPPING`): given (`stop`), and told to this
+/// connection (`stopping`, which `serve` notifies at the stop).
+struct Stall {
+    deadline: Duration,
+    stop: Stop,
+    stopping: Notify,
+}
+
 async fn write_responses<S: Transport>(
     writer: futures_lite::io::WriteHalf<S>,
     socket: RawFd,
     outbound: Rc<Outbound>,
+    stall: Stall,
 ) {
-    let written = write_all_responses(writer, socket, &outbound).await;
+    let progress = WriteProgress::default();
+    let writing = write_all_responses(Tracked { inner: writer, progress: &progress }, socket, &outbound);
+    let written = futures_lite::future::or(writing, watch_writes(&progress, &stall)).await;
+    if progress.stalled.get() {
+        // What the socket holds would otherwise be sent for minutes after the close, to a peer
+        // that does not read: a reset drops it (and tells the peer).
+        outbound.stalled.set(true);
+        let linger = nix::libc::linger { l_onoff: 1, l_linger: 0 };
+        // SAFETY: the option's value is one `linger`, passed by pointer with its size; the
+        // socket is open (the reader's half holds it until the connection's task returns).
+        let _ = unsafe {
+            nix::libc::setsockopt(
+                socket,
+                nix::libc::SOL_SOCKET,
+                nix::libc::SO_LINGER,
+                (&linger as *const nix::libc::linger).cast(),
+                size_of::<nix::libc::linger>() as nix::libc::socklen_t,
+            )
+        };
+    }
     if written.is_err() && !outbound.closed.get() {
-        // The peer is gone (reset, or the socket broke): the reader stops now rather than at
-        // its next failed read or deadline. The socket is still open: the reader's half holds
-        // it until the connection's task returns, after this one.
+        // The peer is gone (reset, or the socket broke) or does not read: the reader stops now
+        // rather than at its next failed read or deadline. The socket is still open: the
+        // reader's half holds it until the connection's task returns, after this one.
         let _ = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Read);
     }
-    // Whatever ended the writer (a broken socket, or the close), nobody reads any more: what
-    // is queued, and what running requests answer later, is dropped with what it holds.
+    // Whatever ended the writer (a broken or stalled socket, or the close), nobody reads any
+    // more: what is queued, and what running requests answer later, is dropped with what it
+    // holds.
     outbound.break_off();
+}
+
+/// Whether a connection's writer is waiting for its socket, and since when the socket took no
+/// byte (the wait's beginning, or the last byte taken); and whether it waited too long.
+#[derive(Default)]
+struct WriteProgress {
+    since: Cell<Option<Instant>>,
+    stalled: Cell<bool>,
+}
+
+impl WriteProgress {
+    /// The writer has answers to write: the wait for the socket begins.
+    fn begin(&self) {
+        self.since.set(Some(Instant::now()));
+    }
+
+    /// The socket took bytes.
+    fn advanced(&self) {
+        if self.since.get().is_some() {
+            self.since.set(Some(Instant::now()));
+        }
+    }
+
+    /// Everything taken was written: the writer waits for answers, not for the socket.
+    fn end(&self) {
+        self.since.set(None);
+    }
+}
+
+/// Resolves with an error once the writer has waited for its socket without a byte taken for
+/// the stall deadline (the shorter one once the shard stops). It wakes once per deadline while
+/// the writer waits for answers, and at the stop.
+async fn watch_writes(progress: &WriteProgress, stall: &Stall) -> std::io::Result<()> {
+    loop {
+        // Registered before looking, so that a stop in between is not missed.
+        let stopped = stall.stopping.notified();
+        let stopping = stall.stop.is_given();
+        let deadline =
+            if stopping { stall.deadline.min(WRITE_STALL_DEADLINE_STOPPING) } else { stall.deadline };
+        let now = Instant::now();
+        let wake = match progress.since.get() {
+            Some(since) if since + deadline <= now => {
+                progress.stalled.set(true);
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the socket took no byte within write_stall_deadline",
+                ));
+            }
+            Some(since) => since + deadline,
+            None => now + deadline,
+        };
+        let sleep = crate::runtime::sleep(wake - now);
+        if stopping {
+            sleep.await;
+        } else {
+            futures_lite::future::or(sleep, stopped).await;
+        }
+    }
+}
+
+/// A connection's writing half, telling its `WriteProgress` of every byte the socket takes.
+struct Tracked<'a, W> {
+    inner: W,
+    progress: &'a WriteProgress,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Tracked<'_, W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(context, bytes);
+        if matches!(polled, std::task::Poll::Ready(Ok(written)) if written > 0) {
+            self.progress.advanced();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffers: &[IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write_vectored(context, buffers);
+        if matches!(polled, std::task::Poll::Ready(Ok(written)) if written > 0) {
+            self.progress.advanced();
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        // A flush that ends sent what TLS held: bytes the socket took.
+        let polled = std::pin::Pin::new(&mut self.inner).poll_flush(context);
+        if matches!(polled, std::task::Poll::Ready(Ok(()))) {
+            self.progress.advanced();
+        }
+        polled
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_close(context)
+    }
 }
 
 /// `socket` is the stream's descriptor, for vectored writes, which glommio's stream lacks; it
 /// stays open as long as `writer` does.
 async fn write_all_responses<S: Transport>(
-    mut writer: futures_lite::io::WriteHalf<S>,
+    mut writer: Tracked<'_, futures_lite::io::WriteHalf<S>>,
     socket: RawFd,
     outbound: &Outbound,
 ) -> std::io::Result<()> {
@@ -1626,6 +1859,7 @@ async fn write_all_responses<S: Transport>(
             ready.await;
             continue;
         }
+        writer.progress.begin();
         for (response, permit, reservation) in batch {
             // A reserved response's share is held, like its permit, until the write is done.
             let (response, held) = match response {
@@ -1667,8 +1901,12 @@ async fn write_all_responses<S: Transport>(
         if !S::PLAINTEXT {
             writer.flush().await?;
         }
+        writer.progress.end();
         permits.clear();
     }
+    // TLS's last records and its close are writes like any other: a peer that does not read
+    // holds them to the same deadline.
+    writer.progress.begin();
     let _ = writer.flush().await;
     let _ = writer.close().await;
     Ok(())
@@ -1678,7 +1916,7 @@ async fn write_all_responses<S: Transport>(
 /// finds the socket full hands the first unwritten run to glommio's stream, which waits for
 /// room through the ring, and the rest carries on vectored.
 async fn write_runs<S: Transport>(
-    writer: &mut futures_lite::io::WriteHalf<S>,
+    writer: &mut Tracked<'_, futures_lite::io::WriteHalf<S>>,
     socket: RawFd,
     mut runs: Vec<&[u8]>,
 ) -> std::io::Result<()> {
@@ -1710,6 +1948,9 @@ async fn write_runs<S: Transport>(
         // No address (the socket is connected); the type parameter only names the kind it lacks.
         match sendmsg::<UnixAddr>(socket, &slices, &[], flags, None) {
             Ok(mut written) => {
+                if written > 0 {
+                    writer.progress.advanced();
+                }
                 while written > 0 {
                     let run = runs[first];
                     if written >= run.len() {
@@ -1754,17 +1995,17 @@ mod tests {
         let one: IpAddr = "10.0.0.1".parse().unwrap();
         let two: IpAddr = "10.0.0.2".parse().unwrap();
         let named = |status: Option<Status>| status.map(|status| status.message);
-        shard.opened(10, Some(one));
-        shard.opened(11, Some(one));
+        let first = shard.opened(10, Some(one));
+        let second = shard.opened(11, Some(one));
         assert!(named(shard.refusal(Some(two))).unwrap().contains("connections_unauthenticated_max"));
-        shard.authenticated(Some(one));
+        shard.authenticated(&first);
         assert!(named(shard.refusal(Some(one))).unwrap().contains("connections_per_peer_max"));
         assert_eq!(shard.refusal(Some(two)), None);
-        shard.opened(12, Some(two));
+        let third = shard.opened(12, Some(two));
         assert!(named(shard.refusal(None)).unwrap().contains("connections_per_shard_max"));
-        shard.left(10, Some(one), true);
-        shard.left(11, Some(one), false);
-        shard.left(12, Some(two), false);
+        shard.left(10, &first, true);
+        shard.left(11, &second, false);
+        shard.left(12, &third, false);
         assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
         assert!(shard.per_peer.borrow().is_empty() && shard.links.borrow().is_empty());
     }
@@ -1780,40 +2021,71 @@ mod tests {
             ..ConnectionLimits::default()
         };
         let node: IpAddr = "10.0.0.9".parse().unwrap();
-        let shard = Shard::new(limits, Security::off().with_cluster_hosts([node]));
+        let shard = Shard::new(limits, Security::off().with_cluster_hosts(ClusterHosts::new([node])));
         let stranger = |last: u8| -> IpAddr { format!("10.0.1.{last}").parse().unwrap() };
         let named = |status: Option<Status>| status.map(|status| status.message).unwrap_or_default();
-        shard.opened(10, Some(stranger(1)));
-        shard.opened(11, Some(stranger(1)));
+        let mut strangers = vec![shard.opened(10, Some(stranger(1))), shard.opened(11, Some(stranger(1)))];
         assert!(named(shard.refusal(Some(stranger(1)))).contains("connections_unauthenticated_per_peer_max"));
-        shard.opened(12, Some(stranger(2)));
-        shard.opened(13, Some(stranger(2)));
+        strangers.extend([shard.opened(12, Some(stranger(2))), shard.opened(13, Some(stranger(2)))]);
         assert!(named(shard.refusal(Some(stranger(3)))).contains("connections_unauthenticated_max"));
         // The cluster's node is still let in, again and again, and counts nowhere else.
-        for socket in 20..30 {
-            assert_eq!(shard.refusal(Some(node)), None);
-            shard.opened(socket, Some(node));
-        }
+        let nodes: Vec<Rc<Link>> = (20..30)
+            .map(|socket| {
+                assert_eq!(shard.refusal(Some(node)), None);
+                shard.opened(socket, Some(node))
+            })
+            .collect();
         assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (4, 10));
         // A stranger authenticating makes room for another of its address.
-        shard.authenticated(Some(stranger(1)));
+        shard.authenticated(&strangers[0]);
         assert_eq!(shard.refusal(Some(stranger(1))), None);
-        shard.left(10, Some(stranger(1)), true);
-        shard.left(11, Some(stranger(1)), false);
-        shard.left(12, Some(stranger(2)), false);
-        shard.left(13, Some(stranger(2)), false);
-        for socket in 20..30 {
-            let authenticated = socket % 2 == 0;
+        for (index, link) in strangers.iter().enumerate() {
+            shard.left(10 + index as RawFd, link, index == 0);
+        }
+        for (index, link) in nodes.iter().enumerate() {
+            let authenticated = index % 2 == 0;
             if authenticated {
-                shard.authenticated(Some(node));
+                shard.authenticated(link);
             }
-            shard.left(socket, Some(node), authenticated);
+            shard.left(20 + index as RawFd, link, authenticated);
         }
         assert_eq!(
             (shard.connections.get(), shard.unauthenticated.get(), shard.unauthenticated_cluster.get()),
             (0, 0, 0)
         );
         assert!(shard.unauthenticated_per_peer.borrow().is_empty() && shard.per_peer.borrow().is_empty());
+    }
+
+    /// A host that becomes one of the cluster's (a node added) is let into the cluster's budget
+    /// from then on, and one that stops being one (a node removed) into the strangers'; a
+    /// connection open meanwhile leaves the budget it entered.
+    #[test]
+    fn the_clusters_budget_follows_its_hosts_and_open_connections_keep_theirs() {
+        let limits = ConnectionLimits {
+            connections_unauthenticated_max: 2,
+            connections_unauthenticated_per_peer_max: 2,
+            ..ConnectionLimits::default()
+        };
+        let (old, new): (IpAddr, IpAddr) = ("10.0.0.9".parse().unwrap(), "10.0.0.10".parse().unwrap());
+        let hosts = ClusterHosts::new([old]);
+        let shard = Shard::new(limits, Security::off().with_cluster_hosts(hosts.clone()));
+        let strangers = [shard.opened(10, Some(new)), shard.opened(11, Some(new))];
+        let from_old = shard.opened(12, Some(old));
+        assert!(shard.refusal(Some(new)).is_some(), "a stranger beyond the strangers' budget");
+        assert!(hosts.replace([new]));
+        assert!(!hosts.replace([new]), "the same hosts change nothing");
+        assert_eq!(shard.refusal(Some(new)), None, "the new node is let in beside strangers");
+        let from_new = shard.opened(13, Some(new));
+        assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (2, 2));
+        assert!(shard.refusal(Some(old)).is_some(), "the removed node's host is a stranger now");
+        shard.left(12, &from_old, false);
+        shard.authenticated(&from_new);
+        shard.left(13, &from_new, true);
+        assert_eq!((shard.unauthenticated.get(), shard.unauthenticated_cluster.get()), (2, 0));
+        for (index, link) in strangers.iter().enumerate() {
+            shard.left(10 + index as RawFd, link, false);
+        }
+        assert_eq!((shard.connections.get(), shard.unauthenticated.get()), (0, 0));
     }
 
     /// The budget for partial frames counts what each holds and what they give back.
@@ -1932,6 +2204,59 @@ mod tests {
         assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
     }
 
+    /// A writer waiting for its socket is stalled once no byte was taken for the deadline, not
+    /// while bytes are taken now and then, nor while it waits for answers; once the shard stops,
+    /// the shorter deadline holds.
+    #[test]
+    fn a_write_stalls_only_without_progress_for_the_whole_deadline() {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
+            let deadline = Duration::from_millis(200);
+            let stall = Stall { deadline, stop: Stop::default(), stopping: Notify::new() };
+            let progress = WriteProgress::default();
+            let watched = || {
+                futures_lite::future::or(async { Some(watch_writes(&progress, &stall).await) }, async {
+                    crate::runtime::sleep(deadline * 4).await;
+                    None
+                })
+            };
+            // Waiting for answers, not for the socket: never stalled.
+            assert!(watched().await.is_none());
+            // Bytes taken each half deadline: not stalled.
+            progress.begin();
+            let taking = async {
+                for _ in 0..8 {
+                    crate::runtime::sleep(deadline / 2).await;
+                    progress.advanced();
+                }
+                None
+            };
+            assert!(futures_lite::future::or(taking, async { Some(watch_writes(&progress, &stall).await) })
+                .await
+                .is_none());
+            assert!(!progress.stalled.get());
+            // Nothing taken: stalled a deadline after the last byte.
+            let last = Instant::now();
+            assert!(watched().await.expect("stalled").is_err());
+            assert!(progress.stalled.get() && last.elapsed() >= deadline);
+            // A stop shortens a long deadline.
+            let stall =
+                Stall { deadline: Duration::from_secs(3600), stop: Stop::default(), stopping: Notify::new() };
+            let progress = WriteProgress::default();
+            progress.begin();
+            let stopping = async {
+                crate::runtime::sleep(deadline).await;
+                stall.stop.give();
+                stall.stopping.notify_all();
+                futures_lite::future::pending::<std::io::Result<()>>().await
+            };
+            let stopped = Instant::now();
+            assert!(futures_lite::future::or(watch_writes(&progress, &stall), stopping).await.is_err());
+            let elapsed = stopped.elapsed();
+            assert!(elapsed >= WRITE_STALL_DEADLINE_STOPPING, "{elapsed:?}");
+            assert!(elapsed <= WRITE_STALL_DEADLINE_STOPPING + Duration::from_secs(1), "{elapsed:?}");
+        });
+    }
+
     /// Many runs (more than one vectored write takes), many more bytes than the socket buffers,
     /// and a reader that starts late: the writes stop on a full socket, wait, and resume
     /// mid-run, and the bytes arrive whole and in order.
@@ -1954,7 +2279,9 @@ mod tests {
             });
             let stream = TcpStream::connect(address).await.unwrap();
             let socket = stream.as_raw_fd();
-            let (_, mut writer) = futures_lite::io::split(stream);
+            let (_, writer) = futures_lite::io::split(stream);
+            let progress = WriteProgress::default();
+            let mut writer = Tracked { inner: writer, progress: &progress };
             write_runs(&mut writer, socket, runs.iter().map(Vec::as_slice).collect()).await.unwrap();
             writer.close().await.unwrap();
             drop(writer);
@@ -2344,7 +2671,9 @@ mod security_tests {
             let stream = listener.accept().await.unwrap();
             let socket = stream.as_raw_fd();
             let stream = Tls::open(&settings).unwrap().acceptor().accept(stream).await.unwrap();
-            let (_, mut writer) = futures_lite::io::split(stream);
+            let (_, writer) = futures_lite::io::split(stream);
+            let progress = WriteProgress::default();
+            let mut writer = Tracked { inner: writer, progress: &progress };
             write_runs(&mut writer, socket, runs.iter().map(Vec::as_slice).collect()).await.unwrap();
             writer.close().await.unwrap();
             drop(writer);
