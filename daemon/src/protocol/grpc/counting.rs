@@ -130,13 +130,16 @@ where
         let started = Instant::now();
         let answered = self.inner.call(request);
         Box::pin(async move {
-            let response = match answered.await {
+            let mut response = match answered.await {
                 Ok(response) => response,
                 Err(error) => {
                     record(method, CODE_UNKNOWN, started);
                     return Err(error);
                 }
             };
+            // A request that did not decode answers INTERNAL from tonic's codec; it is the
+            // client's fault, and counted as such.
+            super::decode_errors::rewrite(response.headers_mut());
             if let Some(code) = status_of(response.headers()) {
                 record(method, code, started);
                 return Ok(response);

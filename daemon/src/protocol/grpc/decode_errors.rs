@@ -1,17 +1,13 @@
 //! A request whose protobuf does not decode is the client's fault: Pub/Sub answers it
 //! `INVALID_ARGUMENT`, while tonic's prost codec answers `INTERNAL` (gRPC's guidance for a
-//! codec's failure, which reads as the server's). This tower layer gives such an answer the
-//! client's code, keeping its message.
+//! codec's failure, which reads as the server's). `rewrite` gives such an answer the client's
+//! code, keeping its message.
 //!
 //! A unary call (or a server stream) that fails to decode its request answers before any message,
-//! with the status in the response's headers (a trailers-only response), which is where this
-//! layer reads and rewrites it. A client stream (StreamingPull) decodes its requests in the
+//! with the status in the response's headers (a trailers-only response), which is where the
+//! counting layer (`counting::Counting`, outside every other) rewrites it before counting it as
+//! the client's. A client stream (StreamingPull) decodes its requests in the
 //! handler, which maps the same error with `refusal_of_bad_request` itself.
-
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tonic::body::Body;
 
 /// How tonic's prost codec begins the message of a request that does not decode
 /// (`prost::DecodeError`'s display).
@@ -33,51 +29,8 @@ pub fn refusal_of_bad_request(status: tonic::Status) -> tonic::Status {
     ))
 }
 
-/// The tower layer that rewrites those answers.
-#[derive(Clone, Default)]
-pub struct DecodeErrorLayer;
-
-impl<S> tower_layer::Layer<S> for DecodeErrorLayer {
-    type Service = DecodeErrors<S>;
-
-    fn layer(&self, inner: S) -> DecodeErrors<S> {
-        DecodeErrors { inner }
-    }
-}
-
-#[derive(Clone)]
-pub struct DecodeErrors<S> {
-    inner: S,
-}
-
-type Answered<E> = Pin<Box<dyn Future<Output = Result<http::Response<Body>, E>> + Send>>;
-
-impl<S> tower_service::Service<http::Request<Body>> for DecodeErrors<S>
-where
-    S: tower_service::Service<http::Request<Body>, Response = http::Response<Body>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = Answered<S::Error>;
-
-    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(context)
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let answered = self.inner.call(request);
-        Box::pin(async move {
-            let mut response = answered.await?;
-            rewrite(response.headers_mut());
-            Ok(response)
-        })
-    }
-}
-
 /// Rewrites a trailers-only answer's status in `headers` if it is a request that did not decode.
-fn rewrite(headers: &mut http::HeaderMap) {
+pub fn rewrite(headers: &mut http::HeaderMap) {
     // Only a failed call's headers carry a status; a successful one's come in its trailers.
     if headers.get("grpc-status").is_none_or(|code| code.as_bytes() != b"13") {
         return;

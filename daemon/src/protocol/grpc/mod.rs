@@ -184,10 +184,9 @@ async fn serve(
             .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
             // Outside the rest, so that every call arriving is the connection's activity.
             .layer(connections::ActivityLayer::new(activity))
-            // Outside the rest, so that a call the budget refuses is counted too.
+            // Outside the rest, so that a call the budget refuses is counted too; it also gives
+            // a request that does not decode the client's code (`decode_errors`).
             .layer(counting::CountingLayer)
-            // Inside the counting, so that a request that does not decode counts as the client's.
-            .layer(decode_errors::DecodeErrorLayer)
             .layer(budget.clone())
             // Inside the budget, so that a request carried to the leader is metered as it arrives.
             .layer(forwarding.clone())
