@@ -48,14 +48,21 @@ impl<S: Storage> Router<S> {
         }
         if matches!(picture.standing, Standing::LeaderSilent { .. } | Standing::NoLeader) {
             let now = crate::runtime::now();
-            let mut watch = self.watch.borrow_mut();
-            let due = !watch.removal_checking
-                && watch
-                    .removal_checked
-                    .is_none_or(|checked| now.duration_since(checked) >= REMOVAL_CHECK_INTERVAL);
+            let due = {
+                let mut watch = self.watch.borrow_mut();
+                let due = !watch.removal_checking
+                    && watch
+                        .removal_checked
+                        .is_none_or(|checked| now.duration_since(checked) >= REMOVAL_CHECK_INTERVAL);
+                if due {
+                    watch.removal_checked = Some(now);
+                    watch.removal_checking = true;
+                }
+                due
+            };
+            // The borrow ends before the spawn: glommio polls a spawned task at once, and this
+            // one, when no member answers, runs to its end (and borrows the watch) in that poll.
             if due {
-                watch.removal_checked = Some(now);
-                watch.removal_checking = true;
                 let router = self.clone();
                 crate::runtime::spawn(async move {
                     router.check_still_member(&observed.members).await;
