@@ -14,6 +14,8 @@ pub mod clock;
 pub mod codec;
 pub mod control;
 pub mod fail_stop;
+#[cfg(test)]
+mod limits_doc_tests;
 pub mod log;
 pub mod logging;
 pub mod metrics;

@@ -89,7 +89,7 @@ pub struct ClusterSettings {
 }
 
 /// How often a start that has not finished says in the log what it is doing.
-const START_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+pub const START_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Most voters a cluster's catalog takes: Raft's quorums grow with them, and 3 or 5 survive
 /// one or two failures. More nodes join as learners (`ringpost cluster add-node`).
