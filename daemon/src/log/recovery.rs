@@ -11,6 +11,24 @@
 
 use super::*;
 
+/// What recovery found, for the log line an operator reads.
+#[derive(Debug, Default, Clone)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub batches: usize,
+    pub records: u64,
+    pub torn_bytes_discarded: u64,
+    pub torn_at: Option<(PathBuf, u64)>,
+    pub empty_segments_removed: usize,
+    /// Batches rewritten into a copy from another (missing, torn, rotten or misplaced).
+    pub batches_repaired: usize,
+    /// Copies (data directories) whose files do not take O_DIRECT.
+    pub buffered_io_copies: Vec<usize>,
+    /// Data directories fenced because a read of this log failed in them (at most ⌊M/2⌋ of
+    /// M; more refuses the start).
+    pub copies_fenced: Vec<usize>,
+}
+
 /// What one copy's folder holds.
 #[derive(Debug, Clone, Default)]
 pub(super) struct FolderScan {
@@ -846,7 +864,225 @@ async fn later_batch<F: StorageFile>(
     Ok(Some((later, orphan)))
 }
 
+/// Scan window for recovery reads, at most: the window grows from
+/// `RECOVERY_READ_BYTES_FIRST`, so that a log holding little is read with little.
+const RECOVERY_READ_BYTES: usize = 1 << 20;
+
+const RECOVERY_READ_BYTES_FIRST: usize = 64 << 10;
+
+/// What one copy holds at a position during recovery.
+#[derive(Debug, Clone)]
+pub(super) enum CopyBatch {
+    Valid(BatchHeader, u64),
+    Empty,
+    Invalid(String),
+    Missing,
+}
+
+enum ReadBatch {
+    /// A valid batch and the publish time of its newest record.
+    Valid(BatchHeader, u64),
+    Empty,
+    Invalid(String),
+}
+
+/// A read-ahead window over a segment for the recovery scan: batches are parsed out of one
+/// large read instead of one read per batch.
+struct Window<R> {
+    start: u64,
+    bytes: Option<R>,
+    /// The size of the next read: `RECOVERY_READ_BYTES_FIRST`, doubling up to
+    /// `RECOVERY_READ_BYTES`. Most logs are small, and the unwritten rest of a segment reads
+    /// as zeros the kernel still copies: many small logs would read gigabytes of them in
+    /// large reads.
+    next_bytes: usize,
+}
+
+impl<R: std::ops::Deref<Target = [u8]>> Window<R> {
+    fn new() -> Window<R> {
+        Window { start: 0, bytes: None, next_bytes: RECOVERY_READ_BYTES_FIRST }
+    }
+
+    /// The bytes at `[position, position + length)` (fewer at the end of the file).
+    async fn at<F: StorageFile<Read = R>>(
+        &mut self,
+        file: &F,
+        position: u64,
+        length: usize,
+        size: u64,
+    ) -> Result<&[u8], LogError> {
+        let covered = self.bytes.as_ref().is_some_and(|bytes| {
+            position >= self.start && position + length as u64 <= self.start + bytes.len() as u64
+        });
+        if !covered {
+            let want = (length.max(self.next_bytes) as u64).min(size.saturating_sub(position)) as usize;
+            let want = record::align_up(want, BLOCK_BYTES);
+            self.next_bytes = (self.next_bytes * 2).min(RECOVERY_READ_BYTES);
+            self.bytes = Some(file.read_at(position, want).await.map_err(|e| LogError::Io(io_text(&e)))?);
+            self.start = position;
+        }
+        let bytes = self.bytes.as_ref().unwrap();
+        let from = (position - self.start) as usize;
+        let to = (from + length).min(bytes.len());
+        Ok(&bytes[from.min(to)..to])
+    }
+}
+
+async fn read_batch<F: StorageFile>(
+    file: &F,
+    window: &mut Window<F::Read>,
+    log_id: u64,
+    segment_base: u64,
+    position: u64,
+    size: u64,
+) -> Result<ReadBatch, LogError> {
+    let head = window.at(file, position, BLOCK_BYTES, size).await?;
+    let header = match record::decode_batch_header(head, log_id, segment_base, position) {
+        Ok(header) => header,
+        Err(BatchError::Empty) => return Ok(ReadBatch::Empty),
+        Err(error) => return Ok(ReadBatch::Invalid(error.to_string())),
+    };
+    if position + header.disk_bytes() as u64 > size {
+        return Ok(ReadBatch::Invalid("batch extends past the end of the segment".into()));
+    }
+    let whole = window.at(file, position, header.disk_bytes(), size).await?;
+    Ok(match record::decode_batch(whole, log_id, &header) {
+        Ok(views) => {
+            ReadBatch::Valid(header, views.iter().map(|view| view.publish_time_ms).max().unwrap_or(0))
+        }
+        Err(error) => ReadBatch::Invalid(error.to_string()),
+    })
+}
+
+/// The position of the first block at or after `from` that starts a fully valid batch.
+async fn first_valid_batch<F: StorageFile>(
+    file: &F,
+    log_id: u64,
+    segment_base: u64,
+    from: u64,
+    size: u64,
+) -> Result<Option<u64>, LogError> {
+    first_valid_batch_from_offset(file, log_id, segment_base, from..size, size, 0).await
+}
+
+/// The position of the first valid batch starting in `starts` whose offsets start at
+/// `offset_min` or later (reading up to `size`). Valid batches below `offset_min` are passed
+/// over: found after damage at the log's end (`offset_min` one past the offset the damaged
+/// batch would have held), they are of an earlier life of the file. Such a batch is one written
+/// ahead of a commit a crash lost, beyond the reach of the recovery after it (written with a
+/// larger group commit, or by a build before recovery looked for it), whose offsets the log
+/// then reused. Being whole, nothing written since overlaps them.
+async fn first_valid_batch_from_offset<F: StorageFile>(
+    file: &F,
+    log_id: u64,
+    segment_base: u64,
+    starts: std::ops::Range<u64>,
+    size: u64,
+    offset_min: u64,
+) -> Result<Option<u64>, LogError> {
+    let mut window = Window::new();
+    let mut position = starts.start;
+    while position < starts.end && position + BLOCK_BYTES as u64 <= size {
+        let head = window.at(file, position, BLOCK_BYTES, size).await?;
+        if record::decode_batch_header(head, log_id, segment_base, position).is_ok() {
+            if let ReadBatch::Valid(header, _) =
+                read_batch(file, &mut window, log_id, segment_base, position, size).await?
+            {
+                if header.base_offset >= offset_min {
+                    return Ok(Some(position));
+                }
+                position += header.disk_bytes() as u64;
+                continue;
+            }
+        }
+        position += BLOCK_BYTES as u64;
+    }
+    Ok(None)
+}
+
+/// Whether the valid batch at `at` is a commit's successor that landed while the commit did
+/// not: written ahead (`record::FLAG_WRITTEN_AHEAD`), beyond the offsets recovered so far
+/// (`next_offset`), and the last valid batch of the segment (batches of an earlier life aside,
+/// see `first_valid_batch_from_offset`). At most two writes of a log are in flight, so damage
+/// in the middle of the log is followed by more than one valid batch, or by one that was not
+/// written ahead, and is refused; only damage to the second-to-last batch in every copy, when
+/// the last was written ahead, reads the same as the hole and loses both.
+async fn orphan_written_ahead<F: StorageFile>(
+    file: &F,
+    log_id: u64,
+    segment_base: u64,
+    at: u64,
+    size: u64,
+    next_offset: u64,
+) -> Result<bool, LogError> {
+    let mut window = Window::new();
+    let ReadBatch::Valid(header, _) = read_batch(file, &mut window, log_id, segment_base, at, size).await?
+    else {
+        return Ok(false);
+    };
+    let head = window.at(file, at, BLOCK_BYTES, size).await?;
+    if record::batch_flags(head) & record::FLAG_WRITTEN_AHEAD == 0 || header.base_offset <= next_offset {
+        return Ok(false);
+    }
+    let end = at + header.disk_bytes() as u64;
+    Ok(first_valid_batch_from_offset(file, log_id, segment_base, end..size, size, next_offset + 1)
+        .await?
+        .is_none())
+}
+
+/// The end of the last block holding a non-zero byte.
+async fn last_nonzero_end<F: StorageFile>(file: &F, size: u64) -> Result<u64, LogError> {
+    let mut position = 0;
+    let mut end = 0;
+    while position < size {
+        let window = (size - position).min(RECOVERY_READ_BYTES as u64) as usize;
+        let bytes = file.read_at(position, window).await.map_err(|e| LogError::Io(io_text(&e)))?;
+        if bytes.is_empty() {
+            break;
+        }
+        for (index, block) in bytes.chunks(BLOCK_BYTES).enumerate() {
+            if block.iter().any(|byte| *byte != 0) {
+                end = position + ((index + 1) * BLOCK_BYTES) as u64;
+            }
+        }
+        position += bytes.len() as u64;
+    }
+    Ok(end.min(size))
+}
+
+pub(super) async fn zero_range<S: Storage>(
+    storage: &S,
+    file: &S::File,
+    from: u64,
+    to: u64,
+) -> Result<(), LogError> {
+    let mut position = from;
+    while position < to {
+        let length = ((to - position) as usize).min(RECOVERY_READ_BYTES);
+        let mut buffer = storage.alloc_buffer(record::align_up(length, BLOCK_BYTES));
+        buffer.bytes_mut().fill(0);
+        file.write_at(Rc::new(buffer), position).await.map_err(|e| LogError::Io(io_text(&e)))?;
+        position += length as u64;
+    }
+    Ok(())
+}
+
 impl<S: Storage> Log<S> {
+    /// Opens (recovering and repairing) or creates the log at `relative` inside every data
+    /// directory.
+    pub async fn open(
+        storage: S,
+        directories: Rc<Directories>,
+        relative: &Path,
+        log_id: u64,
+        config: impl Into<Rc<LogConfig>>,
+    ) -> Result<(Log<S>, RecoveryReport), LogError> {
+        let config = config.into();
+        let (scan, files) = recovery::scan(&storage, &directories, relative, log_id, &config).await?;
+        let plan = recovery::plan(&scan)?;
+        Log::carry_out(storage, directories, (relative, log_id, config), plan, files).await
+    }
+
     /// Does what `plan` decided, with the files the scan opened, and returns the log.
     pub(super) async fn carry_out(
         storage: S,
