@@ -4,12 +4,14 @@
 //! cuts nodes off, all on one seeded executor. Each node's tasks are a group of the executor,
 //! so a crash ends that node's tasks alone before its disk loses, keeps or tears what was not
 //! synced; it comes back as the daemon does (its replica attached as a follower, and, if it
-//! led, an election asked for). The catalog's part (elections after a fencing round, each
-//! node's router promoting and demoting) is played by the test, as the router does it, from a
-//! view that cannot reach nodes cut off. Publishers and an acknowledging subscriber go to the
-//! leader they know, or to any node. Among the faults, a replica is moved to a spare node as
-//! `router/moves.rs` moves it (taken out, then a new one added, an election after each), the
-//! faults going on meanwhile; the replica taken out is shut down.
+//! led, an election asked for). The catalog is a `CatalogState` that never fails, changed only
+//! by its `apply`; its leader's elections are the router's own (`router::elections`:
+//! `coordinate` and `elect`, over this test's `Electorate`), which hears only the nodes it can
+//! reach and reaches no node cut off. Each node's router promoting and demoting its replica is
+//! played by the test. Publishers and an acknowledging subscriber go to the leader they know,
+//! or to any node. Among the faults, a replica is moved to a spare node as `router/moves.rs`
+//! moves it (taken out, then a new one added, an election after each), the faults going on
+//! meanwhile; the replica taken out is shut down.
 //!
 //! Checked as it runs: nothing is delivered that was never published, no message is
 //! delivered again after its acknowledgement was confirmed, and the committed records of any
@@ -18,13 +20,14 @@
 //!
 //! `RINGPOST_SIM_SEEDS=N` runs N seeds (default 200); `RINGPOST_SIM_SEED=S` replays seed S.
 
-use crate::catalog::{global_shard, SubscriptionSettings};
+use crate::api::Status;
+use crate::catalog::{global_shard, Applied, CatalogEntry, CatalogState, SubscriptionSettings, TopicRecord};
 use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::log::{Directories, LogConfig};
 use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
-use crate::replication::{choose_leader, FenceAnswer};
+use crate::router::elections::{self, ElectionTimings, Elections, Electorate};
 use crate::runtime::{self, sim};
 use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};
@@ -33,11 +36,11 @@ use crate::storage::sim::SimDisk;
 use ringpost_wire::limits::FRAME_HEADER_BYTES;
 use ringpost_wire::messages::*;
 use ringpost_wire::Command;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const SEEDS_DEFAULT: u64 = 200;
 /// The replicas a topic starts with.
@@ -58,8 +61,14 @@ const DELAY_MAX_US: u64 = 3_000;
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the catalog's part looks at the replicas.
 const COORDINATE_INTERVAL: Duration = Duration::from_millis(50);
-/// How long the catalog's leader waits before it takes an unreachable leader for gone.
-const FAILURE_TIMEOUT: Duration = Duration::from_millis(300);
+/// The elections' timings: a leader's node not heard from for 300 ms is taken for gone (the
+/// daemon's 1.5 s is long beside a nemesis that acts every few hundred milliseconds), a fencing
+/// round waits as long as any call, and a failed election is tried again at the next look.
+const ELECTION_TIMINGS: ElectionTimings = ElectionTimings {
+    source_failure_timeout: Duration::from_millis(300),
+    fence_wait: CALL_TIMEOUT,
+    retry_interval: COORDINATE_INTERVAL,
+};
 const PUBLISHERS: usize = 2;
 const MESSAGES_PER_PUBLISH_MAX: u64 = 3;
 const ACK_DEADLINE_SECONDS: u32 = 10;
@@ -89,23 +98,21 @@ struct World {
     isolated: RefCell<BTreeSet<usize>>,
     drop_ppm: u32,
     duplicate_ppm: u32,
-    /// The catalog's view: the topic's epoch and leader.
-    epoch: Cell<u64>,
-    leader: Cell<usize>,
-    /// Since when the catalog has not reached the leader.
-    unreachable_since: Cell<Option<std::time::Instant>>,
+    /// The catalog: the topic's record (its replicas, leader and epoch), changed only by
+    /// `CatalogState::apply` of what the elections and moves decide.
+    catalog: RefCell<CatalogState>,
+    /// The catalog leader's elections, the router's own.
+    elections: Elections,
+    /// When the catalog last heard from each node (a heartbeat answered), as its leader's raft
+    /// notes it.
+    heard: RefCell<Vec<Option<Instant>>>,
     checker: RefCell<Checker>,
     next_message: Cell<u64>,
     /// The nemesis is done and everything healed.
     healed: Cell<bool>,
-    /// An election failed for want of a quorum: the next tick tries again.
-    retry_election: Cell<bool>,
-    /// The catalog's replicas of the topic, in order (changed by moves, one at a time).
-    members: RefCell<Vec<usize>>,
     /// Nodes running without a replica, that a move may add.
     spares: RefCell<Vec<usize>>,
-    /// A replica move runs: the catalog's timers hold their elections meanwhile, as the router
-    /// does for a topic being moved (the move runs its own).
+    /// A replica move runs (one at a time); it holds the topic's elections meanwhile.
     moving: Cell<bool>,
     /// Acknowledgements whose answer never came (ack id, payload), at most
     /// `UNANSWERED_ACKS_MAX`: a subscriber sends them again later, maybe to another leader,
@@ -179,13 +186,76 @@ impl World {
         self.nodes.borrow()[node].forwarder.is_some() && !self.isolated.borrow().contains(&node)
     }
 
+    /// The topic as the catalog holds it.
+    fn topic(&self) -> TopicRecord {
+        self.catalog.borrow().topic_by_id(TOPIC_ID).cloned().expect("the topic is never deleted")
+    }
+
+    /// The catalog's replicas of the topic, in order (changed by moves, one at a time).
     fn members(&self) -> Vec<usize> {
-        self.members.borrow().clone()
+        self.topic().replicas.iter().map(|shard| node_of(*shard)).collect()
+    }
+
+    /// The topic's leader and epoch, as the catalog decided them.
+    fn leader(&self) -> usize {
+        node_of(self.topic().shard)
+    }
+
+    fn epoch(&self) -> u64 {
+        self.topic().epoch
+    }
+
+    /// The catalog's leader hears every node it reaches (their heartbeats' answers).
+    fn hear(&self) {
+        let now = runtime::now();
+        let mut heard = self.heard.borrow_mut();
+        for (node, at) in heard.iter_mut().enumerate() {
+            if self.reachable(node) {
+                *at = Some(now);
+            }
+        }
     }
 
     fn random_member(&self) -> usize {
         let members = self.members();
         members[self.rng.borrow_mut().below(members.len() as u64) as usize]
+    }
+}
+
+/// The catalog's leader as the router's elections see it: a catalog that always decides, the
+/// nodes it heard from, and forwarders reached only when they run and are not cut off.
+impl Electorate for World {
+    fn elections(&self) -> &Elections {
+        &self.elections
+    }
+
+    fn catalog(&self) -> Ref<'_, CatalogState> {
+        self.catalog.borrow()
+    }
+
+    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<u64>> {
+        let now = runtime::now();
+        let heard = self.heard.borrow();
+        let recent = |at: &Option<Instant>| at.is_some_and(|at| now - at <= within);
+        Some((0..NODES_TOTAL).filter(|node| recent(&heard[*node])).map(|node| node as u64 + 1).collect())
+    }
+
+    async fn control(&self, shard: u32, request: ControlRequest) -> Result<ControlOk, Status> {
+        let node = node_of(shard);
+        let unreachable = || Status::unavailable(format!("node {node} is not reachable"));
+        if !self.reachable(node) {
+            return Err(unreachable());
+        }
+        self.on_node(node, move |forwarder| async move { forwarder.control(request).await })
+            .await
+            .unwrap_or_else(|| Err(unreachable()))
+    }
+
+    async fn decide(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+        let decided = format!("{entry:?}");
+        let applied = self.catalog.borrow_mut().apply(entry);
+        trace(|| format!("catalog: {decided}: {applied:?}"));
+        Ok(applied)
     }
 }
 
@@ -266,7 +336,7 @@ async fn start(world: &Rc<World>, node: usize, recovering: bool) {
         recovering,
     };
     // A spare holds no replica until a move adds it.
-    if world.members.borrow().contains(&node) {
+    if world.members().contains(&node) {
         let starting = forwarder.clone();
         let attached = sim::spawn_in_group(group, async move { starting.control(attach).await }).await;
         attached
@@ -298,81 +368,39 @@ fn crash(world: &World, node: usize) {
     disk.crash(mode);
     let mut nodes = world.nodes.borrow_mut();
     nodes[node].forwarder = None;
-    if world.leader.get() == node {
-        nodes[node].stale = Some(world.epoch.get());
+    if world.leader() == node {
+        nodes[node].stale = Some(world.epoch());
     }
 }
 
-/// The catalog's part, as the routers and the catalog's leader play it: an election when the
-/// leader is unreachable for `FAILURE_TIMEOUT` or came back from a crash; each reachable node
-/// promoted or demoted as the decided epoch says.
+/// The catalog's part: its leader hears the nodes it reaches and runs the router's
+/// `coordinate`, which elects a leader for the topic when its leader's node was not heard from
+/// for a while, when its last election failed, or when the leader's node asks: its router asks
+/// for a topic it led before it crashed (`recover_replicas`), or whose followers refused it for
+/// a newer epoch's promise (`ElectionsWanted`). Then each node's router promotes or demotes its
+/// replica as the decided epoch says.
 async fn coordinate(world: Rc<World>) {
     loop {
         runtime::sleep(COORDINATE_INTERVAL).await;
-        let leader = world.leader.get();
-        let now = runtime::now();
+        world.hear();
+        let (leader, epoch) = (world.leader(), world.epoch());
         if world.reachable(leader) {
-            world.unreachable_since.set(None);
-        } else if world.unreachable_since.get().is_none() {
-            world.unreachable_since.set(Some(now));
+            let stale = world.nodes.borrow()[leader].stale == Some(epoch);
+            let refused =
+                world.running(leader).is_some_and(|(forwarder, _)| !forwarder.elections_wanted().is_empty());
+            if stale || refused {
+                world.elections.want([TOPIC_ID]);
+            }
         }
-        let gone = world.unreachable_since.get().is_some_and(|since| now - since >= FAILURE_TIMEOUT);
-        let stale = world.nodes.borrow()[leader].stale == Some(world.epoch.get());
-        // The leader's router asks when a follower refused it for a newer epoch's promise.
-        let refused = world.reachable(leader)
-            && world.running(leader).is_some_and(|(forwarder, _)| !forwarder.elections_wanted().is_empty());
-        if (gone || stale || refused || world.retry_election.get()) && !world.moving.get() {
-            let elected = elect(&world, None).await;
-            world.retry_election.set(!elected);
-        }
+        elections::coordinate(&world);
         reconcile(&world).await;
     }
-}
-
-/// One election: every reachable replica promises the next epoch; the most up-to-date of a
-/// quorum that answered leads it. False when too few answered (it is tried again: some may
-/// have promised). With `excluded` (a move taking that replica away), it is fenced but not a
-/// candidate, and the others' answers must make a quorum of every replica on their own.
-async fn elect(world: &Rc<World>, excluded: Option<usize>) -> bool {
-    let epoch = world.epoch.get() + 1;
-    let members = world.members();
-    let mut answers = Vec::new();
-    for node in members.iter().copied().filter(|node| world.reachable(*node)) {
-        let fence = ControlRequest::FenceReplica { topic_id: TOPIC_ID, epoch };
-        let answered =
-            world.on_node(node, move |forwarder| async move { forwarder.control(fence).await }).await;
-        if let Some(Ok(ControlOk::Fenced { last_epoch, durable_end })) = answered {
-            answers.push(FenceAnswer { node: shard_of(node) as u64, last_epoch, durable_end });
-        }
-    }
-    let mut replicas: Vec<u64> = members.iter().map(|node| shard_of(*node) as u64).collect();
-    trace(|| format!("election of epoch {epoch} among {members:?} (not {excluded:?}): answers {answers:?}"));
-    if let Some(excluded) = excluded {
-        let needed = crate::replication::quorum(replicas.len());
-        replicas.retain(|shard| *shard != shard_of(excluded) as u64);
-        answers.retain(|answer| answer.node != shard_of(excluded) as u64);
-        if answers.len() < needed {
-            return false;
-        }
-    }
-    let Ok(chosen) = choose_leader(&replicas, &answers) else { return false };
-    // The set changed while the round ran: its answers decide nothing.
-    if world.members() != members {
-        return false;
-    }
-    // Decided: one leader for the epoch.
-    if world.epoch.get() < epoch {
-        world.epoch.set(epoch);
-        world.leader.set(node_of(chosen.node as u32));
-        world.unreachable_since.set(None);
-    }
-    true
 }
 
 /// Each reachable node as the decided epoch says: the leader promoted (and given the
 /// subscription), any other leading an older epoch demoted.
 async fn reconcile(world: &Rc<World>) {
-    let (epoch, leader) = (world.epoch.get(), world.leader.get());
+    let (epoch, leader) = (world.epoch(), world.leader());
     let members = world.members();
     for node in members.iter().copied().filter(|node| world.reachable(*node)) {
         if node == leader {
@@ -429,7 +457,7 @@ fn target(world: &World) -> usize {
     if rng.chance(100_000) {
         rng.below(NODES_TOTAL as u64) as usize
     } else {
-        world.leader.get()
+        world.leader()
     }
 }
 
@@ -610,7 +638,7 @@ async fn nemesis(world: Rc<World>) {
         runtime::sleep(Duration::from_millis(pause)).await;
         check_prefixes(&world).await;
         let choice = world.rng.borrow_mut().below(7);
-        let leader = world.leader.get();
+        let leader = world.leader();
         let random = world.random_member();
         trace(|| format!("nemesis {choice}: leader {leader}, node {random}"));
         match choice {
@@ -673,36 +701,54 @@ async fn nemesis(world: Rc<World>) {
 /// is (the catalog's timers elect again); the replica taken out is shut down, as a node that
 /// left the cluster is.
 async fn move_replica(world: Rc<World>, leaving: usize) {
+    // The topic's turn, once an election the catalog's timers run ends (`move_replica_off`).
+    while !world.elections.begin(TOPIC_ID) {
+        runtime::sleep(COORDINATE_INTERVAL).await;
+    }
     let done = move_steps(&world, leaving).await;
+    world.elections.end(TOPIC_ID);
     trace(|| format!("move off node {leaving}: {done:?}, replicas now {:?}", world.members()));
     if !world.members().contains(&leaving) && world.running(leaving).is_some() {
         crash(&world, leaving);
     }
     if done.is_err() {
-        world.retry_election.set(true);
+        // The move is run again (an operator's removal is): its first step is an election.
+        world.elections.want([TOPIC_ID]);
     }
     world.moving.set(false);
 }
 
+/// One change of the topic's replicas, decided in the catalog, then an election among the new
+/// set whose leader commits a record of its epoch (`change_replicas`).
+async fn change_replicas(
+    world: &Rc<World>,
+    members: Vec<usize>,
+    step: &'static str,
+) -> Result<(), &'static str> {
+    let replicas = members.iter().map(|node| shard_of(*node)).collect();
+    let applied = world.decide(CatalogEntry::TopicReplicasChanged { id: TOPIC_ID, replicas }).await;
+    if applied != Ok(Applied::Updated(true)) {
+        return Err("the catalog refused the change");
+    }
+    elections::elect(&**world, TOPIC_ID, None).await.map_err(|_| step)?;
+    wait_epoch_committed(world).await
+}
+
 async fn move_steps(world: &Rc<World>, leaving: usize) -> Result<(), &'static str> {
     if world.members().len() > 2 {
-        if world.leader.get() == leaving {
-            if !elect(world, Some(leaving)).await {
-                return Err("handing the lead over");
-            }
+        if world.leader() == leaving {
+            elections::elect(&**world, TOPIC_ID, Some(shard_of(leaving)))
+                .await
+                .map_err(|_| "handing the lead over")?;
             wait_epoch_committed(world).await?;
         }
-        if world.leader.get() == leaving {
+        if world.leader() == leaving {
             return Err("it leads again");
         }
-        world.members.borrow_mut().retain(|node| *node != leaving);
-        if !elect(world, None).await {
-            return Err("the election after the removal");
-        }
-        wait_epoch_committed(world).await?;
+        let kept = world.members().into_iter().filter(|node| *node != leaving).collect();
+        change_replicas(world, kept, "the election after the removal").await?;
     }
     let Some(joining) = world.spares.borrow_mut().pop() else { return Err("no spare") };
-    world.members.borrow_mut().push(joining);
     let attach = ControlRequest::AttachReplica {
         topic_id: TOPIC_ID,
         name: TOPIC.to_owned(),
@@ -714,10 +760,9 @@ async fn move_steps(world: &Rc<World>, leaving: usize) -> Result<(), &'static st
     if !matches!(attached, Some(Ok(_))) {
         return Err("attaching the new replica");
     }
-    if !elect(world, None).await {
-        return Err("the election after the addition");
-    }
-    wait_epoch_committed(world).await
+    let mut grown = world.members();
+    grown.push(joining);
+    change_replicas(world, grown, "the election after the addition").await
 }
 
 /// Waits until the leader the catalog names leads its epoch and holds, on a quorum of its
@@ -725,7 +770,7 @@ async fn move_steps(world: &Rc<World>, leaving: usize) -> Result<(), &'static st
 async fn wait_epoch_committed(world: &Rc<World>) -> Result<(), &'static str> {
     let started = runtime::now();
     while runtime::now() - started < MOVE_STEP_WAIT {
-        let (leader, epoch) = (world.leader.get(), world.epoch.get());
+        let (leader, epoch) = (world.leader(), world.epoch());
         if !world.reachable(leader) {
             return Err("its leader is not reachable");
         }
@@ -749,6 +794,19 @@ fn simulate(seed: u64) {
     let config = log_config(&mut rng);
     let drop_ppm = [0, 20_000, 100_000][rng.below(3) as usize];
     let duplicate_ppm = [0, 50_000][rng.below(2) as usize];
+    let world_rng = rng.fork();
+    let leader = rng.below(NODES as u64) as usize;
+    let mut catalog = CatalogState::default();
+    catalog.apply(CatalogEntry::TopicCreated(TopicRecord {
+        id: TOPIC_ID,
+        name: TOPIC.to_owned(),
+        message_retention_seconds: 0,
+        shard: shard_of(leader),
+        created_ms: sim::EPOCH_MS,
+        labels: Default::default(),
+        replicas: (0..NODES).map(shard_of).collect(),
+        epoch: 1,
+    }));
     let world = Rc::new(World {
         seed,
         nodes: RefCell::new(
@@ -765,20 +823,18 @@ fn simulate(seed: u64) {
         ),
         paths,
         config,
-        rng: RefCell::new(rng.fork()),
+        rng: RefCell::new(world_rng),
         isolated: RefCell::default(),
         drop_ppm,
         duplicate_ppm,
-        epoch: Cell::new(1),
-        leader: Cell::new(rng.below(NODES as u64) as usize),
-        members: RefCell::new((0..NODES).collect()),
+        catalog: RefCell::new(catalog),
+        elections: Elections::new(ELECTION_TIMINGS),
+        heard: RefCell::new(vec![None; NODES_TOTAL]),
         spares: RefCell::new((NODES..NODES_TOTAL).collect()),
         moving: Cell::new(false),
-        unreachable_since: Cell::new(None),
         checker: RefCell::default(),
         next_message: Cell::new(0),
         healed: Cell::new(false),
-        retry_election: Cell::new(false),
         unanswered_acks: RefCell::default(),
     });
     sim::run(seed, async move {
@@ -805,7 +861,7 @@ fn simulate(seed: u64) {
         while empty < DRAIN_EMPTY_PULLS {
             pulls += 1;
             assert!(pulls < 20_000, "seed {seed}: the drain never ended");
-            let came = pull_once(&world, world.leader.get(), true).await;
+            let came = pull_once(&world, world.leader(), true).await;
             if came == 0 {
                 empty += 1;
                 runtime::sleep(Duration::from_secs(u64::from(ACK_DEADLINE_SECONDS) + 1)).await;

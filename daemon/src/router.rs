@@ -1801,6 +1801,7 @@ mod advertise_tests {
     }
 }
 
+pub mod elections;
 mod members;
 mod moves;
 mod watch;

@@ -49,7 +49,7 @@ impl<S: Storage> Router<S> {
     async fn move_replica_off(&self, topic_id: u64, node_id: u64) -> Result<(), Status> {
         // An election the catalog's timers run (its leader's node went away) finishes first.
         let started = crate::runtime::now();
-        while !self.replicas.electing.borrow_mut().insert(topic_id) {
+        while !self.replicas.elections.begin(topic_id) {
             if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
                 return Err(Status::unavailable(format!(
                     "topic {topic_id:x} has been in an election for {} s; try again",
@@ -59,7 +59,7 @@ impl<S: Storage> Router<S> {
             crate::runtime::sleep(MOVE_POLL_INTERVAL).await;
         }
         let moved = self.move_guarded(topic_id, node_id).await;
-        self.replicas.electing.borrow_mut().remove(&topic_id);
+        self.replicas.elections.end(topic_id);
         moved.map_err(|status| {
             let name = self.state.borrow().topic_by_id(topic_id).map(|topic| topic.name.clone());
             let name = name.unwrap_or_else(|| format!("{topic_id:x}"));
@@ -79,7 +79,7 @@ impl<S: Storage> Router<S> {
         // preference; chosen before anything changes, so that a move with nowhere to go
         // leaves the topic as it was.
         let holding: Vec<u64> = topic.replicas.iter().map(|replica| node_and_shard(*replica).0).collect();
-        let heard = self.catalog.voters_heard_within(super::replicas::SOURCE_FAILURE_TIMEOUT);
+        let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
         let target = self
             .place(&topic.name)
             .into_iter()
@@ -173,7 +173,7 @@ impl<S: Storage> Router<S> {
     /// move stops, and the catalog's timers elect another leader as for any topic.
     fn check_leader_heard(&self, topic: &TopicRecord) -> Result<(), Status> {
         let node = node_and_shard(topic.shard).0;
-        let heard = self.catalog.voters_heard_within(super::replicas::SOURCE_FAILURE_TIMEOUT);
+        let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
         if heard.is_some_and(|heard| !heard.contains(&node)) {
             return Err(Status::unavailable(format!("the node of its leader, node {node}, does not answer")));
         }

@@ -1,24 +1,28 @@
 //! The router's part in replicated topics (docs/REPLICATION.md). Every node's router keeps its
 //! own forwarders' replicas as the catalog says (`reconcile`): attached, the elected leader
 //! promoted and its subscriptions attached, a deposed leader demoted, a deleted topic's files
-//! removed. The catalog's leader also runs the elections (`coordinate`): when a topic's leader
-//! is on a node it has not heard from, or a node asks (it restarted while leading), it asks
-//! every replica to promise the next epoch and proposes, as leader, the most up-to-date
-//! replica of a quorum that answered.
+//! removed. The catalog's leader also runs the elections (`coordinate`, in `elections.rs`):
+//! when a topic's leader is on a node it has not heard from, or a node asks (it restarted while
+//! leading), it asks every replica to promise the next epoch and proposes, as leader, the most
+//! up-to-date replica of a quorum that answered.
 
+use super::elections::{self, Elections, Electorate};
 use super::{Router, RECOVERY_ATTACHES_IN_FLIGHT_MAX};
 use crate::api::control::Topic;
 use crate::api::{Code as ErrorCode, Status};
-use crate::catalog::{node_and_shard, CatalogEntry, TopicRecord};
+use crate::catalog::{node_and_shard, Applied, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
+use crate::replication::quorum;
 use crate::replication::source::Peer;
-use crate::replication::{choose_leader, quorum, FenceAnswer};
 use crate::storage::Storage;
 use crate::sync::try_for_each_concurrent;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+pub use super::elections::SOURCE_FAILURE_TIMEOUT;
 
 fn now() -> Instant {
     crate::runtime::now()
@@ -29,17 +33,11 @@ fn now() -> Instant {
 pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the router looks whether the catalog applied something to act on.
 pub const RECONCILE_TICK: Duration = Duration::from_millis(100);
-/// A node the catalog's leader has not heard from for this long has its topics' leadership
-/// moved to other replicas.
-pub const SOURCE_FAILURE_TIMEOUT: Duration = Duration::from_millis(1500);
-/// How long an election waits for the replicas' answers to its fencing round.
-pub const ELECTION_FENCE_WAIT: Duration = Duration::from_secs(1);
 /// How long a creation waits for each replica to be made (the ones that are, of a quorum,
 /// suffice; the rest are made when their nodes come back).
 pub const REPLICA_ATTACH_WAIT: Duration = Duration::from_secs(2);
-/// Elections the catalog's leader runs at once.
-pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
-/// How often a node asks again for an election of a topic it must not lead at its epoch.
+/// How often a node asks again for an election of a topic it must not lead at its epoch (and,
+/// on the catalog's leader, how long after a failed election the topic's next is tried).
 pub const ELECTION_ASK_INTERVAL: Duration = Duration::from_secs(1);
 /// Most topics one request for elections names.
 pub const ELECTIONS_ASKED_MAX: usize = 4096;
@@ -60,11 +58,8 @@ pub struct LocalReplicas {
     promoting: RefCell<HashSet<u64>>,
     /// Topics this node is creating: attached here, not yet in the catalog.
     creating: RefCell<HashSet<u64>>,
-    /// On the catalog's leader: elections asked for, those under way, and those that failed
-    /// (some replicas may have promised their epoch: tried again until one succeeds).
-    wanted: RefCell<HashSet<u64>>,
-    pub(super) electing: RefCell<HashSet<u64>>,
-    retry: RefCell<HashMap<u64, Instant>>,
+    /// On the catalog's leader: the elections it runs.
+    pub(super) elections: Elections,
     /// When elections were last asked for, and the applied index at the last full pass.
     asked_at: Cell<Option<Instant>>,
     reconciled: Cell<(Option<u64>, Option<Instant>)>,
@@ -428,7 +423,7 @@ impl<S: Storage> Router<S> {
     /// Elections wanted for `topics`: run here on the catalog's leader, asked of it elsewhere.
     pub async fn want_elections(&self, topics: Vec<u64>) -> Result<(), Status> {
         if self.catalog.leads() {
-            self.replicas.wanted.borrow_mut().extend(topics);
+            self.replicas.elections.want(topics);
             return Ok(());
         }
         let leader = self.catalog.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
@@ -436,113 +431,43 @@ impl<S: Storage> Router<S> {
         peers.want_elections(leader, topics).await
     }
 
-    /// On the catalog's leader: starts an election for every replicated topic whose leader is
-    /// on a node not heard from within `SOURCE_FAILURE_TIMEOUT`, or that a node asked for.
+    /// On the catalog's leader: starts the elections that are due (`elections::coordinate`).
     pub fn coordinate(self: &Rc<Self>) {
-        let Some(heard) = self.catalog.voters_heard_within(SOURCE_FAILURE_TIMEOUT) else {
-            return;
-        };
-        let candidates: Vec<u64> = {
-            let state = self.state.borrow();
-            let mut wanted = self.replicas.wanted.borrow_mut();
-            state
-                .topics
-                .values()
-                .filter(|topic| topic.replica_count() > 1)
-                .filter(|topic| {
-                    let away = !heard.contains(&node_and_shard(topic.shard).0);
-                    let due = self.replicas.retry.borrow().get(&topic.id).is_some_and(|at| now() >= *at);
-                    wanted.remove(&topic.id) || away || due
-                })
-                .map(|topic| topic.id)
-                .collect()
-        };
-        for topic_id in candidates {
-            if self.replicas.electing.borrow().len() >= ELECTIONS_IN_FLIGHT_MAX {
-                break;
-            }
-            if !self.replicas.electing.borrow_mut().insert(topic_id) {
-                continue;
-            }
-            let router = self.clone();
-            crate::runtime::spawn(async move {
-                match router.elect(topic_id).await {
-                    Ok(()) => {
-                        router.replicas.retry.borrow_mut().remove(&topic_id);
-                    }
-                    Err(status) => {
-                        crate::log_warn!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
-                        router.replicas.retry.borrow_mut().insert(topic_id, now() + ELECTION_ASK_INTERVAL);
-                    }
-                }
-                router.replicas.electing.borrow_mut().remove(&topic_id);
-            })
-            .detach();
-        }
+        elections::coordinate(self);
     }
 
-    /// One election: every replica is asked to promise the next epoch; once a quorum has, the
-    /// most up-to-date of those that answered is proposed as its leader.
-    async fn elect(&self, topic_id: u64) -> Result<(), Status> {
-        self.elect_excluding(topic_id, None).await
-    }
-
-    /// `elect`, with replica `excluded` (one a move takes away) fenced but not a candidate: the
-    /// others' answers must make a quorum of every replica on their own, so that the most
-    /// up-to-date of them holds everything committed.
+    /// `elections::elect` of topic `topic_id`, with replica `excluded` (one a move takes away)
+    /// fenced but not a candidate.
     pub(super) async fn elect_excluding(&self, topic_id: u64, excluded: Option<u32>) -> Result<(), Status> {
-        let Some(topic) = self.state.borrow().topic_by_id(topic_id).cloned() else { return Ok(()) };
-        let epoch = topic.epoch + 1;
-        let answers: Rc<RefCell<Vec<FenceAnswer>>> = Rc::default();
-        let fences = topic.replicas.iter().map(|shard| {
-            let answers = answers.clone();
-            async move {
-                let fence = ControlRequest::FenceReplica { topic_id, epoch };
-                let answered = futures_lite::future::or(self.call_forwarder(*shard, fence), async {
-                    crate::runtime::sleep(ELECTION_FENCE_WAIT).await;
-                    Err(Status::new(ErrorCode::DeadlineExceeded, "no answer in time"))
-                })
-                .await;
-                if let Ok(ControlOk::Fenced { last_epoch, durable_end }) = answered {
-                    answers.borrow_mut().push(FenceAnswer { node: *shard as u64, last_epoch, durable_end });
-                }
-            }
-        });
-        crate::sync::join_all(fences.collect()).await;
-        let mut replicas: Vec<u64> = topic.replicas.iter().map(|shard| *shard as u64).collect();
-        if let Some(excluded) = excluded {
-            let needed = quorum(replicas.len());
-            replicas.retain(|shard| *shard != excluded as u64);
-            answers.borrow_mut().retain(|answer| answer.node != excluded as u64);
-            let answered: HashSet<u64> = answers.borrow().iter().map(|answer| answer.node).collect();
-            if answered.len() < needed {
-                return Err(Status::unavailable(format!(
-                    "topic '{}': {} of its replicas other than {} answered the fencing round of \
-                     epoch {epoch}; {needed} are needed",
-                    topic.name,
-                    answered.len(),
-                    crate::catalog::forwarder_name(excluded)
-                )));
-            }
-        }
-        let chosen = choose_leader(&replicas, &answers.borrow()).map_err(|short| {
-            Status::unavailable(format!(
-                "topic '{}': {} of its {} replicas answered the fencing round of epoch {epoch}; {} are needed",
-                topic.name,
-                short.answered,
-                replicas.len(),
-                short.needed
-            ))
-        })?;
-        let leader = chosen.node as u32;
-        self.propose(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
-        crate::log_info!(
-            "ringpostd: topic '{}': {} leads from epoch {epoch} (its log ends at {}, epoch {})",
-            topic.name,
-            crate::catalog::forwarder_name(leader),
-            chosen.durable_end,
-            chosen.last_epoch
-        );
-        Ok(())
+        elections::elect(self, topic_id, excluded).await
+    }
+}
+
+/// The router runs the catalog's elections on its node: it reads the catalog it applied, hears
+/// the voters through raft, reaches forwarders through its links and peers, and decides through
+/// the catalog, as its leader.
+impl<S: Storage> Electorate for Router<S> {
+    fn elections(&self) -> &Elections {
+        &self.replicas.elections
+    }
+
+    fn catalog(&self) -> std::cell::Ref<'_, crate::catalog::CatalogState> {
+        self.state.borrow()
+    }
+
+    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<u64>> {
+        self.catalog.voters_heard_within(within)
+    }
+
+    fn control(
+        &self,
+        shard: u32,
+        request: ControlRequest,
+    ) -> impl Future<Output = Result<ControlOk, Status>> {
+        self.call_forwarder(shard, request)
+    }
+
+    fn decide(&self, entry: CatalogEntry) -> impl Future<Output = Result<Applied, Status>> {
+        self.propose(entry)
     }
 }

@@ -1,0 +1,308 @@
+//! Elections of replicated topics' leaders, as the catalog's leader runs them
+//! (docs/REPLICATION.md): which topics need one (`coordinate`), and one election (`elect`): every
+//! replica is asked to promise the next epoch, and once a quorum has, the most up-to-date of
+//! those that answered is proposed as its leader.
+//!
+//! What they call is behind `Electorate`: the catalog as applied here, which nodes the catalog
+//! heard from, a forwarder's answer to a control request (the fencing round) and the catalog's
+//! decision. The router is the daemon's `Electorate`; the simulated cluster of
+//! `replication_sim_tests.rs` is another, so the simulation runs these functions, not a copy.
+//! The decisions themselves take no I/O: `Elections::candidates` (which topics) and `decide`
+//! (which replica leads).
+
+use super::replicas::ELECTION_ASK_INTERVAL;
+use crate::api::{Code, Status};
+use crate::catalog::{node_and_shard, Applied, CatalogEntry, CatalogState, TopicRecord};
+use crate::control::{ControlOk, ControlRequest};
+use crate::replication::{choose_leader, quorum, FenceAnswer};
+use std::cell::{Ref, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// A node the catalog's leader has not heard from for this long has its topics' leadership
+/// moved to other replicas.
+pub const SOURCE_FAILURE_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long an election waits for the replicas' answers to its fencing round.
+pub const ELECTION_FENCE_WAIT: Duration = Duration::from_secs(1);
+/// Elections the catalog's leader runs at once; the topics beyond wait for the next pass.
+pub const ELECTIONS_IN_FLIGHT_MAX: usize = 64;
+
+/// How long the elections wait for what they wait on. The daemon's are the constants above;
+/// a simulation whose nemesis acts every few hundred milliseconds shortens them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElectionTimings {
+    /// A topic whose leader's node was not heard from for this long gets an election.
+    pub source_failure_timeout: Duration,
+    /// How long an election waits for the answers to its fencing round.
+    pub fence_wait: Duration,
+    /// How long after a failed election the topic's next one is tried.
+    pub retry_interval: Duration,
+}
+
+impl ElectionTimings {
+    pub const DAEMON: ElectionTimings = ElectionTimings {
+        source_failure_timeout: SOURCE_FAILURE_TIMEOUT,
+        fence_wait: ELECTION_FENCE_WAIT,
+        retry_interval: ELECTION_ASK_INTERVAL,
+    };
+}
+
+/// What an election calls on the node that runs it.
+pub trait Electorate {
+    /// The elections this node runs, and their state.
+    fn elections(&self) -> &Elections;
+    /// The catalog as this node applied it.
+    fn catalog(&self) -> Ref<'_, CatalogState>;
+    /// The nodes the catalog heard from within `within`; `None` when this node does not lead
+    /// the catalog, or cannot tell yet who is gone (see `Catalog::voters_heard_within`).
+    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<u64>>;
+    /// Sends `request` to the forwarder `shard` (on whichever node) and waits for its answer.
+    fn control(&self, shard: u32, request: ControlRequest)
+        -> impl Future<Output = Result<ControlOk, Status>>;
+    /// Decides `entry` in the catalog and waits until this node applied it.
+    fn decide(&self, entry: CatalogEntry) -> impl Future<Output = Result<Applied, Status>>;
+}
+
+/// The catalog leader's elections: those asked for, those under way (or held by a replica
+/// move, which runs its own), and those that failed, tried again after `retry_interval`
+/// (some replicas may have promised the epoch, and refuse their old leader until one is
+/// decided).
+pub struct Elections {
+    timings: ElectionTimings,
+    wanted: RefCell<HashSet<u64>>,
+    electing: RefCell<HashSet<u64>>,
+    retry: RefCell<HashMap<u64, Instant>>,
+}
+
+impl Default for Elections {
+    fn default() -> Elections {
+        Elections::new(ElectionTimings::DAEMON)
+    }
+}
+
+impl Elections {
+    pub fn new(timings: ElectionTimings) -> Elections {
+        Elections {
+            timings,
+            wanted: RefCell::default(),
+            electing: RefCell::default(),
+            retry: RefCell::default(),
+        }
+    }
+
+    /// Asks for elections of `topics` at the next `coordinate`.
+    pub fn want(&self, topics: impl IntoIterator<Item = u64>) {
+        self.wanted.borrow_mut().extend(topics);
+    }
+
+    /// Takes `topic_id`'s turn: false while an election or a move of it holds it.
+    pub fn begin(&self, topic_id: u64) -> bool {
+        self.electing.borrow_mut().insert(topic_id)
+    }
+
+    /// Gives back `topic_id`'s turn, taken by `begin`.
+    pub fn end(&self, topic_id: u64) {
+        let held = self.electing.borrow_mut().remove(&topic_id);
+        assert!(held, "the election of topic {topic_id:x} ended without having begun");
+    }
+
+    /// The replicated topics that need an election at `now`: asked for, whose leader is on a
+    /// node not in `heard`, or whose last election failed long enough ago. Takes the asked
+    /// ones off the list.
+    pub fn candidates(&self, catalog: &CatalogState, heard: &[u64], now: Instant) -> Vec<u64> {
+        let mut wanted = self.wanted.borrow_mut();
+        let retry = self.retry.borrow();
+        catalog
+            .topics
+            .values()
+            .filter(|topic| topic.replica_count() > 1)
+            .filter(|topic| {
+                let away = !heard.contains(&node_and_shard(topic.shard).0);
+                let due = retry.get(&topic.id).is_some_and(|at| now >= *at);
+                wanted.remove(&topic.id) || away || due
+            })
+            .map(|topic| topic.id)
+            .collect()
+    }
+
+    fn elected(&self, topic_id: u64) {
+        self.retry.borrow_mut().remove(&topic_id);
+    }
+
+    fn failed(&self, topic_id: u64, now: Instant) {
+        self.retry.borrow_mut().insert(topic_id, now + self.timings.retry_interval);
+    }
+}
+
+/// On the catalog's leader: starts an election for every replicated topic whose leader is on a
+/// node not heard from within `source_failure_timeout`, that a node asked for, or whose last
+/// election failed, at most `ELECTIONS_IN_FLIGHT_MAX` at once. Each runs as a task of its own.
+pub fn coordinate<E: Electorate + 'static>(electorate: &Rc<E>) {
+    let elections = electorate.elections();
+    let Some(heard) = electorate.nodes_heard_within(elections.timings.source_failure_timeout) else {
+        return;
+    };
+    let candidates = elections.candidates(&electorate.catalog(), &heard, crate::runtime::now());
+    for topic_id in candidates {
+        if elections.electing.borrow().len() >= ELECTIONS_IN_FLIGHT_MAX {
+            break;
+        }
+        if !elections.begin(topic_id) {
+            continue;
+        }
+        let electorate = electorate.clone();
+        crate::runtime::spawn(async move {
+            let elections = electorate.elections();
+            match elect(&*electorate, topic_id, None).await {
+                Ok(()) => elections.elected(topic_id),
+                Err(status) => {
+                    crate::log_warn!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
+                    elections.failed(topic_id, crate::runtime::now());
+                }
+            }
+            elections.end(topic_id);
+        })
+        .detach();
+    }
+}
+
+/// One election of topic `topic_id`'s leader: every replica is asked to promise the next
+/// epoch; once a quorum has, the most up-to-date of those that answered is decided as its
+/// leader. With `excluded` (a replica a move takes away), that replica is fenced but is no
+/// candidate, and the others' answers must make a quorum of every replica on their own.
+pub async fn elect<E: Electorate>(
+    electorate: &E,
+    topic_id: u64,
+    excluded: Option<u32>,
+) -> Result<(), Status> {
+    let Some(topic) = electorate.catalog().topic_by_id(topic_id).cloned() else { return Ok(()) };
+    let epoch = topic.epoch + 1;
+    let fence_wait = electorate.elections().timings.fence_wait;
+    let fences = topic.replicas.iter().map(|shard| async move {
+        let fence = ControlRequest::FenceReplica { topic_id, epoch };
+        let answered = futures_lite::future::or(electorate.control(*shard, fence), async {
+            crate::runtime::sleep(fence_wait).await;
+            Err(Status::new(Code::DeadlineExceeded, "no answer in time"))
+        })
+        .await;
+        match answered {
+            Ok(ControlOk::Fenced { last_epoch, durable_end }) => {
+                Some(FenceAnswer { node: *shard as u64, last_epoch, durable_end })
+            }
+            _ => None,
+        }
+    });
+    let answers: Vec<FenceAnswer> =
+        crate::sync::join_all(fences.collect()).await.into_iter().flatten().collect();
+    let chosen = decide(&topic, epoch, &answers, excluded)?;
+    let leader = chosen.node as u32;
+    electorate.decide(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
+    crate::log_info!(
+        "ringpostd: topic '{}': {} leads from epoch {epoch} (its log ends at {}, epoch {})",
+        topic.name,
+        crate::catalog::forwarder_name(leader),
+        chosen.durable_end,
+        chosen.last_epoch
+    );
+    Ok(())
+}
+
+/// Who leads `topic` from `epoch`, from its replicas' `answers` to the fencing round of that
+/// epoch: the most up-to-date of a quorum (`choose_leader`), `excluded` being no candidate and
+/// its answer not counted. A refusal says how many answered and how many are needed.
+pub fn decide(
+    topic: &TopicRecord,
+    epoch: u64,
+    answers: &[FenceAnswer],
+    excluded: Option<u32>,
+) -> Result<FenceAnswer, Status> {
+    let mut replicas: Vec<u64> = topic.replicas.iter().map(|shard| *shard as u64).collect();
+    let mut answers = answers.to_vec();
+    if let Some(excluded) = excluded {
+        let needed = quorum(replicas.len());
+        replicas.retain(|shard| *shard != excluded as u64);
+        answers.retain(|answer| answer.node != excluded as u64);
+        let answered: HashSet<u64> = answers.iter().map(|answer| answer.node).collect();
+        if answered.len() < needed {
+            return Err(Status::unavailable(format!(
+                "topic '{}': {} of its replicas other than {} answered the fencing round of \
+                 epoch {epoch}; {needed} are needed",
+                topic.name,
+                answered.len(),
+                crate::catalog::forwarder_name(excluded)
+            )));
+        }
+    }
+    choose_leader(&replicas, &answers).map_err(|short| {
+        Status::unavailable(format!(
+            "topic '{}': {} of its {} replicas answered the fencing round of epoch {epoch}; {} are needed",
+            topic.name,
+            short.answered,
+            replicas.len(),
+            short.needed
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(replicas: &[u32]) -> TopicRecord {
+        TopicRecord {
+            id: 9,
+            name: "replicated".into(),
+            message_retention_seconds: 0,
+            shard: replicas[0],
+            created_ms: 0,
+            labels: Default::default(),
+            replicas: replicas.to_vec(),
+            epoch: 3,
+        }
+    }
+
+    fn answer(node: u32, last_epoch: u64, durable_end: u64) -> FenceAnswer {
+        FenceAnswer { node: node as u64, last_epoch, durable_end }
+    }
+
+    /// The most up-to-date of a quorum leads; an excluded replica neither leads nor counts.
+    #[test]
+    fn the_most_up_to_date_of_a_quorum_leads_and_an_excluded_replica_does_not() {
+        let topic = topic(&[1, 2, 3]);
+        let answers = [answer(1, 3, 10), answer(2, 3, 12)];
+        assert_eq!(decide(&topic, 4, &answers, None).unwrap().node, 2);
+        assert_eq!(decide(&topic, 4, &answers[..1], None).unwrap_err().code, Code::Unavailable);
+        // Without replica 2, replicas 1 and 3 must both answer: two of three.
+        let refused = decide(&topic, 4, &answers, Some(2)).unwrap_err();
+        assert!(refused.message.contains("1 of its replicas other than"), "{refused}");
+        let answers = [answer(1, 3, 10), answer(2, 3, 12), answer(3, 2, 20)];
+        assert_eq!(decide(&topic, 4, &answers, Some(2)).unwrap().node, 1);
+    }
+
+    /// Asked-for topics are taken once; a topic whose leader's node was not heard from, or
+    /// whose election failed long enough ago, is a candidate; one with a single replica never.
+    #[test]
+    fn candidates_are_the_asked_the_unheard_and_the_due() {
+        let mut catalog = CatalogState::default();
+        let mut replicated = topic(&[crate::catalog::global_shard(1, 0), crate::catalog::global_shard(2, 0)]);
+        catalog.apply(CatalogEntry::TopicCreated(replicated.clone()));
+        replicated.id = 10;
+        replicated.name = "single".into();
+        replicated.replicas.truncate(1);
+        catalog.apply(CatalogEntry::TopicCreated(replicated));
+        let elections = Elections::default();
+        let now = Instant::now();
+        assert!(elections.candidates(&catalog, &[1, 2], now).is_empty());
+        assert_eq!(elections.candidates(&catalog, &[2], now), vec![9]);
+        elections.want([9, 10]);
+        assert_eq!(elections.candidates(&catalog, &[1, 2], now), vec![9]);
+        assert!(elections.candidates(&catalog, &[1, 2], now).is_empty(), "asked once");
+        elections.failed(9, now);
+        assert!(elections.candidates(&catalog, &[1, 2], now).is_empty());
+        assert_eq!(elections.candidates(&catalog, &[1, 2], now + ELECTION_ASK_INTERVAL), vec![9]);
+        elections.elected(9);
+        assert!(elections.candidates(&catalog, &[1, 2], now + ELECTION_ASK_INTERVAL).is_empty());
+    }
+}
