@@ -512,3 +512,40 @@ fn durable_batches_are_held_past_the_commit_and_forgotten_commits_allow_a_cut() 
         assert_eq!(log.next_offset(), 3);
     });
 }
+
+/// A replica a move adds holds nothing, and its leader's log no longer starts at 0: its first
+/// sync starts it where the leader's log does, and every later sync (a new leader, the leader
+/// after a cut) finds it parting from the leader there, not at 0 below what it counts as
+/// committed (it was refused every sync after its first, and never caught up).
+#[test]
+fn a_replica_started_at_its_leaders_start_takes_every_later_sync() {
+    run(async {
+        let (leader_disk, follower_disk) = (SimDisk::new(), SimDisk::new());
+        let dirs = directories(1);
+        let open_both = |disk: &SimDisk| {
+            let disk = disk.clone();
+            let dirs = dirs.clone();
+            async move {
+                let messages =
+                    Log::open(disk.clone(), dirs.clone(), Path::new("topics/1"), 1, small_config());
+                let journal = Log::open(disk, dirs, Path::new("topics/1/journal"), 2, small_config());
+                [messages.await.unwrap().0, journal.await.unwrap().0]
+            }
+        };
+        let leader = open_both(&leader_disk).await;
+        for log in &leader {
+            log.start_at(12).await.unwrap();
+            log.set_epoch(3).unwrap();
+            append_each(log, 12, 4).await;
+        }
+        let follower = open_both(&follower_disk).await;
+        let tips = [crate::replication::source::tip(&leader[0]), crate::replication::source::tip(&leader[1])];
+        for (sync, epoch) in [(1, 4), (2, 4), (3, 5)] {
+            let next = crate::replication::source::follow(&follower, epoch, &tips).await;
+            assert_eq!(next.unwrap(), [12, 12], "sync {sync}, from the leader of epoch {epoch}");
+        }
+        follower[0].append_from_leader(5, 12, 3, records_for(&[payload(12), payload(13)]), 2).await.unwrap();
+        let next = crate::replication::source::follow(&follower, 5, &tips).await.unwrap();
+        assert_eq!(next, [14, 12], "a sync after records came keeps them");
+    });
+}

@@ -568,6 +568,10 @@ pub async fn follow<S: Storage>(
         } else {
             divergence(&log.epoch_history(), end, &tip.history, tip.end)
         };
+        // A log holds nothing below its start, and parts from the leader no lower: what was
+        // removed there was committed (a replica that a move added, started where its leader's
+        // log did, has no history to tell it so, and was refused every sync after its first).
+        let cut = cut.max(log.start_offset());
         if cut < log.next_offset() {
             if cut < log.committed_end() {
                 return Err(LogError::Refused(format!(
