@@ -9,9 +9,10 @@
 //! `coordinate` and `elect`, over this test's `Electorate`), which hears only the nodes it can
 //! reach and reaches no node cut off. Each node's router promoting and demoting its replica is
 //! played by the test. Publishers and an acknowledging subscriber go to the leader they know,
-//! or to any node. Among the faults, a replica is moved to a spare node as `router/moves.rs`
-//! moves it (taken out, then a new one added, an election after each), the faults going on
-//! meanwhile; the replica taken out is shut down.
+//! or to any node. Among the faults, a replica is moved to a spare node by the router's own
+//! steps (`router::moves::move_replica`, over this test's `Mover`: taken out, then a new one
+//! added, an election after each), the faults going on meanwhile; the replica taken out is
+//! shut down.
 //!
 //! Checked as it runs: nothing is delivered that was never published, no message is
 //! delivered again after its acknowledgement was confirmed, and the committed records of any
@@ -28,6 +29,7 @@ use crate::log::{Directories, LogConfig};
 use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
 use crate::router::elections::{self, ElectionTimings, Elections, Electorate};
+use crate::router::moves;
 use crate::runtime::{self, sim};
 use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};
@@ -68,6 +70,8 @@ const ELECTION_TIMINGS: ElectionTimings = ElectionTimings {
     source_failure_timeout: Duration::from_millis(300),
     fence_wait: CALL_TIMEOUT,
     retry_interval: COORDINATE_INTERVAL,
+    move_step_timeout: MOVE_STEP_WAIT,
+    move_poll_interval: COORDINATE_INTERVAL,
 };
 const PUBLISHERS: usize = 2;
 const MESSAGES_PER_PUBLISH_MAX: u64 = 3;
@@ -256,6 +260,14 @@ impl Electorate for World {
         let applied = self.catalog.borrow_mut().apply(entry);
         trace(|| format!("catalog: {decided}: {applied:?}"));
         Ok(applied)
+    }
+}
+
+/// The new replica of a move goes to a spare node (each taken once).
+impl moves::Mover for World {
+    fn new_replica_place(&self, _topic: &TopicRecord, _leaving_node: u64) -> Result<u32, Status> {
+        let spare = self.spares.borrow_mut().pop();
+        spare.map(shard_of).ok_or_else(|| Status::failed_precondition("no spare node is left"))
     }
 }
 
@@ -695,17 +707,17 @@ async fn nemesis(world: Rc<World>) {
     world.isolated.borrow_mut().clear();
 }
 
-/// A replica move, as `router/moves.rs` runs it: `leaving` handed the lead away if it has it,
-/// taken out of the set, then a spare added; each change followed by an election whose leader
-/// commits a record of its epoch before the next. A step that fails ends the move where it
-/// is (the catalog's timers elect again); the replica taken out is shut down, as a node that
-/// left the cluster is.
+/// A replica move, run by the router's own steps (`moves::move_replica`): `leaving` handed the
+/// lead away if it has it, taken out of the set, then a spare added; each change followed by
+/// an election whose leader commits a record of its epoch before the next. A step that fails
+/// ends the move where it is (the catalog's timers elect again, and the next move settles what
+/// it left); the replica taken out is shut down, as a node that left the cluster is.
 async fn move_replica(world: Rc<World>, leaving: usize) {
     // The topic's turn, once an election the catalog's timers run ends (`move_replica_off`).
     while !world.elections.begin(TOPIC_ID) {
         runtime::sleep(COORDINATE_INTERVAL).await;
     }
-    let done = move_steps(&world, leaving).await;
+    let done = moves::move_replica(&*world, TOPIC_ID, leaving as u64 + 1).await;
     world.elections.end(TOPIC_ID);
     trace(|| format!("move off node {leaving}: {done:?}, replicas now {:?}", world.members()));
     if !world.members().contains(&leaving) && world.running(leaving).is_some() {
@@ -716,82 +728,6 @@ async fn move_replica(world: Rc<World>, leaving: usize) {
         world.elections.want([TOPIC_ID]);
     }
     world.moving.set(false);
-}
-
-/// One change of the topic's replicas, decided in the catalog, then an election among the new
-/// set whose leader commits a record of its epoch (`change_replicas`).
-async fn change_replicas(
-    world: &Rc<World>,
-    members: Vec<usize>,
-    step: &'static str,
-) -> Result<(), &'static str> {
-    let replicas = members.iter().map(|node| shard_of(*node)).collect();
-    let applied = world.decide(CatalogEntry::TopicReplicasChanged { id: TOPIC_ID, replicas }).await;
-    if applied != Ok(Applied::Updated(true)) {
-        return Err("the catalog refused the change");
-    }
-    elections::elect(&**world, TOPIC_ID, None).await.map_err(|_| step)?;
-    wait_epoch_committed(world).await
-}
-
-async fn move_steps(world: &Rc<World>, leaving: usize) -> Result<(), &'static str> {
-    if world.members().len() == 2 {
-        // A move cut short after its removal left two replicas of which only the leader may
-        // hold everything acknowledged: settled first, as the router's move does
-        // (`move_guarded`), or a quorum of three could be the other one and the new one.
-        elections::elect(&**world, TOPIC_ID, None).await.map_err(|_| "settling the two replicas")?;
-        wait_epoch_committed(world).await?;
-    }
-    if world.members().len() > 2 {
-        if world.leader() == leaving {
-            elections::elect(&**world, TOPIC_ID, Some(shard_of(leaving)))
-                .await
-                .map_err(|_| "handing the lead over")?;
-            wait_epoch_committed(world).await?;
-        }
-        if world.leader() == leaving {
-            return Err("it leads again");
-        }
-        let kept = world.members().into_iter().filter(|node| *node != leaving).collect();
-        change_replicas(world, kept, "the election after the removal").await?;
-    }
-    let Some(joining) = world.spares.borrow_mut().pop() else { return Err("no spare") };
-    let attach = ControlRequest::AttachReplica {
-        topic_id: TOPIC_ID,
-        name: TOPIC.to_owned(),
-        retention_seconds: 0,
-        recovering: false,
-    };
-    let attached =
-        world.on_node(joining, move |forwarder| async move { forwarder.control(attach).await }).await;
-    if !matches!(attached, Some(Ok(_))) {
-        return Err("attaching the new replica");
-    }
-    let mut grown = world.members();
-    grown.push(joining);
-    change_replicas(world, grown, "the election after the addition").await
-}
-
-/// Waits until the leader the catalog names leads its epoch and holds, on a quorum of its
-/// replicas, what its logs held when it began (at most `MOVE_STEP_WAIT`).
-async fn wait_epoch_committed(world: &Rc<World>) -> Result<(), &'static str> {
-    let started = runtime::now();
-    while runtime::now() - started < MOVE_STEP_WAIT {
-        let (leader, epoch) = (world.leader(), world.epoch());
-        if !world.reachable(leader) {
-            return Err("its leader is not reachable");
-        }
-        let progress = ControlRequest::ReplicaProgress { topic_id: TOPIC_ID };
-        let answer =
-            world.on_node(leader, move |forwarder| async move { forwarder.control(progress).await }).await;
-        if let Some(Ok(ControlOk::Progress(progress))) = answer {
-            if progress.leader && progress.epoch == epoch && progress.epoch_committed {
-                return Ok(());
-            }
-        }
-        runtime::sleep(COORDINATE_INTERVAL).await;
-    }
-    Err("the leader's first commit of its epoch")
 }
 
 fn simulate(seed: u64) {

@@ -1803,7 +1803,7 @@ mod advertise_tests {
 
 pub mod elections;
 mod members;
-mod moves;
+pub mod moves;
 mod watch;
 pub use members::{NodeRemoval, MEMBERSHIP_CHANGE_TIMEOUT, NODE_ID_MAX};
 pub use watch::CLUSTER_WATCH_INTERVAL;

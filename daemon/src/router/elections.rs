@@ -39,6 +39,10 @@ pub struct ElectionTimings {
     pub fence_wait: Duration,
     /// How long after a failed election the topic's next one is tried.
     pub retry_interval: Duration,
+    /// How long each step of a replica move may take (`moves.rs`).
+    pub move_step_timeout: Duration,
+    /// How often a move looks at the topic's leader's progress.
+    pub move_poll_interval: Duration,
 }
 
 impl ElectionTimings {
@@ -46,6 +50,8 @@ impl ElectionTimings {
         source_failure_timeout: SOURCE_FAILURE_TIMEOUT,
         fence_wait: ELECTION_FENCE_WAIT,
         retry_interval: ELECTION_ASK_INTERVAL,
+        move_step_timeout: super::moves::MOVE_STEP_TIMEOUT,
+        move_poll_interval: super::moves::MOVE_POLL_INTERVAL,
     };
 }
 
@@ -90,6 +96,11 @@ impl Elections {
             electing: RefCell::default(),
             retry: RefCell::default(),
         }
+    }
+
+    /// How long what these elections (and moves) wait on may take.
+    pub fn timings(&self) -> ElectionTimings {
+        self.timings
     }
 
     /// Asks for elections of `topics` at the next `coordinate`.

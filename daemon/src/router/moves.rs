@@ -2,8 +2,10 @@
 //! two changes of one replica each, the one leaving taken away first and the new one added
 //! after, each decided in the catalog and followed by an election whose leader commits a
 //! record of its epoch before the next change. Run by the catalog's leader for a node that
-//! leaves the cluster.
+//! leaves the cluster. The steps are generic over `Mover` (an `Electorate` that also chooses
+//! where a new replica goes), so that the replication simulation runs them as they are.
 
+use super::elections::{self, Electorate};
 use super::Router;
 use crate::api::{Code, Status};
 use crate::catalog::{node_and_shard, CatalogEntry, TopicRecord};
@@ -15,7 +17,7 @@ use std::time::Duration;
 /// new replica catching up with its leader.
 pub const MOVE_STEP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a move looks at the leader's progress.
-const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
+pub(super) const MOVE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Replica moves one node's removal runs at once.
 pub const MOVES_IN_FLIGHT_MAX: usize = 8;
 
@@ -58,7 +60,7 @@ impl<S: Storage> Router<S> {
             }
             crate::runtime::sleep(MOVE_POLL_INTERVAL).await;
         }
-        let moved = self.move_guarded(topic_id, node_id).await;
+        let moved = move_replica(self, topic_id, node_id).await;
         self.replicas.elections.end(topic_id);
         moved.map_err(|status| {
             let name = self.state.borrow().topic_by_id(topic_id).map(|topic| topic.name.clone());
@@ -67,187 +69,209 @@ impl<S: Storage> Router<S> {
         })
     }
 
-    async fn move_guarded(&self, topic_id: u64, node_id: u64) -> Result<(), Status> {
-        let Some(topic) = self.topic_by_id(topic_id) else { return Ok(()) };
-        let leaving = topic.replicas.iter().copied().find(|replica| node_and_shard(*replica).0 == node_id);
-        // An even count is a move cut short between its steps: it gets its replica back.
-        let short = topic.replicas.len().is_multiple_of(2);
-        if leaving.is_none() && !short {
-            return Ok(());
-        }
-        // The new replica's place: a node that holds none and answers, first in placement's
-        // preference; chosen before anything changes, so that a move with nowhere to go
-        // leaves the topic as it was.
+    /// The forwarder a new replica of `topic` goes to: on a node that holds none of its
+    /// replicas, is not `leaving_node` and answers, first in placement's preference.
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, Status> {
         let holding: Vec<u64> = topic.replicas.iter().map(|replica| node_and_shard(*replica).0).collect();
         let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
-        let target = self
-            .place(&topic.name)
+        self.place(&topic.name)
             .into_iter()
             .find(|shard| {
                 let node = node_and_shard(*shard).0;
-                node != node_id
+                node != leaving_node
                     && !holding.contains(&node)
                     && heard.as_ref().is_none_or(|heard| heard.contains(&node))
             })
             .ok_or_else(|| {
                 Status::failed_precondition(format!(
-                    "no node other than its replicas' and node {node_id} has a forwarder to take it"
+                    "no node other than its replicas' and node {leaving_node} has a forwarder to take it"
                 ))
-            })?;
-        if short {
-            // The change that left an even count may have failed before its election and its
-            // leader's commit: then only the leader is known to hold everything acknowledged
-            // (the replica taken out held the rest), and a quorum of the set grown by one could
-            // be the other replica and the new, empty one. So the set is settled first: an
-            // election in it, whose leader commits its epoch on every replica of the two.
-            self.elect_excluding(topic_id, None).await?;
-            self.wait_epoch_committed(topic_id).await?;
+            })
+    }
+}
+
+/// What a move calls beyond what an election does: where a new replica goes. The router is
+/// the daemon's `Mover`; the replication simulation's cluster is another, so that the
+/// simulation runs these steps, not a copy of them.
+pub trait Mover: Electorate {
+    /// The forwarder a new replica of `topic` goes to, on a node other than `leaving_node`.
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, Status>;
+}
+
+impl<S: Storage> Mover for Router<S> {
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, Status> {
+        Router::new_replica_place(self, topic, leaving_node)
+    }
+}
+
+/// Moves topic `topic_id`'s replica on node `node_id` (if it has one, or gives back the replica
+/// a move cut short took away) to a node that holds none. The caller holds the topic's turn
+/// (`Elections::begin`).
+pub async fn move_replica<M: Mover>(mover: &M, topic_id: u64, node_id: u64) -> Result<(), Status> {
+    let Some(topic) = topic_by_id(mover, topic_id) else { return Ok(()) };
+    let leaving = topic.replicas.iter().copied().find(|replica| node_and_shard(*replica).0 == node_id);
+    // An even count is a move cut short between its steps: it gets its replica back.
+    let short = topic.replicas.len().is_multiple_of(2);
+    if leaving.is_none() && !short {
+        return Ok(());
+    }
+    // The new replica's place, chosen before anything changes, so that a move with nowhere to
+    // go leaves the topic as it was.
+    let target = mover.new_replica_place(&topic, node_id)?;
+    if short {
+        // The change that left an even count may have failed before its election and its
+        // leader's commit: then only the leader is known to hold everything acknowledged (the
+        // replica taken out held the rest), and a quorum of the set grown by one could be the
+        // other replica and the new, empty one. So the set is settled first: an election in
+        // it, whose leader commits its epoch on both replicas.
+        elections::elect(mover, topic_id, None).await?;
+        wait_epoch_committed(mover, topic_id).await?;
+    }
+    match leaving {
+        // Two replicas, one of them leaving: one is added first, so that none is ever alone,
+        // then the move goes on as from three.
+        Some(_) if topic.replicas.len() <= 2 => {
+            add_replica(mover, topic_id, target).await?;
+            Box::pin(move_replica(mover, topic_id, node_id)).await
         }
-        match leaving {
-            // Two replicas, one of them leaving: one is added first, so that none is ever
-            // alone, then the move goes on as from three.
-            Some(_) if topic.replicas.len() <= 2 => {
-                self.add_replica(topic_id, target).await?;
-                Box::pin(self.move_guarded(topic_id, node_id)).await
+        // 1. The replica leaving goes first, so that nothing waits on a node that may be gone;
+        // 2. then the new one.
+        Some(leaving) => {
+            take_out(mover, topic_id, leaving).await?;
+            add_replica(mover, topic_id, target).await
+        }
+        None => add_replica(mover, topic_id, target).await,
+    }
+}
+
+fn topic_by_id<M: Mover>(mover: &M, topic_id: u64) -> Option<TopicRecord> {
+    mover.catalog().topic_by_id(topic_id).cloned()
+}
+
+fn topic_or_deleted<M: Mover>(mover: &M, topic_id: u64) -> Result<TopicRecord, Status> {
+    topic_by_id(mover, topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))
+}
+
+/// Takes replica `leaving` out of the topic's set, the lead handed to another replica first if
+/// it has it (a set must hold its leader).
+async fn take_out<M: Mover>(mover: &M, topic_id: u64, leaving: u32) -> Result<(), Status> {
+    if topic_or_deleted(mover, topic_id)?.shard == leaving {
+        elections::elect(mover, topic_id, Some(leaving)).await?;
+        wait_epoch_committed(mover, topic_id).await?;
+    }
+    let topic = topic_or_deleted(mover, topic_id)?;
+    let kept: Vec<u32> = topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
+    change_replicas(mover, topic_id, kept).await
+}
+
+/// Adds a replica on `target` (attached empty first), and waits until it holds what its leader
+/// held when it joined.
+async fn add_replica<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), Status> {
+    let topic = topic_or_deleted(mover, topic_id)?;
+    let attach = ControlRequest::AttachReplica {
+        topic_id,
+        name: topic.name.clone(),
+        retention_seconds: topic.message_retention_seconds,
+        recovering: false,
+    };
+    mover.control(target, attach).await?;
+    let mut grown = topic.replicas.clone();
+    grown.push(target);
+    change_replicas(mover, topic_id, grown).await?;
+    wait_caught_up(mover, topic_id, target).await
+}
+
+/// One change of the topic's replicas, decided in the catalog, then an election among the new
+/// set (its leader syncs the replicas it names), whose leader must commit a record of its epoch
+/// before anything changes again.
+async fn change_replicas<M: Mover>(mover: &M, topic_id: u64, replicas: Vec<u32>) -> Result<(), Status> {
+    let applied = mover.decide(CatalogEntry::TopicReplicasChanged { id: topic_id, replicas }).await?;
+    if applied != crate::catalog::Applied::Updated(true) {
+        return Err(Status::new(
+            Code::Aborted,
+            "the topic's leader or replicas changed meanwhile; try again",
+        ));
+    }
+    elections::elect(mover, topic_id, None).await?;
+    wait_epoch_committed(mover, topic_id).await
+}
+
+/// The topic's leader's progress, as its forwarder reports it.
+async fn leader_progress<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<ReplicaProgress, Status> {
+    match mover.control(topic.shard, ControlRequest::ReplicaProgress { topic_id: topic.id }).await? {
+        ControlOk::Progress(progress) => Ok(progress),
+        other => Err(Status::internal(format!("a replica's progress answered with {other:?}"))),
+    }
+}
+
+/// Refuses at once when the catalog no longer hears from the node of the topic's leader: the
+/// move stops, and the catalog's timers elect another leader as for any topic.
+fn check_leader_heard<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<(), Status> {
+    let node = node_and_shard(topic.shard).0;
+    let heard = mover.nodes_heard_within(mover.elections().timings().source_failure_timeout);
+    if heard.is_some_and(|heard| !heard.contains(&node)) {
+        return Err(Status::unavailable(format!("the node of its leader, node {node}, does not answer")));
+    }
+    Ok(())
+}
+
+/// Waits until the topic's leader, at the epoch the catalog names, holds on a quorum of its
+/// replicas everything its logs held when it was elected (at most the move step timeout).
+async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: u64) -> Result<(), Status> {
+    let timings = mover.elections().timings();
+    let started = crate::runtime::now();
+    loop {
+        let topic = topic_or_deleted(mover, topic_id)?;
+        check_leader_heard(mover, &topic)?;
+        if let Ok(progress) = leader_progress(mover, &topic).await {
+            if progress.leader && progress.epoch == topic.epoch && progress.epoch_committed {
+                return Ok(());
             }
-            // 1. The replica leaving goes first, so that nothing waits on a node that may be
-            // gone; 2. then the new one.
-            Some(leaving) => {
-                self.take_out(topic_id, leaving).await?;
-                self.add_replica(topic_id, target).await
-            }
-            None => self.add_replica(topic_id, target).await,
         }
-    }
-
-    /// Takes replica `leaving` out of the topic's set, the lead handed to another replica
-    /// first if it has it (a set must hold its leader).
-    async fn take_out(&self, topic_id: u64, leaving: u32) -> Result<(), Status> {
-        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
-        if topic.shard == leaving {
-            self.elect_excluding(topic_id, Some(leaving)).await?;
-            self.wait_epoch_committed(topic_id).await?;
+        if crate::runtime::now() - started >= timings.move_step_timeout {
+            return Err(Status::unavailable(format!(
+                "its leader of epoch {} did not commit a record of its epoch within {} s",
+                topic.epoch,
+                timings.move_step_timeout.as_secs()
+            )));
         }
-        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
-        let kept: Vec<u32> = topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
-        self.change_replicas(topic_id, kept).await
+        crate::runtime::sleep(timings.move_poll_interval).await;
     }
+}
 
-    /// Adds a replica on `target` (attached empty first), and waits until it holds what its
-    /// leader held when it joined.
-    async fn add_replica(&self, topic_id: u64, target: u32) -> Result<(), Status> {
-        let topic = self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
-        let attach = ControlRequest::AttachReplica {
-            topic_id,
-            name: topic.name.clone(),
-            retention_seconds: topic.message_retention_seconds,
-            recovering: false,
-        };
-        self.call_forwarder(target, attach).await?;
-        let mut grown = topic.replicas.clone();
-        grown.push(target);
-        self.change_replicas(topic_id, grown).await?;
-        self.wait_caught_up(topic_id, target).await
-    }
-
-    fn topic_by_id(&self, topic_id: u64) -> Option<TopicRecord> {
-        self.state.borrow().topic_by_id(topic_id).cloned()
-    }
-
-    /// One change of the topic's replicas, decided in the catalog, then an election among the
-    /// new set (its leader syncs the replicas it names), whose leader must commit a record of
-    /// its epoch before anything changes again.
-    async fn change_replicas(&self, topic_id: u64, replicas: Vec<u32>) -> Result<(), Status> {
-        let applied = self.propose(CatalogEntry::TopicReplicasChanged { id: topic_id, replicas }).await?;
-        if applied != crate::catalog::Applied::Updated(true) {
-            return Err(Status::new(
-                Code::Aborted,
-                "the topic's leader or replicas changed meanwhile; try again",
-            ));
+/// Waits until replica `target` holds, durably, everything the topic's leader held durably
+/// when this began (at most the move step timeout).
+async fn wait_caught_up<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), Status> {
+    let timings = mover.elections().timings();
+    let started = crate::runtime::now();
+    let mut goal: Option<[u64; 2]> = None;
+    loop {
+        let topic = topic_or_deleted(mover, topic_id)?;
+        check_leader_heard(mover, &topic)?;
+        if topic.shard == target {
+            // The election after the change chose the new replica: it was as far as any of a
+            // quorum (an empty topic's replicas are all equal, and the lowest node wins the
+            // tie), and its epoch is committed. A leader is not among its own followers, so
+            // waiting to see it there waited the whole step timeout.
+            return Ok(());
         }
-        self.elect_excluding(topic_id, None).await?;
-        self.wait_epoch_committed(topic_id).await
-    }
-
-    /// The topic's leader's progress, as its forwarder reports it.
-    async fn leader_progress(&self, topic: &TopicRecord) -> Result<ReplicaProgress, Status> {
-        match self.call_forwarder(topic.shard, ControlRequest::ReplicaProgress { topic_id: topic.id }).await?
-        {
-            ControlOk::Progress(progress) => Ok(progress),
-            other => Err(Status::internal(format!("a replica's progress answered with {other:?}"))),
-        }
-    }
-
-    /// Refuses at once when the catalog no longer hears from the node of the topic's leader: the
-    /// move stops, and the catalog's timers elect another leader as for any topic.
-    fn check_leader_heard(&self, topic: &TopicRecord) -> Result<(), Status> {
-        let node = node_and_shard(topic.shard).0;
-        let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
-        if heard.is_some_and(|heard| !heard.contains(&node)) {
-            return Err(Status::unavailable(format!("the node of its leader, node {node}, does not answer")));
-        }
-        Ok(())
-    }
-
-    /// Waits until the topic's leader, at the epoch the catalog names, holds on a quorum of
-    /// its replicas everything its logs held when it was elected (at most `MOVE_STEP_TIMEOUT`).
-    async fn wait_epoch_committed(&self, topic_id: u64) -> Result<(), Status> {
-        let started = crate::runtime::now();
-        loop {
-            let topic =
-                self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
-            self.check_leader_heard(&topic)?;
-            if let Ok(progress) = self.leader_progress(&topic).await {
-                if progress.leader && progress.epoch == topic.epoch && progress.epoch_committed {
+        if let Ok(progress) = leader_progress(mover, &topic).await {
+            if progress.leader && progress.epoch == topic.epoch {
+                let goal = *goal.get_or_insert(progress.durable_ends);
+                let held =
+                    progress.followers.iter().find(|(shard, _)| *shard == target).map(|(_, ends)| *ends);
+                if held.is_some_and(|held| held[0] >= goal[0] && held[1] >= goal[1]) {
                     return Ok(());
                 }
             }
-            if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
-                return Err(Status::unavailable(format!(
-                    "its leader of epoch {} did not commit a record of its epoch within {} s",
-                    topic.epoch,
-                    MOVE_STEP_TIMEOUT.as_secs()
-                )));
-            }
-            crate::runtime::sleep(MOVE_POLL_INTERVAL).await;
         }
-    }
-
-    /// Waits until replica `target` holds, durably, everything the topic's leader held
-    /// durably when this began (at most `MOVE_STEP_TIMEOUT`).
-    async fn wait_caught_up(&self, topic_id: u64, target: u32) -> Result<(), Status> {
-        let started = crate::runtime::now();
-        let mut goal: Option<[u64; 2]> = None;
-        loop {
-            let topic =
-                self.topic_by_id(topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))?;
-            self.check_leader_heard(&topic)?;
-            if topic.shard == target {
-                // The election after the change chose the new replica: it was as far as any
-                // of a quorum (an empty topic's replicas are all equal, and the lowest node
-                // wins the tie), and its epoch is committed. A leader is not among its own
-                // followers, so waiting to see it there waited the whole MOVE_STEP_TIMEOUT.
-                return Ok(());
-            }
-            if let Ok(progress) = self.leader_progress(&topic).await {
-                if progress.leader && progress.epoch == topic.epoch {
-                    let goal = *goal.get_or_insert(progress.durable_ends);
-                    let held =
-                        progress.followers.iter().find(|(shard, _)| *shard == target).map(|(_, ends)| *ends);
-                    if held.is_some_and(|held| held[0] >= goal[0] && held[1] >= goal[1]) {
-                        return Ok(());
-                    }
-                }
-            }
-            if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
-                return Err(Status::unavailable(format!(
-                    "the new replica on {} did not catch up with its leader within {} s; it goes on \
-                     catching up",
-                    crate::catalog::forwarder_name(target),
-                    MOVE_STEP_TIMEOUT.as_secs()
-                )));
-            }
-            crate::runtime::sleep(MOVE_POLL_INTERVAL).await;
+        if crate::runtime::now() - started >= timings.move_step_timeout {
+            return Err(Status::unavailable(format!(
+                "the new replica on {} did not catch up with its leader within {} s; it goes on catching up",
+                crate::catalog::forwarder_name(target),
+                timings.move_step_timeout.as_secs()
+            )));
         }
+        crate::runtime::sleep(timings.move_poll_interval).await;
     }
 }

@@ -435,12 +435,6 @@ impl<S: Storage> Router<S> {
     pub fn coordinate(self: &Rc<Self>) {
         elections::coordinate(self);
     }
-
-    /// `elections::elect` of topic `topic_id`, with replica `excluded` (one a move takes away)
-    /// fenced but not a candidate.
-    pub(super) async fn elect_excluding(&self, topic_id: u64, excluded: Option<u32>) -> Result<(), Status> {
-        elections::elect(self, topic_id, excluded).await
-    }
 }
 
 /// The router runs the catalog's elections on its node: it reads the catalog it applied, hears
