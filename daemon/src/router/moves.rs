@@ -94,6 +94,15 @@ impl<S: Storage> Router<S> {
                     "no node other than its replicas' and node {node_id} has a forwarder to take it"
                 ))
             })?;
+        if short {
+            // The change that left an even count may have failed before its election and its
+            // leader's commit: then only the leader is known to hold everything acknowledged
+            // (the replica taken out held the rest), and a quorum of the set grown by one could
+            // be the other replica and the new, empty one. So the set is settled first: an
+            // election in it, whose leader commits its epoch on every replica of the two.
+            self.elect_excluding(topic_id, None).await?;
+            self.wait_epoch_committed(topic_id).await?;
+        }
         match leaving {
             // Two replicas, one of them leaving: one is added first, so that none is ever
             // alone, then the move goes on as from three.
