@@ -13,6 +13,7 @@ pub use catalog::placement;
 pub mod clock;
 pub mod codec;
 pub mod control;
+pub mod dispatch;
 pub mod fail_stop;
 #[cfg(test)]
 mod limits_doc_tests;

@@ -285,8 +285,6 @@ pub trait Peers {
     fn control(&self, node: u64, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk>;
     /// Asks the catalog's leader, node `leader`, to decide this node's registration.
     fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()>;
-    /// Carries a client's request (in the protocol's own encoding) to the catalog's leader.
-    fn forward(&self, leader: u64, request: Vec<u8>, timeout: std::time::Duration) -> PeerFuture<Vec<u8>>;
     /// Asks the catalog's leader to elect new leaders for `topics` (their leader's node
     /// restarted and must not lead them at their epoch again).
     fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()>;
@@ -676,17 +674,6 @@ impl<S: Storage> Router<S> {
     /// Whether this node is one of a cluster's.
     pub fn is_clustered(&self) -> bool {
         self.peers.is_some()
-    }
-
-    /// Carries a client's request to the catalog's leader (see `Peers::forward`).
-    pub async fn forward(
-        &self,
-        leader: u64,
-        request: Vec<u8>,
-        timeout: std::time::Duration,
-    ) -> Result<Vec<u8>, Status> {
-        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
-        peers.forward(leader, request, timeout).await
     }
 
     /// New topics get one replica, and asking for more is refused with `why`.

@@ -403,7 +403,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         .map(|address| bind(address, "the monitoring endpoint's port (--http-listen)"))
         .transpose()?;
     let (grpc_jobs, grpc_gateway, router_jobs) =
-        grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards);
+        grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards, config.cluster.as_ref());
     let forwarder_addresses: Vec<SocketAddr> =
         forwarder_listeners.iter().map(|(_, address)| *address).collect();
     let advertise = match &config.advertise {
@@ -451,7 +451,6 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         ready: ready_sender.clone(),
         stopped: stopped_sender,
         grpc_jobs: grpc_jobs.router,
-        leader_view: grpc_jobs.leader_view,
         phase: phase.clone(),
         cluster: cluster_listener.map(|listener| {
             let settings = config.cluster.clone().expect("bound for a cluster");
@@ -472,8 +471,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                         .iter()
                         .map(|address| crate::host_and_port(&host, address.port()))
                         .collect(),
-                    // The other nodes' gRPC APIs carry catalog changes here when this node
-                    // leads (`protocol::grpc::forward`).
+                    // The other nodes' gRPC APIs carry publishes and deliveries here for the
+                    // topics this node serves (`protocol::grpc::carry`).
                     grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
                 },
                 settings,
@@ -531,8 +530,6 @@ pub fn start(config: Config) -> Result<Daemon, String> {
 struct GrpcJobs {
     router: Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::RouterShard>>,
     forwarders: Vec<Option<protocol::grpc::bridge::JobReceiver<protocol::grpc::gateway::ForwarderShard>>>,
-    /// The router shard's end of the gateway's view of the catalog's leader.
-    leader_view: Option<protocol::grpc::forward::LeaderViewSender>,
 }
 
 /// The job channels the gRPC API (`grpc`) and the monitoring endpoint (`http`) need: the
@@ -542,6 +539,7 @@ fn grpc_channels(
     grpc: bool,
     http: bool,
     shards: usize,
+    cluster: Option<&ClusterSettings>,
 ) -> (
     GrpcJobs,
     Option<protocol::grpc::gateway::Gateway>,
@@ -549,28 +547,19 @@ fn grpc_channels(
 ) {
     use protocol::grpc::bridge::job_channel;
     if !grpc && !http {
-        let jobs =
-            GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect(), leader_view: None };
+        let jobs = GrpcJobs { router: None, forwarders: (0..shards).map(|_| None).collect() };
         return (jobs, None, None);
     }
     let (router_caller, router_jobs) = job_channel();
     let http_caller = http.then(|| router_caller.clone());
     if !grpc {
-        let jobs = GrpcJobs {
-            router: Some(router_jobs),
-            forwarders: (0..shards).map(|_| None).collect(),
-            leader_view: None,
-        };
+        let jobs = GrpcJobs { router: Some(router_jobs), forwarders: (0..shards).map(|_| None).collect() };
         return (jobs, None, http_caller);
     }
     let (callers, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| job_channel()).unzip();
-    let (leader_view, leader) = protocol::grpc::forward::leader_view();
-    let jobs = GrpcJobs {
-        router: Some(router_jobs),
-        forwarders: receivers.into_iter().map(Some).collect(),
-        leader_view: Some(leader_view),
-    };
-    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, leader)), http_caller)
+    let jobs = GrpcJobs { router: Some(router_jobs), forwarders: receivers.into_iter().map(Some).collect() };
+    let cluster_node = cluster.map(|cluster| cluster.node_id);
+    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, cluster_node)), http_caller)
 }
 
 /// The cores no forwarder shard is pinned to, for the gRPC API's threads; none when the

@@ -12,7 +12,6 @@ use std::rc::Rc;
 use std::sync::mpsc;
 
 use protocol::grpc::bridge::{serve_jobs, JobReceiver};
-use protocol::grpc::forward::{LeaderView, LeaderViewSender};
 use protocol::grpc::gateway::RouterShard;
 use protocol::native::peer::{PeerAddresses, PeerHandler, PeerNetwork, PeerPool};
 
@@ -30,8 +29,6 @@ pub(super) struct RouterWiring {
     pub stopped: mpsc::Sender<(String, usize)>,
     /// The gRPC API's jobs for the router, when it is served.
     pub grpc_jobs: Option<JobReceiver<RouterShard>>,
-    /// The gRPC API's view of the catalog's leader, kept current here, when it is served.
-    pub leader_view: Option<LeaderViewSender>,
     /// The cluster port and this node's registration, in a cluster.
     pub cluster: Option<ClusterWiring>,
     /// What the start is doing, set here as it moves on.
@@ -100,7 +97,6 @@ pub(super) fn start_router_shard(
                 ready: router_ready,
                 stopped: stopped_sender,
                 grpc_jobs,
-                leader_view,
                 cluster,
                 phase: _,
             } = wiring;
@@ -144,10 +140,10 @@ pub(super) fn start_router_shard(
             // request but Hello is refused at once with what the start waits for (a node
             // waiting with --join to be added, a catalog without a leader), rather than left
             // unanswered in the listening socket's backlog.
-            let door = Rc::new(RouterDoor::new(phase.clone()));
+            let port = Rc::new(RouterPort::new(phase.clone()));
             let serving = crate::runtime::spawn(protocol::native::server::serve(
                 into_glommio(router_listener),
-                door.clone(),
+                port.clone(),
                 stop.clone(),
                 connection_limits,
                 security,
@@ -209,6 +205,9 @@ pub(super) fn start_router_shard(
                 }
             }
             let router = Rc::new(router);
+            // Every client request on this shard goes through it, whichever protocol it came in.
+            let nodes = peers.as_ref().map(|(_, pool)| Rc::new(pool.clone()) as Rc<dyn crate::dispatch::NodeTransport>);
+            let door = Rc::new(crate::dispatch::Door::new(router.clone(), nodes));
             if let (Some(cluster), Some(_)) = (&cluster, &peers) {
                 phase.set("registering its forwarders with the catalog's leader");
                 register(&router, cluster.record.clone()).await;
@@ -218,19 +217,16 @@ pub(super) fn start_router_shard(
                 return fail(error);
             }
             if let Some((handler, _)) = &peers {
-                handler.set_router(router.clone());
-            }
-            if let Some(view) = leader_view {
-                keep_leader_view(&router, view, &stop);
+                handler.set_door(door.clone());
             }
             if peers.is_some() {
                 follow_cluster_hosts(&router, cluster_hosts, hosts, shards as u32, &stop);
             }
-            door.open(router.clone());
+            port.open(door.clone());
             let _ = router_ready.send(Ok(()));
             run_router_timers(&router);
             if let Some(jobs) = grpc_jobs {
-                let target = Rc::new(RouterShard { router: router.clone(), access });
+                let target = Rc::new(RouterShard { router: router.clone(), door, access });
                 crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
             }
             let connections = serving.await;
@@ -241,32 +237,32 @@ pub(super) fn start_router_shard(
 
 /// The router's port while the router starts: Hello is answered (a client connects and learns
 /// the server's version), every other request is refused with `Unavailable` saying what the
-/// start waits for; once the router is ready (`open`), every request goes to it.
-struct RouterDoor<S: storage::Storage> {
-    router: std::cell::RefCell<Option<Rc<router::Router<S>>>>,
+/// start waits for; once the router is ready (`open`), every request goes to its door.
+struct RouterPort<S: storage::Storage> {
+    door: std::cell::RefCell<Option<Rc<crate::dispatch::Door<S>>>>,
     phase: super::StartPhase,
 }
 
-impl<S: storage::Storage> RouterDoor<S> {
-    fn new(phase: super::StartPhase) -> RouterDoor<S> {
-        RouterDoor { router: std::cell::RefCell::new(None), phase }
+impl<S: storage::Storage> RouterPort<S> {
+    fn new(phase: super::StartPhase) -> RouterPort<S> {
+        RouterPort { door: std::cell::RefCell::new(None), phase }
     }
 
-    fn open(&self, router: Rc<router::Router<S>>) {
-        *self.router.borrow_mut() = Some(router);
+    fn open(&self, door: Rc<crate::dispatch::Door<S>>) {
+        *self.door.borrow_mut() = Some(door);
     }
 }
 
-impl<S: storage::Storage> protocol::native::server::Handler for RouterDoor<S> {
+impl<S: storage::Storage> protocol::native::server::Handler for RouterPort<S> {
     async fn handle(
         &self,
         header: ringpost_wire::frame::FrameHeader,
         body: ringpost_wire::frame::FrameBuffer,
         responder: &protocol::native::server::Responder,
     ) -> protocol::native::server::Response {
-        let router = self.router.borrow().clone();
-        if let Some(router) = router {
-            return router.handle(header, body, responder).await;
+        let door = self.door.borrow().clone();
+        if let Some(door) = door {
+            return door.handle(header, body, responder).await;
         }
         if header.command == ringpost_wire::Command::Hello.code() {
             return protocol::native::router::hello_response(&header).into();
@@ -304,79 +300,6 @@ fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
             Err(error) => crate::log_warn!("ringpostd: compacting the catalog: {error}"),
         }
     });
-}
-
-/// The longest the gRPC API's view of the catalog's leader waits for a refresh when no change
-/// of leader wakes it: long enough to cost nothing, short enough that a registration applied
-/// since (the leader's gRPC address) is seen within a client's retry.
-const LEADER_VIEW_REFRESH_MAX: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// What the router says of the catalog's leader, for the gRPC API.
-fn leader_view_of<S: storage::Storage>(router: &router::Router<S>) -> LeaderView {
-    LeaderView {
-        node_id: router.node_id(),
-        clustered: router.is_clustered(),
-        leads: router.leads(),
-        // The leader this node can vouch for: a change carried to a leader cut off from its
-        // majority would wait for nothing.
-        leader: router.reported_leader().map(|leader| (leader, router.grpc_address(leader))),
-    }
-}
-
-/// Keeps the gRPC API's view of the catalog's leader current, so that its tokio threads know,
-/// without a job, whether a catalog change is decided here or carried to the leader
-/// (`protocol::grpc::forward`). Refreshed when openraft reports a change of this voter's role
-/// or of the leader it knows, rather than on a fast timer: openraft sends those only when they
-/// change, so an idle shard is not woken ten times a second, and a new leader is seen as soon
-/// as this node learns of it instead of up to a period later (each stale answer costs a client
-/// a retry). The leader's gRPC address comes from its registration, an applied entry that
-/// changes no role: a slow timer (`LEADER_VIEW_REFRESH_MAX`) catches those.
-fn keep_leader_view<S: storage::Storage>(
-    router: &Rc<router::Router<S>>,
-    view: LeaderViewSender,
-    stop: &sync::Stop,
-) {
-    let (router, stop) = (router.clone(), stop.clone());
-    view.send_replace(leader_view_of(&router));
-    if !router.is_clustered() {
-        // A node alone decides every change itself, for as long as it runs.
-        return;
-    }
-    crate::runtime::spawn(async move {
-        let mut changes = router.leader_changes();
-        loop {
-            let woken = futures_lite::future::or(
-                async {
-                    let changed = futures_lite::future::or(changes.changed(), async {
-                        crate::runtime::sleep(LEADER_VIEW_REFRESH_MAX).await;
-                        true
-                    });
-                    // The raft stopped: no change will come, only the timer.
-                    if !changed.await {
-                        crate::runtime::sleep(LEADER_VIEW_REFRESH_MAX).await;
-                    }
-                    true
-                },
-                async {
-                    stop.given().await;
-                    false
-                },
-            )
-            .await;
-            if !woken {
-                return;
-            }
-            let current = leader_view_of(&router);
-            view.send_if_modified(|seen| {
-                let changed = *seen != current;
-                if changed {
-                    *seen = current;
-                }
-                changed
-            });
-        }
-    })
-    .detach();
 }
 
 /// How often the router shard looks whether the catalog's registrations changed the hosts of

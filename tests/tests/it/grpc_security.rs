@@ -29,7 +29,7 @@ fn plaintext(runtime: &tokio::runtime::Runtime, address: &str) -> Channel {
     runtime.block_on(Endpoint::from_shared(format!("http://{address}")).unwrap().connect()).unwrap()
 }
 
-fn over_tls(
+pub(crate) fn over_tls(
     runtime: &tokio::runtime::Runtime,
     address: &str,
     ca: &TestCa,

@@ -5,11 +5,9 @@
 //! metadata too (the serving node checks the caller's `authorization` itself), marked with
 //! `FORWARDED_FROM` so that it is never carried again: a carried call the serving node no
 //! longer serves is answered there (`NotOwner`, then the client retries), not passed around.
-//! Plaintext only, as `forward` is: over TLS the serving node would not see the client's
-//! certificate.
+//! Plaintext only: over TLS the serving node would not see the client's certificate.
 
 use super::credentials::Presented;
-use super::forward::FORWARDED_FROM;
 use super::gateway::{Gateway, Resource};
 use super::names::{self, Kind};
 use crate::auth::Permission;
@@ -17,8 +15,21 @@ use futures_lite::StreamExt;
 use ringpost_proto::pubsub;
 use ringpost_proto::pubsub::publisher_client::PublisherClient;
 use ringpost_proto::pubsub::subscriber_client::SubscriberClient;
+use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
+
+/// The request header that marks a call carried here by another node (its id): answered here,
+/// never carried again.
+pub const FORWARDED_FROM: &str = "ringpost-forwarded-from";
+
+/// How long connecting to another node's gRPC API may take before the call is answered
+/// `UNAVAILABLE` (the client retries, by then perhaps toward another node).
+pub const GRPC_CARRY_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Other nodes' gRPC addresses whose channels the gateway keeps (`Gateway::channel`); past it
+/// the cache is emptied (a cluster has at most `CLUSTER_VOTERS_MAX` nodes, so only addresses
+/// that changed fill it).
+pub const GRPC_CARRY_CHANNELS_MAX: usize = 16;
 
 /// Whether another node carried this call here.
 pub fn was_carried<T>(request: &Request<T>) -> bool {
@@ -27,7 +38,7 @@ pub fn was_carried<T>(request: &Request<T>) -> bool {
 
 /// `request` marked as carried by this node.
 fn marked<T>(mut request: Request<T>, gateway: &Gateway) -> Request<T> {
-    let node = gateway.leader.borrow().node_id.to_string();
+    let node = gateway.cluster_node.unwrap_or_default().to_string();
     if let Ok(value) = node.parse() {
         request.metadata_mut().insert(FORWARDED_FROM, value);
     }

@@ -3,9 +3,9 @@
 
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
-use super::forward::LeaderViewReceiver;
 use crate::api::{Code, Status};
 use crate::auth::{Access, Permission};
+use crate::dispatch::{Caller, Door, Operation, Outcome};
 use crate::router::Router;
 use crate::shard::Forwarder;
 use crate::storage::dma::DmaStorage;
@@ -19,6 +19,7 @@ pub const GRPC_ROUTES_CACHED_MAX: usize = 100_000;
 /// What a job on the router shard works with.
 pub struct RouterShard {
     pub router: Rc<Router<DmaStorage>>,
+    pub door: Rc<Door<DmaStorage>>,
     pub access: Rc<Access>,
 }
 
@@ -38,9 +39,8 @@ pub enum Resource {
 pub struct Gateway {
     pub router: ShardCaller<RouterShard>,
     pub forwarders: Vec<ShardCaller<ForwarderShard>>,
-    /// Whether this node leads the catalog and where the leader's gRPC API is, kept by the
-    /// router shard (`forward`).
-    pub leader: LeaderViewReceiver,
+    /// This node's id in its cluster, when it is one of a cluster's.
+    pub cluster_node: Option<u64>,
     routes: Mutex<HashMap<Resource, u32>>,
     /// Topics and subscriptions another node serves, by the gRPC address of that node.
     remote_routes: Mutex<HashMap<Resource, String>>,
@@ -54,17 +54,29 @@ impl Gateway {
     pub fn new(
         router: ShardCaller<RouterShard>,
         forwarders: Vec<ShardCaller<ForwarderShard>>,
-        leader: LeaderViewReceiver,
+        cluster_node: Option<u64>,
     ) -> Gateway {
         Gateway {
             router,
             forwarders,
-            leader,
+            cluster_node,
             routes: Mutex::new(HashMap::new()),
             remote_routes: Mutex::new(HashMap::new()),
             channels: Mutex::new(HashMap::new()),
             carrying: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Runs a control-plane operation through the router shard's door, for whom `presented`
+    /// authenticates there.
+    pub async fn execute(&self, presented: &Presented, operation: Operation) -> Result<Outcome, Status> {
+        let presented = presented.clone();
+        self.router
+            .try_call(move |shard| async move {
+                let session = presented.session(&shard.access)?;
+                shard.door.execute(&Caller::new(&session, &shard.access), operation).await
+            })
+            .await
     }
 
     /// The forwarder serving `topic`, for a request that needs `permission` on it (checked by
@@ -198,7 +210,7 @@ impl Gateway {
 
     /// Whether calls may be carried to other nodes: in a cluster, in plaintext (`carry`).
     pub fn carries(&self) -> bool {
-        self.carrying.load(std::sync::atomic::Ordering::Relaxed) && self.leader.borrow().clustered
+        self.carrying.load(std::sync::atomic::Ordering::Relaxed) && self.cluster_node.is_some()
     }
 
     /// Turns carrying off (over TLS, see `carry`).
@@ -213,8 +225,8 @@ impl Gateway {
     }
 
     /// The channel to another node's gRPC API, made on first use (it connects when first
-    /// called, and again after the connection breaks): for catalog changes carried to the
-    /// leader (`forward`) and calls carried to a topic's node (`carry`).
+    /// called, and again after the connection breaks), for calls carried to a topic's node
+    /// (`carry`).
     pub fn channel(&self, address: &str) -> Result<tonic::transport::Channel, Status> {
         let mut channels = self.channels.lock().expect("channels");
         if let Some(channel) = channels.get(address) {
@@ -222,9 +234,9 @@ impl Gateway {
         }
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .map_err(|error| Status::unavailable(format!("node gRPC address {address:?}: {error}")))?
-            .connect_timeout(super::forward::GRPC_FORWARD_CONNECT_TIMEOUT)
+            .connect_timeout(super::carry::GRPC_CARRY_CONNECT_TIMEOUT)
             .tcp_nodelay(true);
-        if channels.len() >= super::forward::GRPC_FORWARD_CHANNELS_MAX {
+        if channels.len() >= super::carry::GRPC_CARRY_CHANNELS_MAX {
             channels.clear();
         }
         let channel = endpoint.connect_lazy();

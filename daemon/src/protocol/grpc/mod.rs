@@ -17,7 +17,6 @@ pub mod counting;
 pub mod credentials;
 pub mod decode_errors;
 mod delivery;
-pub mod forward;
 pub mod gateway;
 pub mod names;
 mod publisher;
@@ -161,8 +160,7 @@ async fn serve(
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<PublisherServer<publisher::PublisherService>>().await;
     health_reporter.set_serving::<SubscriberServer<subscriber::SubscriberService>>().await;
-    // Over TLS, catalog changes are not carried to the leader: see `forward`.
-    let forwarding = forward::ForwardLayer::new(gateway.clone(), tls.is_none());
+    // Over TLS, publish and delivery calls are not carried to other nodes: see `carry`.
     gateway.set_carrying(tls.is_none());
     let publisher = PublisherServer::new(publisher::PublisherService { gateway: gateway.clone() })
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
@@ -188,8 +186,6 @@ async fn serve(
             // a request that does not decode the client's code (`decode_errors`).
             .layer(counting::CountingLayer)
             .layer(budget.clone())
-            // Inside the budget, so that a request carried to the leader is metered as it arrives.
-            .layer(forwarding.clone())
             .add_routes(routes.clone())
     };
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));

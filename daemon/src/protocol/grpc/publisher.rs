@@ -2,8 +2,8 @@
 //! topic's forwarder (publish).
 //!
 //! Every method parses its names first (a bad one is refused before anything else), then runs
-//! on the shard that serves it, where the caller's permission is checked before the operation
-//! has any effect, with the native protocol's permission for the same operation.
+//! through the door (`crate::dispatch`), which checks the caller's permission before the
+//! operation has any effect, as for the native protocol; a publish runs on its forwarder.
 
 use super::convert;
 use super::credentials::Presented;
@@ -12,7 +12,8 @@ use super::names::{self, Kind};
 use crate::api::control::ListRequest;
 use crate::api::data::{Attributes, DataPlane, MessageView, PublishBatch};
 use crate::api::{Code, Status as DomainStatus};
-use crate::auth::{Access, Permission, Session};
+use crate::auth::Permission;
+use crate::dispatch::{Operation, Outcome};
 use ringpost_proto::pubsub;
 use std::ops::Range;
 use std::sync::Arc;
@@ -24,20 +25,6 @@ pub struct PublisherService {
 }
 
 // --- Shared by the administration handlers (this file, `subscriptions`, `snapshots`) -------
-
-/// The session a listing is filtered for. A caller without a credential, where anonymous may
-/// do nothing, is refused as `Unauthenticated` rather than shown an empty page, as the native
-/// protocol refuses such a connection before any request.
-pub(super) fn list_session(presented: &Presented, access: &Access) -> Result<Session, DomainStatus> {
-    let session = presented.session(access)?;
-    if presented.token.is_none() && presented.certificate.is_none() && !access.anonymous_may_act() {
-        return Err(DomainStatus::new(
-            Code::Unauthenticated,
-            "this request carries no credential (a token or a client certificate), and anonymous may not list",
-        ));
-    }
-    Ok(session)
-}
 
 /// A listing's page, as the router pages: `page_size` 0 for the default, the token the last
 /// page answered.
@@ -170,7 +157,7 @@ async fn publish(
 
 // --- Topics' administration ----------------------------------------------------------------
 
-/// ListTopicSubscriptions, on the router: the subscription names of one page.
+/// ListTopicSubscriptions: the subscription names of one page of the topic's.
 async fn list_topic_subscriptions(
     gateway: &Gateway,
     presented: Presented,
@@ -178,28 +165,22 @@ async fn list_topic_subscriptions(
 ) -> Result<pubsub::ListTopicSubscriptionsResponse, Status> {
     let topic = names::parse("topic", Kind::Topic, &request.topic)?;
     let list = list_request(topic.name.clone(), request.page_size, request.page_token)?;
-    let name = topic.name.clone();
     let page = gateway
-        .router
-        .try_call(move |shard| async move {
-            let session = presented.check(&shard.access, Permission::TopicsGet, &name)?;
-            shard.router.get_topic(&name).map_err(|status| pubsub_wording(status, &name))?;
-            Ok(shard.router.list_subscriptions(&list, |item| {
-                shard.access.allows(&session, Permission::SubscriptionsList, item)
-            }))
-        })
-        .await?;
+        .execute(&presented, Operation::ListTopicSubscriptions(list))
+        .await
+        .and_then(Outcome::into_subscriptions)
+        .map_err(|status| pubsub_wording(status, &topic.name))?;
     Ok(pubsub::ListTopicSubscriptionsResponse {
         subscriptions: page
             .items
             .iter()
-            .map(|item| names::format(&topic.project, Kind::Subscription, &item.name))
+            .map(|item| names::format(&topic.project, Kind::Subscription, &item.subscription.name))
             .collect(),
         next_page_token: page.next_page_token,
     })
 }
 
-/// ListTopicSnapshots, on the router: the snapshot names of one page of the topic's.
+/// ListTopicSnapshots: the snapshot names of one page of the topic's.
 async fn list_topic_snapshots(
     gateway: &Gateway,
     presented: Presented,
@@ -207,17 +188,11 @@ async fn list_topic_snapshots(
 ) -> Result<pubsub::ListTopicSnapshotsResponse, Status> {
     let topic = names::parse("topic", Kind::Topic, &request.topic)?;
     let list = list_request(topic.name.clone(), request.page_size, request.page_token)?;
-    let name = topic.name.clone();
     let page = gateway
-        .router
-        .try_call(move |shard| async move {
-            let session = presented.check(&shard.access, Permission::TopicsGet, &name)?;
-            shard.router.get_topic(&name).map_err(|status| pubsub_wording(status, &name))?;
-            Ok(shard
-                .router
-                .list_snapshots(&list, |item| shard.access.allows(&session, Permission::SnapshotsList, item)))
-        })
-        .await?;
+        .execute(&presented, Operation::ListTopicSnapshots(list))
+        .await
+        .and_then(Outcome::into_snapshots)
+        .map_err(|status| pubsub_wording(status, &topic.name))?;
     Ok(pubsub::ListTopicSnapshotsResponse {
         snapshots: page
             .items
@@ -228,41 +203,6 @@ async fn list_topic_snapshots(
     })
 }
 
-/// DetachSubscription. Pub/Sub asks `pubsub.topics.detachSubscription` on the subscription's
-/// topic, which is `TopicsUpdate` here. The request names only the subscription, so its topic
-/// must be looked up before that check; the answer must then say nothing the caller may not
-/// see. A caller allowed to update the topic of an existing subscription detaches it. Any
-/// other caller is first checked for `SubscriptionsGet` on the subscription, so that one who
-/// may not see it gets the same refusal whether it exists or not, and on whichever topic; one
-/// who may see it (and could read its topic with GetSubscription) is told it does not exist, or
-/// refused on its topic.
-async fn detach_subscription(
-    gateway: &Gateway,
-    presented: Presented,
-    subscription: String,
-) -> Result<(), Status> {
-    let name = names::parse("subscription", Kind::Subscription, &subscription)?.name;
-    let detached = name.clone();
-    gateway
-        .router
-        .try_call(move |shard| async move {
-            let session = presented.session(&shard.access)?;
-            let found = shard.router.get_subscription(&name);
-            let allowed = found
-                .as_ref()
-                .is_ok_and(|found| shard.access.allows(&session, Permission::TopicsUpdate, &found.topic));
-            if !allowed {
-                shard.access.check(&session, Permission::SubscriptionsGet, &name)?;
-                let topic = found.map_err(|status| pubsub_wording(status, &name))?.topic;
-                shard.access.check(&session, Permission::TopicsUpdate, &topic)?;
-            }
-            shard.router.detach_subscription(&name).await
-        })
-        .await?;
-    gateway.forget_subscription(&detached);
-    Ok(())
-}
-
 #[tonic::async_trait]
 impl pubsub::publisher_server::Publisher for PublisherService {
     async fn create_topic(&self, request: Request<pubsub::Topic>) -> Result<Response<pubsub::Topic>, Status> {
@@ -270,13 +210,10 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         let (name, topic) = convert::topic_in(request.get_ref())?;
         let created = self
             .gateway
-            .router
-            .try_call(move |shard| async move {
-                presented.check(&shard.access, Permission::TopicsCreate, &topic.name)?;
-                let name = topic.name.clone();
-                shard.router.create_topic(topic).await.map_err(|status| pubsub_wording(status, &name))
-            })
-            .await?;
+            .execute(&presented, Operation::CreateTopic(topic))
+            .await
+            .and_then(Outcome::into_topic)
+            .map_err(|status| pubsub_wording(status, &name.name))?;
         Ok(Response::new(convert::topic_out(&name.project, created)))
     }
 
@@ -288,13 +225,10 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         let (name, update) = convert::topic_update_in(request.get_ref())?;
         let updated = self
             .gateway
-            .router
-            .try_call(move |shard| async move {
-                presented.check(&shard.access, Permission::TopicsUpdate, &update.name)?;
-                let name = update.name.clone();
-                shard.router.update_topic(update).await.map_err(|status| pubsub_wording(status, &name))
-            })
-            .await?;
+            .execute(&presented, Operation::UpdateTopic(update))
+            .await
+            .and_then(Outcome::into_topic)
+            .map_err(|status| pubsub_wording(status, &name.name))?;
         Ok(Response::new(convert::topic_out(&name.project, updated)))
     }
 
@@ -317,15 +251,12 @@ impl pubsub::publisher_server::Publisher for PublisherService {
     ) -> Result<Response<pubsub::Topic>, Status> {
         let presented = Presented::of(&request);
         let name = names::parse("topic", Kind::Topic, &request.get_ref().topic)?;
-        let topic = name.name.clone();
         let found = self
             .gateway
-            .router
-            .try_call(move |shard| async move {
-                presented.check(&shard.access, Permission::TopicsGet, &topic)?;
-                shard.router.get_topic(&topic).map_err(|status| pubsub_wording(status, &topic))
-            })
-            .await?;
+            .execute(&presented, Operation::GetTopic { name: name.name.clone() })
+            .await
+            .and_then(Outcome::into_topic)
+            .map_err(|status| pubsub_wording(status, &name.name))?;
         Ok(Response::new(convert::topic_out(&name.project, found)))
     }
 
@@ -339,15 +270,9 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         let list = list_request(String::new(), request.page_size, request.page_token)?;
         let page = self
             .gateway
-            .router
-            .try_call(move |shard| async move {
-                let session = list_session(&presented, &shard.access)?;
-                let page = shard
-                    .router
-                    .list_topics(&list, |item| shard.access.allows(&session, Permission::TopicsList, item));
-                Ok(page)
-            })
-            .await?;
+            .execute(&presented, Operation::ListTopics(list))
+            .await
+            .and_then(Outcome::into_topics)?;
         Ok(Response::new(pubsub::ListTopicsResponse {
             topics: page.items.into_iter().map(|topic| convert::topic_out(&project, topic)).collect(),
             next_page_token: page.next_page_token,
@@ -377,12 +302,10 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         let presented = Presented::of(&request);
         let topic = names::parse("topic", Kind::Topic, &request.get_ref().topic)?.name;
         self.gateway
-            .router
-            .try_call(move |shard| async move {
-                presented.check(&shard.access, Permission::TopicsDelete, &topic)?;
-                shard.router.delete_topic(&topic).await.map_err(|status| pubsub_wording(status, &topic))
-            })
-            .await?;
+            .execute(&presented, Operation::DeleteTopic { name: topic.clone() })
+            .await
+            .and_then(Outcome::into_done)
+            .map_err(|status| pubsub_wording(status, &topic))?;
         // The topic's route is stale, and so are its subscriptions', which are not named here.
         self.gateway.forget_all();
         Ok(Response::new(()))
@@ -393,7 +316,13 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         request: Request<pubsub::DetachSubscriptionRequest>,
     ) -> Result<Response<pubsub::DetachSubscriptionResponse>, Status> {
         let presented = Presented::of(&request);
-        detach_subscription(&self.gateway, presented, request.into_inner().subscription).await?;
+        let name = names::parse("subscription", Kind::Subscription, &request.get_ref().subscription)?.name;
+        self.gateway
+            .execute(&presented, Operation::DetachSubscription { name: name.clone() })
+            .await
+            .and_then(Outcome::into_done)
+            .map_err(|status| pubsub_wording(status, &name))?;
+        self.gateway.forget_subscription(&name);
         Ok(Response::new(pubsub::DetachSubscriptionResponse {}))
     }
 }

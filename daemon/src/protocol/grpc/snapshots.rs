@@ -1,14 +1,14 @@
-//! Snapshots and seek, on the router shard, with the native protocol's permissions, checked
-//! there before any effect.
+//! Snapshots and seek, through the door, which checks the caller's permission before any
+//! effect.
 
 use super::convert;
 use super::credentials::Presented;
 use super::gateway::Gateway;
 use super::names::{self, Kind};
-use super::publisher::{list_request, list_session, pubsub_wording};
+use super::publisher::{list_request, pubsub_wording};
 use crate::api::control::SeekTarget;
 use crate::api::Status as DomainStatus;
-use crate::auth::Permission;
+use crate::dispatch::{Operation, Outcome};
 use ringpost_proto::pubsub;
 use tonic::{Request, Response, Status};
 
@@ -18,14 +18,11 @@ pub async fn get(
 ) -> Result<Response<pubsub::Snapshot>, Status> {
     let presented = Presented::of(&request);
     let name = names::parse("snapshot", Kind::Snapshot, &request.get_ref().snapshot)?;
-    let snapshot = name.name.clone();
     let found = gateway
-        .router
-        .try_call(move |shard| async move {
-            presented.check(&shard.access, Permission::SnapshotsGet, &snapshot)?;
-            shard.router.get_snapshot(&snapshot).map_err(|status| pubsub_wording(status, &snapshot))
-        })
-        .await?;
+        .execute(&presented, Operation::GetSnapshot { name: name.name.clone() })
+        .await
+        .and_then(Outcome::into_snapshot)
+        .map_err(|status| pubsub_wording(status, &name.name))?;
     Ok(Response::new(convert::snapshot_out(&name.project, found)))
 }
 
@@ -38,14 +35,9 @@ pub async fn list(
     let project = names::parse_project("project", &request.project)?;
     let list = list_request(String::new(), request.page_size, request.page_token)?;
     let page = gateway
-        .router
-        .try_call(move |shard| async move {
-            let session = list_session(&presented, &shard.access)?;
-            Ok(shard
-                .router
-                .list_snapshots(&list, |item| shard.access.allows(&session, Permission::SnapshotsList, item)))
-        })
-        .await?;
+        .execute(&presented, Operation::ListSnapshots(list))
+        .await
+        .and_then(Outcome::into_snapshots)?;
     Ok(Response::new(pubsub::ListSnapshotsResponse {
         snapshots: page.items.into_iter().map(|snapshot| convert::snapshot_out(&project, snapshot)).collect(),
         next_page_token: page.next_page_token,
@@ -64,46 +56,34 @@ pub async fn create(
         return Err(convert::unsupported("tags").into());
     }
     let labels = convert::labels_in(&request.labels);
-    let snapshot = name.name.clone();
     let created = gateway
-        .router
-        .try_call(move |shard| async move {
-            presented.check(&shard.access, Permission::SnapshotsCreate, &snapshot)?;
-            presented.check(&shard.access, Permission::SubscriptionsConsume, &subscription)?;
+        .execute(&presented, Operation::CreateSnapshot { name: name.name.clone(), subscription, labels })
+        .await
+        .and_then(Outcome::into_snapshot)
+        .map_err(|status| {
             // A missing resource is the subscription (the router's message names it); an
             // existing one can only be the snapshot.
-            shard.router.create_snapshot(&snapshot, &subscription, labels).await.map_err(|status| {
-                if status.code == crate::api::Code::AlreadyExists {
-                    pubsub_wording(status, &snapshot)
-                } else {
-                    status
-                }
-            })
-        })
-        .await?;
+            if status.code == crate::api::Code::AlreadyExists {
+                pubsub_wording(status, &name.name)
+            } else {
+                status
+            }
+        })?;
     Ok(Response::new(convert::snapshot_out(&name.project, created)))
 }
 
-/// UpdateSnapshot: its labels. Pub/Sub has no permission of its own for it beyond the
-/// snapshot's; Ringpost asks the one that made it (`SnapshotsCreate`).
+/// UpdateSnapshot: its labels.
 pub async fn update(
     gateway: &Gateway,
     request: Request<pubsub::UpdateSnapshotRequest>,
 ) -> Result<Response<pubsub::Snapshot>, Status> {
     let presented = Presented::of(&request);
     let (name, labels) = convert::snapshot_update_in(request.get_ref())?;
-    let snapshot = name.name.clone();
     let updated = gateway
-        .router
-        .try_call(move |shard| async move {
-            presented.check(&shard.access, Permission::SnapshotsCreate, &snapshot)?;
-            shard
-                .router
-                .update_snapshot(&snapshot, labels)
-                .await
-                .map_err(|status| pubsub_wording(status, &snapshot))
-        })
-        .await?;
+        .execute(&presented, Operation::UpdateSnapshot { name: name.name.clone(), labels })
+        .await
+        .and_then(Outcome::into_snapshot)
+        .map_err(|status| pubsub_wording(status, &name.name))?;
     Ok(Response::new(convert::snapshot_out(&name.project, updated)))
 }
 
@@ -114,12 +94,10 @@ pub async fn delete(
     let presented = Presented::of(&request);
     let snapshot = names::parse("snapshot", Kind::Snapshot, &request.get_ref().snapshot)?.name;
     gateway
-        .router
-        .try_call(move |shard| async move {
-            presented.check(&shard.access, Permission::SnapshotsDelete, &snapshot)?;
-            shard.router.delete_snapshot(&snapshot).await.map_err(|status| pubsub_wording(status, &snapshot))
-        })
-        .await?;
+        .execute(&presented, Operation::DeleteSnapshot { name: snapshot.clone() })
+        .await
+        .and_then(Outcome::into_done)
+        .map_err(|status| pubsub_wording(status, &snapshot))?;
     Ok(Response::new(()))
 }
 
@@ -145,14 +123,8 @@ pub async fn seek(
     let subscription = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
     let target = seek_target(request.target)?;
     gateway
-        .router
-        .try_call(move |shard| async move {
-            presented.check(&shard.access, Permission::SnapshotsSeek, &subscription)?;
-            if let SeekTarget::Snapshot { name } = &target {
-                presented.check(&shard.access, Permission::SnapshotsGet, name)?;
-            }
-            shard.router.seek(&subscription, target).await
-        })
-        .await?;
+        .execute(&presented, Operation::Seek { subscription, target })
+        .await
+        .and_then(Outcome::into_done)?;
     Ok(Response::new(pubsub::SeekResponse {}))
 }

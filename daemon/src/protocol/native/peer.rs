@@ -9,13 +9,13 @@
 
 use crate::api::cluster::{ClusterStatus, NodeStatus};
 use crate::api::Status;
-use crate::auth::{Access, Credential, Principal, Session, CLUSTER_PRINCIPAL};
+use crate::auth::{Access, Principal, CLUSTER_PRINCIPAL};
 use crate::catalog::peer as codec;
 use crate::catalog::raft::{CatalogMachine, CatalogRaft, Snapshot, Vote};
 use crate::catalog::{CatalogEntry, NodeRecord};
 use crate::codec::{Decoder, Encoder};
 use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
-use crate::protocol::native::router;
+use crate::dispatch::{Carried, Door, NodeTransport, Operation};
 use crate::protocol::native::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
 use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
@@ -402,10 +402,25 @@ impl Peers for Rc<PeerPool> {
                 .map_err(|why| Status::internal(format!("node {leader}'s cluster status: {why}")))
         })
     }
+}
 
-    fn forward(&self, leader: u64, request: Vec<u8>, timeout: Duration) -> PeerFuture<Vec<u8>> {
+/// The door's way to other nodes: an operation and its principal as a `PeerForward` on the
+/// target's cluster port, answered by its door (`PeerHandler`).
+impl NodeTransport for Rc<PeerPool> {
+    fn carry(
+        &self,
+        node: u64,
+        principal: &Principal,
+        operation: &Operation,
+        timeout: Duration,
+    ) -> PeerFuture<Carried> {
         let pool = self.clone();
-        Box::pin(async move { pool.call_within(leader, Command::PeerForward, request, timeout).await })
+        let request = crate::dispatch::encode_carried(principal, operation);
+        Box::pin(async move {
+            let answer = pool.call_within(node, Command::PeerForward, request, timeout).await?;
+            crate::dispatch::decode_answer(&answer)
+                .map_err(|why| Status::internal(format!("node {node}'s answer did not decode: {why}")))
+        })
     }
 }
 
@@ -475,68 +490,11 @@ fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str> {
     Ok(status)
 }
 
-const PRINCIPAL_ANONYMOUS: u8 = 0;
-const PRINCIPAL_NAMED: u8 = 1;
-
-/// A client's request as a peer carries it: who sent it, its header and its body.
-pub fn encode_forward(principal: &Principal, header: &FrameHeader, body: &[u8]) -> Vec<u8> {
-    let mut encoder = Encoder::new(0);
-    match principal {
-        Principal::Anonymous => encoder.u8(PRINCIPAL_ANONYMOUS),
-        Principal::Named(name) => encoder.u8(PRINCIPAL_NAMED).str(name),
-    };
-    encoder.0.extend_from_slice(&header.encode());
-    encoder.0.extend_from_slice(body);
-    encoder.0
-}
-
-fn decode_forward(bytes: &[u8]) -> Result<(Principal, FrameHeader, &[u8]), String> {
-    let mut decoder = Decoder::new(bytes);
-    decoder.u8()?;
-    let principal = match decoder.u8()? {
-        PRINCIPAL_ANONYMOUS => Principal::Anonymous,
-        PRINCIPAL_NAMED => Principal::Named(decoder.str()?.into()),
-        _ => return Err("unknown principal kind".to_owned()),
-    };
-    let header =
-        FrameHeader::decode(decoder.bytes(FRAME_HEADER_BYTES)?).map_err(|error| format!("{error:?}"))?;
-    let body = decoder.bytes(decoder.remaining())?;
-    if body.len() != header.body_length as usize {
-        return Err("the body's length is not the header's".to_owned());
-    }
-    Ok((principal, header, body))
-}
-
-/// The leader's answer to a forwarded request: the catalog index this node must apply to see
-/// the change (none when nothing is applied yet), then the response frame.
-fn encode_forwarded(applied: Option<u64>, frame: &[u8]) -> Vec<u8> {
-    let mut encoder = Encoder::new(0);
-    match applied {
-        Some(index) => encoder.bool(true).u64(index),
-        None => encoder.bool(false),
-    };
-    encoder.0.extend_from_slice(frame);
-    encoder.0
-}
-
-pub fn decode_forwarded(bytes: &[u8]) -> Result<(Option<u64>, FrameBuffer), String> {
-    let mut decoder = Decoder::new(bytes);
-    decoder.u8()?;
-    let applied = if decoder.bool()? { Some(decoder.u64()?) } else { None };
-    let rest = decoder.bytes(decoder.remaining())?;
-    if rest.len() < FRAME_HEADER_BYTES {
-        return Err("no response frame".to_owned());
-    }
-    let mut frame = FrameBuffer::with_capacity(rest.len());
-    frame.extend_from_slice(rest);
-    Ok((applied, frame))
-}
-
 /// Answers peers on the cluster port: the catalog's raft at once, the router's requests once
-/// the router is up (`set_router`); before, those are `Unavailable` and their senders retry.
+/// the router is up (`set_door`); before, those are `Unavailable` and their senders retry.
 pub struct PeerHandler<S: Storage> {
     pub raft: Raft<S>,
-    router: RefCell<Option<Rc<Router<S>>>>,
+    door: RefCell<Option<Rc<Door<S>>>>,
     /// What principals may do here: the router's access file, read by this shard.
     access: Rc<Access>,
     /// Whether a peer must have presented the cluster's secret (`--cluster-secret-file`).
@@ -553,18 +511,19 @@ impl<S: Storage> PeerHandler<S> {
         secret_required: bool,
         leader_contact: Rc<crate::catalog::LeaderContact>,
     ) -> Rc<PeerHandler<S>> {
-        Rc::new(PeerHandler { raft, router: RefCell::default(), access, secret_required, leader_contact })
+        Rc::new(PeerHandler { raft, door: RefCell::default(), access, secret_required, leader_contact })
     }
 
-    pub fn set_router(&self, router: Rc<Router<S>>) {
-        *self.router.borrow_mut() = Some(router);
+    pub fn set_door(&self, door: Rc<Door<S>>) {
+        *self.door.borrow_mut() = Some(door);
+    }
+
+    fn door(&self) -> Result<Rc<Door<S>>, Status> {
+        self.door.borrow().clone().ok_or_else(|| Status::unavailable("this node's router is still starting"))
     }
 
     fn router(&self) -> Result<Rc<Router<S>>, Status> {
-        self.router
-            .borrow()
-            .clone()
-            .ok_or_else(|| Status::unavailable("this node's router is still starting"))
+        Ok(self.door()?.router().clone())
     }
 }
 
@@ -653,25 +612,14 @@ impl<S: Storage> PeerHandler<S> {
                 Ok(Vec::new())
             }
             Command::PeerForward => {
-                let router = self.router()?;
-                let (principal, header, body) = decode_forward(bytes).map_err(|why| invalid(&why))?;
-                let credential = match principal {
-                    Principal::Anonymous => Credential::None,
-                    // The sending node authenticated the client; this node checks what the
-                    // principal may do, with its own access file.
-                    Principal::Named(_) => Credential::Certificate,
-                };
-                let session = Session { principal, credential };
-                let responder = Responder::with_session(session, self.access.clone());
-                // rkyv reads a body in place only at 16-byte alignment, which a slice of the
-                // peer's message does not have.
-                let mut aligned = FrameBuffer::with_capacity(body.len());
-                aligned.extend_from_slice(body);
-                let frame = match router::dispatch_here(&router, &header, &aligned, &responder).await {
-                    Ok(frame) => frame,
-                    Err(status) => fail(&header, &status.into()),
-                };
-                Ok(encode_forwarded(router.applied_index(), &frame))
+                let door = self.door()?;
+                let (principal, operation) =
+                    crate::dispatch::decode_carried(bytes).map_err(|why| invalid(&why))?;
+                // The sending node authenticated the client; this node decides what the
+                // principal may do, with its own access file.
+                Ok(crate::dispatch::encode_answer(
+                    &door.execute_carried(&self.access, principal, operation).await,
+                ))
             }
             _ => Err(Status::invalid_argument(format!("{command:?} is not served on the cluster port"))),
         }

@@ -1,6 +1,6 @@
 //! The router's side of the native protocol: a frame's command and body are decoded into the
-//! control plane's typed operation (`crate::api::control`), and its answer is encoded as the
-//! response frame.
+//! door's operation (`crate::dispatch`), which decides who may and where it runs, and its
+//! outcome is encoded as the response frame.
 
 use crate::api::cluster::ClusterStatus;
 use crate::api::control::{
@@ -8,9 +8,8 @@ use crate::api::control::{
     SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
-use crate::auth::{Credential, Permission};
+use crate::dispatch::{Caller, Door, Operation, Outcome, SubscriptionShown};
 use crate::protocol::native::server::{fail, respond, Handler, Responder, Response};
-use crate::router::Router;
 use crate::storage::Storage;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{
@@ -194,9 +193,9 @@ fn topic_list(page: Page<Topic>) -> wire::TopicList {
     }
 }
 
-fn subscription_list(page: Page<Subscription>) -> wire::SubscriptionList {
+fn subscription_list(page: Page<SubscriptionShown>) -> wire::SubscriptionList {
     wire::SubscriptionList {
-        subscriptions: page.items.into_iter().map(subscription_message).collect(),
+        subscriptions: page.items.into_iter().map(|shown| subscription_message(shown.subscription)).collect(),
         next_page_token: page.next_page_token,
     }
 }
@@ -208,198 +207,87 @@ fn snapshot_list(page: Page<Snapshot>) -> wire::SnapshotList {
     }
 }
 
-/// Each command's permission is checked as soon as the request names its resource, before
-/// anything else happens: a refused create creates nothing, and the refusal is the answer.
-/// Lists show only what their reader may list (`allows`, without an audit line per item),
-/// left out before the page is cut, so a page token only ever names what its reader was shown;
-/// a request without a credential, where anonymous may do nothing, is refused (`list_allowed`).
-///
-/// Topics' commands; `None` for the others.
-async fn dispatch_topics<S: Storage>(
-    router: &Router<S>,
-    header: &FrameHeader,
-    command: Command,
-    body: &[u8],
-    responder: &Responder,
-) -> Result<Option<FrameBuffer>, Status> {
+/// A request as the door's operation; `None` for what is not one (Hello, the data plane).
+fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status> {
     Ok(Some(match command {
-        Command::CreateTopic => {
-            let topic = topic_request(body)?;
-            responder.check(Permission::TopicsCreate, &topic.name)?;
-            respond(header, &topic_message(router.create_topic(topic).await?))
-        }
+        Command::CreateTopic => Operation::CreateTopic(topic_request(body)?),
         Command::CreateReplicatedTopic => {
             let request = access_body::<wire::CreateTopicRequest>(body)?;
-            let topic = Topic {
+            Operation::CreateTopic(Topic {
                 name: request.topic.name.as_str().to_owned(),
                 message_retention_seconds: request.topic.message_retention_seconds.to_native(),
                 labels: Default::default(),
                 replicas: request.replicas.to_native(),
-            };
-            responder.check(Permission::TopicsCreate, &topic.name)?;
-            respond(header, &topic_message(router.create_topic(topic).await?))
+            })
         }
-        Command::GetTopic => {
-            let name = name(body)?;
-            responder.check(Permission::TopicsGet, &name)?;
-            respond(header, &topic_message(router.get_topic(&name)?))
-        }
-        Command::ListTopics => {
-            list_allowed(responder)?;
-            let page = router
-                .list_topics(&list_request(body)?, |name| responder.allows(Permission::TopicsList, name));
-            respond(header, &topic_list(page))
-        }
-        Command::DeleteTopic => {
-            let name = name(body)?;
-            responder.check(Permission::TopicsDelete, &name)?;
-            router.delete_topic(&name).await?;
-            respond(header, &wire::Empty {})
-        }
-        Command::LookupTopic => {
-            let name = name(body)?;
-            check_either(responder, Permission::TopicsPublish, Permission::TopicsGet, &name)?;
-            respond(header, &lookup_message(router.lookup_topic(&name, responder.local_address())?))
-        }
-        Command::UpdateTopic => {
-            let update = topic_update(body)?;
-            responder.check(Permission::TopicsUpdate, &update.name)?;
-            respond(header, &topic_message(router.update_topic(update).await?))
-        }
-        _ => return Ok(None),
-    }))
-}
-
-/// Subscriptions' commands; `None` for the others.
-async fn dispatch_subscriptions<S: Storage>(
-    router: &Router<S>,
-    header: &FrameHeader,
-    command: Command,
-    body: &[u8],
-    responder: &Responder,
-) -> Result<Option<FrameBuffer>, Status> {
-    Ok(Some(match command {
-        Command::CreateSubscription => {
-            let subscription = subscription_request(body)?;
-            responder.check(Permission::SubscriptionsCreate, &subscription.name)?;
-            responder.check(Permission::TopicsAttachSubscription, &subscription.topic)?;
-            check_dead_letter_topic(responder, &subscription.settings.dead_letter_topic)?;
-            respond(header, &subscription_message(router.create_subscription(subscription).await?))
-        }
-        Command::GetSubscription => {
-            let name = name(body)?;
-            responder.check(Permission::SubscriptionsGet, &name)?;
-            respond(header, &subscription_message(router.get_subscription(&name)?))
-        }
-        Command::ListSubscriptions => {
-            list_allowed(responder)?;
-            let page = router.list_subscriptions(&list_request(body)?, |name| {
-                responder.allows(Permission::SubscriptionsList, name)
-            });
-            respond(header, &subscription_list(page))
-        }
-        Command::DeleteSubscription => {
-            let name = name(body)?;
-            responder.check(Permission::SubscriptionsDelete, &name)?;
-            router.delete_subscription(&name).await?;
-            respond(header, &wire::Empty {})
-        }
-        Command::LookupSubscription => {
-            let name = name(body)?;
-            check_either(responder, Permission::SubscriptionsConsume, Permission::SubscriptionsGet, &name)?;
-            let forwarders = router.lookup_subscription(&name, responder.local_address())?;
-            respond(header, &lookup_message(forwarders))
-        }
-        Command::UpdateSubscription => {
-            let update = subscription_update(body)?;
-            responder.check(Permission::SubscriptionsUpdate, &update.name)?;
-            if let Some((dead_letter_topic, _)) = &update.dead_letter_policy {
-                check_dead_letter_topic(responder, dead_letter_topic)?;
-            }
-            respond(header, &subscription_message(router.update_subscription(update).await?))
-        }
-        _ => return Ok(None),
-    }))
-}
-
-/// Snapshots' and the daemon's commands; `None` for the others.
-async fn dispatch_snapshots<S: Storage>(
-    router: &Router<S>,
-    header: &FrameHeader,
-    command: Command,
-    body: &[u8],
-    responder: &Responder,
-) -> Result<Option<FrameBuffer>, Status> {
-    Ok(Some(match command {
+        Command::GetTopic => Operation::GetTopic { name: name(body)? },
+        Command::ListTopics => Operation::ListTopics(list_request(body)?),
+        Command::DeleteTopic => Operation::DeleteTopic { name: name(body)? },
+        Command::LookupTopic => Operation::LookupTopic { name: name(body)? },
+        Command::UpdateTopic => Operation::UpdateTopic(topic_update(body)?),
+        Command::CreateSubscription => Operation::CreateSubscription(subscription_request(body)?),
+        Command::GetSubscription => Operation::GetSubscription { name: name(body)? },
+        Command::ListSubscriptions => Operation::ListSubscriptions(list_request(body)?),
+        Command::DeleteSubscription => Operation::DeleteSubscription { name: name(body)? },
+        Command::LookupSubscription => Operation::LookupSubscription { name: name(body)? },
+        Command::UpdateSubscription => Operation::UpdateSubscription(subscription_update(body)?),
         Command::Seek => {
             let (subscription, target) = seek_request(body)?;
-            responder.check(Permission::SnapshotsSeek, &subscription)?;
-            if let SeekTarget::Snapshot { name } = &target {
-                responder.check(Permission::SnapshotsGet, name)?;
-            }
-            router.seek(&subscription, target).await?;
-            respond(header, &wire::Empty {})
+            Operation::Seek { subscription, target }
         }
         Command::CreateSnapshot => {
             let request = access_body::<wire::SnapshotRequest>(body)?;
-            responder.check(Permission::SnapshotsCreate, request.name.as_str())?;
-            responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
-            let snapshot = router
-                .create_snapshot(request.name.as_str(), request.subscription.as_str(), Default::default())
-                .await?;
-            respond(header, &snapshot_message(snapshot))
-        }
-        Command::ListSnapshots => {
-            list_allowed(responder)?;
-            let page = router.list_snapshots(&list_request(body)?, |name| {
-                responder.allows(Permission::SnapshotsList, name)
-            });
-            respond(header, &snapshot_list(page))
-        }
-        Command::GetSnapshot => {
-            let name = name(body)?;
-            responder.check(Permission::SnapshotsGet, &name)?;
-            respond(header, &snapshot_message(router.get_snapshot(&name)?))
-        }
-        Command::DeleteSnapshot => {
-            let name = name(body)?;
-            responder.check(Permission::SnapshotsDelete, &name)?;
-            router.delete_snapshot(&name).await?;
-            respond(header, &wire::Empty {})
-        }
-        Command::Stats => {
-            responder.check(Permission::DaemonStats, DAEMON)?;
-            respond(header, &wire::StatsResponse::from(router.stats().await?))
-        }
-        Command::ClusterStatus => {
-            responder.check(Permission::DaemonStats, DAEMON)?;
-            let mut status = router.cluster_status().await;
-            (status.topics, status.topics_omitted) = router.topic_placements();
-            respond(header, &cluster_status_message(status))
-        }
-        Command::ClusterAddNode => {
-            responder.check(Permission::DaemonAdminister, DAEMON)?;
-            let request = access_body::<wire::ClusterAddNodeRequest>(body)?;
-            router
-                .add_node(request.node_id.to_native(), request.cluster_address.as_str(), request.voter)
-                .await?;
-            respond(header, &wire::Empty {})
-        }
-        Command::ClusterRemoveNode => {
-            responder.check(Permission::DaemonAdminister, DAEMON)?;
-            let request = access_body::<wire::ClusterRemoveNodeRequest>(body)?;
-            match router.remove_node(request.node_id.to_native()).await? {
-                crate::router::NodeRemoval::Removed => respond(header, &wire::Empty {}),
-                // This node led the catalog and handed the lead over: its successor decides.
-                crate::router::NodeRemoval::HandedOver(_) => {
-                    return forward(router, header, body, responder).await.map(Some)
-                }
+            Operation::CreateSnapshot {
+                name: request.name.as_str().to_owned(),
+                subscription: request.subscription.as_str().to_owned(),
+                labels: Default::default(),
             }
         }
+        Command::ListSnapshots => Operation::ListSnapshots(list_request(body)?),
+        Command::GetSnapshot => Operation::GetSnapshot { name: name(body)? },
+        Command::DeleteSnapshot => Operation::DeleteSnapshot { name: name(body)? },
+        Command::Stats => Operation::Stats,
+        Command::ClusterStatus => Operation::ClusterStatus,
+        Command::ClusterAddNode => {
+            let request = access_body::<wire::ClusterAddNodeRequest>(body)?;
+            Operation::ClusterAddNode {
+                node_id: request.node_id.to_native(),
+                cluster_address: request.cluster_address.as_str().to_owned(),
+                voter: request.voter,
+            }
+        }
+        Command::ClusterRemoveNode => Operation::ClusterRemoveNode {
+            node_id: access_body::<wire::ClusterRemoveNodeRequest>(body)?.node_id.to_native(),
+        },
+        Command::ResyncDirectory => Operation::ResyncDirectory {
+            index: access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native(),
+        },
+        _ => return Ok(None),
+    }))
+}
+
+/// An operation's outcome as the response frame of `command`.
+fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<FrameBuffer, Status> {
+    Ok(match command {
+        Command::CreateTopic | Command::CreateReplicatedTopic | Command::GetTopic | Command::UpdateTopic => {
+            respond(header, &topic_message(outcome.into_topic()?))
+        }
+        Command::ListTopics => respond(header, &topic_list(outcome.into_topics()?)),
+        Command::LookupTopic | Command::LookupSubscription => {
+            respond(header, &lookup_message(outcome.into_forwarders()?))
+        }
+        Command::CreateSubscription | Command::GetSubscription | Command::UpdateSubscription => {
+            respond(header, &subscription_message(outcome.into_subscription()?.subscription))
+        }
+        Command::ListSubscriptions => respond(header, &subscription_list(outcome.into_subscriptions()?)),
+        Command::CreateSnapshot | Command::GetSnapshot => {
+            respond(header, &snapshot_message(outcome.into_snapshot()?))
+        }
+        Command::ListSnapshots => respond(header, &snapshot_list(outcome.into_snapshots()?)),
+        Command::Stats => respond(header, &wire::StatsResponse::from(*outcome.into_stats()?)),
+        Command::ClusterStatus => respond(header, &cluster_status_message(*outcome.into_cluster_status()?)),
         Command::ResyncDirectory => {
-            responder.check(Permission::DaemonAdminister, DAEMON)?;
-            let index = access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native() as usize;
-            let resynced = router.resync_directory(index).await?;
+            let resynced = outcome.into_resynced()?;
             respond(
                 header,
                 &wire::ResyncDirectoryResponse {
@@ -408,124 +296,17 @@ async fn dispatch_snapshots<S: Storage>(
                 },
             )
         }
-        _ => return Ok(None),
-    }))
-}
-
-/// The name the daemon's own permissions are checked with.
-const DAEMON: &str = "";
-
-/// A list from a request without a credential, where anonymous may do nothing, is refused as
-/// `Unauthenticated` rather than answered with an empty page, as the gRPC API refuses it.
-fn list_allowed(responder: &Responder) -> Result<(), Status> {
-    if responder.session().credential == Credential::None && !responder.anonymous_may_act() {
-        return Err(Status::new(
-            Code::Unauthenticated,
-            "this request carries no credential (a token or a client certificate), and anonymous may not list",
-        ));
-    }
-    Ok(())
-}
-
-/// A lookup serves both who use a resource and who only look at it: allowed with either
-/// permission; a refusal is `needed`'s (the one a client that looks up means to use), logged
-/// once.
-fn check_either(
-    responder: &Responder,
-    needed: Permission,
-    instead: Permission,
-    name: &str,
-) -> Result<(), Status> {
-    if responder.allows(instead, name) {
-        return Ok(());
-    }
-    responder.check(needed, name).map_err(Status::from)
-}
-
-/// A subscription's dead-lettered messages are published to its dead-letter topic, so that
-/// whoever sets one needs to be able to publish there (as Pub/Sub asks of its service agent).
-/// Empty: no dead-letter topic.
-fn check_dead_letter_topic(responder: &Responder, topic: &str) -> Result<(), Status> {
-    if topic.is_empty() {
-        return Ok(());
-    }
-    responder.check(Permission::TopicsPublish, topic).map_err(Status::from)
-}
-
-/// The commands that change the catalog: only its leader decides them, so another node carries
-/// them to it (`forward`).
-fn changes_the_catalog(command: Command) -> bool {
-    matches!(
-        command,
-        Command::CreateTopic
-            | Command::CreateReplicatedTopic
-            | Command::DeleteTopic
-            | Command::UpdateTopic
-            | Command::CreateSubscription
-            | Command::DeleteSubscription
-            | Command::UpdateSubscription
-            | Command::CreateSnapshot
-            | Command::DeleteSnapshot
-            | Command::ClusterAddNode
-            | Command::ClusterRemoveNode
-    )
-}
-
-/// Carries a catalog change from a client of this node to the catalog's leader, with the
-/// client's principal, and answers with the leader's response once this node applied it.
-async fn forward<S: Storage>(
-    router: &Router<S>,
-    header: &FrameHeader,
-    body: &[u8],
-    responder: &Responder,
-) -> Result<FrameBuffer, Status> {
-    let (leader, _) = router.leader().ok_or_else(|| {
-        Status::unavailable("the catalog has no leader (too few of its voters are reachable); try again")
-    })?;
-    let request = crate::protocol::native::peer::encode_forward(&responder.session().principal, header, body);
-    // A node's addition waits for it to catch up, its removal for its replicas to move.
-    let timeout = match Command::from_u16(header.command) {
-        Some(Command::ClusterAddNode | Command::ClusterRemoveNode) => {
-            crate::router::MEMBERSHIP_CHANGE_TIMEOUT
+        _ => {
+            outcome.into_done()?;
+            respond(header, &wire::Empty {})
         }
-        _ => crate::protocol::native::peer::PEER_REQUEST_TIMEOUT,
-    };
-    let answer = router.forward(leader, request, timeout).await?;
-    let (applied, mut frame) = crate::protocol::native::peer::decode_forwarded(&answer)
-        .map_err(|why| Status::internal(format!("the leader's answer did not decode: {why}")))?;
-    if let Some(index) = applied {
-        router.wait_applied(index, crate::router::FORWARDED_APPLY_WAIT).await;
-    }
-    // The leader answered the id it was given; the client waits for its own.
-    let mut response_header = FrameHeader::decode(&frame[..ringpost_wire::limits::FRAME_HEADER_BYTES])
-        .map_err(|error| Status::internal(format!("the leader's answer has no frame header: {error:?}")))?;
-    response_header.request_id = header.request_id;
-    frame[..ringpost_wire::limits::FRAME_HEADER_BYTES].copy_from_slice(&response_header.encode());
-    Ok(frame)
+    })
 }
 
-/// Answers a request: here, or at the catalog's leader when it changes the catalog and this
-/// node does not lead.
+/// Answers a request on the router's port: decoded into the door's operation, run there (who
+/// may, and where: here or at the catalog's leader), its outcome encoded.
 pub(crate) async fn dispatch<S: Storage>(
-    router: &Router<S>,
-    header: &FrameHeader,
-    body: &[u8],
-    responder: &Responder,
-) -> Result<FrameBuffer, Status> {
-    if let Some(command) = Command::from_u16(header.command) {
-        // A node removed from its cluster answers only what shows why.
-        if !matches!(command, Command::Hello | Command::Stats | Command::ClusterStatus) {
-            router.check_member()?;
-        }
-        if changes_the_catalog(command) && router.is_clustered() && !router.leads() {
-            return forward(router, header, body, responder).await;
-        }
-    }
-    dispatch_here(router, header, body, responder).await
-}
-
-pub(crate) async fn dispatch_here<S: Storage>(
-    router: &Router<S>,
+    door: &Door<S>,
     header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
@@ -533,30 +314,31 @@ pub(crate) async fn dispatch_here<S: Storage>(
     let Some(command) = Command::from_u16(header.command) else {
         return Err(Status::new(Code::Unimplemented, format!("unknown command {}", header.command)));
     };
-    if let Some(response) = dispatch_topics(router, header, command, body, responder).await? {
-        return Ok(response);
-    }
-    if let Some(response) = dispatch_subscriptions(router, header, command, body, responder).await? {
-        return Ok(response);
-    }
-    if let Some(response) = dispatch_snapshots(router, header, command, body, responder).await? {
-        return Ok(response);
-    }
     match command {
-        Command::Hello => Ok(hello_response(header)),
+        Command::Hello => return Ok(hello_response(header)),
         // The connection's reading loop answers it before any handler sees it.
         Command::Authenticate => {
-            Err(Status::internal("an Authenticate request reached the router's handler"))
+            return Err(Status::internal("an Authenticate request reached the router's handler"))
         }
-        // The data-plane commands (the others were answered above).
-        _ => Err(Status::new(
+        _ => {}
+    }
+    let Some(operation) = operation(command, body)? else {
+        return Err(Status::new(
             Code::NotOwner,
             "data-plane commands go to a forwarder: look up the topic or subscription first",
-        )),
-    }
+        ));
+    };
+    let caller = Caller {
+        session: responder.session(),
+        access: responder.access(),
+        local_address: responder.local_address(),
+        carried: false,
+    };
+    let outcome = door.execute(&caller, operation).await?;
+    response(header, command, outcome)
 }
 
-impl<S: Storage> Handler for Router<S> {
+impl<S: Storage> Handler for Door<S> {
     async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response {
         dispatch(self, &header, &body, responder)
             .await

@@ -286,6 +286,7 @@ pub struct Responder {
 
 impl Responder {
     /// A responder on no connection, for tests that call a handler directly.
+    #[cfg(test)]
     pub(crate) fn unconnected() -> Responder {
         Responder {
             outbound: Rc::default(),
@@ -297,6 +298,7 @@ impl Responder {
 
     /// A responder on no connection for a request from `session`, under `access`'s rules (a
     /// request another node carried here, and tests).
+    #[cfg(test)]
     pub(crate) fn with_session(session: Session, access: Rc<Access>) -> Responder {
         Responder { session: Rc::new(session), access, ..Responder::unconnected() }
     }
@@ -304,6 +306,11 @@ impl Responder {
     /// Who sent the request.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// The shard's rules the request is decided by.
+    pub fn access(&self) -> &Access {
+        &self.access
     }
 
     /// Whether the request comes from another node of the cluster (`Access::is_cluster_peer`).

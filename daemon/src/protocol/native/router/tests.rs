@@ -3,13 +3,9 @@
 //! and viewers of a resource.
 
 use crate::auth::{Access, Session};
-use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
-use crate::catalog::Catalog;
-use crate::clock::SystemClock;
-use crate::log::{Directories, LogConfig};
+use crate::dispatch::Door;
 use crate::protocol::native::forwarder::tests::{call, required_access};
 use crate::protocol::native::server::Responder;
-use crate::router::{Advertise, ForwarderAddresses, ForwarderLink, Router};
 use crate::runtime::sim;
 use crate::shard::Forwarder;
 use crate::storage::sim::SimDisk;
@@ -35,38 +31,9 @@ grant editor subscription:* frank
 grant subscriber topic:orders frank
 ";
 
-/// A router with one forwarder on one simulated disk, as the daemon starts them.
-async fn node() -> (Rc<Router<SimDisk>>, Rc<Forwarder<SimDisk>>) {
-    let disk = SimDisk::new();
-    let paths = vec![std::path::PathBuf::from("/d0")];
-    let catalog = Catalog::open(disk.clone(), Directories::new(paths.clone()), 1, BALANCE_FACTOR_DEFAULT)
-        .await
-        .unwrap();
-    let forwarder = Rc::new(Forwarder::new(
-        0,
-        disk.clone(),
-        Directories::new(paths.clone()),
-        LogConfig::default(),
-        Rc::new(SystemClock),
-    ));
-    let link = {
-        let forwarder = forwarder.clone();
-        ForwarderLink::local(Box::new(move |request| {
-            let forwarder = forwarder.clone();
-            Box::pin(async move { forwarder.control(request).await })
-        }))
-    };
-    let addresses = ForwarderAddresses::new(vec![7451], Advertise::Host("simulated".into()));
-    let router = Rc::new(Router::new(
-        disk,
-        Directories::new(paths),
-        catalog,
-        vec![link],
-        addresses,
-        BALANCE_FACTOR_DEFAULT,
-    ));
-    router.recover().await.unwrap();
-    (router, forwarder)
+/// A router's door with one forwarder on one simulated disk, as the daemon starts them.
+async fn node() -> (Rc<Door<SimDisk>>, Rc<Forwarder<SimDisk>>) {
+    crate::dispatch::tests::door_with_one_forwarder().await
 }
 
 fn code<T>(result: Result<T, Status>) -> ErrorCode {

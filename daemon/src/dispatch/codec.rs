@@ -1,0 +1,524 @@
+//! An operation as it crosses to another node, with its principal, and the answer that comes
+//! back, in the daemon's own encoding (`crate::codec`). The bytes come from the network, so a
+//! decode holds for any input: it never panics, and refuses what is cut or left over.
+//!
+//! An operation's kind is its place in `Kind::ALL` and a status code its place in `Code::ALL`;
+//! both lists only grow at their end. The first byte is the format, so that a node of another
+//! version is told apart from damage.
+
+use super::{Carried, Kind, Operation, Outcome, SubscriptionShown};
+use crate::api::control::{
+    Labels, ListRequest, SeekTarget, Snapshot, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
+};
+use crate::api::{Code, Status};
+use crate::auth::Principal;
+use crate::catalog::entry::{decode_whole_settings, encode_whole_settings};
+use crate::codec::{DecodeResult, Decoder, Encoder};
+
+/// The format of a carried operation and of its answer.
+const CARRIED_FORMAT: u8 = 1;
+const ANSWER_FORMAT: u8 = 1;
+
+const PRINCIPAL_ANONYMOUS: u8 = 0;
+const PRINCIPAL_NAMED: u8 = 1;
+
+const OUTCOME_DONE: u8 = 0;
+const OUTCOME_TOPIC: u8 = 1;
+const OUTCOME_SUBSCRIPTION: u8 = 2;
+const OUTCOME_SNAPSHOT: u8 = 3;
+
+const SEEK_TIME: u8 = 0;
+const SEEK_SNAPSHOT: u8 = 1;
+
+/// `operation`, to be run for `principal` on another node.
+pub fn encode_carried(principal: &Principal, operation: &Operation) -> Vec<u8> {
+    let mut encoder = Encoder::new(CARRIED_FORMAT);
+    match principal {
+        Principal::Anonymous => encoder.u8(PRINCIPAL_ANONYMOUS),
+        Principal::Named(name) => encoder.u8(PRINCIPAL_NAMED).str(name),
+    };
+    encode_operation(&mut encoder, operation);
+    encoder.0
+}
+
+pub fn decode_carried(bytes: &[u8]) -> Result<(Principal, Operation), String> {
+    let mut decoder = Decoder::new(bytes);
+    format(&mut decoder, CARRIED_FORMAT, "a carried operation")?;
+    let decoded = (|| {
+        let principal = match decoder.u8()? {
+            PRINCIPAL_ANONYMOUS => Principal::Anonymous,
+            PRINCIPAL_NAMED => Principal::Named(decoder.str()?.into()),
+            _ => return Err("unknown principal kind"),
+        };
+        let operation = decode_operation(&mut decoder)?;
+        Ok((principal, operation))
+    })();
+    let decoded = decoded.map_err(str::to_owned)?;
+    whole(&decoder)?;
+    Ok(decoded)
+}
+
+/// Another node's answer: how far it applied the catalog, and the outcome or its refusal.
+/// An outcome no carried operation has (a listing, stats) is never sent: it is answered as an
+/// internal error rather than encoded.
+pub fn encode_answer(answer: &Carried) -> Vec<u8> {
+    let mut encoder = Encoder::new(ANSWER_FORMAT);
+    optional(&mut encoder, answer.applied, |encoder, index| {
+        encoder.u64(index);
+    });
+    let outcome = match &answer.outcome {
+        Ok(Outcome::Done | Outcome::Topic(_) | Outcome::Subscription(_) | Outcome::Snapshot(_)) => {
+            answer.outcome.clone()
+        }
+        Ok(other) => Err(Status::internal(format!("{other:?} is not carried between nodes"))),
+        Err(status) => Err(status.clone()),
+    };
+    match outcome {
+        Ok(outcome) => {
+            encoder.bool(true);
+            encode_outcome(&mut encoder, &outcome);
+        }
+        Err(status) => {
+            let number = Code::ALL.iter().position(|code| *code == status.code).expect("Code::ALL is whole");
+            encoder.bool(false).u32(number as u32).str(&status.message);
+        }
+    }
+    encoder.0
+}
+
+pub fn decode_answer(bytes: &[u8]) -> Result<Carried, String> {
+    let mut decoder = Decoder::new(bytes);
+    format(&mut decoder, ANSWER_FORMAT, "an answer to a carried operation")?;
+    let decoded = (|| {
+        let applied = if decoder.bool()? { Some(decoder.u64()?) } else { None };
+        let outcome = if decoder.bool()? {
+            Ok(decode_outcome(&mut decoder)?)
+        } else {
+            let code = *Code::ALL.get(decoder.u32()? as usize).ok_or("unknown status code")?;
+            Err(Status::new(code, decoder.str()?))
+        };
+        Ok(Carried { applied, outcome })
+    })();
+    let decoded = decoded.map_err(str::to_owned)?;
+    whole(&decoder)?;
+    Ok(decoded)
+}
+
+fn format(decoder: &mut Decoder, expected: u8, what: &str) -> Result<(), String> {
+    let found = decoder.u8().map_err(|_| format!("{what} is empty"))?;
+    if found != expected {
+        return Err(format!(
+            "{what} in format {found}, where this node reads {expected}: the nodes run different versions"
+        ));
+    }
+    Ok(())
+}
+
+fn whole(decoder: &Decoder) -> Result<(), String> {
+    match decoder.is_empty() {
+        true => Ok(()),
+        false => Err(format!("{} bytes are left over", decoder.remaining())),
+    }
+}
+
+fn optional<T>(encoder: &mut Encoder, value: Option<T>, put: impl FnOnce(&mut Encoder, T)) {
+    match value {
+        Some(value) => {
+            encoder.bool(true);
+            put(encoder, value);
+        }
+        None => {
+            encoder.bool(false);
+        }
+    }
+}
+
+fn take_optional<T>(
+    decoder: &mut Decoder,
+    take: impl FnOnce(&mut Decoder) -> DecodeResult<T>,
+) -> DecodeResult<Option<T>> {
+    Ok(if decoder.bool()? { Some(take(decoder)?) } else { None })
+}
+
+fn encode_labels(encoder: &mut Encoder, labels: &Labels) {
+    encoder.u32(labels.len() as u32);
+    for (key, value) in labels {
+        encoder.str(key).str(value);
+    }
+}
+
+fn decode_labels(decoder: &mut Decoder) -> DecodeResult<Labels> {
+    let count = decoder.u32()?;
+    let mut labels = Labels::new();
+    // Each label takes at least its two lengths, so a count the input cannot hold fails at
+    // once rather than after a long loop.
+    if count as usize > decoder.remaining() / 8 {
+        return Err("more labels than the message holds");
+    }
+    for _ in 0..count {
+        labels.insert(decoder.str()?, decoder.str()?);
+    }
+    Ok(labels)
+}
+
+fn encode_list(encoder: &mut Encoder, list: &ListRequest) {
+    encoder.str(&list.topic).u32(list.page_size).str(&list.page_token);
+}
+
+fn decode_list(decoder: &mut Decoder) -> DecodeResult<ListRequest> {
+    Ok(ListRequest { topic: decoder.str()?, page_size: decoder.u32()?, page_token: decoder.str()? })
+}
+
+fn encode_topic(encoder: &mut Encoder, topic: &Topic) {
+    encoder.str(&topic.name).u64(topic.message_retention_seconds);
+    encode_labels(encoder, &topic.labels);
+    encoder.u32(topic.replicas);
+}
+
+fn decode_topic(decoder: &mut Decoder) -> DecodeResult<Topic> {
+    Ok(Topic {
+        name: decoder.str()?,
+        message_retention_seconds: decoder.u64()?,
+        labels: decode_labels(decoder)?,
+        replicas: decoder.u32()?,
+    })
+}
+
+fn encode_subscription(encoder: &mut Encoder, subscription: &Subscription) {
+    encoder.str(&subscription.name).str(&subscription.topic);
+    encode_whole_settings(encoder, &subscription.settings).bool(subscription.detached);
+}
+
+fn decode_subscription(decoder: &mut Decoder) -> DecodeResult<Subscription> {
+    Ok(Subscription {
+        name: decoder.str()?,
+        topic: decoder.str()?,
+        settings: decode_whole_settings(decoder)?,
+        detached: decoder.bool()?,
+    })
+}
+
+fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
+    let kind = operation.kind();
+    let tag = Kind::ALL.iter().position(|known| *known == kind).expect("Kind::ALL is whole");
+    encoder.u8(tag as u8);
+    match operation {
+        Operation::CreateTopic(topic) => encode_topic(encoder, topic),
+        Operation::UpdateTopic(update) => {
+            encoder.str(&update.name);
+            optional(encoder, update.message_retention_seconds, |encoder, seconds| {
+                encoder.u64(seconds);
+            });
+            optional(encoder, update.labels.as_ref(), encode_labels);
+        }
+        Operation::GetTopic { name }
+        | Operation::DeleteTopic { name }
+        | Operation::LookupTopic { name }
+        | Operation::GetSubscription { name }
+        | Operation::DeleteSubscription { name }
+        | Operation::DetachSubscription { name }
+        | Operation::LookupSubscription { name }
+        | Operation::GetSnapshot { name }
+        | Operation::DeleteSnapshot { name } => {
+            encoder.str(name);
+        }
+        Operation::ListTopics(list)
+        | Operation::ListTopicSubscriptions(list)
+        | Operation::ListTopicSnapshots(list)
+        | Operation::ListSubscriptions(list)
+        | Operation::ListSnapshots(list) => encode_list(encoder, list),
+        Operation::CreateSubscription(subscription) => encode_subscription(encoder, subscription),
+        Operation::UpdateSubscription(update) => {
+            encoder.str(&update.name);
+            optional(encoder, update.ack_deadline_seconds, |encoder, seconds| {
+                encoder.u32(seconds);
+            });
+            optional(encoder, update.retain_acked_messages, |encoder, retain| {
+                encoder.bool(retain);
+            });
+            optional(encoder, update.message_retention_seconds, |encoder, seconds| {
+                encoder.u64(seconds);
+            });
+            optional(encoder, update.expiration_ttl_seconds, |encoder, seconds| {
+                encoder.u64(seconds);
+            });
+            optional(encoder, update.dead_letter_policy.as_ref(), |encoder, (topic, attempts)| {
+                encoder.str(topic).u32(*attempts);
+            });
+            optional(encoder, update.retry_policy, |encoder, (minimum, maximum)| {
+                encoder.u32(minimum).u32(maximum);
+            });
+            optional(encoder, update.labels.as_ref(), encode_labels);
+            optional(encoder, update.enable_exactly_once_delivery, |encoder, enable| {
+                encoder.bool(enable);
+            });
+        }
+        Operation::Seek { subscription, target } => {
+            encoder.str(subscription);
+            match target {
+                SeekTarget::Time { time_ms } => encoder.u8(SEEK_TIME).u64(*time_ms),
+                SeekTarget::Snapshot { name } => encoder.u8(SEEK_SNAPSHOT).str(name),
+            };
+        }
+        Operation::CreateSnapshot { name, subscription, labels } => {
+            encoder.str(name).str(subscription);
+            encode_labels(encoder, labels);
+        }
+        Operation::UpdateSnapshot { name, labels } => {
+            encoder.str(name);
+            optional(encoder, labels.as_ref(), encode_labels);
+        }
+        Operation::Stats | Operation::ClusterStatus => {}
+        Operation::ClusterAddNode { node_id, cluster_address, voter } => {
+            encoder.u64(*node_id).str(cluster_address).bool(*voter);
+        }
+        Operation::ClusterRemoveNode { node_id } => {
+            encoder.u64(*node_id);
+        }
+        Operation::ResyncDirectory { index } => {
+            encoder.u32(*index);
+        }
+    }
+}
+
+fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
+    let kind = *Kind::ALL.get(decoder.u8()? as usize).ok_or("unknown operation kind")?;
+    Ok(match kind {
+        Kind::CreateTopic => Operation::CreateTopic(decode_topic(decoder)?),
+        Kind::UpdateTopic => Operation::UpdateTopic(TopicUpdate {
+            name: decoder.str()?,
+            message_retention_seconds: take_optional(decoder, |decoder| decoder.u64())?,
+            labels: take_optional(decoder, decode_labels)?,
+        }),
+        Kind::GetTopic => Operation::GetTopic { name: decoder.str()? },
+        Kind::DeleteTopic => Operation::DeleteTopic { name: decoder.str()? },
+        Kind::LookupTopic => Operation::LookupTopic { name: decoder.str()? },
+        Kind::GetSubscription => Operation::GetSubscription { name: decoder.str()? },
+        Kind::DeleteSubscription => Operation::DeleteSubscription { name: decoder.str()? },
+        Kind::DetachSubscription => Operation::DetachSubscription { name: decoder.str()? },
+        Kind::LookupSubscription => Operation::LookupSubscription { name: decoder.str()? },
+        Kind::GetSnapshot => Operation::GetSnapshot { name: decoder.str()? },
+        Kind::DeleteSnapshot => Operation::DeleteSnapshot { name: decoder.str()? },
+        Kind::ListTopics => Operation::ListTopics(decode_list(decoder)?),
+        Kind::ListTopicSubscriptions => Operation::ListTopicSubscriptions(decode_list(decoder)?),
+        Kind::ListTopicSnapshots => Operation::ListTopicSnapshots(decode_list(decoder)?),
+        Kind::ListSubscriptions => Operation::ListSubscriptions(decode_list(decoder)?),
+        Kind::ListSnapshots => Operation::ListSnapshots(decode_list(decoder)?),
+        Kind::CreateSubscription => Operation::CreateSubscription(decode_subscription(decoder)?),
+        Kind::UpdateSubscription => Operation::UpdateSubscription(SubscriptionUpdate {
+            name: decoder.str()?,
+            ack_deadline_seconds: take_optional(decoder, |decoder| decoder.u32())?,
+            retain_acked_messages: take_optional(decoder, |decoder| decoder.bool())?,
+            message_retention_seconds: take_optional(decoder, |decoder| decoder.u64())?,
+            expiration_ttl_seconds: take_optional(decoder, |decoder| decoder.u64())?,
+            dead_letter_policy: take_optional(decoder, |decoder| Ok((decoder.str()?, decoder.u32()?)))?,
+            retry_policy: take_optional(decoder, |decoder| Ok((decoder.u32()?, decoder.u32()?)))?,
+            labels: take_optional(decoder, decode_labels)?,
+            enable_exactly_once_delivery: take_optional(decoder, |decoder| decoder.bool())?,
+        }),
+        Kind::Seek => {
+            let subscription = decoder.str()?;
+            let target = match decoder.u8()? {
+                SEEK_TIME => SeekTarget::Time { time_ms: decoder.u64()? },
+                SEEK_SNAPSHOT => SeekTarget::Snapshot { name: decoder.str()? },
+                _ => return Err("unknown seek target"),
+            };
+            Operation::Seek { subscription, target }
+        }
+        Kind::CreateSnapshot => Operation::CreateSnapshot {
+            name: decoder.str()?,
+            subscription: decoder.str()?,
+            labels: decode_labels(decoder)?,
+        },
+        Kind::UpdateSnapshot => {
+            Operation::UpdateSnapshot { name: decoder.str()?, labels: take_optional(decoder, decode_labels)? }
+        }
+        Kind::Stats => Operation::Stats,
+        Kind::ClusterStatus => Operation::ClusterStatus,
+        Kind::ClusterAddNode => Operation::ClusterAddNode {
+            node_id: decoder.u64()?,
+            cluster_address: decoder.str()?,
+            voter: decoder.bool()?,
+        },
+        Kind::ClusterRemoveNode => Operation::ClusterRemoveNode { node_id: decoder.u64()? },
+        Kind::ResyncDirectory => Operation::ResyncDirectory { index: decoder.u32()? },
+        Kind::Publish | Kind::Pull | Kind::StreamingPull | Kind::Acknowledge | Kind::ModifyAckDeadline => {
+            return Err("a data-plane operation is not carried this way")
+        }
+    })
+}
+
+fn encode_outcome(encoder: &mut Encoder, outcome: &Outcome) {
+    match outcome {
+        Outcome::Done => {
+            encoder.u8(OUTCOME_DONE);
+        }
+        Outcome::Topic(topic) => {
+            encoder.u8(OUTCOME_TOPIC);
+            encode_topic(encoder, topic);
+        }
+        Outcome::Subscription(shown) => {
+            encoder.u8(OUTCOME_SUBSCRIPTION);
+            encode_subscription(encoder, &shown.subscription);
+            encoder.u64(shown.topic_retention_seconds);
+        }
+        Outcome::Snapshot(snapshot) => {
+            encoder
+                .u8(OUTCOME_SNAPSHOT)
+                .str(&snapshot.name)
+                .str(&snapshot.topic)
+                .u64(snapshot.expire_time_ms);
+            encode_labels(encoder, &snapshot.labels);
+        }
+        other => unreachable!("{other:?} is answered as an error by encode_answer"),
+    }
+}
+
+fn decode_outcome(decoder: &mut Decoder) -> DecodeResult<Outcome> {
+    Ok(match decoder.u8()? {
+        OUTCOME_DONE => Outcome::Done,
+        OUTCOME_TOPIC => Outcome::Topic(decode_topic(decoder)?),
+        OUTCOME_SUBSCRIPTION => Outcome::Subscription(SubscriptionShown {
+            subscription: decode_subscription(decoder)?,
+            topic_retention_seconds: decoder.u64()?,
+        }),
+        OUTCOME_SNAPSHOT => Outcome::Snapshot(Snapshot {
+            name: decoder.str()?,
+            topic: decoder.str()?,
+            expire_time_ms: decoder.u64()?,
+            labels: decode_labels(decoder)?,
+        }),
+        _ => return Err("unknown outcome"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::control::SubscriptionSettings;
+
+    fn labels() -> Labels {
+        [("team".to_owned(), "orders".to_owned()), ("tier".to_owned(), String::new())].into()
+    }
+
+    /// One operation of every kind the door runs, with every optional field set and unset.
+    fn operations() -> Vec<Operation> {
+        let list = ListRequest { topic: "t".into(), page_size: 7, page_token: "after".into() };
+        let settings = SubscriptionSettings {
+            ack_deadline_seconds: 30,
+            dead_letter_topic: "dead".into(),
+            labels: labels(),
+            enable_exactly_once_delivery: true,
+            ..Default::default()
+        };
+        vec![
+            Operation::CreateTopic(Topic {
+                name: "t".into(),
+                message_retention_seconds: 600,
+                labels: labels(),
+                replicas: 3,
+            }),
+            Operation::GetTopic { name: "t".into() },
+            Operation::UpdateTopic(TopicUpdate {
+                name: "t".into(),
+                message_retention_seconds: Some(0),
+                labels: Some(labels()),
+            }),
+            Operation::UpdateTopic(TopicUpdate { name: "t".into(), ..Default::default() }),
+            Operation::DeleteTopic { name: "t".into() },
+            Operation::ListTopics(list.clone()),
+            Operation::ListTopicSubscriptions(list.clone()),
+            Operation::ListTopicSnapshots(list.clone()),
+            Operation::LookupTopic { name: "t".into() },
+            Operation::CreateSubscription(Subscription {
+                name: "s".into(),
+                topic: "t".into(),
+                settings,
+                detached: false,
+            }),
+            Operation::GetSubscription { name: "s".into() },
+            Operation::UpdateSubscription(SubscriptionUpdate {
+                name: "s".into(),
+                ack_deadline_seconds: Some(20),
+                retain_acked_messages: Some(true),
+                message_retention_seconds: Some(3600),
+                expiration_ttl_seconds: Some(0),
+                dead_letter_policy: Some(("dead".into(), 5)),
+                retry_policy: Some((1, 60)),
+                labels: Some(Labels::new()),
+                enable_exactly_once_delivery: Some(false),
+            }),
+            Operation::UpdateSubscription(SubscriptionUpdate { name: "s".into(), ..Default::default() }),
+            Operation::DeleteSubscription { name: "s".into() },
+            Operation::DetachSubscription { name: "s".into() },
+            Operation::ListSubscriptions(list.clone()),
+            Operation::LookupSubscription { name: "s".into() },
+            Operation::Seek { subscription: "s".into(), target: SeekTarget::Time { time_ms: 12 } },
+            Operation::Seek { subscription: "s".into(), target: SeekTarget::Snapshot { name: "m".into() } },
+            Operation::CreateSnapshot { name: "m".into(), subscription: "s".into(), labels: labels() },
+            Operation::GetSnapshot { name: "m".into() },
+            Operation::UpdateSnapshot { name: "m".into(), labels: Some(labels()) },
+            Operation::UpdateSnapshot { name: "m".into(), labels: None },
+            Operation::DeleteSnapshot { name: "m".into() },
+            Operation::ListSnapshots(list),
+            Operation::Stats,
+            Operation::ClusterStatus,
+            Operation::ClusterAddNode { node_id: 4, cluster_address: "10.0.0.4:7460".into(), voter: true },
+            Operation::ClusterRemoveNode { node_id: 4 },
+            Operation::ResyncDirectory { index: 2 },
+        ]
+    }
+
+    #[test]
+    fn every_operation_decodes_to_what_was_encoded_and_a_cut_or_a_tail_is_refused() {
+        let kinds: std::collections::HashSet<Kind> = operations().iter().map(Operation::kind).collect();
+        let control = Kind::ALL.iter().filter(|kind| !kind.is_data_plane()).count();
+        assert_eq!(kinds.len(), control, "a kind of operation is left out of this test");
+        for principal in [Principal::Anonymous, Principal::Named("alice".into())] {
+            for operation in operations() {
+                let encoded = encode_carried(&principal, &operation);
+                assert_eq!(decode_carried(&encoded), Ok((principal.clone(), operation.clone())));
+                for cut in 0..encoded.len() {
+                    assert!(decode_carried(&encoded[..cut]).is_err(), "{operation:?} cut at {cut} decoded");
+                }
+                let mut longer = encoded.clone();
+                longer.push(0);
+                assert!(decode_carried(&longer).is_err(), "{operation:?} with a byte more decoded");
+            }
+        }
+    }
+
+    #[test]
+    fn every_answer_decodes_to_what_was_encoded_and_one_of_an_earlier_format_is_named() {
+        let subscription = SubscriptionShown {
+            subscription: Subscription { name: "s".into(), topic: "t".into(), ..Default::default() },
+            topic_retention_seconds: 600,
+        };
+        let snapshot = Snapshot { name: "m".into(), topic: "t".into(), expire_time_ms: 99, labels: labels() };
+        let outcomes = [
+            Ok(Outcome::Done),
+            Ok(Outcome::Topic(Topic { name: "t".into(), ..Default::default() })),
+            Ok(Outcome::Subscription(subscription)),
+            Ok(Outcome::Snapshot(snapshot)),
+            Err(Status::new(Code::PermissionDenied, "denied")),
+            Err(Status::new(Code::NotOwner, "")),
+        ];
+        for applied in [None, Some(41)] {
+            for outcome in outcomes.clone() {
+                let answer = Carried { applied, outcome };
+                let encoded = encode_answer(&answer);
+                assert_eq!(decode_answer(&encoded), Ok(answer.clone()));
+                for cut in 0..encoded.len() {
+                    assert!(decode_answer(&encoded[..cut]).is_err(), "{answer:?} cut at {cut} decoded");
+                }
+            }
+        }
+        // What no carried operation answers is sent as an error, not encoded.
+        let listing = Carried { applied: None, outcome: Ok(Outcome::Topics(Default::default())) };
+        let decoded = decode_answer(&encode_answer(&listing)).unwrap();
+        assert_eq!(decoded.outcome.unwrap_err().code, Code::Internal);
+        // The frame-carrying format before it (its first byte 0) is named, not misread.
+        let refused = decode_carried(&[0, 0]).unwrap_err();
+        assert!(refused.contains("different versions"), "{refused}");
+    }
+}
