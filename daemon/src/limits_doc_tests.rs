@@ -212,6 +212,7 @@ const NOT_IN_THE_TABLE: &[(&str, &str)] = &[
     ("RUNS_PREALLOCATED_MAX", "what a decoder reserves ahead of reading; the entry bounds the rest"),
     ("LATENCY_US_MAX", "the largest latency a histogram records as itself"),
     ("NAME_SHOWN_CHARS_MAX", "how much of a name an error message shows"),
+    ("EDITS_MAX", "edits a fuzz input makes to a sample message; not in the daemon built to run"),
     ("REMOVAL_TOPICS_NAMED_MAX", "how many topics an error message names"),
     ("PROBE_SEARCH_DEPTH_MAX", "how deep a probe of a full disk looks for a file"),
     ("PUBLISH_ATTEMPTS_MAX", "forwarders one gRPC publish tries before the client's retry"),
