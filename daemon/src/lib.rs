@@ -15,6 +15,8 @@ pub mod codec;
 pub mod control;
 pub mod dispatch;
 pub mod fail_stop;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 #[cfg(test)]
 mod limits_doc_tests;
 pub mod log;

@@ -561,6 +561,36 @@ fn main() {
     // A shard that panics leaves the others serving a half-working process; stop everything
     // instead, so a supervisor restarts it and recovery runs (`fail_stop`).
     ringpost_daemon::fail_stop::install(None).unwrap_or_else(|why| usage_error(&why));
+    let config = config_from_flags(&flags);
+    if print_config {
+        print!("{}", settings::print(&flags, &config, log));
+        std::process::exit(0);
+    }
+    let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
+    let (shards, data_dirs) = (config.shards, config.data_dirs.clone());
+    warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
+    let signals = watch_signals(signals);
+    let daemon = match ringpost_daemon::start(config) {
+        Ok(daemon) => {
+            signals.serving();
+            daemon
+        }
+        Err(error) => {
+            ringpost_daemon::log_error!("ringpostd: cannot start: {error}");
+            std::process::exit(EXIT_FAILURE);
+        }
+    };
+    announce(&daemon, shards, &data_dirs, open_files_before);
+    if let Some(path) = &flags.ready_file {
+        write_ready_file(path, &daemon);
+    }
+    notify_systemd("READY=1");
+    stop_on_signal(daemon, signals)
+}
+
+/// The daemon's configuration from the flags; a flag out of range ends the process with a
+/// usage error.
+fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
     if flags.balance_factor <= 1.0 || !flags.balance_factor.is_finite() {
         usage_error("--balance-factor must be a number above 1");
     }
@@ -600,8 +630,8 @@ fn main() {
     }
     config.pin_shards = !flags.no_pin;
     config.quarantine_damaged = flags.quarantine_damaged;
-    config.connections = connection_limits(&flags);
-    config.catalog_limits = catalog_limits(&flags);
+    config.connections = connection_limits(flags);
+    config.catalog_limits = catalog_limits(flags);
     config.grpc.listen = match flags.grpc_listen.as_str() {
         "off" => None,
         text => Some(
@@ -628,85 +658,89 @@ fn main() {
         }
         config.grpc.idle_deadline = Duration::from_secs(seconds);
     }
-    (config.access, config.tls) = security_settings(&flags, listen, config.grpc.listen);
-    if let Some(list) = &flags.cluster {
-        let addresses = list
-            .split(',')
-            .map(|address| {
-                listen_address(address.trim())
-                    .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--cluster", 1)))
-            })
-            .collect();
-        let secret = flags.cluster_secret_file.as_ref().map(|path| {
-            let text = std::fs::read_to_string(path).unwrap_or_else(|error| {
-                usage_error(&format!("--cluster-secret-file {}: {error}", path.display()))
-            });
-            let secret = text.trim().to_owned();
-            if secret.len() < CLUSTER_SECRET_BYTES_MIN {
-                usage_error(&format!(
-                    "--cluster-secret-file {}: the secret is {} bytes; give at least {CLUSTER_SECRET_BYTES_MIN}",
-                    path.display(),
-                    secret.len()
-                ));
-            }
-            secret
-        });
-        if secret.is_none() && config.access.mode != ringpost_daemon::auth::Mode::Off {
-            usage_error(
-                "--cluster needs --cluster-secret-file while auth is on (the default off loopback): \
-                 without it, anyone who reaches a cluster port could act as a node",
-            );
-        }
-        if flags.cluster_ca.is_some() && config.tls.is_none() {
-            usage_error(
-                "--cluster-ca is the CA of the nodes' TLS certificates: give --tls-cert and --tls-key too",
-            );
-        }
-        if let Some(ca) = &flags.cluster_ca {
-            if let Err(why) = ringpost_daemon::protocol::native::tls::replication_client_config(ca) {
-                usage_error(&format!("--cluster-ca: {why}"));
-            }
-        }
-        let cluster = ringpost_daemon::ClusterSettings {
-            node_id: flags.node_id,
-            addresses,
-            secret,
-            ca: flags.cluster_ca.clone(),
-            join: flags.join,
-        };
-        if let Err(why) = cluster.check() {
-            usage_error(&why);
-        }
-        config.cluster = Some(cluster);
-    } else if flags.node_id != 1 {
-        usage_error("--node-id needs --cluster");
-    } else if flags.join {
-        usage_error("--join needs --cluster");
-    } else if flags.cluster_ca.is_some() {
-        usage_error("--cluster-ca needs --cluster");
-    }
+    (config.access, config.tls) = security_settings(flags, listen, config.grpc.listen);
+    config.cluster = cluster_settings(flags, config.access.mode, config.tls.is_some());
     // Checked here as well as at the start, so that --print-config refuses what a start would.
     if let Err(why) = ringpost_daemon::node::check_data_directories(&config.data_dirs) {
         usage_error(&format!("--data-dir: {why}"));
     }
-    if print_config {
-        print!("{}", settings::print(&flags, &config, log));
-        std::process::exit(0);
-    }
-    let open_files_before = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
-    let shards = config.shards;
-    warn_if_io_memory_cannot_be_registered(shards, config.io_memory_bytes);
-    let signals = watch_signals(signals);
-    let daemon = match ringpost_daemon::start(config) {
-        Ok(daemon) => {
-            signals.serving();
-            daemon
+    config
+}
+
+/// The cluster's settings from `--cluster` and the flags that go with it; None for a node
+/// alone (and then none of those flags may be given).
+fn cluster_settings(
+    flags: &Flags,
+    access_mode: ringpost_daemon::auth::Mode,
+    tls: bool,
+) -> Option<ringpost_daemon::ClusterSettings> {
+    let Some(list) = &flags.cluster else {
+        if flags.node_id != 1 {
+            usage_error("--node-id needs --cluster");
+        } else if flags.join {
+            usage_error("--join needs --cluster");
+        } else if flags.cluster_ca.is_some() {
+            usage_error("--cluster-ca needs --cluster");
         }
-        Err(error) => {
-            ringpost_daemon::log_error!("ringpostd: cannot start: {error}");
-            std::process::exit(EXIT_FAILURE);
-        }
+        return None;
     };
+    let addresses = list
+        .split(',')
+        .map(|address| {
+            listen_address(address.trim())
+                .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--cluster", 1)))
+        })
+        .collect();
+    let secret = flags.cluster_secret_file.as_ref().map(|path| {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|error| {
+            usage_error(&format!("--cluster-secret-file {}: {error}", path.display()))
+        });
+        let secret = text.trim().to_owned();
+        if secret.len() < CLUSTER_SECRET_BYTES_MIN {
+            usage_error(&format!(
+                "--cluster-secret-file {}: the secret is {} bytes; give at least {CLUSTER_SECRET_BYTES_MIN}",
+                path.display(),
+                secret.len()
+            ));
+        }
+        secret
+    });
+    if secret.is_none() && access_mode != ringpost_daemon::auth::Mode::Off {
+        usage_error(
+            "--cluster needs --cluster-secret-file while auth is on (the default off loopback): \
+             without it, anyone who reaches a cluster port could act as a node",
+        );
+    }
+    if flags.cluster_ca.is_some() && !tls {
+        usage_error(
+            "--cluster-ca is the CA of the nodes' TLS certificates: give --tls-cert and --tls-key too",
+        );
+    }
+    if let Some(ca) = &flags.cluster_ca {
+        if let Err(why) = ringpost_daemon::protocol::native::tls::replication_client_config(ca) {
+            usage_error(&format!("--cluster-ca: {why}"));
+        }
+    }
+    let cluster = ringpost_daemon::ClusterSettings {
+        node_id: flags.node_id,
+        addresses,
+        secret,
+        ca: flags.cluster_ca.clone(),
+        join: flags.join,
+    };
+    if let Err(why) = cluster.check() {
+        usage_error(&why);
+    }
+    Some(cluster)
+}
+
+/// Logs where the daemon serves, and that it raised the open-file limit if it did.
+fn announce(
+    daemon: &ringpost_daemon::Daemon,
+    shards: usize,
+    data_dirs: &[PathBuf],
+    open_files_before: Option<(u64, u64)>,
+) {
     // The daemon raises its soft open-file limit as it starts; say so, since every connection
     // takes a descriptor and the limits on connections are only as good as that one.
     let open_files_now = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok();
@@ -731,26 +765,31 @@ fn main() {
         forwarders.join(", "),
         data_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
     );
-    if let Some(path) = flags.ready_file {
-        let temporary = path.with_extension("tmp");
-        // The router's address on the first line; the gRPC API's and the monitoring
-        // endpoint's, when served, on the lines after it.
-        // Each line ends with a newline, as a text file's lines do (`read`, `wc -l`).
-        let mut contents = format!("{}\n", daemon.router_address);
-        if let Some(grpc) = daemon.grpc_address {
-            contents.push_str(&format!("grpc {grpc}\n"));
-        }
-        if let Some(http) = daemon.http_address {
-            contents.push_str(&format!("http {http}\n"));
-        }
-        if let Err(error) =
-            std::fs::write(&temporary, contents).and_then(|_| std::fs::rename(&temporary, &path))
-        {
-            ringpost_daemon::log_error!("ringpostd: cannot start: writing {}: {error}", path.display());
-            std::process::exit(EXIT_FAILURE);
-        }
+}
+
+/// Writes the addresses the daemon serves on to `--ready-file`, whole or not at all (a
+/// temporary file renamed over it).
+fn write_ready_file(path: &std::path::Path, daemon: &ringpost_daemon::Daemon) {
+    let temporary = path.with_extension("tmp");
+    // The router's address on the first line; the gRPC API's and the monitoring
+    // endpoint's, when served, on the lines after it.
+    // Each line ends with a newline, as a text file's lines do (`read`, `wc -l`).
+    let mut contents = format!("{}\n", daemon.router_address);
+    if let Some(grpc) = daemon.grpc_address {
+        contents.push_str(&format!("grpc {grpc}\n"));
     }
-    notify_systemd("READY=1");
+    if let Some(http) = daemon.http_address {
+        contents.push_str(&format!("http {http}\n"));
+    }
+    if let Err(error) = std::fs::write(&temporary, contents).and_then(|_| std::fs::rename(&temporary, path)) {
+        ringpost_daemon::log_error!("ringpostd: cannot start: writing {}: {error}", path.display());
+        std::process::exit(EXIT_FAILURE);
+    }
+}
+
+/// Waits for SIGTERM or SIGINT, then stops the daemon within `SHUTDOWN_GRACE` (a second
+/// signal stops it at once) and ends the process.
+fn stop_on_signal(daemon: ringpost_daemon::Daemon, signals: StopSignals) -> ! {
     let signal = signals.next();
     notify_systemd("STOPPING=1");
     ringpost_daemon::log_info!(

@@ -4,10 +4,12 @@
 //! daemon, while the wire crate is only the native protocol's codec.
 //!
 //! - [`limits`]: the model's limits, by name, each with its reason.
+//! - [`shards`]: how a topic's shard number packs a node and its forwarder shard.
 //! - [`validate`]: the checks of names, messages and settings, and the defaults of settings
 //!   left at 0; every refusal is an [`Invalid`].
 
 pub mod limits;
+pub mod shards;
 pub mod validate;
 
 pub use validate::Invalid;

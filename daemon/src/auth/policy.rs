@@ -14,14 +14,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::SystemTime;
 
-/// The special principal of a session without a credential.
-pub const PRINCIPAL_ANONYMOUS: &str = "anonymous";
-/// The special principal every session with a credential (a token or a certificate) is.
-pub const PRINCIPAL_ALL_AUTHENTICATED: &str = "allAuthenticatedUsers";
-/// The special principal everyone is, anonymous included.
-pub const PRINCIPAL_ALL_USERS: &str = "allUsers";
-/// The longest principal name a file may give, so that an audit line stays a line.
-pub const PRINCIPAL_BYTES_MAX: usize = 256;
+// The special principals and the longest name, shared with the CLI's `token create`.
+pub use ringpost_token::{
+    PRINCIPAL_ALL_AUTHENTICATED, PRINCIPAL_ALL_USERS, PRINCIPAL_ANONYMOUS, PRINCIPAL_BYTES_MAX,
+};
 /// The longest resource pattern a file may give.
 pub const PATTERN_BYTES_MAX: usize = 512;
 

@@ -195,13 +195,19 @@ impl Held {
 
     fn purge(&mut self, log_id: Option<LogId>) {
         if let Some(last) = log_id {
-            self.entries = self.entries.split_off(&(last.index + 1));
+            // The index comes from a record (and before it from raft, which a peer's snapshot
+            // moves): the last index there is purges everything rather than overflowing.
+            match last.index.checked_add(1) {
+                Some(first_kept) => self.entries = self.entries.split_off(&first_kept),
+                None => self.entries.clear(),
+            }
         }
         self.purged = self.purged.max(log_id);
     }
 
     fn truncate_after(&mut self, log_id: Option<LogId>) {
-        let first_gone = log_id.map_or(0, |log_id| log_id.index + 1);
+        // Nothing is after the last index there is.
+        let Some(first_gone) = log_id.map_or(Some(0), |log_id| log_id.index.checked_add(1)) else { return };
         self.entries.split_off(&first_gone);
     }
 
@@ -224,6 +230,31 @@ impl Held {
         }
         (records, count)
     }
+}
+
+/// The raft log's replay over `records` (each the bytes of one record that passed its
+/// checksum), then the restatement a rewrite would append, for the fuzzers and their property
+/// tests (`crate::fuzzing`): whatever the bytes, a record that does not decode is an error.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn replay_records<'a>(records: impl IntoIterator<Item = &'a [u8]>) -> Result<(), LogError> {
+    let mut held = Held::default();
+    for (offset, record) in records.into_iter().enumerate() {
+        held.replay(offset as u64, record)?;
+    }
+    held.restatement();
+    Ok(())
+}
+
+/// A record of every kind the raft log holds, from these values, for the fuzzers to start from.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn sample_records(entries: &[Entry], vote: &Vote, log_id: Option<LogId>) -> Vec<Vec<u8>> {
+    let mut records = vec![encode_vote(vote)];
+    for kind in [KIND_COMMITTED, KIND_PURGED, KIND_TRUNCATED] {
+        records.push(encode_marker(kind, &log_id));
+        records.push(encode_marker(kind, &None));
+    }
+    records.extend(entries.iter().map(encode_entry));
+    records
 }
 
 /// The raft log store (cheap to clone: openraft takes one and its readers more).

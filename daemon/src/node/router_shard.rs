@@ -14,6 +14,7 @@ use std::sync::mpsc;
 use protocol::grpc::bridge::{serve_jobs, JobReceiver};
 use protocol::grpc::gateway::RouterShard;
 use protocol::native::peer::{PeerAddresses, PeerHandler, PeerNetwork, PeerPool};
+use protocol::native::server::{serve, Security};
 
 /// What the router shard is given at start: its port, the router's ends of the forwarders'
 /// control channels, the forwarders' ports and how to advertise them, its end of its stop
@@ -65,24 +66,11 @@ pub(super) fn start_router_shard(
     shards: usize,
     wiring: RouterWiring,
 ) -> Result<glommio::ExecutorJoinHandle<()>, String> {
-    let data_dirs = config.data_dirs.clone();
-    let balance_factor = config.balance_factor;
-    let catalog_limits = config.catalog_limits;
-    let connection_limits = config.connections;
-    let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
-    let replication_over_tls = config.cluster.as_ref().is_some_and(|cluster| cluster.ca.is_some());
-    // With TLS and the cluster's CA, the cluster port takes TLS too: the server's certificate
-    // verified against the CA, the client authenticated by the cluster's secret inside.
-    let cluster_tls = match (&config.tls, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
-        (Some(settings), Some(ca)) => {
-            let server = protocol::native::tls::TlsSettings { client_ca: None, ..settings.clone() };
-            Some((server, protocol::native::tls::replication_client_config(ca)?))
-        }
-        _ => None,
-    };
+    let replication_refused = replication_the_ports_would_refuse(config);
+    let cluster_tls = cluster_tls(config)?;
     let cluster_secret = config.cluster.as_ref().and_then(|cluster| cluster.secret.clone());
     let cluster_hosts = config.cluster.as_ref().map(ClusterSettings::hosts).unwrap_or_default();
-    let phase = wiring.phase.clone();
+    let config = config.clone();
     LocalExecutorBuilder::new(CpuPlacement::Unbound)
         .name("router")
         .io_memory(ROUTER_IO_MEMORY_BYTES)
@@ -98,38 +86,25 @@ pub(super) fn start_router_shard(
                 stopped: stopped_sender,
                 grpc_jobs,
                 cluster,
-                phase: _,
+                phase,
             } = wiring;
             let fail = |message: String| {
                 let _ = router_ready.send(Err(message));
             };
-            // The forwarders' control channels first: glommio's connect of a shared channel
-            // wakes its executor at every turn until the other end connects, so a forwarder
-            // left waiting while this shard opened the catalog spun its core (1.26 cores for a
-            // node waiting with --join to be added).
-            let mut links = Vec::new();
-            for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
-                let link = router::ForwarderLink::new(sender.connect().await);
-                crate::runtime::spawn(link.clone().receive_replies(receiver.connect().await)).detach();
-                links.push(link);
+            let links = connect_forwarders(to_forwarders, from_forwarders).await;
+            if let Err(error) = probe_data_directories(&config.data_dirs).await {
+                return fail(error);
             }
-            for data_dir in &data_dirs {
-                if let Err(error) = storage::dma::warm_up_device_probe(data_dir, "router").await {
-                    return fail(format!("probing {}: {error}", data_dir.display()));
-                }
-            }
-            let directories = log::Directories::new(data_dirs);
+            let directories = log::Directories::new(config.data_dirs.clone());
             let storage = storage::dma::DmaStorage;
             // The router's port and the cluster port share what this shard knows of the
             // cluster's hosts; `follow_cluster_hosts` keeps it (and the forwarders') current.
             let hosts = protocol::native::server::ClusterHosts::new(cluster_hosts.iter().copied());
             // Forwarders of this node present the cluster's secret here to look up topics
             // another node leads (their dead letters).
-            let security = match protocol::native::server::Security::open_with_cluster(
-                &access_settings,
-                tls_settings.as_ref(),
-                cluster_secret.as_deref(),
-            ) {
+            let security =
+                Security::open_with_cluster(&config.access, config.tls.as_ref(), cluster_secret.as_deref());
+            let security = match security {
                 Ok(security) => security.with_cluster_hosts(hosts.clone()),
                 Err(error) => return fail(error),
             };
@@ -141,38 +116,25 @@ pub(super) fn start_router_shard(
             // waiting with --join to be added, a catalog without a leader), rather than left
             // unanswered in the listening socket's backlog.
             let port = Rc::new(RouterPort::new(phase.clone()));
-            let serving = crate::runtime::spawn(protocol::native::server::serve(
+            let serving = crate::runtime::spawn(serve(
                 into_glommio(router_listener),
                 port.clone(),
                 stop.clone(),
-                connection_limits,
+                config.connections,
                 security,
             ));
             phase.set("opening the catalog");
-            let opened = match &cluster {
-                None => catalog::Catalog::open(
-                    storage.clone(),
-                    directories.clone(),
-                    shards as u32,
-                    balance_factor,
-                )
-                .await
-                .map(|catalog| (catalog, None)),
-                Some(cluster) => open_clustered(
-                    storage.clone(),
-                    directories.clone(),
-                    shards as u32,
-                    balance_factor,
-                    cluster,
-                    (&access, &hosts),
-                    &stop,
-                    connection_limits,
-                    cluster_tls,
-                    &phase,
-                )
-                .await
-                .map(|(catalog, handler, pool)| (catalog, Some((handler, pool)))),
-            };
+            let opened = open_catalog(
+                (storage.clone(), directories.clone()),
+                (shards as u32, config.balance_factor),
+                cluster.as_ref(),
+                (&access, &hosts),
+                &stop,
+                config.connections,
+                cluster_tls,
+                &phase,
+            )
+            .await;
             let (catalog, peers) = match opened {
                 Ok(opened) => opened,
                 Err(error) => return fail(error),
@@ -183,30 +145,20 @@ pub(super) fn start_router_shard(
                 catalog,
                 links,
                 router::ForwarderAddresses::new(ports, advertise),
-                balance_factor,
+                config.balance_factor,
             );
-            router.set_limits(catalog_limits);
+            router.set_limits(config.catalog_limits);
             if let Some((_, pool)) = &peers {
                 router.set_peers(Rc::new(pool.clone()));
-                if tls_settings.is_some() && !replication_over_tls {
-                    // Forwarders would replicate to each other in plaintext, which a TLS port
-                    // refuses.
-                    router.refuse_replication(
-                        "the forwarders' ports take TLS and no --cluster-ca says how to verify the other nodes' certificates",
-                    );
-                } else if tls_settings.as_ref().is_some_and(|tls| {
-                    tls.client_certificates == protocol::native::tls::ClientCertificates::Required
-                }) {
-                    // A replicating forwarder authenticates with the cluster's secret and
-                    // presents no certificate, which these ports would refuse.
-                    router.refuse_replication(
-                        "the forwarders' ports require client certificates, which replication between nodes does not present",
-                    );
+                if let Some(why) = replication_refused {
+                    router.refuse_replication(why);
                 }
             }
             let router = Rc::new(router);
             // Every client request on this shard goes through it, whichever protocol it came in.
-            let nodes = peers.as_ref().map(|(_, pool)| Rc::new(pool.clone()) as Rc<dyn crate::dispatch::NodeTransport>);
+            let nodes = peers
+                .as_ref()
+                .map(|(_, pool)| Rc::new(pool.clone()) as Rc<dyn crate::dispatch::NodeTransport>);
             let door = Rc::new(crate::dispatch::Door::new(router.clone(), nodes));
             if let (Some(cluster), Some(_)) = (&cluster, &peers) {
                 phase.set("registering its forwarders with the catalog's leader");
@@ -233,6 +185,67 @@ pub(super) fn start_router_shard(
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))
+}
+
+/// With TLS and the cluster's CA, the cluster port takes TLS too: the server's certificate
+/// verified against the CA, the client authenticated by the cluster's secret inside.
+fn cluster_tls(
+    config: &Config,
+) -> Result<Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>, String> {
+    match (&config.tls, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
+        (Some(settings), Some(ca)) => {
+            let server = protocol::native::tls::TlsSettings { client_ca: None, ..settings.clone() };
+            Ok(Some((server, protocol::native::tls::replication_client_config(ca)?)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The forwarders' control channels, connected before anything else: glommio's connect of a
+/// shared channel wakes its executor at every turn until the other end connects, so a
+/// forwarder left waiting while this shard opened the catalog spun its core (1.26 cores for a
+/// node waiting with --join to be added).
+async fn connect_forwarders(
+    to_forwarders: Vec<SharedSender<ControlEnvelope>>,
+    from_forwarders: Vec<SharedReceiver<ControlReply>>,
+) -> Vec<Rc<router::ForwarderLink>> {
+    let mut links = Vec::new();
+    for (sender, receiver) in to_forwarders.into_iter().zip(from_forwarders) {
+        let link = router::ForwarderLink::new(sender.connect().await);
+        crate::runtime::spawn(link.clone().receive_replies(receiver.connect().await)).detach();
+        links.push(link);
+    }
+    links
+}
+
+/// Each data directory's device probed once, as the router's shard opens the catalog there.
+async fn probe_data_directories(data_dirs: &[std::path::PathBuf]) -> Result<(), String> {
+    for data_dir in data_dirs {
+        if let Err(error) = storage::dma::warm_up_device_probe(data_dir, "router").await {
+            return Err(format!("probing {}: {error}", data_dir.display()));
+        }
+    }
+    Ok(())
+}
+
+/// Why replication between nodes is refused up front, if the forwarders' ports would refuse
+/// the replicating forwarders of other nodes.
+fn replication_the_ports_would_refuse(config: &Config) -> Option<&'static str> {
+    let replication_over_tls = config.cluster.as_ref().is_some_and(|cluster| cluster.ca.is_some());
+    if config.tls.is_some() && !replication_over_tls {
+        // Forwarders would replicate to each other in plaintext, which a TLS port refuses.
+        Some("the forwarders' ports take TLS and no --cluster-ca says how to verify the other nodes' certificates")
+    } else if config
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.client_certificates == protocol::native::tls::ClientCertificates::Required)
+    {
+        // A replicating forwarder authenticates with the cluster's secret and presents no
+        // certificate, which these ports would refuse.
+        Some("the forwarders' ports require client certificates, which replication between nodes does not present")
+    } else {
+        None
+    }
 }
 
 /// The router's port while the router starts: Hello is answered (a client connects and learns
@@ -360,6 +373,43 @@ fn follow_cluster_hosts<S: storage::Storage>(
     })
     .detach();
 }
+
+/// The catalog: this node's alone, or its voter of the cluster's (`open_clustered`) with the
+/// cluster port's handler and the pool of connections to the other nodes.
+#[allow(clippy::too_many_arguments)]
+async fn open_catalog(
+    (storage, directories): (storage::dma::DmaStorage, Rc<log::Directories>),
+    (shards, balance_factor): (u32, f64),
+    cluster: Option<&ClusterWiring>,
+    (access, hosts): (&Rc<crate::auth::Access>, &protocol::native::server::ClusterHosts),
+    stop: &sync::Stop,
+    connection_limits: protocol::native::server::ConnectionLimits,
+    cluster_tls: Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
+    phase: &super::StartPhase,
+) -> Result<(catalog::Catalog<storage::dma::DmaStorage>, Option<Peers>), String> {
+    match cluster {
+        None => catalog::Catalog::open(storage, directories, shards, balance_factor)
+            .await
+            .map(|catalog| (catalog, None)),
+        Some(cluster) => open_clustered(
+            storage,
+            directories,
+            shards,
+            balance_factor,
+            cluster,
+            (access, hosts),
+            stop,
+            connection_limits,
+            cluster_tls,
+            phase,
+        )
+        .await
+        .map(|(catalog, handler, pool)| (catalog, Some((handler, pool)))),
+    }
+}
+
+/// A clustered node's cluster port handler and its connections to the other nodes.
+type Peers = (Rc<PeerHandler<storage::dma::DmaStorage>>, Rc<PeerPool>);
 
 /// Opens this node's voter of the cluster's catalog, serves the cluster port (the other voters
 /// need it to elect anyone), and waits until the catalog has a leader and this node applied

@@ -166,6 +166,9 @@ fn get_chunks(decoder: &mut Decoder) -> DecodeResult<Vec<Chunk>> {
     let mut chunks = Vec::with_capacity(count.min(64));
     for _ in 0..count {
         let (first_offset, epoch, record_count) = (decoder.u64()?, decoder.u64()?, decoder.u32()?);
+        if first_offset.checked_add(record_count.into()).is_none() {
+            return Err("a chunk that ends past the last offset");
+        }
         let records = get_bytes(decoder)?.to_vec();
         chunks.push(Chunk { first_offset, epoch, record_count, records });
     }

@@ -22,6 +22,7 @@ mod grpc_delivery;
 mod grpc_security;
 mod io_memory;
 mod liveness;
+mod long_functions;
 mod many_topics;
 mod modack_storm;
 mod monitoring;

@@ -1,7 +1,6 @@
 //! A daemon inside the benchmark process, for a one-command measurement.
 
 use super::Failure;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,8 +52,10 @@ pub struct Scraper {
     thread: Option<std::thread::JoinHandle<Result<(u64, u64), String>>>,
 }
 
+// Only a daemon started here is scraped.
+#[cfg(feature = "embedded")]
 impl Scraper {
-    fn start(address: SocketAddr, every: Duration) -> Scraper {
+    fn start(address: std::net::SocketAddr, every: Duration) -> Scraper {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -88,7 +89,8 @@ impl Drop for Scraper {
 }
 
 /// One GET of `/metrics`, read whole; its length.
-fn scrape(address: SocketAddr) -> Result<u64, String> {
+#[cfg(feature = "embedded")]
+fn scrape(address: std::net::SocketAddr) -> Result<u64, String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))
         .map_err(|error| format!("connecting to {address}: {error}"))?;
@@ -105,6 +107,13 @@ fn scrape(address: SocketAddr) -> Result<u64, String> {
     Ok(response.len() as u64)
 }
 
+/// The daemon a run starts in this process.
+#[cfg(feature = "embedded")]
+type Daemon = ringpost_daemon::Daemon;
+/// Built without the `embedded` feature there is no daemon to start, and no value of this type.
+#[cfg(not(feature = "embedded"))]
+type Daemon = std::convert::Infallible;
+
 /// A running in-process daemon and, unless the user named one, the scratch directory it uses.
 pub struct EmbeddedDaemon {
     /// The router's address, as a client connects to it.
@@ -115,7 +124,7 @@ pub struct EmbeddedDaemon {
     // Field order matters: the scraper stops before the daemon, and the daemon is dropped
     // before its scratch directory is removed.
     _scraper: Option<Scraper>,
-    _daemon: ringpost_daemon::Daemon,
+    _daemon: Daemon,
     scratch: Option<ScratchDir>,
 }
 
@@ -124,6 +133,7 @@ impl EmbeddedDaemon {
     /// `data_dir`, it gets a fresh directory under [`SCRATCH_PARENT`] that is removed on drop.
     /// With `scrape_every`, it serves its monitoring endpoint and a thread scrapes it at that
     /// interval until the daemon is dropped.
+    #[cfg(feature = "embedded")]
     pub fn start(
         data_dir: Option<&Path>,
         grpc: bool,
@@ -173,6 +183,20 @@ impl EmbeddedDaemon {
             _daemon: daemon,
             scratch,
         })
+    }
+
+    /// Built without the `embedded` feature (the daemon and its runtimes left out), `--embedded`
+    /// is refused by name.
+    #[cfg(not(feature = "embedded"))]
+    pub fn start(
+        _data_dir: Option<&Path>,
+        _grpc: bool,
+        _scrape_every: Option<Duration>,
+    ) -> Result<EmbeddedDaemon, Failure> {
+        Err(Failure::usage(
+            "InvalidArgument: --embedded: this ringpost-bench is built without the daemon (the \
+             `embedded` feature of ringpost-tools, on by default); give --server",
+        ))
     }
 
     /// Whether the data directory is removed when the daemon is dropped.

@@ -1059,7 +1059,7 @@ fn print_replicas(output: Output, nodes: &[NodeStats]) {
             let role = if replica.leader { "leader" } else { "follower" };
             let common = |follower: Option<&ringpost_client::FollowerStats>| {
                 // The follower's node and forwarder, as the catalog numbers them.
-                let place = follower.map(|f| ringpost_daemon::catalog::node_and_shard(f.shard));
+                let place = follower.map(|f| ringpost_model::shards::node_and_shard(f.shard));
                 let cells = vec![
                     id.clone(),
                     topic.name.clone(),
@@ -1544,10 +1544,10 @@ async fn run_probe(client: &Client, probe: ProbeCommand, every: Option<Duration>
 
 /// `ringpost token create`: a token and its access-file line.
 fn create_token(create: &TokenCreate) -> Result<(), Failure> {
-    use ringpost_daemon::auth::{policy, token};
+    use ringpost_token as token;
     let name = create.name.as_str();
     let special =
-        [policy::PRINCIPAL_ANONYMOUS, policy::PRINCIPAL_ALL_AUTHENTICATED, policy::PRINCIPAL_ALL_USERS];
+        [token::PRINCIPAL_ANONYMOUS, token::PRINCIPAL_ALL_AUTHENTICATED, token::PRINCIPAL_ALL_USERS];
     if special.contains(&name) {
         return Err(Failure::usage(format!(
             "InvalidArgument: {name} is a special principal; a token cannot be given to it"
@@ -1557,11 +1557,11 @@ fn create_token(create: &TokenCreate) -> Result<(), Failure> {
     if name.is_empty()
         || name.starts_with('#')
         || name.chars().any(bad_character)
-        || name.len() > policy::PRINCIPAL_BYTES_MAX
+        || name.len() > token::PRINCIPAL_BYTES_MAX
     {
         return Err(Failure::usage(format!(
             "InvalidArgument: {name:?} is not a principal name: give 1 to {} bytes, without spaces or control characters, not starting with #",
-            policy::PRINCIPAL_BYTES_MAX
+            token::PRINCIPAL_BYTES_MAX
         )));
     }
     let expires = match &create.expires {

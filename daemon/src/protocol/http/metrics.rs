@@ -10,7 +10,7 @@
 //! is left out is counted.
 
 use crate::api::cluster::ClusterStatus;
-use crate::api::stats::{LatencySummary, Stats};
+use crate::api::stats::{LatencySummary, ReplicaStats, Stats, SubscriptionStats, TopicStats};
 use crate::metrics::histogram::{DurationHistogram, DURATION_BUCKETS, DURATION_BUCKETS_US};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -258,7 +258,26 @@ pub fn encode_metrics(
     let build = families.gauge("build_info", "The daemon's version (the value is always 1)", None);
     build.get_or_create(&vec![("version", version.to_owned())]).set(1.0);
 
-    // The process, under the names Prometheus's own clients give these.
+    let process = encode_process(stats);
+    encode_shard_health(&mut families, stats);
+    encode_topics(&mut families, stats);
+    if let Some(cluster) = cluster {
+        encode_cluster(&mut families, cluster);
+    }
+
+    let mut text = String::new();
+    encode(&mut text, &process.registry).expect("encoding into a String cannot fail");
+    // Each registry ends with `# EOF`; the text ends with the last one's only.
+    if let Some(cut) = text.rfind("# EOF\n") {
+        text.truncate(cut);
+    }
+    encode(&mut text, &families.registry).expect("encoding into a String cannot fail");
+    text
+}
+
+/// The process's figures, under the names Prometheus's own clients give them (a registry
+/// without the `ringpost` prefix).
+fn encode_process(stats: &Stats) -> Families {
     let mut process = Families { registry: Registry::default() };
     process
         .gauge("process_resident_memory", "Resident memory", Some(Unit::Bytes))
@@ -272,7 +291,11 @@ pub fn encode_metrics(
         .gauge("process_max_fds", "The soft limit on open file descriptors", None)
         .get_or_create(&Vec::new())
         .set(stats.process.open_files_limit as f64);
+    process
+}
 
+/// Each shard's topics, data directories (fenced, repairs) and latency windows.
+fn encode_shard_health(families: &mut Families, stats: &Stats) {
     let shard_topics =
         families.gauge("shard_topics", "Topics a shard serves (the router: in the catalog)", None);
     let fenced = families.gauge(
@@ -314,7 +337,11 @@ pub fn encode_metrics(
             set_percentiles(&commit_latency, &labels, &shard.commit_latency);
         }
     }
+}
 
+/// Each topic's figures, its subscriptions' and its replica's, up to `METRICS_TOPICS_MAX`
+/// topics and `METRICS_SUBSCRIPTIONS_MAX` subscriptions, and how many were left out.
+fn encode_topics(families: &mut Families, stats: &Stats) {
     let topic_offsets = families.counter(
         "topic_offsets",
         "Offsets the topic's log has handed out since it was created: its messages, and in a replicated topic one more at each change of leader",
@@ -340,76 +367,8 @@ pub fn encode_metrics(
         "Bytes of the messages published to the topic since its shard took it, as stored (a record header each)",
         Some(Unit::Bytes),
     );
-    let backlog_bytes = families.gauge(
-        "subscription_backlog",
-        "Bytes of the topic's log from the oldest unacknowledged message on, as stored (Cloud Monitoring's backlog_bytes)",
-        Some(Unit::Bytes),
-    );
-    let redelivered = families.counter(
-        "subscription_redelivered_messages",
-        "Deliveries after a message's first (after a nack or an expired lease), since the serving shard took the subscription",
-        None,
-    );
-    let acknowledged = families.counter(
-        "subscription_acknowledged_messages",
-        "Messages acknowledged durably, since the serving shard took the subscription",
-        None,
-    );
-    let dead_lettered = families.counter(
-        "subscription_dead_lettered_messages",
-        "Messages published to the dead-letter topic after their delivery attempts ran out, since the serving shard took the subscription",
-        None,
-    );
-    let open_streams = families.gauge(
-        "subscription_open_streams",
-        "Streaming pulls open on the subscription, on either protocol",
-        None,
-    );
-    let undelivered = families.gauge(
-        "subscription_num_undelivered_messages",
-        "Messages published and not acknowledged (Cloud Monitoring's num_undelivered_messages)",
-        None,
-    );
-    let oldest = families.gauge(
-        "subscription_oldest_unacked_message_age",
-        "Age of the oldest unacknowledged message; 0 when there is none (Cloud Monitoring's oldest_unacked_message_age)",
-        Some(Unit::Seconds),
-    );
-    let outstanding = families.gauge(
-        "subscription_outstanding_messages",
-        "Messages delivered whose lease has not ended",
-        None,
-    );
-    let delivered = families.counter(
-        "subscription_delivered_messages",
-        "Deliveries, redeliveries included, since the serving shard took the subscription",
-        None,
-    );
-    let expired = families.counter(
-        "subscription_expired_leases",
-        "Leases that ran out unacknowledged (their messages are delivered again), since the serving shard took the subscription",
-        None,
-    );
-    let replica_leader = families.gauge(
-        "replica_leader",
-        "1 when this node's replica of a replicated topic leads it, else 0",
-        None,
-    );
-    let replica_epoch = families.gauge(
-        "replica_epoch",
-        "The leader epoch this node's replica leads or last synced with",
-        None,
-    );
-    let replica_committed = families.gauge(
-        "replica_committed_end",
-        "One past the last message a quorum of the topic's replicas holds",
-        None,
-    );
-    let follower_lag = families.gauge(
-        "replica_follower_lag_messages",
-        "On a leader: messages durable on it that a follower does not hold yet",
-        None,
-    );
+    let subscription_families = SubscriptionFamilies::register(families);
+    let replica_families = ReplicaFamilies::register(families);
     let mut subscriptions_exported = 0usize;
     let mut subscriptions_omitted = 0usize;
     for topic in stats.topics.iter().take(METRICS_TOPICS_MAX) {
@@ -425,33 +384,10 @@ pub fn encode_metrics(
                 continue;
             }
             subscriptions_exported += 1;
-            let labels: Labels =
-                vec![("subscription", subscription.name.clone()), ("topic", topic.name.clone())];
-            undelivered.get_or_create(&labels).set(subscription.backlog_messages as f64);
-            oldest.get_or_create(&labels).set(subscription.oldest_unacked_age_ms as f64 / 1e3);
-            outstanding.get_or_create(&labels).set(subscription.outstanding_messages as f64);
-            delivered.get_or_create(&labels).inc_by(subscription.delivered_total);
-            expired.get_or_create(&labels).inc_by(subscription.expired_total);
-            backlog_bytes.get_or_create(&labels).set(subscription.backlog_bytes as f64);
-            redelivered.get_or_create(&labels).inc_by(subscription.redelivered_total);
-            acknowledged.get_or_create(&labels).inc_by(subscription.acked_total);
-            dead_lettered.get_or_create(&labels).inc_by(subscription.dead_lettered_total);
-            open_streams.get_or_create(&labels).set(subscription.open_streams as f64);
+            subscription_families.set(topic, subscription);
         }
         if let Some(replica) = &topic.replication {
-            replica_leader.get_or_create(&labels).set(if replica.leader { 1.0 } else { 0.0 });
-            replica_epoch.get_or_create(&labels).set(replica.epoch as f64);
-            replica_committed.get_or_create(&labels).set(replica.committed_end as f64);
-            for follower in &replica.followers {
-                // The node and its forwarder, as an operator names them, not the packed shard.
-                let (node, forwarder) = crate::catalog::node_and_shard(follower.shard);
-                let labels: Labels = vec![
-                    ("topic", topic.name.clone()),
-                    ("follower_node", node.to_string()),
-                    ("follower_forwarder", forwarder.to_string()),
-                ];
-                follower_lag.get_or_create(&labels).set(follower.lag_messages as f64);
-            }
+            replica_families.set(topic, replica);
         }
     }
     let topics_omitted = stats.topics.len().saturating_sub(METRICS_TOPICS_MAX);
@@ -473,52 +409,189 @@ pub fn encode_metrics(
         )
         .get_or_create(&Vec::new())
         .set(subscriptions_omitted as f64);
+}
 
-    if let Some(cluster) = cluster {
-        families
-            .gauge("catalog_term", "The catalog's raft term as this node knows it", None)
-            .get_or_create(&Vec::new())
-            .set(cluster.term as f64);
-        families
-            .gauge(
-                "catalog_leader_node",
-                "The node leading the catalog as this node can vouch for it; 0 during an election, on a leader \
-                 not heard by a majority of its voters for 2 s, and on a node that has not heard its leader for 2 s",
-                None,
-            )
-            .get_or_create(&Vec::new())
-            .set(cluster.catalog_leader.unwrap_or(0) as f64);
-        families
-            .gauge("node_id", "This node's id in the cluster", None)
-            .get_or_create(&Vec::new())
-            .set(cluster.node_id as f64);
-        let members = families.gauge("catalog_members", "Members of the catalog's group, by kind", None);
-        let voters = cluster.nodes.iter().filter(|node| node.voter).count();
-        members.get_or_create(&vec![("kind", "voter".to_owned())]).set(voters as f64);
-        members
-            .get_or_create(&vec![("kind", "learner".to_owned())])
-            .set((cluster.nodes.len() - voters) as f64);
-        // Only the leader hears every member; elsewhere the family is empty.
-        let heard = families.gauge(
-            "catalog_member_last_heard_seconds",
-            "On the catalog's leader: seconds since each member last answered it (0 for itself)",
+/// The families of a subscription's figures, labelled by subscription and topic.
+struct SubscriptionFamilies {
+    backlog_bytes: Family<Labels, FloatGauge>,
+    redelivered: Family<Labels, Counter>,
+    acknowledged: Family<Labels, Counter>,
+    dead_lettered: Family<Labels, Counter>,
+    open_streams: Family<Labels, FloatGauge>,
+    undelivered: Family<Labels, FloatGauge>,
+    oldest: Family<Labels, FloatGauge>,
+    outstanding: Family<Labels, FloatGauge>,
+    delivered: Family<Labels, Counter>,
+    expired: Family<Labels, Counter>,
+}
+
+impl SubscriptionFamilies {
+    fn register(families: &mut Families) -> SubscriptionFamilies {
+        let backlog_bytes = families.gauge(
+            "subscription_backlog",
+            "Bytes of the topic's log from the oldest unacknowledged message on, as stored (Cloud Monitoring's backlog_bytes)",
+            Some(Unit::Bytes),
+        );
+        let redelivered = families.counter(
+            "subscription_redelivered_messages",
+            "Deliveries after a message's first (after a nack or an expired lease), since the serving shard took the subscription",
             None,
         );
-        for node in &cluster.nodes {
-            if let Some(ago) = node.heard_ms_ago {
-                heard.get_or_create(&vec![("node", node.node_id.to_string())]).set(ago as f64 / 1000.0);
-            }
+        let acknowledged = families.counter(
+            "subscription_acknowledged_messages",
+            "Messages acknowledged durably, since the serving shard took the subscription",
+            None,
+        );
+        let dead_lettered = families.counter(
+            "subscription_dead_lettered_messages",
+            "Messages published to the dead-letter topic after their delivery attempts ran out, since the serving shard took the subscription",
+            None,
+        );
+        let open_streams = families.gauge(
+            "subscription_open_streams",
+            "Streaming pulls open on the subscription, on either protocol",
+            None,
+        );
+        let undelivered = families.gauge(
+            "subscription_num_undelivered_messages",
+            "Messages published and not acknowledged (Cloud Monitoring's num_undelivered_messages)",
+            None,
+        );
+        let oldest = families.gauge(
+            "subscription_oldest_unacked_message_age",
+            "Age of the oldest unacknowledged message; 0 when there is none (Cloud Monitoring's oldest_unacked_message_age)",
+            Some(Unit::Seconds),
+        );
+        let outstanding = families.gauge(
+            "subscription_outstanding_messages",
+            "Messages delivered whose lease has not ended",
+            None,
+        );
+        let delivered = families.counter(
+            "subscription_delivered_messages",
+            "Deliveries, redeliveries included, since the serving shard took the subscription",
+            None,
+        );
+        let expired = families.counter(
+            "subscription_expired_leases",
+            "Leases that ran out unacknowledged (their messages are delivered again), since the serving shard took the subscription",
+            None,
+        );
+        SubscriptionFamilies {
+            backlog_bytes,
+            redelivered,
+            acknowledged,
+            dead_lettered,
+            open_streams,
+            undelivered,
+            oldest,
+            outstanding,
+            delivered,
+            expired,
         }
     }
 
-    let mut text = String::new();
-    encode(&mut text, &process.registry).expect("encoding into a String cannot fail");
-    // Each registry ends with `# EOF`; the text ends with the last one's only.
-    if let Some(cut) = text.rfind("# EOF\n") {
-        text.truncate(cut);
+    fn set(&self, topic: &TopicStats, subscription: &SubscriptionStats) {
+        let labels: Labels = vec![("subscription", subscription.name.clone()), ("topic", topic.name.clone())];
+        self.undelivered.get_or_create(&labels).set(subscription.backlog_messages as f64);
+        self.oldest.get_or_create(&labels).set(subscription.oldest_unacked_age_ms as f64 / 1e3);
+        self.outstanding.get_or_create(&labels).set(subscription.outstanding_messages as f64);
+        self.delivered.get_or_create(&labels).inc_by(subscription.delivered_total);
+        self.expired.get_or_create(&labels).inc_by(subscription.expired_total);
+        self.backlog_bytes.get_or_create(&labels).set(subscription.backlog_bytes as f64);
+        self.redelivered.get_or_create(&labels).inc_by(subscription.redelivered_total);
+        self.acknowledged.get_or_create(&labels).inc_by(subscription.acked_total);
+        self.dead_lettered.get_or_create(&labels).inc_by(subscription.dead_lettered_total);
+        self.open_streams.get_or_create(&labels).set(subscription.open_streams as f64);
     }
-    encode(&mut text, &families.registry).expect("encoding into a String cannot fail");
-    text
+}
+
+/// The families of a replicated topic's figures on this node.
+struct ReplicaFamilies {
+    replica_leader: Family<Labels, FloatGauge>,
+    replica_epoch: Family<Labels, FloatGauge>,
+    replica_committed: Family<Labels, FloatGauge>,
+    follower_lag: Family<Labels, FloatGauge>,
+}
+
+impl ReplicaFamilies {
+    fn register(families: &mut Families) -> ReplicaFamilies {
+        let replica_leader = families.gauge(
+            "replica_leader",
+            "1 when this node's replica of a replicated topic leads it, else 0",
+            None,
+        );
+        let replica_epoch = families.gauge(
+            "replica_epoch",
+            "The leader epoch this node's replica leads or last synced with",
+            None,
+        );
+        let replica_committed = families.gauge(
+            "replica_committed_end",
+            "One past the last message a quorum of the topic's replicas holds",
+            None,
+        );
+        let follower_lag = families.gauge(
+            "replica_follower_lag_messages",
+            "On a leader: messages durable on it that a follower does not hold yet",
+            None,
+        );
+        ReplicaFamilies { replica_leader, replica_epoch, replica_committed, follower_lag }
+    }
+
+    fn set(&self, topic: &TopicStats, replica: &ReplicaStats) {
+        let labels: Labels = vec![("topic", topic.name.clone())];
+        self.replica_leader.get_or_create(&labels).set(if replica.leader { 1.0 } else { 0.0 });
+        self.replica_epoch.get_or_create(&labels).set(replica.epoch as f64);
+        self.replica_committed.get_or_create(&labels).set(replica.committed_end as f64);
+        for follower in &replica.followers {
+            // The node and its forwarder, as an operator names them, not the packed shard.
+            let (node, forwarder) = crate::catalog::node_and_shard(follower.shard);
+            let labels: Labels = vec![
+                ("topic", topic.name.clone()),
+                ("follower_node", node.to_string()),
+                ("follower_forwarder", forwarder.to_string()),
+            ];
+            self.follower_lag.get_or_create(&labels).set(follower.lag_messages as f64);
+        }
+    }
+}
+
+/// The catalog's group as this node sees it: term, leader, this node, members and, on the
+/// leader, when each was last heard.
+fn encode_cluster(families: &mut Families, cluster: &ClusterStatus) {
+    families
+        .gauge("catalog_term", "The catalog's raft term as this node knows it", None)
+        .get_or_create(&Vec::new())
+        .set(cluster.term as f64);
+    families
+        .gauge(
+            "catalog_leader_node",
+            "The node leading the catalog as this node can vouch for it; 0 during an election, on a leader \
+             not heard by a majority of its voters for 2 s, and on a node that has not heard its leader for 2 s",
+            None,
+        )
+        .get_or_create(&Vec::new())
+        .set(cluster.catalog_leader.unwrap_or(0) as f64);
+    families
+        .gauge("node_id", "This node's id in the cluster", None)
+        .get_or_create(&Vec::new())
+        .set(cluster.node_id as f64);
+    let members = families.gauge("catalog_members", "Members of the catalog's group, by kind", None);
+    let voters = cluster.nodes.iter().filter(|node| node.voter).count();
+    members.get_or_create(&vec![("kind", "voter".to_owned())]).set(voters as f64);
+    members.get_or_create(&vec![("kind", "learner".to_owned())]).set((cluster.nodes.len() - voters) as f64);
+    // Only the leader hears every member; elsewhere the family is empty.
+    let heard = families.gauge(
+        "catalog_member_last_heard_seconds",
+        "On the catalog's leader: seconds since each member last answered it (0 for itself)",
+        None,
+    );
+    for node in &cluster.nodes {
+        if let Some(ago) = node.heard_ms_ago {
+            heard.get_or_create(&vec![("node", node.node_id.to_string())]).set(ago as f64 / 1000.0);
+        }
+    }
 }
 
 #[cfg(test)]

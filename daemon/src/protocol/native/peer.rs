@@ -378,12 +378,7 @@ impl Peers for Rc<PeerPool> {
     fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
-            let mut encoder = Encoder::new(0);
-            encoder.u32(topics.len() as u32);
-            for topic in &topics {
-                encoder.u64(*topic);
-            }
-            pool.call(leader, Command::PeerWantElections, encoder.0).await.map(|_| ())
+            pool.call(leader, Command::PeerWantElections, encode_want_elections(&topics)).await.map(|_| ())
         })
     }
 
@@ -435,7 +430,31 @@ fn get_index(decoder: &mut Decoder) -> Result<Option<u64>, &'static str> {
     Ok(if decoder.bool()? { Some(decoder.u64()?) } else { None })
 }
 
-fn encode_cluster_status(status: &ClusterStatus) -> Vec<u8> {
+/// The topics whose leaders a node asks the catalog's leader to elect again.
+pub fn encode_want_elections(topics: &[u64]) -> Vec<u8> {
+    let mut encoder = Encoder::new(0);
+    encoder.u32(topics.len() as u32);
+    for topic in topics {
+        encoder.u64(*topic);
+    }
+    encoder.0
+}
+
+pub fn decode_want_elections(bytes: &[u8]) -> Result<Vec<u64>, &'static str> {
+    let mut decoder = Decoder::new(bytes);
+    decoder.u8()?;
+    let count = decoder.u32()? as usize;
+    if count > crate::router::ELECTIONS_ASKED_MAX {
+        return Err("more topics than ELECTIONS_ASKED_MAX");
+    }
+    let topics = (0..count).map(|_| decoder.u64()).collect::<Result<Vec<u64>, _>>()?;
+    if !decoder.is_empty() {
+        return Err("trailing bytes");
+    }
+    Ok(topics)
+}
+
+pub fn encode_cluster_status(status: &ClusterStatus) -> Vec<u8> {
     let mut encoder = Encoder::new(0);
     encoder.u64(status.node_id);
     put_index(&mut encoder, status.catalog_leader);
@@ -456,7 +475,7 @@ fn encode_cluster_status(status: &ClusterStatus) -> Vec<u8> {
     encoder.0
 }
 
-fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str> {
+pub fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str> {
     let mut decoder = Decoder::new(bytes);
     decoder.u8()?;
     let mut status = ClusterStatus {
@@ -588,20 +607,7 @@ impl<S: Storage> PeerHandler<S> {
             Command::PeerClusterStatus => Ok(encode_cluster_status(&self.router()?.cluster_status().await)),
             Command::PeerWantElections => {
                 let router = self.router()?;
-                let mut decoder = Decoder::new(bytes);
-                let topics = (|| {
-                    decoder.u8()?;
-                    let count = decoder.u32()? as usize;
-                    if count > crate::router::ELECTIONS_ASKED_MAX {
-                        return Err("more topics than ELECTIONS_ASKED_MAX");
-                    }
-                    let topics = (0..count).map(|_| decoder.u64()).collect::<Result<Vec<u64>, _>>()?;
-                    if !decoder.is_empty() {
-                        return Err("trailing bytes");
-                    }
-                    Ok(topics)
-                })()
-                .map_err(invalid)?;
+                let topics = decode_want_elections(bytes).map_err(invalid)?;
                 router.want_elections(topics).await?;
                 Ok(Vec::new())
             }

@@ -1,0 +1,12 @@
+//! The control messages (`control::codec`): a router's requests to another node's forwarders and
+//! their answers.
+//! An input is bytes for the decoders as they are, or a valid message changed by the edits the
+//! input encodes (`ringpost_daemon::fuzzing::fuzz`). No decoder may panic, and what decodes
+//! must encode to bytes that decode to the same value.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ringpost_daemon::fuzzing::{fuzz, Family};
+
+fuzz_target!(|data: &[u8]| fuzz(Family::ControlCodec, data));
