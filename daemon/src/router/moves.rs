@@ -94,6 +94,14 @@ impl<S: Storage> Router<S> {
                     "no node other than its replicas' and node {node_id} has a forwarder to take it"
                 ))
             })?;
+        if short {
+            // A move cut short after its removal left the set of two without an election
+            // whose leader committed its epoch, so what was acknowledged may be on one of the
+            // two alone. Adding a replica now would make a set whose fencing quorums can miss
+            // it: the argument spans one change, not two. The set is settled first.
+            self.elect_excluding(topic_id, None).await?;
+            self.wait_epoch_committed(topic_id).await?;
+        }
         match leaving {
             // Two replicas, one of them leaving: one is added first, so that none is ever
             // alone, then the move goes on as from three.
