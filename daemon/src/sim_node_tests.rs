@@ -29,6 +29,7 @@ use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};
 use crate::storage::sim::{CrashMode, FaultPlan, SimDisk};
 use crate::storage::Storage;
+use crate::subscription::budget::STREAM_RESERVED_BYTES_SHARD_MAX;
 use ringpost_wire::frame::Body;
 use ringpost_wire::frame::{FrameBuffer, FrameHeader};
 use ringpost_wire::limits::FRAME_HEADER_BYTES;
@@ -817,6 +818,75 @@ fn a_whole_node_keeps_its_catalog_and_its_queues_through_crashes_and_faults() {
         created > 0 && delivered > 0,
         "the simulation created or delivered nothing, so it checked nothing"
     );
+}
+
+/// Each simulated shard has a response budget of its own, as each of the daemon's shards does
+/// (`subscription::Environment::stream_budget`, made with its forwarder): with one shard's
+/// budget taken whole, a pull from the other shard still delivers, and one from the full shard
+/// delivers nothing (one budget for the thread, as the simulation's shards once shared, starved
+/// both).
+#[test]
+fn each_simulated_shard_has_a_response_budget_of_its_own() {
+    let seed = 7;
+    let disk = SimDisk::new();
+    let paths = vec![PathBuf::from("/d0")];
+    let config = log_config(&mut sim::Rng::new(seed));
+    sim::run(seed, async move {
+        let node = start(&disk, &paths, &config, 0, seed).await;
+        // A subscription served by each shard (placement spreads topics over both).
+        let mut subscriptions: Vec<Option<String>> = vec![None; SHARDS as usize];
+        for index in 0..16 {
+            if subscriptions.iter().all(Option::is_some) {
+                break;
+            }
+            let topic = format!("topic-{index}");
+            node.router.create_topic(Topic { name: topic.clone(), ..Default::default() }).await.unwrap();
+            let shard = forwarder_of(&node, node.router.lookup_topic(&topic, None)).expect("a placed topic");
+            if subscriptions[shard].is_some() {
+                continue;
+            }
+            let subscription = format!("subscription-{index}");
+            let request = Subscription {
+                name: subscription.clone(),
+                topic: topic.clone(),
+                settings: SubscriptionSettings {
+                    ack_deadline_seconds: ACK_DEADLINE_SECONDS,
+                    ..Default::default()
+                },
+                detached: false,
+            };
+            node.router.create_subscription(request).await.unwrap();
+            let messages =
+                (0..SHARDS).map(|_| PubsubMessage { data: b"m".to_vec(), ..Default::default() }).collect();
+            call(&node.forwarders[shard], Command::Publish, &PublishRequest { topic, messages })
+                .await
+                .unwrap();
+            subscriptions[shard] = Some(subscription);
+        }
+        let subscriptions: Vec<String> =
+            subscriptions.into_iter().map(|name| name.expect("a subscription on each shard")).collect();
+        let pulled = |shard: usize| {
+            let request =
+                PullRequest { subscription: subscriptions[shard].clone(), max_messages: 1, wait_ms: 0 };
+            let forwarder = node.forwarders[shard].clone();
+            async move {
+                let response = call(&forwarder, Command::Pull, &request).await.unwrap();
+                ringpost_wire::decode_body::<PullResponse>(&response[FRAME_HEADER_BYTES..])
+                    .expect("a pull response")
+                    .received_messages
+                    .len()
+            }
+        };
+        for full in 0..SHARDS as usize {
+            let budget = &node.forwarders[full].environment.stream_budget;
+            let held = budget.try_reserve(STREAM_RESERVED_BYTES_SHARD_MAX).expect("an empty budget");
+            for shard in 0..SHARDS as usize {
+                let expected = usize::from(shard != full);
+                assert_eq!(pulled(shard).await, expected, "shard {shard} with shard {full}'s budget taken");
+            }
+            drop(held);
+        }
+    });
 }
 
 /// Two runs of a seed on one thread make the same trace: every operation, its outcome and its

@@ -190,6 +190,7 @@ fn start_forwarder_shard(
                     router_address.clone(),
                     *node_id,
                     forwarder.stop_handle(),
+                    forwarder.environment.stream_budget.clone(),
                 ));
             }
             forwarder.set_journals_open_max(journals_open_max);

@@ -167,6 +167,7 @@ impl<S: Storage> Forwarder<S> {
                 stop: crate::sync::Stop::default(),
                 dead_letters: dead_letters.clone(),
                 next_stream: Cell::new(1),
+                stream_budget: crate::subscription::budget::StreamBudget::new(),
                 release_space,
             },
             attach_policy,

@@ -5,16 +5,12 @@
 use crate::api::limits::MESSAGE_BYTES_MAX;
 use crate::sync::Notify;
 use std::cell::Cell;
+use std::rc::Rc;
 
 /// Bytes of messages one pull response may carry; the native protocol asserts that its frame
 /// limit leaves room beside them for the envelope of the largest single message.
 pub const PULL_RESPONSE_BYTES_MAX: usize = 12 * 1024 * 1024;
 const _: () = assert!(MESSAGE_BYTES_MAX <= PULL_RESPONSE_BYTES_MAX);
-
-thread_local! {
-    static STREAM_RESERVED_BYTES: Cell<usize> = const { Cell::new(0) };
-    static STREAM_ROOM: Notify = Notify::new();
-}
 
 /// Bytes the streams and pulls of one shard may have reserved for responses they are reading or
 /// have queued and not yet written. A stream reserves its next frame's size before it reads its
@@ -25,28 +21,48 @@ thread_local! {
 pub const STREAM_RESERVED_BYTES_SHARD_MAX: usize = 128 << 20;
 const _: () = assert!(PULL_RESPONSE_BYTES_MAX * 4 <= STREAM_RESERVED_BYTES_SHARD_MAX);
 
-/// Bytes of this shard's `STREAM_RESERVED_BYTES_SHARD_MAX` taken now.
-pub fn stream_reserved_bytes() -> usize {
-    STREAM_RESERVED_BYTES.get()
+/// One shard's `STREAM_RESERVED_BYTES_SHARD_MAX`. Each shard's environment holds its own
+/// (`subscription::Environment::stream_budget`, made with its forwarder), so shards that a
+/// simulation runs on one thread do not share what the daemon keeps per shard.
+pub struct StreamBudget {
+    reserved: Cell<usize>,
+    room: Notify,
 }
 
-/// A share of `STREAM_RESERVED_BYTES_SHARD_MAX`, given back when dropped.
+impl StreamBudget {
+    pub fn new() -> Rc<StreamBudget> {
+        Rc::new(StreamBudget { reserved: Cell::new(0), room: Notify::new() })
+    }
+
+    /// Bytes of the budget taken now.
+    pub fn reserved_bytes(&self) -> usize {
+        self.reserved.get()
+    }
+
+    /// Reserves `bytes` if they fit the budget (or nothing else is reserved, so that one frame
+    /// larger than the budget still goes out); `None` otherwise.
+    pub fn try_reserve(self: &Rc<Self>, bytes: usize) -> Option<StreamReservation> {
+        let reserved = self.reserved.get();
+        if reserved != 0 && reserved.saturating_add(bytes) > STREAM_RESERVED_BYTES_SHARD_MAX {
+            return None;
+        }
+        self.reserved.set(reserved + bytes);
+        Some(StreamReservation { budget: self.clone(), bytes })
+    }
+
+    /// Resolves the next time reserved bytes are given back.
+    pub async fn freed(&self) {
+        self.room.notified().await
+    }
+}
+
+/// A share of a shard's `StreamBudget`, given back when dropped.
 pub struct StreamReservation {
+    budget: Rc<StreamBudget>,
     bytes: usize,
 }
 
 impl StreamReservation {
-    /// Reserves `bytes` if they fit the shard's budget (or nothing else is reserved, so that
-    /// one frame larger than the budget still goes out); `None` otherwise.
-    pub fn try_new(bytes: usize) -> Option<StreamReservation> {
-        let reserved = STREAM_RESERVED_BYTES.get();
-        if reserved != 0 && reserved.saturating_add(bytes) > STREAM_RESERVED_BYTES_SHARD_MAX {
-            return None;
-        }
-        STREAM_RESERVED_BYTES.set(reserved + bytes);
-        Some(StreamReservation { bytes })
-    }
-
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -57,24 +73,19 @@ impl StreamReservation {
         if bytes < self.bytes {
             self.give_back(self.bytes - bytes);
         } else {
-            STREAM_RESERVED_BYTES.set(STREAM_RESERVED_BYTES.get() + (bytes - self.bytes));
+            let reserved = &self.budget.reserved;
+            reserved.set(reserved.get() + (bytes - self.bytes));
             self.bytes = bytes;
         }
     }
 
     fn give_back(&mut self, bytes: usize) {
         self.bytes -= bytes;
-        STREAM_RESERVED_BYTES.set(STREAM_RESERVED_BYTES.get() - bytes);
-        STREAM_ROOM.with(|room| {
-            if room.waiters() > 0 {
-                room.notify_all();
-            }
-        });
-    }
-
-    /// Resolves the next time reserved bytes are given back.
-    pub async fn freed() {
-        STREAM_ROOM.with(Notify::notified).await
+        let budget = &self.budget;
+        budget.reserved.set(budget.reserved.get() - bytes);
+        if budget.room.waiters() > 0 {
+            budget.room.notify_all();
+        }
     }
 }
 
@@ -91,20 +102,21 @@ mod tests {
 
     #[test]
     fn stream_reservations_share_the_shards_budget_and_give_it_back() {
-        assert_eq!(stream_reserved_bytes(), 0);
+        let budget = StreamBudget::new();
+        assert_eq!(budget.reserved_bytes(), 0);
         // One frame larger than the budget still goes out when nothing else is reserved.
-        let mut first = StreamReservation::try_new(STREAM_RESERVED_BYTES_SHARD_MAX + 1).unwrap();
-        assert!(StreamReservation::try_new(1).is_none(), "over the budget");
+        let mut first = budget.try_reserve(STREAM_RESERVED_BYTES_SHARD_MAX + 1).unwrap();
+        assert!(budget.try_reserve(1).is_none(), "over the budget");
         first.fit_to(STREAM_RESERVED_BYTES_SHARD_MAX / 2);
-        assert_eq!(stream_reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2);
-        let second = StreamReservation::try_new(STREAM_RESERVED_BYTES_SHARD_MAX / 2).unwrap();
-        assert!(StreamReservation::try_new(1).is_none());
+        assert_eq!(budget.reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2);
+        let second = budget.try_reserve(STREAM_RESERVED_BYTES_SHARD_MAX / 2).unwrap();
+        assert!(budget.try_reserve(1).is_none());
         drop(first);
-        assert_eq!(stream_reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2);
-        let mut third = StreamReservation::try_new(1000).unwrap();
+        assert_eq!(budget.reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2);
+        let mut third = budget.try_reserve(1000).unwrap();
         third.fit_to(3000);
-        assert_eq!(stream_reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2 + 3000);
+        assert_eq!(budget.reserved_bytes(), STREAM_RESERVED_BYTES_SHARD_MAX / 2 + 3000);
         drop((second, third));
-        assert_eq!(stream_reserved_bytes(), 0);
+        assert_eq!(budget.reserved_bytes(), 0);
     }
 }

@@ -27,7 +27,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// What the subscriptions of one shard share: the clock, the shard's stop order, where dead
-/// letters are published, the numbering of streams, and what to do when the disk is full.
+/// letters are published, the numbering of streams, the shard's budget for responses, and
+/// what to do when the disk is full. Each shard has its own, made with its forwarder.
 pub struct Environment {
     pub clock: Rc<dyn Clock>,
     /// Given when the daemon stops (SIGTERM): streams end with `Unavailable`, which clients
@@ -35,6 +36,9 @@ pub struct Environment {
     pub stop: Stop,
     pub dead_letters: Rc<dyn dead_letter::Publisher>,
     pub next_stream: Cell<u64>,
+    /// The shard's `STREAM_RESERVED_BYTES_SHARD_MAX`, which its pulls, streams and carried
+    /// streams reserve their responses from.
+    pub stream_budget: Rc<budget::StreamBudget>,
     /// Called when an acknowledgement found no disk space: the shard frees what it can.
     pub release_space: Box<dyn Fn()>,
 }

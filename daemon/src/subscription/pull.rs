@@ -35,9 +35,9 @@ async fn sleep_until(now: Instant, deadline: Instant) {
 }
 
 /// Resolves when the shard's response budget has room again, if `waiting`; never otherwise.
-async fn budget_freed(waiting: bool) {
+async fn budget_freed(environment: &Environment, waiting: bool) {
     match waiting {
-        true => StreamReservation::freed().await,
+        true => environment.stream_budget.freed().await,
         false => std::future::pending().await,
     }
 }
@@ -92,7 +92,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
             give_up_at = give_up_at.max(started + LEASE_RENEWAL_WAIT);
         }
         let reservation =
-            StreamReservation::try_new(PULL_RESPONSE_BYTES_MAX).filter(|_| unsure_until.is_none());
+            environment.stream_budget.try_reserve(PULL_RESPONSE_BYTES_MAX).filter(|_| unsure_until.is_none());
         let waiting_for_budget = reservation.is_none() && unsure_until.is_none();
         let leases = match reservation {
             Some(_) => subscription.state.borrow_mut().pull_for(
@@ -128,7 +128,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         }
         // A stop wakes it through `changed` (the shard's `wake_for_stop`).
         let wake = or(or(committed, changed), peer.gone());
-        or(or(wake, sleep_until(now, wake_at)), budget_freed(waiting_for_budget)).await;
+        or(or(wake, sleep_until(now, wake_at)), budget_freed(environment, waiting_for_budget)).await;
     }
 }
 
@@ -244,7 +244,7 @@ impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
             // A stop ends the connection's reading, which wakes this through `gone`; the stop
             // is checked first above. (Waiting on the stop order itself would register every
             // idle stream with one shard-wide notifier.)
-            or(or(wake, peer.gone()), budget_freed(waiting_for_budget)).await;
+            or(or(wake, peer.gone()), budget_freed(self.environment, waiting_for_budget)).await;
         }
     }
 }
@@ -280,7 +280,7 @@ impl<T: MessageSource> Stream<'_, T> {
         let want = bytes_room.min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
         // Twice: while a response is built, the batches read and the frame copied from them
         // are both held; once it is built, only the frame.
-        let Some(reservation) = StreamReservation::try_new(2 * want) else {
+        let Some(reservation) = self.environment.stream_budget.try_reserve(2 * want) else {
             return (Vec::new(), None, bytes_room, load.messages == 0);
         };
         let leases =

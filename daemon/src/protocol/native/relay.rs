@@ -26,7 +26,7 @@ use super::replica::{
 use super::server::{Responder, Response};
 use crate::api::{Code, Status};
 use crate::catalog::entry::node_and_shard;
-use crate::subscription::budget::StreamReservation;
+use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::sync::{Notify, Stop};
 use futures_lite::io::{ReadHalf, WriteHalf};
 use futures_lite::AsyncWriteExt;
@@ -81,18 +81,28 @@ pub struct Relay {
     router: String,
     node_id: u64,
     stop: Stop,
+    /// The shard's response budget, which carried pulls and streams reserve from as the
+    /// shard's own do.
+    budget: Rc<StreamBudget>,
     routes: RefCell<HashMap<String, Route>>,
     pulls_in_flight: Cell<usize>,
     pull_room: Notify,
 }
 
 impl Relay {
-    pub fn new(transport: Rc<NativeTransport>, router: String, node_id: u64, stop: Stop) -> Rc<Relay> {
+    pub fn new(
+        transport: Rc<NativeTransport>,
+        router: String,
+        node_id: u64,
+        stop: Stop,
+        budget: Rc<StreamBudget>,
+    ) -> Rc<Relay> {
         Rc::new(Relay {
             transport,
             router,
             node_id,
             stop,
+            budget,
             routes: RefCell::default(),
             pulls_in_flight: Cell::new(0),
             pull_room: Notify::new(),
@@ -170,7 +180,7 @@ impl Relay {
             return Ok(Some(frame.into()));
         }
         // The response waits for room in the shard's budget like the shard's own pulls'.
-        let reservation = reserve(frame.len()).await;
+        let reservation = reserve(&self.budget, frame.len()).await;
         self.pull_done();
         Ok(Some(Response::Reserved(Box::new(frame.into()), reservation)))
     }
@@ -191,7 +201,7 @@ impl Relay {
         responder: &Responder,
     ) -> Result<Option<Response>, Status> {
         let Some(route) = self.elsewhere(subscription).await? else { return Ok(None) };
-        let mut upstream = match Upstream::open(&self.transport, &route.address, body).await {
+        let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, body).await {
             Ok(upstream) => upstream,
             Err(status) => {
                 self.forget(subscription);
@@ -282,7 +292,7 @@ impl Relay {
                     continue;
                 }
             };
-            match Upstream::open(&self.transport, &route.address, body).await {
+            match Upstream::open(&self.transport, &self.budget, &route.address, body).await {
                 Ok(upstream) => return Ok(Some(upstream)),
                 Err(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
                     self.forget(subscription);
@@ -295,10 +305,10 @@ impl Relay {
 }
 
 /// Waits until the shard's response budget takes `bytes` (at once when nothing else holds it).
-async fn reserve(bytes: usize) -> StreamReservation {
+async fn reserve(budget: &Rc<StreamBudget>, bytes: usize) -> StreamReservation {
     loop {
-        let freed = StreamReservation::freed();
-        if let Some(reservation) = StreamReservation::try_new(bytes) {
+        let freed = budget.freed();
+        if let Some(reservation) = budget.try_reserve(bytes) {
             return reservation;
         }
         freed.await;
@@ -310,6 +320,8 @@ struct Upstream {
     reader: ReadHalf<Box<dyn Duplex>>,
     /// Kept so that the connection stays whole until the stream ends.
     _writer: WriteHalf<Box<dyn Duplex>>,
+    /// The shard's response budget, which each batch reserves before it is read.
+    budget: Rc<StreamBudget>,
 }
 
 /// The carried stream's request id: the connection carries nothing else.
@@ -318,7 +330,12 @@ const UPSTREAM_REQUEST_ID: u64 = 2;
 impl Upstream {
     /// Connects, presents the cluster's secret, asks for the stream and waits for the leader
     /// to take it (its empty first batch) or refuse it.
-    async fn open(transport: &NativeTransport, address: &str, body: &[u8]) -> Result<Upstream, Status> {
+    async fn open(
+        transport: &NativeTransport,
+        budget: &Rc<StreamBudget>,
+        address: &str,
+        body: &[u8],
+    ) -> Result<Upstream, Status> {
         let unavailable = |why: String| Status::unavailable(format!("carrying a stream to {address}: {why}"));
         let stream = connect_peer(address, transport.tls()).await.map_err(unavailable)?;
         let (reader, mut writer) = futures_lite::io::split(stream);
@@ -326,7 +343,7 @@ impl Upstream {
         let request = frame_with_body(Command::StreamingPull.code(), FLAG_RELAYED, UPSTREAM_REQUEST_ID, body);
         writer.write_all(&request).await.map_err(|error| unavailable(error.to_string()))?;
         writer.flush().await.map_err(|error| unavailable(error.to_string()))?;
-        let mut upstream = Upstream { reader, _writer: writer };
+        let mut upstream = Upstream { reader, _writer: writer, budget: budget.clone() };
         let accepted = futures_lite::future::or(upstream.next(), async {
             crate::runtime::sleep(REPLICA_REQUEST_TIMEOUT).await;
             Err(Status::unavailable(format!(
@@ -357,7 +374,7 @@ impl Upstream {
                 }
                 continue;
             }
-            let reservation = reserve(header.body_length as usize).await;
+            let reservation = reserve(&self.budget, header.body_length as usize).await;
             let body = read_body(&mut self.reader, &header).await.map_err(unavailable)?;
             if header.flags & FLAG_ERROR != 0 {
                 return Err(Status::from(decode_error(&body)));

@@ -2193,22 +2193,22 @@ mod tests {
     /// connection); streams see the peer gone.
     #[test]
     fn a_broken_connection_drops_its_queue_and_every_later_response() {
-        use crate::subscription::budget::stream_reserved_bytes;
+        let budget = crate::subscription::budget::StreamBudget::new();
         let outbound = Outbound::default();
         let frame = |bytes: usize| {
             let mut buffer = FrameBuffer::new();
             buffer.resize(bytes, 0);
             Response::Frame(buffer)
         };
-        outbound.push_held(frame(100), None, StreamReservation::try_new(1000));
-        outbound.push_held(frame(100), None, StreamReservation::try_new(2000));
-        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (2, 3000));
+        outbound.push_held(frame(100), None, budget.try_reserve(1000));
+        outbound.push_held(frame(100), None, budget.try_reserve(2000));
+        assert_eq!((outbound.queue.borrow().len(), budget.reserved_bytes()), (2, 3000));
         outbound.break_off();
         assert!(outbound.peer_gone.get());
-        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
-        let reserved = Response::Reserved(Box::new(frame(100)), StreamReservation::try_new(5000).unwrap());
-        outbound.push_held(reserved, None, StreamReservation::try_new(4000));
-        assert_eq!((outbound.queue.borrow().len(), stream_reserved_bytes()), (0, 0));
+        assert_eq!((outbound.queue.borrow().len(), budget.reserved_bytes()), (0, 0));
+        let reserved = Response::Reserved(Box::new(frame(100)), budget.try_reserve(5000).unwrap());
+        outbound.push_held(reserved, None, budget.try_reserve(4000));
+        assert_eq!((outbound.queue.borrow().len(), budget.reserved_bytes()), (0, 0));
     }
 
     /// A writer waiting for its socket is stalled once no byte was taken for the deadline, not
