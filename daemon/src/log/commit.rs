@@ -178,10 +178,13 @@ impl<S: Storage> LogInner<S> {
         })
     }
 
-    /// Asserts the order of the log's positions (see `committed_end`).
+    /// Asserts the order of the log's positions (see `Positions`), in release builds too: four
+    /// comparisons once a commit completes or the commit point moves, and a log whose positions
+    /// are out of order would acknowledge or serve what is not durable. The daemon is fail-stop
+    /// (`fail_stop`): recovery then rebuilds the positions from what the disks hold.
     pub(super) fn check_positions(&self) {
         let start = self.segments.first().map_or(self.positions.committed_end, |segment| segment.base_offset);
-        debug_assert!(
+        assert!(
             start <= self.positions.committed_end
                 && self.positions.committed_end <= self.positions.durable_end
                 && self.positions.durable_end <= self.positions.written_end
@@ -657,12 +660,18 @@ impl<S: Storage> Log<S> {
         if !keep_files_open {
             segment.close_files();
         }
+        // Offsets only grow, without a gap: commits complete in the order of their offsets, each
+        // starting where the one before ended (a truncation moves the durable end back first).
+        assert_eq!(
+            base_offset, inner.positions.durable_end,
+            "a commit that does not start at the durable end"
+        );
         inner.positions.durable_end = entry.header.end_offset();
         inner.idle_sweeps = 0;
         if inner.config.tail_cache_bytes_max > 0 {
             // Commits complete in order, so the cache stays sorted by base offset for
             // `hold_batch_at`'s search.
-            debug_assert!(inner.cache.tail_cache.back().is_none_or(|(newest, _)| *newest < base_offset));
+            assert!(inner.cache.tail_cache.back().is_none_or(|(newest, _)| *newest < base_offset));
             inner.cache.tail_cache.push_back((base_offset, buffer));
             inner.cache.tail_cache_bytes += disk_bytes;
             if let Some(budget) = &inner.config.tail_cache_budget {

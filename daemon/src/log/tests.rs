@@ -2584,3 +2584,18 @@ fn a_log_with_a_reserve_commits_on_a_full_disk() {
         check_payloads(&read_all(&log).await, 16);
     });
 }
+
+/// The positions' order is asserted in every build: a commit point moved past the durable end
+/// (here by hand) stops the log at its next commit rather than serving what is not durable.
+#[test]
+#[should_panic(expected = "positions out of order")]
+fn positions_out_of_order_stop_the_log() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        append_many(&log, 0, 10).await;
+        log.inner.borrow_mut().positions.committed_end = 20;
+        log.commit_to(10);
+    });
+}
