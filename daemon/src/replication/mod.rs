@@ -5,6 +5,7 @@
 //! majority, followers truncating to their leader) for the two safety properties: no committed
 //! record is ever lost, and a deposed leader never commits.
 
+pub mod feed;
 pub mod protocol;
 pub mod source;
 #[cfg(test)]
