@@ -9,6 +9,52 @@
 
 use super::*;
 
+/// The log's positions, each an offset one past the last record it counts, in order
+/// `start_offset() <= committed_end <= durable_end <= written_end <= assigned_end`
+/// (`LogInner::check_positions`):
+/// - `committed_end`: what readers see (`read`, `hold_offsets`, `offset_at_time`, the
+///   `committed` notification). A standalone log commits what is durable as each commit
+///   completes (`LogInner::commit_on_durable`); a replicated one is told (`commit_to`) once a
+///   quorum of replicas has it. Always the end of a batch.
+/// - `durable_end`: what is durable on ⌈M/2⌉ of this node's directories; appends are
+///   acknowledged up to here.
+/// - `written_end`: the end of the last batch whose offsets were given and whose write may
+///   be in flight.
+/// - `assigned_end`: the offset the next append will get once everything queued commits:
+///   what `append_at` must be given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Positions {
+    pub(super) committed_end: u64,
+    pub(super) durable_end: u64,
+    pub(super) written_end: u64,
+    pub(super) assigned_end: u64,
+}
+
+impl Positions {
+    /// Every position at `offset`: a log recovered up to there, or one that starts there.
+    pub(super) fn at(offset: u64) -> Positions {
+        Positions { committed_end: offset, durable_end: offset, written_end: offset, assigned_end: offset }
+    }
+}
+
+/// The appends waiting for a commit, taken by the one flush task (`flush_loop`; whether it runs
+/// is `LogInner::flushing`).
+pub(super) struct Staging {
+    /// In the order they were made, which is the order of their offsets.
+    pub(super) staged: VecDeque<Staged>,
+    /// Their bytes of records, at most `LogConfig::staging_bytes_max`.
+    pub(super) staged_bytes: usize,
+    /// Commits built and issued while the one before was being written (`prepare_ahead`).
+    pub(super) commits_built_ahead: u64,
+}
+
+impl Staging {
+    /// Nothing staged: a log as it opens.
+    pub(super) fn new() -> Staging {
+        Staging { staged: VecDeque::new(), staged_bytes: 0, commits_built_ahead: 0 }
+    }
+}
+
 /// What an append hands the log: its records, unsealed (`record::encode_record_unsealed`),
 /// either encoded already or encoded only when the commit that carries them is built, straight
 /// into the commit's aligned buffer: a publish's messages are then copied once on their way to
@@ -128,23 +174,26 @@ impl<S: Storage> LogInner<S> {
         self.segments.last().map(|segment| Place {
             segment_base: segment.base_offset,
             position: segment.write_position,
-            base_offset: self.durable_end,
+            base_offset: self.positions.durable_end,
         })
     }
 
-    /// Asserts the order of the log's positions (see `committed_end`).
+    /// Asserts the order of the log's positions (see `Positions`), in release builds too: four
+    /// comparisons once a commit completes or the commit point moves, and a log whose positions
+    /// are out of order would acknowledge or serve what is not durable. The daemon is fail-stop
+    /// (`fail_stop`): recovery then rebuilds the positions from what the disks hold.
     pub(super) fn check_positions(&self) {
-        let start = self.segments.first().map_or(self.committed_end, |segment| segment.base_offset);
-        debug_assert!(
-            start <= self.committed_end
-                && self.committed_end <= self.durable_end
-                && self.durable_end <= self.written_end
-                && self.written_end <= self.assigned_end,
+        let start = self.segments.first().map_or(self.positions.committed_end, |segment| segment.base_offset);
+        assert!(
+            start <= self.positions.committed_end
+                && self.positions.committed_end <= self.positions.durable_end
+                && self.positions.durable_end <= self.positions.written_end
+                && self.positions.written_end <= self.positions.assigned_end,
             "positions out of order: start {start}, committed {}, durable {}, written {}, assigned {}",
-            self.committed_end,
-            self.durable_end,
-            self.written_end,
-            self.assigned_end
+            self.positions.committed_end,
+            self.positions.durable_end,
+            self.positions.written_end,
+            self.positions.assigned_end
         );
     }
 }
@@ -153,28 +202,28 @@ impl<S: Storage> Log<S> {
     /// One past the last committed record: what readers see. Every offset below it is durable
     /// here, and (replicated) on a quorum of replicas. The same as `committed_end`.
     pub fn end_offset(&self) -> u64 {
-        self.inner.borrow().committed_end
+        self.inner.borrow().positions.committed_end
     }
 
     /// One past the last record a quorum has (see `LogInner::committed_end`).
     pub fn committed_end(&self) -> u64 {
-        self.inner.borrow().committed_end
+        self.inner.borrow().positions.committed_end
     }
 
     /// One past the last record durable on ⌈M/2⌉ of this node's data directories: what the
     /// appends are acknowledged for.
     pub fn durable_end(&self) -> u64 {
-        self.inner.borrow().durable_end
+        self.inner.borrow().positions.durable_end
     }
 
     /// One past the last record whose batch was built and whose write may be in flight.
     pub fn written_end(&self) -> u64 {
-        self.inner.borrow().written_end
+        self.inner.borrow().positions.written_end
     }
 
     /// The offset `append_at` must be given next: one past every record queued or written.
     pub fn next_offset(&self) -> u64 {
-        self.inner.borrow().assigned_end
+        self.inner.borrow().positions.assigned_end
     }
 
     /// Whether each completed commit also commits its records (true when opened: a standalone
@@ -192,14 +241,14 @@ impl<S: Storage> Log<S> {
         let advanced = {
             let mut inner = self.inner.borrow_mut();
             // The durable end is a batch's end: a standalone log's every commit needs no search.
-            let offset = if offset >= inner.durable_end {
-                inner.durable_end
+            let offset = if offset >= inner.positions.durable_end {
+                inner.positions.durable_end
             } else {
                 inner.batch_end_at_or_below(offset)
             };
-            let advanced = offset > inner.committed_end;
+            let advanced = offset > inner.positions.committed_end;
             if advanced {
-                inner.committed_end = offset;
+                inner.positions.committed_end = offset;
             }
             inner.check_positions();
             advanced
@@ -212,7 +261,7 @@ impl<S: Storage> Log<S> {
     /// Commits whose bytes were built, and whose write was issued, while the commit before them
     /// was being written.
     pub fn commits_built_ahead(&self) -> u64 {
-        self.inner.borrow().commits_built_ahead
+        self.inner.borrow().staging.commits_built_ahead
     }
 
     /// Resolves after the committed position next moves.
@@ -232,8 +281,9 @@ impl<S: Storage> Log<S> {
     pub fn forget_commits(&self) {
         let mut inner = self.inner.borrow_mut();
         inner.commit_on_durable = false;
-        let start = inner.segments.first().map_or(inner.committed_end, |segment| segment.base_offset);
-        inner.committed_end = inner.committed_end.min(start);
+        let start =
+            inner.segments.first().map_or(inner.positions.committed_end, |segment| segment.base_offset);
+        inner.positions.committed_end = inner.positions.committed_end.min(start);
         inner.check_positions();
     }
 
@@ -280,11 +330,11 @@ impl<S: Storage> Log<S> {
     ) -> Result<(u64, u32), LogError> {
         {
             let inner = self.inner.borrow();
-            if epoch > leader_epoch || leader_epoch < inner.promised_epoch {
+            if epoch > leader_epoch || leader_epoch < inner.epochs.promised_epoch {
                 return Err(LogError::Refused(format!(
                     "an append of epoch {epoch} from the leader of epoch {leader_epoch}: the log promised to take \
                      none from a leader older than epoch {}",
-                    inner.promised_epoch
+                    inner.epochs.promised_epoch
                 )));
             }
         }
@@ -308,16 +358,16 @@ impl<S: Storage> Log<S> {
             if inner.closed_for_removal {
                 return Err(LogError::Fenced("the log is being removed (`close_for_removal`)".into()));
             }
-            let epoch = epoch.unwrap_or(inner.epoch);
+            let epoch = epoch.unwrap_or(inner.epochs.epoch);
             Self::check_append(&inner, epoch, first_offset)?;
-            if inner.staged_bytes + records.len() > inner.config.staging_bytes_max {
+            if inner.staging.staged_bytes + records.len() > inner.config.staging_bytes_max {
                 return Err(LogError::Overloaded);
             }
-            inner.staged_bytes += records.len();
-            inner.assigned_end += record_count as u64;
-            inner.last_epoch = epoch;
+            inner.staging.staged_bytes += records.len();
+            inner.positions.assigned_end += record_count as u64;
+            inner.epochs.last_epoch = epoch;
             let (reply, receiver) = oneshot();
-            inner.staged.push_back(Staged { records, record_count, epoch, first_offset, reply });
+            inner.staging.staged.push_back(Staged { records, record_count, epoch, first_offset, reply });
             let start_flushing = !inner.flushing;
             inner.flushing = true;
             drop(inner);
@@ -339,22 +389,22 @@ impl<S: Storage> Log<S> {
         if inner.truncating {
             return Err(LogError::Refused("the log's tail is being truncated".into()));
         }
-        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch {
+        if epoch == record::EPOCH_NONE || epoch < inner.epochs.last_epoch {
             return Err(LogError::Refused(format!(
                 "an append of epoch {epoch}: the log's last batch is of epoch {}",
-                inner.last_epoch
+                inner.epochs.last_epoch
             )));
         }
-        if first_offset.is_none() && epoch < inner.promised_epoch {
+        if first_offset.is_none() && epoch < inner.epochs.promised_epoch {
             return Err(LogError::Refused(format!(
                 "an append of epoch {epoch}: the log promised to take none older than epoch {}",
-                inner.promised_epoch
+                inner.epochs.promised_epoch
             )));
         }
         match first_offset {
-            Some(first) if first != inner.assigned_end => Err(LogError::Refused(format!(
+            Some(first) if first != inner.positions.assigned_end => Err(LogError::Refused(format!(
                 "an append at offset {first}: the log's next offset is {}",
-                inner.assigned_end
+                inner.positions.assigned_end
             ))),
             _ => Ok(()),
         }
@@ -365,8 +415,8 @@ impl<S: Storage> Log<S> {
     fn next_take(inner: &LogInner<S>) -> (usize, usize) {
         let mut take_bytes = 0;
         let mut take = 0;
-        let first = inner.staged.front();
-        for staged in inner.staged.iter() {
+        let first = inner.staging.staged.front();
+        for staged in inner.staging.staged.iter() {
             if take > 0 && take_bytes + staged.records.len() > inner.config.group_commit_bytes_max {
                 break;
             }
@@ -393,13 +443,13 @@ impl<S: Storage> Log<S> {
                 Some((batch, prepared)) => (batch, Some(prepared)),
                 None => {
                     let mut inner = self.inner.borrow_mut();
-                    if inner.staged.is_empty() {
+                    if inner.staging.staged.is_empty() {
                         inner.flushing = false;
                         return;
                     }
                     let (take, take_bytes) = Self::next_take(&inner);
-                    inner.staged_bytes -= take_bytes;
-                    (inner.staged.drain(..take).collect(), None)
+                    inner.staging.staged_bytes -= take_bytes;
+                    (inner.staging.staged.drain(..take).collect(), None)
                 }
             };
             let count: u32 = batch.iter().map(|staged| staged.record_count).sum();
@@ -423,7 +473,7 @@ impl<S: Storage> Log<S> {
                     // Unless the log is fenced, nothing of it was written (a failure after a
                     // write fences the log): the appends queued behind take its offsets.
                     if !matches!(error, LogError::Fenced(_)) {
-                        self.inner.borrow_mut().assigned_end -= count as u64;
+                        self.inner.borrow_mut().positions.assigned_end -= count as u64;
                     }
                     for staged in batch {
                         staged.reply.send(Err(error.clone()));
@@ -431,10 +481,10 @@ impl<S: Storage> Log<S> {
                     if let LogError::Fenced(_) = error {
                         // (A failed commit hands back the batch it took ahead: `ahead` is None.)
                         let mut inner = self.inner.borrow_mut();
-                        for staged in inner.staged.drain(..) {
+                        for staged in inner.staging.staged.drain(..) {
                             staged.reply.send(Err(error.clone()));
                         }
-                        inner.staged_bytes = 0;
+                        inner.staging.staged_bytes = 0;
                         inner.flushing = false;
                         return;
                     }
@@ -461,8 +511,8 @@ impl<S: Storage> Log<S> {
                 let _ = prepared.writing.task.await;
                 let mut inner = self.inner.borrow_mut();
                 for staged in taken.into_iter().rev() {
-                    inner.staged_bytes += staged.records.len();
-                    inner.staged.push_front(staged);
+                    inner.staging.staged_bytes += staged.records.len();
+                    inner.staging.staged.push_front(staged);
                 }
             }
         }
@@ -492,7 +542,7 @@ impl<S: Storage> Log<S> {
                         prepared.place.position
                     )));
                 }
-                self.inner.borrow_mut().commits_built_ahead += 1;
+                self.inner.borrow_mut().staging.commits_built_ahead += 1;
                 (prepared.place, prepared.buffer, prepared.writing)
             }
             None => {
@@ -500,7 +550,7 @@ impl<S: Storage> Log<S> {
                 // queued: a commit that fails before its write (a full disk) then leaves no
                 // gap, and the appends behind it take its offsets. A follower's append came
                 // with its offsets, which must still be the log's next.
-                let durable_end = self.inner.borrow().durable_end;
+                let durable_end = self.inner.borrow().positions.durable_end;
                 if let Some(first) = batch[0].first_offset.filter(|first| *first != durable_end) {
                     return Err(LogError::Refused(format!(
                         "an append at offset {first}: a failed commit before it left the log's next offset at {durable_end}"
@@ -610,14 +660,20 @@ impl<S: Storage> Log<S> {
         if !keep_files_open {
             segment.close_files();
         }
-        inner.durable_end = entry.header.end_offset();
+        // Offsets only grow, without a gap: commits complete in the order of their offsets, each
+        // starting where the one before ended (a truncation moves the durable end back first).
+        assert_eq!(
+            base_offset, inner.positions.durable_end,
+            "a commit that does not start at the durable end"
+        );
+        inner.positions.durable_end = entry.header.end_offset();
         inner.idle_sweeps = 0;
         if inner.config.tail_cache_bytes_max > 0 {
             // Commits complete in order, so the cache stays sorted by base offset for
             // `hold_batch_at`'s search.
-            debug_assert!(inner.tail_cache.back().is_none_or(|(newest, _)| *newest < base_offset));
-            inner.tail_cache.push_back((base_offset, buffer));
-            inner.tail_cache_bytes += disk_bytes;
+            assert!(inner.cache.tail_cache.back().is_none_or(|(newest, _)| *newest < base_offset));
+            inner.cache.tail_cache.push_back((base_offset, buffer));
+            inner.cache.tail_cache_bytes += disk_bytes;
             if let Some(budget) = &inner.config.tail_cache_budget {
                 budget.charge(disk_bytes);
             }
@@ -627,8 +683,8 @@ impl<S: Storage> Log<S> {
             // The newest batch stays unless the shard's budget is spent: a reader that keeps up
             // reads it from memory.
             let keep = if over_budget { 0 } else { 1 };
-            if inner.tail_cache.len() <= keep
-                || (!over_budget && inner.tail_cache_bytes <= inner.config.tail_cache_bytes_max)
+            if inner.cache.tail_cache.len() <= keep
+                || (!over_budget && inner.cache.tail_cache_bytes <= inner.config.tail_cache_bytes_max)
             {
                 break;
             }
@@ -684,7 +740,7 @@ impl<S: Storage> Log<S> {
         let records_bytes: usize = batch.iter().map(|staged| staged.records.len()).sum();
         let log_id = {
             let mut inner = self.inner.borrow_mut();
-            inner.written_end = base_offset + count as u64;
+            inner.positions.written_end = base_offset + count as u64;
             inner.log_id
         };
         let mut buffer = self.storage.alloc_buffer(record::batch_disk_bytes(records_bytes));
@@ -728,7 +784,7 @@ impl<S: Storage> Log<S> {
         capacity: u64,
         targets: &[(usize, Rc<S::File>)],
     ) -> Option<Ahead<S>> {
-        let waiting = |inner: &LogInner<S>| inner.staged_bytes > 0;
+        let waiting = |inner: &LogInner<S>| inner.staging.staged_bytes > 0;
         // Behind a commit larger than a full group commit (one request above it) nothing is
         // written ahead, so that recovery knows how far past a hole to look for such a batch.
         if !waiting(&self.inner.borrow())
@@ -754,6 +810,7 @@ impl<S: Storage> Log<S> {
             // A follower's append that no longer continues the log is refused by a commit of
             // its own (`commit_taking_ahead`).
             if inner
+                .staging
                 .staged
                 .front()
                 .and_then(|staged| staged.first_offset)
@@ -761,8 +818,8 @@ impl<S: Storage> Log<S> {
             {
                 return None;
             }
-            inner.staged_bytes -= take_bytes;
-            inner.staged.drain(..take).collect()
+            inner.staging.staged_bytes -= take_bytes;
+            inner.staging.staged.drain(..take).collect()
         };
         let count: u32 = batch.iter().map(|staged| staged.record_count).sum();
         let buffer = Rc::new(self.build_batch(&batch, count, next, true));

@@ -10,6 +10,19 @@ use super::*;
 /// a cluster of one is the leader of one term.
 pub const STANDALONE_EPOCH: u64 = 1;
 
+/// A log's epochs: the order of its leaders' terms, which no append may go back on.
+pub(super) struct Epochs {
+    /// The epoch of the leader's appends (`append`): `STANDALONE_EPOCH` unless set.
+    pub(super) epoch: u64,
+    /// The epoch of the last batch written or queued: no later batch may have an older one.
+    pub(super) last_epoch: u64,
+    /// The epoch this log promised (`promise_epoch`, kept in the manifest): appends of an older
+    /// one are refused. 0: none.
+    pub(super) promised_epoch: u64,
+    /// The promise the manifest holds durably (`promise_epoch` writes it once).
+    pub(super) promised_durable: u64,
+}
+
 impl<S: Storage> LogInner<S> {
     /// The epoch of the last batch indexed (`EPOCH_NONE` without one).
     fn last_indexed_epoch(&self) -> u64 {
@@ -25,20 +38,20 @@ impl<S: Storage> Log<S> {
     /// The epoch of the log's last batch, queued or written (`record::EPOCH_NONE` for none, or
     /// for batches written before epochs).
     pub fn last_epoch(&self) -> u64 {
-        self.inner.borrow().last_epoch
+        self.inner.borrow().epochs.last_epoch
     }
 
     /// Sets the epoch of the leader's appends (`append`). Refused when older than the epoch of
     /// the log's last batch, or 0 (the epoch of batches written before epochs).
     pub fn set_epoch(&self, epoch: u64) -> Result<(), LogError> {
         let mut inner = self.inner.borrow_mut();
-        if epoch == record::EPOCH_NONE || epoch < inner.last_epoch.max(inner.promised_epoch) {
+        if epoch == record::EPOCH_NONE || epoch < inner.epochs.last_epoch.max(inner.epochs.promised_epoch) {
             return Err(LogError::Refused(format!(
                 "epoch {epoch}: the log's last batch is of epoch {} and it promised epoch {}",
-                inner.last_epoch, inner.promised_epoch
+                inner.epochs.last_epoch, inner.epochs.promised_epoch
             )));
         }
-        inner.epoch = epoch;
+        inner.epochs.epoch = epoch;
         Ok(())
     }
 
@@ -49,7 +62,7 @@ impl<S: Storage> Log<S> {
         let inner = self.inner.borrow();
         let mut history = crate::replication::EpochHistory::default();
         let durable = inner.segments.iter().flat_map(|segment| segment.batches.iter());
-        for entry in durable.take_while(|entry| entry.header.end_offset() <= inner.durable_end) {
+        for entry in durable.take_while(|entry| entry.header.end_offset() <= inner.positions.durable_end) {
             if entry.header.epoch != record::EPOCH_NONE && entry.header.record_count > 0 {
                 history.appended(entry.header.epoch, entry.header.base_offset);
             }
@@ -59,7 +72,7 @@ impl<S: Storage> Log<S> {
 
     /// The epoch promised (`promise_epoch`); 0 if none.
     pub fn promised_epoch(&self) -> u64 {
-        self.inner.borrow().promised_epoch
+        self.inner.borrow().epochs.promised_epoch
     }
 
     /// A replica's part in a fencing round before a new leader is chosen: from now on, and
@@ -75,23 +88,23 @@ impl<S: Storage> Log<S> {
             if let Some(why) = &inner.fenced {
                 return Err(LogError::Fenced(why.clone()));
             }
-            inner.promised_epoch = inner.promised_epoch.max(epoch);
+            inner.epochs.promised_epoch = inner.epochs.promised_epoch.max(epoch);
         }
         while self.inner.borrow().flushing {
             crate::runtime::sleep(REMOVAL_WAIT).await;
         }
         // A promise made durable before needs no write again (a fencing round retried).
-        let promised = self.inner.borrow().promised_epoch;
-        if promised > self.inner.borrow().promised_durable {
+        let promised = self.inner.borrow().epochs.promised_epoch;
+        if promised > self.inner.borrow().epochs.promised_durable {
             self.write_manifest().await?;
             let mut inner = self.inner.borrow_mut();
-            inner.promised_durable = inner.promised_durable.max(promised);
+            inner.epochs.promised_durable = inner.epochs.promised_durable.max(promised);
         }
         let inner = self.inner.borrow();
         if let Some(why) = &inner.fenced {
             return Err(LogError::Fenced(why.clone()));
         }
-        Ok((inner.last_epoch, inner.durable_end))
+        Ok((inner.epochs.last_epoch, inner.positions.durable_end))
     }
 
     /// Removes every batch holding offsets at or above `end`, in every data directory, so
@@ -114,26 +127,26 @@ impl<S: Storage> Log<S> {
             if inner.truncating || inner.closed_for_removal {
                 return Err(LogError::Refused("the log is being truncated or removed".into()));
             }
-            if end < inner.committed_end {
+            if end < inner.positions.committed_end {
                 return Err(LogError::Refused(format!(
                     "a truncation at offset {end}: offsets up to {} are committed",
-                    inner.committed_end
+                    inner.positions.committed_end
                 )));
             }
             inner.truncating = true;
             let refused = LogError::Refused(format!("the log's tail was truncated at offset {end}"));
-            for staged in std::mem::take(&mut inner.staged) {
-                inner.assigned_end -= staged.record_count as u64;
+            for staged in std::mem::take(&mut inner.staging.staged) {
+                inner.positions.assigned_end -= staged.record_count as u64;
                 staged.reply.send(Err(refused.clone()));
             }
-            inner.staged_bytes = 0;
+            inner.staging.staged_bytes = 0;
         }
         while self.inner.borrow().flushing {
             crate::runtime::sleep(REMOVAL_WAIT).await;
         }
         // Committed meanwhile, past the cut (a commit point taken while the writes in flight
         // ended): refused as at the start, or a committed record would go.
-        let committed_end = self.inner.borrow().committed_end;
+        let committed_end = self.inner.borrow().positions.committed_end;
         if end < committed_end {
             self.inner.borrow_mut().truncating = false;
             return Err(LogError::Refused(format!(
@@ -152,13 +165,13 @@ impl<S: Storage> Log<S> {
             if let Some(why) = &inner.fenced {
                 return Err(LogError::Fenced(why.clone()));
             }
-            if end > inner.durable_end || inner.batch_end_at_or_below(end) != end {
+            if end > inner.positions.durable_end || inner.batch_end_at_or_below(end) != end {
                 return Err(LogError::Refused(format!(
                     "a truncation at offset {end}: not the end of a batch at or below the durable end {}",
-                    inner.durable_end
+                    inner.positions.durable_end
                 )));
             }
-            if end == inner.durable_end {
+            if end == inner.positions.durable_end {
                 return Ok(());
             }
             // The segment holding the cut: the last one starting at or below it.
@@ -201,19 +214,19 @@ impl<S: Storage> Log<S> {
         let segment = &mut inner.segments[segment_index];
         segment.batches.truncate(cut.0);
         segment.write_position = cut.1;
-        while inner.tail_cache.back().is_some_and(|(base, _)| *base >= end) {
-            let (_, old) = inner.tail_cache.pop_back().unwrap();
+        while inner.cache.tail_cache.back().is_some_and(|(base, _)| *base >= end) {
+            let (_, old) = inner.cache.tail_cache.pop_back().unwrap();
             let bytes = old.bytes().len();
-            inner.tail_cache_bytes -= bytes;
+            inner.cache.tail_cache_bytes -= bytes;
             if let Some(budget) = &inner.config.tail_cache_budget {
                 budget.refund(bytes);
             }
         }
         inner.drop_read_ahead();
-        inner.durable_end = end;
-        inner.written_end = end;
-        inner.assigned_end = end;
-        inner.last_epoch = inner.last_indexed_epoch();
+        inner.positions.durable_end = end;
+        inner.positions.written_end = end;
+        inner.positions.assigned_end = end;
+        inner.epochs.last_epoch = inner.last_indexed_epoch();
         inner.check_positions();
     }
 

@@ -207,11 +207,29 @@ impl<S: Storage> ExtentPlan<S> {
     }
 }
 
+/// What a log keeps in memory for its readers, charged to the shard's `TailCacheBudget` and
+/// given back when dropped (`LogInner`'s `Drop`). (Sweeps since the last commit are
+/// `LogInner::idle_sweeps`.)
+pub(super) struct ReadCache<S: Storage> {
+    /// The last commits' own buffers, by base offset, in commit order.
+    pub(super) tail_cache: VecDeque<(u64, Rc<S::Buffer>)>,
+    pub(super) tail_cache_bytes: usize,
+    /// Extents read ahead for readers going through the log in order; made on the first read
+    /// from disk (boxed: most logs are never read from disk).
+    pub(super) read_ahead: Option<Box<ReadAhead<<S::File as StorageFile>::Read>>>,
+}
+
+impl<S: Storage> ReadCache<S> {
+    pub(super) fn new() -> ReadCache<S> {
+        ReadCache { tail_cache: VecDeque::new(), tail_cache_bytes: 0, read_ahead: None }
+    }
+}
+
 impl<S: Storage> LogInner<S> {
     pub(super) fn drop_oldest_cached(&mut self) {
-        if let Some((_, old)) = self.tail_cache.pop_front() {
+        if let Some((_, old)) = self.cache.tail_cache.pop_front() {
             let bytes = old.bytes().len();
-            self.tail_cache_bytes -= bytes;
+            self.cache.tail_cache_bytes -= bytes;
             if let Some(budget) = &self.config.tail_cache_budget {
                 budget.refund(bytes);
             }
@@ -219,7 +237,7 @@ impl<S: Storage> LogInner<S> {
     }
 
     pub(super) fn drop_tail_cache(&mut self) {
-        while !self.tail_cache.is_empty() {
+        while !self.cache.tail_cache.is_empty() {
             self.drop_oldest_cached();
         }
     }
@@ -230,7 +248,7 @@ impl<S: Storage> LogInner<S> {
 
     fn keep_extent(&mut self, extent: Extent<<S::File as StorageFile>::Read>) {
         let added = extent.bytes.len();
-        let dropped = self.read_ahead.get_or_insert_with(Default::default).insert(extent);
+        let dropped = self.cache.read_ahead.get_or_insert_with(Default::default).insert(extent);
         if let Some(budget) = &self.config.tail_cache_budget {
             budget.charge(added);
             budget.refund(dropped);
@@ -238,7 +256,7 @@ impl<S: Storage> LogInner<S> {
     }
 
     pub(super) fn drop_read_ahead(&mut self) {
-        if let Some(mut cache) = self.read_ahead.take() {
+        if let Some(mut cache) = self.cache.read_ahead.take() {
             // Nobody may be left waiting on a read whose result has nowhere to go.
             cache.finish_reading();
             if let Some(budget) = &self.config.tail_cache_budget {
@@ -261,7 +279,7 @@ impl<S: Storage> LogInner<S> {
         let segment = &self.segments[segment_index];
         let first =
             segment.batches.binary_search_by_key(&base_offset, |entry| entry.header.base_offset).ok()?;
-        let cached_from = self.tail_cache.front().map_or(u64::MAX, |(base, _)| *base);
+        let cached_from = self.cache.tail_cache.front().map_or(u64::MAX, |(base, _)| *base);
         let position = segment.batches[first].position;
         let mut batches = Vec::new();
         let mut bytes = 0usize;
@@ -269,7 +287,7 @@ impl<S: Storage> LogInner<S> {
             let follows = entry.position == position + bytes as u64;
             let fits = batches.is_empty() || bytes + entry.header.disk_bytes() <= READ_AHEAD_BYTES;
             // Only committed batches: a truncation may take the others away.
-            let committed = entry.header.base_offset < self.committed_end;
+            let committed = entry.header.base_offset < self.positions.committed_end;
             if entry.header.base_offset >= cached_from || !follows || !fits || !committed {
                 break;
             }
@@ -279,7 +297,7 @@ impl<S: Storage> LogInner<S> {
         let (_, file) = self
             .copy_files(segment_index)
             .into_iter()
-            .find(|(copy, _)| self.copies.get(*copy) == CopyState::Current)?;
+            .find(|(copy, _)| self.copies.states.get(*copy) == CopyState::Current)?;
         Some(ExtentPlan {
             file,
             log_id: self.log_id,
@@ -300,7 +318,7 @@ impl<S: Storage> LogInner<S> {
             .enumerate()
             .filter_map(|(copy, file)| file.clone().map(|file| (copy, file)))
             .collect();
-        files.sort_by_key(|(copy, _)| self.copies.get(*copy) != CopyState::Current);
+        files.sort_by_key(|(copy, _)| self.copies.states.get(*copy) != CopyState::Current);
         files
     }
 }
@@ -313,22 +331,22 @@ impl<S: Storage> Log<S> {
         let mut inner = self.inner.borrow_mut();
         if inner.idle_sweeps < TAIL_CACHE_IDLE_SWEEPS {
             inner.idle_sweeps += 1;
-        } else if !inner.tail_cache.is_empty() {
+        } else if !inner.cache.tail_cache.is_empty() {
             inner.drop_tail_cache();
         }
-        if inner.read_ahead.as_mut().is_some_and(|cache| cache.idle_since_last_sweep()) {
+        if inner.cache.read_ahead.as_mut().is_some_and(|cache| cache.idle_since_last_sweep()) {
             inner.drop_read_ahead();
         }
     }
 
     /// Bytes of batches this log keeps in memory for readers.
     pub fn tail_cache_bytes(&self) -> usize {
-        self.inner.borrow().tail_cache_bytes
+        self.inner.borrow().cache.tail_cache_bytes
     }
 
     /// Bytes of extents this log keeps read ahead.
     pub fn read_ahead_bytes(&self) -> usize {
-        self.inner.borrow().read_ahead.as_ref().map_or(0, |cache| cache.bytes())
+        self.inner.borrow().cache.read_ahead.as_ref().map_or(0, |cache| cache.bytes())
     }
 
     /// The durable batches from the one holding `offset`, in order, up to `records_bytes_max`
@@ -512,17 +530,19 @@ impl<S: Storage> Log<S> {
                 };
             let entry = segment.batches[batch_index];
             // Readers see committed batches only (`committed_end` is a batch's end).
-            let visible_end = if durable { inner.durable_end } else { inner.committed_end };
+            let visible_end =
+                if durable { inner.positions.durable_end } else { inner.positions.committed_end };
             if offset >= entry.header.end_offset() || entry.header.base_offset >= visible_end {
                 return Ok(None);
             }
             // The cache is in commit order, so by base offset: a search, not a scan, since it
             // may hold thousands of small batches and a lagging reader looks up every one.
             let cached = inner
+                .cache
                 .tail_cache
                 .binary_search_by_key(&entry.header.base_offset, |(base, _)| *base)
                 .ok()
-                .map(|index| inner.tail_cache[index].1.clone());
+                .map(|index| inner.cache.tail_cache[index].1.clone());
             let files = inner.copy_files(segment_index);
             (segment_index, entry, files, segment.base_offset, inner.log_id, cached)
         };
@@ -584,7 +604,7 @@ impl<S: Storage> Log<S> {
             match result {
                 Ok(batch) => {
                     for bad in bad_copies {
-                        if self.inner.borrow().copies.get(bad) == CopyState::Current {
+                        if self.inner.borrow().copies.states.get(bad) == CopyState::Current {
                             crate::log_info!(
                                 "ringpostd: repairing data directory {bad}'s copy of {last_error}"
                             );
@@ -609,7 +629,7 @@ impl<S: Storage> Log<S> {
     async fn hold_from_extents(&self, segment_base: u64, entry: BatchEntry) -> Option<HeldBytes<S>> {
         let offset = entry.header.base_offset;
         loop {
-            let lookup = match self.inner.borrow_mut().read_ahead.as_mut() {
+            let lookup = match self.inner.borrow_mut().cache.read_ahead.as_mut() {
                 Some(cache) => cache.lookup(segment_base, entry.position, offset),
                 None => Lookup::Miss,
             };
@@ -646,23 +666,25 @@ impl<S: Storage> Log<S> {
             if !inner.has_room_to_read_ahead() {
                 return;
             }
-            let Some(next) = inner.read_ahead.as_ref().and_then(|cache| cache.next_to_read()) else { return };
-            if next >= inner.committed_end {
+            let Some(next) = inner.cache.read_ahead.as_ref().and_then(|cache| cache.next_to_read()) else {
+                return;
+            };
+            if next >= inner.positions.committed_end {
                 return;
             }
             let Some(plan) = inner.plan_extent(next) else { return };
-            inner.read_ahead.as_mut().unwrap().start_reading(next, plan.end_offset);
+            inner.cache.read_ahead.as_mut().unwrap().start_reading(next, plan.end_offset);
             plan
         };
         let log = self.clone();
         crate::runtime::spawn(async move {
             let extent = plan.read().await;
             let mut inner = log.inner.borrow_mut();
-            if inner.read_ahead.is_some() {
+            if inner.cache.read_ahead.is_some() {
                 if let Some(extent) = extent {
                     inner.keep_extent(extent);
                 }
-                inner.read_ahead.as_mut().unwrap().finish_reading();
+                inner.cache.read_ahead.as_mut().unwrap().finish_reading();
             }
         })
         .detach();

@@ -1141,7 +1141,7 @@ impl<S: Storage> Log<S> {
         };
         let log =
             Log::recovered(storage.clone(), directories.clone(), (relative, log_id, config), segments, &plan);
-        log.inner.borrow_mut().reserve = reserve;
+        log.inner.borrow_mut().kept.reserve = reserve;
         for copy in &report.buffered_io_copies {
             log.warn_buffered(*copy);
         }
@@ -1250,38 +1250,29 @@ impl<S: Storage> Log<S> {
                 // Standalone: what recovery found durable is committed (see `committed_end`).
                 // A replicated log's commit point is its consensus's to persist; until a
                 // replica is told (`commit_to`), it would serve what it has durable.
-                committed_end: next_offset,
-                durable_end: next_offset,
-                written_end: next_offset,
-                assigned_end: next_offset,
-                commit_on_durable: true,
-                epoch: STANDALONE_EPOCH.max(last_epoch),
-                last_epoch,
-                promised_epoch: plan.manifest.promised_epoch,
-                promised_durable: plan.manifest.promised_epoch,
-                truncating: false,
-                truncated_end: None,
-                staged: VecDeque::new(),
-                staged_bytes: 0,
-                flushing: false,
+                positions: Positions::at(next_offset),
+                staging: Staging::new(),
+                epochs: Epochs {
+                    epoch: STANDALONE_EPOCH.max(last_epoch),
+                    last_epoch,
+                    promised_epoch: plan.manifest.promised_epoch,
+                    promised_durable: plan.manifest.promised_epoch,
+                },
+                cache: ReadCache::new(),
+                copies: Copies { states: CopyStates::all_current(copies), joining: None },
+                kept: Kept::new(),
                 fenced: None,
-                closed_for_removal: false,
-                tail_cache: VecDeque::new(),
-                tail_cache_bytes: 0,
-                idle_sweeps: 0,
-                read_ahead: None,
-                warned_buffered: false,
-                copies: CopyStates::all_current(copies),
-                joining: None,
+                truncated_end: None,
                 manifest_sequence: plan.manifest.sequence,
-                spare: None,
-                spare_started_for: u64::MAX,
-                commits_built_ahead: 0,
-                recycled: None,
-                rolled: false,
+                flushing: false,
+                commit_on_durable: true,
+                truncating: false,
+                closed_for_removal: false,
                 manifest_writing: false,
-                reserve: None,
+                rolled: false,
                 reserving: false,
+                idle_sweeps: 0,
+                warned_buffered: false,
             })),
             committed: Notify::new(),
             durable: Notify::new(),

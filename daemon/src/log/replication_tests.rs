@@ -242,7 +242,7 @@ fn truncate_after_fails_the_appends_still_queued() {
             })
             .collect();
         // Every append is queued (or committed already) before the truncation begins.
-        while log.inner.borrow().assigned_end < 40 {
+        while log.inner.borrow().positions.assigned_end < 40 {
             futures_lite::future::yield_now().await;
         }
         log.truncate_after(5).await.unwrap();

@@ -81,28 +81,35 @@ enum ResyncWork {
     Done,
 }
 
+/// Which of a log's copies take writes: the current ones, and those joining (`Joining`).
+pub(super) struct Copies {
+    pub(super) states: CopyStates,
+    /// Set while a resync brings copies back (see `Joining`).
+    pub(super) joining: Option<Box<Joining>>,
+}
+
 impl<S: Storage> LogInner<S> {
     /// Marks a copy stale: it missed a write. One that was joining stops joining (its resync
     /// then fails: the copy needs another).
     pub(super) fn mark_stale(&mut self, copy: usize) {
-        self.copies.set(copy, CopyState::Stale);
-        if let Some(joining) = self.joining.as_mut() {
+        self.copies.states.set(copy, CopyState::Stale);
+        if let Some(joining) = self.copies.joining.as_mut() {
             joining.copies &= !(1 << copy);
             if joining.copies == 0 {
-                self.joining = None;
+                self.copies.joining = None;
             }
         }
     }
 
     /// Whether a copy takes writes: it is current, or joining (see `Joining`).
     fn takes_writes(&self, copy: usize) -> bool {
-        self.copies.get(copy) == CopyState::Current
-            || self.joining.as_ref().is_some_and(|joining| joining.copies & (1 << copy) != 0)
+        self.copies.states.get(copy) == CopyState::Current
+            || self.copies.joining.as_ref().is_some_and(|joining| joining.copies & (1 << copy) != 0)
     }
 
     /// The joining copies that a write to `targets` misses (0 with no copy joining).
     pub(super) fn joining_missed_by<F>(&self, targets: &[(usize, Rc<F>)]) -> u64 {
-        let Some(joining) = self.joining.as_ref() else { return 0 };
+        let Some(joining) = self.copies.joining.as_ref() else { return 0 };
         let written = targets.iter().fold(0u64, |written, (copy, _)| written | 1 << copy);
         joining.copies & !written
     }
@@ -177,12 +184,12 @@ impl<S: Storage> Log<S> {
     /// Copies that take writes now.
     pub(super) fn writable_copies(&self) -> Vec<usize> {
         let mut inner = self.inner.borrow_mut();
-        for copy in 0..inner.copies.len() {
+        for copy in 0..inner.copies.states.len() {
             if self.directories.is_fenced(copy) {
                 inner.mark_stale(copy);
             }
         }
-        (0..inner.copies.len()).filter(|copy| inner.takes_writes(*copy)).collect()
+        (0..inner.copies.states.len()).filter(|copy| inner.takes_writes(*copy)).collect()
     }
 
     pub(super) fn fence_copy(&self, copy: usize, why: &str) {
@@ -209,7 +216,7 @@ impl<S: Storage> Log<S> {
         if missed == 0 {
             return;
         }
-        let joining = inner.joining.as_mut().expect("a copy that missed a write is joining");
+        let joining = inner.copies.joining.as_mut().expect("a copy that missed a write is joining");
         if joining.missed.len() < RESYNC_MISSED_MAX {
             joining.missed.push((place.segment_base, place.position, missed));
             return;
@@ -233,7 +240,7 @@ impl<S: Storage> Log<S> {
     pub async fn resync_copy(&self, copy: usize) -> Result<u64, LogError> {
         {
             let inner = self.inner.borrow();
-            if inner.copies.get(copy) == CopyState::Current {
+            if inner.copies.states.get(copy) == CopyState::Current {
                 return Ok(0);
             }
             if inner.takes_writes(copy) {
@@ -280,25 +287,25 @@ impl<S: Storage> Log<S> {
     fn join(&self, copy: usize) -> u64 {
         let mut inner = self.inner.borrow_mut();
         let joining =
-            inner.joining.get_or_insert_with(|| Box::new(Joining { copies: 0, missed: Vec::new() }));
+            inner.copies.joining.get_or_insert_with(|| Box::new(Joining { copies: 0, missed: Vec::new() }));
         joining.copies |= 1 << copy;
-        inner.written_end
+        inner.positions.written_end
     }
 
     /// Makes a joining copy current: it holds every batch.
     fn finish_joining(&self, copy: usize) {
         let mut inner = self.inner.borrow_mut();
-        if let Some(joining) = inner.joining.as_mut() {
+        if let Some(joining) = inner.copies.joining.as_mut() {
             joining.copies &= !(1 << copy);
             for (_, _, missed) in joining.missed.iter_mut() {
                 *missed &= !(1 << copy);
             }
             joining.missed.retain(|(_, _, missed)| *missed != 0);
             if joining.copies == 0 {
-                inner.joining = None;
+                inner.copies.joining = None;
             }
         }
-        inner.copies.set(copy, CopyState::Current);
+        inner.copies.states.set(copy, CopyState::Current);
     }
 
     /// What a resync of `copy` has left, by segment (index, base offset, batches to copy,
@@ -313,9 +320,9 @@ impl<S: Storage> Log<S> {
         joined_at: Option<u64>,
     ) -> ResyncWork {
         let mut inner = self.inner.borrow_mut();
-        let in_flight = inner.durable_end < inner.written_end;
+        let in_flight = inner.positions.durable_end < inner.positions.written_end;
         let missed_by = |inner: &LogInner<S>, base: u64, position: u64| {
-            inner.joining.as_ref().is_some_and(|joining| {
+            inner.copies.joining.as_ref().is_some_and(|joining| {
                 joining
                     .missed
                     .iter()
@@ -351,13 +358,13 @@ impl<S: Storage> Log<S> {
         }
         let Some(joined_at) = joined_at else { return ResyncWork::Done };
         // A write issued before the copy joined is still in flight.
-        if inner.durable_end < joined_at.min(inner.written_end) {
+        if inner.positions.durable_end < joined_at.min(inner.positions.written_end) {
             return ResyncWork::Wait;
         }
         // The writes noted as missing it whose batches are not indexed: in flight (at the
         // active segment's end), or gone (a truncation, a removed segment) with nothing to copy.
         let end = inner.end();
-        let missed_in_flight = inner.joining.as_ref().is_some_and(|joining| {
+        let missed_in_flight = inner.copies.joining.as_ref().is_some_and(|joining| {
             joining.missed.iter().any(|(base, position, missed)| {
                 missed & (1 << copy) != 0
                     && end.is_some_and(|end| end.segment_base == *base && end.position <= *position)
@@ -366,7 +373,7 @@ impl<S: Storage> Log<S> {
         if in_flight && missed_in_flight {
             return ResyncWork::Wait;
         }
-        if let Some(joining) = inner.joining.as_mut() {
+        if let Some(joining) = inner.copies.joining.as_mut() {
             for (_, _, missed) in joining.missed.iter_mut() {
                 *missed &= !(1 << copy);
             }
@@ -389,9 +396,9 @@ impl<S: Storage> Log<S> {
         for entry in pending {
             let source = {
                 let inner = self.inner.borrow();
-                (0..inner.copies.len()).find(|other| {
+                (0..inner.copies.states.len()).find(|other| {
                     *other != copy
-                        && inner.copies.get(*other) == CopyState::Current
+                        && inner.copies.states.get(*other) == CopyState::Current
                         && inner.segments.get(segment_index).is_some_and(|s| s.files[*other].is_some())
                 })
             };
@@ -407,7 +414,7 @@ impl<S: Storage> Log<S> {
             }
             copied.insert((base, entry.position));
             let mut inner = self.inner.borrow_mut();
-            if let Some(joining) = inner.joining.as_mut() {
+            if let Some(joining) = inner.copies.joining.as_mut() {
                 for (b, p, missed) in joining.missed.iter_mut() {
                     if *b == base && *p == entry.position {
                         *missed &= !(1 << copy);
@@ -432,6 +439,6 @@ impl<S: Storage> Log<S> {
 
     /// Whether this log's copy in `copy` missed writes and needs a resync.
     pub fn is_stale(&self, copy: usize) -> bool {
-        self.inner.borrow().copies.get(copy) == CopyState::Stale
+        self.inner.borrow().copies.states.get(copy) == CopyState::Stale
     }
 }

@@ -24,7 +24,7 @@ impl<S: Storage> Log<S> {
     /// The oldest offset still stored.
     pub fn start_offset(&self) -> u64 {
         let inner = self.inner.borrow();
-        inner.segments.first().map(|segment| segment.base_offset).unwrap_or(inner.committed_end)
+        inner.segments.first().map(|segment| segment.base_offset).unwrap_or(inner.positions.committed_end)
     }
 
     /// Refuses appends from now on and waits until the commits in flight are done, so that the
@@ -94,7 +94,7 @@ impl<S: Storage> Log<S> {
     /// Bytes of segment files (allocated capacity) of one copy, a recycled one included.
     pub fn disk_bytes(&self) -> u64 {
         let inner = self.inner.borrow();
-        let recycled = inner.recycled.as_ref().map_or(0, |recycled| recycled.capacity);
+        let recycled = inner.kept.recycled.as_ref().map_or(0, |recycled| recycled.capacity);
         inner.segments.iter().map(|segment| segment.capacity).sum::<u64>() + recycled
     }
 }

@@ -196,7 +196,7 @@ impl<S: Storage> Log<S> {
                     })
                     .collect(),
                 truncated_end: inner.truncated_end,
-                promised_epoch: inner.promised_epoch,
+                promised_epoch: inner.epochs.promised_epoch,
             };
             (manifest, inner.log_id)
         };
@@ -256,7 +256,7 @@ impl<S: Storage> Log<S> {
     /// again finds it just the same.
     pub fn is_empty(&self) -> bool {
         let inner = self.inner.borrow();
-        inner.segments.is_empty() && inner.durable_end == 0 && inner.staged.is_empty()
+        inner.segments.is_empty() && inner.positions.durable_end == 0 && inner.staging.staged.is_empty()
     }
 
     /// Makes a log that never held anything (`is_empty`) start at `offset`: its first segment
@@ -271,9 +271,9 @@ impl<S: Storage> Log<S> {
                 return Err(LogError::Fenced(why.clone()));
             }
             let untouched = inner.segments.is_empty()
-                && inner.durable_end == 0
-                && inner.assigned_end == 0
-                && inner.staged.is_empty()
+                && inner.positions.durable_end == 0
+                && inner.positions.assigned_end == 0
+                && inner.staging.staged.is_empty()
                 && !inner.flushing
                 && !inner.truncating;
             if !untouched {
@@ -281,19 +281,19 @@ impl<S: Storage> Log<S> {
                     "a log that holds records cannot start again at offset {offset}"
                 )));
             }
-            inner.committed_end = offset;
-            inner.durable_end = offset;
-            inner.written_end = offset;
-            inner.assigned_end = offset;
+            inner.positions.committed_end = offset;
+            inner.positions.durable_end = offset;
+            inner.positions.written_end = offset;
+            inner.positions.assigned_end = offset;
             inner.check_positions();
         }
         if let Err(error) = self.roll(0).await {
             let mut inner = self.inner.borrow_mut();
             if inner.segments.is_empty() {
-                inner.committed_end = 0;
-                inner.durable_end = 0;
-                inner.written_end = 0;
-                inner.assigned_end = 0;
+                inner.positions.committed_end = 0;
+                inner.positions.durable_end = 0;
+                inner.positions.written_end = 0;
+                inner.positions.assigned_end = 0;
             }
             return Err(error);
         }
@@ -318,7 +318,7 @@ impl<S: Storage> Log<S> {
             // Doubling is for a disk with room: on a nearly full one the next segment is what
             // fits, down to the initial size (see `segment_bytes_to_fit`).
             let next = segment_bytes_to_fit(next, free_bytes, inner.config.segment_bytes_initial);
-            (next.max(at_least_bytes), inner.durable_end)
+            (next.max(at_least_bytes), inner.positions.durable_end)
         };
         // The reserve (`LogConfig::reserve`) is for a disk without room for this segment: a
         // roll that the free space says cannot be allocated takes it at once, and one whose
@@ -326,7 +326,8 @@ impl<S: Storage> Log<S> {
         let reserve_fits = |reserve: &Option<Box<Reserve>>| {
             reserve.as_ref().filter(|reserve| reserve.capacity >= at_least_bytes).map(|reserve| **reserve)
         };
-        let mut from_reserve = reserve_fits(&self.inner.borrow().reserve).filter(|_| free_bytes < capacity);
+        let mut from_reserve =
+            reserve_fits(&self.inner.borrow().kept.reserve).filter(|_| free_bytes < capacity);
         let (renamed, recycled) = self.take_kept_file(&copies, &mut capacity).await;
         // A file renamed into place (a spare, a kept file) is allocated already: the reserve
         // stays for a later roll.
@@ -352,11 +353,11 @@ impl<S: Storage> Log<S> {
             if reserve_copies != 0 {
                 // Taken, or removed by a rename that failed: either way it is gone.
                 let mut inner = self.inner.borrow_mut();
-                if let Some(reserve) = inner.reserve.as_mut() {
+                if let Some(reserve) = inner.kept.reserve.as_mut() {
                     reserve.copies &= !reserve_copies;
                 }
-                if inner.reserve.as_ref().is_some_and(|reserve| reserve.copies == 0) {
-                    inner.reserve = None;
+                if inner.kept.reserve.as_ref().is_some_and(|reserve| reserve.copies == 0) {
+                    inner.kept.reserve = None;
                 }
             }
             // The disk has no room after all: the reserve, if there is one, instead.
@@ -365,7 +366,7 @@ impl<S: Storage> Log<S> {
                 && from_reserve.is_none()
                 && failed.is_empty()
                 && !full.is_empty();
-            if let Some(reserve) = reserve_fits(&self.inner.borrow().reserve).filter(|_| retry) {
+            if let Some(reserve) = reserve_fits(&self.inner.borrow().kept.reserve).filter(|_| retry) {
                 for (copy, file) in files.iter().enumerate() {
                     if file.is_some() {
                         let _ = self.storage.remove_file(&self.folder(copy).join(segment_name(base_offset)));

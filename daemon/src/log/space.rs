@@ -41,6 +41,26 @@ pub(super) struct Recycled<S: Storage> {
     _place: ShardPlace,
 }
 
+/// The files a log keeps ahead of its rolls, each boxed: most logs (idle topics) never have
+/// one, and each costs a word. (Whether a roll recycled and whether a reserve is being taken
+/// are `LogInner::rolled` and `LogInner::reserving`.)
+pub(super) struct Kept<S: Storage> {
+    pub(super) spare: Option<Box<Spare<S>>>,
+    /// The base offset of the active segment a spare was last started for (`u64::MAX`: none):
+    /// one per segment, even if it could not be used.
+    pub(super) spare_started_for: u64,
+    /// Only busy logs keep one.
+    pub(super) recycled: Option<Box<Recycled<S>>>,
+    /// Only journals keep one (`LogConfig::reserve`).
+    pub(super) reserve: Option<Box<Reserve>>,
+}
+
+impl<S: Storage> Kept<S> {
+    pub(super) fn new() -> Kept<S> {
+        Kept { spare: None, spare_started_for: u64::MAX, recycled: None, reserve: None }
+    }
+}
+
 /// Creates a spare segment file in each copy given a path (`None` elsewhere), allocates and
 /// syncs it, then writes zeros over it chunk by chunk until it is whole or `stop` is set: only
 /// while `busy` (the log is bound by the disk) is false, and pausing after each chunk as long
@@ -302,22 +322,23 @@ impl<S: Storage> Log<S> {
     pub(super) fn start_spare_if_due(&self) {
         let (capacity, place) = {
             let mut inner = self.inner.borrow_mut();
-            if !inner.config.prewrite || !inner.config.keep_files_open || inner.spare.is_some() {
+            if !inner.config.prewrite || !inner.config.keep_files_open || inner.kept.spare.is_some() {
                 return;
             }
             // A recycled file of the largest size serves any roll the spare would.
-            if inner.recycled.is_some() {
+            if inner.kept.recycled.is_some() {
                 return;
             }
             let Some(segment) = inner.segments.last() else { return };
-            if segment.write_position * 2 < segment.capacity || inner.spare_started_for == segment.base_offset
+            if segment.write_position * 2 < segment.capacity
+                || inner.kept.spare_started_for == segment.base_offset
             {
                 return;
             }
             let capacity = (segment.capacity * 2).min(inner.config.segment_bytes_max).max(segment.capacity);
             // Without a place now, a later commit into this segment tries again.
             let Some(place) = ShardPlace::spare() else { return };
-            inner.spare_started_for = segment.base_offset;
+            inner.kept.spare_started_for = segment.base_offset;
             (capacity, place)
         };
         let writable = self.writable_copies();
@@ -337,17 +358,17 @@ impl<S: Storage> Log<S> {
         let busy = move || {
             log.upgrade().is_none_or(|inner| {
                 let inner = inner.borrow();
-                inner.staged_bytes * 4 >= inner.config.group_commit_bytes_max
+                inner.staging.staged_bytes * 4 >= inner.config.group_commit_bytes_max
             })
         };
         let task =
             crate::runtime::spawn(prewrite_spare(self.storage.clone(), paths, capacity, stop.clone(), busy));
-        self.inner.borrow_mut().spare = Some(Box::new(Spare { capacity, stop, task, _place: place }));
+        self.inner.borrow_mut().kept.spare = Some(Box::new(Spare { capacity, stop, task, _place: place }));
     }
 
     /// Stops the zero-filling of the spare, if any, and hands over its capacity and files.
     async fn take_spare(&self) -> Option<(u64, Vec<Option<Rc<S::File>>>)> {
-        let spare = self.inner.borrow_mut().spare.take()?;
+        let spare = self.inner.borrow_mut().kept.spare.take()?;
         spare.stop.set(true);
         // The write in flight ends before the task does: nothing lands in the file after this.
         let files = spare.task.await;
@@ -360,6 +381,7 @@ impl<S: Storage> Log<S> {
         let writable = self.writable_copies();
         self.inner
             .borrow()
+            .kept
             .reserve
             .as_ref()
             .is_some_and(|reserve| writable.iter().all(|copy| reserve.copies & (1 << copy) != 0))
@@ -389,7 +411,7 @@ impl<S: Storage> Log<S> {
         let made = make_reserve(&self.storage, &self.directories, &relative, bytes).await;
         let found = find_reserve(&self.storage, &self.directories, &relative).await;
         let mut inner = self.inner.borrow_mut();
-        inner.reserve = found.map(Box::new);
+        inner.kept.reserve = found.map(Box::new);
         inner.reserving = false;
         made
     }
@@ -412,7 +434,7 @@ impl<S: Storage> Log<S> {
         if let Some((capacity, files)) = self.take_spare().await {
             self.remove_kept_files(SPARE_NAME, files, capacity);
         }
-        let recycled = self.inner.borrow_mut().recycled.take();
+        let recycled = self.inner.borrow_mut().kept.recycled.take();
         if let Some(recycled) = recycled {
             let Recycled { files, capacity, .. } = *recycled;
             self.remove_kept_files(RECYCLE_NAME, files, capacity);
@@ -455,10 +477,10 @@ impl<S: Storage> Log<S> {
         // A recycled file goes first: its blocks are written ones, where a spare's are only
         // as far as its zero-filling got. One large enough and in every copy that takes writes
         // is renamed into place; one too small waits for a roll it fits.
-        let kept = self.inner.borrow_mut().recycled.take();
+        let kept = self.inner.borrow_mut().kept.recycled.take();
         if let Some(kept) = kept {
             if kept.capacity < *capacity {
-                self.inner.borrow_mut().recycled = Some(kept);
+                self.inner.borrow_mut().kept.recycled = Some(kept);
             } else if copies.iter().all(|copy| kept.files[*copy].is_some()) {
                 *capacity = kept.capacity;
                 let Recycled { files, .. } = *kept;
@@ -507,7 +529,7 @@ impl<S: Storage> Log<S> {
     pub(super) fn recycle_one_of(&self, removed: &mut [Segment<S>]) {
         let segment_bytes_max = {
             let inner = self.inner.borrow();
-            if !inner.config.recycle || !inner.config.keep_files_open || inner.recycled.is_some() {
+            if !inner.config.recycle || !inner.config.keep_files_open || inner.kept.recycled.is_some() {
                 return;
             }
             inner.config.segment_bytes_max
@@ -545,13 +567,13 @@ impl<S: Storage> Log<S> {
             }
             files[*copy] = segment.files[*copy].take();
         }
-        self.inner.borrow_mut().recycled =
+        self.inner.borrow_mut().kept.recycled =
             Some(Box::new(Recycled { capacity: segment.capacity, files, _place: place }));
     }
 
     /// Whether the log keeps a deleted segment's file for its next roll.
     pub fn keeps_a_recycled_file(&self) -> bool {
-        self.inner.borrow().recycled.is_some()
+        self.inner.borrow().kept.recycled.is_some()
     }
 
     /// Whether the log rolled since the last call, for a log that recycles: its owner then

@@ -1305,7 +1305,7 @@ fn a_fenced_directory_is_resynced_live() {
         let mut acked: std::collections::BTreeMap<u64, u64> = (0..320).map(|i| (i, i)).collect();
         acked.extend(writer.await);
         assert!(!log.is_stale(2) && !dirs.is_fenced(2));
-        assert!(log.inner.borrow().joining.is_none(), "the copy is still joining");
+        assert!(log.inner.borrow().copies.joining.is_none(), "the copy is still joining");
         acked.extend(append_in_rounds(log.clone(), 360, 2, 5).await);
         for base in log.inner.borrow().segments.iter().map(|segment| segment.base_offset) {
             let (resynced, healthy) = (copy_bytes(&disk, 2, base), copy_bytes(&disk, 0, base));
@@ -1737,7 +1737,7 @@ async fn fill_past_half(log: &Log<SimDisk>, first: u64) -> u64 {
 /// Gives the background task time to prepare the spare: SimDisk's operations complete at
 /// once, so a few milliseconds of pauses are plenty.
 async fn spare_ready(log: &Log<SimDisk>) {
-    assert!(log.inner.borrow().spare.is_some(), "a spare is being prepared");
+    assert!(log.inner.borrow().kept.spare.is_some(), "a spare is being prepared");
     crate::runtime::sleep(std::time::Duration::from_millis(30)).await;
 }
 
@@ -1864,19 +1864,19 @@ fn a_shard_keeps_a_bounded_number_of_spares() {
             logs.push(log);
         }
         let with_spare =
-            |logs: &[Log<SimDisk>]| logs.iter().filter(|log| log.inner.borrow().spare.is_some()).count();
+            |logs: &[Log<SimDisk>]| logs.iter().filter(|log| log.inner.borrow().kept.spare.is_some()).count();
         assert_eq!(with_spare(&logs), SPARES_PER_SHARD_MAX);
-        let without = logs.iter().position(|log| log.inner.borrow().spare.is_none()).unwrap();
-        let with = logs.iter().position(|log| log.inner.borrow().spare.is_some()).unwrap();
+        let without = logs.iter().position(|log| log.inner.borrow().kept.spare.is_none()).unwrap();
+        let with = logs.iter().position(|log| log.inner.borrow().kept.spare.is_some()).unwrap();
         logs[with].discard_spares().await;
         logs[without].append(records_for(&[vec![b'k'; 1024]]), 1).await.unwrap();
-        assert!(logs[without].inner.borrow().spare.is_some(), "the place given back is taken");
+        assert!(logs[without].inner.borrow().kept.spare.is_some(), "the place given back is taken");
         assert_eq!(with_spare(&logs), SPARES_PER_SHARD_MAX);
         drop(logs);
         let relative = PathBuf::from("topics/another");
         let (log, _) = Log::open(disk.clone(), dirs.clone(), &relative, 1000, spare_config()).await.unwrap();
         fill_past_half(&log, 0).await;
-        assert!(log.inner.borrow().spare.is_some(), "dropped logs give their places back");
+        assert!(log.inner.borrow().kept.spare.is_some(), "dropped logs give their places back");
     });
 }
 
@@ -2066,7 +2066,7 @@ fn a_deleted_segment_is_recycled_by_the_next_roll() {
             }
             let closed = log.closed_segments().len();
             log.remove_oldest(closed).await.unwrap();
-            assert!(log.inner.borrow().recycled.is_some());
+            assert!(log.inner.borrow().kept.recycled.is_some());
         }
         // A few commits into the active recycled segment, then one more roll: a closed recycled
         // segment followed by another one.
@@ -2582,5 +2582,20 @@ fn a_log_with_a_reserve_commits_on_a_full_disk() {
         log.retake_reserve().await.unwrap();
         assert!(log.has_reserve(), "no reserve once space came back");
         check_payloads(&read_all(&log).await, 16);
+    });
+}
+
+/// The positions' order is asserted in every build: a commit point moved past the durable end
+/// (here by hand) stops the log at its next commit rather than serving what is not durable.
+#[test]
+#[should_panic(expected = "positions out of order")]
+fn positions_out_of_order_stop_the_log() {
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
+        append_many(&log, 0, 10).await;
+        log.inner.borrow_mut().positions.committed_end = 20;
+        log.commit_to(10);
     });
 }

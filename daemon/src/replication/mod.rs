@@ -5,6 +5,7 @@
 //! majority, followers truncating to their leader) for the two safety properties: no committed
 //! record is ever lost, and a deposed leader never commits.
 
+pub mod feed;
 pub mod protocol;
 pub mod source;
 #[cfg(test)]
@@ -40,6 +41,11 @@ impl CommitTracker {
     /// records when it was elected, of which `committed_end` were known committed.
     pub fn new(epoch: u64, replicas: &[NodeId], epoch_start: u64, committed_end: u64) -> CommitTracker {
         assert!(!replicas.is_empty(), "a leader is one of its replicas");
+        // The log's positions put the commit point at or below its end (`Log::next_offset`).
+        assert!(
+            committed_end <= epoch_start,
+            "committed up to {committed_end}, past the log's end {epoch_start} at the epoch's start"
+        );
         CommitTracker {
             epoch,
             epoch_start,
@@ -63,8 +69,10 @@ impl CommitTracker {
         let mut ends: Vec<u64> = self.durable_ends.iter().map(|(_, end)| *end).collect();
         ends.sort_unstable_by(|a, b| b.cmp(a));
         let on_a_quorum = ends[quorum(self.replicas) - 1];
-        if on_a_quorum > self.epoch_start {
-            self.committed_end = self.committed_end.max(on_a_quorum);
+        // The commit point only moves forward, and only past this epoch's start (each replica's
+        // durable end is the greatest it answered, so what a quorum holds never shrinks).
+        if on_a_quorum > self.epoch_start && on_a_quorum > self.committed_end {
+            self.committed_end = on_a_quorum;
         }
         self.committed_end
     }

@@ -4,6 +4,7 @@
 //! round's promise; and the reads a new leader makes of a journal it lacks. It knows logs,
 //! epochs and a `Transport` to the other replicas, not topics or the wire.
 
+use super::feed::{Action, Feed, Outcome, Wake};
 use super::protocol::{
     Chunk, FencedLog, LogAppend, LogTip, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES,
 };
@@ -17,7 +18,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bytes of records one append to a follower carries of each log, beyond its first batch.
 pub const APPEND_BYTES_MAX: usize = 4 << 20;
@@ -315,9 +316,10 @@ impl Leader {
         }
     }
 
-    /// Sends follower `index` what it lacks, for as long as this replica leads: up to
-    /// `APPENDS_IN_FLIGHT` appends at once, each from where the one before ends; a failure
-    /// drops the window and a new sync finds out what the follower holds.
+    /// Sends follower `index` what it lacks, for as long as this replica leads: the I/O of
+    /// the follower's `Feed`, which decides what to send and when (up to `APPENDS_IN_FLIGHT`
+    /// appends at once, each from where the one before ends; a failure drops the window and a
+    /// new sync finds out what the follower holds).
     async fn replicate<S: Storage>(
         self: Rc<Self>,
         topic_id: u64,
@@ -326,126 +328,106 @@ impl Leader {
         transport: Rc<dyn Transport>,
     ) {
         let peer = self.peers[index].clone();
-        let mut synced = false;
-        // Where the next append starts (past what is in flight), and what each in flight
-        // told the follower of the commit point, and when it was sent.
-        let mut sent_to = [0u64; LOGS];
-        let mut in_flight: VecDeque<(Exchange, [u64; LOGS], Instant)> = VecDeque::new();
-        let mut pause = RETRY_PAUSE_MIN;
-        let mut told = [0u64; LOGS];
+        let mut feed = Feed::new();
+        // The answers of the appends in flight, in the order of the feed's.
+        let mut in_flight: VecDeque<Exchange> = VecDeque::new();
         while !self.stopped.get() {
-            if !synced {
-                in_flight.clear();
-                let request = ReplicaRequest::Sync {
-                    topic_id,
-                    leader_epoch: self.epoch,
-                    logs: [tip(&logs[MESSAGES]), tip(&logs[JOURNAL])],
-                };
-                let sent_at = crate::runtime::now();
-                match exchange(self.clone(), transport.clone(), peer.clone(), request).await {
-                    Some(ReplicaAnswer::Synced { next_offsets }) => {
-                        self.answered_sent.borrow_mut()[index] = Some(sent_at);
-                        // Cut to agree with this leader, durable there: it counts.
-                        self.answered(index, next_offsets, &logs);
-                        sent_to = next_offsets;
-                        synced = true;
-                        pause = RETRY_PAUSE_MIN;
-                    }
-                    _ => pause = self.pause(pause).await,
-                }
-                continue;
-            }
-            // Records past what was sent go at once, while the window has room. The commit
-            // point and the start ride along; alone, they are told only once the source is
-            // idle for `IDLE_APPEND_INTERVAL` (a follower needs them only to let go of
-            // segments), so an idle topic costs nothing; or when a delivery wants the lease.
-            // Small appends wait for the one in flight (the follower then writes them as one);
-            // a large backlog goes while others are in flight.
-            let pending = |log: usize| logs[log].durable_end().saturating_sub(sent_to[log]);
-            let any = pending(MESSAGES) + pending(JOURNAL) > 0;
-            let many = pending(MESSAGES) + pending(JOURNAL) >= APPEND_PIPELINE_RECORDS_MIN;
-            let mut send = any && (in_flight.is_empty() || (many && in_flight.len() < APPENDS_IN_FLIGHT));
-            if !send {
-                let waiting = [logs[MESSAGES].durable(), logs[JOURNAL].durable()];
-                let (stopped, renew) = (self.stop.notified(), self.renew.notified());
-                let [messages, journal] = waiting;
-                let woken = futures_lite::future::or(futures_lite::future::or(messages, journal), stopped);
-                let front = async {
-                    match in_flight.front_mut() {
-                        Some((answer, _, _)) => Some(answer.await),
-                        None => std::future::pending().await,
-                    }
-                };
-                // What woke it: an answer, records (or a stop), a delivery wanting the lease
-                // renewed, or the idle interval.
-                let woke = futures_lite::future::or(
-                    futures_lite::future::or(async { Woke::Answer(front.await.flatten()) }, async {
-                        woken.await;
-                        Woke::Records
-                    }),
-                    futures_lite::future::or(
-                        async {
-                            renew.await;
-                            Woke::Renew
-                        },
-                        async {
-                            crate::runtime::sleep(IDLE_APPEND_INTERVAL).await;
-                            Woke::Idle
-                        },
-                    ),
-                )
-                .await;
-                match woke {
-                    Woke::Answer(answer) => {
-                        let (_, committed_sent, sent_at) = in_flight.pop_front().expect("an answer came");
-                        match answer {
-                            Some(ReplicaAnswer::Appended { durable_ends }) => {
-                                self.answered_sent.borrow_mut()[index] = Some(sent_at);
-                                self.answered(index, durable_ends, &logs);
-                                told = committed_sent;
-                                pause = RETRY_PAUSE_MIN;
-                            }
-                            _ => {
-                                synced = false;
-                                pause = self.pause(pause).await;
-                            }
-                        }
-                        continue;
-                    }
-                    Woke::Records => continue,
-                    Woke::Renew => send = in_flight.is_empty(),
-                    Woke::Idle => {
-                        let untold = |log: usize| logs[log].committed_end() > told[log];
-                        send = in_flight.is_empty() && (untold(MESSAGES) || untold(JOURNAL));
-                    }
-                }
-                if !send {
+            let durable_ends = [logs[MESSAGES].durable_end(), logs[JOURNAL].durable_end()];
+            match feed.on_append(durable_ends) {
+                Action::Sync => {
+                    in_flight.clear();
+                    let request = ReplicaRequest::Sync {
+                        topic_id,
+                        leader_epoch: self.epoch,
+                        logs: [tip(&logs[MESSAGES]), tip(&logs[JOURNAL])],
+                    };
+                    let sent_at = crate::runtime::now();
+                    let answer = exchange(self.clone(), transport.clone(), peer.clone(), request).await;
+                    let outcome = feed.on_synced(answer.as_ref(), sent_at);
+                    self.follow_outcome(index, outcome, &logs).await;
                     continue;
                 }
+                Action::Append { .. } => {}
+                Action::Wait => {
+                    let waiting = [logs[MESSAGES].durable(), logs[JOURNAL].durable()];
+                    let (stopped, renew) = (self.stop.notified(), self.renew.notified());
+                    let [messages, journal] = waiting;
+                    let woken =
+                        futures_lite::future::or(futures_lite::future::or(messages, journal), stopped);
+                    let front = async {
+                        match in_flight.front_mut() {
+                            Some(answer) => Some(answer.await),
+                            None => std::future::pending().await,
+                        }
+                    };
+                    // What woke it: an answer, records (or a stop), a delivery wanting the lease
+                    // renewed, or the idle interval.
+                    let woke = futures_lite::future::or(
+                        futures_lite::future::or(async { Woke::Answer(front.await.flatten()) }, async {
+                            woken.await;
+                            Woke::Tick(Wake::Records)
+                        }),
+                        futures_lite::future::or(
+                            async {
+                                renew.await;
+                                Woke::Tick(Wake::Renew)
+                            },
+                            async {
+                                crate::runtime::sleep(IDLE_APPEND_INTERVAL).await;
+                                Woke::Tick(Wake::Idle)
+                            },
+                        ),
+                    )
+                    .await;
+                    match woke {
+                        Woke::Answer(answer) => {
+                            // Answered: the feed takes the same one, the oldest, off its window.
+                            let _answered = in_flight.pop_front().expect("an answer came");
+                            let outcome = feed.on_answer(answer.as_ref());
+                            self.follow_outcome(index, outcome, &logs).await;
+                            continue;
+                        }
+                        Woke::Tick(wake) => {
+                            let committed_ends =
+                                [logs[MESSAGES].committed_end(), logs[JOURNAL].committed_end()];
+                            if !feed.on_tick(wake, committed_ends) {
+                                continue;
+                            }
+                        }
+                    }
+                }
             }
-            let parts = match self.parts(&logs, sent_to).await {
+            let parts = match self.parts(&logs, feed.sent_to()).await {
                 Ok(parts) => parts,
                 Err(error) => {
                     crate::log_warn!(
                         "ringpostd: topic {topic_id:x}: reading records for replica shard {:#x}: {error}",
                         peer.shard
                     );
-                    synced = false;
-                    pause = self.pause(pause).await;
+                    let outcome = feed.on_read_failed();
+                    self.follow_outcome(index, outcome, &logs).await;
                     continue;
                 }
             };
-            for (log, part) in parts.iter().enumerate() {
-                if let Some(last) = part.chunks.last() {
-                    sent_to[log] = last.end_offset();
-                }
-            }
+            let ends = [MESSAGES, JOURNAL].map(|log| parts[log].chunks.last().map(Chunk::end_offset));
             let committed_sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
             let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
-            let sent_at = crate::runtime::now();
+            feed.on_sent(ends, committed_sent, crate::runtime::now());
             // Sent when first polled, at the window's front (see `APPENDS_IN_FLIGHT`).
-            let answer = Box::pin(exchange(self.clone(), transport.clone(), peer.clone(), request));
-            in_flight.push_back((answer, committed_sent, sent_at));
+            in_flight.push_back(Box::pin(exchange(self.clone(), transport.clone(), peer.clone(), request)));
+        }
+    }
+
+    /// Performs what an answer (or a failure) means for follower `index`: what it holds counts
+    /// towards the commit point and the lease; a failure pauses before the sync that follows.
+    async fn follow_outcome<S: Storage>(&self, index: usize, outcome: Outcome, logs: &[Log<S>; LOGS]) {
+        match outcome {
+            Outcome::Holds { ends, sent_at } => {
+                self.answered_sent.borrow_mut()[index] = Some(sent_at);
+                self.answered(index, ends, logs);
+            }
+            Outcome::Retry { pause } => self.pause(pause).await,
+            Outcome::Ignored => {}
         }
     }
 
@@ -469,13 +451,12 @@ impl Leader {
         self.election_wanted.get()
     }
 
-    /// Sleeps `pause` (or until deposed) and returns the next, doubled up to the longest.
-    async fn pause(&self, pause: Duration) -> Duration {
+    /// Sleeps `pause`, or until deposed.
+    async fn pause(&self, pause: Duration) {
         let stopped = self.stop.notified();
         if !self.stopped.get() {
             futures_lite::future::or(stopped, crate::runtime::sleep(pause)).await;
         }
-        (pause * 2).min(RETRY_PAUSE_MAX)
     }
 }
 
@@ -499,9 +480,7 @@ async fn part<S: Storage>(log: &Log<S>, from: u64, room: usize) -> Result<LogApp
 /// What woke a leader's loop for one follower.
 enum Woke {
     Answer(Option<ReplicaAnswer>),
-    Records,
-    Renew,
-    Idle,
+    Tick(Wake),
 }
 
 /// An append in flight: its answer, None on any failure.

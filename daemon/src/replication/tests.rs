@@ -334,3 +334,11 @@ fn no_committed_record_is_lost_and_a_deposed_leader_never_commits_in_any_history
         "{totals:?}"
     );
 }
+
+/// A leader whose commit point is past its log's end at its epoch's start is refused: its
+/// positions are out of order, and it would commit what no quorum holds.
+#[test]
+#[should_panic(expected = "past the log's end")]
+fn a_tracker_committed_past_its_epochs_start_is_refused() {
+    CommitTracker::new(4, &[1, 2, 3], 10, 11);
+}

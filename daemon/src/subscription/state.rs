@@ -807,6 +807,15 @@ impl SubscriptionState {
             // Nothing out, nothing new: an idle subscription's poll allocates nothing.
             return deliveries;
         }
+        // The window (see the module's invariants), in release builds too: two comparisons a
+        // pull, where a cursor below the floor would make the window's size wrap and the
+        // subscription deliver nothing new again. The daemon is fail-stop (`fail_stop`).
+        let floor = self.acked.floor();
+        assert!(
+            floor <= self.cursor && self.cursor - floor <= UNACKED_WINDOW_MAX,
+            "the delivery cursor {} outside the window from the ack floor {floor}",
+            self.cursor
+        );
         while deliveries.len() < max {
             let in_flight = self.in_flight();
             let Some(offset) = in_flight.redeliver.pop_first() else { break };
@@ -830,6 +839,9 @@ impl SubscriptionState {
     }
 
     fn lease(&mut self, offset: u64, now: Instant, stream: u64, duration: Duration) -> Delivery {
+        // In the window: unacknowledged, so at or above the floor. Checked in debug builds only,
+        // as it is on the path of every message delivered.
+        debug_assert!(offset >= self.acked.floor(), "a lease of {offset}, below the ack floor");
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
         self.delivered_total += 1;
@@ -1453,5 +1465,15 @@ mod tests {
         state.cursor = 1;
         assert_eq!(state.check_ack(&before_restart, now), Ok(Some(0)));
         assert_eq!(state.check_ack(&before_restart, now + DEADLINE), Err(AckRefusal::LeaseEnded));
+    }
+
+    /// A delivery cursor below the ack floor stops the pull with the window's assertion (in
+    /// every build) rather than a window size that wraps.
+    #[test]
+    #[should_panic(expected = "outside the window")]
+    fn a_cursor_below_the_floor_is_caught() {
+        let mut state = SubscriptionState::new(4, 0, DEADLINE);
+        state.acked = AckSet::new(5);
+        state.pull(Instant::now(), 1, 10);
     }
 }
