@@ -41,7 +41,7 @@ use ringpost_wire::Command;
 use std::cell::{Cell, Ref, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 const SEEDS_DEFAULT: u64 = 200;
@@ -272,17 +272,21 @@ impl moves::Mover for World {
 }
 
 /// A node's way to the others: requests cross the simulated network, run on the target as
-/// its task, and their answers cross back.
+/// its task, and their answers cross back. It holds its world weakly: the world holds the
+/// node's forwarder, which holds this, and a strong reference would keep every seed's world
+/// (its disks' contents among it) alive after its run.
 struct SimTransport {
-    world: Rc<World>,
+    world: Weak<World>,
     from: usize,
 }
 
 impl Transport for SimTransport {
     fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
-        let (world, from, to) = (self.world.clone(), self.from, node_of(peer.shard));
+        let (world, from, to) = (self.world.upgrade(), self.from, node_of(peer.shard));
         Box::pin(async move {
             let unreachable = || crate::api::Status::unavailable(format!("node {to} is not reachable"));
+            // The world outlives every call made while it runs (the run holds it).
+            let world = world.ok_or_else(unreachable)?;
             world.one_way().await;
             if world.cut(Some(from), to) {
                 return Err(unreachable());
@@ -340,7 +344,7 @@ async fn start(world: &Rc<World>, node: usize, recovering: bool) {
     ));
     forwarder.replica_context.node_id.set(node as u64 + 1);
     *forwarder.replica_context.transport.borrow_mut() =
-        Some(Rc::new(SimTransport { world: world.clone(), from: node }));
+        Some(Rc::new(SimTransport { world: Rc::downgrade(world), from: node }));
     let attach = ControlRequest::AttachReplica {
         topic_id: TOPIC_ID,
         name: TOPIC.to_owned(),
@@ -780,6 +784,8 @@ fn simulate(seed: u64) {
         healed: Cell::new(false),
         unanswered_acks: RefCell::default(),
     });
+    let world_left = Rc::downgrade(&world);
+    let disks: Vec<_> = world.nodes.borrow().iter().map(|node| node.disk.downgrade()).collect();
     sim::run(seed, async move {
         for node in 0..NODES_TOTAL {
             start(&world, node, false).await;
@@ -867,6 +873,13 @@ fn simulate(seed: u64) {
             );
         }
     });
+    // What a seed built is freed once its run ends, or a run of many seeds grows by each one's
+    // disks: nothing keeps the world alive, and nothing of a forwarder (crashed or running at
+    // the end) that holds a disk's files is kept by a cycle of its own.
+    assert!(world_left.upgrade().is_none(), "seed {seed}: the world outlived its run");
+    for (node, disk) in disks.iter().enumerate() {
+        assert!(!disk.is_held(), "seed {seed}: node {node}'s disk outlived its run");
+    }
 }
 
 #[test]

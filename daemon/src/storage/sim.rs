@@ -303,9 +303,23 @@ fn eio(what: &str) -> io::Error {
     io::Error::other(format!("injected EIO on {what}"))
 }
 
+/// A disk held weakly, to tell whether anything (a file handle of a log, a forwarder) still
+/// keeps its contents after a simulation ended.
+pub struct SimDiskHeld(std::rc::Weak<RefCell<SimState>>);
+
+impl SimDiskHeld {
+    pub fn is_held(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
 impl SimDisk {
     pub fn new() -> SimDisk {
         SimDisk::default()
+    }
+
+    pub fn downgrade(&self) -> SimDiskHeld {
+        SimDiskHeld(Rc::downgrade(&self.state))
     }
 
     /// Files whose writes are durable once they complete, as with O_DSYNC (the real storage
