@@ -18,11 +18,16 @@ impl<S: Storage> TopicState<S> {
             };
             // A leader keeps what a follower still lacks.
             let replicated = self.replicated_floor(crate::replication::protocol::MESSAGES);
+            // And every replica what it does not know to be committed: a follower whose commit
+            // point its leader has not told yet (after a restart or a demotion it forgets it)
+            // keeps its records, which a new leader's sync may yet cut, and its log never
+            // starts past its committed end (asserted with the log's positions).
+            let committed = self.log.committed_end();
             self.log
                 .closed_segments()
                 .iter()
                 .take_while(|segment| {
-                    if segment.end_offset > replicated {
+                    if segment.end_offset > replicated || segment.end_offset > committed {
                         return false;
                     }
                     let topic_keeps = self.retention_seconds.get() > 0
