@@ -12,7 +12,8 @@
 //! or to any node. Among the faults, a replica is moved to a spare node by the router's own
 //! steps (`router::moves::move_replica`, over this test's `Mover`: taken out, then a new one
 //! added, an election after each), the faults going on meanwhile; the replica taken out is
-//! shut down.
+//! shut down. One fault aims at the hand-off of a move: the leader's replica moved away just
+//! after one follower came back from being cut off and the other was cut off.
 //!
 //! Checked as it runs: nothing is delivered that was never published, no message is
 //! delivered again after its acknowledgement was confirmed, and the committed records of any
@@ -653,7 +654,7 @@ async fn nemesis(world: Rc<World>) {
         let pause = 20 + world.rng.borrow_mut().below(400);
         runtime::sleep(Duration::from_millis(pause)).await;
         check_prefixes(&world).await;
-        let choice = world.rng.borrow_mut().below(7);
+        let choice = world.rng.borrow_mut().below(8);
         let leader = world.leader();
         let random = world.random_member();
         trace(|| format!("nemesis {choice}: leader {leader}, node {random}"));
@@ -698,6 +699,26 @@ async fn nemesis(world: Rc<World>) {
                 if !world.moving.get() && !world.spares.borrow().is_empty() {
                     world.moving.set(true);
                     runtime::spawn(move_replica(world.clone(), random)).detach();
+                }
+            }
+            // The leader's replica moved away while a follower lags: one follower cut off
+            // while publishes go on, then back as the other is cut off, and the move begins.
+            // The hand-off's election hears the leaving leader and the lagging follower only:
+            // their two answers must not make its quorum (the leaving one is no candidate, and
+            // the lagging one lacks what the leader and the other acknowledged).
+            7 => {
+                let followers: Vec<usize> =
+                    world.members().into_iter().filter(|node| *node != leader).collect();
+                if followers.len() == 2 && !world.moving.get() && !world.spares.borrow().is_empty() {
+                    let first = world.rng.borrow_mut().below(2) as usize;
+                    let (lagging, other) = (followers[first], followers[1 - first]);
+                    world.isolated.borrow_mut().insert(lagging);
+                    let lag = 50 + world.rng.borrow_mut().below(200);
+                    runtime::sleep(Duration::from_millis(lag)).await;
+                    world.isolated.borrow_mut().remove(&lagging);
+                    world.isolated.borrow_mut().insert(other);
+                    world.moving.set(true);
+                    runtime::spawn(move_replica(world.clone(), leader)).detach();
                 }
             }
             // A node's wall clock stepped (T11): nothing that is safe may change.
