@@ -331,7 +331,10 @@ pub(crate) fn without_tests(source: &str) -> String {
 fn defines(source: &str, name: &str) -> bool {
     source.lines().any(|line| {
         let line = line.trim_start();
-        let line = line.strip_prefix("pub ").or_else(|| line.strip_prefix("pub(crate) ")).unwrap_or(line);
+        let line = ["pub ", "pub(crate) ", "pub(super) "]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+            .unwrap_or(line);
         line.strip_prefix("const ")
             .and_then(|rest| rest.strip_prefix(name))
             .is_some_and(|rest| rest.starts_with(':'))
@@ -561,7 +564,10 @@ fn every_bound_of_the_daemon_is_in_the_table() {
         let source = without_tests(&std::fs::read_to_string(&file).expect("reading a source file"));
         for line in source.lines() {
             let line = line.trim_start();
-            let line = line.strip_prefix("pub ").or_else(|| line.strip_prefix("pub(crate) ")).unwrap_or(line);
+            let line = ["pub ", "pub(crate) ", "pub(super) "]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))
+                .unwrap_or(line);
             let Some(rest) = line.strip_prefix("const ") else { continue };
             let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             if !named_like_a_bound(&name) {
