@@ -315,7 +315,7 @@ impl Daemon {
     /// after `grace`; the process may then exit, since whatever was left is safe to lose as
     /// at any crash.
     pub fn shutdown(mut self, grace: std::time::Duration) -> Result<Stopped, String> {
-        let started = std::time::Instant::now();
+        let started = crate::runtime::now();
         // The gRPC API first: its streams end with UNAVAILABLE so that its clients reconnect,
         // and nothing it runs is left waiting on a stopped shard.
         if let Some(grpc) = self.grpc.take() {
@@ -330,7 +330,7 @@ impl Daemon {
         let mut connections = Vec::new();
         let wait_for = |count: usize, connections: &mut Vec<(String, usize)>| {
             for _ in 0..count {
-                let left = until.saturating_duration_since(std::time::Instant::now());
+                let left = until.saturating_duration_since(crate::runtime::now());
                 match self.stopped.recv_timeout(left) {
                     Ok(report) => connections.push(report),
                     Err(_) => return false,
@@ -350,7 +350,7 @@ impl Daemon {
                 stopped.join(", ")
             ));
         }
-        Ok(Stopped { connections, took: started.elapsed() })
+        Ok(Stopped { connections, took: crate::runtime::now() - started })
     }
 }
 
@@ -547,13 +547,13 @@ fn cluster_wiring(
 /// majority of the cluster, an addition with --join), and once it waited with nothing in the
 /// log (issue: 40 minutes, no line): each `START_REPORT_INTERVAL` it says what it waits for.
 fn wait_for_the_router(ready: &mpsc::Receiver<Result<(), String>>, phase: &StartPhase) -> Result<(), String> {
-    let started = std::time::Instant::now();
+    let started = crate::runtime::now();
     loop {
         match ready.recv_timeout(START_REPORT_INTERVAL) {
             Ok(result) => return result,
             Err(mpsc::RecvTimeoutError::Timeout) => crate::log_warn!(
                 "ringpostd: still starting after {} s: {}",
-                started.elapsed().as_secs(),
+                (crate::runtime::now() - started).as_secs(),
                 phase.current().unwrap_or_default()
             ),
             Err(mpsc::RecvTimeoutError::Disconnected) => {

@@ -1117,7 +1117,7 @@ mod tests {
 
     #[test]
     fn deliver_ack_and_redeliver_after_deadline() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(3, 10, DEADLINE);
         let first = state.pull(now, 5, 13);
         assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![10, 11, 12]);
@@ -1135,7 +1135,7 @@ mod tests {
 
     #[test]
     fn an_acknowledgement_frees_the_window_at_once_and_the_lease_once_durable() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(3, 0, DEADLINE);
         let stream = 7;
         let deliveries = state.pull_for(now, 3, 3, stream, DEADLINE);
@@ -1164,7 +1164,7 @@ mod tests {
 
     #[test]
     fn nack_redelivers_at_once_and_extension_holds() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         let deliveries = state.pull(now, 2, 2);
         state.modify_deadline(&ack_id(&state, &deliveries[0]), 0, now).unwrap();
@@ -1186,7 +1186,7 @@ mod tests {
         const LEASES: usize = 1000;
         const IDS_PER_REQUEST: usize = 2500;
         const REQUESTS: usize = 200;
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         let deliveries = state.pull(now, LEASES, LEASES as u64);
         assert_eq!(deliveries.len(), LEASES);
@@ -1214,7 +1214,7 @@ mod tests {
     /// window, and leaves no deadline at or before now (a waiting loop would sleep zero on it).
     #[test]
     fn expiring_frees_a_full_streams_window_and_leaves_only_later_deadlines() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         let leased = state.pull_for(now, 3, 3, 7, DEADLINE);
         assert_eq!(leased.len(), 3);
@@ -1234,7 +1234,7 @@ mod tests {
     /// before the restart still expires when its extension ends.
     #[test]
     fn a_restored_lease_extended_with_an_old_ack_id_still_expires() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         state.pull(now, 1, 1);
         state.restore_lease(0, now + DEADLINE);
@@ -1247,7 +1247,7 @@ mod tests {
 
     #[test]
     fn bad_ack_ids_are_refused() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         state.pull(now, 1, 1);
         assert_eq!(state.check_ack("zz", now), Err(AckRefusal::Malformed));
@@ -1261,7 +1261,7 @@ mod tests {
     /// delivery; one that lowers the attempts dead-letters at the next failure.
     #[test]
     fn a_new_delivery_policy_applies_to_messages_already_out() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         let policy = |max| DeliveryPolicy { max_delivery_attempts: max, ..Default::default() };
         state.set_policy(policy(Some(2)));
@@ -1295,7 +1295,7 @@ mod tests {
 
     #[test]
     fn a_detached_streams_leases_run_to_their_deadlines_and_its_ack_ids_stay_good() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(3, 0, DEADLINE);
         let stream = 9;
         let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
@@ -1320,13 +1320,13 @@ mod tests {
         for offset in [0, 1, 3] {
             state.restore_ack(offset);
         }
-        let deliveries = state.pull(Instant::now(), 10, 5);
+        let deliveries = state.pull(crate::runtime::now(), 10, 5);
         assert_eq!(deliveries.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![2, 4]);
     }
 
     #[test]
     fn the_in_flight_state_goes_once_everything_is_done_and_old_ack_ids_stay_refused() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         assert!(state.pull(now, 10, 0).is_empty());
         assert!(state.in_flight.is_none(), "an idle poll allocates nothing");
@@ -1355,7 +1355,7 @@ mod tests {
 
     #[test]
     fn released_deliveries_come_first_without_counting_an_attempt() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = SubscriptionState::new(1, 0, DEADLINE);
         let deliveries = state.pull(now, 3, 3);
         state.release(deliveries[2]);
@@ -1373,7 +1373,7 @@ mod tests {
     /// without it, an expired lease not delivered again yet is still acknowledged.
     #[test]
     fn exactly_once_accepts_only_current_unexpired_leases() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut lenient = SubscriptionState::new(4, 0, DEADLINE);
         let mut strict = exactly_once(4);
         for state in [&mut lenient, &mut strict] {
@@ -1406,7 +1406,7 @@ mod tests {
     /// or with its stream closed, the message is not delivered again; once applied, never.
     #[test]
     fn exactly_once_pins_a_lease_while_its_acknowledgement_is_made_durable() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = exactly_once(4);
         let stream = 3;
         let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
@@ -1438,7 +1438,7 @@ mod tests {
     /// for the other.
     #[test]
     fn exactly_once_counts_pins() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = exactly_once(4);
         let deliveries = state.pull(now, 1, 1);
         let id = ack_id(&state, &deliveries[0]);
@@ -1457,7 +1457,7 @@ mod tests {
     /// restart until its deadline.
     #[test]
     fn exactly_once_honours_a_restored_lease_until_its_deadline() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = exactly_once(4);
         state.restore_lease(0, now + DEADLINE);
         state.pull(now, 0, 1);
@@ -1474,6 +1474,6 @@ mod tests {
     fn a_cursor_below_the_floor_is_caught() {
         let mut state = SubscriptionState::new(4, 0, DEADLINE);
         state.acked = AckSet::new(5);
-        state.pull(Instant::now(), 1, 10);
+        state.pull(crate::runtime::now(), 1, 10);
     }
 }

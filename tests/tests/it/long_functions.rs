@@ -32,7 +32,13 @@ fn no_function_of_the_daemon_is_over_120_lines() {
         .iter()
         .map(|function| {
             let file = function.file.strip_prefix(&sources).unwrap_or(&function.file);
-            format!("{:>5}  daemon/src/{}:{}  {}", function.lines, file.display(), function.line, function.name)
+            format!(
+                "{:>5}  daemon/src/{}:{}  {}",
+                function.lines,
+                file.display(),
+                function.line,
+                function.name
+            )
         })
         .collect();
     assert!(

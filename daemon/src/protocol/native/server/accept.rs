@@ -91,7 +91,7 @@ async fn open_connection<H: Handler>(
         socket: stream.as_raw_fd(),
         peer,
         local_address: stream.local_addr().ok(),
-        at: Instant::now(),
+        at: crate::runtime::now(),
         link,
         certified: None,
     };
@@ -207,10 +207,10 @@ async fn refuse_over_tls(stream: TcpStream, acceptor: futures_rustls::TlsAccepto
 /// Reads (and drops) what the peer of a refused connection sent, for up to `REFUSAL_LINGER`:
 /// closing a socket with unread bytes resets it, and the reset can overtake the refusal.
 async fn drain(stream: &mut (impl AsyncRead + Unpin)) {
-    let started = Instant::now();
+    let started = crate::runtime::now();
     let mut drained = 0;
     let mut buffer = [0u8; 4096];
-    while drained < REFUSAL_DRAIN_BYTES_MAX && started.elapsed() < REFUSAL_LINGER {
+    while drained < REFUSAL_DRAIN_BYTES_MAX && crate::runtime::now() - started < REFUSAL_LINGER {
         match stream.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
             Ok(count) => drained += count,
@@ -249,7 +249,7 @@ impl AcceptFailures {
                 self.spare = open_spare();
             }
         }
-        let now = Instant::now();
+        let now = crate::runtime::now();
         if self.logged_at.is_none_or(|at| now.duration_since(at) >= ACCEPT_ERROR_LOG_INTERVAL) {
             let suppressed = std::mem::take(&mut self.suppressed);
             let refused = if refused > 0 { "; refused the waiting client" } else { "" };

@@ -36,7 +36,7 @@ pub(super) async fn serve_connection<H: Handler, S: Transport>(
     let mut reading = Reading::new(shard, socket, link.clone(), S::PLAINTEXT, at);
     if certified.is_some() {
         reading.authenticate();
-        let deadline = reading.deadline(Instant::now(), false);
+        let deadline = reading.deadline(crate::runtime::now(), false);
         watch.set_kind(deadline, reading.deadline_kind == Deadline::Idle);
     }
     // Once the shard is told to stop, nothing more is read (`serve` shuts the socket's reading
@@ -60,7 +60,7 @@ pub(super) async fn serve_connection<H: Handler, S: Transport>(
             // The shard is behind, not the peer: its deadlines wait while it catches up.
             let waiting = (connection.in_flight.available() == 0).then(|| {
                 watch.set(at + Duration::from_secs(365 * 24 * 3600));
-                Instant::now()
+                crate::runtime::now()
             });
             let Ok(permit) = connection.in_flight.clone().acquire_static_permit(1).await else {
                 break 'reading;
@@ -70,7 +70,7 @@ pub(super) async fn serve_connection<H: Handler, S: Transport>(
                 break 'reading;
             }
             if let Some(waiting) = waiting {
-                reading.postpone(waiting.elapsed());
+                reading.postpone(crate::runtime::now() - waiting);
             }
             if frame.header.command == Command::Authenticate.code() {
                 if !connection.authenticate(frame, permit, &mut reading) {
@@ -86,7 +86,7 @@ pub(super) async fn serve_connection<H: Handler, S: Transport>(
         if reading.refusal.is_some() {
             break;
         }
-        let deadline = reading.deadline(Instant::now(), completed);
+        let deadline = reading.deadline(crate::runtime::now(), completed);
         watch.set_kind(deadline, reading.deadline_kind == Deadline::Idle);
     }
     watch.finish();
@@ -160,7 +160,7 @@ impl<H: Handler> Connection<H> {
         // idle deadline waits while one is open (a dead peer is found by TCP keepalive).
         let open_stream = stream.then(|| OpenStream::new(self.watch.clone()));
         crate::runtime::spawn(async move {
-            let started = std::time::Instant::now();
+            let started = crate::runtime::now();
             let response = handler.handle(frame.header, frame.body, &responder).await;
             drop(open_stream);
             // A stream's time is its subscriber's session, not a latency.
@@ -168,7 +168,7 @@ impl<H: Handler> Connection<H> {
             crate::metrics::requests::record(
                 command,
                 response_code(&response),
-                timed.then(|| started.elapsed()),
+                timed.then(|| crate::runtime::now() - started),
             );
             let closes = is_protocol_error(&response);
             outbound.push(response, Some(permit));

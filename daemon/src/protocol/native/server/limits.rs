@@ -171,7 +171,7 @@ impl LogLimiter {
 
     /// `Some(lines left out since the last one)` if a line may be written now.
     pub(super) fn admit(&mut self) -> Option<u64> {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         if self.logged_at.is_some_and(|at| now.duration_since(at) < self.interval) {
             self.suppressed += 1;
             return None;
@@ -497,11 +497,25 @@ mod tests {
         assert_eq!(shard.partial_frame_bytes_released.get(), 500);
     }
 
+    /// The log limiter counts its interval on the shard's clock: under a simulation, a line is
+    /// let through again once the virtual clock passed the interval, and not before.
+    #[test]
+    fn the_log_limiter_counts_on_the_shards_clock() {
+        crate::runtime::sim::run(0, async {
+            let mut limiter = LogLimiter::new(Duration::from_secs(10));
+            assert_eq!(limiter.admit(), Some(0));
+            crate::runtime::sleep(Duration::from_secs(9)).await;
+            assert_eq!(limiter.admit(), None);
+            crate::runtime::sleep(Duration::from_secs(1)).await;
+            assert_eq!(limiter.admit(), Some(1), "one line left out since the last");
+        });
+    }
+
     /// A frame's deadline is its base plus its length at the minimum rate.
     #[test]
     fn a_frame_deadline_grows_with_its_length() {
         let limits = ConnectionLimits::default();
-        let start = Instant::now();
+        let start = crate::runtime::now();
         assert_eq!(limits.frame_deadline(start, 0), start + FRAME_DEADLINE_BASE);
         let largest = limits.frame_deadline(start, FRAME_BYTES_PER_SECOND_MIN * 16);
         assert_eq!(largest, start + FRAME_DEADLINE_BASE + Duration::from_secs(16));

@@ -64,7 +64,7 @@ use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// Serves the requests of one kind of shard.
 #[allow(async_fn_in_trait)]

@@ -324,12 +324,12 @@ pub(super) async fn watch_deadline(watch: Rc<Watch>, socket: RawFd) {
         }
         let Some(deadline) = watch.effective_deadline() else {
             // Suspended by open streams: any new deadline, or the last stream's end, wakes it.
-            watch.watched.set(Instant::now() + Duration::from_secs(365 * 24 * 3600));
+            watch.watched.set(crate::runtime::now() + Duration::from_secs(365 * 24 * 3600));
             earlier.await;
             continue;
         };
         watch.watched.set(deadline);
-        let now = Instant::now();
+        let now = crate::runtime::now();
         if deadline <= now {
             watch.expired.set(true);
             let _ = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Read);
@@ -358,7 +358,7 @@ impl Drop for OpenStream {
         debug_assert!(streams > 0, "a stream is counted closed once");
         self.watch.streams.set(streams - 1);
         if streams == 1 {
-            self.watch.streams_ended.set(Some(Instant::now()));
+            self.watch.streams_ended.set(Some(crate::runtime::now()));
             self.watch.earlier.notify_all();
         }
     }
@@ -372,7 +372,7 @@ mod tests {
     #[test]
     fn open_streams_suspend_the_idle_deadline_only() {
         let idle = Duration::from_secs(600);
-        let start = Instant::now();
+        let start = crate::runtime::now();
         let watch = Rc::new(Watch::new(start, idle));
         watch.set_kind(start + Duration::from_secs(5), false);
         let first = OpenStream::new(watch.clone());

@@ -93,7 +93,7 @@ impl Shard {
             }
             None => {}
         }
-        let now = SystemTime::now();
+        let now = std::time::UNIX_EPOCH + Duration::from_millis(crate::runtime::wall_ms());
         for (socket, link) in self.links.borrow().iter() {
             if link.ending.borrow().is_some() {
                 continue;

@@ -127,13 +127,13 @@ pub(super) struct WriteProgress {
 impl WriteProgress {
     /// The writer has answers to write: the wait for the socket begins.
     fn begin(&self) {
-        self.since.set(Some(Instant::now()));
+        self.since.set(Some(crate::runtime::now()));
     }
 
     /// The socket took bytes.
     fn advanced(&self) {
         if self.since.get().is_some() {
-            self.since.set(Some(Instant::now()));
+            self.since.set(Some(crate::runtime::now()));
         }
     }
 
@@ -153,7 +153,7 @@ async fn watch_writes(progress: &WriteProgress, stall: &Stall) -> std::io::Resul
         let stopping = stall.stop.is_given();
         let deadline =
             if stopping { stall.deadline.min(WRITE_STALL_DEADLINE_STOPPING) } else { stall.deadline };
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let wake = match progress.since.get() {
             Some(since) if since + deadline <= now => {
                 progress.stalled.set(true);
@@ -416,9 +416,9 @@ mod tests {
                 .is_none());
             assert!(!progress.stalled.get());
             // Nothing taken: stalled a deadline after the last byte.
-            let last = Instant::now();
+            let last = crate::runtime::now();
             assert!(watched().await.expect("stalled").is_err());
-            assert!(progress.stalled.get() && last.elapsed() >= deadline);
+            assert!(progress.stalled.get() && crate::runtime::now() - last >= deadline);
             // A stop shortens a long deadline.
             let stall =
                 Stall { deadline: Duration::from_secs(3600), stop: Stop::default(), stopping: Notify::new() };
@@ -430,12 +430,32 @@ mod tests {
                 stall.stopping.notify_all();
                 futures_lite::future::pending::<std::io::Result<()>>().await
             };
-            let stopped = Instant::now();
+            let stopped = crate::runtime::now();
             assert!(futures_lite::future::or(watch_writes(&progress, &stall), stopping).await.is_err());
-            let elapsed = stopped.elapsed();
+            let elapsed = crate::runtime::now() - stopped;
             assert!(elapsed >= WRITE_STALL_DEADLINE_STOPPING, "{elapsed:?}");
             assert!(elapsed <= WRITE_STALL_DEADLINE_STOPPING + Duration::from_secs(1), "{elapsed:?}");
         });
+    }
+
+    /// The stall deadline runs on the shard's clock: under a simulation, a writer waiting for
+    /// its socket is stalled once the virtual clock passes the whole deadline (a minute), which
+    /// takes no real minute, and not a moment before.
+    #[test]
+    fn a_write_stall_is_timed_on_the_shards_clock() {
+        let real = std::time::Instant::now();
+        crate::runtime::sim::Simulation::new(0).time_max(Duration::from_secs(3600)).run(async {
+            let stall =
+                Stall { deadline: WRITE_STALL_DEADLINE, stop: Stop::default(), stopping: Notify::new() };
+            let progress = WriteProgress::default();
+            let started = crate::runtime::now();
+            progress.begin();
+            assert!(watch_writes(&progress, &stall).await.is_err());
+            let waited = crate::runtime::now() - started;
+            assert!(progress.stalled.get());
+            assert!(waited >= WRITE_STALL_DEADLINE && waited < WRITE_STALL_DEADLINE * 2, "{waited:?}");
+        });
+        assert!(real.elapsed() < WRITE_STALL_DEADLINE / 2, "the deadline waited in real time");
     }
 
     /// Many runs (more than one vectored write takes), many more bytes than the socket buffers,
