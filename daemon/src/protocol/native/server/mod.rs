@@ -46,7 +46,7 @@ use self::write::*;
 
 use super::tls::{certificate_identity, Tls, TlsSettings};
 use crate::auth::{Access, AccessSettings, Permission, Session};
-use crate::subscription::budget::StreamReservation;
+use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::sync::{Notify, Stop};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};

@@ -22,33 +22,31 @@ pub enum Response {
 /// a large buffer alive. Beyond it, frames are copied into their own buffers, as before.
 pub const GATHERED_HELD_BYTES_SHARD_MAX: usize = 256 << 20;
 
-thread_local! {
-    static GATHERED_HELD_BYTES: Cell<usize> = const { Cell::new(0) };
+/// Whether the gathered frames of the shard whose budget is `budget` may hold `bytes` more
+/// (`GATHERED_HELD_BYTES_SHARD_MAX`).
+pub fn gathering_has_room(budget: &StreamBudget, bytes: usize) -> bool {
+    budget.gathered_bytes().saturating_add(bytes) <= GATHERED_HELD_BYTES_SHARD_MAX
 }
 
-/// Whether this shard's gathered frames may hold `bytes` more (`GATHERED_HELD_BYTES_SHARD_MAX`).
-pub fn gathering_has_room(bytes: usize) -> bool {
-    GATHERED_HELD_BYTES.get().saturating_add(bytes) <= GATHERED_HELD_BYTES_SHARD_MAX
-}
-
-/// A buffer a gathered frame holds, whatever keeps it alive; `charged` bytes count against the
-/// shard's `GATHERED_HELD_BYTES_SHARD_MAX` until it is dropped (its length, or 0 for a slice of
-/// a buffer another `Held` of the frame already counts).
+/// A buffer a gathered frame holds, whatever keeps it alive; `charged` bytes count against its
+/// shard's `GATHERED_HELD_BYTES_SHARD_MAX` (in the shard's `budget`) until it is dropped (its
+/// length, or 0 for a slice of a buffer another `Held` of the frame already counts).
 pub struct Held {
     owner: Box<dyn AsRef<[u8]>>,
     charged: usize,
+    budget: Rc<StreamBudget>,
 }
 
 impl Held {
-    pub fn new(owner: Box<dyn AsRef<[u8]>>, charged: usize) -> Held {
-        GATHERED_HELD_BYTES.set(GATHERED_HELD_BYTES.get() + charged);
-        Held { owner, charged }
+    pub fn new(owner: Box<dyn AsRef<[u8]>>, charged: usize, budget: &Rc<StreamBudget>) -> Held {
+        budget.hold_gathered(charged);
+        Held { owner, charged, budget: budget.clone() }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        GATHERED_HELD_BYTES.set(GATHERED_HELD_BYTES.get() - self.charged);
+        self.budget.release_gathered(self.charged);
     }
 }
 
@@ -200,16 +198,32 @@ mod tests {
     use super::*;
     #[test]
     fn held_buffers_count_against_the_shard_until_dropped() {
-        let before = GATHERED_HELD_BYTES.get();
-        assert!(gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before));
-        let first = Held::new(Box::new(vec![0u8; 1000]), 1000);
-        let second = Held::new(Box::new(vec![0u8; 24]), 24);
-        assert_eq!(GATHERED_HELD_BYTES.get(), before + 1024);
-        assert!(!gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before - 1023));
-        assert!(gathering_has_room(GATHERED_HELD_BYTES_SHARD_MAX - before - 1024));
+        let budget = StreamBudget::new();
+        assert!(gathering_has_room(&budget, GATHERED_HELD_BYTES_SHARD_MAX));
+        let first = Held::new(Box::new(vec![0u8; 1000]), 1000, &budget);
+        let second = Held::new(Box::new(vec![0u8; 24]), 24, &budget);
+        assert_eq!(budget.gathered_bytes(), 1024);
+        assert!(!gathering_has_room(&budget, GATHERED_HELD_BYTES_SHARD_MAX - 1023));
+        assert!(gathering_has_room(&budget, GATHERED_HELD_BYTES_SHARD_MAX - 1024));
         assert_eq!(first.as_ref().len(), 1000);
         drop((first, second));
-        assert_eq!(GATHERED_HELD_BYTES.get(), before);
+        assert_eq!(budget.gathered_bytes(), 0);
+    }
+
+    /// Two shards on one thread (as the whole-node simulation runs them) each have their own
+    /// gathered-bytes budget: one shard's gathered frames holding all of its own leave the
+    /// other's whole.
+    #[test]
+    fn shards_on_one_thread_each_have_their_own_gathered_budget() {
+        let (full, other) = (StreamBudget::new(), StreamBudget::new());
+        let held = Held::new(Box::new(Vec::<u8>::new()), GATHERED_HELD_BYTES_SHARD_MAX, &full);
+        assert!(!gathering_has_room(&full, 1), "the full shard has no room left");
+        assert!(
+            gathering_has_room(&other, GATHERED_HELD_BYTES_SHARD_MAX),
+            "the other shard's budget is whole"
+        );
+        drop(held);
+        assert!(gathering_has_room(&full, GATHERED_HELD_BYTES_SHARD_MAX));
     }
 
     /// An idle stream waits for its peer to go; the writer draining the connection's queue (at
