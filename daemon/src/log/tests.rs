@@ -1880,6 +1880,31 @@ fn a_shard_keeps_a_bounded_number_of_spares() {
     });
 }
 
+/// Two shards on one thread (as the whole-node simulation runs them), each with its own
+/// `Directories`, keep their spares apart: one shard's logs taking every place leave the other
+/// shard's places free.
+#[test]
+fn shards_on_one_thread_each_have_their_own_spare_places() {
+    for_each_seed("shards_on_one_thread_each_have_their_own_spare_places", |disk, _seed| async move {
+        let (full, other) = (directories(1), directories(1));
+        let mut logs = Vec::new();
+        for index in 0..SPARES_PER_SHARD_MAX {
+            let relative = PathBuf::from(format!("topics/{index}"));
+            let (log, _) = Log::open(disk.clone(), full.clone(), &relative, index as u64 + 1, spare_config())
+                .await
+                .unwrap();
+            fill_past_half(&log, 0).await;
+            logs.push(log);
+        }
+        assert_eq!(full.files_kept(), SPARES_PER_SHARD_MAX, "the first shard took every place");
+        let relative = PathBuf::from("other/topics/0");
+        let (log, _) = Log::open(disk.clone(), other.clone(), &relative, 1000, spare_config()).await.unwrap();
+        fill_past_half(&log, 0).await;
+        assert!(log.inner.borrow().kept.spare.is_some(), "the other shard's places are its own");
+        assert_eq!(other.files_kept(), 1);
+    });
+}
+
 /// A discarded spare loses its name at once and is then shrunk in steps, as a deleted segment
 /// is, rather than freed whole.
 #[test]

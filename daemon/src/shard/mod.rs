@@ -152,8 +152,8 @@ impl<S: Storage> Forwarder<S> {
         });
         let releasing = Rc::new(Cell::new(false));
         let release_space = {
-            let registry = registry.clone();
-            Box::new(move || maintenance::release_kept_files(&registry, &releasing))
+            let (registry, directories) = (registry.clone(), directories.clone());
+            Box::new(move || maintenance::release_kept_files(&registry, &directories, &releasing))
         };
         let dead_letters = Rc::new(dead_letters::ShardPublisher::default());
         let attach_policy = AttachPolicy::default();
