@@ -1,6 +1,178 @@
-//! Identifiers as distinct types, so that a source is never taken for an offset.
+//! Identifiers and positions as distinct types, so that the compiler refuses to add an epoch to
+//! an offset, or to take a source for an offset or a shard for a node. Each has only the
+//! arithmetic that means something: an offset plus a count is an offset, two offsets'
+//! difference is a count, and an epoch has only its successor.
 //!
-//! The wire and rkyv types keep plain integers; these are made and taken apart at the edges.
+//! The wire and rkyv types keep plain integers; these are made (`new`, `From`) and taken apart
+//! (`get`) at the edges, and where a module not yet converted is called.
+
+use ringpost_model::shards::{global_shard, node_and_shard};
+use std::fmt;
+
+/// A position in a log: the offset of a record, or an end (one past the last record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Offset(u64);
+
+impl Offset {
+    /// The start of every log.
+    pub const ZERO: Offset = Offset(0);
+
+    pub const fn new(offset: u64) -> Offset {
+        Offset(offset)
+    }
+
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// An offset plus a count of records is an offset.
+impl std::ops::Add<u64> for Offset {
+    type Output = Offset;
+    fn add(self, count: u64) -> Offset {
+        Offset(self.0 + count)
+    }
+}
+
+impl std::ops::AddAssign<u64> for Offset {
+    fn add_assign(&mut self, count: u64) {
+        self.0 += count;
+    }
+}
+
+/// An offset less a count of records is an offset.
+impl std::ops::Sub<u64> for Offset {
+    type Output = Offset;
+    fn sub(self, count: u64) -> Offset {
+        Offset(self.0 - count)
+    }
+}
+
+/// Two offsets' difference is a count of records.
+impl std::ops::Sub for Offset {
+    type Output = u64;
+    fn sub(self, earlier: Offset) -> u64 {
+        self.0 - earlier.0
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(formatter)
+    }
+}
+
+/// A leader's term over a replicated log. Epoch 0 is "none": the epoch before any leader's,
+/// that of an empty log. Epochs are compared and succeed one another; nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Epoch(u64);
+
+impl Epoch {
+    /// No leader's epoch: an empty log's last epoch.
+    pub const ZERO: Epoch = Epoch(0);
+
+    pub const fn new(epoch: u64) -> Epoch {
+        Epoch(epoch)
+    }
+
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The epoch after this one.
+    pub const fn next(self) -> Epoch {
+        Epoch(self.0 + 1)
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(formatter)
+    }
+}
+
+/// The identifiers the catalog gives, each its own type: none is ever computed with, only
+/// compared, hashed and shown.
+macro_rules! catalog_id {
+    ($(#[$documentation:meta])* $name:ident) => {
+        $(#[$documentation])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        pub struct $name(u64);
+
+        impl $name {
+            pub const fn new(id: u64) -> $name {
+                $name(id)
+            }
+
+            pub const fn get(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(formatter)
+            }
+        }
+    };
+}
+
+catalog_id!(
+    /// A topic, as the catalog numbers it (names may be reused; ids are not).
+    TopicId
+);
+catalog_id!(
+    /// A subscription, as the catalog numbers it: an ack id names it, so one deleted and
+    /// recreated under the same name refuses the old one's ack ids.
+    SubscriptionId
+);
+catalog_id!(
+    /// A snapshot, as the catalog numbers it.
+    SnapshotId
+);
+catalog_id!(
+    /// A node of the cluster, from 1 (a single node is node 1).
+    NodeId
+);
+
+/// One forwarder shard of the cluster: a node and its local shard. Where the catalog, the
+/// wire and the stats carry it as one number, that number packs both (`global`); its layout
+/// is `ringpost_model::shards`', never written out at a call site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardId(u32);
+
+impl ShardId {
+    /// `node`'s forwarder shard `local`.
+    pub fn new(node: NodeId, local: u32) -> ShardId {
+        ShardId(global_shard(node.get(), local))
+    }
+
+    /// The shard a packed number names (as the catalog and the wire carry it).
+    pub const fn from_global(global: u32) -> ShardId {
+        ShardId(global)
+    }
+
+    /// The number that packs node and local shard.
+    pub const fn global(self) -> u32 {
+        self.0
+    }
+
+    pub fn node(self) -> NodeId {
+        NodeId(node_and_shard(self.0).0)
+    }
+
+    /// Its number among its node's forwarder shards.
+    pub fn local(self) -> u32 {
+        node_and_shard(self.0).1
+    }
+}
+
+/// As an operator reads it: "node 2 forwarder 0", never the packed number.
+impl fmt::Display for ShardId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "node {} forwarder {}", self.node(), self.local())
+    }
+}
 
 /// One of a topic's publish sources (each its own replicated log). Every topic has source 0,
 /// which is the log a topic had before topics had several sources: an ack id or message id
@@ -47,7 +219,8 @@ impl MessageId {
     /// its offsets); another source's offsets must stay below 2^`MESSAGE_ID_OFFSET_BITS`, or
     /// its ids would run into the next source's, so a larger one stops the shard rather than
     /// name two messages alike.
-    pub fn new(source: SourceId, offset: u64) -> MessageId {
+    pub fn new(source: SourceId, offset: Offset) -> MessageId {
+        let offset = offset.get();
         assert!(
             source == SourceId::FIRST || offset >> MESSAGE_ID_OFFSET_BITS == 0,
             "offset {offset} of source {} does not fit a message id",
@@ -68,9 +241,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn offsets_count_and_epochs_succeed() {
+        let start = Offset::new(10);
+        assert_eq!(start + 5, Offset::new(15));
+        assert_eq!(Offset::new(15) - start, 5);
+        assert_eq!(Offset::new(15) - 1, Offset::new(14));
+        let mut end = start;
+        end += 3;
+        assert_eq!(end, Offset::new(13));
+        assert_eq!(Epoch::ZERO.next(), Epoch::new(1));
+        assert!(Epoch::new(2) > Epoch::new(1));
+    }
+
+    #[test]
+    fn a_shard_packs_its_node_and_local_shard() {
+        for (node, local) in [(1, 0), (1, 3), (2, 0), (7, 65_535)] {
+            let shard = ShardId::new(NodeId::new(node), local);
+            assert_eq!((shard.node(), shard.local()), (NodeId::new(node), local));
+            assert_eq!(ShardId::from_global(shard.global()), shard);
+            assert_eq!(shard.to_string(), ringpost_model::shards::forwarder_name(shard.global()));
+        }
+        assert_eq!(ShardId::new(NodeId::new(1), 3).global(), 3, "a single node's shards are their numbers");
+    }
+
+    #[test]
     fn source_zero_ids_are_offsets() {
         for offset in [0, 1, 1 << MESSAGE_ID_OFFSET_BITS, u64::MAX] {
-            assert_eq!(MessageId::new(SourceId::FIRST, offset).get(), offset);
+            assert_eq!(MessageId::new(SourceId::FIRST, Offset::new(offset)).get(), offset);
         }
     }
 
@@ -79,14 +276,14 @@ mod tests {
         assert!(SourceId::new(SOURCES_PER_TOPIC_MAX - 1).is_some());
         assert!(SourceId::new(SOURCES_PER_TOPIC_MAX).is_none());
         let last = SourceId::new(SOURCES_PER_TOPIC_MAX - 1).unwrap();
-        let id = MessageId::new(last, (1 << MESSAGE_ID_OFFSET_BITS) - 1);
+        let id = MessageId::new(last, Offset::new((1 << MESSAGE_ID_OFFSET_BITS) - 1));
         assert!(i64::try_from(id.get()).is_ok(), "every message id fits an i64");
     }
 
     #[test]
     #[should_panic(expected = "does not fit a message id")]
     fn an_offset_too_large_for_its_source_stops_rather_than_collide() {
-        MessageId::new(SourceId::new(1).unwrap(), 1 << MESSAGE_ID_OFFSET_BITS);
+        MessageId::new(SourceId::new(1).unwrap(), Offset::new(1 << MESSAGE_ID_OFFSET_BITS));
     }
 
     proptest::proptest! {
@@ -97,8 +294,8 @@ mod tests {
             first_offset in 0u64..1 << MESSAGE_ID_OFFSET_BITS,
             second_offset in 0u64..1 << MESSAGE_ID_OFFSET_BITS,
         ) {
-            let a = MessageId::new(SourceId::new(first).unwrap(), first_offset);
-            let b = MessageId::new(SourceId::new(second).unwrap(), second_offset);
+            let a = MessageId::new(SourceId::new(first).unwrap(), Offset::new(first_offset));
+            let b = MessageId::new(SourceId::new(second).unwrap(), Offset::new(second_offset));
             proptest::prop_assert_eq!(a == b, first == second && first_offset == second_offset);
         }
     }

@@ -5,6 +5,7 @@
 //! of the recovery rules: the manifest marks the cut before anything is zeroed).
 
 use super::*;
+use crate::ids::{Epoch, Offset};
 
 /// The epoch of a standalone node's batches (`Log::set_epoch` gives another): a node that is
 /// a cluster of one is the leader of one term.
@@ -64,7 +65,7 @@ impl<S: Storage> Log<S> {
         let durable = inner.segments.iter().flat_map(|segment| segment.batches.iter());
         for entry in durable.take_while(|entry| entry.header.end_offset() <= inner.positions.durable_end) {
             if entry.header.epoch != record::EPOCH_NONE && entry.header.record_count > 0 {
-                history.appended(entry.header.epoch, entry.header.base_offset);
+                history.appended(Epoch::new(entry.header.epoch), Offset::new(entry.header.base_offset));
             }
         }
         history

@@ -436,10 +436,11 @@ fn the_epoch_history_follows_the_batches_and_finds_where_two_logs_part() {
         assert_eq!(follower.epoch_history(), history(&[2, 2, 2, 2, 2]));
         let cut = crate::replication::divergence(
             &follower.epoch_history(),
-            follower.durable_end(),
+            crate::ids::Offset::new(follower.durable_end()),
             &leader.epoch_history(),
-            leader.durable_end(),
-        );
+            crate::ids::Offset::new(leader.durable_end()),
+        )
+        .get();
         assert_eq!(cut, 3);
         follower.truncate_after(cut).await.unwrap();
         follower.append_at(3, 3, records_for(&[payload(3), payload(4)]), 2).await.unwrap();

@@ -9,6 +9,7 @@
 
 use super::EpochHistory;
 use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::ids::{Epoch, Offset};
 
 /// A source's logs: its messages, then its journal.
 pub const LOGS: usize = 2;
@@ -134,7 +135,7 @@ fn get_bytes<'a>(decoder: &mut Decoder<'a>) -> DecodeResult<&'a [u8]> {
 fn put_history(encoder: &mut Encoder, history: &EpochHistory) {
     encoder.u32(history.starts().len() as u32);
     for (epoch, start) in history.starts() {
-        encoder.u64(*epoch).u64(*start);
+        encoder.u64(epoch.get()).u64(start.get());
     }
 }
 
@@ -145,7 +146,7 @@ fn get_history(decoder: &mut Decoder) -> DecodeResult<EpochHistory> {
     }
     let mut starts = Vec::with_capacity(count.min(64));
     for _ in 0..count {
-        starts.push((decoder.u64()?, decoder.u64()?));
+        starts.push((Epoch::new(decoder.u64()?), Offset::new(decoder.u64()?)));
     }
     EpochHistory::from_starts(starts).ok_or("an epoch history out of order")
 }

@@ -10,6 +10,7 @@ use super::protocol::{
 };
 use super::{divergence, quorum, CommitTracker};
 use crate::api::Status;
+use crate::ids::{Epoch, Offset, ShardId};
 use crate::log::{HeldBatch, Log, LogError};
 use crate::storage::Storage;
 use crate::sync::Notify;
@@ -161,11 +162,19 @@ impl Leader {
         committed_ends: [u64; LOGS],
         serve_from: std::time::Instant,
     ) -> Rc<Leader> {
-        let replicas: Vec<u64> =
-            std::iter::once(shard as u64).chain(peers.iter().map(|peer| peer.shard as u64)).collect();
+        let replicas: Vec<ShardId> = std::iter::once(shard)
+            .chain(peers.iter().map(|peer| peer.shard))
+            .map(ShardId::from_global)
+            .collect();
         let followers = peers.len();
-        let trackers = [MESSAGES, JOURNAL]
-            .map(|log| CommitTracker::new(epoch, &replicas, epoch_starts[log], committed_ends[log]));
+        let trackers = [MESSAGES, JOURNAL].map(|log| {
+            CommitTracker::new(
+                Epoch::new(epoch),
+                &replicas,
+                Offset::new(epoch_starts[log]),
+                Offset::new(committed_ends[log]),
+            )
+        });
         Rc::new(Leader {
             epoch,
             shard,
@@ -267,8 +276,8 @@ impl Leader {
     pub fn advance<S: Storage>(&self, logs: &[Log<S>; LOGS]) {
         let mut trackers = self.trackers.borrow_mut();
         for (log, tracker) in logs.iter().zip(trackers.iter_mut()) {
-            let committed = tracker.durable(self.shard as u64, log.durable_end());
-            log.commit_to(committed);
+            let committed = tracker.durable(ShardId::from_global(self.shard), Offset::new(log.durable_end()));
+            log.commit_to(committed.get());
         }
     }
 
@@ -276,7 +285,8 @@ impl Leader {
         {
             let mut trackers = self.trackers.borrow_mut();
             for (log, tracker) in trackers.iter_mut().enumerate() {
-                tracker.durable(self.peers[index].shard as u64, durable_ends[log]);
+                tracker
+                    .durable(ShardId::from_global(self.peers[index].shard), Offset::new(durable_ends[log]));
             }
         }
         self.acknowledged.borrow_mut()[index] = durable_ends;
@@ -545,7 +555,7 @@ pub async fn follow<S: Storage>(
         let cut = if log.last_epoch() == leader_epoch {
             end
         } else {
-            divergence(&log.epoch_history(), end, &tip.history, tip.end)
+            divergence(&log.epoch_history(), Offset::new(end), &tip.history, Offset::new(tip.end)).get()
         };
         // A log holds nothing below its start, and parts from the leader no lower: what was
         // removed there was committed (a replica that a move added, started where its leader's
@@ -705,7 +715,13 @@ pub async fn adopt_journal<S: Storage>(
     else {
         return Ok(());
     };
-    let cut = divergence(&journal.epoch_history(), journal.durable_end(), &best.history, best.durable_end);
+    let cut = divergence(
+        &journal.epoch_history(),
+        Offset::new(journal.durable_end()),
+        &best.history,
+        Offset::new(best.durable_end),
+    )
+    .get();
     if cut < journal.next_offset() {
         journal.truncate_after(cut).await.map_err(Status::from)?;
     }

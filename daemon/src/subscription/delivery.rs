@@ -11,7 +11,7 @@ use super::state::{AckId, Delivery as Lease};
 use super::SubscriptionEntry;
 use crate::api::data::{DeliveredMessage, Delivery};
 use crate::api::Status;
-use crate::ids::{MessageId, SourceId};
+use crate::ids::{MessageId, Offset, SourceId};
 use crate::log::record::RecordView;
 use crate::log::LogError;
 
@@ -159,7 +159,7 @@ fn located(
     debug_assert!(ordering_key.end <= data.start && data.end <= bytes.len());
     DeliveredMessage {
         batch,
-        message_id: MessageId::new(SourceId::FIRST, record.offset).get(),
+        message_id: MessageId::new(SourceId::FIRST, Offset::new(record.offset)).get(),
         publish_time_ms: record.publish_time_ms,
         attributes: ordering_key.end..data.start,
         attribute_count: record.attribute_count() as u16,
