@@ -24,6 +24,11 @@ impl Offset {
     pub const fn get(self) -> u64 {
         self.0
     }
+
+    /// The count of records from `earlier` to this offset; 0 if this one is not after it.
+    pub const fn saturating_sub(self, earlier: Offset) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
 }
 
 /// An offset plus a count of records is an offset.

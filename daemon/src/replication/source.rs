@@ -78,29 +78,26 @@ pub trait Transport {
 /// The records of `batches` from `from` on, as chunks of one epoch each. The first batch may
 /// start below `from` (the follower's batches are not the leader's): its records before it
 /// are left out.
-pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: u64) -> Result<Vec<Chunk>, LogError> {
+pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: Offset) -> Result<Vec<Chunk>, LogError> {
     let mut chunks: Vec<Chunk> = Vec::new();
     for batch in batches {
-        if batch.end_offset() <= from {
+        let (base_offset, end_offset) = (Offset::new(batch.base_offset()), Offset::new(batch.end_offset()));
+        let epoch = Epoch::new(batch.epoch());
+        if end_offset <= from {
             continue;
         }
-        let (first_offset, records) = if batch.base_offset() < from {
-            (from, sealed_from(batch, from)?)
+        let (first_offset, records) = if base_offset < from {
+            (from, sealed_from(batch, from.get())?)
         } else {
-            (batch.base_offset(), batch.sealed_records())
+            (base_offset, batch.sealed_records())
         };
-        let record_count = (batch.end_offset() - first_offset) as u32;
+        let record_count = (end_offset - first_offset) as u32;
         match chunks.last_mut() {
-            Some(last) if last.epoch == batch.epoch() && last.end_offset() == first_offset => {
+            Some(last) if last.epoch == epoch && last.end_offset() == first_offset => {
                 last.records.extend_from_slice(records);
                 last.record_count += record_count;
             }
-            _ => chunks.push(Chunk {
-                first_offset,
-                epoch: batch.epoch(),
-                record_count,
-                records: records.to_vec(),
-            }),
+            _ => chunks.push(Chunk { first_offset, epoch, record_count, records: records.to_vec() }),
         }
     }
     Ok(chunks)
@@ -132,13 +129,13 @@ pub fn tip<S: Storage>(log: &Log<S>) -> LogTip {
 /// A leader's replication of one source, for one epoch: what each replica holds durably, and
 /// the tasks that send each follower its records. Dropped (stopped) when it is deposed.
 pub struct Leader {
-    pub epoch: u64,
+    pub epoch: Epoch,
     /// This replica's shard.
     pub shard: u32,
     pub peers: Vec<Peer>,
     trackers: RefCell<[CommitTracker; LOGS]>,
     /// Each follower's durable ends as it last answered (what retention may not remove yet).
-    acknowledged: RefCell<Vec<[u64; LOGS]>>,
+    acknowledged: RefCell<Vec<[Offset; LOGS]>>,
     stopped: Cell<bool>,
     stop: Notify,
     /// A follower promised a newer epoch than this leader's (`wants_election`).
@@ -155,11 +152,11 @@ impl Leader {
     /// The leader of `epoch` among `shard` and `peers`, whose logs held `epoch_starts` records
     /// when it was elected, of which `committed_ends` were known committed.
     pub fn new(
-        epoch: u64,
+        epoch: Epoch,
         shard: u32,
         peers: Vec<Peer>,
-        epoch_starts: [u64; LOGS],
-        committed_ends: [u64; LOGS],
+        epoch_starts: [Offset; LOGS],
+        committed_ends: [Offset; LOGS],
         serve_from: std::time::Instant,
     ) -> Rc<Leader> {
         let replicas: Vec<ShardId> = std::iter::once(shard)
@@ -167,18 +164,12 @@ impl Leader {
             .map(ShardId::from_global)
             .collect();
         let followers = peers.len();
-        let trackers = [MESSAGES, JOURNAL].map(|log| {
-            CommitTracker::new(
-                Epoch::new(epoch),
-                &replicas,
-                Offset::new(epoch_starts[log]),
-                Offset::new(committed_ends[log]),
-            )
-        });
+        let trackers = [MESSAGES, JOURNAL]
+            .map(|log| CommitTracker::new(epoch, &replicas, epoch_starts[log], committed_ends[log]));
         Rc::new(Leader {
             epoch,
             shard,
-            acknowledged: RefCell::new(vec![[0; LOGS]; peers.len()]),
+            acknowledged: RefCell::new(vec![[Offset::ZERO; LOGS]; peers.len()]),
             peers,
             trackers: RefCell::new(trackers),
             stopped: Cell::new(false),
@@ -245,7 +236,7 @@ impl Leader {
 
     /// Each follower as it last answered: its durable end of `log`, and how long ago the last
     /// request it answered was sent (`None`: no answer yet).
-    pub fn followers(&self, log: usize, now: std::time::Instant) -> Vec<(&Peer, u64, Option<Duration>)> {
+    pub fn followers(&self, log: usize, now: std::time::Instant) -> Vec<(&Peer, Offset, Option<Duration>)> {
         let acknowledged = self.acknowledged.borrow();
         let answered = self.answered_sent.borrow();
         self.peers
@@ -268,25 +259,24 @@ impl Leader {
     }
 
     /// The offset below which every follower holds `log` (what its retention may remove).
-    pub fn replicated_floor(&self, log: usize) -> u64 {
-        self.acknowledged.borrow().iter().map(|ends| ends[log]).min().unwrap_or(u64::MAX)
+    pub fn replicated_floor(&self, log: usize) -> Offset {
+        self.acknowledged.borrow().iter().map(|ends| ends[log]).min().unwrap_or(Offset::new(u64::MAX))
     }
 
     /// Moves each log's committed position to what a quorum holds, this replica included.
     pub fn advance<S: Storage>(&self, logs: &[Log<S>; LOGS]) {
         let mut trackers = self.trackers.borrow_mut();
         for (log, tracker) in logs.iter().zip(trackers.iter_mut()) {
-            let committed = tracker.durable(ShardId::from_global(self.shard), Offset::new(log.durable_end()));
-            log.commit_to(committed.get());
+            let committed = tracker.durable(ShardId::from_global(self.shard), log.durable_end());
+            log.commit_to(committed);
         }
     }
 
-    fn answered<S: Storage>(&self, index: usize, durable_ends: [u64; LOGS], logs: &[Log<S>; LOGS]) {
+    fn answered<S: Storage>(&self, index: usize, durable_ends: [Offset; LOGS], logs: &[Log<S>; LOGS]) {
         {
             let mut trackers = self.trackers.borrow_mut();
             for (log, tracker) in trackers.iter_mut().enumerate() {
-                tracker
-                    .durable(ShardId::from_global(self.peers[index].shard), Offset::new(durable_ends[log]));
+                tracker.durable(ShardId::from_global(self.peers[index].shard), durable_ends[log]);
             }
         }
         self.acknowledged.borrow_mut()[index] = durable_ends;
@@ -297,7 +287,7 @@ impl Leader {
     /// quorum of replicas holds it. Fails once this replica is deposed, or after
     /// `COMMIT_WAIT_MAX`: the records are durable here and may still commit, so the caller
     /// cannot say they did.
-    pub async fn wait_committed<S: Storage>(&self, log: &Log<S>, end: u64) -> Result<(), LogError> {
+    pub async fn wait_committed<S: Storage>(&self, log: &Log<S>, end: Offset) -> Result<(), LogError> {
         let deadline = crate::runtime::now() + COMMIT_WAIT_MAX;
         loop {
             let committed = log.committed();
@@ -446,7 +436,7 @@ impl Leader {
     async fn parts<S: Storage>(
         &self,
         logs: &[Log<S>; LOGS],
-        at: [u64; LOGS],
+        at: [Offset; LOGS],
     ) -> Result<[LogAppend; LOGS], LogError> {
         let messages = part(&logs[MESSAGES], at[MESSAGES], usize::MAX).await?;
         let taken: usize = messages.chunks.iter().map(|chunk| chunk.records.len()).sum();
@@ -472,7 +462,7 @@ impl Leader {
 
 /// One log's part of an append: its durable records from `from` on, up to `APPEND_BYTES_MAX`
 /// beyond the first batch, none when that batch alone is larger than `room`.
-async fn part<S: Storage>(log: &Log<S>, from: u64, room: usize) -> Result<LogAppend, LogError> {
+async fn part<S: Storage>(log: &Log<S>, from: Offset, room: usize) -> Result<LogAppend, LogError> {
     let start_offset = log.start_offset();
     let committed_end = log.committed_end();
     if from < start_offset {
@@ -480,7 +470,7 @@ async fn part<S: Storage>(log: &Log<S>, from: u64, room: usize) -> Result<LogApp
             "the follower needs offset {from}, and the log starts at {start_offset}: it was removed"
         )));
     }
-    let batches = log.hold_durable_from(from, APPEND_BYTES_MAX.min(room)).await?;
+    let batches = log.hold_durable_from(from.get(), APPEND_BYTES_MAX.min(room)).await?;
     if batches.first().is_some_and(|first| first.records_bytes() > room) {
         return Ok(LogAppend { chunks: Vec::new(), committed_end, start_offset });
     }
@@ -535,10 +525,10 @@ async fn exchange(
 /// committed record: refused (it cannot happen while the protocol holds; it is asserted).
 pub async fn follow<S: Storage>(
     logs: &[Log<S>; LOGS],
-    leader_epoch: u64,
+    leader_epoch: Epoch,
     tips: &[LogTip; LOGS],
-) -> Result<[u64; LOGS], LogError> {
-    let mut next = [0; LOGS];
+) -> Result<[Offset; LOGS], LogError> {
+    let mut next = [Offset::ZERO; LOGS];
     for (index, (log, tip)) in logs.iter().zip(tips).enumerate() {
         if log.promised_epoch() < leader_epoch {
             log.promise_epoch(leader_epoch).await?;
@@ -555,7 +545,7 @@ pub async fn follow<S: Storage>(
         let cut = if log.last_epoch() == leader_epoch {
             end
         } else {
-            divergence(&log.epoch_history(), Offset::new(end), &tip.history, Offset::new(tip.end)).get()
+            divergence(&log.epoch_history(), end, &tip.history, tip.end)
         };
         // A log holds nothing below its start, and parts from the leader no lower: what was
         // removed there was committed (a replica that a move added, started where its leader's
@@ -588,10 +578,11 @@ pub async fn follow<S: Storage>(
 pub async fn take<S: Storage>(
     logs: &[Log<S>; LOGS],
     log_ids: [u64; LOGS],
-    leader_epoch: u64,
+    leader_epoch: Epoch,
     parts: [LogAppend; LOGS],
-) -> Result<[u64; LOGS], LogError> {
-    let bounds: Vec<(u64, u64)> = parts.iter().map(|part| (part.committed_end, part.start_offset)).collect();
+) -> Result<[Offset; LOGS], LogError> {
+    let bounds: Vec<(Offset, Offset)> =
+        parts.iter().map(|part| (part.committed_end, part.start_offset)).collect();
     let [messages, journal] = parts;
     let taken = crate::sync::join_all(vec![
         take_one(&logs[MESSAGES], log_ids[MESSAGES], leader_epoch, messages.chunks),
@@ -615,7 +606,7 @@ pub async fn take<S: Storage>(
         if start_offset > log.start_offset() {
             let log = log.clone();
             crate::runtime::spawn(async move {
-                if let Err(error) = log.remove_before(start_offset).await {
+                if let Err(error) = log.remove_before(start_offset.get()).await {
                     crate::log_warn!("ringpostd: removing segments a leader removed: {error}");
                 }
             })
@@ -630,7 +621,7 @@ pub async fn take<S: Storage>(
 async fn take_one<S: Storage>(
     log: &Log<S>,
     log_id: u64,
-    leader_epoch: u64,
+    leader_epoch: Epoch,
     chunks: Vec<Chunk>,
 ) -> Result<(), LogError> {
     let mut expected = log.next_offset();
@@ -644,7 +635,7 @@ async fn take_one<S: Storage>(
         crate::log::record::check_sealed_records(
             &chunk.records,
             log_id,
-            chunk.first_offset,
+            chunk.first_offset.get(),
             chunk.record_count,
         )
         .map_err(|error| LogError::Refused(format!("records from another replica: {error}")))?;
@@ -670,7 +661,7 @@ async fn take_one<S: Storage>(
 
 /// A replica's part of a fencing round: from now on it takes nothing from a leader older than
 /// `epoch`; it says what each log holds.
-pub async fn fence<S: Storage>(logs: &[Log<S>; LOGS], epoch: u64) -> Result<[FencedLog; LOGS], LogError> {
+pub async fn fence<S: Storage>(logs: &[Log<S>; LOGS], epoch: Epoch) -> Result<[FencedLog; LOGS], LogError> {
     let mut answers: [FencedLog; LOGS] = Default::default();
     for (log, answer) in logs.iter().zip(answers.iter_mut()) {
         let (last_epoch, durable_end) = log.promise_epoch(epoch).await?;
@@ -683,16 +674,16 @@ pub async fn fence<S: Storage>(logs: &[Log<S>; LOGS], epoch: u64) -> Result<[Fen
 /// journal it lacks from the replica that holds the most).
 pub async fn read<S: Storage>(
     log: &Log<S>,
-    from: u64,
+    from: Offset,
     bytes_max: usize,
-) -> Result<(Vec<Chunk>, u64), LogError> {
+) -> Result<(Vec<Chunk>, Offset), LogError> {
     if from < log.start_offset() {
         return Err(LogError::Refused(format!(
             "offset {from} is below the log's start {}",
             log.start_offset()
         )));
     }
-    let batches = log.hold_durable_from(from, bytes_max).await?;
+    let batches = log.hold_durable_from(from.get(), bytes_max).await?;
     Ok((chunks_from(&batches, from)?, log.durable_end()))
 }
 
@@ -703,7 +694,7 @@ pub async fn read<S: Storage>(
 pub async fn adopt_journal<S: Storage>(
     journal: &Log<S>,
     topic_id: u64,
-    epoch: u64,
+    epoch: Epoch,
     answers: &[(Peer, FencedLog)],
     transport: &dyn Transport,
 ) -> Result<(), Status> {
@@ -715,13 +706,7 @@ pub async fn adopt_journal<S: Storage>(
     else {
         return Ok(());
     };
-    let cut = divergence(
-        &journal.epoch_history(),
-        Offset::new(journal.durable_end()),
-        &best.history,
-        Offset::new(best.durable_end),
-    )
-    .get();
+    let cut = divergence(&journal.epoch_history(), journal.durable_end(), &best.history, best.durable_end);
     if cut < journal.next_offset() {
         journal.truncate_after(cut).await.map_err(Status::from)?;
     }

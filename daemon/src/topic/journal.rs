@@ -142,7 +142,7 @@ impl<S: Storage> TopicState<S> {
         else {
             return Ok(());
         };
-        let since = last_checkpoint.unwrap_or(journal.start_offset());
+        let since = last_checkpoint.unwrap_or(journal.start_offset().get());
         let written: u64 = journal
             .closed_segments()
             .iter()
