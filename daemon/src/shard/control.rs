@@ -4,7 +4,7 @@
 use super::Forwarder;
 use crate::api::Status;
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
-use crate::ids::Epoch;
+use crate::ids::{Epoch, SubscriptionId};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::JournalEntry;
 use crate::topic::journal::SnapshotState;
@@ -123,6 +123,7 @@ impl<S: Storage> Forwarder<S> {
             // has not acknowledged them) but are not this subscription's to replay.
             offset = offset.max(entry.state.borrow().start_offset);
         }
+        let subscription_id = SubscriptionId::new(subscription_id);
         topic.append_journal(&JournalEntry::Seek { subscription_id, offset }).await?;
         if !runs.is_empty() {
             topic.append_journal(&JournalEntry::Acked { subscription_id, runs: runs.clone() }).await?;
@@ -254,7 +255,7 @@ impl<S: Storage> Forwarder<S> {
         // Nothing to journal: replay applies only entries of subscriptions the router
         // attaches, and the next checkpoint drops this one's.
         if let Some(topic) = topic {
-            topic.subscriptions.borrow_mut().retain(|entry| entry.id != subscription_id);
+            topic.subscriptions.borrow_mut().retain(|entry| entry.id != SubscriptionId::new(subscription_id));
         }
     }
 

@@ -24,7 +24,7 @@
 //! - an offset is leased at most once at a time;
 //! - `cursor - floor` never exceeds `unacked_window_max`, which bounds every structure here.
 
-use crate::ids::SourceId;
+use crate::ids::{SourceId, SubscriptionId};
 use crate::subscription::offset_map::OffsetMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -206,7 +206,7 @@ pub struct StreamLoad {
 /// refused as such (`AckRefusal::UnknownVersion`), never read as this one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckId {
-    pub subscription_id: u64,
+    pub subscription_id: SubscriptionId,
     pub source: SourceId,
     pub offset: u64,
     pub generation: u32,
@@ -231,7 +231,7 @@ impl AckId {
     /// `encode`, appended to `text` (a pull writes all of its ack ids into one string).
     pub fn encode_into(&self, text: &mut String) {
         text.push_str(ACK_ID_VERSION_MARKER);
-        push_hex(text, self.subscription_id);
+        push_hex(text, self.subscription_id.get());
         text.push('.');
         push_hex(text, self.source.get() as u64);
         text.push('.');
@@ -253,7 +253,7 @@ impl AckId {
             |bytes: &mut &[u8]| u32::try_from(field(bytes, false)?).or(Err(AckRefusal::Malformed));
         if let Some(rest) = text.strip_prefix(ACK_ID_VERSION_MARKER) {
             let mut bytes = rest.as_bytes();
-            let subscription_id = field(&mut bytes, true)?;
+            let subscription_id = SubscriptionId::new(field(&mut bytes, true)?);
             let source = u32::try_from(field(&mut bytes, true)?).ok().and_then(SourceId::new);
             let source = source.ok_or(AckRefusal::Malformed)?;
             let offset = field(&mut bytes, true)?;
@@ -269,7 +269,7 @@ impl AckId {
             });
         }
         let mut bytes = text.as_bytes();
-        let subscription_id = field(&mut bytes, true)?;
+        let subscription_id = SubscriptionId::new(field(&mut bytes, true)?);
         let offset = field(&mut bytes, true)?;
         let generation = generation(&mut bytes)?;
         Ok(AckId { subscription_id, source: SourceId::FIRST, offset, generation })
@@ -376,7 +376,7 @@ struct KeyOrder {
 }
 
 pub struct SubscriptionState {
-    pub id: u64,
+    pub id: SubscriptionId,
     pub start_offset: u64,
     acked: AckSet,
     cursor: u64,
@@ -519,7 +519,7 @@ impl InFlight {
 }
 
 impl SubscriptionState {
-    pub fn new(id: u64, start_offset: u64, ack_deadline: Duration) -> SubscriptionState {
+    pub fn new(id: SubscriptionId, start_offset: u64, ack_deadline: Duration) -> SubscriptionState {
         SubscriptionState {
             id,
             start_offset,
@@ -1078,7 +1078,7 @@ mod tests {
 
     /// The ack id a daemon before version 1 of the format gave the same delivery.
     fn version_0_ack_id(state: &SubscriptionState, delivery: &Delivery) -> String {
-        format!("{:x}.{:x}.{:x}", state.id, delivery.offset, delivery.generation)
+        format!("{:x}.{:x}.{:x}", state.id.get(), delivery.offset, delivery.generation)
     }
 
     fn source(number: u32) -> SourceId {
@@ -1093,7 +1093,8 @@ mod tests {
             (0xabc, source(0x7ff), 0x1_0000_0000, 7),
             (u64::MAX, SourceId::FIRST, u64::MAX, u32::MAX),
         ] {
-            let ack_id = AckId { subscription_id, source, offset, generation };
+            let ack_id =
+                AckId { subscription_id: SubscriptionId::new(subscription_id), source, offset, generation };
             let text = ack_id.encode();
             let number = source.get();
             assert_eq!(text, format!("v1.{subscription_id:x}.{number:x}.{offset:x}.{generation:x}"));
@@ -1129,7 +1130,12 @@ mod tests {
         if parts.next().is_some() {
             return None;
         }
-        Some(AckId { subscription_id, source: SourceId::FIRST, offset, generation })
+        Some(AckId {
+            subscription_id: SubscriptionId::new(subscription_id),
+            source: SourceId::FIRST,
+            offset,
+            generation,
+        })
     }
 
     #[test]
@@ -1169,11 +1175,21 @@ mod tests {
         }
         assert_eq!(
             AckId::parse("00000000000000000001.A.ffffffff"),
-            Ok(AckId { subscription_id: 1, source: SourceId::FIRST, offset: 10, generation: u32::MAX })
+            Ok(AckId {
+                subscription_id: SubscriptionId::new(1),
+                source: SourceId::FIRST,
+                offset: 10,
+                generation: u32::MAX
+            })
         );
         assert_eq!(
             AckId::parse("v1.00000000000000000001.7FF.A.ffffffff"),
-            Ok(AckId { subscription_id: 1, source: source(0x7ff), offset: 10, generation: u32::MAX })
+            Ok(AckId {
+                subscription_id: SubscriptionId::new(1),
+                source: source(0x7ff),
+                offset: 10,
+                generation: u32::MAX
+            })
         );
     }
 
@@ -1201,7 +1217,8 @@ mod tests {
             offset: u64,
             generation: u32,
         ) {
-            let ack_id = AckId { subscription_id, source: source(number), offset, generation };
+            let id = SubscriptionId::new(subscription_id);
+            let ack_id = AckId { subscription_id: id, source: source(number), offset, generation };
             let text = ack_id.encode();
             proptest::prop_assert_eq!(
                 &text,
@@ -1215,7 +1232,8 @@ mod tests {
         #[test]
         fn version_0_ack_ids_parse_as_source_0(subscription_id: u64, offset: u64, generation: u32) {
             let old = format!("{subscription_id:x}.{offset:x}.{generation:X}");
-            let new = AckId { subscription_id, source: SourceId::FIRST, offset, generation };
+            let id = SubscriptionId::new(subscription_id);
+            let new = AckId { subscription_id: id, source: SourceId::FIRST, offset, generation };
             proptest::prop_assert_eq!(AckId::parse(&old), Ok(new));
             proptest::prop_assert_eq!(AckId::parse(&new.encode()), Ok(new));
         }
@@ -1235,7 +1253,7 @@ mod tests {
     #[test]
     fn deliver_ack_and_redeliver_after_deadline() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(3, 10, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), 10, DEADLINE);
         let first = state.pull(now, 5, 13);
         assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![10, 11, 12]);
         assert!(first.iter().all(|d| d.attempt == 1));
@@ -1253,7 +1271,7 @@ mod tests {
     #[test]
     fn an_acknowledgement_frees_the_window_at_once_and_the_lease_once_durable() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(3, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), 0, DEADLINE);
         let stream = 7;
         let deliveries = state.pull_for(now, 3, 3, stream, DEADLINE);
         for delivery in &deliveries {
@@ -1282,7 +1300,7 @@ mod tests {
     #[test]
     fn nack_redelivers_at_once_and_extension_holds() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let deliveries = state.pull(now, 2, 2);
         state.modify_deadline(&ack_id(&state, &deliveries[0]), 0, now).unwrap();
         state.modify_deadline(&ack_id(&state, &deliveries[1]), 60, now).unwrap();
@@ -1304,7 +1322,7 @@ mod tests {
         const IDS_PER_REQUEST: usize = 2500;
         const REQUESTS: usize = 200;
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let deliveries = state.pull(now, LEASES, LEASES as u64);
         assert_eq!(deliveries.len(), LEASES);
         let ids: Vec<String> = deliveries.iter().map(|delivery| ack_id(&state, delivery)).collect();
@@ -1332,7 +1350,7 @@ mod tests {
     #[test]
     fn expiring_frees_a_full_streams_window_and_leaves_only_later_deadlines() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let leased = state.pull_for(now, 3, 3, 7, DEADLINE);
         assert_eq!(leased.len(), 3);
         assert_eq!(state.stream_load(7).messages, 3);
@@ -1352,10 +1370,16 @@ mod tests {
     #[test]
     fn a_restored_lease_extended_with_an_old_ack_id_still_expires() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         state.pull(now, 1, 1);
         state.restore_lease(0, now + DEADLINE);
-        let old = AckId { subscription_id: 1, source: SourceId::FIRST, offset: 0, generation: 41 }.encode();
+        let old = AckId {
+            subscription_id: SubscriptionId::new(1),
+            source: SourceId::FIRST,
+            offset: 0,
+            generation: 41,
+        }
+        .encode();
         state.modify_deadline(&old, 20, now).unwrap();
         assert!(state.pull(now + Duration::from_secs(19), 1, 1).is_empty(), "extended");
         let again = state.pull(now + Duration::from_secs(21), 1, 1);
@@ -1365,7 +1389,7 @@ mod tests {
     #[test]
     fn bad_ack_ids_are_refused() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         state.pull(now, 1, 1);
         assert_eq!(state.check_ack("zz", now), Err(AckRefusal::Malformed));
         assert_eq!(state.check_ack("2.0.1", now), Err(AckRefusal::OtherSubscription));
@@ -1379,7 +1403,7 @@ mod tests {
     #[test]
     fn a_new_delivery_policy_applies_to_messages_already_out() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let policy = |max| DeliveryPolicy { max_delivery_attempts: max, ..Default::default() };
         state.set_policy(policy(Some(2)));
         for _ in 0..2 {
@@ -1413,7 +1437,7 @@ mod tests {
     #[test]
     fn a_detached_streams_leases_run_to_their_deadlines_and_its_ack_ids_stay_good() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(3, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), 0, DEADLINE);
         let stream = 9;
         let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
         for delivery in &deliveries {
@@ -1433,7 +1457,7 @@ mod tests {
 
     #[test]
     fn restart_redelivers_everything_unacknowledged() {
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         for offset in [0, 1, 3] {
             state.restore_ack(offset);
         }
@@ -1444,7 +1468,7 @@ mod tests {
     #[test]
     fn the_in_flight_state_goes_once_everything_is_done_and_old_ack_ids_stay_refused() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         assert!(state.pull(now, 10, 0).is_empty());
         assert!(state.in_flight.is_none(), "an idle poll allocates nothing");
         let first = state.pull_for(now, 2, 2, 5, DEADLINE);
@@ -1473,7 +1497,7 @@ mod tests {
     #[test]
     fn released_deliveries_come_first_without_counting_an_attempt() {
         let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let deliveries = state.pull(now, 3, 3);
         state.release(deliveries[2]);
         let next = state.pull(now, 3, 3);
@@ -1481,7 +1505,7 @@ mod tests {
     }
 
     fn exactly_once(id: u64) -> SubscriptionState {
-        let mut state = SubscriptionState::new(id, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(id), 0, DEADLINE);
         state.policy.exactly_once = true;
         state
     }
@@ -1491,7 +1515,7 @@ mod tests {
     #[test]
     fn exactly_once_accepts_only_current_unexpired_leases() {
         let now = Instant::now();
-        let mut lenient = SubscriptionState::new(4, 0, DEADLINE);
+        let mut lenient = SubscriptionState::new(SubscriptionId::new(4), 0, DEADLINE);
         let mut strict = exactly_once(4);
         for state in [&mut lenient, &mut strict] {
             let deliveries = state.pull(now, 2, 2);
@@ -1578,8 +1602,13 @@ mod tests {
         let mut state = exactly_once(4);
         state.restore_lease(0, now + DEADLINE);
         state.pull(now, 0, 1);
-        let before_restart =
-            AckId { subscription_id: 4, source: SourceId::FIRST, offset: 0, generation: 17 }.encode();
+        let before_restart = AckId {
+            subscription_id: SubscriptionId::new(4),
+            source: SourceId::FIRST,
+            offset: 0,
+            generation: 17,
+        }
+        .encode();
         state.cursor = 1;
         assert_eq!(state.check_ack(&before_restart, now), Ok(Some(0)));
         assert_eq!(state.check_ack(&before_restart, now + DEADLINE), Err(AckRefusal::LeaseEnded));
@@ -1590,7 +1619,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "outside the window")]
     fn a_cursor_below_the_floor_is_caught() {
-        let mut state = SubscriptionState::new(4, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(4), 0, DEADLINE);
         state.acked = AckSet::new(5);
         state.pull(Instant::now(), 1, 10);
     }
@@ -1606,7 +1635,7 @@ mod tests {
             steps in proptest::collection::vec((0u8..4, 0usize..8), 1..40),
         ) {
             let start = Instant::now();
-            let mut state = SubscriptionState::new(9, 0, DEADLINE);
+            let mut state = SubscriptionState::new(SubscriptionId::new(9), 0, DEADLINE);
             state.policy.exactly_once = exactly_once_delivery;
             let mut given = Vec::new();
             let mut now = start;
