@@ -404,7 +404,7 @@ fn control_samples() -> Vec<Vec<u8>> {
             topic_id: 5,
             epoch: 3,
             replicas: vec![crate::replication::source::Peer {
-                shard: 1,
+                shard: crate::ids::ShardId::from_global(1),
                 address: "10.0.0.1:7451".to_owned(),
             }],
         },

@@ -63,7 +63,7 @@ pub const LEASE_RETRY: Duration = Duration::from_millis(20);
 /// and the address of that forwarder's port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
-    pub shard: u32,
+    pub shard: ShardId,
     pub address: String,
 }
 
@@ -131,7 +131,7 @@ pub fn tip<S: Storage>(log: &Log<S>) -> LogTip {
 pub struct Leader {
     pub epoch: Epoch,
     /// This replica's shard.
-    pub shard: u32,
+    pub shard: ShardId,
     pub peers: Vec<Peer>,
     trackers: RefCell<[CommitTracker; LOGS]>,
     /// Each follower's durable ends as it last answered (what retention may not remove yet).
@@ -153,16 +153,14 @@ impl Leader {
     /// when it was elected, of which `committed_ends` were known committed.
     pub fn new(
         epoch: Epoch,
-        shard: u32,
+        shard: ShardId,
         peers: Vec<Peer>,
         epoch_starts: [Offset; LOGS],
         committed_ends: [Offset; LOGS],
         serve_from: std::time::Instant,
     ) -> Rc<Leader> {
-        let replicas: Vec<ShardId> = std::iter::once(shard)
-            .chain(peers.iter().map(|peer| peer.shard))
-            .map(ShardId::from_global)
-            .collect();
+        let replicas: Vec<ShardId> =
+            std::iter::once(shard).chain(peers.iter().map(|peer| peer.shard)).collect();
         let followers = peers.len();
         let trackers = [MESSAGES, JOURNAL]
             .map(|log| CommitTracker::new(epoch, &replicas, epoch_starts[log], committed_ends[log]));
@@ -267,7 +265,7 @@ impl Leader {
     pub fn advance<S: Storage>(&self, logs: &[Log<S>; LOGS]) {
         let mut trackers = self.trackers.borrow_mut();
         for (log, tracker) in logs.iter().zip(trackers.iter_mut()) {
-            let committed = tracker.durable(ShardId::from_global(self.shard), log.durable_end());
+            let committed = tracker.durable(self.shard, log.durable_end());
             log.commit_to(committed);
         }
     }
@@ -276,7 +274,7 @@ impl Leader {
         {
             let mut trackers = self.trackers.borrow_mut();
             for (log, tracker) in trackers.iter_mut().enumerate() {
-                tracker.durable(ShardId::from_global(self.peers[index].shard), durable_ends[log]);
+                tracker.durable(self.peers[index].shard, durable_ends[log]);
             }
         }
         self.acknowledged.borrow_mut()[index] = durable_ends;
@@ -401,7 +399,7 @@ impl Leader {
                 Ok(parts) => parts,
                 Err(error) => {
                     crate::log_warn!(
-                        "ringpostd: topic {topic_id:x}: reading records for replica shard {:#x}: {error}",
+                        "ringpostd: topic {topic_id:x}: reading records for the replica on {}: {error}",
                         peer.shard
                     );
                     let outcome = feed.on_read_failed();
@@ -508,7 +506,7 @@ async fn exchange(
             // follower takes nothing from it now.
             if !leader.election_wanted.replace(true) {
                 crate::log_info!(
-                    "ringpostd: replica shard {:#x} promised epoch {promised_epoch}; the leader of epoch {} asks \
+                    "ringpostd: the replica on {} promised epoch {promised_epoch}; the leader of epoch {} asks \
                      for an election",
                     peer.shard, leader.epoch
                 );
@@ -723,7 +721,7 @@ pub async fn adopt_journal<S: Storage>(
         };
         if chunks.is_empty() {
             return Err(Status::unavailable(format!(
-                "replica shard {} had no journal records past {}",
+                "the replica on {} had no journal records past {}",
                 donor.shard,
                 journal.next_offset()
             )));

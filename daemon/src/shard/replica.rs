@@ -9,7 +9,7 @@ use super::Forwarder;
 use crate::api::{Code, Status};
 use crate::catalog::global_shard;
 use crate::control::ControlOk;
-use crate::ids::{Epoch, Offset};
+use crate::ids::{Epoch, Offset, ShardId};
 use crate::log::{Log, LogError};
 use crate::replication::protocol::{FencedLog, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES};
 use crate::replication::quorum;
@@ -57,7 +57,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// The replicas but this one.
     fn peers_of(&self, replicas: &[Peer]) -> Vec<Peer> {
-        let own = self.global_shard();
+        let own = ShardId::from_global(self.global_shard());
         replicas.iter().filter(|peer| peer.shard != own).cloned().collect()
     }
 
@@ -165,7 +165,8 @@ impl<S: Storage> Forwarder<S> {
         // The first leader of a new topic has no predecessor whose lease could still run.
         let now = self.environment.clock.now();
         let serve_from = if epoch == Epoch::ZERO.next() { now } else { now + source::LEASE_WAIT };
-        let leader = Leader::new(epoch, self.global_shard(), peers, epoch_starts, committed, serve_from);
+        let shard = ShardId::from_global(self.global_shard());
+        let leader = Leader::new(epoch, shard, peers, epoch_starts, committed, serve_from);
         *topic.replication.borrow_mut() = Replication::Leader(leader.clone());
         self.registry.followers.borrow_mut().remove(&topic_id);
         self.registry.topics.borrow_mut().insert(topic.name.clone(), topic.clone());
@@ -295,7 +296,7 @@ impl<S: Storage> Forwarder<S> {
                     .into_iter()
                     .zip(leader.followers(JOURNAL, now))
                     .map(|((peer, messages, _), (_, journal, _))| {
-                        (peer.shard, [messages.get(), journal.get()])
+                        (peer.shard.global(), [messages.get(), journal.get()])
                     })
                     .collect();
             }

@@ -146,7 +146,7 @@ impl<S: Storage> Forwarder<S> {
                             (peer, end.get(), answered, journal_held.get())
                         })
                         .map(|(peer, end, answered, journal_held)| FollowerStats {
-                            shard: peer.shard,
+                            shard: peer.shard.global(),
                             address: peer.address.clone(),
                             durable_end: end,
                             lag_messages: durable_end.saturating_sub(end),
