@@ -86,6 +86,7 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::subscription::budget::STREAM_RESERVED_BYTES_SHARD_MAX,
         crate::subscription::budget::PULL_RESPONSE_BYTES_MAX,
         crate::subscription::state::UNACKED_WINDOW_MAX,
+        crate::ids::SOURCES_PER_TOPIC_MAX,
         crate::subscription::state::DEADLINE_ENTRIES_PER_LEASE_MAX,
         crate::subscription::state::DEADLINE_ENTRIES_SLACK,
         crate::subscription::offset_map::RING_SPAN_MAX,
@@ -206,6 +207,10 @@ const READ_FROM_SOURCE: &[&str] = &[
 /// Constants named like bounds that the table leaves out, and why.
 const NOT_IN_THE_TABLE: &[(&str, &str)] = &[
     ("NANOS_MAX", "the range of a protobuf Timestamp's nanos"),
+    (
+        "ACK_ID_ENCODED_BYTES_MAX",
+        "the length of the ack ids the daemon writes; ACK_ID_BYTES_MAX bounds those it reads",
+    ),
     ("TIMESTAMP_SECONDS_MAX", "the range of a protobuf Timestamp"),
     ("DER_LENGTH_BYTES_MAX", "the size of a DER length field"),
     ("PROPERTIES_BYTES_MAX", "room an encoding keeps for a field"),

@@ -217,7 +217,12 @@ impl<S: Storage> Forwarder<S> {
             Some((name, why)) => quarantined_status("topic", name, why),
             None => Status::internal(format!("topic {topic_id:x} is not attached")),
         })?;
-        let entry = topic.subscriptions.borrow().iter().find(|entry| entry.id == subscription_id).cloned();
+        let entry = topic
+            .subscriptions
+            .borrow()
+            .iter()
+            .find(|entry| entry.id == crate::ids::SubscriptionId::new(subscription_id))
+            .cloned();
         let entry = entry.ok_or_else(|| Status::internal("the subscription is not attached"))?;
         Ok((topic, entry))
     }
