@@ -917,3 +917,116 @@ fn three_replicas_keep_every_acknowledged_publish_through_partitions_crashes_and
         simulate,
     );
 }
+
+/// A leader's way to its one follower, which the test cuts: cut, every request fails as an
+/// unreachable node's does, so that a publish waits for a quorum that does not come.
+struct Link {
+    follower: Rc<Forwarder<SimDisk>>,
+    cut: Rc<Cell<bool>>,
+}
+
+impl Transport for Link {
+    fn call(&self, _peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
+        let (follower, cut) = (self.follower.clone(), self.cut.clone());
+        Box::pin(async move {
+            runtime::sleep(Duration::from_micros(DELAY_MAX_US)).await;
+            if cut.get() {
+                return Err(Status::unavailable("the follower is cut off"));
+            }
+            follower.replica_request(request).await
+        })
+    }
+}
+
+/// Two replicas of the topic on two nodes, node 0 promoted to lead epoch 1 over a link the
+/// test can cut; the leader's forwarder, the link's switch and the follower's forwarder.
+async fn two_replicas() -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder<SimDisk>>) {
+    let mut forwarders = Vec::new();
+    for node in 0..2 {
+        let forwarder = Rc::new(Forwarder::new(
+            0,
+            SimDisk::new(),
+            Directories::new(vec![PathBuf::from("/d0")]),
+            LogConfig::default(),
+            Rc::new(SystemClock),
+        ));
+        forwarder.replica_context.node_id.set(node as u64 + 1);
+        let attach = ControlRequest::AttachReplica {
+            topic_id: TOPIC_ID,
+            name: TOPIC.to_owned(),
+            retention_seconds: 0,
+            recovering: false,
+        };
+        forwarder.control(attach).await.expect("a replica attaches");
+        forwarders.push(forwarder);
+    }
+    let (leader, follower) = (forwarders[0].clone(), forwarders[1].clone());
+    let cut = Rc::new(Cell::new(false));
+    *leader.replica_context.transport.borrow_mut() =
+        Some(Rc::new(Link { follower: follower.clone(), cut: cut.clone() }));
+    let promote = ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 1, replicas: peers(&[0, 1]) };
+    leader.control(promote).await.expect("the leader is promoted with its follower's answer");
+    (leader, cut, follower)
+}
+
+/// A publish through the leader's native handler, answered with its wire status.
+async fn publish_to(forwarder: &Forwarder<SimDisk>, text: &str) -> Result<(), ringpost_wire::Status> {
+    let request = PublishRequest {
+        topic: TOPIC.to_owned(),
+        messages: vec![PubsubMessage { data: text.as_bytes().to_vec(), ..PubsubMessage::default() }],
+    };
+    let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
+    let header =
+        ringpost_wire::FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).expect("a frame just encoded");
+    let mut body = ringpost_wire::FrameBuffer::new();
+    body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+    let responder = crate::protocol::native::server::Responder::unconnected();
+    let response = crate::protocol::native::server::Handler::handle(forwarder, header, body, &responder)
+        .await
+        .into_contiguous();
+    let header =
+        ringpost_wire::FrameHeader::decode(&response[..FRAME_HEADER_BYTES]).expect("a response frame");
+    if header.is_error() {
+        Err(ringpost_wire::frame::decode_error(&response[FRAME_HEADER_BYTES..]))
+    } else {
+        Ok(())
+    }
+}
+
+/// A publish waiting for its quorum when its leader is deposed is answered `NotOwner` on the
+/// native protocol (go elsewhere: the client asks the router for the new leader), and says so;
+/// one whose quorum does not confirm within `COMMIT_WAIT_MAX` is answered `Unavailable`
+/// (retry here), while the replica still leads.
+#[test]
+fn a_publish_whose_leader_is_deposed_is_not_owner_and_one_whose_quorum_is_slow_is_unavailable() {
+    use ringpost_wire::ErrorCode;
+    sim::run(1, async {
+        let (leader, cut, _follower) = two_replicas().await;
+        publish_to(&leader, "before").await.expect("a publish with its quorum is acknowledged");
+
+        cut.set(true);
+        let waiting = leader.clone();
+        let publish = runtime::spawn(async move { publish_to(&waiting, "deposed").await });
+        runtime::sleep(Duration::from_millis(100)).await;
+        leader
+            .control(ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch: 2 })
+            .await
+            .expect("demoted");
+        let refused = publish.await.expect_err("the deposed leader cannot say the write is kept");
+        assert_eq!(refused.code, ErrorCode::NotOwner, "{refused:?}");
+        assert!(refused.message.contains("stopped leading the topic at epoch 1"), "{refused:?}");
+        let refused = publish_to(&leader, "after").await.expect_err("a follower serves no client");
+        assert_eq!(refused.code, ErrorCode::NotOwner, "{refused:?}");
+    });
+    sim::run(2, async {
+        let (leader, cut, _follower) = two_replicas().await;
+        cut.set(true);
+        let started = runtime::now();
+        let refused = publish_to(&leader, "slow").await.expect_err("no quorum confirms it");
+        assert_eq!(refused.code, ErrorCode::Unavailable, "{refused:?}");
+        assert!(refused.message.contains("fewer than 2 of 2 replicas confirmed"), "{refused:?}");
+        assert!(runtime::now() - started >= crate::replication::source::COMMIT_WAIT_MAX);
+        cut.set(false);
+        publish_to(&leader, "healed").await.expect("the same leader takes the retry");
+    });
+}

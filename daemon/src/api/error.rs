@@ -119,11 +119,16 @@ impl Status {
 }
 
 /// A log's failure as a caller sees it: fenced storage and I/O errors are worth a retry
-/// elsewhere or later, a full disk or queue is exhausted, damage is lost data.
+/// elsewhere or later, a full disk or queue is exhausted, damage is lost data. A replicated
+/// write whose leader was deposed is `NotOwner` (go elsewhere: the native client and the gRPC
+/// gateway look the topic's leader up again, and gRPC's clients see the `Unavailable` they
+/// retry if the gateway cannot), one whose quorum was slow `Unavailable` (retry here).
 impl From<crate::log::LogError> for Status {
     fn from(error: crate::log::LogError) -> Status {
         use crate::log::LogError;
         match error {
+            LogError::Deposed { .. } => Status::new(Code::NotOwner, error.to_string()),
+            LogError::CommitTimeout { .. } => Status::unavailable(error.to_string()),
             LogError::Fenced(why) => {
                 Status::unavailable(format!("the topic's storage failed and is fenced: {why}"))
             }
@@ -137,7 +142,47 @@ impl From<crate::log::LogError> for Status {
             LogError::Corrupt(why) => Status::new(Code::DataLoss, why),
             LogError::Io(why) => Status::unavailable(why),
             LogError::Refused(why) => Status::failed_precondition(why),
-            LogError::Unreplicated(why) => Status::unavailable(why),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Epoch;
+    use crate::log::LogError;
+    use crate::protocol::grpc::status::grpc_code;
+    use ringpost_wire::ErrorCode;
+    use std::time::Duration;
+
+    /// A deposed leader's write says "go elsewhere": `NotOwner` natively, so the client asks
+    /// the router for the new leader, and gRPC's `Unavailable`, which Google's publishers
+    /// retry (the gateway, seeing `NotOwner`, forgets its route first).
+    #[test]
+    fn a_deposed_leaders_write_is_not_owner_natively_and_unavailable_over_grpc() {
+        for deposed in [LogError::Deposed { led: Some(Epoch::new(7)) }, LogError::Deposed { led: None }] {
+            let status = Status::from(deposed);
+            assert_eq!(status.code, Code::NotOwner, "{status}");
+            assert_eq!(ErrorCode::from(status.code), ErrorCode::NotOwner);
+            assert_eq!(grpc_code(status.code), tonic::Code::Unavailable);
+            assert!(status.message.contains("no longer leads") || status.message.contains("stopped leading"));
+            assert!(status.message.contains("new leader"), "{status}");
+        }
+        let status = Status::from(LogError::Deposed { led: Some(Epoch::new(7)) });
+        assert!(status.message.contains("epoch 7"), "{status}");
+    }
+
+    /// A write whose quorum was slow says "retry here": `Unavailable` on both protocols, and
+    /// its message names the quorum and the wait rather than a change of leader.
+    #[test]
+    fn a_slow_quorums_write_is_unavailable_on_both_protocols() {
+        let status =
+            Status::from(LogError::CommitTimeout { quorum: 2, replicas: 3, waited: Duration::from_secs(10) });
+        assert_eq!(status.code, Code::Unavailable, "{status}");
+        assert_eq!(ErrorCode::from(status.code), ErrorCode::Unavailable);
+        assert_eq!(grpc_code(status.code), tonic::Code::Unavailable);
+        assert!(status.message.contains("fewer than 2 of 3 replicas"), "{status}");
+        assert!(status.message.contains("within 10 s"), "{status}");
+        assert!(!status.message.contains("leader serves"), "{status}");
     }
 }

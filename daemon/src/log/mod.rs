@@ -249,9 +249,21 @@ pub enum LogError {
     /// The request does not fit the log's state: an append at an offset that is not the log's
     /// next one, an epoch older than the log's last, a truncation of committed records.
     Refused(String),
-    /// Durable here, but a quorum of the source's replicas did not confirm it (its leader was
-    /// deposed, or too few replicas answered in time): it may or may not be kept.
-    Unreplicated(String),
+    /// Durable here, but this replica stopped leading its source before a quorum of replicas
+    /// confirmed it: it may or may not be kept, and the source's new leader (which the router
+    /// names) is where to go. `led` is the epoch this replica led, `None` when it was already
+    /// a follower as the write arrived.
+    Deposed {
+        led: Option<crate::ids::Epoch>,
+    },
+    /// Durable here, but fewer than `quorum` of the source's `replicas` confirmed it within
+    /// `waited` (`replication::source::COMMIT_WAIT_MAX`); this replica still leads: it may or
+    /// may not be kept, and the same leader is where to retry.
+    CommitTimeout {
+        quorum: usize,
+        replicas: usize,
+        waited: std::time::Duration,
+    },
 }
 
 impl fmt::Display for LogError {
@@ -264,7 +276,22 @@ impl fmt::Display for LogError {
             LogError::Corrupt(why) => write!(f, "log is corrupt: {why}"),
             LogError::Io(why) => write!(f, "I/O error: {why}"),
             LogError::Refused(why) => write!(f, "refused by the log: {why}"),
-            LogError::Unreplicated(why) => write!(f, "not replicated: {why}"),
+            LogError::Deposed { led: Some(epoch) } => write!(
+                f,
+                "this replica stopped leading the topic at epoch {epoch} before a quorum of replicas confirmed \
+                 the write; it may or may not be kept, and the topic's new leader serves it"
+            ),
+            LogError::Deposed { led: None } => write!(
+                f,
+                "this replica no longer leads the topic; the write may or may not be kept, and the topic's \
+                 new leader serves it"
+            ),
+            LogError::CommitTimeout { quorum, replicas, waited } => write!(
+                f,
+                "fewer than {quorum} of {replicas} replicas confirmed the write within {} s; it may or may \
+                 not be kept, and this leader may be asked again",
+                waited.as_secs()
+            ),
         }
     }
 }

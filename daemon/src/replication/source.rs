@@ -294,20 +294,15 @@ impl Leader {
                 return Ok(());
             }
             if self.stopped.get() {
-                return Err(LogError::Unreplicated(format!(
-                    "this replica stopped leading at epoch {} before a quorum of replicas confirmed the write; \
-                     it may or may not be kept",
-                    self.epoch
-                )));
+                return Err(LogError::Deposed { led: Some(self.epoch) });
             }
             let now = crate::runtime::now();
             if now >= deadline {
-                return Err(LogError::Unreplicated(format!(
-                    "fewer than {} of {} replicas confirmed the write within {} s; it may or may not be kept",
-                    quorum(self.peers.len() + 1),
-                    self.peers.len() + 1,
-                    COMMIT_WAIT_MAX.as_secs()
-                )));
+                return Err(LogError::CommitTimeout {
+                    quorum: quorum(self.peers.len() + 1),
+                    replicas: self.peers.len() + 1,
+                    waited: COMMIT_WAIT_MAX,
+                });
             }
             let woken = futures_lite::future::or(committed, stopped);
             futures_lite::future::or(woken, crate::runtime::sleep(deadline - now)).await;

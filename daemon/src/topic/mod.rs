@@ -185,7 +185,7 @@ impl<S: Storage> TopicState<S> {
         match self.leader() {
             Some(leader) => leader.wait_committed(log, end).await,
             None if matches!(*self.replication.borrow(), Replication::Follower { .. }) => {
-                Err(LogError::Unreplicated("this replica no longer leads the topic".into()))
+                Err(LogError::Deposed { led: None })
             }
             None => Ok(()),
         }
