@@ -419,6 +419,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
     let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops } = start_forwarder_shards(
         &config,
+        router_address.port(),
         forwarder_listeners,
         journals_open_max,
         (&ready_sender, &stopped_sender),
