@@ -472,8 +472,9 @@ pub fn start(config: Config) -> Result<Daemon, String> {
                         .iter()
                         .map(|address| crate::host_and_port(&host, address.port()))
                         .collect(),
-                    // The other nodes' gRPC APIs carry publishes and deliveries here for the
-                    // topics this node serves (`protocol::grpc::carry`).
+                    // Where this node serves the gRPC API, registered with its other addresses
+                    // (calls reaching another node's gRPC API come here over the cluster's
+                    // connections, not to this address: `protocol::grpc::remote`).
                     grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
                 },
                 settings,

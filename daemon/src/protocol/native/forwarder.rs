@@ -9,7 +9,8 @@ use crate::api::data::{
     Attributes, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch, PullSettings,
     StreamPeer, StreamSettings,
 };
-use crate::auth::Permission;
+use crate::auth::Principal;
+use crate::dispatch::{self, Kind};
 use crate::shard::Forwarder;
 use crate::storage::Storage;
 use crate::subscription::budget::StreamReservation;
@@ -23,40 +24,109 @@ use ringpost_wire::{Command, ErrorCode, Status};
 impl<S: Storage> Handler for Forwarder<S> {
     async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response {
         self.activity.count_request();
-        // Every request runs as a task as large as this future, which is as large as its
-        // largest arm: the pull and acknowledgement paths' futures are large, a publish's
-        // small. Those are boxed, so that a publish's task is a small allocation.
         let result = match Command::from_u16(header.command) {
-            Some(Command::StreamingPull) => Box::pin(streaming_pull(self, &header, &body, responder)).await,
-            Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
-            Some(Command::Publish) => {
-                // Checked before the data plane sees the request, so that a refused publish
-                // appends nothing; nothing of the check is held across the publish's await,
-                // which keeps a publish's task small.
-                if let Err(status) = check_publish(&body, responder) {
-                    return fail(&header, &status).into();
-                }
-                publish(self, body).await.map(|response| respond(&header, &response).into())
-            }
-            Some(Command::Pull) => Box::pin(checked_pull(self, &header, &body, responder)).await,
-            Some(Command::Acknowledge) => {
-                Box::pin(checked_acknowledge(self, &header, &body, responder)).await
-            }
-            Some(Command::ModifyAckDeadline) => {
-                Box::pin(modify_ack_deadline(self, &header, &body, responder)).await
-            }
-            Some(Command::Replica) => Box::pin(replica(self, &header, &body, responder)).await,
-            // The connection's reading loop answers it before any handler sees it.
-            Some(Command::Authenticate) => {
-                Err(Status::new(ErrorCode::Internal, "an Authenticate request reached a forwarder's handler"))
-            }
-            Some(command) => Err(Status::failed_precondition(format!(
-                "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
-            ))),
-            None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
+            Some(Command::Carried) => Box::pin(carried_here(self, &header, body, responder)).await,
+            _ => Ok(serve(self, header, body, responder).await),
         };
         result.unwrap_or_else(|status| fail(&header, &status).into())
     }
+}
+
+/// A request of this port's, from its client or carried here for another node's.
+async fn serve<S: Storage>(
+    forwarder: &Forwarder<S>,
+    header: FrameHeader,
+    body: FrameBuffer,
+    responder: &Responder,
+) -> Response {
+    // Every request runs as a task as large as this future, which is as large as its largest
+    // arm: the pull and acknowledgement paths' futures are large, a publish's small. Those are
+    // boxed, so that a publish's task is a small allocation.
+    let result = match Command::from_u16(header.command) {
+        Some(Command::StreamingPull) => Box::pin(streaming_pull(forwarder, &header, &body, responder)).await,
+        Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
+        Some(Command::Publish) => {
+            // Checked before the data plane sees the request, so that a refused publish
+            // appends nothing; nothing of the check is held across the publish's await, which
+            // keeps a publish's task small.
+            if let Err(status) = check_publish(&body, responder) {
+                return fail(&header, &status).into();
+            }
+            match publish(forwarder, body).await {
+                Ok(response) => Ok(respond(&header, &response).into()),
+                Err(status) => Err(status),
+            }
+        }
+        Some(Command::Pull) => Box::pin(checked_pull(forwarder, &header, &body, responder)).await,
+        Some(Command::Acknowledge) => {
+            Box::pin(checked_acknowledge(forwarder, &header, &body, responder)).await
+        }
+        Some(Command::ModifyAckDeadline) => {
+            Box::pin(modify_ack_deadline(forwarder, &header, &body, responder)).await
+        }
+        Some(Command::Replica) => Box::pin(replica(forwarder, &header, &body, responder)).await,
+        // The connection's reading loop answers it before any handler sees it.
+        Some(Command::Authenticate) => {
+            Err(Status::new(ErrorCode::Internal, "an Authenticate request reached a forwarder's handler"))
+        }
+        Some(Command::Carried) => {
+            Err(Status::invalid_argument("a carried request carries a data-plane request, not another"))
+        }
+        Some(command) => Err(Status::failed_precondition(format!(
+            "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
+        ))),
+        None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
+    };
+    result.unwrap_or_else(|status| fail(&header, &status).into())
+}
+
+/// A request another node's forwarder carried here for its client (`relay`): served as that
+/// client's own, for the principal the carrying node authenticated it as, decided by this
+/// node's rules (`dispatch::vouched_for`), and marked `FLAG_RELAYED` so that it is never
+/// carried on. Only a node of the cluster may vouch for a principal.
+async fn carried_here<S: Storage>(
+    forwarder: &Forwarder<S>,
+    header: &FrameHeader,
+    body: FrameBuffer,
+    responder: &Responder,
+) -> Result<Response, Status> {
+    if !responder.is_cluster_peer() {
+        return Err(Status::new(
+            ErrorCode::Unauthenticated,
+            "a carried request is taken only from nodes of the cluster, which present its secret",
+        ));
+    }
+    let request = access_body::<CarriedRequest>(&body)?;
+    let command = request.command.to_native();
+    if !matches!(
+        Command::from_u16(command),
+        Some(
+            Command::Publish
+                | Command::Pull
+                | Command::Acknowledge
+                | Command::ModifyAckDeadline
+                | Command::StreamingPull
+        )
+    ) {
+        return Err(Status::invalid_argument(format!(
+            "a carried request carries a publish, a pull, an acknowledgement, a deadline change or a \
+             streaming pull, not command {command}"
+        )));
+    }
+    let principal = match request.principal.as_ref() {
+        Some(name) => Principal::Named(name.as_str().into()),
+        None => Principal::Anonymous,
+    };
+    let mut inner = FrameBuffer::with_capacity(request.body.len());
+    inner.extend_from_slice(request.body.as_slice());
+    let inner_header = FrameHeader {
+        body_length: inner.len() as u32,
+        command,
+        flags: FLAG_RELAYED,
+        request_id: header.request_id,
+    };
+    let responder = responder.carrying_for(dispatch::vouched_for(principal));
+    Ok(serve(forwarder, inner_header, inner, &responder).await)
 }
 
 /// Another replica's request: only from a node of the cluster.
@@ -87,16 +157,23 @@ async fn replica<S: crate::storage::Storage>(
 /// pattern that matches the empty name is all wildcards and matches every name, so that
 /// sender may publish to any topic.
 fn check_publish(body: &[u8], responder: &Responder) -> Result<(), Status> {
-    if responder.allows(Permission::TopicsPublish, EVERY_TOPIC) {
+    let allows =
+        |topic: &str| dispatch::allows(responder.access(), responder.session(), Kind::Publish, topic);
+    if allows(EVERY_TOPIC) {
         debug_assert!(
-            access_body::<PublishRequest>(body)
-                .map_or(true, |request| responder.allows(Permission::TopicsPublish, request.topic.as_str())),
+            access_body::<PublishRequest>(body).map_or(true, |request| allows(request.topic.as_str())),
             "a grant on every topic did not match a publish's topic"
         );
         return Ok(());
     }
     let request = access_body::<PublishRequest>(body)?;
-    responder.check(Permission::TopicsPublish, request.topic.as_str())
+    check(responder, Kind::Publish, request.topic.as_str())
+}
+
+/// Whether the request's sender may run an operation of `kind` on `name` (`dispatch::check`);
+/// a refusal is the request's answer, logged for audit.
+fn check(responder: &Responder, kind: Kind, name: &str) -> Result<(), Status> {
+    dispatch::check(responder.access(), responder.session(), kind, name).map_err(Status::from)
 }
 
 /// A name no topic has, which only a pattern matching every name matches (`check_publish`).
@@ -161,12 +238,14 @@ async fn checked_pull<D: DataPlane>(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<PullRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    check(responder, Kind::Pull, request.subscription.as_str())?;
     match pull_request(data, header, request, Some(responder)).await {
         Err(status) if status.code == ErrorCode::NotOwner => {
             let wait = std::time::Duration::from_millis(request.wait_ms.to_native().into());
             carried(header, status, |relay| async move {
-                relay.unary(header, body, request.subscription.as_str(), wait).await
+                relay
+                    .unary(header, body, request.subscription.as_str(), &responder.session().principal, wait)
+                    .await
             })
             .await
         }
@@ -223,7 +302,7 @@ async fn streaming_pull<D: DataPlane>(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<StreamingPullRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    check(responder, Kind::StreamingPull, request.subscription.as_str())?;
     let settings = StreamSettings::new(
         request.stream_ack_deadline_seconds.to_native(),
         request.max_outstanding_messages.to_native(),
@@ -233,7 +312,11 @@ async fn streaming_pull<D: DataPlane>(
         Ok(stream) => stream,
         Err(status) if status.code == crate::api::Code::NotOwner => {
             return carried(header, status.into(), |relay| async move {
-                relay.stream(header, body, request.subscription.as_str(), responder).await
+                let downstream = relay::NativeDownstream { header, responder };
+                let principal = &responder.session().principal;
+                let carried =
+                    relay.stream(request.subscription.as_str(), principal, body, &downstream).await?;
+                Ok(carried.map(|()| respond(header, &PullResponse::default()).into()))
             })
             .await;
         }
@@ -276,12 +359,20 @@ async fn checked_acknowledge(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<AcknowledgeRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    check(responder, Kind::Acknowledge, request.subscription.as_str())?;
     match acknowledge_request(data, request).await {
         Ok(response) => Ok(respond(header, &response).into()),
         Err(status) if status.code == ErrorCode::NotOwner => {
             carried(header, status, |relay| async move {
-                relay.unary(header, body, request.subscription.as_str(), std::time::Duration::ZERO).await
+                relay
+                    .unary(
+                        header,
+                        body,
+                        request.subscription.as_str(),
+                        &responder.session().principal,
+                        std::time::Duration::ZERO,
+                    )
+                    .await
             })
             .await
         }
@@ -305,14 +396,22 @@ async fn modify_ack_deadline(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<ModifyAckDeadlineRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    check(responder, Kind::ModifyAckDeadline, request.subscription.as_str())?;
     let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
     let seconds = request.ack_deadline_seconds.to_native();
     match data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await {
         Ok(invalid) => Ok(respond(header, &ack_response(invalid)).into()),
         Err(status) if status.code == crate::api::Code::NotOwner => {
             carried(header, status.into(), |relay| async move {
-                relay.unary(header, body, request.subscription.as_str(), std::time::Duration::ZERO).await
+                relay
+                    .unary(
+                        header,
+                        body,
+                        request.subscription.as_str(),
+                        &responder.session().principal,
+                        std::time::Duration::ZERO,
+                    )
+                    .await
             })
             .await
         }
