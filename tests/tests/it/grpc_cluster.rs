@@ -777,6 +777,15 @@ fn over_tls_every_node_serves_publish_and_delivery_for_the_principal_of_a_client
     // Two of the three nodes do not serve the topic.
     assert_eq!(carried.len(), 2, "calls were not carried to the serving node:\n{}", cluster.logs());
 
+    // A publish over Pub/Sub's limit reaching a node that does not serve its topic is refused
+    // by Pub/Sub's rules, and what follows still crosses between the nodes.
+    let mut publisher = pubsub::publisher_client::PublisherClient::new(connect(carried[0], &root))
+        .max_encoding_message_size(32 << 20);
+    let message = pubsub::PubsubMessage { data: vec![7u8; 11 << 20].into(), ..Default::default() };
+    let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
+    let status = runtime.block_on(publisher.publish(request)).unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
     // A client that leaves a carried stream: the serving node's stream ends with it, and the
     // message it held, on a lease of 600 s, is delivered again at once.
     let (serving, through) = (serving.unwrap(), carried[0]);

@@ -137,6 +137,9 @@ async fn publish(
         let shard = match gateway.topic_forwarder(&presented, &topic, crate::dispatch::Kind::Publish).await? {
             Serving::Here(shard) => shard,
             Serving::Elsewhere(shard) => {
+                // Checked here with the data plane's rules and wording too, so that what is
+                // carried is bounded by them (the serving node checks again).
+                batch.check()?;
                 let body = remote::native_body(WireCommand::Publish, &batch.native());
                 let resource = Resource::Topic(topic.clone());
                 match remote::carry(shard, &presented, resource, WireCommand::Publish, body, Duration::ZERO)
@@ -183,6 +186,15 @@ async fn publish(
 }
 
 impl OwnedPublish {
+    /// Pub/Sub's rules for a publish (`api::data::check_publish`).
+    fn check(&self) -> Result<(), DomainStatus> {
+        let mut checked = Ok(0);
+        self.visit(&mut |topic, messages| {
+            checked = crate::api::data::check_publish(topic, messages, |_| 0);
+        })?;
+        checked.map(|_| ())
+    }
+
     /// The batch as a native publish, for the node that serves its topic.
     fn native(&self) -> ringpost_wire::messages::PublishRequest {
         use ringpost_wire::messages::{Attribute, PubsubMessage};

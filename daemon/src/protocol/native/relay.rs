@@ -39,7 +39,7 @@ use futures_lite::AsyncWriteExt;
 use ringpost_wire::frame::{
     decode_error, FrameBuffer, FrameHeader, FLAG_ERROR, FLAG_MORE, FLAG_RELAYED, FLAG_RESPONSE,
 };
-use ringpost_wire::limits::FRAME_HEADER_BYTES;
+use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::{CarriedRequest, LookupResponse, NameRequest};
 use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
@@ -213,7 +213,7 @@ impl Relay {
             }
             self.pulls_in_flight.set(self.pulls_in_flight.get() + 1);
         }
-        let carried = carried_body(principal, command, body);
+        let carried = carried_body(principal, command, body)?;
         let answer =
             self.transport.carry(&route.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
         drop(carried);
@@ -255,7 +255,7 @@ impl Relay {
     ) -> Result<Option<()>, Status> {
         let resource = Resource::Subscription(subscription.to_owned());
         let Some(route) = self.elsewhere(&resource).await? else { return Ok(None) };
-        let carried = carried_body(principal, Command::StreamingPull.code(), body);
+        let carried = carried_body(principal, Command::StreamingPull.code(), body)?;
         let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, &carried).await
         {
             Ok(upstream) => upstream,
@@ -399,17 +399,26 @@ impl Downstream for NativeDownstream<'_> {
     }
 }
 
-/// The body of a `Carried` request: `command`'s native `body`, for `principal`.
-fn carried_body(principal: &Principal, command: u16, body: &[u8]) -> FrameBuffer {
+/// The body of a `Carried` request: `command`'s native `body`, for `principal`. One too large
+/// for a frame is refused here: the leader's port would close the connection it arrived on,
+/// which other requests share.
+fn carried_body(principal: &Principal, command: u16, body: &[u8]) -> Result<FrameBuffer, Status> {
     let principal = match principal {
         Principal::Anonymous => None,
         Principal::Named(name) => Some(name.to_string()),
     };
     let request = CarriedRequest { principal, command, body: body.to_vec() };
     let frame = ringpost_wire::encode_frame(Command::Carried.code(), 0, 0, &request);
-    let mut carried = FrameBuffer::with_capacity(frame.len() - FRAME_HEADER_BYTES);
+    let length = frame.len() - FRAME_HEADER_BYTES;
+    if length > FRAME_BODY_BYTES_MAX {
+        return Err(Status::invalid_argument(format!(
+            "the request is {length} bytes as carried to the node that serves it; the limit is \
+             {FRAME_BODY_BYTES_MAX} (FRAME_BODY_BYTES_MAX)"
+        )));
+    }
+    let mut carried = FrameBuffer::with_capacity(length);
     carried.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-    carried
+    Ok(carried)
 }
 
 /// Waits until the shard's response budget takes `bytes` (at once when nothing else holds it).
