@@ -465,7 +465,14 @@ wire_type! {
     /// A data-plane request another node's forwarder carries here for its client (`Carried`):
     /// the request's command and body as the client would send them, and who the carrying node
     /// authenticated the client as (`None`: anonymous), which this node's rules then decide for.
-    pub struct CarriedRequest { pub principal: Option<String>, pub command: u16, pub body: Vec<u8> }
+    /// `client_keeps_leases`: a streaming pull's client reconnects holding what the stream
+    /// delivered (a gRPC stream's `client_id`), so the stream's leases outlive it.
+    pub struct CarriedRequest {
+        pub principal: Option<String>,
+        pub command: u16,
+        pub body: Vec<u8>,
+        pub client_keeps_leases: bool,
+    }
 }
 
 wire_type! {

@@ -562,12 +562,13 @@ fn deciders(cluster: &ringpost_tests::cluster::Cluster, line: &str) -> Vec<u64> 
     cluster.ids().filter(|node| cluster.node(*node).log().contains(line)).collect()
 }
 
-/// A StreamingPull of `subscription` on `channel`: the sender of its later requests and its
-/// responses.
+/// A StreamingPull of `subscription` on `channel` for a client naming itself `client_id` (or
+/// none): the sender of its later requests and its responses.
 fn open_stream(
     runtime: &tokio::runtime::Runtime,
     channel: &tonic::transport::Channel,
     subscription: &str,
+    client_id: &str,
 ) -> Result<
     (
         tokio::sync::mpsc::Sender<pubsub::StreamingPullRequest>,
@@ -579,6 +580,7 @@ fn open_stream(
     let first = pubsub::StreamingPullRequest {
         subscription: subscription_path(subscription),
         stream_ack_deadline_seconds: 600,
+        client_id: client_id.to_owned(),
         ..Default::default()
     };
     runtime.block_on(requests.send(first)).unwrap();
@@ -616,12 +618,14 @@ fn read_until(
 }
 
 /// Pulls `subscription` on `subscriber` until a message whose data is `data` arrives (within
-/// 30 s), acknowledging whatever else arrives; its ack id, not acknowledged.
+/// 30 s), acknowledging whatever else arrives but for `held`, which must not arrive; its ack id,
+/// not acknowledged.
 fn pull_until(
     runtime: &tokio::runtime::Runtime,
     subscriber: &mut pubsub::subscriber_client::SubscriberClient<tonic::transport::Channel>,
     subscription: &str,
     data: &[u8],
+    held: Option<&[u8]>,
 ) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -635,7 +639,9 @@ fn pull_until(
         let mut found = None;
         let mut others = Vec::new();
         for received in pulled.received_messages {
-            match received.message.as_ref().unwrap().data == data {
+            let delivered = &received.message.as_ref().unwrap().data;
+            assert!(held != Some(&delivered[..]), "a message still leased was delivered again");
+            match delivered == data {
                 true => found = Some(received.ack_id),
                 false => others.push(received.ack_id),
             }
@@ -704,7 +710,7 @@ fn over_tls_every_node_serves_publish_and_delivery_for_the_principal_of_a_client
             let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
             runtime.block_on(publisher.clone().publish(request)).map(tonic::Response::into_inner)
         });
-        let ack_id = pull_until(&runtime, &mut subscriber, subscription, &data);
+        let ack_id = pull_until(&runtime, &mut subscriber, subscription, &data, None);
         let request = pubsub::ModifyAckDeadlineRequest {
             subscription: subscription_path(subscription),
             ack_ids: vec![ack_id.clone()],
@@ -723,7 +729,7 @@ fn over_tls_every_node_serves_publish_and_delivery_for_the_principal_of_a_client
 
         // A streaming pull, acknowledged on the stream.
         let data = format!("streamed through node {id}").into_bytes();
-        let (requests, mut responses) = open_stream(&runtime, &as_root, subscription)
+        let (requests, mut responses) = open_stream(&runtime, &as_root, subscription, "")
             .unwrap_or_else(|status| panic!("node {id}: {status:?}"));
         let message = pubsub::PubsubMessage { data: data.clone().into(), ..Default::default() };
         let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
@@ -755,7 +761,7 @@ fn over_tls_every_node_serves_publish_and_delivery_for_the_principal_of_a_client
         };
         let status = runtime.block_on(subscriber.acknowledge(request)).unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "node {id}: {status:?}");
-        let status = open_stream(&runtime, &as_billing, subscription).map(|_| ()).unwrap_err();
+        let status = open_stream(&runtime, &as_billing, subscription, "").map(|_| ()).unwrap_err();
         assert_eq!(status.code(), Code::PermissionDenied, "node {id}: {status:?}");
         let line = format!("denied pubsub.topics.publish on topic:{topic} to billing");
         let logged = deciders(&cluster, &line);
@@ -787,20 +793,42 @@ fn over_tls_every_node_serves_publish_and_delivery_for_the_principal_of_a_client
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
 
     // A client that leaves a carried stream: the serving node's stream ends with it, and the
-    // message it held, on a lease of 600 s, is delivered again at once.
+    // message it held, on a lease of 600 s, is delivered again at once. A client that names
+    // itself (Google's clients do) reconnects holding what it was sent: its leases outlive the
+    // stream, and its ack id still acknowledges.
     let (serving, through) = (serving.unwrap(), carried[0]);
-    let data = b"held by a stream that is reset".to_vec();
-    let (requests, mut responses) =
-        open_stream(&runtime, &connect(through, &root), subscription).expect("a carried stream");
     let mut publisher = pubsub::publisher_client::PublisherClient::new(connect(serving, &root));
-    let message = pubsub::PubsubMessage { data: data.clone().into(), ..Default::default() };
-    let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
-    runtime.block_on(publisher.publish(request)).expect("a publish");
-    read_until(&runtime, &mut responses, &data);
-    drop((requests, responses));
+    let mut stream_one = |data: &[u8], client_id: &str| {
+        let (requests, mut responses) =
+            open_stream(&runtime, &connect(through, &root), subscription, client_id)
+                .expect("a carried stream");
+        let message = pubsub::PubsubMessage { data: data.to_vec().into(), ..Default::default() };
+        let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
+        runtime.block_on(publisher.publish(request)).expect("a publish");
+        let ack_id = read_until(&runtime, &mut responses, data);
+        drop((requests, responses));
+        ack_id
+    };
+    let (kept, given_back) = (b"held by a named client".to_vec(), b"held by an anonymous client".to_vec());
+    let kept_ack_id = stream_one(&kept, "worker-1");
+    stream_one(&given_back, "");
     let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(connect(serving, &root));
-    let ack_id = pull_until(&runtime, &mut subscriber, subscription, &data);
+    let ack_id = pull_until(&runtime, &mut subscriber, subscription, &given_back, Some(&kept));
     let request =
         pubsub::AcknowledgeRequest { subscription: subscription_path(subscription), ack_ids: vec![ack_id] };
     runtime.block_on(subscriber.acknowledge(request)).expect("an acknowledgement");
+    let mut through_subscriber = pubsub::subscriber_client::SubscriberClient::new(connect(through, &root));
+    let request = pubsub::AcknowledgeRequest {
+        subscription: subscription_path(subscription),
+        ack_ids: vec![kept_ack_id],
+    };
+    runtime.block_on(through_subscriber.acknowledge(request)).expect("an acknowledgement");
+    #[allow(deprecated)]
+    let request = pubsub::PullRequest {
+        subscription: subscription_path(subscription),
+        max_messages: 10,
+        return_immediately: true,
+    };
+    let left = runtime.block_on(subscriber.pull(request)).expect("a pull").into_inner();
+    assert!(left.received_messages.is_empty(), "acknowledged, yet delivered again: {left:?}");
 }

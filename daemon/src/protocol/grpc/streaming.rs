@@ -168,7 +168,8 @@ async fn open(
                 tokio::spawn(async move {
                     let _ = running
                         .call(move |shard| {
-                            serve_carried_stream(shard, presented, name, body, properties, responses, ends)
+                            let request = (body, settings.leases_outlive_stream);
+                            serve_carried_stream(shard, presented, name, request, properties, responses, ends)
                         })
                         .await;
                 });
@@ -349,7 +350,7 @@ async fn serve_carried_stream(
     shard: Rc<ForwarderShard>,
     presented: Presented,
     name: String,
-    body: FrameBuffer,
+    (body, keeps_leases): (FrameBuffer, bool),
     properties: Properties,
     responses: Responses,
     ends: Ends,
@@ -379,7 +380,7 @@ async fn serve_carried_stream(
         properties,
         opened: RefCell::new(Some(ends.opened)),
     };
-    let carried = relay.stream(&name, &principal, &body, &downstream).await;
+    let carried = relay.stream(&name, &principal, &body, keeps_leases, &downstream).await;
     let opened = downstream.opened.borrow_mut().take();
     match (carried, opened) {
         (Ok(None), Some(opened)) => {

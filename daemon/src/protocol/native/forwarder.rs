@@ -26,24 +26,28 @@ impl<S: Storage> Handler for Forwarder<S> {
         self.activity.count_request();
         let result = match Command::from_u16(header.command) {
             Some(Command::Carried) => Box::pin(carried_here(self, &header, body, responder)).await,
-            _ => Ok(serve(self, header, body, responder).await),
+            _ => Ok(serve(self, header, body, responder, false).await),
         };
         result.unwrap_or_else(|status| fail(&header, &status).into())
     }
 }
 
-/// A request of this port's, from its client or carried here for another node's.
+/// A request of this port's, from its client or carried here for another node's;
+/// `client_keeps_leases`: a streaming pull's leases outlive it (`CarriedRequest`).
 async fn serve<S: Storage>(
     forwarder: &Forwarder<S>,
     header: FrameHeader,
     body: FrameBuffer,
     responder: &Responder,
+    client_keeps_leases: bool,
 ) -> Response {
     // Every request runs as a task as large as this future, which is as large as its largest
     // arm: the pull and acknowledgement paths' futures are large, a publish's small. Those are
     // boxed, so that a publish's task is a small allocation.
     let result = match Command::from_u16(header.command) {
-        Some(Command::StreamingPull) => Box::pin(streaming_pull(forwarder, &header, &body, responder)).await,
+        Some(Command::StreamingPull) => {
+            Box::pin(streaming_pull(forwarder, &header, &body, responder, client_keeps_leases)).await
+        }
         Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
         Some(Command::Publish) => {
             // Checked before the data plane sees the request, so that a refused publish
@@ -125,8 +129,9 @@ async fn carried_here<S: Storage>(
         flags: FLAG_RELAYED,
         request_id: header.request_id,
     };
+    let client_keeps_leases = request.client_keeps_leases;
     let responder = responder.carrying_for(dispatch::vouched_for(principal));
-    Ok(serve(forwarder, inner_header, inner, &responder).await)
+    Ok(serve(forwarder, inner_header, inner, &responder, client_keeps_leases).await)
 }
 
 /// Another replica's request: only from a node of the cluster.
@@ -300,22 +305,24 @@ async fn streaming_pull<D: DataPlane>(
     header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
+    client_keeps_leases: bool,
 ) -> Result<Response, Status> {
     let request = access_body::<StreamingPullRequest>(body)?;
     check(responder, Kind::StreamingPull, request.subscription.as_str())?;
-    let settings = StreamSettings::new(
+    let mut settings = StreamSettings::new(
         request.stream_ack_deadline_seconds.to_native(),
         request.max_outstanding_messages.to_native(),
         request.max_outstanding_bytes.to_native(),
     )?;
+    settings.leases_outlive_stream = client_keeps_leases;
     let mut stream = match data.open_stream(request.subscription.as_str(), settings).await {
         Ok(stream) => stream,
         Err(status) if status.code == crate::api::Code::NotOwner => {
             return carried(header, status.into(), |relay| async move {
                 let downstream = relay::NativeDownstream { header, responder };
                 let principal = &responder.session().principal;
-                let carried =
-                    relay.stream(request.subscription.as_str(), principal, body, &downstream).await?;
+                let subscription = request.subscription.as_str();
+                let carried = relay.stream(subscription, principal, body, false, &downstream).await?;
                 Ok(carried.map(|()| respond(header, &PullResponse::default()).into()))
             })
             .await;

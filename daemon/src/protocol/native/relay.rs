@@ -213,7 +213,7 @@ impl Relay {
             }
             self.pulls_in_flight.set(self.pulls_in_flight.get() + 1);
         }
-        let carried = carried_body(principal, command, body)?;
+        let carried = carried_body(principal, command, body, false)?;
         let answer =
             self.transport.carry(&route.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
         drop(carried);
@@ -245,17 +245,20 @@ impl Relay {
 
     /// Carries a streaming pull (its native request's `body`) on `subscription` to its leader
     /// on another node for `principal`, and its batches back to `downstream` until either side
-    /// ends it; `None` when the leader is on this node.
+    /// ends it; `None` when the leader is on this node. `client_keeps_leases`: the client
+    /// reconnects holding what it was sent, so the leader keeps the stream's leases to their
+    /// deadlines when it ends.
     pub async fn stream<D: Downstream>(
         &self,
         subscription: &str,
         principal: &Principal,
         body: &[u8],
+        client_keeps_leases: bool,
         downstream: &D,
     ) -> Result<Option<()>, Status> {
         let resource = Resource::Subscription(subscription.to_owned());
         let Some(route) = self.elsewhere(&resource).await? else { return Ok(None) };
-        let carried = carried_body(principal, Command::StreamingPull.code(), body)?;
+        let carried = carried_body(principal, Command::StreamingPull.code(), body, client_keeps_leases)?;
         let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, &carried).await
         {
             Ok(upstream) => upstream,
@@ -402,12 +405,17 @@ impl Downstream for NativeDownstream<'_> {
 /// The body of a `Carried` request: `command`'s native `body`, for `principal`. One too large
 /// for a frame is refused here: the leader's port would close the connection it arrived on,
 /// which other requests share.
-fn carried_body(principal: &Principal, command: u16, body: &[u8]) -> Result<FrameBuffer, Status> {
+fn carried_body(
+    principal: &Principal,
+    command: u16,
+    body: &[u8],
+    client_keeps_leases: bool,
+) -> Result<FrameBuffer, Status> {
     let principal = match principal {
         Principal::Anonymous => None,
         Principal::Named(name) => Some(name.to_string()),
     };
-    let request = CarriedRequest { principal, command, body: body.to_vec() };
+    let request = CarriedRequest { principal, command, body: body.to_vec(), client_keeps_leases };
     let frame = ringpost_wire::encode_frame(Command::Carried.code(), 0, 0, &request);
     let length = frame.len() - FRAME_HEADER_BYTES;
     if length > FRAME_BODY_BYTES_MAX {

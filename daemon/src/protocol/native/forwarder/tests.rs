@@ -214,6 +214,7 @@ fn carried<T: Body>(principal: Option<&str>, command: Command, request: &T) -> C
         principal: principal.map(str::to_owned),
         command: command.code(),
         body: native_body(command, request),
+        client_keeps_leases: false,
     }
 }
 
