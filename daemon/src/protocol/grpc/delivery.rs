@@ -218,7 +218,7 @@ pub async fn pull(
         max_messages: settings.max_messages as u32,
         wait_ms: settings.wait.as_millis() as u32,
     };
-    let native = (Command::Pull, remote::native_body(Command::Pull, &native), settings.wait);
+    let native = (Command::Pull, remote::native_body(Command::Pull, &native)?, settings.wait);
     let received_messages =
         match on_subscription_shard(gateway, &presented, &name, Kind::Pull, work, native).await? {
             Ran::Here(received_messages) => received_messages,
@@ -274,7 +274,7 @@ pub async fn acknowledge_on_shard(
         let failures = shard.forwarder.acknowledge(&subscription, ack_ids.iter().map(String::as_str)).await?;
         Ok((properties, failures))
     };
-    let native = remote::acknowledge_request(name, sent, None);
+    let native = remote::acknowledge_request(name, sent, None)?;
     match on_subscription_shard(gateway, presented, name, Kind::Acknowledge, work, native).await? {
         Ran::Here(answer) => Ok(answer),
         Ran::Carried(answer) => carried_acknowledged(gateway, name, &answer).await,
@@ -314,7 +314,7 @@ pub async fn modify_on_shard(
             .await?;
         Ok((properties, failures))
     };
-    let native = remote::acknowledge_request(name, sent, Some(seconds));
+    let native = remote::acknowledge_request(name, sent, Some(seconds))?;
     match on_subscription_shard(gateway, presented, name, Kind::ModifyAckDeadline, work, native).await? {
         Ran::Here(answer) => Ok(answer),
         Ran::Carried(answer) => carried_acknowledged(gateway, name, &answer).await,

@@ -140,7 +140,7 @@ async fn publish(
                 // Checked here with the data plane's rules and wording too, so that what is
                 // carried is bounded by them (the serving node checks again).
                 batch.check()?;
-                let body = remote::native_body(WireCommand::Publish, &batch.native());
+                let body = remote::native_body(WireCommand::Publish, &batch.native())?;
                 let resource = Resource::Topic(topic.clone());
                 match remote::carry(shard, &presented, resource, WireCommand::Publish, body, Duration::ZERO)
                     .await

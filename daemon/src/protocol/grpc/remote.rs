@@ -24,12 +24,16 @@ use ringpost_wire::messages::{
 use ringpost_wire::Command;
 use std::time::Duration;
 
-/// The body of a native request (`encode_frame` without its header).
-pub fn native_body<T: ringpost_wire::frame::Body>(command: Command, request: &T) -> FrameBuffer {
-    let frame = ringpost_wire::encode_frame(command.code(), 0, 0, request);
+/// The body of a native request (a frame without its header); one over `FRAME_BODY_BYTES_MAX`
+/// (16 MiB of ack ids, say) is refused, `INVALID_ARGUMENT` naming the limit.
+pub fn native_body<T: ringpost_wire::frame::Body>(
+    command: Command,
+    request: &T,
+) -> Result<FrameBuffer, Status> {
+    let frame = ringpost_wire::frame::try_encode_frame(command.code(), 0, 0, request)?;
     let mut body = FrameBuffer::with_capacity(frame.len() - FRAME_HEADER_BYTES);
     body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-    body
+    Ok(body)
 }
 
 /// Carries `command` (its native `body`) on `resource` from `shard` to the node leading it, for
@@ -130,22 +134,22 @@ pub fn acknowledge_request(
     subscription: &str,
     ack_ids: Vec<String>,
     seconds: Option<u32>,
-) -> (Command, FrameBuffer, Duration) {
+) -> Result<(Command, FrameBuffer, Duration), Status> {
     let subscription = subscription.to_owned();
     let (command, body) = match seconds {
         None => (
             Command::Acknowledge,
-            native_body(Command::Acknowledge, &AcknowledgeRequest { subscription, ack_ids }),
+            native_body(Command::Acknowledge, &AcknowledgeRequest { subscription, ack_ids })?,
         ),
         Some(ack_deadline_seconds) => (
             Command::ModifyAckDeadline,
             native_body(
                 Command::ModifyAckDeadline,
                 &ModifyAckDeadlineRequest { subscription, ack_ids, ack_deadline_seconds },
-            ),
+            )?,
         ),
     };
-    (command, body, Duration::ZERO)
+    Ok((command, body, Duration::ZERO))
 }
 
 /// Acknowledges (`seconds`: `None`) or changes the deadlines of `ack_ids` on a subscription
@@ -157,10 +161,45 @@ pub async fn acknowledge(
     ack_ids: Vec<String>,
     seconds: Option<u32>,
 ) -> Result<Option<Vec<InvalidAckId>>, Status> {
-    let (command, body, wait) = acknowledge_request(subscription, ack_ids, seconds);
+    let (command, body, wait) = acknowledge_request(subscription, ack_ids, seconds)?;
     let resource = Resource::Subscription(subscription.to_owned());
     let Some(answer) = carry(shard, presented, resource, command, body, wait).await? else {
         return Ok(None);
     };
     Ok(Some(failures(decode_body::<AckResponse>(&answer)?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringpost_wire::messages::InvalidAckId as NativeInvalidAckId;
+
+    #[test]
+    fn an_ack_id_the_serving_node_could_not_make_durable_stays_transient_and_the_rest_are_permanent() {
+        let not_durable = crate::subscription::acknowledge::NOT_DURABLE;
+        let response = AckResponse {
+            invalid_ack_ids: vec![
+                NativeInvalidAckId { ack_id: "1.2.3".into(), reason: not_durable.into() },
+                NativeInvalidAckId { ack_id: "1.4.1".into(), reason: "ack id expired".into() },
+            ],
+        };
+        let failures = failures(response);
+        assert_eq!(failures.len(), 2);
+        assert_eq!((failures[0].ack_id.as_str(), failures[0].permanent), ("1.2.3", false));
+        assert_eq!(failures[0].reason, not_durable);
+        assert_eq!((failures[1].ack_id.as_str(), failures[1].permanent), ("1.4.1", true));
+    }
+
+    #[test]
+    fn a_call_too_large_for_a_native_frame_is_refused_not_encoded() {
+        // A gRPC request may be as large as a frame (16 MiB); as a native request it may not fit.
+        let ack_ids = vec!["x".repeat(1 << 20); 17];
+        let refused = acknowledge_request("s", ack_ids, None).unwrap_err();
+        assert_eq!(refused.code, Code::InvalidArgument);
+        assert!(refused.message.contains("FRAME_BODY_BYTES_MAX"), "{refused}");
+        let (command, body, wait) = acknowledge_request("s", vec!["1.2.3".into()], Some(30)).unwrap();
+        assert_eq!((command, wait), (Command::ModifyAckDeadline, Duration::ZERO));
+        let request = decode_body::<ModifyAckDeadlineRequest>(&body).unwrap();
+        assert_eq!((request.ack_ids, request.ack_deadline_seconds), (vec!["1.2.3".to_owned()], 30));
+    }
 }

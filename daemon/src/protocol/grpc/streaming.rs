@@ -163,7 +163,7 @@ async fn open(
             }
             Serving::Elsewhere(caller) => {
                 let properties = super::remote::properties(gateway, &opening.name).await?;
-                let body = super::remote::native_body(WireCommand::StreamingPull, &opening.native);
+                let body = super::remote::native_body(WireCommand::StreamingPull, &opening.native)?;
                 let running = caller.clone();
                 tokio::spawn(async move {
                     let _ = running

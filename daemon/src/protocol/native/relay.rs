@@ -416,15 +416,14 @@ fn carried_body(
         Principal::Named(name) => Some(name.to_string()),
     };
     let request = CarriedRequest { principal, command, body: body.to_vec(), client_keeps_leases };
-    let frame = ringpost_wire::encode_frame(Command::Carried.code(), 0, 0, &request);
-    let length = frame.len() - FRAME_HEADER_BYTES;
-    if length > FRAME_BODY_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
-            "the request is {length} bytes as carried to the node that serves it; the limit is \
-             {FRAME_BODY_BYTES_MAX} (FRAME_BODY_BYTES_MAX)"
-        )));
-    }
-    let mut carried = FrameBuffer::with_capacity(length);
+    let frame =
+        ringpost_wire::frame::try_encode_frame(Command::Carried.code(), 0, 0, &request).map_err(|_| {
+            Status::invalid_argument(format!(
+            "the request is too large to carry to the node that serves it: over {FRAME_BODY_BYTES_MAX} bytes \
+             (FRAME_BODY_BYTES_MAX) with what is carried beside it"
+        ))
+        })?;
+    let mut carried = FrameBuffer::with_capacity(frame.len() - FRAME_HEADER_BYTES);
     carried.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
     Ok(carried)
 }
@@ -510,5 +509,28 @@ impl Upstream {
             }
             return Ok(Some((body, reservation)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_carried_request_names_its_principal_and_one_too_large_for_a_frame_is_refused_before_it_is_sent() {
+        let carried =
+            carried_body(&Principal::Named("alice".into()), Command::Pull.code(), b"the pull", false)
+                .unwrap();
+        let request = ringpost_wire::decode_body::<CarriedRequest>(&carried).unwrap();
+        assert_eq!(request.principal.as_deref(), Some("alice"));
+        assert_eq!((request.command, &request.body[..]), (Command::Pull.code(), &b"the pull"[..]));
+        let anonymous = carried_body(&Principal::Anonymous, Command::Pull.code(), b"", true).unwrap();
+        let request = ringpost_wire::decode_body::<CarriedRequest>(&anonymous).unwrap();
+        assert_eq!((request.principal, request.client_keeps_leases), (None, true));
+        let large = vec![0u8; FRAME_BODY_BYTES_MAX];
+        let refused =
+            carried_body(&Principal::Anonymous, Command::Publish.code(), &large, false).unwrap_err();
+        assert_eq!(refused.code, Code::InvalidArgument);
+        assert!(refused.message.contains("FRAME_BODY_BYTES_MAX"), "{refused}");
     }
 }
