@@ -24,70 +24,62 @@ use ringpost_wire::{Command, ErrorCode, Status};
 impl<S: Storage> Handler for Forwarder<S> {
     async fn handle(&self, header: FrameHeader, body: FrameBuffer, responder: &Responder) -> Response {
         self.activity.count_request();
+        // Every request runs as a task as large as this future, which is as large as its
+        // largest arm: the pull and acknowledgement paths' futures are large, a publish's
+        // small. Those are boxed, so that a publish's task is a small allocation.
         let result = match Command::from_u16(header.command) {
+            Some(Command::StreamingPull) => {
+                Box::pin(streaming_pull(self, &header, &body, responder, false)).await
+            }
+            Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
+            Some(Command::Publish) => {
+                // Checked before the data plane sees the request, so that a refused publish
+                // appends nothing; nothing of the check is held across the publish's await,
+                // which keeps a publish's task small.
+                if let Err(status) = check_publish(&body, responder) {
+                    return fail(&header, &status).into();
+                }
+                publish(self, body).await.map(|response| respond(&header, &response).into())
+            }
+            Some(Command::Pull) => Box::pin(checked_pull(self, &header, &body, responder)).await,
+            Some(Command::Acknowledge) => {
+                Box::pin(checked_acknowledge(self, &header, &body, responder)).await
+            }
+            Some(Command::ModifyAckDeadline) => {
+                Box::pin(modify_ack_deadline(self, &header, &body, responder)).await
+            }
+            Some(Command::Replica) => Box::pin(replica(self, &header, &body, responder)).await,
             Some(Command::Carried) => Box::pin(carried_here(self, &header, body, responder)).await,
-            _ => Ok(serve(self, header, body, responder, false).await),
+            // The connection's reading loop answers it before any handler sees it.
+            Some(Command::Authenticate) => {
+                Err(Status::new(ErrorCode::Internal, "an Authenticate request reached a forwarder's handler"))
+            }
+            Some(command) => Err(Status::failed_precondition(format!(
+                "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
+            ))),
+            None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
         };
         result.unwrap_or_else(|status| fail(&header, &status).into())
     }
 }
 
-/// A request of this port's, from its client or carried here for another node's;
-/// `client_keeps_leases`: a streaming pull's leases outlive it (`CarriedRequest`).
-async fn serve<S: Storage>(
+/// A publish another node carried here, checked as `handle` checks one.
+async fn publish_request<S: Storage>(
     forwarder: &Forwarder<S>,
-    header: FrameHeader,
+    header: &FrameHeader,
     body: FrameBuffer,
     responder: &Responder,
-    client_keeps_leases: bool,
-) -> Response {
-    // Every request runs as a task as large as this future, which is as large as its largest
-    // arm: the pull and acknowledgement paths' futures are large, a publish's small. Those are
-    // boxed, so that a publish's task is a small allocation.
-    let result = match Command::from_u16(header.command) {
-        Some(Command::StreamingPull) => {
-            Box::pin(streaming_pull(forwarder, &header, &body, responder, client_keeps_leases)).await
-        }
-        Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
-        Some(Command::Publish) => {
-            // Checked before the data plane sees the request, so that a refused publish
-            // appends nothing; nothing of the check is held across the publish's await, which
-            // keeps a publish's task small.
-            if let Err(status) = check_publish(&body, responder) {
-                return fail(&header, &status).into();
-            }
-            match publish(forwarder, body).await {
-                Ok(response) => Ok(respond(&header, &response).into()),
-                Err(status) => Err(status),
-            }
-        }
-        Some(Command::Pull) => Box::pin(checked_pull(forwarder, &header, &body, responder)).await,
-        Some(Command::Acknowledge) => {
-            Box::pin(checked_acknowledge(forwarder, &header, &body, responder)).await
-        }
-        Some(Command::ModifyAckDeadline) => {
-            Box::pin(modify_ack_deadline(forwarder, &header, &body, responder)).await
-        }
-        Some(Command::Replica) => Box::pin(replica(forwarder, &header, &body, responder)).await,
-        // The connection's reading loop answers it before any handler sees it.
-        Some(Command::Authenticate) => {
-            Err(Status::new(ErrorCode::Internal, "an Authenticate request reached a forwarder's handler"))
-        }
-        Some(Command::Carried) => {
-            Err(Status::invalid_argument("a carried request carries a data-plane request, not another"))
-        }
-        Some(command) => Err(Status::failed_precondition(format!(
-            "{command:?} is a control-plane command: send it to the router's address, not a forwarder's"
-        ))),
-        None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
-    };
-    result.unwrap_or_else(|status| fail(&header, &status).into())
+) -> Result<Response, Status> {
+    check_publish(&body, responder)?;
+    let response = publish(forwarder, body).await?;
+    Ok(respond(header, &response).into())
 }
 
 /// A request another node's forwarder carried here for its client (`relay`): served as that
 /// client's own, for the principal the carrying node authenticated it as, decided by this
 /// node's rules (`dispatch::vouched_for`), and marked `FLAG_RELAYED` so that it is never
-/// carried on. Only a node of the cluster may vouch for a principal.
+/// carried on. Only a node of the cluster may vouch for a principal, and only for a data-plane
+/// request.
 async fn carried_here<S: Storage>(
     forwarder: &Forwarder<S>,
     header: &FrameHeader,
@@ -101,37 +93,34 @@ async fn carried_here<S: Storage>(
         ));
     }
     let request = access_body::<CarriedRequest>(&body)?;
-    let command = request.command.to_native();
-    if !matches!(
-        Command::from_u16(command),
-        Some(
-            Command::Publish
-                | Command::Pull
-                | Command::Acknowledge
-                | Command::ModifyAckDeadline
-                | Command::StreamingPull
-        )
-    ) {
-        return Err(Status::invalid_argument(format!(
-            "a carried request carries a publish, a pull, an acknowledgement, a deadline change or a \
-             streaming pull, not command {command}"
-        )));
-    }
     let principal = match request.principal.as_ref() {
         Some(name) => Principal::Named(name.as_str().into()),
         None => Principal::Anonymous,
     };
     let mut inner = FrameBuffer::with_capacity(request.body.len());
     inner.extend_from_slice(request.body.as_slice());
-    let inner_header = FrameHeader {
+    let command = request.command.to_native();
+    let header = FrameHeader {
         body_length: inner.len() as u32,
         command,
         flags: FLAG_RELAYED,
         request_id: header.request_id,
     };
     let client_keeps_leases = request.client_keeps_leases;
-    let responder = responder.carrying_for(dispatch::vouched_for(principal));
-    Ok(serve(forwarder, inner_header, inner, &responder, client_keeps_leases).await)
+    let responder = &responder.carrying_for(dispatch::vouched_for(principal));
+    match Command::from_u16(command) {
+        Some(Command::Publish) => publish_request(forwarder, &header, inner, responder).await,
+        Some(Command::Pull) => checked_pull(forwarder, &header, &inner, responder).await,
+        Some(Command::Acknowledge) => checked_acknowledge(forwarder, &header, &inner, responder).await,
+        Some(Command::ModifyAckDeadline) => modify_ack_deadline(forwarder, &header, &inner, responder).await,
+        Some(Command::StreamingPull) => {
+            streaming_pull(forwarder, &header, &inner, responder, client_keeps_leases).await
+        }
+        _ => Err(Status::invalid_argument(format!(
+            "a carried request carries a publish, a pull, an acknowledgement, a deadline change or a \
+             streaming pull, not command {command}"
+        ))),
+    }
 }
 
 /// Another replica's request: only from a node of the cluster.
