@@ -134,8 +134,6 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::protocol::grpc::GRPC_REQUEST_BYTES_MAX,
         crate::protocol::grpc::GRPC_STOP_GRACE,
         crate::protocol::grpc::gateway::GRPC_ROUTES_CACHED_MAX,
-        crate::protocol::grpc::carry::GRPC_CARRY_CONNECT_TIMEOUT,
-        crate::protocol::grpc::carry::GRPC_CARRY_CHANNELS_MAX,
         crate::dispatch::CARRY_TIMEOUT,
         crate::router::FORWARDED_APPLY_WAIT,
         crate::replication::source::APPEND_BYTES_MAX,

@@ -110,11 +110,16 @@ pub enum Command {
     /// presented the cluster's secret): a replicated source's sync, records, fencing round or
     /// read, in the daemon's own encoding.
     Replica = 80,
+    /// `CarriedRequest` → the carried command's answer (a forwarder's port, from another node's
+    /// forwarder that presented the cluster's secret): a publish, pull, acknowledgement,
+    /// deadline change or streaming pull that node's client sent, with the principal that node
+    /// authenticated it as; decided here for that principal, with this node's access file.
+    Carried = 81,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 41] = [
+    pub const ALL: [Command; 42] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -156,6 +161,7 @@ impl Command {
         Command::PeerClusterStatus,
         Command::PeerWantElections,
         Command::Replica,
+        Command::Carried,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -201,6 +207,7 @@ impl Command {
             78 => Command::PeerClusterStatus,
             79 => Command::PeerWantElections,
             80 => Command::Replica,
+            81 => Command::Carried,
             _ => return None,
         })
     }

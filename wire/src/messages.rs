@@ -462,6 +462,20 @@ wire_type! {
 }
 
 wire_type! {
+    /// A data-plane request another node's forwarder carries here for its client (`Carried`):
+    /// the request's command and body as the client would send them, and who the carrying node
+    /// authenticated the client as (`None`: anonymous), which this node's rules then decide for.
+    /// `client_keeps_leases`: a streaming pull's client reconnects holding what the stream
+    /// delivered (a gRPC stream's `client_id`), so the stream's leases outlive it.
+    pub struct CarriedRequest {
+        pub principal: Option<String>,
+        pub command: u16,
+        pub body: Vec<u8>,
+        pub client_keeps_leases: bool,
+    }
+}
+
+wire_type! {
     /// A message between two nodes' routers on their cluster ports: bytes in the encoding of
     /// the daemon's own durable entries (the catalog's raft messages, control requests), which
     /// the daemon decodes defensively; the wire only frames them.

@@ -30,6 +30,8 @@ pub(super) struct ForwarderWiring {
     journals_open_max: usize,
     /// The gRPC API's jobs for this shard, when it is served.
     grpc_jobs: Option<GrpcJobs>,
+    /// The port this node's router listens on, as bound (`--listen` may ask for any port).
+    router_port: u16,
 }
 
 /// The forwarder shards, started: their threads, the router's ends of their control channels,
@@ -44,9 +46,11 @@ pub(super) struct ForwarderShards {
 /// Where shards report that they are ready (or failed to start), and that they stopped.
 pub(super) type ShardReports<'a> = (&'a mpsc::Sender<Result<(), String>>, &'a mpsc::Sender<(String, usize)>);
 
-/// Starts one forwarder shard per listener, each reporting on `reports` (ready, stopped).
+/// Starts one forwarder shard per listener, each reporting on `reports` (ready, stopped);
+/// `router_port`: the port this node's router was bound to.
 pub(super) fn start_forwarder_shards(
     config: &Config,
+    router_port: u16,
     listeners: Vec<(StdListener, SocketAddr)>,
     journals_open_max: usize,
     reports: ShardReports<'_>,
@@ -85,6 +89,7 @@ pub(super) fn start_forwarder_shards(
             peers,
             journals_open_max,
             grpc_jobs,
+            router_port,
         };
         started.threads.push(start_forwarder_shard(config, placement, wiring)?);
     }
@@ -107,12 +112,13 @@ fn start_forwarder_shard(
     let cluster = config.cluster.as_ref().map(|cluster| (cluster.node_id, cluster.secret.clone()));
     let cluster_hosts = config.cluster.as_ref().map(|cluster| cluster.hosts()).unwrap_or_default();
     // Where this node's router is reached from here (an unspecified listen address is this
-    // host).
+    // host; its port as bound, which `--listen` may leave to the system).
     let router_address = {
         let mut listen = config.listen;
         if listen.ip().is_unspecified() {
             listen.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
+        listen.set_port(wiring.router_port);
         listen.to_string()
     };
     // Replication over TLS when the forwarders' ports take it and the nodes' CA is given;
@@ -137,6 +143,7 @@ fn start_forwarder_shard(
                 peers,
                 journals_open_max,
                 grpc_jobs,
+                router_port: _,
             } = wiring;
             for data_dir in &data_dirs {
                 if let Err(error) =

@@ -401,6 +401,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
     let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops } = start_forwarder_shards(
         &config,
+        router_address.port(),
         forwarder_listeners,
         journals_open_max,
         (&ready_sender, &stopped_sender),
@@ -535,8 +536,9 @@ fn cluster_wiring(
                 .iter()
                 .map(|address| crate::host_and_port(&host, address.port()))
                 .collect(),
-            // The other nodes' gRPC APIs carry publishes and deliveries here for the
-            // topics this node serves (`protocol::grpc::carry`).
+            // Where this node serves the gRPC API, registered with its other addresses
+            // (calls reaching another node's gRPC API come here over the cluster's
+            // connections, not to this address: `protocol::grpc::remote`).
             grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
         },
         settings,

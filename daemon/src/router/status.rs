@@ -39,11 +39,6 @@ impl<S: Storage> Router<S> {
         Some((leader, address.unwrap_or_default()))
     }
 
-    /// Where node `node` serves its gRPC API, as it registered (empty: none, or unknown).
-    pub fn grpc_address(&self, node: u64) -> String {
-        self.state.borrow().nodes.get(&node).map(|node| node.grpc_address.clone()).unwrap_or_default()
-    }
-
     /// The nodes the catalog registered, as this node applied it (the hosts of the cluster's
     /// nodes follow them: `node::router_shard`).
     pub fn registered_nodes(&self) -> std::collections::BTreeMap<u64, NodeRecord> {

@@ -10,7 +10,7 @@ use crate::log::LogError;
 use std::rc::Rc;
 
 /// Why an acknowledgement or extension accepted was not honoured this time.
-const NOT_DURABLE: &str = "the change could not be made durable; sending it again may succeed";
+pub const NOT_DURABLE: &str = "the change could not be made durable; sending it again may succeed";
 
 /// Acknowledges the leases `ack_ids` name; returns those refused. With exactly-once delivery a
 /// journal that fails is a refusal of each id, transient, rather than an error of the request:

@@ -1,6 +1,7 @@
 //! Google's gRPC API on a cluster of three nodes: catalog changes sent to a node that does not
-//! lead the catalog are carried to the leader with the caller's principal, so that code written
-//! for Pub/Sub (which cannot follow a redirect) works against any node, over TLS too.
+//! lead the catalog are carried to the leader, and publishes and deliveries for a topic another
+//! node serves to that node, with the caller's principal, so that code written for Pub/Sub
+//! (which cannot follow a redirect) works against any node, over TLS too.
 //!
 //! The nodes are started here, not with the harness's `Daemon`: a clustered node is ready only
 //! once the catalog has a leader, so all three are spawned before any is waited on.
@@ -320,7 +321,7 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
     assert!(!follower.log().contains(refusal), "not the follower:\n{}", follower.log());
 
     // Publish, pull and acknowledge through each follower, whichever node serves the topic: a
-    // call for another node's topic is carried to that node's gRPC API.
+    // call for another node's topic is carried to that node over the cluster's connections.
     let placed: Vec<(&String, u64)> =
         topics.iter().map(|topic| (topic, node_serving(&nodes, &root, topic))).collect();
     eprintln!("placement: {placed:?}");
@@ -441,9 +442,18 @@ fn denied_create(topic: &str, principal: &str) -> String {
 /// every follower of a TLS cluster), and decided there with the leader's access file: on every
 /// node, a permitted principal creates, reads, lists and deletes, and another is refused, by
 /// the leader.
-#[test]
-fn over_tls_every_node_decides_catalog_changes_for_the_principal_of_a_client_certificate() {
-    let files = Files::new("grpc-cluster-tls");
+/// A three-node cluster with TLS on every port, mutual TLS on the cluster's, and client
+/// certificates as principals: `root` may do anything, `billing` only look.
+struct TlsCluster {
+    _files: Files,
+    ca: TestCa,
+    root: crate::test_ca::Pair,
+    billing: crate::test_ca::Pair,
+    cluster: ringpost_tests::cluster::Cluster,
+}
+
+fn tls_cluster(label: &str) -> TlsCluster {
+    let files = Files::new(label);
     let ca = TestCa::new(&files.directory, "cluster");
     let server = ca.server();
     let (root, billing) = (ca.client("root", None), ca.client("billing", None));
@@ -468,7 +478,13 @@ fn over_tls_every_node_decides_catalog_changes_for_the_principal_of_a_client_cer
         "--grpc-listen",
         "127.0.0.1:0",
     ]);
-    let cluster = ringpost_tests::cluster::Cluster::start("grpc-cluster-tls", 3, args);
+    let cluster = ringpost_tests::cluster::Cluster::start(label, 3, args);
+    TlsCluster { _files: files, ca, root, billing, cluster }
+}
+
+#[test]
+fn over_tls_every_node_decides_catalog_changes_for_the_principal_of_a_client_certificate() {
+    let TlsCluster { _files, ca, root, billing, cluster } = tls_cluster("grpc-cluster-tls");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut carried = 0;
     for id in cluster.ids() {
@@ -539,4 +555,280 @@ fn over_tls_every_node_decides_catalog_changes_for_the_principal_of_a_client_cer
     }
     // Two of three nodes follow the catalog (one more, had its lead moved meanwhile).
     assert!(carried >= 1, "no change was carried to the catalog's leader:\n{}", cluster.logs());
+}
+
+/// Who logged `line` in their audit log: the nodes that decided it.
+fn deciders(cluster: &ringpost_tests::cluster::Cluster, line: &str) -> Vec<u64> {
+    cluster.ids().filter(|node| cluster.node(*node).log().contains(line)).collect()
+}
+
+/// A StreamingPull of `subscription` on `channel` for a client naming itself `client_id` (or
+/// none): the sender of its later requests and its responses.
+fn open_stream(
+    runtime: &tokio::runtime::Runtime,
+    channel: &tonic::transport::Channel,
+    subscription: &str,
+    client_id: &str,
+) -> Result<
+    (
+        tokio::sync::mpsc::Sender<pubsub::StreamingPullRequest>,
+        tonic::Streaming<pubsub::StreamingPullResponse>,
+    ),
+    tonic::Status,
+> {
+    let (requests, outgoing) = tokio::sync::mpsc::channel(4);
+    let first = pubsub::StreamingPullRequest {
+        subscription: subscription_path(subscription),
+        stream_ack_deadline_seconds: 600,
+        client_id: client_id.to_owned(),
+        ..Default::default()
+    };
+    runtime.block_on(requests.send(first)).unwrap();
+    let outgoing = tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(outgoing);
+    let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(channel.clone());
+    let mut responses = runtime.block_on(subscriber.streaming_pull(outgoing))?.into_inner();
+    // A refusal may come as the stream's first answer rather than the call's.
+    if let Ok(next) = runtime
+        .block_on(async { tokio::time::timeout(Duration::from_millis(300), responses.message()).await })
+    {
+        next?;
+    }
+    Ok((requests, responses))
+}
+
+/// Reads `responses` until a message whose data is `data` arrives (within 30 s); its ack id.
+fn read_until(
+    runtime: &tokio::runtime::Runtime,
+    responses: &mut tonic::Streaming<pubsub::StreamingPullResponse>,
+    data: &[u8],
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = runtime
+            .block_on(async { tokio::time::timeout(left, responses.message()).await })
+            .unwrap_or_else(|_| panic!("{:?} was not delivered within 30 s", String::from_utf8_lossy(data)));
+        let response = next.expect("the stream delivers").expect("the stream stays open");
+        for received in response.received_messages {
+            if received.message.as_ref().unwrap().data == data {
+                return received.ack_id;
+            }
+        }
+    }
+}
+
+/// Pulls `subscription` on `subscriber` until a message whose data is `data` arrives (within
+/// 30 s), acknowledging whatever else arrives but for `held`, which must not arrive; its ack id,
+/// not acknowledged.
+fn pull_until(
+    runtime: &tokio::runtime::Runtime,
+    subscriber: &mut pubsub::subscriber_client::SubscriberClient<tonic::transport::Channel>,
+    subscription: &str,
+    data: &[u8],
+    held: Option<&[u8]>,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "{:?} was not pulled within 30 s", String::from_utf8_lossy(data));
+        let request = pubsub::PullRequest {
+            subscription: subscription_path(subscription),
+            max_messages: 10,
+            ..Default::default()
+        };
+        let pulled = runtime.block_on(subscriber.pull(request)).expect("a pull").into_inner();
+        let mut found = None;
+        let mut others = Vec::new();
+        for received in pulled.received_messages {
+            let delivered = &received.message.as_ref().unwrap().data;
+            assert!(held != Some(&delivered[..]), "a message still leased was delivered again");
+            match delivered == data {
+                true => found = Some(received.ack_id),
+                false => others.push(received.ack_id),
+            }
+        }
+        if !others.is_empty() {
+            let request =
+                pubsub::AcknowledgeRequest { subscription: subscription_path(subscription), ack_ids: others };
+            runtime.block_on(subscriber.acknowledge(request)).expect("an acknowledgement");
+        }
+        if let Some(ack_id) = found {
+            return ack_id;
+        }
+    }
+}
+
+/// With TLS on every port and client certificates as principals, a gRPC publish, pull,
+/// acknowledgement, deadline change and streaming pull reaching a node that does not serve the
+/// topic is carried to the node that does over the cluster's connections with the caller's
+/// principal (its certificate cannot cross; the call was refused there before), and decided
+/// there with that node's access file: through every node, the permitted principal publishes
+/// and consumes, and another is refused, by the node serving the topic. A client that leaves a
+/// carried stream gives back what it held there at once.
+#[test]
+fn over_tls_every_node_serves_publish_and_delivery_for_the_principal_of_a_client_certificate() {
+    let TlsCluster { _files, ca, root, billing, cluster } = tls_cluster("grpc-cluster-tls-data");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let connect = |id: u64, pair| {
+        let address = cluster.node(id).grpc_address.clone().expect("the node serves the gRPC API");
+        over_tls(&runtime, &address, &ca, Some(pair)).expect("a gRPC connection over TLS")
+    };
+    let first = cluster.ids().next().unwrap();
+    let admin = connect(first, &root);
+    let (topic, subscription) = ("tls-data", "tls-data-reader");
+    succeeds("CreateTopic", || {
+        let request = pubsub::Topic { name: topic_path(topic), ..Default::default() };
+        let mut publisher = pubsub::publisher_client::PublisherClient::new(admin.clone());
+        runtime.block_on(publisher.create_topic(request)).map(tonic::Response::into_inner)
+    });
+    succeeds("CreateSubscription", || {
+        // A long deadline: a message comes back within the test only when its lease is given back.
+        let request = pubsub::Subscription {
+            name: subscription_path(subscription),
+            topic: topic_path(topic),
+            ack_deadline_seconds: 600,
+            ..Default::default()
+        };
+        let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(admin.clone());
+        runtime.block_on(subscriber.create_subscription(request)).map(tonic::Response::into_inner)
+    });
+    let mut carried = Vec::new();
+    let mut serving = None;
+    for id in cluster.ids() {
+        let (as_root, as_billing) = (connect(id, &root), connect(id, &billing));
+        let mut publisher = pubsub::publisher_client::PublisherClient::new(as_root.clone());
+        let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(as_root.clone());
+        // An administration call, answered here.
+        let request = pubsub::GetSubscriptionRequest { subscription: subscription_path(subscription) };
+        runtime
+            .block_on(subscriber.get_subscription(request))
+            .unwrap_or_else(|status| panic!("node {id}: {status:?}"));
+
+        // Publish, pull, a deadline change and an acknowledgement.
+        let data = format!("pulled through node {id}").into_bytes();
+        succeeds(&format!("Publish at node {id}"), || {
+            let message = pubsub::PubsubMessage { data: data.clone().into(), ..Default::default() };
+            let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
+            runtime.block_on(publisher.clone().publish(request)).map(tonic::Response::into_inner)
+        });
+        let ack_id = pull_until(&runtime, &mut subscriber, subscription, &data, None);
+        let request = pubsub::ModifyAckDeadlineRequest {
+            subscription: subscription_path(subscription),
+            ack_ids: vec![ack_id.clone()],
+            ack_deadline_seconds: 300,
+        };
+        runtime
+            .block_on(subscriber.modify_ack_deadline(request))
+            .unwrap_or_else(|status| panic!("node {id}: {status:?}"));
+        let request = pubsub::AcknowledgeRequest {
+            subscription: subscription_path(subscription),
+            ack_ids: vec![ack_id],
+        };
+        runtime
+            .block_on(subscriber.acknowledge(request))
+            .unwrap_or_else(|status| panic!("node {id}: {status:?}"));
+
+        // A streaming pull, acknowledged on the stream.
+        let data = format!("streamed through node {id}").into_bytes();
+        let (requests, mut responses) = open_stream(&runtime, &as_root, subscription, "")
+            .unwrap_or_else(|status| panic!("node {id}: {status:?}"));
+        let message = pubsub::PubsubMessage { data: data.clone().into(), ..Default::default() };
+        let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
+        runtime.block_on(publisher.publish(request)).unwrap_or_else(|status| panic!("node {id}: {status:?}"));
+        let ack_id = read_until(&runtime, &mut responses, &data);
+        let acknowledgement = pubsub::StreamingPullRequest { ack_ids: vec![ack_id], ..Default::default() };
+        runtime.block_on(requests.send(acknowledgement)).unwrap();
+        // The stream ends with its requests; the acknowledgement was applied before.
+        drop(requests);
+        runtime.block_on(async { while let Ok(Some(_)) = responses.message().await {} });
+
+        // Another principal may look, not publish or consume: refused, by the serving node.
+        let mut publisher = pubsub::publisher_client::PublisherClient::new(as_billing.clone());
+        let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(as_billing.clone());
+        let message = pubsub::PubsubMessage { data: b"refused".to_vec().into(), ..Default::default() };
+        let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
+        let status = runtime.block_on(publisher.publish(request)).unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "node {id}: {status:?}");
+        let request = pubsub::PullRequest {
+            subscription: subscription_path(subscription),
+            max_messages: 1,
+            ..Default::default()
+        };
+        let status = runtime.block_on(subscriber.pull(request)).unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "node {id}: {status:?}");
+        let request = pubsub::AcknowledgeRequest {
+            subscription: subscription_path(subscription),
+            ack_ids: vec!["1.1.1".into()],
+        };
+        let status = runtime.block_on(subscriber.acknowledge(request)).unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "node {id}: {status:?}");
+        let status = open_stream(&runtime, &as_billing, subscription, "").map(|_| ()).unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "node {id}: {status:?}");
+        let line = format!("denied pubsub.topics.publish on topic:{topic} to billing");
+        let logged = deciders(&cluster, &line);
+        assert_eq!(logged.len(), 1, "the refused publish was logged by nodes {logged:?}");
+        assert!(serving.is_none() || serving == Some(logged[0]), "the topic is decided by one node");
+        serving = Some(logged[0]);
+        if logged[0] != id {
+            carried.push(id);
+        }
+        // Each node logged as many refusals as there were; all of them on the serving node.
+        let consume =
+            format!("denied pubsub.subscriptions.consume on subscription:{subscription} to billing");
+        assert_eq!(
+            deciders(&cluster, &consume),
+            logged,
+            "the refused consumption was decided where it is served"
+        );
+    }
+    // Two of the three nodes do not serve the topic.
+    assert_eq!(carried.len(), 2, "calls were not carried to the serving node:\n{}", cluster.logs());
+
+    // A publish over Pub/Sub's limit reaching a node that does not serve its topic is refused
+    // by Pub/Sub's rules, and what follows still crosses between the nodes.
+    let mut publisher = pubsub::publisher_client::PublisherClient::new(connect(carried[0], &root))
+        .max_encoding_message_size(32 << 20);
+    let message = pubsub::PubsubMessage { data: vec![7u8; 11 << 20].into(), ..Default::default() };
+    let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
+    let status = runtime.block_on(publisher.publish(request)).unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    // A client that leaves a carried stream: the serving node's stream ends with it, and the
+    // message it held, on a lease of 600 s, is delivered again at once. A client that names
+    // itself (Google's clients do) reconnects holding what it was sent: its leases outlive the
+    // stream, and its ack id still acknowledges.
+    let (serving, through) = (serving.unwrap(), carried[0]);
+    let mut publisher = pubsub::publisher_client::PublisherClient::new(connect(serving, &root));
+    let mut stream_one = |data: &[u8], client_id: &str| {
+        let (requests, mut responses) =
+            open_stream(&runtime, &connect(through, &root), subscription, client_id)
+                .expect("a carried stream");
+        let message = pubsub::PubsubMessage { data: data.to_vec().into(), ..Default::default() };
+        let request = pubsub::PublishRequest { topic: topic_path(topic), messages: vec![message] };
+        runtime.block_on(publisher.publish(request)).expect("a publish");
+        let ack_id = read_until(&runtime, &mut responses, data);
+        drop((requests, responses));
+        ack_id
+    };
+    let (kept, given_back) = (b"held by a named client".to_vec(), b"held by an anonymous client".to_vec());
+    let kept_ack_id = stream_one(&kept, "worker-1");
+    stream_one(&given_back, "");
+    let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(connect(serving, &root));
+    let ack_id = pull_until(&runtime, &mut subscriber, subscription, &given_back, Some(&kept));
+    let request =
+        pubsub::AcknowledgeRequest { subscription: subscription_path(subscription), ack_ids: vec![ack_id] };
+    runtime.block_on(subscriber.acknowledge(request)).expect("an acknowledgement");
+    let mut through_subscriber = pubsub::subscriber_client::SubscriberClient::new(connect(through, &root));
+    let request = pubsub::AcknowledgeRequest {
+        subscription: subscription_path(subscription),
+        ack_ids: vec![kept_ack_id],
+    };
+    runtime.block_on(through_subscriber.acknowledge(request)).expect("an acknowledgement");
+    #[allow(deprecated)]
+    let request = pubsub::PullRequest {
+        subscription: subscription_path(subscription),
+        max_messages: 10,
+        return_immediately: true,
+    };
+    let left = runtime.block_on(subscriber.pull(request)).expect("a pull").into_inner();
+    assert!(left.received_messages.is_empty(), "acknowledged, yet delivered again: {left:?}");
 }

@@ -4,7 +4,8 @@
 //! roles, the same refusals and the same audit lines.
 
 use crate::api::Status;
-use crate::auth::{Access, Permission, Session};
+use crate::auth::{Access, Session};
+use crate::dispatch::{self, Kind};
 
 /// What a request presented, owned, so that it crosses to a shard.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,10 +40,11 @@ impl Presented {
         }
     }
 
-    /// The session, allowed `permission` on `name`, or the refusal.
-    pub fn check(&self, access: &Access, permission: Permission, name: &str) -> Result<Session, Status> {
+    /// The session, allowed an operation of `kind` on `name` (`dispatch::check`), or the
+    /// refusal.
+    pub fn check(&self, access: &Access, kind: Kind, name: &str) -> Result<Session, Status> {
         let session = self.session(access)?;
-        access.check(&session, permission, name)?;
+        dispatch::check(access, &session, kind, name)?;
         Ok(session)
     }
 }

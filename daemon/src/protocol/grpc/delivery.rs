@@ -6,18 +6,24 @@
 
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
-use super::gateway::{is_stale_route, ForwarderShard, Gateway};
-use super::names::{self, Kind};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Resource, Serving};
+use super::names;
+use super::remote;
 use super::streaming;
 use crate::api::data::{DataPlane, Delivery, InvalidAckId, PullSettings};
 use crate::api::limits::{ACK_ID_BYTES_MAX, MODIFY_ACK_DEADLINE_SECONDS_MAX, PULL_MESSAGES_MAX};
-use crate::auth::Permission;
+use crate::dispatch::Kind;
 use crate::subscription::state::AckId;
 use crate::subscription::SubscriptionEntry;
 use ringpost_proto::pubsub;
+use ringpost_wire::frame::decode_body;
+use ringpost_wire::frame::FrameBuffer;
+use ringpost_wire::messages::{AckResponse, PullRequest, PullResponse};
+use ringpost_wire::Command;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::rc::Rc;
+use std::time::Duration;
 use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -75,14 +81,25 @@ pub fn properties_on(shard: &ForwarderShard, name: &str) -> Result<Properties, c
     Ok(Properties::of(&entry))
 }
 
-/// Runs `work` on the forwarder serving `name`, after checking there that the caller may
-/// consume from it. A stale route (the subscription moved) is forgotten and asked once more.
+/// What a delivery call came to: `work`'s answer on this node's shard, or the answer's body
+/// from the node it was carried to.
+pub enum Ran<R> {
+    Here(R),
+    Carried(FrameBuffer),
+}
+
+/// Runs `work` on this node's forwarder serving `name`, after checking there that the caller
+/// may run an operation of `kind` on it; or, when another node serves it, carries `native`
+/// there (`remote`: its command, body, and how long the leader may hold it by design). A stale
+/// route (the subscription moved) is forgotten and asked once more.
 pub async fn on_subscription_shard<R, F, Fut>(
     gateway: &Gateway,
     presented: &Presented,
     name: &str,
+    kind: Kind,
     work: F,
-) -> Result<R, Status>
+    native: (Command, FrameBuffer, Duration),
+) -> Result<Ran<R>, Status>
 where
     R: Send + 'static,
     F: FnOnce(Rc<ForwarderShard>) -> Fut + Send + Clone + 'static,
@@ -90,23 +107,46 @@ where
 {
     let mut retried = false;
     loop {
-        let caller =
-            gateway.subscription_forwarder(presented, name, Permission::SubscriptionsConsume).await?;
-        match checked_call(caller, presented, name, work.clone()).await {
+        let result = match gateway.subscription_forwarder(presented, name, kind).await? {
+            Serving::Here(caller) => {
+                checked_call(caller, presented, name, kind, work.clone()).await.map(Ran::Here)
+            }
+            Serving::Elsewhere(caller) => {
+                let (command, body, wait) = native.clone();
+                let resource = Resource::Subscription(name.to_owned());
+                remote::carry(caller, presented, resource, command, body, wait).await.and_then(|answer| {
+                    let answer = answer.ok_or_else(|| {
+                        crate::api::Status::new(
+                            crate::api::Code::NotOwner,
+                            "the subscription is served here now",
+                        )
+                    })?;
+                    Ok(Ran::Carried(answer))
+                })
+            }
+        };
+        match result {
             Err(status) if is_stale_route(&status) && !retried => {
                 gateway.forget_subscription(name);
                 retried = true;
             }
-            result => return result.map_err(Status::from),
+            Err(status) => {
+                if remote::route_may_be_stale(&status) {
+                    gateway.forget_subscription(name);
+                }
+                return Err(status.into());
+            }
+            Ok(ran) => return Ok(ran),
         }
     }
 }
 
-/// `work` on the shard of `caller`, once the caller's permission is checked there.
+/// `work` on the shard of `caller`, once the caller's permission for `kind` is checked there.
 pub async fn checked_call<R, F, Fut>(
     caller: &ShardCaller<ForwarderShard>,
     presented: &Presented,
     name: &str,
+    kind: Kind,
     work: F,
 ) -> Result<R, crate::api::Status>
 where
@@ -117,7 +157,7 @@ where
     let (presented, name) = (presented.clone(), name.to_owned());
     caller
         .try_call(move |shard| async move {
-            presented.check(&shard.access, Permission::SubscriptionsConsume, &name)?;
+            presented.check(&shard.access, kind, &name)?;
             work(shard).await
         })
         .await
@@ -154,7 +194,7 @@ pub fn received_messages<B: AsRef<[u8]>>(
         .collect()
 }
 
-fn timestamp(ms: u64) -> prost_types::Timestamp {
+pub fn timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
 }
 
@@ -164,16 +204,29 @@ pub async fn pull(
 ) -> Result<Response<pubsub::PullResponse>, Status> {
     let presented = Presented::of(&request);
     let request = request.into_inner();
-    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let name = names::parse("subscription", names::Kind::Subscription, &request.subscription)?.name;
     let settings = pull_settings(&request)?;
     let subscription = name.clone();
-    let received_messages = on_subscription_shard(gateway, &presented, &name, move |shard| async move {
+    let work = move |shard: Rc<ForwarderShard>| async move {
         let delivery = shard.forwarder.pull(&subscription, settings).await?;
         // Read after the pull, so that a policy changed while it waited is the one answered.
         let properties = properties_on(&shard, &subscription)?;
         Ok(delivery.map(|delivery| received_messages(&delivery, properties)).unwrap_or_default())
-    })
-    .await?;
+    };
+    let native = PullRequest {
+        subscription: name.clone(),
+        max_messages: settings.max_messages as u32,
+        wait_ms: settings.wait.as_millis() as u32,
+    };
+    let native = (Command::Pull, remote::native_body(Command::Pull, &native)?, settings.wait);
+    let received_messages =
+        match on_subscription_shard(gateway, &presented, &name, Kind::Pull, work, native).await? {
+            Ran::Here(received_messages) => received_messages,
+            Ran::Carried(answer) => {
+                let response = decode_body::<PullResponse>(&answer).map_err(crate::api::Status::from)?;
+                remote::received_messages(&response, remote::properties(gateway, &name).await?)
+            }
+        };
     Ok(Response::new(pubsub::PullResponse { received_messages }))
 }
 
@@ -199,7 +252,7 @@ pub async fn acknowledge(
 ) -> Result<Response<()>, Status> {
     let presented = Presented::of(&request);
     let request = request.into_inner();
-    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let name = names::parse("subscription", names::Kind::Subscription, &request.subscription)?.name;
     let ack_ids = request.ack_ids;
     let (properties, failures) = acknowledge_on_shard(gateway, &presented, &name, ack_ids.clone()).await?;
     ack_outcome(properties, &ack_ids, failures)?;
@@ -215,12 +268,17 @@ pub async fn acknowledge_on_shard(
     ack_ids: Vec<String>,
 ) -> Result<(Properties, Vec<InvalidAckId>), Status> {
     let subscription = name.to_owned();
-    on_subscription_shard(gateway, presented, name, move |shard| async move {
+    let sent = ack_ids.clone();
+    let work = move |shard: Rc<ForwarderShard>| async move {
         let properties = properties_on(&shard, &subscription)?;
         let failures = shard.forwarder.acknowledge(&subscription, ack_ids.iter().map(String::as_str)).await?;
         Ok((properties, failures))
-    })
-    .await
+    };
+    let native = remote::acknowledge_request(name, sent, None)?;
+    match on_subscription_shard(gateway, presented, name, Kind::Acknowledge, work, native).await? {
+        Ran::Here(answer) => Ok(answer),
+        Ran::Carried(answer) => carried_acknowledged(gateway, name, &answer).await,
+    }
 }
 
 pub async fn modify_ack_deadline(
@@ -229,7 +287,7 @@ pub async fn modify_ack_deadline(
 ) -> Result<Response<()>, Status> {
     let presented = Presented::of(&request);
     let request = request.into_inner();
-    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let name = names::parse("subscription", names::Kind::Subscription, &request.subscription)?.name;
     let seconds = deadline_seconds(request.ack_deadline_seconds)?;
     let ack_ids = request.ack_ids;
     let (properties, failures) =
@@ -247,15 +305,31 @@ pub async fn modify_on_shard(
     seconds: u32,
 ) -> Result<(Properties, Vec<InvalidAckId>), Status> {
     let subscription = name.to_owned();
-    on_subscription_shard(gateway, presented, name, move |shard| async move {
+    let sent = ack_ids.clone();
+    let work = move |shard: Rc<ForwarderShard>| async move {
         let properties = properties_on(&shard, &subscription)?;
         let failures = shard
             .forwarder
             .modify_ack_deadline(&subscription, ack_ids.iter().map(String::as_str), seconds)
             .await?;
         Ok((properties, failures))
-    })
-    .await
+    };
+    let native = remote::acknowledge_request(name, sent, Some(seconds))?;
+    match on_subscription_shard(gateway, presented, name, Kind::ModifyAckDeadline, work, native).await? {
+        Ran::Here(answer) => Ok(answer),
+        Ran::Carried(answer) => carried_acknowledged(gateway, name, &answer).await,
+    }
+}
+
+/// What the node an acknowledgement or deadline change was carried to answered, with the
+/// subscription's properties as this node's catalog holds them.
+async fn carried_acknowledged(
+    gateway: &Gateway,
+    name: &str,
+    answer: &[u8],
+) -> Result<(Properties, Vec<InvalidAckId>), Status> {
+    let response = decode_body::<AckResponse>(answer).map_err(crate::api::Status::from)?;
+    Ok((remote::properties(gateway, name).await?, remote::failures(response)))
 }
 
 /// A deadline change's seconds: 0 (give the message back now) to Pub/Sub's 600.

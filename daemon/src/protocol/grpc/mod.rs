@@ -10,7 +10,6 @@
 
 pub mod bridge;
 mod budget;
-pub mod carry;
 pub mod connections;
 pub mod convert;
 pub mod counting;
@@ -20,6 +19,7 @@ mod delivery;
 pub mod gateway;
 pub mod names;
 mod publisher;
+pub mod remote;
 mod snapshots;
 pub mod status;
 mod streaming;
@@ -160,8 +160,6 @@ async fn serve(
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<PublisherServer<publisher::PublisherService>>().await;
     health_reporter.set_serving::<SubscriberServer<subscriber::SubscriberService>>().await;
-    // Over TLS, publish and delivery calls are not carried to other nodes: see `carry`.
-    gateway.set_carrying(tls.is_none());
     let publisher = PublisherServer::new(publisher::PublisherService { gateway: gateway.clone() })
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
     let subscriber =

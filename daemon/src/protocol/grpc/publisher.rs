@@ -7,16 +7,20 @@
 
 use super::convert;
 use super::credentials::Presented;
-use super::gateway::{is_stale_route, Gateway};
+use super::gateway::{is_stale_route, Gateway, Resource, Serving};
 use super::names::{self, Kind};
+use super::remote;
 use crate::api::control::ListRequest;
 use crate::api::data::{Attributes, DataPlane, MessageView, PublishBatch};
 use crate::api::{Code, Status as DomainStatus};
-use crate::auth::Permission;
 use crate::dispatch::{Operation, Outcome};
 use ringpost_proto::pubsub;
+use ringpost_wire::frame::decode_body;
+use ringpost_wire::messages::PublishResponse;
+use ringpost_wire::Command as WireCommand;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// The Publisher service over the gateway.
@@ -120,8 +124,8 @@ const PUBLISH_ATTEMPTS_MAX: usize = 2;
 /// no longer serves the topic (the route was stale), to be sent again where it moved.
 type Published = Result<Range<u64>, OwnedPublish>;
 
-/// Publishes on the forwarder serving the topic; after a stale route, once more through the
-/// router.
+/// Publishes on the forwarder serving the topic, on this node or carried to another
+/// (`remote`); after a stale route, once more through the router.
 async fn publish(
     gateway: &Gateway,
     presented: Presented,
@@ -130,11 +134,37 @@ async fn publish(
     let topic = names::parse("topic", Kind::Topic, &request.topic)?.name;
     let mut batch = OwnedPublish::new(topic.clone(), request.messages);
     for _attempt in 0..PUBLISH_ATTEMPTS_MAX {
-        let shard = gateway.topic_forwarder(&presented, &topic, Permission::TopicsPublish).await?;
+        let shard = match gateway.topic_forwarder(&presented, &topic, crate::dispatch::Kind::Publish).await? {
+            Serving::Here(shard) => shard,
+            Serving::Elsewhere(shard) => {
+                // Checked here with the data plane's rules and wording too, so that what is
+                // carried is bounded by them (the serving node checks again).
+                batch.check()?;
+                let body = remote::native_body(WireCommand::Publish, &batch.native())?;
+                let resource = Resource::Topic(topic.clone());
+                match remote::carry(shard, &presented, resource, WireCommand::Publish, body, Duration::ZERO)
+                    .await
+                {
+                    Ok(Some(answer)) => {
+                        let response = decode_body::<PublishResponse>(&answer).map_err(DomainStatus::from)?;
+                        return Ok(response.message_ids.iter().map(u64::to_string).collect());
+                    }
+                    Ok(None) => gateway.forget_topic(&topic),
+                    Err(status) if is_stale_route(&status) => gateway.forget_topic(&topic),
+                    Err(status) => {
+                        if remote::route_may_be_stale(&status) {
+                            gateway.forget_topic(&topic);
+                        }
+                        return Err(status.into());
+                    }
+                }
+                continue;
+            }
+        };
         let (presented, name) = (presented.clone(), topic.clone());
         let published: Published = shard
             .try_call(move |shard| async move {
-                presented.check(&shard.access, Permission::TopicsPublish, &name)?;
+                presented.check(&shard.access, crate::dispatch::Kind::Publish, &name)?;
                 // Nothing awaits between this lookup and the publish's own, so the answer holds.
                 match shard.forwarder.topic(&name) {
                     Err(status) if is_stale_route(&status) => return Ok(Err(batch)),
@@ -153,6 +183,39 @@ async fn publish(
         }
     }
     Err(Status::unavailable(format!("topic '{topic}' moved while it was published to; retry")))
+}
+
+impl OwnedPublish {
+    /// Pub/Sub's rules for a publish (`api::data::check_publish`).
+    fn check(&self) -> Result<(), DomainStatus> {
+        let mut checked = Ok(0);
+        self.visit(&mut |topic, messages| {
+            checked = crate::api::data::check_publish(topic, messages, |_| 0);
+        })?;
+        checked.map(|_| ())
+    }
+
+    /// The batch as a native publish, for the node that serves its topic.
+    fn native(&self) -> ringpost_wire::messages::PublishRequest {
+        use ringpost_wire::messages::{Attribute, PubsubMessage};
+        ringpost_wire::messages::PublishRequest {
+            topic: self.topic.clone(),
+            messages: self
+                .messages
+                .iter()
+                .map(|message| PubsubMessage {
+                    data: message.data.to_vec(),
+                    attributes: message
+                        .attributes
+                        .0
+                        .iter()
+                        .map(|(key, value)| Attribute { key: key.clone(), value: value.clone() })
+                        .collect(),
+                    ordering_key: message.ordering_key.clone(),
+                })
+                .collect(),
+        }
+    }
 }
 
 // --- Topics' administration ----------------------------------------------------------------
@@ -236,10 +299,6 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         &self,
         request: Request<pubsub::PublishRequest>,
     ) -> Result<Response<pubsub::PublishResponse>, Status> {
-        let request = match super::carry::publish(&self.gateway, request).await {
-            Ok(carried) => return carried,
-            Err(request) => request,
-        };
         let presented = Presented::of(&request);
         let message_ids = publish(&self.gateway, presented, request.into_inner()).await?;
         Ok(Response::new(pubsub::PublishResponse { message_ids }))

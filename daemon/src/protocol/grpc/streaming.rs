@@ -18,18 +18,23 @@ use super::decode_errors::refusal_of_bad_request;
 use super::delivery::{
     ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
 };
-use super::gateway::{is_stale_route, ForwarderShard, Gateway};
-use super::names::{self, Kind};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Serving};
+use super::names;
 use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
-use crate::auth::{Access, Credential, Permission, Session};
+use crate::auth::{Access, Credential, Session};
+use crate::dispatch::Kind;
 use crate::protocol::native::server::SECURITY_CHECK_INTERVAL;
+use crate::subscription::budget::StreamReservation;
 use futures_lite::future::or;
 use prost::Message;
 use ringpost_proto::pubsub;
 use ringpost_proto::pubsub::streaming_pull_response::{
     AcknowledgeConfirmation, ModifyAckDeadlineConfirmation,
 };
+use ringpost_wire::frame::{decode_body, FrameBuffer};
+use ringpost_wire::messages::{PullResponse as NativePullResponse, StreamingPullRequest};
+use ringpost_wire::Command as WireCommand;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
@@ -62,6 +67,8 @@ type Responses = mpsc::Sender<Result<pubsub::StreamingPullResponse, Status>>;
 struct Opening {
     name: String,
     settings: StreamSettings,
+    /// The same, as a native request, for a node that serves the subscription elsewhere.
+    native: StreamingPullRequest,
 }
 
 impl Opening {
@@ -69,7 +76,7 @@ impl Opening {
         if first.subscription.is_empty() {
             return Err(Status::invalid_argument("the first request of a stream must name its subscription"));
         }
-        let name = names::parse("subscription", Kind::Subscription, &first.subscription)?.name;
+        let name = names::parse("subscription", names::Kind::Subscription, &first.subscription)?.name;
         let seconds = first.stream_ack_deadline_seconds;
         let deadline_range = ACK_DEADLINE_SECONDS_MIN as i32..=ACK_DEADLINE_SECONDS_MAX as i32;
         if !deadline_range.contains(&seconds) {
@@ -89,7 +96,13 @@ impl Opening {
         // it holds (Google's clients do, and extend and acknowledge them by ack id): those
         // leases run to their deadlines rather than each being delivered again at once.
         settings.leases_outlive_stream = !first.client_id.is_empty();
-        Ok(Opening { name, settings })
+        let native = StreamingPullRequest {
+            subscription: name.clone(),
+            stream_ack_deadline_seconds: seconds as u32,
+            max_outstanding_messages: limit(first.max_outstanding_messages),
+            max_outstanding_bytes: limit(first.max_outstanding_bytes),
+        };
+        Ok(Opening { name, settings, native })
     }
 }
 
@@ -99,7 +112,6 @@ pub async fn streaming_pull(
     stopping: watch::Receiver<bool>,
 ) -> Result<Response<ResponseStream>, Status> {
     let presented = Presented::of(&request);
-    let metadata = request.metadata().clone();
     let mut requests = request.into_inner();
     let first = requests
         .message()
@@ -108,56 +120,74 @@ pub async fn streaming_pull(
         .ok_or_else(|| Status::invalid_argument("the stream ended before its first request"))?;
     let opening = Opening::of(&first)?;
     check_deadline_changes(&first)?;
-    let mut rest = Some(requests);
-    if let Some(carried) = super::carry::streaming_pull(gateway, &metadata, &first, &mut rest).await? {
-        return Ok(Response::new(carried));
-    }
-    let requests = rest.expect("not carried, so still here");
     let (responses, received) = mpsc::channel(GRPC_STREAM_RESPONSES_QUEUED_MAX);
     let (refusal, refused) = oneshot::channel();
-    let (caller, properties) = open(gateway, &presented, &opening, &responses, refusal).await?;
+    let (caller, properties, carried) = open(gateway, &presented, &opening, &responses, refusal).await?;
     let (client_done, client_gone) = oneshot::channel();
-    let reader = RequestReader { caller, presented, name: opening.name, properties, responses };
+    let reader = RequestReader { caller, carried, presented, name: opening.name, properties, responses };
     tokio::spawn(reader.run(first, requests, client_done));
     Ok(Response::new(response_stream(received, stopping, client_gone, refused)))
 }
 
-/// Starts the stream's job on the subscription's shard; once the shard opened the stream, its
-/// caller and the subscription's properties. A stale route is forgotten and tried once more.
-/// The job sends on `refusal` why the stream's credential no longer holds, if it stops holding.
+/// Starts the stream's job on the subscription's shard, or, when another node serves the
+/// subscription, on the shard that carries it there (`remote`); once the stream is open, that
+/// shard's caller, the subscription's properties, and whether it is carried. A stale route is
+/// forgotten and tried once more. The job sends on `refusal` why the stream's credential no
+/// longer holds, if it stops holding.
 async fn open(
     gateway: &Gateway,
     presented: &Presented,
     opening: &Opening,
     responses: &Responses,
     refusal: oneshot::Sender<Status>,
-) -> Result<(ShardCaller<ForwarderShard>, Properties), Status> {
+) -> Result<(ShardCaller<ForwarderShard>, Properties, bool), Status> {
     let mut retried = false;
     // Shared by the attempts: only the one whose stream opens keeps it.
     let refusal = std::sync::Arc::new(std::sync::Mutex::new(Some(refusal)));
     loop {
-        let caller = gateway
-            .subscription_forwarder(presented, &opening.name, Permission::SubscriptionsConsume)
-            .await?
-            .clone();
+        let serving = gateway.subscription_forwarder(presented, &opening.name, Kind::StreamingPull).await?;
         let (opened, answer) = oneshot::channel();
         let (presented, name, settings, responses) =
             (presented.clone(), opening.name.clone(), opening.settings, responses.clone());
         let ends = Ends { opened, refusal: refusal.clone() };
-        let running = caller.clone();
-        // The job lives as long as the stream; its result is only that it ended.
-        tokio::spawn(async move {
-            let _ = running
-                .call(move |shard| serve_stream(shard, presented, name, settings, responses, ends))
-                .await;
-        });
+        let (caller, carried) = match serving {
+            Serving::Here(caller) => {
+                let running = caller.clone();
+                // The job lives as long as the stream; its result is only that it ended.
+                tokio::spawn(async move {
+                    let _ = running
+                        .call(move |shard| serve_stream(shard, presented, name, settings, responses, ends))
+                        .await;
+                });
+                (caller.clone(), false)
+            }
+            Serving::Elsewhere(caller) => {
+                let properties = super::remote::properties(gateway, &opening.name).await?;
+                let body = super::remote::native_body(WireCommand::StreamingPull, &opening.native)?;
+                let running = caller.clone();
+                tokio::spawn(async move {
+                    let _ = running
+                        .call(move |shard| {
+                            let request = (body, settings.leases_outlive_stream);
+                            serve_carried_stream(shard, presented, name, request, properties, responses, ends)
+                        })
+                        .await;
+                });
+                (caller.clone(), true)
+            }
+        };
         match answer.await {
-            Ok(Ok(properties)) => return Ok((caller, properties)),
+            Ok(Ok(properties)) => return Ok((caller, properties, carried)),
             Ok(Err(status)) if is_stale_route(&status) && !retried => {
                 gateway.forget_subscription(&opening.name);
                 retried = true;
             }
-            Ok(Err(status)) => return Err(status.into()),
+            Ok(Err(status)) => {
+                if super::remote::route_may_be_stale(&status) {
+                    gateway.forget_subscription(&opening.name);
+                }
+                return Err(status.into());
+            }
             // The job was dropped unrun: the shard is stopping.
             Err(_) => return Err(Status::unavailable("the server is stopping; retry")),
         }
@@ -258,7 +288,7 @@ async fn serve_stream(
     ends: Ends,
 ) {
     let opening = async {
-        let session = presented.check(&shard.access, Permission::SubscriptionsConsume, &name)?;
+        let session = presented.check(&shard.access, Kind::StreamingPull, &name)?;
         let stream = shard.forwarder.open_stream(&name, settings).await?;
         Ok((session, stream, properties_on(&shard, &name)?))
     };
@@ -307,6 +337,121 @@ async fn serve_stream(
         if let Some(refusal) = refusal {
             let _ = refusal.send(status);
         }
+    }
+}
+
+/// A stream on a subscription another node serves, carried there by the shard's relay for the
+/// principal this shard authenticates the caller as; its batches come back as the native
+/// protocol sends them and go on as Pub/Sub's responses, with the properties of the
+/// subscription as this node's catalog holds them. The client's leaving (tonic drops the
+/// response stream) closes the carried stream's connection, which ends the leader's stream and
+/// gives its leases back.
+async fn serve_carried_stream(
+    shard: Rc<ForwarderShard>,
+    presented: Presented,
+    name: String,
+    (body, keeps_leases): (FrameBuffer, bool),
+    properties: Properties,
+    responses: Responses,
+    ends: Ends,
+) {
+    let session = match presented.session(&shard.access) {
+        Ok(session) => session,
+        Err(status) => {
+            let _ = ends.opened.send(Err(status));
+            return;
+        }
+    };
+    let Some(relay) = crate::protocol::native::relay::current() else {
+        let status =
+            crate::api::Status::unavailable("this node's forwarders carry no streams to other nodes");
+        let _ = ends.opened.send(Err(status));
+        return;
+    };
+    let principal = session.principal.clone();
+    let downstream = CarriedDownstream {
+        peer: CredentialedPeer {
+            responses: &responses,
+            access: &shard.access,
+            session,
+            checked: Cell::new(Instant::now()),
+            refused: RefCell::new(None),
+        },
+        properties,
+        opened: RefCell::new(Some(ends.opened)),
+    };
+    let carried = relay.stream(&name, &principal, &body, keeps_leases, &downstream).await;
+    let opened = downstream.opened.borrow_mut().take();
+    match (carried, opened) {
+        (Ok(None), Some(opened)) => {
+            let status =
+                crate::api::Status::new(crate::api::Code::NotOwner, "the subscription is served here now");
+            let _ = opened.send(Err(status));
+        }
+        (Err(status), Some(opened)) => {
+            let _ = opened.send(Err(status));
+        }
+        (Err(status), None) => {
+            let _ = responses.send(Err(status.into())).await;
+        }
+        (Ok(_), _) => {}
+    }
+    if let Some(status) = downstream.peer.take_refusal() {
+        let refusal = ends.refusal.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(refusal) = refusal {
+            let _ = refusal.send(status);
+        }
+    }
+}
+
+/// A carried stream's subscriber, as the relay sees it.
+struct CarriedDownstream<'a> {
+    peer: CredentialedPeer<'a>,
+    properties: Properties,
+    /// Told once the leader took the stream.
+    opened: RefCell<Option<oneshot::Sender<Result<Properties, crate::api::Status>>>>,
+}
+
+impl crate::protocol::native::relay::Downstream for CarriedDownstream<'_> {
+    async fn accepted(&self) -> bool {
+        let opened = self.opened.borrow_mut().take();
+        match opened {
+            Some(opened) => opened.send(Ok(self.properties)).is_ok(),
+            None => !self.peer.is_gone(),
+        }
+    }
+
+    async fn send(&self, batch: FrameBuffer, reservation: StreamReservation) -> bool {
+        let Ok(response) = decode_body::<NativePullResponse>(&batch) else { return false };
+        drop(batch);
+        let messages = super::remote::received_messages(&response, self.properties);
+        drop(response);
+        let sent = or(
+            async {
+                for response in split_responses(messages, self.properties) {
+                    if self.peer.responses.send(Ok(response)).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            },
+            async {
+                self.peer.refusal().await;
+                false
+            },
+        )
+        .await;
+        // Held until its responses are queued, as the shard's own deliveries' are.
+        drop(reservation);
+        sent
+    }
+
+    fn is_gone(&self) -> bool {
+        StreamPeer::is_gone(&self.peer)
+    }
+
+    async fn gone(&self) {
+        StreamPeer::gone(&self.peer).await
     }
 }
 
@@ -458,6 +603,8 @@ fn check_deadline_changes(request: &pubsub::StreamingPullRequest) -> Result<(), 
 /// Reads the client's side of a stream, on tokio.
 struct RequestReader {
     caller: ShardCaller<ForwarderShard>,
+    /// The stream is carried to another node (`caller` carries its acknowledgements there).
+    carried: bool,
     presented: Presented,
     name: String,
     properties: Properties,
@@ -506,11 +653,15 @@ impl RequestReader {
             let ack_ids = request.ack_ids;
             let name = self.name.clone();
             let sent = ack_ids.clone();
-            let (properties, failures) =
-                checked_call(&self.caller, &self.presented, &self.name, move |shard| {
-                    shard_acknowledge(shard, name, sent)
-                })
-                .await?;
+            let (properties, failures) = match self.carried {
+                false => {
+                    checked_call(&self.caller, &self.presented, &self.name, Kind::Acknowledge, move |shard| {
+                        shard_acknowledge(shard, name, sent)
+                    })
+                    .await?
+                }
+                true => (self.properties, self.carry(sent, None).await?),
+            };
             self.confirm(properties, &ack_ids, failures, Confirmation::Acknowledge).await?;
         }
         let mut by_seconds: BTreeMap<u32, Vec<String>> = BTreeMap::new();
@@ -522,14 +673,38 @@ impl RequestReader {
         for (seconds, ack_ids) in by_seconds {
             let name = self.name.clone();
             let sent = ack_ids.clone();
-            let (properties, failures) =
-                checked_call(&self.caller, &self.presented, &self.name, move |shard| {
-                    shard_modify(shard, name, sent, seconds)
-                })
-                .await?;
+            let (properties, failures) = match self.carried {
+                false => {
+                    checked_call(
+                        &self.caller,
+                        &self.presented,
+                        &self.name,
+                        Kind::ModifyAckDeadline,
+                        move |shard| shard_modify(shard, name, sent, seconds),
+                    )
+                    .await?
+                }
+                true => (self.properties, self.carry(sent, Some(seconds)).await?),
+            };
             self.confirm(properties, &ack_ids, failures, Confirmation::ModifyAckDeadline).await?;
         }
         Ok(())
+    }
+
+    /// Acknowledges (`seconds`: `None`) or changes the deadlines of `ack_ids` on the node the
+    /// stream is carried to; a subscription served here now is refused as moved (`NotOwner`),
+    /// which ends the stream: the client opens it again, here.
+    async fn carry(&self, ack_ids: Vec<String>, seconds: Option<u32>) -> Result<Vec<InvalidAckId>, Status> {
+        let carried =
+            super::remote::acknowledge(&self.caller, &self.presented, &self.name, ack_ids, seconds).await;
+        match carried? {
+            Some(failures) => Ok(failures),
+            None => Err(crate::api::Status::new(
+                crate::api::Code::NotOwner,
+                "the subscription moved to this node; open the stream again",
+            )
+            .into()),
+        }
     }
 
     /// With exactly-once delivery, tells the client which ack ids succeeded and which failed,

@@ -3,7 +3,7 @@
 //! delivery: pull, streaming pull, acknowledge, modify ack deadline (`delivery`).
 
 use super::gateway::Gateway;
-use super::{carry, delivery, snapshots, subscriptions};
+use super::{delivery, snapshots, subscriptions};
 use ringpost_proto::pubsub;
 use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
@@ -57,48 +57,21 @@ impl pubsub::subscriber_server::Subscriber for SubscriberService {
         &self,
         request: Request<pubsub::ModifyAckDeadlineRequest>,
     ) -> Result<Response<()>, Status> {
-        let carried = carry::unary(
-            &self.gateway,
-            request,
-            |request| &request.subscription,
-            async |mut client, request| client.modify_ack_deadline(request).await,
-        );
-        match carried.await {
-            Ok(answer) => answer,
-            Err(request) => delivery::modify_ack_deadline(&self.gateway, request).await,
-        }
+        delivery::modify_ack_deadline(&self.gateway, request).await
     }
 
     async fn acknowledge(
         &self,
         request: Request<pubsub::AcknowledgeRequest>,
     ) -> Result<Response<()>, Status> {
-        let carried = carry::unary(
-            &self.gateway,
-            request,
-            |request| &request.subscription,
-            async |mut client, request| client.acknowledge(request).await,
-        );
-        match carried.await {
-            Ok(answer) => answer,
-            Err(request) => delivery::acknowledge(&self.gateway, request).await,
-        }
+        delivery::acknowledge(&self.gateway, request).await
     }
 
     async fn pull(
         &self,
         request: Request<pubsub::PullRequest>,
     ) -> Result<Response<pubsub::PullResponse>, Status> {
-        let carried = carry::unary(
-            &self.gateway,
-            request,
-            |request| &request.subscription,
-            async |mut client, request| client.pull(request).await,
-        );
-        match carried.await {
-            Ok(answer) => answer,
-            Err(request) => delivery::pull(&self.gateway, request).await,
-        }
+        delivery::pull(&self.gateway, request).await
     }
 
     type StreamingPullStream = delivery::ResponseStream;

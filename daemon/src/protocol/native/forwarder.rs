@@ -9,7 +9,8 @@ use crate::api::data::{
     Attributes, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch, PullSettings,
     StreamPeer, StreamSettings,
 };
-use crate::auth::Permission;
+use crate::auth::Principal;
+use crate::dispatch::{self, Kind};
 use crate::shard::Forwarder;
 use crate::storage::Storage;
 use crate::subscription::budget::StreamReservation;
@@ -27,7 +28,9 @@ impl<S: Storage> Handler for Forwarder<S> {
         // largest arm: the pull and acknowledgement paths' futures are large, a publish's
         // small. Those are boxed, so that a publish's task is a small allocation.
         let result = match Command::from_u16(header.command) {
-            Some(Command::StreamingPull) => Box::pin(streaming_pull(self, &header, &body, responder)).await,
+            Some(Command::StreamingPull) => {
+                Box::pin(streaming_pull(self, &header, &body, responder, false)).await
+            }
             Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
             Some(Command::Publish) => {
                 // Checked before the data plane sees the request, so that a refused publish
@@ -46,6 +49,7 @@ impl<S: Storage> Handler for Forwarder<S> {
                 Box::pin(modify_ack_deadline(self, &header, &body, responder)).await
             }
             Some(Command::Replica) => Box::pin(replica(self, &header, &body, responder)).await,
+            Some(Command::Carried) => Box::pin(carried_here(self, &header, body, responder)).await,
             // The connection's reading loop answers it before any handler sees it.
             Some(Command::Authenticate) => {
                 Err(Status::new(ErrorCode::Internal, "an Authenticate request reached a forwarder's handler"))
@@ -56,6 +60,66 @@ impl<S: Storage> Handler for Forwarder<S> {
             None => Err(Status::new(ErrorCode::Unimplemented, format!("unknown command {}", header.command))),
         };
         result.unwrap_or_else(|status| fail(&header, &status).into())
+    }
+}
+
+/// A publish another node carried here, checked as `handle` checks one.
+async fn publish_request<S: Storage>(
+    forwarder: &Forwarder<S>,
+    header: &FrameHeader,
+    body: FrameBuffer,
+    responder: &Responder,
+) -> Result<Response, Status> {
+    check_publish(&body, responder)?;
+    let response = publish(forwarder, body).await?;
+    Ok(respond(header, &response).into())
+}
+
+/// A request another node's forwarder carried here for its client (`relay`): served as that
+/// client's own, for the principal the carrying node authenticated it as, decided by this
+/// node's rules (`dispatch::vouched_for`), and marked `FLAG_RELAYED` so that it is never
+/// carried on. Only a node of the cluster may vouch for a principal, and only for a data-plane
+/// request.
+async fn carried_here<S: Storage>(
+    forwarder: &Forwarder<S>,
+    header: &FrameHeader,
+    body: FrameBuffer,
+    responder: &Responder,
+) -> Result<Response, Status> {
+    if !responder.is_cluster_peer() {
+        return Err(Status::new(
+            ErrorCode::Unauthenticated,
+            "a carried request is taken only from nodes of the cluster, which present its secret",
+        ));
+    }
+    let request = access_body::<CarriedRequest>(&body)?;
+    let principal = match request.principal.as_ref() {
+        Some(name) => Principal::Named(name.as_str().into()),
+        None => Principal::Anonymous,
+    };
+    let mut inner = FrameBuffer::with_capacity(request.body.len());
+    inner.extend_from_slice(request.body.as_slice());
+    let command = request.command.to_native();
+    let header = FrameHeader {
+        body_length: inner.len() as u32,
+        command,
+        flags: FLAG_RELAYED,
+        request_id: header.request_id,
+    };
+    let client_keeps_leases = request.client_keeps_leases;
+    let responder = &responder.carrying_for(dispatch::vouched_for(principal));
+    match Command::from_u16(command) {
+        Some(Command::Publish) => publish_request(forwarder, &header, inner, responder).await,
+        Some(Command::Pull) => checked_pull(forwarder, &header, &inner, responder).await,
+        Some(Command::Acknowledge) => checked_acknowledge(forwarder, &header, &inner, responder).await,
+        Some(Command::ModifyAckDeadline) => modify_ack_deadline(forwarder, &header, &inner, responder).await,
+        Some(Command::StreamingPull) => {
+            streaming_pull(forwarder, &header, &inner, responder, client_keeps_leases).await
+        }
+        _ => Err(Status::invalid_argument(format!(
+            "a carried request carries a publish, a pull, an acknowledgement, a deadline change or a \
+             streaming pull, not command {command}"
+        ))),
     }
 }
 
@@ -87,16 +151,23 @@ async fn replica<S: crate::storage::Storage>(
 /// pattern that matches the empty name is all wildcards and matches every name, so that
 /// sender may publish to any topic.
 fn check_publish(body: &[u8], responder: &Responder) -> Result<(), Status> {
-    if responder.allows(Permission::TopicsPublish, EVERY_TOPIC) {
+    let allows =
+        |topic: &str| dispatch::allows(responder.access(), responder.session(), Kind::Publish, topic);
+    if allows(EVERY_TOPIC) {
         debug_assert!(
-            access_body::<PublishRequest>(body)
-                .map_or(true, |request| responder.allows(Permission::TopicsPublish, request.topic.as_str())),
+            access_body::<PublishRequest>(body).map_or(true, |request| allows(request.topic.as_str())),
             "a grant on every topic did not match a publish's topic"
         );
         return Ok(());
     }
     let request = access_body::<PublishRequest>(body)?;
-    responder.check(Permission::TopicsPublish, request.topic.as_str())
+    check(responder, Kind::Publish, request.topic.as_str())
+}
+
+/// Whether the request's sender may run an operation of `kind` on `name` (`dispatch::check`);
+/// a refusal is the request's answer, logged for audit.
+fn check(responder: &Responder, kind: Kind, name: &str) -> Result<(), Status> {
+    dispatch::check(responder.access(), responder.session(), kind, name).map_err(Status::from)
 }
 
 /// A name no topic has, which only a pattern matching every name matches (`check_publish`).
@@ -161,12 +232,14 @@ async fn checked_pull<D: DataPlane>(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<PullRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    check(responder, Kind::Pull, request.subscription.as_str())?;
     match pull_request(data, header, request, Some(responder)).await {
         Err(status) if status.code == ErrorCode::NotOwner => {
             let wait = std::time::Duration::from_millis(request.wait_ms.to_native().into());
             carried(header, status, |relay| async move {
-                relay.unary(header, body, request.subscription.as_str(), wait).await
+                relay
+                    .unary(header, body, request.subscription.as_str(), &responder.session().principal, wait)
+                    .await
             })
             .await
         }
@@ -221,19 +294,25 @@ async fn streaming_pull<D: DataPlane>(
     header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
+    client_keeps_leases: bool,
 ) -> Result<Response, Status> {
     let request = access_body::<StreamingPullRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
-    let settings = StreamSettings::new(
+    check(responder, Kind::StreamingPull, request.subscription.as_str())?;
+    let mut settings = StreamSettings::new(
         request.stream_ack_deadline_seconds.to_native(),
         request.max_outstanding_messages.to_native(),
         request.max_outstanding_bytes.to_native(),
     )?;
+    settings.leases_outlive_stream = client_keeps_leases;
     let mut stream = match data.open_stream(request.subscription.as_str(), settings).await {
         Ok(stream) => stream,
         Err(status) if status.code == crate::api::Code::NotOwner => {
             return carried(header, status.into(), |relay| async move {
-                relay.stream(header, body, request.subscription.as_str(), responder).await
+                let downstream = relay::NativeDownstream { header, responder };
+                let principal = &responder.session().principal;
+                let subscription = request.subscription.as_str();
+                let carried = relay.stream(subscription, principal, body, false, &downstream).await?;
+                Ok(carried.map(|()| respond(header, &PullResponse::default()).into()))
             })
             .await;
         }
@@ -276,12 +355,20 @@ async fn checked_acknowledge(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<AcknowledgeRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    check(responder, Kind::Acknowledge, request.subscription.as_str())?;
     match acknowledge_request(data, request).await {
         Ok(response) => Ok(respond(header, &response).into()),
         Err(status) if status.code == ErrorCode::NotOwner => {
             carried(header, status, |relay| async move {
-                relay.unary(header, body, request.subscription.as_str(), std::time::Duration::ZERO).await
+                relay
+                    .unary(
+                        header,
+                        body,
+                        request.subscription.as_str(),
+                        &responder.session().principal,
+                        std::time::Duration::ZERO,
+                    )
+                    .await
             })
             .await
         }
@@ -305,14 +392,22 @@ async fn modify_ack_deadline(
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<ModifyAckDeadlineRequest>(body)?;
-    responder.check(Permission::SubscriptionsConsume, request.subscription.as_str())?;
+    check(responder, Kind::ModifyAckDeadline, request.subscription.as_str())?;
     let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
     let seconds = request.ack_deadline_seconds.to_native();
     match data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await {
         Ok(invalid) => Ok(respond(header, &ack_response(invalid)).into()),
         Err(status) if status.code == crate::api::Code::NotOwner => {
             carried(header, status.into(), |relay| async move {
-                relay.unary(header, body, request.subscription.as_str(), std::time::Duration::ZERO).await
+                relay
+                    .unary(
+                        header,
+                        body,
+                        request.subscription.as_str(),
+                        &responder.session().principal,
+                        std::time::Duration::ZERO,
+                    )
+                    .await
             })
             .await
         }

@@ -1,11 +1,14 @@
-//! A subscribe forwarder: a forwarder of a cluster serves a subscriber whose subscription's
-//! source another node leads by carrying its requests there. A stream, a pull, an
-//! acknowledgement or a deadline change that the data plane answers with `NotOwner` is looked
-//! up through this node's router; when the source's leader is on another node, the request
-//! goes to that leader's forwarder as it came (its body unchanged, marked `FLAG_RELAYED` so
-//! that it is carried at most once), and the answer comes back as it was given. Leases, flow
-//! control, ordering, dead letters and exactly-once stay where they are decided, on the
-//! source's leader: the relay holds no subscription state.
+//! A subscribe forwarder: a forwarder of a cluster serves a client whose topic or
+//! subscription another node leads by carrying its requests there, for either protocol. A
+//! stream, a pull, an acknowledgement or a deadline change that the data plane answers with
+//! `NotOwner` (and a gRPC publish, pull or stream the gateway found led elsewhere) is looked up
+//! through this node's router; when the leader is on another node, the request goes to that
+//! leader's forwarder as the client's protocol would send it natively, wrapped with the
+//! principal this node authenticated the client as (`Command::Carried`): the leader decides
+//! it for that principal with its own access file (`dispatch::vouched_for`), serves it marked
+//! `FLAG_RELAYED` so that it is carried at most once, and its answer comes back as it was
+//! given. Leases, flow control, ordering, dead letters and exactly-once stay where they are
+//! decided, on the source's leader: the relay holds no subscription state.
 //!
 //! A request for a source another shard of this node leads is refused with `NotOwner` as
 //! before, so the client goes there itself instead of crossing a core. A stream, once carried,
@@ -16,8 +19,10 @@
 //!
 //! Each carried stream has a connection of its own to the leader's forwarder, so a slow
 //! subscriber holds back its own stream through TCP and no other; its frames take the shard's
-//! response budget (`StreamReservation`) as the shard's own streams do. Pulls,
-//! acknowledgements and deadline changes share the per-node-pair connections replication uses.
+//! response budget (`StreamReservation`) as the shard's own streams do, and a subscriber that
+//! leaves closes that connection, which ends the leader's stream and gives its leases back.
+//! Publishes, pulls, acknowledgements and deadline changes share the per-node-pair connections
+//! replication uses.
 
 use super::replica::{
     connect_peer, frame_with_body, present_secret, read_body, read_header, Duplex, NativeTransport,
@@ -25,6 +30,7 @@ use super::replica::{
 };
 use super::server::{Responder, Response};
 use crate::api::{Code, Status};
+use crate::auth::Principal;
 use crate::catalog::entry::node_and_shard;
 use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::sync::{Notify, Stop};
@@ -33,14 +39,15 @@ use futures_lite::AsyncWriteExt;
 use ringpost_wire::frame::{
     decode_error, FrameBuffer, FrameHeader, FLAG_ERROR, FLAG_MORE, FLAG_RELAYED, FLAG_RESPONSE,
 };
-use ringpost_wire::messages::{LookupResponse, NameRequest, PullResponse};
+use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
+use ringpost_wire::messages::{CarriedRequest, LookupResponse, NameRequest};
 use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-/// Subscriptions whose leader a shard remembers; past it the remembered are forgotten at once
+/// Topics and subscriptions whose leader a shard remembers; past it the remembered are forgotten at once
 /// (each costs one lookup to learn again).
 pub const RELAY_ROUTES_MAX: usize = 4096;
 /// How long a carried stream looks for its source's new leader after losing the old one
@@ -68,7 +75,22 @@ pub fn current() -> Option<Rc<Relay>> {
     RELAY.with(|current| current.borrow().clone())
 }
 
-/// Where a subscription's source is led, as this node's router said.
+/// What a carried request is about: where its leader is looked up.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Resource {
+    Topic(String),
+    Subscription(String),
+}
+
+impl Resource {
+    fn name(&self) -> &str {
+        match self {
+            Resource::Topic(name) | Resource::Subscription(name) => name,
+        }
+    }
+}
+
+/// Where a topic's or a subscription's source is led, as this node's router said.
 #[derive(Clone)]
 struct Route {
     address: String,
@@ -84,7 +106,7 @@ pub struct Relay {
     /// The shard's response budget, which carried pulls and streams reserve from as the
     /// shard's own do.
     budget: Rc<StreamBudget>,
-    routes: RefCell<HashMap<String, Route>>,
+    routes: RefCell<HashMap<Resource, Route>>,
     pulls_in_flight: Cell<usize>,
     pull_room: Notify,
 }
@@ -109,59 +131,92 @@ impl Relay {
         })
     }
 
-    async fn route(&self, subscription: &str) -> Result<Route, Status> {
-        if let Some(route) = self.routes.borrow().get(subscription) {
+    async fn route(&self, resource: &Resource) -> Result<Route, Status> {
+        if let Some(route) = self.routes.borrow().get(resource) {
             return Ok(route.clone());
         }
-        let lookup: LookupResponse = self
-            .transport
-            .request(
-                &self.router,
-                Command::LookupSubscription,
-                &NameRequest { name: subscription.to_owned() },
-            )
-            .await?;
-        let first = lookup.forwarders.into_iter().next().ok_or_else(|| {
-            Status::unavailable(format!("no forwarder serves subscription '{subscription}'"))
-        })?;
+        let (command, what) = match resource {
+            Resource::Topic(_) => (Command::LookupTopic, "topic"),
+            Resource::Subscription(_) => (Command::LookupSubscription, "subscription"),
+        };
+        let name = resource.name();
+        let lookup: LookupResponse =
+            self.transport.request(&self.router, command, &NameRequest { name: name.to_owned() }).await?;
+        let first = lookup
+            .forwarders
+            .into_iter()
+            .next()
+            .ok_or_else(|| Status::unavailable(format!("no forwarder serves {what} '{name}'")))?;
         let route = Route { address: first.address, node: node_and_shard(first.shard).0 };
         let mut routes = self.routes.borrow_mut();
         if routes.len() >= RELAY_ROUTES_MAX {
             routes.clear();
         }
-        routes.insert(subscription.to_owned(), route.clone());
+        routes.insert(resource.clone(), route.clone());
         Ok(route)
     }
 
-    fn forget(&self, subscription: &str) {
-        self.routes.borrow_mut().remove(subscription);
+    fn forget(&self, resource: &Resource) {
+        self.routes.borrow_mut().remove(resource);
     }
 
     /// The leader's forwarder, when it is on another node.
-    async fn elsewhere(&self, subscription: &str) -> Result<Option<Route>, Status> {
-        let route = self.route(subscription).await?;
+    async fn elsewhere(&self, resource: &Resource) -> Result<Option<Route>, Status> {
+        let route = self.route(resource).await?;
         Ok((route.node != self.node_id).then_some(route))
     }
 
-    /// Carries a pull, an acknowledgement or a deadline change (`header`, `body`) on
-    /// `subscription` to its leader on another node; `None` when the leader is on this node.
-    /// `wait`: how long the leader may hold it by design (a pull's wait).
+    /// Carries a native client's pull, acknowledgement or deadline change (`header`, `body`)
+    /// on `subscription` to its leader on another node, for `principal`; `None` when the
+    /// leader is on this node. `wait`: how long the leader may hold it by design (a pull's
+    /// wait).
     pub async fn unary(
         &self,
         header: &FrameHeader,
         body: &[u8],
         subscription: &str,
+        principal: &Principal,
         wait: Duration,
     ) -> Result<Option<Response>, Status> {
-        let Some(route) = self.elsewhere(subscription).await? else { return Ok(None) };
-        let is_pull = header.command == Command::Pull.code();
+        let resource = Resource::Subscription(subscription.to_owned());
+        let Some((answer, reservation)) =
+            self.carry(&resource, principal, header.command, body, wait).await?
+        else {
+            return Ok(None);
+        };
+        let frame = frame_with_body(header.command, FLAG_RESPONSE, header.request_id, &answer);
+        drop(answer);
+        Ok(Some(match reservation {
+            Some(reservation) => Response::Reserved(Box::new(frame.into()), reservation),
+            None => frame.into(),
+        }))
+    }
+
+    /// Carries a request (`command`, its native `body`) about `resource` to its leader on
+    /// another node, for `principal`, and brings back the answer's body; `None` when the leader
+    /// is on this node. A pull's answer comes with its share of the shard's response budget,
+    /// waited for as the shard's own pulls wait, and at most `RELAYED_PULLS_IN_FLIGHT_MAX` pulls
+    /// are carried at once. `wait`: how long the leader may hold it by design (a pull's wait).
+    pub async fn carry(
+        &self,
+        resource: &Resource,
+        principal: &Principal,
+        command: u16,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<Option<(FrameBuffer, Option<StreamReservation>)>, Status> {
+        let Some(route) = self.elsewhere(resource).await? else { return Ok(None) };
+        let is_pull = command == Command::Pull.code();
         if is_pull {
             while self.pulls_in_flight.get() >= RELAYED_PULLS_IN_FLIGHT_MAX {
                 self.pull_room.notified().await;
             }
             self.pulls_in_flight.set(self.pulls_in_flight.get() + 1);
         }
-        let answer = self.transport.carry(&route.address, header.command, FLAG_RELAYED, body, wait).await;
+        let carried = carried_body(principal, command, body, false)?;
+        let answer =
+            self.transport.carry(&route.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
+        drop(carried);
         let answer = match answer {
             Ok(answer) => answer,
             Err(status) => {
@@ -169,20 +224,18 @@ impl Relay {
                     self.pull_done();
                 }
                 if matches!(status.code, Code::NotOwner | Code::Unavailable | Code::DeadlineExceeded) {
-                    self.forget(subscription);
+                    self.forget(resource);
                 }
                 return Err(status);
             }
         };
-        let frame = frame_with_body(header.command, FLAG_RESPONSE, header.request_id, &answer);
-        drop(answer);
         if !is_pull {
-            return Ok(Some(frame.into()));
+            return Ok(Some((answer, None)));
         }
         // The response waits for room in the shard's budget like the shard's own pulls'.
-        let reservation = reserve(&self.budget, frame.len()).await;
+        let reservation = reserve(&self.budget, FRAME_HEADER_BYTES + answer.len()).await;
         self.pull_done();
-        Ok(Some(Response::Reserved(Box::new(frame.into()), reservation)))
+        Ok(Some((answer, Some(reservation))))
     }
 
     fn pull_done(&self) {
@@ -190,54 +243,57 @@ impl Relay {
         self.pull_room.notify_all();
     }
 
-    /// Carries a streaming pull (`header`, `body`) on `subscription` to its leader on another
-    /// node, and its frames back to `responder` until either side ends it; `None` when the
-    /// leader is on this node.
-    pub async fn stream(
+    /// Carries a streaming pull (its native request's `body`) on `subscription` to its leader
+    /// on another node for `principal`, and its batches back to `downstream` until either side
+    /// ends it; `None` when the leader is on this node. `client_keeps_leases`: the client
+    /// reconnects holding what it was sent, so the leader keeps the stream's leases to their
+    /// deadlines when it ends.
+    pub async fn stream<D: Downstream>(
         &self,
-        header: &FrameHeader,
-        body: &[u8],
         subscription: &str,
-        responder: &Responder,
-    ) -> Result<Option<Response>, Status> {
-        let Some(route) = self.elsewhere(subscription).await? else { return Ok(None) };
-        let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, body).await {
+        principal: &Principal,
+        body: &[u8],
+        client_keeps_leases: bool,
+        downstream: &D,
+    ) -> Result<Option<()>, Status> {
+        let resource = Resource::Subscription(subscription.to_owned());
+        let Some(route) = self.elsewhere(&resource).await? else { return Ok(None) };
+        let carried = carried_body(principal, Command::StreamingPull.code(), body, client_keeps_leases)?;
+        let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, &carried).await
+        {
             Ok(upstream) => upstream,
             Err(status) => {
-                self.forget(subscription);
+                self.forget(&resource);
                 return Err(status);
             }
         };
-        let end = || Ok(Some(super::server::respond(header, &PullResponse::default()).into()));
         // The client hears its stream is taken once the leader has taken it.
-        if !responder.send_more(super::forwarder::stream_accepted(header), None).await {
-            return end();
+        if !downstream.accepted().await {
+            return Ok(Some(()));
         }
         loop {
             let next = futures_lite::future::or(async { Some(upstream.next().await) }, async {
-                futures_lite::future::or(responder.gone(), self.stop.given()).await;
+                futures_lite::future::or(downstream.gone(), self.stop.given()).await;
                 None
             })
             .await;
             match next {
                 // The subscriber left or the shard stops: dropping the connection ends the
                 // leader's stream, which gives its leases back.
-                None => return end(),
-                Some(Ok(Some((frame, reservation)))) => {
-                    let frame =
-                        frame_with_body(header.command, FLAG_RESPONSE | FLAG_MORE, header.request_id, &frame);
-                    if !responder.send_more(frame, Some(reservation)).await {
-                        return end();
+                None => return Ok(Some(())),
+                Some(Ok(Some((batch, reservation)))) => {
+                    if !downstream.send(batch, reservation).await {
+                        return Ok(Some(()));
                     }
                 }
                 // The leader ended it (it stops): so does the subscriber's.
-                Some(Ok(None)) => return end(),
+                Some(Ok(None)) => return Ok(Some(())),
                 Some(Err(status)) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
                     // The leader failed, lost its lead or the source moved: find the new one.
-                    self.forget(subscription);
-                    match self.reopen(subscription, body, responder, status).await? {
+                    self.forget(&resource);
+                    match self.reopen(&resource, &carried, downstream, status).await? {
                         Some(reopened) => upstream = reopened,
-                        None => return end(),
+                        None => return Ok(Some(())),
                     }
                 }
                 Some(Err(status)) => return Err(status),
@@ -248,17 +304,17 @@ impl Relay {
     /// Opens a carried stream again wherever its source is led now (this node included: the
     /// subscriber stays where it is), trying until `RELAY_REOPEN_TIMEOUT`; `None` when the
     /// subscriber left or the shard stops first.
-    async fn reopen(
+    async fn reopen<D: Downstream>(
         &self,
-        subscription: &str,
-        body: &[u8],
-        responder: &Responder,
+        resource: &Resource,
+        carried: &[u8],
+        downstream: &D,
         mut last: Status,
     ) -> Result<Option<Upstream>, Status> {
         let started = crate::runtime::now();
         let mut delay = RELAY_REOPEN_DELAY_MIN;
         loop {
-            if responder.is_gone() || self.stop.is_given() {
+            if downstream.is_gone() || self.stop.is_given() {
                 return Ok(None);
             }
             if crate::runtime::now() - started >= RELAY_REOPEN_TIMEOUT {
@@ -276,7 +332,7 @@ impl Relay {
                     true
                 },
                 async {
-                    futures_lite::future::or(responder.gone(), self.stop.given()).await;
+                    futures_lite::future::or(downstream.gone(), self.stop.given()).await;
                     false
                 },
             )
@@ -285,23 +341,91 @@ impl Relay {
                 return Ok(None);
             }
             delay = (delay * 2).min(RELAY_REOPEN_DELAY_MAX);
-            let route = match self.route(subscription).await {
+            let route = match self.route(resource).await {
                 Ok(route) => route,
                 Err(status) => {
                     last = status;
                     continue;
                 }
             };
-            match Upstream::open(&self.transport, &self.budget, &route.address, body).await {
+            match Upstream::open(&self.transport, &self.budget, &route.address, carried).await {
                 Ok(upstream) => return Ok(Some(upstream)),
                 Err(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
-                    self.forget(subscription);
+                    self.forget(resource);
                     last = status;
                 }
                 Err(status) => return Err(status),
             }
         }
     }
+}
+
+/// Where a carried stream's batches go: a native client's connection (`NativeDownstream`), or a
+/// gRPC stream's responses. Its futures stay on the shard that runs the stream, so they need
+/// not be `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Downstream {
+    /// Tells the subscriber its stream is taken; false once it is gone.
+    async fn accepted(&self) -> bool;
+    /// One batch, the body of a `PullResponse` frame, with its share of the shard's response
+    /// budget; false once the subscriber is gone.
+    async fn send(&self, batch: FrameBuffer, reservation: StreamReservation) -> bool;
+    fn is_gone(&self) -> bool;
+    /// Resolves once the subscriber is gone.
+    async fn gone(&self);
+}
+
+/// A native client's stream: each batch is a frame of its request, flagged `FLAG_MORE`.
+pub struct NativeDownstream<'a> {
+    pub header: &'a FrameHeader,
+    pub responder: &'a Responder,
+}
+
+impl Downstream for NativeDownstream<'_> {
+    async fn accepted(&self) -> bool {
+        self.responder.send_more(super::forwarder::stream_accepted(self.header), None).await
+    }
+
+    async fn send(&self, batch: FrameBuffer, reservation: StreamReservation) -> bool {
+        let header = self.header;
+        let frame = frame_with_body(header.command, FLAG_RESPONSE | FLAG_MORE, header.request_id, &batch);
+        drop(batch);
+        self.responder.send_more(frame, Some(reservation)).await
+    }
+
+    fn is_gone(&self) -> bool {
+        self.responder.is_gone()
+    }
+
+    async fn gone(&self) {
+        self.responder.gone().await
+    }
+}
+
+/// The body of a `Carried` request: `command`'s native `body`, for `principal`. One too large
+/// for a frame is refused here: the leader's port would close the connection it arrived on,
+/// which other requests share.
+fn carried_body(
+    principal: &Principal,
+    command: u16,
+    body: &[u8],
+    client_keeps_leases: bool,
+) -> Result<FrameBuffer, Status> {
+    let principal = match principal {
+        Principal::Anonymous => None,
+        Principal::Named(name) => Some(name.to_string()),
+    };
+    let request = CarriedRequest { principal, command, body: body.to_vec(), client_keeps_leases };
+    let frame =
+        ringpost_wire::frame::try_encode_frame(Command::Carried.code(), 0, 0, &request).map_err(|_| {
+            Status::invalid_argument(format!(
+            "the request is too large to carry to the node that serves it: over {FRAME_BODY_BYTES_MAX} bytes \
+             (FRAME_BODY_BYTES_MAX) with what is carried beside it"
+        ))
+        })?;
+    let mut carried = FrameBuffer::with_capacity(frame.len() - FRAME_HEADER_BYTES);
+    carried.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+    Ok(carried)
 }
 
 /// Waits until the shard's response budget takes `bytes` (at once when nothing else holds it).
@@ -328,19 +452,20 @@ struct Upstream {
 const UPSTREAM_REQUEST_ID: u64 = 2;
 
 impl Upstream {
-    /// Connects, presents the cluster's secret, asks for the stream and waits for the leader
-    /// to take it (its empty first batch) or refuse it.
+    /// Connects, presents the cluster's secret, asks for the stream (`carried`: the body of
+    /// its `Carried` request) and waits for the leader to take it (its empty first batch) or
+    /// refuse it.
     async fn open(
         transport: &NativeTransport,
         budget: &Rc<StreamBudget>,
         address: &str,
-        body: &[u8],
+        carried: &[u8],
     ) -> Result<Upstream, Status> {
         let unavailable = |why: String| Status::unavailable(format!("carrying a stream to {address}: {why}"));
         let stream = connect_peer(address, transport.tls()).await.map_err(unavailable)?;
         let (reader, mut writer) = futures_lite::io::split(stream);
         present_secret(&mut writer, transport.secret()).await.map_err(unavailable)?;
-        let request = frame_with_body(Command::StreamingPull.code(), FLAG_RELAYED, UPSTREAM_REQUEST_ID, body);
+        let request = frame_with_body(Command::Carried.code(), FLAG_RELAYED, UPSTREAM_REQUEST_ID, carried);
         writer.write_all(&request).await.map_err(|error| unavailable(error.to_string()))?;
         writer.flush().await.map_err(|error| unavailable(error.to_string()))?;
         let mut upstream = Upstream { reader, _writer: writer, budget: budget.clone() };
@@ -384,5 +509,28 @@ impl Upstream {
             }
             return Ok(Some((body, reservation)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_carried_request_names_its_principal_and_one_too_large_for_a_frame_is_refused_before_it_is_sent() {
+        let carried =
+            carried_body(&Principal::Named("alice".into()), Command::Pull.code(), b"the pull", false)
+                .unwrap();
+        let request = ringpost_wire::decode_body::<CarriedRequest>(&carried).unwrap();
+        assert_eq!(request.principal.as_deref(), Some("alice"));
+        assert_eq!((request.command, &request.body[..]), (Command::Pull.code(), &b"the pull"[..]));
+        let anonymous = carried_body(&Principal::Anonymous, Command::Pull.code(), b"", true).unwrap();
+        let request = ringpost_wire::decode_body::<CarriedRequest>(&anonymous).unwrap();
+        assert_eq!((request.principal, request.client_keeps_leases), (None, true));
+        let large = vec![0u8; FRAME_BODY_BYTES_MAX];
+        let refused =
+            carried_body(&Principal::Anonymous, Command::Publish.code(), &large, false).unwrap_err();
+        assert_eq!(refused.code, Code::InvalidArgument);
+        assert!(refused.message.contains("FRAME_BODY_BYTES_MAX"), "{refused}");
     }
 }

@@ -203,3 +203,89 @@ fn an_authenticate_request_is_not_a_handlers() {
         assert_eq!(refused.unwrap_err().code, ErrorCode::Internal);
     });
 }
+
+/// The body of a native request, as a carried request holds it.
+fn native_body<T: Body>(command: Command, request: &T) -> Vec<u8> {
+    ringpost_wire::encode_frame(command.code(), 0, 1, request)[FRAME_HEADER_BYTES..].to_vec()
+}
+
+fn carried<T: Body>(principal: Option<&str>, command: Command, request: &T) -> CarriedRequest {
+    CarriedRequest {
+        principal: principal.map(str::to_owned),
+        command: command.code(),
+        body: native_body(command, request),
+        client_keeps_leases: false,
+    }
+}
+
+/// A request another node's forwarder carried here is decided for the principal that node
+/// names, with this shard's rules, as the principal's own request would be; only a node of the
+/// cluster may carry one, and what was carried is not carried again.
+#[test]
+fn a_carried_request_is_decided_here_for_the_principal_the_carrying_node_names() {
+    run(async {
+        let secret = "rpt_the-forwarder-tests-cluster-secret-0123456789";
+        let access = required_access("carried", ACCESS_FILE);
+        let access =
+            Rc::new(Rc::try_unwrap(access).ok().expect("one owner").with_cluster_secret(Some(secret)));
+        let forwarder = forwarder().await;
+        let log = forwarder.topic("retained").unwrap().log.clone();
+        let node = Responder::with_session(access.authenticate_token(secret).unwrap(), access.clone());
+        assert!(node.is_cluster_peer());
+
+        let publish = |principal| carried(principal, Command::Publish, &publish_request("retained"));
+        let refused = call(&forwarder, &node, Command::Carried, &publish(Some("bob"))).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::PermissionDenied, "{refused:?}");
+        assert!(refused.message.contains("bob"), "the refusal names the principal: {}", refused.message);
+        let refused = call(&forwarder, &node, Command::Carried, &publish(None)).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Unauthenticated, "{refused:?}");
+        assert_eq!(
+            log.next_offset(),
+            crate::ids::Offset::new(0),
+            "a refused carried publish appends nothing"
+        );
+        call(&forwarder, &node, Command::Carried, &publish(Some("alice"))).await.unwrap();
+        assert_eq!(log.end_offset(), 1);
+
+        let pull = |principal| carried(principal, Command::Pull, &pull_request());
+        let refused = call(&forwarder, &node, Command::Carried, &pull(Some("bob"))).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::PermissionDenied, "{refused:?}");
+        let delivered =
+            pulled(&call(&forwarder, &node, Command::Carried, &pull(Some("alice"))).await.unwrap());
+        assert_eq!(delivered.len(), 1);
+        let acknowledge =
+            AcknowledgeRequest { subscription: "reader".into(), ack_ids: vec![delivered[0].ack_id.clone()] };
+        let refused = call(
+            &forwarder,
+            &node,
+            Command::Carried,
+            &carried(Some("bob"), Command::Acknowledge, &acknowledge),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(refused.code, ErrorCode::PermissionDenied, "{refused:?}");
+        let answer = call(
+            &forwarder,
+            &node,
+            Command::Carried,
+            &carried(Some("alice"), Command::Acknowledge, &acknowledge),
+        )
+        .await
+        .unwrap();
+        let answer = ringpost_wire::decode_body::<AckResponse>(&answer).unwrap();
+        assert!(answer.invalid_ack_ids.is_empty(), "{answer:?}");
+
+        // A client may not vouch for anyone, itself included.
+        let alice = as_principal(&access, "alice");
+        let refused = call(&forwarder, &alice, Command::Carried, &publish(Some("alice"))).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Unauthenticated, "{refused:?}");
+        // What is carried is a data-plane request, never another carried one.
+        let nested = carried(Some("alice"), Command::Carried, &publish(Some("alice")));
+        let refused = call(&forwarder, &node, Command::Carried, &nested).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidArgument, "{refused:?}");
+        let control = carried(Some("alice"), Command::DeleteTopic, &NameRequest { name: "retained".into() });
+        let refused = call(&forwarder, &node, Command::Carried, &control).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidArgument, "{refused:?}");
+        assert_eq!(log.end_offset(), 1);
+    });
+}

@@ -45,7 +45,7 @@ pub use self::security::*;
 use self::write::*;
 
 use super::tls::{certificate_identity, Tls, TlsSettings};
-use crate::auth::{Access, AccessSettings, Permission, Session};
+use crate::auth::{Access, AccessSettings, Session};
 use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::sync::{Notify, Stop};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -113,6 +113,17 @@ impl Responder {
         Responder { session: Rc::new(session), access, ..Responder::unconnected() }
     }
 
+    /// This responder for a request another node carried here for `session` (a client that
+    /// node authenticated): on the same connection, decided by the same rules.
+    pub fn carrying_for(&self, session: Session) -> Responder {
+        Responder {
+            outbound: self.outbound.clone(),
+            session: Rc::new(session),
+            access: self.access.clone(),
+            local_address: self.local_address,
+        }
+    }
+
     /// Who sent the request.
     pub fn session(&self) -> &Session {
         &self.session
@@ -126,17 +137,6 @@ impl Responder {
     /// Whether the request comes from another node of the cluster (`Access::is_cluster_peer`).
     pub fn is_cluster_peer(&self) -> bool {
         self.access.is_cluster_peer(&self.session)
-    }
-
-    /// Whether the request's sender holds `permission` on `name`; a refusal is the request's
-    /// answer (`Unauthenticated` or `PermissionDenied`), already logged for audit.
-    pub fn check(&self, permission: Permission, name: &str) -> Result<(), Status> {
-        self.access.check(&self.session, permission, name).map_err(Status::from)
-    }
-
-    /// Like `check`, without the audit log: for what a list shows.
-    pub fn allows(&self, permission: Permission, name: &str) -> bool {
-        self.access.allows(&self.session, permission, name)
     }
 
     /// Whether a request without a credential may do anything here (`Access::anonymous_may_act`).
