@@ -11,21 +11,27 @@
 //! synced, and the node starts again through the daemon's recovery.
 //!
 //! Clients enter at random nodes (a node cut off from the others still takes clients): topics
-//! and subscriptions created and deleted, read and looked up, through `Door::execute`, which
-//! carries a change reaching a follower to the leader with its principal.
+//! (of three replicas, placed by the router, replicating over the same network) and
+//! subscriptions created and deleted, read and looked up, through `Door::execute`, which
+//! carries a change reaching a follower to the leader with its principal; publishes, pulls and
+//! acknowledgements at the forwarder a lookup names first, as a client connects.
 //!
 //! Checked as it runs: at most one voter leads in any term; two voters that applied the
 //! catalog to the same index hold the same catalog; a node that starts again holds, once
-//! ready, every create acknowledged before it began (and no acknowledged delete). At the end,
-//! healed: the three catalogs converge, every acknowledged create is there with the id it was
-//! given, every acknowledged delete stays deleted, no id was handed to two resources, and the
-//! catalog holds no resource never created.
+//! ready, every create acknowledged before it began; a change answered sooner than the door's
+//! wait to apply it is applied where it was answered; the committed records of any two
+//! replicas of a topic agree; the queue checker per subscription, with its sync point. At the
+//! end, healed: the three catalogs converge, every acknowledged create is there with the id it
+//! was given, every acknowledged delete stays deleted, no id was handed to two resources, the
+//! catalog holds no resource never created, and every subscription drains every acknowledged
+//! publish begun after its create was acknowledged.
 //!
 //! `RINGPOST_SIM_SEEDS=N` runs N seeds; `RINGPOST_SIM_SEED=S` replays seed S exactly.
 
 use crate::api::control::{ListRequest, Subscription, Topic};
 use crate::api::Status;
 use crate::auth::{Access, AccessSettings, Principal, Session};
+use crate::catalog::node_and_shard;
 use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
 use crate::catalog::raft::{CatalogMachine, CatalogRaft, LogId, Snapshot, Vote};
 use crate::catalog::{Catalog, CatalogState, LeaderContact, NodeRecord, SubscriptionSettings, Voters};
@@ -33,10 +39,13 @@ use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::dispatch::{Caller, Carried, Door, NodeTransport, Operation};
 use crate::log::{Directories, LogConfig};
+use crate::replication::protocol::ReplicaRequest;
+use crate::replication::source::{AnswerFuture, Peer, Transport};
 use crate::router::{self, Advertise, ForwarderAddresses, ForwarderLink, PeerFuture, Peers, Router};
 use crate::runtime::{self, sim};
 use crate::shard::Forwarder;
-use crate::sim_node_tests::{catalog_log_config, crash_mode};
+use crate::sim_checker::{Checker, Outcome};
+use crate::sim_node_tests::{call, catalog_log_config, crash_mode};
 use crate::storage::sim::SimDisk;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{RPCError, StreamingError, Unreachable};
@@ -45,6 +54,9 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::OptionalSend;
+use ringpost_wire::limits::FRAME_HEADER_BYTES;
+use ringpost_wire::messages::*;
+use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -52,8 +64,8 @@ use std::path::PathBuf;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
-/// Seeds a plain `cargo test` runs: 200 took 60 s on two cores shared with other builds, in a
-/// debug build.
+/// Seeds a plain `cargo test` runs: 200 took 60 to 80 s on two cores shared with other
+/// builds, in a debug build.
 const SEEDS_DEFAULT: u64 = 200;
 /// The catalog's voters, one per node.
 const NODES: [u64; 3] = [1, 2, 3];
@@ -77,6 +89,13 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(120);
 const SETTLE_POLL: Duration = Duration::from_millis(200);
 /// The forwarder's port, only advertised (nothing listens in a simulation).
 const PORT: u16 = 7451;
+/// Every subscription's ack deadline.
+const ACK_DEADLINE_SECONDS: u32 = 10;
+/// Messages in one publish, and asked for by one pull.
+const MESSAGES_PER_PUBLISH_MAX: u64 = 3;
+const PULL_MESSAGES_MAX: u64 = 10;
+/// Empty pulls in a row after which the final drain takes a subscription to be empty.
+const DRAIN_EMPTY_PULLS: u32 = 3;
 
 type Raft = openraft::Raft<CatalogRaft, CatalogMachine<SimDisk>>;
 
@@ -95,6 +114,8 @@ struct Slot {
     lives: u64,
     /// Its voter, reachable by the other voters once opened.
     raft: Option<(Raft, Rc<LeaderContact>)>,
+    /// Its forwarder, reachable by the other nodes' replicas once made.
+    forwarder: Option<Rc<Forwarder<SimDisk>>>,
     serving: Option<Serving>,
     /// Its start failed (as the daemon's process would exit): the nemesis starts it again.
     failed: bool,
@@ -109,13 +130,34 @@ enum Known {
     Unknown,
 }
 
-#[derive(Debug)]
 struct Resource {
     known: Known,
     /// Its id, once an acknowledged create's node showed it.
     id: Option<u64>,
     /// A subscription's topic.
     topic: String,
+    /// When its create began, and when it was acknowledged (model ticks): a subscription's
+    /// sync point lies between.
+    began: u64,
+    acknowledged: Option<u64>,
+    /// A topic's publishes: when each began, and when it was acknowledged.
+    publishes: BTreeMap<Vec<u8>, (u64, Option<u64>)>,
+    /// A subscription's queue checker.
+    checker: Checker,
+}
+
+impl Resource {
+    fn new(topic: &str, began: u64) -> Resource {
+        Resource {
+            known: Known::Unknown,
+            id: None,
+            topic: topic.to_owned(),
+            began,
+            acknowledged: None,
+            publishes: BTreeMap::new(),
+            checker: Checker::default(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -132,6 +174,41 @@ struct Model {
     applied: BTreeMap<u64, CatalogState>,
     /// The voter seen leading each term.
     leaders: BTreeMap<u64, u64>,
+    /// A logical clock: each operation's beginning and end takes the next tick.
+    ticks: u64,
+    next_message: u64,
+    /// Messages delivered, and acknowledged publishes the final drains had to find.
+    delivered: usize,
+    must_deliver: usize,
+}
+
+impl Model {
+    fn tick(&mut self) -> u64 {
+        self.ticks += 1;
+        self.ticks
+    }
+
+    /// Checks a delivery of `data` to `subscription` against what was published to its topic
+    /// and when the subscription was created.
+    fn delivered(&mut self, seed: u64, subscription: &str, data: &[u8]) {
+        let model = self.subscriptions.get_mut(subscription).expect("a subscription of the model");
+        let publish = self.topics.get(&model.topic).and_then(|topic| topic.publishes.get(data));
+        let Some((_, acknowledged)) = publish else {
+            panic!(
+                "seed {seed}: {subscription} delivered {}, never published to its topic {}",
+                String::from_utf8_lossy(data),
+                model.topic
+            );
+        };
+        assert!(
+            acknowledged.is_none_or(|acknowledged| acknowledged > model.began),
+            "seed {seed}: {subscription} delivered {}, acknowledged before the subscription's create began",
+            String::from_utf8_lossy(data)
+        );
+        model.checker.published.entry(data.to_vec()).or_insert(Outcome::Indeterminate);
+        model.checker.delivered(seed, data);
+        self.delivered += 1;
+    }
 }
 
 /// The simulated network and nodes, shared by every node's ways to the others.
@@ -433,6 +510,37 @@ impl SimPeers {
     }
 }
 
+/// A forwarder's way to the other nodes' replicas (the cluster's forwarder ports in the
+/// daemon): the request crosses the network, runs on the target's forwarder as its task, and
+/// the answer crosses back.
+struct SimReplicas {
+    world: Weak<World>,
+    from: u64,
+}
+
+impl Transport for SimReplicas {
+    fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
+        let (world, from, to) = (self.world.upgrade(), self.from, node_and_shard(peer.shard).0);
+        Box::pin(async move {
+            let world = world.ok_or_else(|| unavailable(to))?;
+            world.one_way().await;
+            if world.cut(from, to) {
+                return Err(unavailable(to));
+            }
+            let forwarder = world.nodes.borrow()[&to].forwarder.clone().ok_or_else(|| unavailable(to))?;
+            let answer = world
+                .run_on(to, PEER_CALL_TIMEOUT, async move { forwarder.replica_request(request).await })
+                .await
+                .ok_or_else(|| unavailable(to))?;
+            world.one_way().await;
+            if world.cut(to, from) {
+                return Err(unavailable(to));
+            }
+            answer
+        })
+    }
+}
+
 /// What node `id` registers: its forwarder's advertised address.
 fn record(id: u64) -> NodeRecord {
     NodeRecord {
@@ -498,6 +606,9 @@ async fn boot(world: &Rc<World>, id: u64) -> Result<(), String> {
         Rc::new(SystemClock),
     ));
     forwarder.replica_context.node_id.set(id);
+    *forwarder.replica_context.transport.borrow_mut() =
+        Some(Rc::new(SimReplicas { world: Rc::downgrade(world), from: id }));
+    world.nodes.borrow_mut().get_mut(&id).expect("a node").forwarder = Some(forwarder.clone());
     let link = {
         let forwarder = forwarder.clone();
         ForwarderLink::local(Box::new(move |request| {
@@ -563,6 +674,7 @@ fn crash(world: &World, id: u64) {
     let slot = nodes.get_mut(&id).expect("a node");
     slot.raft = None;
     slot.serving = None;
+    slot.forwarder = None;
 }
 
 /// The resources acknowledged present now, with their ids where known.
@@ -678,14 +790,15 @@ async fn operate(world: &Rc<World>, session: &Session) {
             let subscription = Subscription {
                 name: name.clone(),
                 topic: topic.clone(),
-                settings: SubscriptionSettings::default(),
+                settings: SubscriptionSettings {
+                    ack_deadline_seconds: ACK_DEADLINE_SECONDS,
+                    ..Default::default()
+                },
                 detached: false,
             };
-            world
-                .model
-                .borrow_mut()
-                .subscriptions
-                .insert(name.clone(), Resource { known: Known::Unknown, id: None, topic: topic.clone() });
+            let mut model = world.model.borrow_mut();
+            let began = model.tick();
+            model.subscriptions.insert(name.clone(), Resource::new(topic, began));
             (Operation::CreateSubscription(subscription), Some((false, name, true)))
         }
         (5, Some(topic), _) => {
@@ -704,9 +817,8 @@ async fn operate(world: &Rc<World>, session: &Session) {
         let mut model = world.model.borrow_mut();
         model.tried += 1;
         if *topic && *create {
-            model
-                .topics
-                .insert(name.clone(), Resource { known: Known::Unknown, id: None, topic: String::new() });
+            let began = model.tick();
+            model.topics.insert(name.clone(), Resource::new("", began));
         } else if *topic {
             model.topics.get_mut(name).expect("a topic").known = Known::Unknown;
         } else if !*create {
@@ -716,6 +828,7 @@ async fn operate(world: &Rc<World>, session: &Session) {
     let described = format!("{operation:?}");
     let (access, session) = (world.access.clone(), session.clone());
     let door = serving.door.clone();
+    let asked = runtime::now();
     let answer = world
         .run_on(node, CLIENT_TIMEOUT, async move {
             door.execute(&Caller::new(&session, &access), operation).await
@@ -742,6 +855,15 @@ async fn operate(world: &Rc<World>, session: &Session) {
             serving.router.catalog_state().subscriptions.get(&name).map(|record| record.id).filter(|_| !topic)
         });
     let seed = world.seed;
+    // Answered sooner than that wait, the node had applied it: a client's next read there sees
+    // what it changed.
+    if runtime::now() - asked < router::FORWARDED_APPLY_WAIT {
+        assert_eq!(
+            id.is_some(),
+            create,
+            "seed {seed}: node {node} answered {name}'s change before applying it"
+        );
+    }
     let mut model = world.model.borrow_mut();
     let model = &mut *model;
     let resource = if topic { model.topics.get_mut(&name) } else { model.subscriptions.get_mut(&name) };
@@ -749,6 +871,8 @@ async fn operate(world: &Rc<World>, session: &Session) {
     if create {
         resource.known = Known::Present;
         resource.id = id;
+        resource.acknowledged = Some(model.ticks + 1);
+        model.ticks += 1;
         model.acknowledged += 1;
         if let Some(id) = id {
             claim_id(seed, model, id, &name);
@@ -762,7 +886,201 @@ async fn client(world: Rc<World>, session: Session) {
     while !world.healed.get() {
         let pause = world.seed_rng().below(300_000);
         runtime::sleep(Duration::from_micros(pause)).await;
-        operate(&world, &session).await;
+        let choice = world.seed_rng().below(10);
+        match choice {
+            0..=3 => operate(&world, &session).await,
+            4..=6 => publish(&world, &session).await,
+            _ => {
+                subscribe(&world, &session, false).await;
+            }
+        };
+    }
+}
+
+/// A present resource of the model, drawn by the seed (subscriptions only once their create
+/// was acknowledged, so that their sync point is known).
+fn present(world: &World, topics: bool) -> Option<String> {
+    let model = world.model.borrow();
+    let resources = if topics { &model.topics } else { &model.subscriptions };
+    let names: Vec<&String> = resources
+        .iter()
+        .filter(|(_, resource)| resource.known == Known::Present && resource.acknowledged.is_some())
+        .map(|(name, _)| name)
+        .collect();
+    (!names.is_empty()).then(|| names[world.seed_rng().below(names.len() as u64) as usize].clone())
+}
+
+/// The node of the forwarder a lookup at a random node names first, as a client connects to
+/// it; None if the lookup failed.
+async fn looked_up(world: &Rc<World>, session: &Session, operation: Operation) -> Option<u64> {
+    let node = NODES[world.seed_rng().below(NODES.len() as u64) as usize];
+    let door = world.serving(node)?.door;
+    let (access, session) = (world.access.clone(), session.clone());
+    let answer = world
+        .run_on(node, CLIENT_TIMEOUT, async move {
+            door.execute(&Caller::new(&session, &access), operation).await
+        })
+        .await?;
+    let forwarders = answer.ok()?.into_forwarders().ok()?;
+    Some(node_and_shard(forwarders.first()?.shard).0)
+}
+
+/// A request through a node's forwarder, as a connection to its port would make it.
+async fn at_forwarder<T: ringpost_wire::frame::Body + 'static>(
+    world: &Rc<World>,
+    node: u64,
+    command: Command,
+    request: T,
+) -> Option<Result<ringpost_wire::frame::FrameBuffer, String>> {
+    let forwarder = world.nodes.borrow()[&node].forwarder.clone()?;
+    world.one_way().await;
+    let answer =
+        world.run_on(node, CLIENT_TIMEOUT, async move { call(&forwarder, command, &request).await }).await;
+    world.one_way().await;
+    answer
+}
+
+/// Publishes one to three messages to a random topic at the forwarder its lookup names.
+async fn publish(world: &Rc<World>, session: &Session) {
+    let Some(topic) = present(world, true) else { return };
+    let Some(node) = looked_up(world, session, Operation::LookupTopic { name: topic.clone() }).await else {
+        return;
+    };
+    let count = 1 + world.seed_rng().below(MESSAGES_PER_PUBLISH_MAX);
+    let messages: Vec<PubsubMessage> = {
+        let mut model = world.model.borrow_mut();
+        let began = model.tick();
+        (0..count)
+            .map(|_| {
+                model.next_message += 1;
+                let data = format!("m{}/", model.next_message).into_bytes();
+                let publishes = &mut model.topics.get_mut(&topic).expect("a topic").publishes;
+                publishes.insert(data.clone(), (began, None));
+                PubsubMessage { data, ..Default::default() }
+            })
+            .collect()
+    };
+    let sent: Vec<Vec<u8>> = messages.iter().map(|message| message.data.clone()).collect();
+    let request = PublishRequest { topic: topic.clone(), messages };
+    let answer = at_forwarder(world, node, Command::Publish, request).await;
+    world.note(|| {
+        format!(
+            "publish {} to {topic} at node {node}: {:?}",
+            sent.len(),
+            answer.as_ref().map(|answer| answer.as_ref().err())
+        )
+    });
+    if let Some(Ok(_)) = answer {
+        let mut model = world.model.borrow_mut();
+        let acknowledged = model.tick();
+        let publishes = &mut model.topics.get_mut(&topic).expect("a topic").publishes;
+        for data in sent {
+            publishes.get_mut(&data).expect("a publish").1 = Some(acknowledged);
+        }
+    }
+}
+
+/// Pulls from a random subscription at the forwarder its lookup names, and acknowledges,
+/// nacks or holds each message (`drain`: acknowledges all); how many it received, None if the
+/// pull failed.
+async fn subscribe(world: &Rc<World>, session: &Session, drain: bool) -> Option<usize> {
+    let subscription = present(world, false)?;
+    pull_from(world, session, &subscription, drain).await
+}
+
+async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, drain: bool) -> Option<usize> {
+    let lookup = Operation::LookupSubscription { name: subscription.to_owned() };
+    let node = looked_up(world, session, lookup).await?;
+    let max_messages = if drain { 100 } else { 1 + world.seed_rng().below(PULL_MESSAGES_MAX) as u32 };
+    let request = PullRequest { subscription: subscription.to_owned(), max_messages, wait_ms: 0 };
+    let answer = at_forwarder(world, node, Command::Pull, request).await?.ok()?;
+    let received = ringpost_wire::decode_body::<PullResponse>(&answer[FRAME_HEADER_BYTES..])
+        .expect("a pull response")
+        .received_messages;
+    world.note(|| format!("pull {subscription} at node {node}: {}", received.len()));
+    let seed = world.seed;
+    let mut acks = Vec::new();
+    for message in &received {
+        world.model.borrow_mut().delivered(seed, subscription, &message.data);
+        if drain || world.seed_rng().below(3) < 2 {
+            acks.push((message.ack_id.clone(), message.data.clone()));
+        }
+    }
+    let count = received.len();
+    if acks.is_empty() {
+        return Some(count);
+    }
+    let request = AcknowledgeRequest {
+        subscription: subscription.to_owned(),
+        ack_ids: acks.iter().map(|(id, _)| id.clone()).collect(),
+    };
+    let Some(Ok(answer)) = at_forwarder(world, node, Command::Acknowledge, request).await else {
+        return Some(count);
+    };
+    let invalid: BTreeSet<String> = ringpost_wire::decode_body::<AckResponse>(&answer[FRAME_HEADER_BYTES..])
+        .expect("an acknowledgement response")
+        .invalid_ack_ids
+        .into_iter()
+        .map(|invalid| invalid.ack_id)
+        .collect();
+    let mut model = world.model.borrow_mut();
+    let checker = &mut model.subscriptions.get_mut(subscription).expect("a subscription").checker;
+    for (id, data) in acks {
+        if !invalid.contains(&id) {
+            checker.acknowledged.insert(data);
+        }
+    }
+    Some(count)
+}
+
+/// The end of the data plane: every subscription still served is pulled and acknowledged until
+/// it stays empty; none lost an acknowledged publish begun after its create was acknowledged.
+async fn drain(world: &Rc<World>) {
+    let seed = world.seed;
+    let session = Session::anonymous();
+    let served: Vec<String> = {
+        let model = world.model.borrow();
+        model
+            .subscriptions
+            .iter()
+            .filter(|(_, subscription)| {
+                subscription.known == Known::Present && subscription.acknowledged.is_some()
+            })
+            .filter(|(_, subscription)| model.topics[&subscription.topic].known == Known::Present)
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    for subscription in served {
+        let started = runtime::now();
+        let mut empty = 0;
+        while empty < DRAIN_EMPTY_PULLS {
+            assert!(
+                runtime::now() - started < SETTLE_WITHIN,
+                "seed {seed}: {subscription} did not drain within {SETTLE_WITHIN:?}"
+            );
+            match pull_from(world, &session, &subscription, true).await {
+                Some(0) => empty += 1,
+                Some(_) => empty = 0,
+                None => {}
+            }
+            runtime::sleep(SETTLE_POLL).await;
+        }
+        let mut model = world.model.borrow_mut();
+        let model = &mut *model;
+        let state = model.subscriptions.get_mut(&subscription).expect("a subscription");
+        let synced = state.acknowledged.expect("acknowledged");
+        for (data, (began, acknowledged)) in &model.topics[&state.topic].publishes {
+            if *began > synced && acknowledged.is_some() {
+                state.checker.published.insert(data.clone(), Outcome::Acknowledged);
+            }
+        }
+        model.must_deliver +=
+            state.checker.published.values().filter(|outcome| **outcome == Outcome::Acknowledged).count();
+        let lost = state.checker.lost();
+        assert!(
+            lost.is_empty(),
+            "seed {seed}: {subscription} never delivered acknowledged publishes: {lost:?}"
+        );
     }
 }
 
@@ -774,6 +1092,7 @@ async fn nemesis(world: &Rc<World>) {
         let pause = world.seed_rng().below(1_500_000);
         runtime::sleep(Duration::from_micros(pause)).await;
         check_voters(world);
+        check_replicas(world).await;
         restart_failed(world);
         let (choice, node) = {
             let mut rng = world.seed_rng();
@@ -801,6 +1120,55 @@ async fn nemesis(world: &Rc<World>) {
                 let down = world.seed_rng().below(2_000_000);
                 runtime::sleep(Duration::from_micros(down)).await;
                 start(world, node);
+            }
+        }
+    }
+}
+
+/// Every committed record of each topic `node`'s forwarder holds (a replica it leads or
+/// follows), by topic id and offset; None if it is down or did not answer.
+async fn committed_records(world: &Rc<World>, node: u64) -> Option<BTreeMap<u64, BTreeMap<u64, Vec<u8>>>> {
+    let forwarder = world.nodes.borrow()[&node].forwarder.clone()?;
+    let reading = async move {
+        let topics: BTreeMap<u64, _> = {
+            let registry = &forwarder.registry;
+            let followers = registry.followers.borrow();
+            let leaders = registry.topics_by_id.borrow();
+            followers.iter().chain(leaders.iter()).map(|(id, topic)| (*id, topic.clone())).collect()
+        };
+        let mut records = BTreeMap::new();
+        for (id, topic) in topics {
+            if let Ok(read) = topic.log.read(0, usize::MAX, usize::MAX).await {
+                records.insert(id, read.into_iter().map(|record| (record.offset, record.data)).collect());
+            }
+        }
+        records
+    };
+    world.run_on(node, PEER_CALL_TIMEOUT, reading).await
+}
+
+/// The replication invariant: the committed records of any two replicas of a topic agree at
+/// every offset both hold.
+async fn check_replicas(world: &Rc<World>) {
+    let mut logs = Vec::new();
+    for node in NODES {
+        if let Some(records) = committed_records(world, node).await {
+            logs.push((node, records));
+        }
+    }
+    for (index, (node, topics)) in logs.iter().enumerate() {
+        for (other, other_topics) in &logs[index + 1..] {
+            for (topic, records) in topics {
+                let Some(other_records) = other_topics.get(topic) else { continue };
+                for (offset, data) in records {
+                    if let Some(other_data) = other_records.get(offset) {
+                        assert!(
+                            data == other_data,
+                            "seed {}: nodes {node} and {other} committed different records of topic {topic:x} at offset {offset}",
+                            world.seed
+                        );
+                    }
+                }
             }
         }
     }
@@ -869,6 +1237,8 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     })
     .await;
     check_voters(world);
+    drain(world).await;
+    check_replicas(world).await;
     let state = states().remove(0).1;
     let model = world.model.borrow();
     let mut seen = BTreeMap::new();
@@ -917,9 +1287,22 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     state
 }
 
-/// One seed: the cluster, its clients and the nemesis; what it did (acknowledged creates,
-/// operations tried, resources at the end).
-fn simulate(seed: u64) -> (usize, usize, usize, Vec<String>) {
+/// What one seed did.
+struct Run {
+    /// Catalog changes acknowledged, and tried.
+    acknowledged: usize,
+    tried: usize,
+    /// Resources in the catalog at the end.
+    resources: usize,
+    /// Messages delivered, and acknowledged publishes the final drains had to find.
+    delivered: usize,
+    must_deliver: usize,
+    /// Every event, at its virtual time.
+    events: Vec<String>,
+}
+
+/// One seed: the cluster, its clients and the nemesis.
+fn simulate(seed: u64) -> Run {
     let mut rng = sim::Rng::new(seed);
     let copies = [1, 3][rng.below(2) as usize];
     let paths: Vec<PathBuf> = (0..copies).map(|copy| PathBuf::from(format!("/d{copy}"))).collect();
@@ -939,6 +1322,7 @@ fn simulate(seed: u64) -> (usize, usize, usize, Vec<String>) {
                     group: 0,
                     lives: 0,
                     raft: None,
+                    forwarder: None,
                     serving: None,
                     failed: false,
                 };
@@ -974,26 +1358,40 @@ fn simulate(seed: u64) -> (usize, usize, usize, Vec<String>) {
         world.nodes.borrow_mut().clear();
         let model = world.model.borrow();
         let events = world.events.take();
-        (model.acknowledged, model.tried, state.topics.len() + state.subscriptions.len(), events)
+        Run {
+            acknowledged: model.acknowledged,
+            tried: model.tried,
+            resources: state.topics.len() + state.subscriptions.len(),
+            delivered: model.delivered,
+            must_deliver: model.must_deliver,
+            events,
+        }
     })
 }
 
 #[test]
-fn three_nodes_keep_every_acknowledged_catalog_change_through_cuts_losses_and_crashes() {
+fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_and_crashes() {
     let started = std::time::Instant::now();
-    let totals = RefCell::new((0, 0, 0, 0));
-    sim::for_each_seed("three_nodes_keep_every_acknowledged_catalog_change", SEEDS_DEFAULT, |seed| {
-        let (acknowledged, tried, resources, _) = simulate(seed);
+    let totals = RefCell::new([0; 6]);
+    sim::for_each_seed("three_nodes_keep_every_acknowledged", SEEDS_DEFAULT, |seed| {
+        let run = simulate(seed);
         let mut totals = totals.borrow_mut();
-        *totals = (totals.0 + 1, totals.1 + acknowledged, totals.2 + tried, totals.3 + resources);
+        let counts = [1, run.acknowledged, run.tried, run.resources, run.delivered, run.must_deliver];
+        for (total, count) in totals.iter_mut().zip(counts) {
+            *total += count;
+        }
     });
-    let (seeds, acknowledged, tried, resources) = totals.into_inner();
+    let [seeds, acknowledged, tried, resources, delivered, must_deliver] = totals.into_inner();
     eprintln!(
         "cluster simulation: {seeds} seeds, {acknowledged} of {tried} catalog changes acknowledged, \
-         {resources} resources at the ends, in {:?}",
+         {resources} resources at the ends, {delivered} messages delivered, {must_deliver} required \
+         at the final drains, in {:?}",
         started.elapsed()
     );
-    assert!(acknowledged > 0, "no change was acknowledged, so nothing was checked");
+    assert!(
+        acknowledged > 0 && delivered > 0 && must_deliver > 0,
+        "no change was acknowledged or nothing delivered, so nothing was checked"
+    );
 }
 
 /// Two runs of a seed make the same trace: every event at the same virtual time. Anything left
@@ -1001,8 +1399,8 @@ fn three_nodes_keep_every_acknowledged_catalog_change_through_cuts_losses_and_cr
 #[test]
 fn a_cluster_simulation_replays_its_seed_exactly() {
     for seed in [0, 1] {
-        let first = simulate(seed).3;
-        let second = simulate(seed).3;
+        let first = simulate(seed).events;
+        let second = simulate(seed).events;
         if let Some(at) = first.iter().zip(&second).position(|(one, other)| one != other) {
             panic!("seed {seed} differs at event {at}:\n{}\n{}", first[at], second[at]);
         }

@@ -620,9 +620,13 @@ impl<S: Storage> Catalog<S> {
         self.raft.clone()
     }
 
-    /// The index of the last entry this voter applied.
+    /// The index of the last entry this voter applied: its state machine's, which its state
+    /// holds at once, not openraft's metrics, which learn it later. A leader that answered a
+    /// carried change with the metrics' index let the carrying node answer its client before
+    /// applying the change there (the cluster simulation, seed 1): the leader's metrics still
+    /// named the entry before.
     pub fn applied_index(&self) -> Option<u64> {
-        self.raft.metrics().borrow_watched().last_applied.map(|applied| applied.index)
+        self.machine.applied_index()
     }
 
     /// Waits until this voter has applied entry `index` (for a write another node's leader
