@@ -5,10 +5,12 @@
 //! test's `Peers`), registered with the catalog's leader, recovered (`Router::recover`), then
 //! its door (`Door`, carrying to the catalog's leader through this test's `NodeTransport`) and
 //! its timers (replicas, elections, undecided subscriptions). Every message between nodes
-//! crosses the simulated network, which delays it, loses it at the seed's rate, and cuts off a
-//! node; its answer runs on the target node as one of its tasks. Each node's tasks are a group
-//! of the executor: a crash ends them all, then its disk drops, keeps or tears what was not
-//! synced, and the node starts again through the daemon's recovery.
+//! crosses the simulated network, which delays (so reorders) it, loses it or sends it twice at
+//! the seed's rates, and cuts off a node; its answer runs on the target node as one of its
+//! tasks. Each node's tasks are a group of the executor: a crash ends them all, then its disk
+//! drops, keeps or tears what was not synced, and the node starts again through the daemon's
+//! recovery. Each disk has faults within the budget (a minority of its copies faulty); each
+//! node's wall clock is stepped by up to an hour either way.
 //!
 //! Clients enter at random nodes (a node cut off from the others still takes clients): topics
 //! (of three replicas, placed by the router, replicating over the same network) and
@@ -46,7 +48,7 @@ use crate::runtime::{self, sim};
 use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};
 use crate::sim_node_tests::{call, catalog_log_config, crash_mode};
-use crate::storage::sim::SimDisk;
+use crate::storage::sim::{FaultPlan, SimDisk};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{RPCError, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
@@ -89,6 +91,12 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(120);
 const SETTLE_POLL: Duration = Duration::from_millis(200);
 /// The forwarder's port, only advertised (nothing listens in a simulation).
 const PORT: u16 = 7451;
+/// The chance that a node crashes just after it acknowledged a publish (`crash_at_once`), when
+/// this variable is set.
+const AIMED_CRASH_PPM: u32 = 50_000;
+const AIMED_CRASHES_VARIABLE: &str = "RINGPOST_SIM_AIMED_CRASHES";
+/// A step of a node's wall clock: up to an hour either way.
+const WALL_STEP_MAX_MS: u64 = 3_600_000;
 /// Every subscription's ack deadline.
 const ACK_DEADLINE_SECONDS: u32 = 10;
 /// Messages in one publish, and asked for by one pull.
@@ -119,6 +127,8 @@ struct Slot {
     serving: Option<Serving>,
     /// Its start failed (as the daemon's process would exit): the nemesis starts it again.
     failed: bool,
+    /// How far its wall clock is off the simulation's.
+    wall_offset_ms: i64,
 }
 
 /// What the simulation knows of whether a resource exists.
@@ -220,12 +230,15 @@ struct World {
     nodes: RefCell<BTreeMap<u64, Slot>>,
     /// Nodes cut off from every other, still reachable by clients.
     isolated: RefCell<BTreeSet<u64>>,
-    /// Each message is lost with this chance, in parts per million.
+    /// Each message is lost with this chance, in parts per million, and sent twice with that.
     drop_ppm: Cell<u32>,
+    duplicate_ppm: Cell<u32>,
     access: Rc<Access>,
     model: RefCell<Model>,
     /// The nemesis is done and everything healed: the clients stop.
     healed: Cell<bool>,
+    /// Clients still working (each finishes the operation it began once healed).
+    clients: Cell<usize>,
     /// What happened, in order (`note`).
     events: RefCell<Vec<String>>,
     started: std::time::Instant,
@@ -382,6 +395,22 @@ impl VoterLink {
         let world = self.world.upgrade().ok_or_else(|| unreachable("the run ended".into()))?;
         world.to_voter(self.from, self.to, work).await.map_err(unreachable)
     }
+
+    /// With the seed's chance, the same request again, later: its answer goes nowhere.
+    fn maybe_duplicate<F: Future<Output = Result<(), String>> + 'static>(
+        &self,
+        work: impl FnOnce(Raft, Rc<LeaderContact>) -> F + 'static,
+    ) {
+        let Some(world) = self.world.upgrade() else { return };
+        if !world.seed_rng().chance(world.duplicate_ppm.get()) {
+            return;
+        }
+        let (from, to) = (self.from, self.to);
+        runtime::spawn(async move {
+            let _ = world.to_voter(from, to, work).await;
+        })
+        .detach();
+    }
 }
 
 impl RaftNetworkV2<CatalogRaft> for VoterLink {
@@ -392,6 +421,10 @@ impl RaftNetworkV2<CatalogRaft> for VoterLink {
         request: AppendEntriesRequest<CatalogRaft>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<CatalogRaft>, RPCError<CatalogRaft>> {
+        let again = request.clone();
+        self.maybe_duplicate(|raft, _| async move {
+            raft.append_entries(again).await.map(|_| ()).map_err(|error| error.to_string())
+        });
         self.call(|raft, contact| async move {
             let answer = raft.append_entries(request).await.map_err(|error| error.to_string())?;
             // As the cluster port notes it: a deposed leader's message is no contact.
@@ -409,6 +442,10 @@ impl RaftNetworkV2<CatalogRaft> for VoterLink {
         request: VoteRequest<CatalogRaft>,
         _option: RPCOption,
     ) -> Result<VoteResponse<CatalogRaft>, RPCError<CatalogRaft>> {
+        let again = request.clone();
+        self.maybe_duplicate(|raft, _| async move {
+            raft.vote(again).await.map(|_| ()).map_err(|error| error.to_string())
+        });
         self.call(|raft, _| async move { raft.vote(request).await.map_err(|error| error.to_string()) })
             .await
             .map_err(RPCError::Unreachable)
@@ -528,6 +565,17 @@ impl Transport for SimReplicas {
                 return Err(unavailable(to));
             }
             let forwarder = world.nodes.borrow()[&to].forwarder.clone().ok_or_else(|| unavailable(to))?;
+            if world.seed_rng().chance(world.duplicate_ppm.get()) {
+                // The same request again, later: its answer goes nowhere.
+                let (again, twice, target) = (world.clone(), request.clone(), forwarder.clone());
+                runtime::spawn(async move {
+                    again.one_way().await;
+                    again
+                        .run_on(to, PEER_CALL_TIMEOUT, async move { target.replica_request(twice).await })
+                        .await;
+                })
+                .detach();
+            }
             let answer = world
                 .run_on(to, PEER_CALL_TIMEOUT, async move { forwarder.replica_request(request).await })
                 .await
@@ -562,6 +610,9 @@ fn start(world: &Rc<World>, id: u64) {
         slot.failed = false;
         slot.group
     };
+    // Its wall clock, as far off as the nemesis stepped it, through its restarts.
+    let offset_ms = world.nodes.borrow()[&id].wall_offset_ms;
+    sim::set_wall_offset_ms(group, offset_ms);
     let starting = world.clone();
     sim::spawn_in_group(group, async move {
         if let Err(error) = boot(&starting, id).await {
@@ -883,6 +934,7 @@ async fn operate(world: &Rc<World>, session: &Session) {
 }
 
 async fn client(world: Rc<World>, session: Session) {
+    let _done = ClientDone(world.clone());
     while !world.healed.get() {
         let pause = world.seed_rng().below(300_000);
         runtime::sleep(Duration::from_micros(pause)).await;
@@ -894,6 +946,15 @@ async fn client(world: Rc<World>, session: Session) {
                 subscribe(&world, &session, false).await;
             }
         };
+    }
+}
+
+/// Counts a client out when it ends.
+struct ClientDone(Rc<World>);
+
+impl Drop for ClientDone {
+    fn drop(&mut self) {
+        self.0.clients.set(self.0.clients.get() - 1);
     }
 }
 
@@ -971,13 +1032,39 @@ async fn publish(world: &Rc<World>, session: &Session) {
         )
     });
     if let Some(Ok(_)) = answer {
-        let mut model = world.model.borrow_mut();
-        let acknowledged = model.tick();
-        let publishes = &mut model.topics.get_mut(&topic).expect("a topic").publishes;
-        for data in sent {
-            publishes.get_mut(&data).expect("a publish").1 = Some(acknowledged);
+        {
+            let mut model = world.model.borrow_mut();
+            let acknowledged = model.tick();
+            let publishes = &mut model.topics.get_mut(&topic).expect("a topic").publishes;
+            for data in sent {
+                publishes.get_mut(&data).expect("a publish").1 = Some(acknowledged);
+            }
         }
+        crash_at_once(world, node).await;
     }
+}
+
+/// A fault aimed at a publish just acknowledged, with `RINGPOST_SIM_AIMED_CRASHES` set: the
+/// node that took it (its topic's leader) crashes at once, sometimes, before its followers may
+/// have it, and starts again a little later; only while no other node is down or cut off (the
+/// fault budget). Off by default: with it, seed 68 of 200 fails an open question (a
+/// subscription created after a failover delivers a message acknowledged before its create
+/// began, docs/TESTING.md).
+async fn crash_at_once(world: &Rc<World>, node: u64) {
+    if std::env::var_os(AIMED_CRASHES_VARIABLE).is_none() {
+        return;
+    }
+    if !world.seed_rng().chance(AIMED_CRASH_PPM) || !world.isolated.borrow().is_empty() {
+        return;
+    }
+    if NODES.iter().any(|other| world.serving(*other).is_none()) {
+        return;
+    }
+    world.note(|| format!("node {node} crashes just after acknowledging a publish"));
+    crash(world, node);
+    let down = world.seed_rng().below(1_000_000);
+    runtime::sleep(Duration::from_micros(down)).await;
+    start(world, node);
 }
 
 /// Pulls from a random subscription at the forwarder its lookup names, and acknowledges,
@@ -1109,10 +1196,28 @@ async fn nemesis(world: &Rc<World>) {
                 world.note(|| "healed".into());
                 world.isolated.borrow_mut().clear();
             }
-            4..=5 => {
+            4 => {
                 let loss = [0, 20_000, 100_000][world.seed_rng().below(3) as usize];
                 world.note(|| format!("loss {loss} ppm"));
                 world.drop_ppm.set(loss);
+            }
+            5 => {
+                let duplicates = [0, 20_000, 100_000][world.seed_rng().below(3) as usize];
+                world.note(|| format!("duplicates {duplicates} ppm"));
+                world.duplicate_ppm.set(duplicates);
+            }
+            6 => {
+                // A node's wall clock stepped by up to an hour either way (deadlines and
+                // leases run on the monotonic clock; publish times and expirations on this).
+                let step = world.seed_rng().below(2 * WALL_STEP_MAX_MS + 1) as i64 - WALL_STEP_MAX_MS as i64;
+                let (group, offset) = {
+                    let mut nodes = world.nodes.borrow_mut();
+                    let slot = nodes.get_mut(&node).expect("a node");
+                    slot.wall_offset_ms += step;
+                    (slot.group, slot.wall_offset_ms)
+                };
+                world.note(|| format!("node {node}'s wall clock stepped {step} ms"));
+                sim::set_wall_offset_ms(group, offset);
             }
             _ => {
                 world.isolated.borrow_mut().clear();
@@ -1204,6 +1309,9 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     let seed = world.seed;
     world.isolated.borrow_mut().clear();
     world.drop_ppm.set(0);
+    world.duplicate_ppm.set(0);
+    // What the clients began before the healing ends first: the model is final then.
+    settle(world, "the clients finish", || world.clients.get() == 0).await;
     settle(world, "every node serves once healed", || NODES.iter().all(|id| world.serving(*id).is_some()))
         .await;
     // A last create commits everything before it in the leader's term.
@@ -1306,6 +1414,10 @@ fn simulate(seed: u64) -> Run {
     let mut rng = sim::Rng::new(seed);
     let copies = [1, 3][rng.below(2) as usize];
     let paths: Vec<PathBuf> = (0..copies).map(|copy| PathBuf::from(format!("/d{copy}"))).collect();
+    // Each node's disk faults within the budget: at most a minority of its copies faulty, and
+    // latencies on all.
+    let plans: Vec<(FaultPlan, u64)> =
+        NODES.iter().map(|_| (FaultPlan::draw(&mut rng, &paths), rng.next_u64())).collect();
     let config = LogConfig {
         segment_bytes_initial: 32 * 1024,
         segment_bytes_max: 64 * 1024,
@@ -1316,15 +1428,19 @@ fn simulate(seed: u64) -> Run {
     sim::run(seed, async move {
         let nodes = NODES
             .iter()
-            .map(|id| {
+            .zip(plans)
+            .map(|(id, (plan, plan_seed))| {
+                let disk = SimDisk::new();
+                disk.set_fault_plan(Some(plan), plan_seed);
                 let slot = Slot {
-                    disk: SimDisk::new(),
+                    disk,
                     group: 0,
                     lives: 0,
                     raft: None,
                     forwarder: None,
                     serving: None,
                     failed: false,
+                    wall_offset_ms: 0,
                 };
                 (*id, slot)
             })
@@ -1337,9 +1453,11 @@ fn simulate(seed: u64) -> Run {
             nodes: RefCell::new(nodes),
             isolated: RefCell::default(),
             drop_ppm: Cell::new(0),
+            duplicate_ppm: Cell::new(0),
             access: Rc::new(Access::open(&AccessSettings::off()).expect("open access")),
             model: RefCell::default(),
             healed: Cell::new(false),
+            clients: Cell::new(CLIENTS),
             events: RefCell::default(),
             started: runtime::now(),
         });
