@@ -557,7 +557,7 @@ struct SimReplicas {
 
 impl Transport for SimReplicas {
     fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
-        let (world, from, to) = (self.world.upgrade(), self.from, node_and_shard(peer.shard).0);
+        let (world, from, to) = (self.world.upgrade(), self.from, peer.shard.node().get());
         Box::pin(async move {
             let world = world.ok_or_else(|| unavailable(to))?;
             world.one_way().await;

@@ -17,6 +17,7 @@ use crate::catalog::entry::{
 };
 use crate::catalog::raft::{Entry, LogId, Membership, Snapshot, SnapshotMeta, StoredMembership, Vote};
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
+use crate::ids::{Epoch, Offset};
 use crate::replication::protocol::{
     Chunk, FencedLog, LogAppend, LogTip, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS,
 };
@@ -335,28 +336,45 @@ fn replica_samples() -> Vec<Vec<u8>> {
     let requests = [
         ReplicaRequest::Sync {
             topic_id: 9,
-            leader_epoch: 4,
-            logs: [LogTip { history: history.clone(), end: 4, start: 2 }, LogTip::default()],
+            leader_epoch: Epoch::new(4),
+            logs: [
+                LogTip { history: history.clone(), end: Offset::new(4), start: Offset::new(2) },
+                LogTip::default(),
+            ],
         },
         ReplicaRequest::Append {
             topic_id: 9,
-            leader_epoch: 4,
+            leader_epoch: Epoch::new(4),
             logs: [
-                LogAppend { chunks: vec![chunk(4, 3), chunk(6, 4)], committed_end: 3, start_offset: 0 },
-                LogAppend { chunks: vec![chunk(0, 4)], committed_end: 0, start_offset: 0 },
+                LogAppend {
+                    chunks: vec![chunk(Offset::new(4), Epoch::new(3)), chunk(Offset::new(6), Epoch::new(4))],
+                    committed_end: Offset::new(3),
+                    start_offset: Offset::new(0),
+                },
+                LogAppend {
+                    chunks: vec![chunk(Offset::new(0), Epoch::new(4))],
+                    committed_end: Offset::new(0),
+                    start_offset: Offset::new(0),
+                },
             ],
         },
-        ReplicaRequest::Fence { topic_id: 9, epoch: 5 },
-        ReplicaRequest::Read { topic_id: 9, log: JOURNAL as u8, from: 3, bytes_max: 1 << 20 },
+        ReplicaRequest::Fence { topic_id: 9, epoch: Epoch::new(5) },
+        ReplicaRequest::Read { topic_id: 9, log: JOURNAL as u8, from: Offset::new(3), bytes_max: 1 << 20 },
     ];
     let answers = [
-        ReplicaAnswer::Synced { next_offsets: [4; LOGS] },
-        ReplicaAnswer::Appended { durable_ends: [8, 2] },
+        ReplicaAnswer::Synced { next_offsets: [Offset::new(4); LOGS] },
+        ReplicaAnswer::Appended { durable_ends: [Offset::new(8), Offset::new(2)] },
         ReplicaAnswer::Fenced {
-            logs: [FencedLog { last_epoch: 4, durable_end: 8, history }, FencedLog::default()],
+            logs: [
+                FencedLog { last_epoch: Epoch::new(4), durable_end: Offset::new(8), history },
+                FencedLog::default(),
+            ],
         },
-        ReplicaAnswer::Read { chunks: vec![chunk(0, 1), chunk(2, 2)], durable_end: 4 },
-        ReplicaAnswer::Deposed { promised_epoch: 7 },
+        ReplicaAnswer::Read {
+            chunks: vec![chunk(Offset::new(0), Epoch::new(1)), chunk(Offset::new(2), Epoch::new(2))],
+            durable_end: Offset::new(4),
+        },
+        ReplicaAnswer::Deposed { promised_epoch: Epoch::new(7) },
     ];
     requests.iter().map(ReplicaRequest::encode).chain(answers.iter().map(ReplicaAnswer::encode)).collect()
 }
@@ -386,7 +404,7 @@ fn control_samples() -> Vec<Vec<u8>> {
             topic_id: 5,
             epoch: 3,
             replicas: vec![crate::replication::source::Peer {
-                shard: 1,
+                shard: crate::ids::ShardId::from_global(1),
                 address: "10.0.0.1:7451".to_owned(),
             }],
         },
@@ -562,17 +580,34 @@ mod tests {
         let found = [1, 145, 27, 149, 1, 0, 117, 27, 9, 0, 41, 47, 184, 0, 171, 83, 1, 0];
         fuzz(Family::ReplicaProtocol, &found);
 
-        let chunk = Chunk { first_offset: u64::MAX - 1, epoch: 1, record_count: 2, records: vec![7; 24] };
-        let append = LogAppend { chunks: vec![chunk.clone()], committed_end: 0, start_offset: 0 };
-        let request =
-            ReplicaRequest::Append { topic_id: 9, leader_epoch: 1, logs: [append, LogAppend::default()] };
+        let chunk = Chunk {
+            first_offset: Offset::new(u64::MAX - 1),
+            epoch: Epoch::new(1),
+            record_count: 2,
+            records: vec![7; 24],
+        };
+        let append = LogAppend {
+            chunks: vec![chunk.clone()],
+            committed_end: Offset::new(0),
+            start_offset: Offset::new(0),
+        };
+        let request = ReplicaRequest::Append {
+            topic_id: 9,
+            leader_epoch: Epoch::new(1),
+            logs: [append, LogAppend::default()],
+        };
         assert!(ReplicaRequest::decode(&request.encode()).is_err());
-        let answer = ReplicaAnswer::Read { chunks: vec![chunk], durable_end: 0 };
+        let answer = ReplicaAnswer::Read { chunks: vec![chunk], durable_end: Offset::new(0) };
         assert!(ReplicaAnswer::decode(&answer.encode()).is_err());
 
         // The last chunk that fits still decodes.
-        let last = Chunk { first_offset: u64::MAX - 2, epoch: 1, record_count: 2, records: vec![7; 24] };
-        let answer = ReplicaAnswer::Read { chunks: vec![last], durable_end: 0 };
+        let last = Chunk {
+            first_offset: Offset::new(u64::MAX - 2),
+            epoch: Epoch::new(1),
+            record_count: 2,
+            records: vec![7; 24],
+        };
+        let answer = ReplicaAnswer::Read { chunks: vec![last], durable_end: Offset::new(0) };
         assert_eq!(ReplicaAnswer::decode(&answer.encode()), Ok(answer));
     }
 

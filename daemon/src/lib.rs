@@ -19,6 +19,7 @@ pub mod dispatch;
 pub mod fail_stop;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod ids;
 #[cfg(test)]
 mod limits_doc_tests;
 pub mod log;

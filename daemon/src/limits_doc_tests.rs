@@ -86,6 +86,7 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::subscription::budget::STREAM_RESERVED_BYTES_SHARD_MAX,
         crate::subscription::budget::PULL_RESPONSE_BYTES_MAX,
         crate::subscription::state::UNACKED_WINDOW_MAX,
+        crate::ids::SOURCES_PER_TOPIC_MAX,
         crate::subscription::state::DEADLINE_ENTRIES_PER_LEASE_MAX,
         crate::subscription::state::DEADLINE_ENTRIES_SLACK,
         crate::subscription::offset_map::RING_SPAN_MAX,
@@ -206,6 +207,10 @@ const READ_FROM_SOURCE: &[&str] = &[
 /// Constants named like bounds that the table leaves out, and why.
 const NOT_IN_THE_TABLE: &[(&str, &str)] = &[
     ("NANOS_MAX", "the range of a protobuf Timestamp's nanos"),
+    (
+        "ACK_ID_ENCODED_BYTES_MAX",
+        "the length of the ack ids the daemon writes; ACK_ID_BYTES_MAX bounds those it reads",
+    ),
     ("TIMESTAMP_SECONDS_MAX", "the range of a protobuf Timestamp"),
     ("DER_LENGTH_BYTES_MAX", "the size of a DER length field"),
     ("PROPERTIES_BYTES_MAX", "room an encoding keeps for a field"),
@@ -331,7 +336,10 @@ pub(crate) fn without_tests(source: &str) -> String {
 fn defines(source: &str, name: &str) -> bool {
     source.lines().any(|line| {
         let line = line.trim_start();
-        let line = line.strip_prefix("pub ").or_else(|| line.strip_prefix("pub(crate) ")).unwrap_or(line);
+        let line = ["pub ", "pub(crate) ", "pub(super) "]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+            .unwrap_or(line);
         line.strip_prefix("const ")
             .and_then(|rest| rest.strip_prefix(name))
             .is_some_and(|rest| rest.starts_with(':'))
@@ -561,7 +569,10 @@ fn every_bound_of_the_daemon_is_in_the_table() {
         let source = without_tests(&std::fs::read_to_string(&file).expect("reading a source file"));
         for line in source.lines() {
             let line = line.trim_start();
-            let line = line.strip_prefix("pub ").or_else(|| line.strip_prefix("pub(crate) ")).unwrap_or(line);
+            let line = ["pub ", "pub(crate) ", "pub(super) "]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))
+                .unwrap_or(line);
             let Some(rest) = line.strip_prefix("const ") else { continue };
             let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             if !named_like_a_bound(&name) {

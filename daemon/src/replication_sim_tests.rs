@@ -143,7 +143,13 @@ fn node_of(shard: u32) -> usize {
 }
 
 fn peers(members: &[usize]) -> Vec<Peer> {
-    members.iter().map(|node| Peer { shard: shard_of(*node), address: format!("node-{node}") }).collect()
+    members
+        .iter()
+        .map(|node| Peer {
+            shard: crate::ids::ShardId::from_global(shard_of(*node)),
+            address: format!("node-{node}"),
+        })
+        .collect()
 }
 
 impl World {
@@ -283,7 +289,7 @@ struct SimTransport {
 
 impl Transport for SimTransport {
     fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
-        let (world, from, to) = (self.world.upgrade(), self.from, node_of(peer.shard));
+        let (world, from, to) = (self.world.upgrade(), self.from, node_of(peer.shard.global()));
         Box::pin(async move {
             let unreachable = || crate::api::Status::unavailable(format!("node {to} is not reachable"));
             // The world outlives every call made while it runs (the run holds it).

@@ -463,7 +463,11 @@ fn a_node_simulation_replays_its_seed() {
 #[test]
 fn a_recovered_acknowledgement_above_the_cursor_does_not_stall_pulls() {
     let now = std::time::Instant::now();
-    let mut state = crate::subscription::state::SubscriptionState::new(9, 0, Duration::from_secs(10));
+    let mut state = crate::subscription::state::SubscriptionState::new(
+        crate::ids::SubscriptionId::new(9),
+        0,
+        Duration::from_secs(10),
+    );
     state.restore_ack(0);
     state.restore_ack(2);
     let delivered: Vec<u64> = state.pull(now, 1, 10).iter().map(|delivery| delivery.offset).collect();

@@ -35,9 +35,10 @@ pub const PULL_WAIT_MS_MAX: u32 = 60_000;
 /// Ack ids in one acknowledgement or deadline change (Pub/Sub: 2500 per request in practice,
 /// bounded by its 512 KiB request limit): one request is one durable commit.
 pub const ACK_IDS_PER_REQUEST_MAX: usize = 2500;
-/// Bytes of one ack id string: more than any ack id Ringpost hands out (three hex numbers of
-/// at most 16, 16 and 8 digits with two dots: 42), so a longer one is not Ringpost's and is
-/// refused before it is parsed.
+/// Bytes of one ack id string: more than any ack id Ringpost hands out (the marker `v1.` and
+/// four hex numbers of at most 16, 8, 16 and 8 digits with three dots: 54; before the marker,
+/// three of 16, 16 and 8 with two dots: 42), so a longer one is not Ringpost's and is refused
+/// before it is parsed.
 pub const ACK_ID_BYTES_MAX: usize = 64;
 /// Entries in one list page, so that a listing holds the router shard for a bounded time.
 pub const LIST_PAGE_SIZE_MAX: u32 = 1000;

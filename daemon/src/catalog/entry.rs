@@ -398,30 +398,7 @@ impl CatalogEntry {
                 replicas: Vec::new(),
                 epoch: 0,
             }),
-            KIND_TOPIC_CREATED_REPLICATED => {
-                let (id, name, message_retention_seconds, shard, created_ms) =
-                    (d.u64()?, d.str()?, d.u64()?, d.u32()?, d.u64()?);
-                let count = d.u32()?;
-                if count as usize > REPLICAS_MAX {
-                    return Err("a topic with more replicas than REPLICAS_MAX");
-                }
-                let replicas = (0..count).map(|_| d.u32()).collect::<DecodeResult<Vec<u32>>>()?;
-                if !replicas.contains(&shard) {
-                    return Err("a replicated topic whose leader is not one of its replicas");
-                }
-                let epoch = d.u64()?;
-                let labels = decode_labels_trailer(&mut d)?;
-                CatalogEntry::TopicCreated(TopicRecord {
-                    id,
-                    name,
-                    message_retention_seconds,
-                    shard,
-                    created_ms,
-                    labels,
-                    replicas,
-                    epoch,
-                })
-            }
+            KIND_TOPIC_CREATED_REPLICATED => CatalogEntry::TopicCreated(decode_replicated_topic(&mut d)?),
             KIND_TOPIC_DELETED => CatalogEntry::TopicDeleted { id: d.u64()? },
             KIND_SUBSCRIPTION_CREATED => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
                 id: d.u64()?,
@@ -434,21 +411,7 @@ impl CatalogEntry {
                 detached: false,
             }),
             KIND_SUBSCRIPTION_CREATED_AT => {
-                let mut record = SubscriptionRecord {
-                    id: d.u64()?,
-                    name: d.str()?,
-                    topic_id: d.u64()?,
-                    topic_name: d.str()?,
-                    start_offset: d.u64()?,
-                    settings: decode_settings(&mut d)?,
-                    created_ms: d.u64()?,
-                    detached: false,
-                };
-                if !d.is_empty() {
-                    decode_settings_trailer(&mut d, &mut record.settings)?;
-                    record.detached = d.bool()?;
-                }
-                CatalogEntry::SubscriptionCreated(record)
+                CatalogEntry::SubscriptionCreated(decode_subscription_created_at(&mut d)?)
             }
             KIND_SUBSCRIPTION_DELETED => {
                 CatalogEntry::SubscriptionDeleted { id: d.u64()?, name: String::new() }
@@ -489,37 +452,13 @@ impl CatalogEntry {
             KIND_SUBSCRIPTION_DETACHED => {
                 CatalogEntry::SubscriptionDetached { id: d.u64()?, name: non_empty(d.str()?)? }
             }
-            KIND_NODE_REGISTERED => {
-                let (node_id, cluster_address, router_address) = (d.u64()?, d.str()?, d.str()?);
-                let count = d.u32()?;
-                if count > 1 << NODE_SHARD_BITS {
-                    return Err("a node with more forwarder shards than a shard number holds");
-                }
-                let mut forwarders = Vec::with_capacity(count as usize);
-                for _ in 0..count {
-                    forwarders.push(d.str()?);
-                }
-                let grpc_address = if d.is_empty() { String::new() } else { d.str()? };
-                CatalogEntry::NodeRegistered(NodeRecord {
-                    node_id,
-                    cluster_address,
-                    router_address,
-                    forwarders,
-                    grpc_address,
-                })
-            }
+            KIND_NODE_REGISTERED => CatalogEntry::NodeRegistered(decode_node(&mut d)?),
             KIND_TOPIC_LEADER_ELECTED => {
                 CatalogEntry::TopicLeaderElected { id: d.u64()?, epoch: d.u64()?, leader: d.u32()? }
             }
             KIND_NODE_REMOVED => CatalogEntry::NodeRemoved { node_id: d.u64()? },
             KIND_TOPIC_REPLICAS_CHANGED => {
-                let id = d.u64()?;
-                let count = d.u32()?;
-                if count as usize > REPLICAS_MAX {
-                    return Err("a topic with more replicas than REPLICAS_MAX");
-                }
-                let replicas = (0..count).map(|_| d.u32()).collect::<DecodeResult<Vec<u32>>>()?;
-                CatalogEntry::TopicReplicasChanged { id, replicas }
+                CatalogEntry::TopicReplicasChanged { id: d.u64()?, replicas: decode_replicas(&mut d)? }
             }
             _ => return Err("unknown catalog entry kind"),
         };
@@ -528,6 +467,64 @@ impl CatalogEntry {
         }
         Ok(entry)
     }
+}
+
+/// A topic created with its replicas (`KIND_TOPIC_CREATED_REPLICATED`), after its kind.
+fn decode_replicated_topic(d: &mut Decoder) -> DecodeResult<TopicRecord> {
+    let (id, name, message_retention_seconds, shard, created_ms) =
+        (d.u64()?, d.str()?, d.u64()?, d.u32()?, d.u64()?);
+    let replicas = decode_replicas(d)?;
+    if !replicas.contains(&shard) {
+        return Err("a replicated topic whose leader is not one of its replicas");
+    }
+    let epoch = d.u64()?;
+    let labels = decode_labels_trailer(d)?;
+    Ok(TopicRecord { id, name, message_retention_seconds, shard, created_ms, labels, replicas, epoch })
+}
+
+/// A topic's replicas: their count, at most `REPLICAS_MAX`, then each one's shard.
+fn decode_replicas(d: &mut Decoder) -> DecodeResult<Vec<u32>> {
+    let count = d.u32()?;
+    if count as usize > REPLICAS_MAX {
+        return Err("a topic with more replicas than REPLICAS_MAX");
+    }
+    (0..count).map(|_| d.u32()).collect()
+}
+
+/// A subscription created with its creation time (`KIND_SUBSCRIPTION_CREATED_AT`), after its
+/// kind; the later settings and whether it is detached follow when it was written with them.
+fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionRecord> {
+    let mut record = SubscriptionRecord {
+        id: d.u64()?,
+        name: d.str()?,
+        topic_id: d.u64()?,
+        topic_name: d.str()?,
+        start_offset: d.u64()?,
+        settings: decode_settings(d)?,
+        created_ms: d.u64()?,
+        detached: false,
+    };
+    if !d.is_empty() {
+        decode_settings_trailer(d, &mut record.settings)?;
+        record.detached = d.bool()?;
+    }
+    Ok(record)
+}
+
+/// A node's registration (`KIND_NODE_REGISTERED`), after its kind; its gRPC address follows
+/// when it was written with one.
+fn decode_node(d: &mut Decoder) -> DecodeResult<NodeRecord> {
+    let (node_id, cluster_address, router_address) = (d.u64()?, d.str()?, d.str()?);
+    let count = d.u32()?;
+    if count > 1 << NODE_SHARD_BITS {
+        return Err("a node with more forwarder shards than a shard number holds");
+    }
+    let mut forwarders = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        forwarders.push(d.str()?);
+    }
+    let grpc_address = if d.is_empty() { String::new() } else { d.str()? };
+    Ok(NodeRecord { node_id, cluster_address, router_address, forwarders, grpc_address })
 }
 
 /// A subscription's settings, in the order both its creation and its updates store them.

@@ -68,14 +68,7 @@ impl CatalogState {
                 Applied::TopicDeleted(removed)
             }
             CatalogEntry::TopicPlaced { id, shard } => {
-                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
-                if let Some(topic) = topic {
-                    let leader = topic.shard;
-                    if let Some(replica) = topic.replicas.iter_mut().find(|replica| **replica == leader) {
-                        *replica = shard;
-                    }
-                    topic.shard = shard;
-                }
+                self.place_topic(id, shard);
                 Applied::Done
             }
             CatalogEntry::SubscriptionCreated(record) => {
@@ -136,35 +129,11 @@ impl CatalogState {
                 Applied::Done
             }
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
-                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
-                let nodes: std::collections::BTreeSet<u64> =
-                    replicas.iter().map(|shard| super::entry::node_and_shard(*shard).0).collect();
-                match topic {
-                    Some(topic)
-                        if topic.replicas.len() > 1
-                            && replicas.len() >= 2
-                            && nodes.len() == replicas.len()
-                            && replicas.contains(&topic.shard) =>
-                    {
-                        topic.replicas = replicas;
-                        Applied::Updated(true)
-                    }
-                    _ => Applied::Updated(false),
-                }
+                Applied::Updated(self.change_replicas(id, replicas))
             }
             CatalogEntry::NodeRemoved { node_id } => Applied::Updated(self.nodes.remove(&node_id).is_some()),
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
-                let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
-                match topic {
-                    // One leader per epoch: a second election of an epoch, or an older one
-                    // decided late, changes nothing.
-                    Some(topic) if epoch > topic.epoch && topic.replicas.contains(&leader) => {
-                        topic.shard = leader;
-                        topic.epoch = epoch;
-                        Applied::Updated(true)
-                    }
-                    _ => Applied::Updated(false),
-                }
+                Applied::Updated(self.elect_leader(id, epoch, leader))
             }
             CatalogEntry::SubscriptionUpdated { id, name, settings } => {
                 let record = self.subscriptions.get_mut(&name).filter(|record| record.id == id);
@@ -174,6 +143,53 @@ impl CatalogState {
                 }
                 Applied::Updated(found)
             }
+        }
+    }
+
+    /// Topic `id` moves to `shard`: its leader's replica with it.
+    fn place_topic(&mut self, id: u64, shard: u32) {
+        let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+        if let Some(topic) = topic {
+            let leader = topic.shard;
+            if let Some(replica) = topic.replicas.iter_mut().find(|replica| **replica == leader) {
+                *replica = shard;
+            }
+            topic.shard = shard;
+        }
+    }
+
+    /// Topic `id`'s replicas become `replicas` if it is replicated and they are at least two,
+    /// on as many nodes, its leader among them; whether they did.
+    fn change_replicas(&mut self, id: u64, replicas: Vec<u32>) -> bool {
+        let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+        let nodes: std::collections::BTreeSet<u64> =
+            replicas.iter().map(|shard| super::entry::node_and_shard(*shard).0).collect();
+        match topic {
+            Some(topic)
+                if topic.replicas.len() > 1
+                    && replicas.len() >= 2
+                    && nodes.len() == replicas.len()
+                    && replicas.contains(&topic.shard) =>
+            {
+                topic.replicas = replicas;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Replica `leader` leads topic `id` from `epoch` on; whether it does.
+    fn elect_leader(&mut self, id: u64, epoch: u64, leader: u32) -> bool {
+        let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
+        match topic {
+            // One leader per epoch: a second election of an epoch, or an older one decided
+            // late, changes nothing.
+            Some(topic) if epoch > topic.epoch && topic.replicas.contains(&leader) => {
+                topic.shard = leader;
+                topic.epoch = epoch;
+                true
+            }
+            _ => false,
         }
     }
 

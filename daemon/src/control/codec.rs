@@ -273,7 +273,7 @@ impl ControlRequest {
 fn encode_peers(encoder: &mut Encoder, peers: &[crate::replication::source::Peer]) {
     encoder.u32(peers.len() as u32);
     for peer in peers {
-        encoder.u32(peer.shard).str(&peer.address);
+        encoder.u32(peer.shard.global()).str(&peer.address);
     }
 }
 
@@ -284,7 +284,8 @@ fn decode_peers(decoder: &mut Decoder) -> DecodeResult<Vec<crate::replication::s
     }
     let mut peers = Vec::with_capacity(count);
     for _ in 0..count {
-        peers.push(crate::replication::source::Peer { shard: decoder.u32()?, address: decoder.str()? });
+        let shard = crate::ids::ShardId::from_global(decoder.u32()?);
+        peers.push(crate::replication::source::Peer { shard, address: decoder.str()? });
     }
     Ok(peers)
 }
@@ -805,8 +806,14 @@ mod tests {
                 topic_id: 17,
                 epoch: 3,
                 replicas: vec![
-                    crate::replication::source::Peer { shard: 1, address: "10.0.0.1:7451".to_owned() },
-                    crate::replication::source::Peer { shard: 65_536, address: "10.0.0.2:7451".to_owned() },
+                    crate::replication::source::Peer {
+                        shard: crate::ids::ShardId::from_global(1),
+                        address: "10.0.0.1:7451".to_owned(),
+                    },
+                    crate::replication::source::Peer {
+                        shard: crate::ids::ShardId::from_global(65_536),
+                        address: "10.0.0.2:7451".to_owned(),
+                    },
                 ],
             },
             ControlRequest::DemoteReplica { topic_id: 17, epoch: 4 },

@@ -8,6 +8,7 @@
 //! commit point a replicated log is told (`commit_to`).
 
 use super::*;
+use crate::ids::{Epoch, Offset};
 
 /// The log's positions, each an offset one past the last record it counts, in order
 /// `start_offset() <= committed_end <= durable_end <= written_end <= assigned_end`
@@ -206,24 +207,24 @@ impl<S: Storage> Log<S> {
     }
 
     /// One past the last record a quorum has (see `LogInner::committed_end`).
-    pub fn committed_end(&self) -> u64 {
-        self.inner.borrow().positions.committed_end
+    pub fn committed_end(&self) -> Offset {
+        Offset::new(self.inner.borrow().positions.committed_end)
     }
 
     /// One past the last record durable on ⌈M/2⌉ of this node's data directories: what the
     /// appends are acknowledged for.
-    pub fn durable_end(&self) -> u64 {
-        self.inner.borrow().positions.durable_end
+    pub fn durable_end(&self) -> Offset {
+        Offset::new(self.inner.borrow().positions.durable_end)
     }
 
     /// One past the last record whose batch was built and whose write may be in flight.
-    pub fn written_end(&self) -> u64 {
-        self.inner.borrow().positions.written_end
+    pub fn written_end(&self) -> Offset {
+        Offset::new(self.inner.borrow().positions.written_end)
     }
 
     /// The offset `append_at` must be given next: one past every record queued or written.
-    pub fn next_offset(&self) -> u64 {
-        self.inner.borrow().positions.assigned_end
+    pub fn next_offset(&self) -> Offset {
+        Offset::new(self.inner.borrow().positions.assigned_end)
     }
 
     /// Whether each completed commit also commits its records (true when opened: a standalone
@@ -237,7 +238,8 @@ impl<S: Storage> Log<S> {
     /// batch at or below it (readers are served whole batches), and wakes the readers waiting
     /// (`committed`). Never past what is durable here, never back: an offset at or below the
     /// committed position changes nothing.
-    pub fn commit_to(&self, offset: u64) {
+    pub fn commit_to(&self, offset: Offset) {
+        let offset = offset.get();
         let advanced = {
             let mut inner = self.inner.borrow_mut();
             // The durable end is a batch's end: a standalone log's every commit needs no search.
@@ -306,8 +308,8 @@ impl<S: Storage> Log<S> {
     /// (`last_epoch`). Resolves, as `append` does, once the records are durable here.
     pub async fn append_at(
         &self,
-        first_offset: u64,
-        epoch: u64,
+        first_offset: Offset,
+        epoch: Epoch,
         records: Vec<u8>,
         record_count: u32,
     ) -> Result<(u64, u32), LogError> {
@@ -322,12 +324,13 @@ impl<S: Storage> Log<S> {
     /// polls its futures in order) are queued, and commit, in that order.
     pub async fn append_from_leader(
         &self,
-        leader_epoch: u64,
-        first_offset: u64,
-        epoch: u64,
+        leader_epoch: Epoch,
+        first_offset: Offset,
+        epoch: Epoch,
         records: Vec<u8>,
         record_count: u32,
     ) -> Result<(u64, u32), LogError> {
+        let (leader_epoch, first_offset, epoch) = (leader_epoch.get(), first_offset.get(), epoch.get());
         {
             let inner = self.inner.borrow();
             if epoch > leader_epoch || leader_epoch < inner.epochs.promised_epoch {
@@ -461,7 +464,7 @@ impl<S: Storage> Log<S> {
                     // replicated log can make it on its replicas' word instead.
                     let commit_on_durable = self.inner.borrow().commit_on_durable;
                     if commit_on_durable {
-                        self.commit_to(first + count as u64);
+                        self.commit_to(Offset::new(first + count as u64));
                     }
                     self.durable.notify_all();
                     for staged in batch {

@@ -18,6 +18,8 @@ pub struct Directories {
     paths: Vec<PathBuf>,
     fenced: RefCell<Vec<Option<String>>>,
     repairs: Cell<u64>,
+    /// The spares and recycled files the shard's logs keep in these directories.
+    kept: super::space::KeptFiles,
 }
 
 impl Directories {
@@ -25,7 +27,22 @@ impl Directories {
         assert!(!paths.is_empty(), "at least one data directory");
         assert!(paths.len() <= DATA_DIRECTORIES_MAX, "at most {DATA_DIRECTORIES_MAX} data directories");
         let count = paths.len();
-        Rc::new(Directories { paths, fenced: RefCell::new(vec![None; count]), repairs: Cell::new(0) })
+        Rc::new(Directories {
+            paths,
+            fenced: RefCell::new(vec![None; count]),
+            repairs: Cell::new(0),
+            kept: super::space::KeptFiles::default(),
+        })
+    }
+
+    /// Spares and recycled files the shard's logs keep now (`SPARES_PER_SHARD_MAX`,
+    /// `RECYCLED_PER_SHARD_MAX`).
+    pub fn files_kept(&self) -> usize {
+        self.kept.count()
+    }
+
+    pub(super) fn kept_files(&self) -> &super::space::KeptFiles {
+        &self.kept
     }
 
     pub fn count(&self) -> usize {

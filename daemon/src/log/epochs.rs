@@ -5,6 +5,7 @@
 //! of the recovery rules: the manifest marks the cut before anything is zeroed).
 
 use super::*;
+use crate::ids::{Epoch, Offset};
 
 /// The epoch of a standalone node's batches (`Log::set_epoch` gives another): a node that is
 /// a cluster of one is the leader of one term.
@@ -37,13 +38,14 @@ impl<S: Storage> LogInner<S> {
 impl<S: Storage> Log<S> {
     /// The epoch of the log's last batch, queued or written (`record::EPOCH_NONE` for none, or
     /// for batches written before epochs).
-    pub fn last_epoch(&self) -> u64 {
-        self.inner.borrow().epochs.last_epoch
+    pub fn last_epoch(&self) -> Epoch {
+        Epoch::new(self.inner.borrow().epochs.last_epoch)
     }
 
     /// Sets the epoch of the leader's appends (`append`). Refused when older than the epoch of
     /// the log's last batch, or 0 (the epoch of batches written before epochs).
-    pub fn set_epoch(&self, epoch: u64) -> Result<(), LogError> {
+    pub fn set_epoch(&self, epoch: Epoch) -> Result<(), LogError> {
+        let epoch = epoch.get();
         let mut inner = self.inner.borrow_mut();
         if epoch == record::EPOCH_NONE || epoch < inner.epochs.last_epoch.max(inner.epochs.promised_epoch) {
             return Err(LogError::Refused(format!(
@@ -64,15 +66,15 @@ impl<S: Storage> Log<S> {
         let durable = inner.segments.iter().flat_map(|segment| segment.batches.iter());
         for entry in durable.take_while(|entry| entry.header.end_offset() <= inner.positions.durable_end) {
             if entry.header.epoch != record::EPOCH_NONE && entry.header.record_count > 0 {
-                history.appended(entry.header.epoch, entry.header.base_offset);
+                history.appended(Epoch::new(entry.header.epoch), Offset::new(entry.header.base_offset));
             }
         }
         history
     }
 
     /// The epoch promised (`promise_epoch`); 0 if none.
-    pub fn promised_epoch(&self) -> u64 {
-        self.inner.borrow().epochs.promised_epoch
+    pub fn promised_epoch(&self) -> Epoch {
+        Epoch::new(self.inner.borrow().epochs.promised_epoch)
     }
 
     /// A replica's part in a fencing round before a new leader is chosen: from now on, and
@@ -82,7 +84,8 @@ impl<S: Storage> Log<S> {
     /// the answer holds every record a deposed leader could still count as replicated here
     /// (one queued earlier is durable by then and in it; any later one is refused). A promise
     /// at or below one made before only waits and answers.
-    pub async fn promise_epoch(&self, epoch: u64) -> Result<(u64, u64), LogError> {
+    pub async fn promise_epoch(&self, epoch: Epoch) -> Result<(Epoch, Offset), LogError> {
+        let epoch = epoch.get();
         {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
@@ -104,7 +107,7 @@ impl<S: Storage> Log<S> {
         if let Some(why) = &inner.fenced {
             return Err(LogError::Fenced(why.clone()));
         }
-        Ok((inner.epochs.last_epoch, inner.positions.durable_end))
+        Ok((Epoch::new(inner.epochs.last_epoch), Offset::new(inner.positions.durable_end)))
     }
 
     /// Removes every batch holding offsets at or above `end`, in every data directory, so
@@ -118,7 +121,8 @@ impl<S: Storage> Log<S> {
     /// zeroed, the removed batches are zeroed and synced and the later segments' files
     /// removed, and only then is the manifest without the mark written and appends taken
     /// again. Readers never held the removed batches: they see committed ones only.
-    pub async fn truncate_after(&self, end: u64) -> Result<(), LogError> {
+    pub async fn truncate_after(&self, end: Offset) -> Result<(), LogError> {
+        let end = end.get();
         {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {

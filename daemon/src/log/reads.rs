@@ -361,7 +361,7 @@ impl<S: Storage> Log<S> {
         let mut out: Vec<HeldBatch<S>> = Vec::new();
         let mut next = offset;
         let mut held_bytes = 0usize;
-        while next < self.durable_end() && (out.is_empty() || held_bytes < records_bytes_max) {
+        while next < self.durable_end().get() && (out.is_empty() || held_bytes < records_bytes_max) {
             let Some(batch) = self.hold_batch_within(next, true).await? else { break };
             if batch.end_offset() <= next {
                 break;
@@ -394,8 +394,8 @@ impl<S: Storage> Log<S> {
     ) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::new();
         let mut bytes = 0usize;
-        let mut offset = from.max(self.start_offset());
-        let visible_end = || if durable { self.durable_end() } else { self.end_offset() };
+        let mut offset = from.max(self.start_offset().get());
+        let visible_end = || if durable { self.durable_end().get() } else { self.end_offset() };
         while out.len() < max_records && offset < visible_end() {
             let lowest = offset;
             let batch = self.read_batch_at(offset, &|wanted| wanted >= lowest, durable).await?;
@@ -465,7 +465,7 @@ impl<S: Storage> Log<S> {
         let mut out = Vec::new();
         let mut index = 0;
         let mut held_bytes = 0usize;
-        let start = self.start_offset();
+        let start = self.start_offset().get();
         while index < offsets.len() {
             if offsets[index] < start {
                 index += 1;

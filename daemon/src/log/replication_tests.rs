@@ -4,6 +4,7 @@
 
 use super::tests::{directories, for_each_seed, payload, records_for, run, small_config};
 use super::*;
+use crate::ids::{Epoch, Offset};
 use crate::storage::sim::{CrashMode, SimDisk};
 use std::path::Path;
 
@@ -47,23 +48,38 @@ fn append_at_takes_the_next_offset_and_refuses_a_gap_an_overlap_or_an_older_epoc
         |disk, _seed| async move {
             let (log, _) = open(&disk, &directories(1)).await.unwrap();
             append_each(&log, 0, 3).await;
-            assert_eq!(log.last_epoch(), STANDALONE_EPOCH);
+            assert_eq!(log.last_epoch().get(), STANDALONE_EPOCH);
             let two = records_for(&[follower_payload(3), follower_payload(4)]);
-            assert_eq!(log.append_at(3, 2, two, 2).await.unwrap(), (3, 2));
+            assert_eq!(log.append_at(Offset::new(3), Epoch::new(2), two, 2).await.unwrap(), (3, 2));
             for (offset, why) in [(4, "an overlap"), (7, "a gap")] {
-                let refused = log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await;
+                let refused = log
+                    .append_at(
+                        Offset::new(offset),
+                        Epoch::new(2),
+                        records_for(&[follower_payload(offset)]),
+                        1,
+                    )
+                    .await;
                 assert!(matches!(refused, Err(LogError::Refused(_))), "{why}: {refused:?}");
             }
-            let older = log.append_at(5, 1, records_for(&[follower_payload(5)]), 1).await;
+            let older =
+                log.append_at(Offset::new(5), Epoch::new(1), records_for(&[follower_payload(5)]), 1).await;
             assert!(matches!(older, Err(LogError::Refused(_))), "an older epoch: {older:?}");
-            let none = log.append_at(5, record::EPOCH_NONE, records_for(&[follower_payload(5)]), 1).await;
+            let none = log
+                .append_at(
+                    Offset::new(5),
+                    Epoch::new(record::EPOCH_NONE),
+                    records_for(&[follower_payload(5)]),
+                    1,
+                )
+                .await;
             assert!(matches!(none, Err(LogError::Refused(_))), "epoch 0: {none:?}");
             // The leader's appends are refused while its epoch is behind the log's last batch.
             assert!(matches!(log.append(records_for(&[payload(5)]), 1).await, Err(LogError::Refused(_))));
-            assert!(log.set_epoch(1).is_err());
-            log.set_epoch(2).unwrap();
+            assert!(log.set_epoch(Epoch::new(1)).is_err());
+            log.set_epoch(Epoch::new(2)).unwrap();
             assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
-            assert_eq!(log.next_offset(), 6);
+            assert_eq!(log.next_offset().get(), 6);
             let mut wanted = expected(0..3, payload);
             wanted.extend(expected(3..5, follower_payload));
             wanted.push((5, payload(5)));
@@ -84,7 +100,14 @@ fn appends_at_queued_together_commit_in_order() {
             .map(|offset| {
                 let log = log.clone();
                 crate::runtime::spawn(async move {
-                    log.append_at(offset, 4, records_for(&[follower_payload(offset)]), 1).await.unwrap()
+                    log.append_at(
+                        Offset::new(offset),
+                        Epoch::new(4),
+                        records_for(&[follower_payload(offset)]),
+                        1,
+                    )
+                    .await
+                    .unwrap()
                 })
             })
             .collect();
@@ -102,10 +125,10 @@ fn the_epoch_is_persisted_and_recovered() {
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs).await.unwrap();
         append_each(&log, 0, 2).await;
-        log.append_at(2, 7, records_for(&[follower_payload(2)]), 1).await.unwrap();
+        log.append_at(Offset::new(2), Epoch::new(7), records_for(&[follower_payload(2)]), 1).await.unwrap();
         drop(log);
         let (log, _) = open(&disk, &dirs).await.unwrap();
-        assert_eq!(log.last_epoch(), 7);
+        assert_eq!(log.last_epoch().get(), 7);
         let epochs: Vec<u64> =
             log.inner.borrow().segments[0].batches.iter().map(|entry| entry.header.epoch).collect();
         assert_eq!(epochs, vec![STANDALONE_EPOCH, STANDALONE_EPOCH, 7]);
@@ -152,11 +175,11 @@ fn data_written_before_epochs_opens_as_epoch_0() {
         disk.set_file_bytes(&path, bytes);
         let (log, report) = open(&disk, &dirs).await.unwrap();
         assert_eq!((report.records, report.batches), (20, 10));
-        assert_eq!(log.last_epoch(), record::EPOCH_NONE);
+        assert_eq!(log.last_epoch().get(), record::EPOCH_NONE);
         assert_eq!(committed_payloads(&log).await, expected(0..20, payload));
         // New batches follow in the current format, across a roll, and all of it reopens.
         append_each(&log, 20, 40).await;
-        assert_eq!(log.last_epoch(), STANDALONE_EPOCH);
+        assert_eq!(log.last_epoch().get(), STANDALONE_EPOCH);
         drop(log);
         let (log, report) = open(&disk, &dirs).await.unwrap();
         assert_eq!(report.records, 60);
@@ -172,23 +195,23 @@ fn readers_see_only_what_is_committed() {
         append_each(&log, 0, 5).await;
         let two = records_for(&[payload(5), payload(6)]);
         log.append(two, 2).await.unwrap();
-        assert_eq!((log.committed_end(), log.durable_end(), log.written_end()), (0, 7, 7));
+        assert_eq!((log.committed_end().get(), log.durable_end().get(), log.written_end().get()), (0, 7, 7));
         assert_eq!(log.end_offset(), 0);
         assert!(committed_payloads(&log).await.is_empty());
         let (held, covered) = log.hold_offsets(&[0, 1, 2], usize::MAX).await.unwrap();
         assert!(held.is_empty() && covered == 3, "nothing committed is held");
         assert_eq!(log.offset_at_time(0).await.unwrap(), 0);
         let woken = log.committed();
-        log.commit_to(3);
+        log.commit_to(Offset::new(3));
         woken.await;
         assert_eq!(committed_payloads(&log).await, expected(0..3, payload));
         // Into the middle of a batch: only whole batches are committed.
-        log.commit_to(6);
-        assert_eq!(log.committed_end(), 5);
-        log.commit_to(2);
-        assert_eq!(log.committed_end(), 5, "the committed position never goes back");
-        log.commit_to(100);
-        assert_eq!(log.committed_end(), 7, "never past what is durable");
+        log.commit_to(Offset::new(6));
+        assert_eq!(log.committed_end().get(), 5);
+        log.commit_to(Offset::new(2));
+        assert_eq!(log.committed_end().get(), 5, "the committed position never goes back");
+        log.commit_to(Offset::new(100));
+        assert_eq!(log.committed_end().get(), 7, "never past what is durable");
         assert_eq!(committed_payloads(&log).await, expected(0..7, payload));
     });
 }
@@ -201,31 +224,41 @@ fn truncate_after_removes_the_tail_and_appends_continue_there() {
         log.set_commit_on_durable(false);
         append_each(&log, 0, 300).await;
         assert!(log.inner.borrow().segments.len() > 2, "the tail spans segments");
-        log.commit_to(100);
+        log.commit_to(Offset::new(100));
         for at_or_below_committed in [0, 99] {
-            let refused = log.truncate_after(at_or_below_committed).await;
+            let refused = log.truncate_after(Offset::new(at_or_below_committed)).await;
             assert!(matches!(refused, Err(LogError::Refused(_))), "{refused:?}");
         }
-        assert!(matches!(log.truncate_after(301).await, Err(LogError::Refused(_))), "past the durable end");
-        log.truncate_after(150).await.unwrap();
-        assert_eq!((log.committed_end(), log.durable_end(), log.next_offset()), (100, 150, 150));
+        assert!(
+            matches!(log.truncate_after(Offset::new(301)).await, Err(LogError::Refused(_))),
+            "past the durable end"
+        );
+        log.truncate_after(Offset::new(150)).await.unwrap();
+        assert_eq!(
+            (log.committed_end().get(), log.durable_end().get(), log.next_offset().get()),
+            (100, 150, 150)
+        );
         for offset in 150..200 {
-            log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await.unwrap();
+            log.append_at(Offset::new(offset), Epoch::new(2), records_for(&[follower_payload(offset)]), 1)
+                .await
+                .unwrap();
         }
-        log.commit_to(200);
+        log.commit_to(Offset::new(200));
         let mut wanted = expected(0..150, payload);
         wanted.extend(expected(150..200, follower_payload));
         assert_eq!(committed_payloads(&log).await, wanted);
         drop(log);
         let (log, _) = open(&disk, &dirs).await.unwrap();
         assert_eq!(committed_payloads(&log).await, wanted);
-        assert_eq!(log.last_epoch(), 2);
+        assert_eq!(log.last_epoch().get(), 2);
         // A truncation inside a batch is refused; at the committed position it is not.
         log.set_commit_on_durable(false);
-        log.append_at(200, 2, records_for(&[payload(200), payload(201)]), 2).await.unwrap();
-        assert!(matches!(log.truncate_after(201).await, Err(LogError::Refused(_))));
-        log.truncate_after(200).await.unwrap();
-        assert_eq!(log.durable_end(), 200);
+        log.append_at(Offset::new(200), Epoch::new(2), records_for(&[payload(200), payload(201)]), 2)
+            .await
+            .unwrap();
+        assert!(matches!(log.truncate_after(Offset::new(201)).await, Err(LogError::Refused(_))));
+        log.truncate_after(Offset::new(200)).await.unwrap();
+        assert_eq!(log.durable_end().get(), 200);
     });
 }
 
@@ -245,14 +278,14 @@ fn truncate_after_fails_the_appends_still_queued() {
         while log.inner.borrow().positions.assigned_end < 40 {
             futures_lite::future::yield_now().await;
         }
-        log.truncate_after(5).await.unwrap();
+        log.truncate_after(Offset::new(5)).await.unwrap();
         for task in queued {
             // Each either committed before the truncation (and went with it) or was refused.
             if let Err(error) = task.await {
                 assert!(matches!(error, LogError::Refused(_)), "{error:?}");
             }
         }
-        assert_eq!(log.durable_end(), 5);
+        assert_eq!(log.durable_end().get(), 5);
         assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
     });
 }
@@ -274,20 +307,27 @@ fn a_crash_during_truncation_never_brings_the_removed_tail_back() {
                 let (log, _) = open(&disk, &dirs).await.unwrap();
                 log.set_commit_on_durable(false);
                 append_each(&log, 0, 120).await;
-                log.commit_to(40);
+                log.commit_to(Offset::new(40));
                 disk.die_after(operations);
-                let truncated = log.truncate_after(60).await;
+                let truncated = log.truncate_after(Offset::new(60)).await;
                 drop(log);
                 disk.crash(mode);
                 // Fencing is the running process's: the directories start healthy again.
                 let dirs = directories(3);
                 let (log, _) = open(&disk, &dirs).await.unwrap();
-                let end = log.durable_end();
+                let end = log.durable_end().get();
                 assert!(end == 60 || (end == 120 && truncated.is_err()), "end {end} after {truncated:?}");
                 assert_eq!(committed_payloads(&log).await, expected(0..end, payload));
                 if end == 60 {
                     for offset in 60..70 {
-                        log.append_at(offset, 2, records_for(&[follower_payload(offset)]), 1).await.unwrap();
+                        log.append_at(
+                            Offset::new(offset),
+                            Epoch::new(2),
+                            records_for(&[follower_payload(offset)]),
+                            1,
+                        )
+                        .await
+                        .unwrap();
                     }
                     drop(log);
                     disk.crash(mode);
@@ -317,20 +357,25 @@ fn a_crash_during_truncation_never_brings_the_removed_tail_back() {
 fn a_promised_epoch_refuses_older_appends_and_takes_newer_ones() {
     for_each_seed("a_promised_epoch_refuses_older_appends_and_takes_newer_ones", |disk, _seed| async move {
         let (log, _) = open(&disk, &directories(3)).await.unwrap();
-        log.set_epoch(2).unwrap();
+        log.set_epoch(Epoch::new(2)).unwrap();
         append_each(&log, 0, 4).await;
-        assert_eq!(log.promise_epoch(5).await.unwrap(), (2, 4));
-        assert_eq!(log.promised_epoch(), 5);
+        assert_eq!(log.promise_epoch(Epoch::new(5)).await.unwrap(), (Epoch::new(2), Offset::new(4)));
+        assert_eq!(log.promised_epoch().get(), 5);
         let leader = log.append(records_for(&[payload(4)]), 1).await;
         assert!(matches!(leader, Err(LogError::Refused(_))), "the deposed leader's append: {leader:?}");
-        let follower = log.append_at(4, 4, records_for(&[follower_payload(4)]), 1).await;
+        let follower =
+            log.append_at(Offset::new(4), Epoch::new(4), records_for(&[follower_payload(4)]), 1).await;
         assert!(matches!(follower, Err(LogError::Refused(_))), "an append of epoch 4: {follower:?}");
-        assert!(log.set_epoch(4).is_err(), "a leader's epoch below the promise");
-        assert_eq!(log.next_offset(), 4, "nothing refused took an offset");
-        assert_eq!(log.promise_epoch(3).await.unwrap(), (2, 4), "a lower promise answers as it is");
-        assert_eq!(log.promised_epoch(), 5);
-        log.append_at(4, 5, records_for(&[follower_payload(4)]), 1).await.unwrap();
-        log.set_epoch(6).unwrap();
+        assert!(log.set_epoch(Epoch::new(4)).is_err(), "a leader's epoch below the promise");
+        assert_eq!(log.next_offset().get(), 4, "nothing refused took an offset");
+        assert_eq!(
+            log.promise_epoch(Epoch::new(3)).await.unwrap(),
+            (Epoch::new(2), Offset::new(4)),
+            "a lower promise answers as it is"
+        );
+        assert_eq!(log.promised_epoch().get(), 5);
+        log.append_at(Offset::new(4), Epoch::new(5), records_for(&[follower_payload(4)]), 1).await.unwrap();
+        log.set_epoch(Epoch::new(6)).unwrap();
         append_each(&log, 5, 1).await;
         let mut wanted = expected(0..4, payload);
         wanted.push((4, follower_payload(4)));
@@ -347,7 +392,7 @@ fn appends_queued_before_a_promise_are_durable_and_in_its_answer() {
         "appends_queued_before_a_promise_are_durable_and_in_its_answer",
         |disk, _seed| async move {
             let (log, _) = open(&disk, &directories(3)).await.unwrap();
-            log.set_epoch(2).unwrap();
+            log.set_epoch(Epoch::new(2)).unwrap();
             // The leader's appends (offsets given as commits take them: the seeded executor runs
             // the tasks in any order).
             let queued: Vec<_> = (0..20u64)
@@ -357,20 +402,20 @@ fn appends_queued_before_a_promise_are_durable_and_in_its_answer() {
                 })
                 .collect();
             // Every append queued, most not yet durable, before the promise.
-            while log.next_offset() < 20 {
+            while log.next_offset().get() < 20 {
                 crate::runtime::sleep(std::time::Duration::from_micros(10)).await;
             }
-            let (last_epoch, durable_end) = log.promise_epoch(3).await.unwrap();
+            let (last_epoch, durable_end) = log.promise_epoch(Epoch::new(3)).await.unwrap();
             let mut taken = 0;
             for task in queued {
                 if task.await.is_ok() {
                     taken += 1;
                 }
             }
-            assert_eq!(last_epoch, 2);
+            assert_eq!(last_epoch, Epoch::new(2));
             assert_eq!(
                 (durable_end, taken),
-                (20, 20),
+                (Offset::new(20), 20),
                 "every append queued before the promise is in its answer"
             );
             let refused = log.append(records_for(&[payload(20)]), 1).await;
@@ -392,23 +437,26 @@ fn a_promise_survives_a_crash_and_a_restart() {
             let (log, _) = open(&disk, &dirs).await.unwrap();
             log.set_commit_on_durable(false);
             append_each(&log, 0, 3).await;
-            log.commit_to(3);
-            log.promise_epoch(9).await.unwrap();
+            log.commit_to(Offset::new(3));
+            log.promise_epoch(Epoch::new(9)).await.unwrap();
             drop(log);
             disk.crash(mode);
             let (log, _) = open(&disk, &dirs).await.unwrap();
             log.set_commit_on_durable(false);
-            log.commit_to(3);
-            assert_eq!(log.promised_epoch(), 9, "{mode:?}");
-            let older = log.append_at(3, 8, records_for(&[follower_payload(3)]), 1).await;
+            log.commit_to(Offset::new(3));
+            assert_eq!(log.promised_epoch().get(), 9, "{mode:?}");
+            let older =
+                log.append_at(Offset::new(3), Epoch::new(8), records_for(&[follower_payload(3)]), 1).await;
             assert!(matches!(older, Err(LogError::Refused(_))), "{mode:?}: {older:?}");
             // Later manifests (a roll, a truncation) keep it too.
-            log.append_at(3, 9, records_for(&[follower_payload(3)]), 1).await.unwrap();
-            log.truncate_after(3).await.unwrap();
+            log.append_at(Offset::new(3), Epoch::new(9), records_for(&[follower_payload(3)]), 1)
+                .await
+                .unwrap();
+            log.truncate_after(Offset::new(3)).await.unwrap();
             drop(log);
             disk.crash(mode);
             let (log, _) = open(&disk, &dirs).await.unwrap();
-            assert_eq!(log.promised_epoch(), 9, "{mode:?}, after a truncation");
+            assert_eq!(log.promised_epoch().get(), 9, "{mode:?}, after a truncation");
         }
     });
 }
@@ -424,25 +472,37 @@ fn the_epoch_history_follows_the_batches_and_finds_where_two_logs_part() {
         let (follower, _) = open(&follower_disk, &dirs).await.unwrap();
         for log in [&leader, &follower] {
             log.set_commit_on_durable(false);
-            log.set_epoch(2).unwrap();
+            log.set_epoch(Epoch::new(2)).unwrap();
             append_each(log, 0, 3).await;
         }
         // The follower took two more records of epoch 2 that the leader of epoch 3 never had.
-        follower.append_at(3, 2, records_for(&[follower_payload(3), follower_payload(4)]), 2).await.unwrap();
-        leader.set_epoch(3).unwrap();
+        follower
+            .append_at(
+                Offset::new(3),
+                Epoch::new(2),
+                records_for(&[follower_payload(3), follower_payload(4)]),
+                2,
+            )
+            .await
+            .unwrap();
+        leader.set_epoch(Epoch::new(3)).unwrap();
         append_each(&leader, 3, 2).await;
         let history = |epochs: &[u64]| crate::replication::EpochHistory::of_epochs(epochs.iter().copied());
         assert_eq!(leader.epoch_history(), history(&[2, 2, 2, 3, 3]));
         assert_eq!(follower.epoch_history(), history(&[2, 2, 2, 2, 2]));
         let cut = crate::replication::divergence(
             &follower.epoch_history(),
-            follower.durable_end(),
+            crate::ids::Offset::new(follower.durable_end().get()),
             &leader.epoch_history(),
-            leader.durable_end(),
-        );
+            crate::ids::Offset::new(leader.durable_end().get()),
+        )
+        .get();
         assert_eq!(cut, 3);
-        follower.truncate_after(cut).await.unwrap();
-        follower.append_at(3, 3, records_for(&[payload(3), payload(4)]), 2).await.unwrap();
+        follower.truncate_after(Offset::new(cut)).await.unwrap();
+        follower
+            .append_at(Offset::new(3), Epoch::new(3), records_for(&[payload(3), payload(4)]), 2)
+            .await
+            .unwrap();
         assert_eq!(follower.epoch_history(), leader.epoch_history());
         drop(follower);
         let (follower, _) = open(&follower_disk, &dirs).await.unwrap();
@@ -461,23 +521,53 @@ fn a_newer_leader_sends_older_records_and_a_deposed_one_is_refused() {
         |disk, _seed| async move {
             let (log, _) = open(&disk, &directories(1)).await.unwrap();
             log.forget_commits();
-            log.append_at(0, 3, records_for(&[follower_payload(0)]), 1).await.unwrap();
-            log.promise_epoch(5).await.unwrap();
-            let deposed = log.append_from_leader(3, 1, 3, records_for(&[follower_payload(1)]), 1).await;
+            log.append_at(Offset::new(0), Epoch::new(3), records_for(&[follower_payload(0)]), 1)
+                .await
+                .unwrap();
+            log.promise_epoch(Epoch::new(5)).await.unwrap();
+            let deposed = log
+                .append_from_leader(
+                    Epoch::new(3),
+                    Offset::new(1),
+                    Epoch::new(3),
+                    records_for(&[follower_payload(1)]),
+                    1,
+                )
+                .await;
             assert!(matches!(deposed, Err(LogError::Refused(_))), "{deposed:?}");
-            let ahead = log.append_from_leader(5, 1, 6, records_for(&[follower_payload(1)]), 1).await;
+            let ahead = log
+                .append_from_leader(
+                    Epoch::new(5),
+                    Offset::new(1),
+                    Epoch::new(6),
+                    records_for(&[follower_payload(1)]),
+                    1,
+                )
+                .await;
             assert!(matches!(ahead, Err(LogError::Refused(_))), "{ahead:?}");
             // Two chunks queued in order, without awaiting the first: both commit, in order.
             let chunks = vec![
-                log.append_from_leader(5, 1, 3, records_for(&[follower_payload(1), follower_payload(2)]), 2),
-                log.append_from_leader(5, 3, 5, records_for(&[follower_payload(3)]), 1),
+                log.append_from_leader(
+                    Epoch::new(5),
+                    Offset::new(1),
+                    Epoch::new(3),
+                    records_for(&[follower_payload(1), follower_payload(2)]),
+                    2,
+                ),
+                log.append_from_leader(
+                    Epoch::new(5),
+                    Offset::new(3),
+                    Epoch::new(5),
+                    records_for(&[follower_payload(3)]),
+                    1,
+                ),
             ];
             let results = crate::sync::join_all(chunks).await;
             assert_eq!(results.into_iter().map(Result::unwrap).collect::<Vec<_>>(), vec![(1, 2), (3, 1)]);
             assert_eq!(log.epoch_history(), crate::replication::EpochHistory::of_epochs([3, 3, 3, 5]));
             // Nothing is committed until a leader says so; then readers see it.
             assert!(committed_payloads(&log).await.is_empty());
-            log.commit_to(4);
+            log.commit_to(Offset::new(4));
             assert_eq!(committed_payloads(&log).await, expected(0..4, follower_payload));
         },
     );
@@ -493,7 +583,7 @@ fn durable_batches_are_held_past_the_commit_and_forgotten_commits_allow_a_cut() 
         let (log, _) = open(&disk, &dirs).await.unwrap();
         log.set_commit_on_durable(false);
         append_each(&log, 0, 10).await;
-        log.commit_to(4);
+        log.commit_to(Offset::new(4));
         let batches = log.hold_durable_from(2, usize::MAX).await.unwrap();
         let offsets: Vec<u64> = batches
             .iter()
@@ -505,11 +595,11 @@ fn durable_batches_are_held_past_the_commit_and_forgotten_commits_allow_a_cut() 
         assert!(log.hold_durable_from(10, usize::MAX).await.unwrap().is_empty());
         drop((batches, bounded, log));
         let (log, _) = open(&disk, &dirs).await.unwrap();
-        assert_eq!(log.committed_end(), 10, "recovery counts everything durable as committed");
+        assert_eq!(log.committed_end().get(), 10, "recovery counts everything durable as committed");
         log.forget_commits();
-        assert_eq!(log.committed_end(), 0);
-        log.truncate_after(3).await.unwrap();
-        assert_eq!(log.next_offset(), 3);
+        assert_eq!(log.committed_end().get(), 0);
+        log.truncate_after(Offset::new(3)).await.unwrap();
+        assert_eq!(log.next_offset().get(), 3);
     });
 }
 
@@ -534,18 +624,27 @@ fn a_replica_started_at_its_leaders_start_takes_every_later_sync() {
         };
         let leader = open_both(&leader_disk).await;
         for log in &leader {
-            log.start_at(12).await.unwrap();
-            log.set_epoch(3).unwrap();
+            log.start_at(Offset::new(12)).await.unwrap();
+            log.set_epoch(Epoch::new(3)).unwrap();
             append_each(log, 12, 4).await;
         }
         let follower = open_both(&follower_disk).await;
         let tips = [crate::replication::source::tip(&leader[0]), crate::replication::source::tip(&leader[1])];
         for (sync, epoch) in [(1, 4), (2, 4), (3, 5)] {
-            let next = crate::replication::source::follow(&follower, epoch, &tips).await;
-            assert_eq!(next.unwrap(), [12, 12], "sync {sync}, from the leader of epoch {epoch}");
+            let next = crate::replication::source::follow(&follower, Epoch::new(epoch), &tips).await;
+            assert_eq!(next.unwrap(), [Offset::new(12); 2], "sync {sync}, from the leader of epoch {epoch}");
         }
-        follower[0].append_from_leader(5, 12, 3, records_for(&[payload(12), payload(13)]), 2).await.unwrap();
-        let next = crate::replication::source::follow(&follower, 5, &tips).await.unwrap();
-        assert_eq!(next, [14, 12], "a sync after records came keeps them");
+        follower[0]
+            .append_from_leader(
+                Epoch::new(5),
+                Offset::new(12),
+                Epoch::new(3),
+                records_for(&[payload(12), payload(13)]),
+                2,
+            )
+            .await
+            .unwrap();
+        let next = crate::replication::source::follow(&follower, Epoch::new(5), &tips).await.unwrap();
+        assert_eq!(next, [Offset::new(14), Offset::new(12)], "a sync after records came keeps them");
     });
 }

@@ -4,6 +4,7 @@
 //! behind one large deletion (`shrink_gradually`).
 
 use super::*;
+use crate::ids::Offset;
 
 /// A closed segment, as retention sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,9 +23,15 @@ pub const SEGMENT_DELETE_PAUSE: std::time::Duration = std::time::Duration::from_
 
 impl<S: Storage> Log<S> {
     /// The oldest offset still stored.
-    pub fn start_offset(&self) -> u64 {
+    pub fn start_offset(&self) -> Offset {
         let inner = self.inner.borrow();
-        inner.segments.first().map(|segment| segment.base_offset).unwrap_or(inner.positions.committed_end)
+        Offset::new(
+            inner
+                .segments
+                .first()
+                .map(|segment| segment.base_offset)
+                .unwrap_or(inner.positions.committed_end),
+        )
     }
 
     /// Refuses appends from now on and waits until the commits in flight are done, so that the

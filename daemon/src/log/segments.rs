@@ -6,6 +6,7 @@
 //! for a log that saves descriptors (`ensure_open`).
 
 use super::*;
+use crate::ids::Offset;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct BatchEntry {
@@ -264,7 +265,8 @@ impl<S: Storage> Log<S> {
     /// it finds a log whose older segments retention removed. For a new replica whose leader's
     /// log no longer starts at 0: nothing below `offset` exists anywhere to copy. Everything
     /// below it counts as committed (there is nothing).
-    pub async fn start_at(&self, offset: u64) -> Result<(), LogError> {
+    pub async fn start_at(&self, offset: Offset) -> Result<(), LogError> {
+        let offset = offset.get();
         {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {

@@ -4,7 +4,7 @@
 //! `LogConfig::reserve`). None of them is ever named a segment before a roll renames it into
 //! place, so recovery removes what a crash leaves of a spare or a recycled file and keeps a
 //! whole reserve. A shard keeps at most `SPARES_PER_SHARD_MAX` spares and
-//! `RECYCLED_PER_SHARD_MAX` recycled files (`ShardPlace`).
+//! `RECYCLED_PER_SHARD_MAX` recycled files (`ShardPlace`, counted in the shard's `Directories`).
 
 use super::*;
 
@@ -275,44 +275,61 @@ pub(super) async fn find_reserve<S: Storage>(
     (reserve.copies != 0).then_some(reserve)
 }
 
-thread_local! {
-    /// Spares alive on this thread: a shard is one thread.
-    static SPARES_ALIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// Recycled files kept on this thread.
-    static RECYCLED_ALIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+/// The spares and recycled files the logs of one shard keep. The shard's `Directories`, which
+/// every log of the shard shares, holds it, so that shards a simulation runs on one thread keep
+/// theirs apart.
+#[derive(Default)]
+pub(super) struct KeptFiles {
+    spares: std::cell::Cell<usize>,
+    recycled: std::cell::Cell<usize>,
 }
 
-/// Spares and recycled files the logs of this shard (this thread) keep.
-pub fn files_kept_on_this_shard() -> usize {
-    SPARES_ALIVE.with(|count| count.get()) + RECYCLED_ALIVE.with(|count| count.get())
+impl KeptFiles {
+    /// Spares and recycled files kept now.
+    pub(super) fn count(&self) -> usize {
+        self.spares.get() + self.recycled.get()
+    }
 }
 
-/// One of this shard's places for a spare (`SPARES_PER_SHARD_MAX`) or a recycled file
+/// One of a shard's places for a spare (`SPARES_PER_SHARD_MAX`) or a recycled file
 /// (`RECYCLED_PER_SHARD_MAX`), given back when dropped.
-struct ShardPlace(&'static std::thread::LocalKey<std::cell::Cell<usize>>);
+struct ShardPlace {
+    directories: Rc<Directories>,
+    recycled: bool,
+}
 
 impl ShardPlace {
-    fn take(alive: &'static std::thread::LocalKey<std::cell::Cell<usize>>, max: usize) -> Option<ShardPlace> {
-        alive.with(|count| {
-            (count.get() < max).then(|| {
-                count.set(count.get() + 1);
-                ShardPlace(alive)
-            })
+    fn take(directories: &Rc<Directories>, recycled: bool) -> Option<ShardPlace> {
+        let (count, max) = ShardPlace::count_and_max(directories, recycled);
+        (count.get() < max).then(|| {
+            count.set(count.get() + 1);
+            ShardPlace { directories: directories.clone(), recycled }
         })
     }
 
-    fn spare() -> Option<ShardPlace> {
-        ShardPlace::take(&SPARES_ALIVE, SPARES_PER_SHARD_MAX)
+    fn count_and_max(directories: &Directories, recycled: bool) -> (&std::cell::Cell<usize>, usize) {
+        let kept = directories.kept_files();
+        if recycled {
+            (&kept.recycled, RECYCLED_PER_SHARD_MAX)
+        } else {
+            (&kept.spares, SPARES_PER_SHARD_MAX)
+        }
     }
 
-    fn recycled() -> Option<ShardPlace> {
-        ShardPlace::take(&RECYCLED_ALIVE, RECYCLED_PER_SHARD_MAX)
+    fn spare(directories: &Rc<Directories>) -> Option<ShardPlace> {
+        ShardPlace::take(directories, false)
+    }
+
+    fn recycled(directories: &Rc<Directories>) -> Option<ShardPlace> {
+        ShardPlace::take(directories, true)
     }
 }
 
 impl Drop for ShardPlace {
     fn drop(&mut self) {
-        self.0.with(|count| count.set(count.get() - 1));
+        let (count, _) = ShardPlace::count_and_max(&self.directories, self.recycled);
+        assert!(count.get() > 0, "a kept file's place is counted");
+        count.set(count.get() - 1);
     }
 }
 
@@ -337,7 +354,7 @@ impl<S: Storage> Log<S> {
             }
             let capacity = (segment.capacity * 2).min(inner.config.segment_bytes_max).max(segment.capacity);
             // Without a place now, a later commit into this segment tries again.
-            let Some(place) = ShardPlace::spare() else { return };
+            let Some(place) = ShardPlace::spare(&self.directories) else { return };
             inner.kept.spare_started_for = segment.base_offset;
             (capacity, place)
         };
@@ -551,7 +568,7 @@ impl<S: Storage> Log<S> {
         if self.free_bytes_for_segment(&writable) / KEPT_FILE_FREE_BYTES_FACTOR < segment.capacity {
             return;
         }
-        let Some(place) = ShardPlace::recycled() else { return };
+        let Some(place) = ShardPlace::recycled(&self.directories) else { return };
         let mut files: Vec<Option<Rc<S::File>>> = vec![None; self.directories.count()];
         for copy in &writable {
             let folder = self.folder(*copy);

@@ -10,6 +10,7 @@
 //! real O_DIRECT files in `storage::dma`.
 
 use super::*;
+use crate::ids::Offset;
 use crate::storage::sim::{CrashMode, SimDisk};
 use std::path::Path;
 
@@ -396,14 +397,14 @@ fn remove_before_keeps_the_active_segment_and_survives_restart() {
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 600).await;
         assert!(log.remove_before(550).await.unwrap() > 0);
-        assert!(log.start_offset() <= 550);
+        assert!(log.start_offset().get() <= 550);
         assert_eq!(read_all(&log).await.last().unwrap().offset, 599);
-        let start = log.start_offset();
+        let start = log.start_offset().get();
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         assert_eq!(log.end_offset(), 600);
-        assert_eq!(log.start_offset(), start);
+        assert_eq!(log.start_offset().get(), start);
     });
 }
 
@@ -416,19 +417,22 @@ fn an_untouched_log_starts_at_an_offset_and_recovers_there() {
         let disk = SimDisk::new();
         let dirs = directories(3);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
-        log.start_at(1000).await.unwrap();
-        assert_eq!((log.start_offset(), log.next_offset(), log.committed_end()), (1000, 1000, 1000));
+        log.start_at(Offset::new(1000)).await.unwrap();
+        assert_eq!(
+            (log.start_offset().get(), log.next_offset().get(), log.committed_end().get()),
+            (1000, 1000, 1000)
+        );
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
-        assert_eq!((log.start_offset(), log.next_offset()), (1000, 1000));
+        assert_eq!((log.start_offset().get(), log.next_offset().get()), (1000, 1000));
         let (offset, _) = log.append(records_for(&[payload(7)]), 1).await.unwrap();
         assert_eq!(offset, 1000);
-        assert!(matches!(log.start_at(2000).await, Err(LogError::Refused(_))));
+        assert!(matches!(log.start_at(Offset::new(2000)).await, Err(LogError::Refused(_))));
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
-        assert_eq!((log.start_offset(), log.end_offset()), (1000, 1001));
+        assert_eq!((log.start_offset().get(), log.end_offset()), (1000, 1001));
         let records = read_all(&log).await;
         assert_eq!(records.len(), 1);
         assert_eq!((records[0].offset, records[0].data.as_slice()), (1000, payload(7).as_slice()));
@@ -1211,7 +1215,7 @@ fn power_fails_after_every_operation(
                 .await
                 .unwrap_or_else(|e| panic!("crash after operation {point} ({mode:?}): recovery failed: {e}"));
             let records = log.read(0, usize::MAX, usize::MAX).await.unwrap();
-            acked.retain(|offset, _| *offset >= log.start_offset());
+            acked.retain(|offset, _| *offset >= log.start_offset().get());
             check_acknowledged(&records, &acked);
             log.append(records_for(&[b"after".to_vec()]), 1).await.unwrap();
         });
@@ -1645,11 +1649,11 @@ fn large_deleted_segments_shrink_in_steps_then_go() {
         for base in &first_two {
             assert!(disk.file_bytes(&segment_path(0, *base)).is_none(), "segment {base} is gone");
         }
-        let start = log.start_offset();
+        let start = log.start_offset().get();
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &dirs, config).await.unwrap();
-        assert_eq!((log.start_offset(), log.end_offset()), (start, 40));
+        assert_eq!((log.start_offset().get(), log.end_offset()), (start, 40));
     });
 }
 
@@ -1701,8 +1705,12 @@ fn power_failing_anywhere_in_a_stepwise_deletion_loses_nothing() {
                 panic!("power failure at operation {point} ({mode:?}): recovery failed: {e}")
             });
             assert_eq!(log.end_offset(), 20);
-            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
-            assert_eq!(records.len() as u64, 20 - log.start_offset(), "power failure at operation {point}");
+            let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+            assert_eq!(
+                records.len() as u64,
+                20 - log.start_offset().get(),
+                "power failure at operation {point}"
+            );
             log.append(records_for(&[b"after".to_vec()]), 1).await.unwrap();
         });
     }
@@ -1880,6 +1888,31 @@ fn a_shard_keeps_a_bounded_number_of_spares() {
     });
 }
 
+/// Two shards on one thread (as the whole-node simulation runs them), each with its own
+/// `Directories`, keep their spares apart: one shard's logs taking every place leave the other
+/// shard's places free.
+#[test]
+fn shards_on_one_thread_each_have_their_own_spare_places() {
+    for_each_seed("shards_on_one_thread_each_have_their_own_spare_places", |disk, _seed| async move {
+        let (full, other) = (directories(1), directories(1));
+        let mut logs = Vec::new();
+        for index in 0..SPARES_PER_SHARD_MAX {
+            let relative = PathBuf::from(format!("topics/{index}"));
+            let (log, _) = Log::open(disk.clone(), full.clone(), &relative, index as u64 + 1, spare_config())
+                .await
+                .unwrap();
+            fill_past_half(&log, 0).await;
+            logs.push(log);
+        }
+        assert_eq!(full.files_kept(), SPARES_PER_SHARD_MAX, "the first shard took every place");
+        let relative = PathBuf::from("other/topics/0");
+        let (log, _) = Log::open(disk.clone(), other.clone(), &relative, 1000, spare_config()).await.unwrap();
+        fill_past_half(&log, 0).await;
+        assert!(log.inner.borrow().kept.spare.is_some(), "the other shard's places are its own");
+        assert_eq!(other.files_kept(), 1);
+    });
+}
+
 /// A discarded spare loses its name at once and is then shrunk in steps, as a deleted segment
 /// is, rather than freed whole.
 #[test]
@@ -2032,8 +2065,8 @@ async fn append_until_rolled(log: &Log<SimDisk>, next: &mut u64, rolls: usize) {
 /// Every record from the log's start holds the payload of its offset, up to `end`.
 async fn check_from_start(log: &Log<SimDisk>, end: u64) {
     assert_eq!(log.end_offset(), end);
-    let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
-    assert_eq!(records.len() as u64, end - log.start_offset());
+    let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+    assert_eq!(records.len() as u64, end - log.start_offset().get());
     for record in &records {
         assert_eq!(record.data, payload(record.offset), "offset {}", record.offset);
     }
@@ -2226,8 +2259,8 @@ fn two_hundred_random_power_failures_with_recycled_segments() {
             let (log, _) = open(&disk, &directories(2), config())
                 .await
                 .unwrap_or_else(|e| panic!("crash {crash}: recovery failed: {e}"));
-            acked.retain(|offset, _| *offset >= log.start_offset());
-            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
+            acked.retain(|offset, _| *offset >= log.start_offset().get());
+            let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
             check_acknowledged(&records, &acked);
             disk.die_after(next() % 200 + 1);
             for _ in 0..8 {
@@ -2295,8 +2328,8 @@ fn torn_tail_at_200_offsets_in_a_recycled_segment() {
             disk.set_file_bytes(&path, bytes);
             let (log, report) =
                 open(&disk, &directories(1), config()).await.unwrap_or_else(|e| panic!("case {case}: {e}"));
-            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
-            let acknowledged = (next - log.start_offset()) as usize;
+            let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+            let acknowledged = (next - log.start_offset().get()) as usize;
             assert!(records.len() >= acknowledged, "case {case}: lost acknowledged records");
             for record in &records[..acknowledged] {
                 assert_eq!(record.data, payload(record.offset), "case {case}");
@@ -2363,8 +2396,8 @@ fn power_failures_with_writes_landing_out_of_order() {
                         open(&disk, &directories(copies), config()).await.unwrap_or_else(|error| {
                             panic!("seed {seed}, recycle {recycle}, life {life}: recovery failed: {error}")
                         });
-                    acked.retain(|offset, _| *offset >= log.start_offset());
-                    let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
+                    acked.retain(|offset, _| *offset >= log.start_offset().get());
+                    let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
                     let stored: std::collections::HashMap<u64, &[u8]> =
                         records.iter().map(|record| (record.offset, &record.data[..])).collect();
                     for (offset, bytes) in &acked {
@@ -2377,7 +2410,7 @@ fn power_failures_with_writes_landing_out_of_order() {
                     if recycle {
                         let closed = log.closed_segments().len();
                         let _ = log.remove_oldest(closed).await;
-                        acked.retain(|offset, _| *offset >= log.start_offset());
+                        acked.retain(|offset, _| *offset >= log.start_offset().get());
                     }
                     if copies == 3 && next() % 4 == 0 {
                         disk.lose_next_write_under(Path::new(if next() % 2 == 0 { "/d1" } else { "/d2" }));
@@ -2596,6 +2629,6 @@ fn positions_out_of_order_stop_the_log() {
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 10).await;
         log.inner.borrow_mut().positions.committed_end = 20;
-        log.commit_to(10);
+        log.commit_to(Offset::new(10));
     });
 }

@@ -113,7 +113,7 @@ mod tests {
     fn rates_average_the_last_samples() {
         let mut ticks = RateTicks::default();
         let mut window = RateWindow::default();
-        let start = Instant::now();
+        let start = crate::runtime::now();
         assert_eq!(window.per_second(&ticks), 0);
         for second in 0..30u64 {
             ticks.tick(start + Duration::from_secs(second));
@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn a_window_younger_than_the_ticks_averages_over_its_own_samples() {
         let mut ticks = RateTicks::default();
-        let start = Instant::now();
+        let start = crate::runtime::now();
         for second in 0..20u64 {
             ticks.tick(start + Duration::from_secs(second));
         }
@@ -148,7 +148,7 @@ mod tests {
     fn uneven_ticks_use_their_real_span() {
         let mut ticks = RateTicks::default();
         let mut window = RateWindow::default();
-        let start = Instant::now();
+        let start = crate::runtime::now();
         ticks.tick(start);
         window.sample(0);
         ticks.tick(start + Duration::from_millis(2000));
@@ -160,7 +160,7 @@ mod tests {
     fn a_still_counter_keeps_no_ring_and_a_moving_one_averages_over_the_whole_window() {
         let mut ticks = RateTicks::default();
         let mut window = RateWindow::default();
-        let start = Instant::now();
+        let start = crate::runtime::now();
         for second in 0..30u64 {
             ticks.tick(start + Duration::from_secs(second));
             window.sample(700);
@@ -188,7 +188,7 @@ mod tests {
             let mut ticks = RateTicks::default();
             let mut window = RateWindow::default();
             let mut deltas: Vec<u64> = Vec::new();
-            let start = Instant::now();
+            let start = crate::runtime::now();
             let mut total = 0;
             for (second, step) in steps.iter().enumerate() {
                 ticks.tick(start + Duration::from_secs(second as u64));

@@ -171,27 +171,13 @@ fn start_forwarder_shard(
             ));
             forwarder.dead_letters.connect(&forwarder, peers);
             if let Some((node_id, secret)) = &cluster {
-                // Sources replicate from this shard straight to the other nodes' forwarders.
-                forwarder.replica_context.node_id.set(*node_id);
-                let transport = protocol::native::replica::NativeTransport::new(
-                    secret.as_deref().map(Rc::from),
-                    replication_tls.clone(),
-                );
-                *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport.clone()));
-                // Dead letters for a topic another node leads go there, looked up through this
-                // node's router.
-                forwarder.dead_letters.set_remote(Rc::new(protocol::native::replica::RemoteDeadLetters {
-                    transport: transport.clone(),
-                    router: router_address.clone(),
-                }));
-                // Subscribers of sources other nodes lead are served here too, carried there.
-                protocol::native::relay::install(protocol::native::relay::Relay::new(
-                    transport,
-                    router_address.clone(),
+                join_the_cluster(
+                    &forwarder,
                     *node_id,
-                    forwarder.stop_handle(),
-                    forwarder.environment.stream_budget.clone(),
-                ));
+                    secret.as_deref(),
+                    replication_tls.clone(),
+                    &router_address,
+                );
             }
             forwarder.set_journals_open_max(journals_open_max);
             forwarder.set_quarantine_damaged(quarantine_damaged);
@@ -216,30 +202,64 @@ fn start_forwarder_shard(
             }
             // The router's requests are served until the shard ends (the router stops
             // first, so none is cut short by this shard's stop).
-            crate::runtime::spawn(async move {
-                while let Some(envelope) = requests.recv().await {
-                    if let ControlRequest::ClusterHosts { hosts: now } = &envelope.request {
-                        // The connection server's to keep, not the forwarder's.
-                        hosts.replace(now.iter().copied());
-                        let reply =
-                            ControlReply { request_id: envelope.request_id, result: Ok(ControlOk::Done) };
-                        let _ = replies.send(reply).await;
-                        continue;
-                    }
-                    let forwarder = forwarder.clone();
-                    let replies = replies.clone();
-                    crate::runtime::spawn(async move {
-                        let result = forwarder.control(envelope.request).await;
-                        let _ = replies.send(ControlReply { request_id: envelope.request_id, result }).await;
-                    })
-                    .detach();
-                }
-            })
-            .detach();
+            crate::runtime::spawn(serve_router_requests(requests, replies, forwarder, hosts)).detach();
             let connections = serving.await;
             let _ = stopped.send((format!("forwarder-{shard}"), connections));
         })
         .map_err(|e| format!("starting forwarder shard {shard}: {e}"))
+}
+
+/// Connects a forwarder of node `node_id` to the other nodes: sources replicate from it
+/// straight to their forwarders, dead letters for a topic another node leads go there, and
+/// subscribers of sources other nodes lead are served here too, carried there.
+fn join_the_cluster<S: storage::Storage>(
+    forwarder: &Rc<shard::Forwarder<S>>,
+    node_id: u64,
+    secret: Option<&str>,
+    replication_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    router_address: &str,
+) {
+    forwarder.replica_context.node_id.set(node_id);
+    let transport = protocol::native::replica::NativeTransport::new(secret.map(Rc::from), replication_tls);
+    *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport.clone()));
+    // Dead letters are looked up through this node's router.
+    forwarder.dead_letters.set_remote(Rc::new(protocol::native::replica::RemoteDeadLetters {
+        transport: transport.clone(),
+        router: router_address.to_owned(),
+    }));
+    protocol::native::relay::install(protocol::native::relay::Relay::new(
+        transport,
+        router_address.to_owned(),
+        node_id,
+        forwarder.stop_handle(),
+        forwarder.environment.stream_budget.clone(),
+    ));
+}
+
+/// Serves the router's control requests to a forwarder, each as a task of its own, until the
+/// router's channel closes; the cluster's hosts are the connection server's to keep (`hosts`),
+/// not the forwarder's.
+async fn serve_router_requests<S: storage::Storage>(
+    requests: shared_channel::ConnectedReceiver<ControlEnvelope>,
+    replies: Rc<shared_channel::ConnectedSender<ControlReply>>,
+    forwarder: Rc<shard::Forwarder<S>>,
+    hosts: protocol::native::server::ClusterHosts,
+) {
+    while let Some(envelope) = requests.recv().await {
+        if let ControlRequest::ClusterHosts { hosts: now } = &envelope.request {
+            hosts.replace(now.iter().copied());
+            let reply = ControlReply { request_id: envelope.request_id, result: Ok(ControlOk::Done) };
+            let _ = replies.send(reply).await;
+            continue;
+        }
+        let forwarder = forwarder.clone();
+        let replies = replies.clone();
+        crate::runtime::spawn(async move {
+            let result = forwarder.control(envelope.request).await;
+            let _ = replies.send(ControlReply { request_id: envelope.request_id, result }).await;
+        })
+        .detach();
+    }
 }
 
 /// A forwarder shard's timers: segment collection and the lease sweep.

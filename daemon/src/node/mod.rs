@@ -315,7 +315,7 @@ impl Daemon {
     /// after `grace`; the process may then exit, since whatever was left is safe to lose as
     /// at any crash.
     pub fn shutdown(mut self, grace: std::time::Duration) -> Result<Stopped, String> {
-        let started = std::time::Instant::now();
+        let started = crate::runtime::now();
         // The gRPC API first: its streams end with UNAVAILABLE so that its clients reconnect,
         // and nothing it runs is left waiting on a stopped shard.
         if let Some(grpc) = self.grpc.take() {
@@ -330,7 +330,7 @@ impl Daemon {
         let mut connections = Vec::new();
         let wait_for = |count: usize, connections: &mut Vec<(String, usize)>| {
             for _ in 0..count {
-                let left = until.saturating_duration_since(std::time::Instant::now());
+                let left = until.saturating_duration_since(crate::runtime::now());
                 match self.stopped.recv_timeout(left) {
                     Ok(report) => connections.push(report),
                     Err(_) => return false,
@@ -350,7 +350,7 @@ impl Daemon {
                 stopped.join(", ")
             ));
         }
-        Ok(Stopped { connections, took: started.elapsed() })
+        Ok(Stopped { connections, took: crate::runtime::now() - started })
     }
 }
 
@@ -374,34 +374,16 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let locks =
         config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;
     let shards = config.shards.max(1);
-    // Bind every port up front so a port conflict fails the start with a clear message: the
-    // router's first, the port the user gave, so that a daemon already on it is named by it.
     let forwarder_ports = (0..shards)
         .map(|shard| forwarder_port(config.listen.port(), shard, shards))
         .collect::<Result<Vec<_>, _>>()?;
-    let (router_listener, router_address) = bind(config.listen, "the router's port (--listen)")?;
-    let mut forwarder_listeners = Vec::new();
-    for (shard, port) in forwarder_ports.into_iter().enumerate() {
-        let described = format!(
-            "forwarder shard {shard}'s port (--listen {} puts forwarder shard i on its port + 1 + i)",
-            config.listen
-        );
-        forwarder_listeners.push(bind(SocketAddr::new(config.listen.ip(), port), &described)?);
-    }
-    let cluster_listener = match &config.cluster {
-        Some(cluster) => {
-            cluster.check()?;
-            let described = format!("the cluster port (node {}'s address in --cluster)", cluster.node_id);
-            Some(bind(cluster.address(), &described)?.0)
-        }
-        None => None,
-    };
-    let grpc_listener =
-        config.grpc.listen.map(|address| bind(address, "the gRPC API's port (--grpc-listen)")).transpose()?;
-    let http_listener = config
-        .http_listen
-        .map(|address| bind(address, "the monitoring endpoint's port (--http-listen)"))
-        .transpose()?;
+    let Listeners {
+        router: (router_listener, router_address),
+        forwarders: forwarder_listeners,
+        cluster: cluster_listener,
+        grpc: grpc_listener,
+        http: http_listener,
+    } = bind_every_port(&config, forwarder_ports)?;
     let (grpc_jobs, grpc_gateway, router_jobs) =
         grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards, config.cluster.as_ref());
     let forwarder_addresses: Vec<SocketAddr> =
@@ -453,51 +435,13 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc_jobs: grpc_jobs.router,
         phase: phase.clone(),
         cluster: cluster_listener.map(|listener| {
-            let settings = config.cluster.clone().expect("bound for a cluster");
-            // Where the other nodes' clients reach this node: a fixed host, since they did not
-            // connect here; without one, the host of this node's cluster address.
-            let host = match &config.advertise {
-                Some(host) => host.clone(),
-                None if !config.listen.ip().is_unspecified() => config.listen.ip().to_string(),
-                None => settings.address().ip().to_string(),
-            };
-            router_shard::ClusterWiring {
-                listener,
-                record: catalog::NodeRecord {
-                    node_id: settings.node_id,
-                    cluster_address: settings.address().to_string(),
-                    router_address: crate::host_and_port(&host, router_address.port()),
-                    forwarders: forwarder_addresses
-                        .iter()
-                        .map(|address| crate::host_and_port(&host, address.port()))
-                        .collect(),
-                    // The other nodes' gRPC APIs carry publishes and deliveries here for the
-                    // topics this node serves (`protocol::grpc::carry`).
-                    grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
-                },
-                settings,
-            }
+            cluster_wiring(&config, listener, router_address, &forwarder_addresses, grpc_port)
         }),
     };
     let router = start_router_shard(&config, shards, wiring)?;
     threads.push(router);
     stops.push(router_stop);
-    // A start can wait long (a majority of the cluster, an addition with --join), and once it
-    // waited with nothing in the log (issue: 40 minutes, no line): say what it waits for.
-    let started = std::time::Instant::now();
-    loop {
-        match ready.recv_timeout(START_REPORT_INTERVAL) {
-            Ok(result) => break result?,
-            Err(mpsc::RecvTimeoutError::Timeout) => crate::log_warn!(
-                "ringpostd: still starting after {} s: {}",
-                started.elapsed().as_secs(),
-                phase.current().unwrap_or_default()
-            ),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err("the router shard died while starting".to_string())
-            }
-        }
-    }
+    wait_for_the_router(&ready, &phase)?;
     let grpc = match (grpc_listener, grpc_gateway) {
         (Some((listener, _)), Some(gateway)) => Some(protocol::grpc::GrpcServer::start(
             listener,
@@ -524,6 +468,99 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         stopped,
         _locks: locks,
     })
+}
+
+/// Every port the daemon listens on, bound.
+struct Listeners {
+    router: (std::net::TcpListener, SocketAddr),
+    forwarders: Vec<(std::net::TcpListener, SocketAddr)>,
+    cluster: Option<std::net::TcpListener>,
+    grpc: Option<(std::net::TcpListener, SocketAddr)>,
+    http: Option<(std::net::TcpListener, SocketAddr)>,
+}
+
+/// Binds every port up front so a port conflict fails the start with a clear message: the
+/// router's first, the port the user gave, so that a daemon already on it is named by it.
+fn bind_every_port(config: &Config, forwarder_ports: Vec<u16>) -> Result<Listeners, String> {
+    let router = bind(config.listen, "the router's port (--listen)")?;
+    let mut forwarders = Vec::new();
+    for (shard, port) in forwarder_ports.into_iter().enumerate() {
+        let described = format!(
+            "forwarder shard {shard}'s port (--listen {} puts forwarder shard i on its port + 1 + i)",
+            config.listen
+        );
+        forwarders.push(bind(SocketAddr::new(config.listen.ip(), port), &described)?);
+    }
+    let cluster = match &config.cluster {
+        Some(cluster) => {
+            cluster.check()?;
+            let described = format!("the cluster port (node {}'s address in --cluster)", cluster.node_id);
+            Some(bind(cluster.address(), &described)?.0)
+        }
+        None => None,
+    };
+    let grpc =
+        config.grpc.listen.map(|address| bind(address, "the gRPC API's port (--grpc-listen)")).transpose()?;
+    let http = config
+        .http_listen
+        .map(|address| bind(address, "the monitoring endpoint's port (--http-listen)"))
+        .transpose()?;
+    Ok(Listeners { router, forwarders, cluster, grpc, http })
+}
+
+/// What the router shard needs in a cluster: its port, and this node's registration as the
+/// other nodes reach it.
+fn cluster_wiring(
+    config: &Config,
+    listener: std::net::TcpListener,
+    router_address: SocketAddr,
+    forwarder_addresses: &[SocketAddr],
+    grpc_port: Option<u16>,
+) -> router_shard::ClusterWiring {
+    let settings = config.cluster.clone().expect("bound for a cluster");
+    // Where the other nodes' clients reach this node: a fixed host, since they did not
+    // connect here; without one, the host of this node's cluster address.
+    let host = match &config.advertise {
+        Some(host) => host.clone(),
+        None if !config.listen.ip().is_unspecified() => config.listen.ip().to_string(),
+        None => settings.address().ip().to_string(),
+    };
+    router_shard::ClusterWiring {
+        listener,
+        record: catalog::NodeRecord {
+            node_id: settings.node_id,
+            cluster_address: settings.address().to_string(),
+            router_address: crate::host_and_port(&host, router_address.port()),
+            forwarders: forwarder_addresses
+                .iter()
+                .map(|address| crate::host_and_port(&host, address.port()))
+                .collect(),
+            // The other nodes' gRPC APIs carry publishes and deliveries here for the
+            // topics this node serves (`protocol::grpc::carry`).
+            grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
+        },
+        settings,
+    }
+}
+
+/// Waits for the router shard to say it serves (or why it could not). A start can wait long (a
+/// majority of the cluster, an addition with --join), and once it waited with nothing in the
+/// log (issue: 40 minutes, no line): each `START_REPORT_INTERVAL` it says what it waits for.
+fn wait_for_the_router(ready: &mpsc::Receiver<Result<(), String>>, phase: &StartPhase) -> Result<(), String> {
+    let started = crate::runtime::now();
+    loop {
+        match ready.recv_timeout(START_REPORT_INTERVAL) {
+            Ok(result) => return result,
+            Err(mpsc::RecvTimeoutError::Timeout) => crate::log_warn!(
+                "ringpostd: still starting after {} s: {}",
+                (crate::runtime::now() - started).as_secs(),
+                phase.current().unwrap_or_default()
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the router shard died while starting".to_string())
+            }
+        }
+    }
 }
 
 /// The shards' ends of the gRPC API's job channels, and the gateway holding the other ends.

@@ -76,7 +76,7 @@ pub(super) fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File,
 /// Binds `address`, which `port` describes (the flag that set it, and for a forwarder shard's
 /// how it follows from the router's) so that a port in use is named as the user gave it.
 pub(super) fn bind(address: SocketAddr, port: &str) -> Result<(StdListener, SocketAddr), String> {
-    let started = std::time::Instant::now();
+    let started = crate::runtime::now();
     let listener = loop {
         match StdListener::bind(address) {
             Ok(listener) => break listener,
@@ -84,7 +84,8 @@ pub(super) fn bind(address: SocketAddr, port: &str) -> Result<(StdListener, Sock
             // the kernel releases the sockets a dead process's io_uring held only once it has
             // torn the ring down, after the process is gone.
             Err(error)
-                if error.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < BIND_IN_USE_WAIT =>
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && crate::runtime::now() - started < BIND_IN_USE_WAIT =>
             {
                 std::thread::sleep(BIND_IN_USE_RETRY)
             }

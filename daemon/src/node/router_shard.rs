@@ -102,9 +102,11 @@ pub(super) fn start_router_shard(
             let hosts = protocol::native::server::ClusterHosts::new(cluster_hosts.iter().copied());
             // Forwarders of this node present the cluster's secret here to look up topics
             // another node leads (their dead letters).
-            let security =
-                Security::open_with_cluster(&config.access, config.tls.as_ref(), cluster_secret.as_deref());
-            let security = match security {
+            let security = match Security::open_with_cluster(
+                &config.access,
+                config.tls.as_ref(),
+                cluster_secret.as_deref(),
+            ) {
                 Ok(security) => security.with_cluster_hosts(hosts.clone()),
                 Err(error) => return fail(error),
             };
@@ -149,17 +151,10 @@ pub(super) fn start_router_shard(
             );
             router.set_limits(config.catalog_limits);
             if let Some((_, pool)) = &peers {
-                router.set_peers(Rc::new(pool.clone()));
-                if let Some(why) = replication_refused {
-                    router.refuse_replication(why);
-                }
+                join_the_cluster(&mut router, pool, replication_refused);
             }
             let router = Rc::new(router);
-            // Every client request on this shard goes through it, whichever protocol it came in.
-            let nodes = peers
-                .as_ref()
-                .map(|(_, pool)| Rc::new(pool.clone()) as Rc<dyn crate::dispatch::NodeTransport>);
-            let door = Rc::new(crate::dispatch::Door::new(router.clone(), nodes));
+            let door = open_door(&router, peers.as_ref());
             if let (Some(cluster), Some(_)) = (&cluster, &peers) {
                 phase.set("registering its forwarders with the catalog's leader");
                 register(&router, cluster.record.clone()).await;
@@ -185,6 +180,29 @@ pub(super) fn start_router_shard(
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))
+}
+
+/// The router reaches the other nodes' routers through `pool`; if this node's ports would
+/// refuse replication (`replication_the_ports_would_refuse`), its topics get one replica.
+fn join_the_cluster(
+    router: &mut router::Router<storage::dma::DmaStorage>,
+    pool: &Rc<PeerPool>,
+    replication_refused: Option<&'static str>,
+) {
+    router.set_peers(Rc::new(pool.clone()));
+    if let Some(why) = replication_refused {
+        router.refuse_replication(why);
+    }
+}
+
+/// The router shard's door: every client request on this shard goes through it, whichever
+/// protocol it came in, carried to the catalog's leader through `peers` in a cluster.
+fn open_door(
+    router: &Rc<router::Router<storage::dma::DmaStorage>>,
+    peers: Option<&Peers>,
+) -> Rc<crate::dispatch::Door<storage::dma::DmaStorage>> {
+    let nodes = peers.map(|(_, pool)| Rc::new(pool.clone()) as Rc<dyn crate::dispatch::NodeTransport>);
+    Rc::new(crate::dispatch::Door::new(router.clone(), nodes))
 }
 
 /// With TLS and the cluster's CA, the cluster port takes TLS too: the server's certificate

@@ -10,6 +10,7 @@
 
 use super::protocol::{ReplicaAnswer, LOGS, MESSAGES};
 use super::source::{APPENDS_IN_FLIGHT, APPEND_PIPELINE_RECORDS_MIN, RETRY_PAUSE_MAX, RETRY_PAUSE_MIN};
+use crate::ids::Offset;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -19,12 +20,12 @@ pub struct Feed {
     /// The follower's logs agree with this leader's as far as `sent_to` said at the last sync.
     synced: bool,
     /// Where the next append starts in each log: past what is in flight.
-    sent_to: [u64; LOGS],
+    sent_to: [Offset; LOGS],
     /// The appends in flight, oldest first: what each told of the commit point, and when it
     /// was sent.
     in_flight: VecDeque<Sent>,
     /// The commit point the follower was last told, by an append it answered.
-    told: [u64; LOGS],
+    told: [Offset; LOGS],
     /// The pause before the next try after a failure: doubled by each, up to `RETRY_PAUSE_MAX`.
     pause: Duration,
 }
@@ -32,7 +33,7 @@ pub struct Feed {
 /// An append in flight.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
-    committed: [u64; LOGS],
+    committed: [Offset; LOGS],
     at: Instant,
 }
 
@@ -42,7 +43,7 @@ pub enum Action {
     /// Drop the appends in flight and ask what the follower holds.
     Sync,
     /// Send each log's durable records from these offsets.
-    Append { from: [u64; LOGS] },
+    Append { from: [Offset; LOGS] },
     /// Wait for the oldest answer, new records, a renewal of the lease or the idle interval.
     Wait,
 }
@@ -63,7 +64,7 @@ pub enum Wake {
 pub enum Outcome {
     /// The follower holds its logs durably to these ends, agreeing with this leader, as of the
     /// request sent at `sent_at`: they count towards the commit point and the lease.
-    Holds { ends: [u64; LOGS], sent_at: Instant },
+    Holds { ends: [Offset; LOGS], sent_at: Instant },
     /// A failure: pause this long (or until the leader stops), then sync.
     Retry { pause: Duration },
     /// No append was in flight to answer (a late or duplicated answer): nothing changes.
@@ -81,9 +82,9 @@ impl Feed {
     pub fn new() -> Feed {
         Feed {
             synced: false,
-            sent_to: [0; LOGS],
+            sent_to: [Offset::ZERO; LOGS],
             in_flight: VecDeque::new(),
-            told: [0; LOGS],
+            told: [Offset::ZERO; LOGS],
             pause: RETRY_PAUSE_MIN,
         }
     }
@@ -97,7 +98,7 @@ impl Feed {
     /// while the window has room: small appends wait for the one in flight (the follower then
     /// writes them as one); a backlog of `APPEND_PIPELINE_RECORDS_MIN` goes while others are in
     /// flight.
-    pub fn on_append(&mut self, durable_ends: [u64; LOGS]) -> Action {
+    pub fn on_append(&mut self, durable_ends: [Offset; LOGS]) -> Action {
         if !self.synced {
             self.in_flight.clear();
             return Action::Sync;
@@ -117,7 +118,7 @@ impl Feed {
     /// of segments), so an idle topic costs nothing, or when a delivery wants the lease.
     /// Returns whether to send an append now (from `sent_to`, possibly empty); if not, the
     /// next step is `on_append`'s.
-    pub fn on_tick(&mut self, wake: Wake, committed_ends: [u64; LOGS]) -> bool {
+    pub fn on_tick(&mut self, wake: Wake, committed_ends: [Offset; LOGS]) -> bool {
         match wake {
             Wake::Records => false,
             Wake::Renew => self.in_flight.is_empty(),
@@ -129,13 +130,13 @@ impl Feed {
     }
 
     /// Where an append sent now starts.
-    pub fn sent_to(&self) -> [u64; LOGS] {
+    pub fn sent_to(&self) -> [Offset; LOGS] {
         self.sent_to
     }
 
     /// An append was sent at `at`, telling the commit point `committed`: each log's records end
     /// at `ends` (`None`: none of that log).
-    pub fn on_sent(&mut self, ends: [Option<u64>; LOGS], committed: [u64; LOGS], at: Instant) {
+    pub fn on_sent(&mut self, ends: [Option<Offset>; LOGS], committed: [Offset; LOGS], at: Instant) {
         debug_assert!(self.synced, "an append before a sync");
         for (log, end) in ends.iter().enumerate() {
             if let Some(end) = end {
@@ -189,10 +190,19 @@ impl Feed {
 mod tests {
     use super::*;
 
+    fn at(ends: [u64; LOGS]) -> [Offset; LOGS] {
+        ends.map(Offset::new)
+    }
+
+    fn some_at(ends: [Option<u64>; LOGS]) -> [Option<Offset>; LOGS] {
+        ends.map(|end| end.map(Offset::new))
+    }
+
     fn synced(next_offsets: [u64; LOGS]) -> (Feed, Instant) {
+        let next_offsets = at(next_offsets);
         let mut feed = Feed::new();
         let now = Instant::now();
-        assert_eq!(feed.on_append([0, 0]), Action::Sync);
+        assert_eq!(feed.on_append(at([0, 0])), Action::Sync);
         let answer = ReplicaAnswer::Synced { next_offsets };
         assert_eq!(feed.on_synced(Some(&answer), now), Outcome::Holds { ends: next_offsets, sent_at: now });
         (feed, now)
@@ -201,50 +211,58 @@ mod tests {
     #[test]
     fn a_follower_is_synced_first_then_sent_what_it_lacks_one_append_at_a_time() {
         let mut feed = Feed::new();
-        assert_eq!(feed.on_append([10, 3]), Action::Sync, "nothing is sent before a sync");
+        assert_eq!(feed.on_append(at([10, 3])), Action::Sync, "nothing is sent before a sync");
         let now = Instant::now();
-        let answer = ReplicaAnswer::Synced { next_offsets: [4, 3] };
-        assert_eq!(feed.on_synced(Some(&answer), now), Outcome::Holds { ends: [4, 3], sent_at: now });
-        assert_eq!(feed.on_append([10, 3]), Action::Append { from: [4, 3] });
-        feed.on_sent([Some(10), None], [4, 3], now);
-        assert_eq!(feed.on_append([12, 5]), Action::Wait, "small appends wait for the one in flight");
-        let appended = ReplicaAnswer::Appended { durable_ends: [10, 3] };
-        assert_eq!(feed.on_answer(Some(&appended)), Outcome::Holds { ends: [10, 3], sent_at: now });
-        assert_eq!(feed.on_append([12, 5]), Action::Append { from: [10, 3] }, "from where the last ended");
+        let answer = ReplicaAnswer::Synced { next_offsets: at([4, 3]) };
+        assert_eq!(feed.on_synced(Some(&answer), now), Outcome::Holds { ends: at([4, 3]), sent_at: now });
+        assert_eq!(feed.on_append(at([10, 3])), Action::Append { from: at([4, 3]) });
+        feed.on_sent(some_at([Some(10), None]), at([4, 3]), now);
+        assert_eq!(feed.on_append(at([12, 5])), Action::Wait, "small appends wait for the one in flight");
+        let appended = ReplicaAnswer::Appended { durable_ends: at([10, 3]) };
+        assert_eq!(feed.on_answer(Some(&appended)), Outcome::Holds { ends: at([10, 3]), sent_at: now });
+        assert_eq!(
+            feed.on_append(at([12, 5])),
+            Action::Append { from: at([10, 3]) },
+            "from where the last ended"
+        );
     }
 
     #[test]
     fn nothing_pending_waits_and_a_backlog_keeps_the_window_of_one() {
         let (mut feed, now) = synced([7, 2]);
-        assert_eq!(feed.on_append([7, 2]), Action::Wait, "nothing pending");
-        feed.on_sent([Some(8), None], [7, 2], now);
+        assert_eq!(feed.on_append(at([7, 2])), Action::Wait, "nothing pending");
+        feed.on_sent(some_at([Some(8), None]), at([7, 2]), now);
         // A backlog larger than APPEND_PIPELINE_RECORDS_MIN would pipeline, but the window is
         // APPENDS_IN_FLIGHT = 1 (a wider one is a later change).
         let backlog = 8 + APPEND_PIPELINE_RECORDS_MIN * 4;
-        assert_eq!(feed.on_append([backlog, 2]), Action::Wait);
+        assert_eq!(feed.on_append(at([backlog, 2])), Action::Wait);
         assert_eq!(feed.in_flight(), 1);
     }
 
     #[test]
     fn a_late_or_duplicated_answer_changes_nothing() {
         let (mut feed, now) = synced([5, 5]);
-        feed.on_sent([Some(9), Some(6)], [5, 5], now);
-        let appended = ReplicaAnswer::Appended { durable_ends: [9, 6] };
+        feed.on_sent(some_at([Some(9), Some(6)]), at([5, 5]), now);
+        let appended = ReplicaAnswer::Appended { durable_ends: at([9, 6]) };
         assert!(matches!(feed.on_answer(Some(&appended)), Outcome::Holds { .. }));
         assert_eq!(feed.on_answer(Some(&appended)), Outcome::Ignored, "the same answer again");
-        let older = ReplicaAnswer::Appended { durable_ends: [2, 2] };
+        let older = ReplicaAnswer::Appended { durable_ends: at([2, 2]) };
         assert_eq!(feed.on_answer(Some(&older)), Outcome::Ignored, "an answer with nothing in flight");
-        assert_eq!(feed.on_append([12, 6]), Action::Append { from: [9, 6] }, "still synced, sent_to kept");
+        assert_eq!(
+            feed.on_append(at([12, 6])),
+            Action::Append { from: at([9, 6]) },
+            "still synced, sent_to kept"
+        );
     }
 
     #[test]
     fn a_failure_drops_the_window_and_resyncs_with_pauses_doubling_to_the_longest() {
         let (mut feed, now) = synced([5, 5]);
-        feed.on_sent([Some(9), None], [5, 5], now);
+        feed.on_sent(some_at([Some(9), None]), at([5, 5]), now);
         // A follower that promised a newer epoch answers Deposed: the exchange fails.
-        let deposed = ReplicaAnswer::Deposed { promised_epoch: 9 };
+        let deposed = ReplicaAnswer::Deposed { promised_epoch: crate::ids::Epoch::new(9) };
         assert_eq!(feed.on_answer(Some(&deposed)), Outcome::Retry { pause: RETRY_PAUSE_MIN });
-        assert_eq!(feed.on_append([9, 5]), Action::Sync, "what the follower holds is unknown again");
+        assert_eq!(feed.on_append(at([9, 5])), Action::Sync, "what the follower holds is unknown again");
         assert_eq!(feed.in_flight(), 0);
         let mut pauses = vec![];
         for _ in 0..10 {
@@ -257,10 +275,12 @@ mod tests {
         assert!(pauses.windows(2).all(|pair| pair[1] == (pair[0] * 2).min(RETRY_PAUSE_MAX)));
         assert_eq!(*pauses.last().unwrap(), RETRY_PAUSE_MAX);
         // The follower was cut back meanwhile: sending resumes from where it says it is.
-        let answer = ReplicaAnswer::Synced { next_offsets: [3, 5] };
-        assert!(matches!(feed.on_synced(Some(&answer), now), Outcome::Holds { ends: [3, 5], .. }));
-        assert_eq!(feed.on_append([9, 5]), Action::Append { from: [3, 5] });
-        feed.on_sent([Some(9), None], [5, 5], now);
+        let answer = ReplicaAnswer::Synced { next_offsets: at([3, 5]) };
+        assert!(
+            matches!(feed.on_synced(Some(&answer), now), Outcome::Holds { ends, .. } if ends == at([3, 5]))
+        );
+        assert_eq!(feed.on_append(at([9, 5])), Action::Append { from: at([3, 5]) });
+        feed.on_sent(some_at([Some(9), None]), at([5, 5]), now);
         assert!(
             matches!(feed.on_answer(None), Outcome::Retry { pause } if pause == RETRY_PAUSE_MIN),
             "a success reset the pause"
@@ -270,28 +290,28 @@ mod tests {
     #[test]
     fn an_answer_of_another_kind_or_a_failed_read_resyncs() {
         let (mut feed, now) = synced([1, 1]);
-        feed.on_sent([Some(4), None], [1, 1], now);
-        let synced_answer = ReplicaAnswer::Synced { next_offsets: [4, 1] };
+        feed.on_sent(some_at([Some(4), None]), at([1, 1]), now);
+        let synced_answer = ReplicaAnswer::Synced { next_offsets: at([4, 1]) };
         assert!(matches!(feed.on_answer(Some(&synced_answer)), Outcome::Retry { .. }));
-        assert_eq!(feed.on_append([4, 1]), Action::Sync);
+        assert_eq!(feed.on_append(at([4, 1])), Action::Sync);
         let (mut feed, _) = synced([1, 1]);
         assert!(matches!(feed.on_read_failed(), Outcome::Retry { .. }));
-        assert_eq!(feed.on_append([4, 1]), Action::Sync);
+        assert_eq!(feed.on_append(at([4, 1])), Action::Sync);
     }
 
     #[test]
     fn the_commit_point_alone_is_told_when_idle_and_the_lease_renewed_when_nothing_is_in_flight() {
         let (mut feed, now) = synced([5, 5]);
-        assert!(!feed.on_tick(Wake::Idle, [0, 0]), "nothing committed past what it was told");
-        assert!(feed.on_tick(Wake::Idle, [5, 0]), "committed past what it was told (nothing yet)");
-        feed.on_sent([None, None], [5, 5], now);
-        assert!(!feed.on_tick(Wake::Idle, [6, 5]), "one in flight: it waits for the answer");
-        assert!(!feed.on_tick(Wake::Renew, [6, 5]), "the one in flight answers for the lease");
-        let appended = ReplicaAnswer::Appended { durable_ends: [5, 5] };
+        assert!(!feed.on_tick(Wake::Idle, at([0, 0])), "nothing committed past what it was told");
+        assert!(feed.on_tick(Wake::Idle, at([5, 0])), "committed past what it was told (nothing yet)");
+        feed.on_sent(some_at([None, None]), at([5, 5]), now);
+        assert!(!feed.on_tick(Wake::Idle, at([6, 5])), "one in flight: it waits for the answer");
+        assert!(!feed.on_tick(Wake::Renew, at([6, 5])), "the one in flight answers for the lease");
+        let appended = ReplicaAnswer::Appended { durable_ends: at([5, 5]) };
         assert!(matches!(feed.on_answer(Some(&appended)), Outcome::Holds { .. }));
-        assert!(!feed.on_tick(Wake::Idle, [5, 5]), "told already");
-        assert!(feed.on_tick(Wake::Idle, [5, 6]), "the journal committed past what it was told");
-        assert!(feed.on_tick(Wake::Renew, [5, 5]));
-        assert!(!feed.on_tick(Wake::Records, [9, 9]), "records go through on_append");
+        assert!(!feed.on_tick(Wake::Idle, at([5, 5])), "told already");
+        assert!(feed.on_tick(Wake::Idle, at([5, 6])), "the journal committed past what it was told");
+        assert!(feed.on_tick(Wake::Renew, at([5, 5])));
+        assert!(!feed.on_tick(Wake::Records, at([9, 9])), "records go through on_append");
     }
 }

@@ -11,8 +11,7 @@ pub mod source;
 #[cfg(test)]
 mod tests;
 
-/// A node of the cluster.
-pub type NodeId = u64;
+use crate::ids::{Epoch, Offset, ShardId};
 
 /// Replicas whose answers make a quorum of `replicas`: a majority, ⌊R/2⌋ + 1 (⌈R/2⌉ for the
 /// odd R a topic is created with; a replica move passes through an even R for a moment, where
@@ -22,24 +21,30 @@ pub fn quorum(replicas: usize) -> usize {
 }
 
 /// A leader's view of its epoch's replication: how far each replica has its log durable at
-/// this epoch, and so how far the log is committed.
+/// this epoch, and so how far the log is committed. A replica is one shard of one node, so
+/// the replicas are counted by `ShardId`.
 #[derive(Debug, Clone)]
 pub struct CommitTracker {
-    epoch: u64,
+    epoch: Epoch,
     /// Where this epoch's first record (the new leader's empty batch) is: records before it
     /// commit only once a record of this epoch does (Raft's rule; an older epoch's record held
     /// by a majority may still be overwritten by a leader that never saw it).
-    epoch_start: u64,
+    epoch_start: Offset,
     /// Each replica's durable end as it answered at this epoch, the leader's own included.
-    durable_ends: Vec<(NodeId, u64)>,
+    durable_ends: Vec<(ShardId, Offset)>,
     replicas: usize,
-    committed_end: u64,
+    committed_end: Offset,
 }
 
 impl CommitTracker {
     /// A leader of `epoch` over `replicas` (its own id among them) whose log held `epoch_start`
     /// records when it was elected, of which `committed_end` were known committed.
-    pub fn new(epoch: u64, replicas: &[NodeId], epoch_start: u64, committed_end: u64) -> CommitTracker {
+    pub fn new(
+        epoch: Epoch,
+        replicas: &[ShardId],
+        epoch_start: Offset,
+        committed_end: Offset,
+    ) -> CommitTracker {
         assert!(!replicas.is_empty(), "a leader is one of its replicas");
         // The log's positions put the commit point at or below its end (`Log::next_offset`).
         assert!(
@@ -49,24 +54,24 @@ impl CommitTracker {
         CommitTracker {
             epoch,
             epoch_start,
-            durable_ends: replicas.iter().map(|&node| (node, 0)).collect(),
+            durable_ends: replicas.iter().map(|&replica| (replica, Offset::ZERO)).collect(),
             replicas: replicas.len(),
             committed_end,
         }
     }
 
-    pub fn epoch(&self) -> u64 {
+    pub fn epoch(&self) -> Epoch {
         self.epoch
     }
 
-    /// `node` answered that its log agrees with this leader's up to `durable_end` and is durable
-    /// there, at this epoch. A replica outside the set, or an older answer, changes nothing.
-    /// Returns the committed end, which only grows.
-    pub fn durable(&mut self, node: NodeId, durable_end: u64) -> u64 {
-        if let Some((_, end)) = self.durable_ends.iter_mut().find(|(replica, _)| *replica == node) {
+    /// `replica` answered that its log agrees with this leader's up to `durable_end` and is
+    /// durable there, at this epoch. A replica outside the set, or an older answer, changes
+    /// nothing. Returns the committed end, which only grows.
+    pub fn durable(&mut self, replica: ShardId, durable_end: Offset) -> Offset {
+        if let Some((_, end)) = self.durable_ends.iter_mut().find(|(answered, _)| *answered == replica) {
             *end = (*end).max(durable_end);
         }
-        let mut ends: Vec<u64> = self.durable_ends.iter().map(|(_, end)| *end).collect();
+        let mut ends: Vec<Offset> = self.durable_ends.iter().map(|(_, end)| *end).collect();
         ends.sort_unstable_by(|a, b| b.cmp(a));
         let on_a_quorum = ends[quorum(self.replicas) - 1];
         // The commit point only moves forward, and only past this epoch's start (each replica's
@@ -78,7 +83,7 @@ impl CommitTracker {
     }
 
     /// The end of what a quorum holds durably with a record of this epoch among it.
-    pub fn committed_end(&self) -> u64 {
+    pub fn committed_end(&self) -> Offset {
         self.committed_end
     }
 
@@ -86,7 +91,7 @@ impl CommitTracker {
     /// replicas: a record of this epoch is committed, or the log held nothing. A replica set
     /// changes again only after this (Raft's rule for one change at a time).
     pub fn holds_what_came_before(&self) -> bool {
-        self.epoch_start == 0 || self.committed_end > self.epoch_start
+        self.epoch_start == Offset::ZERO || self.committed_end > self.epoch_start
     }
 }
 
@@ -94,9 +99,9 @@ impl CommitTracker {
 /// is durable up to `durable_end` with `last_epoch` the epoch of its last record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FenceAnswer {
-    pub node: NodeId,
-    pub last_epoch: u64,
-    pub durable_end: u64,
+    pub replica: ShardId,
+    pub last_epoch: Epoch,
+    pub durable_end: Offset,
 }
 
 /// Why a fencing round cannot choose a leader yet.
@@ -109,10 +114,10 @@ pub struct NoQuorum {
 /// The next leader among `replicas` from the answers of a fencing round: the replica with the
 /// greatest (last epoch, durable end), the lower id on a tie, once ⌈R/2⌉ distinct replicas of
 /// the set answered. Answers from outside the set do not count.
-pub fn choose_leader(replicas: &[NodeId], answers: &[FenceAnswer]) -> Result<FenceAnswer, NoQuorum> {
+pub fn choose_leader(replicas: &[ShardId], answers: &[FenceAnswer]) -> Result<FenceAnswer, NoQuorum> {
     let mut counted: Vec<FenceAnswer> = Vec::new();
     for answer in answers {
-        if replicas.contains(&answer.node) && !counted.iter().any(|seen| seen.node == answer.node) {
+        if replicas.contains(&answer.replica) && !counted.iter().any(|seen| seen.replica == answer.replica) {
             counted.push(*answer);
         }
     }
@@ -123,10 +128,10 @@ pub fn choose_leader(replicas: &[NodeId], answers: &[FenceAnswer]) -> Result<Fen
     Ok(counted
         .into_iter()
         .max_by(|a, b| {
-            (a.last_epoch, a.durable_end, std::cmp::Reverse(a.node)).cmp(&(
+            (a.last_epoch, a.durable_end, std::cmp::Reverse(a.replica)).cmp(&(
                 b.last_epoch,
                 b.durable_end,
-                std::cmp::Reverse(b.node),
+                std::cmp::Reverse(b.replica),
             ))
         })
         .expect("a quorum is at least one answer"))
@@ -138,7 +143,7 @@ pub fn choose_leader(replicas: &[NodeId], answers: &[FenceAnswer]) -> Result<Fen
 /// epochs apart), without comparing records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EpochHistory {
-    starts: Vec<(u64, u64)>,
+    starts: Vec<(Epoch, Offset)>,
 }
 
 impl EpochHistory {
@@ -146,25 +151,25 @@ impl EpochHistory {
     pub fn of_epochs(epochs: impl IntoIterator<Item = u64>) -> EpochHistory {
         let mut history = EpochHistory::default();
         for (offset, epoch) in epochs.into_iter().enumerate() {
-            history.appended(epoch, offset as u64);
+            history.appended(Epoch::new(epoch), Offset::new(offset as u64));
         }
         history
     }
 
     /// Where each epoch begins, `(epoch, first offset)`, in order.
-    pub fn starts(&self) -> &[(u64, u64)] {
+    pub fn starts(&self) -> &[(Epoch, Offset)] {
         &self.starts
     }
 
     /// A history from its starts, as `starts` gives them; None unless both epochs and offsets
     /// increase (epochs strictly), as a log's do.
-    pub fn from_starts(starts: Vec<(u64, u64)>) -> Option<EpochHistory> {
+    pub fn from_starts(starts: Vec<(Epoch, Offset)>) -> Option<EpochHistory> {
         let ordered = starts.windows(2).all(|pair| pair[0].0 < pair[1].0 && pair[0].1 <= pair[1].1);
         ordered.then_some(EpochHistory { starts })
     }
 
     /// A record of `epoch` was appended at `offset`.
-    pub fn appended(&mut self, epoch: u64, offset: u64) {
+    pub fn appended(&mut self, epoch: Epoch, offset: Offset) {
         match self.starts.last() {
             Some(&(last, _)) if last == epoch => {}
             Some(&(last, start)) => {
@@ -179,22 +184,26 @@ impl EpochHistory {
     }
 
     /// The log was cut to end at `end`: epochs that began at or past it are gone.
-    pub fn truncated(&mut self, end: u64) {
+    pub fn truncated(&mut self, end: Offset) {
         self.starts.retain(|&(_, start)| start < end);
     }
 
     /// The epoch of the record before `end` (0 for an empty log).
-    pub fn epoch_before(&self, end: u64) -> u64 {
-        self.starts.iter().take_while(|&&(_, start)| start < end).last().map_or(0, |&(epoch, _)| epoch)
+    pub fn epoch_before(&self, end: Offset) -> Epoch {
+        self.starts
+            .iter()
+            .take_while(|&&(_, start)| start < end)
+            .last()
+            .map_or(Epoch::ZERO, |&(epoch, _)| epoch)
     }
 
     /// The leader's answer to a follower whose last epoch is `epoch`: the greatest epoch at or
     /// below it this log has, and where that epoch ends here (the next epoch's start, or
     /// `log_end`). With no such epoch, (0, 0): nothing is known to agree.
-    pub fn end_of(&self, epoch: u64, log_end: u64) -> (u64, u64) {
+    pub fn end_of(&self, epoch: Epoch, log_end: Offset) -> (Epoch, Offset) {
         let index = self.starts.partition_point(|&(started, _)| started <= epoch);
         if index == 0 {
-            return (0, 0);
+            return (Epoch::ZERO, Offset::ZERO);
         }
         let end = self.starts.get(index).map_or(log_end, |&(_, next_start)| next_start);
         (self.starts[index - 1].0, end)
@@ -205,12 +214,17 @@ impl EpochHistory {
 /// of the longest prefix both logs hold, found from the epoch histories alone. Each round asks
 /// the leader where the follower's last epoch ends in its log; an epoch the leader never had
 /// makes the follower step back to the leader's last epoch below it and ask again.
-pub fn divergence(follower: &EpochHistory, follower_end: u64, leader: &EpochHistory, leader_end: u64) -> u64 {
+pub fn divergence(
+    follower: &EpochHistory,
+    follower_end: Offset,
+    leader: &EpochHistory,
+    leader_end: Offset,
+) -> Offset {
     let mut end = follower_end;
     loop {
         let epoch = follower.epoch_before(end);
-        if epoch == 0 {
-            return 0;
+        if epoch == Epoch::ZERO {
+            return Offset::ZERO;
         }
         let (leaders_epoch, leaders_end) = leader.end_of(epoch, leader_end);
         if leaders_epoch == epoch {
@@ -224,8 +238,8 @@ pub fn divergence(follower: &EpochHistory, follower_end: u64, leader: &EpochHist
             .find(|&&(started, _)| started > leaders_epoch)
             .map_or(end, |&(_, start)| start);
         end = end.min(cut).min(leaders_end);
-        if leaders_epoch == 0 {
-            return 0;
+        if leaders_epoch == Epoch::ZERO {
+            return Offset::ZERO;
         }
     }
 }

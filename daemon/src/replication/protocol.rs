@@ -9,6 +9,7 @@
 
 use super::EpochHistory;
 use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::ids::{Epoch, Offset};
 
 /// A source's logs: its messages, then its journal.
 pub const LOGS: usize = 2;
@@ -23,14 +24,14 @@ pub const HISTORY_EPOCHS_MAX: usize = 1 << 16;
 /// Records of one epoch at consecutive offsets, sealed as the sender's log holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunk {
-    pub first_offset: u64,
-    pub epoch: u64,
+    pub first_offset: Offset,
+    pub epoch: Epoch,
     pub record_count: u32,
     pub records: Vec<u8>,
 }
 
 impl Chunk {
-    pub fn end_offset(&self) -> u64 {
+    pub fn end_offset(&self) -> Offset {
         self.first_offset + self.record_count as u64
     }
 }
@@ -40,26 +41,26 @@ impl Chunk {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogAppend {
     pub chunks: Vec<Chunk>,
-    pub committed_end: u64,
-    pub start_offset: u64,
+    pub committed_end: Offset,
+    pub start_offset: Offset,
 }
 
 /// Where a log stands: the epochs of its durable records, and their end.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogTip {
     pub history: EpochHistory,
-    pub end: u64,
+    pub end: Offset,
     /// Where the leader's log starts (what retention left): a replica that holds nothing, a
     /// new one, starts its log there (`Log::start_at`) instead of at 0.
-    pub start: u64,
+    pub start: Offset,
 }
 
 /// A replica's answer to a fencing round, for one log: the epoch of its last record, its
 /// durable end, and its epochs (for a new leader to find where it parts from it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FencedLog {
-    pub last_epoch: u64,
-    pub durable_end: u64,
+    pub last_epoch: Epoch,
+    pub durable_end: Offset,
     pub history: EpochHistory,
 }
 
@@ -67,36 +68,36 @@ pub struct FencedLog {
 pub enum ReplicaRequest {
     /// The leader of `leader_epoch` to a follower, before it sends records: promise my epoch,
     /// cut what disagrees with my logs, and say where each of yours now ends.
-    Sync { topic_id: u64, leader_epoch: u64, logs: [LogTip; LOGS] },
+    Sync { topic_id: u64, leader_epoch: Epoch, logs: [LogTip; LOGS] },
     /// The leader's records, at the follower's next offsets.
-    Append { topic_id: u64, leader_epoch: u64, logs: [LogAppend; LOGS] },
+    Append { topic_id: u64, leader_epoch: Epoch, logs: [LogAppend; LOGS] },
     /// A fencing round: take no append from a leader older than `epoch`, and say what you hold.
-    Fence { topic_id: u64, epoch: u64 },
+    Fence { topic_id: u64, epoch: Epoch },
     /// Durable records of one log from `from` on, at most about `bytes_max` of them.
-    Read { topic_id: u64, log: u8, from: u64, bytes_max: u32 },
+    Read { topic_id: u64, log: u8, from: Offset, bytes_max: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicaAnswer {
     /// Each log's next offset once cut to agree with the leader.
     Synced {
-        next_offsets: [u64; LOGS],
+        next_offsets: [Offset; LOGS],
     },
     /// Each log's durable end once the records sent are durable.
     Appended {
-        durable_ends: [u64; LOGS],
+        durable_ends: [Offset; LOGS],
     },
     Fenced {
         logs: [FencedLog; LOGS],
     },
     Read {
         chunks: Vec<Chunk>,
-        durable_end: u64,
+        durable_end: Offset,
     },
     /// A sync or records from a leader older than this replica promised (a fencing round of
     /// `promised_epoch` reached it): the leader is deposed here, and an election is wanted.
     Deposed {
-        promised_epoch: u64,
+        promised_epoch: Epoch,
     },
 }
 
@@ -134,7 +135,7 @@ fn get_bytes<'a>(decoder: &mut Decoder<'a>) -> DecodeResult<&'a [u8]> {
 fn put_history(encoder: &mut Encoder, history: &EpochHistory) {
     encoder.u32(history.starts().len() as u32);
     for (epoch, start) in history.starts() {
-        encoder.u64(*epoch).u64(*start);
+        encoder.u64(epoch.get()).u64(start.get());
     }
 }
 
@@ -145,7 +146,7 @@ fn get_history(decoder: &mut Decoder) -> DecodeResult<EpochHistory> {
     }
     let mut starts = Vec::with_capacity(count.min(64));
     for _ in 0..count {
-        starts.push((decoder.u64()?, decoder.u64()?));
+        starts.push((Epoch::new(decoder.u64()?), Offset::new(decoder.u64()?)));
     }
     EpochHistory::from_starts(starts).ok_or("an epoch history out of order")
 }
@@ -153,7 +154,7 @@ fn get_history(decoder: &mut Decoder) -> DecodeResult<EpochHistory> {
 fn put_chunks(encoder: &mut Encoder, chunks: &[Chunk]) {
     encoder.u32(chunks.len() as u32);
     for chunk in chunks {
-        encoder.u64(chunk.first_offset).u64(chunk.epoch).u32(chunk.record_count);
+        encoder.u64(chunk.first_offset.get()).u64(chunk.epoch.get()).u32(chunk.record_count);
         put_bytes(encoder, &chunk.records);
     }
 }
@@ -170,6 +171,7 @@ fn get_chunks(decoder: &mut Decoder) -> DecodeResult<Vec<Chunk>> {
             return Err("a chunk that ends past the last offset");
         }
         let records = get_bytes(decoder)?.to_vec();
+        let (first_offset, epoch) = (Offset::new(first_offset), Epoch::new(epoch));
         chunks.push(Chunk { first_offset, epoch, record_count, records });
     }
     Ok(chunks)
@@ -187,27 +189,27 @@ impl ReplicaRequest {
         match self {
             ReplicaRequest::Sync { topic_id, leader_epoch, logs } => {
                 let mut encoder = Encoder::new(REQUEST_SYNC);
-                encoder.u64(*topic_id).u64(*leader_epoch);
+                encoder.u64(*topic_id).u64(leader_epoch.get());
                 for tip in logs {
                     put_history(&mut encoder, &tip.history);
-                    encoder.u64(tip.end).u64(tip.start);
+                    encoder.u64(tip.end.get()).u64(tip.start.get());
                 }
                 encoder.0
             }
             ReplicaRequest::Append { topic_id, leader_epoch, logs } => {
                 let mut encoder = Encoder::new(REQUEST_APPEND);
-                encoder.u64(*topic_id).u64(*leader_epoch);
+                encoder.u64(*topic_id).u64(leader_epoch.get());
                 for log in logs {
-                    encoder.u64(log.committed_end).u64(log.start_offset);
+                    encoder.u64(log.committed_end.get()).u64(log.start_offset.get());
                     put_chunks(&mut encoder, &log.chunks);
                 }
                 encoder.0
             }
             ReplicaRequest::Fence { topic_id, epoch } => {
-                Encoder::new(REQUEST_FENCE).u64(*topic_id).u64(*epoch).0.clone()
+                Encoder::new(REQUEST_FENCE).u64(*topic_id).u64(epoch.get()).0.clone()
             }
             ReplicaRequest::Read { topic_id, log, from, bytes_max } => {
-                Encoder::new(REQUEST_READ).u64(*topic_id).u8(*log).u64(*from).u32(*bytes_max).0.clone()
+                Encoder::new(REQUEST_READ).u64(*topic_id).u8(*log).u64(from.get()).u32(*bytes_max).0.clone()
             }
         }
     }
@@ -216,25 +218,26 @@ impl ReplicaRequest {
         let mut d = Decoder::new(bytes);
         let request = match d.u8()? {
             REQUEST_SYNC => {
-                let (topic_id, leader_epoch) = (d.u64()?, d.u64()?);
+                let (topic_id, leader_epoch) = (d.u64()?, Epoch::new(d.u64()?));
                 let mut tip = || -> DecodeResult<LogTip> {
-                    Ok(LogTip { history: get_history(&mut d)?, end: d.u64()?, start: d.u64()? })
+                    let history = get_history(&mut d)?;
+                    Ok(LogTip { history, end: Offset::new(d.u64()?), start: Offset::new(d.u64()?) })
                 };
                 let logs = [tip()?, tip()?];
                 ReplicaRequest::Sync { topic_id, leader_epoch, logs }
             }
             REQUEST_APPEND => {
-                let (topic_id, leader_epoch) = (d.u64()?, d.u64()?);
+                let (topic_id, leader_epoch) = (d.u64()?, Epoch::new(d.u64()?));
                 let mut log = || -> DecodeResult<LogAppend> {
-                    let (committed_end, start_offset) = (d.u64()?, d.u64()?);
+                    let (committed_end, start_offset) = (Offset::new(d.u64()?), Offset::new(d.u64()?));
                     Ok(LogAppend { committed_end, start_offset, chunks: get_chunks(&mut d)? })
                 };
                 let logs = [log()?, log()?];
                 ReplicaRequest::Append { topic_id, leader_epoch, logs }
             }
-            REQUEST_FENCE => ReplicaRequest::Fence { topic_id: d.u64()?, epoch: d.u64()? },
+            REQUEST_FENCE => ReplicaRequest::Fence { topic_id: d.u64()?, epoch: Epoch::new(d.u64()?) },
             REQUEST_READ => {
-                let (topic_id, log, from, bytes_max) = (d.u64()?, d.u8()?, d.u64()?, d.u32()?);
+                let (topic_id, log, from, bytes_max) = (d.u64()?, d.u8()?, Offset::new(d.u64()?), d.u32()?);
                 if log as usize >= LOGS {
                     return Err("a read of a log a source does not have");
                 }
@@ -250,27 +253,27 @@ impl ReplicaAnswer {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             ReplicaAnswer::Synced { next_offsets } => {
-                Encoder::new(ANSWER_SYNCED).u64(next_offsets[0]).u64(next_offsets[1]).0.clone()
+                Encoder::new(ANSWER_SYNCED).u64(next_offsets[0].get()).u64(next_offsets[1].get()).0.clone()
             }
             ReplicaAnswer::Appended { durable_ends } => {
-                Encoder::new(ANSWER_APPENDED).u64(durable_ends[0]).u64(durable_ends[1]).0.clone()
+                Encoder::new(ANSWER_APPENDED).u64(durable_ends[0].get()).u64(durable_ends[1].get()).0.clone()
             }
             ReplicaAnswer::Fenced { logs } => {
                 let mut encoder = Encoder::new(ANSWER_FENCED);
                 for log in logs {
-                    encoder.u64(log.last_epoch).u64(log.durable_end);
+                    encoder.u64(log.last_epoch.get()).u64(log.durable_end.get());
                     put_history(&mut encoder, &log.history);
                 }
                 encoder.0
             }
             ReplicaAnswer::Read { chunks, durable_end } => {
                 let mut encoder = Encoder::new(ANSWER_READ);
-                encoder.u64(*durable_end);
+                encoder.u64(durable_end.get());
                 put_chunks(&mut encoder, chunks);
                 encoder.0
             }
             ReplicaAnswer::Deposed { promised_epoch } => {
-                Encoder::new(ANSWER_DEPOSED).u64(*promised_epoch).0.clone()
+                Encoder::new(ANSWER_DEPOSED).u64(promised_epoch.get()).0.clone()
             }
         }
     }
@@ -278,21 +281,25 @@ impl ReplicaAnswer {
     pub fn decode(bytes: &[u8]) -> DecodeResult<ReplicaAnswer> {
         let mut d = Decoder::new(bytes);
         let answer = match d.u8()? {
-            ANSWER_SYNCED => ReplicaAnswer::Synced { next_offsets: [d.u64()?, d.u64()?] },
-            ANSWER_APPENDED => ReplicaAnswer::Appended { durable_ends: [d.u64()?, d.u64()?] },
+            ANSWER_SYNCED => {
+                ReplicaAnswer::Synced { next_offsets: [Offset::new(d.u64()?), Offset::new(d.u64()?)] }
+            }
+            ANSWER_APPENDED => {
+                ReplicaAnswer::Appended { durable_ends: [Offset::new(d.u64()?), Offset::new(d.u64()?)] }
+            }
             ANSWER_FENCED => {
                 let mut log = || -> DecodeResult<FencedLog> {
-                    let (last_epoch, durable_end) = (d.u64()?, d.u64()?);
+                    let (last_epoch, durable_end) = (Epoch::new(d.u64()?), Offset::new(d.u64()?));
                     Ok(FencedLog { last_epoch, durable_end, history: get_history(&mut d)? })
                 };
                 let logs = [log()?, log()?];
                 ReplicaAnswer::Fenced { logs }
             }
             ANSWER_READ => {
-                let durable_end = d.u64()?;
+                let durable_end = Offset::new(d.u64()?);
                 ReplicaAnswer::Read { durable_end, chunks: get_chunks(&mut d)? }
             }
-            ANSWER_DEPOSED => ReplicaAnswer::Deposed { promised_epoch: d.u64()? },
+            ANSWER_DEPOSED => ReplicaAnswer::Deposed { promised_epoch: Epoch::new(d.u64()?) },
             _ => return Err("unknown replica answer"),
         };
         finish(&d, answer)
@@ -304,7 +311,12 @@ mod tests {
     use super::*;
 
     fn chunk(first_offset: u64, epoch: u64) -> Chunk {
-        Chunk { first_offset, epoch, record_count: 2, records: vec![7; 24] }
+        Chunk {
+            first_offset: Offset::new(first_offset),
+            epoch: Epoch::new(epoch),
+            record_count: 2,
+            records: vec![7; 24],
+        }
     }
 
     #[test]
@@ -313,19 +325,31 @@ mod tests {
         let requests = vec![
             ReplicaRequest::Sync {
                 topic_id: 9,
-                leader_epoch: 4,
-                logs: [LogTip { history: history.clone(), end: 4, start: 2 }, LogTip::default()],
+                leader_epoch: Epoch::new(4),
+                logs: [
+                    LogTip { history: history.clone(), end: Offset::new(4), start: Offset::new(2) },
+                    LogTip::default(),
+                ],
             },
             ReplicaRequest::Append {
                 topic_id: 9,
-                leader_epoch: 4,
+                leader_epoch: Epoch::new(4),
                 logs: [
-                    LogAppend { chunks: vec![chunk(4, 3), chunk(6, 4)], committed_end: 3, start_offset: 0 },
-                    LogAppend { chunks: vec![], committed_end: 0, start_offset: 0 },
+                    LogAppend {
+                        chunks: vec![chunk(4, 3), chunk(6, 4)],
+                        committed_end: Offset::new(3),
+                        start_offset: Offset::new(0),
+                    },
+                    LogAppend { chunks: vec![], committed_end: Offset::new(0), start_offset: Offset::new(0) },
                 ],
             },
-            ReplicaRequest::Fence { topic_id: 9, epoch: 5 },
-            ReplicaRequest::Read { topic_id: 9, log: JOURNAL as u8, from: 3, bytes_max: 1 << 20 },
+            ReplicaRequest::Fence { topic_id: 9, epoch: Epoch::new(5) },
+            ReplicaRequest::Read {
+                topic_id: 9,
+                log: JOURNAL as u8,
+                from: Offset::new(3),
+                bytes_max: 1 << 20,
+            },
         ];
         for request in requests {
             let encoded = request.encode();
@@ -335,16 +359,20 @@ mod tests {
             }
         }
         let answers = vec![
-            ReplicaAnswer::Synced { next_offsets: [4, 0] },
-            ReplicaAnswer::Appended { durable_ends: [8, 2] },
+            ReplicaAnswer::Synced { next_offsets: [Offset::new(4), Offset::new(0)] },
+            ReplicaAnswer::Appended { durable_ends: [Offset::new(8), Offset::new(2)] },
             ReplicaAnswer::Fenced {
                 logs: [
-                    FencedLog { last_epoch: 4, durable_end: 8, history: history.clone() },
+                    FencedLog {
+                        last_epoch: Epoch::new(4),
+                        durable_end: Offset::new(8),
+                        history: history.clone(),
+                    },
                     FencedLog::default(),
                 ],
             },
-            ReplicaAnswer::Read { chunks: vec![chunk(0, 1)], durable_end: 2 },
-            ReplicaAnswer::Deposed { promised_epoch: 7 },
+            ReplicaAnswer::Read { chunks: vec![chunk(0, 1)], durable_end: Offset::new(2) },
+            ReplicaAnswer::Deposed { promised_epoch: Epoch::new(7) },
         ];
         for answer in answers {
             let encoded = answer.encode();

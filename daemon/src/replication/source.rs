@@ -10,6 +10,7 @@ use super::protocol::{
 };
 use super::{divergence, quorum, CommitTracker};
 use crate::api::Status;
+use crate::ids::{Epoch, Offset, ShardId};
 use crate::log::{HeldBatch, Log, LogError};
 use crate::storage::Storage;
 use crate::sync::Notify;
@@ -62,7 +63,7 @@ pub const LEASE_RETRY: Duration = Duration::from_millis(20);
 /// and the address of that forwarder's port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
-    pub shard: u32,
+    pub shard: ShardId,
     pub address: String,
 }
 
@@ -77,29 +78,26 @@ pub trait Transport {
 /// The records of `batches` from `from` on, as chunks of one epoch each. The first batch may
 /// start below `from` (the follower's batches are not the leader's): its records before it
 /// are left out.
-pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: u64) -> Result<Vec<Chunk>, LogError> {
+pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: Offset) -> Result<Vec<Chunk>, LogError> {
     let mut chunks: Vec<Chunk> = Vec::new();
     for batch in batches {
-        if batch.end_offset() <= from {
+        let (base_offset, end_offset) = (Offset::new(batch.base_offset()), Offset::new(batch.end_offset()));
+        let epoch = Epoch::new(batch.epoch());
+        if end_offset <= from {
             continue;
         }
-        let (first_offset, records) = if batch.base_offset() < from {
-            (from, sealed_from(batch, from)?)
+        let (first_offset, records) = if base_offset < from {
+            (from, sealed_from(batch, from.get())?)
         } else {
-            (batch.base_offset(), batch.sealed_records())
+            (base_offset, batch.sealed_records())
         };
-        let record_count = (batch.end_offset() - first_offset) as u32;
+        let record_count = (end_offset - first_offset) as u32;
         match chunks.last_mut() {
-            Some(last) if last.epoch == batch.epoch() && last.end_offset() == first_offset => {
+            Some(last) if last.epoch == epoch && last.end_offset() == first_offset => {
                 last.records.extend_from_slice(records);
                 last.record_count += record_count;
             }
-            _ => chunks.push(Chunk {
-                first_offset,
-                epoch: batch.epoch(),
-                record_count,
-                records: records.to_vec(),
-            }),
+            _ => chunks.push(Chunk { first_offset, epoch, record_count, records: records.to_vec() }),
         }
     }
     Ok(chunks)
@@ -131,13 +129,13 @@ pub fn tip<S: Storage>(log: &Log<S>) -> LogTip {
 /// A leader's replication of one source, for one epoch: what each replica holds durably, and
 /// the tasks that send each follower its records. Dropped (stopped) when it is deposed.
 pub struct Leader {
-    pub epoch: u64,
+    pub epoch: Epoch,
     /// This replica's shard.
-    pub shard: u32,
+    pub shard: ShardId,
     pub peers: Vec<Peer>,
     trackers: RefCell<[CommitTracker; LOGS]>,
     /// Each follower's durable ends as it last answered (what retention may not remove yet).
-    acknowledged: RefCell<Vec<[u64; LOGS]>>,
+    acknowledged: RefCell<Vec<[Offset; LOGS]>>,
     stopped: Cell<bool>,
     stop: Notify,
     /// A follower promised a newer epoch than this leader's (`wants_election`).
@@ -154,22 +152,22 @@ impl Leader {
     /// The leader of `epoch` among `shard` and `peers`, whose logs held `epoch_starts` records
     /// when it was elected, of which `committed_ends` were known committed.
     pub fn new(
-        epoch: u64,
-        shard: u32,
+        epoch: Epoch,
+        shard: ShardId,
         peers: Vec<Peer>,
-        epoch_starts: [u64; LOGS],
-        committed_ends: [u64; LOGS],
+        epoch_starts: [Offset; LOGS],
+        committed_ends: [Offset; LOGS],
         serve_from: std::time::Instant,
     ) -> Rc<Leader> {
-        let replicas: Vec<u64> =
-            std::iter::once(shard as u64).chain(peers.iter().map(|peer| peer.shard as u64)).collect();
+        let replicas: Vec<ShardId> =
+            std::iter::once(shard).chain(peers.iter().map(|peer| peer.shard)).collect();
         let followers = peers.len();
         let trackers = [MESSAGES, JOURNAL]
             .map(|log| CommitTracker::new(epoch, &replicas, epoch_starts[log], committed_ends[log]));
         Rc::new(Leader {
             epoch,
             shard,
-            acknowledged: RefCell::new(vec![[0; LOGS]; peers.len()]),
+            acknowledged: RefCell::new(vec![[Offset::ZERO; LOGS]; peers.len()]),
             peers,
             trackers: RefCell::new(trackers),
             stopped: Cell::new(false),
@@ -236,7 +234,7 @@ impl Leader {
 
     /// Each follower as it last answered: its durable end of `log`, and how long ago the last
     /// request it answered was sent (`None`: no answer yet).
-    pub fn followers(&self, log: usize, now: std::time::Instant) -> Vec<(&Peer, u64, Option<Duration>)> {
+    pub fn followers(&self, log: usize, now: std::time::Instant) -> Vec<(&Peer, Offset, Option<Duration>)> {
         let acknowledged = self.acknowledged.borrow();
         let answered = self.answered_sent.borrow();
         self.peers
@@ -259,24 +257,24 @@ impl Leader {
     }
 
     /// The offset below which every follower holds `log` (what its retention may remove).
-    pub fn replicated_floor(&self, log: usize) -> u64 {
-        self.acknowledged.borrow().iter().map(|ends| ends[log]).min().unwrap_or(u64::MAX)
+    pub fn replicated_floor(&self, log: usize) -> Offset {
+        self.acknowledged.borrow().iter().map(|ends| ends[log]).min().unwrap_or(Offset::new(u64::MAX))
     }
 
     /// Moves each log's committed position to what a quorum holds, this replica included.
     pub fn advance<S: Storage>(&self, logs: &[Log<S>; LOGS]) {
         let mut trackers = self.trackers.borrow_mut();
         for (log, tracker) in logs.iter().zip(trackers.iter_mut()) {
-            let committed = tracker.durable(self.shard as u64, log.durable_end());
+            let committed = tracker.durable(self.shard, log.durable_end());
             log.commit_to(committed);
         }
     }
 
-    fn answered<S: Storage>(&self, index: usize, durable_ends: [u64; LOGS], logs: &[Log<S>; LOGS]) {
+    fn answered<S: Storage>(&self, index: usize, durable_ends: [Offset; LOGS], logs: &[Log<S>; LOGS]) {
         {
             let mut trackers = self.trackers.borrow_mut();
             for (log, tracker) in trackers.iter_mut().enumerate() {
-                tracker.durable(self.peers[index].shard as u64, durable_ends[log]);
+                tracker.durable(self.peers[index].shard, durable_ends[log]);
             }
         }
         self.acknowledged.borrow_mut()[index] = durable_ends;
@@ -287,7 +285,7 @@ impl Leader {
     /// quorum of replicas holds it. Fails once this replica is deposed, or after
     /// `COMMIT_WAIT_MAX`: the records are durable here and may still commit, so the caller
     /// cannot say they did.
-    pub async fn wait_committed<S: Storage>(&self, log: &Log<S>, end: u64) -> Result<(), LogError> {
+    pub async fn wait_committed<S: Storage>(&self, log: &Log<S>, end: Offset) -> Result<(), LogError> {
         let deadline = crate::runtime::now() + COMMIT_WAIT_MAX;
         loop {
             let committed = log.committed();
@@ -401,7 +399,7 @@ impl Leader {
                 Ok(parts) => parts,
                 Err(error) => {
                     crate::log_warn!(
-                        "ringpostd: topic {topic_id:x}: reading records for replica shard {:#x}: {error}",
+                        "ringpostd: topic {topic_id:x}: reading records for the replica on {}: {error}",
                         peer.shard
                     );
                     let outcome = feed.on_read_failed();
@@ -436,7 +434,7 @@ impl Leader {
     async fn parts<S: Storage>(
         &self,
         logs: &[Log<S>; LOGS],
-        at: [u64; LOGS],
+        at: [Offset; LOGS],
     ) -> Result<[LogAppend; LOGS], LogError> {
         let messages = part(&logs[MESSAGES], at[MESSAGES], usize::MAX).await?;
         let taken: usize = messages.chunks.iter().map(|chunk| chunk.records.len()).sum();
@@ -462,7 +460,7 @@ impl Leader {
 
 /// One log's part of an append: its durable records from `from` on, up to `APPEND_BYTES_MAX`
 /// beyond the first batch, none when that batch alone is larger than `room`.
-async fn part<S: Storage>(log: &Log<S>, from: u64, room: usize) -> Result<LogAppend, LogError> {
+async fn part<S: Storage>(log: &Log<S>, from: Offset, room: usize) -> Result<LogAppend, LogError> {
     let start_offset = log.start_offset();
     let committed_end = log.committed_end();
     if from < start_offset {
@@ -470,7 +468,7 @@ async fn part<S: Storage>(log: &Log<S>, from: u64, room: usize) -> Result<LogApp
             "the follower needs offset {from}, and the log starts at {start_offset}: it was removed"
         )));
     }
-    let batches = log.hold_durable_from(from, APPEND_BYTES_MAX.min(room)).await?;
+    let batches = log.hold_durable_from(from.get(), APPEND_BYTES_MAX.min(room)).await?;
     if batches.first().is_some_and(|first| first.records_bytes() > room) {
         return Ok(LogAppend { chunks: Vec::new(), committed_end, start_offset });
     }
@@ -508,7 +506,7 @@ async fn exchange(
             // follower takes nothing from it now.
             if !leader.election_wanted.replace(true) {
                 crate::log_info!(
-                    "ringpostd: replica shard {:#x} promised epoch {promised_epoch}; the leader of epoch {} asks \
+                    "ringpostd: the replica on {} promised epoch {promised_epoch}; the leader of epoch {} asks \
                      for an election",
                     peer.shard, leader.epoch
                 );
@@ -525,10 +523,10 @@ async fn exchange(
 /// committed record: refused (it cannot happen while the protocol holds; it is asserted).
 pub async fn follow<S: Storage>(
     logs: &[Log<S>; LOGS],
-    leader_epoch: u64,
+    leader_epoch: Epoch,
     tips: &[LogTip; LOGS],
-) -> Result<[u64; LOGS], LogError> {
-    let mut next = [0; LOGS];
+) -> Result<[Offset; LOGS], LogError> {
+    let mut next = [Offset::ZERO; LOGS];
     for (index, (log, tip)) in logs.iter().zip(tips).enumerate() {
         if log.promised_epoch() < leader_epoch {
             log.promise_epoch(leader_epoch).await?;
@@ -578,10 +576,11 @@ pub async fn follow<S: Storage>(
 pub async fn take<S: Storage>(
     logs: &[Log<S>; LOGS],
     log_ids: [u64; LOGS],
-    leader_epoch: u64,
+    leader_epoch: Epoch,
     parts: [LogAppend; LOGS],
-) -> Result<[u64; LOGS], LogError> {
-    let bounds: Vec<(u64, u64)> = parts.iter().map(|part| (part.committed_end, part.start_offset)).collect();
+) -> Result<[Offset; LOGS], LogError> {
+    let bounds: Vec<(Offset, Offset)> =
+        parts.iter().map(|part| (part.committed_end, part.start_offset)).collect();
     let [messages, journal] = parts;
     let taken = crate::sync::join_all(vec![
         take_one(&logs[MESSAGES], log_ids[MESSAGES], leader_epoch, messages.chunks),
@@ -605,7 +604,7 @@ pub async fn take<S: Storage>(
         if start_offset > log.start_offset() {
             let log = log.clone();
             crate::runtime::spawn(async move {
-                if let Err(error) = log.remove_before(start_offset).await {
+                if let Err(error) = log.remove_before(start_offset.get()).await {
                     crate::log_warn!("ringpostd: removing segments a leader removed: {error}");
                 }
             })
@@ -620,7 +619,7 @@ pub async fn take<S: Storage>(
 async fn take_one<S: Storage>(
     log: &Log<S>,
     log_id: u64,
-    leader_epoch: u64,
+    leader_epoch: Epoch,
     chunks: Vec<Chunk>,
 ) -> Result<(), LogError> {
     let mut expected = log.next_offset();
@@ -634,7 +633,7 @@ async fn take_one<S: Storage>(
         crate::log::record::check_sealed_records(
             &chunk.records,
             log_id,
-            chunk.first_offset,
+            chunk.first_offset.get(),
             chunk.record_count,
         )
         .map_err(|error| LogError::Refused(format!("records from another replica: {error}")))?;
@@ -660,7 +659,7 @@ async fn take_one<S: Storage>(
 
 /// A replica's part of a fencing round: from now on it takes nothing from a leader older than
 /// `epoch`; it says what each log holds.
-pub async fn fence<S: Storage>(logs: &[Log<S>; LOGS], epoch: u64) -> Result<[FencedLog; LOGS], LogError> {
+pub async fn fence<S: Storage>(logs: &[Log<S>; LOGS], epoch: Epoch) -> Result<[FencedLog; LOGS], LogError> {
     let mut answers: [FencedLog; LOGS] = Default::default();
     for (log, answer) in logs.iter().zip(answers.iter_mut()) {
         let (last_epoch, durable_end) = log.promise_epoch(epoch).await?;
@@ -673,16 +672,16 @@ pub async fn fence<S: Storage>(logs: &[Log<S>; LOGS], epoch: u64) -> Result<[Fen
 /// journal it lacks from the replica that holds the most).
 pub async fn read<S: Storage>(
     log: &Log<S>,
-    from: u64,
+    from: Offset,
     bytes_max: usize,
-) -> Result<(Vec<Chunk>, u64), LogError> {
+) -> Result<(Vec<Chunk>, Offset), LogError> {
     if from < log.start_offset() {
         return Err(LogError::Refused(format!(
             "offset {from} is below the log's start {}",
             log.start_offset()
         )));
     }
-    let batches = log.hold_durable_from(from, bytes_max).await?;
+    let batches = log.hold_durable_from(from.get(), bytes_max).await?;
     Ok((chunks_from(&batches, from)?, log.durable_end()))
 }
 
@@ -693,7 +692,7 @@ pub async fn read<S: Storage>(
 pub async fn adopt_journal<S: Storage>(
     journal: &Log<S>,
     topic_id: u64,
-    epoch: u64,
+    epoch: Epoch,
     answers: &[(Peer, FencedLog)],
     transport: &dyn Transport,
 ) -> Result<(), Status> {
@@ -722,7 +721,7 @@ pub async fn adopt_journal<S: Storage>(
         };
         if chunks.is_empty() {
             return Err(Status::unavailable(format!(
-                "replica shard {} had no journal records past {}",
+                "the replica on {} had no journal records past {}",
                 donor.shard,
                 journal.next_offset()
             )));

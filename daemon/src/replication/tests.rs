@@ -7,6 +7,23 @@
 
 use super::*;
 
+fn offset(offset: u64) -> Offset {
+    Offset::new(offset)
+}
+
+fn epoch(epoch: u64) -> Epoch {
+    Epoch::new(epoch)
+}
+
+/// Replicas by a small number, as a single node's shards are named.
+fn replica(number: usize) -> ShardId {
+    ShardId::from_global(number as u32)
+}
+
+fn replicas(numbers: &[usize]) -> Vec<ShardId> {
+    numbers.iter().map(|&number| replica(number)).collect()
+}
+
 #[test]
 fn a_quorum_is_a_majority() {
     assert_eq!((quorum(1), quorum(3), quorum(5)), (1, 2, 3));
@@ -17,41 +34,50 @@ fn a_quorum_is_a_majority() {
 #[test]
 fn records_commit_once_a_quorum_holds_a_record_of_the_epoch() {
     // Elected at epoch 4 with 10 records (of older epochs), its empty batch at offset 10.
-    let mut tracker = CommitTracker::new(4, &[1, 2, 3], 10, 0);
-    assert_eq!(tracker.durable(1, 11), 0, "the leader alone is no quorum");
-    assert_eq!(tracker.durable(2, 10), 0, "a quorum of older records only: not committed yet");
-    assert_eq!(tracker.durable(2, 11), 11, "with the epoch's own record, everything before it commits");
-    assert_eq!(tracker.durable(3, 5), 11, "a slower replica takes nothing back");
-    assert_eq!(tracker.durable(9, 50), 11, "a node outside the set does not count");
-    tracker.durable(1, 20);
-    assert_eq!(tracker.durable(3, 15), 15, "the second highest of three");
-    assert_eq!(tracker.committed_end(), 15);
+    let mut tracker = CommitTracker::new(epoch(4), &replicas(&[1, 2, 3]), offset(10), Offset::ZERO);
+    let mut durable = |number, end| tracker.durable(replica(number), offset(end)).get();
+    assert_eq!(durable(1, 11), 0, "the leader alone is no quorum");
+    assert_eq!(durable(2, 10), 0, "a quorum of older records only: not committed yet");
+    assert_eq!(durable(2, 11), 11, "with the epoch's own record, everything before it commits");
+    assert_eq!(durable(3, 5), 11, "a slower replica takes nothing back");
+    assert_eq!(durable(9, 50), 11, "a replica outside the set does not count");
+    durable(1, 20);
+    assert_eq!(durable(3, 15), 15, "the second highest of three");
+    assert_eq!(tracker.committed_end(), offset(15));
 }
 
 #[test]
 fn a_follower_cuts_where_its_log_and_its_leaders_part() {
     let history = |epochs: &[u64]| EpochHistory::of_epochs(epochs.iter().copied());
+    let divergence = |follower: &[u64], leader: &[u64]| {
+        let (follower_end, leader_end) = (offset(follower.len() as u64), offset(leader.len() as u64));
+        divergence(&history(follower), follower_end, &history(leader), leader_end).get()
+    };
     // The same epochs: the shorter end.
-    assert_eq!(divergence(&history(&[1, 1, 2]), 3, &history(&[1, 1, 2, 2]), 4), 3);
+    assert_eq!(divergence(&[1, 1, 2], &[1, 1, 2, 2]), 3);
     // The follower's epoch 2 tail outlived a leader of epoch 3 that started at offset 2.
-    assert_eq!(divergence(&history(&[1, 1, 2, 2]), 4, &history(&[1, 1, 3]), 3), 2);
+    assert_eq!(divergence(&[1, 1, 2, 2], &[1, 1, 3]), 2);
     // Several epochs the leader never had (KIP-279): back to the common epoch 1's end.
-    assert_eq!(divergence(&history(&[1, 2, 4, 4]), 4, &history(&[1, 3, 3, 5]), 4), 1);
+    assert_eq!(divergence(&[1, 2, 4, 4], &[1, 3, 3, 5]), 1);
     // Nothing in common, and an empty follower.
-    assert_eq!(divergence(&history(&[2, 2]), 2, &history(&[1, 3]), 2), 0);
-    assert_eq!(divergence(&history(&[]), 0, &history(&[1]), 1), 0);
+    assert_eq!(divergence(&[2, 2], &[1, 3]), 0);
+    assert_eq!(divergence(&[], &[1]), 0);
     let mut cut = history(&[1, 1, 2, 3]);
-    cut.truncated(2);
+    cut.truncated(offset(2));
     assert_eq!(cut, history(&[1, 1]));
-    assert_eq!(cut.end_of(5, 2), (1, 2));
-    assert_eq!(history(&[2, 4]).end_of(3, 2), (2, 1));
-    assert_eq!(history(&[2, 4]).end_of(1, 2), (0, 0));
+    assert_eq!(cut.end_of(epoch(5), offset(2)), (epoch(1), offset(2)));
+    assert_eq!(history(&[2, 4]).end_of(epoch(3), offset(2)), (epoch(2), offset(1)));
+    assert_eq!(history(&[2, 4]).end_of(epoch(1), offset(2)), (Epoch::ZERO, Offset::ZERO));
 }
 
 #[test]
 fn the_leader_is_the_most_up_to_date_of_a_quorum_of_answers() {
-    let answer = |node, last_epoch, durable_end| FenceAnswer { node, last_epoch, durable_end };
-    let replicas = [1, 2, 3];
+    let answer = |number, last_epoch, durable_end| FenceAnswer {
+        replica: replica(number),
+        last_epoch: epoch(last_epoch),
+        durable_end: offset(durable_end),
+    };
+    let replicas = replicas(&[1, 2, 3]);
     assert_eq!(choose_leader(&replicas, &[answer(1, 3, 100)]), Err(NoQuorum { answered: 1, needed: 2 }));
     assert_eq!(
         choose_leader(&replicas, &[answer(1, 3, 100), answer(1, 3, 100), answer(7, 9, 999)]),
@@ -60,11 +86,11 @@ fn the_leader_is_the_most_up_to_date_of_a_quorum_of_answers() {
     );
     // A later epoch beats a longer log of an earlier one.
     let chosen = choose_leader(&replicas, &[answer(1, 3, 100), answer(2, 4, 50)]).unwrap();
-    assert_eq!(chosen.node, 2);
+    assert_eq!(chosen.replica, replica(2));
     let chosen = choose_leader(&replicas, &[answer(3, 4, 60), answer(2, 4, 50), answer(1, 3, 100)]).unwrap();
-    assert_eq!(chosen.node, 3);
+    assert_eq!(chosen.replica, replica(3));
     let tie = choose_leader(&replicas, &[answer(3, 4, 60), answer(2, 4, 60)]).unwrap();
-    assert_eq!(tie.node, 2, "a tie goes to the lower id");
+    assert_eq!(tie.replica, replica(2), "a tie goes to the lower id");
 }
 
 // --- The model -------------------------------------------------------------------------------
@@ -133,15 +159,15 @@ impl Model {
         model
     }
 
-    fn ids(&self) -> Vec<NodeId> {
-        (0..self.replicas.len() as NodeId).collect()
+    fn ids(&self) -> Vec<ShardId> {
+        (0..self.replicas.len()).map(replica).collect()
     }
 
     /// What `leader`'s tracker says is committed, taken into the committed prefix: it must
     /// agree with what was committed before.
-    fn commit(&mut self, leader: usize, committed_end: u64) {
+    fn commit(&mut self, leader: usize, committed_end: Offset) {
         let log = &self.replicas[self.leaders[leader].node].log;
-        let end = committed_end as usize;
+        let end = committed_end.get() as usize;
         let common = end.min(self.committed.len());
         assert_eq!(
             log[..common],
@@ -160,16 +186,16 @@ impl Model {
     /// A leader appends a record of its epoch, if its own log takes it.
     fn append(&mut self, pick: usize) {
         let leader = pick % self.leaders.len();
-        let (node, epoch) = (self.leaders[leader].node, self.leaders[leader].tracker.epoch());
-        let replica = &mut self.replicas[node];
-        if replica.promised > epoch || replica.last_epoch() > epoch {
+        let (node, epoch) = (self.leaders[leader].node, self.leaders[leader].tracker.epoch().get());
+        let held = &mut self.replicas[node];
+        if held.promised > epoch || held.last_epoch() > epoch {
             self.counts.refused += 1;
             return;
         }
-        replica.log.push(epoch);
+        held.log.push(epoch);
         self.counts.appends += 1;
-        let end = replica.log.len() as u64;
-        let committed = self.leaders[leader].tracker.durable(node as NodeId, end);
+        let end = offset(held.log.len() as u64);
+        let committed = self.leaders[leader].tracker.durable(replica(node), end);
         self.commit(leader, committed);
     }
 
@@ -177,37 +203,39 @@ impl Model {
     /// the follower answers its durable end.
     fn replicate(&mut self, pick: usize, follower: usize) {
         let leader = pick % self.leaders.len();
-        let (node, epoch) = (self.leaders[leader].node, self.leaders[leader].tracker.epoch());
+        let (node, epoch) = (self.leaders[leader].node, self.leaders[leader].tracker.epoch().get());
         if follower == node {
             return;
         }
         let source = self.replicas[node].log.clone();
-        let replica = &mut self.replicas[follower];
-        if replica.promised > epoch || replica.last_epoch() > epoch {
+        let held = &mut self.replicas[follower];
+        if held.promised > epoch || held.last_epoch() > epoch {
             self.counts.refused += 1;
             return;
         }
         // Found from the two epoch histories, as a real follower must; the records themselves
         // check it.
         let common = divergence(
-            &EpochHistory::of_epochs(replica.log.iter().copied()),
-            replica.log.len() as u64,
+            &EpochHistory::of_epochs(held.log.iter().copied()),
+            offset(held.log.len() as u64),
             &EpochHistory::of_epochs(source.iter().copied()),
-            source.len() as u64,
-        ) as usize;
-        let agreeing = replica.log.iter().zip(&source).take_while(|(a, b)| a == b).count();
-        assert_eq!(common, agreeing, "divergence of {:?} from its leader's {source:?}", replica.log);
-        replica.log.truncate(common);
+            offset(source.len() as u64),
+        )
+        .get() as usize;
+        let agreeing = held.log.iter().zip(&source).take_while(|(a, b)| a == b).count();
+        assert_eq!(common, agreeing, "divergence of {:?} from its leader's {source:?}", held.log);
+        held.log.truncate(common);
         if let Some(&next) = source.get(common) {
-            replica.log.push(next);
+            held.log.push(next);
         }
-        let end = replica.log.len() as u64;
+        let end = offset(held.log.len() as u64);
         // Following epoch `epoch`, the node is no longer the leader of any older one.
+        let epoch = Epoch::new(epoch);
         self.leaders.retain(|other| other.node != follower || other.tracker.epoch() >= epoch);
         let leader =
             self.leaders.iter().position(|other| other.node == node && other.tracker.epoch() == epoch);
         let leader = leader.expect("the sending leader is still one");
-        let committed = self.leaders[leader].tracker.durable(follower as NodeId, end);
+        let committed = self.leaders[leader].tracker.durable(replica(follower), end);
         self.commit(leader, committed);
     }
 
@@ -219,12 +247,12 @@ impl Model {
         let answers: Vec<FenceAnswer> = members
             .iter()
             .map(|&member| {
-                let replica = &mut self.replicas[member];
-                replica.promised = replica.promised.max(epoch);
+                let held = &mut self.replicas[member];
+                held.promised = held.promised.max(epoch);
                 FenceAnswer {
-                    node: member as NodeId,
-                    last_epoch: replica.last_epoch(),
-                    durable_end: replica.log.len() as u64,
+                    replica: replica(member),
+                    last_epoch: Epoch::new(held.last_epoch()),
+                    durable_end: offset(held.log.len() as u64),
                 }
             })
             .collect();
@@ -233,7 +261,7 @@ impl Model {
             return;
         };
         self.counts.elections += 1;
-        let node = chosen.node as usize;
+        let node = chosen.replica.global() as usize;
         let log = &self.replicas[node].log;
         assert_eq!(
             log[..self.committed.len().min(log.len())],
@@ -248,8 +276,9 @@ impl Model {
         let epoch_start = log.len() as u64;
         self.leaders.retain(|other| other.node != node);
         self.replicas[node].log.push(epoch);
-        let mut tracker = CommitTracker::new(epoch, &self.ids(), epoch_start, 0);
-        tracker.durable(chosen.node, epoch_start + 1);
+        let epoch_start = offset(epoch_start);
+        let mut tracker = CommitTracker::new(Epoch::new(epoch), &self.ids(), epoch_start, Offset::ZERO);
+        tracker.durable(chosen.replica, epoch_start + 1);
         self.leaders.push(Leader { node, tracker });
     }
 
@@ -340,5 +369,5 @@ fn no_committed_record_is_lost_and_a_deposed_leader_never_commits_in_any_history
 #[test]
 #[should_panic(expected = "past the log's end")]
 fn a_tracker_committed_past_its_epochs_start_is_refused() {
-    CommitTracker::new(4, &[1, 2, 3], 10, 11);
+    CommitTracker::new(epoch(4), &replicas(&[1, 2, 3]), offset(10), offset(11));
 }

@@ -14,6 +14,7 @@ use super::replicas::ELECTION_ASK_INTERVAL;
 use crate::api::{Code, Status};
 use crate::catalog::{node_and_shard, Applied, CatalogEntry, CatalogState, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
+use crate::ids::{Epoch, Offset, ShardId};
 use crate::replication::{choose_leader, quorum, FenceAnswer};
 use std::cell::{Ref, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -199,16 +200,18 @@ pub async fn elect<E: Electorate>(
         })
         .await;
         match answered {
-            Ok(ControlOk::Fenced { last_epoch, durable_end }) => {
-                Some(FenceAnswer { node: *shard as u64, last_epoch, durable_end })
-            }
+            Ok(ControlOk::Fenced { last_epoch, durable_end }) => Some(FenceAnswer {
+                replica: ShardId::from_global(*shard),
+                last_epoch: Epoch::new(last_epoch),
+                durable_end: Offset::new(durable_end),
+            }),
             _ => None,
         }
     });
     let answers: Vec<FenceAnswer> =
         crate::sync::join_all(fences.collect()).await.into_iter().flatten().collect();
     let chosen = decide(&topic, epoch, &answers, excluded)?;
-    let leader = chosen.node as u32;
+    let leader = chosen.replica.global();
     electorate.decide(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
     crate::log_info!(
         "ringpostd: topic '{}': {} leads from epoch {epoch} (its log ends at {}, epoch {})",
@@ -229,20 +232,21 @@ pub fn decide(
     answers: &[FenceAnswer],
     excluded: Option<u32>,
 ) -> Result<FenceAnswer, Status> {
-    let mut replicas: Vec<u64> = topic.replicas.iter().map(|shard| *shard as u64).collect();
+    let mut replicas: Vec<ShardId> =
+        topic.replicas.iter().map(|shard| ShardId::from_global(*shard)).collect();
     let mut answers = answers.to_vec();
-    if let Some(excluded) = excluded {
+    if let Some(excluded) = excluded.map(ShardId::from_global) {
         let needed = quorum(replicas.len());
-        replicas.retain(|shard| *shard != excluded as u64);
-        answers.retain(|answer| answer.node != excluded as u64);
-        let answered: HashSet<u64> = answers.iter().map(|answer| answer.node).collect();
+        replicas.retain(|shard| *shard != excluded);
+        answers.retain(|answer| answer.replica != excluded);
+        let answered: HashSet<ShardId> = answers.iter().map(|answer| answer.replica).collect();
         if answered.len() < needed {
             return Err(Status::unavailable(format!(
                 "topic '{}': {} of its replicas other than {} answered the fencing round of \
                  epoch {epoch}; {needed} are needed",
                 topic.name,
                 answered.len(),
-                crate::catalog::forwarder_name(excluded)
+                excluded
             )));
         }
     }
@@ -275,7 +279,11 @@ mod tests {
     }
 
     fn answer(node: u32, last_epoch: u64, durable_end: u64) -> FenceAnswer {
-        FenceAnswer { node: node as u64, last_epoch, durable_end }
+        FenceAnswer {
+            replica: ShardId::from_global(node),
+            last_epoch: Epoch::new(last_epoch),
+            durable_end: Offset::new(durable_end),
+        }
     }
 
     /// The most up-to-date of a quorum leads; an excluded replica neither leads nor counts.
@@ -283,13 +291,13 @@ mod tests {
     fn the_most_up_to_date_of_a_quorum_leads_and_an_excluded_replica_does_not() {
         let topic = topic(&[1, 2, 3]);
         let answers = [answer(1, 3, 10), answer(2, 3, 12)];
-        assert_eq!(decide(&topic, 4, &answers, None).unwrap().node, 2);
+        assert_eq!(decide(&topic, 4, &answers, None).unwrap().replica.global(), 2);
         assert_eq!(decide(&topic, 4, &answers[..1], None).unwrap_err().code, Code::Unavailable);
         // Without replica 2, replicas 1 and 3 must both answer: two of three.
         let refused = decide(&topic, 4, &answers, Some(2)).unwrap_err();
         assert!(refused.message.contains("1 of its replicas other than"), "{refused}");
         let answers = [answer(1, 3, 10), answer(2, 3, 12), answer(3, 2, 20)];
-        assert_eq!(decide(&topic, 4, &answers, Some(2)).unwrap().node, 1);
+        assert_eq!(decide(&topic, 4, &answers, Some(2)).unwrap().replica.global(), 1);
     }
 
     /// Asked-for topics are taken once; a topic whose leader's node was not heard from, or

@@ -107,7 +107,7 @@ impl<S: Storage> Router<S> {
                     .and_then(|record| record.forwarders.get(local as usize))
                     .cloned()
                     .unwrap_or_default();
-                Peer { shard: *shard, address }
+                Peer { shard: crate::ids::ShardId::from_global(*shard), address }
             })
             .collect()
     }

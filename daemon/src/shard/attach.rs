@@ -4,6 +4,7 @@ use super::{quarantined_status, Forwarder};
 use crate::api::{Code, Status};
 use crate::catalog::SubscriptionSettings;
 use crate::control::ControlOk;
+use crate::ids::SubscriptionId;
 use crate::storage::Storage;
 use crate::subscription::state::SubscriptionState;
 use crate::subscription::{delivery_policy, filter::Filter, recovered_state, SubscriptionEntry};
@@ -78,6 +79,7 @@ impl<S: Storage> Forwarder<S> {
         })?;
         // Attached already (a replicated topic's new leader is given its subscriptions by
         // whichever router gets there first): once is enough.
+        let subscription_id = SubscriptionId::new(subscription_id);
         let attached =
             self.registry.subscriptions.borrow().get(name.as_str()).map(|(entry, _)| entry.clone());
         if let Some(entry) = attached.filter(|entry| entry.id == subscription_id && !create) {
@@ -98,7 +100,7 @@ impl<S: Storage> Forwarder<S> {
         };
         state.ack_deadline = ack_deadline;
         state.policy = delivery_policy(&settings);
-        state.forget_before(topic.log.start_offset());
+        state.forget_before(topic.log.start_offset().get());
         let start = state.start_offset;
         let filter = if settings.filter.is_empty() {
             None

@@ -4,6 +4,7 @@
 use super::Forwarder;
 use crate::api::Status;
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
+use crate::ids::{Epoch, SubscriptionId};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::JournalEntry;
 use crate::topic::journal::SnapshotState;
@@ -54,10 +55,10 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_replica(topic_id, name, retention_seconds, recovering).await
             }
             ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
-                self.promote_replica(topic_id, epoch, replicas).await
+                self.promote_replica(topic_id, Epoch::new(epoch), replicas).await
             }
             ControlRequest::DemoteReplica { topic_id, epoch } => {
-                self.demote_replica(topic_id, epoch);
+                self.demote_replica(topic_id, Epoch::new(epoch));
                 Ok(ControlOk::Done)
             }
             ControlRequest::ElectionsWanted => Ok(ControlOk::Topics(self.elections_wanted())),
@@ -65,8 +66,11 @@ impl<S: Storage> Forwarder<S> {
                 Ok(ControlOk::Progress(self.replica_progress(topic_id)?))
             }
             ControlRequest::FenceReplica { topic_id, epoch } => {
-                let [messages, _] = self.fence_replica(topic_id, epoch).await?;
-                Ok(ControlOk::Fenced { last_epoch: messages.last_epoch, durable_end: messages.durable_end })
+                let [messages, _] = self.fence_replica(topic_id, Epoch::new(epoch)).await?;
+                Ok(ControlOk::Fenced {
+                    last_epoch: messages.last_epoch.get(),
+                    durable_end: messages.durable_end.get(),
+                })
             }
             ControlRequest::DetachSubscription { subscription_id, name, topic_id, deleted } => {
                 self.detach_subscription(subscription_id, &name, topic_id, deleted);
@@ -111,7 +115,7 @@ impl<S: Storage> Forwarder<S> {
                 .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?,
             None => (topic.log.offset_at_time(time_ms).await?, Vec::new()),
         };
-        let mut offset = offset.max(topic.log.start_offset());
+        let mut offset = offset.max(topic.log.start_offset().get());
         if snapshot_id.is_none() && topic.retention_seconds.get() == 0 {
             // A subscription holds only what was published after its creation; only a
             // topic's own retention keeps older messages to seek back to, as in Pub/Sub.
@@ -119,6 +123,7 @@ impl<S: Storage> Forwarder<S> {
             // has not acknowledged them) but are not this subscription's to replay.
             offset = offset.max(entry.state.borrow().start_offset);
         }
+        let subscription_id = SubscriptionId::new(subscription_id);
         topic.append_journal(&JournalEntry::Seek { subscription_id, offset }).await?;
         if !runs.is_empty() {
             topic.append_journal(&JournalEntry::Acked { subscription_id, runs: runs.clone() }).await?;
@@ -250,7 +255,7 @@ impl<S: Storage> Forwarder<S> {
         // Nothing to journal: replay applies only entries of subscriptions the router
         // attaches, and the next checkpoint drops this one's.
         if let Some(topic) = topic {
-            topic.subscriptions.borrow_mut().retain(|entry| entry.id != subscription_id);
+            topic.subscriptions.borrow_mut().retain(|entry| entry.id != SubscriptionId::new(subscription_id));
         }
     }
 

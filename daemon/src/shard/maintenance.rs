@@ -92,8 +92,12 @@ impl<S: Storage> Forwarder<S> {
 /// need), in the background, so that the publisher's retry finds the space.
 /// Once at a time, and only while the shard keeps any: publishers refused by a full disk
 /// retry, and each refusal must not walk every topic again.
-pub fn release_kept_files<S: Storage>(registry: &Registry<S>, releasing: &Rc<Cell<bool>>) {
-    if crate::log::files_kept_on_this_shard() == 0 || releasing.replace(true) {
+pub fn release_kept_files<S: Storage>(
+    registry: &Registry<S>,
+    directories: &crate::log::Directories,
+    releasing: &Rc<Cell<bool>>,
+) {
+    if directories.files_kept() == 0 || releasing.replace(true) {
         return;
     }
     let topics = registry.topic_list();

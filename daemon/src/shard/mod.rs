@@ -152,8 +152,8 @@ impl<S: Storage> Forwarder<S> {
         });
         let releasing = Rc::new(Cell::new(false));
         let release_space = {
-            let registry = registry.clone();
-            Box::new(move || maintenance::release_kept_files(&registry, &releasing))
+            let (registry, directories) = (registry.clone(), directories.clone());
+            Box::new(move || maintenance::release_kept_files(&registry, &directories, &releasing))
         };
         let dead_letters = Rc::new(dead_letters::ShardPublisher::default());
         let attach_policy = AttachPolicy::default();
@@ -217,7 +217,12 @@ impl<S: Storage> Forwarder<S> {
             Some((name, why)) => quarantined_status("topic", name, why),
             None => Status::internal(format!("topic {topic_id:x} is not attached")),
         })?;
-        let entry = topic.subscriptions.borrow().iter().find(|entry| entry.id == subscription_id).cloned();
+        let entry = topic
+            .subscriptions
+            .borrow()
+            .iter()
+            .find(|entry| entry.id == crate::ids::SubscriptionId::new(subscription_id))
+            .cloned();
         let entry = entry.ok_or_else(|| Status::internal("the subscription is not attached"))?;
         Ok((topic, entry))
     }

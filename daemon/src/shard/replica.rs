@@ -9,6 +9,7 @@ use super::Forwarder;
 use crate::api::{Code, Status};
 use crate::catalog::global_shard;
 use crate::control::ControlOk;
+use crate::ids::{Epoch, Offset, ShardId};
 use crate::log::{Log, LogError};
 use crate::replication::protocol::{FencedLog, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES};
 use crate::replication::quorum;
@@ -56,7 +57,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// The replicas but this one.
     fn peers_of(&self, replicas: &[Peer]) -> Vec<Peer> {
-        let own = self.global_shard();
+        let own = ShardId::from_global(self.global_shard());
         replicas.iter().filter(|peer| peer.shard != own).cloned().collect()
     }
 
@@ -87,7 +88,7 @@ impl<S: Storage> Forwarder<S> {
         for log in &logs {
             log.forget_commits();
         }
-        *topic.replication.borrow_mut() = Replication::Follower { synced_epoch: 0 };
+        *topic.replication.borrow_mut() = Replication::Follower { synced_epoch: Epoch::ZERO };
         self.registry.followers.borrow_mut().insert(topic_id, topic);
         Ok(ControlOk::Done)
     }
@@ -100,7 +101,7 @@ impl<S: Storage> Forwarder<S> {
     pub async fn promote_replica(
         &self,
         topic_id: u64,
-        epoch: u64,
+        epoch: Epoch,
         replicas: Vec<Peer>,
     ) -> Result<ControlOk, Status> {
         if let Some(leader) =
@@ -135,7 +136,7 @@ impl<S: Storage> Forwarder<S> {
     async fn promote_follower(
         &self,
         topic_id: u64,
-        epoch: u64,
+        epoch: Epoch,
         replicas: Vec<Peer>,
     ) -> Result<ControlOk, Status> {
         self.demote_replica(topic_id, epoch);
@@ -163,8 +164,9 @@ impl<S: Storage> Forwarder<S> {
         topic.replay_journal_again().await?;
         // The first leader of a new topic has no predecessor whose lease could still run.
         let now = self.environment.clock.now();
-        let serve_from = if epoch == 1 { now } else { now + source::LEASE_WAIT };
-        let leader = Leader::new(epoch, self.global_shard(), peers, epoch_starts, committed, serve_from);
+        let serve_from = if epoch == Epoch::ZERO.next() { now } else { now + source::LEASE_WAIT };
+        let shard = ShardId::from_global(self.global_shard());
+        let leader = Leader::new(epoch, shard, peers, epoch_starts, committed, serve_from);
         *topic.replication.borrow_mut() = Replication::Leader(leader.clone());
         self.registry.followers.borrow_mut().remove(&topic_id);
         self.registry.topics.borrow_mut().insert(topic.name.clone(), topic.clone());
@@ -184,7 +186,7 @@ impl<S: Storage> Forwarder<S> {
     async fn fence_all(
         &self,
         topic_id: u64,
-        epoch: u64,
+        epoch: Epoch,
         logs: &[Log<S>; LOGS],
         peers: &[Peer],
         transport: &dyn Transport,
@@ -226,7 +228,7 @@ impl<S: Storage> Forwarder<S> {
     /// Stops leading a topic whose newer epoch `epoch` another replica leads (or will): its
     /// subscriptions' pulls and streams end with `Unavailable`, so their clients look again,
     /// whatever waits for a commit fails, and it follows the new leader from its next sync.
-    pub fn demote_replica(&self, topic_id: u64, epoch: u64) {
+    pub fn demote_replica(&self, topic_id: u64, epoch: Epoch) {
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
         let Some(topic) = topic else { return };
         let Some(leader) = topic.leader().filter(|leader| leader.epoch < epoch) else { return };
@@ -241,7 +243,7 @@ impl<S: Storage> Forwarder<S> {
                 entry.detach();
             }
         }
-        *topic.replication.borrow_mut() = Replication::Follower { synced_epoch: 0 };
+        *topic.replication.borrow_mut() = Replication::Follower { synced_epoch: Epoch::ZERO };
         self.registry.followers.borrow_mut().insert(topic_id, topic);
         crate::log_debug!(
             "ringpostd: forwarder {} no longer leads topic {topic_id:x} (epoch {epoch} began)",
@@ -251,7 +253,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// A fencing round's question, from the catalog's leader or a new leader: the promise, and
     /// what the messages and the journal hold here.
-    pub async fn fence_replica(&self, topic_id: u64, epoch: u64) -> Result<[FencedLog; LOGS], Status> {
+    pub async fn fence_replica(&self, topic_id: u64, epoch: Epoch) -> Result<[FencedLog; LOGS], Status> {
         self.demote_replica(topic_id, epoch);
         let topic = self.replica(topic_id)?;
         let logs = self.logs_of(&topic).await?;
@@ -274,25 +276,28 @@ impl<S: Storage> Forwarder<S> {
     pub fn replica_progress(&self, topic_id: u64) -> Result<crate::control::ReplicaProgress, Status> {
         let topic = self.replica(topic_id)?;
         let journal = topic.journal.opened();
-        let journal_ends = journal.as_ref().map_or([0, 0], |log| [log.durable_end(), log.committed_end()]);
+        let journal_ends =
+            journal.as_ref().map_or([Offset::ZERO; 2], |log| [log.durable_end(), log.committed_end()]);
         let mut progress = crate::control::ReplicaProgress {
-            durable_ends: [topic.log.durable_end(), journal_ends[0]],
-            committed_ends: [topic.log.committed_end(), journal_ends[1]],
+            durable_ends: [topic.log.durable_end().get(), journal_ends[0].get()],
+            committed_ends: [topic.log.committed_end().get(), journal_ends[1].get()],
             ..Default::default()
         };
         match &*topic.replication.borrow() {
             Replication::Alone => {}
-            Replication::Follower { synced_epoch } => progress.epoch = *synced_epoch,
+            Replication::Follower { synced_epoch } => progress.epoch = synced_epoch.get(),
             Replication::Leader(leader) => {
                 let now = crate::runtime::now();
                 progress.leader = true;
-                progress.epoch = leader.epoch;
+                progress.epoch = leader.epoch.get();
                 progress.epoch_committed = leader.holds_what_came_before();
                 progress.followers = leader
                     .followers(MESSAGES, now)
                     .into_iter()
                     .zip(leader.followers(JOURNAL, now))
-                    .map(|((peer, messages, _), (_, journal, _))| (peer.shard, [messages, journal]))
+                    .map(|((peer, messages, _), (_, journal, _))| {
+                        (peer.shard.global(), [messages.get(), journal.get()])
+                    })
                     .collect();
             }
         }
@@ -372,20 +377,20 @@ impl<S: Storage> Forwarder<S> {
 async fn start_epoch<S: Storage>(
     topic: Rc<TopicState<S>>,
     logs: [Log<S>; LOGS],
-    epoch: u64,
-    epoch_starts: [u64; LOGS],
+    epoch: Epoch,
+    epoch_starts: [Offset; LOGS],
     publish_ms: u64,
 ) {
     let mut marker = Vec::new();
     crate::log::record::encode_record_unsealed(&mut marker, publish_ms, &[], &mut std::iter::empty(), "");
     let mut entry = Vec::new();
-    let bytes = JournalEntry::LeaderEpoch { epoch }.encode();
+    let bytes = JournalEntry::LeaderEpoch { epoch: epoch.get() }.encode();
     crate::log::record::encode_record_unsealed(&mut entry, 0, &bytes, &mut std::iter::empty(), "");
     // An empty log needs none: nothing before it to commit (the elected replica holds every
     // committed record, so none was), and a new topic's first message keeps offset 0.
     let appends: Vec<_> = [(MESSAGES, marker), (JOURNAL, entry)]
         .into_iter()
-        .filter(|(log, _)| epoch_starts[*log] > 0)
+        .filter(|(log, _)| epoch_starts[*log] > Offset::ZERO)
         .map(|(log, records)| logs[log].append(records, 1))
         .collect();
     let results = crate::sync::join_all(appends).await;

@@ -44,7 +44,7 @@ impl<S: Storage> Forwarder<S> {
             out.push(TopicStats {
                 name: topic.name.to_string(),
                 shard: self.shard,
-                first_offset: topic.log.start_offset(),
+                first_offset: topic.log.start_offset().get(),
                 end_offset: topic.log.end_offset(),
                 disk_bytes: topic.log.disk_bytes(),
                 replication: self.replica_stats(&topic),
@@ -102,7 +102,7 @@ impl<S: Storage> Forwarder<S> {
             out.push(TopicStats {
                 name: topic.name.to_string(),
                 shard: self.shard,
-                first_offset: topic.log.start_offset(),
+                first_offset: topic.log.start_offset().get(),
                 end_offset: end,
                 disk_bytes: topic.log.disk_bytes(),
                 published_per_second: topic.published.borrow().per_second(&self.activity.rate_ticks.borrow()),
@@ -117,13 +117,13 @@ impl<S: Storage> Forwarder<S> {
 
     /// The replica's part in `topic`'s replication; `None` for a topic of one replica.
     fn replica_stats(&self, topic: &TopicState<S>) -> Option<ReplicaStats> {
-        let durable_end = topic.log.durable_end();
-        let committed_end = topic.log.committed_end();
+        let durable_end = topic.log.durable_end().get();
+        let committed_end = topic.log.committed_end().get();
         match &*topic.replication.borrow() {
             Replication::Alone => None,
             Replication::Follower { synced_epoch } => Some(ReplicaStats {
                 leader: false,
-                epoch: *synced_epoch,
+                epoch: synced_epoch.get(),
                 durable_end,
                 committed_end,
                 followers: Vec::new(),
@@ -131,19 +131,22 @@ impl<S: Storage> Forwarder<S> {
             Replication::Leader(leader) => {
                 let now = self.environment.clock.now();
                 // The journal opens with its first entry; unopened, nothing lags.
-                let journal_end = topic.journal.opened().map_or(0, |journal| journal.durable_end());
+                let journal_end = topic.journal.opened().map_or(0, |journal| journal.durable_end().get());
                 let journal_ends = leader.followers(JOURNAL, now);
                 Some(ReplicaStats {
                     leader: true,
-                    epoch: leader.epoch,
+                    epoch: leader.epoch.get(),
                     durable_end,
                     committed_end,
                     followers: leader
                         .followers(MESSAGES, now)
                         .into_iter()
                         .zip(journal_ends)
-                        .map(|((peer, end, answered), (_, journal_held, _))| FollowerStats {
-                            shard: peer.shard,
+                        .map(|((peer, end, answered), (_, journal_held, _))| {
+                            (peer, end.get(), answered, journal_held.get())
+                        })
+                        .map(|(peer, end, answered, journal_held)| FollowerStats {
+                            shard: peer.shard.global(),
                             address: peer.address.clone(),
                             durable_end: end,
                             lag_messages: durable_end.saturating_sub(end),

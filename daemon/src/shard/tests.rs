@@ -315,7 +315,7 @@ fn journal_stays_bounded_and_recovers(journals_open_max: usize) {
         assert_eq!(journal.keeps_files_open(), journals_open_max > 0);
         // 6,000 acknowledge requests of a 4 KiB block each would be 24 MB of journal.
         assert!(journal_peak < 20 << 20, "journal reached {journal_peak} bytes");
-        assert!(journal.start_offset() > 0, "old journal segments were deleted");
+        assert!(journal.start_offset().get() > 0, "old journal segments were deleted");
         drop(journal);
         publish(&forwarder, 10).await;
         let unacknowledged: Vec<u64> = pull(&forwarder, 100).await.iter().map(|m| m.message_id).collect();
@@ -500,7 +500,7 @@ fn a_topic_without_subscriptions_keeps_nothing_closed() {
         // Each publish that rolled the log had what came before deleted in the background.
         crate::runtime::sleep(Duration::from_millis(20)).await;
         assert!(topic.log.closed_segments().len() <= 1, "{:?}", topic.log.closed_segments().len());
-        assert!(topic.log.start_offset() > 0);
+        assert!(topic.log.start_offset().get() > 0);
         forwarder.collect_segments().await;
         assert!(topic.log.closed_segments().is_empty());
     });
@@ -515,10 +515,14 @@ fn unacknowledged_messages_stay_until_the_subscription_retention_expires() {
         let entry = subscribe(&forwarder, false).await;
         publish(&forwarder, 300).await;
         forwarder.collect_segments().await;
-        assert_eq!(topic.log.start_offset(), 0, "nothing acknowledged, nothing expired: nothing deleted");
+        assert_eq!(
+            topic.log.start_offset().get(),
+            0,
+            "nothing acknowledged, nothing expired: nothing deleted"
+        );
         clock.advance(8 * DAY);
         forwarder.collect_segments().await;
-        let start = topic.log.start_offset();
+        let start = topic.log.start_offset().get();
         assert!(start > 0, "seven days later the unacknowledged messages expire");
         assert_eq!(entry.state.borrow().ack_floor(), start, "the subscription forgets what was deleted");
         assert_eq!(entry.state.borrow().backlog(topic.log.end_offset()), topic.log.end_offset() - start);
@@ -562,13 +566,13 @@ fn updated_settings_decide_what_is_kept_and_how_long_a_lease_runs() {
         assert_eq!(again[0].message_id, leased[0].message_id, "the lease ran the new 30 s");
         ack_everything(&entry, topic.log.end_offset());
         forwarder.collect_segments().await;
-        assert_eq!(topic.log.start_offset(), 0, "the new topic retention keeps acknowledged messages");
+        assert_eq!(topic.log.start_offset().get(), 0, "the new topic retention keeps acknowledged messages");
         forwarder.control(update_topic(0)).await.unwrap();
         forwarder.collect_segments().await;
-        assert_eq!(topic.log.start_offset(), 0, "and so does retain_acked_messages");
+        assert_eq!(topic.log.start_offset().get(), 0, "and so does retain_acked_messages");
         forwarder.control(update_subscription(30, false)).await.unwrap();
         forwarder.collect_segments().await;
-        assert!(topic.log.start_offset() > 0, "without either, acknowledged segments go");
+        assert!(topic.log.start_offset().get() > 0, "without either, acknowledged segments go");
     });
 }
 
@@ -593,10 +597,10 @@ fn acknowledged_segments_go_unless_a_retention_keeps_them() {
             publish(&forwarder, 300).await;
             ack_everything(&entry, topic.log.end_offset());
             forwarder.collect_segments().await;
-            assert_eq!(topic.log.start_offset(), 0, "retention keeps acknowledged messages for seek");
+            assert_eq!(topic.log.start_offset().get(), 0, "retention keeps acknowledged messages for seek");
             clock.advance(if retain_acked { 8 * DAY } else { Duration::from_secs(7200) });
             forwarder.collect_segments().await;
-            assert!(topic.log.start_offset() > 0, "and lets them go once it expires");
+            assert!(topic.log.start_offset().get() > 0, "and lets them go once it expires");
         });
     }
 }

@@ -21,22 +21,44 @@ const _: () = assert!(MESSAGE_BYTES_MAX <= PULL_RESPONSE_BYTES_MAX);
 pub const STREAM_RESERVED_BYTES_SHARD_MAX: usize = 128 << 20;
 const _: () = assert!(PULL_RESPONSE_BYTES_MAX * 4 <= STREAM_RESERVED_BYTES_SHARD_MAX);
 
-/// One shard's `STREAM_RESERVED_BYTES_SHARD_MAX`. Each shard's environment holds its own
-/// (`subscription::Environment::stream_budget`, made with its forwarder), so shards that a
-/// simulation runs on one thread do not share what the daemon keeps per shard.
+/// One shard's `STREAM_RESERVED_BYTES_SHARD_MAX`, and what its gathered frames hold. Each
+/// shard's environment holds its own (`subscription::Environment::stream_budget`, made with its
+/// forwarder), so shards that a simulation runs on one thread do not share what the daemon
+/// keeps per shard.
 pub struct StreamBudget {
     reserved: Cell<usize>,
     room: Notify,
+    /// Bytes of read buffers the shard's gathered frames hold until their sockets take them,
+    /// which the native protocol bounds (`GATHERED_HELD_BYTES_SHARD_MAX`): counted here, beside
+    /// the reservations their responses hold, so that they are per shard as these are.
+    gathered: Cell<usize>,
 }
 
 impl StreamBudget {
     pub fn new() -> Rc<StreamBudget> {
-        Rc::new(StreamBudget { reserved: Cell::new(0), room: Notify::new() })
+        Rc::new(StreamBudget { reserved: Cell::new(0), room: Notify::new(), gathered: Cell::new(0) })
     }
 
     /// Bytes of the budget taken now.
     pub fn reserved_bytes(&self) -> usize {
         self.reserved.get()
+    }
+
+    /// Bytes the shard's gathered frames hold now.
+    pub fn gathered_bytes(&self) -> usize {
+        self.gathered.get()
+    }
+
+    /// A gathered frame holds `bytes` more of the shard's read buffers.
+    pub fn hold_gathered(&self, bytes: usize) {
+        self.gathered.set(self.gathered.get() + bytes);
+    }
+
+    /// A gathered frame let go of `bytes` it held.
+    pub fn release_gathered(&self, bytes: usize) {
+        let held = self.gathered.get();
+        assert!(bytes <= held, "released {bytes} gathered bytes of {held} held");
+        self.gathered.set(held - bytes);
     }
 
     /// Reserves `bytes` if they fit the budget (or nothing else is reserved, so that one frame
@@ -65,6 +87,11 @@ pub struct StreamReservation {
 impl StreamReservation {
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The shard's budget the reservation came from.
+    pub fn budget(&self) -> &Rc<StreamBudget> {
+        &self.budget
     }
 
     /// Holds what the frame turned out to take: less than reserved, or more by the envelope

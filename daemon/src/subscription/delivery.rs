@@ -11,6 +11,7 @@ use super::state::{AckId, Delivery as Lease};
 use super::SubscriptionEntry;
 use crate::api::data::{DeliveredMessage, Delivery};
 use crate::api::Status;
+use crate::ids::{MessageId, Offset, SourceId};
 use crate::log::record::RecordView;
 use crate::log::LogError;
 
@@ -128,8 +129,12 @@ fn choose<B: SourceBatch>(
         }
         bytes += size;
         state.account(lease.offset, size as u64);
-        let ack_id =
-            AckId { subscription_id: subscription.id, offset: lease.offset, generation: lease.generation };
+        let ack_id = AckId {
+            subscription_id: subscription.id,
+            source: SourceId::FIRST,
+            offset: lease.offset,
+            generation: lease.generation,
+        };
         let start = chosen.ack_ids.len();
         ack_id.encode_into(&mut chosen.ack_ids);
         let ack_id = start..chosen.ack_ids.len();
@@ -154,7 +159,7 @@ fn located(
     debug_assert!(ordering_key.end <= data.start && data.end <= bytes.len());
     DeliveredMessage {
         batch,
-        message_id: record.offset,
+        message_id: MessageId::new(SourceId::FIRST, Offset::new(record.offset)).get(),
         publish_time_ms: record.publish_time_ms,
         attributes: ordering_key.end..data.start,
         attribute_count: record.attribute_count() as u16,

@@ -4,6 +4,7 @@
 //! confirmed to the subscriber only after its entry is durable.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::ids::SubscriptionId;
 
 /// Most runs a decoder reserves room for up front: the count comes from the entry itself, and a
 /// damaged count must not become a huge allocation before the truncated input is noticed.
@@ -22,20 +23,20 @@ const KIND_LEADER_EPOCH: u8 = 8;
 pub enum JournalEntry {
     /// The subscription receives every message at or after `start_offset`.
     SubscriptionCreated {
-        subscription_id: u64,
+        subscription_id: SubscriptionId,
         start_offset: u64,
     },
     SubscriptionDeleted {
-        subscription_id: u64,
+        subscription_id: SubscriptionId,
     },
     /// Acknowledged offsets as runs `(first, count)`.
     Acked {
-        subscription_id: u64,
+        subscription_id: SubscriptionId,
         runs: Vec<(u64, u32)>,
     },
     /// Everything below `offset` counts as acknowledged, nothing from it on (a seek).
     Seek {
-        subscription_id: u64,
+        subscription_id: SubscriptionId,
         offset: u64,
     },
     /// A snapshot of a subscription's acknowledgements: everything below `floor`, and `runs`.
@@ -51,7 +52,7 @@ pub enum JournalEntry {
     /// Leases extended until a wall-clock time (milliseconds since the Unix epoch), so a
     /// restart does not redeliver messages a subscriber was promised more time for.
     DeadlineExtended {
-        subscription_id: u64,
+        subscription_id: SubscriptionId,
         runs: Vec<(u64, u32)>,
         until_ms: u64,
     },
@@ -72,13 +73,17 @@ impl JournalEntry {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             JournalEntry::SubscriptionCreated { subscription_id, start_offset } => {
-                Encoder::new(KIND_SUBSCRIPTION_CREATED).u64(*subscription_id).u64(*start_offset).0.clone()
+                Encoder::new(KIND_SUBSCRIPTION_CREATED)
+                    .u64(subscription_id.get())
+                    .u64(*start_offset)
+                    .0
+                    .clone()
             }
             JournalEntry::SubscriptionDeleted { subscription_id } => {
-                Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*subscription_id).0.clone()
+                Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(subscription_id.get()).0.clone()
             }
             JournalEntry::Seek { subscription_id, offset } => {
-                Encoder::new(KIND_SEEK).u64(*subscription_id).u64(*offset).0.clone()
+                Encoder::new(KIND_SEEK).u64(subscription_id.get()).u64(*offset).0.clone()
             }
             JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms } => {
                 let mut encoder = Encoder::new(KIND_SNAPSHOT_TAKEN);
@@ -93,7 +98,7 @@ impl JournalEntry {
             }
             JournalEntry::DeadlineExtended { subscription_id, runs, until_ms } => {
                 let mut encoder = Encoder::new(KIND_DEADLINE_EXTENDED);
-                encoder.u64(*subscription_id).u64(*until_ms).u32(runs.len() as u32);
+                encoder.u64(subscription_id.get()).u64(*until_ms).u32(runs.len() as u32);
                 for (first, count) in runs {
                     encoder.u64(*first).u32(*count);
                 }
@@ -102,7 +107,7 @@ impl JournalEntry {
             JournalEntry::LeaderEpoch { epoch } => Encoder::new(KIND_LEADER_EPOCH).u64(*epoch).0.clone(),
             JournalEntry::Acked { subscription_id, runs } => {
                 let mut encoder = Encoder::new(KIND_ACKED);
-                encoder.u64(*subscription_id).u32(runs.len() as u32);
+                encoder.u64(subscription_id.get()).u32(runs.len() as u32);
                 for (first, count) in runs {
                     encoder.u64(*first).u32(*count);
                 }
@@ -115,14 +120,14 @@ impl JournalEntry {
         let mut decoder = Decoder::new(bytes);
         let entry = match decoder.u8()? {
             KIND_SUBSCRIPTION_CREATED => JournalEntry::SubscriptionCreated {
-                subscription_id: decoder.u64()?,
+                subscription_id: SubscriptionId::new(decoder.u64()?),
                 start_offset: decoder.u64()?,
             },
             KIND_SUBSCRIPTION_DELETED => {
-                JournalEntry::SubscriptionDeleted { subscription_id: decoder.u64()? }
+                JournalEntry::SubscriptionDeleted { subscription_id: SubscriptionId::new(decoder.u64()?) }
             }
             KIND_ACKED => {
-                let subscription_id = decoder.u64()?;
+                let subscription_id = SubscriptionId::new(decoder.u64()?);
                 let count = decoder.u32()? as usize;
                 let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
@@ -130,7 +135,10 @@ impl JournalEntry {
                 }
                 JournalEntry::Acked { subscription_id, runs }
             }
-            KIND_SEEK => JournalEntry::Seek { subscription_id: decoder.u64()?, offset: decoder.u64()? },
+            KIND_SEEK => JournalEntry::Seek {
+                subscription_id: SubscriptionId::new(decoder.u64()?),
+                offset: decoder.u64()?,
+            },
             KIND_SNAPSHOT_TAKEN => {
                 let (snapshot_id, floor, expire_time_ms) = (decoder.u64()?, decoder.u64()?, decoder.u64()?);
                 let count = decoder.u32()? as usize;
@@ -142,7 +150,7 @@ impl JournalEntry {
             }
             KIND_SNAPSHOT_DROPPED => JournalEntry::SnapshotDropped { snapshot_id: decoder.u64()? },
             KIND_DEADLINE_EXTENDED => {
-                let (subscription_id, until_ms) = (decoder.u64()?, decoder.u64()?);
+                let (subscription_id, until_ms) = (SubscriptionId::new(decoder.u64()?), decoder.u64()?);
                 let count = decoder.u32()? as usize;
                 let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
@@ -180,10 +188,13 @@ mod tests {
     #[test]
     fn entries_round_trip() {
         for entry in [
-            JournalEntry::SubscriptionCreated { subscription_id: 9, start_offset: 1 << 40 },
-            JournalEntry::SubscriptionDeleted { subscription_id: 9 },
-            JournalEntry::Acked { subscription_id: 9, runs: vec![(1, 3), (10, 1)] },
-            JournalEntry::Seek { subscription_id: 9, offset: 77 },
+            JournalEntry::SubscriptionCreated {
+                subscription_id: SubscriptionId::new(9),
+                start_offset: 1 << 40,
+            },
+            JournalEntry::SubscriptionDeleted { subscription_id: SubscriptionId::new(9) },
+            JournalEntry::Acked { subscription_id: SubscriptionId::new(9), runs: vec![(1, 3), (10, 1)] },
+            JournalEntry::Seek { subscription_id: SubscriptionId::new(9), offset: 77 },
             JournalEntry::SnapshotTaken {
                 snapshot_id: 3,
                 floor: 10,
@@ -191,7 +202,11 @@ mod tests {
                 expire_time_ms: 99,
             },
             JournalEntry::SnapshotDropped { snapshot_id: 3 },
-            JournalEntry::DeadlineExtended { subscription_id: 9, runs: vec![(4, 1)], until_ms: 1234 },
+            JournalEntry::DeadlineExtended {
+                subscription_id: SubscriptionId::new(9),
+                runs: vec![(4, 1)],
+                until_ms: 1234,
+            },
             JournalEntry::LeaderEpoch { epoch: 4 },
         ] {
             assert_eq!(JournalEntry::decode(&entry.encode()), Ok(entry.clone()));

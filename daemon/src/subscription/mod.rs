@@ -44,7 +44,7 @@ pub struct Environment {
 }
 
 pub struct SubscriptionEntry {
-    pub id: u64,
+    pub id: crate::ids::SubscriptionId,
     /// Shared with the key of the shard's map of subscriptions by name.
     pub name: Rc<str>,
     pub topic_id: u64,

@@ -24,6 +24,7 @@
 //! - an offset is leased at most once at a time;
 //! - `cursor - floor` never exceeds `unacked_window_max`, which bounds every structure here.
 
+use crate::ids::{SourceId, SubscriptionId};
 use crate::subscription::offset_map::OffsetMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -194,44 +195,84 @@ pub struct StreamLoad {
     pub bytes: u64,
 }
 
-/// An ack id as the subscriber sees it: `<subscription id>.<offset>.<generation>` in hex.
+/// An ack id as the subscriber sees it, in hex after a version marker:
+/// `v1.<subscription id>.<source>.<offset>.<generation>`.
+///
+/// Version 1 names the source, so that topics with several sources need no other format.
+/// Ack ids issued before it (version 0) were `<subscription id>.<offset>.<generation>`, which
+/// starts with a hex digit and so never with the marker's `v`; a client may hold one across a
+/// rolling restart, and it still parses, naming source 0: every topic's log from before is its
+/// source 0, so it acknowledges exactly what it did. A later version's marker (`v2.`) is
+/// refused as such (`AckRefusal::UnknownVersion`), never read as this one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckId {
-    pub subscription_id: u64,
+    pub subscription_id: SubscriptionId,
+    pub source: SourceId,
     pub offset: u64,
     pub generation: u32,
 }
 
+/// What starts every ack id this version writes.
+const ACK_ID_VERSION_MARKER: &str = "v1.";
+/// Bytes of the longest ack id `encode` writes: the marker, then hex numbers of at most 16, 8,
+/// 16 and 8 digits with three dots.
+const ACK_ID_ENCODED_BYTES_MAX: usize = ACK_ID_VERSION_MARKER.len() + 16 + 1 + 8 + 1 + 16 + 1 + 8;
+const _: () = assert!(ACK_ID_ENCODED_BYTES_MAX <= crate::api::limits::ACK_ID_BYTES_MAX);
+
 impl AckId {
-    /// The same text as `format!("{:x}.{:x}.{:x}", ...)`, which cost a streaming pull 5% of
-    /// its time: one is made for every message delivered.
+    /// The same text as `format!("v1.{:x}.{:x}.{:x}.{:x}", ...)`, which cost a streaming pull
+    /// 5% of its time: one is made for every message delivered.
     pub fn encode(&self) -> String {
-        let mut text = String::with_capacity(16 + 1 + 16 + 1 + 8);
+        let mut text = String::with_capacity(ACK_ID_ENCODED_BYTES_MAX);
         self.encode_into(&mut text);
         text
     }
 
     /// `encode`, appended to `text` (a pull writes all of its ack ids into one string).
     pub fn encode_into(&self, text: &mut String) {
-        push_hex(text, self.subscription_id);
+        text.push_str(ACK_ID_VERSION_MARKER);
+        push_hex(text, self.subscription_id.get());
+        text.push('.');
+        push_hex(text, self.source.get() as u64);
         text.push('.');
         push_hex(text, self.offset);
         text.push('.');
         push_hex(text, self.generation as u64);
     }
 
-    /// Reads back what `encode` wrote (hex digits of either case, leading zeros allowed);
-    /// anything else is None. One pass over the bytes: every acknowledgement parses one, and
-    /// splitting and `from_str_radix` cost a drain about 4% of its shard's time.
-    pub fn parse(text: &str) -> Option<AckId> {
+    /// Reads back what `encode` wrote, or a version 0 ack id (as source 0): hex digits of
+    /// either case, leading zeros allowed; anything else is refused. One pass over the bytes:
+    /// every acknowledgement parses one, and splitting and `from_str_radix` cost a drain about
+    /// 4% of its shard's time.
+    pub fn parse(text: &str) -> Result<AckId, AckRefusal> {
         if text.len() > crate::api::limits::ACK_ID_BYTES_MAX {
-            return None;
+            return Err(AckRefusal::Malformed);
+        }
+        let field = |bytes: &mut &[u8], dotted| parse_hex_field(bytes, dotted).ok_or(AckRefusal::Malformed);
+        let generation =
+            |bytes: &mut &[u8]| u32::try_from(field(bytes, false)?).or(Err(AckRefusal::Malformed));
+        if let Some(rest) = text.strip_prefix(ACK_ID_VERSION_MARKER) {
+            let mut bytes = rest.as_bytes();
+            let subscription_id = SubscriptionId::new(field(&mut bytes, true)?);
+            let source = u32::try_from(field(&mut bytes, true)?).ok().and_then(SourceId::new);
+            let source = source.ok_or(AckRefusal::Malformed)?;
+            let offset = field(&mut bytes, true)?;
+            let generation = generation(&mut bytes)?;
+            return Ok(AckId { subscription_id, source, offset, generation });
+        }
+        if let Some(rest) = text.strip_prefix('v') {
+            // A version this daemon does not know: a newer daemon's, met in a mixed cluster or
+            // after a downgrade. Its fields may mean anything here.
+            return Err(match parse_hex_field(&mut rest.as_bytes(), true) {
+                Some(_) => AckRefusal::UnknownVersion,
+                None => AckRefusal::Malformed,
+            });
         }
         let mut bytes = text.as_bytes();
-        let subscription_id = parse_hex_field(&mut bytes, true)?;
-        let offset = parse_hex_field(&mut bytes, true)?;
-        let generation = u32::try_from(parse_hex_field(&mut bytes, false)?).ok()?;
-        Some(AckId { subscription_id, offset, generation })
+        let subscription_id = SubscriptionId::new(field(&mut bytes, true)?);
+        let offset = field(&mut bytes, true)?;
+        let generation = generation(&mut bytes)?;
+        Ok(AckId { subscription_id, source: SourceId::FIRST, offset, generation })
     }
 }
 
@@ -283,7 +324,11 @@ fn push_hex(text: &mut String, value: u64) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckRefusal {
     Malformed,
+    /// An ack id of a format version after this daemon's (a newer daemon issued it).
+    UnknownVersion,
     OtherSubscription,
+    /// An ack id naming a source the subscription's topic does not have.
+    OtherSource,
     NeverDelivered,
     /// The lease expired and the message is now leased to another delivery.
     Expired,
@@ -296,9 +341,13 @@ impl AckRefusal {
     pub fn reason(&self) -> &'static str {
         match self {
             AckRefusal::Malformed => "malformed ack id",
+            AckRefusal::UnknownVersion => {
+                "ack id of a later format version than this daemon reads (a newer Ringpost issued it)"
+            }
             AckRefusal::OtherSubscription => {
                 "ack id belongs to another subscription (or one deleted and recreated)"
             }
+            AckRefusal::OtherSource => "unknown ack id: its topic has no such source",
             AckRefusal::NeverDelivered => "unknown ack id: no such message was delivered",
             AckRefusal::Expired => "ack id expired: its deadline passed and the message was delivered again",
             AckRefusal::LeaseEnded => {
@@ -327,7 +376,7 @@ struct KeyOrder {
 }
 
 pub struct SubscriptionState {
-    pub id: u64,
+    pub id: SubscriptionId,
     pub start_offset: u64,
     acked: AckSet,
     cursor: u64,
@@ -470,7 +519,7 @@ impl InFlight {
 }
 
 impl SubscriptionState {
-    pub fn new(id: u64, start_offset: u64, ack_deadline: Duration) -> SubscriptionState {
+    pub fn new(id: SubscriptionId, start_offset: u64, ack_deadline: Duration) -> SubscriptionState {
         SubscriptionState {
             id,
             start_offset,
@@ -874,9 +923,13 @@ impl SubscriptionState {
     /// Checks an ack id at `now`. `Ok(Some(offset))`: acknowledge it (after making it
     /// durable); `Ok(None)`: already acknowledged, nothing to do.
     pub fn check_ack(&self, text: &str, now: Instant) -> Result<Option<u64>, AckRefusal> {
-        let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
+        let ack_id = AckId::parse(text)?;
         if ack_id.subscription_id != self.id {
             return Err(AckRefusal::OtherSubscription);
+        }
+        // Every topic has one source, source 0, until topics have several.
+        if ack_id.source != SourceId::FIRST {
+            return Err(AckRefusal::OtherSource);
         }
         if ack_id.offset < self.start_offset || ack_id.offset >= self.cursor.max(self.acked.floor()) {
             return Err(AckRefusal::NeverDelivered);
@@ -982,7 +1035,7 @@ impl SubscriptionState {
     /// until `now + seconds`.
     pub fn modify_deadline(&mut self, text: &str, seconds: u32, now: Instant) -> Result<(), AckRefusal> {
         let Some(offset) = self.check_ack(text, now)? else { return Ok(()) };
-        let ack_id = AckId::parse(text).ok_or(AckRefusal::Malformed)?;
+        let ack_id = AckId::parse(text)?;
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return Ok(()) };
         match in_flight.leases.get_mut(offset) {
             // Its acknowledgement is being made durable: that wins over a nack or extension.
@@ -1014,18 +1067,39 @@ mod tests {
     const DEADLINE: Duration = Duration::from_secs(10);
 
     fn ack_id(state: &SubscriptionState, delivery: &Delivery) -> String {
-        AckId { subscription_id: state.id, offset: delivery.offset, generation: delivery.generation }.encode()
+        AckId {
+            subscription_id: state.id,
+            source: SourceId::FIRST,
+            offset: delivery.offset,
+            generation: delivery.generation,
+        }
+        .encode()
+    }
+
+    /// The ack id a daemon before version 1 of the format gave the same delivery.
+    fn version_0_ack_id(state: &SubscriptionState, delivery: &Delivery) -> String {
+        format!("{:x}.{:x}.{:x}", state.id.get(), delivery.offset, delivery.generation)
+    }
+
+    fn source(number: u32) -> SourceId {
+        SourceId::new(number).unwrap()
     }
 
     #[test]
-    fn ack_ids_are_lowercase_hex_and_parse_back() {
-        for (subscription_id, offset, generation) in
-            [(0, 0, 0), (1, 15, 16), (0xabc, 0x1_0000_0000, 7), (u64::MAX, u64::MAX, u32::MAX)]
-        {
-            let ack_id = AckId { subscription_id, offset, generation };
+    fn ack_ids_are_versioned_lowercase_hex_and_parse_back() {
+        for (subscription_id, source, offset, generation) in [
+            (0, SourceId::FIRST, 0, 0),
+            (1, source(1), 15, 16),
+            (0xabc, source(0x7ff), 0x1_0000_0000, 7),
+            (u64::MAX, SourceId::FIRST, u64::MAX, u32::MAX),
+        ] {
+            let ack_id =
+                AckId { subscription_id: SubscriptionId::new(subscription_id), source, offset, generation };
             let text = ack_id.encode();
-            assert_eq!(text, format!("{subscription_id:x}.{offset:x}.{generation:x}"));
-            assert_eq!(AckId::parse(&text), Some(ack_id));
+            let number = source.get();
+            assert_eq!(text, format!("v1.{subscription_id:x}.{number:x}.{offset:x}.{generation:x}"));
+            assert!(text.len() <= ACK_ID_ENCODED_BYTES_MAX);
+            assert_eq!(AckId::parse(&text), Ok(ack_id));
         }
     }
 
@@ -1046,8 +1120,8 @@ mod tests {
         assert_eq!(set.above_floor(), 0);
     }
 
-    /// What the parser accepted before it was written by hand, for the texts an ack id can be
-    /// (the hand-written one also refuses a leading '+', which no ack id has).
+    /// What the parser accepted before it was written by hand, for the texts a version 0 ack id
+    /// can be (the hand-written one also refuses a leading '+', which no ack id has).
     fn parse_by_splitting(text: &str) -> Option<AckId> {
         let mut parts = text.split('.');
         let subscription_id = u64::from_str_radix(parts.next()?, 16).ok()?;
@@ -1056,7 +1130,12 @@ mod tests {
         if parts.next().is_some() {
             return None;
         }
-        Some(AckId { subscription_id, offset, generation })
+        Some(AckId {
+            subscription_id: SubscriptionId::new(subscription_id),
+            source: SourceId::FIRST,
+            offset,
+            generation,
+        })
     }
 
     #[test]
@@ -1078,13 +1157,49 @@ mod tests {
             " 1.2.3",
             "+1.2.3",
             "1.-2.3",
+            "v1",
+            "v1.",
+            "v1.1.2.3",
+            "v1.1.0.2.3.",
+            "v1.1.0.2.3.4",
+            "v1.1..2.3",
+            "v1.1.800.2.3",
+            "v1.1.100000000.2.3",
+            "v1.1.0.2.100000000",
+            "V1.1.0.2.3",
+            "v.1.0.2.3",
+            "vv1.1.0.2.3",
+            "x1.1.0.2.3",
         ] {
-            assert_eq!(AckId::parse(text), None, "{text:?}");
+            assert_eq!(AckId::parse(text), Err(AckRefusal::Malformed), "{text:?}");
         }
         assert_eq!(
             AckId::parse("00000000000000000001.A.ffffffff"),
-            Some(AckId { subscription_id: 1, offset: 10, generation: u32::MAX })
+            Ok(AckId {
+                subscription_id: SubscriptionId::new(1),
+                source: SourceId::FIRST,
+                offset: 10,
+                generation: u32::MAX
+            })
         );
+        assert_eq!(
+            AckId::parse("v1.00000000000000000001.7FF.A.ffffffff"),
+            Ok(AckId {
+                subscription_id: SubscriptionId::new(1),
+                source: source(0x7ff),
+                offset: 10,
+                generation: u32::MAX
+            })
+        );
+    }
+
+    /// An ack id of a later version is refused as such, whatever its fields, so that a
+    /// newer daemon's format is never read as this one's.
+    #[test]
+    fn later_versions_are_refused_as_unknown() {
+        for text in ["v2.1.0.2.3", "v2.", "v10.anything at all", "vff.1.2.3"] {
+            assert_eq!(AckId::parse(text), Err(AckRefusal::UnknownVersion), "{text:?}");
+        }
     }
 
     proptest::proptest! {
@@ -1092,15 +1207,35 @@ mod tests {
         fn ack_ids_parse_as_splitting_did(
             text in "[0-9a-fA-F.]{0,40}|[0-9a-f]{1,17}\\.[0-9a-f]{1,17}\\.[0-9a-f]{1,9}",
         ) {
-            proptest::prop_assert_eq!(AckId::parse(&text), parse_by_splitting(&text));
+            proptest::prop_assert_eq!(AckId::parse(&text).ok(), parse_by_splitting(&text));
         }
 
         #[test]
-        fn ack_ids_encode_and_parse_back(subscription_id: u64, offset: u64, generation: u32) {
-            let ack_id = AckId { subscription_id, offset, generation };
+        fn ack_ids_encode_and_parse_back(
+            subscription_id: u64,
+            number in 0..crate::ids::SOURCES_PER_TOPIC_MAX,
+            offset: u64,
+            generation: u32,
+        ) {
+            let id = SubscriptionId::new(subscription_id);
+            let ack_id = AckId { subscription_id: id, source: source(number), offset, generation };
             let text = ack_id.encode();
-            proptest::prop_assert_eq!(&text, &format!("{subscription_id:x}.{offset:x}.{generation:x}"));
-            proptest::prop_assert_eq!(AckId::parse(&text), Some(ack_id));
+            proptest::prop_assert_eq!(
+                &text,
+                &format!("v1.{subscription_id:x}.{number:x}.{offset:x}.{generation:x}")
+            );
+            proptest::prop_assert_eq!(AckId::parse(&text), Ok(ack_id));
+        }
+
+        /// A version 0 ack id, held by a client across the upgrade, names what the version 1
+        /// ack id of the same delivery names: source 0, the same offset and lease.
+        #[test]
+        fn version_0_ack_ids_parse_as_source_0(subscription_id: u64, offset: u64, generation: u32) {
+            let old = format!("{subscription_id:x}.{offset:x}.{generation:X}");
+            let id = SubscriptionId::new(subscription_id);
+            let new = AckId { subscription_id: id, source: SourceId::FIRST, offset, generation };
+            proptest::prop_assert_eq!(AckId::parse(&old), Ok(new));
+            proptest::prop_assert_eq!(AckId::parse(&new.encode()), Ok(new));
         }
         #[test]
         fn ack_set_matches_a_model(offsets in proptest::collection::vec(0u64..600, 0..400)) {
@@ -1117,8 +1252,8 @@ mod tests {
 
     #[test]
     fn deliver_ack_and_redeliver_after_deadline() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(3, 10, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), 10, DEADLINE);
         let first = state.pull(now, 5, 13);
         assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![10, 11, 12]);
         assert!(first.iter().all(|d| d.attempt == 1));
@@ -1135,8 +1270,8 @@ mod tests {
 
     #[test]
     fn an_acknowledgement_frees_the_window_at_once_and_the_lease_once_durable() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(3, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), 0, DEADLINE);
         let stream = 7;
         let deliveries = state.pull_for(now, 3, 3, stream, DEADLINE);
         for delivery in &deliveries {
@@ -1164,8 +1299,8 @@ mod tests {
 
     #[test]
     fn nack_redelivers_at_once_and_extension_holds() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let deliveries = state.pull(now, 2, 2);
         state.modify_deadline(&ack_id(&state, &deliveries[0]), 0, now).unwrap();
         state.modify_deadline(&ack_id(&state, &deliveries[1]), 60, now).unwrap();
@@ -1186,8 +1321,8 @@ mod tests {
         const LEASES: usize = 1000;
         const IDS_PER_REQUEST: usize = 2500;
         const REQUESTS: usize = 200;
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let deliveries = state.pull(now, LEASES, LEASES as u64);
         assert_eq!(deliveries.len(), LEASES);
         let ids: Vec<String> = deliveries.iter().map(|delivery| ack_id(&state, delivery)).collect();
@@ -1214,8 +1349,8 @@ mod tests {
     /// window, and leaves no deadline at or before now (a waiting loop would sleep zero on it).
     #[test]
     fn expiring_frees_a_full_streams_window_and_leaves_only_later_deadlines() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let leased = state.pull_for(now, 3, 3, 7, DEADLINE);
         assert_eq!(leased.len(), 3);
         assert_eq!(state.stream_load(7).messages, 3);
@@ -1234,11 +1369,17 @@ mod tests {
     /// before the restart still expires when its extension ends.
     #[test]
     fn a_restored_lease_extended_with_an_old_ack_id_still_expires() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         state.pull(now, 1, 1);
         state.restore_lease(0, now + DEADLINE);
-        let old = AckId { subscription_id: 1, offset: 0, generation: 41 }.encode();
+        let old = AckId {
+            subscription_id: SubscriptionId::new(1),
+            source: SourceId::FIRST,
+            offset: 0,
+            generation: 41,
+        }
+        .encode();
         state.modify_deadline(&old, 20, now).unwrap();
         assert!(state.pull(now + Duration::from_secs(19), 1, 1).is_empty(), "extended");
         let again = state.pull(now + Duration::from_secs(21), 1, 1);
@@ -1247,8 +1388,8 @@ mod tests {
 
     #[test]
     fn bad_ack_ids_are_refused() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         state.pull(now, 1, 1);
         assert_eq!(state.check_ack("zz", now), Err(AckRefusal::Malformed));
         assert_eq!(state.check_ack("2.0.1", now), Err(AckRefusal::OtherSubscription));
@@ -1261,8 +1402,8 @@ mod tests {
     /// delivery; one that lowers the attempts dead-letters at the next failure.
     #[test]
     fn a_new_delivery_policy_applies_to_messages_already_out() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let policy = |max| DeliveryPolicy { max_delivery_attempts: max, ..Default::default() };
         state.set_policy(policy(Some(2)));
         for _ in 0..2 {
@@ -1295,8 +1436,8 @@ mod tests {
 
     #[test]
     fn a_detached_streams_leases_run_to_their_deadlines_and_its_ack_ids_stay_good() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(3, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), 0, DEADLINE);
         let stream = 9;
         let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
         for delivery in &deliveries {
@@ -1316,18 +1457,18 @@ mod tests {
 
     #[test]
     fn restart_redelivers_everything_unacknowledged() {
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         for offset in [0, 1, 3] {
             state.restore_ack(offset);
         }
-        let deliveries = state.pull(Instant::now(), 10, 5);
+        let deliveries = state.pull(crate::runtime::now(), 10, 5);
         assert_eq!(deliveries.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![2, 4]);
     }
 
     #[test]
     fn the_in_flight_state_goes_once_everything_is_done_and_old_ack_ids_stay_refused() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         assert!(state.pull(now, 10, 0).is_empty());
         assert!(state.in_flight.is_none(), "an idle poll allocates nothing");
         let first = state.pull_for(now, 2, 2, 5, DEADLINE);
@@ -1355,8 +1496,8 @@ mod tests {
 
     #[test]
     fn released_deliveries_come_first_without_counting_an_attempt() {
-        let now = Instant::now();
-        let mut state = SubscriptionState::new(1, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
         let deliveries = state.pull(now, 3, 3);
         state.release(deliveries[2]);
         let next = state.pull(now, 3, 3);
@@ -1364,7 +1505,7 @@ mod tests {
     }
 
     fn exactly_once(id: u64) -> SubscriptionState {
-        let mut state = SubscriptionState::new(id, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(id), 0, DEADLINE);
         state.policy.exactly_once = true;
         state
     }
@@ -1373,8 +1514,8 @@ mod tests {
     /// without it, an expired lease not delivered again yet is still acknowledged.
     #[test]
     fn exactly_once_accepts_only_current_unexpired_leases() {
-        let now = Instant::now();
-        let mut lenient = SubscriptionState::new(4, 0, DEADLINE);
+        let now = crate::runtime::now();
+        let mut lenient = SubscriptionState::new(SubscriptionId::new(4), 0, DEADLINE);
         let mut strict = exactly_once(4);
         for state in [&mut lenient, &mut strict] {
             let deliveries = state.pull(now, 2, 2);
@@ -1406,7 +1547,7 @@ mod tests {
     /// or with its stream closed, the message is not delivered again; once applied, never.
     #[test]
     fn exactly_once_pins_a_lease_while_its_acknowledgement_is_made_durable() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = exactly_once(4);
         let stream = 3;
         let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
@@ -1438,7 +1579,7 @@ mod tests {
     /// for the other.
     #[test]
     fn exactly_once_counts_pins() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = exactly_once(4);
         let deliveries = state.pull(now, 1, 1);
         let id = ack_id(&state, &deliveries[0]);
@@ -1457,11 +1598,17 @@ mod tests {
     /// restart until its deadline.
     #[test]
     fn exactly_once_honours_a_restored_lease_until_its_deadline() {
-        let now = Instant::now();
+        let now = crate::runtime::now();
         let mut state = exactly_once(4);
         state.restore_lease(0, now + DEADLINE);
         state.pull(now, 0, 1);
-        let before_restart = AckId { subscription_id: 4, offset: 0, generation: 17 }.encode();
+        let before_restart = AckId {
+            subscription_id: SubscriptionId::new(4),
+            source: SourceId::FIRST,
+            offset: 0,
+            generation: 17,
+        }
+        .encode();
         state.cursor = 1;
         assert_eq!(state.check_ack(&before_restart, now), Ok(Some(0)));
         assert_eq!(state.check_ack(&before_restart, now + DEADLINE), Err(AckRefusal::LeaseEnded));
@@ -1472,8 +1619,54 @@ mod tests {
     #[test]
     #[should_panic(expected = "outside the window")]
     fn a_cursor_below_the_floor_is_caught() {
-        let mut state = SubscriptionState::new(4, 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(4), 0, DEADLINE);
         state.acked = AckSet::new(5);
-        state.pull(Instant::now(), 1, 10);
+        state.pull(crate::runtime::now(), 1, 10);
+    }
+
+    proptest::proptest! {
+        /// Over deliveries, redeliveries, acknowledgements and nacks, each delivery's version 0
+        /// ack id (held across the upgrade) gets the answer its version 1 ack id gets, leniently
+        /// and with exactly-once delivery; and the same ack id naming another source is never
+        /// taken for it.
+        #[test]
+        fn version_0_ack_ids_get_the_answers_of_version_1(
+            exactly_once_delivery: bool,
+            steps in proptest::collection::vec((0u8..4, 0usize..8), 1..40),
+        ) {
+            let start = Instant::now();
+            let mut state = SubscriptionState::new(SubscriptionId::new(9), 0, DEADLINE);
+            state.policy.exactly_once = exactly_once_delivery;
+            let mut given = Vec::new();
+            let mut now = start;
+            for (step, which) in steps {
+                match step {
+                    0 => given.extend(state.pull(now, 3, 16)),
+                    1 => now += DEADLINE / 2,
+                    2 => if let Some(delivery) = given.get(which) {
+                        if let Ok(Some(offset)) = state.check_ack(&ack_id(&state, delivery), now) {
+                            state.apply_ack(offset);
+                        }
+                    },
+                    _ => if let Some(delivery) = given.get(which) {
+                        let _ = state.modify_deadline(&version_0_ack_id(&state, delivery), 0, now);
+                    },
+                }
+                for delivery in &given {
+                    let new = ack_id(&state, delivery);
+                    proptest::prop_assert_eq!(
+                        state.check_ack(&version_0_ack_id(&state, delivery), now),
+                        state.check_ack(&new, now)
+                    );
+                    let elsewhere = AckId {
+                        subscription_id: state.id,
+                        source: source(1),
+                        offset: delivery.offset,
+                        generation: delivery.generation,
+                    };
+                    proptest::prop_assert_eq!(state.check_ack(&elsewhere.encode(), now), Err(AckRefusal::OtherSource));
+                }
+            }
+        }
     }
 }

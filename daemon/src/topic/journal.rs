@@ -55,7 +55,7 @@ pub enum JournalSlot<S: Storage> {
 pub struct OpenJournal<S: Storage> {
     pub log: Log<S>,
     /// Subscription states rebuilt from the journal, waiting for the router to attach them.
-    pub recovered: HashMap<u64, Vec<JournalEntry>, IdHasher>,
+    pub recovered: HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher>,
     /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
     pub snapshots: HashMap<u64, SnapshotState, IdHasher>,
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
@@ -142,7 +142,7 @@ impl<S: Storage> TopicState<S> {
         else {
             return Ok(());
         };
-        let since = last_checkpoint.unwrap_or(journal.start_offset());
+        let since = last_checkpoint.unwrap_or(journal.start_offset().get());
         let written: u64 = journal
             .closed_segments()
             .iter()

@@ -9,6 +9,7 @@ pub mod retention;
 #[cfg(test)]
 mod tests;
 
+use crate::ids::Offset;
 use crate::log::record::RecordView;
 use crate::log::{make_reserve, record, HeldBatch, Log, LogError, StoredRecord};
 use crate::metrics::rate::RateWindow;
@@ -57,7 +58,7 @@ pub enum Replication {
     Alone,
     /// A follower: it takes records from the leader it last synced with (`synced_epoch`, 0
     /// for none yet) and serves no client.
-    Follower { synced_epoch: u64 },
+    Follower { synced_epoch: crate::ids::Epoch },
     /// The leader of an epoch: it serves clients, and commits what a quorum of replicas holds.
     Leader(Rc<crate::replication::source::Leader>),
 }
@@ -167,7 +168,7 @@ impl<S: Storage> TopicState<S> {
         }
         let journal = self.journal_log().await?;
         let (first, count) = journal.append(records, 1).await?;
-        self.wait_replicated(&journal, first + count as u64).await
+        self.wait_replicated(&journal, Offset::new(first + count as u64)).await
     }
 
     /// The leader of a replicated topic, when this replica leads it.
@@ -180,7 +181,7 @@ impl<S: Storage> TopicState<S> {
 
     /// Waits, on a replicated topic's leader, until a quorum of replicas holds `log` (its
     /// messages or journal) below `end`; at once otherwise.
-    pub async fn wait_replicated(&self, log: &Log<S>, end: u64) -> Result<(), LogError> {
+    pub async fn wait_replicated(&self, log: &Log<S>, end: Offset) -> Result<(), LogError> {
         match self.leader() {
             Some(leader) => leader.wait_committed(log, end).await,
             None if matches!(*self.replication.borrow(), Replication::Follower { .. }) => {
@@ -193,7 +194,7 @@ impl<S: Storage> TopicState<S> {
     /// The offset below which every replica holds `log` (`protocol::MESSAGES` or `JOURNAL`):
     /// a leader's retention removes nothing a follower still needs.
     pub fn replicated_floor(&self, log: usize) -> u64 {
-        self.leader().map_or(u64::MAX, |leader| leader.replicated_floor(log))
+        self.leader().map_or(u64::MAX, |leader| leader.replicated_floor(log).get())
     }
 }
 

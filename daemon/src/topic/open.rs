@@ -254,8 +254,11 @@ impl<S: Storage> TopicState<S> {
 async fn replay_journal<S: Storage>(
     journal: &Log<S>,
     name: &str,
-) -> Result<(HashMap<u64, Vec<JournalEntry>, IdHasher>, HashMap<u64, SnapshotState, IdHasher>), Status> {
-    let mut recovered: HashMap<u64, Vec<JournalEntry>, IdHasher> = HashMap::default();
+) -> Result<
+    (HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher>, HashMap<u64, SnapshotState, IdHasher>),
+    Status,
+> {
+    let mut recovered: HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher> = HashMap::default();
     let mut snapshots: HashMap<u64, SnapshotState, IdHasher> = HashMap::default();
     for stored in journal.read_all(0).await.map_err(Status::from)? {
         let entry = JournalEntry::decode(&stored.data).map_err(|why| {

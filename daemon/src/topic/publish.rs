@@ -4,6 +4,7 @@
 use super::journal::JournalReserve;
 use super::TopicState;
 use crate::api::data::{MessageView, PublishBatch};
+use crate::ids::Offset;
 use crate::log::{record, EncodeRecords, LogError, Records};
 use crate::storage::Storage;
 use std::ops::Range;
@@ -69,7 +70,7 @@ impl<S: Storage> TopicState<S> {
         let (first, count) = self.log.append_records(Records::Deferred(Box::new(records)), count).await?;
         if !matches!(*self.replication.borrow(), super::Replication::Alone) {
             // Boxed: a publish's task on a topic with one replica stays as small as before.
-            Box::pin(self.wait_replicated(&self.log, first + count as u64)).await?;
+            Box::pin(self.wait_replicated(&self.log, Offset::new(first + count as u64))).await?;
         }
         self.collect_after_roll(publish_time_ms);
         if self.journal_reserve.get() == JournalReserve::Untried && self.journal.opened().is_none() {

@@ -411,3 +411,57 @@ fn cli_creates_subscriptions_with_every_policy_and_seeks() {
     let bad = ringpost_tests::failed(&daemon.cli(&["sub", "seek", "policies", "--time", "yesterday"]));
     assert!(bad.starts_with("InvalidArgument"), "{bad}");
 }
+
+/// The ack id a daemon gave before ack ids named their source (`<subscription>.<offset>.
+/// <generation>`), made from the versioned one a daemon gives now
+/// (`v1.<subscription>.<source>.<offset>.<generation>`).
+fn version_0_ack_id(ack_id: &str) -> String {
+    let fields: Vec<&str> = ack_id.strip_prefix("v1.").expect("a version 1 ack id").split('.').collect();
+    assert_eq!(fields.len(), 4, "{ack_id}");
+    assert_eq!(fields[1], "0", "the topic's one source is source 0: {ack_id}");
+    format!("{}.{}.{}", fields[0], fields[2], fields[3])
+}
+
+/// A client holding ack ids across a rolling restart onto versioned ack ids: those in the old
+/// format still acknowledge their messages (source 0), and ack ids of a later format version or
+/// naming a source the topic lacks are refused saying why, acknowledging nothing.
+#[test]
+fn ack_ids_from_before_versioning_still_acknowledge_and_others_are_refused_saying_why() {
+    let mut daemon = Daemon::start("versioned-ack-ids");
+    let client = daemon.client();
+    block_on(client.create_topic("upgraded")).unwrap();
+    let held = Subscription { ack_deadline_seconds: 600, ..subscription("held", "upgraded") };
+    block_on(client.create_subscription(held)).unwrap();
+    block_on(client.publish("upgraded", (0..4).map(|n| Message::new(format!("m{n}"))).collect())).unwrap();
+    let mut pulled = block_on(client.pull("held", 4, 0)).unwrap();
+    pulled.sort_by_key(|message| message.message_id);
+    assert_eq!(pulled.iter().map(|message| message.message_id).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    // An extension is journaled, so the leases and their ack ids outlive the restart.
+    let held_ids = pulled.iter().map(|message| message.ack_id.clone()).collect();
+    assert!(block_on(client.modify_ack_deadline("held", held_ids, 600)).unwrap().is_empty());
+    drop(client);
+    daemon.restart();
+    let client = daemon.client();
+    assert!(block_on(client.pull("held", 4, 0)).unwrap().is_empty(), "the leases were restored");
+    let old = version_0_ack_id(&pulled[0].ack_id);
+    let later_version = format!("v2.{}", &pulled[2].ack_id["v1.".len()..]);
+    let fields: Vec<&str> = pulled[3].ack_id.split('.').collect();
+    let other_source = format!("v1.{}.1.{}.{}", fields[1], fields[3], fields[4]);
+    let refused = block_on(client.acknowledge(
+        "held",
+        vec![old, pulled[1].ack_id.clone(), later_version.clone(), other_source.clone()],
+    ))
+    .unwrap();
+    let reasons: HashMap<&str, &str> =
+        refused.iter().map(|refusal| (refusal.ack_id.as_str(), refusal.reason.as_str())).collect();
+    assert_eq!(reasons.len(), 2, "only the later version and the other source are refused: {refused:?}");
+    assert!(reasons[later_version.as_str()].contains("later format version"), "{refused:?}");
+    assert!(reasons[other_source.as_str()].contains("no such source"), "{refused:?}");
+    // The two refused go back at once; the two acknowledged stay acknowledged.
+    let nacked =
+        block_on(client.nack("held", vec![pulled[2].ack_id.clone(), pulled[3].ack_id.clone()])).unwrap();
+    assert!(nacked.is_empty(), "{nacked:?}");
+    let mut again = block_on(client.pull("held", 4, 5_000)).unwrap();
+    again.sort_by_key(|message| message.message_id);
+    assert_eq!(texts(&again), vec!["m2", "m3"]);
+}

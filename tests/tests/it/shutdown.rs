@@ -149,7 +149,7 @@ fn listening_ports_beyond_65535_are_refused_and_names_resolve() {
 }
 
 /// `--advertise` names the host clients are told to reach the forwarders at (the router's
-/// choice for every address, and for a listening name, is unit-tested in `router.rs`).
+/// choice for every address, and for a listening name, is unit-tested in `router/forwarders.rs`).
 #[test]
 fn lookups_advertise_the_host_given_with_advertise() {
     let daemon = Daemon::start_with(

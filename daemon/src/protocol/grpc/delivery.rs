@@ -269,9 +269,10 @@ pub fn deadline_seconds(seconds: i32) -> Result<u32, Status> {
     )
 }
 
-/// Whether an ack id could ever be one Ringpost handed out.
-pub fn is_malformed(ack_id: &str) -> bool {
-    AckId::parse(ack_id).is_none()
+/// Why an ack id could never be one this daemon handed out (malformed, or of a later format
+/// version), if it could not.
+pub fn malformed(ack_id: &str) -> Option<&'static str> {
+    AckId::parse(ack_id).err().map(|refusal| refusal.reason())
 }
 
 /// What the caller of Acknowledge or ModifyAckDeadline is told of the ack ids refused.
@@ -299,10 +300,11 @@ pub fn ack_outcome(
         return Ok(());
     }
     if !properties.exactly_once {
-        if let Some(malformed) = requested.iter().find(|ack_id| is_malformed(ack_id)) {
-            let shown: String = malformed.chars().take(ACK_ID_BYTES_MAX).collect();
+        if let Some((ack_id, reason)) = requested.iter().find_map(|ack_id| Some((ack_id, malformed(ack_id)?)))
+        {
+            let shown: String = ack_id.chars().take(ACK_ID_BYTES_MAX).collect();
             return Err(Status::invalid_argument(format!(
-                "You have passed an invalid ack ID to the service (ack_id={shown})."
+                "You have passed an invalid ack ID to the service (ack_id={shown}): {reason}."
             )));
         }
         if let Some(transient) = failures.iter().find(|failure| !failure.permanent) {

@@ -380,7 +380,7 @@ pub fn encode_delivery<B: AsRef<[u8]> + 'static>(
             .map(|message| message.data.0.len())
             .filter(|&length| length >= GATHER_RUN_BYTES_MIN)
             .fold((0, 0), |(runs, bytes), length| (runs + 1, bytes + length));
-        if gathered_bytes > 0 && gathering_has_room(delivery.held_bytes()) {
+        if gathered_bytes > 0 && gathering_has_room(delivery.reservation.budget(), delivery.held_bytes()) {
             let sources: Vec<&[u8]> = delivery.batches.iter().map(|(batch, _)| batch.as_ref()).collect();
             Encoded::Gathered(encode_gathered(
                 header.command,
@@ -402,9 +402,12 @@ pub fn encode_delivery<B: AsRef<[u8]> + 'static>(
         }
     };
     let Delivery { batches, mut reservation, .. } = delivery;
+    // The buffers count against the gathered-bytes budget of the shard the delivery's
+    // reservation came from.
+    let budget = reservation.budget().clone();
     let frame = match encoded {
         Encoded::Gathered(body) => Response::Gathered(body.holding(
-            batches.into_iter().map(|(batch, charge)| Held::new(Box::new(batch), charge)).collect(),
+            batches.into_iter().map(|(batch, charge)| Held::new(Box::new(batch), charge, &budget)).collect(),
         )),
         Encoded::Whole(frame) => Response::Frame(frame),
     };

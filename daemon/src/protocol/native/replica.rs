@@ -152,12 +152,12 @@ impl Transport for Rc<NativeTransport> {
                         .map_err(Status::from)
                 });
             let bytes = answer.map_err(|status| {
-                Status::new(status.code, format!("replica shard {shard:#x}: {}", status.message))
+                Status::new(status.code, format!("the replica on {shard}: {}", status.message))
             })?;
             ReplicaAnswer::decode(&bytes).map_err(|why| {
                 Status::new(
                     Code::Internal,
-                    format!("replica shard {shard:#x} answered what did not decode: {why}"),
+                    format!("the replica on {shard} answered what did not decode: {why}"),
                 )
             })
         })

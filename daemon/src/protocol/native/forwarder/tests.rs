@@ -126,7 +126,7 @@ fn a_refused_publish_appends_nothing() {
         assert_eq!(status.code, ErrorCode::PermissionDenied, "{status:?}");
         assert!(status.message.contains("bob"), "the refusal names the principal: {}", status.message);
         assert_eq!(log.end_offset(), 0, "a refused publish appends nothing");
-        assert_eq!(log.next_offset(), 0, "nor queues anything to append");
+        assert_eq!(log.next_offset().get(), 0, "nor queues anything to append");
         // Refused before the topic is looked up: a topic one may not publish to and one that
         // does not exist answer alike.
         let publisher = as_principal(&access, "alice");

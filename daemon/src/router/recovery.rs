@@ -1,0 +1,185 @@
+//! The router's start: every catalogued topic and subscription attached to its forwarder,
+//! topics whose shard is gone placed again, and a data directory trusted again once rewritten.
+
+use super::*;
+
+/// Topics (and then subscriptions) attached at once while the daemon starts, across all
+/// forwarder shards. Each attach in progress holds a recovery read buffer per data directory
+/// (at most 1 MiB) and the files of the log it reads; well under `CONTROL_CHANNEL_CAPACITY`.
+pub const RECOVERY_ATTACHES_IN_FLIGHT_MAX: usize = 32;
+
+impl<S: Storage> Router<S> {
+    /// Attaches every catalogued topic and subscription to its forwarder, and removes topic
+    /// directories the catalog does not name (creations that crashed before their catalog
+    /// entry, or deletions that crashed before removing the files).
+    pub async fn recover(&self) -> Result<(), String> {
+        let topics: Vec<TopicRecord> = {
+            let state = self.state.borrow();
+            let mut topics: Vec<TopicRecord> = state.topics.values().cloned().collect();
+            topics.sort_by_key(|topic| topic.id);
+            topics
+        };
+        let started = crate::runtime::now();
+        let (replicated, topics): (Vec<TopicRecord>, Vec<TopicRecord>) =
+            topics.into_iter().partition(|topic| topic.replica_count() > 1);
+        self.recover_replicas(&replicated).await?;
+        let topics = self.place_recovered(topics).await?;
+        // Each node attaches the topics placed on its own forwarders.
+        let topics: Vec<TopicRecord> =
+            topics.into_iter().filter(|topic| node_and_shard(topic.shard).0 == self.node_id()).collect();
+        // Attached with several at once, since each attach waits on reads of the topic's logs.
+        let attaches: Vec<(u32, &TopicRecord)> = topics.iter().map(|topic| (topic.shard, topic)).collect();
+        try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
+            self.call_forwarder(
+                shard,
+                ControlRequest::AttachTopic {
+                    topic_id: topic.id,
+                    name: topic.name.clone(),
+                    retention_seconds: topic.message_retention_seconds,
+                    recovering: true,
+                },
+            )
+            .await
+            .map(|_| ())
+            .map_err(|status| {
+                let hint = if status.code == ErrorCode::DataLoss {
+                    " (with --quarantine-damaged the daemon starts and serves the other topics, \
+                         leaving this one and its files as they are)"
+                } else {
+                    ""
+                };
+                format!("recovering topic '{}': {status}{hint}", topic.name)
+            })
+        })
+        .await?;
+        let subscriptions: Vec<(u32, SubscriptionRecord)> = self
+            .state
+            .borrow()
+            .subscriptions
+            .values()
+            // A detached subscription is served nowhere, as if its topic were deleted.
+            .filter(|record| !record.detached)
+            // A replicated topic's subscriptions are attached once its leader is promoted.
+            .filter(|record| !replicated.iter().any(|topic| topic.id == record.topic_id))
+            .filter_map(|record| {
+                let shard = self.shard_of(record.topic_id)?;
+                (node_and_shard(shard).0 == self.node_id()).then(|| (shard, (**record).clone()))
+            })
+            .collect();
+        let subscription_count = subscriptions.len();
+        try_for_each_concurrent(
+            subscriptions,
+            RECOVERY_ATTACHES_IN_FLIGHT_MAX,
+            |(shard, subscription)| async move {
+                self.call_forwarder(
+                    shard,
+                    ControlRequest::AttachSubscription {
+                        subscription_id: subscription.id,
+                        name: subscription.name.clone(),
+                        topic_id: subscription.topic_id,
+                        settings: subscription.settings.clone(),
+                        create: false,
+                        start_offset: subscription.start_offset,
+                    },
+                )
+                .await
+                .map(|_| ())
+                .map_err(|status| format!("recovering subscription '{}': {status}", subscription.name))
+            },
+        )
+        .await?;
+        if !topics.is_empty() {
+            // What an operator waits for before "serving on": with thousands of topics, seconds.
+            crate::log_info!(
+                "ringpostd: recovered {} topic(s) and {subscription_count} subscription(s) in {:.2} s",
+                topics.len(),
+                crate::runtime::now().saturating_duration_since(started).as_secs_f64()
+            );
+        }
+        let node = self.node_id();
+        let replicas_here = replicated
+            .iter()
+            .filter(|topic| topic.replicas.iter().any(|shard| node_and_shard(*shard).0 == node));
+        let known: HashSet<String> =
+            topics.iter().chain(replicas_here).map(|topic| format!("{:016x}", topic.id)).collect();
+        for copy in 0..self.directories.count() {
+            let topics_directory = self.directories.path(copy).join("topics");
+            if let Ok(names) = self.storage.list_dir(&topics_directory) {
+                for name in names.into_iter().filter(|name| !known.contains(name)) {
+                    crate::log_info!(
+                        "ringpostd: removing {}: the catalog does not name this topic (an unfinished create or delete)",
+                        topics_directory.join(&name).display()
+                    );
+                    let _ = self.storage.remove_dir_all(&topics_directory.join(name));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A topic whose shard is gone (this node restarted with fewer) is placed again, by a
+    /// decided entry, on this node: its files are here.
+    pub(super) async fn place_recovered(
+        &self,
+        mut topics: Vec<TopicRecord>,
+    ) -> Result<Vec<TopicRecord>, String> {
+        let shards = self.forwarders.len() as u32;
+        let mut placement = Placement::new(shards.max(1), self.balance_factor);
+        let this_node = |topic: &TopicRecord| node_and_shard(topic.shard).0 == self.node_id();
+        for topic in topics.iter().filter(|topic| this_node(topic)) {
+            let (_, local) = node_and_shard(topic.shard);
+            if local < shards {
+                placement.assign(local);
+            }
+        }
+        for topic in
+            topics.iter_mut().filter(|topic| this_node(topic) && node_and_shard(topic.shard).1 >= shards)
+        {
+            let shard = global_shard(self.node_id(), placement.place(&topic.name));
+            if !self.catalog.leads() {
+                return Err(format!(
+                    "topic '{}' is placed on shard {} of this node, which has {shards}: start it with as \
+                     many forwarder shards as before",
+                    topic.name,
+                    node_and_shard(topic.shard).1
+                ));
+            }
+            self.propose(CatalogEntry::TopicPlaced { id: topic.id, shard })
+                .await
+                .map_err(|status| format!("placing topic '{}' again: {status}", topic.name))?;
+            topic.shard = shard;
+        }
+        Ok(topics)
+    }
+
+    /// Trusts data directory `index` again, after rewriting every stale copy in it.
+    pub async fn resync_directory(&self, index: usize) -> Result<Resynced, Status> {
+        if index >= self.directories.count() {
+            return Err(Status::invalid_argument(format!(
+                "there is no data directory {index}; there are {} (numbered from 0 in --data-dir order)",
+                self.directories.count()
+            )));
+        }
+        let mut resynced = Resynced::default();
+        self.directories.unfence(index);
+        if self.catalog.is_stale(index) {
+            resynced.batches += self.catalog.resync_copy(index).await?;
+            resynced.logs += 1;
+        }
+        for forwarder in &self.forwarders {
+            if let ControlOk::Resynced { logs, batches } =
+                forwarder.call(ControlRequest::ResyncDirectory { index }).await?
+            {
+                resynced.logs += logs;
+                resynced.batches += batches;
+            }
+        }
+        crate::log_info!(
+            "ringpostd: data directory {index} ({}) resynced: {} logs, {} batches copied; it takes writes again",
+            self.directories.path(index).display(),
+            resynced.logs,
+            resynced.batches
+        );
+        Ok(resynced)
+    }
+}

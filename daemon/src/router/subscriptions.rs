@@ -1,0 +1,458 @@
+//! Subscriptions: created (and watched while their creation is undecided), updated, expired,
+//! deleted, detached, sought, listed and looked up.
+
+use super::*;
+
+/// What a subscription whose topic was deleted reports as its topic (as Pub/Sub does).
+pub const DELETED_TOPIC: &str = "_deleted-topic_";
+
+/// How often idle subscriptions are checked against their expiration policy.
+pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A subscription created with an unknown outcome, and how to serve it if it was decided.
+pub(super) struct Undecided {
+    subscription_id: u64,
+    shard: u32,
+    attach: ControlRequest,
+    /// Past this, it is no longer watched; if it commits later, the next start attaches it.
+    until: std::time::Instant,
+}
+
+/// How long an undecided subscription is watched for its creation to commit.
+pub const UNDECIDED_WATCH: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Most undecided subscriptions watched at once; one beyond is left to the next start, which
+/// attaches whatever the catalog names.
+pub const UNDECIDED_WATCHED_MAX: usize = 1024;
+
+/// How often the undecided subscriptions are looked at.
+pub const UNDECIDED_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl<S: Storage> Router<S> {
+    /// `request`: the settings as asked, 0 or empty asking for a setting's default.
+    pub async fn create_subscription(&self, request: Subscription) -> Result<Subscription, Status> {
+        let name = request.name.as_str();
+        validate_name("subscription", name)?;
+        let topic = self.topic_record(request.topic.as_str())?;
+        // From here on, the settings as asked.
+        let request = &request.settings;
+        if request.filter.len() > FILTER_BYTES_MAX {
+            return Err(Status::invalid_argument(format!(
+                "filter is {} bytes; the limit is {FILTER_BYTES_MAX} (FILTER_BYTES_MAX)",
+                request.filter.len()
+            )));
+        }
+        if !request.filter.is_empty() {
+            crate::subscription::filter::Filter::parse(&request.filter)
+                .map_err(|error| Status::invalid_argument(format!("invalid filter: {error}")))?;
+        }
+        let dead_letter_topic = request.dead_letter_topic.as_str();
+        let max_delivery_attempts =
+            effective_max_delivery_attempts(dead_letter_topic, request.max_delivery_attempts)?;
+        if !dead_letter_topic.is_empty() {
+            check_dead_letter_topic(name, &topic.name, dead_letter_topic)?;
+            self.topic_record(dead_letter_topic)?;
+        }
+        let (minimum_backoff, maximum_backoff) = effective_retry_backoff_seconds(
+            request.minimum_backoff_seconds,
+            request.maximum_backoff_seconds,
+        )?;
+        let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds)?;
+        validate_labels(&request.labels)?;
+        let settings = SubscriptionSettings {
+            ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds)?,
+            retain_acked_messages: request.retain_acked_messages,
+            message_retention_seconds: effective_retention_seconds(request.message_retention_seconds)?,
+            enable_message_ordering: request.enable_message_ordering,
+            filter: request.filter.clone(),
+            dead_letter_topic: dead_letter_topic.to_owned(),
+            max_delivery_attempts,
+            minimum_backoff_seconds: minimum_backoff,
+            maximum_backoff_seconds: maximum_backoff,
+            expiration_ttl_seconds: expiration,
+            labels: request.labels.clone(),
+            enable_exactly_once_delivery: request.enable_exactly_once_delivery,
+        };
+        let _reservation = self.reserve_name(&format!("subscription/{name}"))?;
+        if self.state.borrow().subscriptions.contains_key(name) {
+            return Err(Status::already_exists(format!("subscription '{name}'")));
+        }
+        let shard = self.shard_of(topic.id).ok_or_else(|| {
+            Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
+        })?;
+        self.check_leads()?;
+        let _slot = self.within_limits(CreateKind::Subscription { topic_id: topic.id })?;
+        let id = self.allocate_id();
+        let ControlOk::SubscriptionStart(start_offset) =
+            self.call_forwarder(shard, ControlRequest::DurableEnd { topic_id: topic.id }).await?
+        else {
+            return Err(Status::internal("the forwarder did not report the topic's durable end"));
+        };
+        let record = SubscriptionRecord {
+            id,
+            name: name.to_owned(),
+            topic_id: topic.id,
+            topic_name: topic.name.clone(),
+            start_offset,
+            settings: settings.clone(),
+            created_ms: wall_ms(),
+            detached: false,
+        };
+        let response = self.subscription_message(&record);
+        let attach = ControlRequest::AttachSubscription {
+            subscription_id: id,
+            name: name.to_owned(),
+            topic_id: topic.id,
+            settings,
+            create: false,
+            start_offset,
+        };
+        if let Err(status) = self.propose(CatalogEntry::SubscriptionCreated(record)).await {
+            if crate::catalog::is_undecided(&status) {
+                let until = crate::runtime::now() + UNDECIDED_WATCH;
+                let mut undecided = self.undecided.borrow_mut();
+                if undecided.len() < UNDECIDED_WATCHED_MAX {
+                    undecided.push(Undecided { subscription_id: id, shard, attach, until });
+                }
+            }
+            return Err(status);
+        }
+        if let Err(status) = self.call_forwarder(shard, attach).await {
+            // Not served, so not kept: the deletion is decided like any other.
+            let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_owned() }).await;
+            return Err(status);
+        }
+        Ok(response)
+    }
+
+    /// A subscription as clients see it: a detached one names no topic, as one whose topic
+    /// was deleted, and says it is detached.
+    pub(super) fn subscription_message(&self, record: &SubscriptionRecord) -> Subscription {
+        let alive = !record.detached && self.state.borrow().topic_by_id(record.topic_id).is_some();
+        Subscription {
+            name: record.name.clone(),
+            topic: if alive { record.topic_name.clone() } else { DELETED_TOPIC.to_owned() },
+            settings: record.settings.clone(),
+            detached: record.detached,
+        }
+    }
+
+    /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
+    /// as at creation.
+    pub async fn update_subscription(&self, changes: SubscriptionUpdate) -> Result<Subscription, Status> {
+        let _update = self.update_permit().await?;
+        let mut record = self.subscription_record(&changes.name)?;
+        let settings = &mut record.settings;
+        if let Some(seconds) = changes.ack_deadline_seconds {
+            settings.ack_deadline_seconds = seconds;
+        }
+        if let Some(retain) = changes.retain_acked_messages {
+            settings.retain_acked_messages = retain;
+        }
+        if let Some(seconds) = changes.message_retention_seconds {
+            settings.message_retention_seconds = seconds;
+        }
+        if let Some(seconds) = changes.expiration_ttl_seconds {
+            settings.expiration_ttl_seconds = seconds;
+        }
+        if let Some((dead_letter_topic, attempts)) = changes.dead_letter_policy {
+            if !dead_letter_topic.is_empty() {
+                check_dead_letter_topic(&record.name, &record.topic_name, &dead_letter_topic)?;
+                self.topic_record(&dead_letter_topic)?;
+            }
+            settings.dead_letter_topic = dead_letter_topic;
+            settings.max_delivery_attempts = attempts;
+        }
+        if let Some((minimum, maximum)) = changes.retry_policy {
+            settings.minimum_backoff_seconds = minimum;
+            settings.maximum_backoff_seconds = maximum;
+        }
+        if let Some(labels) = changes.labels {
+            validate_labels(&labels)?;
+            settings.labels = labels;
+        }
+        if let Some(exactly_once) = changes.enable_exactly_once_delivery {
+            settings.enable_exactly_once_delivery = exactly_once;
+        }
+        self.propose(CatalogEntry::SubscriptionUpdated {
+            id: record.id,
+            name: record.name.clone(),
+            settings: record.settings.clone(),
+        })
+        .await?;
+        // A deletion that committed while the update waited for the disk wins.
+        if self.state.borrow().subscriptions.get(&record.name).is_none_or(|live| live.id != record.id) {
+            return Err(Status::not_found(format!(
+                "subscription '{}' (deleted during the update)",
+                record.name
+            )));
+        }
+        // A subscription whose topic was deleted, or that was detached, is served nowhere: the
+        // catalog is all there is.
+        let shard = self.shard_of(record.topic_id).filter(|_| !record.detached);
+        if let Some(shard) = shard {
+            let update = SettingsUpdate::Subscription {
+                subscription_id: record.id,
+                settings: record.settings.clone(),
+            };
+            self.call_forwarder(shard, ControlRequest::UpdateSettings { topic_id: record.topic_id, update })
+                .await
+                .map_err(|status| not_applied("subscription", &record.name, status))?;
+        }
+        Ok(self.subscription_message(&record))
+    }
+
+    /// Deletes subscriptions idle for longer than their expiration policy allows.
+    pub async fn expire_subscriptions(&self) {
+        let Ok(stats) = self.stats().await else { return };
+        for topic in &stats.topics {
+            for subscription in &topic.subscriptions {
+                let record = self
+                    .state
+                    .borrow()
+                    .subscriptions
+                    .get(&subscription.name)
+                    .map(|record| (**record).clone());
+                let Some(record) = record else { continue };
+                let ttl_ms = record.settings.expiration_ttl_seconds.saturating_mul(1000);
+                if subscription.idle_ms > ttl_ms {
+                    crate::log_info!(
+                        "ringpostd: subscription '{}' expired after {} s without activity (expiration policy)",
+                        record.name,
+                        subscription.idle_ms / 1000
+                    );
+                    if let Err(status) = self.expire_subscription(&record.name).await {
+                        crate::log_warn!("ringpostd: expiring subscription '{}': {status}", record.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Attaches each subscription whose undecided creation has committed since; forgets those
+    /// watched for `UNDECIDED_WATCH`. Called every `UNDECIDED_CHECK_INTERVAL`.
+    pub async fn settle_undecided(&self) {
+        let now = crate::runtime::now();
+        let settled: Vec<Undecided> = {
+            let mut undecided = self.undecided.borrow_mut();
+            let state = self.state.borrow();
+            let (settled, waiting) = std::mem::take(&mut *undecided).into_iter().partition(|watched| {
+                watched.until <= now
+                    || state.subscriptions.values().any(|record| record.id == watched.subscription_id)
+            });
+            *undecided = waiting;
+            settled
+        };
+        for watched in settled {
+            let decided =
+                self.state.borrow().subscriptions.values().any(|record| record.id == watched.subscription_id);
+            if decided {
+                if let Err(status) = self.call_forwarder(watched.shard, watched.attach).await {
+                    crate::log_warn!(
+                        "ringpostd: attaching a subscription whose creation committed late: {status}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Deletes a subscription this node found idle past its expiration policy: here on the
+    /// catalog's leader, which alone knows only its own forwarders' idleness, else by asking it.
+    pub(super) async fn expire_subscription(&self, name: &str) -> Result<(), Status> {
+        if !self.is_clustered() || self.leads() {
+            return self.delete_subscription(name).await;
+        }
+        let (leader, _) = self.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
+        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
+        peers.expire_subscription(leader, name.to_owned()).await
+    }
+
+    pub(super) fn subscription_record(&self, name: &str) -> Result<SubscriptionRecord, Status> {
+        validate_name("subscription", name)?;
+        self.state
+            .borrow()
+            .subscriptions
+            .get(name)
+            .map(|record| (**record).clone())
+            .ok_or_else(|| Status::not_found(format!("subscription '{name}'")))
+    }
+
+    pub async fn delete_subscription(&self, name: &str) -> Result<(), Status> {
+        let record = self.subscription_record(name)?;
+        self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
+        // A detached subscription's forwarder dropped it already.
+        let shard = self.shard_of(record.topic_id).filter(|_| !record.detached);
+        if let Some(shard) = shard {
+            if let Err(status) = self
+                .call_forwarder(
+                    shard,
+                    ControlRequest::DetachSubscription {
+                        subscription_id: record.id,
+                        name: record.name.clone(),
+                        topic_id: record.topic_id,
+                        deleted: true,
+                    },
+                )
+                .await
+            {
+                crate::log_warn!("ringpostd: detaching subscription '{}': {status}", record.name);
+            }
+        }
+        Ok(())
+    }
+
+    /// One page of the subscriptions (of `request.topic`, when given) that `visible` shows, as
+    /// `list_topics` pages.
+    pub fn list_subscriptions(
+        &self,
+        request: &ListRequest,
+        visible: impl Fn(&str) -> bool,
+    ) -> Page<Subscription> {
+        let topic_filter = request.topic.as_str();
+        let records: Vec<SubscriptionRecord> = {
+            let state = self.state.borrow();
+            state
+                .subscriptions
+                .range::<str, _>((
+                    std::ops::Bound::Excluded(request.page_token.as_str()),
+                    std::ops::Bound::Unbounded,
+                ))
+                .map(|(_, record)| &**record)
+                // A detached subscription is no longer one of its topic's.
+                .filter(|record| {
+                    topic_filter.is_empty() || (record.topic_name == topic_filter && !record.detached)
+                })
+                .filter(|record| visible(&record.name))
+                .take(page_size(request.page_size) + 1)
+                .cloned()
+                .collect()
+        };
+        let subscriptions = records.iter().map(|record| self.subscription_message(record));
+        page(subscriptions, request.page_size, |subscription| &subscription.name)
+    }
+
+    pub fn get_subscription(&self, name: &str) -> Result<Subscription, Status> {
+        let record = self.subscription_record(name)?;
+        Ok(self.subscription_message(&record))
+    }
+
+    /// The forwarders serving a subscription (its topic's), most preferred first.
+    pub fn lookup_subscription(
+        &self,
+        name: &str,
+        local: Option<SocketAddr>,
+    ) -> Result<Vec<ForwarderAddress>, Status> {
+        let record = self.subscription_record(name)?;
+        if record.detached {
+            return Err(detached(&record.name));
+        }
+        let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+            return Err(Status::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            )));
+        };
+        self.lookup(&topic.name, topic.id, local)
+    }
+
+    /// Seek: a data-plane operation on the subscription's journal, which its topic's forwarder
+    /// keeps; the catalog only names the subscription and the snapshot.
+    pub async fn seek(&self, subscription: &str, target: SeekTarget) -> Result<(), Status> {
+        let record = self.subscription_record(subscription)?;
+        if record.detached {
+            return Err(detached(&record.name));
+        }
+        let shard = self.shard_of(record.topic_id).ok_or_else(|| {
+            Status::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            ))
+        })?;
+        let (time_ms, snapshot_id) = match target {
+            SeekTarget::Time { time_ms } => (time_ms, None),
+            SeekTarget::Snapshot { name } => {
+                let snapshot = self.snapshot_record(&name)?;
+                if snapshot.topic_id != record.topic_id {
+                    return Err(Status::failed_precondition(format!(
+                        "snapshot '{}' is of another topic than subscription '{}'",
+                        snapshot.name, record.name
+                    )));
+                }
+                if snapshot.expire_time_ms <= wall_ms() {
+                    return Err(Status::failed_precondition(format!(
+                        "snapshot '{}' has expired",
+                        snapshot.name
+                    )));
+                }
+                (0, Some(snapshot.id))
+            }
+        };
+        self.call_forwarder(
+            shard,
+            ControlRequest::Seek {
+                subscription_id: record.id,
+                topic_id: record.topic_id,
+                time_ms,
+                snapshot_id,
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// DetachSubscription: the subscription stays, but leaves its topic as if the topic were
+    /// deleted: its forwarder drops its state (its messages and leases), and from then on it
+    /// is served nowhere, so pulls and streams answer `FAILED_PRECONDITION` (the forwarder
+    /// answers `NotOwner` and the router's lookup says why). Detaching one already detached
+    /// changes nothing. Durable first: a restart never attaches it again.
+    pub async fn detach_subscription(&self, name: &str) -> Result<(), Status> {
+        let _update = self.update_permit().await?;
+        let record = self.subscription_record(name)?;
+        if record.detached {
+            return Ok(());
+        }
+        let entry = CatalogEntry::SubscriptionDetached { id: record.id, name: record.name.clone() };
+        if self.propose(entry).await? == Applied::Updated(false) {
+            return Err(Status::not_found(format!("subscription '{name}' (deleted during the detach)")));
+        }
+        let shard = self.shard_of(record.topic_id);
+        if let Some(shard) = shard {
+            let request = ControlRequest::DetachSubscription {
+                subscription_id: record.id,
+                name: record.name.clone(),
+                topic_id: record.topic_id,
+                deleted: false,
+            };
+            // Durable already: if the forwarder did not take it, the next start does not
+            // attach the subscription.
+            if let Err(status) = self.call_forwarder(shard, request).await {
+                crate::log_warn!(
+                    "ringpostd: detaching subscription '{}' from its topic: {status}",
+                    record.name
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A subscription's dead letters go to another topic: to its own, each would come back to it as
+/// a new message, to be dead-lettered again after as many attempts, for ever.
+pub(super) fn check_dead_letter_topic(
+    subscription: &str,
+    topic: &str,
+    dead_letter_topic: &str,
+) -> Result<(), Status> {
+    if dead_letter_topic == topic {
+        return Err(Status::invalid_argument(format!(
+            "dead_letter_topic '{dead_letter_topic}' is the topic of subscription '{subscription}'; \
+             dead letters must go to another topic"
+        )));
+    }
+    Ok(())
+}
+
+/// What operations a detached subscription cannot take answer.
+pub(super) fn detached(name: &str) -> Status {
+    Status::failed_precondition(format!("subscription '{name}' is detached"))
+}

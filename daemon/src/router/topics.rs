@@ -1,0 +1,170 @@
+//! Topics: created, updated, deleted, listed and looked up.
+
+use super::*;
+
+impl<S: Storage> Router<S> {
+    pub async fn create_topic(&self, request: Topic) -> Result<Topic, Status> {
+        let name = request.name.as_str();
+        validate_name("topic", name)?;
+        let retention = topic_retention_seconds(request.message_retention_seconds)?;
+        validate_labels(&request.labels)?;
+        let _reservation = self.reserve_name(&format!("topic/{name}"))?;
+        if self.state.borrow().topics.contains_key(name) {
+            return Err(Status::already_exists(format!("topic '{name}'")));
+        }
+        self.check_leads()?;
+        let _slot = self.within_limits(CreateKind::Topic)?;
+        let replicas = self.replica_count(request.replicas)?;
+        let id = self.allocate_id();
+        if replicas > 1 {
+            return self.create_replicated_topic(id, &request, retention, replicas).await;
+        }
+        // The placed forwarder first; one that cannot take the topic (its node is down, its
+        // disk is full) passes it to the next in preference order.
+        let mut refusal = Status::unavailable("no forwarder is placed");
+        let mut attached = None;
+        for shard in self.place(name) {
+            let attach = ControlRequest::AttachTopic {
+                topic_id: id,
+                name: name.to_owned(),
+                retention_seconds: retention,
+                recovering: false,
+            };
+            match self.call_forwarder(shard, attach).await {
+                Ok(_) => {
+                    attached = Some(shard);
+                    break;
+                }
+                Err(status) if status.code == ErrorCode::Unavailable => refusal = status,
+                Err(status) => return Err(status),
+            }
+        }
+        let Some(shard) = attached else { return Err(refusal) };
+        let record = TopicRecord {
+            id,
+            name: name.to_owned(),
+            message_retention_seconds: retention,
+            shard,
+            created_ms: wall_ms(),
+            labels: request.labels.clone(),
+            replicas: Vec::new(),
+            epoch: 0,
+        };
+        let response = topic_message(&record);
+        if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {
+            // Undecided, the topic may still be created: it stays attached, its files kept,
+            // and the next start removes them if the catalog never names it.
+            if !crate::catalog::is_undecided(&status) {
+                let _ = self
+                    .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: id, delete_data: true })
+                    .await;
+            }
+            return Err(status);
+        }
+        Ok(response)
+    }
+
+    pub(super) fn topic_record(&self, name: &str) -> Result<TopicRecord, Status> {
+        validate_name("topic", name)?;
+        self.state
+            .borrow()
+            .topics
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("topic '{name}'")))
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<(), Status> {
+        let topic = self.topic_record(name)?;
+        let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
+        let shards = match applied {
+            Applied::TopicDeleted(Some(removed)) => removed.replica_shards(),
+            _ => Vec::new(),
+        };
+        for shard in shards {
+            // The deletion is durable already; if removing the files fails now, the next start
+            // removes them (the catalog no longer names the directory).
+            if let Err(status) = self
+                .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: topic.id, delete_data: true })
+                .await
+            {
+                crate::log_warn!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
+            }
+        }
+        Ok(())
+    }
+
+    /// UpdateTopic. The new retention is made durable in the catalog first (what the next start
+    /// attaches the topic with), then the forwarder that owns the topic applies it.
+    pub async fn update_topic(&self, changes: TopicUpdate) -> Result<Topic, Status> {
+        let _update = self.update_permit().await?;
+        let mut topic = self.topic_record(&changes.name)?;
+        if let Some(retention) = changes.message_retention_seconds {
+            topic.message_retention_seconds = retention;
+        }
+        if let Some(labels) = changes.labels {
+            validate_labels(&labels)?;
+            topic.labels = labels;
+        }
+        let retention_seconds = topic.message_retention_seconds;
+        self.propose(CatalogEntry::TopicUpdated {
+            id: topic.id,
+            message_retention_seconds: retention_seconds,
+            labels: topic.labels.clone(),
+        })
+        .await?;
+        // A deletion that committed while the update waited for the disk wins.
+        if self.state.borrow().topic_by_id(topic.id).is_none() {
+            return Err(Status::not_found(format!("topic '{}' (deleted during the update)", topic.name)));
+        }
+        let shard = self.shard_of(topic.id);
+        if let Some(shard) = shard {
+            let update = SettingsUpdate::Topic { retention_seconds };
+            self.call_forwarder(shard, ControlRequest::UpdateSettings { topic_id: topic.id, update })
+                .await
+                .map_err(|status| not_applied("topic", &topic.name, status))?;
+        }
+        Ok(topic_message(&topic))
+    }
+
+    /// One page of the topics `visible` shows (by name), from after the page token. What the
+    /// caller may not see is left out before the page is cut, so the next page's token is the
+    /// last name it was shown and never names what it may not see.
+    pub fn list_topics(&self, request: &ListRequest, visible: impl Fn(&str) -> bool) -> Page<Topic> {
+        let state = self.state.borrow();
+        let topics = state
+            .topics
+            .range::<str, _>((
+                std::ops::Bound::Excluded(request.page_token.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .filter(|(name, _)| visible(name))
+            .map(|(_, topic)| topic_message(topic));
+        page(topics, request.page_size, |topic| &topic.name)
+    }
+
+    pub fn get_topic(&self, name: &str) -> Result<Topic, Status> {
+        Ok(topic_message(&self.topic_record(name)?))
+    }
+
+    /// The forwarders serving a topic, most preferred first. `local`: the address the client
+    /// reached the router at.
+    pub fn lookup_topic(
+        &self,
+        name: &str,
+        local: Option<SocketAddr>,
+    ) -> Result<Vec<ForwarderAddress>, Status> {
+        let topic = self.topic_record(name)?;
+        self.lookup(&topic.name, topic.id, local)
+    }
+}
+
+/// A topic as clients see it.
+pub(super) fn topic_message(topic: &TopicRecord) -> Topic {
+    Topic {
+        name: topic.name.clone(),
+        message_retention_seconds: topic.message_retention_seconds,
+        labels: topic.labels.clone(),
+        replicas: topic.replica_count() as u32,
+    }
+}
