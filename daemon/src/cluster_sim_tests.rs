@@ -512,9 +512,9 @@ impl Peers for SimPeers {
     }
 }
 
-/// The door's way to the other nodes: the operation and its principal cross the network, the
-/// target's door decides it with its own access (`Door::execute_carried`), and the answer
-/// crosses back.
+/// The door's way to the other nodes: the operation and its principal cross the network in
+/// the cluster port's encoding (`dispatch::encode_carried`), the target's door decides it with
+/// its own access (`Door::execute_carried`), and the answer crosses back encoded too.
 impl NodeTransport for SimPeers {
     fn carry(
         &self,
@@ -523,11 +523,20 @@ impl NodeTransport for SimPeers {
         operation: &Operation,
         timeout: Duration,
     ) -> PeerFuture<Carried> {
-        let (principal, operation) = (principal.clone(), operation.clone());
+        let request = crate::dispatch::encode_carried(principal, operation);
         let access = self.world.upgrade().map(|world| world.access.clone());
-        self.ask_within(node, timeout, move |serving| async move {
+        let answered = self.ask_within(node, timeout, move |serving| async move {
             let access = access.ok_or_else(|| unavailable(node))?;
-            Ok(serving.door.execute_carried(&access, principal, operation).await)
+            let (principal, operation) = crate::dispatch::decode_carried(&request)
+                .map_err(|why| Status::invalid_argument(format!("a carried operation: {why}")))?;
+            Ok(crate::dispatch::encode_answer(
+                &serving.door.execute_carried(&access, principal, operation).await,
+            ))
+        });
+        Box::pin(async move {
+            let answer = answered.await?;
+            crate::dispatch::decode_answer(&answer)
+                .map_err(|why| Status::internal(format!("node {node}'s answer did not decode: {why}")))
         })
     }
 }
