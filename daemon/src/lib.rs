@@ -11,6 +11,8 @@ pub mod catalog;
 /// Placement lives with the catalog, which records each decision; this name stays for callers.
 pub use catalog::placement;
 pub mod clock;
+#[cfg(test)]
+mod cluster_sim_tests;
 pub mod codec;
 pub mod control;
 pub mod dispatch;

@@ -175,6 +175,14 @@ pub(crate) fn raft_config_for(voters: &Voters) -> Arc<openraft::Config> {
         // in flight, far fewer than openraft's defaults (65,536) provide for.
         api_channel_size: Some(CATALOG_QUEUE_CAPACITY),
         notification_channel_size: Some(CATALOG_QUEUE_CAPACITY),
+        // A cluster's voter that led when it stopped starts as a follower, not as the leader
+        // of its old term (openraft's default): restored so, its read index is the first entry
+        // of that term or the commit point its log last recorded (`store`: the marker rides
+        // with the next append), whichever is later, so it misses entries committed after
+        // that, and `ready` let the router recover from a catalog without a topic created and
+        // acknowledged just before the stop (the cluster simulation, seed 0). Elected again,
+        // its read index is its new term's first entry, after every committed one.
+        enable_leader_restore: Some(voters.is_single()),
         ..Default::default()
     };
     Arc::new(config.validate().expect("the catalog's raft configuration is valid"))
@@ -612,9 +620,13 @@ impl<S: Storage> Catalog<S> {
         self.raft.clone()
     }
 
-    /// The index of the last entry this voter applied.
+    /// The index of the last entry this voter applied: its state machine's, which its state
+    /// holds at once, not openraft's metrics, which learn it later. A leader that answered a
+    /// carried change with the metrics' index let the carrying node answer its client before
+    /// applying the change there (the cluster simulation, seed 1): the leader's metrics still
+    /// named the entry before.
     pub fn applied_index(&self) -> Option<u64> {
-        self.raft.metrics().borrow_watched().last_applied.map(|applied| applied.index)
+        self.machine.applied_index()
     }
 
     /// Waits until this voter has applied entry `index` (for a write another node's leader

