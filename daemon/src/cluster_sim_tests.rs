@@ -470,7 +470,7 @@ impl RaftNetworkV2<CatalogRaft> for VoterLink {
 }
 
 /// A router's way to the other nodes' routers, what the cluster port's handler answers in the
-/// daemon (`protocol::native::peer::PeerHandler`).
+/// daemon (`net::peer::PeerHandler`).
 struct SimPeers {
     world: Weak<World>,
     from: u64,

@@ -6,7 +6,7 @@
 //! control messages between a router and another node's forwarders (`control::codec`), the
 //! catalog's raft messages (`catalog::peer`, with the catalog entries they carry), the catalog's
 //! raft log as its recovery reads it back from disk (`catalog::store`), and the rest of the
-//! cluster port (`protocol::native::peer`: cluster status, carried requests and their answers,
+//! cluster port (`net::peer`: cluster status, carried requests and their answers,
 //! requests for elections). Whatever the bytes, a decoder returns an error, never panics,
 //! never allocates by a count it has not read the items of; and what it decodes encodes to
 //! bytes that decode to the same value (the oracle that finds an encoder and a decoder that
@@ -205,9 +205,9 @@ fn records_of(bytes: &[u8]) -> Vec<&[u8]> {
     records
 }
 
-/// `protocol::native::peer`: the cluster port's messages besides raft's and the control ones.
+/// `net::peer`: the cluster port's messages besides raft's and the control ones.
 pub fn native_peer(bytes: &[u8]) -> bool {
-    use crate::protocol::native::peer::*;
+    use crate::net::peer::*;
     let status = round_trip(bytes, decode_cluster_status, encode_cluster_status).is_some();
     let elections =
         round_trip(bytes, decode_want_elections, |topics| encode_want_elections(topics)).is_some();
@@ -503,7 +503,7 @@ fn catalog_store_samples() -> Vec<Vec<u8>> {
 }
 
 fn native_peer_samples() -> Vec<Vec<u8>> {
-    use crate::protocol::native::peer::*;
+    use crate::net::peer::*;
     let status = crate::api::cluster::ClusterStatus {
         node_id: 2,
         catalog_leader: Some(3),

@@ -25,6 +25,7 @@ mod limits_doc_tests;
 pub mod log;
 pub mod logging;
 pub mod metrics;
+pub mod net;
 pub mod node;
 pub mod protocol;
 pub mod replication;

@@ -149,7 +149,7 @@ struct Flags {
     print_config: bool,
     /// where the monitoring endpoint serves /metrics (Prometheus), /healthz and /readyz,
     /// HOST:PORT (default 127.0.0.1:9464), or off
-    #[argh(option, default = "String::from(ringpost_daemon::protocol::http::HTTP_LISTEN_DEFAULT)")]
+    #[argh(option, default = "String::from(ringpost_daemon::net::http::HTTP_LISTEN_DEFAULT)")]
     http_listen: String,
     /// the cluster's nodes, HOST:PORT,HOST:PORT,... (the same list on every node): node i
     /// (from 1) listens for the other nodes at the i-th address; the catalog is replicated to
@@ -194,9 +194,9 @@ fn security_settings(
     flags: &Flags,
     listen: SocketAddr,
     grpc_listen: Option<SocketAddr>,
-) -> (ringpost_daemon::auth::AccessSettings, Option<ringpost_daemon::protocol::native::tls::TlsSettings>) {
+) -> (ringpost_daemon::auth::AccessSettings, Option<ringpost_daemon::net::tls::TlsSettings>) {
     use ringpost_daemon::auth::{AccessSettings, Mode};
-    use ringpost_daemon::protocol::native::tls::{ClientCertificates, TlsSettings};
+    use ringpost_daemon::net::tls::{ClientCertificates, TlsSettings};
     let mode = match flags.auth.as_str() {
         "auto" if listen.ip().is_loopback() && grpc_listen.is_none_or(|grpc| grpc.ip().is_loopback()) => {
             Mode::Off
@@ -232,8 +232,8 @@ fn security_settings(
 }
 
 /// The connection limits the flags set, over the defaults.
-fn connection_limits(flags: &Flags) -> ringpost_daemon::protocol::native::server::ConnectionLimits {
-    let mut limits = ringpost_daemon::protocol::native::server::ConnectionLimits::default();
+fn connection_limits(flags: &Flags) -> ringpost_daemon::net::server::ConnectionLimits {
+    let mut limits = ringpost_daemon::net::server::ConnectionLimits::default();
     let positive = |value: Option<usize>, name: &str| -> Option<usize> {
         if value == Some(0) {
             usage_error(&format!("--{name} must be at least 1"));
@@ -717,7 +717,7 @@ fn cluster_settings(
         );
     }
     if let Some(ca) = &flags.cluster_ca {
-        if let Err(why) = ringpost_daemon::protocol::native::tls::replication_client_config(ca) {
+        if let Err(why) = ringpost_daemon::net::tls::replication_client_config(ca) {
             usage_error(&format!("--cluster-ca: {why}"));
         }
     }

@@ -980,10 +980,9 @@ async fn publish_to(forwarder: &Forwarder<SimDisk>, text: &str) -> Result<(), ri
         ringpost_wire::FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).expect("a frame just encoded");
     let mut body = ringpost_wire::FrameBuffer::new();
     body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-    let responder = crate::protocol::native::server::Responder::unconnected();
-    let response = crate::protocol::native::server::Handler::handle(forwarder, header, body, &responder)
-        .await
-        .into_contiguous();
+    let responder = crate::net::server::Responder::unconnected();
+    let response =
+        crate::net::server::Handler::handle(forwarder, header, body, &responder).await.into_contiguous();
     let header =
         ringpost_wire::FrameHeader::decode(&response[..FRAME_HEADER_BYTES]).expect("a response frame");
     if header.is_error() {

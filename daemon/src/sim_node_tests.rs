@@ -22,7 +22,7 @@ use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
 use crate::catalog::{Catalog, SubscriptionSettings};
 use crate::clock::SystemClock;
 use crate::log::{Directories, LogConfig};
-use crate::protocol::native::server::{Handler, Responder};
+use crate::net::server::{Handler, Responder};
 use crate::router::{Advertise, ForwarderAddresses, ForwarderLink, Router};
 use crate::runtime::{self, sim};
 use crate::shard::Forwarder;

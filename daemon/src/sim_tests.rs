@@ -23,7 +23,7 @@ use crate::catalog::SubscriptionSettings;
 use crate::clock::SystemClock;
 use crate::control::ControlRequest;
 use crate::log::{Directories, LogConfig};
-use crate::protocol::native::server::{Handler, Responder};
+use crate::net::server::{Handler, Responder};
 use crate::runtime::{self, sim};
 use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};

@@ -1,4 +1,4 @@
-//! The rest of the cluster port (`protocol::native::peer`, `dispatch::codec`): cluster status, carried operations and
+//! The rest of the cluster port (`net::peer`, `dispatch::codec`): cluster status, carried operations and
 //! their answers, requests for elections.
 //! An input is bytes for the decoders as they are, or a valid message changed by the edits the
 //! input encodes (`ringpost_daemon::fuzzing::fuzz`). No decoder may panic, and what decodes

@@ -53,7 +53,7 @@ const OK_REQUESTS: u8 = 8;
 const TOPICS_LISTED_MAX: usize = 1 << 20;
 
 /// Most hosts a `ClusterHosts` names.
-const CLUSTER_HOSTS_MAX: usize = crate::protocol::native::server::CLUSTER_HOSTS_MAX;
+const CLUSTER_HOSTS_MAX: usize = crate::net::server::CLUSTER_HOSTS_MAX;
 
 /// Most replicas a control request names: one per voter of the largest cluster.
 const REPLICAS_MAX: usize = crate::catalog::entry::REPLICAS_MAX;

@@ -117,7 +117,7 @@ pub enum ControlRequest {
     },
     /// The hosts of the cluster's nodes are now `hosts` (the catalog registered a node, or
     /// removed one): the shard's connection server counts their connections before
-    /// authentication in the cluster's budget (`protocol::native::server::ClusterHosts`). At
+    /// authentication in the cluster's budget (`net::server::ClusterHosts`). At
     /// most `CLUSTER_HOSTS_MAX`.
     ClusterHosts {
         hosts: Vec<std::net::IpAddr>,

@@ -13,7 +13,7 @@
 //!
 //! The data plane's operations (`Kind::Publish`, pulls, acknowledgements) are checked with the
 //! same table (`check`), on the forwarder shard that serves them: for a request another node
-//! carried there (`protocol::native::relay`), for the principal that node vouches for
+//! carried there (`net::relay`), for the principal that node vouches for
 //! (`vouched_for`), with the serving node's access file.
 
 mod codec;

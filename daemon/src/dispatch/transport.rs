@@ -1,5 +1,5 @@
 //! How the door reaches another node: the native protocol's cluster port in the daemon
-//! (`protocol::native::peer::PeerPool`); any other network (an in-memory one in a simulation)
+//! (`net::peer::PeerPool`); any other network (an in-memory one in a simulation)
 //! that carries an operation with its principal and brings back the outcome.
 
 use super::{Operation, Outcome};

@@ -4,7 +4,7 @@
 use super::os::{into_glommio, stop_on_close};
 use super::{repeat_every, Config};
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, CONTROL_CHANNEL_CAPACITY};
-use crate::{clock, log, protocol, shard, storage};
+use crate::{clock, log, net, protocol, shard, storage};
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -125,7 +125,7 @@ fn start_forwarder_shard(
     // without the CA, the router gives topics one replica.
     let replication_tls =
         match (&tls_settings, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
-            (Some(_), Some(ca)) => Some(protocol::native::tls::replication_client_config(ca)?),
+            (Some(_), Some(ca)) => Some(net::tls::replication_client_config(ca)?),
             _ => None,
         };
     LocalExecutorBuilder::new(placement)
@@ -155,8 +155,8 @@ fn start_forwarder_shard(
             }
             let cluster_secret = cluster.as_ref().and_then(|(_, secret)| secret.as_deref());
             // The router shard tells of the nodes registered since (`ClusterHosts` below).
-            let hosts = protocol::native::server::ClusterHosts::new(cluster_hosts);
-            let security = match protocol::native::server::Security::open_with_cluster(
+            let hosts = net::server::ClusterHosts::new(cluster_hosts);
+            let security = match net::server::Security::open_with_cluster(
                 &access_settings,
                 tls_settings.as_ref(),
                 cluster_secret,
@@ -195,7 +195,7 @@ fn start_forwarder_shard(
             stop_on_close(stop_socket, stop.clone());
             let stopping = forwarder.clone();
             crate::runtime::spawn(async move { stopping.wake_for_stop().await }).detach();
-            let serving = crate::runtime::spawn(protocol::native::server::serve(
+            let serving = crate::runtime::spawn(net::server::serve(
                 listener,
                 forwarder.clone(),
                 stop,
@@ -227,14 +227,14 @@ fn join_the_cluster<S: storage::Storage>(
     router_address: &str,
 ) {
     forwarder.replica_context.node_id.set(node_id);
-    let transport = protocol::native::replica::NativeTransport::new(secret.map(Rc::from), replication_tls);
+    let transport = net::replica::NativeTransport::new(secret.map(Rc::from), replication_tls);
     *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport.clone()));
     // Dead letters are looked up through this node's router.
-    forwarder.dead_letters.set_remote(Rc::new(protocol::native::replica::RemoteDeadLetters {
+    forwarder.dead_letters.set_remote(Rc::new(net::replica::RemoteDeadLetters {
         transport: transport.clone(),
         router: router_address.to_owned(),
     }));
-    protocol::native::relay::install(protocol::native::relay::Relay::new(
+    net::relay::install(net::relay::Relay::new(
         transport,
         router_address.to_owned(),
         node_id,
@@ -250,7 +250,7 @@ async fn serve_router_requests<S: storage::Storage>(
     requests: shared_channel::ConnectedReceiver<ControlEnvelope>,
     replies: Rc<shared_channel::ConnectedSender<ControlReply>>,
     forwarder: Rc<shard::Forwarder<S>>,
-    hosts: protocol::native::server::ClusterHosts,
+    hosts: net::server::ClusterHosts,
 ) {
     while let Some(envelope) = requests.recv().await {
         if let ControlRequest::ClusterHosts { hosts: now } = &envelope.request {

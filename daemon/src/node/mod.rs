@@ -10,7 +10,7 @@ mod os;
 mod phase;
 mod router_shard;
 
-use crate::{auth, catalog, log, metrics, placement, protocol, router, shard};
+use crate::{auth, catalog, log, metrics, net, placement, protocol, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
 pub use os::check_data_directories;
 use os::{bind, lock_data_dir, raise_open_file_limit};
@@ -51,12 +51,12 @@ pub struct Config {
     /// the daemon then refuses to start and says which topic is damaged and why.
     pub quarantine_damaged: bool,
     /// What every shard allows the connections on its port (the router's and the forwarders').
-    pub connections: protocol::native::server::ConnectionLimits,
+    pub connections: net::server::ConnectionLimits,
     /// Who may do what: whether requests are checked, and the access file. `Config::new`
     /// gives auth off on a loopback address and required on any other.
     pub access: auth::AccessSettings,
     /// TLS on every port (the router's and the forwarders'), or plaintext.
-    pub tls: Option<protocol::native::tls::TlsSettings>,
+    pub tls: Option<net::tls::TlsSettings>,
     /// Google Cloud Pub/Sub's gRPC API: where, and on how many threads. `Config::new` leaves
     /// it off; ringpostd's `--grpc-listen` turns it on by default.
     pub grpc: protocol::grpc::GrpcSettings,
@@ -213,7 +213,7 @@ impl Config {
             io_memory_bytes: io_memory_bytes_for(shards),
             log: log::LogConfig::default(),
             quarantine_damaged: false,
-            connections: protocol::native::server::ConnectionLimits::default(),
+            connections: net::server::ConnectionLimits::default(),
             access: auth::AccessSettings { mode: auth_mode_for(listen), file: None },
             tls: None,
             grpc: protocol::grpc::GrpcSettings::default(),
@@ -224,8 +224,8 @@ impl Config {
     }
 
     /// What guards a shard's connections, as each shard builds its own.
-    fn security(&self) -> Result<protocol::native::server::Security, String> {
-        protocol::native::server::Security::open(&self.access, self.tls.as_ref())
+    fn security(&self) -> Result<net::server::Security, String> {
+        net::server::Security::open(&self.access, self.tls.as_ref())
     }
 }
 
@@ -281,7 +281,7 @@ pub struct Daemon {
     grpc: Option<protocol::grpc::GrpcServer>,
     /// Where the monitoring endpoint serves, when it does.
     pub http_address: Option<SocketAddr>,
-    http: Option<protocol::http::HttpServer>,
+    http: Option<net::http::HttpServer>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     /// One end of a socket pair per shard (forwarders in order, then the router): closing it
     /// tells that shard to stop (`shutdown`).
@@ -416,7 +416,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     phase.set("starting its router");
     let http = match (http_listener, router_jobs) {
         (Some((listener, _)), Some(router)) => Some(
-            protocol::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone())
+            net::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone())
                 .map_err(|error| format!("starting the monitoring endpoint: {error}"))?,
         ),
         _ => None,

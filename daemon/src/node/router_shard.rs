@@ -4,17 +4,17 @@
 use super::os::{into_glommio, stop_on_close};
 use super::{repeat_every, ClusterSettings, Config, ROUTER_IO_MEMORY_BYTES};
 use crate::control::{ControlEnvelope, ControlReply};
-use crate::{catalog, log, protocol, router, storage, sync};
+use crate::{catalog, log, net, protocol, router, storage, sync};
 use glommio::channels::shared_channel::{SharedReceiver, SharedSender};
 use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
 use std::net::TcpListener as StdListener;
 use std::rc::Rc;
 use std::sync::mpsc;
 
+use net::peer::{PeerAddresses, PeerHandler, PeerNetwork, PeerPool};
+use net::server::{serve, Security};
 use protocol::grpc::bridge::{serve_jobs, JobReceiver};
 use protocol::grpc::gateway::RouterShard;
-use protocol::native::peer::{PeerAddresses, PeerHandler, PeerNetwork, PeerPool};
-use protocol::native::server::{serve, Security};
 
 /// What the router shard is given at start: its port, the router's ends of the forwarders'
 /// control channels, the forwarders' ports and how to advertise them, its end of its stop
@@ -99,7 +99,7 @@ pub(super) fn start_router_shard(
             let storage = storage::dma::DmaStorage;
             // The router's port and the cluster port share what this shard knows of the
             // cluster's hosts; `follow_cluster_hosts` keeps it (and the forwarders') current.
-            let hosts = protocol::native::server::ClusterHosts::new(cluster_hosts.iter().copied());
+            let hosts = net::server::ClusterHosts::new(cluster_hosts.iter().copied());
             // Forwarders of this node present the cluster's secret here to look up topics
             // another node leads (their dead letters).
             let security = match Security::open_with_cluster(
@@ -209,11 +209,11 @@ fn open_door(
 /// verified against the CA, the client authenticated by the cluster's secret inside.
 fn cluster_tls(
     config: &Config,
-) -> Result<Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>, String> {
+) -> Result<Option<(net::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>, String> {
     match (&config.tls, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
         (Some(settings), Some(ca)) => {
-            let server = protocol::native::tls::TlsSettings { client_ca: None, ..settings.clone() };
-            Ok(Some((server, protocol::native::tls::replication_client_config(ca)?)))
+            let server = net::tls::TlsSettings { client_ca: None, ..settings.clone() };
+            Ok(Some((server, net::tls::replication_client_config(ca)?)))
         }
         _ => Ok(None),
     }
@@ -256,7 +256,7 @@ fn replication_the_ports_would_refuse(config: &Config) -> Option<&'static str> {
     } else if config
         .tls
         .as_ref()
-        .is_some_and(|tls| tls.client_certificates == protocol::native::tls::ClientCertificates::Required)
+        .is_some_and(|tls| tls.client_certificates == net::tls::ClientCertificates::Required)
     {
         // A replicating forwarder authenticates with the cluster's secret and presents no
         // certificate, which these ports would refuse.
@@ -284,13 +284,13 @@ impl<S: storage::Storage> RouterPort<S> {
     }
 }
 
-impl<S: storage::Storage> protocol::native::server::Handler for RouterPort<S> {
+impl<S: storage::Storage> net::server::Handler for RouterPort<S> {
     async fn handle(
         &self,
         header: ringpost_wire::frame::FrameHeader,
         body: ringpost_wire::frame::FrameBuffer,
-        responder: &protocol::native::server::Responder,
-    ) -> protocol::native::server::Response {
+        responder: &net::server::Responder,
+    ) -> net::server::Response {
         let door = self.door.borrow().clone();
         if let Some(door) = door {
             return door.handle(header, body, responder).await;
@@ -300,7 +300,7 @@ impl<S: storage::Storage> protocol::native::server::Handler for RouterPort<S> {
         }
         let step = self.phase.current().unwrap_or_else(|| "starting".to_owned());
         let status = crate::api::Status::unavailable(format!("this node is still starting: {step}"));
-        protocol::native::server::fail(&header, &status.into()).into()
+        net::server::fail(&header, &status.into()).into()
     }
 }
 
@@ -336,7 +336,7 @@ fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
 /// How often the router shard looks whether the catalog's registrations changed the hosts of
 /// the cluster's nodes, as often as a shard reloads its access file: a node added is let in
 /// beside strangers within a second of its registration being applied here.
-const CLUSTER_HOSTS_CHECK_INTERVAL: std::time::Duration = protocol::native::server::SECURITY_CHECK_INTERVAL;
+const CLUSTER_HOSTS_CHECK_INTERVAL: std::time::Duration = net::server::SECURITY_CHECK_INTERVAL;
 
 /// Keeps every shard's hosts of the cluster's nodes (`ClusterHosts`) following the catalog:
 /// those `--cluster` named (`given`) and those of every node registered (`add-node`, `--join`),
@@ -346,14 +346,14 @@ const CLUSTER_HOSTS_CHECK_INTERVAL: std::time::Duration = protocol::native::serv
 fn follow_cluster_hosts<S: storage::Storage>(
     router: &Rc<router::Router<S>>,
     given: Vec<std::net::IpAddr>,
-    hosts: protocol::native::server::ClusterHosts,
+    hosts: net::server::ClusterHosts,
     forwarders: u32,
     stop: &sync::Stop,
 ) {
     let (router, stop) = (router.clone(), stop.clone());
     crate::runtime::spawn(async move {
         // What the shards were started with (`--cluster`'s hosts, as the list they make).
-        let mut told = protocol::native::peer::cluster_hosts(&given, &Default::default());
+        let mut told = net::peer::cluster_hosts(&given, &Default::default());
         loop {
             let stopped = futures_lite::future::or(
                 async {
@@ -369,7 +369,7 @@ fn follow_cluster_hosts<S: storage::Storage>(
             if stopped {
                 return;
             }
-            let now = protocol::native::peer::cluster_hosts(&given, &router.registered_nodes());
+            let now = net::peer::cluster_hosts(&given, &router.registered_nodes());
             if now == told {
                 continue;
             }
@@ -399,10 +399,10 @@ async fn open_catalog(
     (storage, directories): (storage::dma::DmaStorage, Rc<log::Directories>),
     (shards, balance_factor): (u32, f64),
     cluster: Option<&ClusterWiring>,
-    (access, hosts): (&Rc<crate::auth::Access>, &protocol::native::server::ClusterHosts),
+    (access, hosts): (&Rc<crate::auth::Access>, &net::server::ClusterHosts),
     stop: &sync::Stop,
-    connection_limits: protocol::native::server::ConnectionLimits,
-    cluster_tls: Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
+    connection_limits: net::server::ConnectionLimits,
+    cluster_tls: Option<(net::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
     phase: &super::StartPhase,
 ) -> Result<(catalog::Catalog<storage::dma::DmaStorage>, Option<Peers>), String> {
     match cluster {
@@ -439,17 +439,17 @@ async fn open_clustered(
     shards: u32,
     balance_factor: f64,
     cluster: &ClusterWiring,
-    (access, hosts): (&Rc<crate::auth::Access>, &protocol::native::server::ClusterHosts),
+    (access, hosts): (&Rc<crate::auth::Access>, &net::server::ClusterHosts),
     stop: &sync::Stop,
-    connection_limits: protocol::native::server::ConnectionLimits,
-    cluster_tls: Option<(protocol::native::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
+    connection_limits: net::server::ConnectionLimits,
+    cluster_tls: Option<(net::tls::TlsSettings, std::sync::Arc<rustls::ClientConfig>)>,
     phase: &super::StartPhase,
 ) -> Result<
     (catalog::Catalog<storage::dma::DmaStorage>, Rc<PeerHandler<storage::dma::DmaStorage>>, Rc<PeerPool>),
     String,
 > {
     let (server_tls, client_tls) = match cluster_tls {
-        Some((server, client)) => (Some(protocol::native::tls::Tls::open(&server)?), Some(client)),
+        Some((server, client)) => (Some(net::tls::Tls::open(&server)?), Some(client)),
         None => (None, None),
     };
     let settings = &cluster.settings;
@@ -481,8 +481,8 @@ async fn open_clustered(
     crate::runtime::spawn(async move {
         // Only the cluster's secret authenticates here; the router's access file does not.
         let access = Rc::new(crate::auth::Access::for_cluster(port_secret.as_deref()));
-        let security = protocol::native::server::Security { access, tls: server_tls, cluster_hosts: hosts };
-        protocol::native::server::serve(listener, serving, stop, limits, security).await;
+        let security = net::server::Security { access, tls: server_tls, cluster_hosts: hosts };
+        net::server::serve(listener, serving, stop, limits, security).await;
     })
     .detach();
     let pool = PeerPool::new(addresses, secret, client_tls);

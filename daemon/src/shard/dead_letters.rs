@@ -108,7 +108,7 @@ impl PeerLink {
 }
 
 /// Where dead letters go whose topic no shard of this node serves: in a cluster, the node
-/// that leads it (the network's part, `protocol::native::replica::RemoteDeadLetters`).
+/// that leads it (the network's part, `net::replica::RemoteDeadLetters`).
 pub trait RemotePublisher {
     fn publish(&self, topic: Box<str>, messages: Vec<DeadLetter>) -> LocalFuture<'_, Result<(), Status>>;
 }

@@ -4,8 +4,8 @@ use super::*;
 use crate::catalog::SubscriptionSettings;
 use crate::clock::ManualClock;
 use crate::control::{ControlRequest, SettingsUpdate};
+use crate::net::server::Handler;
 use crate::protocol::native::forwarder as native;
-use crate::protocol::native::server::Handler;
 use crate::storage::sim::SimDisk;
 use crate::subscription::SubscriptionEntry;
 use crate::topic::{journal_folder, topic_folder, TopicState};
@@ -34,7 +34,7 @@ fn forwarder(clock: &ManualClock) -> Forwarder<SimDisk> {
 #[test]
 fn a_request_task_stays_small() {
     let forwarder = forwarder(&ManualClock::default());
-    let responder = crate::protocol::native::server::Responder::unconnected();
+    let responder = crate::net::server::Responder::unconnected();
     let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &PublishRequest::default());
     let header = FrameHeader::decode(&frame).unwrap();
     let body = FrameBuffer::with_capacity(0);

@@ -24,9 +24,9 @@ impl Presented {
             .metadata()
             .get("authorization")
             .map(|value| value.to_str().ok().and_then(bearer_token).unwrap_or_default().to_owned());
-        let certificate = request.peer_certs().and_then(|certificates| {
-            certificates.first().and_then(crate::protocol::native::tls::certificate_identity)
-        });
+        let certificate = request
+            .peer_certs()
+            .and_then(|certificates| certificates.first().and_then(crate::net::tls::certificate_identity));
         Presented { token, certificate }
     }
 

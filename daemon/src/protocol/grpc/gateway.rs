@@ -8,7 +8,7 @@ use super::credentials::Presented;
 use crate::api::{Code, Status};
 use crate::auth::Access;
 use crate::dispatch::{Caller, Door, Kind, Operation, Outcome};
-pub use crate::protocol::native::relay::Resource;
+pub use crate::net::relay::Resource;
 use crate::router::Router;
 use crate::shard::Forwarder;
 use crate::storage::dma::DmaStorage;

@@ -9,10 +9,7 @@
 //! own `Access`, as for the native protocol.
 
 pub mod bridge;
-mod budget;
-pub mod connections;
 pub mod convert;
-pub mod counting;
 pub mod credentials;
 pub mod decode_errors;
 mod delivery;
@@ -27,7 +24,8 @@ mod subscriber;
 mod subscriptions;
 mod unimplemented;
 
-use crate::protocol::native::tls::{TlsFiles, TlsSettings};
+use crate::net::grpc::{budget, connections, counting};
+use crate::net::tls::{TlsFiles, TlsSettings};
 use gateway::Gateway;
 use ringpost_proto::google::iam::v1::iam_policy_server::IamPolicyServer;
 use ringpost_proto::pubsub::publisher_server::PublisherServer;

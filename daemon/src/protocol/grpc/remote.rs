@@ -14,7 +14,7 @@ use super::delivery::Properties;
 use super::gateway::{ForwarderShard, Gateway, Resource};
 use crate::api::data::InvalidAckId;
 use crate::api::{Code, Status};
-use crate::protocol::native::relay;
+use crate::net::relay;
 use ringpost_proto::pubsub;
 use ringpost_wire::frame::{decode_body, FrameBuffer};
 use ringpost_wire::limits::FRAME_HEADER_BYTES;

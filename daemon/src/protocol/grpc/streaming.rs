@@ -24,7 +24,7 @@ use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, Stream
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
 use crate::auth::{Access, Credential, Session};
 use crate::dispatch::Kind;
-use crate::protocol::native::server::SECURITY_CHECK_INTERVAL;
+use crate::net::server::SECURITY_CHECK_INTERVAL;
 use crate::subscription::budget::StreamReservation;
 use futures_lite::future::or;
 use prost::Message;
@@ -362,7 +362,7 @@ async fn serve_carried_stream(
             return;
         }
     };
-    let Some(relay) = crate::protocol::native::relay::current() else {
+    let Some(relay) = crate::net::relay::current() else {
         let status =
             crate::api::Status::unavailable("this node's forwarders carry no streams to other nodes");
         let _ = ends.opened.send(Err(status));
@@ -412,7 +412,7 @@ struct CarriedDownstream<'a> {
     opened: RefCell<Option<oneshot::Sender<Result<Properties, crate::api::Status>>>>,
 }
 
-impl crate::protocol::native::relay::Downstream for CarriedDownstream<'_> {
+impl crate::net::relay::Downstream for CarriedDownstream<'_> {
     async fn accepted(&self) -> bool {
         let opened = self.opened.borrow_mut().take();
         match opened {

@@ -3,14 +3,14 @@
 //! were read into, as a gathered frame (`encode_gathered`): the data is copied only by the
 //! kernel.
 
-use super::relay;
-use super::server::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::api::data::{
     Attributes, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch, PullSettings,
     StreamPeer, StreamSettings,
 };
 use crate::auth::Principal;
 use crate::dispatch::{self, Kind};
+use crate::net::relay;
+use crate::net::server::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::shard::Forwarder;
 use crate::storage::Storage;
 use crate::subscription::budget::StreamReservation;

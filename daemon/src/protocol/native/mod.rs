@@ -4,14 +4,9 @@
 
 pub mod forwarder;
 mod limits;
-pub mod peer;
-pub mod relay;
-pub mod replica;
 pub mod router;
-pub mod server;
 mod stats;
 mod status;
-pub mod tls;
 
 /// A command's name for metrics: its name in snake case (`streaming_pull`), or its number.
 pub fn command_name(code: u16) -> String {

@@ -9,7 +9,7 @@ use crate::api::control::{
 };
 use crate::api::{Code, Status};
 use crate::dispatch::{Caller, Door, Operation, Outcome, SubscriptionShown};
-use crate::protocol::native::server::{fail, respond, Handler, Responder, Response};
+use crate::net::server::{fail, respond, Handler, Responder, Response};
 use crate::storage::Storage;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
 use ringpost_wire::limits::{

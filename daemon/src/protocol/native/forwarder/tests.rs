@@ -6,7 +6,7 @@ use crate::catalog::SubscriptionSettings;
 use crate::clock::ManualClock;
 use crate::control::ControlRequest;
 use crate::log::{Directories, LogConfig};
-use crate::protocol::native::server::{Handler, Responder};
+use crate::net::server::{Handler, Responder};
 use crate::shard::Forwarder;
 use crate::storage::sim::SimDisk;
 use ringpost_wire::frame::{decode_error, Body, FrameBuffer, FrameHeader};

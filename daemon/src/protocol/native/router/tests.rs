@@ -4,8 +4,8 @@
 
 use crate::auth::{Access, Session};
 use crate::dispatch::Door;
+use crate::net::server::Responder;
 use crate::protocol::native::forwarder::tests::{call, required_access};
-use crate::protocol::native::server::Responder;
 use crate::runtime::sim;
 use crate::shard::Forwarder;
 use crate::storage::sim::SimDisk;

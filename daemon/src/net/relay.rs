@@ -383,7 +383,7 @@ pub struct NativeDownstream<'a> {
 
 impl Downstream for NativeDownstream<'_> {
     async fn accepted(&self) -> bool {
-        self.responder.send_more(super::forwarder::stream_accepted(self.header), None).await
+        self.responder.send_more(crate::protocol::native::forwarder::stream_accepted(self.header), None).await
     }
 
     async fn send(&self, batch: FrameBuffer, reservation: StreamReservation) -> bool {

@@ -36,7 +36,7 @@ pub struct Counted {
     /// Each shard's figures (`Router::shard_figures`): the router's, then each forwarder's,
     /// in the order of `Stats::shards`.
     pub shards: Vec<(u32, crate::metrics::shard::ShardFigures)>,
-    /// The gRPC API's requests by method (`protocol::grpc::counting`).
+    /// The gRPC API's requests by method (`net::grpc::counting`).
     pub grpc_requests: Vec<crate::metrics::requests::CommandFigures>,
     pub grpc_connections: u64,
 }
@@ -144,7 +144,7 @@ fn encode_requests(families: &mut Families, counted: &Counted) {
     for (protocol, shard, commands) in native.chain(grpc) {
         for command in commands {
             let name = match protocol {
-                "grpc" => crate::protocol::grpc::counting::method_name(command.command),
+                "grpc" => crate::net::grpc::counting::method_name(command.command),
                 _ => command_name(command.command),
             };
             for (code, count) in &command.codes {

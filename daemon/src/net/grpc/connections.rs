@@ -17,7 +17,7 @@
 //! when it next calls). Keepalive pings close peers that are gone; this closes the ones that
 //! answer pings and never call.
 
-use crate::protocol::native::tls::TlsFiles;
+use crate::net::tls::TlsFiles;
 use futures_lite::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;

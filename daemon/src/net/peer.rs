@@ -16,7 +16,7 @@ use crate::catalog::{CatalogEntry, NodeRecord};
 use crate::codec::{Decoder, Encoder};
 use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
 use crate::dispatch::{Carried, Door, NodeTransport, Operation};
-use crate::protocol::native::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
+use crate::net::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
 use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};

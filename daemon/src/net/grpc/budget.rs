@@ -12,7 +12,7 @@
 //! message that arrives slower than the native protocol's minimum rate fails with
 //! `DEADLINE_EXCEEDED`, so a trickle cannot hold its share.
 
-use crate::protocol::native::server::{FRAME_BYTES_PER_SECOND_MIN, FRAME_DEADLINE_BASE};
+use crate::net::server::{FRAME_BYTES_PER_SECOND_MIN, FRAME_DEADLINE_BASE};
 use bytes::{Buf, Bytes};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use std::future::Future;

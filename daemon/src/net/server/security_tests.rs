@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::auth::Mode;
-use crate::protocol::native::tls::ClientCertificates;
+use crate::net::tls::ClientCertificates;
 use ringpost_wire::frame::decode_body;
 use ringpost_wire::limits::PROTOCOL_VERSION;
 use ringpost_wire::messages::HelloRequest;

@@ -139,7 +139,7 @@ where
             };
             // A request that did not decode answers INTERNAL from tonic's codec; it is the
             // client's fault, and counted as such.
-            super::decode_errors::rewrite(response.headers_mut());
+            crate::protocol::grpc::decode_errors::rewrite(response.headers_mut());
             if let Some(code) = status_of(response.headers()) {
                 record(method, code, started);
                 return Ok(response);

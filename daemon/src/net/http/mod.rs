@@ -1,6 +1,6 @@
-//! The monitoring endpoint (`ringpostd --http-listen`): `/metrics` for Prometheus (`metrics`),
-//! `/healthz` (the process serves) and `/readyz` (the shards serve, every shard's data
-//! directories hold a quorum, and in a cluster the catalog has a leader).
+//! The monitoring endpoint (`ringpostd --http-listen`): `/metrics` for Prometheus (encoded by
+//! `metrics::exposition`), `/healthz` (the process serves) and `/readyz` (the shards serve,
+//! every shard's data directories hold a quorum, and in a cluster the catalog has a leader).
 //!
 //! hyper serves HTTP/1.1 on one tokio thread of its own, unpinned: a scrape is rare, small and
 //! never on a publish's path, and the endpoint must answer whether or not the gRPC API runs.
@@ -13,9 +13,8 @@
 //! each closed if a request's head takes longer than `HTTP_REQUEST_HEAD_TIMEOUT`; and scrapes
 //! arriving while a gathering runs share the next one (`Endpoint::metrics`).
 
-pub mod metrics;
-
 use crate::api::Status;
+use crate::metrics::exposition;
 use crate::protocol::grpc::bridge::ShardCaller;
 use crate::protocol::grpc::gateway::RouterShard;
 use http_body_util::Full;
@@ -190,7 +189,7 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 struct Gathered {
     stats: crate::api::stats::Stats,
     cluster: Option<crate::api::cluster::ClusterStatus>,
-    counted: metrics::Counted,
+    counted: exposition::Counted,
 }
 
 impl Endpoint {
@@ -226,7 +225,7 @@ impl Endpoint {
         if !fresh {
             let started = tokio::time::Instant::now();
             let body = self.gather().await.map_err(|status| status.message).map(|gathered| {
-                Bytes::from(metrics::encode_metrics(
+                Bytes::from(exposition::encode_metrics(
                     &gathered.stats,
                     gathered.cluster.as_ref(),
                     &gathered.counted,
@@ -242,7 +241,7 @@ impl Endpoint {
                 let mut response = Response::new(Full::new(body.clone()));
                 response.headers_mut().insert(
                     hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static(metrics::OPENMETRICS_CONTENT_TYPE),
+                    hyper::header::HeaderValue::from_static(exposition::OPENMETRICS_CONTENT_TYPE),
                 );
                 response
             }
@@ -260,10 +259,10 @@ impl Endpoint {
             let stats = shard.router.stats().await?;
             let cluster = shard.router.is_clustered().then(|| shard.router.catalog_status());
             let shards = shard.router.shard_figures().await?;
-            let counted = metrics::Counted {
+            let counted = exposition::Counted {
                 shards,
-                grpc_requests: crate::protocol::grpc::counting::snapshot(),
-                grpc_connections: crate::protocol::grpc::connections::open_connections(),
+                grpc_requests: crate::net::grpc::counting::snapshot(),
+                grpc_connections: crate::net::grpc::connections::open_connections(),
             };
             Ok(Gathered { stats, cluster, counted })
         });
