@@ -4,9 +4,9 @@
 //!
 //! hyper serves HTTP/1.1 on one tokio thread of its own, unpinned: a scrape is rare, small and
 //! never on a publish's path, and the endpoint must answer whether or not the gRPC API runs.
-//! A scrape or a readiness check runs on the router shard as a job (`grpc::bridge`), which
-//! gathers every forwarder's figures over the control channels as `ringpost stats` does; the
-//! shards keep plain figures and share nothing with this thread.
+//! A scrape or a readiness check runs on the router shard as a job (`protocol::grpc::bridge`),
+//! which gathers every forwarder's figures over the control channels as `ringpost stats` does;
+//! the shards keep plain figures and share nothing with this thread.
 //!
 //! Strangers cannot take it from the probes and scrapers it is for: it serves
 //! `HTTP_CONNECTIONS_MAX` connections, at most `HTTP_CONNECTIONS_PER_PEER_MAX` from one address,

@@ -1,7 +1,7 @@
 //! Publish and delivery calls for a topic or subscription another node of the cluster serves.
 //! Google's client libraries know one endpoint, not the forwarder lists the native protocol's
 //! clients follow, so a call may reach a node that does not serve its resource. It is then
-//! carried the way a native client's request is (`native::relay`): a forwarder shard of this
+//! carried the way a native client's request is (`net::relay`): a forwarder shard of this
 //! node authenticates the caller with its own access file (a token, or the client certificate's
 //! identity, which cannot cross nodes itself), and its relay carries the call as a native
 //! request with that principal over the cluster's connections, TLS or not, to the forwarder
