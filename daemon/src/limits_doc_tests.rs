@@ -141,6 +141,7 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::replication::source::APPENDS_IN_FLIGHT,
         crate::replication::source::APPEND_PIPELINE_RECORDS_MIN,
         crate::replication::source::COMMIT_WAIT_MAX,
+        crate::replication::source::SYNC_POINT_WAIT_MAX,
         crate::replication::source::LEADER_LEASE,
         crate::replication::source::LEASE_WAIT,
         crate::net::replica::REPLICA_REQUESTS_IN_FLIGHT_MAX,

@@ -1029,3 +1029,88 @@ fn a_publish_whose_leader_is_deposed_is_not_owner_and_one_whose_quorum_is_slow_i
         publish_to(&leader, "healed").await.expect("the same leader takes the retry");
     });
 }
+
+/// A subscription's sync point on a new leader (`ControlRequest::DurableEnd`) covers every
+/// publish its predecessor acknowledged: before its first record of its epoch commits, a new
+/// leader's commit point is only what it was told as a follower, which lags what the old leader
+/// acknowledged, so the answer waits for that commit. Without a quorum it is `Unavailable`
+/// after `SYNC_POINT_WAIT_MAX` (the create is retried), never early.
+#[test]
+fn a_new_leader_answers_a_sync_point_only_once_its_epoch_commits() {
+    use crate::replication::source::SYNC_POINT_WAIT_MAX;
+    sim::run(3, async {
+        let (old_leader, _, new_leader) = two_replicas().await;
+        for index in 0..3 {
+            publish_to(&old_leader, &format!("acknowledged {index}")).await.expect("acknowledged");
+        }
+        let acknowledged_end = old_leader.replica_progress(TOPIC_ID).expect("a replica").committed_ends[0];
+        let told = new_leader.replica_progress(TOPIC_ID).expect("a replica");
+        assert!(
+            told.committed_ends[0] < acknowledged_end && told.durable_ends[0] >= acknowledged_end,
+            "the follower holds every acknowledged record ({acknowledged_end}) but was told less \
+             committed: {told:?}"
+        );
+
+        // The old leader is deposed and its follower elected, which it then cannot reach.
+        old_leader
+            .control(ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch: 2 })
+            .await
+            .expect("demoted");
+        let cut = Rc::new(Cell::new(false));
+        *new_leader.replica_context.transport.borrow_mut() =
+            Some(Rc::new(Link { follower: old_leader.clone(), cut: cut.clone() }));
+        let promote =
+            ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 2, replicas: peers(&[1, 0]) };
+        new_leader.control(promote).await.expect("promoted with its old leader's answer");
+        cut.set(true);
+
+        let (asking, answered) = (new_leader.clone(), Rc::new(Cell::new(false)));
+        let answered_there = answered.clone();
+        let durable_end = runtime::spawn(async move {
+            let answer = asking.control(ControlRequest::DurableEnd { topic_id: TOPIC_ID }).await;
+            answered_there.set(true);
+            answer
+        });
+        runtime::sleep(Duration::from_millis(500)).await;
+        assert!(!answered.get(), "a sync point answered before the new epoch committed");
+        cut.set(false);
+        let Ok(ControlOk::SubscriptionStart(start)) = durable_end.await else {
+            panic!("the sync point is answered once the epoch commits");
+        };
+        assert!(
+            start >= acknowledged_end,
+            "a subscription would start at {start}, before records acknowledged up to {acknowledged_end}"
+        );
+
+        cut.set(true);
+        let started = runtime::now();
+        let status = new_leader
+            .control(ControlRequest::DurableEnd { topic_id: TOPIC_ID })
+            .await
+            .expect("its epoch committed: answered at once, quorum or not");
+        assert!(matches!(status, ControlOk::SubscriptionStart(end) if end == start));
+        assert_eq!(runtime::now(), started, "an epoch once committed is not waited for again");
+    });
+    sim::run(4, async {
+        let (old_leader, _, new_leader) = two_replicas().await;
+        publish_to(&old_leader, "acknowledged").await.expect("acknowledged");
+        old_leader
+            .control(ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch: 2 })
+            .await
+            .expect("demoted");
+        let cut = Rc::new(Cell::new(false));
+        *new_leader.replica_context.transport.borrow_mut() =
+            Some(Rc::new(Link { follower: old_leader.clone(), cut: cut.clone() }));
+        let promote =
+            ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 2, replicas: peers(&[1, 0]) };
+        new_leader.control(promote).await.expect("promoted with its old leader's answer");
+        cut.set(true);
+        let started = runtime::now();
+        let refused = new_leader
+            .control(ControlRequest::DurableEnd { topic_id: TOPIC_ID })
+            .await
+            .expect_err("no quorum commits the new epoch");
+        assert_eq!(refused.code, crate::api::Code::Unavailable, "{refused:?}");
+        assert!(runtime::now() - started >= SYNC_POINT_WAIT_MAX);
+    });
+}

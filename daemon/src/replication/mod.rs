@@ -82,6 +82,11 @@ impl CommitTracker {
         self.committed_end
     }
 
+    /// Where this epoch's first record is: the log's end when its leader was elected.
+    pub fn epoch_start(&self) -> Offset {
+        self.epoch_start
+    }
+
     /// The end of what a quorum holds durably with a record of this epoch among it.
     pub fn committed_end(&self) -> Offset {
         self.committed_end

@@ -29,6 +29,11 @@ pub const APPEND_REQUEST_BYTES_MAX: usize = 14 << 20;
 /// How long a publish or an acknowledgement durable on its leader waits for a quorum of
 /// replicas before it is answered `Unavailable` (it may still commit later).
 pub const COMMIT_WAIT_MAX: Duration = Duration::from_secs(10);
+/// How long a new leader asked for a subscription's sync point (`wait_epoch_committed`) waits
+/// for its first record of its epoch to commit before the create is answered `Unavailable` (the
+/// client retries). A healthy quorum commits it within milliseconds of the election; shorter
+/// than `COMMIT_WAIT_MAX` because the waiting create holds its name and a creation slot.
+pub const SYNC_POINT_WAIT_MAX: Duration = Duration::from_secs(5);
 /// The first and the longest pause before a leader tries a follower again after a failure.
 pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(20);
 pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
@@ -286,7 +291,31 @@ impl Leader {
     /// `COMMIT_WAIT_MAX`: the records are durable here and may still commit, so the caller
     /// cannot say they did.
     pub async fn wait_committed<S: Storage>(&self, log: &Log<S>, end: Offset) -> Result<(), LogError> {
-        let deadline = crate::runtime::now() + COMMIT_WAIT_MAX;
+        self.wait_committed_within(log, end, COMMIT_WAIT_MAX).await
+    }
+
+    /// Waits until `log` (this leader's `MESSAGES` or `JOURNAL`, `which`) has committed what it
+    /// held when this epoch began: a record of this epoch is committed (Raft's rule), so its
+    /// committed end covers every record an older leader ever acknowledged. Until then a new
+    /// leader's committed end is only what it was last told as a follower, which may lag what
+    /// its predecessor acknowledged. Fails as `wait_committed`, after `SYNC_POINT_WAIT_MAX`.
+    pub async fn wait_epoch_committed<S: Storage>(&self, which: usize, log: &Log<S>) -> Result<(), LogError> {
+        let epoch_start = self.trackers.borrow()[which].epoch_start();
+        if epoch_start == Offset::ZERO {
+            // The log held nothing when this epoch began: nothing before it to commit.
+            return Ok(());
+        }
+        // The epoch's first record is at `epoch_start`; committed past it, everything is.
+        self.wait_committed_within(log, Offset::new(epoch_start.get() + 1), SYNC_POINT_WAIT_MAX).await
+    }
+
+    async fn wait_committed_within<S: Storage>(
+        &self,
+        log: &Log<S>,
+        end: Offset,
+        wait_max: Duration,
+    ) -> Result<(), LogError> {
+        let deadline = crate::runtime::now() + wait_max;
         loop {
             let committed = log.committed();
             let stopped = self.stop.notified();
@@ -301,7 +330,7 @@ impl Leader {
                 return Err(LogError::CommitTimeout {
                     quorum: quorum(self.peers.len() + 1),
                     replicas: self.peers.len() + 1,
-                    waited: COMMIT_WAIT_MAX,
+                    waited: wait_max,
                 });
             }
             let woken = futures_lite::future::or(committed, stopped);

@@ -22,7 +22,7 @@ impl<S: Storage> Forwarder<S> {
             ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
                 self.attach_topic(topic_id, name, retention_seconds, recovering).await
             }
-            ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id),
+            ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id).await,
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
             ControlRequest::Requests => Ok(ControlOk::Requests(crate::metrics::shard::snapshot())),
             ControlRequest::UpdateSettings { topic_id, update } => self.update_settings(topic_id, update),
@@ -84,14 +84,22 @@ impl<S: Storage> Forwarder<S> {
 
     /// A topic's durable end offset: the sync point the router decides a new subscription with.
     /// Every publish acknowledged after the router answers the create has an offset at or
-    /// above it, because offsets are assigned at commit.
-    fn durable_end(&self, topic_id: u64) -> Result<ControlOk, Status> {
+    /// above it, because offsets are assigned at commit; every publish acknowledged before the
+    /// create began is below it, because it is the commit point, and a replicated topic's new
+    /// leader answers only once it has committed a record of its epoch (before that its commit
+    /// point is what it was told as a follower, which may lag what its predecessor
+    /// acknowledged). `Unavailable` if that commit takes longer than `SYNC_POINT_WAIT_MAX`,
+    /// `NotOwner` if the leader is deposed meanwhile.
+    pub(crate) async fn durable_end(&self, topic_id: u64) -> Result<ControlOk, Status> {
         if let Some((topic_name, why)) = self.registry.quarantined.borrow().topics.get(&topic_id) {
             return Err(super::quarantined_status("topic", topic_name, why));
         }
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
             Status::internal(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
         })?;
+        if let Some(leader) = topic.leader() {
+            leader.wait_epoch_committed(crate::replication::protocol::MESSAGES, &topic.log).await?;
+        }
         Ok(ControlOk::SubscriptionStart(topic.log.end_offset()))
     }
 
