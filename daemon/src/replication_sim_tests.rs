@@ -938,6 +938,25 @@ impl Transport for Link {
     }
 }
 
+/// Deposes `old_leader` and elects `new_leader` at epoch 2 over a link to the old one, which
+/// it returns cut: the new leader's epoch cannot commit until the link is healed.
+async fn fail_over(
+    old_leader: &Rc<Forwarder<SimDisk>>,
+    new_leader: &Rc<Forwarder<SimDisk>>,
+) -> Rc<Cell<bool>> {
+    old_leader
+        .control(ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch: 2 })
+        .await
+        .expect("demoted");
+    let cut = Rc::new(Cell::new(false));
+    *new_leader.replica_context.transport.borrow_mut() =
+        Some(Rc::new(Link { follower: old_leader.clone(), cut: cut.clone() }));
+    let promote = ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 2, replicas: peers(&[1, 0]) };
+    new_leader.control(promote).await.expect("promoted with its old leader's answer");
+    cut.set(true);
+    cut
+}
+
 /// Two replicas of the topic on two nodes, node 0 promoted to lead epoch 1 over a link the
 /// test can cut; the leader's forwarder, the link's switch and the follower's forwarder.
 async fn two_replicas() -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder<SimDisk>>) {
@@ -1052,17 +1071,7 @@ fn a_new_leader_answers_a_sync_point_only_once_its_epoch_commits() {
         );
 
         // The old leader is deposed and its follower elected, which it then cannot reach.
-        old_leader
-            .control(ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch: 2 })
-            .await
-            .expect("demoted");
-        let cut = Rc::new(Cell::new(false));
-        *new_leader.replica_context.transport.borrow_mut() =
-            Some(Rc::new(Link { follower: old_leader.clone(), cut: cut.clone() }));
-        let promote =
-            ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 2, replicas: peers(&[1, 0]) };
-        new_leader.control(promote).await.expect("promoted with its old leader's answer");
-        cut.set(true);
+        let cut = fail_over(&old_leader, &new_leader).await;
 
         let (asking, answered) = (new_leader.clone(), Rc::new(Cell::new(false)));
         let answered_there = answered.clone();
@@ -1094,17 +1103,8 @@ fn a_new_leader_answers_a_sync_point_only_once_its_epoch_commits() {
     sim::run(4, async {
         let (old_leader, _, new_leader) = two_replicas().await;
         publish_to(&old_leader, "acknowledged").await.expect("acknowledged");
-        old_leader
-            .control(ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch: 2 })
-            .await
-            .expect("demoted");
-        let cut = Rc::new(Cell::new(false));
-        *new_leader.replica_context.transport.borrow_mut() =
-            Some(Rc::new(Link { follower: old_leader.clone(), cut: cut.clone() }));
-        let promote =
-            ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 2, replicas: peers(&[1, 0]) };
-        new_leader.control(promote).await.expect("promoted with its old leader's answer");
-        cut.set(true);
+        // The link stays cut: the new epoch cannot commit.
+        fail_over(&old_leader, &new_leader).await;
         let started = runtime::now();
         let refused = new_leader
             .control(ControlRequest::DurableEnd { topic_id: TOPIC_ID })

@@ -375,4 +375,20 @@ impl Stop {
             notified.await;
         }
     }
+
+    /// Waits `duration` on the runtime's clock, or less if the order is given meanwhile:
+    /// whether it was (a loop that runs until the stop ends there).
+    pub async fn sleep(&self, duration: std::time::Duration) -> bool {
+        futures_lite::future::or(
+            async {
+                crate::runtime::sleep(duration).await;
+                false
+            },
+            async {
+                self.given().await;
+                true
+            },
+        )
+        .await
+    }
 }

@@ -355,18 +355,7 @@ fn follow_cluster_hosts<S: storage::Storage>(
         // What the shards were started with (`--cluster`'s hosts, as the list they make).
         let mut told = net::peer::cluster_hosts(&given, &Default::default());
         loop {
-            let stopped = futures_lite::future::or(
-                async {
-                    crate::runtime::sleep(CLUSTER_HOSTS_CHECK_INTERVAL).await;
-                    false
-                },
-                async {
-                    stop.given().await;
-                    true
-                },
-            )
-            .await;
-            if stopped {
+            if stop.sleep(CLUSTER_HOSTS_CHECK_INTERVAL).await {
                 return;
             }
             let now = net::peer::cluster_hosts(&given, &router.registered_nodes());

@@ -112,18 +112,7 @@ impl Shard {
 /// Runs the shard's security check each `SECURITY_CHECK_INTERVAL` until the stop.
 pub(super) async fn check_security_each_interval(shard: Rc<Shard>, stop: Stop) {
     loop {
-        let stopped = futures_lite::future::or(
-            async {
-                crate::runtime::sleep(SECURITY_CHECK_INTERVAL).await;
-                false
-            },
-            async {
-                stop.given().await;
-                true
-            },
-        )
-        .await;
-        if stopped {
+        if stop.sleep(SECURITY_CHECK_INTERVAL).await {
             return;
         }
         shard.check_security();

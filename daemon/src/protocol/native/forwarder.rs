@@ -236,15 +236,26 @@ async fn checked_pull<D: DataPlane>(
     match pull_request(data, header, request, Some(responder)).await {
         Err(status) if status.code == ErrorCode::NotOwner => {
             let wait = std::time::Duration::from_millis(request.wait_ms.to_native().into());
-            carried(header, status, |relay| async move {
-                relay
-                    .unary(header, body, request.subscription.as_str(), &responder.session().principal, wait)
-                    .await
-            })
-            .await
+            carried_unary(header, body, request.subscription.as_str(), responder, wait, status).await
         }
         result => result,
     }
+}
+
+/// A pull, acknowledgement or deadline change on `subscription` refused with `refusal`
+/// (`NotOwner`), carried (`carried`) for the same principal; a pull waits up to `wait` there.
+async fn carried_unary(
+    header: &FrameHeader,
+    body: &[u8],
+    subscription: &str,
+    responder: &Responder,
+    wait: std::time::Duration,
+    refusal: Status,
+) -> Result<Response, Status> {
+    carried(header, refusal, |relay| async move {
+        relay.unary(header, body, subscription, &responder.session().principal, wait).await
+    })
+    .await
 }
 
 /// A request the data plane refused with `refusal` (`NotOwner`): on a forwarder of a cluster,
@@ -359,18 +370,8 @@ async fn checked_acknowledge(
     match acknowledge_request(data, request).await {
         Ok(response) => Ok(respond(header, &response).into()),
         Err(status) if status.code == ErrorCode::NotOwner => {
-            carried(header, status, |relay| async move {
-                relay
-                    .unary(
-                        header,
-                        body,
-                        request.subscription.as_str(),
-                        &responder.session().principal,
-                        std::time::Duration::ZERO,
-                    )
-                    .await
-            })
-            .await
+            let subscription = request.subscription.as_str();
+            carried_unary(header, body, subscription, responder, std::time::Duration::ZERO, status).await
         }
         Err(status) => Err(status),
     }
@@ -398,18 +399,9 @@ async fn modify_ack_deadline(
     match data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await {
         Ok(invalid) => Ok(respond(header, &ack_response(invalid)).into()),
         Err(status) if status.code == crate::api::Code::NotOwner => {
-            carried(header, status.into(), |relay| async move {
-                relay
-                    .unary(
-                        header,
-                        body,
-                        request.subscription.as_str(),
-                        &responder.session().principal,
-                        std::time::Duration::ZERO,
-                    )
-                    .await
-            })
-            .await
+            let subscription = request.subscription.as_str();
+            carried_unary(header, body, subscription, responder, std::time::Duration::ZERO, status.into())
+                .await
         }
         Err(status) => Err(status.into()),
     }
