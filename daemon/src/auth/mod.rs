@@ -346,6 +346,16 @@ impl Access {
         }
     }
 
+    /// Required mode under `policy`, an access file's text, read from no file (the cluster
+    /// simulation's nodes).
+    #[cfg(test)]
+    pub(crate) fn required_by(policy: &str) -> Result<Access, String> {
+        let mut access = Access::off();
+        access.mode = Mode::Required;
+        access.policy = RefCell::new(Policy::parse(policy)?);
+        Ok(access)
+    }
+
     /// The same access with its audit lines sent to `sink` instead of stderr.
     #[cfg(test)]
     pub(crate) fn with_audit_sink(mut self, sink: audit::AuditSink) -> Access {

@@ -23,6 +23,11 @@
 //! leaves closes that connection, which ends the leader's stream and gives its leases back.
 //! Publishes, pulls, acknowledgements and deadline changes share the per-node-pair connections
 //! replication uses.
+//!
+//! The relay reaches this node's router and the other nodes' forwarders through a `Carrier`:
+//! the cluster's connections (`NativeTransport`) in the daemon, a seeded simulated network in
+//! the cluster simulation, which so runs the relay and the owner's `Command::Carried` as they
+//! are.
 
 use super::replica::{
     connect_peer, frame_with_body, present_secret, read_body, read_header, Duplex, NativeTransport,
@@ -33,6 +38,7 @@ use crate::api::{Code, Status};
 use crate::auth::Principal;
 use crate::catalog::entry::node_and_shard;
 use crate::subscription::budget::{StreamBudget, StreamReservation};
+use crate::subscription::dead_letter::LocalFuture;
 use crate::sync::{Notify, Stop};
 use futures_lite::io::{ReadHalf, WriteHalf};
 use futures_lite::AsyncWriteExt;
@@ -61,18 +67,81 @@ const RELAY_REOPEN_DELAY_MAX: Duration = Duration::from_secs(1);
 pub const RELAYED_PULLS_IN_FLIGHT_MAX: usize = 8;
 
 thread_local! {
-    /// This shard's relay, when it is a forwarder of a cluster: one per thread, as a shard is.
-    static RELAY: RefCell<Option<Rc<Relay>>> = const { RefCell::new(None) };
+    /// The relays of the forwarders of a cluster running on this thread, by the forwarder's
+    /// shard as the catalog names it (`Forwarder::global_shard`): one in the daemon, where a
+    /// shard is a thread; one per node in the cluster simulation, which runs several nodes'
+    /// forwarders on one thread.
+    static RELAYS: RefCell<HashMap<u32, Rc<Relay>>> = RefCell::default();
 }
 
-/// Makes `relay` this shard's.
-pub fn install(relay: Rc<Relay>) {
-    RELAY.with(|current| *current.borrow_mut() = Some(relay));
+/// Makes `relay` the relay of forwarder `shard` (its global shard), in place of any before.
+pub fn install(shard: u32, relay: Rc<Relay>) {
+    RELAYS.with(|relays| relays.borrow_mut().insert(shard, relay));
 }
 
-/// This shard's relay, if it has one.
-pub fn current() -> Option<Rc<Relay>> {
-    RELAY.with(|current| current.borrow().clone())
+/// The relay of forwarder `shard` (its global shard), if it is a forwarder of a cluster.
+pub fn of(shard: u32) -> Option<Rc<Relay>> {
+    RELAYS.with(|relays| relays.borrow().get(&shard).cloned())
+}
+
+/// How a relay reaches the ports of this node's router and of the other nodes' forwarders: the
+/// cluster's connections (`NativeTransport`, the cluster's secret presented first) in the
+/// daemon; any other network that takes a native request as the port at `address` would, as a
+/// cluster peer, in a simulation.
+pub trait Carrier {
+    /// One request (`command`, `flags`, its native `body`) to the port at `address`, answered
+    /// as that port answers a node of the cluster; the answer's body, or the status it failed
+    /// with. `wait`: how long it may be held there by design (a pull's wait).
+    fn send<'a>(
+        &'a self,
+        address: &'a str,
+        command: u16,
+        flags: u16,
+        body: &'a [u8],
+        wait: Duration,
+    ) -> LocalFuture<'a, Result<FrameBuffer, Status>>;
+
+    /// Opens a carried stream (`carried`: the body of its `Carried` request) on the forwarder at
+    /// `address`, each batch taking its share of `budget` before it is read; ready once the
+    /// leader took the stream (its empty first batch), or the refusal.
+    fn open_stream<'a>(
+        &'a self,
+        budget: &'a Rc<StreamBudget>,
+        address: &'a str,
+        carried: &'a [u8],
+    ) -> LocalFuture<'a, Result<Box<dyn CarriedStream>, Status>>;
+}
+
+/// A carried stream, as its leader sends it.
+pub trait CarriedStream {
+    /// The stream's next batch (its body, and its share of the shard's response budget,
+    /// taken before it was read); `None` once the leader ended the stream.
+    fn next(&mut self) -> LocalFuture<'_, Result<Option<(FrameBuffer, StreamReservation)>, Status>>;
+}
+
+impl Carrier for Rc<NativeTransport> {
+    fn send<'a>(
+        &'a self,
+        address: &'a str,
+        command: u16,
+        flags: u16,
+        body: &'a [u8],
+        wait: Duration,
+    ) -> LocalFuture<'a, Result<FrameBuffer, Status>> {
+        Box::pin(self.carry(address, command, flags, body, wait))
+    }
+
+    fn open_stream<'a>(
+        &'a self,
+        budget: &'a Rc<StreamBudget>,
+        address: &'a str,
+        carried: &'a [u8],
+    ) -> LocalFuture<'a, Result<Box<dyn CarriedStream>, Status>> {
+        Box::pin(async move {
+            let upstream = Upstream::open(self, budget, address, carried).await?;
+            Ok(Box::new(upstream) as Box<dyn CarriedStream>)
+        })
+    }
 }
 
 /// What a carried request is about: where its leader is looked up.
@@ -98,7 +167,7 @@ struct Route {
 }
 
 pub struct Relay {
-    transport: Rc<NativeTransport>,
+    transport: Rc<dyn Carrier>,
     /// This node's router, where lookups go.
     router: String,
     node_id: u64,
@@ -113,7 +182,7 @@ pub struct Relay {
 
 impl Relay {
     pub fn new(
-        transport: Rc<NativeTransport>,
+        transport: Rc<dyn Carrier>,
         router: String,
         node_id: u64,
         stop: Stop,
@@ -140,8 +209,13 @@ impl Relay {
             Resource::Subscription(_) => (Command::LookupSubscription, "subscription"),
         };
         let name = resource.name();
-        let lookup: LookupResponse =
-            self.transport.request(&self.router, command, &NameRequest { name: name.to_owned() }).await?;
+        let request = NameRequest { name: name.to_owned() };
+        let frame = ringpost_wire::encode_frame(command.code(), 0, 0, &request);
+        let answer = self
+            .transport
+            .send(&self.router, command.code(), 0, &frame[FRAME_HEADER_BYTES..], Duration::ZERO)
+            .await?;
+        let lookup: LookupResponse = ringpost_wire::frame::decode_body(&answer).map_err(Status::from)?;
         let first = lookup
             .forwarders
             .into_iter()
@@ -215,7 +289,7 @@ impl Relay {
         }
         let carried = carried_body(principal, command, body, false)?;
         let answer =
-            self.transport.carry(&route.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
+            self.transport.send(&route.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
         drop(carried);
         let answer = match answer {
             Ok(answer) => answer,
@@ -259,8 +333,7 @@ impl Relay {
         let resource = Resource::Subscription(subscription.to_owned());
         let Some(route) = self.elsewhere(&resource).await? else { return Ok(None) };
         let carried = carried_body(principal, Command::StreamingPull.code(), body, client_keeps_leases)?;
-        let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, &carried).await
-        {
+        let mut upstream = match self.transport.open_stream(&self.budget, &route.address, &carried).await {
             Ok(upstream) => upstream,
             Err(status) => {
                 self.forget(&resource);
@@ -310,7 +383,7 @@ impl Relay {
         carried: &[u8],
         downstream: &D,
         mut last: Status,
-    ) -> Result<Option<Upstream>, Status> {
+    ) -> Result<Option<Box<dyn CarriedStream>>, Status> {
         let started = crate::runtime::now();
         let mut delay = RELAY_REOPEN_DELAY_MIN;
         loop {
@@ -348,7 +421,7 @@ impl Relay {
                     continue;
                 }
             };
-            match Upstream::open(&self.transport, &self.budget, &route.address, carried).await {
+            match self.transport.open_stream(&self.budget, &route.address, carried).await {
                 Ok(upstream) => return Ok(Some(upstream)),
                 Err(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
                     self.forget(resource);
@@ -469,7 +542,7 @@ impl Upstream {
         writer.write_all(&request).await.map_err(|error| unavailable(error.to_string()))?;
         writer.flush().await.map_err(|error| unavailable(error.to_string()))?;
         let mut upstream = Upstream { reader, _writer: writer, budget: budget.clone() };
-        let accepted = futures_lite::future::or(upstream.next(), async {
+        let accepted = futures_lite::future::or(upstream.next_batch(), async {
             crate::runtime::sleep(REPLICA_REQUEST_TIMEOUT).await;
             Err(Status::unavailable(format!(
                 "{address} did not take a carried stream within REPLICA_REQUEST_TIMEOUT"
@@ -482,9 +555,8 @@ impl Upstream {
         }
     }
 
-    /// The stream's next batch (its body, and its share of the shard's response budget,
-    /// taken before it was read); `None` once the leader ended the stream.
-    async fn next(&mut self) -> Result<Option<(FrameBuffer, StreamReservation)>, Status> {
+    /// `CarriedStream::next`.
+    async fn next_batch(&mut self) -> Result<Option<(FrameBuffer, StreamReservation)>, Status> {
         loop {
             let unavailable = |why: String| Status::unavailable(format!("a carried stream's leader: {why}"));
             let header = read_header(&mut self.reader).await.map_err(unavailable)?;
@@ -509,6 +581,12 @@ impl Upstream {
             }
             return Ok(Some((body, reservation)));
         }
+    }
+}
+
+impl CarriedStream for Upstream {
+    fn next(&mut self) -> LocalFuture<'_, Result<Option<(FrameBuffer, StreamReservation)>, Status>> {
+        Box::pin(self.next_batch())
     }
 }
 

@@ -234,13 +234,16 @@ fn join_the_cluster<S: storage::Storage>(
         transport: transport.clone(),
         router: router_address.to_owned(),
     }));
-    net::relay::install(net::relay::Relay::new(
-        transport,
-        router_address.to_owned(),
-        node_id,
-        forwarder.stop_handle(),
-        forwarder.environment.stream_budget.clone(),
-    ));
+    net::relay::install(
+        forwarder.global_shard(),
+        net::relay::Relay::new(
+            Rc::new(transport),
+            router_address.to_owned(),
+            node_id,
+            forwarder.stop_handle(),
+            forwarder.environment.stream_budget.clone(),
+        ),
+    );
 }
 
 /// Serves the router's control requests to a forwarder, each as a task of its own, until the

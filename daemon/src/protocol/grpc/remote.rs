@@ -52,7 +52,7 @@ pub async fn carry(
     shard
         .try_call(move |shard| async move {
             let session = presented.session(&shard.access)?;
-            let relay = relay::current()
+            let relay = relay::of(shard.forwarder.global_shard())
                 .ok_or_else(|| Status::unavailable("this node's forwarders carry no calls to other nodes"))?;
             let answer = relay.carry(&resource, &session.principal, command.code(), &body, wait).await?;
             // A pull's share of the shard's response budget is given back once its answer is

@@ -362,7 +362,7 @@ async fn serve_carried_stream(
             return;
         }
     };
-    let Some(relay) = crate::net::relay::current() else {
+    let Some(relay) = crate::net::relay::of(shard.forwarder.global_shard()) else {
         let status =
             crate::api::Status::unavailable("this node's forwarders carry no streams to other nodes");
         let _ = ends.opened.send(Err(status));

@@ -225,18 +225,27 @@ pub async fn pull<D: DataPlane>(data: &D, header: &FrameHeader, body: &[u8]) -> 
     pull_request(data, header, access_body::<PullRequest>(body)?, None).await
 }
 
-async fn checked_pull<D: DataPlane>(
-    data: &D,
+async fn checked_pull<S: Storage>(
+    forwarder: &Forwarder<S>,
     header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<PullRequest>(body)?;
     check(responder, Kind::Pull, request.subscription.as_str())?;
-    match pull_request(data, header, request, Some(responder)).await {
+    match pull_request(forwarder, header, request, Some(responder)).await {
         Err(status) if status.code == ErrorCode::NotOwner => {
             let wait = std::time::Duration::from_millis(request.wait_ms.to_native().into());
-            carried_unary(header, body, request.subscription.as_str(), responder, wait, status).await
+            carried_unary(
+                forwarder.global_shard(),
+                header,
+                body,
+                request.subscription.as_str(),
+                responder,
+                wait,
+                status,
+            )
+            .await
         }
         result => result,
     }
@@ -245,6 +254,7 @@ async fn checked_pull<D: DataPlane>(
 /// A pull, acknowledgement or deadline change on `subscription` refused with `refusal`
 /// (`NotOwner`), carried (`carried`) for the same principal; a pull waits up to `wait` there.
 async fn carried_unary(
+    shard: u32,
     header: &FrameHeader,
     body: &[u8],
     subscription: &str,
@@ -252,16 +262,18 @@ async fn carried_unary(
     wait: std::time::Duration,
     refusal: Status,
 ) -> Result<Response, Status> {
-    carried(header, refusal, |relay| async move {
+    carried(shard, header, refusal, |relay| async move {
         relay.unary(header, body, subscription, &responder.session().principal, wait).await
     })
     .await
 }
 
-/// A request the data plane refused with `refusal` (`NotOwner`): on a forwarder of a cluster,
-/// carried to its source's leader on another node (`relay`), unless another node's forwarder
-/// already carried it; otherwise, or when the leader is on this node, refused.
+/// A request the data plane refused with `refusal` (`NotOwner`): on a forwarder of a cluster
+/// (`shard`, its global shard), carried to its source's leader on another node (`relay`), unless
+/// another node's forwarder already carried it; otherwise, or when the leader is on this node,
+/// refused.
 async fn carried<F: std::future::Future<Output = Result<Option<Response>, crate::api::Status>>>(
+    shard: u32,
     header: &FrameHeader,
     refusal: Status,
     carry: impl FnOnce(std::rc::Rc<relay::Relay>) -> F,
@@ -269,7 +281,7 @@ async fn carried<F: std::future::Future<Output = Result<Option<Response>, crate:
     if header.flags & FLAG_RELAYED != 0 {
         return Err(refusal);
     }
-    let Some(relay) = relay::current() else { return Err(refusal) };
+    let Some(relay) = relay::of(shard) else { return Err(refusal) };
     match carry(relay).await? {
         Some(response) => Ok(response),
         None => Err(refusal),
@@ -300,8 +312,8 @@ async fn pull_request<D: DataPlane>(
 
 /// A streaming pull: pushes deliveries as frames flagged `FLAG_MORE` until the stream ends,
 /// then answers with an empty last frame.
-async fn streaming_pull<D: DataPlane>(
-    data: &D,
+async fn streaming_pull<S: Storage>(
+    forwarder: &Forwarder<S>,
     header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
@@ -315,10 +327,10 @@ async fn streaming_pull<D: DataPlane>(
         request.max_outstanding_bytes.to_native(),
     )?;
     settings.leases_outlive_stream = client_keeps_leases;
-    let mut stream = match data.open_stream(request.subscription.as_str(), settings).await {
+    let mut stream = match forwarder.open_stream(request.subscription.as_str(), settings).await {
         Ok(stream) => stream,
         Err(status) if status.code == crate::api::Code::NotOwner => {
-            return carried(header, status.into(), |relay| async move {
+            return carried(forwarder.global_shard(), header, status.into(), |relay| async move {
                 let downstream = relay::NativeDownstream { header, responder };
                 let principal = &responder.session().principal;
                 let subscription = request.subscription.as_str();
@@ -359,19 +371,28 @@ pub async fn acknowledge(data: &impl DataPlane, body: &[u8]) -> Result<AckRespon
     acknowledge_request(data, access_body::<AcknowledgeRequest>(body)?).await
 }
 
-async fn checked_acknowledge(
-    data: &impl DataPlane,
+async fn checked_acknowledge<S: Storage>(
+    forwarder: &Forwarder<S>,
     header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
 ) -> Result<Response, Status> {
     let request = access_body::<AcknowledgeRequest>(body)?;
     check(responder, Kind::Acknowledge, request.subscription.as_str())?;
-    match acknowledge_request(data, request).await {
+    match acknowledge_request(forwarder, request).await {
         Ok(response) => Ok(respond(header, &response).into()),
         Err(status) if status.code == ErrorCode::NotOwner => {
             let subscription = request.subscription.as_str();
-            carried_unary(header, body, subscription, responder, std::time::Duration::ZERO, status).await
+            carried_unary(
+                forwarder.global_shard(),
+                header,
+                body,
+                subscription,
+                responder,
+                std::time::Duration::ZERO,
+                status,
+            )
+            .await
         }
         Err(status) => Err(status),
     }
@@ -386,8 +407,8 @@ async fn acknowledge_request(
     Ok(ack_response(invalid))
 }
 
-async fn modify_ack_deadline(
-    data: &impl DataPlane,
+async fn modify_ack_deadline<S: Storage>(
+    forwarder: &Forwarder<S>,
     header: &FrameHeader,
     body: &[u8],
     responder: &Responder,
@@ -396,12 +417,13 @@ async fn modify_ack_deadline(
     check(responder, Kind::ModifyAckDeadline, request.subscription.as_str())?;
     let ack_ids = request.ack_ids.iter().map(|ack_id| ack_id.as_str());
     let seconds = request.ack_deadline_seconds.to_native();
-    match data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await {
+    match forwarder.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await {
         Ok(invalid) => Ok(respond(header, &ack_response(invalid)).into()),
         Err(status) if status.code == crate::api::Code::NotOwner => {
             let subscription = request.subscription.as_str();
-            carried_unary(header, body, subscription, responder, std::time::Duration::ZERO, status.into())
-                .await
+            let shard = forwarder.global_shard();
+            let zero = std::time::Duration::ZERO;
+            carried_unary(shard, header, body, subscription, responder, zero, status.into()).await
         }
         Err(status) => Err(status.into()),
     }
