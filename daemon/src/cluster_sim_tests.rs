@@ -1881,3 +1881,51 @@ fn a_cluster_simulation_replays_its_seed_exactly() {
         assert_eq!(first.len(), second.len(), "seed {seed}");
     }
 }
+
+/// Set in the child of `a_cluster_simulation_seed_replays_in_another_process`: it runs the seed
+/// `RINGPOST_SIM_SEED` names and prints its trace's digest.
+const CHILD_VARIABLE: &str = "RINGPOST_SIM_CHILD";
+/// The seed the child replays.
+const CHILD_SEED: u64 = 3;
+
+/// A digest of a run's trace: its every event at its virtual time, in order.
+fn trace_digest(events: &[String]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // `DefaultHasher::new` has fixed keys: the same build gives the same digest in any process.
+    let mut hasher = std::hash::DefaultHasher::new();
+    events.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A seed run in another process (this test binary, the seed in `RINGPOST_SIM_SEED`, as a
+/// failing seed is replayed) makes the trace it makes here, in a process that has run other
+/// simulations: nothing of a run may follow from its process (an address, a per-process hash
+/// key, what an earlier run left in a static or a thread-local).
+#[test]
+fn a_cluster_simulation_seed_replays_in_another_process() {
+    const NAME: &str = "cluster_sim_tests::a_cluster_simulation_seed_replays_in_another_process";
+    if std::env::var_os(CHILD_VARIABLE).is_some() {
+        let seed: u64 =
+            std::env::var("RINGPOST_SIM_SEED").expect("the seed to replay").parse().expect("a seed");
+        println!("trace digest of seed {seed}: {:016x}", trace_digest(&simulate(seed).events));
+        return;
+    }
+    // Other seeds first, as a test binary's process runs them before a replay would.
+    simulate(CHILD_SEED + 1);
+    let here =
+        format!("trace digest of seed {CHILD_SEED}: {:016x}", trace_digest(&simulate(CHILD_SEED).events));
+    let output = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_VARIABLE, "1")
+        .env("RINGPOST_SIM_SEED", CHILD_SEED.to_string())
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the child failed: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+    // The test harness writes the test's name on the line before what the test prints.
+    let there = stdout
+        .lines()
+        .find_map(|line| line.find("trace digest").map(|at| &line[at..]))
+        .expect("the child's digest");
+    assert_eq!(there, here, "seed {CHILD_SEED}'s trace in another process");
+}
