@@ -2,7 +2,8 @@
 //! subscription another node leads by carrying its requests there, for either protocol. A
 //! stream, a pull, an acknowledgement or a deadline change that the data plane answers with
 //! `NotOwner` (and a gRPC publish, pull or stream the gateway found led elsewhere) is looked up
-//! through this node's router; when the leader is on another node, the request goes to that
+//! in the node's route cache (`dispatch::routes`, which the gateway shares), else through this
+//! node's router; when the leader is on another node, the request goes to that
 //! leader's forwarder as the client's protocol would send it natively, wrapped with the
 //! principal this node authenticated the client as (`Command::Carried`): the leader decides
 //! it for that principal with its own access file (`dispatch::vouched_for`), serves it marked
@@ -31,7 +32,7 @@ use super::replica::{
 use super::server::{Responder, Response};
 use crate::api::{Code, Status};
 use crate::auth::Principal;
-use crate::catalog::entry::node_and_shard;
+use crate::dispatch::routes::{Owner, Resource, Routes};
 use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::sync::{Notify, Stop};
 use futures_lite::io::{ReadHalf, WriteHalf};
@@ -43,13 +44,10 @@ use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::{CarriedRequest, LookupResponse, NameRequest};
 use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Topics and subscriptions whose leader a shard remembers; past it the remembered are forgotten at once
-/// (each costs one lookup to learn again).
-pub const RELAY_ROUTES_MAX: usize = 4096;
 /// How long a carried stream looks for its source's new leader after losing the old one
 /// before it ends with the last error: longer than an election after a node's loss.
 pub const RELAY_REOPEN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,38 +73,17 @@ pub fn current() -> Option<Rc<Relay>> {
     RELAY.with(|current| current.borrow().clone())
 }
 
-/// What a carried request is about: where its leader is looked up.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Resource {
-    Topic(String),
-    Subscription(String),
-}
-
-impl Resource {
-    fn name(&self) -> &str {
-        match self {
-            Resource::Topic(name) | Resource::Subscription(name) => name,
-        }
-    }
-}
-
-/// Where a topic's or a subscription's source is led, as this node's router said.
-#[derive(Clone)]
-struct Route {
-    address: String,
-    node: u64,
-}
-
 pub struct Relay {
     transport: Rc<NativeTransport>,
     /// This node's router, where lookups go.
     router: String,
-    node_id: u64,
+    /// The node's one cache of who serves what, shared with the gRPC gateway and the node's
+    /// other shards (`dispatch::routes`).
+    routes: Arc<Routes>,
     stop: Stop,
     /// The shard's response budget, which carried pulls and streams reserve from as the
     /// shard's own do.
     budget: Rc<StreamBudget>,
-    routes: RefCell<HashMap<Resource, Route>>,
     pulls_in_flight: Cell<usize>,
     pull_room: Notify,
 }
@@ -115,55 +92,44 @@ impl Relay {
     pub fn new(
         transport: Rc<NativeTransport>,
         router: String,
-        node_id: u64,
+        routes: Arc<Routes>,
         stop: Stop,
         budget: Rc<StreamBudget>,
     ) -> Rc<Relay> {
         Rc::new(Relay {
             transport,
             router,
-            node_id,
+            routes,
             stop,
             budget,
-            routes: RefCell::default(),
             pulls_in_flight: Cell::new(0),
             pull_room: Notify::new(),
         })
     }
 
-    async fn route(&self, resource: &Resource) -> Result<Route, Status> {
-        if let Some(route) = self.routes.borrow().get(resource) {
-            return Ok(route.clone());
-        }
-        let (command, what) = match resource {
-            Resource::Topic(_) => (Command::LookupTopic, "topic"),
-            Resource::Subscription(_) => (Command::LookupSubscription, "subscription"),
-        };
-        let name = resource.name();
-        let lookup: LookupResponse =
-            self.transport.request(&self.router, command, &NameRequest { name: name.to_owned() }).await?;
-        let first = lookup
-            .forwarders
-            .into_iter()
-            .next()
-            .ok_or_else(|| Status::unavailable(format!("no forwarder serves {what} '{name}'")))?;
-        let route = Route { address: first.address, node: node_and_shard(first.shard).0 };
-        let mut routes = self.routes.borrow_mut();
-        if routes.len() >= RELAY_ROUTES_MAX {
-            routes.clear();
-        }
-        routes.insert(resource.clone(), route.clone());
-        Ok(route)
-    }
-
-    fn forget(&self, resource: &Resource) {
-        self.routes.borrow_mut().remove(resource);
+    /// Who serves `resource`: as the node's cache remembers, else as this node's router answers
+    /// a lookup.
+    async fn owner(&self, resource: &Resource) -> Result<Owner, Status> {
+        self.routes
+            .owner(resource, || async {
+                let command = match resource {
+                    Resource::Topic(_) => Command::LookupTopic,
+                    Resource::Subscription(_) => Command::LookupSubscription,
+                };
+                let request = NameRequest { name: resource.name().to_owned() };
+                let lookup: LookupResponse = self.transport.request(&self.router, command, &request).await?;
+                Owner::first(
+                    resource,
+                    lookup.forwarders.into_iter().map(|found| (found.shard, found.address)),
+                )
+            })
+            .await
     }
 
     /// The leader's forwarder, when it is on another node.
-    async fn elsewhere(&self, resource: &Resource) -> Result<Option<Route>, Status> {
-        let route = self.route(resource).await?;
-        Ok((route.node != self.node_id).then_some(route))
+    async fn elsewhere(&self, resource: &Resource) -> Result<Option<Owner>, Status> {
+        let owner = self.owner(resource).await?;
+        Ok((!self.routes.is_here(&owner)).then_some(owner))
     }
 
     /// Carries a native client's pull, acknowledgement or deadline change (`header`, `body`)
@@ -205,7 +171,7 @@ impl Relay {
         body: &[u8],
         wait: Duration,
     ) -> Result<Option<(FrameBuffer, Option<StreamReservation>)>, Status> {
-        let Some(route) = self.elsewhere(resource).await? else { return Ok(None) };
+        let Some(owner) = self.elsewhere(resource).await? else { return Ok(None) };
         let is_pull = command == Command::Pull.code();
         if is_pull {
             while self.pulls_in_flight.get() >= RELAYED_PULLS_IN_FLIGHT_MAX {
@@ -215,7 +181,7 @@ impl Relay {
         }
         let carried = carried_body(principal, command, body, false)?;
         let answer =
-            self.transport.carry(&route.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
+            self.transport.carry(&owner.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
         drop(carried);
         let answer = match answer {
             Ok(answer) => answer,
@@ -223,9 +189,7 @@ impl Relay {
                 if is_pull {
                     self.pull_done();
                 }
-                if matches!(status.code, Code::NotOwner | Code::Unavailable | Code::DeadlineExceeded) {
-                    self.forget(resource);
-                }
+                self.routes.forget_if_stale(resource, &status);
                 return Err(status);
             }
         };
@@ -257,13 +221,13 @@ impl Relay {
         downstream: &D,
     ) -> Result<Option<()>, Status> {
         let resource = Resource::Subscription(subscription.to_owned());
-        let Some(route) = self.elsewhere(&resource).await? else { return Ok(None) };
+        let Some(owner) = self.elsewhere(&resource).await? else { return Ok(None) };
         let carried = carried_body(principal, Command::StreamingPull.code(), body, client_keeps_leases)?;
-        let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, &carried).await
+        let mut upstream = match Upstream::open(&self.transport, &self.budget, &owner.address, &carried).await
         {
             Ok(upstream) => upstream,
             Err(status) => {
-                self.forget(&resource);
+                self.routes.forget_if_stale(&resource, &status);
                 return Err(status);
             }
         };
@@ -290,7 +254,7 @@ impl Relay {
                 Some(Ok(None)) => return Ok(Some(())),
                 Some(Err(status)) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
                     // The leader failed, lost its lead or the source moved: find the new one.
-                    self.forget(&resource);
+                    self.routes.forget(&resource);
                     match self.reopen(&resource, &carried, downstream, status).await? {
                         Some(reopened) => upstream = reopened,
                         None => return Ok(Some(())),
@@ -341,17 +305,17 @@ impl Relay {
                 return Ok(None);
             }
             delay = (delay * 2).min(RELAY_REOPEN_DELAY_MAX);
-            let route = match self.route(resource).await {
-                Ok(route) => route,
+            let owner = match self.owner(resource).await {
+                Ok(owner) => owner,
                 Err(status) => {
                     last = status;
                     continue;
                 }
             };
-            match Upstream::open(&self.transport, &self.budget, &route.address, carried).await {
+            match Upstream::open(&self.transport, &self.budget, &owner.address, carried).await {
                 Ok(upstream) => return Ok(Some(upstream)),
                 Err(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
-                    self.forget(resource);
+                    self.routes.forget(resource);
                     last = status;
                 }
                 Err(status) => return Err(status),

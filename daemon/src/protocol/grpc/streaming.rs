@@ -18,7 +18,7 @@ use super::decode_errors::refusal_of_bad_request;
 use super::delivery::{
     ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
 };
-use super::gateway::{is_stale_route, ForwarderShard, Gateway, Serving};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Resource, Serving};
 use super::names;
 use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
@@ -144,6 +144,7 @@ async fn open(
     let mut retried = false;
     // Shared by the attempts: only the one whose stream opens keeps it.
     let refusal = std::sync::Arc::new(std::sync::Mutex::new(Some(refusal)));
+    let resource = Resource::Subscription(opening.name.clone());
     loop {
         let serving = gateway.subscription_forwarder(presented, &opening.name, Kind::StreamingPull).await?;
         let (opened, answer) = oneshot::channel();
@@ -178,15 +179,12 @@ async fn open(
         };
         match answer.await {
             Ok(Ok(properties)) => return Ok((caller, properties, carried)),
-            Ok(Err(status)) if is_stale_route(&status) && !retried => {
-                gateway.forget_subscription(&opening.name);
-                retried = true;
-            }
             Ok(Err(status)) => {
-                if super::remote::route_may_be_stale(&status) {
-                    gateway.forget_subscription(&opening.name);
+                gateway.forget_if_stale(&resource, &status);
+                if !is_stale_route(&status) || retried {
+                    return Err(status.into());
                 }
-                return Err(status.into());
+                retried = true;
             }
             // The job was dropped unrun: the shard is stopping.
             Err(_) => return Err(Status::unavailable("the server is stopping; retry")),
