@@ -126,9 +126,16 @@ impl Relay {
             .await
     }
 
-    /// The leader's forwarder, when it is on another node.
+    /// The leader's forwarder, when it is on another node. The relay is asked once a forwarder
+    /// of this node refused the request as not its own (or the gateway found it led elsewhere),
+    /// so an owner on this node, as remembered, may be stale: the source may have moved away
+    /// with nothing on this node told. It is looked up again, once.
     async fn elsewhere(&self, resource: &Resource) -> Result<Option<Owner>, Status> {
-        let owner = self.owner(resource).await?;
+        let mut owner = self.owner(resource).await?;
+        if self.routes.is_here(&owner) {
+            self.routes.forget(resource);
+            owner = self.owner(resource).await?;
+        }
         Ok((!self.routes.is_here(&owner)).then_some(owner))
     }
 
@@ -479,6 +486,85 @@ impl Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::server::{respond, serve, ConnectionLimits, Handler, Security};
+    use glommio::net::TcpListener;
+    use ringpost_wire::messages::{PublishResponse, ShardAddress};
+
+    /// This node's router and another node's forwarder in one: a lookup names node 2's
+    /// forwarder 0 at `owner` (counted), and a carried request is answered with message id 7.
+    struct RouterAndOwner {
+        owner: RefCell<String>,
+        lookups: Cell<usize>,
+    }
+
+    impl Handler for RouterAndOwner {
+        async fn handle(&self, header: FrameHeader, _body: FrameBuffer, _responder: &Responder) -> Response {
+            if header.command == Command::Carried.code() {
+                return respond(&header, &PublishResponse { message_ids: vec![7] }).into();
+            }
+            assert_eq!(header.command, Command::LookupTopic.code());
+            self.lookups.set(self.lookups.get() + 1);
+            let owner = ShardAddress {
+                shard: crate::catalog::entry::global_shard(2, 0),
+                address: self.owner.borrow().clone(),
+            };
+            respond(&header, &LookupResponse { forwarders: vec![owner] }).into()
+        }
+    }
+
+    /// The relay reads and fills the node's route cache: an owner on this node, remembered
+    /// before the source moved to node 2, is looked up again rather than answered "here"
+    /// (the relay is asked only once this node refused the request); what it learns is the
+    /// node's (the gateway reads it), used without another lookup; and an owner it cannot
+    /// reach is forgotten.
+    #[test]
+    fn the_relay_finds_an_owner_that_moved_away_and_forgets_one_it_cannot_reach() {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let handler =
+                Rc::new(RouterAndOwner { owner: RefCell::new(address.clone()), lookups: Cell::new(0) });
+            let stop = Stop::default();
+            let security = Security::open(&crate::auth::AccessSettings::off(), None).unwrap();
+            let serving = crate::runtime::spawn(serve(
+                listener,
+                handler.clone(),
+                stop.clone(),
+                ConnectionLimits::default(),
+                security,
+            ));
+            let routes = Arc::new(Routes::new(1));
+            let topic = Resource::Topic("orders".into());
+            let here = Owner { node: 1, shard: 0, address: "127.0.0.1:9".into() };
+            routes.owner(&topic, || async { Ok(here.clone()) }).await.unwrap();
+            let relay = Relay::new(
+                NativeTransport::new(None, None),
+                address.clone(),
+                routes.clone(),
+                stop.clone(),
+                StreamBudget::new(),
+            );
+            let publish =
+                || relay.carry(&topic, &Principal::Anonymous, Command::Publish.code(), b"", Duration::ZERO);
+            let (answer, _) = publish().await.unwrap().expect("carried to node 2");
+            let answer = ringpost_wire::decode_body::<PublishResponse>(&answer).unwrap();
+            assert_eq!(answer.message_ids, vec![7]);
+            assert_eq!(handler.lookups.get(), 1);
+            let learnt = routes.cached(&topic).expect("the node remembers the owner");
+            assert_eq!((learnt.node, learnt.shard, learnt.address.as_str()), (2, 0, address.as_str()));
+            publish().await.unwrap().expect("carried again");
+            assert_eq!(handler.lookups.get(), 1, "a remembered owner on another node is not looked up again");
+            // The owner's node stops answering: the failed connection forgets it.
+            let unreachable = Owner { node: 2, shard: 0, address: "127.0.0.1:9".into() };
+            routes.forget(&topic);
+            routes.owner(&topic, || async { Ok(unreachable) }).await.unwrap();
+            let Err(failed) = publish().await else { panic!("carried to an owner nobody serves") };
+            assert_eq!(failed.code, Code::Unavailable, "{failed}");
+            assert!(routes.cached(&topic).is_none(), "a failed connection forgets the owner");
+            stop.give();
+            serving.await;
+        });
+    }
 
     #[test]
     fn a_carried_request_names_its_principal_and_one_too_large_for_a_frame_is_refused_before_it_is_sent() {
