@@ -197,7 +197,7 @@ impl Relay {
                     self.pull_done();
                 }
                 self.routes.forget_if_stale(resource, &status);
-                return Err(status);
+                return Err(from_an_earlier_version(status, &owner));
             }
         };
         if !is_pull {
@@ -235,7 +235,7 @@ impl Relay {
             Ok(upstream) => upstream,
             Err(status) => {
                 self.routes.forget_if_stale(&resource, &status);
-                return Err(status);
+                return Err(from_an_earlier_version(status, &owner));
             }
         };
         // The client hears its stream is taken once the leader has taken it.
@@ -319,7 +319,8 @@ impl Relay {
                     continue;
                 }
             };
-            match Upstream::open(&self.transport, &self.budget, &owner.address, carried).await {
+            let opened = Upstream::open(&self.transport, &self.budget, &owner.address, carried).await;
+            match opened.map_err(|status| from_an_earlier_version(status, &owner)) {
                 Ok(upstream) => return Ok(Some(upstream)),
                 Err(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
                     self.routes.forget(resource);
@@ -329,6 +330,21 @@ impl Relay {
             }
         }
     }
+}
+
+/// A node of an earlier version, which does not know `Command::Carried`, answers it as an
+/// unknown command: `Unimplemented`, which Google's clients do not retry. While a cluster is
+/// upgraded one node at a time, the call works again once that node runs this version or the
+/// resource's lead moves, so it is said as `Unavailable` (retried), naming the node.
+fn from_an_earlier_version(status: Status, owner: &Owner) -> Status {
+    if status.code != Code::Unimplemented {
+        return status;
+    }
+    Status::unavailable(format!(
+        "node {} could not take a call carried from another node ({}): it runs an earlier version \
+         of ringpostd; retry, or send the call to node {}",
+        owner.node, status.message, owner.node
+    ))
 }
 
 /// Where a carried stream's batches go: a native client's connection (`NativeDownstream`), or a
@@ -486,19 +502,26 @@ impl Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::server::{respond, serve, ConnectionLimits, Handler, Security};
+    use crate::net::server::{fail, respond, serve, ConnectionLimits, Handler, Security};
     use glommio::net::TcpListener;
     use ringpost_wire::messages::{PublishResponse, ShardAddress};
+    use ringpost_wire::ErrorCode;
 
     /// This node's router and another node's forwarder in one: a lookup names node 2's
     /// forwarder 0 at `owner` (counted), and a carried request is answered with message id 7.
     struct RouterAndOwner {
         owner: RefCell<String>,
         lookups: Cell<usize>,
+        /// Answers `Carried` as a node of an earlier version does: a command it does not know.
+        earlier: Cell<bool>,
     }
 
     impl Handler for RouterAndOwner {
         async fn handle(&self, header: FrameHeader, _body: FrameBuffer, _responder: &Responder) -> Response {
+            if header.command == Command::Carried.code() && self.earlier.get() {
+                let unknown = format!("unknown command {}", header.command);
+                return fail(&header, &ringpost_wire::Status::new(ErrorCode::Unimplemented, unknown)).into();
+            }
             if header.command == Command::Carried.code() {
                 return respond(&header, &PublishResponse { message_ids: vec![7] }).into();
             }
@@ -522,8 +545,11 @@ mod tests {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             let address = listener.local_addr().unwrap().to_string();
-            let handler =
-                Rc::new(RouterAndOwner { owner: RefCell::new(address.clone()), lookups: Cell::new(0) });
+            let handler = Rc::new(RouterAndOwner {
+                owner: RefCell::new(address.clone()),
+                lookups: Cell::new(0),
+                earlier: Cell::new(false),
+            });
             let stop = Stop::default();
             let security = Security::open(&crate::auth::AccessSettings::off(), None).unwrap();
             let serving = crate::runtime::spawn(serve(
@@ -554,6 +580,16 @@ mod tests {
             assert_eq!((learnt.node, learnt.shard, learnt.address.as_str()), (2, 0, address.as_str()));
             publish().await.unwrap().expect("carried again");
             assert_eq!(handler.lookups.get(), 1, "a remembered owner on another node is not looked up again");
+            // An owner of an earlier version does not know the command: said as retryable.
+            handler.earlier.set(true);
+            let Err(earlier) = publish().await else { panic!("an earlier version took Carried") };
+            assert_eq!(earlier.code, Code::Unavailable, "{earlier}");
+            assert!(
+                earlier.message.contains("node 2") && earlier.message.contains("earlier version"),
+                "{earlier}"
+            );
+            assert!(earlier.message.contains("unknown command 81"), "{earlier}");
+            handler.earlier.set(false);
             // The owner's node stops answering: the failed connection forgets it.
             let unreachable = Owner { node: 2, shard: 0, address: "127.0.0.1:9".into() };
             routes.forget(&topic);
