@@ -146,7 +146,8 @@ impl From<crate::log::LogError> for Status {
     }
 }
 
-// The data plane's errors (`api::data::DataError`, `subscription::SubscriptionError`): each
+// The data plane's errors (`api::data::DataError`, `subscription::SubscriptionError`,
+// `topic::TopicError`): each
 // variant is a code here, with its `Display` as the message; the protocols map the code onto
 // their own numbers at their edges.
 
@@ -180,6 +181,24 @@ impl From<crate::subscription::SubscriptionError> for Status {
             SubscriptionError::Deleted { .. } => Status::not_found(error.to_string()),
             SubscriptionError::Stopping => Status::unavailable(error.to_string()),
             SubscriptionError::Log(error) => Status::from(error),
+        }
+    }
+}
+
+/// A topic that could not be opened for want of space is `ResourceExhausted` (retry once space
+/// is freed); one whose files or journal are damaged `DataLoss`; the journal's read errors map
+/// as the log's.
+impl From<crate::topic::TopicError> for Status {
+    fn from(error: crate::topic::TopicError) -> Status {
+        use crate::topic::TopicError;
+        match error {
+            TopicError::NoRoom { .. } | TopicError::NoSpace { .. } => {
+                Status::resource_exhausted(error.to_string())
+            }
+            TopicError::Damaged { .. } | TopicError::JournalEntry { .. } => {
+                Status::new(Code::DataLoss, error.to_string())
+            }
+            TopicError::Log(error) => Status::from(error),
         }
     }
 }
@@ -385,6 +404,75 @@ mod data_plane_tests {
         for error in errors {
             let not_owner = error.is_not_owner();
             assert_eq!(not_owner, Status::from(error.clone()).code == Code::NotOwner, "{error:?}");
+        }
+    }
+}
+
+/// A topic's errors, each to its codes, with the messages they had before they were typed.
+#[cfg(test)]
+mod topic_tests {
+    use super::*;
+    use crate::log::LogError;
+    use crate::protocol::grpc::status::grpc_code;
+    use crate::topic::TopicError;
+    use ringpost_wire::ErrorCode;
+
+    #[test]
+    fn every_topic_error_has_its_code_on_both_protocols() {
+        use tonic::Code as Grpc;
+        let cases = [
+            (
+                TopicError::NoRoom {
+                    topic: "orders".into(),
+                    directory: "/var/lib/ringpost/d0".into(),
+                    available_bytes: 4096,
+                    needed_bytes: 8192,
+                },
+                Code::ResourceExhausted,
+                ErrorCode::ResourceExhausted,
+                Grpc::ResourceExhausted,
+                "no disk space for topic 'orders': data directory /var/lib/ringpost/d0 has 4096 bytes available, \
+                 and a topic needs 8192 (its first segment and its journal's reserve); acknowledge messages or \
+                 delete topics to free space",
+            ),
+            (
+                TopicError::NoSpace { what: "topic 'orders' journal".into(), why: "quota".into() },
+                Code::ResourceExhausted,
+                ErrorCode::ResourceExhausted,
+                Grpc::ResourceExhausted,
+                "topic 'orders' journal: out of disk space or open files: quota",
+            ),
+            (
+                TopicError::Damaged { what: "topic 'orders'".into(), error: LogError::Corrupt("bad manifest".into()) },
+                Code::DataLoss,
+                ErrorCode::DataLoss,
+                Grpc::DataLoss,
+                "topic 'orders': log is corrupt: bad manifest",
+            ),
+            (
+                TopicError::JournalEntry { topic: "orders".into(), offset: 12, why: "unknown kind 9".into() },
+                Code::DataLoss,
+                ErrorCode::DataLoss,
+                Grpc::DataLoss,
+                "topic 'orders' journal entry 12: unknown kind 9",
+            ),
+        ];
+        for (error, code, native, grpc, message) in cases {
+            assert_eq!(error.to_string(), message);
+            assert!(error.is_damage() == (code == Code::DataLoss), "{error}");
+            let status = Status::from(error);
+            assert_eq!(status.code, code, "{status}");
+            assert_eq!(ErrorCode::from(status.code), native, "{status}");
+            assert_eq!(grpc_code(status.code), grpc, "{status}");
+            assert_eq!(status.message, message);
+        }
+        // The journal's read errors keep the log's mapping; damage among them is what a start
+        // that quarantines damaged topics quarantines.
+        for error in [LogError::DataLoss("gone".into()), LogError::Io("EIO".into()), LogError::Overloaded] {
+            let status = Status::from(error.clone());
+            let topic = TopicError::from(error);
+            assert_eq!(topic.is_damage(), status.code == Code::DataLoss, "{topic}");
+            assert_eq!(Status::from(topic), status);
         }
     }
 }
