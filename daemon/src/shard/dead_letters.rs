@@ -152,8 +152,8 @@ impl ShardPublisher {
                     let (local, replies) = (local.clone(), replies.clone());
                     crate::runtime::spawn(async move {
                         let dead_letters = DeadLetters { topic: request.topic, messages: request.messages };
-                        // Mapped here: the reply crosses to another shard's thread, and the
-                        // domain's `Status` can (a `DataError` holds the shard's `Rc`s).
+                        // Mapped here: the reply crosses to another shard's thread, which a
+                        // `Status` can and a `DataError` (holding this shard's `Rc`s) cannot.
                         let result = local.publish_here(dead_letters).await.map_err(Status::from);
                         let _ = replies.send(PeerReply { request_id: request.request_id, result }).await;
                     })

@@ -122,8 +122,10 @@ pub fn quarantined(kind: ResourceKind, name: &str, why: &Rc<str>) -> DataError {
     DataError::Quarantined { kind, name: name.into(), why: why.clone() }
 }
 
-/// `quarantined`, for the router's requests, which answer with a `Status`.
+/// `quarantined`, for the router's requests, which answer with a `Status`; `kind` is "topic"
+/// or "subscription", as those requests name it.
 pub fn quarantined_status(kind: &str, name: &str, why: &str) -> Status {
+    debug_assert!(kind == "topic" || kind == "subscription", "{kind}");
     let kind = if kind == "topic" { ResourceKind::Topic } else { ResourceKind::Subscription };
     Status::from(quarantined(kind, name, &Rc::from(why)))
 }
