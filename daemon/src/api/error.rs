@@ -146,6 +146,63 @@ impl From<crate::log::LogError> for Status {
     }
 }
 
+// The data plane's errors (`api::data::DataError`, `subscription::SubscriptionError`,
+// `topic::TopicError`): each
+// variant is a code here, with its `Display` as the message; the protocols map the code onto
+// their own numbers at their edges.
+
+/// A data-plane error as a caller sees it: a refusal of the request is `InvalidArgument` (or
+/// `ProtocolError` when it could not be read); not served here is `NotOwner` (go elsewhere);
+/// quarantined is `DataLoss`; the subscription's and the log's own errors map as below and
+/// above.
+impl From<crate::api::data::DataError> for Status {
+    fn from(error: crate::api::data::DataError) -> Status {
+        use crate::api::data::DataError;
+        match error {
+            DataError::InvalidArgument(_) => Status::invalid_argument(error.to_string()),
+            DataError::Malformed(_) => Status::new(Code::ProtocolError, error.to_string()),
+            DataError::NotOwner { .. } => Status::new(Code::NotOwner, error.to_string()),
+            DataError::Quarantined { .. } => Status::new(Code::DataLoss, error.to_string()),
+            DataError::Subscription(error) => Status::from(error),
+            DataError::Log(error) => Status::from(error),
+        }
+    }
+}
+
+/// A subscription that moved to its topic's new leader is `Unavailable` (clients retry it, and
+/// the retry looks the subscription up again), a detached one `FailedPrecondition`, a deleted
+/// one `NotFound`; a stopping shard `Unavailable`.
+impl From<crate::subscription::SubscriptionError> for Status {
+    fn from(error: crate::subscription::SubscriptionError) -> Status {
+        use crate::subscription::SubscriptionError;
+        match error {
+            SubscriptionError::Moved { .. } => Status::unavailable(error.to_string()),
+            SubscriptionError::Detached { .. } => Status::failed_precondition(error.to_string()),
+            SubscriptionError::Deleted { .. } => Status::not_found(error.to_string()),
+            SubscriptionError::Stopping => Status::unavailable(error.to_string()),
+            SubscriptionError::Log(error) => Status::from(error),
+        }
+    }
+}
+
+/// A topic that could not be opened for want of space is `ResourceExhausted` (retry once space
+/// is freed); one whose files or journal are damaged `DataLoss`; the journal's read errors map
+/// as the log's.
+impl From<crate::topic::TopicError> for Status {
+    fn from(error: crate::topic::TopicError) -> Status {
+        use crate::topic::TopicError;
+        match error {
+            TopicError::NoRoom { .. } | TopicError::NoSpace { .. } => {
+                Status::resource_exhausted(error.to_string())
+            }
+            TopicError::Damaged { .. } | TopicError::JournalEntry { .. } => {
+                Status::new(Code::DataLoss, error.to_string())
+            }
+            TopicError::Log(error) => Status::from(error),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +241,238 @@ mod tests {
         assert!(status.message.contains("fewer than 2 of 3 replicas"), "{status}");
         assert!(status.message.contains("within 10 s"), "{status}");
         assert!(!status.message.contains("leader serves"), "{status}");
+    }
+}
+
+/// The data plane's errors, each variant to its domain code, native code and gRPC code, with
+/// the message its callers saw before the errors were typed.
+#[cfg(test)]
+mod data_plane_tests {
+    use super::*;
+    use crate::api::data::{DataError, ResourceKind};
+    use crate::ids::Epoch;
+    use crate::log::LogError;
+    use crate::protocol::grpc::status::grpc_code;
+    use crate::subscription::SubscriptionError;
+    use ringpost_wire::ErrorCode;
+    use std::rc::Rc;
+
+    fn assert_maps(status: Status, code: Code, native: ErrorCode, grpc: tonic::Code, message: &str) {
+        assert_eq!(status.code, code, "{status}");
+        assert_eq!(ErrorCode::from(status.code), native, "{status}");
+        assert_eq!(grpc_code(status.code), grpc, "{status}");
+        assert_eq!(status.message, message);
+    }
+
+    #[test]
+    fn every_subscription_error_has_its_code_on_both_protocols() {
+        use tonic::Code as Grpc;
+        let name: Rc<str> = Rc::from("audit");
+        let cases = [
+            (
+                SubscriptionError::Moved { subscription: name.clone() },
+                Code::Unavailable,
+                ErrorCode::Unavailable,
+                Grpc::Unavailable,
+                "subscription 'audit' is now served by its topic's new leader; look it up again",
+            ),
+            (
+                SubscriptionError::Detached { subscription: name.clone() },
+                Code::FailedPrecondition,
+                ErrorCode::FailedPrecondition,
+                Grpc::FailedPrecondition,
+                "subscription 'audit' is detached",
+            ),
+            (
+                SubscriptionError::Deleted { subscription: name.clone() },
+                Code::NotFound,
+                ErrorCode::NotFound,
+                Grpc::NotFound,
+                "subscription 'audit' was deleted",
+            ),
+            (
+                SubscriptionError::Stopping,
+                Code::Unavailable,
+                ErrorCode::Unavailable,
+                Grpc::Unavailable,
+                "ringpostd is stopping; open the stream again (its messages are delivered again)",
+            ),
+        ];
+        for (error, code, native, grpc, message) in cases {
+            assert_eq!(error.to_string(), message);
+            assert_maps(Status::from(error), code, native, grpc, message);
+        }
+        // The log's errors keep the log's mapping (`From<LogError>`), whatever layer carries them.
+        let overloaded = SubscriptionError::from(LogError::Overloaded);
+        assert_eq!(Status::from(overloaded), Status::from(LogError::Overloaded));
+        let deposed = SubscriptionError::from(LogError::Deposed { led: Some(Epoch::new(3)) });
+        assert_eq!(Status::from(deposed).code, Code::NotOwner);
+    }
+
+    #[test]
+    fn every_data_error_has_its_code_on_both_protocols() {
+        use tonic::Code as Grpc;
+        let cases = [
+            (
+                DataError::InvalidArgument("publish request has no messages".into()),
+                Code::InvalidArgument,
+                ErrorCode::InvalidArgument,
+                Grpc::InvalidArgument,
+                "publish request has no messages",
+            ),
+            (
+                DataError::Malformed("malformed frame body: short".into()),
+                Code::ProtocolError,
+                ErrorCode::ProtocolError,
+                Grpc::InvalidArgument,
+                "malformed frame body: short",
+            ),
+            (
+                DataError::NotOwner { kind: ResourceKind::Topic, name: "orders".into() },
+                Code::NotOwner,
+                ErrorCode::NotOwner,
+                Grpc::Unavailable,
+                "this forwarder does not serve topic 'orders'; ask the router again",
+            ),
+            (
+                DataError::NotOwner { kind: ResourceKind::Subscription, name: "audit".into() },
+                Code::NotOwner,
+                ErrorCode::NotOwner,
+                Grpc::Unavailable,
+                "this forwarder does not serve subscription 'audit'; ask the router again",
+            ),
+            (
+                DataError::Quarantined {
+                    kind: ResourceKind::Subscription,
+                    name: "audit".into(),
+                    why: Rc::from("segment 0 is damaged"),
+                },
+                Code::DataLoss,
+                ErrorCode::DataLoss,
+                Grpc::DataLoss,
+                "subscription 'audit' is quarantined: segment 0 is damaged. It is not served until repaired or \
+                 deleted; nothing was deleted",
+            ),
+            (
+                DataError::Subscription(SubscriptionError::Deleted { subscription: Rc::from("audit") }),
+                Code::NotFound,
+                ErrorCode::NotFound,
+                Grpc::NotFound,
+                "subscription 'audit' was deleted",
+            ),
+            (
+                DataError::Log(LogError::NoSpace("disk full".into())),
+                Code::ResourceExhausted,
+                ErrorCode::ResourceExhausted,
+                Grpc::ResourceExhausted,
+                "out of disk space or open files: disk full",
+            ),
+        ];
+        for (error, code, native, grpc, message) in cases {
+            if !matches!(error, DataError::Log(_)) {
+                assert_eq!(error.to_string(), message);
+            }
+            assert_maps(Status::from(error), code, native, grpc, message);
+        }
+    }
+
+    /// `is_not_owner`, which the forwarders' carrying and the dead-letter publisher decide on,
+    /// is exactly the errors that reach a client as `NotOwner`.
+    #[test]
+    fn a_data_error_is_not_owner_exactly_when_its_code_is() {
+        let name: Rc<str> = Rc::from("audit");
+        let errors = [
+            DataError::InvalidArgument("no".into()),
+            DataError::Malformed("no".into()),
+            DataError::NotOwner { kind: ResourceKind::Topic, name: "orders".into() },
+            DataError::Quarantined { kind: ResourceKind::Topic, name: "orders".into(), why: name.clone() },
+            DataError::Subscription(SubscriptionError::Moved { subscription: name.clone() }),
+            DataError::Subscription(SubscriptionError::Detached { subscription: name.clone() }),
+            DataError::Subscription(SubscriptionError::Deleted { subscription: name.clone() }),
+            DataError::Subscription(SubscriptionError::Stopping),
+            DataError::Subscription(SubscriptionError::Log(LogError::Deposed { led: None })),
+            DataError::Subscription(SubscriptionError::Log(LogError::Overloaded)),
+            DataError::Log(LogError::Deposed { led: Some(Epoch::new(7)) }),
+            DataError::Log(LogError::CommitTimeout {
+                quorum: 2,
+                replicas: 3,
+                waited: std::time::Duration::from_secs(10),
+            }),
+            DataError::Log(LogError::Fenced("write failed".into())),
+            DataError::Log(LogError::Refused("old epoch".into())),
+        ];
+        for error in errors {
+            let not_owner = error.is_not_owner();
+            assert_eq!(not_owner, Status::from(error.clone()).code == Code::NotOwner, "{error:?}");
+        }
+    }
+}
+
+/// A topic's errors, each to its codes, with the messages they had before they were typed.
+#[cfg(test)]
+mod topic_tests {
+    use super::*;
+    use crate::log::LogError;
+    use crate::protocol::grpc::status::grpc_code;
+    use crate::topic::TopicError;
+    use ringpost_wire::ErrorCode;
+
+    #[test]
+    fn every_topic_error_has_its_code_on_both_protocols() {
+        use tonic::Code as Grpc;
+        let cases = [
+            (
+                TopicError::NoRoom {
+                    topic: "orders".into(),
+                    directory: "/var/lib/ringpost/d0".into(),
+                    available_bytes: 4096,
+                    needed_bytes: 8192,
+                },
+                Code::ResourceExhausted,
+                ErrorCode::ResourceExhausted,
+                Grpc::ResourceExhausted,
+                "no disk space for topic 'orders': data directory /var/lib/ringpost/d0 has 4096 bytes available, \
+                 and a topic needs 8192 (its first segment and its journal's reserve); acknowledge messages or \
+                 delete topics to free space",
+            ),
+            (
+                TopicError::NoSpace { what: "topic 'orders' journal".into(), why: "quota".into() },
+                Code::ResourceExhausted,
+                ErrorCode::ResourceExhausted,
+                Grpc::ResourceExhausted,
+                "topic 'orders' journal: out of disk space or open files: quota",
+            ),
+            (
+                TopicError::Damaged { what: "topic 'orders'".into(), error: LogError::Corrupt("bad manifest".into()) },
+                Code::DataLoss,
+                ErrorCode::DataLoss,
+                Grpc::DataLoss,
+                "topic 'orders': log is corrupt: bad manifest",
+            ),
+            (
+                TopicError::JournalEntry { topic: "orders".into(), offset: 12, why: "unknown kind 9".into() },
+                Code::DataLoss,
+                ErrorCode::DataLoss,
+                Grpc::DataLoss,
+                "topic 'orders' journal entry 12: unknown kind 9",
+            ),
+        ];
+        for (error, code, native, grpc, message) in cases {
+            assert_eq!(error.to_string(), message);
+            assert!(error.is_damage() == (code == Code::DataLoss), "{error}");
+            let status = Status::from(error);
+            assert_eq!(status.code, code, "{status}");
+            assert_eq!(ErrorCode::from(status.code), native, "{status}");
+            assert_eq!(grpc_code(status.code), grpc, "{status}");
+            assert_eq!(status.message, message);
+        }
+        // The journal's read errors keep the log's mapping; damage among them is what a start
+        // that quarantines damaged topics quarantines.
+        for error in [LogError::DataLoss("gone".into()), LogError::Io("EIO".into()), LogError::Overloaded] {
+            let status = Status::from(error.clone());
+            let topic = TopicError::from(error);
+            assert_eq!(topic.is_damage(), status.code == Code::DataLoss, "{topic}");
+            assert_eq!(Status::from(topic), status);
+        }
     }
 }

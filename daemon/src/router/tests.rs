@@ -248,7 +248,7 @@ fn a_detached_subscription_stays_but_leaves_its_topic() {
         };
         crate::runtime::sleep(Duration::from_millis(1)).await;
         node.router.detach_subscription("audit").await.unwrap();
-        let ended = waiting.await.unwrap_err();
+        let ended = Status::from(waiting.await.unwrap_err());
         assert_eq!(ended.code, ErrorCode::FailedPrecondition, "{ended}");
         assert_eq!(ended.message, "subscription 'audit' is detached");
         node.router.detach_subscription("audit").await.unwrap();
@@ -300,7 +300,7 @@ async fn check_detached(node: Node) -> Node {
     precondition(router.create_snapshot("of-audit", "audit", Labels::new()).await.unwrap_err());
     // The forwarder serves it no more: a client asks the router again, which says why.
     let served = node.forwarder.pull("audit", PullSettings::new(10, 0).unwrap()).await;
-    assert_eq!(served.err().map(|status| status.code), Some(ErrorCode::NotOwner));
+    assert_eq!(served.err().map(|error| Status::from(error).code), Some(ErrorCode::NotOwner));
     node
 }
 
