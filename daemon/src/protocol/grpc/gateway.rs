@@ -130,9 +130,10 @@ impl Gateway {
                     return Ok(Route::Here(local));
                 }
                 presented.check(&shard.access, kind, name)?;
-                Err(forwarders
-                    .err()
-                    .unwrap_or_else(|| Status::unavailable("no forwarder serves this resource; retry")))
+                Err(forwarders.err().map_or_else(
+                    || Status::unavailable("no forwarder serves this resource; retry"),
+                    Status::from,
+                ))
             })
             .await?;
         let serving = self.shard_of(&resource, route)?;
