@@ -203,6 +203,60 @@ impl From<crate::topic::TopicError> for Status {
     }
 }
 
+// The control plane's errors (`catalog::CatalogError`, `router::ControlError`): one mapping
+// each onto a code, here, and their messages as their `Display` says them.
+
+/// A catalog's refusal as a caller sees it: a node that stopped leading, a leader cut off from
+/// its majority and a refusal by openraft are `Unavailable` (try again, at the leader); a
+/// change not decided in time `DeadlineExceeded` (it may still be decided: look first); a name
+/// taken meanwhile `AlreadyExists`; the catalog's own storage as the log's errors map.
+impl From<crate::catalog::CatalogError> for Status {
+    fn from(error: crate::catalog::CatalogError) -> Status {
+        use crate::catalog::CatalogError;
+        let code = match &error {
+            CatalogError::Storage(failed) => return Status::from(failed.clone()),
+            CatalogError::NotLeader { .. }
+            | CatalogError::QuorumNotHeard { .. }
+            | CatalogError::NotCaughtUp { .. }
+            | CatalogError::NotCommitted(_)
+            | CatalogError::MembershipRefused { .. }
+            | CatalogError::TransferRefused(_) => Code::Unavailable,
+            CatalogError::Undecided { .. } | CatalogError::MembershipUndecided { .. } => {
+                Code::DeadlineExceeded
+            }
+            CatalogError::NameTaken(_) => Code::AlreadyExists,
+        };
+        Status::new(code, error.to_string())
+    }
+}
+
+/// A router's refusal as a caller sees it: each variant's code is what its caller acts on. Not
+/// the leader, out of reach and not applied are `Unavailable` (try again, or at the leader); a
+/// name another request is creating `Aborted`; a catalog's limit `ResourceExhausted`; what
+/// came as a `Status` keeps its code, and what failed within a step keeps its own.
+impl From<crate::router::ControlError> for Status {
+    fn from(error: crate::router::ControlError) -> Status {
+        use crate::router::ControlError;
+        let code = match &error {
+            ControlError::NotFound(_) => Code::NotFound,
+            ControlError::AlreadyExists(_) => Code::AlreadyExists,
+            ControlError::InvalidArgument(_) => Code::InvalidArgument,
+            ControlError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ControlError::BeingCreated { .. } | ControlError::ChangedMeanwhile(_) => Code::Aborted,
+            ControlError::LimitReached(_) => Code::ResourceExhausted,
+            ControlError::NotLeader { .. }
+            | ControlError::Unavailable(_)
+            | ControlError::NotApplied { .. } => Code::Unavailable,
+            ControlError::NoAnswer(_) => Code::DeadlineExceeded,
+            ControlError::Internal(_) => Code::Internal,
+            ControlError::Within { error: within, .. } => Status::from((**within).clone()).code,
+            ControlError::Catalog(catalog) => return Status::from(catalog.clone()),
+            ControlError::Answered(status) => return status.clone(),
+        };
+        Status::new(code, error.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +295,205 @@ mod tests {
         assert!(status.message.contains("fewer than 2 of 3 replicas"), "{status}");
         assert!(status.message.contains("within 10 s"), "{status}");
         assert!(!status.message.contains("leader serves"), "{status}");
+    }
+
+    /// Every catalog error maps onto the code its caller acts on, on both protocols, with the
+    /// message it had as a `Status` written where it happened.
+    #[test]
+    fn every_catalog_error_has_its_code_and_message() {
+        use crate::catalog::CatalogError;
+        let seconds = Duration::from_secs(10);
+        let cases = [
+            (
+                CatalogError::NotLeader { leader: Some(2) },
+                Code::Unavailable,
+                "this node no longer leads the catalog; try again",
+            ),
+            (
+                CatalogError::QuorumNotHeard { node: 1, voters: 3, since: Some(Duration::from_millis(2500)) },
+                Code::Unavailable,
+                "node 1 leads the catalog but has not heard from a majority of its 3 voters for 2.5 s: \
+                 too few are reachable to decide anything",
+            ),
+            (
+                CatalogError::QuorumNotHeard { node: 1, voters: 3, since: None },
+                Code::Unavailable,
+                "node 1 leads the catalog but has not heard from a majority of its 3 voters: \
+                 too few are reachable to decide anything",
+            ),
+            (
+                CatalogError::Undecided { waited: seconds },
+                Code::DeadlineExceeded,
+                "the catalog did not decide the change within 10 s (too few of its voters answer); \
+                 it may still be decided once they do",
+            ),
+            (
+                CatalogError::MembershipUndecided { node_id: 4, waited: seconds },
+                Code::DeadlineExceeded,
+                "the catalog did not decide the change of its members (node 4) within 10 s; \
+                 it may still be decided: look with `ringpost cluster status`",
+            ),
+            (
+                CatalogError::NotCaughtUp { node_id: 4, waited: Duration::from_secs(60) },
+                Code::Unavailable,
+                "node 4 is a learner of the catalog now, but did not catch up within 60 s: \
+                 is it running, started with --join? Run the command again once it is",
+            ),
+            (
+                CatalogError::NotCommitted("stopped".into()),
+                Code::Unavailable,
+                "the catalog did not commit the change: stopped",
+            ),
+            (
+                CatalogError::MembershipRefused { node_id: 4, why: "stopped".into() },
+                Code::Unavailable,
+                "changing the catalog's members (node 4): stopped",
+            ),
+            (
+                CatalogError::TransferRefused("stopped".into()),
+                Code::Unavailable,
+                "handing the catalog's leadership over: stopped",
+            ),
+            (
+                CatalogError::NameTaken("topic 'a' exists (id 7)".into()),
+                Code::AlreadyExists,
+                "topic 'a' exists (id 7)",
+            ),
+            (
+                CatalogError::Storage(LogError::NoSpace("disk full".into())),
+                Code::ResourceExhausted,
+                "out of disk space or open files: disk full",
+            ),
+        ];
+        for (error, code, message) in cases {
+            let undecided = error.is_undecided();
+            let status = Status::from(error.clone());
+            assert_eq!((status.code, status.message.as_str()), (code, message), "{error:?}");
+            assert_eq!(error.to_string(), message);
+            assert_eq!(undecided, code == Code::DeadlineExceeded, "{error:?}");
+            let native = ErrorCode::from(code);
+            let grpc = grpc_code(code);
+            let (expected_native, expected_grpc) = match code {
+                Code::Unavailable => (ErrorCode::Unavailable, tonic::Code::Unavailable),
+                Code::DeadlineExceeded => (ErrorCode::DeadlineExceeded, tonic::Code::DeadlineExceeded),
+                Code::AlreadyExists => (ErrorCode::AlreadyExists, tonic::Code::AlreadyExists),
+                Code::ResourceExhausted => (ErrorCode::ResourceExhausted, tonic::Code::ResourceExhausted),
+                other => unreachable!("{other}"),
+            };
+            assert_eq!((native, grpc), (expected_native, expected_grpc), "{error:?}");
+        }
+    }
+
+    /// Every router error maps onto the code its caller acts on, natively and over gRPC, and
+    /// says the message it said as a `Status` written where it happened. The expected codes are
+    /// an exhaustive match, so a new variant cannot go untested.
+    #[test]
+    fn every_router_error_has_its_code_on_both_protocols_and_its_message() {
+        use crate::catalog::CatalogError;
+        use crate::router::ControlError;
+        fn expected(error: &ControlError) -> (ErrorCode, tonic::Code) {
+            match error {
+                ControlError::NotFound(_) => (ErrorCode::NotFound, tonic::Code::NotFound),
+                ControlError::AlreadyExists(_) => (ErrorCode::AlreadyExists, tonic::Code::AlreadyExists),
+                ControlError::InvalidArgument(_) => {
+                    (ErrorCode::InvalidArgument, tonic::Code::InvalidArgument)
+                }
+                ControlError::FailedPrecondition(_) => {
+                    (ErrorCode::FailedPrecondition, tonic::Code::FailedPrecondition)
+                }
+                ControlError::BeingCreated { .. } | ControlError::ChangedMeanwhile(_) => {
+                    (ErrorCode::Aborted, tonic::Code::Aborted)
+                }
+                ControlError::LimitReached(_) => {
+                    (ErrorCode::ResourceExhausted, tonic::Code::ResourceExhausted)
+                }
+                ControlError::NotLeader { .. }
+                | ControlError::Unavailable(_)
+                | ControlError::NotApplied { .. } => (ErrorCode::Unavailable, tonic::Code::Unavailable),
+                ControlError::NoAnswer(_) => (ErrorCode::DeadlineExceeded, tonic::Code::DeadlineExceeded),
+                ControlError::Internal(_) => (ErrorCode::Internal, tonic::Code::Internal),
+                ControlError::Within { error, .. } => expected(error),
+                ControlError::Catalog(CatalogError::Undecided { .. }) => {
+                    (ErrorCode::DeadlineExceeded, tonic::Code::DeadlineExceeded)
+                }
+                ControlError::Catalog(_) => (ErrorCode::Unavailable, tonic::Code::Unavailable),
+                ControlError::Answered(status) => (ErrorCode::from(status.code), grpc_code(status.code)),
+            }
+        }
+        let cases = [
+            (ControlError::not_found("topic 'orders'"), "topic 'orders'"),
+            (ControlError::already_exists("topic 'orders'"), "topic 'orders'"),
+            (ControlError::invalid_argument("invalid filter: x"), "invalid filter: x"),
+            (
+                ControlError::failed_precondition("subscription 'audit' is detached"),
+                "subscription 'audit' is detached",
+            ),
+            (
+                ControlError::BeingCreated { name: "topic/orders".into() },
+                "'topic/orders' is being created by another request",
+            ),
+            (
+                ControlError::ChangedMeanwhile(
+                    "the topic's leader or replicas changed meanwhile; try again".into(),
+                ),
+                "the topic's leader or replicas changed meanwhile; try again",
+            ),
+            (ControlError::LimitReached("the catalog holds 10 topics".into()), "the catalog holds 10 topics"),
+            (
+                ControlError::NotLeader { this_node: 2, leader: Some((1, "10.0.0.1:7450".into())) },
+                "node 2 does not lead the catalog; node 1 does (its router is at 10.0.0.1:7450)",
+            ),
+            (
+                ControlError::NotLeader { this_node: 2, leader: None },
+                "the catalog has no leader (too few of its voters are reachable)",
+            ),
+            (ControlError::unavailable("this node has no peers"), "this node has no peers"),
+            (ControlError::no_answer("no answer in time"), "no answer in time"),
+            (
+                ControlError::NotApplied {
+                    kind: "topic",
+                    name: "orders".into(),
+                    why: Status::unavailable("the forwarder shard is gone"),
+                },
+                "the update of topic 'orders' is durable, but its forwarder did not apply it \
+                 (Unavailable: the forwarder shard is gone); it applies at the next start, or when \
+                 the update is sent again",
+            ),
+            (
+                ControlError::not_found("the topic was deleted").within("moving topic 'orders' off node 3"),
+                "moving topic 'orders' off node 3: the topic was deleted",
+            ),
+            (
+                ControlError::ChangedMeanwhile("try again".into()).within("moving topic 'orders' off node 3"),
+                "moving topic 'orders' off node 3: try again",
+            ),
+            (ControlError::internal("the router is closing: closed"), "the router is closing: closed"),
+            (
+                ControlError::Catalog(CatalogError::NotLeader { leader: None }),
+                "this node no longer leads the catalog; try again",
+            ),
+            (
+                ControlError::Catalog(CatalogError::Undecided { waited: Duration::from_secs(10) }),
+                "the catalog did not decide the change within 10 s (too few of its voters answer); \
+                 it may still be decided once they do",
+            ),
+            (ControlError::from(Status::new(Code::NotOwner, "not here")), "not here"),
+            (ControlError::from(Status::new(Code::PermissionDenied, "may not")), "may not"),
+        ];
+        for (error, message) in cases {
+            let status = Status::from(error.clone());
+            assert_eq!(status.message, message, "{error:?}");
+            assert_eq!(error.to_string(), message, "{error:?}");
+            assert_eq!(error.code(), status.code, "{error:?}");
+            assert_eq!((ErrorCode::from(status.code), grpc_code(status.code)), expected(&error), "{error:?}");
+        }
+        // Only a change the catalog may still decide is undecided, within a step too.
+        let undecided = ControlError::Catalog(CatalogError::Undecided { waited: Duration::from_secs(10) });
+        assert!(undecided.is_undecided() && undecided.clone().within("a move").is_undecided());
+        assert!(!ControlError::no_answer("no answer in time").is_undecided());
+        // A forwarder's refusal passes with its own code: a node that no longer owns a topic
+        // stays NotOwner natively.
+        assert_eq!(Status::from(ControlError::from(Status::new(Code::NotOwner, "x"))).code, Code::NotOwner);
     }
 }
 
