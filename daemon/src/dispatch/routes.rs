@@ -1,6 +1,6 @@
-//! Where each topic and subscription is served, as this node's router last said: the node's one
-//! cache of owners, shared by the gRPC gateway (which picks the forwarder shard a call goes to)
-//! and by every forwarder shard's relay (which carries a call to another node's forwarder),
+//! Where each topic and subscription is served, as this node's router last said: the one kind
+//! of cache of owners, kept by the gRPC gateway (which picks the forwarder shard a call goes to)
+//! and by each forwarder shard's relay (which carries a call to another node's forwarder),
 //! whichever protocol the call came in.
 //!
 //! One fact per resource: the forwarder the router names first, as its node, its shard on that
@@ -9,10 +9,10 @@
 //! says the owner is elsewhere or gone (`is_stale`: `NotOwner`, `NotFound`, a failed connection
 //! or a deadline), and a deletion on this node (`forget`, `forget_all`).
 //!
-//! It is the one piece of memory the shards of a node share (and the gateway's tokio threads):
-//! a map behind a mutex, held for one look or one insert, never across an await. A cache per
-//! shard would cost a call served on this node a second hop, as the gateway must pick the
-//! owning shard before it sends the call there; the native publish path never reads it.
+//! Shards share no lock: each forwarder shard has its own `Routes`, and the gateway one for its
+//! tokio threads (a map behind a mutex, held for one look or one insert, never across an await),
+//! so that a gRPC call served on this node goes to its shard in one hop. The native publish path
+//! never reads it.
 
 use crate::api::{Code, Status};
 use std::collections::HashMap;

@@ -94,7 +94,8 @@ pub(super) fn start_forwarder_shards(
             journals_open_max,
             grpc_jobs,
             router_port,
-            routes: routes.clone(),
+            // Each shard its own cache: shards share no lock (the gateway's is its threads').
+            routes: Arc::new(Routes::new(routes.node())),
         };
         started.threads.push(start_forwarder_shard(config, placement, wiring)?);
     }

@@ -384,8 +384,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc: grpc_listener,
         http: http_listener,
     } = bind_every_port(&config, forwarder_ports)?;
-    // The node's one cache of who serves each topic and subscription: the gRPC gateway and
-    // every forwarder shard's relay read and fill it (`dispatch::routes`).
+    // The gRPC gateway's cache of who serves each topic and subscription (`dispatch::routes`);
+    // each forwarder shard's relay keeps its own of the same kind.
     let node_id = config.cluster.as_ref().map_or(crate::catalog::raft::NODE_ID, |cluster| cluster.node_id);
     let routes = std::sync::Arc::new(crate::dispatch::routes::Routes::new(node_id));
     let (grpc_jobs, grpc_gateway, router_jobs) =
