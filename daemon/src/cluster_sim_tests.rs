@@ -40,6 +40,7 @@ use crate::catalog::{Catalog, CatalogState, LeaderContact, NodeRecord, Subscript
 use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::dispatch::{Caller, Carried, Door, NodeTransport, Operation};
+use crate::ids::Offset;
 use crate::log::{Directories, LogConfig};
 use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
@@ -1251,8 +1252,9 @@ async fn committed_records(world: &Rc<World>, node: u64) -> Option<BTreeMap<u64,
         };
         let mut records = BTreeMap::new();
         for (id, topic) in topics {
-            if let Ok(read) = topic.log.read(0, usize::MAX, usize::MAX).await {
-                records.insert(id, read.into_iter().map(|record| (record.offset, record.data)).collect());
+            if let Ok(read) = topic.log.read(Offset::ZERO, usize::MAX, usize::MAX).await {
+                records
+                    .insert(id, read.into_iter().map(|record| (record.offset.get(), record.data)).collect());
             }
         }
         records

@@ -91,7 +91,7 @@ impl<S: Storage> Forwarder<S> {
             // has an offset at or above the durable end now, because offsets are assigned at
             // commit. The router records it in the catalog before it answers, so an idle topic
             // needs no journal (and no open journal file) for its subscriptions.
-            SubscriptionState::new(subscription_id, topic.log.end_offset(), ack_deadline)
+            SubscriptionState::new(subscription_id, topic.log.end_offset().get(), ack_deadline)
         } else {
             let state = SubscriptionState::new(subscription_id, start_offset, ack_deadline);
             let recovered = topic.journal.with_open(|open| open.recovered.remove(&subscription_id));

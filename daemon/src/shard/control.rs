@@ -100,7 +100,7 @@ impl<S: Storage> Forwarder<S> {
         if let Some(leader) = topic.leader() {
             leader.wait_epoch_committed(crate::replication::protocol::MESSAGES, &topic.log).await?;
         }
-        Ok(ControlOk::SubscriptionStart(topic.log.end_offset()))
+        Ok(ControlOk::SubscriptionStart(topic.log.end_offset().get()))
     }
 
     /// Moves a subscription's acknowledgements to the first message published at `time_ms`, or
@@ -121,7 +121,7 @@ impl<S: Storage> Forwarder<S> {
                 })
                 .flatten()
                 .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?,
-            None => (topic.log.offset_at_time(time_ms).await?, Vec::new()),
+            None => (topic.log.offset_at_time(time_ms).await?.get(), Vec::new()),
         };
         let mut offset = offset.max(topic.log.start_offset().get());
         if snapshot_id.is_none() && topic.retention_seconds.get() == 0 {

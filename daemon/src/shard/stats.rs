@@ -5,6 +5,7 @@ use super::Forwarder;
 use crate::api::stats::{
     DirectoryStatus, FollowerStats, QuarantinedTopic, ReplicaStats, ShardStats, SubscriptionStats, TopicStats,
 };
+use crate::ids::Offset;
 use crate::log::Directories;
 use crate::replication::protocol::{JOURNAL, MESSAGES};
 use crate::storage::Storage;
@@ -45,14 +46,14 @@ impl<S: Storage> Forwarder<S> {
                 name: topic.name.to_string(),
                 shard: self.shard,
                 first_offset: topic.log.start_offset().get(),
-                end_offset: topic.log.end_offset(),
+                end_offset: topic.log.end_offset().get(),
                 disk_bytes: topic.log.disk_bytes(),
                 replication: self.replica_stats(&topic),
                 ..TopicStats::default()
             });
         }
         for topic in topics {
-            let end = topic.log.end_offset();
+            let end = topic.log.end_offset().get();
             let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().clone();
             let mut subscriptions = Vec::with_capacity(entries.len());
             for entry in entries {
@@ -72,7 +73,7 @@ impl<S: Storage> Forwarder<S> {
                     }
                 };
                 let oldest_unacked_age_ms = if floor < end {
-                    match topic.log.read(floor, 1, usize::MAX).await {
+                    match topic.log.read(Offset::new(floor), 1, usize::MAX).await {
                         Ok(records) => {
                             records.first().map(|r| now_ms.saturating_sub(r.publish_time_ms)).unwrap_or(0)
                         }
@@ -93,7 +94,7 @@ impl<S: Storage> Forwarder<S> {
                     name: entry.name.to_string(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,
-                    backlog_bytes: if floor < end { topic.log.bytes_from(floor) } else { 0 },
+                    backlog_bytes: if floor < end { topic.log.bytes_from(Offset::new(floor)) } else { 0 },
                     open_streams: open_streams as u64,
                     oldest_unacked_age_ms,
                     ..counted

@@ -4,6 +4,7 @@ use super::*;
 use crate::catalog::SubscriptionSettings;
 use crate::clock::ManualClock;
 use crate::control::{ControlRequest, SettingsUpdate};
+use crate::ids::Offset;
 use crate::net::server::Handler;
 use crate::protocol::native::forwarder as native;
 use crate::storage::sim::SimDisk;
@@ -74,7 +75,7 @@ fn published_messages_are_stored_as_sent() {
             async move { native::publish(&*forwarder, body).await.unwrap().message_ids }
         });
         let ids: Vec<Vec<u64>> = crate::sync::join_all(publishes.collect()).await;
-        let stored = topic.log.read(0, 100, usize::MAX).await.unwrap();
+        let stored = topic.log.read(Offset::ZERO, 100, usize::MAX).await.unwrap();
         assert_eq!(stored.len(), 60);
         for (request, ids) in ids.iter().enumerate() {
             for (index, id) in ids.iter().enumerate() {
@@ -246,7 +247,7 @@ fn a_new_topics_folders_are_durable_and_synced_once_each() {
             },
             Rc::new(clock.clone()),
         );
-        assert_eq!(topic(&restarted, 0).await.log.end_offset(), 3);
+        assert_eq!(topic(&restarted, 0).await.log.end_offset().get(), 3);
     });
 }
 
@@ -276,7 +277,7 @@ fn the_journal_opens_at_the_first_acknowledgements_and_keeps_them() {
         });
         let responses = crate::sync::join_all(acknowledgements.collect()).await;
         assert!(responses.iter().all(|response| response.invalid_ack_ids.is_empty()));
-        assert_eq!(retained.journal.opened().unwrap().end_offset(), 20, "one journal took all 20");
+        assert_eq!(retained.journal.opened().unwrap().end_offset().get(), 20, "one journal took all 20");
         drop(retained);
         drop(forwarder);
         let forwarder = Forwarder::new(0, disk, directories, config, Rc::new(clock.clone()));
@@ -525,7 +526,10 @@ fn unacknowledged_messages_stay_until_the_subscription_retention_expires() {
         let start = topic.log.start_offset().get();
         assert!(start > 0, "seven days later the unacknowledged messages expire");
         assert_eq!(entry.state.borrow().ack_floor(), start, "the subscription forgets what was deleted");
-        assert_eq!(entry.state.borrow().backlog(topic.log.end_offset()), topic.log.end_offset() - start);
+        assert_eq!(
+            entry.state.borrow().backlog(topic.log.end_offset().get()),
+            topic.log.end_offset().get() - start
+        );
     });
 }
 
@@ -564,7 +568,7 @@ fn updated_settings_decide_what_is_kept_and_how_long_a_lease_runs() {
         clock.advance(Duration::from_secs(11));
         let again = pull(&forwarder, 1).await;
         assert_eq!(again[0].message_id, leased[0].message_id, "the lease ran the new 30 s");
-        ack_everything(&entry, topic.log.end_offset());
+        ack_everything(&entry, topic.log.end_offset().get());
         forwarder.collect_segments().await;
         assert_eq!(topic.log.start_offset().get(), 0, "the new topic retention keeps acknowledged messages");
         forwarder.control(update_topic(0)).await.unwrap();
@@ -584,7 +588,7 @@ fn acknowledged_segments_go_unless_a_retention_keeps_them() {
         let topic = topic(&forwarder, 0).await;
         let entry = subscribe(&forwarder, false).await;
         publish(&forwarder, 300).await;
-        ack_everything(&entry, topic.log.end_offset());
+        ack_everything(&entry, topic.log.end_offset().get());
         forwarder.collect_segments().await;
         assert!(topic.log.closed_segments().is_empty(), "every closed segment was acknowledged");
     });
@@ -595,7 +599,7 @@ fn acknowledged_segments_go_unless_a_retention_keeps_them() {
             let topic = topic(&forwarder, topic_retention_seconds).await;
             let entry = subscribe(&forwarder, retain_acked).await;
             publish(&forwarder, 300).await;
-            ack_everything(&entry, topic.log.end_offset());
+            ack_everything(&entry, topic.log.end_offset().get());
             forwarder.collect_segments().await;
             assert_eq!(topic.log.start_offset().get(), 0, "retention keeps acknowledged messages for seek");
             clock.advance(if retain_acked { 8 * DAY } else { Duration::from_secs(7200) });

@@ -9,6 +9,7 @@ use super::{Environment, SubscriptionEntry};
 use crate::api::data::{Attributes, MessageView, PublishBatch};
 use crate::api::limits::PUBLISH_BATCH_MESSAGES_MAX;
 use crate::api::Status;
+use crate::ids::Offset;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -121,7 +122,8 @@ async fn dead_letter<T: MessageSource + AckJournal>(
     let Some(dead_letter_topic) = subscription.dead_letter_topic.borrow().clone() else {
         return Err("the subscription no longer has a dead-letter policy".into());
     };
-    let records = topic.read_offsets(offsets).await.map_err(|e| e.to_string())?;
+    let typed: Vec<Offset> = offsets.iter().copied().map(Offset::new).collect();
+    let records = topic.read_offsets(&typed).await.map_err(|e| e.to_string())?;
     let mut messages: Vec<DeadLetter> = {
         let state = subscription.state.borrow();
         records
@@ -130,7 +132,10 @@ async fn dead_letter<T: MessageSource + AckJournal>(
                 let mut attributes = record.attributes.clone();
                 attributes.extend([
                     (DEAD_LETTER_SOURCE_SUBSCRIPTION.to_owned(), subscription.name.to_string()),
-                    (DEAD_LETTER_SOURCE_DELIVERY_COUNT.to_owned(), state.attempts(record.offset).to_string()),
+                    (
+                        DEAD_LETTER_SOURCE_DELIVERY_COUNT.to_owned(),
+                        state.attempts(record.offset.get()).to_string(),
+                    ),
                     (DEAD_LETTER_SOURCE_MESSAGE_ID.to_owned(), record.offset.to_string()),
                     (DEAD_LETTER_SOURCE_PUBLISH_TIME.to_owned(), record.publish_time_ms.to_string()),
                 ]);
@@ -148,7 +153,7 @@ async fn dead_letter<T: MessageSource + AckJournal>(
         messages = rest;
     }
     // Published durably to the dead-letter topic: now acknowledge on the source, durably too.
-    let mut done: Vec<u64> = records.iter().map(|record| record.offset).collect();
+    let mut done: Vec<u64> = records.iter().map(|record| record.offset.get()).collect();
     done.sort_unstable();
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&done) };
     topic.record(&entry).await.map_err(|e| e.to_string())?;

@@ -27,7 +27,7 @@ pub async fn read<T: MessageSource + AckJournal>(
 ) -> Result<Option<Delivery<T::Batch>>, Status> {
     leases.sort_by_key(|lease| lease.offset);
     let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
-    let offsets: Vec<u64> = leases.iter().map(|lease| lease.offset).collect();
+    let offsets: Vec<Offset> = leases.iter().map(|lease| Offset::new(lease.offset)).collect();
     let give_back = |leases: Vec<Lease>, error: LogError| {
         let mut state = subscription.state.borrow_mut();
         for lease in leases {
@@ -103,8 +103,8 @@ fn choose<B: SourceBatch>(
     let mut bytes = 0usize;
     let mut state = subscription.state.borrow_mut();
     for lease in leases {
-        while records.next_if(|(_, record)| record.offset < lease.offset).is_some() {}
-        let Some((batch, record)) = records.next_if(|(_, record)| record.offset == lease.offset) else {
+        while records.next_if(|(_, record)| record.offset.get() < lease.offset).is_some() {}
+        let Some((batch, record)) = records.next_if(|(_, record)| record.offset.get() == lease.offset) else {
             // Below the log's start: removed by retention. Nothing to deliver.
             state.apply_ack(lease.offset);
             continue;
@@ -159,7 +159,7 @@ fn located(
     debug_assert!(ordering_key.end <= data.start && data.end <= bytes.len());
     DeliveredMessage {
         batch,
-        message_id: MessageId::new(SourceId::FIRST, Offset::new(record.offset)).get(),
+        message_id: MessageId::new(SourceId::FIRST, record.offset).get(),
         publish_time_ms: record.publish_time_ms,
         attributes: ordering_key.end..data.start,
         attribute_count: record.attribute_count() as u16,

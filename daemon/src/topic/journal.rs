@@ -3,6 +3,7 @@
 
 use super::{journal_folder, TopicState};
 use crate::clock::Clock;
+use crate::ids::Offset;
 use crate::log::{record, Log, LogConfig, LogError};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::{journal_log_id, runs_of, JournalEntry};
@@ -59,7 +60,7 @@ pub struct OpenJournal<S: Storage> {
     /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
     pub snapshots: HashMap<u64, SnapshotState, IdHasher>,
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
-    pub checkpoints: VecDeque<u64>,
+    pub checkpoints: VecDeque<Offset>,
 }
 
 impl<S: Storage> OpenJournal<S> {
@@ -142,7 +143,7 @@ impl<S: Storage> TopicState<S> {
         else {
             return Ok(());
         };
-        let since = last_checkpoint.unwrap_or(journal.start_offset().get());
+        let since = last_checkpoint.unwrap_or(journal.start_offset());
         let written: u64 = journal
             .closed_segments()
             .iter()

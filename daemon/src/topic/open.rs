@@ -5,6 +5,7 @@
 use super::journal::{JournalReserve, JournalSlot, LazyJournal, OpenJournal, SnapshotState};
 use super::{journal_folder, topic_folder, TopicState};
 use crate::api::{Code, Status};
+use crate::ids::Offset;
 use crate::log::{Directories, Log, LogConfig, LogError, RecoveryReport};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::{journal_log_id, JournalEntry};
@@ -260,7 +261,7 @@ async fn replay_journal<S: Storage>(
 > {
     let mut recovered: HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher> = HashMap::default();
     let mut snapshots: HashMap<u64, SnapshotState, IdHasher> = HashMap::default();
-    for stored in journal.read_all(0).await.map_err(Status::from)? {
+    for stored in journal.read_all(Offset::ZERO).await.map_err(Status::from)? {
         let entry = JournalEntry::decode(&stored.data).map_err(|why| {
             Status::new(Code::DataLoss, format!("topic '{name}' journal entry {}: {why}", stored.offset))
         })?;

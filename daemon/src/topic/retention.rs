@@ -22,7 +22,7 @@ impl<S: Storage> TopicState<S> {
             // point its leader has not told yet (after a restart or a demotion it forgets it)
             // keeps its records, which a new leader's sync may yet cut, and its log never
             // starts past its committed end (asserted with the log's positions).
-            let committed = self.log.committed_end().get();
+            let committed = self.log.committed_end();
             self.log
                 .closed_segments()
                 .iter()
@@ -35,7 +35,7 @@ impl<S: Storage> TopicState<S> {
                     // A live snapshot keeps everything it may seek back to.
                     let snapshot_keeps = self.journal.with_open(|open| {
                         open.snapshots.values().any(|snapshot| {
-                            snapshot.expire_time_ms > now_ms && segment.end_offset > snapshot.floor
+                            snapshot.expire_time_ms > now_ms && segment.end_offset.get() > snapshot.floor
                         })
                     });
                     !topic_keeps
@@ -43,7 +43,7 @@ impl<S: Storage> TopicState<S> {
                         && subscriptions.iter().all(|entry| {
                             let gone =
                                 expired(segment.newest_publish_ms, entry.message_retention_seconds.get());
-                            let acked = entry.state.borrow().ack_floor() >= segment.end_offset;
+                            let acked = entry.state.borrow().ack_floor() >= segment.end_offset.get();
                             gone || (acked && !entry.retain_acked_messages.get())
                         })
                 })
