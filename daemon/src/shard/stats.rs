@@ -5,7 +5,6 @@ use super::Forwarder;
 use crate::api::stats::{
     DirectoryStatus, FollowerStats, QuarantinedTopic, ReplicaStats, ShardStats, SubscriptionStats, TopicStats,
 };
-use crate::ids::Offset;
 use crate::log::Directories;
 use crate::replication::protocol::{JOURNAL, MESSAGES};
 use crate::storage::Storage;
@@ -53,7 +52,7 @@ impl<S: Storage> Forwarder<S> {
             });
         }
         for topic in topics {
-            let end = topic.log.end_offset().get();
+            let end = topic.log.end_offset();
             let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().clone();
             let mut subscriptions = Vec::with_capacity(entries.len());
             for entry in entries {
@@ -73,7 +72,7 @@ impl<S: Storage> Forwarder<S> {
                     }
                 };
                 let oldest_unacked_age_ms = if floor < end {
-                    match topic.log.read(Offset::new(floor), 1, usize::MAX).await {
+                    match topic.log.read(floor, 1, usize::MAX).await {
                         Ok(records) => {
                             records.first().map(|r| now_ms.saturating_sub(r.publish_time_ms)).unwrap_or(0)
                         }
@@ -94,7 +93,7 @@ impl<S: Storage> Forwarder<S> {
                     name: entry.name.to_string(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,
-                    backlog_bytes: if floor < end { topic.log.bytes_from(Offset::new(floor)) } else { 0 },
+                    backlog_bytes: if floor < end { topic.log.bytes_from(floor) } else { 0 },
                     open_streams: open_streams as u64,
                     oldest_unacked_age_ms,
                     ..counted
@@ -104,7 +103,7 @@ impl<S: Storage> Forwarder<S> {
                 name: topic.name.to_string(),
                 shard: self.shard,
                 first_offset: topic.log.start_offset().get(),
-                end_offset: end,
+                end_offset: end.get(),
                 disk_bytes: topic.log.disk_bytes(),
                 published_per_second: topic.published.borrow().per_second(&self.activity.rate_ticks.borrow()),
                 published_messages_total: topic.published_messages_total.get(),

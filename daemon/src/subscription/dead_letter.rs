@@ -116,14 +116,13 @@ async fn dead_letter<T: MessageSource + AckJournal>(
     publisher: &dyn Publisher,
     subscription: &SubscriptionEntry,
     topic: &T,
-    offsets: &[u64],
+    offsets: &[Offset],
 ) -> Result<(), String> {
     // Read once: an update may change or remove the policy while the publish is under way.
     let Some(dead_letter_topic) = subscription.dead_letter_topic.borrow().clone() else {
         return Err("the subscription no longer has a dead-letter policy".into());
     };
-    let typed: Vec<Offset> = offsets.iter().copied().map(Offset::new).collect();
-    let records = topic.read_offsets(&typed).await.map_err(|e| e.to_string())?;
+    let records = topic.read_offsets(offsets).await.map_err(|e| e.to_string())?;
     let mut messages: Vec<DeadLetter> = {
         let state = subscription.state.borrow();
         records
@@ -132,10 +131,7 @@ async fn dead_letter<T: MessageSource + AckJournal>(
                 let mut attributes = record.attributes.clone();
                 attributes.extend([
                     (DEAD_LETTER_SOURCE_SUBSCRIPTION.to_owned(), subscription.name.to_string()),
-                    (
-                        DEAD_LETTER_SOURCE_DELIVERY_COUNT.to_owned(),
-                        state.attempts(record.offset.get()).to_string(),
-                    ),
+                    (DEAD_LETTER_SOURCE_DELIVERY_COUNT.to_owned(), state.attempts(record.offset).to_string()),
                     (DEAD_LETTER_SOURCE_MESSAGE_ID.to_owned(), record.offset.to_string()),
                     (DEAD_LETTER_SOURCE_PUBLISH_TIME.to_owned(), record.publish_time_ms.to_string()),
                 ]);
@@ -153,7 +149,7 @@ async fn dead_letter<T: MessageSource + AckJournal>(
         messages = rest;
     }
     // Published durably to the dead-letter topic: now acknowledge on the source, durably too.
-    let mut done: Vec<u64> = records.iter().map(|record| record.offset.get()).collect();
+    let mut done: Vec<Offset> = records.iter().map(|record| record.offset).collect();
     done.sort_unstable();
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&done) };
     topic.record(&entry).await.map_err(|e| e.to_string())?;

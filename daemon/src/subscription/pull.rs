@@ -98,7 +98,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
             Some(_) => subscription.state.borrow_mut().pull_for(
                 now,
                 settings.max_messages,
-                topic.end_offset().get(),
+                topic.end_offset(),
                 0,
                 lease,
             ),
@@ -283,13 +283,8 @@ impl<T: MessageSource> Stream<'_, T> {
         let Some(reservation) = self.environment.stream_budget.try_reserve(2 * want) else {
             return (Vec::new(), None, bytes_room, load.messages == 0);
         };
-        let leases = subscription.state.borrow_mut().pull_for(
-            now,
-            room,
-            self.topic.end_offset().get(),
-            self.id,
-            self.lease,
-        );
+        let leases =
+            subscription.state.borrow_mut().pull_for(now, room, self.topic.end_offset(), self.id, self.lease);
         (leases, Some(reservation), bytes_room, load.messages == 0)
     }
 }

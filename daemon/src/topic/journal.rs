@@ -124,8 +124,8 @@ impl<S: Storage> LazyJournal<S> {
 }
 
 pub struct SnapshotState {
-    pub floor: u64,
-    pub runs: Vec<(u64, u32)>,
+    pub floor: Offset,
+    pub runs: Vec<(Offset, u32)>,
     pub expire_time_ms: u64,
 }
 
@@ -183,7 +183,7 @@ impl<S: Storage> TopicState<S> {
             }
             // Leases restated at their wall-clock end, so extensions outlive the compaction.
             let (now, wall_ms) = (clock.now(), clock.wall_ms());
-            let mut by_end: HashMap<u64, Vec<u64>, IdHasher> = HashMap::default();
+            let mut by_end: HashMap<u64, Vec<Offset>, IdHasher> = HashMap::default();
             for (offset, deadline) in state.leases() {
                 let until_ms = wall_ms + deadline.saturating_duration_since(now).as_millis() as u64;
                 by_end.entry(until_ms / 1000 * 1000 + 999).or_default().push(offset);

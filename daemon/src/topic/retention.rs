@@ -35,7 +35,7 @@ impl<S: Storage> TopicState<S> {
                     // A live snapshot keeps everything it may seek back to.
                     let snapshot_keeps = self.journal.with_open(|open| {
                         open.snapshots.values().any(|snapshot| {
-                            snapshot.expire_time_ms > now_ms && segment.end_offset.get() > snapshot.floor
+                            snapshot.expire_time_ms > now_ms && segment.end_offset > snapshot.floor
                         })
                     });
                     !topic_keeps
@@ -43,7 +43,7 @@ impl<S: Storage> TopicState<S> {
                         && subscriptions.iter().all(|entry| {
                             let gone =
                                 expired(segment.newest_publish_ms, entry.message_retention_seconds.get());
-                            let acked = entry.state.borrow().ack_floor() >= segment.end_offset.get();
+                            let acked = entry.state.borrow().ack_floor() >= segment.end_offset;
                             gone || (acked && !entry.retain_acked_messages.get())
                         })
                 })
@@ -54,7 +54,7 @@ impl<S: Storage> TopicState<S> {
         }
         match self.log.remove_oldest(deletable).await {
             Ok(_) => {
-                let start = self.log.start_offset().get();
+                let start = self.log.start_offset();
                 for entry in self.subscriptions.borrow().iter() {
                     entry.state.borrow_mut().forget_before(start);
                 }

@@ -186,9 +186,13 @@ fn consuming_needs_the_subscriber_role() {
         let refused = call(&forwarder, &bob, Command::Acknowledge, &acknowledge).await;
         assert_eq!(refused.unwrap_err().code, ErrorCode::PermissionDenied);
         let entry = forwarder.subscription("reader").unwrap().0;
-        assert_eq!(entry.state.borrow().ack_floor(), 0, "a refused acknowledgement acknowledges nothing");
+        assert_eq!(
+            entry.state.borrow().ack_floor().get(),
+            0,
+            "a refused acknowledgement acknowledges nothing"
+        );
         call(&forwarder, &alice, Command::Acknowledge, &acknowledge).await.unwrap();
-        assert_eq!(entry.state.borrow().ack_floor(), 1);
+        assert_eq!(entry.state.borrow().ack_floor().get(), 1);
     });
 }
 
