@@ -496,3 +496,26 @@ pub fn within<F: std::future::Future>(limit: Duration, future: F) -> Option<F::O
         timeout.as_mut().poll(context).map(|_| None)
     }))
 }
+
+/// libfaketime's multi-threaded library, installed by `tests/clocks/setup.sh` when missing.
+pub fn libfaketime() -> PathBuf {
+    let find = || {
+        std::fs::read_dir("/usr/lib").ok().and_then(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path().join("faketime/libfaketimeMT.so.1"))
+                .find(|path| path.exists())
+        })
+    };
+    if let Some(found) = find() {
+        return found;
+    }
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("clocks/setup.sh");
+    let output = Command::new("bash").arg(&setup).output().expect("running tests/clocks/setup.sh");
+    assert!(
+        output.status.success(),
+        "tests/clocks/setup.sh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    find().expect("tests/clocks/setup.sh left libfaketime missing")
+}

@@ -19,6 +19,7 @@
 mod codec;
 mod operation;
 mod outcome;
+pub mod routes;
 mod transport;
 
 pub use codec::{decode_answer, decode_carried, encode_answer, encode_carried};

@@ -2,7 +2,8 @@
 //! subscription another node leads by carrying its requests there, for either protocol. A
 //! stream, a pull, an acknowledgement or a deadline change that the data plane answers with
 //! `NotOwner` (and a gRPC publish, pull or stream the gateway found led elsewhere) is looked up
-//! through this node's router; when the leader is on another node, the request goes to that
+//! in the node's route cache (`dispatch::routes`, which the gateway shares), else through this
+//! node's router; when the leader is on another node, the request goes to that
 //! leader's forwarder as the client's protocol would send it natively, wrapped with the
 //! principal this node authenticated the client as (`Command::Carried`): the leader decides
 //! it for that principal with its own access file (`dispatch::vouched_for`), serves it marked
@@ -31,7 +32,7 @@ use super::replica::{
 use super::server::{Responder, Response};
 use crate::api::{Code, Status};
 use crate::auth::Principal;
-use crate::catalog::entry::node_and_shard;
+use crate::dispatch::routes::{Owner, Resource, Routes};
 use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::sync::{Notify, Stop};
 use futures_lite::io::{ReadHalf, WriteHalf};
@@ -43,13 +44,10 @@ use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::{CarriedRequest, LookupResponse, NameRequest};
 use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Topics and subscriptions whose leader a shard remembers; past it the remembered are forgotten at once
-/// (each costs one lookup to learn again).
-pub const RELAY_ROUTES_MAX: usize = 4096;
 /// How long a carried stream looks for its source's new leader after losing the old one
 /// before it ends with the last error: longer than an election after a node's loss.
 pub const RELAY_REOPEN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,38 +73,17 @@ pub fn current() -> Option<Rc<Relay>> {
     RELAY.with(|current| current.borrow().clone())
 }
 
-/// What a carried request is about: where its leader is looked up.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Resource {
-    Topic(String),
-    Subscription(String),
-}
-
-impl Resource {
-    fn name(&self) -> &str {
-        match self {
-            Resource::Topic(name) | Resource::Subscription(name) => name,
-        }
-    }
-}
-
-/// Where a topic's or a subscription's source is led, as this node's router said.
-#[derive(Clone)]
-struct Route {
-    address: String,
-    node: u64,
-}
-
 pub struct Relay {
     transport: Rc<NativeTransport>,
     /// This node's router, where lookups go.
     router: String,
-    node_id: u64,
+    /// The node's one cache of who serves what, shared with the gRPC gateway and the node's
+    /// other shards (`dispatch::routes`).
+    routes: Arc<Routes>,
     stop: Stop,
     /// The shard's response budget, which carried pulls and streams reserve from as the
     /// shard's own do.
     budget: Rc<StreamBudget>,
-    routes: RefCell<HashMap<Resource, Route>>,
     pulls_in_flight: Cell<usize>,
     pull_room: Notify,
 }
@@ -115,55 +92,51 @@ impl Relay {
     pub fn new(
         transport: Rc<NativeTransport>,
         router: String,
-        node_id: u64,
+        routes: Arc<Routes>,
         stop: Stop,
         budget: Rc<StreamBudget>,
     ) -> Rc<Relay> {
         Rc::new(Relay {
             transport,
             router,
-            node_id,
+            routes,
             stop,
             budget,
-            routes: RefCell::default(),
             pulls_in_flight: Cell::new(0),
             pull_room: Notify::new(),
         })
     }
 
-    async fn route(&self, resource: &Resource) -> Result<Route, Status> {
-        if let Some(route) = self.routes.borrow().get(resource) {
-            return Ok(route.clone());
-        }
-        let (command, what) = match resource {
-            Resource::Topic(_) => (Command::LookupTopic, "topic"),
-            Resource::Subscription(_) => (Command::LookupSubscription, "subscription"),
-        };
-        let name = resource.name();
-        let lookup: LookupResponse =
-            self.transport.request(&self.router, command, &NameRequest { name: name.to_owned() }).await?;
-        let first = lookup
-            .forwarders
-            .into_iter()
-            .next()
-            .ok_or_else(|| Status::unavailable(format!("no forwarder serves {what} '{name}'")))?;
-        let route = Route { address: first.address, node: node_and_shard(first.shard).0 };
-        let mut routes = self.routes.borrow_mut();
-        if routes.len() >= RELAY_ROUTES_MAX {
-            routes.clear();
-        }
-        routes.insert(resource.clone(), route.clone());
-        Ok(route)
+    /// Who serves `resource`: as the node's cache remembers, else as this node's router answers
+    /// a lookup.
+    async fn owner(&self, resource: &Resource) -> Result<Owner, Status> {
+        self.routes
+            .owner(resource, || async {
+                let command = match resource {
+                    Resource::Topic(_) => Command::LookupTopic,
+                    Resource::Subscription(_) => Command::LookupSubscription,
+                };
+                let request = NameRequest { name: resource.name().to_owned() };
+                let lookup: LookupResponse = self.transport.request(&self.router, command, &request).await?;
+                Owner::first(
+                    resource,
+                    lookup.forwarders.into_iter().map(|found| (found.shard, found.address)),
+                )
+            })
+            .await
     }
 
-    fn forget(&self, resource: &Resource) {
-        self.routes.borrow_mut().remove(resource);
-    }
-
-    /// The leader's forwarder, when it is on another node.
-    async fn elsewhere(&self, resource: &Resource) -> Result<Option<Route>, Status> {
-        let route = self.route(resource).await?;
-        Ok((route.node != self.node_id).then_some(route))
+    /// The leader's forwarder, when it is on another node. The relay is asked once a forwarder
+    /// of this node refused the request as not its own (or the gateway found it led elsewhere),
+    /// so an owner on this node, as remembered, may be stale: the source may have moved away
+    /// with nothing on this node told. It is looked up again, once.
+    async fn elsewhere(&self, resource: &Resource) -> Result<Option<Owner>, Status> {
+        let mut owner = self.owner(resource).await?;
+        if self.routes.is_here(&owner) {
+            self.routes.forget(resource);
+            owner = self.owner(resource).await?;
+        }
+        Ok((!self.routes.is_here(&owner)).then_some(owner))
     }
 
     /// Carries a native client's pull, acknowledgement or deadline change (`header`, `body`)
@@ -205,7 +178,7 @@ impl Relay {
         body: &[u8],
         wait: Duration,
     ) -> Result<Option<(FrameBuffer, Option<StreamReservation>)>, Status> {
-        let Some(route) = self.elsewhere(resource).await? else { return Ok(None) };
+        let Some(owner) = self.elsewhere(resource).await? else { return Ok(None) };
         let is_pull = command == Command::Pull.code();
         if is_pull {
             while self.pulls_in_flight.get() >= RELAYED_PULLS_IN_FLIGHT_MAX {
@@ -215,7 +188,7 @@ impl Relay {
         }
         let carried = carried_body(principal, command, body, false)?;
         let answer =
-            self.transport.carry(&route.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
+            self.transport.carry(&owner.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
         drop(carried);
         let answer = match answer {
             Ok(answer) => answer,
@@ -223,10 +196,8 @@ impl Relay {
                 if is_pull {
                     self.pull_done();
                 }
-                if matches!(status.code, Code::NotOwner | Code::Unavailable | Code::DeadlineExceeded) {
-                    self.forget(resource);
-                }
-                return Err(status);
+                self.routes.forget_if_stale(resource, &status);
+                return Err(from_an_earlier_version(status, &owner));
             }
         };
         if !is_pull {
@@ -257,14 +228,14 @@ impl Relay {
         downstream: &D,
     ) -> Result<Option<()>, Status> {
         let resource = Resource::Subscription(subscription.to_owned());
-        let Some(route) = self.elsewhere(&resource).await? else { return Ok(None) };
+        let Some(owner) = self.elsewhere(&resource).await? else { return Ok(None) };
         let carried = carried_body(principal, Command::StreamingPull.code(), body, client_keeps_leases)?;
-        let mut upstream = match Upstream::open(&self.transport, &self.budget, &route.address, &carried).await
+        let mut upstream = match Upstream::open(&self.transport, &self.budget, &owner.address, &carried).await
         {
             Ok(upstream) => upstream,
             Err(status) => {
-                self.forget(&resource);
-                return Err(status);
+                self.routes.forget_if_stale(&resource, &status);
+                return Err(from_an_earlier_version(status, &owner));
             }
         };
         // The client hears its stream is taken once the leader has taken it.
@@ -290,7 +261,7 @@ impl Relay {
                 Some(Ok(None)) => return Ok(Some(())),
                 Some(Err(status)) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
                     // The leader failed, lost its lead or the source moved: find the new one.
-                    self.forget(&resource);
+                    self.routes.forget(&resource);
                     match self.reopen(&resource, &carried, downstream, status).await? {
                         Some(reopened) => upstream = reopened,
                         None => return Ok(Some(())),
@@ -341,23 +312,39 @@ impl Relay {
                 return Ok(None);
             }
             delay = (delay * 2).min(RELAY_REOPEN_DELAY_MAX);
-            let route = match self.route(resource).await {
-                Ok(route) => route,
+            let owner = match self.owner(resource).await {
+                Ok(owner) => owner,
                 Err(status) => {
                     last = status;
                     continue;
                 }
             };
-            match Upstream::open(&self.transport, &self.budget, &route.address, carried).await {
+            let opened = Upstream::open(&self.transport, &self.budget, &owner.address, carried).await;
+            match opened.map_err(|status| from_an_earlier_version(status, &owner)) {
                 Ok(upstream) => return Ok(Some(upstream)),
                 Err(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
-                    self.forget(resource);
+                    self.routes.forget(resource);
                     last = status;
                 }
                 Err(status) => return Err(status),
             }
         }
     }
+}
+
+/// A node of an earlier version, which does not know `Command::Carried`, answers it as an
+/// unknown command: `Unimplemented`, which Google's clients do not retry. While a cluster is
+/// upgraded one node at a time, the call works again once that node runs this version or the
+/// resource's lead moves, so it is said as `Unavailable` (retried), naming the node.
+fn from_an_earlier_version(status: Status, owner: &Owner) -> Status {
+    if status.code != Code::Unimplemented {
+        return status;
+    }
+    Status::unavailable(format!(
+        "node {} could not take a call carried from another node ({}): it runs an earlier version \
+         of ringpostd; retry, or send the call to node {}",
+        owner.node, status.message, owner.node
+    ))
 }
 
 /// Where a carried stream's batches go: a native client's connection (`NativeDownstream`), or a
@@ -515,6 +502,105 @@ impl Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::server::{fail, respond, serve, ConnectionLimits, Handler, Security};
+    use glommio::net::TcpListener;
+    use ringpost_wire::messages::{PublishResponse, ShardAddress};
+    use ringpost_wire::ErrorCode;
+
+    /// This node's router and another node's forwarder in one: a lookup names node 2's
+    /// forwarder 0 at `owner` (counted), and a carried request is answered with message id 7.
+    struct RouterAndOwner {
+        owner: RefCell<String>,
+        lookups: Cell<usize>,
+        /// Answers `Carried` as a node of an earlier version does: a command it does not know.
+        earlier: Cell<bool>,
+    }
+
+    impl Handler for RouterAndOwner {
+        async fn handle(&self, header: FrameHeader, _body: FrameBuffer, _responder: &Responder) -> Response {
+            if header.command == Command::Carried.code() && self.earlier.get() {
+                let unknown = format!("unknown command {}", header.command);
+                return fail(&header, &ringpost_wire::Status::new(ErrorCode::Unimplemented, unknown)).into();
+            }
+            if header.command == Command::Carried.code() {
+                return respond(&header, &PublishResponse { message_ids: vec![7] }).into();
+            }
+            assert_eq!(header.command, Command::LookupTopic.code());
+            self.lookups.set(self.lookups.get() + 1);
+            let owner = ShardAddress {
+                shard: crate::catalog::entry::global_shard(2, 0),
+                address: self.owner.borrow().clone(),
+            };
+            respond(&header, &LookupResponse { forwarders: vec![owner] }).into()
+        }
+    }
+
+    /// The relay reads and fills the node's route cache: an owner on this node, remembered
+    /// before the source moved to node 2, is looked up again rather than answered "here"
+    /// (the relay is asked only once this node refused the request); what it learns is the
+    /// node's (the gateway reads it), used without another lookup; and an owner it cannot
+    /// reach is forgotten.
+    #[test]
+    fn the_relay_finds_an_owner_that_moved_away_and_forgets_one_it_cannot_reach() {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().unwrap().run(async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let handler = Rc::new(RouterAndOwner {
+                owner: RefCell::new(address.clone()),
+                lookups: Cell::new(0),
+                earlier: Cell::new(false),
+            });
+            let stop = Stop::default();
+            let security = Security::open(&crate::auth::AccessSettings::off(), None).unwrap();
+            let serving = crate::runtime::spawn(serve(
+                listener,
+                handler.clone(),
+                stop.clone(),
+                ConnectionLimits::default(),
+                security,
+            ));
+            let routes = Arc::new(Routes::new(1));
+            let topic = Resource::Topic("orders".into());
+            let here = Owner { node: 1, shard: 0, address: "127.0.0.1:9".into() };
+            routes.owner(&topic, || async { Ok(here.clone()) }).await.unwrap();
+            let relay = Relay::new(
+                NativeTransport::new(None, None),
+                address.clone(),
+                routes.clone(),
+                stop.clone(),
+                StreamBudget::new(),
+            );
+            let publish =
+                || relay.carry(&topic, &Principal::Anonymous, Command::Publish.code(), b"", Duration::ZERO);
+            let (answer, _) = publish().await.unwrap().expect("carried to node 2");
+            let answer = ringpost_wire::decode_body::<PublishResponse>(&answer).unwrap();
+            assert_eq!(answer.message_ids, vec![7]);
+            assert_eq!(handler.lookups.get(), 1);
+            let learnt = routes.cached(&topic).expect("the node remembers the owner");
+            assert_eq!((learnt.node, learnt.shard, learnt.address.as_str()), (2, 0, address.as_str()));
+            publish().await.unwrap().expect("carried again");
+            assert_eq!(handler.lookups.get(), 1, "a remembered owner on another node is not looked up again");
+            // An owner of an earlier version does not know the command: said as retryable.
+            handler.earlier.set(true);
+            let Err(earlier) = publish().await else { panic!("an earlier version took Carried") };
+            assert_eq!(earlier.code, Code::Unavailable, "{earlier}");
+            assert!(
+                earlier.message.contains("node 2") && earlier.message.contains("earlier version"),
+                "{earlier}"
+            );
+            assert!(earlier.message.contains("unknown command 81"), "{earlier}");
+            handler.earlier.set(false);
+            // The owner's node stops answering: the failed connection forgets it.
+            let unreachable = Owner { node: 2, shard: 0, address: "127.0.0.1:9".into() };
+            routes.forget(&topic);
+            routes.owner(&topic, || async { Ok(unreachable) }).await.unwrap();
+            let Err(failed) = publish().await else { panic!("carried to an owner nobody serves") };
+            assert_eq!(failed.code, Code::Unavailable, "{failed}");
+            assert!(routes.cached(&topic).is_none(), "a failed connection forgets the owner");
+            stop.give();
+            serving.await;
+        });
+    }
 
     #[test]
     fn a_carried_request_names_its_principal_and_one_too_large_for_a_frame_is_refused_before_it_is_sent() {

@@ -4,12 +4,13 @@
 use super::os::{into_glommio, stop_on_close};
 use super::{repeat_every, Config};
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, CONTROL_CHANNEL_CAPACITY};
+use crate::dispatch::routes::Routes;
 use crate::{clock, log, net, protocol, shard, storage};
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::rc::Rc;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 type GrpcJobs = protocol::grpc::bridge::JobReceiver<ForwarderShard>;
 use protocol::grpc::bridge::serve_jobs;
@@ -32,6 +33,8 @@ pub(super) struct ForwarderWiring {
     grpc_jobs: Option<GrpcJobs>,
     /// The port this node's router listens on, as bound (`--listen` may ask for any port).
     router_port: u16,
+    /// The node's cache of who serves what, which the shard's relay reads and fills.
+    routes: Arc<Routes>,
 }
 
 /// The forwarder shards, started: their threads, the router's ends of their control channels,
@@ -55,6 +58,7 @@ pub(super) fn start_forwarder_shards(
     journals_open_max: usize,
     reports: ShardReports<'_>,
     grpc_jobs: Vec<Option<GrpcJobs>>,
+    routes: &Arc<Routes>,
 ) -> Result<ForwarderShards, String> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut started = ForwarderShards {
@@ -90,6 +94,7 @@ pub(super) fn start_forwarder_shards(
             journals_open_max,
             grpc_jobs,
             router_port,
+            routes: routes.clone(),
         };
         started.threads.push(start_forwarder_shard(config, placement, wiring)?);
     }
@@ -144,6 +149,7 @@ fn start_forwarder_shard(
                 journals_open_max,
                 grpc_jobs,
                 router_port: _,
+                routes,
             } = wiring;
             for data_dir in &data_dirs {
                 if let Err(error) =
@@ -181,6 +187,7 @@ fn start_forwarder_shard(
                 join_the_cluster(
                     &forwarder,
                     *node_id,
+                    routes,
                     secret.as_deref(),
                     replication_tls.clone(),
                     &router_address,
@@ -222,6 +229,7 @@ fn start_forwarder_shard(
 fn join_the_cluster<S: storage::Storage>(
     forwarder: &Rc<shard::Forwarder<S>>,
     node_id: u64,
+    routes: Arc<Routes>,
     secret: Option<&str>,
     replication_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     router_address: &str,
@@ -237,7 +245,7 @@ fn join_the_cluster<S: storage::Storage>(
     net::relay::install(net::relay::Relay::new(
         transport,
         router_address.to_owned(),
-        node_id,
+        routes,
         forwarder.stop_handle(),
         forwarder.environment.stream_budget.clone(),
     ));

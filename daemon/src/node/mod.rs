@@ -384,8 +384,12 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc: grpc_listener,
         http: http_listener,
     } = bind_every_port(&config, forwarder_ports)?;
+    // The node's one cache of who serves each topic and subscription: the gRPC gateway and
+    // every forwarder shard's relay read and fill it (`dispatch::routes`).
+    let node_id = config.cluster.as_ref().map_or(crate::catalog::raft::NODE_ID, |cluster| cluster.node_id);
+    let routes = std::sync::Arc::new(crate::dispatch::routes::Routes::new(node_id));
     let (grpc_jobs, grpc_gateway, router_jobs) =
-        grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards, config.cluster.as_ref());
+        grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards, &routes);
     let forwarder_addresses: Vec<SocketAddr> =
         forwarder_listeners.iter().map(|(_, address)| *address).collect();
     let advertise = match &config.advertise {
@@ -406,6 +410,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         journals_open_max,
         (&ready_sender, &stopped_sender),
         grpc_jobs.forwarders,
+        &routes,
     )?;
     for _ in 0..shards {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
@@ -578,7 +583,7 @@ fn grpc_channels(
     grpc: bool,
     http: bool,
     shards: usize,
-    cluster: Option<&ClusterSettings>,
+    routes: &std::sync::Arc<crate::dispatch::routes::Routes>,
 ) -> (
     GrpcJobs,
     Option<protocol::grpc::gateway::Gateway>,
@@ -597,8 +602,7 @@ fn grpc_channels(
     }
     let (callers, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| job_channel()).unzip();
     let jobs = GrpcJobs { router: Some(router_jobs), forwarders: receivers.into_iter().map(Some).collect() };
-    let cluster_node = cluster.map(|cluster| cluster.node_id);
-    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, cluster_node)), http_caller)
+    (jobs, Some(protocol::grpc::gateway::Gateway::new(router_caller, callers, routes.clone())), http_caller)
 }
 
 /// The cores no forwarder shard is pinned to, for the gRPC API's threads; none when the

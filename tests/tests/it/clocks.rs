@@ -13,7 +13,7 @@
 use ringpost_client::{block_on, Client, Message};
 use ringpost_tests::cluster::Cluster;
 use ringpost_tests::load::Load;
-use ringpost_tests::{create_subscription, temporary_directory};
+use ringpost_tests::{create_subscription, libfaketime, temporary_directory};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -31,30 +31,6 @@ const LEASE_LATENESS_MAX: Duration = Duration::from_secs(2);
 const LEASE_EARLINESS_MAX: Duration = Duration::from_millis(250);
 const PROBE_PULL_WAIT_MS: u32 = 200;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// libfaketime's multi-threaded library, installed by `tests/clocks/setup.sh` when missing.
-fn libfaketime() -> PathBuf {
-    let find = || {
-        std::fs::read_dir("/usr/lib").ok().and_then(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.path().join("faketime/libfaketimeMT.so.1"))
-                .find(|path| path.exists())
-        })
-    };
-    if let Some(found) = find() {
-        return found;
-    }
-    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("clocks/setup.sh");
-    let output =
-        std::process::Command::new("bash").arg(&setup).output().expect("running tests/clocks/setup.sh");
-    assert!(
-        output.status.success(),
-        "tests/clocks/setup.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    find().expect("tests/clocks/setup.sh left libfaketime missing")
-}
 
 /// Sets the wall-clock offset a node reads from `file` (libfaketime rereads it each second).
 fn set_offset(file: &Path, seconds: i64) {
@@ -148,6 +124,9 @@ fn wall_clocks_that_disagree_and_jump_change_nothing_safe_and_leases_run_on_the_
     let outcomes = load.finish(DRAIN_TIMEOUT);
     outcomes.report("clocks");
     outcomes.assert_safe(&checker, || cluster.logs());
+    // The nodes read their offsets from these files until they stop; the directory goes after.
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&clocks);
 }
 
 /// Pulls `clocks-lease` until the message `payload` comes (at most 30 s).

@@ -45,3 +45,4 @@ mod streaming;
 mod subscriptions;
 mod test_ca;
 mod tls;
+mod upgrade;

@@ -106,6 +106,7 @@ where
     Fut: Future<Output = Result<R, crate::api::Status>> + 'static,
 {
     let mut retried = false;
+    let resource = Resource::Subscription(name.to_owned());
     loop {
         let result = match gateway.subscription_forwarder(presented, name, kind).await? {
             Serving::Here(caller) => {
@@ -113,8 +114,8 @@ where
             }
             Serving::Elsewhere(caller) => {
                 let (command, body, wait) = native.clone();
-                let resource = Resource::Subscription(name.to_owned());
-                remote::carry(caller, presented, resource, command, body, wait).await.and_then(|answer| {
+                let carried = resource.clone();
+                remote::carry(caller, presented, carried, command, body, wait).await.and_then(|answer| {
                     let answer = answer.ok_or_else(|| {
                         crate::api::Status::new(
                             crate::api::Code::NotOwner,
@@ -126,15 +127,12 @@ where
             }
         };
         match result {
-            Err(status) if is_stale_route(&status) && !retried => {
-                gateway.forget_subscription(name);
-                retried = true;
-            }
             Err(status) => {
-                if remote::route_may_be_stale(&status) {
-                    gateway.forget_subscription(name);
+                gateway.forget_if_stale(&resource, &status);
+                if !is_stale_route(&status) || retried {
+                    return Err(status.into());
                 }
-                return Err(status.into());
+                retried = true;
             }
             Ok(ran) => return Ok(ran),
         }

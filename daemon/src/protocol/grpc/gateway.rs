@@ -1,23 +1,21 @@
 //! What every gRPC handler shares: the callers of the router shard and of each forwarder
-//! shard, and a cache of which of this node's forwarder shards serves which topic and
-//! subscription, or that another node does (then a shard of this node carries the call there
-//! with its `relay`, which remembers that node: the one cache of remote owners).
+//! shard, and the node's cache of who serves which topic and subscription
+//! (`dispatch::routes`): one of this node's forwarder shards, which the call goes to, or
+//! another node, whose forwarder a shard of this node carries the call to with its `relay`,
+//! which reads the same cache.
 
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
 use crate::api::{Code, Status};
 use crate::auth::Access;
+pub use crate::dispatch::routes::Resource;
+use crate::dispatch::routes::{Owner, Routes};
 use crate::dispatch::{Caller, Door, Kind, Operation, Outcome};
-pub use crate::net::relay::Resource;
 use crate::router::Router;
 use crate::shard::Forwarder;
 use crate::storage::dma::DmaStorage;
-use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Mutex;
-
-/// Routes the gateway remembers; past it the cache is emptied and refilled from the router.
-pub const GRPC_ROUTES_CACHED_MAX: usize = 100_000;
+use std::sync::Arc;
 
 /// What a job on the router shard works with.
 pub struct RouterShard {
@@ -32,15 +30,6 @@ pub struct ForwarderShard {
     pub access: Rc<Access>,
 }
 
-/// Where a topic's or a subscription's calls go, as the gateway remembers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
-    /// This node's forwarder shard of this number serves it.
-    Here(u32),
-    /// Another node does.
-    Elsewhere,
-}
-
 /// The shard a call on a resource goes to.
 pub enum Serving<'a> {
     /// It serves the resource.
@@ -53,18 +42,17 @@ pub enum Serving<'a> {
 pub struct Gateway {
     pub router: ShardCaller<RouterShard>,
     pub forwarders: Vec<ShardCaller<ForwarderShard>>,
-    /// This node's id in its cluster, when it is one of a cluster's.
-    pub cluster_node: Option<u64>,
-    routes: Mutex<HashMap<Resource, Route>>,
+    /// Who serves what: the node's one cache, which its forwarder shards' relays share.
+    routes: Arc<Routes>,
 }
 
 impl Gateway {
     pub fn new(
         router: ShardCaller<RouterShard>,
         forwarders: Vec<ShardCaller<ForwarderShard>>,
-        cluster_node: Option<u64>,
+        routes: Arc<Routes>,
     ) -> Gateway {
-        Gateway { router, forwarders, cluster_node, routes: Mutex::new(HashMap::new()) }
+        Gateway { router, forwarders, routes }
     }
 
     /// Runs a control-plane operation through the router shard's door, for whom `presented`
@@ -109,82 +97,74 @@ impl Gateway {
         resource: Resource,
         kind: Kind,
     ) -> Result<Serving<'_>, Status> {
-        if let Some(route) = self.routes.lock().expect("routes").get(&resource).copied() {
-            return self.shard_of(&resource, route);
-        }
-        let (presented, looked_up) = (presented.clone(), resource.clone());
-        let route = self
-            .router
-            .try_call(move |shard| async move {
-                let (name, forwarders) = match &looked_up {
-                    Resource::Topic(name) => (name, shard.router.lookup_topic(name, None)),
-                    Resource::Subscription(name) => (name, shard.router.lookup_subscription(name, None)),
-                };
-                let first = forwarders.as_ref().ok().and_then(|forwarders| forwarders.first());
-                if let Some(first) = first {
-                    let (node, local) = crate::catalog::node_and_shard(first.shard);
-                    if node != shard.router.node_id() {
-                        return Ok(Route::Elsewhere);
+        let owner = self
+            .routes
+            .owner(&resource, || {
+                let (presented, looked_up) = (presented.clone(), resource.clone());
+                self.router.try_call(move |shard| async move {
+                    let name = looked_up.name();
+                    let forwarders = match &looked_up {
+                        Resource::Topic(name) => shard.router.lookup_topic(name, None),
+                        Resource::Subscription(name) => shard.router.lookup_subscription(name, None),
+                    };
+                    let owner = forwarders.and_then(|forwarders| {
+                        let forwarders = forwarders.into_iter().map(|found| (found.shard, found.address));
+                        Owner::first(&looked_up, forwarders)
+                    });
+                    match owner {
+                        Ok(owner) if owner.node != shard.router.node_id() => Ok(owner),
+                        owner => {
+                            presented.check(&shard.access, kind, name)?;
+                            owner
+                        }
                     }
-                    presented.check(&shard.access, kind, name)?;
-                    return Ok(Route::Here(local));
-                }
-                presented.check(&shard.access, kind, name)?;
-                Err(forwarders
-                    .err()
-                    .unwrap_or_else(|| Status::unavailable("no forwarder serves this resource; retry")))
+                })
             })
             .await?;
-        let serving = self.shard_of(&resource, route)?;
-        let mut routes = self.routes.lock().expect("routes");
-        if routes.len() >= GRPC_ROUTES_CACHED_MAX {
-            routes.clear();
-        }
-        routes.insert(resource, route);
-        Ok(serving)
+        self.shard_of(&resource, &owner)
     }
 
-    /// The shard a route names: its own, or, for a resource another node serves, the shard
-    /// that carries its calls (chosen by the resource's name, so that carried calls spread
-    /// over the shards and each resource's stay on one).
-    fn shard_of(&self, resource: &Resource, route: Route) -> Result<Serving<'_>, Status> {
-        match route {
-            Route::Here(shard) => self.forwarders.get(shard as usize).map(Serving::Here).ok_or_else(|| {
+    /// The shard a call on `resource`, served by `owner`, goes to: the owner, when it is one of
+    /// this node's, or, for a resource another node serves, the shard that carries its calls
+    /// (chosen by the resource's name, so that carried calls spread over the shards and each
+    /// resource's stay on one).
+    fn shard_of(&self, resource: &Resource, owner: &Owner) -> Result<Serving<'_>, Status> {
+        if self.routes.is_here(owner) {
+            let shard = owner.shard;
+            return self.forwarders.get(shard as usize).map(Serving::Here).ok_or_else(|| {
                 Status::unavailable(format!("this node has no forwarder shard {shard}; retry"))
-            }),
-            Route::Elsewhere => {
-                if self.forwarders.is_empty() {
-                    return Err(Status::unavailable(
-                        "this node has no forwarder shard to carry the call; retry",
-                    ));
-                }
-                use std::hash::{Hash, Hasher};
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                resource.hash(&mut hasher);
-                let shard = (hasher.finish() % self.forwarders.len() as u64) as usize;
-                Ok(Serving::Elsewhere(&self.forwarders[shard]))
-            }
+            });
         }
+        if self.forwarders.is_empty() {
+            return Err(Status::unavailable("this node has no forwarder shard to carry the call; retry"));
+        }
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        resource.hash(&mut hasher);
+        let shard = (hasher.finish() % self.forwarders.len() as u64) as usize;
+        Ok(Serving::Elsewhere(&self.forwarders[shard]))
     }
 
-    /// Forgets a topic's route: after `NotOwner` (the topic moved, or was deleted and made
-    /// again elsewhere), or its deletion.
-    pub fn forget_topic(&self, topic: &str) {
-        self.routes.lock().expect("routes").remove(&Resource::Topic(topic.to_owned()));
+    /// Forgets who serves `resource` if the answer `status` of a call on it says it may have
+    /// changed (`dispatch::routes::is_stale`).
+    pub fn forget_if_stale(&self, resource: &Resource, status: &Status) {
+        self.routes.forget_if_stale(resource, status);
     }
 
-    pub fn forget_subscription(&self, subscription: &str) {
-        self.routes.lock().expect("routes").remove(&Resource::Subscription(subscription.to_owned()));
+    /// Forgets who serves `resource`: it is served here no more (after a stale route) or this
+    /// node deleted it.
+    pub fn forget(&self, resource: &Resource) {
+        self.routes.forget(resource);
     }
 
     /// Forgets every route (a topic's deletion leaves its subscriptions' routes stale too).
     pub fn forget_all(&self) {
-        self.routes.lock().expect("routes").clear();
+        self.routes.forget_all();
     }
 }
 
-/// Whether a forwarder's answer means the route was stale, so the caller should forget it and
-/// ask once more.
+/// Whether a forwarder's answer means the call went to one that no longer serves its resource,
+/// so that it is asked once more through the router (the route was forgotten with it).
 pub fn is_stale_route(status: &Status) -> bool {
     status.code == Code::NotOwner
 }

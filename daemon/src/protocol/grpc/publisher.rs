@@ -133,6 +133,7 @@ async fn publish(
 ) -> Result<Vec<String>, Status> {
     let topic = names::parse("topic", Kind::Topic, &request.topic)?.name;
     let mut batch = OwnedPublish::new(topic.clone(), request.messages);
+    let resource = Resource::Topic(topic.clone());
     for _attempt in 0..PUBLISH_ATTEMPTS_MAX {
         let shard = match gateway.topic_forwarder(&presented, &topic, crate::dispatch::Kind::Publish).await? {
             Serving::Here(shard) => shard,
@@ -141,21 +142,21 @@ async fn publish(
                 // carried is bounded by them (the serving node checks again).
                 batch.check()?;
                 let body = remote::native_body(WireCommand::Publish, &batch.native())?;
-                let resource = Resource::Topic(topic.clone());
-                match remote::carry(shard, &presented, resource, WireCommand::Publish, body, Duration::ZERO)
+                let carried = resource.clone();
+                match remote::carry(shard, &presented, carried, WireCommand::Publish, body, Duration::ZERO)
                     .await
                 {
                     Ok(Some(answer)) => {
                         let response = decode_body::<PublishResponse>(&answer).map_err(DomainStatus::from)?;
                         return Ok(response.message_ids.iter().map(u64::to_string).collect());
                     }
-                    Ok(None) => gateway.forget_topic(&topic),
-                    Err(status) if is_stale_route(&status) => gateway.forget_topic(&topic),
+                    // Served here now: the route was stale.
+                    Ok(None) => gateway.forget(&resource),
                     Err(status) => {
-                        if remote::route_may_be_stale(&status) {
-                            gateway.forget_topic(&topic);
+                        gateway.forget_if_stale(&resource, &status);
+                        if !is_stale_route(&status) {
+                            return Err(status.into());
                         }
-                        return Err(status.into());
                     }
                 }
                 continue;
@@ -177,7 +178,7 @@ async fn publish(
         match published {
             Ok(ids) => return Ok(ids.map(|id| id.to_string()).collect()),
             Err(returned) => {
-                gateway.forget_topic(&topic);
+                gateway.forget(&resource);
                 batch = returned;
             }
         }
@@ -381,7 +382,7 @@ impl pubsub::publisher_server::Publisher for PublisherService {
             .await
             .and_then(Outcome::into_done)
             .map_err(|status| pubsub_wording(status, &name))?;
-        self.gateway.forget_subscription(&name);
+        self.gateway.forget(&Resource::Subscription(name));
         Ok(Response::new(pubsub::DetachSubscriptionResponse {}))
     }
 }

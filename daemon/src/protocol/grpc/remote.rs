@@ -13,7 +13,7 @@ use super::credentials::Presented;
 use super::delivery::Properties;
 use super::gateway::{ForwarderShard, Gateway, Resource};
 use crate::api::data::InvalidAckId;
-use crate::api::{Code, Status};
+use crate::api::Status;
 use crate::net::relay;
 use ringpost_proto::pubsub;
 use ringpost_wire::frame::{decode_body, FrameBuffer};
@@ -60,12 +60,6 @@ pub async fn carry(
             Ok(answer.map(|(answer, _reservation)| answer))
         })
         .await
-}
-
-/// Whether a carried call's failure means the route may be stale (the resource moved, or its
-/// node is gone), so that the gateway looks it up again next time.
-pub fn route_may_be_stale(status: &Status) -> bool {
-    matches!(status.code, Code::NotOwner | Code::Unavailable | Code::DeadlineExceeded)
 }
 
 /// A subscription's properties as this node's catalog holds them, for what another node
@@ -172,6 +166,7 @@ pub async fn acknowledge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Code;
     use ringpost_wire::messages::InvalidAckId as NativeInvalidAckId;
 
     #[test]

@@ -18,7 +18,7 @@ use super::decode_errors::refusal_of_bad_request;
 use super::delivery::{
     ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
 };
-use super::gateway::{is_stale_route, ForwarderShard, Gateway, Serving};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Resource, Serving};
 use super::names;
 use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
@@ -39,7 +39,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::rc::Rc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -144,6 +144,7 @@ async fn open(
     let mut retried = false;
     // Shared by the attempts: only the one whose stream opens keeps it.
     let refusal = std::sync::Arc::new(std::sync::Mutex::new(Some(refusal)));
+    let resource = Resource::Subscription(opening.name.clone());
     loop {
         let serving = gateway.subscription_forwarder(presented, &opening.name, Kind::StreamingPull).await?;
         let (opened, answer) = oneshot::channel();
@@ -178,15 +179,12 @@ async fn open(
         };
         match answer.await {
             Ok(Ok(properties)) => return Ok((caller, properties, carried)),
-            Ok(Err(status)) if is_stale_route(&status) && !retried => {
-                gateway.forget_subscription(&opening.name);
-                retried = true;
-            }
             Ok(Err(status)) => {
-                if super::remote::route_may_be_stale(&status) {
-                    gateway.forget_subscription(&opening.name);
+                gateway.forget_if_stale(&resource, &status);
+                if !is_stale_route(&status) || retried {
+                    return Err(status.into());
                 }
-                return Err(status.into());
+                retried = true;
             }
             // The job was dropped unrun: the shard is stopping.
             Err(_) => return Err(Status::unavailable("the server is stopping; retry")),
@@ -224,15 +222,18 @@ impl CredentialedPeer<'_> {
         if self.refused.borrow().is_some() {
             return true;
         }
-        if !self.may_lapse() || self.checked.get().elapsed() < SECURITY_CHECK_INTERVAL {
+        if !self.may_lapse() || crate::runtime::now() - self.checked.get() < SECURITY_CHECK_INTERVAL {
             return false;
         }
         self.check()
     }
 
+    /// Checks the session now. Time is the shard's (`runtime`), as the native server's check
+    /// reads it: the job runs on a forwarder shard, so a simulation's clock reaches it.
     fn check(&self) -> bool {
-        self.checked.set(Instant::now());
-        match self.access.still_valid(&self.session, SystemTime::now()) {
+        self.checked.set(crate::runtime::now());
+        let now = UNIX_EPOCH + Duration::from_millis(crate::runtime::wall_ms());
+        match self.access.still_valid(&self.session, now) {
             Ok(()) => false,
             Err(status) => {
                 *self.refused.borrow_mut() = Some(status);
@@ -306,7 +307,7 @@ async fn serve_stream(
         responses: &responses,
         access: &shard.access,
         session,
-        checked: Cell::new(Instant::now()),
+        checked: Cell::new(crate::runtime::now()),
         refused: RefCell::new(None),
     };
     loop {
@@ -374,7 +375,7 @@ async fn serve_carried_stream(
             responses: &responses,
             access: &shard.access,
             session,
-            checked: Cell::new(Instant::now()),
+            checked: Cell::new(crate::runtime::now()),
             refused: RefCell::new(None),
         },
         properties,
@@ -884,5 +885,41 @@ mod tests {
         assert!(check_later_request(&later).is_err());
         later.max_outstanding_messages = 0;
         assert!(check_later_request(&later).is_ok());
+    }
+
+    /// The stream's credential check reads the shard's clock, so a simulation's reaches it: a
+    /// token valid at the simulation's start (its wall clock is 2023's, the token expires 40
+    /// minutes later) holds until the virtual clock passes its expiry, then ends the stream,
+    /// with no real minute waited. On the system clock the token had expired at once and no
+    /// interval had passed since the last check.
+    #[test]
+    fn a_streams_credential_is_checked_on_the_shards_clock() {
+        let token = "rpt_streaming_alice";
+        let epoch = UNIX_EPOCH + Duration::from_millis(crate::runtime::sim::EPOCH_MS);
+        let expires = epoch + Duration::from_secs(40 * 60);
+        let line = crate::auth::token::access_line("alice", token, Some(expires));
+        let access = crate::protocol::native::forwarder::tests::required_access("grpc-stream-clock", &line);
+        let (responses, _receiver) = mpsc::channel(1);
+        crate::runtime::sim::Simulation::new(0).time_max(Duration::from_secs(3600)).run(async {
+            let session = access.authenticate_token(token).expect("the token is valid at the start");
+            let peer = CredentialedPeer {
+                responses: &responses,
+                access: &access,
+                session,
+                checked: Cell::new(crate::runtime::now()),
+                refused: RefCell::new(None),
+            };
+            assert!(!peer.check(), "the token holds at the simulation's start");
+            crate::runtime::sleep(Duration::from_secs(30 * 60)).await;
+            assert!(!peer.is_gone(), "the token holds before it expires");
+            let started = crate::runtime::now();
+            peer.gone().await;
+            let waited = crate::runtime::now() - started;
+            assert!(waited >= Duration::from_secs(10 * 60), "ended before the expiry: {waited:?}");
+            assert!(waited <= Duration::from_secs(10 * 60) + 2 * SECURITY_CHECK_INTERVAL, "{waited:?}");
+            let refusal = peer.take_refusal().expect("the stream ends for its credential");
+            assert_eq!(refusal.code(), tonic::Code::Unauthenticated);
+            assert!(refusal.message().contains("expired"), "{}", refusal.message());
+        });
     }
 }

@@ -93,6 +93,6 @@ pub async fn delete(
         .await
         .and_then(Outcome::into_done)
         .map_err(|status| pubsub_wording(status, &subscription))?;
-    gateway.forget_subscription(&subscription);
+    gateway.forget(&crate::dispatch::routes::Resource::Subscription(subscription));
     Ok(Response::new(()))
 }
