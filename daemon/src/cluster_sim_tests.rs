@@ -497,15 +497,15 @@ impl Peers for SimPeers {
     }
 
     fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()> {
-        self.ask(leader, move |serving| async move { serving.router.register(node).await })
+        self.ask(leader, move |serving| async move { Ok(serving.router.register(node).await?) })
     }
 
     fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()> {
-        self.ask(leader, move |serving| async move { serving.router.want_elections(topics).await })
+        self.ask(leader, move |serving| async move { Ok(serving.router.want_elections(topics).await?) })
     }
 
     fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()> {
-        self.ask(leader, move |serving| async move { serving.router.delete_subscription(&name).await })
+        self.ask(leader, move |serving| async move { Ok(serving.router.delete_subscription(&name).await?) })
     }
 
     fn cluster_status(&self, leader: u64) -> PeerFuture<crate::api::cluster::ClusterStatus> {

@@ -32,6 +32,7 @@ use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
 use crate::router::elections::{self, ElectionTimings, Elections, Electorate};
 use crate::router::moves;
+use crate::router::ControlError;
 use crate::runtime::{self, sim};
 use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};
@@ -252,18 +253,19 @@ impl Electorate for World {
         Some((0..NODES_TOTAL).filter(|node| recent(&heard[*node])).map(|node| node as u64 + 1).collect())
     }
 
-    async fn control(&self, shard: u32, request: ControlRequest) -> Result<ControlOk, Status> {
+    async fn control(&self, shard: u32, request: ControlRequest) -> Result<ControlOk, ControlError> {
         let node = node_of(shard);
-        let unreachable = || Status::unavailable(format!("node {node} is not reachable"));
+        let unreachable = || ControlError::unavailable(format!("node {node} is not reachable"));
         if !self.reachable(node) {
             return Err(unreachable());
         }
-        self.on_node(node, move |forwarder| async move { forwarder.control(request).await })
+        Ok(self
+            .on_node(node, move |forwarder| async move { forwarder.control(request).await })
             .await
-            .unwrap_or_else(|| Err(unreachable()))
+            .unwrap_or_else(|| Err(unreachable().into()))?)
     }
 
-    async fn decide(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+    async fn decide(&self, entry: CatalogEntry) -> Result<Applied, ControlError> {
         let decided = format!("{entry:?}");
         let applied = self.catalog.borrow_mut().apply(entry);
         trace(|| format!("catalog: {decided}: {applied:?}"));
@@ -273,9 +275,9 @@ impl Electorate for World {
 
 /// The new replica of a move goes to a spare node (each taken once).
 impl moves::Mover for World {
-    fn new_replica_place(&self, _topic: &TopicRecord, _leaving_node: u64) -> Result<u32, Status> {
+    fn new_replica_place(&self, _topic: &TopicRecord, _leaving_node: u64) -> Result<u32, ControlError> {
         let spare = self.spares.borrow_mut().pop();
-        spare.map(shard_of).ok_or_else(|| Status::failed_precondition("no spare node is left"))
+        spare.map(shard_of).ok_or_else(|| ControlError::failed_precondition("no spare node is left"))
     }
 }
 

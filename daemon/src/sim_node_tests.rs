@@ -250,10 +250,13 @@ pub(crate) async fn call<T: Body>(
     }
 }
 
-fn outcome<T>(result: &Result<T, Status>) -> String {
+fn outcome<T, E: Clone + Into<Status>>(result: &Result<T, E>) -> String {
     match result {
         Ok(_) => "ok".into(),
-        Err(status) => format!("{:?}: {}", status.code, status.message),
+        Err(error) => {
+            let status: Status = error.clone().into();
+            format!("{:?}: {}", status.code, status.message)
+        }
     }
 }
 
@@ -534,9 +537,9 @@ async fn create_subscription(router: &Router<SimDisk>, model: &RefCell<Model>, t
 }
 
 /// Looks up where a topic or subscription is served, as a client does first.
-fn forwarder_of(
+fn forwarder_of<E>(
     node: &Node,
-    lookup: Result<Vec<crate::api::control::ForwarderAddress>, Status>,
+    lookup: Result<Vec<crate::api::control::ForwarderAddress>, E>,
 ) -> Option<usize> {
     let shard = lookup.ok()?.first()?.shard as usize;
     debug_assert!(shard < node.forwarders.len());

@@ -12,13 +12,95 @@ use crate::api::limits::{
     PUBLISH_REQUEST_BYTES_MAX, PULL_MESSAGES_MAX, PULL_WAIT_MS_MAX,
 };
 use crate::api::validate::{effective_ack_deadline_seconds, validate_message, validate_name};
-use crate::api::Status;
 use crate::log::record::AttributeIter;
+use crate::log::LogError;
 use crate::subscription::budget::StreamReservation;
+use crate::subscription::SubscriptionError;
+use ringpost_model::Invalid;
 use std::ops::Range;
+use std::rc::Rc;
 use std::time::Duration;
 
-/// A message's attributes, read in place from wherever they were decoded.
+/// Which kind of resource a data-plane request named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    Topic,
+    Subscription,
+}
+
+impl std::fmt::Display for ResourceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ResourceKind::Topic => "topic",
+            ResourceKind::Subscription => "subscription",
+        })
+    }
+}
+
+/// Why the data plane refused or failed a request, by what its caller does next. Each protocol
+/// turns it into its own code at its edge, through the domain's `Status` (`api::error`); the
+/// message is this `Display` but for `Log`, whose message is the log's mapping's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    /// The request breaks one of Pub/Sub's rules, which the reason names: sent again as it is,
+    /// it fails again.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The protocol could not read the request it received (a malformed frame): its
+    /// connection is closed after the reply.
+    #[error("{0}")]
+    Malformed(String),
+    /// This shard does not serve the topic or subscription: the caller asks the router which
+    /// forwarder does, by the resource's kind and name, and goes there.
+    #[error("this forwarder does not serve {kind} '{name}'; ask the router again")]
+    NotOwner { kind: ResourceKind, name: Box<str> },
+    /// The topic (or the subscription's topic) could not be recovered at start and is not
+    /// served until an operator repairs or deletes it: no retry helps.
+    #[error(
+        "{kind} '{name}' is quarantined: {why}. It is not served until repaired or deleted; nothing was deleted"
+    )]
+    Quarantined { kind: ResourceKind, name: Box<str>, why: Rc<str> },
+    /// The subscription's own refusal (deleted, detached, moved, the shard stopping).
+    #[error("{0}")]
+    Subscription(SubscriptionError),
+    /// The topic's log failed the write or the read; it says whether to retry here, go
+    /// elsewhere (a deposed leader) or give up.
+    #[error("{0}")]
+    Log(LogError),
+}
+
+impl From<SubscriptionError> for DataError {
+    fn from(error: SubscriptionError) -> DataError {
+        DataError::Subscription(error)
+    }
+}
+
+impl From<LogError> for DataError {
+    fn from(error: LogError) -> DataError {
+        DataError::Log(error)
+    }
+}
+
+impl DataError {
+    /// Whether the caller should go to another forwarder: this one does not serve the resource,
+    /// or its replica stopped leading the topic under the write.
+    pub fn is_not_owner(&self) -> bool {
+        matches!(
+            self,
+            DataError::NotOwner { .. }
+                | DataError::Log(LogError::Deposed { .. })
+                | DataError::Subscription(SubscriptionError::Log(LogError::Deposed { .. }))
+        )
+    }
+}
+
+impl From<Invalid> for DataError {
+    /// The model's refusals are all invalid arguments, with its message.
+    fn from(invalid: Invalid) -> DataError {
+        DataError::InvalidArgument(invalid.message)
+    }
+}
+
 pub trait Attributes {
     fn count(&self) -> usize;
     /// The key and value of attribute `index`, below `count`.
@@ -49,7 +131,7 @@ pub trait PublishBatch: 'static {
     fn visit(
         &self,
         visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = MessageView<'_>>),
-    ) -> Result<(), Status>;
+    ) -> Result<(), DataError>;
 }
 
 /// Checks a publish with Pub/Sub's rules (the topic's name, the number of messages, each
@@ -58,14 +140,14 @@ pub fn check_publish(
     topic: &str,
     messages: &mut dyn ExactSizeIterator<Item = MessageView<'_>>,
     record_bytes: impl Fn(&MessageView<'_>) -> usize,
-) -> Result<usize, Status> {
+) -> Result<usize, DataError> {
     validate_name("topic", topic)?;
     let count = messages.len();
     if count == 0 {
-        return Err(Status::invalid_argument("publish request has no messages"));
+        return Err(DataError::InvalidArgument("publish request has no messages".into()));
     }
     if count > PUBLISH_BATCH_MESSAGES_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(DataError::InvalidArgument(format!(
             "publish request has {count} messages; the limit is {PUBLISH_BATCH_MESSAGES_MAX} (PUBLISH_BATCH_MESSAGES_MAX)"
         )));
     }
@@ -75,7 +157,7 @@ pub fn check_publish(
         encoded_bytes += record_bytes(&message);
     }
     if total > PUBLISH_REQUEST_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(DataError::InvalidArgument(format!(
             "publish request is {total} bytes; the limit is {PUBLISH_REQUEST_BYTES_MAX} (PUBLISH_REQUEST_BYTES_MAX)"
         )));
     }
@@ -91,14 +173,14 @@ pub struct PullSettings {
 }
 
 impl PullSettings {
-    pub fn new(max_messages: u32, wait_ms: u32) -> Result<PullSettings, Status> {
+    pub fn new(max_messages: u32, wait_ms: u32) -> Result<PullSettings, DataError> {
         if max_messages == 0 || max_messages > PULL_MESSAGES_MAX {
-            return Err(Status::invalid_argument(format!(
+            return Err(DataError::InvalidArgument(format!(
                 "max_messages is {max_messages}; it must be 1 to {PULL_MESSAGES_MAX} (PULL_MESSAGES_MAX)"
             )));
         }
         if wait_ms > PULL_WAIT_MS_MAX {
-            return Err(Status::invalid_argument(format!(
+            return Err(DataError::InvalidArgument(format!(
                 "wait_ms is {wait_ms}; the limit is {PULL_WAIT_MS_MAX} (PULL_WAIT_MS_MAX)"
             )));
         }
@@ -125,7 +207,7 @@ impl StreamSettings {
         ack_deadline_seconds: u32,
         max_outstanding_messages: u64,
         max_outstanding_bytes: u64,
-    ) -> Result<StreamSettings, Status> {
+    ) -> Result<StreamSettings, DataError> {
         let lease = match ack_deadline_seconds {
             0 => None,
             seconds => Some(Duration::from_secs(effective_ack_deadline_seconds(seconds)? as u64)),
@@ -155,7 +237,7 @@ pub trait StreamPeer {
 pub trait DeliveryStream {
     type Batch;
     /// The next delivery, waiting for one; `None` once the peer went. An error ends the stream.
-    async fn next(&mut self, peer: &impl StreamPeer) -> Result<Option<Delivery<Self::Batch>>, Status>;
+    async fn next(&mut self, peer: &impl StreamPeer) -> Result<Option<Delivery<Self::Batch>>, DataError>;
     /// Whether the shard is stopping: a peer that seems gone may only have stopped being read.
     fn stopping(&self) -> bool;
 }
@@ -242,9 +324,9 @@ impl InvalidAckId {
 }
 
 /// Checks the number of ack ids of an acknowledgement or a deadline change.
-pub fn check_ack_id_count(count: usize) -> Result<(), Status> {
+pub fn check_ack_id_count(count: usize) -> Result<(), DataError> {
     if count == 0 || count > ACK_IDS_PER_REQUEST_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(DataError::InvalidArgument(format!(
             "{count} ack ids; a request carries 1 to {ACK_IDS_PER_REQUEST_MAX} (ACK_IDS_PER_REQUEST_MAX)"
         )));
     }
@@ -252,9 +334,9 @@ pub fn check_ack_id_count(count: usize) -> Result<(), Status> {
 }
 
 /// Checks a deadline change's seconds (0 gives the messages back at once).
-pub fn check_ack_deadline_change(seconds: u32) -> Result<(), Status> {
+pub fn check_ack_deadline_change(seconds: u32) -> Result<(), DataError> {
     if seconds > MODIFY_ACK_DEADLINE_SECONDS_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(DataError::InvalidArgument(format!(
             "ack deadline of {seconds} s is outside 0 to {MODIFY_ACK_DEADLINE_SECONDS_MAX} s (MODIFY_ACK_DEADLINE_SECONDS_MAX)"
         )));
     }
@@ -271,14 +353,14 @@ pub trait DataPlane {
         Self: 'a;
 
     /// Appends the messages to their topic once durable; returns their message ids, in order.
-    async fn publish(&self, messages: impl PublishBatch) -> Result<Range<u64>, Status>;
+    async fn publish(&self, messages: impl PublishBatch) -> Result<Range<u64>, DataError>;
     /// Leases up to `settings.max_messages`, waiting up to `settings.wait` for a first one;
     /// `None` when there was none.
     async fn pull(
         &self,
         subscription: &str,
         settings: PullSettings,
-    ) -> Result<Option<Delivery<Self::Batch>>, Status>;
+    ) -> Result<Option<Delivery<Self::Batch>>, DataError>;
     /// `pull`, ending its wait with `None` once `peer` is gone: a connection whose client left
     /// is not held until the wait it asked for ends. Only the wait ends early; a pull that has
     /// leased messages answers them.
@@ -287,7 +369,7 @@ pub trait DataPlane {
         subscription: &str,
         settings: PullSettings,
         peer: &impl StreamPeer,
-    ) -> Result<Option<Delivery<Self::Batch>>, Status> {
+    ) -> Result<Option<Delivery<Self::Batch>>, DataError> {
         let _ = peer;
         self.pull(subscription, settings).await
     }
@@ -295,7 +377,7 @@ pub trait DataPlane {
         &self,
         subscription: &str,
         settings: StreamSettings,
-    ) -> Result<Self::Stream<'_>, Status>;
+    ) -> Result<Self::Stream<'_>, DataError>;
     /// Acknowledges, durably; returns the ack ids refused. On a subscription with exactly-once
     /// delivery, only ack ids of current, unexpired leases are accepted, and a journal write
     /// that fails is not an error of the request: each id it held is returned as
@@ -304,7 +386,7 @@ pub trait DataPlane {
         &self,
         subscription: &str,
         ack_ids: impl ExactSizeIterator<Item = &'a str>,
-    ) -> Result<Vec<InvalidAckId>, Status>;
+    ) -> Result<Vec<InvalidAckId>, DataError>;
     /// Extends the leases by `seconds` from now (durably), or gives them back at once with 0.
     /// With exactly-once delivery, refusals and failures are per id, as for `acknowledge`.
     async fn modify_ack_deadline<'a>(
@@ -312,5 +394,5 @@ pub trait DataPlane {
         subscription: &str,
         ack_ids: impl ExactSizeIterator<Item = &'a str> + Clone,
         seconds: u32,
-    ) -> Result<Vec<InvalidAckId>, Status>;
+    ) -> Result<Vec<InvalidAckId>, DataError>;
 }

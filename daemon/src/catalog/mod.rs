@@ -8,6 +8,7 @@
 //! committed entry is never handed out again, on this node or, later, another.
 
 pub mod entry;
+mod error;
 pub mod legacy;
 pub mod peer;
 pub mod placement;
@@ -27,9 +28,9 @@ pub use entry::{
     forwarder_name, global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, SnapshotRecord,
     SubscriptionRecord, SubscriptionSettings, TopicRecord,
 };
+pub use error::CatalogError;
 pub use state::{Applied, CatalogState};
 
-use crate::api::Status;
 use crate::log::{Directories, Log};
 use crate::storage::Storage;
 use openraft::network::RaftNetworkFactory;
@@ -55,11 +56,6 @@ pub const CATALOG_PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How recently a cluster's leader must have heard from a majority of its voters to take a
 /// proposal: two heartbeats, and well inside its lease.
 const QUORUM_HEARD_WITHIN: Duration = Duration::from_millis(2 * CLUSTER_HEARTBEAT_INTERVAL_MS);
-
-/// Whether a refusal of `propose` leaves the outcome unknown: the change may still be decided.
-pub fn is_undecided(status: &Status) -> bool {
-    status.code == crate::api::Code::DeadlineExceeded
-}
 
 /// How long the start waits for the catalog to elect itself and apply its log.
 const RECOVERY_WAIT: Duration = Duration::from_secs(60);
@@ -403,7 +399,7 @@ impl<S: Storage> Catalog<S> {
     /// Refuses, before anything is appended, a proposal on a cluster's leader that has not
     /// heard from a majority of voters for `QUORUM_HEARD_WITHIN`: it would wait for a quorum
     /// that is not there. A single voter is its own quorum.
-    fn check_quorum_heard(&self) -> Result<(), Status> {
+    fn check_quorum_heard(&self) -> Result<(), CatalogError> {
         let voters = self.voter_count();
         if voters <= 1 {
             return Ok(());
@@ -413,13 +409,7 @@ impl<S: Storage> Catalog<S> {
         let since = heard.map(|acked| <rt::ShardInstant as openraft_rt::instant::Instant>::now() - acked);
         match since {
             Some(since) if since <= QUORUM_HEARD_WITHIN => Ok(()),
-            since => Err(Status::unavailable(format!(
-                "node {} leads the catalog but has not heard from a majority of its {} voters{}: \
-                 too few are reachable to decide anything",
-                self.this_node,
-                voters,
-                since.map_or(String::new(), |since| format!(" for {:.1} s", since.as_secs_f64()))
-            ))),
+            since => Err(CatalogError::QuorumNotHeard { node: self.this_node, voters, since }),
         }
     }
 
@@ -558,18 +548,12 @@ impl<S: Storage> Catalog<S> {
         node_id: u64,
         voter: bool,
         catch_up_within: Duration,
-    ) -> Result<(), Status> {
+    ) -> Result<(), CatalogError> {
         let members = self.members();
         if !members.contains_key(&node_id) || voter && members.get(&node_id) == Some(&false) {
             let added = within(catch_up_within, self.raft.add_learner(node_id, openraft::EmptyNode {}, true))
                 .await
-                .ok_or_else(|| {
-                    Status::unavailable(format!(
-                        "node {node_id} is a learner of the catalog now, but did not catch up within {} s: \
-                         is it running, started with --join? Run the command again once it is",
-                        catch_up_within.as_secs()
-                    ))
-                })?;
+                .ok_or(CatalogError::NotCaughtUp { node_id, waited: catch_up_within })?;
             added.map_err(|error| membership_refused(node_id, error))?;
         }
         if voter && self.members().get(&node_id) != Some(&true) {
@@ -584,7 +568,7 @@ impl<S: Storage> Catalog<S> {
 
     /// On the leader: takes node `node_id` out of the catalog's group, voter or learner. The
     /// leader itself is not removed here: it hands its leadership to another voter first.
-    pub async fn remove_member(&self, node_id: u64) -> Result<(), Status> {
+    pub async fn remove_member(&self, node_id: u64) -> Result<(), CatalogError> {
         let Some(voter) = self.members().get(&node_id).copied() else {
             return Ok(());
         };
@@ -602,12 +586,12 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// Asks this leader to hand the catalog's leadership to voter `to`.
-    pub async fn transfer_leadership(&self, to: u64) -> Result<(), Status> {
+    pub async fn transfer_leadership(&self, to: u64) -> Result<(), CatalogError> {
         self.raft
             .trigger()
             .transfer_leader(to)
             .await
-            .map_err(|error| Status::unavailable(format!("handing the catalog's leadership over: {error}")))
+            .map_err(|error| CatalogError::TransferRefused(error.to_string()))
     }
 
     /// This node's id.
@@ -669,8 +653,8 @@ impl<S: Storage> Catalog<S> {
     ///
     /// A leader that lost its quorum may hold a proposal unanswered until the quorum returns
     /// (and then commit it), so the wait is bounded by `CATALOG_PROPOSE_TIMEOUT`; its refusal,
-    /// `DeadlineExceeded`, means the outcome is unknown (see `is_undecided`).
-    pub async fn propose(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+    /// `CatalogError::Undecided`, means the outcome is unknown (see `is_undecided`).
+    pub async fn propose(&self, entry: CatalogEntry) -> Result<Applied, CatalogError> {
         self.check_quorum_heard()?;
         let write = async { Some(self.raft.client_write(entry).await) };
         let timeout = async {
@@ -679,23 +663,14 @@ impl<S: Storage> Catalog<S> {
         };
         match futures_lite::future::or(write, timeout).await {
             Some(Ok(response)) => match response.data {
-                Applied::Refused(status) => Err(status),
+                Applied::Refused(taken) => Err(CatalogError::NameTaken(taken)),
                 applied => Ok(applied),
             },
             Some(Err(openraft::error::RaftError::APIError(
-                openraft::error::ClientWriteError::ForwardToLeader(_),
-            ))) => Err(Status::unavailable("this node no longer leads the catalog; try again")),
-            Some(Err(error)) => {
-                Err(Status::unavailable(format!("the catalog did not commit the change: {error}")))
-            }
-            None => Err(Status::new(
-                crate::api::Code::DeadlineExceeded,
-                format!(
-                    "the catalog did not decide the change within {} s (too few of its voters answer); \
-                     it may still be decided once they do",
-                    CATALOG_PROPOSE_TIMEOUT.as_secs()
-                ),
-            )),
+                openraft::error::ClientWriteError::ForwardToLeader(forward),
+            ))) => Err(CatalogError::NotLeader { leader: forward.leader_id }),
+            Some(Err(error)) => Err(CatalogError::NotCommitted(error.to_string())),
+            None => Err(CatalogError::Undecided { waited: CATALOG_PROPOSE_TIMEOUT }),
         }
     }
 
@@ -716,11 +691,11 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// Rewrites the stale copies in data directory `index`; returns the batches copied.
-    pub async fn resync_copy(&self, index: usize) -> Result<u64, Status> {
+    pub async fn resync_copy(&self, index: usize) -> Result<u64, CatalogError> {
         let mut copied = 0;
         for log in self.logs() {
             if log.is_stale(index) {
-                copied += log.resync_copy(index).await.map_err(crate::api::Status::from)?;
+                copied += log.resync_copy(index).await?;
             }
         }
         Ok(copied)
@@ -768,24 +743,17 @@ async fn within<T>(limit: Duration, future: impl std::future::Future<Output = T>
 fn membership_refused(
     node_id: u64,
     error: openraft::error::RaftError<CatalogRaft, openraft::error::ClientWriteError<CatalogRaft>>,
-) -> Status {
+) -> CatalogError {
     match error {
-        openraft::error::RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(_)) => {
-            Status::unavailable("this node no longer leads the catalog; try again")
+        openraft::error::RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(forward)) => {
+            CatalogError::NotLeader { leader: forward.leader_id }
         }
-        error => Status::unavailable(format!("changing the catalog's members (node {node_id}): {error}")),
+        error => CatalogError::MembershipRefused { node_id, why: error.to_string() },
     }
 }
 
-fn undecided_membership(node_id: u64) -> Status {
-    Status::new(
-        crate::api::Code::DeadlineExceeded,
-        format!(
-            "the catalog did not decide the change of its members (node {node_id}) within {} s; \
-             it may still be decided: look with `ringpost cluster status`",
-            CATALOG_PROPOSE_TIMEOUT.as_secs()
-        ),
-    )
+fn undecided_membership(node_id: u64) -> CatalogError {
+    CatalogError::MembershipUndecided { node_id, waited: CATALOG_PROPOSE_TIMEOUT }
 }
 
 /// See `Catalog::role_changes`.

@@ -3,7 +3,6 @@
 //! entries in the same order holds the same catalog.
 
 use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SubscriptionRecord, TopicRecord};
-use crate::api::{Code, Status};
 use crate::codec::{DecodeResult, Decoder};
 use std::collections::{BTreeMap, HashMap};
 
@@ -30,8 +29,9 @@ pub struct CatalogState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
     Done,
-    /// The entry changed nothing because the state refuses it (a name taken meanwhile).
-    Refused(Status),
+    /// The entry changed nothing because the state refuses it: a name taken meanwhile, said
+    /// in full (`CatalogError::NameTaken`).
+    Refused(String),
     TopicDeleted(Option<TopicRecord>),
     SubscriptionDeleted(Option<Box<SubscriptionRecord>>),
     SnapshotDeleted(Option<SnapshotRecord>),
@@ -245,7 +245,7 @@ impl CatalogState {
 }
 
 fn refused(message: String) -> Applied {
-    Applied::Refused(Status::new(Code::AlreadyExists, message))
+    Applied::Refused(message)
 }
 
 /// Removes record `id` from a map keyed by name: by its name when the deletion carries it (a

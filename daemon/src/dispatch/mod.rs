@@ -280,7 +280,7 @@ impl<S: Storage> Door<S> {
             caller.check(Kind::GetSubscription.permission(), name)?;
             caller.check(permission, &found?.topic)?;
         }
-        self.router.detach_subscription(name).await
+        Ok(self.router.detach_subscription(name).await?)
     }
 
     /// A subscription with its topic's retention.

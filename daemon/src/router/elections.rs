@@ -11,7 +11,7 @@
 //! (which replica leads).
 
 use super::replicas::ELECTION_ASK_INTERVAL;
-use crate::api::{Code, Status};
+use super::ControlError;
 use crate::catalog::{node_and_shard, Applied, CatalogEntry, CatalogState, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
 use crate::ids::{Epoch, Offset, ShardId};
@@ -66,10 +66,13 @@ pub trait Electorate {
     /// the catalog, or cannot tell yet who is gone (see `Catalog::voters_heard_within`).
     fn nodes_heard_within(&self, within: Duration) -> Option<Vec<u64>>;
     /// Sends `request` to the forwarder `shard` (on whichever node) and waits for its answer.
-    fn control(&self, shard: u32, request: ControlRequest)
-        -> impl Future<Output = Result<ControlOk, Status>>;
+    fn control(
+        &self,
+        shard: u32,
+        request: ControlRequest,
+    ) -> impl Future<Output = Result<ControlOk, ControlError>>;
     /// Decides `entry` in the catalog and waits until this node applied it.
-    fn decide(&self, entry: CatalogEntry) -> impl Future<Output = Result<Applied, Status>>;
+    fn decide(&self, entry: CatalogEntry) -> impl Future<Output = Result<Applied, ControlError>>;
 }
 
 /// The catalog leader's elections: those asked for, those under way (or held by a replica
@@ -188,7 +191,7 @@ pub async fn elect<E: Electorate>(
     electorate: &E,
     topic_id: u64,
     excluded: Option<u32>,
-) -> Result<(), Status> {
+) -> Result<(), ControlError> {
     let Some(topic) = electorate.catalog().topic_by_id(topic_id).cloned() else { return Ok(()) };
     let epoch = topic.epoch + 1;
     let fence_wait = electorate.elections().timings.fence_wait;
@@ -196,7 +199,7 @@ pub async fn elect<E: Electorate>(
         let fence = ControlRequest::FenceReplica { topic_id, epoch };
         let answered = futures_lite::future::or(electorate.control(*shard, fence), async {
             crate::runtime::sleep(fence_wait).await;
-            Err(Status::new(Code::DeadlineExceeded, "no answer in time"))
+            Err(ControlError::no_answer("no answer in time"))
         })
         .await;
         match answered {
@@ -231,7 +234,7 @@ pub fn decide(
     epoch: u64,
     answers: &[FenceAnswer],
     excluded: Option<u32>,
-) -> Result<FenceAnswer, Status> {
+) -> Result<FenceAnswer, ControlError> {
     let mut replicas: Vec<ShardId> =
         topic.replicas.iter().map(|shard| ShardId::from_global(*shard)).collect();
     let mut answers = answers.to_vec();
@@ -241,7 +244,7 @@ pub fn decide(
         answers.retain(|answer| answer.replica != excluded);
         let answered: HashSet<ShardId> = answers.iter().map(|answer| answer.replica).collect();
         if answered.len() < needed {
-            return Err(Status::unavailable(format!(
+            return Err(ControlError::unavailable(format!(
                 "topic '{}': {} of its replicas other than {} answered the fencing round of \
                  epoch {epoch}; {needed} are needed",
                 topic.name,
@@ -251,7 +254,7 @@ pub fn decide(
         }
     }
     choose_leader(&replicas, &answers).map_err(|short| {
-        Status::unavailable(format!(
+        ControlError::unavailable(format!(
             "topic '{}': {} of its {} replicas answered the fencing round of epoch {epoch}; {} are needed",
             topic.name,
             short.answered,
@@ -292,10 +295,10 @@ mod tests {
         let topic = topic(&[1, 2, 3]);
         let answers = [answer(1, 3, 10), answer(2, 3, 12)];
         assert_eq!(decide(&topic, 4, &answers, None).unwrap().replica.global(), 2);
-        assert_eq!(decide(&topic, 4, &answers[..1], None).unwrap_err().code, Code::Unavailable);
+        assert_eq!(decide(&topic, 4, &answers[..1], None).unwrap_err().code(), crate::api::Code::Unavailable);
         // Without replica 2, replicas 1 and 3 must both answer: two of three.
         let refused = decide(&topic, 4, &answers, Some(2)).unwrap_err();
-        assert!(refused.message.contains("1 of its replicas other than"), "{refused}");
+        assert!(refused.to_string().contains("1 of its replicas other than"), "{refused}");
         let answers = [answer(1, 3, 10), answer(2, 3, 12), answer(3, 2, 20)];
         assert_eq!(decide(&topic, 4, &answers, Some(2)).unwrap().replica.global(), 1);
     }

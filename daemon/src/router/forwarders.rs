@@ -48,6 +48,8 @@ impl ForwarderLink {
         }
     }
 
+    /// The forwarder's answer as its control channel carries it (`ControlReply`), or why it
+    /// could not be asked.
     pub(super) async fn call(&self, request: ControlRequest) -> Result<ControlOk, Status> {
         let (sender, waiting, next_request) = match &self.0 {
             Link::Channel { sender, waiting, next_request } => (sender, waiting, next_request),
@@ -121,24 +123,24 @@ impl<S: Storage> Router<S> {
         &self,
         shard: u32,
         request: ControlRequest,
-    ) -> Result<ControlOk, Status> {
+    ) -> Result<ControlOk, ControlError> {
         let (node, local) = node_and_shard(shard);
         if node == self.node_id() {
-            let link = self
-                .forwarders
-                .get(local as usize)
-                .ok_or_else(|| Status::unavailable(format!("this node has no forwarder shard {local}")))?;
-            return link.call(request).await;
+            let link = self.forwarders.get(local as usize).ok_or_else(|| {
+                ControlError::unavailable(format!("this node has no forwarder shard {local}"))
+            })?;
+            return Ok(link.call(request).await?);
         }
         let peers = self.peers.as_ref().ok_or_else(|| {
-            Status::unavailable(format!("node {node} is not reachable: this node has no peers"))
+            ControlError::unavailable(format!("node {node} is not reachable: this node has no peers"))
         })?;
-        peers.control(node, local, request).await
+        Ok(peers.control(node, local, request).await?)
     }
 
-    /// Runs a control request from the catalog's leader on one of this node's forwarders.
+    /// Runs a control request from the catalog's leader on one of this node's forwarders. Its
+    /// answer goes back to that node as a `Status` (`net::peer`), so it is one here.
     pub async fn local_control(&self, local: u32, request: ControlRequest) -> Result<ControlOk, Status> {
-        self.call_forwarder(global_shard(self.node_id(), local), request).await
+        Ok(self.call_forwarder(global_shard(self.node_id(), local), request).await?)
     }
 }
 

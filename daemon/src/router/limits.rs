@@ -92,15 +92,12 @@ impl Drop for CreatingSlot<'_> {
 
 /// A create refused by the limit `name` of `limit` `noun`, of which `holder` holds `count`
 /// already (those being created included).
-pub(super) fn beyond_limit(holder: &str, count: usize, noun: &str, limit: usize, name: &str) -> Status {
-    Status::new(
-        ErrorCode::ResourceExhausted,
-        format!(
-            "{holder} holds {count} {noun} (those being created included), and its limit is {limit} \
+pub(super) fn beyond_limit(holder: &str, count: usize, noun: &str, limit: usize, name: &str) -> ControlError {
+    ControlError::LimitReached(format!(
+        "{holder} holds {count} {noun} (those being created included), and its limit is {limit} \
              ({name}; ringpostd --{}): delete some, or raise the limit",
-            name.replace('_', "-")
-        ),
-    )
+        name.replace('_', "-")
+    ))
 }
 
 impl<S: Storage> Router<S> {
@@ -111,7 +108,7 @@ impl<S: Storage> Router<S> {
 
     /// Takes a place for one create of `kind` within the catalog's limits, or refuses it with
     /// `ResourceExhausted` naming the limit. Called on the catalog's leader, which decides.
-    pub(super) fn within_limits(&self, kind: CreateKind) -> Result<CreatingSlot<'_>, Status> {
+    pub(super) fn within_limits(&self, kind: CreateKind) -> Result<CreatingSlot<'_>, ControlError> {
         let state = self.state.borrow();
         let mut creating = self.in_flight.borrow_mut();
         let limits = &self.limits;

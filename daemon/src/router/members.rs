@@ -2,8 +2,8 @@
 //! brought up to date, then, if asked, a voter) and removing one once its replicas are moved
 //! (`moves.rs`). Both run on the catalog's leader; other nodes carry the request there.
 
+use super::ControlError;
 use super::Router;
-use crate::api::Status;
 use crate::catalog::{node_and_shard, CatalogEntry, NodeRecord};
 use crate::storage::Storage;
 use std::time::Duration;
@@ -40,13 +40,20 @@ impl<S: Storage> Router<S> {
     /// must run with `--join`; it registers its forwarders once it has caught up, and
     /// placement counts them from then on. Adding a member again with the same address is
     /// answered as done (or promotes a learner to voter).
-    pub async fn add_node(&self, node_id: u64, cluster_address: &str, voter: bool) -> Result<(), Status> {
+    pub async fn add_node(
+        &self,
+        node_id: u64,
+        cluster_address: &str,
+        voter: bool,
+    ) -> Result<(), ControlError> {
         self.check_leads()?;
         if node_id == 0 || node_id > NODE_ID_MAX {
-            return Err(Status::invalid_argument(format!("node id {node_id}: give 1 to {NODE_ID_MAX}")));
+            return Err(ControlError::invalid_argument(format!(
+                "node id {node_id}: give 1 to {NODE_ID_MAX}"
+            )));
         }
         let address: std::net::SocketAddr = cluster_address.parse().map_err(|_| {
-            Status::invalid_argument(format!(
+            ControlError::invalid_argument(format!(
                 "'{cluster_address}' is not an address (IP:PORT of its cluster port)"
             ))
         })?;
@@ -54,7 +61,7 @@ impl<S: Storage> Router<S> {
         let known = self.state.borrow().nodes.get(&node_id).map(|record| record.cluster_address.clone());
         if members.contains_key(&node_id) {
             if let Some(known) = known.as_ref().filter(|known| known.parse().ok() != Some(address)) {
-                return Err(Status::already_exists(format!(
+                return Err(ControlError::already_exists(format!(
                     "node {node_id} is a member already, at {known}: remove it first to add it at another address"
                 )));
             }
@@ -64,11 +71,11 @@ impl<S: Storage> Router<S> {
                 .then_some(record.node_id)
         });
         if let Some(other) = taken {
-            return Err(Status::already_exists(format!("node {other} is at {address} already")));
+            return Err(ControlError::already_exists(format!("node {other} is at {address} already")));
         }
         let voters = members.values().filter(|voter| **voter).count();
         if voter && members.get(&node_id) != Some(&true) && voters >= crate::node::CLUSTER_VOTERS_MAX {
-            return Err(Status::failed_precondition(format!(
+            return Err(ControlError::failed_precondition(format!(
                 "the catalog has {voters} voters, the most it takes (CLUSTER_VOTERS_MAX); add node {node_id} as a learner"
             )));
         }
@@ -78,7 +85,7 @@ impl<S: Storage> Router<S> {
             self.propose(CatalogEntry::NodeRegistered(NodeRecord::admitted(node_id, address.to_string())))
                 .await?;
         }
-        self.catalog.add_member(node_id, voter, NODE_CATCH_UP_TIMEOUT).await
+        Ok(self.catalog.add_member(node_id, voter, NODE_CATCH_UP_TIMEOUT).await?)
     }
 
     /// Removes node `node_id` from the cluster: its replicas moved to other nodes first, then
@@ -86,17 +93,19 @@ impl<S: Storage> Router<S> {
     /// it (it has nowhere to be copied from once the node goes): delete those first. The
     /// catalog's leader hands its leadership to another voter rather than remove itself
     /// (`NodeRemoval::HandedOver`), so that the new leader decides.
-    pub async fn remove_node(&self, node_id: u64) -> Result<NodeRemoval, Status> {
+    pub async fn remove_node(&self, node_id: u64) -> Result<NodeRemoval, ControlError> {
         self.check_leads()?;
         let members = self.catalog.members();
         let registered = self.state.borrow().nodes.contains_key(&node_id);
         if !members.contains_key(&node_id) && !registered {
-            return Err(Status::not_found(format!("node {node_id} is not a member of the cluster")));
+            return Err(ControlError::not_found(format!("node {node_id} is not a member of the cluster")));
         }
         let other_voters: Vec<u64> =
             members.iter().filter(|(id, voter)| **voter && **id != node_id).map(|(id, _)| *id).collect();
         if members.get(&node_id) == Some(&true) && other_voters.is_empty() {
-            return Err(Status::failed_precondition(format!("node {node_id} is the catalog's only voter")));
+            return Err(ControlError::failed_precondition(format!(
+                "node {node_id} is the catalog's only voter"
+            )));
         }
         if node_id == self.node_id() {
             // Not worth a change of leader if the removal cannot be done.
@@ -110,7 +119,7 @@ impl<S: Storage> Router<S> {
                     _ => crate::runtime::sleep(Duration::from_millis(50)).await,
                 }
             }
-            return Err(Status::unavailable(format!(
+            return Err(ControlError::unavailable(format!(
                 "node {node_id} leads the catalog and asked node {to} to take the lead, which it has not yet; try again"
             )));
         }
@@ -123,7 +132,7 @@ impl<S: Storage> Router<S> {
         removed.map(|()| NodeRemoval::Removed)
     }
 
-    async fn remove_drained(&self, node_id: u64) -> Result<(), Status> {
+    async fn remove_drained(&self, node_id: u64) -> Result<(), ControlError> {
         let moved = self.move_replicas_off(node_id).await?;
         if moved > 0 {
             crate::log_info!("ringpostd: moved {moved} replica(s) off node {node_id}");
@@ -137,7 +146,7 @@ impl<S: Storage> Router<S> {
 
     /// Refuses while a topic is on node `node_id` (with `single_only`, a topic of one
     /// replica), naming some.
-    fn check_holds_nothing(&self, node_id: u64, single_only: bool) -> Result<(), Status> {
+    fn check_holds_nothing(&self, node_id: u64, single_only: bool) -> Result<(), ControlError> {
         let state = self.state.borrow();
         let held: Vec<&str> = state
             .topics
@@ -153,7 +162,7 @@ impl<S: Storage> Router<S> {
             return Ok(());
         }
         let named: Vec<&str> = held.iter().take(REMOVAL_TOPICS_NAMED_MAX).copied().collect();
-        Err(Status::failed_precondition(format!(
+        Err(ControlError::failed_precondition(format!(
             "node {node_id} holds {} topic(s) ({}{}): a topic of one replica cannot move (delete it first); \
              a replicated one placed there meanwhile moves when the removal runs again",
             held.len(),

@@ -50,6 +50,7 @@ fn wall_ms() -> u64 {
 pub const FORWARDED_APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A future of another node's answer.
+/// The answer is a `Status` as that node's cluster port sent it.
 pub type PeerFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Status>>>>;
 
 /// How the router reaches the other nodes' routers (their cluster ports). The native protocol
@@ -233,9 +234,9 @@ impl<S: Storage> Router<S> {
     }
 
     /// Decides a change: commits `entry` through the catalog's raft and applies it.
-    async fn propose(&self, entry: CatalogEntry) -> Result<Applied, Status> {
+    async fn propose(&self, entry: CatalogEntry) -> Result<Applied, ControlError> {
         self.check_leads()?;
-        self.catalog.propose(entry).await
+        Ok(self.catalog.propose(entry).await?)
     }
 
     /// Makes the catalog's reserve segments again once a roll on a full disk took them
@@ -257,29 +258,20 @@ impl<S: Storage> Router<S> {
         self.catalog.compact(0).await
     }
 
-    fn reserve_name(&self, name: &str) -> Result<NameReservation<'_>, Status> {
+    fn reserve_name(&self, name: &str) -> Result<NameReservation<'_>, ControlError> {
         if !self.creating.borrow_mut().insert(name.to_owned()) {
-            return Err(Status::new(
-                ErrorCode::Aborted,
-                format!("'{name}' is being created by another request"),
-            ));
+            return Err(ControlError::BeingCreated { name: name.to_owned() });
         }
         Ok(NameReservation { set: &self.creating, name: name.to_owned() })
     }
 
     /// Refuses a change on a node that does not lead the catalog, naming the one that does:
     /// only the leader decides, with ids and placement no other node hands out meanwhile.
-    fn check_leads(&self) -> Result<(), Status> {
+    fn check_leads(&self) -> Result<(), ControlError> {
         if self.catalog.leads() {
             return Ok(());
         }
-        Err(match self.leader() {
-            Some((leader, address)) => Status::unavailable(format!(
-                "node {} does not lead the catalog; node {leader} does (its router is at {address})",
-                self.node_id()
-            )),
-            None => Status::unavailable("the catalog has no leader (too few of its voters are reachable)"),
-        })
+        Err(ControlError::NotLeader { this_node: self.node_id(), leader: self.leader() })
     }
 
     fn lookup(
@@ -287,16 +279,17 @@ impl<S: Storage> Router<S> {
         key: &str,
         topic_id: u64,
         local_address: Option<SocketAddr>,
-    ) -> Result<Vec<ForwarderAddress>, Status> {
+    ) -> Result<Vec<ForwarderAddress>, ControlError> {
         // Every protocol's route goes through here: a removed node's catalog is stale, and
         // what it would route to no longer counts it.
         self.check_member()?;
         let shard = self
             .shard_of(topic_id)
-            .ok_or_else(|| Status::unavailable("the topic is not placed on any forwarder"))?;
+            .ok_or_else(|| ControlError::Unavailable("the topic is not placed on any forwarder".into()))?;
         let layout = self.current_layout();
-        let owner =
-            layout.index_of(shard).ok_or_else(|| Status::unavailable("the topic's forwarder is gone"))?;
+        let owner = layout
+            .index_of(shard)
+            .ok_or_else(|| ControlError::Unavailable("the topic's forwarder is gone".into()))?;
         let order = layout.placement.preference(key, owner);
         let this_node = self.node_id();
         Ok(order
@@ -314,21 +307,18 @@ impl<S: Storage> Router<S> {
             .collect())
     }
 
-    async fn update_permit(&self) -> Result<glommio::sync::Permit<'_>, Status> {
+    async fn update_permit(&self) -> Result<glommio::sync::Permit<'_>, ControlError> {
         self.update_gate
             .acquire_permit(1)
             .await
-            .map_err(|error| Status::internal(format!("the router is closing: {error}")))
+            .map_err(|error| ControlError::Internal(format!("the router is closing: {error}")))
     }
 }
 
 /// An update the catalog holds but the owning forwarder did not take: the daemon serves it from
 /// the next start, and sending the same update again applies it now.
-fn not_applied(kind: &str, name: &str, status: Status) -> Status {
-    Status::unavailable(format!(
-        "the update of {kind} '{name}' is durable, but its forwarder did not apply it ({status}); \
-         it applies at the next start, or when the update is sent again"
-    ))
+fn not_applied(kind: &'static str, name: &str, why: impl Into<Status>) -> ControlError {
+    ControlError::NotApplied { kind, name: name.to_owned(), why: why.into() }
 }
 
 /// One page of `items` (in name order, from after the page token): at most the page size, and
@@ -364,6 +354,7 @@ impl Drop for NameReservation<'_> {
 }
 
 pub mod elections;
+mod error;
 mod members;
 pub mod moves;
 mod watch;
@@ -380,6 +371,7 @@ mod snapshots;
 mod status;
 mod subscriptions;
 mod topics;
+pub use self::error::ControlError;
 pub use self::forwarders::*;
 pub use self::limits::*;
 pub use self::recovery::*;

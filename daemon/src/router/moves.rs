@@ -6,8 +6,8 @@
 //! where a new replica goes), so that the replication simulation runs them as they are.
 
 use super::elections::{self, Electorate};
+use super::ControlError;
 use super::Router;
-use crate::api::{Code, Status};
 use crate::catalog::{node_and_shard, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest, ReplicaProgress};
 use crate::storage::Storage;
@@ -25,7 +25,7 @@ impl<S: Storage> Router<S> {
     /// Moves every replica on node `node_id` (of topics with more than one) to other nodes,
     /// at most `MOVES_IN_FLIGHT_MAX` at once. Fails with the first move that failed; those
     /// done stay done, and running it again moves the rest.
-    pub(super) async fn move_replicas_off(&self, node_id: u64) -> Result<usize, Status> {
+    pub(super) async fn move_replicas_off(&self, node_id: u64) -> Result<usize, ControlError> {
         let topics: Vec<u64> = self
             .state
             .borrow()
@@ -48,12 +48,12 @@ impl<S: Storage> Router<S> {
 
     /// Moves topic `topic_id`'s replica on node `node_id` to a node that holds none: elections
     /// of the topic by the catalog's timers wait meanwhile (this runs its own).
-    async fn move_replica_off(&self, topic_id: u64, node_id: u64) -> Result<(), Status> {
+    async fn move_replica_off(&self, topic_id: u64, node_id: u64) -> Result<(), ControlError> {
         // An election the catalog's timers run (its leader's node went away) finishes first.
         let started = crate::runtime::now();
         while !self.replicas.elections.begin(topic_id) {
             if crate::runtime::now() - started >= MOVE_STEP_TIMEOUT {
-                return Err(Status::unavailable(format!(
+                return Err(ControlError::unavailable(format!(
                     "topic {topic_id:x} has been in an election for {} s; try again",
                     MOVE_STEP_TIMEOUT.as_secs()
                 )));
@@ -62,16 +62,16 @@ impl<S: Storage> Router<S> {
         }
         let moved = move_replica(self, topic_id, node_id).await;
         self.replicas.elections.end(topic_id);
-        moved.map_err(|status| {
+        moved.map_err(|error| {
             let name = self.state.borrow().topic_by_id(topic_id).map(|topic| topic.name.clone());
             let name = name.unwrap_or_else(|| format!("{topic_id:x}"));
-            Status::new(status.code, format!("moving topic '{name}' off node {node_id}: {}", status.message))
+            error.within(format!("moving topic '{name}' off node {node_id}"))
         })
     }
 
     /// The forwarder a new replica of `topic` goes to: on a node that holds none of its
     /// replicas, is not `leaving_node` and answers, first in placement's preference.
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, Status> {
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, ControlError> {
         let holding: Vec<u64> = topic.replicas.iter().map(|replica| node_and_shard(*replica).0).collect();
         let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
         self.place(&topic.name)
@@ -83,7 +83,7 @@ impl<S: Storage> Router<S> {
                     && heard.as_ref().is_none_or(|heard| heard.contains(&node))
             })
             .ok_or_else(|| {
-                Status::failed_precondition(format!(
+                ControlError::failed_precondition(format!(
                     "no node other than its replicas' and node {leaving_node} has a forwarder to take it"
                 ))
             })
@@ -95,11 +95,11 @@ impl<S: Storage> Router<S> {
 /// simulation runs these steps, not a copy of them.
 pub trait Mover: Electorate {
     /// The forwarder a new replica of `topic` goes to, on a node other than `leaving_node`.
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, Status>;
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, ControlError>;
 }
 
 impl<S: Storage> Mover for Router<S> {
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, Status> {
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, ControlError> {
         Router::new_replica_place(self, topic, leaving_node)
     }
 }
@@ -107,7 +107,7 @@ impl<S: Storage> Mover for Router<S> {
 /// Moves topic `topic_id`'s replica on node `node_id` (if it has one, or gives back the replica
 /// a move cut short took away) to a node that holds none. The caller holds the topic's turn
 /// (`Elections::begin`).
-pub async fn move_replica<M: Mover>(mover: &M, topic_id: u64, node_id: u64) -> Result<(), Status> {
+pub async fn move_replica<M: Mover>(mover: &M, topic_id: u64, node_id: u64) -> Result<(), ControlError> {
     let Some(topic) = topic_by_id(mover, topic_id) else { return Ok(()) };
     let leaving = topic.replicas.iter().copied().find(|replica| node_and_shard(*replica).0 == node_id);
     // An even count is a move cut short between its steps: it gets its replica back.
@@ -148,13 +148,13 @@ fn topic_by_id<M: Mover>(mover: &M, topic_id: u64) -> Option<TopicRecord> {
     mover.catalog().topic_by_id(topic_id).cloned()
 }
 
-fn topic_or_deleted<M: Mover>(mover: &M, topic_id: u64) -> Result<TopicRecord, Status> {
-    topic_by_id(mover, topic_id).ok_or_else(|| Status::not_found("the topic was deleted"))
+fn topic_or_deleted<M: Mover>(mover: &M, topic_id: u64) -> Result<TopicRecord, ControlError> {
+    topic_by_id(mover, topic_id).ok_or_else(|| ControlError::not_found("the topic was deleted"))
 }
 
 /// Takes replica `leaving` out of the topic's set, the lead handed to another replica first if
 /// it has it (a set must hold its leader).
-async fn take_out<M: Mover>(mover: &M, topic_id: u64, leaving: u32) -> Result<(), Status> {
+async fn take_out<M: Mover>(mover: &M, topic_id: u64, leaving: u32) -> Result<(), ControlError> {
     if topic_or_deleted(mover, topic_id)?.shard == leaving {
         elections::elect(mover, topic_id, Some(leaving)).await?;
         wait_epoch_committed(mover, topic_id).await?;
@@ -166,7 +166,7 @@ async fn take_out<M: Mover>(mover: &M, topic_id: u64, leaving: u32) -> Result<()
 
 /// Adds a replica on `target` (attached empty first), and waits until it holds what its leader
 /// held when it joined.
-async fn add_replica<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), Status> {
+async fn add_replica<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), ControlError> {
     let topic = topic_or_deleted(mover, topic_id)?;
     let attach = ControlRequest::AttachReplica {
         topic_id,
@@ -184,12 +184,11 @@ async fn add_replica<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<
 /// One change of the topic's replicas, decided in the catalog, then an election among the new
 /// set (its leader syncs the replicas it names), whose leader must commit a record of its epoch
 /// before anything changes again.
-async fn change_replicas<M: Mover>(mover: &M, topic_id: u64, replicas: Vec<u32>) -> Result<(), Status> {
+async fn change_replicas<M: Mover>(mover: &M, topic_id: u64, replicas: Vec<u32>) -> Result<(), ControlError> {
     let applied = mover.decide(CatalogEntry::TopicReplicasChanged { id: topic_id, replicas }).await?;
     if applied != crate::catalog::Applied::Updated(true) {
-        return Err(Status::new(
-            Code::Aborted,
-            "the topic's leader or replicas changed meanwhile; try again",
+        return Err(ControlError::ChangedMeanwhile(
+            "the topic's leader or replicas changed meanwhile; try again".into(),
         ));
     }
     elections::elect(mover, topic_id, None).await?;
@@ -197,27 +196,29 @@ async fn change_replicas<M: Mover>(mover: &M, topic_id: u64, replicas: Vec<u32>)
 }
 
 /// The topic's leader's progress, as its forwarder reports it.
-async fn leader_progress<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<ReplicaProgress, Status> {
+async fn leader_progress<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<ReplicaProgress, ControlError> {
     match mover.control(topic.shard, ControlRequest::ReplicaProgress { topic_id: topic.id }).await? {
         ControlOk::Progress(progress) => Ok(progress),
-        other => Err(Status::internal(format!("a replica's progress answered with {other:?}"))),
+        other => Err(ControlError::internal(format!("a replica's progress answered with {other:?}"))),
     }
 }
 
 /// Refuses at once when the catalog no longer hears from the node of the topic's leader: the
 /// move stops, and the catalog's timers elect another leader as for any topic.
-fn check_leader_heard<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<(), Status> {
+fn check_leader_heard<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<(), ControlError> {
     let node = node_and_shard(topic.shard).0;
     let heard = mover.nodes_heard_within(mover.elections().timings().source_failure_timeout);
     if heard.is_some_and(|heard| !heard.contains(&node)) {
-        return Err(Status::unavailable(format!("the node of its leader, node {node}, does not answer")));
+        return Err(ControlError::unavailable(format!(
+            "the node of its leader, node {node}, does not answer"
+        )));
     }
     Ok(())
 }
 
 /// Waits until the topic's leader, at the epoch the catalog names, holds on a quorum of its
 /// replicas everything its logs held when it was elected (at most the move step timeout).
-async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: u64) -> Result<(), Status> {
+async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: u64) -> Result<(), ControlError> {
     let timings = mover.elections().timings();
     let started = crate::runtime::now();
     loop {
@@ -229,7 +230,7 @@ async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: u64) -> Result<(), 
             }
         }
         if crate::runtime::now() - started >= timings.move_step_timeout {
-            return Err(Status::unavailable(format!(
+            return Err(ControlError::unavailable(format!(
                 "its leader of epoch {} did not commit a record of its epoch within {} s",
                 topic.epoch,
                 timings.move_step_timeout.as_secs()
@@ -241,7 +242,7 @@ async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: u64) -> Result<(), 
 
 /// Waits until replica `target` holds, durably, everything the topic's leader held durably
 /// when this began (at most the move step timeout).
-async fn wait_caught_up<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), Status> {
+async fn wait_caught_up<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), ControlError> {
     let timings = mover.elections().timings();
     let started = crate::runtime::now();
     let mut goal: Option<[u64; 2]> = None;
@@ -266,7 +267,7 @@ async fn wait_caught_up<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Resu
             }
         }
         if crate::runtime::now() - started >= timings.move_step_timeout {
-            return Err(Status::unavailable(format!(
+            return Err(ControlError::unavailable(format!(
                 "the new replica on {} did not catch up with its leader within {} s; it goes on catching up",
                 crate::catalog::forwarder_name(target),
                 timings.move_step_timeout.as_secs()

@@ -41,7 +41,8 @@ impl<S: Storage> Router<S> {
             )
             .await
             .map(|_| ())
-            .map_err(|status| {
+            .map_err(|error| {
+                let status = Status::from(error);
                 let hint = if status.code == ErrorCode::DataLoss {
                     " (with --quarantine-damaged the daemon starts and serves the other topics, \
                          leaving this one and its files as they are)"
@@ -84,7 +85,9 @@ impl<S: Storage> Router<S> {
                 )
                 .await
                 .map(|_| ())
-                .map_err(|status| format!("recovering subscription '{}': {status}", subscription.name))
+                .map_err(|error| {
+                    format!("recovering subscription '{}': {}", subscription.name, Status::from(error))
+                })
             },
         )
         .await?;
@@ -146,16 +149,16 @@ impl<S: Storage> Router<S> {
             }
             self.propose(CatalogEntry::TopicPlaced { id: topic.id, shard })
                 .await
-                .map_err(|status| format!("placing topic '{}' again: {status}", topic.name))?;
+                .map_err(|error| format!("placing topic '{}' again: {}", topic.name, Status::from(error)))?;
             topic.shard = shard;
         }
         Ok(topics)
     }
 
     /// Trusts data directory `index` again, after rewriting every stale copy in it.
-    pub async fn resync_directory(&self, index: usize) -> Result<Resynced, Status> {
+    pub async fn resync_directory(&self, index: usize) -> Result<Resynced, ControlError> {
         if index >= self.directories.count() {
-            return Err(Status::invalid_argument(format!(
+            return Err(ControlError::invalid_argument(format!(
                 "there is no data directory {index}; there are {} (numbered from 0 in --data-dir order)",
                 self.directories.count()
             )));

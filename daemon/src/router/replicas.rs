@@ -7,9 +7,10 @@
 //! up-to-date replica of a quorum that answered.
 
 use super::elections::{self, Elections, Electorate};
+use super::ControlError;
 use super::{Router, RECOVERY_ATTACHES_IN_FLIGHT_MAX};
 use crate::api::control::Topic;
-use crate::api::{Code as ErrorCode, Status};
+use crate::api::Status;
 use crate::catalog::{node_and_shard, Applied, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
 use crate::replication::quorum;
@@ -68,10 +69,10 @@ pub struct LocalReplicas {
 impl<S: Storage> Router<S> {
     /// How many replicas a new topic gets for `asked` (0: the default, the cluster's nodes,
     /// at most `REPLICAS_DEFAULT_MAX`, odd).
-    pub(super) fn replica_count(&self, asked: u32) -> Result<usize, Status> {
+    pub(super) fn replica_count(&self, asked: u32) -> Result<usize, ControlError> {
         if let Some(why) = &self.replication_refused {
             if asked > 1 {
-                return Err(Status::failed_precondition(format!("{asked} replicas: {why}")));
+                return Err(ControlError::failed_precondition(format!("{asked} replicas: {why}")));
             }
             return Ok(1);
         }
@@ -82,12 +83,12 @@ impl<S: Storage> Router<S> {
         }
         let asked = asked as usize;
         if asked.is_multiple_of(2) {
-            return Err(Status::invalid_argument(format!(
+            return Err(ControlError::invalid_argument(format!(
                 "{asked} replicas: a topic's replicas are odd in number (1, 3, 5), so that a majority of them decides"
             )));
         }
         if asked > nodes || asked > crate::catalog::entry::REPLICAS_MAX {
-            return Err(Status::invalid_argument(format!(
+            return Err(ControlError::invalid_argument(format!(
                 "{asked} replicas: each is on another node, and the cluster has {nodes}"
             )));
         }
@@ -122,7 +123,7 @@ impl<S: Storage> Router<S> {
         request: &Topic,
         retention: u64,
         count: usize,
-    ) -> Result<Topic, Status> {
+    ) -> Result<Topic, ControlError> {
         let name = request.name.as_str();
         let mut replicas: Vec<u32> = Vec::new();
         for shard in self.place(name) {
@@ -132,7 +133,7 @@ impl<S: Storage> Router<S> {
             }
         }
         if replicas.len() < count {
-            return Err(Status::failed_precondition(format!(
+            return Err(ControlError::failed_precondition(format!(
                 "{count} replicas need {count} nodes; {} have registered forwarders",
                 replicas.len()
             )));
@@ -151,10 +152,10 @@ impl<S: Storage> Router<S> {
         retention: u64,
         count: usize,
         replicas: Vec<u32>,
-    ) -> Result<Topic, Status> {
+    ) -> Result<Topic, ControlError> {
         let name = request.name.as_str();
         let attached: Rc<RefCell<Vec<u32>>> = Rc::default();
-        let refusal: Rc<RefCell<Option<Status>>> = Rc::default();
+        let refusal: Rc<RefCell<Option<ControlError>>> = Rc::default();
         let attaches = replicas.iter().map(|shard| {
             let (attached, refusal) = (attached.clone(), refusal.clone());
             let attach = ControlRequest::AttachReplica {
@@ -168,7 +169,7 @@ impl<S: Storage> Router<S> {
                 // enough, and the create's own deadline must not pass waiting for the rest.
                 let answered = futures_lite::future::or(self.call_forwarder(*shard, attach), async {
                     crate::runtime::sleep(REPLICA_ATTACH_WAIT).await;
-                    Err(Status::new(ErrorCode::DeadlineExceeded, "its node did not answer in time"))
+                    Err(ControlError::no_answer("its node did not answer in time"))
                 })
                 .await;
                 match answered {
@@ -187,8 +188,9 @@ impl<S: Storage> Router<S> {
         };
         if attached.len() < quorum(count) {
             detach_all().await;
-            let why = refusal.take().map(|status| format!(": {status}")).unwrap_or_default();
-            return Err(Status::unavailable(format!(
+            // The refusal is said with its code, as a forwarder's answer always was here.
+            let why = refusal.take().map(|error| format!(": {}", Status::from(error))).unwrap_or_default();
+            return Err(ControlError::unavailable(format!(
                 "topic '{name}': only {} of {count} replicas could be made{why}",
                 attached.len()
             )));
@@ -209,11 +211,11 @@ impl<S: Storage> Router<S> {
             epoch: 1,
         };
         let response = super::topic_message(&record);
-        if let Err(status) = self.propose(CatalogEntry::TopicCreated(record.clone())).await {
-            if !crate::catalog::is_undecided(&status) {
+        if let Err(error) = self.propose(CatalogEntry::TopicCreated(record.clone())).await {
+            if !error.is_undecided() {
                 detach_all().await;
             }
-            return Err(status);
+            return Err(error);
         }
         // Served once promoted; if this fails, the leader's node promotes it on its own.
         if let Err(status) = self.promote(&record).await {
@@ -225,7 +227,7 @@ impl<S: Storage> Router<S> {
     }
 
     /// Promotes a topic's elected leader (on whichever node) and attaches its subscriptions.
-    async fn promote(&self, topic: &TopicRecord) -> Result<(), Status> {
+    async fn promote(&self, topic: &TopicRecord) -> Result<(), ControlError> {
         let request = ControlRequest::PromoteReplica {
             topic_id: topic.id,
             epoch: topic.epoch,
@@ -276,9 +278,9 @@ impl<S: Storage> Router<S> {
                 retention_seconds: topic.message_retention_seconds,
                 recovering: true,
             };
-            self.call_forwarder(shard, attach)
-                .await
-                .map_err(|status| format!("recovering a replica of topic '{}': {status}", topic.name))?;
+            self.call_forwarder(shard, attach).await.map_err(|error| {
+                format!("recovering a replica of topic '{}': {}", topic.name, Status::from(error))
+            })?;
             self.replicas.attached.borrow_mut().insert((topic.id, shard));
             Ok(())
         })
@@ -423,14 +425,15 @@ impl<S: Storage> Router<S> {
     }
 
     /// Elections wanted for `topics`: run here on the catalog's leader, asked of it elsewhere.
-    pub async fn want_elections(&self, topics: Vec<u64>) -> Result<(), Status> {
+    pub async fn want_elections(&self, topics: Vec<u64>) -> Result<(), ControlError> {
         if self.catalog.leads() {
             self.replicas.elections.want(topics);
             return Ok(());
         }
-        let leader = self.catalog.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
-        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
-        peers.want_elections(leader, topics).await
+        let leader =
+            self.catalog.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
+        let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
+        Ok(peers.want_elections(leader, topics).await?)
     }
 
     /// On the catalog's leader: starts the elections that are due (`elections::coordinate`).
@@ -459,11 +462,11 @@ impl<S: Storage> Electorate for Router<S> {
         &self,
         shard: u32,
         request: ControlRequest,
-    ) -> impl Future<Output = Result<ControlOk, Status>> {
+    ) -> impl Future<Output = Result<ControlOk, ControlError>> {
         self.call_forwarder(shard, request)
     }
 
-    fn decide(&self, entry: CatalogEntry) -> impl Future<Output = Result<Applied, Status>> {
+    fn decide(&self, entry: CatalogEntry) -> impl Future<Output = Result<Applied, ControlError>> {
         self.propose(entry)
     }
 }

@@ -6,14 +6,14 @@ use super::*;
 pub const SNAPSHOT_LIFETIME_MS: u64 = 7 * 24 * 3600 * 1000;
 
 impl<S: Storage> Router<S> {
-    pub(super) fn snapshot_record(&self, name: &str) -> Result<SnapshotRecord, Status> {
+    pub(super) fn snapshot_record(&self, name: &str) -> Result<SnapshotRecord, ControlError> {
         validate_name("snapshot", name)?;
         self.state
             .borrow()
             .snapshots
             .get(name)
             .cloned()
-            .ok_or_else(|| Status::not_found(format!("snapshot '{name}'")))
+            .ok_or_else(|| ControlError::not_found(format!("snapshot '{name}'")))
     }
 
     /// A snapshot named `name` of subscription `subscription`'s acknowledgements.
@@ -22,7 +22,7 @@ impl<S: Storage> Router<S> {
         name: &str,
         subscription: &str,
         labels: Labels,
-    ) -> Result<Snapshot, Status> {
+    ) -> Result<Snapshot, ControlError> {
         validate_name("snapshot", name)?;
         validate_labels(&labels)?;
         let record = self.subscription_record(subscription)?;
@@ -31,12 +31,15 @@ impl<S: Storage> Router<S> {
         }
         let _reservation = self.reserve_name(&format!("snapshot/{name}"))?;
         if self.state.borrow().snapshots.contains_key(name) {
-            return Err(Status::already_exists(format!("snapshot '{name}'")));
+            return Err(ControlError::already_exists(format!("snapshot '{name}'")));
         }
         let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
-            return Err(Status::failed_precondition(format!("subscription '{}' is detached", record.name)));
+            return Err(ControlError::failed_precondition(format!(
+                "subscription '{}' is detached",
+                record.name
+            )));
         };
-        let shard = self.shard_of(topic.id).ok_or_else(|| Status::unavailable("topic not placed"))?;
+        let shard = self.shard_of(topic.id).ok_or_else(|| ControlError::unavailable("topic not placed"))?;
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Snapshot)?;
         let id = self.allocate_id();
@@ -82,7 +85,11 @@ impl<S: Storage> Router<S> {
 
     /// UpdateSnapshot: changes a snapshot's labels (`None`: leaves them). Only the catalog
     /// holds them: the forwarder's copy of the snapshot is its acknowledgements.
-    pub async fn update_snapshot(&self, name: &str, labels: Option<Labels>) -> Result<Snapshot, Status> {
+    pub async fn update_snapshot(
+        &self,
+        name: &str,
+        labels: Option<Labels>,
+    ) -> Result<Snapshot, ControlError> {
         let _update = self.update_permit().await?;
         let mut snapshot = self.snapshot_record(name)?;
         if let Some(labels) = labels {
@@ -96,17 +103,17 @@ impl<S: Storage> Router<S> {
         };
         // A deletion that committed while the update waited for the disk wins.
         if self.propose(entry).await? == Applied::Updated(false) {
-            return Err(Status::not_found(format!("snapshot '{name}' (deleted during the update)")));
+            return Err(ControlError::not_found(format!("snapshot '{name}' (deleted during the update)")));
         }
         self.get_snapshot(name)
     }
 
-    pub fn get_snapshot(&self, name: &str) -> Result<Snapshot, Status> {
+    pub fn get_snapshot(&self, name: &str) -> Result<Snapshot, ControlError> {
         let snapshot = self.snapshot_record(name)?;
         Ok(snapshot_message(&self.state.borrow(), &snapshot))
     }
 
-    pub async fn delete_snapshot(&self, name: &str) -> Result<(), Status> {
+    pub async fn delete_snapshot(&self, name: &str) -> Result<(), ControlError> {
         let snapshot = self.snapshot_record(name)?;
         self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() }).await?;
         let shard = self.shard_of(snapshot.topic_id);

@@ -7,7 +7,7 @@ impl<S: Storage> Router<S> {
     /// Makes this node's registration (its addresses and shards) part of the catalog, once it
     /// differs from what the catalog holds: proposed here on the leader, asked of the leader
     /// elsewhere.
-    pub async fn register(&self, node: NodeRecord) -> Result<(), Status> {
+    pub async fn register(&self, node: NodeRecord) -> Result<(), ControlError> {
         if self.state.borrow().nodes.get(&node.node_id) == Some(&node) {
             return Ok(());
         }
@@ -15,16 +15,17 @@ impl<S: Storage> Router<S> {
             // A node removed (or never added) would get topics placed on it while it no longer
             // hears the catalog.
             if !self.catalog.members().contains_key(&node.node_id) {
-                return Err(Status::failed_precondition(format!(
+                return Err(ControlError::failed_precondition(format!(
                     "node {} is not a member of the cluster: add it with `ringpost cluster add-node`",
                     node.node_id
                 )));
             }
             return self.propose(CatalogEntry::NodeRegistered(node)).await.map(|_| ());
         }
-        let leader = self.catalog.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
-        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
-        peers.register(leader, node).await
+        let leader =
+            self.catalog.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
+        let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
+        Ok(peers.register(leader, node).await?)
     }
 
     /// Whether this node decides catalog changes (it leads the catalog).
@@ -66,7 +67,7 @@ impl<S: Storage> Router<S> {
         self.peers.is_some()
     }
 
-    pub async fn stats(&self) -> Result<Stats, Status> {
+    pub async fn stats(&self) -> Result<Stats, ControlError> {
         // Read before the topics are gathered, so the figure does not count this response.
         let mut response = Stats { process: crate::metrics::process::stats(), ..Stats::default() };
         response.shards.push(ShardStats {
@@ -90,7 +91,9 @@ impl<S: Storage> Router<S> {
 
     /// Each shard's figures for a scrape: the router's (`u32::MAX`), then each forwarder's, by
     /// its index.
-    pub async fn shard_figures(&self) -> Result<Vec<(u32, crate::metrics::shard::ShardFigures)>, Status> {
+    pub async fn shard_figures(
+        &self,
+    ) -> Result<Vec<(u32, crate::metrics::shard::ShardFigures)>, ControlError> {
         let mut figures = vec![(u32::MAX, crate::metrics::shard::snapshot())];
         for (index, forwarder) in self.forwarders.iter().enumerate() {
             if let ControlOk::Requests(shard) = forwarder.call(ControlRequest::Requests).await? {
@@ -159,9 +162,9 @@ impl<S: Storage> Router<S> {
     /// with `cluster remove-node`): its catalog is no longer kept up to date, so what it would
     /// answer, look up or carry to a leader could be stale or land on nodes that no longer
     /// count it.
-    pub fn check_member(&self) -> Result<(), Status> {
+    pub fn check_member(&self) -> Result<(), ControlError> {
         if self.peers.is_some() && self.catalog.standing() == crate::catalog::standing::Standing::Removed {
-            return Err(Status::failed_precondition(format!(
+            return Err(ControlError::failed_precondition(format!(
                 "node {0} was removed from the cluster (`ringpost cluster remove-node {0}`): it serves no requests; \
                  use another node",
                 self.node_id()

@@ -30,21 +30,21 @@ pub const UNDECIDED_CHECK_INTERVAL: std::time::Duration = std::time::Duration::f
 
 impl<S: Storage> Router<S> {
     /// `request`: the settings as asked, 0 or empty asking for a setting's default.
-    pub async fn create_subscription(&self, request: Subscription) -> Result<Subscription, Status> {
+    pub async fn create_subscription(&self, request: Subscription) -> Result<Subscription, ControlError> {
         let name = request.name.as_str();
         validate_name("subscription", name)?;
         let topic = self.topic_record(request.topic.as_str())?;
         // From here on, the settings as asked.
         let request = &request.settings;
         if request.filter.len() > FILTER_BYTES_MAX {
-            return Err(Status::invalid_argument(format!(
+            return Err(ControlError::invalid_argument(format!(
                 "filter is {} bytes; the limit is {FILTER_BYTES_MAX} (FILTER_BYTES_MAX)",
                 request.filter.len()
             )));
         }
         if !request.filter.is_empty() {
             crate::subscription::filter::Filter::parse(&request.filter)
-                .map_err(|error| Status::invalid_argument(format!("invalid filter: {error}")))?;
+                .map_err(|error| ControlError::invalid_argument(format!("invalid filter: {error}")))?;
         }
         let dead_letter_topic = request.dead_letter_topic.as_str();
         let max_delivery_attempts =
@@ -75,10 +75,10 @@ impl<S: Storage> Router<S> {
         };
         let _reservation = self.reserve_name(&format!("subscription/{name}"))?;
         if self.state.borrow().subscriptions.contains_key(name) {
-            return Err(Status::already_exists(format!("subscription '{name}'")));
+            return Err(ControlError::already_exists(format!("subscription '{name}'")));
         }
         let shard = self.shard_of(topic.id).ok_or_else(|| {
-            Status::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
+            ControlError::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
         })?;
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Subscription { topic_id: topic.id })?;
@@ -86,7 +86,7 @@ impl<S: Storage> Router<S> {
         let ControlOk::SubscriptionStart(start_offset) =
             self.call_forwarder(shard, ControlRequest::DurableEnd { topic_id: topic.id }).await?
         else {
-            return Err(Status::internal("the forwarder did not report the topic's durable end"));
+            return Err(ControlError::internal("the forwarder did not report the topic's durable end"));
         };
         let record = SubscriptionRecord {
             id,
@@ -107,15 +107,15 @@ impl<S: Storage> Router<S> {
             create: false,
             start_offset,
         };
-        if let Err(status) = self.propose(CatalogEntry::SubscriptionCreated(record)).await {
-            if crate::catalog::is_undecided(&status) {
+        if let Err(error) = self.propose(CatalogEntry::SubscriptionCreated(record)).await {
+            if error.is_undecided() {
                 let until = crate::runtime::now() + UNDECIDED_WATCH;
                 let mut undecided = self.undecided.borrow_mut();
                 if undecided.len() < UNDECIDED_WATCHED_MAX {
                     undecided.push(Undecided { subscription_id: id, shard, attach, until });
                 }
             }
-            return Err(status);
+            return Err(error);
         }
         if let Err(status) = self.call_forwarder(shard, attach).await {
             // Not served, so not kept: the deletion is decided like any other.
@@ -139,7 +139,10 @@ impl<S: Storage> Router<S> {
 
     /// UpdateSubscription, in the order of `update_topic`. A new dead-letter topic must exist,
     /// as at creation.
-    pub async fn update_subscription(&self, changes: SubscriptionUpdate) -> Result<Subscription, Status> {
+    pub async fn update_subscription(
+        &self,
+        changes: SubscriptionUpdate,
+    ) -> Result<Subscription, ControlError> {
         let _update = self.update_permit().await?;
         let mut record = self.subscription_record(&changes.name)?;
         let settings = &mut record.settings;
@@ -182,7 +185,7 @@ impl<S: Storage> Router<S> {
         .await?;
         // A deletion that committed while the update waited for the disk wins.
         if self.state.borrow().subscriptions.get(&record.name).is_none_or(|live| live.id != record.id) {
-            return Err(Status::not_found(format!(
+            return Err(ControlError::not_found(format!(
                 "subscription '{}' (deleted during the update)",
                 record.name
             )));
@@ -258,26 +261,27 @@ impl<S: Storage> Router<S> {
 
     /// Deletes a subscription this node found idle past its expiration policy: here on the
     /// catalog's leader, which alone knows only its own forwarders' idleness, else by asking it.
-    pub(super) async fn expire_subscription(&self, name: &str) -> Result<(), Status> {
+    pub(super) async fn expire_subscription(&self, name: &str) -> Result<(), ControlError> {
         if !self.is_clustered() || self.leads() {
             return self.delete_subscription(name).await;
         }
-        let (leader, _) = self.leader().ok_or_else(|| Status::unavailable("the catalog has no leader"))?;
-        let peers = self.peers.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
-        peers.expire_subscription(leader, name.to_owned()).await
+        let (leader, _) =
+            self.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
+        let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
+        Ok(peers.expire_subscription(leader, name.to_owned()).await?)
     }
 
-    pub(super) fn subscription_record(&self, name: &str) -> Result<SubscriptionRecord, Status> {
+    pub(super) fn subscription_record(&self, name: &str) -> Result<SubscriptionRecord, ControlError> {
         validate_name("subscription", name)?;
         self.state
             .borrow()
             .subscriptions
             .get(name)
             .map(|record| (**record).clone())
-            .ok_or_else(|| Status::not_found(format!("subscription '{name}'")))
+            .ok_or_else(|| ControlError::not_found(format!("subscription '{name}'")))
     }
 
-    pub async fn delete_subscription(&self, name: &str) -> Result<(), Status> {
+    pub async fn delete_subscription(&self, name: &str) -> Result<(), ControlError> {
         let record = self.subscription_record(name)?;
         self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
         // A detached subscription's forwarder dropped it already.
@@ -331,7 +335,7 @@ impl<S: Storage> Router<S> {
         page(subscriptions, request.page_size, |subscription| &subscription.name)
     }
 
-    pub fn get_subscription(&self, name: &str) -> Result<Subscription, Status> {
+    pub fn get_subscription(&self, name: &str) -> Result<Subscription, ControlError> {
         let record = self.subscription_record(name)?;
         Ok(self.subscription_message(&record))
     }
@@ -341,13 +345,13 @@ impl<S: Storage> Router<S> {
         &self,
         name: &str,
         local: Option<SocketAddr>,
-    ) -> Result<Vec<ForwarderAddress>, Status> {
+    ) -> Result<Vec<ForwarderAddress>, ControlError> {
         let record = self.subscription_record(name)?;
         if record.detached {
             return Err(detached(&record.name));
         }
         let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
-            return Err(Status::failed_precondition(format!(
+            return Err(ControlError::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
                 record.name
             )));
@@ -357,13 +361,13 @@ impl<S: Storage> Router<S> {
 
     /// Seek: a data-plane operation on the subscription's journal, which its topic's forwarder
     /// keeps; the catalog only names the subscription and the snapshot.
-    pub async fn seek(&self, subscription: &str, target: SeekTarget) -> Result<(), Status> {
+    pub async fn seek(&self, subscription: &str, target: SeekTarget) -> Result<(), ControlError> {
         let record = self.subscription_record(subscription)?;
         if record.detached {
             return Err(detached(&record.name));
         }
         let shard = self.shard_of(record.topic_id).ok_or_else(|| {
-            Status::failed_precondition(format!(
+            ControlError::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
                 record.name
             ))
@@ -373,13 +377,13 @@ impl<S: Storage> Router<S> {
             SeekTarget::Snapshot { name } => {
                 let snapshot = self.snapshot_record(&name)?;
                 if snapshot.topic_id != record.topic_id {
-                    return Err(Status::failed_precondition(format!(
+                    return Err(ControlError::failed_precondition(format!(
                         "snapshot '{}' is of another topic than subscription '{}'",
                         snapshot.name, record.name
                     )));
                 }
                 if snapshot.expire_time_ms <= wall_ms() {
-                    return Err(Status::failed_precondition(format!(
+                    return Err(ControlError::failed_precondition(format!(
                         "snapshot '{}' has expired",
                         snapshot.name
                     )));
@@ -405,7 +409,7 @@ impl<S: Storage> Router<S> {
     /// is served nowhere, so pulls and streams answer `FAILED_PRECONDITION` (the forwarder
     /// answers `NotOwner` and the router's lookup says why). Detaching one already detached
     /// changes nothing. Durable first: a restart never attaches it again.
-    pub async fn detach_subscription(&self, name: &str) -> Result<(), Status> {
+    pub async fn detach_subscription(&self, name: &str) -> Result<(), ControlError> {
         let _update = self.update_permit().await?;
         let record = self.subscription_record(name)?;
         if record.detached {
@@ -413,7 +417,9 @@ impl<S: Storage> Router<S> {
         }
         let entry = CatalogEntry::SubscriptionDetached { id: record.id, name: record.name.clone() };
         if self.propose(entry).await? == Applied::Updated(false) {
-            return Err(Status::not_found(format!("subscription '{name}' (deleted during the detach)")));
+            return Err(ControlError::not_found(format!(
+                "subscription '{name}' (deleted during the detach)"
+            )));
         }
         let shard = self.shard_of(record.topic_id);
         if let Some(shard) = shard {
@@ -442,9 +448,9 @@ pub(super) fn check_dead_letter_topic(
     subscription: &str,
     topic: &str,
     dead_letter_topic: &str,
-) -> Result<(), Status> {
+) -> Result<(), ControlError> {
     if dead_letter_topic == topic {
-        return Err(Status::invalid_argument(format!(
+        return Err(ControlError::invalid_argument(format!(
             "dead_letter_topic '{dead_letter_topic}' is the topic of subscription '{subscription}'; \
              dead letters must go to another topic"
         )));
@@ -453,6 +459,6 @@ pub(super) fn check_dead_letter_topic(
 }
 
 /// What operations a detached subscription cannot take answer.
-pub(super) fn detached(name: &str) -> Status {
-    Status::failed_precondition(format!("subscription '{name}' is detached"))
+pub(super) fn detached(name: &str) -> ControlError {
+    ControlError::failed_precondition(format!("subscription '{name}' is detached"))
 }

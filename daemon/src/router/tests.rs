@@ -91,8 +91,8 @@ async fn publish(node: &Node, topic: &str, data: &str) {
 }
 
 /// An invalid argument whose message names `limit`.
-fn refused_naming<T: std::fmt::Debug>(result: Result<T, Status>, limit: &str) {
-    let status = result.unwrap_err();
+fn refused_naming<T: std::fmt::Debug>(result: Result<T, ControlError>, limit: &str) {
+    let status = Status::from(result.unwrap_err());
     assert_eq!(status.code, ErrorCode::InvalidArgument, "{status}");
     assert!(status.message.contains(limit), "{status} does not name {limit}");
 }
@@ -210,10 +210,10 @@ fn every_create_and_update_checks_labels() {
         refused_naming(router.update_subscription(changes).await, "LABEL_KEY_BYTES_MAX");
         let many: Labels = (0..65).map(|n| (format!("k{n}"), String::new())).collect();
         refused_naming(router.create_snapshot("before", "audit", many).await, "LABELS_COUNT_MAX");
-        assert_eq!(router.get_snapshot("before").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(router.get_snapshot("before").unwrap_err().code(), ErrorCode::NotFound);
         router.create_snapshot("before", "audit", Labels::new()).await.unwrap();
         refused_naming(router.update_snapshot("before", Some(bad)).await, "LABEL_KEY_BYTES_MAX");
-        assert_eq!(router.update_snapshot("missing", None).await.unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(router.update_snapshot("missing", None).await.unwrap_err().code(), ErrorCode::NotFound);
         // Nothing refused changed anything.
         assert!(router.get_topic("orders").unwrap().labels.is_empty());
         assert!(router.get_subscription("audit").unwrap().settings.labels.is_empty());
@@ -248,11 +248,11 @@ fn a_detached_subscription_stays_but_leaves_its_topic() {
         };
         crate::runtime::sleep(Duration::from_millis(1)).await;
         node.router.detach_subscription("audit").await.unwrap();
-        let ended = waiting.await.unwrap_err();
+        let ended = Status::from(waiting.await.unwrap_err());
         assert_eq!(ended.code, ErrorCode::FailedPrecondition, "{ended}");
         assert_eq!(ended.message, "subscription 'audit' is detached");
         node.router.detach_subscription("audit").await.unwrap();
-        assert_eq!(node.router.detach_subscription("missing").await.unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(node.router.detach_subscription("missing").await.unwrap_err().code(), ErrorCode::NotFound);
 
         let node = check_detached(node).await;
         let node = check_detached(restart(&disk, node).await).await;
@@ -269,7 +269,7 @@ fn a_detached_subscription_stays_but_leaves_its_topic() {
         let updated = node.router.update_subscription(changes).await.unwrap();
         assert!(updated.detached && updated.topic == DELETED_TOPIC);
         node.router.delete_subscription("audit").await.unwrap();
-        assert_eq!(node.router.get_subscription("audit").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(node.router.get_subscription("audit").unwrap_err().code(), ErrorCode::NotFound);
     });
 }
 
@@ -291,7 +291,8 @@ async fn check_detached(node: Node) -> Node {
         .items
         .iter()
         .any(|s| s.name == "audit" && s.detached));
-    let precondition = |status: Status| {
+    let precondition = |error: ControlError| {
+        let status = Status::from(error);
         assert_eq!(status.code, ErrorCode::FailedPrecondition, "{status}");
         assert!(status.message.contains("is detached"), "{status}");
     };
@@ -300,7 +301,7 @@ async fn check_detached(node: Node) -> Node {
     precondition(router.create_snapshot("of-audit", "audit", Labels::new()).await.unwrap_err());
     // The forwarder serves it no more: a client asks the router again, which says why.
     let served = node.forwarder.pull("audit", PullSettings::new(10, 0).unwrap()).await;
-    assert_eq!(served.err().map(|status| status.code), Some(ErrorCode::NotOwner));
+    assert_eq!(served.err().map(|error| Status::from(error).code), Some(ErrorCode::NotOwner));
     node
 }
 
@@ -325,6 +326,6 @@ fn a_subscription_that_never_expires_is_kept() {
         clock.jump_wall_ms(400 * 24 * 3600 * 1000);
         node.router.expire_subscriptions().await;
         assert!(node.router.get_subscription("kept").is_ok());
-        assert_eq!(node.router.get_subscription("expiring").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(node.router.get_subscription("expiring").unwrap_err().code(), ErrorCode::NotFound);
     });
 }

@@ -3,14 +3,14 @@
 use super::*;
 
 impl<S: Storage> Router<S> {
-    pub async fn create_topic(&self, request: Topic) -> Result<Topic, Status> {
+    pub async fn create_topic(&self, request: Topic) -> Result<Topic, ControlError> {
         let name = request.name.as_str();
         validate_name("topic", name)?;
         let retention = topic_retention_seconds(request.message_retention_seconds)?;
         validate_labels(&request.labels)?;
         let _reservation = self.reserve_name(&format!("topic/{name}"))?;
         if self.state.borrow().topics.contains_key(name) {
-            return Err(Status::already_exists(format!("topic '{name}'")));
+            return Err(ControlError::AlreadyExists(format!("topic '{name}'")));
         }
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Topic)?;
@@ -21,7 +21,7 @@ impl<S: Storage> Router<S> {
         }
         // The placed forwarder first; one that cannot take the topic (its node is down, its
         // disk is full) passes it to the next in preference order.
-        let mut refusal = Status::unavailable("no forwarder is placed");
+        let mut refusal = ControlError::Unavailable("no forwarder is placed".into());
         let mut attached = None;
         for shard in self.place(name) {
             let attach = ControlRequest::AttachTopic {
@@ -35,8 +35,8 @@ impl<S: Storage> Router<S> {
                     attached = Some(shard);
                     break;
                 }
-                Err(status) if status.code == ErrorCode::Unavailable => refusal = status,
-                Err(status) => return Err(status),
+                Err(error) if error.is_unavailable() => refusal = error,
+                Err(error) => return Err(error),
             }
         }
         let Some(shard) = attached else { return Err(refusal) };
@@ -51,30 +51,30 @@ impl<S: Storage> Router<S> {
             epoch: 0,
         };
         let response = topic_message(&record);
-        if let Err(status) = self.propose(CatalogEntry::TopicCreated(record)).await {
+        if let Err(error) = self.propose(CatalogEntry::TopicCreated(record)).await {
             // Undecided, the topic may still be created: it stays attached, its files kept,
             // and the next start removes them if the catalog never names it.
-            if !crate::catalog::is_undecided(&status) {
+            if !error.is_undecided() {
                 let _ = self
                     .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: id, delete_data: true })
                     .await;
             }
-            return Err(status);
+            return Err(error);
         }
         Ok(response)
     }
 
-    pub(super) fn topic_record(&self, name: &str) -> Result<TopicRecord, Status> {
+    pub(super) fn topic_record(&self, name: &str) -> Result<TopicRecord, ControlError> {
         validate_name("topic", name)?;
         self.state
             .borrow()
             .topics
             .get(name)
             .cloned()
-            .ok_or_else(|| Status::not_found(format!("topic '{name}'")))
+            .ok_or_else(|| ControlError::NotFound(format!("topic '{name}'")))
     }
 
-    pub async fn delete_topic(&self, name: &str) -> Result<(), Status> {
+    pub async fn delete_topic(&self, name: &str) -> Result<(), ControlError> {
         let topic = self.topic_record(name)?;
         let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
         let shards = match applied {
@@ -96,7 +96,7 @@ impl<S: Storage> Router<S> {
 
     /// UpdateTopic. The new retention is made durable in the catalog first (what the next start
     /// attaches the topic with), then the forwarder that owns the topic applies it.
-    pub async fn update_topic(&self, changes: TopicUpdate) -> Result<Topic, Status> {
+    pub async fn update_topic(&self, changes: TopicUpdate) -> Result<Topic, ControlError> {
         let _update = self.update_permit().await?;
         let mut topic = self.topic_record(&changes.name)?;
         if let Some(retention) = changes.message_retention_seconds {
@@ -115,7 +115,10 @@ impl<S: Storage> Router<S> {
         .await?;
         // A deletion that committed while the update waited for the disk wins.
         if self.state.borrow().topic_by_id(topic.id).is_none() {
-            return Err(Status::not_found(format!("topic '{}' (deleted during the update)", topic.name)));
+            return Err(ControlError::NotFound(format!(
+                "topic '{}' (deleted during the update)",
+                topic.name
+            )));
         }
         let shard = self.shard_of(topic.id);
         if let Some(shard) = shard {
@@ -143,7 +146,7 @@ impl<S: Storage> Router<S> {
         page(topics, request.page_size, |topic| &topic.name)
     }
 
-    pub fn get_topic(&self, name: &str) -> Result<Topic, Status> {
+    pub fn get_topic(&self, name: &str) -> Result<Topic, ControlError> {
         Ok(topic_message(&self.topic_record(name)?))
     }
 
@@ -153,7 +156,7 @@ impl<S: Storage> Router<S> {
         &self,
         name: &str,
         local: Option<SocketAddr>,
-    ) -> Result<Vec<ForwarderAddress>, Status> {
+    ) -> Result<Vec<ForwarderAddress>, ControlError> {
         let topic = self.topic_record(name)?;
         self.lookup(&topic.name, topic.id, local)
     }

@@ -1,7 +1,7 @@
 //! Attaching topics and subscriptions the router places on this shard.
 
 use super::{quarantined_status, Forwarder};
-use crate::api::{Code, Status};
+use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
 use crate::control::ControlOk;
 use crate::ids::{Offset, SubscriptionId};
@@ -31,23 +31,19 @@ impl<S: Storage> Forwarder<S> {
             self.store.open(topic_id, name.clone(), retention_seconds, keep_files_open, recovering).await;
         self.attach_policy.topics_attaching.set(self.attach_policy.topics_attaching.get() - 1);
         match result {
-            Err(status)
-                if recovering
-                    && status.code == Code::DataLoss
-                    && self.attach_policy.quarantine_damaged.get() =>
-            {
+            Err(error) if recovering && error.is_damage() && self.attach_policy.quarantine_damaged.get() => {
+                let why = Status::from(error).message;
                 crate::log_error!(
-                    "ringpostd: ERROR: topic '{name}' is quarantined: {}; it and its subscriptions answer DataLoss, \
-                     its files are left as they are (deleting the topic removes them)",
-                    status.message
+                    "ringpostd: ERROR: topic '{name}' is quarantined: {why}; it and its subscriptions answer DataLoss, \
+                     its files are left as they are (deleting the topic removes them)"
                 );
-                let (name, why): (Rc<str>, Rc<str>) = (name.into(), status.message.into());
+                let (name, why): (Rc<str>, Rc<str>) = (name.into(), why.into());
                 let mut quarantined = self.registry.quarantined.borrow_mut();
                 quarantined.topic_names.insert(name.clone(), why.clone());
                 quarantined.topics.insert(topic_id, (name, why));
                 Ok(ControlOk::Done)
             }
-            Err(status) => Err(status),
+            Err(error) => Err(error.into()),
             Ok(topic) => {
                 let topic = Rc::new(topic);
                 self.registry.topics.borrow_mut().insert(topic.name.clone(), topic.clone());

@@ -3,10 +3,9 @@
 
 use super::Forwarder;
 use crate::api::data::{
-    check_ack_deadline_change, check_ack_id_count, check_publish, DataPlane, Delivery, InvalidAckId,
-    PublishBatch, PullSettings, StreamPeer, StreamSettings,
+    check_ack_deadline_change, check_ack_id_count, check_publish, DataError, DataPlane, Delivery,
+    InvalidAckId, PublishBatch, PullSettings, StreamPeer, StreamSettings,
 };
-use crate::api::Status;
 use crate::log::{HeldBatch, LogError};
 use crate::storage::Storage;
 use crate::subscription::pull::Stream;
@@ -20,9 +19,9 @@ impl<S: Storage> DataPlane for Forwarder<S> {
     type Batch = HeldBatch<S>;
     type Stream<'a> = Stream<'a, TopicState<S>>;
 
-    async fn publish(&self, messages: impl PublishBatch) -> Result<Range<u64>, Status> {
+    async fn publish(&self, messages: impl PublishBatch) -> Result<Range<u64>, DataError> {
         let started = crate::runtime::now();
-        let mut checked = Err(Status::invalid_argument("publish request has no messages"));
+        let mut checked = Err(DataError::InvalidArgument("publish request has no messages".into()));
         messages.visit(&mut |topic, views| {
             let count = views.len() as u32;
             checked = check_publish(topic, views, record_bytes)
@@ -35,7 +34,7 @@ impl<S: Storage> DataPlane for Forwarder<S> {
                 if matches!(error, LogError::NoSpace(_)) {
                     self.release_kept_files();
                 }
-                Status::from(error)
+                DataError::from(error)
             },
         )?;
         crate::metrics::latency::record_publish(started);
@@ -48,9 +47,9 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         &self,
         subscription: &str,
         settings: PullSettings,
-    ) -> Result<Option<Delivery<HeldBatch<S>>>, Status> {
+    ) -> Result<Option<Delivery<HeldBatch<S>>>, DataError> {
         let (subscription, topic) = self.subscription(subscription)?;
-        pull::pull(&self.environment, &subscription, &topic, settings, &pull::NeverGone).await
+        Ok(pull::pull(&self.environment, &subscription, &topic, settings, &pull::NeverGone).await?)
     }
 
     async fn pull_for_peer(
@@ -58,16 +57,16 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         subscription: &str,
         settings: PullSettings,
         peer: &impl StreamPeer,
-    ) -> Result<Option<Delivery<HeldBatch<S>>>, Status> {
+    ) -> Result<Option<Delivery<HeldBatch<S>>>, DataError> {
         let (subscription, topic) = self.subscription(subscription)?;
-        pull::pull(&self.environment, &subscription, &topic, settings, peer).await
+        Ok(pull::pull(&self.environment, &subscription, &topic, settings, peer).await?)
     }
 
     async fn open_stream(
         &self,
         subscription: &str,
         settings: StreamSettings,
-    ) -> Result<Self::Stream<'_>, Status> {
+    ) -> Result<Self::Stream<'_>, DataError> {
         let (subscription, topic) = self.subscription(subscription)?;
         Ok(Stream::open(&self.environment, subscription, topic, settings))
     }
@@ -76,10 +75,10 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         &self,
         subscription: &str,
         ack_ids: impl ExactSizeIterator<Item = &'a str>,
-    ) -> Result<Vec<InvalidAckId>, Status> {
+    ) -> Result<Vec<InvalidAckId>, DataError> {
         check_ack_id_count(ack_ids.len())?;
         let (subscription, topic) = self.subscription(subscription)?;
-        acknowledge::acknowledge(&self.environment, &subscription, &*topic, ack_ids).await
+        Ok(acknowledge::acknowledge(&self.environment, &subscription, &*topic, ack_ids).await?)
     }
 
     async fn modify_ack_deadline<'a>(
@@ -87,10 +86,11 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         subscription: &str,
         ack_ids: impl ExactSizeIterator<Item = &'a str> + Clone,
         seconds: u32,
-    ) -> Result<Vec<InvalidAckId>, Status> {
+    ) -> Result<Vec<InvalidAckId>, DataError> {
         check_ack_id_count(ack_ids.len())?;
         check_ack_deadline_change(seconds)?;
         let (subscription, topic): (_, Rc<TopicState<S>>) = self.subscription(subscription)?;
-        acknowledge::modify_ack_deadline(&self.environment, &subscription, &topic, ack_ids, seconds).await
+        Ok(acknowledge::modify_ack_deadline(&self.environment, &subscription, &topic, ack_ids, seconds)
+            .await?)
     }
 }

@@ -6,7 +6,7 @@
 //! A publish is answered once durable in the dead-letter topic, as a client's is.
 
 use super::Forwarder;
-use crate::api::data::DataPlane;
+use crate::api::data::{DataError, DataPlane};
 use crate::api::{Code, Status};
 use crate::storage::Storage;
 use crate::subscription::dead_letter::{DeadLetter, DeadLetters, LocalFuture, Publisher};
@@ -62,11 +62,11 @@ pub fn peer_channels(shards: usize) -> Vec<PeerChannels> {
 
 /// A publish this shard can make on its own topics.
 pub trait LocalPublisher {
-    fn publish_here(&self, dead_letters: DeadLetters) -> LocalFuture<'_, Result<(), Status>>;
+    fn publish_here(&self, dead_letters: DeadLetters) -> LocalFuture<'_, Result<(), DataError>>;
 }
 
 impl<S: Storage> LocalPublisher for Forwarder<S> {
-    fn publish_here(&self, dead_letters: DeadLetters) -> LocalFuture<'_, Result<(), Status>> {
+    fn publish_here(&self, dead_letters: DeadLetters) -> LocalFuture<'_, Result<(), DataError>> {
         Box::pin(async move { self.publish(dead_letters).await.map(|_| ()) })
     }
 }
@@ -152,7 +152,9 @@ impl ShardPublisher {
                     let (local, replies) = (local.clone(), replies.clone());
                     crate::runtime::spawn(async move {
                         let dead_letters = DeadLetters { topic: request.topic, messages: request.messages };
-                        let result = local.publish_here(dead_letters).await;
+                        // Mapped here: the reply crosses to another shard's thread, which a
+                        // `Status` can and a `DataError` (holding this shard's `Rc`s) cannot.
+                        let result = local.publish_here(dead_letters).await.map_err(Status::from);
                         let _ = replies.send(PeerReply { request_id: request.request_id, result }).await;
                     })
                     .detach();
@@ -172,8 +174,8 @@ impl Publisher for ShardPublisher {
             };
             let here = DeadLetters { topic: topic.clone(), messages: messages.clone() };
             match local.publish_here(here).await {
-                Err(status) if status.code == Code::NotOwner => {}
-                result => return result,
+                Err(error) if error.is_not_owner() => {}
+                result => return result.map_err(Status::from),
             }
             let peers: Vec<Rc<PeerLink>> = self.peers.borrow().clone();
             for peer in peers {

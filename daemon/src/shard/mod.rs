@@ -14,7 +14,8 @@ pub mod stats;
 #[cfg(test)]
 mod tests;
 
-use crate::api::{Code, Status};
+use crate::api::data::{DataError, ResourceKind};
+use crate::api::Status;
 use crate::clock::Clock;
 use crate::log::{Directories, LogConfig, TailCacheBudget};
 use crate::metrics::rate::RateTicks;
@@ -116,20 +117,21 @@ pub struct Quarantined {
     pub subscriptions: HashMap<Rc<str>, (u64, Rc<str>)>,
 }
 
-pub fn quarantined_status(kind: &str, name: &str, why: &str) -> Status {
-    Status::new(
-        Code::DataLoss,
-        format!(
-            "{kind} '{name}' is quarantined: {why}. It is not served until repaired or deleted; nothing was deleted"
-        ),
-    )
+/// A request naming a quarantined topic (or one of its subscriptions).
+pub fn quarantined(kind: ResourceKind, name: &str, why: &Rc<str>) -> DataError {
+    DataError::Quarantined { kind, name: name.into(), why: why.clone() }
 }
 
-fn not_owner(kind: &str, name: &str) -> Status {
-    Status::new(
-        Code::NotOwner,
-        format!("this forwarder does not serve {kind} '{name}'; ask the router again"),
-    )
+/// `quarantined`, for the router's requests, which answer with a `Status`; `kind` is "topic"
+/// or "subscription", as those requests name it.
+pub fn quarantined_status(kind: &str, name: &str, why: &str) -> Status {
+    debug_assert!(kind == "topic" || kind == "subscription", "{kind}");
+    let kind = if kind == "topic" { ResourceKind::Topic } else { ResourceKind::Subscription };
+    Status::from(quarantined(kind, name, &Rc::from(why)))
+}
+
+fn not_owner(kind: ResourceKind, name: &str) -> DataError {
+    DataError::NotOwner { kind, name: name.into() }
 }
 
 impl<S: Storage> Forwarder<S> {
@@ -227,20 +229,20 @@ impl<S: Storage> Forwarder<S> {
         Ok((topic, entry))
     }
 
-    pub fn topic(&self, name: &str) -> Result<Rc<TopicState<S>>, Status> {
+    pub fn topic(&self, name: &str) -> Result<Rc<TopicState<S>>, DataError> {
         self.registry.topics.borrow().get(name).cloned().ok_or_else(|| {
             match self.registry.quarantined.borrow().topic_names.get(name) {
-                Some(why) => quarantined_status("topic", name, why),
-                None => not_owner("topic", name),
+                Some(why) => quarantined(ResourceKind::Topic, name, why),
+                None => not_owner(ResourceKind::Topic, name),
             }
         })
     }
 
-    pub fn subscription(&self, name: &str) -> Result<Served<S>, Status> {
+    pub fn subscription(&self, name: &str) -> Result<Served<S>, DataError> {
         self.registry.subscriptions.borrow().get(name).cloned().ok_or_else(|| {
             match self.registry.quarantined.borrow().subscriptions.get(name) {
-                Some((_, why)) => quarantined_status("subscription", name, why),
-                None => not_owner("subscription", name),
+                Some((_, why)) => quarantined(ResourceKind::Subscription, name, why),
+                None => not_owner(ResourceKind::Subscription, name),
             }
         })
     }

@@ -3,9 +3,9 @@
 
 use super::journal_entry::{runs_of, JournalEntry};
 use super::source::{AckJournal, MessageSource};
+use super::SubscriptionError;
 use super::{dead_letter, Environment, SubscriptionEntry};
 use crate::api::data::InvalidAckId;
-use crate::api::Status;
 use crate::ids::Offset;
 use crate::log::LogError;
 use std::rc::Rc;
@@ -21,7 +21,7 @@ pub async fn acknowledge<'a, T: AckJournal>(
     subscription: &SubscriptionEntry,
     topic: &T,
     ack_ids: impl Iterator<Item = &'a str>,
-) -> Result<Vec<InvalidAckId>, Status> {
+) -> Result<Vec<InvalidAckId>, SubscriptionError> {
     subscription.last_activity_ms.set(environment.clock.wall_ms());
     let now = environment.clock.now();
     let mut invalid = Vec::new();
@@ -49,7 +49,7 @@ pub async fn acknowledge<'a, T: AckJournal>(
         // subscriber is told so only once it is, as it would be had this request written it.
         // An entry written below commits no later than the ones before it.
         if already_acknowledged {
-            topic.settle().await.map_err(Status::from)?;
+            topic.settle().await?;
         }
         return Ok(invalid);
     }
@@ -72,7 +72,7 @@ pub async fn acknowledge<'a, T: AckJournal>(
                 (environment.release_space)();
             }
             if !exactly_once {
-                return Err(Status::from(error));
+                return Err(SubscriptionError::from(error));
             }
             // One pin per id accepted, so one unpin each. An offset another request made
             // durable meanwhile is acknowledged all the same.
@@ -97,7 +97,7 @@ pub async fn modify_ack_deadline<'a, T: MessageSource + AckJournal + 'static>(
     topic: &Rc<T>,
     ack_ids: impl Iterator<Item = &'a str> + Clone,
     seconds: u32,
-) -> Result<Vec<InvalidAckId>, Status> {
+) -> Result<Vec<InvalidAckId>, SubscriptionError> {
     if seconds > 0 {
         // An extension confirmed to the subscriber survives a restart: journal it first.
         let (mut offsets, exactly_once) = {

@@ -6,7 +6,7 @@
 use super::journal_entry::{runs_of, JournalEntry};
 use super::source::{AckJournal, MessageSource};
 use super::{Environment, SubscriptionEntry};
-use crate::api::data::{Attributes, MessageView, PublishBatch};
+use crate::api::data::{Attributes, DataError, MessageView, PublishBatch};
 use crate::api::limits::PUBLISH_BATCH_MESSAGES_MAX;
 use crate::api::Status;
 use crate::ids::Offset;
@@ -63,7 +63,7 @@ impl PublishBatch for DeadLetters {
     fn visit(
         &self,
         visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = MessageView<'_>>),
-    ) -> Result<(), Status> {
+    ) -> Result<(), DataError> {
         let mut messages = self.messages.iter().map(|message| MessageView {
             data: &message.data,
             attributes: &message.attributes,

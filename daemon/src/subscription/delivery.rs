@@ -9,8 +9,8 @@ use super::journal_entry::{runs_of, JournalEntry};
 use super::source::{AckJournal, MessageSource, SourceBatch};
 use super::state::{AckId, Delivery as Lease};
 use super::SubscriptionEntry;
+use super::SubscriptionError;
 use crate::api::data::{DeliveredMessage, Delivery};
-use crate::api::Status;
 use crate::ids::{MessageId, Offset, SourceId};
 use crate::log::record::RecordView;
 use crate::log::LogError;
@@ -24,7 +24,7 @@ pub async fn read<T: MessageSource + AckJournal>(
     mut leases: Vec<Lease>,
     bytes_budget: Option<u64>,
     reservation: StreamReservation,
-) -> Result<Option<Delivery<T::Batch>>, Status> {
+) -> Result<Option<Delivery<T::Batch>>, SubscriptionError> {
     leases.sort_by_key(|lease| lease.offset);
     let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
     let offsets: Vec<Offset> = leases.iter().map(|lease| lease.offset).collect();
@@ -33,7 +33,7 @@ pub async fn read<T: MessageSource + AckJournal>(
         for lease in leases {
             state.release(lease);
         }
-        Status::from(error)
+        SubscriptionError::from(error)
     };
     // Only as many batches as the response can carry are read: a thousand leased messages
     // of 1 MB each were all read, and held, for a response of twelve.

@@ -7,6 +7,7 @@ pub mod acknowledge;
 pub mod budget;
 pub mod dead_letter;
 pub mod delivery;
+pub mod error;
 pub mod filter;
 pub mod journal_entry;
 pub mod offset_map;
@@ -14,12 +15,12 @@ pub mod pull;
 pub mod source;
 pub mod state;
 
-use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
 use crate::ids::Offset;
 use crate::metrics::rate::RateWindow;
 use crate::sync::{Notify, Stop};
+pub use error::SubscriptionError;
 use journal_entry::JournalEntry;
 use state::{DeliveryPolicy, SubscriptionState};
 use std::cell::{Cell, RefCell};
@@ -91,17 +92,15 @@ impl SubscriptionEntry {
     }
 
     /// The error a pull or stream on a deleted (or detached) subscription ends with.
-    pub fn deleted(&self) -> Status {
+    pub fn deleted(&self) -> SubscriptionError {
+        let subscription = self.name.clone();
         if self.moved.get() {
-            return Status::unavailable(format!(
-                "subscription '{}' is now served by its topic's new leader; look it up again",
-                self.name
-            ));
+            return SubscriptionError::Moved { subscription };
         }
         if self.left_topic.get() {
-            return Status::failed_precondition(format!("subscription '{}' is detached", self.name));
+            return SubscriptionError::Detached { subscription };
         }
-        Status::not_found(format!("subscription '{}' was deleted", self.name))
+        SubscriptionError::Deleted { subscription }
     }
 
     /// A subscription attached now, with `state` built from its sync point (and journal).

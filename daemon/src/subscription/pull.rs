@@ -5,10 +5,10 @@
 
 use super::budget::{StreamReservation, PULL_RESPONSE_BYTES_MAX};
 use super::source::{AckJournal, MessageSource};
+use super::SubscriptionError;
 use super::{dead_letter, delivery, Environment, SubscriptionEntry};
-use crate::api::data::{Delivery, DeliveryStream, PullSettings, StreamPeer, StreamSettings};
+use crate::api::data::{DataError, Delivery, DeliveryStream, PullSettings, StreamPeer, StreamSettings};
 use crate::api::limits::PULL_MESSAGES_MAX;
-use crate::api::Status;
 use futures_lite::future::or;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -64,7 +64,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
     topic: &Rc<T>,
     settings: PullSettings,
     peer: &impl StreamPeer,
-) -> Result<Option<Delivery<T::Batch>>, Status> {
+) -> Result<Option<Delivery<T::Batch>>, SubscriptionError> {
     let clock = &environment.clock;
     subscription.last_activity_ms.set(clock.wall_ms());
     let started = clock.now();
@@ -190,22 +190,20 @@ impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
         self.environment.stop.is_given()
     }
 
-    async fn next(&mut self, peer: &impl StreamPeer) -> Result<Option<Delivery<T::Batch>>, Status> {
+    async fn next(&mut self, peer: &impl StreamPeer) -> Result<Option<Delivery<T::Batch>>, DataError> {
         let subscription = &self.subscription;
         loop {
             if self.environment.stop.is_given() {
                 // Checked before the peer: a stopping shard also stops reading the connection,
                 // which looks like the peer going, and the client must see a status it retries
                 // on rather than a stream that ended as if it had asked.
-                return Err(Status::unavailable(
-                    "ringpostd is stopping; open the stream again (its messages are delivered again)",
-                ));
+                return Err(SubscriptionError::Stopping.into());
             }
             if peer.is_gone() {
                 return Ok(None);
             }
             if subscription.detached.get() {
-                return Err(subscription.deleted());
+                return Err(subscription.deleted().into());
             }
             let committed = self.topic.committed();
             let changed = subscription.changed.notified();

@@ -2,6 +2,7 @@
 //! its subscribers did; this module keeps both, appends publishes, and decides which segments
 //! no one needs any more.
 
+pub mod error;
 pub mod journal;
 pub mod open;
 pub mod publish;
@@ -18,6 +19,7 @@ use crate::subscription::journal_entry::JournalEntry;
 use crate::subscription::source::{AckJournal, MessageSource, SourceBatch};
 use crate::subscription::SubscriptionEntry;
 use crate::sync::{Notified, Notify};
+pub use error::TopicError;
 use journal::{JournalReserve, JournalSlot, LazyJournal};
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;

@@ -3,8 +3,7 @@
 //! files.
 
 use super::journal::{JournalReserve, JournalSlot, LazyJournal, OpenJournal, SnapshotState};
-use super::{journal_folder, topic_folder, TopicState};
-use crate::api::{Code, Status};
+use super::{journal_folder, topic_folder, TopicError, TopicState};
 use crate::ids::Offset;
 use crate::log::{Directories, Log, LogConfig, LogError, RecoveryReport};
 use crate::storage::Storage;
@@ -65,7 +64,7 @@ impl<S: Storage> TopicStore<S> {
         retention_seconds: u64,
         keep_files_open: bool,
         recovering: bool,
-    ) -> Result<TopicState<S>, Status> {
+    ) -> Result<TopicState<S>, TopicError> {
         let relative = topic_folder(topic_id);
         // Both folders of the topic in every data directory, in one go: their parents are then
         // synced once each (three syncs a topic when each log made its own).
@@ -101,7 +100,7 @@ impl<S: Storage> TopicStore<S> {
     /// segment and its journal's reserve: on a full disk a topic could be made (folders take
     /// only a few blocks) but could take no publish, so the user learns it at the create, with
     /// `ResourceExhausted`, as a publish would tell it.
-    fn check_room(&self, name: &str) -> Result<(), Status> {
+    fn check_room(&self, name: &str) -> Result<(), TopicError> {
         let needed_bytes =
             self.log_config.segment_bytes_initial + self.journal_configs[0].segment_bytes_initial;
         let free: Vec<(usize, u64)> = (0..self.directories.count())
@@ -112,12 +111,12 @@ impl<S: Storage> TopicStore<S> {
             return Ok(());
         }
         let (copy, bytes) = free.iter().copied().min_by_key(|(_, bytes)| *bytes).unwrap_or((0, 0));
-        Err(Status::resource_exhausted(format!(
-            "no disk space for topic '{name}': data directory {} has {bytes} bytes available, and a topic \
-             needs {needed_bytes} (its first segment and its journal's reserve); acknowledge messages or \
-             delete topics to free space",
-            self.directories.path(copy).display()
-        )))
+        Err(TopicError::NoRoom {
+            topic: name.to_owned(),
+            directory: self.directories.path(copy).to_owned(),
+            available_bytes: bytes,
+            needed_bytes,
+        })
     }
 
     /// The rest of `open_topic`: the folders, both logs, and what the journal recovered.
@@ -128,15 +127,13 @@ impl<S: Storage> TopicStore<S> {
         retention_seconds: u64,
         keep_files_open: bool,
         folders: &[PathBuf],
-    ) -> Result<TopicState<S>, Status> {
+    ) -> Result<TopicState<S>, TopicError> {
         let relative = topic_folder(topic_id);
         // Out of space, quota or descriptors says nothing about the data: `ResourceExhausted`,
         // to retry once the resource is back. Anything else failing here is `DataLoss`.
         let failed = |what: String, error: LogError| match error {
-            LogError::NoSpace(why) => {
-                Status::resource_exhausted(format!("{what}: out of disk space or open files: {why}"))
-            }
-            error => Status::new(Code::DataLoss, format!("{what}: {error}")),
+            LogError::NoSpace(why) => TopicError::NoSpace { what, why },
+            error => TopicError::Damaged { what, error },
         };
         self.storage.create_dirs_durable(folders).await.map_err(|error| {
             let what = format!("topic '{name}': making its folders");
@@ -238,7 +235,7 @@ impl<S: Storage> TopicState<S> {
     /// Replays the journal again into what subscriptions attached from now on rebuild their
     /// state from (and the topic's snapshots): for a replica that becomes its topic's leader,
     /// whose journal took entries as a follower that no subscription here applied.
-    pub async fn replay_journal_again(&self) -> Result<(), Status> {
+    pub async fn replay_journal_again(&self) -> Result<(), TopicError> {
         let Some(journal) = self.journal.opened() else { return Ok(()) };
         let (recovered, snapshots) = replay_journal(&journal, &self.name).await?;
         self.journal.with_open(|open| {
@@ -257,13 +254,15 @@ async fn replay_journal<S: Storage>(
     name: &str,
 ) -> Result<
     (HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher>, HashMap<u64, SnapshotState, IdHasher>),
-    Status,
+    TopicError,
 > {
     let mut recovered: HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher> = HashMap::default();
     let mut snapshots: HashMap<u64, SnapshotState, IdHasher> = HashMap::default();
-    for stored in journal.read_all(Offset::ZERO).await.map_err(Status::from)? {
-        let entry = JournalEntry::decode(&stored.data).map_err(|why| {
-            Status::new(Code::DataLoss, format!("topic '{name}' journal entry {}: {why}", stored.offset))
+    for stored in journal.read_all(Offset::ZERO).await? {
+        let entry = JournalEntry::decode(&stored.data).map_err(|why| TopicError::JournalEntry {
+            topic: name.to_owned(),
+            offset: stored.offset,
+            why: why.to_string(),
         })?;
         match entry {
             // The sync point lives in the catalog; checkpoints restate it for reference. A

@@ -107,7 +107,7 @@ impl Gateway {
                         Resource::Topic(name) => shard.router.lookup_topic(name, None),
                         Resource::Subscription(name) => shard.router.lookup_subscription(name, None),
                     };
-                    let owner = forwarders.and_then(|forwarders| {
+                    let owner = forwarders.map_err(Status::from).and_then(|forwarders| {
                         let forwarders = forwarders.into_iter().map(|found| (found.shard, found.address));
                         Owner::first(&looked_up, forwarders)
                     });

@@ -11,7 +11,7 @@ use super::gateway::{is_stale_route, Gateway, Resource, Serving};
 use super::names::{self, Kind};
 use super::remote;
 use crate::api::control::ListRequest;
-use crate::api::data::{Attributes, DataPlane, MessageView, PublishBatch};
+use crate::api::data::{Attributes, DataError, DataPlane, MessageView, PublishBatch};
 use crate::api::{Code, Status as DomainStatus};
 use crate::dispatch::{Operation, Outcome};
 use ringpost_proto::pubsub;
@@ -104,7 +104,7 @@ impl PublishBatch for OwnedPublish {
     fn visit(
         &self,
         visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = MessageView<'_>>),
-    ) -> Result<(), DomainStatus> {
+    ) -> Result<(), DataError> {
         let mut messages = self.messages.iter().map(|message| MessageView {
             data: &message.data,
             attributes: &message.attributes,
@@ -168,11 +168,11 @@ async fn publish(
                 presented.check(&shard.access, crate::dispatch::Kind::Publish, &name)?;
                 // Nothing awaits between this lookup and the publish's own, so the answer holds.
                 match shard.forwarder.topic(&name) {
-                    Err(status) if is_stale_route(&status) => return Ok(Err(batch)),
-                    Err(status) => return Err(status),
+                    Err(error) if error.is_not_owner() => return Ok(Err(batch)),
+                    Err(error) => return Err(error.into()),
                     Ok(_) => {}
                 }
-                shard.forwarder.publish(batch).await.map(Ok)
+                Ok(shard.forwarder.publish(batch).await.map(Ok)?)
             })
             .await?;
         match published {
@@ -193,7 +193,7 @@ impl OwnedPublish {
         self.visit(&mut |topic, messages| {
             checked = crate::api::data::check_publish(topic, messages, |_| 0);
         })?;
-        checked.map(|_| ())
+        Ok(checked.map(|_| ())?)
     }
 
     /// The batch as a native publish, for the node that serves its topic.

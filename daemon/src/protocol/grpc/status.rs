@@ -36,3 +36,10 @@ impl From<Status> for tonic::Status {
         to_grpc(status)
     }
 }
+
+/// A data-plane error, through its domain code.
+impl From<crate::api::data::DataError> for tonic::Status {
+    fn from(error: crate::api::data::DataError) -> tonic::Status {
+        to_grpc(Status::from(error))
+    }
+}

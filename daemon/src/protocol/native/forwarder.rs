@@ -4,8 +4,8 @@
 //! kernel.
 
 use crate::api::data::{
-    Attributes, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch, PullSettings,
-    StreamPeer, StreamSettings,
+    Attributes, DataError, DataPlane, Delivery, DeliveryStream, InvalidAckId, MessageView, PublishBatch,
+    PullSettings, StreamPeer, StreamSettings,
 };
 use crate::auth::Principal;
 use crate::dispatch::{self, Kind};
@@ -201,8 +201,10 @@ impl PublishBatch for FramedPublish {
     fn visit(
         &self,
         visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = MessageView<'_>>),
-    ) -> Result<(), crate::api::Status> {
-        let request = access_body::<PublishRequest>(&self.body)?;
+    ) -> Result<(), DataError> {
+        // The frame's refusals are all `ProtocolError`s: a malformed request.
+        let request = access_body::<PublishRequest>(&self.body)
+            .map_err(|status| DataError::Malformed(status.message))?;
         let mut messages = request.messages.iter().map(|message| MessageView {
             data: message.data.as_slice(),
             attributes: &message.attributes,
@@ -317,8 +319,8 @@ async fn streaming_pull<D: DataPlane>(
     settings.leases_outlive_stream = client_keeps_leases;
     let mut stream = match data.open_stream(request.subscription.as_str(), settings).await {
         Ok(stream) => stream,
-        Err(status) if status.code == crate::api::Code::NotOwner => {
-            return carried(header, status.into(), |relay| async move {
+        Err(error) if error.is_not_owner() => {
+            return carried(header, error.into(), |relay| async move {
                 let downstream = relay::NativeDownstream { header, responder };
                 let principal = &responder.session().principal;
                 let subscription = request.subscription.as_str();
@@ -398,9 +400,9 @@ async fn modify_ack_deadline(
     let seconds = request.ack_deadline_seconds.to_native();
     match data.modify_ack_deadline(request.subscription.as_str(), ack_ids, seconds).await {
         Ok(invalid) => Ok(respond(header, &ack_response(invalid)).into()),
-        Err(status) if status.code == crate::api::Code::NotOwner => {
+        Err(error) if error.is_not_owner() => {
             let subscription = request.subscription.as_str();
-            carried_unary(header, body, subscription, responder, std::time::Duration::ZERO, status.into())
+            carried_unary(header, body, subscription, responder, std::time::Duration::ZERO, error.into())
                 .await
         }
         Err(status) => Err(status.into()),

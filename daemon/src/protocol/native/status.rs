@@ -66,6 +66,13 @@ impl From<Status> for WireStatus {
     }
 }
 
+/// A data-plane error, through its domain code.
+impl From<crate::api::data::DataError> for WireStatus {
+    fn from(error: crate::api::data::DataError) -> WireStatus {
+        Status::from(error).into()
+    }
+}
+
 impl From<WireStatus> for Status {
     fn from(status: WireStatus) -> Status {
         Status::new(status.code.into(), status.message)
