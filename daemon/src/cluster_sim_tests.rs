@@ -46,6 +46,7 @@ use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::dispatch::routes::{Resource as Served, Routes};
 use crate::dispatch::{Caller, Carried, Door, NodeTransport, Operation};
+use crate::ids::Offset;
 use crate::log::{Directories, LogConfig};
 use crate::net::relay::{self, CarriedStream, Carrier, Relay};
 use crate::net::server::{Handler, Responder};
@@ -1581,8 +1582,9 @@ async fn committed_records(world: &Rc<World>, node: u64) -> Option<BTreeMap<u64,
         };
         let mut records = BTreeMap::new();
         for (id, topic) in topics {
-            if let Ok(read) = topic.log.read(0, usize::MAX, usize::MAX).await {
-                records.insert(id, read.into_iter().map(|record| (record.offset, record.data)).collect());
+            if let Ok(read) = topic.log.read(Offset::ZERO, usize::MAX, usize::MAX).await {
+                records
+                    .insert(id, read.into_iter().map(|record| (record.offset.get(), record.data)).collect());
             }
         }
         records
