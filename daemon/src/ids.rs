@@ -5,6 +5,39 @@
 //!
 //! The wire and rkyv types keep plain integers; these are made (`new`, `From`) and taken apart
 //! (`get`) at the edges, and where a module not yet converted is called.
+//!
+//! ```
+//! use ringpost_daemon::ids::{Epoch, Offset};
+//! let start = Offset::new(10);
+//! let end = start + 5; // an offset plus a count of records
+//! assert_eq!(end - start, 5); // two offsets apart by a count
+//! assert_eq!(start.up_to(end).count(), 5);
+//! assert_eq!(Epoch::new(1).next(), Epoch::new(2));
+//! ```
+//!
+//! What means nothing does not compile. Two offsets added:
+//! ```compile_fail
+//! # use ringpost_daemon::ids::Offset;
+//! let _ = Offset::new(1) + Offset::new(2);
+//! ```
+//! An epoch counted with an offset, or on its own:
+//! ```compile_fail
+//! # use ringpost_daemon::ids::{Epoch, Offset};
+//! let _ = Offset::new(1) + Epoch::new(2);
+//! ```
+//! ```compile_fail
+//! # use ringpost_daemon::ids::Epoch;
+//! let _ = Epoch::new(1) + 1;
+//! ```
+//! An offset compared with a bare integer, or one id taken for another:
+//! ```compile_fail
+//! # use ringpost_daemon::ids::Offset;
+//! let _ = Offset::new(1) == 1;
+//! ```
+//! ```compile_fail
+//! # use ringpost_daemon::ids::{NodeId, TopicId};
+//! let _: TopicId = NodeId::new(1);
+//! ```
 
 use ringpost_model::shards::{global_shard, node_and_shard};
 use std::fmt;
@@ -23,6 +56,12 @@ impl Offset {
 
     pub const fn get(self) -> u64 {
         self.0
+    }
+
+    /// The offsets from this one up to `end`, not including it (none if `end` is not after
+    /// this one): a run of records, as a range of integers would give them.
+    pub fn up_to(self, end: Offset) -> impl DoubleEndedIterator<Item = Offset> {
+        (self.0..end.0).map(Offset)
     }
 
     /// The count of records from `earlier` to this offset; 0 if this one is not after it.

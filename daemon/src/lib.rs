@@ -6,6 +6,8 @@
 //! ARCHITECTURE.md for the map.
 
 pub mod api;
+#[cfg(test)]
+mod architecture_doc_tests;
 pub mod auth;
 pub mod catalog;
 /// Placement lives with the catalog, which records each decision; this name stays for callers.

@@ -26,6 +26,7 @@ use crate::api::Status;
 use crate::catalog::{global_shard, Applied, CatalogEntry, CatalogState, SubscriptionSettings, TopicRecord};
 use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
+use crate::ids::Offset;
 use crate::log::{Directories, LogConfig};
 use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
@@ -623,11 +624,11 @@ async fn records(world: &Rc<World>, node: usize, durable: bool) -> Option<BTreeM
                 .cloned()
                 .or_else(|| forwarder.registry.topics_by_id.borrow().get(&TOPIC_ID).cloned())?;
             let records = if durable {
-                topic.log.read_all(0).await.ok()?
+                topic.log.read_all(Offset::ZERO).await.ok()?
             } else {
-                topic.log.read(0, usize::MAX, usize::MAX).await.ok()?
+                topic.log.read(Offset::ZERO, usize::MAX, usize::MAX).await.ok()?
             };
-            Some(records.into_iter().map(|record| (record.offset, record.data)).collect())
+            Some(records.into_iter().map(|record| (record.offset.get(), record.data)).collect())
         })
         .await
         .flatten()

@@ -22,6 +22,7 @@
 use crate::catalog::SubscriptionSettings;
 use crate::clock::SystemClock;
 use crate::control::ControlRequest;
+use crate::ids::Offset;
 use crate::log::{Directories, LogConfig};
 use crate::net::server::{Handler, Responder};
 use crate::runtime::{self, sim};
@@ -465,14 +466,16 @@ fn a_recovered_acknowledgement_above_the_cursor_does_not_stall_pulls() {
     let now = std::time::Instant::now();
     let mut state = crate::subscription::state::SubscriptionState::new(
         crate::ids::SubscriptionId::new(9),
-        0,
+        Offset::new(0),
         Duration::from_secs(10),
     );
-    state.restore_ack(0);
-    state.restore_ack(2);
-    let delivered: Vec<u64> = state.pull(now, 1, 10).iter().map(|delivery| delivery.offset).collect();
+    state.restore_ack(Offset::new(0));
+    state.restore_ack(Offset::new(2));
+    let delivered: Vec<u64> =
+        state.pull(now, 1, Offset::new(10)).iter().map(|delivery| delivery.offset.get()).collect();
     assert_eq!(delivered, vec![1]);
-    state.apply_ack(1);
-    let delivered: Vec<u64> = state.pull(now, 10, 10).iter().map(|delivery| delivery.offset).collect();
+    state.apply_ack(Offset::new(1));
+    let delivered: Vec<u64> =
+        state.pull(now, 10, Offset::new(10)).iter().map(|delivery| delivery.offset.get()).collect();
     assert_eq!(delivered, (3..10).collect::<Vec<u64>>());
 }

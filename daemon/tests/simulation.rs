@@ -7,6 +7,7 @@
 //! `RINGPOST_SIM_SEEDS=N` runs N seeds (200 by default); `RINGPOST_SIM_SEED=S` replays seed S
 //! exactly. A failure prints its seed and the command that replays it.
 
+use ringpost_daemon::ids::Offset;
 use ringpost_daemon::log::directories::Directories;
 use ringpost_daemon::log::{record, Log, LogConfig, LogError, StoredRecord};
 use ringpost_daemon::runtime::{self, sim};
@@ -104,28 +105,38 @@ fn check(seed: u64, life: u64, records: &[StoredRecord], model: &Model) {
     let context = |offset: u64| format!("seed {seed}, life {life}, offset {offset}");
     for (position, record) in records.iter().enumerate() {
         assert_eq!(
-            record.offset,
+            record.offset.get(),
             position as u64,
             "{}: offsets are not contiguous from 0",
-            context(record.offset)
+            context(record.offset.get())
         );
         let origin = model
             .origin_of(&record.data)
-            .unwrap_or_else(|| panic!("{}: a record that was never appended", context(record.offset)));
-        if let Some(acknowledged) = model.acknowledged.get(&record.offset) {
-            assert_eq!(&record.data, acknowledged, "{}: not the acknowledged record", context(record.offset));
+            .unwrap_or_else(|| panic!("{}: a record that was never appended", context(record.offset.get())));
+        if let Some(acknowledged) = model.acknowledged.get(&record.offset.get()) {
+            assert_eq!(
+                &record.data,
+                acknowledged,
+                "{}: not the acknowledged record",
+                context(record.offset.get())
+            );
         }
         // A batch is whole or absent: its records follow each other in order.
         if origin.index > 0 {
             let previous =
                 position.checked_sub(1).and_then(|previous| model.origin_of(&records[previous].data));
             let expected = Origin { index: origin.index - 1, ..origin };
-            assert_eq!(previous, Some(expected), "{}: a batch cut at its start", context(record.offset));
+            assert_eq!(
+                previous,
+                Some(expected),
+                "{}: a batch cut at its start",
+                context(record.offset.get())
+            );
         }
         if origin.index + 1 < origin.length {
             let next = records.get(position + 1).and_then(|next| model.origin_of(&next.data));
             let expected = Origin { index: origin.index + 1, ..origin };
-            assert_eq!(next, Some(expected), "{}: a batch cut at its end", context(record.offset));
+            assert_eq!(next, Some(expected), "{}: a batch cut at its end", context(record.offset.get()));
         }
     }
     if let Some((&last, _)) = model.acknowledged.last_key_value() {
@@ -176,7 +187,7 @@ async fn append(log: Log<SimDisk>, model: Rc<RefCell<Model>>, mut rng: sim::Rng,
                     let mut model = model.borrow_mut();
                     model.appends_acknowledged += 1;
                     for (index, payload) in payloads.iter().enumerate() {
-                        model.acknowledged.insert(offset + index as u64, payload.clone());
+                        model.acknowledged.insert(offset.get() + index as u64, payload.clone());
                     }
                     break;
                 }
@@ -203,12 +214,12 @@ async fn read(log: Log<SimDisk>, model: Rc<RefCell<Model>>, mut rng: sim::Rng) {
             rng.between(READ_PAUSE_MIN.as_micros() as u64..READ_PAUSE_MAX.as_micros() as u64),
         ))
         .await;
-        let Ok(records) = log.read(0, usize::MAX, usize::MAX).await else { continue };
+        let Ok(records) = log.read(Offset::ZERO, usize::MAX, usize::MAX).await else { continue };
         let model = model.borrow();
         for (position, record) in records.iter().enumerate() {
-            assert_eq!(record.offset, position as u64, "a live read skipped or repeated an offset");
+            assert_eq!(record.offset.get(), position as u64, "a live read skipped or repeated an offset");
             assert!(model.origin_of(&record.data).is_some(), "a live read returned a phantom");
-            if let Some(acknowledged) = model.acknowledged.get(&record.offset) {
+            if let Some(acknowledged) = model.acknowledged.get(&record.offset.get()) {
                 assert_eq!(&record.data, acknowledged, "a live read returned another record");
             }
         }
@@ -234,7 +245,7 @@ async fn restart(
         });
     model.borrow_mut().copies_fenced_at_open += report.copies_fenced.len() as u64;
     let records = log
-        .read(0, usize::MAX, usize::MAX)
+        .read(Offset::ZERO, usize::MAX, usize::MAX)
         .await
         .unwrap_or_else(|error| panic!("seed {seed}, life {life}: the log opens but does not read: {error}"));
     (log, records)
@@ -262,7 +273,7 @@ fn digest(records: &[StoredRecord], elapsed: Duration) -> u64 {
         }
     };
     for record in records {
-        mix(&record.offset.to_le_bytes());
+        mix(&record.offset.get().to_le_bytes());
         mix(&record.data);
     }
     mix(&elapsed.as_nanos().to_le_bytes());

@@ -703,7 +703,7 @@ mod topic_tests {
                 "topic 'orders': log is corrupt: bad manifest",
             ),
             (
-                TopicError::JournalEntry { topic: "orders".into(), offset: 12, why: "unknown kind 9".into() },
+                TopicError::JournalEntry { topic: "orders".into(), offset: crate::ids::Offset::new(12), why: "unknown kind 9".into() },
                 Code::DataLoss,
                 ErrorCode::DataLoss,
                 Grpc::DataLoss,

@@ -65,7 +65,7 @@ pub async fn read<S: Storage>(
         );
     }
     let mut state = CatalogState::default();
-    for stored in log.read_all(0).await? {
+    for stored in log.read_all(crate::ids::Offset::ZERO).await? {
         let entry = CatalogEntry::decode(&stored.data).map_err(|why| {
             LogError::Corrupt(format!(
                 "catalog entry at offset {} passed its checksum but not decoding: {why}",
@@ -89,7 +89,7 @@ pub async fn write_old<S: Storage>(
         Log::open(storage, directories, Path::new(LEGACY_FOLDER), CATALOG_LOG_ID, catalog_log_config())
             .await?;
     let mut boot = 0;
-    for stored in log.read_all(0).await? {
+    for stored in log.read_all(crate::ids::Offset::ZERO).await? {
         if let Ok(CatalogEntry::Boot { count }) = CatalogEntry::decode(&stored.data) {
             boot = count;
         }

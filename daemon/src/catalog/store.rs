@@ -7,6 +7,7 @@ use super::entry::CatalogEntry;
 use super::legacy::record_bytes;
 use super::raft::{CatalogRaft, Entry, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::ids::Offset;
 use crate::log::{Directories, Log, LogConfig, LogError};
 use crate::storage::Storage;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
@@ -47,7 +48,7 @@ fn io_error(error: LogError) -> io::Error {
     io::Error::other(error.to_string())
 }
 
-fn corrupt(offset: u64, why: &str) -> LogError {
+fn corrupt(offset: Offset, why: &str) -> LogError {
     LogError::Corrupt(format!(
         "catalog raft record at offset {offset} passed its checksum but not decoding: {why}"
     ))
@@ -165,7 +166,7 @@ struct Held {
 }
 
 impl Held {
-    fn replay(&mut self, offset: u64, bytes: &[u8]) -> Result<(), LogError> {
+    fn replay(&mut self, offset: Offset, bytes: &[u8]) -> Result<(), LogError> {
         let mut decoder = Decoder::new(bytes);
         let kind = decoder.u8().map_err(|why| corrupt(offset, why))?;
         let result = match kind {
@@ -239,7 +240,7 @@ impl Held {
 pub fn replay_records<'a>(records: impl IntoIterator<Item = &'a [u8]>) -> Result<(), LogError> {
     let mut held = Held::default();
     for (offset, record) in records.into_iter().enumerate() {
-        held.replay(offset as u64, record)?;
+        held.replay(Offset::new(offset as u64), record)?;
     }
     held.restatement();
     Ok(())
@@ -277,7 +278,7 @@ impl<S: Storage> RaftLog<S> {
     ) -> Result<RaftLog<S>, LogError> {
         let log = open_log(storage, directories, RAFT_FOLDER, RAFT_LOG_ID, config).await?;
         let mut held = Held::default();
-        for stored in log.read_all(0).await? {
+        for stored in log.read_all(Offset::ZERO).await? {
             held.replay(stored.offset, &stored.data)?;
         }
         Ok(RaftLog { log: Rc::new(log), held: Rc::new(RefCell::new(held)) })
@@ -293,7 +294,7 @@ impl<S: Storage> RaftLog<S> {
         held.vote.is_none() && held.entries.is_empty() && held.purged.is_none()
     }
 
-    async fn append_records(&self, records: Vec<u8>, count: u32) -> io::Result<u64> {
+    async fn append_records(&self, records: Vec<u8>, count: u32) -> io::Result<Offset> {
         self.log.append(records, count).await.map(|(first, _)| first).map_err(io_error)
     }
 
@@ -478,7 +479,7 @@ impl<S: Storage> SnapshotLog<S> {
 
     /// The newest complete snapshot.
     pub async fn read(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, LogError> {
-        let records = self.log.read_all(0).await?;
+        let records = self.log.read_all(Offset::ZERO).await?;
         let mut newest = None;
         let mut index = 0;
         while index < records.len() {

@@ -106,7 +106,7 @@ pub(super) struct Staged {
     /// The offset a follower's append was given (`append_at`); None for the leader's appends,
     /// whose offsets the flush loop assigns.
     first_offset: Option<u64>,
-    pub(super) reply: Sender<Result<(u64, u32), LogError>>,
+    pub(super) reply: Sender<Result<(Offset, u32), LogError>>,
 }
 
 /// Where a batch goes: its segment, its byte position in it, and its first offset.
@@ -202,8 +202,8 @@ impl<S: Storage> LogInner<S> {
 impl<S: Storage> Log<S> {
     /// One past the last committed record: what readers see. Every offset below it is durable
     /// here, and (replicated) on a quorum of replicas. The same as `committed_end`.
-    pub fn end_offset(&self) -> u64 {
-        self.inner.borrow().positions.committed_end
+    pub fn end_offset(&self) -> Offset {
+        Offset::new(self.inner.borrow().positions.committed_end)
     }
 
     /// One past the last record a quorum has (see `LogInner::committed_end`).
@@ -292,12 +292,16 @@ impl<S: Storage> Log<S> {
     /// Appends `record_count` unsealed records (see `record::encode_record_unsealed`) and
     /// resolves, after they are durable, with the offset of the first and the count. The
     /// records are copied once more, into the aligned buffer of the commit that takes them.
-    pub async fn append(&self, records: Vec<u8>, record_count: u32) -> Result<(u64, u32), LogError> {
+    pub async fn append(&self, records: Vec<u8>, record_count: u32) -> Result<(Offset, u32), LogError> {
         self.append_records(Records::Encoded(records), record_count).await
     }
 
     /// `append`, for records encoded already or encoded when their commit is built.
-    pub async fn append_records(&self, records: Records, record_count: u32) -> Result<(u64, u32), LogError> {
+    pub async fn append_records(
+        &self,
+        records: Records,
+        record_count: u32,
+    ) -> Result<(Offset, u32), LogError> {
         self.stage(records, record_count, None, None).await
     }
 
@@ -312,7 +316,7 @@ impl<S: Storage> Log<S> {
         epoch: Epoch,
         records: Vec<u8>,
         record_count: u32,
-    ) -> Result<(u64, u32), LogError> {
+    ) -> Result<(Offset, u32), LogError> {
         self.append_from_leader(epoch, first_offset, epoch, records, record_count).await
     }
 
@@ -329,7 +333,7 @@ impl<S: Storage> Log<S> {
         epoch: Epoch,
         records: Vec<u8>,
         record_count: u32,
-    ) -> Result<(u64, u32), LogError> {
+    ) -> Result<(Offset, u32), LogError> {
         let (leader_epoch, first_offset, epoch) = (leader_epoch.get(), first_offset.get(), epoch.get());
         {
             let inner = self.inner.borrow();
@@ -352,7 +356,7 @@ impl<S: Storage> Log<S> {
         record_count: u32,
         epoch: Option<u64>,
         first_offset: Option<u64>,
-    ) -> Result<(u64, u32), LogError> {
+    ) -> Result<(Offset, u32), LogError> {
         let receiver = {
             let mut inner = self.inner.borrow_mut();
             if let Some(why) = &inner.fenced {
@@ -468,7 +472,7 @@ impl<S: Storage> Log<S> {
                     }
                     self.durable.notify_all();
                     for staged in batch {
-                        staged.reply.send(Ok((first, staged.record_count)));
+                        staged.reply.send(Ok((Offset::new(first), staged.record_count)));
                         first += staged.record_count as u64;
                     }
                 }

@@ -125,6 +125,7 @@ mod retention;
 mod segments;
 mod space;
 
+use crate::ids::{Epoch, Offset};
 use crate::storage::{IoBuffer, Storage, StorageFile};
 use crate::sync::{join_all, oneshot, Notify, Sender};
 use commit::*;

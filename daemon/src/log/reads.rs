@@ -82,13 +82,13 @@ pub struct HeldBatch<S: Storage> {
 
 impl<S: Storage> HeldBatch<S> {
     /// One past its last record.
-    pub fn end_offset(&self) -> u64 {
-        self.header.end_offset()
+    pub fn end_offset(&self) -> Offset {
+        Offset::new(self.header.end_offset())
     }
 
     /// Its first record's offset.
-    pub fn base_offset(&self) -> u64 {
-        self.header.base_offset
+    pub fn base_offset(&self) -> Offset {
+        Offset::new(self.header.base_offset)
     }
 
     /// The bytes of its records (what holding it costs, but for the block padding; the buffer
@@ -103,8 +103,8 @@ impl<S: Storage> HeldBatch<S> {
     }
 
     /// The epoch of the leader that wrote it.
-    pub fn epoch(&self) -> u64 {
-        self.header.epoch
+    pub fn epoch(&self) -> Epoch {
+        Epoch::new(self.header.epoch)
     }
 
     /// How many records it holds.
@@ -123,11 +123,15 @@ impl<S: Storage> HeldBatch<S> {
     /// Its records, in offset order. They passed their checksums when the batch was read from
     /// disk, so only their layout is checked again.
     pub fn records(&self) -> Result<Vec<record::RecordView<'_>>, LogError> {
-        self.records_in(0..u64::MAX)
+        self.records_in(Offset::ZERO..Offset::new(u64::MAX))
     }
 
     /// Its records whose offsets are in `wanted`, the others not parsed.
-    pub fn records_in(&self, wanted: std::ops::Range<u64>) -> Result<Vec<record::RecordView<'_>>, LogError> {
+    pub fn records_in(
+        &self,
+        wanted: std::ops::Range<Offset>,
+    ) -> Result<Vec<record::RecordView<'_>>, LogError> {
+        let wanted = wanted.start.get()..wanted.end.get();
         record::decode_batch_range(self.bytes.bytes(), self.log_id, &self.header, false, wanted).map_err(
             |error| LogError::DataLoss(format!("batch at offset {}: {error}", self.header.base_offset)),
         )
@@ -142,14 +146,14 @@ impl<S: Storage> AsRef<[u8]> for HeldBatch<S> {
 
 /// The offsets from the first of `offsets` (sorted) to its last, inclusive: what a reader of
 /// them needs parsed (`HeldBatch::records_in`).
-pub fn span(offsets: &[u64]) -> std::ops::Range<u64> {
-    offsets.first().copied().unwrap_or(0)..offsets.last().map_or(0, |last| last + 1)
+pub fn span(offsets: &[Offset]) -> std::ops::Range<Offset> {
+    offsets.first().copied().unwrap_or(Offset::ZERO)..offsets.last().map_or(Offset::ZERO, |last| *last + 1)
 }
 
 /// A stored message, copied out of a validated batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRecord {
-    pub offset: u64,
+    pub offset: Offset,
     pub publish_time_ms: u64,
     pub ordering_key: String,
     pub attributes: Vec<(String, String)>,
@@ -355,14 +359,14 @@ impl<S: Storage> Log<S> {
     /// the log's start).
     pub async fn hold_durable_from(
         &self,
-        offset: u64,
+        offset: Offset,
         records_bytes_max: usize,
     ) -> Result<Vec<HeldBatch<S>>, LogError> {
         let mut out: Vec<HeldBatch<S>> = Vec::new();
         let mut next = offset;
         let mut held_bytes = 0usize;
-        while next < self.durable_end().get() && (out.is_empty() || held_bytes < records_bytes_max) {
-            let Some(batch) = self.hold_batch_within(next, true).await? else { break };
+        while next < self.durable_end() && (out.is_empty() || held_bytes < records_bytes_max) {
+            let Some(batch) = self.hold_batch_within(next.get(), true).await? else { break };
             if batch.end_offset() <= next {
                 break;
             }
@@ -377,7 +381,7 @@ impl<S: Storage> Log<S> {
     /// most `max_bytes` of data. Every record returned passed its checksum.
     pub async fn read(
         &self,
-        from: u64,
+        from: Offset,
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Vec<StoredRecord>, LogError> {
@@ -387,15 +391,15 @@ impl<S: Storage> Log<S> {
     /// `read`, up to the durable end instead of the committed one when `durable`.
     async fn read_within(
         &self,
-        from: u64,
+        from: Offset,
         max_records: usize,
         max_bytes: usize,
         durable: bool,
     ) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::new();
         let mut bytes = 0usize;
-        let mut offset = from.max(self.start_offset().get());
-        let visible_end = || if durable { self.durable_end().get() } else { self.end_offset() };
+        let mut offset = from.max(self.start_offset()).get();
+        let visible_end = || if durable { self.durable_end().get() } else { self.end_offset().get() };
         while out.len() < max_records && offset < visible_end() {
             let lowest = offset;
             let batch = self.read_batch_at(offset, &|wanted| wanted >= lowest, durable).await?;
@@ -423,7 +427,7 @@ impl<S: Storage> Log<S> {
     /// else reads yet (both callers run it before the log is served). Durable records count,
     /// committed or not: a replicated topic's new leader replays its journal before it has
     /// committed what it holds.
-    pub async fn read_all(&self, from: u64) -> Result<Vec<StoredRecord>, LogError> {
+    pub async fn read_all(&self, from: Offset) -> Result<Vec<StoredRecord>, LogError> {
         let configured = self.inner.borrow().config.clone();
         if !configured.read_ahead {
             self.inner.borrow_mut().config = Rc::new(LogConfig { read_ahead: true, ..(*configured).clone() });
@@ -439,7 +443,7 @@ impl<S: Storage> Log<S> {
 
     /// Reads the records at the given offsets (sorted), skipping offsets no longer stored. Only
     /// those records are copied out of their batches; the rest are validated in place.
-    pub async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
+    pub async fn read_offsets(&self, offsets: &[Offset]) -> Result<Vec<StoredRecord>, LogError> {
         let mut out = Vec::with_capacity(offsets.len());
         let wanted = span(offsets);
         for batch in self.hold_offsets(offsets, usize::MAX).await?.0 {
@@ -459,13 +463,13 @@ impl<S: Storage> Log<S> {
     /// many of `offsets` they cover (or were found no longer stored); the rest were not read.
     pub async fn hold_offsets(
         &self,
-        offsets: &[u64],
+        offsets: &[Offset],
         records_bytes_max: usize,
     ) -> Result<(Vec<HeldBatch<S>>, usize), LogError> {
         let mut out = Vec::new();
         let mut index = 0;
         let mut held_bytes = 0usize;
-        let start = self.start_offset().get();
+        let start = self.start_offset();
         while index < offsets.len() {
             if offsets[index] < start {
                 index += 1;
@@ -474,7 +478,7 @@ impl<S: Storage> Log<S> {
             if held_bytes >= records_bytes_max {
                 return Ok((out, index));
             }
-            let Some(batch) = self.hold_batch_at(offsets[index]).await? else { break };
+            let Some(batch) = self.hold_batch_at(offsets[index].get()).await? else { break };
             let end = batch.end_offset();
             if end <= offsets[index] {
                 break;
@@ -500,8 +504,8 @@ impl<S: Storage> Log<S> {
             return Ok(BatchRead::default());
         };
         let records =
-            batch.records()?.iter().filter(|view| keep(view.offset)).map(StoredRecord::of).collect();
-        Ok(BatchRead { end: batch.end_offset(), records })
+            batch.records()?.iter().filter(|view| keep(view.offset.get())).map(StoredRecord::of).collect();
+        Ok(BatchRead { end: batch.end_offset().get(), records })
     }
 
     /// The whole batch holding `offset`, validated: from the tail cache, from an extent read
@@ -691,11 +695,12 @@ impl<S: Storage> Log<S> {
     }
 
     /// The first offset published at or after `time_ms`, or the end of the log.
-    pub async fn offset_at_time(&self, time_ms: u64) -> Result<u64, LogError> {
+    pub async fn offset_at_time(&self, time_ms: u64) -> Result<Offset, LogError> {
         let first_segment = {
             let inner = self.inner.borrow();
             inner.segments.iter().find(|segment| segment.newest_publish_ms >= time_ms).map(|s| s.base_offset)
         };
+        let first_segment = first_segment.map(Offset::new);
         let Some(mut offset) = first_segment else { return Ok(self.end_offset()) };
         loop {
             let records = self.read(offset, 1000, usize::MAX).await?;
@@ -709,7 +714,8 @@ impl<S: Storage> Log<S> {
 
     /// Bytes of the durable batches from the one holding `offset` to the log's end, as stored
     /// (headers and checksums included): what a reader starting at `offset` has left to read.
-    pub fn bytes_from(&self, offset: u64) -> u64 {
+    pub fn bytes_from(&self, offset: Offset) -> u64 {
+        let offset = offset.get();
         let inner = self.inner.borrow();
         let mut bytes = 0;
         for segment in inner.segments.iter().rev() {

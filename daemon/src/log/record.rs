@@ -40,6 +40,8 @@
 //! from damage in the middle of the log by it. Files written before the flag existed hold
 //! only zero flags, which read the same.
 
+use crate::ids::Offset;
+
 pub const BLOCK_BYTES: usize = 4096;
 /// The header batches are written with (format 2).
 pub const BATCH_HEADER_BYTES: usize = 40;
@@ -325,7 +327,7 @@ pub fn batch_flags(header: &[u8]) -> u16 {
 /// One record read in place from a validated batch.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordView<'a> {
-    pub offset: u64,
+    pub offset: Offset,
     pub publish_time_ms: u64,
     pub ordering_key: &'a str,
     attributes: &'a [u8],
@@ -474,7 +476,7 @@ pub fn decode_batch_range<'a>(
             return Err(bad("padding is not zero"));
         }
         records.push(RecordView {
-            offset,
+            offset: Offset::new(offset),
             publish_time_ms,
             ordering_key,
             attributes,
@@ -553,7 +555,7 @@ mod tests {
         let old_header = decode_batch_header(&old, 7, 0, 8192).unwrap();
         assert_eq!((old_header.epoch, old_header.header_bytes()), (EPOCH_NONE, BATCH_HEADER_BYTES_EPOCHLESS));
         let records = decode_batch(&old, 7, &old_header).unwrap();
-        assert_eq!((records[0].offset, records[0].data), (100, &b"hello"[..]));
+        assert_eq!((records[0].offset.get(), records[0].data), (100, &b"hello"[..]));
         // Every bit of the old header is still covered.
         for byte in 0..BATCH_HEADER_BYTES_EPOCHLESS {
             let mut copy = old.clone();
@@ -577,11 +579,11 @@ mod tests {
         assert_eq!(header.record_count, 2);
         assert_eq!(header.epoch, 3);
         let records = decode_batch(&batch, 7, &header).unwrap();
-        assert_eq!(records[0].offset, 100);
+        assert_eq!(records[0].offset.get(), 100);
         assert_eq!(records[0].data, b"hello");
         assert_eq!(records[0].ordering_key, "key");
         assert_eq!(records[0].attributes().collect::<Vec<_>>(), vec![("k", "v"), ("region", "eu")]);
-        assert_eq!(records[1].offset, 101);
+        assert_eq!(records[1].offset.get(), 101);
         assert_eq!(records[1].attributes().collect::<Vec<_>>(), vec![("a", "")]);
     }
 
@@ -642,11 +644,11 @@ mod tests {
             let wanted = from..from + length;
             let expected: Vec<(u64, &[u8])> = whole
                 .iter()
-                .filter(|record| wanted.contains(&record.offset))
-                .map(|record| (record.offset, record.data))
+                .filter(|record| wanted.contains(&record.offset.get()))
+                .map(|record| (record.offset.get(), record.data))
                 .collect();
             let ranged = decode_batch_range(&batch, 7, &header, true, wanted).unwrap();
-            let got: Vec<(u64, &[u8])> = ranged.iter().map(|record| (record.offset, record.data)).collect();
+            let got: Vec<(u64, &[u8])> = ranged.iter().map(|record| (record.offset.get(), record.data)).collect();
             proptest::prop_assert_eq!(got, expected);
         }
     }

@@ -22,14 +22,14 @@ fn segment_path(copy: usize, base: u64) -> PathBuf {
 async fn append_each(log: &Log<SimDisk>, from: u64, count: u64) {
     for i in from..from + count {
         let (offset, _) = log.append(records_for(&[payload(i)]), 1).await.unwrap();
-        assert_eq!(offset, i);
+        assert_eq!(offset.get(), i);
     }
 }
 
 /// The payloads of every committed record, by offset.
 async fn committed_payloads(log: &Log<SimDisk>) -> Vec<(u64, Vec<u8>)> {
-    let records = log.read(0, usize::MAX, usize::MAX).await.unwrap();
-    records.into_iter().map(|record| (record.offset, record.data)).collect()
+    let records = log.read(Offset::ZERO, usize::MAX, usize::MAX).await.unwrap();
+    records.into_iter().map(|record| (record.offset.get(), record.data)).collect()
 }
 
 fn expected(offsets: std::ops::Range<u64>, payload_of: impl Fn(u64) -> Vec<u8>) -> Vec<(u64, Vec<u8>)> {
@@ -50,7 +50,10 @@ fn append_at_takes_the_next_offset_and_refuses_a_gap_an_overlap_or_an_older_epoc
             append_each(&log, 0, 3).await;
             assert_eq!(log.last_epoch().get(), STANDALONE_EPOCH);
             let two = records_for(&[follower_payload(3), follower_payload(4)]);
-            assert_eq!(log.append_at(Offset::new(3), Epoch::new(2), two, 2).await.unwrap(), (3, 2));
+            assert_eq!(
+                log.append_at(Offset::new(3), Epoch::new(2), two, 2).await.unwrap(),
+                (Offset::new(3), 2)
+            );
             for (offset, why) in [(4, "an overlap"), (7, "a gap")] {
                 let refused = log
                     .append_at(
@@ -78,7 +81,7 @@ fn append_at_takes_the_next_offset_and_refuses_a_gap_an_overlap_or_an_older_epoc
             assert!(matches!(log.append(records_for(&[payload(5)]), 1).await, Err(LogError::Refused(_))));
             assert!(log.set_epoch(Epoch::new(1)).is_err());
             log.set_epoch(Epoch::new(2)).unwrap();
-            assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
+            assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (Offset::new(5), 1));
             assert_eq!(log.next_offset().get(), 6);
             let mut wanted = expected(0..3, payload);
             wanted.extend(expected(3..5, follower_payload));
@@ -112,7 +115,7 @@ fn appends_at_queued_together_commit_in_order() {
             })
             .collect();
         for (offset, task) in tasks.into_iter().enumerate() {
-            assert_eq!(task.await, (offset as u64, 1));
+            assert_eq!(task.await, (Offset::new(offset as u64), 1));
         }
         assert_eq!(committed_payloads(&log).await, expected(0..50, follower_payload));
     });
@@ -133,7 +136,7 @@ fn the_epoch_is_persisted_and_recovered() {
             log.inner.borrow().segments[0].batches.iter().map(|entry| entry.header.epoch).collect();
         assert_eq!(epochs, vec![STANDALONE_EPOCH, STANDALONE_EPOCH, 7]);
         // The leader's appends after the restart keep the newest epoch.
-        assert_eq!(log.append(records_for(&[payload(3)]), 1).await.unwrap(), (3, 1));
+        assert_eq!(log.append(records_for(&[payload(3)]), 1).await.unwrap(), (Offset::new(3), 1));
         assert_eq!(log.inner.borrow().segments[0].batches[3].header.epoch, 7);
     });
 }
@@ -196,11 +199,12 @@ fn readers_see_only_what_is_committed() {
         let two = records_for(&[payload(5), payload(6)]);
         log.append(two, 2).await.unwrap();
         assert_eq!((log.committed_end().get(), log.durable_end().get(), log.written_end().get()), (0, 7, 7));
-        assert_eq!(log.end_offset(), 0);
+        assert_eq!(log.end_offset().get(), 0);
         assert!(committed_payloads(&log).await.is_empty());
-        let (held, covered) = log.hold_offsets(&[0, 1, 2], usize::MAX).await.unwrap();
+        let (held, covered) =
+            log.hold_offsets(&[Offset::new(0), Offset::new(1), Offset::new(2)], usize::MAX).await.unwrap();
         assert!(held.is_empty() && covered == 3, "nothing committed is held");
-        assert_eq!(log.offset_at_time(0).await.unwrap(), 0);
+        assert_eq!(log.offset_at_time(0).await.unwrap(), Offset::ZERO);
         let woken = log.committed();
         log.commit_to(Offset::new(3));
         woken.await;
@@ -286,7 +290,7 @@ fn truncate_after_fails_the_appends_still_queued() {
             }
         }
         assert_eq!(log.durable_end().get(), 5);
-        assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (5, 1));
+        assert_eq!(log.append(records_for(&[payload(5)]), 1).await.unwrap(), (Offset::new(5), 1));
     });
 }
 
@@ -563,7 +567,10 @@ fn a_newer_leader_sends_older_records_and_a_deposed_one_is_refused() {
                 ),
             ];
             let results = crate::sync::join_all(chunks).await;
-            assert_eq!(results.into_iter().map(Result::unwrap).collect::<Vec<_>>(), vec![(1, 2), (3, 1)]);
+            assert_eq!(
+                results.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
+                vec![(Offset::new(1), 2), (Offset::new(3), 1)]
+            );
             assert_eq!(log.epoch_history(), crate::replication::EpochHistory::of_epochs([3, 3, 3, 5]));
             // Nothing is committed until a leader says so; then readers see it.
             assert!(committed_payloads(&log).await.is_empty());
@@ -584,15 +591,17 @@ fn durable_batches_are_held_past_the_commit_and_forgotten_commits_allow_a_cut() 
         log.set_commit_on_durable(false);
         append_each(&log, 0, 10).await;
         log.commit_to(Offset::new(4));
-        let batches = log.hold_durable_from(2, usize::MAX).await.unwrap();
+        let batches = log.hold_durable_from(Offset::new(2), usize::MAX).await.unwrap();
         let offsets: Vec<u64> = batches
             .iter()
-            .flat_map(|batch| batch.records().unwrap().iter().map(|record| record.offset).collect::<Vec<_>>())
+            .flat_map(|batch| {
+                batch.records().unwrap().iter().map(|record| record.offset.get()).collect::<Vec<_>>()
+            })
             .collect();
         assert_eq!(offsets, (2..10).collect::<Vec<u64>>());
-        let bounded = log.hold_durable_from(2, 1).await.unwrap();
+        let bounded = log.hold_durable_from(Offset::new(2), 1).await.unwrap();
         assert_eq!(bounded.len(), 1, "the first batch alone when the bound is small");
-        assert!(log.hold_durable_from(10, usize::MAX).await.unwrap().is_empty());
+        assert!(log.hold_durable_from(Offset::new(10), usize::MAX).await.unwrap().is_empty());
         drop((batches, bounded, log));
         let (log, _) = open(&disk, &dirs).await.unwrap();
         assert_eq!(log.committed_end().get(), 10, "recovery counts everything durable as committed");

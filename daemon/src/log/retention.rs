@@ -9,9 +9,9 @@ use crate::ids::Offset;
 /// A closed segment, as retention sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentInfo {
-    pub base_offset: u64,
+    pub base_offset: Offset,
     /// One past its last record.
-    pub end_offset: u64,
+    pub end_offset: Offset,
     pub newest_publish_ms: u64,
 }
 
@@ -51,15 +51,15 @@ impl<S: Storage> Log<S> {
         let count = inner.segments.len();
         (0..count.saturating_sub(1))
             .map(|index| SegmentInfo {
-                base_offset: inner.segments[index].base_offset,
-                end_offset: inner.segments[index + 1].base_offset,
+                base_offset: Offset::new(inner.segments[index].base_offset),
+                end_offset: Offset::new(inner.segments[index + 1].base_offset),
                 newest_publish_ms: inner.segments[index].newest_publish_ms,
             })
             .collect()
     }
 
     /// Deletes whole segments all of whose records are below `offset` (never the active one).
-    pub async fn remove_before(&self, offset: u64) -> Result<usize, LogError> {
+    pub async fn remove_before(&self, offset: Offset) -> Result<usize, LogError> {
         let count = self.closed_segments().iter().take_while(|segment| segment.end_offset <= offset).count();
         self.remove_oldest(count).await
     }

@@ -102,13 +102,13 @@ async fn append_many(log: &Log<SimDisk>, from: u64, count: u64) -> Vec<u64> {
     for i in from..from + count {
         let (offset, n) = log.append(records_for(&[payload(i)]), 1).await.unwrap();
         assert_eq!(n, 1);
-        acked.push(offset);
+        acked.push(offset.get());
     }
     acked
 }
 
 async fn read_all(log: &Log<SimDisk>) -> Vec<StoredRecord> {
-    log.read(0, usize::MAX, usize::MAX).await.unwrap()
+    log.read(Offset::ZERO, usize::MAX, usize::MAX).await.unwrap()
 }
 
 /// Writes a batch header of the current format (epoch `STANDALONE_EPOCH`) at the start of
@@ -132,7 +132,7 @@ pub(crate) fn write_header(
 fn check_payloads(records: &[StoredRecord], count: usize) {
     assert!(records.len() >= count, "{} records, expected at least {count}", records.len());
     for (i, record) in records.iter().take(count).enumerate() {
-        assert_eq!(record.offset, i as u64);
+        assert_eq!(record.offset.get(), i as u64);
         assert_eq!(record.data, payload(i as u64), "record {i}");
     }
 }
@@ -150,7 +150,7 @@ fn append_read_and_reopen() {
         let (log, report) = open(&disk, &dirs, small_config()).await.unwrap();
         assert_eq!(report.records, 500);
         assert!(report.segments > 1, "the small segments must have rolled");
-        assert_eq!(log.end_offset(), 500);
+        assert_eq!(log.end_offset().get(), 500);
         check_payloads(&read_all(&log).await, 500);
         assert_eq!(append_many(&log, 500, 10).await[0], 500);
     });
@@ -162,19 +162,19 @@ fn bytes_from_an_offset_run_to_the_logs_end() {
     run(async {
         let disk = SimDisk::new();
         let (log, _) = open(&disk, &directories(1), small_config()).await.unwrap();
-        assert_eq!(log.bytes_from(0), 0, "an empty log has nothing to read");
+        assert_eq!(log.bytes_from(Offset::new(0)), 0, "an empty log has nothing to read");
         append_many(&log, 0, 500).await;
-        let whole = log.bytes_from(0);
+        let whole = log.bytes_from(Offset::new(0));
         assert!(whole >= 500 * payload(0).len() as u64, "{whole}");
         // Each append here is a batch of one: the bytes fall by one batch per offset.
         let mut previous = whole;
         for offset in [1, 100, 250, 499] {
-            let left = log.bytes_from(offset);
+            let left = log.bytes_from(Offset::new(offset));
             assert!(left < previous, "{offset}: {left} of {previous}");
             previous = left;
         }
-        assert_eq!(log.bytes_from(500), 0);
-        assert_eq!(log.bytes_from(u64::MAX), 0);
+        assert_eq!(log.bytes_from(Offset::new(500)), 0);
+        assert_eq!(log.bytes_from(Offset::new(u64::MAX)), 0);
     });
 }
 
@@ -187,7 +187,7 @@ fn concurrent_appends_share_commits() {
         for i in 0..200u64 {
             let log = log.clone();
             tasks.push(crate::runtime::spawn(async move {
-                log.append(records_for(&[payload(i)]), 1).await.unwrap().0
+                log.append(records_for(&[payload(i)]), 1).await.unwrap().0.get()
             }));
         }
         let mut offsets = Vec::new();
@@ -296,7 +296,7 @@ fn torn_tail_at_200_offsets() {
             for record in &records[20..] {
                 assert_eq!(
                     record.data,
-                    vec![record.offset as u8; if record.offset == 20 { 3000 } else { 5000 }]
+                    vec![record.offset.get() as u8; if record.offset.get() == 20 { 3000 } else { 5000 }]
                 );
             }
             if report.torn_bytes_discarded > 0 {
@@ -322,11 +322,11 @@ fn bit_rot_in_the_middle_refuses_to_start_and_deletes_nothing() {
         append_many(&log, 0, 300).await;
         let error = {
             disk.flip_bit(&segment_path(0, 0), 4096 * 3 + 40, 2);
-            log.read(0, usize::MAX, usize::MAX).await.err().unwrap()
+            log.read(Offset::ZERO, usize::MAX, usize::MAX).await.err().unwrap()
         };
         assert!(matches!(error, LogError::DataLoss(_)), "{error:?}");
         assert_eq!(
-            log.read(0, 3, usize::MAX).await.unwrap().len(),
+            log.read(Offset::ZERO, 3, usize::MAX).await.unwrap().len(),
             3,
             "records before the damage are served"
         );
@@ -396,14 +396,14 @@ fn remove_before_keeps_the_active_segment_and_survives_restart() {
         let dirs = directories(1);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         append_many(&log, 0, 600).await;
-        assert!(log.remove_before(550).await.unwrap() > 0);
+        assert!(log.remove_before(Offset::new(550)).await.unwrap() > 0);
         assert!(log.start_offset().get() <= 550);
-        assert_eq!(read_all(&log).await.last().unwrap().offset, 599);
+        assert_eq!(read_all(&log).await.last().unwrap().offset.get(), 599);
         let start = log.start_offset().get();
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
-        assert_eq!(log.end_offset(), 600);
+        assert_eq!(log.end_offset().get(), 600);
         assert_eq!(log.start_offset().get(), start);
     });
 }
@@ -427,15 +427,15 @@ fn an_untouched_log_starts_at_an_offset_and_recovers_there() {
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
         assert_eq!((log.start_offset().get(), log.next_offset().get()), (1000, 1000));
         let (offset, _) = log.append(records_for(&[payload(7)]), 1).await.unwrap();
-        assert_eq!(offset, 1000);
+        assert_eq!(offset.get(), 1000);
         assert!(matches!(log.start_at(Offset::new(2000)).await, Err(LogError::Refused(_))));
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &dirs, small_config()).await.unwrap();
-        assert_eq!((log.start_offset().get(), log.end_offset()), (1000, 1001));
+        assert_eq!((log.start_offset().get(), log.end_offset().get()), (1000, 1001));
         let records = read_all(&log).await;
         assert_eq!(records.len(), 1);
-        assert_eq!((records[0].offset, records[0].data.as_slice()), (1000, payload(7).as_slice()));
+        assert_eq!((records[0].offset.get(), records[0].data.as_slice()), (1000, payload(7).as_slice()));
     });
 }
 
@@ -705,7 +705,7 @@ fn failing_directories_fence_and_quorum_stops_acks() {
         disk.fail_writes_under(Path::new("/d2"), true);
         let refused = log.append(records_for(&[payload(215)]), 1).await;
         assert!(matches!(refused, Err(LogError::Fenced(_))), "{refused:?}");
-        assert_eq!(log.end_offset(), 215, "nothing acknowledged without a quorum");
+        assert_eq!(log.end_offset().get(), 215, "nothing acknowledged without a quorum");
         check_payloads(&read_all(&log).await, 215);
         drop(log);
         // Replace the failed disks: clear the faults, restart; recovery repairs both copies.
@@ -752,7 +752,7 @@ fn the_same_rot_in_every_copy_is_data_loss_not_garbage() {
         for copy in 0..3 {
             disk.flip_bit(&segment_path(copy, 0), 4096 * 5 + 40, 0);
         }
-        assert!(matches!(log.read(0, usize::MAX, usize::MAX).await, Err(LogError::DataLoss(_))));
+        assert!(matches!(log.read(Offset::ZERO, usize::MAX, usize::MAX).await, Err(LogError::DataLoss(_))));
         drop(log);
         assert!(matches!(open(&disk, &dirs, small_config()).await, Err(LogError::Corrupt(_))));
     });
@@ -785,7 +785,7 @@ async fn append_until_power_fails(log: &Log<SimDisk>, first_payload: u64, count:
     for i in first_payload..first_payload + count {
         let log = log.clone();
         tasks.push(crate::runtime::spawn(async move {
-            log.append(records_for(&[payload(i)]), 1).await.ok().map(|(o, _)| (o, i))
+            log.append(records_for(&[payload(i)]), 1).await.ok().map(|(o, _)| (o.get(), i))
         }));
     }
     let mut acked = Vec::new();
@@ -799,7 +799,7 @@ async fn append_until_power_fails(log: &Log<SimDisk>, first_payload: u64, count:
 
 fn check_acknowledged(records: &[StoredRecord], acked: &std::collections::BTreeMap<u64, u64>) {
     let by_offset: std::collections::HashMap<u64, &StoredRecord> =
-        records.iter().map(|r| (r.offset, r)).collect();
+        records.iter().map(|r| (r.offset.get(), r)).collect();
     for (offset, payload_index) in acked {
         let record = by_offset.get(offset).unwrap_or_else(|| panic!("acknowledged offset {offset} lost"));
         assert_eq!(record.data, payload(*payload_index), "offset {offset} holds other bytes");
@@ -831,7 +831,7 @@ fn crash_after_every_storage_operation_of_a_log(durable_writes: bool) {
             for round in 0..8 {
                 acked.extend(append_until_power_fails(log, round * 10, 10).await);
             }
-            let _ = log.remove_before(40).await;
+            let _ = log.remove_before(Offset::new(40)).await;
             for round in 8..10 {
                 acked.extend(append_until_power_fails(log, round * 10, 10).await);
             }
@@ -945,7 +945,7 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool, group_commit_bytes
                     let mut acked = Acknowledged::new();
                     for append in spawn_appends_from(&log, first, appends) {
                         if let (i, Ok((offset, _))) = append.await {
-                            acked.insert(offset, i);
+                            acked.insert(offset.get(), i);
                         }
                     }
                     out_of_order.set(out_of_order.get() + disk.writes_landed_out_of_order());
@@ -960,7 +960,7 @@ fn written_ahead_batches_and_held_back_writes(recycled: bool, group_commit_bytes
                     // A second life: one append, then a commit torn by the next power failure,
                     // at a position before the batch the first crash left written ahead.
                     let (offset, _) = log.append(records_for(&[payload(1000)]), 1).await.unwrap();
-                    acked.insert(offset, 1000);
+                    acked.insert(offset.get(), 1000);
                     disk.die_after(1);
                     let _ = log.append(records_for(&[payload(1001)]), 1).await;
                     drop(log);
@@ -991,7 +991,7 @@ fn eight_kib_commits_config() -> LogConfig {
 fn spawn_sized_appends(
     log: &Log<SimDisk>,
     sizes: &[usize],
-) -> Vec<crate::runtime::Task<Result<(u64, u32), LogError>>> {
+) -> Vec<crate::runtime::Task<Result<(Offset, u32), LogError>>> {
     sizes
         .iter()
         .map(|size| {
@@ -1027,7 +1027,7 @@ async fn recover_only_what_was_acknowledged(disk: &SimDisk, acked: &Acknowledged
     check_acknowledged(&records, acked);
     assert_eq!(records.len(), acked.len(), "nothing but what was acknowledged: {report:?}");
     let (offset, _) = log.append(records_for(&[payload(5)]), 1).await.unwrap();
-    assert_eq!(offset, acked.len() as u64);
+    assert_eq!(offset.get(), acked.len() as u64);
 }
 
 /// A power failure loses a commit while the one after it, written ahead, lands, beyond the
@@ -1044,10 +1044,10 @@ async fn leave_a_batch_written_ahead_beyond_a_hole(disk: &SimDisk, acked: &mut A
     assert!(eight_kib_commits_config().written_ahead_distance_max() < 28672 - 4096);
     let (log, _) = open(disk, &directories(1), config).await.unwrap();
     let (offset, _) = log.append(records_for(&[payload(0)]), 1).await.unwrap();
-    acked.insert(offset, 0);
+    acked.insert(offset.get(), 0);
     lose_a_commit_while_the_next_lands(disk, log, [24_000, 9000]).await;
     let (log, _) = open(disk, &directories(1), eight_kib_commits_config()).await.unwrap();
-    assert_eq!(log.end_offset(), 1);
+    assert_eq!(log.end_offset().get(), 1);
     log
 }
 
@@ -1069,7 +1069,7 @@ fn a_batch_written_ahead_beyond_a_hole_of_zeros_is_cleared() {
             "the batch written ahead landed at 12288"
         );
         let (log, _) = open(&disk, &directories(1), eight_kib_commits_config()).await.unwrap();
-        assert_eq!(log.end_offset(), 1);
+        assert_eq!(log.end_offset().get(), 1);
         assert!(orphan_header(&disk).iter().all(|byte| *byte == 0), "its header is zeroed");
     });
 }
@@ -1112,7 +1112,7 @@ fn a_batch_left_written_ahead_by_an_earlier_crash_does_not_stop_a_later_recovery
         // (Writes made durable by fdatasync from here, so that the last one can be torn.)
         disk.set_durable_writes(false);
         let (offset, _) = log.append(records_for(&[payload(3)]), 1).await.unwrap();
-        acked.insert(offset, 3);
+        acked.insert(offset.get(), 3);
         // Its write lands, its fdatasync does not happen.
         disk.die_after(1);
         assert!(log.append(records_for(&[vec![9u8; 3000]]), 1).await.is_err());
@@ -1133,7 +1133,7 @@ fn a_batch_of_an_earlier_life_does_not_hide_this_crash_orphan() {
         let mut acked = Acknowledged::new();
         let log = leave_a_batch_written_ahead_beyond_a_hole(&disk, &mut acked).await;
         let (offset, _) = log.append(records_for(&[payload(3)]), 1).await.unwrap();
-        acked.insert(offset, 3);
+        acked.insert(offset.get(), 3);
         // At byte 8192 a commit held back until the power fails, and at 16384 one written
         // ahead, which lands and ends before the earlier life's orphan.
         lose_a_commit_while_the_next_lands(&disk, log, [5000, 5000]).await;
@@ -1155,15 +1155,15 @@ fn a_batch_of_an_earlier_life_at_a_closed_segment_end_ends_it() {
         let log = leave_a_batch_written_ahead_beyond_a_hole(&disk, &mut acked).await;
         // As large as the lost commit: it ends where the orphan starts.
         let (offset, _) = log.append(records_for(&[vec![7u8; 24_000]]), 1).await.unwrap();
-        assert_eq!(offset, 1);
+        assert_eq!(offset.get(), 1);
         let (offset, _) = log.append(records_for(&[vec![6u8; 240_000]]), 1).await.unwrap();
-        assert_eq!((offset, log.inner.borrow().segments.len()), (2, 2), "the second commit rolled");
+        assert_eq!((offset.get(), log.inner.borrow().segments.len()), (2, 2), "the second commit rolled");
         drop(log);
         for restart in 0..2 {
             let (log, report) = open(&disk, &directories(1), eight_kib_commits_config())
                 .await
                 .unwrap_or_else(|error| panic!("restart {restart}: recovery failed: {error}"));
-            assert_eq!(log.end_offset(), 3, "{report:?}");
+            assert_eq!(log.end_offset().get(), 3, "{report:?}");
             let records = read_all(&log).await;
             check_acknowledged(&records, &acked);
             assert_eq!((records[1].data.len(), records[2].data.len()), (24_000, 240_000));
@@ -1214,7 +1214,7 @@ fn power_fails_after_every_operation(
             let (log, _) = open(&disk, &directories(copies), config())
                 .await
                 .unwrap_or_else(|e| panic!("crash after operation {point} ({mode:?}): recovery failed: {e}"));
-            let records = log.read(0, usize::MAX, usize::MAX).await.unwrap();
+            let records = log.read(Offset::ZERO, usize::MAX, usize::MAX).await.unwrap();
             acked.retain(|offset, _| *offset >= log.start_offset().get());
             check_acknowledged(&records, &acked);
             log.append(records_for(&[b"after".to_vec()]), 1).await.unwrap();
@@ -1259,7 +1259,7 @@ fn two_hundred_random_power_failures() {
             if report.torn_bytes_discarded > 0 {
                 torn_reports += 1;
             }
-            let records = log.read(0, usize::MAX, usize::MAX).await.unwrap();
+            let records = log.read(Offset::ZERO, usize::MAX, usize::MAX).await.unwrap();
             check_acknowledged(&records, &acked);
             disk.die_after(next() % 40 + 1);
             acked.extend(append_until_power_fails(&log, payload_index, 12).await);
@@ -1280,7 +1280,7 @@ async fn append_in_rounds(log: Log<SimDisk>, first: u64, rounds: u64, at_once: u
     for round in 0..rounds {
         for task in spawn_appends_from(&log, first + round * at_once, at_once) {
             let (i, result) = task.await;
-            acked.push((result.unwrap().0, i));
+            acked.push((result.unwrap().0.get(), i));
         }
     }
     acked
@@ -1515,7 +1515,7 @@ fn an_ordered_reader_reads_each_batch_once_through_extents_read_ahead() {
         let reads_before = disk.read_count();
         let mut records = Vec::new();
         for from in (0..600u64).step_by(3) {
-            let offsets: Vec<u64> = (from..from + 3).collect();
+            let offsets: Vec<Offset> = (from..from + 3).map(Offset::new).collect();
             records.extend(log.read_offsets(&offsets).await.unwrap());
             let bound = read_ahead::READ_AHEAD_EXTENTS_MAX * small_config().segment_bytes_max as usize;
             assert!(log.read_ahead_bytes() <= bound, "{} bytes read ahead", log.read_ahead_bytes());
@@ -1548,7 +1548,7 @@ fn every_cached_batch_is_read_from_memory() {
         let reads_before = disk.read_count();
         let mut records = Vec::new();
         for offset in 0..200u64 {
-            records.extend(log.read_offsets(&[offset]).await.unwrap());
+            records.extend(log.read_offsets(&[Offset::new(offset)]).await.unwrap());
         }
         check_payloads(&records, 200);
         assert_eq!(disk.read_count(), reads_before, "no cached batch is read from disk");
@@ -1568,7 +1568,7 @@ fn a_replay_reads_in_extents_and_keeps_none() {
         let (log, _) = open(&disk, &directories(1), config).await.unwrap();
         let segments = log.closed_segments().len() as u64 + 1;
         let reads_before = disk.read_count();
-        let replayed = log.read_all(0).await.unwrap();
+        let replayed = log.read_all(Offset::ZERO).await.unwrap();
         let reads = disk.read_count() - reads_before;
         check_payloads(&replayed, 300);
         // An extent ends where its segment does: one read per segment, not one per batch (300).
@@ -1596,7 +1596,7 @@ fn rot_inside_an_extent_is_read_from_another_copy_and_repaired() {
         disk.flip_bit(&segment_path(0, 0), 4096 * 5 + 70, 2);
         let mut records = Vec::new();
         for from in (0..100u64).step_by(3) {
-            let offsets: Vec<u64> = (from..(from + 3).min(100)).collect();
+            let offsets: Vec<Offset> = (from..(from + 3).min(100)).map(Offset::new).collect();
             records.extend(log.read_offsets(&offsets).await.unwrap());
         }
         check_payloads(&records, 100);
@@ -1642,7 +1642,8 @@ fn large_deleted_segments_shrink_in_steps_then_go() {
             log.append(records_for(std::slice::from_ref(&big)), 1).await.unwrap();
         }
         assert_eq!(log.closed_segments().len(), 2);
-        let first_two: Vec<u64> = log.closed_segments().iter().map(|segment| segment.base_offset).collect();
+        let first_two: Vec<u64> =
+            log.closed_segments().iter().map(|segment| segment.base_offset.get()).collect();
         assert_eq!(log.remove_oldest(2).await.unwrap(), 2);
         // 16 MiB each: 12, 8 and 4 MiB, then the unlink.
         assert_eq!(disk.truncation_count(), 6);
@@ -1653,7 +1654,7 @@ fn large_deleted_segments_shrink_in_steps_then_go() {
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &dirs, config).await.unwrap();
-        assert_eq!((log.start_offset().get(), log.end_offset()), (start, 40));
+        assert_eq!((log.start_offset().get(), log.end_offset().get()), (start, 40));
     });
 }
 
@@ -1704,8 +1705,8 @@ fn power_failing_anywhere_in_a_stepwise_deletion_loses_nothing() {
             let (log, _) = open(&disk, &directories(1), config()).await.unwrap_or_else(|e| {
                 panic!("power failure at operation {point} ({mode:?}): recovery failed: {e}")
             });
-            assert_eq!(log.end_offset(), 20);
-            let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+            assert_eq!(log.end_offset().get(), 20);
+            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
             assert_eq!(
                 records.len() as u64,
                 20 - log.start_offset().get(),
@@ -1785,8 +1786,8 @@ fn a_spare_is_zero_filled_ahead_and_becomes_the_next_segment() {
         disk.crash(CrashMode::DropUnsynced);
         let (log, report) = open(&disk, &directories(2), spare_config()).await.unwrap();
         assert_eq!(report.empty_segments_removed, 0);
-        assert_eq!(log.end_offset(), next);
-        assert_eq!(log.read(0, usize::MAX, usize::MAX).await.unwrap().len() as u64, next);
+        assert_eq!(log.end_offset().get(), next);
+        assert_eq!(log.read(Offset::ZERO, usize::MAX, usize::MAX).await.unwrap().len() as u64, next);
     });
 }
 
@@ -1813,7 +1814,7 @@ fn a_leftover_spare_is_removed_at_recovery() {
         drop(log);
         disk.crash(CrashMode::DropUnsynced);
         let (log, _) = open(&disk, &directories(1), spare_config()).await.unwrap();
-        assert_eq!(log.read(0, usize::MAX, usize::MAX).await.unwrap().len() as u64, next);
+        assert_eq!(log.read(Offset::ZERO, usize::MAX, usize::MAX).await.unwrap().len() as u64, next);
     });
 }
 
@@ -1939,7 +1940,7 @@ fn a_discarded_spare_shrinks_in_steps() {
 }
 
 /// An append's payload index and its outcome.
-type AppendOutcome = (u64, Result<(u64, u32), LogError>);
+type AppendOutcome = (u64, Result<(Offset, u32), LogError>);
 
 /// Spawns `count` appends at once, one payload each, and returns them with their payload index.
 fn spawn_appends(log: &Log<SimDisk>, count: u64) -> Vec<crate::runtime::Task<AppendOutcome>> {
@@ -1978,7 +1979,7 @@ fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
                     let (i, result) = append.await;
                     let (offset, count) = result.unwrap();
                     assert_eq!(count, 1);
-                    assert!(payload_at.insert(offset, i).is_none(), "offset {offset} given twice");
+                    assert!(payload_at.insert(offset.get(), i).is_none(), "offset {offset} given twice");
                 }
                 assert_eq!(payload_at.keys().copied().collect::<Vec<_>>(), (0..400).collect::<Vec<_>>());
                 assert!(log.commits_built_ahead() > 0, "no commit was built ahead");
@@ -1987,7 +1988,7 @@ fn commits_built_ahead_keep_every_append_where_it_was_acknowledged() {
                     for record in records {
                         assert_eq!(
                             record.data,
-                            payload(payload_at[&record.offset]),
+                            payload(payload_at[&record.offset.get()]),
                             "offset {}",
                             record.offset
                         );
@@ -2019,7 +2020,7 @@ fn a_failed_commit_hands_back_the_batch_taken_ahead() {
             let mut failed = 0;
             for append in appends {
                 match append.await {
-                    (i, Ok((offset, _))) => assert!(acknowledged.insert(offset, i).is_none()),
+                    (i, Ok((offset, _))) => assert!(acknowledged.insert(offset.get(), i).is_none()),
                     (_, Err(LogError::Fenced(_))) => failed += 1,
                     (i, Err(error)) => panic!("append {i}: {error}"),
                 }
@@ -2057,18 +2058,18 @@ async fn append_until_rolled(log: &Log<SimDisk>, next: &mut u64, rolls: usize) {
     let target = log.inner.borrow().segments.len() + rolls;
     while log.inner.borrow().segments.len() < target {
         let (offset, _) = log.append(records_for(&[payload(*next)]), 1).await.unwrap();
-        assert_eq!(offset, *next);
+        assert_eq!(offset.get(), *next);
         *next += 1;
     }
 }
 
 /// Every record from the log's start holds the payload of its offset, up to `end`.
 async fn check_from_start(log: &Log<SimDisk>, end: u64) {
-    assert_eq!(log.end_offset(), end);
-    let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+    assert_eq!(log.end_offset().get(), end);
+    let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
     assert_eq!(records.len() as u64, end - log.start_offset().get());
     for record in &records {
-        assert_eq!(record.data, payload(record.offset), "offset {}", record.offset);
+        assert_eq!(record.data, payload(record.offset.get()), "offset {}", record.offset.get());
     }
 }
 
@@ -2260,7 +2261,7 @@ fn two_hundred_random_power_failures_with_recycled_segments() {
                 .await
                 .unwrap_or_else(|e| panic!("crash {crash}: recovery failed: {e}"));
             acked.retain(|offset, _| *offset >= log.start_offset().get());
-            let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
             check_acknowledged(&records, &acked);
             disk.die_after(next() % 200 + 1);
             for _ in 0..8 {
@@ -2328,15 +2329,15 @@ fn torn_tail_at_200_offsets_in_a_recycled_segment() {
             disk.set_file_bytes(&path, bytes);
             let (log, report) =
                 open(&disk, &directories(1), config()).await.unwrap_or_else(|e| panic!("case {case}: {e}"));
-            let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+            let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
             let acknowledged = (next - log.start_offset().get()) as usize;
             assert!(records.len() >= acknowledged, "case {case}: lost acknowledged records");
             for record in &records[..acknowledged] {
-                assert_eq!(record.data, payload(record.offset), "case {case}");
+                assert_eq!(record.data, payload(record.offset.get()), "case {case}");
             }
             for record in &records[acknowledged..] {
-                let length = if record.offset == next { 3000 } else { 5000 };
-                assert_eq!(record.data, vec![(20 + record.offset - next) as u8; length], "case {case}");
+                let length = if record.offset.get() == next { 3000 } else { 5000 };
+                assert_eq!(record.data, vec![(20 + record.offset.get() - next) as u8; length], "case {case}");
             }
             if report.torn_at.is_some() {
                 reported += 1;
@@ -2397,9 +2398,9 @@ fn power_failures_with_writes_landing_out_of_order() {
                             panic!("seed {seed}, recycle {recycle}, life {life}: recovery failed: {error}")
                         });
                     acked.retain(|offset, _| *offset >= log.start_offset().get());
-                    let records = log.read(log.start_offset().get(), usize::MAX, usize::MAX).await.unwrap();
+                    let records = log.read(log.start_offset(), usize::MAX, usize::MAX).await.unwrap();
                     let stored: std::collections::HashMap<u64, &[u8]> =
-                        records.iter().map(|record| (record.offset, &record.data[..])).collect();
+                        records.iter().map(|record| (record.offset.get(), &record.data[..])).collect();
                     for (offset, bytes) in &acked {
                         assert_eq!(
                             stored.get(offset).copied(),
@@ -2441,7 +2442,7 @@ fn power_failures_with_writes_landing_out_of_order() {
                         .collect();
                     for append in appends {
                         if let Some((offset, bytes)) = append.await {
-                            acked.insert(offset, bytes);
+                            acked.insert(offset.get(), bytes);
                         }
                     }
                     drop(log);
@@ -2458,7 +2459,7 @@ async fn append_until_full(log: &Log<SimDisk>, from: u64) -> Vec<u64> {
     let mut acked = Vec::new();
     for i in from..from + 100_000 {
         match log.append(records_for(&[payload(i)]), 1).await {
-            Ok((offset, _)) => acked.push(offset),
+            Ok((offset, _)) => acked.push(offset.get()),
             Err(LogError::NoSpace(_)) => return acked,
             Err(error) => panic!("append {i} failed with {error:?}, not NoSpace"),
         }

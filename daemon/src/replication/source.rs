@@ -86,13 +86,13 @@ pub trait Transport {
 pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: Offset) -> Result<Vec<Chunk>, LogError> {
     let mut chunks: Vec<Chunk> = Vec::new();
     for batch in batches {
-        let (base_offset, end_offset) = (Offset::new(batch.base_offset()), Offset::new(batch.end_offset()));
-        let epoch = Epoch::new(batch.epoch());
+        let (base_offset, end_offset) = (batch.base_offset(), batch.end_offset());
+        let epoch = batch.epoch();
         if end_offset <= from {
             continue;
         }
         let (first_offset, records) = if base_offset < from {
-            (from, sealed_from(batch, from.get())?)
+            (from, sealed_from(batch, from)?)
         } else {
             (base_offset, batch.sealed_records())
         };
@@ -109,10 +109,10 @@ pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: Offset) -> Result
 }
 
 /// A batch's sealed records from offset `from` on.
-fn sealed_from<S: Storage>(batch: &HeldBatch<S>, from: u64) -> Result<&[u8], LogError> {
+fn sealed_from<S: Storage>(batch: &HeldBatch<S>, from: Offset) -> Result<&[u8], LogError> {
     let records = batch.sealed_records();
     let mut position = 0usize;
-    for _ in batch.base_offset()..from {
+    for _ in 0..from - batch.base_offset() {
         let unpadded = records
             .get(position..position + 4)
             .map(|length| u32::from_le_bytes(length.try_into().expect("four bytes")) as usize)
@@ -492,7 +492,7 @@ async fn part<S: Storage>(log: &Log<S>, from: Offset, room: usize) -> Result<Log
             "the follower needs offset {from}, and the log starts at {start_offset}: it was removed"
         )));
     }
-    let batches = log.hold_durable_from(from.get(), APPEND_BYTES_MAX.min(room)).await?;
+    let batches = log.hold_durable_from(from, APPEND_BYTES_MAX.min(room)).await?;
     if batches.first().is_some_and(|first| first.records_bytes() > room) {
         return Ok(LogAppend { chunks: Vec::new(), committed_end, start_offset });
     }
@@ -628,7 +628,7 @@ pub async fn take<S: Storage>(
         if start_offset > log.start_offset() {
             let log = log.clone();
             crate::runtime::spawn(async move {
-                if let Err(error) = log.remove_before(start_offset.get()).await {
+                if let Err(error) = log.remove_before(start_offset).await {
                     crate::log_warn!("ringpostd: removing segments a leader removed: {error}");
                 }
             })
@@ -705,7 +705,7 @@ pub async fn read<S: Storage>(
             log.start_offset()
         )));
     }
-    let batches = log.hold_durable_from(from.get(), bytes_max).await?;
+    let batches = log.hold_durable_from(from, bytes_max).await?;
     Ok((chunks_from(&batches, from)?, log.durable_end()))
 }
 

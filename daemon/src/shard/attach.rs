@@ -4,7 +4,7 @@ use super::{quarantined_status, Forwarder};
 use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
 use crate::control::ControlOk;
-use crate::ids::SubscriptionId;
+use crate::ids::{Offset, SubscriptionId};
 use crate::storage::Storage;
 use crate::subscription::state::SubscriptionState;
 use crate::subscription::{delivery_policy, filter::Filter, recovered_state, SubscriptionEntry};
@@ -79,7 +79,7 @@ impl<S: Storage> Forwarder<S> {
         let attached =
             self.registry.subscriptions.borrow().get(name.as_str()).map(|(entry, _)| entry.clone());
         if let Some(entry) = attached.filter(|entry| entry.id == subscription_id && !create) {
-            return Ok(ControlOk::SubscriptionStart(entry.state.borrow().start_offset));
+            return Ok(ControlOk::SubscriptionStart(entry.state.borrow().start_offset.get()));
         }
         let ack_deadline = Duration::from_secs(settings.ack_deadline_seconds as u64);
         let mut state = if create {
@@ -89,14 +89,14 @@ impl<S: Storage> Forwarder<S> {
             // needs no journal (and no open journal file) for its subscriptions.
             SubscriptionState::new(subscription_id, topic.log.end_offset(), ack_deadline)
         } else {
-            let state = SubscriptionState::new(subscription_id, start_offset, ack_deadline);
+            let state = SubscriptionState::new(subscription_id, Offset::new(start_offset), ack_deadline);
             let recovered = topic.journal.with_open(|open| open.recovered.remove(&subscription_id));
             let clock = &self.environment.clock;
             recovered_state(state, recovered.flatten().unwrap_or_default(), clock.now(), clock.wall_ms())
         };
         state.ack_deadline = ack_deadline;
         state.policy = delivery_policy(&settings);
-        state.forget_before(topic.log.start_offset().get());
+        state.forget_before(topic.log.start_offset());
         let start = state.start_offset;
         let filter = if settings.filter.is_empty() {
             None
@@ -110,6 +110,6 @@ impl<S: Storage> Forwarder<S> {
         let entry = Rc::new(SubscriptionEntry::new(name.clone(), topic_id, &settings, state, filter, now_ms));
         topic.subscriptions.borrow_mut().push(entry.clone());
         self.registry.subscriptions.borrow_mut().insert(name, (entry, topic));
-        Ok(ControlOk::SubscriptionStart(start))
+        Ok(ControlOk::SubscriptionStart(start.get()))
     }
 }

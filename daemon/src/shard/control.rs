@@ -100,7 +100,7 @@ impl<S: Storage> Forwarder<S> {
         if let Some(leader) = topic.leader() {
             leader.wait_epoch_committed(crate::replication::protocol::MESSAGES, &topic.log).await?;
         }
-        Ok(ControlOk::SubscriptionStart(topic.log.end_offset()))
+        Ok(ControlOk::SubscriptionStart(topic.log.end_offset().get()))
     }
 
     /// Moves a subscription's acknowledgements to the first message published at `time_ms`, or
@@ -123,7 +123,7 @@ impl<S: Storage> Forwarder<S> {
                 .ok_or_else(|| Status::not_found("the snapshot is not stored with its topic"))?,
             None => (topic.log.offset_at_time(time_ms).await?, Vec::new()),
         };
-        let mut offset = offset.max(topic.log.start_offset().get());
+        let mut offset = offset.max(topic.log.start_offset());
         if snapshot_id.is_none() && topic.retention_seconds.get() == 0 {
             // A subscription holds only what was published after its creation; only a
             // topic's own retention keeps older messages to seek back to, as in Pub/Sub.
@@ -139,7 +139,7 @@ impl<S: Storage> Forwarder<S> {
         let mut state = entry.state.borrow_mut();
         state.seek(offset);
         for (first, count) in runs {
-            for acked in first..first + count as u64 {
+            for acked in first.up_to(first + count as u64) {
                 state.restore_ack(acked);
             }
         }

@@ -24,7 +24,7 @@ impl<S: Storage> Forwarder<S> {
         // The same tick samples the counters behind the rates in the stats.
         self.activity.rate_ticks.borrow_mut().tick(now);
         for topic in self.registry.topics_by_id.borrow().values() {
-            topic.published.borrow_mut().sample(topic.log.end_offset());
+            topic.published.borrow_mut().sample(topic.log.end_offset().get());
             topic.log.release_idle_cache();
         }
         self.trim_memory_once_quiet();

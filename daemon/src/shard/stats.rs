@@ -45,7 +45,7 @@ impl<S: Storage> Forwarder<S> {
                 name: topic.name.to_string(),
                 shard: self.shard,
                 first_offset: topic.log.start_offset().get(),
-                end_offset: topic.log.end_offset(),
+                end_offset: topic.log.end_offset().get(),
                 disk_bytes: topic.log.disk_bytes(),
                 replication: self.replica_stats(&topic),
                 ..TopicStats::default()
@@ -103,7 +103,7 @@ impl<S: Storage> Forwarder<S> {
                 name: topic.name.to_string(),
                 shard: self.shard,
                 first_offset: topic.log.start_offset().get(),
-                end_offset: end,
+                end_offset: end.get(),
                 disk_bytes: topic.log.disk_bytes(),
                 published_per_second: topic.published.borrow().per_second(&self.activity.rate_ticks.borrow()),
                 published_messages_total: topic.published_messages_total.get(),

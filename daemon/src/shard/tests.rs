@@ -4,6 +4,7 @@ use super::*;
 use crate::catalog::SubscriptionSettings;
 use crate::clock::ManualClock;
 use crate::control::{ControlRequest, SettingsUpdate};
+use crate::ids::Offset;
 use crate::net::server::Handler;
 use crate::protocol::native::forwarder as native;
 use crate::storage::sim::SimDisk;
@@ -74,7 +75,7 @@ fn published_messages_are_stored_as_sent() {
             async move { native::publish(&*forwarder, body).await.unwrap().message_ids }
         });
         let ids: Vec<Vec<u64>> = crate::sync::join_all(publishes.collect()).await;
-        let stored = topic.log.read(0, 100, usize::MAX).await.unwrap();
+        let stored = topic.log.read(Offset::ZERO, 100, usize::MAX).await.unwrap();
         assert_eq!(stored.len(), 60);
         for (request, ids) in ids.iter().enumerate() {
             for (index, id) in ids.iter().enumerate() {
@@ -152,9 +153,9 @@ async fn publish_one(forwarder: &Forwarder<SimDisk>, topic: &str) -> Result<Publ
     native::publish(forwarder, body).await
 }
 
-fn ack_everything(entry: &SubscriptionEntry, end: u64) {
+fn ack_everything(entry: &SubscriptionEntry, end: Offset) {
     let mut state = entry.state.borrow_mut();
-    for offset in state.ack_floor()..end {
+    for offset in state.ack_floor().up_to(end) {
         state.apply_ack(offset);
     }
 }
@@ -246,7 +247,7 @@ fn a_new_topics_folders_are_durable_and_synced_once_each() {
             },
             Rc::new(clock.clone()),
         );
-        assert_eq!(topic(&restarted, 0).await.log.end_offset(), 3);
+        assert_eq!(topic(&restarted, 0).await.log.end_offset().get(), 3);
     });
 }
 
@@ -276,7 +277,7 @@ fn the_journal_opens_at_the_first_acknowledgements_and_keeps_them() {
         });
         let responses = crate::sync::join_all(acknowledgements.collect()).await;
         assert!(responses.iter().all(|response| response.invalid_ack_ids.is_empty()));
-        assert_eq!(retained.journal.opened().unwrap().end_offset(), 20, "one journal took all 20");
+        assert_eq!(retained.journal.opened().unwrap().end_offset().get(), 20, "one journal took all 20");
         drop(retained);
         drop(forwarder);
         let forwarder = Forwarder::new(0, disk, directories, config, Rc::new(clock.clone()));
@@ -524,8 +525,15 @@ fn unacknowledged_messages_stay_until_the_subscription_retention_expires() {
         forwarder.collect_segments().await;
         let start = topic.log.start_offset().get();
         assert!(start > 0, "seven days later the unacknowledged messages expire");
-        assert_eq!(entry.state.borrow().ack_floor(), start, "the subscription forgets what was deleted");
-        assert_eq!(entry.state.borrow().backlog(topic.log.end_offset()), topic.log.end_offset() - start);
+        assert_eq!(
+            entry.state.borrow().ack_floor().get(),
+            start,
+            "the subscription forgets what was deleted"
+        );
+        assert_eq!(
+            entry.state.borrow().backlog(topic.log.end_offset()),
+            topic.log.end_offset().get() - start
+        );
     });
 }
 

@@ -6,6 +6,7 @@ use super::source::{AckJournal, MessageSource};
 use super::SubscriptionError;
 use super::{dead_letter, Environment, SubscriptionEntry};
 use crate::api::data::InvalidAckId;
+use crate::ids::Offset;
 use crate::log::LogError;
 use std::rc::Rc;
 
@@ -24,7 +25,7 @@ pub async fn acknowledge<'a, T: AckJournal>(
     subscription.last_activity_ms.set(environment.clock.wall_ms());
     let now = environment.clock.now();
     let mut invalid = Vec::new();
-    let mut accepted: Vec<(u64, &'a str)> = Vec::new();
+    let mut accepted: Vec<(Offset, &'a str)> = Vec::new();
     let mut already_acknowledged = false;
     let exactly_once = {
         let mut state = subscription.state.borrow_mut();
@@ -54,7 +55,7 @@ pub async fn acknowledge<'a, T: AckJournal>(
     }
     // The stream may send more while the acknowledgements become durable.
     subscription.changed.notify_all();
-    let mut offsets: Vec<u64> = accepted.iter().map(|(offset, _)| *offset).collect();
+    let mut offsets: Vec<Offset> = accepted.iter().map(|(offset, _)| *offset).collect();
     offsets.sort_unstable();
     offsets.dedup();
     // Durable first: an acknowledgement confirmed to the subscriber never comes back.
@@ -102,7 +103,7 @@ pub async fn modify_ack_deadline<'a, T: MessageSource + AckJournal + 'static>(
         let (mut offsets, exactly_once) = {
             let state = subscription.state.borrow();
             let now = environment.clock.now();
-            let offsets: Vec<u64> =
+            let offsets: Vec<Offset> =
                 ack_ids.clone().filter_map(|ack_id| state.check_ack(ack_id, now).ok().flatten()).collect();
             (offsets, state.policy.exactly_once)
         };

@@ -9,6 +9,7 @@ use super::{Environment, SubscriptionEntry};
 use crate::api::data::{Attributes, DataError, MessageView, PublishBatch};
 use crate::api::limits::PUBLISH_BATCH_MESSAGES_MAX;
 use crate::api::Status;
+use crate::ids::Offset;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -115,7 +116,7 @@ async fn dead_letter<T: MessageSource + AckJournal>(
     publisher: &dyn Publisher,
     subscription: &SubscriptionEntry,
     topic: &T,
-    offsets: &[u64],
+    offsets: &[Offset],
 ) -> Result<(), String> {
     // Read once: an update may change or remove the policy while the publish is under way.
     let Some(dead_letter_topic) = subscription.dead_letter_topic.borrow().clone() else {
@@ -148,7 +149,7 @@ async fn dead_letter<T: MessageSource + AckJournal>(
         messages = rest;
     }
     // Published durably to the dead-letter topic: now acknowledge on the source, durably too.
-    let mut done: Vec<u64> = records.iter().map(|record| record.offset).collect();
+    let mut done: Vec<Offset> = records.iter().map(|record| record.offset).collect();
     done.sort_unstable();
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&done) };
     topic.record(&entry).await.map_err(|e| e.to_string())?;

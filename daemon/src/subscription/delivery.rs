@@ -27,7 +27,7 @@ pub async fn read<T: MessageSource + AckJournal>(
 ) -> Result<Option<Delivery<T::Batch>>, SubscriptionError> {
     leases.sort_by_key(|lease| lease.offset);
     let byte_limit = bytes_budget.unwrap_or(u64::MAX).min(PULL_RESPONSE_BYTES_MAX as u64) as usize;
-    let offsets: Vec<u64> = leases.iter().map(|lease| lease.offset).collect();
+    let offsets: Vec<Offset> = leases.iter().map(|lease| lease.offset).collect();
     let give_back = |leases: Vec<Lease>, error: LogError| {
         let mut state = subscription.state.borrow_mut();
         for lease in leases {
@@ -82,7 +82,7 @@ pub async fn read<T: MessageSource + AckJournal>(
 struct Chosen {
     messages: Vec<DeliveredMessage>,
     ack_ids: String,
-    filtered_out: Vec<u64>,
+    filtered_out: Vec<Offset>,
 }
 
 /// Walks the leases and the records read together (both in offset order) and picks those to
@@ -159,7 +159,7 @@ fn located(
     debug_assert!(ordering_key.end <= data.start && data.end <= bytes.len());
     DeliveredMessage {
         batch,
-        message_id: MessageId::new(SourceId::FIRST, Offset::new(record.offset)).get(),
+        message_id: MessageId::new(SourceId::FIRST, record.offset).get(),
         publish_time_ms: record.publish_time_ms,
         attributes: ordering_key.end..data.start,
         attribute_count: record.attribute_count() as u16,
@@ -212,7 +212,7 @@ fn renumbered(mut messages: Vec<DeliveredMessage>) -> Vec<DeliveredMessage> {
 async fn acknowledge_filtered_out<T: AckJournal>(
     subscription: &SubscriptionEntry,
     topic: &T,
-    offsets: Vec<u64>,
+    offsets: Vec<Offset>,
 ) {
     let entry = JournalEntry::Acked { subscription_id: subscription.id, runs: runs_of(&offsets) };
     match topic.record(&entry).await {

@@ -4,7 +4,7 @@
 //! confirmed to the subscriber only after its entry is durable.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::SubscriptionId;
+use crate::ids::{Offset, SubscriptionId};
 
 /// Most runs a decoder reserves room for up front: the count comes from the entry itself, and a
 /// damaged count must not become a huge allocation before the truncated input is noticed.
@@ -24,7 +24,7 @@ pub enum JournalEntry {
     /// The subscription receives every message at or after `start_offset`.
     SubscriptionCreated {
         subscription_id: SubscriptionId,
-        start_offset: u64,
+        start_offset: Offset,
     },
     SubscriptionDeleted {
         subscription_id: SubscriptionId,
@@ -32,18 +32,18 @@ pub enum JournalEntry {
     /// Acknowledged offsets as runs `(first, count)`.
     Acked {
         subscription_id: SubscriptionId,
-        runs: Vec<(u64, u32)>,
+        runs: Vec<(Offset, u32)>,
     },
     /// Everything below `offset` counts as acknowledged, nothing from it on (a seek).
     Seek {
         subscription_id: SubscriptionId,
-        offset: u64,
+        offset: Offset,
     },
     /// A snapshot of a subscription's acknowledgements: everything below `floor`, and `runs`.
     SnapshotTaken {
         snapshot_id: u64,
-        floor: u64,
-        runs: Vec<(u64, u32)>,
+        floor: Offset,
+        runs: Vec<(Offset, u32)>,
         expire_time_ms: u64,
     },
     SnapshotDropped {
@@ -53,7 +53,7 @@ pub enum JournalEntry {
     /// restart does not redeliver messages a subscriber was promised more time for.
     DeadlineExtended {
         subscription_id: SubscriptionId,
-        runs: Vec<(u64, u32)>,
+        runs: Vec<(Offset, u32)>,
         until_ms: u64,
     },
     /// A replicated topic's new leader began its epoch here: it changes no subscription; its
@@ -75,7 +75,7 @@ impl JournalEntry {
             JournalEntry::SubscriptionCreated { subscription_id, start_offset } => {
                 Encoder::new(KIND_SUBSCRIPTION_CREATED)
                     .u64(subscription_id.get())
-                    .u64(*start_offset)
+                    .u64(start_offset.get())
                     .0
                     .clone()
             }
@@ -83,13 +83,13 @@ impl JournalEntry {
                 Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(subscription_id.get()).0.clone()
             }
             JournalEntry::Seek { subscription_id, offset } => {
-                Encoder::new(KIND_SEEK).u64(subscription_id.get()).u64(*offset).0.clone()
+                Encoder::new(KIND_SEEK).u64(subscription_id.get()).u64(offset.get()).0.clone()
             }
             JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms } => {
                 let mut encoder = Encoder::new(KIND_SNAPSHOT_TAKEN);
-                encoder.u64(*snapshot_id).u64(*floor).u64(*expire_time_ms).u32(runs.len() as u32);
+                encoder.u64(*snapshot_id).u64(floor.get()).u64(*expire_time_ms).u32(runs.len() as u32);
                 for (first, count) in runs {
-                    encoder.u64(*first).u32(*count);
+                    encoder.u64(first.get()).u32(*count);
                 }
                 encoder.0
             }
@@ -100,7 +100,7 @@ impl JournalEntry {
                 let mut encoder = Encoder::new(KIND_DEADLINE_EXTENDED);
                 encoder.u64(subscription_id.get()).u64(*until_ms).u32(runs.len() as u32);
                 for (first, count) in runs {
-                    encoder.u64(*first).u32(*count);
+                    encoder.u64(first.get()).u32(*count);
                 }
                 encoder.0
             }
@@ -109,7 +109,7 @@ impl JournalEntry {
                 let mut encoder = Encoder::new(KIND_ACKED);
                 encoder.u64(subscription_id.get()).u32(runs.len() as u32);
                 for (first, count) in runs {
-                    encoder.u64(*first).u32(*count);
+                    encoder.u64(first.get()).u32(*count);
                 }
                 encoder.0
             }
@@ -121,7 +121,7 @@ impl JournalEntry {
         let entry = match decoder.u8()? {
             KIND_SUBSCRIPTION_CREATED => JournalEntry::SubscriptionCreated {
                 subscription_id: SubscriptionId::new(decoder.u64()?),
-                start_offset: decoder.u64()?,
+                start_offset: Offset::new(decoder.u64()?),
             },
             KIND_SUBSCRIPTION_DELETED => {
                 JournalEntry::SubscriptionDeleted { subscription_id: SubscriptionId::new(decoder.u64()?) }
@@ -131,20 +131,21 @@ impl JournalEntry {
                 let count = decoder.u32()? as usize;
                 let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
-                    runs.push((decoder.u64()?, decoder.u32()?));
+                    runs.push((Offset::new(decoder.u64()?), decoder.u32()?));
                 }
                 JournalEntry::Acked { subscription_id, runs }
             }
             KIND_SEEK => JournalEntry::Seek {
                 subscription_id: SubscriptionId::new(decoder.u64()?),
-                offset: decoder.u64()?,
+                offset: Offset::new(decoder.u64()?),
             },
             KIND_SNAPSHOT_TAKEN => {
-                let (snapshot_id, floor, expire_time_ms) = (decoder.u64()?, decoder.u64()?, decoder.u64()?);
+                let (snapshot_id, floor, expire_time_ms) =
+                    (decoder.u64()?, Offset::new(decoder.u64()?), decoder.u64()?);
                 let count = decoder.u32()? as usize;
                 let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
-                    runs.push((decoder.u64()?, decoder.u32()?));
+                    runs.push((Offset::new(decoder.u64()?), decoder.u32()?));
                 }
                 JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms }
             }
@@ -154,7 +155,7 @@ impl JournalEntry {
                 let count = decoder.u32()? as usize;
                 let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
-                    runs.push((decoder.u64()?, decoder.u32()?));
+                    runs.push((Offset::new(decoder.u64()?), decoder.u32()?));
                 }
                 JournalEntry::DeadlineExtended { subscription_id, runs, until_ms }
             }
@@ -169,8 +170,8 @@ impl JournalEntry {
 }
 
 /// Groups sorted offsets into runs.
-pub fn runs_of(sorted_offsets: &[u64]) -> Vec<(u64, u32)> {
-    let mut runs: Vec<(u64, u32)> = Vec::new();
+pub fn runs_of(sorted_offsets: &[Offset]) -> Vec<(Offset, u32)> {
+    let mut runs: Vec<(Offset, u32)> = Vec::new();
     for offset in sorted_offsets {
         match runs.last_mut() {
             Some((first, count)) if *first + *count as u64 == *offset => *count += 1,
@@ -190,21 +191,21 @@ mod tests {
         for entry in [
             JournalEntry::SubscriptionCreated {
                 subscription_id: SubscriptionId::new(9),
-                start_offset: 1 << 40,
+                start_offset: Offset::new(1 << 40),
             },
             JournalEntry::SubscriptionDeleted { subscription_id: SubscriptionId::new(9) },
-            JournalEntry::Acked { subscription_id: SubscriptionId::new(9), runs: vec![(1, 3), (10, 1)] },
-            JournalEntry::Seek { subscription_id: SubscriptionId::new(9), offset: 77 },
+            JournalEntry::Acked { subscription_id: SubscriptionId::new(9), runs: runs(&[(1, 3), (10, 1)]) },
+            JournalEntry::Seek { subscription_id: SubscriptionId::new(9), offset: Offset::new(77) },
             JournalEntry::SnapshotTaken {
                 snapshot_id: 3,
-                floor: 10,
-                runs: vec![(12, 2)],
+                floor: Offset::new(10),
+                runs: runs(&[(12, 2)]),
                 expire_time_ms: 99,
             },
             JournalEntry::SnapshotDropped { snapshot_id: 3 },
             JournalEntry::DeadlineExtended {
                 subscription_id: SubscriptionId::new(9),
-                runs: vec![(4, 1)],
+                runs: runs(&[(4, 1)]),
                 until_ms: 1234,
             },
             JournalEntry::LeaderEpoch { epoch: 4 },
@@ -217,9 +218,17 @@ mod tests {
         }
     }
 
+    fn runs(runs: &[(u64, u32)]) -> Vec<(Offset, u32)> {
+        runs.iter().map(|(first, count)| (Offset::new(*first), *count)).collect()
+    }
+
+    fn offsets(offsets: &[u64]) -> Vec<Offset> {
+        offsets.iter().copied().map(Offset::new).collect()
+    }
+
     #[test]
     fn runs_group_consecutive_offsets() {
-        assert_eq!(runs_of(&[1, 2, 3, 7, 9, 10]), vec![(1, 3), (7, 1), (9, 2)]);
-        assert_eq!(runs_of(&[4, 4, 5]), vec![(4, 2)]);
+        assert_eq!(runs_of(&offsets(&[1, 2, 3, 7, 9, 10])), runs(&[(1, 3), (7, 1), (9, 2)]));
+        assert_eq!(runs_of(&offsets(&[4, 4, 5])), runs(&[(4, 2)]));
     }
 }

@@ -17,6 +17,7 @@ pub mod state;
 
 use crate::catalog::SubscriptionSettings;
 use crate::clock::Clock;
+use crate::ids::Offset;
 use crate::metrics::rate::RateWindow;
 use crate::sync::{Notify, Stop};
 pub use error::SubscriptionError;
@@ -182,7 +183,7 @@ pub fn recovered_state(
     now: Instant,
     wall_ms: u64,
 ) -> SubscriptionState {
-    let mut extended: HashMap<u64, u64, state::IdHasher> = HashMap::default();
+    let mut extended: HashMap<Offset, u64, state::IdHasher> = HashMap::default();
     for entry in entries {
         match entry {
             JournalEntry::Seek { offset, .. } => {
@@ -191,14 +192,14 @@ pub fn recovered_state(
             }
             JournalEntry::Acked { runs, .. } => {
                 for (first, count) in runs {
-                    for offset in first..first + count as u64 {
+                    for offset in first.up_to(first + count as u64) {
                         state.restore_ack(offset);
                     }
                 }
             }
             JournalEntry::DeadlineExtended { runs, until_ms, .. } => {
                 for (first, count) in runs {
-                    for offset in first..first + count as u64 {
+                    for offset in first.up_to(first + count as u64) {
                         extended.insert(offset, until_ms);
                     }
                 }

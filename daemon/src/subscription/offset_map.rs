@@ -9,6 +9,7 @@
 //! later ones came and went) moves to a small ordered map beside it, so a straggler costs one
 //! entry, not a ring as wide as the gap.
 
+use crate::ids::Offset;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Widest band of offsets the ring covers: 16,384 slots of a 40-byte lease are 640 KiB.
@@ -52,14 +53,16 @@ impl<V> OffsetMap<V> {
         (index < self.ring.len() as u64).then_some(index as usize)
     }
 
-    pub fn get(&self, offset: u64) -> Option<&V> {
+    pub fn get(&self, offset: Offset) -> Option<&V> {
+        let offset = offset.get();
         if let Some(value) = self.ring_index(offset).and_then(|index| self.ring[index].as_ref()) {
             return Some(value);
         }
         self.far.as_ref()?.get(&offset)
     }
 
-    pub fn get_mut(&mut self, offset: u64) -> Option<&mut V> {
+    pub fn get_mut(&mut self, offset: Offset) -> Option<&mut V> {
+        let offset = offset.get();
         if let Some(index) = self.ring_index(offset) {
             if self.ring[index].is_some() {
                 return self.ring[index].as_mut();
@@ -68,12 +71,13 @@ impl<V> OffsetMap<V> {
         self.far.as_mut()?.get_mut(&offset)
     }
 
-    pub fn contains_key(&self, offset: u64) -> bool {
+    pub fn contains_key(&self, offset: Offset) -> bool {
         self.get(offset).is_some()
     }
 
     /// Inserts or replaces; returns the value it replaced.
-    pub fn insert(&mut self, offset: u64, value: V) -> Option<V> {
+    pub fn insert(&mut self, offset: Offset, value: V) -> Option<V> {
+        let offset = offset.get();
         if let Some(index) = self.ring_index(offset) {
             return match self.ring[index].replace(value) {
                 Some(old) => Some(old),
@@ -126,7 +130,8 @@ impl<V> OffsetMap<V> {
         self.remove_far(offset)
     }
 
-    pub fn remove(&mut self, offset: u64) -> Option<V> {
+    pub fn remove(&mut self, offset: Offset) -> Option<V> {
+        let offset = offset.get();
         if let Some(index) = self.ring_index(offset) {
             if let Some(value) = self.ring[index].take() {
                 self.ring_count -= 1;
@@ -161,26 +166,25 @@ impl<V> OffsetMap<V> {
     }
 
     /// Every entry, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (Offset, &V)> + '_ {
         let base = self.base;
-        let ring = self
-            .ring
-            .iter()
-            .enumerate()
-            .filter_map(move |(index, slot)| slot.as_ref().map(|value| (base + index as u64, value)));
-        let far = self.far.iter().flat_map(|far| far.iter().map(|(offset, value)| (*offset, value)));
+        let ring = self.ring.iter().enumerate().filter_map(move |(index, slot)| {
+            slot.as_ref().map(|value| (Offset::new(base + index as u64), value))
+        });
+        let far =
+            self.far.iter().flat_map(|far| far.iter().map(|(offset, value)| (Offset::new(*offset), value)));
         ring.chain(far)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn keys(&self) -> impl Iterator<Item = Offset> + '_ {
         self.iter().map(|(offset, _)| offset)
     }
 
-    pub fn retain(&mut self, mut keep: impl FnMut(u64, &mut V) -> bool) {
+    pub fn retain(&mut self, mut keep: impl FnMut(Offset, &mut V) -> bool) {
         let base = self.base;
         for (index, slot) in self.ring.iter_mut().enumerate() {
             if let Some(value) = slot {
-                if !keep(base + index as u64, value) {
+                if !keep(Offset::new(base + index as u64), value) {
                     *slot = None;
                     self.ring_count -= 1;
                 }
@@ -188,7 +192,7 @@ impl<V> OffsetMap<V> {
         }
         self.trim();
         if let Some(far) = &mut self.far {
-            far.retain(|offset, value| keep(*offset, value));
+            far.retain(|offset, value| keep(Offset::new(*offset), value));
             if far.is_empty() {
                 self.far = None;
             }
@@ -230,21 +234,21 @@ mod tests {
             for operation in operations {
                 match operation {
                     Operation::Insert(offset, value) => {
-                        prop_assert_eq!(map.insert(offset, value), model.insert(offset, value));
+                        prop_assert_eq!(map.insert(Offset::new(offset), value), model.insert(offset, value));
                     }
-                    Operation::Remove(offset) => prop_assert_eq!(map.remove(offset), model.remove(&offset)),
+                    Operation::Remove(offset) => prop_assert_eq!(map.remove(Offset::new(offset)), model.remove(&offset)),
                     Operation::KeepEven => {
-                        map.retain(|offset, _| offset % 2 == 0);
+                        map.retain(|offset, _| offset.get() % 2 == 0);
                         model.retain(|offset, _| offset % 2 == 0);
                     }
                 }
                 prop_assert_eq!(map.len(), model.len());
                 prop_assert!(map.ring.len() as u64 <= RING_SPAN_MAX);
-                let mut entries: Vec<(u64, u32)> = map.iter().map(|(offset, value)| (offset, *value)).collect();
+                let mut entries: Vec<(u64, u32)> = map.iter().map(|(offset, value)| (offset.get(), *value)).collect();
                 entries.sort_unstable();
                 prop_assert_eq!(entries, model.iter().map(|(o, v)| (*o, *v)).collect::<Vec<_>>());
                 for (offset, value) in &model {
-                    prop_assert_eq!(map.get(*offset), Some(value));
+                    prop_assert_eq!(map.get(Offset::new(*offset)), Some(value));
                 }
             }
         }
@@ -253,15 +257,15 @@ mod tests {
     #[test]
     fn a_straggler_costs_one_entry_not_a_ring_as_wide_as_the_gap() {
         let mut map = OffsetMap::new();
-        map.insert(0, ());
+        map.insert(Offset::new(0), ());
         for offset in 1..100_000u64 {
-            map.insert(offset, ());
-            map.remove(offset);
+            map.insert(Offset::new(offset), ());
+            map.remove(Offset::new(offset));
         }
-        assert!(map.contains_key(0));
+        assert!(map.contains_key(Offset::new(0)));
         assert_eq!(map.len(), 1);
         assert!(map.ring.capacity() <= RING_SPAN_MAX as usize * 2);
-        map.remove(0);
+        map.remove(Offset::new(0));
         assert!(map.is_empty());
         assert!(map.far.is_none());
     }
@@ -270,10 +274,10 @@ mod tests {
     fn an_emptied_ring_gives_back_a_large_allocation() {
         let mut map = OffsetMap::new();
         for offset in 0..10_000u64 {
-            map.insert(offset, 0u64);
+            map.insert(Offset::new(offset), 0u64);
         }
         for offset in 0..10_000u64 {
-            map.remove(offset);
+            map.remove(Offset::new(offset));
         }
         assert!(map.ring.capacity() <= RING_CAPACITY_KEPT);
     }

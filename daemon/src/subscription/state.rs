@@ -24,7 +24,7 @@
 //! - an offset is leased at most once at a time;
 //! - `cursor - floor` never exceeds `unacked_window_max`, which bounds every structure here.
 
-use crate::ids::{SourceId, SubscriptionId};
+use crate::ids::{Offset, SourceId, SubscriptionId};
 use crate::subscription::offset_map::OffsetMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -56,12 +56,13 @@ pub struct AckSet {
 }
 
 impl AckSet {
-    pub fn new(floor: u64) -> AckSet {
+    pub fn new(floor: Offset) -> AckSet {
+        let floor = floor.get();
         AckSet { floor, base: floor - floor % 64, words: VecDeque::new(), above_floor: 0 }
     }
 
-    pub fn floor(&self) -> u64 {
-        self.floor
+    pub fn floor(&self) -> Offset {
+        Offset::new(self.floor)
     }
 
     /// Acknowledged offsets at or above the floor.
@@ -69,7 +70,8 @@ impl AckSet {
         self.above_floor
     }
 
-    pub fn contains(&self, offset: u64) -> bool {
+    pub fn contains(&self, offset: Offset) -> bool {
+        let offset = offset.get();
         if offset < self.floor {
             return true;
         }
@@ -79,10 +81,11 @@ impl AckSet {
     }
 
     /// Marks an offset; returns false if it was already acknowledged.
-    pub fn insert(&mut self, offset: u64) -> bool {
+    pub fn insert(&mut self, offset: Offset) -> bool {
         if self.contains(offset) {
             return false;
         }
+        let offset = offset.get();
         let index = offset - self.base;
         let word = (index / 64) as usize;
         if word >= self.words.len() {
@@ -95,9 +98,10 @@ impl AckSet {
     }
 
     /// Everything below `offset` counts as acknowledged (a new start, or retention).
-    pub fn raise_floor(&mut self, offset: u64) {
+    pub fn raise_floor(&mut self, offset: Offset) {
+        let offset = offset.get();
         while self.floor < offset {
-            if self.contains(self.floor) {
+            if self.contains(Offset::new(self.floor)) {
                 self.above_floor -= 1;
             }
             self.floor += 1;
@@ -132,15 +136,17 @@ impl AckSet {
     }
 
     /// Acknowledged offsets above the floor, in order (for snapshots).
-    pub fn iter_above_floor(&self) -> impl Iterator<Item = u64> + '_ {
-        (self.floor..self.base + 64 * self.words.len() as u64).filter(|offset| self.contains(*offset))
+    pub fn iter_above_floor(&self) -> impl Iterator<Item = Offset> + '_ {
+        (self.floor..self.base + 64 * self.words.len() as u64)
+            .map(Offset::new)
+            .filter(|offset| self.contains(*offset))
     }
 }
 
 /// A delivery handed to a subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery {
-    pub offset: u64,
+    pub offset: Offset,
     /// 1 on first delivery, plus one per nack or expired deadline.
     pub attempt: u32,
     pub generation: u32,
@@ -208,7 +214,7 @@ pub struct StreamLoad {
 pub struct AckId {
     pub subscription_id: SubscriptionId,
     pub source: SourceId,
-    pub offset: u64,
+    pub offset: Offset,
     pub generation: u32,
 }
 
@@ -235,7 +241,7 @@ impl AckId {
         text.push('.');
         push_hex(text, self.source.get() as u64);
         text.push('.');
-        push_hex(text, self.offset);
+        push_hex(text, self.offset.get());
         text.push('.');
         push_hex(text, self.generation as u64);
     }
@@ -256,7 +262,7 @@ impl AckId {
             let subscription_id = SubscriptionId::new(field(&mut bytes, true)?);
             let source = u32::try_from(field(&mut bytes, true)?).ok().and_then(SourceId::new);
             let source = source.ok_or(AckRefusal::Malformed)?;
-            let offset = field(&mut bytes, true)?;
+            let offset = Offset::new(field(&mut bytes, true)?);
             let generation = generation(&mut bytes)?;
             return Ok(AckId { subscription_id, source, offset, generation });
         }
@@ -270,7 +276,7 @@ impl AckId {
         }
         let mut bytes = text.as_bytes();
         let subscription_id = SubscriptionId::new(field(&mut bytes, true)?);
-        let offset = field(&mut bytes, true)?;
+        let offset = Offset::new(field(&mut bytes, true)?);
         let generation = generation(&mut bytes)?;
         Ok(AckId { subscription_id, source: SourceId::FIRST, offset, generation })
     }
@@ -370,16 +376,16 @@ pub type IdHasher = crate::runtime::FixedHasher;
 /// back behind it, and the key of each offset that is busy or held.
 #[derive(Default)]
 struct KeyOrder {
-    busy_keys: HashMap<String, u64, ahash::RandomState>,
-    held: HashMap<String, VecDeque<u64>, ahash::RandomState>,
-    key_of: HashMap<u64, String, IdHasher>,
+    busy_keys: HashMap<String, Offset, ahash::RandomState>,
+    held: HashMap<String, VecDeque<Offset>, ahash::RandomState>,
+    key_of: HashMap<Offset, String, IdHasher>,
 }
 
 pub struct SubscriptionState {
     pub id: SubscriptionId,
-    pub start_offset: u64,
+    pub start_offset: Offset,
     acked: AckSet,
-    cursor: u64,
+    cursor: Offset,
     /// What is out or waiting; `None` while nothing is (see `InFlight`).
     in_flight: Option<Box<InFlight>>,
     next_generation: u32,
@@ -402,12 +408,12 @@ pub struct SubscriptionState {
 #[derive(Default)]
 struct InFlight {
     leases: OffsetMap<Lease>,
-    deadlines: BinaryHeap<Reverse<(Instant, u64, u32)>>,
-    redeliver: BTreeSet<u64>,
+    deadlines: BinaryHeap<Reverse<(Instant, Offset, u32)>>,
+    redeliver: BTreeSet<Offset>,
     /// Failed messages waiting out their retry backoff: (eligible at, offset).
-    backing_off: BinaryHeap<Reverse<(Instant, u64)>>,
+    backing_off: BinaryHeap<Reverse<(Instant, Offset)>>,
     /// Messages that used up their delivery attempts, for the forwarder to dead-letter.
-    dead_letters: BTreeSet<u64>,
+    dead_letters: BTreeSet<Offset>,
     attempts: OffsetMap<u32>,
     /// Ordered subscriptions, once a message with an ordering key was delivered.
     keys: Option<Box<KeyOrder>>,
@@ -423,7 +429,7 @@ impl InFlight {
     /// Puts a lease's deadline on the heap. An entry it replaces (an earlier deadline of the
     /// same lease) stays until it reaches the top, where `expire` skips it; when such stale
     /// entries pass the bound, the heap is rebuilt with one entry per lease.
-    fn push_deadline(&mut self, deadline: Instant, offset: u64, generation: u32) {
+    fn push_deadline(&mut self, deadline: Instant, offset: Offset, generation: u32) {
         self.deadlines.push(Reverse((deadline, offset, generation)));
         if self.deadlines.len() > self.deadline_entries_max() {
             self.deadlines = self
@@ -450,7 +456,7 @@ impl InFlight {
     }
 
     /// Ends a lease, giving its stream back the capacity it used.
-    fn end_lease(&mut self, offset: u64) -> Option<Lease> {
+    fn end_lease(&mut self, offset: Offset) -> Option<Lease> {
         let lease = self.leases.remove(offset)?;
         if lease.stream != 0 {
             if let Some(load) = self.streams.get_mut(&lease.stream) {
@@ -462,7 +468,7 @@ impl InFlight {
     }
 
     /// A delivery failed (nack or expired deadline): back off, dead-letter, or redeliver.
-    fn fail(&mut self, policy: &DeliveryPolicy, offset: u64, now: Instant) {
+    fn fail(&mut self, policy: &DeliveryPolicy, offset: Offset, now: Instant) {
         let attempts = self.attempts.get(offset).copied().unwrap_or(0);
         if policy.max_delivery_attempts.is_some_and(|max| attempts >= max) {
             self.dead_letters.insert(offset);
@@ -478,7 +484,7 @@ impl InFlight {
 
     /// An ordered message is done (acked or dead-lettered): its key frees, and the next message
     /// held behind it becomes deliverable.
-    fn free_key(&mut self, offset: u64) {
+    fn free_key(&mut self, offset: Offset) {
         let Some(keys) = self.keys.as_deref_mut() else { return };
         let Some(key) = keys.key_of.remove(&offset) else { return };
         if keys.busy_keys.get(&key) == Some(&offset) {
@@ -519,7 +525,7 @@ impl InFlight {
 }
 
 impl SubscriptionState {
-    pub fn new(id: SubscriptionId, start_offset: u64, ack_deadline: Duration) -> SubscriptionState {
+    pub fn new(id: SubscriptionId, start_offset: Offset, ack_deadline: Duration) -> SubscriptionState {
         SubscriptionState {
             id,
             start_offset,
@@ -549,7 +555,7 @@ impl SubscriptionState {
     }
 
     /// Replays a durable acknowledgement (recovery). Nothing is leased during replay.
-    pub fn restore_ack(&mut self, offset: u64) {
+    pub fn restore_ack(&mut self, offset: Offset) {
         if offset >= self.start_offset {
             self.acked.insert(offset);
             self.cursor = self.acked.floor();
@@ -557,7 +563,7 @@ impl SubscriptionState {
     }
 
     /// The ack floor: every offset below it is acknowledged.
-    pub fn ack_floor(&self) -> u64 {
+    pub fn ack_floor(&self) -> Offset {
         self.acked.floor()
     }
 
@@ -566,12 +572,12 @@ impl SubscriptionState {
     }
 
     /// Messages published and not yet acknowledged, given the log's end.
-    pub fn backlog(&self, end_offset: u64) -> u64 {
+    pub fn backlog(&self, end_offset: Offset) -> u64 {
         end_offset.saturating_sub(self.acked.floor()).saturating_sub(self.acked.above_floor())
     }
 
     /// Offsets below `offset` are gone from the log (retention): count them acknowledged.
-    pub fn forget_before(&mut self, offset: u64) {
+    pub fn forget_before(&mut self, offset: Offset) {
         if offset <= self.acked.floor() {
             return;
         }
@@ -580,7 +586,7 @@ impl SubscriptionState {
         // goes with it, or the next pull's `cursor - floor` underflows.
         self.cursor = self.cursor.max(self.acked.floor());
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
-        let gone: Vec<u64> = in_flight.leases.keys().filter(|leased| *leased < offset).collect();
+        let gone: Vec<Offset> = in_flight.leases.keys().filter(|leased| *leased < offset).collect();
         for leased in gone {
             in_flight.end_lease(leased);
         }
@@ -589,7 +595,8 @@ impl SubscriptionState {
         in_flight.backing_off.retain(|Reverse((_, waiting))| *waiting >= offset);
         in_flight.attempts.retain(|leased, _| leased >= offset);
         if let Some(keys) = &in_flight.keys {
-            let forgotten: Vec<u64> = keys.key_of.keys().copied().filter(|keyed| *keyed < offset).collect();
+            let forgotten: Vec<Offset> =
+                keys.key_of.keys().copied().filter(|keyed| *keyed < offset).collect();
             for keyed in forgotten {
                 in_flight.free_key(keyed);
             }
@@ -629,7 +636,7 @@ impl SubscriptionState {
     }
 
     /// Records the size of a leased message against its stream's flow control.
-    pub fn account(&mut self, offset: u64, bytes: u64) {
+    pub fn account(&mut self, offset: Offset, bytes: u64) {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         if let Some(lease) = in_flight.leases.get_mut(offset) {
             lease.bytes = bytes;
@@ -687,20 +694,20 @@ impl SubscriptionState {
 
     /// Takes the messages due for the dead-letter topic. The forwarder publishes each there and
     /// then acknowledges it here.
-    pub fn take_dead_letters(&mut self) -> Vec<u64> {
+    pub fn take_dead_letters(&mut self) -> Vec<Offset> {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return Vec::new() };
         std::mem::take(&mut in_flight.dead_letters).into_iter().collect()
     }
 
     /// The acknowledgements as a floor and runs above it, for a snapshot.
-    pub fn acknowledged_runs(&self) -> (u64, Vec<(u64, u32)>) {
-        let above: Vec<u64> = self.acked.iter_above_floor().collect();
+    pub fn acknowledged_runs(&self) -> (Offset, Vec<(Offset, u32)>) {
+        let above: Vec<Offset> = self.acked.iter_above_floor().collect();
         (self.acked.floor(), crate::subscription::journal_entry::runs_of(&above))
     }
 
     /// Restores, at recovery, a lease a subscriber was granted before the restart (a journaled
     /// deadline extension). Its generation is 0, which accepts the ack ids issued before.
-    pub fn restore_lease(&mut self, offset: u64, deadline: Instant) {
+    pub fn restore_lease(&mut self, offset: Offset, deadline: Instant) {
         if self.acked.contains(offset) || offset < self.start_offset {
             return;
         }
@@ -713,7 +720,7 @@ impl SubscriptionState {
     }
 
     /// Current leases and when they end, for a journal checkpoint.
-    pub fn leases(&self) -> impl Iterator<Item = (u64, Instant)> + '_ {
+    pub fn leases(&self) -> impl Iterator<Item = (Offset, Instant)> + '_ {
         self.in_flight
             .iter()
             .flat_map(|in_flight| in_flight.leases.iter().map(|(offset, lease)| (offset, lease.deadline)))
@@ -721,7 +728,7 @@ impl SubscriptionState {
 
     /// A dead-letter publish failed: the message waits to be dead-lettered again, or, if an
     /// update removed the policy (or raised its attempts) meanwhile, to be delivered again.
-    pub fn return_dead_letter(&mut self, offset: u64) {
+    pub fn return_dead_letter(&mut self, offset: Offset) {
         if self.acked.contains(offset) {
             return;
         }
@@ -735,7 +742,7 @@ impl SubscriptionState {
     }
 
     /// Whether the policy sends this message to the dead-letter topic at its next failure.
-    fn is_exhausted(&self, offset: u64) -> bool {
+    fn is_exhausted(&self, offset: Offset) -> bool {
         self.policy.max_delivery_attempts.is_some_and(|max| self.attempts(offset) >= max)
     }
 
@@ -744,7 +751,7 @@ impl SubscriptionState {
     /// there (none, or more attempts) are delivered again instead of waiting for good.
     pub fn set_policy(&mut self, policy: DeliveryPolicy) {
         self.policy = policy;
-        let waiting: Vec<u64> = match self.in_flight.as_deref() {
+        let waiting: Vec<Offset> = match self.in_flight.as_deref() {
             Some(in_flight) => in_flight.dead_letters.iter().copied().collect(),
             None => return,
         };
@@ -758,19 +765,19 @@ impl SubscriptionState {
     }
 
     /// Delivery attempts made so far for an offset.
-    pub fn attempts(&self, offset: u64) -> u32 {
+    pub fn attempts(&self, offset: Offset) -> u32 {
         self.in_flight.as_ref().and_then(|in_flight| in_flight.attempts.get(offset).copied()).unwrap_or(0)
     }
 
     /// Seek: everything below `offset` counts as acknowledged and everything from it on as not,
     /// including what was acknowledged before (replay). Leases and queues start over; open
     /// streams stay open.
-    pub fn seek(&mut self, offset: u64) {
+    pub fn seek(&mut self, offset: Offset) {
         self.start_offset = self.start_offset.min(offset);
         self.acked = AckSet::new(offset);
         self.cursor = offset;
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
-        let leased: Vec<u64> = in_flight.leases.keys().collect();
+        let leased: Vec<Offset> = in_flight.leases.keys().collect();
         for leased in leased {
             in_flight.end_lease(leased);
         }
@@ -836,7 +843,7 @@ impl SubscriptionState {
 
     /// Leases up to `max` messages: redeliveries first (oldest first), then new messages below
     /// `end_offset`.
-    pub fn pull(&mut self, now: Instant, max: usize, end_offset: u64) -> Vec<Delivery> {
+    pub fn pull(&mut self, now: Instant, max: usize, end_offset: Offset) -> Vec<Delivery> {
         let deadline = self.ack_deadline;
         self.pull_for(now, max, end_offset, 0, deadline)
     }
@@ -846,7 +853,7 @@ impl SubscriptionState {
         &mut self,
         now: Instant,
         max: usize,
-        end_offset: u64,
+        end_offset: Offset,
         stream: u64,
         lease: Duration,
     ) -> Vec<Delivery> {
@@ -887,7 +894,7 @@ impl SubscriptionState {
         deliveries
     }
 
-    fn lease(&mut self, offset: u64, now: Instant, stream: u64, duration: Duration) -> Delivery {
+    fn lease(&mut self, offset: Offset, now: Instant, stream: u64, duration: Duration) -> Delivery {
         // In the window: unacknowledged, so at or above the floor. Checked in debug builds only,
         // as it is on the path of every message delivered.
         debug_assert!(offset >= self.acked.floor(), "a lease of {offset}, below the ack floor");
@@ -922,7 +929,7 @@ impl SubscriptionState {
 
     /// Checks an ack id at `now`. `Ok(Some(offset))`: acknowledge it (after making it
     /// durable); `Ok(None)`: already acknowledged, nothing to do.
-    pub fn check_ack(&self, text: &str, now: Instant) -> Result<Option<u64>, AckRefusal> {
+    pub fn check_ack(&self, text: &str, now: Instant) -> Result<Option<Offset>, AckRefusal> {
         let ack_id = AckId::parse(text)?;
         if ack_id.subscription_id != self.id {
             return Err(AckRefusal::OtherSubscription);
@@ -970,7 +977,7 @@ impl SubscriptionState {
     /// waiting for the journal's fdatasync as well would leave the stream idle for it. The lease
     /// itself stays until `apply_ack`: if the journal fails, it expires and the message is
     /// delivered again.
-    pub fn leave_window(&mut self, offset: u64) {
+    pub fn leave_window(&mut self, offset: Offset) {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         let Some(lease) = in_flight.leases.get_mut(offset) else { return };
         if lease.stream == 0 {
@@ -986,7 +993,7 @@ impl SubscriptionState {
 
     /// Exactly-once delivery: an acknowledgement of this lease (one `check_ack` accepted) is
     /// being made durable, so the lease must not end before it is applied or has failed.
-    pub fn pin(&mut self, offset: u64) {
+    pub fn pin(&mut self, offset: Offset) {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         if let Some(lease) = in_flight.leases.get_mut(offset) {
             lease.pins = lease.pins.saturating_add(1);
@@ -995,7 +1002,7 @@ impl SubscriptionState {
 
     /// The acknowledgement that pinned a lease failed: once no other pins it, the lease runs
     /// to its deadline again (at once, if the deadline passed meanwhile).
-    pub fn unpin(&mut self, offset: u64) {
+    pub fn unpin(&mut self, offset: Offset) {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         let Some(lease) = in_flight.leases.get_mut(offset) else { return };
         lease.pins = lease.pins.saturating_sub(1);
@@ -1007,12 +1014,12 @@ impl SubscriptionState {
     }
 
     /// Whether an offset is acknowledged (durably).
-    pub fn is_acknowledged(&self, offset: u64) -> bool {
+    pub fn is_acknowledged(&self, offset: Offset) -> bool {
         self.acked.contains(offset)
     }
 
     /// Applies a durable acknowledgement.
-    pub fn apply_ack(&mut self, offset: u64) {
+    pub fn apply_ack(&mut self, offset: Offset) {
         if offset < self.start_offset {
             return;
         }
@@ -1078,7 +1085,7 @@ mod tests {
 
     /// The ack id a daemon before version 1 of the format gave the same delivery.
     fn version_0_ack_id(state: &SubscriptionState, delivery: &Delivery) -> String {
-        format!("{:x}.{:x}.{:x}", state.id.get(), delivery.offset, delivery.generation)
+        format!("{:x}.{:x}.{:x}", state.id.get(), delivery.offset.get(), delivery.generation)
     }
 
     fn source(number: u32) -> SourceId {
@@ -1093,8 +1100,12 @@ mod tests {
             (0xabc, source(0x7ff), 0x1_0000_0000, 7),
             (u64::MAX, SourceId::FIRST, u64::MAX, u32::MAX),
         ] {
-            let ack_id =
-                AckId { subscription_id: SubscriptionId::new(subscription_id), source, offset, generation };
+            let ack_id = AckId {
+                subscription_id: SubscriptionId::new(subscription_id),
+                source,
+                offset: Offset::new(offset),
+                generation,
+            };
             let text = ack_id.encode();
             let number = source.get();
             assert_eq!(text, format!("v1.{subscription_id:x}.{number:x}.{offset:x}.{generation:x}"));
@@ -1105,18 +1116,18 @@ mod tests {
 
     #[test]
     fn ack_set_floor_advances_over_runs() {
-        let mut set = AckSet::new(5);
-        assert!(set.contains(4));
-        assert!(!set.contains(5));
+        let mut set = AckSet::new(Offset::new(5));
+        assert!(set.contains(Offset::new(4)));
+        assert!(!set.contains(Offset::new(5)));
         for offset in [7, 6, 8, 200, 5] {
-            set.insert(offset);
+            set.insert(Offset::new(offset));
         }
-        assert_eq!(set.floor(), 9);
+        assert_eq!(set.floor(), Offset::new(9));
         assert_eq!(set.above_floor(), 1);
-        assert!(set.contains(200));
-        assert_eq!(set.iter_above_floor().collect::<Vec<_>>(), vec![200]);
-        set.raise_floor(201);
-        assert_eq!(set.floor(), 201);
+        assert!(set.contains(Offset::new(200)));
+        assert_eq!(set.iter_above_floor().collect::<Vec<_>>(), vec![Offset::new(200)]);
+        set.raise_floor(Offset::new(201));
+        assert_eq!(set.floor(), Offset::new(201));
         assert_eq!(set.above_floor(), 0);
     }
 
@@ -1133,7 +1144,7 @@ mod tests {
         Some(AckId {
             subscription_id: SubscriptionId::new(subscription_id),
             source: SourceId::FIRST,
-            offset,
+            offset: Offset::new(offset),
             generation,
         })
     }
@@ -1178,7 +1189,7 @@ mod tests {
             Ok(AckId {
                 subscription_id: SubscriptionId::new(1),
                 source: SourceId::FIRST,
-                offset: 10,
+                offset: Offset::new(10),
                 generation: u32::MAX
             })
         );
@@ -1187,7 +1198,7 @@ mod tests {
             Ok(AckId {
                 subscription_id: SubscriptionId::new(1),
                 source: source(0x7ff),
-                offset: 10,
+                offset: Offset::new(10),
                 generation: u32::MAX
             })
         );
@@ -1218,7 +1229,7 @@ mod tests {
             generation: u32,
         ) {
             let id = SubscriptionId::new(subscription_id);
-            let ack_id = AckId { subscription_id: id, source: source(number), offset, generation };
+            let ack_id = AckId { subscription_id: id, source: source(number), offset: Offset::new(offset), generation };
             let text = ack_id.encode();
             proptest::prop_assert_eq!(
                 &text,
@@ -1233,18 +1244,18 @@ mod tests {
         fn version_0_ack_ids_parse_as_source_0(subscription_id: u64, offset: u64, generation: u32) {
             let old = format!("{subscription_id:x}.{offset:x}.{generation:X}");
             let id = SubscriptionId::new(subscription_id);
-            let new = AckId { subscription_id: id, source: SourceId::FIRST, offset, generation };
+            let new = AckId { subscription_id: id, source: SourceId::FIRST, offset: Offset::new(offset), generation };
             proptest::prop_assert_eq!(AckId::parse(&old), Ok(new));
             proptest::prop_assert_eq!(AckId::parse(&new.encode()), Ok(new));
         }
         #[test]
         fn ack_set_matches_a_model(offsets in proptest::collection::vec(0u64..600, 0..400)) {
-            let mut set = AckSet::new(0);
+            let mut set = AckSet::new(Offset::new(0));
             let mut model = std::collections::BTreeSet::new();
             for offset in offsets {
-                proptest::prop_assert_eq!(set.insert(offset), model.insert(offset));
+                proptest::prop_assert_eq!(set.insert(Offset::new(offset)), model.insert(offset));
                 let floor = (0..).find(|o| !model.contains(o)).unwrap();
-                proptest::prop_assert_eq!(set.floor(), floor);
+                proptest::prop_assert_eq!(set.floor().get(), floor);
                 proptest::prop_assert_eq!(set.above_floor(), model.iter().filter(|o| **o >= floor).count() as u64);
             }
         }
@@ -1253,64 +1264,67 @@ mod tests {
     #[test]
     fn deliver_ack_and_redeliver_after_deadline() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(3), 10, DEADLINE);
-        let first = state.pull(now, 5, 13);
-        assert_eq!(first.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![10, 11, 12]);
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), Offset::new(10), DEADLINE);
+        let first = state.pull(now, 5, Offset::new(13));
+        assert_eq!(first.iter().map(|d| d.offset.get()).collect::<Vec<_>>(), vec![10, 11, 12]);
         assert!(first.iter().all(|d| d.attempt == 1));
         let id = ack_id(&state, &first[0]);
-        assert_eq!(state.check_ack(&id, now), Ok(Some(10)));
-        state.apply_ack(10);
+        assert_eq!(state.check_ack(&id, now), Ok(Some(Offset::new(10))));
+        state.apply_ack(Offset::new(10));
         assert_eq!(state.check_ack(&id, now), Ok(None), "acking twice is harmless");
-        assert!(state.pull(now + Duration::from_secs(9), 5, 13).is_empty());
-        let again = state.pull(now + DEADLINE, 5, 13);
-        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(11, 2), (12, 2)]);
+        assert!(state.pull(now + Duration::from_secs(9), 5, Offset::new(13)).is_empty());
+        let again = state.pull(now + DEADLINE, 5, Offset::new(13));
+        assert_eq!(
+            again.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(),
+            vec![(11, 2), (12, 2)]
+        );
         assert_eq!(state.check_ack(&ack_id(&state, &first[1]), now), Err(AckRefusal::Expired));
-        assert_eq!(state.ack_floor(), 11);
+        assert_eq!(state.ack_floor(), Offset::new(11));
     }
 
     #[test]
     fn an_acknowledgement_frees_the_window_at_once_and_the_lease_once_durable() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(3), 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), Offset::new(0), DEADLINE);
         let stream = 7;
-        let deliveries = state.pull_for(now, 3, 3, stream, DEADLINE);
+        let deliveries = state.pull_for(now, 3, Offset::new(3), stream, DEADLINE);
         for delivery in &deliveries {
             state.account(delivery.offset, 100);
         }
         assert_eq!((state.stream_load(stream).messages, state.stream_load(stream).bytes), (3, 300));
         let id = ack_id(&state, &deliveries[0]);
-        assert_eq!(state.check_ack(&id, now), Ok(Some(0)));
-        state.leave_window(0);
-        state.leave_window(0);
+        assert_eq!(state.check_ack(&id, now), Ok(Some(Offset::new(0))));
+        state.leave_window(Offset::new(0));
+        state.leave_window(Offset::new(0));
         assert_eq!((state.stream_load(stream).messages, state.stream_load(stream).bytes), (2, 200));
         // Until the acknowledgement is durable the lease holds: nothing is delivered again, and
         // a journal that failed would let it expire and be delivered again.
-        assert!(state.pull(now, 5, 3).is_empty());
-        state.apply_ack(0);
+        assert!(state.pull(now, 5, Offset::new(3)).is_empty());
+        state.apply_ack(Offset::new(0));
         assert_eq!(state.stream_load(stream).messages, 2, "counted once");
         // A stream that closes gives back only what its subscriber still held.
         let id = ack_id(&state, &deliveries[1]);
-        assert_eq!(state.check_ack(&id, now), Ok(Some(1)));
-        state.leave_window(1);
+        assert_eq!(state.check_ack(&id, now), Ok(Some(Offset::new(1))));
+        state.leave_window(Offset::new(1));
         state.close_stream(stream);
-        let again = state.pull(now, 5, 3);
-        assert_eq!(again.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![2]);
+        let again = state.pull(now, 5, Offset::new(3));
+        assert_eq!(again.iter().map(|d| d.offset.get()).collect::<Vec<_>>(), vec![2]);
     }
 
     #[test]
     fn nack_redelivers_at_once_and_extension_holds() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
-        let deliveries = state.pull(now, 2, 2);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        let deliveries = state.pull(now, 2, Offset::new(2));
         state.modify_deadline(&ack_id(&state, &deliveries[0]), 0, now).unwrap();
         state.modify_deadline(&ack_id(&state, &deliveries[1]), 60, now).unwrap();
-        let again = state.pull(now, 5, 2);
-        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 2)]);
+        let again = state.pull(now, 5, Offset::new(2));
+        assert_eq!(again.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(), vec![(0, 2)]);
         // Offset 0's new lease expires after 10 s; offset 1's extension holds for 60 s.
-        let before = state.pull(now + Duration::from_secs(59), 5, 2);
-        assert_eq!(before.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 3)]);
-        let after = state.pull(now + Duration::from_secs(61), 5, 2);
-        assert_eq!(after.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
+        let before = state.pull(now + Duration::from_secs(59), 5, Offset::new(2));
+        assert_eq!(before.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(), vec![(0, 3)]);
+        let after = state.pull(now + Duration::from_secs(61), 5, Offset::new(2));
+        assert_eq!(after.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
     }
 
     /// Issue 47's storm: 1,000 leases, and extensions of 2,500 ids at a time (each lease
@@ -1322,8 +1336,8 @@ mod tests {
         const IDS_PER_REQUEST: usize = 2500;
         const REQUESTS: usize = 200;
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
-        let deliveries = state.pull(now, LEASES, LEASES as u64);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        let deliveries = state.pull(now, LEASES, Offset::new(LEASES as u64));
         assert_eq!(deliveries.len(), LEASES);
         let ids: Vec<String> = deliveries.iter().map(|delivery| ack_id(&state, delivery)).collect();
         let bound = DEADLINE_ENTRIES_PER_LEASE_MAX * LEASES + DEADLINE_ENTRIES_SLACK;
@@ -1338,10 +1352,10 @@ mod tests {
         }
         assert!(largest <= bound, "{largest} heap entries for {LEASES} leases (bound {bound})");
         assert!(
-            state.pull(last + Duration::from_secs(599), LEASES, LEASES as u64).is_empty(),
+            state.pull(last + Duration::from_secs(599), LEASES, Offset::new(LEASES as u64)).is_empty(),
             "a lease ended before its last extension"
         );
-        let again = state.pull(last + Duration::from_secs(600), LEASES, LEASES as u64);
+        let again = state.pull(last + Duration::from_secs(600), LEASES, Offset::new(LEASES as u64));
         assert_eq!(again.len(), LEASES, "every lease ends with its last extension");
     }
 
@@ -1350,8 +1364,8 @@ mod tests {
     #[test]
     fn expiring_frees_a_full_streams_window_and_leaves_only_later_deadlines() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
-        let leased = state.pull_for(now, 3, 3, 7, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        let leased = state.pull_for(now, 3, Offset::new(3), 7, DEADLINE);
         assert_eq!(leased.len(), 3);
         assert_eq!(state.stream_load(7).messages, 3);
         // One is extended: its old heap entry stays behind until it is popped.
@@ -1361,8 +1375,11 @@ mod tests {
         assert_eq!(state.stream_load(7).messages, 1, "the expired leases left the stream's window");
         assert!(state.next_deadline().is_some_and(|deadline| deadline > later));
         assert_eq!(state.expire(later), 0, "nothing more to take back at the same instant");
-        let again = state.pull_for(later, 3, 3, 8, DEADLINE);
-        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2), (2, 2)]);
+        let again = state.pull_for(later, 3, Offset::new(3), 8, DEADLINE);
+        assert_eq!(
+            again.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(),
+            vec![(1, 2), (2, 2)]
+        );
     }
 
     /// A lease restored at recovery (generation 0) and then extended with an ack id from
@@ -1370,27 +1387,27 @@ mod tests {
     #[test]
     fn a_restored_lease_extended_with_an_old_ack_id_still_expires() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
-        state.pull(now, 1, 1);
-        state.restore_lease(0, now + DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        state.pull(now, 1, Offset::new(1));
+        state.restore_lease(Offset::new(0), now + DEADLINE);
         let old = AckId {
             subscription_id: SubscriptionId::new(1),
             source: SourceId::FIRST,
-            offset: 0,
+            offset: Offset::new(0),
             generation: 41,
         }
         .encode();
         state.modify_deadline(&old, 20, now).unwrap();
-        assert!(state.pull(now + Duration::from_secs(19), 1, 1).is_empty(), "extended");
-        let again = state.pull(now + Duration::from_secs(21), 1, 1);
-        assert_eq!(again.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![0], "the extension ended");
+        assert!(state.pull(now + Duration::from_secs(19), 1, Offset::new(1)).is_empty(), "extended");
+        let again = state.pull(now + Duration::from_secs(21), 1, Offset::new(1));
+        assert_eq!(again.iter().map(|d| d.offset.get()).collect::<Vec<_>>(), vec![0], "the extension ended");
     }
 
     #[test]
     fn bad_ack_ids_are_refused() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
-        state.pull(now, 1, 1);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        state.pull(now, 1, Offset::new(1));
         assert_eq!(state.check_ack("zz", now), Err(AckRefusal::Malformed));
         assert_eq!(state.check_ack("2.0.1", now), Err(AckRefusal::OtherSubscription));
         assert_eq!(state.check_ack("1.5.1", now), Err(AckRefusal::NeverDelivered));
@@ -1403,33 +1420,40 @@ mod tests {
     #[test]
     fn a_new_delivery_policy_applies_to_messages_already_out() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
         let policy = |max| DeliveryPolicy { max_delivery_attempts: max, ..Default::default() };
         state.set_policy(policy(Some(2)));
         for _ in 0..2 {
-            let delivered = state.pull(now, 5, 2);
+            let delivered = state.pull(now, 5, Offset::new(2));
             for delivery in &delivered {
                 state.modify_deadline(&ack_id(&state, delivery), 0, now).unwrap();
             }
         }
         state.set_policy(policy(Some(3)));
-        let third = state.pull(now, 5, 2);
-        assert_eq!(third.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 3), (1, 3)]);
+        let third = state.pull(now, 5, Offset::new(2));
+        assert_eq!(
+            third.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(),
+            vec![(0, 3), (1, 3)]
+        );
         for delivery in &third {
             state.modify_deadline(&ack_id(&state, delivery), 0, now).unwrap();
         }
-        assert!(state.pull(now, 5, 2).is_empty(), "both wait for the dead-letter topic");
+        assert!(state.pull(now, 5, Offset::new(2)).is_empty(), "both wait for the dead-letter topic");
         state.set_policy(policy(None));
-        assert_eq!(state.pull(now, 5, 2).len(), 2, "without a policy they are delivered again");
+        assert_eq!(state.pull(now, 5, Offset::new(2)).len(), 2, "without a policy they are delivered again");
         state.set_policy(policy(Some(4)));
         assert!(state.take_dead_letters().is_empty());
         // Their fourth leases expire: at 4 attempts both go to the dead-letter topic.
-        assert!(state.pull(now + DEADLINE * 2, 5, 2).is_empty());
-        assert_eq!(state.take_dead_letters(), vec![0, 1]);
+        assert!(state.pull(now + DEADLINE * 2, 5, Offset::new(2)).is_empty());
+        assert_eq!(state.take_dead_letters(), vec![Offset::new(0), Offset::new(1)]);
         state.set_policy(policy(None));
-        state.return_dead_letter(0);
+        state.return_dead_letter(Offset::new(0));
         assert_eq!(
-            state.pull(now + DEADLINE * 2, 5, 2).iter().map(|d| d.offset).collect::<Vec<_>>(),
+            state
+                .pull(now + DEADLINE * 2, 5, Offset::new(2))
+                .iter()
+                .map(|d| d.offset.get())
+                .collect::<Vec<_>>(),
             vec![0]
         );
     }
@@ -1437,9 +1461,9 @@ mod tests {
     #[test]
     fn a_detached_streams_leases_run_to_their_deadlines_and_its_ack_ids_stay_good() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(3), 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), Offset::new(0), DEADLINE);
         let stream = 9;
-        let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
+        let deliveries = state.pull_for(now, 2, Offset::new(2), stream, DEADLINE);
         for delivery in &deliveries {
             state.account(delivery.offset, 100);
         }
@@ -1447,39 +1471,40 @@ mod tests {
         state.detach_stream(stream);
         assert_eq!(state.stream_count(), 0, "the stream's flow control is gone with it");
         // Nothing is delivered again while the leases run: the reconnected client holds them.
-        assert!(state.pull(now, 5, 2).is_empty());
-        assert_eq!(state.check_ack(&held, now), Ok(Some(0)), "its ack ids still acknowledge");
+        assert!(state.pull(now, 5, Offset::new(2)).is_empty());
+        assert_eq!(state.check_ack(&held, now), Ok(Some(Offset::new(0))), "its ack ids still acknowledge");
         // Past their deadlines they are delivered again, as any expired lease.
         let later = now + DEADLINE;
-        let again: Vec<u64> = state.pull(later, 5, 2).iter().map(|delivery| delivery.offset).collect();
+        let again: Vec<u64> =
+            state.pull(later, 5, Offset::new(2)).iter().map(|delivery| delivery.offset.get()).collect();
         assert_eq!(again, vec![0, 1]);
     }
 
     #[test]
     fn restart_redelivers_everything_unacknowledged() {
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
         for offset in [0, 1, 3] {
-            state.restore_ack(offset);
+            state.restore_ack(Offset::new(offset));
         }
-        let deliveries = state.pull(crate::runtime::now(), 10, 5);
-        assert_eq!(deliveries.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![2, 4]);
+        let deliveries = state.pull(crate::runtime::now(), 10, Offset::new(5));
+        assert_eq!(deliveries.iter().map(|d| d.offset.get()).collect::<Vec<_>>(), vec![2, 4]);
     }
 
     #[test]
     fn the_in_flight_state_goes_once_everything_is_done_and_old_ack_ids_stay_refused() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
-        assert!(state.pull(now, 10, 0).is_empty());
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        assert!(state.pull(now, 10, Offset::new(0)).is_empty());
         assert!(state.in_flight.is_none(), "an idle poll allocates nothing");
-        let first = state.pull_for(now, 2, 2, 5, DEADLINE);
+        let first = state.pull_for(now, 2, Offset::new(2), 5, DEADLINE);
         state.release_if_idle();
         assert!(state.in_flight.is_some(), "leases are out");
         let stale = ack_id(&state, &first[1]);
-        state.apply_ack(0);
+        state.apply_ack(Offset::new(0));
         state.modify_deadline(&stale, 0, now).unwrap();
-        let again = state.pull_for(now, 1, 2, 5, DEADLINE);
-        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
-        state.apply_ack(1);
+        let again = state.pull_for(now, 1, Offset::new(2), 5, DEADLINE);
+        assert_eq!(again.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
+        state.apply_ack(Offset::new(1));
         state.release_if_idle();
         assert!(state.in_flight.is_some(), "the stream is still open");
         state.close_stream(5);
@@ -1488,24 +1513,30 @@ mod tests {
         assert_eq!((state.outstanding(), state.stream_count(), state.next_deadline()), (0, 0, None));
         // Delivered again after a seek: the generations go on, so the first delivery's ack id
         // does not acknowledge the new one.
-        state.seek(0);
-        let replay = state.pull(now, 2, 2);
-        assert_eq!(replay.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(0, 1), (1, 1)]);
+        state.seek(Offset::new(0));
+        let replay = state.pull(now, 2, Offset::new(2));
+        assert_eq!(
+            replay.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(),
+            vec![(0, 1), (1, 1)]
+        );
         assert_eq!(state.check_ack(&stale, now), Err(AckRefusal::Expired));
     }
 
     #[test]
     fn released_deliveries_come_first_without_counting_an_attempt() {
         let now = crate::runtime::now();
-        let mut state = SubscriptionState::new(SubscriptionId::new(1), 0, DEADLINE);
-        let deliveries = state.pull(now, 3, 3);
+        let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        let deliveries = state.pull(now, 3, Offset::new(3));
         state.release(deliveries[2]);
-        let next = state.pull(now, 3, 3);
-        assert_eq!(next, vec![Delivery { offset: 2, attempt: 1, generation: next[0].generation }]);
+        let next = state.pull(now, 3, Offset::new(3));
+        assert_eq!(
+            next,
+            vec![Delivery { offset: Offset::new(2), attempt: 1, generation: next[0].generation }]
+        );
     }
 
     fn exactly_once(id: u64) -> SubscriptionState {
-        let mut state = SubscriptionState::new(SubscriptionId::new(id), 0, DEADLINE);
+        let mut state = SubscriptionState::new(SubscriptionId::new(id), Offset::new(0), DEADLINE);
         state.policy.exactly_once = true;
         state
     }
@@ -1515,27 +1546,34 @@ mod tests {
     #[test]
     fn exactly_once_accepts_only_current_unexpired_leases() {
         let now = crate::runtime::now();
-        let mut lenient = SubscriptionState::new(SubscriptionId::new(4), 0, DEADLINE);
+        let mut lenient = SubscriptionState::new(SubscriptionId::new(4), Offset::new(0), DEADLINE);
         let mut strict = exactly_once(4);
         for state in [&mut lenient, &mut strict] {
-            let deliveries = state.pull(now, 2, 2);
+            let deliveries = state.pull(now, 2, Offset::new(2));
             let id = ack_id(state, &deliveries[0]);
-            assert_eq!(state.check_ack(&id, now + DEADLINE - Duration::from_millis(1)), Ok(Some(0)));
+            assert_eq!(
+                state.check_ack(&id, now + DEADLINE - Duration::from_millis(1)),
+                Ok(Some(Offset::new(0)))
+            );
         }
         let late = now + DEADLINE;
-        let id = ack_id(&lenient, &Delivery { offset: 0, attempt: 1, generation: 1 });
-        assert_eq!(lenient.check_ack(&id, late), Ok(Some(0)), "lenient: expired, not delivered again");
+        let id = ack_id(&lenient, &Delivery { offset: Offset::new(0), attempt: 1, generation: 1 });
+        assert_eq!(
+            lenient.check_ack(&id, late),
+            Ok(Some(Offset::new(0))),
+            "lenient: expired, not delivered again"
+        );
         assert_eq!(strict.check_ack(&id, late), Err(AckRefusal::LeaseEnded));
         assert_eq!(strict.modify_deadline(&id, 30, late), Err(AckRefusal::LeaseEnded));
         // Delivered again: only the new lease's ack id is good.
-        let again = strict.pull(late, 2, 2);
-        assert_eq!(again.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![0, 1]);
+        let again = strict.pull(late, 2, Offset::new(2));
+        assert_eq!(again.iter().map(|d| d.offset.get()).collect::<Vec<_>>(), vec![0, 1]);
         assert_eq!(strict.check_ack(&id, late), Err(AckRefusal::LeaseEnded));
         let current = ack_id(&strict, &again[0]);
-        assert_eq!(strict.check_ack(&current, late), Ok(Some(0)));
+        assert_eq!(strict.check_ack(&current, late), Ok(Some(Offset::new(0))));
         // An extension moves the deadline the check uses.
         strict.modify_deadline(&current, 60, late).unwrap();
-        assert_eq!(strict.check_ack(&current, late + Duration::from_secs(59)), Ok(Some(0)));
+        assert_eq!(strict.check_ack(&current, late + Duration::from_secs(59)), Ok(Some(Offset::new(0))));
         assert_eq!(strict.check_ack(&current, late + Duration::from_secs(60)), Err(AckRefusal::LeaseEnded));
         // The refusals of malformed, foreign and undelivered ids are as without it.
         assert_eq!(strict.check_ack("zz", now), Err(AckRefusal::Malformed));
@@ -1550,7 +1588,7 @@ mod tests {
         let now = crate::runtime::now();
         let mut state = exactly_once(4);
         let stream = 3;
-        let deliveries = state.pull_for(now, 2, 2, stream, DEADLINE);
+        let deliveries = state.pull_for(now, 2, Offset::new(2), stream, DEADLINE);
         let (first, second) = (ack_id(&state, &deliveries[0]), ack_id(&state, &deliveries[1]));
         for id in [&first, &second] {
             let offset = state.check_ack(id, now).unwrap().unwrap();
@@ -1561,18 +1599,18 @@ mod tests {
         state.close_stream(stream);
         let late = now + 3 * DEADLINE;
         assert_eq!(state.expire(late), 0, "pinned leases do not expire");
-        assert!(state.pull(late, 5, 2).is_empty(), "nothing pinned is delivered again");
+        assert!(state.pull(late, 5, Offset::new(2)).is_empty(), "nothing pinned is delivered again");
         // The same ack id again, while the first write is in flight, is still good.
-        assert_eq!(state.check_ack(&first, late), Ok(Some(0)));
+        assert_eq!(state.check_ack(&first, late), Ok(Some(Offset::new(0))));
         // The first write succeeds; the second fails and lets its lease run out.
-        state.apply_ack(0);
-        state.unpin(1);
+        state.apply_ack(Offset::new(0));
+        state.unpin(Offset::new(1));
         assert_eq!(state.check_ack(&second, late), Err(AckRefusal::LeaseEnded));
-        let again = state.pull(late, 5, 2);
-        assert_eq!(again.iter().map(|d| (d.offset, d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
+        let again = state.pull(late, 5, Offset::new(2));
+        assert_eq!(again.iter().map(|d| (d.offset.get(), d.attempt)).collect::<Vec<_>>(), vec![(1, 2)]);
         assert_eq!(state.check_ack(&first, late), Ok(None), "acknowledged: nothing to do");
-        assert!(state.pull(late + 10 * DEADLINE, 5, 2).iter().all(|d| d.offset != 0));
-        assert!(state.is_acknowledged(0));
+        assert!(state.pull(late + 10 * DEADLINE, 5, Offset::new(2)).iter().all(|d| d.offset.get() != 0));
+        assert!(state.is_acknowledged(Offset::new(0)));
     }
 
     /// Two acknowledgements of one lease pin it twice: the failure of one leaves it pinned
@@ -1581,17 +1619,21 @@ mod tests {
     fn exactly_once_counts_pins() {
         let now = crate::runtime::now();
         let mut state = exactly_once(4);
-        let deliveries = state.pull(now, 1, 1);
+        let deliveries = state.pull(now, 1, Offset::new(1));
         let id = ack_id(&state, &deliveries[0]);
         for _ in 0..2 {
-            assert_eq!(state.check_ack(&id, now), Ok(Some(0)));
-            state.pin(0);
+            assert_eq!(state.check_ack(&id, now), Ok(Some(Offset::new(0))));
+            state.pin(Offset::new(0));
         }
-        state.unpin(0);
+        state.unpin(Offset::new(0));
         let late = now + 2 * DEADLINE;
-        assert!(state.pull(late, 1, 1).is_empty(), "still pinned by the other");
-        state.unpin(0);
-        assert_eq!(state.pull(late, 1, 1).len(), 1, "unpinned past its deadline: delivered again");
+        assert!(state.pull(late, 1, Offset::new(1)).is_empty(), "still pinned by the other");
+        state.unpin(Offset::new(0));
+        assert_eq!(
+            state.pull(late, 1, Offset::new(1)).len(),
+            1,
+            "unpinned past its deadline: delivered again"
+        );
     }
 
     /// A lease restored at recovery (a journaled extension) takes the ack ids from before the
@@ -1600,17 +1642,17 @@ mod tests {
     fn exactly_once_honours_a_restored_lease_until_its_deadline() {
         let now = crate::runtime::now();
         let mut state = exactly_once(4);
-        state.restore_lease(0, now + DEADLINE);
-        state.pull(now, 0, 1);
+        state.restore_lease(Offset::new(0), now + DEADLINE);
+        state.pull(now, 0, Offset::new(1));
         let before_restart = AckId {
             subscription_id: SubscriptionId::new(4),
             source: SourceId::FIRST,
-            offset: 0,
+            offset: Offset::new(0),
             generation: 17,
         }
         .encode();
-        state.cursor = 1;
-        assert_eq!(state.check_ack(&before_restart, now), Ok(Some(0)));
+        state.cursor = Offset::new(1);
+        assert_eq!(state.check_ack(&before_restart, now), Ok(Some(Offset::new(0))));
         assert_eq!(state.check_ack(&before_restart, now + DEADLINE), Err(AckRefusal::LeaseEnded));
     }
 
@@ -1619,9 +1661,9 @@ mod tests {
     #[test]
     #[should_panic(expected = "outside the window")]
     fn a_cursor_below_the_floor_is_caught() {
-        let mut state = SubscriptionState::new(SubscriptionId::new(4), 0, DEADLINE);
-        state.acked = AckSet::new(5);
-        state.pull(crate::runtime::now(), 1, 10);
+        let mut state = SubscriptionState::new(SubscriptionId::new(4), Offset::new(0), DEADLINE);
+        state.acked = AckSet::new(Offset::new(5));
+        state.pull(crate::runtime::now(), 1, Offset::new(10));
     }
 
     proptest::proptest! {
@@ -1635,13 +1677,13 @@ mod tests {
             steps in proptest::collection::vec((0u8..4, 0usize..8), 1..40),
         ) {
             let start = Instant::now();
-            let mut state = SubscriptionState::new(SubscriptionId::new(9), 0, DEADLINE);
+            let mut state = SubscriptionState::new(SubscriptionId::new(9), Offset::new(0), DEADLINE);
             state.policy.exactly_once = exactly_once_delivery;
             let mut given = Vec::new();
             let mut now = start;
             for (step, which) in steps {
                 match step {
-                    0 => given.extend(state.pull(now, 3, 16)),
+                    0 => given.extend(state.pull(now, 3, Offset::new(16))),
                     1 => now += DEADLINE / 2,
                     2 => if let Some(delivery) = given.get(which) {
                         if let Ok(Some(offset)) = state.check_ack(&ack_id(&state, delivery), now) {

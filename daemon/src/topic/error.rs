@@ -26,7 +26,7 @@ pub enum TopicError {
     Damaged { what: String, error: LogError },
     /// An entry of the topic's journal does not decode: the journal is damaged.
     #[error("topic '{topic}' journal entry {offset}: {why}")]
-    JournalEntry { topic: String, offset: u64, why: String },
+    JournalEntry { topic: String, offset: crate::ids::Offset, why: String },
     /// Reading the journal failed; the log's error says how.
     #[error("{0}")]
     Log(LogError),

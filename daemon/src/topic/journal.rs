@@ -3,6 +3,7 @@
 
 use super::{journal_folder, TopicState};
 use crate::clock::Clock;
+use crate::ids::Offset;
 use crate::log::{record, Log, LogConfig, LogError};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::{journal_log_id, runs_of, JournalEntry};
@@ -59,7 +60,7 @@ pub struct OpenJournal<S: Storage> {
     /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
     pub snapshots: HashMap<u64, SnapshotState, IdHasher>,
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
-    pub checkpoints: VecDeque<u64>,
+    pub checkpoints: VecDeque<Offset>,
 }
 
 impl<S: Storage> OpenJournal<S> {
@@ -123,8 +124,8 @@ impl<S: Storage> LazyJournal<S> {
 }
 
 pub struct SnapshotState {
-    pub floor: u64,
-    pub runs: Vec<(u64, u32)>,
+    pub floor: Offset,
+    pub runs: Vec<(Offset, u32)>,
     pub expire_time_ms: u64,
 }
 
@@ -142,7 +143,7 @@ impl<S: Storage> TopicState<S> {
         else {
             return Ok(());
         };
-        let since = last_checkpoint.unwrap_or(journal.start_offset().get());
+        let since = last_checkpoint.unwrap_or(journal.start_offset());
         let written: u64 = journal
             .closed_segments()
             .iter()
@@ -182,7 +183,7 @@ impl<S: Storage> TopicState<S> {
             }
             // Leases restated at their wall-clock end, so extensions outlive the compaction.
             let (now, wall_ms) = (clock.now(), clock.wall_ms());
-            let mut by_end: HashMap<u64, Vec<u64>, IdHasher> = HashMap::default();
+            let mut by_end: HashMap<u64, Vec<Offset>, IdHasher> = HashMap::default();
             for (offset, deadline) in state.leases() {
                 let until_ms = wall_ms + deadline.saturating_duration_since(now).as_millis() as u64;
                 by_end.entry(until_ms / 1000 * 1000 + 999).or_default().push(offset);

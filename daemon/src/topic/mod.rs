@@ -170,7 +170,7 @@ impl<S: Storage> TopicState<S> {
         }
         let journal = self.journal_log().await?;
         let (first, count) = journal.append(records, 1).await?;
-        self.wait_replicated(&journal, Offset::new(first + count as u64)).await
+        self.wait_replicated(&journal, first + count as u64).await
     }
 
     /// The leader of a replicated topic, when this replica leads it.
@@ -195,19 +195,19 @@ impl<S: Storage> TopicState<S> {
 
     /// The offset below which every replica holds `log` (`protocol::MESSAGES` or `JOURNAL`):
     /// a leader's retention removes nothing a follower still needs.
-    pub fn replicated_floor(&self, log: usize) -> u64 {
-        self.leader().map_or(u64::MAX, |leader| leader.replicated_floor(log).get())
+    pub fn replicated_floor(&self, log: usize) -> Offset {
+        self.leader().map_or(Offset::new(u64::MAX), |leader| leader.replicated_floor(log))
     }
 }
 
 impl<S: Storage> SourceBatch for HeldBatch<S> {
-    fn base_offset(&self) -> u64 {
+    fn base_offset(&self) -> Offset {
         HeldBatch::base_offset(self)
     }
-    fn end_offset(&self) -> u64 {
+    fn end_offset(&self) -> Offset {
         HeldBatch::end_offset(self)
     }
-    fn records_in(&self, wanted: std::ops::Range<u64>) -> Result<Vec<RecordView<'_>>, LogError> {
+    fn records_in(&self, wanted: std::ops::Range<Offset>) -> Result<Vec<RecordView<'_>>, LogError> {
         HeldBatch::records_in(self, wanted)
     }
 }
@@ -217,7 +217,7 @@ impl<S: Storage> MessageSource for TopicState<S> {
     fn name(&self) -> &str {
         &self.name
     }
-    fn end_offset(&self) -> u64 {
+    fn end_offset(&self) -> Offset {
         self.log.end_offset()
     }
     fn committed(&self) -> Notified {
@@ -225,12 +225,12 @@ impl<S: Storage> MessageSource for TopicState<S> {
     }
     async fn hold_offsets(
         &self,
-        offsets: &[u64],
+        offsets: &[Offset],
         bytes_max: usize,
     ) -> Result<(Vec<HeldBatch<S>>, usize), LogError> {
         self.log.hold_offsets(offsets, bytes_max).await
     }
-    async fn read_offsets(&self, offsets: &[u64]) -> Result<Vec<StoredRecord>, LogError> {
+    async fn read_offsets(&self, offsets: &[Offset]) -> Result<Vec<StoredRecord>, LogError> {
         self.log.read_offsets(offsets).await
     }
     fn may_deliver(&self, now: std::time::Instant) -> Result<(), std::time::Instant> {

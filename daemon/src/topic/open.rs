@@ -4,6 +4,7 @@
 
 use super::journal::{JournalReserve, JournalSlot, LazyJournal, OpenJournal, SnapshotState};
 use super::{journal_folder, topic_folder, TopicError, TopicState};
+use crate::ids::Offset;
 use crate::log::{Directories, Log, LogConfig, LogError, RecoveryReport};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::{journal_log_id, JournalEntry};
@@ -257,7 +258,7 @@ async fn replay_journal<S: Storage>(
 > {
     let mut recovered: HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher> = HashMap::default();
     let mut snapshots: HashMap<u64, SnapshotState, IdHasher> = HashMap::default();
-    for stored in journal.read_all(0).await? {
+    for stored in journal.read_all(Offset::ZERO).await? {
         let entry = JournalEntry::decode(&stored.data).map_err(|why| TopicError::JournalEntry {
             topic: name.to_owned(),
             offset: stored.offset,

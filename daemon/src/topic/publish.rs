@@ -4,7 +4,6 @@
 use super::journal::JournalReserve;
 use super::TopicState;
 use crate::api::data::{MessageView, PublishBatch};
-use crate::ids::Offset;
 use crate::log::{record, EncodeRecords, LogError, Records};
 use crate::storage::Storage;
 use std::ops::Range;
@@ -70,7 +69,7 @@ impl<S: Storage> TopicState<S> {
         let (first, count) = self.log.append_records(Records::Deferred(Box::new(records)), count).await?;
         if !matches!(*self.replication.borrow(), super::Replication::Alone) {
             // Boxed: a publish's task on a topic with one replica stays as small as before.
-            Box::pin(self.wait_replicated(&self.log, Offset::new(first + count as u64))).await?;
+            Box::pin(self.wait_replicated(&self.log, first + count as u64)).await?;
         }
         self.collect_after_roll(publish_time_ms);
         if self.journal_reserve.get() == JournalReserve::Untried && self.journal.opened().is_none() {
@@ -91,7 +90,7 @@ impl<S: Storage> TopicState<S> {
             })
             .detach();
         }
-        Ok(first..first + count as u64)
+        Ok(first.get()..first.get() + count as u64)
     }
 
     /// After a publish whose commit rolled the topic's log: deletes what no one needs without

@@ -22,7 +22,7 @@ impl<S: Storage> TopicState<S> {
             // point its leader has not told yet (after a restart or a demotion it forgets it)
             // keeps its records, which a new leader's sync may yet cut, and its log never
             // starts past its committed end (asserted with the log's positions).
-            let committed = self.log.committed_end().get();
+            let committed = self.log.committed_end();
             self.log
                 .closed_segments()
                 .iter()
@@ -54,7 +54,7 @@ impl<S: Storage> TopicState<S> {
         }
         match self.log.remove_oldest(deletable).await {
             Ok(_) => {
-                let start = self.log.start_offset().get();
+                let start = self.log.start_offset();
                 for entry in self.subscriptions.borrow().iter() {
                     entry.state.borrow_mut().forget_before(start);
                 }
