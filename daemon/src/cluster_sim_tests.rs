@@ -1882,8 +1882,10 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
          mallory's refused there, in {:?}",
         started.elapsed()
     );
+    // A run that checked nothing fails; one seed replayed is judged by its own checks alone
+    // (a seed may deliver nothing, as seed 26 does).
     assert!(
-        acknowledged > 0 && delivered > 0 && must_deliver > 0,
+        replaying || (acknowledged > 0 && delivered > 0 && must_deliver > 0),
         "no change was acknowledged or nothing delivered, so nothing was checked"
     );
     assert!(
