@@ -19,10 +19,11 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 
-/// Owners the node remembers; past it the cache is emptied and refilled from the router, one
-/// lookup per resource asked for again. Each costs a name and an address (about 100 bytes), so
-/// the bound holds it near 10 MB, and is above the topics and subscriptions a node serves in
-/// the many-topics workload (10,000 of each), so that one does not keep emptying it.
+/// Owners one cache remembers (the gateway's, or one shard's relay's); past it the cache is
+/// emptied and refilled from the router, one lookup per resource asked for again. Each costs a
+/// name and an address (about 100 bytes), so the bound holds a cache near 10 MB, and is above
+/// the topics and subscriptions a node serves in the many-topics workload (10,000 of each), so
+/// that one does not keep emptying it.
 pub const ROUTES_CACHED_MAX: usize = 100_000;
 
 /// What a route is about: where its owner is looked up.
