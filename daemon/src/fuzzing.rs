@@ -245,6 +245,7 @@ fn settings() -> SubscriptionSettings {
         expiration_ttl_seconds: 604_800,
         labels: Labels::from([("team".to_owned(), "ops".to_owned())]),
         enable_exactly_once_delivery: true,
+        push: None,
     }
 }
 

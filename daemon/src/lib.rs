@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod protocol;
+pub mod push;
 pub mod replication;
 #[cfg(test)]
 mod replication_sim_tests;

@@ -123,6 +123,44 @@ pub struct SubscriptionSettings {
     /// Exactly-once delivery: an ack id is good only while its lease is, and once an
     /// acknowledgement is confirmed the message is never delivered again.
     pub enable_exactly_once_delivery: bool,
+    /// Where the daemon pushes the subscription's messages; `None` for a pull subscription
+    /// (Pub/Sub's empty `push_config`). Boxed: most subscriptions pull.
+    pub push: Option<Box<PushConfig>>,
+}
+
+/// A push subscription's delivery, as Pub/Sub's `PushConfig` has it: the serving forwarder
+/// POSTs each message to `endpoint` and takes the answer as its acknowledgement.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PushConfig {
+    /// An `http://` or `https://` URL, checked when it is set.
+    pub endpoint: String,
+    /// Pub/Sub's `attributes` of a push config (`x-goog-version`), stored and returned as given.
+    pub attributes: Labels,
+    /// What a request's body is.
+    pub wrapper: PushWrapper,
+    /// When set, each request carries `Authorization: Bearer` a JWT the daemon signs.
+    pub oidc_token: Option<OidcToken>,
+}
+
+/// The body of a push request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PushWrapper {
+    /// Pub/Sub's JSON envelope: the message (data in base64, attributes, ids, times) and the
+    /// subscription's name.
+    #[default]
+    Pubsub,
+    /// The message's data as it was published; with `write_metadata`, its attributes and
+    /// metadata as HTTP headers.
+    NoWrapper { write_metadata: bool },
+}
+
+/// The identity a push request's token claims (Pub/Sub's `OidcToken`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OidcToken {
+    /// The token's `email` and `sub` claims.
+    pub service_account_email: String,
+    /// The token's `aud` claim; empty: the endpoint's URL, as Pub/Sub defaults it.
+    pub audience: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -556,6 +594,7 @@ fn decode_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
         expiration_ttl_seconds: d.u64()?,
         labels: Default::default(),
         enable_exactly_once_delivery: false,
+        push: None,
     })
 }
 /// Whether a subscription's settings need the trailer (a setting added after the first

@@ -25,8 +25,8 @@ mod tests;
 mod voters_sim_tests;
 
 pub use entry::{
-    forwarder_name, global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, SnapshotRecord,
-    SubscriptionRecord, SubscriptionSettings, TopicRecord,
+    forwarder_name, global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, OidcToken, PushConfig,
+    PushWrapper, SnapshotRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord,
 };
 pub use error::CatalogError;
 pub use state::{Applied, CatalogState};

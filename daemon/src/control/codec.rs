@@ -742,6 +742,7 @@ mod tests {
                 ("tier".to_owned(), "gold".to_owned()),
             ]),
             enable_exactly_once_delivery: true,
+            push: None,
         }
     }
 

@@ -72,6 +72,7 @@ impl<S: Storage> Router<S> {
             expiration_ttl_seconds: expiration,
             labels: request.labels.clone(),
             enable_exactly_once_delivery: request.enable_exactly_once_delivery,
+            push: request.push.clone(),
         };
         let _reservation = self.reserve_name(&format!("subscription/{name}"))?;
         if self.state.borrow().subscriptions.contains_key(name) {

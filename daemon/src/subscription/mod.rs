@@ -15,7 +15,7 @@ pub mod pull;
 pub mod source;
 pub mod state;
 
-use crate::catalog::SubscriptionSettings;
+use crate::catalog::{PushConfig, SubscriptionSettings};
 use crate::clock::Clock;
 use crate::ids::Offset;
 use crate::metrics::rate::RateWindow;
@@ -60,6 +60,9 @@ pub struct SubscriptionEntry {
     pub message_retention_seconds: Cell<u64>,
     pub retain_acked_messages: Cell<bool>,
     pub state: RefCell<SubscriptionState>,
+    /// Where the daemon pushes its messages (a push subscription), as last attached or updated;
+    /// `None` while clients pull. Shared, so that a pushing task reads it without a copy.
+    pub push: RefCell<Option<Rc<PushConfig>>>,
     /// The subscription's filter; `None` delivers everything.
     /// Boxed: most subscriptions have none, and an idle one should not carry its room.
     pub filter: Option<Box<filter::Filter>>,
@@ -120,6 +123,7 @@ impl SubscriptionEntry {
             message_retention_seconds: Cell::new(settings.message_retention_seconds),
             retain_acked_messages: Cell::new(settings.retain_acked_messages),
             state: RefCell::new(state),
+            push: RefCell::new(push_config(settings)),
             filter,
             changed: Notify::new(),
             dead_lettering: Cell::new(false),
@@ -145,6 +149,7 @@ impl SubscriptionEntry {
         *self.dead_letter_topic.borrow_mut() = dead_letter_topic(settings);
         self.message_retention_seconds.set(settings.message_retention_seconds);
         self.retain_acked_messages.set(settings.retain_acked_messages);
+        *self.push.borrow_mut() = push_config(settings);
         // Messages the new policy no longer sends to the dead-letter topic are deliverable
         // again: the pulls and streams waiting on the subscription look.
         self.changed.notify_all();
@@ -154,6 +159,11 @@ impl SubscriptionEntry {
 /// The dead-letter topic a subscription's settings name; `None` without a policy.
 pub fn dead_letter_topic(settings: &SubscriptionSettings) -> Option<Box<str>> {
     (!settings.dead_letter_topic.is_empty()).then(|| settings.dead_letter_topic.as_str().into())
+}
+
+/// The push configuration a subscription's settings ask for; `None` for pulling.
+pub fn push_config(settings: &SubscriptionSettings) -> Option<Rc<PushConfig>> {
+    settings.push.as_deref().map(|push| Rc::new(push.clone()))
 }
 
 /// The delivery policy a subscription's settings ask for.

@@ -280,6 +280,8 @@ pub fn subscription_in(subscription: &pubsub::Subscription) -> Result<(Name, Sub
         expiration_ttl_seconds: expiration_ttl_in(subscription.expiration_policy.as_ref())?,
         labels: labels_in(&subscription.labels),
         enable_exactly_once_delivery: subscription.enable_exactly_once_delivery,
+        // Refused above until push subscriptions are served.
+        push: None,
     };
     let request = Subscription { name: name.name.clone(), topic: topic.name, settings, detached: false };
     Ok((name, request))

@@ -75,9 +75,10 @@ fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
             minimum_backoff_seconds: request.minimum_backoff_seconds.to_native(),
             maximum_backoff_seconds: request.maximum_backoff_seconds.to_native(),
             expiration_ttl_seconds: request.expiration_ttl_seconds.to_native(),
-            // The native protocol carries neither yet; the gRPC API sets them.
+            // The native protocol carries none of these yet; the gRPC API sets them.
             labels: Default::default(),
             enable_exactly_once_delivery: false,
+            push: None,
         },
         detached: false,
     })
