@@ -284,13 +284,16 @@ fn catalog_entries() -> Vec<CatalogEntry> {
         CatalogEntry::SubscriptionCreated(subscription),
         CatalogEntry::SubscriptionDeleted { id: 6, name: "projects/p/subscriptions/billing".to_owned() },
         CatalogEntry::SnapshotCreated(SnapshotRecord {
-            id: 7,
+            id: crate::ids::SnapshotId::new(7),
             name: "projects/p/snapshots/s".to_owned(),
             topic_id: 5,
             expire_time_ms: 1_800_000_000_000,
             labels: Labels::new(),
         }),
-        CatalogEntry::SnapshotDeleted { id: 7, name: "projects/p/snapshots/s".to_owned() },
+        CatalogEntry::SnapshotDeleted {
+            id: crate::ids::SnapshotId::new(7),
+            name: "projects/p/snapshots/s".to_owned(),
+        },
         CatalogEntry::TopicUpdated { id: 5, message_retention_seconds: 60, labels: Labels::new() },
         CatalogEntry::SubscriptionUpdated {
             id: 6,
@@ -300,7 +303,7 @@ fn catalog_entries() -> Vec<CatalogEntry> {
         CatalogEntry::TopicPlaced { id: 5, shard: 2 },
         CatalogEntry::NextId { next_id: 99 },
         CatalogEntry::SnapshotUpdated {
-            id: 7,
+            id: crate::ids::SnapshotId::new(7),
             name: "projects/p/snapshots/s".to_owned(),
             labels: Labels::new(),
         },
@@ -396,7 +399,12 @@ fn control_samples() -> Vec<Vec<u8>> {
             create: true,
             start_offset: 40,
         },
-        ControlRequest::Seek { subscription_id: 6, topic_id: 5, time_ms: 0, snapshot_id: Some(7) },
+        ControlRequest::Seek {
+            subscription_id: 6,
+            topic_id: 5,
+            time_ms: 0,
+            snapshot_id: Some(crate::ids::SnapshotId::new(7)),
+        },
         ControlRequest::UpdateSettings {
             topic_id: 5,
             update: SettingsUpdate::Subscription { subscription_id: 6, settings: settings() },

@@ -158,6 +158,13 @@ macro_rules! catalog_id {
                 self.0.fmt(formatter)
             }
         }
+
+        /// In hex, as the catalog's log lines write ids.
+        impl fmt::LowerHex for $name {
+            fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::LowerHex::fmt(&self.0, formatter)
+            }
+        }
     };
 }
 

@@ -11,6 +11,7 @@
 //! the one-time import of such a catalog and because some of them are still written.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::ids::SnapshotId;
 
 const KIND_BOOT: u8 = 1;
 const KIND_TOPIC_CREATED: u8 = 2;
@@ -59,7 +60,7 @@ pub const REPLICAS_MAX: usize = 7;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotRecord {
-    pub id: u64,
+    pub id: SnapshotId,
     pub name: String,
     pub topic_id: u64,
     pub expire_time_ms: u64,
@@ -231,7 +232,7 @@ pub enum CatalogEntry {
     SnapshotCreated(SnapshotRecord),
     /// `name` is empty in entries written before deletions recorded it.
     SnapshotDeleted {
-        id: u64,
+        id: SnapshotId,
         name: String,
     },
     /// A topic's settings after an update, whole: its message retention (0: not set) and
@@ -259,7 +260,7 @@ pub enum CatalogEntry {
     },
     /// A snapshot's labels after an update, whole.
     SnapshotUpdated {
-        id: u64,
+        id: SnapshotId,
         name: String,
         labels: Labels,
     },
@@ -342,17 +343,17 @@ impl CatalogEntry {
             CatalogEntry::SnapshotCreated(snapshot) => {
                 let mut encoder = Encoder::new(KIND_SNAPSHOT_CREATED);
                 encoder
-                    .u64(snapshot.id)
+                    .u64(snapshot.id.get())
                     .str(&snapshot.name)
                     .u64(snapshot.topic_id)
                     .u64(snapshot.expire_time_ms);
                 encode_labels_trailer(&mut encoder, &snapshot.labels).0.clone()
             }
             CatalogEntry::SnapshotDeleted { id, name } if name.is_empty() => {
-                Encoder::new(KIND_SNAPSHOT_DELETED).u64(*id).0.clone()
+                Encoder::new(KIND_SNAPSHOT_DELETED).u64(id.get()).0.clone()
             }
             CatalogEntry::SnapshotDeleted { id, name } => {
-                Encoder::new(KIND_SNAPSHOT_DELETED_NAMED).u64(*id).str(name).0.clone()
+                Encoder::new(KIND_SNAPSHOT_DELETED_NAMED).u64(id.get()).str(name).0.clone()
             }
             CatalogEntry::TopicUpdated { id, message_retention_seconds, labels } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_UPDATED);
@@ -374,7 +375,7 @@ impl CatalogEntry {
             CatalogEntry::NextId { next_id } => Encoder::new(KIND_NEXT_ID).u64(*next_id).0.clone(),
             CatalogEntry::SnapshotUpdated { id, name, labels } => {
                 let mut encoder = Encoder::new(KIND_SNAPSHOT_UPDATED);
-                encoder.u64(*id).str(name);
+                encoder.u64(id.get()).str(name);
                 encode_labels(&mut encoder, labels).0.clone()
             }
             CatalogEntry::SubscriptionDetached { id, name } => {
@@ -458,15 +459,17 @@ impl CatalogEntry {
                 CatalogEntry::SubscriptionDeleted { id: d.u64()?, name: non_empty(d.str()?)? }
             }
             KIND_SNAPSHOT_CREATED => CatalogEntry::SnapshotCreated(SnapshotRecord {
-                id: d.u64()?,
+                id: SnapshotId::new(d.u64()?),
                 name: d.str()?,
                 topic_id: d.u64()?,
                 expire_time_ms: d.u64()?,
                 labels: decode_labels_trailer(&mut d)?,
             }),
-            KIND_SNAPSHOT_DELETED => CatalogEntry::SnapshotDeleted { id: d.u64()?, name: String::new() },
+            KIND_SNAPSHOT_DELETED => {
+                CatalogEntry::SnapshotDeleted { id: SnapshotId::new(d.u64()?), name: String::new() }
+            }
             KIND_SNAPSHOT_DELETED_NAMED => {
-                CatalogEntry::SnapshotDeleted { id: d.u64()?, name: non_empty(d.str()?)? }
+                CatalogEntry::SnapshotDeleted { id: SnapshotId::new(d.u64()?), name: non_empty(d.str()?)? }
             }
             KIND_TOPIC_UPDATED => CatalogEntry::TopicUpdated {
                 id: d.u64()?,
@@ -483,7 +486,7 @@ impl CatalogEntry {
             KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced { id: d.u64()?, shard: d.u32()? },
             KIND_NEXT_ID => CatalogEntry::NextId { next_id: d.u64()? },
             KIND_SNAPSHOT_UPDATED => CatalogEntry::SnapshotUpdated {
-                id: d.u64()?,
+                id: SnapshotId::new(d.u64()?),
                 name: non_empty(d.str()?)?,
                 labels: decode_labels(&mut d)?,
             },

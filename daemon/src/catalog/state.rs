@@ -88,7 +88,7 @@ impl CatalogState {
                 if self.snapshots.get(&snapshot.name).is_some_and(|existing| existing.id != snapshot.id) {
                     return refused(format!("snapshot '{}' exists", snapshot.name));
                 }
-                self.take_id(snapshot.id + 1);
+                self.take_id(snapshot.id.get() + 1);
                 self.snapshots.insert(snapshot.name.clone(), snapshot);
                 Applied::Done
             }
@@ -251,11 +251,11 @@ fn refused(message: String) -> Applied {
 /// Removes record `id` from a map keyed by name: by its name when the deletion carries it (a
 /// lookup), else by a scan (deletions written before they carried names; a scan per deletion
 /// grows with the square of the records' number).
-fn remove_record<V>(
+fn remove_record<V, Id: PartialEq>(
     records: &mut BTreeMap<String, V>,
-    id: u64,
+    id: Id,
     name: &str,
-    id_of: impl Fn(&V) -> u64,
+    id_of: impl Fn(&V) -> Id,
 ) -> Option<V> {
     if name.is_empty() {
         let name = records.iter().find(|(_, record)| id_of(record) == id).map(|(name, _)| name.clone())?;

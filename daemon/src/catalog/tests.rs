@@ -1,4 +1,5 @@
 use super::*;
+use crate::ids::SnapshotId;
 use crate::log::tests::{directories, run};
 use crate::storage::sim::{CrashMode, SimDisk};
 
@@ -44,13 +45,17 @@ fn history() -> Vec<CatalogEntry> {
     }
     entries.push(CatalogEntry::TopicUpdated { id: 1, message_retention_seconds: 600, labels: labels("env") });
     entries.push(CatalogEntry::SnapshotCreated(SnapshotRecord {
-        id: 100,
+        id: SnapshotId::new(100),
         name: "before".into(),
         topic_id: 1,
         expire_time_ms: 9,
         labels: Labels::new(),
     }));
-    entries.push(CatalogEntry::SnapshotUpdated { id: 100, name: "before".into(), labels: labels("kept") });
+    entries.push(CatalogEntry::SnapshotUpdated {
+        id: SnapshotId::new(100),
+        name: "before".into(),
+        labels: labels("kept"),
+    });
     entries.push(labeled_subscription(80, 1));
     entries.push(CatalogEntry::SubscriptionDetached { id: 80, name: "subscription-80".into() });
     entries.push(CatalogEntry::TopicPlaced { id: 7, shard: 0 });
@@ -125,7 +130,7 @@ fn entries_round_trip() {
         CatalogEntry::Boot { count: 3 },
         CatalogEntry::NextId { next_id: 77 },
         CatalogEntry::SubscriptionDeleted { id: 6, name: String::new() },
-        CatalogEntry::SnapshotDeleted { id: 8, name: "before".into() },
+        CatalogEntry::SnapshotDeleted { id: SnapshotId::new(8), name: "before".into() },
         CatalogEntry::SubscriptionUpdated {
             id: 6,
             name: "audit".into(),
@@ -152,7 +157,7 @@ fn entries_round_trip() {
             epoch: 0,
         }),
         CatalogEntry::SnapshotCreated(SnapshotRecord {
-            id: 4,
+            id: SnapshotId::new(4),
             name: "labeled".into(),
             topic_id: 3,
             expire_time_ms: 9,

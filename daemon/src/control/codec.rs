@@ -15,6 +15,7 @@ use crate::api::stats::{
 use crate::api::{Code, Status};
 use crate::catalog::entry::{decode_whole_settings, encode_whole_settings};
 use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::ids::SnapshotId;
 
 // Tags start at 1, so that a run of zero bytes is never a message.
 const REQUEST_ATTACH_TOPIC: u8 = 1;
@@ -98,16 +99,16 @@ impl ControlRequest {
                 encoder = Encoder::new(REQUEST_SEEK);
                 encoder.u64(*subscription_id).u64(*topic_id).u64(*time_ms).bool(snapshot_id.is_some());
                 if let Some(snapshot_id) = snapshot_id {
-                    encoder.u64(*snapshot_id);
+                    encoder.u64(snapshot_id.get());
                 }
             }
             ControlRequest::TakeSnapshot { topic_id, subscription_id, snapshot_id, expire_time_ms } => {
                 encoder = Encoder::new(REQUEST_TAKE_SNAPSHOT);
-                encoder.u64(*topic_id).u64(*subscription_id).u64(*snapshot_id).u64(*expire_time_ms);
+                encoder.u64(*topic_id).u64(*subscription_id).u64(snapshot_id.get()).u64(*expire_time_ms);
             }
             ControlRequest::DropSnapshot { topic_id, snapshot_id } => {
                 encoder = Encoder::new(REQUEST_DROP_SNAPSHOT);
-                encoder.u64(*topic_id).u64(*snapshot_id);
+                encoder.u64(*topic_id).u64(snapshot_id.get());
             }
             ControlRequest::UpdateSettings { topic_id, update } => {
                 encoder = Encoder::new(REQUEST_UPDATE_SETTINGS);
@@ -200,19 +201,22 @@ impl ControlRequest {
                     subscription_id: decoder.u64()?,
                     topic_id: decoder.u64()?,
                     time_ms: decoder.u64()?,
-                    snapshot_id: if decoder.bool()? { Some(decoder.u64()?) } else { None },
+                    snapshot_id: if decoder.bool()? { Some(SnapshotId::new(decoder.u64()?)) } else { None },
                 })
             })?,
             REQUEST_TAKE_SNAPSHOT => fields("control request TakeSnapshot", decoder, |decoder| {
                 Ok(ControlRequest::TakeSnapshot {
                     topic_id: decoder.u64()?,
                     subscription_id: decoder.u64()?,
-                    snapshot_id: decoder.u64()?,
+                    snapshot_id: SnapshotId::new(decoder.u64()?),
                     expire_time_ms: decoder.u64()?,
                 })
             })?,
             REQUEST_DROP_SNAPSHOT => fields("control request DropSnapshot", decoder, |decoder| {
-                Ok(ControlRequest::DropSnapshot { topic_id: decoder.u64()?, snapshot_id: decoder.u64()? })
+                Ok(ControlRequest::DropSnapshot {
+                    topic_id: decoder.u64()?,
+                    snapshot_id: SnapshotId::new(decoder.u64()?),
+                })
             })?,
             REQUEST_UPDATE_SETTINGS => {
                 let topic_id = fields("control request UpdateSettings", decoder, |decoder| decoder.u64())?;
@@ -778,14 +782,19 @@ mod tests {
                 time_ms: 1_700_000_000_000,
                 snapshot_id: None,
             },
-            ControlRequest::Seek { subscription_id: 18, topic_id: 17, time_ms: 0, snapshot_id: Some(42) },
+            ControlRequest::Seek {
+                subscription_id: 18,
+                topic_id: 17,
+                time_ms: 0,
+                snapshot_id: Some(SnapshotId::new(42)),
+            },
             ControlRequest::TakeSnapshot {
                 topic_id: 17,
                 subscription_id: 18,
-                snapshot_id: 42,
+                snapshot_id: SnapshotId::new(42),
                 expire_time_ms: 1_800_000_000_000,
             },
-            ControlRequest::DropSnapshot { topic_id: 17, snapshot_id: 42 },
+            ControlRequest::DropSnapshot { topic_id: 17, snapshot_id: SnapshotId::new(42) },
             ControlRequest::UpdateSettings {
                 topic_id: 17,
                 update: SettingsUpdate::Topic { retention_seconds: 7200 },

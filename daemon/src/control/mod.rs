@@ -8,6 +8,7 @@ pub use codec::{decode_reply, encode_reply};
 
 use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
+use crate::ids::SnapshotId;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ControlRequest {
@@ -55,18 +56,18 @@ pub enum ControlRequest {
         subscription_id: u64,
         topic_id: u64,
         time_ms: u64,
-        snapshot_id: Option<u64>,
+        snapshot_id: Option<SnapshotId>,
     },
     /// Capture a subscription's acknowledgements durably as a snapshot of its topic.
     TakeSnapshot {
         topic_id: u64,
         subscription_id: u64,
-        snapshot_id: u64,
+        snapshot_id: SnapshotId,
         expire_time_ms: u64,
     },
     DropSnapshot {
         topic_id: u64,
-        snapshot_id: u64,
+        snapshot_id: SnapshotId,
     },
     /// Apply settings an update changed, already durable in the catalog, to a topic or
     /// subscription served here.

@@ -27,6 +27,7 @@ use crate::catalog::{
     SubscriptionRecord, SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
+use crate::ids::SnapshotId;
 use crate::log::Directories;
 /// The Hello answer is the native protocol's (`protocol::native::router`); named here too for
 /// the forwarder's dispatch, which calls it by this name.

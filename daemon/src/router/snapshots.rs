@@ -42,7 +42,7 @@ impl<S: Storage> Router<S> {
         let shard = self.shard_of(topic.id).ok_or_else(|| ControlError::unavailable("topic not placed"))?;
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Snapshot)?;
-        let id = self.allocate_id();
+        let id = SnapshotId::new(self.allocate_id());
         let expire_time_ms = wall_ms() + SNAPSHOT_LIFETIME_MS;
         self.call_forwarder(
             shard,

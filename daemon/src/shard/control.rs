@@ -4,7 +4,7 @@
 use super::Forwarder;
 use crate::api::Status;
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
-use crate::ids::{Epoch, SubscriptionId};
+use crate::ids::{Epoch, SnapshotId, SubscriptionId};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::JournalEntry;
 use crate::topic::journal::SnapshotState;
@@ -110,7 +110,7 @@ impl<S: Storage> Forwarder<S> {
         topic_id: u64,
         subscription_id: u64,
         time_ms: u64,
-        snapshot_id: Option<u64>,
+        snapshot_id: Option<SnapshotId>,
     ) -> Result<ControlOk, Status> {
         let (topic, entry) = self.attached(topic_id, subscription_id)?;
         let (offset, runs) = match snapshot_id {
@@ -152,7 +152,7 @@ impl<S: Storage> Forwarder<S> {
         &self,
         topic_id: u64,
         subscription_id: u64,
-        snapshot_id: u64,
+        snapshot_id: SnapshotId,
         expire_time_ms: u64,
     ) -> Result<ControlOk, Status> {
         let (topic, entry) = self.attached(topic_id, subscription_id)?;
@@ -166,7 +166,7 @@ impl<S: Storage> Forwarder<S> {
         Ok(ControlOk::Done)
     }
 
-    async fn drop_snapshot(&self, topic_id: u64, snapshot_id: u64) -> Result<ControlOk, Status> {
+    async fn drop_snapshot(&self, topic_id: u64, snapshot_id: SnapshotId) -> Result<ControlOk, Status> {
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
         if let Some(topic) = topic {
             let dropped = topic.journal.with_open(|open| open.snapshots.remove(&snapshot_id).is_some());

@@ -4,7 +4,7 @@
 //! confirmed to the subscriber only after its entry is durable.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::{Offset, SubscriptionId};
+use crate::ids::{Offset, SnapshotId, SubscriptionId};
 
 /// Most runs a decoder reserves room for up front: the count comes from the entry itself, and a
 /// damaged count must not become a huge allocation before the truncated input is noticed.
@@ -41,13 +41,13 @@ pub enum JournalEntry {
     },
     /// A snapshot of a subscription's acknowledgements: everything below `floor`, and `runs`.
     SnapshotTaken {
-        snapshot_id: u64,
+        snapshot_id: SnapshotId,
         floor: Offset,
         runs: Vec<(Offset, u32)>,
         expire_time_ms: u64,
     },
     SnapshotDropped {
-        snapshot_id: u64,
+        snapshot_id: SnapshotId,
     },
     /// Leases extended until a wall-clock time (milliseconds since the Unix epoch), so a
     /// restart does not redeliver messages a subscriber was promised more time for.
@@ -87,14 +87,14 @@ impl JournalEntry {
             }
             JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms } => {
                 let mut encoder = Encoder::new(KIND_SNAPSHOT_TAKEN);
-                encoder.u64(*snapshot_id).u64(floor.get()).u64(*expire_time_ms).u32(runs.len() as u32);
+                encoder.u64(snapshot_id.get()).u64(floor.get()).u64(*expire_time_ms).u32(runs.len() as u32);
                 for (first, count) in runs {
                     encoder.u64(first.get()).u32(*count);
                 }
                 encoder.0
             }
             JournalEntry::SnapshotDropped { snapshot_id } => {
-                Encoder::new(KIND_SNAPSHOT_DROPPED).u64(*snapshot_id).0.clone()
+                Encoder::new(KIND_SNAPSHOT_DROPPED).u64(snapshot_id.get()).0.clone()
             }
             JournalEntry::DeadlineExtended { subscription_id, runs, until_ms } => {
                 let mut encoder = Encoder::new(KIND_DEADLINE_EXTENDED);
@@ -141,7 +141,7 @@ impl JournalEntry {
             },
             KIND_SNAPSHOT_TAKEN => {
                 let (snapshot_id, floor, expire_time_ms) =
-                    (decoder.u64()?, Offset::new(decoder.u64()?), decoder.u64()?);
+                    (SnapshotId::new(decoder.u64()?), Offset::new(decoder.u64()?), decoder.u64()?);
                 let count = decoder.u32()? as usize;
                 let mut runs = Vec::with_capacity(count.min(RUNS_PREALLOCATED_MAX));
                 for _ in 0..count {
@@ -149,7 +149,9 @@ impl JournalEntry {
                 }
                 JournalEntry::SnapshotTaken { snapshot_id, floor, runs, expire_time_ms }
             }
-            KIND_SNAPSHOT_DROPPED => JournalEntry::SnapshotDropped { snapshot_id: decoder.u64()? },
+            KIND_SNAPSHOT_DROPPED => {
+                JournalEntry::SnapshotDropped { snapshot_id: SnapshotId::new(decoder.u64()?) }
+            }
             KIND_DEADLINE_EXTENDED => {
                 let (subscription_id, until_ms) = (SubscriptionId::new(decoder.u64()?), decoder.u64()?);
                 let count = decoder.u32()? as usize;
@@ -197,12 +199,12 @@ mod tests {
             JournalEntry::Acked { subscription_id: SubscriptionId::new(9), runs: runs(&[(1, 3), (10, 1)]) },
             JournalEntry::Seek { subscription_id: SubscriptionId::new(9), offset: Offset::new(77) },
             JournalEntry::SnapshotTaken {
-                snapshot_id: 3,
+                snapshot_id: SnapshotId::new(3),
                 floor: Offset::new(10),
                 runs: runs(&[(12, 2)]),
                 expire_time_ms: 99,
             },
-            JournalEntry::SnapshotDropped { snapshot_id: 3 },
+            JournalEntry::SnapshotDropped { snapshot_id: SnapshotId::new(3) },
             JournalEntry::DeadlineExtended {
                 subscription_id: SubscriptionId::new(9),
                 runs: runs(&[(4, 1)]),

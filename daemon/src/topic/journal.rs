@@ -58,7 +58,7 @@ pub struct OpenJournal<S: Storage> {
     /// Subscription states rebuilt from the journal, waiting for the router to attach them.
     pub recovered: HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher>,
     /// Live snapshots of this topic's subscriptions: (floor, acknowledged runs, expiry).
-    pub snapshots: HashMap<u64, SnapshotState, IdHasher>,
+    pub snapshots: HashMap<crate::ids::SnapshotId, SnapshotState, IdHasher>,
     /// Where the journal's last two checkpoints start (older first); see `compact_journal`.
     pub checkpoints: VecDeque<Offset>,
 }

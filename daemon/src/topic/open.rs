@@ -253,11 +253,14 @@ async fn replay_journal<S: Storage>(
     journal: &Log<S>,
     name: &str,
 ) -> Result<
-    (HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher>, HashMap<u64, SnapshotState, IdHasher>),
+    (
+        HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher>,
+        HashMap<crate::ids::SnapshotId, SnapshotState, IdHasher>,
+    ),
     TopicError,
 > {
     let mut recovered: HashMap<crate::ids::SubscriptionId, Vec<JournalEntry>, IdHasher> = HashMap::default();
-    let mut snapshots: HashMap<u64, SnapshotState, IdHasher> = HashMap::default();
+    let mut snapshots: HashMap<crate::ids::SnapshotId, SnapshotState, IdHasher> = HashMap::default();
     for stored in journal.read_all(Offset::ZERO).await? {
         let entry = JournalEntry::decode(&stored.data).map_err(|why| TopicError::JournalEntry {
             topic: name.to_owned(),
