@@ -46,7 +46,7 @@ use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::dispatch::routes::{Resource as Served, Routes};
 use crate::dispatch::{Caller, Carried, Door, NodeTransport, Operation};
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::net::relay::{self, CarriedStream, Carrier, Relay};
 use crate::net::server::{Handler, Responder};
@@ -537,7 +537,7 @@ impl Peers for SimPeers {
         self.ask(leader, move |serving| async move { Ok(serving.router.register(node).await?) })
     }
 
-    fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()> {
+    fn want_elections(&self, leader: u64, topics: Vec<TopicId>) -> PeerFuture<()> {
         self.ask(leader, move |serving| async move { Ok(serving.router.want_elections(topics).await?) })
     }
 
@@ -920,7 +920,7 @@ fn check_holds(
     let model = world.model.borrow();
     for (topic, name, known_id) in expected {
         let (resource, found) = if *topic {
-            (&model.topics[name], state.topics.get(name).map(|record| record.id))
+            (&model.topics[name], state.topics.get(name).map(|record| record.id.get()))
         } else {
             (&model.subscriptions[name], state.subscriptions.get(name).map(|record| record.id))
         };
@@ -1070,7 +1070,7 @@ async fn operate(world: &Rc<World>, session: &Session) {
         .catalog_state()
         .topics
         .get(&name)
-        .map(|record| record.id)
+        .map(|record| record.id.get())
         .filter(|_| topic)
         .or_else(|| {
             serving.router.catalog_state().subscriptions.get(&name).map(|record| record.id).filter(|_| !topic)
@@ -1576,7 +1576,7 @@ async fn committed_records(world: &Rc<World>, node: u64) -> Option<BTreeMap<u64,
             let registry = &forwarder.registry;
             let followers = registry.followers.borrow();
             let leaders = registry.topics_by_id.borrow();
-            followers.iter().chain(leaders.iter()).map(|(id, topic)| (*id, topic.clone())).collect()
+            followers.iter().chain(leaders.iter()).map(|(id, topic)| (id.get(), topic.clone())).collect()
         };
         let mut records = BTreeMap::new();
         for (id, topic) in topics {
@@ -1689,7 +1689,11 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     let model = world.model.borrow();
     let mut seen = BTreeMap::new();
     for (name, record) in &state.topics {
-        assert!(seen.insert(record.id, name.clone()).is_none(), "seed {seed}: id {:x} twice", record.id);
+        assert!(
+            seen.insert(record.id.get(), name.clone()).is_none(),
+            "seed {seed}: id {:x} twice",
+            record.id
+        );
     }
     for (name, record) in &state.subscriptions {
         assert!(seen.insert(record.id, name.clone()).is_none(), "seed {seed}: id {:x} twice", record.id);
@@ -1697,7 +1701,7 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     for (kinds, found) in [
         (
             &model.topics,
-            Box::new(|name: &str| state.topics.get(name).map(|record| (record.id, String::new())))
+            Box::new(|name: &str| state.topics.get(name).map(|record| (record.id.get(), String::new())))
                 as Box<dyn Fn(&str) -> Option<(u64, String)>>,
         ),
         (

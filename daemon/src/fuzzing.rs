@@ -17,7 +17,7 @@ use crate::catalog::entry::{
 };
 use crate::catalog::raft::{Entry, LogId, Membership, Snapshot, SnapshotMeta, StoredMembership, Vote};
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
-use crate::ids::{Epoch, Offset};
+use crate::ids::{Epoch, Offset, TopicId};
 use crate::replication::protocol::{
     Chunk, FencedLog, LogAppend, LogTip, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS,
 };
@@ -252,7 +252,7 @@ fn settings() -> SubscriptionSettings {
 /// A catalog entry of each kind.
 fn catalog_entries() -> Vec<CatalogEntry> {
     let topic = TopicRecord {
-        id: 5,
+        id: TopicId::new(5),
         name: "projects/p/topics/orders".to_owned(),
         message_retention_seconds: 3600,
         shard: 0x1_0001,
@@ -264,7 +264,7 @@ fn catalog_entries() -> Vec<CatalogEntry> {
     let subscription = SubscriptionRecord {
         id: 6,
         name: "projects/p/subscriptions/billing".to_owned(),
-        topic_id: 5,
+        topic_id: TopicId::new(5),
         topic_name: topic.name.clone(),
         start_offset: 40,
         settings: settings(),
@@ -280,13 +280,13 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             labels: Labels::new(),
             ..topic
         }),
-        CatalogEntry::TopicDeleted { id: 5 },
+        CatalogEntry::TopicDeleted { id: TopicId::new(5) },
         CatalogEntry::SubscriptionCreated(subscription),
         CatalogEntry::SubscriptionDeleted { id: 6, name: "projects/p/subscriptions/billing".to_owned() },
         CatalogEntry::SnapshotCreated(SnapshotRecord {
             id: crate::ids::SnapshotId::new(7),
             name: "projects/p/snapshots/s".to_owned(),
-            topic_id: 5,
+            topic_id: TopicId::new(5),
             expire_time_ms: 1_800_000_000_000,
             labels: Labels::new(),
         }),
@@ -294,13 +294,17 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             id: crate::ids::SnapshotId::new(7),
             name: "projects/p/snapshots/s".to_owned(),
         },
-        CatalogEntry::TopicUpdated { id: 5, message_retention_seconds: 60, labels: Labels::new() },
+        CatalogEntry::TopicUpdated {
+            id: TopicId::new(5),
+            message_retention_seconds: 60,
+            labels: Labels::new(),
+        },
         CatalogEntry::SubscriptionUpdated {
             id: 6,
             name: "projects/p/subscriptions/b".to_owned(),
             settings: settings(),
         },
-        CatalogEntry::TopicPlaced { id: 5, shard: 2 },
+        CatalogEntry::TopicPlaced { id: TopicId::new(5), shard: 2 },
         CatalogEntry::NextId { next_id: 99 },
         CatalogEntry::SnapshotUpdated {
             id: crate::ids::SnapshotId::new(7),
@@ -316,8 +320,8 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             grpc_address: "10.0.0.2:8085".to_owned(),
         }),
         CatalogEntry::NodeRemoved { node_id: 3 },
-        CatalogEntry::TopicReplicasChanged { id: 5, replicas: vec![0x1_0001, 0x2_0002] },
-        CatalogEntry::TopicLeaderElected { id: 5, epoch: 3, leader: 0x2_0002 },
+        CatalogEntry::TopicReplicasChanged { id: TopicId::new(5), replicas: vec![0x1_0001, 0x2_0002] },
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(5), epoch: 3, leader: 0x2_0002 },
     ]
 }
 
@@ -339,7 +343,7 @@ fn replica_samples() -> Vec<Vec<u8>> {
     let chunk = |first_offset, epoch| Chunk { first_offset, epoch, record_count: 2, records: vec![7; 24] };
     let requests = [
         ReplicaRequest::Sync {
-            topic_id: 9,
+            topic_id: TopicId::new(9),
             leader_epoch: Epoch::new(4),
             logs: [
                 LogTip { history: history.clone(), end: Offset::new(4), start: Offset::new(2) },
@@ -347,7 +351,7 @@ fn replica_samples() -> Vec<Vec<u8>> {
             ],
         },
         ReplicaRequest::Append {
-            topic_id: 9,
+            topic_id: TopicId::new(9),
             leader_epoch: Epoch::new(4),
             logs: [
                 LogAppend {
@@ -362,8 +366,13 @@ fn replica_samples() -> Vec<Vec<u8>> {
                 },
             ],
         },
-        ReplicaRequest::Fence { topic_id: 9, epoch: Epoch::new(5) },
-        ReplicaRequest::Read { topic_id: 9, log: JOURNAL as u8, from: Offset::new(3), bytes_max: 1 << 20 },
+        ReplicaRequest::Fence { topic_id: TopicId::new(9), epoch: Epoch::new(5) },
+        ReplicaRequest::Read {
+            topic_id: TopicId::new(9),
+            log: JOURNAL as u8,
+            from: Offset::new(3),
+            bytes_max: 1 << 20,
+        },
     ];
     let answers = [
         ReplicaAnswer::Synced { next_offsets: [Offset::new(4); LOGS] },
@@ -386,7 +395,7 @@ fn replica_samples() -> Vec<Vec<u8>> {
 fn control_samples() -> Vec<Vec<u8>> {
     let requests = [
         ControlRequest::AttachTopic {
-            topic_id: 5,
+            topic_id: TopicId::new(5),
             name: "projects/p/topics/orders".to_owned(),
             retention_seconds: 3600,
             recovering: true,
@@ -394,23 +403,23 @@ fn control_samples() -> Vec<Vec<u8>> {
         ControlRequest::AttachSubscription {
             subscription_id: 6,
             name: "projects/p/subscriptions/billing".to_owned(),
-            topic_id: 5,
+            topic_id: TopicId::new(5),
             settings: settings(),
             create: true,
             start_offset: 40,
         },
         ControlRequest::Seek {
             subscription_id: 6,
-            topic_id: 5,
+            topic_id: TopicId::new(5),
             time_ms: 0,
             snapshot_id: Some(crate::ids::SnapshotId::new(7)),
         },
         ControlRequest::UpdateSettings {
-            topic_id: 5,
+            topic_id: TopicId::new(5),
             update: SettingsUpdate::Subscription { subscription_id: 6, settings: settings() },
         },
         ControlRequest::PromoteReplica {
-            topic_id: 5,
+            topic_id: TopicId::new(5),
             epoch: 3,
             replicas: vec![crate::replication::source::Peer {
                 shard: crate::ids::ShardId::from_global(1),
@@ -418,7 +427,7 @@ fn control_samples() -> Vec<Vec<u8>> {
             }],
         },
         ControlRequest::ClusterHosts { hosts: vec!["10.0.0.4".parse().unwrap(), "fd00::4".parse().unwrap()] },
-        ControlRequest::ReplicaProgress { topic_id: 5 },
+        ControlRequest::ReplicaProgress { topic_id: TopicId::new(5) },
     ];
     let topic = crate::api::stats::TopicStats {
         name: "projects/p/topics/orders".to_owned(),
@@ -452,7 +461,7 @@ fn control_samples() -> Vec<Vec<u8>> {
             publish_ack: histogram,
             ..Default::default()
         }),
-        ControlOk::Topics(vec![1, 2, 3]),
+        ControlOk::Topics(vec![TopicId::new(1), TopicId::new(2), TopicId::new(3)]),
         ControlOk::Progress(crate::control::ReplicaProgress {
             leader: true,
             epoch: 4,
@@ -539,7 +548,7 @@ fn native_peer_samples() -> Vec<Vec<u8>> {
         crate::dispatch::Carried { applied: None, outcome: Err(crate::api::Status::not_found("no topic")) };
     vec![
         encode_cluster_status(&status),
-        encode_want_elections(&[5, 6, 7]),
+        encode_want_elections(&[TopicId::new(5), TopicId::new(6), TopicId::new(7)]),
         crate::dispatch::encode_carried(
             &crate::auth::Principal::Named("alice".into()),
             &crate::dispatch::Operation::CreateTopic(topic),
@@ -601,7 +610,7 @@ mod tests {
             start_offset: Offset::new(0),
         };
         let request = ReplicaRequest::Append {
-            topic_id: 9,
+            topic_id: TopicId::new(9),
             leader_epoch: Epoch::new(1),
             logs: [append, LogAppend::default()],
         };

@@ -38,6 +38,22 @@
 //! # use ringpost_daemon::ids::{NodeId, TopicId};
 //! let _: TopicId = NodeId::new(1);
 //! ```
+//! A topic's id given where a subscription's or a snapshot's is meant (the control messages
+//! carry several ids side by side), or computed with:
+//! ```compile_fail
+//! # use ringpost_daemon::ids::{SubscriptionId, TopicId};
+//! fn detach(_subscription: SubscriptionId) {}
+//! detach(TopicId::new(1));
+//! ```
+//! ```compile_fail
+//! # use ringpost_daemon::ids::{SnapshotId, TopicId};
+//! fn drop_snapshot(_snapshot: SnapshotId) {}
+//! drop_snapshot(TopicId::new(1));
+//! ```
+//! ```compile_fail
+//! # use ringpost_daemon::ids::TopicId;
+//! let _ = TopicId::new(1) + 1;
+//! ```
 
 use ringpost_model::shards::{global_shard, node_and_shard};
 use std::fmt;
@@ -302,6 +318,15 @@ mod tests {
         assert_eq!(end, Offset::new(13));
         assert_eq!(Epoch::ZERO.next(), Epoch::new(1));
         assert!(Epoch::new(2) > Epoch::new(1));
+    }
+
+    /// Topic folders and the catalog's entry descriptions format ids in hex, padded: a typed
+    /// id formats exactly as its number did, so no folder name changes.
+    #[test]
+    fn catalog_ids_format_as_their_numbers() {
+        assert_eq!(crate::topic::topic_folder(TopicId::new(0xab)).to_str(), Some("topics/00000000000000ab"));
+        assert_eq!(format!("{:x}", SnapshotId::new(0x1_0000_0002)), "100000002");
+        assert_eq!(TopicId::new(42).to_string(), "42");
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::api::Status;
 use crate::catalog::{global_shard, Applied, CatalogEntry, CatalogState, SubscriptionSettings, TopicRecord};
 use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
@@ -54,7 +54,7 @@ const NODES: usize = 3;
 const NODES_TOTAL: usize = 5;
 /// How long a move waits for a leader's first commit of its epoch before it gives up.
 const MOVE_STEP_WAIT: Duration = Duration::from_secs(3);
-const TOPIC_ID: u64 = 1;
+const TOPIC_ID: TopicId = TopicId::new(1);
 const TOPIC: &str = "replicated";
 const SUBSCRIPTION_ID: u64 = 2;
 const SUBSCRIPTION: &str = "replicated-sub";

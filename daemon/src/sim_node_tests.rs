@@ -21,6 +21,7 @@ use crate::api::Status;
 use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
 use crate::catalog::{Catalog, SubscriptionSettings};
 use crate::clock::SystemClock;
+use crate::ids::TopicId;
 use crate::log::{Directories, LogConfig};
 use crate::net::server::{Handler, Responder};
 use crate::router::{Advertise, ForwarderAddresses, ForwarderLink, Router};
@@ -87,7 +88,7 @@ enum Known {
 struct TopicModel {
     known: Known,
     /// Its id and shard, once a create was acknowledged or a start found it.
-    placed: Option<(u64, u32)>,
+    placed: Option<(TopicId, u32)>,
     /// Every message published to it: (when the publish began, when it was acknowledged).
     publishes: BTreeMap<Vec<u8>, (u64, Option<u64>)>,
 }
@@ -376,7 +377,7 @@ fn check_recovered(node: &Node, model: &mut Model, crash: u64) {
                 );
                 topic.known = Known::Present;
                 topic.placed = Some(placed);
-                claims.push((placed.0, format!("topic/{name}")));
+                claims.push((placed.0.get(), format!("topic/{name}")));
             }
             (Known::Unknown, None) => topic.known = Known::Absent,
         }
@@ -482,12 +483,12 @@ async fn create_topic(router: &Router<SimDisk>, model: &RefCell<Model>) {
         let placed = placed
             .unwrap_or_else(|| panic!("seed {}: created topic {name} is not in the catalog", model.seed));
         assert!(
-            !model.ids.contains_key(&placed.0),
+            !model.ids.contains_key(&placed.0.get()),
             "seed {}: {name} was given id {:x} again",
             model.seed,
             placed.0
         );
-        model.claim_id(placed.0, &format!("topic/{name}"));
+        model.claim_id(placed.0.get(), &format!("topic/{name}"));
         let topic = model.topics.get_mut(&name).expect("a topic");
         topic.known = Known::Present;
         topic.placed = Some(placed);

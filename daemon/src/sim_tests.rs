@@ -22,7 +22,7 @@
 use crate::catalog::SubscriptionSettings;
 use crate::clock::SystemClock;
 use crate::control::ControlRequest;
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::net::server::{Handler, Responder};
 use crate::runtime::{self, sim};
@@ -73,7 +73,7 @@ const DRAIN_EMPTY_PULLS: u32 = 3;
 /// Pulls the final drain may take.
 const DRAIN_PULLS_MAX: u32 = 1000;
 
-const TOPIC_ID: u64 = 7;
+const TOPIC_ID: TopicId = TopicId::new(7);
 const TOPIC: &str = "simulated";
 const SUBSCRIPTION_ID: u64 = 9;
 const SUBSCRIPTION: &str = "reader";

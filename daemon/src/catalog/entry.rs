@@ -11,7 +11,7 @@
 //! the one-time import of such a catalog and because some of them are still written.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::SnapshotId;
+use crate::ids::{SnapshotId, TopicId};
 
 const KIND_BOOT: u8 = 1;
 const KIND_TOPIC_CREATED: u8 = 2;
@@ -62,7 +62,7 @@ pub const REPLICAS_MAX: usize = 7;
 pub struct SnapshotRecord {
     pub id: SnapshotId,
     pub name: String,
-    pub topic_id: u64,
+    pub topic_id: TopicId,
     pub expire_time_ms: u64,
     pub labels: Labels,
 }
@@ -72,7 +72,7 @@ pub type Labels = std::collections::BTreeMap<String, String>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {
-    pub id: u64,
+    pub id: TopicId,
     pub name: String,
     /// 0: not set (messages are kept until every subscription has acknowledged them).
     pub message_retention_seconds: u64,
@@ -168,7 +168,7 @@ pub struct OidcToken {
 pub struct SubscriptionRecord {
     pub id: u64,
     pub name: String,
-    pub topic_id: u64,
+    pub topic_id: TopicId,
     /// The topic's name when the subscription was created (the topic may be deleted since).
     pub topic_name: String,
     /// The sync point: the subscription receives every message at or after this offset.
@@ -221,7 +221,7 @@ pub enum CatalogEntry {
     },
     TopicCreated(TopicRecord),
     TopicDeleted {
-        id: u64,
+        id: TopicId,
     },
     SubscriptionCreated(SubscriptionRecord),
     /// `name` is empty in entries written before deletions recorded it.
@@ -238,7 +238,7 @@ pub enum CatalogEntry {
     /// A topic's settings after an update, whole: its message retention (0: not set) and
     /// labels.
     TopicUpdated {
-        id: u64,
+        id: TopicId,
         message_retention_seconds: u64,
         labels: Labels,
     },
@@ -251,7 +251,7 @@ pub enum CatalogEntry {
     },
     /// A topic's new forwarder shard.
     TopicPlaced {
-        id: u64,
+        id: TopicId,
         shard: u32,
     },
     /// Ids below this are taken (a checkpoint's restatement of the counter).
@@ -282,14 +282,14 @@ pub enum CatalogEntry {
     /// topic of more than one replica, and only if the set keeps its leader and has at least
     /// two, each on its own node.
     TopicReplicasChanged {
-        id: u64,
+        id: TopicId,
         replicas: Vec<u32>,
     },
     /// A replicated topic's leader from `epoch` on: one of its replicas, chosen by a fencing
     /// round that a quorum of them answered (docs/REPLICATION.md). Applied only when `epoch`
     /// is newer than the topic's, so one epoch has one leader.
     TopicLeaderElected {
-        id: u64,
+        id: TopicId,
         epoch: u64,
         leader: u32,
     },
@@ -305,7 +305,7 @@ impl CatalogEntry {
                 let kind = if replicated { KIND_TOPIC_CREATED_REPLICATED } else { KIND_TOPIC_CREATED_PLACED };
                 let mut encoder = Encoder::new(kind);
                 encoder
-                    .u64(topic.id)
+                    .u64(topic.id.get())
                     .str(&topic.name)
                     .u64(topic.message_retention_seconds)
                     .u32(topic.shard)
@@ -319,13 +319,13 @@ impl CatalogEntry {
                 }
                 encode_labels_trailer(&mut encoder, &topic.labels).0.clone()
             }
-            CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(*id).0.clone(),
+            CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(id.get()).0.clone(),
             CatalogEntry::SubscriptionCreated(subscription) => {
                 let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED_AT);
                 encoder
                     .u64(subscription.id)
                     .str(&subscription.name)
-                    .u64(subscription.topic_id)
+                    .u64(subscription.topic_id.get())
                     .str(&subscription.topic_name)
                     .u64(subscription.start_offset);
                 encode_settings(&mut encoder, &subscription.settings).u64(subscription.created_ms);
@@ -345,7 +345,7 @@ impl CatalogEntry {
                 encoder
                     .u64(snapshot.id.get())
                     .str(&snapshot.name)
-                    .u64(snapshot.topic_id)
+                    .u64(snapshot.topic_id.get())
                     .u64(snapshot.expire_time_ms);
                 encode_labels_trailer(&mut encoder, &snapshot.labels).0.clone()
             }
@@ -357,7 +357,7 @@ impl CatalogEntry {
             }
             CatalogEntry::TopicUpdated { id, message_retention_seconds, labels } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_UPDATED);
-                encoder.u64(*id).u64(*message_retention_seconds);
+                encoder.u64(id.get()).u64(*message_retention_seconds);
                 encode_labels_trailer(&mut encoder, labels).0.clone()
             }
             CatalogEntry::SubscriptionUpdated { id, name, settings } => {
@@ -370,7 +370,7 @@ impl CatalogEntry {
                 encoder.0
             }
             CatalogEntry::TopicPlaced { id, shard } => {
-                Encoder::new(KIND_TOPIC_PLACED).u64(*id).u32(*shard).0.clone()
+                Encoder::new(KIND_TOPIC_PLACED).u64(id.get()).u32(*shard).0.clone()
             }
             CatalogEntry::NextId { next_id } => Encoder::new(KIND_NEXT_ID).u64(*next_id).0.clone(),
             CatalogEntry::SnapshotUpdated { id, name, labels } => {
@@ -399,12 +399,12 @@ impl CatalogEntry {
                 encoder.0
             }
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
-                Encoder::new(KIND_TOPIC_LEADER_ELECTED).u64(*id).u64(*epoch).u32(*leader).0.clone()
+                Encoder::new(KIND_TOPIC_LEADER_ELECTED).u64(id.get()).u64(*epoch).u32(*leader).0.clone()
             }
             CatalogEntry::NodeRemoved { node_id } => Encoder::new(KIND_NODE_REMOVED).u64(*node_id).0.clone(),
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
-                encoder.u64(*id).u32(replicas.len() as u32);
+                encoder.u64(id.get()).u32(replicas.len() as u32);
                 for replica in replicas {
                     encoder.u32(*replica);
                 }
@@ -418,7 +418,7 @@ impl CatalogEntry {
         let entry = match d.u8()? {
             KIND_BOOT => CatalogEntry::Boot { count: d.u32()? },
             KIND_TOPIC_CREATED => CatalogEntry::TopicCreated(TopicRecord {
-                id: d.u64()?,
+                id: TopicId::new(d.u64()?),
                 name: d.str()?,
                 message_retention_seconds: d.u64()?,
                 shard: SHARD_UNPLACED,
@@ -428,7 +428,7 @@ impl CatalogEntry {
                 epoch: 0,
             }),
             KIND_TOPIC_CREATED_PLACED => CatalogEntry::TopicCreated(TopicRecord {
-                id: d.u64()?,
+                id: TopicId::new(d.u64()?),
                 name: d.str()?,
                 message_retention_seconds: d.u64()?,
                 shard: d.u32()?,
@@ -438,11 +438,11 @@ impl CatalogEntry {
                 epoch: 0,
             }),
             KIND_TOPIC_CREATED_REPLICATED => CatalogEntry::TopicCreated(decode_replicated_topic(&mut d)?),
-            KIND_TOPIC_DELETED => CatalogEntry::TopicDeleted { id: d.u64()? },
+            KIND_TOPIC_DELETED => CatalogEntry::TopicDeleted { id: TopicId::new(d.u64()?) },
             KIND_SUBSCRIPTION_CREATED => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
                 id: d.u64()?,
                 name: d.str()?,
-                topic_id: d.u64()?,
+                topic_id: TopicId::new(d.u64()?),
                 topic_name: d.str()?,
                 start_offset: d.u64()?,
                 settings: decode_settings(&mut d)?,
@@ -461,7 +461,7 @@ impl CatalogEntry {
             KIND_SNAPSHOT_CREATED => CatalogEntry::SnapshotCreated(SnapshotRecord {
                 id: SnapshotId::new(d.u64()?),
                 name: d.str()?,
-                topic_id: d.u64()?,
+                topic_id: TopicId::new(d.u64()?),
                 expire_time_ms: d.u64()?,
                 labels: decode_labels_trailer(&mut d)?,
             }),
@@ -472,7 +472,7 @@ impl CatalogEntry {
                 CatalogEntry::SnapshotDeleted { id: SnapshotId::new(d.u64()?), name: non_empty(d.str()?)? }
             }
             KIND_TOPIC_UPDATED => CatalogEntry::TopicUpdated {
-                id: d.u64()?,
+                id: TopicId::new(d.u64()?),
                 message_retention_seconds: d.u64()?,
                 labels: decode_labels_trailer(&mut d)?,
             },
@@ -483,7 +483,7 @@ impl CatalogEntry {
                 }
                 CatalogEntry::SubscriptionUpdated { id, name, settings }
             }
-            KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced { id: d.u64()?, shard: d.u32()? },
+            KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced { id: TopicId::new(d.u64()?), shard: d.u32()? },
             KIND_NEXT_ID => CatalogEntry::NextId { next_id: d.u64()? },
             KIND_SNAPSHOT_UPDATED => CatalogEntry::SnapshotUpdated {
                 id: SnapshotId::new(d.u64()?),
@@ -494,13 +494,16 @@ impl CatalogEntry {
                 CatalogEntry::SubscriptionDetached { id: d.u64()?, name: non_empty(d.str()?)? }
             }
             KIND_NODE_REGISTERED => CatalogEntry::NodeRegistered(decode_node(&mut d)?),
-            KIND_TOPIC_LEADER_ELECTED => {
-                CatalogEntry::TopicLeaderElected { id: d.u64()?, epoch: d.u64()?, leader: d.u32()? }
-            }
+            KIND_TOPIC_LEADER_ELECTED => CatalogEntry::TopicLeaderElected {
+                id: TopicId::new(d.u64()?),
+                epoch: d.u64()?,
+                leader: d.u32()?,
+            },
             KIND_NODE_REMOVED => CatalogEntry::NodeRemoved { node_id: d.u64()? },
-            KIND_TOPIC_REPLICAS_CHANGED => {
-                CatalogEntry::TopicReplicasChanged { id: d.u64()?, replicas: decode_replicas(&mut d)? }
-            }
+            KIND_TOPIC_REPLICAS_CHANGED => CatalogEntry::TopicReplicasChanged {
+                id: TopicId::new(d.u64()?),
+                replicas: decode_replicas(&mut d)?,
+            },
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -513,7 +516,7 @@ impl CatalogEntry {
 /// A topic created with its replicas (`KIND_TOPIC_CREATED_REPLICATED`), after its kind.
 fn decode_replicated_topic(d: &mut Decoder) -> DecodeResult<TopicRecord> {
     let (id, name, message_retention_seconds, shard, created_ms) =
-        (d.u64()?, d.str()?, d.u64()?, d.u32()?, d.u64()?);
+        (TopicId::new(d.u64()?), d.str()?, d.u64()?, d.u32()?, d.u64()?);
     let replicas = decode_replicas(d)?;
     if !replicas.contains(&shard) {
         return Err("a replicated topic whose leader is not one of its replicas");
@@ -538,7 +541,7 @@ fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionR
     let mut record = SubscriptionRecord {
         id: d.u64()?,
         name: d.str()?,
-        topic_id: d.u64()?,
+        topic_id: TopicId::new(d.u64()?),
         topic_name: d.str()?,
         start_offset: d.u64()?,
         settings: decode_settings(d)?,

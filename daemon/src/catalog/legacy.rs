@@ -108,15 +108,18 @@ pub async fn write_old<S: Storage>(
 fn old_encoding(entry: &CatalogEntry) -> Vec<u8> {
     use crate::codec::Encoder;
     match entry {
-        CatalogEntry::TopicCreated(topic) => {
-            Encoder::new(2).u64(topic.id).str(&topic.name).u64(topic.message_retention_seconds).0.clone()
-        }
+        CatalogEntry::TopicCreated(topic) => Encoder::new(2)
+            .u64(topic.id.get())
+            .str(&topic.name)
+            .u64(topic.message_retention_seconds)
+            .0
+            .clone(),
         CatalogEntry::SubscriptionCreated(record) => {
             let mut encoded = Encoder::new(4);
             encoded
                 .u64(record.id)
                 .str(&record.name)
-                .u64(record.topic_id)
+                .u64(record.topic_id.get())
                 .str(&record.topic_name)
                 .u64(record.start_offset);
             let new = entry.encode();

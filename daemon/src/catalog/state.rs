@@ -4,6 +4,7 @@
 
 use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SubscriptionRecord, TopicRecord};
 use crate::codec::{DecodeResult, Decoder};
+use crate::ids::TopicId;
 use std::collections::{BTreeMap, HashMap};
 
 /// The catalog: what the entries so far add up to.
@@ -14,7 +15,7 @@ pub struct CatalogState {
     /// Every id below this is taken; the leader hands out ids from here (see `apply`).
     pub next_id: u64,
     pub topics: BTreeMap<String, TopicRecord>,
-    pub topic_names: HashMap<u64, String>,
+    pub topic_names: HashMap<TopicId, String>,
     /// Boxed: a B-tree fills its nodes about half when names arrive in order, and a record is
     /// 160 bytes; boxed, the empty slots cost 8 bytes each instead (about 130 bytes less per
     /// subscription).
@@ -58,7 +59,7 @@ impl CatalogState {
                 {
                     return refused(format!("topic '{}' exists (id {:x})", existing.name, existing.id));
                 }
-                self.take_id(topic.id + 1);
+                self.take_id(topic.id.get() + 1);
                 self.topic_names.insert(topic.id, topic.name.clone());
                 self.topics.insert(topic.name.clone(), topic);
                 Applied::Done
@@ -147,7 +148,7 @@ impl CatalogState {
     }
 
     /// Topic `id` moves to `shard`: its leader's replica with it.
-    fn place_topic(&mut self, id: u64, shard: u32) {
+    fn place_topic(&mut self, id: TopicId, shard: u32) {
         let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
         if let Some(topic) = topic {
             let leader = topic.shard;
@@ -160,7 +161,7 @@ impl CatalogState {
 
     /// Topic `id`'s replicas become `replicas` if it is replicated and they are at least two,
     /// on as many nodes, its leader among them; whether they did.
-    fn change_replicas(&mut self, id: u64, replicas: Vec<u32>) -> bool {
+    fn change_replicas(&mut self, id: TopicId, replicas: Vec<u32>) -> bool {
         let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
         let nodes: std::collections::BTreeSet<u64> =
             replicas.iter().map(|shard| super::entry::node_and_shard(*shard).0).collect();
@@ -179,7 +180,7 @@ impl CatalogState {
     }
 
     /// Replica `leader` leads topic `id` from `epoch` on; whether it does.
-    fn elect_leader(&mut self, id: u64, epoch: u64, leader: u32) -> bool {
+    fn elect_leader(&mut self, id: TopicId, epoch: u64, leader: u32) -> bool {
         let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
         match topic {
             // One leader per epoch: a second election of an epoch, or an older one decided
@@ -197,7 +198,7 @@ impl CatalogState {
         self.next_id = self.next_id.max(next);
     }
 
-    pub fn topic_by_id(&self, id: u64) -> Option<&TopicRecord> {
+    pub fn topic_by_id(&self, id: TopicId) -> Option<&TopicRecord> {
         self.topic_names.get(&id).and_then(|name| self.topics.get(name))
     }
 

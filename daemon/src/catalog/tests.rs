@@ -1,11 +1,11 @@
 use super::*;
-use crate::ids::SnapshotId;
+use crate::ids::{SnapshotId, TopicId};
 use crate::log::tests::{directories, run};
 use crate::storage::sim::{CrashMode, SimDisk};
 
 pub(super) fn topic(id: u64, shard: u32) -> CatalogEntry {
     CatalogEntry::TopicCreated(TopicRecord {
-        id,
+        id: TopicId::new(id),
         name: format!("topic-{id}"),
         message_retention_seconds: 0,
         shard,
@@ -20,7 +20,7 @@ fn subscription(id: u64, topic_id: u64) -> CatalogEntry {
     CatalogEntry::SubscriptionCreated(SubscriptionRecord {
         id,
         name: format!("subscription-{id}"),
-        topic_id,
+        topic_id: TopicId::new(topic_id),
         topic_name: format!("topic-{topic_id}"),
         start_offset: id * 3,
         settings: SubscriptionSettings { ack_deadline_seconds: 10, ..Default::default() },
@@ -40,14 +40,18 @@ fn history() -> Vec<CatalogEntry> {
                 id: id + 1,
                 name: format!("subscription-{}", id + 1),
             });
-            entries.push(CatalogEntry::TopicDeleted { id });
+            entries.push(CatalogEntry::TopicDeleted { id: TopicId::new(id) });
         }
     }
-    entries.push(CatalogEntry::TopicUpdated { id: 1, message_retention_seconds: 600, labels: labels("env") });
+    entries.push(CatalogEntry::TopicUpdated {
+        id: TopicId::new(1),
+        message_retention_seconds: 600,
+        labels: labels("env"),
+    });
     entries.push(CatalogEntry::SnapshotCreated(SnapshotRecord {
         id: SnapshotId::new(100),
         name: "before".into(),
-        topic_id: 1,
+        topic_id: TopicId::new(1),
         expire_time_ms: 9,
         labels: Labels::new(),
     }));
@@ -58,10 +62,10 @@ fn history() -> Vec<CatalogEntry> {
     });
     entries.push(labeled_subscription(80, 1));
     entries.push(CatalogEntry::SubscriptionDetached { id: 80, name: "subscription-80".into() });
-    entries.push(CatalogEntry::TopicPlaced { id: 7, shard: 0 });
+    entries.push(CatalogEntry::TopicPlaced { id: TopicId::new(7), shard: 0 });
     // Refused: the name is taken by another id.
     entries.push(CatalogEntry::TopicCreated(TopicRecord {
-        id: 200,
+        id: TopicId::new(200),
         name: "topic-1".into(),
         message_retention_seconds: 5,
         shard: 1,
@@ -147,7 +151,7 @@ fn entries_round_trip() {
             settings: SubscriptionSettings { enable_exactly_once_delivery: true, ..Default::default() },
         },
         CatalogEntry::TopicCreated(TopicRecord {
-            id: 3,
+            id: TopicId::new(3),
             name: "labeled".into(),
             message_retention_seconds: 0,
             shard: 1,
@@ -159,7 +163,7 @@ fn entries_round_trip() {
         CatalogEntry::SnapshotCreated(SnapshotRecord {
             id: SnapshotId::new(4),
             name: "labeled".into(),
-            topic_id: 3,
+            topic_id: TopicId::new(3),
             expire_time_ms: 9,
             labels: labels("z"),
         }),
@@ -233,7 +237,7 @@ fn entries_written_before_labels_decode_with_defaults() {
     use crate::codec::Encoder;
     let old_topic = Encoder::new(12).u64(7).str("orders").u64(600).u32(1).u64(1_700_000_000_000).0.clone();
     let expected_topic = TopicRecord {
-        id: 7,
+        id: TopicId::new(7),
         name: "orders".into(),
         message_retention_seconds: 600,
         shard: 1,
@@ -268,7 +272,11 @@ fn entries_written_before_labels_decode_with_defaults() {
     let old_update = Encoder::new(10).u64(7).u64(600).0.clone();
     assert_eq!(
         CatalogEntry::decode(&old_update),
-        Ok(CatalogEntry::TopicUpdated { id: 7, message_retention_seconds: 600, labels: Labels::new() })
+        Ok(CatalogEntry::TopicUpdated {
+            id: TopicId::new(7),
+            message_retention_seconds: 600,
+            labels: Labels::new()
+        })
     );
     // A checkpoint written before decodes too.
     let mut old_checkpoint = Vec::new();
@@ -285,10 +293,10 @@ async fn open(disk: &SimDisk, dirs: &Rc<Directories>) -> Catalog<SimDisk> {
     Catalog::open(disk.clone(), dirs.clone(), 2, placement::BALANCE_FACTOR_DEFAULT).await.unwrap()
 }
 
-async fn create_topics(catalog: &Catalog<SimDisk>, count: usize) -> Vec<u64> {
+async fn create_topics(catalog: &Catalog<SimDisk>, count: usize) -> Vec<TopicId> {
     let mut ids = Vec::new();
     for _ in 0..count {
-        let id = catalog.allocate_id();
+        let id = TopicId::new(catalog.allocate_id());
         let record = TopicRecord {
             id,
             name: format!("t{id:x}"),
@@ -315,7 +323,7 @@ fn an_old_catalog_is_imported_once() {
         let dirs = directories(1);
         let old_topic = |id: u64| {
             CatalogEntry::TopicCreated(TopicRecord {
-                id,
+                id: TopicId::new(id),
                 name: format!("old-{id:x}"),
                 message_retention_seconds: 60,
                 shard: entry::SHARD_UNPLACED,
@@ -336,7 +344,7 @@ fn an_old_catalog_is_imported_once() {
             &[
                 old_topic(second),
                 subscription(second + 1, first),
-                CatalogEntry::TopicDeleted { id: first + 1 },
+                CatalogEntry::TopicDeleted { id: TopicId::new(first + 1) },
             ],
         )
         .await
@@ -437,7 +445,7 @@ fn compaction_keeps_the_live_state_and_bounds_the_log() {
         for round in 0..30 {
             for id in create_topics(&catalog, 100).await {
                 // Most of them go again; every tenth stays.
-                if id % 10 != 0 {
+                if id.get() % 10 != 0 {
                     let applied = catalog.propose(CatalogEntry::TopicDeleted { id }).await.unwrap();
                     assert!(matches!(applied, Applied::TopicDeleted(Some(_))), "round {round}");
                 }
@@ -465,7 +473,7 @@ fn compaction_keeps_the_live_state_and_bounds_the_log() {
 #[test]
 fn a_replicated_topic_and_its_elections_round_trip_and_apply_once_per_epoch() {
     let replicated = TopicRecord {
-        id: 9,
+        id: TopicId::new(9),
         name: "orders".into(),
         message_retention_seconds: 0,
         shard: global_shard(2, 0),
@@ -487,7 +495,8 @@ fn a_replicated_topic_and_its_elections_round_trip_and_apply_once_per_epoch() {
     misled.shard = global_shard(3, 1);
     assert!(CatalogEntry::decode(&CatalogEntry::TopicCreated(misled).encode()).is_err());
 
-    let elected = CatalogEntry::TopicLeaderElected { id: 9, epoch: 2, leader: global_shard(3, 0) };
+    let elected =
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 2, leader: global_shard(3, 0) };
     assert_eq!(CatalogEntry::decode(&elected.encode()), Ok(elected.clone()));
 
     let mut state = CatalogState::default();
@@ -496,9 +505,9 @@ fn a_replicated_topic_and_its_elections_round_trip_and_apply_once_per_epoch() {
     assert_eq!((state.topics["orders"].shard, state.topics["orders"].epoch), (global_shard(3, 0), 2));
     // The same epoch again, an older one, and a shard that holds no replica change nothing.
     for stale in [
-        CatalogEntry::TopicLeaderElected { id: 9, epoch: 2, leader: global_shard(1, 1) },
-        CatalogEntry::TopicLeaderElected { id: 9, epoch: 1, leader: global_shard(1, 1) },
-        CatalogEntry::TopicLeaderElected { id: 9, epoch: 3, leader: global_shard(1, 0) },
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 2, leader: global_shard(1, 1) },
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 1, leader: global_shard(1, 1) },
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 3, leader: global_shard(1, 0) },
     ] {
         assert_eq!(state.apply(stale), Applied::Updated(false));
     }

@@ -15,7 +15,7 @@ use crate::api::stats::{
 use crate::api::{Code, Status};
 use crate::catalog::entry::{decode_whole_settings, encode_whole_settings};
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::SnapshotId;
+use crate::ids::{SnapshotId, TopicId};
 
 // Tags start at 1, so that a run of zero bytes is never a message.
 const REQUEST_ATTACH_TOPIC: u8 = 1;
@@ -69,11 +69,11 @@ impl ControlRequest {
         match self {
             ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
                 encoder = Encoder::new(REQUEST_ATTACH_TOPIC);
-                encoder.u64(*topic_id).str(name).u64(*retention_seconds).bool(*recovering);
+                encoder.u64(topic_id.get()).str(name).u64(*retention_seconds).bool(*recovering);
             }
             ControlRequest::DetachTopic { topic_id, delete_data } => {
                 encoder = Encoder::new(REQUEST_DETACH_TOPIC);
-                encoder.u64(*topic_id).bool(*delete_data);
+                encoder.u64(topic_id.get()).bool(*delete_data);
             }
             ControlRequest::AttachSubscription {
                 subscription_id,
@@ -84,35 +84,35 @@ impl ControlRequest {
                 start_offset,
             } => {
                 encoder = Encoder::new(REQUEST_ATTACH_SUBSCRIPTION);
-                encoder.u64(*subscription_id).str(name).u64(*topic_id);
+                encoder.u64(*subscription_id).str(name).u64(topic_id.get());
                 encode_whole_settings(&mut encoder, settings).bool(*create).u64(*start_offset);
             }
             ControlRequest::DurableEnd { topic_id } => {
                 encoder = Encoder::new(REQUEST_DURABLE_END);
-                encoder.u64(*topic_id);
+                encoder.u64(topic_id.get());
             }
             ControlRequest::DetachSubscription { subscription_id, name, topic_id, deleted } => {
                 encoder = Encoder::new(REQUEST_DETACH_SUBSCRIPTION);
-                encoder.u64(*subscription_id).str(name).u64(*topic_id).bool(*deleted);
+                encoder.u64(*subscription_id).str(name).u64(topic_id.get()).bool(*deleted);
             }
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
                 encoder = Encoder::new(REQUEST_SEEK);
-                encoder.u64(*subscription_id).u64(*topic_id).u64(*time_ms).bool(snapshot_id.is_some());
+                encoder.u64(*subscription_id).u64(topic_id.get()).u64(*time_ms).bool(snapshot_id.is_some());
                 if let Some(snapshot_id) = snapshot_id {
                     encoder.u64(snapshot_id.get());
                 }
             }
             ControlRequest::TakeSnapshot { topic_id, subscription_id, snapshot_id, expire_time_ms } => {
                 encoder = Encoder::new(REQUEST_TAKE_SNAPSHOT);
-                encoder.u64(*topic_id).u64(*subscription_id).u64(snapshot_id.get()).u64(*expire_time_ms);
+                encoder.u64(topic_id.get()).u64(*subscription_id).u64(snapshot_id.get()).u64(*expire_time_ms);
             }
             ControlRequest::DropSnapshot { topic_id, snapshot_id } => {
                 encoder = Encoder::new(REQUEST_DROP_SNAPSHOT);
-                encoder.u64(*topic_id).u64(snapshot_id.get());
+                encoder.u64(topic_id.get()).u64(snapshot_id.get());
             }
             ControlRequest::UpdateSettings { topic_id, update } => {
                 encoder = Encoder::new(REQUEST_UPDATE_SETTINGS);
-                encoder.u64(*topic_id);
+                encoder.u64(topic_id.get());
                 encode_settings_update(&mut encoder, update);
             }
             ControlRequest::Stats => encoder = Encoder::new(REQUEST_STATS),
@@ -123,25 +123,25 @@ impl ControlRequest {
             }
             ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering } => {
                 encoder = Encoder::new(REQUEST_ATTACH_REPLICA);
-                encoder.u64(*topic_id).str(name).u64(*retention_seconds).bool(*recovering);
+                encoder.u64(topic_id.get()).str(name).u64(*retention_seconds).bool(*recovering);
             }
             ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
                 encoder = Encoder::new(REQUEST_PROMOTE_REPLICA);
-                encoder.u64(*topic_id).u64(*epoch);
+                encoder.u64(topic_id.get()).u64(*epoch);
                 encode_peers(&mut encoder, replicas);
             }
             ControlRequest::DemoteReplica { topic_id, epoch } => {
                 encoder = Encoder::new(REQUEST_DEMOTE_REPLICA);
-                encoder.u64(*topic_id).u64(*epoch);
+                encoder.u64(topic_id.get()).u64(*epoch);
             }
             ControlRequest::FenceReplica { topic_id, epoch } => {
                 encoder = Encoder::new(REQUEST_FENCE_REPLICA);
-                encoder.u64(*topic_id).u64(*epoch);
+                encoder.u64(topic_id.get()).u64(*epoch);
             }
             ControlRequest::ElectionsWanted => encoder = Encoder::new(REQUEST_ELECTIONS_WANTED),
             ControlRequest::ReplicaProgress { topic_id } => {
                 encoder = Encoder::new(REQUEST_REPLICA_PROGRESS);
-                encoder.u64(*topic_id);
+                encoder.u64(topic_id.get());
             }
             ControlRequest::ClusterHosts { hosts } => {
                 assert!(hosts.len() <= CLUSTER_HOSTS_MAX, "{} cluster hosts", hosts.len());
@@ -162,21 +162,24 @@ impl ControlRequest {
         let request = match tag {
             REQUEST_ATTACH_TOPIC => fields("control request AttachTopic", decoder, |decoder| {
                 Ok(ControlRequest::AttachTopic {
-                    topic_id: decoder.u64()?,
+                    topic_id: TopicId::new(decoder.u64()?),
                     name: decoder.str()?,
                     retention_seconds: decoder.u64()?,
                     recovering: decoder.bool()?,
                 })
             })?,
             REQUEST_DETACH_TOPIC => fields("control request DetachTopic", decoder, |decoder| {
-                Ok(ControlRequest::DetachTopic { topic_id: decoder.u64()?, delete_data: decoder.bool()? })
+                Ok(ControlRequest::DetachTopic {
+                    topic_id: TopicId::new(decoder.u64()?),
+                    delete_data: decoder.bool()?,
+                })
             })?,
             REQUEST_ATTACH_SUBSCRIPTION => {
                 fields("control request AttachSubscription", decoder, |decoder| {
                     Ok(ControlRequest::AttachSubscription {
                         subscription_id: decoder.u64()?,
                         name: decoder.str()?,
-                        topic_id: decoder.u64()?,
+                        topic_id: TopicId::new(decoder.u64()?),
                         settings: decode_whole_settings(decoder)?,
                         create: decoder.bool()?,
                         start_offset: decoder.u64()?,
@@ -184,14 +187,14 @@ impl ControlRequest {
                 })?
             }
             REQUEST_DURABLE_END => fields("control request DurableEnd", decoder, |decoder| {
-                Ok(ControlRequest::DurableEnd { topic_id: decoder.u64()? })
+                Ok(ControlRequest::DurableEnd { topic_id: TopicId::new(decoder.u64()?) })
             })?,
             REQUEST_DETACH_SUBSCRIPTION => {
                 fields("control request DetachSubscription", decoder, |decoder| {
                     Ok(ControlRequest::DetachSubscription {
                         subscription_id: decoder.u64()?,
                         name: decoder.str()?,
-                        topic_id: decoder.u64()?,
+                        topic_id: TopicId::new(decoder.u64()?),
                         deleted: decoder.bool()?,
                     })
                 })?
@@ -199,14 +202,14 @@ impl ControlRequest {
             REQUEST_SEEK => fields("control request Seek", decoder, |decoder| {
                 Ok(ControlRequest::Seek {
                     subscription_id: decoder.u64()?,
-                    topic_id: decoder.u64()?,
+                    topic_id: TopicId::new(decoder.u64()?),
                     time_ms: decoder.u64()?,
                     snapshot_id: if decoder.bool()? { Some(SnapshotId::new(decoder.u64()?)) } else { None },
                 })
             })?,
             REQUEST_TAKE_SNAPSHOT => fields("control request TakeSnapshot", decoder, |decoder| {
                 Ok(ControlRequest::TakeSnapshot {
-                    topic_id: decoder.u64()?,
+                    topic_id: TopicId::new(decoder.u64()?),
                     subscription_id: decoder.u64()?,
                     snapshot_id: SnapshotId::new(decoder.u64()?),
                     expire_time_ms: decoder.u64()?,
@@ -214,12 +217,13 @@ impl ControlRequest {
             })?,
             REQUEST_DROP_SNAPSHOT => fields("control request DropSnapshot", decoder, |decoder| {
                 Ok(ControlRequest::DropSnapshot {
-                    topic_id: decoder.u64()?,
+                    topic_id: TopicId::new(decoder.u64()?),
                     snapshot_id: SnapshotId::new(decoder.u64()?),
                 })
             })?,
             REQUEST_UPDATE_SETTINGS => {
-                let topic_id = fields("control request UpdateSettings", decoder, |decoder| decoder.u64())?;
+                let topic_id =
+                    TopicId::new(fields("control request UpdateSettings", decoder, |decoder| decoder.u64())?);
                 ControlRequest::UpdateSettings { topic_id, update: decode_settings_update(decoder)? }
             }
             REQUEST_STATS => ControlRequest::Stats,
@@ -233,7 +237,7 @@ impl ControlRequest {
             })?,
             REQUEST_ATTACH_REPLICA => fields("control request AttachReplica", decoder, |decoder| {
                 Ok(ControlRequest::AttachReplica {
-                    topic_id: decoder.u64()?,
+                    topic_id: TopicId::new(decoder.u64()?),
                     name: decoder.str()?,
                     retention_seconds: decoder.u64()?,
                     recovering: decoder.bool()?,
@@ -241,20 +245,26 @@ impl ControlRequest {
             })?,
             REQUEST_PROMOTE_REPLICA => fields("control request PromoteReplica", decoder, |decoder| {
                 Ok(ControlRequest::PromoteReplica {
-                    topic_id: decoder.u64()?,
+                    topic_id: TopicId::new(decoder.u64()?),
                     epoch: decoder.u64()?,
                     replicas: decode_peers(decoder)?,
                 })
             })?,
             REQUEST_DEMOTE_REPLICA => fields("control request DemoteReplica", decoder, |decoder| {
-                Ok(ControlRequest::DemoteReplica { topic_id: decoder.u64()?, epoch: decoder.u64()? })
+                Ok(ControlRequest::DemoteReplica {
+                    topic_id: TopicId::new(decoder.u64()?),
+                    epoch: decoder.u64()?,
+                })
             })?,
             REQUEST_FENCE_REPLICA => fields("control request FenceReplica", decoder, |decoder| {
-                Ok(ControlRequest::FenceReplica { topic_id: decoder.u64()?, epoch: decoder.u64()? })
+                Ok(ControlRequest::FenceReplica {
+                    topic_id: TopicId::new(decoder.u64()?),
+                    epoch: decoder.u64()?,
+                })
             })?,
             REQUEST_ELECTIONS_WANTED => ControlRequest::ElectionsWanted,
             REQUEST_REPLICA_PROGRESS => fields("control request ReplicaProgress", decoder, |decoder| {
-                Ok(ControlRequest::ReplicaProgress { topic_id: decoder.u64()? })
+                Ok(ControlRequest::ReplicaProgress { topic_id: TopicId::new(decoder.u64()?) })
             })?,
             REQUEST_CLUSTER_HOSTS => fields("control request ClusterHosts", decoder, |decoder| {
                 let count = decoder.u32()? as usize;
@@ -355,7 +365,7 @@ impl ControlOk {
                 encoder = Encoder::new(OK_TOPICS);
                 encoder.u32(topics.len() as u32);
                 for topic in topics {
-                    encoder.u64(*topic);
+                    encoder.u64(topic.get());
                 }
             }
             ControlOk::Progress(progress) => {
@@ -401,7 +411,8 @@ impl ControlOk {
                 if count > TOPICS_LISTED_MAX {
                     return Err("more topics than TOPICS_LISTED_MAX");
                 }
-                let topics = (0..count).map(|_| decoder.u64()).collect::<DecodeResult<Vec<u64>>>()?;
+                let topics =
+                    (0..count).map(|_| decoder.u64().map(TopicId::new)).collect::<DecodeResult<Vec<_>>>()?;
                 Ok(ControlOk::Topics(topics))
             })?,
             OK_PROGRESS => fields("control reply Progress", decoder, |decoder| {
@@ -755,65 +766,65 @@ mod tests {
     fn requests() -> Vec<ControlRequest> {
         vec![
             ControlRequest::AttachTopic {
-                topic_id: 0x0102_0304_0506_0708,
+                topic_id: TopicId::new(0x0102_0304_0506_0708),
                 name: "projects/p/topics/orders".to_owned(),
                 retention_seconds: 3600,
                 recovering: true,
             },
-            ControlRequest::DetachTopic { topic_id: 17, delete_data: true },
+            ControlRequest::DetachTopic { topic_id: TopicId::new(17), delete_data: true },
             ControlRequest::AttachSubscription {
                 subscription_id: 18,
                 name: "projects/p/subscriptions/billing".to_owned(),
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 settings: settings(1),
                 create: true,
                 start_offset: 99,
             },
-            ControlRequest::DurableEnd { topic_id: u64::MAX },
+            ControlRequest::DurableEnd { topic_id: TopicId::new(u64::MAX) },
             ControlRequest::DetachSubscription {
                 subscription_id: 18,
                 name: "projects/p/subscriptions/billing".to_owned(),
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 deleted: true,
             },
             ControlRequest::Seek {
                 subscription_id: 18,
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 time_ms: 1_700_000_000_000,
                 snapshot_id: None,
             },
             ControlRequest::Seek {
                 subscription_id: 18,
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 time_ms: 0,
                 snapshot_id: Some(SnapshotId::new(42)),
             },
             ControlRequest::TakeSnapshot {
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 subscription_id: 18,
                 snapshot_id: SnapshotId::new(42),
                 expire_time_ms: 1_800_000_000_000,
             },
-            ControlRequest::DropSnapshot { topic_id: 17, snapshot_id: SnapshotId::new(42) },
+            ControlRequest::DropSnapshot { topic_id: TopicId::new(17), snapshot_id: SnapshotId::new(42) },
             ControlRequest::UpdateSettings {
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 update: SettingsUpdate::Topic { retention_seconds: 7200 },
             },
             ControlRequest::UpdateSettings {
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 update: SettingsUpdate::Subscription { subscription_id: 18, settings: settings(2) },
             },
             ControlRequest::Stats,
             ControlRequest::Requests,
             ControlRequest::ResyncDirectory { index: 2 },
             ControlRequest::AttachReplica {
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 name: "orders".to_owned(),
                 retention_seconds: 0,
                 recovering: true,
             },
             ControlRequest::PromoteReplica {
-                topic_id: 17,
+                topic_id: TopicId::new(17),
                 epoch: 3,
                 replicas: vec![
                     crate::replication::source::Peer {
@@ -826,10 +837,10 @@ mod tests {
                     },
                 ],
             },
-            ControlRequest::DemoteReplica { topic_id: 17, epoch: 4 },
-            ControlRequest::FenceReplica { topic_id: 17, epoch: 4 },
+            ControlRequest::DemoteReplica { topic_id: TopicId::new(17), epoch: 4 },
+            ControlRequest::FenceReplica { topic_id: TopicId::new(17), epoch: 4 },
             ControlRequest::ElectionsWanted,
-            ControlRequest::ReplicaProgress { topic_id: 77 },
+            ControlRequest::ReplicaProgress { topic_id: TopicId::new(77) },
             ControlRequest::ClusterHosts {
                 hosts: vec!["10.0.0.4".parse().unwrap(), "fd00::4".parse().unwrap()],
             },
@@ -920,7 +931,7 @@ mod tests {
             ControlOk::Stats(ShardStats::default(), Vec::new()),
             ControlOk::Resynced { logs: 4, batches: 96 },
             ControlOk::Fenced { last_epoch: 3, durable_end: 1_000 },
-            ControlOk::Topics(vec![1, 2, 3]),
+            ControlOk::Topics(vec![TopicId::new(1), TopicId::new(2), TopicId::new(3)]),
             ControlOk::Requests(crate::metrics::shard::ShardFigures {
                 commands: vec![
                     crate::metrics::requests::CommandFigures {

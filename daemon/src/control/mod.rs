@@ -8,13 +8,13 @@ pub use codec::{decode_reply, encode_reply};
 
 use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
-use crate::ids::SnapshotId;
+use crate::ids::{SnapshotId, TopicId};
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ControlRequest {
     /// Open (recover) or create a topic's log and journal on this forwarder.
     AttachTopic {
-        topic_id: u64,
+        topic_id: TopicId,
         name: String,
         /// Topic message retention; 0 when not set.
         retention_seconds: u64,
@@ -23,7 +23,7 @@ pub enum ControlRequest {
     },
     /// Stop serving a topic; with `delete_data`, remove its files.
     DetachTopic {
-        topic_id: u64,
+        topic_id: TopicId,
         delete_data: bool,
     },
     /// Serve a subscription. With `create`, its sync point is the topic's current durable end,
@@ -32,7 +32,7 @@ pub enum ControlRequest {
     AttachSubscription {
         subscription_id: u64,
         name: String,
-        topic_id: u64,
+        topic_id: TopicId,
         settings: SubscriptionSettings,
         create: bool,
         start_offset: u64,
@@ -40,39 +40,39 @@ pub enum ControlRequest {
     /// Report a topic's durable end offset (`ControlOk::SubscriptionStart`): the sync point the
     /// router decides a new subscription with, before it proposes the creation.
     DurableEnd {
-        topic_id: u64,
+        topic_id: TopicId,
     },
     /// Stop serving a subscription: it was deleted (`deleted`), or detached from its topic,
     /// which its open pulls and streams end with (`FailedPrecondition` instead of `NotFound`).
     DetachSubscription {
         subscription_id: u64,
         name: String,
-        topic_id: u64,
+        topic_id: TopicId,
         deleted: bool,
     },
     /// Move a subscription's acknowledgements to the first message published at `time_ms`, or
     /// to those captured by a snapshot.
     Seek {
         subscription_id: u64,
-        topic_id: u64,
+        topic_id: TopicId,
         time_ms: u64,
         snapshot_id: Option<SnapshotId>,
     },
     /// Capture a subscription's acknowledgements durably as a snapshot of its topic.
     TakeSnapshot {
-        topic_id: u64,
+        topic_id: TopicId,
         subscription_id: u64,
         snapshot_id: SnapshotId,
         expire_time_ms: u64,
     },
     DropSnapshot {
-        topic_id: u64,
+        topic_id: TopicId,
         snapshot_id: SnapshotId,
     },
     /// Apply settings an update changed, already durable in the catalog, to a topic or
     /// subscription served here.
     UpdateSettings {
-        topic_id: u64,
+        topic_id: TopicId,
         update: SettingsUpdate,
     },
     /// Report this shard's topics, subscriptions and data directories.
@@ -86,26 +86,26 @@ pub enum ControlRequest {
     /// Open (recover) or create one replica of a replicated topic, as a follower: it takes
     /// records from whichever replica leads, until it is promoted (`PromoteReplica`).
     AttachReplica {
-        topic_id: u64,
+        topic_id: TopicId,
         name: String,
         retention_seconds: u64,
         recovering: bool,
     },
     /// Lead a replicated topic from `epoch`, which the catalog elected this replica for.
     PromoteReplica {
-        topic_id: u64,
+        topic_id: TopicId,
         epoch: u64,
         replicas: Vec<crate::replication::source::Peer>,
     },
     /// Stop leading a replicated topic at an epoch older than `epoch`.
     DemoteReplica {
-        topic_id: u64,
+        topic_id: TopicId,
         epoch: u64,
     },
     /// A fencing round: promise to take nothing from a leader older than `epoch`, and report
     /// the topic's messages log (`ControlOk::Fenced`).
     FenceReplica {
-        topic_id: u64,
+        topic_id: TopicId,
         epoch: u64,
     },
     /// The topics this shard leads whose followers refused it for a newer epoch's promise
@@ -114,7 +114,7 @@ pub enum ControlRequest {
     /// Where a replica's logs stand, and on a leader its followers' (`ControlOk::Progress`):
     /// what a replica move waits on.
     ReplicaProgress {
-        topic_id: u64,
+        topic_id: TopicId,
     },
     /// The hosts of the cluster's nodes are now `hosts` (the catalog registered a node, or
     /// removed one): the shard's connection server counts their connections before
@@ -165,7 +165,7 @@ pub enum ControlOk {
         durable_end: u64,
     },
     /// Topics, by id (`ElectionsWanted`).
-    Topics(Vec<u64>),
+    Topics(Vec<TopicId>),
     Progress(ReplicaProgress),
 }
 

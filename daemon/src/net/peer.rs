@@ -16,6 +16,7 @@ use crate::catalog::{CatalogEntry, NodeRecord};
 use crate::codec::{Decoder, Encoder};
 use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
 use crate::dispatch::{Carried, Door, NodeTransport, Operation};
+use crate::ids::TopicId;
 use crate::net::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
 use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
@@ -375,7 +376,7 @@ impl Peers for Rc<PeerPool> {
         })
     }
 
-    fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()> {
+    fn want_elections(&self, leader: u64, topics: Vec<TopicId>) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
             pool.call(leader, Command::PeerWantElections, encode_want_elections(&topics)).await.map(|_| ())
@@ -431,23 +432,23 @@ fn get_index(decoder: &mut Decoder) -> Result<Option<u64>, &'static str> {
 }
 
 /// The topics whose leaders a node asks the catalog's leader to elect again.
-pub fn encode_want_elections(topics: &[u64]) -> Vec<u8> {
+pub fn encode_want_elections(topics: &[TopicId]) -> Vec<u8> {
     let mut encoder = Encoder::new(0);
     encoder.u32(topics.len() as u32);
     for topic in topics {
-        encoder.u64(*topic);
+        encoder.u64(topic.get());
     }
     encoder.0
 }
 
-pub fn decode_want_elections(bytes: &[u8]) -> Result<Vec<u64>, &'static str> {
+pub fn decode_want_elections(bytes: &[u8]) -> Result<Vec<TopicId>, &'static str> {
     let mut decoder = Decoder::new(bytes);
     decoder.u8()?;
     let count = decoder.u32()? as usize;
     if count > crate::router::ELECTIONS_ASKED_MAX {
         return Err("more topics than ELECTIONS_ASKED_MAX");
     }
-    let topics = (0..count).map(|_| decoder.u64()).collect::<Result<Vec<u64>, _>>()?;
+    let topics = (0..count).map(|_| decoder.u64().map(TopicId::new)).collect::<Result<Vec<_>, _>>()?;
     if !decoder.is_empty() {
         return Err("trailing bytes");
     }

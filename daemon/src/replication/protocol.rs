@@ -9,7 +9,7 @@
 
 use super::EpochHistory;
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::{Epoch, Offset};
+use crate::ids::{Epoch, Offset, TopicId};
 
 /// A source's logs: its messages, then its journal.
 pub const LOGS: usize = 2;
@@ -68,13 +68,13 @@ pub struct FencedLog {
 pub enum ReplicaRequest {
     /// The leader of `leader_epoch` to a follower, before it sends records: promise my epoch,
     /// cut what disagrees with my logs, and say where each of yours now ends.
-    Sync { topic_id: u64, leader_epoch: Epoch, logs: [LogTip; LOGS] },
+    Sync { topic_id: TopicId, leader_epoch: Epoch, logs: [LogTip; LOGS] },
     /// The leader's records, at the follower's next offsets.
-    Append { topic_id: u64, leader_epoch: Epoch, logs: [LogAppend; LOGS] },
+    Append { topic_id: TopicId, leader_epoch: Epoch, logs: [LogAppend; LOGS] },
     /// A fencing round: take no append from a leader older than `epoch`, and say what you hold.
-    Fence { topic_id: u64, epoch: Epoch },
+    Fence { topic_id: TopicId, epoch: Epoch },
     /// Durable records of one log from `from` on, at most about `bytes_max` of them.
-    Read { topic_id: u64, log: u8, from: Offset, bytes_max: u32 },
+    Read { topic_id: TopicId, log: u8, from: Offset, bytes_max: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +102,7 @@ pub enum ReplicaAnswer {
 }
 
 impl ReplicaRequest {
-    pub fn topic_id(&self) -> u64 {
+    pub fn topic_id(&self) -> TopicId {
         match self {
             ReplicaRequest::Sync { topic_id, .. }
             | ReplicaRequest::Append { topic_id, .. }
@@ -189,7 +189,7 @@ impl ReplicaRequest {
         match self {
             ReplicaRequest::Sync { topic_id, leader_epoch, logs } => {
                 let mut encoder = Encoder::new(REQUEST_SYNC);
-                encoder.u64(*topic_id).u64(leader_epoch.get());
+                encoder.u64(topic_id.get()).u64(leader_epoch.get());
                 for tip in logs {
                     put_history(&mut encoder, &tip.history);
                     encoder.u64(tip.end.get()).u64(tip.start.get());
@@ -198,7 +198,7 @@ impl ReplicaRequest {
             }
             ReplicaRequest::Append { topic_id, leader_epoch, logs } => {
                 let mut encoder = Encoder::new(REQUEST_APPEND);
-                encoder.u64(*topic_id).u64(leader_epoch.get());
+                encoder.u64(topic_id.get()).u64(leader_epoch.get());
                 for log in logs {
                     encoder.u64(log.committed_end.get()).u64(log.start_offset.get());
                     put_chunks(&mut encoder, &log.chunks);
@@ -206,11 +206,15 @@ impl ReplicaRequest {
                 encoder.0
             }
             ReplicaRequest::Fence { topic_id, epoch } => {
-                Encoder::new(REQUEST_FENCE).u64(*topic_id).u64(epoch.get()).0.clone()
+                Encoder::new(REQUEST_FENCE).u64(topic_id.get()).u64(epoch.get()).0.clone()
             }
-            ReplicaRequest::Read { topic_id, log, from, bytes_max } => {
-                Encoder::new(REQUEST_READ).u64(*topic_id).u8(*log).u64(from.get()).u32(*bytes_max).0.clone()
-            }
+            ReplicaRequest::Read { topic_id, log, from, bytes_max } => Encoder::new(REQUEST_READ)
+                .u64(topic_id.get())
+                .u8(*log)
+                .u64(from.get())
+                .u32(*bytes_max)
+                .0
+                .clone(),
         }
     }
 
@@ -218,7 +222,7 @@ impl ReplicaRequest {
         let mut d = Decoder::new(bytes);
         let request = match d.u8()? {
             REQUEST_SYNC => {
-                let (topic_id, leader_epoch) = (d.u64()?, Epoch::new(d.u64()?));
+                let (topic_id, leader_epoch) = (TopicId::new(d.u64()?), Epoch::new(d.u64()?));
                 let mut tip = || -> DecodeResult<LogTip> {
                     let history = get_history(&mut d)?;
                     Ok(LogTip { history, end: Offset::new(d.u64()?), start: Offset::new(d.u64()?) })
@@ -227,7 +231,7 @@ impl ReplicaRequest {
                 ReplicaRequest::Sync { topic_id, leader_epoch, logs }
             }
             REQUEST_APPEND => {
-                let (topic_id, leader_epoch) = (d.u64()?, Epoch::new(d.u64()?));
+                let (topic_id, leader_epoch) = (TopicId::new(d.u64()?), Epoch::new(d.u64()?));
                 let mut log = || -> DecodeResult<LogAppend> {
                     let (committed_end, start_offset) = (Offset::new(d.u64()?), Offset::new(d.u64()?));
                     Ok(LogAppend { committed_end, start_offset, chunks: get_chunks(&mut d)? })
@@ -235,9 +239,12 @@ impl ReplicaRequest {
                 let logs = [log()?, log()?];
                 ReplicaRequest::Append { topic_id, leader_epoch, logs }
             }
-            REQUEST_FENCE => ReplicaRequest::Fence { topic_id: d.u64()?, epoch: Epoch::new(d.u64()?) },
+            REQUEST_FENCE => {
+                ReplicaRequest::Fence { topic_id: TopicId::new(d.u64()?), epoch: Epoch::new(d.u64()?) }
+            }
             REQUEST_READ => {
-                let (topic_id, log, from, bytes_max) = (d.u64()?, d.u8()?, Offset::new(d.u64()?), d.u32()?);
+                let (topic_id, log, from, bytes_max) =
+                    (TopicId::new(d.u64()?), d.u8()?, Offset::new(d.u64()?), d.u32()?);
                 if log as usize >= LOGS {
                     return Err("a read of a log a source does not have");
                 }
@@ -324,7 +331,7 @@ mod tests {
         let history = EpochHistory::of_epochs([1, 1, 3, 4]);
         let requests = vec![
             ReplicaRequest::Sync {
-                topic_id: 9,
+                topic_id: TopicId::new(9),
                 leader_epoch: Epoch::new(4),
                 logs: [
                     LogTip { history: history.clone(), end: Offset::new(4), start: Offset::new(2) },
@@ -332,7 +339,7 @@ mod tests {
                 ],
             },
             ReplicaRequest::Append {
-                topic_id: 9,
+                topic_id: TopicId::new(9),
                 leader_epoch: Epoch::new(4),
                 logs: [
                     LogAppend {
@@ -343,9 +350,9 @@ mod tests {
                     LogAppend { chunks: vec![], committed_end: Offset::new(0), start_offset: Offset::new(0) },
                 ],
             },
-            ReplicaRequest::Fence { topic_id: 9, epoch: Epoch::new(5) },
+            ReplicaRequest::Fence { topic_id: TopicId::new(9), epoch: Epoch::new(5) },
             ReplicaRequest::Read {
-                topic_id: 9,
+                topic_id: TopicId::new(9),
                 log: JOURNAL as u8,
                 from: Offset::new(3),
                 bytes_max: 1 << 20,

@@ -10,7 +10,7 @@ use super::protocol::{
 };
 use super::{divergence, quorum, CommitTracker};
 use crate::api::Status;
-use crate::ids::{Epoch, Offset, ShardId};
+use crate::ids::{Epoch, Offset, ShardId, TopicId};
 use crate::log::{HeldBatch, Log, LogError};
 use crate::storage::Storage;
 use crate::sync::Notify;
@@ -187,7 +187,7 @@ impl Leader {
     /// Starts sending each follower the records of `logs` (messages, journal).
     pub fn start<S: Storage>(
         self: &Rc<Self>,
-        topic_id: u64,
+        topic_id: TopicId,
         logs: [Log<S>; LOGS],
         transport: Rc<dyn Transport>,
     ) {
@@ -344,7 +344,7 @@ impl Leader {
     /// new sync finds out what the follower holds).
     async fn replicate<S: Storage>(
         self: Rc<Self>,
-        topic_id: u64,
+        topic_id: TopicId,
         index: usize,
         logs: [Log<S>; LOGS],
         transport: Rc<dyn Transport>,
@@ -715,7 +715,7 @@ pub async fn read<S: Storage>(
 /// the rest is read from it.
 pub async fn adopt_journal<S: Storage>(
     journal: &Log<S>,
-    topic_id: u64,
+    topic_id: TopicId,
     epoch: Epoch,
     answers: &[(Peer, FencedLog)],
     transport: &dyn Transport,

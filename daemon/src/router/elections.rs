@@ -14,7 +14,7 @@ use super::replicas::ELECTION_ASK_INTERVAL;
 use super::ControlError;
 use crate::catalog::{node_and_shard, Applied, CatalogEntry, CatalogState, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
-use crate::ids::{Epoch, Offset, ShardId};
+use crate::ids::{Epoch, Offset, ShardId, TopicId};
 use crate::replication::{choose_leader, quorum, FenceAnswer};
 use std::cell::{Ref, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -81,9 +81,9 @@ pub trait Electorate {
 /// decided).
 pub struct Elections {
     timings: ElectionTimings,
-    wanted: RefCell<HashSet<u64>>,
-    electing: RefCell<HashSet<u64>>,
-    retry: RefCell<HashMap<u64, Instant>>,
+    wanted: RefCell<HashSet<TopicId>>,
+    electing: RefCell<HashSet<TopicId>>,
+    retry: RefCell<HashMap<TopicId, Instant>>,
 }
 
 impl Default for Elections {
@@ -108,17 +108,17 @@ impl Elections {
     }
 
     /// Asks for elections of `topics` at the next `coordinate`.
-    pub fn want(&self, topics: impl IntoIterator<Item = u64>) {
+    pub fn want(&self, topics: impl IntoIterator<Item = TopicId>) {
         self.wanted.borrow_mut().extend(topics);
     }
 
     /// Takes `topic_id`'s turn: false while an election or a move of it holds it.
-    pub fn begin(&self, topic_id: u64) -> bool {
+    pub fn begin(&self, topic_id: TopicId) -> bool {
         self.electing.borrow_mut().insert(topic_id)
     }
 
     /// Gives back `topic_id`'s turn, taken by `begin`.
-    pub fn end(&self, topic_id: u64) {
+    pub fn end(&self, topic_id: TopicId) {
         let held = self.electing.borrow_mut().remove(&topic_id);
         assert!(held, "the election of topic {topic_id:x} ended without having begun");
     }
@@ -126,7 +126,7 @@ impl Elections {
     /// The replicated topics that need an election at `now`: asked for, whose leader is on a
     /// node not in `heard`, or whose last election failed long enough ago. Takes the asked
     /// ones off the list.
-    pub fn candidates(&self, catalog: &CatalogState, heard: &[u64], now: Instant) -> Vec<u64> {
+    pub fn candidates(&self, catalog: &CatalogState, heard: &[u64], now: Instant) -> Vec<TopicId> {
         let mut wanted = self.wanted.borrow_mut();
         let retry = self.retry.borrow();
         catalog
@@ -142,11 +142,11 @@ impl Elections {
             .collect()
     }
 
-    fn elected(&self, topic_id: u64) {
+    fn elected(&self, topic_id: TopicId) {
         self.retry.borrow_mut().remove(&topic_id);
     }
 
-    fn failed(&self, topic_id: u64, now: Instant) {
+    fn failed(&self, topic_id: TopicId, now: Instant) {
         self.retry.borrow_mut().insert(topic_id, now + self.timings.retry_interval);
     }
 }
@@ -189,7 +189,7 @@ pub fn coordinate<E: Electorate + 'static>(electorate: &Rc<E>) {
 /// candidate, and the others' answers must make a quorum of every replica on their own.
 pub async fn elect<E: Electorate>(
     electorate: &E,
-    topic_id: u64,
+    topic_id: TopicId,
     excluded: Option<u32>,
 ) -> Result<(), ControlError> {
     let Some(topic) = electorate.catalog().topic_by_id(topic_id).cloned() else { return Ok(()) };
@@ -270,7 +270,7 @@ mod tests {
 
     fn topic(replicas: &[u32]) -> TopicRecord {
         TopicRecord {
-            id: 9,
+            id: TopicId::new(9),
             name: "replicated".into(),
             message_retention_seconds: 0,
             shard: replicas[0],
@@ -310,21 +310,24 @@ mod tests {
         let mut catalog = CatalogState::default();
         let mut replicated = topic(&[crate::catalog::global_shard(1, 0), crate::catalog::global_shard(2, 0)]);
         catalog.apply(CatalogEntry::TopicCreated(replicated.clone()));
-        replicated.id = 10;
+        replicated.id = TopicId::new(10);
         replicated.name = "single".into();
         replicated.replicas.truncate(1);
         catalog.apply(CatalogEntry::TopicCreated(replicated));
         let elections = Elections::default();
         let now = Instant::now();
         assert!(elections.candidates(&catalog, &[1, 2], now).is_empty());
-        assert_eq!(elections.candidates(&catalog, &[2], now), vec![9]);
-        elections.want([9, 10]);
-        assert_eq!(elections.candidates(&catalog, &[1, 2], now), vec![9]);
+        assert_eq!(elections.candidates(&catalog, &[2], now), vec![TopicId::new(9)]);
+        elections.want([TopicId::new(9), TopicId::new(10)]);
+        assert_eq!(elections.candidates(&catalog, &[1, 2], now), vec![TopicId::new(9)]);
         assert!(elections.candidates(&catalog, &[1, 2], now).is_empty(), "asked once");
-        elections.failed(9, now);
+        elections.failed(TopicId::new(9), now);
         assert!(elections.candidates(&catalog, &[1, 2], now).is_empty());
-        assert_eq!(elections.candidates(&catalog, &[1, 2], now + ELECTION_ASK_INTERVAL), vec![9]);
-        elections.elected(9);
+        assert_eq!(
+            elections.candidates(&catalog, &[1, 2], now + ELECTION_ASK_INTERVAL),
+            vec![TopicId::new(9)]
+        );
+        elections.elected(TopicId::new(9));
         assert!(elections.candidates(&catalog, &[1, 2], now + ELECTION_ASK_INTERVAL).is_empty());
     }
 }

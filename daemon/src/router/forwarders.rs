@@ -2,6 +2,7 @@
 //! and where it tells clients they are (`ForwarderAddresses`).
 
 use super::*;
+use crate::ids::TopicId;
 
 /// How the router reaches one forwarder. In the daemon, the forwarder runs on its own shard,
 /// reached through a bounded shared channel; in a simulation of a whole node, it runs on the
@@ -109,7 +110,7 @@ impl ForwarderAddresses {
 
 impl<S: Storage> Router<S> {
     /// The forwarder shard a topic is placed on, naming its node.
-    pub(super) fn shard_of(&self, topic_id: u64) -> Option<u32> {
+    pub(super) fn shard_of(&self, topic_id: TopicId) -> Option<u32> {
         self.state
             .borrow()
             .topic_by_id(topic_id)

@@ -2,6 +2,7 @@
 //! flight counted against them.
 
 use super::*;
+use crate::ids::TopicId;
 
 /// Topics a daemon (or cluster) holds by default (`--topics-max`). Pub/Sub allows 10,000 per
 /// project; a daemon holds every project's in one namespace, so twice that, which also leaves
@@ -54,7 +55,7 @@ pub(super) struct Creating {
     subscriptions: usize,
     snapshots: usize,
     /// Subscriptions in flight by their topic's id.
-    subscriptions_by_topic: HashMap<u64, usize>,
+    subscriptions_by_topic: HashMap<TopicId, usize>,
 }
 
 /// One create's place in `Creating`, given back when the create ends (by then a created
@@ -67,7 +68,7 @@ pub(super) struct CreatingSlot<'a> {
 #[derive(Clone, Copy)]
 pub(super) enum CreateKind {
     Topic,
-    Subscription { topic_id: u64 },
+    Subscription { topic_id: TopicId },
     Snapshot,
 }
 

@@ -27,7 +27,7 @@ use crate::catalog::{
     SubscriptionRecord, SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
-use crate::ids::SnapshotId;
+use crate::ids::{SnapshotId, TopicId};
 use crate::log::Directories;
 /// The Hello answer is the native protocol's (`protocol::native::router`); named here too for
 /// the forwarder's dispatch, which calls it by this name.
@@ -63,7 +63,7 @@ pub trait Peers {
     fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()>;
     /// Asks the catalog's leader to elect new leaders for `topics` (their leader's node
     /// restarted and must not lead them at their epoch again).
-    fn want_elections(&self, leader: u64, topics: Vec<u64>) -> PeerFuture<()>;
+    fn want_elections(&self, leader: u64, topics: Vec<TopicId>) -> PeerFuture<()>;
     /// Asks the catalog's leader to delete subscription `name`, idle past its expiration
     /// policy on this node.
     fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()>;
@@ -278,7 +278,7 @@ impl<S: Storage> Router<S> {
     fn lookup(
         &self,
         key: &str,
-        topic_id: u64,
+        topic_id: TopicId,
         local_address: Option<SocketAddr>,
     ) -> Result<Vec<ForwarderAddress>, ControlError> {
         // Every protocol's route goes through here: a removed node's catalog is stale, and

@@ -10,6 +10,7 @@ use super::ControlError;
 use super::Router;
 use crate::catalog::{node_and_shard, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest, ReplicaProgress};
+use crate::ids::TopicId;
 use crate::storage::Storage;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ impl<S: Storage> Router<S> {
     /// at most `MOVES_IN_FLIGHT_MAX` at once. Fails with the first move that failed; those
     /// done stay done, and running it again moves the rest.
     pub(super) async fn move_replicas_off(&self, node_id: u64) -> Result<usize, ControlError> {
-        let topics: Vec<u64> = self
+        let topics: Vec<TopicId> = self
             .state
             .borrow()
             .topics
@@ -48,7 +49,7 @@ impl<S: Storage> Router<S> {
 
     /// Moves topic `topic_id`'s replica on node `node_id` to a node that holds none: elections
     /// of the topic by the catalog's timers wait meanwhile (this runs its own).
-    async fn move_replica_off(&self, topic_id: u64, node_id: u64) -> Result<(), ControlError> {
+    async fn move_replica_off(&self, topic_id: TopicId, node_id: u64) -> Result<(), ControlError> {
         // An election the catalog's timers run (its leader's node went away) finishes first.
         let started = crate::runtime::now();
         while !self.replicas.elections.begin(topic_id) {
@@ -107,7 +108,7 @@ impl<S: Storage> Mover for Router<S> {
 /// Moves topic `topic_id`'s replica on node `node_id` (if it has one, or gives back the replica
 /// a move cut short took away) to a node that holds none. The caller holds the topic's turn
 /// (`Elections::begin`).
-pub async fn move_replica<M: Mover>(mover: &M, topic_id: u64, node_id: u64) -> Result<(), ControlError> {
+pub async fn move_replica<M: Mover>(mover: &M, topic_id: TopicId, node_id: u64) -> Result<(), ControlError> {
     let Some(topic) = topic_by_id(mover, topic_id) else { return Ok(()) };
     let leaving = topic.replicas.iter().copied().find(|replica| node_and_shard(*replica).0 == node_id);
     // An even count is a move cut short between its steps: it gets its replica back.
@@ -144,17 +145,17 @@ pub async fn move_replica<M: Mover>(mover: &M, topic_id: u64, node_id: u64) -> R
     }
 }
 
-fn topic_by_id<M: Mover>(mover: &M, topic_id: u64) -> Option<TopicRecord> {
+fn topic_by_id<M: Mover>(mover: &M, topic_id: TopicId) -> Option<TopicRecord> {
     mover.catalog().topic_by_id(topic_id).cloned()
 }
 
-fn topic_or_deleted<M: Mover>(mover: &M, topic_id: u64) -> Result<TopicRecord, ControlError> {
+fn topic_or_deleted<M: Mover>(mover: &M, topic_id: TopicId) -> Result<TopicRecord, ControlError> {
     topic_by_id(mover, topic_id).ok_or_else(|| ControlError::not_found("the topic was deleted"))
 }
 
 /// Takes replica `leaving` out of the topic's set, the lead handed to another replica first if
 /// it has it (a set must hold its leader).
-async fn take_out<M: Mover>(mover: &M, topic_id: u64, leaving: u32) -> Result<(), ControlError> {
+async fn take_out<M: Mover>(mover: &M, topic_id: TopicId, leaving: u32) -> Result<(), ControlError> {
     if topic_or_deleted(mover, topic_id)?.shard == leaving {
         elections::elect(mover, topic_id, Some(leaving)).await?;
         wait_epoch_committed(mover, topic_id).await?;
@@ -166,7 +167,7 @@ async fn take_out<M: Mover>(mover: &M, topic_id: u64, leaving: u32) -> Result<()
 
 /// Adds a replica on `target` (attached empty first), and waits until it holds what its leader
 /// held when it joined.
-async fn add_replica<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), ControlError> {
+async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: u32) -> Result<(), ControlError> {
     let topic = topic_or_deleted(mover, topic_id)?;
     let attach = ControlRequest::AttachReplica {
         topic_id,
@@ -184,7 +185,11 @@ async fn add_replica<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<
 /// One change of the topic's replicas, decided in the catalog, then an election among the new
 /// set (its leader syncs the replicas it names), whose leader must commit a record of its epoch
 /// before anything changes again.
-async fn change_replicas<M: Mover>(mover: &M, topic_id: u64, replicas: Vec<u32>) -> Result<(), ControlError> {
+async fn change_replicas<M: Mover>(
+    mover: &M,
+    topic_id: TopicId,
+    replicas: Vec<u32>,
+) -> Result<(), ControlError> {
     let applied = mover.decide(CatalogEntry::TopicReplicasChanged { id: topic_id, replicas }).await?;
     if applied != crate::catalog::Applied::Updated(true) {
         return Err(ControlError::ChangedMeanwhile(
@@ -218,7 +223,7 @@ fn check_leader_heard<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<(), Co
 
 /// Waits until the topic's leader, at the epoch the catalog names, holds on a quorum of its
 /// replicas everything its logs held when it was elected (at most the move step timeout).
-async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: u64) -> Result<(), ControlError> {
+async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: TopicId) -> Result<(), ControlError> {
     let timings = mover.elections().timings();
     let started = crate::runtime::now();
     loop {
@@ -242,7 +247,7 @@ async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: u64) -> Result<(), 
 
 /// Waits until replica `target` holds, durably, everything the topic's leader held durably
 /// when this began (at most the move step timeout).
-async fn wait_caught_up<M: Mover>(mover: &M, topic_id: u64, target: u32) -> Result<(), ControlError> {
+async fn wait_caught_up<M: Mover>(mover: &M, topic_id: TopicId, target: u32) -> Result<(), ControlError> {
     let timings = mover.elections().timings();
     let started = crate::runtime::now();
     let mut goal: Option<[u64; 2]> = None;

@@ -13,6 +13,7 @@ use crate::api::control::Topic;
 use crate::api::Status;
 use crate::catalog::{node_and_shard, Applied, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
+use crate::ids::TopicId;
 use crate::replication::quorum;
 use crate::replication::source::Peer;
 use crate::storage::Storage;
@@ -49,16 +50,16 @@ pub const REPLICAS_DEFAULT_MAX: usize = 3;
 #[derive(Default)]
 pub struct LocalReplicas {
     /// Replicas attached to this node's forwarders: (topic, shard).
-    attached: RefCell<HashSet<(u64, u32)>>,
+    attached: RefCell<HashSet<(TopicId, u32)>>,
     /// The shard of this node leading each topic, and since which epoch.
-    leading: RefCell<HashMap<u64, (u32, u64)>>,
+    leading: RefCell<HashMap<TopicId, (u32, u64)>>,
     /// Topics this node led when it started, at that epoch: it does not lead again at that
     /// epoch (what a quorum held is not known here), and asks for an election instead.
-    stale: RefCell<HashMap<u64, u64>>,
+    stale: RefCell<HashMap<TopicId, u64>>,
     /// Promotions under way.
-    promoting: RefCell<HashSet<u64>>,
+    promoting: RefCell<HashSet<TopicId>>,
     /// Topics this node is creating: attached here, not yet in the catalog.
-    creating: RefCell<HashSet<u64>>,
+    creating: RefCell<HashSet<TopicId>>,
     /// On the catalog's leader: the elections it runs.
     pub(super) elections: Elections,
     /// When elections were last asked for, and the applied index at the last full pass.
@@ -119,7 +120,7 @@ impl<S: Storage> Router<S> {
     /// epoch 1, and that one promoted before the create is answered.
     pub(super) async fn create_replicated_topic(
         &self,
-        id: u64,
+        id: TopicId,
         request: &Topic,
         retention: u64,
         count: usize,
@@ -147,7 +148,7 @@ impl<S: Storage> Router<S> {
     /// `create_replicated_topic` on the replicas chosen.
     async fn create_on(
         &self,
-        id: u64,
+        id: TopicId,
         request: &Topic,
         retention: u64,
         count: usize,
@@ -369,7 +370,7 @@ impl<S: Storage> Router<S> {
         // A topic deleted while a replica's node was away, or a replica moved off this node:
         // its files go.
         let creating = self.replicas.creating.borrow().clone();
-        let mut gone: Vec<(u64, u32)> = self
+        let mut gone: Vec<(TopicId, u32)> = self
             .replicas
             .attached
             .borrow()
@@ -410,7 +411,7 @@ impl<S: Storage> Router<S> {
 
     /// Asks the catalog's leader to elect new leaders for `topics` (at most once per
     /// `ELECTION_ASK_INTERVAL`).
-    async fn ask_for_elections(&self, mut topics: Vec<u64>) {
+    async fn ask_for_elections(&self, mut topics: Vec<TopicId>) {
         let now = now();
         if self.replicas.asked_at.get().is_some_and(|at| now.duration_since(at) < ELECTION_ASK_INTERVAL) {
             return;
@@ -425,7 +426,7 @@ impl<S: Storage> Router<S> {
     }
 
     /// Elections wanted for `topics`: run here on the catalog's leader, asked of it elsewhere.
-    pub async fn want_elections(&self, topics: Vec<u64>) -> Result<(), ControlError> {
+    pub async fn want_elections(&self, topics: Vec<TopicId>) -> Result<(), ControlError> {
         if self.catalog.leads() {
             self.replicas.elections.want(topics);
             return Ok(());

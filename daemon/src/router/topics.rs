@@ -1,6 +1,7 @@
 //! Topics: created, updated, deleted, listed and looked up.
 
 use super::*;
+use crate::ids::TopicId;
 
 impl<S: Storage> Router<S> {
     pub async fn create_topic(&self, request: Topic) -> Result<Topic, ControlError> {
@@ -15,7 +16,7 @@ impl<S: Storage> Router<S> {
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Topic)?;
         let replicas = self.replica_count(request.replicas)?;
-        let id = self.allocate_id();
+        let id = TopicId::new(self.allocate_id());
         if replicas > 1 {
             return self.create_replicated_topic(id, &request, retention, replicas).await;
         }

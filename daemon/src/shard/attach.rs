@@ -4,7 +4,7 @@ use super::{quarantined_status, Forwarder};
 use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
 use crate::control::ControlOk;
-use crate::ids::{Offset, SubscriptionId};
+use crate::ids::{Offset, SubscriptionId, TopicId};
 use crate::storage::Storage;
 use crate::subscription::state::SubscriptionState;
 use crate::subscription::{delivery_policy, filter::Filter, recovered_state, SubscriptionEntry};
@@ -14,7 +14,7 @@ use std::time::Duration;
 impl<S: Storage> Forwarder<S> {
     pub async fn attach_topic(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         name: String,
         retention_seconds: u64,
         recovering: bool,
@@ -57,7 +57,7 @@ impl<S: Storage> Forwarder<S> {
         &self,
         subscription_id: u64,
         name: String,
-        topic_id: u64,
+        topic_id: TopicId,
         settings: SubscriptionSettings,
         create: bool,
         start_offset: u64,

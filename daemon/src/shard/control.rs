@@ -4,7 +4,7 @@
 use super::Forwarder;
 use crate::api::Status;
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
-use crate::ids::{Epoch, SnapshotId, SubscriptionId};
+use crate::ids::{Epoch, SnapshotId, SubscriptionId, TopicId};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::JournalEntry;
 use crate::topic::journal::SnapshotState;
@@ -90,7 +90,7 @@ impl<S: Storage> Forwarder<S> {
     /// point is what it was told as a follower, which may lag what its predecessor
     /// acknowledged). `Unavailable` if that commit takes longer than `SYNC_POINT_WAIT_MAX`,
     /// `NotOwner` if the leader is deposed meanwhile.
-    pub(crate) async fn durable_end(&self, topic_id: u64) -> Result<ControlOk, Status> {
+    pub(crate) async fn durable_end(&self, topic_id: TopicId) -> Result<ControlOk, Status> {
         if let Some((topic_name, why)) = self.registry.quarantined.borrow().topics.get(&topic_id) {
             return Err(super::quarantined_status("topic", topic_name, why));
         }
@@ -107,7 +107,7 @@ impl<S: Storage> Forwarder<S> {
     /// to those a snapshot captured, durably first.
     async fn seek(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         subscription_id: u64,
         time_ms: u64,
         snapshot_id: Option<SnapshotId>,
@@ -150,7 +150,7 @@ impl<S: Storage> Forwarder<S> {
 
     async fn take_snapshot(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         subscription_id: u64,
         snapshot_id: SnapshotId,
         expire_time_ms: u64,
@@ -166,7 +166,7 @@ impl<S: Storage> Forwarder<S> {
         Ok(ControlOk::Done)
     }
 
-    async fn drop_snapshot(&self, topic_id: u64, snapshot_id: SnapshotId) -> Result<ControlOk, Status> {
+    async fn drop_snapshot(&self, topic_id: TopicId, snapshot_id: SnapshotId) -> Result<ControlOk, Status> {
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
         if let Some(topic) = topic {
             let dropped = topic.journal.with_open(|open| open.snapshots.remove(&snapshot_id).is_some());
@@ -200,7 +200,7 @@ impl<S: Storage> Forwarder<S> {
     }
 
     /// Stops serving a topic and its subscriptions; with `delete_data`, removes its files.
-    fn detach_topic(&self, topic_id: u64, delete_data: bool) {
+    fn detach_topic(&self, topic_id: TopicId, delete_data: bool) {
         let quarantined = {
             let mut quarantined = self.registry.quarantined.borrow_mut();
             quarantined.subscriptions.retain(|_, (owner, _)| *owner != topic_id);
@@ -252,7 +252,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// Stops serving a subscription that was deleted, or detached from its topic (`deleted`
     /// false); either way its state here goes.
-    fn detach_subscription(&self, subscription_id: u64, name: &str, topic_id: u64, deleted: bool) {
+    fn detach_subscription(&self, subscription_id: u64, name: &str, topic_id: TopicId, deleted: bool) {
         self.registry.quarantined.borrow_mut().subscriptions.remove(name);
         let removed = self.registry.subscriptions.borrow_mut().remove(name);
         if let Some((entry, _)) = removed {
@@ -269,7 +269,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// Applies an update the router made durable in the catalog: a topic's retention, or a
     /// subscription's settings (`SubscriptionEntry::update`).
-    fn update_settings(&self, topic_id: u64, update: SettingsUpdate) -> Result<ControlOk, Status> {
+    fn update_settings(&self, topic_id: TopicId, update: SettingsUpdate) -> Result<ControlOk, Status> {
         if self.registry.quarantined.borrow().topics.contains_key(&topic_id) {
             // Not served; the catalog holds the new settings for when it is again.
             return Ok(ControlOk::Done);

@@ -17,6 +17,7 @@ mod tests;
 use crate::api::data::{DataError, ResourceKind};
 use crate::api::Status;
 use crate::clock::Clock;
+use crate::ids::TopicId;
 use crate::log::{Directories, LogConfig, TailCacheBudget};
 use crate::metrics::rate::RateTicks;
 use crate::storage::Storage;
@@ -43,11 +44,11 @@ pub type Served<S> = (Rc<SubscriptionEntry>, Rc<TopicState<S>>);
 /// The topics and subscriptions a shard serves, by name and by id, and those it quarantined.
 pub struct Registry<S: Storage> {
     pub topics: RefCell<HashMap<Rc<str>, Rc<TopicState<S>>>>,
-    pub topics_by_id: RefCell<HashMap<u64, Rc<TopicState<S>>, IdHasher>>,
+    pub topics_by_id: RefCell<HashMap<TopicId, Rc<TopicState<S>>, IdHasher>>,
     pub subscriptions: RefCell<HashMap<Rc<str>, Served<S>, crate::runtime::NameHasher>>,
     pub quarantined: RefCell<Quarantined>,
     /// Replicas of replicated topics that follow another replica's lead, by id: not served.
-    pub followers: RefCell<HashMap<u64, Rc<TopicState<S>>, IdHasher>>,
+    pub followers: RefCell<HashMap<TopicId, Rc<TopicState<S>>, IdHasher>>,
 }
 
 impl<S: Storage> Registry<S> {
@@ -111,10 +112,10 @@ pub struct Forwarder<S: Storage> {
 #[derive(Default)]
 pub struct Quarantined {
     /// By id: the topic's name and why it is quarantined.
-    pub topics: HashMap<u64, (Rc<str>, Rc<str>), IdHasher>,
+    pub topics: HashMap<TopicId, (Rc<str>, Rc<str>), IdHasher>,
     pub topic_names: HashMap<Rc<str>, Rc<str>>,
     /// By name: the subscription's topic id and the topic's reason.
-    pub subscriptions: HashMap<Rc<str>, (u64, Rc<str>)>,
+    pub subscriptions: HashMap<Rc<str>, (TopicId, Rc<str>)>,
 }
 
 /// A request naming a quarantined topic (or one of its subscriptions).
@@ -211,7 +212,7 @@ impl<S: Storage> Forwarder<S> {
     /// A topic and one of its subscriptions, both attached here.
     pub fn attached(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         subscription_id: u64,
     ) -> Result<(Rc<TopicState<S>>, Rc<SubscriptionEntry>), Status> {
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();

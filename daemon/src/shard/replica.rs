@@ -9,13 +9,13 @@ use super::Forwarder;
 use crate::api::{Code, Status};
 use crate::catalog::global_shard;
 use crate::control::ControlOk;
-use crate::ids::{Epoch, Offset, ShardId};
+use crate::ids::{Epoch, Offset, ShardId, TopicId};
 use crate::log::{Log, LogError};
 use crate::replication::protocol::{FencedLog, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES};
 use crate::replication::quorum;
 use crate::replication::source::{self, Leader, Peer, Transport};
 use crate::storage::Storage;
-use crate::subscription::journal_entry::{journal_log_id, JournalEntry};
+use crate::subscription::journal_entry::{journal_log_id, messages_log_id, JournalEntry};
 use crate::topic::{Replication, TopicState};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -32,7 +32,7 @@ pub struct ReplicaContext {
     pub node_id: Cell<u64>,
     pub transport: RefCell<Option<Rc<dyn Transport>>>,
     /// Topics being promoted here: one promotion at a time per topic.
-    promoting: RefCell<std::collections::HashSet<u64>>,
+    promoting: RefCell<std::collections::HashSet<TopicId>>,
     /// Fires when a promotion ends.
     promoted: crate::sync::Notify,
 }
@@ -73,7 +73,7 @@ impl<S: Storage> Forwarder<S> {
     /// tell what a quorum held, so its node asks for an election instead of leading again.
     pub async fn attach_replica(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         name: String,
         retention_seconds: u64,
         recovering: bool,
@@ -100,7 +100,7 @@ impl<S: Storage> Forwarder<S> {
     /// before it, and serves the topic. Its subscriptions are attached by the router after.
     pub async fn promote_replica(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         epoch: Epoch,
         replicas: Vec<Peer>,
     ) -> Result<ControlOk, Status> {
@@ -135,7 +135,7 @@ impl<S: Storage> Forwarder<S> {
     /// `promote_replica`, once no other promotion of the topic runs.
     async fn promote_follower(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         epoch: Epoch,
         replicas: Vec<Peer>,
     ) -> Result<ControlOk, Status> {
@@ -185,7 +185,7 @@ impl<S: Storage> Forwarder<S> {
     /// answers.
     async fn fence_all(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         epoch: Epoch,
         logs: &[Log<S>; LOGS],
         peers: &[Peer],
@@ -228,7 +228,7 @@ impl<S: Storage> Forwarder<S> {
     /// Stops leading a topic whose newer epoch `epoch` another replica leads (or will): its
     /// subscriptions' pulls and streams end with `Unavailable`, so their clients look again,
     /// whatever waits for a commit fails, and it follows the new leader from its next sync.
-    pub fn demote_replica(&self, topic_id: u64, epoch: Epoch) {
+    pub fn demote_replica(&self, topic_id: TopicId, epoch: Epoch) {
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
         let Some(topic) = topic else { return };
         let Some(leader) = topic.leader().filter(|leader| leader.epoch < epoch) else { return };
@@ -253,7 +253,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// A fencing round's question, from the catalog's leader or a new leader: the promise, and
     /// what the messages and the journal hold here.
-    pub async fn fence_replica(&self, topic_id: u64, epoch: Epoch) -> Result<[FencedLog; LOGS], Status> {
+    pub async fn fence_replica(&self, topic_id: TopicId, epoch: Epoch) -> Result<[FencedLog; LOGS], Status> {
         self.demote_replica(topic_id, epoch);
         let topic = self.replica(topic_id)?;
         let logs = self.logs_of(&topic).await?;
@@ -262,7 +262,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// Topics this shard leads whose followers refused it for a newer epoch's promise: their
     /// node asks for elections (`ControlRequest::ElectionsWanted`).
-    pub fn elections_wanted(&self) -> Vec<u64> {
+    pub fn elections_wanted(&self) -> Vec<TopicId> {
         self.registry
             .topics_by_id
             .borrow()
@@ -273,7 +273,7 @@ impl<S: Storage> Forwarder<S> {
     }
 
     /// Where this shard's replica of `topic_id` stands (`ControlRequest::ReplicaProgress`).
-    pub fn replica_progress(&self, topic_id: u64) -> Result<crate::control::ReplicaProgress, Status> {
+    pub fn replica_progress(&self, topic_id: TopicId) -> Result<crate::control::ReplicaProgress, Status> {
         let topic = self.replica(topic_id)?;
         let journal = topic.journal.opened();
         let journal_ends =
@@ -305,7 +305,7 @@ impl<S: Storage> Forwarder<S> {
     }
 
     /// A replica of `topic_id` here, leading or following.
-    fn replica(&self, topic_id: u64) -> Result<Rc<TopicState<S>>, Status> {
+    fn replica(&self, topic_id: TopicId) -> Result<Rc<TopicState<S>>, Status> {
         let following = self.registry.followers.borrow().get(&topic_id).cloned();
         following.or_else(|| self.registry.topics_by_id.borrow().get(&topic_id).cloned()).ok_or_else(|| {
             Status::new(Code::NotFound, format!("topic {topic_id:x} has no replica on shard {}", self.shard))
@@ -351,7 +351,7 @@ impl<S: Storage> Forwarder<S> {
                 if promised_epoch > leader_epoch {
                     return Ok(ReplicaAnswer::Deposed { promised_epoch });
                 }
-                let log_ids = [topic_id, journal_log_id(topic_id)];
+                let log_ids = [messages_log_id(topic_id), journal_log_id(topic_id)];
                 let durable_ends =
                     source::take(&logs, log_ids, leader_epoch, parts).await.map_err(Status::from)?;
                 Ok(ReplicaAnswer::Appended { durable_ends })

@@ -4,7 +4,7 @@ use super::*;
 use crate::catalog::SubscriptionSettings;
 use crate::clock::ManualClock;
 use crate::control::{ControlRequest, SettingsUpdate};
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::net::server::Handler;
 use crate::protocol::native::forwarder as native;
 use crate::storage::sim::SimDisk;
@@ -94,7 +94,7 @@ fn published_messages_are_stored_as_sent() {
 async fn topic(forwarder: &Forwarder<SimDisk>, retention_seconds: u64) -> Rc<TopicState<SimDisk>> {
     forwarder
         .control(ControlRequest::AttachTopic {
-            topic_id: 7,
+            topic_id: TopicId::new(7),
             name: "retained".into(),
             retention_seconds,
             recovering: false,
@@ -125,7 +125,7 @@ async fn attach_subscription(
         .control(ControlRequest::AttachSubscription {
             subscription_id: 9,
             name: "reader".into(),
-            topic_id: 7,
+            topic_id: TopicId::new(7),
             settings,
             create,
             start_offset: 0,
@@ -203,9 +203,12 @@ fn a_deleted_topics_files_are_removed() {
         subscribe(&forwarder, false).await;
         publish(&forwarder, 300).await;
         assert!(retained.log.closed_segments().len() >= 2);
-        let folder = PathBuf::from("/d0").join(topic_folder(7));
+        let folder = PathBuf::from("/d0").join(topic_folder(TopicId::new(7)));
         assert!(forwarder.store.storage.exists(&folder));
-        forwarder.control(ControlRequest::DetachTopic { topic_id: 7, delete_data: true }).await.unwrap();
+        forwarder
+            .control(ControlRequest::DetachTopic { topic_id: TopicId::new(7), delete_data: true })
+            .await
+            .unwrap();
         assert!(forwarder.topic("retained").is_err() && forwarder.subscription("reader").is_err());
         for _ in 0..100 {
             if !forwarder.store.storage.exists(&folder) {
@@ -229,7 +232,7 @@ fn a_new_topics_folders_are_durable_and_synced_once_each() {
         // On this empty disk: / (for d0/), /d0, /d0/topics and /d0/topics/7 (for messages/
         // and journal/), one each, where a folder at a time synced /d0/topics/7 twice.
         assert_eq!(disk.directory_sync_count(), 4);
-        let folder = PathBuf::from("/d0").join(topic_folder(7));
+        let folder = PathBuf::from("/d0").join(topic_folder(TopicId::new(7)));
         for log in ["messages", "journal"] {
             assert_eq!(disk.list_dir(&folder.join(log)).unwrap(), Vec::<String>::new());
         }
@@ -345,7 +348,7 @@ fn topics_attached_together_keep_to_the_open_journal_budget() {
         let attaches = (0..10u64)
             .map(|topic_id| {
                 forwarder.control(ControlRequest::AttachTopic {
-                    topic_id,
+                    topic_id: TopicId::new(topic_id),
                     name: format!("topic-{topic_id}"),
                     retention_seconds: 0,
                     recovering: true,
@@ -476,7 +479,7 @@ fn a_full_disk_releases_the_files_kept_for_later_rolls() {
         assert!(busy.log.keeps_a_recycled_file(), "the busy topic recycles its segments");
         forwarder
             .control(ControlRequest::AttachTopic {
-                topic_id: 8,
+                topic_id: TopicId::new(8),
                 name: "newcomer".into(),
                 retention_seconds: 0,
                 recovering: false,
@@ -548,7 +551,7 @@ fn updated_settings_decide_what_is_kept_and_how_long_a_lease_runs() {
         let topic = topic(&forwarder, 0).await;
         let entry = subscribe(&forwarder, false).await;
         let update_topic = |retention_seconds| ControlRequest::UpdateSettings {
-            topic_id: 7,
+            topic_id: TopicId::new(7),
             update: SettingsUpdate::Topic { retention_seconds },
         };
         let update_subscription = |ack_deadline_seconds, retain_acked_messages| {
@@ -559,7 +562,7 @@ fn updated_settings_decide_what_is_kept_and_how_long_a_lease_runs() {
                 ..Default::default()
             };
             ControlRequest::UpdateSettings {
-                topic_id: 7,
+                topic_id: TopicId::new(7),
                 update: SettingsUpdate::Subscription { subscription_id: 9, settings },
             }
         };
@@ -651,7 +654,10 @@ fn exactly_once_acknowledgements_pin_their_lease_and_fail_per_id() {
             ..Default::default()
         };
         let update = SettingsUpdate::Subscription { subscription_id: 9, settings };
-        forwarder.control(ControlRequest::UpdateSettings { topic_id: 7, update }).await.unwrap();
+        forwarder
+            .control(ControlRequest::UpdateSettings { topic_id: TopicId::new(7), update })
+            .await
+            .unwrap();
         assert!(entry.state.borrow().policy.exactly_once, "an update carries the setting");
         publish(&forwarder, 3).await;
         // The first publish had the journal's reserve made, in the background.

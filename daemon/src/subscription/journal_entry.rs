@@ -4,7 +4,7 @@
 //! confirmed to the subscriber only after its entry is durable.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::{Offset, SnapshotId, SubscriptionId};
+use crate::ids::{Offset, SnapshotId, SubscriptionId, TopicId};
 
 /// Most runs a decoder reserves room for up front: the count comes from the entry itself, and a
 /// damaged count must not become a huge allocation before the truncated input is noticed.
@@ -63,10 +63,16 @@ pub enum JournalEntry {
     },
 }
 
+/// A topic's messages log has the topic's id for its log id (inside every checksum, so a batch
+/// of one topic's log never validates as another's).
+pub fn messages_log_id(topic_id: TopicId) -> u64 {
+    topic_id.get()
+}
+
 /// Log ids of journals differ from their topic's, so a journal batch can never validate as a
 /// message batch (the id is inside every checksum).
-pub fn journal_log_id(topic_id: u64) -> u64 {
-    topic_id ^ 0x4a4f_5552_4e41_4c00
+pub fn journal_log_id(topic_id: TopicId) -> u64 {
+    messages_log_id(topic_id) ^ 0x4a4f_5552_4e41_4c00
 }
 
 impl JournalEntry {

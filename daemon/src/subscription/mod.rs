@@ -17,7 +17,7 @@ pub mod state;
 
 use crate::catalog::{PushConfig, SubscriptionSettings};
 use crate::clock::Clock;
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::metrics::rate::RateWindow;
 use crate::sync::{Notify, Stop};
 pub use error::SubscriptionError;
@@ -49,7 +49,7 @@ pub struct SubscriptionEntry {
     pub id: crate::ids::SubscriptionId,
     /// Shared with the key of the shard's map of subscriptions by name.
     pub name: Rc<str>,
-    pub topic_id: u64,
+    pub topic_id: TopicId,
     // The three settings the forwarder reads after attaching, not the whole
     // `SubscriptionSettings` (88 bytes, over 10,000 idle subscriptions): the deadline and the
     // delivery policy went into `state`, the filter into `filter`, and the router keeps them all.
@@ -109,7 +109,7 @@ impl SubscriptionEntry {
     /// A subscription attached now, with `state` built from its sync point (and journal).
     pub fn new(
         name: Rc<str>,
-        topic_id: u64,
+        topic_id: TopicId,
         settings: &SubscriptionSettings,
         state: SubscriptionState,
         filter: Option<Box<filter::Filter>>,

@@ -3,7 +3,7 @@
 
 use super::{journal_folder, TopicState};
 use crate::clock::Clock;
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::log::{record, Log, LogConfig, LogError};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::{journal_log_id, runs_of, JournalEntry};
@@ -80,7 +80,7 @@ impl<S: Storage> LazyJournal<S> {
     /// folder does not wait on the disk today, but should it ever, appends that arrive meanwhile
     /// wait for the one opener instead of opening a second log on the same files.
     /// It goes beside the topic's message log, `messages`, on the same storage.
-    pub(super) async fn log(&self, messages: &Log<S>, topic_id: u64) -> Result<Log<S>, LogError> {
+    pub(super) async fn log(&self, messages: &Log<S>, topic_id: TopicId) -> Result<Log<S>, LogError> {
         loop {
             // Registered before looking, so an opener finishing in between is not missed.
             let opened = self.opened.notified();

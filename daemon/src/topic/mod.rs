@@ -10,7 +10,7 @@ pub mod retention;
 #[cfg(test)]
 mod tests;
 
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::log::record::RecordView;
 use crate::log::{make_reserve, record, HeldBatch, Log, LogError, StoredRecord};
 use crate::metrics::rate::RateWindow;
@@ -31,7 +31,7 @@ use std::time::Duration;
 const RESERVE_SETTLE_PAUSE: Duration = Duration::from_millis(5);
 
 pub struct TopicState<S: Storage> {
-    pub id: u64,
+    pub id: TopicId,
     /// Shared with the key of the shard's map of topics by name.
     pub name: Rc<str>,
     pub log: Log<S>,
@@ -66,12 +66,12 @@ pub enum Replication {
 }
 
 /// A topic's folder inside each data directory.
-pub fn topic_folder(topic_id: u64) -> PathBuf {
+pub fn topic_folder(topic_id: TopicId) -> PathBuf {
     PathBuf::from("topics").join(format!("{topic_id:016x}"))
 }
 
 /// Where a topic's subscription journal lives, inside each data directory.
-pub fn journal_folder(topic_id: u64) -> PathBuf {
+pub fn journal_folder(topic_id: TopicId) -> PathBuf {
     topic_folder(topic_id).join("journal")
 }
 

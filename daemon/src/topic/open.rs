@@ -4,10 +4,10 @@
 
 use super::journal::{JournalReserve, JournalSlot, LazyJournal, OpenJournal, SnapshotState};
 use super::{journal_folder, topic_folder, TopicError, TopicState};
-use crate::ids::Offset;
+use crate::ids::{Offset, TopicId};
 use crate::log::{Directories, Log, LogConfig, LogError, RecoveryReport};
 use crate::storage::Storage;
-use crate::subscription::journal_entry::{journal_log_id, JournalEntry};
+use crate::subscription::journal_entry::{journal_log_id, messages_log_id, JournalEntry};
 use crate::subscription::state::IdHasher;
 use crate::sync::Notify;
 use std::cell::{Cell, RefCell};
@@ -59,7 +59,7 @@ impl<S: Storage> TopicStore<S> {
 
     pub async fn open(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         name: String,
         retention_seconds: u64,
         keep_files_open: bool,
@@ -122,7 +122,7 @@ impl<S: Storage> TopicStore<S> {
     /// The rest of `open_topic`: the folders, both logs, and what the journal recovered.
     async fn open_logs(
         &self,
-        topic_id: u64,
+        topic_id: TopicId,
         name: &str,
         retention_seconds: u64,
         keep_files_open: bool,
@@ -147,7 +147,7 @@ impl<S: Storage> TopicStore<S> {
             self.storage.clone(),
             self.directories.clone(),
             &relative.join("messages"),
-            topic_id,
+            messages_log_id(topic_id),
             self.log_config.clone(),
         )
         .await

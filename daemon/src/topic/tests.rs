@@ -3,6 +3,7 @@
 
 use super::open::TopicStore;
 use super::{journal_folder, TopicState};
+use crate::ids::TopicId;
 use crate::log::{Directories, LogConfig, RESERVE_MAKING_NAME, RESERVE_NAME};
 use crate::storage::sim::SimDisk;
 use crate::storage::Storage;
@@ -17,11 +18,11 @@ fn run<F: std::future::Future<Output = ()> + 'static>(future: F) {
 async fn topic(disk: &SimDisk) -> Rc<TopicState<SimDisk>> {
     disk.set_opens_yield(true);
     let store = TopicStore::new(disk.clone(), Directories::new(vec!["/d0".into()]), LogConfig::default());
-    Rc::new(store.open(7, "many".into(), 0, false, false).await.expect("the topic opens"))
+    Rc::new(store.open(TopicId::new(7), "many".into(), 0, false, false).await.expect("the topic opens"))
 }
 
 fn journal_file(name: &str) -> PathBuf {
-    PathBuf::from("/d0").join(journal_folder(7)).join(name)
+    PathBuf::from("/d0").join(journal_folder(TopicId::new(7))).join(name)
 }
 
 /// A topic's first publish has its journal's reserve made in the background, and segment

@@ -5,6 +5,7 @@ use crate::auth::{Access, AccessSettings, Mode, Session};
 use crate::catalog::SubscriptionSettings;
 use crate::clock::ManualClock;
 use crate::control::ControlRequest;
+use crate::ids::TopicId;
 use crate::log::{Directories, LogConfig};
 use crate::net::server::{Handler, Responder};
 use crate::shard::Forwarder;
@@ -51,7 +52,7 @@ async fn forwarder() -> Forwarder<SimDisk> {
         Rc::new(ManualClock::default()),
     );
     let topic = ControlRequest::AttachTopic {
-        topic_id: 7,
+        topic_id: TopicId::new(7),
         name: "retained".into(),
         retention_seconds: 0,
         recovering: false,
@@ -60,7 +61,7 @@ async fn forwarder() -> Forwarder<SimDisk> {
     let subscription = ControlRequest::AttachSubscription {
         subscription_id: 9,
         name: "reader".into(),
-        topic_id: 7,
+        topic_id: TopicId::new(7),
         settings: SubscriptionSettings { ack_deadline_seconds: 10, ..Default::default() },
         create: true,
         start_offset: 0,
