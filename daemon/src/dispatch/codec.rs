@@ -15,9 +15,10 @@ use crate::auth::Principal;
 use crate::catalog::entry::{decode_whole_settings, encode_whole_settings};
 use crate::codec::{DecodeResult, Decoder, Encoder};
 
-/// The format of a carried operation and of its answer.
-const CARRIED_FORMAT: u8 = 1;
-const ANSWER_FORMAT: u8 = 1;
+/// The format of a carried operation and of its answer. 2: a subscription's settings end with
+/// its push configuration (`encode_whole_settings`).
+const CARRIED_FORMAT: u8 = 2;
+const ANSWER_FORMAT: u8 = 2;
 
 const PRINCIPAL_ANONYMOUS: u8 = 0;
 const PRINCIPAL_NAMED: u8 = 1;
@@ -433,7 +434,24 @@ mod tests {
             Operation::CreateSubscription(Subscription {
                 name: "s".into(),
                 topic: "t".into(),
-                settings,
+                settings: settings.clone(),
+                detached: false,
+            }),
+            Operation::CreateSubscription(Subscription {
+                name: "s".into(),
+                topic: "t".into(),
+                settings: SubscriptionSettings {
+                    push: Some(Box::new(crate::catalog::PushConfig {
+                        endpoint: "https://receiver.example/push".into(),
+                        attributes: labels(),
+                        wrapper: crate::catalog::PushWrapper::NoWrapper { write_metadata: false },
+                        oidc_token: Some(crate::catalog::OidcToken {
+                            service_account_email: "pusher@p.iam.example".into(),
+                            audience: String::new(),
+                        }),
+                    })),
+                    ..settings
+                },
                 detached: false,
             }),
             Operation::GetSubscription { name: "s".into() },
