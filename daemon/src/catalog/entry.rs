@@ -679,19 +679,29 @@ pub(crate) fn encode_whole_settings<'a>(
 ) -> &'a mut Encoder {
     encode_settings(encoder, settings);
     encode_settings_trailer(encoder, settings);
-    match &settings.push {
-        Some(push) => encode_push(encoder.bool(true), push),
-        None => encoder.bool(false),
-    }
+    encode_optional_push(encoder, settings.push.as_deref())
 }
 
 pub(crate) fn decode_whole_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
     let mut settings = decode_settings(d)?;
     decode_settings_trailer(d, &mut settings)?;
-    if d.bool()? {
-        settings.push = Some(Box::new(decode_push(d)?));
-    }
+    settings.push = decode_optional_push(d)?;
     Ok(settings)
+}
+
+/// A push configuration or none, behind a flag saying which.
+pub(crate) fn encode_optional_push<'a>(
+    encoder: &'a mut Encoder,
+    push: Option<&PushConfig>,
+) -> &'a mut Encoder {
+    match push {
+        Some(push) => encode_push(encoder.bool(true), push),
+        None => encoder.bool(false),
+    }
+}
+
+pub(crate) fn decode_optional_push(d: &mut Decoder) -> DecodeResult<Option<Box<PushConfig>>> {
+    Ok(if d.bool()? { Some(Box::new(decode_push(d)?)) } else { None })
 }
 
 /// Labels as a count and then each key and value.
