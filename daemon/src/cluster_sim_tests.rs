@@ -46,7 +46,7 @@ use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::dispatch::routes::{Resource as Served, Routes};
 use crate::dispatch::{Caller, Carried, Door, NodeTransport, Operation};
-use crate::ids::{Offset, TopicId};
+use crate::ids::{NodeId, Offset, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::net::relay::{self, CarriedStream, Carrier, Relay};
 use crate::net::server::{Handler, Responder};
@@ -529,24 +529,27 @@ impl SimPeers {
 }
 
 impl Peers for SimPeers {
-    fn control(&self, node: u64, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
-        self.ask(node, move |serving| async move { serving.router.local_control(shard, request).await })
+    fn control(&self, node: NodeId, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
+        self.ask(node.get(), move |serving| async move { serving.router.local_control(shard, request).await })
     }
 
-    fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()> {
-        self.ask(leader, move |serving| async move { Ok(serving.router.register(node).await?) })
+    fn register(&self, leader: NodeId, node: NodeRecord) -> PeerFuture<()> {
+        self.ask(leader.get(), move |serving| async move { Ok(serving.router.register(node).await?) })
     }
 
-    fn want_elections(&self, leader: u64, topics: Vec<TopicId>) -> PeerFuture<()> {
-        self.ask(leader, move |serving| async move { Ok(serving.router.want_elections(topics).await?) })
+    fn want_elections(&self, leader: NodeId, topics: Vec<TopicId>) -> PeerFuture<()> {
+        self.ask(leader.get(), move |serving| async move { Ok(serving.router.want_elections(topics).await?) })
     }
 
-    fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()> {
-        self.ask(leader, move |serving| async move { Ok(serving.router.delete_subscription(&name).await?) })
+    fn expire_subscription(&self, leader: NodeId, name: String) -> PeerFuture<()> {
+        self.ask(
+            leader.get(),
+            move |serving| async move { Ok(serving.router.delete_subscription(&name).await?) },
+        )
     }
 
-    fn cluster_status(&self, leader: u64) -> PeerFuture<crate::api::cluster::ClusterStatus> {
-        self.ask(leader, move |serving| async move { Ok(serving.router.cluster_status().await) })
+    fn cluster_status(&self, leader: NodeId) -> PeerFuture<crate::api::cluster::ClusterStatus> {
+        self.ask(leader.get(), move |serving| async move { Ok(serving.router.cluster_status().await) })
     }
 }
 
@@ -725,7 +728,7 @@ impl Carrier for SimCarrier {
 /// What node `id` registers: its forwarder's advertised address.
 fn record(id: u64) -> NodeRecord {
     NodeRecord {
-        node_id: id,
+        node_id: NodeId::new(id),
         cluster_address: format!("node-{id}:7460"),
         router_address: format!("node-{id}:{ROUTER_PORT}"),
         forwarders: vec![format!("node-{id}:{PORT}")],

@@ -17,7 +17,7 @@ use crate::catalog::entry::{
 };
 use crate::catalog::raft::{Entry, LogId, Membership, Snapshot, SnapshotMeta, StoredMembership, Vote};
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
-use crate::ids::{Epoch, Offset, TopicId};
+use crate::ids::{Epoch, NodeId, Offset, TopicId};
 use crate::replication::protocol::{
     Chunk, FencedLog, LogAppend, LogTip, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS,
 };
@@ -321,13 +321,13 @@ fn catalog_entries() -> Vec<CatalogEntry> {
         },
         CatalogEntry::SubscriptionDetached { id: 6, name: "projects/p/subscriptions/b".to_owned() },
         CatalogEntry::NodeRegistered(NodeRecord {
-            node_id: 2,
+            node_id: NodeId::new(2),
             cluster_address: "10.0.0.2:7460".to_owned(),
             router_address: "10.0.0.2:7450".to_owned(),
             forwarders: vec!["10.0.0.2:7451".to_owned(), "10.0.0.2:7452".to_owned()],
             grpc_address: "10.0.0.2:8085".to_owned(),
         }),
-        CatalogEntry::NodeRemoved { node_id: 3 },
+        CatalogEntry::NodeRemoved { node_id: NodeId::new(3) },
         CatalogEntry::TopicReplicasChanged { id: TopicId::new(5), replicas: vec![0x1_0001, 0x2_0002] },
         CatalogEntry::TopicLeaderElected { id: TopicId::new(5), epoch: 3, leader: 0x2_0002 },
     ]

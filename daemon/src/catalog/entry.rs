@@ -12,7 +12,7 @@
 //! the one-time import of such a catalog and because some of them are still written.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::{SnapshotId, TopicId};
+use crate::ids::{NodeId, SnapshotId, TopicId};
 
 const KIND_BOOT: u8 = 1;
 const KIND_TOPIC_CREATED: u8 = 2;
@@ -186,7 +186,7 @@ pub struct SubscriptionRecord {
 /// clients reach its router, each of its forwarder shards and its gRPC API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRecord {
-    pub node_id: u64,
+    pub node_id: NodeId,
     pub cluster_address: String,
     pub router_address: String,
     /// Shard `i`'s address at index `i`.
@@ -200,7 +200,7 @@ impl NodeRecord {
     /// A node admitted to the cluster (`ringpost cluster add-node`) that has not registered
     /// yet: its cluster address only, so that the catalog's leader, and every later one, can
     /// reach it. It has no forwarders, so placement gives it nothing until it registers.
-    pub fn admitted(node_id: u64, cluster_address: String) -> NodeRecord {
+    pub fn admitted(node_id: NodeId, cluster_address: String) -> NodeRecord {
         NodeRecord {
             node_id,
             cluster_address,
@@ -276,7 +276,7 @@ pub enum CatalogEntry {
     /// A node left the cluster: its record is dropped, so placement no longer counts its
     /// forwarders. Decided only once it holds no topic and no replica.
     NodeRemoved {
-        node_id: u64,
+        node_id: NodeId,
     },
     /// A replicated topic's replicas from now on: its replicas with one added or one removed,
     /// its leader among them (docs/REPLICATION.md, "Moving a replica"). Applied only to a
@@ -392,7 +392,7 @@ impl CatalogEntry {
             CatalogEntry::NodeRegistered(node) => {
                 let mut encoder = Encoder::new(KIND_NODE_REGISTERED);
                 encoder
-                    .u64(node.node_id)
+                    .u64(node.node_id.get())
                     .str(&node.cluster_address)
                     .str(&node.router_address)
                     .u32(node.forwarders.len() as u32);
@@ -409,7 +409,9 @@ impl CatalogEntry {
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 Encoder::new(KIND_TOPIC_LEADER_ELECTED).u64(id.get()).u64(*epoch).u32(*leader).0.clone()
             }
-            CatalogEntry::NodeRemoved { node_id } => Encoder::new(KIND_NODE_REMOVED).u64(*node_id).0.clone(),
+            CatalogEntry::NodeRemoved { node_id } => {
+                Encoder::new(KIND_NODE_REMOVED).u64(node_id.get()).0.clone()
+            }
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
                 encoder.u64(id.get()).u32(replicas.len() as u32);
@@ -510,7 +512,7 @@ impl CatalogEntry {
                 epoch: d.u64()?,
                 leader: d.u32()?,
             },
-            KIND_NODE_REMOVED => CatalogEntry::NodeRemoved { node_id: d.u64()? },
+            KIND_NODE_REMOVED => CatalogEntry::NodeRemoved { node_id: NodeId::new(d.u64()?) },
             KIND_TOPIC_REPLICAS_CHANGED => CatalogEntry::TopicReplicasChanged {
                 id: TopicId::new(d.u64()?),
                 replicas: decode_replicas(&mut d)?,
@@ -572,7 +574,7 @@ fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionR
 /// A node's registration (`KIND_NODE_REGISTERED`), after its kind; its gRPC address follows
 /// when it was written with one.
 fn decode_node(d: &mut Decoder) -> DecodeResult<NodeRecord> {
-    let (node_id, cluster_address, router_address) = (d.u64()?, d.str()?, d.str()?);
+    let (node_id, cluster_address, router_address) = (NodeId::new(d.u64()?), d.str()?, d.str()?);
     let count = d.u32()?;
     if count > 1 << NODE_SHARD_BITS {
         return Err("a node with more forwarder shards than a shard number holds");

@@ -4,7 +4,7 @@
 
 use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SubscriptionRecord, TopicRecord};
 use crate::codec::{DecodeResult, Decoder};
-use crate::ids::TopicId;
+use crate::ids::{NodeId, TopicId};
 use std::collections::{BTreeMap, HashMap};
 
 /// The catalog: what the entries so far add up to.
@@ -22,7 +22,7 @@ pub struct CatalogState {
     pub subscriptions: BTreeMap<String, Box<SubscriptionRecord>>,
     pub snapshots: BTreeMap<String, SnapshotRecord>,
     /// The cluster's nodes as they registered, by id; empty for a single node.
-    pub nodes: BTreeMap<u64, NodeRecord>,
+    pub nodes: BTreeMap<NodeId, NodeRecord>,
 }
 
 /// What applying an entry did: the answer `client_write` returns to the proposer, and what the

@@ -5,6 +5,7 @@
 use super::standing::{self, Standing};
 use super::Catalog;
 use crate::api::cluster::{ClusterStatus, NodeStatus};
+use crate::ids::NodeId;
 use crate::storage::Storage;
 use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
@@ -63,7 +64,7 @@ impl<S: Storage> Catalog<S> {
                     router_address: self
                         .state()
                         .nodes
-                        .get(&node_id)
+                        .get(&NodeId::new(node_id))
                         .map(|node| node.router_address.clone())
                         .unwrap_or_default(),
                     voter,
@@ -88,7 +89,11 @@ impl<S: Storage> Catalog<S> {
 
     /// The address member `node_id` is reached at by its peers.
     fn member_address(&self, node_id: u64) -> String {
-        self.state().nodes.get(&node_id).map(|node| node.cluster_address.clone()).unwrap_or_default()
+        self.state()
+            .nodes
+            .get(&NodeId::new(node_id))
+            .map(|node| node.cluster_address.clone())
+            .unwrap_or_default()
     }
 }
 

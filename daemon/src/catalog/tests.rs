@@ -1,5 +1,5 @@
 use super::*;
-use crate::ids::{SnapshotId, TopicId};
+use crate::ids::{NodeId, SnapshotId, TopicId};
 use crate::log::tests::{directories, run};
 use crate::storage::sim::{CrashMode, SimDisk};
 
@@ -169,8 +169,8 @@ fn entries_round_trip() {
         }),
         CatalogEntry::NodeRegistered(node_record("")),
         CatalogEntry::NodeRegistered(node_record("10.0.0.2:8085")),
-        CatalogEntry::NodeRegistered(NodeRecord::admitted(4, "10.0.0.4:7460".into())),
-        CatalogEntry::NodeRemoved { node_id: 4 },
+        CatalogEntry::NodeRegistered(NodeRecord::admitted(NodeId::new(4), "10.0.0.4:7460".into())),
+        CatalogEntry::NodeRemoved { node_id: NodeId::new(4) },
     ]) {
         assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
     }
@@ -179,7 +179,7 @@ fn entries_round_trip() {
 /// Node 2 of a cluster, its gRPC API at `grpc_address` (empty: none).
 fn node_record(grpc_address: &str) -> NodeRecord {
     NodeRecord {
-        node_id: 2,
+        node_id: NodeId::new(2),
         cluster_address: "10.0.0.2:7460".into(),
         router_address: "10.0.0.2:7450".into(),
         forwarders: vec!["10.0.0.2:7451".into(), "10.0.0.2:7452".into()],
@@ -193,13 +193,13 @@ fn node_record(grpc_address: &str) -> NodeRecord {
 fn an_admitted_node_registers_and_is_removed() {
     let mut state = CatalogState::default();
     state.apply(CatalogEntry::NodeRegistered(node_record("")));
-    state.apply(CatalogEntry::NodeRegistered(NodeRecord::admitted(4, "10.0.0.4:7460".into())));
-    assert!(state.nodes[&4].forwarders.is_empty());
+    state.apply(CatalogEntry::NodeRegistered(NodeRecord::admitted(NodeId::new(4), "10.0.0.4:7460".into())));
+    assert!(state.nodes[&NodeId::new(4)].forwarders.is_empty());
     let restored = CatalogState::decode(&state.encode()).unwrap();
     assert_eq!(restored, state);
-    assert_eq!(state.apply(CatalogEntry::NodeRemoved { node_id: 4 }), Applied::Updated(true));
-    assert_eq!(state.apply(CatalogEntry::NodeRemoved { node_id: 4 }), Applied::Updated(false));
-    assert_eq!(state.nodes.keys().copied().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(state.apply(CatalogEntry::NodeRemoved { node_id: NodeId::new(4) }), Applied::Updated(true));
+    assert_eq!(state.apply(CatalogEntry::NodeRemoved { node_id: NodeId::new(4) }), Applied::Updated(false));
+    assert_eq!(state.nodes.keys().copied().collect::<Vec<_>>(), vec![NodeId::new(2)]);
     assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state);
 }
 
@@ -219,14 +219,14 @@ fn node_registrations_written_before_the_grpc_address_decode_without_one() {
 
     let mut checkpoint = Vec::new();
     let mut third = node_record("10.0.0.3:8085");
-    third.node_id = 3;
+    third.node_id = NodeId::new(3);
     for entry in [old, CatalogEntry::NodeRegistered(third).encode()] {
         checkpoint.extend_from_slice(&(entry.len() as u32).to_le_bytes());
         checkpoint.extend_from_slice(&entry);
     }
     let state = CatalogState::decode(&checkpoint).unwrap();
-    assert_eq!(state.nodes[&2].grpc_address, "");
-    assert_eq!(state.nodes[&3].grpc_address, "10.0.0.3:8085");
+    assert_eq!(state.nodes[&NodeId::new(2)].grpc_address, "");
+    assert_eq!(state.nodes[&NodeId::new(3)].grpc_address, "10.0.0.3:8085");
 }
 
 /// Entries as this version's predecessor wrote them (bytes built by hand, the old field lists):

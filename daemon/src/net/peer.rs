@@ -16,7 +16,7 @@ use crate::catalog::{CatalogEntry, NodeRecord};
 use crate::codec::{Decoder, Encoder};
 use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
 use crate::dispatch::{Carried, Door, NodeTransport, Operation};
-use crate::ids::TopicId;
+use crate::ids::{NodeId, TopicId};
 use crate::net::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
 use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
@@ -70,7 +70,11 @@ impl PeerAddresses {
     pub fn get(&self, node: u64) -> Option<SocketAddr> {
         let catalog = self.catalog.borrow();
         let registered = catalog.as_ref().and_then(|state| {
-            state.borrow().nodes.get(&node).and_then(|record| record.cluster_address.parse().ok())
+            state
+                .borrow()
+                .nodes
+                .get(&NodeId::new(node))
+                .and_then(|record| record.cluster_address.parse().ok())
         });
         registered.or_else(|| self.given.get(&node).copied())
     }
@@ -80,7 +84,10 @@ impl PeerAddresses {
 /// the catalog registered (`nodes`: an `add-node`'s cluster address, then the node's own
 /// registration), by their cluster addresses as `--cluster` names them; in order, without
 /// repeats or unspecified addresses, at most `CLUSTER_HOSTS_MAX` (`--cluster` first).
-pub fn cluster_hosts(given: &[std::net::IpAddr], nodes: &BTreeMap<u64, NodeRecord>) -> Vec<std::net::IpAddr> {
+pub fn cluster_hosts(
+    given: &[std::net::IpAddr],
+    nodes: &BTreeMap<NodeId, NodeRecord>,
+) -> Vec<std::net::IpAddr> {
     let registered = nodes
         .values()
         .filter_map(|node| node.cluster_address.parse::<SocketAddr>().ok())
@@ -356,44 +363,46 @@ fn closed_by_peer(error: &io::Error) -> bool {
 }
 
 impl Peers for Rc<PeerPool> {
-    fn control(&self, node: u64, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
+    fn control(&self, node: NodeId, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
         let pool = self.clone();
         Box::pin(async move {
             let mut bytes = shard.to_le_bytes().to_vec();
             bytes.extend_from_slice(&request.encode());
-            let answer = pool.call(node, Command::PeerControl, bytes).await?;
+            let answer = pool.call(node.get(), Command::PeerControl, bytes).await?;
             decode_reply(&answer)
                 .map_err(|why| Status::internal(format!("node {node}'s control reply: {why}")))?
         })
     }
 
-    fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()> {
+    fn register(&self, leader: NodeId, node: NodeRecord) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
-            pool.call(leader, Command::PeerRegister, CatalogEntry::NodeRegistered(node).encode())
+            pool.call(leader.get(), Command::PeerRegister, CatalogEntry::NodeRegistered(node).encode())
                 .await
                 .map(|_| ())
         })
     }
 
-    fn want_elections(&self, leader: u64, topics: Vec<TopicId>) -> PeerFuture<()> {
+    fn want_elections(&self, leader: NodeId, topics: Vec<TopicId>) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
-            pool.call(leader, Command::PeerWantElections, encode_want_elections(&topics)).await.map(|_| ())
+            pool.call(leader.get(), Command::PeerWantElections, encode_want_elections(&topics))
+                .await
+                .map(|_| ())
         })
     }
 
-    fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()> {
+    fn expire_subscription(&self, leader: NodeId, name: String) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
-            pool.call(leader, Command::PeerExpireSubscription, name.into_bytes()).await.map(|_| ())
+            pool.call(leader.get(), Command::PeerExpireSubscription, name.into_bytes()).await.map(|_| ())
         })
     }
 
-    fn cluster_status(&self, leader: u64) -> PeerFuture<ClusterStatus> {
+    fn cluster_status(&self, leader: NodeId) -> PeerFuture<ClusterStatus> {
         let pool = self.clone();
         Box::pin(async move {
-            let answer = pool.call(leader, Command::PeerClusterStatus, Vec::new()).await?;
+            let answer = pool.call(leader.get(), Command::PeerClusterStatus, Vec::new()).await?;
             decode_cluster_status(&answer)
                 .map_err(|why| Status::internal(format!("node {leader}'s cluster status: {why}")))
         })
@@ -677,21 +686,26 @@ mod tests {
         let given = [host("10.0.0.1"), host("10.0.0.2"), host("0.0.0.0")];
         let mut nodes = BTreeMap::new();
         assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2")]);
-        nodes.insert(1, NodeRecord::admitted(1, "10.0.0.1:7460".into()));
-        nodes.insert(4, NodeRecord::admitted(4, "10.0.0.4:7460".into()));
+        nodes.insert(NodeId::new(1), NodeRecord::admitted(NodeId::new(1), "10.0.0.1:7460".into()));
+        nodes.insert(NodeId::new(4), NodeRecord::admitted(NodeId::new(4), "10.0.0.4:7460".into()));
         assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2"), host("10.0.0.4")]);
         let registered = NodeRecord {
             router_address: "192.0.2.4:7450".into(),
             forwarders: vec!["192.0.2.4:7451".into()],
             grpc_address: "192.0.2.4:8085".into(),
-            ..NodeRecord::admitted(4, "[fd00::4]:7460".into())
+            ..NodeRecord::admitted(NodeId::new(4), "[fd00::4]:7460".into())
         };
-        nodes.insert(4, registered);
+        nodes.insert(NodeId::new(4), registered);
         assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2"), host("fd00::4")]);
-        nodes.remove(&4);
+        nodes.remove(&NodeId::new(4));
         assert_eq!(cluster_hosts(&given, &nodes), [host("10.0.0.1"), host("10.0.0.2")]);
-        let many: BTreeMap<u64, NodeRecord> = (0..2000u64)
-            .map(|id| (id, NodeRecord::admitted(id, format!("10.1.{}.{}:7460", id / 256, id % 256))))
+        let many: BTreeMap<NodeId, NodeRecord> = (0..2000u64)
+            .map(|id| {
+                (
+                    NodeId::new(id),
+                    NodeRecord::admitted(NodeId::new(id), format!("10.1.{}.{}:7460", id / 256, id % 256)),
+                )
+            })
             .collect();
         assert_eq!(cluster_hosts(&given, &many).len(), CLUSTER_HOSTS_MAX);
     }

@@ -534,7 +534,7 @@ fn cluster_wiring(
     router_shard::ClusterWiring {
         listener,
         record: catalog::NodeRecord {
-            node_id: settings.node_id,
+            node_id: crate::ids::NodeId::new(settings.node_id),
             cluster_address: settings.address().to_string(),
             router_address: crate::host_and_port(&host, router_address.port()),
             forwarders: forwarder_addresses

@@ -2,7 +2,7 @@
 //! and where it tells clients they are (`ForwarderAddresses`).
 
 use super::*;
-use crate::ids::TopicId;
+use crate::ids::{NodeId, TopicId};
 
 /// How the router reaches one forwarder. In the daemon, the forwarder runs on its own shard,
 /// reached through a bounded shared channel; in a simulation of a whole node, it runs on the
@@ -135,7 +135,7 @@ impl<S: Storage> Router<S> {
         let peers = self.peers.as_ref().ok_or_else(|| {
             ControlError::unavailable(format!("node {node} is not reachable: this node has no peers"))
         })?;
-        Ok(peers.control(node, local, request).await?)
+        Ok(peers.control(NodeId::new(node), local, request).await?)
     }
 
     /// Runs a control request from the catalog's leader on one of this node's forwarders. Its

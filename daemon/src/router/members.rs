@@ -5,6 +5,7 @@
 use super::ControlError;
 use super::Router;
 use crate::catalog::{node_and_shard, CatalogEntry, NodeRecord};
+use crate::ids::NodeId;
 use crate::storage::Storage;
 use std::time::Duration;
 
@@ -58,7 +59,8 @@ impl<S: Storage> Router<S> {
             ))
         })?;
         let members = self.catalog.members();
-        let known = self.state.borrow().nodes.get(&node_id).map(|record| record.cluster_address.clone());
+        let known =
+            self.state.borrow().nodes.get(&NodeId::new(node_id)).map(|record| record.cluster_address.clone());
         if members.contains_key(&node_id) {
             if let Some(known) = known.as_ref().filter(|known| known.parse().ok() != Some(address)) {
                 return Err(ControlError::already_exists(format!(
@@ -67,7 +69,7 @@ impl<S: Storage> Router<S> {
             }
         }
         let taken = self.state.borrow().nodes.values().find_map(|record| {
-            (record.node_id != node_id && record.cluster_address.parse().ok() == Some(address))
+            (record.node_id != NodeId::new(node_id) && record.cluster_address.parse().ok() == Some(address))
                 .then_some(record.node_id)
         });
         if let Some(other) = taken {
@@ -82,8 +84,11 @@ impl<S: Storage> Router<S> {
         if known.as_deref().and_then(|known| known.parse().ok()) != Some(address) {
             // The leader reaches a member at the address its record gives; so will every later
             // leader, which applies this record before it could lead.
-            self.propose(CatalogEntry::NodeRegistered(NodeRecord::admitted(node_id, address.to_string())))
-                .await?;
+            self.propose(CatalogEntry::NodeRegistered(NodeRecord::admitted(
+                NodeId::new(node_id),
+                address.to_string(),
+            )))
+            .await?;
         }
         Ok(self.catalog.add_member(node_id, voter, NODE_CATCH_UP_TIMEOUT).await?)
     }
@@ -96,7 +101,7 @@ impl<S: Storage> Router<S> {
     pub async fn remove_node(&self, node_id: u64) -> Result<NodeRemoval, ControlError> {
         self.check_leads()?;
         let members = self.catalog.members();
-        let registered = self.state.borrow().nodes.contains_key(&node_id);
+        let registered = self.state.borrow().nodes.contains_key(&NodeId::new(node_id));
         if !members.contains_key(&node_id) && !registered {
             return Err(ControlError::not_found(format!("node {node_id} is not a member of the cluster")));
         }
@@ -139,7 +144,7 @@ impl<S: Storage> Router<S> {
         }
         self.check_holds_nothing(node_id, false)?;
         self.catalog.remove_member(node_id).await?;
-        self.propose(CatalogEntry::NodeRemoved { node_id }).await?;
+        self.propose(CatalogEntry::NodeRemoved { node_id: NodeId::new(node_id) }).await?;
         // A create decided before this leader drained the node may have placed a topic there.
         self.check_holds_nothing(node_id, false)
     }

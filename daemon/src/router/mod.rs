@@ -27,7 +27,7 @@ use crate::catalog::{
     SubscriptionRecord, SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
-use crate::ids::{SnapshotId, TopicId};
+use crate::ids::{NodeId, ShardId, SnapshotId, TopicId};
 use crate::log::Directories;
 /// The Hello answer is the native protocol's (`protocol::native::router`); named here too for
 /// the forwarder's dispatch, which calls it by this name.
@@ -58,24 +58,24 @@ pub type PeerFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Resu
 /// implements it; the router knows only what it asks.
 pub trait Peers {
     /// Runs `request` on forwarder `shard` of node `node`.
-    fn control(&self, node: u64, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk>;
+    fn control(&self, node: NodeId, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk>;
     /// Asks the catalog's leader, node `leader`, to decide this node's registration.
-    fn register(&self, leader: u64, node: NodeRecord) -> PeerFuture<()>;
+    fn register(&self, leader: NodeId, node: NodeRecord) -> PeerFuture<()>;
     /// Asks the catalog's leader to elect new leaders for `topics` (their leader's node
     /// restarted and must not lead them at their epoch again).
-    fn want_elections(&self, leader: u64, topics: Vec<TopicId>) -> PeerFuture<()>;
+    fn want_elections(&self, leader: NodeId, topics: Vec<TopicId>) -> PeerFuture<()>;
     /// Asks the catalog's leader to delete subscription `name`, idle past its expiration
     /// policy on this node.
-    fn expire_subscription(&self, leader: u64, name: String) -> PeerFuture<()>;
+    fn expire_subscription(&self, leader: NodeId, name: String) -> PeerFuture<()>;
     /// The catalog's group as its leader sees it.
-    fn cluster_status(&self, leader: u64) -> PeerFuture<crate::api::cluster::ClusterStatus>;
+    fn cluster_status(&self, leader: NodeId) -> PeerFuture<crate::api::cluster::ClusterStatus>;
 }
 
 /// Every forwarder of the cluster, in the order placement numbers them (by node, then shard),
 /// and the consistent-hashing ring over them.
 struct Layout {
     /// The nodes it was built from (empty: this node alone).
-    nodes: std::collections::BTreeMap<u64, NodeRecord>,
+    nodes: std::collections::BTreeMap<NodeId, NodeRecord>,
     /// Placement's index → the topic's `shard` (node and local shard).
     shards: Vec<u32>,
     placement: Placement,
@@ -91,10 +91,12 @@ impl Layout {
         }
     }
 
-    fn of(nodes: &std::collections::BTreeMap<u64, NodeRecord>, balance_factor: f64) -> Layout {
+    fn of(nodes: &std::collections::BTreeMap<NodeId, NodeRecord>, balance_factor: f64) -> Layout {
         let shards: Vec<u32> = nodes
             .values()
-            .flat_map(|node| (0..node.forwarders.len() as u32).map(|local| global_shard(node.node_id, local)))
+            .flat_map(|node| {
+                (0..node.forwarders.len() as u32).map(|local| ShardId::new(node.node_id, local).global())
+            })
             .collect();
         let placement = Placement::new(shards.len().max(1) as u32, balance_factor);
         Layout { nodes: nodes.clone(), shards, placement }
@@ -301,7 +303,7 @@ impl<S: Storage> Router<S> {
                 let address = if node == this_node {
                     self.forwarder_addresses.address(local as usize, local_address)
                 } else {
-                    layout.nodes.get(&node)?.forwarders.get(local as usize)?.clone()
+                    layout.nodes.get(&NodeId::new(node))?.forwarders.get(local as usize)?.clone()
                 };
                 Some(ForwarderAddress { shard, address })
             })

@@ -13,7 +13,7 @@ use crate::api::control::Topic;
 use crate::api::Status;
 use crate::catalog::{node_and_shard, Applied, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
-use crate::ids::TopicId;
+use crate::ids::{NodeId, TopicId};
 use crate::replication::quorum;
 use crate::replication::source::Peer;
 use crate::storage::Storage;
@@ -105,7 +105,7 @@ impl<S: Storage> Router<S> {
                 let (node, local) = node_and_shard(*shard);
                 let address = state
                     .nodes
-                    .get(&node)
+                    .get(&NodeId::new(node))
                     .and_then(|record| record.forwarders.get(local as usize))
                     .cloned()
                     .unwrap_or_default();
@@ -434,7 +434,7 @@ impl<S: Storage> Router<S> {
         let leader =
             self.catalog.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
         let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
-        Ok(peers.want_elections(leader, topics).await?)
+        Ok(peers.want_elections(NodeId::new(leader), topics).await?)
     }
 
     /// On the catalog's leader: starts the elections that are due (`elections::coordinate`).

@@ -2,6 +2,7 @@
 //! far this node applied it, where it stands, and the stats and figures of its shards.
 
 use super::*;
+use crate::ids::NodeId;
 
 impl<S: Storage> Router<S> {
     /// Makes this node's registration (its addresses and shards) part of the catalog, once it
@@ -14,7 +15,7 @@ impl<S: Storage> Router<S> {
         if self.catalog.leads() {
             // A node removed (or never added) would get topics placed on it while it no longer
             // hears the catalog.
-            if !self.catalog.members().contains_key(&node.node_id) {
+            if !self.catalog.members().contains_key(&node.node_id.get()) {
                 return Err(ControlError::failed_precondition(format!(
                     "node {} is not a member of the cluster: add it with `ringpost cluster add-node`",
                     node.node_id
@@ -25,7 +26,7 @@ impl<S: Storage> Router<S> {
         let leader =
             self.catalog.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
         let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
-        Ok(peers.register(leader, node).await?)
+        Ok(peers.register(NodeId::new(leader), node).await?)
     }
 
     /// Whether this node decides catalog changes (it leads the catalog).
@@ -36,13 +37,14 @@ impl<S: Storage> Router<S> {
     /// The node leading the catalog, and its router's address if it registered one.
     pub fn leader(&self) -> Option<(u64, String)> {
         let leader = self.catalog.leader()?;
-        let address = self.state.borrow().nodes.get(&leader).map(|node| node.router_address.clone());
+        let address =
+            self.state.borrow().nodes.get(&NodeId::new(leader)).map(|node| node.router_address.clone());
         Some((leader, address.unwrap_or_default()))
     }
 
     /// The nodes the catalog registered, as this node applied it (the hosts of the cluster's
     /// nodes follow them: `node::router_shard`).
-    pub fn registered_nodes(&self) -> std::collections::BTreeMap<u64, NodeRecord> {
+    pub fn registered_nodes(&self) -> std::collections::BTreeMap<NodeId, NodeRecord> {
         self.state.borrow().nodes.clone()
     }
 
@@ -119,7 +121,7 @@ impl<S: Storage> Router<S> {
         if leader == local.node_id {
             return local;
         }
-        let mut status = match peers.cluster_status(leader).await {
+        let mut status = match peers.cluster_status(NodeId::new(leader)).await {
             Ok(status) => status,
             Err(error) => {
                 let mut local = local;

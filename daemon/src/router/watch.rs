@@ -9,6 +9,7 @@
 
 use super::Router;
 use crate::catalog::standing::{changes, Picture, Standing};
+use crate::ids::NodeId;
 use crate::storage::Storage;
 use std::time::Duration;
 
@@ -80,7 +81,7 @@ impl<S: Storage> Router<S> {
         let Some(peers) = &self.peers else { return };
         let this_node = self.node_id();
         for member in members.keys().copied().filter(|member| *member != this_node) {
-            let Ok(status) = peers.cluster_status(member).await else { continue };
+            let Ok(status) = peers.cluster_status(NodeId::new(member)).await else { continue };
             if status.catalog_leader != Some(status.node_id) {
                 continue;
             }
