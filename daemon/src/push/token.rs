@@ -91,12 +91,14 @@ impl SigningKey {
                 Some(bytes) => {
                     SigningKey::from_pkcs8(&bytes, &path)?;
                     match &found {
-                        Some((first, kept)) if *kept != bytes => return Err(format!(
+                        Some((first, kept)) if *kept != bytes => {
+                            return Err(format!(
                             "the push signing keys {} and {} differ; keep the one receivers trust (the kid \
                                  they fetched from {JWKS_PATH}) in every data directory",
                             first.display(),
                             path.display()
-                        )),
+                        ))
+                        }
                         Some(_) => {}
                         None => found = Some((path, bytes)),
                     }
