@@ -426,19 +426,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     // (a node waiting to be added may wait for hours), and `/readyz` says what it waits for.
     let phase = StartPhase::default();
     phase.set("starting its router");
-    let http = match (http_listener, router_jobs) {
-        (Some((listener, _)), Some(router)) => Some(
-            net::http::HttpServer::start(
-                listener,
-                router,
-                env!("CARGO_PKG_VERSION"),
-                phase.clone(),
-                push_signer.key().jwk_set(),
-            )
-            .map_err(|error| format!("starting the monitoring endpoint: {error}"))?,
-        ),
-        _ => None,
-    };
+    let http = start_monitoring(http_listener, router_jobs, &phase, &push_signer)?;
 
     let (router_stop, router_shard_stop) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
@@ -490,6 +478,20 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         stopped,
         _locks: locks,
     })
+}
+
+/// The monitoring endpoint, when it has a port and a way to the router shard.
+fn start_monitoring(
+    listener: Option<(std::net::TcpListener, SocketAddr)>,
+    router: Option<protocol::grpc::bridge::ShardCaller<protocol::grpc::gateway::RouterShard>>,
+    phase: &StartPhase,
+    push_signer: &push::token::Signer,
+) -> Result<Option<net::http::HttpServer>, String> {
+    let (Some((listener, _)), Some(router)) = (listener, router) else { return Ok(None) };
+    let jwks = push_signer.key().jwk_set();
+    net::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone(), jwks)
+        .map(Some)
+        .map_err(|error| format!("starting the monitoring endpoint: {error}"))
 }
 
 /// The node's push signer: its signing key, made at the first start in every data directory
