@@ -26,7 +26,7 @@ use crate::api::Status;
 use crate::catalog::{global_shard, Applied, CatalogEntry, CatalogState, SubscriptionSettings, TopicRecord};
 use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
-use crate::ids::{Offset, TopicId};
+use crate::ids::{NodeId, Offset, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
@@ -275,7 +275,7 @@ impl Electorate for World {
 
 /// The new replica of a move goes to a spare node (each taken once).
 impl moves::Mover for World {
-    fn new_replica_place(&self, _topic: &TopicRecord, _leaving_node: u64) -> Result<u32, ControlError> {
+    fn new_replica_place(&self, _topic: &TopicRecord, _leaving_node: NodeId) -> Result<u32, ControlError> {
         let spare = self.spares.borrow_mut().pop();
         spare.map(shard_of).ok_or_else(|| ControlError::failed_precondition("no spare node is left"))
     }
@@ -751,7 +751,7 @@ async fn move_replica(world: Rc<World>, leaving: usize) {
     while !world.elections.begin(TOPIC_ID) {
         runtime::sleep(COORDINATE_INTERVAL).await;
     }
-    let done = moves::move_replica(&*world, TOPIC_ID, leaving as u64 + 1).await;
+    let done = moves::move_replica(&*world, TOPIC_ID, NodeId::new(leaving as u64 + 1)).await;
     world.elections.end(TOPIC_ID);
     trace(|| format!("move off node {leaving}: {done:?}, replicas now {:?}", world.members()));
     if !world.members().contains(&leaving) && world.running(leaving).is_some() {

@@ -138,7 +138,7 @@ impl<S: Storage> Router<S> {
     }
 
     async fn remove_drained(&self, node_id: u64) -> Result<(), ControlError> {
-        let moved = self.move_replicas_off(node_id).await?;
+        let moved = self.move_replicas_off(NodeId::new(node_id)).await?;
         if moved > 0 {
             crate::log_info!("ringpostd: moved {moved} replica(s) off node {node_id}");
         }

@@ -8,9 +8,9 @@
 use super::elections::{self, Electorate};
 use super::ControlError;
 use super::Router;
-use crate::catalog::{node_and_shard, CatalogEntry, TopicRecord};
+use crate::catalog::{CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest, ReplicaProgress};
-use crate::ids::TopicId;
+use crate::ids::{NodeId, ShardId, TopicId};
 use crate::storage::Storage;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ impl<S: Storage> Router<S> {
     /// Moves every replica on node `node_id` (of topics with more than one) to other nodes,
     /// at most `MOVES_IN_FLIGHT_MAX` at once. Fails with the first move that failed; those
     /// done stay done, and running it again moves the rest.
-    pub(super) async fn move_replicas_off(&self, node_id: u64) -> Result<usize, ControlError> {
+    pub(super) async fn move_replicas_off(&self, node_id: NodeId) -> Result<usize, ControlError> {
         let topics: Vec<TopicId> = self
             .state
             .borrow()
@@ -34,7 +34,8 @@ impl<S: Storage> Router<S> {
             .values()
             .filter(|topic| {
                 // Those on the node, and those a move cut short left with an even count.
-                let on_node = topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id);
+                let on_node =
+                    topic.replicas.iter().any(|replica| ShardId::from_global(*replica).node() == node_id);
                 topic.replicas.len() > 1 && (on_node || topic.replicas.len().is_multiple_of(2))
             })
             .map(|topic| topic.id)
@@ -49,7 +50,7 @@ impl<S: Storage> Router<S> {
 
     /// Moves topic `topic_id`'s replica on node `node_id` to a node that holds none: elections
     /// of the topic by the catalog's timers wait meanwhile (this runs its own).
-    async fn move_replica_off(&self, topic_id: TopicId, node_id: u64) -> Result<(), ControlError> {
+    async fn move_replica_off(&self, topic_id: TopicId, node_id: NodeId) -> Result<(), ControlError> {
         // An election the catalog's timers run (its leader's node went away) finishes first.
         let started = crate::runtime::now();
         while !self.replicas.elections.begin(topic_id) {
@@ -72,16 +73,17 @@ impl<S: Storage> Router<S> {
 
     /// The forwarder a new replica of `topic` goes to: on a node that holds none of its
     /// replicas, is not `leaving_node` and answers, first in placement's preference.
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, ControlError> {
-        let holding: Vec<u64> = topic.replicas.iter().map(|replica| node_and_shard(*replica).0).collect();
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<u32, ControlError> {
+        let holding: Vec<NodeId> =
+            topic.replicas.iter().map(|replica| ShardId::from_global(*replica).node()).collect();
         let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
         self.place(&topic.name)
             .into_iter()
             .find(|shard| {
-                let node = node_and_shard(*shard).0;
+                let node = ShardId::from_global(*shard).node();
                 node != leaving_node
                     && !holding.contains(&node)
-                    && heard.as_ref().is_none_or(|heard| heard.contains(&node))
+                    && heard.as_ref().is_none_or(|heard| heard.contains(&node.get()))
             })
             .ok_or_else(|| {
                 ControlError::failed_precondition(format!(
@@ -96,11 +98,11 @@ impl<S: Storage> Router<S> {
 /// simulation runs these steps, not a copy of them.
 pub trait Mover: Electorate {
     /// The forwarder a new replica of `topic` goes to, on a node other than `leaving_node`.
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, ControlError>;
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<u32, ControlError>;
 }
 
 impl<S: Storage> Mover for Router<S> {
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: u64) -> Result<u32, ControlError> {
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<u32, ControlError> {
         Router::new_replica_place(self, topic, leaving_node)
     }
 }
@@ -108,9 +110,14 @@ impl<S: Storage> Mover for Router<S> {
 /// Moves topic `topic_id`'s replica on node `node_id` (if it has one, or gives back the replica
 /// a move cut short took away) to a node that holds none. The caller holds the topic's turn
 /// (`Elections::begin`).
-pub async fn move_replica<M: Mover>(mover: &M, topic_id: TopicId, node_id: u64) -> Result<(), ControlError> {
+pub async fn move_replica<M: Mover>(
+    mover: &M,
+    topic_id: TopicId,
+    node_id: NodeId,
+) -> Result<(), ControlError> {
     let Some(topic) = topic_by_id(mover, topic_id) else { return Ok(()) };
-    let leaving = topic.replicas.iter().copied().find(|replica| node_and_shard(*replica).0 == node_id);
+    let leaving =
+        topic.replicas.iter().copied().find(|replica| ShardId::from_global(*replica).node() == node_id);
     // An even count is a move cut short between its steps: it gets its replica back.
     let short = topic.replicas.len().is_multiple_of(2);
     if leaving.is_none() && !short {
@@ -211,9 +218,9 @@ async fn leader_progress<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<Rep
 /// Refuses at once when the catalog no longer hears from the node of the topic's leader: the
 /// move stops, and the catalog's timers elect another leader as for any topic.
 fn check_leader_heard<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<(), ControlError> {
-    let node = node_and_shard(topic.shard).0;
+    let node = ShardId::from_global(topic.shard).node();
     let heard = mover.nodes_heard_within(mover.elections().timings().source_failure_timeout);
-    if heard.is_some_and(|heard| !heard.contains(&node)) {
+    if heard.is_some_and(|heard| !heard.contains(&node.get())) {
         return Err(ControlError::unavailable(format!(
             "the node of its leader, node {node}, does not answer"
         )));
