@@ -91,14 +91,7 @@ impl SigningKey {
                 Some(bytes) => {
                     SigningKey::from_pkcs8(&bytes, &path)?;
                     match &found {
-                        Some((first, kept)) if *kept != bytes => {
-                            return Err(format!(
-                            "the push signing keys {} and {} differ; keep the one receivers trust (the kid \
-                                 they fetched from {JWKS_PATH}) in every data directory",
-                            first.display(),
-                            path.display()
-                        ))
-                        }
+                        Some((first, kept)) if *kept != bytes => return Err(copies_differ(first, &path)),
                         Some(_) => {}
                         None => found = Some((path, bytes)),
                     }
@@ -244,6 +237,16 @@ impl TokenSigner for Signer {
         assert!(cache.len() <= TOKENS_CACHED_MAX);
         Ok(signed)
     }
+}
+
+/// Why two copies of the key cannot both be kept.
+fn copies_differ(first: &Path, second: &Path) -> String {
+    format!(
+        "the push signing keys {} and {} differ; keep the one receivers trust (the kid they fetched from \
+         {JWKS_PATH}) in every data directory",
+        first.display(),
+        second.display()
+    )
 }
 
 /// The bytes of the key file at `path`; `None` if there is none. A file that cannot be read,
