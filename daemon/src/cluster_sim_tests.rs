@@ -19,9 +19,13 @@
 //! acknowledgements and deadline changes at the forwarder a lookup names first, as a native
 //! client connects, or at any node's forwarder, whose relay (`net::relay`, over this test's
 //! `Carrier`) carries what another node leads there as `Command::Carried` with the client's
-//! principal, decided there. The clients act as `alice`, who may do everything, and at times as
-//! `mallory`, who may only look and whose publishes and pulls through a relay the leading node
-//! must refuse.
+//! principal, decided there. Streaming subscribers enter the same ways: a stream another node
+//! leads is carried there over a connection of the simulated network (its frames in order,
+//! each delayed; it breaks when a frame is lost, a node it joins is cut off or crashes, and the
+//! relay opens it again where the subscription is led); they acknowledge on their connection or
+//! at another node, hold the rest, and leave mid-stream. The clients act as `alice`, who may do
+//! everything, and at times as `mallory`, who may only look and whose publishes, pulls and
+//! streams through a relay the leading node must refuse.
 //!
 //! Checked as it runs: at most one voter leads in any term; two voters that applied the
 //! catalog to the same index hold the same catalog; a node that starts again holds, once
@@ -30,12 +34,15 @@
 //! replicas of a topic agree; the queue checker per subscription, with its sync point. At the
 //! end, healed: the three catalogs converge, every acknowledged create is there with the id it
 //! was given, every acknowledged delete stays deleted, no id was handed to two resources, the
-//! catalog holds no resource never created, and every subscription drains every acknowledged
-//! publish begun after its create was acknowledged.
+//! catalog holds no resource never created, every subscription drains every acknowledged
+//! publish begun after its create was acknowledged, every message a streaming subscriber held
+//! when it left was delivered again (its stream's lease outlives the run: only the leaving
+//! gives it back), and every forwarder's response budget is whole again.
 //!
 //! `RINGPOST_SIM_SEEDS=N` runs N seeds; `RINGPOST_SIM_SEED=S` replays seed S exactly.
 
 use crate::api::control::{ListRequest, Subscription, Topic};
+use crate::api::limits::ACK_DEADLINE_SECONDS_MAX;
 use crate::api::Status;
 use crate::auth::{Access, Credential, Principal, Session};
 use crate::catalog::node_and_shard;
@@ -58,8 +65,9 @@ use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};
 use crate::sim_node_tests::{catalog_log_config, crash_mode};
 use crate::storage::sim::{FaultPlan, SimDisk};
-use crate::subscription::budget::StreamBudget;
+use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::subscription::dead_letter::LocalFuture;
+use crate::sync::Notify;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{RPCError, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
@@ -67,7 +75,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::OptionalSend;
-use ringpost_wire::frame::{decode_error, FrameBuffer, FrameHeader};
+use ringpost_wire::frame::{decode_error, FrameBuffer, FrameHeader, FLAG_MORE, FLAG_RELAYED};
 use ringpost_wire::limits::FRAME_HEADER_BYTES;
 use ringpost_wire::messages::*;
 use ringpost_wire::Command;
@@ -129,6 +137,15 @@ const MESSAGES_PER_PUBLISH_MAX: u64 = 3;
 const PULL_MESSAGES_MAX: u64 = 10;
 /// Empty pulls in a row after which the final drain takes a subscription to be empty.
 const DRAIN_EMPTY_PULLS: u32 = 3;
+/// A streaming subscriber's window (messages delivered and not acknowledged), drawn up to this.
+const STREAM_OUTSTANDING_MAX: u64 = 10;
+/// A streaming subscriber leaves after up to this many batches with messages, or after up to
+/// this long, whichever comes first.
+const STREAM_BATCHES_MAX: u64 = 6;
+const STREAM_STAY_MS_MAX: u64 = 3_000;
+/// A streaming subscriber publishes to its subscription's topic when nothing came for a pause
+/// drawn up to this.
+const STREAM_PUBLISH_PAUSE_US_MAX: u64 = 500_000;
 
 type Raft = openraft::Raft<CatalogRaft, CatalogMachine<SimDisk>>;
 
@@ -184,6 +201,12 @@ struct Resource {
     publishes: BTreeMap<Vec<u8>, (u64, Option<u64>)>,
     /// A subscription's queue checker.
     checker: Checker,
+    /// Messages a streaming subscriber held unacknowledged when it left its stream, with how
+    /// often each had been delivered then: each must be delivered again.
+    given_back: Vec<(Vec<u8>, u32)>,
+    /// Messages an acknowledgement was sent for, answered or not (one not answered may have
+    /// been taken).
+    acknowledgements_sent: BTreeSet<Vec<u8>>,
 }
 
 impl Resource {
@@ -196,6 +219,8 @@ impl Resource {
             acknowledged: None,
             publishes: BTreeMap::new(),
             checker: Checker::default(),
+            given_back: Vec::new(),
+            acknowledgements_sent: BTreeSet::new(),
         }
     }
 }
@@ -224,6 +249,13 @@ struct Model {
     /// and mallory's requests refused there.
     carried: usize,
     refused_at_owner: usize,
+    /// Streaming pulls clients opened, streams a relay carried to a node (reopened ones
+    /// included), messages received on streams, and messages held when a subscriber left its
+    /// stream that were delivered again.
+    streams: usize,
+    streams_carried: usize,
+    streamed: usize,
+    given_back: usize,
 }
 
 impl Model {
@@ -277,6 +309,8 @@ struct World {
     healed: Cell<bool>,
     /// Clients still working (each finishes the operation it began once healed).
     clients: Cell<usize>,
+    /// The streams' connections, to break when a node they join crashes or is cut off.
+    connections: RefCell<Vec<Weak<Connection>>>,
     /// What happened, in order (`note`).
     events: RefCell<Vec<String>>,
     started: std::time::Instant,
@@ -312,6 +346,20 @@ impl World {
         let dropped = self.seed_rng().chance(self.drop_ppm.get());
         let isolated = self.isolated.borrow();
         dropped || isolated.contains(&from) || isolated.contains(&to)
+    }
+
+    /// Breaks the streams' connections that node `node`'s crash (`crashed`) or its cut from
+    /// the others ends.
+    fn break_connections(&self, node: u64, crashed: bool) {
+        let connections: Vec<Rc<Connection>> =
+            self.connections.borrow().iter().filter_map(Weak::upgrade).collect();
+        for connection in connections {
+            let ends = connection.crosses_to(node)
+                || (crashed && (connection.to == node || connection.from == Some(node)));
+            if ends && !connection.broken.get() {
+                connection.close();
+            }
+        }
     }
 
     fn group(&self, node: u64) -> u64 {
@@ -710,15 +758,193 @@ impl Carrier for SimCarrier {
         })
     }
 
+    /// A stream's connection from this node to the forwarder at `address` (its own included,
+    /// where a stream that follows its source comes back to), which takes the `Command::Carried`
+    /// as from a node that presented the cluster's secret; ready once that forwarder's handler
+    /// took the stream (its empty first batch), or the refusal.
     fn open_stream<'a>(
         &'a self,
-        _budget: &'a Rc<StreamBudget>,
+        budget: &'a Rc<StreamBudget>,
         address: &'a str,
-        _carried: &'a [u8],
+        carried: &'a [u8],
     ) -> LocalFuture<'a, Result<Box<dyn CarriedStream>, Status>> {
+        let (to, _) = node_and_port(address);
+        let mut body = FrameBuffer::with_capacity(carried.len());
+        body.extend_from_slice(carried);
         Box::pin(async move {
-            Err(Status::unavailable(format!("the cluster simulation carries no streams (to {address})")))
+            let world = self.world.upgrade().ok_or_else(|| unavailable(to))?;
+            let from = self.from;
+            if from != to {
+                world.one_way().await;
+                if world.cut(from, to) {
+                    return Err(unavailable(to));
+                }
+            }
+            let forwarder = world.nodes.borrow()[&to].forwarder.clone().ok_or_else(|| unavailable(to))?;
+            let responder =
+                Rc::new(Responder::with_session(world.cluster_peer.clone(), world.access.clone()));
+            let connection = Connection::open(&world, Some(from), to, responder.clone());
+            let header = FrameHeader {
+                body_length: body.len() as u32,
+                command: Command::Carried.code(),
+                flags: FLAG_RELAYED,
+                request_id: 2,
+            };
+            serve_stream(&world, to, forwarder, header, body, responder);
+            world.model.borrow_mut().streams_carried += 1;
+            let mut upstream = SimUpstream { world: self.world.clone(), connection, budget: budget.clone() };
+            // As `Upstream::open` waits for the leader to take the stream, within the
+            // simulation's wait for a node's answer.
+            let accepted = futures_lite::future::or(upstream.next_batch(), async {
+                runtime::sleep(PEER_CALL_TIMEOUT).await;
+                Err(Status::unavailable(format!("node {to} did not take a carried stream in time")))
+            })
+            .await?;
+            match accepted {
+                Some(_) => Ok(Box::new(upstream) as Box<dyn CarriedStream>),
+                None => Err(Status::unavailable(format!("node {to}: the stream ended as it opened"))),
+            }
         })
+    }
+}
+
+/// Runs a streaming request (`header`, `body`) on node `node`'s forwarder as one of its tasks,
+/// as its port runs a request: the stream's frames, then its answer, queued on `responder`.
+fn serve_stream(
+    world: &World,
+    node: u64,
+    forwarder: Rc<Forwarder<SimDisk>>,
+    header: FrameHeader,
+    body: FrameBuffer,
+    responder: Rc<Responder>,
+) {
+    sim::spawn_in_group(world.group(node), async move {
+        let answer = forwarder.handle(header, body, &responder).await;
+        responder.answer(answer);
+    })
+    .detach();
+}
+
+/// A stream's connection to node `to`'s forwarder, from a client (`from` None, which reaches a
+/// node cut off from the others) or from node `from`'s relay: the frames the forwarder queues
+/// on `responder` cross the network one at a time, in order, each after a one-way delay, as a
+/// TCP connection brings them. It breaks (as a reset connection does) when either end crashes,
+/// when a node it joins is cut off, and when the seed loses one of its frames: the forwarder
+/// then sees its peer gone.
+struct Connection {
+    from: Option<u64>,
+    to: u64,
+    responder: Rc<Responder>,
+    broken: Cell<bool>,
+    /// Fires when it breaks.
+    breaking: Notify,
+}
+
+impl Connection {
+    fn open(world: &World, from: Option<u64>, to: u64, responder: Rc<Responder>) -> Rc<Connection> {
+        let connection =
+            Rc::new(Connection { from, to, responder, broken: Cell::new(false), breaking: Notify::new() });
+        let mut connections = world.connections.borrow_mut();
+        connections.retain(|connection| connection.strong_count() > 0);
+        connections.push(Rc::downgrade(&connection));
+        connection
+    }
+
+    /// Either end closes it, or it breaks: the forwarder's end sees its peer gone at once.
+    fn close(&self) {
+        self.broken.set(true);
+        self.responder.leave();
+        self.breaking.notify_all();
+    }
+
+    /// Whether it joins node `node` across the network (a relay's connection to its own node
+    /// does not cross it; a client's reaches a node cut off from the others).
+    fn crosses_to(&self, node: u64) -> bool {
+        self.from.is_some_and(|from| from != self.to && (from == node || self.to == node))
+    }
+
+    /// The next frame the forwarder sent, once it crossed the network; `budget`, the receiving
+    /// shard's, takes the frame's bytes before it is read, as a relay's `Upstream` reserves
+    /// them. None once the connection broke.
+    async fn next_frame(
+        &self,
+        world: &World,
+        budget: Option<&Rc<StreamBudget>>,
+    ) -> Option<(FrameBuffer, Option<StreamReservation>)> {
+        loop {
+            if self.broken.get() {
+                return None;
+            }
+            let breaking = self.breaking.notified();
+            let Some(bytes) = self.responder.queued_bytes() else {
+                futures_lite::future::or(self.responder.queued(), breaking).await;
+                continue;
+            };
+            let reservation = match budget {
+                Some(budget) => Some(relay::reserve(budget, bytes - FRAME_HEADER_BYTES).await),
+                None => None,
+            };
+            let frame = self.responder.take_written()?;
+            if let Some(from) = self.from.filter(|from| *from != self.to) {
+                world.one_way().await;
+                if world.cut(self.to, from) {
+                    world.note(|| {
+                        format!("the stream's connection from node {from} to node {} breaks", self.to)
+                    });
+                    self.close();
+                }
+            }
+            if self.broken.get() {
+                return None;
+            }
+            return Some((frame, reservation));
+        }
+    }
+}
+
+/// A carried stream's end at the relay: its connection's frames, read as `Upstream` reads them.
+/// Dropped (the subscriber left, the relay's shard stops, the node crashed), it closes the
+/// connection, which ends the leader's stream and gives its leases back.
+struct SimUpstream {
+    world: Weak<World>,
+    connection: Rc<Connection>,
+    budget: Rc<StreamBudget>,
+}
+
+impl SimUpstream {
+    async fn next_batch(&mut self) -> Result<Option<(FrameBuffer, StreamReservation)>, Status> {
+        let broke = || {
+            Status::unavailable(format!(
+                "a carried stream's leader, node {}: the connection broke",
+                self.connection.to
+            ))
+        };
+        let world = self.world.upgrade().ok_or_else(broke)?;
+        let (frame, reservation) =
+            self.connection.next_frame(&world, Some(&self.budget)).await.ok_or_else(broke)?;
+        let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).expect("a frame's header");
+        let mut body = FrameBuffer::with_capacity(frame.len() - FRAME_HEADER_BYTES);
+        body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+        drop(frame);
+        if header.is_error() {
+            return Err(Status::from(decode_error(&body)));
+        }
+        if header.flags & FLAG_MORE == 0 {
+            return Ok(None);
+        }
+        Ok(Some((body, reservation.expect("a relay's frame takes its shard's budget"))))
+    }
+}
+
+impl CarriedStream for SimUpstream {
+    fn next(&mut self) -> LocalFuture<'_, Result<Option<(FrameBuffer, StreamReservation)>, Status>> {
+        Box::pin(self.next_batch())
+    }
+}
+
+impl Drop for SimUpstream {
+    fn drop(&mut self) {
+        self.connection.close();
     }
 }
 
@@ -868,6 +1094,7 @@ fn crash(world: &World, id: u64) -> u64 {
         (nodes[&id].group, nodes[&id].disk.clone())
     };
     sim::kill_group(group);
+    world.break_connections(id, true);
     let mode = crash_mode(&mut world.seed_rng());
     world.note(|| format!("node {id} crashes ({mode:?})"));
     disk.crash(mode);
@@ -1116,6 +1343,7 @@ async fn client(world: Rc<World>, session: Session) {
         match choice {
             0..=3 => operate(&world, &session).await,
             4..=6 => publish(&world, &session).await,
+            7 => stream(&world, &session).await,
             _ => {
                 subscribe(&world, &session, false).await;
             }
@@ -1244,6 +1472,51 @@ async fn through_relay(
     answer
 }
 
+/// A streaming pull from `session` entering at node `node` as a gRPC stream on another node's
+/// subscription does (`protocol::grpc::streaming::serve_carried_stream`): that node's relay
+/// carries it to the subscription's leader, unchecked here. Taken (its first batch came), it
+/// is answered `Ok`; the answer and whether it was carried; None if this node leads it or the
+/// answer never came.
+async fn stream_through_relay(
+    world: &Rc<World>,
+    node: u64,
+    session: &Session,
+    subscription: &str,
+) -> Option<(Result<FrameBuffer, Status>, bool)> {
+    let forwarder = world.nodes.borrow()[&node].forwarder.clone()?;
+    let relay = relay::of(forwarder.global_shard())?;
+    let responder = Responder::with_session(session.clone(), world.access.clone());
+    let request = StreamingPullRequest { subscription: subscription.to_owned(), ..Default::default() };
+    let body = native_body(Command::StreamingPull, &request);
+    let subscription = subscription.to_owned();
+    world.one_way().await;
+    let answering = async move {
+        let header = FrameHeader {
+            body_length: body.len() as u32,
+            command: Command::StreamingPull.code(),
+            flags: 0,
+            request_id: 1,
+        };
+        let downstream = relay::NativeDownstream { header: &header, responder: &responder };
+        let principal = responder.session().principal.clone();
+        let streaming = async { relay.stream(&subscription, &principal, &body, false, &downstream).await };
+        let taken = async {
+            responder.queued().await;
+            Ok(Some(()))
+        };
+        let answer = futures_lite::future::or(taken, streaming).await;
+        responder.leave();
+        match answer {
+            Ok(Some(())) => Some((Ok(FrameBuffer::with_capacity(0)), true)),
+            Ok(None) => None,
+            Err(status) => Some((Err(status), true)),
+        }
+    };
+    let answer = world.run_on(node, CLIENT_TIMEOUT, answering).await;
+    world.one_way().await;
+    answer.flatten()
+}
+
 /// Mallory, who may only look, publishes to a topic or pulls from a subscription through a
 /// random node's relay, unchecked there: whichever node leads it must refuse.
 async fn intrude(world: &Rc<World>) {
@@ -1251,7 +1524,12 @@ async fn intrude(world: &Rc<World>) {
     let mallory =
         Session { principal: Principal::Named("mallory".into()), credential: Credential::Certificate };
     let node = any_node(world);
-    let (what, answer) = if world.seed_rng().chance(500_000) {
+    let choice = world.seed_rng().below(3);
+    let (what, answer) = if choice == 2 {
+        let Some(subscription) = present(world, false) else { return };
+        let answer = stream_through_relay(world, node, &mallory, &subscription).await;
+        (format!("streaming pull from {subscription}"), answer)
+    } else if choice == 1 {
         let Some(topic) = present(world, true) else { return };
         let data = {
             let mut model = world.model.borrow_mut();
@@ -1300,6 +1578,11 @@ async fn intrude(world: &Rc<World>) {
 /// (a gRPC client's).
 async fn publish(world: &Rc<World>, session: &Session) {
     let Some(topic) = present(world, true) else { return };
+    publish_to(world, session, topic).await;
+}
+
+/// Publishes one to three messages to `topic`, as `publish` does.
+async fn publish_to(world: &Rc<World>, session: &Session, topic: String) {
     let carried = world.seed_rng().chance(500_000);
     let node = match carried {
         true => any_node(world),
@@ -1424,8 +1707,28 @@ async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, dra
             format!("nack at node {node}: {:?}", answer.as_ref().map(|answer| answer.as_ref().err()))
         });
     }
+    acknowledge(world, session, node, subscription, acks).await;
+    Some(count)
+}
+
+/// Acknowledges `acks` (ack id, message) on `subscription` at node `node`'s forwarder, which
+/// carries them to the subscription's leader when another node leads it; the model learns
+/// which were confirmed.
+async fn acknowledge(
+    world: &Rc<World>,
+    session: &Session,
+    node: u64,
+    subscription: &str,
+    acks: Vec<(String, Vec<u8>)>,
+) {
     if acks.is_empty() {
-        return Some(count);
+        return;
+    }
+    {
+        let mut model = world.model.borrow_mut();
+        let sent =
+            &mut model.subscriptions.get_mut(subscription).expect("a subscription").acknowledgements_sent;
+        sent.extend(acks.iter().map(|(_, data)| data.clone()));
     }
     let request = AcknowledgeRequest {
         subscription: subscription.to_owned(),
@@ -1439,9 +1742,7 @@ async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, dra
             answer.as_ref().map(|answer| answer.as_ref().err())
         )
     });
-    let Some(Ok(answer)) = answer else {
-        return Some(count);
-    };
+    let Some(Ok(answer)) = answer else { return };
     let invalid: BTreeSet<String> = ringpost_wire::decode_body::<AckResponse>(&answer)
         .expect("an acknowledgement response")
         .invalid_ack_ids
@@ -1455,7 +1756,121 @@ async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, dra
             checker.acknowledged.insert(data);
         }
     }
-    Some(count)
+}
+
+/// A streaming subscriber: it opens a streaming pull on a random subscription where it enters
+/// the data plane (the forwarder a lookup names, or any node's, whose relay carries the stream
+/// to the subscription's leader on another node and follows it when the lead moves),
+/// acknowledges about two thirds of what it receives (on the connection it streams on, or as a
+/// unary acknowledgement at another node it enters), holds the rest, and leaves mid-stream
+/// after a few batches or a while. Its stream's lease outlives the run, so what it held comes
+/// back only by its leaving: each held message must be delivered again (`check_given_back`).
+async fn stream(world: &Rc<World>, session: &Session) {
+    let Some(subscription) = present(world, false) else { return };
+    let lookup = Operation::LookupSubscription { name: subscription.clone() };
+    let Some(node) = entry(world, session, lookup.clone()).await else { return };
+    let Some(forwarder) = world.nodes.borrow()[&node].forwarder.clone() else { return };
+    let (outstanding, batches, stays_ms) = {
+        let mut rng = world.seed_rng();
+        (
+            1 + rng.below(STREAM_OUTSTANDING_MAX),
+            1 + rng.below(STREAM_BATCHES_MAX),
+            rng.below(STREAM_STAY_MS_MAX),
+        )
+    };
+    let request = StreamingPullRequest {
+        subscription: subscription.clone(),
+        stream_ack_deadline_seconds: ACK_DEADLINE_SECONDS_MAX,
+        max_outstanding_messages: outstanding,
+        max_outstanding_bytes: 0,
+    };
+    let body = native_body(Command::StreamingPull, &request);
+    let header = FrameHeader {
+        body_length: body.len() as u32,
+        command: Command::StreamingPull.code(),
+        flags: 0,
+        request_id: 1,
+    };
+    let responder = Rc::new(Responder::with_session(session.clone(), world.access.clone()));
+    let connection = Connection::open(world, None, node, responder.clone());
+    world.one_way().await;
+    serve_stream(world, node, forwarder, header, body, responder);
+    world.model.borrow_mut().streams += 1;
+    let leave_at = runtime::now() + Duration::from_millis(stays_ms);
+    let seed = world.seed;
+    let (mut held, mut acknowledged) = (Vec::new(), BTreeSet::new());
+    let mut batches_left = batches;
+    let why = loop {
+        // While nothing comes, it publishes to its subscription's topic now and then.
+        let pause = Duration::from_micros(world.seed_rng().below(STREAM_PUBLISH_PAUSE_US_MAX));
+        let next = futures_lite::future::or(
+            async { connection.next_frame(world, None).await.map(|(frame, _)| Some(frame)) },
+            async {
+                runtime::sleep(pause).await;
+                Some(None)
+            },
+        )
+        .await;
+        let frame = match next {
+            None => break "its connection broke".to_owned(),
+            Some(None) if runtime::now() >= leave_at => break "it leaves after a while".to_owned(),
+            Some(None) => {
+                let topic = world.model.borrow().subscriptions[&subscription].topic.clone();
+                publish_to(world, session, topic).await;
+                continue;
+            }
+            Some(Some(frame)) => frame,
+        };
+        let answer = answer_of(&frame);
+        let more = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).expect("a frame").flags & FLAG_MORE != 0;
+        let batch = match answer {
+            Err(status) => break format!("refused: {status}"),
+            Ok(_) if !more => break "the node ended it".to_owned(),
+            Ok(batch) => batch,
+        };
+        let received = ringpost_wire::decode_body::<PullResponse>(&batch).expect("a batch").received_messages;
+        if received.is_empty() {
+            continue;
+        }
+        let mut acks = Vec::new();
+        for message in &received {
+            world.model.borrow_mut().delivered(seed, &subscription, &message.data);
+            world.model.borrow_mut().streamed += 1;
+            match world.seed_rng().below(3) < 2 {
+                true => acks.push((message.ack_id.clone(), message.data.clone())),
+                false => held.push(message.data.clone()),
+            }
+        }
+        world.note(|| format!("stream {subscription} at node {node}: {} received", received.len()));
+        acknowledged.extend(acks.iter().map(|(_, data)| data.clone()));
+        // On the connection it streams on, or as a unary acknowledgement wherever it enters.
+        let on_its_connection = world.seed_rng().chance(500_000);
+        let at = match on_its_connection {
+            true => node,
+            false => entry(world, session, lookup.clone()).await.unwrap_or(node),
+        };
+        acknowledge(world, session, at, &subscription, acks).await;
+        batches_left -= 1;
+        if batches_left == 0 {
+            break "it leaves after its batches".to_owned();
+        }
+        if world.healed.get() {
+            break "the run heals".to_owned();
+        }
+    };
+    // The subscriber leaves: its connection closes mid-stream.
+    connection.close();
+    world.note(|| format!("stream {subscription} at node {node} ends: {why}; {} held", held.len()));
+    let mut model = world.model.borrow_mut();
+    let model = model.subscriptions.get_mut(&subscription).expect("a subscription");
+    for data in held {
+        // One another subscriber acknowledged before this one left (the lease moved with the
+        // subscription's leader) may never come again; one acknowledged after came again.
+        if !acknowledged.contains(&data) && !model.acknowledgements_sent.contains(&data) {
+            let deliveries = model.checker.deliveries_of(&data);
+            model.given_back.push((data, deliveries));
+        }
+    }
 }
 
 /// The end of the data plane: every subscription still served is pulled and acknowledged until
@@ -1506,7 +1921,26 @@ async fn drain(world: &Rc<World>) {
             lost.is_empty(),
             "seed {seed}: {subscription} never delivered acknowledged publishes: {lost:?}"
         );
+        model.given_back += check_given_back(seed, &subscription, state);
     }
+}
+
+/// What streaming subscribers held when they left their streams came back: each such message
+/// (none acknowledged before its subscriber left, `stream`) was delivered again after. Their streams' leases outlive the run, so only
+/// the leaving gives them back (or the subscription's leader failing, which delivers
+/// everything unacknowledged again). Returns how many were checked.
+fn check_given_back(seed: u64, subscription: &str, state: &Resource) -> usize {
+    let mut checked = 0;
+    for (data, deliveries) in &state.given_back {
+        checked += 1;
+        assert!(
+            state.checker.deliveries_of(data) > *deliveries,
+            "seed {seed}: {subscription}'s {} was held by a subscriber that left its stream and never \
+             delivered again: its lease did not come back",
+            String::from_utf8_lossy(data)
+        );
+    }
+    checked
 }
 
 /// Faults, one at a time (a majority always up and connected, the fault budget of a cluster
@@ -1526,9 +1960,12 @@ async fn nemesis(world: &Rc<World>) {
         match choice {
             0..=2 => {
                 world.note(|| format!("node {node} cut off"));
-                let mut isolated = world.isolated.borrow_mut();
-                isolated.clear();
-                isolated.insert(node);
+                {
+                    let mut isolated = world.isolated.borrow_mut();
+                    isolated.clear();
+                    isolated.insert(node);
+                }
+                world.break_connections(node, false);
             }
             3 => {
                 world.note(|| "healed".into());
@@ -1685,6 +2122,16 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     check_voters(world);
     drain(world).await;
     check_replicas(world).await;
+    // Every stream ended with its subscriber: what the streams held of each forwarder's
+    // response budget (frames queued for a connection, a relay's batches) came back.
+    settle(world, "every forwarder's response budget comes back whole", || {
+        NODES.iter().all(|id| {
+            let forwarder = world.nodes.borrow()[id].forwarder.clone().expect("a node serving");
+            let budget = &forwarder.environment.stream_budget;
+            budget.reserved_bytes() == 0 && budget.gathered_bytes() == 0
+        })
+    })
+    .await;
     let state = states().remove(0).1;
     let model = world.model.borrow();
     let mut seen = BTreeMap::new();
@@ -1746,6 +2193,12 @@ struct Run {
     /// Requests carried to another node and answered there, and mallory's refused there.
     carried: usize,
     refused_at_owner: usize,
+    /// Streams opened by clients, carried to another node, messages received on them, and
+    /// messages given back by a subscriber's leaving checked delivered again.
+    streams: usize,
+    streams_carried: usize,
+    streamed: usize,
+    given_back: usize,
     /// Every event, at its virtual time.
     events: Vec<String>,
 }
@@ -1810,6 +2263,7 @@ fn new_world(seed: u64) -> Rc<World> {
         model: RefCell::default(),
         healed: Cell::new(false),
         clients: Cell::new(CLIENTS),
+        connections: RefCell::default(),
         events: RefCell::default(),
         started: runtime::now(),
     })
@@ -1842,6 +2296,10 @@ fn simulate(seed: u64) -> Run {
             must_deliver: model.must_deliver,
             carried: model.carried,
             refused_at_owner: model.refused_at_owner,
+            streams: model.streams,
+            streams_carried: model.streams_carried,
+            streamed: model.streamed,
+            given_back: model.given_back,
             events,
         }
     })
@@ -1850,7 +2308,7 @@ fn simulate(seed: u64) -> Run {
 #[test]
 fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_and_crashes() {
     let started = std::time::Instant::now();
-    let totals = RefCell::new([0; 8]);
+    let totals = RefCell::new([0; 12]);
     let replaying = std::env::var_os("RINGPOST_SIM_SEED").is_some();
     sim::for_each_seed("three_nodes_keep_every_acknowledged", SEEDS_DEFAULT, |seed| {
         if let Some((_, why)) = SEEDS_LEFT_OUT.iter().find(|(left_out, _)| *left_out == seed && !replaying) {
@@ -1868,18 +2326,24 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
             run.must_deliver,
             run.carried,
             run.refused_at_owner,
+            run.streams,
+            run.streams_carried,
+            run.streamed,
+            run.given_back,
         ];
         for (total, count) in totals.iter_mut().zip(counts) {
             *total += count;
         }
     });
-    let [seeds, acknowledged, tried, resources, delivered, must_deliver, carried, refused_at_owner] =
+    let [seeds, acknowledged, tried, resources, delivered, must_deliver, carried, refused_at_owner, streams, streams_carried, streamed, given_back] =
         totals.into_inner();
     eprintln!(
         "cluster simulation: {seeds} seeds, {acknowledged} of {tried} catalog changes acknowledged, \
          {resources} resources at the ends, {delivered} messages delivered, {must_deliver} required \
          at the final drains, {carried} requests carried to another node, {refused_at_owner} of \
-         mallory's refused there, in {:?}",
+         mallory's refused there, {streams} streams opened ({streams_carried} carried to a node, \
+         reopened ones included; {streamed} messages received on them, {given_back} held by a \
+         subscriber that left and delivered again), in {:?}",
         started.elapsed()
     );
     // A run that checked nothing fails; one seed replayed is judged by its own checks alone
@@ -1891,6 +2355,11 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
     assert!(
         seeds < 10 || (carried > 0 && refused_at_owner > 0),
         "no request was carried to another node, or none of mallory's refused there: the relay went unchecked"
+    );
+    assert!(
+        seeds < 10 || (streams_carried > 0 && streamed > 0 && given_back > 0),
+        "no stream was carried to another node, none received a message, or none gave back what \
+         its subscriber held: the carried streams went unchecked"
     );
 }
 
