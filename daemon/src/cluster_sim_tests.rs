@@ -10,7 +10,10 @@
 //! tasks. Each node's tasks are a group of the executor: a crash ends them all, then its disk
 //! drops, keeps or tears what was not synced, and the node starts again through the daemon's
 //! recovery. Each disk has faults within the budget (a minority of its copies faulty); each
-//! node's wall clock is stepped by up to an hour either way.
+//! node's wall clock is stepped by up to an hour either way. Nodes come and go: the nemesis
+//! starts a node as the daemon's `--join` does and has a member's door add it (a voter or a
+//! learner, `ClusterAddNode`, as `ringpost cluster add-node` asks), and, with four members,
+//! removes one (`ClusterRemoveNode`, its replicas moved off first), whose process then stops.
 //!
 //! Clients enter at random nodes (a node cut off from the others still takes clients): topics
 //! (of three replicas, placed by the router, replicating over the same network) and
@@ -32,8 +35,9 @@
 //! ready, every create acknowledged before it began; a change answered sooner than the door's
 //! wait to apply it is applied where it was answered; the committed records of any two
 //! replicas of a topic agree; the queue checker per subscription, with its sync point. At the
-//! end, healed: the three catalogs converge, every acknowledged create is there with the id it
-//! was given, every acknowledged delete stays deleted, no id was handed to two resources, the
+//! end, healed: the members' catalogs converge, their nodes are the members as the adds and
+//! removals were answered, every topic's replicas are on members, every acknowledged create is
+//! there with the id it was given, every acknowledged delete stays deleted, no id was handed to two resources, the
 //! catalog holds no resource never created, every subscription drains every acknowledged
 //! publish begun after its create was acknowledged, every message a streaming subscriber held
 //! when it left was delivered again (its stream's lease outlives the run: only the leaving
@@ -92,8 +96,20 @@ const SEEDS_DEFAULT: u64 = 200;
 /// Seeds the default run leaves out, each failing for a reason outside what this simulation
 /// checks, written down in docs/TESTING.md; `RINGPOST_SIM_SEED` still replays them.
 const SEEDS_LEFT_OUT: [(u64, &str); 0] = [];
-/// The catalog's voters, one per node.
+/// The cluster's first members, each a voter of the catalog; the nemesis adds nodes (4, 5, ...)
+/// and removes members from there on.
 const NODES: [u64; 3] = [1, 2, 3];
+/// Members the cluster has at most: a node is added while there are fewer, and one removed only
+/// while there are this many (every topic has three replicas, which need three members).
+const MEMBERS_MAX: usize = 4;
+/// How long the nemesis tries to add or remove a node before the seed fails: a membership
+/// change waits for the new node to catch up or for replicas to move off the leaving one.
+const MEMBERSHIP_CHANGE_WITHIN: Duration = Duration::from_secs(300);
+/// How long one attempt at a membership change waits for its answer: a node carrying it may
+/// crash meanwhile, and a task of a crashed node never answers in this simulation (a real
+/// connection would break), so it is asked again rather than waited for as long as the daemon
+/// waits (`MEMBERSHIP_CHANGE_TIMEOUT`).
+const MEMBERSHIP_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Faults the nemesis makes before everything heals.
 const NEMESIS_STEPS_MAX: u64 = 16;
 /// Clients working at once.
@@ -176,6 +192,29 @@ struct Slot {
     failed: bool,
     /// How far its wall clock is off the simulation's.
     wall_offset_ms: i64,
+    /// It was added to the cluster after it began (it starts as the daemon's `--join` does).
+    joins: bool,
+    /// It was removed from the cluster: it never starts again.
+    removed: bool,
+}
+
+impl Slot {
+    fn new(disk: SimDisk, joins: bool) -> Slot {
+        Slot {
+            disk,
+            group: 0,
+            lives: 0,
+            up: false,
+            crashes: 0,
+            raft: None,
+            forwarder: None,
+            serving: None,
+            failed: false,
+            wall_offset_ms: 0,
+            joins,
+            removed: false,
+        }
+    }
 }
 
 /// What the simulation knows of whether a resource exists.
@@ -294,6 +333,8 @@ struct World {
     paths: Vec<PathBuf>,
     config: LogConfig,
     nodes: RefCell<BTreeMap<u64, Slot>>,
+    /// The cluster's members, as the adds and removals the nemesis made were answered.
+    members: RefCell<BTreeSet<u64>>,
     /// Nodes cut off from every other, still reachable by clients.
     isolated: RefCell<BTreeSet<u64>>,
     /// Each message is lost with this chance, in parts per million, and sent twice with that.
@@ -305,6 +346,11 @@ struct World {
     alice: Session,
     cluster_peer: Session,
     model: RefCell<Model>,
+    /// Fires at every node's crash.
+    crashes: Notify,
+    /// Nodes the nemesis added to the cluster, and members it removed.
+    added: Cell<usize>,
+    removed: Cell<usize>,
     /// The nemesis is done and everything healed: the clients stop.
     healed: Cell<bool>,
     /// Clients still working (each finishes the operation it began once healed).
@@ -362,6 +408,17 @@ impl World {
         }
     }
 
+    /// The members now, in order.
+    fn members(&self) -> Vec<u64> {
+        self.members.borrow().iter().copied().collect()
+    }
+
+    /// A member, drawn by the seed.
+    fn any_member(&self) -> u64 {
+        let members = self.members();
+        members[self.seed_rng().below(members.len() as u64) as usize]
+    }
+
     fn group(&self, node: u64) -> u64 {
         self.nodes.borrow()[&node].group
     }
@@ -371,19 +428,31 @@ impl World {
     }
 
     /// Runs `work` on node `to` as one of its tasks, within `timeout`; `None` if it did not
-    /// answer in time (it died meanwhile, or never answers).
+    /// answer in time, or the node crashed first (its tasks end unanswered; a real connection
+    /// to it would break).
     async fn run_on<T: 'static>(
         &self,
         to: u64,
         timeout: Duration,
         work: impl Future<Output = T> + 'static,
     ) -> Option<T> {
-        let task = sim::spawn_in_group(self.group(to), work);
-        futures_lite::future::or(async { Some(task.await) }, async {
+        let group = self.group(to);
+        let task = sim::spawn_in_group(group, work);
+        let crashed = async {
+            loop {
+                let crash = self.crashes.notified();
+                if self.group(to) != group || !self.nodes.borrow()[&to].up {
+                    return None;
+                }
+                crash.await;
+            }
+        };
+        let timed_out = async {
             runtime::sleep(timeout).await;
             None
-        })
-        .await
+        };
+        futures_lite::future::or(async { Some(task.await) }, futures_lite::future::or(crashed, timed_out))
+            .await
     }
 
     /// A request from node `from` to node `to`'s router, answered by `work` there, across the
@@ -948,11 +1017,16 @@ impl Drop for SimUpstream {
     }
 }
 
+/// Node `id`'s cluster port, as `cluster add-node` names it (an IP and a port; nothing listens).
+fn cluster_address(id: u64) -> String {
+    format!("10.0.0.{id}:7460")
+}
+
 /// What node `id` registers: its forwarder's advertised address.
 fn record(id: u64) -> NodeRecord {
     NodeRecord {
         node_id: id,
-        cluster_address: format!("node-{id}:7460"),
+        cluster_address: cluster_address(id),
         router_address: format!("node-{id}:{ROUTER_PORT}"),
         forwarders: vec![format!("node-{id}:{PORT}")],
         grpc_address: String::new(),
@@ -990,7 +1064,14 @@ fn start(world: &Rc<World>, id: u64) {
 async fn boot(world: &Rc<World>, id: u64) -> Result<(), String> {
     let disk = world.nodes.borrow()[&id].disk.clone();
     let directories = Directories::new(world.paths.clone());
-    let voters = Voters { this_node: id, ids: NODES.to_vec(), joining: false };
+    // A node added later starts as the daemon's `--join` starts it: the first members and
+    // itself last, waiting to be added.
+    let joins = world.nodes.borrow()[&id].joins;
+    let mut ids = NODES.to_vec();
+    if joins {
+        ids.push(id);
+    }
+    let voters = Voters { this_node: id, ids, joining: joins };
     let factory = Factory { world: Rc::downgrade(world), from: id };
     let catalog = Catalog::open_clustered(
         disk.clone(),
@@ -1105,7 +1186,10 @@ fn crash(world: &World, id: u64) -> u64 {
     slot.forwarder = None;
     slot.up = false;
     slot.crashes += 1;
-    slot.crashes
+    let crashes = slot.crashes;
+    drop(nodes);
+    world.crashes.notify_all();
+    crashes
 }
 
 /// Starts node `id` again after `down`, as the fault that made its crash `crashed` does, unless
@@ -1118,6 +1202,10 @@ fn crash(world: &World, id: u64) -> u64 {
 /// refused that log as corrupt mid-log.
 async fn start_after(world: &Rc<World>, id: u64, crashed: u64, down: Duration) {
     runtime::sleep(down).await;
+    if world.nodes.borrow()[&id].removed {
+        world.note(|| format!("node {id} was removed while down: it stays down"));
+        return;
+    }
     if world.nodes.borrow()[&id].crashes != crashed {
         world.note(|| format!("node {id} was crashed again while down: that fault starts it"));
         return;
@@ -1198,7 +1286,7 @@ fn check_voters(world: &World) {
 /// One client operation at a random node, through its door, as a client of that node's port
 /// would make it; the model learns what it did.
 async fn operate(world: &Rc<World>, session: &Session) {
-    let node = NODES[world.seed_rng().below(NODES.len() as u64) as usize];
+    let node = world.any_member();
     let Some(serving) = world.serving(node) else { return };
     let choice = world.seed_rng().below(10);
     let (present_topic, present_subscription) = {
@@ -1376,7 +1464,7 @@ fn present(world: &World, topics: bool) -> Option<String> {
 /// The node of the forwarder a lookup at a random node names first, as a client connects to
 /// it; None if the lookup failed.
 async fn looked_up(world: &Rc<World>, session: &Session, operation: Operation) -> Option<u64> {
-    let node = NODES[world.seed_rng().below(NODES.len() as u64) as usize];
+    let node = world.any_member();
     let door = world.serving(node)?.door;
     let (access, session) = (world.access.clone(), session.clone());
     let answer = world
@@ -1390,7 +1478,7 @@ async fn looked_up(world: &Rc<World>, session: &Session, operation: Operation) -
 
 /// A random node.
 fn any_node(world: &World) -> u64 {
-    NODES[world.seed_rng().below(NODES.len() as u64) as usize]
+    world.any_member()
 }
 
 /// Where a client enters the data plane: the node a lookup at a random node names first, as a
@@ -1650,7 +1738,7 @@ async fn crash_at_once(world: &Rc<World>, node: u64) {
     if !world.seed_rng().chance(AIMED_CRASH_PPM) || !world.isolated.borrow().is_empty() {
         return;
     }
-    if NODES.iter().any(|other| world.serving(*other).is_none()) {
+    if world.members().iter().any(|other| world.serving(*other).is_none()) {
         return;
     }
     world.note(|| format!("node {node} crashes just after acknowledging a publish"));
@@ -1926,9 +2014,10 @@ async fn drain(world: &Rc<World>) {
 }
 
 /// What streaming subscribers held when they left their streams came back: each such message
-/// (none acknowledged before its subscriber left, `stream`) was delivered again after. Their streams' leases outlive the run, so only
-/// the leaving gives them back (or the subscription's leader failing, which delivers
-/// everything unacknowledged again). Returns how many were checked.
+/// (none acknowledged before its subscriber left, `stream`) was delivered again after. Their
+/// streams' leases outlive the run, so only the leaving gives them back (or the subscription's
+/// leader failing, which delivers everything unacknowledged again). Returns how many were
+/// checked.
 fn check_given_back(seed: u64, subscription: &str, state: &Resource) -> usize {
     let mut checked = 0;
     for (data, deliveries) in &state.given_back {
@@ -1953,9 +2042,10 @@ async fn nemesis(world: &Rc<World>) {
         check_voters(world);
         check_replicas(world).await;
         restart_failed(world);
-        let (choice, node) = {
+        let node = world.any_member();
+        let (choice, ()) = {
             let mut rng = world.seed_rng();
-            (rng.below(10), NODES[rng.below(NODES.len() as u64) as usize])
+            (rng.below(12), ())
         };
         match choice {
             0..=2 => {
@@ -1994,6 +2084,15 @@ async fn nemesis(world: &Rc<World>) {
                 world.note(|| format!("node {node}'s wall clock stepped {step} ms"));
                 sim::set_wall_offset_ms(group, offset);
             }
+            10 | 11 if world.members().iter().all(|member| world.serving(*member).is_some()) => {
+                // Membership changes while every member serves, nothing cut off.
+                world.isolated.borrow_mut().clear();
+                match world.members().len() < MEMBERS_MAX {
+                    true => add_node(world).await,
+                    false => remove_node(world, node).await,
+                }
+            }
+            10 | 11 => world.note(|| "no membership change: a member does not serve".into()),
             _ => {
                 world.isolated.borrow_mut().clear();
                 let crashed = crash(world, node);
@@ -2001,6 +2100,92 @@ async fn nemesis(world: &Rc<World>) {
                 start_after(world, node, crashed, Duration::from_micros(down)).await;
             }
         }
+    }
+}
+
+/// Adds a node to the cluster, as `ringpost cluster add-node` does: the node (the next id)
+/// starts as the daemon's `--join` starts it, waiting to be added, and a member's door is asked
+/// to add it, a voter or a learner, again until one answers it done. It is a member from then
+/// on, and must serve.
+async fn add_node(world: &Rc<World>) {
+    let id = world.nodes.borrow().keys().max().expect("nodes") + 1;
+    let voter = world.seed_rng().chance(500_000);
+    let disk = SimDisk::new();
+    let (plan, plan_seed) = {
+        let mut rng = world.seed_rng();
+        (FaultPlan::draw(&mut rng, &world.paths), rng.next_u64())
+    };
+    disk.set_fault_plan(Some(plan), plan_seed);
+    world.nodes.borrow_mut().insert(id, Slot::new(disk, true));
+    world.note(|| format!("node {id} starts, to join as a {}", if voter { "voter" } else { "learner" }));
+    start(world, id);
+    let operation = Operation::ClusterAddNode { node_id: id, cluster_address: cluster_address(id), voter };
+    change_membership(world, operation, &format!("adding node {id}")).await;
+    world.members.borrow_mut().insert(id);
+    world.added.set(world.added.get() + 1);
+    settle(world, "an added node serves", || world.serving(id).is_some()).await;
+}
+
+/// Removes member `id` from the cluster, as `ringpost cluster remove-node` does (its replicas
+/// move to the other members first), asked at a member's door again until one answers it done
+/// (or that it is no member: an earlier answer was lost); then its process stops for good.
+async fn remove_node(world: &Rc<World>, id: u64) {
+    let operation = Operation::ClusterRemoveNode { node_id: id };
+    change_membership(world, operation, &format!("removing node {id}")).await;
+    world.members.borrow_mut().remove(&id);
+    world.removed.set(world.removed.get() + 1);
+    let up = {
+        let mut nodes = world.nodes.borrow_mut();
+        let slot = nodes.get_mut(&id).expect("a node");
+        slot.removed = true;
+        slot.up
+    };
+    if up {
+        crash(world, id);
+    }
+}
+
+/// Asks a random member's door for `operation`, a membership change, until it is answered done
+/// (a removal answered that the node is no member is done too), within
+/// `MEMBERSHIP_CHANGE_WITHIN`.
+async fn change_membership(world: &Rc<World>, operation: Operation, what: &str) {
+    let started = runtime::now();
+    loop {
+        assert!(
+            runtime::now() - started < MEMBERSHIP_CHANGE_WITHIN,
+            "seed {}: {what} was not done within {MEMBERSHIP_CHANGE_WITHIN:?}",
+            world.seed
+        );
+        let node = world.any_member();
+        if let Some(serving) = world.serving(node) {
+            world.note(|| format!("{what}: asked at node {node}"));
+            let (door, access, session) = (serving.door, world.access.clone(), world.alice.clone());
+            let asked = operation.clone();
+            let answer = world
+                .run_on(node, MEMBERSHIP_ATTEMPT_TIMEOUT, async move {
+                    door.execute(&Caller::new(&session, &access), asked).await
+                })
+                .await;
+            world.note(|| {
+                format!("{what} at node {node}: {:?}", answer.as_ref().map(|answer| answer.as_ref().err()))
+            });
+            let removal = matches!(operation, Operation::ClusterRemoveNode { .. });
+            match answer {
+                Some(Ok(_)) => return,
+                Some(Err(status)) if status.code == crate::api::Code::NotFound => {
+                    // Only the node itself may be what is not found (an earlier removal was
+                    // taken, its answer lost): a member is never refused as not found.
+                    assert!(
+                        removal && status.message.contains("is not a member"),
+                        "seed {}: {what} was refused: {status}",
+                        world.seed
+                    );
+                    return;
+                }
+                _ => {}
+            }
+        }
+        runtime::sleep(SETTLE_POLL).await;
     }
 }
 
@@ -2031,7 +2216,8 @@ async fn committed_records(world: &Rc<World>, node: u64) -> Option<BTreeMap<u64,
 /// every offset both hold.
 async fn check_replicas(world: &Rc<World>) {
     let mut logs = Vec::new();
-    for node in NODES {
+    let nodes: Vec<u64> = world.nodes.borrow().keys().copied().collect();
+    for node in nodes {
         if let Some(records) = committed_records(world, node).await {
             logs.push((node, records));
         }
@@ -2056,8 +2242,13 @@ async fn check_replicas(world: &Rc<World>) {
 
 /// Starts again every node whose start failed.
 fn restart_failed(world: &Rc<World>) {
-    let failed: Vec<u64> =
-        world.nodes.borrow().iter().filter(|(_, slot)| slot.failed).map(|(id, _)| *id).collect();
+    let failed: Vec<u64> = world
+        .nodes
+        .borrow()
+        .iter()
+        .filter(|(_, slot)| slot.failed && !slot.removed)
+        .map(|(id, _)| *id)
+        .collect();
     for id in failed {
         crash(world, id);
         start(world, id);
@@ -2087,14 +2278,17 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     world.duplicate_ppm.set(0);
     // What the clients began before the healing ends first: the model is final then.
     settle(world, "the clients finish", || world.clients.get() == 0).await;
-    settle(world, "every node serves once healed", || NODES.iter().all(|id| world.serving(*id).is_some()))
-        .await;
+    settle(world, "every member serves once healed", || {
+        world.members().iter().all(|id| world.serving(*id).is_some())
+    })
+    .await;
     // A last create commits everything before it in the leader's term.
     let session = world.alice.clone();
     let started = runtime::now();
     loop {
         assert!(runtime::now() - started < SETTLE_WITHIN, "seed {seed}: no node took the last create");
-        let door = world.serving(1).expect("node 1 serves").door;
+        let first = world.members()[0];
+        let door = world.serving(first).expect("a member serves").door;
         let operation = Operation::CreateTopic(Topic { name: "last".into(), ..Default::default() });
         let answer = door.execute(&Caller::new(&session, &world.access), operation).await;
         match answer {
@@ -2105,7 +2299,8 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
         runtime::sleep(SETTLE_POLL).await;
     }
     let states = || -> Vec<(Option<u64>, CatalogState)> {
-        NODES
+        world
+            .members()
             .iter()
             .map(|id| {
                 let router = world.serving(*id).expect("a node serving").router;
@@ -2125,7 +2320,7 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     // Every stream ended with its subscriber: what the streams held of each forwarder's
     // response budget (frames queued for a connection, a relay's batches) came back.
     settle(world, "every forwarder's response budget comes back whole", || {
-        NODES.iter().all(|id| {
+        world.members().iter().all(|id| {
             let forwarder = world.nodes.borrow()[id].forwarder.clone().expect("a node serving");
             let budget = &forwarder.environment.stream_budget;
             budget.reserved_bytes() == 0 && budget.gathered_bytes() == 0
@@ -2133,6 +2328,20 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     })
     .await;
     let state = states().remove(0).1;
+    // The catalog's nodes are the members as the adds and removals were answered, and every
+    // topic's replicas are on members: a removed node's moved off before it left.
+    let members = world.members();
+    let nodes: Vec<u64> = state.nodes.keys().copied().collect();
+    assert_eq!(nodes, members, "seed {seed}: the catalog's nodes are not the cluster's members");
+    for (name, topic) in &state.topics {
+        for replica in &topic.replicas {
+            let node = node_and_shard(*replica).0;
+            assert!(
+                members.contains(&node),
+                "seed {seed}: topic {name} has a replica on node {node}, no member"
+            );
+        }
+    }
     let model = world.model.borrow();
     let mut seen = BTreeMap::new();
     for (name, record) in &state.topics {
@@ -2199,6 +2408,9 @@ struct Run {
     streams_carried: usize,
     streamed: usize,
     given_back: usize,
+    /// Nodes added to the cluster, and members removed.
+    added: usize,
+    removed: usize,
     /// Every event, at its virtual time.
     events: Vec<String>,
 }
@@ -2225,19 +2437,7 @@ fn new_world(seed: u64) -> Rc<World> {
         .map(|(id, (plan, plan_seed))| {
             let disk = SimDisk::new();
             disk.set_fault_plan(Some(plan), plan_seed);
-            let slot = Slot {
-                disk,
-                group: 0,
-                lives: 0,
-                up: false,
-                crashes: 0,
-                raft: None,
-                forwarder: None,
-                serving: None,
-                failed: false,
-                wall_offset_ms: 0,
-            };
-            (*id, slot)
+            (*id, Slot::new(disk, false))
         })
         .collect();
     // Refusals are the point of mallory's requests: their audit lines go nowhere.
@@ -2254,6 +2454,7 @@ fn new_world(seed: u64) -> Rc<World> {
         paths,
         config,
         nodes: RefCell::new(nodes),
+        members: RefCell::new(NODES.into_iter().collect()),
         isolated: RefCell::default(),
         drop_ppm: Cell::new(0),
         duplicate_ppm: Cell::new(0),
@@ -2261,6 +2462,9 @@ fn new_world(seed: u64) -> Rc<World> {
         alice: Session { principal: Principal::Named("alice".into()), credential: Credential::Certificate },
         cluster_peer,
         model: RefCell::default(),
+        crashes: Notify::new(),
+        added: Cell::new(0),
+        removed: Cell::new(0),
         healed: Cell::new(false),
         clients: Cell::new(CLIENTS),
         connections: RefCell::default(),
@@ -2287,6 +2491,7 @@ fn simulate(seed: u64) -> Run {
         sim::kill_spawned_tasks();
         world.nodes.borrow_mut().clear();
         let model = world.model.borrow();
+        let (added, removed) = (world.added.get(), world.removed.get());
         let events = world.events.take();
         Run {
             acknowledged: model.acknowledged,
@@ -2300,6 +2505,8 @@ fn simulate(seed: u64) -> Run {
             streams_carried: model.streams_carried,
             streamed: model.streamed,
             given_back: model.given_back,
+            added,
+            removed,
             events,
         }
     })
@@ -2308,7 +2515,7 @@ fn simulate(seed: u64) -> Run {
 #[test]
 fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_and_crashes() {
     let started = std::time::Instant::now();
-    let totals = RefCell::new([0; 12]);
+    let totals = RefCell::new([0; 14]);
     let replaying = std::env::var_os("RINGPOST_SIM_SEED").is_some();
     sim::for_each_seed("three_nodes_keep_every_acknowledged", SEEDS_DEFAULT, |seed| {
         if let Some((_, why)) = SEEDS_LEFT_OUT.iter().find(|(left_out, _)| *left_out == seed && !replaying) {
@@ -2330,12 +2537,14 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
             run.streams_carried,
             run.streamed,
             run.given_back,
+            run.added,
+            run.removed,
         ];
         for (total, count) in totals.iter_mut().zip(counts) {
             *total += count;
         }
     });
-    let [seeds, acknowledged, tried, resources, delivered, must_deliver, carried, refused_at_owner, streams, streams_carried, streamed, given_back] =
+    let [seeds, acknowledged, tried, resources, delivered, must_deliver, carried, refused_at_owner, streams, streams_carried, streamed, given_back, added, removed] =
         totals.into_inner();
     eprintln!(
         "cluster simulation: {seeds} seeds, {acknowledged} of {tried} catalog changes acknowledged, \
@@ -2343,7 +2552,7 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
          at the final drains, {carried} requests carried to another node, {refused_at_owner} of \
          mallory's refused there, {streams} streams opened ({streams_carried} carried to a node, \
          reopened ones included; {streamed} messages received on them, {given_back} held by a \
-         subscriber that left and delivered again), in {:?}",
+         subscriber that left and delivered again), {added} nodes added and {removed} removed, in {:?}",
         started.elapsed()
     );
     // A run that checked nothing fails; one seed replayed is judged by its own checks alone
@@ -2356,6 +2565,7 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
         seeds < 10 || (carried > 0 && refused_at_owner > 0),
         "no request was carried to another node, or none of mallory's refused there: the relay went unchecked"
     );
+    assert!(seeds < 10 || (added > 0 && removed > 0), "no node was added or none removed");
     assert!(
         seeds < 10 || (streams_carried > 0 && streamed > 0 && given_back > 0),
         "no stream was carried to another node, none received a message, or none gave back what \
