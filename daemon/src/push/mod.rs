@@ -2,6 +2,8 @@
 //! the subscription's HTTP endpoint, one POST per message, and takes the endpoint's answer as
 //! the acknowledgement.
 
+pub mod token;
+
 use crate::catalog::OidcToken;
 
 /// Signs the OIDC tokens push requests carry (`Authorization: Bearer`) with the daemon's key.
