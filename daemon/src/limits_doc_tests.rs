@@ -162,6 +162,10 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::net::http::SCRAPE_TIMEOUT,
         crate::metrics::exposition::METRICS_TOPICS_MAX,
         crate::metrics::exposition::METRICS_SUBSCRIPTIONS_MAX,
+        crate::push::window::PUSH_OUTSTANDING_MAX,
+        crate::push::task::PUSH_SUBSCRIPTION_BYTES_MAX,
+        crate::push::task::PUSH_BODY_BYTES_SHARD_MAX,
+        crate::push::task::PUSH_OFFERS_QUEUED_MAX,
     ];
     // A field's default rather than a constant.
     let staging = crate::log::LogConfig::default().staging_bytes_max;
