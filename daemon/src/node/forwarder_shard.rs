@@ -35,6 +35,8 @@ pub(super) struct ForwarderWiring {
     router_port: u16,
     /// The node's cache of who serves what, which the shard's relay reads and fills.
     routes: Arc<Routes>,
+    /// Its end of the push subscriptions' HTTP client.
+    push: crate::push::client::PushSender,
 }
 
 /// The forwarder shards, started: their threads, the router's ends of their control channels,
@@ -50,7 +52,9 @@ pub(super) struct ForwarderShards {
 pub(super) type ShardReports<'a> = (&'a mpsc::Sender<Result<(), String>>, &'a mpsc::Sender<(String, usize)>);
 
 /// Starts one forwarder shard per listener, each reporting on `reports` (ready, stopped);
-/// `router_port`: the port this node's router was bound to.
+/// `router_port`: the port this node's router was bound to; `push`: the push subscriptions'
+/// HTTP client, of which each shard gets an end.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn start_forwarder_shards(
     config: &Config,
     router_port: u16,
@@ -59,6 +63,7 @@ pub(super) fn start_forwarder_shards(
     reports: ShardReports<'_>,
     grpc_jobs: Vec<Option<GrpcJobs>>,
     routes: &Arc<Routes>,
+    push: &crate::push::client::PushClient,
 ) -> Result<ForwarderShards, String> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut started = ForwarderShards {
@@ -96,6 +101,7 @@ pub(super) fn start_forwarder_shards(
             router_port,
             // Each shard its own cache: shards share no lock (the gateway's is its threads').
             routes: Arc::new(Routes::new(routes.node())),
+            push: push.sender(),
         };
         started.threads.push(start_forwarder_shard(config, placement, wiring)?);
     }
@@ -151,6 +157,7 @@ fn start_forwarder_shard(
                 grpc_jobs,
                 router_port: _,
                 routes,
+                push,
             } = wiring;
             for data_dir in &data_dirs {
                 if let Err(error) =
@@ -211,6 +218,9 @@ fn start_forwarder_shard(
                 security,
             ));
             run_forwarder_timers(&forwarder);
+            // Before the router's requests are served, so that every push subscription they
+            // attach is pushed.
+            crate::runtime::spawn(crate::push::task::serve(forwarder.clone(), Rc::new(push))).detach();
             if let Some(jobs) = grpc_jobs {
                 let target = Rc::new(ForwarderShard { forwarder: forwarder.clone(), access });
                 crate::runtime::spawn(serve_jobs(jobs, target, forwarder.stop_handle())).detach();

@@ -63,6 +63,12 @@ pub struct Config {
     /// Where the monitoring endpoint serves (`/metrics`, `/healthz`, `/readyz`); `None`, not
     /// at all. `Config::new` leaves it off; ringpostd's `--http-listen` turns it on by default.
     pub http_listen: Option<SocketAddr>,
+    /// The CA certificates HTTPS push endpoints are verified against (`--push-ca-file`);
+    /// `None`: the system's roots.
+    pub push_ca_file: Option<std::path::PathBuf>,
+    /// Signs the OIDC tokens of push requests that ask for one; `None`: such pushes fail,
+    /// saying so.
+    pub push_signer: Option<crate::push::Signer>,
     /// The cluster this node is one of; `None`, a node alone.
     pub cluster: Option<ClusterSettings>,
     /// How many topics, subscriptions and snapshots the catalog may hold (decided by the
@@ -218,6 +224,8 @@ impl Config {
             tls: None,
             grpc: protocol::grpc::GrpcSettings::default(),
             http_listen: None,
+            push_ca_file: None,
+            push_signer: None,
             cluster: None,
             catalog_limits: router::CatalogLimits::default(),
         }
@@ -282,6 +290,9 @@ pub struct Daemon {
     /// Where the monitoring endpoint serves, when it does.
     pub http_address: Option<SocketAddr>,
     http: Option<net::http::HttpServer>,
+    /// Push subscriptions' HTTP client: its thread ends once the shards, holding its other
+    /// ends, have stopped.
+    _push: crate::push::client::PushClient,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     /// One end of a socket pair per shard (forwarders in order, then the router): closing it
     /// tells that shard to stop (`shutdown`).
@@ -403,6 +414,11 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     // the rest are for message segments, connections and journals that reopen per commit.
     let journals_open_max = (open_files / 4 / (shards * config.data_dirs.len()) as u64) as usize;
     let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
+    // Push subscriptions' HTTP client, on a thread of its own (`push::client`).
+    let push_tls = net::tls::push_client_config(config.push_ca_file.as_deref())?;
+    let push =
+        crate::push::client::PushClient::start(push_tls, config.push_signer.clone().map(|signer| signer.0))
+            .map_err(|error| format!("starting the push client: {error}"))?;
     let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops } = start_forwarder_shards(
         &config,
         router_address.port(),
@@ -411,6 +427,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         (&ready_sender, &stopped_sender),
         grpc_jobs.forwarders,
         &routes,
+        &push,
     )?;
     for _ in 0..shards {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
@@ -469,6 +486,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc,
         http_address,
         http,
+        _push: push,
         threads,
         stops,
         stopped,
