@@ -245,7 +245,15 @@ fn settings() -> SubscriptionSettings {
         expiration_ttl_seconds: 604_800,
         labels: Labels::from([("team".to_owned(), "ops".to_owned())]),
         enable_exactly_once_delivery: true,
-        push: None,
+        push: Some(Box::new(crate::catalog::PushConfig {
+            endpoint: "https://receiver.example/push".to_owned(),
+            attributes: Labels::from([("x-goog-version".to_owned(), "v1".to_owned())]),
+            wrapper: crate::catalog::PushWrapper::NoWrapper { write_metadata: true },
+            oidc_token: Some(crate::catalog::OidcToken {
+                service_account_email: "pusher@p.iam.example".to_owned(),
+                audience: String::new(),
+            }),
+        })),
     }
 }
 

@@ -78,6 +78,15 @@ pub const MAX_DELIVERY_ATTEMPTS_MAX: u32 = 100;
 pub const BACKOFF_SECONDS_MINIMUM_DEFAULT: u32 = 10;
 pub const BACKOFF_SECONDS_MAXIMUM_DEFAULT: u32 = 600;
 pub const BACKOFF_SECONDS_MAX: u32 = 600;
+/// Bytes of a push subscription's endpoint URL: a URL longer than browsers and proxies carry
+/// (about 2 KB) is a mistake, and the catalog keeps every subscription's in memory.
+pub const PUSH_ENDPOINT_BYTES_MAX: usize = 2048;
+/// A push configuration's attributes (Pub/Sub reads one, `x-goog-version`); a few more are
+/// kept as given, each within a message attribute's sizes.
+pub const PUSH_ATTRIBUTES_COUNT_MAX: usize = 16;
+/// Bytes of a push token's service account email or audience: an email is at most 254 bytes
+/// (RFC 5321), an audience is a URL or a name like one.
+pub const PUSH_TOKEN_FIELD_BYTES_MAX: usize = 2048;
 
 const _: () = assert!(MESSAGE_BYTES_MAX <= PUBLISH_REQUEST_BYTES_MAX);
 const _: () = assert!(NAME_BYTES_MIN <= NAME_BYTES_MAX);

@@ -280,9 +280,178 @@ fn is_label_character(c: char) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'
 }
 
+/// Checks a push subscription's endpoint as Pub/Sub does: an absolute `http` or `https` URL
+/// with a host (and, when it names one, a port of 1 to 65535), at most
+/// `PUSH_ENDPOINT_BYTES_MAX` bytes, with no spaces or control characters. An empty endpoint is
+/// not checked here: it means pull.
+pub fn validate_push_endpoint(endpoint: &str) -> Result<(), Invalid> {
+    let refuse = |why: &str| Invalid::new(format!("invalid push endpoint '{}': {why}", shorten(endpoint)));
+    if endpoint.len() > PUSH_ENDPOINT_BYTES_MAX {
+        return Err(refuse(&format!(
+            "it is {} bytes; the limit is {PUSH_ENDPOINT_BYTES_MAX} (PUSH_ENDPOINT_BYTES_MAX)",
+            endpoint.len()
+        )));
+    }
+    if endpoint.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(refuse("it has a space or a control character"));
+    }
+    let Some((scheme, rest)) = endpoint.split_once("://") else {
+        return Err(refuse("it must be an absolute http:// or https:// URL"));
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(refuse("its scheme must be http or https"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(refuse("it must not carry a user name or password"));
+    }
+    // A bracketed IPv6 address holds colons of its own; the port follows the bracket.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((address, after)) if !address.is_empty() => match after {
+                "" => (address, None),
+                after => match after.strip_prefix(':') {
+                    Some(port) => (address, Some(port)),
+                    None => return Err(refuse("it has text after its IPv6 address")),
+                },
+            },
+            _ => return Err(refuse("its IPv6 address is not closed by ']'")),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err(refuse("it has no host"));
+    }
+    if let Some(port) = port {
+        if !port.parse::<u16>().is_ok_and(|port| port > 0) {
+            return Err(refuse("its port must be a number from 1 to 65535"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a push configuration's attributes: at most `PUSH_ATTRIBUTES_COUNT_MAX`, each key and
+/// value within a message attribute's sizes.
+pub fn validate_push_attributes(
+    attributes: &std::collections::BTreeMap<String, String>,
+) -> Result<(), Invalid> {
+    if attributes.len() > PUSH_ATTRIBUTES_COUNT_MAX {
+        return Err(Invalid::new(format!(
+            "{} push configuration attributes; at most {PUSH_ATTRIBUTES_COUNT_MAX} are allowed (PUSH_ATTRIBUTES_COUNT_MAX)",
+            attributes.len()
+        )));
+    }
+    for (key, value) in attributes {
+        if key.is_empty() || key.len() > ATTRIBUTE_KEY_BYTES_MAX || value.len() > ATTRIBUTE_VALUE_BYTES_MAX {
+            return Err(Invalid::new(format!(
+                "push configuration attribute '{}' must have a key of 1 to {ATTRIBUTE_KEY_BYTES_MAX} bytes and a value of at most {ATTRIBUTE_VALUE_BYTES_MAX} (ATTRIBUTE_KEY_BYTES_MAX, ATTRIBUTE_VALUE_BYTES_MAX)",
+                shorten(key)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a push configuration's OIDC token: a service account email is required (it is the
+/// token's `email` and `sub`), of the form `name@domain`; the audience is optional (empty: the
+/// endpoint's URL). Each at most `PUSH_TOKEN_FIELD_BYTES_MAX` bytes.
+pub fn validate_push_token(service_account_email: &str, audience: &str) -> Result<(), Invalid> {
+    for (what, text) in [("service_account_email", service_account_email), ("audience", audience)] {
+        if text.len() > PUSH_TOKEN_FIELD_BYTES_MAX {
+            return Err(Invalid::new(format!(
+                "oidc_token.{what} is {} bytes; the limit is {PUSH_TOKEN_FIELD_BYTES_MAX} (PUSH_TOKEN_FIELD_BYTES_MAX)",
+                text.len()
+            )));
+        }
+        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Invalid::new(format!(
+                "oidc_token.{what} '{}' has a space or a control character",
+                shorten(text)
+            )));
+        }
+    }
+    if service_account_email.is_empty() {
+        return Err(Invalid::new(
+            "oidc_token.service_account_email is required: the token names the service account it is for",
+        ));
+    }
+    match service_account_email.split_once('@') {
+        Some((name, domain)) if !name.is_empty() && !domain.is_empty() && !domain.contains('@') => Ok(()),
+        _ => Err(Invalid::new(format!(
+            "oidc_token.service_account_email '{}' is not an email address",
+            shorten(service_account_email)
+        ))),
+    }
+}
+
+/// What Pub/Sub answers when exactly-once delivery and push are asked of one subscription:
+/// exactly-once delivery is for pull subscriptions only.
+pub const PUSH_EXACTLY_ONCE_REFUSAL: &str =
+    "exactly-once delivery is not supported on push subscriptions: it is available for pull subscriptions only";
+
+/// Refuses a subscription that would both push and deliver exactly once, whichever was asked
+/// for last.
+pub fn validate_push_delivery(push: bool, exactly_once: bool) -> Result<(), Invalid> {
+    if push && exactly_once {
+        return Err(Invalid::new(PUSH_EXACTLY_ONCE_REFUSAL));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn push_endpoints_are_absolute_http_urls_with_a_host() {
+        for good in [
+            "https://example.com/push",
+            "http://localhost:8080",
+            "HTTPS://example.com",
+            "http://127.0.0.1:9/a?b=c#d",
+            "http://[::1]:8080/push",
+            "https://[2001:db8::1]/",
+        ] {
+            assert_eq!(validate_push_endpoint(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("example.com/push", "absolute"),
+            ("/push", "absolute"),
+            ("ftp://example.com", "scheme"),
+            ("https://", "no host"),
+            ("https:///push", "no host"),
+            ("http://:8080/", "no host"),
+            ("http://example.com:0/", "port"),
+            ("http://example.com:99999/", "port"),
+            ("http://example.com:x/", "port"),
+            ("http://user:secret@example.com/", "user name"),
+            ("http://[::1/", "IPv6"),
+            ("http://exa mple.com/", "space"),
+        ] {
+            let refusal = validate_push_endpoint(bad).unwrap_err();
+            assert!(refusal.message.contains(why), "{bad}: {refusal}");
+            assert!(refusal.message.starts_with("invalid push endpoint"), "{refusal}");
+        }
+        let long = format!("https://example.com/{}", "a".repeat(PUSH_ENDPOINT_BYTES_MAX));
+        assert!(validate_push_endpoint(&long).unwrap_err().message.contains("PUSH_ENDPOINT_BYTES_MAX"));
+    }
+
+    #[test]
+    fn a_push_token_names_a_service_account_and_push_excludes_exactly_once() {
+        assert_eq!(validate_push_token("pusher@p.iam.gserviceaccount.com", ""), Ok(()));
+        assert!(validate_push_token("", "aud").unwrap_err().message.contains("required"));
+        assert!(validate_push_token("pusher", "").unwrap_err().message.contains("not an email"));
+        assert!(validate_push_token("a@b", "with space").is_err());
+        assert_eq!(validate_push_delivery(true, false), Ok(()));
+        assert_eq!(validate_push_delivery(false, true), Ok(()));
+        let refusal = validate_push_delivery(true, true).unwrap_err();
+        assert!(refusal.message.contains("not supported on push subscriptions"), "{refusal}");
+        let many = (0..=PUSH_ATTRIBUTES_COUNT_MAX).map(|i| (format!("k{i}"), String::new())).collect();
+        assert!(validate_push_attributes(&many).unwrap_err().message.contains("PUSH_ATTRIBUTES_COUNT_MAX"));
+    }
 
     #[test]
     fn refusals_name_the_limit_and_quote_at_most_64_bytes() {

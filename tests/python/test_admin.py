@@ -122,7 +122,7 @@ def test_unsupported_subscription_fields_are_refused(publisher, subscriber, name
     create_topic(publisher, topic)
     with pytest.raises(exceptions.InvalidArgument):
         create_subscription(
-            subscriber, names.subscription("push"), topic, push_config={"push_endpoint": "https://example.com/push"}
+            subscriber, names.subscription("bigquery"), topic, bigquery_config={"table": "project.dataset.table"}
         )
     with pytest.raises(exceptions.InvalidArgument):
         create_subscription(subscriber, names.subscription("bad-filter"), topic, filter="attributes.color = ")

@@ -156,6 +156,7 @@ impl Grpc {
         pubsub::ListSubscriptionsResponse
     );
     unary!(subscriber, delete_subscription, pubsub::DeleteSubscriptionRequest, ());
+    unary!(subscriber, modify_push_config, pubsub::ModifyPushConfigRequest, ());
     unary!(subscriber, modify_ack_deadline, pubsub::ModifyAckDeadlineRequest, ());
     unary!(subscriber, acknowledge, pubsub::AcknowledgeRequest, ());
     unary!(subscriber, pull, pubsub::PullRequest, pubsub::PullResponse);

@@ -7,7 +7,7 @@
 pub use crate::api::validate::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
     effective_retention_seconds, effective_retry_backoff_seconds, retry_backoff_seconds,
-    topic_retention_seconds, validate_labels, validate_name,
+    topic_retention_seconds, validate_labels, validate_name, validate_push_config, validate_push_delivery,
 };
 
 /// A resource's labels, Pub/Sub's key-value pairs, kept in key order (as the catalog stores
@@ -27,7 +27,7 @@ pub struct Topic {
 }
 
 /// A subscription's settings, which the catalog stores as they are (defaults applied).
-pub use crate::catalog::SubscriptionSettings;
+pub use crate::catalog::{OidcToken, PushConfig, PushWrapper, SubscriptionSettings};
 
 /// A subscription as clients see it: its settings as stored, or, when it is asked for at
 /// creation, as asked (0 or empty asks for the default of a setting).
@@ -91,6 +91,9 @@ pub struct SubscriptionUpdate {
     pub retry_policy: Option<(u32, u32)>,
     pub labels: Option<Labels>,
     pub enable_exactly_once_delivery: Option<bool>,
+    /// The push configuration: `Some(None)` makes the subscription pull (Pub/Sub's empty
+    /// `push_config`).
+    pub push: Option<Option<Box<PushConfig>>>,
 }
 
 /// Where a subscription's acknowledgements move to.

@@ -2,10 +2,11 @@
 //! checkpoint restates), with their codec. Each entry holds every decision it needs (ids,
 //! creation times, placement, sync points), so applying it is deterministic.
 //!
-//! Fields added later (labels, exactly-once delivery, detachment, a node's gRPC address) are an
-//! optional trailer after an entry's fields, written only when one of them is not its default:
-//! an entry that uses none of them is encoded exactly as before, and one written before decodes
-//! with the defaults.
+//! Fields added later (labels, exactly-once delivery, detachment, a push configuration, a node's
+//! gRPC address) are an optional trailer after an entry's fields, written only when one of them
+//! is not its default: an entry that uses none of them is encoded exactly as before, and one
+//! written before decodes with the defaults. A node of an older version refuses an entry whose
+//! trailer holds a field it does not know (trailing bytes), rather than misread it.
 //!
 //! Kinds 1 to 11 are those the catalog wrote before it ran on raft; they are still decoded, for
 //! the one-time import of such a catalog and because some of them are still written.
@@ -330,6 +331,10 @@ impl CatalogEntry {
                 encode_settings(&mut encoder, &subscription.settings).u64(subscription.created_ms);
                 if has_trailer(&subscription.settings) || subscription.detached {
                     encode_settings_trailer(&mut encoder, &subscription.settings).bool(subscription.detached);
+                    // Added after detachment, so after it; only a push subscription writes it.
+                    if let Some(push) = &subscription.settings.push {
+                        encode_push(&mut encoder, push);
+                    }
                 }
                 encoder.0
             }
@@ -365,6 +370,9 @@ impl CatalogEntry {
                 encode_settings(&mut encoder, settings);
                 if has_trailer(settings) {
                     encode_settings_trailer(&mut encoder, settings);
+                    if let Some(push) = &settings.push {
+                        encode_push(&mut encoder, push);
+                    }
                 }
                 encoder.0
             }
@@ -477,6 +485,9 @@ impl CatalogEntry {
                 let (id, name, mut settings) = (d.u64()?, non_empty(d.str()?)?, decode_settings(&mut d)?);
                 if !d.is_empty() {
                     decode_settings_trailer(&mut d, &mut settings)?;
+                    if !d.is_empty() {
+                        settings.push = Some(Box::new(decode_push(&mut d)?));
+                    }
                 }
                 CatalogEntry::SubscriptionUpdated { id, name, settings }
             }
@@ -545,6 +556,9 @@ fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionR
     if !d.is_empty() {
         decode_settings_trailer(d, &mut record.settings)?;
         record.detached = d.bool()?;
+        if !d.is_empty() {
+            record.settings.push = Some(Box::new(decode_push(d)?));
+        }
     }
     Ok(record)
 }
@@ -600,7 +614,48 @@ fn decode_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
 /// Whether a subscription's settings need the trailer (a setting added after the first
 /// encoding is not its default).
 fn has_trailer(settings: &SubscriptionSettings) -> bool {
-    !settings.labels.is_empty() || settings.enable_exactly_once_delivery
+    !settings.labels.is_empty() || settings.enable_exactly_once_delivery || settings.push.is_some()
+}
+
+const PUSH_WRAPPER_PUBSUB: u8 = 0;
+const PUSH_NO_WRAPPER: u8 = 1;
+const PUSH_NO_WRAPPER_WITH_METADATA: u8 = 2;
+
+/// A push configuration: its endpoint, attributes, wrapper and, behind a flag, its OIDC token.
+fn encode_push<'a>(encoder: &'a mut Encoder, push: &PushConfig) -> &'a mut Encoder {
+    encoder.str(&push.endpoint);
+    encode_labels(encoder, &push.attributes);
+    encoder.u8(match push.wrapper {
+        PushWrapper::Pubsub => PUSH_WRAPPER_PUBSUB,
+        PushWrapper::NoWrapper { write_metadata: false } => PUSH_NO_WRAPPER,
+        PushWrapper::NoWrapper { write_metadata: true } => PUSH_NO_WRAPPER_WITH_METADATA,
+    });
+    match &push.oidc_token {
+        Some(token) => encoder.bool(true).str(&token.service_account_email).str(&token.audience),
+        None => encoder.bool(false),
+    }
+}
+
+fn decode_push(d: &mut Decoder) -> DecodeResult<PushConfig> {
+    let endpoint = d.str()?;
+    // A push configuration is stored only with its endpoint: an empty one means pull, and is
+    // stored as no configuration at all.
+    if endpoint.is_empty() {
+        return Err("a push configuration without an endpoint");
+    }
+    let attributes = decode_labels(d)?;
+    let wrapper = match d.u8()? {
+        PUSH_WRAPPER_PUBSUB => PushWrapper::Pubsub,
+        PUSH_NO_WRAPPER => PushWrapper::NoWrapper { write_metadata: false },
+        PUSH_NO_WRAPPER_WITH_METADATA => PushWrapper::NoWrapper { write_metadata: true },
+        _ => return Err("unknown push wrapper"),
+    };
+    let oidc_token = if d.bool()? {
+        Some(OidcToken { service_account_email: d.str()?, audience: d.str()? })
+    } else {
+        None
+    };
+    Ok(PushConfig { endpoint, attributes, wrapper, oidc_token })
 }
 
 /// The settings added after the first encoding, in the order they were added.
@@ -615,20 +670,38 @@ fn decode_settings_trailer(d: &mut Decoder, settings: &mut SubscriptionSettings)
 }
 
 /// A subscription's settings whole: the first encoding's fields and then, always, those added
-/// after it. Messages that carry settings among other fields (the control messages between
-/// nodes) use this, since an optional trailer there could not be told from the fields after it.
+/// after it (the push configuration behind a flag saying whether there is one). Messages that
+/// carry settings among other fields (the control messages between nodes) use this, since an
+/// optional trailer there could not be told from the fields after it.
 pub(crate) fn encode_whole_settings<'a>(
     encoder: &'a mut Encoder,
     settings: &SubscriptionSettings,
 ) -> &'a mut Encoder {
     encode_settings(encoder, settings);
-    encode_settings_trailer(encoder, settings)
+    encode_settings_trailer(encoder, settings);
+    encode_optional_push(encoder, settings.push.as_deref())
 }
 
 pub(crate) fn decode_whole_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
     let mut settings = decode_settings(d)?;
     decode_settings_trailer(d, &mut settings)?;
+    settings.push = decode_optional_push(d)?;
     Ok(settings)
+}
+
+/// A push configuration or none, behind a flag saying which.
+pub(crate) fn encode_optional_push<'a>(
+    encoder: &'a mut Encoder,
+    push: Option<&PushConfig>,
+) -> &'a mut Encoder {
+    match push {
+        Some(push) => encode_push(encoder.bool(true), push),
+        None => encoder.bool(false),
+    }
+}
+
+pub(crate) fn decode_optional_push(d: &mut Decoder) -> DecodeResult<Option<Box<PushConfig>>> {
+    Ok(if d.bool()? { Some(Box::new(decode_push(d)?)) } else { None })
 }
 
 /// Labels as a count and then each key and value.

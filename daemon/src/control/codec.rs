@@ -742,7 +742,18 @@ mod tests {
                 ("tier".to_owned(), "gold".to_owned()),
             ]),
             enable_exactly_once_delivery: true,
-            push: None,
+            // Odd seeds push (with every optional part set), even ones pull.
+            push: (seed % 2 == 1).then(|| {
+                Box::new(crate::catalog::PushConfig {
+                    endpoint: format!("https://receiver.example/{seed}"),
+                    attributes: Labels::from([("x-goog-version".to_owned(), "v1".to_owned())]),
+                    wrapper: crate::catalog::PushWrapper::NoWrapper { write_metadata: true },
+                    oidc_token: Some(crate::catalog::OidcToken {
+                        service_account_email: "pusher@p.iam.example".to_owned(),
+                        audience: "https://receiver.example".to_owned(),
+                    }),
+                })
+            }),
         }
     }
 

@@ -12,12 +12,15 @@ use crate::api::control::{
 };
 use crate::api::{Code, Status};
 use crate::auth::Principal;
-use crate::catalog::entry::{decode_whole_settings, encode_whole_settings};
+use crate::catalog::entry::{
+    decode_optional_push, decode_whole_settings, encode_optional_push, encode_whole_settings,
+};
 use crate::codec::{DecodeResult, Decoder, Encoder};
 
-/// The format of a carried operation and of its answer.
-const CARRIED_FORMAT: u8 = 1;
-const ANSWER_FORMAT: u8 = 1;
+/// The format of a carried operation and of its answer. 2: a subscription's settings end with
+/// its push configuration (`encode_whole_settings`).
+const CARRIED_FORMAT: u8 = 2;
+const ANSWER_FORMAT: u8 = 2;
 
 const PRINCIPAL_ANONYMOUS: u8 = 0;
 const PRINCIPAL_NAMED: u8 = 1;
@@ -252,6 +255,13 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
             optional(encoder, update.enable_exactly_once_delivery, |encoder, enable| {
                 encoder.bool(enable);
             });
+            optional(encoder, update.push.as_ref(), |encoder, push| {
+                encode_optional_push(encoder, push.as_deref());
+            });
+        }
+        Operation::ModifyPushConfig { name, push } => {
+            encoder.str(name);
+            encode_optional_push(encoder, push.as_deref());
         }
         Operation::Seek { subscription, target } => {
             encoder.str(subscription);
@@ -315,7 +325,11 @@ fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
             retry_policy: take_optional(decoder, |decoder| Ok((decoder.u32()?, decoder.u32()?)))?,
             labels: take_optional(decoder, decode_labels)?,
             enable_exactly_once_delivery: take_optional(decoder, |decoder| decoder.bool())?,
+            push: take_optional(decoder, decode_optional_push)?,
         }),
+        Kind::ModifyPushConfig => {
+            Operation::ModifyPushConfig { name: decoder.str()?, push: decode_optional_push(decoder)? }
+        }
         Kind::Seek => {
             let subscription = decoder.str()?;
             let target = match decoder.u8()? {
@@ -433,7 +447,24 @@ mod tests {
             Operation::CreateSubscription(Subscription {
                 name: "s".into(),
                 topic: "t".into(),
-                settings,
+                settings: settings.clone(),
+                detached: false,
+            }),
+            Operation::CreateSubscription(Subscription {
+                name: "s".into(),
+                topic: "t".into(),
+                settings: SubscriptionSettings {
+                    push: Some(Box::new(crate::catalog::PushConfig {
+                        endpoint: "https://receiver.example/push".into(),
+                        attributes: labels(),
+                        wrapper: crate::catalog::PushWrapper::NoWrapper { write_metadata: false },
+                        oidc_token: Some(crate::catalog::OidcToken {
+                            service_account_email: "pusher@p.iam.example".into(),
+                            audience: String::new(),
+                        }),
+                    })),
+                    ..settings
+                },
                 detached: false,
             }),
             Operation::GetSubscription { name: "s".into() },
@@ -447,7 +478,25 @@ mod tests {
                 retry_policy: Some((1, 60)),
                 labels: Some(Labels::new()),
                 enable_exactly_once_delivery: Some(false),
+                push: Some(None),
             }),
+            Operation::UpdateSubscription(SubscriptionUpdate {
+                name: "s".into(),
+                push: Some(Some(Box::new(crate::catalog::PushConfig {
+                    endpoint: "http://localhost:8080/".into(),
+                    ..Default::default()
+                }))),
+                ..Default::default()
+            }),
+            Operation::ModifyPushConfig { name: "s".into(), push: None },
+            Operation::ModifyPushConfig {
+                name: "s".into(),
+                push: Some(Box::new(crate::catalog::PushConfig {
+                    endpoint: "https://receiver.example/push".into(),
+                    wrapper: crate::catalog::PushWrapper::NoWrapper { write_metadata: true },
+                    ..Default::default()
+                })),
+            },
             Operation::UpdateSubscription(SubscriptionUpdate { name: "s".into(), ..Default::default() }),
             Operation::DeleteSubscription { name: "s".into() },
             Operation::DetachSubscription { name: "s".into() },

@@ -27,6 +27,7 @@ pub use operation::{Kind, Operation, DAEMON};
 pub use outcome::{Outcome, SubscriptionShown};
 pub use transport::{Carried, NodeTransport};
 
+use crate::api::control::SubscriptionUpdate;
 use crate::api::{Code, Status};
 use crate::auth::{Access, Credential, Permission, Principal, Session};
 use crate::router::{NodeRemoval, Router, FORWARDED_APPLY_WAIT, MEMBERSHIP_CHANGE_TIMEOUT};
@@ -206,6 +207,13 @@ impl<S: Storage> Door<S> {
             }
             Operation::UpdateSubscription(update) => {
                 Outcome::Subscription(self.shown(router.update_subscription(update).await?))
+            }
+            Operation::ModifyPushConfig { name, push } => {
+                // An update of the push configuration alone, decided and carried to the
+                // subscription's forwarder as any other.
+                let update = SubscriptionUpdate { name, push: Some(push), ..Default::default() };
+                router.update_subscription(update).await?;
+                Outcome::Done
             }
             Operation::DeleteSubscription { name } => {
                 router.delete_subscription(&name).await?;

@@ -3,7 +3,7 @@
 //! adds the few checks on a second resource (a subscription's topic, a seek's snapshot).
 
 use crate::api::control::{
-    Labels, ListRequest, SeekTarget, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
+    Labels, ListRequest, PushConfig, SeekTarget, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::auth::Permission;
 
@@ -43,11 +43,15 @@ pub enum Kind {
     StreamingPull,
     Acknowledge,
     ModifyAckDeadline,
+    /// Pub/Sub's ModifyPushConfig: a subscription's push configuration alone, changed (or
+    /// removed, making it pull) as an UpdateSubscription would.
+    ModifyPushConfig,
 }
 
 impl Kind {
-    /// Every kind; the tests check the table below against it.
-    pub const ALL: [Kind; 31] = {
+    /// Every kind; the tests check the table below against it. A kind's place here is its
+    /// number between nodes (`dispatch::codec`), so new kinds go at the end.
+    pub const ALL: [Kind; 32] = {
         use Kind::*;
         [
             CreateTopic,
@@ -81,6 +85,7 @@ impl Kind {
             StreamingPull,
             Acknowledge,
             ModifyAckDeadline,
+            ModifyPushConfig,
         ]
     };
 
@@ -102,7 +107,7 @@ impl Kind {
             LookupTopic | Publish => Permission::TopicsPublish,
             CreateSubscription => Permission::SubscriptionsCreate,
             GetSubscription => Permission::SubscriptionsGet,
-            UpdateSubscription => Permission::SubscriptionsUpdate,
+            UpdateSubscription | ModifyPushConfig => Permission::SubscriptionsUpdate,
             DeleteSubscription => Permission::SubscriptionsDelete,
             ListSubscriptions => Permission::SubscriptionsList,
             LookupSubscription | Pull | StreamingPull | Acknowledge | ModifyAckDeadline => {
@@ -145,6 +150,7 @@ impl Kind {
                 | DeleteTopic
                 | CreateSubscription
                 | UpdateSubscription
+                | ModifyPushConfig
                 | DeleteSubscription
                 | DetachSubscription
                 | CreateSnapshot
@@ -196,6 +202,11 @@ pub enum Operation {
         name: String,
     },
     UpdateSubscription(SubscriptionUpdate),
+    /// `None`: the subscription pulls from now on.
+    ModifyPushConfig {
+        name: String,
+        push: Option<Box<PushConfig>>,
+    },
     DeleteSubscription {
         name: String,
     },
@@ -256,6 +267,7 @@ impl Operation {
             Operation::CreateSubscription(_) => Kind::CreateSubscription,
             Operation::GetSubscription { .. } => Kind::GetSubscription,
             Operation::UpdateSubscription(_) => Kind::UpdateSubscription,
+            Operation::ModifyPushConfig { .. } => Kind::ModifyPushConfig,
             Operation::DeleteSubscription { .. } => Kind::DeleteSubscription,
             Operation::DetachSubscription { .. } => Kind::DetachSubscription,
             Operation::ListSubscriptions(_) => Kind::ListSubscriptions,
@@ -289,6 +301,7 @@ impl Operation {
             | Operation::DeleteSubscription { name }
             | Operation::DetachSubscription { name }
             | Operation::LookupSubscription { name }
+            | Operation::ModifyPushConfig { name, .. }
             | Operation::CreateSnapshot { name, .. }
             | Operation::GetSnapshot { name }
             | Operation::UpdateSnapshot { name, .. }

@@ -15,8 +15,8 @@ use crate::api::cluster::ClusterStatus;
 use crate::api::control::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
     effective_retention_seconds, effective_retry_backoff_seconds, topic_retention_seconds, validate_labels,
-    validate_name, ForwarderAddress, Labels, ListRequest, Page, Resynced, SeekTarget, Snapshot, Subscription,
-    SubscriptionUpdate, Topic, TopicUpdate,
+    validate_name, validate_push_config, validate_push_delivery, ForwarderAddress, Labels, ListRequest, Page,
+    Resynced, SeekTarget, Snapshot, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::limits::*;
 use crate::api::stats::{ShardStats, Stats};

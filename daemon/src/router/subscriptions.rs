@@ -59,6 +59,10 @@ impl<S: Storage> Router<S> {
         )?;
         let expiration = effective_expiration_ttl_seconds(request.expiration_ttl_seconds)?;
         validate_labels(&request.labels)?;
+        if let Some(push) = &request.push {
+            validate_push_config(push)?;
+        }
+        validate_push_delivery(request.push.is_some(), request.enable_exactly_once_delivery)?;
         let settings = SubscriptionSettings {
             ack_deadline_seconds: effective_ack_deadline_seconds(request.ack_deadline_seconds)?,
             retain_acked_messages: request.retain_acked_messages,
@@ -178,6 +182,15 @@ impl<S: Storage> Router<S> {
         if let Some(exactly_once) = changes.enable_exactly_once_delivery {
             settings.enable_exactly_once_delivery = exactly_once;
         }
+        if let Some(push) = changes.push {
+            if let Some(push) = &push {
+                validate_push_config(push)?;
+            }
+            settings.push = push;
+        }
+        // Checked on the settings the update makes, so that it holds whichever of the two the
+        // subscription had first.
+        validate_push_delivery(settings.push.is_some(), settings.enable_exactly_once_delivery)?;
         self.propose(CatalogEntry::SubscriptionUpdated {
             id: record.id,
             name: record.name.clone(),

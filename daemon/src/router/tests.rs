@@ -221,6 +221,95 @@ fn every_create_and_update_checks_labels() {
     });
 }
 
+fn push_to(endpoint: &str) -> Option<Box<crate::catalog::PushConfig>> {
+    Some(Box::new(crate::catalog::PushConfig { endpoint: endpoint.into(), ..Default::default() }))
+}
+
+/// A push configuration is checked, kept through updates and a restart, handed to the
+/// forwarder that serves the subscription, and removed (pull) in place; exactly-once delivery
+/// is refused beside it whichever came first, at creation and by update, changing nothing.
+#[test]
+fn push_configurations_are_checked_kept_and_served() {
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let node = start(&disk).await;
+        let router = &node.router;
+        router.create_topic(topic("orders", Labels::new())).await.unwrap();
+        for (endpoint, why) in
+            [("example.com/push", "absolute"), ("https://", "no host"), ("ftp://h/", "scheme")]
+        {
+            let settings = SubscriptionSettings { push: push_to(endpoint), ..Default::default() };
+            refused_naming(router.create_subscription(subscription("pushed", "orders", settings)).await, why);
+        }
+        let token =
+            crate::catalog::OidcToken { service_account_email: "nobody".into(), audience: String::new() };
+        let mut bad_token = push_to("https://example.com/push");
+        bad_token.as_mut().unwrap().oidc_token = Some(token);
+        let settings = SubscriptionSettings { push: bad_token, ..Default::default() };
+        refused_naming(router.create_subscription(subscription("pushed", "orders", settings)).await, "email");
+        let both = SubscriptionSettings {
+            push: push_to("https://example.com/push"),
+            enable_exactly_once_delivery: true,
+            ..Default::default()
+        };
+        refused_naming(
+            router.create_subscription(subscription("pushed", "orders", both)).await,
+            "not supported on push subscriptions",
+        );
+        assert!(router.get_subscription("pushed").is_err(), "a refused create creates nothing");
+
+        let mut push = push_to("http://localhost:8080/push");
+        push.as_mut().unwrap().wrapper = crate::catalog::PushWrapper::NoWrapper { write_metadata: true };
+        let settings = SubscriptionSettings { push: push.clone(), ..Default::default() };
+        let created = router.create_subscription(subscription("pushed", "orders", settings)).await.unwrap();
+        assert_eq!(created.settings.push, push);
+        let served = |node: &Node| node.forwarder.subscription("pushed").unwrap().0.push.borrow().clone();
+        assert_eq!(served(&node).as_deref(), push.as_deref(), "the forwarder holds it");
+        // Exactly-once on a push subscription is refused, and so is a bad endpoint by update.
+        let exactly_once = SubscriptionUpdate {
+            name: "pushed".into(),
+            enable_exactly_once_delivery: Some(true),
+            ..Default::default()
+        };
+        refused_naming(router.update_subscription(exactly_once).await, "not supported on push subscriptions");
+        let bad = SubscriptionUpdate {
+            name: "pushed".into(),
+            push: Some(push_to("https:///")),
+            ..Default::default()
+        };
+        refused_naming(router.update_subscription(bad).await, "no host");
+        assert_eq!(router.get_subscription("pushed").unwrap().settings.push, push, "refusals change nothing");
+        // An update of something else leaves it.
+        let deadline = SubscriptionUpdate {
+            name: "pushed".into(),
+            ack_deadline_seconds: Some(30),
+            ..Default::default()
+        };
+        assert_eq!(router.update_subscription(deadline).await.unwrap().settings.push, push);
+
+        let node = restart(&disk, node).await;
+        let router = &node.router;
+        assert_eq!(router.get_subscription("pushed").unwrap().settings.push, push, "kept across a restart");
+        assert_eq!(served(&node).as_deref(), push.as_deref(), "attached again with it");
+        // Back to pull in place; then exactly-once is allowed, and push beside it is refused.
+        let pull = SubscriptionUpdate { name: "pushed".into(), push: Some(None), ..Default::default() };
+        assert_eq!(router.update_subscription(pull).await.unwrap().settings.push, None);
+        assert_eq!(served(&node), None);
+        let exactly_once = SubscriptionUpdate {
+            name: "pushed".into(),
+            enable_exactly_once_delivery: Some(true),
+            ..Default::default()
+        };
+        assert!(
+            router.update_subscription(exactly_once).await.unwrap().settings.enable_exactly_once_delivery
+        );
+        let again =
+            SubscriptionUpdate { name: "pushed".into(), push: push.clone().map(Some), ..Default::default() };
+        refused_naming(router.update_subscription(again).await, "not supported on push subscriptions");
+        assert_eq!(router.get_subscription("pushed").unwrap().settings.push, None);
+    });
+}
+
 /// A detached subscription stays in the catalog without its topic: its forwarder dropped it,
 /// the pull waiting on it ends with FailedPrecondition, and so do a lookup, a seek and a
 /// snapshot; it is no longer listed among its topic's subscriptions; all of it across a restart.

@@ -608,16 +608,15 @@ fn bad_names_and_unimplemented_fields_are_refused_by_name_and_store_nothing() {
     refused(grpc.create_topic(short_retention), Code::InvalidArgument, "a retention under 10 minutes");
     assert!(grpc.topic_names().unwrap().is_empty(), "a refused topic was stored");
 
-    // A subscription's: push, exports, detached, transforms; and settings out of range.
+    // A subscription's: exports, detached, transforms; and settings out of range. (Push
+    // configurations are `push_config.rs`'s.)
     grpc.create_plain_topic("orders").unwrap();
     let subscription = || pubsub::Subscription {
         name: subscription_path("orders-audit"),
         topic: topic_path("orders"),
         ..Default::default()
     };
-    let push = pubsub::PushConfig { push_endpoint: "https://example.com/push".into(), ..Default::default() };
     for (field, asked) in [
-        ("push_config", pubsub::Subscription { push_config: Some(push), ..subscription() }),
         (
             "bigquery_config",
             pubsub::Subscription { bigquery_config: Some(Default::default()), ..subscription() },
@@ -706,7 +705,6 @@ fn bad_update_masks_are_refused_by_name_and_change_nothing() {
         (&["ack_deadline_seconds", "filter"][..], "'filter'"),
         (&["enable_message_ordering"][..], "'enable_message_ordering'"),
         (&["topic"][..], "'topic'"),
-        (&["push_config"][..], "push_config is not supported"),
         (&["bigquery_config"][..], "bigquery_config is not supported"),
         (&["retry_policy.minimum_backoff"][..], "'retry_policy.minimum_backoff'"),
     ] {

@@ -104,15 +104,6 @@ fn grpc_health_serves_and_the_services_ringpost_lacks_say_why() {
     let refused = runtime.block_on(policies.get_iam_policy(request)).unwrap_err();
     assert_eq!(refused.code(), Code::Unimplemented);
     assert!(refused.message().contains("--access-file"), "{}", refused.message());
-
-    let mut subscriber = pubsub::subscriber_client::SubscriberClient::new(channel);
-    let request = pubsub::ModifyPushConfigRequest {
-        subscription: "projects/p/subscriptions/s".into(),
-        ..Default::default()
-    };
-    let refused = runtime.block_on(subscriber.modify_push_config(request)).unwrap_err();
-    assert_eq!(refused.code(), Code::Unimplemented);
-    assert!(refused.message().contains("push"), "{}", refused.message());
 }
 
 /// Tokens in `authorization: Bearer`, decided by the same access file as the native protocol:

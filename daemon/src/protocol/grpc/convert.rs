@@ -10,8 +10,9 @@
 use super::names::{self, Kind, Name};
 use crate::api::control::{
     effective_ack_deadline_seconds, effective_expiration_ttl_seconds, effective_max_delivery_attempts,
-    effective_retention_seconds, retry_backoff_seconds, topic_retention_seconds, Labels, Snapshot,
-    Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
+    effective_retention_seconds, retry_backoff_seconds, topic_retention_seconds, Labels, OidcToken,
+    PushConfig, PushWrapper, Snapshot, Subscription, SubscriptionSettings, SubscriptionUpdate, Topic,
+    TopicUpdate,
 };
 use crate::api::Status;
 use crate::router::DELETED_TOPIC;
@@ -145,21 +146,10 @@ pub fn refuse_unsupported_topic_fields(topic: &pubsub::Topic) -> Result<(), Stat
     ])
 }
 
-/// Whether a push configuration asks for pushing: an empty one is a pull subscription's.
-fn push_config_set(push_config: Option<&pubsub::PushConfig>) -> bool {
-    push_config.is_some_and(|config| {
-        !config.push_endpoint.is_empty()
-            || !config.attributes.is_empty()
-            || config.authentication_method.is_some()
-            || config.wrapper.is_some()
-    })
-}
-
 /// A subscription's fields Ringpost does not implement, when set. Output-only fields (`state`,
 /// `topic_message_retention_duration`, `analytics_hub_subscription_info`) are ignored.
 pub fn refuse_unsupported_subscription_fields(subscription: &pubsub::Subscription) -> Result<(), Status> {
     refuse_set(&[
-        ("push_config", push_config_set(subscription.push_config.as_ref())),
         ("bigquery_config", subscription.bigquery_config.is_some()),
         ("cloud_storage_config", subscription.cloud_storage_config.is_some()),
         ("bigtable_config", subscription.bigtable_config.is_some()),
@@ -280,11 +270,59 @@ pub fn subscription_in(subscription: &pubsub::Subscription) -> Result<(Name, Sub
         expiration_ttl_seconds: expiration_ttl_in(subscription.expiration_policy.as_ref())?,
         labels: labels_in(&subscription.labels),
         enable_exactly_once_delivery: subscription.enable_exactly_once_delivery,
-        // Refused above until push subscriptions are served.
-        push: None,
+        push: push_config_in(subscription.push_config.as_ref()),
     };
     let request = Subscription { name: name.name.clone(), topic: topic.name, settings, detached: false };
     Ok((name, request))
+}
+
+/// A push configuration as Ringpost stores it: `None` (pull) when it names no endpoint, as
+/// Pub/Sub reads an empty `push_config`. Its endpoint, attributes and token are checked by the
+/// router, for every protocol (`api::validate::validate_push_config`).
+pub fn push_config_in(push_config: Option<&pubsub::PushConfig>) -> Option<Box<PushConfig>> {
+    let config = push_config.filter(|config| !config.push_endpoint.is_empty())?;
+    let wrapper = match config.wrapper {
+        None | Some(pubsub::push_config::Wrapper::PubsubWrapper(_)) => PushWrapper::Pubsub,
+        Some(pubsub::push_config::Wrapper::NoWrapper(no_wrapper)) => {
+            PushWrapper::NoWrapper { write_metadata: no_wrapper.write_metadata }
+        }
+    };
+    let oidc_token = config.authentication_method.as_ref().map(|method| match method {
+        pubsub::push_config::AuthenticationMethod::OidcToken(token) => OidcToken {
+            service_account_email: token.service_account_email.clone(),
+            audience: token.audience.clone(),
+        },
+    });
+    Some(Box::new(PushConfig {
+        endpoint: config.push_endpoint.clone(),
+        attributes: labels_in(&config.attributes),
+        wrapper,
+        oidc_token,
+    }))
+}
+
+/// A push configuration as Pub/Sub shows it: empty for a pull subscription. The default
+/// wrapper (Pub/Sub's JSON envelope) is shown unset, as it is when a client does not name it.
+pub fn push_config_out(push: Option<&PushConfig>) -> pubsub::PushConfig {
+    let Some(push) = push else { return pubsub::PushConfig::default() };
+    pubsub::PushConfig {
+        push_endpoint: push.endpoint.clone(),
+        attributes: labels_out(push.attributes.clone()),
+        authentication_method: push.oidc_token.as_ref().map(|token| {
+            pubsub::push_config::AuthenticationMethod::OidcToken(pubsub::push_config::OidcToken {
+                service_account_email: token.service_account_email.clone(),
+                audience: token.audience.clone(),
+            })
+        }),
+        wrapper: match push.wrapper {
+            PushWrapper::Pubsub => None,
+            PushWrapper::NoWrapper { write_metadata } => {
+                Some(pubsub::push_config::Wrapper::NoWrapper(pubsub::push_config::NoWrapper {
+                    write_metadata,
+                }))
+            }
+        },
+    }
 }
 
 /// A subscription as Pub/Sub shows it, named in `project`; `topic_retention_seconds` is its
@@ -319,7 +357,7 @@ pub fn subscription_out(
     pubsub::Subscription {
         name: names::format(project, Kind::Subscription, &subscription.name),
         topic: topic_name_out(project, &subscription.topic),
-        push_config: Some(pubsub::PushConfig::default()),
+        push_config: Some(push_config_out(settings.push.as_deref())),
         ack_deadline_seconds: i32::try_from(settings.ack_deadline_seconds).unwrap_or(i32::MAX),
         retain_acked_messages: settings.retain_acked_messages,
         message_retention_duration: duration(settings.message_retention_seconds),
@@ -430,7 +468,7 @@ pub fn topic_update_in(request: &pubsub::UpdateTopicRequest) -> Result<(Name, To
 }
 
 /// UpdateSubscription's updatable fields, as Pub/Sub names them.
-pub const SUBSCRIPTION_UPDATABLE_FIELDS: [&str; 8] = [
+pub const SUBSCRIPTION_UPDATABLE_FIELDS: [&str; 9] = [
     "ack_deadline_seconds",
     "retain_acked_messages",
     "message_retention_duration",
@@ -439,17 +477,11 @@ pub const SUBSCRIPTION_UPDATABLE_FIELDS: [&str; 8] = [
     "dead_letter_policy",
     "retry_policy",
     "enable_exactly_once_delivery",
+    "push_config",
 ];
 const SUBSCRIPTION_IMMUTABLE_FIELDS: [&str; 4] = ["name", "topic", "filter", "enable_message_ordering"];
-const SUBSCRIPTION_UNSUPPORTED_FIELDS: [&str; 7] = [
-    "push_config",
-    "bigquery_config",
-    "cloud_storage_config",
-    "bigtable_config",
-    "detached",
-    "message_transforms",
-    "tags",
-];
+const SUBSCRIPTION_UNSUPPORTED_FIELDS: [&str; 6] =
+    ["bigquery_config", "cloud_storage_config", "bigtable_config", "detached", "message_transforms", "tags"];
 
 /// An UpdateSubscription as the router's changes, checked with the create path's rules (the
 /// router applies them as given); only the fields the mask names are read.
@@ -496,6 +528,7 @@ fn subscription_update_path(
         "enable_exactly_once_delivery" => {
             update.enable_exactly_once_delivery = Some(subscription.enable_exactly_once_delivery)
         }
+        "push_config" => update.push = Some(push_config_in(subscription.push_config.as_ref())),
         other => {
             return Err(refuse_path(
                 "subscription",

@@ -85,12 +85,9 @@ impl pubsub::subscriber_server::Subscriber for SubscriberService {
 
     async fn modify_push_config(
         &self,
-        _: Request<pubsub::ModifyPushConfigRequest>,
+        request: Request<pubsub::ModifyPushConfigRequest>,
     ) -> Result<Response<()>, Status> {
-        Err(Status::unimplemented(
-            "ModifyPushConfig: Ringpost has no push subscriptions yet (it does not call endpoints); use \
-             StreamingPull or Pull",
-        ))
+        subscriptions::modify_push_config(&self.gateway, request).await
     }
 
     async fn get_snapshot(

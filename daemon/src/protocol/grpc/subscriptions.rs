@@ -1,5 +1,5 @@
-//! Subscriptions' administration: create, get, update, list, delete, through the door, which
-//! checks the caller's permission before any effect.
+//! Subscriptions' administration: create, get, update, modify push config, list, delete, through
+//! the door, which checks the caller's permission before any effect.
 
 use super::convert;
 use super::credentials::Presented;
@@ -61,6 +61,25 @@ pub async fn update(
         .await
         .and_then(Outcome::into_subscription)?;
     Ok(Response::new(shown_out(&name.project, updated)))
+}
+
+/// ModifyPushConfig: an update of the push configuration alone, through the door like an
+/// UpdateSubscription (and with its permission); an empty `push_config` makes the
+/// subscription pull.
+pub async fn modify_push_config(
+    gateway: &Gateway,
+    request: Request<pubsub::ModifyPushConfigRequest>,
+) -> Result<Response<()>, Status> {
+    let presented = Presented::of(&request);
+    let request = request.get_ref();
+    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
+    let push = convert::push_config_in(request.push_config.as_ref());
+    gateway
+        .execute(&presented, Operation::ModifyPushConfig { name: name.clone(), push })
+        .await
+        .and_then(Outcome::into_done)
+        .map_err(|status| pubsub_wording(status, &name))?;
+    Ok(Response::new(()))
 }
 
 pub async fn list(

@@ -174,6 +174,7 @@ fn subscription_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
         retry_policy: changes.retry_policy,
         labels: None,
         enable_exactly_once_delivery: None,
+        push: None,
     })
 }
 

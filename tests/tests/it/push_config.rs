@@ -1,0 +1,229 @@
+//! Push subscriptions' configuration against the real daemon: set at creation, shown by Get
+//! and List, changed by UpdateSubscription (`push_config` in the mask) and ModifyPushConfig,
+//! switched back to pull in place by an empty one, checked as Pub/Sub checks it (the endpoint,
+//! the token's service account, exactly-once delivery refused beside it whichever came first),
+//! asked with UpdateSubscription's permission, and kept across a restart. (Pushing itself is
+//! not checked here.)
+
+use crate::security::{access_text, daemon_requiring_auth, token, AccessFile, Files};
+use ringpost_tests::grpc::{project_path, pubsub, subscription_path, topic_path, Grpc};
+use ringpost_tests::Daemon;
+use tonic::Code;
+
+use pubsub::push_config::{AuthenticationMethod, NoWrapper, OidcToken, Wrapper};
+
+fn grpc_daemon(label: &str) -> (Daemon, Grpc) {
+    let daemon = Daemon::start_with(label, Vec::new(), vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
+    (daemon, grpc)
+}
+
+fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>, code: Code, what: &str) -> String {
+    match result {
+        Ok(answer) => panic!("{what}: expected {code:?}, got {answer:?}"),
+        Err(status) => {
+            assert_eq!(status.code(), code, "{what}: {}", status.message());
+            status.message().to_owned()
+        }
+    }
+}
+
+fn mask(paths: &[&str]) -> Option<prost_types::FieldMask> {
+    Some(prost_types::FieldMask { paths: paths.iter().map(|path| (*path).to_owned()).collect() })
+}
+
+fn push_config(endpoint: &str) -> pubsub::PushConfig {
+    pubsub::PushConfig { push_endpoint: endpoint.into(), ..Default::default() }
+}
+
+/// Every part set: attributes, an OIDC token with its audience, no wrapper with metadata.
+fn full_push_config(endpoint: &str) -> pubsub::PushConfig {
+    pubsub::PushConfig {
+        push_endpoint: endpoint.into(),
+        attributes: [("x-goog-version".to_owned(), "v1".to_owned())].into(),
+        authentication_method: Some(AuthenticationMethod::OidcToken(OidcToken {
+            service_account_email: "pusher@project.iam.example".into(),
+            audience: "https://receiver.example".into(),
+        })),
+        wrapper: Some(Wrapper::NoWrapper(NoWrapper { write_metadata: true })),
+    }
+}
+
+fn subscription(name: &str, topic: &str, push: Option<pubsub::PushConfig>) -> pubsub::Subscription {
+    pubsub::Subscription {
+        name: subscription_path(name),
+        topic: topic_path(topic),
+        push_config: push,
+        ..Default::default()
+    }
+}
+
+fn shown_push(grpc: &Grpc, name: &str) -> pubsub::PushConfig {
+    let shown =
+        grpc.get_subscription(pubsub::GetSubscriptionRequest { subscription: subscription_path(name) });
+    shown.unwrap().push_config.expect("a subscription shows its push configuration, empty when it pulls")
+}
+
+fn modify(grpc: &Grpc, name: &str, push: Option<pubsub::PushConfig>) -> Result<(), tonic::Status> {
+    grpc.modify_push_config(pubsub::ModifyPushConfigRequest {
+        subscription: subscription_path(name),
+        push_config: push,
+    })
+}
+
+#[test]
+fn a_push_configuration_is_set_shown_changed_removed_and_kept_over_grpc() {
+    let (mut daemon, grpc) = grpc_daemon("push-config-grpc");
+    grpc.create_plain_topic("orders").unwrap();
+
+    // Created with every part set, shown as given by the creation, Get and List.
+    let full = full_push_config("https://receiver.example/push");
+    let created = grpc.create_subscription(subscription("pushed", "orders", Some(full.clone()))).unwrap();
+    assert_eq!(created.push_config.as_ref(), Some(&full));
+    assert_eq!(shown_push(&grpc, "pushed"), full);
+    let listed = grpc
+        .list_subscriptions(pubsub::ListSubscriptionsRequest {
+            project: project_path(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(listed.subscriptions[0].push_config.as_ref(), Some(&full));
+
+    // UpdateSubscription with `push_config` in the mask replaces it; another path leaves it.
+    let plain = push_config("http://localhost:8080/push");
+    let request = |push: Option<pubsub::PushConfig>, paths: &[&str]| pubsub::UpdateSubscriptionRequest {
+        subscription: Some(pubsub::Subscription {
+            ack_deadline_seconds: 30,
+            ..subscription("pushed", "orders", push)
+        }),
+        update_mask: mask(paths),
+    };
+    let updated = grpc.update_subscription(request(Some(plain.clone()), &["push_config"])).unwrap();
+    assert_eq!(updated.push_config.as_ref(), Some(&plain));
+    let updated = grpc.update_subscription(request(None, &["ack_deadline_seconds"])).unwrap();
+    assert_eq!((updated.ack_deadline_seconds, updated.push_config.as_ref()), (30, Some(&plain)));
+
+    // ModifyPushConfig changes it, and an empty one (or none) makes the subscription pull.
+    modify(&grpc, "pushed", Some(full.clone())).unwrap();
+    assert_eq!(shown_push(&grpc, "pushed"), full);
+    modify(&grpc, "pushed", Some(pubsub::PushConfig::default())).unwrap();
+    assert_eq!(shown_push(&grpc, "pushed"), pubsub::PushConfig::default());
+    modify(&grpc, "pushed", Some(plain.clone())).unwrap();
+    modify(&grpc, "pushed", None).unwrap();
+    assert_eq!(shown_push(&grpc, "pushed"), pubsub::PushConfig::default());
+    let updated = grpc.update_subscription(request(Some(plain.clone()), &["push_config"])).unwrap();
+    assert_eq!(updated.push_config.as_ref(), Some(&plain));
+    let updated = grpc.update_subscription(request(None, &["push_config"])).unwrap();
+    assert_eq!(updated.push_config, Some(pubsub::PushConfig::default()), "an empty one in the mask: pull");
+    let said = refused(modify(&grpc, "no-such-subscription", Some(plain.clone())), Code::NotFound, "missing");
+    assert!(said.contains("no-such-subscription"), "{said}");
+
+    // Kept across a SIGKILL and restart.
+    modify(&grpc, "pushed", Some(full.clone())).unwrap();
+    daemon.restart();
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().unwrap());
+    assert_eq!(shown_push(&grpc, "pushed"), full);
+}
+
+#[test]
+fn push_configurations_are_checked_as_pub_sub_checks_them_and_refusals_change_nothing() {
+    let (_daemon, grpc) = grpc_daemon("push-config-checks");
+    grpc.create_plain_topic("orders").unwrap();
+    for (endpoint, said) in [
+        ("receiver.example/push", "absolute"),
+        ("ftp://receiver.example/push", "scheme"),
+        ("https://", "no host"),
+        ("http://receiver.example:70000/", "port"),
+    ] {
+        let asked = subscription("pushed", "orders", Some(push_config(endpoint)));
+        let message = refused(grpc.create_subscription(asked), Code::InvalidArgument, endpoint);
+        assert!(message.contains("invalid push endpoint") && message.contains(said), "{endpoint}: {message}");
+    }
+    let mut no_account = full_push_config("https://receiver.example/push");
+    no_account.authentication_method = Some(AuthenticationMethod::OidcToken(OidcToken::default()));
+    let message = refused(
+        grpc.create_subscription(subscription("pushed", "orders", Some(no_account))),
+        Code::InvalidArgument,
+        "token",
+    );
+    assert!(message.contains("service_account_email"), "{message}");
+
+    // Exactly-once delivery and push on one subscription: refused at creation, and by either
+    // update, whichever the subscription had first.
+    let both = pubsub::Subscription {
+        enable_exactly_once_delivery: true,
+        ..subscription("pushed", "orders", Some(push_config("https://receiver.example/push")))
+    };
+    let message = refused(grpc.create_subscription(both), Code::InvalidArgument, "push and exactly-once");
+    assert!(message.contains("exactly-once delivery is not supported on push subscriptions"), "{message}");
+    assert!(grpc.subscription_names().unwrap().is_empty(), "a refused subscription was stored");
+
+    let exactly_once =
+        pubsub::Subscription { enable_exactly_once_delivery: true, ..subscription("once", "orders", None) };
+    grpc.create_subscription(exactly_once).unwrap();
+    let message = refused(
+        modify(&grpc, "once", Some(push_config("https://receiver.example/push"))),
+        Code::InvalidArgument,
+        "push on an exactly-once subscription",
+    );
+    assert!(message.contains("not supported on push subscriptions"), "{message}");
+    let push_by_update = pubsub::UpdateSubscriptionRequest {
+        subscription: Some(subscription(
+            "once",
+            "orders",
+            Some(push_config("https://receiver.example/push")),
+        )),
+        update_mask: mask(&["push_config"]),
+    };
+    refused(grpc.update_subscription(push_by_update), Code::InvalidArgument, "push by update");
+    assert_eq!(shown_push(&grpc, "once"), pubsub::PushConfig::default(), "still pulls");
+
+    grpc.create_subscription(subscription(
+        "pushed",
+        "orders",
+        Some(push_config("https://receiver.example/push")),
+    ))
+    .unwrap();
+    let exactly_once_by_update = pubsub::UpdateSubscriptionRequest {
+        subscription: Some(pubsub::Subscription {
+            enable_exactly_once_delivery: true,
+            ..subscription("pushed", "orders", None)
+        }),
+        update_mask: mask(&["enable_exactly_once_delivery"]),
+    };
+    let message =
+        refused(grpc.update_subscription(exactly_once_by_update), Code::InvalidArgument, "exactly-once");
+    assert!(message.contains("not supported on push subscriptions"), "{message}");
+    let bad_endpoint = modify(&grpc, "pushed", Some(push_config("https:///push")));
+    refused(bad_endpoint, Code::InvalidArgument, "a bad endpoint by ModifyPushConfig");
+    let shown =
+        grpc.get_subscription(pubsub::GetSubscriptionRequest { subscription: subscription_path("pushed") });
+    let shown = shown.unwrap();
+    assert!(!shown.enable_exactly_once_delivery);
+    assert_eq!(
+        shown.push_config,
+        Some(push_config("https://receiver.example/push")),
+        "refusals change nothing"
+    );
+}
+
+/// ModifyPushConfig asks UpdateSubscription's permission (`pubsub.subscriptions.update`): a
+/// viewer is refused and changes nothing, an editor changes it.
+#[test]
+fn modify_push_config_needs_the_permission_to_update_the_subscription() {
+    let files = Files::new("push-config-auth");
+    let (editor, viewer) = (token("editor"), token("viewer"));
+    let access =
+        AccessFile::new(&files, &access_text(&[&editor, &viewer], &["editor * editor", "viewer * viewer"]));
+    let daemon = daemon_requiring_auth("push-config-auth", &access, &["--grpc-listen", "127.0.0.1:0"]);
+    let address = daemon.grpc_address.clone().unwrap();
+    let as_editor = Grpc::connect_with_token(&address, Some(&editor.secret));
+    as_editor.create_plain_topic("orders").unwrap();
+    as_editor.create_plain_subscription("pulled", "orders").unwrap();
+    let as_viewer = Grpc::connect_with_token(&address, Some(&viewer.secret));
+    let push = push_config("https://receiver.example/push");
+    refused(modify(&as_viewer, "pulled", Some(push.clone())), Code::PermissionDenied, "a viewer");
+    assert_eq!(shown_push(&as_viewer, "pulled"), pubsub::PushConfig::default());
+    modify(&as_editor, "pulled", Some(push.clone())).unwrap();
+    assert_eq!(shown_push(&as_viewer, "pulled"), push);
+}
