@@ -163,6 +163,7 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::metrics::exposition::METRICS_TOPICS_MAX,
         crate::metrics::exposition::METRICS_SUBSCRIPTIONS_MAX,
         crate::push::window::PUSH_OUTSTANDING_MAX,
+        crate::push::window::PUSH_PAUSE_MAX,
         crate::push::task::PUSH_SUBSCRIPTION_BYTES_MAX,
         crate::push::task::PUSH_BODY_BYTES_SHARD_MAX,
         crate::push::task::PUSH_OFFERS_QUEUED_MAX,

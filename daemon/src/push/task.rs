@@ -233,6 +233,14 @@ async fn push_until_gone<S: Storage, P: Pusher>(
             or(answered, peer.gone()).await;
         }
         forwarder.pushing.room(&peer).await;
+        // An endpoint failing at the window's floor: wait before trying it again.
+        let pause = flight.window.borrow().pause();
+        if !pause.is_zero() {
+            or(crate::runtime::sleep(pause), peer.gone()).await;
+            if peer.is_gone() {
+                return;
+            }
+        }
         stream.set_max_outstanding_messages(flight.window.borrow().size() as u64);
         let delivery = match stream.next(&peer).await {
             Ok(Some(delivery)) => delivery,

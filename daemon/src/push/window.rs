@@ -9,7 +9,10 @@
 //! `PUSH_WINDOW_MIN`, never above `PUSH_OUTSTANDING_MAX`. A failure halves it at most once per
 //! window's worth of answers: the pushes that were already outstanding when it halved fail
 //! together when an endpoint goes down, and should count as one signal, not collapse the window
-//! to its floor by themselves.
+//! to its floor by themselves. Failures in a row at the floor pause the pushing, from
+//! `PUSH_PAUSE_MIN` doubling to `PUSH_PAUSE_MAX`, until a push succeeds.
+
+use std::time::Duration;
 
 /// Pushes outstanding per subscription at most: beyond this a receiver gains nothing from
 /// more concurrency that connection reuse does not give it, and each outstanding push holds a
@@ -20,6 +23,13 @@ pub const PUSH_OUTSTANDING_MAX: u32 = 1_000;
 pub const PUSH_WINDOW_MIN: u32 = 1;
 /// The window a subscription starts with (and whose growth doubles up to the threshold).
 pub const PUSH_WINDOW_INITIAL: u32 = 4;
+
+/// The pause before the next push after a failure at the window's floor, doubled by each
+/// failure in a row up to `PUSH_PAUSE_MAX`: an endpoint that is down is not hammered with
+/// retries, whatever the subscription's retry policy (which without backoff redelivers at once).
+pub const PUSH_PAUSE_MIN: Duration = Duration::from_millis(100);
+/// The longest pause: an endpoint that comes back is pushed to again within it.
+pub const PUSH_PAUSE_MAX: Duration = Duration::from_secs(10);
 
 /// How a push ended, as the window counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +52,8 @@ pub struct Window {
     successes: u32,
     /// Answers still to come before another failure may halve the window again.
     answers_before_halving: u32,
+    /// Failures since the last success.
+    failures_in_a_row: u32,
 }
 
 impl Default for Window {
@@ -57,6 +69,7 @@ impl Window {
             threshold: PUSH_OUTSTANDING_MAX,
             successes: 0,
             answers_before_halving: 0,
+            failures_in_a_row: 0,
         }
     }
 
@@ -65,12 +78,32 @@ impl Window {
         self.size
     }
 
+    /// How long to wait before the next push: zero unless failures in a row have brought the
+    /// window to its floor.
+    pub fn pause(&self) -> Duration {
+        if self.failures_in_a_row == 0 || self.size > PUSH_WINDOW_MIN {
+            return Duration::ZERO;
+        }
+        let doublings = (self.failures_in_a_row - 1).min(16);
+        PUSH_PAUSE_MIN.saturating_mul(1 << doublings).min(PUSH_PAUSE_MAX)
+    }
+
     /// Counts an answer; returns the window's new size.
     pub fn on_answer(&mut self, answer: Answer) -> u32 {
         self.answers_before_halving = self.answers_before_halving.saturating_sub(1);
         match answer {
-            Answer::Success => self.grow(),
-            Answer::Slow | Answer::Failure => self.halve(),
+            Answer::Success => {
+                self.failures_in_a_row = 0;
+                self.grow()
+            }
+            Answer::Slow => {
+                self.failures_in_a_row = 0;
+                self.halve()
+            }
+            Answer::Failure => {
+                self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
+                self.halve()
+            }
         }
         debug_assert!((PUSH_WINDOW_MIN..=PUSH_OUTSTANDING_MAX).contains(&self.size), "{self:?}");
         self.size
@@ -148,6 +181,24 @@ mod tests {
             window.on_answer(Answer::Success);
         }
         assert_eq!(window.size(), PUSH_OUTSTANDING_MAX);
+    }
+
+    #[test]
+    fn failures_in_a_row_at_the_floor_pause_the_pushing_until_a_success() {
+        let mut window = Window::new();
+        window.on_answer(Answer::Failure);
+        assert_eq!(window.pause(), Duration::ZERO, "above the floor, no pause");
+        for _ in 0..3 {
+            window.on_answer(Answer::Failure);
+        }
+        assert_eq!(window.size(), PUSH_WINDOW_MIN);
+        assert_eq!(window.pause(), Duration::from_millis(800), "four failures in a row");
+        for _ in 0..100 {
+            window.on_answer(Answer::Failure);
+        }
+        assert_eq!(window.pause(), PUSH_PAUSE_MAX);
+        window.on_answer(Answer::Success);
+        assert_eq!(window.pause(), Duration::ZERO);
     }
 
     #[test]
