@@ -4,8 +4,9 @@
 use crate::{Client, Result};
 use ringpost_wire::messages::{
     ClusterAddNodeRequest, ClusterRemoveNodeRequest, ClusterStatusResponse, Empty, ListRequest, NameRequest,
-    ResyncDirectoryRequest, ResyncDirectoryResponse, SeekRequest, Snapshot, SnapshotList, SnapshotRequest,
-    StatsResponse, Subscription, Topic, UpdateSubscriptionRequest, UpdateTopicRequest,
+    PushConfig, ResyncDirectoryRequest, ResyncDirectoryResponse, SeekRequest, Snapshot, SnapshotList,
+    SnapshotRequest, StatsResponse, Subscription, SubscriptionWithPush, Topic, UpdateSubscriptionRequest,
+    UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -39,6 +40,10 @@ pub struct SubscriptionUpdate {
     pub dead_letter_policy: Option<(String, u32)>,
     /// Minimum and maximum retry backoff in seconds; (0, 0) removes the policy.
     pub retry_policy: Option<(u32, u32)>,
+    /// The push configuration; an empty endpoint makes the subscription pull. Given, the
+    /// update is sent as UpdateSubscriptionWithPush, which a daemon from before push
+    /// subscriptions does not know.
+    pub push: Option<PushConfig>,
 }
 
 impl SubscriptionUpdate {
@@ -93,8 +98,28 @@ impl Client {
     /// Changes a subscription's settings (UpdateSubscription) and returns the subscription as
     /// it now is. Nothing to change is `InvalidArgument`.
     pub async fn update_subscription(&self, name: &str, update: SubscriptionUpdate) -> Result<Subscription> {
-        let (subscription, update_mask) = update.request(name);
-        self.update_subscription_fields(subscription, update_mask).await
+        Ok(self.update_subscription_with_push(name, update).await?.subscription)
+    }
+
+    /// `update_subscription`, answered with the subscription's push configuration too. Without
+    /// a push change it is an UpdateSubscription, whose answer shows none (and a daemon from
+    /// before push subscriptions serves it).
+    pub async fn update_subscription_with_push(
+        &self,
+        name: &str,
+        update: SubscriptionUpdate,
+    ) -> Result<SubscriptionWithPush> {
+        let (subscription, mut update_mask) = update.request(name);
+        let Some(push) = update.push else {
+            let subscription = self.update_subscription_fields(subscription, update_mask).await?;
+            return Ok(SubscriptionWithPush { subscription, push: PushConfig::default() });
+        };
+        update_mask.push("push_config".to_owned());
+        let request = UpdateSubscriptionWithPushRequest {
+            subscription: SubscriptionWithPush { subscription, push },
+            update_mask,
+        };
+        self.control(Command::UpdateSubscriptionWithPush, &request).await
     }
 
     /// UpdateSubscription as Pub/Sub has it: the fields `update_mask` names (Pub/Sub's names:

@@ -160,6 +160,8 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::net::http::HTTP_CONNECTIONS_PER_PEER_MAX,
         crate::net::http::HTTP_REQUEST_HEAD_TIMEOUT,
         crate::net::http::SCRAPE_TIMEOUT,
+        crate::push::token::TOKENS_CACHED_MAX,
+        crate::push::token::SIGNING_KEY_FILE_BYTES_MAX,
         crate::metrics::exposition::METRICS_TOPICS_MAX,
         crate::metrics::exposition::METRICS_SUBSCRIPTIONS_MAX,
         crate::push::window::PUSH_OUTSTANDING_MAX,

@@ -147,10 +147,15 @@ struct Flags {
     #[argh(switch)]
     #[allow(dead_code)] // Here for --help: parse_flags takes it off the line first.
     print_config: bool,
-    /// where the monitoring endpoint serves /metrics (Prometheus), /healthz and /readyz,
-    /// HOST:PORT (default 127.0.0.1:9464), or off
+    /// where the monitoring endpoint serves /metrics (Prometheus), /healthz, /readyz and the
+    /// push tokens' public keys (/oauth2/v3/certs), HOST:PORT (default 127.0.0.1:9464), or off
     #[argh(option, default = "String::from(ringpost_daemon::net::http::HTTP_LISTEN_DEFAULT)")]
     http_listen: String,
+    /// the issuer (`iss`) of the OIDC tokens push requests carry (default
+    /// https://accounts.google.com, Google's, so that receivers written for Google's push
+    /// tokens verify ours once pointed at this daemon's /oauth2/v3/certs)
+    #[argh(option, default = "String::from(ringpost_daemon::push::token::ISSUER_DEFAULT)")]
+    push_token_issuer: String,
     /// the cluster's nodes, HOST:PORT,HOST:PORT,... (the same list on every node): node i
     /// (from 1) listens for the other nodes at the i-th address; the catalog is replicated to
     /// all of them and topics are placed over all their forwarders (default: a node alone)
@@ -651,6 +656,10 @@ fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
                 .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--http-listen", 1))),
         ),
     };
+    if flags.push_token_issuer.is_empty() {
+        usage_error("--push-token-issuer must not be empty: receivers check the issuer");
+    }
+    config.push_token_issuer = flags.push_token_issuer.clone();
     if let Some(threads) = flags.grpc_threads {
         if threads == 0 {
             usage_error("--grpc-threads must be at least 1");

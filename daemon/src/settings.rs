@@ -248,6 +248,7 @@ fn effective(
         setting("log-level", text(log.0)),
         setting("log-format", text(log.1)),
         setting("http-listen", text(&flags.http_listen)),
+        setting("push-token-issuer", text(&config.push_token_issuer)),
         setting("topics-max", number(catalog.topics_max)),
         setting("subscriptions-max", number(catalog.subscriptions_max)),
         setting("subscriptions-per-topic-max", number(catalog.subscriptions_per_topic_max)),

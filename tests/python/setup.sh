@@ -35,6 +35,6 @@ python3 -m venv --clear "$venv" || fail "python3 -m venv $venv failed (is the ve
     || fail "pip install -r $requirements failed"
 "$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null \
     || fail "the pinned packages conflict: $("$venv/bin/python" -m pip check 2>&1)"
-"$venv/bin/python" -c "import google.cloud.pubsub_v1, pytest" \
-    || fail "the virtualenv cannot import google.cloud.pubsub_v1 and pytest"
+"$venv/bin/python" -c "import google.cloud.pubsub_v1, pytest, jwt" \
+    || fail "the virtualenv cannot import google.cloud.pubsub_v1, pytest and jwt"
 echo "$wanted" >"$stamp"

@@ -38,6 +38,18 @@ pub enum Command {
     /// `UpdateSubscriptionRequest` → `Subscription` (router): change the fields its update
     /// mask names.
     UpdateSubscription = 25,
+    /// `SubscriptionWithPush` → `SubscriptionWithPush` (router): `CreateSubscription` with a
+    /// push configuration.
+    CreateSubscriptionWithPush = 26,
+    /// `NameRequest` → `SubscriptionWithPush` (router): `GetSubscription` with its push
+    /// configuration.
+    GetSubscriptionWithPush = 27,
+    /// `UpdateSubscriptionWithPushRequest` → `SubscriptionWithPush` (router):
+    /// `UpdateSubscription`, whose mask may also name `push_config`.
+    UpdateSubscriptionWithPush = 28,
+    /// `ModifyPushConfigRequest` → `Empty` (router): change a subscription's push
+    /// configuration alone; an empty endpoint makes it pull.
+    ModifyPushConfig = 29,
     /// `PublishRequest` → `PublishResponse` (forwarder owning the topic).
     Publish = 30,
     /// `PullRequest` → `PullResponse` (forwarder owning the subscription).
@@ -119,7 +131,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 42] = [
+    pub const ALL: [Command; 46] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -135,6 +147,10 @@ impl Command {
         Command::DeleteSubscription,
         Command::LookupSubscription,
         Command::UpdateSubscription,
+        Command::CreateSubscriptionWithPush,
+        Command::GetSubscriptionWithPush,
+        Command::UpdateSubscriptionWithPush,
+        Command::ModifyPushConfig,
         Command::Publish,
         Command::Pull,
         Command::Acknowledge,
@@ -181,6 +197,10 @@ impl Command {
             23 => Command::DeleteSubscription,
             24 => Command::LookupSubscription,
             25 => Command::UpdateSubscription,
+            26 => Command::CreateSubscriptionWithPush,
+            27 => Command::GetSubscriptionWithPush,
+            28 => Command::UpdateSubscriptionWithPush,
+            29 => Command::ModifyPushConfig,
             30 => Command::Publish,
             40 => Command::Pull,
             41 => Command::Acknowledge,

@@ -109,6 +109,45 @@ wire_type! {
 }
 
 wire_type! {
+    /// Where the daemon pushes a subscription's messages (Pub/Sub's `PushConfig`). An empty
+    /// endpoint: the subscription pulls, and the other fields are not read.
+    pub struct PushConfig {
+        /// An absolute `http://` or `https://` URL.
+        pub endpoint: String,
+        /// Pub/Sub's push attributes (`x-goog-version`), kept as given.
+        pub attributes: Vec<Attribute>,
+        /// The body is the message's data alone (Pub/Sub's `no_wrapper`), not the JSON
+        /// envelope (its `pubsub_wrapper`, the default).
+        pub no_wrapper: bool,
+        /// With `no_wrapper`: the message's attributes and metadata as HTTP headers.
+        pub write_metadata: bool,
+        /// Not empty: each request carries an OIDC token for this service account.
+        pub service_account_email: String,
+        /// The token's audience; empty: the endpoint's URL.
+        pub audience: String,
+    }
+}
+
+wire_type! {
+    /// A subscription with its push configuration, the body of commands 26 to 28. Commands 20
+    /// to 25 keep `Subscription` as it was, so that clients built before push subscriptions
+    /// still create and read subscriptions (a push one read so shows no push configuration).
+    pub struct SubscriptionWithPush { pub subscription: Subscription, pub push: PushConfig }
+}
+
+wire_type! {
+    /// UpdateSubscriptionWithPush: `UpdateSubscriptionRequest`'s fields, and `push_config`
+    /// (read from `subscription.push`; an empty endpoint makes the subscription pull).
+    pub struct UpdateSubscriptionWithPushRequest { pub subscription: SubscriptionWithPush, pub update_mask: Vec<String> }
+}
+
+wire_type! {
+    /// ModifyPushConfig: a subscription's push configuration alone; an empty endpoint makes it
+    /// pull.
+    pub struct ModifyPushConfigRequest { pub subscription: String, pub push: PushConfig }
+}
+
+wire_type! {
     /// UpdateTopic: the topic's new values and the fields of them to change, by Pub/Sub's
     /// names (`message_retention_duration`); fields the mask leaves out are not read.
     pub struct UpdateTopicRequest { pub topic: Topic, pub update_mask: Vec<String> }

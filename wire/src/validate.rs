@@ -135,6 +135,9 @@ pub struct SubscriptionChanges {
     pub dead_letter_policy: Option<(String, u32)>,
     /// Minimum and maximum backoff seconds; (0, 0): no retry policy.
     pub retry_policy: Option<(u32, u32)>,
+    /// The mask names `push_config` (UpdateSubscriptionWithPush only): the request's push
+    /// configuration replaces the subscription's.
+    pub push_config: bool,
 }
 
 /// What an UpdateTopic changes, checked; `None` leaves a field as it is.
@@ -188,17 +191,52 @@ fn check_update_mask<'a>(
 pub fn validate_subscription_update(
     request: &crate::messages::ArchivedUpdateSubscriptionRequest,
 ) -> Result<SubscriptionChanges, Status> {
-    let subscription = &request.subscription;
-    validate_name("subscription", subscription.name.as_str())?;
+    validate_name("subscription", request.subscription.name.as_str())?;
     let paths = check_update_mask(
         "subscription",
         request.update_mask.iter().map(|path| path.as_str()),
         &SUBSCRIPTION_UPDATABLE_FIELDS,
         &SUBSCRIPTION_IMMUTABLE_FIELDS,
     )?;
+    subscription_changes(&request.subscription, paths)
+}
+
+/// UpdateSubscriptionWithPush's updatable fields: UpdateSubscription's and `push_config`.
+pub const SUBSCRIPTION_WITH_PUSH_UPDATABLE_FIELDS: [&str; 7] = [
+    "ack_deadline_seconds",
+    "retain_acked_messages",
+    "message_retention_duration",
+    "expiration_policy",
+    "dead_letter_policy",
+    "retry_policy",
+    "push_config",
+];
+
+/// `validate_subscription_update` for an UpdateSubscriptionWithPush, whose mask may also name
+/// `push_config` (then `SubscriptionChanges::push_config` is set; the configuration itself is
+/// the router's to check, for every protocol).
+pub fn validate_subscription_with_push_update(
+    request: &crate::messages::ArchivedUpdateSubscriptionWithPushRequest,
+) -> Result<SubscriptionChanges, Status> {
+    validate_name("subscription", request.subscription.subscription.name.as_str())?;
+    let paths = check_update_mask(
+        "subscription",
+        request.update_mask.iter().map(|path| path.as_str()),
+        &SUBSCRIPTION_WITH_PUSH_UPDATABLE_FIELDS,
+        &SUBSCRIPTION_IMMUTABLE_FIELDS,
+    )?;
+    subscription_changes(&request.subscription.subscription, paths)
+}
+
+/// The changes the update mask's `paths` (each one of the updatable fields) name.
+fn subscription_changes(
+    subscription: &crate::messages::ArchivedSubscription,
+    paths: Vec<&str>,
+) -> Result<SubscriptionChanges, Status> {
     let mut changes = SubscriptionChanges::default();
     for path in paths {
         match path {
+            "push_config" => changes.push_config = true,
             "ack_deadline_seconds" => {
                 changes.ack_deadline_seconds =
                     Some(effective_ack_deadline_seconds(subscription.ack_deadline_seconds.to_native())?)

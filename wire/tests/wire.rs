@@ -485,6 +485,40 @@ mod round_trips {
         );
     }
 
+    /// The push configuration's bodies (commands 26 to 29), every field set and none.
+    #[test]
+    fn subscriptions_with_push() {
+        let push = PushConfig {
+            endpoint: "https://receiver.example/push".to_owned(),
+            attributes: vec![Attribute { key: "x-goog-version".to_owned(), value: "v1".to_owned() }],
+            no_wrapper: true,
+            write_metadata: true,
+            service_account_email: "pusher@p.iam.example".to_owned(),
+            audience: "https://receiver.example".to_owned(),
+        };
+        let with_push = SubscriptionWithPush { subscription: sample_subscription(), push: push.clone() };
+        check_round_trip(Command::CreateSubscriptionWithPush, 0, 8, &with_push);
+        check_round_trip(Command::GetSubscriptionWithPush, FLAG_RESPONSE, 8, &with_push);
+        let pulled =
+            SubscriptionWithPush { subscription: sample_subscription(), push: PushConfig::default() };
+        check_round_trip(Command::CreateSubscriptionWithPush, FLAG_RESPONSE, 8, &pulled);
+        check_round_trip(
+            Command::UpdateSubscriptionWithPush,
+            0,
+            9,
+            &UpdateSubscriptionWithPushRequest {
+                subscription: with_push,
+                update_mask: vec!["push_config".to_owned(), "ack_deadline_seconds".to_owned()],
+            },
+        );
+        check_round_trip(
+            Command::ModifyPushConfig,
+            0,
+            9,
+            &ModifyPushConfigRequest { subscription: "orders-audit".to_owned(), push },
+        );
+    }
+
     #[test]
     fn name_and_list_requests() {
         check_round_trip(Command::GetTopic, 0, 4, &NameRequest { name: "orders".to_owned() });

@@ -320,24 +320,7 @@ impl CatalogEntry {
                 encode_labels_trailer(&mut encoder, &topic.labels).0.clone()
             }
             CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(*id).0.clone(),
-            CatalogEntry::SubscriptionCreated(subscription) => {
-                let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED_AT);
-                encoder
-                    .u64(subscription.id)
-                    .str(&subscription.name)
-                    .u64(subscription.topic_id)
-                    .str(&subscription.topic_name)
-                    .u64(subscription.start_offset);
-                encode_settings(&mut encoder, &subscription.settings).u64(subscription.created_ms);
-                if has_trailer(&subscription.settings) || subscription.detached {
-                    encode_settings_trailer(&mut encoder, &subscription.settings).bool(subscription.detached);
-                    // Added after detachment, so after it; only a push subscription writes it.
-                    if let Some(push) = &subscription.settings.push {
-                        encode_push(&mut encoder, push);
-                    }
-                }
-                encoder.0
-            }
+            CatalogEntry::SubscriptionCreated(subscription) => encode_subscription_created(subscription),
             CatalogEntry::SubscriptionDeleted { id, name } if name.is_empty() => {
                 Encoder::new(KIND_SUBSCRIPTION_DELETED).u64(*id).0.clone()
             }
@@ -365,16 +348,7 @@ impl CatalogEntry {
                 encode_labels_trailer(&mut encoder, labels).0.clone()
             }
             CatalogEntry::SubscriptionUpdated { id, name, settings } => {
-                let mut encoder = Encoder::new(KIND_SUBSCRIPTION_UPDATED);
-                encoder.u64(*id).str(name);
-                encode_settings(&mut encoder, settings);
-                if has_trailer(settings) {
-                    encode_settings_trailer(&mut encoder, settings);
-                    if let Some(push) = &settings.push {
-                        encode_push(&mut encoder, push);
-                    }
-                }
-                encoder.0
+                encode_subscription_updated(*id, name, settings)
             }
             CatalogEntry::TopicPlaced { id, shard } => {
                 Encoder::new(KIND_TOPIC_PLACED).u64(*id).u32(*shard).0.clone()
@@ -516,6 +490,42 @@ impl CatalogEntry {
         }
         Ok(entry)
     }
+}
+
+/// A subscription's creation (`KIND_SUBSCRIPTION_CREATED_AT`): its fields, the first
+/// encoding's settings, its creation time, and the trailer when a later field is set.
+fn encode_subscription_created(subscription: &SubscriptionRecord) -> Vec<u8> {
+    let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED_AT);
+    encoder
+        .u64(subscription.id)
+        .str(&subscription.name)
+        .u64(subscription.topic_id)
+        .str(&subscription.topic_name)
+        .u64(subscription.start_offset);
+    encode_settings(&mut encoder, &subscription.settings).u64(subscription.created_ms);
+    if has_trailer(&subscription.settings) || subscription.detached {
+        encode_settings_trailer(&mut encoder, &subscription.settings).bool(subscription.detached);
+        // Added after detachment, so after it; only a push subscription writes it.
+        if let Some(push) = &subscription.settings.push {
+            encode_push(&mut encoder, push);
+        }
+    }
+    encoder.0
+}
+
+/// A subscription's update (`KIND_SUBSCRIPTION_UPDATED`): its id and name, its settings whole,
+/// the trailer when a later field is set.
+fn encode_subscription_updated(id: u64, name: &str, settings: &SubscriptionSettings) -> Vec<u8> {
+    let mut encoder = Encoder::new(KIND_SUBSCRIPTION_UPDATED);
+    encoder.u64(id).str(name);
+    encode_settings(&mut encoder, settings);
+    if has_trailer(settings) {
+        encode_settings_trailer(&mut encoder, settings);
+        if let Some(push) = &settings.push {
+            encode_push(&mut encoder, push);
+        }
+    }
+    encoder.0
 }
 
 /// A topic created with its replicas (`KIND_TOPIC_CREATED_REPLICATED`), after its kind.

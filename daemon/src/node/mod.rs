@@ -10,7 +10,7 @@ mod os;
 mod phase;
 mod router_shard;
 
-use crate::{auth, catalog, log, metrics, net, placement, protocol, router, shard};
+use crate::{auth, catalog, log, metrics, net, placement, protocol, push, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
 pub use os::check_data_directories;
 use os::{bind, lock_data_dir, raise_open_file_limit};
@@ -66,11 +66,10 @@ pub struct Config {
     /// The CA certificates HTTPS push endpoints are verified against (`--push-ca-file`);
     /// `None`: the system's roots.
     pub push_ca_file: Option<std::path::PathBuf>,
-    /// Signs the OIDC tokens of push requests that ask for one; `None`: such pushes fail,
-    /// saying so.
-    pub push_signer: Option<crate::push::Signer>,
     /// The cluster this node is one of; `None`, a node alone.
     pub cluster: Option<ClusterSettings>,
+    /// The issuer (`iss`) the OIDC tokens of push requests claim (`push::token`).
+    pub push_token_issuer: String,
     /// How many topics, subscriptions and snapshots the catalog may hold (decided by the
     /// catalog's leader with its own).
     pub catalog_limits: router::CatalogLimits,
@@ -225,8 +224,8 @@ impl Config {
             grpc: protocol::grpc::GrpcSettings::default(),
             http_listen: None,
             push_ca_file: None,
-            push_signer: None,
             cluster: None,
+            push_token_issuer: push::token::ISSUER_DEFAULT.to_owned(),
             catalog_limits: router::CatalogLimits::default(),
         }
     }
@@ -293,6 +292,8 @@ pub struct Daemon {
     /// Push subscriptions' HTTP client: its thread ends once the shards, holding its other
     /// ends, have stopped.
     _push: crate::push::client::PushClient,
+    /// Signs the OIDC tokens of push requests with the node's key (`push::token`).
+    pub push_signer: std::sync::Arc<dyn push::TokenSigner>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     /// One end of a socket pair per shard (forwarders in order, then the router): closing it
     /// tells that shard to stop (`shutdown`).
@@ -384,6 +385,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     check_data_directories(&config.data_dirs)?;
     let locks =
         config.data_dirs.iter().map(|directory| lock_data_dir(directory)).collect::<Result<Vec<_>, _>>()?;
+    // Under the directories' locks, so that two daemons never make two keys in one directory.
+    let push_signer = open_push_signer(&config)?;
     let shards = config.shards.max(1);
     let forwarder_ports = (0..shards)
         .map(|shard| forwarder_port(config.listen.port(), shard, shards))
@@ -414,21 +417,17 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     // the rest are for message segments, connections and journals that reopen per commit.
     let journals_open_max = (open_files / 4 / (shards * config.data_dirs.len()) as u64) as usize;
     let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
-    // Push subscriptions' HTTP client, on a thread of its own (`push::client`).
-    let push_tls = net::tls::push_client_config(config.push_ca_file.as_deref())?;
-    let push =
-        crate::push::client::PushClient::start(push_tls, config.push_signer.clone().map(|signer| signer.0))
-            .map_err(|error| format!("starting the push client: {error}"))?;
-    let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops } = start_forwarder_shards(
-        &config,
-        router_address.port(),
-        forwarder_listeners,
-        journals_open_max,
-        (&ready_sender, &stopped_sender),
-        grpc_jobs.forwarders,
-        &routes,
-        &push,
-    )?;
+    let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops, push } =
+        start_forwarder_shards(
+            &config,
+            router_address.port(),
+            forwarder_listeners,
+            journals_open_max,
+            (&ready_sender, &stopped_sender),
+            grpc_jobs.forwarders,
+            &routes,
+            push_signer.clone(),
+        )?;
     for _ in 0..shards {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
     }
@@ -436,13 +435,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     // (a node waiting to be added may wait for hours), and `/readyz` says what it waits for.
     let phase = StartPhase::default();
     phase.set("starting its router");
-    let http = match (http_listener, router_jobs) {
-        (Some((listener, _)), Some(router)) => Some(
-            net::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone())
-                .map_err(|error| format!("starting the monitoring endpoint: {error}"))?,
-        ),
-        _ => None,
-    };
+    let http = start_monitoring(http_listener, router_jobs, &phase, &push_signer)?;
 
     let (router_stop, router_shard_stop) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("making a socket pair: {e}"))?;
@@ -486,12 +479,49 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc,
         http_address,
         http,
-        _push: push,
+        _push: push.expect("the forwarder shards' push client"),
+        // The push client signs with it too (a clone of the Arc given at its start).
+        push_signer,
         threads,
         stops,
         stopped,
         _locks: locks,
     })
+}
+
+/// The monitoring endpoint, when it has a port and a way to the router shard.
+fn start_monitoring(
+    listener: Option<(std::net::TcpListener, SocketAddr)>,
+    router: Option<protocol::grpc::bridge::ShardCaller<protocol::grpc::gateway::RouterShard>>,
+    phase: &StartPhase,
+    push_signer: &push::token::Signer,
+) -> Result<Option<net::http::HttpServer>, String> {
+    let (Some((listener, _)), Some(router)) = (listener, router) else { return Ok(None) };
+    let jwks = push_signer.key().jwk_set();
+    net::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone(), jwks)
+        .map(Some)
+        .map_err(|error| format!("starting the monitoring endpoint: {error}"))
+}
+
+/// The node's push signer: its signing key, made at the first start in every data directory
+/// and loaded at every later one (`push::token::SigningKey::open_or_create`), with the
+/// configured issuer. A damaged key stops the start, naming its file.
+fn open_push_signer(config: &Config) -> Result<std::sync::Arc<push::token::Signer>, String> {
+    let (key, opened) = push::token::SigningKey::open_or_create(&config.data_dirs)?;
+    match opened {
+        push::token::Opened::Created => crate::log_info!(
+            "ringpostd: made the push signing key (kid {}) in {}",
+            key.key_id(),
+            config.data_dirs.iter().map(|directory| directory.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+        push::token::Opened::Loaded { rewritten } if !rewritten.is_empty() => crate::log_warn!(
+            "ringpostd: the push signing key (kid {}) was missing from {}; written again from the other data              directories",
+            key.key_id(),
+            rewritten.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+        push::token::Opened::Loaded { .. } => {}
+    }
+    Ok(std::sync::Arc::new(push::token::Signer::new(key, config.push_token_issuer.clone())))
 }
 
 /// Every port the daemon listens on, bound.

@@ -8,17 +8,18 @@
 //! (`body.rs`), hands it to the HTTP client (the `Pusher` seam) and acknowledges the message
 //! on a success status, or gives it back (a nack, under the subscription's retry policy and
 //! dead-letter count) on anything else. How many pushes are outstanding is the window's
-//! decision (`window.rs`). Everything here but the task is without I/O.
+//! decision (`window.rs`). The HTTP client runs on a tokio thread of its own (`client.rs`);
+//! `token.rs` signs the OIDC tokens it sends. `body.rs` and `window.rs` are without I/O.
 
 pub mod body;
 pub mod client;
 pub mod task;
 #[cfg(test)]
 mod tests;
+pub mod token;
 pub mod window;
 
 use crate::catalog::OidcToken;
-use std::sync::Arc;
 use std::time::Duration;
 
 pub use body::PushBody;
@@ -30,16 +31,6 @@ pub trait TokenSigner: Send + Sync {
     /// A JWT claiming `token`'s service account, for `token`'s audience (`endpoint`, the URL
     /// pushed to, when it names none), issued at `issued_at_seconds` (Unix time).
     fn sign(&self, token: &OidcToken, endpoint: &str, issued_at_seconds: u64) -> Result<String, String>;
-}
-
-/// The daemon's `TokenSigner`, as its configuration holds it.
-#[derive(Clone)]
-pub struct Signer(pub Arc<dyn TokenSigner>);
-
-impl std::fmt::Debug for Signer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Signer")
-    }
 }
 
 /// One push, as it crosses from a shard to the HTTP client: owned and `Send`.

@@ -263,6 +263,24 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
         .get_subscription(pubsub::GetSubscriptionRequest { subscription: subscription_path(&first_reader) })
         .unwrap();
     assert_eq!(shown.ack_deadline_seconds, 30);
+    // ModifyPushConfig is a change like the others; back to pull at once, since this
+    // subscription is pulled from below.
+    let push =
+        pubsub::PushConfig { push_endpoint: "https://receiver.example/push".into(), ..Default::default() };
+    for (push, endpoint) in [(Some(push), "https://receiver.example/push"), (None, "")] {
+        succeeds("ModifyPushConfig at a follower", || {
+            grpc.modify_push_config(pubsub::ModifyPushConfigRequest {
+                subscription: subscription_path(&first_reader),
+                push_config: push.clone(),
+            })
+        });
+        let shown = at_leader
+            .get_subscription(pubsub::GetSubscriptionRequest {
+                subscription: subscription_path(&first_reader),
+            })
+            .unwrap();
+        assert_eq!(shown.push_config.unwrap_or_default().push_endpoint, endpoint);
+    }
     succeeds("CreateSnapshot at a follower", || {
         grpc.create_snapshot(pubsub::CreateSnapshotRequest {
             name: snapshot_path("mark"),

@@ -12,7 +12,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pubsub::push_config::{NoWrapper, Wrapper};
+use pubsub::push_config::{AuthenticationMethod, NoWrapper, OidcToken, Wrapper};
 
 /// A request a receiver read.
 #[derive(Clone, Debug)]
@@ -194,6 +194,13 @@ fn pushes_arrive_wrapped_and_unwrapped_field_for_field_and_success_acknowledges(
     let mut raw = push_subscription("raw", "orders", receiver.url("/raw"));
     raw.push_config.as_mut().unwrap().wrapper = Some(Wrapper::NoWrapper(NoWrapper { write_metadata: true }));
     grpc.create_subscription(raw).unwrap();
+    let mut signed = push_subscription("signed", "orders", receiver.url("/signed"));
+    signed.push_config.as_mut().unwrap().authentication_method =
+        Some(AuthenticationMethod::OidcToken(OidcToken {
+            service_account_email: "pusher@project.iam.example".into(),
+            audience: String::new(),
+        }));
+    grpc.create_subscription(signed).unwrap();
     let message = pubsub::PubsubMessage {
         data: b"hello".to_vec().into(),
         attributes: [("colour".to_owned(), "red".to_owned())].into(),
@@ -228,10 +235,24 @@ fn pushes_arrive_wrapped_and_unwrapped_field_for_field_and_success_acknowledges(
     assert_eq!(raw[0].header("colour"), Some("red"));
     assert_eq!(raw[0].header("x-goog-pubsub-delivery-attempt"), None, "no dead-letter policy");
 
+    // With an OIDC token, a JWT signed by the daemon, claiming the service account, for the
+    // endpoint's URL (the audience left empty).
+    let signed = receiver.wait_for("/signed", 1, Duration::from_secs(10));
+    assert_eq!(signed.len(), 1, "the signed push arrived");
+    let bearer = signed[0].header("authorization").expect("an Authorization header");
+    let jwt = bearer.strip_prefix("Bearer ").expect("a bearer token");
+    let parts: Vec<&str> = jwt.split('.').collect();
+    assert_eq!(parts.len(), 3, "{jwt}");
+    let claims = String::from_utf8(decode_base64(parts[1])).unwrap();
+    assert!(claims.contains("\"email\":\"pusher@project.iam.example\""), "{claims}");
+    assert!(claims.contains(&format!("\"aud\":\"{}\"", receiver.url("/signed"))), "{claims}");
+
     // 200 and 204 acknowledged: switched to pull, neither subscription has it to give.
     assert!(switch_to_pull_and_pull(&grpc, "wrapped").is_empty());
     assert!(switch_to_pull_and_pull(&grpc, "raw").is_empty());
-    assert_eq!(receiver.seen("/wrapped").len() + receiver.seen("/raw").len(), 2, "nothing pushed twice");
+    assert!(switch_to_pull_and_pull(&grpc, "signed").is_empty());
+    let pushed = ["/wrapped", "/raw", "/signed"].map(|path| receiver.seen(path).len());
+    assert_eq!(pushed, [1, 1, 1], "nothing pushed twice");
 }
 
 #[test]
@@ -350,11 +371,21 @@ fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
 
 /// The number a message's data spells, from its base64 (the data here is "0" to "29").
 fn decode_small_base64_number(base64: &str) -> u32 {
+    String::from_utf8(decode_base64(base64)).unwrap().parse().unwrap()
+}
+
+/// Base64, standard or URL-safe, padded or not.
+fn decode_base64(base64: &str) -> Vec<u8> {
     const ALPHABET: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut bits = 0u32;
     let mut count = 0;
     let mut bytes = Vec::new();
     for character in base64.chars().filter(|&character| character != '=') {
+        let character = match character {
+            '-' => '+',
+            '_' => '/',
+            other => other,
+        };
         bits = bits << 6 | ALPHABET.find(character).unwrap() as u32;
         count += 6;
         if count >= 8 {
@@ -363,7 +394,7 @@ fn decode_small_base64_number(base64: &str) -> u32 {
             bits &= (1 << count) - 1;
         }
     }
-    String::from_utf8(bytes).unwrap().parse().unwrap()
+    bytes
 }
 
 #[test]

@@ -345,6 +345,20 @@ enum SubAction {
     Delete(SubDelete),
     Seek(SubSeek),
     Update(SubUpdate),
+    ModifyPushConfig(SubModifyPushConfig),
+}
+
+/// `PushFlags` of a command that has the push flags.
+macro_rules! push_flags {
+    ($command:expr) => {
+        PushFlags {
+            endpoint: $command.push_endpoint.as_deref(),
+            no_wrapper: $command.push_no_wrapper,
+            write_metadata: $command.push_write_metadata,
+            service_account: $command.push_auth_service_account.as_deref(),
+            audience: $command.push_auth_audience.as_deref(),
+        }
+    };
 }
 
 /// change a subscription's settings; only the flags given change (the topic, filter and
@@ -390,6 +404,22 @@ struct SubUpdate {
     /// remove the retry policy: failed messages are delivered again at once
     #[argh(switch)]
     clear_retry: bool,
+    /// push each message to this http or https URL instead of waiting for pulls (an empty
+    /// one: pull)
+    #[argh(option)]
+    push_endpoint: Option<String>,
+    /// push the message's data alone as the body, not Pub/Sub's JSON envelope
+    #[argh(switch)]
+    push_no_wrapper: bool,
+    /// with --push-no-wrapper: the message's attributes and metadata as HTTP headers
+    #[argh(switch)]
+    push_write_metadata: bool,
+    /// push requests carry an OIDC token (a JWT the daemon signs) naming this service account
+    #[argh(option)]
+    push_auth_service_account: Option<String>,
+    /// the token's audience (default: the endpoint's URL)
+    #[argh(option)]
+    push_auth_audience: Option<String>,
 }
 
 impl SubUpdate {
@@ -425,11 +455,13 @@ impl SubUpdate {
             expiration_ttl_seconds: self.expiration.map(Expiration::ttl_seconds),
             dead_letter_policy,
             retry_policy,
+            push: push_flags!(self).config()?,
         };
         if changes == ringpost_client::SubscriptionUpdate::default() {
             return invalid(
                 "nothing to update: give --ack-deadline, --retain-acked, --retention, --expiration, \
-                 --dead-letter-topic, --clear-dead-letter, --min-backoff, --max-backoff or --clear-retry",
+                 --dead-letter-topic, --clear-dead-letter, --min-backoff, --max-backoff, --clear-retry \
+                 or --push-endpoint",
             );
         }
         Ok(changes)
@@ -534,6 +566,102 @@ struct SubCreate {
     /// longest retry backoff in seconds (0 to 600; default 600 once a retry policy is set)
     #[argh(option)]
     max_backoff: Option<u32>,
+    /// push each message to this http or https URL instead of waiting for pulls (an empty
+    /// one: pull)
+    #[argh(option)]
+    push_endpoint: Option<String>,
+    /// push the message's data alone as the body, not Pub/Sub's JSON envelope
+    #[argh(switch)]
+    push_no_wrapper: bool,
+    /// with --push-no-wrapper: the message's attributes and metadata as HTTP headers
+    #[argh(switch)]
+    push_write_metadata: bool,
+    /// push requests carry an OIDC token (a JWT the daemon signs) naming this service account
+    #[argh(option)]
+    push_auth_service_account: Option<String>,
+    /// the token's audience (default: the endpoint's URL)
+    #[argh(option)]
+    push_auth_audience: Option<String>,
+}
+
+/// change a subscription's push configuration alone: with --push-endpoint it pushes there,
+/// without one (or with an empty one) it pulls
+#[derive(FromArgs)]
+#[argh(subcommand, name = "modify-push-config")]
+struct SubModifyPushConfig {
+    /// the subscription
+    #[argh(positional)]
+    name: String,
+    /// push each message to this http or https URL instead of waiting for pulls (an empty
+    /// one: pull)
+    #[argh(option)]
+    push_endpoint: Option<String>,
+    /// push the message's data alone as the body, not Pub/Sub's JSON envelope
+    #[argh(switch)]
+    push_no_wrapper: bool,
+    /// with --push-no-wrapper: the message's attributes and metadata as HTTP headers
+    #[argh(switch)]
+    push_write_metadata: bool,
+    /// push requests carry an OIDC token (a JWT the daemon signs) naming this service account
+    #[argh(option)]
+    push_auth_service_account: Option<String>,
+    /// the token's audience (default: the endpoint's URL)
+    #[argh(option)]
+    push_auth_audience: Option<String>,
+}
+
+/// The push flags of `sub create`, `sub update` and `sub modify-push-config`, as given.
+struct PushFlags<'a> {
+    endpoint: Option<&'a str>,
+    no_wrapper: bool,
+    write_metadata: bool,
+    service_account: Option<&'a str>,
+    audience: Option<&'a str>,
+}
+
+impl PushFlags<'_> {
+    /// The push configuration the flags ask for: `None` when no flag was given, an empty
+    /// endpoint for pull. Flags that need another are refused here (a usage error); the
+    /// endpoint and the account are the daemon's to check, as for every protocol.
+    fn config(&self) -> Result<Option<ringpost_client::PushConfig>, Failure> {
+        let invalid = |text: &str| Err(Failure::usage(format!("InvalidArgument: {text}")));
+        let Some(endpoint) = self.endpoint else {
+            if self.no_wrapper
+                || self.write_metadata
+                || self.service_account.is_some()
+                || self.audience.is_some()
+            {
+                return invalid("the push flags need --push-endpoint");
+            }
+            return Ok(None);
+        };
+        if endpoint.is_empty()
+            && (self.no_wrapper
+                || self.write_metadata
+                || self.service_account.is_some()
+                || self.audience.is_some())
+        {
+            return invalid("an empty --push-endpoint means pull: give no other push flag with it");
+        }
+        if self.write_metadata && !self.no_wrapper {
+            return invalid(
+                "--push-write-metadata goes with --push-no-wrapper: the envelope carries the metadata",
+            );
+        }
+        if self.audience.is_some() && self.service_account.is_none() {
+            return invalid(
+                "--push-auth-audience needs --push-auth-service-account: the token names the account",
+            );
+        }
+        Ok(Some(ringpost_client::PushConfig {
+            endpoint: endpoint.to_owned(),
+            attributes: Vec::new(),
+            no_wrapper: self.no_wrapper,
+            write_metadata: self.write_metadata,
+            service_account_email: self.service_account.unwrap_or_default().to_owned(),
+            audience: self.audience.unwrap_or_default().to_owned(),
+        }))
+    }
 }
 
 /// move a subscription's acknowledgements to a time: earlier messages count as acknowledged,
@@ -1336,7 +1464,12 @@ fn topic_json(topic: &Topic) -> String {
 }
 
 fn subscription_json(subscription: &Subscription) -> String {
-    json::object(&[
+    json::object(&subscription_fields(subscription))
+}
+
+/// A subscription's fields in JSON, each name with its encoded value.
+fn subscription_fields(subscription: &Subscription) -> Vec<(&'static str, String)> {
+    vec![
         ("name", json::string(&subscription.name)),
         ("topic", json::string(&subscription.topic)),
         ("ack_deadline_seconds", subscription.ack_deadline_seconds.to_string()),
@@ -1349,7 +1482,7 @@ fn subscription_json(subscription: &Subscription) -> String {
         ("max_delivery_attempts", subscription.max_delivery_attempts.to_string()),
         ("minimum_backoff_seconds", subscription.minimum_backoff_seconds.to_string()),
         ("maximum_backoff_seconds", subscription.maximum_backoff_seconds.to_string()),
-    ])
+    ]
 }
 
 fn print_rows(output: Output, header: &[&str], rows: Vec<(Vec<String>, String)>) {
@@ -1393,6 +1526,59 @@ fn subscription_row(subscription: &Subscription) -> (Vec<String>, String) {
 
 const TOPIC_HEADER: [&str; 2] = ["name", "retention_seconds"];
 const SUBSCRIPTION_HEADER: [&str; 4] = ["name", "topic", "ack_deadline", "retain_acked"];
+const SUBSCRIPTION_WITH_PUSH_HEADER: [&str; 5] = ["name", "topic", "ack_deadline", "retain_acked", "push"];
+
+/// What `sub get` says a plain http endpoint is: its requests, their tokens and messages cross
+/// the network in the clear.
+const PUSH_NOT_ENCRYPTED: &str = "not encrypted";
+
+/// Whether pushes to `endpoint` go in the clear (`http://`, as Pub/Sub's emulator allows).
+fn push_unencrypted(endpoint: &str) -> bool {
+    endpoint.get(..7).is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+}
+
+/// A subscription with its push configuration: the table's `push` cell is `pull`, or the
+/// endpoint with what else is set; the JSON's `push_config` is `null` for pull.
+fn subscription_with_push_row(shown: &ringpost_client::SubscriptionWithPush) -> (Vec<String>, String) {
+    let (mut cells, _) = subscription_row(&shown.subscription);
+    let mut fields = subscription_fields(&shown.subscription);
+    let push = &shown.push;
+    if push.endpoint.is_empty() {
+        cells.push("pull".to_owned());
+        fields.push(("push_config", "null".to_owned()));
+        return (cells, json::object(&fields));
+    }
+    let mut cell = push.endpoint.clone();
+    if push_unencrypted(&push.endpoint) {
+        cell.push_str(&format!(" ({PUSH_NOT_ENCRYPTED})"));
+    }
+    if push.no_wrapper {
+        cell.push_str(if push.write_metadata { ", no wrapper, metadata in headers" } else { ", no wrapper" });
+    }
+    if !push.service_account_email.is_empty() {
+        cell.push_str(&format!(", token for {}", push.service_account_email));
+        if !push.audience.is_empty() {
+            cell.push_str(&format!(" (audience {})", push.audience));
+        }
+    }
+    cells.push(cell);
+    let attributes: Vec<(&str, String)> = push
+        .attributes
+        .iter()
+        .map(|attribute| (attribute.key.as_str(), json::string(&attribute.value)))
+        .collect();
+    let push_json = json::object(&[
+        ("endpoint", json::string(&push.endpoint)),
+        ("encrypted", (!push_unencrypted(&push.endpoint)).to_string()),
+        ("no_wrapper", push.no_wrapper.to_string()),
+        ("write_metadata", push.write_metadata.to_string()),
+        ("service_account_email", json::string(&push.service_account_email)),
+        ("audience", json::string(&push.audience)),
+        ("attributes", json::object(&attributes)),
+    ]);
+    fields.push(("push_config", push_json));
+    (cells, json::object(&fields))
+}
 
 fn report_invalid(invalid: Vec<ringpost_client::InvalidAckId>) -> Result<(), Failure> {
     if invalid.is_empty() {
@@ -1650,27 +1836,48 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                     (None, None) => (0, 0),
                     (minimum, maximum) => retry_bounds(minimum, maximum)?,
                 };
-                let subscription = client
-                    .create_subscription(Subscription {
-                        name: create.name,
-                        topic: create.topic,
-                        ack_deadline_seconds: create.ack_deadline,
-                        retain_acked_messages: create.retain_acked,
-                        message_retention_seconds: create.retention,
-                        expiration_ttl_seconds: create.expiration.map_or(0, Expiration::ttl_seconds),
-                        enable_message_ordering: create.ordering,
-                        filter: create.filter,
-                        dead_letter_topic: create.dead_letter_topic,
-                        max_delivery_attempts: create.max_delivery_attempts,
-                        minimum_backoff_seconds: retry.0,
-                        maximum_backoff_seconds: retry.1,
-                    })
-                    .await?;
-                print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+                let push = push_flags!(create).config()?;
+                let subscription = Subscription {
+                    name: create.name,
+                    topic: create.topic,
+                    ack_deadline_seconds: create.ack_deadline,
+                    retain_acked_messages: create.retain_acked,
+                    message_retention_seconds: create.retention,
+                    expiration_ttl_seconds: create.expiration.map_or(0, Expiration::ttl_seconds),
+                    enable_message_ordering: create.ordering,
+                    filter: create.filter,
+                    dead_letter_topic: create.dead_letter_topic,
+                    max_delivery_attempts: create.max_delivery_attempts,
+                    minimum_backoff_seconds: retry.0,
+                    maximum_backoff_seconds: retry.1,
+                };
+                // Without push flags, the command every daemon version knows.
+                match push {
+                    None => {
+                        let subscription = client.create_subscription(subscription).await?;
+                        print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+                    }
+                    Some(push) => {
+                        let created = client.create_subscription_with_push(subscription, push).await?;
+                        print_rows(
+                            output,
+                            &SUBSCRIPTION_WITH_PUSH_HEADER,
+                            vec![subscription_with_push_row(&created)],
+                        );
+                    }
+                }
             }
             SubAction::Get(get) => {
-                let subscription = client.get_subscription(&get.name).await?;
-                print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+                let subscription = client.get_subscription_with_push(&get.name).await?;
+                print_rows(
+                    output,
+                    &SUBSCRIPTION_WITH_PUSH_HEADER,
+                    vec![subscription_with_push_row(&subscription)],
+                );
+            }
+            SubAction::ModifyPushConfig(modify) => {
+                let push = push_flags!(modify).config()?.unwrap_or_default();
+                client.modify_push_config(&modify.name, push).await?;
             }
             SubAction::List(list) => {
                 let subscriptions = client.list_subscriptions(list.topic.as_deref()).await?;
@@ -1682,8 +1889,18 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             }
             SubAction::Delete(delete) => client.delete_subscription(&delete.name).await?,
             SubAction::Update(update) => {
-                let subscription = client.update_subscription(&update.name, update.changes()?).await?;
-                print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+                let changes = update.changes()?;
+                if changes.push.is_none() {
+                    let subscription = client.update_subscription(&update.name, changes).await?;
+                    print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
+                } else {
+                    let updated = client.update_subscription_with_push(&update.name, changes).await?;
+                    print_rows(
+                        output,
+                        &SUBSCRIPTION_WITH_PUSH_HEADER,
+                        vec![subscription_with_push_row(&updated)],
+                    );
+                }
             }
             SubAction::Seek(seek) => match (seek.time, seek.snapshot) {
                 (Some(time), None) => {

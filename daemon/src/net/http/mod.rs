@@ -1,6 +1,8 @@
 //! The monitoring endpoint (`ringpostd --http-listen`): `/metrics` for Prometheus (encoded by
-//! `metrics::exposition`), `/healthz` (the process serves) and `/readyz` (the shards serve,
-//! every shard's data directories hold a quorum, and in a cluster the catalog has a leader).
+//! `metrics::exposition`), `/healthz` (the process serves), `/readyz` (the shards serve,
+//! every shard's data directories hold a quorum, and in a cluster the catalog has a leader) and
+//! `/oauth2/v3/certs`, the public keys of the push tokens as a JWK Set (`push::token`), which a
+//! push receiver's JWT library fetches; it answers from the start, as `/healthz` does.
 //!
 //! hyper serves HTTP/1.1 on one tokio thread of its own, unpinned: a scrape is rare, small and
 //! never on a publish's path, and the endpoint must answer whether or not the gRPC API runs.
@@ -17,6 +19,7 @@ use crate::api::Status;
 use crate::metrics::exposition;
 use crate::protocol::grpc::bridge::ShardCaller;
 use crate::protocol::grpc::gateway::RouterShard;
+use crate::push::token::JWKS_PATH;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
@@ -53,6 +56,8 @@ struct Endpoint {
     rendering: tokio::sync::Mutex<Option<Rendering>>,
     /// What the node's start is doing, until it serves: the router shard answers no job before.
     phase: crate::node::StartPhase,
+    /// The push tokens' public keys, a JWK Set (`push::token::JWKS_PATH`).
+    jwks: Bytes,
 }
 
 /// One rendering of `/metrics`: when its gathering began, its number, and its body (or why
@@ -78,13 +83,19 @@ impl HttpServer {
         router: ShardCaller<RouterShard>,
         version: &'static str,
         phase: crate::node::StartPhase,
+        jwks: String,
     ) -> std::io::Result<HttpServer> {
         let address = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
         let (stopping, stopped) = tokio::sync::watch::channel(false);
-        let endpoint =
-            Arc::new(Endpoint { router, version, rendering: tokio::sync::Mutex::new(None), phase });
+        let endpoint = Arc::new(Endpoint {
+            router,
+            version,
+            rendering: tokio::sync::Mutex::new(None),
+            phase,
+            jwks: Bytes::from(jwks),
+        });
         let thread = std::thread::Builder::new().name("ringpost-http".to_owned()).spawn(move || {
             runtime.block_on(serve(listener, endpoint, stopped));
         })?;
@@ -211,9 +222,26 @@ impl Endpoint {
                 }
             },
             "/metrics" => self.metrics().await,
-            "/" => text(StatusCode::OK, "ringpostd: /metrics, /healthz, /readyz\n".to_owned()),
-            _ => text(StatusCode::NOT_FOUND, "not found: /metrics, /healthz, /readyz\n".to_owned()),
+            JWKS_PATH => self.jwks(),
+            "/" => text(StatusCode::OK, format!("ringpostd: /metrics, /healthz, /readyz, {JWKS_PATH}\n")),
+            _ => {
+                text(StatusCode::NOT_FOUND, format!("not found: /metrics, /healthz, /readyz, {JWKS_PATH}\n"))
+            }
         }
+    }
+
+    /// The push tokens' public keys, as JSON a JWT library fetches. It changes only with the
+    /// key, at a restart, so caches may keep it a while (Google's say hours; an hour here).
+    fn jwks(&self) -> Response<Full<Bytes>> {
+        let mut response = Response::new(Full::new(self.jwks.clone()));
+        let headers = response.headers_mut();
+        headers
+            .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+        headers.insert(
+            hyper::header::CACHE_CONTROL,
+            hyper::header::HeaderValue::from_static("public, max-age=3600"),
+        );
+        response
     }
 
     /// `/metrics`: the rendering of a gathering that began after this scrape arrived, the

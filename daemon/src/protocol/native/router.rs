@@ -4,8 +4,8 @@
 
 use crate::api::cluster::ClusterStatus;
 use crate::api::control::{
-    ForwarderAddress, ListRequest, Page, SeekTarget, Snapshot, Subscription, SubscriptionSettings,
-    SubscriptionUpdate, Topic, TopicUpdate,
+    ForwarderAddress, ListRequest, OidcToken, Page, PushConfig, PushWrapper, SeekTarget, Snapshot,
+    Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
 use crate::dispatch::{Caller, Door, Operation, Outcome, SubscriptionShown};
@@ -16,7 +16,10 @@ use ringpost_wire::limits::{
     FRAME_BODY_BYTES_MAX, MESSAGE_BYTES_MAX, PROTOCOL_VERSION, PUBLISH_BATCH_MESSAGES_MAX,
 };
 use ringpost_wire::messages as wire;
-use ringpost_wire::validate::{validate_subscription_update, validate_topic_update};
+use ringpost_wire::validate::{
+    validate_subscription_update, validate_subscription_with_push_update, validate_topic_update,
+    SubscriptionChanges,
+};
 use ringpost_wire::Command;
 
 pub fn hello_response(header: &FrameHeader) -> FrameBuffer {
@@ -60,8 +63,19 @@ fn topic_message(topic: Topic) -> wire::Topic {
 }
 
 fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
-    let request = access_body::<wire::Subscription>(body)?;
-    Ok(Subscription {
+    Ok(subscription_in(access_body::<wire::Subscription>(body)?))
+}
+
+/// A CreateSubscriptionWithPush's subscription, with its push configuration.
+fn subscription_with_push_request(body: &[u8]) -> Result<Subscription, Status> {
+    let request = access_body::<wire::SubscriptionWithPush>(body)?;
+    let mut subscription = subscription_in(&request.subscription);
+    subscription.settings.push = push_in(&request.push);
+    Ok(subscription)
+}
+
+fn subscription_in(request: &wire::ArchivedSubscription) -> Subscription {
+    Subscription {
         name: request.name.as_str().to_owned(),
         topic: request.topic.as_str().to_owned(),
         settings: SubscriptionSettings {
@@ -75,13 +89,62 @@ fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
             minimum_backoff_seconds: request.minimum_backoff_seconds.to_native(),
             maximum_backoff_seconds: request.maximum_backoff_seconds.to_native(),
             expiration_ttl_seconds: request.expiration_ttl_seconds.to_native(),
-            // The native protocol carries none of these yet; the gRPC API sets them.
+            // The native protocol carries neither yet; the gRPC API sets them.
             labels: Default::default(),
             enable_exactly_once_delivery: false,
+            // Only the commands with push carry it (`push_in`).
             push: None,
         },
         detached: false,
-    })
+    }
+}
+
+/// A push configuration as the domain has it: `None` (pull) without an endpoint. Checked by
+/// the router, as for every protocol.
+fn push_in(push: &wire::ArchivedPushConfig) -> Option<Box<PushConfig>> {
+    if push.endpoint.is_empty() {
+        return None;
+    }
+    let wrapper = match (push.no_wrapper, push.write_metadata) {
+        (false, _) => PushWrapper::Pubsub,
+        (true, write_metadata) => PushWrapper::NoWrapper { write_metadata },
+    };
+    let oidc_token = (!push.service_account_email.is_empty()).then(|| OidcToken {
+        service_account_email: push.service_account_email.as_str().to_owned(),
+        audience: push.audience.as_str().to_owned(),
+    });
+    Some(Box::new(PushConfig {
+        endpoint: push.endpoint.as_str().to_owned(),
+        attributes: push
+            .attributes
+            .iter()
+            .map(|attribute| (attribute.key.as_str().to_owned(), attribute.value.as_str().to_owned()))
+            .collect(),
+        wrapper,
+        oidc_token,
+    }))
+}
+
+/// A push configuration on the wire: all empty for a pull subscription.
+fn push_message(push: Option<&PushConfig>) -> wire::PushConfig {
+    let Some(push) = push else { return wire::PushConfig::default() };
+    let (no_wrapper, write_metadata) = match push.wrapper {
+        PushWrapper::Pubsub => (false, false),
+        PushWrapper::NoWrapper { write_metadata } => (true, write_metadata),
+    };
+    let token = push.oidc_token.clone().unwrap_or_default();
+    wire::PushConfig {
+        endpoint: push.endpoint.clone(),
+        attributes: push
+            .attributes
+            .iter()
+            .map(|(key, value)| wire::Attribute { key: key.clone(), value: value.clone() })
+            .collect(),
+        no_wrapper,
+        write_metadata,
+        service_account_email: token.service_account_email,
+        audience: token.audience,
+    }
 }
 
 fn subscription_message(subscription: Subscription) -> wire::Subscription {
@@ -100,6 +163,11 @@ fn subscription_message(subscription: Subscription) -> wire::Subscription {
         maximum_backoff_seconds: settings.maximum_backoff_seconds,
         expiration_ttl_seconds: settings.expiration_ttl_seconds,
     }
+}
+
+fn subscription_with_push_message(mut subscription: Subscription) -> wire::SubscriptionWithPush {
+    let push = push_message(subscription.settings.push.take().as_deref());
+    wire::SubscriptionWithPush { subscription: subscription_message(subscription), push }
 }
 
 fn snapshot_message(snapshot: Snapshot) -> wire::Snapshot {
@@ -164,8 +232,25 @@ fn topic_update(body: &[u8]) -> Result<TopicUpdate, Status> {
 fn subscription_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
     let request = access_body::<wire::UpdateSubscriptionRequest>(body)?;
     let changes = validate_subscription_update(request)?;
-    Ok(SubscriptionUpdate {
-        name: request.subscription.name.as_str().to_owned(),
+    Ok(subscription_changes(request.subscription.name.as_str(), changes, None))
+}
+
+fn subscription_with_push_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
+    let request = access_body::<wire::UpdateSubscriptionWithPushRequest>(body)?;
+    let changes = validate_subscription_with_push_update(request)?;
+    let push = changes.push_config.then(|| push_in(&request.subscription.push));
+    Ok(subscription_changes(request.subscription.subscription.name.as_str(), changes, push))
+}
+
+/// An update's checked changes as the domain's; `push`: the push configuration, when the mask
+/// names it.
+fn subscription_changes(
+    name: &str,
+    changes: SubscriptionChanges,
+    push: Option<Option<Box<PushConfig>>>,
+) -> SubscriptionUpdate {
+    SubscriptionUpdate {
+        name: name.to_owned(),
         ack_deadline_seconds: changes.ack_deadline_seconds,
         retain_acked_messages: changes.retain_acked_messages,
         message_retention_seconds: changes.message_retention_seconds,
@@ -174,8 +259,8 @@ fn subscription_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
         retry_policy: changes.retry_policy,
         labels: None,
         enable_exactly_once_delivery: None,
-        push: None,
-    })
+        push,
+    }
 }
 
 fn seek_request(body: &[u8]) -> Result<(String, SeekTarget), Status> {
@@ -233,6 +318,20 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::DeleteSubscription => Operation::DeleteSubscription { name: name(body)? },
         Command::LookupSubscription => Operation::LookupSubscription { name: name(body)? },
         Command::UpdateSubscription => Operation::UpdateSubscription(subscription_update(body)?),
+        Command::CreateSubscriptionWithPush => {
+            Operation::CreateSubscription(subscription_with_push_request(body)?)
+        }
+        Command::GetSubscriptionWithPush => Operation::GetSubscription { name: name(body)? },
+        Command::UpdateSubscriptionWithPush => {
+            Operation::UpdateSubscription(subscription_with_push_update(body)?)
+        }
+        Command::ModifyPushConfig => {
+            let request = access_body::<wire::ModifyPushConfigRequest>(body)?;
+            Operation::ModifyPushConfig {
+                name: request.subscription.as_str().to_owned(),
+                push: push_in(&request.push),
+            }
+        }
         Command::Seek => {
             let (subscription, target) = seek_request(body)?;
             Operation::Seek { subscription, target }
@@ -280,6 +379,11 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         }
         Command::CreateSubscription | Command::GetSubscription | Command::UpdateSubscription => {
             respond(header, &subscription_message(outcome.into_subscription()?.subscription))
+        }
+        Command::CreateSubscriptionWithPush
+        | Command::GetSubscriptionWithPush
+        | Command::UpdateSubscriptionWithPush => {
+            respond(header, &subscription_with_push_message(outcome.into_subscription()?.subscription))
         }
         Command::ListSubscriptions => respond(header, &subscription_list(outcome.into_subscriptions()?)),
         Command::CreateSnapshot | Command::GetSnapshot => {
