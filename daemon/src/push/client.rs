@@ -41,6 +41,47 @@ pub const PUSH_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// a request waits for none (it is still bounded by its shard's window).
 pub const PUSH_ENDPOINTS_TRACKED_MAX: usize = 10_000;
 
+/// What the push client counted, for a scrape: pushes by how they ended, and how long they
+/// took. The client's thread counts (it is not a shard: shards count their own), and the
+/// monitoring endpoint reads a copy, as it reads the gRPC API's counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PushFigures {
+    /// By class: `1xx` to `5xx` (the status's hundreds), `connection_error` and `timeout`.
+    pub requests: Vec<(&'static str, u64)>,
+    /// From the request's arrival on the client's thread to its outcome.
+    pub latency: crate::metrics::histogram::DurationHistogram,
+}
+
+/// The classes `PushFigures::requests` counts, in order.
+pub const PUSH_OUTCOME_CLASSES: [&str; 7] =
+    ["1xx", "2xx", "3xx", "4xx", "5xx", "connection_error", "timeout"];
+
+static FIGURES: std::sync::LazyLock<Mutex<PushFigures>> = std::sync::LazyLock::new(|| {
+    Mutex::new(PushFigures {
+        requests: PUSH_OUTCOME_CLASSES.iter().map(|class| (*class, 0)).collect(),
+        ..Default::default()
+    })
+});
+
+fn outcome_class(outcome: &PushOutcome) -> usize {
+    match outcome {
+        PushOutcome::Status(status) => (*status as usize / 100).clamp(1, 5) - 1,
+        PushOutcome::ConnectionError(_) => 5,
+        PushOutcome::Timeout => 6,
+    }
+}
+
+fn record(outcome: &PushOutcome, took: Duration) {
+    let mut figures = FIGURES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    figures.requests[outcome_class(outcome)].1 += 1;
+    figures.latency.record(took);
+}
+
+/// A copy of what the push client counted since the process started.
+pub fn snapshot() -> PushFigures {
+    FIGURES.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+}
+
 struct Job {
     request: PushRequest,
     reply: oneshot::Sender<PushOutcome>,
@@ -148,7 +189,9 @@ async fn serve(
     while let Some(job) = jobs.recv().await {
         let (client, endpoints, signer) = (client.clone(), endpoints.clone(), signer.clone());
         tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
             let outcome = send(&client, &endpoints, signer.as_deref(), job.request).await;
+            record(&outcome, started.elapsed());
             let _ = job.reply.send(outcome);
         });
     }
@@ -371,6 +414,28 @@ mod tests {
         connections.dedup();
         assert!(connections.len() <= 2, "{connections:?}");
         assert!(outcomes[0].acknowledges() && !outcomes[1].acknowledges() && outcomes[2].acknowledges());
+    }
+
+    #[test]
+    fn outcomes_are_counted_by_class() {
+        let classes: Vec<&str> = [
+            PushOutcome::Status(102),
+            PushOutcome::Status(204),
+            PushOutcome::Status(301),
+            PushOutcome::Status(429),
+            PushOutcome::Status(503),
+            PushOutcome::ConnectionError(String::new()),
+            PushOutcome::Timeout,
+        ]
+        .iter()
+        .map(|outcome| PUSH_OUTCOME_CLASSES[outcome_class(outcome)])
+        .collect();
+        assert_eq!(classes, PUSH_OUTCOME_CLASSES);
+        let before = snapshot();
+        record(&PushOutcome::Status(500), Duration::from_millis(3));
+        let after = snapshot();
+        assert!(after.requests[4].1 > before.requests[4].1);
+        assert!(after.latency.count() > before.latency.count());
     }
 
     #[test]

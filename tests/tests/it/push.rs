@@ -257,7 +257,12 @@ fn pushes_arrive_wrapped_and_unwrapped_field_for_field_and_success_acknowledges(
 
 #[test]
 fn failures_are_retried_with_the_policys_backoff_and_dead_lettered_after_the_maximum() {
-    let (_daemon, grpc) = grpc_daemon("push-failures");
+    let daemon = Daemon::start_with(
+        "push-failures",
+        Vec::new(),
+        ["--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
     let receiver =
         Receiver::on_free_port(|seen, _| (Duration::ZERO, if seen.path == "/400" { 400 } else { 500 }));
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -314,6 +319,17 @@ fn failures_are_retried_with_the_policys_backoff_and_dead_lettered_after_the_max
             );
         }
     }
+    // The monitoring endpoint counts them by class, with their latency.
+    let (status, metrics) = ringpost_tests::scrape::http_get(
+        daemon.http_address.as_ref().expect("the monitoring endpoint"),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    for class in ["4xx", "5xx", "connection_error"] {
+        let line = format!("ringpost_push_requests_total{{class=\"{class}\"}} 5");
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert!(metrics.contains("ringpost_push_latency_seconds_count 15"), "{metrics}");
 }
 
 #[test]
