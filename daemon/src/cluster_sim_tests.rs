@@ -10,7 +10,10 @@
 //! tasks. Each node's tasks are a group of the executor: a crash ends them all, then its disk
 //! drops, keeps or tears what was not synced, and the node starts again through the daemon's
 //! recovery. Each disk has faults within the budget (a minority of its copies faulty); each
-//! node's wall clock is stepped by up to an hour either way.
+//! node's wall clock is stepped by up to an hour either way. Nodes come and go: the nemesis
+//! starts a node as the daemon's `--join` does and has a member's door add it (a voter or a
+//! learner, `ClusterAddNode`, as `ringpost cluster add-node` asks), and, with four members,
+//! removes one (`ClusterRemoveNode`, its replicas moved off first), whose process then stops.
 //!
 //! Clients enter at random nodes (a node cut off from the others still takes clients): topics
 //! (of three replicas, placed by the router, replicating over the same network) and
@@ -19,23 +22,31 @@
 //! acknowledgements and deadline changes at the forwarder a lookup names first, as a native
 //! client connects, or at any node's forwarder, whose relay (`net::relay`, over this test's
 //! `Carrier`) carries what another node leads there as `Command::Carried` with the client's
-//! principal, decided there. The clients act as `alice`, who may do everything, and at times as
-//! `mallory`, who may only look and whose publishes and pulls through a relay the leading node
-//! must refuse.
+//! principal, decided there. Streaming subscribers enter the same ways: a stream another node
+//! leads is carried there over a connection of the simulated network (its frames in order,
+//! each delayed; it breaks when a frame is lost, a node it joins is cut off or crashes, and the
+//! relay opens it again where the subscription is led); they acknowledge on their connection or
+//! at another node, hold the rest, and leave mid-stream. The clients act as `alice`, who may do
+//! everything, and at times as `mallory`, who may only look and whose publishes, pulls and
+//! streams through a relay the leading node must refuse.
 //!
 //! Checked as it runs: at most one voter leads in any term; two voters that applied the
 //! catalog to the same index hold the same catalog; a node that starts again holds, once
 //! ready, every create acknowledged before it began; a change answered sooner than the door's
 //! wait to apply it is applied where it was answered; the committed records of any two
 //! replicas of a topic agree; the queue checker per subscription, with its sync point. At the
-//! end, healed: the three catalogs converge, every acknowledged create is there with the id it
-//! was given, every acknowledged delete stays deleted, no id was handed to two resources, the
-//! catalog holds no resource never created, and every subscription drains every acknowledged
-//! publish begun after its create was acknowledged.
+//! end, healed: the members' catalogs converge, their nodes are the members as the adds and
+//! removals were answered, every topic's replicas are on members, every acknowledged create is
+//! there with the id it was given, every acknowledged delete stays deleted, no id was handed to two resources, the
+//! catalog holds no resource never created, every subscription drains every acknowledged
+//! publish begun after its create was acknowledged, every message a streaming subscriber held
+//! when it left was delivered again (its stream's lease outlives the run: only the leaving
+//! gives it back), and every forwarder's response budget is whole again.
 //!
 //! `RINGPOST_SIM_SEEDS=N` runs N seeds; `RINGPOST_SIM_SEED=S` replays seed S exactly.
 
 use crate::api::control::{ListRequest, Subscription, Topic};
+use crate::api::limits::ACK_DEADLINE_SECONDS_MAX;
 use crate::api::Status;
 use crate::auth::{Access, Credential, Principal, Session};
 use crate::catalog::node_and_shard;
@@ -58,8 +69,9 @@ use crate::shard::Forwarder;
 use crate::sim_checker::{Checker, Outcome};
 use crate::sim_node_tests::{catalog_log_config, crash_mode};
 use crate::storage::sim::{FaultPlan, SimDisk};
-use crate::subscription::budget::StreamBudget;
+use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::subscription::dead_letter::LocalFuture;
+use crate::sync::Notify;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{RPCError, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
@@ -67,7 +79,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::OptionalSend;
-use ringpost_wire::frame::{decode_error, FrameBuffer, FrameHeader};
+use ringpost_wire::frame::{decode_error, FrameBuffer, FrameHeader, FLAG_MORE, FLAG_RELAYED};
 use ringpost_wire::limits::FRAME_HEADER_BYTES;
 use ringpost_wire::messages::*;
 use ringpost_wire::Command;
@@ -84,8 +96,23 @@ const SEEDS_DEFAULT: u64 = 200;
 /// Seeds the default run leaves out, each failing for a reason outside what this simulation
 /// checks, written down in docs/TESTING.md; `RINGPOST_SIM_SEED` still replays them.
 const SEEDS_LEFT_OUT: [(u64, &str); 0] = [];
-/// The catalog's voters, one per node.
+/// The cluster's first members, each a voter of the catalog; the nemesis adds nodes (4, 5, ...)
+/// and removes members from there on.
 const NODES: [u64; 3] = [1, 2, 3];
+/// Members the cluster has at most: a node is added while there are fewer, and one removed only
+/// while there are this many (every topic has three replicas, which need three members).
+const MEMBERS_MAX: usize = 4;
+/// Membership changes in one seed: a node added, then one removed. Each moves replicas and
+/// keeps four nodes busy for a while; more per seed cost CI's time without finding more.
+const MEMBERSHIP_CHANGES_MAX: usize = 2;
+/// How long the nemesis tries to add or remove a node before the seed fails: a membership
+/// change waits for the new node to catch up or for replicas to move off the leaving one.
+const MEMBERSHIP_CHANGE_WITHIN: Duration = Duration::from_secs(300);
+/// How long one attempt at a membership change waits for its answer: a node carrying it may
+/// crash meanwhile, and a task of a crashed node never answers in this simulation (a real
+/// connection would break), so it is asked again rather than waited for as long as the daemon
+/// waits (`MEMBERSHIP_CHANGE_TIMEOUT`).
+const MEMBERSHIP_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Faults the nemesis makes before everything heals.
 const NEMESIS_STEPS_MAX: u64 = 16;
 /// Clients working at once.
@@ -129,6 +156,15 @@ const MESSAGES_PER_PUBLISH_MAX: u64 = 3;
 const PULL_MESSAGES_MAX: u64 = 10;
 /// Empty pulls in a row after which the final drain takes a subscription to be empty.
 const DRAIN_EMPTY_PULLS: u32 = 3;
+/// A streaming subscriber's window (messages delivered and not acknowledged), drawn up to this.
+const STREAM_OUTSTANDING_MAX: u64 = 10;
+/// A streaming subscriber leaves after up to this many batches with messages, or after up to
+/// this long, whichever comes first.
+const STREAM_BATCHES_MAX: u64 = 6;
+const STREAM_STAY_MS_MAX: u64 = 3_000;
+/// A streaming subscriber publishes to its subscription's topic when nothing came for a pause
+/// drawn up to this.
+const STREAM_PUBLISH_PAUSE_US_MAX: u64 = 500_000;
 
 type Raft = openraft::Raft<CatalogRaft, CatalogMachine<SimDisk>>;
 
@@ -159,6 +195,29 @@ struct Slot {
     failed: bool,
     /// How far its wall clock is off the simulation's.
     wall_offset_ms: i64,
+    /// It was added to the cluster after it began (it starts as the daemon's `--join` does).
+    joins: bool,
+    /// It was removed from the cluster: it never starts again.
+    removed: bool,
+}
+
+impl Slot {
+    fn new(disk: SimDisk, joins: bool) -> Slot {
+        Slot {
+            disk,
+            group: 0,
+            lives: 0,
+            up: false,
+            crashes: 0,
+            raft: None,
+            forwarder: None,
+            serving: None,
+            failed: false,
+            wall_offset_ms: 0,
+            joins,
+            removed: false,
+        }
+    }
 }
 
 /// What the simulation knows of whether a resource exists.
@@ -184,6 +243,12 @@ struct Resource {
     publishes: BTreeMap<Vec<u8>, (u64, Option<u64>)>,
     /// A subscription's queue checker.
     checker: Checker,
+    /// Messages a streaming subscriber held unacknowledged when it left its stream, with how
+    /// often each had been delivered then: each must be delivered again.
+    given_back: Vec<(Vec<u8>, u32)>,
+    /// Messages an acknowledgement was sent for, answered or not (one not answered may have
+    /// been taken).
+    acknowledgements_sent: BTreeSet<Vec<u8>>,
 }
 
 impl Resource {
@@ -196,6 +261,8 @@ impl Resource {
             acknowledged: None,
             publishes: BTreeMap::new(),
             checker: Checker::default(),
+            given_back: Vec::new(),
+            acknowledgements_sent: BTreeSet::new(),
         }
     }
 }
@@ -224,6 +291,13 @@ struct Model {
     /// and mallory's requests refused there.
     carried: usize,
     refused_at_owner: usize,
+    /// Streaming pulls clients opened, streams a relay carried to a node (reopened ones
+    /// included), messages received on streams, and messages held when a subscriber left its
+    /// stream that were delivered again.
+    streams: usize,
+    streams_carried: usize,
+    streamed: usize,
+    given_back: usize,
 }
 
 impl Model {
@@ -262,6 +336,8 @@ struct World {
     paths: Vec<PathBuf>,
     config: LogConfig,
     nodes: RefCell<BTreeMap<u64, Slot>>,
+    /// The cluster's members, as the adds and removals the nemesis made were answered.
+    members: RefCell<BTreeSet<u64>>,
     /// Nodes cut off from every other, still reachable by clients.
     isolated: RefCell<BTreeSet<u64>>,
     /// Each message is lost with this chance, in parts per million, and sent twice with that.
@@ -273,10 +349,17 @@ struct World {
     alice: Session,
     cluster_peer: Session,
     model: RefCell<Model>,
+    /// Fires at every node's crash.
+    crashes: Notify,
+    /// Nodes the nemesis added to the cluster, and members it removed.
+    added: Cell<usize>,
+    removed: Cell<usize>,
     /// The nemesis is done and everything healed: the clients stop.
     healed: Cell<bool>,
     /// Clients still working (each finishes the operation it began once healed).
     clients: Cell<usize>,
+    /// The streams' connections, to break when a node they join crashes or is cut off.
+    connections: RefCell<Vec<Weak<Connection>>>,
     /// What happened, in order (`note`).
     events: RefCell<Vec<String>>,
     started: std::time::Instant,
@@ -314,6 +397,31 @@ impl World {
         dropped || isolated.contains(&from) || isolated.contains(&to)
     }
 
+    /// Breaks the streams' connections that node `node`'s crash (`crashed`) or its cut from
+    /// the others ends.
+    fn break_connections(&self, node: u64, crashed: bool) {
+        let connections: Vec<Rc<Connection>> =
+            self.connections.borrow().iter().filter_map(Weak::upgrade).collect();
+        for connection in connections {
+            let ends = connection.crosses_to(node)
+                || (crashed && (connection.to == node || connection.from == Some(node)));
+            if ends && !connection.broken.get() {
+                connection.close();
+            }
+        }
+    }
+
+    /// The members now, in order.
+    fn members(&self) -> Vec<u64> {
+        self.members.borrow().iter().copied().collect()
+    }
+
+    /// A member, drawn by the seed.
+    fn any_member(&self) -> u64 {
+        let members = self.members();
+        members[self.seed_rng().below(members.len() as u64) as usize]
+    }
+
     fn group(&self, node: u64) -> u64 {
         self.nodes.borrow()[&node].group
     }
@@ -323,19 +431,31 @@ impl World {
     }
 
     /// Runs `work` on node `to` as one of its tasks, within `timeout`; `None` if it did not
-    /// answer in time (it died meanwhile, or never answers).
+    /// answer in time, or the node crashed first (its tasks end unanswered; a real connection
+    /// to it would break).
     async fn run_on<T: 'static>(
         &self,
         to: u64,
         timeout: Duration,
         work: impl Future<Output = T> + 'static,
     ) -> Option<T> {
-        let task = sim::spawn_in_group(self.group(to), work);
-        futures_lite::future::or(async { Some(task.await) }, async {
+        let group = self.group(to);
+        let task = sim::spawn_in_group(group, work);
+        let crashed = async {
+            loop {
+                let crash = self.crashes.notified();
+                if self.group(to) != group || !self.nodes.borrow()[&to].up {
+                    return None;
+                }
+                crash.await;
+            }
+        };
+        let timed_out = async {
             runtime::sleep(timeout).await;
             None
-        })
-        .await
+        };
+        futures_lite::future::or(async { Some(task.await) }, futures_lite::future::or(crashed, timed_out))
+            .await
     }
 
     /// A request from node `from` to node `to`'s router, answered by `work` there, across the
@@ -710,23 +830,206 @@ impl Carrier for SimCarrier {
         })
     }
 
+    /// A stream's connection from this node to the forwarder at `address` (its own included,
+    /// where a stream that follows its source comes back to), which takes the `Command::Carried`
+    /// as from a node that presented the cluster's secret; ready once that forwarder's handler
+    /// took the stream (its empty first batch), or the refusal.
     fn open_stream<'a>(
         &'a self,
-        _budget: &'a Rc<StreamBudget>,
+        budget: &'a Rc<StreamBudget>,
         address: &'a str,
-        _carried: &'a [u8],
+        carried: &'a [u8],
     ) -> LocalFuture<'a, Result<Box<dyn CarriedStream>, Status>> {
+        let (to, _) = node_and_port(address);
+        let mut body = FrameBuffer::with_capacity(carried.len());
+        body.extend_from_slice(carried);
         Box::pin(async move {
-            Err(Status::unavailable(format!("the cluster simulation carries no streams (to {address})")))
+            let world = self.world.upgrade().ok_or_else(|| unavailable(to))?;
+            let from = self.from;
+            if from != to {
+                world.one_way().await;
+                if world.cut(from, to) {
+                    return Err(unavailable(to));
+                }
+            }
+            let forwarder = world.nodes.borrow()[&to].forwarder.clone().ok_or_else(|| unavailable(to))?;
+            let responder =
+                Rc::new(Responder::with_session(world.cluster_peer.clone(), world.access.clone()));
+            let connection = Connection::open(&world, Some(from), to, responder.clone());
+            let header = FrameHeader {
+                body_length: body.len() as u32,
+                command: Command::Carried.code(),
+                flags: FLAG_RELAYED,
+                request_id: 2,
+            };
+            serve_stream(&world, to, forwarder, header, body, responder);
+            world.model.borrow_mut().streams_carried += 1;
+            let mut upstream = SimUpstream { world: self.world.clone(), connection, budget: budget.clone() };
+            // As `Upstream::open` waits for the leader to take the stream, within the
+            // simulation's wait for a node's answer.
+            let accepted = futures_lite::future::or(upstream.next_batch(), async {
+                runtime::sleep(PEER_CALL_TIMEOUT).await;
+                Err(Status::unavailable(format!("node {to} did not take a carried stream in time")))
+            })
+            .await?;
+            match accepted {
+                Some(_) => Ok(Box::new(upstream) as Box<dyn CarriedStream>),
+                None => Err(Status::unavailable(format!("node {to}: the stream ended as it opened"))),
+            }
         })
     }
+}
+
+/// Runs a streaming request (`header`, `body`) on node `node`'s forwarder as one of its tasks,
+/// as its port runs a request: the stream's frames, then its answer, queued on `responder`.
+fn serve_stream(
+    world: &World,
+    node: u64,
+    forwarder: Rc<Forwarder<SimDisk>>,
+    header: FrameHeader,
+    body: FrameBuffer,
+    responder: Rc<Responder>,
+) {
+    sim::spawn_in_group(world.group(node), async move {
+        let answer = forwarder.handle(header, body, &responder).await;
+        responder.answer(answer);
+    })
+    .detach();
+}
+
+/// A stream's connection to node `to`'s forwarder, from a client (`from` None, which reaches a
+/// node cut off from the others) or from node `from`'s relay: the frames the forwarder queues
+/// on `responder` cross the network one at a time, in order, each after a one-way delay, as a
+/// TCP connection brings them. It breaks (as a reset connection does) when either end crashes,
+/// when a node it joins is cut off, and when the seed loses one of its frames: the forwarder
+/// then sees its peer gone.
+struct Connection {
+    from: Option<u64>,
+    to: u64,
+    responder: Rc<Responder>,
+    broken: Cell<bool>,
+    /// Fires when it breaks.
+    breaking: Notify,
+}
+
+impl Connection {
+    fn open(world: &World, from: Option<u64>, to: u64, responder: Rc<Responder>) -> Rc<Connection> {
+        let connection =
+            Rc::new(Connection { from, to, responder, broken: Cell::new(false), breaking: Notify::new() });
+        let mut connections = world.connections.borrow_mut();
+        connections.retain(|connection| connection.strong_count() > 0);
+        connections.push(Rc::downgrade(&connection));
+        connection
+    }
+
+    /// Either end closes it, or it breaks: the forwarder's end sees its peer gone at once.
+    fn close(&self) {
+        self.broken.set(true);
+        self.responder.leave();
+        self.breaking.notify_all();
+    }
+
+    /// Whether it joins node `node` across the network (a relay's connection to its own node
+    /// does not cross it; a client's reaches a node cut off from the others).
+    fn crosses_to(&self, node: u64) -> bool {
+        self.from.is_some_and(|from| from != self.to && (from == node || self.to == node))
+    }
+
+    /// The next frame the forwarder sent, once it crossed the network; `budget`, the receiving
+    /// shard's, takes the frame's bytes before it is read, as a relay's `Upstream` reserves
+    /// them. None once the connection broke.
+    async fn next_frame(
+        &self,
+        world: &World,
+        budget: Option<&Rc<StreamBudget>>,
+    ) -> Option<(FrameBuffer, Option<StreamReservation>)> {
+        loop {
+            if self.broken.get() {
+                return None;
+            }
+            let breaking = self.breaking.notified();
+            let Some(bytes) = self.responder.queued_bytes() else {
+                futures_lite::future::or(self.responder.queued(), breaking).await;
+                continue;
+            };
+            let reservation = match budget {
+                Some(budget) => Some(relay::reserve(budget, bytes - FRAME_HEADER_BYTES).await),
+                None => None,
+            };
+            let frame = self.responder.take_written()?;
+            if let Some(from) = self.from.filter(|from| *from != self.to) {
+                world.one_way().await;
+                if world.cut(self.to, from) {
+                    world.note(|| {
+                        format!("the stream's connection from node {from} to node {} breaks", self.to)
+                    });
+                    self.close();
+                }
+            }
+            if self.broken.get() {
+                return None;
+            }
+            return Some((frame, reservation));
+        }
+    }
+}
+
+/// A carried stream's end at the relay: its connection's frames, read as `Upstream` reads them.
+/// Dropped (the subscriber left, the relay's shard stops, the node crashed), it closes the
+/// connection, which ends the leader's stream and gives its leases back.
+struct SimUpstream {
+    world: Weak<World>,
+    connection: Rc<Connection>,
+    budget: Rc<StreamBudget>,
+}
+
+impl SimUpstream {
+    async fn next_batch(&mut self) -> Result<Option<(FrameBuffer, StreamReservation)>, Status> {
+        let broke = || {
+            Status::unavailable(format!(
+                "a carried stream's leader, node {}: the connection broke",
+                self.connection.to
+            ))
+        };
+        let world = self.world.upgrade().ok_or_else(broke)?;
+        let (frame, reservation) =
+            self.connection.next_frame(&world, Some(&self.budget)).await.ok_or_else(broke)?;
+        let header = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).expect("a frame's header");
+        let mut body = FrameBuffer::with_capacity(frame.len() - FRAME_HEADER_BYTES);
+        body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+        drop(frame);
+        if header.is_error() {
+            return Err(Status::from(decode_error(&body)));
+        }
+        if header.flags & FLAG_MORE == 0 {
+            return Ok(None);
+        }
+        Ok(Some((body, reservation.expect("a relay's frame takes its shard's budget"))))
+    }
+}
+
+impl CarriedStream for SimUpstream {
+    fn next(&mut self) -> LocalFuture<'_, Result<Option<(FrameBuffer, StreamReservation)>, Status>> {
+        Box::pin(self.next_batch())
+    }
+}
+
+impl Drop for SimUpstream {
+    fn drop(&mut self) {
+        self.connection.close();
+    }
+}
+
+/// Node `id`'s cluster port, as `cluster add-node` names it (an IP and a port; nothing listens).
+fn cluster_address(id: u64) -> String {
+    format!("10.0.0.{id}:7460")
 }
 
 /// What node `id` registers: its forwarder's advertised address.
 fn record(id: u64) -> NodeRecord {
     NodeRecord {
         node_id: id,
-        cluster_address: format!("node-{id}:7460"),
+        cluster_address: cluster_address(id),
         router_address: format!("node-{id}:{ROUTER_PORT}"),
         forwarders: vec![format!("node-{id}:{PORT}")],
         grpc_address: String::new(),
@@ -764,7 +1067,14 @@ fn start(world: &Rc<World>, id: u64) {
 async fn boot(world: &Rc<World>, id: u64) -> Result<(), String> {
     let disk = world.nodes.borrow()[&id].disk.clone();
     let directories = Directories::new(world.paths.clone());
-    let voters = Voters { this_node: id, ids: NODES.to_vec(), joining: false };
+    // A node added later starts as the daemon's `--join` starts it: the first members and
+    // itself last, waiting to be added.
+    let joins = world.nodes.borrow()[&id].joins;
+    let mut ids = NODES.to_vec();
+    if joins {
+        ids.push(id);
+    }
+    let voters = Voters { this_node: id, ids, joining: joins };
     let factory = Factory { world: Rc::downgrade(world), from: id };
     let catalog = Catalog::open_clustered(
         disk.clone(),
@@ -868,6 +1178,7 @@ fn crash(world: &World, id: u64) -> u64 {
         (nodes[&id].group, nodes[&id].disk.clone())
     };
     sim::kill_group(group);
+    world.break_connections(id, true);
     let mode = crash_mode(&mut world.seed_rng());
     world.note(|| format!("node {id} crashes ({mode:?})"));
     disk.crash(mode);
@@ -878,7 +1189,10 @@ fn crash(world: &World, id: u64) -> u64 {
     slot.forwarder = None;
     slot.up = false;
     slot.crashes += 1;
-    slot.crashes
+    let crashes = slot.crashes;
+    drop(nodes);
+    world.crashes.notify_all();
+    crashes
 }
 
 /// Starts node `id` again after `down`, as the fault that made its crash `crashed` does, unless
@@ -891,6 +1205,10 @@ fn crash(world: &World, id: u64) -> u64 {
 /// refused that log as corrupt mid-log.
 async fn start_after(world: &Rc<World>, id: u64, crashed: u64, down: Duration) {
     runtime::sleep(down).await;
+    if world.nodes.borrow()[&id].removed {
+        world.note(|| format!("node {id} was removed while down: it stays down"));
+        return;
+    }
     if world.nodes.borrow()[&id].crashes != crashed {
         world.note(|| format!("node {id} was crashed again while down: that fault starts it"));
         return;
@@ -971,7 +1289,7 @@ fn check_voters(world: &World) {
 /// One client operation at a random node, through its door, as a client of that node's port
 /// would make it; the model learns what it did.
 async fn operate(world: &Rc<World>, session: &Session) {
-    let node = NODES[world.seed_rng().below(NODES.len() as u64) as usize];
+    let node = world.any_member();
     let Some(serving) = world.serving(node) else { return };
     let choice = world.seed_rng().below(10);
     let (present_topic, present_subscription) = {
@@ -1116,6 +1434,7 @@ async fn client(world: Rc<World>, session: Session) {
         match choice {
             0..=3 => operate(&world, &session).await,
             4..=6 => publish(&world, &session).await,
+            7 => stream(&world, &session).await,
             _ => {
                 subscribe(&world, &session, false).await;
             }
@@ -1148,7 +1467,7 @@ fn present(world: &World, topics: bool) -> Option<String> {
 /// The node of the forwarder a lookup at a random node names first, as a client connects to
 /// it; None if the lookup failed.
 async fn looked_up(world: &Rc<World>, session: &Session, operation: Operation) -> Option<u64> {
-    let node = NODES[world.seed_rng().below(NODES.len() as u64) as usize];
+    let node = world.any_member();
     let door = world.serving(node)?.door;
     let (access, session) = (world.access.clone(), session.clone());
     let answer = world
@@ -1162,7 +1481,7 @@ async fn looked_up(world: &Rc<World>, session: &Session, operation: Operation) -
 
 /// A random node.
 fn any_node(world: &World) -> u64 {
-    NODES[world.seed_rng().below(NODES.len() as u64) as usize]
+    world.any_member()
 }
 
 /// Where a client enters the data plane: the node a lookup at a random node names first, as a
@@ -1244,6 +1563,51 @@ async fn through_relay(
     answer
 }
 
+/// A streaming pull from `session` entering at node `node` as a gRPC stream on another node's
+/// subscription does (`protocol::grpc::streaming::serve_carried_stream`): that node's relay
+/// carries it to the subscription's leader, unchecked here. Taken (its first batch came), it
+/// is answered `Ok`; the answer and whether it was carried; None if this node leads it or the
+/// answer never came.
+async fn stream_through_relay(
+    world: &Rc<World>,
+    node: u64,
+    session: &Session,
+    subscription: &str,
+) -> Option<(Result<FrameBuffer, Status>, bool)> {
+    let forwarder = world.nodes.borrow()[&node].forwarder.clone()?;
+    let relay = relay::of(forwarder.global_shard())?;
+    let responder = Responder::with_session(session.clone(), world.access.clone());
+    let request = StreamingPullRequest { subscription: subscription.to_owned(), ..Default::default() };
+    let body = native_body(Command::StreamingPull, &request);
+    let subscription = subscription.to_owned();
+    world.one_way().await;
+    let answering = async move {
+        let header = FrameHeader {
+            body_length: body.len() as u32,
+            command: Command::StreamingPull.code(),
+            flags: 0,
+            request_id: 1,
+        };
+        let downstream = relay::NativeDownstream { header: &header, responder: &responder };
+        let principal = responder.session().principal.clone();
+        let streaming = async { relay.stream(&subscription, &principal, &body, false, &downstream).await };
+        let taken = async {
+            responder.queued().await;
+            Ok(Some(()))
+        };
+        let answer = futures_lite::future::or(taken, streaming).await;
+        responder.leave();
+        match answer {
+            Ok(Some(())) => Some((Ok(FrameBuffer::with_capacity(0)), true)),
+            Ok(None) => None,
+            Err(status) => Some((Err(status), true)),
+        }
+    };
+    let answer = world.run_on(node, CLIENT_TIMEOUT, answering).await;
+    world.one_way().await;
+    answer.flatten()
+}
+
 /// Mallory, who may only look, publishes to a topic or pulls from a subscription through a
 /// random node's relay, unchecked there: whichever node leads it must refuse.
 async fn intrude(world: &Rc<World>) {
@@ -1251,7 +1615,12 @@ async fn intrude(world: &Rc<World>) {
     let mallory =
         Session { principal: Principal::Named("mallory".into()), credential: Credential::Certificate };
     let node = any_node(world);
-    let (what, answer) = if world.seed_rng().chance(500_000) {
+    let choice = world.seed_rng().below(3);
+    let (what, answer) = if choice == 2 {
+        let Some(subscription) = present(world, false) else { return };
+        let answer = stream_through_relay(world, node, &mallory, &subscription).await;
+        (format!("streaming pull from {subscription}"), answer)
+    } else if choice == 1 {
         let Some(topic) = present(world, true) else { return };
         let data = {
             let mut model = world.model.borrow_mut();
@@ -1300,6 +1669,11 @@ async fn intrude(world: &Rc<World>) {
 /// (a gRPC client's).
 async fn publish(world: &Rc<World>, session: &Session) {
     let Some(topic) = present(world, true) else { return };
+    publish_to(world, session, topic).await;
+}
+
+/// Publishes one to three messages to `topic`, as `publish` does.
+async fn publish_to(world: &Rc<World>, session: &Session, topic: String) {
     let carried = world.seed_rng().chance(500_000);
     let node = match carried {
         true => any_node(world),
@@ -1367,7 +1741,7 @@ async fn crash_at_once(world: &Rc<World>, node: u64) {
     if !world.seed_rng().chance(AIMED_CRASH_PPM) || !world.isolated.borrow().is_empty() {
         return;
     }
-    if NODES.iter().any(|other| world.serving(*other).is_none()) {
+    if world.members().iter().any(|other| world.serving(*other).is_none()) {
         return;
     }
     world.note(|| format!("node {node} crashes just after acknowledging a publish"));
@@ -1424,8 +1798,28 @@ async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, dra
             format!("nack at node {node}: {:?}", answer.as_ref().map(|answer| answer.as_ref().err()))
         });
     }
+    acknowledge(world, session, node, subscription, acks).await;
+    Some(count)
+}
+
+/// Acknowledges `acks` (ack id, message) on `subscription` at node `node`'s forwarder, which
+/// carries them to the subscription's leader when another node leads it; the model learns
+/// which were confirmed.
+async fn acknowledge(
+    world: &Rc<World>,
+    session: &Session,
+    node: u64,
+    subscription: &str,
+    acks: Vec<(String, Vec<u8>)>,
+) {
     if acks.is_empty() {
-        return Some(count);
+        return;
+    }
+    {
+        let mut model = world.model.borrow_mut();
+        let sent =
+            &mut model.subscriptions.get_mut(subscription).expect("a subscription").acknowledgements_sent;
+        sent.extend(acks.iter().map(|(_, data)| data.clone()));
     }
     let request = AcknowledgeRequest {
         subscription: subscription.to_owned(),
@@ -1439,9 +1833,7 @@ async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, dra
             answer.as_ref().map(|answer| answer.as_ref().err())
         )
     });
-    let Some(Ok(answer)) = answer else {
-        return Some(count);
-    };
+    let Some(Ok(answer)) = answer else { return };
     let invalid: BTreeSet<String> = ringpost_wire::decode_body::<AckResponse>(&answer)
         .expect("an acknowledgement response")
         .invalid_ack_ids
@@ -1455,7 +1847,121 @@ async fn pull_from(world: &Rc<World>, session: &Session, subscription: &str, dra
             checker.acknowledged.insert(data);
         }
     }
-    Some(count)
+}
+
+/// A streaming subscriber: it opens a streaming pull on a random subscription where it enters
+/// the data plane (the forwarder a lookup names, or any node's, whose relay carries the stream
+/// to the subscription's leader on another node and follows it when the lead moves),
+/// acknowledges about two thirds of what it receives (on the connection it streams on, or as a
+/// unary acknowledgement at another node it enters), holds the rest, and leaves mid-stream
+/// after a few batches or a while. Its stream's lease outlives the run, so what it held comes
+/// back only by its leaving: each held message must be delivered again (`check_given_back`).
+async fn stream(world: &Rc<World>, session: &Session) {
+    let Some(subscription) = present(world, false) else { return };
+    let lookup = Operation::LookupSubscription { name: subscription.clone() };
+    let Some(node) = entry(world, session, lookup.clone()).await else { return };
+    let Some(forwarder) = world.nodes.borrow()[&node].forwarder.clone() else { return };
+    let (outstanding, batches, stays_ms) = {
+        let mut rng = world.seed_rng();
+        (
+            1 + rng.below(STREAM_OUTSTANDING_MAX),
+            1 + rng.below(STREAM_BATCHES_MAX),
+            rng.below(STREAM_STAY_MS_MAX),
+        )
+    };
+    let request = StreamingPullRequest {
+        subscription: subscription.clone(),
+        stream_ack_deadline_seconds: ACK_DEADLINE_SECONDS_MAX,
+        max_outstanding_messages: outstanding,
+        max_outstanding_bytes: 0,
+    };
+    let body = native_body(Command::StreamingPull, &request);
+    let header = FrameHeader {
+        body_length: body.len() as u32,
+        command: Command::StreamingPull.code(),
+        flags: 0,
+        request_id: 1,
+    };
+    let responder = Rc::new(Responder::with_session(session.clone(), world.access.clone()));
+    let connection = Connection::open(world, None, node, responder.clone());
+    world.one_way().await;
+    serve_stream(world, node, forwarder, header, body, responder);
+    world.model.borrow_mut().streams += 1;
+    let leave_at = runtime::now() + Duration::from_millis(stays_ms);
+    let seed = world.seed;
+    let (mut held, mut acknowledged) = (Vec::new(), BTreeSet::new());
+    let mut batches_left = batches;
+    let why = loop {
+        // While nothing comes, it publishes to its subscription's topic now and then.
+        let pause = Duration::from_micros(world.seed_rng().below(STREAM_PUBLISH_PAUSE_US_MAX));
+        let next = futures_lite::future::or(
+            async { connection.next_frame(world, None).await.map(|(frame, _)| Some(frame)) },
+            async {
+                runtime::sleep(pause).await;
+                Some(None)
+            },
+        )
+        .await;
+        let frame = match next {
+            None => break "its connection broke".to_owned(),
+            Some(None) if runtime::now() >= leave_at => break "it leaves after a while".to_owned(),
+            Some(None) => {
+                let topic = world.model.borrow().subscriptions[&subscription].topic.clone();
+                publish_to(world, session, topic).await;
+                continue;
+            }
+            Some(Some(frame)) => frame,
+        };
+        let answer = answer_of(&frame);
+        let more = FrameHeader::decode(&frame[..FRAME_HEADER_BYTES]).expect("a frame").flags & FLAG_MORE != 0;
+        let batch = match answer {
+            Err(status) => break format!("refused: {status}"),
+            Ok(_) if !more => break "the node ended it".to_owned(),
+            Ok(batch) => batch,
+        };
+        let received = ringpost_wire::decode_body::<PullResponse>(&batch).expect("a batch").received_messages;
+        if received.is_empty() {
+            continue;
+        }
+        let mut acks = Vec::new();
+        for message in &received {
+            world.model.borrow_mut().delivered(seed, &subscription, &message.data);
+            world.model.borrow_mut().streamed += 1;
+            match world.seed_rng().below(3) < 2 {
+                true => acks.push((message.ack_id.clone(), message.data.clone())),
+                false => held.push(message.data.clone()),
+            }
+        }
+        world.note(|| format!("stream {subscription} at node {node}: {} received", received.len()));
+        acknowledged.extend(acks.iter().map(|(_, data)| data.clone()));
+        // On the connection it streams on, or as a unary acknowledgement wherever it enters.
+        let on_its_connection = world.seed_rng().chance(500_000);
+        let at = match on_its_connection {
+            true => node,
+            false => entry(world, session, lookup.clone()).await.unwrap_or(node),
+        };
+        acknowledge(world, session, at, &subscription, acks).await;
+        batches_left -= 1;
+        if batches_left == 0 {
+            break "it leaves after its batches".to_owned();
+        }
+        if world.healed.get() {
+            break "the run heals".to_owned();
+        }
+    };
+    // The subscriber leaves: its connection closes mid-stream.
+    connection.close();
+    world.note(|| format!("stream {subscription} at node {node} ends: {why}; {} held", held.len()));
+    let mut model = world.model.borrow_mut();
+    let model = model.subscriptions.get_mut(&subscription).expect("a subscription");
+    for data in held {
+        // One another subscriber acknowledged before this one left (the lease moved with the
+        // subscription's leader) may never come again; one acknowledged after came again.
+        if !acknowledged.contains(&data) && !model.acknowledgements_sent.contains(&data) {
+            let deliveries = model.checker.deliveries_of(&data);
+            model.given_back.push((data, deliveries));
+        }
+    }
 }
 
 /// The end of the data plane: every subscription still served is pulled and acknowledged until
@@ -1506,7 +2012,27 @@ async fn drain(world: &Rc<World>) {
             lost.is_empty(),
             "seed {seed}: {subscription} never delivered acknowledged publishes: {lost:?}"
         );
+        model.given_back += check_given_back(seed, &subscription, state);
     }
+}
+
+/// What streaming subscribers held when they left their streams came back: each such message
+/// (none acknowledged before its subscriber left, `stream`) was delivered again after. Their
+/// streams' leases outlive the run, so only the leaving gives them back (or the subscription's
+/// leader failing, which delivers everything unacknowledged again). Returns how many were
+/// checked.
+fn check_given_back(seed: u64, subscription: &str, state: &Resource) -> usize {
+    let mut checked = 0;
+    for (data, deliveries) in &state.given_back {
+        checked += 1;
+        assert!(
+            state.checker.deliveries_of(data) > *deliveries,
+            "seed {seed}: {subscription}'s {} was held by a subscriber that left its stream and never \
+             delivered again: its lease did not come back",
+            String::from_utf8_lossy(data)
+        );
+    }
+    checked
 }
 
 /// Faults, one at a time (a majority always up and connected, the fault budget of a cluster
@@ -1519,16 +2045,20 @@ async fn nemesis(world: &Rc<World>) {
         check_voters(world);
         check_replicas(world).await;
         restart_failed(world);
-        let (choice, node) = {
+        let node = world.any_member();
+        let (choice, ()) = {
             let mut rng = world.seed_rng();
-            (rng.below(10), NODES[rng.below(NODES.len() as u64) as usize])
+            (rng.below(12), ())
         };
         match choice {
             0..=2 => {
                 world.note(|| format!("node {node} cut off"));
-                let mut isolated = world.isolated.borrow_mut();
-                isolated.clear();
-                isolated.insert(node);
+                {
+                    let mut isolated = world.isolated.borrow_mut();
+                    isolated.clear();
+                    isolated.insert(node);
+                }
+                world.break_connections(node, false);
             }
             3 => {
                 world.note(|| "healed".into());
@@ -1557,6 +2087,18 @@ async fn nemesis(world: &Rc<World>) {
                 world.note(|| format!("node {node}'s wall clock stepped {step} ms"));
                 sim::set_wall_offset_ms(group, offset);
             }
+            10 | 11 if world.added.get() + world.removed.get() >= MEMBERSHIP_CHANGES_MAX => {
+                world.note(|| "no membership change: this seed made its share".into())
+            }
+            10 | 11 if world.members().iter().all(|member| world.serving(*member).is_some()) => {
+                // Membership changes while every member serves, nothing cut off.
+                world.isolated.borrow_mut().clear();
+                match world.members().len() < MEMBERS_MAX {
+                    true => add_node(world).await,
+                    false => remove_node(world, node).await,
+                }
+            }
+            10 | 11 => world.note(|| "no membership change: a member does not serve".into()),
             _ => {
                 world.isolated.borrow_mut().clear();
                 let crashed = crash(world, node);
@@ -1564,6 +2106,92 @@ async fn nemesis(world: &Rc<World>) {
                 start_after(world, node, crashed, Duration::from_micros(down)).await;
             }
         }
+    }
+}
+
+/// Adds a node to the cluster, as `ringpost cluster add-node` does: the node (the next id)
+/// starts as the daemon's `--join` starts it, waiting to be added, and a member's door is asked
+/// to add it, a voter or a learner, again until one answers it done. It is a member from then
+/// on, and must serve.
+async fn add_node(world: &Rc<World>) {
+    let id = world.nodes.borrow().keys().max().expect("nodes") + 1;
+    let voter = world.seed_rng().chance(500_000);
+    let disk = SimDisk::new();
+    let (plan, plan_seed) = {
+        let mut rng = world.seed_rng();
+        (FaultPlan::draw(&mut rng, &world.paths), rng.next_u64())
+    };
+    disk.set_fault_plan(Some(plan), plan_seed);
+    world.nodes.borrow_mut().insert(id, Slot::new(disk, true));
+    world.note(|| format!("node {id} starts, to join as a {}", if voter { "voter" } else { "learner" }));
+    start(world, id);
+    let operation = Operation::ClusterAddNode { node_id: id, cluster_address: cluster_address(id), voter };
+    change_membership(world, operation, &format!("adding node {id}")).await;
+    world.members.borrow_mut().insert(id);
+    world.added.set(world.added.get() + 1);
+    settle(world, "an added node serves", || world.serving(id).is_some()).await;
+}
+
+/// Removes member `id` from the cluster, as `ringpost cluster remove-node` does (its replicas
+/// move to the other members first), asked at a member's door again until one answers it done
+/// (or that it is no member: an earlier answer was lost); then its process stops for good.
+async fn remove_node(world: &Rc<World>, id: u64) {
+    let operation = Operation::ClusterRemoveNode { node_id: id };
+    change_membership(world, operation, &format!("removing node {id}")).await;
+    world.members.borrow_mut().remove(&id);
+    world.removed.set(world.removed.get() + 1);
+    let up = {
+        let mut nodes = world.nodes.borrow_mut();
+        let slot = nodes.get_mut(&id).expect("a node");
+        slot.removed = true;
+        slot.up
+    };
+    if up {
+        crash(world, id);
+    }
+}
+
+/// Asks a random member's door for `operation`, a membership change, until it is answered done
+/// (a removal answered that the node is no member is done too), within
+/// `MEMBERSHIP_CHANGE_WITHIN`.
+async fn change_membership(world: &Rc<World>, operation: Operation, what: &str) {
+    let started = runtime::now();
+    loop {
+        assert!(
+            runtime::now() - started < MEMBERSHIP_CHANGE_WITHIN,
+            "seed {}: {what} was not done within {MEMBERSHIP_CHANGE_WITHIN:?}",
+            world.seed
+        );
+        let node = world.any_member();
+        if let Some(serving) = world.serving(node) {
+            world.note(|| format!("{what}: asked at node {node}"));
+            let (door, access, session) = (serving.door, world.access.clone(), world.alice.clone());
+            let asked = operation.clone();
+            let answer = world
+                .run_on(node, MEMBERSHIP_ATTEMPT_TIMEOUT, async move {
+                    door.execute(&Caller::new(&session, &access), asked).await
+                })
+                .await;
+            world.note(|| {
+                format!("{what} at node {node}: {:?}", answer.as_ref().map(|answer| answer.as_ref().err()))
+            });
+            let removal = matches!(operation, Operation::ClusterRemoveNode { .. });
+            match answer {
+                Some(Ok(_)) => return,
+                Some(Err(status)) if status.code == crate::api::Code::NotFound => {
+                    // Only the node itself may be what is not found (an earlier removal was
+                    // taken, its answer lost): a member is never refused as not found.
+                    assert!(
+                        removal && status.message.contains("is not a member"),
+                        "seed {}: {what} was refused: {status}",
+                        world.seed
+                    );
+                    return;
+                }
+                _ => {}
+            }
+        }
+        runtime::sleep(SETTLE_POLL).await;
     }
 }
 
@@ -1594,7 +2222,8 @@ async fn committed_records(world: &Rc<World>, node: u64) -> Option<BTreeMap<u64,
 /// every offset both hold.
 async fn check_replicas(world: &Rc<World>) {
     let mut logs = Vec::new();
-    for node in NODES {
+    let nodes: Vec<u64> = world.nodes.borrow().keys().copied().collect();
+    for node in nodes {
         if let Some(records) = committed_records(world, node).await {
             logs.push((node, records));
         }
@@ -1619,8 +2248,13 @@ async fn check_replicas(world: &Rc<World>) {
 
 /// Starts again every node whose start failed.
 fn restart_failed(world: &Rc<World>) {
-    let failed: Vec<u64> =
-        world.nodes.borrow().iter().filter(|(_, slot)| slot.failed).map(|(id, _)| *id).collect();
+    let failed: Vec<u64> = world
+        .nodes
+        .borrow()
+        .iter()
+        .filter(|(_, slot)| slot.failed && !slot.removed)
+        .map(|(id, _)| *id)
+        .collect();
     for id in failed {
         crash(world, id);
         start(world, id);
@@ -1650,14 +2284,17 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     world.duplicate_ppm.set(0);
     // What the clients began before the healing ends first: the model is final then.
     settle(world, "the clients finish", || world.clients.get() == 0).await;
-    settle(world, "every node serves once healed", || NODES.iter().all(|id| world.serving(*id).is_some()))
-        .await;
+    settle(world, "every member serves once healed", || {
+        world.members().iter().all(|id| world.serving(*id).is_some())
+    })
+    .await;
     // A last create commits everything before it in the leader's term.
     let session = world.alice.clone();
     let started = runtime::now();
     loop {
         assert!(runtime::now() - started < SETTLE_WITHIN, "seed {seed}: no node took the last create");
-        let door = world.serving(1).expect("node 1 serves").door;
+        let first = world.members()[0];
+        let door = world.serving(first).expect("a member serves").door;
         let operation = Operation::CreateTopic(Topic { name: "last".into(), ..Default::default() });
         let answer = door.execute(&Caller::new(&session, &world.access), operation).await;
         match answer {
@@ -1668,7 +2305,8 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
         runtime::sleep(SETTLE_POLL).await;
     }
     let states = || -> Vec<(Option<u64>, CatalogState)> {
-        NODES
+        world
+            .members()
             .iter()
             .map(|id| {
                 let router = world.serving(*id).expect("a node serving").router;
@@ -1685,7 +2323,31 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     check_voters(world);
     drain(world).await;
     check_replicas(world).await;
+    // Every stream ended with its subscriber: what the streams held of each forwarder's
+    // response budget (frames queued for a connection, a relay's batches) came back.
+    settle(world, "every forwarder's response budget comes back whole", || {
+        world.members().iter().all(|id| {
+            let forwarder = world.nodes.borrow()[id].forwarder.clone().expect("a node serving");
+            let budget = &forwarder.environment.stream_budget;
+            budget.reserved_bytes() == 0 && budget.gathered_bytes() == 0
+        })
+    })
+    .await;
     let state = states().remove(0).1;
+    // The catalog's nodes are the members as the adds and removals were answered, and every
+    // topic's replicas are on members: a removed node's moved off before it left.
+    let members = world.members();
+    let nodes: Vec<u64> = state.nodes.keys().copied().collect();
+    assert_eq!(nodes, members, "seed {seed}: the catalog's nodes are not the cluster's members");
+    for (name, topic) in &state.topics {
+        for replica in &topic.replicas {
+            let node = node_and_shard(*replica).0;
+            assert!(
+                members.contains(&node),
+                "seed {seed}: topic {name} has a replica on node {node}, no member"
+            );
+        }
+    }
     let model = world.model.borrow();
     let mut seen = BTreeMap::new();
     for (name, record) in &state.topics {
@@ -1746,6 +2408,15 @@ struct Run {
     /// Requests carried to another node and answered there, and mallory's refused there.
     carried: usize,
     refused_at_owner: usize,
+    /// Streams opened by clients, carried to another node, messages received on them, and
+    /// messages given back by a subscriber's leaving checked delivered again.
+    streams: usize,
+    streams_carried: usize,
+    streamed: usize,
+    given_back: usize,
+    /// Nodes added to the cluster, and members removed.
+    added: usize,
+    removed: usize,
     /// Every event, at its virtual time.
     events: Vec<String>,
 }
@@ -1772,19 +2443,7 @@ fn new_world(seed: u64) -> Rc<World> {
         .map(|(id, (plan, plan_seed))| {
             let disk = SimDisk::new();
             disk.set_fault_plan(Some(plan), plan_seed);
-            let slot = Slot {
-                disk,
-                group: 0,
-                lives: 0,
-                up: false,
-                crashes: 0,
-                raft: None,
-                forwarder: None,
-                serving: None,
-                failed: false,
-                wall_offset_ms: 0,
-            };
-            (*id, slot)
+            (*id, Slot::new(disk, false))
         })
         .collect();
     // Refusals are the point of mallory's requests: their audit lines go nowhere.
@@ -1801,6 +2460,7 @@ fn new_world(seed: u64) -> Rc<World> {
         paths,
         config,
         nodes: RefCell::new(nodes),
+        members: RefCell::new(NODES.into_iter().collect()),
         isolated: RefCell::default(),
         drop_ppm: Cell::new(0),
         duplicate_ppm: Cell::new(0),
@@ -1808,8 +2468,12 @@ fn new_world(seed: u64) -> Rc<World> {
         alice: Session { principal: Principal::Named("alice".into()), credential: Credential::Certificate },
         cluster_peer,
         model: RefCell::default(),
+        crashes: Notify::new(),
+        added: Cell::new(0),
+        removed: Cell::new(0),
         healed: Cell::new(false),
         clients: Cell::new(CLIENTS),
+        connections: RefCell::default(),
         events: RefCell::default(),
         started: runtime::now(),
     })
@@ -1833,6 +2497,7 @@ fn simulate(seed: u64) -> Run {
         sim::kill_spawned_tasks();
         world.nodes.borrow_mut().clear();
         let model = world.model.borrow();
+        let (added, removed) = (world.added.get(), world.removed.get());
         let events = world.events.take();
         Run {
             acknowledged: model.acknowledged,
@@ -1842,6 +2507,12 @@ fn simulate(seed: u64) -> Run {
             must_deliver: model.must_deliver,
             carried: model.carried,
             refused_at_owner: model.refused_at_owner,
+            streams: model.streams,
+            streams_carried: model.streams_carried,
+            streamed: model.streamed,
+            given_back: model.given_back,
+            added,
+            removed,
             events,
         }
     })
@@ -1850,7 +2521,7 @@ fn simulate(seed: u64) -> Run {
 #[test]
 fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_and_crashes() {
     let started = std::time::Instant::now();
-    let totals = RefCell::new([0; 8]);
+    let totals = RefCell::new([0; 14]);
     let replaying = std::env::var_os("RINGPOST_SIM_SEED").is_some();
     sim::for_each_seed("three_nodes_keep_every_acknowledged", SEEDS_DEFAULT, |seed| {
         if let Some((_, why)) = SEEDS_LEFT_OUT.iter().find(|(left_out, _)| *left_out == seed && !replaying) {
@@ -1868,18 +2539,26 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
             run.must_deliver,
             run.carried,
             run.refused_at_owner,
+            run.streams,
+            run.streams_carried,
+            run.streamed,
+            run.given_back,
+            run.added,
+            run.removed,
         ];
         for (total, count) in totals.iter_mut().zip(counts) {
             *total += count;
         }
     });
-    let [seeds, acknowledged, tried, resources, delivered, must_deliver, carried, refused_at_owner] =
+    let [seeds, acknowledged, tried, resources, delivered, must_deliver, carried, refused_at_owner, streams, streams_carried, streamed, given_back, added, removed] =
         totals.into_inner();
     eprintln!(
         "cluster simulation: {seeds} seeds, {acknowledged} of {tried} catalog changes acknowledged, \
          {resources} resources at the ends, {delivered} messages delivered, {must_deliver} required \
          at the final drains, {carried} requests carried to another node, {refused_at_owner} of \
-         mallory's refused there, in {:?}",
+         mallory's refused there, {streams} streams opened ({streams_carried} carried to a node, \
+         reopened ones included; {streamed} messages received on them, {given_back} held by a \
+         subscriber that left and delivered again), {added} nodes added and {removed} removed, in {:?}",
         started.elapsed()
     );
     // A run that checked nothing fails; one seed replayed is judged by its own checks alone
@@ -1891,6 +2570,12 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
     assert!(
         seeds < 10 || (carried > 0 && refused_at_owner > 0),
         "no request was carried to another node, or none of mallory's refused there: the relay went unchecked"
+    );
+    assert!(seeds < 10 || (added > 0 && removed > 0), "no node was added or none removed");
+    assert!(
+        seeds < 10 || (streams_carried > 0 && streamed > 0 && given_back > 0),
+        "no stream was carried to another node, none received a message, or none gave back what \
+         its subscriber held: the carried streams went unchecked"
     );
 }
 

@@ -699,6 +699,39 @@ pub(crate) fn decode_whole_settings(d: &mut Decoder) -> DecodeResult<Subscriptio
     Ok(settings)
 }
 
+/// A subscription's settings as the control messages between a router and its forwarders carry
+/// them: the first encoding's fields and, always (other fields follow), those added after it,
+/// but not the push configuration. Those messages carry it as their last field, and only for a
+/// push subscription (`encode_push_last`), so that a node of the version before push reads
+/// every pull subscription's messages as it did, and refuses a push subscription's (trailing
+/// bytes) rather than attach it as a pull one.
+pub(crate) fn encode_settings_but_push<'a>(
+    encoder: &'a mut Encoder,
+    settings: &SubscriptionSettings,
+) -> &'a mut Encoder {
+    encode_settings(encoder, settings);
+    encode_settings_trailer(encoder, settings)
+}
+
+pub(crate) fn decode_settings_but_push(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
+    let mut settings = decode_settings(d)?;
+    decode_settings_trailer(d, &mut settings)?;
+    Ok(settings)
+}
+
+/// A message's last field: the push configuration of a push subscription, nothing for a pull
+/// one.
+pub(crate) fn encode_push_last(encoder: &mut Encoder, push: Option<&PushConfig>) {
+    if let Some(push) = push {
+        encode_push(encoder, push);
+    }
+}
+
+/// The last field `encode_push_last` wrote: a push configuration if any bytes are left.
+pub(crate) fn decode_push_last(d: &mut Decoder) -> DecodeResult<Option<Box<PushConfig>>> {
+    Ok(if d.is_empty() { None } else { Some(Box::new(decode_push(d)?)) })
+}
+
 /// A push configuration or none, behind a flag saying which.
 pub(crate) fn encode_optional_push<'a>(
     encoder: &'a mut Encoder,

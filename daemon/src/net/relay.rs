@@ -28,7 +28,7 @@
 //! The relay reaches this node's router and the other nodes' forwarders through a `Carrier`:
 //! the cluster's connections (`NativeTransport`) in the daemon, a seeded simulated network in
 //! the cluster simulation, which so runs the relay and the owner's `Command::Carried` as they
-//! are.
+//! are, streams included.
 
 use super::replica::{
     connect_peer, frame_with_body, present_secret, read_body, read_header, Duplex, NativeTransport,
@@ -490,7 +490,7 @@ fn carried_body(
 }
 
 /// Waits until the shard's response budget takes `bytes` (at once when nothing else holds it).
-async fn reserve(budget: &Rc<StreamBudget>, bytes: usize) -> StreamReservation {
+pub(crate) async fn reserve(budget: &Rc<StreamBudget>, bytes: usize) -> StreamReservation {
     loop {
         let freed = budget.freed();
         if let Some(reservation) = budget.try_reserve(bytes) {

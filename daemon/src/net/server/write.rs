@@ -69,6 +69,50 @@ impl Outbound {
     }
 }
 
+/// What a connection's writer and reader would do, for a simulation that runs a handler with
+/// no socket under it (the cluster simulation's streams): the handler's answer queued as the
+/// read loop queues it, frames taken as the writer takes them, the peer leaving.
+#[cfg(test)]
+impl Responder {
+    /// Queues the handler's answer to the request, after its stream's frames.
+    pub(crate) fn answer(&self, response: Response) {
+        self.outbound.push(response, None);
+    }
+
+    /// The wire bytes of the frame the writer would take next, if one is queued.
+    pub(crate) fn queued_bytes(&self) -> Option<usize> {
+        self.outbound.queue.borrow().front().map(|(response, _, _)| response.wire_bytes())
+    }
+
+    /// Resolves once a frame is queued (at once, if one is).
+    pub(crate) async fn queued(&self) {
+        loop {
+            let ready = self.outbound.ready.notified();
+            if !self.outbound.queue.borrow().is_empty() {
+                return;
+            }
+            ready.await;
+        }
+    }
+
+    /// Takes the next frame queued, as the writer does once it wrote it: its permit and its
+    /// reservation go back, and a stream waiting for room in the queue is woken.
+    pub(crate) fn take_written(&self) -> Option<FrameBuffer> {
+        let front = self.outbound.queue.borrow_mut().pop_front();
+        let (response, permit, reservation) = front?;
+        let frame = response.into_contiguous();
+        drop((permit, reservation));
+        self.outbound.changed.notify_all();
+        Some(frame)
+    }
+
+    /// The peer leaves, or the connection breaks: what is queued is dropped with what it
+    /// holds, and streams see the peer gone.
+    pub(crate) fn leave(&self) {
+        self.outbound.break_off();
+    }
+}
+
 /// How long a connection's writer may wait for its socket without a byte taken, and the stop
 /// that shortens it (`WRITE_STALL_DEADLINE_STOPPING`): given (`stop`), and told to this
 /// connection (`stopping`, which `serve` notifies at the stop).
