@@ -164,6 +164,17 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::push::token::SIGNING_KEY_FILE_BYTES_MAX,
         crate::metrics::exposition::METRICS_TOPICS_MAX,
         crate::metrics::exposition::METRICS_SUBSCRIPTIONS_MAX,
+        crate::push::window::PUSH_OUTSTANDING_MAX,
+        crate::push::window::PUSH_PAUSE_MAX,
+        crate::push::task::PUSH_SUBSCRIPTION_BYTES_MAX,
+        crate::push::task::PUSH_BODY_BYTES_SHARD_MAX,
+        crate::push::task::PUSH_OFFERS_QUEUED_MAX,
+        crate::push::client::PUSH_CONNECTIONS_PER_ENDPOINT_MAX,
+        crate::push::client::PUSH_REQUESTS_QUEUED_MAX,
+        crate::push::client::PUSH_RESPONSE_BYTES_MAX,
+        crate::push::client::PUSH_RESPONSE_BODY_TIMEOUT,
+        crate::push::client::PUSH_CONNECTION_IDLE_TIMEOUT,
+        crate::push::client::PUSH_ENDPOINTS_TRACKED_MAX,
     ];
     // A field's default rather than a constant.
     let staging = crate::log::LogConfig::default().staging_bytes_max;

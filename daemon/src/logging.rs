@@ -115,7 +115,8 @@ fn format_line(time: String, level: Level, text: &str, json: bool) -> String {
     line
 }
 
-fn push_json_string(out: &mut String, text: &str) {
+/// Appends `text` to `out` as a JSON string, quoted and escaped (also the push requests' bodies).
+pub(crate) fn push_json_string(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
         match c {
@@ -139,7 +140,9 @@ fn utc_now_text() -> String {
     utc_text(since.as_millis() as u64)
 }
 
-fn utc_text(millis: u64) -> String {
+/// Milliseconds since the Unix epoch as RFC 3339 in UTC with milliseconds (also the push
+/// requests' publish times).
+pub(crate) fn utc_text(millis: u64) -> String {
     let seconds = millis / 1000;
     let (days, second_of_day) = (seconds / 86_400, seconds % 86_400);
     // Howard Hinnant's days-to-civil: the proleptic Gregorian date of a day count.

@@ -192,6 +192,10 @@ struct Flags {
     /// replica)
     #[argh(option)]
     cluster_ca: Option<PathBuf>,
+    /// the CA certificates (PEM) HTTPS push endpoints are verified against, instead of the
+    /// system's roots
+    #[argh(option)]
+    push_ca_file: Option<PathBuf>,
 }
 
 /// The access and TLS settings the flags set; the TLS files are read when the shards start.
@@ -644,6 +648,7 @@ fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
                 .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--grpc-listen", 1))),
         ),
     };
+    config.push_ca_file = flags.push_ca_file.clone();
     config.http_listen = match flags.http_listen.as_str() {
         "off" => None,
         text => Some(

@@ -258,6 +258,7 @@ fn effective(
         setting("join", Value::Switch(flags.join)),
         setting("cluster-secret-file", path(&flags.cluster_secret_file, "no cluster secret")),
         setting("cluster-ca", path(&flags.cluster_ca, "no TLS between nodes")),
+        setting("push-ca-file", path(&flags.push_ca_file, "the system's roots")),
     ]
 }
 

@@ -39,6 +39,8 @@ pub struct Counted {
     /// The gRPC API's requests by method (`net::grpc::counting`).
     pub grpc_requests: Vec<crate::metrics::requests::CommandFigures>,
     pub grpc_connections: u64,
+    /// The push client's pushes (`push::client`).
+    pub push: crate::push::client::PushFigures,
 }
 
 /// A histogram's sum, count, and buckets by upper bound (not cumulative).
@@ -254,6 +256,7 @@ pub fn encode_metrics(
     let mut families = Families { registry: Registry::with_prefix("ringpost") };
     encode_requests(&mut families, counted);
     encode_shards(&mut families, stats, counted);
+    encode_pushes(&mut families, &counted.push);
 
     let build = families.gauge("build_info", "The daemon's version (the value is always 1)", None);
     build.get_or_create(&vec![("version", version.to_owned())]).set(1.0);
@@ -273,6 +276,24 @@ pub fn encode_metrics(
     }
     encode(&mut text, &families.registry).expect("encoding into a String cannot fail");
     text
+}
+
+/// Push subscriptions' requests by how they ended, and their latency.
+fn encode_pushes(families: &mut Families, push: &crate::push::client::PushFigures) {
+    let requests = families.counter(
+        "push_requests",
+        "Push requests by outcome: the status's class (2xx acknowledges), connection_error or timeout",
+        None,
+    );
+    for (class, count) in &push.requests {
+        requests.get_or_create(&vec![("class", (*class).to_owned())]).inc_by(*count);
+    }
+    let latency = histograms(
+        families,
+        "push_latency",
+        "Push requests, from the push client taking them to their outcome",
+    );
+    set_histogram(&latency, &Vec::new(), &push.latency);
 }
 
 /// The process's figures, under the names Prometheus's own clients give them (a registry

@@ -176,6 +176,38 @@ pub fn replication_client_config(cluster_ca: &Path) -> Result<Arc<rustls::Client
     Ok(Arc::new(config))
 }
 
+/// How push subscriptions' HTTP client verifies HTTPS endpoints: against the CA certificates of
+/// `ca_file` (`--push-ca-file`) when given, else against the system's roots. Without roots at
+/// all, HTTPS pushes fail their handshakes (each counted as a connection error) and plain
+/// http still works, so a daemon starts on a host without a certificate bundle.
+pub fn push_client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        Some(file) => {
+            for certificate in certificates(file)? {
+                roots.add(certificate).map_err(|error| format!("{}: {error}", file.display()))?;
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+            if added == 0 {
+                crate::log_warn!(
+                    "ringpostd: no system root certificates found ({} errors): HTTPS push endpoints \
+                     will fail until --push-ca-file names a CA",
+                    native.errors.len()
+                );
+            }
+        }
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS protocol versions: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// The principal a verified client certificate names: its first DNS subject alternative
 /// name, else its first URI one, else its subject's common name.
 pub fn certificate_identity(certificate: &CertificateDer<'_>) -> Option<String> {

@@ -35,6 +35,8 @@ pub(super) struct ForwarderWiring {
     router_port: u16,
     /// The node's cache of who serves what, which the shard's relay reads and fills.
     routes: Arc<Routes>,
+    /// Its end of the push subscriptions' HTTP client.
+    push: crate::push::client::PushSender,
 }
 
 /// The forwarder shards, started: their threads, the router's ends of their control channels,
@@ -44,13 +46,17 @@ pub(super) struct ForwarderShards {
     pub to_forwarders: Vec<glommio::channels::shared_channel::SharedSender<ControlEnvelope>>,
     pub from_forwarders: Vec<glommio::channels::shared_channel::SharedReceiver<ControlReply>>,
     pub stops: Vec<std::os::unix::net::UnixStream>,
+    /// Push subscriptions' HTTP client, of which each shard holds an end.
+    pub push: Option<crate::push::client::PushClient>,
 }
 
 /// Where shards report that they are ready (or failed to start), and that they stopped.
 pub(super) type ShardReports<'a> = (&'a mpsc::Sender<Result<(), String>>, &'a mpsc::Sender<(String, usize)>);
 
 /// Starts one forwarder shard per listener, each reporting on `reports` (ready, stopped);
-/// `router_port`: the port this node's router was bound to.
+/// `router_port`: the port this node's router was bound to; `push_signer` signs the tokens
+/// of the push subscriptions' HTTP client, of which each shard gets an end.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn start_forwarder_shards(
     config: &Config,
     router_port: u16,
@@ -59,13 +65,16 @@ pub(super) fn start_forwarder_shards(
     reports: ShardReports<'_>,
     grpc_jobs: Vec<Option<GrpcJobs>>,
     routes: &Arc<Routes>,
+    push_signer: Arc<dyn crate::push::TokenSigner>,
 ) -> Result<ForwarderShards, String> {
+    let push = start_push_client(config, push_signer)?;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut started = ForwarderShards {
         threads: Vec::new(),
         to_forwarders: Vec::new(),
         from_forwarders: Vec::new(),
         stops: Vec::new(),
+        push: None,
     };
     let peer_channels = shard::dead_letters::peer_channels(listeners.len());
     for (shard, (((listener, _), peers), grpc_jobs)) in
@@ -96,10 +105,23 @@ pub(super) fn start_forwarder_shards(
             router_port,
             // Each shard its own cache: shards share no lock (the gateway's is its threads').
             routes: Arc::new(Routes::new(routes.node())),
+            push: push.sender(),
         };
         started.threads.push(start_forwarder_shard(config, placement, wiring)?);
     }
+    started.push = Some(push);
     Ok(started)
+}
+
+/// Push subscriptions' HTTP client, on a thread of its own (`push::client`), verifying HTTPS
+/// endpoints as `--push-ca-file` says and signing tokens with the node's key.
+fn start_push_client(
+    config: &Config,
+    signer: Arc<dyn crate::push::TokenSigner>,
+) -> Result<crate::push::client::PushClient, String> {
+    let tls = net::tls::push_client_config(config.push_ca_file.as_deref())?;
+    crate::push::client::PushClient::start(tls, Some(signer))
+        .map_err(|error| format!("starting the push client: {error}"))
 }
 
 /// Starts forwarder shard `wiring.shard` on its own executor: probes its data directories,
@@ -151,6 +173,7 @@ fn start_forwarder_shard(
                 grpc_jobs,
                 router_port: _,
                 routes,
+                push,
             } = wiring;
             for data_dir in &data_dirs {
                 if let Err(error) =
@@ -210,7 +233,7 @@ fn start_forwarder_shard(
                 connection_limits,
                 security,
             ));
-            run_forwarder_timers(&forwarder);
+            run_forwarder_tasks(&forwarder, push);
             if let Some(jobs) = grpc_jobs {
                 let target = Rc::new(ForwarderShard { forwarder: forwarder.clone(), access });
                 crate::runtime::spawn(serve_jobs(jobs, target, forwarder.stop_handle())).detach();
@@ -281,8 +304,14 @@ async fn serve_router_requests<S: storage::Storage>(
     }
 }
 
-/// A forwarder shard's timers: segment collection and the lease sweep.
-fn run_forwarder_timers<S: storage::Storage>(forwarder: &Rc<shard::Forwarder<S>>) {
+/// A forwarder shard's own tasks: its push subscriptions' (`push::task::serve`, started before
+/// the router's requests are served, so that every push subscription they attach is pushed),
+/// and its timers, segment collection and the lease sweep.
+fn run_forwarder_tasks<S: storage::Storage>(
+    forwarder: &Rc<shard::Forwarder<S>>,
+    push: crate::push::client::PushSender,
+) {
+    crate::runtime::spawn(crate::push::task::serve(forwarder.clone(), Rc::new(push))).detach();
     let collector = forwarder.clone();
     repeat_every(shard::SEGMENT_COLLECTION_INTERVAL, async move || collector.collect_segments().await);
     let sweeper = forwarder.clone();

@@ -63,6 +63,9 @@ pub struct Config {
     /// Where the monitoring endpoint serves (`/metrics`, `/healthz`, `/readyz`); `None`, not
     /// at all. `Config::new` leaves it off; ringpostd's `--http-listen` turns it on by default.
     pub http_listen: Option<SocketAddr>,
+    /// The CA certificates HTTPS push endpoints are verified against (`--push-ca-file`);
+    /// `None`: the system's roots.
+    pub push_ca_file: Option<std::path::PathBuf>,
     /// The cluster this node is one of; `None`, a node alone.
     pub cluster: Option<ClusterSettings>,
     /// The issuer (`iss`) the OIDC tokens of push requests claim (`push::token`).
@@ -220,6 +223,7 @@ impl Config {
             tls: None,
             grpc: protocol::grpc::GrpcSettings::default(),
             http_listen: None,
+            push_ca_file: None,
             cluster: None,
             push_token_issuer: push::token::ISSUER_DEFAULT.to_owned(),
             catalog_limits: router::CatalogLimits::default(),
@@ -285,6 +289,9 @@ pub struct Daemon {
     /// Where the monitoring endpoint serves, when it does.
     pub http_address: Option<SocketAddr>,
     http: Option<net::http::HttpServer>,
+    /// Push subscriptions' HTTP client: its thread ends once the shards, holding its other
+    /// ends, have stopped.
+    _push: crate::push::client::PushClient,
     /// Signs the OIDC tokens of push requests with the node's key (`push::token`).
     pub push_signer: std::sync::Arc<dyn push::TokenSigner>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
@@ -410,15 +417,17 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     // the rest are for message segments, connections and journals that reopen per commit.
     let journals_open_max = (open_files / 4 / (shards * config.data_dirs.len()) as u64) as usize;
     let (ready_sender, ready) = mpsc::channel::<Result<(), String>>();
-    let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops } = start_forwarder_shards(
-        &config,
-        router_address.port(),
-        forwarder_listeners,
-        journals_open_max,
-        (&ready_sender, &stopped_sender),
-        grpc_jobs.forwarders,
-        &routes,
-    )?;
+    let ForwarderShards { mut threads, to_forwarders, from_forwarders, mut stops, push } =
+        start_forwarder_shards(
+            &config,
+            router_address.port(),
+            forwarder_listeners,
+            journals_open_max,
+            (&ready_sender, &stopped_sender),
+            grpc_jobs.forwarders,
+            &routes,
+            push_signer.clone(),
+        )?;
     for _ in 0..shards {
         ready.recv().map_err(|_| "a forwarder shard died while starting".to_string())??;
     }
@@ -470,8 +479,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc,
         http_address,
         http,
-        // The hand-over point to the push client: whatever makes push requests takes this
-        // (a clone of the Arc; `TokenSigner` is Send + Sync, so any thread may sign).
+        _push: push.expect("the forwarder shards' push client"),
+        // The push client signs with it too (a clone of the Arc given at its start).
         push_signer,
         threads,
         stops,

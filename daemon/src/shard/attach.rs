@@ -109,7 +109,8 @@ impl<S: Storage> Forwarder<S> {
         let now_ms = self.environment.clock.wall_ms();
         let entry = Rc::new(SubscriptionEntry::new(name.clone(), topic_id, &settings, state, filter, now_ms));
         topic.subscriptions.borrow_mut().push(entry.clone());
-        self.registry.subscriptions.borrow_mut().insert(name, (entry, topic));
+        self.registry.subscriptions.borrow_mut().insert(name, (entry.clone(), topic));
+        self.pushing.offer(&entry);
         Ok(ControlOk::SubscriptionStart(start.get()))
     }
 }

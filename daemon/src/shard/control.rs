@@ -285,6 +285,8 @@ impl<S: Storage> Forwarder<S> {
             SettingsUpdate::Subscription { subscription_id, settings } => {
                 let (_, entry) = self.attached(topic_id, subscription_id)?;
                 entry.update(&settings);
+                // Updated to push: a task starts (updated to pull, its task stops by itself).
+                self.pushing.offer(&entry);
             }
         }
         Ok(ControlOk::Done)

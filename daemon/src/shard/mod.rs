@@ -104,6 +104,8 @@ pub struct Forwarder<S: Storage> {
     pub dead_letters: Rc<dead_letters::ShardPublisher>,
     /// Its node and how it reaches other replicas, in a cluster.
     pub replica_context: replica::ReplicaContext,
+    /// Its push subscriptions' tasks (`push::task`).
+    pub pushing: crate::push::ShardPushing,
 }
 
 /// Topics left unserved at start because their logs could not be recovered, and their
@@ -177,6 +179,7 @@ impl<S: Storage> Forwarder<S> {
             activity: Activity::default(),
             dead_letters,
             replica_context: replica::ReplicaContext::default(),
+            pushing: crate::push::ShardPushing::default(),
         }
     }
 

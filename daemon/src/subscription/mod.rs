@@ -71,6 +71,8 @@ pub struct SubscriptionEntry {
     pub changed: Notify,
     /// A dead-letter task is running for this subscription.
     pub dead_lettering: Cell<bool>,
+    /// A push task is running for this subscription (`push::task`).
+    pub pushing: Cell<bool>,
     /// Deleted (or its topic was): the pulls and streams still holding it end with NotFound.
     pub detached: Cell<bool>,
     /// Detached from its topic (DetachSubscription) rather than deleted: they end with
@@ -127,6 +129,7 @@ impl SubscriptionEntry {
             filter,
             changed: Notify::new(),
             dead_lettering: Cell::new(false),
+            pushing: Cell::new(false),
             detached: Cell::new(false),
             left_topic: Cell::new(false),
             moved: Cell::new(false),

@@ -168,6 +168,12 @@ impl<'a, T> Stream<'a, T> {
             leases_outlive: settings.leases_outlive_stream,
         }
     }
+
+    /// Changes the stream's window of outstanding messages, from its next delivery on: a push
+    /// subscription's window follows its endpoint (`push::window`), where a client's is fixed.
+    pub fn set_max_outstanding_messages(&mut self, messages: u64) {
+        self.max_messages = messages.max(1);
+    }
 }
 
 impl<T> Drop for Stream<'_, T> {

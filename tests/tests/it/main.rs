@@ -32,6 +32,7 @@ mod operator;
 mod permissions;
 mod pool;
 mod pull_memory;
+mod push;
 mod push_config;
 mod push_token;
 mod python_client;

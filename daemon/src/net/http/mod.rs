@@ -291,6 +291,7 @@ impl Endpoint {
                 shards,
                 grpc_requests: crate::net::grpc::counting::snapshot(),
                 grpc_connections: crate::net::grpc::connections::open_connections(),
+                push: crate::push::client::snapshot(),
             };
             Ok(Gathered { stats, cluster, counted })
         });

@@ -1,0 +1,445 @@
+//! Push subscriptions delivering to HTTP receivers started by the test, on the real daemon
+//! configured over gRPC: wrapped and unwrapped requests field for field, success statuses
+//! acknowledging, failures (500, 400, a refused connection, a receiver slower than the ack
+//! deadline) retried with the policy's backoff and dead-lettered after the maximum, a receiver
+//! down then back getting everything with ordering keys in order, and a subscription switched to
+//! pull no longer pushed.
+
+use ringpost_tests::grpc::{pubsub, subscription_path, topic_path, Grpc};
+use ringpost_tests::Daemon;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pubsub::push_config::{AuthenticationMethod, NoWrapper, OidcToken, Wrapper};
+
+/// A request a receiver read.
+#[derive(Clone, Debug)]
+struct Seen {
+    at: Instant,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).unwrap()
+    }
+}
+
+type Answer = Arc<dyn Fn(&Seen, usize) -> (Duration, u16) + Send + Sync>;
+
+/// An HTTP/1.1 receiver: records each request and answers it as `answer` says (after a delay,
+/// with a status), given the request and how many came to its path before it.
+struct Receiver {
+    port: u16,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Receiver {
+    fn start(
+        listener: TcpListener,
+        answer: impl Fn(&Seen, usize) -> (Duration, u16) + Send + Sync + 'static,
+    ) -> Receiver {
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let answer: Answer = Arc::new(answer);
+        let recorded = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let (recorded, answer) = (recorded.clone(), answer.clone());
+                std::thread::spawn(move || serve_connection(stream, &recorded, &answer));
+            }
+        });
+        Receiver { port, seen }
+    }
+
+    fn on_free_port(answer: impl Fn(&Seen, usize) -> (Duration, u16) + Send + Sync + 'static) -> Receiver {
+        Receiver::start(TcpListener::bind("127.0.0.1:0").unwrap(), answer)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn seen(&self, path: &str) -> Vec<Seen> {
+        self.seen.lock().unwrap().iter().filter(|seen| seen.path == path).cloned().collect()
+    }
+
+    /// Waits up to `within` for `count` requests to `path`.
+    fn wait_for(&self, path: &str, count: usize, within: Duration) -> Vec<Seen> {
+        let until = Instant::now() + within;
+        loop {
+            let seen = self.seen(path);
+            if seen.len() >= count || Instant::now() > until {
+                return seen;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn serve_connection(stream: std::net::TcpStream, recorded: &Mutex<Vec<Seen>>, answer: &Answer) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap();
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+        let length = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .map_or(0, |(_, value)| value.parse().unwrap());
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let seen = Seen { at: Instant::now(), path, headers, body };
+        let before = {
+            let mut recorded = recorded.lock().unwrap();
+            let before = recorded.iter().filter(|earlier| earlier.path == seen.path).count();
+            recorded.push(seen.clone());
+            before
+        };
+        let (delay, status) = answer(&seen, before);
+        std::thread::sleep(delay);
+        let reply = format!("HTTP/1.1 {status} Answer\r\ncontent-length: 0\r\n\r\n");
+        if reader.get_mut().write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn grpc_daemon(label: &str) -> (Daemon, Grpc) {
+    let daemon = Daemon::start_with(label, Vec::new(), vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
+    (daemon, grpc)
+}
+
+fn push_subscription(name: &str, topic: &str, endpoint: String) -> pubsub::Subscription {
+    pubsub::Subscription {
+        name: subscription_path(name),
+        topic: topic_path(topic),
+        push_config: Some(pubsub::PushConfig { push_endpoint: endpoint, ..Default::default() }),
+        ack_deadline_seconds: 10,
+        ..Default::default()
+    }
+}
+
+/// A JSON string field's value in a body without escapes in it.
+fn field<'a>(json: &'a str, name: &str) -> &'a str {
+    let start =
+        json.find(&format!("\"{name}\":\"")).unwrap_or_else(|| panic!("{name} in {json}")) + name.len() + 4;
+    &json[start..start + json[start..].find('"').unwrap()]
+}
+
+/// `2026-12-06T10:00:00.123Z`: RFC 3339 in UTC with milliseconds.
+fn is_rfc3339_with_milliseconds(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 24
+        && bytes[4] == b'-'
+        && bytes[10] == b'T'
+        && bytes[19] == b'.'
+        && bytes[23] == b'Z'
+        && text[..4].parse::<u32>().is_ok_and(|year| year >= 2020)
+}
+
+/// Makes `name` pull, then pulls what it holds: what was pushed and not acknowledged comes back
+/// at once (the push task's leases are given back as it stops).
+fn switch_to_pull_and_pull(grpc: &Grpc, name: &str) -> Vec<pubsub::ReceivedMessage> {
+    grpc.modify_push_config(pubsub::ModifyPushConfigRequest {
+        subscription: subscription_path(name),
+        push_config: Some(pubsub::PushConfig::default()),
+    })
+    .unwrap();
+    let mut received = Vec::new();
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        received.extend(grpc.pull_now(name, 100).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    received
+}
+
+#[test]
+fn pushes_arrive_wrapped_and_unwrapped_field_for_field_and_success_acknowledges() {
+    let (_daemon, grpc) = grpc_daemon("push-bodies");
+    let receiver =
+        Receiver::on_free_port(|seen, _| (Duration::ZERO, if seen.path == "/raw" { 204 } else { 200 }));
+    grpc.create_plain_topic("orders").unwrap();
+    let mut wrapped = push_subscription("wrapped", "orders", receiver.url("/wrapped"));
+    wrapped.enable_message_ordering = true;
+    grpc.create_subscription(wrapped).unwrap();
+    let mut raw = push_subscription("raw", "orders", receiver.url("/raw"));
+    raw.push_config.as_mut().unwrap().wrapper = Some(Wrapper::NoWrapper(NoWrapper { write_metadata: true }));
+    grpc.create_subscription(raw).unwrap();
+    let mut signed = push_subscription("signed", "orders", receiver.url("/signed"));
+    signed.push_config.as_mut().unwrap().authentication_method =
+        Some(AuthenticationMethod::OidcToken(OidcToken {
+            service_account_email: "pusher@project.iam.example".into(),
+            audience: String::new(),
+        }));
+    grpc.create_subscription(signed).unwrap();
+    let message = pubsub::PubsubMessage {
+        data: b"hello".to_vec().into(),
+        attributes: [("colour".to_owned(), "red".to_owned())].into(),
+        ordering_key: "k1".into(),
+        ..Default::default()
+    };
+    let published = grpc
+        .publish(pubsub::PublishRequest { topic: topic_path("orders"), messages: vec![message] })
+        .unwrap();
+    let id = &published.message_ids[0];
+
+    let wrapped = receiver.wait_for("/wrapped", 1, Duration::from_secs(10));
+    assert_eq!(wrapped.len(), 1, "the wrapped push arrived");
+    let body = wrapped[0].text();
+    let time = field(&body, "publishTime");
+    assert!(is_rfc3339_with_milliseconds(time), "{time}");
+    let expected = format!(
+        "{{\"message\":{{\"attributes\":{{\"colour\":\"red\"}},\"data\":\"aGVsbG8=\",\"messageId\":\"{id}\",\
+         \"message_id\":\"{id}\",\"publishTime\":\"{time}\",\"publish_time\":\"{time}\",\"orderingKey\":\"k1\"}},\
+         \"subscription\":\"projects/ringpost/subscriptions/wrapped\"}}"
+    );
+    assert_eq!(body, expected);
+    assert_eq!(wrapped[0].header("content-type"), Some("application/json"));
+
+    let raw = receiver.wait_for("/raw", 1, Duration::from_secs(10));
+    assert_eq!(raw.len(), 1, "the unwrapped push arrived");
+    assert_eq!(raw[0].body, b"hello");
+    assert_eq!(raw[0].header("x-goog-pubsub-subscription-name"), Some("projects/ringpost/subscriptions/raw"));
+    assert_eq!(raw[0].header("x-goog-pubsub-message-id"), Some(id.as_str()));
+    assert_eq!(raw[0].header("x-goog-pubsub-publish-time"), Some(time));
+    assert_eq!(raw[0].header("x-goog-pubsub-ordering-key"), Some("k1"));
+    assert_eq!(raw[0].header("colour"), Some("red"));
+    assert_eq!(raw[0].header("x-goog-pubsub-delivery-attempt"), None, "no dead-letter policy");
+
+    // With an OIDC token, a JWT signed by the daemon, claiming the service account, for the
+    // endpoint's URL (the audience left empty).
+    let signed = receiver.wait_for("/signed", 1, Duration::from_secs(10));
+    assert_eq!(signed.len(), 1, "the signed push arrived");
+    let bearer = signed[0].header("authorization").expect("an Authorization header");
+    let jwt = bearer.strip_prefix("Bearer ").expect("a bearer token");
+    let parts: Vec<&str> = jwt.split('.').collect();
+    assert_eq!(parts.len(), 3, "{jwt}");
+    let claims = String::from_utf8(decode_base64(parts[1])).unwrap();
+    assert!(claims.contains("\"email\":\"pusher@project.iam.example\""), "{claims}");
+    assert!(claims.contains(&format!("\"aud\":\"{}\"", receiver.url("/signed"))), "{claims}");
+
+    // 200 and 204 acknowledged: switched to pull, neither subscription has it to give.
+    assert!(switch_to_pull_and_pull(&grpc, "wrapped").is_empty());
+    assert!(switch_to_pull_and_pull(&grpc, "raw").is_empty());
+    assert!(switch_to_pull_and_pull(&grpc, "signed").is_empty());
+    let pushed = ["/wrapped", "/raw", "/signed"].map(|path| receiver.seen(path).len());
+    assert_eq!(pushed, [1, 1, 1], "nothing pushed twice");
+}
+
+#[test]
+fn failures_are_retried_with_the_policys_backoff_and_dead_lettered_after_the_maximum() {
+    let daemon = Daemon::start_with(
+        "push-failures",
+        Vec::new(),
+        ["--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
+    let receiver =
+        Receiver::on_free_port(|seen, _| (Duration::ZERO, if seen.path == "/400" { 400 } else { 500 }));
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused = format!("http://127.0.0.1:{}/refused", closed.local_addr().unwrap().port());
+    drop(closed);
+    grpc.create_plain_topic("jobs").unwrap();
+    grpc.create_plain_topic("dead").unwrap();
+    grpc.create_plain_subscription("dead-reader", "dead").unwrap();
+    for (name, endpoint) in
+        [("failing", receiver.url("/500")), ("refusing", receiver.url("/400")), ("unreachable", refused)]
+    {
+        let mut subscription = push_subscription(name, "jobs", endpoint);
+        subscription.retry_policy = Some(pubsub::RetryPolicy {
+            minimum_backoff: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
+            maximum_backoff: Some(prost_types::Duration { seconds: 2, nanos: 0 }),
+        });
+        subscription.dead_letter_policy = Some(pubsub::DeadLetterPolicy {
+            dead_letter_topic: topic_path("dead"),
+            max_delivery_attempts: 5,
+        });
+        grpc.create_subscription(subscription).unwrap();
+    }
+    grpc.publish_data("jobs", &[b"work"]).unwrap();
+
+    // Each subscription's copy ends in the dead-letter topic after its five attempts.
+    let mut dead = Vec::new();
+    let until = Instant::now() + Duration::from_secs(40);
+    while dead.len() < 3 && Instant::now() < until {
+        for message in grpc.pull_now("dead-reader", 10).unwrap() {
+            grpc.acknowledge(pubsub::AcknowledgeRequest {
+                subscription: subscription_path("dead-reader"),
+                ack_ids: vec![message.ack_id.clone()],
+            })
+            .unwrap();
+            dead.push(message);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(dead.len(), 3, "each subscription's copy dead-lettered");
+    for path in ["/500", "/400"] {
+        let seen = receiver.seen(path);
+        assert_eq!(seen.len(), 5, "{path}: five attempts");
+        for (attempt, request) in seen.iter().enumerate() {
+            let body = request.text();
+            assert!(body.ends_with(&format!(",\"deliveryAttempt\":{}}}", attempt + 1)), "{body}");
+        }
+        // The policy's backoff after failed attempt n: 1 s, then 2 s (its maximum); the bounds
+        // tell a waiting daemon from one retrying at once or stuck, on a loaded machine.
+        for (pair, seconds) in seen.windows(2).zip([1.0, 2.0, 2.0, 2.0]) {
+            let waited = (pair[1].at - pair[0].at).as_secs_f64();
+            assert!(
+                waited >= seconds * 0.9 && waited < seconds + 5.0,
+                "{path}: waited {waited} s, expected {seconds} s"
+            );
+        }
+    }
+    // The monitoring endpoint counts them by class, with their latency.
+    let (status, metrics) = ringpost_tests::scrape::http_get(
+        daemon.http_address.as_ref().expect("the monitoring endpoint"),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    for class in ["4xx", "5xx", "connection_error"] {
+        let line = format!("ringpost_push_requests_total{{class=\"{class}\"}} 5");
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert!(metrics.contains("ringpost_push_latency_seconds_count 15"), "{metrics}");
+}
+
+#[test]
+fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
+    let (_daemon, grpc) = grpc_daemon("push-down-then-back");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    grpc.create_plain_topic("events").unwrap();
+    let mut subscription = push_subscription("ordered", "events", format!("http://127.0.0.1:{port}/events"));
+    subscription.enable_message_ordering = true;
+    grpc.create_subscription(subscription).unwrap();
+    let messages: Vec<pubsub::PubsubMessage> = (0..30)
+        .map(|index| pubsub::PubsubMessage {
+            data: format!("{index}").into_bytes().into(),
+            ordering_key: format!("key-{}", index % 3),
+            ..Default::default()
+        })
+        .collect();
+    grpc.publish(pubsub::PublishRequest { topic: topic_path("events"), messages }).unwrap();
+    // Down: every push is refused for a while.
+    std::thread::sleep(Duration::from_secs(3));
+    let receiver =
+        Receiver::start(TcpListener::bind(("127.0.0.1", port)).unwrap(), |_, _| (Duration::ZERO, 200));
+    let until = Instant::now() + Duration::from_secs(30);
+    let distinct = |seen: &[Seen]| {
+        let mut data: Vec<String> = seen.iter().map(|seen| field(&seen.text(), "data").to_owned()).collect();
+        data.sort();
+        data.dedup();
+        data.len()
+    };
+    while distinct(&receiver.seen("/events")) < 30 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let seen = receiver.seen("/events");
+    assert_eq!(distinct(&seen), 30, "none lost");
+    for key in 0..3 {
+        let order: Vec<u32> = seen
+            .iter()
+            .map(|seen| seen.text())
+            .filter(|body| field(body, "orderingKey") == format!("key-{key}"))
+            .map(|body| {
+                let data = field(&body, "data").to_owned();
+                decode_small_base64_number(&data)
+            })
+            .collect();
+        let mut first_arrivals = order.clone();
+        first_arrivals.dedup();
+        let mut sorted = first_arrivals.clone();
+        sorted.sort_unstable();
+        assert_eq!(first_arrivals, sorted, "key-{key} in order: {order:?}");
+    }
+    assert!(switch_to_pull_and_pull(&grpc, "ordered").is_empty(), "everything acknowledged");
+}
+
+/// The number a message's data spells, from its base64 (the data here is "0" to "29").
+fn decode_small_base64_number(base64: &str) -> u32 {
+    String::from_utf8(decode_base64(base64)).unwrap().parse().unwrap()
+}
+
+/// Base64, standard or URL-safe, padded or not.
+fn decode_base64(base64: &str) -> Vec<u8> {
+    const ALPHABET: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut bytes = Vec::new();
+    for character in base64.chars().filter(|&character| character != '=') {
+        let character = match character {
+            '-' => '+',
+            '_' => '/',
+            other => other,
+        };
+        bits = bits << 6 | ALPHABET.find(character).unwrap() as u32;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            bytes.push((bits >> count) as u8);
+            bits &= (1 << count) - 1;
+        }
+    }
+    bytes
+}
+
+#[test]
+fn a_receiver_slower_than_the_deadline_is_pushed_again_and_a_switch_to_pull_stops_the_pushing() {
+    let (_daemon, grpc) = grpc_daemon("push-slow-then-pull");
+    // The first request is answered after the 10 s ack deadline, the others at once.
+    let receiver = Receiver::on_free_port(|_, before| match before {
+        0 => (Duration::from_secs(12), 200),
+        _ => (Duration::ZERO, 200),
+    });
+    grpc.create_plain_topic("slow").unwrap();
+    grpc.create_subscription(push_subscription("patient", "slow", receiver.url("/slow"))).unwrap();
+    grpc.publish_data("slow", &[b"late"]).unwrap();
+    let seen = receiver.wait_for("/slow", 2, Duration::from_secs(25));
+    assert_eq!(seen.len(), 2, "pushed again once the deadline passed");
+    let waited = (seen[1].at - seen[0].at).as_secs_f64();
+    assert!((9.5..20.0).contains(&waited), "pushed again after {waited} s");
+    assert_eq!(field(&seen[0].text(), "messageId"), field(&seen[1].text(), "messageId"));
+
+    // Switched to pull: what is published next is pulled, not pushed.
+    assert!(switch_to_pull_and_pull(&grpc, "patient").is_empty(), "the second push acknowledged it");
+    grpc.publish_data("slow", &[b"a", b"b", b"c"]).unwrap();
+    let mut pulled = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while pulled.len() < 3 && Instant::now() < until {
+        pulled.extend(grpc.pull_now("patient", 10).unwrap());
+    }
+    assert_eq!(pulled.len(), 3);
+    std::thread::sleep(Duration::from_secs(1));
+    // The first, slow request's answer may land late; nothing new was pushed.
+    assert_eq!(receiver.seen("/slow").len(), 2, "nothing pushed after the switch");
+}
