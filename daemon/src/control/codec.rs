@@ -178,21 +178,7 @@ impl ControlRequest {
                 })
             })?,
             REQUEST_ATTACH_SUBSCRIPTION => {
-                fields("control request AttachSubscription", decoder, |decoder| {
-                    let (subscription_id, name, topic_id) =
-                        (decoder.u64()?, decoder.str()?, TopicId::new(decoder.u64()?));
-                    let mut settings = decode_settings_but_push(decoder)?;
-                    let (create, start_offset) = (decoder.bool()?, decoder.u64()?);
-                    settings.push = decode_push_last(decoder)?;
-                    Ok(ControlRequest::AttachSubscription {
-                        subscription_id,
-                        name,
-                        topic_id,
-                        settings,
-                        create,
-                        start_offset,
-                    })
-                })?
+                fields("control request AttachSubscription", decoder, decode_attach_subscription)?
             }
             REQUEST_DURABLE_END => fields("control request DurableEnd", decoder, |decoder| {
                 Ok(ControlRequest::DurableEnd { topic_id: TopicId::new(decoder.u64()?) })
@@ -290,6 +276,16 @@ impl ControlRequest {
         refuse_trailing("control request", decoder)?;
         Ok(request)
     }
+}
+
+/// An AttachSubscription's fields: the settings in the middle, their push configuration (a
+/// push subscription's only) last.
+fn decode_attach_subscription(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
+    let (subscription_id, name, topic_id) = (decoder.u64()?, decoder.str()?, TopicId::new(decoder.u64()?));
+    let mut settings = decode_settings_but_push(decoder)?;
+    let (create, start_offset) = (decoder.bool()?, decoder.u64()?);
+    settings.push = decode_push_last(decoder)?;
+    Ok(ControlRequest::AttachSubscription { subscription_id, name, topic_id, settings, create, start_offset })
 }
 
 fn encode_peers(encoder: &mut Encoder, peers: &[crate::replication::source::Peer]) {
