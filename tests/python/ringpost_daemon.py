@@ -32,8 +32,9 @@ class Daemon:
     """One ringpostd process. `start` picks a free gRPC port the first time; `restart` keeps it,
     and the data directory, so that a client reconnects to the same address and finds its data."""
 
-    def __init__(self, label, extra_args=()):
+    def __init__(self, label, extra_args=(), http_listen="off"):
         TEMPORARY_PARENT.mkdir(parents=True, exist_ok=True)
+        self.http_listen = http_listen
         self.directory = pathlib.Path(tempfile.mkdtemp(prefix=f"python-{label}-", dir=TEMPORARY_PARENT))
         self.data_directory = self.directory / "data"
         self.ready_file = self.directory / "ready"
@@ -51,8 +52,9 @@ class Daemon:
             str(binary_path()),
             "--listen", "127.0.0.1:0",
             "--grpc-listen", grpc_listen,
-            # Suites run beside each other: no monitoring endpoint on its one default port.
-            "--http-listen", "off",
+            # Suites run beside each other: no monitoring endpoint on its one default port,
+            # unless a test names a free one.
+            "--http-listen", self.http_listen,
             "--shards", "2",
             "--no-pin",
             "--data-dir", str(self.data_directory),
