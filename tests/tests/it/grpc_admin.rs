@@ -19,14 +19,20 @@ const PULL_WAIT_MS: u32 = 3000;
 /// How long a native pull waits to show that no message is there.
 const EMPTY_PULL_WAIT_MS: u32 = 300;
 
-fn grpc_daemon(label: &str) -> (Daemon, Grpc) {
+/// A daemon with its gRPC API on a free port, and a client of it (shared by the gRPC and push
+/// tests).
+pub(crate) fn grpc_daemon(label: &str) -> (Daemon, Grpc) {
     let daemon = Daemon::start_with(label, Vec::new(), vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
     let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
     (daemon, grpc)
 }
 
 /// The refusal's message, checked to carry `code`.
-fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>, code: Code, what: &str) -> String {
+pub(crate) fn refused<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    code: Code,
+    what: &str,
+) -> String {
     match result {
         Ok(answer) => panic!("{what}: expected {code:?}, got {answer:?}"),
         Err(status) => {

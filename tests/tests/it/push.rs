@@ -5,6 +5,7 @@
 //! down then back getting everything with ordering keys in order, and a subscription switched to
 //! pull no longer pushed.
 
+use crate::grpc_admin::grpc_daemon;
 use ringpost_tests::grpc::{pubsub, subscription_path, topic_path, Grpc};
 use ringpost_tests::Daemon;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -129,12 +130,6 @@ fn serve_connection(stream: std::net::TcpStream, recorded: &Mutex<Vec<Seen>>, an
             return;
         }
     }
-}
-
-fn grpc_daemon(label: &str) -> (Daemon, Grpc) {
-    let daemon = Daemon::start_with(label, Vec::new(), vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
-    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
-    (daemon, grpc)
 }
 
 fn push_subscription(name: &str, topic: &str, endpoint: String) -> pubsub::Subscription {

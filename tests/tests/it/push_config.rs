@@ -5,28 +5,13 @@
 //! asked with UpdateSubscription's permission, and kept across a restart. (Pushing itself is
 //! not checked here.)
 
+use crate::grpc_admin::{grpc_daemon, refused};
 use crate::security::{access_text, daemon_requiring_auth, token, AccessFile, Files};
 use ringpost_tests::grpc::{project_path, pubsub, subscription_path, topic_path, Grpc};
 use ringpost_tests::Daemon;
 use tonic::Code;
 
 use pubsub::push_config::{AuthenticationMethod, NoWrapper, OidcToken, Wrapper};
-
-fn grpc_daemon(label: &str) -> (Daemon, Grpc) {
-    let daemon = Daemon::start_with(label, Vec::new(), vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
-    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
-    (daemon, grpc)
-}
-
-fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>, code: Code, what: &str) -> String {
-    match result {
-        Ok(answer) => panic!("{what}: expected {code:?}, got {answer:?}"),
-        Err(status) => {
-            assert_eq!(status.code(), code, "{what}: {}", status.message());
-            status.message().to_owned()
-        }
-    }
-}
 
 fn mask(paths: &[&str]) -> Option<prost_types::FieldMask> {
     Some(prost_types::FieldMask { paths: paths.iter().map(|path| (*path).to_owned()).collect() })
