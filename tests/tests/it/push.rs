@@ -450,9 +450,10 @@ fn push_line(stats: &str, name: &str) -> Option<String> {
 
 /// What an operator sees of push subscriptions: `ringpost stats` (JSON and table) shows each
 /// one's endpoint, a window grown by successes, its outstanding pushes, the last error after a
-/// 500 and the backlog it leaves; a pull subscription has no push line.
+/// 500 and the backlog it leaves, and `/metrics` its window, outstanding pushes and pushes by
+/// class; a pull subscription has neither.
 #[test]
-fn stats_show_each_push_subscriptions_endpoint_window_last_error_and_backlog() {
+fn stats_and_metrics_show_each_push_subscriptions_endpoint_window_last_error_and_backlog() {
     let daemon = Daemon::start_with(
         "push-stats",
         Vec::new(),
@@ -513,4 +514,31 @@ fn stats_show_each_push_subscriptions_endpoint_window_last_error_and_backlog() {
     assert!(table.contains("LAST_ERROR"), "{table}");
     let row = table.lines().find(|line| line.contains(&receiver.url("/failing"))).expect("the failing row");
     assert!(row.ends_with("HTTP status 500"), "{row}");
+
+    // /metrics: each push subscription's window and outstanding pushes as gauges, its pushes by
+    // class as counters; none for the pull subscription.
+    let (status, body) = ringpost_tests::scrape::http_get(
+        daemon.http_address.as_ref().expect("the monitoring endpoint"),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    let scrape = ringpost_tests::scrape::Scrape::parse(&body);
+    fn of(name: &str) -> [(&str, &str); 2] {
+        [("subscription", name), ("topic", "orders")]
+    }
+    for family in ["ringpost_push_window", "ringpost_push_outstanding", "ringpost_push_failures_in_a_row"] {
+        assert_eq!(scrape.type_of(family), Some("gauge"), "{family}");
+        assert!(scrape.value(family, &of("pulled")).is_none(), "{family} of a pull subscription");
+    }
+    assert!(scrape.value("ringpost_push_window", &of("succeeding")).unwrap() > 4.0, "{body}");
+    let failing_window = scrape.value("ringpost_push_window", &of("failing")).unwrap();
+    assert!((1.0..=4.0).contains(&failing_window), "{body}");
+    assert!(scrape.value("ringpost_push_outstanding", &of("failing")).unwrap() <= failing_window);
+    assert!(scrape.value("ringpost_push_failures_in_a_row", &of("failing")).unwrap() >= 1.0);
+    let requests = |name: &str, class: &str| {
+        let labels = [("subscription", name), ("topic", "orders"), ("class", class)];
+        scrape.value("ringpost_push_subscription_requests_total", &labels).unwrap()
+    };
+    assert!(requests("succeeding", "2xx") >= 30.0 && requests("succeeding", "5xx") == 0.0, "{body}");
+    assert!(requests("failing", "5xx") >= 1.0 && requests("failing", "2xx") == 0.0, "{body}");
 }
