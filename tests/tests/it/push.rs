@@ -8,7 +8,7 @@
 use crate::grpc_admin::grpc_daemon;
 use ringpost_tests::grpc::{pubsub, subscription_path, topic_path, Grpc};
 use ringpost_tests::push_receiver::{Receiver, Seen};
-use ringpost_tests::Daemon;
+use ringpost_tests::{json_field, succeeded, Daemon};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
@@ -319,4 +319,80 @@ fn a_receiver_slower_than_the_deadline_is_pushed_again_and_a_switch_to_pull_stop
     std::thread::sleep(Duration::from_secs(1));
     // The first, slow request's answer may land late; nothing new was pushed.
     assert_eq!(receiver.seen("/slow").len(), 2, "nothing pushed after the switch");
+}
+
+/// `ringpost stats`'s line of push subscription `name` (JSON, `kind` push).
+fn push_line(stats: &str, name: &str) -> Option<String> {
+    let subscription = format!("\"subscription\":\"{name}\"");
+    stats
+        .lines()
+        .find(|line| line.contains("\"kind\":\"push\"") && line.contains(&subscription))
+        .map(str::to_owned)
+}
+
+/// What an operator sees of push subscriptions: `ringpost stats` (JSON and table) shows each
+/// one's endpoint, a window grown by successes, its outstanding pushes, the last error after a
+/// 500 and the backlog it leaves; a pull subscription has no push line.
+#[test]
+fn stats_show_each_push_subscriptions_endpoint_window_last_error_and_backlog() {
+    let daemon = Daemon::start_with(
+        "push-stats",
+        Vec::new(),
+        ["--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
+    let receiver =
+        Receiver::on_free_port(|seen, _| (Duration::ZERO, if seen.path == "/failing" { 500 } else { 200 }));
+    grpc.create_plain_topic("orders").unwrap();
+    grpc.create_plain_subscription("pulled", "orders").unwrap();
+    grpc.create_subscription(push_subscription("succeeding", "orders", receiver.url("/succeeding"))).unwrap();
+    let mut failing = push_subscription("failing", "orders", receiver.url("/failing"));
+    failing.retry_policy = Some(pubsub::RetryPolicy {
+        minimum_backoff: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
+        maximum_backoff: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
+    });
+    grpc.create_subscription(failing).unwrap();
+    let data: Vec<Vec<u8>> = (0..30).map(|index| format!("m{index}").into_bytes()).collect();
+    let data: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    grpc.publish_data("orders", &data).unwrap();
+    assert_eq!(receiver.wait_for("/succeeding", 30, Duration::from_secs(20)).len(), 30);
+    assert!(!receiver.wait_for("/failing", 1, Duration::from_secs(20)).is_empty());
+
+    // The successful one's acknowledgements are durable shortly after the answers.
+    let until = Instant::now() + Duration::from_secs(20);
+    let stats = loop {
+        let stats = succeeded(&daemon.cli(&["stats"]));
+        let settled = push_line(&stats, "succeeding").is_some_and(|line| json_field(&line, "backlog") == "0");
+        if settled || Instant::now() > until {
+            break stats;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let succeeding = push_line(&stats, "succeeding").expect("a push line for the succeeding subscription");
+    assert_eq!(json_field(&succeeding, "endpoint"), receiver.url("/succeeding"));
+    assert_eq!(json_field(&succeeding, "topic"), "orders");
+    assert_eq!(json_field(&succeeding, "backlog"), "0");
+    assert_eq!(json_field(&succeeding, "last_error"), "null");
+    assert_eq!(json_field(&succeeding, "failures_in_a_row"), "0");
+    let window: u32 = json_field(&succeeding, "window").parse().unwrap();
+    assert!(window > 4, "the window grew from its start of 4 with 30 successes: {succeeding}");
+    assert!(json_field(&succeeding, "2xx").parse::<u64>().unwrap() >= 30, "{succeeding}");
+
+    let failing = push_line(&stats, "failing").expect("a push line for the failing subscription");
+    assert_eq!(json_field(&failing, "endpoint"), receiver.url("/failing"));
+    assert_eq!(json_field(&failing, "last_error"), "HTTP status 500");
+    assert!(json_field(&failing, "last_error_ms_ago").parse::<u64>().unwrap() < 60_000, "{failing}");
+    assert!(json_field(&failing, "failures_in_a_row").parse::<u64>().unwrap() >= 1, "{failing}");
+    assert!(json_field(&failing, "5xx").parse::<u64>().unwrap() >= 1, "{failing}");
+    assert_eq!(json_field(&failing, "backlog"), "30", "nothing acknowledged by a 500");
+    let window: u32 = json_field(&failing, "window").parse().unwrap();
+    let outstanding: u32 = json_field(&failing, "outstanding").parse().unwrap();
+    assert!((1..=4).contains(&window) && outstanding <= window, "{failing}");
+    assert!(push_line(&stats, "pulled").is_none(), "a pull subscription has no push line");
+
+    // The table: a row per push subscription, the last error last.
+    let table = succeeded(&daemon.cli(&["--output", "table", "stats"]));
+    assert!(table.contains("LAST_ERROR"), "{table}");
+    let row = table.lines().find(|line| line.contains(&receiver.url("/failing"))).expect("the failing row");
+    assert!(row.ends_with("HTTP status 500"), "{row}");
 }
