@@ -209,9 +209,22 @@ fn failures_are_retried_with_the_policys_backoff_and_dead_lettered_after_the_max
     assert!(metrics.contains("ringpost_push_latency_seconds_count 15"), "{metrics}");
 }
 
+/// How long the receiver of `a_receiver_down_then_back_gets_everything_with_its_keys_in_order`
+/// is down, in seconds, unless `RINGPOST_PUSH_OUTAGE_SECONDS` says otherwise: long enough in CI
+/// for the window to fall to its floor and the pushing to pause; the figure, 30, takes
+/// the pause to its longest (`PUSH_PAUSE_MAX`, 10 s) and keeps it there.
+const OUTAGE_SECONDS_DEFAULT: u64 = 3;
+
+fn outage_seconds() -> u64 {
+    std::env::var("RINGPOST_PUSH_OUTAGE_SECONDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(OUTAGE_SECONDS_DEFAULT)
+}
+
 #[test]
 fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
-    let (_daemon, grpc) = grpc_daemon("push-down-then-back");
+    let (daemon, grpc) = grpc_daemon("push-down-then-back");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
@@ -228,10 +241,17 @@ fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
         .collect();
     grpc.publish(pubsub::PublishRequest { topic: topic_path("events"), messages }).unwrap();
     // Down: every push is refused for a while.
-    std::thread::sleep(Duration::from_secs(3));
+    let outage = Duration::from_secs(outage_seconds());
+    std::thread::sleep(outage);
+    // The test's gRPC client answers the daemon's keepalive pings only while it calls: after an
+    // outage longer than their interval and timeout (30 s) its idle connection has been closed,
+    // so it connects again.
+    let grpc = Grpc::connect(daemon.grpc_address.as_deref().expect("the gRPC API's address"));
     let receiver =
         Receiver::start(TcpListener::bind(("127.0.0.1", port)).unwrap(), |_, _| (Duration::ZERO, 200));
-    let until = Instant::now() + Duration::from_secs(30);
+    // Back: the pushing resumes within its longest pause, whatever the outage's length.
+    let back = Instant::now();
+    let until = back + Duration::from_secs(30);
     let distinct = |seen: &[Seen]| {
         let mut data: Vec<String> = seen.iter().map(|seen| field(&seen.text(), "data").to_owned()).collect();
         data.sort();
@@ -242,7 +262,18 @@ fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let seen = receiver.seen("/events");
-    assert_eq!(distinct(&seen), 30, "none lost");
+    assert_eq!(distinct(&seen), 30, "none lost after an outage of {} s", outage.as_secs());
+    let mut arrived = std::collections::HashSet::new();
+    let last_arrival = seen.iter().find(|seen| {
+        arrived.insert(field(&seen.text(), "data").to_owned());
+        arrived.len() == 30
+    });
+    eprintln!(
+        "after an outage of {} s, the 30 messages were in {:.1} s after the receiver's return ({} requests)",
+        outage.as_secs(),
+        last_arrival.map_or(0.0, |seen| seen.at.saturating_duration_since(back).as_secs_f64()),
+        seen.len()
+    );
     for key in 0..3 {
         let order: Vec<u32> = seen
             .iter()
