@@ -10,10 +10,10 @@
 //! gives back unread: with large messages the count says little about the bytes held, and the
 //! test of the budget reads the daemon's memory instead.)
 
-use ringpost_tests::push_receiver::Receiver;
 use ringpost_client::{block_on, Client, Message, PushConfig};
 use ringpost_daemon::push::task::{PUSH_BODY_BYTES_SHARD_MAX, PUSH_SUBSCRIPTION_BYTES_MAX};
 use ringpost_daemon::push::window::PUSH_WINDOW_INITIAL;
+use ringpost_tests::push_receiver::Receiver;
 use ringpost_tests::{create_topic_and_subscription, Daemon};
 use std::time::{Duration, Instant};
 
