@@ -8,6 +8,7 @@ pub mod grpc;
 pub mod load;
 pub mod loopfs;
 pub mod netns;
+pub mod push_receiver;
 pub mod scrape;
 
 use ringpost_client::{block_on, Client, Subscription};

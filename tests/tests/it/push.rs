@@ -7,130 +7,12 @@
 
 use crate::grpc_admin::grpc_daemon;
 use ringpost_tests::grpc::{pubsub, subscription_path, topic_path, Grpc};
+use ringpost_tests::push_receiver::{Receiver, Seen};
 use ringpost_tests::{json_field, succeeded, Daemon};
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pubsub::push_config::{AuthenticationMethod, NoWrapper, OidcToken, Wrapper};
-
-/// A request a receiver read.
-#[derive(Clone, Debug)]
-struct Seen {
-    at: Instant,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8(self.body.clone()).unwrap()
-    }
-}
-
-type Answer = Arc<dyn Fn(&Seen, usize) -> (Duration, u16) + Send + Sync>;
-
-/// An HTTP/1.1 receiver: records each request and answers it as `answer` says (after a delay,
-/// with a status), given the request and how many came to its path before it.
-struct Receiver {
-    port: u16,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Receiver {
-    fn start(
-        listener: TcpListener,
-        answer: impl Fn(&Seen, usize) -> (Duration, u16) + Send + Sync + 'static,
-    ) -> Receiver {
-        let port = listener.local_addr().unwrap().port();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let answer: Answer = Arc::new(answer);
-        let recorded = seen.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { return };
-                let (recorded, answer) = (recorded.clone(), answer.clone());
-                std::thread::spawn(move || serve_connection(stream, &recorded, &answer));
-            }
-        });
-        Receiver { port, seen }
-    }
-
-    fn on_free_port(answer: impl Fn(&Seen, usize) -> (Duration, u16) + Send + Sync + 'static) -> Receiver {
-        Receiver::start(TcpListener::bind("127.0.0.1:0").unwrap(), answer)
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    fn seen(&self, path: &str) -> Vec<Seen> {
-        self.seen.lock().unwrap().iter().filter(|seen| seen.path == path).cloned().collect()
-    }
-
-    /// Waits up to `within` for `count` requests to `path`.
-    fn wait_for(&self, path: &str, count: usize, within: Duration) -> Vec<Seen> {
-        let until = Instant::now() + within;
-        loop {
-            let seen = self.seen(path);
-            if seen.len() >= count || Instant::now() > until {
-                return seen;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn serve_connection(stream: std::net::TcpStream, recorded: &Mutex<Vec<Seen>>, answer: &Answer) {
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':').unwrap();
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        }
-        let length = headers
-            .iter()
-            .find(|(name, _)| name == "content-length")
-            .map_or(0, |(_, value)| value.parse().unwrap());
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let seen = Seen { at: Instant::now(), path, headers, body };
-        let before = {
-            let mut recorded = recorded.lock().unwrap();
-            let before = recorded.iter().filter(|earlier| earlier.path == seen.path).count();
-            recorded.push(seen.clone());
-            before
-        };
-        let (delay, status) = answer(&seen, before);
-        std::thread::sleep(delay);
-        let reply = format!("HTTP/1.1 {status} Answer\r\ncontent-length: 0\r\n\r\n");
-        if reader.get_mut().write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
 
 fn push_subscription(name: &str, topic: &str, endpoint: String) -> pubsub::Subscription {
     pubsub::Subscription {
@@ -327,9 +209,22 @@ fn failures_are_retried_with_the_policys_backoff_and_dead_lettered_after_the_max
     assert!(metrics.contains("ringpost_push_latency_seconds_count 15"), "{metrics}");
 }
 
+/// How long the receiver of `a_receiver_down_then_back_gets_everything_with_its_keys_in_order`
+/// is down, in seconds, unless `RINGPOST_PUSH_OUTAGE_SECONDS` says otherwise: long enough in CI
+/// for the window to fall to its floor and the pushing to pause; the figure, 30, takes
+/// the pause to its longest (`PUSH_PAUSE_MAX`, 10 s) and keeps it there.
+const OUTAGE_SECONDS_DEFAULT: u64 = 3;
+
+fn outage_seconds() -> u64 {
+    std::env::var("RINGPOST_PUSH_OUTAGE_SECONDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(OUTAGE_SECONDS_DEFAULT)
+}
+
 #[test]
 fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
-    let (_daemon, grpc) = grpc_daemon("push-down-then-back");
+    let (daemon, grpc) = grpc_daemon("push-down-then-back");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
@@ -346,10 +241,17 @@ fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
         .collect();
     grpc.publish(pubsub::PublishRequest { topic: topic_path("events"), messages }).unwrap();
     // Down: every push is refused for a while.
-    std::thread::sleep(Duration::from_secs(3));
+    let outage = Duration::from_secs(outage_seconds());
+    std::thread::sleep(outage);
+    // The test's gRPC client answers the daemon's keepalive pings only while it calls: after an
+    // outage longer than their interval and timeout (30 s) its idle connection has been closed,
+    // so it connects again.
+    let grpc = Grpc::connect(daemon.grpc_address.as_deref().expect("the gRPC API's address"));
     let receiver =
         Receiver::start(TcpListener::bind(("127.0.0.1", port)).unwrap(), |_, _| (Duration::ZERO, 200));
-    let until = Instant::now() + Duration::from_secs(30);
+    // Back: the pushing resumes within its longest pause, whatever the outage's length.
+    let back = Instant::now();
+    let until = back + Duration::from_secs(30);
     let distinct = |seen: &[Seen]| {
         let mut data: Vec<String> = seen.iter().map(|seen| field(&seen.text(), "data").to_owned()).collect();
         data.sort();
@@ -360,7 +262,18 @@ fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let seen = receiver.seen("/events");
-    assert_eq!(distinct(&seen), 30, "none lost");
+    assert_eq!(distinct(&seen), 30, "none lost after an outage of {} s", outage.as_secs());
+    let mut arrived = std::collections::HashSet::new();
+    let last_arrival = seen.iter().find(|seen| {
+        arrived.insert(field(&seen.text(), "data").to_owned());
+        arrived.len() == 30
+    });
+    eprintln!(
+        "after an outage of {} s, the 30 messages were in {:.1} s after the receiver's return ({} requests)",
+        outage.as_secs(),
+        last_arrival.map_or(0.0, |seen| seen.at.saturating_duration_since(back).as_secs_f64()),
+        seen.len()
+    );
     for key in 0..3 {
         let order: Vec<u32> = seen
             .iter()
