@@ -546,13 +546,13 @@ fn catalog_store_samples() -> Vec<Vec<u8>> {
 fn native_peer_samples() -> Vec<Vec<u8>> {
     use crate::net::peer::*;
     let status = crate::api::cluster::ClusterStatus {
-        node_id: 2,
-        catalog_leader: Some(3),
+        node_id: NodeId::new(2),
+        catalog_leader: Some(NodeId::new(3)),
         term: 7,
         last_log_index: Some(40),
         last_applied_index: None,
         nodes: vec![crate::api::cluster::NodeStatus {
-            node_id: 1,
+            node_id: NodeId::new(1),
             cluster_address: "10.0.0.1:7460".into(),
             router_address: "10.0.0.1:7450".into(),
             voter: true,

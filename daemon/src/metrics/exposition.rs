@@ -11,6 +11,7 @@
 
 use crate::api::cluster::ClusterStatus;
 use crate::api::stats::{LatencySummary, ReplicaStats, Stats, SubscriptionStats, TopicStats};
+use crate::ids::NodeId;
 use crate::metrics::histogram::{DurationHistogram, DURATION_BUCKETS, DURATION_BUCKETS_US};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -631,11 +632,11 @@ fn encode_cluster(families: &mut Families, cluster: &ClusterStatus) {
             None,
         )
         .get_or_create(&Vec::new())
-        .set(cluster.catalog_leader.unwrap_or(0) as f64);
+        .set(cluster.catalog_leader.map_or(0, NodeId::get) as f64);
     families
         .gauge("node_id", "This node's id in the cluster", None)
         .get_or_create(&Vec::new())
-        .set(cluster.node_id as f64);
+        .set(cluster.node_id.get() as f64);
     let members = families.gauge("catalog_members", "Members of the catalog's group, by kind", None);
     let voters = cluster.nodes.iter().filter(|node| node.voter).count();
     members.get_or_create(&vec![("kind", "voter".to_owned())]).set(voters as f64);
@@ -678,11 +679,15 @@ mod tests {
             .collect();
         let stats = Stats { topics, ..Default::default() };
         let cluster = ClusterStatus {
-            node_id: 2,
-            catalog_leader: Some(3),
+            node_id: NodeId::new(2),
+            catalog_leader: Some(NodeId::new(3)),
             term: 7,
             nodes: (1..=4)
-                .map(|node_id| NodeStatus { node_id, voter: node_id != 4, ..Default::default() })
+                .map(|node_id| NodeStatus {
+                    node_id: NodeId::new(node_id),
+                    voter: node_id != 4,
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         };
