@@ -466,7 +466,22 @@ fn control_samples() -> Vec<Vec<u8>> {
     };
     let oks = [
         ControlOk::Done,
-        ControlOk::Stats(crate::api::stats::ShardStats::default(), vec![topic]),
+        ControlOk::Stats(crate::api::stats::ShardStats::default(), vec![topic.clone()]),
+        // With a push subscription's figures, the reply's other tag.
+        ControlOk::Stats(crate::api::stats::ShardStats::default(), {
+            let mut pushed = topic;
+            pushed.subscriptions[0].push = Some(crate::api::stats::PushStats {
+                endpoint: "https://receiver.example/push".to_owned(),
+                window: 4,
+                last_error: Some(crate::api::stats::PushError {
+                    reason: "HTTP status 500".to_owned(),
+                    ms_ago: 9,
+                }),
+                requests_by_class: vec![("5xx".to_owned(), 1)],
+                ..Default::default()
+            });
+            vec![pushed]
+        }),
         ControlOk::Requests(crate::metrics::shard::ShardFigures {
             commands: vec![crate::metrics::requests::CommandFigures {
                 command: 6,

@@ -351,7 +351,7 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ListSnapshots => Operation::ListSnapshots(list_request(body)?),
         Command::GetSnapshot => Operation::GetSnapshot { name: name(body)? },
         Command::DeleteSnapshot => Operation::DeleteSnapshot { name: name(body)? },
-        Command::Stats => Operation::Stats,
+        Command::Stats | Command::StatsWithPush => Operation::Stats,
         Command::ClusterStatus => Operation::ClusterStatus,
         Command::ClusterAddNode => {
             let request = access_body::<wire::ClusterAddNodeRequest>(body)?;
@@ -395,6 +395,7 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         }
         Command::ListSnapshots => respond(header, &snapshot_list(outcome.into_snapshots()?)),
         Command::Stats => respond(header, &wire::StatsResponse::from(*outcome.into_stats()?)),
+        Command::StatsWithPush => respond(header, &wire::StatsWithPushResponse::from(*outcome.into_stats()?)),
         Command::ClusterStatus => respond(header, &cluster_status_message(*outcome.into_cluster_status()?)),
         Command::ResyncDirectory => {
             let resynced = outcome.into_resynced()?;
