@@ -5,6 +5,7 @@ use super::os::{into_glommio, stop_on_close};
 use super::{steps, Config};
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, CONTROL_CHANNEL_CAPACITY};
 use crate::dispatch::routes::Routes;
+use crate::ids::NodeId;
 use crate::{clock, log, net, protocol, shard, storage};
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
@@ -252,7 +253,7 @@ fn start_forwarder_shard(
 /// subscribers of sources other nodes lead are served here too, carried there.
 fn join_the_cluster<S: storage::Storage>(
     forwarder: &Rc<shard::Forwarder<S>>,
-    node_id: u64,
+    node_id: NodeId,
     routes: Arc<Routes>,
     secret: Option<&str>,
     replication_tls: Option<std::sync::Arc<rustls::ClientConfig>>,

@@ -9,6 +9,7 @@
 use super::{repeat_every, StartPhase};
 use crate::catalog::{Catalog, NodeRecord};
 use crate::dispatch::{routes::Routes, Door, NodeTransport};
+use crate::ids::NodeId;
 use crate::log::Directories;
 use crate::replication::source::Transport;
 use crate::router::{self, CatalogLimits, ForwarderAddresses, ForwarderLink, Peers, Router};
@@ -20,7 +21,7 @@ use std::sync::Arc;
 /// (`replicas`), and their routers and forwarders for what its relay carries (`carrier`),
 /// which finds who serves what through this node's router at `router_address`.
 pub(crate) struct ForwarderCluster {
-    pub node_id: u64,
+    pub node_id: NodeId,
     pub replicas: Rc<dyn Transport>,
     pub carrier: Rc<dyn net::relay::Carrier>,
     pub routes: Arc<Routes>,
@@ -34,7 +35,7 @@ pub(crate) fn forwarder_joins_the_cluster<S: Storage>(
     forwarder: &Rc<shard::Forwarder<S>>,
     cluster: ForwarderCluster,
 ) {
-    forwarder.replica_context.node_id.set(cluster.node_id);
+    forwarder.replica_context.node_id.set(Some(cluster.node_id));
     *forwarder.replica_context.transport.borrow_mut() = Some(cluster.replicas);
     net::relay::install(
         forwarder.global_shard(),

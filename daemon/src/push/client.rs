@@ -63,7 +63,8 @@ static FIGURES: std::sync::LazyLock<Mutex<PushFigures>> = std::sync::LazyLock::n
     })
 });
 
-fn outcome_class(outcome: &PushOutcome) -> usize {
+/// `outcome`'s place in `PUSH_OUTCOME_CLASSES`.
+pub fn outcome_class(outcome: &PushOutcome) -> usize {
     match outcome {
         PushOutcome::Status(status) => (*status as usize / 100).clamp(1, 5) - 1,
         PushOutcome::ConnectionError(_) => 5,
@@ -501,9 +502,9 @@ mod tests {
         futures_lite::future::block_on(client.sender().push(request))
     }
 
-    #[test]
-    fn https_endpoints_are_verified_against_the_ca_given() {
-        // A CA, and a certificate for 127.0.0.1 and localhost it signed.
+    /// A test CA's certificate (PEM) and a server's TLS configuration with a certificate for
+    /// localhost and 127.0.0.1 it signed.
+    fn test_ca_and_server() -> (String, rustls::ServerConfig) {
         let mut ca_params = rcgen::CertificateParams::default();
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -522,6 +523,22 @@ mod tests {
                 rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).unwrap(),
             )
             .unwrap();
+        (ca.pem(), config)
+    }
+
+    /// Writes `pem` to a file of its own for `--push-ca-file`; returns its directory and path.
+    fn ca_file(label: &str, pem: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let directory = std::env::temp_dir().join(format!("ringpost-push-{label}-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let file = directory.join("ca.pem");
+        std::fs::write(&file, pem).unwrap();
+        (directory, file)
+    }
+
+    #[test]
+    fn https_endpoints_are_verified_against_the_ca_given() {
+        // A CA, and a certificate for 127.0.0.1 and localhost it signed.
+        let (ca_pem, config) = test_ca_and_server();
         let config = Arc::new(config);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -540,10 +557,7 @@ mod tests {
                 );
             }
         });
-        let directory = std::env::temp_dir().join(format!("ringpost-push-ca-{}", std::process::id()));
-        std::fs::create_dir_all(&directory).unwrap();
-        let ca_file = directory.join("ca.pem");
-        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let (directory, ca_file) = ca_file("ca", &ca_pem);
         let endpoint = format!("https://localhost:{port}/secure");
         // Against the system's roots, the test CA's certificate is refused.
         let untrusted = futures_lite::future::block_on(
@@ -558,6 +572,94 @@ mod tests {
         assert_eq!(outcome, PushOutcome::Status(204));
         let seen = seen_receiver.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(seen.head[0], "POST /secure HTTP/1.1");
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    /// Each request an HTTPS receiver took: the number of the connection it came on, and its
+    /// HTTP version.
+    type Versions = Arc<Mutex<Vec<(usize, http::Version)>>>;
+
+    /// An HTTPS receiver offering `h2` and `http/1.1` by ALPN, as hyper serves either: it
+    /// answers 204 and records, for each request, the connection it came on and its version.
+    fn h2_receiver(config: rustls::ServerConfig) -> (u16, Versions) {
+        let mut config = config;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorded = seen.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                for connection in 0.. {
+                    let Ok((stream, _)) = listener.accept().await else { return };
+                    let (acceptor, recorded) = (acceptor.clone(), recorded.clone());
+                    tokio::spawn(async move {
+                        let Ok(tls) = acceptor.accept(stream).await else { return };
+                        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                        let service = hyper::service::service_fn(
+                            move |request: http::Request<hyper::body::Incoming>| {
+                                recorded.lock().unwrap().push((connection, request.version()));
+                                let mut response = http::Response::new(Full::new(Bytes::new()));
+                                *response.status_mut() = http::StatusCode::NO_CONTENT;
+                                async move { Ok::<_, std::convert::Infallible>(response) }
+                            },
+                        );
+                        let io = hyper_util::rt::TokioIo::new(tls);
+                        if h2 {
+                            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                                .serve_connection(io, service)
+                                .await;
+                        } else {
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, service)
+                                .await;
+                        }
+                    });
+                }
+            });
+        });
+        (port, seen)
+    }
+
+    /// An endpoint offering HTTP/2 gets it: every push arrives over HTTP/2, and pushes sent at
+    /// once share the one connection (over HTTP/1.1 each would take a connection of its own).
+    #[test]
+    fn pushes_arrive_over_http2_on_one_connection_where_the_endpoint_offers_it() {
+        let (ca_pem, config) = test_ca_and_server();
+        let (port, seen) = h2_receiver(config);
+        let (directory, ca_file) = ca_file("h2", &ca_pem);
+        let client =
+            PushClient::start(crate::net::tls::push_client_config(Some(&ca_file)).unwrap(), None).unwrap();
+        let pusher = client.sender();
+        let endpoint = format!("https://localhost:{port}/h2");
+        let first =
+            futures_lite::future::block_on(pusher.push(request(endpoint.clone(), Duration::from_secs(10))));
+        assert_eq!(first, PushOutcome::Status(204));
+        // Eight at once, on the connection the first one opened.
+        let outcomes: Vec<PushOutcome> = std::thread::scope(|scope| {
+            let pushes: Vec<_> = (0..8)
+                .map(|_| {
+                    let (pusher, endpoint) = (pusher.clone(), endpoint.clone());
+                    scope.spawn(move || {
+                        futures_lite::future::block_on(
+                            pusher.push(request(endpoint, Duration::from_secs(10))),
+                        )
+                    })
+                })
+                .collect();
+            pushes.into_iter().map(|push| push.join().unwrap()).collect()
+        });
+        assert!(outcomes.iter().all(|outcome| *outcome == PushOutcome::Status(204)), "{outcomes:?}");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 9, "{seen:?}");
+        assert!(seen.iter().all(|(_, version)| *version == http::Version::HTTP_2), "{seen:?}");
+        let mut connections: Vec<usize> = seen.iter().map(|(connection, _)| *connection).collect();
+        connections.dedup();
+        assert_eq!(connections.len(), 1, "one connection carried them all: {seen:?}");
         std::fs::remove_dir_all(&directory).unwrap();
     }
 }

@@ -34,6 +34,7 @@ mod pool;
 mod pull_memory;
 mod push;
 mod push_config;
+mod push_memory;
 mod push_token;
 mod python_client;
 mod quickstart;
