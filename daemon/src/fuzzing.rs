@@ -326,6 +326,11 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             router_address: "10.0.0.2:7450".to_owned(),
             forwarders: vec!["10.0.0.2:7451".to_owned(), "10.0.0.2:7452".to_owned()],
             grpc_address: "10.0.0.2:8085".to_owned(),
+            push_key: Some(crate::catalog::PushKey {
+                key_id: "kid-2".to_owned(),
+                modulus: "AQAB-_modulus".to_owned(),
+                exponent: "AQAB".to_owned(),
+            }),
         }),
         CatalogEntry::NodeRemoved { node_id: NodeId::new(3) },
         CatalogEntry::TopicReplicasChanged { id: TopicId::new(5), replicas: vec![0x1_0001, 0x2_0002] },
