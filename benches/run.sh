@@ -103,6 +103,9 @@ ringpost W4_topics topics --topics $W4_TOPICS --messages $W4 --publishers 4
 # "forwarders" says which (measured here: about 240k msg/s either way).
 ringpost W4_shape_2topics topics --topics 2 --messages $W4 --publishers 4
 ringpost W5_backlog backlog --messages $W5 --publishers 4 --batch 1000 --inflight 4
+# W2's messages pushed by the daemon to a receiver in the bench answering 204, just after W2's
+# streaming pull of as many (the JSON's "pull"), so that the ratio is of one run.
+ringpost W2_push push --messages $W2 --publishers 4
 
 if [ -n "$ONLY" ]; then
   python3 "$HERE/summary.py" "$OUT"

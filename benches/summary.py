@@ -40,6 +40,9 @@ ROWS = [
     ("W5 backlog drain, one subscription (drained/s)",
      "W5_backlog", ("deliveries_per_sec", None),
      "W5_replay", ("deliver_msgs_s", None)),
+    ("W2 pushed to a receiver answering 204 (delivered/s, e2e p99)",
+     "W2_push", ("deliveries_per_sec", "e2e_us.p99"),
+     None, None),
 ]
 
 
@@ -119,6 +122,12 @@ def main():
     if checked:
         print(f"Ringpost deliveries checked against acknowledged ids ({', '.join(checked)}): "
               f"lost {lost:,}, duplicates {duplicates:,}.")
+    push = load_ringpost(out, "W2_push")
+    pulled = dig(push, "pull.deliveries_per_sec")
+    if push and pulled and dig(push, "push_to_pull") is not None:
+        print(f"Push against W2's streaming pull of as many messages, run just before it: "
+              f"{push['deliveries_per_sec']:,.0f} against {pulled:,.0f} delivered/s, "
+              f"push/pull {push['push_to_pull']:.2f} (the issue's goal: 0.50 or more).")
     w1 = dig(load_ringpost(out, "W1_batch1000"), "msgs_per_sec")
     w4 = dig(load_ringpost(out, "W4_topics"), "msgs_per_sec")
     shape_run = load_ringpost(out, "W4_shape_2topics")

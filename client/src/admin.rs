@@ -5,8 +5,8 @@ use crate::{Client, Result};
 use ringpost_wire::messages::{
     ClusterAddNodeRequest, ClusterRemoveNodeRequest, ClusterStatusResponse, Empty, ListRequest, NameRequest,
     PushConfig, ResyncDirectoryRequest, ResyncDirectoryResponse, SeekRequest, Snapshot, SnapshotList,
-    SnapshotRequest, StatsResponse, Subscription, SubscriptionWithPush, Topic, UpdateSubscriptionRequest,
-    UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
+    SnapshotRequest, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionWithPush, Topic,
+    UpdateSubscriptionRequest, UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -148,6 +148,18 @@ impl Client {
 
     pub async fn stats(&self) -> Result<StatsResponse> {
         self.control(Command::Stats, &Empty {}).await
+    }
+
+    /// `stats`, with each push subscription's endpoint, window, outstanding pushes, last error
+    /// and pushes by outcome. A daemon from before push subscriptions does not know the command
+    /// (`Unimplemented`): its stats come then, with no push subscription.
+    pub async fn stats_with_push(&self) -> Result<StatsWithPushResponse> {
+        match self.control(Command::StatsWithPush, &Empty {}).await {
+            Err(error) if error.code() == crate::ErrorCode::Unimplemented => {
+                Ok(StatsWithPushResponse { stats: self.stats().await?, push_subscriptions: Vec::new() })
+            }
+            answered => answered,
+        }
     }
 
     /// The catalog's raft group as the router that answers sees it: the catalog's leader, the

@@ -506,9 +506,9 @@ impl World {
     }
 
     /// The catalog leader's read index, asked by node `from` as a starting node asks it.
-    async fn read_index(&self, from: u64, leader: u64) -> Result<Option<LogId>, String> {
+    async fn read_index(&self, from: u64, leader: NodeId) -> Result<Option<LogId>, String> {
         let answer = self
-            .to_voter(from, leader, |raft, _| async move {
+            .to_voter(from, leader.get(), |raft, _| async move {
                 let read = raft
                     .ensure_linearizable(openraft::raft::ReadPolicy::ReadIndex)
                     .await
@@ -679,15 +679,15 @@ impl Peers for SimPeers {
 impl NodeTransport for SimPeers {
     fn carry(
         &self,
-        node: u64,
+        node: NodeId,
         principal: &Principal,
         operation: &Operation,
         timeout: Duration,
     ) -> PeerFuture<Carried> {
         let request = crate::dispatch::encode_carried(principal, operation);
         let access = self.world.upgrade().map(|world| world.access.clone());
-        let answered = self.ask_within(node, timeout, move |serving| async move {
-            let access = access.ok_or_else(|| unavailable(node))?;
+        let answered = self.ask_within(node.get(), timeout, move |serving| async move {
+            let access = access.ok_or_else(|| unavailable(node.get()))?;
             let (principal, operation) = crate::dispatch::decode_carried(&request)
                 .map_err(|why| Status::invalid_argument(format!("a carried operation: {why}")))?;
             Ok(crate::dispatch::encode_answer(
@@ -1107,7 +1107,7 @@ async fn boot(world: &Rc<World>, id: u64) -> Result<(), String> {
         world.config.clone(),
         Rc::new(SystemClock),
     ));
-    forwarder.replica_context.node_id.set(id);
+    forwarder.replica_context.node_id.set(Some(NodeId::new(id)));
     *forwarder.replica_context.transport.borrow_mut() =
         Some(Rc::new(SimReplicas { world: Rc::downgrade(world), from: id }));
     // Its relay, as the daemon's forwarder shard joins the cluster (`join_the_cluster`).
@@ -1117,7 +1117,7 @@ async fn boot(world: &Rc<World>, id: u64) -> Result<(), String> {
         Relay::new(
             carrier,
             format!("node-{id}:{ROUTER_PORT}"),
-            std::sync::Arc::new(Routes::new(id)),
+            std::sync::Arc::new(Routes::new(NodeId::new(id))),
             forwarder.stop_handle(),
             forwarder.environment.stream_budget.clone(),
         ),
@@ -2129,7 +2129,8 @@ async fn add_node(world: &Rc<World>) {
     world.nodes.borrow_mut().insert(id, Slot::new(disk, true));
     world.note(|| format!("node {id} starts, to join as a {}", if voter { "voter" } else { "learner" }));
     start(world, id);
-    let operation = Operation::ClusterAddNode { node_id: id, cluster_address: cluster_address(id), voter };
+    let operation =
+        Operation::ClusterAddNode { node_id: NodeId::new(id), cluster_address: cluster_address(id), voter };
     change_membership(world, operation, &format!("adding node {id}")).await;
     world.members.borrow_mut().insert(id);
     world.added.set(world.added.get() + 1);
@@ -2140,7 +2141,7 @@ async fn add_node(world: &Rc<World>) {
 /// move to the other members first), asked at a member's door again until one answers it done
 /// (or that it is no member: an earlier answer was lost); then its process stops for good.
 async fn remove_node(world: &Rc<World>, id: u64) {
-    let operation = Operation::ClusterRemoveNode { node_id: id };
+    let operation = Operation::ClusterRemoveNode { node_id: NodeId::new(id) };
     change_membership(world, operation, &format!("removing node {id}")).await;
     world.members.borrow_mut().remove(&id);
     world.removed.set(world.removed.get() + 1);

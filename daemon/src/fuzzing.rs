@@ -464,7 +464,22 @@ fn control_samples() -> Vec<Vec<u8>> {
     };
     let oks = [
         ControlOk::Done,
-        ControlOk::Stats(crate::api::stats::ShardStats::default(), vec![topic]),
+        ControlOk::Stats(crate::api::stats::ShardStats::default(), vec![topic.clone()]),
+        // With a push subscription's figures, the reply's other tag.
+        ControlOk::Stats(crate::api::stats::ShardStats::default(), {
+            let mut pushed = topic;
+            pushed.subscriptions[0].push = Some(crate::api::stats::PushStats {
+                endpoint: "https://receiver.example/push".to_owned(),
+                window: 4,
+                last_error: Some(crate::api::stats::PushError {
+                    reason: "HTTP status 500".to_owned(),
+                    ms_ago: 9,
+                }),
+                requests_by_class: vec![("5xx".to_owned(), 1)],
+                ..Default::default()
+            });
+            vec![pushed]
+        }),
         ControlOk::Requests(crate::metrics::shard::ShardFigures {
             commands: vec![crate::metrics::requests::CommandFigures {
                 command: 6,
@@ -536,13 +551,13 @@ fn catalog_store_samples() -> Vec<Vec<u8>> {
 fn native_peer_samples() -> Vec<Vec<u8>> {
     use crate::net::peer::*;
     let status = crate::api::cluster::ClusterStatus {
-        node_id: 2,
-        catalog_leader: Some(3),
+        node_id: NodeId::new(2),
+        catalog_leader: Some(NodeId::new(3)),
         term: 7,
         last_log_index: Some(40),
         last_applied_index: None,
         nodes: vec![crate::api::cluster::NodeStatus {
-            node_id: 1,
+            node_id: NodeId::new(1),
             cluster_address: "10.0.0.1:7460".into(),
             router_address: "10.0.0.1:7450".into(),
             voter: true,

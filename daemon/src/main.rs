@@ -736,7 +736,7 @@ fn cluster_settings(
         }
     }
     let cluster = ringpost_daemon::ClusterSettings {
-        node_id: flags.node_id,
+        node_id: ringpost_daemon::ids::NodeId::new(flags.node_id),
         addresses,
         secret,
         ca: flags.cluster_ca.clone(),

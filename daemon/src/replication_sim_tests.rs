@@ -246,11 +246,16 @@ impl Electorate for World {
         self.catalog.borrow()
     }
 
-    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<u64>> {
+    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<NodeId>> {
         let now = runtime::now();
         let heard = self.heard.borrow();
         let recent = |at: &Option<Instant>| at.is_some_and(|at| now - at <= within);
-        Some((0..NODES_TOTAL).filter(|node| recent(&heard[*node])).map(|node| node as u64 + 1).collect())
+        Some(
+            (0..NODES_TOTAL)
+                .filter(|node| recent(&heard[*node]))
+                .map(|node| NodeId::new(node as u64 + 1))
+                .collect(),
+        )
     }
 
     async fn control(&self, shard: u32, request: ControlRequest) -> Result<ControlOk, ControlError> {
@@ -352,7 +357,7 @@ async fn start(world: &Rc<World>, node: usize, recovering: bool) {
         world.config.clone(),
         Rc::new(SystemClock),
     ));
-    forwarder.replica_context.node_id.set(node as u64 + 1);
+    forwarder.replica_context.node_id.set(Some(NodeId::new(node as u64 + 1)));
     *forwarder.replica_context.transport.borrow_mut() =
         Some(Rc::new(SimTransport { world: Rc::downgrade(world), from: node }));
     let attach = ControlRequest::AttachReplica {
@@ -972,7 +977,7 @@ async fn two_replicas() -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder
             LogConfig::default(),
             Rc::new(SystemClock),
         ));
-        forwarder.replica_context.node_id.set(node as u64 + 1);
+        forwarder.replica_context.node_id.set(Some(NodeId::new(node as u64 + 1)));
         let attach = ControlRequest::AttachReplica {
             topic_id: TOPIC_ID,
             name: TOPIC.to_owned(),

@@ -76,6 +76,10 @@ pub enum Command {
     GetSnapshot = 54,
     /// `Empty` → `StatsResponse` (router): topics, subscriptions, shards and data directories.
     Stats = 60,
+    /// `Empty` → `StatsWithPushResponse` (router): `Stats`, and each push subscription's
+    /// endpoint, window, outstanding pushes, last error and pushes by outcome. A daemon from
+    /// before push subscriptions answers `Unimplemented`; ask `Stats` then.
+    StatsWithPush = 65,
     /// `ResyncDirectoryRequest` → `ResyncDirectoryResponse` (router): bring a fenced data
     /// directory back by rewriting every log's copy in it from healthy copies.
     ResyncDirectory = 61,
@@ -131,7 +135,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 46] = [
+    pub const ALL: [Command; 47] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -162,6 +166,7 @@ impl Command {
         Command::DeleteSnapshot,
         Command::GetSnapshot,
         Command::Stats,
+        Command::StatsWithPush,
         Command::ResyncDirectory,
         Command::ClusterStatus,
         Command::ClusterAddNode,
@@ -216,6 +221,7 @@ impl Command {
             62 => Command::ClusterStatus,
             63 => Command::ClusterAddNode,
             64 => Command::ClusterRemoveNode,
+            65 => Command::StatsWithPush,
             70 => Command::PeerAppendEntries,
             71 => Command::PeerVote,
             72 => Command::PeerSnapshot,

@@ -377,6 +377,52 @@ wire_type! {
 }
 
 wire_type! {
+    /// `StatsWithPush`'s answer: `Stats`'s, and each push subscription's pushing. A body of its
+    /// own, since an rkyv body cannot grow a field that an older reader would skip: a client
+    /// of the version before push subscriptions asks `Stats` and reads `StatsResponse` alike.
+    pub struct StatsWithPushResponse {
+        pub stats: StatsResponse,
+        /// Every push subscription the answering node serves, in the order of `stats.topics`.
+        pub push_subscriptions: Vec<PushSubscriptionStats>,
+    }
+}
+
+wire_type! {
+    /// A push subscription's delivery, as the forwarder that pushes it sees it: its push
+    /// task's figures since the task started (when the forwarder took the subscription, or it
+    /// was made a push one). Its backlog is its `SubscriptionStats`'.
+    pub struct PushSubscriptionStats {
+        pub topic: String,
+        pub subscription: String,
+        /// The URL pushed to.
+        pub endpoint: String,
+        /// Pushes that may be outstanding now (its flow control's window); 0 while no task
+        /// pushes it.
+        pub window: u32,
+        /// Pushes sent and not answered yet.
+        pub outstanding: u32,
+        /// How the last push that did not acknowledge ended, and how long ago; kept after later
+        /// successes (`failures_in_a_row` says whether the endpoint still fails).
+        pub last_error: Option<PushError>,
+        /// Pushes that did not acknowledge since the last one that did.
+        pub failures_in_a_row: u64,
+        /// Pushes answered, by outcome class: `1xx` to `5xx` (the status's hundreds),
+        /// `connection_error`, `timeout`.
+        pub requests: Vec<PushRequestCount>,
+    }
+}
+
+wire_type! {
+    /// A push that did not acknowledge: an HTTP status, a connection error, or no answer within
+    /// the ack deadline.
+    pub struct PushError { pub reason: String, pub ms_ago: u64 }
+}
+
+wire_type! {
+    pub struct PushRequestCount { pub class: String, pub count: u64 }
+}
+
+wire_type! {
     pub struct ResyncDirectoryRequest { pub index: u32 }
 }
 

@@ -519,6 +519,41 @@ mod round_trips {
         );
     }
 
+    /// StatsWithPush's answer (command 65): a push subscription that failed, one that has not,
+    /// beside the stats `Stats` answers.
+    #[test]
+    fn stats_with_push() {
+        let stats = StatsResponse {
+            topics: vec![TopicStats {
+                name: "orders".to_owned(),
+                subscriptions: vec![SubscriptionStats {
+                    name: "pushed".to_owned(),
+                    backlog_messages: 7,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let failed = PushSubscriptionStats {
+            topic: "orders".to_owned(),
+            subscription: "pushed".to_owned(),
+            endpoint: "https://receiver.example/push".to_owned(),
+            window: 9,
+            outstanding: 3,
+            last_error: Some(PushError { reason: "HTTP status 500".to_owned(), ms_ago: 1_200 }),
+            failures_in_a_row: 2,
+            requests: vec![
+                PushRequestCount { class: "2xx".to_owned(), count: 40 },
+                PushRequestCount { class: "5xx".to_owned(), count: 2 },
+            ],
+        };
+        let fresh = PushSubscriptionStats { subscription: "other".to_owned(), ..Default::default() };
+        let response = StatsWithPushResponse { stats, push_subscriptions: vec![failed, fresh] };
+        check_round_trip(Command::StatsWithPush, FLAG_RESPONSE, 11, &response);
+        check_round_trip(Command::StatsWithPush, FLAG_RESPONSE, 12, &StatsWithPushResponse::default());
+    }
+
     #[test]
     fn name_and_list_requests() {
         check_round_trip(Command::GetTopic, 0, 4, &NameRequest { name: "orders".to_owned() });

@@ -2,15 +2,17 @@
 //! sees it. The catalog computes it from openraft's metrics (`Catalog::cluster_status`); a
 //! protocol encodes it.
 
+use crate::ids::NodeId;
+
 /// The catalog's raft group, as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterStatus {
     /// The node that answered.
-    pub node_id: u64,
+    pub node_id: NodeId,
     /// The catalog's leader as this node can vouch for it: `None` during an election, on a
     /// leader that has not heard from a majority of its voters within
     /// `LEADER_CONTACT_LOST_AFTER`, and on a node that has not heard from its leader as long.
-    pub catalog_leader: Option<u64>,
+    pub catalog_leader: Option<NodeId>,
     pub term: u64,
     /// The last catalog index in this node's log, and the last it applied (`None`: none yet).
     pub last_log_index: Option<u64>,
@@ -39,16 +41,16 @@ pub const CLUSTER_STATUS_TOPICS_MAX: usize = 1000;
 pub struct TopicPlacement {
     pub name: String,
     /// The node whose replica leads, and the epoch it leads.
-    pub leader_node: u64,
+    pub leader_node: NodeId,
     pub epoch: u64,
     /// Every node holding a replica, the leader among them, in the catalog's order.
-    pub replica_nodes: Vec<u64>,
+    pub replica_nodes: Vec<NodeId>,
 }
 
 /// One member of the catalog's group.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeStatus {
-    pub node_id: u64,
+    pub node_id: NodeId,
     pub cluster_address: String,
     /// Where its router serves clients (empty until it registered).
     pub router_address: String,

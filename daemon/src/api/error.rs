@@ -260,7 +260,7 @@ impl From<crate::router::ControlError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::Epoch;
+    use crate::ids::{Epoch, NodeId};
     use crate::log::LogError;
     use crate::protocol::grpc::status::grpc_code;
     use ringpost_wire::ErrorCode;
@@ -305,18 +305,22 @@ mod tests {
         let seconds = Duration::from_secs(10);
         let cases = [
             (
-                CatalogError::NotLeader { leader: Some(2) },
+                CatalogError::NotLeader { leader: Some(NodeId::new(2)) },
                 Code::Unavailable,
                 "this node no longer leads the catalog; try again",
             ),
             (
-                CatalogError::QuorumNotHeard { node: 1, voters: 3, since: Some(Duration::from_millis(2500)) },
+                CatalogError::QuorumNotHeard {
+                    node: NodeId::new(1),
+                    voters: 3,
+                    since: Some(Duration::from_millis(2500)),
+                },
                 Code::Unavailable,
                 "node 1 leads the catalog but has not heard from a majority of its 3 voters for 2.5 s: \
                  too few are reachable to decide anything",
             ),
             (
-                CatalogError::QuorumNotHeard { node: 1, voters: 3, since: None },
+                CatalogError::QuorumNotHeard { node: NodeId::new(1), voters: 3, since: None },
                 Code::Unavailable,
                 "node 1 leads the catalog but has not heard from a majority of its 3 voters: \
                  too few are reachable to decide anything",
@@ -328,13 +332,13 @@ mod tests {
                  it may still be decided once they do",
             ),
             (
-                CatalogError::MembershipUndecided { node_id: 4, waited: seconds },
+                CatalogError::MembershipUndecided { node_id: NodeId::new(4), waited: seconds },
                 Code::DeadlineExceeded,
                 "the catalog did not decide the change of its members (node 4) within 10 s; \
                  it may still be decided: look with `ringpost cluster status`",
             ),
             (
-                CatalogError::NotCaughtUp { node_id: 4, waited: Duration::from_secs(60) },
+                CatalogError::NotCaughtUp { node_id: NodeId::new(4), waited: Duration::from_secs(60) },
                 Code::Unavailable,
                 "node 4 is a learner of the catalog now, but did not catch up within 60 s: \
                  is it running, started with --join? Run the command again once it is",
@@ -345,7 +349,7 @@ mod tests {
                 "the catalog did not commit the change: stopped",
             ),
             (
-                CatalogError::MembershipRefused { node_id: 4, why: "stopped".into() },
+                CatalogError::MembershipRefused { node_id: NodeId::new(4), why: "stopped".into() },
                 Code::Unavailable,
                 "changing the catalog's members (node 4): stopped",
             ),
@@ -440,11 +444,14 @@ mod tests {
             ),
             (ControlError::LimitReached("the catalog holds 10 topics".into()), "the catalog holds 10 topics"),
             (
-                ControlError::NotLeader { this_node: 2, leader: Some((1, "10.0.0.1:7450".into())) },
+                ControlError::NotLeader {
+                    this_node: NodeId::new(2),
+                    leader: Some((NodeId::new(1), "10.0.0.1:7450".into())),
+                },
                 "node 2 does not lead the catalog; node 1 does (its router is at 10.0.0.1:7450)",
             ),
             (
-                ControlError::NotLeader { this_node: 2, leader: None },
+                ControlError::NotLeader { this_node: NodeId::new(2), leader: None },
                 "the catalog has no leader (too few of its voters are reachable)",
             ),
             (ControlError::unavailable("this node has no peers"), "this node has no peers"),

@@ -72,6 +72,38 @@ pub struct SubscriptionStats {
     /// `metrics::rate::RATE_WINDOW_SECONDS` seconds.
     pub delivered_per_second: u64,
     pub acked_per_second: u64,
+    /// Its pushing, for a push subscription; `None` for a pull one.
+    pub push: Option<PushStats>,
+}
+
+/// A push subscription's delivery, as the shard that pushes it sees it. The figures are its
+/// push task's, since the task started (when the shard took the subscription, or it was made
+/// a push one).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PushStats {
+    /// The URL pushed to.
+    pub endpoint: String,
+    /// Pushes that may be outstanding now (its flow control's window); 0 while no task
+    /// pushes it (the shard has no HTTP client, or its task is starting).
+    pub window: u32,
+    /// Pushes sent and not answered yet.
+    pub outstanding: u32,
+    /// How the last push that did not acknowledge ended (an HTTP status, a connection error,
+    /// no answer within the ack deadline), and how long ago; kept after later successes.
+    pub last_error: Option<PushError>,
+    /// Pushes that did not acknowledge since the last one that did: 0 while the endpoint
+    /// acknowledges.
+    pub failures_in_a_row: u64,
+    /// Pushes answered, by outcome class (`push::client::PUSH_OUTCOME_CLASSES`: `1xx` to `5xx`,
+    /// `connection_error`, `timeout`), in that order.
+    pub requests_by_class: Vec<(String, u64)>,
+}
+
+/// A push that did not acknowledge.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PushError {
+    pub reason: String,
+    pub ms_ago: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

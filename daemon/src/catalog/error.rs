@@ -1,6 +1,7 @@
 //! The catalog's errors: why a change was not decided, each variant saying what its caller does
 //! next. They become a `Status` in one place (`api::error`), at the edge.
 
+use crate::ids::NodeId;
 use crate::log::LogError;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ pub enum CatalogError {
     /// This node stopped leading the catalog while the change was in hand: nothing was decided
     /// here; carry the change to `leader` (when openraft names one) and propose it there.
     #[error("this node no longer leads the catalog; try again")]
-    NotLeader { leader: Option<u64> },
+    NotLeader { leader: Option<NodeId> },
     /// This node leads the catalog but has not heard from a majority of its `voters` for
     /// `since` (never, when None): nothing was proposed; retry once enough voters answer.
     #[error(
@@ -19,7 +20,7 @@ pub enum CatalogError {
          too few are reachable to decide anything",
         since.map_or(String::new(), |since| format!(" for {:.1} s", since.as_secs_f64()))
     )]
-    QuorumNotHeard { node: u64, voters: usize, since: Option<Duration> },
+    QuorumNotHeard { node: NodeId, voters: usize, since: Option<Duration> },
     /// The change was not decided within `waited`, and may still be: look before proposing it
     /// again (`is_undecided`).
     #[error(
@@ -35,7 +36,7 @@ pub enum CatalogError {
          it may still be decided: look with `ringpost cluster status`",
         waited.as_secs()
     )]
-    MembershipUndecided { node_id: u64, waited: Duration },
+    MembershipUndecided { node_id: NodeId, waited: Duration },
     /// Node `node_id` is a learner now but did not catch up within `waited`: start it (with
     /// `--join`) and ask again.
     #[error(
@@ -43,14 +44,14 @@ pub enum CatalogError {
          is it running, started with --join? Run the command again once it is",
         waited.as_secs()
     )]
-    NotCaughtUp { node_id: u64, waited: Duration },
+    NotCaughtUp { node_id: NodeId, waited: Duration },
     /// openraft refused to commit the change for another reason (it is shutting down, say):
     /// retry later.
     #[error("the catalog did not commit the change: {0}")]
     NotCommitted(String),
     /// openraft refused the change of the members for another reason: retry later.
     #[error("changing the catalog's members (node {node_id}): {why}")]
-    MembershipRefused { node_id: u64, why: String },
+    MembershipRefused { node_id: NodeId, why: String },
     /// openraft did not take the request to hand the leadership over: retry later.
     #[error("handing the catalog's leadership over: {0}")]
     TransferRefused(String),

@@ -31,6 +31,7 @@ pub use entry::{
 pub use error::CatalogError;
 pub use state::{Applied, CatalogState};
 
+use crate::ids::NodeId;
 use crate::log::{Directories, Log};
 use crate::storage::Storage;
 use openraft::network::RaftNetworkFactory;
@@ -72,7 +73,7 @@ pub struct Catalog<S: Storage> {
     next_id: Cell<u64>,
     /// A catalog from before raft is being imported: stored as a snapshot once ready.
     importing: Cell<bool>,
-    this_node: u64,
+    this_node: NodeId,
     /// The term this node last saw itself lead in, and since when (`voters_heard_within`).
     led_since: Cell<Option<(u64, rt::ShardInstant)>>,
     /// When the catalog's leader last reached this node (the cluster port notes it).
@@ -85,7 +86,7 @@ pub struct Catalog<S: Storage> {
     told_removed: Cell<bool>,
     /// When this node first saw each member in the membership: a member the leader has not
     /// heard from yet counts as heard then, so a node just added is not reported unreachable.
-    members_since: RefCell<BTreeMap<u64, rt::ShardInstant>>,
+    members_since: RefCell<BTreeMap<NodeId, rt::ShardInstant>>,
 }
 
 /// When the catalog's leader last reached this node: an AppendEntries (a heartbeat every
@@ -283,7 +284,7 @@ impl<S: Storage> Catalog<S> {
             snapshots,
             next_id: Cell::new(0),
             importing: Cell::new(imported.is_some()),
-            this_node: voters.this_node,
+            this_node: NodeId::new(voters.this_node),
             led_since: Cell::new(None),
             leader_contact: Rc::default(),
             opened_at: shard_now(),
@@ -319,7 +320,7 @@ impl<S: Storage> Catalog<S> {
     pub async fn ready(
         &self,
         voters: &Voters,
-        ask_leader: impl AsyncFn(u64) -> Result<Option<LogId>, String>,
+        ask_leader: impl AsyncFn(NodeId) -> Result<Option<LogId>, String>,
         report: &dyn Fn(&str),
     ) -> Result<(), String> {
         if voters.is_single() {
@@ -418,9 +419,9 @@ impl<S: Storage> Catalog<S> {
     /// led for less than `within` (it cannot tell yet who is gone), and on one that heard from
     /// fewer than a majority: it is more likely the one cut off than they all gone, and what it
     /// would start on their account (fencing rounds) could only depose leaders they reach.
-    pub fn voters_heard_within(&self, within: std::time::Duration) -> Option<Vec<u64>> {
+    pub fn voters_heard_within(&self, within: std::time::Duration) -> Option<Vec<NodeId>> {
         let metrics = self.raft.metrics().borrow_watched().clone();
-        if metrics.current_leader != Some(self.this_node) {
+        if metrics.current_leader != Some(self.this_node.get()) {
             return None;
         }
         let now = <rt::ShardInstant as openraft_rt::instant::Instant>::now();
@@ -437,16 +438,17 @@ impl<S: Storage> Catalog<S> {
             return None;
         }
         let heartbeats = metrics.heartbeat.as_ref()?;
-        let mut heard: Vec<u64> = heartbeats
+        let mut heard: Vec<NodeId> = heartbeats
             .iter()
             .filter(|(_, at)| at.is_some_and(|at| now - *at <= within))
-            .map(|(node, _)| *node)
+            .map(|(node, _)| NodeId::new(*node))
             .collect();
         if !heard.contains(&self.this_node) {
             heard.push(self.this_node);
         }
         // Learners are heard too (they may hold replicas), but only voters make the majority.
-        let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
+        let voters: BTreeSet<NodeId> =
+            metrics.membership_config.membership().voter_ids().map(NodeId::new).collect();
         if heard.iter().filter(|node| voters.contains(node)).count() < voters.len() / 2 + 1 {
             return None;
         }
@@ -476,15 +478,16 @@ impl<S: Storage> Catalog<S> {
                 heartbeats
                     .iter()
                     .map(|(node, at)| {
-                        let heard = at.as_ref().map(|at| **at).or_else(|| since.get(node).copied());
-                        (*node, heard.map(|at| now - at))
+                        let heard =
+                            at.as_ref().map(|at| **at).or_else(|| since.get(&NodeId::new(*node)).copied());
+                        (NodeId::new(*node), heard.map(|at| now - at))
                     })
                     .collect()
             })
             .unwrap_or_default();
         standing::Observed {
             this_node: self.this_node,
-            leader: metrics.current_leader,
+            leader: metrics.current_leader.map(NodeId::new),
             members,
             quorum_acked_ago: metrics.last_quorum_acked.as_ref().map(|acked| now - **acked),
             members_heard_ago,
@@ -502,7 +505,7 @@ impl<S: Storage> Catalog<S> {
 
     /// The catalog's leader this node names to others: none while it cannot vouch for one
     /// (a leader cut off from its majority, a follower that no longer hears its leader).
-    pub fn reported_leader(&self) -> Option<u64> {
+    pub fn reported_leader(&self) -> Option<NodeId> {
         self.standing().reported_leader(self.this_node)
     }
 
@@ -517,8 +520,8 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// The voter this one knows to lead, if any.
-    pub fn leader(&self) -> Option<u64> {
-        self.raft.metrics().borrow_watched().current_leader
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow_watched().current_leader.map(NodeId::new)
     }
 
     /// Whether this voter leads the catalog: only the leader decides changes.
@@ -532,11 +535,11 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// The catalog's members now, voters and learners, each with whether it votes.
-    pub fn members(&self) -> BTreeMap<u64, bool> {
+    pub fn members(&self) -> BTreeMap<NodeId, bool> {
         let metrics = self.raft.metrics().borrow_watched().clone();
         let membership = metrics.membership_config.membership();
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
-        membership.nodes().map(|(id, _)| (*id, voters.contains(id))).collect()
+        membership.nodes().map(|(id, _)| (NodeId::new(*id), voters.contains(id))).collect()
     }
 
     /// On the leader: makes node `node_id` a member, as a learner that the leader brings up to
@@ -545,19 +548,20 @@ impl<S: Storage> Catalog<S> {
     /// promoted. Learner first, so that a voter never joins a quorum before it holds the log.
     pub async fn add_member(
         &self,
-        node_id: u64,
+        node_id: NodeId,
         voter: bool,
         catch_up_within: Duration,
     ) -> Result<(), CatalogError> {
         let members = self.members();
         if !members.contains_key(&node_id) || voter && members.get(&node_id) == Some(&false) {
-            let added = within(catch_up_within, self.raft.add_learner(node_id, openraft::EmptyNode {}, true))
-                .await
-                .ok_or(CatalogError::NotCaughtUp { node_id, waited: catch_up_within })?;
+            let added =
+                within(catch_up_within, self.raft.add_learner(node_id.get(), openraft::EmptyNode {}, true))
+                    .await
+                    .ok_or(CatalogError::NotCaughtUp { node_id, waited: catch_up_within })?;
             added.map_err(|error| membership_refused(node_id, error))?;
         }
         if voter && self.members().get(&node_id) != Some(&true) {
-            let change = openraft::ChangeMembers::AddVoterIds(BTreeSet::from([node_id]));
+            let change = openraft::ChangeMembers::AddVoterIds(BTreeSet::from([node_id.get()]));
             within(CATALOG_PROPOSE_TIMEOUT, self.raft.change_membership(change, false))
                 .await
                 .ok_or_else(|| undecided_membership(node_id))?
@@ -568,11 +572,11 @@ impl<S: Storage> Catalog<S> {
 
     /// On the leader: takes node `node_id` out of the catalog's group, voter or learner. The
     /// leader itself is not removed here: it hands its leadership to another voter first.
-    pub async fn remove_member(&self, node_id: u64) -> Result<(), CatalogError> {
+    pub async fn remove_member(&self, node_id: NodeId) -> Result<(), CatalogError> {
         let Some(voter) = self.members().get(&node_id).copied() else {
             return Ok(());
         };
-        let ids = BTreeSet::from([node_id]);
+        let ids = BTreeSet::from([node_id.get()]);
         let change = if voter {
             openraft::ChangeMembers::RemoveVoters(ids)
         } else {
@@ -586,16 +590,16 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// Asks this leader to hand the catalog's leadership to voter `to`.
-    pub async fn transfer_leadership(&self, to: u64) -> Result<(), CatalogError> {
+    pub async fn transfer_leadership(&self, to: NodeId) -> Result<(), CatalogError> {
         self.raft
             .trigger()
-            .transfer_leader(to)
+            .transfer_leader(to.get())
             .await
             .map_err(|error| CatalogError::TransferRefused(error.to_string()))
     }
 
     /// This node's id.
-    pub fn node_id(&self) -> u64 {
+    pub fn node_id(&self) -> NodeId {
         self.this_node
     }
 
@@ -668,7 +672,7 @@ impl<S: Storage> Catalog<S> {
             },
             Some(Err(openraft::error::RaftError::APIError(
                 openraft::error::ClientWriteError::ForwardToLeader(forward),
-            ))) => Err(CatalogError::NotLeader { leader: forward.leader_id }),
+            ))) => Err(CatalogError::NotLeader { leader: forward.leader_id.map(NodeId::new) }),
             Some(Err(error)) => Err(CatalogError::NotCommitted(error.to_string())),
             None => Err(CatalogError::Undecided { waited: CATALOG_PROPOSE_TIMEOUT }),
         }
@@ -741,18 +745,18 @@ async fn within<T>(limit: Duration, future: impl std::future::Future<Output = T>
 }
 
 fn membership_refused(
-    node_id: u64,
+    node_id: NodeId,
     error: openraft::error::RaftError<CatalogRaft, openraft::error::ClientWriteError<CatalogRaft>>,
 ) -> CatalogError {
     match error {
         openraft::error::RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(forward)) => {
-            CatalogError::NotLeader { leader: forward.leader_id }
+            CatalogError::NotLeader { leader: forward.leader_id.map(NodeId::new) }
         }
         error => CatalogError::MembershipRefused { node_id, why: error.to_string() },
     }
 }
 
-fn undecided_membership(node_id: u64) -> CatalogError {
+fn undecided_membership(node_id: NodeId) -> CatalogError {
     CatalogError::MembershipUndecided { node_id, waited: CATALOG_PROPOSE_TIMEOUT }
 }
 

@@ -62,9 +62,9 @@ impl<S: Storage> Clone for CatalogMachine<S> {
 }
 
 /// Each member of `membership`, and whether it votes (in any of a joint change's configs).
-fn members_of(membership: &Membership) -> std::collections::BTreeMap<u64, bool> {
+fn members_of(membership: &Membership) -> std::collections::BTreeMap<crate::ids::NodeId, bool> {
     let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
-    membership.nodes().map(|(id, _)| (*id, voters.contains(id))).collect()
+    membership.nodes().map(|(id, _)| (crate::ids::NodeId::new(*id), voters.contains(id))).collect()
 }
 
 fn io_error(error: impl std::fmt::Display) -> io::Error {

@@ -7,6 +7,7 @@
 //! (`Observed`), and the changes between two observations are the lines the log gets
 //! (`changes`).
 
+use crate::ids::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -26,15 +27,15 @@ pub const MEMBER_UNREACHABLE_AFTER: Duration = Duration::from_millis(1500);
 /// What the catalog observed of its group at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observed {
-    pub this_node: u64,
+    pub this_node: NodeId,
     /// The leader openraft names: this node when it leads, even cut off from the others.
-    pub leader: Option<u64>,
+    pub leader: Option<NodeId>,
     /// The latest membership: each member and whether it votes.
-    pub members: BTreeMap<u64, bool>,
+    pub members: BTreeMap<NodeId, bool>,
     /// On the leader: how long ago a majority of voters last answered (`None`: never).
     pub quorum_acked_ago: Option<Duration>,
     /// On the leader: how long ago each other member last answered (`None`: never).
-    pub members_heard_ago: BTreeMap<u64, Option<Duration>>,
+    pub members_heard_ago: BTreeMap<NodeId, Option<Duration>>,
     /// Off the leader: how long ago the leader's last message came (`None`: none since start).
     pub leader_heard_ago: Option<Duration>,
     /// How long this node has run its catalog: contact is not missed before it had time to come.
@@ -54,10 +55,10 @@ pub enum Standing {
     /// never): it cannot decide anything, and another may be elected.
     LeadsWithoutQuorum { silent_for: Option<Duration> },
     /// It follows `leader` and hears from it.
-    Follows { leader: u64 },
+    Follows { leader: NodeId },
     /// It last knew `leader` to lead, and has heard nothing from it for `silent_for` (`None`:
     /// since it started).
-    LeaderSilent { leader: u64, silent_for: Option<Duration> },
+    LeaderSilent { leader: NodeId, silent_for: Option<Duration> },
     /// No leader is known: an election, or too few voters to hold one.
     NoLeader,
     /// Started with `--join`, it waits to be added.
@@ -68,7 +69,7 @@ pub enum Standing {
 
 impl Standing {
     /// The leader this node names to others: none while it cannot vouch for one.
-    pub fn reported_leader(&self, this_node: u64) -> Option<u64> {
+    pub fn reported_leader(&self, this_node: NodeId) -> Option<NodeId> {
         match self {
             Standing::Leads => Some(this_node),
             Standing::Follows { leader } => Some(*leader),
@@ -92,7 +93,7 @@ impl Standing {
     }
 
     /// Why this node is not ready, if it is not.
-    pub fn not_ready(&self, this_node: u64) -> Option<String> {
+    pub fn not_ready(&self, this_node: NodeId) -> Option<String> {
         let seconds = |silent: &Option<Duration>| match silent {
             Some(silent) => format!("for {:.1} s", silent.as_secs_f64()),
             None => "since it started".to_owned(),
@@ -148,7 +149,7 @@ pub fn standing(observed: &Observed) -> Standing {
 }
 
 /// On the leader, the members it has not heard from within `MEMBER_UNREACHABLE_AFTER`.
-pub fn unreachable_members(observed: &Observed) -> BTreeSet<u64> {
+pub fn unreachable_members(observed: &Observed) -> BTreeSet<NodeId> {
     if observed.leader != Some(observed.this_node) || observed.running_for <= MEMBER_UNREACHABLE_AFTER {
         return BTreeSet::new();
     }
@@ -169,9 +170,9 @@ pub fn unreachable_members(observed: &Observed) -> BTreeSet<u64> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Picture {
     pub standing: Standing,
-    pub leader: Option<u64>,
-    pub members: BTreeMap<u64, bool>,
-    pub unreachable: BTreeSet<u64>,
+    pub leader: Option<NodeId>,
+    pub members: BTreeMap<NodeId, bool>,
+    pub unreachable: BTreeSet<NodeId>,
 }
 
 impl Picture {
@@ -196,7 +197,7 @@ pub struct Change {
 /// The log lines for a change of the membership from `before` to `after` (each member and
 /// whether it votes), as every node applies it: so each is logged once on each node, however
 /// quickly the next follows.
-pub fn member_changes(before: &BTreeMap<u64, bool>, after: &BTreeMap<u64, bool>) -> Vec<Change> {
+pub fn member_changes(before: &BTreeMap<NodeId, bool>, after: &BTreeMap<NodeId, bool>) -> Vec<Change> {
     let name = |voter: bool| if voter { "a voter" } else { "a learner" };
     let mut lines = Vec::new();
     for (node, voter) in after {
@@ -215,7 +216,7 @@ pub fn member_changes(before: &BTreeMap<u64, bool>, after: &BTreeMap<u64, bool>)
 
 /// The log lines for what changed from `before` to `now`, each change once (members aside:
 /// `member_changes`).
-pub fn changes(this_node: u64, before: &Picture, now: &Picture) -> Vec<Change> {
+pub fn changes(this_node: NodeId, before: &Picture, now: &Picture) -> Vec<Change> {
     let mut lines = Vec::new();
     let info = |line: String| Change { warning: false, line };
     let warning = |line: String| Change { warning: true, line };
@@ -251,7 +252,7 @@ pub fn changes(this_node: u64, before: &Picture, now: &Picture) -> Vec<Change> {
         }
     }
     let leads = now.standing == Standing::Leads;
-    let lost = |node: &u64| {
+    let lost = |node: &NodeId| {
         warning(format!(
             "node {node} does not answer the catalog's leader (node {this_node}) for {:.1} s: unreachable",
             MEMBER_UNREACHABLE_AFTER.as_secs_f64()
@@ -278,14 +279,24 @@ mod tests {
     const SECOND: Duration = Duration::from_secs(1);
 
     fn changes(this_node: u64, before: &Picture, now: &Picture) -> Vec<String> {
-        super::changes(this_node, before, now).into_iter().map(|change| change.line).collect()
+        super::changes(NodeId::new(this_node), before, now).into_iter().map(|change| change.line).collect()
+    }
+
+    /// Each member by number, and whether it votes.
+    fn members(members: &[(u64, bool)]) -> BTreeMap<NodeId, bool> {
+        members.iter().map(|(node, voter)| (NodeId::new(*node), *voter)).collect()
+    }
+
+    /// How long ago the leader heard from each member, by number.
+    fn heard(members: &[(u64, Option<Duration>)]) -> BTreeMap<NodeId, Option<Duration>> {
+        members.iter().map(|(node, ago)| (NodeId::new(*node), *ago)).collect()
     }
 
     fn three(this_node: u64, leader: Option<u64>) -> Observed {
         Observed {
-            this_node,
-            leader,
-            members: BTreeMap::from([(1, true), (2, true), (3, true)]),
+            this_node: NodeId::new(this_node),
+            leader: leader.map(NodeId::new),
+            members: members(&[(1, true), (2, true), (3, true)]),
             running_for: 60 * SECOND,
             ..Observed::default()
         }
@@ -296,12 +307,15 @@ mod tests {
         let mut observed = three(1, Some(1));
         observed.quorum_acked_ago = Some(SECOND / 2);
         assert_eq!(standing(&observed), Standing::Leads);
-        assert_eq!(standing(&observed).reported_leader(1), Some(1));
+        assert_eq!(standing(&observed).reported_leader(NodeId::new(1)), Some(NodeId::new(1)));
         observed.quorum_acked_ago = Some(LEADER_CONTACT_LOST_AFTER + SECOND);
         let lost = standing(&observed);
         assert_eq!(lost, Standing::LeadsWithoutQuorum { silent_for: Some(3 * SECOND) });
-        assert_eq!(lost.reported_leader(1), None);
-        assert!(lost.not_ready(1).unwrap().contains("has not heard from a majority of its voters for 3.0 s"));
+        assert_eq!(lost.reported_leader(NodeId::new(1)), None);
+        assert!(lost
+            .not_ready(NodeId::new(1))
+            .unwrap()
+            .contains("has not heard from a majority of its voters for 3.0 s"));
         // Never acknowledged at all, once it has run long enough to have been.
         observed.quorum_acked_ago = None;
         assert_eq!(standing(&observed), Standing::LeadsWithoutQuorum { silent_for: None });
@@ -312,9 +326,9 @@ mod tests {
     #[test]
     fn a_single_voter_always_leads() {
         let observed = Observed {
-            this_node: 1,
-            leader: Some(1),
-            members: BTreeMap::from([(1, true)]),
+            this_node: NodeId::new(1),
+            leader: Some(NodeId::new(1)),
+            members: members(&[(1, true)]),
             ..Observed::default()
         };
         assert_eq!(standing(&observed), Standing::Leads);
@@ -324,11 +338,11 @@ mod tests {
     fn a_follower_names_its_leader_only_while_it_hears_it() {
         let mut observed = three(2, Some(1));
         observed.leader_heard_ago = Some(SECOND / 3);
-        assert_eq!(standing(&observed), Standing::Follows { leader: 1 });
+        assert_eq!(standing(&observed), Standing::Follows { leader: NodeId::new(1) });
         observed.leader_heard_ago = Some(5 * SECOND);
         let silent = standing(&observed);
-        assert_eq!(silent, Standing::LeaderSilent { leader: 1, silent_for: Some(5 * SECOND) });
-        assert_eq!(silent.reported_leader(2), None);
+        assert_eq!(silent, Standing::LeaderSilent { leader: NodeId::new(1), silent_for: Some(5 * SECOND) });
+        assert_eq!(silent.reported_leader(NodeId::new(2)), None);
         assert!(!silent.is_serving());
         observed.leader = None;
         assert_eq!(standing(&observed), Standing::NoLeader);
@@ -339,24 +353,24 @@ mod tests {
         let mut observed = three(5, Some(1));
         observed.joining = true;
         assert_eq!(standing(&observed), Standing::Joining);
-        assert!(standing(&observed).not_ready(5).unwrap().contains("waiting to be added"));
+        assert!(standing(&observed).not_ready(NodeId::new(5)).unwrap().contains("waiting to be added"));
         observed.joining = false;
         assert_eq!(standing(&observed), Standing::Removed);
         let mut told = three(2, Some(1));
         told.leader_heard_ago = Some(SECOND / 3);
         told.told_removed = true;
         assert_eq!(standing(&told), Standing::Removed);
-        assert_eq!(standing(&told).reported_leader(2), None);
+        assert_eq!(standing(&told).reported_leader(NodeId::new(2)), None);
     }
 
     #[test]
     fn the_leader_reports_members_silent_past_the_bound() {
         let mut observed = three(1, Some(1));
         observed.quorum_acked_ago = Some(SECOND / 3);
-        observed.members_heard_ago = BTreeMap::from([(2, Some(SECOND / 3)), (3, Some(2 * SECOND))]);
-        assert_eq!(unreachable_members(&observed), BTreeSet::from([3]));
-        observed.members_heard_ago.insert(3, None);
-        assert_eq!(unreachable_members(&observed), BTreeSet::from([3]));
+        observed.members_heard_ago = heard(&[(2, Some(SECOND / 3)), (3, Some(2 * SECOND))]);
+        assert_eq!(unreachable_members(&observed), BTreeSet::from([NodeId::new(3)]));
+        observed.members_heard_ago.insert(NodeId::new(3), None);
+        assert_eq!(unreachable_members(&observed), BTreeSet::from([NodeId::new(3)]));
         assert_eq!(unreachable_members(&three(2, Some(1))), BTreeSet::new(), "only the leader can tell");
     }
 
@@ -364,7 +378,7 @@ mod tests {
     fn each_change_is_one_line_and_nothing_changed_is_none() {
         let mut observed = three(1, Some(1));
         observed.quorum_acked_ago = Some(SECOND / 3);
-        observed.members_heard_ago = BTreeMap::from([(2, Some(SECOND / 3)), (3, Some(SECOND / 3))]);
+        observed.members_heard_ago = heard(&[(2, Some(SECOND / 3)), (3, Some(SECOND / 3))]);
         let healthy = Picture::of(&observed);
         assert!(changes(1, &healthy, &healthy).is_empty());
         let mut later = observed.clone();
@@ -376,7 +390,7 @@ mod tests {
             "a silence growing is no change"
         );
 
-        observed.members_heard_ago.insert(3, Some(5 * SECOND));
+        observed.members_heard_ago.insert(NodeId::new(3), Some(5 * SECOND));
         let three_lost = Picture::of(&observed);
         assert_eq!(
             changes(1, &healthy, &three_lost),
@@ -388,7 +402,7 @@ mod tests {
         );
 
         observed.quorum_acked_ago = Some(5 * SECOND);
-        observed.members_heard_ago.insert(2, Some(5 * SECOND));
+        observed.members_heard_ago.insert(NodeId::new(2), Some(5 * SECOND));
         let alone = Picture::of(&observed);
         let lines = changes(1, &three_lost, &alone);
         assert_eq!(lines.len(), 2, "{lines:?}");
@@ -407,8 +421,7 @@ mod tests {
     #[test]
     fn each_change_of_the_membership_is_one_line() {
         let lines = |before: &[(u64, bool)], after: &[(u64, bool)]| -> Vec<String> {
-            let (before, after) = (BTreeMap::from_iter(before.to_vec()), BTreeMap::from_iter(after.to_vec()));
-            member_changes(&before, &after).into_iter().map(|change| change.line).collect()
+            member_changes(&members(before), &members(after)).into_iter().map(|change| change.line).collect()
         };
         let three = [(1, true), (2, true), (3, true)];
         assert!(lines(&three, &three).is_empty());
@@ -437,7 +450,7 @@ mod tests {
                 "the catalog has no leader this node can vouch for".to_owned()
             ]
         );
-        observed.leader = Some(3);
+        observed.leader = Some(NodeId::new(3));
         observed.leader_heard_ago = Some(SECOND / 3);
         assert_eq!(changes(2, &silent, &Picture::of(&observed)), vec!["the catalog's leader is node 3"]);
         observed.told_removed = true;

@@ -18,16 +18,17 @@ impl<S: Storage> Catalog<S> {
         let standing = standing::standing(&observed);
         let unreachable = standing::unreachable_members(&observed);
         // openraft's leader keeps each member's last answer, whether or not a majority answers.
+        let this_node = NodeId::new(metrics.id);
         let leading = metrics.current_leader == Some(metrics.id);
         let nodes = observed
             .members
             .iter()
             .map(|(&node_id, &voter)| {
-                let role = if node_id == metrics.id {
+                let role = if node_id == this_node {
                     own_role(&standing, metrics.state)
                 } else if leading && unreachable.contains(&node_id) {
                     "unreachable"
-                } else if Some(node_id) == metrics.current_leader {
+                } else if Some(node_id.get()) == metrics.current_leader {
                     // Named as leader only while this node hears it.
                     match standing {
                         Standing::Follows { .. } => "leader",
@@ -44,11 +45,11 @@ impl<S: Storage> Catalog<S> {
                 let matched_index = metrics
                     .replication
                     .as_ref()
-                    .and_then(|replication| replication.get(&node_id).cloned().flatten())
+                    .and_then(|replication| replication.get(&node_id.get()).cloned().flatten())
                     .map(|matched| matched.index);
                 let heard_ms_ago = if !leading {
                     None
-                } else if node_id == metrics.id {
+                } else if node_id == this_node {
                     Some(0)
                 } else {
                     observed
@@ -64,7 +65,7 @@ impl<S: Storage> Catalog<S> {
                     router_address: self
                         .state()
                         .nodes
-                        .get(&NodeId::new(node_id))
+                        .get(&node_id)
                         .map(|node| node.router_address.clone())
                         .unwrap_or_default(),
                     voter,
@@ -75,25 +76,21 @@ impl<S: Storage> Catalog<S> {
             })
             .collect();
         ClusterStatus {
-            node_id: metrics.id,
-            catalog_leader: standing.reported_leader(metrics.id),
+            node_id: this_node,
+            catalog_leader: standing.reported_leader(this_node),
             term: metrics.current_term,
             last_log_index: metrics.last_log_index,
             last_applied_index: metrics.last_applied.map(|applied| applied.index),
             nodes,
-            not_serving: standing.not_ready(metrics.id),
+            not_serving: standing.not_ready(this_node),
             note: if leading { String::new() } else { format!("node {}'s own view", metrics.id) },
             ..ClusterStatus::default()
         }
     }
 
     /// The address member `node_id` is reached at by its peers.
-    fn member_address(&self, node_id: u64) -> String {
-        self.state()
-            .nodes
-            .get(&NodeId::new(node_id))
-            .map(|node| node.cluster_address.clone())
-            .unwrap_or_default()
+    fn member_address(&self, node_id: NodeId) -> String {
+        self.state().nodes.get(&node_id).map(|node| node.cluster_address.clone()).unwrap_or_default()
     }
 }
 

@@ -9,8 +9,8 @@
 
 use super::{ControlOk, ControlRequest, SettingsUpdate};
 use crate::api::stats::{
-    DirectoryStatus, FollowerStats, LatencySummary, QuarantinedTopic, ReplicaStats, ShardStats,
-    SubscriptionStats, TopicStats,
+    DirectoryStatus, FollowerStats, LatencySummary, PushError, PushStats, QuarantinedTopic, ReplicaStats,
+    ShardStats, SubscriptionStats, TopicStats,
 };
 use crate::api::{Code, Status};
 use crate::catalog::entry::{
@@ -51,6 +51,9 @@ const OK_FENCED: u8 = 5;
 const OK_TOPICS: u8 = 6;
 const OK_PROGRESS: u8 = 7;
 const OK_REQUESTS: u8 = 8;
+/// `OK_STATS` with each subscription's push figures: a shard with no push subscription
+/// answers `OK_STATS`, the bytes of the version before push subscriptions.
+const OK_STATS_WITH_PUSH: u8 = 9;
 
 /// Most topics a `ControlOk::Topics` lists.
 const TOPICS_LISTED_MAX: usize = 1 << 20;
@@ -348,11 +351,12 @@ impl ControlOk {
                 encoder.u64(*offset);
             }
             ControlOk::Stats(shard, topics) => {
-                encoder = Encoder::new(OK_STATS);
+                let push = topics.iter().flat_map(|topic| &topic.subscriptions).any(|sub| sub.push.is_some());
+                encoder = Encoder::new(if push { OK_STATS_WITH_PUSH } else { OK_STATS });
                 encode_shard_stats(&mut encoder, shard);
                 encoder.u32(topics.len() as u32);
                 for topic in topics {
-                    encode_topic_stats(&mut encoder, topic);
+                    encode_topic_stats(&mut encoder, topic, push);
                 }
             }
             ControlOk::Requests(figures) => {
@@ -398,9 +402,10 @@ impl ControlOk {
             OK_SUBSCRIPTION_START => fields("control reply SubscriptionStart", decoder, |decoder| {
                 Ok(ControlOk::SubscriptionStart(decoder.u64()?))
             })?,
-            OK_STATS => fields("control reply Stats", decoder, |decoder| {
+            OK_STATS | OK_STATS_WITH_PUSH => fields("control reply Stats", decoder, |decoder| {
+                let push = tag == OK_STATS_WITH_PUSH;
                 let shard = decode_shard_stats(decoder)?;
-                let topics = decode_list(decoder, decode_topic_stats)?;
+                let topics = decode_list(decoder, |decoder| decode_topic_stats(decoder, push))?;
                 Ok(ControlOk::Stats(shard, topics))
             })?,
             OK_REQUESTS => fields("control reply Requests", decoder, |decoder| {
@@ -539,7 +544,9 @@ fn decode_latency(decoder: &mut Decoder) -> DecodeResult<LatencySummary> {
     })
 }
 
-fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats) {
+/// A topic's stats; with `push`, each subscription's push figures after its others (a
+/// presence flag, then `encode_push_stats`).
+fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats, push: bool) {
     encoder
         .str(&topic.name)
         .u32(topic.shard)
@@ -566,6 +573,12 @@ fn encode_topic_stats(encoder: &mut Encoder, topic: &TopicStats) {
             .u64(subscription.dead_lettered_total)
             .u64(subscription.backlog_bytes)
             .u64(subscription.open_streams);
+        if push {
+            encoder.bool(subscription.push.is_some());
+            if let Some(push) = &subscription.push {
+                encode_push_stats(encoder, push);
+            }
+        }
     }
     encoder.bool(topic.replication.is_some());
     if let Some(replica) = &topic.replication {
@@ -614,7 +627,32 @@ fn decode_replica_stats(decoder: &mut Decoder) -> DecodeResult<Option<ReplicaSta
     }))
 }
 
-fn decode_topic_stats(decoder: &mut Decoder) -> DecodeResult<TopicStats> {
+fn encode_push_stats(encoder: &mut Encoder, push: &PushStats) {
+    encoder.str(&push.endpoint).u32(push.window).u32(push.outstanding).bool(push.last_error.is_some());
+    if let Some(error) = &push.last_error {
+        encoder.str(&error.reason).u64(error.ms_ago);
+    }
+    encoder.u64(push.failures_in_a_row).u32(push.requests_by_class.len() as u32);
+    for (class, count) in &push.requests_by_class {
+        encoder.str(class).u64(*count);
+    }
+}
+
+fn decode_push_stats(decoder: &mut Decoder) -> DecodeResult<PushStats> {
+    Ok(PushStats {
+        endpoint: decoder.str()?,
+        window: decoder.u32()?,
+        outstanding: decoder.u32()?,
+        last_error: match decoder.bool()? {
+            true => Some(PushError { reason: decoder.str()?, ms_ago: decoder.u64()? }),
+            false => None,
+        },
+        failures_in_a_row: decoder.u64()?,
+        requests_by_class: decode_list(decoder, |decoder| Ok((decoder.str()?, decoder.u64()?)))?,
+    })
+}
+
+fn decode_topic_stats(decoder: &mut Decoder, push: bool) -> DecodeResult<TopicStats> {
     Ok(TopicStats {
         name: decoder.str()?,
         shard: decoder.u32()?,
@@ -640,6 +678,10 @@ fn decode_topic_stats(decoder: &mut Decoder) -> DecodeResult<TopicStats> {
                 dead_lettered_total: decoder.u64()?,
                 backlog_bytes: decoder.u64()?,
                 open_streams: decoder.u64()?,
+                push: match push && decoder.bool()? {
+                    true => Some(decode_push_stats(decoder)?),
+                    false => None,
+                },
             })
         })?,
         replication: decode_replica_stats(decoder)?,
@@ -960,6 +1002,7 @@ mod tests {
                     dead_lettered_total: index + 11,
                     backlog_bytes: index + 12,
                     open_streams: index + 13,
+                    push: None,
                 })
                 .collect(),
             replication: (subscriptions > 0).then(|| ReplicaStats {
@@ -982,8 +1025,26 @@ mod tests {
         }
     }
 
+    /// A topic whose first subscription pushes and has failed, whose second pushes and has
+    /// not, and whose third pulls.
+    fn push_topic_stats() -> TopicStats {
+        let mut topic = topic_stats("projects/p/topics/pushed", 3);
+        topic.subscriptions[0].push = Some(PushStats {
+            endpoint: "https://receiver.example/push".to_owned(),
+            window: 12,
+            outstanding: 3,
+            last_error: Some(PushError { reason: "HTTP status 500".to_owned(), ms_ago: 1_500 }),
+            failures_in_a_row: 2,
+            requests_by_class: vec![("2xx".to_owned(), 40), ("5xx".to_owned(), 2)],
+        });
+        topic.subscriptions[1].push =
+            Some(PushStats { endpoint: "http://10.0.0.9/p".to_owned(), ..PushStats::default() });
+        topic
+    }
+
     fn oks() -> Vec<ControlOk> {
         vec![
+            ControlOk::Stats(shard_stats(), vec![topic_stats("a", 1), push_topic_stats()]),
             ControlOk::Done,
             ControlOk::SubscriptionStart(12_345),
             ControlOk::Stats(
@@ -1179,6 +1240,32 @@ mod tests {
         }
     }
 
+    /// A shard without push subscriptions answers Stats in the bytes of the version before
+    /// them; one with them under a tag of its own, which that version refuses as unknown rather
+    /// than misreads.
+    #[test]
+    fn a_stats_reply_without_push_subscriptions_is_that_of_the_version_before_push() {
+        let pull = ControlOk::Stats(shard_stats(), vec![topic_stats("a", 2), topic_stats("b", 0)]);
+        let bytes = pull.encode();
+        assert_eq!(bytes[0], OK_STATS);
+        // The version before: every subscription's figures and nothing after them.
+        let mut before = Encoder::new(OK_STATS);
+        encode_shard_stats(&mut before, &shard_stats());
+        before.u32(2);
+        for topic in [topic_stats("a", 2), topic_stats("b", 0)] {
+            encode_topic_stats(&mut before, &topic, false);
+        }
+        assert_eq!(bytes, before.0);
+        let push = ControlOk::Stats(shard_stats(), vec![push_topic_stats()]);
+        let bytes = push.encode();
+        assert_eq!(bytes[0], OK_STATS_WITH_PUSH);
+        assert_eq!(ControlOk::decode(&bytes).unwrap(), push);
+        // Without push figures, the push subscriptions' reply is the pull one's bytes.
+        let mut stripped = push_topic_stats();
+        stripped.subscriptions.iter_mut().for_each(|subscription| subscription.push = None);
+        assert_eq!(ControlOk::Stats(shard_stats(), vec![stripped]).encode()[0], OK_STATS);
+    }
+
     #[test]
     fn trailing_bytes_are_refused() {
         for request in requests() {
@@ -1216,7 +1303,7 @@ mod tests {
         assert_eq!(ControlRequest::decode(&[]).unwrap_err(), "control request is empty");
         assert_eq!(ControlRequest::decode(&[0]).unwrap_err(), "unknown control request tag 0");
         assert_eq!(ControlRequest::decode(&[200]).unwrap_err(), "unknown control request tag 200");
-        assert_eq!(ControlOk::decode(&[9]).unwrap_err(), "unknown control reply tag 9");
+        assert_eq!(ControlOk::decode(&[10]).unwrap_err(), "unknown control reply tag 10");
         assert_eq!(decode_reply(&[3]).unwrap_err(), "unknown control reply outcome 3");
         assert_eq!(
             ControlRequest::decode(&[REQUEST_DURABLE_END, 1, 2]).unwrap_err(),

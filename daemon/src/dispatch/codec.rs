@@ -16,6 +16,7 @@ use crate::catalog::entry::{
     decode_optional_push, decode_whole_settings, encode_optional_push, encode_whole_settings,
 };
 use crate::codec::{DecodeResult, Decoder, Encoder};
+use crate::ids::NodeId;
 
 /// The format of a carried operation and of its answer. 2: a subscription's settings end with
 /// its push configuration (`encode_whole_settings`).
@@ -280,10 +281,10 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
         }
         Operation::Stats | Operation::ClusterStatus => {}
         Operation::ClusterAddNode { node_id, cluster_address, voter } => {
-            encoder.u64(*node_id).str(cluster_address).bool(*voter);
+            encoder.u64(node_id.get()).str(cluster_address).bool(*voter);
         }
         Operation::ClusterRemoveNode { node_id } => {
-            encoder.u64(*node_id);
+            encoder.u64(node_id.get());
         }
         Operation::ResyncDirectory { index } => {
             encoder.u32(*index);
@@ -350,11 +351,11 @@ fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
         Kind::Stats => Operation::Stats,
         Kind::ClusterStatus => Operation::ClusterStatus,
         Kind::ClusterAddNode => Operation::ClusterAddNode {
-            node_id: decoder.u64()?,
+            node_id: NodeId::new(decoder.u64()?),
             cluster_address: decoder.str()?,
             voter: decoder.bool()?,
         },
-        Kind::ClusterRemoveNode => Operation::ClusterRemoveNode { node_id: decoder.u64()? },
+        Kind::ClusterRemoveNode => Operation::ClusterRemoveNode { node_id: NodeId::new(decoder.u64()?) },
         Kind::ResyncDirectory => Operation::ResyncDirectory { index: decoder.u32()? },
         Kind::Publish | Kind::Pull | Kind::StreamingPull | Kind::Acknowledge | Kind::ModifyAckDeadline => {
             return Err("a data-plane operation is not carried this way")
@@ -512,8 +513,12 @@ mod tests {
             Operation::ListSnapshots(list),
             Operation::Stats,
             Operation::ClusterStatus,
-            Operation::ClusterAddNode { node_id: 4, cluster_address: "10.0.0.4:7460".into(), voter: true },
-            Operation::ClusterRemoveNode { node_id: 4 },
+            Operation::ClusterAddNode {
+                node_id: NodeId::new(4),
+                cluster_address: "10.0.0.4:7460".into(),
+                voter: true,
+            },
+            Operation::ClusterRemoveNode { node_id: NodeId::new(4) },
             Operation::ResyncDirectory { index: 2 },
         ]
     }

@@ -30,6 +30,7 @@ pub use transport::{Carried, NodeTransport};
 use crate::api::control::SubscriptionUpdate;
 use crate::api::{Code, Status};
 use crate::auth::{Access, Credential, Permission, Principal, Session};
+use crate::ids::NodeId;
 use crate::router::{NodeRemoval, Router, FORWARDED_APPLY_WAIT, MEMBERSHIP_CHANGE_TIMEOUT};
 use crate::storage::Storage;
 use std::net::SocketAddr;
@@ -130,7 +131,7 @@ impl<S: Storage> Door<S> {
 
     /// Carries `operation` to node `node` with the session's principal, and answers with that
     /// node's outcome once this node applied the change it made.
-    async fn carry(&self, node: u64, session: &Session, operation: Operation) -> Result<Outcome, Status> {
+    async fn carry(&self, node: NodeId, session: &Session, operation: Operation) -> Result<Outcome, Status> {
         let nodes = self.nodes.as_ref().ok_or_else(|| Status::unavailable("this node has no peers"))?;
         let timeout = match operation.kind() {
             Kind::ClusterAddNode | Kind::ClusterRemoveNode => MEMBERSHIP_CHANGE_TIMEOUT,

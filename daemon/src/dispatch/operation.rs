@@ -6,6 +6,7 @@ use crate::api::control::{
     Labels, ListRequest, PushConfig, SeekTarget, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::auth::Permission;
+use crate::ids::NodeId;
 
 /// Every kind of request the daemon serves, data plane and control plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -241,12 +242,12 @@ pub enum Operation {
     Stats,
     ClusterStatus,
     ClusterAddNode {
-        node_id: u64,
+        node_id: NodeId,
         cluster_address: String,
         voter: bool,
     },
     ClusterRemoveNode {
-        node_id: u64,
+        node_id: NodeId,
     },
     ResyncDirectory {
         index: u32,

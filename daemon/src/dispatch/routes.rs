@@ -15,6 +15,7 @@
 //! never reads it.
 
 use crate::api::{Code, Status};
+use crate::ids::{NodeId, ShardId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
@@ -53,7 +54,7 @@ impl Resource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     /// Its node's id in the cluster (a node alone is node 1).
-    pub node: u64,
+    pub node: NodeId,
     /// Its forwarder shard's number on that node.
     pub shard: u32,
     /// Its forwarder's address, where another node carries calls to it.
@@ -75,8 +76,8 @@ impl Owner {
                 resource.name()
             ))
         })?;
-        let (node, shard) = crate::catalog::entry::node_and_shard(shard);
-        Ok(Owner { node, shard, address })
+        let shard = ShardId::from_global(shard);
+        Ok(Owner { node: shard.node(), shard: shard.local(), address })
     }
 }
 
@@ -92,17 +93,17 @@ pub fn is_stale(status: &Status) -> bool {
 /// The node's cache of owners.
 pub struct Routes {
     /// This node's id: an owner on it is served here.
-    node: u64,
+    node: NodeId,
     owners: Mutex<HashMap<Resource, Owner>>,
 }
 
 impl Routes {
-    pub fn new(node: u64) -> Routes {
+    pub fn new(node: NodeId) -> Routes {
         Routes { node, owners: Mutex::new(HashMap::new()) }
     }
 
     /// This node's id.
-    pub fn node(&self) -> u64 {
+    pub fn node(&self) -> NodeId {
         self.node
     }
 
@@ -187,7 +188,7 @@ mod tests {
     }
 
     fn owner(node: u64, shard: u32) -> Owner {
-        Owner { node, shard, address: format!("10.0.0.{node}:{}", 7000 + shard) }
+        Owner { node: NodeId::new(node), shard, address: format!("10.0.0.{node}:{}", 7000 + shard) }
     }
 
     /// Runs `future` to its end on this thread (nothing in it waits on a timer or a socket).
@@ -197,7 +198,7 @@ mod tests {
 
     #[test]
     fn an_owner_is_looked_up_once_and_then_remembered() {
-        let routes = Routes::new(1);
+        let routes = Routes::new(NodeId::new(1));
         let lookups = Cell::new(0);
         let lookup = || async {
             lookups.set(lookups.get() + 1);
@@ -214,7 +215,7 @@ mod tests {
 
     #[test]
     fn a_failed_lookup_is_not_remembered() {
-        let routes = Routes::new(1);
+        let routes = Routes::new(NodeId::new(1));
         let lookups = Cell::new(0);
         let failing = || async {
             lookups.set(lookups.get() + 1);
@@ -238,7 +239,7 @@ mod tests {
             [(node_two_shard_five, "b:7001".to_owned()), (0, "a:7000".to_owned())],
         )
         .unwrap();
-        assert_eq!(first, Owner { node: 2, shard: 5, address: "b:7001".into() });
+        assert_eq!(first, Owner { node: NodeId::new(2), shard: 5, address: "b:7001".into() });
         let none = Owner::first(&Resource::Subscription("billing".into()), []).unwrap_err();
         assert_eq!(none.code, Code::Unavailable);
         assert!(none.message.contains("subscription 'billing'"), "{none}");
@@ -246,7 +247,7 @@ mod tests {
 
     #[test]
     fn an_answer_that_the_owner_moved_or_is_gone_forgets_it_and_others_do_not() {
-        let routes = Routes::new(1);
+        let routes = Routes::new(NodeId::new(1));
         for (code, forgotten) in [
             (Code::NotOwner, true),
             (Code::NotFound, true),
@@ -265,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_deletion_forgets_one_resource_or_every_one() {
-        let routes = Routes::new(1);
+        let routes = Routes::new(NodeId::new(1));
         for name in ["a", "b"] {
             run(routes.owner(&topic(name), || async { Ok(owner(1, 0)) })).unwrap();
             run(routes.owner(&Resource::Subscription(name.into()), || async { Ok(owner(1, 0)) })).unwrap();
@@ -279,7 +280,7 @@ mod tests {
 
     #[test]
     fn the_cache_stays_within_its_bound() {
-        let routes = Routes::new(1);
+        let routes = Routes::new(NodeId::new(1));
         for index in 0..ROUTES_CACHED_MAX {
             routes.remember(&topic(&index.to_string()), owner(1, 0));
         }

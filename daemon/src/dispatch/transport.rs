@@ -5,6 +5,7 @@
 use super::{Operation, Outcome};
 use crate::api::Status;
 use crate::auth::Principal;
+use crate::ids::NodeId;
 use crate::router::PeerFuture;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ pub trait NodeTransport {
     /// outcome is the error.
     fn carry(
         &self,
-        node: u64,
+        node: NodeId,
         principal: &Principal,
         operation: &Operation,
         timeout: Duration,

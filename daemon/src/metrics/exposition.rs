@@ -11,6 +11,7 @@
 
 use crate::api::cluster::ClusterStatus;
 use crate::api::stats::{LatencySummary, ReplicaStats, Stats, SubscriptionStats, TopicStats};
+use crate::ids::NodeId;
 use crate::metrics::histogram::{DurationHistogram, DURATION_BUCKETS, DURATION_BUCKETS_US};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -444,6 +445,10 @@ struct SubscriptionFamilies {
     outstanding: Family<Labels, FloatGauge>,
     delivered: Family<Labels, Counter>,
     expired: Family<Labels, Counter>,
+    push_window: Family<Labels, FloatGauge>,
+    push_outstanding: Family<Labels, FloatGauge>,
+    push_failures: Family<Labels, FloatGauge>,
+    push_requests: Family<Labels, Counter>,
 }
 
 impl SubscriptionFamilies {
@@ -498,7 +503,31 @@ impl SubscriptionFamilies {
             "Leases that ran out unacknowledged (their messages are delivered again), since the serving shard took the subscription",
             None,
         );
+        let push_window = families.gauge(
+            "push_window",
+            "A push subscription's window: pushes that may be outstanding now (0 while none is being pushed)",
+            None,
+        );
+        let push_outstanding = families.gauge(
+            "push_outstanding",
+            "A push subscription's pushes sent and not answered yet",
+            None,
+        );
+        let push_failures = families.gauge(
+            "push_failures_in_a_row",
+            "A push subscription's pushes that did not acknowledge since the last one that did (0 while its endpoint acknowledges)",
+            None,
+        );
+        let push_requests = families.counter(
+            "push_subscription_requests",
+            "A push subscription's pushes by outcome: the status's class (2xx acknowledges), connection_error or timeout, since its push task started",
+            None,
+        );
         SubscriptionFamilies {
+            push_window,
+            push_outstanding,
+            push_failures,
+            push_requests,
             backlog_bytes,
             redelivered,
             acknowledged,
@@ -524,6 +553,16 @@ impl SubscriptionFamilies {
         self.acknowledged.get_or_create(&labels).inc_by(subscription.acked_total);
         self.dead_lettered.get_or_create(&labels).inc_by(subscription.dead_lettered_total);
         self.open_streams.get_or_create(&labels).set(subscription.open_streams as f64);
+        if let Some(push) = &subscription.push {
+            self.push_window.get_or_create(&labels).set(push.window as f64);
+            self.push_outstanding.get_or_create(&labels).set(push.outstanding as f64);
+            self.push_failures.get_or_create(&labels).set(push.failures_in_a_row as f64);
+            for (class, count) in &push.requests_by_class {
+                let mut labels = labels.clone();
+                labels.push(("class", class.clone()));
+                self.push_requests.get_or_create(&labels).inc_by(*count);
+            }
+        }
     }
 }
 
@@ -593,11 +632,11 @@ fn encode_cluster(families: &mut Families, cluster: &ClusterStatus) {
             None,
         )
         .get_or_create(&Vec::new())
-        .set(cluster.catalog_leader.unwrap_or(0) as f64);
+        .set(cluster.catalog_leader.map_or(0, NodeId::get) as f64);
     families
         .gauge("node_id", "This node's id in the cluster", None)
         .get_or_create(&Vec::new())
-        .set(cluster.node_id as f64);
+        .set(cluster.node_id.get() as f64);
     let members = families.gauge("catalog_members", "Members of the catalog's group, by kind", None);
     let voters = cluster.nodes.iter().filter(|node| node.voter).count();
     members.get_or_create(&vec![("kind", "voter".to_owned())]).set(voters as f64);
@@ -640,11 +679,15 @@ mod tests {
             .collect();
         let stats = Stats { topics, ..Default::default() };
         let cluster = ClusterStatus {
-            node_id: 2,
-            catalog_leader: Some(3),
+            node_id: NodeId::new(2),
+            catalog_leader: Some(NodeId::new(3)),
             term: 7,
             nodes: (1..=4)
-                .map(|node_id| NodeStatus { node_id, voter: node_id != 4, ..Default::default() })
+                .map(|node_id| NodeStatus {
+                    node_id: NodeId::new(node_id),
+                    voter: node_id != 4,
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         };
@@ -665,6 +708,37 @@ mod tests {
         declared.sort_unstable();
         declared.dedup();
         assert_eq!(declared.len(), count);
+    }
+
+    #[test]
+    fn a_push_subscription_has_its_window_outstanding_failures_and_pushes_by_class() {
+        let push = crate::api::stats::PushStats {
+            endpoint: "https://receiver.example/push".to_owned(),
+            window: 12,
+            outstanding: 3,
+            failures_in_a_row: 2,
+            requests_by_class: vec![("2xx".to_owned(), 40), ("5xx".to_owned(), 2)],
+            ..Default::default()
+        };
+        let topic = TopicStats {
+            name: "orders".to_owned(),
+            subscriptions: vec![
+                SubscriptionStats { name: "pushed".to_owned(), push: Some(push), ..Default::default() },
+                SubscriptionStats { name: "pulled".to_owned(), ..Default::default() },
+            ],
+            ..Default::default()
+        };
+        let stats = Stats { topics: vec![topic], ..Default::default() };
+        let text = encode_metrics(&stats, None, &Counted::default(), "1");
+        let labels = r#"{subscription="pushed",topic="orders"}"#;
+        assert_eq!(sample(&text, &format!("ringpost_push_window{labels}")), Some("12.0"), "{text}");
+        assert_eq!(sample(&text, &format!("ringpost_push_outstanding{labels}")), Some("3.0"));
+        assert_eq!(sample(&text, &format!("ringpost_push_failures_in_a_row{labels}")), Some("2.0"));
+        let requests =
+            r#"ringpost_push_subscription_requests_total{subscription="pushed",topic="orders",class="5xx"}"#;
+        assert_eq!(sample(&text, requests), Some("2"));
+        // A pull subscription has none.
+        assert!(!text.contains(r#"ringpost_push_window{subscription="pulled""#));
     }
 
     #[test]

@@ -53,12 +53,12 @@ type Raft<S> = openraft::Raft<CatalogRaft, CatalogMachine<S>>;
 /// at each connection, so a node added or moved is reached at its current address.
 #[derive(Clone)]
 pub struct PeerAddresses {
-    given: Rc<BTreeMap<u64, SocketAddr>>,
+    given: Rc<BTreeMap<NodeId, SocketAddr>>,
     catalog: Rc<RefCell<Option<Rc<RefCell<crate::catalog::CatalogState>>>>>,
 }
 
 impl PeerAddresses {
-    pub fn new(given: BTreeMap<u64, SocketAddr>) -> PeerAddresses {
+    pub fn new(given: BTreeMap<NodeId, SocketAddr>) -> PeerAddresses {
         PeerAddresses { given: Rc::new(given), catalog: Rc::default() }
     }
 
@@ -67,14 +67,10 @@ impl PeerAddresses {
         *self.catalog.borrow_mut() = Some(state);
     }
 
-    pub fn get(&self, node: u64) -> Option<SocketAddr> {
+    pub fn get(&self, node: NodeId) -> Option<SocketAddr> {
         let catalog = self.catalog.borrow();
         let registered = catalog.as_ref().and_then(|state| {
-            state
-                .borrow()
-                .nodes
-                .get(&NodeId::new(node))
-                .and_then(|record| record.cluster_address.parse().ok())
+            state.borrow().nodes.get(&node).and_then(|record| record.cluster_address.parse().ok())
         });
         registered.or_else(|| self.given.get(&node).copied())
     }
@@ -120,14 +116,14 @@ impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> PeerIo for T
 impl RaftNetworkFactory<CatalogRaft> for PeerNetwork {
     type Network = PeerClient;
     async fn new_client(&mut self, target: u64, _node: &openraft::EmptyNode) -> PeerClient {
-        PeerClient::new(self.addresses.clone(), target, self.secret.clone(), self.tls.clone())
+        PeerClient::new(self.addresses.clone(), NodeId::new(target), self.secret.clone(), self.tls.clone())
     }
 }
 
 /// One connection to one peer, opened when first needed.
 pub struct PeerClient {
     addresses: PeerAddresses,
-    target: u64,
+    target: NodeId,
     secret: Option<Rc<str>>,
     tls: PeerTls,
     connection: Option<Box<dyn PeerIo>>,
@@ -146,7 +142,12 @@ async fn within<T>(
 }
 
 impl PeerClient {
-    pub fn new(addresses: PeerAddresses, target: u64, secret: Option<Rc<str>>, tls: PeerTls) -> PeerClient {
+    pub fn new(
+        addresses: PeerAddresses,
+        target: NodeId,
+        secret: Option<Rc<str>>,
+        tls: PeerTls,
+    ) -> PeerClient {
         PeerClient { addresses, target, secret, tls, connection: None, next_request: 1 }
     }
 
@@ -303,7 +304,7 @@ pub struct PeerPool {
     addresses: PeerAddresses,
     secret: Option<Rc<str>>,
     tls: PeerTls,
-    idle: RefCell<BTreeMap<u64, Vec<PeerClient>>>,
+    idle: RefCell<BTreeMap<NodeId, Vec<PeerClient>>>,
 }
 
 impl PeerPool {
@@ -312,21 +313,21 @@ impl PeerPool {
     }
 
     /// The read index of the catalog's leader, node `leader`.
-    pub async fn read_index(&self, leader: u64) -> Result<Option<crate::catalog::raft::LogId>, String> {
+    pub async fn read_index(&self, leader: NodeId) -> Result<Option<crate::catalog::raft::LogId>, String> {
         let answer = self.call(leader, Command::PeerReadIndex, Vec::new()).await;
         let answer = answer.map_err(|status| status.message.to_string())?;
         codec::decode_read_index(&answer).map_err(str::to_owned)
     }
 
     /// `bytes` as `command` to node `node`, on an idle connection or a new one.
-    pub async fn call(&self, node: u64, command: Command, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
+    pub async fn call(&self, node: NodeId, command: Command, bytes: Vec<u8>) -> Result<Vec<u8>, Status> {
         self.call_within(node, command, bytes, PEER_REQUEST_TIMEOUT).await
     }
 
     /// `call`, waiting for the answer up to `timeout`.
     pub async fn call_within(
         &self,
-        node: u64,
+        node: NodeId,
         command: Command,
         bytes: Vec<u8>,
         timeout: Duration,
@@ -368,7 +369,7 @@ impl Peers for Rc<PeerPool> {
         Box::pin(async move {
             let mut bytes = shard.to_le_bytes().to_vec();
             bytes.extend_from_slice(&request.encode());
-            let answer = pool.call(node.get(), Command::PeerControl, bytes).await?;
+            let answer = pool.call(node, Command::PeerControl, bytes).await?;
             decode_reply(&answer)
                 .map_err(|why| Status::internal(format!("node {node}'s control reply: {why}")))?
         })
@@ -377,7 +378,7 @@ impl Peers for Rc<PeerPool> {
     fn register(&self, leader: NodeId, node: NodeRecord) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
-            pool.call(leader.get(), Command::PeerRegister, CatalogEntry::NodeRegistered(node).encode())
+            pool.call(leader, Command::PeerRegister, CatalogEntry::NodeRegistered(node).encode())
                 .await
                 .map(|_| ())
         })
@@ -386,23 +387,21 @@ impl Peers for Rc<PeerPool> {
     fn want_elections(&self, leader: NodeId, topics: Vec<TopicId>) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
-            pool.call(leader.get(), Command::PeerWantElections, encode_want_elections(&topics))
-                .await
-                .map(|_| ())
+            pool.call(leader, Command::PeerWantElections, encode_want_elections(&topics)).await.map(|_| ())
         })
     }
 
     fn expire_subscription(&self, leader: NodeId, name: String) -> PeerFuture<()> {
         let pool = self.clone();
         Box::pin(async move {
-            pool.call(leader.get(), Command::PeerExpireSubscription, name.into_bytes()).await.map(|_| ())
+            pool.call(leader, Command::PeerExpireSubscription, name.into_bytes()).await.map(|_| ())
         })
     }
 
     fn cluster_status(&self, leader: NodeId) -> PeerFuture<ClusterStatus> {
         let pool = self.clone();
         Box::pin(async move {
-            let answer = pool.call(leader.get(), Command::PeerClusterStatus, Vec::new()).await?;
+            let answer = pool.call(leader, Command::PeerClusterStatus, Vec::new()).await?;
             decode_cluster_status(&answer)
                 .map_err(|why| Status::internal(format!("node {leader}'s cluster status: {why}")))
         })
@@ -414,7 +413,7 @@ impl Peers for Rc<PeerPool> {
 impl NodeTransport for Rc<PeerPool> {
     fn carry(
         &self,
-        node: u64,
+        node: NodeId,
         principal: &Principal,
         operation: &Operation,
         timeout: Duration,
@@ -466,15 +465,15 @@ pub fn decode_want_elections(bytes: &[u8]) -> Result<Vec<TopicId>, &'static str>
 
 pub fn encode_cluster_status(status: &ClusterStatus) -> Vec<u8> {
     let mut encoder = Encoder::new(0);
-    encoder.u64(status.node_id);
-    put_index(&mut encoder, status.catalog_leader);
+    encoder.u64(status.node_id.get());
+    put_index(&mut encoder, status.catalog_leader.map(NodeId::get));
     encoder.u64(status.term);
     put_index(&mut encoder, status.last_log_index);
     put_index(&mut encoder, status.last_applied_index);
     encoder.u32(status.nodes.len() as u32);
     for node in &status.nodes {
         encoder
-            .u64(node.node_id)
+            .u64(node.node_id.get())
             .str(&node.cluster_address)
             .str(&node.router_address)
             .bool(node.voter)
@@ -489,8 +488,8 @@ pub fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str
     let mut decoder = Decoder::new(bytes);
     decoder.u8()?;
     let mut status = ClusterStatus {
-        node_id: decoder.u64()?,
-        catalog_leader: get_index(&mut decoder)?,
+        node_id: NodeId::new(decoder.u64()?),
+        catalog_leader: get_index(&mut decoder)?.map(NodeId::new),
         term: decoder.u64()?,
         last_log_index: get_index(&mut decoder)?,
         last_applied_index: get_index(&mut decoder)?,
@@ -504,7 +503,7 @@ pub fn decode_cluster_status(bytes: &[u8]) -> Result<ClusterStatus, &'static str
     }
     for _ in 0..count {
         status.nodes.push(NodeStatus {
-            node_id: decoder.u64()?,
+            node_id: NodeId::new(decoder.u64()?),
             cluster_address: decoder.str()?,
             router_address: decoder.str()?,
             voter: decoder.bool()?,
@@ -713,13 +712,13 @@ mod tests {
     #[test]
     fn a_cluster_status_decodes_to_what_was_encoded_and_a_cut_is_refused() {
         let status = ClusterStatus {
-            node_id: 2,
-            catalog_leader: Some(3),
+            node_id: NodeId::new(2),
+            catalog_leader: Some(NodeId::new(3)),
             term: 7,
             last_log_index: Some(40),
             last_applied_index: None,
             nodes: vec![NodeStatus {
-                node_id: 1,
+                node_id: NodeId::new(1),
                 cluster_address: "10.0.0.1:7460".into(),
                 router_address: "10.0.0.1:7450".into(),
                 voter: true,

@@ -581,6 +581,7 @@ impl CarriedStream for Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::NodeId;
     use crate::net::server::{fail, respond, serve, ConnectionLimits, Handler, Security};
     use glommio::net::TcpListener;
     use ringpost_wire::messages::{PublishResponse, ShardAddress};
@@ -638,9 +639,9 @@ mod tests {
                 ConnectionLimits::default(),
                 security,
             ));
-            let routes = Arc::new(Routes::new(1));
+            let routes = Arc::new(Routes::new(NodeId::new(1)));
             let topic = Resource::Topic("orders".into());
-            let here = Owner { node: 1, shard: 0, address: "127.0.0.1:9".into() };
+            let here = Owner { node: NodeId::new(1), shard: 0, address: "127.0.0.1:9".into() };
             routes.owner(&topic, || async { Ok(here.clone()) }).await.unwrap();
             let relay = Relay::new(
                 Rc::new(NativeTransport::new(None, None)),
@@ -656,7 +657,10 @@ mod tests {
             assert_eq!(answer.message_ids, vec![7]);
             assert_eq!(handler.lookups.get(), 1);
             let learnt = routes.cached(&topic).expect("the node remembers the owner");
-            assert_eq!((learnt.node, learnt.shard, learnt.address.as_str()), (2, 0, address.as_str()));
+            assert_eq!(
+                (learnt.node, learnt.shard, learnt.address.as_str()),
+                (NodeId::new(2), 0, address.as_str())
+            );
             publish().await.unwrap().expect("carried again");
             assert_eq!(handler.lookups.get(), 1, "a remembered owner on another node is not looked up again");
             // An owner of an earlier version does not know the command: said as retryable.
@@ -670,7 +674,7 @@ mod tests {
             assert!(earlier.message.contains("unknown command 81"), "{earlier}");
             handler.earlier.set(false);
             // The owner's node stops answering: the failed connection forgets it.
-            let unreachable = Owner { node: 2, shard: 0, address: "127.0.0.1:9".into() };
+            let unreachable = Owner { node: NodeId::new(2), shard: 0, address: "127.0.0.1:9".into() };
             routes.forget(&topic);
             routes.owner(&topic, || async { Ok(unreachable) }).await.unwrap();
             let Err(failed) = publish().await else { panic!("carried to an owner nobody serves") };

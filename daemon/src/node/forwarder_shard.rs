@@ -5,6 +5,7 @@ use super::os::{into_glommio, stop_on_close};
 use super::{repeat_every, Config};
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, CONTROL_CHANNEL_CAPACITY};
 use crate::dispatch::routes::Routes;
+use crate::ids::NodeId;
 use crate::{clock, log, net, protocol, shard, storage};
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement as CpuPlacement};
@@ -252,13 +253,13 @@ fn start_forwarder_shard(
 /// subscribers of sources other nodes lead are served here too, carried there.
 fn join_the_cluster<S: storage::Storage>(
     forwarder: &Rc<shard::Forwarder<S>>,
-    node_id: u64,
+    node_id: NodeId,
     routes: Arc<Routes>,
     secret: Option<&str>,
     replication_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     router_address: &str,
 ) {
-    forwarder.replica_context.node_id.set(node_id);
+    forwarder.replica_context.node_id.set(Some(node_id));
     let transport = net::replica::NativeTransport::new(secret.map(Rc::from), replication_tls);
     *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport.clone()));
     // Dead letters are looked up through this node's router.

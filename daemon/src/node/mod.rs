@@ -10,6 +10,7 @@ mod os;
 mod phase;
 mod router_shard;
 
+use crate::ids::NodeId;
 use crate::{auth, catalog, log, metrics, net, placement, protocol, push, router, shard};
 use forwarder_shard::{start_forwarder_shards, ForwarderShards};
 pub use os::check_data_directories;
@@ -79,7 +80,7 @@ pub struct Config {
 /// index `i`. Each node is given the same list.
 #[derive(Clone, Debug)]
 pub struct ClusterSettings {
-    pub node_id: u64,
+    pub node_id: NodeId,
     pub addresses: Vec<SocketAddr>,
     /// The secret every node presents on the others' cluster ports (`--cluster-secret-file`);
     /// without one, the cluster port answers whoever reaches it.
@@ -109,16 +110,17 @@ impl ClusterSettings {
     /// with an id beyond the list (the list names the members it can reach, itself last, so
     /// that no placeholder stands for a node removed before it), the last.
     pub fn address(&self) -> SocketAddr {
-        let index = (self.node_id as usize).min(self.addresses.len()) - 1;
+        let index = (self.node_id.get() as usize).min(self.addresses.len()) - 1;
         self.addresses[index]
     }
 
     /// The addresses the list numbers, by node id: every one at its place, or, for a node that
     /// joins with an id beyond the list, its own alone (it learns the members' from the
     /// catalog once a member adds it).
-    pub fn numbered(&self) -> std::collections::BTreeMap<u64, SocketAddr> {
-        if (self.node_id as usize) <= self.addresses.len() {
-            self.addresses.iter().enumerate().map(|(index, address)| (index as u64 + 1, *address)).collect()
+    pub fn numbered(&self) -> std::collections::BTreeMap<NodeId, SocketAddr> {
+        if (self.node_id.get() as usize) <= self.addresses.len() {
+            let numbered = self.addresses.iter().enumerate();
+            numbered.map(|(index, address)| (NodeId::new(index as u64 + 1), *address)).collect()
         } else {
             std::collections::BTreeMap::from([(self.node_id, self.address())])
         }
@@ -144,10 +146,10 @@ impl ClusterSettings {
                 self.addresses.len()
             ));
         }
-        if self.join && (self.node_id == 0 || self.node_id > router::NODE_ID_MAX) {
+        if self.join && (self.node_id.get() == 0 || self.node_id.get() > router::NODE_ID_MAX) {
             return Err(format!("--node-id {}: give 1 to {}", self.node_id, router::NODE_ID_MAX));
         }
-        if !self.join && (self.node_id == 0 || self.node_id as usize > self.addresses.len()) {
+        if !self.join && (self.node_id.get() == 0 || self.node_id.get() as usize > self.addresses.len()) {
             return Err(format!(
                 "--node-id {} is not one of the {} nodes --cluster lists (numbered from 1 in its order)",
                 self.node_id,
@@ -400,7 +402,8 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     } = bind_every_port(&config, forwarder_ports)?;
     // The gRPC gateway's cache of who serves each topic and subscription (`dispatch::routes`);
     // each forwarder shard's relay keeps its own of the same kind.
-    let node_id = config.cluster.as_ref().map_or(crate::catalog::raft::NODE_ID, |cluster| cluster.node_id);
+    let node_id =
+        config.cluster.as_ref().map_or(NodeId::new(crate::catalog::raft::NODE_ID), |cluster| cluster.node_id);
     let routes = std::sync::Arc::new(crate::dispatch::routes::Routes::new(node_id));
     let (grpc_jobs, grpc_gateway, router_jobs) =
         grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards, &routes);
@@ -583,7 +586,7 @@ fn cluster_wiring(
     router_shard::ClusterWiring {
         listener,
         record: catalog::NodeRecord {
-            node_id: crate::ids::NodeId::new(settings.node_id),
+            node_id: settings.node_id,
             cluster_address: settings.address().to_string(),
             router_address: crate::host_and_port(&host, router_address.port()),
             forwarders: forwarder_addresses

@@ -444,8 +444,8 @@ async fn open_clustered(
     let settings = &cluster.settings;
     let addresses = settings.numbered();
     let voters = catalog::Voters {
-        this_node: settings.node_id,
-        ids: addresses.keys().copied().collect(),
+        this_node: settings.node_id.get(),
+        ids: addresses.keys().map(|node| node.get()).collect(),
         joining: settings.join,
     };
     let addresses = PeerAddresses::new(addresses);

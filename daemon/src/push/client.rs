@@ -63,7 +63,8 @@ static FIGURES: std::sync::LazyLock<Mutex<PushFigures>> = std::sync::LazyLock::n
     })
 });
 
-fn outcome_class(outcome: &PushOutcome) -> usize {
+/// `outcome`'s place in `PUSH_OUTCOME_CLASSES`.
+pub fn outcome_class(outcome: &PushOutcome) -> usize {
     match outcome {
         PushOutcome::Status(status) => (*status as usize / 100).clamp(1, 5) - 1,
         PushOutcome::ConnectionError(_) => 5,

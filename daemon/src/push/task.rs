@@ -16,6 +16,7 @@
 //! then still acknowledges on success: the message was delivered.
 
 use super::body::{push_body, PushedMessage};
+use super::client::{outcome_class, PUSH_OUTCOME_CLASSES};
 use super::window::{Answer, Window};
 use super::{PushOutcome, PushRequest, Pusher};
 use crate::api::data::{DataPlane, DeliveryStream, StreamPeer, StreamSettings};
@@ -27,7 +28,7 @@ use futures_lite::future::or;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes of push bodies a shard holds in flight, all its push subscriptions together: a slow
 /// receiver holds its window's bodies until it answers, and a shard of many push
@@ -170,14 +171,40 @@ impl StreamPeer for PushPeer<'_> {
 }
 
 /// One push subscription's flight: its window, its pushes outstanding and what they hold, and
-/// how the last one failed.
+/// how its pushes ended (for `ringpost stats` and `/metrics`).
 #[derive(Default)]
 pub struct Flight {
     pub window: RefCell<Window>,
     pub outstanding: Cell<u32>,
     /// Fires when a push is answered.
     pub answered: Notify,
+    /// How the last push that did not acknowledge ended, and when (`runtime::now`). Kept after
+    /// the pushes that succeed since: an operator looking into an endpoint that failed for a
+    /// while wants its reason after it recovered, and `failures_in_a_row` says whether it
+    /// still fails.
     pub last_error: RefCell<Option<String>>,
+    pub last_error_at: Cell<Option<Instant>>,
+    /// Pushes that did not acknowledge since the last one that did.
+    pub failures_in_a_row: Cell<u64>,
+    /// Pushes answered, by outcome, in the order of `client::PUSH_OUTCOME_CLASSES`: counted
+    /// here, where the outcome comes back to the shard, so they are the subscription's own.
+    pub requests_by_class: Cell<[u64; PUSH_OUTCOME_CLASSES.len()]>,
+}
+
+impl Flight {
+    /// Counts how a push ended.
+    fn count(&self, outcome: &PushOutcome) {
+        let mut requests = self.requests_by_class.get();
+        requests[outcome_class(outcome)] += 1;
+        self.requests_by_class.set(requests);
+        if outcome.acknowledges() {
+            self.failures_in_a_row.set(0);
+        } else {
+            *self.last_error.borrow_mut() = Some(describe(outcome));
+            self.last_error_at.set(Some(crate::runtime::now()));
+            self.failures_in_a_row.set(self.failures_in_a_row.get() + 1);
+        }
+    }
 }
 
 async fn push_subscription<S: Storage, P: Pusher>(
@@ -317,8 +344,8 @@ async fn push_one<S: Storage, P: Pusher>(
     // Refusals of the ack id (the subscription deleted or re-made meanwhile, the lease taken
     // back) leave nothing to do: the message is delivered again or no longer wanted.
     let ack_ids = std::iter::once(ack_id.as_str());
+    flight.count(&outcome);
     if answer == Answer::Failure {
-        *flight.last_error.borrow_mut() = Some(describe(&outcome));
         let _ = forwarder.modify_ack_deadline(&subscription, ack_ids, 0).await;
     } else {
         let _ = forwarder.acknowledge(&subscription, ack_ids).await;

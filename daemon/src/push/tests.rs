@@ -385,3 +385,75 @@ fn the_task_stops_with_its_shard() {
         assert!(!entry(&forwarder).pushing.get());
     });
 }
+
+/// The push figures of the subscription's stats, as the router gathers them.
+async fn push_stats(forwarder: &Forwarder<SimDisk>) -> (crate::api::stats::PushStats, u64) {
+    let topics = forwarder.topic_stats().await;
+    let subscription =
+        topics[0].subscriptions.iter().find(|subscription| subscription.name == "pushed").unwrap();
+    (
+        subscription.push.clone().expect("a push subscription's stats have push figures"),
+        subscription.backlog_messages,
+    )
+}
+
+fn count(push: &crate::api::stats::PushStats, class: &str) -> u64 {
+    push.requests_by_class.iter().find(|(named, _)| named == class).map_or(0, |(_, count)| *count)
+}
+
+#[test]
+fn the_stats_show_the_endpoint_window_last_error_and_pushes_by_class() {
+    sim::run(7, async {
+        // Each message's first push answers 500, its second 200.
+        let endpoint = FakeEndpoint::new(|received| {
+            let status = if received.attempt == 1 { 500 } else { 200 };
+            (Duration::from_millis(10), PushOutcome::Status(status))
+        });
+        let forwarder = pushing_forwarder(push_settings(false, (0, 0)), &endpoint).await;
+        // Its task starts at the shard's next turn.
+        crate::runtime::sleep(Duration::from_millis(10)).await;
+        let (push, backlog) = push_stats(&forwarder).await;
+        assert_eq!(push.endpoint, "http://127.0.0.1:9/push");
+        assert_eq!((push.window, push.outstanding, backlog), (super::window::PUSH_WINDOW_INITIAL, 0, 0));
+        assert_eq!(push.last_error, None);
+
+        publish_unordered(&forwarder, 20).await;
+        crate::runtime::sleep(Duration::from_secs(10)).await;
+        assert!(all_acknowledged(&forwarder));
+        let (push, backlog) = push_stats(&forwarder).await;
+        assert_eq!((count(&push, "2xx"), count(&push, "5xx"), count(&push, "timeout")), (20, 20, 0));
+        let classes: Vec<&str> = push.requests_by_class.iter().map(|(class, _)| class.as_str()).collect();
+        assert_eq!(classes, super::client::PUSH_OUTCOME_CLASSES);
+        // The last error is kept after the successes that followed it, with its age.
+        let error = push.last_error.clone().expect("the 500s are remembered");
+        assert_eq!(error.reason, "HTTP status 500");
+        assert!((5_000..=10_000).contains(&error.ms_ago), "{error:?}");
+        assert_eq!((push.failures_in_a_row, push.outstanding, backlog), (0, 0, 0));
+        let window = push.window;
+
+        // An endpoint that fails for good: the failures in a row grow, the window shrinks, the
+        // backlog stays.
+        endpoint.answer_with(|_| (Duration::from_millis(10), PushOutcome::ConnectionError("refused".into())));
+        publish_unordered(&forwarder, 3).await;
+        crate::runtime::sleep(Duration::from_secs(5)).await;
+        let (push, backlog) = push_stats(&forwarder).await;
+        assert_eq!(backlog, 3);
+        assert!(push.failures_in_a_row >= 3, "{push:?}");
+        assert!(push.window < window, "{push:?}");
+        assert_eq!(push.last_error.as_ref().unwrap().reason, "connection error: refused");
+        assert!(count(&push, "connection_error") >= 3);
+
+        // Made a pull subscription, it has no push figures.
+        let mut pull_settings = push_settings(false, (0, 0));
+        pull_settings.push = None;
+        forwarder
+            .control(ControlRequest::UpdateSettings {
+                topic_id: TopicId::new(7),
+                update: SettingsUpdate::Subscription { subscription_id: 9, settings: pull_settings },
+            })
+            .await
+            .unwrap();
+        assert_eq!(forwarder.topic_stats().await[0].subscriptions[0].push, None);
+        forwarder.stop_handle().give();
+    });
+}

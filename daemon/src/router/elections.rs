@@ -12,9 +12,9 @@
 
 use super::replicas::ELECTION_ASK_INTERVAL;
 use super::ControlError;
-use crate::catalog::{node_and_shard, Applied, CatalogEntry, CatalogState, TopicRecord};
+use crate::catalog::{Applied, CatalogEntry, CatalogState, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
-use crate::ids::{Epoch, Offset, ShardId, TopicId};
+use crate::ids::{Epoch, NodeId, Offset, ShardId, TopicId};
 use crate::replication::{choose_leader, quorum, FenceAnswer};
 use std::cell::{Ref, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -64,7 +64,7 @@ pub trait Electorate {
     fn catalog(&self) -> Ref<'_, CatalogState>;
     /// The nodes the catalog heard from within `within`; `None` when this node does not lead
     /// the catalog, or cannot tell yet who is gone (see `Catalog::voters_heard_within`).
-    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<u64>>;
+    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<NodeId>>;
     /// Sends `request` to the forwarder `shard` (on whichever node) and waits for its answer.
     fn control(
         &self,
@@ -126,7 +126,7 @@ impl Elections {
     /// The replicated topics that need an election at `now`: asked for, whose leader is on a
     /// node not in `heard`, or whose last election failed long enough ago. Takes the asked
     /// ones off the list.
-    pub fn candidates(&self, catalog: &CatalogState, heard: &[u64], now: Instant) -> Vec<TopicId> {
+    pub fn candidates(&self, catalog: &CatalogState, heard: &[NodeId], now: Instant) -> Vec<TopicId> {
         let mut wanted = self.wanted.borrow_mut();
         let retry = self.retry.borrow();
         catalog
@@ -134,7 +134,7 @@ impl Elections {
             .values()
             .filter(|topic| topic.replica_count() > 1)
             .filter(|topic| {
-                let away = !heard.contains(&node_and_shard(topic.shard).0);
+                let away = !heard.contains(&ShardId::from_global(topic.shard).node());
                 let due = retry.get(&topic.id).is_some_and(|at| now >= *at);
                 wanted.remove(&topic.id) || away || due
             })
@@ -315,19 +315,20 @@ mod tests {
         replicated.replicas.truncate(1);
         catalog.apply(CatalogEntry::TopicCreated(replicated));
         let elections = Elections::default();
+        let (one, two) = (NodeId::new(1), NodeId::new(2));
         let now = Instant::now();
-        assert!(elections.candidates(&catalog, &[1, 2], now).is_empty());
-        assert_eq!(elections.candidates(&catalog, &[2], now), vec![TopicId::new(9)]);
+        assert!(elections.candidates(&catalog, &[one, two], now).is_empty());
+        assert_eq!(elections.candidates(&catalog, &[two], now), vec![TopicId::new(9)]);
         elections.want([TopicId::new(9), TopicId::new(10)]);
-        assert_eq!(elections.candidates(&catalog, &[1, 2], now), vec![TopicId::new(9)]);
-        assert!(elections.candidates(&catalog, &[1, 2], now).is_empty(), "asked once");
+        assert_eq!(elections.candidates(&catalog, &[one, two], now), vec![TopicId::new(9)]);
+        assert!(elections.candidates(&catalog, &[one, two], now).is_empty(), "asked once");
         elections.failed(TopicId::new(9), now);
-        assert!(elections.candidates(&catalog, &[1, 2], now).is_empty());
+        assert!(elections.candidates(&catalog, &[one, two], now).is_empty());
         assert_eq!(
-            elections.candidates(&catalog, &[1, 2], now + ELECTION_ASK_INTERVAL),
+            elections.candidates(&catalog, &[one, two], now + ELECTION_ASK_INTERVAL),
             vec![TopicId::new(9)]
         );
         elections.elected(TopicId::new(9));
-        assert!(elections.candidates(&catalog, &[1, 2], now + ELECTION_ASK_INTERVAL).is_empty());
+        assert!(elections.candidates(&catalog, &[one, two], now + ELECTION_ASK_INTERVAL).is_empty());
     }
 }

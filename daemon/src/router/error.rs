@@ -4,6 +4,7 @@
 
 use crate::api::Status;
 use crate::catalog::CatalogError;
+use crate::ids::NodeId;
 
 /// Why the router refused a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,7 +41,7 @@ pub enum ControlError {
         ),
         None => "the catalog has no leader (too few of its voters are reachable)".to_owned(),
     })]
-    NotLeader { this_node: u64, leader: Option<(u64, String)> },
+    NotLeader { this_node: NodeId, leader: Option<(NodeId, String)> },
     /// What the request needs is out of reach for now (a forwarder, a node, a peer): retry
     /// later, here.
     #[error("{0}")]

@@ -2,7 +2,7 @@
 //! and where it tells clients they are (`ForwarderAddresses`).
 
 use super::*;
-use crate::ids::{NodeId, TopicId};
+use crate::ids::{ShardId, TopicId};
 
 /// How the router reaches one forwarder. In the daemon, the forwarder runs on its own shard,
 /// reached through a bounded shared channel; in a simulation of a whole node, it runs on the
@@ -125,7 +125,7 @@ impl<S: Storage> Router<S> {
         shard: u32,
         request: ControlRequest,
     ) -> Result<ControlOk, ControlError> {
-        let (node, local) = node_and_shard(shard);
+        let (node, local) = (ShardId::from_global(shard).node(), ShardId::from_global(shard).local());
         if node == self.node_id() {
             let link = self.forwarders.get(local as usize).ok_or_else(|| {
                 ControlError::unavailable(format!("this node has no forwarder shard {local}"))
@@ -135,13 +135,13 @@ impl<S: Storage> Router<S> {
         let peers = self.peers.as_ref().ok_or_else(|| {
             ControlError::unavailable(format!("node {node} is not reachable: this node has no peers"))
         })?;
-        Ok(peers.control(NodeId::new(node), local, request).await?)
+        Ok(peers.control(node, local, request).await?)
     }
 
     /// Runs a control request from the catalog's leader on one of this node's forwarders. Its
     /// answer goes back to that node as a `Status` (`net::peer`), so it is one here.
     pub async fn local_control(&self, local: u32, request: ControlRequest) -> Result<ControlOk, Status> {
-        Ok(self.call_forwarder(global_shard(self.node_id(), local), request).await?)
+        Ok(self.call_forwarder(ShardId::new(self.node_id(), local).global(), request).await?)
     }
 }
 

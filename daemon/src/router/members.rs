@@ -4,8 +4,8 @@
 
 use super::ControlError;
 use super::Router;
-use crate::catalog::{node_and_shard, CatalogEntry, NodeRecord};
-use crate::ids::NodeId;
+use crate::catalog::{CatalogEntry, NodeRecord};
+use crate::ids::{NodeId, ShardId};
 use crate::storage::Storage;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ pub enum NodeRemoval {
     Removed,
     /// The node to remove led the catalog and handed the lead to node `.0`, which decides the
     /// removal: the request is carried there.
-    HandedOver(u64),
+    HandedOver(NodeId),
 }
 
 /// Most topics a refused removal names.
@@ -43,12 +43,12 @@ impl<S: Storage> Router<S> {
     /// answered as done (or promotes a learner to voter).
     pub async fn add_node(
         &self,
-        node_id: u64,
+        node_id: NodeId,
         cluster_address: &str,
         voter: bool,
     ) -> Result<(), ControlError> {
         self.check_leads()?;
-        if node_id == 0 || node_id > NODE_ID_MAX {
+        if node_id.get() == 0 || node_id.get() > NODE_ID_MAX {
             return Err(ControlError::invalid_argument(format!(
                 "node id {node_id}: give 1 to {NODE_ID_MAX}"
             )));
@@ -59,8 +59,7 @@ impl<S: Storage> Router<S> {
             ))
         })?;
         let members = self.catalog.members();
-        let known =
-            self.state.borrow().nodes.get(&NodeId::new(node_id)).map(|record| record.cluster_address.clone());
+        let known = self.state.borrow().nodes.get(&node_id).map(|record| record.cluster_address.clone());
         if members.contains_key(&node_id) {
             if let Some(known) = known.as_ref().filter(|known| known.parse().ok() != Some(address)) {
                 return Err(ControlError::already_exists(format!(
@@ -69,7 +68,7 @@ impl<S: Storage> Router<S> {
             }
         }
         let taken = self.state.borrow().nodes.values().find_map(|record| {
-            (record.node_id != NodeId::new(node_id) && record.cluster_address.parse().ok() == Some(address))
+            (record.node_id != node_id && record.cluster_address.parse().ok() == Some(address))
                 .then_some(record.node_id)
         });
         if let Some(other) = taken {
@@ -84,11 +83,8 @@ impl<S: Storage> Router<S> {
         if known.as_deref().and_then(|known| known.parse().ok()) != Some(address) {
             // The leader reaches a member at the address its record gives; so will every later
             // leader, which applies this record before it could lead.
-            self.propose(CatalogEntry::NodeRegistered(NodeRecord::admitted(
-                NodeId::new(node_id),
-                address.to_string(),
-            )))
-            .await?;
+            self.propose(CatalogEntry::NodeRegistered(NodeRecord::admitted(node_id, address.to_string())))
+                .await?;
         }
         Ok(self.catalog.add_member(node_id, voter, NODE_CATCH_UP_TIMEOUT).await?)
     }
@@ -98,14 +94,14 @@ impl<S: Storage> Router<S> {
     /// it (it has nowhere to be copied from once the node goes): delete those first. The
     /// catalog's leader hands its leadership to another voter rather than remove itself
     /// (`NodeRemoval::HandedOver`), so that the new leader decides.
-    pub async fn remove_node(&self, node_id: u64) -> Result<NodeRemoval, ControlError> {
+    pub async fn remove_node(&self, node_id: NodeId) -> Result<NodeRemoval, ControlError> {
         self.check_leads()?;
         let members = self.catalog.members();
-        let registered = self.state.borrow().nodes.contains_key(&NodeId::new(node_id));
+        let registered = self.state.borrow().nodes.contains_key(&node_id);
         if !members.contains_key(&node_id) && !registered {
             return Err(ControlError::not_found(format!("node {node_id} is not a member of the cluster")));
         }
-        let other_voters: Vec<u64> =
+        let other_voters: Vec<NodeId> =
             members.iter().filter(|(id, voter)| **voter && **id != node_id).map(|(id, _)| *id).collect();
         if members.get(&node_id) == Some(&true) && other_voters.is_empty() {
             return Err(ControlError::failed_precondition(format!(
@@ -137,28 +133,29 @@ impl<S: Storage> Router<S> {
         removed.map(|()| NodeRemoval::Removed)
     }
 
-    async fn remove_drained(&self, node_id: u64) -> Result<(), ControlError> {
-        let moved = self.move_replicas_off(NodeId::new(node_id)).await?;
+    async fn remove_drained(&self, node_id: NodeId) -> Result<(), ControlError> {
+        let moved = self.move_replicas_off(node_id).await?;
         if moved > 0 {
             crate::log_info!("ringpostd: moved {moved} replica(s) off node {node_id}");
         }
         self.check_holds_nothing(node_id, false)?;
         self.catalog.remove_member(node_id).await?;
-        self.propose(CatalogEntry::NodeRemoved { node_id: NodeId::new(node_id) }).await?;
+        self.propose(CatalogEntry::NodeRemoved { node_id }).await?;
         // A create decided before this leader drained the node may have placed a topic there.
         self.check_holds_nothing(node_id, false)
     }
 
     /// Refuses while a topic is on node `node_id` (with `single_only`, a topic of one
     /// replica), naming some.
-    fn check_holds_nothing(&self, node_id: u64, single_only: bool) -> Result<(), ControlError> {
+    fn check_holds_nothing(&self, node_id: NodeId, single_only: bool) -> Result<(), ControlError> {
         let state = self.state.borrow();
         let held: Vec<&str> = state
             .topics
             .values()
             .filter(|topic| {
-                let single = topic.replicas.len() <= 1 && node_and_shard(topic.shard).0 == node_id;
-                let replica = topic.replicas.iter().any(|replica| node_and_shard(*replica).0 == node_id);
+                let single = topic.replicas.len() <= 1 && ShardId::from_global(topic.shard).node() == node_id;
+                let replica =
+                    topic.replicas.iter().any(|replica| ShardId::from_global(*replica).node() == node_id);
                 single || !single_only && replica
             })
             .map(|topic| topic.name.as_str())

@@ -23,7 +23,7 @@ use crate::api::stats::{ShardStats, Stats};
 use crate::api::{Code as ErrorCode, Status};
 use crate::catalog::placement::Placement;
 use crate::catalog::{
-    global_shard, node_and_shard, Applied, Catalog, CatalogEntry, CatalogState, NodeRecord, SnapshotRecord,
+    node_and_shard, Applied, Catalog, CatalogEntry, CatalogState, NodeRecord, SnapshotRecord,
     SubscriptionRecord, SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
@@ -83,10 +83,10 @@ struct Layout {
 
 impl Layout {
     /// This node's forwarders alone, until the catalog lists the cluster's nodes.
-    fn single(node: u64, forwarders: u32, balance_factor: f64) -> Layout {
+    fn single(node: NodeId, forwarders: u32, balance_factor: f64) -> Layout {
         Layout {
             nodes: Default::default(),
-            shards: (0..forwarders).map(|local| global_shard(node, local)).collect(),
+            shards: (0..forwarders).map(|local| ShardId::new(node, local).global()).collect(),
             placement: Placement::new(forwarders.max(1), balance_factor),
         }
     }
@@ -135,7 +135,7 @@ pub struct Router<S: Storage> {
     /// as it was before the other, nor reach the forwarder in another order than the catalog.
     update_gate: Semaphore,
     /// Nodes this leader is removing: placement gives them nothing new meanwhile.
-    draining: RefCell<std::collections::BTreeSet<u64>>,
+    draining: RefCell<std::collections::BTreeSet<NodeId>>,
     /// What this node last saw of its cluster, for the log (`watch_cluster`).
     watch: RefCell<watch::ClusterWatch>,
     /// How many topics, subscriptions and snapshots the catalog may hold.
@@ -177,7 +177,7 @@ impl<S: Storage> Router<S> {
     }
 
     /// This node's id in its cluster (1 alone).
-    pub fn node_id(&self) -> u64 {
+    pub fn node_id(&self) -> NodeId {
         self.catalog.node_id()
     }
 
@@ -212,7 +212,7 @@ impl<S: Storage> Router<S> {
             .preference(name, first)
             .into_iter()
             .map(|index| layout.shards[index as usize])
-            .filter(|shard| !draining.contains(&node_and_shard(*shard).0))
+            .filter(|shard| !draining.contains(&ShardId::from_global(*shard).node()))
             .collect()
     }
 
@@ -299,11 +299,11 @@ impl<S: Storage> Router<S> {
             .into_iter()
             .filter_map(|index| {
                 let shard = layout.shards[index as usize];
-                let (node, local) = node_and_shard(shard);
+                let (node, local) = (ShardId::from_global(shard).node(), ShardId::from_global(shard).local());
                 let address = if node == this_node {
                     self.forwarder_addresses.address(local as usize, local_address)
                 } else {
-                    layout.nodes.get(&NodeId::new(node))?.forwarders.get(local as usize)?.clone()
+                    layout.nodes.get(&node)?.forwarders.get(local as usize)?.clone()
                 };
                 Some(ForwarderAddress { shard, address })
             })

@@ -88,7 +88,7 @@ impl<S: Storage> Router<S> {
                 let node = ShardId::from_global(*shard).node();
                 node != leaving_node
                     && !holding.contains(&node)
-                    && heard.as_ref().is_none_or(|heard| heard.contains(&node.get()))
+                    && heard.as_ref().is_none_or(|heard| heard.contains(&node))
             })
             .ok_or_else(|| {
                 ControlError::failed_precondition(format!(
@@ -225,7 +225,7 @@ async fn leader_progress<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<Rep
 fn check_leader_heard<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<(), ControlError> {
     let node = ShardId::from_global(topic.shard).node();
     let heard = mover.nodes_heard_within(mover.elections().timings().source_failure_timeout);
-    if heard.is_some_and(|heard| !heard.contains(&node.get())) {
+    if heard.is_some_and(|heard| !heard.contains(&node)) {
         return Err(ControlError::unavailable(format!(
             "the node of its leader, node {node}, does not answer"
         )));

@@ -25,8 +25,10 @@ impl<S: Storage> Router<S> {
         self.recover_replicas(&replicated).await?;
         let topics = self.place_recovered(topics).await?;
         // Each node attaches the topics placed on its own forwarders.
-        let topics: Vec<TopicRecord> =
-            topics.into_iter().filter(|topic| node_and_shard(topic.shard).0 == self.node_id()).collect();
+        let topics: Vec<TopicRecord> = topics
+            .into_iter()
+            .filter(|topic| ShardId::from_global(topic.shard).node() == self.node_id())
+            .collect();
         // Attached with several at once, since each attach waits on reads of the topic's logs.
         let attaches: Vec<(u32, &TopicRecord)> = topics.iter().map(|topic| (topic.shard, topic)).collect();
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
@@ -64,7 +66,7 @@ impl<S: Storage> Router<S> {
             .filter(|record| !replicated.iter().any(|topic| topic.id == record.topic_id))
             .filter_map(|record| {
                 let shard = self.shard_of(record.topic_id)?;
-                (node_and_shard(shard).0 == self.node_id()).then(|| (shard, (**record).clone()))
+                (ShardId::from_global(shard).node() == self.node_id()).then(|| (shard, (**record).clone()))
             })
             .collect();
         let subscription_count = subscriptions.len();
@@ -102,7 +104,7 @@ impl<S: Storage> Router<S> {
         let node = self.node_id();
         let replicas_here = replicated
             .iter()
-            .filter(|topic| topic.replicas.iter().any(|shard| node_and_shard(*shard).0 == node));
+            .filter(|topic| topic.replicas.iter().any(|shard| ShardId::from_global(*shard).node() == node));
         let known: HashSet<String> =
             topics.iter().chain(replicas_here).map(|topic| format!("{:016x}", topic.id)).collect();
         for copy in 0..self.directories.count() {
@@ -128,7 +130,7 @@ impl<S: Storage> Router<S> {
     ) -> Result<Vec<TopicRecord>, String> {
         let shards = self.forwarders.len() as u32;
         let mut placement = Placement::new(shards.max(1), self.balance_factor);
-        let this_node = |topic: &TopicRecord| node_and_shard(topic.shard).0 == self.node_id();
+        let this_node = |topic: &TopicRecord| ShardId::from_global(topic.shard).node() == self.node_id();
         for topic in topics.iter().filter(|topic| this_node(topic)) {
             let (_, local) = node_and_shard(topic.shard);
             if local < shards {
@@ -138,7 +140,7 @@ impl<S: Storage> Router<S> {
         for topic in
             topics.iter_mut().filter(|topic| this_node(topic) && node_and_shard(topic.shard).1 >= shards)
         {
-            let shard = global_shard(self.node_id(), placement.place(&topic.name));
+            let shard = ShardId::new(self.node_id(), placement.place(&topic.name)).global();
             if !self.catalog.leads() {
                 return Err(format!(
                     "topic '{}' is placed on shard {} of this node, which has {shards}: start it with as \

@@ -13,7 +13,7 @@ use crate::api::control::Topic;
 use crate::api::Status;
 use crate::catalog::{node_and_shard, Applied, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
-use crate::ids::{NodeId, TopicId};
+use crate::ids::{NodeId, ShardId, TopicId};
 use crate::replication::quorum;
 use crate::replication::source::Peer;
 use crate::storage::Storage;
@@ -128,8 +128,10 @@ impl<S: Storage> Router<S> {
         let name = request.name.as_str();
         let mut replicas: Vec<u32> = Vec::new();
         for shard in self.place(name) {
-            let node = node_and_shard(shard).0;
-            if replicas.len() < count && !replicas.iter().any(|chosen| node_and_shard(*chosen).0 == node) {
+            let node = ShardId::from_global(shard).node();
+            if replicas.len() < count
+                && !replicas.iter().any(|chosen| ShardId::from_global(*chosen).node() == node)
+            {
                 replicas.push(shard);
             }
         }
@@ -198,7 +200,7 @@ impl<S: Storage> Router<S> {
         }
         let leader = *replicas.iter().find(|shard| attached.contains(shard)).expect("a quorum attached");
         // Other nodes' routers learn of theirs from the catalog.
-        for shard in attached.iter().filter(|shard| node_and_shard(**shard).0 == self.node_id()) {
+        for shard in attached.iter().filter(|shard| ShardId::from_global(**shard).node() == self.node_id()) {
             self.replicas.attached.borrow_mut().insert((id, *shard));
         }
         let record = TopicRecord {
@@ -253,7 +255,7 @@ impl<S: Storage> Router<S> {
         for attach in subscriptions {
             self.call_forwarder(topic.shard, attach).await?;
         }
-        if node_and_shard(topic.shard).0 == self.node_id() {
+        if ShardId::from_global(topic.shard).node() == self.node_id() {
             self.replicas.leading.borrow_mut().insert(topic.id, (topic.shard, topic.epoch));
         }
         Ok(())
@@ -265,10 +267,10 @@ impl<S: Storage> Router<S> {
         let node = self.node_id();
         let mut attaches = Vec::new();
         for topic in topics.iter().filter(|topic| topic.replica_count() > 1) {
-            for shard in topic.replicas.iter().filter(|shard| node_and_shard(**shard).0 == node) {
+            for shard in topic.replicas.iter().filter(|shard| ShardId::from_global(**shard).node() == node) {
                 attaches.push((*shard, topic));
             }
-            if node_and_shard(topic.shard).0 == node {
+            if ShardId::from_global(topic.shard).node() == node {
                 self.replicas.stale.borrow_mut().insert(topic.id, topic.epoch);
             }
         }
@@ -305,12 +307,12 @@ impl<S: Storage> Router<S> {
             .borrow()
             .topics
             .values()
-            .filter(|topic| topic.replicas.iter().any(|shard| node_and_shard(*shard).0 == node))
+            .filter(|topic| topic.replicas.iter().any(|shard| ShardId::from_global(*shard).node() == node))
             .cloned()
             .collect();
         let mut stale_leads = Vec::new();
         for topic in &topics {
-            for shard in topic.replicas.iter().filter(|shard| node_and_shard(**shard).0 == node) {
+            for shard in topic.replicas.iter().filter(|shard| ShardId::from_global(**shard).node() == node) {
                 if !self.replicas.attached.borrow().contains(&(topic.id, *shard)) {
                     let attach = ControlRequest::AttachReplica {
                         topic_id: topic.id,
@@ -344,7 +346,8 @@ impl<S: Storage> Router<S> {
                 );
                 self.replicas.leading.borrow_mut().remove(&topic.id);
             }
-            if node_and_shard(topic.shard).0 != node || leading == Some((topic.shard, topic.epoch)) {
+            if ShardId::from_global(topic.shard).node() != node || leading == Some((topic.shard, topic.epoch))
+            {
                 continue;
             }
             if self.replicas.stale.borrow().get(&topic.id) == Some(&topic.epoch) {
@@ -396,7 +399,7 @@ impl<S: Storage> Router<S> {
         if due {
             // Leaders whose followers promised a newer epoch that no election followed.
             for local in 0..self.forwarders.len() as u32 {
-                let shard = crate::catalog::global_shard(node, local);
+                let shard = ShardId::new(node, local).global();
                 if let Ok(ControlOk::Topics(topics)) =
                     self.call_forwarder(shard, ControlRequest::ElectionsWanted).await
                 {
@@ -434,7 +437,7 @@ impl<S: Storage> Router<S> {
         let leader =
             self.catalog.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
         let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
-        Ok(peers.want_elections(NodeId::new(leader), topics).await?)
+        Ok(peers.want_elections(leader, topics).await?)
     }
 
     /// On the catalog's leader: starts the elections that are due (`elections::coordinate`).
@@ -455,7 +458,7 @@ impl<S: Storage> Electorate for Router<S> {
         self.state.borrow()
     }
 
-    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<u64>> {
+    fn nodes_heard_within(&self, within: Duration) -> Option<Vec<NodeId>> {
         self.catalog.voters_heard_within(within)
     }
 

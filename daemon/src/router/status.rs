@@ -2,7 +2,7 @@
 //! far this node applied it, where it stands, and the stats and figures of its shards.
 
 use super::*;
-use crate::ids::NodeId;
+use crate::ids::{NodeId, ShardId};
 
 impl<S: Storage> Router<S> {
     /// Makes this node's registration (its addresses and shards) part of the catalog, once it
@@ -15,7 +15,7 @@ impl<S: Storage> Router<S> {
         if self.catalog.leads() {
             // A node removed (or never added) would get topics placed on it while it no longer
             // hears the catalog.
-            if !self.catalog.members().contains_key(&node.node_id.get()) {
+            if !self.catalog.members().contains_key(&node.node_id) {
                 return Err(ControlError::failed_precondition(format!(
                     "node {} is not a member of the cluster: add it with `ringpost cluster add-node`",
                     node.node_id
@@ -26,7 +26,7 @@ impl<S: Storage> Router<S> {
         let leader =
             self.catalog.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
         let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
-        Ok(peers.register(NodeId::new(leader), node).await?)
+        Ok(peers.register(leader, node).await?)
     }
 
     /// Whether this node decides catalog changes (it leads the catalog).
@@ -35,10 +35,9 @@ impl<S: Storage> Router<S> {
     }
 
     /// The node leading the catalog, and its router's address if it registered one.
-    pub fn leader(&self) -> Option<(u64, String)> {
+    pub fn leader(&self) -> Option<(NodeId, String)> {
         let leader = self.catalog.leader()?;
-        let address =
-            self.state.borrow().nodes.get(&NodeId::new(leader)).map(|node| node.router_address.clone());
+        let address = self.state.borrow().nodes.get(&leader).map(|node| node.router_address.clone());
         Some((leader, address.unwrap_or_default()))
     }
 
@@ -121,7 +120,7 @@ impl<S: Storage> Router<S> {
         if leader == local.node_id {
             return local;
         }
-        let mut status = match peers.cluster_status(NodeId::new(leader)).await {
+        let mut status = match peers.cluster_status(leader).await {
             Ok(status) => status,
             Err(error) => {
                 let mut local = local;
@@ -151,7 +150,7 @@ impl<S: Storage> Router<S> {
     }
 
     /// The catalog's leader this node can vouch for (`Catalog::reported_leader`).
-    pub fn reported_leader(&self) -> Option<u64> {
+    pub fn reported_leader(&self) -> Option<NodeId> {
         self.catalog.reported_leader()
     }
 
@@ -180,7 +179,6 @@ impl<S: Storage> Router<S> {
     /// too, so that where it lives (the node a removal would need to keep) is seen.
     pub fn topic_placements(&self) -> (Vec<crate::api::cluster::TopicPlacement>, u64) {
         use crate::api::cluster::{TopicPlacement, CLUSTER_STATUS_TOPICS_MAX};
-        use crate::catalog::entry::node_and_shard;
         let state = self.catalog.state();
         let mut topics = state.topics.values();
         let placements: Vec<TopicPlacement> = topics
@@ -188,9 +186,13 @@ impl<S: Storage> Router<S> {
             .take(CLUSTER_STATUS_TOPICS_MAX)
             .map(|topic| TopicPlacement {
                 name: topic.name.clone(),
-                leader_node: node_and_shard(topic.shard).0,
+                leader_node: ShardId::from_global(topic.shard).node(),
                 epoch: topic.epoch,
-                replica_nodes: topic.replica_shards().iter().map(|shard| node_and_shard(*shard).0).collect(),
+                replica_nodes: topic
+                    .replica_shards()
+                    .iter()
+                    .map(|shard| ShardId::from_global(*shard).node())
+                    .collect(),
             })
             .collect();
         (placements, topics.count() as u64)

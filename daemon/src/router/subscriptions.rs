@@ -2,7 +2,6 @@
 //! deleted, detached, sought, listed and looked up.
 
 use super::*;
-use crate::ids::NodeId;
 
 /// What a subscription whose topic was deleted reports as its topic (as Pub/Sub does).
 pub const DELETED_TOPIC: &str = "_deleted-topic_";
@@ -283,7 +282,7 @@ impl<S: Storage> Router<S> {
         let (leader, _) =
             self.leader().ok_or_else(|| ControlError::unavailable("the catalog has no leader"))?;
         let peers = self.peers.as_ref().ok_or_else(|| ControlError::unavailable("this node has no peers"))?;
-        Ok(peers.expire_subscription(NodeId::new(leader), name.to_owned()).await?)
+        Ok(peers.expire_subscription(leader, name.to_owned()).await?)
     }
 
     pub(super) fn subscription_record(&self, name: &str) -> Result<SubscriptionRecord, ControlError> {

@@ -77,11 +77,11 @@ impl<S: Storage> Router<S> {
     /// Asks each other member for its view of the cluster; a leader's own answer that leaves
     /// this node out of the membership means it was removed (only a leader's answer counts: a
     /// member that lags could hold a membership from before this node was added).
-    async fn check_still_member(&self, members: &std::collections::BTreeMap<u64, bool>) {
+    async fn check_still_member(&self, members: &std::collections::BTreeMap<NodeId, bool>) {
         let Some(peers) = &self.peers else { return };
         let this_node = self.node_id();
         for member in members.keys().copied().filter(|member| *member != this_node) {
-            let Ok(status) = peers.cluster_status(NodeId::new(member)).await else { continue };
+            let Ok(status) = peers.cluster_status(member).await else { continue };
             if status.catalog_leader != Some(status.node_id) {
                 continue;
             }

@@ -7,9 +7,8 @@
 
 use super::Forwarder;
 use crate::api::{Code, Status};
-use crate::catalog::global_shard;
 use crate::control::ControlOk;
-use crate::ids::{Epoch, Offset, ShardId, TopicId};
+use crate::ids::{Epoch, NodeId, Offset, ShardId, TopicId};
 use crate::log::{Log, LogError};
 use crate::replication::protocol::{FencedLog, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES};
 use crate::replication::quorum;
@@ -29,7 +28,8 @@ pub const PROMOTION_FENCE_WAIT: Duration = Duration::from_secs(2);
 /// it reaches other replicas. Set once the daemon starts; a node alone replicates nothing.
 #[derive(Default)]
 pub struct ReplicaContext {
-    pub node_id: Cell<u64>,
+    /// Its node in a cluster; `None` alone, which is node 1.
+    pub node_id: Cell<Option<NodeId>>,
     pub transport: RefCell<Option<Rc<dyn Transport>>>,
     /// Topics being promoted here: one promotion at a time per topic.
     promoting: RefCell<std::collections::HashSet<TopicId>>,
@@ -44,7 +44,7 @@ fn unavailable(why: impl Into<String>) -> Status {
 impl<S: Storage> Forwarder<S> {
     /// This shard as the catalog names it (node and shard).
     pub fn global_shard(&self) -> u32 {
-        global_shard(self.replica_context.node_id.get().max(1), self.shard)
+        ShardId::new(self.replica_context.node_id.get().unwrap_or(NodeId::new(1)), self.shard).global()
     }
 
     fn transport(&self) -> Result<Rc<dyn Transport>, Status> {

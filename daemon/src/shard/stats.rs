@@ -3,9 +3,11 @@
 
 use super::Forwarder;
 use crate::api::stats::{
-    DirectoryStatus, FollowerStats, QuarantinedTopic, ReplicaStats, ShardStats, SubscriptionStats, TopicStats,
+    DirectoryStatus, FollowerStats, PushError, PushStats, QuarantinedTopic, ReplicaStats, ShardStats,
+    SubscriptionStats, TopicStats,
 };
 use crate::log::Directories;
+use crate::push::client::PUSH_OUTCOME_CLASSES;
 use crate::replication::protocol::{JOURNAL, MESSAGES};
 use crate::storage::Storage;
 use crate::subscription::SubscriptionEntry;
@@ -96,6 +98,7 @@ impl<S: Storage> Forwarder<S> {
                     backlog_bytes: if floor < end { topic.log.bytes_from(floor) } else { 0 },
                     open_streams: open_streams as u64,
                     oldest_unacked_age_ms,
+                    push: self.push_stats(&entry),
                     ..counted
                 });
             }
@@ -113,6 +116,37 @@ impl<S: Storage> Forwarder<S> {
             });
         }
         out
+    }
+
+    /// A push subscription's pushing, from its configuration and its task's flight; `None`
+    /// for a pull subscription.
+    fn push_stats(&self, entry: &SubscriptionEntry) -> Option<PushStats> {
+        let endpoint = entry.push.borrow().as_ref()?.endpoint.clone();
+        let Some(flight) = self.pushing.flight(&entry.name) else {
+            return Some(PushStats { endpoint, ..PushStats::default() });
+        };
+        let now = crate::runtime::now();
+        let last_error = flight.last_error.borrow().clone().map(|reason| PushError {
+            reason,
+            ms_ago: flight
+                .last_error_at
+                .get()
+                .map_or(0, |at| now.saturating_duration_since(at).as_millis() as u64),
+        });
+        let requests = flight.requests_by_class.get();
+        let window = flight.window.borrow().size();
+        Some(PushStats {
+            endpoint,
+            window,
+            outstanding: flight.outstanding.get(),
+            last_error,
+            failures_in_a_row: flight.failures_in_a_row.get(),
+            requests_by_class: PUSH_OUTCOME_CLASSES
+                .iter()
+                .zip(requests)
+                .map(|(class, count)| ((*class).to_owned(), count))
+                .collect(),
+        })
     }
 
     /// The replica's part in `topic`'s replication; `None` for a topic of one replica.

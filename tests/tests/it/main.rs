@@ -35,6 +35,7 @@ mod pull_memory;
 mod push;
 mod push_cluster;
 mod push_config;
+mod push_memory;
 mod push_token;
 mod python_client;
 mod quickstart;

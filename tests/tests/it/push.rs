@@ -8,7 +8,7 @@
 use crate::grpc_admin::grpc_daemon;
 use ringpost_tests::grpc::{pubsub, subscription_path, topic_path, Grpc};
 use ringpost_tests::push_receiver::{Receiver, Seen};
-use ringpost_tests::Daemon;
+use ringpost_tests::{json_field, succeeded, Daemon};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
@@ -209,9 +209,22 @@ fn failures_are_retried_with_the_policys_backoff_and_dead_lettered_after_the_max
     assert!(metrics.contains("ringpost_push_latency_seconds_count 15"), "{metrics}");
 }
 
+/// How long the receiver of `a_receiver_down_then_back_gets_everything_with_its_keys_in_order`
+/// is down, in seconds, unless `RINGPOST_PUSH_OUTAGE_SECONDS` says otherwise: long enough in CI
+/// for the window to fall to its floor and the pushing to pause; the figure, 30, takes
+/// the pause to its longest (`PUSH_PAUSE_MAX`, 10 s) and keeps it there.
+const OUTAGE_SECONDS_DEFAULT: u64 = 3;
+
+fn outage_seconds() -> u64 {
+    std::env::var("RINGPOST_PUSH_OUTAGE_SECONDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(OUTAGE_SECONDS_DEFAULT)
+}
+
 #[test]
 fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
-    let (_daemon, grpc) = grpc_daemon("push-down-then-back");
+    let (daemon, grpc) = grpc_daemon("push-down-then-back");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
@@ -228,10 +241,17 @@ fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
         .collect();
     grpc.publish(pubsub::PublishRequest { topic: topic_path("events"), messages }).unwrap();
     // Down: every push is refused for a while.
-    std::thread::sleep(Duration::from_secs(3));
+    let outage = Duration::from_secs(outage_seconds());
+    std::thread::sleep(outage);
+    // The test's gRPC client answers the daemon's keepalive pings only while it calls: after an
+    // outage longer than their interval and timeout (30 s) its idle connection has been closed,
+    // so it connects again.
+    let grpc = Grpc::connect(daemon.grpc_address.as_deref().expect("the gRPC API's address"));
     let receiver =
         Receiver::start(TcpListener::bind(("127.0.0.1", port)).unwrap(), |_, _| (Duration::ZERO, 200));
-    let until = Instant::now() + Duration::from_secs(30);
+    // Back: the pushing resumes within its longest pause, whatever the outage's length.
+    let back = Instant::now();
+    let until = back + Duration::from_secs(30);
     let distinct = |seen: &[Seen]| {
         let mut data: Vec<String> = seen.iter().map(|seen| field(&seen.text(), "data").to_owned()).collect();
         data.sort();
@@ -242,7 +262,18 @@ fn a_receiver_down_then_back_gets_everything_with_its_keys_in_order() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let seen = receiver.seen("/events");
-    assert_eq!(distinct(&seen), 30, "none lost");
+    assert_eq!(distinct(&seen), 30, "none lost after an outage of {} s", outage.as_secs());
+    let mut arrived = std::collections::HashSet::new();
+    let last_arrival = seen.iter().find(|seen| {
+        arrived.insert(field(&seen.text(), "data").to_owned());
+        arrived.len() == 30
+    });
+    eprintln!(
+        "after an outage of {} s, the 30 messages were in {:.1} s after the receiver's return ({} requests)",
+        outage.as_secs(),
+        last_arrival.map_or(0.0, |seen| seen.at.saturating_duration_since(back).as_secs_f64()),
+        seen.len()
+    );
     for key in 0..3 {
         let order: Vec<u32> = seen
             .iter()
@@ -319,4 +350,108 @@ fn a_receiver_slower_than_the_deadline_is_pushed_again_and_a_switch_to_pull_stop
     std::thread::sleep(Duration::from_secs(1));
     // The first, slow request's answer may land late; nothing new was pushed.
     assert_eq!(receiver.seen("/slow").len(), 2, "nothing pushed after the switch");
+}
+
+/// `ringpost stats`'s line of push subscription `name` (JSON, `kind` push).
+fn push_line(stats: &str, name: &str) -> Option<String> {
+    let subscription = format!("\"subscription\":\"{name}\"");
+    stats
+        .lines()
+        .find(|line| line.contains("\"kind\":\"push\"") && line.contains(&subscription))
+        .map(str::to_owned)
+}
+
+/// What an operator sees of push subscriptions: `ringpost stats` (JSON and table) shows each
+/// one's endpoint, a window grown by successes, its outstanding pushes, the last error after a
+/// 500 and the backlog it leaves, and `/metrics` its window, outstanding pushes and pushes by
+/// class; a pull subscription has neither.
+#[test]
+fn stats_and_metrics_show_each_push_subscriptions_endpoint_window_last_error_and_backlog() {
+    let daemon = Daemon::start_with(
+        "push-stats",
+        Vec::new(),
+        ["--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"].map(String::from).to_vec(),
+    );
+    let grpc = Grpc::connect(&daemon.grpc_address.clone().expect("the gRPC API's address"));
+    let receiver =
+        Receiver::on_free_port(|seen, _| (Duration::ZERO, if seen.path == "/failing" { 500 } else { 200 }));
+    grpc.create_plain_topic("orders").unwrap();
+    grpc.create_plain_subscription("pulled", "orders").unwrap();
+    grpc.create_subscription(push_subscription("succeeding", "orders", receiver.url("/succeeding"))).unwrap();
+    let mut failing = push_subscription("failing", "orders", receiver.url("/failing"));
+    failing.retry_policy = Some(pubsub::RetryPolicy {
+        minimum_backoff: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
+        maximum_backoff: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
+    });
+    grpc.create_subscription(failing).unwrap();
+    let data: Vec<Vec<u8>> = (0..30).map(|index| format!("m{index}").into_bytes()).collect();
+    let data: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    grpc.publish_data("orders", &data).unwrap();
+    assert_eq!(receiver.wait_for("/succeeding", 30, Duration::from_secs(20)).len(), 30);
+    assert!(!receiver.wait_for("/failing", 1, Duration::from_secs(20)).is_empty());
+
+    // The successful one's acknowledgements are durable shortly after the answers.
+    let until = Instant::now() + Duration::from_secs(20);
+    let stats = loop {
+        let stats = succeeded(&daemon.cli(&["stats"]));
+        let settled = push_line(&stats, "succeeding").is_some_and(|line| json_field(&line, "backlog") == "0");
+        if settled || Instant::now() > until {
+            break stats;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let succeeding = push_line(&stats, "succeeding").expect("a push line for the succeeding subscription");
+    assert_eq!(json_field(&succeeding, "endpoint"), receiver.url("/succeeding"));
+    assert_eq!(json_field(&succeeding, "topic"), "orders");
+    assert_eq!(json_field(&succeeding, "backlog"), "0");
+    assert_eq!(json_field(&succeeding, "last_error"), "null");
+    assert_eq!(json_field(&succeeding, "failures_in_a_row"), "0");
+    let window: u32 = json_field(&succeeding, "window").parse().unwrap();
+    assert!(window > 4, "the window grew from its start of 4 with 30 successes: {succeeding}");
+    assert!(json_field(&succeeding, "2xx").parse::<u64>().unwrap() >= 30, "{succeeding}");
+
+    let failing = push_line(&stats, "failing").expect("a push line for the failing subscription");
+    assert_eq!(json_field(&failing, "endpoint"), receiver.url("/failing"));
+    assert_eq!(json_field(&failing, "last_error"), "HTTP status 500");
+    assert!(json_field(&failing, "last_error_ms_ago").parse::<u64>().unwrap() < 60_000, "{failing}");
+    assert!(json_field(&failing, "failures_in_a_row").parse::<u64>().unwrap() >= 1, "{failing}");
+    assert!(json_field(&failing, "5xx").parse::<u64>().unwrap() >= 1, "{failing}");
+    assert_eq!(json_field(&failing, "backlog"), "30", "nothing acknowledged by a 500");
+    let window: u32 = json_field(&failing, "window").parse().unwrap();
+    let outstanding: u32 = json_field(&failing, "outstanding").parse().unwrap();
+    assert!((1..=4).contains(&window) && outstanding <= window, "{failing}");
+    assert!(push_line(&stats, "pulled").is_none(), "a pull subscription has no push line");
+
+    // The table: a row per push subscription, the last error last.
+    let table = succeeded(&daemon.cli(&["--output", "table", "stats"]));
+    assert!(table.contains("LAST_ERROR"), "{table}");
+    let row = table.lines().find(|line| line.contains(&receiver.url("/failing"))).expect("the failing row");
+    assert!(row.ends_with("HTTP status 500"), "{row}");
+
+    // /metrics: each push subscription's window and outstanding pushes as gauges, its pushes by
+    // class as counters; none for the pull subscription.
+    let (status, body) = ringpost_tests::scrape::http_get(
+        daemon.http_address.as_ref().expect("the monitoring endpoint"),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    let scrape = ringpost_tests::scrape::Scrape::parse(&body);
+    fn of(name: &str) -> [(&str, &str); 2] {
+        [("subscription", name), ("topic", "orders")]
+    }
+    for family in ["ringpost_push_window", "ringpost_push_outstanding", "ringpost_push_failures_in_a_row"] {
+        assert_eq!(scrape.type_of(family), Some("gauge"), "{family}");
+        assert!(scrape.value(family, &of("pulled")).is_none(), "{family} of a pull subscription");
+    }
+    assert!(scrape.value("ringpost_push_window", &of("succeeding")).unwrap() > 4.0, "{body}");
+    let failing_window = scrape.value("ringpost_push_window", &of("failing")).unwrap();
+    assert!((1.0..=4.0).contains(&failing_window), "{body}");
+    assert!(scrape.value("ringpost_push_outstanding", &of("failing")).unwrap() <= failing_window);
+    assert!(scrape.value("ringpost_push_failures_in_a_row", &of("failing")).unwrap() >= 1.0);
+    let requests = |name: &str, class: &str| {
+        let labels = [("subscription", name), ("topic", "orders"), ("class", class)];
+        scrape.value("ringpost_push_subscription_requests_total", &labels).unwrap()
+    };
+    assert!(requests("succeeding", "2xx") >= 30.0 && requests("succeeding", "5xx") == 0.0, "{body}");
+    assert!(requests("failing", "5xx") >= 1.0 && requests("failing", "2xx") == 0.0, "{body}");
 }

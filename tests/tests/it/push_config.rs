@@ -388,7 +388,8 @@ fn the_native_protocol_and_grpc_each_see_the_push_configuration_the_other_set() 
 
 /// A `ringpost` built before push subscriptions (its path in `RINGPOST_OLD_CLI`; the test says
 /// so and passes without it) still creates, reads and updates subscriptions on this daemon,
-/// a push one read without its configuration and left pushing by an update of another field.
+/// a push one read without its configuration and left pushing by an update of another field,
+/// and reads the stats.
 #[test]
 fn an_older_cli_still_creates_and_reads_subscriptions() {
     use ringpost_tests::{json_field, succeeded};
@@ -420,4 +421,15 @@ fn an_older_cli_still_creates_and_reads_subscriptions() {
         (json_field(&shown, "ack_deadline_seconds"), json_field(&shown, "endpoint")),
         ("30", "https://r.example/p")
     );
+    // Its stats (Stats, whose answer is as it was) list both subscriptions, the push one as a
+    // subscription like any; this CLI shows its pushing besides.
+    let stats = succeeded(&old(&["stats"]));
+    for name in ["pulled", "pushed"] {
+        let subscription = format!("\"subscription\":\"{name}\"");
+        assert!(stats.lines().any(|line| line.contains(&subscription)), "{name} in {stats}");
+    }
+    assert!(!stats.contains("\"kind\":\"push\""), "{stats}");
+    let stats = succeeded(&daemon.cli(&["stats"]));
+    let push = stats.lines().find(|line| line.contains("\"kind\":\"push\"")).expect("a push line");
+    assert_eq!(json_field(push, "endpoint"), "https://r.example/p");
 }

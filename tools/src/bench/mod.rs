@@ -7,6 +7,8 @@
 //!   publish-ack latency.
 //! - [`subscribe`]: subscriber threads hold streaming pulls within a window, acknowledge in
 //!   batches, and record delivery latency and every delivered id.
+//! - [`receiver`]: the push workload's HTTP receiver, which records each push as a subscriber
+//!   records a delivery.
 //! - [`setup`]: topics and subscriptions created and deleted many at a time.
 //! - [`live`]: the figures threads update as they go, and the progress line made from them.
 //! - [`report`]: the results table, the JSON, and [`plot`], the latency percentile plot (SVG).
@@ -18,6 +20,7 @@
 //!   the client's futures are executor-agnostic and the tools carry no async runtime.
 //! - [`embedded`]: a daemon started inside the benchmark process, on a scratch data directory
 //!   that is removed at exit.
+//! - [`threads`]: CPU time by thread of this process (the embedded daemon's among them).
 //! - [`format`]: number formatting and parsing shared by the tables, progress lines and JSON.
 //!
 //! Architecture Invariant: nothing here writes to stdout; the binary decides what goes to stdout
@@ -37,9 +40,11 @@ pub mod latency;
 pub mod live;
 pub mod plot;
 pub mod publish;
+pub mod receiver;
 pub mod report;
 pub mod setup;
 pub mod subscribe;
+pub mod threads;
 pub mod workload;
 
 use ringpost_client::{Client, PoolSettings, Security};

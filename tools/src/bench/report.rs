@@ -9,6 +9,9 @@ use crate::json;
 use hdrhistogram::Histogram;
 use ringpost_wire::messages::LatencySummary;
 
+/// Threads whose CPU time the table shows (the JSON has them all).
+pub const THREADS_SHOWN_MAX: usize = 8;
+
 /// What the subscribers saw, for workloads that have them.
 #[derive(Debug, Clone)]
 pub struct DeliveryReport {
@@ -113,6 +116,10 @@ pub struct Report {
     /// The forwarder shards that served publishes, as their stats measured them at the end of
     /// the run; empty when the stats could not be read.
     pub server_latency: Vec<ShardLatency>,
+    /// CPU seconds of this process's threads over the run, by name, most first (with
+    /// `--embedded`, the daemon's threads among them); threads that ended before its end are
+    /// not counted.
+    pub threads_cpu: Vec<(String, f64)>,
 }
 
 impl Report {
@@ -219,6 +226,9 @@ impl Report {
             rows.push(("unexpected".into(), thousands(delivery.unexpected)));
             rows.push(("ack errors".into(), thousands(delivery.acknowledge_failed)));
         }
+        for (name, seconds) in self.threads_cpu.iter().take(THREADS_SHOWN_MAX) {
+            rows.push((format!("cpu s {name}"), format!("{seconds:.2}")));
+        }
         let loop_kind = match publish.rate_per_sec {
             Some(rate) => format!(
                 "open loop at {} msg/s offered; latency counts from each request's scheduled send time",
@@ -236,7 +246,11 @@ impl Report {
             publish.batch,
             publish.inflight,
         );
-        if options.workload.has_subscribers() {
+        if options.workload == Workload::Push {
+            out.push_str(
+                "  1 subscription pushed by the daemon to a receiver in this process answering 204 (one thread, HTTP/1.1)\n",
+            );
+        } else if options.workload.has_subscribers() {
             let count = |number: usize, noun: &str| {
                 format!("{} {noun}{}", thousands(number as u64), if number == 1 { "" } else { "s" })
             };
@@ -348,6 +362,14 @@ impl Report {
         if !shards.is_empty() {
             fields.push(("server_latency", format!("[{}]", shards.join(","))));
         }
+        if !self.threads_cpu.is_empty() {
+            let threads: Vec<(&str, String)> = self
+                .threads_cpu
+                .iter()
+                .map(|(name, seconds)| (name.as_str(), json_number(*seconds, 2)))
+                .collect();
+            fields.push(("cpu_seconds", json::object(&threads)));
+        }
         json::object(&fields)
     }
 
@@ -407,6 +429,7 @@ mod tests {
             resident_stored_bytes: None,
             forwarders: None,
             server_latency: Vec::new(),
+            threads_cpu: Vec::new(),
         }
     }
 

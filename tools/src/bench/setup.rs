@@ -7,7 +7,7 @@
 use super::inflight::InflightSet;
 use super::Failure;
 use ringpost_client::connection::Connection;
-use ringpost_client::{block_on, Client, ErrorCode, Subscription};
+use ringpost_client::{block_on, Client, ErrorCode, PushConfig, Subscription};
 use ringpost_wire::frame::{access_body, decode_error};
 use ringpost_wire::messages::{LookupResponse, NameRequest};
 use ringpost_wire::Command;
@@ -24,6 +24,8 @@ pub const LOOKUPS_IN_FLIGHT: usize = 256;
 pub enum Admin {
     CreateTopic(String),
     CreateSubscription(Subscription),
+    /// A subscription the daemon pushes to the configuration's endpoint.
+    CreatePushSubscription(Subscription, PushConfig),
     /// Deletions tolerate `NotFound`: cleaning up after a failed run must not fail again.
     DeleteSubscription(String),
     DeleteTopic(String),
@@ -33,7 +35,9 @@ impl Admin {
     fn describe(&self) -> String {
         match self {
             Admin::CreateTopic(name) => format!("creating topic {name}"),
-            Admin::CreateSubscription(subscription) => format!("creating subscription {}", subscription.name),
+            Admin::CreateSubscription(subscription) | Admin::CreatePushSubscription(subscription, _) => {
+                format!("creating subscription {}", subscription.name)
+            }
             Admin::DeleteSubscription(name) => format!("deleting subscription {name}"),
             Admin::DeleteTopic(name) => format!("deleting topic {name}"),
         }
@@ -48,6 +52,9 @@ impl Admin {
             Admin::CreateTopic(name) => client.create_topic(name).await.map(|_| ()),
             Admin::CreateSubscription(subscription) => {
                 client.create_subscription(subscription.clone()).await.map(|_| ())
+            }
+            Admin::CreatePushSubscription(subscription, push) => {
+                client.create_subscription_with_push(subscription.clone(), push.clone()).await.map(|_| ())
             }
             Admin::DeleteSubscription(name) => tolerate_missing(client.delete_subscription(name).await),
             Admin::DeleteTopic(name) => tolerate_missing(client.delete_topic(name).await),

@@ -9,6 +9,7 @@
 //! | fanout (W3) | 1 | N, each receives every message | concurrently |
 //! | topics (W4) | N | 1 per topic; publishes spread evenly | concurrently, multiplexed streams |
 //! | backlog (W5) | 1 | 1 | only once every message is stored: the drain |
+//! | push | 1 | 1, pushed by the daemon | an HTTP receiver in this process, answering 204 |
 
 use super::embedded::unique_suffix;
 use super::gate::StartGate;
@@ -18,13 +19,14 @@ use super::live::{report_progress, LiveStats, Progress, Watched};
 use super::publish::{
     payload_template, publisher_run, PublishOptions, PublisherContext, PublisherOutcome, STAMP_BYTES,
 };
+use super::receiver::{receiver_run, PushReceiver, ReceiverContext};
 use super::report::{DeliveryReport, Report, Resident, ShardLatency};
 use super::setup::{self, Admin};
 use super::subscribe::{
     subscriber_run, SubscriberContext, SubscriberOutcome, Target, WINDOW_DEFAULT, WINDOW_MAX,
 };
 use super::Failure;
-use ringpost_client::{block_on, ErrorCode, StatsResponse, Subscription};
+use ringpost_client::{block_on, ErrorCode, PushConfig, StatsResponse, Subscription};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread::ScopedJoinHandle;
@@ -42,6 +44,8 @@ pub const SUBSCRIBER_THREADS_MAX: usize = 64;
 pub const FANOUT_SUBSCRIBER_THREADS_DEFAULT: usize = 4;
 /// The topics workload's streams are multiplexed over this many threads by default.
 pub const TOPICS_SUBSCRIBER_THREADS_DEFAULT: usize = 2;
+/// The address the push workload's receiver listens on, which the daemon must reach.
+pub const RECEIVER_HOST_DEFAULT: &str = "127.0.0.1";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -50,6 +54,8 @@ pub enum Workload {
     Fanout,
     Topics,
     Backlog,
+    /// W2's publishing, with the subscription pushed to a receiver in this process.
+    Push,
 }
 
 impl Workload {
@@ -61,6 +67,7 @@ impl Workload {
             Workload::Fanout => "fanout",
             Workload::Topics => "topics",
             Workload::Backlog => "backlog",
+            Workload::Push => "push",
         }
     }
 
@@ -87,6 +94,8 @@ pub struct WorkloadOptions {
     /// them, so that what the creation burst freed is given back first (a forwarder trims
     /// malloc's free memory about 12 s after its last request).
     pub settle_seconds: u64,
+    /// Push workload: where its receiver listens (the daemon pushes there).
+    pub receiver_host: String,
 }
 
 impl WorkloadOptions {
@@ -100,12 +109,13 @@ impl WorkloadOptions {
             window: WINDOW_DEFAULT,
             subscriber_threads: match workload {
                 Workload::Publish => 0,
-                Workload::EndToEnd | Workload::Backlog => 1,
+                Workload::EndToEnd | Workload::Backlog | Workload::Push => 1,
                 Workload::Fanout => FANOUT_SUBSCRIBER_THREADS_DEFAULT.min(SUBSCRIPTIONS_DEFAULT),
                 Workload::Topics => TOPICS_SUBSCRIBER_THREADS_DEFAULT,
             },
             cleanup: true,
             settle_seconds: 0,
+            receiver_host: RECEIVER_HOST_DEFAULT.to_owned(),
         }
     }
 
@@ -119,7 +129,7 @@ impl WorkloadOptions {
     pub fn subscription_count(&self) -> usize {
         match self.workload {
             Workload::Publish => 0,
-            Workload::EndToEnd | Workload::Backlog => 1,
+            Workload::EndToEnd | Workload::Backlog | Workload::Push => 1,
             Workload::Fanout => self.subscriptions,
             Workload::Topics => self.topics,
         }
@@ -189,19 +199,27 @@ fn layout(options: &WorkloadOptions) -> Layout {
     Layout { topics, targets, created: options.publish.topic.is_none() }
 }
 
-/// Creates the run's topics, then its subscriptions, in parallel.
-fn create(server: &str, layout: &Layout) -> Result<(), Failure> {
+/// Creates the run's topics, then its subscriptions, in parallel: pushed to `push_endpoint`
+/// when one is given.
+fn create(server: &str, layout: &Layout, push_endpoint: Option<&str>) -> Result<(), Failure> {
     let topics: Vec<Admin> = layout.topics.iter().map(|name| Admin::CreateTopic(name.clone())).collect();
     setup::apply_all(server, &topics)?;
     let subscriptions: Vec<Admin> = layout
         .targets
         .iter()
         .map(|target| {
-            Admin::CreateSubscription(Subscription {
+            let subscription = Subscription {
                 name: target.name.clone(),
                 topic: layout.topics[target.topic].clone(),
                 ..Subscription::default()
-            })
+            };
+            match push_endpoint {
+                None => Admin::CreateSubscription(subscription),
+                Some(endpoint) => Admin::CreatePushSubscription(
+                    subscription,
+                    PushConfig { endpoint: endpoint.to_owned(), ..PushConfig::default() },
+                ),
+            }
         })
         .collect();
     setup::apply_all(server, &subscriptions)
@@ -290,6 +308,14 @@ pub fn run(
     let server = options.publish.server.as_str();
     let mut layout = layout(options);
     let resident_before = resident_bytes(daemon_stats(server).as_ref());
+    // Listening before the subscription exists, which the daemon pushes as soon as it does.
+    let receiver = match options.workload {
+        Workload::Push => Some(PushReceiver::start(&options.receiver_host)?),
+        _ => None,
+    };
+    if let Some(receiver) = &receiver {
+        log(&format!("push receiver at {}", receiver.endpoint));
+    }
     let setup_started = Instant::now();
     if let Some(name) = &options.publish.topic {
         let client = block_on(super::connect(server))?;
@@ -301,7 +327,7 @@ pub fn run(
             }
             other => Failure::from(other),
         })?;
-    } else if let Err(failure) = create(server, &layout) {
+    } else if let Err(failure) = create(server, &layout, receiver.as_ref().map(|r| r.endpoint.as_str())) {
         // Remove what was made before the failure; the failure is what the user needs to see.
         let _ = delete(server, &layout);
         return Err(failure);
@@ -338,7 +364,9 @@ pub fn run(
         std::thread::sleep(std::time::Duration::from_secs(options.settle_seconds));
     }
     let resident_idle = resident_bytes(daemon_stats(server).as_ref());
-    let result = measure(options, &layout, multiplex, stop, progress);
+    let threads_before = super::threads::cpu_ticks_by_thread();
+    let result = measure(options, &layout, multiplex, receiver.as_ref(), stop, progress);
+    let threads_cpu = super::threads::cpu_seconds_since(&threads_before);
     // One read after the run for both: the latencies then cover its last 10-20 s.
     let after = daemon_stats(server);
     let resident_after = resident_bytes(after.as_ref());
@@ -350,6 +378,7 @@ pub fn run(
         false => None,
     };
     let mut report = result?;
+    report.threads_cpu = threads_cpu;
     report.setup_seconds = setup_seconds;
     report.server_latency = server_latency;
     if multiplex {
@@ -373,6 +402,7 @@ fn measure(
     options: &WorkloadOptions,
     layout: &Layout,
     multiplex: bool,
+    receiver: Option<&PushReceiver>,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Report, Failure> {
@@ -425,6 +455,16 @@ fn measure(
         warnings: &warnings,
         resident_stored_bytes: &resident_stored_bytes,
     };
+    // The receiver shows its figures where the one subscriber thread of W2 would.
+    let unused_live = LiveStats::new();
+    let receiver_context = ReceiverContext {
+        stop,
+        setup_failed: &setup_failed,
+        start: &start,
+        live: live_subscribers.first().unwrap_or(&unused_live),
+        publishers_running: &publishers_running,
+        acknowledged: &acknowledged_per_topic[0],
+    };
     latency::start_clock();
     let reporter = std::thread::current();
     let (publisher_outcomes, subscriber_outcomes) = std::thread::scope(|scope| {
@@ -446,6 +486,19 @@ fn measure(
                     .or_else(|error| spawn_failed("publisher", error, &setup_failed))
             })
             .collect();
+        let receiver_handle = receiver.map(|receiver| {
+            let counted_out = CountedOut { counters: [Some(&running), None], reporter: reporter.clone() };
+            let context = &receiver_context;
+            std::thread::Builder::new()
+                .name("receiver-run".to_owned())
+                .spawn_scoped(scope, move || {
+                    let _counted_out = counted_out;
+                    receiver_run(receiver, context)
+                })
+                .or_else(|error| spawn_failed("receiver", error, &setup_failed))
+        });
+        // The push workload's one subscriber is its receiver.
+        let subscriber_threads = if receiver.is_some() { 0 } else { subscriber_threads };
         let subscriber_handles: Vec<_> = (0..subscriber_threads)
             .map(|thread| {
                 let (context, counted_out) = (
@@ -461,6 +514,7 @@ fn measure(
                     .or_else(|error| spawn_failed("subscriber", error, &setup_failed))
             })
             .collect();
+        let subscriber_handles: Vec<_> = subscriber_handles.into_iter().chain(receiver_handle).collect();
         // Threads that did not start never arrive; the ones that did see `setup_failed` and
         // stand down.
         let started = publisher_handles.iter().filter(|handle| handle.is_ok()).count()
@@ -499,6 +553,7 @@ fn measure(
         resident_stored_bytes: Some(resident_stored_bytes.load(Ordering::Relaxed)).filter(|bytes| *bytes > 0),
         forwarders: None,
         server_latency: Vec::new(),
+        threads_cpu: Vec::new(),
     };
     if abort.load(Ordering::Relaxed) {
         report.warnings.push(format!(
@@ -634,6 +689,7 @@ mod tests {
             (Workload::Fanout, 1000),
             (Workload::Topics, 1000),
             (Workload::Backlog, 3000),
+            (Workload::Push, 1000),
         ] {
             let mut options = options(workload);
             options.publish.server = daemon.address.clone();

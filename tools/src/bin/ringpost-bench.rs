@@ -4,6 +4,7 @@ use argh::FromArgs;
 use ringpost_tools::bench::embedded::EmbeddedDaemon;
 use ringpost_tools::bench::format::{json_number, parse_byte_list, parse_bytes, thousands};
 use ringpost_tools::bench::publish::{self, PublishOptions};
+use ringpost_tools::bench::report::Report;
 use ringpost_tools::bench::subscribe::WINDOW_DEFAULT;
 use ringpost_tools::bench::workload::{self, Workload, WorkloadOptions};
 use ringpost_tools::bench::Failure;
@@ -113,6 +114,7 @@ enum Command {
     Fanout(FanoutFlags),
     Topics(TopicsFlags),
     Backlog(BacklogFlags),
+    Push(PushFlags),
     Disk(DiskFlags),
     Loopback(LoopbackFlags),
     Curve(CurveFlags),
@@ -321,6 +323,52 @@ struct BacklogFlags {
     latency_plot: Option<PathBuf>,
 }
 
+/// push: W2's publishing with its subscription pushed by the daemon to an HTTP receiver in this
+/// process that answers 204; reports deliveries/s and push latency (publish start to receipt)
+/// beside W2's streaming pull of as many messages, published the same way, in the same run
+#[derive(FromArgs)]
+#[argh(subcommand, name = "push")]
+struct PushFlags {
+    /// messages to publish in all, in each half (default 200000)
+    #[argh(option, default = "publish::MESSAGES_DEFAULT")]
+    messages: u64,
+    /// payload bytes per message, at least 8 (default 1024)
+    #[argh(option, arg_name = "bytes", default = "publish::SIZE_BYTES_DEFAULT")]
+    size: usize,
+    /// publisher threads (default 4)
+    #[argh(option, default = "publish::PUBLISHERS_DEFAULT")]
+    publishers: usize,
+    /// messages per publish request, 1 to 1000 (default 100)
+    #[argh(option, default = "publish::BATCH_DEFAULT")]
+    batch: usize,
+    /// publish requests in flight per publisher (default 8)
+    #[argh(option, default = "publish::INFLIGHT_DEFAULT")]
+    inflight: usize,
+    /// open loop: offer this many messages per second in all (default: closed loop)
+    #[argh(option, arg_name = "msgs-per-sec")]
+    rate: Option<f64>,
+    /// messages W2's stream may have delivered and not acknowledged (default 1000; the push
+    /// window is the daemon's)
+    #[argh(option, default = "WINDOW_DEFAULT")]
+    window: u64,
+    /// the address the receiver listens on, where the daemon reaches this process (default
+    /// 127.0.0.1)
+    #[argh(option, arg_name = "addr", default = "workload::RECEIVER_HOST_DEFAULT.to_owned()")]
+    receiver_host: String,
+    /// the push half alone, without W2's streaming pull before it
+    #[argh(switch)]
+    push_only: bool,
+    /// pin each publisher and subscriber thread to a core, round robin
+    #[argh(switch)]
+    pin: bool,
+    /// also write the results as one JSON object to this file (W2's under "pull")
+    #[argh(option, arg_name = "path")]
+    json: Option<PathBuf>,
+    /// also draw the push's latency distributions as a percentile plot to this SVG file
+    #[argh(option, arg_name = "path")]
+    latency_plot: Option<PathBuf>,
+}
+
 /// the disk's ceilings in the directory given by --data-dir: O_DIRECT writes each followed by
 /// fdatasync, as the daemon commits, or (--read) sequential O_DIRECT reads, as it drains a backlog
 #[derive(FromArgs)]
@@ -452,6 +500,8 @@ struct LoadFlags {
     options: WorkloadOptions,
     json: Option<PathBuf>,
     latency_plot: Option<PathBuf>,
+    /// Push workload: W2's streaming pull of as many messages first, for the ratio.
+    pull_beside: bool,
 }
 
 impl LoadFlags {
@@ -479,7 +529,7 @@ impl LoadFlags {
             rate_per_sec: rate,
             pin,
         };
-        LoadFlags { options: WorkloadOptions::new(workload, publish), json, latency_plot }
+        LoadFlags { options: WorkloadOptions::new(workload, publish), json, latency_plot, pull_beside: false }
     }
 }
 
@@ -627,13 +677,20 @@ fn run(flags: Flags) -> Result<(), Failure> {
             load.options.window = f.window;
             load
         }
+        Command::Push(f) => {
+            let mut load = load_flags!(Workload::Push, f, f.rate);
+            load.options.window = f.window;
+            load.options.receiver_host = f.receiver_host;
+            load.pull_beside = !f.push_only;
+            load
+        }
     };
     if flags.data_dir.is_some() && !flags.embedded {
         return Err(Failure::usage(
             "InvalidArgument: --data-dir applies to a load workload only with --embedded; a running daemon has its own",
         ));
     }
-    let LoadFlags { mut options, json, latency_plot } = load;
+    let LoadFlags { mut options, json, latency_plot, pull_beside } = load;
     // Refuse a bad command line before starting a daemon for it.
     options.validate()?;
     // Many topics' streams would need multiplexing the gRPC path does not do, and the
@@ -686,15 +743,19 @@ fn run(flags: Flags) -> Result<(), Failure> {
             .or_else(|| std::env::var("RINGPOST_SERVER").ok())
             .unwrap_or_else(|| publish::SERVER_DEFAULT.to_owned()),
     };
-    run_load(&options, json.as_deref(), latency_plot.as_deref())
+    stop_on_interrupt();
+    if options.workload == Workload::Push && pull_beside {
+        return run_push_beside_pull(&options, json.as_deref(), latency_plot.as_deref());
+    }
+    let report = run_workload(&options)?;
+    if let Some(path) = json {
+        write_file(&path, &format!("{}\n", report.json(&options)))?;
+    }
+    finish(&report, &options, latency_plot.as_deref())
 }
 
-fn run_load(
-    options: &WorkloadOptions,
-    json_path: Option<&Path>,
-    plot_path: Option<&Path>,
-) -> Result<(), Failure> {
-    stop_on_interrupt();
+/// Runs a load workload and prints its table.
+fn run_workload(options: &WorkloadOptions) -> Result<Report, Failure> {
     let report = workload::run(options, &STOP, &mut |progress| errln!("{}", progress.line()), &mut |line| {
         errln!("{line}")
     })?;
@@ -702,12 +763,53 @@ fn run_load(
         errln!("warning: {warning}");
     }
     out(format_args!("{}", report.table(options)))?;
-    if let Some(path) = json_path {
-        write_file(path, &format!("{}\n", report.json(options)))?;
+    Ok(report)
+}
+
+/// The push workload after W2's streaming pull of as many messages, published the same way,
+/// on the same daemon: each half has the machine to itself, and the ratio of their deliveries
+/// per second is the figure to read. The JSON is the push's, with W2's under `pull`.
+fn run_push_beside_pull(
+    options: &WorkloadOptions,
+    json_path: Option<&Path>,
+    plot_path: Option<&Path>,
+) -> Result<(), Failure> {
+    let pull_options = WorkloadOptions { workload: Workload::EndToEnd, ..options.clone() };
+    errln!("W2: the messages through a streaming pull");
+    let pull = run_workload(&pull_options)?;
+    if let Err(failure) = finish_checks(&pull, &pull_options) {
+        return Err(Failure::runtime(format!("W2's streaming pull: {}", failure.message)));
     }
+    errln!("push: as many messages pushed to the receiver");
+    let push = run_workload(options)?;
+    let rate = |report: &Report| report.delivery.as_ref().map_or(0.0, |d| d.deliveries_per_sec());
+    let ratio = if rate(&pull) > 0.0 { rate(&push) / rate(&pull) } else { 0.0 };
+    out(format_args!(
+        "push {} deliveries/s, W2's streaming pull {} deliveries/s in the same run: push/pull {ratio:.2}\n",
+        thousands(rate(&push).round() as u64),
+        thousands(rate(&pull).round() as u64),
+    ))?;
+    if let Some(path) = json_path {
+        let mut json = push.json(options);
+        // Report::json is one object: W2's goes inside it, before its closing brace.
+        json.pop();
+        let ratio = json_number(ratio, 3);
+        json.push_str(&format!(",\"push_to_pull\":{ratio},\"pull\":{}}}", pull.json(&pull_options)));
+        write_file(path, &format!("{json}\n"))?;
+    }
+    finish(&push, options, plot_path)
+}
+
+/// Writes the plot, then fails the run if it was interrupted or had problems.
+fn finish(report: &Report, options: &WorkloadOptions, plot_path: Option<&Path>) -> Result<(), Failure> {
     if let Some(path) = plot_path {
         write_file(path, &report.latency_svg(options))?;
     }
+    finish_checks(report, options)
+}
+
+/// The run's failure, if it was interrupted or had problems.
+fn finish_checks(report: &Report, options: &WorkloadOptions) -> Result<(), Failure> {
     if STOP.load(Ordering::Relaxed) {
         return Err(Failure::runtime(format!(
             "interrupted: {} of {} messages were sent",

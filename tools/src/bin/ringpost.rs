@@ -902,6 +902,13 @@ const NODE_STATS_WAIT: Duration = Duration::from_secs(5);
 struct NodeStats {
     node: u64,
     stats: Result<(ringpost_client::StatsResponse, String), String>,
+    /// The push subscriptions it pushes (none from a daemon before push subscriptions).
+    push: Vec<ringpost_client::PushSubscriptionStats>,
+}
+
+/// A node's stats with its push subscriptions', and its version.
+async fn node_stats(client: &Client) -> Result<(ringpost_client::StatsWithPushResponse, String), Error> {
+    Ok((client.stats_with_push().await?, client.server_version().await?))
 }
 
 /// The stats of every node of the cluster the answering node belongs to (its own through
@@ -912,7 +919,7 @@ async fn cluster_stats(
     timeout: Duration,
     security: &ringpost_client::Security,
 ) -> Result<Vec<NodeStats>, Failure> {
-    let own = (client.stats().await?, client.server_version().await?);
+    let own = node_stats(client).await?;
     let status = client.cluster_status().await?;
     let wait = timeout.min(NODE_STATS_WAIT);
     let others: Vec<(u64, String)> = status
@@ -935,7 +942,7 @@ async fn cluster_stats(
                             Client::connect_with_security(&address, PoolSettings::default(), wait, security)
                                 .await?
                                 .with_request_timeout(wait);
-                        Ok::<_, Error>((other.stats().await?, other.server_version().await?))
+                        node_stats(&other).await
                     })
                     .map_err(|error| error.to_string())
                 });
@@ -944,21 +951,33 @@ async fn cluster_stats(
             .collect();
         asked
             .into_iter()
-            .map(|(node, answer)| NodeStats {
-                node,
-                stats: answer.join().unwrap_or_else(|_| Err("asking it failed".to_owned())),
+            .map(|(node, answer)| {
+                let answer = answer.join().unwrap_or_else(|_| Err("asking it failed".to_owned()));
+                node_answer(node, answer)
             })
             .collect()
     });
-    gathered.push(NodeStats { node: status.node_id, stats: Ok(own) });
+    gathered.push(node_answer(status.node_id, Ok(own)));
     gathered.sort_by_key(|node| node.node);
     Ok(gathered)
 }
 
+fn node_answer(
+    node: u64,
+    answer: Result<(ringpost_client::StatsWithPushResponse, String), String>,
+) -> NodeStats {
+    match answer {
+        Ok((answer, version)) => {
+            NodeStats { node, stats: Ok((answer.stats, version)), push: answer.push_subscriptions }
+        }
+        Err(why) => NodeStats { node, stats: Err(why), push: Vec::new() },
+    }
+}
+
 /// `ringpost stats`: every node's topics and subscriptions in one table (a `node` column),
-/// then each node's replicas, data directories, latencies and process; a node that did not
-/// answer is said so. Each JSON line names what it describes (`kind`: topic, subscription,
-/// replica, directory, latency, quarantined, process, node) and the node it comes from, after
+/// then each node's replicas, push subscriptions, data directories, latencies and process; a
+/// node that did not answer is said so. Each JSON line names what it describes (`kind`: topic,
+/// subscription, replica, push, directory, latency, quarantined, process, node) and the node it comes from, after
 /// the fields it always had.
 fn print_stats(output: Output, nodes: &[NodeStats]) {
     let mut rows = Vec::new();
@@ -1059,6 +1078,7 @@ fn print_stats(output: Output, nodes: &[NodeStats]) {
         rows,
     );
     print_replicas(output, nodes);
+    print_pushes(output, nodes);
     for node in nodes {
         let id = node.node.to_string();
         let (stats, version) = match &node.stats {
@@ -1250,6 +1270,86 @@ fn print_replicas(output: Output, nodes: &[NodeStats]) {
             "lag",
             "journal_lag",
             "answered_ms_ago",
+        ],
+        rows,
+    );
+}
+
+/// The push subscriptions every node that answered pushes: a row each with its endpoint, window,
+/// pushes outstanding, backlog, failures since the last push acknowledged, and the last push
+/// that did not acknowledge with how long ago (kept after later successes). Nothing when no
+/// subscription pushes.
+fn print_pushes(output: Output, nodes: &[NodeStats]) {
+    let mut rows = Vec::new();
+    for node in nodes {
+        let Ok((stats, _)) = &node.stats else { continue };
+        let id = node.node.to_string();
+        for push in &node.push {
+            let backlog = stats
+                .topics
+                .iter()
+                .filter(|topic| topic.name == push.topic)
+                .flat_map(|topic| &topic.subscriptions)
+                .find(|subscription| subscription.name == push.subscription)
+                .map_or(0, |subscription| subscription.backlog_messages);
+            let error = push.last_error.as_ref();
+            let requests: Vec<(&str, String)> =
+                push.requests.iter().map(|count| (count.class.as_str(), count.count.to_string())).collect();
+            rows.push((
+                vec![
+                    id.clone(),
+                    push.topic.clone(),
+                    push.subscription.clone(),
+                    push.endpoint.clone(),
+                    push.window.to_string(),
+                    push.outstanding.to_string(),
+                    backlog.to_string(),
+                    push.failures_in_a_row.to_string(),
+                    error.map_or_else(
+                        || "-".to_owned(),
+                        |error| format!("{:.1}", error.ms_ago as f64 / 1000.0),
+                    ),
+                    error.map_or_else(|| "-".to_owned(), |error| error.reason.clone()),
+                ],
+                json::object(&[
+                    ("topic", json::string(&push.topic)),
+                    ("subscription", json::string(&push.subscription)),
+                    ("endpoint", json::string(&push.endpoint)),
+                    ("window", push.window.to_string()),
+                    ("outstanding", push.outstanding.to_string()),
+                    ("backlog", backlog.to_string()),
+                    ("failures_in_a_row", push.failures_in_a_row.to_string()),
+                    (
+                        "last_error",
+                        error.map_or_else(|| "null".to_owned(), |error| json::string(&error.reason)),
+                    ),
+                    (
+                        "last_error_ms_ago",
+                        error.map_or_else(|| "null".to_owned(), |error| error.ms_ago.to_string()),
+                    ),
+                    ("requests", json::object(&requests)),
+                    ("kind", json::string("push")),
+                    ("node", id.clone()),
+                ]),
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    print_rows(
+        output,
+        &[
+            "node",
+            "topic",
+            "subscription",
+            "endpoint",
+            "window",
+            "outstanding",
+            "backlog",
+            "failures_in_a_row",
+            "last_error_s_ago",
+            "last_error",
         ],
         rows,
     );

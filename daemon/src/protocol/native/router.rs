@@ -9,6 +9,7 @@ use crate::api::control::{
 };
 use crate::api::{Code, Status};
 use crate::dispatch::{Caller, Door, Operation, Outcome, SubscriptionShown};
+use crate::ids::NodeId;
 use crate::net::server::{fail, respond, Handler, Responder, Response};
 use crate::storage::Storage;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
@@ -185,8 +186,8 @@ fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
 
 fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse {
     wire::ClusterStatusResponse {
-        node_id: status.node_id,
-        catalog_leader: status.catalog_leader,
+        node_id: status.node_id.get(),
+        catalog_leader: status.catalog_leader.map(NodeId::get),
         term: status.term,
         last_log_index: status.last_log_index,
         last_applied_index: status.last_applied_index,
@@ -194,7 +195,7 @@ fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse 
             .nodes
             .into_iter()
             .map(|node| wire::NodeStatus {
-                node_id: node.node_id,
+                node_id: node.node_id.get(),
                 cluster_address: node.cluster_address,
                 router_address: node.router_address,
                 voter: node.voter,
@@ -208,9 +209,9 @@ fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse 
             .into_iter()
             .map(|topic| wire::TopicPlacement {
                 name: topic.name,
-                leader_node: topic.leader_node,
+                leader_node: topic.leader_node.get(),
                 epoch: topic.epoch,
-                replica_nodes: topic.replica_nodes,
+                replica_nodes: topic.replica_nodes.into_iter().map(NodeId::get).collect(),
             })
             .collect(),
         topics_omitted: status.topics_omitted,
@@ -347,18 +348,18 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ListSnapshots => Operation::ListSnapshots(list_request(body)?),
         Command::GetSnapshot => Operation::GetSnapshot { name: name(body)? },
         Command::DeleteSnapshot => Operation::DeleteSnapshot { name: name(body)? },
-        Command::Stats => Operation::Stats,
+        Command::Stats | Command::StatsWithPush => Operation::Stats,
         Command::ClusterStatus => Operation::ClusterStatus,
         Command::ClusterAddNode => {
             let request = access_body::<wire::ClusterAddNodeRequest>(body)?;
             Operation::ClusterAddNode {
-                node_id: request.node_id.to_native(),
+                node_id: NodeId::new(request.node_id.to_native()),
                 cluster_address: request.cluster_address.as_str().to_owned(),
                 voter: request.voter,
             }
         }
         Command::ClusterRemoveNode => Operation::ClusterRemoveNode {
-            node_id: access_body::<wire::ClusterRemoveNodeRequest>(body)?.node_id.to_native(),
+            node_id: NodeId::new(access_body::<wire::ClusterRemoveNodeRequest>(body)?.node_id.to_native()),
         },
         Command::ResyncDirectory => Operation::ResyncDirectory {
             index: access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native(),
@@ -391,6 +392,7 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         }
         Command::ListSnapshots => respond(header, &snapshot_list(outcome.into_snapshots()?)),
         Command::Stats => respond(header, &wire::StatsResponse::from(*outcome.into_stats()?)),
+        Command::StatsWithPush => respond(header, &wire::StatsWithPushResponse::from(*outcome.into_stats()?)),
         Command::ClusterStatus => respond(header, &cluster_status_message(*outcome.into_cluster_status()?)),
         Command::ResyncDirectory => {
             let resynced = outcome.into_resynced()?;

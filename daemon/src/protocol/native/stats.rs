@@ -2,10 +2,43 @@
 //! into the wire's messages. Stats are asked for by an operator, not on a data path.
 
 use crate::api::stats::{
-    DirectoryStatus, FollowerStats, LatencySummary, ProcessStats, QuarantinedTopic, ReplicaStats, ShardStats,
-    Stats, SubscriptionStats, TopicStats,
+    DirectoryStatus, FollowerStats, LatencySummary, ProcessStats, PushStats, QuarantinedTopic, ReplicaStats,
+    ShardStats, Stats, SubscriptionStats, TopicStats,
 };
 use ringpost_wire::messages as wire;
+
+impl From<Stats> for wire::StatsWithPushResponse {
+    fn from(mut stats: Stats) -> wire::StatsWithPushResponse {
+        let mut push_subscriptions = Vec::new();
+        for topic in &mut stats.topics {
+            for subscription in &mut topic.subscriptions {
+                if let Some(push) = subscription.push.take() {
+                    push_subscriptions.push(push_subscription(&topic.name, &subscription.name, push));
+                }
+            }
+        }
+        wire::StatsWithPushResponse { stats: stats.into(), push_subscriptions }
+    }
+}
+
+fn push_subscription(topic: &str, subscription: &str, push: PushStats) -> wire::PushSubscriptionStats {
+    wire::PushSubscriptionStats {
+        topic: topic.to_owned(),
+        subscription: subscription.to_owned(),
+        endpoint: push.endpoint,
+        window: push.window,
+        outstanding: push.outstanding,
+        last_error: push
+            .last_error
+            .map(|error| wire::PushError { reason: error.reason, ms_ago: error.ms_ago }),
+        failures_in_a_row: push.failures_in_a_row,
+        requests: push
+            .requests_by_class
+            .into_iter()
+            .map(|(class, count)| wire::PushRequestCount { class, count })
+            .collect(),
+    }
+}
 
 impl From<Stats> for wire::StatsResponse {
     fn from(stats: Stats) -> wire::StatsResponse {
