@@ -99,6 +99,9 @@ pub struct Daemon {
     /// The daemon's open-file limit (soft and hard), when the test sets one: below what the
     /// daemon asks for, it closes the journals beyond a quarter of it between commits.
     pub open_files_max: Option<u64>,
+    /// The `ringpostd` it runs: this build's, unless a test sets another (a previous release's,
+    /// to check that this build's clients still work with it).
+    pub program: PathBuf,
 }
 
 impl Daemon {
@@ -133,6 +136,7 @@ impl Daemon {
             http_address: None,
             listen: "127.0.0.1:0".to_owned(),
             open_files_max: None,
+            program: binary("ringpostd"),
         }
     }
 
@@ -167,7 +171,7 @@ impl Daemon {
         let ready = self.directory.join("ready");
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
-        let mut command = Command::new(binary("ringpostd"));
+        let mut command = Command::new(&self.program);
         for data_dir in &self.data_dirs {
             command.arg("--data-dir").arg(data_dir);
         }

@@ -433,3 +433,26 @@ fn an_older_cli_still_creates_and_reads_subscriptions() {
     let push = stats.lines().find(|line| line.contains("\"kind\":\"push\"")).expect("a push line");
     assert_eq!(json_field(push, "endpoint"), "https://r.example/p");
 }
+
+/// This build's `ringpost stats` against a `ringpostd` built before push subscriptions (its
+/// path in `RINGPOST_OLD_DAEMON`; the test says so and passes without it): that daemon answers
+/// StatsWithPush `Unimplemented`, and the CLI shows what its Stats answers, with no push table.
+#[test]
+fn this_clis_stats_read_an_older_daemon() {
+    use ringpost_tests::succeeded;
+    let Some(old_daemon) = std::env::var_os("RINGPOST_OLD_DAEMON") else {
+        eprintln!("RINGPOST_OLD_DAEMON is not set: the older daemon's check is skipped");
+        return;
+    };
+    let mut daemon = Daemon::prepare("push-stats-old-daemon", Vec::new(), Vec::new());
+    daemon.program = old_daemon.into();
+    daemon.spawn();
+    succeeded(&daemon.cli(&["topic", "create", "orders"]));
+    succeeded(&daemon.cli(&["sub", "create", "pulled", "--topic", "orders"]));
+    let stats = succeeded(&daemon.cli(&["stats"]));
+    assert!(stats.contains("\"subscription\":\"pulled\""), "{stats}");
+    assert!(stats.contains("\"kind\":\"process\""), "{stats}");
+    assert!(!stats.contains("\"kind\":\"push\""), "{stats}");
+    let table = succeeded(&daemon.cli(&["--output", "table", "stats"]));
+    assert!(table.contains("pulled") && !table.contains("LAST_ERROR"), "{table}");
+}
