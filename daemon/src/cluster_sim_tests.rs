@@ -1036,7 +1036,6 @@ fn record(id: u64) -> NodeRecord {
         router_address: format!("node-{id}:{ROUTER_PORT}"),
         forwarders: vec![format!("node-{id}:{PORT}")],
         grpc_address: String::new(),
-        push_key: None,
     }
 }
 

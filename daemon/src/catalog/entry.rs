@@ -3,7 +3,7 @@
 //! creation times, placement, sync points), so applying it is deterministic.
 //!
 //! Fields added later (labels, exactly-once delivery, detachment, a push configuration, a node's
-//! gRPC address and push signing key) are an optional trailer after an entry's fields, written only when one of them
+//! gRPC address) are an optional trailer after an entry's fields, written only when one of them
 //! is not its default: an entry that uses none of them is encoded exactly as before, and one
 //! written before decodes with the defaults. A node of an older version refuses an entry whose
 //! trailer holds a field it does not know (trailing bytes), rather than misread it.
@@ -194,23 +194,6 @@ pub struct NodeRecord {
     /// Where clients (and the other nodes' gRPC APIs, carrying catalog changes to the leader)
     /// reach its gRPC API; empty when it serves none, and in entries written before the field.
     pub grpc_address: String,
-    /// The public part of the key the node signs its push tokens with; `None` in entries
-    /// written before the field, and in a record admitted and not registered yet.
-    pub push_key: Option<PushKey>,
-}
-
-/// A node's push signing key as its JWK has it (RFC 7517, RFC 7518: base64url without padding):
-/// every node serves every registered node's key at `/oauth2/v3/certs` (`push::token`), so that
-/// a receiver verifying tokens against one node's JWK Set accepts those of the node that pushes
-/// after a failover.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PushKey {
-    /// The JWK's `kid`: the key's RFC 7638 thumbprint, which the tokens' headers name.
-    pub key_id: String,
-    /// `n`, the public modulus.
-    pub modulus: String,
-    /// `e`, the public exponent.
-    pub exponent: String,
 }
 
 impl NodeRecord {
@@ -224,7 +207,6 @@ impl NodeRecord {
             router_address: String::new(),
             forwarders: Vec::new(),
             grpc_address: String::new(),
-            push_key: None,
         }
     }
 }
@@ -392,13 +374,9 @@ impl CatalogEntry {
                     encoder.str(address);
                 }
                 // A trailer, written only when set: a node without a gRPC API registers in
-                // exactly the bytes it did before the field, which every version reads. The push
-                // key comes after it, the gRPC address (empty or not) written before it.
-                if !node.grpc_address.is_empty() || node.push_key.is_some() {
+                // exactly the bytes it did before the field, which every version reads.
+                if !node.grpc_address.is_empty() {
                     encoder.str(&node.grpc_address);
-                }
-                if let Some(key) = &node.push_key {
-                    encoder.str(&key.key_id).str(&key.modulus).str(&key.exponent);
                 }
                 encoder.0
             }
@@ -604,7 +582,7 @@ fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionR
 }
 
 /// A node's registration (`KIND_NODE_REGISTERED`), after its kind; its gRPC address follows
-/// when it was written with one or with a push key, and then its push key when it has one.
+/// when it was written with one.
 fn decode_node(d: &mut Decoder) -> DecodeResult<NodeRecord> {
     let (node_id, cluster_address, router_address) = (NodeId::new(d.u64()?), d.str()?, d.str()?);
     let count = d.u32()?;
@@ -616,21 +594,7 @@ fn decode_node(d: &mut Decoder) -> DecodeResult<NodeRecord> {
         forwarders.push(d.str()?);
     }
     let grpc_address = if d.is_empty() { String::new() } else { d.str()? };
-    let push_key = if d.is_empty() { None } else { Some(decode_push_key(d)?) };
-    Ok(NodeRecord { node_id, cluster_address, router_address, forwarders, grpc_address, push_key })
-}
-
-/// A push key's `kid`, `n` and `e`: each base64url, never empty (a JWK Set serves them as they
-/// are, and a receiver's library refuses a key it cannot read).
-fn decode_push_key(d: &mut Decoder) -> DecodeResult<PushKey> {
-    let key = PushKey { key_id: d.str()?, modulus: d.str()?, exponent: d.str()? };
-    let base64url = |text: &str| {
-        !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"-_".contains(&byte))
-    };
-    if ![&key.key_id, &key.modulus, &key.exponent].into_iter().all(|part| base64url(part)) {
-        return Err("a push key whose kid, n or e is not base64url");
-    }
-    Ok(key)
+    Ok(NodeRecord { node_id, cluster_address, router_address, forwarders, grpc_address })
 }
 
 /// A subscription's settings, in the order both its creation and its updates store them.

@@ -169,7 +169,6 @@ fn entries_round_trip() {
         }),
         CatalogEntry::NodeRegistered(node_record("")),
         CatalogEntry::NodeRegistered(node_record("10.0.0.2:8085")),
-        CatalogEntry::NodeRegistered(NodeRecord { push_key: Some(push_key()), ..node_record("") }),
         CatalogEntry::NodeRegistered(NodeRecord::admitted(NodeId::new(4), "10.0.0.4:7460".into())),
         CatalogEntry::NodeRemoved { node_id: NodeId::new(4) },
     ]) {
@@ -185,53 +184,6 @@ fn node_record(grpc_address: &str) -> NodeRecord {
         router_address: "10.0.0.2:7450".into(),
         forwarders: vec!["10.0.0.2:7451".into(), "10.0.0.2:7452".into()],
         grpc_address: grpc_address.into(),
-        push_key: None,
-    }
-}
-
-/// Node 2's push key, as its JWK has it.
-fn push_key() -> PushKey {
-    PushKey {
-        key_id: "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs".into(),
-        modulus: "0vx7agoebGc".into(),
-        exponent: "AQAB".into(),
-    }
-}
-
-/// A node registers its push key after its gRPC address (written, empty or not, before it), so
-/// that a registration without a key is the bytes it was before the field, and one with a key
-/// decodes to it whether the node serves gRPC or not; a key that is not base64url is refused.
-#[test]
-fn a_node_registers_its_push_key_after_its_grpc_address() {
-    use crate::codec::Encoder;
-    let without = CatalogEntry::NodeRegistered(node_record("")).encode();
-    for grpc_address in ["", "10.0.0.2:8085"] {
-        let record = NodeRecord { push_key: Some(push_key()), ..node_record(grpc_address) };
-        let encoded = CatalogEntry::NodeRegistered(record.clone()).encode();
-        let expected = Encoder(without.clone())
-            .str(grpc_address)
-            .str(&push_key().key_id)
-            .str(&push_key().modulus)
-            .str(&push_key().exponent)
-            .0
-            .clone();
-        assert_eq!(encoded, expected);
-        assert_eq!(CatalogEntry::decode(&encoded), Ok(CatalogEntry::NodeRegistered(record)));
-    }
-    let mut state = CatalogState::default();
-    state.apply(CatalogEntry::NodeRegistered(NodeRecord { push_key: Some(push_key()), ..node_record("") }));
-    assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state);
-    assert_eq!(state.nodes[&NodeId::new(2)].push_key, Some(push_key()));
-    for (key_id, modulus) in [("", "AQAB"), ("kid", "not \"base64\"")] {
-        let bad = Encoder(without.clone()).str("").str(key_id).str(modulus).str("AQAB").0.clone();
-        assert!(CatalogEntry::decode(&bad).is_err(), "{key_id} {modulus}");
-    }
-    // Cut anywhere inside the key, it is refused rather than read as a shorter record.
-    let whole =
-        CatalogEntry::NodeRegistered(NodeRecord { push_key: Some(push_key()), ..node_record("") }).encode();
-    let key_start = without.len() + 4;
-    for cut in key_start + 1..whole.len() {
-        assert!(CatalogEntry::decode(&whole[..cut]).is_err(), "cut at {cut}");
     }
 }
 

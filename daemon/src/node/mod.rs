@@ -597,10 +597,10 @@ fn cluster_wiring(
             // (calls reaching another node's gRPC API come here over the cluster's
             // connections, not to this address: `protocol::grpc::remote`).
             grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
-            // Every node serves every registered node's key, so that a receiver verifying
-            // against any node's JWK Set accepts the tokens of whichever node pushes.
-            push_key: Some(push_signer.key().push_key()),
         },
+        // Every node serves every node's key, so that a receiver verifying against any node's
+        // JWK Set accepts the tokens of whichever node pushes; they ask each other for it.
+        push_key: push_signer.key().push_key(),
         settings,
     }
 }

@@ -12,8 +12,9 @@
 //!
 //! Tokens are signed with ring (RS256, constant-time); RustCrypto's `rsa` only makes the key.
 
+use super::keys::PushKey;
 use super::TokenSigner;
-use crate::catalog::{OidcToken, PushKey};
+use crate::catalog::OidcToken;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use ring::signature::{KeyPair as _, RsaKeyPair, RsaPublicKeyComponents};
@@ -147,7 +148,8 @@ impl SigningKey {
         jwk_set(&[self.push_key()])
     }
 
-    /// The public key as a JWK's members, as the node registers it in the catalog.
+    /// The public key as a JWK's members, as the node serves it and answers other nodes for it
+    /// (`push::keys`).
     pub fn push_key(&self) -> PushKey {
         PushKey {
             key_id: self.key_id.clone(),
@@ -170,8 +172,8 @@ impl SigningKey {
     }
 }
 
-/// `keys` as a JWK Set (RFC 7517), what `JWKS_PATH` serves: in a cluster, every registered
-/// node's key (each node signs with its own), so that tokens verify against any node's set.
+/// `keys` as a JWK Set (RFC 7517), what `JWKS_PATH` serves: in a cluster, every node's key
+/// (each node signs with its own, `push::keys`), so that tokens verify against any node's set.
 pub fn jwk_set(keys: &[PushKey]) -> String {
     let keys: Vec<String> = keys
         .iter()
