@@ -2,7 +2,7 @@
 //! router's control channels and of the dead-letter channels, and its timers.
 
 use super::os::{into_glommio, stop_on_close};
-use super::{repeat_every, Config};
+use super::{steps, Config};
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, CONTROL_CHANNEL_CAPACITY};
 use crate::dispatch::routes::Routes;
 use crate::ids::NodeId;
@@ -259,24 +259,20 @@ fn join_the_cluster<S: storage::Storage>(
     replication_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     router_address: &str,
 ) {
-    forwarder.replica_context.node_id.set(Some(node_id));
     let transport = net::replica::NativeTransport::new(secret.map(Rc::from), replication_tls);
-    *forwarder.replica_context.transport.borrow_mut() = Some(Rc::new(transport.clone()));
     // Dead letters are looked up through this node's router.
     forwarder.dead_letters.set_remote(Rc::new(net::replica::RemoteDeadLetters {
         transport: transport.clone(),
         router: router_address.to_owned(),
     }));
-    net::relay::install(
-        forwarder.global_shard(),
-        net::relay::Relay::new(
-            Rc::new(transport),
-            router_address.to_owned(),
-            routes,
-            forwarder.stop_handle(),
-            forwarder.environment.stream_budget.clone(),
-        ),
-    );
+    let cluster = steps::ForwarderCluster {
+        node_id,
+        replicas: Rc::new(transport.clone()),
+        carrier: Rc::new(transport),
+        routes,
+        router_address: router_address.to_owned(),
+    };
+    steps::forwarder_joins_the_cluster(forwarder, cluster);
 }
 
 /// Serves the router's control requests to a forwarder, each as a task of its own, until the
@@ -313,8 +309,5 @@ fn run_forwarder_tasks<S: storage::Storage>(
     push: crate::push::client::PushSender,
 ) {
     crate::runtime::spawn(crate::push::task::serve(forwarder.clone(), Rc::new(push))).detach();
-    let collector = forwarder.clone();
-    repeat_every(shard::SEGMENT_COLLECTION_INTERVAL, async move || collector.collect_segments().await);
-    let sweeper = forwarder.clone();
-    repeat_every(shard::LEASE_SWEEP_INTERVAL, async move || sweeper.sweep_leases());
+    steps::run_forwarder_timers(forwarder);
 }

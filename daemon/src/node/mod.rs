@@ -9,6 +9,7 @@ mod forwarder_shard;
 mod os;
 mod phase;
 mod router_shard;
+pub(crate) mod steps;
 
 use crate::ids::NodeId;
 use crate::{auth, catalog, log, metrics, net, placement, protocol, push, router, shard};

@@ -2,7 +2,7 @@
 //! forwarder's control channels, recovers, then serves its port and runs its timers.
 
 use super::os::{into_glommio, stop_on_close};
-use super::{repeat_every, ClusterSettings, Config, ROUTER_IO_MEMORY_BYTES};
+use super::{steps, ClusterSettings, Config, ROUTER_IO_MEMORY_BYTES};
 use crate::control::{ControlEnvelope, ControlReply};
 use crate::{catalog, log, net, protocol, router, storage, sync};
 use glommio::channels::shared_channel::{SharedReceiver, SharedSender};
@@ -40,24 +40,6 @@ pub(super) struct ClusterWiring {
     pub listener: StdListener,
     pub settings: super::ClusterSettings,
     pub record: catalog::NodeRecord,
-}
-
-/// How often a node that could not register with the catalog's leader tries again.
-const REGISTER_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
-/// How often a node still unregistered says so.
-const REGISTER_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Registers this node with the catalog's leader, trying until it takes the registration.
-async fn register<S: storage::Storage>(router: &router::Router<S>, record: catalog::NodeRecord) {
-    let started = crate::runtime::now();
-    let mut reported = started;
-    while let Err(status) = router.register(record.clone()).await {
-        if crate::runtime::now() - reported >= REGISTER_REPORT_INTERVAL {
-            reported = crate::runtime::now();
-            crate::log_warn!("ringpostd: node {} is not registered yet: {status}", record.node_id);
-        }
-        crate::runtime::sleep(REGISTER_RETRY).await;
-    }
 }
 
 /// Starts the router shard for `shards` forwarder shards, which are serving already.
@@ -141,37 +123,37 @@ pub(super) fn start_router_shard(
                 Ok(opened) => opened,
                 Err(error) => return fail(error),
             };
-            let mut router = router::Router::new(
+            let membership = match (&cluster, &peers) {
+                (Some(cluster), Some((_, pool))) => Some(steps::Membership {
+                    peers: Rc::new(pool.clone()),
+                    nodes: Rc::new(pool.clone()),
+                    record: cluster.record.clone(),
+                    replication_refused,
+                }),
+                _ => None,
+            };
+            let parts = steps::RouterParts {
                 storage,
                 directories,
-                catalog,
                 links,
-                router::ForwarderAddresses::new(ports, advertise),
-                config.balance_factor,
-            );
-            router.set_limits(config.catalog_limits);
-            if let Some((_, pool)) = &peers {
-                join_the_cluster(&mut router, pool, replication_refused);
-            }
-            let router = Rc::new(router);
-            let door = open_door(&router, peers.as_ref());
-            if let (Some(cluster), Some(_)) = (&cluster, &peers) {
-                phase.set("registering its forwarders with the catalog's leader");
-                register(&router, cluster.record.clone()).await;
-            }
-            phase.set("recovering its topics and subscriptions");
-            if let Err(error) = router.recover().await {
-                return fail(error);
-            }
-            if let Some((handler, _)) = &peers {
-                handler.set_door(door.clone());
-            }
-            if peers.is_some() {
-                follow_cluster_hosts(&router, cluster_hosts, hosts, shards as u32, &stop);
-            }
-            port.open(door.clone());
-            let _ = router_ready.send(Ok(()));
-            run_router_timers(&router);
+                addresses: router::ForwarderAddresses::new(ports, advertise),
+                balance_factor: config.balance_factor,
+                limits: config.catalog_limits,
+            };
+            // The door opens to the cluster port, then to the router's port, once the router
+            // recovered; the shard is ready then.
+            let open = |router: &Rc<router::Router<_>>, door: &Rc<crate::dispatch::Door<_>>| {
+                if let Some((handler, _)) = &peers {
+                    handler.set_door(door.clone());
+                    follow_cluster_hosts(router, cluster_hosts, hosts, shards as u32, &stop);
+                }
+                port.open(door.clone());
+                let _ = router_ready.send(Ok(()));
+            };
+            let (router, door) = match steps::serve_router(catalog, parts, membership, &phase, open).await {
+                Ok(served) => served,
+                Err(error) => return fail(error),
+            };
             if let Some(jobs) = grpc_jobs {
                 let target = Rc::new(RouterShard { router: router.clone(), door, access });
                 crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
@@ -180,29 +162,6 @@ pub(super) fn start_router_shard(
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))
-}
-
-/// The router reaches the other nodes' routers through `pool`; if this node's ports would
-/// refuse replication (`replication_the_ports_would_refuse`), its topics get one replica.
-fn join_the_cluster(
-    router: &mut router::Router<storage::dma::DmaStorage>,
-    pool: &Rc<PeerPool>,
-    replication_refused: Option<&'static str>,
-) {
-    router.set_peers(Rc::new(pool.clone()));
-    if let Some(why) = replication_refused {
-        router.refuse_replication(why);
-    }
-}
-
-/// The router shard's door: every client request on this shard goes through it, whichever
-/// protocol it came in, carried to the catalog's leader through `peers` in a cluster.
-fn open_door(
-    router: &Rc<router::Router<storage::dma::DmaStorage>>,
-    peers: Option<&Peers>,
-) -> Rc<crate::dispatch::Door<storage::dma::DmaStorage>> {
-    let nodes = peers.map(|(_, pool)| Rc::new(pool.clone()) as Rc<dyn crate::dispatch::NodeTransport>);
-    Rc::new(crate::dispatch::Door::new(router.clone(), nodes))
 }
 
 /// With TLS and the cluster's CA, the cluster port takes TLS too: the server's certificate
@@ -302,35 +261,6 @@ impl<S: storage::Storage> net::server::Handler for RouterPort<S> {
         let status = crate::api::Status::unavailable(format!("this node is still starting: {step}"));
         net::server::fail(&header, &status.into()).into()
     }
-}
-
-/// The router shard's timers: replicated topics' replicas and elections (in a cluster),
-/// subscription expiry, the catalog's disk reserve, and the catalog's compaction.
-fn run_router_timers<S: storage::Storage>(router: &Rc<router::Router<S>>) {
-    if router.is_clustered() {
-        // Replicated topics: this node's replicas as the catalog says, and, on the catalog's
-        // leader, elections for topics whose leader is gone.
-        let replicas = router.clone();
-        repeat_every(router::RECONCILE_TICK, async move || {
-            replicas.reconcile_replicas().await;
-            replicas.coordinate();
-        });
-        // The log's account of the cluster: members, leaders, contact lost and regained.
-        let watcher = router.clone();
-        repeat_every(router::CLUSTER_WATCH_INTERVAL, async move || watcher.watch_cluster());
-    }
-    let settler = router.clone();
-    repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);
-    let expirer = router.clone();
-    repeat_every(router::EXPIRATION_CHECK_INTERVAL, async move || {
-        expirer.expire_subscriptions().await;
-        expirer.retake_catalog_reserve().await;
-        match expirer.compact_catalog().await {
-            Ok(false) => {}
-            Ok(true) => crate::log_info!("ringpostd: compacted the catalog: snapshot taken, raft log purged"),
-            Err(error) => crate::log_warn!("ringpostd: compacting the catalog: {error}"),
-        }
-    });
 }
 
 /// How often the router shard looks whether the catalog's registrations changed the hosts of
