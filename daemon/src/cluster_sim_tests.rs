@@ -50,7 +50,6 @@ use crate::api::control::{ListRequest, Subscription, Topic};
 use crate::api::limits::ACK_DEADLINE_SECONDS_MAX;
 use crate::api::Status;
 use crate::auth::{Access, Credential, Principal, Session};
-use crate::catalog::node_and_shard;
 use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
 use crate::catalog::raft::{CatalogMachine, CatalogRaft, LogId, Snapshot, Vote};
 use crate::catalog::{Catalog, CatalogState, LeaderContact, NodeRecord, SubscriptionSettings, Voters};
@@ -58,7 +57,7 @@ use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
 use crate::dispatch::routes::{Resource as Served, Routes};
 use crate::dispatch::{Caller, Carried, Door, NodeTransport, Operation};
-use crate::ids::{NodeId, Offset, TopicId};
+use crate::ids::{NodeId, Offset, ShardId, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::net::relay::{self, CarriedStream, Carrier};
 use crate::net::server::{Handler, Responder};
@@ -649,8 +648,11 @@ impl SimPeers {
 }
 
 impl Peers for SimPeers {
-    fn control(&self, node: NodeId, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
-        self.ask(node.get(), move |serving| async move { serving.router.local_control(shard, request).await })
+    fn control(&self, shard: ShardId, request: ControlRequest) -> PeerFuture<ControlOk> {
+        let local = shard.local();
+        self.ask(shard.node().get(), move |serving| async move {
+            serving.router.local_control(local, request).await
+        })
     }
 
     fn register(&self, leader: NodeId, node: NodeRecord) -> PeerFuture<()> {
@@ -1453,7 +1455,7 @@ async fn looked_up(world: &Rc<World>, session: &Session, operation: Operation) -
         })
         .await?;
     let forwarders = answer.ok()?.into_forwarders().ok()?;
-    Some(node_and_shard(forwarders.first()?.shard).0)
+    Some(forwarders.first()?.shard.node().get())
 }
 
 /// A random node.
@@ -2324,7 +2326,7 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     assert_eq!(nodes, members, "seed {seed}: the catalog's nodes are not the cluster's members");
     for (name, topic) in &state.topics {
         for replica in &topic.replicas {
-            let node = node_and_shard(*replica).0;
+            let node = replica.node().get();
             assert!(
                 members.contains(&node),
                 "seed {seed}: topic {name} has a replica on node {node}, no member"

@@ -17,7 +17,7 @@ use crate::catalog::entry::{
 };
 use crate::catalog::raft::{Entry, LogId, Membership, Snapshot, SnapshotMeta, StoredMembership, Vote};
 use crate::control::{ControlOk, ControlRequest, SettingsUpdate};
-use crate::ids::{Epoch, NodeId, Offset, TopicId};
+use crate::ids::{Epoch, NodeId, Offset, ShardId, TopicId};
 use crate::replication::protocol::{
     Chunk, FencedLog, LogAppend, LogTip, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS,
 };
@@ -263,10 +263,10 @@ fn catalog_entries() -> Vec<CatalogEntry> {
         id: TopicId::new(5),
         name: "projects/p/topics/orders".to_owned(),
         message_retention_seconds: 3600,
-        shard: 0x1_0001,
+        shard: ShardId::from_global(0x1_0001),
         created_ms: 1_700_000_000_000,
         labels: Labels::from([("tier".to_owned(), "gold".to_owned())]),
-        replicas: vec![0x1_0001, 0x2_0001, 0x3_0001],
+        replicas: [0x1_0001, 0x2_0001, 0x3_0001].map(ShardId::from_global).to_vec(),
         epoch: 2,
     };
     let subscription = SubscriptionRecord {
@@ -312,7 +312,7 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             name: "projects/p/subscriptions/b".to_owned(),
             settings: settings(),
         },
-        CatalogEntry::TopicPlaced { id: TopicId::new(5), shard: 2 },
+        CatalogEntry::TopicPlaced { id: TopicId::new(5), shard: ShardId::from_global(2) },
         CatalogEntry::NextId { next_id: 99 },
         CatalogEntry::SnapshotUpdated {
             id: crate::ids::SnapshotId::new(7),
@@ -328,8 +328,15 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             grpc_address: "10.0.0.2:8085".to_owned(),
         }),
         CatalogEntry::NodeRemoved { node_id: NodeId::new(3) },
-        CatalogEntry::TopicReplicasChanged { id: TopicId::new(5), replicas: vec![0x1_0001, 0x2_0002] },
-        CatalogEntry::TopicLeaderElected { id: TopicId::new(5), epoch: 3, leader: 0x2_0002 },
+        CatalogEntry::TopicReplicasChanged {
+            id: TopicId::new(5),
+            replicas: vec![ShardId::from_global(0x1_0001), ShardId::from_global(0x2_0002)],
+        },
+        CatalogEntry::TopicLeaderElected {
+            id: TopicId::new(5),
+            epoch: 3,
+            leader: ShardId::from_global(0x2_0002),
+        },
     ]
 }
 

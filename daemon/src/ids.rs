@@ -54,6 +54,30 @@
 //! # use ringpost_daemon::ids::TopicId;
 //! let _ = TopicId::new(1) + 1;
 //! ```
+//! A shard given where its node is meant (a topic's leader compared with the node being
+//! removed), or a shard's node compared with a bare number (openraft's, unconverted):
+//! ```compile_fail
+//! # use ringpost_daemon::ids::{NodeId, ShardId};
+//! fn remove_node(_node: NodeId) {}
+//! remove_node(ShardId::new(NodeId::new(2), 0));
+//! ```
+//! ```compile_fail
+//! # use ringpost_daemon::ids::{NodeId, ShardId};
+//! let leader: u64 = 2;
+//! let _ = ShardId::new(NodeId::new(2), 0).node() == leader;
+//! ```
+//! A local shard's number (its index on its node) where the cluster's shard is meant, or the
+//! packed number taken for one without saying so (`ShardId::from_global`):
+//! ```compile_fail
+//! # use ringpost_daemon::ids::ShardId;
+//! fn call_forwarder(_shard: ShardId) {}
+//! let local: u32 = 1;
+//! call_forwarder(local);
+//! ```
+//! ```compile_fail
+//! # use ringpost_daemon::ids::{NodeId, ShardId};
+//! let _: u32 = ShardId::new(NodeId::new(2), 1);
+//! ```
 
 use ringpost_model::shards::{global_shard, node_and_shard};
 use std::fmt;

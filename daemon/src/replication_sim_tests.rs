@@ -23,10 +23,10 @@
 //! `RINGPOST_SIM_SEEDS=N` runs N seeds (default 200); `RINGPOST_SIM_SEED=S` replays seed S.
 
 use crate::api::Status;
-use crate::catalog::{global_shard, Applied, CatalogEntry, CatalogState, SubscriptionSettings, TopicRecord};
+use crate::catalog::{Applied, CatalogEntry, CatalogState, SubscriptionSettings, TopicRecord};
 use crate::clock::SystemClock;
 use crate::control::{ControlOk, ControlRequest};
-use crate::ids::{NodeId, Offset, TopicId};
+use crate::ids::{NodeId, Offset, ShardId, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::replication::protocol::ReplicaRequest;
 use crate::replication::source::{AnswerFuture, Peer, Transport};
@@ -136,22 +136,16 @@ fn trace(what: impl FnOnce() -> String) {
     }
 }
 
-fn shard_of(node: usize) -> u32 {
-    global_shard(node as u64 + 1, 0)
+fn shard_of(node: usize) -> ShardId {
+    ShardId::new(NodeId::new(node as u64 + 1), 0)
 }
 
-fn node_of(shard: u32) -> usize {
-    crate::catalog::node_and_shard(shard).0 as usize - 1
+fn node_of(shard: ShardId) -> usize {
+    shard.node().get() as usize - 1
 }
 
 fn peers(members: &[usize]) -> Vec<Peer> {
-    members
-        .iter()
-        .map(|node| Peer {
-            shard: crate::ids::ShardId::from_global(shard_of(*node)),
-            address: format!("node-{node}"),
-        })
-        .collect()
+    members.iter().map(|node| Peer { shard: shard_of(*node), address: format!("node-{node}") }).collect()
 }
 
 impl World {
@@ -258,7 +252,7 @@ impl Electorate for World {
         )
     }
 
-    async fn control(&self, shard: u32, request: ControlRequest) -> Result<ControlOk, ControlError> {
+    async fn control(&self, shard: ShardId, request: ControlRequest) -> Result<ControlOk, ControlError> {
         let node = node_of(shard);
         let unreachable = || ControlError::unavailable(format!("node {node} is not reachable"));
         if !self.reachable(node) {
@@ -280,7 +274,11 @@ impl Electorate for World {
 
 /// The new replica of a move goes to a spare node (each taken once).
 impl moves::Mover for World {
-    fn new_replica_place(&self, _topic: &TopicRecord, _leaving_node: NodeId) -> Result<u32, ControlError> {
+    fn new_replica_place(
+        &self,
+        _topic: &TopicRecord,
+        _leaving_node: NodeId,
+    ) -> Result<ShardId, ControlError> {
         let spare = self.spares.borrow_mut().pop();
         spare.map(shard_of).ok_or_else(|| ControlError::failed_precondition("no spare node is left"))
     }
@@ -297,7 +295,7 @@ struct SimTransport {
 
 impl Transport for SimTransport {
     fn call(&self, peer: &Peer, request: ReplicaRequest) -> AnswerFuture {
-        let (world, from, to) = (self.world.upgrade(), self.from, node_of(peer.shard.global()));
+        let (world, from, to) = (self.world.upgrade(), self.from, node_of(peer.shard));
         Box::pin(async move {
             let unreachable = || crate::api::Status::unavailable(format!("node {to} is not reachable"));
             // The world outlives every call made while it runs (the run holds it).

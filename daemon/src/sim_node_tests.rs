@@ -21,7 +21,7 @@ use crate::api::Status;
 use crate::catalog::placement::BALANCE_FACTOR_DEFAULT;
 use crate::catalog::{Catalog, SubscriptionSettings};
 use crate::clock::SystemClock;
-use crate::ids::TopicId;
+use crate::ids::{ShardId, TopicId};
 use crate::log::{Directories, LogConfig};
 use crate::net::server::{Handler, Responder};
 use crate::router::{Advertise, ForwarderAddresses, ForwarderLink, Router};
@@ -88,7 +88,7 @@ enum Known {
 struct TopicModel {
     known: Known,
     /// Its id and shard, once a create was acknowledged or a start found it.
-    placed: Option<(TopicId, u32)>,
+    placed: Option<(TopicId, ShardId)>,
     /// Every message published to it: (when the publish began, when it was acknowledged).
     publishes: BTreeMap<Vec<u8>, (u64, Option<u64>)>,
 }
@@ -542,7 +542,7 @@ fn forwarder_of<E>(
     node: &Node,
     lookup: Result<Vec<crate::api::control::ForwarderAddress>, E>,
 ) -> Option<usize> {
-    let shard = lookup.ok()?.first()?.shard as usize;
+    let shard = lookup.ok()?.first()?.shard.local() as usize;
     debug_assert!(shard < node.forwarders.len());
     Some(shard)
 }

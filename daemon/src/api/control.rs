@@ -108,7 +108,7 @@ pub enum SeekTarget {
 /// A forwarder that serves a resource: its shard and the address to reach it at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwarderAddress {
-    pub shard: u32,
+    pub shard: crate::ids::ShardId,
     pub address: String,
 }
 

@@ -12,7 +12,7 @@
 //! the one-time import of such a catalog and because some of them are still written.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::{NodeId, SnapshotId, TopicId};
+use crate::ids::{NodeId, ShardId, SnapshotId, TopicId};
 
 const KIND_BOOT: u8 = 1;
 const KIND_TOPIC_CREATED: u8 = 2;
@@ -54,7 +54,7 @@ const KIND_TOPIC_REPLICAS_CHANGED: u8 = 22;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
-pub const SHARD_UNPLACED: u32 = u32::MAX;
+pub const SHARD_UNPLACED: ShardId = ShardId::from_global(u32::MAX);
 
 /// The most replicas a topic may have: one per voter of the largest cluster.
 pub const REPLICAS_MAX: usize = 7;
@@ -78,14 +78,14 @@ pub struct TopicRecord {
     /// 0: not set (messages are kept until every subscription has acknowledged them).
     pub message_retention_seconds: u64,
     /// The forwarder shard that serves the topic, as decided when it was created.
-    pub shard: u32,
+    pub shard: ShardId,
     /// Milliseconds since the Unix epoch; 0 for topics created before it was recorded.
     pub created_ms: u64,
     pub labels: Labels,
     /// Every forwarder holding a replica of the topic's log, `shard` (its leader) among them
     /// (first when the topic was created); empty for a topic with one replica, on `shard`
     /// alone.
-    pub replicas: Vec<u32>,
+    pub replicas: Vec<ShardId>,
     /// The leader's epoch: what every batch it writes carries and every replica checks
     /// (`Log::append_at`). 0 for a topic with one replica.
     pub epoch: u64,
@@ -98,7 +98,7 @@ impl TopicRecord {
     }
 
     /// Every forwarder holding a replica, the leader first.
-    pub fn replica_shards(&self) -> Vec<u32> {
+    pub fn replica_shards(&self) -> Vec<ShardId> {
         if self.replicas.is_empty() {
             vec![self.shard]
         } else {
@@ -253,7 +253,7 @@ pub enum CatalogEntry {
     /// A topic's new forwarder shard.
     TopicPlaced {
         id: TopicId,
-        shard: u32,
+        shard: ShardId,
     },
     /// Ids below this are taken (a checkpoint's restatement of the counter).
     NextId {
@@ -284,7 +284,7 @@ pub enum CatalogEntry {
     /// two, each on its own node.
     TopicReplicasChanged {
         id: TopicId,
-        replicas: Vec<u32>,
+        replicas: Vec<ShardId>,
     },
     /// A replicated topic's leader from `epoch` on: one of its replicas, chosen by a fencing
     /// round that a quorum of them answered (docs/REPLICATION.md). Applied only when `epoch`
@@ -292,7 +292,7 @@ pub enum CatalogEntry {
     TopicLeaderElected {
         id: TopicId,
         epoch: u64,
-        leader: u32,
+        leader: ShardId,
     },
 }
 
@@ -309,12 +309,12 @@ impl CatalogEntry {
                     .u64(topic.id.get())
                     .str(&topic.name)
                     .u64(topic.message_retention_seconds)
-                    .u32(topic.shard)
+                    .u32(topic.shard.global())
                     .u64(topic.created_ms);
                 if replicated {
                     encoder.u32(topic.replicas.len() as u32);
                     for replica in &topic.replicas {
-                        encoder.u32(*replica);
+                        encoder.u32(replica.global());
                     }
                     encoder.u64(topic.epoch);
                 }
@@ -352,7 +352,7 @@ impl CatalogEntry {
                 encode_subscription_updated(*id, name, settings)
             }
             CatalogEntry::TopicPlaced { id, shard } => {
-                Encoder::new(KIND_TOPIC_PLACED).u64(id.get()).u32(*shard).0.clone()
+                Encoder::new(KIND_TOPIC_PLACED).u64(id.get()).u32(shard.global()).0.clone()
             }
             CatalogEntry::NextId { next_id } => Encoder::new(KIND_NEXT_ID).u64(*next_id).0.clone(),
             CatalogEntry::SnapshotUpdated { id, name, labels } => {
@@ -380,9 +380,12 @@ impl CatalogEntry {
                 }
                 encoder.0
             }
-            CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
-                Encoder::new(KIND_TOPIC_LEADER_ELECTED).u64(id.get()).u64(*epoch).u32(*leader).0.clone()
-            }
+            CatalogEntry::TopicLeaderElected { id, epoch, leader } => Encoder::new(KIND_TOPIC_LEADER_ELECTED)
+                .u64(id.get())
+                .u64(*epoch)
+                .u32(leader.global())
+                .0
+                .clone(),
             CatalogEntry::NodeRemoved { node_id } => {
                 Encoder::new(KIND_NODE_REMOVED).u64(node_id.get()).0.clone()
             }
@@ -390,7 +393,7 @@ impl CatalogEntry {
                 let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
                 encoder.u64(id.get()).u32(replicas.len() as u32);
                 for replica in replicas {
-                    encoder.u32(*replica);
+                    encoder.u32(replica.global());
                 }
                 encoder.0
             }
@@ -415,7 +418,7 @@ impl CatalogEntry {
                 id: TopicId::new(d.u64()?),
                 name: d.str()?,
                 message_retention_seconds: d.u64()?,
-                shard: d.u32()?,
+                shard: ShardId::from_global(d.u32()?),
                 created_ms: d.u64()?,
                 labels: decode_labels_trailer(&mut d)?,
                 replicas: Vec::new(),
@@ -470,7 +473,10 @@ impl CatalogEntry {
                 }
                 CatalogEntry::SubscriptionUpdated { id, name, settings }
             }
-            KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced { id: TopicId::new(d.u64()?), shard: d.u32()? },
+            KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced {
+                id: TopicId::new(d.u64()?),
+                shard: ShardId::from_global(d.u32()?),
+            },
             KIND_NEXT_ID => CatalogEntry::NextId { next_id: d.u64()? },
             KIND_SNAPSHOT_UPDATED => CatalogEntry::SnapshotUpdated {
                 id: SnapshotId::new(d.u64()?),
@@ -484,7 +490,7 @@ impl CatalogEntry {
             KIND_TOPIC_LEADER_ELECTED => CatalogEntry::TopicLeaderElected {
                 id: TopicId::new(d.u64()?),
                 epoch: d.u64()?,
-                leader: d.u32()?,
+                leader: ShardId::from_global(d.u32()?),
             },
             KIND_NODE_REMOVED => CatalogEntry::NodeRemoved { node_id: NodeId::new(d.u64()?) },
             KIND_TOPIC_REPLICAS_CHANGED => CatalogEntry::TopicReplicasChanged {
@@ -539,7 +545,7 @@ fn encode_subscription_updated(id: u64, name: &str, settings: &SubscriptionSetti
 /// A topic created with its replicas (`KIND_TOPIC_CREATED_REPLICATED`), after its kind.
 fn decode_replicated_topic(d: &mut Decoder) -> DecodeResult<TopicRecord> {
     let (id, name, message_retention_seconds, shard, created_ms) =
-        (TopicId::new(d.u64()?), d.str()?, d.u64()?, d.u32()?, d.u64()?);
+        (TopicId::new(d.u64()?), d.str()?, d.u64()?, ShardId::from_global(d.u32()?), d.u64()?);
     let replicas = decode_replicas(d)?;
     if !replicas.contains(&shard) {
         return Err("a replicated topic whose leader is not one of its replicas");
@@ -550,12 +556,12 @@ fn decode_replicated_topic(d: &mut Decoder) -> DecodeResult<TopicRecord> {
 }
 
 /// A topic's replicas: their count, at most `REPLICAS_MAX`, then each one's shard.
-fn decode_replicas(d: &mut Decoder) -> DecodeResult<Vec<u32>> {
+fn decode_replicas(d: &mut Decoder) -> DecodeResult<Vec<ShardId>> {
     let count = d.u32()?;
     if count as usize > REPLICAS_MAX {
         return Err("a topic with more replicas than REPLICAS_MAX");
     }
-    (0..count).map(|_| d.u32()).collect()
+    (0..count).map(|_| d.u32().map(ShardId::from_global)).collect()
 }
 
 /// A subscription created with its creation time (`KIND_SUBSCRIPTION_CREATED_AT`), after its
@@ -813,17 +819,20 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::SnapshotDeleted { id, .. } => write!(f, "delete snapshot {id:x}"),
             CatalogEntry::TopicUpdated { id, .. } => write!(f, "update topic {id:x}"),
             CatalogEntry::SubscriptionUpdated { id, .. } => write!(f, "update subscription {id:x}"),
-            CatalogEntry::TopicPlaced { id, shard } => write!(f, "place topic {id:x} on shard {shard}"),
+            CatalogEntry::TopicPlaced { id, shard } => {
+                write!(f, "place topic {id:x} on shard {}", shard.global())
+            }
             CatalogEntry::NextId { next_id } => write!(f, "next id {next_id:x}"),
             CatalogEntry::SnapshotUpdated { id, .. } => write!(f, "update snapshot {id:x}"),
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
             CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),
             CatalogEntry::NodeRemoved { node_id } => write!(f, "remove node {node_id}"),
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
-                write!(f, "topic {id:x} replicated on shards {replicas:x?}")
+                let numbers: Vec<u32> = replicas.iter().map(|replica| replica.global()).collect();
+                write!(f, "topic {id:x} replicated on shards {numbers:x?}")
             }
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
-                write!(f, "topic {id:x} led by shard {leader} from epoch {epoch}")
+                write!(f, "topic {id:x} led by shard {} from epoch {epoch}", leader.global())
             }
         }
     }

@@ -31,7 +31,7 @@ pub use entry::{
 pub use error::CatalogError;
 pub use state::{Applied, CatalogState};
 
-use crate::ids::NodeId;
+use crate::ids::{NodeId, ShardId};
 use crate::log::{Directories, Log};
 use crate::storage::Storage;
 use openraft::network::RaftNetworkFactory;
@@ -782,10 +782,11 @@ fn place_unplaced(state: &mut CatalogState, forwarders: u32, balance_factor: f64
     let mut topics: Vec<&mut TopicRecord> = state.topics.values_mut().collect();
     topics.sort_by_key(|topic| topic.id);
     for topic in topics {
+        // A catalog from before placement is a single node's, whose shards are their numbers.
         if topic.shard == entry::SHARD_UNPLACED {
-            topic.shard = placement.place(&topic.name);
+            topic.shard = ShardId::new(NodeId::new(NODE_ID), placement.place(&topic.name));
         } else {
-            placement.assign(topic.shard);
+            placement.assign(topic.shard.global());
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SubscriptionRecord, TopicRecord};
 use crate::codec::{DecodeResult, Decoder};
-use crate::ids::{NodeId, TopicId};
+use crate::ids::{NodeId, ShardId, TopicId};
 use std::collections::{BTreeMap, HashMap};
 
 /// The catalog: what the entries so far add up to.
@@ -148,7 +148,7 @@ impl CatalogState {
     }
 
     /// Topic `id` moves to `shard`: its leader's replica with it.
-    fn place_topic(&mut self, id: TopicId, shard: u32) {
+    fn place_topic(&mut self, id: TopicId, shard: ShardId) {
         let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
         if let Some(topic) = topic {
             let leader = topic.shard;
@@ -161,10 +161,9 @@ impl CatalogState {
 
     /// Topic `id`'s replicas become `replicas` if it is replicated and they are at least two,
     /// on as many nodes, its leader among them; whether they did.
-    fn change_replicas(&mut self, id: TopicId, replicas: Vec<u32>) -> bool {
+    fn change_replicas(&mut self, id: TopicId, replicas: Vec<ShardId>) -> bool {
         let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
-        let nodes: std::collections::BTreeSet<u64> =
-            replicas.iter().map(|shard| super::entry::node_and_shard(*shard).0).collect();
+        let nodes: std::collections::BTreeSet<NodeId> = replicas.iter().map(|shard| shard.node()).collect();
         match topic {
             Some(topic)
                 if topic.replicas.len() > 1
@@ -180,7 +179,7 @@ impl CatalogState {
     }
 
     /// Replica `leader` leads topic `id` from `epoch` on; whether it does.
-    fn elect_leader(&mut self, id: TopicId, epoch: u64, leader: u32) -> bool {
+    fn elect_leader(&mut self, id: TopicId, epoch: u64, leader: ShardId) -> bool {
         let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
         match topic {
             // One leader per epoch: a second election of an epoch, or an older one decided

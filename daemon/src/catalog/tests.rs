@@ -1,14 +1,20 @@
 use super::*;
-use crate::ids::{NodeId, SnapshotId, TopicId};
+use crate::ids::{NodeId, ShardId, SnapshotId, TopicId};
 use crate::log::tests::{directories, run};
 use crate::storage::sim::{CrashMode, SimDisk};
 
-pub(super) fn topic(id: u64, shard: u32) -> CatalogEntry {
+/// Node `node`'s forwarder `local`.
+fn forwarder(node: u64, local: u32) -> ShardId {
+    ShardId::new(NodeId::new(node), local)
+}
+
+/// Topic `id` on node 1's forwarder `local`.
+pub(super) fn topic(id: u64, local: u32) -> CatalogEntry {
     CatalogEntry::TopicCreated(TopicRecord {
         id: TopicId::new(id),
         name: format!("topic-{id}"),
         message_retention_seconds: 0,
-        shard,
+        shard: forwarder(1, local),
         created_ms: 1_700_000_000_000 + id,
         labels: Labels::new(),
         replicas: Vec::new(),
@@ -62,13 +68,13 @@ fn history() -> Vec<CatalogEntry> {
     });
     entries.push(labeled_subscription(80, 1));
     entries.push(CatalogEntry::SubscriptionDetached { id: 80, name: "subscription-80".into() });
-    entries.push(CatalogEntry::TopicPlaced { id: TopicId::new(7), shard: 0 });
+    entries.push(CatalogEntry::TopicPlaced { id: TopicId::new(7), shard: forwarder(1, 0) });
     // Refused: the name is taken by another id.
     entries.push(CatalogEntry::TopicCreated(TopicRecord {
         id: TopicId::new(200),
         name: "topic-1".into(),
         message_retention_seconds: 5,
-        shard: 1,
+        shard: forwarder(1, 1),
         created_ms: 0,
         labels: Labels::new(),
         replicas: Vec::new(),
@@ -100,7 +106,7 @@ fn apply_is_deterministic() {
     assert_eq!(answers_first, answers_second);
     assert!(matches!(answers_first.last(), Some(Applied::Refused(_))));
     assert_eq!(first.topics["topic-1"].message_retention_seconds, 600);
-    assert_eq!(first.topics["topic-7"].shard, 0);
+    assert_eq!(first.topics["topic-7"].shard, forwarder(1, 0));
     assert_eq!(first.topics["topic-1"].labels, labels("env"));
     assert_eq!(first.snapshots["before"].labels, labels("kept"));
     let detached = &first.subscriptions["subscription-80"];
@@ -154,7 +160,7 @@ fn entries_round_trip() {
             id: TopicId::new(3),
             name: "labeled".into(),
             message_retention_seconds: 0,
-            shard: 1,
+            shard: forwarder(1, 1),
             created_ms: 5,
             labels: labels("y"),
             replicas: Vec::new(),
@@ -240,7 +246,7 @@ fn entries_written_before_labels_decode_with_defaults() {
         id: TopicId::new(7),
         name: "orders".into(),
         message_retention_seconds: 600,
-        shard: 1,
+        shard: forwarder(1, 1),
         created_ms: 1_700_000_000_000,
         labels: Labels::new(),
         replicas: Vec::new(),
@@ -382,7 +388,7 @@ async fn create_topics(catalog: &Catalog<SimDisk>, count: usize) -> Vec<TopicId>
             id,
             name: format!("t{id:x}"),
             message_retention_seconds: 0,
-            shard: 0,
+            shard: forwarder(1, 0),
             created_ms: 0,
             labels: Labels::new(),
             replicas: Vec::new(),
@@ -434,14 +440,14 @@ fn an_old_catalog_is_imported_once() {
         {
             let state = catalog.state();
             assert_eq!(state.topics.len(), 2);
-            assert!(state.topics.values().all(|topic| topic.shard < 2), "placed at the import");
+            assert!(state.topics.values().all(|topic| topic.shard.global() < 2), "placed at the import");
             assert_eq!(state.topics[&format!("old-{first:x}")].message_retention_seconds, 60);
             assert_eq!(
                 state.subscriptions[&format!("subscription-{}", second + 1)].start_offset,
                 (second + 1) * 3
             );
         }
-        let placed: Vec<u32> = catalog.state().topics.values().map(|topic| topic.shard).collect();
+        let placed: Vec<u32> = catalog.state().topics.values().map(|topic| topic.shard.global()).collect();
         assert!(catalog.allocate_id() >= 3u64 << 32, "above any id the old code could have handed out");
         assert!(legacy::exists(&disk, &dirs), "the old folder is left as it was");
         create_topics(&catalog, 3).await;
@@ -454,7 +460,7 @@ fn an_old_catalog_is_imported_once() {
             .topics
             .values()
             .filter(|topic| topic.name.starts_with("old-"))
-            .map(|topic| topic.shard)
+            .map(|topic| topic.shard.global())
             .collect();
         assert_eq!(old, placed, "placement is read back, not recomputed");
     });
@@ -557,10 +563,10 @@ fn a_replicated_topic_and_its_elections_round_trip_and_apply_once_per_epoch() {
         id: TopicId::new(9),
         name: "orders".into(),
         message_retention_seconds: 0,
-        shard: global_shard(2, 0),
+        shard: forwarder(2, 0),
         created_ms: 1_700_000_000_000,
         labels: labels("env"),
-        replicas: vec![global_shard(2, 0), global_shard(1, 1), global_shard(3, 0)],
+        replicas: vec![forwarder(2, 0), forwarder(1, 1), forwarder(3, 0)],
         epoch: 1,
     };
     let created = CatalogEntry::TopicCreated(replicated.clone());
@@ -573,26 +579,25 @@ fn a_replicated_topic_and_its_elections_round_trip_and_apply_once_per_epoch() {
     }
     // The leader must be one of the replicas.
     let mut misled = replicated.clone();
-    misled.shard = global_shard(3, 1);
+    misled.shard = forwarder(3, 1);
     assert!(CatalogEntry::decode(&CatalogEntry::TopicCreated(misled).encode()).is_err());
 
-    let elected =
-        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 2, leader: global_shard(3, 0) };
+    let elected = CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 2, leader: forwarder(3, 0) };
     assert_eq!(CatalogEntry::decode(&elected.encode()), Ok(elected.clone()));
 
     let mut state = CatalogState::default();
     state.apply(created);
     assert_eq!(state.apply(elected.clone()), Applied::Updated(true));
-    assert_eq!((state.topics["orders"].shard, state.topics["orders"].epoch), (global_shard(3, 0), 2));
+    assert_eq!((state.topics["orders"].shard, state.topics["orders"].epoch), (forwarder(3, 0), 2));
     // The same epoch again, an older one, and a shard that holds no replica change nothing.
     for stale in [
-        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 2, leader: global_shard(1, 1) },
-        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 1, leader: global_shard(1, 1) },
-        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 3, leader: global_shard(1, 0) },
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 2, leader: forwarder(1, 1) },
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 1, leader: forwarder(1, 1) },
+        CatalogEntry::TopicLeaderElected { id: TopicId::new(9), epoch: 3, leader: forwarder(1, 0) },
     ] {
         assert_eq!(state.apply(stale), Applied::Updated(false));
     }
-    assert_eq!((state.topics["orders"].shard, state.topics["orders"].epoch), (global_shard(3, 0), 2));
+    assert_eq!((state.topics["orders"].shard, state.topics["orders"].epoch), (forwarder(3, 0), 2));
     let restored = CatalogState::decode(&state.encode()).unwrap();
     assert_eq!(restored, state);
 }

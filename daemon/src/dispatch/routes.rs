@@ -53,21 +53,24 @@ impl Resource {
 /// The forwarder that serves a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
-    /// Its node's id in the cluster (a node alone is node 1).
-    pub node: NodeId,
-    /// Its forwarder shard's number on that node.
-    pub shard: u32,
+    /// Its forwarder shard, and so its node (a node alone is node 1).
+    pub shard: ShardId,
     /// Its forwarder's address, where another node carries calls to it.
     pub address: String,
 }
 
 impl Owner {
+    /// The node it is on.
+    pub fn node(&self) -> NodeId {
+        self.shard.node()
+    }
+
     /// The owner among a lookup's `forwarders` (the catalog's shard, which packs the node, and
     /// the address), most preferred first: the first, which leads the resource's source.
     /// `Unavailable` when there is none (the resource has no forwarder now; retry).
     pub fn first(
         resource: &Resource,
-        forwarders: impl IntoIterator<Item = (u32, String)>,
+        forwarders: impl IntoIterator<Item = (ShardId, String)>,
     ) -> Result<Owner, Status> {
         let (shard, address) = forwarders.into_iter().next().ok_or_else(|| {
             Status::unavailable(format!(
@@ -76,8 +79,7 @@ impl Owner {
                 resource.name()
             ))
         })?;
-        let shard = ShardId::from_global(shard);
-        Ok(Owner { node: shard.node(), shard: shard.local(), address })
+        Ok(Owner { shard, address })
     }
 }
 
@@ -109,7 +111,7 @@ impl Routes {
 
     /// Whether `owner` is a forwarder of this node.
     pub fn is_here(&self, owner: &Owner) -> bool {
-        owner.node == self.node
+        owner.node() == self.node
     }
 
     /// The owner of `resource` as remembered, else as `lookup` learns it through this node's
@@ -187,8 +189,11 @@ mod tests {
         Resource::Topic(name.to_owned())
     }
 
-    fn owner(node: u64, shard: u32) -> Owner {
-        Owner { node: NodeId::new(node), shard, address: format!("10.0.0.{node}:{}", 7000 + shard) }
+    fn owner(node: u64, local: u32) -> Owner {
+        Owner {
+            shard: ShardId::new(NodeId::new(node), local),
+            address: format!("10.0.0.{node}:{}", 7000 + local),
+        }
     }
 
     /// Runs `future` to its end on this thread (nothing in it waits on a timer or a socket).
@@ -233,13 +238,14 @@ mod tests {
 
     #[test]
     fn the_first_forwarder_of_a_lookup_owns_and_none_is_unavailable() {
-        let node_two_shard_five = crate::catalog::entry::global_shard(2, 5);
+        let node_two_shard_five = ShardId::new(NodeId::new(2), 5);
+        let node_one_shard_zero = ShardId::new(NodeId::new(1), 0);
         let first = Owner::first(
             &topic("orders"),
-            [(node_two_shard_five, "b:7001".to_owned()), (0, "a:7000".to_owned())],
+            [(node_two_shard_five, "b:7001".to_owned()), (node_one_shard_zero, "a:7000".to_owned())],
         )
         .unwrap();
-        assert_eq!(first, Owner { node: NodeId::new(2), shard: 5, address: "b:7001".into() });
+        assert_eq!(first, Owner { shard: ShardId::new(NodeId::new(2), 5), address: "b:7001".into() });
         let none = Owner::first(&Resource::Subscription("billing".into()), []).unwrap_err();
         assert_eq!(none.code, Code::Unavailable);
         assert!(none.message.contains("subscription 'billing'"), "{none}");

@@ -16,7 +16,7 @@ use crate::catalog::{CatalogEntry, NodeRecord};
 use crate::codec::{Decoder, Encoder};
 use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
 use crate::dispatch::{Carried, Door, NodeTransport, Operation};
-use crate::ids::{NodeId, TopicId};
+use crate::ids::{NodeId, ShardId, TopicId};
 use crate::net::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
 use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
@@ -364,11 +364,13 @@ fn closed_by_peer(error: &io::Error) -> bool {
 }
 
 impl Peers for Rc<PeerPool> {
-    fn control(&self, node: NodeId, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk> {
+    fn control(&self, shard: ShardId, request: ControlRequest) -> PeerFuture<ControlOk> {
         let pool = self.clone();
         Box::pin(async move {
-            let mut bytes = shard.to_le_bytes().to_vec();
+            // The target's local shard: the node it goes to knows itself.
+            let mut bytes = shard.local().to_le_bytes().to_vec();
             bytes.extend_from_slice(&request.encode());
+            let node = shard.node();
             let answer = pool.call(node, Command::PeerControl, bytes).await?;
             decode_reply(&answer)
                 .map_err(|why| Status::internal(format!("node {node}'s control reply: {why}")))?

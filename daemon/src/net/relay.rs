@@ -38,6 +38,7 @@ use super::server::{Responder, Response};
 use crate::api::{Code, Status};
 use crate::auth::Principal;
 use crate::dispatch::routes::{Owner, Resource, Routes};
+use crate::ids::ShardId;
 use crate::subscription::budget::{StreamBudget, StreamReservation};
 use crate::subscription::dead_letter::LocalFuture;
 use crate::sync::{Notify, Stop};
@@ -70,16 +71,16 @@ thread_local! {
     /// shard as the catalog names it (`Forwarder::global_shard`): one in the daemon, where a
     /// shard is a thread; one per node in the cluster simulation, which runs several nodes'
     /// forwarders on one thread.
-    static RELAYS: RefCell<HashMap<u32, Rc<Relay>>> = RefCell::default();
+    static RELAYS: RefCell<HashMap<ShardId, Rc<Relay>>> = RefCell::default();
 }
 
 /// Makes `relay` the relay of forwarder `shard` (its global shard), in place of any before.
-pub fn install(shard: u32, relay: Rc<Relay>) {
+pub fn install(shard: ShardId, relay: Rc<Relay>) {
     RELAYS.with(|relays| relays.borrow_mut().insert(shard, relay));
 }
 
 /// The relay of forwarder `shard` (its global shard), if it is a forwarder of a cluster.
-pub fn of(shard: u32) -> Option<Rc<Relay>> {
+pub fn of(shard: ShardId) -> Option<Rc<Relay>> {
     RELAYS.with(|relays| relays.borrow().get(&shard).cloned())
 }
 
@@ -195,7 +196,10 @@ impl Relay {
                     ringpost_wire::frame::decode_body(&answer).map_err(Status::from)?;
                 Owner::first(
                     resource,
-                    lookup.forwarders.into_iter().map(|found| (found.shard, found.address)),
+                    lookup
+                        .forwarders
+                        .into_iter()
+                        .map(|found| (ShardId::from_global(found.shard), found.address)),
                 )
             })
             .await
@@ -417,7 +421,9 @@ fn from_an_earlier_version(status: Status, owner: &Owner) -> Status {
     Status::unavailable(format!(
         "node {} could not take a call carried from another node ({}): it runs an earlier version \
          of ringpostd; retry, or send the call to node {}",
-        owner.node, status.message, owner.node
+        owner.node(),
+        status.message,
+        owner.node()
     ))
 }
 
@@ -641,7 +647,7 @@ mod tests {
             ));
             let routes = Arc::new(Routes::new(NodeId::new(1)));
             let topic = Resource::Topic("orders".into());
-            let here = Owner { node: NodeId::new(1), shard: 0, address: "127.0.0.1:9".into() };
+            let here = Owner { shard: ShardId::new(NodeId::new(1), 0), address: "127.0.0.1:9".into() };
             routes.owner(&topic, || async { Ok(here.clone()) }).await.unwrap();
             let relay = Relay::new(
                 Rc::new(NativeTransport::new(None, None)),
@@ -658,7 +664,7 @@ mod tests {
             assert_eq!(handler.lookups.get(), 1);
             let learnt = routes.cached(&topic).expect("the node remembers the owner");
             assert_eq!(
-                (learnt.node, learnt.shard, learnt.address.as_str()),
+                (learnt.node(), learnt.shard.local(), learnt.address.as_str()),
                 (NodeId::new(2), 0, address.as_str())
             );
             publish().await.unwrap().expect("carried again");
@@ -674,7 +680,7 @@ mod tests {
             assert!(earlier.message.contains("unknown command 81"), "{earlier}");
             handler.earlier.set(false);
             // The owner's node stops answering: the failed connection forgets it.
-            let unreachable = Owner { node: NodeId::new(2), shard: 0, address: "127.0.0.1:9".into() };
+            let unreachable = Owner { shard: ShardId::new(NodeId::new(2), 0), address: "127.0.0.1:9".into() };
             routes.forget(&topic);
             routes.owner(&topic, || async { Ok(unreachable) }).await.unwrap();
             let Err(failed) = publish().await else { panic!("carried to an owner nobody serves") };

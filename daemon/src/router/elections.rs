@@ -68,7 +68,7 @@ pub trait Electorate {
     /// Sends `request` to the forwarder `shard` (on whichever node) and waits for its answer.
     fn control(
         &self,
-        shard: u32,
+        shard: ShardId,
         request: ControlRequest,
     ) -> impl Future<Output = Result<ControlOk, ControlError>>;
     /// Decides `entry` in the catalog and waits until this node applied it.
@@ -134,7 +134,7 @@ impl Elections {
             .values()
             .filter(|topic| topic.replica_count() > 1)
             .filter(|topic| {
-                let away = !heard.contains(&ShardId::from_global(topic.shard).node());
+                let away = !heard.contains(&topic.shard.node());
                 let due = retry.get(&topic.id).is_some_and(|at| now >= *at);
                 wanted.remove(&topic.id) || away || due
             })
@@ -190,7 +190,7 @@ pub fn coordinate<E: Electorate + 'static>(electorate: &Rc<E>) {
 pub async fn elect<E: Electorate>(
     electorate: &E,
     topic_id: TopicId,
-    excluded: Option<u32>,
+    excluded: Option<ShardId>,
 ) -> Result<(), ControlError> {
     let Some(topic) = electorate.catalog().topic_by_id(topic_id).cloned() else { return Ok(()) };
     let epoch = topic.epoch + 1;
@@ -204,7 +204,7 @@ pub async fn elect<E: Electorate>(
         .await;
         match answered {
             Ok(ControlOk::Fenced { last_epoch, durable_end }) => Some(FenceAnswer {
-                replica: ShardId::from_global(*shard),
+                replica: *shard,
                 last_epoch: Epoch::new(last_epoch),
                 durable_end: Offset::new(durable_end),
             }),
@@ -214,12 +214,12 @@ pub async fn elect<E: Electorate>(
     let answers: Vec<FenceAnswer> =
         crate::sync::join_all(fences.collect()).await.into_iter().flatten().collect();
     let chosen = decide(&topic, epoch, &answers, excluded)?;
-    let leader = chosen.replica.global();
+    let leader = chosen.replica;
     electorate.decide(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
     crate::log_info!(
         "ringpostd: topic '{}': {} leads from epoch {epoch} (its log ends at {}, epoch {})",
         topic.name,
-        crate::catalog::forwarder_name(leader),
+        leader,
         chosen.durable_end,
         chosen.last_epoch
     );
@@ -233,12 +233,11 @@ pub fn decide(
     topic: &TopicRecord,
     epoch: u64,
     answers: &[FenceAnswer],
-    excluded: Option<u32>,
+    excluded: Option<ShardId>,
 ) -> Result<FenceAnswer, ControlError> {
-    let mut replicas: Vec<ShardId> =
-        topic.replicas.iter().map(|shard| ShardId::from_global(*shard)).collect();
+    let mut replicas = topic.replicas.clone();
     let mut answers = answers.to_vec();
-    if let Some(excluded) = excluded.map(ShardId::from_global) {
+    if let Some(excluded) = excluded {
         let needed = quorum(replicas.len());
         replicas.retain(|shard| *shard != excluded);
         answers.retain(|answer| answer.replica != excluded);
@@ -273,10 +272,10 @@ mod tests {
             id: TopicId::new(9),
             name: "replicated".into(),
             message_retention_seconds: 0,
-            shard: replicas[0],
+            shard: ShardId::from_global(replicas[0]),
             created_ms: 0,
             labels: Default::default(),
-            replicas: replicas.to_vec(),
+            replicas: replicas.iter().copied().map(ShardId::from_global).collect(),
             epoch: 3,
         }
     }
@@ -297,10 +296,10 @@ mod tests {
         assert_eq!(decide(&topic, 4, &answers, None).unwrap().replica.global(), 2);
         assert_eq!(decide(&topic, 4, &answers[..1], None).unwrap_err().code(), crate::api::Code::Unavailable);
         // Without replica 2, replicas 1 and 3 must both answer: two of three.
-        let refused = decide(&topic, 4, &answers, Some(2)).unwrap_err();
+        let refused = decide(&topic, 4, &answers, Some(ShardId::from_global(2))).unwrap_err();
         assert!(refused.to_string().contains("1 of its replicas other than"), "{refused}");
         let answers = [answer(1, 3, 10), answer(2, 3, 12), answer(3, 2, 20)];
-        assert_eq!(decide(&topic, 4, &answers, Some(2)).unwrap().replica.global(), 1);
+        assert_eq!(decide(&topic, 4, &answers, Some(ShardId::from_global(2))).unwrap().replica.global(), 1);
     }
 
     /// Asked-for topics are taken once; a topic whose leader's node was not heard from, or

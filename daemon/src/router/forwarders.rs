@@ -110,7 +110,7 @@ impl ForwarderAddresses {
 
 impl<S: Storage> Router<S> {
     /// The forwarder shard a topic is placed on, naming its node.
-    pub(super) fn shard_of(&self, topic_id: TopicId) -> Option<u32> {
+    pub(super) fn shard_of(&self, topic_id: TopicId) -> Option<ShardId> {
         self.state
             .borrow()
             .topic_by_id(topic_id)
@@ -122,10 +122,10 @@ impl<S: Storage> Router<S> {
     /// node's cluster port on another.
     pub(super) async fn call_forwarder(
         &self,
-        shard: u32,
+        shard: ShardId,
         request: ControlRequest,
     ) -> Result<ControlOk, ControlError> {
-        let (node, local) = (ShardId::from_global(shard).node(), ShardId::from_global(shard).local());
+        let (node, local) = (shard.node(), shard.local());
         if node == self.node_id() {
             let link = self.forwarders.get(local as usize).ok_or_else(|| {
                 ControlError::unavailable(format!("this node has no forwarder shard {local}"))
@@ -135,13 +135,13 @@ impl<S: Storage> Router<S> {
         let peers = self.peers.as_ref().ok_or_else(|| {
             ControlError::unavailable(format!("node {node} is not reachable: this node has no peers"))
         })?;
-        Ok(peers.control(node, local, request).await?)
+        Ok(peers.control(shard, request).await?)
     }
 
     /// Runs a control request from the catalog's leader on one of this node's forwarders. Its
     /// answer goes back to that node as a `Status` (`net::peer`), so it is one here.
     pub async fn local_control(&self, local: u32, request: ControlRequest) -> Result<ControlOk, Status> {
-        Ok(self.call_forwarder(ShardId::new(self.node_id(), local).global(), request).await?)
+        Ok(self.call_forwarder(ShardId::new(self.node_id(), local), request).await?)
     }
 }
 

@@ -5,7 +5,7 @@
 use super::ControlError;
 use super::Router;
 use crate::catalog::{CatalogEntry, NodeRecord};
-use crate::ids::{NodeId, ShardId};
+use crate::ids::NodeId;
 use crate::storage::Storage;
 use std::time::Duration;
 
@@ -153,9 +153,8 @@ impl<S: Storage> Router<S> {
             .topics
             .values()
             .filter(|topic| {
-                let single = topic.replicas.len() <= 1 && ShardId::from_global(topic.shard).node() == node_id;
-                let replica =
-                    topic.replicas.iter().any(|replica| ShardId::from_global(*replica).node() == node_id);
+                let single = topic.replicas.len() <= 1 && topic.shard.node() == node_id;
+                let replica = topic.replicas.iter().any(|replica| replica.node() == node_id);
                 single || !single_only && replica
             })
             .map(|topic| topic.name.as_str())

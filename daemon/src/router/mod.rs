@@ -23,8 +23,8 @@ use crate::api::stats::{ShardStats, Stats};
 use crate::api::{Code as ErrorCode, Status};
 use crate::catalog::placement::Placement;
 use crate::catalog::{
-    node_and_shard, Applied, Catalog, CatalogEntry, CatalogState, NodeRecord, SnapshotRecord,
-    SubscriptionRecord, SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
+    Applied, Catalog, CatalogEntry, CatalogState, NodeRecord, SnapshotRecord, SubscriptionRecord,
+    SubscriptionSettings, TopicRecord, CATALOG_COMPACTION_BYTES_MIN,
 };
 use crate::control::{ControlEnvelope, ControlOk, ControlReply, ControlRequest, SettingsUpdate};
 use crate::ids::{NodeId, ShardId, SnapshotId, TopicId};
@@ -57,8 +57,8 @@ pub type PeerFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Resu
 /// How the router reaches the other nodes' routers (their cluster ports). The native protocol
 /// implements it; the router knows only what it asks.
 pub trait Peers {
-    /// Runs `request` on forwarder `shard` of node `node`.
-    fn control(&self, node: NodeId, shard: u32, request: ControlRequest) -> PeerFuture<ControlOk>;
+    /// Runs `request` on forwarder `shard` (of another node).
+    fn control(&self, shard: ShardId, request: ControlRequest) -> PeerFuture<ControlOk>;
     /// Asks the catalog's leader, node `leader`, to decide this node's registration.
     fn register(&self, leader: NodeId, node: NodeRecord) -> PeerFuture<()>;
     /// Asks the catalog's leader to elect new leaders for `topics` (their leader's node
@@ -77,7 +77,7 @@ struct Layout {
     /// The nodes it was built from (empty: this node alone).
     nodes: std::collections::BTreeMap<NodeId, NodeRecord>,
     /// Placement's index → the topic's `shard` (node and local shard).
-    shards: Vec<u32>,
+    shards: Vec<ShardId>,
     placement: Placement,
 }
 
@@ -86,23 +86,21 @@ impl Layout {
     fn single(node: NodeId, forwarders: u32, balance_factor: f64) -> Layout {
         Layout {
             nodes: Default::default(),
-            shards: (0..forwarders).map(|local| ShardId::new(node, local).global()).collect(),
+            shards: (0..forwarders).map(|local| ShardId::new(node, local)).collect(),
             placement: Placement::new(forwarders.max(1), balance_factor),
         }
     }
 
     fn of(nodes: &std::collections::BTreeMap<NodeId, NodeRecord>, balance_factor: f64) -> Layout {
-        let shards: Vec<u32> = nodes
+        let shards: Vec<ShardId> = nodes
             .values()
-            .flat_map(|node| {
-                (0..node.forwarders.len() as u32).map(|local| ShardId::new(node.node_id, local).global())
-            })
+            .flat_map(|node| (0..node.forwarders.len() as u32).map(|local| ShardId::new(node.node_id, local)))
             .collect();
         let placement = Placement::new(shards.len().max(1) as u32, balance_factor);
         Layout { nodes: nodes.clone(), shards, placement }
     }
 
-    fn index_of(&self, shard: u32) -> Option<u32> {
+    fn index_of(&self, shard: ShardId) -> Option<u32> {
         self.shards.iter().position(|known| *known == shard).map(|index| index as u32)
     }
 }
@@ -195,7 +193,7 @@ impl<S: Storage> Router<S> {
     /// The placement of a new topic: consistent hashing with bounded loads over every
     /// forwarder of every node, loads counted from the catalog (so a new leader decides as
     /// the old one would have), then the rest in preference order for when the first is down.
-    fn place(&self, name: &str) -> Vec<u32> {
+    fn place(&self, name: &str) -> Vec<ShardId> {
         let mut layout = self.current_layout();
         let state = self.state.borrow();
         let mut placement = Placement::new(layout.shards.len().max(1) as u32, self.balance_factor);
@@ -212,7 +210,7 @@ impl<S: Storage> Router<S> {
             .preference(name, first)
             .into_iter()
             .map(|index| layout.shards[index as usize])
-            .filter(|shard| !draining.contains(&ShardId::from_global(*shard).node()))
+            .filter(|shard| !draining.contains(&shard.node()))
             .collect()
     }
 
@@ -299,7 +297,7 @@ impl<S: Storage> Router<S> {
             .into_iter()
             .filter_map(|index| {
                 let shard = layout.shards[index as usize];
-                let (node, local) = (ShardId::from_global(shard).node(), ShardId::from_global(shard).local());
+                let (node, local) = (shard.node(), shard.local());
                 let address = if node == this_node {
                     self.forwarder_addresses.address(local as usize, local_address)
                 } else {

@@ -34,8 +34,7 @@ impl<S: Storage> Router<S> {
             .values()
             .filter(|topic| {
                 // Those on the node, and those a move cut short left with an even count.
-                let on_node =
-                    topic.replicas.iter().any(|replica| ShardId::from_global(*replica).node() == node_id);
+                let on_node = topic.replicas.iter().any(|replica| replica.node() == node_id);
                 topic.replicas.len() > 1 && (on_node || topic.replicas.len().is_multiple_of(2))
             })
             .map(|topic| topic.id)
@@ -78,14 +77,13 @@ impl<S: Storage> Router<S> {
 
     /// The forwarder a new replica of `topic` goes to: on a node that holds none of its
     /// replicas, is not `leaving_node` and answers, first in placement's preference.
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<u32, ControlError> {
-        let holding: Vec<NodeId> =
-            topic.replicas.iter().map(|replica| ShardId::from_global(*replica).node()).collect();
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<ShardId, ControlError> {
+        let holding: Vec<NodeId> = topic.replicas.iter().map(|replica| replica.node()).collect();
         let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
         self.place(&topic.name)
             .into_iter()
             .find(|shard| {
-                let node = ShardId::from_global(*shard).node();
+                let node = shard.node();
                 node != leaving_node
                     && !holding.contains(&node)
                     && heard.as_ref().is_none_or(|heard| heard.contains(&node))
@@ -103,11 +101,11 @@ impl<S: Storage> Router<S> {
 /// simulation runs these steps, not a copy of them.
 pub trait Mover: Electorate {
     /// The forwarder a new replica of `topic` goes to, on a node other than `leaving_node`.
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<u32, ControlError>;
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<ShardId, ControlError>;
 }
 
 impl<S: Storage> Mover for Router<S> {
-    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<u32, ControlError> {
+    fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<ShardId, ControlError> {
         Router::new_replica_place(self, topic, leaving_node)
     }
 }
@@ -121,8 +119,7 @@ pub async fn move_replica<M: Mover>(
     node_id: NodeId,
 ) -> Result<(), ControlError> {
     let Some(topic) = topic_by_id(mover, topic_id) else { return Ok(()) };
-    let leaving =
-        topic.replicas.iter().copied().find(|replica| ShardId::from_global(*replica).node() == node_id);
+    let leaving = topic.replicas.iter().copied().find(|replica| replica.node() == node_id);
     // An even count is a move cut short between its steps: it gets its replica back.
     let short = topic.replicas.len().is_multiple_of(2);
     if leaving.is_none() && !short {
@@ -167,19 +164,19 @@ fn topic_or_deleted<M: Mover>(mover: &M, topic_id: TopicId) -> Result<TopicRecor
 
 /// Takes replica `leaving` out of the topic's set, the lead handed to another replica first if
 /// it has it (a set must hold its leader).
-async fn take_out<M: Mover>(mover: &M, topic_id: TopicId, leaving: u32) -> Result<(), ControlError> {
+async fn take_out<M: Mover>(mover: &M, topic_id: TopicId, leaving: ShardId) -> Result<(), ControlError> {
     if topic_or_deleted(mover, topic_id)?.shard == leaving {
         elections::elect(mover, topic_id, Some(leaving)).await?;
         wait_epoch_committed(mover, topic_id).await?;
     }
     let topic = topic_or_deleted(mover, topic_id)?;
-    let kept: Vec<u32> = topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
+    let kept: Vec<ShardId> = topic.replicas.iter().copied().filter(|replica| *replica != leaving).collect();
     change_replicas(mover, topic_id, kept).await
 }
 
 /// Adds a replica on `target` (attached empty first), and waits until it holds what its leader
 /// held when it joined.
-async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: u32) -> Result<(), ControlError> {
+async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: ShardId) -> Result<(), ControlError> {
     let topic = topic_or_deleted(mover, topic_id)?;
     let attach = ControlRequest::AttachReplica {
         topic_id,
@@ -200,7 +197,7 @@ async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: u32) -> Res
 async fn change_replicas<M: Mover>(
     mover: &M,
     topic_id: TopicId,
-    replicas: Vec<u32>,
+    replicas: Vec<ShardId>,
 ) -> Result<(), ControlError> {
     let applied = mover.decide(CatalogEntry::TopicReplicasChanged { id: topic_id, replicas }).await?;
     if applied != crate::catalog::Applied::Updated(true) {
@@ -223,7 +220,7 @@ async fn leader_progress<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<Rep
 /// Refuses at once when the catalog no longer hears from the node of the topic's leader: the
 /// move stops, and the catalog's timers elect another leader as for any topic.
 fn check_leader_heard<M: Mover>(mover: &M, topic: &TopicRecord) -> Result<(), ControlError> {
-    let node = ShardId::from_global(topic.shard).node();
+    let node = topic.shard.node();
     let heard = mover.nodes_heard_within(mover.elections().timings().source_failure_timeout);
     if heard.is_some_and(|heard| !heard.contains(&node)) {
         return Err(ControlError::unavailable(format!(
@@ -259,7 +256,7 @@ async fn wait_epoch_committed<M: Mover>(mover: &M, topic_id: TopicId) -> Result<
 
 /// Waits until replica `target` holds, durably, everything the topic's leader held durably
 /// when this began (at most the move step timeout).
-async fn wait_caught_up<M: Mover>(mover: &M, topic_id: TopicId, target: u32) -> Result<(), ControlError> {
+async fn wait_caught_up<M: Mover>(mover: &M, topic_id: TopicId, target: ShardId) -> Result<(), ControlError> {
     let timings = mover.elections().timings();
     let started = crate::runtime::now();
     let mut goal: Option<[u64; 2]> = None;
@@ -276,8 +273,11 @@ async fn wait_caught_up<M: Mover>(mover: &M, topic_id: TopicId, target: u32) -> 
         if let Ok(progress) = leader_progress(mover, &topic).await {
             if progress.leader && progress.epoch == topic.epoch {
                 let goal = *goal.get_or_insert(progress.durable_ends);
-                let held =
-                    progress.followers.iter().find(|(shard, _)| *shard == target).map(|(_, ends)| *ends);
+                let held = progress
+                    .followers
+                    .iter()
+                    .find(|(shard, _)| *shard == target.global())
+                    .map(|(_, ends)| *ends);
                 if held.is_some_and(|held| held[0] >= goal[0] && held[1] >= goal[1]) {
                     return Ok(());
                 }
@@ -286,7 +286,7 @@ async fn wait_caught_up<M: Mover>(mover: &M, topic_id: TopicId, target: u32) -> 
         if crate::runtime::now() - started >= timings.move_step_timeout {
             return Err(ControlError::unavailable(format!(
                 "the new replica on {} did not catch up with its leader within {} s; it goes on catching up",
-                crate::catalog::forwarder_name(target),
+                target,
                 timings.move_step_timeout.as_secs()
             )));
         }

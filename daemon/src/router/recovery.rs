@@ -25,12 +25,11 @@ impl<S: Storage> Router<S> {
         self.recover_replicas(&replicated).await?;
         let topics = self.place_recovered(topics).await?;
         // Each node attaches the topics placed on its own forwarders.
-        let topics: Vec<TopicRecord> = topics
-            .into_iter()
-            .filter(|topic| ShardId::from_global(topic.shard).node() == self.node_id())
-            .collect();
+        let topics: Vec<TopicRecord> =
+            topics.into_iter().filter(|topic| topic.shard.node() == self.node_id()).collect();
         // Attached with several at once, since each attach waits on reads of the topic's logs.
-        let attaches: Vec<(u32, &TopicRecord)> = topics.iter().map(|topic| (topic.shard, topic)).collect();
+        let attaches: Vec<(ShardId, &TopicRecord)> =
+            topics.iter().map(|topic| (topic.shard, topic)).collect();
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
             self.call_forwarder(
                 shard,
@@ -55,7 +54,7 @@ impl<S: Storage> Router<S> {
             })
         })
         .await?;
-        let subscriptions: Vec<(u32, SubscriptionRecord)> = self
+        let subscriptions: Vec<(ShardId, SubscriptionRecord)> = self
             .state
             .borrow()
             .subscriptions
@@ -66,7 +65,7 @@ impl<S: Storage> Router<S> {
             .filter(|record| !replicated.iter().any(|topic| topic.id == record.topic_id))
             .filter_map(|record| {
                 let shard = self.shard_of(record.topic_id)?;
-                (ShardId::from_global(shard).node() == self.node_id()).then(|| (shard, (**record).clone()))
+                (shard.node() == self.node_id()).then(|| (shard, (**record).clone()))
             })
             .collect();
         let subscription_count = subscriptions.len();
@@ -102,9 +101,8 @@ impl<S: Storage> Router<S> {
             );
         }
         let node = self.node_id();
-        let replicas_here = replicated
-            .iter()
-            .filter(|topic| topic.replicas.iter().any(|shard| ShardId::from_global(*shard).node() == node));
+        let replicas_here =
+            replicated.iter().filter(|topic| topic.replicas.iter().any(|shard| shard.node() == node));
         let known: HashSet<String> =
             topics.iter().chain(replicas_here).map(|topic| format!("{:016x}", topic.id)).collect();
         for copy in 0..self.directories.count() {
@@ -130,23 +128,21 @@ impl<S: Storage> Router<S> {
     ) -> Result<Vec<TopicRecord>, String> {
         let shards = self.forwarders.len() as u32;
         let mut placement = Placement::new(shards.max(1), self.balance_factor);
-        let this_node = |topic: &TopicRecord| ShardId::from_global(topic.shard).node() == self.node_id();
+        let this_node = |topic: &TopicRecord| topic.shard.node() == self.node_id();
         for topic in topics.iter().filter(|topic| this_node(topic)) {
-            let (_, local) = node_and_shard(topic.shard);
+            let local = topic.shard.local();
             if local < shards {
                 placement.assign(local);
             }
         }
-        for topic in
-            topics.iter_mut().filter(|topic| this_node(topic) && node_and_shard(topic.shard).1 >= shards)
-        {
-            let shard = ShardId::new(self.node_id(), placement.place(&topic.name)).global();
+        for topic in topics.iter_mut().filter(|topic| this_node(topic) && topic.shard.local() >= shards) {
+            let shard = ShardId::new(self.node_id(), placement.place(&topic.name));
             if !self.catalog.leads() {
                 return Err(format!(
                     "topic '{}' is placed on shard {} of this node, which has {shards}: start it with as \
                      many forwarder shards as before",
                     topic.name,
-                    node_and_shard(topic.shard).1
+                    topic.shard.local()
                 ));
             }
             self.propose(CatalogEntry::TopicPlaced { id: topic.id, shard })

@@ -11,7 +11,7 @@ use super::ControlError;
 use super::{Router, RECOVERY_ATTACHES_IN_FLIGHT_MAX};
 use crate::api::control::Topic;
 use crate::api::Status;
-use crate::catalog::{node_and_shard, Applied, CatalogEntry, TopicRecord};
+use crate::catalog::{Applied, CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest};
 use crate::ids::{NodeId, ShardId, TopicId};
 use crate::replication::quorum;
@@ -50,9 +50,9 @@ pub const REPLICAS_DEFAULT_MAX: usize = 3;
 #[derive(Default)]
 pub struct LocalReplicas {
     /// Replicas attached to this node's forwarders: (topic, shard).
-    attached: RefCell<HashSet<(TopicId, u32)>>,
+    attached: RefCell<HashSet<(TopicId, ShardId)>>,
     /// The shard of this node leading each topic, and since which epoch.
-    leading: RefCell<HashMap<TopicId, (u32, u64)>>,
+    leading: RefCell<HashMap<TopicId, (ShardId, u64)>>,
     /// Topics this node led when it started, at that epoch: it does not lead again at that
     /// epoch (what a quorum held is not known here), and asks for an election instead.
     stale: RefCell<HashMap<TopicId, u64>>,
@@ -97,19 +97,18 @@ impl<S: Storage> Router<S> {
     }
 
     /// The addresses of a topic's replicas, as their nodes registered them.
-    pub(super) fn peers(&self, replicas: &[u32]) -> Vec<Peer> {
+    pub(super) fn peers(&self, replicas: &[ShardId]) -> Vec<Peer> {
         let state = self.state.borrow();
         replicas
             .iter()
             .map(|shard| {
-                let (node, local) = node_and_shard(*shard);
                 let address = state
                     .nodes
-                    .get(&NodeId::new(node))
-                    .and_then(|record| record.forwarders.get(local as usize))
+                    .get(&shard.node())
+                    .and_then(|record| record.forwarders.get(shard.local() as usize))
                     .cloned()
                     .unwrap_or_default();
-                Peer { shard: crate::ids::ShardId::from_global(*shard), address }
+                Peer { shard: *shard, address }
             })
             .collect()
     }
@@ -126,12 +125,10 @@ impl<S: Storage> Router<S> {
         count: usize,
     ) -> Result<Topic, ControlError> {
         let name = request.name.as_str();
-        let mut replicas: Vec<u32> = Vec::new();
+        let mut replicas: Vec<ShardId> = Vec::new();
         for shard in self.place(name) {
-            let node = ShardId::from_global(shard).node();
-            if replicas.len() < count
-                && !replicas.iter().any(|chosen| ShardId::from_global(*chosen).node() == node)
-            {
+            let node = shard.node();
+            if replicas.len() < count && !replicas.iter().any(|chosen| chosen.node() == node) {
                 replicas.push(shard);
             }
         }
@@ -154,10 +151,10 @@ impl<S: Storage> Router<S> {
         request: &Topic,
         retention: u64,
         count: usize,
-        replicas: Vec<u32>,
+        replicas: Vec<ShardId>,
     ) -> Result<Topic, ControlError> {
         let name = request.name.as_str();
-        let attached: Rc<RefCell<Vec<u32>>> = Rc::default();
+        let attached: Rc<RefCell<Vec<ShardId>>> = Rc::default();
         let refusal: Rc<RefCell<Option<ControlError>>> = Rc::default();
         let attaches = replicas.iter().map(|shard| {
             let (attached, refusal) = (attached.clone(), refusal.clone());
@@ -200,7 +197,7 @@ impl<S: Storage> Router<S> {
         }
         let leader = *replicas.iter().find(|shard| attached.contains(shard)).expect("a quorum attached");
         // Other nodes' routers learn of theirs from the catalog.
-        for shard in attached.iter().filter(|shard| ShardId::from_global(**shard).node() == self.node_id()) {
+        for shard in attached.iter().filter(|shard| shard.node() == self.node_id()) {
             self.replicas.attached.borrow_mut().insert((id, *shard));
         }
         let record = TopicRecord {
@@ -255,7 +252,7 @@ impl<S: Storage> Router<S> {
         for attach in subscriptions {
             self.call_forwarder(topic.shard, attach).await?;
         }
-        if ShardId::from_global(topic.shard).node() == self.node_id() {
+        if topic.shard.node() == self.node_id() {
             self.replicas.leading.borrow_mut().insert(topic.id, (topic.shard, topic.epoch));
         }
         Ok(())
@@ -267,10 +264,10 @@ impl<S: Storage> Router<S> {
         let node = self.node_id();
         let mut attaches = Vec::new();
         for topic in topics.iter().filter(|topic| topic.replica_count() > 1) {
-            for shard in topic.replicas.iter().filter(|shard| ShardId::from_global(**shard).node() == node) {
+            for shard in topic.replicas.iter().filter(|shard| shard.node() == node) {
                 attaches.push((*shard, topic));
             }
-            if ShardId::from_global(topic.shard).node() == node {
+            if topic.shard.node() == node {
                 self.replicas.stale.borrow_mut().insert(topic.id, topic.epoch);
             }
         }
@@ -307,12 +304,12 @@ impl<S: Storage> Router<S> {
             .borrow()
             .topics
             .values()
-            .filter(|topic| topic.replicas.iter().any(|shard| ShardId::from_global(*shard).node() == node))
+            .filter(|topic| topic.replicas.iter().any(|shard| shard.node() == node))
             .cloned()
             .collect();
         let mut stale_leads = Vec::new();
         for topic in &topics {
-            for shard in topic.replicas.iter().filter(|shard| ShardId::from_global(**shard).node() == node) {
+            for shard in topic.replicas.iter().filter(|shard| shard.node() == node) {
                 if !self.replicas.attached.borrow().contains(&(topic.id, *shard)) {
                     let attach = ControlRequest::AttachReplica {
                         topic_id: topic.id,
@@ -342,12 +339,11 @@ impl<S: Storage> Router<S> {
                     "ringpostd: topic '{}': epoch {} began elsewhere; {} led epoch {epoch}",
                     topic.name,
                     topic.epoch,
-                    crate::catalog::forwarder_name(shard)
+                    shard
                 );
                 self.replicas.leading.borrow_mut().remove(&topic.id);
             }
-            if ShardId::from_global(topic.shard).node() != node || leading == Some((topic.shard, topic.epoch))
-            {
+            if topic.shard.node() != node || leading == Some((topic.shard, topic.epoch)) {
                 continue;
             }
             if self.replicas.stale.borrow().get(&topic.id) == Some(&topic.epoch) {
@@ -373,7 +369,7 @@ impl<S: Storage> Router<S> {
         // A topic deleted while a replica's node was away, or a replica moved off this node:
         // its files go.
         let creating = self.replicas.creating.borrow().clone();
-        let mut gone: Vec<(TopicId, u32)> = self
+        let mut gone: Vec<(TopicId, ShardId)> = self
             .replicas
             .attached
             .borrow()
@@ -399,7 +395,7 @@ impl<S: Storage> Router<S> {
         if due {
             // Leaders whose followers promised a newer epoch that no election followed.
             for local in 0..self.forwarders.len() as u32 {
-                let shard = ShardId::new(node, local).global();
+                let shard = ShardId::new(node, local);
                 if let Ok(ControlOk::Topics(topics)) =
                     self.call_forwarder(shard, ControlRequest::ElectionsWanted).await
                 {
@@ -464,7 +460,7 @@ impl<S: Storage> Electorate for Router<S> {
 
     fn control(
         &self,
-        shard: u32,
+        shard: ShardId,
         request: ControlRequest,
     ) -> impl Future<Output = Result<ControlOk, ControlError>> {
         self.call_forwarder(shard, request)

@@ -2,7 +2,7 @@
 //! far this node applied it, where it stands, and the stats and figures of its shards.
 
 use super::*;
-use crate::ids::{NodeId, ShardId};
+use crate::ids::NodeId;
 
 impl<S: Storage> Router<S> {
     /// Makes this node's registration (its addresses and shards) part of the catalog, once it
@@ -186,13 +186,9 @@ impl<S: Storage> Router<S> {
             .take(CLUSTER_STATUS_TOPICS_MAX)
             .map(|topic| TopicPlacement {
                 name: topic.name.clone(),
-                leader_node: ShardId::from_global(topic.shard).node(),
+                leader_node: topic.shard.node(),
                 epoch: topic.epoch,
-                replica_nodes: topic
-                    .replica_shards()
-                    .iter()
-                    .map(|shard| ShardId::from_global(*shard).node())
-                    .collect(),
+                replica_nodes: topic.replica_shards().iter().map(|shard| shard.node()).collect(),
             })
             .collect();
         (placements, topics.count() as u64)

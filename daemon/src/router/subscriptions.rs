@@ -12,7 +12,7 @@ pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::
 /// A subscription created with an unknown outcome, and how to serve it if it was decided.
 pub(super) struct Undecided {
     subscription_id: u64,
-    shard: u32,
+    shard: ShardId,
     attach: ControlRequest,
     /// Past this, it is no longer watched; if it commits later, the next start attaches it.
     until: std::time::Instant,

@@ -43,8 +43,8 @@ fn unavailable(why: impl Into<String>) -> Status {
 
 impl<S: Storage> Forwarder<S> {
     /// This shard as the catalog names it (node and shard).
-    pub fn global_shard(&self) -> u32 {
-        ShardId::new(self.replica_context.node_id.get().unwrap_or(NodeId::new(1)), self.shard).global()
+    pub fn global_shard(&self) -> ShardId {
+        ShardId::new(self.replica_context.node_id.get().unwrap_or(NodeId::new(1)), self.shard)
     }
 
     fn transport(&self) -> Result<Rc<dyn Transport>, Status> {
@@ -57,7 +57,7 @@ impl<S: Storage> Forwarder<S> {
 
     /// The replicas but this one.
     fn peers_of(&self, replicas: &[Peer]) -> Vec<Peer> {
-        let own = ShardId::from_global(self.global_shard());
+        let own = self.global_shard();
         replicas.iter().filter(|peer| peer.shard != own).cloned().collect()
     }
 
@@ -165,7 +165,7 @@ impl<S: Storage> Forwarder<S> {
         // The first leader of a new topic has no predecessor whose lease could still run.
         let now = self.environment.clock.now();
         let serve_from = if epoch == Epoch::ZERO.next() { now } else { now + source::LEASE_WAIT };
-        let shard = ShardId::from_global(self.global_shard());
+        let shard = self.global_shard();
         let leader = Leader::new(epoch, shard, peers, epoch_starts, committed, serve_from);
         *topic.replication.borrow_mut() = Replication::Leader(leader.clone());
         self.registry.followers.borrow_mut().remove(&topic_id);

@@ -112,7 +112,7 @@ impl Gateway {
                         Owner::first(&looked_up, forwarders)
                     });
                     match owner {
-                        Ok(owner) if owner.node != shard.router.node_id() => Ok(owner),
+                        Ok(owner) if owner.node() != shard.router.node_id() => Ok(owner),
                         owner => {
                             presented.check(&shard.access, kind, name)?;
                             owner
@@ -130,7 +130,7 @@ impl Gateway {
     /// resource's stay on one).
     fn shard_of(&self, resource: &Resource, owner: &Owner) -> Result<Serving<'_>, Status> {
         if self.routes.is_here(owner) {
-            let shard = owner.shard;
+            let shard = owner.shard.local();
             return self.forwarders.get(shard as usize).map(Serving::Here).ok_or_else(|| {
                 Status::unavailable(format!("this node has no forwarder shard {shard}; retry"))
             });

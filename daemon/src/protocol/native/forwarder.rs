@@ -9,6 +9,7 @@ use crate::api::data::{
 };
 use crate::auth::Principal;
 use crate::dispatch::{self, Kind};
+use crate::ids::ShardId;
 use crate::net::relay;
 use crate::net::server::{fail, gathering_has_room, respond, Handler, Held, Responder, Response};
 use crate::shard::Forwarder;
@@ -256,7 +257,7 @@ async fn checked_pull<S: Storage>(
 /// A pull, acknowledgement or deadline change on `subscription` refused with `refusal`
 /// (`NotOwner`), carried (`carried`) for the same principal; a pull waits up to `wait` there.
 async fn carried_unary(
-    shard: u32,
+    shard: ShardId,
     header: &FrameHeader,
     body: &[u8],
     subscription: &str,
@@ -275,7 +276,7 @@ async fn carried_unary(
 /// another node's forwarder already carried it; otherwise, or when the leader is on this node,
 /// refused.
 async fn carried<F: std::future::Future<Output = Result<Option<Response>, crate::api::Status>>>(
-    shard: u32,
+    shard: ShardId,
     header: &FrameHeader,
     refusal: Status,
     carry: impl FnOnce(std::rc::Rc<relay::Relay>) -> F,

@@ -179,7 +179,10 @@ fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
     wire::LookupResponse {
         forwarders: forwarders
             .into_iter()
-            .map(|forwarder| wire::ShardAddress { shard: forwarder.shard, address: forwarder.address })
+            .map(|forwarder| wire::ShardAddress {
+                shard: forwarder.shard.global(),
+                address: forwarder.address,
+            })
             .collect(),
     }
 }
