@@ -6,7 +6,7 @@
 //! control messages between a router and another node's forwarders (`control::codec`), the
 //! catalog's raft messages (`catalog::peer`, with the catalog entries they carry), the catalog's
 //! raft log as its recovery reads it back from disk (`catalog::store`), and the rest of the
-//! cluster port (`net::peer`: cluster status, carried requests and their answers,
+//! cluster port (`net::peer`: cluster status, carried requests and their answers, push keys,
 //! requests for elections). Whatever the bytes, a decoder returns an error, never panics,
 //! never allocates by a count it has not read the items of; and what it decodes encodes to
 //! bytes that decode to the same value (the oracle that finds an encoder and a decoder that
@@ -211,7 +211,8 @@ pub fn native_peer(bytes: &[u8]) -> bool {
     let status = round_trip(bytes, decode_cluster_status, encode_cluster_status).is_some();
     let elections =
         round_trip(bytes, decode_want_elections, |topics| encode_want_elections(topics)).is_some();
-    status || elections || carried(bytes)
+    let push_key = round_trip(bytes, crate::push::keys::decode_push_key, crate::push::keys::encode_push_key);
+    status || elections || push_key.is_some() || carried(bytes)
 }
 
 /// `dispatch::codec`, also on the cluster port: an operation another node carries to this one
@@ -579,6 +580,11 @@ fn native_peer_samples() -> Vec<Vec<u8>> {
     vec![
         encode_cluster_status(&status),
         encode_want_elections(&[TopicId::new(5), TopicId::new(6), TopicId::new(7)]),
+        crate::push::keys::encode_push_key(&crate::push::keys::PushKey {
+            key_id: "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs".to_owned(),
+            modulus: "0vx7agoebGc".to_owned(),
+            exponent: "AQAB".to_owned(),
+        }),
         crate::dispatch::encode_carried(
             &crate::auth::Principal::Named("alice".into()),
             &crate::dispatch::Operation::CreateTopic(topic),

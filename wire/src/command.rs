@@ -131,11 +131,15 @@ pub enum Command {
     /// deadline change or streaming pull that node's client sent, with the principal that node
     /// authenticated it as; decided here for that principal, with this node's access file.
     Carried = 81,
+    /// `PeerMessage` → `PeerMessage` (cluster port): the answering node's push signing key
+    /// (`kid`, `n`, `e`), which every node serves in its JWK Set. A node from before the
+    /// command refuses it as unknown; the asking node then serves no key of it.
+    PeerPushKey = 82,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 47] = [
+    pub const ALL: [Command; 48] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -181,6 +185,7 @@ impl Command {
         Command::PeerExpireSubscription,
         Command::PeerClusterStatus,
         Command::PeerWantElections,
+        Command::PeerPushKey,
         Command::Replica,
         Command::Carried,
     ];
@@ -234,6 +239,7 @@ impl Command {
             79 => Command::PeerWantElections,
             80 => Command::Replica,
             81 => Command::Carried,
+            82 => Command::PeerPushKey,
             _ => return None,
         })
     }

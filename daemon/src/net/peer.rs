@@ -18,6 +18,7 @@ use crate::control::{decode_reply, encode_reply, ControlOk, ControlRequest};
 use crate::dispatch::{Carried, Door, NodeTransport, Operation};
 use crate::ids::{NodeId, ShardId, TopicId};
 use crate::net::server::{fail, respond, Handler, Responder, Response, CLUSTER_HOSTS_MAX};
+use crate::push::keys::{decode_push_key, encode_push_key, PushKey};
 use crate::router::{PeerFuture, Peers, Router};
 use crate::storage::Storage;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -312,6 +313,13 @@ impl PeerPool {
         Rc::new(PeerPool { addresses, secret, tls, idle: RefCell::default() })
     }
 
+    /// Node `node`'s push signing key, within `timeout`: refused by a node from before the
+    /// request (as an unknown command), which the caller takes as no key from it.
+    pub async fn push_key(&self, node: NodeId, timeout: Duration) -> Result<PushKey, Status> {
+        let answer = self.call_within(node, Command::PeerPushKey, Vec::new(), timeout).await?;
+        decode_push_key(&answer).map_err(|why| Status::internal(format!("node {node}'s push key: {why}")))
+    }
+
     /// The read index of the catalog's leader, node `leader`.
     pub async fn read_index(&self, leader: NodeId) -> Result<Option<crate::catalog::raft::LogId>, String> {
         let answer = self.call(leader, Command::PeerReadIndex, Vec::new()).await;
@@ -532,6 +540,8 @@ pub struct PeerHandler<S: Storage> {
     /// Noted at each AppendEntries or snapshot a current leader sends: a follower's only sign
     /// that its leader still reaches it.
     leader_contact: Rc<crate::catalog::LeaderContact>,
+    /// This node's push signing key, which the other nodes ask for to serve it too.
+    push_key: PushKey,
 }
 
 impl<S: Storage> PeerHandler<S> {
@@ -540,8 +550,16 @@ impl<S: Storage> PeerHandler<S> {
         access: Rc<Access>,
         secret_required: bool,
         leader_contact: Rc<crate::catalog::LeaderContact>,
+        push_key: PushKey,
     ) -> Rc<PeerHandler<S>> {
-        Rc::new(PeerHandler { raft, door: RefCell::default(), access, secret_required, leader_contact })
+        Rc::new(PeerHandler {
+            raft,
+            door: RefCell::default(),
+            access,
+            secret_required,
+            leader_contact,
+            push_key,
+        })
     }
 
     pub fn set_door(&self, door: Rc<Door<S>>) {
@@ -615,6 +633,8 @@ impl<S: Storage> PeerHandler<S> {
                 router.register(node).await?;
                 Ok(Vec::new())
             }
+            // Answered from the start: the key is the node's from before its router serves.
+            Command::PeerPushKey => Ok(encode_push_key(&self.push_key)),
             Command::PeerClusterStatus => Ok(encode_cluster_status(&self.router()?.cluster_status().await)),
             Command::PeerWantElections => {
                 let router = self.router()?;

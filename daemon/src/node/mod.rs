@@ -455,7 +455,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc_jobs: grpc_jobs.router,
         phase: phase.clone(),
         cluster: cluster_listener.map(|listener| {
-            cluster_wiring(&config, listener, router_address, &forwarder_addresses, grpc_port)
+            cluster_wiring(&config, listener, router_address, &forwarder_addresses, grpc_port, &push_signer)
         }),
     };
     let router = start_router_shard(&config, shards, wiring)?;
@@ -501,8 +501,8 @@ fn start_monitoring(
     push_signer: &push::token::Signer,
 ) -> Result<Option<net::http::HttpServer>, String> {
     let (Some((listener, _)), Some(router)) = (listener, router) else { return Ok(None) };
-    let jwks = push_signer.key().jwk_set();
-    net::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone(), jwks)
+    let push_key = push_signer.key().push_key();
+    net::http::HttpServer::start(listener, router, env!("CARGO_PKG_VERSION"), phase.clone(), push_key)
         .map(Some)
         .map_err(|error| format!("starting the monitoring endpoint: {error}"))
 }
@@ -574,6 +574,7 @@ fn cluster_wiring(
     router_address: SocketAddr,
     forwarder_addresses: &[SocketAddr],
     grpc_port: Option<u16>,
+    push_signer: &push::token::Signer,
 ) -> router_shard::ClusterWiring {
     let settings = config.cluster.clone().expect("bound for a cluster");
     // Where the other nodes' clients reach this node: a fixed host, since they did not
@@ -598,6 +599,9 @@ fn cluster_wiring(
             // connections, not to this address: `protocol::grpc::remote`).
             grpc_address: grpc_port.map(|port| crate::host_and_port(&host, port)).unwrap_or_default(),
         },
+        // Every node serves every node's key, so that a receiver verifying against any node's
+        // JWK Set accepts the tokens of whichever node pushes; they ask each other for it.
+        push_key: push_signer.key().push_key(),
         settings,
     }
 }

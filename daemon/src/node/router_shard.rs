@@ -40,6 +40,9 @@ pub(super) struct ClusterWiring {
     pub listener: StdListener,
     pub settings: super::ClusterSettings,
     pub record: catalog::NodeRecord,
+    /// This node's push signing key, which its cluster port gives the other nodes
+    /// (`push::keys`).
+    pub push_key: crate::push::keys::PushKey,
 }
 
 /// Starts the router shard for `shards` forwarder shards, which are serving already.
@@ -155,7 +158,13 @@ pub(super) fn start_router_shard(
                 Err(error) => return fail(error),
             };
             if let Some(jobs) = grpc_jobs {
-                let target = Rc::new(RouterShard { router: router.clone(), door, access });
+                let target = Rc::new(RouterShard {
+                    router: router.clone(),
+                    door,
+                    access,
+                    peers: peers.as_ref().map(|(_, pool)| pool.clone()),
+                    push_keys: Default::default(),
+                });
                 crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
             }
             let connections = serving.await;
@@ -391,8 +400,13 @@ async fn open_clustered(
     )
     .await?;
     addresses.learn_from(catalog.shared_state());
-    let handler =
-        PeerHandler::new(catalog.raft(), access.clone(), secret.is_some(), catalog.leader_contact());
+    let handler = PeerHandler::new(
+        catalog.raft(),
+        access.clone(),
+        secret.is_some(),
+        catalog.leader_contact(),
+        cluster.push_key.clone(),
+    );
     let listener =
         into_glommio(cluster.listener.try_clone().map_err(|error| format!("the cluster port: {error}"))?);
     let serving = handler.clone();

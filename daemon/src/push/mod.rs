@@ -13,6 +13,7 @@
 
 pub mod body;
 pub mod client;
+pub mod keys;
 pub mod task;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@
 //!
 //! Tokens are signed with ring (RS256, constant-time); RustCrypto's `rsa` only makes the key.
 
+use super::keys::PushKey;
 use super::TokenSigner;
 use crate::catalog::OidcToken;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -142,14 +143,19 @@ impl SigningKey {
         &self.key_id
     }
 
-    /// The public key as a JWK Set (RFC 7517), what `JWKS_PATH` serves.
+    /// The public key as a JWK Set (RFC 7517) of it alone.
     pub fn jwk_set(&self) -> String {
-        format!(
-            r#"{{"keys":[{{"kty":"RSA","alg":"RS256","use":"sig","kid":{},"n":"{}","e":"{}"}}]}}"#,
-            json_string(&self.key_id),
-            URL_SAFE_NO_PAD.encode(&self.modulus),
-            URL_SAFE_NO_PAD.encode(&self.exponent),
-        )
+        jwk_set(&[self.push_key()])
+    }
+
+    /// The public key as a JWK's members, as the node serves it and answers other nodes for it
+    /// (`push::keys`).
+    pub fn push_key(&self) -> PushKey {
+        PushKey {
+            key_id: self.key_id.clone(),
+            modulus: URL_SAFE_NO_PAD.encode(&self.modulus),
+            exponent: URL_SAFE_NO_PAD.encode(&self.exponent),
+        }
     }
 
     /// A JWT (RS256) of `claims`, a JSON object, signed with this key.
@@ -164,6 +170,23 @@ impl SigningKey {
         token.push_str(&URL_SAFE_NO_PAD.encode(&signature));
         Ok(token)
     }
+}
+
+/// `keys` as a JWK Set (RFC 7517), what `JWKS_PATH` serves: in a cluster, every node's key
+/// (each node signs with its own, `push::keys`), so that tokens verify against any node's set.
+pub fn jwk_set(keys: &[PushKey]) -> String {
+    let keys: Vec<String> = keys
+        .iter()
+        .map(|key| {
+            format!(
+                r#"{{"kty":"RSA","alg":"RS256","use":"sig","kid":{},"n":{},"e":{}}}"#,
+                json_string(&key.key_id),
+                json_string(&key.modulus),
+                json_string(&key.exponent),
+            )
+        })
+        .collect();
+    format!(r#"{{"keys":[{}]}}"#, keys.join(","))
 }
 
 /// The claims of a push token, in the order Google's have them. `sub` and `azp` are, in

@@ -33,6 +33,7 @@ mod permissions;
 mod pool;
 mod pull_memory;
 mod push;
+mod push_cluster;
 mod push_config;
 mod push_memory;
 mod push_token;

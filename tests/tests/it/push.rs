@@ -25,7 +25,7 @@ fn push_subscription(name: &str, topic: &str, endpoint: String) -> pubsub::Subsc
 }
 
 /// A JSON string field's value in a body without escapes in it.
-fn field<'a>(json: &'a str, name: &str) -> &'a str {
+pub(crate) fn field<'a>(json: &'a str, name: &str) -> &'a str {
     let start =
         json.find(&format!("\"{name}\":\"")).unwrap_or_else(|| panic!("{name} in {json}")) + name.len() + 4;
     &json[start..start + json[start..].find('"').unwrap()]

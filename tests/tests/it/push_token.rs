@@ -48,7 +48,7 @@ except jwt.InvalidSignatureError:
 "#;
 
 /// The Python suite's virtualenv, made (or found up to date) by tests/python/setup.sh.
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let python_tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
     let mut setup = Command::new("bash");
     setup.arg(python_tests.join("setup.sh"));

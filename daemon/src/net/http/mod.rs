@@ -2,7 +2,8 @@
 //! `metrics::exposition`), `/healthz` (the process serves), `/readyz` (the shards serve,
 //! every shard's data directories hold a quorum, and in a cluster the catalog has a leader) and
 //! `/oauth2/v3/certs`, the public keys of the push tokens as a JWK Set (`push::token`), which a
-//! push receiver's JWT library fetches; it answers from the start, as `/healthz` does.
+//! push receiver's JWT library fetches: this node's key from the start, as `/healthz` answers,
+//! and in a cluster every other node's, which the router shard asks them for (`push::keys`).
 //!
 //! hyper serves HTTP/1.1 on one tokio thread of its own, unpinned: a scrape is rare, small and
 //! never on a publish's path, and the endpoint must answer whether or not the gRPC API runs.
@@ -19,6 +20,8 @@ use crate::api::Status;
 use crate::metrics::exposition;
 use crate::protocol::grpc::bridge::ShardCaller;
 use crate::protocol::grpc::gateway::RouterShard;
+use crate::push;
+use crate::push::keys::{PushKey, PUSH_KEY_ASK_TIMEOUT};
 use crate::push::token::JWKS_PATH;
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -56,8 +59,8 @@ struct Endpoint {
     rendering: tokio::sync::Mutex<Option<Rendering>>,
     /// What the node's start is doing, until it serves: the router shard answers no job before.
     phase: crate::node::StartPhase,
-    /// The push tokens' public keys, a JWK Set (`push::token::JWKS_PATH`).
-    jwks: Bytes,
+    /// This node's push signing key, which `push::token::JWKS_PATH` serves first.
+    push_key: PushKey,
 }
 
 /// One rendering of `/metrics`: when its gathering began, its number, and its body (or why
@@ -83,19 +86,14 @@ impl HttpServer {
         router: ShardCaller<RouterShard>,
         version: &'static str,
         phase: crate::node::StartPhase,
-        jwks: String,
+        push_key: PushKey,
     ) -> std::io::Result<HttpServer> {
         let address = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
         let (stopping, stopped) = tokio::sync::watch::channel(false);
-        let endpoint = Arc::new(Endpoint {
-            router,
-            version,
-            rendering: tokio::sync::Mutex::new(None),
-            phase,
-            jwks: Bytes::from(jwks),
-        });
+        let endpoint =
+            Arc::new(Endpoint { router, version, rendering: tokio::sync::Mutex::new(None), phase, push_key });
         let thread = std::thread::Builder::new().name("ringpost-http".to_owned()).spawn(move || {
             runtime.block_on(serve(listener, endpoint, stopped));
         })?;
@@ -222,7 +220,7 @@ impl Endpoint {
                 }
             },
             "/metrics" => self.metrics().await,
-            JWKS_PATH => self.jwks(),
+            JWKS_PATH => self.jwks().await,
             "/" => text(StatusCode::OK, format!("ringpostd: /metrics, /healthz, /readyz, {JWKS_PATH}\n")),
             _ => {
                 text(StatusCode::NOT_FOUND, format!("not found: /metrics, /healthz, /readyz, {JWKS_PATH}\n"))
@@ -230,10 +228,19 @@ impl Endpoint {
         }
     }
 
-    /// The push tokens' public keys, as JSON a JWT library fetches. It changes only with the
-    /// key, at a restart, so caches may keep it a while (Google's say hours; an hour here).
-    fn jwks(&self) -> Response<Full<Bytes>> {
-        let mut response = Response::new(Full::new(self.jwks.clone()));
+    /// The push tokens' public keys, as JSON a JWT library fetches: this node's, then those of
+    /// the other nodes (`push::keys`), since each node signs with its own key
+    /// and a subscription is pushed by whichever node leads its topic, after a failover another.
+    /// It changes only as nodes join or leave, so caches may keep it a while (Google's say
+    /// hours; an hour here), and a library meeting a kid it does not know fetches it again.
+    async fn jwks(&self) -> Response<Full<Bytes>> {
+        let mut keys = vec![self.push_key.clone()];
+        for key in self.other_nodes_push_keys().await {
+            if !keys.iter().any(|known| known.key_id == key.key_id) {
+                keys.push(key);
+            }
+        }
+        let mut response = Response::new(Full::new(Bytes::from(push::token::jwk_set(&keys))));
         let headers = response.headers_mut();
         headers
             .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
@@ -242,6 +249,23 @@ impl Endpoint {
             hyper::header::HeaderValue::from_static("public, max-age=3600"),
         );
         response
+    }
+
+    /// The other nodes' push keys, as the router shard learnt them (asking those it holds no
+    /// recent key of); none while the node starts or if the router shard does not answer within
+    /// `SCRAPE_TIMEOUT` (the set then holds this node's key alone, which verifies what this
+    /// node pushes).
+    async fn other_nodes_push_keys(&self) -> Vec<PushKey> {
+        if self.phase.current().is_some() {
+            return Vec::new();
+        }
+        let reading = self
+            .router
+            .try_call(|shard: std::rc::Rc<RouterShard>| async move { Ok(learn_push_keys(&shard).await) });
+        match tokio::time::timeout(SCRAPE_TIMEOUT, reading).await {
+            Ok(Ok(keys)) => keys,
+            _ => Vec::new(),
+        }
     }
 
     /// `/metrics`: the rendering of a gathering that began after this scrape arrived, the
@@ -326,4 +350,35 @@ fn not_ready(gathered: &Gathered) -> Vec<String> {
         reasons.extend(cluster.not_serving.clone());
     }
     reasons
+}
+
+/// On the router shard: asks every other registered node whose key it holds none of (or none
+/// heard recently) for its key, each within `PUSH_KEY_ASK_TIMEOUT` and all at once, learns the
+/// answers, and returns the keys to serve. A node that does not answer, or refuses the request
+/// (a node from before it), gives no key; one it gave before stays served a while
+/// (`push::keys::PushKeys`).
+async fn learn_push_keys(shard: &RouterShard) -> Vec<PushKey> {
+    let Some(pool) = shard.peers.clone() else { return Vec::new() };
+    let this_node = shard.router.node_id();
+    let others = shard.router.registered_nodes().into_keys().filter(|node| *node != this_node);
+    let asking = shard.push_keys.borrow().to_ask(others, crate::runtime::now());
+    let answers = crate::sync::join_all(
+        asking
+            .into_iter()
+            .map(|node| {
+                let pool = pool.clone();
+                async move { (node, pool.push_key(node, PUSH_KEY_ASK_TIMEOUT).await) }
+            })
+            .collect(),
+    )
+    .await;
+    let now = crate::runtime::now();
+    let mut keys = shard.push_keys.borrow_mut();
+    for (node, answer) in answers {
+        match answer {
+            Ok(key) => keys.learn(node, key, now),
+            Err(status) => crate::log_debug!("ringpostd: no push key from node {node}: {status}"),
+        }
+    }
+    keys.serving(now)
 }

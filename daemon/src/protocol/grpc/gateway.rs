@@ -22,6 +22,10 @@ pub struct RouterShard {
     pub router: Rc<Router<DmaStorage>>,
     pub door: Rc<Door<DmaStorage>>,
     pub access: Rc<Access>,
+    /// How it reaches the other nodes, in a cluster.
+    pub peers: Option<Rc<crate::net::peer::PeerPool>>,
+    /// The other nodes' push keys it learnt, which the monitoring endpoint serves.
+    pub push_keys: std::cell::RefCell<crate::push::keys::PushKeys>,
 }
 
 /// What a job on a forwarder shard works with.
