@@ -373,15 +373,7 @@ impl Daemon {
 /// then the router shard once they are ready, and returns once every shard is serving.
 pub fn start(config: Config) -> Result<Daemon, String> {
     metrics::process::keep_large_buffers_in_heap();
-    let open_files = raise_open_file_limit();
-    if open_files < 4096 {
-        crate::log_warn!(
-            "ringpostd: WARNING: only {open_files} open files allowed; each topic keeps about two segment files open"
-        );
-    }
-    for warning in security_warnings(&config) {
-        crate::log_warn!("ringpostd: WARNING: {warning}");
-    }
+    let open_files = raise_open_files_and_warn(&config);
     // Each shard opens its own; opened once here as well, so that an invalid access file or
     // certificate stops the start with its message before any shard starts.
     config.security()?;
@@ -410,11 +402,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         grpc_channels(grpc_listener.is_some(), http_listener.is_some(), shards, &routes);
     let forwarder_addresses: Vec<SocketAddr> =
         forwarder_listeners.iter().map(|(_, address)| *address).collect();
-    let advertise = match &config.advertise {
-        Some(host) => router::Advertise::Host(host.clone()),
-        None if config.listen.ip().is_unspecified() => router::Advertise::ConnectionAddress,
-        None => router::Advertise::Host(config.listen.ip().to_string()),
-    };
+    let advertise = advertised_host(&config);
     let grpc_port = grpc_listener.as_ref().map(|(_, address)| address.port());
     let (stopped_sender, stopped) = mpsc::channel::<(String, usize)>();
     // A quarter of the descriptors for journals kept open, each holding one per data directory;
@@ -491,6 +479,32 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         stopped,
         _locks: locks,
     })
+}
+
+/// Raises the open-file limit as far as allowed and returns it, warning of a limit too low
+/// for the topics a node usually keeps and of what the security settings leave open.
+fn raise_open_files_and_warn(config: &Config) -> u64 {
+    let open_files = raise_open_file_limit();
+    if open_files < 4096 {
+        crate::log_warn!(
+            "ringpostd: WARNING: only {open_files} open files allowed; each topic keeps about two segment files open"
+        );
+    }
+    for warning in security_warnings(config) {
+        crate::log_warn!("ringpostd: WARNING: {warning}");
+    }
+    open_files
+}
+
+/// The host clients are told to reach this node's forwarders at: `--advertise`, else the
+/// address a client connected to when the node listens on every address, else the one it
+/// listens on.
+fn advertised_host(config: &Config) -> router::Advertise {
+    match &config.advertise {
+        Some(host) => router::Advertise::Host(host.clone()),
+        None if config.listen.ip().is_unspecified() => router::Advertise::ConnectionAddress,
+        None => router::Advertise::Host(config.listen.ip().to_string()),
+    }
 }
 
 /// The monitoring endpoint, when it has a port and a way to the router shard.

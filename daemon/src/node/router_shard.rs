@@ -126,15 +126,7 @@ pub(super) fn start_router_shard(
                 Ok(opened) => opened,
                 Err(error) => return fail(error),
             };
-            let membership = match (&cluster, &peers) {
-                (Some(cluster), Some((_, pool))) => Some(steps::Membership {
-                    peers: Rc::new(pool.clone()),
-                    nodes: Rc::new(pool.clone()),
-                    record: cluster.record.clone(),
-                    replication_refused,
-                }),
-                _ => None,
-            };
+            let membership = membership(cluster.as_ref(), peers.as_ref(), replication_refused);
             let parts = steps::RouterParts {
                 storage,
                 directories,
@@ -158,19 +150,44 @@ pub(super) fn start_router_shard(
                 Err(error) => return fail(error),
             };
             if let Some(jobs) = grpc_jobs {
-                let target = Rc::new(RouterShard {
-                    router: router.clone(),
-                    door,
-                    access,
-                    peers: peers.as_ref().map(|(_, pool)| pool.clone()),
-                    push_keys: Default::default(),
-                });
-                crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
+                let pool = peers.as_ref().map(|(_, pool)| pool.clone());
+                serve_router_jobs(jobs, router.clone(), door, access, pool, &stop);
             }
             let connections = serving.await;
             let _ = stopped_sender.send(("router".to_owned(), connections));
         })
         .map_err(|e| format!("starting the router shard: {e}"))
+}
+
+/// Serves the jobs the gRPC API's and the monitoring endpoint's threads send the router shard,
+/// with the router, its door, the shard's access rules and, in a cluster, the way to the
+/// other nodes (for their push keys).
+fn serve_router_jobs(
+    jobs: JobReceiver<RouterShard>,
+    router: Rc<router::Router<storage::dma::DmaStorage>>,
+    door: Rc<crate::dispatch::Door<storage::dma::DmaStorage>>,
+    access: Rc<crate::auth::Access>,
+    peers: Option<Rc<PeerPool>>,
+    stop: &sync::Stop,
+) {
+    let target = Rc::new(RouterShard { router, door, access, peers, push_keys: Default::default() });
+    crate::runtime::spawn(serve_jobs(jobs, target, stop.clone())).detach();
+}
+
+/// A clustered node's ways to the other nodes, through the cluster port's pool, and the
+/// registration it makes; none for a node alone.
+fn membership(
+    cluster: Option<&ClusterWiring>,
+    peers: Option<&Peers>,
+    replication_refused: Option<&'static str>,
+) -> Option<steps::Membership> {
+    let (cluster, (_, pool)) = cluster.zip(peers)?;
+    Some(steps::Membership {
+        peers: Rc::new(pool.clone()),
+        nodes: Rc::new(pool.clone()),
+        record: cluster.record.clone(),
+        replication_refused,
+    })
 }
 
 /// With TLS and the cluster's CA, the cluster port takes TLS too: the server's certificate

@@ -4,7 +4,7 @@
 //! daemon (`router_shard.rs`, `forwarder_shard.rs`) and `cluster_sim_tests.rs` give them only
 //! what differs: the storage, the ways to the other nodes, and what opening the door means
 //! (a port and a cluster port, or the simulation's table of nodes). So a change of the order
-//! here is simulated, and a wrong order fails the simulation's seeds.
+//! here is simulated (whether the seeds catch a wrong one: docs/TESTING.md).
 
 use super::{repeat_every, StartPhase};
 use crate::catalog::{Catalog, NodeRecord};
