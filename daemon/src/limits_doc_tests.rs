@@ -166,6 +166,7 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::push::keys::PUSH_KEY_FIELD_BYTES_MAX,
         crate::push::keys::PUSH_KEY_ASK_TIMEOUT,
         crate::push::keys::PUSH_KEY_KEPT_AFTER_HEARD,
+        crate::push::keys::PUSH_KEY_RETRY_INTERVAL,
         crate::metrics::exposition::METRICS_TOPICS_MAX,
         crate::metrics::exposition::METRICS_SUBSCRIPTIONS_MAX,
         crate::push::window::PUSH_OUTSTANDING_MAX,

@@ -6,7 +6,9 @@
 //! keys travel outside the catalog, so that no catalog entry changes its bytes: when its JWK Set
 //! is asked for, the router shard asks each other registered node for its key on the cluster
 //! port (`Command::PeerPushKey`), at most once per `PUSH_KEY_ASK_INTERVAL` for a key it holds.
-//! A node that does not answer (gone, or of a version that refuses the request) gives no key;
+//! A node that does not answer (gone, or of a version that refuses the request) gives no key,
+//! and is asked again only after `PUSH_KEY_RETRY_INTERVAL`, so that JWK Set requests do not each
+//! wait for it and open it a connection;
 //! one heard before keeps its key served for `PUSH_KEY_KEPT_AFTER_HEARD`, as long as its last
 //! tokens live, so tokens a dead node signed still verify through the others. Deciding what to
 //! ask and what to serve does no I/O (`PushKeys`); the asking is `net::http`'s.
@@ -24,6 +26,10 @@ pub const PUSH_KEY_KEPT_AFTER_HEARD: Duration = Duration::from_secs(TOKEN_LIFETI
 /// if its data directories are replaced, and a JWK Set fetched often must not cost a round
 /// to every node each time.
 pub const PUSH_KEY_ASK_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a node that gave no key (silent, unreachable, or of a version that refuses the
+/// request) is not asked again: short, since a node that comes back may be pushing soon, and
+/// long enough that a flood of JWK Set requests costs it one request, not one each.
+pub const PUSH_KEY_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 /// How long the router shard waits for a node's key: well within `net::http::SCRAPE_TIMEOUT`
 /// (twice, since an idle connection found closed is tried again once), so a node that does not
 /// answer leaves the JWK Set without its key rather than unanswered.
@@ -55,29 +61,44 @@ struct Known {
     heard: Instant,
 }
 
-/// The other nodes' keys this node serves, at most `PUSH_KEYS_KNOWN_MAX`.
+/// The other nodes' keys this node serves, at most `PUSH_KEYS_KNOWN_MAX`, and when the nodes
+/// that gave none were last asked (as many, at most).
 #[derive(Debug, Default)]
 pub struct PushKeys {
     known: BTreeMap<NodeId, Known>,
+    unanswered: BTreeMap<NodeId, Instant>,
 }
 
 impl PushKeys {
     /// Which of `nodes` (the registered ones but this) to ask for their key at `now`: those
-    /// whose key is not held, or was heard `PUSH_KEY_ASK_INTERVAL` ago or longer.
+    /// whose key is not held, or was heard `PUSH_KEY_ASK_INTERVAL` ago or longer, unless they
+    /// gave none when last asked, less than `PUSH_KEY_RETRY_INTERVAL` ago.
     pub fn to_ask(&self, nodes: impl IntoIterator<Item = NodeId>, now: Instant) -> Vec<NodeId> {
+        let since = |at: Instant| now.saturating_duration_since(at);
         nodes
             .into_iter()
             .filter(|node| {
-                self.known
-                    .get(node)
-                    .is_none_or(|known| now.saturating_duration_since(known.heard) >= PUSH_KEY_ASK_INTERVAL)
+                self.known.get(node).is_none_or(|known| since(known.heard) >= PUSH_KEY_ASK_INTERVAL)
+                    && self.unanswered.get(node).is_none_or(|asked| since(*asked) >= PUSH_KEY_RETRY_INTERVAL)
             })
             .collect()
+    }
+
+    /// Node `node`, asked at `now`, gave no key. Past `PUSH_KEYS_KNOWN_MAX` such nodes, the one
+    /// asked longest ago is forgotten (and so asked again at the next request).
+    pub fn unanswered(&mut self, node: NodeId, now: Instant) {
+        self.unanswered.insert(node, now);
+        while self.unanswered.len() > PUSH_KEYS_KNOWN_MAX {
+            let oldest = self.unanswered.iter().min_by_key(|(_, asked)| **asked).map(|(node, _)| *node);
+            self.unanswered.remove(&oldest.expect("more than none"));
+        }
+        debug_assert!(self.unanswered.len() <= PUSH_KEYS_KNOWN_MAX);
     }
 
     /// Node `node` answered with `key` at `now`. Past `PUSH_KEYS_KNOWN_MAX`, the key of the node
     /// heard longest ago is forgotten.
     pub fn learn(&mut self, node: NodeId, key: PushKey, now: Instant) {
+        self.unanswered.remove(&node);
         self.known.insert(node, Known { key, heard: now });
         while self.known.len() > PUSH_KEYS_KNOWN_MAX {
             let oldest = self.known.iter().min_by_key(|(_, known)| known.heard).map(|(node, _)| *node);
@@ -156,6 +177,30 @@ mod tests {
         keys.learn(NodeId::new(3), key(3), expired);
         assert_eq!(keys.serving(asked_again + PUSH_KEY_KEPT_AFTER_HEARD), [key(3)]);
         assert_eq!(keys.serving(expired + PUSH_KEY_KEPT_AFTER_HEARD), []);
+    }
+
+    /// A node that gave no key is not asked again before `PUSH_KEY_RETRY_INTERVAL`, whatever
+    /// asks meanwhile; one that answers then is asked as one whose key is held; the nodes
+    /// remembered as silent are bounded.
+    #[test]
+    fn a_node_that_gave_no_key_is_asked_again_only_after_the_retry_interval() {
+        let start = Instant::now();
+        let mut keys = PushKeys::default();
+        let nodes = [NodeId::new(2), NodeId::new(3)];
+        keys.unanswered(NodeId::new(3), start);
+        keys.learn(NodeId::new(2), key(2), start);
+        assert_eq!(keys.to_ask(nodes, start), []);
+        let retry = start + PUSH_KEY_RETRY_INTERVAL;
+        assert_eq!(keys.to_ask(nodes, retry - Duration::from_millis(1)), []);
+        assert_eq!(keys.to_ask(nodes, retry), [NodeId::new(3)]);
+        keys.learn(NodeId::new(3), key(3), retry);
+        assert_eq!(keys.to_ask(nodes, retry + PUSH_KEY_RETRY_INTERVAL), []);
+        assert_eq!(keys.serving(retry), [key(2), key(3)]);
+        for id in 10..10 + PUSH_KEYS_KNOWN_MAX as u64 + 3 {
+            keys.unanswered(NodeId::new(id), start + Duration::from_secs(id));
+        }
+        assert_eq!(keys.unanswered.len(), PUSH_KEYS_KNOWN_MAX);
+        assert_eq!(keys.to_ask([NodeId::new(10)], start + Duration::from_secs(20)), [NodeId::new(10)]);
     }
 
     /// Past `PUSH_KEYS_KNOWN_MAX` nodes, the key heard longest ago goes first.

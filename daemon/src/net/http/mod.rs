@@ -377,7 +377,10 @@ async fn learn_push_keys(shard: &RouterShard) -> Vec<PushKey> {
     for (node, answer) in answers {
         match answer {
             Ok(key) => keys.learn(node, key, now),
-            Err(status) => crate::log_debug!("ringpostd: no push key from node {node}: {status}"),
+            Err(status) => {
+                crate::log_debug!("ringpostd: no push key from node {node}: {status}");
+                keys.unanswered(node, now);
+            }
         }
     }
     keys.serving(now)
