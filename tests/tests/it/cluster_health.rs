@@ -283,16 +283,27 @@ fn a_joining_node_is_idle_and_refuses_and_a_removed_one_refuses() {
 
 #[test]
 fn sigterm_stops_a_node_that_waits_in_its_start() {
-    // One node of three started alone waits for a majority that never comes.
-    let ports: Vec<u16> = (0..3)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
-        .collect();
-    let list: Vec<String> = ports.iter().map(|port| format!("127.0.0.1:{port}")).collect();
-    let args = ["--node-id", "1", "--cluster", &list.join(","), "--shards", "1", "--no-pin"];
-    let mut daemon = Daemon::prepare("health-stuck-start", Vec::new(), args.map(String::from).to_vec());
-    daemon.launch();
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(daemon.poll_ready(), Ok(false), "a node alone of three served");
+    // One node of three started alone waits for a majority that never comes. Its cluster
+    // port is one found free and let go, which a test beside it may take meanwhile: then it
+    // starts again on other ports, as the cluster harness does.
+    let mut attempts = 0;
+    let mut daemon = loop {
+        attempts += 1;
+        let ports: Vec<u16> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+            .collect();
+        let list: Vec<String> = ports.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        let args = ["--node-id", "1", "--cluster", &list.join(","), "--shards", "1", "--no-pin"];
+        let mut daemon = Daemon::prepare("health-stuck-start", Vec::new(), args.map(String::from).to_vec());
+        daemon.launch();
+        std::thread::sleep(Duration::from_secs(3));
+        let ready = daemon.poll_ready();
+        if ready.is_err() && attempts < 3 && daemon.log().contains("Address already in use") {
+            continue;
+        }
+        assert_eq!(ready, Ok(false), "a node alone of three served");
+        break daemon;
+    };
     let pid = daemon.pid().unwrap();
     let (cpu, started) = (cpu_time(pid), Instant::now());
     std::thread::sleep(Duration::from_secs(2));
