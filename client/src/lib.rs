@@ -46,7 +46,8 @@ pub use ringpost_wire::messages::{
     Attribute, ClusterStatusResponse, DirectoryStatus, FollowerStats, InvalidAckId, NodeStatus, ProcessStats,
     PubsubMessage, PushConfig, PushError, PushRequestCount, PushSubscriptionStats, ReceivedMessage,
     ReplicaStats, ResyncDirectoryResponse, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse,
-    Subscription, SubscriptionStats, SubscriptionWithPush, Topic, TopicPlacement, TopicStats,
+    Subscription, SubscriptionStats, SubscriptionWithPush, Topic, TopicPlacement, TopicSource, TopicStats,
+    TopicWithSources,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use security::Security;

@@ -210,7 +210,7 @@ impl<S: Storage> Router<S> {
             replicas,
             epoch: 1,
         };
-        let response = super::topic_message(&record);
+        let response = super::topic_message(&record, 1);
         if let Err(error) = self.propose(CatalogEntry::TopicCreated(record.clone())).await {
             if !error.is_undecided() {
                 detach_all().await;

@@ -46,6 +46,7 @@ mod resets;
 mod security;
 mod semantics;
 mod shutdown;
+mod sources;
 mod streaming;
 mod subscriptions;
 mod test_ca;
