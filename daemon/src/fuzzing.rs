@@ -424,6 +424,7 @@ fn control_samples() -> Vec<Vec<u8>> {
             name: "projects/p/topics/orders".to_owned(),
             retention_seconds: 3600,
             recovering: true,
+            source: crate::ids::SourceId::FIRST,
         },
         ControlRequest::AttachSubscription {
             subscription_id: 6,

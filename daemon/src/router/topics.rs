@@ -55,6 +55,7 @@ impl<S: Storage> Router<S> {
                 name: name.to_owned(),
                 retention_seconds: retention,
                 recovering: false,
+                source: crate::ids::SourceId::FIRST,
             };
             match self.call_forwarder(shard, attach).await {
                 Ok(_) => {
