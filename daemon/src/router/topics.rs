@@ -17,7 +17,10 @@ impl<S: Storage> Router<S> {
         let _slot = self.within_limits(CreateKind::Topic)?;
         let replicas = self.replica_count(request.replicas)?;
         let sources = request.sources.max(1);
-        self.check_source_count(sources, replicas)?;
+        // A topic of one source is checked as it always was (its replicas, when placed).
+        if sources > 1 {
+            self.check_source_count(sources, replicas)?;
+        }
         let id = TopicId::new(self.allocate_id());
         let created = if replicas > 1 {
             self.create_replicated_topic(id, &request, retention, replicas).await?
@@ -134,8 +137,10 @@ impl<S: Storage> Router<S> {
                     topic.name
                 )));
             }
-            self.check_source_count(sources, topic.replica_count())?;
-            self.add_sources(&topic, sources).await?;
+            if sources > have {
+                self.check_source_count(sources, topic.replica_count())?;
+                self.add_sources(&topic, sources).await?;
+            }
         }
         if let Some(retention) = changes.message_retention_seconds {
             topic.message_retention_seconds = retention;
