@@ -279,6 +279,7 @@ fn catalog_entries() -> Vec<CatalogEntry> {
         settings: settings(),
         created_ms: 1_700_000_000_001,
         detached: false,
+        source_starts: Vec::new(),
     };
     vec![
         CatalogEntry::Boot { count: 3 },
@@ -290,7 +291,7 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             ..topic
         }),
         CatalogEntry::TopicDeleted { id: TopicId::new(5) },
-        CatalogEntry::SubscriptionCreated(subscription),
+        CatalogEntry::SubscriptionCreated(subscription.clone()),
         CatalogEntry::SubscriptionDeleted { id: 6, name: "projects/p/subscriptions/billing".to_owned() },
         CatalogEntry::SnapshotCreated(SnapshotRecord {
             id: crate::ids::SnapshotId::new(7),
@@ -346,6 +347,12 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             created_ms: 1_700_000_000_002,
             replicas: [0x2_0000, 0x3_0000, 0x1_0000].map(ShardId::from_global).to_vec(),
             epoch: 1,
+        }),
+        CatalogEntry::SubscriptionCreated(SubscriptionRecord {
+            id: 9,
+            name: "projects/p/subscriptions/audit".to_owned(),
+            source_starts: vec![(crate::ids::SourceId::new(1).unwrap(), 17)],
+            ..subscription.clone()
         }),
     ]
 }

@@ -12,7 +12,7 @@
 //! the one-time import of such a catalog and because some of them are still written.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::{NodeId, ShardId, SnapshotId, SourceId, TopicId};
+use crate::ids::{NodeId, ShardId, SnapshotId, SourceId, TopicId, SOURCES_PER_TOPIC_MAX};
 
 const KIND_BOOT: u8 = 1;
 const KIND_TOPIC_CREATED: u8 = 2;
@@ -54,6 +54,11 @@ const KIND_TOPIC_REPLICAS_CHANGED: u8 = 22;
 /// One more publish source of a topic (`SourceRecord`). A node of the version before sources
 /// refuses the kind as unknown, so it never takes a topic of several sources for one of one.
 const KIND_SOURCE_ADDED: u8 = 23;
+/// A subscription's creation on a topic of several sources: each later source's sync point,
+/// then kind 13's fields. Written only when the topic has several sources, so a subscription
+/// of a topic of one is kind 13 as before; a node of the version before refuses the kind as
+/// unknown rather than serve the subscription from offset 0 of every source but the first.
+const KIND_SUBSCRIPTION_CREATED_WITH_SOURCES: u8 = 24;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -218,6 +223,20 @@ pub struct SubscriptionRecord {
     /// Detached from its topic (DetachSubscription): kept, but served by no forwarder, as if
     /// its topic were deleted.
     pub detached: bool,
+    /// The sync point on each of the topic's sources after the first that existed when the
+    /// subscription was created, in source order (`start_offset` is source 0's). A source
+    /// not listed was added after: the subscription receives all of it, from offset 0.
+    pub source_starts: Vec<(SourceId, u64)>,
+}
+
+impl SubscriptionRecord {
+    /// The subscription's sync point on source `source` of its topic.
+    pub fn start_on(&self, source: SourceId) -> u64 {
+        if source == SourceId::FIRST {
+            return self.start_offset;
+        }
+        self.source_starts.iter().find(|(listed, _)| *listed == source).map_or(0, |(_, start)| *start)
+    }
 }
 
 /// One node of a cluster, as it registered itself: where its peers reach its router, and where
@@ -492,9 +511,15 @@ impl CatalogEntry {
                 settings: decode_settings(&mut d)?,
                 created_ms: 0,
                 detached: false,
+                source_starts: Vec::new(),
             }),
             KIND_SUBSCRIPTION_CREATED_AT => {
                 CatalogEntry::SubscriptionCreated(decode_subscription_created_at(&mut d)?)
+            }
+            KIND_SUBSCRIPTION_CREATED_WITH_SOURCES => {
+                let source_starts = decode_source_starts(&mut d)?;
+                let record = decode_subscription_created_at(&mut d)?;
+                CatalogEntry::SubscriptionCreated(SubscriptionRecord { source_starts, ..record })
             }
             KIND_SUBSCRIPTION_DELETED => {
                 CatalogEntry::SubscriptionDeleted { id: d.u64()?, name: String::new() }
@@ -567,7 +592,19 @@ impl CatalogEntry {
 /// A subscription's creation (`KIND_SUBSCRIPTION_CREATED_AT`): its fields, the first
 /// encoding's settings, its creation time, and the trailer when a later field is set.
 fn encode_subscription_created(subscription: &SubscriptionRecord) -> Vec<u8> {
-    let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED_AT);
+    let starts = &subscription.source_starts;
+    let mut encoder = if starts.is_empty() {
+        Encoder::new(KIND_SUBSCRIPTION_CREATED_AT)
+    } else {
+        // The later sources' sync points first, so that kind 13's fields (and their trailer,
+        // read to the entry's end) follow as they always were.
+        let mut encoder = Encoder::new(KIND_SUBSCRIPTION_CREATED_WITH_SOURCES);
+        encoder.u32(starts.len() as u32);
+        for (source, start) in starts {
+            encoder.u32(source.get()).u64(*start);
+        }
+        encoder
+    };
     encoder
         .u64(subscription.id)
         .str(&subscription.name)
@@ -653,6 +690,7 @@ fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionR
         settings: decode_settings(d)?,
         created_ms: d.u64()?,
         detached: false,
+        source_starts: Vec::new(),
     };
     if !d.is_empty() {
         decode_settings_trailer(d, &mut record.settings)?;
@@ -662,6 +700,26 @@ fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionR
         }
     }
     Ok(record)
+}
+
+/// A subscription's sync points on its topic's later sources
+/// (`KIND_SUBSCRIPTION_CREATED_WITH_SOURCES`): at least one, each a source after the first, in
+/// increasing order.
+fn decode_source_starts(d: &mut Decoder) -> DecodeResult<Vec<(SourceId, u64)>> {
+    let count = d.u32()?;
+    if count == 0 || count >= SOURCES_PER_TOPIC_MAX {
+        return Err("a subscription's sync points on no later source, or on more than a topic has");
+    }
+    let mut starts: Vec<(SourceId, u64)> = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let source = SourceId::new(d.u32()?).ok_or("a source number past SOURCES_PER_TOPIC_MAX")?;
+        let after_previous = starts.last().map_or(SourceId::FIRST, |(previous, _)| *previous);
+        if source <= after_previous {
+            return Err("a subscription's sync points out of source order, or on source 0");
+        }
+        starts.push((source, d.u64()?));
+    }
+    Ok(starts)
 }
 
 /// A node's registration (`KIND_NODE_REGISTERED`), after its kind; its gRPC address follows

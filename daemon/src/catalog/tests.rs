@@ -32,6 +32,7 @@ fn subscription(id: u64, topic_id: u64) -> CatalogEntry {
         settings: SubscriptionSettings { ack_deadline_seconds: 10, ..Default::default() },
         created_ms: 0,
         detached: false,
+        source_starts: Vec::new(),
     })
 }
 
@@ -688,4 +689,47 @@ fn a_topics_sources_round_trip_apply_beside_it_and_go_with_it() {
     assert!(state.source_units.is_empty());
     let elected = CatalogEntry::TopicLeaderElected { id: unit, epoch: 3, leader: forwarder(2, 1) };
     assert_eq!(state.apply(elected), Applied::Updated(false));
+}
+
+/// A subscription of a topic of several sources keeps each later source's sync point in its
+/// creation's entry (kind 24, which a node before sources refuses as unknown), through a
+/// checkpoint; one of a topic of one source is kind 13 as before. A source it does not list
+/// was added after it: it starts there at 0.
+#[test]
+fn a_subscriptions_sync_points_on_later_sources_round_trip_and_only_when_several() {
+    let CatalogEntry::SubscriptionCreated(alone) = subscription(5, 1) else { unreachable!() };
+    assert_eq!(CatalogEntry::SubscriptionCreated(alone.clone()).encode()[0], 13);
+    let source = |number| crate::ids::SourceId::new(number).unwrap();
+    let several = SubscriptionRecord {
+        source_starts: vec![(source(1), 40), (source(3), 7)],
+        detached: true,
+        ..alone.clone()
+    };
+    let entry = CatalogEntry::SubscriptionCreated(several.clone());
+    let encoded = entry.encode();
+    assert_eq!(encoded[0], 24);
+    assert_eq!(CatalogEntry::decode(&encoded), Ok(entry.clone()));
+    // A cut among the sync points, or before the subscription's own fields end, is refused (a
+    // cut at the trailer's start reads as kind 13's fields without it, as it always did).
+    for cut in 0..encoded.len() - 16 {
+        assert!(CatalogEntry::decode(&encoded[..cut]).is_err(), "a cut at {cut} decoded");
+    }
+    assert_eq!(
+        (several.start_on(crate::ids::SourceId::FIRST), several.start_on(source(1))),
+        (alone.start_offset, 40)
+    );
+    assert_eq!((several.start_on(source(2)), several.start_on(source(3))), (0, 7));
+    // Out of order, repeated, or naming source 0: refused.
+    for starts in [vec![(source(3), 1), (source(1), 1)], vec![(source(1), 1), (source(1), 2)]] {
+        let refused = SubscriptionRecord { source_starts: starts, ..alone.clone() };
+        assert!(CatalogEntry::decode(&CatalogEntry::SubscriptionCreated(refused).encode()).is_err());
+    }
+    let mut zero = encoded.clone();
+    zero[5..9].copy_from_slice(&0u32.to_le_bytes());
+    assert!(CatalogEntry::decode(&zero).is_err());
+
+    let mut state = CatalogState::default();
+    state.apply(topic(1, 0));
+    state.apply(entry);
+    assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state);
 }

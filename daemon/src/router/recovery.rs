@@ -1,6 +1,7 @@
 //! The router's start: every catalogued topic and subscription attached to its forwarder,
 //! topics whose shard is gone placed again, and a data directory trusted again once rewritten.
 
+use super::sources::attach_subscription;
 use super::*;
 
 /// Topics (and then subscriptions) attached at once while the daemon starts, across all
@@ -55,7 +56,9 @@ impl<S: Storage> Router<S> {
             })
         })
         .await?;
-        let subscriptions: Vec<(ShardId, SubscriptionRecord)> = self
+        // Then each later source placed here, knowing its number.
+        self.recover_sources().await?;
+        let subscriptions: Vec<(ShardId, ControlRequest)> = self
             .state
             .borrow()
             .subscriptions
@@ -64,32 +67,26 @@ impl<S: Storage> Router<S> {
             .filter(|record| !record.detached)
             // A replicated topic's subscriptions are attached once its leader is promoted.
             .filter(|record| !replicated.iter().any(|topic| topic.id == record.topic_id))
-            .filter_map(|record| {
-                let shard = self.shard_of(record.topic_id)?;
-                (shard.node() == self.node_id()).then(|| (shard, (**record).clone()))
+            .flat_map(|record| {
+                // On each of its topic's sources placed here, from its sync point there.
+                self.units_of(record.topic_id)
+                    .into_iter()
+                    .filter(|unit| unit.shard.node() == self.node_id())
+                    .map(|unit| (unit.shard, attach_subscription(record, &unit)))
+                    .collect::<Vec<_>>()
             })
             .collect();
         let subscription_count = subscriptions.len();
         try_for_each_concurrent(
             subscriptions,
             RECOVERY_ATTACHES_IN_FLIGHT_MAX,
-            |(shard, subscription)| async move {
-                self.call_forwarder(
-                    shard,
-                    ControlRequest::AttachSubscription {
-                        subscription_id: subscription.id,
-                        name: subscription.name.clone(),
-                        topic_id: subscription.topic_id,
-                        settings: subscription.settings.clone(),
-                        create: false,
-                        start_offset: subscription.start_offset,
-                    },
-                )
-                .await
-                .map(|_| ())
-                .map_err(|error| {
-                    format!("recovering subscription '{}': {}", subscription.name, Status::from(error))
-                })
+            |(shard, attach)| async move {
+                let ControlRequest::AttachSubscription { name, .. } = &attach else { unreachable!() };
+                let name = name.clone();
+                self.call_forwarder(shard, attach)
+                    .await
+                    .map(|_| ())
+                    .map_err(|error| format!("recovering subscription '{name}': {}", Status::from(error)))
             },
         )
         .await?;
@@ -104,8 +101,14 @@ impl<S: Storage> Router<S> {
         let node = self.node_id();
         let replicas_here =
             replicated.iter().filter(|topic| topic.replicas.iter().any(|shard| shard.node() == node));
-        let known: HashSet<String> =
-            topics.iter().chain(replicas_here).map(|topic| format!("{:016x}", topic.id)).collect();
+        let sources_here = self.sources_on(node);
+        let known: HashSet<String> = topics
+            .iter()
+            .chain(replicas_here)
+            .map(|topic| topic.id)
+            .chain(sources_here)
+            .map(|id| format!("{id:016x}"))
+            .collect();
         for copy in 0..self.directories.count() {
             let topics_directory = self.directories.path(copy).join("topics");
             if let Ok(names) = self.storage.list_dir(&topics_directory) {

@@ -2,13 +2,36 @@
 //! placed, and their records in the catalog. Each is a unit of its own (`SourceRecord`): its
 //! own id from the catalog's counter, its own replicas, epoch and leader.
 //!
-//! Sources are placed and recorded here; forwarders do not host them yet, so a topic's
-//! publishes and deliveries are its source 0's alone until they do.
+//! Sources are placed, recorded and attached here (`Unit`: what the subscription operations
+//! send to each of a topic's sources); every subscription of the topic is served on every
+//! source, from its sync point there (`SubscriptionRecord::start_on`).
 
 use super::*;
+use crate::catalog::entry::SHARD_UNPLACED;
 use crate::catalog::placement::{place_source, source_key};
 use crate::catalog::SourceRecord;
 use crate::ids::{SourceId, SOURCES_PER_TOPIC_MAX};
+
+/// One unit serving a topic: its own log (source 0) or one of its later sources, by the unit's
+/// id (what a forwarder knows it by) and its leader's shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Unit {
+    pub id: TopicId,
+    pub source: SourceId,
+    pub shard: ShardId,
+}
+
+/// What serves subscription `record` on `unit`, from its sync point there.
+pub(super) fn attach_subscription(record: &SubscriptionRecord, unit: &Unit) -> ControlRequest {
+    ControlRequest::AttachSubscription {
+        subscription_id: record.id,
+        name: record.name.clone(),
+        topic_id: unit.id,
+        settings: record.settings.clone(),
+        create: false,
+        start_offset: record.start_on(unit.source),
+    }
+}
 
 /// Counts every source's leader in `placement`'s loads, as `place` counts every topic's, so that
 /// topics and sources spread over the forwarders together.
@@ -27,6 +50,15 @@ impl<S: Storage> Router<S> {
         if count == 0 || count > SOURCES_PER_TOPIC_MAX {
             return Err(ControlError::invalid_argument(format!(
                 "{count} sources: a topic has 1 to {SOURCES_PER_TOPIC_MAX} (SOURCES_PER_TOPIC_MAX)"
+            )));
+        }
+        if count > 1 && replicas > 1 {
+            // A replicated source needs its replicas attached, promoted and elected as a
+            // topic's are (recovery and reconciling by unit); until then a topic of several
+            // sources has one replica each, refused here before anything is created.
+            return Err(ControlError::failed_precondition(format!(
+                "{count} sources of {replicas} replicas: a topic of several sources has one replica \
+                 each for now (create it with --replicas 1)"
             )));
         }
         let shards = self.source_shards();
@@ -59,7 +91,25 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    /// Places topic `topic`'s source `number` and commits its record.
+    /// Topic `topic_id`'s placed units, source 0 first; none once the topic is deleted.
+    pub(super) fn units_of(&self, topic_id: TopicId) -> Vec<Unit> {
+        let state = self.state.borrow();
+        let Some(topic) = state.topic_by_id(topic_id) else { return Vec::new() };
+        let own = Unit { id: topic.id, source: SourceId::FIRST, shard: topic.shard };
+        std::iter::once(own)
+            .chain(state.sources_of(topic_id).map(|source| Unit {
+                id: source.id,
+                source: source.source,
+                shard: source.shard,
+            }))
+            .filter(|unit| unit.shard != SHARD_UNPLACED)
+            .collect()
+    }
+
+    /// Places topic `topic`'s source `number`, attaches it (a source of one replica on its
+    /// shard, before the commit, as a topic's creation does) and commits its record; then
+    /// serves each of the topic's subscriptions on it, from 0: everything in it was published
+    /// after they were created.
     async fn add_source(
         &self,
         topic: &TopicRecord,
@@ -81,11 +131,46 @@ impl<S: Storage> Router<S> {
             epoch: if replicas > 1 { 1 } else { 0 },
             replicas: if replicas > 1 { shards } else { Vec::new() },
         };
-        match self.propose(CatalogEntry::SourceAdded(record)).await? {
-            Applied::Done => Ok(()),
-            Applied::Refused(why) => Err(ControlError::failed_precondition(why)),
-            _ => Err(ControlError::NotFound(format!("topic '{}' (deleted meanwhile)", topic.name))),
+        let unit = Unit { id: record.id, source, shard: record.shard };
+        assert_eq!(replicas, 1, "check_source_count refuses sources of several replicas");
+        let attach = ControlRequest::AttachTopic {
+            topic_id: unit.id,
+            name: topic.name.clone(),
+            retention_seconds: topic.message_retention_seconds,
+            recovering: false,
+            source,
+        };
+        self.call_forwarder(unit.shard, attach).await?;
+        let applied = self.propose(CatalogEntry::SourceAdded(record)).await;
+        let refusal = match applied {
+            Ok(Applied::Done) => None,
+            Ok(Applied::Refused(why)) => Some(ControlError::failed_precondition(why)),
+            Ok(_) => Some(ControlError::NotFound(format!("topic '{}' (deleted meanwhile)", topic.name))),
+            Err(error) => Some(error),
+        };
+        if let Some(error) = refusal {
+            // Undecided, the source may still be added: it stays attached, and the next start
+            // removes its files if the catalog never names it.
+            if !error.is_undecided() {
+                let detach = ControlRequest::DetachTopic { topic_id: unit.id, delete_data: true };
+                let _ = self.call_forwarder(unit.shard, detach).await;
+            }
+            return Err(error);
         }
+        let subscriptions: Vec<SubscriptionRecord> = self
+            .state
+            .borrow()
+            .subscriptions
+            .values()
+            .filter(|record| record.topic_id == topic.id && !record.detached)
+            .map(|record| (**record).clone())
+            .collect();
+        for subscription in subscriptions {
+            self.call_forwarder(unit.shard, attach_subscription(&subscription, &unit))
+                .await
+                .map_err(|status| not_applied("subscription", &subscription.name, status))?;
+        }
+        Ok(())
     }
 
     /// Where topic `topic`'s source `number` goes: its leader by consistent hashing with bounded
@@ -145,6 +230,52 @@ impl<S: Storage> Router<S> {
     pub(super) fn source_leaders(&self, topic: &TopicRecord) -> Vec<ShardId> {
         let state = self.state.borrow();
         std::iter::once(topic.shard).chain(state.sources_of(topic.id).map(|source| source.shard)).collect()
+    }
+
+    /// At start: attaches each later source whose leader is on this node, knowing its number
+    /// (a source has one replica: `check_source_count`).
+    pub(super) async fn recover_sources(&self) -> Result<(), String> {
+        let sources: Vec<(SourceRecord, TopicRecord)> = {
+            let state = self.state.borrow();
+            state
+                .sources
+                .values()
+                .filter(|source| source.replicas.len() <= 1 && source.shard.node() == self.node_id())
+                .filter_map(|source| Some((source.clone(), state.topic_by_id(source.topic_id)?.clone())))
+                .collect()
+        };
+        let sources: Vec<&(SourceRecord, TopicRecord)> = sources.iter().collect();
+        try_for_each_concurrent(sources, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(source, topic)| async move {
+            let attach = ControlRequest::AttachTopic {
+                topic_id: source.id,
+                name: topic.name.clone(),
+                retention_seconds: topic.message_retention_seconds,
+                recovering: true,
+                source: source.source,
+            };
+            self.call_forwarder(source.shard, attach).await.map(|_| ()).map_err(|error| {
+                format!(
+                    "recovering source {} of topic '{}': {}",
+                    source.source.get(),
+                    topic.name,
+                    Status::from(error)
+                )
+            })
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The unit ids of the later sources with a replica on node `node`: their folders are
+    /// known at start.
+    pub(super) fn sources_on(&self, node: NodeId) -> Vec<TopicId> {
+        self.state
+            .borrow()
+            .sources
+            .values()
+            .filter(|source| source.replica_shards().iter().any(|shard| shard.node() == node))
+            .map(|source| source.id)
+            .collect()
     }
 
     /// A topic as clients see it, with its sources and their leaders.

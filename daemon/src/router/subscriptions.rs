@@ -1,6 +1,7 @@
 //! Subscriptions: created (and watched while their creation is undecided), updated, expired,
 //! deleted, detached, sought, listed and looked up.
 
+use super::sources::attach_subscription;
 use super::*;
 
 /// What a subscription whose topic was deleted reports as its topic (as Pub/Sub does).
@@ -12,8 +13,8 @@ pub const EXPIRATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::
 /// A subscription created with an unknown outcome, and how to serve it if it was decided.
 pub(super) struct Undecided {
     subscription_id: u64,
-    shard: ShardId,
-    attach: ControlRequest,
+    /// Each of its topic's sources' shard and what serves the subscription there.
+    attaches: Vec<(ShardId, ControlRequest)>,
     /// Past this, it is no longer watched; if it commits later, the next start attaches it.
     until: std::time::Instant,
 }
@@ -82,50 +83,68 @@ impl<S: Storage> Router<S> {
         if self.state.borrow().subscriptions.contains_key(name) {
             return Err(ControlError::already_exists(format!("subscription '{name}'")));
         }
-        let shard = self.shard_of(topic.id).ok_or_else(|| {
-            ControlError::unavailable(format!("topic '{}' is not placed on a forwarder", topic.name))
-        })?;
+        let units = self.units_of(topic.id);
+        if units.first().is_none_or(|unit| unit.id != topic.id) {
+            return Err(ControlError::unavailable(format!(
+                "topic '{}' is not placed on a forwarder",
+                topic.name
+            )));
+        }
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Subscription { topic_id: topic.id })?;
         let id = self.allocate_id();
-        let ControlOk::SubscriptionStart(start_offset) =
-            self.call_forwarder(shard, ControlRequest::DurableEnd { topic_id: topic.id }).await?
-        else {
-            return Err(ControlError::internal("the forwarder did not report the topic's durable end"));
-        };
+        // The sync point on each source: its durable end now. Source 0's is the record's
+        // `start_offset`, as before sources; the others' are kept beside it only when the
+        // topic has several, so a subscription of a topic of one is written as it always was.
+        let mut starts = Vec::with_capacity(units.len());
+        for unit in &units {
+            let ControlOk::SubscriptionStart(start) =
+                self.call_forwarder(unit.shard, ControlRequest::DurableEnd { topic_id: unit.id }).await?
+            else {
+                return Err(ControlError::internal("the forwarder did not report the topic's durable end"));
+            };
+            starts.push((unit.source, start));
+        }
         let record = SubscriptionRecord {
             id,
             name: name.to_owned(),
             topic_id: topic.id,
             topic_name: topic.name.clone(),
-            start_offset,
-            settings: settings.clone(),
+            start_offset: starts[0].1,
+            settings,
             created_ms: wall_ms(),
             detached: false,
+            source_starts: starts[1..].to_vec(),
         };
         let response = self.subscription_message(&record);
-        let attach = ControlRequest::AttachSubscription {
-            subscription_id: id,
-            name: name.to_owned(),
-            topic_id: topic.id,
-            settings,
-            create: false,
-            start_offset,
-        };
+        let attaches: Vec<(ShardId, ControlRequest)> =
+            units.iter().map(|unit| (unit.shard, attach_subscription(&record, unit))).collect();
         if let Err(error) = self.propose(CatalogEntry::SubscriptionCreated(record)).await {
             if error.is_undecided() {
                 let until = crate::runtime::now() + UNDECIDED_WATCH;
                 let mut undecided = self.undecided.borrow_mut();
                 if undecided.len() < UNDECIDED_WATCHED_MAX {
-                    undecided.push(Undecided { subscription_id: id, shard, attach, until });
+                    undecided.push(Undecided { subscription_id: id, attaches, until });
                 }
             }
             return Err(error);
         }
-        if let Err(status) = self.call_forwarder(shard, attach).await {
-            // Not served, so not kept: the deletion is decided like any other.
-            let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_owned() }).await;
-            return Err(status);
+        for (index, (shard, attach)) in attaches.into_iter().enumerate() {
+            if let Err(status) = self.call_forwarder(shard, attach).await {
+                // Not served, so not kept: the deletion is decided like any other, and the
+                // sources that took it drop it.
+                let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_owned() }).await;
+                for unit in &units[..index] {
+                    let detach = ControlRequest::DetachSubscription {
+                        subscription_id: id,
+                        name: name.to_owned(),
+                        topic_id: unit.id,
+                        deleted: true,
+                    };
+                    let _ = self.call_forwarder(unit.shard, detach).await;
+                }
+                return Err(status);
+            }
         }
         Ok(response)
     }
@@ -205,14 +224,14 @@ impl<S: Storage> Router<S> {
             )));
         }
         // A subscription whose topic was deleted, or that was detached, is served nowhere: the
-        // catalog is all there is.
-        let shard = self.shard_of(record.topic_id).filter(|_| !record.detached);
-        if let Some(shard) = shard {
+        // catalog is all there is. Else each of its topic's sources serves it.
+        let units = if record.detached { Vec::new() } else { self.units_of(record.topic_id) };
+        for unit in units {
             let update = SettingsUpdate::Subscription {
                 subscription_id: record.id,
                 settings: record.settings.clone(),
             };
-            self.call_forwarder(shard, ControlRequest::UpdateSettings { topic_id: record.topic_id, update })
+            self.call_forwarder(unit.shard, ControlRequest::UpdateSettings { topic_id: unit.id, update })
                 .await
                 .map_err(|status| not_applied("subscription", &record.name, status))?;
         }
@@ -263,8 +282,11 @@ impl<S: Storage> Router<S> {
         for watched in settled {
             let decided =
                 self.state.borrow().subscriptions.values().any(|record| record.id == watched.subscription_id);
-            if decided {
-                if let Err(status) = self.call_forwarder(watched.shard, watched.attach).await {
+            if !decided {
+                continue;
+            }
+            for (shard, attach) in watched.attaches {
+                if let Err(status) = self.call_forwarder(shard, attach).await {
                     crate::log_warn!(
                         "ringpostd: attaching a subscription whose creation committed late: {status}"
                     );
@@ -298,16 +320,16 @@ impl<S: Storage> Router<S> {
     pub async fn delete_subscription(&self, name: &str) -> Result<(), ControlError> {
         let record = self.subscription_record(name)?;
         self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
-        // A detached subscription's forwarder dropped it already.
-        let shard = self.shard_of(record.topic_id).filter(|_| !record.detached);
-        if let Some(shard) = shard {
+        // A detached subscription's forwarders dropped it already.
+        let units = if record.detached { Vec::new() } else { self.units_of(record.topic_id) };
+        for unit in units {
             if let Err(status) = self
                 .call_forwarder(
-                    shard,
+                    unit.shard,
                     ControlRequest::DetachSubscription {
                         subscription_id: record.id,
                         name: record.name.clone(),
-                        topic_id: record.topic_id,
+                        topic_id: unit.id,
                         deleted: true,
                     },
                 )
@@ -380,14 +402,25 @@ impl<S: Storage> Router<S> {
         if record.detached {
             return Err(detached(&record.name));
         }
-        let shard = self.shard_of(record.topic_id).ok_or_else(|| {
-            ControlError::failed_precondition(format!(
+        let units = self.units_of(record.topic_id);
+        if units.is_empty() {
+            return Err(ControlError::failed_precondition(format!(
                 "subscription '{}' is detached: its topic was deleted",
                 record.name
-            ))
-        })?;
+            )));
+        }
         let (time_ms, snapshot_id) = match target {
             SeekTarget::Time { time_ms } => (time_ms, None),
+            // A snapshot holds one log's acknowledgements (source 0's): a seek to it on a topic
+            // of several sources would leave the others where they are.
+            SeekTarget::Snapshot { .. } if units.len() > 1 => {
+                return Err(ControlError::failed_precondition(format!(
+                    "subscription '{}': its topic has {} sources, and a seek to a snapshot of a \
+                     topic of several sources is not supported yet (seek to a time instead)",
+                    record.name,
+                    units.len()
+                )));
+            }
             SeekTarget::Snapshot { name } => {
                 let snapshot = self.snapshot_record(&name)?;
                 if snapshot.topic_id != record.topic_id {
@@ -405,16 +438,14 @@ impl<S: Storage> Router<S> {
                 (0, Some(snapshot.id))
             }
         };
-        self.call_forwarder(
-            shard,
-            ControlRequest::Seek {
-                subscription_id: record.id,
-                topic_id: record.topic_id,
-                time_ms,
-                snapshot_id,
-            },
-        )
-        .await?;
+        // Each source to that time: each finds its own first message published at or after it.
+        for unit in units {
+            self.call_forwarder(
+                unit.shard,
+                ControlRequest::Seek { subscription_id: record.id, topic_id: unit.id, time_ms, snapshot_id },
+            )
+            .await?;
+        }
         Ok(())
     }
 
@@ -435,17 +466,16 @@ impl<S: Storage> Router<S> {
                 "subscription '{name}' (deleted during the detach)"
             )));
         }
-        let shard = self.shard_of(record.topic_id);
-        if let Some(shard) = shard {
+        for unit in self.units_of(record.topic_id) {
             let request = ControlRequest::DetachSubscription {
                 subscription_id: record.id,
                 name: record.name.clone(),
-                topic_id: record.topic_id,
+                topic_id: unit.id,
                 deleted: false,
             };
             // Durable already: if the forwarder did not take it, the next start does not
             // attach the subscription.
-            if let Err(status) = self.call_forwarder(shard, request).await {
+            if let Err(status) = self.call_forwarder(unit.shard, request).await {
                 crate::log_warn!(
                     "ringpostd: detaching subscription '{}' from its topic: {status}",
                     record.name

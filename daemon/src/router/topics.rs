@@ -1,7 +1,7 @@
 //! Topics: created, updated, deleted, listed and looked up.
 
 use super::*;
-use crate::ids::TopicId;
+use crate::ids::{ShardId, TopicId};
 
 impl<S: Storage> Router<S> {
     pub async fn create_topic(&self, request: Topic) -> Result<Topic, ControlError> {
@@ -106,17 +106,25 @@ impl<S: Storage> Router<S> {
 
     pub async fn delete_topic(&self, name: &str) -> Result<(), ControlError> {
         let topic = self.topic_record(name)?;
+        // Its later sources, read before the deletion removes them with it.
+        let sources: Vec<(TopicId, ShardId)> = self
+            .state
+            .borrow()
+            .sources_of(topic.id)
+            .flat_map(|source| source.replica_shards().into_iter().map(|shard| (source.id, shard)))
+            .collect();
         let applied = self.propose(CatalogEntry::TopicDeleted { id: topic.id }).await?;
-        let shards = match applied {
-            Applied::TopicDeleted(Some(removed)) => removed.replica_shards(),
+        let units: Vec<(TopicId, ShardId)> = match applied {
+            Applied::TopicDeleted(Some(removed)) => {
+                removed.replica_shards().into_iter().map(|shard| (topic.id, shard)).chain(sources).collect()
+            }
             _ => Vec::new(),
         };
-        for shard in shards {
+        for (topic_id, shard) in units {
             // The deletion is durable already; if removing the files fails now, the next start
             // removes them (the catalog no longer names the directory).
-            if let Err(status) = self
-                .call_forwarder(shard, ControlRequest::DetachTopic { topic_id: topic.id, delete_data: true })
-                .await
+            if let Err(status) =
+                self.call_forwarder(shard, ControlRequest::DetachTopic { topic_id, delete_data: true }).await
             {
                 crate::log_warn!("ringpostd: deleting the files of topic '{}': {status}", topic.name);
             }
@@ -163,10 +171,9 @@ impl<S: Storage> Router<S> {
                 topic.name
             )));
         }
-        let shard = self.shard_of(topic.id);
-        if let Some(shard) = shard {
+        for unit in self.units_of(topic.id) {
             let update = SettingsUpdate::Topic { retention_seconds };
-            self.call_forwarder(shard, ControlRequest::UpdateSettings { topic_id: topic.id, update })
+            self.call_forwarder(unit.shard, ControlRequest::UpdateSettings { topic_id: unit.id, update })
                 .await
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }

@@ -1,7 +1,10 @@
 //! A topic of several publish sources through the CLI: each source placed on a forwarder shard
 //! of its own, the count raised and never lowered, and every source kept across a restart.
 
-use ringpost_tests::{failed, succeeded, Daemon};
+use ringpost_client::block_on;
+use ringpost_tests::{create_subscription, failed, succeeded, Daemon};
+use ringpost_wire::frame::decode_body;
+use std::time::Duration;
 
 /// Each source's leader shard in a topic's JSON, source 0 first.
 fn leader_shards(json: &str) -> Vec<u32> {
@@ -44,4 +47,210 @@ fn a_topic_of_two_sources_has_one_on_each_shard_and_keeps_them_across_a_restart(
     daemon.restart();
     assert_eq!(succeeded(&daemon.cli(&["topic", "get", "hot"])), created);
     assert_eq!(succeeded(&daemon.cli(&["topic", "get", "warm"])), raised);
+}
+
+/// Every directory named `topics` under `root` (a data directory's topic logs), with how many
+/// entries each holds.
+fn topic_folders(root: &std::path::Path) -> Vec<(std::path::PathBuf, usize)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else { return found };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if path.file_name().is_some_and(|name| name == "topics") {
+            found.push((path.clone(), std::fs::read_dir(&path).unwrap().count()));
+        } else {
+            found.extend(topic_folders(&path));
+        }
+    }
+    found
+}
+
+/// A forwarder's port, spoken to directly, as a client that knows which shard serves which
+/// source would.
+struct Forwarder(std::sync::Arc<ringpost_client::Connection>);
+
+impl Forwarder {
+    fn connect(address: &str) -> Forwarder {
+        Forwarder(ringpost_client::Connection::connect(address).unwrap())
+    }
+
+    /// The answer's body, to decode as the command's answer.
+    fn call<T: ringpost_wire::frame::Body>(
+        &self,
+        command: ringpost_wire::Command,
+        request: &T,
+    ) -> ringpost_wire::frame::FrameBuffer {
+        block_on(self.0.call(command.code(), request)).unwrap().body
+    }
+
+    fn publish(&self, topic: &str, payloads: &[String]) -> Vec<u64> {
+        use ringpost_wire::messages::{PublishRequest, PublishResponse, PubsubMessage};
+        let messages = payloads
+            .iter()
+            .map(|data| PubsubMessage {
+                data: data.clone().into_bytes(),
+                attributes: Vec::new(),
+                ordering_key: String::new(),
+            })
+            .collect();
+        let body =
+            self.call(ringpost_wire::Command::Publish, &PublishRequest { topic: topic.to_owned(), messages });
+        decode_body::<PublishResponse>(&body).unwrap().message_ids
+    }
+
+    /// Pulls until `count` messages came (or 10 s passed), then once more briefly to see that
+    /// no more come.
+    fn pull(&self, subscription: &str, count: usize) -> Vec<ringpost_client::ReceivedMessage> {
+        use ringpost_wire::messages::{PullRequest, PullResponse};
+        let mut received = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let wait_ms =
+                if received.len() < count && std::time::Instant::now() < deadline { 1000 } else { 200 };
+            let request = PullRequest { subscription: subscription.to_owned(), max_messages: 100, wait_ms };
+            let body = self.call(ringpost_wire::Command::Pull, &request);
+            let batch = decode_body::<PullResponse>(&body).unwrap().received_messages;
+            let done = batch.is_empty() && (received.len() >= count || std::time::Instant::now() >= deadline);
+            received.extend(batch);
+            if done {
+                return received;
+            }
+        }
+    }
+
+    /// Acknowledges `ack_ids` (or, with `seconds`, sets their deadlines); none refused.
+    fn settle(&self, subscription: &str, ack_ids: Vec<String>, seconds: Option<u32>) {
+        use ringpost_wire::messages::{AckResponse, AcknowledgeRequest, ModifyAckDeadlineRequest};
+        let subscription = subscription.to_owned();
+        let body = match seconds {
+            None => {
+                self.call(ringpost_wire::Command::Acknowledge, &AcknowledgeRequest { subscription, ack_ids })
+            }
+            Some(ack_deadline_seconds) => self.call(
+                ringpost_wire::Command::ModifyAckDeadline,
+                &ModifyAckDeadlineRequest { subscription, ack_ids, ack_deadline_seconds },
+            ),
+        };
+        let answer = decode_body::<AckResponse>(&body).unwrap();
+        assert!(answer.invalid_ack_ids.is_empty(), "refused: {:?}", answer.invalid_ack_ids);
+    }
+}
+
+/// The forwarders' addresses from the daemon's last start line (they change at each start).
+fn forwarders(daemon: &Daemon) -> Vec<String> {
+    let log = daemon.log();
+    let line = log.lines().rev().find(|line| line.contains("(router) with")).expect("a start line");
+    let list = line.split(" on ").nth(2).unwrap().split(';').next().unwrap();
+    list.split(", ").map(str::to_owned).collect()
+}
+
+/// The source a message id names (the bits above its offset).
+fn source_of(message_id: u64) -> u64 {
+    message_id >> 52
+}
+
+/// Sorted payloads of `messages`.
+fn payloads(messages: &[ringpost_client::ReceivedMessage]) -> Vec<String> {
+    let mut payloads: Vec<String> =
+        messages.iter().map(|m| String::from_utf8(m.data.clone()).unwrap()).collect();
+    payloads.sort();
+    payloads
+}
+
+/// A topic of two sources, one on each shard, is hosted: published directly at each source's
+/// forwarder, every message is delivered by pulling at that forwarder, with message ids and ack
+/// ids naming the source; acknowledgements and redelivery work per source and survive a
+/// restart; a subscription created after messages were published on a source does not get them
+/// (its sync point there); seeking to a time rewinds every source; deleting the topic deletes
+/// every source's log.
+#[test]
+fn a_topics_sources_are_each_hosted_on_their_shard_with_their_own_sync_points() {
+    const PER_SOURCE: usize = 5;
+    let mut daemon = Daemon::start("sources-hosted");
+    let created = succeeded(&daemon.cli(&["topic", "create", "hosted", "--sources", "2"]));
+    let leaders = leader_shards(&created);
+    assert_eq!(leaders.len(), 2, "{created}");
+    let early = "hosted-early";
+    create_subscription(&daemon.client(), early, "hosted", 10);
+
+    let addresses = forwarders(&daemon);
+    let at = |daemon_addresses: &[String], source: usize| {
+        Forwarder::connect(&daemon_addresses[leaders[source] as usize])
+    };
+    let published = |source: usize, round: &str| -> Vec<String> {
+        (0..PER_SOURCE).map(|index| format!("{round}-{source}-{index}")).collect()
+    };
+    for source in 0..2 {
+        let ids = at(&addresses, source).publish("hosted", &published(source, "first"));
+        assert_eq!(ids.len(), PER_SOURCE);
+        assert!(ids.iter().all(|id| source_of(*id) == source as u64), "source {source}: ids {ids:x?}");
+    }
+    // Created once each source holds messages: it gets none of them.
+    let late = "hosted-late";
+    create_subscription(&daemon.client(), late, "hosted", 10);
+
+    for source in 0..2 {
+        let forwarder = at(&addresses, source);
+        let received = forwarder.pull(early, PER_SOURCE);
+        assert_eq!(payloads(&received), published(source, "first"), "source {source}");
+        for message in &received {
+            assert_eq!(source_of(message.message_id), source as u64);
+            assert!(message.ack_id.contains(&format!(".{source}.")), "{}", message.ack_id);
+        }
+        // Three acknowledged, two given back for redelivery.
+        let (acked, nacked) = received.split_at(3);
+        forwarder.settle(early, acked.iter().map(|m| m.ack_id.clone()).collect(), None);
+        forwarder.settle(early, nacked.iter().map(|m| m.ack_id.clone()).collect(), Some(0));
+        let again = forwarder.pull(early, nacked.len());
+        assert_eq!(payloads(&again), payloads(nacked), "source {source}: redelivered");
+        forwarder.settle(early, again.iter().map(|m| m.ack_id.clone()).collect(), Some(0));
+        assert!(
+            forwarder.pull(late, 0).is_empty(),
+            "source {source}: the late subscription got older messages"
+        );
+    }
+
+    daemon.restart();
+    let addresses = forwarders(&daemon);
+    assert_eq!(leader_shards(&succeeded(&daemon.cli(&["topic", "get", "hosted"]))), leaders);
+    for source in 0..2 {
+        let forwarder = at(&addresses, source);
+        // What was not acknowledged before the restart, and only that.
+        let kept = forwarder.pull(early, 2);
+        let mut expected = published(source, "first")[3..].to_vec();
+        expected.sort();
+        assert_eq!(payloads(&kept), expected, "source {source} after the restart");
+        forwarder.settle(early, kept.iter().map(|m| m.ack_id.clone()).collect(), None);
+        assert!(
+            forwarder.pull(late, 0).is_empty(),
+            "source {source}: the late subscription after the restart"
+        );
+
+        // What is published now reaches both.
+        let ids = forwarder.publish("hosted", &published(source, "second"));
+        assert!(ids.iter().all(|id| source_of(*id) == source as u64));
+        for subscription in [early, late] {
+            let received = forwarder.pull(subscription, PER_SOURCE);
+            assert_eq!(payloads(&received), published(source, "second"), "{subscription} on source {source}");
+            forwarder.settle(subscription, received.iter().map(|m| m.ack_id.clone()).collect(), None);
+        }
+    }
+
+    // A seek to the start rewinds every source.
+    block_on(daemon.client().seek(early, 0)).unwrap();
+    for source in 0..2 {
+        let received = at(&addresses, source).pull(early, 2 * PER_SOURCE);
+        let mut expected = [published(source, "first"), published(source, "second")].concat();
+        expected.sort();
+        assert_eq!(payloads(&received), expected, "source {source} after the seek");
+    }
+
+    let data = daemon.data_dirs[0].clone();
+    assert!(topic_folders(&data).iter().map(|(_, count)| count).sum::<usize>() >= 2);
+    succeeded(&daemon.cli(&["topic", "delete", "hosted"]));
+    let left: Vec<_> = topic_folders(&data).into_iter().filter(|(_, count)| *count > 0).collect();
+    assert!(left.is_empty(), "the deleted topic's logs are left: {left:?}");
 }
