@@ -254,3 +254,35 @@ fn a_topics_sources_are_each_hosted_on_their_shard_with_their_own_sync_points() 
     let left: Vec<_> = topic_folders(&data).into_iter().filter(|(_, count)| *count > 0).collect();
     assert!(left.is_empty(), "the deleted topic's logs are left: {left:?}");
 }
+
+/// A source added to a topic that has a subscription serves it from the source's start (all of
+/// it was published after the subscription existed), and keeps doing so across a restart;
+/// updating the subscription reaches every source.
+#[test]
+fn a_source_added_after_a_subscription_serves_it_from_its_start() {
+    let mut daemon = Daemon::start("sources-added");
+    succeeded(&daemon.cli(&["topic", "create", "grown"]));
+    let subscription = "grown-before";
+    create_subscription(&daemon.client(), subscription, "grown", 10);
+    let raised = succeeded(&daemon.cli(&["topic", "update", "grown", "--sources", "2"]));
+    let leaders = leader_shards(&raised);
+    assert_eq!(leaders.len(), 2, "{raised}");
+    let update = ringpost_client::SubscriptionUpdate { ack_deadline_seconds: Some(20), ..Default::default() };
+    block_on(daemon.client().update_subscription(subscription, update)).unwrap();
+
+    let sent: Vec<String> = (0..3).map(|index| format!("added-{index}")).collect();
+    let added = Forwarder::connect(&forwarders(&daemon)[leaders[1] as usize]);
+    let ids = added.publish("grown", &sent);
+    assert!(ids.iter().all(|id| source_of(*id) == 1), "{ids:x?}");
+    let received = added.pull(subscription, sent.len());
+    assert_eq!(payloads(&received), sent);
+    added.settle(subscription, received.iter().map(|m| m.ack_id.clone()).collect(), Some(0));
+
+    daemon.restart();
+    let added = Forwarder::connect(&forwarders(&daemon)[leaders[1] as usize]);
+    let again = added.pull(subscription, sent.len());
+    assert_eq!(payloads(&again), sent, "after the restart");
+    added.settle(subscription, again.iter().map(|m| m.ack_id.clone()).collect(), None);
+    assert!(added.pull(subscription, 0).is_empty());
+    succeeded(&daemon.cli(&["topic", "delete", "grown"]));
+}
