@@ -241,25 +241,18 @@ impl<S: Storage> Router<S> {
     /// Deletes subscriptions idle for longer than their expiration policy allows.
     pub async fn expire_subscriptions(&self) {
         let Ok(stats) = self.stats().await else { return };
-        for topic in &stats.topics {
-            for subscription in &topic.subscriptions {
-                let record = self
-                    .state
-                    .borrow()
-                    .subscriptions
-                    .get(&subscription.name)
-                    .map(|record| (**record).clone());
-                let Some(record) = record else { continue };
-                let ttl_ms = record.settings.expiration_ttl_seconds.saturating_mul(1000);
-                if subscription.idle_ms > ttl_ms {
-                    crate::log_info!(
-                        "ringpostd: subscription '{}' expired after {} s without activity (expiration policy)",
-                        record.name,
-                        subscription.idle_ms / 1000
-                    );
-                    if let Err(status) = self.expire_subscription(&record.name).await {
-                        crate::log_warn!("ringpostd: expiring subscription '{}': {status}", record.name);
-                    }
+        for (name, idle_ms) in idle_everywhere(&stats) {
+            let record = self.state.borrow().subscriptions.get(&name).map(|record| (**record).clone());
+            let Some(record) = record else { continue };
+            let ttl_ms = record.settings.expiration_ttl_seconds.saturating_mul(1000);
+            if idle_ms > ttl_ms {
+                crate::log_info!(
+                    "ringpostd: subscription '{}' expired after {} s without activity (expiration policy)",
+                    record.name,
+                    idle_ms / 1000
+                );
+                if let Err(status) = self.expire_subscription(&record.name).await {
+                    crate::log_warn!("ringpostd: expiring subscription '{}': {status}", record.name);
                 }
             }
         }
@@ -500,6 +493,18 @@ pub(super) fn check_dead_letter_topic(
         )));
     }
     Ok(())
+}
+
+/// How long each subscription has been idle on every unit serving it: the least of its idle
+/// times over its topic's sources, since a subscriber active on one source is not idle.
+pub(super) fn idle_everywhere(stats: &Stats) -> std::collections::BTreeMap<String, u64> {
+    let mut idle: std::collections::BTreeMap<String, u64> = Default::default();
+    for subscription in stats.topics.iter().flat_map(|topic| &topic.subscriptions) {
+        idle.entry(subscription.name.clone())
+            .and_modify(|least| *least = (*least).min(subscription.idle_ms))
+            .or_insert(subscription.idle_ms);
+    }
+    idle
 }
 
 /// What operations a detached subscription cannot take answer.

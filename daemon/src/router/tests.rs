@@ -514,3 +514,29 @@ fn a_topics_sources_are_placed_one_per_shard_and_only_added() {
         assert_eq!(router.catalog_state().sources.len(), 1);
     });
 }
+
+/// A subscription served on two sources is idle for its expiration policy only as long as on
+/// the one where it was last active.
+#[test]
+fn a_subscription_is_idle_as_long_as_on_its_busiest_source() {
+    use crate::api::stats::{Stats, SubscriptionStats, TopicStats};
+    let on = |shard: u32, idle: &[(&str, u64)]| TopicStats {
+        name: "hot".into(),
+        shard,
+        subscriptions: idle
+            .iter()
+            .map(|(name, idle_ms)| SubscriptionStats {
+                name: (*name).into(),
+                idle_ms: *idle_ms,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let stats = Stats {
+        topics: vec![on(0, &[("busy", 9_000), ("still", 9_000)]), on(1, &[("busy", 10), ("still", 8_000)])],
+        ..Default::default()
+    };
+    let idle = super::subscriptions::idle_everywhere(&stats);
+    assert_eq!(idle.into_iter().collect::<Vec<_>>(), [("busy".to_owned(), 10), ("still".to_owned(), 8_000)]);
+}
