@@ -248,6 +248,13 @@ fn a_topics_sources_are_each_hosted_on_their_shard_with_their_own_sync_points() 
         assert_eq!(payloads(&received), expected, "source {source} after the seek");
     }
 
+    // A snapshot holds source 0's acknowledgements alone: a seek to it is refused, saying why.
+    let client = daemon.client();
+    block_on(client.create_snapshot("hosted-snapshot", early)).unwrap();
+    let refused = block_on(client.seek_to_snapshot(early, "hosted-snapshot")).unwrap_err();
+    assert_eq!(refused.code(), ringpost_client::ErrorCode::FailedPrecondition, "{refused}");
+    assert!(refused.to_string().contains("sources"), "{refused}");
+
     let data = daemon.data_dirs[0].clone();
     assert!(topic_folders(&data).iter().map(|(_, count)| count).sum::<usize>() >= 2);
     succeeded(&daemon.cli(&["topic", "delete", "hosted"]));
