@@ -52,6 +52,9 @@ pub struct TopicState<S: Storage> {
     pub deleted: Cell<bool>,
     /// Its part in the topic's replication across nodes.
     pub replication: RefCell<Replication>,
+    /// Messages and bytes its subscribers hold, delivered and not yet acknowledged, within its
+    /// shard's (`subscription::outstanding`).
+    pub outstanding: Rc<crate::subscription::outstanding::TopicOutstanding>,
 }
 
 /// A topic's part in its replication across nodes (docs/REPLICATION.md).
