@@ -199,6 +199,15 @@ struct Flags {
     /// acknowledged (default 5120)
     #[argh(option)]
     outstanding_mib_topic_max: Option<u64>,
+    /// messages a second each topic may be published at (0: no limit, the default); a burst
+    /// beyond it is held up to a second on the topic's shard, then refused with
+    /// ResourceExhausted and the delay to retry after
+    #[argh(option)]
+    publish_messages_per_second_topic_max: Option<u64>,
+    /// kibibytes a second each topic may be published at (0: no limit, the default), as
+    /// --publish-messages-per-second-topic-max
+    #[argh(option)]
+    publish_kib_per_second_topic_max: Option<u64>,
     /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
     /// same on every node: the cluster port then answers only nodes that present it; needed
     /// unless auth is off
@@ -687,6 +696,10 @@ fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
     config.connections = connection_limits(flags);
     config.catalog_limits = catalog_limits(flags);
     config.outstanding = outstanding_limits(flags);
+    config.publish_rate = ringpost_daemon::topic::rate::PublishRateLimits {
+        messages_per_second: flags.publish_messages_per_second_topic_max.unwrap_or(0),
+        bytes_per_second: flags.publish_kib_per_second_topic_max.unwrap_or(0).saturating_mul(1024),
+    };
     config.grpc.listen = match flags.grpc_listen.as_str() {
         "off" => None,
         text => Some(

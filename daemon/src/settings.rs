@@ -257,6 +257,8 @@ fn effective(
         setting("outstanding-mib-shard-max", number(config.outstanding.bytes_shard_max >> 20)),
         setting("outstanding-messages-topic-max", number(config.outstanding.messages_topic_max)),
         setting("outstanding-mib-topic-max", number(config.outstanding.bytes_topic_max >> 20)),
+        setting("publish-messages-per-second-topic-max", number(config.publish_rate.messages_per_second)),
+        setting("publish-kib-per-second-topic-max", number(config.publish_rate.bytes_per_second >> 10)),
         setting("cluster", flags.cluster.as_ref().map_or(Value::Unset("a node alone"), text)),
         setting("node-id", number(flags.node_id)),
         setting("join", Value::Switch(flags.join)),

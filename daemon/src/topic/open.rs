@@ -29,6 +29,9 @@ pub struct TopicStore<S: Storage> {
     /// The shard's count of messages delivered and not yet acknowledged, which each topic's
     /// own count is part of (`subscription::outstanding`).
     pub outstanding: Rc<ShardOutstanding>,
+    /// Every topic's publish rate limits, and the publishes the shard holds back
+    /// (`topic::rate`).
+    pub publish_rate: Rc<super::rate::ShardPublishRate>,
 }
 
 impl<S: Storage> TopicStore<S> {
@@ -59,6 +62,7 @@ impl<S: Storage> TopicStore<S> {
             log_config: Rc::new(log_config),
             journal_opened: Notify::new(),
             outstanding: ShardOutstanding::new(OutstandingLimits::default()),
+            publish_rate: super::rate::ShardPublishRate::new(),
         }
     }
 
@@ -199,6 +203,7 @@ impl<S: Storage> TopicStore<S> {
             deleted: Cell::new(false),
             replication: RefCell::new(super::Replication::Alone),
             outstanding: TopicOutstanding::new(&self.outstanding),
+            publish_rate: RefCell::default(),
         })
     }
 

@@ -122,3 +122,68 @@ fn a_shards_limit_pauses_its_other_topics_until_a_stream_that_disconnects_gives_
     let delivered = pull_some(&client, "second-puller");
     assert!(!delivered.is_empty() && delivered.len() <= LIMIT);
 }
+
+/// A topic's publish rate: a burst of ten times a second's limit through the client library's
+/// publisher is slowed and refused with a retry delay, which the library waits and retries, so
+/// every message is acknowledged and delivered, the daemon stays up and its memory bounded. A
+/// client that does not retry reads the refusal as `ResourceExhausted` with its delay.
+#[test]
+fn a_burst_of_ten_times_a_topics_publish_limit_is_smoothed_and_nothing_is_lost() {
+    use ringpost_client::{ErrorCode, Publisher, PublisherSettings, RetrySettings};
+    use std::collections::HashSet;
+    use std::sync::Arc;
+    const LIMIT_PER_SECOND: u64 = 200;
+    const BURST: u64 = 10 * LIMIT_PER_SECOND;
+    let daemon = Daemon::start_with(
+        "flow-publish",
+        Vec::new(),
+        ["--shards", "1", "--publish-messages-per-second-topic-max", &LIMIT_PER_SECOND.to_string()]
+            .map(String::from)
+            .to_vec(),
+    );
+    let client = Arc::new(daemon.client());
+    create_topic_and_subscription(&client, "burst", "checker", 60);
+    let rss_before_kib = daemon.memory_kib("VmRSS");
+    let started = Instant::now();
+    let publisher = Publisher::new(client.clone(), "burst", PublisherSettings::default()).unwrap();
+    let pending: Vec<_> =
+        (0..BURST).map(|i| (i, publisher.publish(Message::new(format!("{i:06}"))))).collect();
+    let mut acknowledged = HashSet::new();
+    for (i, future) in pending {
+        match block_on(future) {
+            Ok(_) => assert!(acknowledged.insert(format!("{i:06}"))),
+            Err(error) => panic!("message {i} failed: {error}"),
+        }
+    }
+    block_on(publisher.shutdown());
+    let took = started.elapsed();
+    eprintln!("{BURST} messages at {LIMIT_PER_SECOND}/s published in {took:?}");
+    // The rate held: ten seconds' worth took at least the nine beyond the bucket's first second.
+    assert!(took >= Duration::from_secs(8), "{BURST} messages at {LIMIT_PER_SECOND}/s took {took:?}");
+    // Memory stayed bounded: the refused publishes were never held, the held ones within
+    // `PUBLISH_HELD_BYTES_SHARD_MAX` (64 MiB); 2,000 small messages move RSS by far less.
+    let rss_after_kib = daemon.memory_kib("VmRSS");
+    assert!(rss_after_kib < rss_before_kib + 64 * 1024, "RSS {rss_before_kib} KiB -> {rss_after_kib} KiB");
+    // A client that does not retry is refused at once, and reads the delay to wait.
+    let impatient = daemon.client().with_retry(RetrySettings::NONE, RetrySettings::NONE);
+    let refusal = (0..100)
+        .find_map(|_| block_on(impatient.publish("burst", vec![Message::new("x"); 500])).err())
+        .expect("a burst was never refused");
+    let ringpost_client::Error::Status(status) = &refusal else { panic!("{refusal}") };
+    assert_eq!(status.code, ErrorCode::ResourceExhausted, "{status}");
+    assert!(status.retry_delay().is_some_and(|delay| delay > Duration::ZERO), "{status}");
+    // Every acknowledged publish is delivered (the impatient client's too, when it got through).
+    let draining = Instant::now();
+    let delivered: HashSet<String> = ringpost_tests::drain(&client, "checker", true)
+        .into_values()
+        .map(|data| String::from_utf8(data).unwrap())
+        .collect();
+    eprintln!("drained in {:?}", draining.elapsed());
+    let lost: Vec<&String> = acknowledged.iter().filter(|data| !delivered.contains(*data)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged and never delivered, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(3)]
+    );
+}
