@@ -47,6 +47,19 @@ fn receive_exactly(stream: &mut MessageStream, want: usize) -> Vec<String> {
     }
 }
 
+/// The value of `name` for forwarder shard 0 (and `limit`, when given) in the daemon's
+/// `/metrics`.
+fn shard_metric(daemon: &Daemon, name: &str, limit: Option<&str>) -> f64 {
+    let address = daemon.http_address.as_ref().expect("started with --http-listen");
+    let (status, body) = ringpost_tests::scrape::http_get(address, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    let mut labels = vec![("shard", "0")];
+    labels.extend(limit.map(|limit| ("limit", limit)));
+    ringpost_tests::scrape::Scrape::parse(&body)
+        .value(name, &labels)
+        .unwrap_or_else(|| panic!("no {name} {labels:?} in /metrics"))
+}
+
 /// Pulls until something comes (within `PATIENCE`).
 fn pull_some(client: &Client, subscription: &str) -> Vec<String> {
     let started = Instant::now();
@@ -68,7 +81,16 @@ fn a_subscriber_that_never_acknowledges_stops_at_the_topics_limit_until_others_m
     let daemon = Daemon::start_with(
         "flow-topic",
         Vec::new(),
-        ["--shards", "1", "--outstanding-messages-topic-max", &LIMIT.to_string()].map(String::from).to_vec(),
+        [
+            "--shards",
+            "1",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--outstanding-messages-topic-max",
+            &LIMIT.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
     );
     let client = daemon.client();
     create_topic_and_subscription(&client, "hot", "holder", 60);
@@ -94,10 +116,14 @@ fn a_subscriber_that_never_acknowledges_stops_at_the_topics_limit_until_others_m
         block_on(client.pull("acker", 100, 1000)).unwrap().is_empty(),
         "delivered past the topic's limit"
     );
+    // Seen: what the subscribers hold, and the pauses.
+    assert_eq!(shard_metric(&daemon, "ringpost_outstanding_messages", None), LIMIT as f64);
+    assert!(shard_metric(&daemon, "ringpost_deliveries_paused_total", None) >= 2.0);
     // The holder goes: what it held comes back, and the other subscription is served again.
     drop(holder);
     let delivered = pull_some(&client, "acker");
     assert!(!delivered.is_empty() && delivered.len() <= LIMIT);
+    assert_eq!(shard_metric(&daemon, "ringpost_outstanding_messages", None), delivered.len() as f64);
 }
 
 /// A shard's limit holds over its topics: a stream holding the shard's every outstanding
@@ -137,9 +163,16 @@ fn a_burst_of_ten_times_a_topics_publish_limit_is_smoothed_and_nothing_is_lost()
     let daemon = Daemon::start_with(
         "flow-publish",
         Vec::new(),
-        ["--shards", "1", "--publish-messages-per-second-topic-max", &LIMIT_PER_SECOND.to_string()]
-            .map(String::from)
-            .to_vec(),
+        [
+            "--shards",
+            "1",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--publish-messages-per-second-topic-max",
+            &LIMIT_PER_SECOND.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
     );
     let client = Arc::new(daemon.client());
     create_topic_and_subscription(&client, "burst", "checker", 60);
@@ -172,6 +205,10 @@ fn a_burst_of_ten_times_a_topics_publish_limit_is_smoothed_and_nothing_is_lost()
     let ringpost_client::Error::Status(status) = &refusal else { panic!("{refusal}") };
     assert_eq!(status.code, ErrorCode::ResourceExhausted, "{status}");
     assert!(status.retry_delay().is_some_and(|delay| delay > Duration::ZERO), "{status}");
+    // Seen: publishes slowed and refused, by limit; none held now.
+    assert!(shard_metric(&daemon, "ringpost_publishes_slowed_total", None) >= 1.0);
+    assert!(shard_metric(&daemon, "ringpost_publishes_refused_by_limit_total", Some("messages_rate")) >= 1.0);
+    assert_eq!(shard_metric(&daemon, "ringpost_publish_held_bytes", None), 0.0);
     // Every acknowledged publish is delivered (the impatient client's too, when it got through).
     let draining = Instant::now();
     let delivered: HashSet<String> = ringpost_tests::drain(&client, "checker", true)
