@@ -125,6 +125,26 @@ fn start_push_client(
         .map_err(|error| format!("starting the push client: {error}"))
 }
 
+/// Where this node's router is reached from a forwarder: an unspecified listen address is this
+/// host, and the port is the one bound, which `--listen` may leave to the system.
+fn router_address(config: &Config, router_port: u16) -> String {
+    let mut listen = config.listen;
+    if listen.ip().is_unspecified() {
+        listen.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    listen.set_port(router_port);
+    listen.to_string()
+}
+
+/// Replication goes over TLS when the forwarders' ports take it and the nodes' CA is given;
+/// without the CA, the router gives topics one replica.
+fn replication_tls(config: &Config) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    match (&config.tls, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
+        (Some(_), Some(ca)) => Ok(Some(net::tls::replication_client_config(ca)?)),
+        _ => Ok(None),
+    }
+}
+
 /// Starts forwarder shard `wiring.shard` on its own executor: probes its data directories,
 /// makes its `Forwarder`, and serves its port and the router's requests until it stops.
 fn start_forwarder_shard(
@@ -141,23 +161,8 @@ fn start_forwarder_shard(
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let cluster = config.cluster.as_ref().map(|cluster| (cluster.node_id, cluster.secret.clone()));
     let cluster_hosts = config.cluster.as_ref().map(|cluster| cluster.hosts()).unwrap_or_default();
-    // Where this node's router is reached from here (an unspecified listen address is this
-    // host; its port as bound, which `--listen` may leave to the system).
-    let router_address = {
-        let mut listen = config.listen;
-        if listen.ip().is_unspecified() {
-            listen.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
-        listen.set_port(wiring.router_port);
-        listen.to_string()
-    };
-    // Replication over TLS when the forwarders' ports take it and the nodes' CA is given;
-    // without the CA, the router gives topics one replica.
-    let replication_tls =
-        match (&tls_settings, config.cluster.as_ref().and_then(|cluster| cluster.ca.as_ref())) {
-            (Some(_), Some(ca)) => Some(net::tls::replication_client_config(ca)?),
-            _ => None,
-        };
+    let router_address = router_address(config, wiring.router_port);
+    let replication_tls = replication_tls(config)?;
     LocalExecutorBuilder::new(placement)
         .name(&format!("forwarder-{shard}"))
         .io_memory(config.io_memory_bytes)
