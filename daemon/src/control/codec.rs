@@ -815,6 +815,7 @@ mod tests {
                         service_account_email: "pusher@p.iam.example".to_owned(),
                         audience: "https://receiver.example".to_owned(),
                     }),
+                    ..Default::default()
                 })
             }),
         }
@@ -863,6 +864,36 @@ mod tests {
             assert!(decode_push_last(&mut old).unwrap().is_some());
             assert!(old.is_empty());
         }
+    }
+
+    /// A push subscription's control messages carry its project after its configuration only
+    /// when it is not the default: a default one's bytes are the version before the project's,
+    /// another's leave bytes that version refuses (trailing) rather than attach the subscription
+    /// to push in the default project.
+    #[test]
+    fn a_push_subscriptions_project_follows_its_configuration_only_when_it_is_not_the_default() {
+        let attach = |settings: SubscriptionSettings| ControlRequest::AttachSubscription {
+            subscription_id: 3,
+            name: "s".to_owned(),
+            topic_id: TopicId::new(4),
+            settings,
+            create: true,
+            start_offset: 9,
+        };
+        let default = settings(1);
+        assert_eq!(default.push.as_ref().unwrap().project, crate::catalog::PUSH_PROJECT_DEFAULT);
+        let mut other = default.clone();
+        other.push.as_mut().unwrap().project = "my-proj".to_owned();
+        let (default_bytes, other_bytes) = (attach(default.clone()).encode(), attach(other.clone()).encode());
+        let mut expected = default_bytes.clone();
+        Encoder(Vec::new()).str("my-proj").0.iter().for_each(|byte| expected.push(*byte));
+        assert_eq!(other_bytes, expected);
+        assert_eq!(ControlRequest::decode(&other_bytes), Ok(attach(other)));
+        assert_eq!(ControlRequest::decode(&default_bytes), Ok(attach(default)));
+        // The version before's decoder reads the configuration, then finds the project left.
+        let mut old = Decoder::new(&other_bytes[other_bytes.len() - 4 - "my-proj".len()..]);
+        assert!(refuse_trailing("a message of the version before", &old).is_err());
+        assert_eq!(old.str(), Ok("my-proj".to_owned()));
     }
 
     /// One request of each variant (two for those with an option or a nested variant), every
@@ -1273,16 +1304,17 @@ mod tests {
             bytes.push(0);
             let error = ControlRequest::decode(&bytes).unwrap_err();
             // A pull subscription's attach or update reads what follows as a push configuration
-            // (its optional last field), and refuses it as one.
-            let pull_subscription = matches!(
+            // (its optional last field), and a push subscription's of the default project as its
+            // project (the configuration's optional last field), and refuses it as one.
+            let optional_last_field = matches!(
                 &request,
                 ControlRequest::AttachSubscription { settings, .. }
                     | ControlRequest::UpdateSettings {
                         update: SettingsUpdate::Subscription { settings, .. },
                         ..
-                    } if settings.push.is_none()
+                    } if !crate::catalog::entry::names_a_project(settings.push.as_deref())
             );
-            assert!(error.contains("1 trailing bytes") || pull_subscription, "{error}");
+            assert!(error.contains("1 trailing bytes") || optional_last_field, "{error}");
         }
         for ok in oks() {
             let mut bytes = ok.encode();
