@@ -202,6 +202,7 @@ impl<S: Storage> Router<S> {
                 placement.assign(index);
             }
         }
+        count_sources(&layout, &state, &mut placement);
         let first = placement.place(name);
         layout.placement = placement;
         let draining = self.draining.borrow();
@@ -369,6 +370,8 @@ mod forwarders;
 mod limits;
 mod recovery;
 mod snapshots;
+mod sources;
+use sources::count_sources;
 mod status;
 mod subscriptions;
 mod topics;
