@@ -15,6 +15,7 @@ mod damage;
 mod deadlines;
 mod disks;
 mod fail_stop;
+mod flow_control;
 mod full_disk;
 mod grpc_admin;
 mod grpc_cluster;
