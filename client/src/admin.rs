@@ -6,8 +6,9 @@ use ringpost_wire::messages::{
     ClusterAddNodeRequest, ClusterRemoveNodeRequest, ClusterStatusResponse, CreateTopicWithSourcesRequest,
     Empty, ListRequest, NameRequest, PushConfig, ResyncDirectoryRequest, ResyncDirectoryResponse,
     SeekRequest, Snapshot, SnapshotList, SnapshotRequest, StatsResponse, StatsWithPushResponse, Subscription,
-    SubscriptionWithPush, Topic, TopicWithSources, UpdateSubscriptionRequest,
-    UpdateSubscriptionWithPushRequest, UpdateTopicRequest, UpdateTopicSourcesRequest,
+    SubscriptionWithPush, SubscriptionWithPushProject, Topic, TopicWithSources, UpdateSubscriptionRequest,
+    UpdateSubscriptionWithPushProjectRequest, UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
+    UpdateTopicSourcesRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -45,6 +46,10 @@ pub struct SubscriptionUpdate {
     /// update is sent as UpdateSubscriptionWithPush, which a daemon from before push
     /// subscriptions does not know.
     pub push: Option<PushConfig>,
+    /// With `push`: the project its requests name the subscription in. Given, the update is
+    /// sent as UpdateSubscriptionWithPushProject, which a daemon from before the project does
+    /// not know; not given, the push configuration names `PUSH_PROJECT_DEFAULT`.
+    pub push_project: Option<String>,
 }
 
 impl SubscriptionUpdate {
@@ -143,17 +148,45 @@ impl Client {
         name: &str,
         update: SubscriptionUpdate,
     ) -> Result<SubscriptionWithPush> {
+        Ok(self.update_subscription_with_push_project(name, update).await?.subscription)
+    }
+
+    /// `update_subscription_with_push`, answered with the project the subscription's push
+    /// requests name it in too (empty when that is not known: a pull subscription, or an update
+    /// without a push change).
+    pub async fn update_subscription_with_push_project(
+        &self,
+        name: &str,
+        update: SubscriptionUpdate,
+    ) -> Result<SubscriptionWithPushProject> {
         let (subscription, mut update_mask) = update.request(name);
         let Some(push) = update.push else {
             let subscription = self.update_subscription_fields(subscription, update_mask).await?;
-            return Ok(SubscriptionWithPush { subscription, push: PushConfig::default() });
+            return Ok(SubscriptionWithPushProject {
+                subscription: SubscriptionWithPush { subscription, push: PushConfig::default() },
+                push_project: String::new(),
+            });
         };
         update_mask.push("push_config".to_owned());
         let request = UpdateSubscriptionWithPushRequest {
             subscription: SubscriptionWithPush { subscription, push },
             update_mask,
         };
-        self.control(Command::UpdateSubscriptionWithPush, &request).await
+        match update.push_project {
+            None => {
+                let subscription: SubscriptionWithPush =
+                    self.control(Command::UpdateSubscriptionWithPush, &request).await?;
+                let push_project = match subscription.push.endpoint.is_empty() {
+                    true => String::new(),
+                    false => ringpost_wire::limits::PUSH_PROJECT_DEFAULT.to_owned(),
+                };
+                Ok(SubscriptionWithPushProject { subscription, push_project })
+            }
+            Some(push_project) => {
+                let request = UpdateSubscriptionWithPushProjectRequest { request, push_project };
+                self.control(Command::UpdateSubscriptionWithPushProject, &request).await
+            }
+        }
     }
 
     /// UpdateSubscription as Pub/Sub has it: the fields `update_mask` names (Pub/Sub's names:

@@ -46,8 +46,8 @@ pub use ringpost_wire::messages::{
     Attribute, ClusterStatusResponse, DirectoryStatus, FollowerStats, InvalidAckId, NodeStatus, ProcessStats,
     PubsubMessage, PushConfig, PushError, PushRequestCount, PushSubscriptionStats, ReceivedMessage,
     ReplicaStats, ResyncDirectoryResponse, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse,
-    Subscription, SubscriptionStats, SubscriptionWithPush, Topic, TopicPlacement, TopicSource, TopicStats,
-    TopicWithSources,
+    Subscription, SubscriptionStats, SubscriptionWithPush, SubscriptionWithPushProject, Topic,
+    TopicPlacement, TopicSource, TopicStats, TopicWithSources,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use security::Security;
@@ -429,11 +429,65 @@ impl Client {
         self.control(Command::GetSubscriptionWithPush, &NameRequest { name: name.to_owned() }).await
     }
 
+    /// `create_subscription_with_push`, its push requests naming the subscription in
+    /// `push_project` (`projects/{push_project}/subscriptions/S`). A daemon from before the
+    /// project refuses it as an unknown command (`Unimplemented`); there every push
+    /// subscription is named in `PUSH_PROJECT_DEFAULT`.
+    pub async fn create_subscription_with_push_project(
+        &self,
+        subscription: Subscription,
+        push: PushConfig,
+        push_project: &str,
+    ) -> Result<SubscriptionWithPushProject> {
+        let request = SubscriptionWithPushProject {
+            subscription: SubscriptionWithPush { subscription, push },
+            push_project: push_project.to_owned(),
+        };
+        self.control(Command::CreateSubscriptionWithPushProject, &request).await
+    }
+
+    /// A subscription with its push configuration and the project its push requests name it
+    /// in (empty for a pull one). A daemon from before the project does not know the command:
+    /// its answer to `get_subscription_with_push` comes then, with `PUSH_PROJECT_DEFAULT`, the
+    /// one it pushes in.
+    pub async fn get_subscription_with_push_project(
+        &self,
+        name: &str,
+    ) -> Result<SubscriptionWithPushProject> {
+        let request = NameRequest { name: name.to_owned() };
+        match self.control(Command::GetSubscriptionWithPushProject, &request).await {
+            Err(error) if error.code() == ErrorCode::Unimplemented => {
+                let subscription = self.get_subscription_with_push(name).await?;
+                let push_project = match subscription.push.endpoint.is_empty() {
+                    true => String::new(),
+                    false => ringpost_wire::limits::PUSH_PROJECT_DEFAULT.to_owned(),
+                };
+                Ok(SubscriptionWithPushProject { subscription, push_project })
+            }
+            answered => answered,
+        }
+    }
+
     /// Changes a subscription's push configuration alone (Pub/Sub's ModifyPushConfig); an
     /// empty endpoint makes it pull.
     pub async fn modify_push_config(&self, name: &str, push: PushConfig) -> Result<()> {
         let request = ModifyPushConfigRequest { subscription: name.to_owned(), push };
         self.control::<_, Empty>(Command::ModifyPushConfig, &request).await.map(|_| ())
+    }
+
+    /// `modify_push_config`, its push requests naming the subscription in `push_project`. A
+    /// daemon from before the project refuses it as an unknown command (`Unimplemented`).
+    pub async fn modify_push_config_with_project(
+        &self,
+        name: &str,
+        push: PushConfig,
+        push_project: &str,
+    ) -> Result<()> {
+        let request = ModifyPushConfigWithProjectRequest {
+            request: ModifyPushConfigRequest { subscription: name.to_owned(), push },
+            push_project: push_project.to_owned(),
+        };
+        self.control::<_, Empty>(Command::ModifyPushConfigWithProject, &request).await.map(|_| ())
     }
 
     pub async fn delete_subscription(&self, name: &str) -> Result<()> {

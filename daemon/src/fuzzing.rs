@@ -233,6 +233,13 @@ fn log_id(term: u64, node_id: u64, index: u64) -> LogId {
 }
 
 fn settings() -> SubscriptionSettings {
+    settings_pushed_in(crate::catalog::PUSH_PROJECT_DEFAULT)
+}
+
+/// `settings()`, pushed naming the subscription in `project`: a project other than the default
+/// is written after the push configuration (`catalog::entry::encode_push_ending`), or in the
+/// carried operations' format 3.
+fn settings_pushed_in(project: &str) -> SubscriptionSettings {
     SubscriptionSettings {
         ack_deadline_seconds: 30,
         retain_acked_messages: true,
@@ -254,6 +261,7 @@ fn settings() -> SubscriptionSettings {
                 service_account_email: "pusher@p.iam.example".to_owned(),
                 audience: String::new(),
             }),
+            project: project.to_owned(),
         })),
     }
 }
@@ -313,6 +321,11 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             id: 6,
             name: "projects/p/subscriptions/b".to_owned(),
             settings: settings(),
+        },
+        CatalogEntry::SubscriptionUpdated {
+            id: 6,
+            name: "projects/p/subscriptions/b".to_owned(),
+            settings: settings_pushed_in("my-proj"),
         },
         CatalogEntry::TopicPlaced { id: TopicId::new(5), shard: ShardId::from_global(2) },
         CatalogEntry::NextId { next_id: 99 },
@@ -450,6 +463,13 @@ fn control_samples() -> Vec<Vec<u8>> {
         ControlRequest::UpdateSettings {
             topic_id: TopicId::new(5),
             update: SettingsUpdate::Subscription { subscription_id: 6, settings: settings() },
+        },
+        ControlRequest::UpdateSettings {
+            topic_id: TopicId::new(5),
+            update: SettingsUpdate::Subscription {
+                subscription_id: 6,
+                settings: settings_pushed_in("my-proj"),
+            },
         },
         ControlRequest::PromoteReplica {
             topic_id: TopicId::new(5),
@@ -594,6 +614,12 @@ fn native_peer_samples() -> Vec<Vec<u8>> {
     };
     let refused =
         crate::dispatch::Carried { applied: None, outcome: Err(crate::api::Status::not_found("no topic")) };
+    let pushed_in_my_project = crate::api::control::Subscription {
+        name: "billing".into(),
+        topic: "orders".into(),
+        settings: settings_pushed_in("my-proj"),
+        detached: false,
+    };
     vec![
         encode_cluster_status(&status),
         encode_want_elections(&[TopicId::new(5), TopicId::new(6), TopicId::new(7)]),
@@ -612,6 +638,18 @@ fn native_peer_samples() -> Vec<Vec<u8>> {
         ),
         crate::dispatch::encode_answer(&created),
         crate::dispatch::encode_answer(&refused),
+        // A push subscription of another project than the default: the carried format 3.
+        crate::dispatch::encode_carried(
+            &crate::auth::Principal::Anonymous,
+            &crate::dispatch::Operation::CreateSubscription(pushed_in_my_project.clone()),
+        ),
+        crate::dispatch::encode_answer(&crate::dispatch::Carried {
+            applied: Some(42),
+            outcome: Ok(crate::dispatch::Outcome::Subscription(crate::dispatch::SubscriptionShown {
+                subscription: pushed_in_my_project,
+                topic_retention_seconds: 3600,
+            })),
+        }),
     ]
 }
 

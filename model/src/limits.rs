@@ -87,6 +87,14 @@ pub const PUSH_ATTRIBUTES_COUNT_MAX: usize = 16;
 /// Bytes of a push token's service account email or audience: an email is at most 254 bytes
 /// (RFC 5321), an audience is a URL or a name like one.
 pub const PUSH_TOKEN_FIELD_BYTES_MAX: usize = 2048;
+/// Bytes of a project id, domain-scoped ones (`example.com:project`) included: Google's ids are
+/// at most 30 bytes and a DNS label 63, so this leaves room for a domain while keeping the name a
+/// push request carries (`projects/P/subscriptions/S`) within a header's usual size.
+pub const PROJECT_BYTES_MAX: usize = 255;
+/// The project a push subscription's requests name it in when none was given
+/// (`projects/ringpost/subscriptions/S`): the native protocol and the CLI have no projects, and
+/// push configurations stored before the project was kept named this one.
+pub const PUSH_PROJECT_DEFAULT: &str = "ringpost";
 
 const _: () = assert!(MESSAGE_BYTES_MAX <= PUBLISH_REQUEST_BYTES_MAX);
 const _: () = assert!(NAME_BYTES_MIN <= NAME_BYTES_MAX);

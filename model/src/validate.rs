@@ -355,6 +355,36 @@ pub fn validate_push_attributes(
     Ok(())
 }
 
+/// Checks a project id (Pub/Sub's `projects/{project}`): lowercase letters, digits and
+/// hyphens, starting with a letter and not ending with a hyphen, or a domain-scoped one
+/// (`example.com:project`); at most `PROJECT_BYTES_MAX` bytes. Google's ids are 6 to 30
+/// characters, but the emulator's users often give a shorter made-up one ("test"), so only the
+/// characters and the bounds are enforced: what Google would take is taken, and so is what the
+/// emulator took.
+pub fn validate_project(project: &str) -> Result<(), Invalid> {
+    let shape_ok = (1..=63).contains(&project.len())
+        && project.starts_with(|c: char| c.is_ascii_lowercase())
+        && !project.ends_with('-')
+        && project.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let domain_scoped = project.len() <= PROJECT_BYTES_MAX
+        && project.split_once(':').is_some_and(|(domain, id)| {
+            !domain.is_empty()
+                && domain
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+                && !id.is_empty()
+                && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        });
+    if shape_ok || domain_scoped {
+        Ok(())
+    } else {
+        Err(Invalid::new(format!(
+            "project '{}' is not a project id (lowercase letters, digits and hyphens, starting with a letter; at most {PROJECT_BYTES_MAX} bytes, PROJECT_BYTES_MAX)",
+            shorten(project)
+        )))
+    }
+}
+
 /// Checks a push configuration's OIDC token: a service account email is required (it is the
 /// token's `email` and `sub`), of the form `name@domain`; the audience is optional (empty: the
 /// endpoint's URL). Each at most `PUSH_TOKEN_FIELD_BYTES_MAX` bytes.

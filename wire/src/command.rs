@@ -141,6 +141,20 @@ pub enum Command {
     /// deadline change or streaming pull that node's client sent, with the principal that node
     /// authenticated it as; decided here for that principal, with this node's access file.
     Carried = 81,
+    /// `SubscriptionWithPushProject` → `SubscriptionWithPushProject` (router):
+    /// `CreateSubscriptionWithPush` with the project its push requests name. A daemon from
+    /// before the project refuses it as unknown; `CreateSubscriptionWithPush` pushes in the
+    /// default project there.
+    CreateSubscriptionWithPushProject = 90,
+    /// `NameRequest` → `SubscriptionWithPushProject` (router): `GetSubscriptionWithPush` with
+    /// the project its push requests name.
+    GetSubscriptionWithPushProject = 91,
+    /// `UpdateSubscriptionWithPushProjectRequest` → `SubscriptionWithPushProject` (router):
+    /// `UpdateSubscriptionWithPush` with the project, read where the mask names `push_config`.
+    UpdateSubscriptionWithPushProject = 92,
+    /// `ModifyPushConfigWithProjectRequest` → `Empty` (router): `ModifyPushConfig` with the
+    /// project its push requests name.
+    ModifyPushConfigWithProject = 93,
     /// `PeerMessage` → `PeerMessage` (cluster port): the answering node's push signing key
     /// (`kid`, `n`, `e`), which every node serves in its JWK Set. A node from before the
     /// command refuses it as unknown; the asking node then serves no key of it.
@@ -149,7 +163,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 51] = [
+    pub const ALL: [Command; 55] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -172,6 +186,10 @@ impl Command {
         Command::GetSubscriptionWithPush,
         Command::UpdateSubscriptionWithPush,
         Command::ModifyPushConfig,
+        Command::CreateSubscriptionWithPushProject,
+        Command::GetSubscriptionWithPushProject,
+        Command::UpdateSubscriptionWithPushProject,
+        Command::ModifyPushConfigWithProject,
         Command::Publish,
         Command::Pull,
         Command::Acknowledge,
@@ -256,6 +274,10 @@ impl Command {
             80 => Command::Replica,
             81 => Command::Carried,
             82 => Command::PeerPushKey,
+            90 => Command::CreateSubscriptionWithPushProject,
+            91 => Command::GetSubscriptionWithPushProject,
+            92 => Command::UpdateSubscriptionWithPushProject,
+            93 => Command::ModifyPushConfigWithProject,
             _ => return None,
         })
     }

@@ -169,6 +169,29 @@ wire_type! {
 }
 
 wire_type! {
+    /// A subscription with its push configuration and the project its push requests name it in
+    /// (`projects/{push_project}/subscriptions/S`; empty: `ringpost`, as without it), the body
+    /// of commands 90 to 92. Commands 26 to 29 keep their bodies, so that clients built before
+    /// the project still configure push (in the default project) and read it.
+    pub struct SubscriptionWithPushProject { pub subscription: SubscriptionWithPush, pub push_project: String }
+}
+
+wire_type! {
+    /// UpdateSubscriptionWithPushProject: `UpdateSubscriptionWithPushRequest`, and the project
+    /// the push configuration names the subscription in, read where the mask names `push_config`.
+    pub struct UpdateSubscriptionWithPushProjectRequest {
+        pub request: UpdateSubscriptionWithPushRequest,
+        pub push_project: String,
+    }
+}
+
+wire_type! {
+    /// ModifyPushConfigWithProject: `ModifyPushConfigRequest`, and the project the push
+    /// configuration names the subscription in.
+    pub struct ModifyPushConfigWithProjectRequest { pub request: ModifyPushConfigRequest, pub push_project: String }
+}
+
+wire_type! {
     /// UpdateTopic: the topic's new values and the fields of them to change, by Pub/Sub's
     /// names (`message_retention_duration`); fields the mask leaves out are not read.
     pub struct UpdateTopicRequest { pub topic: Topic, pub update_mask: Vec<String> }

@@ -535,8 +535,48 @@ mod round_trips {
             Command::ModifyPushConfig,
             0,
             9,
-            &ModifyPushConfigRequest { subscription: "orders-audit".to_owned(), push },
+            &ModifyPushConfigRequest { subscription: "orders-audit".to_owned(), push: push.clone() },
         );
+    }
+
+    /// The bodies that carry the project push requests name the subscription in (commands 90 to
+    /// 93), with a project and without one.
+    #[test]
+    fn subscriptions_with_push_project() {
+        let push = PushConfig { endpoint: "https://receiver.example/push".to_owned(), ..Default::default() };
+        let with_push = SubscriptionWithPush { subscription: sample_subscription(), push: push.clone() };
+        for push_project in ["my-proj", ""] {
+            let shown = SubscriptionWithPushProject {
+                subscription: with_push.clone(),
+                push_project: push_project.to_owned(),
+            };
+            check_round_trip(Command::CreateSubscriptionWithPushProject, 0, 8, &shown);
+            check_round_trip(Command::GetSubscriptionWithPushProject, FLAG_RESPONSE, 8, &shown);
+            check_round_trip(
+                Command::UpdateSubscriptionWithPushProject,
+                0,
+                9,
+                &UpdateSubscriptionWithPushProjectRequest {
+                    request: UpdateSubscriptionWithPushRequest {
+                        subscription: with_push.clone(),
+                        update_mask: vec!["push_config".to_owned()],
+                    },
+                    push_project: push_project.to_owned(),
+                },
+            );
+            check_round_trip(
+                Command::ModifyPushConfigWithProject,
+                0,
+                9,
+                &ModifyPushConfigWithProjectRequest {
+                    request: ModifyPushConfigRequest {
+                        subscription: "orders-audit".to_owned(),
+                        push: push.clone(),
+                    },
+                    push_project: push_project.to_owned(),
+                },
+            );
+        }
     }
 
     /// StatsWithPush's answer (command 65): a push subscription that failed, one that has not,

@@ -19,6 +19,7 @@ pub use ringpost_model::validate::{
 pub fn validate_push_config(push: &crate::catalog::PushConfig) -> Result<(), Invalid> {
     ringpost_model::validate::validate_push_endpoint(&push.endpoint)?;
     ringpost_model::validate::validate_push_attributes(&push.attributes)?;
+    ringpost_model::validate::validate_project(&push.project)?;
     if let Some(token) = &push.oidc_token {
         ringpost_model::validate::validate_push_token(&token.service_account_email, &token.audience)?;
     }

@@ -173,9 +173,14 @@ pub struct SubscriptionSettings {
     pub push: Option<Box<PushConfig>>,
 }
 
+/// The project a push configuration names when none was given: the native protocol and the CLI
+/// have no projects (a daemon is one namespace, see `protocol::grpc::names`), and configurations
+/// stored before the project was kept named this one.
+pub use ringpost_model::limits::PUSH_PROJECT_DEFAULT;
+
 /// A push subscription's delivery, as Pub/Sub's `PushConfig` has it: the serving forwarder
 /// POSTs each message to `endpoint` and takes the answer as its acknowledgement.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushConfig {
     /// An `http://` or `https://` URL, checked when it is set.
     pub endpoint: String,
@@ -185,6 +190,22 @@ pub struct PushConfig {
     pub wrapper: PushWrapper,
     /// When set, each request carries `Authorization: Bearer` a JWT the daemon signs.
     pub oidc_token: Option<OidcToken>,
+    /// The project the requests name the subscription in (`projects/{project}/subscriptions/S`):
+    /// the one the configuration was set in through gRPC, `PUSH_PROJECT_DEFAULT` unless given
+    /// otherwise. Receivers written for Pub/Sub route by that name, or refuse another.
+    pub project: String,
+}
+
+impl Default for PushConfig {
+    fn default() -> PushConfig {
+        PushConfig {
+            endpoint: String::new(),
+            attributes: Labels::new(),
+            wrapper: PushWrapper::default(),
+            oidc_token: None,
+            project: PUSH_PROJECT_DEFAULT.to_owned(),
+        }
+    }
 }
 
 /// The body of a push request.
@@ -550,7 +571,7 @@ impl CatalogEntry {
                 if !d.is_empty() {
                     decode_settings_trailer(&mut d, &mut settings)?;
                     if !d.is_empty() {
-                        settings.push = Some(Box::new(decode_push(&mut d)?));
+                        settings.push = Some(Box::new(decode_push_ending(&mut d)?));
                     }
                 }
                 CatalogEntry::SubscriptionUpdated { id, name, settings }
@@ -616,7 +637,7 @@ fn encode_subscription_created(subscription: &SubscriptionRecord) -> Vec<u8> {
         encode_settings_trailer(&mut encoder, &subscription.settings).bool(subscription.detached);
         // Added after detachment, so after it; only a push subscription writes it.
         if let Some(push) = &subscription.settings.push {
-            encode_push(&mut encoder, push);
+            encode_push_ending(&mut encoder, push);
         }
     }
     encoder.0
@@ -631,7 +652,7 @@ fn encode_subscription_updated(id: u64, name: &str, settings: &SubscriptionSetti
     if has_trailer(settings) {
         encode_settings_trailer(&mut encoder, settings);
         if let Some(push) = &settings.push {
-            encode_push(&mut encoder, push);
+            encode_push_ending(&mut encoder, push);
         }
     }
     encoder.0
@@ -696,7 +717,7 @@ fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionR
         decode_settings_trailer(d, &mut record.settings)?;
         record.detached = d.bool()?;
         if !d.is_empty() {
-            record.settings.push = Some(Box::new(decode_push(d)?));
+            record.settings.push = Some(Box::new(decode_push_ending(d)?));
         }
     }
     Ok(record)
@@ -814,7 +835,41 @@ fn decode_push(d: &mut Decoder) -> DecodeResult<PushConfig> {
     } else {
         None
     };
-    Ok(PushConfig { endpoint, attributes, wrapper, oidc_token })
+    Ok(PushConfig { endpoint, attributes, wrapper, oidc_token, project: PUSH_PROJECT_DEFAULT.to_owned() })
+}
+
+/// A push configuration that ends its message: `encode_push`'s fields, then its project only
+/// when it is not `PUSH_PROJECT_DEFAULT`. So a configuration of the default project is byte for
+/// byte what the version before the project wrote, and one of another project leaves bytes that
+/// version does not know after it: it refuses the message whole (trailing bytes) rather than
+/// push in the wrong project.
+fn encode_push_ending<'a>(encoder: &'a mut Encoder, push: &PushConfig) -> &'a mut Encoder {
+    encode_push(encoder, push);
+    if push.project != PUSH_PROJECT_DEFAULT {
+        encoder.str(&push.project);
+    }
+    encoder
+}
+
+fn decode_push_ending(d: &mut Decoder) -> DecodeResult<PushConfig> {
+    let mut push = decode_push(d)?;
+    if !d.is_empty() {
+        push.project = decode_project(d)?;
+    }
+    Ok(push)
+}
+
+/// A push configuration's project, written only when it is not the default: the default written
+/// out is refused, so that each configuration has one encoding.
+fn decode_project(d: &mut Decoder) -> DecodeResult<String> {
+    let project = d.str()?;
+    if project == PUSH_PROJECT_DEFAULT {
+        return Err("a push configuration's default project written out");
+    }
+    if ringpost_model::validate::validate_project(&project).is_err() {
+        return Err("a push configuration's project is not a project id");
+    }
+    Ok(project)
 }
 
 /// The settings added after the first encoding, in the order they were added.
@@ -835,16 +890,17 @@ fn decode_settings_trailer(d: &mut Decoder, settings: &mut SubscriptionSettings)
 pub(crate) fn encode_whole_settings<'a>(
     encoder: &'a mut Encoder,
     settings: &SubscriptionSettings,
+    projects: bool,
 ) -> &'a mut Encoder {
     encode_settings(encoder, settings);
     encode_settings_trailer(encoder, settings);
-    encode_optional_push(encoder, settings.push.as_deref())
+    encode_optional_push(encoder, settings.push.as_deref(), projects)
 }
 
-pub(crate) fn decode_whole_settings(d: &mut Decoder) -> DecodeResult<SubscriptionSettings> {
+pub(crate) fn decode_whole_settings(d: &mut Decoder, projects: bool) -> DecodeResult<SubscriptionSettings> {
     let mut settings = decode_settings(d)?;
     decode_settings_trailer(d, &mut settings)?;
-    settings.push = decode_optional_push(d)?;
+    settings.push = decode_optional_push(d, projects)?;
     Ok(settings)
 }
 
@@ -868,32 +924,57 @@ pub(crate) fn decode_settings_but_push(d: &mut Decoder) -> DecodeResult<Subscrip
     Ok(settings)
 }
 
-/// A message's last field: the push configuration of a push subscription, nothing for a pull
-/// one.
+/// A message's last field: the push configuration of a push subscription (its project only when
+/// it is not the default, `encode_push_ending`), nothing for a pull one.
 pub(crate) fn encode_push_last(encoder: &mut Encoder, push: Option<&PushConfig>) {
     if let Some(push) = push {
-        encode_push(encoder, push);
+        encode_push_ending(encoder, push);
     }
 }
 
 /// The last field `encode_push_last` wrote: a push configuration if any bytes are left.
 pub(crate) fn decode_push_last(d: &mut Decoder) -> DecodeResult<Option<Box<PushConfig>>> {
-    Ok(if d.is_empty() { None } else { Some(Box::new(decode_push(d)?)) })
+    Ok(if d.is_empty() { None } else { Some(Box::new(decode_push_ending(d)?)) })
 }
 
-/// A push configuration or none, behind a flag saying which.
+/// Whether a push configuration names a project other than the default, so that a message
+/// carrying it in the middle of other fields needs the format that writes projects
+/// (`encode_optional_push`).
+pub(crate) fn names_a_project(push: Option<&PushConfig>) -> bool {
+    push.is_some_and(|push| push.project != PUSH_PROJECT_DEFAULT)
+}
+
+/// A push configuration or none, behind a flag saying which; with `projects` (a format that
+/// writes them, chosen by the whole message), its project after it.
 pub(crate) fn encode_optional_push<'a>(
     encoder: &'a mut Encoder,
     push: Option<&PushConfig>,
+    projects: bool,
 ) -> &'a mut Encoder {
     match push {
-        Some(push) => encode_push(encoder.bool(true), push),
+        Some(push) => {
+            encode_push(encoder.bool(true), push);
+            if projects {
+                encoder.str(&push.project);
+            }
+            encoder
+        }
         None => encoder.bool(false),
     }
 }
 
-pub(crate) fn decode_optional_push(d: &mut Decoder) -> DecodeResult<Option<Box<PushConfig>>> {
-    Ok(if d.bool()? { Some(Box::new(decode_push(d)?)) } else { None })
+pub(crate) fn decode_optional_push(d: &mut Decoder, projects: bool) -> DecodeResult<Option<Box<PushConfig>>> {
+    if !d.bool()? {
+        return Ok(None);
+    }
+    let mut push = decode_push(d)?;
+    if projects {
+        push.project = d.str()?;
+        if ringpost_model::validate::validate_project(&push.project).is_err() {
+            return Err("a push configuration's project is not a project id");
+        }
+    }
+    Ok(Some(Box::new(push)))
 }
 
 /// Labels as a count and then each key and value.

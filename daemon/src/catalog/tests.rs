@@ -307,12 +307,14 @@ pub(super) fn push_configs() -> Vec<PushConfig> {
             attributes: Labels::from([("x-goog-version".to_owned(), "v1".to_owned())]),
             wrapper: PushWrapper::NoWrapper { write_metadata: false },
             oidc_token: None,
+            project: "my-proj".into(),
         },
         PushConfig {
             endpoint: "https://receiver.example/".into(),
             attributes: Labels::new(),
             wrapper: PushWrapper::NoWrapper { write_metadata: true },
             oidc_token: Some(token.clone()),
+            project: crate::catalog::PUSH_PROJECT_DEFAULT.into(),
         },
         PushConfig {
             endpoint: "https://receiver.example/".into(),
@@ -375,6 +377,54 @@ fn a_push_configuration_is_the_trailers_last_field_and_refused_cut() {
     empty.extend_from_slice(&0u32.to_le_bytes());
     empty.extend_from_slice(&[0, 0]);
     assert!(CatalogEntry::decode(&empty).is_err());
+}
+
+/// A push subscription of the default project, as a38487b (the version before the project was
+/// kept) wrote it: a subscription created with labels and exactly-once, pushed to
+/// `https://example.com/push`.
+const CREATED_BEFORE_THE_PROJECT_HEX: &str = "0d05000000000000000e000000737562736372697074696f6e2d35010000000000000007000000746f7069632d310f000000000000000a00000000000000000000000000000000000000000000000000000000000000000000000000000000000068e5cf8b01000002000000040000007465616d060000006f726465727304000000746965720000000001001800000068747470733a2f2f6578616d706c652e636f6d2f70757368000000000000";
+
+/// A push configuration's project is written after it only when it is not the default: the
+/// default's bytes are those the version before wrote (which decode with the default project),
+/// another's are the same followed by the project, which that version refuses (trailing bytes)
+/// rather than push in the default project. A default written out, or a project that is not a
+/// project id, is refused.
+#[test]
+fn a_push_configurations_project_follows_it_only_when_it_is_not_the_default() {
+    let CatalogEntry::SubscriptionCreated(mut record) = labeled_subscription(5, 1) else { unreachable!() };
+    record.settings.push =
+        Some(Box::new(PushConfig { endpoint: "https://example.com/push".into(), ..Default::default() }));
+    let default = CatalogEntry::SubscriptionCreated(record.clone()).encode();
+    let hex: String = default.iter().map(|byte| format!("{byte:02x}")).collect();
+    assert_eq!(hex, CREATED_BEFORE_THE_PROJECT_HEX, "the version before's bytes");
+    let Ok(CatalogEntry::SubscriptionCreated(decoded)) = CatalogEntry::decode(&default) else { panic!() };
+    assert_eq!(decoded.settings.push.unwrap().project, crate::catalog::PUSH_PROJECT_DEFAULT);
+
+    let with_project = |project: &str| {
+        let mut bytes = default.clone();
+        bytes.extend_from_slice(&(project.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(project.as_bytes());
+        bytes
+    };
+    record.settings.push.as_mut().unwrap().project = "my-proj".into();
+    let created = CatalogEntry::SubscriptionCreated(record.clone());
+    assert_eq!(created.encode(), with_project("my-proj"));
+    assert_eq!(CatalogEntry::decode(&with_project("my-proj")), Ok(created));
+    assert!(CatalogEntry::decode(&with_project(crate::catalog::PUSH_PROJECT_DEFAULT)).is_err());
+    assert!(CatalogEntry::decode(&with_project("My-Proj")).is_err());
+    assert!(CatalogEntry::decode(&with_project("")).is_err());
+
+    // An update the same way.
+    let update = |project: &str| {
+        let mut settings = record.settings.clone();
+        settings.push.as_mut().unwrap().project = project.into();
+        CatalogEntry::SubscriptionUpdated { id: 5, name: record.name.clone(), settings }
+    };
+    let default_update = update(crate::catalog::PUSH_PROJECT_DEFAULT).encode();
+    let other_update = update("my-proj").encode();
+    assert_eq!(&other_update[..default_update.len()], &default_update[..]);
+    assert_eq!(other_update.len(), default_update.len() + 4 + "my-proj".len());
+    assert_eq!(CatalogEntry::decode(&other_update), Ok(update("my-proj")));
 }
 
 async fn open(disk: &SimDisk, dirs: &Rc<Directories>) -> Catalog<SimDisk> {

@@ -868,6 +868,7 @@ mod tests {
                         service_account_email: "pusher@p.iam.example".to_owned(),
                         audience: "https://receiver.example".to_owned(),
                     }),
+                    ..Default::default()
                 })
             }),
         }
@@ -916,6 +917,36 @@ mod tests {
             assert!(decode_push_last(&mut old).unwrap().is_some());
             assert!(old.is_empty());
         }
+    }
+
+    /// A push subscription's control messages carry its project after its configuration only
+    /// when it is not the default: a default one's bytes are the version before the project's,
+    /// another's leave bytes that version refuses (trailing) rather than attach the subscription
+    /// to push in the default project.
+    #[test]
+    fn a_push_subscriptions_project_follows_its_configuration_only_when_it_is_not_the_default() {
+        let attach = |settings: SubscriptionSettings| ControlRequest::AttachSubscription {
+            subscription_id: 3,
+            name: "s".to_owned(),
+            topic_id: TopicId::new(4),
+            settings,
+            create: true,
+            start_offset: 9,
+        };
+        let default = settings(1);
+        assert_eq!(default.push.as_ref().unwrap().project, crate::catalog::PUSH_PROJECT_DEFAULT);
+        let mut other = default.clone();
+        other.push.as_mut().unwrap().project = "my-proj".to_owned();
+        let (default_bytes, other_bytes) = (attach(default.clone()).encode(), attach(other.clone()).encode());
+        let mut expected = default_bytes.clone();
+        Encoder(Vec::new()).str("my-proj").0.iter().for_each(|byte| expected.push(*byte));
+        assert_eq!(other_bytes, expected);
+        assert_eq!(ControlRequest::decode(&other_bytes), Ok(attach(other)));
+        assert_eq!(ControlRequest::decode(&default_bytes), Ok(attach(default)));
+        // The version before's decoder reads the configuration, then finds the project left.
+        let mut old = Decoder::new(&other_bytes[other_bytes.len() - 4 - "my-proj".len()..]);
+        assert!(refuse_trailing("a message of the version before", &old).is_err());
+        assert_eq!(old.str(), Ok("my-proj".to_owned()));
     }
 
     /// One request of each variant (two for those with an option or a nested variant), every
@@ -1373,15 +1404,17 @@ mod tests {
             bytes.push(0);
             let error = ControlRequest::decode(&bytes).unwrap_err();
             // A pull subscription's attach or update reads what follows as a push configuration
-            // (its optional last field), and refuses it as one; a topic's own attach reads it
-            // as a source's number (its optional last field), and refuses it cut.
+            // (its optional last field), and a push subscription's of the default project as its
+            // project (the configuration's optional last field), and refuses it as one; a topic's
+            // own attach reads it as a source's number (its optional last field), and refuses it
+            // cut.
             let optional_last = matches!(
                 &request,
                 ControlRequest::AttachSubscription { settings, .. }
                     | ControlRequest::UpdateSettings {
                         update: SettingsUpdate::Subscription { settings, .. },
                         ..
-                    } if settings.push.is_none()
+                    } if !crate::catalog::entry::names_a_project(settings.push.as_deref())
             ) || matches!(
                 &request,
                 ControlRequest::AttachTopic { .. } | ControlRequest::AttachReplica { .. }

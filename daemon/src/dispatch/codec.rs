@@ -13,15 +13,19 @@ use crate::api::control::{
 use crate::api::{Code, Status};
 use crate::auth::Principal;
 use crate::catalog::entry::{
-    decode_optional_push, decode_whole_settings, encode_optional_push, encode_whole_settings,
+    decode_optional_push, decode_whole_settings, encode_optional_push, encode_whole_settings, names_a_project,
 };
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::{NodeId, ShardId, SOURCES_PER_TOPIC_MAX};
 
 /// The format of a carried operation and of its answer. 2: a subscription's settings end with
-/// its push configuration (`encode_whole_settings`).
-const CARRIED_FORMAT: u8 = 2;
-const ANSWER_FORMAT: u8 = 2;
+/// its push configuration (`encode_whole_settings`). 3: as 2, with each push configuration's
+/// project after it; written only when one names a project other than the default, so that
+/// everything else is byte for byte what a node of the version before the project reads, and
+/// what names another project is refused by that node as another version's rather than pushed
+/// in the wrong project.
+const FORMAT_PUSH: u8 = 2;
+const FORMAT_PUSH_PROJECT: u8 = 3;
 
 const PRINCIPAL_ANONYMOUS: u8 = 0;
 const PRINCIPAL_NAMED: u8 = 1;
@@ -36,25 +40,26 @@ const SEEK_SNAPSHOT: u8 = 1;
 
 /// `operation`, to be run for `principal` on another node.
 pub fn encode_carried(principal: &Principal, operation: &Operation) -> Vec<u8> {
-    let mut encoder = Encoder::new(CARRIED_FORMAT);
+    let projects = operation_names_a_project(operation);
+    let mut encoder = Encoder::new(if projects { FORMAT_PUSH_PROJECT } else { FORMAT_PUSH });
     match principal {
         Principal::Anonymous => encoder.u8(PRINCIPAL_ANONYMOUS),
         Principal::Named(name) => encoder.u8(PRINCIPAL_NAMED).str(name),
     };
-    encode_operation(&mut encoder, operation);
+    encode_operation(&mut encoder, operation, projects);
     encoder.0
 }
 
 pub fn decode_carried(bytes: &[u8]) -> Result<(Principal, Operation), String> {
     let mut decoder = Decoder::new(bytes);
-    format(&mut decoder, CARRIED_FORMAT, "a carried operation")?;
+    let projects = format(&mut decoder, "a carried operation")?;
     let decoded = (|| {
         let principal = match decoder.u8()? {
             PRINCIPAL_ANONYMOUS => Principal::Anonymous,
             PRINCIPAL_NAMED => Principal::Named(decoder.str()?.into()),
             _ => return Err("unknown principal kind"),
         };
-        let operation = decode_operation(&mut decoder)?;
+        let operation = decode_operation(&mut decoder, projects)?;
         Ok((principal, operation))
     })();
     let decoded = decoded.map_err(str::to_owned)?;
@@ -66,7 +71,11 @@ pub fn decode_carried(bytes: &[u8]) -> Result<(Principal, Operation), String> {
 /// An outcome no carried operation has (a listing, stats) is never sent: it is answered as an
 /// internal error rather than encoded.
 pub fn encode_answer(answer: &Carried) -> Vec<u8> {
-    let mut encoder = Encoder::new(ANSWER_FORMAT);
+    let projects = match &answer.outcome {
+        Ok(Outcome::Subscription(shown)) => names_a_project(shown.subscription.settings.push.as_deref()),
+        _ => false,
+    };
+    let mut encoder = Encoder::new(if projects { FORMAT_PUSH_PROJECT } else { FORMAT_PUSH });
     optional(&mut encoder, answer.applied, |encoder, index| {
         encoder.u64(index);
     });
@@ -80,7 +89,7 @@ pub fn encode_answer(answer: &Carried) -> Vec<u8> {
     match outcome {
         Ok(outcome) => {
             encoder.bool(true);
-            encode_outcome(&mut encoder, &outcome);
+            encode_outcome(&mut encoder, &outcome, projects);
         }
         Err(status) => {
             let number = Code::ALL.iter().position(|code| *code == status.code).expect("Code::ALL is whole");
@@ -92,11 +101,11 @@ pub fn encode_answer(answer: &Carried) -> Vec<u8> {
 
 pub fn decode_answer(bytes: &[u8]) -> Result<Carried, String> {
     let mut decoder = Decoder::new(bytes);
-    format(&mut decoder, ANSWER_FORMAT, "an answer to a carried operation")?;
+    let projects = format(&mut decoder, "an answer to a carried operation")?;
     let decoded = (|| {
         let applied = if decoder.bool()? { Some(decoder.u64()?) } else { None };
         let outcome = if decoder.bool()? {
-            Ok(decode_outcome(&mut decoder)?)
+            Ok(decode_outcome(&mut decoder, projects)?)
         } else {
             let code = *Code::ALL.get(decoder.u32()? as usize).ok_or("unknown status code")?;
             Err(Status::new(code, decoder.str()?))
@@ -108,14 +117,27 @@ pub fn decode_answer(bytes: &[u8]) -> Result<Carried, String> {
     Ok(decoded)
 }
 
-fn format(decoder: &mut Decoder, expected: u8, what: &str) -> Result<(), String> {
-    let found = decoder.u8().map_err(|_| format!("{what} is empty"))?;
-    if found != expected {
-        return Err(format!(
-            "{what} in format {found}, where this node reads {expected}: the nodes run different versions"
-        ));
+/// Reads the format byte: whether push configurations carry their projects.
+fn format(decoder: &mut Decoder, what: &str) -> Result<bool, String> {
+    match decoder.u8().map_err(|_| format!("{what} is empty"))? {
+        FORMAT_PUSH => Ok(false),
+        FORMAT_PUSH_PROJECT => Ok(true),
+        found => Err(format!(
+            "{what} in format {found}, where this node reads {FORMAT_PUSH} and {FORMAT_PUSH_PROJECT}: the nodes run different versions"
+        )),
     }
-    Ok(())
+}
+
+/// Whether `operation` holds a push configuration of a project other than the default.
+fn operation_names_a_project(operation: &Operation) -> bool {
+    match operation {
+        Operation::CreateSubscription(subscription) => names_a_project(subscription.settings.push.as_deref()),
+        Operation::UpdateSubscription(update) => {
+            names_a_project(update.push.as_ref().and_then(|push| push.as_deref()))
+        }
+        Operation::ModifyPushConfig { push, .. } => names_a_project(push.as_deref()),
+        _ => false,
+    }
 }
 
 fn whole(decoder: &Decoder) -> Result<(), String> {
@@ -211,21 +233,21 @@ fn decode_topic(decoder: &mut Decoder) -> DecodeResult<Topic> {
     Ok(topic)
 }
 
-fn encode_subscription(encoder: &mut Encoder, subscription: &Subscription) {
+fn encode_subscription(encoder: &mut Encoder, subscription: &Subscription, projects: bool) {
     encoder.str(&subscription.name).str(&subscription.topic);
-    encode_whole_settings(encoder, &subscription.settings).bool(subscription.detached);
+    encode_whole_settings(encoder, &subscription.settings, projects).bool(subscription.detached);
 }
 
-fn decode_subscription(decoder: &mut Decoder) -> DecodeResult<Subscription> {
+fn decode_subscription(decoder: &mut Decoder, projects: bool) -> DecodeResult<Subscription> {
     Ok(Subscription {
         name: decoder.str()?,
         topic: decoder.str()?,
-        settings: decode_whole_settings(decoder)?,
+        settings: decode_whole_settings(decoder, projects)?,
         detached: decoder.bool()?,
     })
 }
 
-fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
+fn encode_operation(encoder: &mut Encoder, operation: &Operation, projects: bool) {
     let kind = operation.kind();
     let tag = Kind::ALL.iter().position(|known| *known == kind).expect("Kind::ALL is whole");
     encoder.u8(tag as u8);
@@ -258,7 +280,7 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
         | Operation::ListTopicSnapshots(list)
         | Operation::ListSubscriptions(list)
         | Operation::ListSnapshots(list) => encode_list(encoder, list),
-        Operation::CreateSubscription(subscription) => encode_subscription(encoder, subscription),
+        Operation::CreateSubscription(subscription) => encode_subscription(encoder, subscription, projects),
         Operation::UpdateSubscription(update) => {
             encoder.str(&update.name);
             optional(encoder, update.ack_deadline_seconds, |encoder, seconds| {
@@ -284,12 +306,12 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
                 encoder.bool(enable);
             });
             optional(encoder, update.push.as_ref(), |encoder, push| {
-                encode_optional_push(encoder, push.as_deref());
+                encode_optional_push(encoder, push.as_deref(), projects);
             });
         }
         Operation::ModifyPushConfig { name, push } => {
             encoder.str(name);
-            encode_optional_push(encoder, push.as_deref());
+            encode_optional_push(encoder, push.as_deref(), projects);
         }
         Operation::Seek { subscription, target } => {
             encoder.str(subscription);
@@ -319,7 +341,7 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
     }
 }
 
-fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
+fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Operation> {
     let kind = *Kind::ALL.get(decoder.u8()? as usize).ok_or("unknown operation kind")?;
     Ok(match kind {
         Kind::CreateTopic => Operation::CreateTopic(decode_topic(decoder)?),
@@ -343,7 +365,7 @@ fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
         Kind::ListTopicSnapshots => Operation::ListTopicSnapshots(decode_list(decoder)?),
         Kind::ListSubscriptions => Operation::ListSubscriptions(decode_list(decoder)?),
         Kind::ListSnapshots => Operation::ListSnapshots(decode_list(decoder)?),
-        Kind::CreateSubscription => Operation::CreateSubscription(decode_subscription(decoder)?),
+        Kind::CreateSubscription => Operation::CreateSubscription(decode_subscription(decoder, projects)?),
         Kind::UpdateSubscription => Operation::UpdateSubscription(SubscriptionUpdate {
             name: decoder.str()?,
             ack_deadline_seconds: take_optional(decoder, |decoder| decoder.u32())?,
@@ -354,11 +376,12 @@ fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
             retry_policy: take_optional(decoder, |decoder| Ok((decoder.u32()?, decoder.u32()?)))?,
             labels: take_optional(decoder, decode_labels)?,
             enable_exactly_once_delivery: take_optional(decoder, |decoder| decoder.bool())?,
-            push: take_optional(decoder, decode_optional_push)?,
+            push: take_optional(decoder, |decoder| decode_optional_push(decoder, projects))?,
         }),
-        Kind::ModifyPushConfig => {
-            Operation::ModifyPushConfig { name: decoder.str()?, push: decode_optional_push(decoder)? }
-        }
+        Kind::ModifyPushConfig => Operation::ModifyPushConfig {
+            name: decoder.str()?,
+            push: decode_optional_push(decoder, projects)?,
+        },
         Kind::Seek => {
             let subscription = decoder.str()?;
             let target = match decoder.u8()? {
@@ -391,7 +414,7 @@ fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
     })
 }
 
-fn encode_outcome(encoder: &mut Encoder, outcome: &Outcome) {
+fn encode_outcome(encoder: &mut Encoder, outcome: &Outcome, projects: bool) {
     match outcome {
         Outcome::Done => {
             encoder.u8(OUTCOME_DONE);
@@ -402,7 +425,7 @@ fn encode_outcome(encoder: &mut Encoder, outcome: &Outcome) {
         }
         Outcome::Subscription(shown) => {
             encoder.u8(OUTCOME_SUBSCRIPTION);
-            encode_subscription(encoder, &shown.subscription);
+            encode_subscription(encoder, &shown.subscription, projects);
             encoder.u64(shown.topic_retention_seconds);
         }
         Outcome::Snapshot(snapshot) => {
@@ -417,12 +440,12 @@ fn encode_outcome(encoder: &mut Encoder, outcome: &Outcome) {
     }
 }
 
-fn decode_outcome(decoder: &mut Decoder) -> DecodeResult<Outcome> {
+fn decode_outcome(decoder: &mut Decoder, projects: bool) -> DecodeResult<Outcome> {
     Ok(match decoder.u8()? {
         OUTCOME_DONE => Outcome::Done,
         OUTCOME_TOPIC => Outcome::Topic(decode_topic(decoder)?),
         OUTCOME_SUBSCRIPTION => Outcome::Subscription(SubscriptionShown {
-            subscription: decode_subscription(decoder)?,
+            subscription: decode_subscription(decoder, projects)?,
             topic_retention_seconds: decoder.u64()?,
         }),
         OUTCOME_SNAPSHOT => Outcome::Snapshot(Snapshot {
@@ -493,6 +516,7 @@ mod tests {
                             service_account_email: "pusher@p.iam.example".into(),
                             audience: String::new(),
                         }),
+                        project: "my-proj".into(),
                     })),
                     ..settings
                 },
@@ -519,12 +543,29 @@ mod tests {
                 }))),
                 ..Default::default()
             }),
+            Operation::UpdateSubscription(SubscriptionUpdate {
+                name: "s".into(),
+                push: Some(Some(Box::new(crate::catalog::PushConfig {
+                    endpoint: "http://localhost:8080/".into(),
+                    project: "example.com:my-proj".into(),
+                    ..Default::default()
+                }))),
+                ..Default::default()
+            }),
             Operation::ModifyPushConfig { name: "s".into(), push: None },
             Operation::ModifyPushConfig {
                 name: "s".into(),
                 push: Some(Box::new(crate::catalog::PushConfig {
                     endpoint: "https://receiver.example/push".into(),
                     wrapper: crate::catalog::PushWrapper::NoWrapper { write_metadata: true },
+                    ..Default::default()
+                })),
+            },
+            Operation::ModifyPushConfig {
+                name: "s".into(),
+                push: Some(Box::new(crate::catalog::PushConfig {
+                    endpoint: "https://receiver.example/push".into(),
+                    project: "my-proj".into(),
                     ..Default::default()
                 })),
             },
@@ -635,5 +676,57 @@ mod tests {
         // The frame-carrying format before it (its first byte 0) is named, not misread.
         let refused = decode_carried(&[0, 0]).unwrap_err();
         assert!(refused.contains("different versions"), "{refused}");
+    }
+
+    /// A push configuration of the default project is carried in format 2, byte for byte what
+    /// the version before the project wrote and read (so its nodes and these carry pull and
+    /// default-project push operations to each other as before); one of another project in
+    /// format 3, which that version refuses as another version's rather than read it as the
+    /// default project. The same holds for the answers that show a subscription.
+    #[test]
+    fn a_push_configuration_of_another_project_is_carried_in_format_3_and_the_default_one_in_format_2() {
+        let push = |project: &str| {
+            Some(Box::new(crate::catalog::PushConfig {
+                endpoint: "https://receiver.example/push".into(),
+                project: project.into(),
+                ..Default::default()
+            }))
+        };
+        let modify = |project: &str| Operation::ModifyPushConfig { name: "s".into(), push: push(project) };
+        let default = encode_carried(&Principal::Anonymous, &modify(crate::catalog::PUSH_PROJECT_DEFAULT));
+        // The version before's bytes: the format, the principal, the kind, the name, the flag and
+        // the push configuration (endpoint, no attributes, the envelope, no token).
+        let mut before = Encoder::new(FORMAT_PUSH);
+        let kind = Kind::ALL.iter().position(|kind| *kind == Kind::ModifyPushConfig).unwrap();
+        before.u8(PRINCIPAL_ANONYMOUS).u8(kind as u8).str("s").bool(true);
+        before.str("https://receiver.example/push").u32(0).u8(0).bool(false);
+        assert_eq!(default, before.0);
+        let other = encode_carried(&Principal::Anonymous, &modify("my-proj"));
+        assert_eq!(other[0], FORMAT_PUSH_PROJECT);
+        assert_eq!(decode_carried(&other), Ok((Principal::Anonymous, modify("my-proj"))));
+        // The version before's check of the format byte: anything but its 2 is refused.
+        assert_ne!(other[0], FORMAT_PUSH);
+
+        let shown = |project: &str| Carried {
+            applied: Some(3),
+            outcome: Ok(Outcome::Subscription(SubscriptionShown {
+                subscription: Subscription {
+                    name: "s".into(),
+                    topic: "t".into(),
+                    settings: SubscriptionSettings { push: push(project), ..Default::default() },
+                    detached: false,
+                },
+                topic_retention_seconds: 600,
+            })),
+        };
+        assert_eq!(encode_answer(&shown(crate::catalog::PUSH_PROJECT_DEFAULT))[0], FORMAT_PUSH);
+        let answer = encode_answer(&shown("my-proj"));
+        assert_eq!(answer[0], FORMAT_PUSH_PROJECT);
+        assert_eq!(decode_answer(&answer), Ok(shown("my-proj")));
+        // A project that is not a project id is refused.
+        let mut bad = encode_carried(&Principal::Anonymous, &modify("my-proj"));
+        let at = bad.len() - "my-proj".len();
+        bad[at] = b'M';
+        assert!(decode_carried(&bad).is_err());
     }
 }

@@ -6,8 +6,12 @@
 //! ```text
 //! {"message":{"attributes":{"k":"v"},"data":"aGk=","messageId":"7","message_id":"7",
 //!   "publishTime":"2026-12-06T10:00:00.123Z","publish_time":"2026-12-06T10:00:00.123Z",
-//!   "orderingKey":"o"},"subscription":"projects/ringpost/subscriptions/s","deliveryAttempt":2}
+//!   "orderingKey":"o"},"subscription":"projects/p/subscriptions/s","deliveryAttempt":2}
 //! ```
+//!
+//! where `p` is the project the push configuration was set in (`PushConfig::project`): a daemon
+//! is one namespace (see `protocol::grpc::names`), but a receiver written for Pub/Sub routes by
+//! that name, or refuses another.
 //!
 //! with `orderingKey` only when the message has one, and `deliveryAttempt` only where the
 //! subscription has a dead-letter policy (Pub/Sub counts attempts only there). Unwrapped
@@ -20,11 +24,6 @@
 
 use crate::catalog::{PushConfig, PushWrapper};
 use crate::logging::{push_json_string, utc_text};
-
-/// The project a push request's `subscription` names. A daemon is one namespace (see
-/// `protocol::grpc::names`): it does not know the project a subscription was created in, so
-/// it names the one the CLI defaults to.
-pub const PUSH_PROJECT: &str = "ringpost";
 
 /// A delivered message, as a push request reads it.
 pub struct PushedMessage<'a, A> {
@@ -55,10 +54,14 @@ where
         PushWrapper::Pubsub => PushBody {
             content_type: "application/json",
             headers: Vec::new(),
-            body: wrapped(subscription, message).into_bytes(),
+            body: wrapped(&config.project, subscription, message).into_bytes(),
         },
         PushWrapper::NoWrapper { write_metadata } => {
-            let headers = if write_metadata { metadata_headers(subscription, &message) } else { Vec::new() };
+            let headers = if write_metadata {
+                metadata_headers(&config.project, subscription, &message)
+            } else {
+                Vec::new()
+            };
             let attributes: Vec<(String, String)> = match write_metadata {
                 true => message
                     .attributes
@@ -76,13 +79,14 @@ where
     }
 }
 
-/// `projects/{PUSH_PROJECT}/subscriptions/{subscription}`.
-pub fn subscription_path(subscription: &str) -> String {
-    format!("projects/{PUSH_PROJECT}/subscriptions/{subscription}")
+/// `projects/{project}/subscriptions/{subscription}`.
+pub fn subscription_path(project: &str, subscription: &str) -> String {
+    format!("projects/{project}/subscriptions/{subscription}")
 }
 
 /// Pub/Sub's JSON envelope, written by hand as the daemon's JSON log lines are.
 fn wrapped<'a, A: Iterator<Item = (&'a str, &'a str)>>(
+    project: &str,
     subscription: &str,
     message: PushedMessage<'a, A>,
 ) -> String {
@@ -114,7 +118,7 @@ fn wrapped<'a, A: Iterator<Item = (&'a str, &'a str)>>(
         push_json_string(&mut json, message.ordering_key);
     }
     json.push_str("},\"subscription\":");
-    push_json_string(&mut json, &subscription_path(subscription));
+    push_json_string(&mut json, &subscription_path(project, subscription));
     if let Some(attempt) = message.delivery_attempt {
         json.push_str(",\"deliveryAttempt\":");
         json.push_str(&attempt.to_string());
@@ -124,9 +128,13 @@ fn wrapped<'a, A: Iterator<Item = (&'a str, &'a str)>>(
 }
 
 /// Pub/Sub's metadata headers of an unwrapped request with `write_metadata`.
-fn metadata_headers<A>(subscription: &str, message: &PushedMessage<'_, A>) -> Vec<(String, String)> {
+fn metadata_headers<A>(
+    project: &str,
+    subscription: &str,
+    message: &PushedMessage<'_, A>,
+) -> Vec<(String, String)> {
     let mut headers = vec![
-        ("x-goog-pubsub-subscription-name".to_owned(), subscription_path(subscription)),
+        ("x-goog-pubsub-subscription-name".to_owned(), subscription_path(project, subscription)),
         ("x-goog-pubsub-message-id".to_owned(), message.message_id.to_string()),
         ("x-goog-pubsub-publish-time".to_owned(), utc_text(message.publish_time_ms)),
     ];
@@ -171,7 +179,7 @@ fn push_base64(out: &mut String, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Labels;
+    use crate::catalog::{Labels, PUSH_PROJECT_DEFAULT};
 
     fn config(wrapper: PushWrapper) -> PushConfig {
         PushConfig {
@@ -179,6 +187,7 @@ mod tests {
             attributes: Labels::new(),
             wrapper,
             oidc_token: None,
+            project: "my-proj".into(),
         }
     }
 
@@ -227,7 +236,7 @@ mod tests {
             "{\"message\":{\"attributes\":{\"colour\":\"red\",\"quote\":\"a\\\"b\"},\
              \"data\":\"aGVsbG8gIndvcmxkIg==\",\"messageId\":\"7\",\"message_id\":\"7\",\
              \"publishTime\":\"2026-12-06T10:00:00.123Z\",\"publish_time\":\"2026-12-06T10:00:00.123Z\"},\
-             \"subscription\":\"projects/ringpost/subscriptions/orders\"}"
+             \"subscription\":\"projects/my-proj/subscriptions/orders\"}"
         );
     }
 
@@ -239,7 +248,7 @@ mod tests {
             "{\"message\":{\"attributes\":{},\"data\":\"aGVsbG8gIndvcmxkIg==\",\"messageId\":\"7\",\
              \"message_id\":\"7\",\"publishTime\":\"2026-12-06T10:00:00.123Z\",\
              \"publish_time\":\"2026-12-06T10:00:00.123Z\",\"orderingKey\":\"key\\n1\"},\
-             \"subscription\":\"projects/ringpost/subscriptions/orders\",\"deliveryAttempt\":3}"
+             \"subscription\":\"projects/my-proj/subscriptions/orders\",\"deliveryAttempt\":3}"
         );
     }
 
@@ -264,7 +273,7 @@ mod tests {
         assert_eq!(
             headers,
             [
-                ("x-goog-pubsub-subscription-name", "projects/ringpost/subscriptions/orders"),
+                ("x-goog-pubsub-subscription-name", "projects/my-proj/subscriptions/orders"),
                 ("x-goog-pubsub-message-id", "7"),
                 ("x-goog-pubsub-publish-time", "2026-12-06T10:00:00.123Z"),
                 ("x-goog-pubsub-ordering-key", "k"),
@@ -279,5 +288,23 @@ mod tests {
             names,
             ["x-goog-pubsub-subscription-name", "x-goog-pubsub-message-id", "x-goog-pubsub-publish-time"]
         );
+    }
+
+    /// Without a project given (the native protocol, the CLI, configurations stored before the
+    /// project was kept), the requests name the default one, as they did before.
+    #[test]
+    fn a_configuration_without_a_project_names_the_default_one() {
+        let default =
+            PushConfig { wrapper: PushWrapper::NoWrapper { write_metadata: true }, ..Default::default() };
+        assert_eq!(default.project, PUSH_PROJECT_DEFAULT);
+        let body = push_body(&default, "orders", message(&[], "", None));
+        assert_eq!(
+            body.headers[0],
+            ("x-goog-pubsub-subscription-name".into(), "projects/ringpost/subscriptions/orders".into())
+        );
+        let body = push_body(&PushConfig::default(), "orders", message(&[], "", None));
+        assert!(String::from_utf8(body.body)
+            .unwrap()
+            .contains("\"subscription\":\"projects/ringpost/subscriptions/orders\""));
     }
 }

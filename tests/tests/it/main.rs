@@ -37,6 +37,7 @@ mod push;
 mod push_cluster;
 mod push_config;
 mod push_memory;
+mod push_project;
 mod push_token;
 mod python_client;
 mod quickstart;

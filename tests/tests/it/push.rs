@@ -97,7 +97,7 @@ fn pushes_arrive_wrapped_and_unwrapped_field_for_field_and_success_acknowledges(
     let expected = format!(
         "{{\"message\":{{\"attributes\":{{\"colour\":\"red\"}},\"data\":\"aGVsbG8=\",\"messageId\":\"{id}\",\
          \"message_id\":\"{id}\",\"publishTime\":\"{time}\",\"publish_time\":\"{time}\",\"orderingKey\":\"k1\"}},\
-         \"subscription\":\"projects/ringpost/subscriptions/wrapped\"}}"
+         \"subscription\":\"projects/test-project/subscriptions/wrapped\"}}"
     );
     assert_eq!(body, expected);
     assert_eq!(wrapped[0].header("content-type"), Some("application/json"));
@@ -105,7 +105,10 @@ fn pushes_arrive_wrapped_and_unwrapped_field_for_field_and_success_acknowledges(
     let raw = receiver.wait_for("/raw", 1, Duration::from_secs(10));
     assert_eq!(raw.len(), 1, "the unwrapped push arrived");
     assert_eq!(raw[0].body, b"hello");
-    assert_eq!(raw[0].header("x-goog-pubsub-subscription-name"), Some("projects/ringpost/subscriptions/raw"));
+    assert_eq!(
+        raw[0].header("x-goog-pubsub-subscription-name"),
+        Some("projects/test-project/subscriptions/raw")
+    );
     assert_eq!(raw[0].header("x-goog-pubsub-message-id"), Some(id.as_str()));
     assert_eq!(raw[0].header("x-goog-pubsub-publish-time"), Some(time));
     assert_eq!(raw[0].header("x-goog-pubsub-ordering-key"), Some("k1"));

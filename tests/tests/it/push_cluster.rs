@@ -185,6 +185,8 @@ fn the_pushing_leader_sigkilled_its_successor_pushes_every_acknowledged_publish(
         &endpoint,
         "--ack-deadline",
         "10",
+        "--push-project",
+        "failover-proj",
     ]);
     ringpost_tests::succeeded(&created);
     let leader = cluster.topic_leader("pushed");
@@ -240,6 +242,13 @@ fn the_pushing_leader_sigkilled_its_successor_pushes_every_acknowledged_publish(
         missing.iter().take(20).collect::<Vec<_>>(),
         cluster.logs()
     );
+
+    // Every push, the killed leader's and its successor's, names the project the subscription
+    // was created in: kept in the catalog, and sent with the subscription to whichever replica
+    // leads.
+    let names: BTreeSet<String> =
+        receiver.seen("/pushed").iter().map(|seen| field(&seen.text(), "subscription").to_owned()).collect();
+    assert_eq!(names, BTreeSet::from(["projects/failover-proj/subscriptions/pushed-sub".to_owned()]));
 
     // The figures: pushed twice, and the gap the failover left in the pushing.
     std::thread::sleep(Duration::from_secs(1));

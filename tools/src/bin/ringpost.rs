@@ -366,6 +366,7 @@ macro_rules! push_flags {
             write_metadata: $command.push_write_metadata,
             service_account: $command.push_auth_service_account.as_deref(),
             audience: $command.push_auth_audience.as_deref(),
+            project: $command.push_project.as_deref(),
         }
     };
 }
@@ -429,6 +430,10 @@ struct SubUpdate {
     /// the token's audience (default: the endpoint's URL)
     #[argh(option)]
     push_auth_audience: Option<String>,
+    /// the project push requests name the subscription in, projects/PROJECT/subscriptions/NAME,
+    /// as a receiver written for Pub/Sub checks it (default: the one they name now, or ringpost)
+    #[argh(option)]
+    push_project: Option<String>,
 }
 
 impl SubUpdate {
@@ -465,6 +470,7 @@ impl SubUpdate {
             dead_letter_policy,
             retry_policy,
             push: push_flags!(self).config()?,
+            push_project: self.push_project.clone(),
         };
         if changes == ringpost_client::SubscriptionUpdate::default() {
             return invalid(
@@ -591,6 +597,10 @@ struct SubCreate {
     /// the token's audience (default: the endpoint's URL)
     #[argh(option)]
     push_auth_audience: Option<String>,
+    /// the project push requests name the subscription in, projects/PROJECT/subscriptions/NAME,
+    /// as a receiver written for Pub/Sub checks it (default: ringpost)
+    #[argh(option)]
+    push_project: Option<String>,
 }
 
 /// change a subscription's push configuration alone: with --push-endpoint it pushes there,
@@ -617,6 +627,10 @@ struct SubModifyPushConfig {
     /// the token's audience (default: the endpoint's URL)
     #[argh(option)]
     push_auth_audience: Option<String>,
+    /// the project push requests name the subscription in, projects/PROJECT/subscriptions/NAME,
+    /// as a receiver written for Pub/Sub checks it (default: the one they name now, or ringpost)
+    #[argh(option)]
+    push_project: Option<String>,
 }
 
 /// The push flags of `sub create`, `sub update` and `sub modify-push-config`, as given.
@@ -626,6 +640,7 @@ struct PushFlags<'a> {
     write_metadata: bool,
     service_account: Option<&'a str>,
     audience: Option<&'a str>,
+    project: Option<&'a str>,
 }
 
 impl PushFlags<'_> {
@@ -639,6 +654,7 @@ impl PushFlags<'_> {
                 || self.write_metadata
                 || self.service_account.is_some()
                 || self.audience.is_some()
+                || self.project.is_some()
             {
                 return invalid("the push flags need --push-endpoint");
             }
@@ -648,7 +664,8 @@ impl PushFlags<'_> {
             && (self.no_wrapper
                 || self.write_metadata
                 || self.service_account.is_some()
-                || self.audience.is_some())
+                || self.audience.is_some()
+                || self.project.is_some())
         {
             return invalid("an empty --push-endpoint means pull: give no other push flag with it");
         }
@@ -1681,9 +1698,38 @@ fn push_unencrypted(endpoint: &str) -> bool {
     endpoint.get(..7).is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
 }
 
+/// The project a push configuration set without `--push-project` keeps: the one the
+/// subscription's requests name now when that is not the default (a change of endpoint does not
+/// rename the subscription for its receiver), else none (the commands every daemon with push
+/// knows, which name the default). Asked only when the change pushes.
+async fn current_push_project(
+    client: &Client,
+    name: &str,
+    push: &ringpost_client::PushConfig,
+) -> Result<Option<String>, Failure> {
+    if push.endpoint.is_empty() {
+        return Ok(None);
+    }
+    let current = client.get_subscription_with_push_project(name).await?.push_project;
+    Ok((!current.is_empty() && current != ringpost_wire::limits::PUSH_PROJECT_DEFAULT).then_some(current))
+}
+
+/// A subscription as a command without the project answers it: a push one names the default.
+fn shown_in_default_project(
+    subscription: ringpost_client::SubscriptionWithPush,
+) -> ringpost_client::SubscriptionWithPushProject {
+    let push_project = match subscription.push.endpoint.is_empty() {
+        true => String::new(),
+        false => ringpost_wire::limits::PUSH_PROJECT_DEFAULT.to_owned(),
+    };
+    ringpost_client::SubscriptionWithPushProject { subscription, push_project }
+}
+
 /// A subscription with its push configuration: the table's `push` cell is `pull`, or the
-/// endpoint with what else is set; the JSON's `push_config` is `null` for pull.
-fn subscription_with_push_row(shown: &ringpost_client::SubscriptionWithPush) -> (Vec<String>, String) {
+/// endpoint with what else is set (its project when it is not the default); the JSON's
+/// `push_config` is `null` for pull, and names its project.
+fn subscription_with_push_row(shown: &ringpost_client::SubscriptionWithPushProject) -> (Vec<String>, String) {
+    let (project, shown) = (&shown.push_project, &shown.subscription);
     let (mut cells, _) = subscription_row(&shown.subscription);
     let mut fields = subscription_fields(&shown.subscription);
     let push = &shown.push;
@@ -1705,6 +1751,9 @@ fn subscription_with_push_row(shown: &ringpost_client::SubscriptionWithPush) -> 
             cell.push_str(&format!(" (audience {})", push.audience));
         }
     }
+    if project != ringpost_wire::limits::PUSH_PROJECT_DEFAULT {
+        cell.push_str(&format!(", in project {project}"));
+    }
     cells.push(cell);
     let attributes: Vec<(&str, String)> = push
         .attributes
@@ -1719,6 +1768,7 @@ fn subscription_with_push_row(shown: &ringpost_client::SubscriptionWithPush) -> 
         ("service_account_email", json::string(&push.service_account_email)),
         ("audience", json::string(&push.audience)),
         ("attributes", json::object(&attributes)),
+        ("project", json::string(project)),
     ]);
     fields.push(("push_config", push_json));
     (cells, json::object(&fields))
@@ -1998,6 +2048,7 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                     (minimum, maximum) => retry_bounds(minimum, maximum)?,
                 };
                 let push = push_flags!(create).config()?;
+                let push_project = create.push_project;
                 let subscription = Subscription {
                     name: create.name,
                     topic: create.topic,
@@ -2018,8 +2069,18 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                         let subscription = client.create_subscription(subscription).await?;
                         print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
                     }
+                    // Without --push-project, the command every daemon with push knows.
                     Some(push) => {
-                        let created = client.create_subscription_with_push(subscription, push).await?;
+                        let created = match push_project {
+                            None => shown_in_default_project(
+                                client.create_subscription_with_push(subscription, push).await?,
+                            ),
+                            Some(project) => {
+                                client
+                                    .create_subscription_with_push_project(subscription, push, &project)
+                                    .await?
+                            }
+                        };
                         print_rows(
                             output,
                             &SUBSCRIPTION_WITH_PUSH_HEADER,
@@ -2029,7 +2090,7 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 }
             }
             SubAction::Get(get) => {
-                let subscription = client.get_subscription_with_push(&get.name).await?;
+                let subscription = client.get_subscription_with_push_project(&get.name).await?;
                 print_rows(
                     output,
                     &SUBSCRIPTION_WITH_PUSH_HEADER,
@@ -2038,7 +2099,16 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             }
             SubAction::ModifyPushConfig(modify) => {
                 let push = push_flags!(modify).config()?.unwrap_or_default();
-                client.modify_push_config(&modify.name, push).await?;
+                let project = match modify.push_project {
+                    None => current_push_project(&client, &modify.name, &push).await?,
+                    given => given,
+                };
+                match project {
+                    None => client.modify_push_config(&modify.name, push).await?,
+                    Some(project) => {
+                        client.modify_push_config_with_project(&modify.name, push, &project).await?
+                    }
+                }
             }
             SubAction::List(list) => {
                 let subscriptions = client.list_subscriptions(list.topic.as_deref()).await?;
@@ -2050,12 +2120,15 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             }
             SubAction::Delete(delete) => client.delete_subscription(&delete.name).await?,
             SubAction::Update(update) => {
-                let changes = update.changes()?;
+                let mut changes = update.changes()?;
+                if let (Some(push), None) = (&changes.push, &changes.push_project) {
+                    changes.push_project = current_push_project(&client, &update.name, push).await?;
+                }
                 if changes.push.is_none() {
                     let subscription = client.update_subscription(&update.name, changes).await?;
                     print_rows(output, &SUBSCRIPTION_HEADER, vec![subscription_row(&subscription)]);
                 } else {
-                    let updated = client.update_subscription_with_push(&update.name, changes).await?;
+                    let updated = client.update_subscription_with_push_project(&update.name, changes).await?;
                     print_rows(
                         output,
                         &SUBSCRIPTION_WITH_PUSH_HEADER,

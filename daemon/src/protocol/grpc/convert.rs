@@ -273,7 +273,7 @@ pub fn subscription_in(subscription: &pubsub::Subscription) -> Result<(Name, Sub
         expiration_ttl_seconds: expiration_ttl_in(subscription.expiration_policy.as_ref())?,
         labels: labels_in(&subscription.labels),
         enable_exactly_once_delivery: subscription.enable_exactly_once_delivery,
-        push: push_config_in(subscription.push_config.as_ref()),
+        push: push_config_in(subscription.push_config.as_ref(), &name.project),
     };
     let request = Subscription { name: name.name.clone(), topic: topic.name, settings, detached: false };
     Ok((name, request))
@@ -281,8 +281,9 @@ pub fn subscription_in(subscription: &pubsub::Subscription) -> Result<(Name, Sub
 
 /// A push configuration as Ringpost stores it: `None` (pull) when it names no endpoint, as
 /// Pub/Sub reads an empty `push_config`. Its endpoint, attributes and token are checked by the
-/// router, for every protocol (`api::validate::validate_push_config`).
-pub fn push_config_in(push_config: Option<&pubsub::PushConfig>) -> Option<Box<PushConfig>> {
+/// router, for every protocol (`api::validate::validate_push_config`). Its requests name the
+/// subscription in `project`, the one the request named it in, as Pub/Sub's would.
+pub fn push_config_in(push_config: Option<&pubsub::PushConfig>, project: &str) -> Option<Box<PushConfig>> {
     let config = push_config.filter(|config| !config.push_endpoint.is_empty())?;
     let wrapper = match config.wrapper {
         None | Some(pubsub::push_config::Wrapper::PubsubWrapper(_)) => PushWrapper::Pubsub,
@@ -301,6 +302,7 @@ pub fn push_config_in(push_config: Option<&pubsub::PushConfig>) -> Option<Box<Pu
         attributes: labels_in(&config.attributes),
         wrapper,
         oidc_token,
+        project: project.to_owned(),
     }))
 }
 
@@ -496,7 +498,7 @@ pub fn subscription_update_in(
     let name = names::parse("subscription.name", Kind::Subscription, &subscription.name)?;
     let mut update = SubscriptionUpdate { name: name.name.clone(), ..Default::default() };
     for path in mask_paths(request.update_mask.as_ref())? {
-        subscription_update_path(&mut update, subscription, path)?;
+        subscription_update_path(&mut update, subscription, &name.project, path)?;
     }
     Ok((name, update))
 }
@@ -505,6 +507,7 @@ pub fn subscription_update_in(
 fn subscription_update_path(
     update: &mut SubscriptionUpdate,
     subscription: &pubsub::Subscription,
+    project: &str,
     path: &str,
 ) -> Result<(), Status> {
     match path {
@@ -531,7 +534,7 @@ fn subscription_update_path(
         "enable_exactly_once_delivery" => {
             update.enable_exactly_once_delivery = Some(subscription.enable_exactly_once_delivery)
         }
-        "push_config" => update.push = Some(push_config_in(subscription.push_config.as_ref())),
+        "push_config" => update.push = Some(push_config_in(subscription.push_config.as_ref(), project)),
         other => {
             return Err(refuse_path(
                 "subscription",

@@ -87,29 +87,9 @@ pub fn format(project: &str, kind: Kind, name: &str) -> String {
     format!("projects/{project}/{}/{name}", kind.collection())
 }
 
-/// Project ids: 6 to 30 characters of lowercase letters, digits and hyphens, starting with a
-/// letter and not ending with a hyphen. The emulator's users often give a shorter made-up id
-/// ("test", "my-project"), so only the characters and the bounds of 1 to 63 (a DNS label) are
-/// enforced: what Google would take is taken, and so is what the emulator took.
+/// A project id, by the model's rules (`validate_project`).
 fn validate_project(project: &str) -> Result<(), String> {
-    let shape_ok = (1..=63).contains(&project.len())
-        && project.starts_with(|c: char| c.is_ascii_lowercase())
-        && !project.ends_with('-')
-        && project.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    // Domain-scoped projects ("example.com:project") are Google's too.
-    let domain_scoped = project.split_once(':').is_some_and(|(domain, id)| {
-        !domain.is_empty()
-            && domain.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-            && !id.is_empty()
-            && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    });
-    if shape_ok || domain_scoped {
-        Ok(())
-    } else {
-        Err(format!(
-            "project '{project}' is not a project id (lowercase letters, digits and hyphens, starting with a letter)"
-        ))
-    }
+    ringpost_model::validate::validate_project(project).map_err(|invalid| invalid.message)
 }
 
 #[cfg(test)]

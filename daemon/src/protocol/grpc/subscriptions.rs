@@ -72,8 +72,9 @@ pub async fn modify_push_config(
 ) -> Result<Response<()>, Status> {
     let presented = Presented::of(&request);
     let request = request.get_ref();
-    let name = names::parse("subscription", Kind::Subscription, &request.subscription)?.name;
-    let push = convert::push_config_in(request.push_config.as_ref());
+    let names::Name { project, name } =
+        names::parse("subscription", Kind::Subscription, &request.subscription)?;
+    let push = convert::push_config_in(request.push_config.as_ref(), &project);
     gateway
         .execute(&presented, Operation::ModifyPushConfig { name: name.clone(), push })
         .await

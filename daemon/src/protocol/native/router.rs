@@ -8,6 +8,7 @@ use crate::api::control::{
     Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
+use crate::catalog::PUSH_PROJECT_DEFAULT;
 use crate::dispatch::{Caller, Door, Operation, Outcome, SubscriptionShown};
 use crate::ids::NodeId;
 use crate::net::server::{fail, respond, Handler, Responder, Response};
@@ -91,7 +92,16 @@ fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
 fn subscription_with_push_request(body: &[u8]) -> Result<Subscription, Status> {
     let request = access_body::<wire::SubscriptionWithPush>(body)?;
     let mut subscription = subscription_in(&request.subscription);
-    subscription.settings.push = push_in(&request.push);
+    subscription.settings.push = push_in(&request.push, "");
+    Ok(subscription)
+}
+
+/// A CreateSubscriptionWithPushProject's subscription, with its push configuration and its
+/// project.
+fn subscription_with_push_project_request(body: &[u8]) -> Result<Subscription, Status> {
+    let request = access_body::<wire::SubscriptionWithPushProject>(body)?;
+    let mut subscription = subscription_in(&request.subscription.subscription);
+    subscription.settings.push = push_in(&request.subscription.push, &request.push_project);
     Ok(subscription)
 }
 
@@ -120,9 +130,10 @@ fn subscription_in(request: &wire::ArchivedSubscription) -> Subscription {
     }
 }
 
-/// A push configuration as the domain has it: `None` (pull) without an endpoint. Checked by
-/// the router, as for every protocol.
-fn push_in(push: &wire::ArchivedPushConfig) -> Option<Box<PushConfig>> {
+/// A push configuration as the domain has it: `None` (pull) without an endpoint; naming the
+/// subscription in `project` (empty: the default, as the commands without one have it).
+/// Checked by the router, as for every protocol.
+fn push_in(push: &wire::ArchivedPushConfig, project: &str) -> Option<Box<PushConfig>> {
     if push.endpoint.is_empty() {
         return None;
     }
@@ -143,6 +154,10 @@ fn push_in(push: &wire::ArchivedPushConfig) -> Option<Box<PushConfig>> {
             .collect(),
         wrapper,
         oidc_token,
+        project: match project {
+            "" => PUSH_PROJECT_DEFAULT.to_owned(),
+            project => project.to_owned(),
+        },
     }))
 }
 
@@ -189,6 +204,16 @@ fn subscription_message(subscription: Subscription) -> wire::Subscription {
 fn subscription_with_push_message(mut subscription: Subscription) -> wire::SubscriptionWithPush {
     let push = push_message(subscription.settings.push.take().as_deref());
     wire::SubscriptionWithPush { subscription: subscription_message(subscription), push }
+}
+
+/// A subscription with its push configuration and its project (empty for a pull subscription).
+fn subscription_with_push_project_message(subscription: Subscription) -> wire::SubscriptionWithPushProject {
+    let push_project =
+        subscription.settings.push.as_ref().map(|push| push.project.clone()).unwrap_or_default();
+    wire::SubscriptionWithPushProject {
+        subscription: subscription_with_push_message(subscription),
+        push_project,
+    }
 }
 
 fn snapshot_message(snapshot: Snapshot) -> wire::Snapshot {
@@ -262,8 +287,21 @@ fn subscription_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
 
 fn subscription_with_push_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
     let request = access_body::<wire::UpdateSubscriptionWithPushRequest>(body)?;
+    with_push_update(request, "")
+}
+
+fn subscription_with_push_project_update(body: &[u8]) -> Result<SubscriptionUpdate, Status> {
+    let request = access_body::<wire::UpdateSubscriptionWithPushProjectRequest>(body)?;
+    with_push_update(&request.request, &request.push_project)
+}
+
+/// An UpdateSubscriptionWithPush's changes, its push configuration naming `project`.
+fn with_push_update(
+    request: &wire::ArchivedUpdateSubscriptionWithPushRequest,
+    project: &str,
+) -> Result<SubscriptionUpdate, Status> {
     let changes = validate_subscription_with_push_update(request)?;
-    let push = changes.push_config.then(|| push_in(&request.subscription.push));
+    let push = changes.push_config.then(|| push_in(&request.subscription.push, project));
     Ok(subscription_changes(request.subscription.subscription.name.as_str(), changes, push))
 }
 
@@ -375,7 +413,21 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
             let request = access_body::<wire::ModifyPushConfigRequest>(body)?;
             Operation::ModifyPushConfig {
                 name: request.subscription.as_str().to_owned(),
-                push: push_in(&request.push),
+                push: push_in(&request.push, ""),
+            }
+        }
+        Command::CreateSubscriptionWithPushProject => {
+            Operation::CreateSubscription(subscription_with_push_project_request(body)?)
+        }
+        Command::GetSubscriptionWithPushProject => Operation::GetSubscription { name: name(body)? },
+        Command::UpdateSubscriptionWithPushProject => {
+            Operation::UpdateSubscription(subscription_with_push_project_update(body)?)
+        }
+        Command::ModifyPushConfigWithProject => {
+            let request = access_body::<wire::ModifyPushConfigWithProjectRequest>(body)?;
+            Operation::ModifyPushConfig {
+                name: request.request.subscription.as_str().to_owned(),
+                push: push_in(&request.request.push, &request.push_project),
             }
         }
         Command::Seek => {
@@ -434,6 +486,12 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         | Command::UpdateSubscriptionWithPush => {
             respond(header, &subscription_with_push_message(outcome.into_subscription()?.subscription))
         }
+        Command::CreateSubscriptionWithPushProject
+        | Command::GetSubscriptionWithPushProject
+        | Command::UpdateSubscriptionWithPushProject => respond(
+            header,
+            &subscription_with_push_project_message(outcome.into_subscription()?.subscription),
+        ),
         Command::ListSubscriptions => respond(header, &subscription_list(outcome.into_subscriptions()?)),
         Command::CreateSnapshot | Command::GetSnapshot => {
             respond(header, &snapshot_message(outcome.into_snapshot()?))

@@ -184,6 +184,8 @@ fn push_configurations_map_in_and_out() {
         let asked = pubsub::Subscription { push_config: Some(config.clone()), ..subscription() };
         let (_, request) = subscription_in(&asked).unwrap();
         assert_eq!(request.settings.push.as_ref().unwrap().endpoint, config.push_endpoint);
+        // The requests name the subscription in the project the request named it in.
+        assert_eq!(request.settings.push.as_ref().unwrap().project, "p");
         assert_eq!(subscription_out("p", request, 0).push_config, Some(config));
     }
     let wrapped = pubsub::PushConfig {
@@ -191,13 +193,13 @@ fn push_configurations_map_in_and_out() {
         wrapper: Some(Wrapper::PubsubWrapper(Default::default())),
         ..Default::default()
     };
-    assert_eq!(push_config_in(Some(&wrapped)).unwrap().wrapper, crate::catalog::PushWrapper::Pubsub);
+    assert_eq!(push_config_in(Some(&wrapped), "p").unwrap().wrapper, crate::catalog::PushWrapper::Pubsub);
     let without_endpoint = pubsub::PushConfig {
         authentication_method: Some(AuthenticationMethod::OidcToken(token)),
         ..Default::default()
     };
-    assert_eq!(push_config_in(Some(&without_endpoint)), None);
-    assert_eq!(push_config_in(None), None);
+    assert_eq!(push_config_in(Some(&without_endpoint), "p"), None);
+    assert_eq!(push_config_in(None, "p"), None);
     let pull = subscription_in(&subscription()).unwrap().1;
     assert_eq!(subscription_out("p", pull, 0).push_config, Some(pubsub::PushConfig::default()));
 }
