@@ -3,10 +3,11 @@
 
 use crate::{Client, Result};
 use ringpost_wire::messages::{
-    ClusterAddNodeRequest, ClusterRemoveNodeRequest, ClusterStatusResponse, Empty, ListRequest, NameRequest,
-    PushConfig, ResyncDirectoryRequest, ResyncDirectoryResponse, SeekRequest, Snapshot, SnapshotList,
-    SnapshotRequest, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionWithPush, Topic,
-    UpdateSubscriptionRequest, UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
+    ClusterAddNodeRequest, ClusterDrainRequest, ClusterDrainStatusResponse, ClusterRemoveNodeRequest,
+    ClusterStatusResponse, Empty, ListRequest, NameRequest, PushConfig, ResyncDirectoryRequest,
+    ResyncDirectoryResponse, SeekRequest, Snapshot, SnapshotList, SnapshotRequest, StatsResponse,
+    StatsWithPushResponse, Subscription, SubscriptionWithPush, Topic, UpdateSubscriptionRequest,
+    UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -190,6 +191,20 @@ impl Client {
         let timeout = self.request_timeout.max(REMOVE_NODE_TIMEOUT);
         let _: Empty = self.control_within(Command::ClusterRemoveNode, &request, timeout).await?;
         Ok(())
+    }
+
+    /// Drains node `node_id` (`draining`), or no longer: once the catalog records it, routers
+    /// hand out none of its forwarders and the catalog's leader moves its leaderships away.
+    /// Answered once recorded; `drain_status` tells when the node is empty.
+    pub async fn drain_node(&self, node_id: u64, draining: bool) -> Result<()> {
+        let _: Empty =
+            self.control(Command::ClusterDrain, &ClusterDrainRequest { node_id, draining }).await?;
+        Ok(())
+    }
+
+    /// Every draining node and what it still holds.
+    pub async fn drain_status(&self) -> Result<ClusterDrainStatusResponse> {
+        self.control(Command::ClusterDrainStatus, &Empty {}).await
     }
 
     /// Seeks a subscription to a time (milliseconds since the Unix epoch): messages published

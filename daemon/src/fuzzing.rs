@@ -329,6 +329,7 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             grpc_address: "10.0.0.2:8085".to_owned(),
         }),
         CatalogEntry::NodeRemoved { node_id: NodeId::new(3) },
+        CatalogEntry::NodeDraining { node_id: NodeId::new(2), draining: true },
         CatalogEntry::TopicReplicasChanged {
             id: TopicId::new(5),
             replicas: vec![ShardId::from_global(0x1_0001), ShardId::from_global(0x2_0002)],

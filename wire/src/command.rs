@@ -92,6 +92,12 @@ pub enum Command {
     /// `ClusterRemoveNodeRequest` → `Empty` (router, decided by the catalog's leader): a node
     /// that holds no topic leaves the cluster.
     ClusterRemoveNode = 64,
+    /// `ClusterDrainRequest` → `Empty` (router, decided by the catalog's leader): a node drains
+    /// (its forwarders handed to no one, its leaderships moved) or no longer does. A daemon
+    /// from before drains answers `InvalidArgument` (unknown command).
+    ClusterDrain = 66,
+    /// `Empty` → `ClusterDrainStatusResponse` (router): what each draining node still holds.
+    ClusterDrainStatus = 67,
     /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft AppendEntries, from its
     /// leader to another voter. The bytes are the catalog's own encoding of the request.
     PeerAppendEntries = 70,
@@ -139,7 +145,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 48] = [
+    pub const ALL: [Command; 50] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -175,6 +181,8 @@ impl Command {
         Command::ClusterStatus,
         Command::ClusterAddNode,
         Command::ClusterRemoveNode,
+        Command::ClusterDrain,
+        Command::ClusterDrainStatus,
         Command::PeerAppendEntries,
         Command::PeerVote,
         Command::PeerSnapshot,
@@ -227,6 +235,8 @@ impl Command {
             63 => Command::ClusterAddNode,
             64 => Command::ClusterRemoveNode,
             65 => Command::StatsWithPush,
+            66 => Command::ClusterDrain,
+            67 => Command::ClusterDrainStatus,
             70 => Command::PeerAppendEntries,
             71 => Command::PeerVote,
             72 => Command::PeerSnapshot,

@@ -51,6 +51,9 @@ const KIND_TOPIC_LEADER_ELECTED: u8 = 20;
 const KIND_NODE_REMOVED: u8 = 21;
 /// A replicated topic's replicas after one was added or removed (a replica move's steps).
 const KIND_TOPIC_REPLICAS_CHANGED: u8 = 22;
+/// A node drained (`ringpost cluster drain`) or undrained: a version before it refuses the
+/// kind (unknown), never reading it as another entry.
+const KIND_NODE_DRAINING: u8 = 23;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -294,6 +297,13 @@ pub enum CatalogEntry {
         epoch: u64,
         leader: ShardId,
     },
+    /// A registered node is draining (`ringpost cluster drain`), or no longer (`undrain`):
+    /// while it drains, routers hand out none of its forwarders, new placements go elsewhere
+    /// where they can, and the catalog's leader moves its topics' leaderships away.
+    NodeDraining {
+        node_id: NodeId,
+        draining: bool,
+    },
 }
 
 impl CatalogEntry {
@@ -388,6 +398,9 @@ impl CatalogEntry {
                 .clone(),
             CatalogEntry::NodeRemoved { node_id } => {
                 Encoder::new(KIND_NODE_REMOVED).u64(node_id.get()).0.clone()
+            }
+            CatalogEntry::NodeDraining { node_id, draining } => {
+                Encoder::new(KIND_NODE_DRAINING).u64(node_id.get()).bool(*draining).0.clone()
             }
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
@@ -497,6 +510,9 @@ impl CatalogEntry {
                 id: TopicId::new(d.u64()?),
                 replicas: decode_replicas(&mut d)?,
             },
+            KIND_NODE_DRAINING => {
+                CatalogEntry::NodeDraining { node_id: NodeId::new(d.u64()?), draining: d.bool()? }
+            }
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -827,6 +843,8 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
             CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),
             CatalogEntry::NodeRemoved { node_id } => write!(f, "remove node {node_id}"),
+            CatalogEntry::NodeDraining { node_id, draining: true } => write!(f, "drain node {node_id}"),
+            CatalogEntry::NodeDraining { node_id, draining: false } => write!(f, "undrain node {node_id}"),
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let numbers: Vec<u32> = replicas.iter().map(|replica| replica.global()).collect();
                 write!(f, "topic {id:x} replicated on shards {numbers:x?}")

@@ -5,7 +5,7 @@
 use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SubscriptionRecord, TopicRecord};
 use crate::codec::{DecodeResult, Decoder};
 use crate::ids::{NodeId, ShardId, TopicId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The catalog: what the entries so far add up to.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -23,6 +23,9 @@ pub struct CatalogState {
     pub snapshots: BTreeMap<String, SnapshotRecord>,
     /// The cluster's nodes as they registered, by id; empty for a single node.
     pub nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Registered nodes being drained (`CatalogEntry::NodeDraining`), until undrained or
+    /// removed.
+    pub draining: BTreeSet<NodeId>,
 }
 
 /// What applying an entry did: the answer `client_write` returns to the proposer, and what the
@@ -132,7 +135,20 @@ impl CatalogState {
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 Applied::Updated(self.change_replicas(id, replicas))
             }
-            CatalogEntry::NodeRemoved { node_id } => Applied::Updated(self.nodes.remove(&node_id).is_some()),
+            CatalogEntry::NodeRemoved { node_id } => {
+                self.draining.remove(&node_id);
+                Applied::Updated(self.nodes.remove(&node_id).is_some())
+            }
+            // Only a registered node drains: one removed meanwhile stays out of the set.
+            CatalogEntry::NodeDraining { node_id, draining } => {
+                let registered = self.nodes.contains_key(&node_id);
+                if registered && draining {
+                    self.draining.insert(node_id);
+                } else {
+                    self.draining.remove(&node_id);
+                }
+                Applied::Updated(registered)
+            }
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 Applied::Updated(self.elect_leader(id, epoch, leader))
             }
@@ -211,6 +227,13 @@ impl CatalogState {
         }
         entries.push(CatalogEntry::NextId { next_id: self.next_id });
         entries.extend(self.nodes.values().cloned().map(CatalogEntry::NodeRegistered));
+        // After the registrations, which a draining node needs; none when no node drains, so
+        // that a catalog without drains is restated in the bytes every version reads.
+        entries.extend(
+            self.draining
+                .iter()
+                .map(|node_id| CatalogEntry::NodeDraining { node_id: *node_id, draining: true }),
+        );
         entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),

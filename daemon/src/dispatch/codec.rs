@@ -286,6 +286,10 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
         Operation::ClusterRemoveNode { node_id } => {
             encoder.u64(node_id.get());
         }
+        Operation::ClusterDrain { node_id, draining } => {
+            encoder.u64(node_id.get()).bool(*draining);
+        }
+        Operation::ClusterDrainStatus => {}
         Operation::ResyncDirectory { index } => {
             encoder.u32(*index);
         }
@@ -356,6 +360,10 @@ fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
             voter: decoder.bool()?,
         },
         Kind::ClusterRemoveNode => Operation::ClusterRemoveNode { node_id: NodeId::new(decoder.u64()?) },
+        Kind::ClusterDrain => {
+            Operation::ClusterDrain { node_id: NodeId::new(decoder.u64()?), draining: decoder.bool()? }
+        }
+        Kind::ClusterDrainStatus => Operation::ClusterDrainStatus,
         Kind::ResyncDirectory => Operation::ResyncDirectory { index: decoder.u32()? },
         Kind::Publish | Kind::Pull | Kind::StreamingPull | Kind::Acknowledge | Kind::ModifyAckDeadline => {
             return Err("a data-plane operation is not carried this way")
@@ -519,6 +527,8 @@ mod tests {
                 voter: true,
             },
             Operation::ClusterRemoveNode { node_id: NodeId::new(4) },
+            Operation::ClusterDrain { node_id: NodeId::new(3), draining: true },
+            Operation::ClusterDrainStatus,
             Operation::ResyncDirectory { index: 2 },
         ]
     }

@@ -268,6 +268,11 @@ impl<S: Storage> Door<S> {
                         .await
                 }
             },
+            Operation::ClusterDrain { node_id, draining } => {
+                router.drain_node(node_id, draining).await?;
+                Outcome::Done
+            }
+            Operation::ClusterDrainStatus => Outcome::Drains(router.drain_status()),
             Operation::ResyncDirectory { index } => {
                 Outcome::Resynced(router.resync_directory(index as usize).await?)
             }

@@ -47,12 +47,16 @@ pub enum Kind {
     /// Pub/Sub's ModifyPushConfig: a subscription's push configuration alone, changed (or
     /// removed, making it pull) as an UpdateSubscription would.
     ModifyPushConfig,
+    /// A node drained or undrained (`ringpost cluster drain|undrain`).
+    ClusterDrain,
+    /// What the draining nodes still hold.
+    ClusterDrainStatus,
 }
 
 impl Kind {
     /// Every kind; the tests check the table below against it. A kind's place here is its
     /// number between nodes (`dispatch::codec`), so new kinds go at the end.
-    pub const ALL: [Kind; 32] = {
+    pub const ALL: [Kind; 34] = {
         use Kind::*;
         [
             CreateTopic,
@@ -87,6 +91,8 @@ impl Kind {
             Acknowledge,
             ModifyAckDeadline,
             ModifyPushConfig,
+            ClusterDrain,
+            ClusterDrainStatus,
         ]
     };
 
@@ -119,8 +125,10 @@ impl Kind {
             GetSnapshot => Permission::SnapshotsGet,
             DeleteSnapshot => Permission::SnapshotsDelete,
             ListSnapshots => Permission::SnapshotsList,
-            Stats | ClusterStatus => Permission::DaemonStats,
-            ClusterAddNode | ClusterRemoveNode | ResyncDirectory => Permission::DaemonAdminister,
+            Stats | ClusterStatus | ClusterDrainStatus => Permission::DaemonStats,
+            ClusterAddNode | ClusterRemoveNode | ClusterDrain | ResyncDirectory => {
+                Permission::DaemonAdminister
+            }
         }
     }
 
@@ -159,6 +167,7 @@ impl Kind {
                 | DeleteSnapshot
                 | ClusterAddNode
                 | ClusterRemoveNode
+                | ClusterDrain
         )
     }
 
@@ -249,6 +258,12 @@ pub enum Operation {
     ClusterRemoveNode {
         node_id: NodeId,
     },
+    /// Node `node_id` drains (`draining`) or no longer does.
+    ClusterDrain {
+        node_id: NodeId,
+        draining: bool,
+    },
+    ClusterDrainStatus,
     ResyncDirectory {
         index: u32,
     },
@@ -283,6 +298,8 @@ impl Operation {
             Operation::ClusterStatus => Kind::ClusterStatus,
             Operation::ClusterAddNode { .. } => Kind::ClusterAddNode,
             Operation::ClusterRemoveNode { .. } => Kind::ClusterRemoveNode,
+            Operation::ClusterDrain { .. } => Kind::ClusterDrain,
+            Operation::ClusterDrainStatus => Kind::ClusterDrainStatus,
             Operation::ResyncDirectory { .. } => Kind::ResyncDirectory,
         }
     }
@@ -314,6 +331,8 @@ impl Operation {
             | Operation::ClusterStatus
             | Operation::ClusterAddNode { .. }
             | Operation::ClusterRemoveNode { .. }
+            | Operation::ClusterDrain { .. }
+            | Operation::ClusterDrainStatus
             | Operation::ResyncDirectory { .. } => DAEMON,
         }
     }
@@ -389,6 +408,8 @@ mod tests {
                 | Kind::ClusterStatus
                 | Kind::ClusterAddNode
                 | Kind::ClusterRemoveNode
+                | Kind::ClusterDrain
+                | Kind::ClusterDrainStatus
                 | Kind::ResyncDirectory => ResourceKind::Daemon,
                 _ => ResourceKind::Subscription,
             };

@@ -14,6 +14,7 @@ mod credentials;
 mod damage;
 mod deadlines;
 mod disks;
+mod drain;
 mod fail_stop;
 mod full_disk;
 mod grpc_admin;

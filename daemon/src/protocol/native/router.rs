@@ -187,6 +187,20 @@ fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
     }
 }
 
+fn drain_status_message(drains: Vec<crate::api::cluster::NodeDrain>) -> wire::ClusterDrainStatusResponse {
+    let nodes = drains
+        .into_iter()
+        .map(|drain| wire::NodeDrainStatus {
+            node_id: drain.node_id.get(),
+            leaderships: drain.leaderships,
+            leads_catalog: drain.leads_catalog,
+            single_replica_topics: drain.single_replica_topics,
+            single_replica_count: drain.single_replica_count,
+        })
+        .collect();
+    wire::ClusterDrainStatusResponse { nodes }
+}
+
 fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse {
     wire::ClusterStatusResponse {
         node_id: status.node_id.get(),
@@ -367,6 +381,14 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ResyncDirectory => Operation::ResyncDirectory {
             index: access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native(),
         },
+        Command::ClusterDrain => {
+            let request = access_body::<wire::ClusterDrainRequest>(body)?;
+            Operation::ClusterDrain {
+                node_id: NodeId::new(request.node_id.to_native()),
+                draining: request.draining,
+            }
+        }
+        Command::ClusterDrainStatus => Operation::ClusterDrainStatus,
         _ => return Ok(None),
     }))
 }
@@ -397,6 +419,7 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         Command::Stats => respond(header, &wire::StatsResponse::from(*outcome.into_stats()?)),
         Command::StatsWithPush => respond(header, &wire::StatsWithPushResponse::from(*outcome.into_stats()?)),
         Command::ClusterStatus => respond(header, &cluster_status_message(*outcome.into_cluster_status()?)),
+        Command::ClusterDrainStatus => respond(header, &drain_status_message(outcome.into_drains()?)),
         Command::ResyncDirectory => {
             let resynced = outcome.into_resynced()?;
             respond(
