@@ -4,10 +4,11 @@
 use crate::{Client, Result};
 use ringpost_wire::messages::{
     ClusterAddNodeRequest, ClusterDrainRequest, ClusterDrainStatusResponse, ClusterRemoveNodeRequest,
-    ClusterStatusResponse, Empty, ListRequest, NameRequest, PushConfig, ResyncDirectoryRequest,
-    ResyncDirectoryResponse, SeekRequest, Snapshot, SnapshotList, SnapshotRequest, StatsResponse,
-    StatsWithPushResponse, Subscription, SubscriptionWithPush, Topic, UpdateSubscriptionRequest,
-    UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
+    ClusterRestrictRequest, ClusterRestrictionsResponse, ClusterStatusResponse, Empty, ListRequest,
+    NameRequest, PushConfig, ResyncDirectoryRequest, ResyncDirectoryResponse, RoutingRule, SeekRequest,
+    Snapshot, SnapshotList, SnapshotRequest, StatsResponse, StatsWithPushResponse, Subscription,
+    SubscriptionWithPush, Topic, UpdateSubscriptionRequest, UpdateSubscriptionWithPushRequest,
+    UpdateTopicRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -200,6 +201,18 @@ impl Client {
         let _: Empty =
             self.control(Command::ClusterDrain, &ClusterDrainRequest { node_id, draining }).await?;
         Ok(())
+    }
+
+    /// Adds (`add`) or removes a routing restriction: which clients (a principal, or a source
+    /// range `ADDRESS/PREFIX`) may (`allow`) or may not be handed which nodes' forwarders.
+    pub async fn restrict_routes(&self, rule: RoutingRule, add: bool) -> Result<()> {
+        let _: Empty = self.control(Command::ClusterRestrict, &ClusterRestrictRequest { add, rule }).await?;
+        Ok(())
+    }
+
+    /// The routing restrictions, in the order they were added.
+    pub async fn routing_rules(&self) -> Result<ClusterRestrictionsResponse> {
+        self.control(Command::ClusterRestrictions, &Empty {}).await
     }
 
     /// Every draining node and what it still holds.

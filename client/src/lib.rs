@@ -46,7 +46,7 @@ pub use ringpost_wire::messages::{
     Attribute, ClusterDrainStatusResponse, ClusterStatusResponse, DirectoryStatus, FollowerStats,
     InvalidAckId, NodeDrainStatus, NodeStatus, ProcessStats, PubsubMessage, PushConfig, PushError,
     PushRequestCount, PushSubscriptionStats, ReceivedMessage, ReplicaStats, ResyncDirectoryResponse,
-    ShardStats, Snapshot, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionStats,
+    RoutingRule, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionStats,
     SubscriptionWithPush, Topic, TopicPlacement, TopicStats,
 };
 pub use ringpost_wire::{ErrorCode, Status};

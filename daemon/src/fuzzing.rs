@@ -330,6 +330,15 @@ fn catalog_entries() -> Vec<CatalogEntry> {
         }),
         CatalogEntry::NodeRemoved { node_id: NodeId::new(3) },
         CatalogEntry::NodeDraining { node_id: NodeId::new(2), draining: true },
+        CatalogEntry::RoutingRulesSet {
+            rules: vec![crate::catalog::routing::RoutingRule {
+                selector: crate::catalog::routing::ClientSelector::From(
+                    crate::catalog::routing::Cidr::parse("10.0.0.0/8").unwrap(),
+                ),
+                allow: false,
+                nodes: [NodeId::new(3)].into(),
+            }],
+        },
         CatalogEntry::TopicReplicasChanged {
             id: TopicId::new(5),
             replicas: vec![ShardId::from_global(0x1_0001), ShardId::from_global(0x2_0002)],

@@ -158,6 +158,8 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::api::cluster::CLUSTER_STATUS_TOPICS_MAX,
         crate::api::cluster::DRAIN_TOPICS_NAMED_MAX,
         crate::router::drain::DRAIN_PASS_INTERVAL,
+        crate::catalog::routing::ROUTING_RULES_MAX,
+        crate::catalog::routing::ROUTING_PRINCIPAL_BYTES_MAX,
         crate::net::http::HTTP_CONNECTIONS_MAX,
         crate::net::http::HTTP_CONNECTIONS_PER_PEER_MAX,
         crate::net::http::HTTP_REQUEST_HEAD_TIMEOUT,

@@ -98,6 +98,11 @@ pub enum Command {
     ClusterDrain = 66,
     /// `Empty` → `ClusterDrainStatusResponse` (router): what each draining node still holds.
     ClusterDrainStatus = 67,
+    /// `ClusterRestrictRequest` → `Empty` (router, decided by the catalog's leader): a routing
+    /// restriction added or removed.
+    ClusterRestrict = 68,
+    /// `Empty` → `ClusterRestrictionsResponse` (router): the routing restrictions.
+    ClusterRestrictions = 69,
     /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft AppendEntries, from its
     /// leader to another voter. The bytes are the catalog's own encoding of the request.
     PeerAppendEntries = 70,
@@ -145,7 +150,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 50] = [
+    pub const ALL: [Command; 52] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -183,6 +188,8 @@ impl Command {
         Command::ClusterRemoveNode,
         Command::ClusterDrain,
         Command::ClusterDrainStatus,
+        Command::ClusterRestrict,
+        Command::ClusterRestrictions,
         Command::PeerAppendEntries,
         Command::PeerVote,
         Command::PeerSnapshot,
@@ -237,6 +244,8 @@ impl Command {
             65 => Command::StatsWithPush,
             66 => Command::ClusterDrain,
             67 => Command::ClusterDrainStatus,
+            68 => Command::ClusterRestrict,
+            69 => Command::ClusterRestrictions,
             70 => Command::PeerAppendEntries,
             71 => Command::PeerVote,
             72 => Command::PeerSnapshot,

@@ -465,6 +465,28 @@ wire_type! {
 }
 
 wire_type! {
+    /// A routing restriction: the clients authenticated as `principal`, or connecting from the
+    /// range `from` (`ADDRESS/PREFIX`; exactly one of the two is set), may be handed only
+    /// `nodes`' forwarders (`allow`), or none of them.
+    pub struct RoutingRule {
+        pub principal: String,
+        pub from: String,
+        pub allow: bool,
+        pub nodes: Vec<u64>,
+    }
+}
+
+wire_type! {
+    /// `rule` added (`add`) or removed (the same rule as added).
+    pub struct ClusterRestrictRequest { pub add: bool, pub rule: RoutingRule }
+}
+
+wire_type! {
+    /// Every routing restriction, in the order they were added.
+    pub struct ClusterRestrictionsResponse { pub rules: Vec<RoutingRule> }
+}
+
+wire_type! {
     /// Every draining node, in id order.
     pub struct ClusterDrainStatusResponse { pub nodes: Vec<NodeDrainStatus> }
 }

@@ -697,6 +697,20 @@ mod round_trips {
         };
         let drains = ClusterDrainStatusResponse { nodes: vec![draining, NodeDrainStatus::default()] };
         check_round_trip(Command::ClusterDrainStatus, FLAG_RESPONSE, 16, &drains);
+        let rule = RoutingRule {
+            principal: String::new(),
+            from: "10.0.0.0/8".to_owned(),
+            allow: false,
+            nodes: vec![2, 3],
+        };
+        check_round_trip(
+            Command::ClusterRestrict,
+            0,
+            16,
+            &ClusterRestrictRequest { add: true, rule: rule.clone() },
+        );
+        let rules = ClusterRestrictionsResponse { rules: vec![rule, RoutingRule::default()] };
+        check_round_trip(Command::ClusterRestrictions, FLAG_RESPONSE, 16, &rules);
         let node = |node_id, voter, role: &str, matched_index| NodeStatus {
             node_id,
             cluster_address: format!("10.0.0.{node_id}:7460"),

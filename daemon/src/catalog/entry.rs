@@ -54,6 +54,8 @@ const KIND_TOPIC_REPLICAS_CHANGED: u8 = 22;
 /// A node drained (`ringpost cluster drain`) or undrained: a version before it refuses the
 /// kind (unknown), never reading it as another entry.
 const KIND_NODE_DRAINING: u8 = 23;
+/// The routing restrictions, whole, after one was added or removed.
+const KIND_ROUTING_RULES_SET: u8 = 24;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -304,6 +306,11 @@ pub enum CatalogEntry {
         node_id: NodeId,
         draining: bool,
     },
+    /// The routing restrictions from now on, every rule (`ringpost cluster restrict`); a node
+    /// of a version before them refuses the kind.
+    RoutingRulesSet {
+        rules: Vec<super::routing::RoutingRule>,
+    },
 }
 
 impl CatalogEntry {
@@ -401,6 +408,9 @@ impl CatalogEntry {
             }
             CatalogEntry::NodeDraining { node_id, draining } => {
                 Encoder::new(KIND_NODE_DRAINING).u64(node_id.get()).bool(*draining).0.clone()
+            }
+            CatalogEntry::RoutingRulesSet { rules } => {
+                super::routing::encode_rules(&mut Encoder::new(KIND_ROUTING_RULES_SET), rules).0.clone()
             }
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
@@ -512,6 +522,9 @@ impl CatalogEntry {
             },
             KIND_NODE_DRAINING => {
                 CatalogEntry::NodeDraining { node_id: NodeId::new(d.u64()?), draining: d.bool()? }
+            }
+            KIND_ROUTING_RULES_SET => {
+                CatalogEntry::RoutingRulesSet { rules: super::routing::decode_rules(&mut d)? }
             }
             _ => return Err("unknown catalog entry kind"),
         };
@@ -845,6 +858,7 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::NodeRemoved { node_id } => write!(f, "remove node {node_id}"),
             CatalogEntry::NodeDraining { node_id, draining: true } => write!(f, "drain node {node_id}"),
             CatalogEntry::NodeDraining { node_id, draining: false } => write!(f, "undrain node {node_id}"),
+            CatalogEntry::RoutingRulesSet { rules } => write!(f, "{} routing rule(s)", rules.len()),
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let numbers: Vec<u32> = replicas.iter().map(|replica| replica.global()).collect();
                 write!(f, "topic {id:x} replicated on shards {numbers:x?}")

@@ -26,6 +26,8 @@ pub struct CatalogState {
     /// Registered nodes being drained (`CatalogEntry::NodeDraining`), until undrained or
     /// removed.
     pub draining: BTreeSet<NodeId>,
+    /// The routing restrictions (`router::restrictions`), in the order they were added.
+    pub routing_rules: Vec<super::routing::RoutingRule>,
 }
 
 /// What applying an entry did: the answer `client_write` returns to the proposer, and what the
@@ -139,6 +141,10 @@ impl CatalogState {
                 self.draining.remove(&node_id);
                 Applied::Updated(self.nodes.remove(&node_id).is_some())
             }
+            CatalogEntry::RoutingRulesSet { rules } => {
+                self.routing_rules = rules;
+                Applied::Done
+            }
             // Only a registered node drains: one removed meanwhile stays out of the set.
             CatalogEntry::NodeDraining { node_id, draining } => {
                 let registered = self.nodes.contains_key(&node_id);
@@ -234,6 +240,9 @@ impl CatalogState {
                 .iter()
                 .map(|node_id| CatalogEntry::NodeDraining { node_id: *node_id, draining: true }),
         );
+        if !self.routing_rules.is_empty() {
+            entries.push(CatalogEntry::RoutingRulesSet { rules: self.routing_rules.clone() });
+        }
         entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),

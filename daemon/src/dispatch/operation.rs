@@ -51,12 +51,16 @@ pub enum Kind {
     ClusterDrain,
     /// What the draining nodes still hold.
     ClusterDrainStatus,
+    /// A routing restriction added or removed (`ringpost cluster restrict add|remove`).
+    ClusterRestrict,
+    /// The routing restrictions.
+    ClusterRestrictions,
 }
 
 impl Kind {
     /// Every kind; the tests check the table below against it. A kind's place here is its
     /// number between nodes (`dispatch::codec`), so new kinds go at the end.
-    pub const ALL: [Kind; 34] = {
+    pub const ALL: [Kind; 36] = {
         use Kind::*;
         [
             CreateTopic,
@@ -93,6 +97,8 @@ impl Kind {
             ModifyPushConfig,
             ClusterDrain,
             ClusterDrainStatus,
+            ClusterRestrict,
+            ClusterRestrictions,
         ]
     };
 
@@ -125,8 +131,8 @@ impl Kind {
             GetSnapshot => Permission::SnapshotsGet,
             DeleteSnapshot => Permission::SnapshotsDelete,
             ListSnapshots => Permission::SnapshotsList,
-            Stats | ClusterStatus | ClusterDrainStatus => Permission::DaemonStats,
-            ClusterAddNode | ClusterRemoveNode | ClusterDrain | ResyncDirectory => {
+            Stats | ClusterStatus | ClusterDrainStatus | ClusterRestrictions => Permission::DaemonStats,
+            ClusterAddNode | ClusterRemoveNode | ClusterDrain | ClusterRestrict | ResyncDirectory => {
                 Permission::DaemonAdminister
             }
         }
@@ -168,6 +174,7 @@ impl Kind {
                 | ClusterAddNode
                 | ClusterRemoveNode
                 | ClusterDrain
+                | ClusterRestrict
         )
     }
 
@@ -264,6 +271,12 @@ pub enum Operation {
         draining: bool,
     },
     ClusterDrainStatus,
+    /// `rule` added (`add`) or removed.
+    ClusterRestrict {
+        rule: crate::catalog::routing::RoutingRule,
+        add: bool,
+    },
+    ClusterRestrictions,
     ResyncDirectory {
         index: u32,
     },
@@ -300,6 +313,8 @@ impl Operation {
             Operation::ClusterRemoveNode { .. } => Kind::ClusterRemoveNode,
             Operation::ClusterDrain { .. } => Kind::ClusterDrain,
             Operation::ClusterDrainStatus => Kind::ClusterDrainStatus,
+            Operation::ClusterRestrict { .. } => Kind::ClusterRestrict,
+            Operation::ClusterRestrictions => Kind::ClusterRestrictions,
             Operation::ResyncDirectory { .. } => Kind::ResyncDirectory,
         }
     }
@@ -333,6 +348,8 @@ impl Operation {
             | Operation::ClusterRemoveNode { .. }
             | Operation::ClusterDrain { .. }
             | Operation::ClusterDrainStatus
+            | Operation::ClusterRestrict { .. }
+            | Operation::ClusterRestrictions
             | Operation::ResyncDirectory { .. } => DAEMON,
         }
     }
@@ -410,6 +427,8 @@ mod tests {
                 | Kind::ClusterRemoveNode
                 | Kind::ClusterDrain
                 | Kind::ClusterDrainStatus
+                | Kind::ClusterRestrict
+                | Kind::ClusterRestrictions
                 | Kind::ResyncDirectory => ResourceKind::Daemon,
                 _ => ResourceKind::Subscription,
             };

@@ -28,6 +28,8 @@ pub enum Outcome {
     ClusterStatus(Box<ClusterStatus>),
     /// What each draining node still holds.
     Drains(Vec<NodeDrain>),
+    /// The routing restrictions.
+    RoutingRules(Vec<crate::catalog::routing::RoutingRule>),
     Resynced(Resynced),
 }
 
@@ -60,6 +62,7 @@ impl Outcome {
     into_variant!(into_stats, Stats, Box<Stats>);
     into_variant!(into_cluster_status, ClusterStatus, Box<ClusterStatus>);
     into_variant!(into_drains, Drains, Vec<NodeDrain>);
+    into_variant!(into_routing_rules, RoutingRules, Vec<crate::catalog::routing::RoutingRule>);
     into_variant!(into_resynced, Resynced, Resynced);
 
     pub fn into_done(self) -> Result<(), Status> {

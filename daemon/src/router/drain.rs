@@ -2,8 +2,11 @@
 //! started again with no client error. The catalog records the node as draining
 //! (`CatalogEntry::NodeDraining`, so a restart keeps it drained), and from then on:
 //!
-//! 1. every router leaves its forwarders out of every lookup list (`handed_out`); clients that
-//!    hold an older list still reach them, and are relayed or answered `NotOwner` there;
+//! 1. every router leaves its forwarders out of every lookup list (`handed_out`) but as the
+//!    leader of what it still leads, which stays first: a native publish goes to its topic's
+//!    leader and is not relayed, so a list without it would fail publishers until the
+//!    leadership moved (seconds), and for good for a topic of one replica. Clients that hold an
+//!    older list still reach the node, and are relayed or answered `NotOwner` there;
 //! 2. placement puts its forwarders last (`draining_last`): a new topic's leader is elsewhere,
 //!    and a replica lands there only when the count asked for needs every node;
 //! 3. the catalog's leader moves each replicated topic's leadership off it (`drain_pass`): an
@@ -34,14 +37,13 @@ use std::time::Duration;
 /// a pass that found some waits this long before it looks again.
 pub const DRAIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The forwarders handed out to a client, in the order given, those of draining nodes left out;
-/// the whole list when every one is on a draining node (never an empty list: `check_drain`
-/// keeps one node undrained, so that happens only while a node registers).
-pub fn handed_out(order: Vec<ShardId>, draining: &BTreeSet<NodeId>) -> Vec<ShardId> {
+/// The forwarders handed out to a client, in the order given, those of draining nodes left out
+/// but `owner`, the resource's leader, while it leads there; never an empty list.
+pub fn handed_out(order: Vec<ShardId>, owner: ShardId, draining: &BTreeSet<NodeId>) -> Vec<ShardId> {
     if draining.is_empty() || order.iter().all(|shard| draining.contains(&shard.node())) {
         return order;
     }
-    order.into_iter().filter(|shard| !draining.contains(&shard.node())).collect()
+    order.into_iter().filter(|shard| *shard == owner || !draining.contains(&shard.node())).collect()
 }
 
 /// Placement's order of preference with the forwarders of draining nodes moved to the end,
@@ -252,14 +254,20 @@ mod tests {
         state
     }
 
-    /// A lookup list leaves out the draining node's forwarders and keeps the rest's order; a
-    /// list with nothing else is handed out whole rather than empty.
+    /// A lookup list leaves out the draining node's forwarders but the leader while it leads
+    /// there, and keeps the rest's order; a list with nothing else is handed out whole rather
+    /// than empty.
     #[test]
-    fn hand_outs_leave_draining_nodes_out_but_never_empty_a_list() {
+    fn hand_outs_leave_draining_nodes_out_but_their_leader_and_never_empty_a_list() {
         let order = vec![shard(2, 0), shard(1, 1), shard(2, 1), shard(3, 0)];
-        assert_eq!(handed_out(order.clone(), &nodes(&[])), order);
-        assert_eq!(handed_out(order.clone(), &nodes(&[2])), vec![shard(1, 1), shard(3, 0)]);
-        assert_eq!(handed_out(vec![shard(2, 0)], &nodes(&[2])), vec![shard(2, 0)]);
+        assert_eq!(handed_out(order.clone(), shard(2, 0), &nodes(&[])), order);
+        assert_eq!(
+            handed_out(order.clone(), shard(2, 0), &nodes(&[2])),
+            vec![shard(2, 0), shard(1, 1), shard(3, 0)]
+        );
+        let moved = vec![shard(1, 1), shard(2, 0), shard(2, 1), shard(3, 0)];
+        assert_eq!(handed_out(moved, shard(1, 1), &nodes(&[2])), vec![shard(1, 1), shard(3, 0)]);
+        assert_eq!(handed_out(vec![shard(2, 0)], shard(2, 0), &nodes(&[2])), vec![shard(2, 0)]);
         assert_eq!(
             draining_last(order, &nodes(&[2])),
             vec![shard(1, 1), shard(3, 0), shard(2, 0), shard(2, 1)]

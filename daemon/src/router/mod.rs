@@ -285,6 +285,7 @@ impl<S: Storage> Router<S> {
         key: &str,
         topic_id: TopicId,
         local_address: Option<SocketAddr>,
+        client: Option<&restrictions::RouteClient>,
     ) -> Result<Vec<ForwarderAddress>, ControlError> {
         // Every protocol's route goes through here: a removed node's catalog is stale, and
         // what it would route to no longer counts it.
@@ -298,9 +299,16 @@ impl<S: Storage> Router<S> {
             .ok_or_else(|| ControlError::Unavailable("the topic's forwarder is gone".into()))?;
         let order = layout.placement.preference(key, owner);
         let order = order.into_iter().map(|index| layout.shards[index as usize]).collect();
-        // A draining node's forwarders are handed to no one (they still answer those who hold
-        // an older list).
-        let order = drain::handed_out(order, &self.state.borrow().draining);
+        // A client's list keeps to its routing restrictions; the gRPC gateway's, which only
+        // finds the leader to carry a call to, does not.
+        let order = match client {
+            Some(client) => restrictions::restrict(order, &self.state.borrow().routing_rules, client)
+                .map_err(ControlError::failed_precondition)?,
+            None => order,
+        };
+        // A draining node's forwarders are handed to no one but as the leader (they still
+        // answer those who hold an older list).
+        let order = drain::handed_out(order, shard, &self.state.borrow().draining);
         let this_node = self.node_id();
         Ok(order
             .into_iter()
@@ -367,6 +375,7 @@ pub mod elections;
 mod error;
 mod members;
 pub mod moves;
+pub mod restrictions;
 mod watch;
 pub use members::{NodeRemoval, MEMBERSHIP_CHANGE_TIMEOUT, NODE_ID_MAX};
 pub use watch::CLUSTER_WATCH_INTERVAL;

@@ -1,4 +1,4 @@
-//! `ringpost cluster drain` on three nodes under load: the drained node (the catalog's leader,
+//! Routing restrictions and `ringpost cluster drain` on three nodes. The drain runs under load: the drained node (the catalog's leader,
 //! so that its lead of the catalog moves too) ends leading nothing and handed out to no one,
 //! is killed and started again, and is undrained, while four publishers and two acknowledging
 //! subscribers run through the other nodes' routers without one error, and every acknowledged
@@ -252,4 +252,90 @@ fn a_drained_node_leads_nothing_is_handed_to_no_one_and_restarts_unseen_by_clien
             drain(&reader, &format!("{topic}-sub"), true).into_values().collect();
         assert_eq!(&delivered, &sent[topic], "{topic}: the delivered messages are not the acknowledged ones");
     }
+}
+
+/// Routing restrictions: a rule picking this test's clients (by their loopback address, then by
+/// their principal) keeps every router's lookup lists to the nodes it allows and away from
+/// those it denies; rules leaving a client no forwarder get it a refusal naming them; removed,
+/// the lists are whole again.
+#[test]
+fn a_restricted_client_is_never_handed_a_denied_node() {
+    let cluster = Cluster::start("restrict", 3, Vec::new());
+    let admin = cluster.node(1).client();
+    let topics: Vec<String> = (0..3).map(|index| format!("restricted-{index}")).collect();
+    for topic in &topics {
+        block_on(admin.create_topic(topic)).unwrap();
+    }
+    // A router that has not applied a change yet may still refuse: an empty list here.
+    let lists = |cluster: &Cluster| -> Vec<Vec<String>> {
+        let handed = |asked: u64, topic: &str| {
+            block_on(cluster.node(asked).client().lookup_topic(topic)).unwrap_or_default()
+        };
+        cluster.ids().flat_map(|asked| topics.iter().map(move |topic| handed(asked, topic))).collect()
+    };
+    assert!(lists(&cluster).iter().all(|list| list.len() == 3));
+    let cli = |args: &[&str]| succeeded(&cluster.node(2).cli(args));
+
+    // Allowed node 3 alone: every list is its one forwarder (each node applies the rule
+    // within moments of the one that carried it).
+    cli(&["cluster", "restrict-add", "--from", "127.0.0.1/32", "--allow", "3"]);
+    eventually(Duration::from_secs(10), "every list is one forwarder", || {
+        lists(&cluster).iter().all(|list| list.len() == 1)
+    });
+    let allowed = lists(&cluster);
+    let only = allowed[0].clone();
+    assert!(allowed.iter().all(|list| *list == only), "{allowed:?}");
+    let listed = cli(&["cluster", "restrict-list"]);
+    assert_eq!((field(listed.trim(), "from"), field(listed.trim(), "effect")), ("127.0.0.1/32", "allow"));
+
+    // Denied node 3 by principal: deny beats the allow, and the client is told why.
+    cli(&["cluster", "restrict-add", "--principal", "anonymous", "--deny", "3"]);
+    eventually(Duration::from_secs(10), "every router refuses the lookup", || {
+        cluster.ids().all(|asked| block_on(cluster.node(asked).client().lookup_topic(&topics[0])).is_err())
+    });
+    let refused = block_on(cluster.node(1).client().lookup_topic(&topics[0])).unwrap_err().to_string();
+    assert!(
+        refused.contains("routing restrictions leave anonymous (from 127.0.0.1) no forwarder"),
+        "{refused}"
+    );
+    cli(&["cluster", "restrict-remove", "--from", "127.0.0.1/32", "--allow", "3"]);
+    eventually(Duration::from_secs(10), "every list leaves node 3 out", || {
+        lists(&cluster).iter().all(|list| list.len() == 2 && !list.contains(&only[0]))
+    });
+
+    // Removed, every node is handed out again.
+    cli(&["cluster", "restrict-remove", "--principal", "anonymous", "--deny", "3"]);
+    eventually(Duration::from_secs(10), "every list is whole again", || {
+        lists(&cluster).iter().all(|list| list.len() == 3)
+    });
+    assert!(cli(&["cluster", "restrict-list"]).trim().is_empty());
+}
+
+/// A topic of one replica on a draining node cannot move: the drain says so by name and fails,
+/// and the node stays first in the topic's list (a native publish goes to the leader, and is
+/// not relayed), so its publishers and subscribers carry on.
+#[test]
+fn a_topic_of_one_replica_holds_a_drain_back_by_name_and_keeps_being_served() {
+    let cluster = Cluster::start("drain-single", 3, Vec::new());
+    succeeded(&cluster.node(1).cli(&["topic", "create", "lone", "--replicas", "1"]));
+    let holder = leaders(&cluster, 1)["lone"];
+    let other = cluster.ids().find(|id| *id != holder).unwrap();
+    let client = cluster.node(other).client();
+    create_subscription(&client, "lone-sub", "lone", 10);
+    let owner = handed(&cluster, other, "lone")[0].clone();
+
+    let output = cluster.node(other).cli(&["cluster", "drain", &holder.to_string(), "--wait", "30"]);
+    let refusal = ringpost_tests::failed(&output);
+    assert!(refusal.contains("holds 1 topic(s) of one replica") && refusal.contains("(lone)"), "{refusal}");
+    for asked in cluster.ids() {
+        let list = handed(&cluster, asked, "lone");
+        assert_eq!(list[0], owner, "node {asked} hands out {list:?}");
+    }
+    let published: HashSet<Vec<u8>> = (0..20).map(|sequence| payload(sequence, 64)).collect();
+    for data in &published {
+        block_on(client.publish("lone", vec![Message::new(data.clone())])).unwrap();
+    }
+    let delivered: HashSet<Vec<u8>> = drain(&client, "lone-sub", true).into_values().collect();
+    assert_eq!(delivered, published);
+    succeeded(&cluster.node(other).cli(&["cluster", "undrain", &holder.to_string()]));
 }

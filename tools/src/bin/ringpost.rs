@@ -199,6 +199,79 @@ enum ClusterAction {
     RemoveNode(ClusterRemoveNodeCommand),
     Drain(ClusterDrainCommand),
     Undrain(ClusterUndrainCommand),
+    RestrictAdd(ClusterRestrictAddCommand),
+    RestrictRemove(ClusterRestrictRemoveCommand),
+    RestrictList(ClusterRestrictListCommand),
+}
+
+/// add a routing restriction: the clients of a principal (--principal) or of a source range
+/// (--from ADDRESS/PREFIX) are handed only the forwarders of --allow's nodes, or none of
+/// --deny's. A node denied by any rule that picks a client is never handed to it (deny beats
+/// allow); with allow rules, only their nodes are; a client left no forwarder is refused,
+/// naming the rules
+#[derive(FromArgs)]
+#[argh(subcommand, name = "restrict-add")]
+struct ClusterRestrictAddCommand {
+    #[argh(option)]
+    /// the principal the rule is about (a token's name, a certificate's identity, `anonymous`)
+    principal: Option<String>,
+    #[argh(option)]
+    /// the source addresses the rule is about, ADDRESS/PREFIX (10.1.0.0/16, 2001:db8::/32)
+    from: Option<String>,
+    #[argh(option)]
+    /// hand these clients only these nodes' forwarders (ids, comma separated)
+    allow: Option<String>,
+    #[argh(option)]
+    /// never hand these clients these nodes' forwarders (ids, comma separated)
+    deny: Option<String>,
+}
+
+/// remove a routing restriction, given as it was added
+#[derive(FromArgs)]
+#[argh(subcommand, name = "restrict-remove")]
+struct ClusterRestrictRemoveCommand {
+    #[argh(option)]
+    /// the rule's principal
+    principal: Option<String>,
+    #[argh(option)]
+    /// the rule's source range
+    from: Option<String>,
+    #[argh(option)]
+    /// the rule's allowed nodes
+    allow: Option<String>,
+    #[argh(option)]
+    /// the rule's denied nodes
+    deny: Option<String>,
+}
+
+/// list the routing restrictions, in the order they were added
+#[derive(FromArgs)]
+#[argh(subcommand, name = "restrict-list")]
+struct ClusterRestrictListCommand {}
+
+/// A routing rule from the CLI's options: a principal or a range, and allowed or denied nodes.
+fn routing_rule(
+    principal: Option<String>,
+    from: Option<String>,
+    allow: Option<String>,
+    deny: Option<String>,
+) -> Result<ringpost_client::RoutingRule, Failure> {
+    let (principal, from) = match (principal, from) {
+        (Some(principal), None) => (principal, String::new()),
+        (None, Some(from)) => (String::new(), from),
+        _ => return Err(Failure::usage("give --principal NAME or --from ADDRESS/PREFIX, one of the two")),
+    };
+    let (allow, nodes) = match (allow, deny) {
+        (Some(nodes), None) => (true, nodes),
+        (None, Some(nodes)) => (false, nodes),
+        _ => return Err(Failure::usage("give --allow NODES or --deny NODES, one of the two")),
+    };
+    let nodes = nodes
+        .split(',')
+        .map(|node| node.trim().parse::<u64>())
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|_| Failure::usage(format!("'{nodes}' is not a list of node ids (2,3)")))?;
+    Ok(ringpost_client::RoutingRule { principal, from, allow, nodes })
 }
 
 /// drain a node before stopping it: routers stop handing out its forwarders and its topics'
@@ -2230,6 +2303,38 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 "{}",
                 json::object(&[("node_id", undrain.node_id.to_string()), ("draining", "false".to_owned())])
             );
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::RestrictAdd(add) }) => {
+            let rule = routing_rule(add.principal, add.from, add.allow, add.deny)?;
+            client.restrict_routes(rule, true).await?;
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::RestrictRemove(remove) }) => {
+            let rule = routing_rule(remove.principal, remove.from, remove.allow, remove.deny)?;
+            client.restrict_routes(rule, false).await?;
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::RestrictList(_) }) => {
+            let rules = client.routing_rules().await?.rules;
+            let rows = rules
+                .iter()
+                .map(|rule| {
+                    let nodes: Vec<String> = rule.nodes.iter().map(u64::to_string).collect();
+                    let effect = if rule.allow { "allow" } else { "deny" };
+                    let (who, client_of) = if rule.principal.is_empty() {
+                        ("from", &rule.from)
+                    } else {
+                        ("principal", &rule.principal)
+                    };
+                    (
+                        vec![who.to_owned(), client_of.clone(), effect.to_owned(), nodes.join(",")],
+                        json::object(&[
+                            (who, json::string(client_of)),
+                            ("effect", json::string(effect)),
+                            ("nodes", format!("[{}]", nodes.join(","))),
+                        ]),
+                    )
+                })
+                .collect();
+            print_rows(output, &["clients", "of", "effect", "nodes"], rows);
         }
         Command::Cluster(ClusterCommand { action: ClusterAction::RemoveNode(remove) }) => {
             client.remove_node(remove.node_id).await?;
