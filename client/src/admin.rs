@@ -4,11 +4,12 @@
 use crate::{Client, Result};
 use ringpost_wire::messages::{
     ClusterAddNodeRequest, ClusterDrainRequest, ClusterDrainStatusResponse, ClusterRemoveNodeRequest,
-    ClusterRestrictRequest, ClusterRestrictionsResponse, ClusterStatusResponse, Empty, ListRequest,
-    NameRequest, PushConfig, ResyncDirectoryRequest, ResyncDirectoryResponse, RoutingRule, SeekRequest,
-    Snapshot, SnapshotList, SnapshotRequest, StatsResponse, StatsWithPushResponse, Subscription,
-    SubscriptionWithPush, Topic, UpdateSubscriptionRequest, UpdateSubscriptionWithPushRequest,
-    UpdateTopicRequest,
+    ClusterRestrictRequest, ClusterRestrictionsResponse, ClusterStatusResponse,
+    CreateTopicWithSourcesRequest, Empty, ListRequest, NameRequest, PushConfig, ResyncDirectoryRequest,
+    ResyncDirectoryResponse, RoutingRule, SeekRequest, Snapshot, SnapshotList, SnapshotRequest,
+    StatsResponse, StatsWithPushResponse, Subscription, SubscriptionWithPush, Topic, TopicWithSources,
+    UpdateSubscriptionRequest, UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
+    UpdateTopicSourcesRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -95,6 +96,39 @@ impl Client {
             update_mask.push("message_retention_duration".to_owned());
         }
         self.control(Command::UpdateTopic, &UpdateTopicRequest { topic, update_mask }).await
+    }
+
+    /// Creates `topic` with `sources` publish sources (0 or 1: one), each a replicated log of
+    /// `replicas` nodes (0: the cluster's default) with its own leader, on a forwarder shard of
+    /// its own: a topic has at most as many sources as the cluster has shards to give them.
+    pub async fn create_topic_with_sources(
+        &self,
+        topic: Topic,
+        replicas: u32,
+        sources: u32,
+    ) -> Result<TopicWithSources> {
+        let request = CreateTopicWithSourcesRequest { topic, replicas, sources };
+        self.control(Command::CreateTopicWithSources, &request).await
+    }
+
+    /// A topic with each of its sources' leader, source 0 first. A daemon from before sources
+    /// does not know the command (`Unimplemented`): its topic comes then, with no source listed,
+    /// which means one.
+    pub async fn get_topic_with_sources(&self, name: &str) -> Result<TopicWithSources> {
+        let request = NameRequest { name: name.to_owned() };
+        match self.control(Command::GetTopicWithSources, &request).await {
+            Err(error) if error.code() == crate::ErrorCode::Unimplemented => {
+                Ok(TopicWithSources { topic: self.get_topic(name).await?, ..Default::default() })
+            }
+            answered => answered,
+        }
+    }
+
+    /// Raises a topic's number of publish sources to `sources` (never lowers it: a source is
+    /// not retired yet).
+    pub async fn update_topic_sources(&self, name: &str, sources: u32) -> Result<TopicWithSources> {
+        let request = UpdateTopicSourcesRequest { name: name.to_owned(), sources };
+        self.control(Command::UpdateTopicSources, &request).await
     }
 
     /// Changes a subscription's settings (UpdateSubscription) and returns the subscription as

@@ -47,7 +47,7 @@ pub use ringpost_wire::messages::{
     InvalidAckId, NodeDrainStatus, NodeStatus, ProcessStats, PubsubMessage, PushConfig, PushError,
     PushRequestCount, PushSubscriptionStats, ReceivedMessage, ReplicaStats, ResyncDirectoryResponse,
     RoutingRule, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionStats,
-    SubscriptionWithPush, Topic, TopicPlacement, TopicStats,
+    SubscriptionWithPush, Topic, TopicPlacement, TopicSource, TopicStats, TopicWithSources,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use security::Security;
@@ -1059,6 +1059,12 @@ mod tests {
                     encode_frame(command, FLAG_RESPONSE, id, &hello)
                 }
                 Command::GetTopic => encode_frame(command, FLAG_RESPONSE, id, &Topic::default()),
+                // As a daemon from before topics had several sources answers it.
+                Command::GetTopicWithSources => encode_error(
+                    command,
+                    id,
+                    &Status::new(ErrorCode::Unimplemented, format!("unknown command {command}")),
+                ),
                 Command::LookupTopic => {
                     seen.lock().unwrap().lookups += 1;
                     let forwarder = ShardAddress { shard: 0, address: own_address.clone() };
@@ -1392,6 +1398,21 @@ mod tests {
         let plain = client_of(&daemon);
         block_on(plain.get_topic("topic")).unwrap();
         assert_eq!(daemon.seen(|seen| seen.commands[2].clone()), [Command::Hello, Command::GetTopic]);
+    }
+
+    /// A daemon from before topics had several sources refuses GetTopicWithSources as an
+    /// unknown command: the client asks GetTopic then, and its topic has one source (none
+    /// listed).
+    #[test]
+    fn a_topics_sources_from_a_daemon_before_them_are_its_topic_alone() {
+        let daemon = FakeDaemon::start(&[]);
+        let client = client_of(&daemon);
+        let shown = block_on(client.get_topic_with_sources("topic")).unwrap();
+        assert_eq!(shown, TopicWithSources { topic: Topic::default(), ..Default::default() });
+        assert_eq!(
+            daemon.seen(|seen| seen.commands[0].clone()),
+            [Command::Hello, Command::GetTopicWithSources, Command::GetTopic]
+        );
     }
 
     fn client_of(daemon: &FakeDaemon) -> Client {

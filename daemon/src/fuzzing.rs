@@ -348,6 +348,15 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             epoch: 3,
             leader: ShardId::from_global(0x2_0002),
         },
+        CatalogEntry::SourceAdded(crate::catalog::SourceRecord {
+            id: TopicId::new(8),
+            topic_id: TopicId::new(5),
+            source: crate::ids::SourceId::new(1).unwrap(),
+            shard: ShardId::from_global(0x2_0000),
+            created_ms: 1_700_000_000_002,
+            replicas: [0x2_0000, 0x3_0000, 0x1_0000].map(ShardId::from_global).to_vec(),
+            epoch: 1,
+        }),
     ]
 }
 
@@ -425,6 +434,7 @@ fn control_samples() -> Vec<Vec<u8>> {
             name: "projects/p/topics/orders".to_owned(),
             retention_seconds: 3600,
             recovering: true,
+            source: crate::ids::SourceId::FIRST,
         },
         ControlRequest::AttachSubscription {
             subscription_id: 6,

@@ -274,6 +274,8 @@ pub struct SourceId(u32);
 impl SourceId {
     /// The source every topic has, and the only one until topics have several.
     pub const FIRST: SourceId = SourceId(0);
+    /// The highest source a message id can name.
+    pub const LAST: SourceId = SourceId(SOURCES_PER_TOPIC_MAX - 1);
 
     /// A source by number; `None` past `SOURCES_PER_TOPIC_MAX`, which message ids cannot name.
     pub const fn new(number: u32) -> Option<SourceId> {

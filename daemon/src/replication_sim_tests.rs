@@ -363,6 +363,7 @@ async fn start(world: &Rc<World>, node: usize, recovering: bool) {
         name: TOPIC.to_owned(),
         retention_seconds: 0,
         recovering,
+        source: crate::ids::SourceId::FIRST,
     };
     // A spare holds no replica until a move adds it.
     if world.members().contains(&node) {
@@ -981,6 +982,7 @@ async fn two_replicas() -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder
             name: TOPIC.to_owned(),
             retention_seconds: 0,
             recovering: false,
+            source: crate::ids::SourceId::FIRST,
         };
         forwarder.control(attach).await.expect("a replica attaches");
         forwarders.push(forwarder);

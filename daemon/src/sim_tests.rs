@@ -132,6 +132,7 @@ async fn start(
         name: TOPIC.into(),
         retention_seconds: 0,
         recovering,
+        source: crate::ids::SourceId::FIRST,
     };
     if let Err(status) = forwarder.control(topic).await {
         panic!("seed {seed}, life {life}: the node does not attach its topic: {status:?}");

@@ -17,6 +17,16 @@ pub enum Command {
     GetTopic = 11,
     /// `CreateTopicRequest` → `Topic` (router): `CreateTopic` with its replicas' number.
     CreateReplicatedTopic = 16,
+    /// `CreateTopicWithSourcesRequest` → `TopicWithSources` (router): `CreateReplicatedTopic`
+    /// with its publish sources' number.
+    CreateTopicWithSources = 17,
+    /// `NameRequest` → `TopicWithSources` (router): `GetTopic` with its sources and their
+    /// leaders. A daemon from before sources answers `Unimplemented`; ask `GetTopic` then (a
+    /// topic there has one source).
+    GetTopicWithSources = 18,
+    /// `UpdateTopicSourcesRequest` → `TopicWithSources` (router): raise a topic's sources'
+    /// number (never lowered yet).
+    UpdateTopicSources = 19,
     /// `ListRequest` → `TopicList` (router).
     ListTopics = 12,
     /// `NameRequest` → `Empty` (router).
@@ -150,7 +160,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 52] = [
+    pub const ALL: [Command; 55] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -160,6 +170,9 @@ impl Command {
         Command::LookupTopic,
         Command::UpdateTopic,
         Command::CreateReplicatedTopic,
+        Command::CreateTopicWithSources,
+        Command::GetTopicWithSources,
+        Command::UpdateTopicSources,
         Command::CreateSubscription,
         Command::GetSubscription,
         Command::ListSubscriptions,
@@ -216,6 +229,9 @@ impl Command {
             14 => Command::LookupTopic,
             15 => Command::UpdateTopic,
             16 => Command::CreateReplicatedTopic,
+            17 => Command::CreateTopicWithSources,
+            18 => Command::GetTopicWithSources,
+            19 => Command::UpdateTopicSources,
             20 => Command::CreateSubscription,
             21 => Command::GetSubscription,
             22 => Command::ListSubscriptions,

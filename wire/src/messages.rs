@@ -78,6 +78,27 @@ wire_type! {
 }
 
 wire_type! {
+    /// `CreateTopicRequest` with the number of the topic's publish sources (each a replicated
+    /// log with its own leader, on a forwarder shard of its own; 0 for one).
+    pub struct CreateTopicWithSourcesRequest { pub topic: Topic, pub replicas: u32, pub sources: u32 }
+}
+
+wire_type! {
+    /// A topic's sources' number from now on: at least what it has.
+    pub struct UpdateTopicSourcesRequest { pub name: String, pub sources: u32 }
+}
+
+wire_type! {
+    /// A topic with its replicas' number and each publish source's leader, source 0 first.
+    pub struct TopicWithSources { pub topic: Topic, pub replicas: u32, pub sources: Vec<TopicSource> }
+}
+
+wire_type! {
+    /// One of a topic's publish sources: its number and where its leader is.
+    pub struct TopicSource { pub number: u32, pub leader_node: u64, pub leader_shard: u32 }
+}
+
+wire_type! {
     pub struct TopicList { pub topics: Vec<Topic>, pub next_page_token: String }
 }
 

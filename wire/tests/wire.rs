@@ -485,6 +485,26 @@ mod round_trips {
         );
     }
 
+    /// A topic's sources' bodies (commands 17 to 19).
+    #[test]
+    fn topics_with_sources() {
+        let topic = Topic { name: "projects/p/topics/hot".to_owned(), message_retention_seconds: 60 };
+        let create = CreateTopicWithSourcesRequest { topic: topic.clone(), replicas: 3, sources: 2 };
+        check_round_trip(Command::CreateTopicWithSources, 0, 10, &create);
+        let update = UpdateTopicSourcesRequest { name: topic.name.clone(), sources: 4 };
+        check_round_trip(Command::UpdateTopicSources, 0, 11, &update);
+        let shown = TopicWithSources {
+            topic,
+            replicas: 3,
+            sources: vec![
+                TopicSource { number: 0, leader_node: 1, leader_shard: 0 },
+                TopicSource { number: 1, leader_node: 2, leader_shard: 1 },
+            ],
+        };
+        check_round_trip(Command::GetTopicWithSources, FLAG_RESPONSE, 12, &shown);
+        check_round_trip(Command::GetTopicWithSources, FLAG_RESPONSE, 13, &TopicWithSources::default());
+    }
+
     /// The push configuration's bodies (commands 26 to 29), every field set and none.
     #[test]
     fn subscriptions_with_push() {

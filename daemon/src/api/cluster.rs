@@ -20,7 +20,8 @@ pub struct ClusterStatus {
     /// Every member of the catalog's group, voters and learners, in id order.
     pub nodes: Vec<NodeStatus>,
     /// Replicated topics as the answering node's applied catalog places them, in name order,
-    /// at most `CLUSTER_STATUS_TOPICS_MAX`; how many more there are.
+    /// each followed by its sources after the first as `topic#n`, at most
+    /// `CLUSTER_STATUS_TOPICS_MAX` rows; how many more there are.
     pub topics: Vec<TopicPlacement>,
     pub topics_omitted: u64,
     /// Why the answering node does not serve as a member of the cluster, if it does not: it

@@ -24,6 +24,12 @@ pub struct Topic {
     /// How many nodes hold its messages (odd): asked at creation, 0 for the default (the
     /// cluster's nodes, at most 3, odd); reported as it is.
     pub replicas: u32,
+    /// How many publish sources it has (each a replicated log with its own leader): asked at
+    /// creation, 0 for one; reported as it is.
+    pub sources: u32,
+    /// Reported only: each source's leader, source 0 first (empty in a request, and in a
+    /// listing).
+    pub source_leaders: Vec<crate::ids::ShardId>,
 }
 
 /// A subscription's settings, which the catalog stores as they are (defaults applied).
@@ -75,6 +81,8 @@ pub struct TopicUpdate {
     pub name: String,
     pub message_retention_seconds: Option<u64>,
     pub labels: Option<Labels>,
+    /// Its publish sources' number; only upward (a source is added, none retired).
+    pub sources: Option<u32>,
 }
 
 /// The changes of an UpdateSubscription, checked; `None` leaves a setting as it is.

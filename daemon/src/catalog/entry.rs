@@ -12,7 +12,7 @@
 //! the one-time import of such a catalog and because some of them are still written.
 
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::{NodeId, ShardId, SnapshotId, TopicId};
+use crate::ids::{NodeId, ShardId, SnapshotId, SourceId, TopicId};
 
 const KIND_BOOT: u8 = 1;
 const KIND_TOPIC_CREATED: u8 = 2;
@@ -51,11 +51,14 @@ const KIND_TOPIC_LEADER_ELECTED: u8 = 20;
 const KIND_NODE_REMOVED: u8 = 21;
 /// A replicated topic's replicas after one was added or removed (a replica move's steps).
 const KIND_TOPIC_REPLICAS_CHANGED: u8 = 22;
+/// One more publish source of a topic (`SourceRecord`). A node of the version before sources
+/// refuses the kind as unknown, so it never takes a topic of several sources for one of one.
+const KIND_SOURCE_ADDED: u8 = 23;
 /// A node drained (`ringpost cluster drain`) or undrained: a version before it refuses the
 /// kind (unknown), never reading it as another entry.
-const KIND_NODE_DRAINING: u8 = 23;
+const KIND_NODE_DRAINING: u8 = 24;
 /// The routing restrictions, whole, after one was added or removed.
-const KIND_ROUTING_RULES_SET: u8 = 24;
+const KIND_ROUTING_RULES_SET: u8 = 25;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -103,6 +106,41 @@ impl TopicRecord {
     }
 
     /// Every forwarder holding a replica, the leader first.
+    pub fn replica_shards(&self) -> Vec<ShardId> {
+        if self.replicas.is_empty() {
+            vec![self.shard]
+        } else {
+            self.replicas.clone()
+        }
+    }
+}
+
+/// One of a topic's publish sources after the first (source 0 is the topic's own record and
+/// log, as before topics had several). It is a unit of its own, with its own id from the
+/// catalog's counter, its own replicas, epoch and leader, so that what is keyed by a `TopicId`
+/// (log folders, a shard's registry, replication, elections, replica moves) handles it as it
+/// handles a topic; it knows its topic and its `SourceId`, which its message ids and ack ids
+/// carry. No shard holds two units of one topic (`CatalogState::apply` refuses it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRecord {
+    /// The unit's own id, never a topic's.
+    pub id: TopicId,
+    pub topic_id: TopicId,
+    /// Never `SourceId::FIRST`, which is the topic's own record.
+    pub source: SourceId,
+    /// Its leader's forwarder shard.
+    pub shard: ShardId,
+    /// Milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// As a topic's: every forwarder holding a replica, the leader among them; empty for a
+    /// source of one replica, on `shard` alone.
+    pub replicas: Vec<ShardId>,
+    /// As a topic's: its leader's epoch, 0 for a source of one replica.
+    pub epoch: u64,
+}
+
+impl SourceRecord {
+    /// Every forwarder holding a replica, the leader first when it was placed.
     pub fn replica_shards(&self) -> Vec<ShardId> {
         if self.replicas.is_empty() {
             vec![self.shard]
@@ -299,6 +337,11 @@ pub enum CatalogEntry {
         epoch: u64,
         leader: ShardId,
     },
+    /// A topic's publish source after the first, placed: applied only while its topic lives,
+    /// and only if no other unit of the topic has that source number or a replica on its shards.
+    /// The entries that elect, move and place a topic's leader and replicas apply to a source
+    /// by its unit id.
+    SourceAdded(SourceRecord),
     /// A registered node is draining (`ringpost cluster drain`), or no longer (`undrain`):
     /// while it drains, routers hand out none of its forwarders, new placements go elsewhere
     /// where they can, and the catalog's leader moves its topics' leaderships away.
@@ -420,6 +463,20 @@ impl CatalogEntry {
                 }
                 encoder.0
             }
+            CatalogEntry::SourceAdded(source) => {
+                let mut encoder = Encoder::new(KIND_SOURCE_ADDED);
+                encoder
+                    .u64(source.id.get())
+                    .u64(source.topic_id.get())
+                    .u32(source.source.get())
+                    .u32(source.shard.global())
+                    .u64(source.created_ms)
+                    .u32(source.replicas.len() as u32);
+                for replica in &source.replicas {
+                    encoder.u32(replica.global());
+                }
+                encoder.u64(source.epoch).0.clone()
+            }
         }
     }
 
@@ -520,6 +577,7 @@ impl CatalogEntry {
                 id: TopicId::new(d.u64()?),
                 replicas: decode_replicas(&mut d)?,
             },
+            KIND_SOURCE_ADDED => CatalogEntry::SourceAdded(decode_source(&mut d)?),
             KIND_NODE_DRAINING => {
                 CatalogEntry::NodeDraining { node_id: NodeId::new(d.u64()?), draining: d.bool()? }
             }
@@ -582,6 +640,25 @@ fn decode_replicated_topic(d: &mut Decoder) -> DecodeResult<TopicRecord> {
     let epoch = d.u64()?;
     let labels = decode_labels_trailer(d)?;
     Ok(TopicRecord { id, name, message_retention_seconds, shard, created_ms, labels, replicas, epoch })
+}
+
+/// A source's addition (`KIND_SOURCE_ADDED`), after its kind.
+fn decode_source(d: &mut Decoder) -> DecodeResult<SourceRecord> {
+    let (id, topic_id, number) = (TopicId::new(d.u64()?), TopicId::new(d.u64()?), d.u32()?);
+    let source = SourceId::new(number).ok_or("a source number past SOURCES_PER_TOPIC_MAX")?;
+    if source == SourceId::FIRST {
+        return Err("an added source numbered 0, which is the topic's own");
+    }
+    if id == topic_id {
+        return Err("a source whose unit id is its topic's");
+    }
+    let (shard, created_ms) = (ShardId::from_global(d.u32()?), d.u64()?);
+    let replicas = decode_replicas(d)?;
+    if !replicas.is_empty() && !replicas.contains(&shard) {
+        return Err("a replicated source whose leader is not one of its replicas");
+    }
+    let epoch = d.u64()?;
+    Ok(SourceRecord { id, topic_id, source, shard, created_ms, replicas, epoch })
 }
 
 /// A topic's replicas: their count, at most `REPLICAS_MAX`, then each one's shard.
@@ -866,6 +943,14 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 write!(f, "topic {id:x} led by shard {} from epoch {epoch}", leader.global())
             }
+            CatalogEntry::SourceAdded(source) => write!(
+                f,
+                "topic {:x} source {} ({:x}) on shard {}",
+                source.topic_id,
+                source.source.get(),
+                source.id,
+                source.shard.global()
+            ),
         }
     }
 }

@@ -27,7 +27,7 @@ mod voters_sim_tests;
 
 pub use entry::{
     forwarder_name, global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, OidcToken, PushConfig,
-    PushWrapper, SnapshotRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord,
+    PushWrapper, SnapshotRecord, SourceRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord,
 };
 pub use error::CatalogError;
 pub use state::{Applied, CatalogState};

@@ -55,6 +55,18 @@ impl Placement {
         unreachable!("n * ceil(c * (m + 1) / n) > m, so some forwarder has room")
     }
 
+    /// Chooses a forwarder for a new key among those `excluded` leaves, walking the ring as
+    /// `place` does, and counts it there; `None` when none of them has room below the bound.
+    pub fn place_avoiding(&mut self, key: &str, excluded: impl Fn(u32) -> bool) -> Option<u32> {
+        let capacity = self.capacity();
+        let start = self.ring_index(key);
+        let forwarder = (0..self.ring.len())
+            .map(|step| self.ring[(start + step) % self.ring.len()].1)
+            .find(|forwarder| !excluded(*forwarder) && self.loads[*forwarder as usize] < capacity)?;
+        self.loads[forwarder as usize] += 1;
+        Some(forwarder)
+    }
+
     /// Counts a key that is already placed (recovery) on `forwarder`.
     pub fn assign(&mut self, forwarder: u32) {
         self.loads[forwarder as usize] += 1;
@@ -91,6 +103,39 @@ impl Placement {
     }
 }
 
+/// Where a topic's source goes: a forwarder holding none of the topic's units (`shard_taken`),
+/// on a node holding none of them (`node_taken`) if one such has room below the bound, else on
+/// any node; if every forwarder left is at the bound (the exclusions can leave only full ones),
+/// the least loaded of them. `None` when every forwarder holds one of the topic's units.
+/// `key` names the topic and the source's number (`source_key`).
+pub fn place_source(
+    placement: &mut Placement,
+    key: &str,
+    shard_taken: impl Fn(u32) -> bool,
+    node_taken: impl Fn(u32) -> bool,
+) -> Option<u32> {
+    if let Some(forwarder) =
+        placement.place_avoiding(key, |forwarder| shard_taken(forwarder) || node_taken(forwarder))
+    {
+        return Some(forwarder);
+    }
+    if let Some(forwarder) = placement.place_avoiding(key, &shard_taken) {
+        return Some(forwarder);
+    }
+    let forwarder = (0..placement.loads.len() as u32)
+        .filter(|forwarder| !shard_taken(*forwarder))
+        .min_by_key(|forwarder| placement.loads[*forwarder as usize])?;
+    placement.assign(forwarder);
+    Some(forwarder)
+}
+
+/// The key a topic's source `number` is placed by: its topic's name and its number, joined by a
+/// character no topic name holds (Pub/Sub's names allow letters, digits and `-._~%+`), so that
+/// it is never another topic's key.
+pub fn source_key(topic: &str, number: u32) -> String {
+    format!("{topic}#{number}")
+}
+
 fn hash_of<T: Hash>(state: &ahash::RandomState, value: &T) -> u64 {
     state.hash_one(value)
 }
@@ -124,6 +169,53 @@ mod tests {
         let mut sorted = order.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, vec![0, 1, 2, 3]);
+    }
+
+    /// Topics of three sources on 8 forwarders of 4 nodes: each topic's units on 3 distinct
+    /// forwarders of 3 distinct nodes, and every forwarder within the bound of all the units.
+    #[test]
+    fn sources_land_on_distinct_shards_and_nodes_within_bounded_loads() {
+        let node_of = |forwarder: u32| forwarder / 2;
+        let mut placement = Placement::new(8, 1.25);
+        for topic in 0..300 {
+            let name = format!("projects/p/topics/t{topic}");
+            let mut units = vec![placement.place(&name)];
+            for number in 1..3 {
+                let chosen = place_source(
+                    &mut placement,
+                    &source_key(&name, number),
+                    |forwarder| units.contains(&forwarder),
+                    |forwarder| units.iter().any(|unit| node_of(*unit) == node_of(forwarder)),
+                )
+                .unwrap();
+                units.push(chosen);
+            }
+            let mut nodes: Vec<u32> = units.iter().map(|unit| node_of(*unit)).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            assert_eq!(nodes.len(), 3, "topic {topic}'s units {units:?}");
+        }
+        // 900 units on 8 forwarders at c = 1.25: ceil(1.25 * 900 / 8) = 141.
+        assert_eq!(placement.loads().iter().sum::<u64>(), 900);
+        assert!(placement.loads().iter().all(|load| *load <= 141), "{:?}", placement.loads());
+    }
+
+    /// With the other nodes taken, a source goes to another shard of the same node; with every
+    /// shard taken, nowhere.
+    #[test]
+    fn a_source_falls_back_to_a_shard_of_a_taken_node_and_never_to_a_taken_shard() {
+        let mut placement = Placement::new(2, 1.25);
+        let first = placement.place("projects/p/topics/hot");
+        let second = place_source(
+            &mut placement,
+            &source_key("projects/p/topics/hot", 1),
+            |forwarder| forwarder == first,
+            |_| true,
+        );
+        assert_eq!(second, Some(1 - first));
+        let third = place_source(&mut placement, &source_key("projects/p/topics/hot", 2), |_| true, |_| true);
+        assert_eq!(third, None);
+        assert_eq!(placement.loads(), &[1, 1]);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! state and one decided entry, so that every replica (and every replay) that applies the same
 //! entries in the same order holds the same catalog.
 
-use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SubscriptionRecord, TopicRecord};
+use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SourceRecord, SubscriptionRecord, TopicRecord};
 use crate::codec::{DecodeResult, Decoder};
-use crate::ids::{NodeId, ShardId, TopicId};
+use crate::ids::{NodeId, ShardId, SourceId, TopicId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The catalog: what the entries so far add up to.
@@ -28,6 +28,19 @@ pub struct CatalogState {
     pub draining: BTreeSet<NodeId>,
     /// The routing restrictions (`router::restrictions`), in the order they were added.
     pub routing_rules: Vec<super::routing::RoutingRule>,
+    /// Every topic's sources after the first, by topic and source (a topic's in order).
+    pub sources: BTreeMap<(TopicId, SourceId), SourceRecord>,
+    /// A source's unit id → its topic and number, so that the entries naming a unit by id
+    /// (elections, replica moves) find a source as they find a topic.
+    pub source_units: HashMap<TopicId, (TopicId, SourceId)>,
+}
+
+/// The fields that place a unit (a topic's own log, or one of its other sources), as the
+/// entries that move, re-replicate or elect change them.
+struct UnitPlacement<'a> {
+    shard: &'a mut ShardId,
+    replicas: &'a mut Vec<ShardId>,
+    epoch: &'a mut u64,
 }
 
 /// What applying an entry did: the answer `client_write` returns to the proposer, and what the
@@ -71,8 +84,16 @@ impl CatalogState {
             }
             CatalogEntry::TopicDeleted { id } => {
                 let removed = self.topic_names.remove(&id).and_then(|name| self.topics.remove(&name));
+                // Its sources go with it: the router reads them before it proposes the deletion.
+                let numbers: Vec<SourceId> = self.sources_of(id).map(|source| source.source).collect();
+                for number in numbers {
+                    if let Some(source) = self.sources.remove(&(id, number)) {
+                        self.source_units.remove(&source.id);
+                    }
+                }
                 Applied::TopicDeleted(removed)
             }
+            CatalogEntry::SourceAdded(source) => self.add_source(source),
             CatalogEntry::TopicPlaced { id, shard } => {
                 self.place_topic(id, shard);
                 Applied::Done
@@ -169,50 +190,109 @@ impl CatalogState {
         }
     }
 
-    /// Topic `id` moves to `shard`: its leader's replica with it.
+    /// Unit `id`'s placement: a topic's own, or one of its other sources'.
+    fn unit_mut(&mut self, id: TopicId) -> Option<UnitPlacement<'_>> {
+        if let Some(name) = self.topic_names.get(&id) {
+            let topic = self.topics.get_mut(name)?;
+            return Some(UnitPlacement {
+                shard: &mut topic.shard,
+                replicas: &mut topic.replicas,
+                epoch: &mut topic.epoch,
+            });
+        }
+        let key = self.source_units.get(&id)?;
+        let source = self.sources.get_mut(key)?;
+        Some(UnitPlacement {
+            shard: &mut source.shard,
+            replicas: &mut source.replicas,
+            epoch: &mut source.epoch,
+        })
+    }
+
+    /// Unit `id` moves to `shard`: its leader's replica with it.
     fn place_topic(&mut self, id: TopicId, shard: ShardId) {
-        let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
-        if let Some(topic) = topic {
-            let leader = topic.shard;
-            if let Some(replica) = topic.replicas.iter_mut().find(|replica| **replica == leader) {
+        if let Some(unit) = self.unit_mut(id) {
+            let leader = *unit.shard;
+            if let Some(replica) = unit.replicas.iter_mut().find(|replica| **replica == leader) {
                 *replica = shard;
             }
-            topic.shard = shard;
+            *unit.shard = shard;
         }
     }
 
-    /// Topic `id`'s replicas become `replicas` if it is replicated and they are at least two,
+    /// Unit `id`'s replicas become `replicas` if it is replicated and they are at least two,
     /// on as many nodes, its leader among them; whether they did.
     fn change_replicas(&mut self, id: TopicId, replicas: Vec<ShardId>) -> bool {
-        let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
         let nodes: std::collections::BTreeSet<NodeId> = replicas.iter().map(|shard| shard.node()).collect();
-        match topic {
-            Some(topic)
-                if topic.replicas.len() > 1
+        match self.unit_mut(id) {
+            Some(unit)
+                if unit.replicas.len() > 1
                     && replicas.len() >= 2
                     && nodes.len() == replicas.len()
-                    && replicas.contains(&topic.shard) =>
+                    && replicas.contains(unit.shard) =>
             {
-                topic.replicas = replicas;
+                *unit.replicas = replicas;
                 true
             }
             _ => false,
         }
     }
 
-    /// Replica `leader` leads topic `id` from `epoch` on; whether it does.
+    /// Replica `leader` leads unit `id` from `epoch` on; whether it does.
     fn elect_leader(&mut self, id: TopicId, epoch: u64, leader: ShardId) -> bool {
-        let topic = self.topic_names.get(&id).and_then(|name| self.topics.get_mut(name));
-        match topic {
+        match self.unit_mut(id) {
             // One leader per epoch: a second election of an epoch, or an older one decided
             // late, changes nothing.
-            Some(topic) if epoch > topic.epoch && topic.replicas.contains(&leader) => {
-                topic.shard = leader;
-                topic.epoch = epoch;
+            Some(unit) if epoch > *unit.epoch && unit.replicas.contains(&leader) => {
+                *unit.shard = leader;
+                *unit.epoch = epoch;
                 true
             }
             _ => false,
         }
+    }
+
+    /// A topic's source after the first: refused if its topic is gone (a deletion committed
+    /// first), if its number or unit id is taken by another, or if one of its shards already
+    /// holds a unit of the topic (a shard serves one source of a topic, so that on a shard a
+    /// topic's name still names one log).
+    fn add_source(&mut self, source: SourceRecord) -> Applied {
+        let Some(topic) = self.topic_by_id(source.topic_id) else {
+            return Applied::Updated(false);
+        };
+        let key = (source.topic_id, source.source);
+        if self.sources.get(&key).is_some_and(|existing| existing.id != source.id)
+            || self.source_units.get(&source.id).is_some_and(|existing| *existing != key)
+            || self.topic_names.contains_key(&source.id)
+        {
+            return refused(format!("source {} of topic '{}' exists", source.source.get(), topic.name));
+        }
+        let mut taken: Vec<ShardId> = topic.replica_shards();
+        taken.extend(
+            self.sources_of(source.topic_id)
+                .filter(|other| other.source != source.source)
+                .flat_map(SourceRecord::replica_shards),
+        );
+        if let Some(shard) = source.replica_shards().iter().find(|shard| taken.contains(shard)) {
+            return refused(format!(
+                "{shard} already holds a source of topic '{}': a shard serves one source of a topic",
+                topic.name
+            ));
+        }
+        self.take_id(source.id.get() + 1);
+        self.source_units.insert(source.id, key);
+        self.sources.insert(key, source);
+        Applied::Done
+    }
+
+    /// Topic `topic_id`'s sources after the first, in order.
+    pub fn sources_of(&self, topic_id: TopicId) -> impl Iterator<Item = &SourceRecord> + '_ {
+        self.sources.range((topic_id, SourceId::FIRST)..=(topic_id, SourceId::LAST)).map(|(_, source)| source)
+    }
+
+    /// How many sources topic `topic_id` has: its own and the others.
+    pub fn source_count(&self, topic_id: TopicId) -> usize {
+        1 + self.sources_of(topic_id).count()
     }
 
     fn take_id(&mut self, next: u64) {
@@ -244,6 +324,8 @@ impl CatalogState {
             entries.push(CatalogEntry::RoutingRulesSet { rules: self.routing_rules.clone() });
         }
         entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
+        // After every topic, which each source needs.
+        entries.extend(self.sources.values().cloned().map(CatalogEntry::SourceAdded));
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
         );

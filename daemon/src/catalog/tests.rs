@@ -662,3 +662,91 @@ fn a_replicated_topic_and_its_elections_round_trip_and_apply_once_per_epoch() {
     let restored = CatalogState::decode(&state.encode()).unwrap();
     assert_eq!(restored, state);
 }
+
+/// Source 1 of topic 9, unit 12, on `shard` alone.
+fn source(shard: ShardId) -> SourceRecord {
+    SourceRecord {
+        id: TopicId::new(12),
+        topic_id: TopicId::new(9),
+        source: crate::ids::SourceId::new(1).unwrap(),
+        shard,
+        created_ms: 1_700_000_000_002,
+        replicas: Vec::new(),
+        epoch: 0,
+    }
+}
+
+/// A topic's source after the first round-trips whole (a cut refused, and source 0 or the
+/// topic's own id refused), applies only beside its live topic on a shard holding none of the
+/// topic's units, takes the elections, replica moves and placements naming its unit, survives a
+/// checkpoint, and goes with its topic. A topic's entry, as every version wrote it, is a topic
+/// of one source.
+#[test]
+fn a_topics_sources_round_trip_apply_beside_it_and_go_with_it() {
+    let mut state = CatalogState::default();
+    state.apply(topic(9, 0));
+    assert_eq!(state.source_count(TopicId::new(9)), 1);
+
+    let replicated = SourceRecord {
+        shard: forwarder(2, 1),
+        replicas: vec![forwarder(2, 1), forwarder(3, 0), forwarder(1, 1)],
+        epoch: 1,
+        ..source(forwarder(1, 1))
+    };
+    for record in [source(forwarder(1, 1)), replicated.clone()] {
+        let entry = CatalogEntry::SourceAdded(record);
+        let encoded = entry.encode();
+        assert_eq!(CatalogEntry::decode(&encoded), Ok(entry.clone()));
+        for cut in 0..encoded.len() {
+            assert!(CatalogEntry::decode(&encoded[..cut]).is_err(), "a cut at {cut} decoded");
+        }
+    }
+    let first = SourceRecord { source: crate::ids::SourceId::FIRST, ..source(forwarder(1, 1)) };
+    let own_id = SourceRecord { id: TopicId::new(9), ..source(forwarder(1, 1)) };
+    let misled = SourceRecord { shard: forwarder(2, 0), ..replicated.clone() };
+    for refused in [first, own_id, misled] {
+        assert!(CatalogEntry::decode(&CatalogEntry::SourceAdded(refused).encode()).is_err());
+    }
+
+    // On the topic's own shard, or beside a topic that is not there: not applied.
+    assert!(matches!(state.apply(CatalogEntry::SourceAdded(source(forwarder(1, 0)))), Applied::Refused(_)));
+    let orphan = SourceRecord { topic_id: TopicId::new(10), ..source(forwarder(1, 1)) };
+    assert_eq!(state.apply(CatalogEntry::SourceAdded(orphan)), Applied::Updated(false));
+    assert_eq!(state.source_count(TopicId::new(9)), 1);
+
+    assert_eq!(state.apply(CatalogEntry::SourceAdded(replicated.clone())), Applied::Done);
+    assert_eq!(state.source_count(TopicId::new(9)), 2);
+    assert!(state.next_id > 12);
+    // Source 2 on a shard holding a replica of source 1: refused.
+    let beside = SourceRecord {
+        id: TopicId::new(13),
+        source: crate::ids::SourceId::new(2).unwrap(),
+        ..source(forwarder(3, 0))
+    };
+    assert!(matches!(state.apply(CatalogEntry::SourceAdded(beside)), Applied::Refused(_)));
+    // Source 1 again under another unit id: refused.
+    let twice = SourceRecord { id: TopicId::new(14), ..source(forwarder(2, 0)) };
+    assert!(matches!(state.apply(CatalogEntry::SourceAdded(twice)), Applied::Refused(_)));
+
+    let unit = TopicId::new(12);
+    let elected = CatalogEntry::TopicLeaderElected { id: unit, epoch: 2, leader: forwarder(3, 0) };
+    assert_eq!(state.apply(elected), Applied::Updated(true));
+    let moved = vec![forwarder(3, 0), forwarder(2, 1), forwarder(4, 0)];
+    assert_eq!(
+        state.apply(CatalogEntry::TopicReplicasChanged { id: unit, replicas: moved.clone() }),
+        Applied::Updated(true)
+    );
+    let now = state.sources_of(TopicId::new(9)).next().unwrap().clone();
+    assert_eq!((now.shard, now.epoch, now.replicas), (forwarder(3, 0), 2, moved));
+    // The topic itself is untouched by its source's entries.
+    assert_eq!(state.topics["topic-9"].shard, forwarder(1, 0));
+
+    let restored = CatalogState::decode(&state.encode()).unwrap();
+    assert_eq!(restored, state);
+
+    state.apply(CatalogEntry::TopicDeleted { id: TopicId::new(9) });
+    assert_eq!(state.sources_of(TopicId::new(9)).count(), 0);
+    assert!(state.source_units.is_empty());
+    let elected = CatalogEntry::TopicLeaderElected { id: unit, epoch: 3, leader: forwarder(2, 1) };
+    assert_eq!(state.apply(elected), Applied::Updated(false));
+}

@@ -72,9 +72,10 @@ impl ControlRequest {
     pub fn encode(&self) -> Vec<u8> {
         let mut encoder;
         match self {
-            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source } => {
                 encoder = Encoder::new(REQUEST_ATTACH_TOPIC);
                 encoder.u64(topic_id.get()).str(name).u64(*retention_seconds).bool(*recovering);
+                encode_source(&mut encoder, *source);
             }
             ControlRequest::DetachTopic { topic_id, delete_data } => {
                 encoder = Encoder::new(REQUEST_DETACH_TOPIC);
@@ -127,9 +128,10 @@ impl ControlRequest {
                 encoder = Encoder::new(REQUEST_RESYNC_DIRECTORY);
                 encoder.u64(*index as u64);
             }
-            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering } => {
+            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering, source } => {
                 encoder = Encoder::new(REQUEST_ATTACH_REPLICA);
                 encoder.u64(topic_id.get()).str(name).u64(*retention_seconds).bool(*recovering);
+                encode_source(&mut encoder, *source);
             }
             ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
                 encoder = Encoder::new(REQUEST_PROMOTE_REPLICA);
@@ -172,6 +174,7 @@ impl ControlRequest {
                     name: decoder.str()?,
                     retention_seconds: decoder.u64()?,
                     recovering: decoder.bool()?,
+                    source: decode_source(decoder)?,
                 })
             })?,
             REQUEST_DETACH_TOPIC => fields("control request DetachTopic", decoder, |decoder| {
@@ -238,6 +241,7 @@ impl ControlRequest {
                     name: decoder.str()?,
                     retention_seconds: decoder.u64()?,
                     recovering: decoder.bool()?,
+                    source: decode_source(decoder)?,
                 })
             })?,
             REQUEST_PROMOTE_REPLICA => fields("control request PromoteReplica", decoder, |decoder| {
@@ -768,6 +772,25 @@ fn decode_list<T>(
 }
 
 /// Reads a message's fields, naming the message in any error the codec reports.
+/// A unit's source, the last field of an attach: written only for a source after the first,
+/// so that a topic's own attach is the bytes it was, and a node of the version before sources
+/// refuses a source's (trailing bytes) rather than serve it as a topic's own log.
+fn encode_source(encoder: &mut Encoder, source: crate::ids::SourceId) {
+    if source != crate::ids::SourceId::FIRST {
+        encoder.u32(source.get());
+    }
+}
+
+fn decode_source(decoder: &mut Decoder) -> DecodeResult<crate::ids::SourceId> {
+    if decoder.is_empty() {
+        return Ok(crate::ids::SourceId::FIRST);
+    }
+    match crate::ids::SourceId::new(decoder.u32()?) {
+        Some(source) if source != crate::ids::SourceId::FIRST => Ok(source),
+        _ => Err("an attach naming source 0, or one past SOURCES_PER_TOPIC_MAX"),
+    }
+}
+
 fn fields<'a, T>(
     what: &str,
     decoder: &mut Decoder<'a>,
@@ -874,6 +897,7 @@ mod tests {
                 name: "projects/p/topics/orders".to_owned(),
                 retention_seconds: 3600,
                 recovering: true,
+                source: crate::ids::SourceId::FIRST,
             },
             ControlRequest::DetachTopic { topic_id: TopicId::new(17), delete_data: true },
             ControlRequest::AttachSubscription {
@@ -926,6 +950,7 @@ mod tests {
                 name: "orders".to_owned(),
                 retention_seconds: 0,
                 recovering: true,
+                source: crate::ids::SourceId::FIRST,
             },
             ControlRequest::PromoteReplica {
                 topic_id: TopicId::new(17),
@@ -1240,6 +1265,37 @@ mod tests {
         }
     }
 
+    /// An attach of a topic's own log is the bytes of the version before sources; one of
+    /// another source ends with its number, which that version refuses (trailing bytes) rather
+    /// than serve the source as a topic's own log, and which is never source 0.
+    #[test]
+    fn a_sources_attach_ends_with_its_number_and_a_topics_own_is_as_before() {
+        let attaches = requests().into_iter().filter(|request| {
+            matches!(request, ControlRequest::AttachTopic { .. } | ControlRequest::AttachReplica { .. })
+        });
+        let mut count = 0;
+        for mut request in attaches {
+            let before = request.encode();
+            match &mut request {
+                ControlRequest::AttachTopic { source, .. } | ControlRequest::AttachReplica { source, .. } => {
+                    *source = crate::ids::SourceId::new(3).unwrap()
+                }
+                _ => unreachable!(),
+            }
+            let bytes = request.encode();
+            assert_eq!((&bytes[..before.len()], bytes.len()), (&before[..], before.len() + 4));
+            assert_eq!(ControlRequest::decode(&bytes), Ok(request));
+            for length in before.len() + 1..bytes.len() {
+                assert!(ControlRequest::decode(&bytes[..length]).is_err(), "cut to {length} decoded");
+            }
+            let mut zero = before.clone();
+            zero.extend_from_slice(&0u32.to_le_bytes());
+            assert!(ControlRequest::decode(&zero).is_err(), "an attach naming source 0 decoded");
+            count += 1;
+        }
+        assert_eq!(count, 2, "the samples hold both attaches");
+    }
+
     /// A shard without push subscriptions answers Stats in the bytes of the version before
     /// them; one with them under a tag of its own, which that version refuses as unknown rather
     /// than misreads.
@@ -1273,16 +1329,20 @@ mod tests {
             bytes.push(0);
             let error = ControlRequest::decode(&bytes).unwrap_err();
             // A pull subscription's attach or update reads what follows as a push configuration
-            // (its optional last field), and refuses it as one.
-            let pull_subscription = matches!(
+            // (its optional last field), and refuses it as one; a topic's own attach reads it
+            // as a source's number (its optional last field), and refuses it cut.
+            let optional_last = matches!(
                 &request,
                 ControlRequest::AttachSubscription { settings, .. }
                     | ControlRequest::UpdateSettings {
                         update: SettingsUpdate::Subscription { settings, .. },
                         ..
                     } if settings.push.is_none()
+            ) || matches!(
+                &request,
+                ControlRequest::AttachTopic { .. } | ControlRequest::AttachReplica { .. }
             );
-            assert!(error.contains("1 trailing bytes") || pull_subscription, "{error}");
+            assert!(error.contains("1 trailing bytes") || optional_last, "{error}");
         }
         for ok in oks() {
             let mut bytes = ok.encode();

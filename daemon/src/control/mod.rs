@@ -20,6 +20,9 @@ pub enum ControlRequest {
         retention_seconds: u64,
         /// Attached at start-up: its folders exist, and are read from a cold cache.
         recovering: bool,
+        /// Which of its topic's publish sources the unit `topic_id` is: what its message ids
+        /// and ack ids name (`SourceId::FIRST` for a topic's own log).
+        source: crate::ids::SourceId,
     },
     /// Stop serving a topic; with `delete_data`, remove its files.
     DetachTopic {
@@ -90,6 +93,8 @@ pub enum ControlRequest {
         name: String,
         retention_seconds: u64,
         recovering: bool,
+        /// As `AttachTopic`'s.
+        source: crate::ids::SourceId,
     },
     /// Lead a replicated topic from `epoch`, which the catalog elected this replica for.
     PromoteReplica {

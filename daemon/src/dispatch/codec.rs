@@ -17,7 +17,7 @@ use crate::catalog::entry::{
 };
 use crate::catalog::routing::{Cidr, ClientSelector, RoutingRule};
 use crate::codec::{DecodeResult, Decoder, Encoder};
-use crate::ids::NodeId;
+use crate::ids::{NodeId, ShardId, SOURCES_PER_TOPIC_MAX};
 
 /// The format of a carried operation and of its answer. 2: a subscription's settings end with
 /// its push configuration (`encode_whole_settings`).
@@ -177,19 +177,42 @@ fn decode_list(decoder: &mut Decoder) -> DecodeResult<ListRequest> {
     Ok(ListRequest { topic: decoder.str()?, page_size: decoder.u32()?, page_token: decoder.str()? })
 }
 
+/// A topic, its last field wherever it is carried: a topic of several sources ends with their
+/// number and leaders, which a topic of one leaves out, so that a node of the version before
+/// sources reads it as it did and refuses the rest (trailing bytes) rather than take a topic of
+/// several sources for one of one.
 fn encode_topic(encoder: &mut Encoder, topic: &Topic) {
     encoder.str(&topic.name).u64(topic.message_retention_seconds);
     encode_labels(encoder, &topic.labels);
     encoder.u32(topic.replicas);
+    if topic.sources > 1 {
+        encoder.u32(topic.sources).u32(topic.source_leaders.len() as u32);
+        for leader in &topic.source_leaders {
+            encoder.u32(leader.global());
+        }
+    }
 }
 
 fn decode_topic(decoder: &mut Decoder) -> DecodeResult<Topic> {
-    Ok(Topic {
+    let mut topic = Topic {
         name: decoder.str()?,
         message_retention_seconds: decoder.u64()?,
         labels: decode_labels(decoder)?,
         replicas: decoder.u32()?,
-    })
+        sources: 0,
+        source_leaders: Vec::new(),
+    };
+    if !decoder.is_empty() {
+        topic.sources = decoder.u32()?;
+        let count = decoder.u32()?;
+        if count > topic.sources || count > SOURCES_PER_TOPIC_MAX {
+            return Err("more source leaders than sources");
+        }
+        for _ in 0..count {
+            topic.source_leaders.push(ShardId::from_global(decoder.u32()?));
+        }
+    }
+    Ok(topic)
 }
 
 fn encode_subscription(encoder: &mut Encoder, subscription: &Subscription) {
@@ -218,6 +241,10 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation) {
                 encoder.u64(seconds);
             });
             optional(encoder, update.labels.as_ref(), encode_labels);
+            // Last, and only when asked, as `encode_topic`'s sources.
+            if let Some(sources) = update.sources {
+                encoder.u32(sources);
+            }
         }
         Operation::GetTopic { name }
         | Operation::DeleteTopic { name }
@@ -319,6 +346,7 @@ fn decode_operation(decoder: &mut Decoder) -> DecodeResult<Operation> {
             name: decoder.str()?,
             message_retention_seconds: take_optional(decoder, |decoder| decoder.u64())?,
             labels: take_optional(decoder, decode_labels)?,
+            sources: if decoder.is_empty() { None } else { Some(decoder.u32()?) },
         }),
         Kind::GetTopic => Operation::GetTopic { name: decoder.str()? },
         Kind::DeleteTopic => Operation::DeleteTopic { name: decoder.str()? },
@@ -476,12 +504,14 @@ mod tests {
                 message_retention_seconds: 600,
                 labels: labels(),
                 replicas: 3,
+                ..Default::default()
             }),
             Operation::GetTopic { name: "t".into() },
             Operation::UpdateTopic(TopicUpdate {
                 name: "t".into(),
                 message_retention_seconds: Some(0),
                 labels: Some(labels()),
+                sources: None,
             }),
             Operation::UpdateTopic(TopicUpdate { name: "t".into(), ..Default::default() }),
             Operation::DeleteTopic { name: "t".into() },
@@ -603,6 +633,37 @@ mod tests {
                 assert!(decode_carried(&longer).is_err(), "{operation:?} with a byte more decoded");
             }
         }
+    }
+
+    /// A topic's sources are the last field of a create, an update and a topic answered, and
+    /// only when there are several: a topic of one source is encoded as before sources (so a
+    /// node of that version reads it), and one of several decodes whole, a cut within its
+    /// sources refused.
+    #[test]
+    fn a_topics_sources_are_carried_last_and_only_when_several() {
+        let one = Topic { name: "t".into(), replicas: 3, ..Default::default() };
+        let several = Topic {
+            sources: 3,
+            source_leaders: [0x1_0000, 0x2_0001, 0x3_0000].map(ShardId::from_global).to_vec(),
+            ..one.clone()
+        };
+        let as_before = encode_carried(&Principal::Anonymous, &Operation::CreateTopic(one.clone()));
+        let with_one = Topic { sources: 1, ..one.clone() };
+        assert_eq!(encode_carried(&Principal::Anonymous, &Operation::CreateTopic(with_one)), as_before);
+        let update = TopicUpdate { name: "t".into(), sources: Some(4), ..Default::default() };
+        for operation in [Operation::CreateTopic(several.clone()), Operation::UpdateTopic(update)] {
+            let encoded = encode_carried(&Principal::Anonymous, &operation);
+            assert_eq!(decode_carried(&encoded), Ok((Principal::Anonymous, operation.clone())));
+            let without = match &operation {
+                Operation::CreateTopic(_) => as_before.len(),
+                _ => encoded.len() - 4,
+            };
+            for cut in without + 1..encoded.len() {
+                assert!(decode_carried(&encoded[..cut]).is_err(), "{operation:?} cut at {cut} decoded");
+            }
+        }
+        let answer = Carried { applied: Some(9), outcome: Ok(Outcome::Topic(several)) };
+        assert_eq!(decode_answer(&encode_answer(&answer)), Ok(answer));
     }
 
     #[test]

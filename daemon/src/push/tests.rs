@@ -147,6 +147,7 @@ async fn pushing_forwarder(
             name: "events".into(),
             retention_seconds: 0,
             recovering: false,
+            source: crate::ids::SourceId::FIRST,
         })
         .await
         .unwrap();

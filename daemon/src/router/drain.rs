@@ -21,6 +21,10 @@
 //! (move it by recreating it, or accept its pause while the node restarts). The node's follower
 //! replicas stay too: the other replicas are a quorum without them. Undraining changes only the
 //! record: leaderships stay where the drain moved them (nothing balances leaders back).
+//!
+//! A topic's publish sources after the first (`SourceRecord`) are not moved yet: elections do
+//! not run for them yet (`elections::elect` finds only topics); once they do,
+//! `leaderships_to_move` and `drain_status` take them in beside the topics.
 
 use super::elections::{self, ELECTIONS_IN_FLIGHT_MAX, SOURCE_FAILURE_TIMEOUT};
 use super::{ControlError, Router};

@@ -206,6 +206,7 @@ impl<S: Storage> Router<S> {
                 placement.assign(index);
             }
         }
+        count_sources(&layout, &state, &mut placement);
         let first = placement.place(name);
         layout.placement = placement;
         let removing = self.draining.borrow();
@@ -387,6 +388,8 @@ mod forwarders;
 mod limits;
 mod recovery;
 mod snapshots;
+mod sources;
+use sources::count_sources;
 mod status;
 mod subscriptions;
 mod topics;

@@ -183,6 +183,7 @@ async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: ShardId) ->
         name: topic.name.clone(),
         retention_seconds: topic.message_retention_seconds,
         recovering: false,
+        source: crate::ids::SourceId::FIRST,
     };
     mover.control(target, attach).await?;
     let mut grown = topic.replicas.clone();

@@ -38,6 +38,7 @@ impl<S: Storage> Router<S> {
                     name: topic.name.clone(),
                     retention_seconds: topic.message_retention_seconds,
                     recovering: true,
+                    source: crate::ids::SourceId::FIRST,
                 },
             )
             .await

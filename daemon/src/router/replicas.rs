@@ -163,6 +163,7 @@ impl<S: Storage> Router<S> {
                 name: name.to_owned(),
                 retention_seconds: retention,
                 recovering: false,
+                source: crate::ids::SourceId::FIRST,
             };
             async move {
                 // A node cut off may hold a connection open and never answer: a quorum is
@@ -210,7 +211,7 @@ impl<S: Storage> Router<S> {
             replicas,
             epoch: 1,
         };
-        let response = super::topic_message(&record);
+        let response = super::topic_message(&record, 1);
         if let Err(error) = self.propose(CatalogEntry::TopicCreated(record.clone())).await {
             if !error.is_undecided() {
                 detach_all().await;
@@ -277,6 +278,7 @@ impl<S: Storage> Router<S> {
                 name: topic.name.clone(),
                 retention_seconds: topic.message_retention_seconds,
                 recovering: true,
+                source: crate::ids::SourceId::FIRST,
             };
             self.call_forwarder(shard, attach).await.map_err(|error| {
                 format!("recovering a replica of topic '{}': {}", topic.name, Status::from(error))
@@ -316,6 +318,7 @@ impl<S: Storage> Router<S> {
                         name: topic.name.clone(),
                         retention_seconds: topic.message_retention_seconds,
                         recovering: true,
+                        source: crate::ids::SourceId::FIRST,
                     };
                     match self.call_forwarder(*shard, attach).await {
                         Ok(_) => {

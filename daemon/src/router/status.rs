@@ -174,23 +174,30 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    /// Topics as this node's applied catalog places them, in name order, at most
-    /// `CLUSTER_STATUS_TOPICS_MAX` of them, and how many more there are: a topic of one replica
+    /// Topics as this node's applied catalog places them, in name order, each followed by its
+    /// sources after the first (named `topic#n`, their placement key), at most
+    /// `CLUSTER_STATUS_TOPICS_MAX` rows, and how many more there are: a topic of one replica
     /// too, so that where it lives (the node a removal would need to keep) is seen.
     pub fn topic_placements(&self) -> (Vec<crate::api::cluster::TopicPlacement>, u64) {
         use crate::api::cluster::{TopicPlacement, CLUSTER_STATUS_TOPICS_MAX};
+        use crate::catalog::placement::source_key;
         let state = self.catalog.state();
-        let mut topics = state.topics.values();
-        let placements: Vec<TopicPlacement> = topics
-            .by_ref()
-            .take(CLUSTER_STATUS_TOPICS_MAX)
-            .map(|topic| TopicPlacement {
+        let mut rows = state.topics.values().flat_map(|topic| {
+            let own = TopicPlacement {
                 name: topic.name.clone(),
                 leader_node: topic.shard.node(),
                 epoch: topic.epoch,
                 replica_nodes: topic.replica_shards().iter().map(|shard| shard.node()).collect(),
-            })
-            .collect();
-        (placements, topics.count() as u64)
+            };
+            let sources = state.sources_of(topic.id).map(|source| TopicPlacement {
+                name: source_key(&topic.name, source.source.get()),
+                leader_node: source.shard.node(),
+                epoch: source.epoch,
+                replica_nodes: source.replica_shards().iter().map(|shard| shard.node()).collect(),
+            });
+            std::iter::once(own).chain(sources)
+        });
+        let placements: Vec<TopicPlacement> = rows.by_ref().take(CLUSTER_STATUS_TOPICS_MAX).collect();
+        (placements, rows.count() as u64)
     }
 }

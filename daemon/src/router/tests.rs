@@ -418,3 +418,99 @@ fn a_subscription_that_never_expires_is_kept() {
         assert_eq!(node.router.get_subscription("expiring").unwrap_err().code(), ErrorCode::NotFound);
     });
 }
+
+/// A router with two forwarders (shards 0 and 1) on `disk`, started as `start` starts one.
+async fn start_two(disk: &SimDisk) -> Rc<Router<SimDisk>> {
+    let paths = vec![PathBuf::from("/d0")];
+    let catalog = Catalog::open(disk.clone(), Directories::new(paths.clone()), 2, BALANCE_FACTOR_DEFAULT)
+        .await
+        .unwrap();
+    let links = (0..2)
+        .map(|shard| {
+            let forwarder = Rc::new(Forwarder::new(
+                shard,
+                disk.clone(),
+                Directories::new(paths.clone()),
+                LogConfig::default(),
+                Rc::new(SystemClock),
+            ));
+            ForwarderLink::local(Box::new(move |request| {
+                let forwarder = forwarder.clone();
+                Box::pin(async move { forwarder.control(request).await })
+            }))
+        })
+        .collect();
+    let addresses = ForwarderAddresses::new(vec![7451, 7452], Advertise::Host("simulated".into()));
+    let router = Rc::new(Router::new(
+        disk.clone(),
+        Directories::new(paths),
+        catalog,
+        links,
+        addresses,
+        BALANCE_FACTOR_DEFAULT,
+    ));
+    router.recover().await.unwrap();
+    router
+}
+
+fn failed_precondition<T: std::fmt::Debug>(result: Result<T, ControlError>) {
+    let status = Status::from(result.unwrap_err());
+    assert_eq!(status.code, ErrorCode::FailedPrecondition, "{status}");
+}
+
+/// On two forwarder shards, a topic of two sources has one on each; a third is refused (one
+/// source of a topic per shard), before anything is created; the count rises by an update and
+/// never falls; the sources outlive a restart and go with their topic.
+#[test]
+fn a_topics_sources_are_placed_one_per_shard_and_only_added() {
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let router = start_two(&disk).await;
+        let hot = router.create_topic(Topic { sources: 2, ..topic("hot", Labels::new()) }).await.unwrap();
+        assert_eq!(hot.sources, 2);
+        assert_eq!(hot.source_leaders.len(), 2);
+        assert_ne!(hot.source_leaders[0], hot.source_leaders[1]);
+        assert_eq!(router.get_topic("hot").unwrap().source_leaders, hot.source_leaders);
+
+        failed_precondition(router.create_topic(Topic { sources: 3, ..topic("wide", Labels::new()) }).await);
+        assert!(router.get_topic("wide").is_err(), "a refused topic was created");
+        let past_max =
+            Topic { sources: crate::ids::SOURCES_PER_TOPIC_MAX + 1, ..topic("wide", Labels::new()) };
+        refused_naming(router.create_topic(past_max).await, "SOURCES_PER_TOPIC_MAX");
+
+        let lower = TopicUpdate { name: "hot".into(), sources: Some(1), ..Default::default() };
+        failed_precondition(router.update_topic(lower).await);
+        let more = TopicUpdate { name: "hot".into(), sources: Some(3), ..Default::default() };
+        failed_precondition(router.update_topic(more).await);
+
+        let warm = router.create_topic(topic("warm", Labels::new())).await.unwrap();
+        assert_eq!(warm.sources, 1);
+        let raise = TopicUpdate { name: "warm".into(), sources: Some(2), ..Default::default() };
+        let warm = router.update_topic(raise).await.unwrap();
+        assert_eq!(warm.sources, 2);
+        assert_ne!(warm.source_leaders[0], warm.source_leaders[1]);
+        let listed = router.list_topics(&ListRequest::default(), |_| true);
+        assert_eq!(listed.items.iter().map(|topic| topic.sources).collect::<Vec<_>>(), [2, 2]);
+        // The cluster's status places each source after its topic, by its placement key.
+        let (placements, omitted) = router.topic_placements();
+        let names: Vec<&str> = placements.iter().map(|placement| placement.name.as_str()).collect();
+        assert_eq!((names, omitted), (vec!["hot", "hot#1", "warm", "warm#1"], 0));
+
+        sim::kill_spawned_tasks();
+        drop(router);
+        disk.crash(CrashMode::DropUnsynced);
+        let router = start_two(&disk).await;
+        assert_eq!(router.get_topic("hot").unwrap().source_leaders, hot.source_leaders);
+        assert_eq!(router.get_topic("warm").unwrap().source_leaders, warm.source_leaders);
+
+        router.delete_topic("hot").await.unwrap();
+        let hot_id = router
+            .catalog_state()
+            .source_units
+            .values()
+            .filter(|(topic, _)| router.catalog_state().topic_by_id(*topic).is_none())
+            .count();
+        assert_eq!(hot_id, 0, "a deleted topic's source is left in the catalog");
+        assert_eq!(router.catalog_state().sources.len(), 1);
+    });
+}

@@ -16,10 +16,38 @@ impl<S: Storage> Router<S> {
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Topic)?;
         let replicas = self.replica_count(request.replicas)?;
-        let id = TopicId::new(self.allocate_id());
-        if replicas > 1 {
-            return self.create_replicated_topic(id, &request, retention, replicas).await;
+        let sources = request.sources.max(1);
+        // A topic of one source is checked as it always was (its replicas, when placed).
+        if sources > 1 {
+            self.check_source_count(sources, replicas)?;
         }
+        let id = TopicId::new(self.allocate_id());
+        let created = if replicas > 1 {
+            self.create_replicated_topic(id, &request, retention, replicas).await?
+        } else {
+            self.create_single_topic(id, &request, retention).await?
+        };
+        if sources == 1 {
+            return Ok(created);
+        }
+        // Source 0 is the topic as it always was; the others follow, each decided on its own.
+        // A failure among them leaves the topic with the sources added so far, which an update
+        // to the count asked adds to.
+        let record = self.state.borrow().topic_by_id(id).cloned();
+        let record =
+            record.ok_or_else(|| ControlError::NotFound(format!("topic '{name}' (deleted meanwhile)")))?;
+        self.add_sources(&record, sources).await?;
+        Ok(self.topic_shown(&record))
+    }
+
+    /// A topic of one replica on the forwarder placement chooses.
+    async fn create_single_topic(
+        &self,
+        id: TopicId,
+        request: &Topic,
+        retention: u64,
+    ) -> Result<Topic, ControlError> {
+        let name = request.name.as_str();
         // The placed forwarder first; one that cannot take the topic (its node is down, its
         // disk is full) passes it to the next in preference order.
         let mut refusal = ControlError::Unavailable("no forwarder is placed".into());
@@ -30,6 +58,7 @@ impl<S: Storage> Router<S> {
                 name: name.to_owned(),
                 retention_seconds: retention,
                 recovering: false,
+                source: crate::ids::SourceId::FIRST,
             };
             match self.call_forwarder(shard, attach).await {
                 Ok(_) => {
@@ -51,7 +80,7 @@ impl<S: Storage> Router<S> {
             replicas: Vec::new(),
             epoch: 0,
         };
-        let response = topic_message(&record);
+        let response = topic_message(&record, 1);
         if let Err(error) = self.propose(CatalogEntry::TopicCreated(record)).await {
             // Undecided, the topic may still be created: it stays attached, its files kept,
             // and the next start removes them if the catalog never names it.
@@ -100,6 +129,19 @@ impl<S: Storage> Router<S> {
     pub async fn update_topic(&self, changes: TopicUpdate) -> Result<Topic, ControlError> {
         let _update = self.update_permit().await?;
         let mut topic = self.topic_record(&changes.name)?;
+        if let Some(sources) = changes.sources {
+            let have = self.state.borrow().source_count(topic.id) as u32;
+            if sources < have {
+                return Err(ControlError::failed_precondition(format!(
+                    "topic '{}' has {have} sources: a source is not retired yet, so the count only rises",
+                    topic.name
+                )));
+            }
+            if sources > have {
+                self.check_source_count(sources, topic.replica_count())?;
+                self.add_sources(&topic, sources).await?;
+            }
+        }
         if let Some(retention) = changes.message_retention_seconds {
             topic.message_retention_seconds = retention;
         }
@@ -128,7 +170,7 @@ impl<S: Storage> Router<S> {
                 .await
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }
-        Ok(topic_message(&topic))
+        Ok(self.topic_shown(&topic))
     }
 
     /// One page of the topics `visible` shows (by name), from after the page token. What the
@@ -143,12 +185,12 @@ impl<S: Storage> Router<S> {
                 std::ops::Bound::Unbounded,
             ))
             .filter(|(name, _)| visible(name))
-            .map(|(_, topic)| topic_message(topic));
+            .map(|(_, topic)| topic_message(topic, state.source_count(topic.id)));
         page(topics, request.page_size, |topic| &topic.name)
     }
 
     pub fn get_topic(&self, name: &str) -> Result<Topic, ControlError> {
-        Ok(topic_message(&self.topic_record(name)?))
+        Ok(self.topic_shown(&self.topic_record(name)?))
     }
 
     /// The forwarders serving a topic, most preferred first. `local`: the address the client
@@ -164,12 +206,15 @@ impl<S: Storage> Router<S> {
     }
 }
 
-/// A topic as clients see it.
-pub(super) fn topic_message(topic: &TopicRecord) -> Topic {
+/// A topic as clients see it, with its number of `sources` (its sources' leaders are
+/// `Router::topic_shown`'s).
+pub(super) fn topic_message(topic: &TopicRecord, sources: usize) -> Topic {
     Topic {
         name: topic.name.clone(),
         message_retention_seconds: topic.message_retention_seconds,
         labels: topic.labels.clone(),
         replicas: topic.replica_count() as u32,
+        sources: sources as u32,
+        source_leaders: Vec::new(),
     }
 }

@@ -4,7 +4,7 @@ use super::{quarantined_status, Forwarder};
 use crate::api::Status;
 use crate::catalog::SubscriptionSettings;
 use crate::control::ControlOk;
-use crate::ids::{Offset, SubscriptionId, TopicId};
+use crate::ids::{Offset, SourceId, SubscriptionId, TopicId};
 use crate::storage::Storage;
 use crate::subscription::state::SubscriptionState;
 use crate::subscription::{delivery_policy, filter::Filter, recovered_state, SubscriptionEntry};
@@ -12,12 +12,15 @@ use std::rc::Rc;
 use std::time::Duration;
 
 impl<S: Storage> Forwarder<S> {
+    /// Opens unit `topic_id`'s logs and serves it: a topic's own log (`SourceId::FIRST`) or
+    /// one of its other publish sources, whose message ids and ack ids name `source`.
     pub async fn attach_topic(
         &self,
         topic_id: TopicId,
         name: String,
         retention_seconds: u64,
         recovering: bool,
+        source: SourceId,
     ) -> Result<ControlOk, Status> {
         if self.registry.topics_by_id.borrow().contains_key(&topic_id) {
             return Ok(ControlOk::Done);
@@ -44,7 +47,8 @@ impl<S: Storage> Forwarder<S> {
                 Ok(ControlOk::Done)
             }
             Err(error) => Err(error.into()),
-            Ok(topic) => {
+            Ok(mut topic) => {
+                topic.source = source;
                 let topic = Rc::new(topic);
                 self.registry.topics.borrow_mut().insert(topic.name.clone(), topic.clone());
                 self.registry.topics_by_id.borrow_mut().insert(topic_id, topic);
@@ -94,6 +98,7 @@ impl<S: Storage> Forwarder<S> {
             let clock = &self.environment.clock;
             recovered_state(state, recovered.flatten().unwrap_or_default(), clock.now(), clock.wall_ms())
         };
+        state.source = topic.source;
         state.ack_deadline = ack_deadline;
         state.policy = delivery_policy(&settings);
         state.forget_before(topic.log.start_offset());

@@ -19,8 +19,8 @@ impl<S: Storage> Forwarder<S> {
             self.activity.count_request();
         }
         match request {
-            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering } => {
-                self.attach_topic(topic_id, name, retention_seconds, recovering).await
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source } => {
+                self.attach_topic(topic_id, name, retention_seconds, recovering, source).await
             }
             ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id).await,
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
@@ -51,8 +51,8 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_subscription(subscription_id, name, topic_id, settings, create, start_offset)
                     .await
             }
-            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering } => {
-                self.attach_replica(topic_id, name, retention_seconds, recovering).await
+            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering, source } => {
+                self.attach_replica(topic_id, name, retention_seconds, recovering, source).await
             }
             ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
                 self.promote_replica(topic_id, Epoch::new(epoch), replicas).await

@@ -77,13 +77,16 @@ impl<S: Storage> Forwarder<S> {
         name: String,
         retention_seconds: u64,
         recovering: bool,
+        source: crate::ids::SourceId,
     ) -> Result<ControlOk, Status> {
         let attached = self.registry.topics_by_id.borrow().contains_key(&topic_id)
             || self.registry.followers.borrow().contains_key(&topic_id);
         if attached {
             return Ok(ControlOk::Done);
         }
-        let topic = Rc::new(self.store.open(topic_id, name, retention_seconds, true, recovering).await?);
+        let mut topic = self.store.open(topic_id, name, retention_seconds, true, recovering).await?;
+        topic.source = source;
+        let topic = Rc::new(topic);
         let logs = self.logs_of(&topic).await?;
         for log in &logs {
             log.forget_commits();

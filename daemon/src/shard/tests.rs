@@ -98,6 +98,7 @@ async fn topic(forwarder: &Forwarder<SimDisk>, retention_seconds: u64) -> Rc<Top
             name: "retained".into(),
             retention_seconds,
             recovering: false,
+            source: crate::ids::SourceId::FIRST,
         })
         .await
         .unwrap();
@@ -352,6 +353,7 @@ fn topics_attached_together_keep_to_the_open_journal_budget() {
                     name: format!("topic-{topic_id}"),
                     retention_seconds: 0,
                     recovering: true,
+                    source: crate::ids::SourceId::FIRST,
                 })
             })
             .collect();
@@ -483,6 +485,7 @@ fn a_full_disk_releases_the_files_kept_for_later_rolls() {
                 name: "newcomer".into(),
                 retention_seconds: 0,
                 recovering: false,
+                source: crate::ids::SourceId::FIRST,
             })
             .await
             .unwrap();
@@ -696,5 +699,54 @@ fn exactly_once_acknowledgements_pin_their_lease_and_fail_per_id() {
         clock.advance(Duration::from_secs(11));
         let redelivered: Vec<u64> = pull_leases(&forwarder).await.iter().map(|(offset, _)| *offset).collect();
         assert_eq!(redelivered, offsets, "unpinned: delivered again; the acknowledged one never");
+    });
+}
+
+/// A unit attached as source 1 of its topic answers publishes with message ids naming source 1
+/// (`MessageId::new(source, offset)`), delivers them under the same ids with ack ids naming
+/// source 1, takes those acknowledgements, and refuses an ack id of the same offset naming
+/// source 0, which is another log's.
+#[test]
+fn a_source_after_the_first_names_itself_in_message_ids_and_ack_ids() {
+    use crate::ids::{MessageId, SourceId, MESSAGE_ID_OFFSET_BITS};
+    use crate::subscription::state::AckId;
+    run(async {
+        let clock = ManualClock::default();
+        let forwarder = forwarder(&clock);
+        let source = SourceId::new(1).unwrap();
+        let attach = ControlRequest::AttachTopic {
+            topic_id: TopicId::new(7),
+            name: "retained".into(),
+            retention_seconds: 0,
+            recovering: false,
+            source,
+        };
+        forwarder.control(attach).await.unwrap();
+        let entry = subscribe(&forwarder, false).await;
+        let mut published = Vec::new();
+        for _ in 0..3 {
+            published.extend(publish_one(&forwarder, "retained").await.unwrap().message_ids);
+        }
+        let expected: Vec<u64> =
+            (0..3).map(|offset| MessageId::new(source, Offset::new(offset)).get()).collect();
+        assert_eq!(published, expected);
+        assert_eq!(published[0], 1 << MESSAGE_ID_OFFSET_BITS);
+
+        let messages = pull(&forwarder, 10).await;
+        let delivered: Vec<u64> = messages.iter().map(|message| message.message_id).collect();
+        assert_eq!(delivered, published);
+        let first = AckId::parse(&messages[0].ack_id).unwrap();
+        assert_eq!((first.source, first.offset), (source, Offset::ZERO));
+
+        // The same delivery's ack id naming source 0: another log's offset, refused.
+        let elsewhere = AckId { source: SourceId::FIRST, ..first }.encode();
+        let request = AcknowledgeRequest { subscription: "reader".into(), ack_ids: vec![elsewhere] };
+        let frame = ringpost_wire::encode_frame(Command::Acknowledge.code(), 0, 1, &request);
+        let response = native::acknowledge(&forwarder, &frame[FRAME_HEADER_BYTES..]).await.unwrap();
+        assert_eq!(response.invalid_ack_ids.len(), 1);
+        assert_eq!(entry.state.borrow().ack_floor(), Offset::ZERO);
+
+        acknowledge_one_by_one(&forwarder, &messages).await;
+        assert_eq!(entry.state.borrow().ack_floor(), Offset::new(3));
     });
 }

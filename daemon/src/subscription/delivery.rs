@@ -11,7 +11,7 @@ use super::state::{AckId, Delivery as Lease};
 use super::SubscriptionEntry;
 use super::SubscriptionError;
 use crate::api::data::{DeliveredMessage, Delivery};
-use crate::ids::{MessageId, Offset, SourceId};
+use crate::ids::{MessageId, Offset};
 use crate::log::record::RecordView;
 use crate::log::LogError;
 
@@ -131,14 +131,22 @@ fn choose<B: SourceBatch>(
         state.account(lease.offset, size as u64);
         let ack_id = AckId {
             subscription_id: subscription.id,
-            source: SourceId::FIRST,
+            source: state.source,
             offset: lease.offset,
             generation: lease.generation,
         };
         let start = chosen.ack_ids.len();
         ack_id.encode_into(&mut chosen.ack_ids);
         let ack_id = start..chosen.ack_ids.len();
-        chosen.messages.push(located(batches[batch].as_ref(), batch, &record, ack_id, lease.attempt));
+        let message_id = MessageId::new(state.source, record.offset).get();
+        chosen.messages.push(located(
+            batches[batch].as_ref(),
+            batch,
+            &record,
+            message_id,
+            ack_id,
+            lease.attempt,
+        ));
     }
     chosen
 }
@@ -149,6 +157,7 @@ fn located(
     bytes: &[u8],
     batch: usize,
     record: &RecordView<'_>,
+    message_id: u64,
     ack_id: std::ops::Range<usize>,
     delivery_attempt: u32,
 ) -> DeliveredMessage {
@@ -159,7 +168,7 @@ fn located(
     debug_assert!(ordering_key.end <= data.start && data.end <= bytes.len());
     DeliveredMessage {
         batch,
-        message_id: MessageId::new(SourceId::FIRST, record.offset).get(),
+        message_id,
         publish_time_ms: record.publish_time_ms,
         attributes: ordering_key.end..data.start,
         attribute_count: record.attribute_count() as u16,

@@ -333,7 +333,8 @@ pub enum AckRefusal {
     /// An ack id of a format version after this daemon's (a newer daemon issued it).
     UnknownVersion,
     OtherSubscription,
-    /// An ack id naming a source the subscription's topic does not have.
+    /// An ack id naming another source than the one this state follows: one the topic does
+    /// not have, or one another log (and its own state of the subscription) serves.
     OtherSource,
     NeverDelivered,
     /// The lease expired and the message is now leased to another delivery.
@@ -383,6 +384,9 @@ struct KeyOrder {
 
 pub struct SubscriptionState {
     pub id: SubscriptionId,
+    /// The publish source whose log this state follows: the source its ack ids name, and the
+    /// only one whose ack ids it takes. `SourceId::FIRST` until attached to another source.
+    pub source: SourceId,
     pub start_offset: Offset,
     acked: AckSet,
     cursor: Offset,
@@ -528,6 +532,7 @@ impl SubscriptionState {
     pub fn new(id: SubscriptionId, start_offset: Offset, ack_deadline: Duration) -> SubscriptionState {
         SubscriptionState {
             id,
+            source: SourceId::FIRST,
             start_offset,
             acked: AckSet::new(start_offset),
             cursor: start_offset,
@@ -934,8 +939,9 @@ impl SubscriptionState {
         if ack_id.subscription_id != self.id {
             return Err(AckRefusal::OtherSubscription);
         }
-        // Every topic has one source, source 0, until topics have several.
-        if ack_id.source != SourceId::FIRST {
+        // A topic's other sources each keep their own state of this subscription: an ack id of
+        // theirs names offsets of another log.
+        if ack_id.source != self.source {
             return Err(AckRefusal::OtherSource);
         }
         if ack_id.offset < self.start_offset || ack_id.offset >= self.cursor.max(self.acked.floor()) {

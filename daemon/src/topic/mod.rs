@@ -31,7 +31,11 @@ use std::time::Duration;
 const RESERVE_SETTLE_PAUSE: Duration = Duration::from_millis(5);
 
 pub struct TopicState<S: Storage> {
+    /// The unit's id: the topic's own, or one of its other sources' (`catalog::SourceRecord`).
     pub id: TopicId,
+    /// Which of its topic's publish sources this log is: what its message ids
+    /// (`MessageId::new(source, offset)`) and its subscriptions' ack ids name. Set at attach.
+    pub source: crate::ids::SourceId,
     /// Shared with the key of the shard's map of topics by name.
     pub name: Rc<str>,
     pub log: Log<S>,

@@ -181,6 +181,7 @@ impl<S: Storage> TopicStore<S> {
         };
         Ok(TopicState {
             id: topic_id,
+            source: crate::ids::SourceId::FIRST,
             name: name.into(),
             log,
             journal,

@@ -56,7 +56,7 @@ impl<B: PublishBatch> EncodeRecords for PublishRecords<B> {
 
 impl<S: Storage> TopicState<S> {
     /// Appends `count` checked messages taking `encoded_bytes` in the log; resolves with their
-    /// offsets once they are durable.
+    /// message ids once they are durable.
     pub async fn append_messages(
         self: &Rc<Self>,
         messages: impl PublishBatch,
@@ -90,7 +90,11 @@ impl<S: Storage> TopicState<S> {
             })
             .detach();
         }
-        Ok(first.get()..first.get() + count as u64)
+        // Message ids are unique over the topic: its source in their high bits (source 0's
+        // ids are its offsets, as every topic's were). A source's offsets are consecutive, so
+        // are its ids.
+        let id = |offset: u64| crate::ids::MessageId::new(self.source, crate::ids::Offset::new(offset)).get();
+        Ok(id(first.get())..id(first.get()) + count as u64)
     }
 
     /// After a publish whose commit rolled the topic's log: deletes what no one needs without

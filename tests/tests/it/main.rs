@@ -47,6 +47,7 @@ mod resets;
 mod security;
 mod semantics;
 mod shutdown;
+mod sources;
 mod streaming;
 mod subscriptions;
 mod test_ca;

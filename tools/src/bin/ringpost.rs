@@ -1,7 +1,9 @@
 //! `ringpost`: the admin and messaging CLI.
 
 use argh::FromArgs;
-use ringpost_client::{block_on, Client, Error, Message, PoolSettings, StreamEvent, Subscription, Topic};
+use ringpost_client::{
+    block_on, Client, Error, Message, PoolSettings, StreamEvent, Subscription, Topic, TopicWithSources,
+};
 use ringpost_tools::bench::report::summary_json;
 use ringpost_tools::cli::{self, GlobalOption, EXIT_REFUSED, EXIT_USAGE};
 use ringpost_tools::{errln, json, outln};
@@ -388,6 +390,9 @@ struct TopicUpdate {
     /// retention: messages are kept until every subscription acknowledged them)
     #[argh(option)]
     retention: Option<u64>,
+    /// raise its number of publish sources to this (never lowered)
+    #[argh(option)]
+    sources: Option<u32>,
 }
 
 /// create a topic
@@ -405,6 +410,10 @@ struct TopicCreate {
     /// once a majority of them have it (default: the cluster's nodes, at most 3)
     #[argh(option)]
     replicas: Option<u32>,
+    /// how many publish sources it has (default 1): each a log of its own with its own leader,
+    /// on a forwarder shard of its own, at most as many as the cluster's shards
+    #[argh(option)]
+    sources: Option<u32>,
 }
 
 /// show a topic
@@ -1797,6 +1806,40 @@ fn topic_row(topic: &Topic) -> (Vec<String>, String) {
     (vec![topic.name.clone(), topic.message_retention_seconds.to_string()], topic_json(topic))
 }
 
+/// A topic with its sources: how many, and each one's leader as `node/shard`, source 0 first
+/// (a daemon from before sources lists none: one source).
+fn topic_sources_row(shown: &TopicWithSources) -> (Vec<String>, String) {
+    let leaders: Vec<String> = shown
+        .sources
+        .iter()
+        .map(|source| format!("{}/{}", source.leader_node, source.leader_shard))
+        .collect();
+    let sources: Vec<String> = shown
+        .sources
+        .iter()
+        .map(|source| {
+            json::object(&[
+                ("number", source.number.to_string()),
+                ("leader_node", source.leader_node.to_string()),
+                ("leader_shard", source.leader_shard.to_string()),
+            ])
+        })
+        .collect();
+    let json = json::object(&[
+        ("name", json::string(&shown.topic.name)),
+        ("message_retention_seconds", shown.topic.message_retention_seconds.to_string()),
+        ("sources", format!("[{}]", sources.join(","))),
+    ]);
+    let count = shown.sources.len().max(1);
+    let cells = vec![
+        shown.topic.name.clone(),
+        shown.topic.message_retention_seconds.to_string(),
+        count.to_string(),
+        if leaders.is_empty() { "-".to_owned() } else { leaders.join(",") },
+    ];
+    (cells, json)
+}
+
 fn subscription_row(subscription: &Subscription) -> (Vec<String>, String) {
     (
         vec![
@@ -1810,6 +1853,7 @@ fn subscription_row(subscription: &Subscription) -> (Vec<String>, String) {
 }
 
 const TOPIC_HEADER: [&str; 2] = ["name", "retention_seconds"];
+const TOPIC_SOURCES_HEADER: [&str; 4] = ["name", "retention_seconds", "sources", "leaders"];
 const SUBSCRIPTION_HEADER: [&str; 4] = ["name", "topic", "ack_deadline", "retain_acked"];
 const SUBSCRIPTION_WITH_PUSH_HEADER: [&str; 5] = ["name", "topic", "ack_deadline", "retain_acked", "push"];
 
@@ -2092,6 +2136,12 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             TopicAction::Create(create) => {
                 let topic =
                     Topic { name: create.name, message_retention_seconds: create.retention.unwrap_or(0) };
+                if let Some(sources) = create.sources {
+                    let replicas = create.replicas.unwrap_or(0);
+                    let topic = client.create_topic_with_sources(topic, replicas, sources).await?;
+                    print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)]);
+                    return Ok(());
+                }
                 let topic = match create.replicas {
                     Some(replicas) => client.create_topic_replicated(topic, replicas).await?,
                     None => client.create_topic_with(topic).await?,
@@ -2099,7 +2149,8 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 print_rows(output, &TOPIC_HEADER, vec![topic_row(&topic)]);
             }
             TopicAction::Get(get) => {
-                print_rows(output, &TOPIC_HEADER, vec![topic_row(&client.get_topic(&get.name).await?)])
+                let topic = client.get_topic_with_sources(&get.name).await?;
+                print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)])
             }
             TopicAction::List(_) => {
                 let topics = client.list_topics().await?;
@@ -2107,8 +2158,18 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             }
             TopicAction::Delete(delete) => client.delete_topic(&delete.name).await?,
             TopicAction::Update(update) => {
-                if update.retention.is_none() {
-                    return Err(Failure("InvalidArgument: nothing to update: give --retention".into(), 2));
+                if update.retention.is_none() && update.sources.is_none() {
+                    return Err(Failure(
+                        "InvalidArgument: nothing to update: give --retention or --sources".into(),
+                        2,
+                    ));
+                }
+                if let Some(sources) = update.sources {
+                    let topic = client.update_topic_sources(&update.name, sources).await?;
+                    if update.retention.is_none() {
+                        print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)]);
+                        return Ok(());
+                    }
                 }
                 let changes = ringpost_client::TopicUpdate { message_retention_seconds: update.retention };
                 let topic = client.update_topic(&update.name, changes).await?;

@@ -172,6 +172,9 @@ pub fn topic_in(topic: &pubsub::Topic) -> Result<(Name, Topic), Status> {
         message_retention_seconds: topic_retention_seconds(retention)?,
         labels: labels_in(&topic.labels),
         replicas: 0,
+        // Pub/Sub's topics have no such field: one source, as every topic before sources.
+        sources: 0,
+        source_leaders: Vec::new(),
     };
     Ok((name, request))
 }

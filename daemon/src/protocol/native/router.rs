@@ -57,11 +57,31 @@ fn topic_request(body: &[u8]) -> Result<Topic, Status> {
         message_retention_seconds: request.message_retention_seconds.to_native(),
         labels: Default::default(),
         replicas: 0,
+        sources: 0,
+        source_leaders: Vec::new(),
     })
 }
 
 fn topic_message(topic: Topic) -> wire::Topic {
     wire::Topic { name: topic.name, message_retention_seconds: topic.message_retention_seconds }
+}
+
+/// A topic with its sources' leaders. A topic's creation carried to the catalog's leader is
+/// answered without them when it has one source (`dispatch::codec`): the list is then empty,
+/// which means one source.
+fn topic_with_sources_message(topic: Topic) -> wire::TopicWithSources {
+    let replicas = topic.replicas;
+    let sources = topic
+        .source_leaders
+        .iter()
+        .enumerate()
+        .map(|(number, leader)| wire::TopicSource {
+            number: number as u32,
+            leader_node: leader.node().get(),
+            leader_shard: leader.local(),
+        })
+        .collect();
+    wire::TopicWithSources { topic: topic_message(topic), replicas, sources }
 }
 
 fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
@@ -275,6 +295,7 @@ fn topic_update(body: &[u8]) -> Result<TopicUpdate, Status> {
         name: request.topic.name.as_str().to_owned(),
         message_retention_seconds: changes.message_retention_seconds,
         labels: None,
+        sources: None,
     })
 }
 
@@ -354,9 +375,30 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
                 message_retention_seconds: request.topic.message_retention_seconds.to_native(),
                 labels: Default::default(),
                 replicas: request.replicas.to_native(),
+                sources: 0,
+                source_leaders: Vec::new(),
             })
         }
-        Command::GetTopic => Operation::GetTopic { name: name(body)? },
+        Command::CreateTopicWithSources => {
+            let request = access_body::<wire::CreateTopicWithSourcesRequest>(body)?;
+            Operation::CreateTopic(Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+                sources: request.sources.to_native(),
+                source_leaders: Vec::new(),
+            })
+        }
+        Command::UpdateTopicSources => {
+            let request = access_body::<wire::UpdateTopicSourcesRequest>(body)?;
+            Operation::UpdateTopic(TopicUpdate {
+                name: request.name.as_str().to_owned(),
+                sources: Some(request.sources.to_native()),
+                ..Default::default()
+            })
+        }
+        Command::GetTopic | Command::GetTopicWithSources => Operation::GetTopic { name: name(body)? },
         Command::ListTopics => Operation::ListTopics(list_request(body)?),
         Command::DeleteTopic => Operation::DeleteTopic { name: name(body)? },
         Command::LookupTopic => Operation::LookupTopic { name: name(body)? },
@@ -434,6 +476,9 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
     Ok(match command {
         Command::CreateTopic | Command::CreateReplicatedTopic | Command::GetTopic | Command::UpdateTopic => {
             respond(header, &topic_message(outcome.into_topic()?))
+        }
+        Command::CreateTopicWithSources | Command::GetTopicWithSources | Command::UpdateTopicSources => {
+            respond(header, &topic_with_sources_message(outcome.into_topic()?))
         }
         Command::ListTopics => respond(header, &topic_list(outcome.into_topics()?)),
         Command::LookupTopic | Command::LookupSubscription => {

@@ -56,6 +56,7 @@ async fn forwarder() -> Forwarder<SimDisk> {
         name: "retained".into(),
         retention_seconds: 0,
         recovering: false,
+        source: crate::ids::SourceId::FIRST,
     };
     forwarder.control(topic).await.unwrap();
     let subscription = ControlRequest::AttachSubscription {
