@@ -156,11 +156,16 @@ pub enum Command {
     /// (`kid`, `n`, `e`), which every node serves in its JWK Set. A node from before the
     /// command refuses it as unknown; the asking node then serves no key of it.
     PeerPushKey = 82,
+    /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft TransferLeader, from
+    /// a leader handing its lead to the answering voter (a draining or leaving node). A node
+    /// from before the command refuses it as unknown; the voters then elect a leader once the
+    /// old one's lease ends, as without it.
+    PeerTransferLeader = 83,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 55] = [
+    pub const ALL: [Command; 56] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -214,6 +219,7 @@ impl Command {
         Command::PeerClusterStatus,
         Command::PeerWantElections,
         Command::PeerPushKey,
+        Command::PeerTransferLeader,
         Command::Replica,
         Command::Carried,
     ];
@@ -275,6 +281,7 @@ impl Command {
             80 => Command::Replica,
             81 => Command::Carried,
             82 => Command::PeerPushKey,
+            83 => Command::PeerTransferLeader,
             _ => return None,
         })
     }
