@@ -679,6 +679,21 @@ impl Client {
                         timer::sleep(delay).await;
                     }
                 }
+                Error::Status(status) if retry.attempts_max > 1 && status.retry_delay().is_some() => {
+                    // The server is smoothing a burst (a topic's publish rate) and says when to
+                    // come back: not a failure of the attempt, so it is retried within the
+                    // request's deadline whatever the count, after that delay and a jitter of
+                    // up to a quarter of it, so that publishers refused together spread out.
+                    attempts -= 1;
+                    let asked = status.retry_delay().unwrap_or_default();
+                    let jitter = retry::random_below(asked.as_nanos() as u64 / 4);
+                    let delay = asked + std::time::Duration::from_nanos(jitter);
+                    if Instant::now() + delay >= deadline {
+                        return Err(exceeded(Some(&error)));
+                    }
+                    last_failure = Some(error);
+                    timer::sleep(delay).await;
+                }
                 _ if retry::is_retryable(&error)
                     && (attempts < retry.attempts_max || started.elapsed() < retry.retry_for_min) =>
                 {

@@ -182,6 +182,32 @@ struct Flags {
     /// snapshots held at most, each keeping its topic's messages for up to 7 days (default 5000)
     #[argh(option)]
     snapshots_max: Option<usize>,
+    /// messages each forwarder shard's subscribers may hold, delivered and not yet
+    /// acknowledged, over all its topics; beyond, delivery pauses until acknowledgements,
+    /// nacks or expiries make room (default 1000000)
+    #[argh(option)]
+    outstanding_messages_shard_max: Option<u64>,
+    /// mebibytes of messages each forwarder shard's subscribers may hold, delivered and not yet
+    /// acknowledged (default 10240)
+    #[argh(option)]
+    outstanding_mib_shard_max: Option<u64>,
+    /// messages one topic's subscribers may hold, delivered and not yet acknowledged (default
+    /// 500000)
+    #[argh(option)]
+    outstanding_messages_topic_max: Option<u64>,
+    /// mebibytes of messages one topic's subscribers may hold, delivered and not yet
+    /// acknowledged (default 5120)
+    #[argh(option)]
+    outstanding_mib_topic_max: Option<u64>,
+    /// messages a second each topic may be published at (0: no limit, the default); a burst
+    /// beyond it is held up to a second on the topic's shard, then refused with
+    /// ResourceExhausted and the delay to retry after
+    #[argh(option)]
+    publish_messages_per_second_topic_max: Option<u64>,
+    /// kibibytes a second each topic may be published at (0: no limit, the default), as
+    /// --publish-messages-per-second-topic-max
+    #[argh(option)]
+    publish_kib_per_second_topic_max: Option<u64>,
     /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
     /// same on every node: the cluster port then answers only nodes that present it; needed
     /// unless auth is off
@@ -313,6 +339,34 @@ fn catalog_limits(flags: &Flags) -> ringpost_daemon::router::CatalogLimits {
         match value {
             Some(0) => usage_error(&format!("--{name} must be at least 1")),
             Some(count) => *limit = count,
+            None => {}
+        }
+    }
+    limits
+}
+
+/// The outstanding limits the flags set, over the defaults.
+fn outstanding_limits(flags: &Flags) -> ringpost_daemon::subscription::outstanding::OutstandingLimits {
+    let mut limits = ringpost_daemon::subscription::outstanding::OutstandingLimits::default();
+    for (value, name, limit, unit) in [
+        (
+            flags.outstanding_messages_shard_max,
+            "outstanding-messages-shard-max",
+            &mut limits.messages_shard_max,
+            1,
+        ),
+        (flags.outstanding_mib_shard_max, "outstanding-mib-shard-max", &mut limits.bytes_shard_max, 1 << 20),
+        (
+            flags.outstanding_messages_topic_max,
+            "outstanding-messages-topic-max",
+            &mut limits.messages_topic_max,
+            1,
+        ),
+        (flags.outstanding_mib_topic_max, "outstanding-mib-topic-max", &mut limits.bytes_topic_max, 1 << 20),
+    ] {
+        match value {
+            Some(0) => usage_error(&format!("--{name} must be at least 1")),
+            Some(count) => *limit = count.saturating_mul(unit),
             None => {}
         }
     }
@@ -641,6 +695,11 @@ fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
     config.quarantine_damaged = flags.quarantine_damaged;
     config.connections = connection_limits(flags);
     config.catalog_limits = catalog_limits(flags);
+    config.outstanding = outstanding_limits(flags);
+    config.publish_rate = ringpost_daemon::topic::rate::PublishRateLimits {
+        messages_per_second: flags.publish_messages_per_second_topic_max.unwrap_or(0),
+        bytes_per_second: flags.publish_kib_per_second_topic_max.unwrap_or(0).saturating_mul(1024),
+    };
     config.grpc.listen = match flags.grpc_listen.as_str() {
         "off" => None,
         text => Some(

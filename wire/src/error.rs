@@ -110,9 +110,30 @@ pub struct Status {
     pub message: String,
 }
 
+/// How a `ResourceExhausted` refusal's message names the delay its sender should wait before
+/// retrying: it ends with `retry after <milliseconds> ms`. In the message, so that a client
+/// that knows nothing of it still reads the code it always read, and retries with its own
+/// backoff.
+pub const RETRY_AFTER_PREFIX: &str = "retry after ";
+pub const RETRY_AFTER_SUFFIX: &str = " ms";
+
 impl Status {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Status {
         Status { code, message: message.into() }
+    }
+
+    /// The delay a `ResourceExhausted` refusal asks its sender to wait before retrying
+    /// (`RETRY_AFTER_PREFIX`); `None` if it names none.
+    pub fn retry_delay(&self) -> Option<std::time::Duration> {
+        if self.code != ErrorCode::ResourceExhausted {
+            return None;
+        }
+        let (_, after) = self.message.rsplit_once(RETRY_AFTER_PREFIX)?;
+        let milliseconds = after.strip_suffix(RETRY_AFTER_SUFFIX)?;
+        if milliseconds.is_empty() || !milliseconds.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        milliseconds.parse().ok().map(std::time::Duration::from_millis)
     }
     pub fn invalid_argument(message: impl Into<String>) -> Status {
         Status::new(ErrorCode::InvalidArgument, message)
@@ -134,5 +155,29 @@ impl Status {
     }
     pub fn failed_precondition(message: impl Into<String>) -> Status {
         Status::new(ErrorCode::FailedPrecondition, message)
+    }
+}
+
+#[cfg(test)]
+mod retry_delay_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_resource_exhausted_refusal_names_its_retry_delay_at_its_end() {
+        let refusal = |message: &str| Status::new(ErrorCode::ResourceExhausted, message);
+        assert_eq!(
+            refusal("topic 'a' is publishing over its rate (--x); retry after 250 ms").retry_delay(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(refusal("retry after 250 ms, then").retry_delay(), None);
+        assert_eq!(refusal("retry after  ms").retry_delay(), None);
+        assert_eq!(refusal("retry after -5 ms").retry_delay(), None);
+        assert_eq!(
+            refusal("too many publishes are waiting for the disk; retry with backoff").retry_delay(),
+            None
+        );
+        let unavailable = Status::new(ErrorCode::Unavailable, "retry after 5 ms");
+        assert_eq!(unavailable.retry_delay(), None);
     }
 }

@@ -67,6 +67,14 @@ pub enum DataError {
     /// elsewhere (a deposed leader) or give up.
     #[error("{0}")]
     Log(LogError),
+    /// The topic's publishes are over its rate (`topic::rate`): `limit` says which, as its flag.
+    /// The message ends with the retry delay in the form every client reads
+    /// (`ringpost_wire::Status::retry_delay`).
+    #[error(
+        "topic '{topic}' is publishing over its rate ({limit}); retry after {} ms",
+        retry_after.as_millis().max(1)
+    )]
+    Throttled { topic: Box<str>, limit: &'static str, retry_after: std::time::Duration },
 }
 
 impl From<SubscriptionError> for DataError {

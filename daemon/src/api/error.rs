@@ -165,6 +165,7 @@ impl From<crate::api::data::DataError> for Status {
             DataError::Quarantined { .. } => Status::new(Code::DataLoss, error.to_string()),
             DataError::Subscription(error) => Status::from(error),
             DataError::Log(error) => Status::from(error),
+            DataError::Throttled { .. } => Status::resource_exhausted(error.to_string()),
         }
     }
 }

@@ -54,6 +54,9 @@ const OK_REQUESTS: u8 = 8;
 /// `OK_STATS` with each subscription's push figures: a shard with no push subscription
 /// answers `OK_STATS`, the bytes of the version before push subscriptions.
 const OK_STATS_WITH_PUSH: u8 = 9;
+/// `OK_REQUESTS` with the shard's flow-control figures after them: a shard whose flow control
+/// has nothing to show answers `OK_REQUESTS`, the bytes of the version before.
+const OK_REQUESTS_WITH_FLOW: u8 = 10;
 
 /// Most topics a `ControlOk::Topics` lists.
 const TOPICS_LISTED_MAX: usize = 1 << 20;
@@ -364,8 +367,21 @@ impl ControlOk {
                 }
             }
             ControlOk::Requests(figures) => {
-                encoder = Encoder::new(OK_REQUESTS);
+                let flow = figures.flow != crate::metrics::shard::FlowFigures::default();
+                encoder = Encoder::new(if flow { OK_REQUESTS_WITH_FLOW } else { OK_REQUESTS });
                 encode_shard_figures(&mut encoder, figures);
+                if flow {
+                    let flow = &figures.flow;
+                    encoder
+                        .u64(flow.outstanding_messages)
+                        .u64(flow.outstanding_bytes)
+                        .u64(flow.deliveries_paused)
+                        .u64(flow.publishes_slowed)
+                        .u64(flow.publishes_refused_messages_rate)
+                        .u64(flow.publishes_refused_bytes_rate)
+                        .u64(flow.publishes_refused_held_bytes)
+                        .u64(flow.publish_held_bytes);
+                }
             }
             ControlOk::Resynced { logs, batches } => {
                 encoder = Encoder::new(OK_RESYNCED);
@@ -412,8 +428,21 @@ impl ControlOk {
                 let topics = decode_list(decoder, |decoder| decode_topic_stats(decoder, push))?;
                 Ok(ControlOk::Stats(shard, topics))
             })?,
-            OK_REQUESTS => fields("control reply Requests", decoder, |decoder| {
-                Ok(ControlOk::Requests(decode_shard_figures(decoder)?))
+            OK_REQUESTS | OK_REQUESTS_WITH_FLOW => fields("control reply Requests", decoder, |decoder| {
+                let mut figures = decode_shard_figures(decoder)?;
+                if tag == OK_REQUESTS_WITH_FLOW {
+                    figures.flow = crate::metrics::shard::FlowFigures {
+                        outstanding_messages: decoder.u64()?,
+                        outstanding_bytes: decoder.u64()?,
+                        deliveries_paused: decoder.u64()?,
+                        publishes_slowed: decoder.u64()?,
+                        publishes_refused_messages_rate: decoder.u64()?,
+                        publishes_refused_bytes_rate: decoder.u64()?,
+                        publishes_refused_held_bytes: decoder.u64()?,
+                        publish_held_bytes: decoder.u64()?,
+                    };
+                }
+                Ok(ControlOk::Requests(figures))
             })?,
             OK_RESYNCED => fields("control reply Resynced", decoder, |decoder| {
                 Ok(ControlOk::Resynced { logs: decoder.u64()?, batches: decoder.u64()? })
@@ -753,6 +782,7 @@ fn decode_shard_figures(decoder: &mut Decoder) -> DecodeResult<crate::metrics::s
             })
         })?,
         connections: decoder.u64()?,
+        flow: crate::metrics::shard::FlowFigures::default(),
     })
 }
 
@@ -1114,6 +1144,20 @@ mod tests {
                 ..Default::default()
             }),
             ControlOk::Requests(crate::metrics::shard::ShardFigures::default()),
+            ControlOk::Requests(crate::metrics::shard::ShardFigures {
+                connections: 1,
+                flow: crate::metrics::shard::FlowFigures {
+                    outstanding_messages: 1,
+                    outstanding_bytes: 2,
+                    deliveries_paused: 3,
+                    publishes_slowed: 4,
+                    publishes_refused_messages_rate: 5,
+                    publishes_refused_bytes_rate: 6,
+                    publishes_refused_held_bytes: 7,
+                    publish_held_bytes: 8,
+                },
+                ..Default::default()
+            }),
             ControlOk::Progress(crate::control::ReplicaProgress {
                 leader: true,
                 epoch: 4,
@@ -1363,7 +1407,7 @@ mod tests {
         assert_eq!(ControlRequest::decode(&[]).unwrap_err(), "control request is empty");
         assert_eq!(ControlRequest::decode(&[0]).unwrap_err(), "unknown control request tag 0");
         assert_eq!(ControlRequest::decode(&[200]).unwrap_err(), "unknown control request tag 200");
-        assert_eq!(ControlOk::decode(&[10]).unwrap_err(), "unknown control reply tag 10");
+        assert_eq!(ControlOk::decode(&[11]).unwrap_err(), "unknown control reply tag 11");
         assert_eq!(decode_reply(&[3]).unwrap_err(), "unknown control reply outcome 3");
         assert_eq!(
             ControlRequest::decode(&[REQUEST_DURABLE_END, 1, 2]).unwrap_err(),

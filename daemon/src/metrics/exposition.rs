@@ -207,8 +207,12 @@ fn encode_shards(families: &mut Families, stats: &Stats, counted: &Counted) {
     connections
         .get_or_create(&vec![("protocol", "grpc".to_owned()), ("shard", "grpc".to_owned())])
         .set(counted.grpc_connections as f64);
+    let flow = FlowFamilies::new(families);
     for (position, (shard, figures)) in counted.shards.iter().enumerate() {
         let labels: Labels = vec![("shard", shard_label(*shard))];
+        if *shard != u32::MAX {
+            flow.set(&labels, &figures.flow);
+        }
         set_histogram(&commit, &labels, &figures.commit);
         // The router shard publishes and delivers nothing.
         if *shard != u32::MAX {
@@ -230,6 +234,70 @@ fn encode_shards(families: &mut Families, stats: &Stats, counted: &Counted) {
             written.get_or_create(&labels).inc_by(directory.written_bytes);
             write_errors.get_or_create(&labels).inc_by(directory.write_errors);
         }
+    }
+}
+
+/// A forwarder shard's flow control (`subscription::outstanding`, `topic::rate`).
+struct FlowFamilies {
+    outstanding_messages: Family<Labels, FloatGauge>,
+    outstanding_bytes: Family<Labels, FloatGauge>,
+    paused: Family<Labels, Counter>,
+    slowed: Family<Labels, Counter>,
+    refused: Family<Labels, Counter>,
+    held_bytes: Family<Labels, FloatGauge>,
+}
+
+impl FlowFamilies {
+    fn new(families: &mut Families) -> FlowFamilies {
+        FlowFamilies {
+            outstanding_messages: families.gauge(
+                "outstanding_messages",
+                "Messages a shard's subscribers hold, delivered and not yet acknowledged, by shard",
+                None,
+            ),
+            outstanding_bytes: families.gauge(
+                "outstanding",
+                "Bytes of messages a shard's subscribers hold, delivered and not yet acknowledged, by shard",
+                Some(Unit::Bytes),
+            ),
+            paused: families.counter(
+                "deliveries_paused",
+                "Pulls and streams with messages to deliver that paused at the shard's or their topic's outstanding limit, by shard",
+                None,
+            ),
+            slowed: families.counter(
+                "publishes_slowed",
+                "Publishes held back on their shard for their topic's publish rate, by shard",
+                None,
+            ),
+            refused: families.counter(
+                "publishes_refused_by_limit",
+                "Publishes refused with ResourceExhausted and a retry delay, by shard and limit (messages_rate, bytes_rate, held_bytes)",
+                None,
+            ),
+            held_bytes: families.gauge(
+                "publish_held",
+                "Bytes of publishes a shard holds back for their topics' publish rates now, by shard",
+                Some(Unit::Bytes),
+            ),
+        }
+    }
+
+    fn set(&self, labels: &Labels, flow: &crate::metrics::shard::FlowFigures) {
+        self.outstanding_messages.get_or_create(labels).set(flow.outstanding_messages as f64);
+        self.outstanding_bytes.get_or_create(labels).set(flow.outstanding_bytes as f64);
+        self.paused.get_or_create(labels).inc_by(flow.deliveries_paused);
+        self.slowed.get_or_create(labels).inc_by(flow.publishes_slowed);
+        for (limit, count) in [
+            ("messages_rate", flow.publishes_refused_messages_rate),
+            ("bytes_rate", flow.publishes_refused_bytes_rate),
+            ("held_bytes", flow.publishes_refused_held_bytes),
+        ] {
+            let mut labels = labels.clone();
+            labels.push(("limit", limit.to_owned()));
+            self.refused.get_or_create(&labels).inc_by(count);
+        }
+        self.held_bytes.get_or_create(labels).set(flow.publish_held_bytes as f64);
     }
 }
 

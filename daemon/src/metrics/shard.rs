@@ -37,6 +37,27 @@ pub struct ShardFigures {
     pub directories: Vec<DirectoryFigures>,
     /// Connections of the native protocol open on this shard, on every port it serves.
     pub connections: u64,
+    /// A forwarder's flow control (`subscription::outstanding`, `topic::rate`); the router
+    /// shard's stays empty.
+    pub flow: FlowFigures,
+}
+
+/// What a forwarder shard's flow control holds and has done.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowFigures {
+    /// Messages and bytes its subscribers hold, delivered and not yet acknowledged.
+    pub outstanding_messages: u64,
+    pub outstanding_bytes: u64,
+    /// Times a pull or stream with messages to deliver paused at an outstanding limit.
+    pub deliveries_paused: u64,
+    /// Publishes held back for their topic's rate, and refused: by the messages' rate, by the
+    /// bytes' rate, for the shard's held bytes.
+    pub publishes_slowed: u64,
+    pub publishes_refused_messages_rate: u64,
+    pub publishes_refused_bytes_rate: u64,
+    pub publishes_refused_held_bytes: u64,
+    /// Bytes of publishes held back now.
+    pub publish_held_bytes: u64,
 }
 
 #[derive(Default)]
@@ -124,6 +145,7 @@ pub fn snapshot() -> ShardFigures {
         delivery: figures.delivery.clone(),
         directories: figures.directories.clone(),
         connections: figures.connections,
+        flow: FlowFigures::default(),
     })
 }
 

@@ -136,6 +136,7 @@ fn start_forwarder_shard(
     let data_dirs = config.data_dirs.clone();
     let log_config = config.log.clone();
     let quarantine_damaged = config.quarantine_damaged;
+    let (outstanding, publish_rate) = (config.outstanding, config.publish_rate);
     let connection_limits = config.connections;
     let (access_settings, tls_settings) = (config.access.clone(), config.tls.clone());
     let cluster = config.cluster.as_ref().map(|cluster| (cluster.node_id, cluster.secret.clone()));
@@ -220,6 +221,8 @@ fn start_forwarder_shard(
             }
             forwarder.set_journals_open_max(journals_open_max);
             forwarder.set_quarantine_damaged(quarantine_damaged);
+            forwarder.store.outstanding.set_limits(outstanding);
+            forwarder.store.publish_rate.limits.set(publish_rate);
             let _ = ready.send(Ok(()));
             let requests = requests.connect().await;
             let replies = Rc::new(replies.connect().await);

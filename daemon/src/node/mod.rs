@@ -75,6 +75,12 @@ pub struct Config {
     /// How many topics, subscriptions and snapshots the catalog may hold (decided by the
     /// catalog's leader with its own).
     pub catalog_limits: router::CatalogLimits,
+    /// Messages and bytes delivered and not yet acknowledged that each forwarder shard, and each
+    /// topic, allows its subscribers (`subscription::outstanding`).
+    pub outstanding: crate::subscription::outstanding::OutstandingLimits,
+    /// Every topic's publish rate, in messages and bytes a second (`topic::rate`); off by
+    /// default.
+    pub publish_rate: crate::topic::rate::PublishRateLimits,
 }
 
 /// A node's place in a cluster: its id, and every voter's cluster address, node `i + 1` at
@@ -230,6 +236,8 @@ impl Config {
             cluster: None,
             push_token_issuer: push::token::ISSUER_DEFAULT.to_owned(),
             catalog_limits: router::CatalogLimits::default(),
+            outstanding: Default::default(),
+            publish_rate: Default::default(),
         }
     }
 

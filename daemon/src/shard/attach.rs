@@ -102,6 +102,7 @@ impl<S: Storage> Forwarder<S> {
         state.ack_deadline = ack_deadline;
         state.policy = delivery_policy(&settings);
         state.forget_before(topic.log.start_offset());
+        state.count_in(topic.outstanding.clone());
         let start = state.start_offset;
         let filter = if settings.filter.is_empty() {
             None

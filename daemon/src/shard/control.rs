@@ -24,7 +24,11 @@ impl<S: Storage> Forwarder<S> {
             }
             ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id).await,
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
-            ControlRequest::Requests => Ok(ControlOk::Requests(crate::metrics::shard::snapshot())),
+            ControlRequest::Requests => {
+                let mut figures = crate::metrics::shard::snapshot();
+                figures.flow = self.flow_figures();
+                Ok(ControlOk::Requests(figures))
+            }
             ControlRequest::UpdateSettings { topic_id, update } => self.update_settings(topic_id, update),
             ControlRequest::Seek { subscription_id, topic_id, time_ms, snapshot_id } => {
                 self.seek(topic_id, subscription_id, time_ms, snapshot_id).await

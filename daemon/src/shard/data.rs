@@ -11,6 +11,7 @@ use crate::storage::Storage;
 use crate::subscription::pull::Stream;
 use crate::subscription::{acknowledge, pull};
 use crate::topic::publish::record_bytes;
+use crate::topic::rate::Admission;
 use crate::topic::TopicState;
 use std::ops::Range;
 use std::rc::Rc;
@@ -33,6 +34,7 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         })?;
         let (topic, count, encoded_bytes) = checked
             .unwrap_or_else(|| Err(DataError::InvalidArgument("publish request has no messages".into())))?;
+        self.within_publish_rate(&topic, count, encoded_bytes).await?;
         let publish_time_ms = self.environment.clock.wall_ms();
         let ids = topic.append_messages(messages, count, encoded_bytes, publish_time_ms).await.map_err(
             |error| {
@@ -97,5 +99,45 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         let (subscription, topic): (_, Rc<TopicState<S>>) = self.subscription(subscription)?;
         Ok(acknowledge::modify_ack_deadline(&self.environment, &subscription, &topic, ack_ids, seconds)
             .await?)
+    }
+}
+
+impl<S: Storage> Forwarder<S> {
+    /// The topic's publish rate (`topic::rate`), the one place a publish is slowed or refused
+    /// for it: within the rate it goes on at once; over it, it is held on the shard (its bytes
+    /// counted) for at most `PUBLISH_HOLD_MAX`, or refused with the delay to retry after.
+    async fn within_publish_rate(
+        &self,
+        topic: &TopicState<S>,
+        count: u32,
+        bytes: usize,
+    ) -> Result<(), DataError> {
+        let shard = &self.store.publish_rate;
+        if !shard.is_limited() {
+            return Ok(());
+        }
+        let now = self.environment.clock.now();
+        match shard.admit(&topic.publish_rate, count as u64, bytes as u64, now) {
+            Admission::Now => Ok(()),
+            Admission::Held(wait) => {
+                let _held = shard.hold(bytes);
+                crate::runtime::sleep(wait).await;
+                Ok(())
+            }
+            Admission::Refused { retry_after, limit } => Err(DataError::Throttled {
+                topic: topic.name.as_ref().into(),
+                limit: limit_flag(limit),
+                retry_after,
+            }),
+        }
+    }
+}
+
+/// The flag that sets a publish limit, as a refusal names it.
+fn limit_flag(limit: &str) -> &'static str {
+    match limit {
+        "PUBLISH_MESSAGES_PER_SECOND" => "--publish-messages-per-second-topic-max",
+        "PUBLISH_BYTES_PER_SECOND" => "--publish-kib-per-second-topic-max",
+        _ => "PUBLISH_HELD_BYTES_SHARD_MAX, publishes held back on the shard",
     }
 }

@@ -204,3 +204,21 @@ pub fn directory_status(directories: &Directories) -> Vec<DirectoryStatus> {
         })
         .collect()
 }
+
+impl<S: Storage> Forwarder<S> {
+    /// What the shard's flow control holds and has done, for a scrape.
+    pub fn flow_figures(&self) -> crate::metrics::shard::FlowFigures {
+        let (outstanding, rate) = (&self.store.outstanding, &self.store.publish_rate);
+        let (outstanding_messages, outstanding_bytes) = outstanding.held();
+        crate::metrics::shard::FlowFigures {
+            outstanding_messages,
+            outstanding_bytes,
+            deliveries_paused: outstanding.paused_total.get(),
+            publishes_slowed: rate.slowed_total.get(),
+            publishes_refused_messages_rate: rate.refused_messages_total.get(),
+            publishes_refused_bytes_rate: rate.refused_bytes_total.get(),
+            publishes_refused_held_bytes: rate.refused_held_total.get(),
+            publish_held_bytes: rate.held_bytes.get() as u64,
+        }
+    }
+}

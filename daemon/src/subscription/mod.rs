@@ -11,6 +11,7 @@ pub mod error;
 pub mod filter;
 pub mod journal_entry;
 pub mod offset_map;
+pub mod outstanding;
 pub mod pull;
 pub mod source;
 pub mod state;

@@ -9,6 +9,7 @@ use super::SubscriptionError;
 use super::{dead_letter, delivery, Environment, SubscriptionEntry};
 use crate::api::data::{DataError, Delivery, DeliveryStream, PullSettings, StreamPeer, StreamSettings};
 use crate::api::limits::PULL_MESSAGES_MAX;
+use crate::sync::Notified;
 use futures_lite::future::or;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -42,6 +43,32 @@ async fn budget_freed(environment: &Environment, waiting: bool) {
     }
 }
 
+/// Resolves when the topic's and shard's outstanding counts have room again, if `waiting`;
+/// never otherwise.
+async fn room_freed(freed: Option<Notified>, waiting: bool) {
+    match (freed, waiting) {
+        (Some(freed), true) => freed.await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// Whether a pull or stream that leased nothing waits for the topic's or shard's outstanding
+/// limits (`outstanding`): there is something to deliver, and no room. Counted once per pause.
+fn paused_by_limits<T: MessageSource>(
+    subscription: &SubscriptionEntry,
+    topic: &T,
+    counted: &mut bool,
+) -> bool {
+    let state = subscription.state.borrow();
+    let paused = state.room().is_full() && state.has_deliverable(topic.end_offset());
+    if let (true, false, Some(tally)) = (paused, *counted, state.tally()) {
+        let shard = tally.shard();
+        shard.paused_total.set(shard.paused_total.get() + 1);
+    }
+    *counted = paused;
+    paused
+}
+
 /// A peer that stays: for pulls whose caller cannot tell when its client leaves.
 pub struct NeverGone;
 
@@ -70,6 +97,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
     let started = clock.now();
     let mut give_up_at = started + settings.wait;
     let lease = subscription.state.borrow().ack_deadline;
+    let mut paused = false;
     loop {
         if subscription.detached.get() {
             return Err(subscription.deleted());
@@ -79,6 +107,10 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         }
         let committed = topic.committed();
         let changed = subscription.changed.notified();
+        let (freed, room) = {
+            let state = subscription.state.borrow();
+            (state.tally().map(|tally| tally.shard().freed()), state.room())
+        };
         let now = clock.now();
         // The response's bytes come out of the shard's budget for pulls and streams first
         // (`STREAM_RESERVED_BYTES_SHARD_MAX`): a thousand pulls of large messages at once
@@ -109,7 +141,10 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         };
         dead_letter::start(environment, subscription, topic);
         if let (false, Some(reservation)) = (leases.is_empty(), reservation) {
-            if let Some(delivery) = delivery::read(subscription, &**topic, leases, None, reservation).await? {
+            // Within the topic's and shard's outstanding bytes (the first message always goes).
+            let bytes = Some(room.bytes);
+            if let Some(delivery) = delivery::read(subscription, &**topic, leases, bytes, reservation).await?
+            {
                 return Ok(Some(delivery));
             }
             // Everything read was filtered out or held behind its ordering key: look again.
@@ -118,6 +153,8 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         if now >= give_up_at {
             return Ok(None);
         }
+        // Beyond the outstanding limits it waits as for messages, until a give-back makes room.
+        let waiting_for_room = paused_by_limits(subscription, &**topic, &mut paused);
         // `pull_for` took back expired leases, so the next deadline is after `now`.
         let mut wake_at = give_up_at;
         if let Some(deadline) = subscription.state.borrow().next_deadline() {
@@ -128,7 +165,9 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
         }
         // A stop wakes it through `changed` (the shard's `wake_for_stop`).
         let wake = or(or(committed, changed), peer.gone());
-        or(or(wake, sleep_until(now, wake_at)), budget_freed(environment, waiting_for_budget)).await;
+        let freed = room_freed(freed, waiting_for_room);
+        or(or(wake, sleep_until(now, wake_at)), or(budget_freed(environment, waiting_for_budget), freed))
+            .await;
     }
 }
 
@@ -144,6 +183,8 @@ pub struct Stream<'a, T> {
     max_messages: u64,
     max_bytes: u64,
     leases_outlive: bool,
+    /// Waiting for the topic's or shard's outstanding limits, counted once (`paused_by_limits`).
+    paused: bool,
 }
 
 impl<'a, T> Stream<'a, T> {
@@ -166,6 +207,7 @@ impl<'a, T> Stream<'a, T> {
             max_messages: settings.max_outstanding_messages,
             max_bytes: settings.max_outstanding_bytes,
             leases_outlive: settings.leases_outlive_stream,
+            paused: false,
         }
     }
 
@@ -213,6 +255,7 @@ impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
             }
             let committed = self.topic.committed();
             let changed = subscription.changed.notified();
+            let freed = subscription.state.borrow().tally().map(|tally| tally.shard().freed());
             let now = self.environment.clock.now();
             // A replicated topic's leader delivers only while it knows it leads.
             let unsure_until = self.topic.may_deliver(now).err();
@@ -233,10 +276,15 @@ impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
                 let budget = if first { bytes_room.max(1) } else { bytes_room };
                 let budget = budget.min((reservation.bytes() / 2).max(1) as u64);
                 match delivery::read(subscription, &*self.topic, leases, Some(budget), reservation).await? {
-                    Some(delivery) => return Ok(Some(delivery)),
+                    Some(delivery) => {
+                        self.paused = false;
+                        return Ok(Some(delivery));
+                    }
                     None => continue,
                 }
             }
+            // Beyond the outstanding limits it sends nothing until a give-back makes room.
+            let waiting_for_room = paused_by_limits(subscription, &*self.topic, &mut self.paused);
             let mut wake_at = now + STREAM_IDLE_CHECK;
             if let Some(deadline) = subscription.state.borrow().next_deadline() {
                 wake_at = wake_at.min(deadline);
@@ -248,7 +296,8 @@ impl<T: MessageSource + AckJournal + 'static> DeliveryStream for Stream<'_, T> {
             // A stop ends the connection's reading, which wakes this through `gone`; the stop
             // is checked first above. (Waiting on the stop order itself would register every
             // idle stream with one shard-wide notifier.)
-            or(or(wake, peer.gone()), budget_freed(self.environment, waiting_for_budget)).await;
+            let freed = room_freed(freed, waiting_for_room);
+            or(or(wake, peer.gone()), or(budget_freed(self.environment, waiting_for_budget), freed)).await;
         }
     }
 }
@@ -268,16 +317,18 @@ impl<T: MessageSource> Stream<'_, T> {
         // streams and pulls (woken below), and they move the next deadline past `now`.
         // A full stream that skipped this slept zero on a deadline in the past and spun,
         // holding the shard's core with every topic it serves.
-        let (load, expired) = {
+        let (load, expired, limits_room) = {
             let mut state = subscription.state.borrow_mut();
             let expired = state.expire(now);
-            (state.stream_load(self.id), expired)
+            (state.stream_load(self.id), expired, state.room())
         };
         if expired > 0 {
             subscription.changed.notify_all();
         }
         let room = self.max_messages.saturating_sub(load.messages).min(PULL_MESSAGES_MAX as u64) as usize;
-        let bytes_room = self.max_bytes.saturating_sub(load.bytes);
+        // The topic's and shard's outstanding bytes bound it beside the stream's window (their
+        // messages `pull_for` bounds).
+        let bytes_room = self.max_bytes.saturating_sub(load.bytes).min(limits_room.bytes);
         if room == 0 || bytes_room == 0 {
             return (Vec::new(), None, 0, load.messages == 0);
         }

@@ -26,8 +26,10 @@
 
 use crate::ids::{Offset, SourceId, SubscriptionId};
 use crate::subscription::offset_map::OffsetMap;
+use crate::subscription::outstanding::{Room, TopicOutstanding};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Most offsets between the ack floor and the delivery cursor. A subscriber that leaves one
@@ -403,6 +405,10 @@ pub struct SubscriptionState {
     pub expired_total: u64,
     /// Messages published to the dead-letter topic (and acknowledged here).
     pub dead_lettered_total: u64,
+    /// The topic's and shard's count of outstanding messages (`outstanding`), which every
+    /// lease is counted in while it lasts; `None` until attached (and in tests that count
+    /// nothing).
+    tally: Option<Rc<TopicOutstanding>>,
 }
 
 /// What a subscription has out or waiting: leases and their deadlines, redeliveries, retry
@@ -422,6 +428,19 @@ struct InFlight {
     /// Ordered subscriptions, once a message with an ordering key was delivered.
     keys: Option<Box<KeyOrder>>,
     streams: HashMap<u64, StreamLoad, IdHasher>,
+    /// Where `leases` are counted (the subscription's `tally`): each lease, with its bytes,
+    /// from `insert_lease` to `end_lease`, and what is left when this is dropped.
+    tally: Option<Rc<TopicOutstanding>>,
+}
+
+impl Drop for InFlight {
+    /// A subscription deleted, detached or dropped with leases out gives their count back.
+    fn drop(&mut self) {
+        if let Some(tally) = &self.tally {
+            let bytes = self.leases.iter().map(|(_, lease)| lease.bytes).sum();
+            tally.give_back(self.leases.len() as u64, bytes);
+        }
+    }
 }
 
 impl InFlight {
@@ -459,9 +478,26 @@ impl InFlight {
             })
     }
 
-    /// Ends a lease, giving its stream back the capacity it used.
+    /// Takes a lease, counting it in the topic's and shard's outstanding messages. The only
+    /// place a lease is made.
+    fn insert_lease(&mut self, offset: Offset, lease: Lease) {
+        let bytes = lease.bytes;
+        let replaced = self.leases.insert(offset, lease);
+        if let Some(tally) = &self.tally {
+            if let Some(replaced) = replaced {
+                tally.give_back(1, replaced.bytes);
+            }
+            tally.add(1, bytes);
+        }
+    }
+
+    /// Ends a lease, giving its stream back the capacity it used, and the topic's and shard's
+    /// outstanding counts theirs. The only place a lease ends, but for `drop`.
     fn end_lease(&mut self, offset: Offset) -> Option<Lease> {
         let lease = self.leases.remove(offset)?;
+        if let Some(tally) = &self.tally {
+            tally.give_back(1, lease.bytes);
+        }
         if lease.stream != 0 {
             if let Some(load) = self.streams.get_mut(&lease.stream) {
                 load.messages = load.messages.saturating_sub(1);
@@ -545,11 +581,49 @@ impl SubscriptionState {
             acked_total: 0,
             expired_total: 0,
             dead_lettered_total: 0,
+            tally: None,
         }
     }
 
     fn in_flight(&mut self) -> &mut InFlight {
-        self.in_flight.get_or_insert_with(Box::default)
+        let tally = &self.tally;
+        self.in_flight.get_or_insert_with(|| {
+            let mut fresh = Box::<InFlight>::default();
+            fresh.tally = tally.clone();
+            fresh
+        })
+    }
+
+    /// Counts the subscription's leases in `tally` (its topic's, on its shard) from now on,
+    /// moving there what they hold now (leases restored at recovery).
+    pub fn count_in(&mut self, tally: Rc<TopicOutstanding>) {
+        if let Some(in_flight) = self.in_flight.as_deref_mut() {
+            let bytes = in_flight.leases.iter().map(|(_, lease)| lease.bytes).sum();
+            let messages = in_flight.leases.len() as u64;
+            if let Some(old) = &in_flight.tally {
+                old.give_back(messages, bytes);
+            }
+            tally.add(messages, bytes);
+            in_flight.tally = Some(tally.clone());
+        }
+        self.tally = Some(tally);
+    }
+
+    /// What the topic's and shard's outstanding limits leave room for now.
+    pub fn room(&self) -> Room {
+        self.tally.as_ref().map_or(Room::UNLIMITED, |tally| tally.room())
+    }
+
+    /// The shard's count, for a pull or stream that waits for room.
+    pub fn tally(&self) -> Option<&Rc<TopicOutstanding>> {
+        self.tally.as_ref()
+    }
+
+    /// Whether a pull would find something to lease, room permitting: new messages below
+    /// `end_offset`, or messages waiting to be delivered again.
+    pub fn has_deliverable(&self, end_offset: Offset) -> bool {
+        self.cursor < end_offset
+            || self.in_flight.as_ref().is_some_and(|in_flight| !in_flight.redeliver.is_empty())
     }
 
     /// Drops the in-flight state once nothing in it is left (called on the forwarder's sweep).
@@ -640,10 +714,15 @@ impl SubscriptionState {
         }
     }
 
-    /// Records the size of a leased message against its stream's flow control.
+    /// Records the size of a leased message against its stream's flow control and the
+    /// topic's and shard's outstanding bytes.
     pub fn account(&mut self, offset: Offset, bytes: u64) {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         if let Some(lease) = in_flight.leases.get_mut(offset) {
+            if let Some(tally) = &in_flight.tally {
+                tally.give_back(0, lease.bytes);
+                tally.add(0, bytes);
+            }
             lease.bytes = bytes;
             if lease.stream != 0 {
                 let load = in_flight.streams.entry(lease.stream).or_default();
@@ -688,9 +767,10 @@ impl SubscriptionState {
     pub fn detach_stream(&mut self, stream: u64) {
         let Some(in_flight) = self.in_flight.as_deref_mut() else { return };
         in_flight.leases.retain(|_, lease| {
+            // Its bytes stay: they count in the topic's and shard's outstanding bytes until
+            // the lease ends (a lease of no stream counts in none).
             if lease.stream == stream {
                 lease.stream = 0;
-                lease.bytes = 0;
             }
             true
         });
@@ -717,7 +797,7 @@ impl SubscriptionState {
             return;
         }
         let in_flight = self.in_flight();
-        in_flight.leases.insert(offset, Lease { deadline, generation: 0, stream: 0, bytes: 0, pins: 0 });
+        in_flight.insert_lease(offset, Lease { deadline, generation: 0, stream: 0, bytes: 0, pins: 0 });
         in_flight.push_deadline(deadline, offset, 0);
         if !in_flight.attempts.contains_key(offset) {
             in_flight.attempts.insert(offset, 1);
@@ -864,6 +944,10 @@ impl SubscriptionState {
     ) -> Vec<Delivery> {
         self.expire(now);
         let mut deliveries = Vec::new();
+        // The topic's and shard's outstanding limits: beyond them, delivery pauses.
+        let room = self.room();
+        let max =
+            if room.bytes == 0 { 0 } else { max.min(usize::try_from(room.messages).unwrap_or(usize::MAX)) };
         if self.in_flight.is_none() && self.cursor >= end_offset {
             // Nothing out, nothing new: an idle subscription's poll allocates nothing.
             return deliveries;
@@ -908,7 +992,7 @@ impl SubscriptionState {
         self.delivered_total += 1;
         let deadline = now + duration;
         let in_flight = self.in_flight();
-        in_flight.leases.insert(offset, Lease { deadline, generation, stream, bytes: 0, pins: 0 });
+        in_flight.insert_lease(offset, Lease { deadline, generation, stream, bytes: 0, pins: 0 });
         if stream != 0 {
             in_flight.streams.entry(stream).or_default().messages += 1;
         }
@@ -993,8 +1077,9 @@ impl SubscriptionState {
             load.messages = load.messages.saturating_sub(1);
             load.bytes = load.bytes.saturating_sub(lease.bytes);
         }
+        // Its bytes stay with the lease, which the topic's and shard's outstanding bytes
+        // count until `apply_ack` ends it.
         lease.stream = 0;
-        lease.bytes = 0;
     }
 
     /// Exactly-once delivery: an acknowledgement of this lease (one `check_ack` accepted) is
@@ -1715,6 +1800,97 @@ mod tests {
                     proptest::prop_assert_eq!(state.check_ack(&elsewhere.encode(), now), Err(AckRefusal::OtherSource));
                 }
             }
+        }
+    }
+
+    /// What the subscription's leases hold, as the outstanding counts should have it.
+    fn leased(state: &SubscriptionState) -> (u64, u64) {
+        state.in_flight.as_ref().map_or((0, 0), |in_flight| {
+            let bytes = in_flight.leases.iter().map(|(_, lease)| lease.bytes).sum();
+            (in_flight.leases.len() as u64, bytes)
+        })
+    }
+
+    fn counted(
+        messages_topic_max: u64,
+    ) -> (Rc<crate::subscription::outstanding::ShardOutstanding>, Rc<TopicOutstanding>) {
+        use crate::subscription::outstanding::{OutstandingLimits, ShardOutstanding};
+        let shard = ShardOutstanding::new(OutstandingLimits {
+            messages_shard_max: 1000,
+            bytes_shard_max: u64::MAX,
+            messages_topic_max,
+            bytes_topic_max: u64::MAX,
+        });
+        let topic = TopicOutstanding::new(&shard);
+        (shard, topic)
+    }
+
+    #[test]
+    fn delivery_pauses_at_the_outstanding_limit_and_resumes_when_leases_end() {
+        let now = crate::runtime::now();
+        let (shard, topic) = counted(4);
+        let mut first = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+        let mut second = SubscriptionState::new(SubscriptionId::new(2), Offset::new(0), DEADLINE);
+        first.count_in(topic.clone());
+        second.count_in(topic.clone());
+        assert_eq!(first.pull(now, 3, Offset::new(10)).len(), 3);
+        let given = second.pull(now, 3, Offset::new(10));
+        assert_eq!(given.len(), 1, "the topic's fourth message fills its limit");
+        assert!(second.room().is_full() && first.pull(now, 3, Offset::new(10)).is_empty());
+        second.apply_ack(given[0].offset);
+        assert_eq!(first.pull(now, 3, Offset::new(10)).len(), 1);
+        // Expiries give their count back too.
+        assert_eq!(first.expire(now + DEADLINE), 4);
+        assert_eq!(topic.held(), (0, 0));
+        assert_eq!(second.pull(now + DEADLINE, 9, Offset::new(10)).len(), 4);
+        drop(second);
+        assert_eq!(shard.held(), (0, 0), "a dropped subscription gives back what it held");
+    }
+
+    proptest::proptest! {
+        /// The topic's and shard's counts follow the leases through every way a lease is taken
+        /// and ends, and what is left comes back when the subscription goes.
+        #[test]
+        fn outstanding_counts_follow_the_leases(
+            steps in proptest::collection::vec((0u8..11, 0usize..16, 1u64..500), 1..120),
+        ) {
+            let (shard, topic) = counted(10);
+            let mut now = crate::runtime::now();
+            let mut state = SubscriptionState::new(SubscriptionId::new(1), Offset::new(0), DEADLINE);
+            // A restored lease counted when the subscription is attached.
+            state.restore_lease(Offset::new(3), now + DEADLINE);
+            state.count_in(topic.clone());
+            let mut given: Vec<Delivery> = Vec::new();
+            let end = Offset::new(40);
+            for (step, which, bytes) in steps {
+                let pick = given.get(which % given.len().max(1)).copied();
+                match step {
+                    0 => given.extend(state.pull(now, 3, end)),
+                    1 => given.extend(state.pull_for(now, 4, end, 1 + which as u64 % 2, DEADLINE)),
+                    2 => now += DEADLINE / 3,
+                    3 => if let Some(delivery) = pick { state.account(delivery.offset, bytes) },
+                    4 => if let Some(delivery) = pick {
+                        if let Ok(Some(offset)) = state.check_ack(&ack_id(&state, &delivery), now) {
+                            state.leave_window(offset);
+                            state.apply_ack(offset);
+                        }
+                    },
+                    5 => if let Some(delivery) = pick {
+                        let _ = state.modify_deadline(&ack_id(&state, &delivery), 0, now);
+                    },
+                    6 => if let Some(delivery) = pick { state.release(delivery) },
+                    7 => state.close_stream(1 + which as u64 % 2),
+                    8 => state.detach_stream(1 + which as u64 % 2),
+                    9 => state.forget_before(Offset::new(which as u64)),
+                    _ => { state.expire(now); }
+                }
+                state.release_if_idle();
+                proptest::prop_assert_eq!(topic.held(), leased(&state));
+                proptest::prop_assert_eq!(shard.held(), leased(&state));
+                proptest::prop_assert!(topic.held().0 <= 10);
+            }
+            drop(state);
+            proptest::prop_assert_eq!(shard.held(), (0, 0));
         }
     }
 }

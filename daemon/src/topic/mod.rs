@@ -6,6 +6,7 @@ pub mod error;
 pub mod journal;
 pub mod open;
 pub mod publish;
+pub mod rate;
 pub mod retention;
 #[cfg(test)]
 mod tests;
@@ -56,6 +57,11 @@ pub struct TopicState<S: Storage> {
     pub deleted: Cell<bool>,
     /// Its part in the topic's replication across nodes.
     pub replication: RefCell<Replication>,
+    /// Messages and bytes its subscribers hold, delivered and not yet acknowledged, within its
+    /// shard's (`subscription::outstanding`).
+    pub outstanding: Rc<crate::subscription::outstanding::TopicOutstanding>,
+    /// Its publish rate's token buckets (`rate`), within its shard's limits.
+    pub publish_rate: RefCell<rate::TopicRate>,
 }
 
 /// A topic's part in its replication across nodes (docs/REPLICATION.md).

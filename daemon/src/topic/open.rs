@@ -8,6 +8,7 @@ use crate::ids::{Offset, TopicId};
 use crate::log::{Directories, Log, LogConfig, LogError, RecoveryReport};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::{journal_log_id, messages_log_id, JournalEntry};
+use crate::subscription::outstanding::{OutstandingLimits, ShardOutstanding, TopicOutstanding};
 use crate::subscription::state::IdHasher;
 use crate::sync::Notify;
 use std::cell::{Cell, RefCell};
@@ -25,6 +26,12 @@ pub struct TopicStore<S: Storage> {
     pub journal_configs: [Rc<LogConfig>; 2],
     /// Fires when a topic's journal finishes opening (see `LazyJournal`).
     pub journal_opened: Notify,
+    /// The shard's count of messages delivered and not yet acknowledged, which each topic's
+    /// own count is part of (`subscription::outstanding`).
+    pub outstanding: Rc<ShardOutstanding>,
+    /// Every topic's publish rate limits, and the publishes the shard holds back
+    /// (`topic::rate`).
+    pub publish_rate: Rc<super::rate::ShardPublishRate>,
 }
 
 impl<S: Storage> TopicStore<S> {
@@ -54,6 +61,8 @@ impl<S: Storage> TopicStore<S> {
             }),
             log_config: Rc::new(log_config),
             journal_opened: Notify::new(),
+            outstanding: ShardOutstanding::new(OutstandingLimits::default()),
+            publish_rate: super::rate::ShardPublishRate::new(),
         }
     }
 
@@ -194,6 +203,8 @@ impl<S: Storage> TopicStore<S> {
             reserve_done: Notify::new(),
             deleted: Cell::new(false),
             replication: RefCell::new(super::Replication::Alone),
+            outstanding: TopicOutstanding::new(&self.outstanding),
+            publish_rate: RefCell::default(),
         })
     }
 

@@ -16,6 +16,7 @@ mod deadlines;
 mod disks;
 mod drain;
 mod fail_stop;
+mod flow_control;
 mod full_disk;
 mod grpc_admin;
 mod grpc_cluster;
