@@ -3,12 +3,13 @@
 
 use crate::{Client, Result};
 use ringpost_wire::messages::{
-    ClusterAddNodeRequest, ClusterRemoveNodeRequest, ClusterStatusResponse, CreateTopicWithSourcesRequest,
-    Empty, ListRequest, NameRequest, PushConfig, ResyncDirectoryRequest, ResyncDirectoryResponse,
-    SeekRequest, Snapshot, SnapshotList, SnapshotRequest, StatsResponse, StatsWithPushResponse, Subscription,
-    SubscriptionWithPush, SubscriptionWithPushProject, Topic, TopicWithSources, UpdateSubscriptionRequest,
-    UpdateSubscriptionWithPushProjectRequest, UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
-    UpdateTopicSourcesRequest,
+    ClusterAddNodeRequest, ClusterDrainRequest, ClusterDrainStatusResponse, ClusterRemoveNodeRequest,
+    ClusterRestrictRequest, ClusterRestrictionsResponse, ClusterStatusResponse,
+    CreateTopicWithSourcesRequest, Empty, ListRequest, NameRequest, PushConfig, ResyncDirectoryRequest,
+    ResyncDirectoryResponse, RoutingRule, SeekRequest, Snapshot, SnapshotList, SnapshotRequest,
+    StatsResponse, StatsWithPushResponse, Subscription, SubscriptionWithPush, SubscriptionWithPushProject,
+    Topic, TopicWithSources, UpdateSubscriptionRequest, UpdateSubscriptionWithPushProjectRequest,
+    UpdateSubscriptionWithPushRequest, UpdateTopicRequest, UpdateTopicSourcesRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -257,6 +258,32 @@ impl Client {
         let timeout = self.request_timeout.max(REMOVE_NODE_TIMEOUT);
         let _: Empty = self.control_within(Command::ClusterRemoveNode, &request, timeout).await?;
         Ok(())
+    }
+
+    /// Drains node `node_id` (`draining`), or no longer: once the catalog records it, routers
+    /// hand out none of its forwarders and the catalog's leader moves its leaderships away.
+    /// Answered once recorded; `drain_status` tells when the node is empty.
+    pub async fn drain_node(&self, node_id: u64, draining: bool) -> Result<()> {
+        let _: Empty =
+            self.control(Command::ClusterDrain, &ClusterDrainRequest { node_id, draining }).await?;
+        Ok(())
+    }
+
+    /// Adds (`add`) or removes a routing restriction: which clients (a principal, or a source
+    /// range `ADDRESS/PREFIX`) may (`allow`) or may not be handed which nodes' forwarders.
+    pub async fn restrict_routes(&self, rule: RoutingRule, add: bool) -> Result<()> {
+        let _: Empty = self.control(Command::ClusterRestrict, &ClusterRestrictRequest { add, rule }).await?;
+        Ok(())
+    }
+
+    /// The routing restrictions, in the order they were added.
+    pub async fn routing_rules(&self) -> Result<ClusterRestrictionsResponse> {
+        self.control(Command::ClusterRestrictions, &Empty {}).await
+    }
+
+    /// Every draining node and what it still holds.
+    pub async fn drain_status(&self) -> Result<ClusterDrainStatusResponse> {
+        self.control(Command::ClusterDrainStatus, &Empty {}).await
     }
 
     /// Seeks a subscription to a time (milliseconds since the Unix epoch): messages published

@@ -43,11 +43,12 @@ pub use publisher::{
 };
 pub use retry::RetrySettings;
 pub use ringpost_wire::messages::{
-    Attribute, ClusterStatusResponse, DirectoryStatus, FollowerStats, InvalidAckId, NodeStatus, ProcessStats,
-    PubsubMessage, PushConfig, PushError, PushRequestCount, PushSubscriptionStats, ReceivedMessage,
-    ReplicaStats, ResyncDirectoryResponse, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse,
-    Subscription, SubscriptionStats, SubscriptionWithPush, SubscriptionWithPushProject, Topic,
-    TopicPlacement, TopicSource, TopicStats, TopicWithSources,
+    Attribute, ClusterDrainStatusResponse, ClusterStatusResponse, DirectoryStatus, FollowerStats,
+    InvalidAckId, NodeDrainStatus, NodeStatus, ProcessStats, PubsubMessage, PushConfig, PushError,
+    PushRequestCount, PushSubscriptionStats, ReceivedMessage, ReplicaStats, ResyncDirectoryResponse,
+    RoutingRule, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionStats,
+    SubscriptionWithPush, SubscriptionWithPushProject, Topic, TopicPlacement, TopicSource, TopicStats,
+    TopicWithSources,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use security::Security;

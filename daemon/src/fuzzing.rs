@@ -178,6 +178,7 @@ pub fn catalog_peer(bytes: &[u8]) -> bool {
         round_trip(bytes, decode_append_response, encode_append_response).is_some(),
         round_trip(bytes, decode_vote, encode_vote).is_some(),
         round_trip(bytes, decode_vote_response, encode_vote_response).is_some(),
+        round_trip(bytes, decode_transfer_leader, encode_transfer_leader).is_some(),
         round_trip_debug(bytes, decode_snapshot, |(vote, snapshot)| encode_snapshot(vote, snapshot)),
         round_trip(bytes, decode_snapshot_response, encode_snapshot_response).is_some(),
         round_trip(bytes, decode_read_index, encode_read_index).is_some(),
@@ -343,6 +344,16 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             grpc_address: "10.0.0.2:8085".to_owned(),
         }),
         CatalogEntry::NodeRemoved { node_id: NodeId::new(3) },
+        CatalogEntry::NodeDraining { node_id: NodeId::new(2), draining: true },
+        CatalogEntry::RoutingRulesSet {
+            rules: vec![crate::catalog::routing::RoutingRule {
+                selector: crate::catalog::routing::ClientSelector::From(
+                    crate::catalog::routing::Cidr::parse("10.0.0.0/8").unwrap(),
+                ),
+                allow: false,
+                nodes: [NodeId::new(3)].into(),
+            }],
+        },
         CatalogEntry::TopicReplicasChanged {
             id: TopicId::new(5),
             replicas: vec![ShardId::from_global(0x1_0001), ShardId::from_global(0x2_0002)],
@@ -570,6 +581,7 @@ fn catalog_peer_samples() -> Vec<Vec<u8>> {
         encode_append_response(&AppendEntriesResponse::HigherVote(vote)),
         encode_vote(&VoteRequest::new(Vote::new(8, 3), Some(log_id(7, 2, 12)))),
         encode_vote_response(&VoteResponse { vote, vote_granted: true, last_log_id: None }),
+        encode_transfer_leader(&openraft::raft::TransferLeaderRequest::new(vote, 2, Some(log_id(7, 2, 12)))),
         encode_snapshot(&vote, &snapshot),
         encode_snapshot_response(&SnapshotResponse { vote }),
         encode_read_index(&Some(log_id(9, 1, 40))),

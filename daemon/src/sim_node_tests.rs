@@ -551,7 +551,7 @@ async fn publish(node: Rc<Node>, model: Rc<RefCell<Model>>, mut rng: sim::Rng, l
     for _ in 0..rng.below(PUBLISHES_PER_LIFE_MAX + 1) {
         runtime::sleep(Duration::from_micros(rng.below(2_000))).await;
         let Some(topic) = model.borrow().present_topic(&mut rng) else { continue };
-        let Some(shard) = forwarder_of(&node, node.router.lookup_topic(&topic, None)) else { continue };
+        let Some(shard) = forwarder_of(&node, node.router.lookup_topic(&topic, None, None)) else { continue };
         let (messages, began) = {
             let mut model = model.borrow_mut();
             let began = model.tick();
@@ -593,7 +593,7 @@ async fn pull(
     subscription: &str,
     max_messages: u32,
 ) -> Option<(usize, Vec<ReceivedMessage>)> {
-    let shard = forwarder_of(node, node.router.lookup_subscription(subscription, None))?;
+    let shard = forwarder_of(node, node.router.lookup_subscription(subscription, None, None))?;
     let request = PullRequest { subscription: subscription.into(), max_messages, wait_ms: 0 };
     let response = call(&node.forwarders[shard], Command::Pull, &request).await;
     let received = match &response {
@@ -845,7 +845,8 @@ fn each_simulated_shard_has_a_response_budget_of_its_own() {
             }
             let topic = format!("topic-{index}");
             node.router.create_topic(Topic { name: topic.clone(), ..Default::default() }).await.unwrap();
-            let shard = forwarder_of(&node, node.router.lookup_topic(&topic, None)).expect("a placed topic");
+            let shard =
+                forwarder_of(&node, node.router.lookup_topic(&topic, None, None)).expect("a placed topic");
             if subscriptions[shard].is_some() {
                 continue;
             }

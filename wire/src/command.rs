@@ -102,6 +102,17 @@ pub enum Command {
     /// `ClusterRemoveNodeRequest` → `Empty` (router, decided by the catalog's leader): a node
     /// that holds no topic leaves the cluster.
     ClusterRemoveNode = 64,
+    /// `ClusterDrainRequest` → `Empty` (router, decided by the catalog's leader): a node drains
+    /// (its forwarders handed to no one, its leaderships moved) or no longer does. A daemon
+    /// from before drains answers `InvalidArgument` (unknown command).
+    ClusterDrain = 66,
+    /// `Empty` → `ClusterDrainStatusResponse` (router): what each draining node still holds.
+    ClusterDrainStatus = 67,
+    /// `ClusterRestrictRequest` → `Empty` (router, decided by the catalog's leader): a routing
+    /// restriction added or removed.
+    ClusterRestrict = 68,
+    /// `Empty` → `ClusterRestrictionsResponse` (router): the routing restrictions.
+    ClusterRestrictions = 69,
     /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft AppendEntries, from its
     /// leader to another voter. The bytes are the catalog's own encoding of the request.
     PeerAppendEntries = 70,
@@ -159,11 +170,16 @@ pub enum Command {
     /// (`kid`, `n`, `e`), which every node serves in its JWK Set. A node from before the
     /// command refuses it as unknown; the asking node then serves no key of it.
     PeerPushKey = 82,
+    /// `PeerMessage` → `PeerMessage` (cluster port): the catalog's raft TransferLeader, from
+    /// a leader handing its lead to the answering voter (a draining or leaving node). A node
+    /// from before the command refuses it as unknown; the voters then elect a leader once the
+    /// old one's lease ends, as without it.
+    PeerTransferLeader = 83,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 55] = [
+    pub const ALL: [Command; 60] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -206,6 +222,10 @@ impl Command {
         Command::ClusterStatus,
         Command::ClusterAddNode,
         Command::ClusterRemoveNode,
+        Command::ClusterDrain,
+        Command::ClusterDrainStatus,
+        Command::ClusterRestrict,
+        Command::ClusterRestrictions,
         Command::PeerAppendEntries,
         Command::PeerVote,
         Command::PeerSnapshot,
@@ -217,6 +237,7 @@ impl Command {
         Command::PeerClusterStatus,
         Command::PeerWantElections,
         Command::PeerPushKey,
+        Command::PeerTransferLeader,
         Command::Replica,
         Command::Carried,
     ];
@@ -261,6 +282,10 @@ impl Command {
             63 => Command::ClusterAddNode,
             64 => Command::ClusterRemoveNode,
             65 => Command::StatsWithPush,
+            66 => Command::ClusterDrain,
+            67 => Command::ClusterDrainStatus,
+            68 => Command::ClusterRestrict,
+            69 => Command::ClusterRestrictions,
             70 => Command::PeerAppendEntries,
             71 => Command::PeerVote,
             72 => Command::PeerSnapshot,
@@ -278,6 +303,7 @@ impl Command {
             91 => Command::GetSubscriptionWithPushProject,
             92 => Command::UpdateSubscriptionWithPushProject,
             93 => Command::ModifyPushConfigWithProject,
+            83 => Command::PeerTransferLeader,
             _ => return None,
         })
     }

@@ -489,6 +489,53 @@ wire_type! {
 }
 
 wire_type! {
+    /// Node `node_id` drains (`draining`), or no longer does.
+    pub struct ClusterDrainRequest { pub node_id: u64, pub draining: bool }
+}
+
+wire_type! {
+    /// A draining node and what it still holds; it is empty once all three are none.
+    pub struct NodeDrainStatus {
+        pub node_id: u64,
+        /// Replicated topics it still leads.
+        pub leaderships: u64,
+        /// Whether it still leads the catalog.
+        pub leads_catalog: bool,
+        /// Topics of one replica on it (which cannot move without their data): some names,
+        /// and how many in all.
+        pub single_replica_topics: Vec<String>,
+        pub single_replica_count: u64,
+    }
+}
+
+wire_type! {
+    /// A routing restriction: the clients authenticated as `principal`, or connecting from the
+    /// range `from` (`ADDRESS/PREFIX`; exactly one of the two is set), may be handed only
+    /// `nodes`' forwarders (`allow`), or none of them.
+    pub struct RoutingRule {
+        pub principal: String,
+        pub from: String,
+        pub allow: bool,
+        pub nodes: Vec<u64>,
+    }
+}
+
+wire_type! {
+    /// `rule` added (`add`) or removed (the same rule as added).
+    pub struct ClusterRestrictRequest { pub add: bool, pub rule: RoutingRule }
+}
+
+wire_type! {
+    /// Every routing restriction, in the order they were added.
+    pub struct ClusterRestrictionsResponse { pub rules: Vec<RoutingRule> }
+}
+
+wire_type! {
+    /// Every draining node, in id order.
+    pub struct ClusterDrainStatusResponse { pub nodes: Vec<NodeDrainStatus> }
+}
+
+wire_type! {
     /// One member of the catalog's raft group.
     pub struct NodeStatus {
         pub node_id: u64,

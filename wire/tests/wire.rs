@@ -746,6 +746,31 @@ mod round_trips {
             ClusterAddNodeRequest { node_id: 4, cluster_address: "10.0.0.4:7460".to_owned(), voter: true };
         check_round_trip(Command::ClusterAddNode, 0, 16, &add);
         check_round_trip(Command::ClusterRemoveNode, 0, 16, &ClusterRemoveNodeRequest { node_id: 4 });
+        check_round_trip(Command::ClusterDrain, 0, 16, &ClusterDrainRequest { node_id: 3, draining: true });
+        check_round_trip(Command::ClusterDrainStatus, 0, 16, &Empty {});
+        let draining = NodeDrainStatus {
+            node_id: 3,
+            leaderships: 2,
+            leads_catalog: true,
+            single_replica_topics: vec!["lone".to_owned()],
+            single_replica_count: 1,
+        };
+        let drains = ClusterDrainStatusResponse { nodes: vec![draining, NodeDrainStatus::default()] };
+        check_round_trip(Command::ClusterDrainStatus, FLAG_RESPONSE, 16, &drains);
+        let rule = RoutingRule {
+            principal: String::new(),
+            from: "10.0.0.0/8".to_owned(),
+            allow: false,
+            nodes: vec![2, 3],
+        };
+        check_round_trip(
+            Command::ClusterRestrict,
+            0,
+            16,
+            &ClusterRestrictRequest { add: true, rule: rule.clone() },
+        );
+        let rules = ClusterRestrictionsResponse { rules: vec![rule, RoutingRule::default()] };
+        check_round_trip(Command::ClusterRestrictions, FLAG_RESPONSE, 16, &rules);
         let node = |node_id, voter, role: &str, matched_index| NodeStatus {
             node_id,
             cluster_address: format!("10.0.0.{node_id}:7460"),

@@ -69,3 +69,31 @@ pub struct NodeStatus {
     /// leader itself; None when unknown: never, or not the leader's view).
     pub heard_ms_ago: Option<u64>,
 }
+
+/// A draining node (`ringpost cluster drain`) and what it still holds, as the answering node's
+/// applied catalog says. It is empty, and can be stopped with no client noticing beyond a
+/// reconnection, once it leads no topic and not the catalog: the follower replicas it holds
+/// stay (the other replicas are a quorum without it), and a topic of one replica cannot move
+/// without its data (named here, so the operator knows the node is not yet empty).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeDrain {
+    pub node_id: NodeId,
+    /// Replicated topics whose leader is still on the node.
+    pub leaderships: u64,
+    /// Whether the node still leads the catalog.
+    pub leads_catalog: bool,
+    /// Topics of one replica on the node, in name order, at most `DRAIN_TOPICS_NAMED_MAX`;
+    /// how many there are in all.
+    pub single_replica_topics: Vec<String>,
+    pub single_replica_count: u64,
+}
+
+/// Most topics of one replica a drain's status names: it stays one small frame.
+pub const DRAIN_TOPICS_NAMED_MAX: usize = 20;
+
+impl NodeDrain {
+    /// Whether the node holds nothing a client needs it for.
+    pub fn is_empty(&self) -> bool {
+        self.leaderships == 0 && !self.leads_catalog && self.single_replica_count == 0
+    }
+}

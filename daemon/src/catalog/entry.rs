@@ -59,6 +59,11 @@ const KIND_SOURCE_ADDED: u8 = 23;
 /// of a topic of one is kind 13 as before; a node of the version before refuses the kind as
 /// unknown rather than serve the subscription from offset 0 of every source but the first.
 const KIND_SUBSCRIPTION_CREATED_WITH_SOURCES: u8 = 24;
+/// A node drained (`ringpost cluster drain`) or undrained: a version before it refuses the
+/// kind (unknown), never reading it as another entry.
+const KIND_NODE_DRAINING: u8 = 25;
+/// The routing restrictions, whole, after one was added or removed.
+const KIND_ROUTING_RULES_SET: u8 = 26;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -377,6 +382,18 @@ pub enum CatalogEntry {
     /// The entries that elect, move and place a topic's leader and replicas apply to a source
     /// by its unit id.
     SourceAdded(SourceRecord),
+    /// A registered node is draining (`ringpost cluster drain`), or no longer (`undrain`):
+    /// while it drains, routers hand out none of its forwarders, new placements go elsewhere
+    /// where they can, and the catalog's leader moves its topics' leaderships away.
+    NodeDraining {
+        node_id: NodeId,
+        draining: bool,
+    },
+    /// The routing restrictions from now on, every rule (`ringpost cluster restrict`); a node
+    /// of a version before them refuses the kind.
+    RoutingRulesSet {
+        rules: Vec<super::routing::RoutingRule>,
+    },
 }
 
 impl CatalogEntry {
@@ -471,6 +488,12 @@ impl CatalogEntry {
                 .clone(),
             CatalogEntry::NodeRemoved { node_id } => {
                 Encoder::new(KIND_NODE_REMOVED).u64(node_id.get()).0.clone()
+            }
+            CatalogEntry::NodeDraining { node_id, draining } => {
+                Encoder::new(KIND_NODE_DRAINING).u64(node_id.get()).bool(*draining).0.clone()
+            }
+            CatalogEntry::RoutingRulesSet { rules } => {
+                super::routing::encode_rules(&mut Encoder::new(KIND_ROUTING_RULES_SET), rules).0.clone()
             }
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
@@ -601,6 +624,12 @@ impl CatalogEntry {
                 replicas: decode_replicas(&mut d)?,
             },
             KIND_SOURCE_ADDED => CatalogEntry::SourceAdded(decode_source(&mut d)?),
+            KIND_NODE_DRAINING => {
+                CatalogEntry::NodeDraining { node_id: NodeId::new(d.u64()?), draining: d.bool()? }
+            }
+            KIND_ROUTING_RULES_SET => {
+                CatalogEntry::RoutingRulesSet { rules: super::routing::decode_rules(&mut d)? }
+            }
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -1043,6 +1072,9 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
             CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),
             CatalogEntry::NodeRemoved { node_id } => write!(f, "remove node {node_id}"),
+            CatalogEntry::NodeDraining { node_id, draining: true } => write!(f, "drain node {node_id}"),
+            CatalogEntry::NodeDraining { node_id, draining: false } => write!(f, "undrain node {node_id}"),
+            CatalogEntry::RoutingRulesSet { rules } => write!(f, "{} routing rule(s)", rules.len()),
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let numbers: Vec<u32> = replicas.iter().map(|replica| replica.global()).collect();
                 write!(f, "topic {id:x} replicated on shards {numbers:x?}")

@@ -13,6 +13,7 @@ pub mod legacy;
 pub mod peer;
 pub mod placement;
 pub mod raft;
+pub mod routing;
 pub mod rt;
 pub mod standing;
 pub mod state;

@@ -7,7 +7,8 @@ use super::raft::{CatalogRaft, LogId, Snapshot, SnapshotMeta, StoredMembership, 
 use super::store::{decode_entry, encode_entry, get_log_id, get_membership, put_log_id, put_membership};
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest, VoteRequest,
+    VoteResponse,
 };
 
 /// The most entries one AppendEntries may carry when decoded: openraft sends at most
@@ -124,6 +125,23 @@ pub fn decode_vote(bytes: &[u8]) -> DecodeResult<VoteRequest<CatalogRaft>> {
     let mut request = VoteRequest::new(vote, last_log_id);
     request.leadership_transfer = leadership_transfer;
     finish(decoder, request)
+}
+
+pub fn encode_transfer_leader(request: &TransferLeaderRequest<CatalogRaft>) -> Vec<u8> {
+    let mut encoder = Encoder::new(0);
+    put_vote(&mut encoder, request.from_leader());
+    encoder.u64(*request.to_node_id());
+    put_log_id(&mut encoder, &request.last_log_id().copied());
+    encoder.0
+}
+
+pub fn decode_transfer_leader(bytes: &[u8]) -> DecodeResult<TransferLeaderRequest<CatalogRaft>> {
+    let mut decoder = Decoder::new(bytes);
+    decoder.u8()?;
+    let from_leader = get_vote(&mut decoder)?;
+    let to_node_id = decoder.u64()?;
+    let last_log_id = get_log_id(&mut decoder)?;
+    finish(decoder, TransferLeaderRequest::new(from_leader, to_node_id, last_log_id))
 }
 
 pub fn encode_vote_response(response: &VoteResponse<CatalogRaft>) -> Vec<u8> {
@@ -254,6 +272,15 @@ mod tests {
         assert_eq!(decode_vote(&encoded).unwrap(), request);
         let answer = VoteResponse { vote, vote_granted: true, last_log_id: None };
         assert_eq!(decode_vote_response(&encode_vote_response(&answer)).unwrap(), answer);
+
+        let transfer = TransferLeaderRequest::new(vote, 3, Some(log_id(7, 2, 12)));
+        let encoded = encode_transfer_leader(&transfer);
+        let decoded = decode_transfer_leader(&encoded).unwrap();
+        assert_eq!(
+            (decoded.from_leader(), decoded.to_node_id(), decoded.last_log_id()),
+            (transfer.from_leader(), transfer.to_node_id(), transfer.last_log_id())
+        );
+        assert!(decode_transfer_leader(&encoded[..encoded.len() - 1]).is_err());
 
         let snapshot = Snapshot {
             meta: SnapshotMeta {

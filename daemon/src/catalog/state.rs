@@ -5,7 +5,7 @@
 use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SourceRecord, SubscriptionRecord, TopicRecord};
 use crate::codec::{DecodeResult, Decoder};
 use crate::ids::{NodeId, ShardId, SourceId, TopicId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The catalog: what the entries so far add up to.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -23,6 +23,11 @@ pub struct CatalogState {
     pub snapshots: BTreeMap<String, SnapshotRecord>,
     /// The cluster's nodes as they registered, by id; empty for a single node.
     pub nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Registered nodes being drained (`CatalogEntry::NodeDraining`), until undrained or
+    /// removed.
+    pub draining: BTreeSet<NodeId>,
+    /// The routing restrictions (`router::restrictions`), in the order they were added.
+    pub routing_rules: Vec<super::routing::RoutingRule>,
     /// Every topic's sources after the first, by topic and source (a topic's in order).
     pub sources: BTreeMap<(TopicId, SourceId), SourceRecord>,
     /// A source's unit id → its topic and number, so that the entries naming a unit by id
@@ -153,7 +158,24 @@ impl CatalogState {
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 Applied::Updated(self.change_replicas(id, replicas))
             }
-            CatalogEntry::NodeRemoved { node_id } => Applied::Updated(self.nodes.remove(&node_id).is_some()),
+            CatalogEntry::NodeRemoved { node_id } => {
+                self.draining.remove(&node_id);
+                Applied::Updated(self.nodes.remove(&node_id).is_some())
+            }
+            CatalogEntry::RoutingRulesSet { rules } => {
+                self.routing_rules = rules;
+                Applied::Done
+            }
+            // Only a registered node drains: one removed meanwhile stays out of the set.
+            CatalogEntry::NodeDraining { node_id, draining } => {
+                let registered = self.nodes.contains_key(&node_id);
+                if registered && draining {
+                    self.draining.insert(node_id);
+                } else {
+                    self.draining.remove(&node_id);
+                }
+                Applied::Updated(registered)
+            }
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 Applied::Updated(self.elect_leader(id, epoch, leader))
             }
@@ -291,6 +313,16 @@ impl CatalogState {
         }
         entries.push(CatalogEntry::NextId { next_id: self.next_id });
         entries.extend(self.nodes.values().cloned().map(CatalogEntry::NodeRegistered));
+        // After the registrations, which a draining node needs; none when no node drains, so
+        // that a catalog without drains is restated in the bytes every version reads.
+        entries.extend(
+            self.draining
+                .iter()
+                .map(|node_id| CatalogEntry::NodeDraining { node_id: *node_id, draining: true }),
+        );
+        if !self.routing_rules.is_empty() {
+            entries.push(CatalogEntry::RoutingRulesSet { rules: self.routing_rules.clone() });
+        }
         entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
         // After every topic, which each source needs.
         entries.extend(self.sources.values().cloned().map(CatalogEntry::SourceAdded));

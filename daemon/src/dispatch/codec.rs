@@ -15,6 +15,7 @@ use crate::auth::Principal;
 use crate::catalog::entry::{
     decode_optional_push, decode_whole_settings, encode_optional_push, encode_whole_settings, names_a_project,
 };
+use crate::catalog::routing::{Cidr, ClientSelector, RoutingRule};
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::{NodeId, ShardId, SOURCES_PER_TOPIC_MAX};
 
@@ -37,6 +38,9 @@ const OUTCOME_SNAPSHOT: u8 = 3;
 
 const SEEK_TIME: u8 = 0;
 const SEEK_SNAPSHOT: u8 = 1;
+
+const SELECTOR_PRINCIPAL: u8 = 0;
+const SELECTOR_FROM: u8 = 1;
 
 /// `operation`, to be run for `principal` on another node.
 pub fn encode_carried(principal: &Principal, operation: &Operation) -> Vec<u8> {
@@ -335,6 +339,21 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation, projects: bool
         Operation::ClusterRemoveNode { node_id } => {
             encoder.u64(node_id.get());
         }
+        Operation::ClusterDrain { node_id, draining } => {
+            encoder.u64(node_id.get()).bool(*draining);
+        }
+        Operation::ClusterDrainStatus | Operation::ClusterRestrictions => {}
+        Operation::ClusterRestrict { rule, add } => {
+            match &rule.selector {
+                ClientSelector::Principal(name) => encoder.u8(SELECTOR_PRINCIPAL).str(name),
+                ClientSelector::From(range) => encoder.u8(SELECTOR_FROM).str(&range.to_string()),
+            };
+            encoder.bool(rule.allow).u32(rule.nodes.len() as u32);
+            for node in &rule.nodes {
+                encoder.u64(node.get());
+            }
+            encoder.bool(*add);
+        }
         Operation::ResyncDirectory { index } => {
             encoder.u32(*index);
         }
@@ -407,6 +426,31 @@ fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Opera
             voter: decoder.bool()?,
         },
         Kind::ClusterRemoveNode => Operation::ClusterRemoveNode { node_id: NodeId::new(decoder.u64()?) },
+        Kind::ClusterDrain => {
+            Operation::ClusterDrain { node_id: NodeId::new(decoder.u64()?), draining: decoder.bool()? }
+        }
+        Kind::ClusterDrainStatus => Operation::ClusterDrainStatus,
+        Kind::ClusterRestrictions => Operation::ClusterRestrictions,
+        Kind::ClusterRestrict => {
+            let selector = match decoder.u8()? {
+                SELECTOR_PRINCIPAL => ClientSelector::Principal(decoder.str()?),
+                SELECTOR_FROM => ClientSelector::From(
+                    Cidr::parse(&decoder.str()?).map_err(|_| "a rule's range does not parse")?,
+                ),
+                _ => return Err("unknown routing rule selector"),
+            };
+            let allow = decoder.bool()?;
+            let count = decoder.u32()? as usize;
+            if count > crate::router::NODE_ID_MAX as usize {
+                return Err("a routing rule naming more nodes than there are");
+            }
+            let mut nodes = std::collections::BTreeSet::new();
+            for _ in 0..count {
+                nodes.insert(NodeId::new(decoder.u64()?));
+            }
+            let rule = RoutingRule { selector, allow, nodes };
+            Operation::ClusterRestrict { rule, add: decoder.bool()? }
+        }
         Kind::ResyncDirectory => Operation::ResyncDirectory { index: decoder.u32()? },
         Kind::Publish | Kind::Pull | Kind::StreamingPull | Kind::Acknowledge | Kind::ModifyAckDeadline => {
             return Err("a data-plane operation is not carried this way")
@@ -590,6 +634,25 @@ mod tests {
                 voter: true,
             },
             Operation::ClusterRemoveNode { node_id: NodeId::new(4) },
+            Operation::ClusterDrain { node_id: NodeId::new(3), draining: true },
+            Operation::ClusterDrainStatus,
+            Operation::ClusterRestrictions,
+            Operation::ClusterRestrict {
+                rule: RoutingRule {
+                    selector: ClientSelector::From(Cidr::parse("10.0.0.0/8").unwrap()),
+                    allow: false,
+                    nodes: [NodeId::new(2), NodeId::new(3)].into(),
+                },
+                add: true,
+            },
+            Operation::ClusterRestrict {
+                rule: RoutingRule {
+                    selector: ClientSelector::Principal("billing".into()),
+                    allow: true,
+                    nodes: [NodeId::new(1)].into(),
+                },
+                add: false,
+            },
             Operation::ResyncDirectory { index: 2 },
         ]
     }

@@ -49,13 +49,15 @@ pub struct Caller<'a> {
     /// The address the client reached this node at (a lookup answers with it when the
     /// router listens on every address).
     pub local_address: Option<SocketAddr>,
+    /// The address the client connected from, if known: routing restrictions match on it.
+    pub peer_address: Option<std::net::IpAddr>,
     /// Another node carried it here: it runs here, whatever this node's view of the leader.
     pub carried: bool,
 }
 
 impl<'a> Caller<'a> {
     pub fn new(session: &'a Session, access: &'a Access) -> Caller<'a> {
-        Caller { session, access, local_address: None, carried: false }
+        Caller { session, access, local_address: None, peer_address: None, carried: false }
     }
 
     /// Refused unless the session holds `permission` on `name` (logged for audit).
@@ -65,6 +67,14 @@ impl<'a> Caller<'a> {
 
     fn allows(&self, permission: Permission, name: &str) -> bool {
         self.access.allows(self.session, permission, name)
+    }
+
+    /// Who asks, as routing restrictions see it.
+    fn route_client(&self) -> crate::router::restrictions::RouteClient {
+        crate::router::restrictions::RouteClient {
+            principal: self.session.principal.to_string(),
+            from: self.peer_address,
+        }
     }
 }
 
@@ -197,9 +207,11 @@ impl<S: Storage> Door<S> {
                 router.get_topic(&list.topic)?;
                 Outcome::Snapshots(router.list_snapshots(&list, shown(Kind::ListSnapshots.permission())))
             }
-            Operation::LookupTopic { name } => {
-                Outcome::Forwarders(router.lookup_topic(&name, caller.local_address)?)
-            }
+            Operation::LookupTopic { name } => Outcome::Forwarders(router.lookup_topic(
+                &name,
+                caller.local_address,
+                Some(&caller.route_client()),
+            )?),
             Operation::CreateSubscription(subscription) => {
                 Outcome::Subscription(self.shown(router.create_subscription(subscription).await?))
             }
@@ -228,9 +240,11 @@ impl<S: Storage> Door<S> {
                 let page = router.list_subscriptions(&list, shown(Kind::ListSubscriptions.permission()));
                 Outcome::Subscriptions(self.shown_page(page))
             }
-            Operation::LookupSubscription { name } => {
-                Outcome::Forwarders(router.lookup_subscription(&name, caller.local_address)?)
-            }
+            Operation::LookupSubscription { name } => Outcome::Forwarders(router.lookup_subscription(
+                &name,
+                caller.local_address,
+                Some(&caller.route_client()),
+            )?),
             Operation::Seek { subscription, target } => {
                 router.seek(&subscription, target).await?;
                 Outcome::Done
@@ -268,6 +282,16 @@ impl<S: Storage> Door<S> {
                         .await
                 }
             },
+            Operation::ClusterDrain { node_id, draining } => {
+                router.drain_node(node_id, draining).await?;
+                Outcome::Done
+            }
+            Operation::ClusterDrainStatus => Outcome::Drains(router.drain_status()),
+            Operation::ClusterRestrict { rule, add } => {
+                router.restrict_routes(rule, add).await?;
+                Outcome::Done
+            }
+            Operation::ClusterRestrictions => Outcome::RoutingRules(router.routing_rules()),
             Operation::ResyncDirectory { index } => {
                 Outcome::Resynced(router.resync_directory(index as usize).await?)
             }
@@ -318,7 +342,8 @@ impl<S: Storage> Door<S> {
         operation: Operation,
     ) -> Carried {
         let session = vouched_for(principal);
-        let caller = Caller { session: &session, access, local_address: None, carried: true };
+        let caller =
+            Caller { session: &session, access, local_address: None, peer_address: None, carried: true };
         let outcome = self.execute(&caller, operation).await;
         Carried { applied: self.router.applied_index(), outcome }
     }

@@ -47,12 +47,20 @@ pub enum Kind {
     /// Pub/Sub's ModifyPushConfig: a subscription's push configuration alone, changed (or
     /// removed, making it pull) as an UpdateSubscription would.
     ModifyPushConfig,
+    /// A node drained or undrained (`ringpost cluster drain|undrain`).
+    ClusterDrain,
+    /// What the draining nodes still hold.
+    ClusterDrainStatus,
+    /// A routing restriction added or removed (`ringpost cluster restrict add|remove`).
+    ClusterRestrict,
+    /// The routing restrictions.
+    ClusterRestrictions,
 }
 
 impl Kind {
     /// Every kind; the tests check the table below against it. A kind's place here is its
     /// number between nodes (`dispatch::codec`), so new kinds go at the end.
-    pub const ALL: [Kind; 32] = {
+    pub const ALL: [Kind; 36] = {
         use Kind::*;
         [
             CreateTopic,
@@ -87,6 +95,10 @@ impl Kind {
             Acknowledge,
             ModifyAckDeadline,
             ModifyPushConfig,
+            ClusterDrain,
+            ClusterDrainStatus,
+            ClusterRestrict,
+            ClusterRestrictions,
         ]
     };
 
@@ -119,8 +131,10 @@ impl Kind {
             GetSnapshot => Permission::SnapshotsGet,
             DeleteSnapshot => Permission::SnapshotsDelete,
             ListSnapshots => Permission::SnapshotsList,
-            Stats | ClusterStatus => Permission::DaemonStats,
-            ClusterAddNode | ClusterRemoveNode | ResyncDirectory => Permission::DaemonAdminister,
+            Stats | ClusterStatus | ClusterDrainStatus | ClusterRestrictions => Permission::DaemonStats,
+            ClusterAddNode | ClusterRemoveNode | ClusterDrain | ClusterRestrict | ResyncDirectory => {
+                Permission::DaemonAdminister
+            }
         }
     }
 
@@ -159,6 +173,8 @@ impl Kind {
                 | DeleteSnapshot
                 | ClusterAddNode
                 | ClusterRemoveNode
+                | ClusterDrain
+                | ClusterRestrict
         )
     }
 
@@ -249,6 +265,18 @@ pub enum Operation {
     ClusterRemoveNode {
         node_id: NodeId,
     },
+    /// Node `node_id` drains (`draining`) or no longer does.
+    ClusterDrain {
+        node_id: NodeId,
+        draining: bool,
+    },
+    ClusterDrainStatus,
+    /// `rule` added (`add`) or removed.
+    ClusterRestrict {
+        rule: crate::catalog::routing::RoutingRule,
+        add: bool,
+    },
+    ClusterRestrictions,
     ResyncDirectory {
         index: u32,
     },
@@ -283,6 +311,10 @@ impl Operation {
             Operation::ClusterStatus => Kind::ClusterStatus,
             Operation::ClusterAddNode { .. } => Kind::ClusterAddNode,
             Operation::ClusterRemoveNode { .. } => Kind::ClusterRemoveNode,
+            Operation::ClusterDrain { .. } => Kind::ClusterDrain,
+            Operation::ClusterDrainStatus => Kind::ClusterDrainStatus,
+            Operation::ClusterRestrict { .. } => Kind::ClusterRestrict,
+            Operation::ClusterRestrictions => Kind::ClusterRestrictions,
             Operation::ResyncDirectory { .. } => Kind::ResyncDirectory,
         }
     }
@@ -314,6 +346,10 @@ impl Operation {
             | Operation::ClusterStatus
             | Operation::ClusterAddNode { .. }
             | Operation::ClusterRemoveNode { .. }
+            | Operation::ClusterDrain { .. }
+            | Operation::ClusterDrainStatus
+            | Operation::ClusterRestrict { .. }
+            | Operation::ClusterRestrictions
             | Operation::ResyncDirectory { .. } => DAEMON,
         }
     }
@@ -389,6 +425,10 @@ mod tests {
                 | Kind::ClusterStatus
                 | Kind::ClusterAddNode
                 | Kind::ClusterRemoveNode
+                | Kind::ClusterDrain
+                | Kind::ClusterDrainStatus
+                | Kind::ClusterRestrict
+                | Kind::ClusterRestrictions
                 | Kind::ResyncDirectory => ResourceKind::Daemon,
                 _ => ResourceKind::Subscription,
             };

@@ -1,6 +1,6 @@
 //! What an operation answers, before any protocol encodes it.
 
-use crate::api::cluster::ClusterStatus;
+use crate::api::cluster::{ClusterStatus, NodeDrain};
 use crate::api::control::{ForwarderAddress, Page, Resynced, Snapshot, Subscription, Topic};
 use crate::api::stats::Stats;
 use crate::api::Status;
@@ -26,6 +26,10 @@ pub enum Outcome {
     Forwarders(Vec<ForwarderAddress>),
     Stats(Box<Stats>),
     ClusterStatus(Box<ClusterStatus>),
+    /// What each draining node still holds.
+    Drains(Vec<NodeDrain>),
+    /// The routing restrictions.
+    RoutingRules(Vec<crate::catalog::routing::RoutingRule>),
     Resynced(Resynced),
 }
 
@@ -57,6 +61,8 @@ impl Outcome {
     into_variant!(into_forwarders, Forwarders, Vec<ForwarderAddress>);
     into_variant!(into_stats, Stats, Box<Stats>);
     into_variant!(into_cluster_status, ClusterStatus, Box<ClusterStatus>);
+    into_variant!(into_drains, Drains, Vec<NodeDrain>);
+    into_variant!(into_routing_rules, RoutingRules, Vec<crate::catalog::routing::RoutingRule>);
     into_variant!(into_resynced, Resynced, Resynced);
 
     pub fn into_done(self) -> Result<(), Status> {

@@ -279,6 +279,19 @@ impl RaftNetworkV2<CatalogRaft> for PeerClient {
             .map_err(|why| RPCError::Unreachable(unreachable(&undecodable(why))))
     }
 
+    /// A refusal by the target (its vote changed meanwhile) or a node from before the command
+    /// is reported unreachable: the voters then elect a leader once the old one's lease ends.
+    async fn transfer_leader(
+        &mut self,
+        request: openraft::raft::TransferLeaderRequest<CatalogRaft>,
+        option: RPCOption,
+    ) -> Result<openraft::raft::TransferLeaderResponse<CatalogRaft>, RPCError<CatalogRaft>> {
+        self.call(Command::PeerTransferLeader, codec::encode_transfer_leader(&request), option.hard_ttl())
+            .await
+            .map_err(|error| RPCError::Unreachable(unreachable(&error)))?;
+        Ok(Ok(()))
+    }
+
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -602,6 +615,13 @@ impl<S: Storage> PeerHandler<S> {
                 let request = codec::decode_vote(bytes).map_err(invalid)?;
                 let answer = self.raft.vote(request).await.map_err(|error| stopped(&error))?;
                 Ok(codec::encode_vote_response(&answer))
+            }
+            Command::PeerTransferLeader => {
+                let request = codec::decode_transfer_leader(bytes).map_err(invalid)?;
+                match self.raft.handle_transfer_leader(request).await.map_err(|error| stopped(&error))? {
+                    Ok(()) => Ok(Vec::new()),
+                    Err(refused) => Err(Status::failed_precondition(refused.to_string())),
+                }
             }
             Command::PeerSnapshot => {
                 let (vote, snapshot) = codec::decode_snapshot(bytes).map_err(invalid)?;

@@ -117,6 +117,11 @@ impl Elections {
         self.electing.borrow_mut().insert(topic_id)
     }
 
+    /// How many topics' turns are taken: elections and moves under way.
+    pub fn in_flight(&self) -> usize {
+        self.electing.borrow().len()
+    }
+
     /// Gives back `topic_id`'s turn, taken by `begin`.
     pub fn end(&self, topic_id: TopicId) {
         let held = self.electing.borrow_mut().remove(&topic_id);
@@ -214,6 +219,7 @@ pub async fn elect<E: Electorate>(
     let answers: Vec<FenceAnswer> =
         crate::sync::join_all(fences.collect()).await.into_iter().flatten().collect();
     let chosen = decide(&topic, epoch, &answers, excluded)?;
+    let chosen = prefer_undrained(chosen, &answers, excluded, &electorate.catalog().draining);
     let leader = chosen.replica;
     electorate.decide(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
     crate::log_info!(
@@ -263,6 +269,27 @@ pub fn decide(
     })
 }
 
+/// `chosen`, or, when it is on a draining node, the lowest replica as up to date as it (the
+/// same last epoch and durable end: as good a leader) on a node that is not draining, so that
+/// an election does not give a draining node back the lead its drain moved away.
+pub fn prefer_undrained(
+    chosen: FenceAnswer,
+    answers: &[FenceAnswer],
+    excluded: Option<ShardId>,
+    draining: &std::collections::BTreeSet<NodeId>,
+) -> FenceAnswer {
+    if !draining.contains(&chosen.replica.node()) {
+        return chosen;
+    }
+    answers
+        .iter()
+        .filter(|answer| Some(answer.replica) != excluded && !draining.contains(&answer.replica.node()))
+        .filter(|answer| (answer.last_epoch, answer.durable_end) == (chosen.last_epoch, chosen.durable_end))
+        .min_by_key(|answer| answer.replica)
+        .copied()
+        .unwrap_or(chosen)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +327,23 @@ mod tests {
         assert!(refused.to_string().contains("1 of its replicas other than"), "{refused}");
         let answers = [answer(1, 3, 10), answer(2, 3, 12), answer(3, 2, 20)];
         assert_eq!(decide(&topic, 4, &answers, Some(ShardId::from_global(2))).unwrap().replica.global(), 1);
+    }
+
+    /// Of equally up-to-date replicas, one on a node that is not draining leads; a draining
+    /// one still leads when it alone is the most up to date.
+    #[test]
+    fn an_election_prefers_an_equally_up_to_date_replica_off_a_draining_node() {
+        let one = crate::catalog::global_shard(1, 0);
+        let two = crate::catalog::global_shard(2, 0);
+        let three = crate::catalog::global_shard(3, 0);
+        let draining: std::collections::BTreeSet<NodeId> = [NodeId::new(1)].into();
+        let answers = [answer(one, 3, 12), answer(two, 3, 12), answer(three, 3, 12)];
+        let chosen = decide(&topic(&[one, two, three]), 4, &answers, None).unwrap();
+        assert_eq!(chosen.replica.global(), one, "the lowest wins a tie");
+        assert_eq!(prefer_undrained(chosen, &answers, None, &draining).replica.global(), two);
+        let ahead = [answer(one, 3, 13), answer(two, 3, 12)];
+        assert_eq!(prefer_undrained(ahead[0], &ahead, None, &draining).replica.global(), one);
+        assert_eq!(prefer_undrained(answers[1], &answers, None, &draining).replica.global(), two);
     }
 
     /// Asked-for topics are taken once; a topic whose leader's node was not heard from, or

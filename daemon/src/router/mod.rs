@@ -134,6 +134,9 @@ pub struct Router<S: Storage> {
     update_gate: Semaphore,
     /// Nodes this leader is removing: placement gives them nothing new meanwhile.
     draining: RefCell<std::collections::BTreeSet<NodeId>>,
+    /// When this node, leading the catalog, last looked for leaderships to move off draining
+    /// nodes (`drain::drain_pass`).
+    drain_passed: Cell<Option<std::time::Instant>>,
     /// What this node last saw of its cluster, for the log (`watch_cluster`).
     watch: RefCell<watch::ClusterWatch>,
     /// How many topics, subscriptions and snapshots the catalog may hold.
@@ -168,6 +171,7 @@ impl<S: Storage> Router<S> {
             replication_refused: None,
             update_gate: Semaphore::new(1),
             draining: RefCell::default(),
+            drain_passed: Cell::default(),
             watch: RefCell::default(),
             limits: CatalogLimits::default(),
             in_flight: RefCell::default(),
@@ -205,14 +209,15 @@ impl<S: Storage> Router<S> {
         count_sources(&layout, &state, &mut placement);
         let first = placement.place(name);
         layout.placement = placement;
-        let draining = self.draining.borrow();
-        layout
+        let removing = self.draining.borrow();
+        let order = layout
             .placement
             .preference(name, first)
             .into_iter()
             .map(|index| layout.shards[index as usize])
-            .filter(|shard| !draining.contains(&shard.node()))
-            .collect()
+            .filter(|shard| !removing.contains(&shard.node()))
+            .collect();
+        drain::draining_last(order, &state.draining)
     }
 
     /// New topics get one replica, and asking for more is refused with `why`.
@@ -281,6 +286,7 @@ impl<S: Storage> Router<S> {
         key: &str,
         topic_id: TopicId,
         local_address: Option<SocketAddr>,
+        client: Option<&restrictions::RouteClient>,
     ) -> Result<Vec<ForwarderAddress>, ControlError> {
         // Every protocol's route goes through here: a removed node's catalog is stale, and
         // what it would route to no longer counts it.
@@ -293,11 +299,21 @@ impl<S: Storage> Router<S> {
             .index_of(shard)
             .ok_or_else(|| ControlError::Unavailable("the topic's forwarder is gone".into()))?;
         let order = layout.placement.preference(key, owner);
+        let order = order.into_iter().map(|index| layout.shards[index as usize]).collect();
+        // A client's list keeps to its routing restrictions; the gRPC gateway's, which only
+        // finds the leader to carry a call to, does not.
+        let order = match client {
+            Some(client) => restrictions::restrict(order, &self.state.borrow().routing_rules, client)
+                .map_err(ControlError::failed_precondition)?,
+            None => order,
+        };
+        // A draining node's forwarders are handed to no one but as the leader (they still
+        // answer those who hold an older list).
+        let order = drain::handed_out(order, shard, &self.state.borrow().draining);
         let this_node = self.node_id();
         Ok(order
             .into_iter()
-            .filter_map(|index| {
-                let shard = layout.shards[index as usize];
+            .filter_map(|shard| {
                 let (node, local) = (shard.node(), shard.local());
                 let address = if node == this_node {
                     self.forwarder_addresses.address(local as usize, local_address)
@@ -355,10 +371,12 @@ impl Drop for NameReservation<'_> {
     }
 }
 
+pub mod drain;
 pub mod elections;
 mod error;
 mod members;
 pub mod moves;
+pub mod restrictions;
 mod watch;
 pub use members::{NodeRemoval, MEMBERSHIP_CHANGE_TIMEOUT, NODE_ID_MAX};
 pub use watch::CLUSTER_WATCH_INTERVAL;

@@ -439,9 +439,11 @@ impl<S: Storage> Router<S> {
         Ok(peers.want_elections(leader, topics).await?)
     }
 
-    /// On the catalog's leader: starts the elections that are due (`elections::coordinate`).
+    /// On the catalog's leader: starts the elections that are due (`elections::coordinate`),
+    /// and those that move leaderships off draining nodes (`drain::drain_pass`).
     pub fn coordinate(self: &Rc<Self>) {
         elections::coordinate(self);
+        self.drain_pass();
     }
 }
 

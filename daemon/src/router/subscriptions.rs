@@ -374,6 +374,7 @@ impl<S: Storage> Router<S> {
         &self,
         name: &str,
         local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
     ) -> Result<Vec<ForwarderAddress>, ControlError> {
         let record = self.subscription_record(name)?;
         if record.detached {
@@ -385,7 +386,7 @@ impl<S: Storage> Router<S> {
                 record.name
             )));
         };
-        self.lookup(&topic.name, topic.id, local)
+        self.lookup(&topic.name, topic.id, local, client)
     }
 
     /// Seek: a data-plane operation on the subscription's journal, which its topic's forwarder

@@ -385,7 +385,7 @@ async fn check_detached(node: Node) -> Node {
         assert_eq!(status.code, ErrorCode::FailedPrecondition, "{status}");
         assert!(status.message.contains("is detached"), "{status}");
     };
-    precondition(router.lookup_subscription("audit", None).unwrap_err());
+    precondition(router.lookup_subscription("audit", None, None).unwrap_err());
     precondition(router.seek("audit", SeekTarget::Time { time_ms: 0 }).await.unwrap_err());
     precondition(router.create_snapshot("of-audit", "audit", Labels::new()).await.unwrap_err());
     // The forwarder serves it no more: a client asks the router again, which says why.

@@ -206,9 +206,10 @@ impl<S: Storage> Router<S> {
         &self,
         name: &str,
         local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
     ) -> Result<Vec<ForwarderAddress>, ControlError> {
         let topic = self.topic_record(name)?;
-        self.lookup(&topic.name, topic.id, local)
+        self.lookup(&topic.name, topic.id, local, client)
     }
 }
 

@@ -14,6 +14,7 @@ mod credentials;
 mod damage;
 mod deadlines;
 mod disks;
+mod drain;
 mod fail_stop;
 mod flow_control;
 mod full_disk;

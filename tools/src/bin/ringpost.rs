@@ -199,6 +199,106 @@ enum ClusterAction {
     Status(ClusterStatusCommand),
     AddNode(ClusterAddNodeCommand),
     RemoveNode(ClusterRemoveNodeCommand),
+    Drain(ClusterDrainCommand),
+    Undrain(ClusterUndrainCommand),
+    RestrictAdd(ClusterRestrictAddCommand),
+    RestrictRemove(ClusterRestrictRemoveCommand),
+    RestrictList(ClusterRestrictListCommand),
+}
+
+/// add a routing restriction: the clients of a principal (--principal) or of a source range
+/// (--from ADDRESS/PREFIX) are handed only the forwarders of --allow's nodes, or none of
+/// --deny's. A node denied by any rule that picks a client is never handed to it (deny beats
+/// allow); with allow rules, only their nodes are; a client left no forwarder is refused,
+/// naming the rules
+#[derive(FromArgs)]
+#[argh(subcommand, name = "restrict-add")]
+struct ClusterRestrictAddCommand {
+    #[argh(option)]
+    /// the principal the rule is about (a token's name, a certificate's identity, `anonymous`)
+    principal: Option<String>,
+    #[argh(option)]
+    /// the source addresses the rule is about, ADDRESS/PREFIX (10.1.0.0/16, 2001:db8::/32)
+    from: Option<String>,
+    #[argh(option)]
+    /// hand these clients only these nodes' forwarders (ids, comma separated)
+    allow: Option<String>,
+    #[argh(option)]
+    /// never hand these clients these nodes' forwarders (ids, comma separated)
+    deny: Option<String>,
+}
+
+/// remove a routing restriction, given as it was added
+#[derive(FromArgs)]
+#[argh(subcommand, name = "restrict-remove")]
+struct ClusterRestrictRemoveCommand {
+    #[argh(option)]
+    /// the rule's principal
+    principal: Option<String>,
+    #[argh(option)]
+    /// the rule's source range
+    from: Option<String>,
+    #[argh(option)]
+    /// the rule's allowed nodes
+    allow: Option<String>,
+    #[argh(option)]
+    /// the rule's denied nodes
+    deny: Option<String>,
+}
+
+/// list the routing restrictions, in the order they were added
+#[derive(FromArgs)]
+#[argh(subcommand, name = "restrict-list")]
+struct ClusterRestrictListCommand {}
+
+/// A routing rule from the CLI's options: a principal or a range, and allowed or denied nodes.
+fn routing_rule(
+    principal: Option<String>,
+    from: Option<String>,
+    allow: Option<String>,
+    deny: Option<String>,
+) -> Result<ringpost_client::RoutingRule, Failure> {
+    let (principal, from) = match (principal, from) {
+        (Some(principal), None) => (principal, String::new()),
+        (None, Some(from)) => (String::new(), from),
+        _ => return Err(Failure::usage("give --principal NAME or --from ADDRESS/PREFIX, one of the two")),
+    };
+    let (allow, nodes) = match (allow, deny) {
+        (Some(nodes), None) => (true, nodes),
+        (None, Some(nodes)) => (false, nodes),
+        _ => return Err(Failure::usage("give --allow NODES or --deny NODES, one of the two")),
+    };
+    let nodes = nodes
+        .split(',')
+        .map(|node| node.trim().parse::<u64>())
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|_| Failure::usage(format!("'{nodes}' is not a list of node ids (2,3)")))?;
+    Ok(ringpost_client::RoutingRule { principal, from, allow, nodes })
+}
+
+/// drain a node before stopping it: routers stop handing out its forwarders and its topics'
+/// leaderships (and the catalog's) move to other nodes; waits, showing progress, until it is
+/// empty, or says what is left (a topic of one replica cannot move). It stays drained across
+/// restarts until undrained
+#[derive(FromArgs)]
+#[argh(subcommand, name = "drain")]
+struct ClusterDrainCommand {
+    /// the node's id
+    #[argh(positional)]
+    node_id: u64,
+    /// how long to wait for the node to be empty, in seconds (default 60; 0: do not wait)
+    #[argh(option, default = "60")]
+    wait: u64,
+}
+
+/// undrain a node: routers hand out its forwarders and placement uses it again; leaderships
+/// moved away stay where they are
+#[derive(FromArgs)]
+#[argh(subcommand, name = "undrain")]
+struct ClusterUndrainCommand {
+    /// the node's id
+    #[argh(positional)]
+    node_id: u64,
 }
 
 /// add a node to the cluster: start it first with `ringpostd --join --node-id N --cluster ...`
@@ -1412,6 +1512,91 @@ fn short_name(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or(name)
 }
 
+/// How often `ringpost cluster drain` looks whether the node is empty yet.
+const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What a draining node still holds, in a few words ("empty" once it holds nothing).
+fn drain_left(drain: &ringpost_client::NodeDrainStatus) -> String {
+    let mut left = Vec::new();
+    if drain.leaderships > 0 {
+        left.push(format!("leads {} replicated topic(s)", drain.leaderships));
+    }
+    if drain.leads_catalog {
+        left.push("leads the catalog".to_owned());
+    }
+    if drain.single_replica_count > 0 {
+        let more = drain.single_replica_count as usize > drain.single_replica_topics.len();
+        left.push(format!(
+            "holds {} topic(s) of one replica, which cannot move without their data ({}{})",
+            drain.single_replica_count,
+            drain.single_replica_topics.join(", "),
+            if more { ", ..." } else { "" }
+        ));
+    }
+    if left.is_empty() {
+        "empty".to_owned()
+    } else {
+        left.join("; ")
+    }
+}
+
+/// Waits up to `wait` for draining node `node_id` to be empty, a line on stderr each time what
+/// it holds changes; refused with what is left when it is not empty by then, or when only
+/// topics of one replica are left (nothing more will move).
+async fn wait_drained(client: &Client, node_id: u64, wait: Duration) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
+    let mut shown = String::new();
+    loop {
+        let drains = client.drain_status().await?;
+        let Some(drain) = drains.nodes.iter().find(|drain| drain.node_id == node_id) else {
+            return Err(Failure(
+                format!("node {node_id} is not draining (undrained meanwhile?)"),
+                EXIT_REFUSED,
+            ));
+        };
+        let left = drain_left(drain);
+        if left == "empty" {
+            outln!("{}", json::object(&[("node_id", node_id.to_string()), ("drained", "true".to_owned())]));
+            return Ok(());
+        }
+        let only_single = drain.leaderships == 0 && !drain.leads_catalog;
+        if only_single || started.elapsed() >= wait {
+            return Err(Failure(
+                format!("node {node_id} is draining, not yet empty: it {left}"),
+                EXIT_REFUSED,
+            ));
+        }
+        if left != shown {
+            errln!("node {node_id} draining: {left}");
+            shown = left;
+        }
+        ringpost_client::sleep(DRAIN_POLL_INTERVAL).await;
+    }
+}
+
+/// The draining nodes under `ringpost cluster status`, if any.
+fn print_drains(output: Output, drains: &[ringpost_client::NodeDrainStatus]) {
+    if drains.is_empty() {
+        return;
+    }
+    let rows = drains
+        .iter()
+        .map(|drain| {
+            (
+                vec![drain.node_id.to_string(), drain_left(drain)],
+                json::object(&[
+                    ("draining_node", drain.node_id.to_string()),
+                    ("leaderships", drain.leaderships.to_string()),
+                    ("leads_catalog", drain.leads_catalog.to_string()),
+                    ("single_replica_topics", drain.single_replica_count.to_string()),
+                    ("empty", (drain_left(drain) == "empty").to_string()),
+                ]),
+            )
+        })
+        .collect();
+    print_rows(output, &["draining_node", "left"], rows);
+}
+
 /// `ringpost cluster status`: the answering node's view first (a line of its own), then one row
 /// per member, then one per replicated topic with its leader's lag when its node answered.
 /// JSON leaves an unknown value `null`; the table says `none` (a leader, an index) or `-` (a
@@ -2231,12 +2416,59 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             } else {
                 Default::default()
             };
-            print_cluster_status(output, &status, &lags)
+            print_cluster_status(output, &status, &lags);
+            // A daemon from before drains refuses the question: it has no draining node.
+            if let Ok(drains) = client.drain_status().await {
+                print_drains(output, &drains.nodes);
+            }
         }
         Command::Cluster(ClusterCommand { action: ClusterAction::AddNode(add) }) => {
             client.add_node(add.node_id, &add.cluster_address, add.voter).await?;
             let role = if add.voter { "voter" } else { "learner" };
             outln!("{}", json::object(&[("node_id", add.node_id.to_string()), ("role", json::string(role))]));
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::Drain(drain) }) => {
+            client.drain_node(drain.node_id, true).await?;
+            wait_drained(&client, drain.node_id, Duration::from_secs(drain.wait)).await?;
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::Undrain(undrain) }) => {
+            client.drain_node(undrain.node_id, false).await?;
+            outln!(
+                "{}",
+                json::object(&[("node_id", undrain.node_id.to_string()), ("draining", "false".to_owned())])
+            );
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::RestrictAdd(add) }) => {
+            let rule = routing_rule(add.principal, add.from, add.allow, add.deny)?;
+            client.restrict_routes(rule, true).await?;
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::RestrictRemove(remove) }) => {
+            let rule = routing_rule(remove.principal, remove.from, remove.allow, remove.deny)?;
+            client.restrict_routes(rule, false).await?;
+        }
+        Command::Cluster(ClusterCommand { action: ClusterAction::RestrictList(_) }) => {
+            let rules = client.routing_rules().await?.rules;
+            let rows = rules
+                .iter()
+                .map(|rule| {
+                    let nodes: Vec<String> = rule.nodes.iter().map(u64::to_string).collect();
+                    let effect = if rule.allow { "allow" } else { "deny" };
+                    let (who, client_of) = if rule.principal.is_empty() {
+                        ("from", &rule.from)
+                    } else {
+                        ("principal", &rule.principal)
+                    };
+                    (
+                        vec![who.to_owned(), client_of.clone(), effect.to_owned(), nodes.join(",")],
+                        json::object(&[
+                            (who, json::string(client_of)),
+                            ("effect", json::string(effect)),
+                            ("nodes", format!("[{}]", nodes.join(","))),
+                        ]),
+                    )
+                })
+                .collect();
+            print_rows(output, &["clients", "of", "effect", "nodes"], rows);
         }
         Command::Cluster(ClusterCommand { action: ClusterAction::RemoveNode(remove) }) => {
             client.remove_node(remove.node_id).await?;

@@ -29,6 +29,7 @@ pub(super) async fn serve_connection<H: Handler, S: Transport>(
         session: link.session.borrow().clone(),
         access: shard.access.clone(),
         local_address,
+        peer_address: peer,
         link: link.clone(),
         watch: watch.clone(),
     };
@@ -138,6 +139,8 @@ struct Connection<H> {
     session: Rc<Session>,
     access: Rc<Access>,
     local_address: Option<SocketAddr>,
+    /// The peer's address, which routing restrictions match on.
+    peer_address: Option<std::net::IpAddr>,
     link: Rc<Link>,
     /// The connection's deadlines, which its open streams suspend the idle one of.
     watch: Rc<Watch>,
@@ -151,6 +154,7 @@ impl<H: Handler> Connection<H> {
         let responder = Responder {
             outbound: outbound.clone(),
             local_address: self.local_address,
+            peer_address: self.peer_address,
             session: self.session.clone(),
             access: self.access.clone(),
         };

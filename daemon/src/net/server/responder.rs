@@ -92,6 +92,8 @@ pub struct Responder {
     /// The address the peer reached this connection at (the router answers lookups with it
     /// when it listens on every address, see `Advertise`).
     pub(super) local_address: Option<SocketAddr>,
+    /// The peer's address (routing restrictions match on it).
+    pub(super) peer_address: Option<std::net::IpAddr>,
 }
 
 impl Responder {
@@ -101,6 +103,7 @@ impl Responder {
         Responder {
             outbound: Rc::default(),
             local_address: None,
+            peer_address: None,
             session: Rc::new(Session::anonymous()),
             access: Rc::new(Access::off()),
         }
@@ -121,6 +124,7 @@ impl Responder {
             session: Rc::new(session),
             access: self.access.clone(),
             local_address: self.local_address,
+            peer_address: self.peer_address,
         }
     }
 
@@ -142,6 +146,11 @@ impl Responder {
     /// Whether a request without a credential may do anything here (`Access::anonymous_may_act`).
     pub fn anonymous_may_act(&self) -> bool {
         self.access.anonymous_may_act()
+    }
+
+    /// The address the peer connected from.
+    pub fn peer_address(&self) -> Option<std::net::IpAddr> {
+        self.peer_address
     }
 
     /// The address of this end of the connection, as the peer reached it.

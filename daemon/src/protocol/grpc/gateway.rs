@@ -108,8 +108,8 @@ impl Gateway {
                 self.router.try_call(move |shard| async move {
                     let name = looked_up.name();
                     let forwarders = match &looked_up {
-                        Resource::Topic(name) => shard.router.lookup_topic(name, None),
-                        Resource::Subscription(name) => shard.router.lookup_subscription(name, None),
+                        Resource::Topic(name) => shard.router.lookup_topic(name, None, None),
+                        Resource::Subscription(name) => shard.router.lookup_subscription(name, None, None),
                     };
                     let owner = forwarders.map_err(Status::from).and_then(|forwarders| {
                         let forwarders = forwarders.into_iter().map(|found| (found.shard, found.address));

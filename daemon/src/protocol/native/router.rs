@@ -8,6 +8,7 @@ use crate::api::control::{
     Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
+use crate::catalog::routing::{Cidr, ClientSelector, RoutingRule};
 use crate::catalog::PUSH_PROJECT_DEFAULT;
 use crate::dispatch::{Caller, Door, Operation, Outcome, SubscriptionShown};
 use crate::ids::NodeId;
@@ -230,6 +231,50 @@ fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
             })
             .collect(),
     }
+}
+
+/// A routing rule as a client sent it: a principal or a range, not both.
+fn routing_rule_in(rule: &wire::ArchivedRoutingRule) -> Result<RoutingRule, Status> {
+    let selector = match (rule.principal.as_str(), rule.from.as_str()) {
+        (principal, "") if !principal.is_empty() => ClientSelector::Principal(principal.to_owned()),
+        ("", from) if !from.is_empty() => {
+            ClientSelector::From(Cidr::parse(from).map_err(Status::invalid_argument)?)
+        }
+        _ => {
+            return Err(Status::invalid_argument(
+                "a routing rule names a principal or a range (--from), one of the two",
+            ))
+        }
+    };
+    let nodes = rule.nodes.iter().map(|node| NodeId::new(node.to_native())).collect();
+    Ok(RoutingRule { selector, allow: rule.allow, nodes })
+}
+
+fn routing_rule_out(rule: &RoutingRule) -> wire::RoutingRule {
+    let (principal, from) = match &rule.selector {
+        ClientSelector::Principal(name) => (name.clone(), String::new()),
+        ClientSelector::From(range) => (String::new(), range.to_string()),
+    };
+    wire::RoutingRule {
+        principal,
+        from,
+        allow: rule.allow,
+        nodes: rule.nodes.iter().map(|node| node.get()).collect(),
+    }
+}
+
+fn drain_status_message(drains: Vec<crate::api::cluster::NodeDrain>) -> wire::ClusterDrainStatusResponse {
+    let nodes = drains
+        .into_iter()
+        .map(|drain| wire::NodeDrainStatus {
+            node_id: drain.node_id.get(),
+            leaderships: drain.leaderships,
+            leads_catalog: drain.leads_catalog,
+            single_replica_topics: drain.single_replica_topics,
+            single_replica_count: drain.single_replica_count,
+        })
+        .collect();
+    wire::ClusterDrainStatusResponse { nodes }
 }
 
 fn cluster_status_message(status: ClusterStatus) -> wire::ClusterStatusResponse {
@@ -461,6 +506,19 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ResyncDirectory => Operation::ResyncDirectory {
             index: access_body::<wire::ResyncDirectoryRequest>(body)?.index.to_native(),
         },
+        Command::ClusterDrain => {
+            let request = access_body::<wire::ClusterDrainRequest>(body)?;
+            Operation::ClusterDrain {
+                node_id: NodeId::new(request.node_id.to_native()),
+                draining: request.draining,
+            }
+        }
+        Command::ClusterDrainStatus => Operation::ClusterDrainStatus,
+        Command::ClusterRestrictions => Operation::ClusterRestrictions,
+        Command::ClusterRestrict => {
+            let request = access_body::<wire::ClusterRestrictRequest>(body)?;
+            Operation::ClusterRestrict { rule: routing_rule_in(&request.rule)?, add: request.add }
+        }
         _ => return Ok(None),
     }))
 }
@@ -500,6 +558,11 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         Command::Stats => respond(header, &wire::StatsResponse::from(*outcome.into_stats()?)),
         Command::StatsWithPush => respond(header, &wire::StatsWithPushResponse::from(*outcome.into_stats()?)),
         Command::ClusterStatus => respond(header, &cluster_status_message(*outcome.into_cluster_status()?)),
+        Command::ClusterDrainStatus => respond(header, &drain_status_message(outcome.into_drains()?)),
+        Command::ClusterRestrictions => {
+            let rules = outcome.into_routing_rules()?.iter().map(routing_rule_out).collect();
+            respond(header, &wire::ClusterRestrictionsResponse { rules })
+        }
         Command::ResyncDirectory => {
             let resynced = outcome.into_resynced()?;
             respond(
@@ -546,6 +609,7 @@ pub(crate) async fn dispatch<S: Storage>(
         session: responder.session(),
         access: responder.access(),
         local_address: responder.local_address(),
+        peer_address: responder.peer_address(),
         carried: false,
     };
     let outcome = door.execute(&caller, operation).await?;
