@@ -110,6 +110,12 @@ pub struct PushError {
 pub struct TopicStats {
     pub name: String,
     pub shard: u32,
+    /// Which of its topic's publish sources this shard's log is (the unit's own, set at
+    /// attach), and whether the topic has several: filled by the router from its catalog, so
+    /// that `/metrics` labels the figures of a topic of several sources by source. Neither is
+    /// in the control codec nor the native stats answer, whose bytes older peers read.
+    pub source: crate::ids::SourceId,
+    pub several_sources: bool,
     /// Oldest offset still stored, and one past the newest.
     pub first_offset: u64,
     pub end_offset: u64,

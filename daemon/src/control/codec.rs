@@ -718,6 +718,10 @@ fn decode_topic_stats(decoder: &mut Decoder, push: bool) -> DecodeResult<TopicSt
             })
         })?,
         replication: decode_replica_stats(decoder)?,
+        // Not carried, so that these bytes stay what older nodes read: the router that asked
+        // fills both from its catalog (`Router::stats`), for `/metrics` alone.
+        source: crate::ids::SourceId::FIRST,
+        several_sources: false,
     })
 }
 
@@ -1066,6 +1070,8 @@ mod tests {
         TopicStats {
             name: name.to_owned(),
             shard: 3,
+            source: crate::ids::SourceId::FIRST,
+            several_sources: false,
             first_offset: 10,
             end_offset: 1000,
             disk_bytes: 1 << 20,

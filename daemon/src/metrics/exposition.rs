@@ -429,6 +429,19 @@ fn encode_shard_health(families: &mut Families, stats: &Stats) {
     }
 }
 
+/// `first`, then the topic's label, then for a topic of several sources its `source` label:
+/// each source is a log of its own on its own shard, so its figures are series of their own
+/// (without it, two sources on one node's shards would write one series twice). A topic of one
+/// source keeps the label set it always had.
+fn topic_labels(topic: &TopicStats, first: Labels) -> Labels {
+    let mut labels = first;
+    labels.push(("topic", topic.name.clone()));
+    if topic.several_sources {
+        labels.push(("source", topic.source.get().to_string()));
+    }
+    labels
+}
+
 /// Each topic's figures, its subscriptions' and its replica's, up to `METRICS_TOPICS_MAX`
 /// topics and `METRICS_SUBSCRIPTIONS_MAX` subscriptions, and how many were left out.
 fn encode_topics(families: &mut Families, stats: &Stats) {
@@ -462,7 +475,7 @@ fn encode_topics(families: &mut Families, stats: &Stats) {
     let mut subscriptions_exported = 0usize;
     let mut subscriptions_omitted = 0usize;
     for topic in stats.topics.iter().take(METRICS_TOPICS_MAX) {
-        let labels: Labels = vec![("topic", topic.name.clone())];
+        let labels = topic_labels(topic, Vec::new());
         topic_offsets.get_or_create(&labels).inc_by(topic.end_offset);
         topic_stored.get_or_create(&labels).set(topic.disk_bytes as f64);
         topic_rate.get_or_create(&labels).set(topic.published_per_second as f64);
@@ -610,7 +623,7 @@ impl SubscriptionFamilies {
     }
 
     fn set(&self, topic: &TopicStats, subscription: &SubscriptionStats) {
-        let labels: Labels = vec![("subscription", subscription.name.clone()), ("topic", topic.name.clone())];
+        let labels = topic_labels(topic, vec![("subscription", subscription.name.clone())]);
         self.undelivered.get_or_create(&labels).set(subscription.backlog_messages as f64);
         self.oldest.get_or_create(&labels).set(subscription.oldest_unacked_age_ms as f64 / 1e3);
         self.outstanding.get_or_create(&labels).set(subscription.outstanding_messages as f64);
@@ -668,18 +681,17 @@ impl ReplicaFamilies {
     }
 
     fn set(&self, topic: &TopicStats, replica: &ReplicaStats) {
-        let labels: Labels = vec![("topic", topic.name.clone())];
+        let labels = topic_labels(topic, Vec::new());
         self.replica_leader.get_or_create(&labels).set(if replica.leader { 1.0 } else { 0.0 });
         self.replica_epoch.get_or_create(&labels).set(replica.epoch as f64);
         self.replica_committed.get_or_create(&labels).set(replica.committed_end as f64);
         for follower in &replica.followers {
             // The node and its forwarder, as an operator names them, not the packed shard.
             let (node, forwarder) = crate::catalog::node_and_shard(follower.shard);
-            let labels: Labels = vec![
-                ("topic", topic.name.clone()),
-                ("follower_node", node.to_string()),
-                ("follower_forwarder", forwarder.to_string()),
-            ];
+            let labels = topic_labels(
+                topic,
+                vec![("follower_node", node.to_string()), ("follower_forwarder", forwarder.to_string())],
+            );
             self.follower_lag.get_or_create(&labels).set(follower.lag_messages as f64);
         }
     }
@@ -807,6 +819,34 @@ mod tests {
         assert_eq!(sample(&text, requests), Some("2"));
         // A pull subscription has none.
         assert!(!text.contains(r#"ringpost_push_window{subscription="pulled""#));
+    }
+
+    #[test]
+    fn a_topic_of_several_sources_has_a_series_per_source() {
+        let unit = |source: u32, several_sources: bool, published: u64| TopicStats {
+            name: if several_sources { "hot" } else { "calm" }.to_owned(),
+            source: crate::ids::SourceId::new(source).unwrap(),
+            several_sources,
+            published_messages_total: published,
+            subscriptions: vec![SubscriptionStats {
+                name: format!("watch-{source}"),
+                delivered_total: published,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let stats = Stats {
+            topics: vec![unit(0, false, 4), unit(0, true, 5), unit(1, true, 7)],
+            ..Default::default()
+        };
+        let text = encode_metrics(&stats, None, &Counted::default(), "1");
+        let published =
+            |labels: &str| sample(&text, &format!("ringpost_topic_published_messages_total{{{labels}}}"));
+        assert_eq!(published(r#"topic="hot",source="0""#), Some("5"), "{text}");
+        assert_eq!(published(r#"topic="hot",source="1""#), Some("7"));
+        assert_eq!(published(r#"topic="calm""#), Some("4"), "a topic of one source keeps its labels");
+        let delivered = r#"ringpost_subscription_delivered_messages_total{subscription="watch-1",topic="hot",source="1"}"#;
+        assert_eq!(sample(&text, delivered), Some("7"));
     }
 
     #[test]

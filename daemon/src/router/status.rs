@@ -86,7 +86,15 @@ impl<S: Storage> Router<S> {
                 response.topics.extend(topics);
             }
         }
-        response.topics.sort_by(|a, b| a.name.cmp(&b.name));
+        {
+            let state = self.state.borrow();
+            for topic in &mut response.topics {
+                topic.several_sources =
+                    state.topics.get(&topic.name).is_some_and(|record| state.source_count(record.id) > 1);
+            }
+        }
+        // By name, then source: a topic of several sources on this node's shards lists them in order.
+        response.topics.sort_by(|a, b| a.name.cmp(&b.name).then(a.source.cmp(&b.source)));
         Ok(response)
     }
 

@@ -46,6 +46,7 @@ impl<S: Storage> Forwarder<S> {
             out.push(TopicStats {
                 name: topic.name.to_string(),
                 shard: self.shard,
+                source: topic.source,
                 first_offset: topic.log.start_offset().get(),
                 end_offset: topic.log.end_offset().get(),
                 disk_bytes: topic.log.disk_bytes(),
@@ -105,6 +106,8 @@ impl<S: Storage> Forwarder<S> {
             out.push(TopicStats {
                 name: topic.name.to_string(),
                 shard: self.shard,
+                source: topic.source,
+                several_sources: false,
                 first_offset: topic.log.start_offset().get(),
                 end_offset: end.get(),
                 disk_bytes: topic.log.disk_bytes(),

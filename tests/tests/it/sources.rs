@@ -2,7 +2,7 @@
 //! of its own, the count raised and never lowered, and every source kept across a restart.
 
 use ringpost_client::block_on;
-use ringpost_tests::{create_subscription, failed, succeeded, Daemon};
+use ringpost_tests::{create_subscription, failed, json_field, succeeded, Daemon};
 use ringpost_wire::frame::decode_body;
 use std::time::Duration;
 
@@ -292,4 +292,84 @@ fn a_source_added_after_a_subscription_serves_it_from_its_start() {
     added.settle(subscription, again.iter().map(|m| m.ack_id.clone()).collect(), None);
     assert!(added.pull(subscription, 0).is_empty());
     succeeded(&daemon.cli(&["topic", "delete", "grown"]));
+}
+
+/// `ringpost stats` and `/metrics` name each source of a topic of several sources, each with its
+/// own figures (source n is sent n + 2 messages at its own forwarder, so a row's count tells
+/// whose it is); a topic of one source reads as before, with no source.
+#[test]
+fn stats_and_metrics_show_each_source_with_its_own_figures() {
+    let monitored = ["--http-listen", "127.0.0.1:0"].map(String::from).to_vec();
+    let daemon = Daemon::start_with("sources-stats", Vec::new(), monitored);
+    let leaders = leader_shards(&succeeded(&daemon.cli(&["topic", "create", "shown", "--sources", "2"])));
+    assert_eq!(leaders.len(), 2);
+    succeeded(&daemon.cli(&["topic", "create", "single"]));
+    create_subscription(&daemon.client(), "shown-watch", "shown", 10);
+    let addresses = forwarders(&daemon);
+    for (source, leader) in leaders.iter().enumerate() {
+        let messages: Vec<String> = (0..source + 2).map(|index| format!("m{index}")).collect();
+        assert_eq!(
+            Forwarder::connect(&addresses[*leader as usize]).publish("shown", &messages).len(),
+            source + 2
+        );
+    }
+    succeeded(&daemon.cli_with_input(&["publish", "single"], Some("one\n")));
+
+    let json = succeeded(&daemon.cli(&["stats"]));
+    let line = |prefix: &str, source: usize| {
+        let source = source.to_string();
+        json.lines()
+            .find(|line| line.starts_with(prefix) && line.contains(&format!("\"source\":{source},")))
+            .unwrap_or_else(|| panic!("no {prefix} line of source {source}: {json}"))
+    };
+    for (source, leader) in leaders.iter().enumerate() {
+        let topic = line("{\"topic\":\"shown\",\"shard\"", source);
+        assert_eq!(json_field(topic, "shard"), leader.to_string(), "{topic}");
+        assert_eq!(json_field(topic, "messages"), (source + 2).to_string(), "{topic}");
+        let subscription = line("{\"topic\":\"shown\",\"subscription\"", source);
+        assert_eq!(json_field(subscription, "backlog"), (source + 2).to_string(), "{subscription}");
+    }
+    let single = json.lines().find(|line| line.starts_with("{\"topic\":\"single\",")).expect(&json);
+    assert!(!single.contains("\"source\""), "{single}");
+    assert_eq!(json_field(single, "messages"), "1");
+
+    let table = succeeded(&daemon.cli(&["--output", "table", "stats"]));
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    let column = |name: &str| header.iter().position(|heading| *heading == name).expect(name);
+    let (topic_column, source_column, shard_column) = (column("TOPIC"), column("SOURCE"), column("SHARD"));
+    // The topic's and its subscription's rows, in the first table (the topics').
+    let mut sources_shown: Vec<(String, String)> = table
+        .lines()
+        .skip(1)
+        .take_while(|row| !row.starts_with("NODE"))
+        .map(|row| row.split_whitespace().collect::<Vec<_>>())
+        .filter(|cells| cells.get(topic_column) == Some(&"shown"))
+        .map(|cells| (cells[source_column].to_owned(), cells[shard_column].to_owned()))
+        .collect();
+    sources_shown.sort();
+    sources_shown.dedup();
+    let mut expected: Vec<(String, String)> =
+        leaders.iter().enumerate().map(|(source, leader)| (source.to_string(), leader.to_string())).collect();
+    expected.sort();
+    assert_eq!(sources_shown, expected, "{table}");
+
+    let (status, body) = ringpost_tests::scrape::http_get(
+        daemon.http_address.as_ref().expect("the monitoring endpoint"),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    let scrape = ringpost_tests::scrape::Scrape::parse(&body);
+    for source in 0..2 {
+        let labels = [("topic", "shown"), ("source", &source.to_string()[..])];
+        let published = scrape.value("ringpost_topic_published_messages_total", &labels);
+        assert_eq!(published, Some((source + 2) as f64), "source {source}: {body}");
+        let labels =
+            [("subscription", "shown-watch"), ("topic", "shown"), ("source", &source.to_string()[..])];
+        let undelivered = scrape.value("ringpost_subscription_num_undelivered_messages", &labels);
+        assert_eq!(undelivered, Some((source + 2) as f64), "source {source}: {body}");
+    }
+    let single = body
+        .lines()
+        .find(|line| line.starts_with("ringpost_topic_published_messages_total{topic=\"single\""));
+    assert_eq!(single, Some("ringpost_topic_published_messages_total{topic=\"single\"} 1"), "{body}");
 }

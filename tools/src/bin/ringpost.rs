@@ -8,6 +8,7 @@ use ringpost_tools::bench::report::summary_json;
 use ringpost_tools::cli::{self, GlobalOption, EXIT_REFUSED, EXIT_USAGE};
 use ringpost_tools::{errln, json, outln};
 use ringpost_wire::limits::MESSAGE_BYTES_MAX;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -1100,18 +1101,53 @@ fn node_answer(
     }
 }
 
+/// Topics of several rows in `ringpost stats` whose sources it looks up, in name order; the
+/// rest are shown without their source. A lookup is one small request, so this keeps a
+/// listing of many replicated topics within about a second more.
+const STATS_SOURCE_LOOKUPS_MAX: usize = 1000;
+
+/// Which source each topic row of a topic of several sources is, by (topic, node, shard): the
+/// source whose leader is there (a shard holds at most one source of a topic). Only topics
+/// shown on more than one row are asked about (a topic of several sources has a row per
+/// source), so that a listing of topics of one source costs no request more; a topic whose
+/// lookup fails, or that has one source, is shown as before.
+async fn row_sources(client: &Client, nodes: &[NodeStats]) -> HashMap<(String, u64, u32), u32> {
+    let mut rows: BTreeMap<&str, usize> = BTreeMap::new();
+    for node in nodes {
+        let Ok((stats, _)) = &node.stats else { continue };
+        for topic in &stats.topics {
+            *rows.entry(topic.name.as_str()).or_default() += 1;
+        }
+    }
+    let mut sources = HashMap::new();
+    let several = rows.into_iter().filter(|(_, count)| *count > 1).map(|(name, _)| name);
+    for name in several.take(STATS_SOURCE_LOOKUPS_MAX) {
+        let Ok(topic) = client.get_topic_with_sources(name).await else { continue };
+        if topic.sources.len() < 2 {
+            continue;
+        }
+        for source in &topic.sources {
+            sources.insert((name.to_owned(), source.leader_node, source.leader_shard), source.number);
+        }
+    }
+    sources
+}
+
 /// `ringpost stats`: every node's topics and subscriptions in one table (a `node` column),
 /// then each node's replicas, push subscriptions, data directories, latencies and process; a
 /// node that did not answer is said so. Each JSON line names what it describes (`kind`: topic,
 /// subscription, replica, push, directory, latency, quarantined, process, node) and the node it comes from, after
-/// the fields it always had.
-fn print_stats(output: Output, nodes: &[NodeStats]) {
+/// the fields it always had. A row of a topic of several sources names its source (`row_sources`:
+/// the source whose leader is the row's node and shard); a topic of one source shows a dash.
+fn print_stats(output: Output, nodes: &[NodeStats], sources: &HashMap<(String, u64, u32), u32>) {
     let mut rows = Vec::new();
     let dash = || "-".to_owned();
     for node in nodes {
         let Ok((stats, _)) = &node.stats else { continue };
         let id = node.node.to_string();
         for topic in &stats.topics {
+            let source = sources.get(&(topic.name.clone(), node.node, topic.shard));
+            let source_cell = source.map_or_else(dash, |source| source.to_string());
             let messages = topic.end_offset - topic.first_offset;
             let role =
                 topic.replication.as_ref().map(|replica| if replica.leader { "leader" } else { "follower" });
@@ -1127,11 +1163,15 @@ fn print_stats(output: Output, nodes: &[NodeStats]) {
             if let Some(role) = role {
                 fields.push(("replica", json::string(role)));
             }
+            if let Some(source) = source {
+                fields.push(("source", source.to_string()));
+            }
             fields.extend([("kind", json::string("topic")), ("node", id.clone())]);
             rows.push((
                 vec![
                     id.clone(),
                     topic.name.clone(),
+                    source_cell.clone(),
                     dash(),
                     topic.shard.to_string(),
                     role.unwrap_or("-").to_owned(),
@@ -1148,10 +1188,27 @@ fn print_stats(output: Output, nodes: &[NodeStats]) {
                 json::object(&fields),
             ));
             for subscription in &topic.subscriptions {
+                let mut fields = vec![
+                    ("topic", json::string(&topic.name)),
+                    ("subscription", json::string(&subscription.name)),
+                    ("backlog", subscription.backlog_messages.to_string()),
+                    ("outstanding", subscription.outstanding_messages.to_string()),
+                    ("oldest_unacked_age_ms", subscription.oldest_unacked_age_ms.to_string()),
+                    ("idle_ms", subscription.idle_ms.to_string()),
+                    ("delivered", subscription.delivered_total.to_string()),
+                    ("delivered_per_second", subscription.delivered_per_second.to_string()),
+                    ("acked_per_second", subscription.acked_per_second.to_string()),
+                    ("expired_deadlines", subscription.expired_total.to_string()),
+                ];
+                if let Some(source) = source {
+                    fields.push(("source", source.to_string()));
+                }
+                fields.extend([("kind", json::string("subscription")), ("node", id.clone())]);
                 rows.push((
                     vec![
                         id.clone(),
                         topic.name.clone(),
+                        source_cell.clone(),
                         subscription.name.clone(),
                         topic.shard.to_string(),
                         role.unwrap_or("-").to_owned(),
@@ -1165,20 +1222,7 @@ fn print_stats(output: Output, nodes: &[NodeStats]) {
                         dash(),
                         subscription.delivered_per_second.to_string(),
                     ],
-                    json::object(&[
-                        ("topic", json::string(&topic.name)),
-                        ("subscription", json::string(&subscription.name)),
-                        ("backlog", subscription.backlog_messages.to_string()),
-                        ("outstanding", subscription.outstanding_messages.to_string()),
-                        ("oldest_unacked_age_ms", subscription.oldest_unacked_age_ms.to_string()),
-                        ("idle_ms", subscription.idle_ms.to_string()),
-                        ("delivered", subscription.delivered_total.to_string()),
-                        ("delivered_per_second", subscription.delivered_per_second.to_string()),
-                        ("acked_per_second", subscription.acked_per_second.to_string()),
-                        ("expired_deadlines", subscription.expired_total.to_string()),
-                        ("kind", json::string("subscription")),
-                        ("node", id.clone()),
-                    ]),
+                    json::object(&fields),
                 ));
             }
         }
@@ -1188,6 +1232,7 @@ fn print_stats(output: Output, nodes: &[NodeStats]) {
         &[
             "node",
             "topic",
+            "source",
             "subscription",
             "shard",
             "replica",
@@ -2408,7 +2453,10 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         Command::Modack(modack) => report_invalid(
             client.modify_ack_deadline(&modack.subscription, modack.ack_ids, modack.seconds).await?,
         )?,
-        Command::Stats(_) => print_stats(output, &cluster_stats(&client, timeout, &security).await?),
+        Command::Stats(_) => {
+            let nodes = cluster_stats(&client, timeout, &security).await?;
+            print_stats(output, &nodes, &row_sources(&client, &nodes).await);
+        }
         Command::Cluster(ClusterCommand { action: ClusterAction::Status(_) }) => {
             let status = client.cluster_status().await?;
             let lags = if status.topics.iter().any(|topic| topic.replica_nodes.len() > 1) {
