@@ -688,10 +688,9 @@ impl ReplicaFamilies {
         for follower in &replica.followers {
             // The node and its forwarder, as an operator names them, not the packed shard.
             let (node, forwarder) = crate::catalog::node_and_shard(follower.shard);
-            let labels = topic_labels(
-                topic,
-                vec![("follower_node", node.to_string()), ("follower_forwarder", forwarder.to_string())],
-            );
+            let mut labels = topic_labels(topic, Vec::new());
+            labels
+                .extend([("follower_node", node.to_string()), ("follower_forwarder", forwarder.to_string())]);
             self.follower_lag.get_or_create(&labels).set(follower.lag_messages as f64);
         }
     }
