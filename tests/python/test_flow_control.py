@@ -7,8 +7,10 @@ What the client does at the limit (google-cloud-pubsub 2.44, google-api-core 2.4
 retry for Publish covers RESOURCE_EXHAUSTED and backs off exponentially with full jitter (a
 sleep drawn from 0 to 0.1 s, then 0 to 0.4 s, times 4 each try up to 60 s), for 600 s in all,
 each attempt with a 60 s timeout; it does not read the RetryInfo. The daemon holds a publish up
-to 1 s before refusing it, so every attempt ends well within that timeout, and a burst is
-delivered without error at the topic's rate, plus the jitter of the last retries."""
+to 5 s (PUBLISH_HOLD_MAX) before refusing it, so every attempt ends well within that timeout,
+and the burst resolves without error at about the topic's rate (measured: 9.0 s in four runs
+of seven, at most 22.9 s, with about 80 refusals of its 50 requests; 49.5 s and 175 refusals
+when the hold was 1 s, each refusal meeting more of the client's growing backoff)."""
 
 import os
 import socket
@@ -27,7 +29,7 @@ BURST_MESSAGES = 10 * LIMIT_MESSAGES_PER_SECOND
 # admitted, some held and some refused at any moment.
 BATCH_MESSAGES = 10
 # How long the burst's futures may take: the rate needs about 9 s for it, the client's jittered
-# backoff adds to the last retries (a sleep up to 25.6 s on the fifth), and the daemon is a
+# backoff may add to the last retries (a sleep up to 25.6 s on the fifth), and the daemon is a
 # debug build on a loaded machine. A frozen or refusing daemon ends it with a failed future.
 BURST_SECONDS_MAX = 120
 # The bucket takes a second's worth at once; the rest of the burst comes at the rate, so the
@@ -93,7 +95,7 @@ def test_a_burst_of_ten_times_the_publish_limit_is_slowed_retried_and_delivered_
         assert len(set(message_ids)) == BURST_MESSAGES, "a message id given twice"
         # The limit was met: requests were held and refused, and the burst took the rate's time.
         assert slowed >= 1, "no publish was slowed: the topic's limit was not applied"
-        assert refused >= 1, "no publish was refused: the burst never went past the 1 s hold"
+        assert refused >= 1, "no publish was refused: the burst never went past the 5 s hold"
         assert elapsed >= BURST_SECONDS_MIN, f"the burst resolved in {elapsed:.1f} s, faster than the limit allows"
 
         # Every acknowledged message is stored once: pulled back, no payload twice, none more.
