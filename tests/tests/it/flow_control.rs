@@ -197,10 +197,21 @@ fn a_burst_of_ten_times_a_topics_publish_limit_is_smoothed_and_nothing_is_lost()
     // `PUBLISH_HELD_BYTES_SHARD_MAX` (64 MiB); 2,000 small messages move RSS by far less.
     let rss_after_kib = daemon.memory_kib("VmRSS");
     assert!(rss_after_kib < rss_before_kib + 64 * 1024, "RSS {rss_before_kib} KiB -> {rss_after_kib} KiB");
-    // A client that does not retry is refused at once, and reads the delay to wait.
+    // A client that does not retry is refused, and reads the delay to wait. Its publishes go
+    // at once, together: ten seconds' worth, of which the shard holds no more than
+    // `PUBLISH_HOLD_MAX` (5 s).
     let impatient = daemon.client().with_retry(RetrySettings::NONE, RetrySettings::NONE);
     let refusal = (0..100)
-        .find_map(|_| block_on(impatient.publish("burst", vec![Message::new("x"); 500])).err())
+        .find_map(|_| {
+            std::thread::scope(|scope| {
+                let publishes: Vec<_> = (0..4)
+                    .map(|_| {
+                        scope.spawn(|| block_on(impatient.publish("burst", vec![Message::new("x"); 500])))
+                    })
+                    .collect();
+                publishes.into_iter().filter_map(|publish| publish.join().unwrap().err()).next()
+            })
+        })
         .expect("a burst was never refused");
     let ringpost_client::Error::Status(status) = &refusal else { panic!("{refusal}") };
     assert_eq!(status.code, ErrorCode::ResourceExhausted, "{status}");
