@@ -396,30 +396,50 @@ pub enum CatalogEntry {
     },
 }
 
+fn encode_topic_created(topic: &TopicRecord) -> Vec<u8> {
+    // One replica: the bytes every version reads.
+    let replicated = topic.replicas.len() > 1;
+    let kind = if replicated { KIND_TOPIC_CREATED_REPLICATED } else { KIND_TOPIC_CREATED_PLACED };
+    let mut encoder = Encoder::new(kind);
+    encoder
+        .u64(topic.id.get())
+        .str(&topic.name)
+        .u64(topic.message_retention_seconds)
+        .u32(topic.shard.global())
+        .u64(topic.created_ms);
+    if replicated {
+        encoder.u32(topic.replicas.len() as u32);
+        for replica in &topic.replicas {
+            encoder.u32(replica.global());
+        }
+        encoder.u64(topic.epoch);
+    }
+    encode_labels_trailer(&mut encoder, &topic.labels).0.clone()
+}
+
+fn encode_node_registered(node: &NodeRecord) -> Vec<u8> {
+    let mut encoder = Encoder::new(KIND_NODE_REGISTERED);
+    encoder
+        .u64(node.node_id.get())
+        .str(&node.cluster_address)
+        .str(&node.router_address)
+        .u32(node.forwarders.len() as u32);
+    for address in &node.forwarders {
+        encoder.str(address);
+    }
+    // A trailer, written only when set: a node without a gRPC API registers in exactly the
+    // bytes it did before the field, which every version reads.
+    if !node.grpc_address.is_empty() {
+        encoder.str(&node.grpc_address);
+    }
+    encoder.0
+}
+
 impl CatalogEntry {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             CatalogEntry::Boot { count } => Encoder::new(KIND_BOOT).u32(*count).0.clone(),
-            CatalogEntry::TopicCreated(topic) => {
-                // One replica: the bytes every version reads.
-                let replicated = topic.replicas.len() > 1;
-                let kind = if replicated { KIND_TOPIC_CREATED_REPLICATED } else { KIND_TOPIC_CREATED_PLACED };
-                let mut encoder = Encoder::new(kind);
-                encoder
-                    .u64(topic.id.get())
-                    .str(&topic.name)
-                    .u64(topic.message_retention_seconds)
-                    .u32(topic.shard.global())
-                    .u64(topic.created_ms);
-                if replicated {
-                    encoder.u32(topic.replicas.len() as u32);
-                    for replica in &topic.replicas {
-                        encoder.u32(replica.global());
-                    }
-                    encoder.u64(topic.epoch);
-                }
-                encode_labels_trailer(&mut encoder, &topic.labels).0.clone()
-            }
+            CatalogEntry::TopicCreated(topic) => encode_topic_created(topic),
             CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(id.get()).0.clone(),
             CatalogEntry::SubscriptionCreated(subscription) => encode_subscription_created(subscription),
             CatalogEntry::SubscriptionDeleted { id, name } if name.is_empty() => {
@@ -463,23 +483,7 @@ impl CatalogEntry {
             CatalogEntry::SubscriptionDetached { id, name } => {
                 Encoder::new(KIND_SUBSCRIPTION_DETACHED).u64(*id).str(name).0.clone()
             }
-            CatalogEntry::NodeRegistered(node) => {
-                let mut encoder = Encoder::new(KIND_NODE_REGISTERED);
-                encoder
-                    .u64(node.node_id.get())
-                    .str(&node.cluster_address)
-                    .str(&node.router_address)
-                    .u32(node.forwarders.len() as u32);
-                for address in &node.forwarders {
-                    encoder.str(address);
-                }
-                // A trailer, written only when set: a node without a gRPC API registers in
-                // exactly the bytes it did before the field, which every version reads.
-                if !node.grpc_address.is_empty() {
-                    encoder.str(&node.grpc_address);
-                }
-                encoder.0
-            }
+            CatalogEntry::NodeRegistered(node) => encode_node_registered(node),
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => Encoder::new(KIND_TOPIC_LEADER_ELECTED)
                 .u64(id.get())
                 .u64(*epoch)

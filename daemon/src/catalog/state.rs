@@ -82,17 +82,7 @@ impl CatalogState {
                 self.topics.insert(topic.name.clone(), topic);
                 Applied::Done
             }
-            CatalogEntry::TopicDeleted { id } => {
-                let removed = self.topic_names.remove(&id).and_then(|name| self.topics.remove(&name));
-                // Its sources go with it: the router reads them before it proposes the deletion.
-                let numbers: Vec<SourceId> = self.sources_of(id).map(|source| source.source).collect();
-                for number in numbers {
-                    if let Some(source) = self.sources.remove(&(id, number)) {
-                        self.source_units.remove(&source.id);
-                    }
-                }
-                Applied::TopicDeleted(removed)
-            }
+            CatalogEntry::TopicDeleted { id } => self.delete_topic(id),
             CatalogEntry::SourceAdded(source) => self.add_source(source),
             CatalogEntry::TopicPlaced { id, shard } => {
                 self.place_topic(id, shard);
@@ -166,16 +156,7 @@ impl CatalogState {
                 self.routing_rules = rules;
                 Applied::Done
             }
-            // Only a registered node drains: one removed meanwhile stays out of the set.
-            CatalogEntry::NodeDraining { node_id, draining } => {
-                let registered = self.nodes.contains_key(&node_id);
-                if registered && draining {
-                    self.draining.insert(node_id);
-                } else {
-                    self.draining.remove(&node_id);
-                }
-                Applied::Updated(registered)
-            }
+            CatalogEntry::NodeDraining { node_id, draining } => self.set_draining(node_id, draining),
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 Applied::Updated(self.elect_leader(id, epoch, leader))
             }
@@ -188,6 +169,31 @@ impl CatalogState {
                 Applied::Updated(found)
             }
         }
+    }
+
+    /// Removes topic `id` and its sources: the router reads them before it proposes the
+    /// deletion.
+    fn delete_topic(&mut self, id: TopicId) -> Applied {
+        let removed = self.topic_names.remove(&id).and_then(|name| self.topics.remove(&name));
+        let numbers: Vec<SourceId> = self.sources_of(id).map(|source| source.source).collect();
+        for number in numbers {
+            if let Some(source) = self.sources.remove(&(id, number)) {
+                self.source_units.remove(&source.id);
+            }
+        }
+        Applied::TopicDeleted(removed)
+    }
+
+    /// Marks node `node_id` draining or not. Only a registered node drains: one removed
+    /// meanwhile stays out of the set.
+    fn set_draining(&mut self, node_id: NodeId, draining: bool) -> Applied {
+        let registered = self.nodes.contains_key(&node_id);
+        if registered && draining {
+            self.draining.insert(node_id);
+        } else {
+            self.draining.remove(&node_id);
+        }
+        Applied::Updated(registered)
     }
 
     /// Unit `id`'s placement: a topic's own, or one of its other sources'.
