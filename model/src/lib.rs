@@ -5,11 +5,13 @@
 //!
 //! - [`limits`]: the model's limits, by name, each with its reason.
 //! - [`shards`]: how a topic's shard number packs a node and its forwarder shard.
+//! - [`sources`]: which of a topic's publish sources an ordering key goes to.
 //! - [`validate`]: the checks of names, messages and settings, and the defaults of settings
 //!   left at 0; every refusal is an [`Invalid`].
 
 pub mod limits;
 pub mod shards;
+pub mod sources;
 pub mod validate;
 
 pub use validate::Invalid;
