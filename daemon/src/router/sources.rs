@@ -309,6 +309,16 @@ impl<S: Storage> Router<S> {
         Ok(SourceRoutes { active: sources.len() as u32, sources })
     }
 
+    /// The leader's shard of unit `id`: a topic's own log, or one of its later sources (whose
+    /// ids come from the same counter), so that `lookup` routes to either.
+    pub(super) fn unit_shard(&self, id: TopicId) -> Option<ShardId> {
+        self.shard_of(id).or_else(|| {
+            let state = self.state.borrow();
+            let source = state.sources.values().find(|source| source.id == id)?;
+            Some(source.shard).filter(|shard| *shard != SHARD_UNPLACED)
+        })
+    }
+
     /// `lookup_sources` of a topic by name.
     pub fn lookup_topic_sources(
         &self,
