@@ -5,6 +5,7 @@ mod bad_input;
 mod catalog_limits;
 mod cli_edges;
 mod client_api;
+mod client_sources;
 mod clocks;
 mod cluster;
 mod cluster_health;
