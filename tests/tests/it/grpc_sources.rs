@@ -247,3 +247,131 @@ fn grpc_publishes_spread_over_sources_and_pulls_and_streams_gather_them() {
         assert_eq!(grpc.pull_now(subscription, 100).expect("pull").len(), 0, "{subscription} redelivered");
     }
 }
+
+/// Publishes `count` unordered messages in requests of ten (taking turns over the sources);
+/// their ids.
+fn publish_unordered(grpc: &Grpc, topic: &str, count: usize) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for batch in (0..count).collect::<Vec<_>>().chunks(10) {
+        let messages = batch.iter().map(|index| message(format!("m{index:03}"), "")).collect();
+        ids.extend(publish(grpc, topic, messages));
+    }
+    ids
+}
+
+/// A stream that leaves holding messages of both sources gives them back on both at once
+/// (the subscription's ack deadline is ten minutes, so only a lease given back comes again
+/// within the test): another stream receives every message. Its acknowledgement of all of
+/// them, with one unknown ack id of source 1, is confirmed in one exactly-once confirmation
+/// gathering both sources' answers.
+#[test]
+fn a_gathered_stream_that_leaves_gives_back_both_sources_leases_and_exactly_once_confirms_once() {
+    const MESSAGES: usize = 40;
+    let (daemon, grpc) = start("grpc-sources-leave");
+    succeeded(&daemon.cli(&["topic", "create", "held", "--sources", "2"]));
+    grpc.create_subscription(pubsub::Subscription {
+        name: subscription_path("held-once"),
+        topic: topic_path("held"),
+        ack_deadline_seconds: 600,
+        enable_exactly_once_delivery: true,
+        ..Default::default()
+    })
+    .expect("create subscription");
+    let published = publish_unordered(&grpc, "held", MESSAGES);
+    let sources: HashSet<u64> = published.iter().map(|id| source_of(id)).collect();
+    assert_eq!(sources, HashSet::from([0, 1]), "the publishes did not spread");
+
+    let mut leaving = Stream::open(&grpc, "held-once", WINDOW);
+    let mut held = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held.len() < WINDOW && Instant::now() < deadline {
+        if let Some(response) = leaving.next(&grpc, Duration::from_millis(300)) {
+            held.extend(response.received_messages.into_iter().map(|message| message.ack_id));
+        }
+    }
+    assert_eq!(held.len(), WINDOW, "the leaving stream did not fill its window");
+    let held_sources: HashSet<u64> = held.iter().map(|ack_id| ack_source(ack_id)).collect();
+    assert_eq!(held_sources, HashSet::from([0, 1]), "the window held one source's messages");
+    drop(leaving);
+
+    let mut staying = Stream::open(&grpc, "held-once", 0);
+    let (mut received, mut ack_ids) = (HashSet::new(), Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.len() < MESSAGES && Instant::now() < deadline {
+        let Some(response) = staying.next(&grpc, Duration::from_millis(300)) else { continue };
+        for delivered in response.received_messages {
+            let id = delivered.message.expect("a message").message_id;
+            assert!(received.insert(id), "delivered twice to the staying stream");
+            ack_ids.push(delivered.ack_id);
+        }
+    }
+    assert_eq!(received, published, "the leaving stream's leases were not given back");
+
+    let unknown = "v1.ffff.1.5.1".to_owned();
+    let mut acknowledged = ack_ids.clone();
+    acknowledged.push(unknown.clone());
+    staying.acknowledge(&grpc, acknowledged);
+    let confirmation = loop {
+        let response = staying.next(&grpc, Duration::from_secs(10)).expect("a confirmation");
+        assert!(response.received_messages.is_empty(), "delivered again before its acknowledgement");
+        if let Some(confirmation) = response.acknowledge_confirmation {
+            break confirmation;
+        }
+    };
+    let confirmed: HashSet<String> = confirmation.ack_ids.into_iter().collect();
+    assert_eq!(
+        confirmed,
+        ack_ids.into_iter().collect::<HashSet<_>>(),
+        "not every source's confirmed at once"
+    );
+    assert_eq!(confirmation.invalid_ack_ids, vec![unknown]);
+    drop(staying);
+    assert!(grpc.pull_now("held-once", 100).expect("pull").is_empty(), "acknowledged, yet delivered again");
+}
+
+/// An empty subscription's unary Pull waits, and is answered with a message published on
+/// either source while it waits (within the pull's 10 s wait, so not by its end): once on
+/// source 0, once on source 1.
+#[test]
+fn an_empty_gathered_pull_waits_for_a_message_on_either_source() {
+    let (daemon, grpc) = start("grpc-sources-wait");
+    succeeded(&daemon.cli(&["topic", "create", "quiet", "--sources", "2"]));
+    grpc.create_plain_subscription("quiet-sub", "quiet").expect("create subscription");
+    let address = daemon.grpc_address.clone().unwrap();
+    let mut sources = HashSet::new();
+    for round in 0..2u64 {
+        // A key of source `round`, so that each round's message is on another source.
+        let key = (0..)
+            .map(|index| format!("key-{index}"))
+            .find(|key| ringpost_model::sources::source_of_key(key.as_bytes(), 2) as u64 == round)
+            .unwrap();
+        let publisher = {
+            let address = address.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(700));
+                let grpc = Grpc::connect(&address);
+                publish(&grpc, "quiet", vec![message(format!("late {round}"), &key)])
+            })
+        };
+        let started = Instant::now();
+        #[allow(deprecated)]
+        let request = pubsub::PullRequest {
+            subscription: subscription_path("quiet-sub"),
+            return_immediately: false,
+            max_messages: 10,
+        };
+        let pulled = grpc.pull(request).expect("pull").received_messages;
+        let waited = started.elapsed();
+        let ids = publisher.join().unwrap();
+        assert_eq!(pulled.len(), 1, "round {round}: the waiting pull returned {pulled:?}");
+        assert_eq!(pulled[0].message.as_ref().unwrap().message_id, ids[0]);
+        assert!(waited < Duration::from_secs(8), "round {round}: answered only after {waited:?}");
+        sources.insert(source_of(&ids[0]));
+        let request = pubsub::AcknowledgeRequest {
+            subscription: subscription_path("quiet-sub"),
+            ack_ids: vec![pulled[0].ack_id.clone()],
+        };
+        grpc.acknowledge(request).expect("acknowledge");
+    }
+    assert_eq!(sources, HashSet::from([0, 1]), "the late messages' keys map to one source");
+}
