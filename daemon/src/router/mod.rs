@@ -389,6 +389,7 @@ mod limits;
 mod recovery;
 mod snapshots;
 mod sources;
+pub use self::sources::{SourceRoute, SourceRoutes};
 use sources::count_sources;
 mod status;
 mod subscriptions;

@@ -356,3 +356,62 @@ impl<S: Storage> Router<S> {
         Topic { source_leaders, ..topic_message(topic, self.state.borrow().source_count(topic.id)) }
     }
 }
+
+/// One of a topic's sources as a lookup answers it: its number and its forwarders, the one
+/// leading it first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRoute {
+    pub source: SourceId,
+    pub forwarders: Vec<ForwarderAddress>,
+}
+
+/// Every source of a topic (retiring ones included), source 0 first, and how many of them
+/// take publishes (`active`: the count the key map counts; a retiring source is always among
+/// the highest numbers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRoutes {
+    pub active: u32,
+    pub sources: Vec<SourceRoute>,
+}
+
+impl<S: Storage> Router<S> {
+    /// The forwarders of each source of topic `topic` (or of subscription `topic`'s topic, with
+    /// `subscription`), as `lookup_topic` answers for source 0: each source's list is keyed by
+    /// its placement key, so that its followers come in its own preference order.
+    pub fn lookup_sources(
+        &self,
+        name: &str,
+        subscription: bool,
+        local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
+    ) -> Result<SourceRoutes, ControlError> {
+        let topic = match subscription {
+            false => self.topic_record(name)?,
+            true => {
+                let record = self.subscription_record(name)?;
+                let topic = self.state.borrow().topic_by_id(record.topic_id).cloned();
+                match topic {
+                    Some(topic) if !record.detached => topic,
+                    _ => {
+                        return Err(ControlError::failed_precondition(format!(
+                            "subscription '{}' is detached",
+                            record.name
+                        )))
+                    }
+                }
+            }
+        };
+        let mut sources = vec![SourceRoute {
+            source: SourceId::FIRST,
+            forwarders: self.lookup(&topic.name, topic.id, local, client)?,
+        }];
+        let later: Vec<(SourceId, TopicId)> =
+            self.state.borrow().sources_of(topic.id).map(|source| (source.source, source.id)).collect();
+        for (source, id) in later {
+            let forwarders = self.lookup(&source_key(&topic.name, source.get()), id, local, client)?;
+            sources.push(SourceRoute { source, forwarders });
+        }
+        // Every source takes publishes until load following retires some.
+        Ok(SourceRoutes { active: sources.len() as u32, sources })
+    }
+}

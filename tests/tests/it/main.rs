@@ -23,6 +23,7 @@ mod grpc_admin;
 mod grpc_cluster;
 mod grpc_delivery;
 mod grpc_security;
+mod grpc_sources;
 mod io_memory;
 mod liveness;
 mod long_functions;
