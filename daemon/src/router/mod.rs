@@ -387,6 +387,7 @@ pub use replicas::{ELECTIONS_ASKED_MAX, RECONCILE_TICK, SOURCE_FAILURE_TIMEOUT};
 mod forwarders;
 mod limits;
 mod recovery;
+mod replicated_sources;
 mod snapshots;
 mod sources;
 pub use self::sources::{SourceRoute, SourceRoutes};

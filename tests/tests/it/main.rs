@@ -46,6 +46,7 @@ mod python_client;
 mod quickstart;
 mod readme;
 mod reopen;
+mod replicated_sources;
 mod replication;
 mod resets;
 mod security;

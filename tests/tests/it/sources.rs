@@ -70,10 +70,10 @@ fn topic_folders(root: &std::path::Path) -> Vec<(std::path::PathBuf, usize)> {
 
 /// A forwarder's port, spoken to directly, as a client that knows which shard serves which
 /// source would.
-struct Forwarder(std::sync::Arc<ringpost_client::Connection>);
+pub(super) struct Forwarder(std::sync::Arc<ringpost_client::Connection>);
 
 impl Forwarder {
-    fn connect(address: &str) -> Forwarder {
+    pub(super) fn connect(address: &str) -> Forwarder {
         Forwarder(ringpost_client::Connection::connect(address).unwrap())
     }
 
@@ -86,7 +86,7 @@ impl Forwarder {
         block_on(self.0.call(command.code(), request)).unwrap().body
     }
 
-    fn publish(&self, topic: &str, payloads: &[String]) -> Vec<u64> {
+    pub(super) fn publish(&self, topic: &str, payloads: &[String]) -> Vec<u64> {
         use ringpost_wire::messages::{PublishRequest, PublishResponse, PubsubMessage};
         let messages = payloads
             .iter()
@@ -103,7 +103,7 @@ impl Forwarder {
 
     /// Pulls until `count` messages came (or 10 s passed), then once more briefly to see that
     /// no more come.
-    fn pull(&self, subscription: &str, count: usize) -> Vec<ringpost_client::ReceivedMessage> {
+    pub(super) fn pull(&self, subscription: &str, count: usize) -> Vec<ringpost_client::ReceivedMessage> {
         use ringpost_wire::messages::{PullRequest, PullResponse};
         let mut received = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -122,7 +122,7 @@ impl Forwarder {
     }
 
     /// Acknowledges `ack_ids` (or, with `seconds`, sets their deadlines); none refused.
-    fn settle(&self, subscription: &str, ack_ids: Vec<String>, seconds: Option<u32>) {
+    pub(super) fn settle(&self, subscription: &str, ack_ids: Vec<String>, seconds: Option<u32>) {
         use ringpost_wire::messages::{AckResponse, AcknowledgeRequest, ModifyAckDeadlineRequest};
         let subscription = subscription.to_owned();
         let body = match seconds {
@@ -148,12 +148,12 @@ fn forwarders(daemon: &Daemon) -> Vec<String> {
 }
 
 /// The source a message id names (the bits above its offset).
-fn source_of(message_id: u64) -> u64 {
+pub(super) fn source_of(message_id: u64) -> u64 {
     message_id >> 52
 }
 
 /// Sorted payloads of `messages`.
-fn payloads(messages: &[ringpost_client::ReceivedMessage]) -> Vec<String> {
+pub(super) fn payloads(messages: &[ringpost_client::ReceivedMessage]) -> Vec<String> {
     let mut payloads: Vec<String> =
         messages.iter().map(|m| String::from_utf8(m.data.clone()).unwrap()).collect();
     payloads.sort();
