@@ -390,7 +390,7 @@ mod recovery;
 mod replicated_sources;
 mod snapshots;
 mod sources;
-pub use self::sources::{SourceRoute, SourceRoutes};
+pub use crate::api::control::{SourceRoute, SourceRoutes};
 use sources::count_sources;
 mod status;
 mod subscriptions;
