@@ -203,6 +203,7 @@ fn reachable() -> Vec<(String, Limit)> {
 /// another binary): their values are read from their definitions.
 const READ_FROM_SOURCE: &[&str] = &[
     "KEEPALIVE_IDLE",
+    "SOURCES_REFRESH_INTERVAL",
     "KEEPALIVE_INTERVAL",
     "KEEPALIVE_PROBES",
     "COALESCE_BYTES_MAX",
