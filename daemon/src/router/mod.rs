@@ -390,7 +390,6 @@ mod recovery;
 mod replicated_sources;
 mod snapshots;
 mod sources;
-pub use self::sources::{SourceRoute, SourceRoutes};
 use sources::count_sources;
 mod status;
 mod subscriptions;

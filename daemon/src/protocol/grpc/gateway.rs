@@ -123,8 +123,12 @@ impl Gateway {
         let routes = self
             .router
             .try_call(move |shard| async move {
-                let subscription = matches!(looked_up, Resource::Subscription(_));
-                let routes = shard.router.lookup_sources(looked_up.name(), subscription, None, None);
+                let routes = match &looked_up {
+                    Resource::Topic(name) => shard.router.lookup_topic_sources(name, None, None),
+                    Resource::Subscription(name) => {
+                        shard.router.lookup_subscription_sources(name, None, None)
+                    }
+                };
                 if routes.is_err() {
                     presented.check(&shard.access, kind, looked_up.name())?;
                 }
@@ -142,7 +146,7 @@ impl Gateway {
 
     /// The sources of `routes` as this node's shards, if there are several and this node leads
     /// each.
-    fn gathered_of(&self, routes: &crate::router::SourceRoutes) -> Option<Gathered> {
+    fn gathered_of(&self, routes: &crate::api::control::SourceRoutes) -> Option<Gathered> {
         if routes.sources.len() < 2 {
             return None;
         }
