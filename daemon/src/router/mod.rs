@@ -390,6 +390,7 @@ mod recovery;
 mod replicated_sources;
 mod snapshots;
 mod sources;
+pub use crate::api::control::{SourceRoute, SourceRoutes};
 use sources::count_sources;
 mod status;
 mod subscriptions;

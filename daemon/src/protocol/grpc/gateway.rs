@@ -146,7 +146,7 @@ impl Gateway {
 
     /// The sources of `routes` as this node's shards, if there are several and this node leads
     /// each.
-    fn gathered_of(&self, routes: &crate::api::control::SourceRoutes) -> Option<Gathered> {
+    fn gathered_of(&self, routes: &crate::router::SourceRoutes) -> Option<Gathered> {
         if routes.sources.len() < 2 {
             return None;
         }
