@@ -417,42 +417,49 @@ impl<S: Storage> Router<S> {
                 record.name
             )));
         }
-        let (time_ms, snapshot_id) = match target {
-            SeekTarget::Time { time_ms } => (time_ms, None),
-            // A snapshot holds one log's acknowledgements (source 0's): a seek to it on a topic
-            // of several sources would leave the others where they are.
-            SeekTarget::Snapshot { .. } if units.len() > 1 => {
-                return Err(ControlError::failed_precondition(format!(
-                    "subscription '{}': its topic has {} sources, and a seek to a snapshot of a \
-                     topic of several sources is not supported yet (seek to a time instead)",
-                    record.name,
-                    units.len()
-                )));
-            }
-            SeekTarget::Snapshot { name } => {
-                let snapshot = self.snapshot_record(&name)?;
-                if snapshot.topic_id != record.topic_id {
-                    return Err(ControlError::failed_precondition(format!(
-                        "snapshot '{}' is of another topic than subscription '{}'",
-                        snapshot.name, record.name
-                    )));
+        let snapshot = match target {
+            SeekTarget::Time { time_ms } => {
+                // Each source to that time: each finds its own first message published at or
+                // after it.
+                for unit in units {
+                    let seek = ControlRequest::Seek {
+                        subscription_id: record.id,
+                        topic_id: unit.id,
+                        time_ms,
+                        snapshot_id: None,
+                    };
+                    self.call_forwarder(unit.shard, seek).await?;
                 }
-                if snapshot.expire_time_ms <= wall_ms() {
-                    return Err(ControlError::failed_precondition(format!(
-                        "snapshot '{}' has expired",
-                        snapshot.name
-                    )));
-                }
-                (0, Some(snapshot.id))
+                return Ok(());
             }
+            SeekTarget::Snapshot { name } => self.snapshot_record(&name)?,
         };
-        // Each source to that time: each finds its own first message published at or after it.
+        if snapshot.topic_id != record.topic_id {
+            return Err(ControlError::failed_precondition(format!(
+                "snapshot '{}' is of another topic than subscription '{}'",
+                snapshot.name, record.name
+            )));
+        }
+        if snapshot.expire_time_ms <= wall_ms() {
+            return Err(ControlError::failed_precondition(format!(
+                "snapshot '{}' has expired",
+                snapshot.name
+            )));
+        }
+        // Each source to its own copy of the snapshot's acknowledgements. A source added after
+        // the snapshot (its id, from the catalog's one counter, is the higher) has none, and
+        // every message on it was published after the snapshot was taken, so none of them is
+        // acknowledged in the snapshot: it is sought to the snapshot's time, which replays them
+        // all.
         for unit in units {
-            self.call_forwarder(
-                unit.shard,
-                ControlRequest::Seek { subscription_id: record.id, topic_id: unit.id, time_ms, snapshot_id },
-            )
-            .await?;
+            let added_later = unit.id.get() > snapshot.id.get();
+            let seek = ControlRequest::Seek {
+                subscription_id: record.id,
+                topic_id: unit.id,
+                time_ms: if added_later { super::snapshots::snapshot_taken_ms(&snapshot) } else { 0 },
+                snapshot_id: (!added_later).then_some(snapshot.id),
+            };
+            self.call_forwarder(unit.shard, seek).await?;
         }
         Ok(())
     }
