@@ -7,6 +7,7 @@
 //! source, from its sync point there (`SubscriptionRecord::start_on`).
 
 use super::*;
+use crate::api::control::{SourceRoute, SourceRoutes};
 use crate::catalog::entry::SHARD_UNPLACED;
 use crate::catalog::placement::{place_source, source_key};
 use crate::catalog::SourceRecord;
@@ -270,6 +271,77 @@ impl<S: Storage> Router<S> {
             .filter(|source| source.replica_shards().iter().any(|shard| shard.node() == node))
             .map(|source| source.id)
             .collect()
+    }
+
+    /// Each of topic `topic`'s sources with its forwarders, as `lookup` orders a topic's:
+    /// source 0 keyed by the topic's name (the list `lookup_topic` gives), a later one by
+    /// `topic#n`, each from its own leader's shard. Every source is listed, retiring ones too,
+    /// so that subscribers drain them; `active` counts those taking publishes (today every one:
+    /// none retires yet).
+    pub fn lookup_sources(
+        &self,
+        topic: &TopicRecord,
+        local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
+    ) -> Result<SourceRoutes, ControlError> {
+        let units = self.units_of(topic.id);
+        let mut sources = Vec::with_capacity(units.len());
+        for unit in &units {
+            let key = match unit.source {
+                SourceId::FIRST => topic.name.clone(),
+                source => source_key(&topic.name, source.get()),
+            };
+            let forwarders = self.lookup(&key, unit.id, local, client)?;
+            sources.push(SourceRoute { source: unit.source, forwarders });
+        }
+        if sources.is_empty() {
+            return Err(ControlError::Unavailable(format!(
+                "topic '{}' is not placed on any forwarder",
+                topic.name
+            )));
+        }
+        Ok(SourceRoutes { active: sources.len() as u32, sources })
+    }
+
+    /// The leader's shard of unit `id`: a topic's own log, or one of its later sources (whose
+    /// ids come from the same counter), so that `lookup` routes to either.
+    pub(super) fn unit_shard(&self, id: TopicId) -> Option<ShardId> {
+        self.shard_of(id).or_else(|| {
+            let state = self.state.borrow();
+            let source = state.sources.values().find(|source| source.id == id)?;
+            Some(source.shard).filter(|shard| *shard != SHARD_UNPLACED)
+        })
+    }
+
+    /// `lookup_sources` of a topic by name.
+    pub fn lookup_topic_sources(
+        &self,
+        name: &str,
+        local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
+    ) -> Result<SourceRoutes, ControlError> {
+        let topic = self.topic_record(name)?;
+        self.lookup_sources(&topic, local, client)
+    }
+
+    /// `lookup_sources` of a subscription's topic, refused as `lookup_subscription` refuses.
+    pub fn lookup_subscription_sources(
+        &self,
+        name: &str,
+        local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
+    ) -> Result<SourceRoutes, ControlError> {
+        let record = self.subscription_record(name)?;
+        if record.detached {
+            return Err(super::subscriptions::detached(&record.name));
+        }
+        let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+            return Err(ControlError::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            )));
+        };
+        self.lookup_sources(&topic, local, client)
     }
 
     /// A topic as clients see it, with its sources and their leaders.
