@@ -208,6 +208,19 @@ fn layout(options: &WorkloadOptions) -> Layout {
     Layout { topics, targets, created: options.publish.topic.is_none(), sources: options.sources }
 }
 
+/// Logs where each of a few topics' sources is led (`node/shard`, source 0 first), so that a
+/// run over several topics or sources shows whether they landed on different shards.
+fn log_leaders(server: &str, topics: &[String], log: &mut dyn FnMut(&str)) {
+    let Ok(client) = block_on(super::connect(server)) else { return };
+    for topic in topics {
+        if let Ok(shown) = block_on(client.get_topic_with_sources(topic)) {
+            let leaders: Vec<String> =
+                shown.sources.iter().map(|source| format!("{}/{}", source.leader_node, source.leader_shard)).collect();
+            log(&format!("topic {topic}: sources led on {}", leaders.join(", ")));
+        }
+    }
+}
+
 /// Creates the run's topics, then its subscriptions, in parallel: pushed to `push_endpoint`
 /// when one is given.
 fn create(server: &str, layout: &Layout, push_endpoint: Option<&str>) -> Result<(), Failure> {
@@ -341,6 +354,9 @@ pub fn run(
         // Remove what was made before the failure; the failure is what the user needs to see.
         let _ = delete(server, &layout);
         return Err(failure);
+    }
+    if options.workload == Workload::Publish && layout.topics.len() * options.sources as usize > 1 {
+        log_leaders(server, &layout.topics, log);
     }
     let multiplex = options.workload == Workload::Topics;
     if multiplex {
