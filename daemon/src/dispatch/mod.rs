@@ -245,18 +245,8 @@ impl<S: Storage> Door<S> {
                 caller.local_address,
                 Some(&caller.route_client()),
             )?),
-            Operation::LookupTopicSources { name } => Outcome::Sources(router.lookup_topic_sources(
-                &name,
-                caller.local_address,
-                Some(&caller.route_client()),
-            )?),
-            Operation::LookupSubscriptionSources { name } => {
-                Outcome::Sources(router.lookup_subscription_sources(
-                    &name,
-                    caller.local_address,
-                    Some(&caller.route_client()),
-                )?)
-            }
+            Operation::LookupTopicSources { name } => self.sources(caller, &name, false)?,
+            Operation::LookupSubscriptionSources { name } => self.sources(caller, &name, true)?,
             Operation::Seek { subscription, target } => {
                 router.seek(&subscription, target).await?;
                 Outcome::Done
@@ -308,6 +298,16 @@ impl<S: Storage> Door<S> {
                 Outcome::Resynced(router.resync_directory(index as usize).await?)
             }
         })
+    }
+
+    /// Each source's forwarders of topic `name`, or of subscription `name`'s topic, as the
+    /// caller's routing restrictions allow.
+    fn sources(&self, caller: &Caller<'_>, name: &str, subscription: bool) -> Result<Outcome, Status> {
+        let (local, client) = (caller.local_address, caller.route_client());
+        Ok(Outcome::Sources(match subscription {
+            true => self.router.lookup_subscription_sources(name, local, Some(&client))?,
+            false => self.router.lookup_topic_sources(name, local, Some(&client))?,
+        }))
     }
 
     /// DetachSubscription. The request names only the subscription, so its topic, where the

@@ -53,15 +53,6 @@ impl<S: Storage> Router<S> {
                 "{count} sources: a topic has 1 to {SOURCES_PER_TOPIC_MAX} (SOURCES_PER_TOPIC_MAX)"
             )));
         }
-        if count > 1 && replicas > 1 {
-            // A replicated source needs its replicas attached, promoted and elected as a
-            // topic's are (recovery and reconciling by unit); until then a topic of several
-            // sources has one replica each, refused here before anything is created.
-            return Err(ControlError::failed_precondition(format!(
-                "{count} sources of {replicas} replicas: a topic of several sources has one replica \
-                 each for now (create it with --replicas 1)"
-            )));
-        }
         let shards = self.source_shards();
         if count as usize * replicas > shards {
             return Err(ControlError::failed_precondition(format!(
@@ -108,9 +99,10 @@ impl<S: Storage> Router<S> {
     }
 
     /// Places topic `topic`'s source `number`, attaches it (a source of one replica on its
-    /// shard, before the commit, as a topic's creation does) and commits its record; then
-    /// serves each of the topic's subscriptions on it, from 0: everything in it was published
-    /// after they were created.
+    /// shard, before the commit, as a topic's creation does; a replicated one on each of its
+    /// replicas, `add_replicated_source`) and commits its record; then serves each of the
+    /// topic's subscriptions on it, from 0: everything in it was published after they were
+    /// created.
     async fn add_source(
         &self,
         topic: &TopicRecord,
@@ -132,8 +124,10 @@ impl<S: Storage> Router<S> {
             epoch: if replicas > 1 { 1 } else { 0 },
             replicas: if replicas > 1 { shards } else { Vec::new() },
         };
+        if replicas > 1 {
+            return self.add_replicated_source(topic, record).await;
+        }
         let unit = Unit { id: record.id, source, shard: record.shard };
-        assert_eq!(replicas, 1, "check_source_count refuses sources of several replicas");
         let attach = ControlRequest::AttachTopic {
             topic_id: unit.id,
             name: topic.name.clone(),
@@ -233,8 +227,8 @@ impl<S: Storage> Router<S> {
         std::iter::once(topic.shard).chain(state.sources_of(topic.id).map(|source| source.shard)).collect()
     }
 
-    /// At start: attaches each later source whose leader is on this node, knowing its number
-    /// (a source has one replica: `check_source_count`).
+    /// At start: attaches each later source of one replica whose leader is on this node,
+    /// knowing its number (replicated ones are opened as followers by `recover_replicas`).
     pub(super) async fn recover_sources(&self) -> Result<(), String> {
         let sources: Vec<(SourceRecord, TopicRecord)> = {
             let state = self.state.borrow();

@@ -214,8 +214,11 @@ fn log_leaders(server: &str, topics: &[String], log: &mut dyn FnMut(&str)) {
     let Ok(client) = block_on(super::connect(server)) else { return };
     for topic in topics {
         if let Ok(shown) = block_on(client.get_topic_with_sources(topic)) {
-            let leaders: Vec<String> =
-                shown.sources.iter().map(|source| format!("{}/{}", source.leader_node, source.leader_shard)).collect();
+            let leaders: Vec<String> = shown
+                .sources
+                .iter()
+                .map(|source| format!("{}/{}", source.leader_node, source.leader_shard))
+                .collect();
             log(&format!("topic {topic}: sources led on {}", leaders.join(", ")));
         }
     }

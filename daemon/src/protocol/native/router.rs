@@ -460,14 +460,7 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ListSubscriptions => Operation::ListSubscriptions(list_request(body)?),
         Command::DeleteSubscription => Operation::DeleteSubscription { name: name(body)? },
         Command::LookupSubscription => Operation::LookupSubscription { name: name(body)? },
-        Command::LookupSources => {
-            let request = access_body::<wire::LookupSourcesRequest>(body)?;
-            let name = request.name.as_str().to_owned();
-            match request.subscription {
-                true => Operation::LookupSubscriptionSources { name },
-                false => Operation::LookupTopicSources { name },
-            }
-        }
+        Command::LookupSources => lookup_sources_operation(body)?,
         Command::UpdateSubscription => Operation::UpdateSubscription(subscription_update(body)?),
         Command::CreateSubscriptionWithPush => {
             Operation::CreateSubscription(subscription_with_push_request(body)?)
@@ -543,6 +536,16 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         }
         _ => return Ok(None),
     }))
+}
+
+/// LookupSources as the operation of its resource's kind (a subscription's or a topic's).
+fn lookup_sources_operation(body: &[u8]) -> Result<Operation, Status> {
+    let request = access_body::<wire::LookupSourcesRequest>(body)?;
+    let name = request.name.as_str().to_owned();
+    Ok(match request.subscription {
+        true => Operation::LookupSubscriptionSources { name },
+        false => Operation::LookupTopicSources { name },
+    })
 }
 
 /// An operation's outcome as the response frame of `command`.
