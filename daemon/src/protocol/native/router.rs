@@ -420,35 +420,8 @@ fn snapshot_list(page: Page<Snapshot>) -> wire::SnapshotList {
 fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status> {
     Ok(Some(match command {
         Command::CreateTopic => Operation::CreateTopic(topic_request(body)?),
-        Command::CreateReplicatedTopic => {
-            let request = access_body::<wire::CreateTopicRequest>(body)?;
-            Operation::CreateTopic(Topic {
-                name: request.topic.name.as_str().to_owned(),
-                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
-                labels: Default::default(),
-                replicas: request.replicas.to_native(),
-                sources: 0,
-                source_leaders: Vec::new(),
-            })
-        }
-        Command::CreateTopicWithSources => {
-            let request = access_body::<wire::CreateTopicWithSourcesRequest>(body)?;
-            Operation::CreateTopic(Topic {
-                name: request.topic.name.as_str().to_owned(),
-                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
-                labels: Default::default(),
-                replicas: request.replicas.to_native(),
-                sources: request.sources.to_native(),
-                source_leaders: Vec::new(),
-            })
-        }
-        Command::UpdateTopicSources => {
-            let request = access_body::<wire::UpdateTopicSourcesRequest>(body)?;
-            Operation::UpdateTopic(TopicUpdate {
-                name: request.name.as_str().to_owned(),
-                sources: Some(request.sources.to_native()),
-                ..Default::default()
-            })
+        Command::CreateReplicatedTopic | Command::CreateTopicWithSources | Command::UpdateTopicSources => {
+            topic_with_replicas_or_sources(command, body)?
         }
         Command::GetTopic | Command::GetTopicWithSources => Operation::GetTopic { name: name(body)? },
         Command::ListTopics => Operation::ListTopics(list_request(body)?),
@@ -460,7 +433,14 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ListSubscriptions => Operation::ListSubscriptions(list_request(body)?),
         Command::DeleteSubscription => Operation::DeleteSubscription { name: name(body)? },
         Command::LookupSubscription => Operation::LookupSubscription { name: name(body)? },
-        Command::LookupSources => lookup_sources_operation(body)?,
+        Command::LookupSources => {
+            let request = access_body::<wire::LookupSourcesRequest>(body)?;
+            let name = request.name.as_str().to_owned();
+            match request.subscription {
+                true => Operation::LookupSubscriptionSources { name },
+                false => Operation::LookupTopicSources { name },
+            }
+        }
         Command::UpdateSubscription => Operation::UpdateSubscription(subscription_update(body)?),
         Command::CreateSubscriptionWithPush => {
             Operation::CreateSubscription(subscription_with_push_request(body)?)
@@ -538,13 +518,40 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
     }))
 }
 
-/// LookupSources as the operation of its resource's kind (a subscription's or a topic's).
-fn lookup_sources_operation(body: &[u8]) -> Result<Operation, Status> {
-    let request = access_body::<wire::LookupSourcesRequest>(body)?;
-    let name = request.name.as_str().to_owned();
-    Ok(match request.subscription {
-        true => Operation::LookupSubscriptionSources { name },
-        false => Operation::LookupTopicSources { name },
+/// The topic commands that came with replicas and sources, as the door's operations.
+fn topic_with_replicas_or_sources(command: Command, body: &[u8]) -> Result<Operation, Status> {
+    Ok(match command {
+        Command::CreateReplicatedTopic => {
+            let request = access_body::<wire::CreateTopicRequest>(body)?;
+            Operation::CreateTopic(Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+                sources: 0,
+                source_leaders: Vec::new(),
+            })
+        }
+        Command::CreateTopicWithSources => {
+            let request = access_body::<wire::CreateTopicWithSourcesRequest>(body)?;
+            Operation::CreateTopic(Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+                sources: request.sources.to_native(),
+                source_leaders: Vec::new(),
+            })
+        }
+        Command::UpdateTopicSources => {
+            let request = access_body::<wire::UpdateTopicSourcesRequest>(body)?;
+            Operation::UpdateTopic(TopicUpdate {
+                name: request.name.as_str().to_owned(),
+                sources: Some(request.sources.to_native()),
+                ..Default::default()
+            })
+        }
+        _ => unreachable!("not a topic command with replicas or sources: {command:?}"),
     })
 }
 
