@@ -148,6 +148,8 @@ impl<S: Storage> Router<S> {
             if sources > have {
                 self.check_source_count(sources, topic.replica_count())?;
                 self.add_sources(&topic, sources).await?;
+            } else {
+                self.serve_subscriptions_on_sources(&topic).await?;
             }
         }
         if let Some(retention) = changes.message_retention_seconds {
@@ -178,6 +180,32 @@ impl<S: Storage> Router<S> {
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }
         Ok(self.topic_shown(&topic))
+    }
+
+    /// Serves each of topic `topic`'s subscriptions on each of its sources after the first
+    /// again (an attach of one served already is answered at once): what an update asking for
+    /// the count the topic has does, so that one sent again after a source was added but not
+    /// given every subscription (`NotApplied`: its forwarder unreachable then) applies it, as
+    /// its error says. Before, it changed nothing, and the subscription got none of that
+    /// source's messages until its next start (the cluster simulation with topics of several
+    /// sources, seed 169).
+    async fn serve_subscriptions_on_sources(&self, topic: &TopicRecord) -> Result<(), ControlError> {
+        let subscriptions: Vec<SubscriptionRecord> = self
+            .state
+            .borrow()
+            .subscriptions
+            .values()
+            .filter(|record| record.topic_id == topic.id && !record.detached)
+            .map(|record| (**record).clone())
+            .collect();
+        for unit in self.units_of(topic.id).iter().skip(1) {
+            for subscription in &subscriptions {
+                self.call_forwarder(unit.shard, sources::attach_subscription(subscription, unit))
+                    .await
+                    .map_err(|status| not_applied("subscription", &subscription.name, status))?;
+            }
+        }
+        Ok(())
     }
 
     /// One page of the topics `visible` shows (by name), from after the page token. What the
