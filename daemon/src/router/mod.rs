@@ -387,6 +387,8 @@ pub use replicas::{ELECTIONS_ASKED_MAX, RECONCILE_TICK, SOURCE_FAILURE_TIMEOUT};
 mod forwarders;
 mod limits;
 mod recovery;
+mod retire;
+pub use retire::SOURCES_PASS_INTERVAL;
 mod snapshots;
 mod sources;
 use sources::count_sources;
