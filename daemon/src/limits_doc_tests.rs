@@ -204,6 +204,7 @@ fn reachable() -> Vec<(String, Limit)> {
 /// another binary): their values are read from their definitions.
 const READ_FROM_SOURCE: &[&str] = &[
     "KEEPALIVE_IDLE",
+    "SOURCES_REFRESH_INTERVAL",
     "KEEPALIVE_INTERVAL",
     "KEEPALIVE_PROBES",
     "COALESCE_BYTES_MAX",
@@ -222,6 +223,9 @@ const READ_FROM_SOURCE: &[&str] = &[
     "GRPC_STREAM_RESPONSE_BYTES_MAX",
     "GRPC_STREAM_RESPONSES_QUEUED_MAX",
     "GRPC_PULL_WAIT_MS",
+    "GRPC_SOURCES_CACHED_MS",
+    "GRPC_PUBLISH_SPREAD_ATTEMPTS_MAX",
+    "GRPC_PULL_GATHER_SLICE_MS",
     "HANDSHAKEN_QUEUED_MAX",
     "REMOVAL_CHECK_INTERVAL",
     "NODE_STATS_WAIT",

@@ -292,7 +292,7 @@ impl<S: Storage> Router<S> {
         // what it would route to no longer counts it.
         self.check_member()?;
         let shard = self
-            .shard_of(topic_id)
+            .unit_shard(topic_id)
             .ok_or_else(|| ControlError::Unavailable("the topic is not placed on any forwarder".into()))?;
         let layout = self.current_layout();
         let owner = layout
@@ -387,10 +387,12 @@ pub use replicas::{ELECTIONS_ASKED_MAX, RECONCILE_TICK, SOURCE_FAILURE_TIMEOUT};
 mod forwarders;
 mod limits;
 mod recovery;
+mod replicated_sources;
 mod retire;
 pub use retire::SOURCES_PASS_INTERVAL;
 mod snapshots;
 mod sources;
+pub use crate::api::control::{SourceRoute, SourceRoutes};
 use sources::count_sources;
 mod status;
 mod subscriptions;

@@ -5,7 +5,7 @@
 use crate::api::cluster::ClusterStatus;
 use crate::api::control::{
     ForwarderAddress, ListRequest, OidcToken, Page, PushConfig, PushWrapper, SeekTarget, Snapshot,
-    Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
+    SourceRoutes, Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
 use crate::catalog::routing::{Cidr, ClientSelector, RoutingRule};
@@ -233,6 +233,20 @@ fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
     }
 }
 
+fn sources_message(routes: SourceRoutes) -> wire::LookupSourcesResponse {
+    wire::LookupSourcesResponse {
+        sources: routes
+            .sources
+            .into_iter()
+            .map(|route| wire::SourceRoute {
+                number: route.source.get(),
+                forwarders: lookup_message(route.forwarders).forwarders,
+            })
+            .collect(),
+        active: routes.active,
+    }
+}
+
 /// A routing rule as a client sent it: a principal or a range, not both.
 fn routing_rule_in(rule: &wire::ArchivedRoutingRule) -> Result<RoutingRule, Status> {
     let selector = match (rule.principal.as_str(), rule.from.as_str()) {
@@ -406,35 +420,8 @@ fn snapshot_list(page: Page<Snapshot>) -> wire::SnapshotList {
 fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status> {
     Ok(Some(match command {
         Command::CreateTopic => Operation::CreateTopic(topic_request(body)?),
-        Command::CreateReplicatedTopic => {
-            let request = access_body::<wire::CreateTopicRequest>(body)?;
-            Operation::CreateTopic(Topic {
-                name: request.topic.name.as_str().to_owned(),
-                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
-                labels: Default::default(),
-                replicas: request.replicas.to_native(),
-                sources: 0,
-                source_leaders: Vec::new(),
-            })
-        }
-        Command::CreateTopicWithSources => {
-            let request = access_body::<wire::CreateTopicWithSourcesRequest>(body)?;
-            Operation::CreateTopic(Topic {
-                name: request.topic.name.as_str().to_owned(),
-                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
-                labels: Default::default(),
-                replicas: request.replicas.to_native(),
-                sources: request.sources.to_native(),
-                source_leaders: Vec::new(),
-            })
-        }
-        Command::UpdateTopicSources => {
-            let request = access_body::<wire::UpdateTopicSourcesRequest>(body)?;
-            Operation::UpdateTopic(TopicUpdate {
-                name: request.name.as_str().to_owned(),
-                sources: Some(request.sources.to_native()),
-                ..Default::default()
-            })
+        Command::CreateReplicatedTopic | Command::CreateTopicWithSources | Command::UpdateTopicSources => {
+            topic_with_replicas_or_sources(command, body)?
         }
         Command::GetTopic | Command::GetTopicWithSources => Operation::GetTopic { name: name(body)? },
         Command::ListTopics => Operation::ListTopics(list_request(body)?),
@@ -446,6 +433,14 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ListSubscriptions => Operation::ListSubscriptions(list_request(body)?),
         Command::DeleteSubscription => Operation::DeleteSubscription { name: name(body)? },
         Command::LookupSubscription => Operation::LookupSubscription { name: name(body)? },
+        Command::LookupSources => {
+            let request = access_body::<wire::LookupSourcesRequest>(body)?;
+            let name = request.name.as_str().to_owned();
+            match request.subscription {
+                true => Operation::LookupSubscriptionSources { name },
+                false => Operation::LookupTopicSources { name },
+            }
+        }
         Command::UpdateSubscription => Operation::UpdateSubscription(subscription_update(body)?),
         Command::CreateSubscriptionWithPush => {
             Operation::CreateSubscription(subscription_with_push_request(body)?)
@@ -523,6 +518,43 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
     }))
 }
 
+/// The topic commands that came with replicas and sources, as the door's operations.
+fn topic_with_replicas_or_sources(command: Command, body: &[u8]) -> Result<Operation, Status> {
+    Ok(match command {
+        Command::CreateReplicatedTopic => {
+            let request = access_body::<wire::CreateTopicRequest>(body)?;
+            Operation::CreateTopic(Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+                sources: 0,
+                source_leaders: Vec::new(),
+            })
+        }
+        Command::CreateTopicWithSources => {
+            let request = access_body::<wire::CreateTopicWithSourcesRequest>(body)?;
+            Operation::CreateTopic(Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+                sources: request.sources.to_native(),
+                source_leaders: Vec::new(),
+            })
+        }
+        Command::UpdateTopicSources => {
+            let request = access_body::<wire::UpdateTopicSourcesRequest>(body)?;
+            Operation::UpdateTopic(TopicUpdate {
+                name: request.name.as_str().to_owned(),
+                sources: Some(request.sources.to_native()),
+                ..Default::default()
+            })
+        }
+        _ => unreachable!("not a topic command with replicas or sources: {command:?}"),
+    })
+}
+
 /// An operation's outcome as the response frame of `command`.
 fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<FrameBuffer, Status> {
     Ok(match command {
@@ -536,6 +568,7 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         Command::LookupTopic | Command::LookupSubscription => {
             respond(header, &lookup_message(outcome.into_forwarders()?))
         }
+        Command::LookupSources => respond(header, &sources_message(outcome.into_sources()?)),
         Command::CreateSubscription | Command::GetSubscription | Command::UpdateSubscription => {
             respond(header, &subscription_message(outcome.into_subscription()?.subscription))
         }
