@@ -371,7 +371,10 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             created_ms: 1_700_000_000_002,
             replicas: [0x2_0000, 0x3_0000, 0x1_0000].map(ShardId::from_global).to_vec(),
             epoch: 1,
+            retiring: false,
         }),
+        source_retiring(),
+        source_deleted(),
         CatalogEntry::SubscriptionCreated(SubscriptionRecord {
             id: 9,
             name: "projects/p/subscriptions/audit".to_owned(),
@@ -379,6 +382,19 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             ..subscription.clone()
         }),
     ]
+}
+
+/// Source 1 of `catalog_entries`' topic retires, then goes.
+fn source_retiring() -> CatalogEntry {
+    CatalogEntry::SourceRetiring { topic_id: TopicId::new(5), source: crate::ids::SourceId::new(1).unwrap() }
+}
+
+fn source_deleted() -> CatalogEntry {
+    CatalogEntry::SourceDeleted {
+        topic_id: TopicId::new(5),
+        source: crate::ids::SourceId::new(1).unwrap(),
+        id: TopicId::new(8),
+    }
 }
 
 /// Raft entries of each payload, catalog entries of each kind among them.
@@ -456,6 +472,7 @@ fn control_samples() -> Vec<Vec<u8>> {
             retention_seconds: 3600,
             recovering: true,
             source: crate::ids::SourceId::FIRST,
+            active: 1,
         },
         ControlRequest::AttachSubscription {
             subscription_id: 6,

@@ -133,6 +133,7 @@ async fn start(
         retention_seconds: 0,
         recovering,
         source: crate::ids::SourceId::FIRST,
+        active: 1,
     };
     if let Err(status) = forwarder.control(topic).await {
         panic!("seed {seed}, life {life}: the node does not attach its topic: {status:?}");

@@ -64,6 +64,11 @@ const KIND_SUBSCRIPTION_CREATED_WITH_SOURCES: u8 = 24;
 const KIND_NODE_DRAINING: u8 = 25;
 /// The routing restrictions, whole, after one was added or removed.
 const KIND_ROUTING_RULES_SET: u8 = 26;
+/// A topic's highest active source retires (`CatalogEntry::SourceRetiring`): a node of the
+/// version before refuses the kind as unknown, never counting the source as taking publishes.
+const KIND_SOURCE_RETIRING: u8 = 28;
+/// A retiring source, delivered out, is deleted (`CatalogEntry::SourceDeleted`).
+const KIND_SOURCE_DELETED: u8 = 29;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -142,6 +147,10 @@ pub struct SourceRecord {
     pub replicas: Vec<ShardId>,
     /// As a topic's: its leader's epoch, 0 for a source of one replica.
     pub epoch: u64,
+    /// It retires (`CatalogEntry::SourceRetiring`): it takes no publish and is still delivered
+    /// from, until every subscription acknowledged it and it is deleted. Not in `SourceAdded`'s
+    /// bytes: a checkpoint restates it as its own entry.
+    pub retiring: bool,
 }
 
 impl SourceRecord {
@@ -382,6 +391,21 @@ pub enum CatalogEntry {
     /// The entries that elect, move and place a topic's leader and replicas apply to a source
     /// by its unit id.
     SourceAdded(SourceRecord),
+    /// Topic `topic_id`'s source `source` retires: applied only to its highest source that is
+    /// not retiring yet (never source 0), so that the retiring sources are always the highest
+    /// numbers and the active count (`CatalogState::active_sources`) falls by one.
+    SourceRetiring {
+        topic_id: TopicId,
+        source: SourceId,
+    },
+    /// Topic `topic_id`'s retiring source `source`, unit `id`, is deleted: every subscription
+    /// acknowledged everything it holds (or it has none). Applied only to a retiring source of
+    /// that unit id.
+    SourceDeleted {
+        topic_id: TopicId,
+        source: SourceId,
+        id: TopicId,
+    },
     /// A registered node is draining (`ringpost cluster drain`), or no longer (`undrain`):
     /// while it drains, routers hand out none of its forwarders, new placements go elsewhere
     /// where they can, and the catalog's leader moves its topics' leaderships away.
@@ -521,6 +545,15 @@ impl CatalogEntry {
                 }
                 encoder.u64(source.epoch).0.clone()
             }
+            CatalogEntry::SourceRetiring { topic_id, source } => {
+                Encoder::new(KIND_SOURCE_RETIRING).u64(topic_id.get()).u32(source.get()).0.clone()
+            }
+            CatalogEntry::SourceDeleted { topic_id, source, id } => Encoder::new(KIND_SOURCE_DELETED)
+                .u64(topic_id.get())
+                .u32(source.get())
+                .u64(id.get())
+                .0
+                .clone(),
         }
     }
 
@@ -628,6 +661,7 @@ impl CatalogEntry {
                 replicas: decode_replicas(&mut d)?,
             },
             KIND_SOURCE_ADDED => CatalogEntry::SourceAdded(decode_source(&mut d)?),
+            kind @ (KIND_SOURCE_RETIRING | KIND_SOURCE_DELETED) => decode_source_change(kind, &mut d)?,
             KIND_NODE_DRAINING => {
                 CatalogEntry::NodeDraining { node_id: NodeId::new(d.u64()?), draining: d.bool()? }
             }
@@ -720,7 +754,25 @@ fn decode_source(d: &mut Decoder) -> DecodeResult<SourceRecord> {
         return Err("a replicated source whose leader is not one of its replicas");
     }
     let epoch = d.u64()?;
-    Ok(SourceRecord { id, topic_id, source, shard, created_ms, replicas, epoch })
+    Ok(SourceRecord { id, topic_id, source, shard, created_ms, replicas, epoch, retiring: false })
+}
+
+/// A source's retirement or deletion (`KIND_SOURCE_RETIRING`, `KIND_SOURCE_DELETED`), after
+/// its kind.
+fn decode_source_change(kind: u8, d: &mut Decoder) -> DecodeResult<CatalogEntry> {
+    let (topic_id, source) = (TopicId::new(d.u64()?), decode_later_source(d)?);
+    if kind == KIND_SOURCE_RETIRING {
+        return Ok(CatalogEntry::SourceRetiring { topic_id, source });
+    }
+    Ok(CatalogEntry::SourceDeleted { topic_id, source, id: TopicId::new(d.u64()?) })
+}
+
+/// A source after the first, by number.
+fn decode_later_source(d: &mut Decoder) -> DecodeResult<SourceId> {
+    match SourceId::new(d.u32()?) {
+        Some(source) if source != SourceId::FIRST => Ok(source),
+        _ => Err("a source numbered 0 (the topic's own, which never retires) or past SOURCES_PER_TOPIC_MAX"),
+    }
 }
 
 /// A topic's replicas: their count, at most `REPLICAS_MAX`, then each one's shard.
@@ -1079,6 +1131,12 @@ impl std::fmt::Display for CatalogEntry {
             CatalogEntry::NodeDraining { node_id, draining: true } => write!(f, "drain node {node_id}"),
             CatalogEntry::NodeDraining { node_id, draining: false } => write!(f, "undrain node {node_id}"),
             CatalogEntry::RoutingRulesSet { rules } => write!(f, "{} routing rule(s)", rules.len()),
+            CatalogEntry::SourceRetiring { topic_id, source } => {
+                write!(f, "retire source {} of topic {topic_id:x}", source.get())
+            }
+            CatalogEntry::SourceDeleted { topic_id, source, id } => {
+                write!(f, "delete source {} ({id:x}) of topic {topic_id:x}", source.get())
+            }
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let numbers: Vec<u32> = replicas.iter().map(|replica| replica.global()).collect();
                 write!(f, "topic {id:x} replicated on shards {numbers:x?}")

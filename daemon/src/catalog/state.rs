@@ -84,6 +84,8 @@ impl CatalogState {
             }
             CatalogEntry::TopicDeleted { id } => self.delete_topic(id),
             CatalogEntry::SourceAdded(source) => self.add_source(source),
+            CatalogEntry::SourceRetiring { topic_id, source } => self.retire_source(topic_id, source),
+            CatalogEntry::SourceDeleted { topic_id, source, id } => self.delete_source(topic_id, source, id),
             CatalogEntry::TopicPlaced { id, shard } => {
                 self.place_topic(id, shard);
                 Applied::Done
@@ -301,6 +303,35 @@ impl CatalogState {
         1 + self.sources_of(topic_id).count()
     }
 
+    /// Topic `topic_id`'s active count: the sources taking publishes, which its key map counts
+    /// (`ringpost_model::sources::source_of_key`).
+    pub fn active_sources(&self, topic_id: TopicId) -> u32 {
+        1 + self.sources_of(topic_id).filter(|source| !source.retiring).count() as u32
+    }
+
+    /// Topic `topic_id`'s source `source` retires, if it is its highest active source.
+    fn retire_source(&mut self, topic_id: TopicId, source: SourceId) -> Applied {
+        let highest = self.active_sources(topic_id) - 1;
+        match self.sources.get_mut(&(topic_id, source)) {
+            Some(record) if source.get() == highest => {
+                record.retiring = true;
+                Applied::Updated(true)
+            }
+            _ => Applied::Updated(false),
+        }
+    }
+
+    /// Topic `topic_id`'s retiring source `source` is deleted, if it is unit `id`.
+    fn delete_source(&mut self, topic_id: TopicId, source: SourceId, id: TopicId) -> Applied {
+        let key = (topic_id, source);
+        if !self.sources.get(&key).is_some_and(|record| record.retiring && record.id == id) {
+            return Applied::Updated(false);
+        }
+        self.sources.remove(&key);
+        self.source_units.remove(&id);
+        Applied::Updated(true)
+    }
+
     fn take_id(&mut self, next: u64) {
         self.next_id = self.next_id.max(next);
     }
@@ -332,6 +363,13 @@ impl CatalogState {
         entries.extend(self.topics.values().cloned().map(CatalogEntry::TopicCreated));
         // After every topic, which each source needs.
         entries.extend(self.sources.values().cloned().map(CatalogEntry::SourceAdded));
+        // Highest first, as they retired; none when no source retires, so that such a catalog
+        // is restated in the bytes of the version before.
+        entries.extend(
+            self.sources.values().rev().filter(|source| source.retiring).map(|source| {
+                CatalogEntry::SourceRetiring { topic_id: source.topic_id, source: source.source }
+            }),
+        );
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
         );

@@ -724,6 +724,7 @@ fn source(shard: ShardId) -> SourceRecord {
         created_ms: 1_700_000_000_002,
         replicas: Vec::new(),
         epoch: 0,
+        retiring: false,
     }
 }
 
@@ -843,4 +844,57 @@ fn a_subscriptions_sync_points_on_later_sources_round_trip_and_only_when_several
     state.apply(topic(1, 0));
     state.apply(entry);
     assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state);
+}
+
+/// A topic's sources retire from the top, one at a time (never source 0), and only a retiring
+/// source is deleted; the active count follows; a checkpoint restates a retirement as its own
+/// entry after the sources, and the entries round-trip whole (a cut refused, source 0 refused).
+#[test]
+fn a_topics_sources_retire_from_the_top_and_only_a_retiring_one_is_deleted() {
+    use crate::ids::SourceId;
+    let topic_id = TopicId::new(9);
+    let number = |n: u32| SourceId::new(n).unwrap();
+    let mut state = CatalogState::default();
+    state.apply(topic(9, 0));
+    let second = SourceRecord { id: TopicId::new(13), source: number(2), ..source(forwarder(2, 0)) };
+    assert_eq!(state.apply(CatalogEntry::SourceAdded(source(forwarder(1, 1)))), Applied::Done);
+    assert_eq!(state.apply(CatalogEntry::SourceAdded(second)), Applied::Done);
+    assert_eq!(state.active_sources(topic_id), 3);
+
+    let retire = |n: u32| CatalogEntry::SourceRetiring { topic_id, source: number(n) };
+    let delete =
+        |n: u32, id: u64| CatalogEntry::SourceDeleted { topic_id, source: number(n), id: TopicId::new(id) };
+    for entry in [retire(1), delete(1, 12), delete(2, 13)] {
+        let encoded = entry.encode();
+        assert_eq!(CatalogEntry::decode(&encoded), Ok(entry.clone()));
+        for cut in 0..encoded.len() {
+            assert!(CatalogEntry::decode(&encoded[..cut]).is_err(), "{entry}: a cut at {cut} decoded");
+        }
+        // Source 0 in its place.
+        let mut zero = encoded.clone();
+        zero[9..13].copy_from_slice(&0u32.to_le_bytes());
+        assert!(CatalogEntry::decode(&zero).is_err(), "{entry} of source 0 decoded");
+    }
+
+    // Not the highest, or not retiring: nothing changes.
+    assert_eq!(state.apply(retire(1)), Applied::Updated(false));
+    assert_eq!(state.apply(delete(2, 13)), Applied::Updated(false));
+    assert_eq!(state.apply(retire(2)), Applied::Updated(true));
+    assert_eq!(state.active_sources(topic_id), 2);
+    assert_eq!(state.source_count(topic_id), 3);
+    assert_eq!(state.apply(retire(2)), Applied::Updated(false), "retired twice");
+    assert_eq!(state.apply(retire(1)), Applied::Updated(true));
+    assert_eq!(state.active_sources(topic_id), 1);
+
+    let restated = CatalogState::decode(&state.encode()).unwrap();
+    assert_eq!(restated, state);
+    assert_eq!(restated.active_sources(topic_id), 1);
+
+    assert_eq!(state.apply(delete(2, 12)), Applied::Updated(false), "another unit's id");
+    assert_eq!(state.apply(delete(2, 13)), Applied::Updated(true));
+    assert_eq!((state.source_count(topic_id), state.active_sources(topic_id)), (2, 1));
+    assert!(!state.source_units.contains_key(&TopicId::new(13)));
+    assert_eq!(state.apply(delete(1, 12)), Applied::Updated(true));
+    assert_eq!((state.source_count(topic_id), state.active_sources(topic_id)), (1, 1));
+    assert!(state.source_units.is_empty());
 }

@@ -39,6 +39,8 @@ const REQUEST_ELECTIONS_WANTED: u8 = 16;
 const REQUEST_REPLICA_PROGRESS: u8 = 17;
 const REQUEST_REQUESTS: u8 = 18;
 const REQUEST_CLUSTER_HOSTS: u8 = 19;
+/// New with the key map: a node of the version before refuses it as unknown.
+const REQUEST_APPLY_SOURCES: u8 = 22;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -57,9 +59,16 @@ const OK_STATS_WITH_PUSH: u8 = 9;
 /// `OK_REQUESTS` with the shard's flow-control figures after them: a shard whose flow control
 /// has nothing to show answers `OK_REQUESTS`, the bytes of the version before.
 const OK_REQUESTS_WITH_FLOW: u8 = 10;
+/// A source's fence and its subscriptions' ack floors (`ControlOk::SourcesApplied`).
+const OK_SOURCES_APPLIED: u8 = 12;
 
 /// Most topics a `ControlOk::Topics` lists.
 const TOPICS_LISTED_MAX: usize = 1 << 20;
+
+/// Most subscriptions' ack floors a `ControlOk::SourcesApplied` lists: a decoding bound, as
+/// `TOPICS_LISTED_MAX` is (a topic's subscriptions are not limited in number; 2^20 pairs are
+/// 16 MiB).
+const SOURCE_FLOORS_LISTED_MAX: usize = 1 << 20;
 
 /// Most hosts a `ClusterHosts` names.
 const CLUSTER_HOSTS_MAX: usize = crate::net::server::CLUSTER_HOSTS_MAX;
@@ -75,10 +84,10 @@ impl ControlRequest {
     pub fn encode(&self) -> Vec<u8> {
         let mut encoder;
         match self {
-            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source } => {
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source, active } => {
                 encoder = Encoder::new(REQUEST_ATTACH_TOPIC);
                 encoder.u64(topic_id.get()).str(name).u64(*retention_seconds).bool(*recovering);
-                encode_source(&mut encoder, *source);
+                encode_source_and_active(&mut encoder, *source, *active);
             }
             ControlRequest::DetachTopic { topic_id, delete_data } => {
                 encoder = Encoder::new(REQUEST_DETACH_TOPIC);
@@ -162,6 +171,10 @@ impl ControlRequest {
                     encoder.str(&host.to_string());
                 }
             }
+            ControlRequest::ApplySources { topic_id, active } => {
+                encoder = Encoder::new(REQUEST_APPLY_SOURCES);
+                encoder.u64(topic_id.get()).u32(*active);
+            }
         }
         encoder.0
     }
@@ -171,15 +184,7 @@ impl ControlRequest {
         let tag = decoder.u8().map_err(|_| "control request is empty".to_owned())?;
         let decoder = &mut decoder;
         let request = match tag {
-            REQUEST_ATTACH_TOPIC => fields("control request AttachTopic", decoder, |decoder| {
-                Ok(ControlRequest::AttachTopic {
-                    topic_id: TopicId::new(decoder.u64()?),
-                    name: decoder.str()?,
-                    retention_seconds: decoder.u64()?,
-                    recovering: decoder.bool()?,
-                    source: decode_source(decoder)?,
-                })
-            })?,
+            REQUEST_ATTACH_TOPIC => fields("control request AttachTopic", decoder, decode_attach_topic)?,
             REQUEST_DETACH_TOPIC => fields("control request DetachTopic", decoder, |decoder| {
                 Ok(ControlRequest::DetachTopic {
                     topic_id: TopicId::new(decoder.u64()?),
@@ -270,22 +275,37 @@ impl ControlRequest {
             REQUEST_REPLICA_PROGRESS => fields("control request ReplicaProgress", decoder, |decoder| {
                 Ok(ControlRequest::ReplicaProgress { topic_id: TopicId::new(decoder.u64()?) })
             })?,
-            REQUEST_CLUSTER_HOSTS => fields("control request ClusterHosts", decoder, |decoder| {
-                let count = decoder.u32()? as usize;
-                if count > CLUSTER_HOSTS_MAX {
-                    return Err("more hosts than CLUSTER_HOSTS_MAX");
-                }
-                let mut hosts = Vec::with_capacity(count);
-                for _ in 0..count {
-                    hosts.push(decoder.str()?.parse().map_err(|_| "a host that is not an IP address")?);
-                }
-                Ok(ControlRequest::ClusterHosts { hosts })
+            REQUEST_CLUSTER_HOSTS => fields("control request ClusterHosts", decoder, decode_cluster_hosts)?,
+            REQUEST_APPLY_SOURCES => fields("control request ApplySources", decoder, |decoder| {
+                Ok(ControlRequest::ApplySources {
+                    topic_id: TopicId::new(decoder.u64()?),
+                    active: decoder.u32()?,
+                })
             })?,
             _ => return Err(format!("unknown control request tag {tag}")),
         };
         refuse_trailing("control request", decoder)?;
         Ok(request)
     }
+}
+
+fn decode_attach_topic(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
+    let (topic_id, name) = (TopicId::new(decoder.u64()?), decoder.str()?);
+    let (retention_seconds, recovering) = (decoder.u64()?, decoder.bool()?);
+    let (source, active) = decode_source_and_active(decoder)?;
+    Ok(ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source, active })
+}
+
+fn decode_cluster_hosts(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
+    let count = decoder.u32()? as usize;
+    if count > CLUSTER_HOSTS_MAX {
+        return Err("more hosts than CLUSTER_HOSTS_MAX");
+    }
+    let mut hosts = Vec::with_capacity(count);
+    for _ in 0..count {
+        hosts.push(decoder.str()?.parse().map_err(|_| "a host that is not an IP address")?);
+    }
+    Ok(ControlRequest::ClusterHosts { hosts })
 }
 
 /// An AttachSubscription's fields: the settings in the middle, their push configuration (a
@@ -409,6 +429,13 @@ impl ControlOk {
                     encoder.u32(*shard).u64(ends[0]).u64(ends[1]);
                 }
             }
+            ControlOk::SourcesApplied { fence, floors } => {
+                encoder = Encoder::new(OK_SOURCES_APPLIED);
+                encoder.u64(*fence).u32(floors.len() as u32);
+                for (subscription_id, floor) in floors {
+                    encoder.u64(*subscription_id).u64(*floor);
+                }
+            }
         }
         encoder.0
     }
@@ -478,6 +505,17 @@ impl ControlOk {
                     committed_ends,
                     followers,
                 }))
+            })?,
+            OK_SOURCES_APPLIED => fields("control reply SourcesApplied", decoder, |decoder| {
+                let fence = decoder.u64()?;
+                let count = decoder.u32()? as usize;
+                if count > SOURCE_FLOORS_LISTED_MAX {
+                    return Err("more ack floors than SOURCE_FLOORS_LISTED_MAX");
+                }
+                let floors = (0..count)
+                    .map(|_| Ok((decoder.u64()?, decoder.u64()?)))
+                    .collect::<DecodeResult<Vec<_>>>()?;
+                Ok(ControlOk::SourcesApplied { fence, floors })
             })?,
             _ => return Err(format!("unknown control reply tag {tag}")),
         };
@@ -815,6 +853,34 @@ fn encode_source(encoder: &mut Encoder, source: crate::ids::SourceId) {
     }
 }
 
+/// A topic attach's last fields: its source, then its topic's active count
+/// (`topic::sources`). A topic's own log in a topic of one source (source 0, count 1) writes
+/// neither, the bytes of the version before sources; any other writes both, which a node of
+/// that version refuses (trailing bytes) rather than serve a source as a topic's own log. Both
+/// or neither: a cut attach is never another one, and a count is never 0.
+fn encode_source_and_active(encoder: &mut Encoder, source: crate::ids::SourceId, active: u32) {
+    assert!(active >= 1, "an attach names its topic's active count");
+    if source == crate::ids::SourceId::FIRST && active == 1 {
+        return;
+    }
+    encoder.u32(source.get()).u32(active);
+}
+
+fn decode_source_and_active(decoder: &mut Decoder) -> DecodeResult<(crate::ids::SourceId, u32)> {
+    if decoder.is_empty() {
+        return Ok((crate::ids::SourceId::FIRST, 1));
+    }
+    let source = crate::ids::SourceId::new(decoder.u32()?)
+        .ok_or("an attach naming a source past SOURCES_PER_TOPIC_MAX")?;
+    match decoder.u32()? {
+        0 => Err("an attach naming an active count of 0"),
+        1 if source == crate::ids::SourceId::FIRST => {
+            Err("a topic of one source's attach with its fields written")
+        }
+        active => Ok((source, active)),
+    }
+}
+
 fn decode_source(decoder: &mut Decoder) -> DecodeResult<crate::ids::SourceId> {
     if decoder.is_empty() {
         return Ok(crate::ids::SourceId::FIRST);
@@ -963,7 +1029,17 @@ mod tests {
                 retention_seconds: 3600,
                 recovering: true,
                 source: crate::ids::SourceId::FIRST,
+                active: 1,
             },
+            ControlRequest::AttachTopic {
+                topic_id: TopicId::new(19),
+                name: "projects/p/topics/orders".to_owned(),
+                retention_seconds: 0,
+                recovering: false,
+                source: crate::ids::SourceId::FIRST,
+                active: 3,
+            },
+            ControlRequest::ApplySources { topic_id: TopicId::new(19), active: 2 },
             ControlRequest::DetachTopic { topic_id: TopicId::new(17), delete_data: true },
             ControlRequest::AttachSubscription {
                 subscription_id: 18,
@@ -1203,6 +1279,8 @@ mod tests {
                 committed_ends: [90, 6],
                 followers: vec![(1, [90, 6]), (65_536, [0, 0])],
             }),
+            ControlOk::SourcesApplied { fence: 41, floors: vec![(18, 40), (u64::MAX, 0)] },
+            ControlOk::SourcesApplied { fence: 0, floors: Vec::new() },
         ]
     }
 
@@ -1241,7 +1319,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 20];
+        let mut seen_requests = [false; 21];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -1264,11 +1342,12 @@ mod tests {
                 ControlRequest::ReplicaProgress { .. } => 17,
                 ControlRequest::Requests => 18,
                 ControlRequest::ClusterHosts { .. } => 19,
+                ControlRequest::ApplySources { .. } => 20,
             };
             seen_requests[index] = true;
         }
         assert!(seen_requests.iter().all(|seen| *seen), "{seen_requests:?}");
-        let mut seen_oks = [false; 8];
+        let mut seen_oks = [false; 9];
         for ok in oks() {
             let index = match ok {
                 ControlOk::Done => 0,
@@ -1279,6 +1358,7 @@ mod tests {
                 ControlOk::Topics(_) => 5,
                 ControlOk::Progress(_) => 6,
                 ControlOk::Requests(_) => 7,
+                ControlOk::SourcesApplied { .. } => 8,
             };
             seen_oks[index] = true;
         }
@@ -1313,6 +1393,12 @@ mod tests {
     /// configuration: the pull subscription's, which that message's bytes begin with.
     fn pull_twin(mut request: ControlRequest) -> Option<Vec<u8>> {
         let settings: &mut SubscriptionSettings = match &mut request {
+            // A topic attach with its source and count is, without them, a topic of one
+            // source's own log's (`encode_source_and_active`).
+            ControlRequest::AttachTopic { source, active, .. } if (source.get(), *active) != (0, 1) => {
+                (*source, *active) = (crate::ids::SourceId::FIRST, 1);
+                return Some(request.encode());
+            }
             ControlRequest::AttachSubscription { settings, .. } => settings,
             ControlRequest::UpdateSettings {
                 update: SettingsUpdate::Subscription { settings, .. }, ..
@@ -1323,8 +1409,9 @@ mod tests {
         Some(request.encode())
     }
 
-    /// Every field is always written but one, so that no proper prefix of a message is one but
-    /// one: a push subscription's attach or settings update cut right before its push
+    /// Every field is always written but two, so that no proper prefix of a message is one but
+    /// two: a topic attach cut right before its source and count is a topic of one source's
+    /// own log's; a push subscription's attach or settings update cut right before its push
     /// configuration, the message's last field, is the pull subscription's (`encode_push_last`,
     /// which a node of the version before push reads).
     #[test]
@@ -1352,7 +1439,10 @@ mod tests {
     #[test]
     fn a_sources_attach_ends_with_its_number_and_a_topics_own_is_as_before() {
         let attaches = requests().into_iter().filter(|request| {
-            matches!(request, ControlRequest::AttachTopic { .. } | ControlRequest::AttachReplica { .. })
+            matches!(
+                request,
+                ControlRequest::AttachTopic { active: 1, .. } | ControlRequest::AttachReplica { .. }
+            )
         });
         let mut count = 0;
         for mut request in attaches {
@@ -1364,13 +1454,17 @@ mod tests {
                 _ => unreachable!(),
             }
             let bytes = request.encode();
-            assert_eq!((&bytes[..before.len()], bytes.len()), (&before[..], before.len() + 4));
+            let added = if matches!(request, ControlRequest::AttachTopic { .. }) { 8 } else { 4 };
+            assert_eq!((&bytes[..before.len()], bytes.len()), (&before[..], before.len() + added));
             assert_eq!(ControlRequest::decode(&bytes), Ok(request));
             for length in before.len() + 1..bytes.len() {
                 assert!(ControlRequest::decode(&bytes[..length]).is_err(), "cut to {length} decoded");
             }
             let mut zero = before.clone();
             zero.extend_from_slice(&0u32.to_le_bytes());
+            if added == 8 {
+                zero.extend_from_slice(&1u32.to_le_bytes());
+            }
             assert!(ControlRequest::decode(&zero).is_err(), "an attach naming source 0 decoded");
             count += 1;
         }

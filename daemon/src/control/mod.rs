@@ -23,6 +23,10 @@ pub enum ControlRequest {
         /// Which of its topic's publish sources the unit `topic_id` is: what its message ids
         /// and ack ids name (`SourceId::FIRST` for a topic's own log).
         source: crate::ids::SourceId,
+        /// Its topic's active count (`topic::sources`): the sources below it take publishes,
+        /// an ordered message only at its key's. 0 only from a router that did not say it
+        /// (before the key map): the unit then takes every publish, as before.
+        active: u32,
     },
     /// Stop serving a topic; with `delete_data`, remove its files.
     DetachTopic {
@@ -128,6 +132,14 @@ pub enum ControlRequest {
     ClusterHosts {
         hosts: Vec<std::net::IpAddr>,
     },
+    /// Apply topic `topic_id`'s active count `active` (a source added or retiring): answered
+    /// with the fence of the change and each subscription's ack floor on this source
+    /// (`ControlOk::SourcesApplied`). The same count again changes nothing, so the router
+    /// sends it again to learn the floors.
+    ApplySources {
+        topic_id: TopicId,
+        active: u32,
+    },
 }
 
 /// One replica's logs (messages, journal), and a leader's view of its followers.
@@ -172,6 +184,13 @@ pub enum ControlOk {
     /// Topics, by id (`ElectionsWanted`).
     Topics(Vec<TopicId>),
     Progress(ReplicaProgress),
+    /// A source's answer to `ApplySources`: its log's assigned end when the count it now
+    /// applies came (`topic::sources::SourceSet::fence`), and each subscription's ack floor on
+    /// it, by subscription id, at most `SUBSCRIPTIONS_PER_SOURCE_LISTED_MAX`.
+    SourcesApplied {
+        fence: u64,
+        floors: Vec<(u64, u64)>,
+    },
 }
 
 #[derive(Debug)]

@@ -156,6 +156,9 @@ fn run_router_timers<S: Storage>(router: &Rc<Router<S>>) {
         let watcher = router.clone();
         repeat_every(router::CLUSTER_WATCH_INTERVAL, async move || watcher.watch_cluster());
     }
+    // A topic's sources: each unit told its topic's active count, retired sources deleted.
+    let sources = router.clone();
+    repeat_every(router::SOURCES_PASS_INTERVAL, async move || sources.sources_pass().await);
     let settler = router.clone();
     repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);
     let expirer = router.clone();

@@ -148,6 +148,7 @@ async fn pushing_forwarder(
             retention_seconds: 0,
             recovering: false,
             source: crate::ids::SourceId::FIRST,
+            active: 1,
         })
         .await
         .unwrap();

@@ -340,6 +340,7 @@ mod tests {
             created_ms: 0,
             replicas: if replicas.len() > 1 { replicas.to_vec() } else { Vec::new() },
             epoch: u64::from(replicas.len() > 1),
+            retiring: false,
         };
         state.apply(CatalogEntry::SourceAdded(source(11, 1, &[shard(2, 1), shard(1, 1), shard(3, 1)])));
         state.apply(CatalogEntry::TopicCreated(topic(20, "cold", &[shard(1, 0)])));

@@ -216,6 +216,7 @@ mod tests {
             created_ms: 2,
             replicas: Vec::new(),
             epoch: 0,
+            retiring: false,
         };
         assert_eq!(state.apply(CatalogEntry::SourceAdded(source)), Applied::Done);
         assert_eq!(units_held(&state, NodeId::new(1), true), ["hot"]);

@@ -388,6 +388,8 @@ mod forwarders;
 mod limits;
 mod recovery;
 mod replicated_sources;
+mod retire;
+pub use retire::SOURCES_PASS_INTERVAL;
 mod snapshots;
 mod sources;
 pub use crate::api::control::{SourceRoute, SourceRoutes};

@@ -44,6 +44,7 @@ impl<S: Storage> Router<S> {
         let attaches: Vec<(ShardId, &TopicRecord)> =
             topics.iter().map(|topic| (topic.shard, topic)).collect();
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
+            let active = self.state.borrow().active_sources(topic.id);
             self.call_forwarder(
                 shard,
                 ControlRequest::AttachTopic {
@@ -52,6 +53,7 @@ impl<S: Storage> Router<S> {
                     retention_seconds: topic.message_retention_seconds,
                     recovering: true,
                     source: crate::ids::SourceId::FIRST,
+                    active,
                 },
             )
             .await

@@ -136,6 +136,7 @@ mod tests {
             created_ms: 2,
             replicas: vec![shard(1, 1), shard(2, 1), shard(3, 1)],
             epoch: 1,
+            retiring: false,
         };
         assert_eq!(state.apply(CatalogEntry::SourceAdded(source)), Applied::Done);
         state

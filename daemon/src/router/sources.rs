@@ -79,8 +79,33 @@ impl<S: Storage> Router<S> {
         let have = self.state.borrow().source_count(topic.id) as u32;
         for number in have..count {
             self.add_source(topic, number, replicas).await?;
+            self.apply_active_sources(topic.id).await?;
         }
         Ok(())
+    }
+
+    /// Tells each of topic `topic_id`'s units its active count as the catalog holds it
+    /// (`ControlRequest::ApplySources`); each answers with its fence and its subscriptions' ack
+    /// floors, by unit.
+    pub(super) async fn apply_active_sources(
+        &self,
+        topic_id: TopicId,
+    ) -> Result<Vec<(Unit, u64, Vec<(u64, u64)>)>, ControlError> {
+        let active = self.state.borrow().active_sources(topic_id);
+        let mut answers = Vec::new();
+        for unit in self.units_of(topic_id) {
+            let request = ControlRequest::ApplySources { topic_id: unit.id, active };
+            match self.call_forwarder(unit.shard, request).await? {
+                ControlOk::SourcesApplied { fence, floors } => answers.push((unit, fence, floors)),
+                other => {
+                    return Err(ControlError::Unavailable(format!(
+                        "source {} answered ApplySources with {other:?}",
+                        unit.source.get()
+                    )))
+                }
+            }
+        }
+        Ok(answers)
     }
 
     /// Topic `topic_id`'s placed units, source 0 first; none once the topic is deleted.
@@ -123,6 +148,7 @@ impl<S: Storage> Router<S> {
             // epoch 1, the epoch its first leader writes at.
             epoch: if replicas > 1 { 1 } else { 0 },
             replicas: if replicas > 1 { shards } else { Vec::new() },
+            retiring: false,
         };
         if replicas > 1 {
             return self.add_replicated_source(topic, record).await;
@@ -134,6 +160,9 @@ impl<S: Storage> Router<S> {
             retention_seconds: topic.message_retention_seconds,
             recovering: false,
             source,
+            // The count before it: it takes nothing until every unit applies the new one
+            // (`apply_active_sources`).
+            active: self.state.borrow().active_sources(topic.id),
         };
         self.call_forwarder(unit.shard, attach).await?;
         let applied = self.propose(CatalogEntry::SourceAdded(record)).await;
@@ -247,6 +276,7 @@ impl<S: Storage> Router<S> {
                 retention_seconds: topic.message_retention_seconds,
                 recovering: true,
                 source: source.source,
+                active: self.state.borrow().active_sources(topic.id),
             };
             self.call_forwarder(source.shard, attach).await.map(|_| ()).map_err(|error| {
                 format!(

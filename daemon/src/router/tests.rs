@@ -459,10 +459,11 @@ fn failed_precondition<T: std::fmt::Debug>(result: Result<T, ControlError>) {
 }
 
 /// On two forwarder shards, a topic of two sources has one on each; a third is refused (one
-/// source of a topic per shard), before anything is created; the count rises by an update and
-/// never falls; the sources outlive a restart and go with their topic.
+/// source of a topic per shard), before anything is created; the count rises by an update, and
+/// lowered retires the highest source, which a restart keeps retiring and which is deleted
+/// once delivered out; the sources outlive a restart and go with their topic.
 #[test]
-fn a_topics_sources_are_placed_one_per_shard_and_only_added() {
+fn a_topics_sources_are_placed_one_per_shard_and_retired_from_the_top() {
     sim::run(0, async {
         let disk = SimDisk::new();
         let router = start_two(&disk).await;
@@ -478,10 +479,15 @@ fn a_topics_sources_are_placed_one_per_shard_and_only_added() {
             Topic { sources: crate::ids::SOURCES_PER_TOPIC_MAX + 1, ..topic("wide", Labels::new()) };
         refused_naming(router.create_topic(past_max).await, "SOURCES_PER_TOPIC_MAX");
 
+        // Lowered, its highest source retires: still listed, no longer counted active, and
+        // no source is added while one retires.
+        let hot_id = router.catalog_state().topics["hot"].id;
         let lower = TopicUpdate { name: "hot".into(), sources: Some(1), ..Default::default() };
-        failed_precondition(router.update_topic(lower).await);
+        assert_eq!(router.update_topic(lower).await.unwrap().sources, 2);
+        assert_eq!(router.catalog_state().active_sources(hot_id), 1);
         let more = TopicUpdate { name: "hot".into(), sources: Some(3), ..Default::default() };
         failed_precondition(router.update_topic(more).await);
+        failed_precondition(router.retire_source("hot").await);
 
         let warm = router.create_topic(topic("warm", Labels::new())).await.unwrap();
         assert_eq!(warm.sources, 1);
@@ -501,6 +507,12 @@ fn a_topics_sources_are_placed_one_per_shard_and_only_added() {
         disk.crash(CrashMode::DropUnsynced);
         let router = start_two(&disk).await;
         assert_eq!(router.get_topic("hot").unwrap().source_leaders, hot.source_leaders);
+        assert_eq!(router.get_topic("warm").unwrap().source_leaders, warm.source_leaders);
+        assert_eq!(router.catalog_state().active_sources(hot_id), 1, "a restart ended a retirement");
+
+        // With no subscription, the retiring source is delivered out: the pass deletes it.
+        router.sources_pass().await;
+        assert_eq!(router.get_topic("hot").unwrap().source_leaders, hot.source_leaders[..1]);
         assert_eq!(router.get_topic("warm").unwrap().source_leaders, warm.source_leaders);
 
         router.delete_topic("hot").await.unwrap();

@@ -59,6 +59,7 @@ impl<S: Storage> Router<S> {
                 retention_seconds: retention,
                 recovering: false,
                 source: crate::ids::SourceId::FIRST,
+                active: 1,
             };
             match self.call_forwarder(shard, attach).await {
                 Ok(_) => {
@@ -138,14 +139,21 @@ impl<S: Storage> Router<S> {
         let _update = self.update_permit().await?;
         let mut topic = self.topic_record(&changes.name)?;
         if let Some(sources) = changes.sources {
-            let have = self.state.borrow().source_count(topic.id) as u32;
-            if sources < have {
+            let (have, active) = {
+                let state = self.state.borrow();
+                (state.source_count(topic.id) as u32, state.active_sources(topic.id))
+            };
+            if sources < active {
+                self.retire_sources(&topic, sources).await?;
+            } else if sources > have && have > active {
+                // A new source takes the next number, past the retiring ones, which the key
+                // map (sources below the active count) would skip.
                 return Err(ControlError::failed_precondition(format!(
-                    "topic '{}' has {have} sources: a source is not retired yet, so the count only rises",
-                    topic.name
+                    "topic '{}' has {} sources retiring: the count rises again once they are deleted",
+                    topic.name,
+                    have - active
                 )));
-            }
-            if sources > have {
+            } else if sources > have {
                 self.check_source_count(sources, topic.replica_count())?;
                 self.add_sources(&topic, sources).await?;
             } else {

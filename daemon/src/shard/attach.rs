@@ -20,9 +20,11 @@ impl<S: Storage> Forwarder<S> {
         name: String,
         retention_seconds: u64,
         recovering: bool,
-        source: SourceId,
+        (source, active): (SourceId, u32),
     ) -> Result<ControlOk, Status> {
-        if self.registry.topics_by_id.borrow().contains_key(&topic_id) {
+        if let Some(topic) = self.registry.topics_by_id.borrow().get(&topic_id) {
+            // Attached already (a retried attach): the count is the catalog's, as a change's.
+            topic.apply_active_sources(active);
             return Ok(ControlOk::Done);
         }
         // Counted at attach: topics deleted later do not hand their place to later ones.
@@ -49,6 +51,8 @@ impl<S: Storage> Forwarder<S> {
             Err(error) => Err(error.into()),
             Ok(mut topic) => {
                 topic.source = source;
+                // Before it is served: its first publish is checked against its topic's count.
+                topic.apply_active_sources(active);
                 let topic = Rc::new(topic);
                 self.registry.topics.borrow_mut().insert(topic.name.clone(), topic.clone());
                 self.registry.topics_by_id.borrow_mut().insert(topic_id, topic);

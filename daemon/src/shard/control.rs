@@ -19,8 +19,8 @@ impl<S: Storage> Forwarder<S> {
             self.activity.count_request();
         }
         match request {
-            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source } => {
-                self.attach_topic(topic_id, name, retention_seconds, recovering, source).await
+            ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source, active } => {
+                self.attach_topic(topic_id, name, retention_seconds, recovering, (source, active)).await
             }
             ControlRequest::DurableEnd { topic_id } => self.durable_end(topic_id).await,
             ControlRequest::Stats => Ok(ControlOk::Stats(self.shard_stats(), self.topic_stats().await)),
@@ -83,6 +83,13 @@ impl<S: Storage> Forwarder<S> {
             // The shard's connection server keeps the cluster's hosts, not the forwarder: the
             // shard's start takes this request before it reaches here (`node::forwarder_shard`).
             ControlRequest::ClusterHosts { .. } => Ok(ControlOk::Done),
+            ControlRequest::ApplySources { topic_id, active } => {
+                let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
+                    Status::not_found(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
+                })?;
+                let fence = topic.apply_active_sources(active);
+                Ok(ControlOk::SourcesApplied { fence, floors: topic.ack_floors() })
+            }
         }
     }
 

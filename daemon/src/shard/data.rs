@@ -35,6 +35,10 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         let (topic, count, encoded_bytes) = checked
             .unwrap_or_else(|| Err(DataError::InvalidArgument("publish request has no messages".into())))?;
         self.within_publish_rate(&topic, count, encoded_bytes).await?;
+        // After the last wait: the key check and the offsets' assignment (the append's first
+        // step) happen in one step of the shard, which a change of the topic's source set
+        // relies on (`topic::sources`).
+        topic.check_key_owner(&messages)?;
         let publish_time_ms = self.environment.clock.wall_ms();
         let ids = topic.append_messages(messages, count, encoded_bytes, publish_time_ms).await.map_err(
             |error| {

@@ -99,6 +99,7 @@ async fn topic(forwarder: &Forwarder<SimDisk>, retention_seconds: u64) -> Rc<Top
             retention_seconds,
             recovering: false,
             source: crate::ids::SourceId::FIRST,
+            active: 1,
         })
         .await
         .unwrap();
@@ -354,6 +355,7 @@ fn topics_attached_together_keep_to_the_open_journal_budget() {
                     retention_seconds: 0,
                     recovering: true,
                     source: crate::ids::SourceId::FIRST,
+                    active: 1,
                 })
             })
             .collect();
@@ -486,6 +488,7 @@ fn a_full_disk_releases_the_files_kept_for_later_rolls() {
                 retention_seconds: 0,
                 recovering: false,
                 source: crate::ids::SourceId::FIRST,
+                active: 1,
             })
             .await
             .unwrap();
@@ -720,6 +723,7 @@ fn a_source_after_the_first_names_itself_in_message_ids_and_ack_ids() {
             retention_seconds: 0,
             recovering: false,
             source,
+            active: 2,
         };
         forwarder.control(attach).await.unwrap();
         let entry = subscribe(&forwarder, false).await;

@@ -8,6 +8,7 @@ pub mod open;
 pub mod publish;
 pub mod rate;
 pub mod retention;
+pub mod sources;
 #[cfg(test)]
 mod tests;
 
@@ -62,6 +63,8 @@ pub struct TopicState<S: Storage> {
     pub outstanding: Rc<crate::subscription::outstanding::TopicOutstanding>,
     /// Its publish rate's token buckets (`rate`), within its shard's limits.
     pub publish_rate: RefCell<rate::TopicRate>,
+    /// Its topic's key map as it last applied it, and the fence of that change (`sources`).
+    pub sources: Cell<sources::SourceSet>,
 }
 
 /// A topic's part in its replication across nodes (docs/REPLICATION.md).

@@ -205,6 +205,7 @@ impl<S: Storage> TopicStore<S> {
             replication: RefCell::new(super::Replication::Alone),
             outstanding: TopicOutstanding::new(&self.outstanding),
             publish_rate: RefCell::default(),
+            sources: Cell::default(),
         })
     }
 

@@ -52,6 +52,7 @@ mod resets;
 mod security;
 mod semantics;
 mod shutdown;
+mod source_keys;
 mod sources;
 mod streaming;
 mod subscriptions;

@@ -57,6 +57,7 @@ async fn forwarder() -> Forwarder<SimDisk> {
         retention_seconds: 0,
         recovering: false,
         source: crate::ids::SourceId::FIRST,
+        active: 1,
     };
     forwarder.control(topic).await.unwrap();
     let subscription = ControlRequest::AttachSubscription {

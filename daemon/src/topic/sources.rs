@@ -1,0 +1,114 @@
+//! A source's part in its topic's key map (docs/SOURCES.md, "Key order across a change of the
+//! source set"): the topic's *active count*, the sources numbered below it taking publishes
+//! and those at or above it retiring, and the assigned end of its log when it last changed
+//! (`fence`). A source checks every ordered message's key itself, so that at any moment one
+//! source takes a key, and no publish needs a stamp.
+
+use super::TopicState;
+use crate::api::data::{DataError, PublishBatch, ResourceKind};
+use crate::storage::Storage;
+use ringpost_model::sources::source_of_key;
+
+/// Whether source `source` of a topic whose key map counts `active` sources takes a publish
+/// whose messages carry ordering keys `keys` (empty for an unordered message). `active` 0 is a
+/// source attached by a router that did not say the count (before the key map): it takes
+/// everything, as every source did then. A retiring source (`source >= active`) takes nothing;
+/// an active one, every unordered message and the ordered ones whose key maps to it.
+pub fn takes<'a>(source: u32, active: u32, mut keys: impl Iterator<Item = &'a [u8]>) -> bool {
+    if active == 0 {
+        return true;
+    }
+    if source >= active {
+        return false;
+    }
+    // A topic of one source maps every key to it: nothing to hash.
+    active == 1 || keys.all(|key| key.is_empty() || source_of_key(key, active) == source)
+}
+
+/// A source's view of its topic's key map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SourceSet {
+    /// The topic's active count as this source last applied it (0: never told).
+    pub active: u32,
+    /// The log's assigned end (`Log::next_offset`) when the count last changed: every message
+    /// this source accepted under the count before has an offset below it, every one accepted
+    /// under this count one at or above it, because the key check and the offset's assignment
+    /// are made in one step of the shard (`Forwarder::publish`).
+    pub fence: u64,
+}
+
+impl<S: Storage> TopicState<S> {
+    /// Refuses a publish this source does not take under its active count (`takes`), with
+    /// `NotOwner`: the publisher looks the topic's sources up again and resends. Made right
+    /// before the messages are staged in the log, with no wait between, so that a change of
+    /// the count splits this source's offsets at its `fence`.
+    pub fn check_key_owner(&self, messages: &impl PublishBatch) -> Result<(), DataError> {
+        let active = self.sources.get().active;
+        let source = self.source.get();
+        if active == 0 || (active == 1 && source == 0) {
+            return Ok(());
+        }
+        let mut taken = true;
+        messages.visit(&mut |_, views| {
+            taken = takes(source, active, views.map(|view| view.ordering_key.as_bytes()));
+        })?;
+        if taken {
+            Ok(())
+        } else {
+            Err(DataError::NotOwner { kind: ResourceKind::Topic, name: self.name.as_ref().into() })
+        }
+    }
+
+    /// Applies the topic's active count `active`: when it changes, the log's assigned end
+    /// becomes the fence of the change. Returns the fence of the count now applied (the same
+    /// count applied again changes nothing).
+    pub fn apply_active_sources(&self, active: u32) -> u64 {
+        let mut set = self.sources.get();
+        if set.active != active {
+            set = SourceSet { active, fence: self.log.next_offset().get() };
+            self.sources.set(set);
+        }
+        set.fence
+    }
+
+    /// Each subscription's ack floor on this source, by id: every offset below it is
+    /// acknowledged (or dead-lettered, or before its sync point).
+    pub fn ack_floors(&self) -> Vec<(u64, u64)> {
+        self.subscriptions
+            .borrow()
+            .iter()
+            .map(|entry| (entry.id.get(), entry.state.borrow().ack_floor().get()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(source: u32, active: u32) -> Vec<u8> {
+        (0u32..)
+            .map(|n| format!("key-{n}").into_bytes())
+            .find(|key| source_of_key(key, active) == source)
+            .expect("some key maps to every source")
+    }
+
+    #[test]
+    fn a_source_takes_its_keys_and_unordered_messages_only() {
+        let (zero, one) = (key_of(0, 2), key_of(1, 2));
+        assert!(takes(0, 2, [zero.as_slice()].into_iter()));
+        assert!(!takes(0, 2, [one.as_slice()].into_iter()));
+        assert!(takes(1, 2, [one.as_slice(), b"".as_slice()].into_iter()));
+        // One message of another source's key refuses the whole request.
+        assert!(!takes(1, 2, [one.as_slice(), zero.as_slice()].into_iter()));
+        assert!(takes(0, 2, [b"".as_slice()].into_iter()));
+    }
+
+    #[test]
+    fn a_retiring_source_takes_nothing_and_an_untold_one_everything() {
+        assert!(!takes(2, 2, [b"".as_slice()].into_iter()));
+        assert!(!takes(1, 1, std::iter::empty()));
+        assert!(takes(1, 0, [key_of(0, 2).as_slice()].into_iter()));
+        assert!(takes(0, 1, [b"any".as_slice()].into_iter()));
+    }
+}
