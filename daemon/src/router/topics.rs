@@ -138,17 +138,14 @@ impl<S: Storage> Router<S> {
         let _update = self.update_permit().await?;
         let mut topic = self.topic_record(&changes.name)?;
         if let Some(sources) = changes.sources {
-            let have = self.state.borrow().source_count(topic.id) as u32;
-            if sources < have {
-                return Err(ControlError::failed_precondition(format!(
-                    "topic '{}' has {have} sources: a source is not retired yet, so the count only rises",
-                    topic.name
-                )));
+            self.raise_sources(&topic, sources).await?;
+            // A count asked for is fixed: the topic's sources no longer follow its load.
+            if changes.sources_auto.is_none() && self.state.borrow().source_policies.contains_key(&topic.id) {
+                self.propose(CatalogEntry::SourcePolicySet { topic_id: topic.id, bounds: None }).await?;
             }
-            if sources > have {
-                self.check_source_count(sources, topic.replica_count())?;
-                self.add_sources(&topic, sources).await?;
-            }
+        }
+        if let Some(bounds) = changes.sources_auto {
+            self.follow_sources(&topic, bounds).await?;
         }
         if let Some(retention) = changes.message_retention_seconds {
             topic.message_retention_seconds = retention;
@@ -178,6 +175,23 @@ impl<S: Storage> Router<S> {
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }
         Ok(self.topic_shown(&topic))
+    }
+
+    /// Raises topic `topic`'s sources to `sources`; refuses fewer than it has (a source is not
+    /// retired here). The caller holds the update gate.
+    pub(super) async fn raise_sources(&self, topic: &TopicRecord, sources: u32) -> Result<(), ControlError> {
+        let have = self.state.borrow().source_count(topic.id) as u32;
+        if sources < have {
+            return Err(ControlError::failed_precondition(format!(
+                "topic '{}' has {have} sources: a source is not retired yet, so the count only rises",
+                topic.name
+            )));
+        }
+        if sources > have {
+            self.check_source_count(sources, topic.replica_count())?;
+            self.add_sources(topic, sources).await?;
+        }
+        Ok(())
     }
 
     /// One page of the topics `visible` shows (by name), from after the page token. What the
@@ -223,5 +237,6 @@ pub(super) fn topic_message(topic: &TopicRecord, sources: usize) -> Topic {
         replicas: topic.replica_count() as u32,
         sources: sources as u32,
         source_leaders: Vec::new(),
+        source_policy: None,
     }
 }
