@@ -161,6 +161,17 @@ pub fn decide(
     decision
 }
 
+/// A topic whose sources follow its load, for a scrape: its sources now, its bounds, and, on
+/// the catalog's leader, its last decision other than keeping them (`None` before one, and on
+/// other nodes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowedTopic {
+    pub name: String,
+    pub sources: u32,
+    pub bounds: SourceBounds,
+    pub last_decision: Option<Decision>,
+}
+
 /// What the catalog's leader keeps of the topics it follows: the thresholds, and each followed
 /// topic's last decisions and its units' publish counters when last read, from which the next
 /// reading's rates are measured. Forgotten when this node stops leading, or a topic stops being
@@ -189,19 +200,26 @@ impl<S: Storage> Router<S> {
         self.following.borrow_mut().thresholds = thresholds;
     }
 
-    /// Where each followed topic stands: its last decision other than keeping its sources
-    /// (`None` before one), for the stats.
-    pub fn follow_decisions(&self) -> Vec<(String, Option<Decision>)> {
+    /// Every topic whose sources follow its load, in name order, at most `limit`: its sources,
+    /// its bounds and (on the catalog's leader) its last decision.
+    pub fn followed_topics(&self, limit: usize) -> Vec<FollowedTopic> {
         let following = self.following.borrow();
         let state = self.state.borrow();
-        state
+        let mut followed: Vec<FollowedTopic> = state
             .source_policies
-            .keys()
-            .filter_map(|id| {
-                let name = state.topic_by_id(*id)?.name.clone();
-                Some((name, following.topics.get(id).and_then(|followed| followed.state.last)))
+            .iter()
+            .filter_map(|(id, bounds)| {
+                Some(FollowedTopic {
+                    name: state.topic_by_id(*id)?.name.clone(),
+                    sources: state.source_count(*id) as u32,
+                    bounds: *bounds,
+                    last_decision: following.topics.get(id).and_then(|followed| followed.state.last),
+                })
             })
-            .collect()
+            .collect();
+        followed.sort_by(|a, b| a.name.cmp(&b.name));
+        followed.truncate(limit);
+        followed
     }
 
     /// One round of following the load, on the catalog's leader: reads every followed topic's

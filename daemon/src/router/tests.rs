@@ -538,6 +538,12 @@ fn a_topics_sources_follow_its_load_once_asked_and_a_count_fixes_them_again() {
         refused_naming(router.update_topic(auto(1, SOURCES_AUTO_MAX + 1)).await, "SOURCES_AUTO_MAX");
         let hot = router.update_topic(auto(2, 2)).await.unwrap();
         assert_eq!((hot.sources, hot.source_policy), (2, Some(SourceBounds { min: 2, max: 2 })));
+        let followed = router.followed_topics(usize::MAX);
+        assert_eq!(followed.len(), 1);
+        assert_eq!(
+            (followed[0].name.as_str(), followed[0].sources, followed[0].last_decision),
+            ("hot", 2, None)
+        );
         failed_precondition(router.update_topic(auto(1, 1)).await);
 
         sim::kill_spawned_tasks();
@@ -549,7 +555,7 @@ fn a_topics_sources_follow_its_load_once_asked_and_a_count_fixes_them_again() {
         let hot = router.update_topic(fixed).await.unwrap();
         assert_eq!((hot.sources, hot.source_policy), (2, None));
         assert!(router.catalog_state().source_policies.is_empty());
-        assert_eq!(router.follow_decisions(), Vec::new());
+        assert_eq!(router.followed_topics(usize::MAX), Vec::new());
     });
 }
 

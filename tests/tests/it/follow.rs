@@ -20,6 +20,8 @@ fn a_followed_topics_sources_rise_under_load_and_a_fixed_one_keeps_its_count() {
     // Over 50 messages a second per source the topic runs hot; bytes do not count; the hold
     // between readings and changes is a second.
     let flags = [
+        "--http-listen",
+        "127.0.0.1:0",
         "--source-add-messages-per-second",
         "50",
         "--source-add-kib-per-second",
@@ -63,6 +65,20 @@ fn a_followed_topics_sources_rise_under_load_and_a_fixed_one_keeps_its_count() {
     assert!(shown.contains("\"source_policy\":{\"auto\":true,\"min\":1,\"max\":2}"), "{shown}");
     assert!(daemon.log().contains("topic 'hot' runs hot: 2 sources now"), "{}", daemon.log());
     assert_eq!(succeeded(&daemon.cli(&["topic", "get", "calm"])), calm_before, "a fixed topic changed");
+
+    // The scrape shows the followed topic's sources, bounds and the leader's last decision,
+    // and nothing of the fixed one.
+    let (status, body) = ringpost_tests::scrape::http_get(
+        daemon.http_address.as_ref().expect("the monitoring endpoint"),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    let scrape = ringpost_tests::scrape::Scrape::parse(&body);
+    assert_eq!(scrape.value("ringpost_topic_sources", &[("topic", "hot")]), Some(2.0), "{body}");
+    assert_eq!(scrape.value("ringpost_topic_sources_max", &[("topic", "hot")]), Some(2.0), "{body}");
+    let added = [("topic", "hot"), ("decision", "add")];
+    assert_eq!(scrape.value("ringpost_topic_sources_last_decision", &added), Some(1.0), "{body}");
+    assert_eq!(scrape.value("ringpost_topic_sources", &[("topic", "calm")]), None, "{body}");
 
     // A count asked for fixes it again.
     let fixed = succeeded(&daemon.cli(&["topic", "update", "hot", "--sources", "2"]));
