@@ -31,6 +31,7 @@ pub mod pool;
 pub mod publisher;
 pub mod retry;
 pub mod security;
+pub mod sources;
 pub mod stream;
 pub mod subscriber;
 pub mod timer;
@@ -66,9 +67,10 @@ use rkyv::bytecheck::CheckBytes;
 use rkyv::de::Pool as RkyvPool;
 use rkyv::rancor::{self, Strategy as RkyvStrategy};
 use rkyv::{Archive, Deserialize};
+use sources::Target;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -183,7 +185,12 @@ pub struct Client {
     /// Pull, acknowledge and modify-ack-deadline.
     retry_subscribe: RetrySettings,
     pools: Arc<Pools>,
-    routes: Mutex<HashMap<(Resource, String), Route>>,
+    routes: Mutex<HashMap<(Resource, String), sources::Routes>>,
+    /// The turn of unordered publishes over a topic's active sources (`Target::Spread`).
+    spread_turn: AtomicUsize,
+    /// The router answered `LookupSources` with `Unimplemented` (it is from before sources):
+    /// only the plain lookups are asked from then on.
+    sources_unimplemented: AtomicBool,
     maintenance: OnceLock<Maintenance>,
     /// TLS and token of every connection the client opens.
     security: Security,
@@ -251,6 +258,8 @@ impl Client {
             retry_subscribe: RetrySettings::SUBSCRIBE,
             pools: Arc::default(),
             routes: Mutex::default(),
+            spread_turn: AtomicUsize::new(0),
+            sources_unimplemented: AtomicBool::new(false),
             maintenance: OnceLock::new(),
             security,
         })
@@ -519,56 +528,153 @@ impl Client {
     /// would refuse for its size: a message over `MESSAGE_BYTES_MAX` (10 MB), a batch over
     /// `PUBLISH_REQUEST_BYTES_MAX` or `PUBLISH_BATCH_MESSAGES_MAX`, an attribute or ordering key
     /// over its limit.
+    ///
+    /// On a topic of several sources the batch goes to one source: its ordering key's (the key
+    /// map), or, unordered, the active sources in turn. A batch mixing ordering keys is sent as
+    /// one request per key (unordered messages together), one after another, in the order each
+    /// key first appears; its ids come back in the batch's order.
     pub async fn publish(&self, topic: &str, messages: Vec<Message>) -> Result<Vec<u64>> {
         check_publish(&messages)?;
+        let key = messages.first().map_or("", |message| message.0.ordering_key.as_str());
+        if !messages.iter().all(|message| message.0.ordering_key == key) {
+            return self.publish_by_key(topic, messages).await;
+        }
         let request = PublishRequest {
             topic: topic.to_owned(),
             messages: messages.into_iter().map(|message| message.0).collect(),
         };
+        let key = request.messages.first().map_or("", |message| message.ordering_key.as_str());
+        let target = if key.is_empty() { Target::Spread } else { Target::Key(key) };
         let response: PublishResponse =
-            self.data(Resource::Topic, topic, Command::Publish, &request, Duration::ZERO).await?;
+            self.data(Resource::Topic, topic, target, Command::Publish, &request, Duration::ZERO).await?;
         Ok(response.message_ids)
     }
 
-    /// Pulls up to `max_messages`, waiting up to `wait_ms` for the first one.
+    /// `publish` of a batch mixing ordering keys: one request per key, each to its source.
+    async fn publish_by_key(&self, topic: &str, messages: Vec<Message>) -> Result<Vec<u64>> {
+        let mut groups: Vec<(String, Vec<usize>, Vec<Message>)> = Vec::new();
+        for (index, message) in messages.into_iter().enumerate() {
+            match groups.iter_mut().find(|(key, ..)| *key == message.0.ordering_key) {
+                Some((_, indices, group)) => {
+                    indices.push(index);
+                    group.push(message);
+                }
+                None => groups.push((message.0.ordering_key.clone(), vec![index], vec![message])),
+            }
+        }
+        let mut ids = vec![0; groups.iter().map(|(_, indices, _)| indices.len()).sum()];
+        for (_, indices, group) in groups {
+            let published = Box::pin(self.publish(topic, group)).await?;
+            for (index, id) in indices.into_iter().zip(published) {
+                ids[index] = id;
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Pulls up to `max_messages`, waiting up to `wait_ms` for the first one. On a topic of
+    /// several sources the sources are asked in turn, from one that changes with each call
+    /// (so that none starves), until `max_messages` are pulled; only the last one asked waits,
+    /// and only when the others had nothing. A source that fails after its retries fails the
+    /// pull only if nothing was pulled from the others.
     pub async fn pull(
         &self,
         subscription: &str,
         max_messages: u32,
         wait_ms: u32,
     ) -> Result<Vec<ReceivedMessage>> {
+        let (count, _) = self.source_count(Resource::Subscription, subscription).await?;
+        if count <= 1 {
+            return self.pull_source(subscription, 0, max_messages, wait_ms).await;
+        }
+        let first = self.spread_turn.fetch_add(1, Ordering::Relaxed) as u32 % count;
+        let mut received: Vec<ReceivedMessage> = Vec::new();
+        for step in 0..count {
+            let source = (first + step) % count;
+            let wait = if step + 1 == count && received.is_empty() { wait_ms } else { 0 };
+            let wanted = max_messages.saturating_sub(received.len() as u32);
+            match self.pull_source(subscription, source, wanted, wait).await {
+                Ok(batch) => received.extend(batch),
+                Err(error) if received.is_empty() && step + 1 == count => return Err(error),
+                Err(_) => continue,
+            }
+            if received.len() as u32 >= max_messages && max_messages != 0 {
+                break;
+            }
+        }
+        Ok(received)
+    }
+
+    /// Pulls from source `source` of the subscription's topic alone.
+    pub async fn pull_source(
+        &self,
+        subscription: &str,
+        source: u32,
+        max_messages: u32,
+        wait_ms: u32,
+    ) -> Result<Vec<ReceivedMessage>> {
         let request = PullRequest { subscription: subscription.to_owned(), max_messages, wait_ms };
         let wait = Duration::from_millis(wait_ms.into());
+        let target = Target::Source(source);
         let response: PullResponse =
-            self.data(Resource::Subscription, subscription, Command::Pull, &request, wait).await?;
+            self.data(Resource::Subscription, subscription, target, Command::Pull, &request, wait).await?;
         Ok(response.received_messages)
     }
 
     /// Acknowledges; resolves once the acknowledgements are durable, with the ack ids refused.
+    /// Each ack id goes to the source it names.
     pub async fn acknowledge(&self, subscription: &str, ack_ids: Vec<String>) -> Result<Vec<InvalidAckId>> {
-        let request = AcknowledgeRequest { subscription: subscription.to_owned(), ack_ids };
-        let response: AckResponse = self
-            .data(Resource::Subscription, subscription, Command::Acknowledge, &request, Duration::ZERO)
-            .await?;
-        Ok(response.invalid_ack_ids)
+        let request = |ack_ids| AcknowledgeRequest { subscription: subscription.to_owned(), ack_ids };
+        self.settle(subscription, Command::Acknowledge, ack_ids, request).await
     }
 
     /// Sets the deadline of leased messages to `seconds` from now (0 to 600; 0 is a nack).
+    /// Each ack id goes to the source it names.
     pub async fn modify_ack_deadline(
         &self,
         subscription: &str,
         ack_ids: Vec<String>,
         seconds: u32,
     ) -> Result<Vec<InvalidAckId>> {
-        let request = ModifyAckDeadlineRequest {
+        let request = |ack_ids| ModifyAckDeadlineRequest {
             subscription: subscription.to_owned(),
             ack_ids,
             ack_deadline_seconds: seconds,
         };
-        let response: AckResponse = self
-            .data(Resource::Subscription, subscription, Command::ModifyAckDeadline, &request, Duration::ZERO)
-            .await?;
-        Ok(response.invalid_ack_ids)
+        self.settle(subscription, Command::ModifyAckDeadline, ack_ids, request).await
+    }
+
+    /// Sends `ack_ids` in one request per source they name (one request when they name one, as
+    /// on a topic of one source), and gathers the ids refused.
+    async fn settle<Req: Body>(
+        &self,
+        subscription: &str,
+        command: Command,
+        ack_ids: Vec<String>,
+        request: impl Fn(Vec<String>) -> Req,
+    ) -> Result<Vec<InvalidAckId>> {
+        let first = ack_ids.first().map_or(0, |id| sources::source_of_ack_id(id));
+        let mut groups: Vec<(u32, Vec<String>)> = Vec::with_capacity(1);
+        if ack_ids.iter().all(|id| sources::source_of_ack_id(id) == first) {
+            groups.push((first, ack_ids));
+        } else {
+            for id in ack_ids {
+                let source = sources::source_of_ack_id(&id);
+                match groups.iter_mut().find(|(number, _)| *number == source) {
+                    Some((_, ids)) => ids.push(id),
+                    None => groups.push((source, vec![id])),
+                }
+            }
+        }
+        let mut invalid = Vec::new();
+        for (source, ids) in groups {
+            let target = Target::Source(source);
+            let response: AckResponse = self
+                .data(Resource::Subscription, subscription, target, command, &request(ids), Duration::ZERO)
+                .await?;
+            invalid.extend(response.invalid_ack_ids);
+        }
+        Ok(invalid)
     }
 
     /// Asks for immediate redelivery.
@@ -576,78 +682,22 @@ impl Client {
         self.modify_ack_deadline(subscription, ack_ids, 0).await
     }
 
-    /// The addresses of the forwarders that serve `topic`, in the router's order of
-    /// preference, as the router advertises them (the first is where publishes go).
+    /// The addresses of the forwarders that serve `topic`'s source 0, in the router's order of
+    /// preference, as the router advertises them (the first is where its publishes go).
     pub async fn lookup_topic(&self, topic: &str) -> Result<Vec<String>> {
-        self.route(Resource::Topic, topic).await
+        Ok(self.route(Resource::Topic, topic, Target::Source(0)).await?.1)
     }
 
-    /// Marks `name`'s route as no longer trusted: the next request looks it up again, and uses
-    /// it only if the router cannot be reached (see `route`).
-    fn forget(&self, resource: Resource, name: &str) {
-        if let Some(route) = self.routes.lock().unwrap().get_mut(&(resource, name.to_owned())) {
-            route.stale = true;
-        }
+    /// How many publish sources `topic` has, retiring ones included, and how many of them are
+    /// active (take publishes), as the client last looked them up (at most
+    /// `SOURCES_REFRESH_INTERVAL` ago).
+    pub async fn topic_sources(&self, topic: &str) -> Result<(u32, u32)> {
+        self.source_count(Resource::Topic, topic).await
     }
 
-    /// Forgets `name`'s route altogether (it was deleted).
-    fn drop_route(&self, resource: Resource, name: &str) {
-        self.routes.lock().unwrap().remove(&(resource, name.to_owned()));
-    }
-
-    /// After a connection to `address`, the first of `name`'s route, failed. A subscription's
-    /// route then tries its next forwarder first, with no new lookup: in a cluster any node's
-    /// forwarder serves a subscriber, carrying its requests to the source's leader, so a
-    /// subscriber carries on through another node while the router it knows may be the node
-    /// that failed. Once every forwarder of the route has failed, and for a topic at once, the
-    /// route is looked up again (and kept, in its new order, for when the router cannot be
-    /// reached either).
-    fn pass_over(&self, resource: Resource, name: &str, address: &str) {
-        let mut routes = self.routes.lock().unwrap();
-        let key = (resource, name.to_owned());
-        let Some(route) = routes.get_mut(&key) else { return };
-        if route.addresses.first().map(String::as_str) != Some(address) {
-            // Another request already passed it over.
-            return;
-        }
-        route.passed += 1;
-        route.addresses.rotate_left(1);
-        if resource == Resource::Topic || route.passed >= route.addresses.len() {
-            route.stale = true;
-            route.passed = 0;
-        }
-    }
-
-    /// The forwarders of `name`, in order: the cached route, or the router's answer. A route
-    /// that is no longer trusted (`forget`, `pass_over`) is looked up again, but still used
-    /// when the router cannot be reached: the router may be on the node that failed, and
-    /// once connected a client should not need it (any forwarder of a cluster serves a
-    /// subscriber, and a topic's new leader is among its old route's forwarders).
-    async fn route(&self, resource: Resource, name: &str) -> Result<Vec<String>> {
-        let stale = match self.routes.lock().unwrap().get(&(resource, name.to_owned())) {
-            Some(route) if !route.stale => return Ok(route.addresses.clone()),
-            Some(route) => Some(route.addresses.clone()),
-            None => None,
-        };
-        let command = match resource {
-            Resource::Topic => Command::LookupTopic,
-            Resource::Subscription => Command::LookupSubscription,
-        };
-        let response: LookupResponse =
-            match self.control(command, &NameRequest { name: name.to_owned() }).await {
-                Ok(response) => response,
-                Err(error) => match stale {
-                    Some(addresses) if retry::is_connection_failure(&error) => return Ok(addresses),
-                    _ => return Err(error),
-                },
-            };
-        let route: Vec<String> = response.forwarders.into_iter().map(|forwarder| forwarder.address).collect();
-        if route.is_empty() {
-            return Err(Error::Status(Status::unavailable(format!("no forwarder serves '{name}'"))));
-        }
-        let cached = Route { addresses: route.clone(), passed: 0, stale: false };
-        self.routes.lock().unwrap().insert((resource, name.to_owned()), cached);
-        Ok(route)
+    /// `topic_sources` of a subscription's topic.
+    pub async fn subscription_sources(&self, subscription: &str) -> Result<(u32, u32)> {
+        self.source_count(Resource::Subscription, subscription).await
     }
 
     /// The pool of `address`, created empty if there is none.
@@ -678,6 +728,7 @@ impl Client {
         &self,
         resource: Resource,
         name: &str,
+        target: Target<'_>,
         command: Command,
         request: &Req,
         wait: Duration,
@@ -706,7 +757,7 @@ impl Client {
         loop {
             attempts += 1;
             let Some(outcome) =
-                timer::run_until(deadline, self.attempt(resource, name, command, request)).await
+                timer::run_until(deadline, self.attempt(resource, name, target, command, request)).await
             else {
                 return Err(exceeded(last_failure.as_ref()));
             };
@@ -779,6 +830,7 @@ impl Client {
         &self,
         resource: Resource,
         name: &str,
+        target: Target<'_>,
         command: Command,
         request: &Req,
     ) -> std::result::Result<Resp, Attempt>
@@ -787,11 +839,11 @@ impl Client {
         Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
             + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
     {
-        let route = self.route(resource, name).await.map_err(Attempt::Failed)?;
+        let (source, route) = self.route(resource, name, target).await.map_err(Attempt::Failed)?;
         let pool = self.pool(&route[0]);
         let passed_over = |error: Error| {
             if retry::is_connection_failure(&error) {
-                self.pass_over(resource, name, &route[0]);
+                self.pass_over(resource, name, source, &route[0]);
             }
             Attempt::Failed(error)
         };
@@ -834,15 +886,6 @@ fn check_publish(messages: &[Message]) -> Result<()> {
         ))));
     }
     Ok(())
-}
-
-/// A cached route: the forwarders in the order they are tried, how many of them have failed
-/// since the lookup (`Client::pass_over`), and whether it is to be looked up again before it
-/// is used (`Client::forget`; it is then used only when the router cannot be reached).
-struct Route {
-    addresses: Vec<String>,
-    passed: usize,
-    stale: bool,
 }
 
 /// How one attempt of a data-plane request ended, when it did not succeed.
@@ -1129,8 +1172,8 @@ mod tests {
                     encode_frame(command, FLAG_RESPONSE, id, &hello)
                 }
                 Command::GetTopic => encode_frame(command, FLAG_RESPONSE, id, &Topic::default()),
-                // As a daemon from before topics had several sources answers it.
-                Command::GetTopicWithSources => encode_error(
+                // As a daemon from before topics had several sources answers them.
+                Command::GetTopicWithSources | Command::LookupSources => encode_error(
                     command,
                     id,
                     &Status::new(ErrorCode::Unimplemented, format!("unknown command {command}")),
@@ -1461,7 +1504,10 @@ mod tests {
         assert_eq!(publish(&client).unwrap(), vec![7]);
         let (commands, tokens) = daemon.seen(|seen| (seen.commands.clone(), seen.tokens.clone()));
         assert_eq!(commands.len(), 2, "the router's connection and one forwarder connection");
-        assert_eq!(commands[0], [Command::Authenticate, Command::Hello, Command::LookupTopic]);
+        assert_eq!(
+            commands[0],
+            [Command::Authenticate, Command::Hello, Command::LookupSources, Command::LookupTopic]
+        );
         assert_eq!(commands[1], [Command::Authenticate, Command::Publish]);
         assert_eq!(tokens, [GOOD_TOKEN, GOOD_TOKEN]);
         // Without a token, nothing but the requests.
@@ -1483,6 +1529,22 @@ mod tests {
             daemon.seen(|seen| seen.commands[0].clone()),
             [Command::Hello, Command::GetTopicWithSources, Command::GetTopic]
         );
+    }
+
+    /// A daemon from before topics had several sources refuses LookupSources as an unknown
+    /// command: the client looks the topic up as before (one source, the plain lookup's list)
+    /// and asks only that from then on, a new lookup after `NotOwner` included.
+    #[test]
+    fn the_sources_of_a_daemon_before_them_are_its_plain_lookup() {
+        let daemon = FakeDaemon::start(&[Next::Refuse(ErrorCode::NotOwner)]);
+        let client = client_of(&daemon);
+        assert_eq!(publish(&client).unwrap(), vec![7]);
+        assert_eq!(block_on(client.topic_sources("topic")).unwrap(), (1, 1));
+        assert_eq!(
+            daemon.seen(|seen| seen.commands[0].clone()),
+            [Command::Hello, Command::LookupSources, Command::LookupTopic, Command::LookupTopic]
+        );
+        assert_eq!(daemon.seen(|seen| seen.publishes), 2);
     }
 
     fn client_of(daemon: &FakeDaemon) -> Client {

@@ -10,6 +10,7 @@
 
 use crate::connection::StreamReceiver;
 use crate::retry::{self, Backoff, RetrySettings};
+use crate::sources::Target;
 use crate::{decode, off_thread, timer, Client, Connection, Error, ReceivedMessage, Resource, Result};
 use ringpost_wire::messages::{PullResponse, StreamingPullRequest};
 use ringpost_wire::{Command, ErrorCode};
@@ -218,15 +219,27 @@ impl Client {
     }
 
     /// Opens a streaming pull on its own connection to the forwarder that owns the
-    /// subscription. Opening it (the lookup, the connection, the forwarder's acceptance) has
-    /// the client's request timeout; the open stream has no deadline.
+    /// subscription's source 0 (its topic's own log, the only one of a topic of one source).
+    /// Opening it (the lookup, the connection, the forwarder's acceptance) has the client's
+    /// request timeout; the open stream has no deadline. A [`crate::Subscriber`] gathers every
+    /// source; `streaming_pull_source` opens one on another.
     pub async fn streaming_pull(
         &self,
         subscription: &str,
         settings: StreamSettings,
     ) -> Result<MessageStream> {
+        self.streaming_pull_source(subscription, 0, settings).await
+    }
+
+    /// `streaming_pull` of the subscription's source `source`.
+    pub async fn streaming_pull_source(
+        &self,
+        subscription: &str,
+        source: u32,
+        settings: StreamSettings,
+    ) -> Result<MessageStream> {
         let deadline = std::time::Instant::now() + self.request_timeout;
-        let opening = self.open_streaming_pull(subscription, settings);
+        let opening = self.open_streaming_pull(subscription, source, settings);
         crate::timer::run_until(deadline, opening).await.unwrap_or_else(|| {
             Err(Error::DeadlineExceeded(format!(
                 "opening a streaming pull of '{subscription}' took longer than {:?}",
@@ -238,6 +251,7 @@ impl Client {
     async fn open_streaming_pull(
         &self,
         subscription: &str,
+        source: u32,
         settings: StreamSettings,
     ) -> Result<MessageStream> {
         let request = StreamingPullRequest {
@@ -249,7 +263,8 @@ impl Client {
         let mut routings = 1;
         let mut passes = 0;
         loop {
-            let route = self.route(Resource::Subscription, subscription).await?;
+            let (source, route) =
+                self.route(Resource::Subscription, subscription, Target::Source(source)).await?;
             let address = route[0].clone();
             let security = self.security.clone();
             let connecting = address.clone();
@@ -259,7 +274,7 @@ impl Client {
             // again by the next attempt (a restarted daemon's forwarder may have moved).
             let failed = |error: Error, passes: &mut usize| {
                 if crate::retry::is_connection_failure(&error) {
-                    self.pass_over(Resource::Subscription, subscription, &address);
+                    self.pass_over(Resource::Subscription, subscription, source, &address);
                     if *passes + 1 < route.len() {
                         *passes += 1;
                         return None;

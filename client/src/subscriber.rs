@@ -36,9 +36,10 @@
 //! The server enforces it: each stream carries [`SubscriberSettings::max_outstanding_messages`]
 //! (default 1000) and [`SubscriberSettings::max_outstanding_bytes`] (default 100 MiB, Python's
 //! defaults) and the server sends nothing more while that many messages are delivered and not
-//! acked or nacked. With [`SubscriberSettings::parallel_streams`] above 1 the limits are split
-//! between the streams, so they bound the whole subscriber and not each stream (the
-//! `setParallelPullCount` surprise of java-pubsub#2480). Every ack and nack frees the window, and
+//! acked or nacked. With [`SubscriberSettings::parallel_streams`] above 1, or a topic of several
+//! publish sources (a stream on each), the limits are split between the streams, so they bound
+//! the whole subscriber and not each stream (the `setParallelPullCount` surprise of
+//! java-pubsub#2480). Every ack and nack frees the window, and
 //! a handle that is dropped nacks, so the window cannot fill with messages nobody will settle.
 //!
 //! # Lease extension
@@ -69,9 +70,12 @@
 //! # Threading model
 //!
 //! A subscriber starts its threads on the first `run` or `next`, a fixed number of them:
-//! - `parallel_streams` `ringpost-sub-pull` threads, each owning one streaming pull: it reads
-//!   batches, registers their leases and hands the messages to the workers or to `next`, and
-//!   reopens the stream with backoff after a connection failure;
+//! - one `ringpost-sub-sources` thread, which looks up the topic's publish sources and starts
+//!   `parallel_streams` pulling threads on each, and on each source added later (it looks again
+//!   every [`crate::sources::SOURCES_REFRESH_INTERVAL`], 30 s);
+//! - `parallel_streams` `ringpost-sub-pull` threads per source, each owning one streaming pull
+//!   on its source: it reads batches, registers their leases and hands the messages to the
+//!   workers or to `next`, and reopens its stream alone, with backoff, after a failure;
 //! - one `ringpost-sub-lease` thread, which sends the lease extensions when they are due;
 //! - `ACK_SENDERS` `ringpost-sub-ack` threads, which send the batched acks, nacks and deadline
 //!   changes, a quarter of the flow-control window per request at most, one request each at a
@@ -200,11 +204,14 @@ impl SubscriberSettings {
         Ok(())
     }
 
-    /// The settings of each stream: the flow-control limits split between the streams.
-    fn stream_settings(&self) -> StreamSettings {
+    /// The settings of each stream when the topic has `sources` sources: the flow-control
+    /// limits split between the streams, `parallel_streams` on each source (at least one
+    /// message and byte a stream).
+    fn stream_settings(&self, sources: u32) -> StreamSettings {
+        let streams = self.parallel_streams as u64 * u64::from(sources.max(1));
         let share = |limit: u64| match limit {
             0 => 0,
-            limit => (limit / self.parallel_streams as u64).max(1),
+            limit => (limit / streams).max(1),
         };
         StreamSettings {
             max_outstanding_messages: share(self.max_outstanding_messages),
@@ -700,10 +707,8 @@ impl Inner {
                 ));
             }
         }
-        for _ in 0..self.settings.parallel_streams {
-            let running = Running::enter(self, Kind::Puller);
-            threads.push(("ringpost-sub-pull", Box::new(move || running.inner.clone().pull(&running))));
-        }
+        let running = Running::enter(self, Kind::Puller);
+        threads.push(("ringpost-sub-sources", Box::new(move || running.inner.clone().gather(&running))));
         for (name, body) in threads {
             if let Err(error) = std::thread::Builder::new().name(name.into()).spawn(body) {
                 self.fail(Error::Io(error));
@@ -733,8 +738,49 @@ impl Inner {
 
     // ---- pulling ----
 
-    /// One `ringpost-sub-pull` thread: keeps one stream open and hands its messages out.
-    fn pull(self: Arc<Self>, _running: &Running) {
+    /// The `ringpost-sub-sources` thread: looks up the topic's sources and starts
+    /// `parallel_streams` pulling threads on each, then looks again every
+    /// `SOURCES_REFRESH_INTERVAL` and starts them on each source added since. A source's
+    /// streams take their share of the window over the sources known when they start: streams
+    /// started before a source was added keep their larger share until they reopen.
+    fn gather(self: Arc<Self>, _running: &Running) {
+        let mut backoff = Backoff::new(REOPEN_RETRY);
+        let mut started = 0;
+        while !self.stop.is_fired() {
+            let count =
+                match block_on(until(&self.stop, self.client.subscription_sources(&self.subscription))) {
+                    None => return,
+                    Some(Ok((count, _active))) => count,
+                    Some(Err(error)) => {
+                        if !self.retry_after(&error, &mut backoff) {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+            backoff = Backoff::new(REOPEN_RETRY);
+            let settings = self.settings.stream_settings(count);
+            for source in started..count {
+                for _ in 0..self.settings.parallel_streams {
+                    let running = Running::enter(&self, Kind::Puller);
+                    let settings = settings.clone();
+                    let body = move || running.inner.clone().pull(&running, source, settings);
+                    if let Err(error) =
+                        std::thread::Builder::new().name("ringpost-sub-pull".into()).spawn(body)
+                    {
+                        self.fail(Error::Io(error));
+                        return;
+                    }
+                }
+            }
+            started = started.max(count);
+            block_on(until(&self.stop, timer::sleep(crate::sources::SOURCES_REFRESH_INTERVAL)));
+        }
+    }
+
+    /// One `ringpost-sub-pull` thread: keeps one stream open on source `source` and hands its
+    /// messages out. Each source's streams are its own: one that fails reopens alone.
+    fn pull(self: Arc<Self>, _running: &Running, source: u32, settings: StreamSettings) {
         let mut backoff = Backoff::new(REOPEN_RETRY);
         while !self.stop.is_fired() {
             if let Err(error) = self.learn_initial_deadline() {
@@ -743,7 +789,7 @@ impl Inner {
                 }
                 continue;
             }
-            let opening = self.client.streaming_pull(&self.subscription, self.settings.stream_settings());
+            let opening = self.client.streaming_pull_source(&self.subscription, source, settings.clone());
             let mut stream = match block_on(until(&self.stop, opening)) {
                 None => return,
                 Some(Ok(stream)) => stream,
@@ -1319,15 +1365,17 @@ mod tests {
     }
 
     #[test]
-    fn flow_control_is_split_between_streams() {
+    fn flow_control_is_split_between_streams_and_sources() {
         let settings = SubscriberSettings { parallel_streams: 3, ..SubscriberSettings::default() };
-        let stream = settings.stream_settings();
+        let stream = settings.stream_settings(1);
         assert_eq!(stream.max_outstanding_messages, 333);
         assert_eq!(stream.max_outstanding_bytes, MAX_OUTSTANDING_BYTES_DEFAULT / 3);
+        let over_two = settings.stream_settings(2);
+        assert_eq!(over_two.max_outstanding_messages, 166, "six streams: three on each of two sources");
         let unlimited = SubscriberSettings { max_outstanding_messages: 0, parallel_streams: 2, ..settings };
-        assert_eq!(unlimited.stream_settings().max_outstanding_messages, 0);
+        assert_eq!(unlimited.stream_settings(2).max_outstanding_messages, 0);
         let tiny = SubscriberSettings { max_outstanding_messages: 1, parallel_streams: 4, ..unlimited };
-        assert_eq!(tiny.stream_settings().max_outstanding_messages, 1);
+        assert_eq!(tiny.stream_settings(1).max_outstanding_messages, 1);
     }
 
     #[test]

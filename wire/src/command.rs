@@ -181,11 +181,17 @@ pub enum Command {
     /// from before the command refuses it as unknown; the voters then elect a leader once the
     /// old one's lease ends, as without it.
     PeerTransferLeader = 83,
+    /// `LookupSourcesRequest` → `LookupSourcesResponse` (router): each of a topic's (or a
+    /// subscription's topic's) publish sources with its forwarders, most preferred first, and
+    /// how many take publishes. A daemon from before answers `Unimplemented`; ask `LookupTopic`
+    /// or `LookupSubscription` then (a topic there has one source). Code 120: 20, which the
+    /// sources' work reserved for it, is `CreateSubscription`'s since the start.
+    LookupSources = 120,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 61] = [
+    pub const ALL: [Command; 62] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -193,6 +199,7 @@ impl Command {
         Command::ListTopics,
         Command::DeleteTopic,
         Command::LookupTopic,
+        Command::LookupSources,
         Command::UpdateTopic,
         Command::CreateReplicatedTopic,
         Command::CreateTopicWithSources,
@@ -312,6 +319,7 @@ impl Command {
             92 => Command::UpdateSubscriptionWithPushProject,
             93 => Command::ModifyPushConfigWithProject,
             83 => Command::PeerTransferLeader,
+            120 => Command::LookupSources,
             _ => return None,
         })
     }

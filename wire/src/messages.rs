@@ -239,6 +239,23 @@ wire_type! {
 }
 
 wire_type! {
+    /// LookupSources: `name` is a subscription's when `subscription`, else a topic's.
+    pub struct LookupSourcesRequest { pub name: String, pub subscription: bool }
+}
+
+wire_type! {
+    /// One publish source's number and its forwarders, most preferred first (its leader's).
+    pub struct SourceRoute { pub number: u32, pub forwarders: Vec<ShardAddress> }
+}
+
+wire_type! {
+    /// Every source of a topic, by number from 0, retiring ones included (a subscriber drains
+    /// them); `active` is how many take publishes, sources `0..active`, the count the key map
+    /// (`source_of_key`) is computed with.
+    pub struct LookupSourcesResponse { pub sources: Vec<SourceRoute>, pub active: u32 }
+}
+
+wire_type! {
     pub struct Attribute { pub key: String, pub value: String }
 }
 

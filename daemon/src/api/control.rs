@@ -126,6 +126,22 @@ pub struct ForwarderAddress {
     pub address: String,
 }
 
+/// One publish source of a topic and the forwarders that serve it, most preferred first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRoute {
+    pub source: crate::ids::SourceId,
+    pub forwarders: Vec<ForwarderAddress>,
+}
+
+/// Every publish source of a topic, source 0 first, retiring ones included (a subscriber still
+/// drains them), and how many are active: sources `0..active` take publishes, and `active` is
+/// the count the key map (`ringpost_model::sources::source_of_key`) is computed with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRoutes {
+    pub sources: Vec<SourceRoute>,
+    pub active: u32,
+}
+
 /// What a resync of a data directory rewrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Resynced {

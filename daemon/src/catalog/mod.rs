@@ -19,6 +19,7 @@ pub mod standing;
 pub mod state;
 mod status;
 pub mod store;
+mod units;
 
 #[cfg(test)]
 mod tests;

@@ -319,6 +319,8 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation, projects: bool
         | Operation::DeleteSubscription { name }
         | Operation::DetachSubscription { name }
         | Operation::LookupSubscription { name }
+        | Operation::LookupTopicSources { name }
+        | Operation::LookupSubscriptionSources { name }
         | Operation::GetSnapshot { name }
         | Operation::DeleteSnapshot { name } => {
             encoder.str(name);
@@ -416,6 +418,8 @@ fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Opera
         Kind::DeleteSubscription => Operation::DeleteSubscription { name: decoder.str()? },
         Kind::DetachSubscription => Operation::DetachSubscription { name: decoder.str()? },
         Kind::LookupSubscription => Operation::LookupSubscription { name: decoder.str()? },
+        Kind::LookupTopicSources => Operation::LookupTopicSources { name: decoder.str()? },
+        Kind::LookupSubscriptionSources => Operation::LookupSubscriptionSources { name: decoder.str()? },
         Kind::GetSnapshot => Operation::GetSnapshot { name: decoder.str()? },
         Kind::DeleteSnapshot => Operation::DeleteSnapshot { name: decoder.str()? },
         Kind::ListTopics => Operation::ListTopics(decode_list(decoder)?),
@@ -657,6 +661,8 @@ mod tests {
             Operation::DetachSubscription { name: "s".into() },
             Operation::ListSubscriptions(list.clone()),
             Operation::LookupSubscription { name: "s".into() },
+            Operation::LookupTopicSources { name: "t".into() },
+            Operation::LookupSubscriptionSources { name: "s".into() },
             Operation::Seek { subscription: "s".into(), target: SeekTarget::Time { time_ms: 12 } },
             Operation::Seek { subscription: "s".into(), target: SeekTarget::Snapshot { name: "m".into() } },
             Operation::CreateSnapshot { name: "m".into(), subscription: "s".into(), labels: labels() },

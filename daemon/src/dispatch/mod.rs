@@ -245,6 +245,18 @@ impl<S: Storage> Door<S> {
                 caller.local_address,
                 Some(&caller.route_client()),
             )?),
+            Operation::LookupTopicSources { name } => Outcome::Sources(router.lookup_topic_sources(
+                &name,
+                caller.local_address,
+                Some(&caller.route_client()),
+            )?),
+            Operation::LookupSubscriptionSources { name } => {
+                Outcome::Sources(router.lookup_subscription_sources(
+                    &name,
+                    caller.local_address,
+                    Some(&caller.route_client()),
+                )?)
+            }
             Operation::Seek { subscription, target } => {
                 router.seek(&subscription, target).await?;
                 Outcome::Done

@@ -55,12 +55,16 @@ pub enum Kind {
     ClusterRestrict,
     /// The routing restrictions.
     ClusterRestrictions,
+    /// Each of a topic's publish sources with its forwarders (native `LookupSources`).
+    LookupTopicSources,
+    /// Each of a subscription's topic's sources with its forwarders.
+    LookupSubscriptionSources,
 }
 
 impl Kind {
     /// Every kind; the tests check the table below against it. A kind's place here is its
     /// number between nodes (`dispatch::codec`), so new kinds go at the end.
-    pub const ALL: [Kind; 36] = {
+    pub const ALL: [Kind; 38] = {
         use Kind::*;
         [
             CreateTopic,
@@ -99,6 +103,8 @@ impl Kind {
             ClusterDrainStatus,
             ClusterRestrict,
             ClusterRestrictions,
+            LookupTopicSources,
+            LookupSubscriptionSources,
         ]
     };
 
@@ -117,15 +123,18 @@ impl Kind {
             UpdateTopic | DetachSubscription => Permission::TopicsUpdate,
             DeleteTopic => Permission::TopicsDelete,
             ListTopics => Permission::TopicsList,
-            LookupTopic | Publish => Permission::TopicsPublish,
+            LookupTopic | LookupTopicSources | Publish => Permission::TopicsPublish,
             CreateSubscription => Permission::SubscriptionsCreate,
             GetSubscription => Permission::SubscriptionsGet,
             UpdateSubscription | ModifyPushConfig => Permission::SubscriptionsUpdate,
             DeleteSubscription => Permission::SubscriptionsDelete,
             ListSubscriptions => Permission::SubscriptionsList,
-            LookupSubscription | Pull | StreamingPull | Acknowledge | ModifyAckDeadline => {
-                Permission::SubscriptionsConsume
-            }
+            LookupSubscription
+            | LookupSubscriptionSources
+            | Pull
+            | StreamingPull
+            | Acknowledge
+            | ModifyAckDeadline => Permission::SubscriptionsConsume,
             Seek => Permission::SnapshotsSeek,
             CreateSnapshot | UpdateSnapshot => Permission::SnapshotsCreate,
             GetSnapshot => Permission::SnapshotsGet,
@@ -142,8 +151,8 @@ impl Kind {
     /// permission too (a refusal names `permission`, the one a client that looks up means to use).
     pub const fn alternative(self) -> Option<Permission> {
         match self {
-            Kind::LookupTopic => Some(Permission::TopicsGet),
-            Kind::LookupSubscription => Some(Permission::SubscriptionsGet),
+            Kind::LookupTopic | Kind::LookupTopicSources => Some(Permission::TopicsGet),
+            Kind::LookupSubscription | Kind::LookupSubscriptionSources => Some(Permission::SubscriptionsGet),
             _ => None,
         }
     }
@@ -234,6 +243,12 @@ pub enum Operation {
     LookupSubscription {
         name: String,
     },
+    LookupTopicSources {
+        name: String,
+    },
+    LookupSubscriptionSources {
+        name: String,
+    },
     Seek {
         subscription: String,
         target: SeekTarget,
@@ -301,6 +316,8 @@ impl Operation {
             Operation::DetachSubscription { .. } => Kind::DetachSubscription,
             Operation::ListSubscriptions(_) => Kind::ListSubscriptions,
             Operation::LookupSubscription { .. } => Kind::LookupSubscription,
+            Operation::LookupTopicSources { .. } => Kind::LookupTopicSources,
+            Operation::LookupSubscriptionSources { .. } => Kind::LookupSubscriptionSources,
             Operation::Seek { .. } => Kind::Seek,
             Operation::CreateSnapshot { .. } => Kind::CreateSnapshot,
             Operation::GetSnapshot { .. } => Kind::GetSnapshot,
@@ -334,6 +351,8 @@ impl Operation {
             | Operation::DeleteSubscription { name }
             | Operation::DetachSubscription { name }
             | Operation::LookupSubscription { name }
+            | Operation::LookupTopicSources { name }
+            | Operation::LookupSubscriptionSources { name }
             | Operation::ModifyPushConfig { name, .. }
             | Operation::CreateSnapshot { name, .. }
             | Operation::GetSnapshot { name }
@@ -414,6 +433,7 @@ mod tests {
                 | Kind::ListTopicSubscriptions
                 | Kind::ListTopicSnapshots
                 | Kind::LookupTopic
+                | Kind::LookupTopicSources
                 | Kind::DetachSubscription
                 | Kind::Publish => ResourceKind::Topic,
                 Kind::CreateSnapshot

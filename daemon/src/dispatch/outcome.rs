@@ -1,7 +1,7 @@
 //! What an operation answers, before any protocol encodes it.
 
 use crate::api::cluster::{ClusterStatus, NodeDrain};
-use crate::api::control::{ForwarderAddress, Page, Resynced, Snapshot, Subscription, Topic};
+use crate::api::control::{ForwarderAddress, Page, Resynced, Snapshot, SourceRoutes, Subscription, Topic};
 use crate::api::stats::Stats;
 use crate::api::Status;
 
@@ -24,6 +24,8 @@ pub enum Outcome {
     Subscriptions(Page<SubscriptionShown>),
     Snapshots(Page<Snapshot>),
     Forwarders(Vec<ForwarderAddress>),
+    /// Each publish source's forwarders.
+    Sources(SourceRoutes),
     Stats(Box<Stats>),
     ClusterStatus(Box<ClusterStatus>),
     /// What each draining node still holds.
@@ -59,6 +61,7 @@ impl Outcome {
     into_variant!(into_subscriptions, Subscriptions, Page<SubscriptionShown>);
     into_variant!(into_snapshots, Snapshots, Page<Snapshot>);
     into_variant!(into_forwarders, Forwarders, Vec<ForwarderAddress>);
+    into_variant!(into_sources, Sources, SourceRoutes);
     into_variant!(into_stats, Stats, Box<Stats>);
     into_variant!(into_cluster_status, ClusterStatus, Box<ClusterStatus>);
     into_variant!(into_drains, Drains, Vec<NodeDrain>);

@@ -22,13 +22,14 @@
 //! replicas stay too: the other replicas are a quorum without them. Undraining changes only the
 //! record: leaderships stay where the drain moved them (nothing balances leaders back).
 //!
-//! A topic's publish sources after the first (`SourceRecord`) are not moved yet: elections do
-//! not run for them yet (`elections::elect` finds only topics); once they do,
-//! `leaderships_to_move` and `drain_status` take them in beside the topics.
+//! A topic's publish sources after the first (`SourceRecord`) are units of their own, elected
+//! as topics are (`CatalogState::unit_by_id`): a replicated source's leadership moves as a
+//! topic's does, and a source of one replica stays and is named (`topic#n`).
 
 use super::elections::{self, ELECTIONS_IN_FLIGHT_MAX, SOURCE_FAILURE_TIMEOUT};
 use super::{ControlError, Router};
 use crate::api::cluster::{NodeDrain, DRAIN_TOPICS_NAMED_MAX};
+use crate::catalog::placement::source_key;
 use crate::catalog::{CatalogEntry, CatalogState};
 use crate::ids::{NodeId, ShardId, TopicId};
 use crate::storage::Storage;
@@ -58,15 +59,17 @@ pub fn draining_last(order: Vec<ShardId>, draining: &BTreeSet<NodeId>) -> Vec<Sh
     kept.into_iter().chain(last).collect()
 }
 
-/// The replicated topics whose leader is on a draining node and that have a replica on a node
-/// that is not (the election's candidates), with that leader.
+/// The replicated units (topics and their later sources) whose leader is on a draining node
+/// and that have a replica on a node that is not (the election's candidates), with that
+/// leader.
 pub fn leaderships_to_move(state: &CatalogState) -> Vec<(TopicId, ShardId)> {
-    state
-        .topics
-        .values()
-        .filter(|topic| topic.replica_count() > 1 && state.draining.contains(&topic.shard.node()))
-        .filter(|topic| topic.replicas.iter().any(|replica| !state.draining.contains(&replica.node())))
-        .map(|topic| (topic.id, topic.shard))
+    let topics = state.topics.values().map(|topic| (topic.id, topic.shard, &topic.replicas));
+    let sources = state.sources.values().map(|source| (source.id, source.shard, &source.replicas));
+    topics
+        .chain(sources)
+        .filter(|(_, leader, replicas)| replicas.len() > 1 && state.draining.contains(&leader.node()))
+        .filter(|(_, _, replicas)| replicas.iter().any(|replica| !state.draining.contains(&replica.node())))
+        .map(|(id, leader, _)| (id, leader))
         .collect()
 }
 
@@ -82,13 +85,22 @@ pub fn drain_status(state: &CatalogState, catalog_leader: Option<NodeId>) -> Vec
                 leads_catalog: catalog_leader == Some(*node_id),
                 ..NodeDrain::default()
             };
-            for topic in state.topics.values().filter(|topic| topic.shard.node() == *node_id) {
-                if topic.replica_count() > 1 {
+            // Each unit led there: a topic's own log by its name, a later source as `topic#n`.
+            let topics =
+                state.topics.values().map(|topic| (topic.shard, topic.replicas.len(), topic.name.clone()));
+            let sources = state.sources.values().filter_map(|source| {
+                let topic = state.topic_by_id(source.topic_id)?;
+                Some((source.shard, source.replicas.len(), source_key(&topic.name, source.source.get())))
+            });
+            for (_, replicas, name) in
+                topics.chain(sources).filter(|(leader, _, _)| leader.node() == *node_id)
+            {
+                if replicas > 1 {
                     drain.leaderships += 1;
                 } else {
                     drain.single_replica_count += 1;
                     if drain.single_replica_topics.len() < DRAIN_TOPICS_NAMED_MAX {
-                        drain.single_replica_topics.push(topic.name.clone());
+                        drain.single_replica_topics.push(name);
                     }
                 }
             }
@@ -181,14 +193,14 @@ impl<S: Storage> Router<S> {
 
     /// Elects a leader of `topic_id` other than `leader`, if it still leads.
     async fn move_leadership(&self, topic_id: TopicId, leader: ShardId) {
-        let name = match self.state.borrow().topic_by_id(topic_id) {
-            Some(topic) if topic.shard == leader => topic.name.clone(),
+        let name = match self.state.borrow().unit_by_id(topic_id) {
+            Some(unit) if unit.shard == leader => self.state.borrow().unit_shown(topic_id),
             _ => return,
         };
         match elections::elect(self, topic_id, Some(leader)).await {
-            Ok(()) => crate::log_info!("ringpostd: topic '{name}': leadership moved off draining {leader}"),
+            Ok(()) => crate::log_info!("ringpostd: {name}: leadership moved off draining {leader}"),
             Err(error) => crate::log_warn!(
-                "ringpostd: topic '{name}': moving its leadership off draining {leader}: {error}; tried again in {} s",
+                "ringpostd: {name}: moving its leadership off draining {leader}: {error}; tried again in {} s",
                 DRAIN_PASS_INTERVAL.as_secs()
             ),
         }

@@ -128,22 +128,24 @@ impl Elections {
         assert!(held, "the election of topic {topic_id:x} ended without having begun");
     }
 
-    /// The replicated topics that need an election at `now`: asked for, whose leader is on a
-    /// node not in `heard`, or whose last election failed long enough ago. Takes the asked
+    /// The replicated units (topics and their later sources) that need an election at `now`:
+    /// asked for, whose leader is on a node not in `heard`, or whose last election failed long enough ago. Takes the asked
     /// ones off the list.
     pub fn candidates(&self, catalog: &CatalogState, heard: &[NodeId], now: Instant) -> Vec<TopicId> {
         let mut wanted = self.wanted.borrow_mut();
         let retry = self.retry.borrow();
-        catalog
-            .topics
-            .values()
-            .filter(|topic| topic.replica_count() > 1)
-            .filter(|topic| {
-                let away = !heard.contains(&topic.shard.node());
-                let due = retry.get(&topic.id).is_some_and(|at| now >= *at);
-                wanted.remove(&topic.id) || away || due
+        // Every replicated unit: the topics' own logs, then their later sources.
+        let topics = catalog.topics.values().filter(|topic| topic.replica_count() > 1);
+        let sources = catalog.sources.values().filter(|source| source.replicas.len() > 1);
+        topics
+            .map(|topic| (topic.id, topic.shard))
+            .chain(sources.map(|source| (source.id, source.shard)))
+            .filter(|(id, leader)| {
+                let away = !heard.contains(&leader.node());
+                let due = retry.get(id).is_some_and(|at| now >= *at);
+                wanted.remove(id) || away || due
             })
-            .map(|topic| topic.id)
+            .map(|(id, _)| id)
             .collect()
     }
 
@@ -178,7 +180,8 @@ pub fn coordinate<E: Electorate + 'static>(electorate: &Rc<E>) {
             match elect(&*electorate, topic_id, None).await {
                 Ok(()) => elections.elected(topic_id),
                 Err(status) => {
-                    crate::log_warn!("ringpostd: electing a leader of topic {topic_id:x}: {status}");
+                    let unit = electorate.catalog().unit_shown(topic_id);
+                    crate::log_warn!("ringpostd: electing a leader of {unit}: {status}");
                     elections.failed(topic_id, crate::runtime::now());
                 }
             }
@@ -197,7 +200,8 @@ pub async fn elect<E: Electorate>(
     topic_id: TopicId,
     excluded: Option<ShardId>,
 ) -> Result<(), ControlError> {
-    let Some(topic) = electorate.catalog().topic_by_id(topic_id).cloned() else { return Ok(()) };
+    // A topic's own log, or one of its later sources, by its unit id.
+    let Some(topic) = electorate.catalog().unit_by_id(topic_id) else { return Ok(()) };
     let epoch = topic.epoch + 1;
     let fence_wait = electorate.elections().timings.fence_wait;
     let fences = topic.replicas.iter().map(|shard| async move {
@@ -223,8 +227,8 @@ pub async fn elect<E: Electorate>(
     let leader = chosen.replica;
     electorate.decide(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
     crate::log_info!(
-        "ringpostd: topic '{}': {} leads from epoch {epoch} (its log ends at {}, epoch {})",
-        topic.name,
+        "ringpostd: {}: {} leads from epoch {epoch} (its log ends at {}, epoch {})",
+        electorate.catalog().unit_shown(topic_id),
         leader,
         chosen.durable_end,
         chosen.last_epoch

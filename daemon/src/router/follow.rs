@@ -352,13 +352,6 @@ impl<S: Storage> Router<S> {
                 bounds.min, bounds.max
             )));
         }
-        if bounds.max > 1 && replicas > 1 {
-            return Err(ControlError::failed_precondition(format!(
-                "topic '{}' has {replicas} replicas: a topic of several sources has one replica each for now, \
-                 so its sources cannot follow its load",
-                topic.name
-            )));
-        }
         let have = self.state.borrow().source_count(topic.id) as u32;
         if have > bounds.max {
             return Err(ControlError::failed_precondition(format!(

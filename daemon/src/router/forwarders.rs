@@ -109,12 +109,17 @@ impl ForwarderAddresses {
 }
 
 impl<S: Storage> Router<S> {
-    /// The forwarder shard a topic is placed on, naming its node.
+    /// The forwarder shard a unit (a topic, or one of its later sources) is placed on, naming
+    /// its node.
     pub(super) fn shard_of(&self, topic_id: TopicId) -> Option<ShardId> {
-        self.state
-            .borrow()
+        let state = self.state.borrow();
+        // A unit is a topic's own log or one of its later sources (a topic has few: a scan).
+        let source =
+            || state.sources.values().find(|source| source.id == topic_id).map(|source| source.shard);
+        state
             .topic_by_id(topic_id)
             .map(|topic| topic.shard)
+            .or_else(source)
             .filter(|shard| *shard != crate::catalog::entry::SHARD_UNPLACED)
     }
 

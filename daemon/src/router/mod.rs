@@ -295,7 +295,7 @@ impl<S: Storage> Router<S> {
         // what it would route to no longer counts it.
         self.check_member()?;
         let shard = self
-            .shard_of(topic_id)
+            .unit_shard(topic_id)
             .ok_or_else(|| ControlError::Unavailable("the topic is not placed on any forwarder".into()))?;
         let layout = self.current_layout();
         let owner = layout
@@ -391,8 +391,10 @@ pub mod follow;
 mod forwarders;
 mod limits;
 mod recovery;
+mod replicated_sources;
 mod snapshots;
 mod sources;
+pub use crate::api::control::{SourceRoute, SourceRoutes};
 use sources::count_sources;
 mod status;
 mod subscriptions;

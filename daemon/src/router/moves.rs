@@ -8,6 +8,7 @@
 use super::elections::{self, Electorate};
 use super::ControlError;
 use super::Router;
+use crate::catalog::placement::source_key;
 use crate::catalog::{CatalogEntry, TopicRecord};
 use crate::control::{ControlOk, ControlRequest, ReplicaProgress};
 use crate::ids::{NodeId, ShardId, TopicId};
@@ -27,15 +28,16 @@ impl<S: Storage> Router<S> {
     /// at most `MOVES_IN_FLIGHT_MAX` at once. Fails with the first move that failed; those
     /// done stay done, and running it again moves the rest.
     pub(super) async fn move_replicas_off(&self, node_id: NodeId) -> Result<usize, ControlError> {
+        // Every replicated unit: the topics' own logs and their later sources.
         let topics: Vec<TopicId> = self
             .state
             .borrow()
-            .topics
-            .values()
+            .replicated_units()
+            .iter()
             .filter(|topic| {
                 // Those on the node, and those a move cut short left with an even count.
                 let on_node = topic.replicas.iter().any(|replica| replica.node() == node_id);
-                topic.replicas.len() > 1 && (on_node || topic.replicas.len().is_multiple_of(2))
+                on_node || topic.replicas.len().is_multiple_of(2)
             })
             .map(|topic| topic.id)
             .collect();
@@ -65,13 +67,12 @@ impl<S: Storage> Router<S> {
         self.replicas.elections.end(topic_id);
         // A topic deleted while its replica moved leaves nothing to move: the removal goes on,
         // rather than refusing the node as not found (the cluster simulation's seed 62).
-        if moved.is_err() && self.state.borrow().topic_by_id(topic_id).is_none() {
+        if moved.is_err() && self.state.borrow().unit_by_id(topic_id).is_none() {
             return Ok(());
         }
         moved.map_err(|error| {
-            let name = self.state.borrow().topic_by_id(topic_id).map(|topic| topic.name.clone());
-            let name = name.unwrap_or_else(|| format!("{topic_id:x}"));
-            error.within(format!("moving topic '{name}' off node {node_id}"))
+            let unit = self.state.borrow().unit_shown(topic_id);
+            error.within(format!("moving {unit} off node {node_id}"))
         })
     }
 
@@ -79,13 +80,19 @@ impl<S: Storage> Router<S> {
     /// replicas, is not `leaving_node` and answers, first in placement's preference.
     fn new_replica_place(&self, topic: &TopicRecord, leaving_node: NodeId) -> Result<ShardId, ControlError> {
         let holding: Vec<NodeId> = topic.replicas.iter().map(|replica| replica.node()).collect();
+        // A shard serves one source of a topic: none holding another of the topic's units.
+        let (topic_id, number) = self.state.borrow().unit_of(topic.id);
+        let others = self.state.borrow().shards_of_other_units(topic.id);
+        let key =
+            if topic_id == topic.id { topic.name.clone() } else { source_key(&topic.name, number.get()) };
         let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
-        self.place(&topic.name)
+        self.place(&key)
             .into_iter()
             .find(|shard| {
                 let node = shard.node();
                 node != leaving_node
                     && !holding.contains(&node)
+                    && !others.contains(shard)
                     && heard.as_ref().is_none_or(|heard| heard.contains(&node))
             })
             .ok_or_else(|| {
@@ -154,8 +161,9 @@ pub async fn move_replica<M: Mover>(
     }
 }
 
+/// The unit `topic_id` (a topic's own log or one of its later sources) as a topic record.
 fn topic_by_id<M: Mover>(mover: &M, topic_id: TopicId) -> Option<TopicRecord> {
-    mover.catalog().topic_by_id(topic_id).cloned()
+    mover.catalog().unit_by_id(topic_id)
 }
 
 fn topic_or_deleted<M: Mover>(mover: &M, topic_id: TopicId) -> Result<TopicRecord, ControlError> {
@@ -178,12 +186,13 @@ async fn take_out<M: Mover>(mover: &M, topic_id: TopicId, leaving: ShardId) -> R
 /// held when it joined.
 async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: ShardId) -> Result<(), ControlError> {
     let topic = topic_or_deleted(mover, topic_id)?;
+    let (_, source) = mover.catalog().unit_of(topic_id);
     let attach = ControlRequest::AttachReplica {
         topic_id,
         name: topic.name.clone(),
         retention_seconds: topic.message_retention_seconds,
         recovering: false,
-        source: crate::ids::SourceId::FIRST,
+        source,
     };
     mover.control(target, attach).await?;
     let mut grown = topic.replicas.clone();

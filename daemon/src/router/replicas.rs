@@ -7,6 +7,7 @@
 //! up-to-date replica of a quorum that answered.
 
 use super::elections::{self, Elections, Electorate};
+use super::sources::{attach_subscription, Unit};
 use super::ControlError;
 use super::{Router, RECOVERY_ATTACHES_IN_FLIGHT_MAX};
 use crate::api::control::Topic;
@@ -154,33 +155,8 @@ impl<S: Storage> Router<S> {
         replicas: Vec<ShardId>,
     ) -> Result<Topic, ControlError> {
         let name = request.name.as_str();
-        let attached: Rc<RefCell<Vec<ShardId>>> = Rc::default();
-        let refusal: Rc<RefCell<Option<ControlError>>> = Rc::default();
-        let attaches = replicas.iter().map(|shard| {
-            let (attached, refusal) = (attached.clone(), refusal.clone());
-            let attach = ControlRequest::AttachReplica {
-                topic_id: id,
-                name: name.to_owned(),
-                retention_seconds: retention,
-                recovering: false,
-                source: crate::ids::SourceId::FIRST,
-            };
-            async move {
-                // A node cut off may hold a connection open and never answer: a quorum is
-                // enough, and the create's own deadline must not pass waiting for the rest.
-                let answered = futures_lite::future::or(self.call_forwarder(*shard, attach), async {
-                    crate::runtime::sleep(REPLICA_ATTACH_WAIT).await;
-                    Err(ControlError::no_answer("its node did not answer in time"))
-                })
-                .await;
-                match answered {
-                    Ok(_) => attached.borrow_mut().push(*shard),
-                    Err(status) => *refusal.borrow_mut() = Some(status),
-                }
-            }
-        });
-        crate::sync::join_all(attaches.collect()).await;
-        let attached = attached.take();
+        let (attached, refusal) =
+            self.attach_new_replicas(id, name, retention, crate::ids::SourceId::FIRST, &replicas).await;
         let detach_all = || async {
             for shard in &attached {
                 let detach = ControlRequest::DetachTopic { topic_id: id, delete_data: true };
@@ -190,17 +166,13 @@ impl<S: Storage> Router<S> {
         if attached.len() < quorum(count) {
             detach_all().await;
             // The refusal is said with its code, as a forwarder's answer always was here.
-            let why = refusal.take().map(|error| format!(": {}", Status::from(error))).unwrap_or_default();
+            let why = refusal.map(|error| format!(": {}", Status::from(error))).unwrap_or_default();
             return Err(ControlError::unavailable(format!(
                 "topic '{name}': only {} of {count} replicas could be made{why}",
                 attached.len()
             )));
         }
         let leader = *replicas.iter().find(|shard| attached.contains(shard)).expect("a quorum attached");
-        // Other nodes' routers learn of theirs from the catalog.
-        for shard in attached.iter().filter(|shard| shard.node() == self.node_id()) {
-            self.replicas.attached.borrow_mut().insert((id, *shard));
-        }
         let record = TopicRecord {
             id,
             name: name.to_owned(),
@@ -227,29 +199,73 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
-    /// Promotes a topic's elected leader (on whichever node) and attaches its subscriptions.
-    async fn promote(&self, topic: &TopicRecord) -> Result<(), ControlError> {
+    /// Opens unit `id` (a topic's own log, or its source `source`) empty as a follower on
+    /// each of `replicas` at once, waiting at most `REPLICA_ATTACH_WAIT` for each: the ones
+    /// attached, and the last refusal.
+    pub(super) async fn attach_new_replicas(
+        &self,
+        id: TopicId,
+        name: &str,
+        retention: u64,
+        source: crate::ids::SourceId,
+        replicas: &[ShardId],
+    ) -> (Vec<ShardId>, Option<ControlError>) {
+        let attached: Rc<RefCell<Vec<ShardId>>> = Rc::default();
+        let refusal: Rc<RefCell<Option<ControlError>>> = Rc::default();
+        let attaches = replicas.iter().map(|shard| {
+            let (attached, refusal) = (attached.clone(), refusal.clone());
+            let attach = ControlRequest::AttachReplica {
+                topic_id: id,
+                name: name.to_owned(),
+                retention_seconds: retention,
+                recovering: false,
+                source,
+            };
+            async move {
+                // A node cut off may hold a connection open and never answer: a quorum is
+                // enough, and the create's own deadline must not pass waiting for the rest.
+                let answered = futures_lite::future::or(self.call_forwarder(*shard, attach), async {
+                    crate::runtime::sleep(REPLICA_ATTACH_WAIT).await;
+                    Err(ControlError::no_answer("its node did not answer in time"))
+                })
+                .await;
+                match answered {
+                    Ok(_) => attached.borrow_mut().push(*shard),
+                    Err(status) => *refusal.borrow_mut() = Some(status),
+                }
+            }
+        });
+        crate::sync::join_all(attaches.collect()).await;
+        let attached = attached.take();
+        // Other nodes' routers learn of theirs from the catalog.
+        for shard in attached.iter().filter(|shard| shard.node() == self.node_id()) {
+            self.replicas.attached.borrow_mut().insert((id, *shard));
+        }
+        (attached, refusal.take())
+    }
+
+    /// Marks unit `id` as being created here (attached, not yet in the catalog), so that
+    /// reconciling does not take its replicas for a deleted unit's; or no longer.
+    pub(super) fn set_creating(&self, id: TopicId, creating: bool) {
+        let mut units = self.replicas.creating.borrow_mut();
+        if creating {
+            units.insert(id);
+        } else {
+            units.remove(&id);
+        }
+    }
+
+    /// Promotes a unit's elected leader (on whichever node: a topic's own log, or one of its
+    /// later sources, as `CatalogState::unit_by_id` shows it) and attaches every subscription
+    /// of its topic there, from that subscription's sync point on the source.
+    pub(super) async fn promote(&self, topic: &TopicRecord) -> Result<(), ControlError> {
         let request = ControlRequest::PromoteReplica {
             topic_id: topic.id,
             epoch: topic.epoch,
             replicas: self.peers(&topic.replicas),
         };
         self.call_forwarder(topic.shard, request).await?;
-        let subscriptions: Vec<ControlRequest> = self
-            .state
-            .borrow()
-            .subscriptions
-            .values()
-            .filter(|record| record.topic_id == topic.id && !record.detached)
-            .map(|record| ControlRequest::AttachSubscription {
-                subscription_id: record.id,
-                name: record.name.clone(),
-                topic_id: record.topic_id,
-                settings: record.settings.clone(),
-                create: false,
-                start_offset: record.start_offset,
-            })
-            .collect();
+        let subscriptions = subscriptions_served_on(&self.state.borrow(), topic);
         for attach in subscriptions {
             self.call_forwarder(topic.shard, attach).await?;
         }
@@ -264,7 +280,12 @@ impl<S: Storage> Router<S> {
     pub(super) async fn recover_replicas(&self, topics: &[TopicRecord]) -> Result<(), String> {
         let node = self.node_id();
         let mut attaches = Vec::new();
-        for topic in topics.iter().filter(|topic| topic.replica_count() > 1) {
+        // The topics' later sources too, each a unit of its own.
+        let sources: Vec<TopicRecord> = {
+            let state = self.state.borrow();
+            state.replicated_units().into_iter().filter(|unit| state.unit_of(unit.id).0 != unit.id).collect()
+        };
+        for topic in topics.iter().chain(&sources).filter(|topic| topic.replica_count() > 1) {
             for shard in topic.replicas.iter().filter(|shard| shard.node() == node) {
                 attaches.push((*shard, topic));
             }
@@ -273,20 +294,27 @@ impl<S: Storage> Router<S> {
             }
         }
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
-            let attach = ControlRequest::AttachReplica {
-                topic_id: topic.id,
-                name: topic.name.clone(),
-                retention_seconds: topic.message_retention_seconds,
-                recovering: true,
-                source: crate::ids::SourceId::FIRST,
-            };
+            let attach = self.attach_replica_request(topic);
             self.call_forwarder(shard, attach).await.map_err(|error| {
-                format!("recovering a replica of topic '{}': {}", topic.name, Status::from(error))
+                let unit = self.state.borrow().unit_shown(topic.id);
+                format!("recovering a replica of {unit}: {}", Status::from(error))
             })?;
             self.replicas.attached.borrow_mut().insert((topic.id, shard));
             Ok(())
         })
         .await
+    }
+
+    /// What opens a replica of unit `topic` (a topic's own log, or one of its later sources,
+    /// knowing its number) from what its folders hold.
+    fn attach_replica_request(&self, topic: &TopicRecord) -> ControlRequest {
+        ControlRequest::AttachReplica {
+            topic_id: topic.id,
+            name: topic.name.clone(),
+            retention_seconds: topic.message_retention_seconds,
+            recovering: true,
+            source: self.state.borrow().unit_of(topic.id).1,
+        }
     }
 
     /// Keeps this node's replicas as the catalog says: called every `RECONCILE_TICK`, it looks
@@ -301,25 +329,19 @@ impl<S: Storage> Router<S> {
         }
         self.replicas.reconciled.set((applied, Some(now)));
         let node = self.node_id();
+        // Every replicated unit with a replica here: topics' own logs and their later sources.
         let topics: Vec<TopicRecord> = self
             .state
             .borrow()
-            .topics
-            .values()
+            .replicated_units()
+            .into_iter()
             .filter(|topic| topic.replicas.iter().any(|shard| shard.node() == node))
-            .cloned()
             .collect();
         let mut stale_leads = Vec::new();
         for topic in &topics {
             for shard in topic.replicas.iter().filter(|shard| shard.node() == node) {
                 if !self.replicas.attached.borrow().contains(&(topic.id, *shard)) {
-                    let attach = ControlRequest::AttachReplica {
-                        topic_id: topic.id,
-                        name: topic.name.clone(),
-                        retention_seconds: topic.message_retention_seconds,
-                        recovering: true,
-                        source: crate::ids::SourceId::FIRST,
-                    };
+                    let attach = self.attach_replica_request(topic);
                     match self.call_forwarder(*shard, attach).await {
                         Ok(_) => {
                             self.replicas.attached.borrow_mut().insert((topic.id, *shard));
@@ -379,7 +401,7 @@ impl<S: Storage> Router<S> {
             .iter()
             .filter(|(id, shard)| {
                 let listed =
-                    self.state.borrow().topic_by_id(*id).is_some_and(|topic| topic.replicas.contains(shard));
+                    self.state.borrow().unit_by_id(*id).is_some_and(|topic| topic.replicas.contains(shard));
                 !listed && !creating.contains(id)
             })
             .copied()
@@ -445,6 +467,24 @@ impl<S: Storage> Router<S> {
         elections::coordinate(self);
         self.drain_pass();
     }
+}
+
+/// What a promoted leader of `unit` (a topic's own log, or one of its later sources, as
+/// `CatalogState::unit_by_id` shows it) is sent so that it serves every subscription of its
+/// topic, each from its sync point on that source (`SubscriptionRecord::start_on`: 0 for a
+/// subscription created before the source was).
+pub(super) fn subscriptions_served_on(
+    state: &crate::catalog::CatalogState,
+    unit: &TopicRecord,
+) -> Vec<ControlRequest> {
+    let (topic_id, source) = state.unit_of(unit.id);
+    let served = Unit { id: unit.id, source, shard: unit.shard };
+    state
+        .subscriptions
+        .values()
+        .filter(|record| record.topic_id == topic_id && !record.detached)
+        .map(|record| attach_subscription(record, &served))
+        .collect()
 }
 
 /// The router runs the catalog's elections on its node: it reads the catalog it applied, hears

@@ -39,21 +39,30 @@ impl<S: Storage> Router<S> {
                 record.name
             )));
         };
-        let shard = self.shard_of(topic.id).ok_or_else(|| ControlError::unavailable("topic not placed"))?;
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Snapshot)?;
         let id = SnapshotId::new(self.allocate_id());
         let expire_time_ms = wall_ms() + SNAPSHOT_LIFETIME_MS;
-        self.call_forwarder(
-            shard,
-            ControlRequest::TakeSnapshot {
-                topic_id: topic.id,
+        // Every source keeps the subscription's acknowledgements on its own log under the one
+        // id. A source added later has none: a seek to the snapshot seeks it to the
+        // snapshot's time instead (`seek`).
+        let units = self.units_of(topic.id);
+        if units.is_empty() {
+            return Err(ControlError::unavailable("topic not placed"));
+        }
+        for (taken, unit) in units.iter().enumerate() {
+            let take = ControlRequest::TakeSnapshot {
+                topic_id: unit.id,
                 subscription_id: record.id,
                 snapshot_id: id,
                 expire_time_ms,
-            },
-        )
-        .await?;
+            };
+            if let Err(error) = self.call_forwarder(unit.shard, take).await {
+                // Not committed: what the other sources took would only wait for its expiry.
+                self.drop_snapshot_on(&units[..taken], id).await;
+                return Err(error);
+            }
+        }
         let snapshot =
             SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms, labels };
         let response = Snapshot {
@@ -116,17 +125,23 @@ impl<S: Storage> Router<S> {
     pub async fn delete_snapshot(&self, name: &str) -> Result<(), ControlError> {
         let snapshot = self.snapshot_record(name)?;
         self.propose(CatalogEntry::SnapshotDeleted { id: snapshot.id, name: snapshot.name.clone() }).await?;
-        let shard = self.shard_of(snapshot.topic_id);
-        if let Some(shard) = shard {
-            let _ = self
-                .call_forwarder(
-                    shard,
-                    ControlRequest::DropSnapshot { topic_id: snapshot.topic_id, snapshot_id: snapshot.id },
-                )
-                .await;
-        }
+        self.drop_snapshot_on(&self.units_of(snapshot.topic_id), snapshot.id).await;
         Ok(())
     }
+
+    /// Drops snapshot `id`'s copies on `units`. Best effort: a copy left behind (a forwarder
+    /// that did not answer) keeps its messages only until the snapshot's expiry.
+    async fn drop_snapshot_on(&self, units: &[sources::Unit], id: SnapshotId) {
+        for unit in units {
+            let drop = ControlRequest::DropSnapshot { topic_id: unit.id, snapshot_id: id };
+            let _ = self.call_forwarder(unit.shard, drop).await;
+        }
+    }
+}
+
+/// When snapshot `snapshot` was taken: its expiry less its lifetime.
+pub(super) fn snapshot_taken_ms(snapshot: &SnapshotRecord) -> u64 {
+    snapshot.expire_time_ms.saturating_sub(SNAPSHOT_LIFETIME_MS)
 }
 
 /// A snapshot as clients see it: its topic's name, or `DELETED_TOPIC` once it is deleted.

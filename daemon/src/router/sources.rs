@@ -7,6 +7,7 @@
 //! source, from its sync point there (`SubscriptionRecord::start_on`).
 
 use super::*;
+use crate::api::control::{SourceRoute, SourceRoutes};
 use crate::catalog::entry::SHARD_UNPLACED;
 use crate::catalog::placement::{place_source, source_key};
 use crate::catalog::SourceRecord;
@@ -50,15 +51,6 @@ impl<S: Storage> Router<S> {
         if count == 0 || count > SOURCES_PER_TOPIC_MAX {
             return Err(ControlError::invalid_argument(format!(
                 "{count} sources: a topic has 1 to {SOURCES_PER_TOPIC_MAX} (SOURCES_PER_TOPIC_MAX)"
-            )));
-        }
-        if count > 1 && replicas > 1 {
-            // A replicated source needs its replicas attached, promoted and elected as a
-            // topic's are (recovery and reconciling by unit); until then a topic of several
-            // sources has one replica each, refused here before anything is created.
-            return Err(ControlError::failed_precondition(format!(
-                "{count} sources of {replicas} replicas: a topic of several sources has one replica \
-                 each for now (create it with --replicas 1)"
             )));
         }
         let shards = self.source_shards();
@@ -107,9 +99,10 @@ impl<S: Storage> Router<S> {
     }
 
     /// Places topic `topic`'s source `number`, attaches it (a source of one replica on its
-    /// shard, before the commit, as a topic's creation does) and commits its record; then
-    /// serves each of the topic's subscriptions on it, from 0: everything in it was published
-    /// after they were created.
+    /// shard, before the commit, as a topic's creation does; a replicated one on each of its
+    /// replicas, `add_replicated_source`) and commits its record; then serves each of the
+    /// topic's subscriptions on it, from 0: everything in it was published after they were
+    /// created.
     async fn add_source(
         &self,
         topic: &TopicRecord,
@@ -131,8 +124,10 @@ impl<S: Storage> Router<S> {
             epoch: if replicas > 1 { 1 } else { 0 },
             replicas: if replicas > 1 { shards } else { Vec::new() },
         };
+        if replicas > 1 {
+            return self.add_replicated_source(topic, record).await;
+        }
         let unit = Unit { id: record.id, source, shard: record.shard };
-        assert_eq!(replicas, 1, "check_source_count refuses sources of several replicas");
         let attach = ControlRequest::AttachTopic {
             topic_id: unit.id,
             name: topic.name.clone(),
@@ -232,8 +227,8 @@ impl<S: Storage> Router<S> {
         std::iter::once(topic.shard).chain(state.sources_of(topic.id).map(|source| source.shard)).collect()
     }
 
-    /// At start: attaches each later source whose leader is on this node, knowing its number
-    /// (a source has one replica: `check_source_count`).
+    /// At start: attaches each later source of one replica whose leader is on this node,
+    /// knowing its number (replicated ones are opened as followers by `recover_replicas`).
     pub(super) async fn recover_sources(&self) -> Result<(), String> {
         let sources: Vec<(SourceRecord, TopicRecord)> = {
             let state = self.state.borrow();
@@ -276,6 +271,77 @@ impl<S: Storage> Router<S> {
             .filter(|source| source.replica_shards().iter().any(|shard| shard.node() == node))
             .map(|source| source.id)
             .collect()
+    }
+
+    /// Each of topic `topic`'s sources with its forwarders, as `lookup` orders a topic's:
+    /// source 0 keyed by the topic's name (the list `lookup_topic` gives), a later one by
+    /// `topic#n`, each from its own leader's shard. Every source is listed, retiring ones too,
+    /// so that subscribers drain them; `active` counts those taking publishes (today every one:
+    /// none retires yet).
+    pub fn lookup_sources(
+        &self,
+        topic: &TopicRecord,
+        local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
+    ) -> Result<SourceRoutes, ControlError> {
+        let units = self.units_of(topic.id);
+        let mut sources = Vec::with_capacity(units.len());
+        for unit in &units {
+            let key = match unit.source {
+                SourceId::FIRST => topic.name.clone(),
+                source => source_key(&topic.name, source.get()),
+            };
+            let forwarders = self.lookup(&key, unit.id, local, client)?;
+            sources.push(SourceRoute { source: unit.source, forwarders });
+        }
+        if sources.is_empty() {
+            return Err(ControlError::Unavailable(format!(
+                "topic '{}' is not placed on any forwarder",
+                topic.name
+            )));
+        }
+        Ok(SourceRoutes { active: sources.len() as u32, sources })
+    }
+
+    /// The leader's shard of unit `id`: a topic's own log, or one of its later sources (whose
+    /// ids come from the same counter), so that `lookup` routes to either.
+    pub(super) fn unit_shard(&self, id: TopicId) -> Option<ShardId> {
+        self.shard_of(id).or_else(|| {
+            let state = self.state.borrow();
+            let source = state.sources.values().find(|source| source.id == id)?;
+            Some(source.shard).filter(|shard| *shard != SHARD_UNPLACED)
+        })
+    }
+
+    /// `lookup_sources` of a topic by name.
+    pub fn lookup_topic_sources(
+        &self,
+        name: &str,
+        local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
+    ) -> Result<SourceRoutes, ControlError> {
+        let topic = self.topic_record(name)?;
+        self.lookup_sources(&topic, local, client)
+    }
+
+    /// `lookup_sources` of a subscription's topic, refused as `lookup_subscription` refuses.
+    pub fn lookup_subscription_sources(
+        &self,
+        name: &str,
+        local: Option<SocketAddr>,
+        client: Option<&super::restrictions::RouteClient>,
+    ) -> Result<SourceRoutes, ControlError> {
+        let record = self.subscription_record(name)?;
+        if record.detached {
+            return Err(super::subscriptions::detached(&record.name));
+        }
+        let Some(topic) = self.state.borrow().topic_by_id(record.topic_id).cloned() else {
+            return Err(ControlError::failed_precondition(format!(
+                "subscription '{}' is detached: its topic was deleted",
+                record.name
+            )));
+        };
+        self.lookup_sources(&topic, local, client)
     }
 
     /// A topic as clients see it, with its sources and their leaders.

@@ -584,3 +584,47 @@ fn a_subscription_is_idle_as_long_as_on_its_busiest_source() {
     let idle = super::subscriptions::idle_everywhere(&stats);
     assert_eq!(idle.into_iter().collect::<Vec<_>>(), [("busy".to_owned(), 10), ("still".to_owned(), 8_000)]);
 }
+
+/// A subscription created while a source is added to its topic is served on that source too.
+/// The creation read the topic's units before the source's `SourceAdded` applied, and the
+/// source attached only the subscriptions committed when it read them, before the creation's
+/// entry: so neither attached it there, and what was published to the new source never reached
+/// it until that source's next start (the cluster simulation with topics of several sources,
+/// seed 92). The creation begins at steps of `STEP` after the update, so that some begin while
+/// the source is being attached, before its entry commits (step 10 of 40 did, here).
+#[test]
+fn a_subscription_created_while_a_source_is_added_is_served_on_it() {
+    const STEPS: u32 = 40;
+    const STEP: Duration = Duration::from_nanos(100);
+    for step in 0..STEPS {
+        sim::run(0, async move {
+            let disk = SimDisk::new();
+            let router = start_two(&disk).await;
+            router.create_topic(topic("warm", Labels::new())).await.unwrap();
+            let raise = TopicUpdate { name: "warm".into(), sources: Some(2), ..Default::default() };
+            let adding = router.update_topic(raise);
+            let creating = async {
+                crate::runtime::sleep(STEP * step).await;
+                router.create_subscription(subscription("late", "warm", Default::default())).await
+            };
+            let (added, created) = futures_lite::future::zip(adding, creating).await;
+            added.unwrap();
+            created.unwrap();
+            let stats = router.stats().await.unwrap();
+            let served: Vec<(u32, bool)> = stats
+                .topics
+                .iter()
+                .filter(|topic| topic.name == "warm")
+                .map(|topic| {
+                    (topic.source.get(), topic.subscriptions.iter().any(|served| served.name == "late"))
+                })
+                .collect();
+            assert_eq!(served.len(), 2, "step {step}: the topic's two sources: {served:?}");
+            assert!(
+                served.iter().all(|(_, late)| *late),
+                "step {step}: a source does not serve it: {served:?}"
+            );
+            sim::kill_spawned_tasks();
+        });
+    }
+}

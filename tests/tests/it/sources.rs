@@ -70,10 +70,10 @@ fn topic_folders(root: &std::path::Path) -> Vec<(std::path::PathBuf, usize)> {
 
 /// A forwarder's port, spoken to directly, as a client that knows which shard serves which
 /// source would.
-struct Forwarder(std::sync::Arc<ringpost_client::Connection>);
+pub(super) struct Forwarder(std::sync::Arc<ringpost_client::Connection>);
 
 impl Forwarder {
-    fn connect(address: &str) -> Forwarder {
+    pub(super) fn connect(address: &str) -> Forwarder {
         Forwarder(ringpost_client::Connection::connect(address).unwrap())
     }
 
@@ -86,7 +86,7 @@ impl Forwarder {
         block_on(self.0.call(command.code(), request)).unwrap().body
     }
 
-    fn publish(&self, topic: &str, payloads: &[String]) -> Vec<u64> {
+    pub(super) fn publish(&self, topic: &str, payloads: &[String]) -> Vec<u64> {
         use ringpost_wire::messages::{PublishRequest, PublishResponse, PubsubMessage};
         let messages = payloads
             .iter()
@@ -103,7 +103,7 @@ impl Forwarder {
 
     /// Pulls until `count` messages came (or 10 s passed), then once more briefly to see that
     /// no more come.
-    fn pull(&self, subscription: &str, count: usize) -> Vec<ringpost_client::ReceivedMessage> {
+    pub(super) fn pull(&self, subscription: &str, count: usize) -> Vec<ringpost_client::ReceivedMessage> {
         use ringpost_wire::messages::{PullRequest, PullResponse};
         let mut received = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -122,7 +122,7 @@ impl Forwarder {
     }
 
     /// Acknowledges `ack_ids` (or, with `seconds`, sets their deadlines); none refused.
-    fn settle(&self, subscription: &str, ack_ids: Vec<String>, seconds: Option<u32>) {
+    pub(super) fn settle(&self, subscription: &str, ack_ids: Vec<String>, seconds: Option<u32>) {
         use ringpost_wire::messages::{AckResponse, AcknowledgeRequest, ModifyAckDeadlineRequest};
         let subscription = subscription.to_owned();
         let body = match seconds {
@@ -148,12 +148,12 @@ fn forwarders(daemon: &Daemon) -> Vec<String> {
 }
 
 /// The source a message id names (the bits above its offset).
-fn source_of(message_id: u64) -> u64 {
+pub(super) fn source_of(message_id: u64) -> u64 {
     message_id >> 52
 }
 
 /// Sorted payloads of `messages`.
-fn payloads(messages: &[ringpost_client::ReceivedMessage]) -> Vec<String> {
+pub(super) fn payloads(messages: &[ringpost_client::ReceivedMessage]) -> Vec<String> {
     let mut payloads: Vec<String> =
         messages.iter().map(|m| String::from_utf8(m.data.clone()).unwrap()).collect();
     payloads.sort();
@@ -247,13 +247,6 @@ fn a_topics_sources_are_each_hosted_on_their_shard_with_their_own_sync_points() 
         expected.sort();
         assert_eq!(payloads(&received), expected, "source {source} after the seek");
     }
-
-    // A snapshot holds source 0's acknowledgements alone: a seek to it is refused, saying why.
-    let client = daemon.client();
-    block_on(client.create_snapshot("hosted-snapshot", early)).unwrap();
-    let refused = block_on(client.seek_to_snapshot(early, "hosted-snapshot")).unwrap_err();
-    assert_eq!(refused.code(), ringpost_client::ErrorCode::FailedPrecondition, "{refused}");
-    assert!(refused.to_string().contains("sources"), "{refused}");
 
     let data = daemon.data_dirs[0].clone();
     assert!(topic_folders(&data).iter().map(|(_, count)| count).sum::<usize>() >= 2);
@@ -372,4 +365,74 @@ fn stats_and_metrics_show_each_source_with_its_own_figures() {
         .lines()
         .find(|line| line.starts_with("ringpost_topic_published_messages_total{topic=\"single\""));
     assert_eq!(single, Some("ringpost_topic_published_messages_total{topic=\"single\"} 1"), "{body}");
+}
+
+/// A snapshot of a topic of several sources holds each source's acknowledgements: a seek to it
+/// puts every source back where the subscription stood, and a source added after the snapshot
+/// replays everything it holds (all of it published after the snapshot); deleting the snapshot
+/// drops every source's copy.
+#[test]
+fn a_seek_to_a_snapshot_puts_every_source_back_and_replays_a_source_added_after_it() {
+    let daemon = Daemon::start("sources-snapshot");
+    let client = daemon.client();
+    succeeded(&daemon.cli(&["topic", "create", "snapped"]));
+    let subscription = "snapped-sub";
+    create_subscription(&client, subscription, "snapped", 60);
+    let addresses = forwarders(&daemon);
+    let leaders = leader_shards(&succeeded(&daemon.cli(&["topic", "get", "snapped"])));
+    let first = Forwarder::connect(&addresses[leaders[0] as usize]);
+    let sent = |prefix: &str, count: usize| -> Vec<String> {
+        (0..count).map(|index| format!("{prefix}{index}")).collect()
+    };
+    let ack = |forwarder: &Forwarder, messages: &[ringpost_client::ReceivedMessage]| {
+        forwarder.settle(subscription, messages.iter().map(|m| m.ack_id.clone()).collect(), None)
+    };
+    let by_payload = |mut messages: Vec<ringpost_client::ReceivedMessage>| {
+        messages.sort_by(|a, b| a.data.cmp(&b.data));
+        messages
+    };
+
+    // Source 0 alone: a0 and a1 acknowledged when the snapshot is taken, a2 and a3 not.
+    first.publish("snapped", &sent("a", 4));
+    let received = by_payload(first.pull(subscription, 4));
+    assert_eq!(payloads(&received), sent("a", 4));
+    ack(&first, &received[..2]);
+    block_on(client.create_snapshot("before-growth", subscription)).unwrap();
+    ack(&first, &received[2..]);
+
+    // A source added after the snapshot, and what it holds acknowledged.
+    let raised = succeeded(&daemon.cli(&["topic", "update", "snapped", "--sources", "2"]));
+    let leaders = leader_shards(&raised);
+    assert_eq!(leaders.len(), 2, "{raised}");
+    let second = Forwarder::connect(&addresses[leaders[1] as usize]);
+    second.publish("snapped", &sent("b", 3));
+    let received = second.pull(subscription, 3);
+    assert_eq!(payloads(&received), sent("b", 3));
+    ack(&second, &received);
+
+    block_on(client.seek_to_snapshot(subscription, "before-growth")).unwrap();
+    let again = first.pull(subscription, 2);
+    assert_eq!(payloads(&again), vec!["a2".to_owned(), "a3".to_owned()], "source 0 back to the snapshot");
+    ack(&first, &again);
+    let again = second.pull(subscription, 3);
+    assert_eq!(payloads(&again), sent("b", 3), "the source added after the snapshot replays all it holds");
+    ack(&second, &again);
+
+    // A snapshot taken with both sources: c0 acknowledged on source 1, c1 not.
+    second.publish("snapped", &sent("c", 2));
+    let received = by_payload(second.pull(subscription, 2));
+    ack(&second, &received[..1]);
+    block_on(client.create_snapshot("both", subscription)).unwrap();
+    ack(&second, &received[1..]);
+    block_on(client.seek_to_snapshot(subscription, "both")).unwrap();
+    assert_eq!(
+        payloads(&second.pull(subscription, 1)),
+        vec!["c1".to_owned()],
+        "source 1 back to the snapshot"
+    );
+    assert!(first.pull(subscription, 0).is_empty(), "source 0 had acknowledged everything");
+
+    block_on(client.delete_snapshot("both")).unwrap();
+    let refused = block_on(client.seek_to_snapshot(subscription, "both")).unwrap_err();
+    assert_eq!(refused.code(), ringpost_client::ErrorCode::NotFound, "{refused}");
 }

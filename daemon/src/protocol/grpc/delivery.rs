@@ -204,6 +204,11 @@ pub async fn pull(
     let request = request.into_inner();
     let name = names::parse("subscription", names::Kind::Subscription, &request.subscription)?.name;
     let settings = pull_settings(&request)?;
+    let resource = Resource::Subscription(name.clone());
+    if let Some(gathered) = gateway.gathered(&presented, &resource, Kind::Pull).await? {
+        let received_messages = super::sources::pull(gateway, &presented, &name, settings, gathered).await?;
+        return Ok(Response::new(pubsub::PullResponse { received_messages }));
+    }
     let subscription = name.clone();
     let work = move |shard: Rc<ForwarderShard>| async move {
         let delivery = shard.forwarder.pull(&subscription, settings).await?;
@@ -265,6 +270,10 @@ pub async fn acknowledge_on_shard(
     name: &str,
     ack_ids: Vec<String>,
 ) -> Result<(Properties, Vec<InvalidAckId>), Status> {
+    let resource = Resource::Subscription(name.to_owned());
+    if let Some(gathered) = gateway.gathered(presented, &resource, Kind::Acknowledge).await? {
+        return super::sources::settle(gateway, presented, name, &gathered, &ack_ids, None).await;
+    }
     let subscription = name.to_owned();
     let sent = ack_ids.clone();
     let work = move |shard: Rc<ForwarderShard>| async move {
@@ -302,6 +311,10 @@ pub async fn modify_on_shard(
     ack_ids: Vec<String>,
     seconds: u32,
 ) -> Result<(Properties, Vec<InvalidAckId>), Status> {
+    let resource = Resource::Subscription(name.to_owned());
+    if let Some(gathered) = gateway.gathered(presented, &resource, Kind::ModifyAckDeadline).await? {
+        return super::sources::settle(gateway, presented, name, &gathered, &ack_ids, Some(seconds)).await;
+    }
     let subscription = name.to_owned();
     let sent = ack_ids.clone();
     let work = move |shard: Rc<ForwarderShard>| async move {

@@ -9,13 +9,16 @@ use super::credentials::Presented;
 use crate::api::{Code, Status};
 use crate::auth::Access;
 pub use crate::dispatch::routes::Resource;
-use crate::dispatch::routes::{Owner, Routes};
+use crate::dispatch::routes::{Owner, Routes, ROUTES_CACHED_MAX};
 use crate::dispatch::{Caller, Door, Kind, Operation, Outcome};
 use crate::router::Router;
 use crate::shard::Forwarder;
 use crate::storage::dma::DmaStorage;
+use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What a job on the router shard works with.
 pub struct RouterShard {
@@ -48,6 +51,40 @@ pub struct Gateway {
     pub forwarders: Vec<ShardCaller<ForwarderShard>>,
     /// Who serves what: the node's one cache, which its forwarder shards' relays share.
     routes: Arc<Routes>,
+    /// Each topic's and subscription's sources, as the router last said (`sources`).
+    sources: Mutex<SourcesCache>,
+    /// Turns the sources an unordered publish or a pull starts at, so that none is always last.
+    turn: AtomicUsize,
+}
+
+/// What the gateway learnt of each resource's sources, and when (`Gateway::gathered`).
+type SourcesCache = HashMap<Resource, (Instant, Option<Arc<Gathered>>)>;
+
+/// How long the gateway trusts what it learnt of a topic's sources before asking the router
+/// again: a source added by `topic update --sources` is published to and gathered from within
+/// it. A stale answer costs a retry at worst (a source that no longer serves answers
+/// `NotOwner`); a lookup costs one job on the router shard.
+pub const GRPC_SOURCES_CACHED_MS: u64 = 5_000;
+
+/// A topic of several sources, each led by a forwarder shard of this node: what the gateway
+/// spreads publishes over and gathers deliveries from. `shards[n]` is the local index of the
+/// shard leading source `n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gathered {
+    /// How many sources take publishes (the count the key map counts).
+    pub active: u32,
+    pub shards: Vec<usize>,
+}
+
+impl Gathered {
+    /// The shards in turn from `start` (modulo their count), each with its source's number.
+    pub fn rotated(&self, start: usize) -> impl Iterator<Item = (u32, usize)> + '_ {
+        let count = self.shards.len();
+        (0..count).map(move |step| {
+            let source = (start + step) % count;
+            (source as u32, self.shards[source])
+        })
+    }
 }
 
 impl Gateway {
@@ -56,7 +93,79 @@ impl Gateway {
         forwarders: Vec<ShardCaller<ForwarderShard>>,
         routes: Arc<Routes>,
     ) -> Gateway {
-        Gateway { router, forwarders, routes }
+        Gateway { router, forwarders, routes, sources: Mutex::new(HashMap::new()), turn: AtomicUsize::new(0) }
+    }
+
+    /// The next turn of the gateway's rotation over sources.
+    pub fn next_turn(&self) -> usize {
+        self.turn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The sources of `resource` (a topic, or a subscription's topic) when it has several and
+    /// this node leads every one: then the gateway spreads and gathers over them itself, one
+    /// hop to each shard. `None` for a topic of one source, or one with a source led by another
+    /// node: its calls go as before, to source 0 (on this node or carried). Remembered for
+    /// `GRPC_SOURCES_CACHED_MS`; a failed lookup is not remembered, and is told only to a
+    /// caller allowed calls of `kind` on the resource, as `topic_forwarder` does.
+    pub async fn gathered(
+        &self,
+        presented: &Presented,
+        resource: &Resource,
+        kind: Kind,
+    ) -> Result<Option<Arc<Gathered>>, Status> {
+        let now = Instant::now();
+        if let Some((learnt, gathered)) = self.sources_cache().get(resource) {
+            if now.duration_since(*learnt) < Duration::from_millis(GRPC_SOURCES_CACHED_MS) {
+                return Ok(gathered.clone());
+            }
+        }
+        let (presented, looked_up) = (presented.clone(), resource.clone());
+        let routes = self
+            .router
+            .try_call(move |shard| async move {
+                let routes = match &looked_up {
+                    Resource::Topic(name) => shard.router.lookup_topic_sources(name, None, None),
+                    Resource::Subscription(name) => {
+                        shard.router.lookup_subscription_sources(name, None, None)
+                    }
+                };
+                if routes.is_err() {
+                    presented.check(&shard.access, kind, looked_up.name())?;
+                }
+                Ok(routes?)
+            })
+            .await?;
+        let gathered = self.gathered_of(&routes).map(Arc::new);
+        let mut cache = self.sources_cache();
+        if cache.len() >= ROUTES_CACHED_MAX && !cache.contains_key(resource) {
+            cache.clear();
+        }
+        cache.insert(resource.clone(), (now, gathered.clone()));
+        Ok(gathered)
+    }
+
+    /// The sources of `routes` as this node's shards, if there are several and this node leads
+    /// each.
+    fn gathered_of(&self, routes: &crate::router::SourceRoutes) -> Option<Gathered> {
+        if routes.sources.len() < 2 {
+            return None;
+        }
+        let mut shards = Vec::with_capacity(routes.sources.len());
+        for (number, route) in routes.sources.iter().enumerate() {
+            assert_eq!(route.source.get() as usize, number, "a lookup lists sources in order");
+            let leader = route.forwarders.first()?;
+            let local = leader.shard.local() as usize;
+            if leader.shard.node() != self.routes.node() || local >= self.forwarders.len() {
+                return None;
+            }
+            shards.push(local);
+        }
+        Some(Gathered { active: routes.active.clamp(1, shards.len() as u32), shards })
+    }
+
+    /// The cache of sources, held for one look or one change (never across an await).
+    fn sources_cache(&self) -> std::sync::MutexGuard<'_, SourcesCache> {
+        self.sources.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs a control-plane operation through the router shard's door, for whom `presented`
@@ -152,18 +261,22 @@ impl Gateway {
     /// Forgets who serves `resource` if the answer `status` of a call on it says it may have
     /// changed (`dispatch::routes::is_stale`).
     pub fn forget_if_stale(&self, resource: &Resource, status: &Status) {
-        self.routes.forget_if_stale(resource, status);
+        if self.routes.forget_if_stale(resource, status) {
+            self.sources_cache().remove(resource);
+        }
     }
 
     /// Forgets who serves `resource`: it is served here no more (after a stale route) or this
     /// node deleted it.
     pub fn forget(&self, resource: &Resource) {
         self.routes.forget(resource);
+        self.sources_cache().remove(resource);
     }
 
     /// Forgets every route (a topic's deletion leaves its subscriptions' routes stale too).
     pub fn forget_all(&self) {
         self.routes.forget_all();
+        self.sources_cache().clear();
     }
 }
 

@@ -18,6 +18,7 @@ pub mod names;
 mod publisher;
 pub mod remote;
 mod snapshots;
+mod sources;
 pub mod status;
 mod streaming;
 mod subscriber;

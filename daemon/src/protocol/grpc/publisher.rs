@@ -56,7 +56,7 @@ pub(super) fn pubsub_wording(status: DomainStatus, resource: &str) -> DomainStat
 
 /// A message's attributes, moved out of the request's map into the order the log keeps them
 /// (by key, so that the same attributes are stored the same way whatever the map's order).
-struct OwnedAttributes(Vec<(String, String)>);
+pub(super) struct OwnedAttributes(Vec<(String, String)>);
 
 impl Attributes for OwnedAttributes {
     fn count(&self) -> usize {
@@ -68,22 +68,22 @@ impl Attributes for OwnedAttributes {
     }
 }
 
-struct OwnedMessage {
+pub(super) struct OwnedMessage {
     data: prost::bytes::Bytes,
     attributes: OwnedAttributes,
-    ordering_key: String,
+    pub(super) ordering_key: String,
 }
 
 /// A gRPC publish's messages, owned, so that they cross to the forwarder shard; the data stays
 /// in the buffers tonic decoded it into. The data plane checks them (`check_publish`: sizes,
 /// counts, attributes, ordering keys) with the native protocol's rules and wording.
-struct OwnedPublish {
-    topic: String,
-    messages: Vec<OwnedMessage>,
+pub(super) struct OwnedPublish {
+    pub(super) topic: String,
+    pub(super) messages: Vec<OwnedMessage>,
 }
 
 impl OwnedPublish {
-    fn new(topic: String, messages: Vec<pubsub::PubsubMessage>) -> OwnedPublish {
+    pub(super) fn new(topic: String, messages: Vec<pubsub::PubsubMessage>) -> OwnedPublish {
         let messages = messages
             .into_iter()
             .map(|message| {
@@ -132,8 +132,13 @@ async fn publish(
     request: pubsub::PublishRequest,
 ) -> Result<Vec<String>, Status> {
     let topic = names::parse("topic", Kind::Topic, &request.topic)?.name;
-    let mut batch = OwnedPublish::new(topic.clone(), request.messages);
     let resource = Resource::Topic(topic.clone());
+    let kind = crate::dispatch::Kind::Publish;
+    if let Some(gathered) = gateway.gathered(&presented, &resource, kind).await? {
+        let batch = OwnedPublish::new(topic, request.messages);
+        return super::sources::publish(gateway, &presented, batch, gathered).await;
+    }
+    let mut batch = OwnedPublish::new(topic.clone(), request.messages);
     for _attempt in 0..PUBLISH_ATTEMPTS_MAX {
         let shard = match gateway.topic_forwarder(&presented, &topic, crate::dispatch::Kind::Publish).await? {
             Serving::Here(shard) => shard,
@@ -188,7 +193,7 @@ async fn publish(
 
 impl OwnedPublish {
     /// Pub/Sub's rules for a publish (`api::data::check_publish`).
-    fn check(&self) -> Result<(), DomainStatus> {
+    pub(super) fn check(&self) -> Result<(), DomainStatus> {
         let mut checked = Ok(0);
         self.visit(&mut |topic, messages| {
             checked = crate::api::data::check_publish(topic, messages, |_| 0);

@@ -18,7 +18,7 @@ use super::decode_errors::refusal_of_bad_request;
 use super::delivery::{
     ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
 };
-use super::gateway::{is_stale_route, ForwarderShard, Gateway, Resource, Serving};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Gathered, Resource, Serving};
 use super::names;
 use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
@@ -39,6 +39,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Request, Response, Status, Streaming};
@@ -107,7 +108,7 @@ impl Opening {
 }
 
 pub async fn streaming_pull(
-    gateway: &Gateway,
+    gateway: &Arc<Gateway>,
     request: Request<Streaming<pubsub::StreamingPullRequest>>,
     stopping: watch::Receiver<bool>,
 ) -> Result<Response<ResponseStream>, Status> {
@@ -122,9 +123,16 @@ pub async fn streaming_pull(
     check_deadline_changes(&first)?;
     let (responses, received) = mpsc::channel(GRPC_STREAM_RESPONSES_QUEUED_MAX);
     let (refusal, refused) = oneshot::channel();
-    let (caller, properties, carried) = open(gateway, &presented, &opening, &responses, refusal).await?;
+    let resource = Resource::Subscription(opening.name.clone());
+    let gathered = gateway.gathered(&presented, &resource, Kind::StreamingPull).await?;
+    let (caller, properties, carried) = match &gathered {
+        Some(sources) => open_gathered(gateway, &presented, &opening, sources, &responses, refusal).await?,
+        None => open(gateway, &presented, &opening, &responses, refusal).await?,
+    };
+    let gathered = gathered.map(|sources| (gateway.clone(), sources));
     let (client_done, client_gone) = oneshot::channel();
-    let reader = RequestReader { caller, carried, presented, name: opening.name, properties, responses };
+    let reader =
+        RequestReader { caller, carried, gathered, presented, name: opening.name, properties, responses };
     tokio::spawn(reader.run(first, requests, client_done));
     Ok(Response::new(response_stream(received, stopping, client_gone, refused)))
 }
@@ -190,6 +198,66 @@ async fn open(
             Err(_) => return Err(Status::unavailable("the server is stopping; retry")),
         }
     }
+}
+
+/// Opens the stream on every source of the subscription (`gathered`), each a job on the shard
+/// leading it that sends into the one `responses`, with its share of the client's window
+/// (`window_share`); once each is open, source 0's shard's caller and the subscription's
+/// properties. A source that cannot open refuses the stream: the ones already open end when
+/// the refusal drops the response channel, giving back what they leased.
+async fn open_gathered(
+    gateway: &Gateway,
+    presented: &Presented,
+    opening: &Opening,
+    gathered: &Gathered,
+    responses: &Responses,
+    refusal: oneshot::Sender<Status>,
+) -> Result<(ShardCaller<ForwarderShard>, Properties, bool), Status> {
+    let refusal = Arc::new(std::sync::Mutex::new(Some(refusal)));
+    let sources = gathered.shards.len();
+    let mut answers = Vec::with_capacity(sources);
+    for (source, &shard) in gathered.shards.iter().enumerate() {
+        let (opened, answer) = oneshot::channel();
+        let mut settings = opening.settings;
+        settings.max_outstanding_messages = window_share(settings.max_outstanding_messages, sources, source);
+        settings.max_outstanding_bytes = window_share(settings.max_outstanding_bytes, sources, source);
+        let (presented, name, responses) = (presented.clone(), opening.name.clone(), responses.clone());
+        let ends = Ends { opened, refusal: refusal.clone() };
+        let running = gateway.forwarders[shard].clone();
+        // Each job lives as long as its source's stream; its result is only that it ended.
+        tokio::spawn(async move {
+            let _ = running
+                .call(move |shard| serve_stream(shard, presented, name, settings, responses, ends))
+                .await;
+        });
+        answers.push(answer);
+    }
+    let mut properties = None;
+    for answer in answers {
+        match answer.await {
+            Ok(Ok(opened)) => properties = properties.or(Some(opened)),
+            Ok(Err(status)) => return Err(super::sources::moved(gateway, &opening.name, status)),
+            Err(_) => return Err(Status::unavailable("the server is stopping; retry")),
+        }
+    }
+    let properties = properties.expect("a topic of several sources opened a stream on each");
+    Ok((gateway.forwarders[gathered.shards[0]].clone(), properties, false))
+}
+
+/// Source `source`'s share of a stream's window of `total` (messages or bytes) over `sources`:
+/// the window split evenly, the remainder to the first sources, so that the shares sum to the
+/// window and what a client holds unacknowledged over every source stays within the window it
+/// asked for. A share is fixed for the stream's life: moving credit to the sources with
+/// traffic would need each source's load read across shards before every lease; unordered
+/// publishes spread evenly, so an even split wastes little. Each share is at least one, as a
+/// source with none would never deliver: a window smaller than the number of sources (a
+/// handful of messages, where Google's clients ask for 1,000) is the one the sum can exceed.
+pub fn window_share(total: u64, sources: usize, source: usize) -> u64 {
+    if total == u64::MAX {
+        return total;
+    }
+    let (sources, source) = (sources.max(1) as u64, source as u64);
+    (total / sources + u64::from(source < total % sources)).max(1)
 }
 
 /// How the stream's job tells its end: once opened (or why not), and, once the stream's
@@ -606,6 +674,9 @@ struct RequestReader {
     caller: ShardCaller<ForwarderShard>,
     /// The stream is carried to another node (`caller` carries its acknowledgements there).
     carried: bool,
+    /// The subscription's sources, when it has several that this node leads: each ack id goes
+    /// to the source it names.
+    gathered: Option<(Arc<Gateway>, Arc<Gathered>)>,
     presented: Presented,
     name: String,
     properties: Properties,
@@ -650,6 +721,9 @@ impl RequestReader {
     /// `stream_ack_deadline_seconds` is accepted; the leases of this stream keep the deadline
     /// it opened with (the client libraries extend each lease themselves).
     async fn apply(&mut self, request: pubsub::StreamingPullRequest) -> Result<(), Status> {
+        if let Some((gateway, sources)) = self.gathered.clone() {
+            return self.apply_gathered(&gateway, &sources, request).await;
+        }
         if !request.ack_ids.is_empty() {
             let ack_ids = request.ack_ids;
             let name = self.name.clone();
@@ -687,6 +761,35 @@ impl RequestReader {
                 }
                 true => (self.properties, self.carry(sent, Some(seconds)).await?),
             };
+            self.confirm(properties, &ack_ids, failures, Confirmation::ModifyAckDeadline).await?;
+        }
+        Ok(())
+    }
+
+    /// `apply` for a subscription of several sources: each ack id settled on the source it
+    /// names, and each request's confirmation (with exactly-once) one answer for every source.
+    async fn apply_gathered(
+        &mut self,
+        gateway: &Gateway,
+        sources: &Gathered,
+        request: pubsub::StreamingPullRequest,
+    ) -> Result<(), Status> {
+        let settle = super::sources::settle;
+        if !request.ack_ids.is_empty() {
+            let ack_ids = request.ack_ids;
+            let (properties, failures) =
+                settle(gateway, &self.presented, &self.name, sources, &ack_ids, None).await?;
+            self.confirm(properties, &ack_ids, failures, Confirmation::Acknowledge).await?;
+        }
+        let mut by_seconds: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (seconds, ack_id) in
+            request.modify_deadline_seconds.into_iter().zip(request.modify_deadline_ack_ids)
+        {
+            by_seconds.entry(deadline_seconds(seconds)?).or_default().push(ack_id);
+        }
+        for (seconds, ack_ids) in by_seconds {
+            let (properties, failures) =
+                settle(gateway, &self.presented, &self.name, sources, &ack_ids, Some(seconds)).await?;
             self.confirm(properties, &ack_ids, failures, Confirmation::ModifyAckDeadline).await?;
         }
         Ok(())
@@ -845,6 +948,18 @@ mod tests {
             .find(|response| response.received_messages[0].message.as_ref().unwrap().message_id == "999")
             .unwrap();
         assert_eq!(big.received_messages.len(), 1);
+    }
+
+    #[test]
+    fn a_windows_shares_over_sources_sum_to_it_and_none_is_empty() {
+        for (total, sources) in [(10, 2), (1000, 3), (7, 4), (100 << 20, 5), (2, 2)] {
+            let shares: Vec<u64> = (0..sources).map(|source| window_share(total, sources, source)).collect();
+            assert_eq!(shares.iter().sum::<u64>(), total, "{total} over {sources}: {shares:?}");
+            assert!(shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1, "{shares:?}");
+        }
+        // No limit stays none; a window smaller than the sources gives each one.
+        assert_eq!(window_share(u64::MAX, 3, 2), u64::MAX);
+        assert_eq!((0..3).map(|source| window_share(2, 3, source)).collect::<Vec<_>>(), vec![1, 1, 1]);
     }
 
     #[test]

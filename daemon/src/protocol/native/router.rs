@@ -5,7 +5,7 @@
 use crate::api::cluster::ClusterStatus;
 use crate::api::control::{
     ForwarderAddress, ListRequest, OidcToken, Page, PushConfig, PushWrapper, SeekTarget, Snapshot,
-    Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
+    SourceRoutes, Subscription, SubscriptionSettings, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::api::{Code, Status};
 use crate::catalog::routing::{Cidr, ClientSelector, RoutingRule};
@@ -287,6 +287,20 @@ fn lookup_message(forwarders: Vec<ForwarderAddress>) -> wire::LookupResponse {
     }
 }
 
+fn sources_message(routes: SourceRoutes) -> wire::LookupSourcesResponse {
+    wire::LookupSourcesResponse {
+        sources: routes
+            .sources
+            .into_iter()
+            .map(|route| wire::SourceRoute {
+                number: route.source.get(),
+                forwarders: lookup_message(route.forwarders).forwarders,
+            })
+            .collect(),
+        active: routes.active,
+    }
+}
+
 /// A routing rule as a client sent it: a principal or a range, not both.
 fn routing_rule_in(rule: &wire::ArchivedRoutingRule) -> Result<RoutingRule, Status> {
     let selector = match (rule.principal.as_str(), rule.from.as_str()) {
@@ -485,6 +499,14 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::ListSubscriptions => Operation::ListSubscriptions(list_request(body)?),
         Command::DeleteSubscription => Operation::DeleteSubscription { name: name(body)? },
         Command::LookupSubscription => Operation::LookupSubscription { name: name(body)? },
+        Command::LookupSources => {
+            let request = access_body::<wire::LookupSourcesRequest>(body)?;
+            let name = request.name.as_str().to_owned();
+            match request.subscription {
+                true => Operation::LookupSubscriptionSources { name },
+                false => Operation::LookupTopicSources { name },
+            }
+        }
         Command::UpdateSubscription => Operation::UpdateSubscription(subscription_update(body)?),
         Command::CreateSubscriptionWithPush => {
             Operation::CreateSubscription(subscription_with_push_request(body)?)
@@ -578,6 +600,7 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         Command::LookupTopic | Command::LookupSubscription => {
             respond(header, &lookup_message(outcome.into_forwarders()?))
         }
+        Command::LookupSources => respond(header, &sources_message(outcome.into_sources()?)),
         Command::CreateSubscription | Command::GetSubscription | Command::UpdateSubscription => {
             respond(header, &subscription_message(outcome.into_subscription()?.subscription))
         }

@@ -216,6 +216,40 @@ fn a_lookup_serves_who_uses_or_views_the_resource() {
 }
 
 #[test]
+fn lookup_sources_lists_a_topic_of_one_source_as_its_lookup_with_the_lookups_permissions() {
+    sim::run(0, async {
+        let access = required_access("router-lookup-sources", ACCESS_FILE);
+        let (router, _forwarder) = node().await;
+        let root = as_principal(&access, "root");
+        call(&*router, &root, Command::CreateTopic, &topic("orders")).await.unwrap();
+        call(&*router, &root, Command::CreateSubscription, &subscription("orders-audit", "orders"))
+            .await
+            .unwrap();
+        let [carol, dave, erin] = ["carol", "dave", "erin"].map(|name| as_principal(&access, name));
+        let of_topic = LookupSourcesRequest { name: "orders".into(), subscription: false };
+        let of_subscription = LookupSourcesRequest { name: "orders-audit".into(), subscription: true };
+        let lookup = call(&*router, &carol, Command::LookupTopic, &named("orders")).await.unwrap();
+        let plain = decode_body::<LookupResponse>(&lookup).unwrap();
+        let answer = call(&*router, &carol, Command::LookupSources, &of_topic).await.unwrap();
+        let sources = decode_body::<LookupSourcesResponse>(&answer).unwrap();
+        assert_eq!(sources.active, 1);
+        assert_eq!(sources.sources, [SourceRoute { number: 0, forwarders: plain.forwarders }]);
+        call(&*router, &dave, Command::LookupSources, &of_topic).await.unwrap();
+        assert_eq!(
+            code(call(&*router, &erin, Command::LookupSources, &of_topic).await),
+            ErrorCode::PermissionDenied
+        );
+        call(&*router, &erin, Command::LookupSources, &of_subscription).await.unwrap();
+        assert_eq!(
+            code(call(&*router, &carol, Command::LookupSources, &of_subscription).await),
+            ErrorCode::PermissionDenied
+        );
+        let missing = LookupSourcesRequest { name: "nothing".into(), subscription: false };
+        assert_eq!(code(call(&*router, &root, Command::LookupSources, &missing).await), ErrorCode::NotFound);
+    });
+}
+
+#[test]
 fn a_subscription_needs_its_topic_and_its_dead_letter_topic() {
     sim::run(0, async {
         let access = required_access("router-attach", ACCESS_FILE);

@@ -1,0 +1,322 @@
+//! A topic of several publish sources over gRPC: Google's clients know one topic and one
+//! subscription, so the gateway spreads a publish over the topic's sources and gathers a pull's
+//! or an acknowledgement's over the subscription's, each source on the forwarder shard of this
+//! node that leads it (`Gateway::gathered`; StreamingPull's gathering is `streaming`'s).
+//!
+//! A message with an ordering key goes to its key's source (`ringpost_model::sources::
+//! source_of_key` over the active sources), so one key's messages are in one source and its
+//! order is that source's. A request's unordered messages go together to the source the
+//! gateway's turn names (one request to one source, the turn moving each request). A request
+//! mixing keys is split by source (Pub/Sub takes such a request; Google's publishers batch by
+//! key and never send one) and checked whole first, so that a bad message refuses all of it
+//! before any part is stored. A source that answers `NotOwner` (the sources changed) has its
+//! messages sent again by the sources looked up anew, `GRPC_PUBLISH_SPREAD_ATTEMPTS_MAX`
+//! rounds in all.
+//!
+//! A pull asks the sources in turn, starting where the gateway's turn says (so no source is
+//! always asked last), until it has `max_messages` or asked each. An empty subscription's pull
+//! waits on one source for `GRPC_PULL_GATHER_SLICE_MS` and then asks the others at once, the
+//! source waited on turning each slice, until the pull's wait is over: a pull waiting on every
+//! source at once could be answered by several, leasing more than `max_messages` or leasing
+//! messages nobody would be sent, so one shard waits at a time and a message on another
+//! source is seen within a slice.
+
+use super::bridge::ShardCaller;
+use super::credentials::Presented;
+use super::delivery::{checked_call, properties_on, received_messages, Properties};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Gathered, Resource};
+use super::publisher::{OwnedMessage, OwnedPublish};
+use crate::api::data::{DataError, DataPlane, InvalidAckId, PublishBatch, PullSettings};
+use crate::api::Status as DomainStatus;
+use crate::dispatch::Kind;
+use crate::subscription::state::AckId;
+use ringpost_model::sources::source_of_key;
+use ringpost_proto::pubsub;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::Status;
+
+/// Rounds a spread publish takes: after a source's `NotOwner` its messages go again by the
+/// sources looked up anew. Sources change seldom (a count set by hand, or load following's
+/// minutes), so a third refusal in a row means they are moving now; the client's retry of
+/// `UNAVAILABLE` covers it.
+pub const GRPC_PUBLISH_SPREAD_ATTEMPTS_MAX: usize = 3;
+
+/// How long a gathered pull waits on one source before asking the others: the longest a
+/// message on another source of an empty subscription waits for a waiting pull. Each slice
+/// costs one job per source, five a second.
+pub const GRPC_PULL_GATHER_SLICE_MS: u64 = 200;
+
+/// A publish of `batch` spread over the sources of `gathered`: the message ids in the
+/// request's order.
+pub async fn publish(
+    gateway: &Gateway,
+    presented: &Presented,
+    batch: OwnedPublish,
+    mut gathered: Arc<Gathered>,
+) -> Result<Vec<String>, Status> {
+    if batch.messages.is_empty() {
+        return Err(
+            DomainStatus::from(DataError::InvalidArgument("publish request has no messages".into())).into()
+        );
+    }
+    batch.check()?;
+    let OwnedPublish { topic, messages } = batch;
+    let resource = Resource::Topic(topic.clone());
+    let mut ids: Vec<Option<u64>> = vec![None; messages.len()];
+    let mut pending: Vec<(usize, OwnedMessage)> = messages.into_iter().enumerate().collect();
+    for _round in 0..GRPC_PUBLISH_SPREAD_ATTEMPTS_MAX {
+        let mut refused = Vec::new();
+        for (source, (indexes, messages)) in split(pending, &gathered, gateway.next_turn()) {
+            let shard = &gateway.forwarders[gathered.shards[source as usize]];
+            let part = OwnedPublish { topic: topic.clone(), messages };
+            match publish_on(shard, presented, part).await? {
+                Ok(published) => {
+                    assert_eq!((published.end - published.start) as usize, indexes.len());
+                    for (index, id) in indexes.into_iter().zip(published) {
+                        ids[index] = Some(id);
+                    }
+                }
+                Err(returned) => refused.extend(indexes.into_iter().zip(returned.messages)),
+            }
+        }
+        pending = refused;
+        if pending.is_empty() {
+            return Ok(ids.into_iter().map(|id| id.expect("every message published").to_string()).collect());
+        }
+        gateway.forget(&resource);
+        gathered = match gateway.gathered(presented, &resource, Kind::Publish).await? {
+            Some(fresh) => fresh,
+            None => break,
+        };
+    }
+    Err(Status::unavailable(format!("topic '{topic}': its sources changed while it was published to; retry")))
+}
+
+/// `pending` messages by the source each goes to: its key's, or, unordered, the one `turn`
+/// names among the active sources.
+fn split(
+    pending: Vec<(usize, OwnedMessage)>,
+    gathered: &Gathered,
+    turn: usize,
+) -> BTreeMap<u32, (Vec<usize>, Vec<OwnedMessage>)> {
+    let active = gathered.active.max(1);
+    let unordered = (turn % active as usize) as u32;
+    let mut groups: BTreeMap<u32, (Vec<usize>, Vec<OwnedMessage>)> = BTreeMap::new();
+    for (index, message) in pending {
+        let source = match message.ordering_key.is_empty() {
+            true => unordered,
+            false => source_of_key(message.ordering_key.as_bytes(), active),
+        };
+        let group = groups.entry(source).or_default();
+        group.0.push(index);
+        group.1.push(message);
+    }
+    groups
+}
+
+/// A publish's messages lent to the shard's publish, so that they come back to be sent
+/// elsewhere when the source refuses them as not its own.
+struct Lent(Rc<OwnedPublish>);
+
+impl PublishBatch for Lent {
+    fn visit(
+        &self,
+        visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = crate::api::data::MessageView<'_>>),
+    ) -> Result<(), DataError> {
+        self.0.visit(visit)
+    }
+}
+
+/// Publishes `part` on `shard`, which leads one of its topic's sources: its message ids, or
+/// the messages back when the source refuses them as not its own (`NotOwner`).
+async fn publish_on(
+    shard: &ShardCaller<ForwarderShard>,
+    presented: &Presented,
+    part: OwnedPublish,
+) -> Result<Result<Range<u64>, OwnedPublish>, Status> {
+    let presented = presented.clone();
+    let published = shard
+        .try_call(move |shard| async move {
+            presented.check(&shard.access, Kind::Publish, &part.topic)?;
+            let part = Rc::new(part);
+            let published = shard.forwarder.publish(Lent(part.clone())).await;
+            match published {
+                Ok(ids) => Ok(Ok(ids)),
+                Err(error) if error.is_not_owner() => match Rc::try_unwrap(part) {
+                    Ok(part) => Ok(Err(part)),
+                    Err(_) => Err(error.into()),
+                },
+                Err(error) => Err(error.into()),
+            }
+        })
+        .await?;
+    Ok(published)
+}
+
+/// A unary pull of up to `settings.max_messages` gathered over the subscription's sources.
+pub async fn pull(
+    gateway: &Gateway,
+    presented: &Presented,
+    name: &str,
+    settings: PullSettings,
+    gathered: Arc<Gathered>,
+) -> Result<Vec<pubsub::ReceivedMessage>, Status> {
+    let give_up_at = Instant::now() + settings.wait;
+    let start = gateway.next_turn();
+    let mut received = Vec::new();
+    for round in 0.. {
+        for (step, (_source, shard)) in gathered.rotated(start + round).enumerate() {
+            let wanted = settings.max_messages - received.len();
+            if wanted == 0 {
+                break;
+            }
+            // Only the first source of a round waits, and only once one round found nothing.
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            let wait = match (round, step) {
+                (0, _) | (_, 1..) => Duration::ZERO,
+                _ => left.min(Duration::from_millis(GRPC_PULL_GATHER_SLICE_MS)),
+            };
+            let asked = PullSettings { max_messages: wanted, wait };
+            received.extend(pull_on(gateway, presented, name, shard, asked).await?);
+        }
+        if !received.is_empty() || Instant::now() >= give_up_at {
+            return Ok(received);
+        }
+    }
+    unreachable!("the rounds end at the pull's wait")
+}
+
+/// A pull on the shard leading one of the subscription's sources; a source that is not its
+/// shard's any more forgets the sources and is refused as unavailable (the client retries).
+async fn pull_on(
+    gateway: &Gateway,
+    presented: &Presented,
+    name: &str,
+    shard: usize,
+    settings: PullSettings,
+) -> Result<Vec<pubsub::ReceivedMessage>, Status> {
+    let subscription = name.to_owned();
+    let work = move |shard: Rc<ForwarderShard>| async move {
+        let delivery = shard.forwarder.pull(&subscription, settings).await?;
+        let properties = properties_on(&shard, &subscription)?;
+        Ok(delivery.map(|delivery| received_messages(&delivery, properties)).unwrap_or_default())
+    };
+    let pulled = checked_call(&gateway.forwarders[shard], presented, name, Kind::Pull, work).await;
+    pulled.map_err(|status| moved(gateway, name, status))
+}
+
+/// A source's refusal as the client hears it: a source that moved makes the gateway look the
+/// sources up again, and the client retry.
+pub fn moved(gateway: &Gateway, name: &str, status: DomainStatus) -> Status {
+    let resource = Resource::Subscription(name.to_owned());
+    gateway.forget_if_stale(&resource, &status);
+    if is_stale_route(&status) {
+        return Status::unavailable(format!("subscription '{name}': its sources moved; retry"));
+    }
+    status.into()
+}
+
+/// `ack_ids` by the source each names; one that names none of the subscription's sources (or
+/// is malformed) goes with source 0's, which refuses it as a single source always has.
+pub fn by_source(ack_ids: &[String], sources: usize) -> BTreeMap<usize, Vec<String>> {
+    let mut groups: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for ack_id in ack_ids {
+        let source = AckId::parse(ack_id)
+            .ok()
+            .map(|parsed| parsed.source.get() as usize)
+            .filter(|&source| source < sources)
+            .unwrap_or(0);
+        groups.entry(source).or_default().push(ack_id.clone());
+    }
+    groups
+}
+
+/// Acknowledges (`seconds`: `None`) or changes the deadlines of `ack_ids`, each on the source
+/// its ack id names: the subscription's properties and every source's refusals together.
+pub async fn settle(
+    gateway: &Gateway,
+    presented: &Presented,
+    name: &str,
+    gathered: &Gathered,
+    ack_ids: &[String],
+    seconds: Option<u32>,
+) -> Result<(Properties, Vec<InvalidAckId>), Status> {
+    let mut properties = None;
+    let mut failures = Vec::new();
+    for (source, ack_ids) in by_source(ack_ids, gathered.shards.len()) {
+        let subscription = name.to_owned();
+        let kind = if seconds.is_some() { Kind::ModifyAckDeadline } else { Kind::Acknowledge };
+        let work = move |shard: Rc<ForwarderShard>| async move {
+            let properties = properties_on(&shard, &subscription)?;
+            let ids = ack_ids.iter().map(String::as_str);
+            let failures = match seconds {
+                None => shard.forwarder.acknowledge(&subscription, ids).await?,
+                Some(seconds) => shard.forwarder.modify_ack_deadline(&subscription, ids, seconds).await?,
+            };
+            Ok((properties, failures))
+        };
+        let caller = &gateway.forwarders[gathered.shards[source]];
+        let (settled, refused) = checked_call(caller, presented, name, kind, work)
+            .await
+            .map_err(|status| moved(gateway, name, status))?;
+        properties = Some(settled);
+        failures.extend(refused);
+    }
+    Ok((properties.unwrap_or_default(), failures))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_ids_go_to_the_source_they_name_and_others_to_source_zero() {
+        let ack_ids: Vec<String> = ["v1.7.0.10.1", "v1.7.1.4.1", "v1.7.1.5.2", "v1.7.5.1.1", "nonsense"]
+            .iter()
+            .map(|id| id.to_string())
+            .collect();
+        let groups = by_source(&ack_ids, 2);
+        assert_eq!(groups[&0], vec!["v1.7.0.10.1", "v1.7.5.1.1", "nonsense"]);
+        assert_eq!(groups[&1], vec!["v1.7.1.4.1", "v1.7.1.5.2"]);
+    }
+
+    #[test]
+    fn keyed_messages_go_to_their_keys_source_and_unordered_ones_together_to_the_turns() {
+        let message = |key: &str| pubsub::PubsubMessage { ordering_key: key.into(), ..Default::default() };
+        let keys: Vec<String> = (0..40).map(|index| format!("key-{index}")).collect();
+        let mut messages: Vec<_> = keys.iter().map(|key| message(key)).collect();
+        messages.extend((0..5).map(|_| message("")));
+        let batch = OwnedPublish::new("t".into(), messages);
+        let gathered = Gathered { active: 2, shards: vec![1, 0] };
+        for turn in [0, 1, 7] {
+            assert!(split(Vec::new(), &gathered, turn).is_empty());
+        }
+        let pending: Vec<_> = batch.messages.into_iter().enumerate().collect();
+        let groups = split(pending, &gathered, 3);
+        assert_eq!(groups.len(), 2, "forty keys over two sources use both");
+        let mut seen = 0;
+        for (source, (indexes, messages)) in &groups {
+            for (index, message) in indexes.iter().zip(messages) {
+                let expected = match message.ordering_key.is_empty() {
+                    true => 1, // turn 3 of 2 active sources
+                    false => source_of_key(keys[*index].as_bytes(), 2),
+                };
+                assert_eq!(*source, expected, "message {index}");
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 45);
+        // A source not active (retiring) takes none: keys map over the active ones only.
+        let retiring = Gathered { active: 1, shards: vec![0, 1] };
+        let pending: Vec<_> = OwnedPublish::new("t".into(), keys.iter().map(|key| message(key)).collect())
+            .messages
+            .into_iter()
+            .enumerate()
+            .collect();
+        assert_eq!(split(pending, &retiring, 1).keys().copied().collect::<Vec<_>>(), vec![0]);
+    }
+}

@@ -1,0 +1,193 @@
+//! A topic of two sources of three replicas each, on three nodes of two forwarder shards (six
+//! shards for six replicas, one source of the topic per shard): each source is published to at
+//! its own leader's forwarder, as a client that knows the sources' routes would. Killing the
+//! node that leads source 1 elects it a new leader among its own replicas, and draining the
+//! node that leads it then moves its leadership; through both, every acknowledged message of
+//! every source is delivered at its source's leader. Three sources of three replicas (nine)
+//! are refused, naming the shards they need.
+
+use super::sources::{payloads, source_of, Forwarder};
+use ringpost_client::{block_on, Connection};
+use ringpost_tests::cluster::Cluster;
+use ringpost_tests::{create_subscription, failed, json_field, succeeded};
+use ringpost_wire::frame::{decode_body, decode_error};
+use ringpost_wire::messages::{PublishRequest, PublishResponse, PubsubMessage};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const TOPIC: &str = "spread";
+const SUBSCRIPTION: &str = "spread-sub";
+/// Messages published at each source in each round.
+const PER_ROUND: usize = 10;
+/// How long an election, a promotion or a drain may take on a loaded machine: generous, to tell
+/// a stuck cluster from a slow one.
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Each source's leader as (node, shard) in a topic's JSON, source 0 first.
+fn source_leaders(json: &str) -> Vec<(u64, u64)> {
+    let numbers = |key: &str| -> Vec<u64> {
+        json.split(key)
+            .skip(1)
+            .map(|rest| rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap())
+            .collect()
+    };
+    numbers("\"leader_node\":").into_iter().zip(numbers("\"leader_shard\":")).collect()
+}
+
+/// The sources' leaders as node `asked` sees them.
+fn leaders_seen_by(cluster: &Cluster, asked: u64) -> Vec<(u64, u64)> {
+    source_leaders(&succeeded(&cluster.node(asked).cli(&["topic", "get", TOPIC])))
+}
+
+/// The address of forwarder shard `shard` of node `node` (its ports follow its router's).
+fn forwarder_address(cluster: &Cluster, (node, shard): (u64, u64)) -> String {
+    let router = &cluster.node(node).address;
+    let (host, port) = router.rsplit_once(':').unwrap();
+    format!("{host}:{}", port.parse::<u64>().unwrap() + 1 + shard)
+}
+
+/// Publishes `payloads` at `address`, retrying while its replica is not serving yet (a leader
+/// being promoted, or one deposed that the routers still name), at most `SETTLE_LIMIT`; the
+/// message ids.
+fn publish(address: &str, payloads: &[String]) -> Vec<u64> {
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    loop {
+        let messages = payloads
+            .iter()
+            .map(|data| PubsubMessage { data: data.clone().into_bytes(), ..PubsubMessage::default() })
+            .collect();
+        let request = PublishRequest { topic: TOPIC.to_owned(), messages };
+        let answer = Connection::connect(address)
+            .and_then(|connection| {
+                block_on(connection.call(ringpost_wire::Command::Publish.code(), &request))
+            })
+            .map_err(|error| error.to_string())
+            .and_then(|reply| {
+                if reply.header.is_error() {
+                    return Err(decode_error(&reply.body).to_string());
+                }
+                Ok(decode_body::<PublishResponse>(&reply.body).unwrap().message_ids)
+            });
+        match answer {
+            Ok(ids) => return ids,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "publishing at {address}: {error}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Publishes a round of messages at each source's leader (as node `asked` sees them), each id
+/// naming its source; what each source was given.
+fn publish_round(cluster: &Cluster, asked: u64, round: &str) -> Vec<Vec<String>> {
+    let leaders = leaders_seen_by(cluster, asked);
+    leaders
+        .iter()
+        .enumerate()
+        .map(|(source, leader)| {
+            let sent: Vec<String> = (0..PER_ROUND).map(|index| format!("{round}-{source}-{index}")).collect();
+            let ids = publish(&forwarder_address(cluster, *leader), &sent);
+            assert_eq!(ids.len(), PER_ROUND, "{round}: source {source}");
+            assert!(
+                ids.iter().all(|id| source_of(*id) == source as u64),
+                "{round}: source {source}: {ids:x?}"
+            );
+            sent
+        })
+        .collect()
+}
+
+/// Pulls at each source's leader (as node `asked` sees them) until it delivered every one of
+/// `wanted[source]`, and acknowledges what came.
+fn delivered_at_leaders(cluster: &Cluster, asked: u64, wanted: &[Vec<String>]) {
+    let leaders = leaders_seen_by(cluster, asked);
+    for (source, leader) in leaders.iter().enumerate() {
+        let forwarder = Forwarder::connect(&forwarder_address(cluster, *leader));
+        let wanted: BTreeSet<String> = wanted[source].iter().cloned().collect();
+        let mut received = BTreeSet::new();
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while !wanted.is_subset(&received) {
+            assert!(Instant::now() < deadline, "source {source} at {leader:?} delivered only {received:?}");
+            let batch = forwarder.pull(SUBSCRIPTION, wanted.len() - wanted.intersection(&received).count());
+            assert!(batch.iter().all(|message| source_of(message.message_id) == source as u64));
+            if !batch.is_empty() {
+                forwarder.settle(
+                    SUBSCRIPTION,
+                    batch.iter().map(|message| message.ack_id.clone()).collect(),
+                    None,
+                );
+            }
+            received.extend(payloads(&batch));
+        }
+    }
+}
+
+/// Waits until every live node names leaders for every source and none on `gone`; the leaders.
+fn led_off(cluster: &Cluster, asked: u64, gone: u64) -> Vec<(u64, u64)> {
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    loop {
+        let leaders = leaders_seen_by(cluster, asked);
+        if leaders.len() == 2 && leaders.iter().all(|(node, _)| *node != gone) {
+            return leaders;
+        }
+        assert!(Instant::now() < deadline, "sources still led on node {gone}: {leaders:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_replicated_sources_leader_is_elected_again_and_drained_and_nothing_acknowledged_is_lost() {
+    let mut cluster = Cluster::start("replsources", 3, vec!["--shards".into(), "2".into()]);
+    let admin = cluster.leader();
+
+    // Nine replicas for six shards: refused before anything is made.
+    let refused = failed(&cluster.node(admin).cli(&[
+        "topic",
+        "create",
+        "too-wide",
+        "--sources",
+        "3",
+        "--replicas",
+        "3",
+    ]));
+    assert!(refused.starts_with("FailedPrecondition"), "{refused}");
+    assert!(refused.contains("need 9 forwarder shards") && refused.contains("has 6"), "{refused}");
+
+    let created =
+        succeeded(&cluster.node(admin).cli(&["topic", "create", TOPIC, "--sources", "2", "--replicas", "3"]));
+    let leaders = source_leaders(&created);
+    assert_eq!(leaders.len(), 2, "{created}");
+    create_subscription(&cluster.node(admin).client(), SUBSCRIPTION, TOPIC, 30);
+    let mut unpulled = publish_round(&cluster, admin, "first");
+
+    // Source 1's leader's node killed: the source elects a leader among its other replicas, and
+    // every acknowledged message of both sources is delivered at their leaders.
+    let killed = leaders[1].0;
+    cluster.node_mut(killed).kill();
+    let asked = cluster.ids().find(|id| *id != killed).unwrap();
+    let after_kill = led_off(&cluster, asked, killed);
+    eprintln!("source leaders {leaders:?}; after node {killed} was killed {after_kill:?}");
+    for (source, sent) in publish_round(&cluster, asked, "second").into_iter().enumerate() {
+        unpulled[source].extend(sent);
+    }
+    delivered_at_leaders(&cluster, asked, &unpulled);
+    cluster.node_mut(killed).restart();
+    cluster.wait_ready(killed);
+
+    // The node leading source 1 now is drained: its leaderships move, nothing is lost.
+    let drained = leaders_seen_by(&cluster, asked)[1].0;
+    let unpulled = publish_round(&cluster, asked, "third");
+    let asked = cluster.ids().find(|id| *id != drained).unwrap();
+    let answer =
+        succeeded(&cluster.node(asked).cli(&["cluster", "drain", &drained.to_string(), "--wait", "60"]));
+    assert_eq!(json_field(answer.trim(), "drained"), "true", "{answer}");
+    let after_drain = led_off(&cluster, asked, drained);
+    eprintln!("after node {drained} was drained {after_drain:?}");
+    let mut wanted = unpulled;
+    for (source, sent) in publish_round(&cluster, asked, "fourth").into_iter().enumerate() {
+        wanted[source].extend(sent);
+    }
+    delivered_at_leaders(&cluster, asked, &wanted);
+    succeeded(&cluster.node(asked).cli(&["cluster", "undrain", &drained.to_string()]));
+}
