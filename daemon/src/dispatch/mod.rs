@@ -207,11 +207,10 @@ impl<S: Storage> Door<S> {
                 router.get_topic(&list.topic)?;
                 Outcome::Snapshots(router.list_snapshots(&list, shown(Kind::ListSnapshots.permission())))
             }
-            Operation::LookupTopic { name } => Outcome::Forwarders(router.lookup_topic(
-                &name,
-                caller.local_address,
-                Some(&caller.route_client()),
-            )?),
+            lookup @ (Operation::LookupTopic { .. }
+            | Operation::LookupSubscription { .. }
+            | Operation::LookupTopicSources { .. }
+            | Operation::LookupSubscriptionSources { .. }) => self.lookup(caller, lookup)?,
             Operation::CreateSubscription(subscription) => {
                 Outcome::Subscription(self.shown(router.create_subscription(subscription).await?))
             }
@@ -239,23 +238,6 @@ impl<S: Storage> Door<S> {
             Operation::ListSubscriptions(list) => {
                 let page = router.list_subscriptions(&list, shown(Kind::ListSubscriptions.permission()));
                 Outcome::Subscriptions(self.shown_page(page))
-            }
-            Operation::LookupSubscription { name } => Outcome::Forwarders(router.lookup_subscription(
-                &name,
-                caller.local_address,
-                Some(&caller.route_client()),
-            )?),
-            Operation::LookupTopicSources { name } => Outcome::Sources(router.lookup_topic_sources(
-                &name,
-                caller.local_address,
-                Some(&caller.route_client()),
-            )?),
-            Operation::LookupSubscriptionSources { name } => {
-                Outcome::Sources(router.lookup_subscription_sources(
-                    &name,
-                    caller.local_address,
-                    Some(&caller.route_client()),
-                )?)
             }
             Operation::Seek { subscription, target } => {
                 router.seek(&subscription, target).await?;
@@ -307,6 +289,28 @@ impl<S: Storage> Door<S> {
             Operation::ResyncDirectory { index } => {
                 Outcome::Resynced(router.resync_directory(index as usize).await?)
             }
+        })
+    }
+
+    /// A lookup: the forwarders a client is handed for a topic or a subscription (or for each
+    /// of its topic's sources), within the caller's routing restrictions.
+    fn lookup(&self, caller: &Caller<'_>, operation: Operation) -> Result<Outcome, Status> {
+        let (router, local, client) = (&self.router, caller.local_address, Some(caller.route_client()));
+        let client = client.as_ref();
+        Ok(match operation {
+            Operation::LookupTopic { name } => {
+                Outcome::Forwarders(router.lookup_topic(&name, local, client)?)
+            }
+            Operation::LookupSubscription { name } => {
+                Outcome::Forwarders(router.lookup_subscription(&name, local, client)?)
+            }
+            Operation::LookupTopicSources { name } => {
+                Outcome::Sources(router.lookup_topic_sources(&name, local, client)?)
+            }
+            Operation::LookupSubscriptionSources { name } => {
+                Outcome::Sources(router.lookup_subscription_sources(&name, local, client)?)
+            }
+            other => unreachable!("not a lookup: {:?}", other.kind()),
         })
     }
 

@@ -97,28 +97,6 @@ fn topic_with_source_policy_message(topic: Topic) -> wire::TopicWithSourcePolicy
     }
 }
 
-fn create_topic_with_sources(body: &[u8]) -> Result<Operation, Status> {
-    let request = access_body::<wire::CreateTopicWithSourcesRequest>(body)?;
-    Ok(Operation::CreateTopic(Topic {
-        name: request.topic.name.as_str().to_owned(),
-        message_retention_seconds: request.topic.message_retention_seconds.to_native(),
-        labels: Default::default(),
-        replicas: request.replicas.to_native(),
-        sources: request.sources.to_native(),
-        source_leaders: Vec::new(),
-        source_policy: None,
-    }))
-}
-
-fn update_topic_sources(body: &[u8]) -> Result<Operation, Status> {
-    let request = access_body::<wire::UpdateTopicSourcesRequest>(body)?;
-    Ok(Operation::UpdateTopic(TopicUpdate {
-        name: request.name.as_str().to_owned(),
-        sources: Some(request.sources.to_native()),
-        ..Default::default()
-    }))
-}
-
 /// A `TopicSourcePolicy` request: the topic shown, or its sources made to follow its load.
 fn topic_source_policy(body: &[u8]) -> Result<Operation, Status> {
     let request = access_body::<wire::TopicSourcePolicyRequest>(body)?;
@@ -474,20 +452,9 @@ fn snapshot_list(page: Page<Snapshot>) -> wire::SnapshotList {
 fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status> {
     Ok(Some(match command {
         Command::CreateTopic => Operation::CreateTopic(topic_request(body)?),
-        Command::CreateReplicatedTopic => {
-            let request = access_body::<wire::CreateTopicRequest>(body)?;
-            Operation::CreateTopic(Topic {
-                name: request.topic.name.as_str().to_owned(),
-                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
-                labels: Default::default(),
-                replicas: request.replicas.to_native(),
-                sources: 0,
-                source_leaders: Vec::new(),
-                source_policy: None,
-            })
+        Command::CreateReplicatedTopic | Command::CreateTopicWithSources | Command::UpdateTopicSources => {
+            topic_with_replicas_or_sources(command, body)?
         }
-        Command::CreateTopicWithSources => create_topic_with_sources(body)?,
-        Command::UpdateTopicSources => update_topic_sources(body)?,
         Command::TopicSourcePolicy => topic_source_policy(body)?,
         Command::GetTopic | Command::GetTopicWithSources => Operation::GetTopic { name: name(body)? },
         Command::ListTopics => Operation::ListTopics(list_request(body)?),
@@ -582,6 +549,45 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         }
         _ => return Ok(None),
     }))
+}
+
+/// The topic commands that came with replicas and sources, as the door's operations.
+fn topic_with_replicas_or_sources(command: Command, body: &[u8]) -> Result<Operation, Status> {
+    Ok(match command {
+        Command::CreateReplicatedTopic => {
+            let request = access_body::<wire::CreateTopicRequest>(body)?;
+            Operation::CreateTopic(Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+                sources: 0,
+                source_leaders: Vec::new(),
+                source_policy: None,
+            })
+        }
+        Command::CreateTopicWithSources => {
+            let request = access_body::<wire::CreateTopicWithSourcesRequest>(body)?;
+            Operation::CreateTopic(Topic {
+                name: request.topic.name.as_str().to_owned(),
+                message_retention_seconds: request.topic.message_retention_seconds.to_native(),
+                labels: Default::default(),
+                replicas: request.replicas.to_native(),
+                sources: request.sources.to_native(),
+                source_leaders: Vec::new(),
+                source_policy: None,
+            })
+        }
+        Command::UpdateTopicSources => {
+            let request = access_body::<wire::UpdateTopicSourcesRequest>(body)?;
+            Operation::UpdateTopic(TopicUpdate {
+                name: request.name.as_str().to_owned(),
+                sources: Some(request.sources.to_native()),
+                ..Default::default()
+            })
+        }
+        _ => unreachable!("not a topic command with replicas or sources: {command:?}"),
+    })
 }
 
 /// An operation's outcome as the response frame of `command`.
