@@ -91,6 +91,9 @@ use std::path::PathBuf;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
+#[path = "cluster_sim_sources_tests.rs"]
+mod sources;
+
 /// Seeds a plain `cargo test` runs: 200 took 60 to 80 s on two cores shared with other
 /// builds, in a debug build.
 const SEEDS_DEFAULT: u64 = 200;
@@ -248,6 +251,9 @@ struct Resource {
     /// Messages an acknowledgement was sent for, answered or not (one not answered may have
     /// been taken).
     acknowledgements_sent: BTreeSet<Vec<u8>>,
+    /// A topic of several sources, or a subscription of one: only the sources' clients
+    /// (`sources`) use it, since the others reach one source.
+    spread: bool,
 }
 
 impl Resource {
@@ -262,6 +268,7 @@ impl Resource {
             checker: Checker::default(),
             given_back: Vec::new(),
             acknowledgements_sent: BTreeSet::new(),
+            spread: false,
         }
     }
 }
@@ -362,6 +369,8 @@ struct World {
     /// What happened, in order (`note`).
     events: RefCell<Vec<String>>,
     started: std::time::Instant,
+    /// The topics of several sources, their clients' model and figures (`sources`).
+    spread: RefCell<sources::Spread>,
 }
 
 fn unavailable(node: u64) -> Status {
@@ -1281,13 +1290,13 @@ async fn operate(world: &Rc<World>, session: &Session) {
         let topics: Vec<&String> = model
             .topics
             .iter()
-            .filter(|(_, topic)| topic.known == Known::Present)
+            .filter(|(_, topic)| topic.known == Known::Present && !topic.spread)
             .map(|(name, _)| name)
             .collect();
         let subscriptions: Vec<&String> = model
             .subscriptions
             .iter()
-            .filter(|(_, subscription)| subscription.known == Known::Present)
+            .filter(|(_, subscription)| subscription.known == Known::Present && !subscription.spread)
             .map(|(name, _)| name)
             .collect();
         (pick(topics, &mut rng), pick(subscriptions, &mut rng))
@@ -1332,6 +1341,19 @@ async fn operate(world: &Rc<World>, session: &Session) {
         (_, _, Some(subscription)) => (Operation::GetSubscription { name: subscription.clone() }, None),
         _ => return,
     };
+    change(world, session, node, &serving, operation, changes).await;
+}
+
+/// A change (or a read, without `changes`) made at node `node`'s door, which `serving` is, and
+/// what the model learns of it: `changes` is (a topic, its name, a create).
+async fn change(
+    world: &Rc<World>,
+    session: &Session,
+    node: u64,
+    serving: &Serving,
+    operation: Operation,
+    changes: Option<(bool, String, bool)>,
+) {
     if let Some((topic, name, create)) = &changes {
         let mut model = world.model.borrow_mut();
         model.tried += 1;
@@ -1438,7 +1460,9 @@ fn present(world: &World, topics: bool) -> Option<String> {
     let resources = if topics { &model.topics } else { &model.subscriptions };
     let names: Vec<&String> = resources
         .iter()
-        .filter(|(_, resource)| resource.known == Known::Present && resource.acknowledged.is_some())
+        .filter(|(_, resource)| {
+            resource.known == Known::Present && resource.acknowledged.is_some() && !resource.spread
+        })
         .map(|(name, _)| name)
         .collect();
     (!names.is_empty()).then(|| names[world.seed_rng().below(names.len() as u64) as usize].clone())
@@ -1974,7 +1998,12 @@ async fn drain(world: &Rc<World>) {
                 runtime::now() - started < SETTLE_WITHIN,
                 "seed {seed}: {subscription} did not drain within {SETTLE_WITHIN:?}"
             );
-            match pull_from(world, &session, &subscription, true).await {
+            let spread = world.model.borrow().subscriptions[&subscription].spread;
+            let pulled = match spread {
+                true => sources::pull_from(world, &session, &subscription, true).await,
+                false => pull_from(world, &session, &subscription, true).await,
+            };
+            match pulled {
                 Some(0) => empty += 1,
                 Some(_) => empty = 0,
                 None => {}
@@ -2078,9 +2107,10 @@ async fn nemesis(world: &Rc<World>) {
             10 | 11 if world.members().iter().all(|member| world.serving(*member).is_some()) => {
                 // Membership changes while every member serves, nothing cut off.
                 world.isolated.borrow_mut().clear();
-                match world.members().len() < MEMBERS_MAX {
-                    true => add_node(world).await,
-                    false => remove_node(world, node).await,
+                match (world.members().len() < MEMBERS_MAX, sources::removable(world, node)) {
+                    (true, _) => add_node(world).await,
+                    (false, Some(node)) => remove_node(world, node).await,
+                    (false, None) => world.note(|| "no removal: every member holds a single replica".into()),
                 }
             }
             10 | 11 => world.note(|| "no membership change: a member does not serve".into()),
@@ -2307,6 +2337,7 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     })
     .await;
     check_voters(world);
+    sources::settle_updates(world).await;
     drain(world).await;
     check_replicas(world).await;
     // Every stream ended with its subscriber: what the streams held of each forwarder's
@@ -2334,6 +2365,7 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
             );
         }
     }
+    sources::check_healed(world, &state, &members);
     let model = world.model.borrow();
     let mut seen = BTreeMap::new();
     for (name, record) in &state.topics {
@@ -2409,10 +2441,17 @@ struct Run {
     removed: usize,
     /// Every event, at its virtual time.
     events: Vec<String>,
+    /// What the clients of topics of several sources did and what was checked of them.
+    spread: sources::Figures,
 }
 
 /// Seed `seed`'s world, its nodes not started yet; in the seed's simulation.
 fn new_world(seed: u64) -> Rc<World> {
+    new_world_with(seed, false)
+}
+
+/// Seed `seed`'s world, with clients of topics of several sources if `spread`.
+fn new_world_with(seed: u64, spread: bool) -> Rc<World> {
     let mut rng = sim::Rng::new(seed);
     let copies = [1, 3][rng.below(2) as usize];
     let paths: Vec<PathBuf> = (0..copies).map(|copy| PathBuf::from(format!("/d{copy}"))).collect();
@@ -2462,22 +2501,33 @@ fn new_world(seed: u64) -> Rc<World> {
         added: Cell::new(0),
         removed: Cell::new(0),
         healed: Cell::new(false),
-        clients: Cell::new(CLIENTS),
+        clients: Cell::new(CLIENTS + if spread { sources::CLIENTS as usize } else { 0 }),
         connections: RefCell::default(),
         events: RefCell::default(),
         started: runtime::now(),
+        spread: RefCell::new(sources::Spread::new(spread)),
     })
 }
 
 /// One seed: the cluster, its clients and the nemesis.
 fn simulate(seed: u64) -> Run {
+    simulate_with(seed, false)
+}
+
+/// One seed, with clients of topics of several sources beside the others if `spread`.
+fn simulate_with(seed: u64, spread: bool) -> Run {
     sim::run(seed, async move {
-        let world = new_world(seed);
+        let world = new_world_with(seed, spread);
         for id in NODES {
             start(&world, id);
         }
         for _ in 0..CLIENTS {
             runtime::spawn(client(world.clone(), world.alice.clone())).detach();
+        }
+        if spread {
+            for publisher in 0..sources::CLIENTS {
+                runtime::spawn(sources::client(world.clone(), publisher)).detach();
+            }
         }
         nemesis(&world).await;
         world.healed.set(true);
@@ -2489,6 +2539,7 @@ fn simulate(seed: u64) -> Run {
         let model = world.model.borrow();
         let (added, removed) = (world.added.get(), world.removed.get());
         let events = world.events.take();
+        let spread = world.spread.borrow().figures.clone();
         Run {
             acknowledged: model.acknowledged,
             tried: model.tried,
@@ -2504,6 +2555,7 @@ fn simulate(seed: u64) -> Run {
             added,
             removed,
             events,
+            spread,
         }
     })
 }

@@ -628,3 +628,46 @@ fn a_subscription_created_while_a_source_is_added_is_served_on_it() {
         });
     }
 }
+
+/// An update asking for the count of sources a topic has serves each subscription on each
+/// source again, as the error of an update whose source did not take every subscription says
+/// (`NotApplied`: "when the update is sent again"). Before, it changed nothing, and the
+/// subscription got none of that source's messages until its next start (the cluster
+/// simulation with topics of several sources, seed 169: the new source's forwarder was
+/// unreachable as the subscriptions were attached).
+#[test]
+fn an_update_sent_again_serves_every_subscription_on_every_source() {
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let router = start_two(&disk).await;
+        router.create_topic(Topic { sources: 2, ..topic("hot", Labels::new()) }).await.unwrap();
+        router.create_subscription(subscription("reader", "hot", Default::default())).await.unwrap();
+        let served = |stats: &crate::api::stats::Stats| -> Vec<(u32, bool)> {
+            stats
+                .topics
+                .iter()
+                .filter(|topic| topic.name == "hot")
+                .map(|topic| {
+                    (topic.source.get(), topic.subscriptions.iter().any(|served| served.name == "reader"))
+                })
+                .collect()
+        };
+        assert_eq!(served(&router.stats().await.unwrap()), [(0, true), (1, true)]);
+        // Source 1 loses the subscription, as if its attach had not reached it.
+        let record = router.subscription_record("reader").unwrap();
+        let topic_id = router.catalog_state().topics["hot"].id;
+        let unit = router.units_of(topic_id)[1];
+        let detach = ControlRequest::DetachSubscription {
+            subscription_id: record.id,
+            name: record.name.clone(),
+            topic_id: unit.id,
+            deleted: false,
+        };
+        router.call_forwarder(unit.shard, detach).await.unwrap();
+        assert_eq!(served(&router.stats().await.unwrap()), [(0, true), (1, false)]);
+        let again = TopicUpdate { name: "hot".into(), sources: Some(2), ..Default::default() };
+        router.update_topic(again).await.unwrap();
+        assert_eq!(served(&router.stats().await.unwrap()), [(0, true), (1, true)]);
+        sim::kill_spawned_tasks();
+    });
+}

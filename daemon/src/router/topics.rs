@@ -178,7 +178,8 @@ impl<S: Storage> Router<S> {
     }
 
     /// Raises topic `topic`'s sources to `sources`; refuses fewer than it has (a source is not
-    /// retired here). The caller holds the update gate.
+    /// retired here), and with the count it has serves its subscriptions on every source again
+    /// (`serve_subscriptions_on_sources`). The caller holds the update gate.
     pub(super) async fn raise_sources(&self, topic: &TopicRecord, sources: u32) -> Result<(), ControlError> {
         let have = self.state.borrow().source_count(topic.id) as u32;
         if sources < have {
@@ -190,6 +191,34 @@ impl<S: Storage> Router<S> {
         if sources > have {
             self.check_source_count(sources, topic.replica_count())?;
             self.add_sources(topic, sources).await?;
+        } else {
+            self.serve_subscriptions_on_sources(topic).await?;
+        }
+        Ok(())
+    }
+
+    /// Serves each of topic `topic`'s subscriptions on each of its sources after the first
+    /// again (an attach of one served already is answered at once): what an update asking for
+    /// the count the topic has does, so that one sent again after a source was added but not
+    /// given every subscription (`NotApplied`: its forwarder unreachable then) applies it, as
+    /// its error says. Before, it changed nothing, and the subscription got none of that
+    /// source's messages until its next start (the cluster simulation with topics of several
+    /// sources, seed 169).
+    async fn serve_subscriptions_on_sources(&self, topic: &TopicRecord) -> Result<(), ControlError> {
+        let subscriptions: Vec<SubscriptionRecord> = self
+            .state
+            .borrow()
+            .subscriptions
+            .values()
+            .filter(|record| record.topic_id == topic.id && !record.detached)
+            .map(|record| (**record).clone())
+            .collect();
+        for unit in self.units_of(topic.id).iter().skip(1) {
+            for subscription in &subscriptions {
+                self.call_forwarder(unit.shard, sources::attach_subscription(subscription, unit))
+                    .await
+                    .map_err(|status| not_applied("subscription", &subscription.name, status))?;
+            }
         }
         Ok(())
     }

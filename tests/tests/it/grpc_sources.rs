@@ -375,3 +375,37 @@ fn an_empty_gathered_pull_waits_for_a_message_on_either_source() {
     }
     assert_eq!(sources, HashSet::from([0, 1]), "the late messages' keys map to one source");
 }
+
+/// A gathered stream ends as one stream would when its subscription is deleted (each source's
+/// stream fails with NOT_FOUND, and the first failure ends the client's), and a stream of a
+/// subscription made again under the name gathers from both sources.
+#[test]
+fn a_gathered_stream_ends_not_found_when_its_subscription_is_deleted() {
+    let (daemon, grpc) = start("grpc-sources-deleted");
+    succeeded(&daemon.cli(&["topic", "create", "gone", "--sources", "2"]));
+    grpc.create_plain_subscription("gone-sub", "gone").expect("create subscription");
+    let mut stream = Stream::open(&grpc, "gone-sub", WINDOW);
+    assert!(stream.next(&grpc, Duration::from_millis(300)).is_none(), "a message from nowhere");
+    let request = pubsub::DeleteSubscriptionRequest { subscription: subscription_path("gone-sub") };
+    grpc.delete_subscription(request).expect("delete subscription");
+    let ended = grpc
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), stream.responses.message()).await });
+    match ended.expect("the stream did not end within 30 s") {
+        Err(status) => assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}"),
+        Ok(other) => panic!("the stream went on: {other:?}"),
+    }
+
+    grpc.create_plain_subscription("gone-sub", "gone").expect("create the subscription again");
+    let published = publish_unordered(&grpc, "gone", 20);
+    let mut again = Stream::open(&grpc, "gone-sub", 0);
+    let mut received = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.len() < published.len() && Instant::now() < deadline {
+        if let Some(response) = again.next(&grpc, Duration::from_millis(300)) {
+            received.extend(
+                response.received_messages.into_iter().map(|message| message.message.unwrap().message_id),
+            );
+        }
+    }
+    assert_eq!(received, published);
+}

@@ -181,7 +181,13 @@ pub async fn pull(
                 _ => left.min(Duration::from_millis(GRPC_PULL_GATHER_SLICE_MS)),
             };
             let asked = PullSettings { max_messages: wanted, wait };
-            received.extend(pull_on(gateway, presented, name, shard, asked).await?);
+            match pull_on(gateway, presented, name, shard, asked).await {
+                Ok(pulled) => received.extend(pulled),
+                // What other sources leased is answered rather than left to its deadline; the
+                // refusal comes again at the next pull.
+                Err(_) if !received.is_empty() => return Ok(received),
+                Err(status) => return Err(status),
+            }
         }
         if !received.is_empty() || Instant::now() >= give_up_at {
             return Ok(received);
