@@ -326,6 +326,35 @@ mod tests {
         assert!(leaderships_to_move(&state).is_empty());
     }
 
+    /// A replicated source led on a draining node moves as a topic does, by its unit id; a
+    /// source of one replica stays and is named `topic#n`.
+    #[test]
+    fn a_sources_leadership_moves_and_a_single_replica_source_is_named() {
+        let mut state = cluster(&[2]);
+        state.apply(CatalogEntry::TopicCreated(topic(10, "hot", &[shard(1, 0), shard(2, 0), shard(3, 0)])));
+        let source = |id: u64, number: u32, replicas: &[ShardId]| crate::catalog::SourceRecord {
+            id: TopicId::new(id),
+            topic_id: TopicId::new(10),
+            source: crate::ids::SourceId::new(number).unwrap(),
+            shard: replicas[0],
+            created_ms: 0,
+            replicas: if replicas.len() > 1 { replicas.to_vec() } else { Vec::new() },
+            epoch: u64::from(replicas.len() > 1),
+        };
+        state.apply(CatalogEntry::SourceAdded(source(11, 1, &[shard(2, 1), shard(1, 1), shard(3, 1)])));
+        state.apply(CatalogEntry::TopicCreated(topic(20, "cold", &[shard(1, 0)])));
+        let single =
+            crate::catalog::SourceRecord { topic_id: TopicId::new(20), ..source(21, 1, &[shard(2, 1)]) };
+        state.apply(CatalogEntry::SourceAdded(single));
+        assert_eq!(leaderships_to_move(&state), vec![(TopicId::new(11), shard(2, 1))]);
+        let drain = &drain_status(&state, None)[0];
+        assert_eq!((drain.leaderships, drain.single_replica_count), (1, 1));
+        assert_eq!(drain.single_replica_topics, vec!["cold#1".to_owned()]);
+        state.apply(CatalogEntry::TopicLeaderElected { id: TopicId::new(11), epoch: 2, leader: shard(3, 1) });
+        assert!(leaderships_to_move(&state).is_empty());
+        assert_eq!(drain_status(&state, None)[0].leaderships, 0);
+    }
+
     /// A drain names a registered node and keeps one node undrained; the catalog's lead goes
     /// to a voter heard that is not draining.
     #[test]

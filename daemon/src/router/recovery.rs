@@ -3,6 +3,18 @@
 
 use super::sources::attach_subscription;
 use super::*;
+use crate::catalog::placement::source_key;
+use crate::catalog::SourceRecord;
+
+/// Why a unit whose shard is gone cannot be placed again on this node: every shard left holds
+/// another of its topic's sources.
+fn every_shard_taken(shown: &str, shard: ShardId, shards: u32) -> String {
+    format!(
+        "{shown} is placed on shard {} of this node, which has {shards}, and every shard left holds \
+         another of its topic's sources: start it with as many forwarder shards as before",
+        shard.local()
+    )
+}
 
 /// Topics (and then subscriptions) attached at once while the daemon starts, across all
 /// forwarder shards. Each attach in progress holds a recovery read buffer per data directory
@@ -56,7 +68,9 @@ impl<S: Storage> Router<S> {
             })
         })
         .await?;
-        // Then each later source placed here, knowing its number.
+        // Then each later source placed here, knowing its number (placed again first if its
+        // shard is gone).
+        self.place_recovered_sources().await?;
         self.recover_sources().await?;
         let subscriptions: Vec<(ShardId, ControlRequest)> = self
             .state
@@ -140,7 +154,14 @@ impl<S: Storage> Router<S> {
             }
         }
         for topic in topics.iter_mut().filter(|topic| this_node(topic) && topic.shard.local() >= shards) {
-            let shard = ShardId::new(self.node_id(), placement.place(&topic.name));
+            // Never onto a shard holding one of its later sources: a shard serves one of a
+            // topic's sources.
+            let taken = self.state.borrow().shards_of_other_units(topic.id);
+            let local = placement
+                .place_avoiding(&topic.name, |local| taken.contains(&ShardId::new(self.node_id(), local)));
+            let local = local
+                .ok_or_else(|| every_shard_taken(&format!("topic '{}'", topic.name), topic.shard, shards))?;
+            let shard = ShardId::new(self.node_id(), local);
             if !self.catalog.leads() {
                 return Err(format!(
                     "topic '{}' is placed on shard {} of this node, which has {shards}: start it with as \
@@ -155,6 +176,57 @@ impl<S: Storage> Router<S> {
             topic.shard = shard;
         }
         Ok(topics)
+    }
+
+    /// A later source of one replica whose shard is gone (this node restarted with fewer) is
+    /// placed again, as `place_recovered` places a topic, on a shard of this node that holds
+    /// none of its topic's units (its files are here).
+    pub(super) async fn place_recovered_sources(&self) -> Result<(), String> {
+        let shards = self.forwarders.len() as u32;
+        let node = self.node_id();
+        let (gone, mut placement) = {
+            let state = self.state.borrow();
+            let mut placement = Placement::new(shards.max(1), self.balance_factor);
+            let topics = state.topics.values().map(|topic| topic.shard);
+            for shard in topics.chain(state.sources.values().map(|source| source.shard)) {
+                if shard.node() == node && shard.local() < shards {
+                    placement.assign(shard.local());
+                }
+            }
+            let gone: Vec<(SourceRecord, String)> = state
+                .sources
+                .values()
+                .filter(|source| source.replicas.len() <= 1)
+                .filter(|source| source.shard.node() == node && source.shard.local() >= shards)
+                .filter_map(|source| Some((source.clone(), state.topic_by_id(source.topic_id)?.name.clone())))
+                .collect();
+            (gone, placement)
+        };
+        for (source, topic) in gone {
+            let number = source.source.get();
+            let taken = self.state.borrow().shards_of_other_units(source.id);
+            let local = placement.place_avoiding(&source_key(&topic, number), |local| {
+                taken.contains(&ShardId::new(node, local))
+            });
+            let shown = format!("topic '{topic}' source {number}");
+            let local = local.ok_or_else(|| every_shard_taken(&shown, source.shard, shards))?;
+            if !self.catalog.leads() {
+                return Err(format!(
+                    "{shown} is placed on shard {} of this node, which has {shards}: start it with as \
+                     many forwarder shards as before",
+                    source.shard.local()
+                ));
+            }
+            let shard = ShardId::new(node, local);
+            self.propose(CatalogEntry::TopicPlaced { id: source.id, shard })
+                .await
+                .map_err(|error| format!("placing {shown} again: {}", Status::from(error)))?;
+            crate::log_info!(
+                "ringpostd: {shown}: its shard {} is gone; placed on {shard}",
+                source.shard.local()
+            );
+        }
+        Ok(())
     }
 
     /// Trusts data directory `index` again, after rewriting every stale copy in it.

@@ -188,3 +188,53 @@ fn unary_publish_pull_and_acknowledge_reach_each_source() {
     assert!(block_on(client.acknowledge("turns-sub", all)).unwrap().is_empty());
     assert!(block_on(client.pull("turns-sub", 10, 300)).unwrap().is_empty());
 }
+
+/// A push subscription of a topic of two sources pushes every message: each source's shard
+/// pushes its own, so the publisher's spread messages all reach the endpoint, and every
+/// source's backlog empties as the pushes succeed.
+#[test]
+fn a_push_subscription_of_two_sources_pushes_every_message() {
+    use ringpost_client::PushConfig;
+    use ringpost_tests::push_receiver::Receiver;
+    const PUSHED: usize = 40;
+    let daemon = Daemon::start("client-sources-push");
+    succeeded(&daemon.cli(&["topic", "create", "pushed", "--sources", "2"]));
+    let client = daemon.client();
+    let receiver =
+        Receiver::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap(), |_, _| (Duration::ZERO, 200));
+    let subscription = Subscription {
+        name: "pushed-out".into(),
+        topic: "pushed".into(),
+        ack_deadline_seconds: 10,
+        ..Default::default()
+    };
+    let push = PushConfig { endpoint: receiver.url("/in"), no_wrapper: true, ..Default::default() };
+    block_on(client.create_subscription_with_push(subscription, push)).unwrap();
+    let mut sources = HashSet::new();
+    for index in 0..PUSHED {
+        let ids = block_on(client.publish("pushed", vec![Message::new(index.to_string())])).unwrap();
+        sources.insert(source_of(ids[0]));
+    }
+    assert_eq!(sources.len(), 2, "the publishes spread over both sources");
+    let started = Instant::now();
+    let distinct = || {
+        let bodies: HashSet<Vec<u8>> = receiver.seen("/in").into_iter().map(|seen| seen.body).collect();
+        bodies.len()
+    };
+    while distinct() < PUSHED && started.elapsed() < RECEIVE_WITHIN {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(distinct(), PUSHED, "every message of both sources pushed");
+    let started = Instant::now();
+    loop {
+        let json = succeeded(&daemon.cli(&["stats"]));
+        let backlogs: Vec<u64> = (0..2)
+            .map(|source| stat(&json, "{\"topic\":\"pushed\",\"subscription\"", source, "backlog"))
+            .collect();
+        if backlogs == [0, 0] {
+            break;
+        }
+        assert!(started.elapsed() < RECEIVE_WITHIN, "backlogs {backlogs:?} after the pushes");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

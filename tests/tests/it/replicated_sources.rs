@@ -4,12 +4,13 @@
 //! node that leads source 1 elects it a new leader among its own replicas, and draining the
 //! node that leads it then moves its leadership; through both, every acknowledged message of
 //! every source is delivered at its source's leader. Three sources of three replicas (nine)
-//! are refused, naming the shards they need.
+//! are refused, naming the shards they need. A source whose shard is gone (its node started
+//! with fewer) is placed again on a shard holding none of its topic's units.
 
-use super::sources::{payloads, source_of, Forwarder};
+use super::sources::{forwarders, leader_shards, payloads, source_of, Forwarder};
 use ringpost_client::{block_on, Connection};
 use ringpost_tests::cluster::Cluster;
-use ringpost_tests::{create_subscription, failed, json_field, succeeded};
+use ringpost_tests::{create_subscription, failed, json_field, succeeded, Daemon};
 use ringpost_wire::frame::{decode_body, decode_error};
 use ringpost_wire::messages::{PublishRequest, PublishResponse, PubsubMessage};
 use std::collections::BTreeSet;
@@ -190,4 +191,57 @@ fn a_replicated_sources_leader_is_elected_again_and_drained_and_nothing_acknowle
     }
     delivered_at_leaders(&cluster, asked, &wanted);
     succeeded(&cluster.node(asked).cli(&["cluster", "undrain", &drained.to_string()]));
+}
+
+/// A daemon started again with fewer shards than a topic's source 1 was placed on places it on a
+/// shard holding none of the topic's units, with its messages and its subscription's state (its
+/// files are this node's); with no such shard left, the start is refused, saying why.
+#[test]
+fn a_source_whose_shard_is_gone_is_placed_again_on_a_shard_free_of_its_topic() {
+    let shards = |count: &str| vec!["--shards".to_owned(), count.to_owned()];
+    let mut daemon = Daemon::start_with("sources-gone", Vec::new(), shards("4"));
+    // A topic whose source 1 is on the last shard (placement is a function of the names).
+    let (name, leaders) = (0..32)
+        .find_map(|index| {
+            let name = format!("gone-{index}");
+            let leaders =
+                leader_shards(&succeeded(&daemon.cli(&["topic", "create", &name, "--sources", "2"])));
+            if leaders[1] == 3 {
+                return Some((name, leaders));
+            }
+            succeeded(&daemon.cli(&["topic", "delete", &name]));
+            None
+        })
+        .expect("no topic of 32 has its source 1 on shard 3");
+    create_subscription(&daemon.client(), "gone-sub", &name, 30);
+    let sent: Vec<String> = (0..3).map(|index| format!("kept-{index}")).collect();
+    let ids = Forwarder::connect(&forwarders(&daemon)[3]).publish(&name, &sent);
+    assert!(ids.iter().all(|id| source_of(*id) == 1), "{ids:x?}");
+
+    daemon.kill();
+    daemon.extra_args = shards("3");
+    daemon.restart();
+    let placed = leader_shards(&succeeded(&daemon.cli(&["topic", "get", &name])));
+    assert_eq!(placed[0], leaders[0], "source 0's shard is still there");
+    assert!(placed[1] < 3 && placed[1] != placed[0], "source 1 placed on {placed:?}");
+    assert!(daemon.log().contains("its shard 3 is gone; placed on"), "{}", daemon.log());
+    let forwarder = Forwarder::connect(&forwarders(&daemon)[placed[1] as usize]);
+    let received = forwarder.pull("gone-sub", sent.len());
+    assert_eq!(payloads(&received), sent, "source 1's messages at its new shard");
+    assert!(received.iter().all(|message| source_of(message.message_id) == 1));
+    forwarder.settle("gone-sub", received.iter().map(|message| message.ack_id.clone()).collect(), None);
+    daemon.restart();
+    assert_eq!(leader_shards(&succeeded(&daemon.cli(&["topic", "get", &name]))), placed, "kept");
+
+    // One shard cannot hold two sources of the topic: the start is refused, saying why.
+    daemon.kill();
+    daemon.extra_args = shards("1");
+    daemon.launch();
+    let exited = daemon.wait_for_exit(Duration::from_secs(60)).expect("the daemon starts on one shard");
+    assert!(!exited.success(), "{exited:?}");
+    assert!(
+        daemon.log().contains("every shard left holds another of its topic's sources"),
+        "{}",
+        daemon.log()
+    );
 }

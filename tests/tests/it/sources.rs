@@ -7,7 +7,7 @@ use ringpost_wire::frame::decode_body;
 use std::time::Duration;
 
 /// Each source's leader shard in a topic's JSON, source 0 first.
-fn leader_shards(json: &str) -> Vec<u32> {
+pub(super) fn leader_shards(json: &str) -> Vec<u32> {
     json.split("\"leader_shard\":")
         .skip(1)
         .map(|rest| rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap())
@@ -140,7 +140,7 @@ impl Forwarder {
 }
 
 /// The forwarders' addresses from the daemon's last start line (they change at each start).
-fn forwarders(daemon: &Daemon) -> Vec<String> {
+pub(super) fn forwarders(daemon: &Daemon) -> Vec<String> {
     let log = daemon.log();
     let line = log.lines().rev().find(|line| line.contains("(router) with")).expect("a start line");
     let list = line.split(" on ").nth(2).unwrap().split(';').next().unwrap();

@@ -22,7 +22,8 @@ pub const LOOKUPS_IN_FLIGHT: usize = 256;
 /// One control-plane change.
 #[derive(Debug, Clone)]
 pub enum Admin {
-    CreateTopic(String),
+    /// A topic of this many publish sources (1: one).
+    CreateTopic(String, u32),
     CreateSubscription(Subscription),
     /// A subscription the daemon pushes to the configuration's endpoint.
     CreatePushSubscription(Subscription, PushConfig),
@@ -34,7 +35,7 @@ pub enum Admin {
 impl Admin {
     fn describe(&self) -> String {
         match self {
-            Admin::CreateTopic(name) => format!("creating topic {name}"),
+            Admin::CreateTopic(name, _) => format!("creating topic {name}"),
             Admin::CreateSubscription(subscription) | Admin::CreatePushSubscription(subscription, _) => {
                 format!("creating subscription {}", subscription.name)
             }
@@ -49,7 +50,11 @@ impl Admin {
             other => other,
         };
         match self {
-            Admin::CreateTopic(name) => client.create_topic(name).await.map(|_| ()),
+            Admin::CreateTopic(name, sources) if *sources > 1 => {
+                let topic = ringpost_client::Topic { name: name.clone(), ..Default::default() };
+                client.create_topic_with_sources(topic, 0, *sources).await.map(|_| ())
+            }
+            Admin::CreateTopic(name, _) => client.create_topic(name).await.map(|_| ()),
             Admin::CreateSubscription(subscription) => {
                 client.create_subscription(subscription.clone()).await.map(|_| ())
             }

@@ -80,8 +80,11 @@ impl Workload {
 pub struct WorkloadOptions {
     pub workload: Workload,
     pub publish: PublishOptions,
-    /// Topics of the topics workload (the others have one).
+    /// Topics of the topics and publish workloads (the others have one; publish's default is
+    /// one), publishes taking turns over them.
     pub topics: usize,
+    /// Publish sources of each topic made for the run (`--sources`; 1: a topic of one source).
+    pub sources: u32,
     /// Subscriptions of the fan-out workload (e2e and backlog have one, topics one per topic).
     pub subscriptions: usize,
     /// Flow-control window of each stream, in messages.
@@ -104,7 +107,8 @@ impl WorkloadOptions {
         WorkloadOptions {
             workload,
             publish,
-            topics: TOPICS_DEFAULT,
+            topics: if workload == Workload::Topics { TOPICS_DEFAULT } else { 1 },
+            sources: 1,
             subscriptions: SUBSCRIPTIONS_DEFAULT,
             window: WINDOW_DEFAULT,
             subscriber_threads: match workload {
@@ -121,7 +125,7 @@ impl WorkloadOptions {
 
     pub fn topic_count(&self) -> usize {
         match self.workload {
-            Workload::Topics => self.topics,
+            Workload::Topics | Workload::Publish => self.topics,
             _ => 1,
         }
     }
@@ -137,10 +141,16 @@ impl WorkloadOptions {
 
     pub fn validate(&self) -> Result<(), Failure> {
         self.publish.validate()?;
+        let usage = |text: String| Err(Failure::usage(format!("InvalidArgument: {text}")));
+        if !(1..=TOPICS_MAX).contains(&self.topics) {
+            return usage(format!("--topics is {}; it must be 1 to {TOPICS_MAX}", self.topics));
+        }
+        if self.sources == 0 {
+            return usage("--sources is 0; a topic has at least one".to_owned());
+        }
         if !self.workload.has_subscribers() {
             return Ok(());
         }
-        let usage = |text: String| Err(Failure::usage(format!("InvalidArgument: {text}")));
         if self.publish.topic.is_some() {
             return usage(format!("--topic applies to publish only; {} makes its own", self.workload.name()));
         }
@@ -152,9 +162,6 @@ impl WorkloadOptions {
         }
         if !(1..=WINDOW_MAX).contains(&self.window) {
             return usage(format!("--window is {}; it must be 1 to {WINDOW_MAX}", self.window));
-        }
-        if !(1..=TOPICS_MAX).contains(&self.topics) {
-            return usage(format!("--topics is {}; it must be 1 to {TOPICS_MAX}", self.topics));
         }
         if !(1..=SUBSCRIPTIONS_MAX).contains(&self.subscriptions) {
             return usage(format!(
@@ -178,6 +185,8 @@ struct Layout {
     targets: Vec<Target>,
     /// Made for this run, so deleted after it.
     created: bool,
+    /// Publish sources of each topic made.
+    sources: u32,
 }
 
 fn layout(options: &WorkloadOptions) -> Layout {
@@ -196,13 +205,30 @@ fn layout(options: &WorkloadOptions) -> Layout {
             forwarder: None,
         })
         .collect();
-    Layout { topics, targets, created: options.publish.topic.is_none() }
+    Layout { topics, targets, created: options.publish.topic.is_none(), sources: options.sources }
+}
+
+/// Logs where each of a few topics' sources is led (`node/shard`, source 0 first), so that a
+/// run over several topics or sources shows whether they landed on different shards.
+fn log_leaders(server: &str, topics: &[String], log: &mut dyn FnMut(&str)) {
+    let Ok(client) = block_on(super::connect(server)) else { return };
+    for topic in topics {
+        if let Ok(shown) = block_on(client.get_topic_with_sources(topic)) {
+            let leaders: Vec<String> = shown
+                .sources
+                .iter()
+                .map(|source| format!("{}/{}", source.leader_node, source.leader_shard))
+                .collect();
+            log(&format!("topic {topic}: sources led on {}", leaders.join(", ")));
+        }
+    }
 }
 
 /// Creates the run's topics, then its subscriptions, in parallel: pushed to `push_endpoint`
 /// when one is given.
 fn create(server: &str, layout: &Layout, push_endpoint: Option<&str>) -> Result<(), Failure> {
-    let topics: Vec<Admin> = layout.topics.iter().map(|name| Admin::CreateTopic(name.clone())).collect();
+    let topics: Vec<Admin> =
+        layout.topics.iter().map(|name| Admin::CreateTopic(name.clone(), layout.sources)).collect();
     setup::apply_all(server, &topics)?;
     let subscriptions: Vec<Admin> = layout
         .targets
@@ -331,6 +357,9 @@ pub fn run(
         // Remove what was made before the failure; the failure is what the user needs to see.
         let _ = delete(server, &layout);
         return Err(failure);
+    }
+    if options.workload == Workload::Publish && layout.topics.len() * options.sources as usize > 1 {
+        log_leaders(server, &layout.topics, log);
     }
     let multiplex = options.workload == Workload::Topics;
     if multiplex {

@@ -145,6 +145,12 @@ struct PublishFlags {
     /// the run)
     #[argh(option)]
     topic: Option<String>,
+    /// fresh topics to make and publish to, requests taking turns over them (default 1)
+    #[argh(option, default = "1")]
+    topics: usize,
+    /// publish sources of each fresh topic, one per forwarder shard at most (default 1)
+    #[argh(option, default = "1")]
+    sources: u32,
     /// open loop: offer this many messages per second in all, at fixed intervals, and measure
     /// latency from each request's scheduled send time (default: closed loop, as fast as acks
     /// come back)
@@ -650,6 +656,8 @@ fn run(flags: Flags) -> Result<(), Failure> {
         Command::Publish(f) => {
             let mut load = load_flags!(Workload::Publish, f, f.rate);
             load.options.publish.topic = f.topic;
+            load.options.topics = f.topics;
+            load.options.sources = f.sources;
             load
         }
         Command::EndToEnd(f) => {
