@@ -8,8 +8,9 @@ use ringpost_wire::messages::{
     CreateTopicWithSourcesRequest, Empty, ListRequest, NameRequest, PushConfig, ResyncDirectoryRequest,
     ResyncDirectoryResponse, RoutingRule, SeekRequest, Snapshot, SnapshotList, SnapshotRequest,
     StatsResponse, StatsWithPushResponse, Subscription, SubscriptionWithPush, SubscriptionWithPushProject,
-    Topic, TopicWithSources, UpdateSubscriptionRequest, UpdateSubscriptionWithPushProjectRequest,
-    UpdateSubscriptionWithPushRequest, UpdateTopicRequest, UpdateTopicSourcesRequest,
+    Topic, TopicSourcePolicyRequest, TopicWithSourcePolicy, TopicWithSources, UpdateSubscriptionRequest,
+    UpdateSubscriptionWithPushProjectRequest, UpdateSubscriptionWithPushRequest, UpdateTopicRequest,
+    UpdateTopicSourcesRequest,
 };
 use ringpost_wire::Command;
 use std::time::Duration;
@@ -133,6 +134,34 @@ impl Client {
     pub async fn update_topic_sources(&self, name: &str, sources: u32) -> Result<TopicWithSources> {
         let request = UpdateTopicSourcesRequest { name: name.to_owned(), sources };
         self.control(Command::UpdateTopicSources, &request).await
+    }
+
+    /// A topic with its sources and whether their number follows its load. A daemon from before
+    /// following the load does not know the command (`Unimplemented`): its topic comes then,
+    /// its count fixed.
+    pub async fn get_topic_source_policy(&self, name: &str) -> Result<TopicWithSourcePolicy> {
+        let request =
+            TopicSourcePolicyRequest { name: name.to_owned(), change: false, sources_min: 0, sources_max: 0 };
+        match self.control(Command::TopicSourcePolicy, &request).await {
+            Err(error) if error.code() == crate::ErrorCode::Unimplemented => Ok(TopicWithSourcePolicy {
+                topic: self.get_topic_with_sources(name).await?,
+                ..Default::default()
+            }),
+            answered => answered,
+        }
+    }
+
+    /// Makes a topic's number of publish sources follow its load, from `min` to `max` sources
+    /// (`max` 0: as many as the cluster can place, within the daemon's bound), adding sources
+    /// up to `min` first. A daemon from before it refuses it (`Unimplemented`).
+    pub async fn follow_topic_load(&self, name: &str, min: u32, max: u32) -> Result<TopicWithSourcePolicy> {
+        let request = TopicSourcePolicyRequest {
+            name: name.to_owned(),
+            change: true,
+            sources_min: min,
+            sources_max: max,
+        };
+        self.control(Command::TopicSourcePolicy, &request).await
     }
 
     /// Changes a subscription's settings (UpdateSubscription) and returns the subscription as

@@ -49,7 +49,7 @@ pub use ringpost_wire::messages::{
     PushRequestCount, PushSubscriptionStats, ReceivedMessage, ReplicaStats, ResyncDirectoryResponse,
     RoutingRule, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionStats,
     SubscriptionWithPush, SubscriptionWithPushProject, Topic, TopicPlacement, TopicSource, TopicStats,
-    TopicWithSources,
+    TopicWithSourcePolicy, TopicWithSources,
 };
 pub use ringpost_wire::{ErrorCode, Status};
 pub use security::Security;

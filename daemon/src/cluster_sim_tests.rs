@@ -1148,6 +1148,7 @@ async fn boot(world: &Rc<World>, id: u64) -> Result<(), String> {
         addresses: ForwarderAddresses::new(vec![PORT], Advertise::Host(format!("node-{id}"))),
         balance_factor: BALANCE_FACTOR_DEFAULT,
         limits: router::CatalogLimits::default(),
+        follow_thresholds: Default::default(),
     };
     let open = |router: &Rc<Router<SimDisk>>, door: &Rc<Door<SimDisk>>| {
         let serving = Serving { router: router.clone(), door: door.clone() };

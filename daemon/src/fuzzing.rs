@@ -354,6 +354,11 @@ fn catalog_entries() -> Vec<CatalogEntry> {
                 nodes: [NodeId::new(3)].into(),
             }],
         },
+        CatalogEntry::SourcePolicySet {
+            topic_id: TopicId::new(5),
+            bounds: Some(crate::catalog::SourceBounds { min: 1, max: 4 }),
+        },
+        CatalogEntry::SourcePolicySet { topic_id: TopicId::new(5), bounds: None },
         CatalogEntry::TopicReplicasChanged {
             id: TopicId::new(5),
             replicas: vec![ShardId::from_global(0x1_0001), ShardId::from_global(0x2_0002)],

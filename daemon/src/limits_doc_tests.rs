@@ -167,6 +167,14 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::api::cluster::DRAIN_TOPICS_NAMED_MAX,
         crate::router::drain::DRAIN_PASS_INTERVAL,
         crate::router::SOURCES_PASS_INTERVAL,
+        crate::router::follow::SOURCE_FOLLOW_INTERVAL,
+        crate::router::follow::SOURCES_AUTO_MIN,
+        crate::router::follow::SOURCES_AUTO_MAX,
+        crate::router::follow::SOURCE_ADD_MESSAGES_PER_SECOND_DEFAULT,
+        crate::router::follow::SOURCE_ADD_BYTES_PER_SECOND_DEFAULT,
+        crate::router::follow::SOURCE_RETIRE_PERCENT_DEFAULT,
+        crate::router::follow::SOURCE_HOLD_SECONDS_DEFAULT,
+        crate::router::follow::SOURCE_HOLD_SECONDS_MAX,
         crate::catalog::routing::ROUTING_RULES_MAX,
         crate::catalog::routing::ROUTING_PRINCIPAL_BYTES_MAX,
         crate::net::http::HTTP_CONNECTIONS_MAX,
@@ -203,6 +211,7 @@ fn reachable() -> Vec<(String, Limit)> {
 /// Constants of the table that this module cannot name (private to their module, or in
 /// another binary): their values are read from their definitions.
 const READ_FROM_SOURCE: &[&str] = &[
+    "FOLLOW_SHARDS_READ_MAX",
     "KEEPALIVE_IDLE",
     "SOURCES_REFRESH_INTERVAL",
     "KEEPALIVE_INTERVAL",

@@ -208,6 +208,23 @@ struct Flags {
     /// --publish-messages-per-second-topic-max
     #[argh(option)]
     publish_kib_per_second_topic_max: Option<u64>,
+    /// messages a second per source above which the catalog's leader adds a source to a topic
+    /// whose sources follow its load (`topic create|update --sources auto`; default 300000; 0:
+    /// messages do not count)
+    #[argh(option)]
+    source_add_messages_per_second: Option<u64>,
+    /// kibibytes a second per source above which a source is added, as
+    /// --source-add-messages-per-second (default 262144; 0: bytes do not count)
+    #[argh(option)]
+    source_add_kib_per_second: Option<u64>,
+    /// percent of the add thresholds (1 to 99) that a followed topic's sources, one fewer, must
+    /// stay under before one is retired (default 30)
+    #[argh(option)]
+    source_retire_percent: Option<u32>,
+    /// seconds a followed topic must run hot (or cold) before a source is added (or retired),
+    /// and the least time between two changes (default 30, at most 86400)
+    #[argh(option)]
+    source_hold_seconds: Option<u64>,
     /// a file holding the cluster's secret (one line, e.g. from `ringpost token create`), the
     /// same on every node: the cluster port then answers only nodes that present it; needed
     /// unless auth is off
@@ -343,6 +360,32 @@ fn catalog_limits(flags: &Flags) -> ringpost_daemon::router::CatalogLimits {
         }
     }
     limits
+}
+
+/// When the catalog's leader adds and retires a followed topic's sources, as the flags set
+/// them over the defaults.
+fn follow_thresholds(flags: &Flags) -> ringpost_daemon::router::follow::FollowThresholds {
+    use ringpost_daemon::router::follow::{FollowThresholds, SOURCE_HOLD_SECONDS_MAX};
+    let mut thresholds = FollowThresholds::default();
+    if let Some(messages) = flags.source_add_messages_per_second {
+        thresholds.add_messages_per_second = messages;
+    }
+    if let Some(kib) = flags.source_add_kib_per_second {
+        thresholds.add_bytes_per_second = kib.saturating_mul(1024);
+    }
+    if let Some(percent) = flags.source_retire_percent {
+        if !(1..100).contains(&percent) {
+            usage_error("--source-retire-percent must be from 1 to 99: under the add threshold");
+        }
+        thresholds.retire_percent = percent;
+    }
+    if let Some(seconds) = flags.source_hold_seconds {
+        if seconds > SOURCE_HOLD_SECONDS_MAX {
+            usage_error(&format!("--source-hold-seconds must be at most {SOURCE_HOLD_SECONDS_MAX}"));
+        }
+        thresholds.hold = std::time::Duration::from_secs(seconds);
+    }
+    thresholds
 }
 
 /// The outstanding limits the flags set, over the defaults.
@@ -696,6 +739,7 @@ fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
     config.connections = connection_limits(flags);
     config.catalog_limits = catalog_limits(flags);
     config.outstanding = outstanding_limits(flags);
+    config.follow_thresholds = follow_thresholds(flags);
     config.publish_rate = ringpost_daemon::topic::rate::PublishRateLimits {
         messages_per_second: flags.publish_messages_per_second_topic_max.unwrap_or(0),
         bytes_per_second: flags.publish_kib_per_second_topic_max.unwrap_or(0).saturating_mul(1024),

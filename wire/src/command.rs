@@ -27,6 +27,12 @@ pub enum Command {
     /// `UpdateTopicSourcesRequest` → `TopicWithSources` (router): raise a topic's sources'
     /// number (never lowered yet).
     UpdateTopicSources = 19,
+    /// `TopicSourcePolicyRequest` → `TopicWithSourcePolicy` (router): a topic with its sources
+    /// and whether their number follows its load; with `change`, makes it follow the load
+    /// within the bounds given (`ringpost topic update --sources auto`), adding sources up to
+    /// the least first. A daemon from before it answers `Unimplemented` (its topics' counts are
+    /// fixed). Code 121: the codes near 20 were taken before sources.
+    TopicSourcePolicy = 121,
     /// `ListRequest` → `TopicList` (router).
     ListTopics = 12,
     /// `NameRequest` → `Empty` (router).
@@ -185,7 +191,7 @@ pub enum Command {
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 61] = [
+    pub const ALL: [Command; 62] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -199,6 +205,7 @@ impl Command {
         Command::CreateTopicWithSources,
         Command::GetTopicWithSources,
         Command::UpdateTopicSources,
+        Command::TopicSourcePolicy,
         Command::CreateSubscription,
         Command::GetSubscription,
         Command::ListSubscriptions,
@@ -263,6 +270,7 @@ impl Command {
             17 => Command::CreateTopicWithSources,
             18 => Command::GetTopicWithSources,
             19 => Command::UpdateTopicSources,
+            121 => Command::TopicSourcePolicy,
             20 => Command::CreateSubscription,
             21 => Command::GetSubscription,
             22 => Command::ListSubscriptions,

@@ -94,6 +94,29 @@ wire_type! {
 }
 
 wire_type! {
+    /// A topic's sources' policy, asked for (`change` false), or changed to following its load
+    /// (`change` true) from `sources_min` to `sources_max` sources (0: as many as placement can
+    /// give, at most the daemon's `SOURCES_AUTO_MAX`).
+    pub struct TopicSourcePolicyRequest {
+        pub name: String,
+        pub change: bool,
+        pub sources_min: u32,
+        pub sources_max: u32,
+    }
+}
+
+wire_type! {
+    /// A topic with its sources, and whether their number follows its load (`auto`), between
+    /// `sources_min` and `sources_max` (both 0 when it is fixed).
+    pub struct TopicWithSourcePolicy {
+        pub topic: TopicWithSources,
+        pub auto: bool,
+        pub sources_min: u32,
+        pub sources_max: u32,
+    }
+}
+
+wire_type! {
     /// One of a topic's publish sources: its number and where its leader is.
     pub struct TopicSource { pub number: u32, pub leader_node: u64, pub leader_shard: u32 }
 }

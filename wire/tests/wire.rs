@@ -485,7 +485,7 @@ mod round_trips {
         );
     }
 
-    /// A topic's sources' bodies (commands 17 to 19).
+    /// A topic's sources' bodies (commands 17 to 19, and 121).
     #[test]
     fn topics_with_sources() {
         let topic = Topic { name: "projects/p/topics/hot".to_owned(), message_retention_seconds: 60 };
@@ -493,6 +493,13 @@ mod round_trips {
         check_round_trip(Command::CreateTopicWithSources, 0, 10, &create);
         let update = UpdateTopicSourcesRequest { name: topic.name.clone(), sources: 4 };
         check_round_trip(Command::UpdateTopicSources, 0, 11, &update);
+        let policy = TopicSourcePolicyRequest {
+            name: topic.name.clone(),
+            change: true,
+            sources_min: 1,
+            sources_max: 4,
+        };
+        check_round_trip(Command::TopicSourcePolicy, 0, 12, &policy);
         let shown = TopicWithSources {
             topic,
             replicas: 3,
@@ -501,8 +508,10 @@ mod round_trips {
                 TopicSource { number: 1, leader_node: 2, leader_shard: 1 },
             ],
         };
-        check_round_trip(Command::GetTopicWithSources, FLAG_RESPONSE, 12, &shown);
+        check_round_trip(Command::GetTopicWithSources, FLAG_RESPONSE, 12, &shown.clone());
         check_round_trip(Command::GetTopicWithSources, FLAG_RESPONSE, 13, &TopicWithSources::default());
+        let followed = TopicWithSourcePolicy { topic: shown, auto: true, sources_min: 1, sources_max: 4 };
+        check_round_trip(Command::TopicSourcePolicy, FLAG_RESPONSE, 14, &followed);
     }
 
     /// The push configuration's bodies (commands 26 to 29), every field set and none.

@@ -30,6 +30,9 @@ pub struct Topic {
     /// Reported only: each source's leader, source 0 first (empty in a request, and in a
     /// listing).
     pub source_leaders: Vec<crate::ids::ShardId>,
+    /// Reported only: the bounds its sources follow its load within (`--sources auto`);
+    /// `None` when their number is fixed.
+    pub source_policy: Option<crate::catalog::SourceBounds>,
 }
 
 /// A subscription's settings, which the catalog stores as they are (defaults applied).
@@ -83,6 +86,9 @@ pub struct TopicUpdate {
     pub labels: Option<Labels>,
     /// Its publish sources' number; only upward (a source is added, none retired).
     pub sources: Option<u32>,
+    /// Its publish sources follow its load within these bounds from now on (`--sources auto`);
+    /// `sources` fixes their number again.
+    pub sources_auto: Option<crate::catalog::SourceBounds>,
 }
 
 /// The changes of an UpdateSubscription, checked; `None` leaves a setting as it is.

@@ -69,6 +69,11 @@ const KIND_ROUTING_RULES_SET: u8 = 26;
 const KIND_SOURCE_RETIRING: u8 = 28;
 /// A retiring source, delivered out, is deleted (`CatalogEntry::SourceDeleted`).
 const KIND_SOURCE_DELETED: u8 = 29;
+/// A topic's publish sources following its load (`ringpost topic update --sources auto`), with
+/// their bounds, or fixed again. A topic whose count was only ever fixed never writes it, so its
+/// entries are the bytes of the version before; a version before it refuses the kind (unknown)
+/// rather than keep a followed topic's count fixed unseen.
+const KIND_SOURCE_POLICY_SET: u8 = 27;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -151,6 +156,15 @@ pub struct SourceRecord {
     /// from, until every subscription acknowledged it and it is deleted. Not in `SourceAdded`'s
     /// bytes: a checkpoint restates it as its own entry.
     pub retiring: bool,
+}
+
+/// The bounds of a topic's publish sources when their number follows its load (`auto`): the
+/// catalog's leader adds a source while they run hot and the topic has fewer than `max`, and
+/// retires one while they run cold and it has more than `min`. Neither is 0, and `min <= max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceBounds {
+    pub min: u32,
+    pub max: u32,
 }
 
 impl SourceRecord {
@@ -418,6 +432,13 @@ pub enum CatalogEntry {
     RoutingRulesSet {
         rules: Vec<super::routing::RoutingRule>,
     },
+    /// Topic `topic_id`'s sources follow its load within `bounds` from now on, or, with `None`,
+    /// keep the number they have (`ringpost topic update --sources N`). Applied only while the
+    /// topic lives.
+    SourcePolicySet {
+        topic_id: TopicId,
+        bounds: Option<SourceBounds>,
+    },
 }
 
 fn encode_topic_created(topic: &TopicRecord) -> Vec<u8> {
@@ -439,6 +460,25 @@ fn encode_topic_created(topic: &TopicRecord) -> Vec<u8> {
         encoder.u64(topic.epoch);
     }
     encode_labels_trailer(&mut encoder, &topic.labels).0.clone()
+}
+
+/// `KIND_SOURCE_POLICY_SET`: the topic's id, whether its sources follow its load, and their
+/// bounds (0 and 0 when they do not).
+fn encode_source_policy(topic_id: TopicId, bounds: Option<SourceBounds>) -> Vec<u8> {
+    let mut encoder = Encoder::new(KIND_SOURCE_POLICY_SET);
+    let SourceBounds { min, max } = bounds.unwrap_or(SourceBounds { min: 0, max: 0 });
+    encoder.u64(topic_id.get()).bool(bounds.is_some()).u32(min).u32(max);
+    encoder.0
+}
+
+fn decode_source_policy(d: &mut Decoder) -> DecodeResult<CatalogEntry> {
+    let topic_id = TopicId::new(d.u64()?);
+    let follows = d.bool()?;
+    let bounds = SourceBounds { min: d.u32()?, max: d.u32()? };
+    if follows && (bounds.min == 0 || bounds.min > bounds.max) {
+        return Err("a source policy's bounds are out of order");
+    }
+    Ok(CatalogEntry::SourcePolicySet { topic_id, bounds: follows.then_some(bounds) })
 }
 
 fn encode_node_registered(node: &NodeRecord) -> Vec<u8> {
@@ -523,6 +563,7 @@ impl CatalogEntry {
             CatalogEntry::RoutingRulesSet { rules } => {
                 super::routing::encode_rules(&mut Encoder::new(KIND_ROUTING_RULES_SET), rules).0.clone()
             }
+            CatalogEntry::SourcePolicySet { topic_id, bounds } => encode_source_policy(*topic_id, *bounds),
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let mut encoder = Encoder::new(KIND_TOPIC_REPLICAS_CHANGED);
                 encoder.u64(id.get()).u32(replicas.len() as u32);
@@ -668,6 +709,7 @@ impl CatalogEntry {
             KIND_ROUTING_RULES_SET => {
                 CatalogEntry::RoutingRulesSet { rules: super::routing::decode_rules(&mut d)? }
             }
+            KIND_SOURCE_POLICY_SET => decode_source_policy(&mut d)?,
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -1136,6 +1178,12 @@ impl std::fmt::Display for CatalogEntry {
             }
             CatalogEntry::SourceDeleted { topic_id, source, id } => {
                 write!(f, "delete source {} ({id:x}) of topic {topic_id:x}", source.get())
+            }
+            CatalogEntry::SourcePolicySet { topic_id, bounds: Some(bounds) } => {
+                write!(f, "topic {topic_id:x}'s sources follow its load, {} to {}", bounds.min, bounds.max)
+            }
+            CatalogEntry::SourcePolicySet { topic_id, bounds: None } => {
+                write!(f, "topic {topic_id:x}'s sources keep their number")
             }
             CatalogEntry::TopicReplicasChanged { id, replicas } => {
                 let numbers: Vec<u32> = replicas.iter().map(|replica| replica.global()).collect();

@@ -28,8 +28,8 @@ mod voters_sim_tests;
 
 pub use entry::{
     forwarder_name, global_shard, node_and_shard, CatalogEntry, Labels, NodeRecord, OidcToken, PushConfig,
-    PushWrapper, SnapshotRecord, SourceRecord, SubscriptionRecord, SubscriptionSettings, TopicRecord,
-    PUSH_PROJECT_DEFAULT,
+    PushWrapper, SnapshotRecord, SourceBounds, SourceRecord, SubscriptionRecord, SubscriptionSettings,
+    TopicRecord, PUSH_PROJECT_DEFAULT,
 };
 pub use error::CatalogError;
 pub use state::{Applied, CatalogState};

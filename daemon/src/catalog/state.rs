@@ -2,7 +2,9 @@
 //! state and one decided entry, so that every replica (and every replay) that applies the same
 //! entries in the same order holds the same catalog.
 
-use super::entry::{CatalogEntry, NodeRecord, SnapshotRecord, SourceRecord, SubscriptionRecord, TopicRecord};
+use super::entry::{
+    CatalogEntry, NodeRecord, SnapshotRecord, SourceBounds, SourceRecord, SubscriptionRecord, TopicRecord,
+};
 use crate::codec::{DecodeResult, Decoder};
 use crate::ids::{NodeId, ShardId, SourceId, TopicId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,6 +35,9 @@ pub struct CatalogState {
     /// A source's unit id → its topic and number, so that the entries naming a unit by id
     /// (elections, replica moves) find a source as they find a topic.
     pub source_units: HashMap<TopicId, (TopicId, SourceId)>,
+    /// The topics whose sources follow their load (`SourcePolicySet`), with their bounds; a
+    /// topic not listed keeps the number it has.
+    pub source_policies: BTreeMap<TopicId, SourceBounds>,
 }
 
 /// The fields that place a unit (a topic's own log, or one of its other sources), as the
@@ -159,6 +164,7 @@ impl CatalogState {
                 Applied::Done
             }
             CatalogEntry::NodeDraining { node_id, draining } => self.set_draining(node_id, draining),
+            CatalogEntry::SourcePolicySet { topic_id, bounds } => self.set_source_policy(topic_id, bounds),
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 Applied::Updated(self.elect_leader(id, epoch, leader))
             }
@@ -183,7 +189,21 @@ impl CatalogState {
                 self.source_units.remove(&source.id);
             }
         }
+        self.source_policies.remove(&id);
         Applied::TopicDeleted(removed)
+    }
+
+    /// Topic `topic_id`'s sources follow its load within `bounds`, or keep their number
+    /// (`None`); nothing for a topic deleted meanwhile.
+    fn set_source_policy(&mut self, topic_id: TopicId, bounds: Option<SourceBounds>) -> Applied {
+        if !self.topic_names.contains_key(&topic_id) {
+            return Applied::Updated(false);
+        }
+        match bounds {
+            Some(bounds) => self.source_policies.insert(topic_id, bounds),
+            None => self.source_policies.remove(&topic_id),
+        };
+        Applied::Updated(true)
     }
 
     /// Marks node `node_id` draining or not. Only a registered node drains: one removed
@@ -370,6 +390,12 @@ impl CatalogState {
                 CatalogEntry::SourceRetiring { topic_id: source.topic_id, source: source.source }
             }),
         );
+        // Only the topics that follow their load: a catalog without any is restated in the
+        // bytes the version before reads.
+        entries.extend(self.source_policies.iter().map(|(topic_id, bounds)| CatalogEntry::SourcePolicySet {
+            topic_id: *topic_id,
+            bounds: Some(*bounds),
+        }));
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
         );

@@ -182,6 +182,11 @@ fn entries_round_trip() {
         CatalogEntry::NodeDraining { node_id: NodeId::new(2), draining: false },
         CatalogEntry::RoutingRulesSet { rules: routing_rules() },
         CatalogEntry::RoutingRulesSet { rules: Vec::new() },
+        CatalogEntry::SourcePolicySet {
+            topic_id: TopicId::new(3),
+            bounds: Some(SourceBounds { min: 2, max: 6 }),
+        },
+        CatalogEntry::SourcePolicySet { topic_id: TopicId::new(3), bounds: None },
     ]) {
         assert_eq!(CatalogEntry::decode(&entry.encode()), Ok(entry.clone()));
     }
@@ -242,6 +247,46 @@ fn routing_rules_are_restated_by_a_checkpoint() {
     assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state);
     state.apply(CatalogEntry::RoutingRulesSet { rules: Vec::new() });
     assert_eq!(state.encode(), without);
+}
+
+/// A topic whose sources follow its load keeps its bounds in a checkpoint until it is fixed
+/// again or deleted; a catalog of fixed topics is checkpointed in the bytes it was before the
+/// policy existed; bounds out of order are refused at decoding.
+#[test]
+fn a_topics_source_policy_is_restated_by_a_checkpoint_until_fixed_or_deleted() {
+    let mut state = CatalogState::default();
+    let topic = TopicRecord {
+        id: TopicId::new(3),
+        name: "hot".into(),
+        message_retention_seconds: 0,
+        shard: forwarder(1, 1),
+        created_ms: 5,
+        labels: Labels::new(),
+        replicas: Vec::new(),
+        epoch: 0,
+    };
+    state.apply(CatalogEntry::TopicCreated(topic.clone()));
+    let fixed = state.encode();
+    let bounds = SourceBounds { min: 1, max: 3 };
+    let follow = CatalogEntry::SourcePolicySet { topic_id: topic.id, bounds: Some(bounds) };
+    assert_eq!(state.apply(follow.clone()), Applied::Updated(true));
+    assert_eq!(state.source_policies[&topic.id], bounds);
+    assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state);
+    assert_eq!(
+        state.apply(CatalogEntry::SourcePolicySet { topic_id: topic.id, bounds: None }),
+        Applied::Updated(true)
+    );
+    assert_eq!(state.encode(), fixed);
+    state.apply(follow.clone());
+    state.apply(CatalogEntry::TopicDeleted { id: topic.id });
+    assert!(state.source_policies.is_empty(), "a deleted topic's policy goes with it");
+    assert_eq!(state.apply(follow), Applied::Updated(false), "nor comes back for it");
+    let mut reversed =
+        CatalogEntry::SourcePolicySet { topic_id: topic.id, bounds: Some(SourceBounds { min: 4, max: 2 }) }
+            .encode();
+    assert!(CatalogEntry::decode(&reversed).is_err());
+    reversed.push(0);
+    assert!(CatalogEntry::decode(&reversed).is_err());
 }
 
 /// A drained node stays drained in a checkpoint (so across a restart), until undrained or

@@ -16,6 +16,7 @@ use crate::catalog::entry::{
     decode_optional_push, decode_whole_settings, encode_optional_push, encode_whole_settings, names_a_project,
 };
 use crate::catalog::routing::{Cidr, ClientSelector, RoutingRule};
+use crate::catalog::SourceBounds;
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::{NodeId, ShardId, SOURCES_PER_TOPIC_MAX};
 
@@ -207,12 +208,27 @@ fn encode_topic(encoder: &mut Encoder, topic: &Topic) {
     encoder.str(&topic.name).u64(topic.message_retention_seconds);
     encode_labels(encoder, &topic.labels);
     encoder.u32(topic.replicas);
-    if topic.sources > 1 {
+    if topic.sources > 1 || topic.source_policy.is_some() {
         encoder.u32(topic.sources).u32(topic.source_leaders.len() as u32);
         for leader in &topic.source_leaders {
             encoder.u32(leader.global());
         }
     }
+    // Later still, and only for a topic whose sources follow its load: a node of the version
+    // before refuses it (trailing bytes) rather than show the topic's count as fixed.
+    if let Some(bounds) = topic.source_policy {
+        encoder.u32(bounds.min).u32(bounds.max);
+    }
+}
+
+/// The bounds a topic's sources follow its load within, read as `encode_topic` and an update
+/// write them (an update's `max` of 0 asks for the default).
+fn decode_source_bounds(decoder: &mut Decoder) -> DecodeResult<SourceBounds> {
+    let bounds = SourceBounds { min: decoder.u32()?, max: decoder.u32()? };
+    if bounds.min == 0 || (bounds.max != 0 && bounds.min > bounds.max) {
+        return Err("a topic's source bounds are out of order");
+    }
+    Ok(bounds)
 }
 
 fn decode_topic(decoder: &mut Decoder) -> DecodeResult<Topic> {
@@ -223,6 +239,7 @@ fn decode_topic(decoder: &mut Decoder) -> DecodeResult<Topic> {
         replicas: decoder.u32()?,
         sources: 0,
         source_leaders: Vec::new(),
+        source_policy: None,
     };
     if !decoder.is_empty() {
         topic.sources = decoder.u32()?;
@@ -233,8 +250,30 @@ fn decode_topic(decoder: &mut Decoder) -> DecodeResult<Topic> {
         for _ in 0..count {
             topic.source_leaders.push(ShardId::from_global(decoder.u32()?));
         }
+        if !decoder.is_empty() {
+            topic.source_policy = Some(decode_source_bounds(decoder)?);
+        }
     }
     Ok(topic)
+}
+
+fn decode_topic_update(decoder: &mut Decoder) -> DecodeResult<Operation> {
+    let mut update = TopicUpdate {
+        name: decoder.str()?,
+        message_retention_seconds: take_optional(decoder, |decoder| decoder.u64())?,
+        labels: take_optional(decoder, decode_labels)?,
+        ..TopicUpdate::default()
+    };
+    if !decoder.is_empty() {
+        let sources = decoder.u32()?;
+        if decoder.is_empty() {
+            update.sources = Some(sources);
+        } else {
+            update.sources = (sources != 0).then_some(sources);
+            update.sources_auto = Some(decode_source_bounds(decoder)?);
+        }
+    }
+    Ok(Operation::UpdateTopic(update))
 }
 
 fn encode_subscription(encoder: &mut Encoder, subscription: &Subscription, projects: bool) {
@@ -264,8 +303,13 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation, projects: bool
             });
             optional(encoder, update.labels.as_ref(), encode_labels);
             // Last, and only when asked, as `encode_topic`'s sources.
-            if let Some(sources) = update.sources {
-                encoder.u32(sources);
+            // A change to following the load comes after the count (0: none asked), which a
+            // node of the version before refuses as trailing bytes.
+            if update.sources.is_some() || update.sources_auto.is_some() {
+                encoder.u32(update.sources.unwrap_or(0));
+            }
+            if let Some(bounds) = update.sources_auto {
+                encoder.u32(bounds.min).u32(bounds.max);
             }
         }
         Operation::GetTopic { name }
@@ -366,12 +410,7 @@ fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Opera
     let kind = *Kind::ALL.get(decoder.u8()? as usize).ok_or("unknown operation kind")?;
     Ok(match kind {
         Kind::CreateTopic => Operation::CreateTopic(decode_topic(decoder)?),
-        Kind::UpdateTopic => Operation::UpdateTopic(TopicUpdate {
-            name: decoder.str()?,
-            message_retention_seconds: take_optional(decoder, |decoder| decoder.u64())?,
-            labels: take_optional(decoder, decode_labels)?,
-            sources: if decoder.is_empty() { None } else { Some(decoder.u32()?) },
-        }),
+        Kind::UpdateTopic => decode_topic_update(decoder)?,
         Kind::GetTopic => Operation::GetTopic { name: decoder.str()? },
         Kind::DeleteTopic => Operation::DeleteTopic { name: decoder.str()? },
         Kind::LookupTopic => Operation::LookupTopic { name: decoder.str()? },
@@ -538,7 +577,7 @@ mod tests {
                 name: "t".into(),
                 message_retention_seconds: Some(0),
                 labels: Some(labels()),
-                sources: None,
+                ..Default::default()
             }),
             Operation::UpdateTopic(TopicUpdate { name: "t".into(), ..Default::default() }),
             Operation::DeleteTopic { name: "t".into() },
@@ -711,6 +750,36 @@ mod tests {
         }
         let answer = Carried { applied: Some(9), outcome: Ok(Outcome::Topic(several)) };
         assert_eq!(decode_answer(&encode_answer(&answer)), Ok(answer));
+    }
+
+    /// A topic whose sources follow its load carries its bounds after its sources, even with
+    /// one source, and an update to following carries them after the count: a node of the
+    /// version before refuses both (trailing bytes), and bounds out of order are refused.
+    #[test]
+    fn a_topics_source_bounds_are_carried_after_its_sources() {
+        let bounds = SourceBounds { min: 1, max: 3 };
+        let plain = Topic { name: "t".into(), sources: 1, ..Default::default() };
+        let followed = Topic { source_policy: Some(bounds), ..plain.clone() };
+        let as_before = encode_carried(&Principal::Anonymous, &Operation::CreateTopic(plain));
+        let answer = Carried { applied: None, outcome: Ok(Outcome::Topic(followed.clone())) };
+        assert_eq!(decode_answer(&encode_answer(&answer)), Ok(answer));
+        let encoded = encode_carried(&Principal::Anonymous, &Operation::CreateTopic(followed.clone()));
+        assert_eq!(encoded.len(), as_before.len() + 16, "the count, no leaders, and the bounds");
+        assert_eq!(decode_carried(&encoded), Ok((Principal::Anonymous, Operation::CreateTopic(followed))));
+        for sources in [None, Some(2)] {
+            let update =
+                TopicUpdate { name: "t".into(), sources, sources_auto: Some(bounds), ..Default::default() };
+            let operation = Operation::UpdateTopic(update);
+            let encoded = encode_carried(&Principal::Anonymous, &operation);
+            assert_eq!(decode_carried(&encoded), Ok((Principal::Anonymous, operation.clone())));
+        }
+        let reversed = TopicUpdate {
+            name: "t".into(),
+            sources_auto: Some(SourceBounds { min: 3, max: 1 }),
+            ..Default::default()
+        };
+        assert!(decode_carried(&encode_carried(&Principal::Anonymous, &Operation::UpdateTopic(reversed)))
+            .is_err());
     }
 
     #[test]

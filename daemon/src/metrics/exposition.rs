@@ -42,6 +42,9 @@ pub struct Counted {
     pub grpc_connections: u64,
     /// The push client's pushes (`push::client`).
     pub push: crate::push::client::PushFigures,
+    /// The topics whose sources follow their load, at most `METRICS_TOPICS_MAX`
+    /// (`Router::followed_topics`).
+    pub followed: Vec<crate::router::follow::FollowedTopic>,
 }
 
 /// A histogram's sum, count, and buckets by upper bound (not cumulative).
@@ -333,6 +336,7 @@ pub fn encode_metrics(
     let process = encode_process(stats);
     encode_shard_health(&mut families, stats);
     encode_topics(&mut families, stats);
+    encode_followed(&mut families, &counted.followed);
     if let Some(cluster) = cluster {
         encode_cluster(&mut families, cluster);
     }
@@ -345,6 +349,33 @@ pub fn encode_metrics(
     }
     encode(&mut text, &families.registry).expect("encoding into a String cannot fail");
     text
+}
+
+/// The topics whose sources follow their load: how many they have, their bounds, and the
+/// catalog's leader's last decision (1 on the decision's series).
+fn encode_followed(families: &mut Families, followed: &[crate::router::follow::FollowedTopic]) {
+    let sources = families.gauge(
+        "topic_sources",
+        "Publish sources of a topic whose number follows its load (--sources auto)",
+        None,
+    );
+    let minimum = families.gauge("topic_sources_min", "The fewest sources such a topic keeps", None);
+    let maximum = families.gauge("topic_sources_max", "The most sources such a topic gets", None);
+    let decision = families.gauge(
+        "topic_sources_last_decision",
+        "1 on the last decision of the catalog's leader other than keeping the sources (add, or retire), only on that leader",
+        None,
+    );
+    for topic in followed {
+        let labels: Labels = vec![("topic", topic.name.clone())];
+        sources.get_or_create(&labels).set(topic.sources as f64);
+        minimum.get_or_create(&labels).set(topic.bounds.min as f64);
+        maximum.get_or_create(&labels).set(topic.bounds.max as f64);
+        if let Some(last) = topic.last_decision {
+            let labels: Labels = vec![("topic", topic.name.clone()), ("decision", last.name().to_owned())];
+            decision.get_or_create(&labels).set(1.0);
+        }
+    }
 }
 
 /// Push subscriptions' requests by how they ended, and their latency.
@@ -846,6 +877,26 @@ mod tests {
         assert_eq!(published(r#"topic="calm""#), Some("4"), "a topic of one source keeps its labels");
         let delivered = r#"ringpost_subscription_delivered_messages_total{subscription="watch-1",topic="hot",source="1"}"#;
         assert_eq!(sample(&text, delivered), Some("7"));
+    }
+
+    #[test]
+    fn a_followed_topic_shows_its_sources_bounds_and_last_decision() {
+        use crate::router::follow::{Decision, FollowedTopic};
+        let bounds = crate::catalog::SourceBounds { min: 1, max: 4 };
+        let counted = Counted {
+            followed: vec![
+                FollowedTopic { name: "hot".into(), sources: 3, bounds, last_decision: Some(Decision::Add) },
+                FollowedTopic { name: "new".into(), sources: 1, bounds, last_decision: None },
+            ],
+            ..Default::default()
+        };
+        let text = encode_metrics(&Stats::default(), None, &counted, "1");
+        assert_eq!(sample(&text, r#"ringpost_topic_sources{topic="hot"}"#), Some("3.0"), "{text}");
+        assert_eq!(sample(&text, r#"ringpost_topic_sources_max{topic="hot"}"#), Some("4.0"));
+        assert_eq!(sample(&text, r#"ringpost_topic_sources_min{topic="new"}"#), Some("1.0"));
+        let added = r#"ringpost_topic_sources_last_decision{topic="hot",decision="add"}"#;
+        assert_eq!(sample(&text, added), Some("1.0"));
+        assert!(!text.contains(r#"ringpost_topic_sources_last_decision{topic="new""#));
     }
 
     #[test]

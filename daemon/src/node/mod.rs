@@ -75,6 +75,9 @@ pub struct Config {
     /// How many topics, subscriptions and snapshots the catalog may hold (decided by the
     /// catalog's leader with its own).
     pub catalog_limits: router::CatalogLimits,
+    /// When the catalog's leader adds and retires the sources of topics that follow their load
+    /// (`--source-add-messages-per-second` and the others).
+    pub follow_thresholds: router::follow::FollowThresholds,
     /// Messages and bytes delivered and not yet acknowledged that each forwarder shard, and each
     /// topic, allows its subscribers (`subscription::outstanding`).
     pub outstanding: crate::subscription::outstanding::OutstandingLimits,
@@ -236,6 +239,7 @@ impl Config {
             cluster: None,
             push_token_issuer: push::token::ISSUER_DEFAULT.to_owned(),
             catalog_limits: router::CatalogLimits::default(),
+            follow_thresholds: Default::default(),
             outstanding: Default::default(),
             publish_rate: Default::default(),
         }

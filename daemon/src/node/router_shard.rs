@@ -134,6 +134,7 @@ pub(super) fn start_router_shard(
                 addresses: router::ForwarderAddresses::new(ports, advertise),
                 balance_factor: config.balance_factor,
                 limits: config.catalog_limits,
+                follow_thresholds: config.follow_thresholds,
             };
             // The door opens to the cluster port, then to the router's port, once the router
             // recovered; the shard is ready then.

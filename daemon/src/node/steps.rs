@@ -68,6 +68,8 @@ pub(crate) struct RouterParts<S: Storage> {
     pub addresses: ForwarderAddresses,
     pub balance_factor: f64,
     pub limits: CatalogLimits,
+    /// When the catalog's leader adds and retires the sources of topics that follow their load.
+    pub follow_thresholds: router::follow::FollowThresholds,
 }
 
 /// A clustered node's ways to the other nodes and what it registers with the catalog's leader.
@@ -105,9 +107,11 @@ pub(crate) async fn serve_router<S: Storage>(
     phase: &StartPhase,
     open: impl FnOnce(&Rc<Router<S>>, &Rc<Door<S>>),
 ) -> Result<(Rc<Router<S>>, Rc<Door<S>>), String> {
-    let RouterParts { storage, directories, links, addresses, balance_factor, limits } = parts;
+    let RouterParts { storage, directories, links, addresses, balance_factor, limits, follow_thresholds } =
+        parts;
     let mut router = Router::new(storage, directories, catalog, links, addresses, balance_factor);
     router.set_limits(limits);
+    router.set_follow_thresholds(follow_thresholds);
     if let Some(membership) = &membership {
         router.set_peers(membership.peers.clone());
         if let Some(why) = membership.replication_refused {
@@ -142,7 +146,8 @@ async fn register<S: Storage>(router: &Router<S>, record: NodeRecord) {
 }
 
 /// The router shard's timers: replicated topics' replicas and elections (in a cluster),
-/// subscription expiry, the catalog's disk reserve, and the catalog's compaction.
+/// subscription expiry, the catalog's disk reserve, the catalog's compaction, and, on the
+/// catalog's leader, following the load of topics whose sources follow it.
 fn run_router_timers<S: Storage>(router: &Rc<Router<S>>) {
     if router.is_clustered() {
         // Replicated topics: this node's replicas as the catalog says, and, on the catalog's
@@ -159,6 +164,8 @@ fn run_router_timers<S: Storage>(router: &Rc<Router<S>>) {
     // A topic's sources: each unit told its topic's active count, retired sources deleted.
     let sources = router.clone();
     repeat_every(router::SOURCES_PASS_INTERVAL, async move || sources.sources_pass().await);
+    let follower = router.clone();
+    repeat_every(router::follow::SOURCE_FOLLOW_INTERVAL, async move || follower.follow_load().await);
     let settler = router.clone();
     repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);
     let expirer = router.clone();

@@ -143,6 +143,8 @@ pub struct Router<S: Storage> {
     limits: CatalogLimits,
     /// Creates in flight, counted against `limits`.
     in_flight: RefCell<Creating>,
+    /// On the catalog's leader, the topics whose sources follow their load (`follow`).
+    following: RefCell<follow::Following>,
 }
 
 impl<S: Storage> Router<S> {
@@ -175,6 +177,7 @@ impl<S: Storage> Router<S> {
             watch: RefCell::default(),
             limits: CatalogLimits::default(),
             in_flight: RefCell::default(),
+            following: RefCell::default(),
         }
     }
 
@@ -384,6 +387,7 @@ mod replicas;
 #[cfg(test)]
 mod tests;
 pub use replicas::{ELECTIONS_ASKED_MAX, RECONCILE_TICK, SOURCE_FAILURE_TIMEOUT};
+pub mod follow;
 mod forwarders;
 mod limits;
 mod recovery;

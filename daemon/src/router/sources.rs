@@ -66,7 +66,7 @@ impl<S: Storage> Router<S> {
 
     /// The forwarder shards placement may give a new source: every registered one but those of
     /// nodes being removed.
-    fn source_shards(&self) -> usize {
+    pub(super) fn source_shards(&self) -> usize {
         let layout = self.current_layout();
         let draining = self.draining.borrow();
         layout.shards.iter().filter(|shard| !draining.contains(&shard.node())).count()
@@ -377,6 +377,8 @@ impl<S: Storage> Router<S> {
     /// A topic as clients see it, with its sources and their leaders.
     pub(super) fn topic_shown(&self, topic: &TopicRecord) -> Topic {
         let source_leaders = self.source_leaders(topic);
-        Topic { source_leaders, ..topic_message(topic, self.state.borrow().source_count(topic.id)) }
+        let state = self.state.borrow();
+        let source_policy = state.source_policies.get(&topic.id).copied();
+        Topic { source_leaders, source_policy, ..topic_message(topic, state.source_count(topic.id)) }
     }
 }

@@ -527,6 +527,50 @@ fn a_topics_sources_are_placed_one_per_shard_and_retired_from_the_top() {
     });
 }
 
+/// A topic's sources follow its load once asked (`--sources auto`): the bounds default to what
+/// placement gives (two shards here), a minimum adds sources at once, the policy outlives a
+/// restart, a count asked for fixes it again, and bounds out of order, past
+/// `SOURCES_AUTO_MAX` or under what the topic has are refused.
+#[test]
+fn a_topics_sources_follow_its_load_once_asked_and_a_count_fixes_them_again() {
+    use crate::catalog::SourceBounds;
+    use crate::router::follow::SOURCES_AUTO_MAX;
+    sim::run(0, async {
+        let disk = SimDisk::new();
+        let router = start_two(&disk).await;
+        router.create_topic(topic("hot", Labels::new())).await.unwrap();
+        assert_eq!(router.get_topic("hot").unwrap().source_policy, None);
+        let auto = |min, max| TopicUpdate {
+            name: "hot".into(),
+            sources_auto: Some(SourceBounds { min, max }),
+            ..Default::default()
+        };
+        let hot = router.update_topic(auto(1, 0)).await.unwrap();
+        assert_eq!((hot.sources, hot.source_policy), (1, Some(SourceBounds { min: 1, max: 2 })));
+        refused_naming(router.update_topic(auto(1, SOURCES_AUTO_MAX + 1)).await, "SOURCES_AUTO_MAX");
+        let hot = router.update_topic(auto(2, 2)).await.unwrap();
+        assert_eq!((hot.sources, hot.source_policy), (2, Some(SourceBounds { min: 2, max: 2 })));
+        let followed = router.followed_topics(usize::MAX);
+        assert_eq!(followed.len(), 1);
+        assert_eq!(
+            (followed[0].name.as_str(), followed[0].sources, followed[0].last_decision),
+            ("hot", 2, None)
+        );
+        failed_precondition(router.update_topic(auto(1, 1)).await);
+
+        sim::kill_spawned_tasks();
+        drop(router);
+        disk.crash(CrashMode::DropUnsynced);
+        let router = start_two(&disk).await;
+        assert_eq!(router.get_topic("hot").unwrap().source_policy, Some(SourceBounds { min: 2, max: 2 }));
+        let fixed = TopicUpdate { name: "hot".into(), sources: Some(2), ..Default::default() };
+        let hot = router.update_topic(fixed).await.unwrap();
+        assert_eq!((hot.sources, hot.source_policy), (2, None));
+        assert!(router.catalog_state().source_policies.is_empty());
+        assert_eq!(router.followed_topics(usize::MAX), Vec::new());
+    });
+}
+
 /// A subscription served on two sources is idle for its expiration policy only as long as on
 /// the one where it was last active.
 #[test]

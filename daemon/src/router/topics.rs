@@ -139,26 +139,14 @@ impl<S: Storage> Router<S> {
         let _update = self.update_permit().await?;
         let mut topic = self.topic_record(&changes.name)?;
         if let Some(sources) = changes.sources {
-            let (have, active) = {
-                let state = self.state.borrow();
-                (state.source_count(topic.id) as u32, state.active_sources(topic.id))
-            };
-            if sources < active {
-                self.retire_sources(&topic, sources).await?;
-            } else if sources > have && have > active {
-                // A new source takes the next number, past the retiring ones, which the key
-                // map (sources below the active count) would skip.
-                return Err(ControlError::failed_precondition(format!(
-                    "topic '{}' has {} sources retiring: the count rises again once they are deleted",
-                    topic.name,
-                    have - active
-                )));
-            } else if sources > have {
-                self.check_source_count(sources, topic.replica_count())?;
-                self.add_sources(&topic, sources).await?;
-            } else {
-                self.serve_subscriptions_on_sources(&topic).await?;
+            self.set_source_count(&topic, sources).await?;
+            // A count asked for is fixed: the topic's sources no longer follow its load.
+            if changes.sources_auto.is_none() && self.state.borrow().source_policies.contains_key(&topic.id) {
+                self.propose(CatalogEntry::SourcePolicySet { topic_id: topic.id, bounds: None }).await?;
             }
+        }
+        if let Some(bounds) = changes.sources_auto {
+            self.follow_sources(&topic, bounds).await?;
         }
         if let Some(retention) = changes.message_retention_seconds {
             topic.message_retention_seconds = retention;
@@ -188,6 +176,38 @@ impl<S: Storage> Router<S> {
                 .map_err(|status| not_applied("topic", &topic.name, status))?;
         }
         Ok(self.topic_shown(&topic))
+    }
+
+    /// Sets topic `topic`'s active sources to `sources`: fewer retires the highest
+    /// (`retire_sources`); more adds sources, refused while some retire; the count it has
+    /// serves its subscriptions on every source again (`serve_subscriptions_on_sources`). The
+    /// caller holds the update gate.
+    pub(super) async fn set_source_count(
+        &self,
+        topic: &TopicRecord,
+        sources: u32,
+    ) -> Result<(), ControlError> {
+        let (have, active) = {
+            let state = self.state.borrow();
+            (state.source_count(topic.id) as u32, state.active_sources(topic.id))
+        };
+        if sources < active {
+            self.retire_sources(topic, sources).await?;
+        } else if sources > have && have > active {
+            // A new source takes the next number, past the retiring ones, which the key map
+            // (sources below the active count) would skip.
+            return Err(ControlError::failed_precondition(format!(
+                "topic '{}' has {} sources retiring: the count rises again once they are deleted",
+                topic.name,
+                have - active
+            )));
+        } else if sources > have {
+            self.check_source_count(sources, topic.replica_count())?;
+            self.add_sources(topic, sources).await?;
+        } else {
+            self.serve_subscriptions_on_sources(topic).await?;
+        }
+        Ok(())
     }
 
     /// Serves each of topic `topic`'s subscriptions on each of its sources after the first
@@ -259,5 +279,6 @@ pub(super) fn topic_message(topic: &TopicRecord, sources: usize) -> Topic {
         replicas: topic.replica_count() as u32,
         sources: sources as u32,
         source_leaders: Vec::new(),
+        source_policy: None,
     }
 }

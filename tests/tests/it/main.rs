@@ -18,6 +18,7 @@ mod disks;
 mod drain;
 mod fail_stop;
 mod flow_control;
+mod follow;
 mod full_disk;
 mod grpc_admin;
 mod grpc_cluster;

@@ -2,7 +2,8 @@
 
 use argh::FromArgs;
 use ringpost_client::{
-    block_on, Client, Error, Message, PoolSettings, StreamEvent, Subscription, Topic, TopicWithSources,
+    block_on, Client, Error, Message, PoolSettings, StreamEvent, Subscription, Topic, TopicWithSourcePolicy,
+    TopicWithSources,
 };
 use ringpost_tools::bench::report::summary_json;
 use ringpost_tools::cli::{self, GlobalOption, EXIT_REFUSED, EXIT_USAGE};
@@ -391,9 +392,48 @@ struct TopicUpdate {
     /// retention: messages are kept until every subscription acknowledged them)
     #[argh(option)]
     retention: Option<u64>,
-    /// raise its number of publish sources to this (never lowered)
+    /// raise its number of publish sources to this and keep it (never lowered), or `auto`: the
+    /// number follows the topic's publish load, from --sources-min to --sources-max
     #[argh(option)]
-    sources: Option<u32>,
+    sources: Option<SourcesFlag>,
+    /// with --sources auto, the fewest sources (default 1)
+    #[argh(option)]
+    sources_min: Option<u32>,
+    /// with --sources auto, the most sources (default: as many as the cluster can place, within
+    /// the daemon's bound)
+    #[argh(option)]
+    sources_max: Option<u32>,
+}
+
+/// `--sources N` (a fixed number) or `--sources auto` (the number follows the load).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SourcesFlag {
+    Fixed(u32),
+    Auto,
+}
+
+impl argh::FromArgValue for SourcesFlag {
+    fn from_arg_value(value: &str) -> Result<SourcesFlag, String> {
+        if value == "auto" {
+            return Ok(SourcesFlag::Auto);
+        }
+        value.parse().map(SourcesFlag::Fixed).map_err(|_| format!("'{value}' is neither a number nor auto"))
+    }
+}
+
+/// The bounds `--sources-min` and `--sources-max` give, which only `--sources auto` takes.
+fn source_bounds(
+    sources: Option<SourcesFlag>,
+    min: Option<u32>,
+    max: Option<u32>,
+) -> Result<(u32, u32), Failure> {
+    if sources != Some(SourcesFlag::Auto) && (min.is_some() || max.is_some()) {
+        return Err(Failure(
+            "InvalidArgument: --sources-min and --sources-max go with --sources auto".into(),
+            2,
+        ));
+    }
+    Ok((min.unwrap_or(1), max.unwrap_or(0)))
 }
 
 /// create a topic
@@ -412,9 +452,17 @@ struct TopicCreate {
     #[argh(option)]
     replicas: Option<u32>,
     /// how many publish sources it has (default 1): each a log of its own with its own leader,
-    /// on a forwarder shard of its own, at most as many as the cluster's shards
+    /// on a forwarder shard of its own, at most as many as the cluster's shards; or `auto`: the
+    /// number follows the topic's publish load, from --sources-min to --sources-max
     #[argh(option)]
-    sources: Option<u32>,
+    sources: Option<SourcesFlag>,
+    /// with --sources auto, the fewest sources (default 1)
+    #[argh(option)]
+    sources_min: Option<u32>,
+    /// with --sources auto, the most sources (default: as many as the cluster can place, within
+    /// the daemon's bound)
+    #[argh(option)]
+    sources_max: Option<u32>,
 }
 
 /// show a topic
@@ -1916,6 +1964,26 @@ fn subscription_row(subscription: &Subscription) -> (Vec<String>, String) {
 
 const TOPIC_HEADER: [&str; 2] = ["name", "retention_seconds"];
 const TOPIC_SOURCES_HEADER: [&str; 4] = ["name", "retention_seconds", "sources", "leaders"];
+const TOPIC_POLICY_HEADER: [&str; 5] = ["name", "retention_seconds", "sources", "leaders", "policy"];
+
+/// A topic with its sources and whether their number follows its load: `topic_sources_row`
+/// with the policy, `fixed` or `auto MIN-MAX`.
+fn topic_policy_row(shown: &TopicWithSourcePolicy) -> (Vec<String>, String) {
+    let (mut cells, json) = topic_sources_row(&shown.topic);
+    let policy = if shown.auto {
+        format!("auto {}-{}", shown.sources_min, shown.sources_max)
+    } else {
+        "fixed".to_owned()
+    };
+    cells.push(policy);
+    let policy_json = json::object(&[
+        ("auto", shown.auto.to_string()),
+        ("min", shown.sources_min.to_string()),
+        ("max", shown.sources_max.to_string()),
+    ]);
+    let json = format!("{},\"source_policy\":{policy_json}}}", json.strip_suffix('}').unwrap_or(&json));
+    (cells, json)
+}
 const SUBSCRIPTION_HEADER: [&str; 4] = ["name", "topic", "ack_deadline", "retain_acked"];
 const SUBSCRIPTION_WITH_PUSH_HEADER: [&str; 5] = ["name", "topic", "ack_deadline", "retain_acked", "push"];
 
@@ -2231,10 +2299,20 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             TopicAction::Create(create) => {
                 let topic =
                     Topic { name: create.name, message_retention_seconds: create.retention.unwrap_or(0) };
-                if let Some(sources) = create.sources {
-                    let replicas = create.replicas.unwrap_or(0);
+                let (min, max) = source_bounds(create.sources, create.sources_min, create.sources_max)?;
+                let replicas = create.replicas.unwrap_or(0);
+                if let Some(SourcesFlag::Fixed(sources)) = create.sources {
                     let topic = client.create_topic_with_sources(topic, replicas, sources).await?;
                     print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)]);
+                    return Ok(());
+                }
+                if create.sources == Some(SourcesFlag::Auto) {
+                    // Created with its least, then made to follow its load: a daemon that cannot
+                    // follow it refuses the second step and the topic stays, its count fixed.
+                    let name = topic.name.clone();
+                    client.create_topic_with_sources(topic, replicas, min).await?;
+                    let topic = client.follow_topic_load(&name, min, max).await?;
+                    print_rows(output, &TOPIC_POLICY_HEADER, vec![topic_policy_row(&topic)]);
                     return Ok(());
                 }
                 let topic = match create.replicas {
@@ -2244,8 +2322,13 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 print_rows(output, &TOPIC_HEADER, vec![topic_row(&topic)]);
             }
             TopicAction::Get(get) => {
-                let topic = client.get_topic_with_sources(&get.name).await?;
-                print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)])
+                // A topic whose count is fixed is shown as before following the load existed.
+                let topic = client.get_topic_source_policy(&get.name).await?;
+                if topic.auto {
+                    print_rows(output, &TOPIC_POLICY_HEADER, vec![topic_policy_row(&topic)])
+                } else {
+                    print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic.topic)])
+                }
             }
             TopicAction::List(_) => {
                 let topics = client.list_topics().await?;
@@ -2259,12 +2342,23 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                         2,
                     ));
                 }
-                if let Some(sources) = update.sources {
-                    let topic = client.update_topic_sources(&update.name, sources).await?;
-                    if update.retention.is_none() {
-                        print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)]);
-                        return Ok(());
+                let (min, max) = source_bounds(update.sources, update.sources_min, update.sources_max)?;
+                match update.sources {
+                    Some(SourcesFlag::Fixed(sources)) => {
+                        let topic = client.update_topic_sources(&update.name, sources).await?;
+                        if update.retention.is_none() {
+                            print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)]);
+                            return Ok(());
+                        }
                     }
+                    Some(SourcesFlag::Auto) => {
+                        let topic = client.follow_topic_load(&update.name, min, max).await?;
+                        if update.retention.is_none() {
+                            print_rows(output, &TOPIC_POLICY_HEADER, vec![topic_policy_row(&topic)]);
+                            return Ok(());
+                        }
+                    }
+                    None => {}
                 }
                 let changes = ringpost_client::TopicUpdate { message_retention_seconds: update.retention };
                 let topic = client.update_topic(&update.name, changes).await?;

@@ -316,6 +316,7 @@ impl Endpoint {
                 grpc_requests: crate::net::grpc::counting::snapshot(),
                 grpc_connections: crate::net::grpc::connections::open_connections(),
                 push: crate::push::client::snapshot(),
+                followed: shard.router.followed_topics(exposition::METRICS_TOPICS_MAX),
             };
             Ok(Gathered { stats, cluster, counted })
         });

@@ -175,6 +175,7 @@ pub fn topic_in(topic: &pubsub::Topic) -> Result<(Name, Topic), Status> {
         // Pub/Sub's topics have no such field: one source, as every topic before sources.
         sources: 0,
         source_leaders: Vec::new(),
+        source_policy: None,
     };
     Ok((name, request))
 }

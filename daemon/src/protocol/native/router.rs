@@ -60,6 +60,7 @@ fn topic_request(body: &[u8]) -> Result<Topic, Status> {
         replicas: 0,
         sources: 0,
         source_leaders: Vec::new(),
+        source_policy: None,
     })
 }
 
@@ -83,6 +84,37 @@ fn topic_with_sources_message(topic: Topic) -> wire::TopicWithSources {
         })
         .collect();
     wire::TopicWithSources { topic: topic_message(topic), replicas, sources }
+}
+
+/// A topic with its sources and whether their number follows its load.
+fn topic_with_source_policy_message(topic: Topic) -> wire::TopicWithSourcePolicy {
+    let policy = topic.source_policy;
+    wire::TopicWithSourcePolicy {
+        topic: topic_with_sources_message(topic),
+        auto: policy.is_some(),
+        sources_min: policy.map_or(0, |bounds| bounds.min),
+        sources_max: policy.map_or(0, |bounds| bounds.max),
+    }
+}
+
+/// A `TopicSourcePolicy` request: the topic shown, or its sources made to follow its load.
+fn topic_source_policy(body: &[u8]) -> Result<Operation, Status> {
+    let request = access_body::<wire::TopicSourcePolicyRequest>(body)?;
+    let name = request.name.as_str().to_owned();
+    if !request.change {
+        return Ok(Operation::GetTopic { name });
+    }
+    let bounds = crate::catalog::SourceBounds {
+        min: request.sources_min.to_native(),
+        max: request.sources_max.to_native(),
+    };
+    if bounds.min == 0 || (bounds.max != 0 && bounds.min > bounds.max) {
+        return Err(Status::invalid_argument(format!(
+            "sources from {} to {}: the least is at least 1 and at most the most (0: the default)",
+            bounds.min, bounds.max
+        )));
+    }
+    Ok(Operation::UpdateTopic(TopicUpdate { name, sources_auto: Some(bounds), ..TopicUpdate::default() }))
 }
 
 fn subscription_request(body: &[u8]) -> Result<Subscription, Status> {
@@ -334,7 +366,7 @@ fn topic_update(body: &[u8]) -> Result<TopicUpdate, Status> {
         name: request.topic.name.as_str().to_owned(),
         message_retention_seconds: changes.message_retention_seconds,
         labels: None,
-        sources: None,
+        ..TopicUpdate::default()
     })
 }
 
@@ -423,6 +455,7 @@ fn operation(command: Command, body: &[u8]) -> Result<Option<Operation>, Status>
         Command::CreateReplicatedTopic | Command::CreateTopicWithSources | Command::UpdateTopicSources => {
             topic_with_replicas_or_sources(command, body)?
         }
+        Command::TopicSourcePolicy => topic_source_policy(body)?,
         Command::GetTopic | Command::GetTopicWithSources => Operation::GetTopic { name: name(body)? },
         Command::ListTopics => Operation::ListTopics(list_request(body)?),
         Command::DeleteTopic => Operation::DeleteTopic { name: name(body)? },
@@ -530,6 +563,7 @@ fn topic_with_replicas_or_sources(command: Command, body: &[u8]) -> Result<Opera
                 replicas: request.replicas.to_native(),
                 sources: 0,
                 source_leaders: Vec::new(),
+                source_policy: None,
             })
         }
         Command::CreateTopicWithSources => {
@@ -541,6 +575,7 @@ fn topic_with_replicas_or_sources(command: Command, body: &[u8]) -> Result<Opera
                 replicas: request.replicas.to_native(),
                 sources: request.sources.to_native(),
                 source_leaders: Vec::new(),
+                source_policy: None,
             })
         }
         Command::UpdateTopicSources => {
@@ -563,6 +598,9 @@ fn response(header: &FrameHeader, command: Command, outcome: Outcome) -> Result<
         }
         Command::CreateTopicWithSources | Command::GetTopicWithSources | Command::UpdateTopicSources => {
             respond(header, &topic_with_sources_message(outcome.into_topic()?))
+        }
+        Command::TopicSourcePolicy => {
+            respond(header, &topic_with_source_policy_message(outcome.into_topic()?))
         }
         Command::ListTopics => respond(header, &topic_list(outcome.into_topics()?)),
         Command::LookupTopic | Command::LookupSubscription => {

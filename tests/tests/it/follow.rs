@@ -1,0 +1,87 @@
+//! A topic whose sources follow its load (`--sources auto`): the catalog's leader adds a source
+//! while the topic runs above the add threshold (set low here), and a topic of a fixed count
+//! keeps it under the same load.
+
+use ringpost_client::{block_on, Message};
+use ringpost_tests::{json_field, succeeded, Daemon};
+use std::time::{Duration, Instant};
+
+/// How long the test waits for the second source: two readings of the rates (every 2 s), the
+/// hold (1 s here) and the source's placement, on a loaded machine.
+const SOURCE_ADDED_WITHIN: Duration = Duration::from_secs(60);
+
+/// Each source's leader shard in a topic's JSON.
+fn source_count(json: &str) -> usize {
+    json.matches("\"leader_shard\":").count()
+}
+
+#[test]
+fn a_followed_topics_sources_rise_under_load_and_a_fixed_one_keeps_its_count() {
+    // Over 50 messages a second per source the topic runs hot; bytes do not count; the hold
+    // between readings and changes is a second.
+    let flags = [
+        "--http-listen",
+        "127.0.0.1:0",
+        "--source-add-messages-per-second",
+        "50",
+        "--source-add-kib-per-second",
+        "0",
+        "--source-hold-seconds",
+        "1",
+    ];
+    let daemon =
+        Daemon::start_with("follow", Vec::new(), flags.iter().map(|flag| flag.to_string()).collect());
+    let created = succeeded(&daemon.cli(&["topic", "create", "hot", "--sources", "auto"]));
+    assert_eq!(source_count(&created), 1, "{created}");
+    assert!(created.contains("\"source_policy\":{\"auto\":true,\"min\":1,\"max\":2}"), "{created}");
+    succeeded(&daemon.cli(&["topic", "create", "calm", "--sources", "1"]));
+    let calm_before = succeeded(&daemon.cli(&["topic", "get", "calm"]));
+    assert!(!calm_before.contains("source_policy"), "a fixed topic is shown as before: {calm_before}");
+
+    // About 500 messages a second on each, ten times the threshold, until the second source
+    // comes.
+    let client = daemon.client();
+    let started = Instant::now();
+    let mut shown = String::new();
+    for round in 0.. {
+        if started.elapsed() > SOURCE_ADDED_WITHIN {
+            break;
+        }
+        for topic in ["hot", "calm"] {
+            let messages: Vec<Message> = (0..10).map(|i| Message::new(format!("{i:04}"))).collect();
+            block_on(client.publish(topic, messages)).expect("a publish");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        if round % 20 == 19 {
+            shown = succeeded(&daemon.cli(&["topic", "get", "hot"]));
+            if source_count(&shown) == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(source_count(&shown), 2, "no source added in {SOURCE_ADDED_WITHIN:?}: {shown}");
+    eprintln!("a second source after {:?}", started.elapsed());
+    assert_eq!(json_field(&shown, "name"), "hot");
+    assert!(shown.contains("\"source_policy\":{\"auto\":true,\"min\":1,\"max\":2}"), "{shown}");
+    assert!(daemon.log().contains("topic 'hot' runs hot: 2 sources now"), "{}", daemon.log());
+    assert_eq!(succeeded(&daemon.cli(&["topic", "get", "calm"])), calm_before, "a fixed topic changed");
+
+    // The scrape shows the followed topic's sources, bounds and the leader's last decision,
+    // and nothing of the fixed one.
+    let (status, body) = ringpost_tests::scrape::http_get(
+        daemon.http_address.as_ref().expect("the monitoring endpoint"),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    let scrape = ringpost_tests::scrape::Scrape::parse(&body);
+    assert_eq!(scrape.value("ringpost_topic_sources", &[("topic", "hot")]), Some(2.0), "{body}");
+    assert_eq!(scrape.value("ringpost_topic_sources_max", &[("topic", "hot")]), Some(2.0), "{body}");
+    let added = [("topic", "hot"), ("decision", "add")];
+    assert_eq!(scrape.value("ringpost_topic_sources_last_decision", &added), Some(1.0), "{body}");
+    assert_eq!(scrape.value("ringpost_topic_sources", &[("topic", "calm")]), None, "{body}");
+
+    // A count asked for fixes it again.
+    let fixed = succeeded(&daemon.cli(&["topic", "update", "hot", "--sources", "2"]));
+    assert_eq!(source_count(&fixed), 2, "{fixed}");
+    assert!(!succeeded(&daemon.cli(&["topic", "get", "hot"])).contains("source_policy"));
+}
