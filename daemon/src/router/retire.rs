@@ -38,6 +38,16 @@ impl<S: Storage> Router<S> {
     /// Commits the retirement of topic `topic`'s highest active source, then tells each of its
     /// units the count.
     async fn retire_highest(&self, topic: &TopicRecord) -> Result<(), ControlError> {
+        // A replicated source's followers learn no active count (their attach carries none, and
+        // the count is told to leaders), and a deletion would remove the leader's files alone:
+        // refused until both are built, rather than leave replicas behind.
+        if topic.replica_count() > 1 {
+            return Err(ControlError::failed_precondition(format!(
+                "topic '{}' has {} replicas: retiring a replicated source is not supported yet",
+                topic.name,
+                topic.replica_count()
+            )));
+        }
         let active = self.state.borrow().active_sources(topic.id);
         let source =
             SourceId::new(active - 1).filter(|source| *source != SourceId::FIRST).ok_or_else(|| {

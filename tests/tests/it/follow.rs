@@ -1,9 +1,10 @@
 //! A topic whose sources follow its load (`--sources auto`): the catalog's leader adds a source
-//! while the topic runs above the add threshold (set low here), and a topic of a fixed count
-//! keeps it under the same load.
+//! while the topic runs above the add threshold (set low here) and retires it once the topic is
+//! idle, a subscriber losing nothing, and a topic of a fixed count keeps it under the same load.
 
-use ringpost_client::{block_on, Message};
+use ringpost_client::{block_on, Message, Subscription};
 use ringpost_tests::{json_field, succeeded, Daemon};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 /// How long the test waits for the second source: two readings of the rates (every 2 s), the
@@ -16,7 +17,7 @@ fn source_count(json: &str) -> usize {
 }
 
 #[test]
-fn a_followed_topics_sources_rise_under_load_and_a_fixed_one_keeps_its_count() {
+fn a_followed_topics_sources_rise_under_load_and_fall_back_once_idle_losing_nothing() {
     // Over 50 messages a second per source the topic runs hot; bytes do not count; the hold
     // between readings and changes is a second.
     let flags = [
@@ -37,6 +38,14 @@ fn a_followed_topics_sources_rise_under_load_and_a_fixed_one_keeps_its_count() {
     succeeded(&daemon.cli(&["topic", "create", "calm", "--sources", "1"]));
     let calm_before = succeeded(&daemon.cli(&["topic", "get", "calm"]));
     assert!(!calm_before.contains("source_policy"), "a fixed topic is shown as before: {calm_before}");
+    let subscription = Subscription {
+        name: "hot-all".into(),
+        topic: "hot".into(),
+        ack_deadline_seconds: 60,
+        ..Default::default()
+    };
+    block_on(daemon.client().create_subscription(subscription)).unwrap();
+    let mut published = HashSet::new();
 
     // About 500 messages a second on each, ten times the threshold, until the second source
     // comes.
@@ -48,8 +57,12 @@ fn a_followed_topics_sources_rise_under_load_and_a_fixed_one_keeps_its_count() {
             break;
         }
         for topic in ["hot", "calm"] {
-            let messages: Vec<Message> = (0..10).map(|i| Message::new(format!("{i:04}"))).collect();
-            block_on(client.publish(topic, messages)).expect("a publish");
+            let messages: Vec<Message> = (0..10).map(|i| Message::new(format!("{round}-{i:04}"))).collect();
+            let ids = block_on(client.publish(topic, messages)).expect("a publish");
+            if topic == "hot" {
+                published.extend((0..10).map(|i| format!("{round}-{i:04}")));
+                assert_eq!(ids.len(), 10);
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
         if round % 20 == 19 {
@@ -79,6 +92,36 @@ fn a_followed_topics_sources_rise_under_load_and_a_fixed_one_keeps_its_count() {
     let added = [("topic", "hot"), ("decision", "add")];
     assert_eq!(scrape.value("ringpost_topic_sources_last_decision", &added), Some(1.0), "{body}");
     assert_eq!(scrape.value("ringpost_topic_sources", &[("topic", "calm")]), None, "{body}");
+
+    // Idle, it runs cold and its highest source retires: taking no more publishes, delivered
+    // out to the subscription (every message published, from both sources, none lost), then
+    // deleted once acknowledged.
+    let mut received = HashSet::new();
+    let started = Instant::now();
+    let puller = daemon.client();
+    let mut shown = String::new();
+    while started.elapsed() < SOURCE_ADDED_WITHIN {
+        let messages = block_on(puller.pull("hot-all", 500, 200)).expect("a pull");
+        let ack_ids: Vec<String> = messages.iter().map(|message| message.ack_id.clone()).collect();
+        received.extend(messages.iter().map(|message| String::from_utf8(message.data.clone()).unwrap()));
+        if !ack_ids.is_empty() {
+            assert!(block_on(puller.acknowledge("hot-all", ack_ids)).unwrap().is_empty());
+        }
+        shown = succeeded(&daemon.cli(&["topic", "get", "hot"]));
+        if source_count(&shown) == 1 && received.len() >= published.len() {
+            break;
+        }
+    }
+    assert_eq!(source_count(&shown), 1, "the idle topic kept its second source: {shown}");
+    assert!(daemon.log().contains("topic 'hot' runs cold: its highest source retires"), "{}", daemon.log());
+    let lost: Vec<&String> = published.difference(&received).take(5).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} published never delivered, e.g. {lost:?}",
+        published.len() - received.len(),
+        published.len()
+    );
+    eprintln!("back to one source after {:?}", started.elapsed());
 
     // A count asked for fixes it again.
     let fixed = succeeded(&daemon.cli(&["topic", "update", "hot", "--sources", "2"]));
