@@ -2153,7 +2153,10 @@ async fn add_node(world: &Rc<World>) {
 /// (or that it is no member: an earlier answer was lost); then its process stops for good.
 async fn remove_node(world: &Rc<World>, id: u64) {
     let operation = Operation::ClusterRemoveNode { node_id: NodeId::new(id) };
-    change_membership(world, operation, &format!("removing node {id}")).await;
+    if !change_membership(world, operation, &format!("removing node {id}")).await {
+        world.note(|| format!("removing node {id}: refused, it holds a unit of one replica"));
+        return;
+    }
     world.members.borrow_mut().remove(&id);
     world.removed.set(world.removed.get() + 1);
     let up = {
@@ -2169,9 +2172,11 @@ async fn remove_node(world: &Rc<World>, id: u64) {
 
 /// Asks a random member's door for `operation`, a membership change, until it is answered done
 /// (a removal answered that the node is no member is done too), within
-/// `MEMBERSHIP_CHANGE_WITHIN`.
-async fn change_membership(world: &Rc<World>, operation: Operation, what: &str) {
+/// `MEMBERSHIP_CHANGE_WITHIN`: true. False for a removal refused because the node holds a unit
+/// of one replica, which cannot move (one placed there after the nemesis chose the node).
+async fn change_membership(world: &Rc<World>, operation: Operation, what: &str) -> bool {
     let started = runtime::now();
+    let mut refusals = 0;
     loop {
         assert!(
             runtime::now() - started < MEMBERSHIP_CHANGE_WITHIN,
@@ -2193,7 +2198,20 @@ async fn change_membership(world: &Rc<World>, operation: Operation, what: &str) 
             });
             let removal = matches!(operation, Operation::ClusterRemoveNode { .. });
             match answer {
-                Some(Ok(_)) => return,
+                Some(Ok(_)) => return true,
+                Some(Err(status))
+                    if removal
+                        && status.code == crate::api::Code::FailedPrecondition
+                        && status.message.contains("of one replica cannot move") =>
+                {
+                    // The check runs again after the removal (for a unit placed there while
+                    // it ran): asked again, a node removed anyway is answered not found, one
+                    // that was not is refused again.
+                    refusals += 1;
+                    if refusals > 1 {
+                        return false;
+                    }
+                }
                 Some(Err(status)) if status.code == crate::api::Code::NotFound => {
                     // Only the node itself may be what is not found (an earlier removal was
                     // taken, its answer lost): a member is never refused as not found.
@@ -2202,7 +2220,7 @@ async fn change_membership(world: &Rc<World>, operation: Operation, what: &str) 
                         "seed {}: {what} was refused: {status}",
                         world.seed
                     );
-                    return;
+                    return true;
                 }
                 _ => {}
             }

@@ -109,6 +109,11 @@ impl<S: Storage> Router<S> {
 
     /// Takes a place for one create of `kind` within the catalog's limits, or refuses it with
     /// `ResourceExhausted` naming the limit. Called on the catalog's leader, which decides.
+    /// Topics whose creation is in flight on this leader (placed, not yet decided).
+    pub(super) fn creating_topics(&self) -> usize {
+        self.in_flight.borrow().topics
+    }
+
     pub(super) fn within_limits(&self, kind: CreateKind) -> Result<CreatingSlot<'_>, ControlError> {
         let state = self.state.borrow();
         let mut creating = self.in_flight.borrow_mut();

@@ -128,9 +128,29 @@ impl<S: Storage> Router<S> {
         // every replicated topic was moved for nothing.
         self.check_holds_nothing(node_id, true)?;
         self.draining.borrow_mut().insert(node_id);
-        let removed = self.remove_drained(node_id).await;
+        let removed = async {
+            // A create that chose its forwarder before the node was marked may still place a
+            // topic of one replica there: once those are decided, a second look sees it, before
+            // anything moves (placement skips the node from now on).
+            self.creates_decided().await;
+            self.check_holds_nothing(node_id, true)?;
+            self.remove_drained(node_id).await
+        }
+        .await;
         self.draining.borrow_mut().remove(&node_id);
         removed.map(|()| NodeRemoval::Removed)
+    }
+
+    /// Waits until no topic's creation is in flight on this leader, at most
+    /// `CATALOG_PROPOSE_TIMEOUT` (what one creation's decision may take): creations that keep
+    /// coming are not waited for past it, and the check after the removal still names theirs.
+    async fn creates_decided(&self) {
+        let started = crate::runtime::now();
+        while self.creating_topics() > 0
+            && crate::runtime::now() - started < crate::catalog::CATALOG_PROPOSE_TIMEOUT
+        {
+            crate::runtime::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     async fn remove_drained(&self, node_id: NodeId) -> Result<(), ControlError> {

@@ -556,16 +556,23 @@ fn a_topics_sources_follow_its_load_once_asked_and_a_count_fixes_them_again() {
             (followed[0].name.as_str(), followed[0].sources, followed[0].last_decision),
             ("hot", 2, None)
         );
-        failed_precondition(router.update_topic(auto(1, 1)).await);
+        // Bounds below the count retire the highest sources at once (listed until deleted).
+        let hot = router.update_topic(auto(1, 1)).await.unwrap();
+        assert_eq!((hot.sources, hot.source_policy), (2, Some(SourceBounds { min: 1, max: 1 })));
+        let id = router.catalog_state().topics["hot"].id;
+        assert_eq!(router.catalog_state().active_sources(id), 1);
+        // A count above the active ones is refused while a source retires.
+        failed_precondition(router.update_topic(auto(2, 2)).await);
 
         sim::kill_spawned_tasks();
         drop(router);
         disk.crash(CrashMode::DropUnsynced);
         let router = start_two(&disk).await;
-        assert_eq!(router.get_topic("hot").unwrap().source_policy, Some(SourceBounds { min: 2, max: 2 }));
-        let fixed = TopicUpdate { name: "hot".into(), sources: Some(2), ..Default::default() };
+        assert_eq!(router.get_topic("hot").unwrap().source_policy, Some(SourceBounds { min: 1, max: 1 }));
+        assert_eq!(router.catalog_state().active_sources(id), 1, "still retiring after the restart");
+        let fixed = TopicUpdate { name: "hot".into(), sources: Some(1), ..Default::default() };
         let hot = router.update_topic(fixed).await.unwrap();
-        assert_eq!((hot.sources, hot.source_policy), (2, None));
+        assert_eq!(hot.source_policy, None);
         assert!(router.catalog_state().source_policies.is_empty());
         assert_eq!(router.followed_topics(usize::MAX), Vec::new());
     });

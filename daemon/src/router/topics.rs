@@ -193,7 +193,7 @@ impl<S: Storage> Router<S> {
         };
         if sources < active {
             self.retire_sources(topic, sources).await?;
-        } else if sources > have && have > active {
+        } else if sources > active && have > active {
             // A new source takes the next number, past the retiring ones, which the key map
             // (sources below the active count) would skip.
             return Err(ControlError::failed_precondition(format!(
