@@ -121,7 +121,8 @@ impl<S: Storage> Forwarder<S> {
             return Ok(());
         }
         let now = self.environment.clock.now();
-        match shard.admit(&topic.publish_rate, count as u64, bytes as u64, now) {
+        let active = topic.sources.get().active;
+        match shard.admit(&topic.publish_rate, active, count as u64, bytes as u64, now) {
             Admission::Now => Ok(()),
             Admission::Held(wait) => {
                 let _held = shard.hold(bytes);

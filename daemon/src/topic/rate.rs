@@ -41,6 +41,19 @@ pub struct PublishRateLimits {
     pub bytes_per_second: u64,
 }
 
+impl PublishRateLimits {
+    /// One source's share of a topic's limits when `active` sources take its publishes: each an
+    /// even part, so that the topic's publishes, which its publishers spread evenly, stay
+    /// within the limit in all (never 0, which would mean no limit).
+    pub fn per_source(self, active: u32) -> PublishRateLimits {
+        let share = |limit: u64| if limit == 0 { 0 } else { (limit / u64::from(active.max(1))).max(1) };
+        PublishRateLimits {
+            messages_per_second: share(self.messages_per_second),
+            bytes_per_second: share(self.bytes_per_second),
+        }
+    }
+}
+
 /// A token bucket: `rate` tokens a second, up to a second's worth. A request larger than the
 /// bucket can hold goes when the bucket is full, leaving it in debt, so it is not refused for
 /// good; the debt then holds back the requests after it.
@@ -189,10 +202,18 @@ impl ShardPublishRate {
         self.limits.get() != PublishRateLimits::default()
     }
 
-    /// Decides a publish to `topic`, counting it.
-    pub fn admit(&self, topic: &RefCell<TopicRate>, messages: u64, bytes: u64, now: Instant) -> Admission {
-        let admission =
-            topic.borrow_mut().admit(self.limits.get(), messages, bytes, self.held_bytes.get(), now);
+    /// Decides a publish to `topic`, one of `active` sources taking its topic's publishes (its
+    /// share of the limits: `PublishRateLimits::per_source`), counting it.
+    pub fn admit(
+        &self,
+        topic: &RefCell<TopicRate>,
+        active: u32,
+        messages: u64,
+        bytes: u64,
+        now: Instant,
+    ) -> Admission {
+        let limits = self.limits.get().per_source(active);
+        let admission = topic.borrow_mut().admit(limits, messages, bytes, self.held_bytes.get(), now);
         let counter = match admission {
             Admission::Now => return admission,
             Admission::Held(_) => &self.slowed_total,
@@ -255,6 +276,24 @@ mod tests {
         let idle = now + 10 * hold;
         assert_eq!(rate.admit(limits(100), 100, 0, 0, idle), Admission::Now);
         assert!(matches!(rate.admit(limits(100), 1, 0, 0, idle), Admission::Held(_)));
+    }
+
+    /// A topic of several sources splits its limits evenly over the active ones (0 and never
+    /// told count as one), and a share is never 0, which would mean no limit.
+    #[test]
+    fn a_topics_limits_are_split_over_its_active_sources() {
+        let topic = PublishRateLimits { messages_per_second: 1000, bytes_per_second: 3 };
+        assert_eq!(topic.per_source(0), topic);
+        assert_eq!(topic.per_source(1), topic);
+        assert_eq!(topic.per_source(2), PublishRateLimits { messages_per_second: 500, bytes_per_second: 1 });
+        assert_eq!(topic.per_source(4), PublishRateLimits { messages_per_second: 250, bytes_per_second: 1 });
+        assert_eq!(PublishRateLimits::default().per_source(3), PublishRateLimits::default());
+        // On the shard: one of two sources takes half a second's worth at once, not all of it.
+        let shard = ShardPublishRate::new();
+        shard.limits.set(limits(100));
+        let (now, rate) = (crate::runtime::now(), RefCell::new(TopicRate::default()));
+        assert_eq!(shard.admit(&rate, 2, 50, 0, now), Admission::Now);
+        assert!(matches!(shard.admit(&rate, 2, 1, 0, now), Admission::Held(_)));
     }
 
     #[test]
