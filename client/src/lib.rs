@@ -530,13 +530,17 @@ impl Client {
     /// over its limit.
     ///
     /// On a topic of several sources the batch goes to one source: its ordering key's (the key
-    /// map), or, unordered, the active sources in turn. A batch mixing ordering keys is sent as
-    /// one request per key (unordered messages together), one after another, in the order each
-    /// key first appears; its ids come back in the batch's order.
+    /// map), or, unordered, the active sources in turn. There, a batch mixing ordering keys is
+    /// sent as one request per key (unordered messages together), one after another, in the
+    /// order each key first appears; its ids come back in the batch's order.
     pub async fn publish(&self, topic: &str, messages: Vec<Message>) -> Result<Vec<u64>> {
         check_publish(&messages)?;
         let key = messages.first().map_or("", |message| message.0.ordering_key.as_str());
-        if !messages.iter().all(|message| message.0.ordering_key == key) {
+        // One source takes every key: the batch goes whole, in one request, as it always did
+        // (its messages' offsets in the batch's order).
+        if !messages.iter().all(|message| message.0.ordering_key == key)
+            && self.source_count(Resource::Topic, topic).await?.1 > 1
+        {
             return self.publish_by_key(topic, messages).await;
         }
         let request = PublishRequest {
@@ -595,8 +599,16 @@ impl Client {
             let wanted = max_messages.saturating_sub(received.len() as u32);
             match self.pull_source(subscription, source, wanted, wait).await {
                 Ok(batch) => received.extend(batch),
-                Err(error) if received.is_empty() && step + 1 == count => return Err(error),
-                Err(_) => continue,
+                Err(error) => {
+                    // A retired source deleted meanwhile is gone from the routes looked up
+                    // again on its refusal: it had nothing more to give, which is no error.
+                    let now = self.source_count(Resource::Subscription, subscription).await;
+                    let gone = now.is_ok_and(|(now, _)| source >= now);
+                    if received.is_empty() && step + 1 == count && !gone {
+                        return Err(error);
+                    }
+                    continue;
+                }
             }
             if received.len() as u32 >= max_messages && max_messages != 0 {
                 break;
@@ -653,13 +665,18 @@ impl Client {
         ack_ids: Vec<String>,
         request: impl Fn(Vec<String>) -> Req,
     ) -> Result<Vec<InvalidAckId>> {
-        let first = ack_ids.first().map_or(0, |id| sources::source_of_ack_id(id));
+        // An ack id naming a source the topic does not have goes to source 0, which refuses it
+        // saying why, as an ack id of another subscription is refused.
+        let (count, _) = self.source_count(Resource::Subscription, subscription).await?;
+        let source_of =
+            |id: &str| Some(sources::source_of_ack_id(id)).filter(|source| *source < count).unwrap_or(0);
+        let first = ack_ids.first().map_or(0, |id| source_of(id));
         let mut groups: Vec<(u32, Vec<String>)> = Vec::with_capacity(1);
-        if ack_ids.iter().all(|id| sources::source_of_ack_id(id) == first) {
+        if ack_ids.iter().all(|id| source_of(id) == first) {
             groups.push((first, ack_ids));
         } else {
             for id in ack_ids {
-                let source = sources::source_of_ack_id(&id);
+                let source = source_of(&id);
                 match groups.iter_mut().find(|(number, _)| *number == source) {
                     Some((_, ids)) => ids.push(id),
                     None => groups.push((source, vec![id])),

@@ -249,8 +249,15 @@ impl<S: Storage> Forwarder<S> {
         }
         if let Some(topic) = topic {
             self.registry.topics.borrow_mut().remove(&topic.name);
+            // A later source detached (retired and delivered out, or its topic deleted): its
+            // subscriptions live on at the topic's other sources, so a pull or stream waiting
+            // here ends as moved (`Unavailable`: look the sources up again), never as deleted.
+            let later_source = topic.source != crate::ids::SourceId::FIRST;
             self.registry.subscriptions.borrow_mut().retain(|_, (entry, owner)| {
                 if owner.id == topic_id {
+                    if later_source {
+                        entry.moved.set(true);
+                    }
                     entry.detach();
                 }
                 owner.id != topic_id
