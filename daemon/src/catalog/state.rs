@@ -313,6 +313,18 @@ impl CatalogState {
         Applied::Done
     }
 
+    /// The subscriptions topic `topic_id`'s sources serve: its own, but those detached. A scan
+    /// of every subscription (no index by topic is kept), bounded by `subscriptions_max`.
+    pub fn subscriptions_served_by(
+        &self,
+        topic_id: TopicId,
+    ) -> impl Iterator<Item = &SubscriptionRecord> + '_ {
+        self.subscriptions
+            .values()
+            .map(|record| &**record)
+            .filter(move |record| record.topic_id == topic_id && !record.detached)
+    }
+
     /// Topic `topic_id`'s sources after the first, in order.
     pub fn sources_of(&self, topic_id: TopicId) -> impl Iterator<Item = &SourceRecord> + '_ {
         self.sources.range((topic_id, SourceId::FIRST)..=(topic_id, SourceId::LAST)).map(|(_, source)| source)

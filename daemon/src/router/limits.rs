@@ -156,13 +156,8 @@ impl<S: Storage> Router<S> {
                         "subscriptions_max",
                     ));
                 }
-                // A scan of every subscription: no index by topic is kept, and the scan is
-                // bounded by `subscriptions_max`, beside a create's durable catalog write.
-                let on_topic = state
-                    .subscriptions
-                    .values()
-                    .filter(|record| record.topic_id == topic_id && !record.detached)
-                    .count()
+                // A scan bounded by `subscriptions_max`, beside a create's durable catalog write.
+                let on_topic = state.subscriptions_served_by(topic_id).count()
                     + creating.subscriptions_by_topic.get(&topic_id).copied().unwrap_or(0);
                 if on_topic >= limits.subscriptions_per_topic_max {
                     let topic = state.topic_names.get(&topic_id).map_or("the topic", String::as_str);

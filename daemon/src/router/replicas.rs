@@ -479,12 +479,7 @@ pub(super) fn subscriptions_served_on(
 ) -> Vec<ControlRequest> {
     let (topic_id, source) = state.unit_of(unit.id);
     let served = Unit { id: unit.id, source, shard: unit.shard };
-    state
-        .subscriptions
-        .values()
-        .filter(|record| record.topic_id == topic_id && !record.detached)
-        .map(|record| attach_subscription(record, &served))
-        .collect()
+    state.subscriptions_served_by(topic_id).map(|record| attach_subscription(record, &served)).collect()
 }
 
 /// The router runs the catalog's elections on its node: it reads the catalog it applied, hears

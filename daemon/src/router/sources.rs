@@ -181,14 +181,8 @@ impl<S: Storage> Router<S> {
             }
             return Err(error);
         }
-        let subscriptions: Vec<SubscriptionRecord> = self
-            .state
-            .borrow()
-            .subscriptions
-            .values()
-            .filter(|record| record.topic_id == topic.id && !record.detached)
-            .map(|record| (**record).clone())
-            .collect();
+        let subscriptions: Vec<SubscriptionRecord> =
+            self.state.borrow().subscriptions_served_by(topic.id).cloned().collect();
         for subscription in subscriptions {
             self.call_forwarder(unit.shard, attach_subscription(&subscription, &unit))
                 .await

@@ -218,14 +218,8 @@ impl<S: Storage> Router<S> {
     /// source's messages until its next start (the cluster simulation with topics of several
     /// sources, seed 169).
     async fn serve_subscriptions_on_sources(&self, topic: &TopicRecord) -> Result<(), ControlError> {
-        let subscriptions: Vec<SubscriptionRecord> = self
-            .state
-            .borrow()
-            .subscriptions
-            .values()
-            .filter(|record| record.topic_id == topic.id && !record.detached)
-            .map(|record| (**record).clone())
-            .collect();
+        let subscriptions: Vec<SubscriptionRecord> =
+            self.state.borrow().subscriptions_served_by(topic.id).cloned().collect();
         for unit in self.units_of(topic.id).iter().skip(1) {
             for subscription in &subscriptions {
                 self.call_forwarder(unit.shard, sources::attach_subscription(subscription, unit))
