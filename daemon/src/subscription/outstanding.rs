@@ -8,6 +8,11 @@
 //! (about 150 bytes each: the lease, its deadline entries and its attempt count) and what a
 //! burst hands out before its subscribers have acknowledged any of it.
 //!
+//! A topic of several publish sources has a count on each source's shard: each source takes an
+//! even share of the topic's limits, the limit over the topic's active count (never 0, as its
+//! publish rate is split, `topic::rate`), so that what its subscribers hold over every source
+//! stays within the topic's limit in all. The shard's limits are not split: they bound the shard.
+//!
 //! The byte limits are soft by one response: a lease's bytes are known only once its message
 //! is read, so a pull that found room may carry up to the room it found, and several pulls
 //! finding the same room may pass the limit by what each carries. The message limits are
@@ -41,6 +46,20 @@ pub struct OutstandingLimits {
     pub bytes_shard_max: u64,
     pub messages_topic_max: u64,
     pub bytes_topic_max: u64,
+}
+
+impl OutstandingLimits {
+    /// One source's share when `active` sources take its topic's publishes: the topic's limits
+    /// over the count (at least 1, so that a share never stops delivery for good), the shard's
+    /// as they are. A count of 0 (a source never told it) or 1 keeps the topic's whole.
+    pub fn per_source(self, active: u32) -> OutstandingLimits {
+        let share = |limit: u64| (limit / u64::from(active.max(1))).max(1);
+        OutstandingLimits {
+            messages_topic_max: share(self.messages_topic_max),
+            bytes_topic_max: share(self.bytes_topic_max),
+            ..self
+        }
+    }
 }
 
 impl Default for OutstandingLimits {
@@ -131,10 +150,13 @@ impl ShardOutstanding {
     }
 }
 
-/// One topic's count, within its shard's.
+/// One topic's count, within its shard's: on a topic of several sources, one source's.
 pub struct TopicOutstanding {
     counts: Counts,
     shard: Rc<ShardOutstanding>,
+    /// The topic's active source count as its source last applied it (0: never told), which
+    /// its share of the topic's limits is divided by (`OutstandingLimits::per_source`).
+    active_sources: Cell<u32>,
 }
 
 /// What a pull may take now: messages (0: none) and bytes.
@@ -155,7 +177,26 @@ impl Room {
 
 impl TopicOutstanding {
     pub fn new(shard: &Rc<ShardOutstanding>) -> Rc<TopicOutstanding> {
-        Rc::new(TopicOutstanding { counts: Counts::default(), shard: shard.clone() })
+        Rc::new(TopicOutstanding {
+            counts: Counts::default(),
+            shard: shard.clone(),
+            active_sources: Cell::new(0),
+        })
+    }
+
+    /// The topic's active source count changed to `active` (`TopicState::apply_active_sources`):
+    /// this source's share of the topic's limits follows. A larger share (fewer sources) may
+    /// make room: the pulls and streams waiting for it look again.
+    pub fn set_active_sources(&self, active: u32) {
+        let before = self.active_sources.replace(active);
+        if before != active {
+            self.shard.freed.notify_all();
+        }
+    }
+
+    /// The limits this count is held to: the shard's, and its source's share of the topic's.
+    fn limits(&self) -> OutstandingLimits {
+        self.shard.limits.get().per_source(self.active_sources.get())
     }
 
     pub fn shard(&self) -> &Rc<ShardOutstanding> {
@@ -169,7 +210,7 @@ impl TopicOutstanding {
 
     /// What the topic's and the shard's limits leave room for.
     pub fn room(&self) -> Room {
-        let limits = self.shard.limits.get();
+        let limits = self.limits();
         let shard = &self.shard.counts;
         let messages = limits
             .messages_topic_max
@@ -183,7 +224,7 @@ impl TopicOutstanding {
     }
 
     fn at_limit(&self) -> bool {
-        let limits = self.shard.limits.get();
+        let limits = self.limits();
         self.counts.at_limit(limits.messages_topic_max, limits.bytes_topic_max) || self.shard.at_limit()
     }
 
@@ -256,6 +297,52 @@ mod tests {
         assert_eq!(freed.as_mut().poll(&mut context), Poll::Pending);
         topic.give_back(1, 0);
         assert_eq!(freed.as_mut().poll(&mut context), Poll::Ready(()));
+    }
+
+    #[test]
+    fn a_topics_limits_are_split_over_its_active_sources() {
+        let shard = ShardOutstanding::new(limits());
+        let source = TopicOutstanding::new(&shard);
+        // Never told, or one source: the topic's whole limits.
+        assert_eq!(source.room(), Room { messages: 3, bytes: 600 });
+        source.set_active_sources(1);
+        assert_eq!(source.room(), Room { messages: 3, bytes: 600 });
+        // Two sources: each holds half (rounded down), three: a third.
+        source.set_active_sources(2);
+        assert_eq!(source.room(), Room { messages: 1, bytes: 300 });
+        source.set_active_sources(3);
+        assert_eq!(source.room(), Room { messages: 1, bytes: 200 });
+        source.add(1, 150);
+        assert!(source.room().is_full());
+        // More sources than the limit: a share is never 0, which would stop delivery for good.
+        source.give_back(1, 150);
+        source.set_active_sources(10);
+        assert_eq!(source.room(), Room { messages: 1, bytes: 60 });
+        // The shard's limits are not split.
+        let split = limits().per_source(4);
+        assert_eq!((split.messages_shard_max, split.bytes_shard_max), (5, 1000));
+        assert_eq!((split.messages_topic_max, split.bytes_topic_max), (1, 150));
+    }
+
+    #[test]
+    fn a_source_whose_share_grows_wakes_the_waiters() {
+        use std::future::Future;
+        use std::pin::pin;
+        use std::task::{Context, Poll, Waker};
+        let shard = ShardOutstanding::new(limits());
+        let source = TopicOutstanding::new(&shard);
+        source.set_active_sources(3);
+        source.add(1, 0);
+        assert!(source.room().is_full());
+        let mut context = Context::from_waker(Waker::noop());
+        let mut freed = pin!(shard.freed());
+        assert_eq!(freed.as_mut().poll(&mut context), Poll::Pending);
+        source.set_active_sources(3);
+        assert_eq!(freed.as_mut().poll(&mut context), Poll::Pending);
+        // The count falls to one: the source holds the topic's whole 3 again.
+        source.set_active_sources(1);
+        assert_eq!(freed.as_mut().poll(&mut context), Poll::Ready(()));
+        assert_eq!(source.room(), Room { messages: 2, bytes: 600 });
     }
 
     #[test]

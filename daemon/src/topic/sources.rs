@@ -60,9 +60,12 @@ impl<S: Storage> TopicState<S> {
     }
 
     /// Applies the topic's active count `active`: when it changes, the log's assigned end
-    /// becomes the fence of the change. Returns the fence of the count now applied (the same
-    /// count applied again changes nothing).
+    /// becomes the fence of the change, and this source's share of the topic's outstanding
+    /// limits follows the count (`OutstandingLimits::per_source`, as its publish rate's share
+    /// is taken at each publish). Returns the fence of the count now applied (the same count
+    /// applied again changes nothing).
     pub fn apply_active_sources(&self, active: u32) -> u64 {
+        self.outstanding.set_active_sources(active);
         let mut set = self.sources.get();
         if set.active != active {
             set = SourceSet { active, fence: self.log.next_offset().get() };

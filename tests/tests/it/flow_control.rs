@@ -126,6 +126,36 @@ fn a_subscriber_that_never_acknowledges_stops_at_the_topics_limit_until_others_m
     assert_eq!(shard_metric(&daemon, "ringpost_outstanding_messages", None), delivered.len() as f64);
 }
 
+/// A topic of two sources, each on a shard of its own with a count of its own: each holds half
+/// the topic's limit, so that a subscriber that never acknowledges holds at most the topic's
+/// limit over both, not twice it.
+#[test]
+fn a_topic_of_two_sources_holds_its_limit_over_both() {
+    const LIMIT: usize = 40;
+    let daemon = Daemon::start_with(
+        "flow-sources",
+        Vec::new(),
+        ["--shards", "2", "--outstanding-messages-topic-max", &LIMIT.to_string()].map(String::from).to_vec(),
+    );
+    ringpost_tests::succeeded(&daemon.cli(&["topic", "create", "wide", "--sources", "2"]));
+    let client = daemon.client();
+    create_subscription(&client, "holder", "wide", 60);
+    assert_eq!(block_on(client.topic_sources("wide")).unwrap(), (2, 2));
+    // Unordered requests go to the sources in turn: 100 messages on each, more than the limit.
+    for _ in 0..10 {
+        publish(&client, "wide", 20);
+    }
+    let mut streams: Vec<MessageStream> = (0..2)
+        .map(|source| {
+            let settings = StreamSettings { max_outstanding_messages: 1000, ..StreamSettings::default() };
+            block_on(client.streaming_pull_source("holder", source, settings)).unwrap()
+        })
+        .collect();
+    // Each stream takes its source's share and then nothing more for a while.
+    let held: usize = streams.iter_mut().map(|stream| receive_exactly(stream, LIMIT / 2).len()).sum();
+    assert_eq!(held, LIMIT);
+}
+
 /// A shard's limit holds over its topics: a stream holding the shard's every outstanding
 /// message on one topic pauses another topic's pulls, until it disconnects.
 #[test]
