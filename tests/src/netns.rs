@@ -198,6 +198,8 @@ pub struct NetCluster {
     voters: usize,
     /// Data directories per node (M): a publish is durable on a majority of them.
     directories: usize,
+    /// Forwarder shards per node: a topic of N sources of R replicas needs N × R in all.
+    shards: usize,
     directory: PathBuf,
 }
 
@@ -213,6 +215,18 @@ impl NetCluster {
         clients: usize,
         directories: usize,
     ) -> NetCluster {
+        NetCluster::start_with_shards(label, voters, clients, directories, 1)
+    }
+
+    /// Like `start_with_directories`, each node with `shards` forwarder shards (their ports
+    /// follow its router's).
+    pub fn start_with_shards(
+        label: &str,
+        voters: usize,
+        clients: usize,
+        directories: usize,
+        shards: usize,
+    ) -> NetCluster {
         let network = Network::new(voters + clients);
         let directory = crate::temporary_directory(label);
         std::fs::write(
@@ -221,7 +235,7 @@ impl NetCluster {
         )
         .unwrap();
         let daemons = (0..voters).map(|_| None).collect();
-        let mut cluster = NetCluster { network, daemons, voters, directories, directory };
+        let mut cluster = NetCluster { network, daemons, voters, directories, shards, directory };
         for node in 0..voters {
             cluster.spawn(node);
         }
@@ -245,6 +259,11 @@ impl NetCluster {
     /// Node `node`'s router address.
     pub fn router(&self, node: usize) -> String {
         format!("{}:{ROUTER_PORT}", self.network.address(node))
+    }
+
+    /// The address of node `node`'s forwarder shard `shard`.
+    pub fn forwarder(&self, node: usize, shard: usize) -> String {
+        format!("{}:{}", self.network.address(node), ROUTER_PORT as usize + 1 + shard)
     }
 
     /// The node whose address `address` (`ip:port`) names, if it is one of the daemons'.
@@ -279,7 +298,7 @@ impl NetCluster {
                 "--http-listen",
                 "off",
                 "--shards",
-                "1",
+                &self.shards.to_string(),
                 "--no-pin",
             ])
             .args((0..self.directories).flat_map(|copy| {

@@ -1,24 +1,35 @@
 //! T9 (docs/TESTING.md): three real nodes, each in a network namespace of its own, a topic on
 //! all three (R=3), four publishers and two acknowledging subscribers in a fourth namespace,
-//! and a nemesis that every 5 s either breaks something or heals what it broke: the topic's
-//! leader cut off from everyone, another node cut off, one node SIGKILLed, two SIGKILLed, one
-//! SIGSTOPped for 10 s. Then everything is healed, the publishers stop and the subscribers
-//! drain. The history checker must find nothing acknowledged lost and nothing unexpected;
-//! nothing whose acknowledgement was confirmed may be delivered again (by a pull sent after
-//! the confirmation); nothing may be confirmed
-//! that was sent while two nodes were dead and answered before either came back (no quorum
-//! was reachable); and the replicas must end agreeing: the same durable end and epoch on all
-//! three, all of it committed, and no follower behind the leader's messages or journal.
+//! and a nemesis that every 5 s either breaks something or heals what it broke: a leader of
+//! one of the topic's sources cut off from everyone, another node cut off, one node SIGKILLed,
+//! two SIGKILLed, one SIGSTOPped for 10 s. Then everything is healed, the publishers stop and
+//! the subscribers drain. The history checker must find nothing acknowledged lost and nothing
+//! unexpected (it keys by payload; a message id names its source); nothing whose
+//! acknowledgement was confirmed may be delivered again (by a pull sent after the
+//! confirmation); nothing may be confirmed that was sent while two nodes were dead and answered
+//! before either came back (no quorum was reachable); and each source's replicas must end
+//! agreeing: the same durable end and epoch on all three, all of it committed, and no follower
+//! behind its leader's messages or journal.
 //!
-//! Runs alternate three data directories per node (M=3, the first) and one.
-//! `RINGPOST_T9_RUNS` sets the runs (default 1), each with `RINGPOST_T9_SECONDS` of nemesis
-//! (default 50: each fault once); `RINGPOST_TEST_SEED` replays a run's choices.
+//! Runs alternate a topic of two publish sources (nodes of two forwarder shards, each source's
+//! three replicas on three nodes, each with its own leader) and one (one shard, what T9 tested
+//! before sources), the first of two: CI runs one run, and the topic of two is the one whose
+//! faults reach two leaders at once (a node cut off may lead both, or one of each). The
+//! publishers spread their requests over the active sources, the subscribers' pulls ask every
+//! source, and their acknowledgements go to the source each ack id names, as the client does.
+//! Each fault aims at the leader of a source drawn by the seed. Alternating rather than
+//! doubling each run keeps CI's one run as long as before. Over every four runs, data
+//! directories per node alternate too: M=3 with two sources, M=1 with one, M=1 with two, M=3
+//! with one. `RINGPOST_T9_RUNS` sets the runs (default 1), each with `RINGPOST_T9_SECONDS` of
+//! nemesis (default 50: each fault once); `RINGPOST_T9_SOURCES` (1 or 2) makes every run's topic
+//! that many sources; `RINGPOST_TEST_SEED` replays a run's choices.
 
+use ringpost_client::ReplicaStats;
 use ringpost_client::{block_on, Client, Message, PoolSettings, RetrySettings};
 use ringpost_tests::checker::{Checker, Outcome};
 use ringpost_tests::netns::NetCluster;
 use ringpost_tests::Random;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -119,11 +130,12 @@ fn connect(routers: &[String], random: &mut Random) -> Option<Client> {
     Some(client.with_retry(RetrySettings::NONE, RetrySettings::NONE))
 }
 
-/// The node whose forwarder a reachable router names first for the topic: its leader.
-fn topic_leader(cluster: &NetCluster) -> Option<usize> {
+/// Each source's leader, source 0 first, as (node, forwarder shard), as a reachable router's
+/// catalog names them.
+fn source_leaders(cluster: &NetCluster) -> Option<Vec<(usize, u32)>> {
     let routers: Vec<String> =
         (0..NODES).filter(|node| cluster.is_running(*node)).map(|node| cluster.router(node)).collect();
-    let first = cluster.network.in_node(CLIENTS_NODE, move || {
+    let leaders = cluster.network.in_node(CLIENTS_NODE, move || {
         routers.iter().find_map(|router| {
             let client = block_on(Client::connect_with_timeout(
                 router,
@@ -131,34 +143,60 @@ fn topic_leader(cluster: &NetCluster) -> Option<usize> {
                 Duration::from_secs(2),
             ))
             .ok()?;
-            block_on(client.lookup_topic(TOPIC)).ok()?.into_iter().next()
+            let topic = block_on(client.get_topic_with_sources(TOPIC)).ok()?;
+            Some(
+                topic
+                    .sources
+                    .iter()
+                    .map(|source| (source.leader_node, source.leader_shard))
+                    .collect::<Vec<_>>(),
+            )
         })
     })?;
-    cluster.node_of(&first)
+    // Node ids count from 1; a source led nowhere (0) is being elected.
+    leaders
+        .into_iter()
+        .map(|(node, shard)| (1..=NODES as u64).contains(&node).then(|| (node as usize - 1, shard)))
+        .collect::<Option<Vec<_>>>()
+        .filter(|leaders| !leaders.is_empty())
 }
 
 #[test]
 fn three_nodes_under_partitions_kills_and_pauses_lose_nothing_acknowledged() {
     let runs: u32 = std::env::var("RINGPOST_T9_RUNS").ok().and_then(|n| n.parse().ok()).unwrap_or(1);
     let seconds: u64 = std::env::var("RINGPOST_T9_SECONDS").ok().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let sources_forced: Option<u32> = std::env::var("RINGPOST_T9_SOURCES").ok().and_then(|n| n.parse().ok());
     let mut random = Random::from_time();
     for run in 0..runs {
-        // Three data directories per node, then one, in turn.
-        let directories = if run % 2 == 0 { 3 } else { 1 };
-        eprintln!("T9 run {run} of {runs}, {seconds} s of nemesis, {directories} data directories per node");
-        run_once(Duration::from_secs(seconds), directories, &mut random);
+        // Two sources, then one, in turn; over four runs each with M=3 and M=1.
+        let sources = sources_forced.unwrap_or(if run % 2 == 0 { 2 } else { 1 });
+        let directories = if matches!(run % 4, 0 | 3) { 3 } else { 1 };
+        eprintln!(
+            "T9 run {run} of {runs}, {seconds} s of nemesis, a topic of {sources} sources, \
+             {directories} data directories per node"
+        );
+        run_once(Duration::from_secs(seconds), sources, directories, &mut random);
     }
 }
 
-fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
-    let mut cluster = NetCluster::start_with_directories("t9", NODES, 1, directories);
+fn run_once(nemesis_for: Duration, sources: u32, directories: usize, random: &mut Random) {
+    // One source of the topic per shard: each node holds a replica of each source.
+    let mut cluster = NetCluster::start_with_shards("t9", NODES, 1, directories, sources as usize);
     let routers: Arc<Vec<String>> = Arc::new((0..NODES).map(|node| cluster.router(node)).collect());
     {
         let routers = routers.clone();
         cluster.network.in_node(CLIENTS_NODE, move || {
             let client = block_on(Client::connect(&routers[0])).expect("connecting to node 0");
-            let created = block_on(client.create_topic(TOPIC)).expect("creating the topic");
-            assert_eq!(created.name, TOPIC);
+            if sources == 1 {
+                let created = block_on(client.create_topic(TOPIC)).expect("creating the topic");
+                assert_eq!(created.name, TOPIC);
+            } else {
+                let topic = ringpost_client::Topic { name: TOPIC.to_owned(), ..Default::default() };
+                let created = block_on(client.create_topic_with_sources(topic, NODES as u32, sources))
+                    .expect("creating the topic");
+                assert_eq!(created.topic.name, TOPIC);
+                assert_eq!(created.sources.len(), sources as usize, "{created:?}");
+            }
             ringpost_tests::create_subscription(&client, SUBSCRIPTION, TOPIC, 10);
         });
     }
@@ -306,27 +344,43 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
     while started.elapsed() < nemesis_for {
         let fault = order.get(round).copied().unwrap_or_else(|| FAULTS[random.between(0, 5) as usize]);
         round += 1;
-        let leader = topic_leader(&cluster).unwrap_or_else(|| random.between(0, NODES as u64) as usize);
+        // The source whose leader the fault aims at, drawn whether or not the leaders are known,
+        // so that a seed's draws do not depend on what the routers answered.
+        let aimed = random.between(0, u64::from(sources)) as usize;
+        let leaders = source_leaders(&cluster).unwrap_or_default();
+        let leader = leaders
+            .get(aimed)
+            .map(|(node, _)| *node)
+            .unwrap_or_else(|| random.between(0, NODES as u64) as usize);
         let other = (leader + 1 + random.between(0, NODES as u64 - 1) as usize) % NODES;
+        let led: Vec<usize> = leaders.iter().map(|(node, _)| *node).collect();
         let began = Instant::now();
-        // Whether the fault reached the topic's leader (then a failover pauses publishing).
+        // Whether the fault reached a source's leader (then a failover pauses publishing there).
         let mut leader_hit = true;
         match fault {
             Fault::IsolateLeader | Fault::IsolateMinority => {
                 let node = if fault == Fault::IsolateLeader { leader } else { other };
-                leader_hit = node == leader;
+                leader_hit = led.is_empty() || led.contains(&node);
                 cluster.network.isolate(node);
                 std::thread::sleep(FAULT_HOLD);
                 cluster.network.heal(node);
-                eprintln!("T9: node {} (leader {}) cut off for {FAULT_HOLD:?}", node + 1, leader + 1);
+                eprintln!(
+                    "T9: node {} (source {aimed}'s leader {}) cut off for {FAULT_HOLD:?}",
+                    node + 1,
+                    leader + 1
+                );
             }
             Fault::KillOne => {
                 let node = if random.between(0, 2) == 0 { leader } else { other };
-                leader_hit = node == leader;
+                leader_hit = led.is_empty() || led.contains(&node);
                 cluster.kill(node);
                 std::thread::sleep(FAULT_HOLD);
                 cluster.spawn(node);
-                eprintln!("T9: node {} (leader {}) killed for {FAULT_HOLD:?}", node + 1, leader + 1);
+                eprintln!(
+                    "T9: node {} (source {aimed}'s leader {}) killed for {FAULT_HOLD:?}",
+                    node + 1,
+                    leader + 1
+                );
             }
             Fault::KillMajority => {
                 let survivor = random.between(0, NODES as u64) as usize;
@@ -337,18 +391,25 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
                 without_quorum.push((dead, Instant::now()));
                 victims.iter().for_each(|node| cluster.spawn(*node));
                 let victims: Vec<usize> = victims.iter().map(|node| node + 1).collect();
-                eprintln!("T9: nodes {victims:?} (leader {}) killed for {FAULT_HOLD:?}", leader + 1);
+                eprintln!(
+                    "T9: nodes {victims:?} (source {aimed}'s leader {}) killed for {FAULT_HOLD:?}",
+                    leader + 1
+                );
             }
             Fault::PauseOne => {
                 let node = if random.between(0, 2) == 0 { leader } else { other };
-                leader_hit = node == leader;
+                leader_hit = led.is_empty() || led.contains(&node);
                 cluster.signal(node, nix::sys::signal::Signal::SIGSTOP);
                 std::thread::sleep(PAUSE_HOLD);
                 cluster.signal(node, nix::sys::signal::Signal::SIGCONT);
-                eprintln!("T9: node {} (leader {}) stopped for {PAUSE_HOLD:?}", node + 1, leader + 1);
+                eprintln!(
+                    "T9: node {} (source {aimed}'s leader {}) stopped for {PAUSE_HOLD:?}",
+                    node + 1,
+                    leader + 1
+                );
             }
         }
-        timeline.push((format!("{fault:?} (leader {})", leader + 1), began, Instant::now()));
+        timeline.push((format!("{fault:?} (source {aimed}'s leader {})", leader + 1), began, Instant::now()));
         std::thread::sleep(QUIET);
         // How long publishing stalled: from the fault to the first publish sent after it and
         // confirmed (clients stuck on a node cut off wait out their deadline first).
@@ -366,11 +427,11 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
             ),
             None => eprintln!("T9:   {fault:?}: no publish sent since confirmed"),
         }
-        // A fault that spared the leader should not pause publishing: when it did, the nodes'
-        // logs so far, to see why.
+        // A fault that spared every source's leader should not pause publishing: when it did,
+        // the nodes' logs so far, to see why.
         let stalled = resumed.is_none_or(|resumed| resumed - began > Duration::from_secs(2));
         if !leader_hit && fault != Fault::KillMajority && stalled {
-            eprintln!("T9: STALL after {fault:?} that spared the leader; the logs:\n{}", cluster.logs());
+            eprintln!("T9: STALL after {fault:?} that spared the leaders; the logs:\n{}", cluster.logs());
         }
     }
     wait_for_publishes("after the last heal", RECOVERY_WITHIN, &cluster);
@@ -434,46 +495,87 @@ fn run_once(nemesis_for: Duration, directories: usize, random: &mut Random) {
         );
     }
     drop(deliveries);
-    replicas_agree(&mut cluster);
+    replicas_agree(&cluster, sources);
 }
 
-/// Once publishing stopped, every node's replica of the topic holds the same durable end
-/// under the same epoch, all of it committed, and the leader finds both followers caught up.
-fn replicas_agree(cluster: &mut NetCluster) {
+/// Once publishing stopped, each source's replicas agree: the replica at the leader the catalog
+/// names holds all it has durable committed and finds both its followers caught up (messages
+/// and journal), and the replicas at those followers' forwarders hold the same durable end
+/// under the same epoch. Every replica of the topic on every node is one of some source's.
+fn replicas_agree(cluster: &NetCluster, sources: u32) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let routers: Vec<String> = (0..NODES).map(|node| cluster.router(node)).collect();
+        // Each replica of the topic by its forwarder's address (node, shard).
         let replicas = cluster.network.in_node(CLIENTS_NODE, move || {
             routers
                 .iter()
                 .map(|router| {
                     let client = block_on(Client::connect(router)).ok()?;
                     let stats = block_on(client.stats()).ok()?;
-                    stats
-                        .topics
-                        .into_iter()
-                        .filter(|stats| stats.name.ends_with(TOPIC))
-                        .find_map(|stats| stats.replication)
+                    Some(
+                        stats
+                            .topics
+                            .into_iter()
+                            .filter(|stats| stats.name.ends_with(TOPIC))
+                            .map(|stats| (stats.shard, stats.replication))
+                            .collect::<Vec<_>>(),
+                    )
                 })
                 .collect::<Vec<_>>()
         });
-        let leaders: Vec<_> = replicas.iter().flatten().filter(|replica| replica.leader).collect();
-        let agreed = replicas.iter().all(Option::is_some)
-            && leaders.len() == 1
-            && leaders[0].committed_end == leaders[0].durable_end
-            && leaders[0].followers.len() == NODES - 1
-            && leaders[0]
-                .followers
-                .iter()
-                .all(|follower| follower.lag_messages == 0 && follower.journal_lag_entries == 0)
-            && replicas.iter().flatten().all(|replica| {
-                replica.durable_end == leaders[0].durable_end && replica.epoch == leaders[0].epoch
-            });
+        let by_address: HashMap<String, Option<ReplicaStats>> = replicas
+            .iter()
+            .enumerate()
+            .flat_map(|(node, on_node)| {
+                on_node
+                    .iter()
+                    .flatten()
+                    .map(move |(shard, replica)| (cluster.forwarder(node, *shard as usize), replica.clone()))
+            })
+            .collect();
+        let leaders = source_leaders(cluster).unwrap_or_default();
+        let mut seen = HashSet::new();
+        let mut agreed =
+            replicas.iter().all(|on_node| on_node.as_ref().is_some_and(|on| on.len() == sources as usize))
+                && leaders.len() == sources as usize;
+        let mut described = Vec::new();
+        for (source, (node, shard)) in leaders.iter().enumerate() {
+            let address = cluster.forwarder(*node, *shard as usize);
+            let Some(Some(leader)) = by_address.get(&address) else {
+                agreed = false;
+                described.push(format!("source {source}: no replica at its leader {address}"));
+                continue;
+            };
+            seen.insert(address.clone());
+            let caught_up = leader.leader
+                && leader.committed_end == leader.durable_end
+                && leader.followers.len() == NODES - 1
+                && leader.followers.iter().all(|follower| {
+                    seen.insert(follower.address.clone());
+                    follower.lag_messages == 0
+                        && follower.journal_lag_entries == 0
+                        && by_address.get(&follower.address).is_some_and(|replica| {
+                            replica.as_ref().is_some_and(|replica| {
+                                !replica.leader
+                                    && replica.durable_end == leader.durable_end
+                                    && replica.epoch == leader.epoch
+                            })
+                        })
+                });
+            agreed &= caught_up;
+            described.push(format!("source {source}: leader at {address} {leader:?}"));
+        }
+        agreed &= seen.len() == by_address.len();
         if agreed {
-            eprintln!("T9: the replicas agree: {:?}", leaders[0]);
+            eprintln!("T9: each source's replicas agree: {described:#?}");
             return;
         }
-        assert!(Instant::now() < deadline, "the replicas do not agree: {replicas:?}\n{}", cluster.logs());
+        assert!(
+            Instant::now() < deadline,
+            "the replicas do not agree: {described:#?}\nall: {by_address:#?}\n{}",
+            cluster.logs()
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 }
