@@ -246,6 +246,13 @@ fn run_once(nemesis_for: Duration, sources: u32, directories: usize, random: &mu
                             let outcome = Outcome::of_error(&error);
                             assert_ne!(outcome, Outcome::Failed, "unexpected refusal: {error}");
                             payloads.iter().for_each(|p| checker.published(p, outcome));
+                            // Half the time the same client goes on, its next request to the
+                            // next source: a new client's turn starts at source 0, so publishers
+                            // that always reconnected would all wait on source 0's leader while
+                            // it is down and leave the other sources idle through the fault.
+                            if random.between(0, 2) == 0 {
+                                client = Some(connected);
+                            }
                             std::thread::sleep(Duration::from_millis(20));
                         }
                     }
@@ -355,6 +362,8 @@ fn run_once(nemesis_for: Duration, sources: u32, directories: usize, random: &mu
         let other = (leader + 1 + random.between(0, NODES as u64 - 1) as usize) % NODES;
         let led: Vec<usize> = leaders.iter().map(|(node, _)| *node).collect();
         let began = Instant::now();
+        let named: Vec<(usize, u32)> = leaders.iter().map(|(node, shard)| (node + 1, *shard)).collect();
+        eprintln!("T9: {fault:?} aimed at source {aimed}; the sources' leaders (node, shard): {named:?}");
         // Whether the fault reached a source's leader (then a failover pauses publishing there).
         let mut leader_hit = true;
         match fault {
