@@ -364,6 +364,7 @@ async fn start(world: &Rc<World>, node: usize, recovering: bool) {
         retention_seconds: 0,
         recovering,
         source: crate::ids::SourceId::FIRST,
+        active: 1,
     };
     // A spare holds no replica until a move adds it.
     if world.members().contains(&node) {
@@ -983,6 +984,7 @@ async fn two_replicas() -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder
             retention_seconds: 0,
             recovering: false,
             source: crate::ids::SourceId::FIRST,
+            active: 1,
         };
         forwarder.control(attach).await.expect("a replica attaches");
         forwarders.push(forwarder);
