@@ -364,6 +364,7 @@ async fn start(world: &Rc<World>, node: usize, recovering: bool) {
         retention_seconds: 0,
         recovering,
         source: crate::ids::SourceId::FIRST,
+        active: 1,
     };
     // A spare holds no replica until a move adds it.
     if world.members().contains(&node) {
@@ -967,6 +968,13 @@ async fn fail_over(
 /// Two replicas of the topic on two nodes, node 0 promoted to lead epoch 1 over a link the
 /// test can cut; the leader's forwarder, the link's switch and the follower's forwarder.
 async fn two_replicas() -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder<SimDisk>>) {
+    two_replicas_of((crate::ids::SourceId::FIRST, 1)).await
+}
+
+/// `two_replicas`, of source `source` of a topic whose active count is `active`.
+async fn two_replicas_of(
+    (source, active): (crate::ids::SourceId, u32),
+) -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder<SimDisk>>) {
     let mut forwarders = Vec::new();
     for node in 0..2 {
         let forwarder = Rc::new(Forwarder::new(
@@ -982,7 +990,8 @@ async fn two_replicas() -> (Rc<Forwarder<SimDisk>>, Rc<Cell<bool>>, Rc<Forwarder
             name: TOPIC.to_owned(),
             retention_seconds: 0,
             recovering: false,
-            source: crate::ids::SourceId::FIRST,
+            source,
+            active,
         };
         forwarder.control(attach).await.expect("a replica attaches");
         forwarders.push(forwarder);
@@ -1017,6 +1026,35 @@ async fn publish_to(forwarder: &Forwarder<SimDisk>, text: &str) -> Result<(), ri
     } else {
         Ok(())
     }
+}
+
+/// A replicated source's follower knows its topic's active count: told the source retires
+/// (answering `Done`, never a fence of its own), once promoted it refuses every publish from its
+/// first, and its fence is its log's end as its epoch began, above every message its leader
+/// before took.
+#[test]
+fn a_promoted_replica_of_a_retiring_source_refuses_publishes_and_fences_above_what_it_holds() {
+    use ringpost_wire::ErrorCode;
+    sim::run(3, async {
+        let source = crate::ids::SourceId::new(1).unwrap();
+        let (leader, _cut, follower) = two_replicas_of((source, 2)).await;
+        for text in ["a", "b", "c"] {
+            publish_to(&leader, text).await.expect("an active source takes an unordered publish");
+        }
+        let retire = || ControlRequest::ApplySources { topic_id: TOPIC_ID, active: 1 };
+        assert_eq!(follower.control(retire()).await, Ok(ControlOk::Done), "a follower keeps the count");
+        let cut = fail_over(&leader, &follower).await;
+        cut.set(false);
+        runtime::sleep(crate::replication::source::LEASE_WAIT + Duration::from_millis(100)).await;
+        let refused = publish_to(&follower, "late").await.expect_err("a retiring source takes nothing");
+        assert_eq!(refused.code, ErrorCode::NotOwner, "{refused:?}");
+        let end = follower.registry.topics_by_id.borrow()[&TOPIC_ID].log.next_offset().get();
+        let Ok(ControlOk::SourcesApplied { fence, .. }) = follower.control(retire()).await else {
+            panic!("the promoted replica answers its fence")
+        };
+        assert!(fence >= 3, "fence {fence} below the 3 messages its leader before took");
+        assert!(fence <= end, "fence {fence} above its log's end {end}");
+    });
 }
 
 /// A publish waiting for its quorum when its leader is deposed is answered `NotOwner` on the

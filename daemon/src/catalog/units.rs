@@ -25,6 +25,13 @@ impl CatalogState {
         self.source_units.get(&id).copied().unwrap_or((id, SourceId::FIRST))
     }
 
+    /// Unit `id`'s source number and its topic's active count: what a replica's attach says,
+    /// so that a follower knows the count before it is ever promoted.
+    pub fn unit_source_and_active(&self, id: TopicId) -> (SourceId, u32) {
+        let (topic_id, source) = self.unit_of(id);
+        (source, self.active_sources(topic_id))
+    }
+
     /// Every unit of more than one replica, as `unit_by_id` shows it: the topics in name order,
     /// each topic's later sources after them.
     pub fn replicated_units(&self) -> Vec<TopicRecord> {

@@ -140,10 +140,17 @@ impl ControlRequest {
                 encoder = Encoder::new(REQUEST_RESYNC_DIRECTORY);
                 encoder.u64(*index as u64);
             }
-            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering, source } => {
+            ControlRequest::AttachReplica {
+                topic_id,
+                name,
+                retention_seconds,
+                recovering,
+                source,
+                active,
+            } => {
                 encoder = Encoder::new(REQUEST_ATTACH_REPLICA);
                 encoder.u64(topic_id.get()).str(name).u64(*retention_seconds).bool(*recovering);
-                encode_source(&mut encoder, *source);
+                encode_replica_source(&mut encoder, *source, *active);
             }
             ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
                 encoder = Encoder::new(REQUEST_PROMOTE_REPLICA);
@@ -244,12 +251,16 @@ impl ControlRequest {
                 Ok(ControlRequest::ResyncDirectory { index })
             })?,
             REQUEST_ATTACH_REPLICA => fields("control request AttachReplica", decoder, |decoder| {
+                let (topic_id, name) = (TopicId::new(decoder.u64()?), decoder.str()?);
+                let (retention_seconds, recovering) = (decoder.u64()?, decoder.bool()?);
+                let (source, active) = decode_replica_source(decoder)?;
                 Ok(ControlRequest::AttachReplica {
-                    topic_id: TopicId::new(decoder.u64()?),
-                    name: decoder.str()?,
-                    retention_seconds: decoder.u64()?,
-                    recovering: decoder.bool()?,
-                    source: decode_source(decoder)?,
+                    topic_id,
+                    name,
+                    retention_seconds,
+                    recovering,
+                    source,
+                    active,
                 })
             })?,
             REQUEST_PROMOTE_REPLICA => fields("control request PromoteReplica", decoder, |decoder| {
@@ -847,12 +858,6 @@ fn decode_list<T>(
 /// A unit's source, the last field of an attach: written only for a source after the first,
 /// so that a topic's own attach is the bytes it was, and a node of the version before sources
 /// refuses a source's (trailing bytes) rather than serve it as a topic's own log.
-fn encode_source(encoder: &mut Encoder, source: crate::ids::SourceId) {
-    if source != crate::ids::SourceId::FIRST {
-        encoder.u32(source.get());
-    }
-}
-
 /// A topic attach's last fields: its source, then its topic's active count
 /// (`topic::sources`). A topic's own log in a topic of one source (source 0, count 1) writes
 /// neither, the bytes of the version before sources; any other writes both, which a node of
@@ -881,13 +886,41 @@ fn decode_source_and_active(decoder: &mut Decoder) -> DecodeResult<(crate::ids::
     }
 }
 
-fn decode_source(decoder: &mut Decoder) -> DecodeResult<crate::ids::SourceId> {
-    if decoder.is_empty() {
-        return Ok(crate::ids::SourceId::FIRST);
+/// A replica attach's last fields: its source, then its topic's active count. A topic of one
+/// source's own log (source 0, count 1) writes neither, the bytes of the version before
+/// sources; a later source with no count said (0) writes its number alone, the bytes of the
+/// version before replicated sources retired. Any other writes both: a node of that version
+/// refuses them (trailing bytes after a later source's number, or source 0 named) rather than
+/// attach a follower that would take every key once promoted.
+fn encode_replica_source(encoder: &mut Encoder, source: crate::ids::SourceId, active: u32) {
+    let first = source == crate::ids::SourceId::FIRST;
+    assert!(!(first && active == 0), "a topic's own log's replica attach names its topic's active count");
+    if first && active == 1 {
+        return;
     }
-    match crate::ids::SourceId::new(decoder.u32()?) {
-        Some(source) if source != crate::ids::SourceId::FIRST => Ok(source),
-        _ => Err("an attach naming source 0, or one past SOURCES_PER_TOPIC_MAX"),
+    encoder.u32(source.get());
+    if active != 0 {
+        encoder.u32(active);
+    }
+}
+
+fn decode_replica_source(decoder: &mut Decoder) -> DecodeResult<(crate::ids::SourceId, u32)> {
+    if decoder.is_empty() {
+        return Ok((crate::ids::SourceId::FIRST, 1));
+    }
+    let source = crate::ids::SourceId::new(decoder.u32()?)
+        .ok_or("an attach naming a source past SOURCES_PER_TOPIC_MAX")?;
+    let first = source == crate::ids::SourceId::FIRST;
+    if decoder.is_empty() {
+        return match first {
+            true => Err("an attach naming source 0 with no active count"),
+            false => Ok((source, 0)),
+        };
+    }
+    match decoder.u32()? {
+        0 => Err("an attach naming an active count of 0"),
+        1 if first => Err("a topic of one source's attach with its fields written"),
+        active => Ok((source, active)),
     }
 }
 
@@ -1092,6 +1125,15 @@ mod tests {
                 retention_seconds: 0,
                 recovering: true,
                 source: crate::ids::SourceId::FIRST,
+                active: 1,
+            },
+            ControlRequest::AttachReplica {
+                topic_id: TopicId::new(18),
+                name: "orders".to_owned(),
+                retention_seconds: 0,
+                recovering: false,
+                source: crate::ids::SourceId::new(2).unwrap(),
+                active: 2,
             },
             ControlRequest::PromoteReplica {
                 topic_id: TopicId::new(17),
@@ -1416,7 +1458,22 @@ mod tests {
     /// which a node of the version before push reads).
     #[test]
     fn every_truncation_is_an_error() {
-        let twins: Vec<Vec<u8>> = requests().into_iter().filter_map(pull_twin).collect();
+        let mut twins: Vec<Vec<u8>> = requests().into_iter().filter_map(pull_twin).collect();
+        // A later source's replica attach cut right before its count is the version before's
+        // (its number alone), and cut right before its number a topic's own log's.
+        for (index, request) in requests().into_iter().enumerate() {
+            let ControlRequest::AttachReplica { source, active, .. } = request else { continue };
+            if source == crate::ids::SourceId::FIRST || active == 0 {
+                continue;
+            }
+            for (source, active) in [(source, 0), (crate::ids::SourceId::FIRST, 1)] {
+                let mut twin = requests().swap_remove(index);
+                if let ControlRequest::AttachReplica { source: at, active: count, .. } = &mut twin {
+                    (*at, *count) = (source, active);
+                }
+                twins.push(twin.encode());
+            }
+        }
         assert!(!twins.is_empty(), "the samples hold a push subscription's attach");
         for (what, kind, bytes) in encodings() {
             assert!(decodes(kind, &bytes), "{what} does not decode whole");
@@ -1441,7 +1498,8 @@ mod tests {
         let attaches = requests().into_iter().filter(|request| {
             matches!(
                 request,
-                ControlRequest::AttachTopic { active: 1, .. } | ControlRequest::AttachReplica { .. }
+                ControlRequest::AttachTopic { active: 1, .. }
+                    | ControlRequest::AttachReplica { active: 1, .. }
             )
         });
         let mut count = 0;
@@ -1454,21 +1512,65 @@ mod tests {
                 _ => unreachable!(),
             }
             let bytes = request.encode();
-            let added = if matches!(request, ControlRequest::AttachTopic { .. }) { 8 } else { 4 };
-            assert_eq!((&bytes[..before.len()], bytes.len()), (&before[..], before.len() + added));
+            assert_eq!((&bytes[..before.len()], bytes.len()), (&before[..], before.len() + 8));
+            let replica = matches!(request, ControlRequest::AttachReplica { .. });
             assert_eq!(ControlRequest::decode(&bytes), Ok(request));
             for length in before.len() + 1..bytes.len() {
+                // A replica's attach cut after its source's number is the version before's,
+                // whose count was not said.
+                if replica && length == before.len() + 4 {
+                    continue;
+                }
                 assert!(ControlRequest::decode(&bytes[..length]).is_err(), "cut to {length} decoded");
             }
             let mut zero = before.clone();
             zero.extend_from_slice(&0u32.to_le_bytes());
-            if added == 8 {
-                zero.extend_from_slice(&1u32.to_le_bytes());
-            }
+            zero.extend_from_slice(&1u32.to_le_bytes());
             assert!(ControlRequest::decode(&zero).is_err(), "an attach naming source 0 decoded");
             count += 1;
         }
         assert_eq!(count, 2, "the samples hold both attaches");
+    }
+
+    /// A replica's attach says its topic's active count only for a topic of several sources:
+    /// a topic of one source's is the bytes of the version before sources, a later source's
+    /// with no count said the bytes of the version before retiring replicated sources (its
+    /// number alone, decoded as count 0, never applied), and one with the count ends with it,
+    /// which that version refuses (trailing bytes) rather than attach a follower taking every
+    /// key once promoted. Source 0 of a topic of several names its count after number 0,
+    /// which the version before refuses as naming source 0.
+    #[test]
+    fn a_replicas_attach_ends_with_its_topics_active_count_for_several_sources_only() {
+        let attach = |source: u32, active: u32| ControlRequest::AttachReplica {
+            topic_id: TopicId::new(17),
+            name: "orders".to_owned(),
+            retention_seconds: 0,
+            recovering: true,
+            source: crate::ids::SourceId::new(source).unwrap(),
+            active,
+        };
+        let mut before = Encoder::new(REQUEST_ATTACH_REPLICA);
+        before.u64(17).str("orders").u64(0).bool(true);
+        let own = before.0.clone();
+        assert_eq!(attach(0, 1).encode(), own);
+        let mut numbered = own.clone();
+        numbered.extend_from_slice(&3u32.to_le_bytes());
+        assert_eq!(attach(3, 0).encode(), numbered, "a source's number alone, as before");
+        assert_eq!(ControlRequest::decode(&numbered), Ok(attach(3, 0)));
+        let mut counted = numbered.clone();
+        counted.extend_from_slice(&2u32.to_le_bytes());
+        assert_eq!(attach(3, 2).encode(), counted);
+        assert_eq!(ControlRequest::decode(&counted), Ok(attach(3, 2)));
+        let mut first = own.clone();
+        first.extend_from_slice(&0u32.to_le_bytes());
+        first.extend_from_slice(&2u32.to_le_bytes());
+        assert_eq!(attach(0, 2).encode(), first);
+        assert_eq!(ControlRequest::decode(&first), Ok(attach(0, 2)));
+        // Source 0 named with no count, or with a count of 0, is no attach this version writes.
+        assert!(ControlRequest::decode(&first[..own.len() + 4]).is_err());
+        let mut zero = numbered.clone();
+        zero.extend_from_slice(&0u32.to_le_bytes());
+        assert!(ControlRequest::decode(&zero).is_err());
     }
 
     /// A shard without push subscriptions answers Stats in the bytes of the version before

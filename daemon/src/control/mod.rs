@@ -99,6 +99,10 @@ pub enum ControlRequest {
         recovering: bool,
         /// As `AttachTopic`'s.
         source: crate::ids::SourceId,
+        /// The topic's active count, as `AttachTopic`'s, applied by the follower so that once
+        /// promoted its first publish is checked (`topic::sources`); 0 when the router did
+        /// not say it (a router before replicated sources retired), and then never applied.
+        active: u32,
     },
     /// Lead a replicated topic from `epoch`, which the catalog elected this replica for.
     PromoteReplica {

@@ -186,13 +186,14 @@ async fn take_out<M: Mover>(mover: &M, topic_id: TopicId, leaving: ShardId) -> R
 /// held when it joined.
 async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: ShardId) -> Result<(), ControlError> {
     let topic = topic_or_deleted(mover, topic_id)?;
-    let (_, source) = mover.catalog().unit_of(topic_id);
+    let (source, active) = mover.catalog().unit_source_and_active(topic_id);
     let attach = ControlRequest::AttachReplica {
         topic_id,
         name: topic.name.clone(),
         retention_seconds: topic.message_retention_seconds,
         recovering: false,
         source,
+        active,
     };
     mover.control(target, attach).await?;
     let mut grown = topic.replicas.clone();

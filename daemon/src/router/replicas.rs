@@ -156,7 +156,7 @@ impl<S: Storage> Router<S> {
     ) -> Result<Topic, ControlError> {
         let name = request.name.as_str();
         let (attached, refusal) =
-            self.attach_new_replicas(id, name, retention, crate::ids::SourceId::FIRST, &replicas).await;
+            self.attach_new_replicas(id, name, retention, (crate::ids::SourceId::FIRST, 1), &replicas).await;
         let detach_all = || async {
             for shard in &attached {
                 let detach = ControlRequest::DetachTopic { topic_id: id, delete_data: true };
@@ -199,15 +199,15 @@ impl<S: Storage> Router<S> {
         Ok(response)
     }
 
-    /// Opens unit `id` (a topic's own log, or its source `source`) empty as a follower on
-    /// each of `replicas` at once, waiting at most `REPLICA_ATTACH_WAIT` for each: the ones
-    /// attached, and the last refusal.
+    /// Opens unit `id` (a topic's own log, or its source `source`, its topic's active count
+    /// `active`) empty as a follower on each of `replicas` at once, waiting at most
+    /// `REPLICA_ATTACH_WAIT` for each: the ones attached, and the last refusal.
     pub(super) async fn attach_new_replicas(
         &self,
         id: TopicId,
         name: &str,
         retention: u64,
-        source: crate::ids::SourceId,
+        (source, active): (crate::ids::SourceId, u32),
         replicas: &[ShardId],
     ) -> (Vec<ShardId>, Option<ControlError>) {
         let attached: Rc<RefCell<Vec<ShardId>>> = Rc::default();
@@ -220,6 +220,7 @@ impl<S: Storage> Router<S> {
                 retention_seconds: retention,
                 recovering: false,
                 source,
+                active,
             };
             async move {
                 // A node cut off may hold a connection open and never answer: a quorum is
@@ -259,12 +260,15 @@ impl<S: Storage> Router<S> {
     /// later sources, as `CatalogState::unit_by_id` shows it) and attaches every subscription
     /// of its topic there, from that subscription's sync point on the source.
     pub(super) async fn promote(&self, topic: &TopicRecord) -> Result<(), ControlError> {
+        self.apply_count_to_promoted(topic).await?;
         let request = ControlRequest::PromoteReplica {
             topic_id: topic.id,
             epoch: topic.epoch,
             replicas: self.peers(&topic.replicas),
         };
         self.call_forwarder(topic.shard, request).await?;
+        // Again once it leads: a change this node's catalog applied meanwhile.
+        self.apply_count_to_promoted(topic).await?;
         let subscriptions = subscriptions_served_on(&self.state.borrow(), topic);
         for attach in subscriptions {
             self.call_forwarder(topic.shard, attach).await?;
@@ -273,6 +277,30 @@ impl<S: Storage> Router<S> {
             self.replicas.leading.borrow_mut().insert(topic.id, (topic.shard, topic.epoch));
         }
         Ok(())
+    }
+
+    /// Tells the replica of unit `topic` about to lead (or just promoted) its topic's active
+    /// count as this node's catalog holds it, when the topic has several sources: so a
+    /// retiring source refuses publishes from its new leader's first on, and an active one
+    /// checks its keys. Promotion applies the catalog's count, rather than every change being
+    /// sent to every follower: this node applied the entry electing this leader, so every
+    /// change committed before it; one committed after is sent to the leader the catalog then
+    /// names, this replica (a follower keeps it, answering `Done`), and the catalog's leader
+    /// repeats it every `SOURCES_PASS_INTERVAL`. Telling followers at each change would cost
+    /// a request per follower per change and pass, and still miss one whose node was away.
+    ///
+    /// Not for a source being added (`creating`): it keeps the count before until
+    /// `add_sources` tells every unit the new one, source 0 first, so that no two sources
+    /// take a key at once (docs/SOURCES.md, rule 2).
+    async fn apply_count_to_promoted(&self, topic: &TopicRecord) -> Result<(), ControlError> {
+        let (topic_id, _) = self.state.borrow().unit_of(topic.id);
+        let creating = self.replicas.creating.borrow().contains(&topic.id);
+        if creating || self.state.borrow().source_count(topic_id) < 2 {
+            return Ok(());
+        }
+        let active = self.state.borrow().active_sources(topic_id);
+        let request = ControlRequest::ApplySources { topic_id: topic.id, active };
+        self.call_forwarder(topic.shard, request).await.map(|_| ())
     }
 
     /// At start: opens this node's replicas of replicated topics as followers. Those it led
@@ -306,14 +334,16 @@ impl<S: Storage> Router<S> {
     }
 
     /// What opens a replica of unit `topic` (a topic's own log, or one of its later sources,
-    /// knowing its number) from what its folders hold.
+    /// knowing its number and its topic's active count) from what its folders hold.
     fn attach_replica_request(&self, topic: &TopicRecord) -> ControlRequest {
+        let (source, active) = self.state.borrow().unit_source_and_active(topic.id);
         ControlRequest::AttachReplica {
             topic_id: topic.id,
             name: topic.name.clone(),
             retention_seconds: topic.message_retention_seconds,
             recovering: true,
-            source: self.state.borrow().unit_of(topic.id).1,
+            source,
+            active,
         }
     }
 

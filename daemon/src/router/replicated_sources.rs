@@ -36,12 +36,15 @@ impl<S: Storage> Router<S> {
         mut record: SourceRecord,
     ) -> Result<(), ControlError> {
         let number = record.source.get();
+        // The count before it: it takes nothing until every replica applies the new one
+        // (`apply_active_sources`), as a source of one replica.
+        let active = self.state.borrow().active_sources(topic.id);
         let (attached, refusal) = self
             .attach_new_replicas(
                 record.id,
                 &topic.name,
                 topic.message_retention_seconds,
-                record.source,
+                (record.source, active),
                 &record.replicas,
             )
             .await;

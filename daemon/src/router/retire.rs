@@ -38,16 +38,9 @@ impl<S: Storage> Router<S> {
     /// Commits the retirement of topic `topic`'s highest active source, then tells each of its
     /// units the count.
     async fn retire_highest(&self, topic: &TopicRecord) -> Result<(), ControlError> {
-        // A replicated source's followers learn no active count (their attach carries none, and
-        // the count is told to leaders), and a deletion would remove the leader's files alone:
-        // refused until both are built, rather than leave replicas behind.
-        if topic.replica_count() > 1 {
-            return Err(ControlError::failed_precondition(format!(
-                "topic '{}' has {} replicas: retiring a replicated source is not supported yet",
-                topic.name,
-                topic.replica_count()
-            )));
-        }
+        // A replicated source retires as one of one replica: its followers know the count
+        // (their attach says it, and their promotion applies the catalog's), and its deletion
+        // removes every replica (`delete_retired`).
         let active = self.state.borrow().active_sources(topic.id);
         let source =
             SourceId::new(active - 1).filter(|source| *source != SourceId::FIRST).ok_or_else(|| {
@@ -98,17 +91,32 @@ impl<S: Storage> Router<S> {
                         continue;
                     }
                 };
-                if unit.source.get() >= active && floors.iter().all(|(_, floor)| *floor >= fence) {
+                if unit.source.get() >= active && self.delivered_out(topic_id, fence, &floors) {
                     self.delete_retired(topic_id, unit).await;
                 }
             }
         }
     }
 
+    /// Whether every subscription of topic `topic_id` the catalog serves acknowledged up to
+    /// `fence` on a retiring source that answered `floors` (`delivered_out`).
+    fn delivered_out(&self, topic_id: TopicId, fence: u64, floors: &[(u64, u64)]) -> bool {
+        let state = self.state.borrow();
+        let served: Vec<u64> = state.subscriptions_served_by(topic_id).map(|record| record.id).collect();
+        delivered_out(&served, fence, floors)
+    }
+
     /// Deletes retiring source `unit` of topic `topic_id`, delivered out: the catalog first,
-    /// then its log (if removing the files fails now, the next start removes them, as a
-    /// deleted topic's: the catalog no longer names the folder).
+    /// then every replica's files, its leader's first so that nothing replicates to a follower
+    /// once it is gone. A replica whose node does not answer now is removed by that node: its
+    /// router detaches the replicas the catalog no longer names (`reconcile_replicas`), and at
+    /// its next start removes every folder the catalog does not name, as a deleted topic's.
+    /// No election follows: the elections look only at units the catalog names.
     async fn delete_retired(&self, topic_id: TopicId, unit: Unit) {
+        let replicas = match self.state.borrow().sources.get(&(topic_id, unit.source)) {
+            Some(record) if record.id == unit.id => record.replica_shards(),
+            _ => return,
+        };
         let entry = CatalogEntry::SourceDeleted { topic_id, source: unit.source, id: unit.id };
         match self.propose(entry).await {
             Ok(Applied::Updated(true)) => {}
@@ -122,13 +130,67 @@ impl<S: Storage> Router<S> {
             }
         }
         crate::log_info!("ringpostd: source {} of topic {topic_id:x} retired and deleted", unit.source.get());
-        let detach = ControlRequest::DetachTopic { topic_id: unit.id, delete_data: true };
-        if let Err(error) = self.call_forwarder(unit.shard, detach).await {
-            crate::log_warn!(
-                "ringpostd: removing the files of retired source {} of topic {topic_id:x}: {}",
-                unit.source.get(),
-                Status::from(error)
-            );
+        for shard in detach_order(unit.shard, &replicas) {
+            let detach = ControlRequest::DetachTopic { topic_id: unit.id, delete_data: true };
+            let detached = futures_lite::future::or(self.call_forwarder(shard, detach), async {
+                crate::runtime::sleep(super::replicas::REPLICA_ATTACH_WAIT).await;
+                Err(ControlError::no_answer("its node did not answer in time"))
+            });
+            if let Err(error) = detached.await {
+                crate::log_warn!(
+                    "ringpostd: removing the files of retired source {} of topic {topic_id:x} on {shard}: {}; \
+                     its node removes them",
+                    unit.source.get(),
+                    Status::from(error)
+                );
+            }
         }
+    }
+}
+
+/// Whether a retiring source is delivered out: each subscription in `served` (those the
+/// catalog serves on every source of the topic) has an ack floor in `floors`, the source's
+/// answer, at or above `fence`. One the source does not list is not attached there yet (its
+/// leader was just promoted and attaches the subscriptions one by one), so its floor is not
+/// known: the source waits rather than lose what that subscription has not acknowledged.
+pub(super) fn delivered_out(served: &[u64], fence: u64, floors: &[(u64, u64)]) -> bool {
+    let floors: std::collections::HashMap<u64, u64> = floors.iter().copied().collect();
+    served.iter().all(|id| floors.get(id).is_some_and(|floor| *floor >= fence))
+}
+
+/// The shards a retired source's replicas are removed from, in order: its leader's first (it
+/// stops replicating, so no follower waits for an append that will not come), then the others
+/// in the catalog's order.
+pub(super) fn detach_order(leader: ShardId, replicas: &[ShardId]) -> Vec<ShardId> {
+    std::iter::once(leader).chain(replicas.iter().copied().filter(|shard| *shard != leader)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeId;
+
+    /// A retiring source is deleted once every subscription the catalog serves is listed at or
+    /// above its fence; a subscription it does not list yet (a leader just promoted, its
+    /// subscriptions not all attached) keeps it, as one below the fence does, and a source
+    /// without subscriptions is delivered out.
+    #[test]
+    fn a_retiring_source_is_delivered_out_when_every_served_subscription_passed_its_fence() {
+        assert!(delivered_out(&[], 10, &[]));
+        assert!(delivered_out(&[1, 2], 10, &[(2, 10), (1, 12)]));
+        assert!(!delivered_out(&[1, 2], 10, &[(1, 12)]), "subscription 2 not attached yet");
+        assert!(!delivered_out(&[1, 2], 10, &[]), "a promoted leader before its subscriptions");
+        assert!(!delivered_out(&[1, 2], 10, &[(1, 12), (2, 9)]));
+        // A subscription deleted meanwhile (no longer served) does not hold it.
+        assert!(delivered_out(&[1], 10, &[(1, 10), (3, 0)]));
+    }
+
+    /// A retired source's replicas are removed from its leader first, each once.
+    #[test]
+    fn a_retired_sources_leader_is_removed_first() {
+        let shard = |node: u64, local: u32| ShardId::new(NodeId::new(node), local);
+        let replicas = [shard(1, 1), shard(2, 1), shard(3, 1)];
+        assert_eq!(detach_order(shard(2, 1), &replicas), vec![shard(2, 1), shard(1, 1), shard(3, 1)]);
+        assert_eq!(detach_order(shard(1, 0), &[shard(1, 0)]), vec![shard(1, 0)]);
     }
 }

@@ -97,6 +97,9 @@ impl<S: Storage> Router<S> {
             let request = ControlRequest::ApplySources { topic_id: unit.id, active };
             match self.call_forwarder(unit.shard, request).await? {
                 ControlOk::SourcesApplied { fence, floors } => answers.push((unit, fence, floors)),
+                // A replicated source's leader not promoted yet: it keeps the count as a
+                // follower, and its promotion begins under it.
+                ControlOk::Done => {}
                 other => {
                     return Err(ControlError::Unavailable(format!(
                         "source {} answered ApplySources with {other:?}",
@@ -300,8 +303,8 @@ impl<S: Storage> Router<S> {
     /// Each of topic `topic`'s sources with its forwarders, as `lookup` orders a topic's:
     /// source 0 keyed by the topic's name (the list `lookup_topic` gives), a later one by
     /// `topic#n`, each from its own leader's shard. Every source is listed, retiring ones too,
-    /// so that subscribers drain them; `active` counts those taking publishes (today every one:
-    /// none retires yet).
+    /// so that subscribers drain them; `active` counts those taking publishes (the catalog's
+    /// active count: a retiring one answers every publish `NotOwner`).
     pub fn lookup_sources(
         &self,
         topic: &TopicRecord,
@@ -324,7 +327,8 @@ impl<S: Storage> Router<S> {
                 topic.name
             )));
         }
-        Ok(SourceRoutes { active: sources.len() as u32, sources })
+        let active = self.state.borrow().active_sources(topic.id).min(sources.len() as u32);
+        Ok(SourceRoutes { active, sources })
     }
 
     /// The leader's shard of unit `id`: a topic's own log, or one of its later sources (whose

@@ -55,9 +55,14 @@ impl<S: Storage> Forwarder<S> {
                 self.attach_subscription(subscription_id, name, topic_id, settings, create, start_offset)
                     .await
             }
-            ControlRequest::AttachReplica { topic_id, name, retention_seconds, recovering, source } => {
-                self.attach_replica(topic_id, name, retention_seconds, recovering, source).await
-            }
+            ControlRequest::AttachReplica {
+                topic_id,
+                name,
+                retention_seconds,
+                recovering,
+                source,
+                active,
+            } => self.attach_replica(topic_id, name, retention_seconds, recovering, (source, active)).await,
             ControlRequest::PromoteReplica { topic_id, epoch, replicas } => {
                 self.promote_replica(topic_id, Epoch::new(epoch), replicas).await
             }
@@ -84,6 +89,14 @@ impl<S: Storage> Forwarder<S> {
             // shard's start takes this request before it reaches here (`node::forwarder_shard`).
             ControlRequest::ClusterHosts { .. } => Ok(ControlOk::Done),
             ControlRequest::ApplySources { topic_id, active } => {
+                // A follower keeps the count for when it is promoted, and answers `Done`: its
+                // fence and floors are not the source's (it serves no subscription, and its
+                // fence is set anew at promotion), so a router never takes them for the
+                // leader's, even when it asks a leader demoted meanwhile.
+                if let Some(follower) = self.registry.followers.borrow().get(&topic_id) {
+                    follower.apply_active_sources(active);
+                    return Ok(ControlOk::Done);
+                }
                 let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
                     Status::not_found(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
                 })?;

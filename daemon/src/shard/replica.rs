@@ -77,15 +77,24 @@ impl<S: Storage> Forwarder<S> {
         name: String,
         retention_seconds: u64,
         recovering: bool,
-        source: crate::ids::SourceId,
+        (source, active): (crate::ids::SourceId, u32),
     ) -> Result<ControlOk, Status> {
-        let attached = self.registry.topics_by_id.borrow().contains_key(&topic_id)
-            || self.registry.followers.borrow().contains_key(&topic_id);
-        if attached {
+        let attached = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
+        let attached = attached.or_else(|| self.registry.followers.borrow().get(&topic_id).cloned());
+        if let Some(topic) = attached {
+            // Attached already (a retried attach, or reconciling): the count is the catalog's.
+            if active != 0 {
+                topic.apply_active_sources(active);
+            }
             return Ok(ControlOk::Done);
         }
         let mut topic = self.store.open(topic_id, name, retention_seconds, true, recovering).await?;
         topic.source = source;
+        // Before it can be promoted: its first publish as leader is checked against the count
+        // (0, not said by a router of the version before, leaves it taking every key, as then).
+        if active != 0 {
+            topic.apply_active_sources(active);
+        }
         let topic = Rc::new(topic);
         let logs = self.logs_of(&topic).await?;
         for log in &logs {
@@ -159,6 +168,7 @@ impl<S: Storage> Forwarder<S> {
         }
         let epoch_starts = [logs[MESSAGES].next_offset(), logs[JOURNAL].next_offset()];
         let committed = [logs[MESSAGES].committed_end(), logs[JOURNAL].committed_end()];
+        topic.fence_at_promotion(epoch_starts[MESSAGES].get());
         for log in &logs {
             log.set_epoch(epoch).map_err(Status::from)?;
         }

@@ -74,6 +74,24 @@ impl<S: Storage> TopicState<S> {
         set.fence
     }
 
+    /// A promoted replica's fence: `end`, its messages log's assigned end as its epoch begins,
+    /// under the count it knew as a follower (told at attach, at each change, and right before
+    /// its promotion). The fence a follower recorded is its own log's end when the count came,
+    /// which may be below messages its leader accepted under the count before and replicated
+    /// after; so it is taken anew. Every message a leader before accepted under any earlier
+    /// count and acknowledged is committed, so on a quorum, so in this replica's log (elected
+    /// the most up-to-date of a quorum), below `end`; one it holds unacknowledged is below
+    /// `end` too, and one it lacks was never acknowledged (its publisher resends it, to the
+    /// source its new lookup names). From here on this leader checks every publish itself, so
+    /// what it accepts is under its count: what `ApplySources` answers after the promotion
+    /// splits the source's offsets as rule 1 says, for a retiring source's deletion. A later
+    /// fence only makes the deletion wait longer; one above `end` (a follower's, over records
+    /// the fencing round cut) would make it wait for ever on a source taking nothing.
+    pub fn fence_at_promotion(&self, end: u64) {
+        let active = self.sources.get().active;
+        self.sources.set(SourceSet { active, fence: end });
+    }
+
     /// Each subscription's ack floor on this source, by id: every offset below it is
     /// acknowledged (or dead-lettered, or before its sync point).
     pub fn ack_floors(&self) -> Vec<(u64, u64)> {
