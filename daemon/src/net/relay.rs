@@ -11,6 +11,11 @@
 //! given. Leases, flow control, ordering, dead letters and exactly-once stay where they are
 //! decided, on the source's leader: the relay holds no subscription state.
 //!
+//! The gRPC gateway, which gathers a topic of several sources over every source, carries a
+//! source led on another node to that source's forwarder itself (`carry_to`, `stream_to`): a
+//! forwarder serves a name with the one unit of the topic on its shard, so the request reaches
+//! that source, where a lookup by the name would find source 0.
+//!
 //! A request for a source another shard of this node leads is refused with `NotOwner` as
 //! before, so the client goes there itself instead of crossing a core. A stream, once carried,
 //! follows its source: when the leader's node fails or the source moves, the relay finds the

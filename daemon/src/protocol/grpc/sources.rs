@@ -1,7 +1,10 @@
 //! A topic of several publish sources over gRPC: Google's clients know one topic and one
 //! subscription, so the gateway spreads a publish over the topic's sources and gathers a pull's
-//! or an acknowledgement's over the subscription's, each source on the forwarder shard of this
-//! node that leads it (`Gateway::gathered`; StreamingPull's gathering is `streaming`'s).
+//! or an acknowledgement's over the subscription's, each source where it is led
+//! (`Gateway::gathered`; StreamingPull's gathering is `streaming`'s): on a forwarder shard of
+//! this node, one hop; on another node, carried there by a shard of this node's relay to the
+//! forwarder leading it (`Relay::carry_to`) as the native request the gateway would send for
+//! source 0, which that forwarder serves with the topic's one unit on its shard.
 //!
 //! A message with an ordering key goes to its key's source (`ringpost_model::sources::
 //! source_of_key` over the active sources), so one key's messages are in one source and its

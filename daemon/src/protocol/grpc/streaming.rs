@@ -201,10 +201,10 @@ async fn open(
     }
 }
 
-/// Opens the stream on every source of the subscription (`gathered`), each a job on the shard
-/// leading it that sends into the one `responses`, with its share of the client's window
-/// (`window_share`); once each is open, source 0's shard's caller and the subscription's
-/// properties. A source that cannot open refuses the stream: the ones already open end when
+/// Opens the stream on every source of the subscription (`gathered`), each a job that sends
+/// into the one `responses`, with its share of the client's window (`window_share`): on the
+/// shard leading it, or on the shard carrying it to the node leading it (`Relay::stream_to`);
+/// once each is open, source 0's shard's caller and the subscription's properties. A source that cannot open refuses the stream: the ones already open end when
 /// the refusal drops the response channel, giving back what they leased.
 async fn open_gathered(
     gateway: &Gateway,
@@ -723,8 +723,8 @@ struct RequestReader {
     caller: ShardCaller<ForwarderShard>,
     /// The stream is carried to another node (`caller` carries its acknowledgements there).
     carried: bool,
-    /// The subscription's sources, when it has several that this node leads: each ack id goes
-    /// to the source it names.
+    /// The subscription's sources, when it has several: each ack id goes to the source it
+    /// names, here or carried to the node leading it.
     gathered: Option<(Arc<Gateway>, Arc<Gathered>)>,
     presented: Presented,
     name: String,
