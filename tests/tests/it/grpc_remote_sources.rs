@@ -142,7 +142,8 @@ fn grpc_spreads_and_gathers_over_sources_led_by_other_nodes() {
 /// A stream at node 1 that leaves holding messages of both sources gives them back on both,
 /// the other node's source included (the subscription's ack deadline is ten minutes, so only a
 /// lease given back comes again within the test): another stream receives every message, and
-/// acknowledges them all, each at its source.
+/// acknowledges them all, each at its source. A unary ModifyAckDeadline of 0 at the other node
+/// gives back messages of both sources at once, and a unary Acknowledge there settles them.
 #[test]
 fn a_gathered_stream_that_leaves_gives_back_the_leases_of_a_source_led_elsewhere() {
     const MESSAGES: usize = 40;
@@ -187,4 +188,36 @@ fn a_gathered_stream_that_leaves_gives_back_the_leases_of_a_source_led_elsewhere
     one.block_on(async { tokio::time::sleep(Duration::from_secs(2)).await });
     drop(staying);
     assert!(two.pull_now("held-sub", 100).expect("pull").is_empty(), "acknowledged, yet delivered again");
+
+    // A unary ModifyAckDeadline of 0 at node 2 gives back what a pull leased on both sources
+    // (the ack deadline is ten minutes: only the change brings them back at once).
+    let more = publish_unordered(&one, "held", 20);
+    let pull_all = |grpc: &Grpc| -> Vec<(String, String)> {
+        let mut pulled = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while pulled.len() < more.len() && Instant::now() < deadline {
+            let batch = grpc.pull_now("held-sub", 100).expect("pull");
+            pulled.extend(
+                batch.into_iter().map(|message| (message.ack_id, message.message.unwrap().message_id)),
+            );
+        }
+        pulled
+    };
+    let leased = pull_all(&one);
+    assert_eq!(leased.iter().map(|(_, id)| id.clone()).collect::<HashSet<_>>(), more);
+    let ack_ids: Vec<String> = leased.into_iter().map(|(ack_id, _)| ack_id).collect();
+    let sources: HashSet<u64> = ack_ids.iter().map(|ack_id| ack_source(ack_id)).collect();
+    assert_eq!(sources, HashSet::from([0, 1]));
+    let request = pubsub::ModifyAckDeadlineRequest {
+        subscription: subscription_path("held-sub"),
+        ack_ids,
+        ack_deadline_seconds: 0,
+    };
+    two.modify_ack_deadline(request).expect("modify ack deadline");
+    let again = pull_all(&two);
+    assert_eq!(again.iter().map(|(_, id)| id.clone()).collect::<HashSet<_>>(), more, "not given back");
+    let ack_ids = again.into_iter().map(|(ack_id, _)| ack_id).collect();
+    two.acknowledge(pubsub::AcknowledgeRequest { subscription: subscription_path("held-sub"), ack_ids })
+        .expect("acknowledge");
+    assert!(one.pull_now("held-sub", 100).expect("pull").is_empty(), "acknowledged, yet delivered again");
 }
