@@ -242,9 +242,11 @@ async fn open_gathered(
                 });
             }
             Place::Elsewhere { owner, carrier } => {
+                // The share, or, for no limit, the native protocol's 0.
+                let native_limit = |share: u64| if share == u64::MAX { 0 } else { share };
                 let mut native = opening.native.clone();
-                native.max_outstanding_messages = settings.max_outstanding_messages;
-                native.max_outstanding_bytes = settings.max_outstanding_bytes;
+                native.max_outstanding_messages = native_limit(settings.max_outstanding_messages);
+                native.max_outstanding_bytes = native_limit(settings.max_outstanding_bytes);
                 let body = super::remote::native_body(WireCommand::StreamingPull, &native)?;
                 let properties = remote_properties.expect("read when a source is elsewhere");
                 let (running, to) = (gateway.forwarders[*carrier].clone(), CarriedTo::Source(owner.clone()));
