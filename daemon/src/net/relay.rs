@@ -11,6 +11,11 @@
 //! given. Leases, flow control, ordering, dead letters and exactly-once stay where they are
 //! decided, on the source's leader: the relay holds no subscription state.
 //!
+//! The gRPC gateway, which gathers a topic of several sources over every source, carries a
+//! source led on another node to that source's forwarder itself (`carry_to`, `stream_to`): a
+//! forwarder serves a name with the one unit of the topic on its shard, so the request reaches
+//! that source, where a lookup by the name would find source 0.
+//!
 //! A request for a source another shard of this node leads is refused with `NotOwner` as
 //! before, so the client goes there itself instead of crossing a core. A stream, once carried,
 //! follows its source: when the leader's node fails or the source moves, the relay finds the
@@ -258,6 +263,41 @@ impl Relay {
         wait: Duration,
     ) -> Result<Option<(FrameBuffer, Option<StreamReservation>)>, Status> {
         let Some(owner) = self.elsewhere(resource).await? else { return Ok(None) };
+        match self.send_to(&owner, principal, command, body, wait).await {
+            Ok(answer) => Ok(Some(answer)),
+            Err(status) => {
+                self.routes.forget_if_stale(resource, &status);
+                Err(from_an_earlier_version(status, &owner))
+            }
+        }
+    }
+
+    /// Carries a request to `owner`, another node's forwarder leading one of a topic's publish
+    /// sources, as `carry` carries one to a resource's owner: the far forwarder serves the
+    /// topic's (or subscription's) name with the one unit of the topic it holds, so the
+    /// request reaches that source and no other. The caller found the owner in the topic's
+    /// sources (`LookupSources`) and forgets them when the answer says they changed.
+    pub async fn carry_to(
+        &self,
+        owner: &Owner,
+        principal: &Principal,
+        command: u16,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<(FrameBuffer, Option<StreamReservation>), Status> {
+        let carried = self.send_to(owner, principal, command, body, wait).await;
+        carried.map_err(|status| from_an_earlier_version(status, owner))
+    }
+
+    /// `carry`'s send to `owner`, the owner's answer as it gave it.
+    async fn send_to(
+        &self,
+        owner: &Owner,
+        principal: &Principal,
+        command: u16,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<(FrameBuffer, Option<StreamReservation>), Status> {
         let is_pull = command == Command::Pull.code();
         if is_pull {
             while self.pulls_in_flight.get() >= RELAYED_PULLS_IN_FLIGHT_MAX {
@@ -265,7 +305,15 @@ impl Relay {
             }
             self.pulls_in_flight.set(self.pulls_in_flight.get() + 1);
         }
-        let carried = carried_body(principal, command, body, false)?;
+        let carried = match carried_body(principal, command, body, false) {
+            Ok(carried) => carried,
+            Err(status) => {
+                if is_pull {
+                    self.pull_done();
+                }
+                return Err(status);
+            }
+        };
         let answer =
             self.transport.send(&owner.address, Command::Carried.code(), FLAG_RELAYED, &carried, wait).await;
         drop(carried);
@@ -275,17 +323,16 @@ impl Relay {
                 if is_pull {
                     self.pull_done();
                 }
-                self.routes.forget_if_stale(resource, &status);
-                return Err(from_an_earlier_version(status, &owner));
+                return Err(status);
             }
         };
         if !is_pull {
-            return Ok(Some((answer, None)));
+            return Ok((answer, None));
         }
         // The response waits for room in the shard's budget like the shard's own pulls'.
         let reservation = reserve(&self.budget, FRAME_HEADER_BYTES + answer.len()).await;
         self.pull_done();
-        Ok(Some((answer, Some(reservation))))
+        Ok((answer, Some(reservation)))
     }
 
     fn pull_done(&self) {
@@ -321,6 +368,61 @@ impl Relay {
             return Ok(Some(()));
         }
         loop {
+            match self.pump(&mut upstream, downstream).await {
+                Pumped::Left | Pumped::Ended => return Ok(Some(())),
+                Pumped::Failed(status) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
+                    // The leader failed, lost its lead or the source moved: find the new one.
+                    self.routes.forget(&resource);
+                    match self.reopen(&resource, &carried, downstream, status).await? {
+                        Some(reopened) => upstream = reopened,
+                        None => return Ok(Some(())),
+                    }
+                }
+                Pumped::Failed(status) => return Err(status),
+            }
+        }
+    }
+
+    /// Carries a streaming pull (its native request's `body`) to `owner`, another node's
+    /// forwarder leading one of the subscription's publish sources, for `principal`, and its
+    /// batches back to `downstream` until either side ends it: `stream` for one source of a
+    /// stream the gRPC gateway gathers over every source. It is not opened again elsewhere:
+    /// the gateway's other sources' streams share the client's, so a failure here, or the
+    /// leader's end of it, ends the client's stream with the error (`UNAVAILABLE` for a leader
+    /// gone or moved), and the client opens it again, over the sources as they are then. The
+    /// subscriber's leaving drops the connection, which gives the source's leases back.
+    pub async fn stream_to<D: Downstream>(
+        &self,
+        owner: &Owner,
+        principal: &Principal,
+        body: &[u8],
+        client_keeps_leases: bool,
+        downstream: &D,
+    ) -> Result<(), Status> {
+        let carried = carried_body(principal, Command::StreamingPull.code(), body, client_keeps_leases)?;
+        let opened = self.transport.open_stream(&self.budget, &owner.address, &carried).await;
+        let mut upstream = opened.map_err(|status| from_an_earlier_version(status, owner))?;
+        drop(carried);
+        if !downstream.accepted().await {
+            return Ok(());
+        }
+        match self.pump(&mut upstream, downstream).await {
+            Pumped::Left => Ok(()),
+            Pumped::Ended => Err(Status::unavailable(format!(
+                "node {} ended the stream of one of the subscription's sources; open the stream again",
+                owner.node()
+            ))),
+            Pumped::Failed(status) if status.code == Code::NotOwner => Err(Status::unavailable(format!(
+                "one of the subscription's sources moved ({}); open the stream again",
+                status.message
+            ))),
+            Pumped::Failed(status) => Err(status),
+        }
+    }
+
+    /// Passes `upstream`'s batches to `downstream` until one side ends.
+    async fn pump<D: Downstream>(&self, upstream: &mut Box<dyn CarriedStream>, downstream: &D) -> Pumped {
+        loop {
             let next = futures_lite::future::or(async { Some(upstream.next().await) }, async {
                 futures_lite::future::or(downstream.gone(), self.stop.given()).await;
                 None
@@ -329,23 +431,15 @@ impl Relay {
             match next {
                 // The subscriber left or the shard stops: dropping the connection ends the
                 // leader's stream, which gives its leases back.
-                None => return Ok(Some(())),
+                None => return Pumped::Left,
                 Some(Ok(Some((batch, reservation)))) => {
                     if !downstream.send(batch, reservation).await {
-                        return Ok(Some(()));
+                        return Pumped::Left;
                     }
                 }
-                // The leader ended it (it stops): so does the subscriber's.
-                Some(Ok(None)) => return Ok(Some(())),
-                Some(Err(status)) if matches!(status.code, Code::NotOwner | Code::Unavailable) => {
-                    // The leader failed, lost its lead or the source moved: find the new one.
-                    self.routes.forget(&resource);
-                    match self.reopen(&resource, &carried, downstream, status).await? {
-                        Some(reopened) => upstream = reopened,
-                        None => return Ok(Some(())),
-                    }
-                }
-                Some(Err(status)) => return Err(status),
+                // The leader ended it (it stops).
+                Some(Ok(None)) => return Pumped::Ended,
+                Some(Err(status)) => return Pumped::Failed(status),
             }
         }
     }
@@ -408,6 +502,16 @@ impl Relay {
             }
         }
     }
+}
+
+/// How a carried stream's passing of batches ended (`Relay::pump`).
+enum Pumped {
+    /// The subscriber left, or the shard stops.
+    Left,
+    /// The leader ended the stream.
+    Ended,
+    /// The stream failed, with this status.
+    Failed(Status),
 }
 
 /// A node of an earlier version, which does not know `Command::Carried`, answers it as an

@@ -10,14 +10,14 @@ use ringpost_tests::{json_field, succeeded, Daemon};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-const KEYS: usize = 20;
-const PER_KEY: usize = 50;
+pub(super) const KEYS: usize = 20;
+pub(super) const PER_KEY: usize = 50;
 const UNORDERED: usize = 1_000;
 /// The stream's window, which both sources' deliveries share.
-const WINDOW: usize = 10;
+pub(super) const WINDOW: usize = 10;
 /// The shortest ack deadline a stream may ask for: what an acknowledged message would have
 /// been delivered again after.
-const STREAM_ACK_DEADLINE_SECONDS: i32 = 10;
+pub(super) const STREAM_ACK_DEADLINE_SECONDS: i32 = 10;
 
 fn start(label: &str) -> (Daemon, Grpc) {
     let daemon = Daemon::start_with(label, vec![], vec!["--grpc-listen".into(), "127.0.0.1:0".into()]);
@@ -26,16 +26,16 @@ fn start(label: &str) -> (Daemon, Grpc) {
 }
 
 /// The source a message id names (the bits above its offset).
-fn source_of(message_id: &str) -> u64 {
+pub(super) fn source_of(message_id: &str) -> u64 {
     message_id.parse::<u64>().expect("a numeric message id") >> 52
 }
 
 /// The source an ack id names (`v1.<subscription>.<source>.<offset>.<generation>`, in hex).
-fn ack_source(ack_id: &str) -> u64 {
+pub(super) fn ack_source(ack_id: &str) -> u64 {
     u64::from_str_radix(ack_id.split('.').nth(2).expect("an ack id of this version"), 16).unwrap()
 }
 
-fn message(data: String, key: &str) -> pubsub::PubsubMessage {
+pub(super) fn message(data: String, key: &str) -> pubsub::PubsubMessage {
     pubsub::PubsubMessage {
         data: data.into_bytes().into(),
         ordering_key: key.to_owned(),
@@ -43,7 +43,7 @@ fn message(data: String, key: &str) -> pubsub::PubsubMessage {
     }
 }
 
-fn publish(grpc: &Grpc, topic: &str, messages: Vec<pubsub::PubsubMessage>) -> Vec<String> {
+pub(super) fn publish(grpc: &Grpc, topic: &str, messages: Vec<pubsub::PubsubMessage>) -> Vec<String> {
     let count = messages.len();
     let ids = grpc
         .publish(pubsub::PublishRequest { topic: topic_path(topic), messages })
@@ -57,7 +57,7 @@ fn publish(grpc: &Grpc, topic: &str, messages: Vec<pubsub::PubsubMessage>) -> Ve
 /// as Google's publishers batch them, and one request mixing every key) and `UNORDERED`
 /// without a key (in requests of 50); checks each key's messages went to its key's source and
 /// the unordered ones to both. Returns each message's data by its id.
-fn publish_spread(grpc: &Grpc, topic: &str) -> HashMap<String, String> {
+pub(super) fn publish_spread(grpc: &Grpc, topic: &str) -> HashMap<String, String> {
     let mut published = HashMap::new();
     let key = |index: usize| format!("key-{index:02}");
     let mut sources_of_keys = HashSet::new();
@@ -115,13 +115,13 @@ fn stats_by_source(daemon: &Daemon, topic: &str) -> Vec<u64> {
 }
 
 /// An open StreamingPull.
-struct Stream {
+pub(super) struct Stream {
     requests: tokio::sync::mpsc::Sender<StreamingPullRequest>,
-    responses: tonic::Streaming<StreamingPullResponse>,
+    pub(super) responses: tonic::Streaming<StreamingPullResponse>,
 }
 
 impl Stream {
-    fn open(grpc: &Grpc, subscription: &str, window: usize) -> Stream {
+    pub(super) fn open(grpc: &Grpc, subscription: &str, window: usize) -> Stream {
         let (requests, outgoing) = tokio::sync::mpsc::channel(16);
         let first = StreamingPullRequest {
             subscription: subscription_path(subscription),
@@ -139,7 +139,7 @@ impl Stream {
     }
 
     /// The next response within `limit`, `None` if none came; a stream that ends fails the test.
-    fn next(&mut self, grpc: &Grpc, limit: Duration) -> Option<StreamingPullResponse> {
+    pub(super) fn next(&mut self, grpc: &Grpc, limit: Duration) -> Option<StreamingPullResponse> {
         match grpc.block_on(async { tokio::time::timeout(limit, self.responses.message()).await.ok() }) {
             None => None,
             Some(Ok(Some(response))) => Some(response),
@@ -148,7 +148,7 @@ impl Stream {
         }
     }
 
-    fn acknowledge(&self, grpc: &Grpc, ack_ids: Vec<String>) {
+    pub(super) fn acknowledge(&self, grpc: &Grpc, ack_ids: Vec<String>) {
         let request = StreamingPullRequest { ack_ids, ..Default::default() };
         grpc.block_on(self.requests.send(request)).expect("the stream takes requests");
     }
@@ -250,7 +250,7 @@ fn grpc_publishes_spread_over_sources_and_pulls_and_streams_gather_them() {
 
 /// Publishes `count` unordered messages in requests of ten (taking turns over the sources);
 /// their ids.
-fn publish_unordered(grpc: &Grpc, topic: &str, count: usize) -> HashSet<String> {
+pub(super) fn publish_unordered(grpc: &Grpc, topic: &str, count: usize) -> HashSet<String> {
     let mut ids = HashSet::new();
     for batch in (0..count).collect::<Vec<_>>().chunks(10) {
         let messages = batch.iter().map(|index| message(format!("m{index:03}"), "")).collect();

@@ -23,6 +23,7 @@ mod full_disk;
 mod grpc_admin;
 mod grpc_cluster;
 mod grpc_delivery;
+mod grpc_remote_sources;
 mod grpc_security;
 mod grpc_sources;
 mod io_memory;

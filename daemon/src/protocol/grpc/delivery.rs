@@ -272,7 +272,7 @@ pub async fn acknowledge_on_shard(
 ) -> Result<(Properties, Vec<InvalidAckId>), Status> {
     let resource = Resource::Subscription(name.to_owned());
     if let Some(gathered) = gateway.gathered(presented, &resource, Kind::Acknowledge).await? {
-        return super::sources::settle(gateway, presented, name, &gathered, &ack_ids, None).await;
+        return super::sources::settle(gateway, presented, name, &gathered, &ack_ids, (None, None)).await;
     }
     let subscription = name.to_owned();
     let sent = ack_ids.clone();
@@ -313,7 +313,8 @@ pub async fn modify_on_shard(
 ) -> Result<(Properties, Vec<InvalidAckId>), Status> {
     let resource = Resource::Subscription(name.to_owned());
     if let Some(gathered) = gateway.gathered(presented, &resource, Kind::ModifyAckDeadline).await? {
-        return super::sources::settle(gateway, presented, name, &gathered, &ack_ids, Some(seconds)).await;
+        return super::sources::settle(gateway, presented, name, &gathered, &ack_ids, (Some(seconds), None))
+            .await;
     }
     let subscription = name.to_owned();
     let sent = ack_ids.clone();

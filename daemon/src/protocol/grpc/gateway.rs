@@ -66,23 +66,33 @@ type SourcesCache = HashMap<Resource, (Instant, Option<Arc<Gathered>>)>;
 /// `NotOwner`); a lookup costs one job on the router shard.
 pub const GRPC_SOURCES_CACHED_MS: u64 = 5_000;
 
-/// A topic of several sources, each led by a forwarder shard of this node: what the gateway
-/// spreads publishes over and gathers deliveries from. `shards[n]` is the local index of the
-/// shard leading source `n`.
+/// A topic of several sources: what the gateway spreads publishes over and gathers deliveries
+/// from, each source where its leader is (`places[n]` is source `n`'s).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gathered {
     /// How many sources take publishes (the count the key map counts).
     pub active: u32,
-    pub shards: Vec<usize>,
+    pub places: Vec<Place>,
+}
+
+/// Where the gateway sends one source's calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// This node's forwarder shard of this local index leads the source: one hop to it.
+    Here(usize),
+    /// Another node's forwarder (`owner`) leads the source: this node's shard `carrier` carries
+    /// the source's calls there with its relay (`Relay::carry_to`, `Relay::stream_to`),
+    /// addressed to that forwarder, which holds the topic's one unit on its shard.
+    Elsewhere { owner: Owner, carrier: usize },
 }
 
 impl Gathered {
-    /// The shards in turn from `start` (modulo their count), each with its source's number.
-    pub fn rotated(&self, start: usize) -> impl Iterator<Item = (u32, usize)> + '_ {
-        let count = self.shards.len();
+    /// The sources in turn from `start` (modulo their count), each with its number.
+    pub fn rotated(&self, start: usize) -> impl Iterator<Item = (u32, &Place)> + '_ {
+        let count = self.places.len();
         (0..count).map(move |step| {
             let source = (start + step) % count;
-            (source as u32, self.shards[source])
+            (source as u32, &self.places[source])
         })
     }
 }
@@ -101,12 +111,13 @@ impl Gateway {
         self.turn.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The sources of `resource` (a topic, or a subscription's topic) when it has several and
-    /// this node leads every one: then the gateway spreads and gathers over them itself, one
-    /// hop to each shard. `None` for a topic of one source, or one with a source led by another
-    /// node: its calls go as before, to source 0 (on this node or carried). Remembered for
-    /// `GRPC_SOURCES_CACHED_MS`; a failed lookup is not remembered, and is told only to a
-    /// caller allowed calls of `kind` on the resource, as `topic_forwarder` does.
+    /// The sources of `resource` (a topic, or a subscription's topic) when it has several: the
+    /// gateway spreads and gathers over them itself, one hop to a source led on this node, one
+    /// carried call to one led on another. `None` for a topic of one source, or one with a
+    /// source that has no leader now: its calls go as before, to source 0 (on this node or
+    /// carried). Remembered for `GRPC_SOURCES_CACHED_MS`; a failed lookup is not remembered,
+    /// and is told only to a caller allowed calls of `kind` on the resource, as
+    /// `topic_forwarder` does.
     pub async fn gathered(
         &self,
         presented: &Presented,
@@ -135,7 +146,7 @@ impl Gateway {
                 Ok(routes?)
             })
             .await?;
-        let gathered = self.gathered_of(&routes).map(Arc::new);
+        let gathered = self.gathered_of(resource, &routes).map(Arc::new);
         let mut cache = self.sources_cache();
         if cache.len() >= ROUTES_CACHED_MAX && !cache.contains_key(resource) {
             cache.clear();
@@ -144,23 +155,33 @@ impl Gateway {
         Ok(gathered)
     }
 
-    /// The sources of `routes` as this node's shards, if there are several and this node leads
-    /// each.
-    fn gathered_of(&self, routes: &crate::router::SourceRoutes) -> Option<Gathered> {
-        if routes.sources.len() < 2 {
+    /// Where each source of `routes` is served, if there are several and each has a leader. A
+    /// source led on another node is carried by one of this node's shards, chosen by the
+    /// resource and the source's number, so that carried calls spread over the shards and each
+    /// source's stay on one.
+    fn gathered_of(&self, resource: &Resource, routes: &crate::router::SourceRoutes) -> Option<Gathered> {
+        if routes.sources.len() < 2 || self.forwarders.is_empty() {
             return None;
         }
-        let mut shards = Vec::with_capacity(routes.sources.len());
+        let mut places = Vec::with_capacity(routes.sources.len());
         for (number, route) in routes.sources.iter().enumerate() {
             assert_eq!(route.source.get() as usize, number, "a lookup lists sources in order");
             let leader = route.forwarders.first()?;
-            let local = leader.shard.local() as usize;
-            if leader.shard.node() != self.routes.node() || local >= self.forwarders.len() {
-                return None;
+            let owner = Owner { shard: leader.shard, address: leader.address.clone() };
+            let local = owner.shard.local() as usize;
+            if self.routes.is_here(&owner) {
+                // A shard this node does not run (it started with fewer): no place to serve.
+                (local < self.forwarders.len()).then_some(())?;
+                places.push(Place::Here(local));
+                continue;
             }
-            shards.push(local);
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            (resource, number).hash(&mut hasher);
+            let carrier = (hasher.finish() % self.forwarders.len() as u64) as usize;
+            places.push(Place::Elsewhere { owner, carrier });
         }
-        Some(Gathered { active: routes.active.clamp(1, shards.len() as u32), shards })
+        Some(Gathered { active: routes.active.clamp(1, places.len() as u32), places })
     }
 
     /// The cache of sources, held for one look or one change (never across an await).

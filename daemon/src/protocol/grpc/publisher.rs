@@ -202,7 +202,7 @@ impl OwnedPublish {
     }
 
     /// The batch as a native publish, for the node that serves its topic.
-    fn native(&self) -> ringpost_wire::messages::PublishRequest {
+    pub(super) fn native(&self) -> ringpost_wire::messages::PublishRequest {
         use ringpost_wire::messages::{Attribute, PubsubMessage};
         ringpost_wire::messages::PublishRequest {
             topic: self.topic.clone(),

@@ -14,6 +14,7 @@ use super::delivery::Properties;
 use super::gateway::{ForwarderShard, Gateway, Resource};
 use crate::api::data::InvalidAckId;
 use crate::api::Status;
+use crate::dispatch::routes::Owner;
 use crate::net::relay;
 use ringpost_proto::pubsub;
 use ringpost_wire::frame::{decode_body, FrameBuffer};
@@ -58,6 +59,30 @@ pub async fn carry(
             // A pull's share of the shard's response budget is given back once its answer is
             // handed to tonic, as for the shard's own pulls.
             Ok(answer.map(|(answer, _reservation)| answer))
+        })
+        .await
+}
+
+/// Carries `command` (its native `body`) from `shard` to `owner`, another node's forwarder
+/// leading one of a topic's publish sources (`Relay::carry_to`), for whom `presented`
+/// authenticates on that shard; the answer's body. `wait`: as `carry`'s.
+pub async fn carry_to(
+    shard: &ShardCaller<ForwarderShard>,
+    presented: &Presented,
+    owner: Owner,
+    command: Command,
+    body: FrameBuffer,
+    wait: Duration,
+) -> Result<FrameBuffer, Status> {
+    let presented = presented.clone();
+    shard
+        .try_call(move |shard| async move {
+            let session = presented.session(&shard.access)?;
+            let relay = relay::of(shard.forwarder.global_shard())
+                .ok_or_else(|| Status::unavailable("this node's forwarders carry no calls to other nodes"))?;
+            let answer = relay.carry_to(&owner, &session.principal, command.code(), &body, wait).await?;
+            // As `carry`'s: a pull's share of the budget is given back once it is answered.
+            Ok(answer.0)
         })
         .await
 }

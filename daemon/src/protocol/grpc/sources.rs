@@ -1,7 +1,10 @@
 //! A topic of several publish sources over gRPC: Google's clients know one topic and one
 //! subscription, so the gateway spreads a publish over the topic's sources and gathers a pull's
-//! or an acknowledgement's over the subscription's, each source on the forwarder shard of this
-//! node that leads it (`Gateway::gathered`; StreamingPull's gathering is `streaming`'s).
+//! or an acknowledgement's over the subscription's, each source where it is led
+//! (`Gateway::gathered`; StreamingPull's gathering is `streaming`'s): on a forwarder shard of
+//! this node, one hop; on another node, carried there by a shard of this node's relay to the
+//! forwarder leading it (`Relay::carry_to`) as the native request the gateway would send for
+//! source 0, which that forwarder serves with the topic's one unit on its shard.
 //!
 //! A message with an ordering key goes to its key's source (`ringpost_model::sources::
 //! source_of_key` over the active sources), so one key's messages are in one source and its
@@ -24,14 +27,20 @@
 use super::bridge::ShardCaller;
 use super::credentials::Presented;
 use super::delivery::{checked_call, properties_on, received_messages, Properties};
-use super::gateway::{is_stale_route, ForwarderShard, Gateway, Gathered, Resource};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Gathered, Place, Resource};
 use super::publisher::{OwnedMessage, OwnedPublish};
+use super::remote;
 use crate::api::data::{DataError, DataPlane, InvalidAckId, PublishBatch, PullSettings};
 use crate::api::Status as DomainStatus;
 use crate::dispatch::Kind;
 use crate::subscription::state::AckId;
 use ringpost_model::sources::source_of_key;
 use ringpost_proto::pubsub;
+use ringpost_wire::frame::decode_body;
+use ringpost_wire::messages::{
+    AckResponse, PublishResponse, PullRequest as NativePullRequest, PullResponse as NativePullResponse,
+};
+use ringpost_wire::Command as WireCommand;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::rc::Rc;
@@ -71,11 +80,24 @@ pub async fn publish(
     for _round in 0..GRPC_PUBLISH_SPREAD_ATTEMPTS_MAX {
         let mut refused = Vec::new();
         for (source, (indexes, messages)) in split(pending, &gathered, gateway.next_turn()) {
-            let shard = &gateway.forwarders[gathered.shards[source as usize]];
+            let place = &gathered.places[source as usize];
             let part = OwnedPublish { topic: topic.clone(), messages };
-            match publish_on(shard, presented, part).await? {
+            let published = match publish_at(gateway, place, presented, part).await {
+                Ok(published) => published,
+                Err(status) => {
+                    gateway.forget_if_stale(&resource, &status);
+                    return Err(status.into());
+                }
+            };
+            match published {
                 Ok(published) => {
-                    assert_eq!((published.end - published.start) as usize, indexes.len());
+                    if published.len() != indexes.len() {
+                        return Err(Status::internal(format!(
+                            "source {source} answered {} message ids for {} messages",
+                            published.len(),
+                            indexes.len()
+                        )));
+                    }
                     for (index, id) in indexes.into_iter().zip(published) {
                         ids[index] = Some(id);
                     }
@@ -131,15 +153,40 @@ impl PublishBatch for Lent {
     }
 }
 
+/// Publishes `part` on the source served at `place`: its message ids, or the messages back
+/// when the source refuses them as not its own (`NotOwner`: the sources changed).
+async fn publish_at(
+    gateway: &Gateway,
+    place: &Place,
+    presented: &Presented,
+    part: OwnedPublish,
+) -> Result<Result<Vec<u64>, OwnedPublish>, DomainStatus> {
+    let (owner, carrier) = match place {
+        Place::Here(shard) => {
+            let published = publish_on(&gateway.forwarders[*shard], presented, part).await?;
+            return Ok(published.map(|ids| ids.collect()));
+        }
+        Place::Elsewhere { owner, carrier } => (owner, &gateway.forwarders[*carrier]),
+    };
+    let body = remote::native_body(WireCommand::Publish, &part.native())?;
+    let carried =
+        remote::carry_to(carrier, presented, owner.clone(), WireCommand::Publish, body, Duration::ZERO);
+    match carried.await {
+        Ok(answer) => Ok(Ok(decode_body::<PublishResponse>(&answer)?.message_ids)),
+        Err(status) if is_stale_route(&status) => Ok(Err(part)),
+        Err(status) => Err(status),
+    }
+}
+
 /// Publishes `part` on `shard`, which leads one of its topic's sources: its message ids, or
 /// the messages back when the source refuses them as not its own (`NotOwner`).
 async fn publish_on(
     shard: &ShardCaller<ForwarderShard>,
     presented: &Presented,
     part: OwnedPublish,
-) -> Result<Result<Range<u64>, OwnedPublish>, Status> {
+) -> Result<Result<Range<u64>, OwnedPublish>, DomainStatus> {
     let presented = presented.clone();
-    let published = shard
+    shard
         .try_call(move |shard| async move {
             presented.check(&shard.access, Kind::Publish, &part.topic)?;
             let part = Rc::new(part);
@@ -153,8 +200,7 @@ async fn publish_on(
                 Err(error) => Err(error.into()),
             }
         })
-        .await?;
-    Ok(published)
+        .await
 }
 
 /// A unary pull of up to `settings.max_messages` gathered over the subscription's sources.
@@ -169,7 +215,7 @@ pub async fn pull(
     let start = gateway.next_turn();
     let mut received = Vec::new();
     for round in 0.. {
-        for (step, (_source, shard)) in gathered.rotated(start + round).enumerate() {
+        for (step, (_source, place)) in gathered.rotated(start + round).enumerate() {
             let wanted = settings.max_messages - received.len();
             if wanted == 0 {
                 break;
@@ -181,7 +227,7 @@ pub async fn pull(
                 _ => left.min(Duration::from_millis(GRPC_PULL_GATHER_SLICE_MS)),
             };
             let asked = PullSettings { max_messages: wanted, wait };
-            match pull_on(gateway, presented, name, shard, asked).await {
+            match pull_on(gateway, presented, name, place, asked).await {
                 Ok(pulled) => received.extend(pulled),
                 // What other sources leased is answered rather than left to its deadline; the
                 // refusal comes again at the next pull.
@@ -196,22 +242,47 @@ pub async fn pull(
     unreachable!("the rounds end at the pull's wait")
 }
 
-/// A pull on the shard leading one of the subscription's sources; a source that is not its
-/// shard's any more forgets the sources and is refused as unavailable (the client retries).
+/// A pull on one of the subscription's sources, where `place` says it is served; a source
+/// that is not served there any more forgets the sources and is refused as unavailable (the
+/// client retries).
 async fn pull_on(
     gateway: &Gateway,
     presented: &Presented,
     name: &str,
-    shard: usize,
+    place: &Place,
     settings: PullSettings,
 ) -> Result<Vec<pubsub::ReceivedMessage>, Status> {
     let subscription = name.to_owned();
-    let work = move |shard: Rc<ForwarderShard>| async move {
-        let delivery = shard.forwarder.pull(&subscription, settings).await?;
-        let properties = properties_on(&shard, &subscription)?;
-        Ok(delivery.map(|delivery| received_messages(&delivery, properties)).unwrap_or_default())
+    let pulled = match place {
+        Place::Here(shard) => {
+            let work = move |shard: Rc<ForwarderShard>| async move {
+                let delivery = shard.forwarder.pull(&subscription, settings).await?;
+                let properties = properties_on(&shard, &subscription)?;
+                Ok(delivery.map(|delivery| received_messages(&delivery, properties)).unwrap_or_default())
+            };
+            checked_call(&gateway.forwarders[*shard], presented, name, Kind::Pull, work).await
+        }
+        Place::Elsewhere { owner, carrier } => {
+            let native = NativePullRequest {
+                subscription,
+                max_messages: settings.max_messages as u32,
+                wait_ms: settings.wait.as_millis() as u32,
+            };
+            let body = remote::native_body(WireCommand::Pull, &native)?;
+            let carrier = &gateway.forwarders[*carrier];
+            let owner = owner.clone();
+            match remote::carry_to(carrier, presented, owner, WireCommand::Pull, body, settings.wait).await {
+                Ok(answer) => match decode_body::<NativePullResponse>(&answer) {
+                    Ok(response) => {
+                        let properties = remote::properties(gateway, name).await?;
+                        Ok(remote::received_messages(&response, properties))
+                    }
+                    Err(error) => Err(DomainStatus::from(error)),
+                },
+                Err(status) => Err(status),
+            }
+        }
     };
-    let pulled = checked_call(&gateway.forwarders[shard], presented, name, Kind::Pull, work).await;
     pulled.map_err(|status| moved(gateway, name, status))
 }
 
@@ -242,37 +313,66 @@ pub fn by_source(ack_ids: &[String], sources: usize) -> BTreeMap<usize, Vec<Stri
 }
 
 /// Acknowledges (`seconds`: `None`) or changes the deadlines of `ack_ids`, each on the source
-/// its ack id names: the subscription's properties and every source's refusals together.
+/// its ack id names: the subscription's properties and every source's refusals together. A
+/// source on this node says the properties; when none did, they are `known` (a stream's, read
+/// when it opened), else read from this node's catalog.
 pub async fn settle(
     gateway: &Gateway,
     presented: &Presented,
     name: &str,
     gathered: &Gathered,
     ack_ids: &[String],
-    seconds: Option<u32>,
+    (seconds, known): (Option<u32>, Option<Properties>),
 ) -> Result<(Properties, Vec<InvalidAckId>), Status> {
-    let mut properties = None;
+    let mut properties: Option<Properties> = None;
     let mut failures = Vec::new();
-    for (source, ack_ids) in by_source(ack_ids, gathered.shards.len()) {
-        let subscription = name.to_owned();
-        let kind = if seconds.is_some() { Kind::ModifyAckDeadline } else { Kind::Acknowledge };
-        let work = move |shard: Rc<ForwarderShard>| async move {
-            let properties = properties_on(&shard, &subscription)?;
-            let ids = ack_ids.iter().map(String::as_str);
-            let failures = match seconds {
-                None => shard.forwarder.acknowledge(&subscription, ids).await?,
-                Some(seconds) => shard.forwarder.modify_ack_deadline(&subscription, ids, seconds).await?,
-            };
-            Ok((properties, failures))
-        };
-        let caller = &gateway.forwarders[gathered.shards[source]];
-        let (settled, refused) = checked_call(caller, presented, name, kind, work)
-            .await
-            .map_err(|status| moved(gateway, name, status))?;
-        properties = Some(settled);
+    for (source, ack_ids) in by_source(ack_ids, gathered.places.len()) {
+        let (settled, refused) =
+            settle_on(gateway, presented, name, &gathered.places[source], ack_ids, seconds)
+                .await
+                .map_err(|status| moved(gateway, name, status))?;
+        properties = properties.or(settled);
         failures.extend(refused);
     }
-    Ok((properties.unwrap_or_default(), failures))
+    let properties = match properties.or(known) {
+        Some(properties) => properties,
+        None if ack_ids.is_empty() => Properties::default(),
+        // Every source settled on another node, which does not say them.
+        None => remote::properties(gateway, name).await?,
+    };
+    Ok((properties, failures))
+}
+
+/// `settle` on one source, where `place` says it is served: the subscription's properties
+/// (when served here) and the ack ids refused.
+async fn settle_on(
+    gateway: &Gateway,
+    presented: &Presented,
+    name: &str,
+    place: &Place,
+    ack_ids: Vec<String>,
+    seconds: Option<u32>,
+) -> Result<(Option<Properties>, Vec<InvalidAckId>), DomainStatus> {
+    let kind = if seconds.is_some() { Kind::ModifyAckDeadline } else { Kind::Acknowledge };
+    let (owner, carrier) = match place {
+        Place::Here(shard) => {
+            let subscription = name.to_owned();
+            let work = move |shard: Rc<ForwarderShard>| async move {
+                let properties = properties_on(&shard, &subscription)?;
+                let ids = ack_ids.iter().map(String::as_str);
+                let failures = match seconds {
+                    None => shard.forwarder.acknowledge(&subscription, ids).await?,
+                    Some(seconds) => shard.forwarder.modify_ack_deadline(&subscription, ids, seconds).await?,
+                };
+                Ok((Some(properties), failures))
+            };
+            return checked_call(&gateway.forwarders[*shard], presented, name, kind, work).await;
+        }
+        Place::Elsewhere { owner, carrier } => (owner.clone(), &gateway.forwarders[*carrier]),
+    };
+    let (command, body, wait) = remote::acknowledge_request(name, ack_ids, seconds)?;
+    let answer = remote::carry_to(carrier, presented, owner, command, body, wait).await?;
+    Ok((None, remote::failures(decode_body::<AckResponse>(&answer)?)))
 }
 
 #[cfg(test)]
@@ -297,7 +397,7 @@ mod tests {
         let mut messages: Vec<_> = keys.iter().map(|key| message(key)).collect();
         messages.extend((0..5).map(|_| message("")));
         let batch = OwnedPublish::new("t".into(), messages);
-        let gathered = Gathered { active: 2, shards: vec![1, 0] };
+        let gathered = Gathered { active: 2, places: vec![Place::Here(1), Place::Here(0)] };
         for turn in [0, 1, 7] {
             assert!(split(Vec::new(), &gathered, turn).is_empty());
         }
@@ -317,7 +417,7 @@ mod tests {
         }
         assert_eq!(seen, 45);
         // A source not active (retiring) takes none: keys map over the active ones only.
-        let retiring = Gathered { active: 1, shards: vec![0, 1] };
+        let retiring = Gathered { active: 1, places: vec![Place::Here(0), Place::Here(1)] };
         let pending: Vec<_> = OwnedPublish::new("t".into(), keys.iter().map(|key| message(key)).collect())
             .messages
             .into_iter()

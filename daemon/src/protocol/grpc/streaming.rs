@@ -18,7 +18,7 @@ use super::decode_errors::refusal_of_bad_request;
 use super::delivery::{
     ack_outcome, checked_call, deadline_seconds, properties_on, received_messages, Properties,
 };
-use super::gateway::{is_stale_route, ForwarderShard, Gateway, Gathered, Resource, Serving};
+use super::gateway::{is_stale_route, ForwarderShard, Gateway, Gathered, Place, Resource, Serving};
 use super::names;
 use crate::api::data::{DataPlane, Delivery, DeliveryStream, InvalidAckId, StreamPeer, StreamSettings};
 use crate::api::limits::{ACK_DEADLINE_SECONDS_MAX, ACK_DEADLINE_SECONDS_MIN, ACK_ID_BYTES_MAX};
@@ -178,7 +178,8 @@ async fn open(
                     let _ = running
                         .call(move |shard| {
                             let request = (body, settings.leases_outlive_stream);
-                            serve_carried_stream(shard, presented, name, request, properties, responses, ends)
+                            let to = CarriedTo::Subscription(name);
+                            serve_carried_stream(shard, presented, to, request, properties, responses, ends)
                         })
                         .await;
                 });
@@ -200,10 +201,10 @@ async fn open(
     }
 }
 
-/// Opens the stream on every source of the subscription (`gathered`), each a job on the shard
-/// leading it that sends into the one `responses`, with its share of the client's window
-/// (`window_share`); once each is open, source 0's shard's caller and the subscription's
-/// properties. A source that cannot open refuses the stream: the ones already open end when
+/// Opens the stream on every source of the subscription (`gathered`), each a job that sends
+/// into the one `responses`, with its share of the client's window (`window_share`): on the
+/// shard leading it, or on the shard carrying it to the node leading it (`Relay::stream_to`);
+/// once each is open, source 0's shard's caller and the subscription's properties. A source that cannot open refuses the stream: the ones already open end when
 /// the refusal drops the response channel, giving back what they leased.
 async fn open_gathered(
     gateway: &Gateway,
@@ -214,22 +215,51 @@ async fn open_gathered(
     refusal: oneshot::Sender<Status>,
 ) -> Result<(ShardCaller<ForwarderShard>, Properties, bool), Status> {
     let refusal = Arc::new(std::sync::Mutex::new(Some(refusal)));
-    let sources = gathered.shards.len();
+    let sources = gathered.places.len();
+    // What another node delivers comes without the subscription's properties: this node's
+    // catalog says them, read once.
+    let remote_properties = match gathered.places.iter().any(|place| matches!(place, Place::Elsewhere { .. }))
+    {
+        true => Some(super::remote::properties(gateway, &opening.name).await?),
+        false => None,
+    };
     let mut answers = Vec::with_capacity(sources);
-    for (source, &shard) in gathered.shards.iter().enumerate() {
+    for (source, place) in gathered.places.iter().enumerate() {
         let (opened, answer) = oneshot::channel();
         let mut settings = opening.settings;
         settings.max_outstanding_messages = window_share(settings.max_outstanding_messages, sources, source);
         settings.max_outstanding_bytes = window_share(settings.max_outstanding_bytes, sources, source);
         let (presented, name, responses) = (presented.clone(), opening.name.clone(), responses.clone());
         let ends = Ends { opened, refusal: refusal.clone() };
-        let running = gateway.forwarders[shard].clone();
         // Each job lives as long as its source's stream; its result is only that it ended.
-        tokio::spawn(async move {
-            let _ = running
-                .call(move |shard| serve_stream(shard, presented, name, settings, responses, ends))
-                .await;
-        });
+        match place {
+            Place::Here(shard) => {
+                let running = gateway.forwarders[*shard].clone();
+                tokio::spawn(async move {
+                    let _ = running
+                        .call(move |shard| serve_stream(shard, presented, name, settings, responses, ends))
+                        .await;
+                });
+            }
+            Place::Elsewhere { owner, carrier } => {
+                // The share, or, for no limit, the native protocol's 0.
+                let native_limit = |share: u64| if share == u64::MAX { 0 } else { share };
+                let mut native = opening.native.clone();
+                native.max_outstanding_messages = native_limit(settings.max_outstanding_messages);
+                native.max_outstanding_bytes = native_limit(settings.max_outstanding_bytes);
+                let body = super::remote::native_body(WireCommand::StreamingPull, &native)?;
+                let properties = remote_properties.expect("read when a source is elsewhere");
+                let (running, to) = (gateway.forwarders[*carrier].clone(), CarriedTo::Source(owner.clone()));
+                tokio::spawn(async move {
+                    let _ = running
+                        .call(move |shard| {
+                            let request = (body, settings.leases_outlive_stream);
+                            serve_carried_stream(shard, presented, to, request, properties, responses, ends)
+                        })
+                        .await;
+                });
+            }
+        }
         answers.push(answer);
     }
     let mut properties = None;
@@ -241,7 +271,11 @@ async fn open_gathered(
         }
     }
     let properties = properties.expect("a topic of several sources opened a stream on each");
-    Ok((gateway.forwarders[gathered.shards[0]].clone(), properties, false))
+    let first = match &gathered.places[0] {
+        Place::Here(shard) => *shard,
+        Place::Elsewhere { carrier, .. } => *carrier,
+    };
+    Ok((gateway.forwarders[first].clone(), properties, false))
 }
 
 /// Source `source`'s share of a stream's window of `total` (messages or bytes) over `sources`:
@@ -418,7 +452,7 @@ async fn serve_stream(
 async fn serve_carried_stream(
     shard: Rc<ForwarderShard>,
     presented: Presented,
-    name: String,
+    to: CarriedTo,
     (body, keeps_leases): (FrameBuffer, bool),
     properties: Properties,
     responses: Responses,
@@ -449,7 +483,14 @@ async fn serve_carried_stream(
         properties,
         opened: RefCell::new(Some(ends.opened)),
     };
-    let carried = relay.stream(&name, &principal, &body, keeps_leases, &downstream).await;
+    let carried = match &to {
+        CarriedTo::Subscription(name) => {
+            relay.stream(name, &principal, &body, keeps_leases, &downstream).await
+        }
+        CarriedTo::Source(owner) => {
+            relay.stream_to(owner, &principal, &body, keeps_leases, &downstream).await.map(Some)
+        }
+    };
     let opened = downstream.opened.borrow_mut().take();
     match (carried, opened) {
         (Ok(None), Some(opened)) => {
@@ -471,6 +512,16 @@ async fn serve_carried_stream(
             let _ = refusal.send(status);
         }
     }
+}
+
+/// Where a carried stream goes.
+enum CarriedTo {
+    /// The leader of the subscription of this name (of its topic's source 0), followed when
+    /// it moves (`Relay::stream`).
+    Subscription(String),
+    /// This forwarder of another node, leading one of the subscription's sources
+    /// (`Relay::stream_to`): a stream the gateway gathers over every source.
+    Source(crate::dispatch::routes::Owner),
 }
 
 /// A carried stream's subscriber, as the relay sees it.
@@ -674,8 +725,8 @@ struct RequestReader {
     caller: ShardCaller<ForwarderShard>,
     /// The stream is carried to another node (`caller` carries its acknowledgements there).
     carried: bool,
-    /// The subscription's sources, when it has several that this node leads: each ack id goes
-    /// to the source it names.
+    /// The subscription's sources, when it has several: each ack id goes to the source it
+    /// names, here or carried to the node leading it.
     gathered: Option<(Arc<Gateway>, Arc<Gathered>)>,
     presented: Presented,
     name: String,
@@ -775,10 +826,11 @@ impl RequestReader {
         request: pubsub::StreamingPullRequest,
     ) -> Result<(), Status> {
         let settle = super::sources::settle;
+        let known = Some(self.properties);
         if !request.ack_ids.is_empty() {
             let ack_ids = request.ack_ids;
             let (properties, failures) =
-                settle(gateway, &self.presented, &self.name, sources, &ack_ids, None).await?;
+                settle(gateway, &self.presented, &self.name, sources, &ack_ids, (None, known)).await?;
             self.confirm(properties, &ack_ids, failures, Confirmation::Acknowledge).await?;
         }
         let mut by_seconds: BTreeMap<u32, Vec<String>> = BTreeMap::new();
@@ -789,7 +841,8 @@ impl RequestReader {
         }
         for (seconds, ack_ids) in by_seconds {
             let (properties, failures) =
-                settle(gateway, &self.presented, &self.name, sources, &ack_ids, Some(seconds)).await?;
+                settle(gateway, &self.presented, &self.name, sources, &ack_ids, (Some(seconds), known))
+                    .await?;
             self.confirm(properties, &ack_ids, failures, Confirmation::ModifyAckDeadline).await?;
         }
         Ok(())
