@@ -43,6 +43,17 @@ impl CatalogState {
         topics.chain(sources).collect()
     }
 
+    /// The nodes leading a unit of unit `id`'s topic other than `id` itself: where an election
+    /// of `id` would rather not put its lead, all else equal (`elections::prefer_placed`).
+    pub fn nodes_leading_other_units(&self, id: TopicId) -> std::collections::BTreeSet<crate::ids::NodeId> {
+        let (topic_id, number) = self.unit_of(id);
+        let Some(topic) = self.topic_by_id(topic_id) else { return Default::default() };
+        let first = (number != SourceId::FIRST).then_some(topic.shard);
+        let later =
+            self.sources_of(topic_id).filter(|source| source.source != number).map(|source| source.shard);
+        first.into_iter().chain(later).map(|shard| shard.node()).collect()
+    }
+
     /// The forwarder shards holding a replica of a unit of unit `id`'s topic other than `id`
     /// itself: where none of `id`'s replicas may go (a shard serves one source of a topic).
     pub fn shards_of_other_units(&self, id: TopicId) -> Vec<ShardId> {

@@ -13,7 +13,7 @@
 //!    election that excludes the draining replica, as a replica move's first step does, then
 //!    hands its own lead of the catalog to another voter if the node leads it;
 //! 4. elections prefer, among equally up-to-date replicas, one on a node that is not draining
-//!    (`elections::prefer_undrained`), so that a later election does not bring the lead back.
+//!    (`elections::prefer_placed`), so that a later election does not bring the lead back.
 //!
 //! A topic of one replica cannot move without its data: like a Kafka partition with one
 //! replica, it stays, served through the other nodes' relays while the node runs, and is

@@ -223,7 +223,8 @@ pub async fn elect<E: Electorate>(
     let answers: Vec<FenceAnswer> =
         crate::sync::join_all(fences.collect()).await.into_iter().flatten().collect();
     let chosen = decide(&topic, epoch, &answers, excluded)?;
-    let chosen = prefer_undrained(chosen, &answers, excluded, &electorate.catalog().draining);
+    let crowded = electorate.catalog().nodes_leading_other_units(topic_id);
+    let chosen = prefer_placed(chosen, &answers, excluded, &electorate.catalog().draining, &crowded);
     let leader = chosen.replica;
     electorate.decide(CatalogEntry::TopicLeaderElected { id: topic_id, epoch, leader }).await?;
     crate::log_info!(
@@ -273,23 +274,32 @@ pub fn decide(
     })
 }
 
-/// `chosen`, or, when it is on a draining node, the lowest replica as up to date as it (the
-/// same last epoch and durable end: as good a leader) on a node that is not draining, so that
-/// an election does not give a draining node back the lead its drain moved away.
-pub fn prefer_undrained(
+/// `chosen`, or a replica as up to date as it (the same last epoch and durable end: as good a
+/// leader) on a better node: first one that is not draining, so that an election does not give
+/// a draining node back the lead its drain moved away; then one leading no other source of the
+/// same topic (`crowded`), so that one node's fault does not take every source of a topic at
+/// once (without it, ties go to the lowest shard, and a topic's sources' leaders gather on one
+/// node after a few elections). Ties between as good nodes go to the lowest replica.
+pub fn prefer_placed(
     chosen: FenceAnswer,
     answers: &[FenceAnswer],
     excluded: Option<ShardId>,
     draining: &std::collections::BTreeSet<NodeId>,
+    crowded: &std::collections::BTreeSet<NodeId>,
 ) -> FenceAnswer {
-    if !draining.contains(&chosen.replica.node()) {
+    let rank = |answer: &FenceAnswer| {
+        let node = answer.replica.node();
+        (draining.contains(&node), crowded.contains(&node))
+    };
+    if rank(&chosen) == (false, false) {
         return chosen;
     }
     answers
         .iter()
-        .filter(|answer| Some(answer.replica) != excluded && !draining.contains(&answer.replica.node()))
+        .filter(|answer| Some(answer.replica) != excluded)
         .filter(|answer| (answer.last_epoch, answer.durable_end) == (chosen.last_epoch, chosen.durable_end))
-        .min_by_key(|answer| answer.replica)
+        .min_by_key(|answer| (rank(answer), answer.replica))
+        .filter(|better| rank(better) < rank(&chosen))
         .copied()
         .unwrap_or(chosen)
 }
@@ -344,10 +354,36 @@ mod tests {
         let answers = [answer(one, 3, 12), answer(two, 3, 12), answer(three, 3, 12)];
         let chosen = decide(&topic(&[one, two, three]), 4, &answers, None).unwrap();
         assert_eq!(chosen.replica.global(), one, "the lowest wins a tie");
-        assert_eq!(prefer_undrained(chosen, &answers, None, &draining).replica.global(), two);
+        let none = std::collections::BTreeSet::new();
+        assert_eq!(prefer_placed(chosen, &answers, None, &draining, &none).replica.global(), two);
         let ahead = [answer(one, 3, 13), answer(two, 3, 12)];
-        assert_eq!(prefer_undrained(ahead[0], &ahead, None, &draining).replica.global(), one);
-        assert_eq!(prefer_undrained(answers[1], &answers, None, &draining).replica.global(), two);
+        assert_eq!(prefer_placed(ahead[0], &ahead, None, &draining, &none).replica.global(), one);
+        assert_eq!(prefer_placed(answers[1], &answers, None, &draining, &none).replica.global(), two);
+    }
+
+    /// Of equally up-to-date replicas, one on a node leading no other source of the topic
+    /// leads; not draining comes first, and one ahead still leads wherever it is.
+    #[test]
+    fn an_election_prefers_a_node_leading_no_other_source_of_the_topic() {
+        let one = crate::catalog::global_shard(1, 0);
+        let two = crate::catalog::global_shard(2, 0);
+        let three = crate::catalog::global_shard(3, 0);
+        let none = std::collections::BTreeSet::new();
+        let crowded: std::collections::BTreeSet<NodeId> = [NodeId::new(1)].into();
+        let answers = [answer(one, 3, 12), answer(two, 3, 12), answer(three, 3, 12)];
+        assert_eq!(prefer_placed(answers[0], &answers, None, &none, &crowded).replica.global(), two);
+        let draining: std::collections::BTreeSet<NodeId> = [NodeId::new(2)].into();
+        assert_eq!(prefer_placed(answers[0], &answers, None, &draining, &crowded).replica.global(), three);
+        let both: std::collections::BTreeSet<NodeId> = [NodeId::new(1), NodeId::new(3)].into();
+        assert_eq!(prefer_placed(answers[0], &answers, None, &draining, &both).replica.global(), one);
+        let ahead = [answer(one, 3, 13), answer(two, 3, 12)];
+        assert_eq!(prefer_placed(ahead[0], &ahead, None, &none, &crowded).replica.global(), one);
+        assert_eq!(
+            prefer_placed(answers[0], &answers, Some(ShardId::from_global(two)), &none, &crowded)
+                .replica
+                .global(),
+            three
+        );
     }
 
     /// Asked-for topics are taken once; a topic whose leader's node was not heard from, or
