@@ -29,6 +29,8 @@ pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod node;
+#[cfg(any(test, feature = "profiling"))]
+pub mod profiling;
 pub mod protocol;
 pub mod push;
 pub mod replication;

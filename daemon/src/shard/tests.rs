@@ -41,7 +41,9 @@ fn a_request_task_stays_small() {
     let body = FrameBuffer::with_capacity(0);
     let handling = forwarder.handle(header, body, &responder);
     let bytes = std::mem::size_of_val(&handling);
-    assert!(bytes <= 512, "handle's future is {bytes} bytes");
+    // 520 bytes in the debug build since a publish carries its sender to the check made with
+    // its one validation (`native::publish`), instead of being checked before it.
+    assert!(bytes <= 544, "handle's future is {bytes} bytes");
 }
 
 /// A publish's messages are encoded into the commit's buffer only when it is built: the log
@@ -72,7 +74,7 @@ fn published_messages_are_stored_as_sent() {
             );
             let mut body = FrameBuffer::new();
             body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-            async move { native::publish(&*forwarder, body).await.unwrap().message_ids }
+            async move { native::publish_unchecked(&*forwarder, body).await.unwrap().message_ids }
         });
         let ids: Vec<Vec<u64>> = crate::sync::join_all(publishes.collect()).await;
         let stored = topic.log.read(Offset::ZERO, 100, usize::MAX).await.unwrap();
@@ -152,7 +154,7 @@ async fn publish_one(forwarder: &Forwarder<SimDisk>, topic: &str) -> Result<Publ
     let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
     let mut body = FrameBuffer::new();
     body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
-    native::publish(forwarder, body).await
+    native::publish_unchecked(forwarder, body).await
 }
 
 fn ack_everything(entry: &SubscriptionEntry, end: Offset) {

@@ -97,8 +97,8 @@ pub struct Responder {
 }
 
 impl Responder {
-    /// A responder on no connection, for tests that call a handler directly.
-    #[cfg(test)]
+    /// A responder on no connection, for tests and measurements that call a handler directly.
+    #[cfg(any(test, feature = "profiling"))]
     pub(crate) fn unconnected() -> Responder {
         Responder {
             outbound: Rc::default(),

@@ -33,14 +33,10 @@ impl<S: Storage> Handler for Forwarder<S> {
                 Box::pin(streaming_pull(self, &header, &body, responder, false)).await
             }
             Some(Command::Hello) => Ok(crate::router::hello_response(&header).into()),
+            // Validated and checked before the data plane sees it (`publish`), so that a refused
+            // publish appends nothing.
             Some(Command::Publish) => {
-                // Checked before the data plane sees the request, so that a refused publish
-                // appends nothing; nothing of the check is held across the publish's await,
-                // which keeps a publish's task small.
-                if let Err(status) = check_publish(&body, responder) {
-                    return fail(&header, &status).into();
-                }
-                publish(self, body).await.map(|response| respond(&header, &response).into())
+                publish(self, body, responder).await.map(|response| respond(&header, &response).into())
             }
             Some(Command::Pull) => Box::pin(checked_pull(self, &header, &body, responder)).await,
             Some(Command::Acknowledge) => {
@@ -71,8 +67,7 @@ async fn publish_request<S: Storage>(
     body: FrameBuffer,
     responder: &Responder,
 ) -> Result<Response, Status> {
-    check_publish(&body, responder)?;
-    let response = publish(forwarder, body).await?;
+    let response = publish(forwarder, body, responder).await?;
     Ok(respond(header, &response).into())
 }
 
@@ -144,25 +139,9 @@ async fn replica<S: crate::storage::Storage>(
     Ok(respond(header, &PeerMessage { bytes: answer.encode() }).into())
 }
 
-/// Whether a publish's sender may publish to its topic.
-///
-/// Reading the topic's name means validating the whole request, every message of it, which
-/// the data plane then does again; so it is skipped when the name cannot change the answer:
-/// when authentication is off, or when the sender holds the permission on the empty name. A
-/// pattern that matches the empty name is all wildcards and matches every name, so that
-/// sender may publish to any topic.
-fn check_publish(body: &[u8], responder: &Responder) -> Result<(), Status> {
-    let allows =
-        |topic: &str| dispatch::allows(responder.access(), responder.session(), Kind::Publish, topic);
-    if allows(EVERY_TOPIC) {
-        debug_assert!(
-            access_body::<PublishRequest>(body).map_or(true, |request| allows(request.topic.as_str())),
-            "a grant on every topic did not match a publish's topic"
-        );
-        return Ok(());
-    }
-    let request = access_body::<PublishRequest>(body)?;
-    check(responder, Kind::Publish, request.topic.as_str())
+/// Whether a publish's sender may publish to its topic, read from the request validated once.
+fn check_publish(request: &FramedPublish, responder: &Responder) -> Result<(), Status> {
+    check(responder, Kind::Publish, request.request().topic.as_str())
 }
 
 /// Whether the request's sender may run an operation of `kind` on `name` (`dispatch::check`);
@@ -170,9 +149,6 @@ fn check_publish(body: &[u8], responder: &Responder) -> Result<(), Status> {
 fn check(responder: &Responder, kind: Kind, name: &str) -> Result<(), Status> {
     dispatch::check(responder.access(), responder.session(), kind, name).map_err(Status::from)
 }
-
-/// A name no topic has, which only a pattern matching every name matches (`check_publish`).
-const EVERY_TOPIC: &str = "";
 
 impl StreamPeer for Responder {
     fn is_gone(&self) -> bool {
@@ -193,9 +169,33 @@ impl Attributes for rkyv::vec::ArchivedVec<ArchivedAttribute> {
     }
 }
 
-/// A publish's messages, still in the request's frame, read in place.
+/// A publish's messages, still in the request's frame, read in place. The frame is validated
+/// once, when the request arrives (`new`, the only constructor); every later read (the data
+/// plane's checks, the key check, the encoding into the commit on the log's flush) reads the
+/// archive without validating it again.
 pub struct FramedPublish {
-    pub body: FrameBuffer,
+    /// Never changed after `new` validated it: no `&mut` to it is ever made.
+    body: FrameBuffer,
+}
+
+impl FramedPublish {
+    /// Validates `body` as an archived `PublishRequest`: a malformed body is refused here, with
+    /// the frame's `ProtocolError`, and never becomes a `FramedPublish`.
+    pub fn new(body: FrameBuffer) -> Result<FramedPublish, Status> {
+        access_body::<PublishRequest>(&body)?;
+        Ok(FramedPublish { body })
+    }
+
+    /// The request, read without validating it again.
+    pub fn request(&self) -> &ArchivedPublishRequest {
+        // SAFETY: `new` validated these very bytes as an archived `PublishRequest` (rkyv's
+        // `access` with bytecheck, which also checked the 16-byte alignment). The buffer is
+        // owned by `self` and is never mutated or reallocated after that: the field is private
+        // and nothing takes `&mut` to it, and moving `self` moves the vector's pointer, not its
+        // heap bytes, so their address and alignment are unchanged. An empty body never
+        // validates (a `PublishRequest`'s root is not empty), so the pointer is a real one.
+        unsafe { rkyv::access_unchecked::<ArchivedPublishRequest>(&self.body) }
+    }
 }
 
 impl PublishBatch for FramedPublish {
@@ -203,9 +203,7 @@ impl PublishBatch for FramedPublish {
         &self,
         visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = MessageView<'_>>),
     ) -> Result<(), DataError> {
-        // The frame's refusals are all `ProtocolError`s: a malformed request.
-        let request = access_body::<PublishRequest>(&self.body)
-            .map_err(|status| DataError::Malformed(status.message))?;
+        let request = self.request();
         let mut messages = request.messages.iter().map(|message| MessageView {
             data: message.data.as_slice(),
             attributes: &message.attributes,
@@ -216,9 +214,30 @@ impl PublishBatch for FramedPublish {
     }
 }
 
-/// A publish, once `check_publish` has let it through.
-pub async fn publish(data: &impl DataPlane, body: FrameBuffer) -> Result<PublishResponse, Status> {
-    let ids = data.publish(FramedPublish { body }).await?;
+/// A publish: its body validated (`FramedPublish::new`, the only validation it gets) and its
+/// sender checked before the data plane sees it, so that a refused publish appends nothing.
+pub async fn publish(
+    data: &impl DataPlane,
+    body: FrameBuffer,
+    responder: &Responder,
+) -> Result<PublishResponse, Status> {
+    // The validated request is moved into the data plane's future: nothing of the check is
+    // kept across its await, which keeps a publish's task small.
+    let request = checked_publish(body, responder)?;
+    let ids = data.publish(request).await?;
+    Ok(PublishResponse { message_ids: ids.collect() })
+}
+
+fn checked_publish(body: FrameBuffer, responder: &Responder) -> Result<FramedPublish, Status> {
+    let request = FramedPublish::new(body)?;
+    check_publish(&request, responder)?;
+    Ok(request)
+}
+
+/// A publish, unchecked: for tests that drive the data plane through its protocol.
+#[cfg(test)]
+pub async fn publish_unchecked(data: &impl DataPlane, body: FrameBuffer) -> Result<PublishResponse, Status> {
+    let ids = data.publish(FramedPublish::new(body)?).await?;
     Ok(PublishResponse { message_ids: ids.collect() })
 }
 
