@@ -12,6 +12,14 @@
 #                                   Ringpost alone
 #   SHARDS=n                        forwarder shards per node (default 1: three nodes share two
 #                                   cores)
+#   SOURCES_SHARDS=n                forwarder shards per node of the sources rows (default 3)
+#   ONLY=sources                    the sources rows alone
+#
+# The sources rows: one R=3 topic of three publish sources beside three R=3 topics, W1 with
+# batches of 1000, on three nodes of SOURCES_SHARDS shards each. A topic's sources are each on a
+# shard of their own on every replica, so three sources of three replicas want 9 forwarder
+# shards: three per node, more shards than this machine's two cores (each shard a thread that
+# polls), which is what those rows measure here.
 #
 # The three nodes share this machine's cores and its one disk: each byte is carried three times
 # over loopback and written three times to the same device, so a third of one node's rate is
@@ -21,6 +29,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 QUICK=${QUICK:-0}
 SHARDS=${SHARDS:-1}
+SOURCES_SHARDS=${SOURCES_SHARDS:-3}
+ONLY=${ONLY:-}
 NATS_CLUSTER_RUN=${NATS_CLUSTER_RUN:-}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ringpost-cluster-bench.XXXXXX")}
 DATA_PARENT=${DATA_PARENT:-/var/tmp}
@@ -101,11 +111,30 @@ workloads() { # prefix, server
   run "$1_W2_batch1_K64" "$2" e2e --messages $W2 --publishers 4 --batch 1 --inflight 64
 }
 
+if [ "$ONLY" != sources ]; then
 echo "== Ringpost, three nodes, topics of three replicas (data in $DATA_PARENT), results in $OUT"
 start_cluster
 workloads R3 "127.0.0.1:${ROUTERS[0]}"
 cleanup
+fi
 
+# One R=3 topic of three sources beside three R=3 topics, on a cluster of SOURCES_SHARDS shards
+# per node (see the header), each row on a fresh cluster.
+sources_rows() {
+  local shards=$SHARDS label args
+  SHARDS=$SOURCES_SHARDS
+  for label in R3_W1_topic_3sources R3_W1_3topics; do
+    case $label in *sources) args=(--sources 3) ;; *) args=(--topics 3) ;; esac
+    start_cluster
+    run "$label" "127.0.0.1:${ROUTERS[0]}" publish --messages $W1_BATCH --publishers 4 --batch 1000 --inflight 4 "${args[@]}"
+    cleanup
+  done
+  SHARDS=$shards
+}
+echo "== Ringpost, three nodes of $SOURCES_SHARDS shards: one R=3 topic of three sources, three R=3 topics"
+sources_rows
+
+if [ "$ONLY" != sources ]; then
 echo "== Ringpost, one node, in the same run"
 dir=$(mktemp -d "$DATA_PARENT/ringpost-cluster-bench.XXXXXX"); DIRS+=("$dir")
 port=$(free_run)
@@ -129,10 +158,11 @@ if [ -n "$NATS_CLUSTER_RUN" ] && [ -f "$NATS_CLUSTER_RUN" ]; then
 else
   echo "== NATS JetStream: skipped (NATS_CLUSTER_RUN names no runner script)"
 fi
+fi
 
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, disk $(df -h --output=source,fstype "$DATA_PARENT" | tail -n 1 | tr -s ' '), QUICK=$QUICK, $SHARDS shard(s) per node"
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$SOURCES_SHARDS" <<'PY'
 import json, os, re, sys
 out = sys.argv[1]
 def load(label):
@@ -164,4 +194,8 @@ for workload, nats_prefix in (("W1_batch1_K64", "W1_pub_K64"), ("W1_batch1000", 
     ack = r3 and r3.get("publish_ack_us", {}).get("p99")
     e2e = r3 and (r3.get("e2e_us") or {}).get("p99")
     print(f"{workload:16} {show(a)} {show(b)} {ratio(a, b)} {show(n)} {ratio(a, n)} {str(ack or '-'):>12} {str(e2e or '-'):>12}")
+a, b = load("R3_W1_topic_3sources"), load("R3_W1_3topics")
+a, b = a and a.get("msgs_per_sec"), b and b.get("msgs_per_sec")
+print(f"R=3 W1_batch1000, one topic of 3 sources {show(a).strip()} msg/s against 3 topics {show(b).strip()}: {ratio(a, b).strip()}"
+      f" ({sys.argv[2]} shards per node)")
 PY

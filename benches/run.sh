@@ -92,6 +92,13 @@ ringpost() { # label, ringpost-bench workload arguments...
 echo "== Ringpost (embedded daemon, data in $DATA_PARENT), results in $OUT"
 ringpost W1_batch1000 publish --messages $W1 --publishers 4 --batch 1000 --inflight 4
 ringpost W1_batch1_K64 publish --messages $W1_SINGLE --publishers 4 --batch 1 --inflight 64
+# One topic of two sources (one on each of two shards) beside two topics of one source, W1's
+# shapes, in the same run: the footer prints the ratio (the issue asks for 0.90 at least). The
+# two topics are placed by name, on one shard or on two; the footer says which.
+ringpost W1_topic_2sources publish --messages $W1 --publishers 4 --batch 1000 --inflight 4 --sources 2
+ringpost W1_2topics publish --messages $W1 --publishers 4 --batch 1000 --inflight 4 --topics 2
+ringpost W1_K64_topic_2sources publish --messages $W1_SINGLE --publishers 4 --batch 1 --inflight 64 --sources 2
+ringpost W1_K64_2topics publish --messages $W1_SINGLE --publishers 4 --batch 1 --inflight 64 --topics 2
 ringpost W2_e2e e2e --messages $W2 --publishers 4
 ringpost W2_e2e_rate10k e2e --messages $W2_RATE --publishers 4 --batch 1 --inflight 64 --rate 10000
 ringpost W3_fanout10 fanout --subscriptions 10 --messages $W3 --publishers 4
@@ -107,8 +114,29 @@ ringpost W5_backlog backlog --messages $W5 --publishers 4 --batch 1000 --infligh
 # streaming pull of as many (the JSON's "pull"), so that the ratio is of one run.
 ringpost W2_push push --messages $W2 --publishers 4
 
+# The ratios of one topic of several sources to as many topics, from the rows above that ran.
+sources_footer() {
+  python3 - "$OUT" <<'PY'
+import json, os, sys
+def load(label):
+    try:
+        with open(os.path.join(sys.argv[1], label + ".json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+for sources, topics in (("W1_topic_2sources", "W1_2topics"), ("W1_K64_topic_2sources", "W1_K64_2topics")):
+    a, b = load(sources), load(topics)
+    if not a or not b or not a.get("msgs_per_sec") or not b.get("msgs_per_sec"):
+        continue
+    shards = lambda run: len(run.get("server_latency") or [])
+    print(f"{sources} / {topics}: {a['msgs_per_sec']:,.0f} / {b['msgs_per_sec']:,.0f} msg/s = "
+          f"{a['msgs_per_sec'] / b['msgs_per_sec']:.2f} (shards taking publishes: {shards(a)} and {shards(b)})")
+PY
+}
+
 if [ -n "$ONLY" ]; then
   python3 "$HERE/summary.py" "$OUT"
+  sources_footer
   exit 0
 fi
 
@@ -175,3 +203,4 @@ echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, kernel $(uname -r)," \
   "disk $(df -h --output=source,fstype,size "$DATA_PARENT" | tail -n 1 | tr -s ' '), QUICK=$QUICK"
 echo
 python3 "$HERE/summary.py" "$OUT"
+sources_footer

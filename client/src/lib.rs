@@ -530,9 +530,10 @@ impl Client {
     /// over its limit.
     ///
     /// On a topic of several sources the batch goes to one source: its ordering key's (the key
-    /// map), or, unordered, the active sources in turn. There, a batch mixing ordering keys is
-    /// sent as one request per key (unordered messages together), one after another, in the
-    /// order each key first appears; its ids come back in the batch's order.
+    /// map), or, unordered, the active source with the fewest of this client's requests
+    /// outstanding (ties in turn). There, a batch mixing ordering keys is sent as one request
+    /// per key (unordered messages together), one after another, in the order each key first
+    /// appears; its ids come back in the batch's order.
     pub async fn publish(&self, topic: &str, messages: Vec<Message>) -> Result<Vec<u64>> {
         check_publish(&messages)?;
         let key = messages.first().map_or("", |message| message.0.ordering_key.as_str());
@@ -856,7 +857,9 @@ impl Client {
         Resp::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
             + Deserialize<Resp, RkyvStrategy<RkyvPool, rancor::Error>>,
     {
-        let (source, route) = self.route(resource, name, target).await.map_err(Attempt::Failed)?;
+        // Held to the end of the attempt, whatever ends it, and so given back then.
+        let (source, route, _outstanding) =
+            self.route_counted(resource, name, target).await.map_err(Attempt::Failed)?;
         let pool = self.pool(&route[0]);
         let passed_over = |error: Error| {
             if retry::is_connection_failure(&error) {
@@ -1334,6 +1337,45 @@ mod tests {
         assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::NotFound);
         assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::InvalidArgument);
         assert_eq!(daemon.seen(|seen| seen.publishes), 2);
+    }
+
+    /// Every way a publish ends gives its count of outstanding requests back to its source:
+    /// answered, refused for good, refused until the retries run out, its connection dropped,
+    /// its deadline passed. Counted while it waits: one request the daemon ignores shows as
+    /// one outstanding. Without the count given back, a failed request would leave its source
+    /// looking busy for good, and unordered publishes would pass it over.
+    #[test]
+    fn a_failed_request_gives_its_count_of_outstanding_back() {
+        let daemon = FakeDaemon::start(&[
+            Next::Refuse(ErrorCode::InvalidArgument),
+            Next::Refuse(ErrorCode::Unavailable),
+            Next::Refuse(ErrorCode::Unavailable),
+            Next::Refuse(ErrorCode::Unavailable),
+            Next::Refuse(ErrorCode::Unavailable),
+            Next::Refuse(ErrorCode::Unavailable),
+            Next::Ignore,
+            Next::Drop,
+        ]);
+        let client = Arc::new(client(&daemon).with_request_timeout(Duration::from_secs(2)));
+        let outstanding = || client.outstanding(Resource::Topic, "topic");
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::InvalidArgument);
+        assert_eq!(outstanding(), [0]);
+        assert_eq!(publish(&client).unwrap_err().code(), ErrorCode::Unavailable);
+        assert_eq!(outstanding(), [0]);
+        let waiting = std::thread::spawn({
+            let client = client.clone();
+            move || publish(&client)
+        });
+        let started = Instant::now();
+        while outstanding() != [1] {
+            assert!(started.elapsed() < Duration::from_secs(2), "never counted: {:?}", outstanding());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(waiting.join().unwrap().unwrap_err().code(), ErrorCode::DeadlineExceeded);
+        assert_eq!(outstanding(), [0]);
+        assert_eq!(publish(&client).unwrap(), vec![7], "after a dropped connection, a retry");
+        assert_eq!(outstanding(), [0]);
+        assert_eq!(daemon.seen(|seen| seen.publishes), 9);
     }
 
     #[test]
