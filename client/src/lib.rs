@@ -186,7 +186,10 @@ pub struct Client {
     retry_subscribe: RetrySettings,
     pools: Arc<Pools>,
     routes: Mutex<HashMap<(Resource, String), sources::Routes>>,
-    /// The turn of unordered publishes over a topic's active sources (`Target::Spread`).
+    /// The turn of unordered publishes over a topic's active sources (`Target::Spread`). It
+    /// starts at a random turn: many short-lived clients starting at 0 would all send their
+    /// first requests to source 0, and a fault of its leader would stall each of them while
+    /// the other sources sat idle.
     spread_turn: AtomicUsize,
     /// The router answered `LookupSources` with `Unimplemented` (it is from before sources):
     /// only the plain lookups are asked from then on.
@@ -258,7 +261,7 @@ impl Client {
             retry_subscribe: RetrySettings::SUBSCRIBE,
             pools: Arc::default(),
             routes: Mutex::default(),
-            spread_turn: AtomicUsize::new(0),
+            spread_turn: AtomicUsize::new(retry::random_below(1 << 32) as usize),
             sources_unimplemented: AtomicBool::new(false),
             maintenance: OnceLock::new(),
             security,
