@@ -359,6 +359,11 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             bounds: Some(crate::catalog::SourceBounds { min: 1, max: 4 }),
         },
         CatalogEntry::SourcePolicySet { topic_id: TopicId::new(5), bounds: None },
+        CatalogEntry::SourceGate {
+            topic_id: TopicId::new(5),
+            gate: crate::catalog::entry::SourceGate { generation: 2, before: 3 },
+        },
+        CatalogEntry::SourcesPassed { id: 9, name: "orders".to_owned(), generation: 2 },
         CatalogEntry::TopicReplicasChanged {
             id: TopicId::new(5),
             replicas: vec![ShardId::from_global(0x1_0001), ShardId::from_global(0x2_0002)],
