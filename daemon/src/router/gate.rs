@@ -76,22 +76,23 @@ impl<S: Storage> Router<S> {
     }
 
     /// At start, before the subscriptions are attached: each unit placed on this node told its
-    /// topic's gate, so that what its subscriptions held before the restart is held again.
-    pub(super) async fn recover_gates(&self) -> Result<(), String> {
+    /// topic's gate, so that what its subscriptions held before the restart is held again. A
+    /// unit that is not served (quarantined, or a replica not leading) is passed over: it
+    /// serves no subscription now, and the pass tells it once it does.
+    pub(super) async fn recover_gates(&self) {
         let topics: Vec<TopicId> = self.state.borrow().source_gates.keys().copied().collect();
         for topic_id in topics {
             for unit in self.units_of(topic_id).into_iter().filter(|unit| unit.shard.node() == self.node_id())
             {
-                self.tell_gate(topic_id, &unit).await.map_err(|error| {
-                    format!(
-                        "telling source {} of topic {topic_id:x} its gate: {}",
+                if let Err(error) = self.tell_gate(topic_id, &unit).await {
+                    crate::log_warn!(
+                        "ringpostd: telling source {} of topic {topic_id:x} its gate at start: {}",
                         unit.source.get(),
                         Status::from(error)
-                    )
-                })?;
+                    );
+                }
             }
         }
-        Ok(())
     }
 
     /// Refuses a change of topic `topic`'s active count while an ordered subscription has not
@@ -109,6 +110,20 @@ impl<S: Storage> Router<S> {
             state.active_sources(topic.id),
             waiting.name
         )))
+    }
+
+    /// Whether topic `name`'s next change waits for an ordered subscription to pass the last:
+    /// the load-following loop then skips it until a later round, saying so only in debug.
+    pub(super) fn gate_waits(&self, name: &str) -> bool {
+        let Ok(topic) = self.topic_record(name) else { return false };
+        let waiting =
+            self.state.borrow().gated_subscriptions(topic.id).next().map(|record| record.name.clone());
+        if let Some(waiting) = &waiting {
+            crate::log_debug!(
+                "ringpostd: topic '{name}' keeps its sources while '{waiting}' passes their last change"
+            );
+        }
+        waiting.is_some()
     }
 
     /// The topics whose sources the pass tells: those of several sources, and those with an

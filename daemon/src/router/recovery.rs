@@ -75,7 +75,7 @@ impl<S: Storage> Router<S> {
         self.place_recovered_sources().await?;
         self.recover_sources().await?;
         // Before the subscriptions: what they held at the delivery gate is held again.
-        self.recover_gates().await?;
+        self.recover_gates().await;
         let subscriptions: Vec<(ShardId, ControlRequest)> = self
             .state
             .borrow()
