@@ -95,37 +95,10 @@ impl CatalogState {
                 Applied::Done
             }
             CatalogEntry::TopicDeleted { id } => self.delete_topic(id),
-            CatalogEntry::SourceAdded(source) => {
-                let (topic_id, before) = (source.topic_id, self.active_sources(source.topic_id));
-                let applied = self.add_source(source);
-                if applied == Applied::Done {
-                    self.open_gate(topic_id, before);
-                }
-                applied
-            }
-            CatalogEntry::SourceRetiring { topic_id, source } => {
-                let before = self.active_sources(topic_id);
-                let applied = self.retire_source(topic_id, source);
-                if applied == Applied::Updated(true) {
-                    self.open_gate(topic_id, before);
-                }
-                applied
-            }
-            CatalogEntry::SourceGate { topic_id, gate } => {
-                let found = self.topic_names.contains_key(&topic_id);
-                if found {
-                    self.source_gates.insert(topic_id, gate);
-                }
-                Applied::Updated(found)
-            }
-            CatalogEntry::SourcesPassed { id, name, generation } => {
-                let found = self.subscriptions.get(&name).is_some_and(|record| record.id == id);
-                if found {
-                    let passed = self.sources_passed.entry(id).or_default();
-                    *passed = (*passed).max(generation);
-                }
-                Applied::Updated(found)
-            }
+            entry @ (CatalogEntry::SourceAdded(_)
+            | CatalogEntry::SourceRetiring { .. }
+            | CatalogEntry::SourceGate { .. }
+            | CatalogEntry::SourcesPassed { .. }) => self.apply_source_change(entry),
             CatalogEntry::SourceDeleted { topic_id, source, id } => self.delete_source(topic_id, source, id),
             CatalogEntry::TopicPlaced { id, shard } => {
                 self.place_topic(id, shard);
@@ -387,6 +360,46 @@ impl CatalogState {
                 record.retiring = true;
                 Applied::Updated(true)
             }
+            _ => Applied::Updated(false),
+        }
+    }
+
+    /// A change of a topic's active count (a source added or retiring), which opens its next
+    /// change at the delivery gate in the same step, or an entry of the gate itself.
+    fn apply_source_change(&mut self, entry: CatalogEntry) -> Applied {
+        match entry {
+            CatalogEntry::SourceAdded(source) => {
+                let (topic_id, before) = (source.topic_id, self.active_sources(source.topic_id));
+                let applied = self.add_source(source);
+                if applied == Applied::Done {
+                    self.open_gate(topic_id, before);
+                }
+                applied
+            }
+            CatalogEntry::SourceRetiring { topic_id, source } => {
+                let before = self.active_sources(topic_id);
+                let applied = self.retire_source(topic_id, source);
+                if applied == Applied::Updated(true) {
+                    self.open_gate(topic_id, before);
+                }
+                applied
+            }
+            CatalogEntry::SourceGate { topic_id, gate } => {
+                let found = self.topic_names.contains_key(&topic_id);
+                if found {
+                    self.source_gates.insert(topic_id, gate);
+                }
+                Applied::Updated(found)
+            }
+            CatalogEntry::SourcesPassed { id, name, generation } => {
+                let found = self.subscriptions.get(&name).is_some_and(|record| record.id == id);
+                if found {
+                    let passed = self.sources_passed.entry(id).or_default();
+                    *passed = (*passed).max(generation);
+                }
+                Applied::Updated(found)
+            }
+            // `apply` hands it nothing else.
             _ => Applied::Updated(false),
         }
     }
