@@ -20,7 +20,7 @@
 //! one source (the message ids name it); for two on different sources (the key moved when a
 //! source was added) only with `RINGPOST_SIM_KEY_ORDER_ACROSS_SOURCES=1`: a key that moves must
 //! not be delivered from its new source before its messages on the old one are acknowledged,
-//! which the fence (not built yet) gives. Every acknowledged source count stays, and every
+//! which the delivery gate gives (the switch is on since it was built). Every acknowledged source count stays, and every
 //! source's replica is on a member at the end.
 
 use super::*;
@@ -49,12 +49,19 @@ const PUBLISH_RESENDS_MAX: u32 = 3;
 /// as for the cluster simulation): 200 took under a minute on an idle machine of two cores
 /// (698 s beside six other builds).
 const SEEDS_DEFAULT: u64 = 200;
-/// Whether key order is checked across sources: off until the fence (a key that moves is not
-/// delivered from its new source before its messages on the old one are acknowledged) is
-/// built, whose merge turns it on. `RINGPOST_SIM_KEY_ORDER_ACROSS_SOURCES=1` (or `0`) overrides
-/// it: on now, seed 0 fails (a key's message on its new source delivered before one on its old).
-const KEY_ORDER_ACROSS_SOURCES: bool = false;
+/// Whether key order is checked across sources: on since the delivery gate (a key that moves
+/// is not delivered from its new source before its messages on the old one are acknowledged)
+/// was built; before it, seed 0 failed (a key's message on its new source delivered before one
+/// on its old). `RINGPOST_SIM_KEY_ORDER_ACROSS_SOURCES=0` (or `1`) overrides it.
+const KEY_ORDER_ACROSS_SOURCES: bool = true;
 const KEY_ORDER_ACROSS_SOURCES_VARIABLE: &str = "RINGPOST_SIM_KEY_ORDER_ACROSS_SOURCES";
+/// Empty pulls in a row after which the final drain takes a subscription of a topic of several
+/// sources to be empty: over three passes of the catalog's leader (`SOURCES_PASS_INTERVAL`),
+/// since a key that moved is held by the delivery gate until a pass after the acknowledgements
+/// on its old source sees them; fewer took a subscription whose gate was about to open for
+/// drained (seed 1: three pulls 200 ms apart ended before the pass released three messages).
+pub(super) const DRAIN_EMPTY_PULLS_GATED: u32 =
+    (3 * crate::router::SOURCES_PASS_INTERVAL.as_millis() / SETTLE_POLL.as_millis()) as u32;
 
 /// What the clients of topics of several sources did and what was checked of them, over a run.
 #[derive(Clone, Debug, Default)]

@@ -1993,12 +1993,13 @@ async fn drain(world: &Rc<World>) {
     for subscription in served {
         let started = runtime::now();
         let mut empty = 0;
-        while empty < DRAIN_EMPTY_PULLS {
+        let spread = world.model.borrow().subscriptions[&subscription].spread;
+        let empty_pulls = if spread { sources::DRAIN_EMPTY_PULLS_GATED } else { DRAIN_EMPTY_PULLS };
+        while empty < empty_pulls {
             assert!(
                 runtime::now() - started < SETTLE_WITHIN,
                 "seed {seed}: {subscription} did not drain within {SETTLE_WITHIN:?}"
             );
-            let spread = world.model.borrow().subscriptions[&subscription].spread;
             let pulled = match spread {
                 true => sources::pull_from(world, &session, &subscription, true).await,
                 false => pull_from(world, &session, &subscription, true).await,

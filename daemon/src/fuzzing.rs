@@ -269,6 +269,13 @@ fn settings_pushed_in(project: &str) -> SubscriptionSettings {
 
 /// A catalog entry of each kind.
 fn catalog_entries() -> Vec<CatalogEntry> {
+    let mut entries = catalog_entries_before_the_gate();
+    entries.extend(source_gate());
+    entries
+}
+
+/// A catalog entry of each kind but the delivery gate's.
+fn catalog_entries_before_the_gate() -> Vec<CatalogEntry> {
     let topic = TopicRecord {
         id: TopicId::new(5),
         name: "projects/p/topics/orders".to_owned(),
@@ -386,6 +393,16 @@ fn catalog_entries() -> Vec<CatalogEntry> {
             source_starts: vec![(crate::ids::SourceId::new(1).unwrap(), 17)],
             ..subscription.clone()
         }),
+    ]
+}
+
+/// The delivery gate's entries: `catalog_entries`' topic's second change, from three sources,
+/// and a subscription's pass of it.
+fn source_gate() -> [CatalogEntry; 2] {
+    let gate = crate::catalog::entry::SourceGate { generation: 2, before: 3 };
+    [
+        CatalogEntry::SourceGate { topic_id: TopicId::new(5), gate },
+        CatalogEntry::SourcesPassed { id: 9, name: "orders".to_owned(), generation: 2 },
     ]
 }
 

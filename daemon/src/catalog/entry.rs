@@ -74,6 +74,14 @@ const KIND_SOURCE_DELETED: u8 = 29;
 /// entries are the bytes of the version before; a version before it refuses the kind (unknown)
 /// rather than keep a followed topic's count fixed unseen.
 const KIND_SOURCE_POLICY_SET: u8 = 27;
+/// The delivery gate of a topic's key map (docs/SOURCES.md, rule 3), in one of two forms named
+/// by the byte after the kind: a topic's last change of its active count as a checkpoint
+/// restates it (`SourceGate`), or a subscription that passed a change (`SourcesPassed`). A
+/// node of the version before refuses the kind as unknown rather than deliver a moved key out
+/// of order. A topic whose count never changed writes neither.
+const KIND_SOURCE_GATE: u8 = 30;
+const GATE_FORM_CHANGE: u8 = 0;
+const GATE_FORM_PASSED: u8 = 1;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -439,6 +447,33 @@ pub enum CatalogEntry {
         topic_id: TopicId,
         bounds: Option<SourceBounds>,
     },
+    /// Topic `topic_id`'s last change of its active count, as a checkpoint restates it: its
+    /// number `generation` (the topic's changes so far) and the count `before` it. Applying
+    /// `SourceAdded` or `SourceRetiring` moves both on by itself, so that the gate opens in the
+    /// same step as the change; this entry only restates them. Applied only while the topic
+    /// lives.
+    SourceGate {
+        topic_id: TopicId,
+        gate: SourceGate,
+    },
+    /// Subscription `id` (`name`) passed its topic's change `generation`: on every source that
+    /// lost keys in it, its ack floor reached that source's fence, so its sources deliver the
+    /// keys that moved. Applied only while the subscription lives; a pass never goes back.
+    SourcesPassed {
+        id: u64,
+        name: String,
+        generation: u64,
+    },
+}
+
+/// A topic's last change of its active count (docs/SOURCES.md, "Key order across a change of
+/// the source set"): how many changes it had, and the count before the last. The count after
+/// is the topic's active count, since a change waits until every ordered subscription passed
+/// the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SourceGate {
+    pub generation: u64,
+    pub before: u32,
 }
 
 fn encode_topic_created(topic: &TopicRecord) -> Vec<u8> {
@@ -595,6 +630,20 @@ impl CatalogEntry {
                 .u64(id.get())
                 .0
                 .clone(),
+            CatalogEntry::SourceGate { topic_id, gate } => Encoder::new(KIND_SOURCE_GATE)
+                .u8(GATE_FORM_CHANGE)
+                .u64(topic_id.get())
+                .u64(gate.generation)
+                .u32(gate.before)
+                .0
+                .clone(),
+            CatalogEntry::SourcesPassed { id, name, generation } => Encoder::new(KIND_SOURCE_GATE)
+                .u8(GATE_FORM_PASSED)
+                .u64(*id)
+                .str(name)
+                .u64(*generation)
+                .0
+                .clone(),
         }
     }
 
@@ -710,6 +759,7 @@ impl CatalogEntry {
                 CatalogEntry::RoutingRulesSet { rules: super::routing::decode_rules(&mut d)? }
             }
             KIND_SOURCE_POLICY_SET => decode_source_policy(&mut d)?,
+            KIND_SOURCE_GATE => decode_source_gate(&mut d)?,
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -807,6 +857,31 @@ fn decode_source_change(kind: u8, d: &mut Decoder) -> DecodeResult<CatalogEntry>
         return Ok(CatalogEntry::SourceRetiring { topic_id, source });
     }
     Ok(CatalogEntry::SourceDeleted { topic_id, source, id: TopicId::new(d.u64()?) })
+}
+
+/// The delivery gate's entries (`KIND_SOURCE_GATE`), after their kind: a change, numbered from
+/// 1, whose count before was at least 1; or a pass of a change numbered from 1.
+fn decode_source_gate(d: &mut Decoder) -> DecodeResult<CatalogEntry> {
+    match d.u8()? {
+        GATE_FORM_CHANGE => {
+            let topic_id = TopicId::new(d.u64()?);
+            let gate = SourceGate { generation: d.u64()?, before: d.u32()? };
+            if gate.generation == 0 || gate.before == 0 || gate.before > SOURCES_PER_TOPIC_MAX {
+                return Err(
+                    "a topic's source change numbered 0, or from a count of 0 or past SOURCES_PER_TOPIC_MAX",
+                );
+            }
+            Ok(CatalogEntry::SourceGate { topic_id, gate })
+        }
+        GATE_FORM_PASSED => {
+            let (id, name, generation) = (d.u64()?, non_empty(d.str()?)?, d.u64()?);
+            if generation == 0 {
+                return Err("a subscription passing a topic's source change numbered 0");
+            }
+            Ok(CatalogEntry::SourcesPassed { id, name, generation })
+        }
+        _ => Err("an unknown form of the delivery gate's entry"),
+    }
 }
 
 /// A source after the first, by number.
@@ -1191,6 +1266,14 @@ impl std::fmt::Display for CatalogEntry {
             }
             CatalogEntry::TopicLeaderElected { id, epoch, leader } => {
                 write!(f, "topic {id:x} led by shard {} from epoch {epoch}", leader.global())
+            }
+            CatalogEntry::SourceGate { topic_id, gate } => write!(
+                f,
+                "topic {topic_id:x}'s source change {} was from {} sources",
+                gate.generation, gate.before
+            ),
+            CatalogEntry::SourcesPassed { id, generation, .. } => {
+                write!(f, "subscription {id:x} passed its topic's source change {generation}")
             }
             CatalogEntry::SourceAdded(source) => write!(
                 f,

@@ -3,7 +3,8 @@
 //! entries in the same order holds the same catalog.
 
 use super::entry::{
-    CatalogEntry, NodeRecord, SnapshotRecord, SourceBounds, SourceRecord, SubscriptionRecord, TopicRecord,
+    CatalogEntry, NodeRecord, SnapshotRecord, SourceBounds, SourceGate, SourceRecord, SubscriptionRecord,
+    TopicRecord,
 };
 use crate::codec::{DecodeResult, Decoder};
 use crate::ids::{NodeId, ShardId, SourceId, TopicId};
@@ -38,6 +39,12 @@ pub struct CatalogState {
     /// The topics whose sources follow their load (`SourcePolicySet`), with their bounds; a
     /// topic not listed keeps the number it has.
     pub source_policies: BTreeMap<TopicId, SourceBounds>,
+    /// Each topic's last change of its active count (the delivery gate, docs/SOURCES.md); a
+    /// topic not listed never changed it.
+    pub source_gates: BTreeMap<TopicId, SourceGate>,
+    /// The last change of its topic's active count each subscription passed, by subscription
+    /// id; one not listed passed none.
+    pub sources_passed: BTreeMap<u64, u64>,
 }
 
 /// The fields that place a unit (a topic's own log, or one of its other sources), as the
@@ -88,8 +95,10 @@ impl CatalogState {
                 Applied::Done
             }
             CatalogEntry::TopicDeleted { id } => self.delete_topic(id),
-            CatalogEntry::SourceAdded(source) => self.add_source(source),
-            CatalogEntry::SourceRetiring { topic_id, source } => self.retire_source(topic_id, source),
+            entry @ (CatalogEntry::SourceAdded(_)
+            | CatalogEntry::SourceRetiring { .. }
+            | CatalogEntry::SourceGate { .. }
+            | CatalogEntry::SourcesPassed { .. }) => self.apply_source_change(entry),
             CatalogEntry::SourceDeleted { topic_id, source, id } => self.delete_source(topic_id, source, id),
             CatalogEntry::TopicPlaced { id, shard } => {
                 self.place_topic(id, shard);
@@ -104,6 +113,7 @@ impl CatalogState {
                 Applied::Done
             }
             CatalogEntry::SubscriptionDeleted { id, name } => {
+                self.sources_passed.remove(&id);
                 Applied::SubscriptionDeleted(remove_record(&mut self.subscriptions, id, &name, |record| {
                     record.id
                 }))
@@ -190,6 +200,7 @@ impl CatalogState {
             }
         }
         self.source_policies.remove(&id);
+        self.source_gates.remove(&id);
         Applied::TopicDeleted(removed)
     }
 
@@ -353,6 +364,72 @@ impl CatalogState {
         }
     }
 
+    /// A change of a topic's active count (a source added or retiring), which opens its next
+    /// change at the delivery gate in the same step, or an entry of the gate itself.
+    fn apply_source_change(&mut self, entry: CatalogEntry) -> Applied {
+        match entry {
+            CatalogEntry::SourceAdded(source) => {
+                let (topic_id, before) = (source.topic_id, self.active_sources(source.topic_id));
+                let applied = self.add_source(source);
+                if applied == Applied::Done {
+                    self.open_gate(topic_id, before);
+                }
+                applied
+            }
+            CatalogEntry::SourceRetiring { topic_id, source } => {
+                let before = self.active_sources(topic_id);
+                let applied = self.retire_source(topic_id, source);
+                if applied == Applied::Updated(true) {
+                    self.open_gate(topic_id, before);
+                }
+                applied
+            }
+            CatalogEntry::SourceGate { topic_id, gate } => {
+                let found = self.topic_names.contains_key(&topic_id);
+                if found {
+                    self.source_gates.insert(topic_id, gate);
+                }
+                Applied::Updated(found)
+            }
+            CatalogEntry::SourcesPassed { id, name, generation } => {
+                let found = self.subscriptions.get(&name).is_some_and(|record| record.id == id);
+                if found {
+                    let passed = self.sources_passed.entry(id).or_default();
+                    *passed = (*passed).max(generation);
+                }
+                Applied::Updated(found)
+            }
+            // `apply` hands it nothing else.
+            _ => Applied::Updated(false),
+        }
+    }
+
+    /// Topic `topic_id`'s active count changed from `before`: its next change opens, and every
+    /// ordered subscription's sources hold the keys that moved until it passes it.
+    fn open_gate(&mut self, topic_id: TopicId, before: u32) {
+        let gate = self.source_gates.entry(topic_id).or_default();
+        *gate = SourceGate { generation: gate.generation + 1, before };
+    }
+
+    /// Topic `topic_id`'s last change of its active count (generation 0: it never changed).
+    pub fn source_gate(&self, topic_id: TopicId) -> SourceGate {
+        self.source_gates.get(&topic_id).copied().unwrap_or_default()
+    }
+
+    /// Whether subscription `record` passed its topic's last change of its active count: one
+    /// without message ordering always has (its sources never hold a message for it).
+    pub fn passed_sources(&self, record: &SubscriptionRecord) -> bool {
+        !record.settings.enable_message_ordering
+            || self.sources_passed.get(&record.id).copied().unwrap_or(0)
+                >= self.source_gate(record.topic_id).generation
+    }
+
+    /// The subscriptions of topic `topic_id`, served and ordered, that did not pass its last
+    /// change yet: a next change waits for them.
+    pub fn gated_subscriptions(&self, topic_id: TopicId) -> impl Iterator<Item = &SubscriptionRecord> + '_ {
+        self.subscriptions_served_by(topic_id).filter(move |record| !self.passed_sources(record))
+    }
+
     /// Topic `topic_id`'s retiring source `source` is deleted, if it is unit `id`.
     fn delete_source(&mut self, topic_id: TopicId, source: SourceId, id: TopicId) -> Applied {
         let key = (topic_id, source);
@@ -408,9 +485,28 @@ impl CatalogState {
             topic_id: *topic_id,
             bounds: Some(*bounds),
         }));
+        // After the sources, whose restated additions and retirements move the gates on: each
+        // gate as it stands. None for a topic whose count never changed.
+        entries.extend(
+            self.source_gates
+                .iter()
+                .map(|(topic_id, gate)| CatalogEntry::SourceGate { topic_id: *topic_id, gate: *gate }),
+        );
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
         );
+        // After the subscriptions they name.
+        let names: HashMap<u64, &str> = match self.sources_passed.is_empty() {
+            true => HashMap::new(),
+            false => self.subscriptions.values().map(|record| (record.id, record.name.as_str())).collect(),
+        };
+        entries.extend(self.sources_passed.iter().filter_map(|(id, generation)| {
+            Some(CatalogEntry::SourcesPassed {
+                id: *id,
+                name: names.get(id)?.to_string(),
+                generation: *generation,
+            })
+        }));
         entries.extend(self.snapshots.values().cloned().map(CatalogEntry::SnapshotCreated));
         entries
     }

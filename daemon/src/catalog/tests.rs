@@ -1,4 +1,5 @@
 use super::*;
+use crate::catalog::entry::SourceGate;
 use crate::ids::{NodeId, ShardId, SnapshotId, TopicId};
 use crate::log::tests::{directories, run};
 use crate::storage::sim::{CrashMode, SimDisk};
@@ -942,4 +943,57 @@ fn a_topics_sources_retire_from_the_top_and_only_a_retiring_one_is_deleted() {
     assert_eq!(state.apply(delete(1, 12)), Applied::Updated(true));
     assert_eq!((state.source_count(topic_id), state.active_sources(topic_id)), (1, 1));
     assert!(state.source_units.is_empty());
+}
+
+/// The delivery gate (docs/SOURCES.md, rule 3): a source's addition and a retirement each open
+/// the topic's next change, from the count before; an ordered subscription passes it by its
+/// own entry (kind 30), never back; a checkpoint restates both, and a topic whose count never
+/// changed writes neither.
+#[test]
+fn a_change_of_the_source_count_gates_ordered_subscriptions_until_they_pass_it() {
+    let mut state = CatalogState::default();
+    state.apply(topic(9, 0));
+    let ordered = |id: u64| {
+        let CatalogEntry::SubscriptionCreated(mut record) = subscription(id, 9) else { unreachable!() };
+        record.settings.enable_message_ordering = true;
+        CatalogEntry::SubscriptionCreated(record)
+    };
+    state.apply(ordered(20));
+    state.apply(subscription(21, 9));
+    let topic_id = TopicId::new(9);
+    assert_eq!(state.source_gate(topic_id), SourceGate::default());
+    assert_eq!(state.gated_subscriptions(topic_id).count(), 0, "no change yet");
+
+    assert_eq!(state.apply(CatalogEntry::SourceAdded(source(forwarder(1, 1)))), Applied::Done);
+    assert_eq!(state.source_gate(topic_id), SourceGate { generation: 1, before: 1 });
+    let gated: Vec<u64> = state.gated_subscriptions(topic_id).map(|record| record.id).collect();
+    assert_eq!(gated, [20], "the unordered subscription is never gated");
+    let passed = CatalogEntry::SourcesPassed { id: 20, name: "subscription-20".into(), generation: 1 };
+    assert_eq!(CatalogEntry::decode(&passed.encode()), Ok(passed.clone()));
+    assert_eq!(state.apply(passed), Applied::Updated(true));
+    assert_eq!(state.gated_subscriptions(topic_id).count(), 0);
+    let stale = CatalogEntry::SourcesPassed { id: 20, name: "subscription-21".into(), generation: 5 };
+    assert_eq!(state.apply(stale), Applied::Updated(false), "another subscription's name");
+
+    let retire = CatalogEntry::SourceRetiring { topic_id, source: crate::ids::SourceId::new(1).unwrap() };
+    assert_eq!(state.apply(retire), Applied::Updated(true));
+    assert_eq!(state.source_gate(topic_id), SourceGate { generation: 2, before: 2 });
+    assert_eq!(state.gated_subscriptions(topic_id).count(), 1);
+    let old = CatalogEntry::SourcesPassed { id: 20, name: "subscription-20".into(), generation: 1 };
+    state.apply(old);
+    assert_eq!(state.gated_subscriptions(topic_id).count(), 1, "a pass of the change before");
+
+    let restored = CatalogState::decode(&state.encode()).unwrap();
+    assert_eq!(restored, state);
+    let restate = CatalogEntry::SourceGate { topic_id, gate: SourceGate { generation: 2, before: 2 } };
+    let encoded = restate.encode();
+    assert_eq!(CatalogEntry::decode(&encoded), Ok(restate));
+    for cut in 0..encoded.len() {
+        assert!(CatalogEntry::decode(&encoded[..cut]).is_err(), "a cut at {cut} decoded");
+    }
+
+    state.apply(CatalogEntry::SubscriptionDeleted { id: 20, name: "subscription-20".into() });
+    assert!(state.sources_passed.is_empty(), "a deleted subscription's pass goes with it");
+    state.apply(CatalogEntry::TopicDeleted { id: topic_id });
+    assert!(state.source_gates.is_empty(), "a deleted topic's gate goes with it");
 }

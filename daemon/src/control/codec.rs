@@ -41,6 +41,8 @@ const REQUEST_REQUESTS: u8 = 18;
 const REQUEST_CLUSTER_HOSTS: u8 = 19;
 /// New with the key map: a node of the version before refuses it as unknown.
 const REQUEST_APPLY_SOURCES: u8 = 22;
+/// New with the delivery gate: a node of the version before refuses it as unknown.
+const REQUEST_GATE_SOURCES: u8 = 23;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -182,6 +184,18 @@ impl ControlRequest {
                 encoder = Encoder::new(REQUEST_APPLY_SOURCES);
                 encoder.u64(topic_id.get()).u32(*active);
             }
+            ControlRequest::GateSources { topic_id, generation, before, after, passed } => {
+                encoder = Encoder::new(REQUEST_GATE_SOURCES);
+                encoder
+                    .u64(topic_id.get())
+                    .u64(*generation)
+                    .u32(*before)
+                    .u32(*after)
+                    .u32(passed.len() as u32);
+                for id in passed {
+                    encoder.u64(*id);
+                }
+            }
         }
         encoder.0
     }
@@ -293,6 +307,7 @@ impl ControlRequest {
                     active: decoder.u32()?,
                 })
             })?,
+            REQUEST_GATE_SOURCES => fields("control request GateSources", decoder, decode_gate_sources)?,
             _ => return Err(format!("unknown control request tag {tag}")),
         };
         refuse_trailing("control request", decoder)?;
@@ -305,6 +320,19 @@ fn decode_attach_topic(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
     let (retention_seconds, recovering) = (decoder.u64()?, decoder.bool()?);
     let (source, active) = decode_source_and_active(decoder)?;
     Ok(ControlRequest::AttachTopic { topic_id, name, retention_seconds, recovering, source, active })
+}
+
+fn decode_gate_sources(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
+    let (topic_id, generation) = (TopicId::new(decoder.u64()?), decoder.u64()?);
+    let (before, after, count) = (decoder.u32()?, decoder.u32()?, decoder.u32()? as usize);
+    if count > SOURCE_FLOORS_LISTED_MAX {
+        return Err("more subscriptions passing a change than SOURCE_FLOORS_LISTED_MAX");
+    }
+    let mut passed = Vec::with_capacity(count.min(decoder.remaining() / 8));
+    for _ in 0..count {
+        passed.push(decoder.u64()?);
+    }
+    Ok(ControlRequest::GateSources { topic_id, generation, before, after, passed })
 }
 
 fn decode_cluster_hosts(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
@@ -1073,6 +1101,13 @@ mod tests {
                 active: 3,
             },
             ControlRequest::ApplySources { topic_id: TopicId::new(19), active: 2 },
+            ControlRequest::GateSources {
+                topic_id: TopicId::new(19),
+                generation: 3,
+                before: 2,
+                after: 3,
+                passed: vec![18, u64::MAX],
+            },
             ControlRequest::DetachTopic { topic_id: TopicId::new(17), delete_data: true },
             ControlRequest::AttachSubscription {
                 subscription_id: 18,
@@ -1361,7 +1396,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 21];
+        let mut seen_requests = [false; 22];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -1385,6 +1420,7 @@ mod tests {
                 ControlRequest::Requests => 18,
                 ControlRequest::ClusterHosts { .. } => 19,
                 ControlRequest::ApplySources { .. } => 20,
+                ControlRequest::GateSources { .. } => 21,
             };
             seen_requests[index] = true;
         }

@@ -144,6 +144,18 @@ pub enum ControlRequest {
         topic_id: TopicId,
         active: u32,
     },
+    /// The delivery gate of topic `topic_id`'s key map (docs/SOURCES.md, rule 3): its last
+    /// change of the active count, numbered `generation`, went from `before` to `after`, and of
+    /// its subscriptions only those listed in `passed` (by id) passed it; each other ordered
+    /// one holds the keys that moved to this source. Sent before the `ApplySources` of the
+    /// change, so that a source takes a moved key only once it holds it. Answered `Done`.
+    GateSources {
+        topic_id: TopicId,
+        generation: u64,
+        before: u32,
+        after: u32,
+        passed: Vec<u64>,
+    },
 }
 
 /// One replica's logs (messages, journal), and a leader's view of its followers.

@@ -310,6 +310,9 @@ impl<S: Storage> Router<S> {
     /// update gate, the count checked against placement), unless it stopped being followed
     /// meanwhile or already has its maximum.
     async fn follow_add(&self, name: &str) {
+        if self.gate_waits(name) {
+            return;
+        }
         let added = async {
             let _update = self.update_permit().await?;
             let topic = self.topic_record(name)?;
@@ -336,6 +339,9 @@ impl<S: Storage> Router<S> {
     /// Retires followed topic `name`'s highest active source (`retire_source`), unless it
     /// stopped being followed meanwhile or is at its minimum.
     async fn follow_retire(&self, name: &str) {
+        if self.gate_waits(name) {
+            return;
+        }
         let above_min = self.topic_record(name).ok().is_some_and(|topic| {
             let state = self.state.borrow();
             let bounds = state.source_policies.get(&topic.id).copied();

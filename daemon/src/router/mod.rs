@@ -389,6 +389,7 @@ mod tests;
 pub use replicas::{ELECTIONS_ASKED_MAX, RECONCILE_TICK, SOURCE_FAILURE_TIMEOUT};
 pub mod follow;
 mod forwarders;
+mod gate;
 mod limits;
 mod recovery;
 mod replicated_sources;

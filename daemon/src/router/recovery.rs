@@ -74,6 +74,8 @@ impl<S: Storage> Router<S> {
         // shard is gone).
         self.place_recovered_sources().await?;
         self.recover_sources().await?;
+        // Before the subscriptions: what they held at the delivery gate is held again.
+        self.recover_gates().await;
         let subscriptions: Vec<(ShardId, ControlRequest)> = self
             .state
             .borrow()

@@ -269,6 +269,11 @@ impl<S: Storage> Router<S> {
         self.call_forwarder(topic.shard, request).await?;
         // Again once it leads: a change this node's catalog applied meanwhile.
         self.apply_count_to_promoted(topic).await?;
+        // And its topic's delivery gate, before its subscriptions attach: a moved key's
+        // messages on it are held from its first delivery on, not from the next pass's.
+        let (topic_id, source) = self.state.borrow().unit_of(topic.id);
+        let unit = Unit { id: topic.id, source, shard: topic.shard };
+        self.tell_gate(topic_id, &unit).await?;
         let subscriptions = subscriptions_served_on(&self.state.borrow(), topic);
         for attach in subscriptions {
             self.call_forwarder(topic.shard, attach).await?;

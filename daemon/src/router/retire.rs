@@ -41,6 +41,7 @@ impl<S: Storage> Router<S> {
         // A replicated source retires as one of one replica: its followers know the count
         // (their attach says it, and their promotion applies the catalog's), and its deletion
         // removes every replica (`delete_retired`).
+        self.check_gate_passed(topic)?;
         let active = self.state.borrow().active_sources(topic.id);
         let source =
             SourceId::new(active - 1).filter(|source| *source != SourceId::FIRST).ok_or_else(|| {
@@ -73,11 +74,14 @@ impl<S: Storage> Router<S> {
             return;
         }
         let Ok(_update) = self.update_permit().await else { return };
-        let topics: std::collections::BTreeSet<TopicId> =
-            self.state.borrow().sources.keys().map(|(topic_id, _)| *topic_id).collect();
-        for topic_id in topics {
+        for topic_id in self.topics_to_pass() {
             let active = self.state.borrow().active_sources(topic_id);
+            let mut answers = Vec::new();
             for unit in self.units_of(topic_id) {
+                // The gate first, so that a unit takes a moved key only once it holds it.
+                if self.tell_gate(topic_id, &unit).await.is_err() {
+                    continue;
+                }
                 let request = ControlRequest::ApplySources { topic_id: unit.id, active };
                 let (fence, floors) = match self.call_forwarder(unit.shard, request).await {
                     Ok(ControlOk::SourcesApplied { fence, floors }) => (fence, floors),
@@ -94,7 +98,9 @@ impl<S: Storage> Router<S> {
                 if unit.source.get() >= active && self.delivered_out(topic_id, fence, &floors) {
                     self.delete_retired(topic_id, unit).await;
                 }
+                answers.push((unit.source.get(), fence, floors));
             }
+            self.commit_passes(topic_id, &answers).await;
         }
     }
 

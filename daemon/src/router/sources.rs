@@ -78,6 +78,7 @@ impl<S: Storage> Router<S> {
         let replicas = topic.replica_count();
         let have = self.state.borrow().source_count(topic.id) as u32;
         for number in have..count {
+            self.check_gate_passed(topic)?;
             self.add_source(topic, number, replicas).await?;
             self.apply_active_sources(topic.id).await?;
         }
@@ -94,6 +95,8 @@ impl<S: Storage> Router<S> {
         let active = self.state.borrow().active_sources(topic_id);
         let mut answers = Vec::new();
         for unit in self.units_of(topic_id) {
+            // The gate first: a unit takes a moved key only once it holds it.
+            self.tell_gate(topic_id, &unit).await?;
             let request = ControlRequest::ApplySources { topic_id: unit.id, active };
             match self.call_forwarder(unit.shard, request).await? {
                 ControlOk::SourcesApplied { fence, floors } => answers.push((unit, fence, floors)),

@@ -103,6 +103,13 @@ impl<S: Storage> Forwarder<S> {
                 let fence = topic.apply_active_sources(active);
                 Ok(ControlOk::SourcesApplied { fence, floors: topic.ack_floors() })
             }
+            ControlRequest::GateSources { topic_id, generation, before, after, passed } => {
+                let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
+                    Status::not_found(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
+                })?;
+                topic.apply_gate(generation, before, after, passed);
+                Ok(ControlOk::Done)
+            }
         }
     }
 

@@ -375,6 +375,34 @@ pub type IdHasher = std::hash::BuildHasherDefault<ahash::AHasher>;
 #[cfg(test)]
 pub type IdHasher = crate::runtime::FixedHasher;
 
+/// The delivery gate of an ordered subscription on one source (docs/SOURCES.md, rule 3): the
+/// topic's active count changed from `before` to `after`, and the subscription has not passed
+/// the change yet, so this source (`source`) holds every message of a key that moved to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyGate {
+    pub source: u32,
+    pub before: u32,
+    pub after: u32,
+}
+
+impl KeyGate {
+    /// Whether the gate holds a message with ordering key `key`: its key maps to this source
+    /// under the count after the change and to another under the count before. At any offset,
+    /// not only from the change's fence on: under the count before, this source took no
+    /// message of the key, and those it took under an earlier count were acknowledged before
+    /// the earlier change was passed (one change at a time), so nothing of the key is held
+    /// that the subscriber should have had first, and the fence of the source gaining keys
+    /// need not survive a restart.
+    pub fn holds(&self, key: &[u8]) -> bool {
+        use ringpost_model::sources::source_of_key;
+        self.before != self.after
+            && self.before > 0
+            && self.after > self.source
+            && source_of_key(key, self.after) == self.source
+            && (self.source >= self.before || source_of_key(key, self.before) != self.source)
+    }
+}
+
 /// An ordered subscription's keys: the one offset each busy key has out, the messages held
 /// back behind it, and the key of each offset that is busy or held.
 #[derive(Default)]
@@ -409,6 +437,9 @@ pub struct SubscriptionState {
     /// lease is counted in while it lasts; `None` until attached (and in tests that count
     /// nothing).
     tally: Option<Rc<TopicOutstanding>>,
+    /// The delivery gate on this source while the subscription has not passed its topic's
+    /// last change of the source count; `None` once passed, or if it has no ordering.
+    gate: Option<KeyGate>,
 }
 
 /// What a subscription has out or waiting: leases and their deadlines, redeliveries, retry
@@ -427,6 +458,9 @@ struct InFlight {
     attempts: OffsetMap<u32>,
     /// Ordered subscriptions, once a message with an ordering key was delivered.
     keys: Option<Box<KeyOrder>>,
+    /// Messages the delivery gate holds (`KeyGate`), unleased and counted against no window,
+    /// until the subscription passes its topic's change and they go back to `redeliver`.
+    gated: BTreeSet<Offset>,
     streams: HashMap<u64, StreamLoad, IdHasher>,
     /// Where `leases` are counted (the subscription's `tally`): each lease, with its bytes,
     /// from `insert_lease` to `end_lease`, and what is left when this is dropped.
@@ -473,6 +507,7 @@ impl InFlight {
             && self.dead_letters.is_empty()
             && self.attempts.is_empty()
             && self.streams.is_empty()
+            && self.gated.is_empty()
             && self.keys.as_ref().is_none_or(|keys| {
                 keys.busy_keys.is_empty() && keys.held.is_empty() && keys.key_of.is_empty()
             })
@@ -582,7 +617,28 @@ impl SubscriptionState {
             expired_total: 0,
             dead_lettered_total: 0,
             tally: None,
+            gate: None,
         }
+    }
+
+    /// Sets the delivery gate (`None`: the subscription passed its topic's change); returns
+    /// whether messages it held went back to be delivered, so that the caller wakes the pulls
+    /// and streams waiting.
+    pub fn set_gate(&mut self, gate: Option<KeyGate>) -> bool {
+        self.gate = gate;
+        let Some(in_flight) = self.in_flight.as_deref_mut() else { return false };
+        if in_flight.gated.is_empty() {
+            return false;
+        }
+        // Whatever a new gate still holds is held again at its next delivery, in order.
+        let held = std::mem::take(&mut in_flight.gated);
+        in_flight.redeliver.extend(held);
+        true
+    }
+
+    /// How many messages the delivery gate holds.
+    pub fn gated(&self) -> usize {
+        self.in_flight.as_ref().map_or(0, |in_flight| in_flight.gated.len())
     }
 
     fn in_flight(&mut self) -> &mut InFlight {
@@ -673,6 +729,7 @@ impl SubscriptionState {
         in_flight.dead_letters = in_flight.dead_letters.split_off(&offset);
         in_flight.backing_off.retain(|Reverse((_, waiting))| *waiting >= offset);
         in_flight.attempts.retain(|leased, _| leased >= offset);
+        in_flight.gated = in_flight.gated.split_off(&offset);
         if let Some(keys) = &in_flight.keys {
             let forgotten: Vec<Offset> =
                 keys.key_of.keys().copied().filter(|keyed| *keyed < offset).collect();
@@ -688,6 +745,15 @@ impl SubscriptionState {
     pub fn admit(&mut self, delivery: Delivery, ordering_key: &str) -> bool {
         if !self.policy.ordered || ordering_key.is_empty() {
             return true;
+        }
+        if self.gate.is_some_and(|gate| gate.holds(ordering_key.as_bytes())) {
+            // Held by the delivery gate: unleased (no attempt counted, nothing against the
+            // stream's window) until the subscription passes the change.
+            self.release(delivery);
+            let in_flight = self.in_flight();
+            in_flight.redeliver.remove(&delivery.offset);
+            in_flight.gated.insert(delivery.offset);
+            return false;
         }
         let busy =
             self.in_flight().keys.get_or_insert_with(Box::default).busy_keys.get(ordering_key).copied();
@@ -871,6 +937,7 @@ impl SubscriptionState {
         in_flight.backing_off.clear();
         in_flight.dead_letters.clear();
         in_flight.attempts.clear();
+        in_flight.gated.clear();
         in_flight.keys = None;
     }
 
@@ -1350,6 +1417,52 @@ mod tests {
                 proptest::prop_assert_eq!(set.above_floor(), model.iter().filter(|o| **o >= floor).count() as u64);
             }
         }
+    }
+
+    /// A key that moved to this source (1, from a topic of one source to two) is held by the
+    /// delivery gate at any offset, unleased and in no window, while the others and unordered
+    /// messages go; once the gate lifts, what it held is delivered in offset order.
+    #[test]
+    fn the_delivery_gate_holds_moved_keys_until_lifted() {
+        use ringpost_model::sources::source_of_key;
+        let key_to = |source: u32| {
+            (0u32..)
+                .map(|n| format!("key-{n}"))
+                .find(|key| source_of_key(key.as_bytes(), 2) == source)
+                .unwrap()
+        };
+        let (moved, stayed) = (key_to(1), key_to(0));
+        let gate = KeyGate { source: 1, before: 1, after: 2 };
+        assert!(gate.holds(moved.as_bytes()) && !gate.holds(stayed.as_bytes()));
+        assert!(!KeyGate { source: 0, ..gate }.holds(stayed.as_bytes()), "source 0 gained nothing");
+        assert!(!KeyGate { before: 2, ..gate }.holds(moved.as_bytes()), "no change, nothing held");
+        // Retiring 2 -> 1: source 0 gains the keys of source 1.
+        assert!(KeyGate { source: 0, before: 2, after: 1 }.holds(moved.as_bytes()));
+        assert!(!KeyGate { source: 0, before: 2, after: 1 }.holds(stayed.as_bytes()));
+
+        let now = crate::runtime::now();
+        let mut state = SubscriptionState::new(SubscriptionId::new(3), Offset::new(0), DEADLINE);
+        state.policy.ordered = true;
+        state.set_gate(Some(gate));
+        let stream = 7;
+        let keys = [moved.as_str(), stayed.as_str(), "", moved.as_str()];
+        let deliveries = state.pull_for(now, 4, Offset::new(4), stream, DEADLINE);
+        let admitted: Vec<u64> = deliveries
+            .into_iter()
+            .filter(|delivery| state.admit(*delivery, keys[delivery.offset.get() as usize]))
+            .map(|delivery| delivery.offset.get())
+            .collect();
+        assert_eq!(admitted, [1, 2]);
+        assert_eq!((state.gated(), state.outstanding()), (2, 2), "held ones are not leased");
+        assert!(state.pull_for(now, 4, Offset::new(4), stream, DEADLINE).is_empty());
+        assert!(state.set_gate(None), "lifting it gives back what it held");
+        let again = state.pull_for(now, 4, Offset::new(4), stream, DEADLINE);
+        let offsets: Vec<(u64, u32)> =
+            again.iter().map(|delivery| (delivery.offset.get(), delivery.attempt)).collect();
+        assert_eq!(offsets, [(0, 1), (3, 1)], "in order, no attempt counted while held");
+        assert!(state.admit(again[0], &moved));
+        assert!(!state.admit(again[1], &moved), "behind its key's first message, as always");
+        assert_eq!(state.gated(), 0);
     }
 
     #[test]

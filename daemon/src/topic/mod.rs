@@ -65,6 +65,9 @@ pub struct TopicState<S: Storage> {
     pub publish_rate: RefCell<rate::TopicRate>,
     /// Its topic's key map as it last applied it, and the fence of that change (`sources`).
     pub sources: Cell<sources::SourceSet>,
+    /// The delivery gate it was last told (`sources::UnitGate`): what its ordered
+    /// subscriptions hold, from their attach on, until they pass the change.
+    pub gate: RefCell<sources::UnitGate>,
 }
 
 /// A topic's part in its replication across nodes (docs/REPLICATION.md).

@@ -206,6 +206,7 @@ impl<S: Storage> TopicStore<S> {
             outstanding: TopicOutstanding::new(&self.outstanding),
             publish_rate: RefCell::default(),
             sources: Cell::default(),
+            gate: Default::default(),
         })
     }
 

@@ -7,6 +7,7 @@
 use super::TopicState;
 use crate::api::data::{DataError, PublishBatch, ResourceKind};
 use crate::storage::Storage;
+use crate::subscription::state::KeyGate;
 use ringpost_model::sources::source_of_key;
 
 /// Whether source `source` of a topic whose key map counts `active` sources takes a publish
@@ -35,6 +36,45 @@ pub struct SourceSet {
     /// under this count one at or above it, because the key check and the offset's assignment
     /// are made in one step of the shard (`Forwarder::publish`).
     pub fence: u64,
+}
+
+/// The delivery gate as a source was last told it (`ControlRequest::GateSources`): the gate of
+/// the topic's last change of its count, and the subscriptions that passed it (by id). Kept on
+/// the source so that a subscription attached later is held from its attach on.
+#[derive(Debug, Default)]
+pub struct UnitGate {
+    pub generation: u64,
+    pub gate: Option<KeyGate>,
+    pub passed: std::collections::HashSet<u64>,
+}
+
+impl<S: Storage> TopicState<S> {
+    /// Applies the delivery gate of the topic's change `generation`, from `before` sources to
+    /// `after`, that the subscriptions `passed` passed: each ordered one that did not holds the
+    /// keys that moved to this source, the others release what they held (their waiting pulls
+    /// and streams woken). A gate older than the one applied changes nothing.
+    pub fn apply_gate(&self, generation: u64, before: u32, after: u32, passed: Vec<u64>) {
+        let mut unit = self.gate.borrow_mut();
+        if generation < unit.generation {
+            return;
+        }
+        let gate = KeyGate { source: self.source.get(), before, after };
+        *unit = UnitGate { generation, gate: Some(gate), passed: passed.into_iter().collect() };
+        for entry in self.subscriptions.borrow().iter() {
+            let held = unit.gate_of(entry.id.get());
+            if entry.state.borrow_mut().set_gate(held) {
+                entry.changed.notify_all();
+            }
+        }
+    }
+}
+
+impl UnitGate {
+    /// The gate subscription `id` holds, if it has not passed the change (its state holds
+    /// nothing unless it is ordered).
+    pub fn gate_of(&self, id: u64) -> Option<KeyGate> {
+        self.gate.filter(|_| !self.passed.contains(&id))
+    }
 }
 
 impl<S: Storage> TopicState<S> {

@@ -123,3 +123,70 @@ fn a_retired_source_takes_no_publish_is_delivered_out_and_deleted() {
     let first = Forwarder::connect(&addresses[leaders[0] as usize]);
     assert_eq!(first.pull("cooling-sub", 2).len(), 2);
 }
+
+/// The delivery gate (docs/SOURCES.md, rule 3): an ordered subscription of a topic of one
+/// source, keys published there, the topic raised to two sources and more of the same keys
+/// published (those of the key that moved go to source 1). Source 1 holds the moved key's
+/// messages while its earlier ones on source 0 are unacknowledged; the subscriber, pulling
+/// both sources and acknowledging slowly, gets every key in publish order; and a next change
+/// is refused until the subscription passed this one.
+#[test]
+fn a_moved_key_is_delivered_from_its_new_source_only_after_its_old_messages_are_acknowledged() {
+    let daemon = Daemon::start("source-gate");
+    succeeded(&daemon.cli(&["topic", "create", "gated"]));
+    succeeded(&daemon.cli(&[
+        "sub",
+        "create",
+        "gated-sub",
+        "--topic",
+        "gated",
+        "--ordering",
+        "--ack-deadline",
+        "60",
+    ]));
+    let (moved, stayed) = (key_of(1, 2), key_of(0, 2));
+    let addresses = forwarders(&daemon);
+    let leaders = leader_shards(&succeeded(&daemon.cli(&["topic", "get", "gated"])));
+    let first = Forwarder::connect(&addresses[leaders[0] as usize]);
+    for index in 0..2 {
+        for key in [&moved, &stayed] {
+            first.publish_keyed("gated", key, &format!("{key}/{index}")).unwrap();
+        }
+    }
+    let leaders = leader_shards(&succeeded(&daemon.cli(&["topic", "update", "gated", "--sources", "2"])));
+    assert_eq!(leaders.len(), 2);
+    let second = Forwarder::connect(&addresses[leaders[1] as usize]);
+    for index in 2..4 {
+        second.publish_keyed("gated", &moved, &format!("{moved}/{index}")).unwrap();
+        first.publish_keyed("gated", &stayed, &format!("{stayed}/{index}")).unwrap();
+    }
+    let refused = ringpost_tests::failed(&daemon.cli(&["topic", "update", "gated", "--sources", "1"]));
+    assert!(refused.contains("has not passed"), "a second change at once: {refused}");
+
+    // Source 1 holds the moved key while its first messages on source 0 are out.
+    assert!(second.pull("gated-sub", 0).is_empty(), "the moved key came from its new source first");
+    let mut delivered: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while delivered.len() < 8 {
+        assert!(std::time::Instant::now() < deadline, "only {delivered:?} came");
+        for source in [&first, &second] {
+            let received = source.pull("gated-sub", 0);
+            delivered.extend(received.iter().map(|m| String::from_utf8(m.data.clone()).unwrap()));
+            // The subscriber acknowledges slowly.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            if !received.is_empty() {
+                source.settle("gated-sub", received.iter().map(|m| m.ack_id.clone()).collect(), None);
+            }
+        }
+    }
+    for key in [&moved, &stayed] {
+        let order: Vec<&String> =
+            delivered.iter().filter(|data| data.starts_with(&format!("{key}/"))).collect();
+        let expected: Vec<String> = (0..4).map(|index| format!("{key}/{index}")).collect();
+        assert_eq!(
+            order,
+            expected.iter().collect::<Vec<_>>(),
+            "key {key} out of publish order: {delivered:?}"
+        );
+    }
+}
