@@ -438,6 +438,11 @@ impl CatalogState {
         }
         self.sources.remove(&key);
         self.source_units.remove(&id);
+        // A source added later takes the number again, and starts its log at offset 0: a sync
+        // point a subscription kept on the deleted one would skip the new one's first messages.
+        for subscription in self.subscriptions.values_mut().filter(|record| record.topic_id == topic_id) {
+            subscription.source_starts.retain(|(listed, _)| *listed != source);
+        }
         Applied::Updated(true)
     }
 

@@ -893,7 +893,8 @@ fn a_subscriptions_sync_points_on_later_sources_round_trip_and_only_when_several
 }
 
 /// A topic's sources retire from the top, one at a time (never source 0), and only a retiring
-/// source is deleted; the active count follows; a checkpoint restates a retirement as its own
+/// source is deleted, and its subscriptions' sync points on it with it; the active count
+/// follows; a checkpoint restates a retirement as its own
 /// entry after the sources, and the entries round-trip whole (a cut refused, source 0 refused).
 #[test]
 fn a_topics_sources_retire_from_the_top_and_only_a_retiring_one_is_deleted() {
@@ -906,6 +907,11 @@ fn a_topics_sources_retire_from_the_top_and_only_a_retiring_one_is_deleted() {
     assert_eq!(state.apply(CatalogEntry::SourceAdded(source(forwarder(1, 1)))), Applied::Done);
     assert_eq!(state.apply(CatalogEntry::SourceAdded(second)), Applied::Done);
     assert_eq!(state.active_sources(topic_id), 3);
+    // A subscription made once both existed keeps a sync point on each.
+    let CatalogEntry::SubscriptionCreated(mut record) = subscription(20, 9) else { unreachable!() };
+    record.source_starts = vec![(number(1), 5), (number(2), 7)];
+    let name = record.name.clone();
+    assert_eq!(state.apply(CatalogEntry::SubscriptionCreated(record)), Applied::Done);
 
     let retire = |n: u32| CatalogEntry::SourceRetiring { topic_id, source: number(n) };
     let delete =
@@ -940,9 +946,14 @@ fn a_topics_sources_retire_from_the_top_and_only_a_retiring_one_is_deleted() {
     assert_eq!(state.apply(delete(2, 13)), Applied::Updated(true));
     assert_eq!((state.source_count(topic_id), state.active_sources(topic_id)), (2, 1));
     assert!(!state.source_units.contains_key(&TopicId::new(13)));
+    // The deleted source's sync point goes with it: a source added again under its number
+    // starts at offset 0, and a kept point past it would skip its first messages.
+    let kept = &state.subscriptions[&name];
+    assert_eq!((kept.start_on(number(1)), kept.start_on(number(2))), (5, 0));
     assert_eq!(state.apply(delete(1, 12)), Applied::Updated(true));
     assert_eq!((state.source_count(topic_id), state.active_sources(topic_id)), (1, 1));
     assert!(state.source_units.is_empty());
+    assert!(state.subscriptions[&name].source_starts.is_empty());
 }
 
 /// The delivery gate (docs/SOURCES.md, rule 3): a source's addition and a retirement each open
