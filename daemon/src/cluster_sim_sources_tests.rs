@@ -2,9 +2,9 @@
 //! other clients and amid the same crashes, cuts, losses, disk faults and nodes coming and
 //! going. Their clients make topics of `SOURCES_FIRST` sources of one replica each (the most a
 //! topic of several sources has for now), subscriptions with ordering on them, and add a source
-//! now and then or retire the highest active one (`UpdateTopic` upward or downward, as
-//! `ringpost topic update --sources` asks: a retiring source takes no publish, is delivered
-//! out, and is deleted once every subscription acknowledged it).
+//! now and then, or with `RETIRING` on retire the highest active one (`UpdateTopic` upward or
+//! downward, as `ringpost topic update --sources` asks: a retiring source takes no publish, is
+//! delivered out, and is deleted once every subscription acknowledged it).
 //!
 //! A publisher sends each request to one source's leader, as the clients will: it looks the
 //! topic's sources up (`GetTopic`, each source's leader; `LookupTopicSources`, the active
