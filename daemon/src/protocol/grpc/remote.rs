@@ -53,8 +53,7 @@ pub async fn carry(
     shard
         .try_call(move |shard| async move {
             let session = presented.session(&shard.access)?;
-            let relay = relay::of(shard.forwarder.global_shard())
-                .ok_or_else(|| Status::unavailable("this node's forwarders carry no calls to other nodes"))?;
+            let relay = shard_relay(&shard)?;
             let answer = relay.carry(&resource, &session.principal, command.code(), &body, wait).await?;
             // A pull's share of the shard's response budget is given back once its answer is
             // handed to tonic, as for the shard's own pulls.
@@ -78,8 +77,7 @@ pub async fn carry_to(
     shard
         .try_call(move |shard| async move {
             let session = presented.session(&shard.access)?;
-            let relay = relay::of(shard.forwarder.global_shard())
-                .ok_or_else(|| Status::unavailable("this node's forwarders carry no calls to other nodes"))?;
+            let relay = shard_relay(&shard)?;
             let answer = relay.carry_to(&owner, &session.principal, command.code(), &body, wait).await?;
             // As `carry`'s: a pull's share of the budget is given back once it is answered.
             Ok(answer.0)
@@ -186,6 +184,12 @@ pub async fn acknowledge(
         return Ok(None);
     };
     Ok(Some(failures(decode_body::<AckResponse>(&answer)?)))
+}
+
+/// The relay of `shard`, which carries its calls to other nodes.
+fn shard_relay(shard: &ForwarderShard) -> Result<std::rc::Rc<relay::Relay>, Status> {
+    relay::of(shard.forwarder.global_shard())
+        .ok_or_else(|| Status::unavailable("this node's forwarders carry no calls to other nodes"))
 }
 
 #[cfg(test)]
