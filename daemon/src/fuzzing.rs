@@ -397,12 +397,13 @@ fn catalog_entries_before_the_gate() -> Vec<CatalogEntry> {
 }
 
 /// The delivery gate's entries: `catalog_entries`' topic's second change, from three sources,
-/// and a subscription's pass of it.
-fn source_gate() -> [CatalogEntry; 2] {
-    let gate = crate::catalog::entry::SourceGate { generation: 2, before: 3 };
+/// a subscription's pass of it, and its sources' application of it.
+fn source_gate() -> [CatalogEntry; 3] {
+    let gate = crate::catalog::entry::SourceGate { generation: 2, before: 3, applied: false };
     [
         CatalogEntry::SourceGate { topic_id: TopicId::new(5), gate },
         CatalogEntry::SourcesPassed { id: 9, name: "orders".to_owned(), generation: 2 },
+        CatalogEntry::SourcesApplied { topic_id: TopicId::new(5), generation: 2 },
     ]
 }
 

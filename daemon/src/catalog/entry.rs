@@ -74,14 +74,17 @@ const KIND_SOURCE_DELETED: u8 = 29;
 /// entries are the bytes of the version before; a version before it refuses the kind (unknown)
 /// rather than keep a followed topic's count fixed unseen.
 const KIND_SOURCE_POLICY_SET: u8 = 27;
-/// The delivery gate of a topic's key map (docs/SOURCES.md, rule 3), in one of two forms named
-/// by the byte after the kind: a topic's last change of its active count as a checkpoint
-/// restates it (`SourceGate`), or a subscription that passed a change (`SourcesPassed`). A
+/// The delivery gate of a topic's key map (docs/SOURCES.md, rules 2 and 3), in one of three
+/// forms named by the byte after the kind: a topic's last change of its active count as a
+/// checkpoint restates it (`SourceGate`), a subscription that passed a change
+/// (`SourcesPassed`), or a change that every source losing keys in it applied
+/// (`SourcesApplied`). A
 /// node of the version before refuses the kind as unknown rather than deliver a moved key out
 /// of order. A topic whose count never changed writes neither.
 const KIND_SOURCE_GATE: u8 = 30;
 const GATE_FORM_CHANGE: u8 = 0;
 const GATE_FORM_PASSED: u8 = 1;
+const GATE_FORM_APPLIED: u8 = 2;
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -464,6 +467,14 @@ pub enum CatalogEntry {
         name: String,
         generation: u64,
     },
+    /// Every source of topic `topic_id` that lost keys in its change `generation` applied it:
+    /// from now on the sources that gained keys take them, even when they attach or are
+    /// promoted, since no source that lost them takes them any more (docs/SOURCES.md, rule 2).
+    /// Applied only while the topic lives and its last change is `generation`.
+    SourcesApplied {
+        topic_id: TopicId,
+        generation: u64,
+    },
 }
 
 /// A topic's last change of its active count (docs/SOURCES.md, "Key order across a change of
@@ -474,6 +485,34 @@ pub enum CatalogEntry {
 pub struct SourceGate {
     pub generation: u64,
     pub before: u32,
+    /// Whether every source that lost keys in the change applied it (`SourcesApplied`); until
+    /// then a source that gained keys is attached under the count `before`.
+    pub applied: bool,
+}
+
+impl SourceGate {
+    /// The sources that lost keys in the change to `after`: every source before an addition
+    /// (keys move only to the new ones, by the key map's consistency), the retired ones in a
+    /// retirement. A source that gained keys never lost any in that change.
+    pub fn losing(&self, after: u32) -> std::ops::Range<u32> {
+        losing_sources(self.before, after)
+    }
+
+    /// Whether source `source` gained keys in the change to `after`: the new ones of an
+    /// addition, the active ones of a retirement. None when the count never changed.
+    pub fn gains(&self, source: u32, after: u32) -> bool {
+        self.generation != 0 && source < after && !self.losing(after).contains(&source)
+    }
+}
+
+/// The sources that lost keys in a change of the active count from `before` to `after` (see
+/// `SourceGate::losing`).
+pub fn losing_sources(before: u32, after: u32) -> std::ops::Range<u32> {
+    if after > before {
+        0..before
+    } else {
+        after..before
+    }
 }
 
 fn encode_topic_created(topic: &TopicRecord) -> Vec<u8> {
@@ -641,6 +680,12 @@ impl CatalogEntry {
                 .u8(GATE_FORM_PASSED)
                 .u64(*id)
                 .str(name)
+                .u64(*generation)
+                .0
+                .clone(),
+            CatalogEntry::SourcesApplied { topic_id, generation } => Encoder::new(KIND_SOURCE_GATE)
+                .u8(GATE_FORM_APPLIED)
+                .u64(topic_id.get())
                 .u64(*generation)
                 .0
                 .clone(),
@@ -860,12 +905,13 @@ fn decode_source_change(kind: u8, d: &mut Decoder) -> DecodeResult<CatalogEntry>
 }
 
 /// The delivery gate's entries (`KIND_SOURCE_GATE`), after their kind: a change, numbered from
-/// 1, whose count before was at least 1; or a pass of a change numbered from 1.
+/// 1, whose count before was at least 1; a pass of a change numbered from 1; or a change,
+/// numbered from 1, applied. A restated change is not yet applied: its `SourcesApplied` follows.
 fn decode_source_gate(d: &mut Decoder) -> DecodeResult<CatalogEntry> {
     match d.u8()? {
         GATE_FORM_CHANGE => {
             let topic_id = TopicId::new(d.u64()?);
-            let gate = SourceGate { generation: d.u64()?, before: d.u32()? };
+            let gate = SourceGate { generation: d.u64()?, before: d.u32()?, applied: false };
             if gate.generation == 0 || gate.before == 0 || gate.before > SOURCES_PER_TOPIC_MAX {
                 return Err(
                     "a topic's source change numbered 0, or from a count of 0 or past SOURCES_PER_TOPIC_MAX",
@@ -879,6 +925,13 @@ fn decode_source_gate(d: &mut Decoder) -> DecodeResult<CatalogEntry> {
                 return Err("a subscription passing a topic's source change numbered 0");
             }
             Ok(CatalogEntry::SourcesPassed { id, name, generation })
+        }
+        GATE_FORM_APPLIED => {
+            let (topic_id, generation) = (TopicId::new(d.u64()?), d.u64()?);
+            if generation == 0 {
+                return Err("a topic's source change numbered 0 applied");
+            }
+            Ok(CatalogEntry::SourcesApplied { topic_id, generation })
         }
         _ => Err("an unknown form of the delivery gate's entry"),
     }
@@ -1274,6 +1327,12 @@ impl std::fmt::Display for CatalogEntry {
             ),
             CatalogEntry::SourcesPassed { id, generation, .. } => {
                 write!(f, "subscription {id:x} passed its topic's source change {generation}")
+            }
+            CatalogEntry::SourcesApplied { topic_id, generation } => {
+                write!(
+                    f,
+                    "topic {topic_id:x}'s source change {generation} was applied by the sources losing keys"
+                )
             }
             CatalogEntry::SourceAdded(source) => write!(
                 f,

@@ -98,7 +98,8 @@ impl CatalogState {
             entry @ (CatalogEntry::SourceAdded(_)
             | CatalogEntry::SourceRetiring { .. }
             | CatalogEntry::SourceGate { .. }
-            | CatalogEntry::SourcesPassed { .. }) => self.apply_source_change(entry),
+            | CatalogEntry::SourcesPassed { .. }
+            | CatalogEntry::SourcesApplied { .. }) => self.apply_source_change(entry),
             CatalogEntry::SourceDeleted { topic_id, source, id } => self.delete_source(topic_id, source, id),
             CatalogEntry::TopicPlaced { id, shard } => {
                 self.place_topic(id, shard);
@@ -399,6 +400,15 @@ impl CatalogState {
                 }
                 Applied::Updated(found)
             }
+            CatalogEntry::SourcesApplied { topic_id, generation } => {
+                match self.source_gates.get_mut(&topic_id) {
+                    Some(gate) if gate.generation == generation && !gate.applied => {
+                        gate.applied = true;
+                        Applied::Updated(true)
+                    }
+                    _ => Applied::Updated(false),
+                }
+            }
             // `apply` hands it nothing else.
             _ => Applied::Updated(false),
         }
@@ -408,12 +418,27 @@ impl CatalogState {
     /// ordered subscription's sources hold the keys that moved until it passes it.
     fn open_gate(&mut self, topic_id: TopicId, before: u32) {
         let gate = self.source_gates.entry(topic_id).or_default();
-        *gate = SourceGate { generation: gate.generation + 1, before };
+        *gate = SourceGate { generation: gate.generation + 1, before, applied: false };
     }
 
     /// Topic `topic_id`'s last change of its active count (generation 0: it never changed).
     pub fn source_gate(&self, topic_id: TopicId) -> SourceGate {
         self.source_gates.get(&topic_id).copied().unwrap_or_default()
+    }
+
+    /// The active count source `source` of topic `topic_id` is told when it is attached or
+    /// promoted: the topic's, unless the source gained keys in the last change and a source
+    /// that lost them may not have applied it yet (docs/SOURCES.md, rule 2). Then the count
+    /// before, so that it takes none of the moved keys until the catalog leader's pass tells
+    /// it, after every losing source.
+    pub fn count_for_source(&self, topic_id: TopicId, source: u32) -> u32 {
+        let after = self.active_sources(topic_id);
+        let gate = self.source_gate(topic_id);
+        if !gate.applied && gate.gains(source, after) {
+            gate.before
+        } else {
+            after
+        }
     }
 
     /// Whether subscription `record` passed its topic's last change of its active count: one
@@ -492,11 +517,13 @@ impl CatalogState {
         }));
         // After the sources, whose restated additions and retirements move the gates on: each
         // gate as it stands. None for a topic whose count never changed.
-        entries.extend(
-            self.source_gates
-                .iter()
-                .map(|(topic_id, gate)| CatalogEntry::SourceGate { topic_id: *topic_id, gate: *gate }),
-        );
+        for (topic_id, gate) in &self.source_gates {
+            entries.push(CatalogEntry::SourceGate { topic_id: *topic_id, gate: *gate });
+            if gate.applied {
+                entries
+                    .push(CatalogEntry::SourcesApplied { topic_id: *topic_id, generation: gate.generation });
+            }
+        }
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
         );

@@ -976,7 +976,7 @@ fn a_change_of_the_source_count_gates_ordered_subscriptions_until_they_pass_it()
     assert_eq!(state.gated_subscriptions(topic_id).count(), 0, "no change yet");
 
     assert_eq!(state.apply(CatalogEntry::SourceAdded(source(forwarder(1, 1)))), Applied::Done);
-    assert_eq!(state.source_gate(topic_id), SourceGate { generation: 1, before: 1 });
+    assert_eq!(state.source_gate(topic_id), SourceGate { generation: 1, before: 1, applied: false });
     let gated: Vec<u64> = state.gated_subscriptions(topic_id).map(|record| record.id).collect();
     assert_eq!(gated, [20], "the unordered subscription is never gated");
     let passed = CatalogEntry::SourcesPassed { id: 20, name: "subscription-20".into(), generation: 1 };
@@ -988,7 +988,7 @@ fn a_change_of_the_source_count_gates_ordered_subscriptions_until_they_pass_it()
 
     let retire = CatalogEntry::SourceRetiring { topic_id, source: crate::ids::SourceId::new(1).unwrap() };
     assert_eq!(state.apply(retire), Applied::Updated(true));
-    assert_eq!(state.source_gate(topic_id), SourceGate { generation: 2, before: 2 });
+    assert_eq!(state.source_gate(topic_id), SourceGate { generation: 2, before: 2, applied: false });
     assert_eq!(state.gated_subscriptions(topic_id).count(), 1);
     let old = CatalogEntry::SourcesPassed { id: 20, name: "subscription-20".into(), generation: 1 };
     state.apply(old);
@@ -996,7 +996,8 @@ fn a_change_of_the_source_count_gates_ordered_subscriptions_until_they_pass_it()
 
     let restored = CatalogState::decode(&state.encode()).unwrap();
     assert_eq!(restored, state);
-    let restate = CatalogEntry::SourceGate { topic_id, gate: SourceGate { generation: 2, before: 2 } };
+    let restate =
+        CatalogEntry::SourceGate { topic_id, gate: SourceGate { generation: 2, before: 2, applied: false } };
     let encoded = restate.encode();
     assert_eq!(CatalogEntry::decode(&encoded), Ok(restate));
     for cut in 0..encoded.len() {
@@ -1005,6 +1006,46 @@ fn a_change_of_the_source_count_gates_ordered_subscriptions_until_they_pass_it()
 
     state.apply(CatalogEntry::SubscriptionDeleted { id: 20, name: "subscription-20".into() });
     assert!(state.sources_passed.is_empty(), "a deleted subscription's pass goes with it");
+    state.apply(CatalogEntry::SourcesApplied { topic_id, generation: 2 });
+    assert!(state.source_gates[&topic_id].applied);
     state.apply(CatalogEntry::TopicDeleted { id: topic_id });
     assert!(state.source_gates.is_empty(), "a deleted topic's gate goes with it");
+}
+
+/// Until every source that lost keys in a change applied it (`SourcesApplied`), a source that
+/// gained keys is attached and promoted under the count before, so that two sources never take
+/// one key (docs/SOURCES.md, rule 2); a source that lost keys, or one of a change applied, under
+/// the topic's. The applied mark is of one change: the next opens unapplied, an old one's mark
+/// is not taken, and a checkpoint restates it.
+#[test]
+fn a_source_that_gains_keys_takes_the_new_count_only_once_the_losing_sources_applied_it() {
+    let mut state = CatalogState::default();
+    state.apply(topic(9, 0));
+    let topic_id = TopicId::new(9);
+    assert_eq!(state.count_for_source(topic_id, 0), 1, "never changed");
+    state.apply(CatalogEntry::SourceAdded(source(forwarder(1, 1))));
+    assert_eq!(state.count_for_source(topic_id, 0), 2, "source 0 lost keys");
+    assert_eq!(state.count_for_source(topic_id, 1), 1, "source 1 gained them");
+    let applied = CatalogEntry::SourcesApplied { topic_id, generation: 1 };
+    let encoded = applied.encode();
+    assert_eq!(CatalogEntry::decode(&encoded), Ok(applied.clone()));
+    for cut in 0..encoded.len() {
+        assert!(CatalogEntry::decode(&encoded[..cut]).is_err(), "a cut at {cut} decoded");
+    }
+    assert_eq!(
+        state.apply(CatalogEntry::SourcesApplied { topic_id, generation: 2 }),
+        Applied::Updated(false)
+    );
+    assert_eq!(state.apply(applied.clone()), Applied::Updated(true));
+    assert_eq!(state.count_for_source(topic_id, 1), 2);
+    assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state, "the mark restated");
+
+    let retire = CatalogEntry::SourceRetiring { topic_id, source: crate::ids::SourceId::new(1).unwrap() };
+    state.apply(retire);
+    assert_eq!(state.count_for_source(topic_id, 1), 1, "the retiring source lost keys");
+    assert_eq!(state.count_for_source(topic_id, 0), 2, "source 0 gains them back");
+    assert_eq!(state.apply(applied), Applied::Updated(false), "the change before's mark");
+    assert_eq!(CatalogState::decode(&state.encode()).unwrap(), state, "unapplied restated");
+    state.apply(CatalogEntry::SourcesApplied { topic_id, generation: 2 });
+    assert_eq!(state.count_for_source(topic_id, 0), 1);
 }

@@ -25,11 +25,11 @@ impl CatalogState {
         self.source_units.get(&id).copied().unwrap_or((id, SourceId::FIRST))
     }
 
-    /// Unit `id`'s source number and its topic's active count: what a replica's attach says,
-    /// so that a follower knows the count before it is ever promoted.
+    /// Unit `id`'s source number and the active count it is told (`count_for_source`): what a
+    /// replica's attach says, so that a follower knows the count before it is ever promoted.
     pub fn unit_source_and_active(&self, id: TopicId) -> (SourceId, u32) {
         let (topic_id, source) = self.unit_of(id);
-        (source, self.active_sources(topic_id))
+        (source, self.count_for_source(topic_id, source.get()))
     }
 
     /// Every unit of more than one replica, as `unit_by_id` shows it: the topics in name order,

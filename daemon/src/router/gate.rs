@@ -9,23 +9,12 @@
 
 use super::sources::Unit;
 use super::*;
+use crate::catalog::entry::losing_sources;
 use std::collections::BTreeSet;
 
 /// One unit's answer to `ApplySources`: its source number, its fence, and each subscription's
 /// ack floor on it.
 pub(super) type Answer = (u32, u64, Vec<(u64, u64)>);
-
-/// The sources that lost keys in a change of the active count from `before` to `after`: every
-/// source before an addition (keys move only to the new ones, by the key map's consistency),
-/// the retired ones in a retirement. A source that gained keys never lost any in that change,
-/// so the gate holding messages there never keeps a floor this looks at from rising.
-pub(super) fn losing_sources(before: u32, after: u32) -> std::ops::Range<u32> {
-    if after > before {
-        0..before
-    } else {
-        after..before
-    }
-}
 
 /// Whether subscription `id` passed the change from `before` to `after`: on every source that
 /// lost keys, its ack floor is at or above that source's fence. `answers` are the units that

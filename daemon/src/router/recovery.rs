@@ -44,7 +44,7 @@ impl<S: Storage> Router<S> {
         let attaches: Vec<(ShardId, &TopicRecord)> =
             topics.iter().map(|topic| (topic.shard, topic)).collect();
         try_for_each_concurrent(attaches, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(shard, topic)| async move {
-            let active = self.state.borrow().active_sources(topic.id);
+            let active = self.state.borrow().count_for_source(topic.id, 0);
             self.call_forwarder(
                 shard,
                 ControlRequest::AttachTopic {

@@ -284,8 +284,8 @@ impl<S: Storage> Router<S> {
         Ok(())
     }
 
-    /// Tells the replica of unit `topic` about to lead (or just promoted) its topic's active
-    /// count as this node's catalog holds it, when the topic has several sources: so a
+    /// Tells the replica of unit `topic` about to lead (or just promoted) the active count this
+    /// node's catalog gives it (`count_for_source`), when the topic has several sources: so a
     /// retiring source refuses publishes from its new leader's first on, and an active one
     /// checks its keys. Promotion applies the catalog's count, rather than every change being
     /// sent to every follower: this node applied the entry electing this leader, so every
@@ -295,15 +295,15 @@ impl<S: Storage> Router<S> {
     /// a request per follower per change and pass, and still miss one whose node was away.
     ///
     /// Not for a source being added (`creating`): it keeps the count before until
-    /// `add_sources` tells every unit the new one, source 0 first, so that no two sources
-    /// take a key at once (docs/SOURCES.md, rule 2).
+    /// `add_sources` tells every unit the new one, the sources losing keys first, so that no
+    /// two sources take a key at once (docs/SOURCES.md, rule 2).
     async fn apply_count_to_promoted(&self, topic: &TopicRecord) -> Result<(), ControlError> {
-        let (topic_id, _) = self.state.borrow().unit_of(topic.id);
+        let (topic_id, source) = self.state.borrow().unit_of(topic.id);
         let creating = self.replicas.creating.borrow().contains(&topic.id);
         if creating || self.state.borrow().source_count(topic_id) < 2 {
             return Ok(());
         }
-        let active = self.state.borrow().active_sources(topic_id);
+        let active = self.state.borrow().count_for_source(topic_id, source.get());
         let request = ControlRequest::ApplySources { topic_id: topic.id, active };
         self.call_forwarder(topic.shard, request).await.map(|_| ())
     }

@@ -75,31 +75,23 @@ impl<S: Storage> Router<S> {
         }
         let Ok(_update) = self.update_permit().await else { return };
         for topic_id in self.topics_to_pass() {
-            let active = self.state.borrow().active_sources(topic_id);
             let mut answers = Vec::new();
-            for unit in self.units_of(topic_id) {
-                // The gate first, so that a unit takes a moved key only once it holds it.
-                if self.tell_gate(topic_id, &unit).await.is_err() {
-                    continue;
-                }
-                let request = ControlRequest::ApplySources { topic_id: unit.id, active };
-                let (fence, floors) = match self.call_forwarder(unit.shard, request).await {
-                    Ok(ControlOk::SourcesApplied { fence, floors }) => (fence, floors),
-                    Ok(_) => continue,
-                    Err(error) => {
-                        crate::log_warn!(
-                            "ringpostd: telling source {} of topic {topic_id:x} its active count: {}",
-                            unit.source.get(),
-                            Status::from(error)
-                        );
-                        continue;
-                    }
-                };
-                if unit.source.get() >= active && self.delivered_out(topic_id, fence, &floors) {
-                    self.delete_retired(topic_id, unit).await;
-                }
-                answers.push((unit.source.get(), fence, floors));
+            // A unit that does not answer stops the topic's pass until the next: the units
+            // after it may gain keys it still takes.
+            if let Err(error) = self.tell_count(topic_id, &mut answers).await {
+                crate::log_warn!(
+                    "ringpostd: telling topic {topic_id:x}'s sources their active count: {}",
+                    Status::from(error)
+                );
             }
+            let active = self.state.borrow().active_sources(topic_id);
+            for (unit, fence, floors) in &answers {
+                if unit.source.get() >= active && self.delivered_out(topic_id, *fence, floors) {
+                    self.delete_retired(topic_id, *unit).await;
+                }
+            }
+            let answers: Vec<_> =
+                answers.into_iter().map(|(unit, fence, floors)| (unit.source.get(), fence, floors)).collect();
             self.commit_passes(topic_id, &answers).await;
         }
     }

@@ -22,6 +22,9 @@ pub(super) struct Unit {
     pub shard: ShardId,
 }
 
+/// A unit's answer to `ApplySources`: the unit, its fence and its subscriptions' ack floors.
+pub(super) type UnitAnswer = (Unit, u64, Vec<(u64, u64)>);
+
 /// What serves subscription `record` on `unit`, from its sync point there.
 pub(super) fn attach_subscription(record: &SubscriptionRecord, unit: &Unit) -> ControlRequest {
     ControlRequest::AttachSubscription {
@@ -86,22 +89,50 @@ impl<S: Storage> Router<S> {
     }
 
     /// Tells each of topic `topic_id`'s units its active count as the catalog holds it
-    /// (`ControlRequest::ApplySources`); each answers with its fence and its subscriptions' ack
-    /// floors, by unit.
+    /// (`ControlRequest::ApplySources`), in rule 2's order (`tell_count`); each answers with its
+    /// fence and its subscriptions' ack floors, by unit.
     pub(super) async fn apply_active_sources(
         &self,
         topic_id: TopicId,
-    ) -> Result<Vec<(Unit, u64, Vec<(u64, u64)>)>, ControlError> {
-        let active = self.state.borrow().active_sources(topic_id);
+    ) -> Result<Vec<UnitAnswer>, ControlError> {
         let mut answers = Vec::new();
-        for unit in self.units_of(topic_id) {
+        self.tell_count(topic_id, &mut answers).await?;
+        Ok(answers)
+    }
+
+    /// Tells topic `topic_id`'s units its active count, the sources that lost keys in its last
+    /// change first, and stops at the first that fails: a source that gained keys takes them
+    /// only once no source that lost them takes them any more (docs/SOURCES.md, rule 2). Right
+    /// before the first gaining source, the catalog records the change applied
+    /// (`SourcesApplied`), so that a gaining source attached or promoted later takes the new
+    /// count at once (`CatalogState::count_for_source`). `answers` gets each unit's answer as
+    /// it comes, so that a caller that goes on past a failure still has them.
+    pub(super) async fn tell_count(
+        &self,
+        topic_id: TopicId,
+        answers: &mut Vec<UnitAnswer>,
+    ) -> Result<(), ControlError> {
+        let (active, gate) = {
+            let state = self.state.borrow();
+            (state.active_sources(topic_id), state.source_gate(topic_id))
+        };
+        let mut units = self.units_of(topic_id);
+        units.sort_by_key(|unit| !gate.losing(active).contains(&unit.source.get()));
+        let mut applied = gate.applied;
+        for unit in units {
+            if !applied && gate.gains(unit.source.get(), active) {
+                let entry = CatalogEntry::SourcesApplied { topic_id, generation: gate.generation };
+                self.propose(entry).await?;
+                applied = true;
+            }
             // The gate first: a unit takes a moved key only once it holds it.
             self.tell_gate(topic_id, &unit).await?;
             let request = ControlRequest::ApplySources { topic_id: unit.id, active };
             match self.call_forwarder(unit.shard, request).await? {
                 ControlOk::SourcesApplied { fence, floors } => answers.push((unit, fence, floors)),
                 // A replicated source's leader not promoted yet: it keeps the count as a
-                // follower, and its promotion begins under it.
+                // follower, and its promotion begins under the catalog's
+                // (`apply_count_to_promoted`).
                 ControlOk::Done => {}
                 other => {
                     return Err(ControlError::Unavailable(format!(
@@ -111,7 +142,7 @@ impl<S: Storage> Router<S> {
                 }
             }
         }
-        Ok(answers)
+        Ok(())
     }
 
     /// Topic `topic_id`'s placed units, source 0 first; none once the topic is deleted.
@@ -276,7 +307,7 @@ impl<S: Storage> Router<S> {
                 retention_seconds: topic.message_retention_seconds,
                 recovering: true,
                 source: source.source,
-                active: self.state.borrow().active_sources(topic.id),
+                active: self.state.borrow().count_for_source(topic.id, source.source.get()),
             };
             self.call_forwarder(source.shard, attach).await.map(|_| ()).map_err(|error| {
                 format!(
