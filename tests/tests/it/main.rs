@@ -51,6 +51,7 @@ mod reopen;
 mod replicated_sources;
 mod replication;
 mod resets;
+mod rest;
 mod security;
 mod semantics;
 mod shutdown;
