@@ -34,6 +34,7 @@ mod modack_storm;
 mod monitoring;
 mod nemesis;
 mod netns;
+mod node_client;
 mod operator;
 mod permissions;
 mod pool;

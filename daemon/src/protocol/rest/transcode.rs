@@ -62,6 +62,9 @@ fn query_json(descriptor: &MessageDescriptor, query: &str) -> Result<Vec<u8>, St
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         let (name, value) = (query_decode(name), query_decode(value));
+        if is_system_parameter(&name) {
+            continue;
+        }
         let mut message = descriptor.clone();
         let mut target = &mut object;
         let mut names = name.split('.').peekable();
@@ -99,6 +102,24 @@ fn query_json(descriptor: &MessageDescriptor, query: &str) -> Result<Vec<u8>, St
         }
     }
     serde_json::to_vec(&object).map_err(|error| error.to_string())
+}
+
+/// Whether a query parameter is one of Google's system parameters, which every method takes
+/// and no request message holds (`$alt=json;enum-encoding=int`, as Google's Node client sends):
+/// the answer is JSON whatever they say, enums by name (which clients read as well as numbers).
+fn is_system_parameter(name: &str) -> bool {
+    const SYSTEM_PARAMETERS: [&str; 9] = [
+        "alt",
+        "prettyPrint",
+        "key",
+        "fields",
+        "quotaUser",
+        "access_token",
+        "callback",
+        "upload_protocol",
+        "uploadType",
+    ];
+    name.starts_with('$') || SYSTEM_PARAMETERS.contains(&name)
 }
 
 /// A query's `+` and `%XX` decoded.
@@ -210,6 +231,10 @@ mod tests {
             ("projects/p", 2, "a+b")
         );
         assert!(request_of(&list, b"", &bound, Some("noSuchField=1")).is_err());
+        let system = Some("$alt=json%3Benum-encoding%3Dint&prettyPrint=false&pageSize=3");
+        let request =
+            ListTopicsRequest::decode(request_of(&list, b"", &bound, system).unwrap().as_slice()).unwrap();
+        assert_eq!(request.page_size, 3, "system parameters are no fields");
         let (patch, bound) = route(&table, http::Method::PATCH, "/v1/projects/p/subscriptions/s");
         let body = br#"{"subscription": {"ackDeadlineSeconds": 30}, "updateMask": "ackDeadlineSeconds"}"#;
         let encoded = request_of(&patch, body, &bound, None).unwrap();
