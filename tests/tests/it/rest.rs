@@ -249,3 +249,84 @@ fn the_rest_api_asks_for_the_grpc_apis_tokens() {
         ok(call(&rest, "GET", "/v1/projects/p/topics", None, Some(&root.secret)), "a listing with a token");
     assert_eq!(listed["topics"][0]["name"], json!("projects/p/topics/orders"));
 }
+
+/// curl over TLS to the REST API: its status and its answer's JSON.
+fn curl_tls(
+    ca: &std::path::Path,
+    client: Option<&crate::test_ca::Pair>,
+    method: &str,
+    url: &str,
+    body: &str,
+) -> (u16, Value) {
+    let mut command = std::process::Command::new("curl");
+    command.args(["-s", "--max-time", "20", "-X", method, "--cacert"]).arg(ca);
+    if let Some(client) = client {
+        command.arg("--cert").arg(&client.certificate).arg("--key").arg(&client.key);
+    }
+    if !body.is_empty() {
+        command.args(["-d", body]);
+    }
+    let output = command.args(["-w", "\n%{http_code}", url]).output().expect("running curl");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (json, status) = text.rsplit_once('\n').unwrap_or_else(|| panic!("curl {url}: {text:?}"));
+    let json = serde_json::from_str(json).unwrap_or_else(|error| panic!("curl {url}: {error}: {text:?}"));
+    (status.parse().unwrap_or_else(|_| panic!("curl {url}: {text:?}")), json)
+}
+
+/// With --tls-cert and --tls-key the REST API serves TLS from the gRPC API's files, and a
+/// client certificate the --tls-client-ca signed is a principal, as over gRPC.
+#[test]
+fn the_rest_api_serves_tls_and_client_certificates_are_principals() {
+    use crate::test_ca::TestCa;
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("skipped: curl is not installed");
+        return;
+    }
+    let files = Files::new("rest-tls");
+    let server_ca = TestCa::new(&files.directory, "server-ca");
+    let client_ca = TestCa::new(&files.directory, "client-ca");
+    let root = token("root");
+    let access =
+        AccessFile::new(&files, &access_text(&[&root], &["admin * root", "publisher topic:secure billing"]));
+    let server = server_ca.server();
+    let (certificate, key, client_ca_file) = (
+        server.certificate.display().to_string(),
+        server.key.display().to_string(),
+        client_ca.file.display().to_string(),
+    );
+    let flags = [
+        "--tls-cert",
+        &certificate,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &client_ca_file,
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--rest-listen",
+        "127.0.0.1:0",
+    ];
+    let daemon = daemon_requiring_auth("rest-tls", &access, &flags);
+    let rest = daemon.rest_address.clone().expect("the REST API's address");
+    let ca = &server_ca.file;
+    let topic = format!("https://{rest}/v1/projects/p/topics/secure");
+    let (status, created) = curl_tls(ca, None, "PUT", &format!("{topic}?access_token=ignored"), "");
+    assert_eq!(status, 401, "no token, no certificate: {created}");
+    let mut admin = std::process::Command::new("curl");
+    admin
+        .args(["-sf", "-X", "PUT", "--cacert"])
+        .arg(ca)
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", root.secret));
+    assert!(admin.arg(&topic).output().unwrap().status.success(), "the admin creates the topic over TLS");
+    let billing = client_ca.client("billing", None);
+    let publish = r#"{"messages": [{"data": "YmlsbA=="}]}"#;
+    let (status, published) = curl_tls(ca, Some(&billing), "POST", &format!("{topic}:publish"), publish);
+    assert_eq!(status, 200, "billing may publish: {published}");
+    let (status, read) = curl_tls(ca, Some(&billing), "GET", &topic, "");
+    assert_eq!(
+        (status, &read["error"]["status"]),
+        (403, &json!("PERMISSION_DENIED")),
+        "billing may not read: {read}"
+    );
+}
