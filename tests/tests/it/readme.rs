@@ -2,7 +2,8 @@
 //! preceded by the line `<!-- readme-test -->` is run, every block in the order of the README
 //! against one fresh daemon (as a reader following it would), each line (with its `\`
 //! continuations) through `sh -c` with `ringpost` on the PATH and `RINGPOST_SERVER` pointing
-//! at the daemon. Every line must exit 0; a `ringpost pull` line must say what it prints in a
+//! at the daemon (which serves the REST API too: the README's `127.0.0.1:8086` is replaced by
+//! its address). Every line must exit 0; a `ringpost pull` line must say what it prints in a
 //! comment, `# prints "a", "b"`, and print exactly those messages' data, in that order. A
 //! ```sh block that runs `ringpost` without the marker fails the test, so that no such block is
 //! left untested; blocks of cargo and benchmark scripts carry no marker.

@@ -96,7 +96,6 @@ impl GrpcServer {
     /// Serves the gRPC API on `listener` (bound by the caller, so a taken port fails the
     /// start), on `threads` tokio worker threads pinned to `cpus` (none: unpinned); and the
     /// REST API on `rest`, if given.
-    #[allow(clippy::too_many_arguments)]
     pub fn start(
         listener: std::net::TcpListener,
         rest: Option<std::net::TcpListener>,

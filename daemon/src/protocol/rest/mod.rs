@@ -9,7 +9,8 @@
 //! API's, on one code path, and a service added to the gRPC API gets its REST routes with it.
 //!
 //! It runs on the gRPC API's tokio runtime, with its connection bound, its TLS handshakes and
-//! its idle deadline (`net::grpc::connections`), over HTTP/1.1.
+//! its idle deadline (`net::grpc::connections`), over HTTP/1.1. Its connections count in the
+//! gRPC API's open connections, and its calls in the gRPC API's requests, by method and code.
 
 pub mod routes;
 pub mod transcode;
