@@ -296,5 +296,8 @@ mod tests {
         assert_eq!(route.grpc_path, "/google.pubsub.v1.Publisher/CreateTopic");
         let (route, _) = table.find(&http::Method::GET, "/v1/projects/p/subscriptions").unwrap();
         assert_eq!(route.grpc_path, "/google.pubsub.v1.Subscriber/ListSubscriptions");
+        // Every service's, not only these two: SchemaService's come with its implementation.
+        let (route, _) = table.find(&http::Method::POST, "/v1/projects/p/schemas").unwrap();
+        assert_eq!(route.grpc_path, "/google.pubsub.v1.SchemaService/CreateSchema");
     }
 }
