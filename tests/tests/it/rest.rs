@@ -214,6 +214,14 @@ fn the_rest_api_bounds_a_requests_body() {
     let body = String::from_utf8_lossy(&body).into_owned();
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("REST_REQUEST_BYTES_MAX"), "{body}");
+    // A kept-alive connection is told how long it may wait for its next request.
+    let mut stream = std::net::TcpStream::connect(&rest).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream.write_all(format!("GET {TOPIC} HTTP/1.1\r\nHost: {rest}\r\n\r\n").as_bytes()).unwrap();
+    let mut head = [0u8; 512];
+    let read = stream.read(&mut head).unwrap();
+    let head = String::from_utf8_lossy(&head[..read]).to_ascii_lowercase();
+    assert!(head.contains("keep-alive: timeout=9"), "{head}");
     let started = std::time::Instant::now();
     let (status, body) = send(&rest, "POST", &publish, b"{\"messages\": [", 100, None);
     assert_eq!(status, 408, "{}", String::from_utf8_lossy(&body));

@@ -34,7 +34,10 @@ pub const REST_REQUEST_BYTES_MAX: usize = 16 << 20;
 /// mid-body is answered 408 and its connection closed, rather than holding it.
 pub const REST_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a request's headers may take to arrive (hyper's header read timeout).
+/// How long a request's headers may take to arrive (hyper's header read timeout). hyper counts
+/// it from when it waits for a request, so it is also how long a kept-alive connection waits
+/// for its next one; each answer says so (`Keep-Alive: timeout=`, a second less), so that
+/// clients (Node's fetch among them) stop reusing a connection before it is closed under them.
 pub const REST_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The gRPC API's services, as the REST API calls them.
@@ -246,6 +249,10 @@ fn json_response(http_status: u16, json: Vec<u8>) -> http::Response<Full<Bytes>>
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json; charset=utf-8"),
     );
+    let keep_alive = format!("timeout={}", REST_HEADER_READ_TIMEOUT.as_secs().saturating_sub(1));
+    if let Ok(keep_alive) = http::HeaderValue::from_str(&keep_alive) {
+        response.headers_mut().insert(http::HeaderName::from_static("keep-alive"), keep_alive);
+    }
     response
 }
 
