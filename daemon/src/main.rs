@@ -122,6 +122,10 @@ struct Flags {
     /// emulator's port, so PUBSUB_EMULATOR_HOST=localhost:8085 finds it), or off
     #[argh(option, default = "String::from(ringpost_daemon::protocol::grpc::GRPC_LISTEN_DEFAULT)")]
     grpc_listen: String,
+    /// where Google Cloud Pub/Sub's REST API serves (JSON over HTTP/1.1, on the gRPC API's
+    /// threads and with its TLS and tokens), HOST:PORT, or off (the default)
+    #[argh(option, default = "String::from(\"off\")")]
+    rest_listen: String,
     /// threads of the gRPC API's runtime, on the cores no shard is pinned to (default 2)
     #[argh(option)]
     grpc_threads: Option<usize>,
@@ -245,12 +249,15 @@ struct Flags {
 fn security_settings(
     flags: &Flags,
     listen: SocketAddr,
-    grpc_listen: Option<SocketAddr>,
+    api_listens: [Option<SocketAddr>; 2],
 ) -> (ringpost_daemon::auth::AccessSettings, Option<ringpost_daemon::net::tls::TlsSettings>) {
     use ringpost_daemon::auth::{AccessSettings, Mode};
     use ringpost_daemon::net::tls::{ClientCertificates, TlsSettings};
     let mode = match flags.auth.as_str() {
-        "auto" if listen.ip().is_loopback() && grpc_listen.is_none_or(|grpc| grpc.ip().is_loopback()) => {
+        "auto"
+            if listen.ip().is_loopback()
+                && api_listens.iter().all(|api| api.is_none_or(|api| api.ip().is_loopback())) =>
+        {
             Mode::Off
         }
         "auto" | "required" => Mode::Required,
@@ -751,6 +758,13 @@ fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
                 .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--grpc-listen", 1))),
         ),
     };
+    config.grpc.rest_listen = match flags.rest_listen.as_str() {
+        "off" => None,
+        text => Some(
+            listen_address(text)
+                .unwrap_or_else(|why| usage_error(&why.replacen("--listen", "--rest-listen", 1))),
+        ),
+    };
     config.push_ca_file = flags.push_ca_file.clone();
     config.http_listen = match flags.http_listen.as_str() {
         "off" => None,
@@ -775,7 +789,8 @@ fn config_from_flags(flags: &Flags) -> ringpost_daemon::Config {
         }
         config.grpc.idle_deadline = Duration::from_secs(seconds);
     }
-    (config.access, config.tls) = security_settings(flags, listen, config.grpc.listen);
+    (config.access, config.tls) =
+        security_settings(flags, listen, [config.grpc.listen, config.grpc.rest_listen]);
     config.cluster = cluster_settings(flags, config.access.mode, config.tls.is_some());
     // Checked here as well as at the start, so that --print-config refuses what a start would.
     if let Err(why) = ringpost_daemon::node::check_data_directories(&config.data_dirs) {
@@ -873,6 +888,9 @@ fn announce(
         Some(address) => format!("; Pub/Sub's gRPC API on {address}"),
         None => String::new(),
     };
+    if let Some(address) = daemon.rest_address {
+        grpc.push_str(&format!("; Pub/Sub's REST API on http://{address}"));
+    }
     if let Some(address) = daemon.http_address {
         grpc.push_str(&format!("; metrics on http://{address}/metrics"));
     }
@@ -897,6 +915,9 @@ fn write_ready_file(path: &std::path::Path, daemon: &ringpost_daemon::Daemon) {
     }
     if let Some(http) = daemon.http_address {
         contents.push_str(&format!("http {http}\n"));
+    }
+    if let Some(rest) = daemon.rest_address {
+        contents.push_str(&format!("rest {rest}\n"));
     }
     if let Err(error) = std::fs::write(&temporary, contents).and_then(|_| std::fs::rename(&temporary, path)) {
         ringpost_daemon::log_error!("ringpostd: cannot start: writing {}: {error}", path.display());

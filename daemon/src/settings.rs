@@ -243,6 +243,7 @@ fn effective(
         setting("tls-client-ca", path(&flags.tls_client_ca, "client certificates are not asked for")),
         setting("tls-client-cert", tls_client_cert),
         setting("grpc-listen", text(&flags.grpc_listen)),
+        setting("rest-listen", text(&flags.rest_listen)),
         setting("grpc-threads", number(config.grpc.threads)),
         setting("grpc-idle-deadline-seconds", number(config.grpc.idle_deadline.as_secs())),
         setting("log-level", text(log.0)),

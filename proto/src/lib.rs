@@ -23,3 +23,7 @@ pub mod google {
 }
 
 pub use google::pubsub::v1 as pubsub;
+
+/// The file descriptor set of every proto above and what they import, with their options (the
+/// `google.api.http` annotations among them), as `prost_reflect::DescriptorPool::decode` reads it.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));

@@ -92,6 +92,9 @@ pub struct Daemon {
     /// Where the monitoring endpoint serves (`--http-listen`), when the test asked for it
     /// with `--http-listen 127.0.0.1:0`; kept across restarts as `grpc_address` is.
     pub http_address: Option<String>,
+    /// Where the REST API serves (`--rest-listen`), when the test asked for it with
+    /// `--rest-listen 127.0.0.1:0`; kept across restarts as `grpc_address` is.
+    pub rest_address: Option<String>,
     /// `--listen`: `127.0.0.1:0` (free ports, other ones at each start) unless the test chose
     /// a port (`Daemon::prepare` and `listen_on`), which the router and its forwarders then keep
     /// across restarts.
@@ -134,6 +137,7 @@ impl Daemon {
             env: Vec::new(),
             grpc_address: None,
             http_address: None,
+            rest_address: None,
             listen: "127.0.0.1:0".to_owned(),
             open_files_max: None,
             program: binary("ringpostd"),
@@ -199,6 +203,11 @@ impl Daemon {
                 }
             }
         }
+        if let (Some(index), Some(address)) =
+            (args.iter().position(|arg| arg == "--rest-listen"), &self.rest_address)
+        {
+            args[index + 1] = address.clone();
+        }
         if let Some(limit) = self.open_files_max {
             limit_open_files(&mut command, limit);
         }
@@ -229,6 +238,9 @@ impl Daemon {
                 }
                 if let Some(http) = line.strip_prefix("http ") {
                     self.http_address = Some(http.trim().to_owned());
+                }
+                if let Some(rest) = line.strip_prefix("rest ") {
+                    self.rest_address = Some(rest.trim().to_owned());
                 }
             }
             return Ok(true);

@@ -300,6 +300,8 @@ pub struct Daemon {
     pub forwarder_addresses: Vec<SocketAddr>,
     /// Where the gRPC API serves, when it does.
     pub grpc_address: Option<SocketAddr>,
+    /// Where the REST API serves, when it does.
+    pub rest_address: Option<SocketAddr>,
     grpc: Option<protocol::grpc::GrpcServer>,
     /// Where the monitoring endpoint serves, when it does.
     pub http_address: Option<SocketAddr>,
@@ -403,6 +405,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         forwarders: forwarder_listeners,
         cluster: cluster_listener,
         grpc: grpc_listener,
+        rest: rest_listener,
         http: http_listener,
     } = bind_every_port(&config, forwarder_ports)?;
     // The gRPC gateway's cache of who serves each topic and subscription (`dispatch::routes`);
@@ -465,6 +468,7 @@ pub fn start(config: Config) -> Result<Daemon, String> {
     let grpc = match (grpc_listener, grpc_gateway) {
         (Some((listener, _)), Some(gateway)) => Some(protocol::grpc::GrpcServer::start(
             listener,
+            rest_listener.map(|(listener, _)| listener),
             gateway,
             config.grpc.threads,
             cores_without_a_shard(&config, shards),
@@ -474,12 +478,14 @@ pub fn start(config: Config) -> Result<Daemon, String> {
         _ => None,
     };
     let grpc_address = grpc.as_ref().map(|grpc| grpc.address);
+    let rest_address = grpc.as_ref().and_then(|grpc| grpc.rest_address);
     phase.finish();
     let http_address = http.as_ref().map(|http| http.address);
     Ok(Daemon {
         router_address,
         forwarder_addresses,
         grpc_address,
+        rest_address,
         grpc,
         http_address,
         http,
@@ -560,6 +566,7 @@ struct Listeners {
     forwarders: Vec<(std::net::TcpListener, SocketAddr)>,
     cluster: Option<std::net::TcpListener>,
     grpc: Option<(std::net::TcpListener, SocketAddr)>,
+    rest: Option<(std::net::TcpListener, SocketAddr)>,
     http: Option<(std::net::TcpListener, SocketAddr)>,
 }
 
@@ -585,11 +592,19 @@ fn bind_every_port(config: &Config, forwarder_ports: Vec<u16>) -> Result<Listene
     };
     let grpc =
         config.grpc.listen.map(|address| bind(address, "the gRPC API's port (--grpc-listen)")).transpose()?;
+    if config.grpc.rest_listen.is_some() && config.grpc.listen.is_none() {
+        return Err("the REST API (--rest-listen) runs beside the gRPC API: give --grpc-listen too".into());
+    }
+    let rest = config
+        .grpc
+        .rest_listen
+        .map(|address| bind(address, "the REST API's port (--rest-listen)"))
+        .transpose()?;
     let http = config
         .http_listen
         .map(|address| bind(address, "the monitoring endpoint's port (--http-listen)"))
         .transpose()?;
-    Ok(Listeners { router, forwarders, cluster, grpc, http })
+    Ok(Listeners { router, forwarders, cluster, grpc, rest, http })
 }
 
 /// What the router shard needs in a cluster: its port, and this node's registration as the

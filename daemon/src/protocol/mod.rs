@@ -6,3 +6,5 @@ pub mod native;
 // `grpc` (Google Cloud Pub/Sub's API) runs on a tokio runtime of its own and reaches the shards
 // through `grpc::bridge`.
 pub mod grpc;
+// `rest` (Pub/Sub's REST API) transcodes JSON into calls of `grpc`'s services, on its runtime.
+pub mod rest;

@@ -2,7 +2,8 @@
 //! preceded by the line `<!-- readme-test -->` is run, every block in the order of the README
 //! against one fresh daemon (as a reader following it would), each line (with its `\`
 //! continuations) through `sh -c` with `ringpost` on the PATH and `RINGPOST_SERVER` pointing
-//! at the daemon. Every line must exit 0; a `ringpost pull` line must say what it prints in a
+//! at the daemon (which serves the REST API too: the README's `127.0.0.1:8086` is replaced by
+//! its address). Every line must exit 0; a `ringpost pull` line must say what it prints in a
 //! comment, `# prints "a", "b"`, and print exactly those messages' data, in that order. A
 //! ```sh block that runs `ringpost` without the marker fails the test, so that no such block is
 //! left untested; blocks of cargo and benchmark scripts carry no marker.
@@ -16,6 +17,9 @@ const MARKER: &str = "<!-- readme-test -->";
 /// order, as one bash script (they start daemons in the background and set variables that
 /// later lines use), in an empty folder, with every port they name moved to a free one.
 const CLUSTER_MARKER: &str = "<!-- readme-test cluster -->";
+
+/// The REST API's address in the README's curl lines, replaced by the test daemon's.
+const README_REST_ADDRESS: &str = "127.0.0.1:8086";
 
 /// One command of a block: its text (continuations joined) and the README line it starts on.
 struct Line {
@@ -111,7 +115,11 @@ fn readme_blocks_run_as_written() {
     let marked: Vec<&Block> = blocks.iter().filter(|block| block.marked).collect();
     assert!(marked.len() >= 2, "the quickstart and the subscriptions blocks are marked");
 
-    let daemon = Daemon::start("readme");
+    // The REST API's block names its port as a reader would run it; here it is a free one.
+    let flags = ["--grpc-listen", "127.0.0.1:0", "--rest-listen", "127.0.0.1:0"];
+    let daemon =
+        Daemon::start_with("readme", Vec::new(), flags.iter().map(|flag| (*flag).to_owned()).collect());
+    let rest = daemon.rest_address.clone().expect("the REST API's address");
     let ringpost = binary("ringpost");
     let directory = ringpost.parent().unwrap();
     let path = format!("{}:{}", directory.display(), std::env::var("PATH").unwrap_or_default());
@@ -119,7 +127,7 @@ fn readme_blocks_run_as_written() {
         for line in &block.lines {
             let output = Command::new("sh")
                 .arg("-c")
-                .arg(&line.text)
+                .arg(line.text.replace(README_REST_ADDRESS, &rest))
                 .env("PATH", &path)
                 .env("RINGPOST_SERVER", &daemon.address)
                 .output()

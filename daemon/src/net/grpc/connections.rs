@@ -111,7 +111,7 @@ impl Activity {
     }
 
     /// A call begins; it is open until the returned guard is dropped.
-    fn begin(self: &Arc<Activity>) -> Call {
+    pub fn begin(self: &Arc<Activity>) -> Call {
         self.calls_open.fetch_add(1, Ordering::SeqCst);
         Call { activity: self.clone() }
     }
@@ -145,7 +145,7 @@ impl Activity {
 }
 
 /// One open call of a connection.
-struct Call {
+pub struct Call {
     activity: Arc<Activity>,
 }
 

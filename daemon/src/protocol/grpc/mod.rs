@@ -63,6 +63,9 @@ pub const GRPC_STOP_GRACE: Duration = Duration::from_secs(5);
 pub struct GrpcSettings {
     /// `None`: not served.
     pub listen: Option<SocketAddr>,
+    /// Where the REST API (`protocol::rest`) is served, on the gRPC API's runtime; `None`: not
+    /// at all (`--rest-listen`).
+    pub rest_listen: Option<SocketAddr>,
     /// The tokio runtime's worker threads.
     pub threads: usize,
     /// How long a connection with no call open stays open (`connections::GRPC_IDLE_DEADLINE`).
@@ -71,22 +74,31 @@ pub struct GrpcSettings {
 
 impl Default for GrpcSettings {
     fn default() -> GrpcSettings {
-        GrpcSettings { listen: None, threads: 2, idle_deadline: connections::GRPC_IDLE_DEADLINE }
+        GrpcSettings {
+            listen: None,
+            rest_listen: None,
+            threads: 2,
+            idle_deadline: connections::GRPC_IDLE_DEADLINE,
+        }
     }
 }
 
 /// The gRPC API, serving: its runtime's thread, and how to stop it.
 pub struct GrpcServer {
     pub address: SocketAddr,
+    /// The REST API's address, when it is served.
+    pub rest_address: Option<SocketAddr>,
     stopping: tokio::sync::watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl GrpcServer {
     /// Serves the gRPC API on `listener` (bound by the caller, so a taken port fails the
-    /// start), on `threads` tokio worker threads pinned to `cpus` (none: unpinned).
+    /// start), on `threads` tokio worker threads pinned to `cpus` (none: unpinned); and the
+    /// REST API on `rest`, if given.
     pub fn start(
         listener: std::net::TcpListener,
+        rest: Option<std::net::TcpListener>,
         gateway: Gateway,
         threads: usize,
         cpus: Vec<usize>,
@@ -95,6 +107,18 @@ impl GrpcServer {
     ) -> Result<GrpcServer, String> {
         let address = listener.local_addr().map_err(|error| format!("the gRPC listener: {error}"))?;
         listener.set_nonblocking(true).map_err(|error| format!("the gRPC listener: {error}"))?;
+        let rest_address = rest
+            .as_ref()
+            .map(|rest| {
+                rest.set_nonblocking(true)?;
+                rest.local_addr()
+            })
+            .transpose()
+            .map_err(|error| format!("the REST listener: {error}"))?;
+        let rest_tls = match (&rest, tls) {
+            (Some(_), Some(settings)) => Some(TlsFiles::open(settings, &[b"http/1.1"])?),
+            _ => None,
+        };
         let tls = tls.map(|settings| TlsFiles::open(settings, &[b"h2"])).transpose()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
@@ -107,8 +131,13 @@ impl GrpcServer {
         let (stopping, stopping_receiver) = tokio::sync::watch::channel(false);
         let listener = {
             let _entered = runtime.enter();
-            tokio::net::TcpListener::from_std(listener)
-                .map_err(|error| format!("the gRPC listener: {error}"))?
+            let rest = rest
+                .map(tokio::net::TcpListener::from_std)
+                .transpose()
+                .map_err(|error| format!("the REST listener: {error}"))?;
+            let grpc = tokio::net::TcpListener::from_std(listener)
+                .map_err(|error| format!("the gRPC listener: {error}"))?;
+            Listening { grpc, rest: rest.map(|listener| (listener, rest_tls)) }
         };
         let gateway = Arc::new(gateway);
         let thread = std::thread::Builder::new()
@@ -126,7 +155,7 @@ impl GrpcServer {
                 runtime.shutdown_timeout(Duration::from_millis(100));
             })
             .map_err(|error| format!("starting the gRPC thread: {error}"))?;
-        Ok(GrpcServer { address, stopping, thread: Some(thread) })
+        Ok(GrpcServer { address, rest_address, stopping, thread: Some(thread) })
     }
 
     /// Stops serving: open StreamingPulls end with `UNAVAILABLE` (the clients reconnect), the
@@ -149,8 +178,14 @@ impl Drop for GrpcServer {
     }
 }
 
+/// The API's listeners: gRPC's, and REST's with its TLS, if it is served.
+struct Listening {
+    grpc: tokio::net::TcpListener,
+    rest: Option<(tokio::net::TcpListener, Option<TlsFiles>)>,
+}
+
 async fn serve(
-    listener: tokio::net::TcpListener,
+    listening: Listening,
     gateway: Arc<Gateway>,
     tls: Option<TlsFiles>,
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -170,6 +205,13 @@ async fn serve(
         .add_service(SchemaServiceServer::new(unimplemented::SchemaService))
         .add_service(IamPolicyServer::new(unimplemented::IamPolicyService));
     let budget = budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX);
+    let Listening { grpc: listener, rest } = listening;
+    let rest_serving = rest.map(|(rest, rest_tls)| {
+        // REST calls go through the same counting and budget as gRPC's (`protocol::rest`).
+        use tower_layer::Layer;
+        let services = counting::CountingLayer.layer(budget.layer(routes.clone()));
+        tokio::spawn(crate::protocol::rest::serve(rest, services, rest_tls, stopping.clone(), idle_deadline))
+    });
     // Each connection has a server of its own, sharing the services and the budget, so that it
     // can be closed alone when idle (`connections::serve_each`).
     let server = move |activity| {
@@ -204,6 +246,9 @@ async fn serve(
             })
             .await
         }
+    }
+    if let Some(rest_serving) = rest_serving {
+        let _ = rest_serving.await;
     }
 }
 
