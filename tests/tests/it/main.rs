@@ -51,6 +51,7 @@ mod reopen;
 mod replicated_sources;
 mod replication;
 mod resets;
+mod schemas;
 mod security;
 mod semantics;
 mod shutdown;
