@@ -263,6 +263,11 @@ fn schemas_check_publishes_in_both_encodings_within_revision_bounds_and_survive_
     let shown = grpc.get_topic(pubsub::GetTopicRequest { topic: topic_path("avro-json") }).unwrap();
     assert_eq!(shown.schema_settings.unwrap().schema, "_deleted-schema_");
     refused(publish(&grpc, "avro-json", &[br#"{"n": 4}"#]), Code::InvalidArgument, "a deleted schema");
+
+    // A topic deleted and created again without a schema takes any data at once.
+    grpc.delete_topic(pubsub::DeleteTopicRequest { topic: topic_path("avro-json") }).unwrap();
+    grpc.create_plain_topic("avro-json").unwrap();
+    publish(&grpc, "avro-json", &[b"any data"]).unwrap();
 }
 
 /// ValidateSchema and ValidateMessage need no topic.

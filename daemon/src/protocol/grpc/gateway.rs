@@ -363,6 +363,8 @@ impl Gateway {
     pub fn forget_all(&self) {
         self.routes.forget_all();
         self.sources_cache().clear();
+        // A topic created again under the name must not be checked against the old one's schema.
+        self.schemas_cache().clear();
     }
 }
 

@@ -317,6 +317,8 @@ impl pubsub::publisher_server::Publisher for PublisherService {
             .and_then(Outcome::into_topic)
             .map_err(|status| pubsub_wording(status, &name.name))?;
         let mut shown = convert::topic_out(&name.project, created);
+        // What this node remembered of a topic of the name before (deleted through another node).
+        self.gateway.forget_schemas();
         // Its own entry, after the topic's: a topic without a schema is written as before.
         if settings.is_some() {
             let permission = crate::auth::Permission::TopicsCreate;
