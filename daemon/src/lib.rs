@@ -38,6 +38,7 @@ pub mod replication;
 mod replication_sim_tests;
 pub mod router;
 pub mod runtime;
+pub mod schema;
 pub mod shard;
 #[cfg(test)]
 mod sim_checker;

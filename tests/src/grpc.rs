@@ -9,6 +9,7 @@
 
 pub use ringpost_proto::pubsub;
 use ringpost_proto::pubsub::publisher_client::PublisherClient;
+use ringpost_proto::pubsub::schema_service_client::SchemaServiceClient;
 use ringpost_proto::pubsub::subscriber_client::SubscriberClient;
 use std::future::Future;
 use std::time::Duration;
@@ -35,6 +36,11 @@ pub fn subscription_path(name: &str) -> String {
 /// `projects/test-project/snapshots/{name}`.
 pub fn snapshot_path(name: &str) -> String {
     format!("projects/{PROJECT}/snapshots/{name}")
+}
+
+/// `projects/test-project/schemas/{name}`.
+pub fn schema_path(name: &str) -> String {
+    format!("projects/{PROJECT}/schemas/{name}")
 }
 
 /// `projects/test-project`.
@@ -111,6 +117,10 @@ impl Grpc {
         SubscriberClient::new(self.channel.clone()).max_decoding_message_size(GRPC_RESPONSE_BYTES_MAX)
     }
 
+    pub fn schemas(&self) -> SchemaServiceClient<Channel> {
+        SchemaServiceClient::new(self.channel.clone()).max_decoding_message_size(GRPC_RESPONSE_BYTES_MAX)
+    }
+
     /// `message` as a request carrying this client's token.
     pub fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
@@ -166,6 +176,22 @@ impl Grpc {
     unary!(subscriber, update_snapshot, pubsub::UpdateSnapshotRequest, pubsub::Snapshot);
     unary!(subscriber, delete_snapshot, pubsub::DeleteSnapshotRequest, ());
     unary!(subscriber, seek, pubsub::SeekRequest, pubsub::SeekResponse);
+
+    unary!(schemas, create_schema, pubsub::CreateSchemaRequest, pubsub::Schema);
+    unary!(schemas, get_schema, pubsub::GetSchemaRequest, pubsub::Schema);
+    unary!(schemas, list_schemas, pubsub::ListSchemasRequest, pubsub::ListSchemasResponse);
+    unary!(
+        schemas,
+        list_schema_revisions,
+        pubsub::ListSchemaRevisionsRequest,
+        pubsub::ListSchemaRevisionsResponse
+    );
+    unary!(schemas, commit_schema, pubsub::CommitSchemaRequest, pubsub::Schema);
+    unary!(schemas, rollback_schema, pubsub::RollbackSchemaRequest, pubsub::Schema);
+    unary!(schemas, delete_schema_revision, pubsub::DeleteSchemaRevisionRequest, pubsub::Schema);
+    unary!(schemas, delete_schema, pubsub::DeleteSchemaRequest, ());
+    unary!(schemas, validate_schema, pubsub::ValidateSchemaRequest, pubsub::ValidateSchemaResponse);
+    unary!(schemas, validate_message, pubsub::ValidateMessageRequest, pubsub::ValidateMessageResponse);
 
     // --- Shorthands for the common cases ---------------------------------------------------
 

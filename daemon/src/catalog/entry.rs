@@ -11,6 +11,7 @@
 //! Kinds 1 to 11 are those the catalog wrote before it ran on raft; they are still decoded, for
 //! the one-time import of such a catalog and because some of them are still written.
 
+use super::schemas::{self, SchemaEntry};
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::{NodeId, ShardId, SnapshotId, SourceId, TopicId, SOURCES_PER_TOPIC_MAX};
 
@@ -85,6 +86,7 @@ const KIND_SOURCE_GATE: u8 = 30;
 const GATE_FORM_CHANGE: u8 = 0;
 const GATE_FORM_PASSED: u8 = 1;
 const GATE_FORM_APPLIED: u8 = 2;
+// Kinds 31 to 34 are the schemas' (`catalog::schemas`).
 
 /// A topic's shard in entries written before placement was decided in the entry (kind 2):
 /// the import places those topics once.
@@ -475,6 +477,8 @@ pub enum CatalogEntry {
         topic_id: TopicId,
         generation: u64,
     },
+    /// A schema's revision or deletion, or a topic's schema settings (`SchemaEntry`).
+    Schema(SchemaEntry),
 }
 
 /// A topic's last change of its active count (docs/SOURCES.md, "Key order across a change of
@@ -576,6 +580,7 @@ fn encode_node_registered(node: &NodeRecord) -> Vec<u8> {
 impl CatalogEntry {
     pub fn encode(&self) -> Vec<u8> {
         match self {
+            CatalogEntry::Schema(entry) => entry.encode(),
             CatalogEntry::Boot { count } => Encoder::new(KIND_BOOT).u32(*count).0.clone(),
             CatalogEntry::TopicCreated(topic) => encode_topic_created(topic),
             CatalogEntry::TopicDeleted { id } => Encoder::new(KIND_TOPIC_DELETED).u64(id.get()).0.clone(),
@@ -761,16 +766,7 @@ impl CatalogEntry {
                 message_retention_seconds: d.u64()?,
                 labels: decode_labels_trailer(&mut d)?,
             },
-            KIND_SUBSCRIPTION_UPDATED => {
-                let (id, name, mut settings) = (d.u64()?, non_empty(d.str()?)?, decode_settings(&mut d)?);
-                if !d.is_empty() {
-                    decode_settings_trailer(&mut d, &mut settings)?;
-                    if !d.is_empty() {
-                        settings.push = Some(Box::new(decode_push_ending(&mut d)?));
-                    }
-                }
-                CatalogEntry::SubscriptionUpdated { id, name, settings }
-            }
+            KIND_SUBSCRIPTION_UPDATED => decode_subscription_updated(&mut d)?,
             KIND_TOPIC_PLACED => CatalogEntry::TopicPlaced {
                 id: TopicId::new(d.u64()?),
                 shard: ShardId::from_global(d.u32()?),
@@ -805,6 +801,9 @@ impl CatalogEntry {
             }
             KIND_SOURCE_POLICY_SET => decode_source_policy(&mut d)?,
             KIND_SOURCE_GATE => decode_source_gate(&mut d)?,
+            kind @ schemas::KIND_SCHEMA_COMMITTED..=schemas::KIND_TOPIC_SCHEMA_SET => {
+                CatalogEntry::Schema(SchemaEntry::decode(kind, &mut d)?)
+            }
             _ => return Err("unknown catalog entry kind"),
         };
         if !d.is_empty() {
@@ -812,6 +811,19 @@ impl CatalogEntry {
         }
         Ok(entry)
     }
+}
+
+/// `KIND_SUBSCRIPTION_UPDATED`: the subscription, its settings, and their trailer when a later
+/// field is set.
+fn decode_subscription_updated(d: &mut Decoder) -> DecodeResult<CatalogEntry> {
+    let (id, name, mut settings) = (d.u64()?, non_empty(d.str()?)?, decode_settings(d)?);
+    if !d.is_empty() {
+        decode_settings_trailer(d, &mut settings)?;
+        if !d.is_empty() {
+            settings.push = Some(Box::new(decode_push_ending(d)?));
+        }
+    }
+    Ok(CatalogEntry::SubscriptionUpdated { id, name, settings })
 }
 
 /// A subscription's creation (`KIND_SUBSCRIPTION_CREATED_AT`): its fields, the first
@@ -1294,6 +1306,7 @@ impl std::fmt::Display for CatalogEntry {
                 write!(f, "place topic {id:x} on shard {}", shard.global())
             }
             CatalogEntry::NextId { next_id } => write!(f, "next id {next_id:x}"),
+            CatalogEntry::Schema(entry) => write!(f, "{entry}"),
             CatalogEntry::SnapshotUpdated { id, .. } => write!(f, "update snapshot {id:x}"),
             CatalogEntry::SubscriptionDetached { id, .. } => write!(f, "detach subscription {id:x}"),
             CatalogEntry::NodeRegistered(node) => write!(f, "register node {}", node.node_id),

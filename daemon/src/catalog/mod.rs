@@ -15,6 +15,7 @@ pub mod placement;
 pub mod raft;
 pub mod routing;
 pub mod rt;
+pub mod schemas;
 pub mod standing;
 pub mod state;
 mod status;

@@ -6,6 +6,7 @@ use super::entry::{
     CatalogEntry, NodeRecord, SnapshotRecord, SourceBounds, SourceGate, SourceRecord, SubscriptionRecord,
     TopicRecord,
 };
+use super::schemas::{SchemaEntry, SchemaRecord, SchemaSettings, DELETED_SCHEMA};
 use crate::codec::{DecodeResult, Decoder};
 use crate::ids::{NodeId, ShardId, SourceId, TopicId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -45,6 +46,10 @@ pub struct CatalogState {
     /// The last change of its topic's active count each subscription passed, by subscription
     /// id; one not listed passed none.
     pub sources_passed: BTreeMap<u64, u64>,
+    /// Pub/Sub's schemas, by name.
+    pub schemas: BTreeMap<String, SchemaRecord>,
+    /// The schema settings of the topics that have one; a topic not listed takes any data.
+    pub topic_schemas: BTreeMap<TopicId, SchemaSettings>,
 }
 
 /// The fields that place a unit (a topic's own log, or one of its other sources), as the
@@ -73,6 +78,7 @@ pub enum Applied {
 impl CatalogState {
     pub fn apply(&mut self, entry: CatalogEntry) -> Applied {
         match entry {
+            CatalogEntry::Schema(entry) => self.apply_schema_change(entry),
             CatalogEntry::Boot { count } => {
                 // Ids handed out in boot `count` were `count << 32 | sequence`.
                 self.boot_count = count;
@@ -202,7 +208,58 @@ impl CatalogState {
         }
         self.source_policies.remove(&id);
         self.source_gates.remove(&id);
+        self.topic_schemas.remove(&id);
         Applied::TopicDeleted(removed)
+    }
+
+    /// A schema's revision committed or deleted, a schema deleted, or a topic's schema
+    /// settings set.
+    fn apply_schema_change(&mut self, entry: SchemaEntry) -> Applied {
+        match entry {
+            SchemaEntry::Committed { name, creates: true, revision } => {
+                if self.schemas.contains_key(&name) {
+                    return refused(format!("schema '{name}' exists"));
+                }
+                self.schemas.insert(name.clone(), SchemaRecord { name, revisions: vec![revision] });
+                Applied::Done
+            }
+            SchemaEntry::Committed { name, creates: false, revision } => {
+                let schema = self.schemas.get_mut(&name);
+                let found = schema.is_some_and(|schema| {
+                    let fresh =
+                        !schema.revisions.iter().any(|listed| listed.revision_id == revision.revision_id);
+                    if fresh {
+                        schema.revisions.push(revision);
+                    }
+                    fresh
+                });
+                Applied::Updated(found)
+            }
+            SchemaEntry::RevisionDeleted { name, revision_id } => {
+                let schema = self.schemas.get_mut(&name).filter(|schema| schema.revisions.len() > 1);
+                let found = schema.is_some_and(|schema| {
+                    let before = schema.revisions.len();
+                    schema.revisions.retain(|revision| revision.revision_id != revision_id);
+                    schema.revisions.len() < before
+                });
+                Applied::Updated(found)
+            }
+            SchemaEntry::Deleted { name } => {
+                let found = self.schemas.remove(&name).is_some();
+                for settings in self.topic_schemas.values_mut().filter(|settings| settings.schema == name) {
+                    settings.schema = DELETED_SCHEMA.to_owned();
+                }
+                Applied::Updated(found)
+            }
+            SchemaEntry::TopicSet { topic_id, settings } => {
+                let found = self.topic_names.contains_key(&topic_id);
+                match settings {
+                    Some(settings) if found => self.topic_schemas.insert(topic_id, settings),
+                    _ => self.topic_schemas.remove(&topic_id),
+                };
+                Applied::Updated(found)
+            }
+        }
     }
 
     /// Topic `topic_id`'s sources follow its load within `bounds`, or keep their number
@@ -524,6 +581,24 @@ impl CatalogState {
                     .push(CatalogEntry::SourcesApplied { topic_id: *topic_id, generation: gate.generation });
             }
         }
+        // Each schema's revisions, oldest first; then, after the topics, their settings. None
+        // of either in a catalog without schemas, which is restated in the bytes of the
+        // version before.
+        for schema in self.schemas.values() {
+            entries.extend(schema.revisions.iter().enumerate().map(|(index, revision)| {
+                CatalogEntry::Schema(SchemaEntry::Committed {
+                    name: schema.name.clone(),
+                    creates: index == 0,
+                    revision: revision.clone(),
+                })
+            }));
+        }
+        entries.extend(self.topic_schemas.iter().map(|(topic_id, settings)| {
+            CatalogEntry::Schema(SchemaEntry::TopicSet {
+                topic_id: *topic_id,
+                settings: Some(settings.clone()),
+            })
+        }));
         entries.extend(
             self.subscriptions.values().map(|record| CatalogEntry::SubscriptionCreated((**record).clone())),
         );

@@ -395,6 +395,7 @@ mod recovery;
 mod replicated_sources;
 mod retire;
 pub use retire::SOURCES_PASS_INTERVAL;
+pub mod schemas;
 mod snapshots;
 mod sources;
 pub use crate::api::control::{SourceRoute, SourceRoutes};

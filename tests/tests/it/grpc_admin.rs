@@ -590,7 +590,6 @@ fn bad_names_and_unimplemented_fields_are_refused_by_name_and_store_nothing() {
                 ..topic()
             },
         ),
-        ("schema_settings", pubsub::Topic { schema_settings: Some(Default::default()), ..topic() }),
         (
             "message_storage_policy",
             pubsub::Topic {

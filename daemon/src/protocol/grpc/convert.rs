@@ -138,7 +138,6 @@ pub fn refuse_unsupported_topic_fields(topic: &pubsub::Topic) -> Result<(), Stat
         .is_some_and(|policy| !policy.allowed_persistence_regions.is_empty() || policy.enforce_in_transit);
     refuse_set(&[
         ("kms_key_name", !topic.kms_key_name.is_empty()),
-        ("schema_settings", topic.schema_settings.is_some()),
         ("message_storage_policy", storage_policy_set),
         ("ingestion_data_source_settings", topic.ingestion_data_source_settings.is_some()),
         ("message_transforms", !topic.message_transforms.is_empty()),
@@ -178,6 +177,46 @@ pub fn topic_in(topic: &pubsub::Topic) -> Result<(Name, Topic), Status> {
         source_policy: None,
     };
     Ok((name, request))
+}
+
+/// A topic's schema settings as the catalog keeps them: the schema's own name (in any
+/// project, as every name), the encoding (JSON when unspecified, as Pub/Sub takes it) and the
+/// bounds. `None` when the topic has none.
+pub fn schema_settings_in(
+    settings: Option<&pubsub::SchemaSettings>,
+) -> Result<Option<crate::catalog::schemas::SchemaSettings>, Status> {
+    use crate::catalog::schemas::{SchemaEncoding, SchemaSettings};
+    let Some(settings) = settings else { return Ok(None) };
+    let schema = names::parse("schema_settings.schema", Kind::Schema, &settings.schema)?.name;
+    let encoding = match settings.encoding {
+        0 => SchemaEncoding::Json,
+        number => crate::router::schemas::schema_encoding(number)
+            .ok_or_else(|| Status::invalid_argument("schema_settings.encoding must be JSON or BINARY"))?,
+    };
+    Ok(Some(SchemaSettings {
+        schema,
+        encoding,
+        first_revision_id: settings.first_revision_id.clone(),
+        last_revision_id: settings.last_revision_id.clone(),
+    }))
+}
+
+/// A topic's schema settings as Pub/Sub shows them, the schema named in `project` (or
+/// `_deleted-schema_` once deleted).
+pub fn schema_settings_out(
+    project: &str,
+    settings: &crate::catalog::schemas::SchemaSettings,
+) -> pubsub::SchemaSettings {
+    use crate::catalog::schemas::DELETED_SCHEMA;
+    pubsub::SchemaSettings {
+        schema: match settings.schema.as_str() {
+            DELETED_SCHEMA => DELETED_SCHEMA.to_owned(),
+            schema => names::format(project, Kind::Schema, schema),
+        },
+        encoding: settings.encoding as i32,
+        first_revision_id: settings.first_revision_id.clone(),
+        last_revision_id: settings.last_revision_id.clone(),
+    }
 }
 
 /// A topic as Pub/Sub shows it, named in `project`.
@@ -432,11 +471,10 @@ fn refuse_path(
 }
 
 /// UpdateTopic's updatable fields, as Pub/Sub names them.
-pub const TOPIC_UPDATABLE_FIELDS: [&str; 2] = ["labels", "message_retention_duration"];
+pub const TOPIC_UPDATABLE_FIELDS: [&str; 3] = ["labels", "message_retention_duration", "schema_settings"];
 const TOPIC_IMMUTABLE_FIELDS: [&str; 1] = ["name"];
-const TOPIC_UNSUPPORTED_FIELDS: [&str; 6] = [
+const TOPIC_UNSUPPORTED_FIELDS: [&str; 5] = [
     "kms_key_name",
-    "schema_settings",
     "message_storage_policy",
     "ingestion_data_source_settings",
     "message_transforms",
@@ -452,6 +490,8 @@ pub fn topic_update_in(request: &pubsub::UpdateTopicRequest) -> Result<(Name, To
     for path in mask_paths(request.update_mask.as_ref())? {
         match path.as_str() {
             "labels" => update.labels = Some(labels_in(&topic.labels)),
+            // Kept by the router beside the topic's other settings (`schema_settings_in`).
+            "schema_settings" => {}
             "message_retention_duration" => {
                 let seconds = duration_seconds(
                     "message_retention_duration",

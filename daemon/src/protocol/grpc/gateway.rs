@@ -12,6 +12,7 @@ pub use crate::dispatch::routes::Resource;
 use crate::dispatch::routes::{Owner, Routes, ROUTES_CACHED_MAX};
 use crate::dispatch::{Caller, Door, Kind, Operation, Outcome};
 use crate::router::Router;
+use crate::schema::TopicValidator;
 use crate::shard::Forwarder;
 use crate::storage::dma::DmaStorage;
 use std::collections::HashMap;
@@ -55,7 +56,17 @@ pub struct Gateway {
     sources: Mutex<SourcesCache>,
     /// Turns the sources an unordered publish or a pull starts at, so that none is always last.
     turn: AtomicUsize,
+    /// Each topic's schema, compiled, as the router last said (`topic_schema`).
+    schemas: Mutex<SchemasCache>,
 }
+
+/// What the gateway learnt of each topic's schema, and when.
+type SchemasCache = HashMap<String, (Instant, Option<Arc<TopicValidator>>)>;
+
+/// How long the gateway trusts what it learnt of a topic's schema before asking the router
+/// again: a change of a topic's schema settings made through another node, or a revision
+/// committed since, is checked within it (one made through this node at once).
+pub const GRPC_SCHEMAS_CACHED_MS: u64 = 5_000;
 
 /// What the gateway learnt of each resource's sources, and when (`Gateway::gathered`).
 type SourcesCache = HashMap<Resource, (Instant, Option<Arc<Gathered>>)>;
@@ -103,7 +114,14 @@ impl Gateway {
         forwarders: Vec<ShardCaller<ForwarderShard>>,
         routes: Arc<Routes>,
     ) -> Gateway {
-        Gateway { router, forwarders, routes, sources: Mutex::new(HashMap::new()), turn: AtomicUsize::new(0) }
+        Gateway {
+            router,
+            forwarders,
+            routes,
+            sources: Mutex::new(HashMap::new()),
+            turn: AtomicUsize::new(0),
+            schemas: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The next turn of the gateway's rotation over sources.
@@ -182,6 +200,53 @@ impl Gateway {
             places.push(Place::Elsewhere { owner, carrier });
         }
         Some(Gathered { active: routes.active.clamp(1, places.len() as u32), places })
+    }
+
+    /// Topic `topic`'s schema, compiled, if it has one: what a publish's messages are checked
+    /// against before any is appended. Remembered for `GRPC_SCHEMAS_CACHED_MS`; asked of the
+    /// router (which answers from its catalog, on any node) for who may publish to the topic.
+    pub async fn topic_schema(
+        &self,
+        presented: &Presented,
+        topic: &str,
+    ) -> Result<Option<Arc<TopicValidator>>, Status> {
+        let now = Instant::now();
+        if let Some((learnt, validator)) = self.schemas_cache().get(topic) {
+            if now.duration_since(*learnt) < Duration::from_millis(GRPC_SCHEMAS_CACHED_MS) {
+                return Ok(validator.clone());
+            }
+        }
+        let (presented, name) = (presented.clone(), topic.to_owned());
+        let schema = self
+            .router
+            .try_call(move |shard| async move {
+                presented.check(&shard.access, Kind::Publish, &name)?;
+                match shard.router.topic_schema(&name) {
+                    // No such topic: the publish's own lookup refuses it, in its own words.
+                    Err(error) if error.code() == Code::NotFound => Ok(None),
+                    answer => Ok(Some(answer?)),
+                }
+            })
+            .await?;
+        let Some(schema) = schema else { return Ok(None) };
+        // Compiled here, on the gateway's threads, never on the router shard.
+        let validator =
+            schema.map(|schema| Arc::new(TopicValidator::new(schema.settings, &schema.revisions)));
+        let mut cache = self.schemas_cache();
+        if cache.len() >= ROUTES_CACHED_MAX && !cache.contains_key(topic) {
+            cache.clear();
+        }
+        cache.insert(topic.to_owned(), (now, validator.clone()));
+        Ok(validator)
+    }
+
+    /// Forgets every topic's schema (a schema or a topic's settings changed through this node).
+    pub fn forget_schemas(&self) {
+        self.schemas_cache().clear();
+    }
+
+    fn schemas_cache(&self) -> std::sync::MutexGuard<'_, SchemasCache> {
+        self.schemas.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The cache of sources, held for one look or one change (never across an await).
@@ -298,6 +363,8 @@ impl Gateway {
     pub fn forget_all(&self) {
         self.routes.forget_all();
         self.sources_cache().clear();
+        // A topic created again under the name must not be checked against the old one's schema.
+        self.schemas_cache().clear();
     }
 }
 

@@ -17,6 +17,7 @@ pub mod gateway;
 pub mod names;
 mod publisher;
 pub mod remote;
+mod schemas;
 mod snapshots;
 mod sources;
 pub mod status;
@@ -196,13 +197,14 @@ async fn serve(
     health_reporter.set_serving::<SubscriberServer<subscriber::SubscriberService>>().await;
     let publisher = PublisherServer::new(publisher::PublisherService { gateway: gateway.clone() })
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
+    let schemas = SchemaServiceServer::new(schemas::SchemaService { gateway: gateway.clone() });
     let subscriber =
         SubscriberServer::new(subscriber::SubscriberService { gateway, stopping: stopping.clone() })
             .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX);
     let routes = tonic::service::Routes::new(health)
         .add_service(publisher)
         .add_service(subscriber)
-        .add_service(SchemaServiceServer::new(unimplemented::SchemaService))
+        .add_service(schemas)
         .add_service(IamPolicyServer::new(unimplemented::IamPolicyService));
     let budget = budget::BudgetLayer::new(budget::GRPC_REQUEST_BYTES_ARRIVING_MAX);
     let Listening { grpc: listener, rest } = listening;

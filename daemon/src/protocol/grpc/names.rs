@@ -11,12 +11,13 @@
 use crate::api::control::validate_name;
 use crate::api::Status;
 
-/// The three kinds of resource a name can point at, as Pub/Sub spells their collection.
+/// The kinds of resource a name can point at, as Pub/Sub spells their collection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Topic,
     Subscription,
     Snapshot,
+    Schema,
 }
 
 impl Kind {
@@ -25,6 +26,7 @@ impl Kind {
             Kind::Topic => "topics",
             Kind::Subscription => "subscriptions",
             Kind::Snapshot => "snapshots",
+            Kind::Schema => "schemas",
         }
     }
 
@@ -33,6 +35,7 @@ impl Kind {
             Kind::Topic => "topic",
             Kind::Subscription => "subscription",
             Kind::Snapshot => "snapshot",
+            Kind::Schema => "schema",
         }
     }
 }

@@ -131,7 +131,14 @@ async fn publish(
     presented: Presented,
     request: pubsub::PublishRequest,
 ) -> Result<Vec<String>, Status> {
-    let topic = names::parse("topic", Kind::Topic, &request.topic)?.name;
+    let parsed = names::parse("topic", Kind::Topic, &request.topic)?;
+    let (project, topic) = (parsed.project, parsed.name);
+    let mut request = request;
+    // Every message is checked against the topic's schema before any is appended, so that a
+    // refused publish stores nothing of its request.
+    if let Some(validator) = gateway.topic_schema(&presented, &topic).await? {
+        check_schema(&validator, &project, &mut request.messages)?;
+    }
     let resource = Resource::Topic(topic.clone());
     let kind = crate::dispatch::Kind::Publish;
     if let Some(gathered) = gateway.gathered(&presented, &resource, kind).await? {
@@ -189,6 +196,28 @@ async fn publish(
         }
     }
     Err(Status::unavailable(format!("topic '{topic}' moved while it was published to; retry")))
+}
+
+/// Checks each message against the topic's schema (`validator`), and adds the attributes
+/// Pub/Sub adds to each that matches; refused, INVALID_ARGUMENT as Pub/Sub words it, at the
+/// first that matches no revision.
+fn check_schema(
+    validator: &crate::schema::TopicValidator,
+    project: &str,
+    messages: &mut [pubsub::PubsubMessage],
+) -> Result<(), Status> {
+    let schema_name = match validator.settings.schema.as_str() {
+        crate::catalog::schemas::DELETED_SCHEMA => crate::catalog::schemas::DELETED_SCHEMA.to_owned(),
+        schema => names::format(project, Kind::Schema, schema),
+    };
+    let mut matched = Vec::with_capacity(messages.len());
+    for message in messages.iter() {
+        matched.push(validator.check(&message.data).map_err(Status::invalid_argument)?.to_owned());
+    }
+    for (message, revision_id) in messages.iter_mut().zip(matched) {
+        message.attributes.extend(validator.attributes(&schema_name, &revision_id));
+    }
+    Ok(())
 }
 
 impl OwnedPublish {
@@ -277,13 +306,32 @@ impl pubsub::publisher_server::Publisher for PublisherService {
     async fn create_topic(&self, request: Request<pubsub::Topic>) -> Result<Response<pubsub::Topic>, Status> {
         let presented = Presented::of(&request);
         let (name, topic) = convert::topic_in(request.get_ref())?;
+        let settings = convert::schema_settings_in(request.get_ref().schema_settings.as_ref())?;
+        if let Some(settings) = &settings {
+            super::schemas::check_topic_schema(&self.gateway, &presented, settings).await?;
+        }
         let created = self
             .gateway
             .execute(&presented, Operation::CreateTopic(topic))
             .await
             .and_then(Outcome::into_topic)
             .map_err(|status| pubsub_wording(status, &name.name))?;
-        Ok(Response::new(convert::topic_out(&name.project, created)))
+        let mut shown = convert::topic_out(&name.project, created);
+        // What this node remembered of a topic of the name before (deleted through another node).
+        self.gateway.forget_schemas();
+        // Its own entry, after the topic's: a topic without a schema is written as before.
+        if settings.is_some() {
+            let permission = crate::auth::Permission::TopicsCreate;
+            super::schemas::set_topic_schema(&self.gateway, &presented, permission, &name.name, settings)
+                .await?;
+            super::schemas::show_topic_schemas(
+                &self.gateway,
+                &name.project,
+                std::slice::from_mut(&mut shown),
+            )
+            .await?;
+        }
+        Ok(Response::new(shown))
     }
 
     async fn update_topic(
@@ -292,13 +340,30 @@ impl pubsub::publisher_server::Publisher for PublisherService {
     ) -> Result<Response<pubsub::Topic>, Status> {
         let presented = Presented::of(&request);
         let (name, update) = convert::topic_update_in(request.get_ref())?;
+        let masked = request.get_ref().update_mask.as_ref();
+        if masked.is_some_and(|mask| mask.paths.iter().any(|path| path == "schema_settings")) {
+            let given = request.get_ref().topic.as_ref().and_then(|topic| topic.schema_settings.as_ref());
+            let settings = convert::schema_settings_in(given)?;
+            let permission = crate::auth::Permission::TopicsUpdate;
+            super::schemas::set_topic_schema(&self.gateway, &presented, permission, &name.name, settings)
+                .await
+                .map_err(|status| match status.code() {
+                    tonic::Code::NotFound if status.message().contains("topic") => {
+                        Status::not_found(format!("Resource not found (resource={}).", name.name))
+                    }
+                    _ => status,
+                })?;
+        }
         let updated = self
             .gateway
             .execute(&presented, Operation::UpdateTopic(update))
             .await
             .and_then(Outcome::into_topic)
             .map_err(|status| pubsub_wording(status, &name.name))?;
-        Ok(Response::new(convert::topic_out(&name.project, updated)))
+        let mut shown = convert::topic_out(&name.project, updated);
+        super::schemas::show_topic_schemas(&self.gateway, &name.project, std::slice::from_mut(&mut shown))
+            .await?;
+        Ok(Response::new(shown))
     }
 
     async fn publish(
@@ -322,7 +387,10 @@ impl pubsub::publisher_server::Publisher for PublisherService {
             .await
             .and_then(Outcome::into_topic)
             .map_err(|status| pubsub_wording(status, &name.name))?;
-        Ok(Response::new(convert::topic_out(&name.project, found)))
+        let mut shown = convert::topic_out(&name.project, found);
+        super::schemas::show_topic_schemas(&self.gateway, &name.project, std::slice::from_mut(&mut shown))
+            .await?;
+        Ok(Response::new(shown))
     }
 
     async fn list_topics(
@@ -338,10 +406,10 @@ impl pubsub::publisher_server::Publisher for PublisherService {
             .execute(&presented, Operation::ListTopics(list))
             .await
             .and_then(Outcome::into_topics)?;
-        Ok(Response::new(pubsub::ListTopicsResponse {
-            topics: page.items.into_iter().map(|topic| convert::topic_out(&project, topic)).collect(),
-            next_page_token: page.next_page_token,
-        }))
+        let mut topics: Vec<pubsub::Topic> =
+            page.items.into_iter().map(|topic| convert::topic_out(&project, topic)).collect();
+        super::schemas::show_topic_schemas(&self.gateway, &project, &mut topics).await?;
+        Ok(Response::new(pubsub::ListTopicsResponse { topics, next_page_token: page.next_page_token }))
     }
 
     async fn list_topic_subscriptions(

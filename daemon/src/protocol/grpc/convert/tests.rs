@@ -69,10 +69,6 @@ fn a_topic_maps_in_and_out_and_unsupported_fields_are_refused_by_name() {
     for (field, topic) in [
         ("kms_key_name", pubsub::Topic { kms_key_name: "k".into(), ..Default::default() }),
         (
-            "schema_settings",
-            pubsub::Topic { schema_settings: Some(Default::default()), ..Default::default() },
-        ),
-        (
             "message_storage_policy",
             pubsub::Topic { message_storage_policy: Some(storage), ..Default::default() },
         ),

@@ -1,0 +1,449 @@
+//! `google.pubsub.v1.SchemaService`: schemas and their revisions, kept in the catalog by the
+//! router (`router::schemas`), and checks of a schema or a message that need no catalog.
+//!
+//! Pub/Sub's permissions of schemas (`pubsub.schemas.*`) have no counterpart in the access
+//! file yet: reading a schema needs `pubsub.topics.get` on its name, changing one
+//! `pubsub.topics.create`, listing them `pubsub.topics.list`. A change is decided by the
+//! catalog's leader: on a node that does not lead it is refused (the door does not carry
+//! these calls yet).
+
+use super::convert;
+use super::credentials::Presented;
+use super::gateway::Gateway;
+use super::names::{self, Kind};
+use crate::api::Status as DomainStatus;
+use crate::auth::Permission;
+use crate::catalog::schemas::{
+    SchemaEncoding, SchemaRecord, SchemaRevision, SchemaSettings as CatalogSchemaSettings, SchemaType,
+};
+use crate::router::{ControlError, Router};
+use crate::schema::Compiled;
+use crate::storage::dma::DmaStorage;
+use ringpost_proto::pubsub;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// How many revisions a ListSchemaRevisions page shows when it asks none (Pub/Sub's default
+/// page of lists).
+const REVISIONS_PAGE_DEFAULT: usize = 100;
+
+pub struct SchemaService {
+    pub gateway: Arc<Gateway>,
+}
+
+/// Runs `work` on the router shard for whom `presented` authenticates, once it holds
+/// `permission` on `name`.
+async fn on_router<R, F, Fut>(
+    gateway: &Gateway,
+    presented: &Presented,
+    permission: Permission,
+    name: &str,
+    work: F,
+) -> Result<R, Status>
+where
+    R: Send + 'static,
+    F: FnOnce(Rc<Router<DmaStorage>>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, ControlError>> + 'static,
+{
+    let (presented, name) = (presented.clone(), name.to_owned());
+    let answer = gateway
+        .router
+        .try_call(move |shard| async move {
+            let session = presented.session(&shard.access)?;
+            shard.access.check(&session, permission, &name)?;
+            work(shard.router.clone()).await.map_err(DomainStatus::from)
+        })
+        .await;
+    Ok(answer?)
+}
+
+/// A schema's name and, after `@`, the revision it names (Pub/Sub's `name@revision_id`).
+fn schema_name(field: &str, text: &str) -> Result<(names::Name, Option<String>), Status> {
+    let (name, revision) = match text.split_once('@') {
+        Some((name, revision)) => (name, Some(revision.to_owned())),
+        None => (text, None),
+    };
+    Ok((names::parse(field, Kind::Schema, name)?, revision))
+}
+
+/// A schema's type as Pub/Sub numbers it.
+fn schema_type_in(number: i32) -> Result<SchemaType, Status> {
+    u8::try_from(number)
+        .ok()
+        .and_then(SchemaType::from_number)
+        .ok_or_else(|| Status::invalid_argument("schema.type must be PROTOCOL_BUFFER or AVRO"))
+}
+
+/// A message encoding as Pub/Sub numbers it.
+pub fn encoding_in(field: &str, number: i32) -> Result<SchemaEncoding, Status> {
+    crate::router::schemas::schema_encoding(number)
+        .ok_or_else(|| Status::invalid_argument(format!("{field} must be JSON or BINARY")))
+}
+
+/// A revision of a schema as Pub/Sub shows it: BASIC leaves the definition out.
+fn schema_out(project: &str, name: &str, revision: &SchemaRevision, full: bool) -> pubsub::Schema {
+    pubsub::Schema {
+        name: names::format(project, Kind::Schema, name),
+        r#type: revision.schema_type as i32,
+        definition: if full { revision.definition.clone() } else { String::new() },
+        revision_id: revision.revision_id.clone(),
+        revision_create_time: Some(convert::timestamp(revision.created_ms)),
+    }
+}
+
+/// Whether `view` asks the definition; `default_full` when it is unspecified.
+fn full_view(view: i32, default_full: bool) -> bool {
+    match pubsub::SchemaView::try_from(view) {
+        Ok(pubsub::SchemaView::Basic) => false,
+        Ok(pubsub::SchemaView::Full) => true,
+        _ => default_full,
+    }
+}
+
+/// The revision of `schema` a name names, or its newest.
+fn revision_named<'a>(
+    schema: &'a SchemaRecord,
+    revision: Option<&str>,
+) -> Result<&'a SchemaRevision, Status> {
+    match revision {
+        None => Ok(schema.latest()),
+        Some(revision_id) => {
+            schema.revisions.iter().find(|revision| revision.revision_id == revision_id).ok_or_else(|| {
+                Status::not_found(format!("Resource not found (resource={}@{revision_id}).", schema.name))
+            })
+        }
+    }
+}
+
+/// A schema given in a request: its type and definition, checked.
+fn schema_in(schema: Option<&pubsub::Schema>) -> Result<(SchemaType, String), Status> {
+    let schema = schema.ok_or_else(|| Status::invalid_argument("schema is required"))?;
+    Ok((schema_type_in(schema.r#type)?, schema.definition.clone()))
+}
+
+#[tonic::async_trait]
+impl pubsub::schema_service_server::SchemaService for SchemaService {
+    async fn create_schema(
+        &self,
+        request: Request<pubsub::CreateSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
+        let presented = Presented::of(&request);
+        let request = request.into_inner();
+        let project = names::parse_project("parent", &request.parent)?;
+        let id = match request.schema_id.is_empty() {
+            false => request.schema_id.clone(),
+            // The schema's own name, when the request names it there.
+            true => request
+                .schema
+                .as_ref()
+                .map(|schema| schema.name.rsplit('/').next().unwrap_or("").to_owned())
+                .unwrap_or_default(),
+        };
+        let name = names::parse("schema_id", Kind::Schema, &names::format(&project, Kind::Schema, &id))?.name;
+        let (schema_type, definition) = schema_in(request.schema.as_ref())?;
+        let wanted = name.clone();
+        let created =
+            on_router(&self.gateway, &presented, Permission::TopicsCreate, &name, move |router| async move {
+                router.create_schema(&wanted, schema_type, &definition).await
+            })
+            .await
+            .map_err(|status| match status.code() {
+                tonic::Code::AlreadyExists => {
+                    Status::already_exists(format!("Resource already exists in the project (resource={id})."))
+                }
+                _ => status,
+            })?;
+        Ok(Response::new(schema_out(&project, &created.name, created.latest(), true)))
+    }
+
+    async fn get_schema(
+        &self,
+        request: Request<pubsub::GetSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
+        let presented = Presented::of(&request);
+        let (name, revision) = schema_name("name", &request.get_ref().name)?;
+        let full = full_view(request.get_ref().view, true);
+        let wanted = name.name.clone();
+        let schema = on_router(
+            &self.gateway,
+            &presented,
+            Permission::TopicsGet,
+            &name.name,
+            move |router| async move { router.schema(&wanted) },
+        )
+        .await
+        .map_err(|status| not_found_wording(status, &name.name))?;
+        let revision = revision_named(&schema, revision.as_deref())?;
+        Ok(Response::new(schema_out(&name.project, &schema.name, revision, full)))
+    }
+
+    async fn list_schemas(
+        &self,
+        request: Request<pubsub::ListSchemasRequest>,
+    ) -> Result<Response<pubsub::ListSchemasResponse>, Status> {
+        let presented = Presented::of(&request);
+        let request = request.into_inner();
+        let project = names::parse_project("parent", &request.parent)?;
+        let page_size = convert::unsigned("page_size", request.page_size)?;
+        let page_token = request.page_token;
+        let presented_here = presented.clone();
+        let page = self
+            .gateway
+            .router
+            .try_call(move |shard| async move {
+                let session = presented_here.session(&shard.access)?;
+                let visible = |name: &str| shard.access.allows(&session, Permission::TopicsList, name);
+                Ok(shard.router.list_schemas(page_size, &page_token, visible))
+            })
+            .await?;
+        let full = full_view(request.view, false);
+        Ok(Response::new(pubsub::ListSchemasResponse {
+            schemas: page
+                .items
+                .iter()
+                .map(|schema| schema_out(&project, &schema.name, schema.latest(), full))
+                .collect(),
+            next_page_token: page.next_page_token,
+        }))
+    }
+
+    async fn list_schema_revisions(
+        &self,
+        request: Request<pubsub::ListSchemaRevisionsRequest>,
+    ) -> Result<Response<pubsub::ListSchemaRevisionsResponse>, Status> {
+        let presented = Presented::of(&request);
+        let request = request.into_inner();
+        let name = names::parse("name", Kind::Schema, &request.name)?;
+        let wanted = name.name.clone();
+        let schema = on_router(
+            &self.gateway,
+            &presented,
+            Permission::TopicsGet,
+            &name.name,
+            move |router| async move { router.schema(&wanted) },
+        )
+        .await
+        .map_err(|status| not_found_wording(status, &name.name))?;
+        let size = match convert::unsigned("page_size", request.page_size)? {
+            0 => REVISIONS_PAGE_DEFAULT,
+            size => size as usize,
+        };
+        // Newest first, as Pub/Sub lists them; a page's token is the last revision it showed.
+        let newest_first = schema.revisions.iter().rev();
+        let after_token: Vec<&SchemaRevision> = match request.page_token.is_empty() {
+            true => newest_first.collect(),
+            false => newest_first
+                .skip_while(|revision| revision.revision_id != request.page_token)
+                .skip(1)
+                .collect(),
+        };
+        let full = full_view(request.view, false);
+        let shown = &after_token[..after_token.len().min(size)];
+        let next_page_token = match after_token.len() > size {
+            true => shown.last().map(|revision| revision.revision_id.clone()).unwrap_or_default(),
+            false => String::new(),
+        };
+        Ok(Response::new(pubsub::ListSchemaRevisionsResponse {
+            schemas: shown
+                .iter()
+                .map(|revision| schema_out(&name.project, &schema.name, revision, full))
+                .collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn commit_schema(
+        &self,
+        request: Request<pubsub::CommitSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
+        let presented = Presented::of(&request);
+        let request = request.into_inner();
+        let name = names::parse("name", Kind::Schema, &request.name)?;
+        let (schema_type, definition) = schema_in(request.schema.as_ref())?;
+        let wanted = name.name.clone();
+        let schema = on_router(
+            &self.gateway,
+            &presented,
+            Permission::TopicsCreate,
+            &name.name,
+            move |router| async move { router.commit_schema(&wanted, schema_type, &definition).await },
+        )
+        .await
+        .map_err(|status| not_found_wording(status, &name.name))?;
+        Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
+    }
+
+    async fn rollback_schema(
+        &self,
+        request: Request<pubsub::RollbackSchemaRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
+        let presented = Presented::of(&request);
+        let request = request.into_inner();
+        let name = names::parse("name", Kind::Schema, &request.name)?;
+        if request.revision_id.is_empty() {
+            return Err(Status::invalid_argument("revision_id is required"));
+        }
+        let (wanted, revision_id) = (name.name.clone(), request.revision_id);
+        let schema = on_router(
+            &self.gateway,
+            &presented,
+            Permission::TopicsCreate,
+            &name.name,
+            move |router| async move { router.rollback_schema(&wanted, &revision_id).await },
+        )
+        .await?;
+        Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
+    }
+
+    async fn delete_schema_revision(
+        &self,
+        request: Request<pubsub::DeleteSchemaRevisionRequest>,
+    ) -> Result<Response<pubsub::Schema>, Status> {
+        let presented = Presented::of(&request);
+        let request = request.into_inner();
+        #[allow(deprecated)]
+        let given = request.revision_id;
+        let (name, named) = schema_name("name", &request.name)?;
+        let revision_id = named.or((!given.is_empty()).then_some(given)).ok_or_else(|| {
+            Status::invalid_argument("the revision to delete is required: name@revision_id")
+        })?;
+        let wanted = name.name.clone();
+        let schema = on_router(
+            &self.gateway,
+            &presented,
+            Permission::TopicsCreate,
+            &name.name,
+            move |router| async move { router.delete_schema_revision(&wanted, &revision_id).await },
+        )
+        .await?;
+        Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
+    }
+
+    async fn delete_schema(
+        &self,
+        request: Request<pubsub::DeleteSchemaRequest>,
+    ) -> Result<Response<()>, Status> {
+        let presented = Presented::of(&request);
+        let name = names::parse("name", Kind::Schema, &request.get_ref().name)?;
+        let wanted = name.name.clone();
+        on_router(
+            &self.gateway,
+            &presented,
+            Permission::TopicsCreate,
+            &name.name,
+            move |router| async move { router.delete_schema(&wanted).await },
+        )
+        .await
+        .map_err(|status| not_found_wording(status, &name.name))?;
+        // Topics' cached schemas go with it at once on this node (`Gateway::topic_schema`).
+        self.gateway.forget_schemas();
+        Ok(Response::new(()))
+    }
+
+    async fn validate_schema(
+        &self,
+        request: Request<pubsub::ValidateSchemaRequest>,
+    ) -> Result<Response<pubsub::ValidateSchemaResponse>, Status> {
+        names::parse_project("parent", &request.get_ref().parent)?;
+        let (schema_type, definition) = schema_in(request.get_ref().schema.as_ref())?;
+        Compiled::new(schema_type, &definition).map_err(Status::invalid_argument)?;
+        Ok(Response::new(pubsub::ValidateSchemaResponse {}))
+    }
+
+    async fn validate_message(
+        &self,
+        request: Request<pubsub::ValidateMessageRequest>,
+    ) -> Result<Response<pubsub::ValidateMessageResponse>, Status> {
+        use pubsub::validate_message_request::SchemaSpec;
+        let presented = Presented::of(&request);
+        let request = request.into_inner();
+        names::parse_project("parent", &request.parent)?;
+        let encoding = encoding_in("encoding", request.encoding)?;
+        let (schema_type, definition) = match request.schema_spec {
+            Some(SchemaSpec::Schema(schema)) => schema_in(Some(&schema))?,
+            Some(SchemaSpec::Name(text)) => {
+                let (name, revision) = schema_name("name", &text)?;
+                let wanted = name.name.clone();
+                let schema = on_router(
+                    &self.gateway,
+                    &presented,
+                    Permission::TopicsGet,
+                    &name.name,
+                    move |router| async move { router.schema(&wanted) },
+                )
+                .await
+                .map_err(|status| not_found_wording(status, &name.name))?;
+                let revision = revision_named(&schema, revision.as_deref())?;
+                (revision.schema_type, revision.definition.clone())
+            }
+            None => return Err(Status::invalid_argument("name or schema is required")),
+        };
+        let compiled = Compiled::new(schema_type, &definition).map_err(Status::invalid_argument)?;
+        compiled
+            .check(encoding, &request.message)
+            .map_err(|why| Status::invalid_argument(format!("Invalid data in message: {why}")))?;
+        Ok(Response::new(pubsub::ValidateMessageResponse {}))
+    }
+}
+
+/// Pub/Sub's wording for a schema not found.
+fn not_found_wording(status: Status, name: &str) -> Status {
+    match status.code() {
+        tonic::Code::NotFound => Status::not_found(format!("Resource not found (resource={name}).")),
+        _ => status,
+    }
+}
+
+// --- Topics' schema settings, for the Publisher's handlers ----------------------------------
+
+/// Refuses `settings` unless they name a schema and revisions it has (before a topic is
+/// created with them, so that a refusal creates nothing).
+pub(super) async fn check_topic_schema(
+    gateway: &Gateway,
+    presented: &Presented,
+    settings: &CatalogSchemaSettings,
+) -> Result<(), Status> {
+    let settings = settings.clone();
+    let name = settings.schema.clone();
+    on_router(gateway, presented, Permission::TopicsGet, &name, move |router| async move {
+        router.check_schema_settings(&settings)
+    })
+    .await
+}
+
+/// Sets topic `topic`'s schema settings (`None`: clears them), for who holds `permission` on it.
+pub(super) async fn set_topic_schema(
+    gateway: &Gateway,
+    presented: &Presented,
+    permission: Permission,
+    topic: &str,
+    settings: Option<CatalogSchemaSettings>,
+) -> Result<(), Status> {
+    let name = topic.to_owned();
+    let answer = on_router(gateway, presented, permission, topic, move |router| async move {
+        router.set_topic_schema(&name, settings).await
+    })
+    .await;
+    gateway.forget_schemas();
+    answer
+}
+
+/// Shows each of `topics`' schema settings (named in `project`), where it has any.
+pub(super) async fn show_topic_schemas(
+    gateway: &Gateway,
+    project: &str,
+    topics: &mut [pubsub::Topic],
+) -> Result<(), Status> {
+    let names: Vec<String> =
+        topics.iter().map(|topic| topic.name.rsplit('/').next().unwrap_or_default().to_owned()).collect();
+    let settings = gateway
+        .router
+        .try_call(move |shard| async move { Ok(shard.router.topics_schema_settings(&names)) })
+        .await?;
+    for (topic, settings) in topics.iter_mut().zip(settings) {
+        topic.schema_settings = settings.map(|settings| convert::schema_settings_out(project, &settings));
+    }
+    Ok(())
+}
