@@ -3,15 +3,19 @@
 //! so the compiler checks the layouts match — but take each message's data, ack id and ordering
 //! key from buffers the server already holds: a delivery then costs no allocation and at most one
 //! copy (into the frame; none when the frame is gathered, see [`gather`](crate::gather)) instead
-//! of two. Clients read the frame as a `PullResponse`, as ever.
+//! of two. Clients read the frame as a `PullResponse`, as ever. The publish response has a twin
+//! too ([`PublishResponseRange`]), written from the range of ids a publish was given.
 
-use crate::messages::{ArchivedAttribute, ArchivedPullResponse, ArchivedReceivedMessage};
+use crate::messages::{
+    ArchivedAttribute, ArchivedPublishResponse, ArchivedPullResponse, ArchivedReceivedMessage,
+};
 use rkyv::munge::munge;
 use rkyv::rancor::{Fallible, Source};
-use rkyv::ser::{Allocator, Writer};
+use rkyv::ser::{Allocator, Writer, WriterExt};
 use rkyv::string::{ArchivedString, StringResolver};
 use rkyv::vec::{ArchivedVec, VecResolver};
-use rkyv::{Archive, Place, Serialize, SerializeUnsized};
+use rkyv::{Archive, Archived, Place, Serialize, SerializeUnsized};
+use std::ops::Range;
 
 /// A `&str` archived as a `String`.
 #[derive(Debug, Clone, Copy)]
@@ -194,5 +198,48 @@ impl PullResponseRef<'_> {
                         .sum::<usize>()
             })
             .sum::<usize>()
+    }
+}
+
+/// A publish's answer written straight from the range of ids its messages were given: the same
+/// bytes as a [`PublishResponse`](crate::messages::PublishResponse) of those ids (it uses its
+/// archived type), without a vector of them built first. A one-message publish's answer then
+/// costs the shard no allocation but its frame's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishResponseRange(pub Range<u64>);
+
+impl PublishResponseRange {
+    /// How many ids the answer carries (none for an empty or reversed range).
+    pub fn len(&self) -> usize {
+        self.0.end.saturating_sub(self.0.start) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Archive for PublishResponseRange {
+    type Archived = ArchivedPublishResponse;
+    type Resolver = VecResolver;
+
+    fn resolve(&self, resolver: VecResolver, out: Place<ArchivedPublishResponse>) {
+        munge!(let ArchivedPublishResponse { message_ids } = out);
+        ArchivedVec::<Archived<u64>>::resolve_from_len(self.len(), resolver, message_ids);
+    }
+}
+
+impl<S: Fallible + Writer + ?Sized> Serialize<S> for PublishResponseRange {
+    fn serialize(&self, serializer: &mut S) -> Result<VecResolver, S::Error> {
+        // As `ArchivedVec::serialize_from_slice` writes a slice of ids: aligned once, then each
+        // id's archived bytes one after the other.
+        let position = serializer.align_for::<Archived<u64>>()?;
+        for id in self.0.clone() {
+            // SAFETY: a `u64`'s resolver is `()`, the one its `serialize` returns; the writer
+            // is aligned for an archived `u64` by `align_for` above, and stays so after each
+            // one, whose size is a multiple of its alignment.
+            unsafe { serializer.resolve_aligned(&id, ())? };
+        }
+        Ok(VecResolver::from_pos(position))
     }
 }

@@ -339,7 +339,9 @@ mod tables {
 
 mod round_trips {
     use super::*;
-    use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
+    use ringpost_wire::borrowed::{
+        AttributeRef, BytesRef, PublishResponseRange, PullResponseRef, ReceivedMessageRef, StrRef,
+    };
 
     /// The borrowed twin of `owned`, as the server builds it from the batches it read.
     fn borrowed(owned: &PullResponse) -> PullResponseRef<'_> {
@@ -382,6 +384,24 @@ mod round_trips {
             let frame = encode_frame(Command::Pull.code(), FLAG_RESPONSE, 5, &borrowed(&owned));
             assert_eq!(&frame[..], &expected[..], "{count} messages");
             let decoded: PullResponse = decode_body(&body_of(&frame)).unwrap();
+            assert_eq!(decoded, owned);
+        }
+    }
+
+    /// A publish response written from its range of ids is the same bytes as one of a vector of
+    /// them, and reads back as it: empty, one id (a one-message publish), many, ids with a
+    /// source in their high bits, and the last ids there are.
+    #[test]
+    fn a_publish_response_from_a_range_encodes_to_the_same_bytes() {
+        let high = 5u64 << 48;
+        for ids in [0..0, 7..8, 0..1, 0..1000, high + 41..high + 44, u64::MAX - 3..u64::MAX] {
+            let owned = PublishResponse { message_ids: ids.clone().collect() };
+            let expected = encode_frame(Command::Publish.code(), FLAG_RESPONSE, 6, &owned);
+            let range = PublishResponseRange(ids.clone());
+            assert_eq!(range.len(), owned.message_ids.len());
+            let frame = encode_frame(Command::Publish.code(), FLAG_RESPONSE, 6, &range);
+            assert_eq!(&frame[..], &expected[..], "ids {ids:?}");
+            let decoded: PublishResponse = decode_body(&body_of(&frame)).unwrap();
             assert_eq!(decoded, owned);
         }
     }

@@ -15,7 +15,9 @@ use crate::net::server::{fail, gathering_has_room, respond, Handler, Held, Respo
 use crate::shard::Forwarder;
 use crate::storage::Storage;
 use crate::subscription::budget::StreamReservation;
-use ringpost_wire::borrowed::{AttributeRef, BytesRef, PullResponseRef, ReceivedMessageRef, StrRef};
+use ringpost_wire::borrowed::{
+    AttributeRef, BytesRef, PublishResponseRange, PullResponseRef, ReceivedMessageRef, StrRef,
+};
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader, FLAG_MORE, FLAG_RELAYED, FLAG_RESPONSE};
 use ringpost_wire::gather::{encode_gathered, GATHER_RUN_BYTES_MIN};
 use ringpost_wire::limits::FRAME_HEADER_BYTES;
@@ -216,16 +218,17 @@ impl PublishBatch for FramedPublish {
 
 /// A publish: its body validated (`FramedPublish::new`, the only validation it gets) and its
 /// sender checked before the data plane sees it, so that a refused publish appends nothing.
+/// Answered with its messages' ids written straight from their range into the response's frame
+/// (`PublishResponseRange`, the bytes of a `PublishResponse`), with no vector of them built.
 pub async fn publish(
     data: &impl DataPlane,
     body: FrameBuffer,
     responder: &Responder,
-) -> Result<PublishResponse, Status> {
+) -> Result<PublishResponseRange, Status> {
     // The validated request is moved into the data plane's future: nothing of the check is
     // kept across its await, which keeps a publish's task small.
     let request = checked_publish(body, responder)?;
-    let ids = data.publish(request).await?;
-    Ok(PublishResponse { message_ids: ids.collect() })
+    Ok(PublishResponseRange(data.publish(request).await?))
 }
 
 fn checked_publish(body: FrameBuffer, responder: &Responder) -> Result<FramedPublish, Status> {
