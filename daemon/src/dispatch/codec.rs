@@ -16,6 +16,7 @@ use crate::catalog::entry::{
     decode_optional_push, decode_whole_settings, encode_optional_push, encode_whole_settings, names_a_project,
 };
 use crate::catalog::routing::{Cidr, ClientSelector, RoutingRule};
+use crate::catalog::schemas::{SchemaEncoding, SchemaSettings, SchemaType};
 use crate::catalog::SourceBounds;
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::{NodeId, ShardId, SOURCES_PER_TOPIC_MAX};
@@ -390,20 +391,74 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation, projects: bool
         }
         Operation::ClusterDrainStatus | Operation::ClusterRestrictions => {}
         Operation::ClusterRestrict { rule, add } => {
-            match &rule.selector {
-                ClientSelector::Principal(name) => encoder.u8(SELECTOR_PRINCIPAL).str(name),
-                ClientSelector::From(range) => encoder.u8(SELECTOR_FROM).str(&range.to_string()),
-            };
-            encoder.bool(rule.allow).u32(rule.nodes.len() as u32);
-            for node in &rule.nodes {
-                encoder.u64(node.get());
-            }
+            encode_routing_rule(encoder, rule);
             encoder.bool(*add);
         }
         Operation::ResyncDirectory { index } => {
             encoder.u32(*index);
         }
+        Operation::CreateSchema { .. }
+        | Operation::CommitSchema { .. }
+        | Operation::RollbackSchema { .. }
+        | Operation::DeleteSchemaRevision { .. }
+        | Operation::DeleteSchema { .. }
+        | Operation::SetTopicSchema { .. } => encode_schema_operation(encoder, operation),
     }
+}
+
+/// A routing restriction: whom it selects, whether it allows or forbids, and which nodes.
+fn encode_routing_rule(encoder: &mut Encoder, rule: &RoutingRule) {
+    match &rule.selector {
+        ClientSelector::Principal(name) => encoder.u8(SELECTOR_PRINCIPAL).str(name),
+        ClientSelector::From(range) => encoder.u8(SELECTOR_FROM).str(&range.to_string()),
+    };
+    encoder.bool(rule.allow).u32(rule.nodes.len() as u32);
+    for node in &rule.nodes {
+        encoder.u64(node.get());
+    }
+}
+
+/// A schema's change, or a topic's schema settings, after its kind.
+fn encode_schema_operation(encoder: &mut Encoder, operation: &Operation) {
+    match operation {
+        Operation::CreateSchema { name, schema_type, definition }
+        | Operation::CommitSchema { name, schema_type, definition } => {
+            encoder.str(name).u8(*schema_type as u8).str(definition);
+        }
+        Operation::RollbackSchema { name, revision_id }
+        | Operation::DeleteSchemaRevision { name, revision_id } => {
+            encoder.str(name).str(revision_id);
+        }
+        Operation::DeleteSchema { name } => {
+            encoder.str(name);
+        }
+        Operation::SetTopicSchema { topic, settings } => {
+            encoder.str(topic);
+            optional(encoder, settings.as_ref(), |encoder, settings| {
+                encoder
+                    .str(&settings.schema)
+                    .u8(settings.encoding as u8)
+                    .str(&settings.first_revision_id)
+                    .str(&settings.last_revision_id);
+            });
+        }
+        _ => unreachable!("encode_schema_operation is handed a schema's change"),
+    }
+}
+
+/// A schema's type, by its number.
+fn decode_schema_type(decoder: &mut Decoder) -> DecodeResult<SchemaType> {
+    SchemaType::from_number(decoder.u8()?).ok_or("an unknown schema type")
+}
+
+/// A topic's schema settings.
+fn decode_schema_settings(decoder: &mut Decoder) -> DecodeResult<SchemaSettings> {
+    Ok(SchemaSettings {
+        schema: decoder.str()?,
+        encoding: SchemaEncoding::from_number(decoder.u8()?).ok_or("an unknown schema encoding")?,
+        first_revision_id: decoder.str()?,
+        last_revision_id: decoder.str()?,
+    })
 }
 
 fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Operation> {
@@ -495,6 +550,27 @@ fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Opera
             Operation::ClusterRestrict { rule, add: decoder.bool()? }
         }
         Kind::ResyncDirectory => Operation::ResyncDirectory { index: decoder.u32()? },
+        Kind::CreateSchema => Operation::CreateSchema {
+            name: decoder.str()?,
+            schema_type: decode_schema_type(decoder)?,
+            definition: decoder.str()?,
+        },
+        Kind::CommitSchema => Operation::CommitSchema {
+            name: decoder.str()?,
+            schema_type: decode_schema_type(decoder)?,
+            definition: decoder.str()?,
+        },
+        Kind::RollbackSchema => {
+            Operation::RollbackSchema { name: decoder.str()?, revision_id: decoder.str()? }
+        }
+        Kind::DeleteSchemaRevision => {
+            Operation::DeleteSchemaRevision { name: decoder.str()?, revision_id: decoder.str()? }
+        }
+        Kind::DeleteSchema => Operation::DeleteSchema { name: decoder.str()? },
+        Kind::SetTopicSchema => Operation::SetTopicSchema {
+            topic: decoder.str()?,
+            settings: take_optional(decoder, decode_schema_settings)?,
+        },
         Kind::Publish | Kind::Pull | Kind::StreamingPull | Kind::Acknowledge | Kind::ModifyAckDeadline => {
             return Err("a data-plane operation is not carried this way")
         }
@@ -682,6 +758,29 @@ mod tests {
             Operation::ClusterDrain { node_id: NodeId::new(3), draining: true },
             Operation::ClusterDrainStatus,
             Operation::ClusterRestrictions,
+            Operation::CreateSchema {
+                name: "orders".into(),
+                schema_type: SchemaType::Avro,
+                definition: r#"{"type": "string"}"#.into(),
+            },
+            Operation::CommitSchema {
+                name: "orders".into(),
+                schema_type: SchemaType::ProtocolBuffer,
+                definition: "syntax = \"proto3\"; message Order { string id = 1; }".into(),
+            },
+            Operation::RollbackSchema { name: "orders".into(), revision_id: "0a1b2c3d".into() },
+            Operation::DeleteSchemaRevision { name: "orders".into(), revision_id: "0a1b2c3d".into() },
+            Operation::DeleteSchema { name: "orders".into() },
+            Operation::SetTopicSchema {
+                topic: "t".into(),
+                settings: Some(SchemaSettings {
+                    schema: "orders".into(),
+                    encoding: SchemaEncoding::Binary,
+                    first_revision_id: "0a1b2c3d".into(),
+                    last_revision_id: String::new(),
+                }),
+            },
+            Operation::SetTopicSchema { topic: "t".into(), settings: None },
             Operation::ClusterRestrict {
                 rule: RoutingRule {
                     selector: ClientSelector::From(Cidr::parse("10.0.0.0/8").unwrap()),

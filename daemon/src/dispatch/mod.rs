@@ -289,7 +289,39 @@ impl<S: Storage> Door<S> {
             Operation::ResyncDirectory { index } => {
                 Outcome::Resynced(router.resync_directory(index as usize).await?)
             }
+            schema @ (Operation::CreateSchema { .. }
+            | Operation::CommitSchema { .. }
+            | Operation::RollbackSchema { .. }
+            | Operation::DeleteSchemaRevision { .. }
+            | Operation::DeleteSchema { .. }
+            | Operation::SetTopicSchema { .. }) => self.run_schema(schema).await?,
         })
+    }
+
+    /// A schema's change, or a topic's schema settings. Each answers Done: the caller reads the
+    /// schema from its own node, which applied the change before the answer (`carry`).
+    async fn run_schema(&self, operation: Operation) -> Result<Outcome, Status> {
+        let router = &self.router;
+        match operation {
+            Operation::CreateSchema { name, schema_type, definition } => {
+                router.create_schema(&name, schema_type, &definition).await?;
+            }
+            Operation::CommitSchema { name, schema_type, definition } => {
+                router.commit_schema(&name, schema_type, &definition).await?;
+            }
+            Operation::RollbackSchema { name, revision_id } => {
+                router.rollback_schema(&name, &revision_id).await?;
+            }
+            Operation::DeleteSchemaRevision { name, revision_id } => {
+                router.delete_schema_revision(&name, &revision_id).await?;
+            }
+            Operation::DeleteSchema { name } => router.delete_schema(&name).await?,
+            Operation::SetTopicSchema { topic, settings } => {
+                router.set_topic_schema(&topic, settings).await?
+            }
+            other => return Err(Status::internal(format!("{:?} is not a schema's change", other.kind()))),
+        }
+        Ok(Outcome::Done)
     }
 
     /// A lookup: the forwarders a client is handed for a topic or a subscription (or for each

@@ -6,6 +6,7 @@ use crate::api::control::{
     Labels, ListRequest, PushConfig, SeekTarget, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::auth::Permission;
+use crate::catalog::schemas::{SchemaSettings, SchemaType};
 use crate::ids::NodeId;
 
 /// Every kind of request the daemon serves, data plane and control plane.
@@ -59,12 +60,21 @@ pub enum Kind {
     LookupTopicSources,
     /// Each of a subscription's topic's sources with its forwarders.
     LookupSubscriptionSources,
+    /// Pub/Sub's schemas: created with their first revision, revised, rolled back (a new
+    /// revision of an older one's definition), a revision deleted, deleted.
+    CreateSchema,
+    CommitSchema,
+    RollbackSchema,
+    DeleteSchemaRevision,
+    DeleteSchema,
+    /// A topic's schema settings set or cleared (with its creation or an update).
+    SetTopicSchema,
 }
 
 impl Kind {
     /// Every kind; the tests check the table below against it. A kind's place here is its
     /// number between nodes (`dispatch::codec`), so new kinds go at the end.
-    pub const ALL: [Kind; 38] = {
+    pub const ALL: [Kind; 44] = {
         use Kind::*;
         [
             CreateTopic,
@@ -105,6 +115,12 @@ impl Kind {
             ClusterRestrictions,
             LookupTopicSources,
             LookupSubscriptionSources,
+            CreateSchema,
+            CommitSchema,
+            RollbackSchema,
+            DeleteSchemaRevision,
+            DeleteSchema,
+            SetTopicSchema,
         ]
     };
 
@@ -114,13 +130,16 @@ impl Kind {
     /// with the resource (`Kind::alternative`: or only look at it). DetachSubscription's is on
     /// the subscription's topic, which only the catalog knows (as Pub/Sub asks
     /// `pubsub.topics.detachSubscription` there). UpdateSnapshot has no permission of its own
-    /// in Pub/Sub beyond the snapshot's: Ringpost asks the one that made it.
+    /// in Pub/Sub beyond the snapshot's: Ringpost asks the one that made it. Pub/Sub's
+    /// `pubsub.schemas.*` have no counterpart in the access file yet: a schema's changes ask
+    /// `pubsub.topics.create` on its name, as the schema exists to type topics.
     pub const fn permission(self) -> Permission {
         use Kind::*;
         match self {
-            CreateTopic => Permission::TopicsCreate,
+            CreateTopic | CreateSchema | CommitSchema | RollbackSchema | DeleteSchemaRevision
+            | DeleteSchema => Permission::TopicsCreate,
             GetTopic | ListTopicSubscriptions | ListTopicSnapshots => Permission::TopicsGet,
-            UpdateTopic | DetachSubscription => Permission::TopicsUpdate,
+            UpdateTopic | DetachSubscription | SetTopicSchema => Permission::TopicsUpdate,
             DeleteTopic => Permission::TopicsDelete,
             ListTopics => Permission::TopicsList,
             LookupTopic | LookupTopicSources | Publish => Permission::TopicsPublish,
@@ -149,8 +168,11 @@ impl Kind {
 
     /// A lookup serves both who use a resource and who only look at it: allowed with this
     /// permission too (a refusal names `permission`, the one a client that looks up means to use).
+    /// A topic's schema settings are set by who may update it, or with its creation by who
+    /// may create it.
     pub const fn alternative(self) -> Option<Permission> {
         match self {
+            Kind::SetTopicSchema => Some(Permission::TopicsCreate),
             Kind::LookupTopic | Kind::LookupTopicSources => Some(Permission::TopicsGet),
             Kind::LookupSubscription | Kind::LookupSubscriptionSources => Some(Permission::SubscriptionsGet),
             _ => None,
@@ -184,6 +206,12 @@ impl Kind {
                 | ClusterRemoveNode
                 | ClusterDrain
                 | ClusterRestrict
+                | CreateSchema
+                | CommitSchema
+                | RollbackSchema
+                | DeleteSchemaRevision
+                | DeleteSchema
+                | SetTopicSchema
         )
     }
 
@@ -295,6 +323,34 @@ pub enum Operation {
     ResyncDirectory {
         index: u32,
     },
+    /// Schema `name` created (`CreateSchema`) or revised (`CommitSchema`) with `definition`.
+    CreateSchema {
+        name: String,
+        schema_type: SchemaType,
+        definition: String,
+    },
+    CommitSchema {
+        name: String,
+        schema_type: SchemaType,
+        definition: String,
+    },
+    /// A new revision of schema `name` with its revision `revision_id`'s definition.
+    RollbackSchema {
+        name: String,
+        revision_id: String,
+    },
+    DeleteSchemaRevision {
+        name: String,
+        revision_id: String,
+    },
+    DeleteSchema {
+        name: String,
+    },
+    /// Topic `topic`'s schema settings from now on (`None`: none).
+    SetTopicSchema {
+        topic: String,
+        settings: Option<SchemaSettings>,
+    },
 }
 
 impl Operation {
@@ -333,6 +389,12 @@ impl Operation {
             Operation::ClusterRestrict { .. } => Kind::ClusterRestrict,
             Operation::ClusterRestrictions => Kind::ClusterRestrictions,
             Operation::ResyncDirectory { .. } => Kind::ResyncDirectory,
+            Operation::CreateSchema { .. } => Kind::CreateSchema,
+            Operation::CommitSchema { .. } => Kind::CommitSchema,
+            Operation::RollbackSchema { .. } => Kind::RollbackSchema,
+            Operation::DeleteSchemaRevision { .. } => Kind::DeleteSchemaRevision,
+            Operation::DeleteSchema { .. } => Kind::DeleteSchema,
+            Operation::SetTopicSchema { .. } => Kind::SetTopicSchema,
         }
     }
 
@@ -357,7 +419,13 @@ impl Operation {
             | Operation::CreateSnapshot { name, .. }
             | Operation::GetSnapshot { name }
             | Operation::UpdateSnapshot { name, .. }
-            | Operation::DeleteSnapshot { name } => name,
+            | Operation::DeleteSnapshot { name }
+            | Operation::CreateSchema { name, .. }
+            | Operation::CommitSchema { name, .. }
+            | Operation::RollbackSchema { name, .. }
+            | Operation::DeleteSchemaRevision { name, .. }
+            | Operation::DeleteSchema { name } => name,
+            Operation::SetTopicSchema { topic, .. } => topic,
             Operation::Seek { subscription, .. } => subscription,
             Operation::ListTopicSubscriptions(list) | Operation::ListTopicSnapshots(list) => &list.topic,
             Operation::ListTopics(_) | Operation::ListSubscriptions(_) | Operation::ListSnapshots(_) => "",
@@ -435,7 +503,14 @@ mod tests {
                 | Kind::LookupTopic
                 | Kind::LookupTopicSources
                 | Kind::DetachSubscription
-                | Kind::Publish => ResourceKind::Topic,
+                | Kind::Publish
+                | Kind::SetTopicSchema => ResourceKind::Topic,
+                // A schema's changes ask a topic's permission on the schema's name (above).
+                Kind::CreateSchema
+                | Kind::CommitSchema
+                | Kind::RollbackSchema
+                | Kind::DeleteSchemaRevision
+                | Kind::DeleteSchema => ResourceKind::Topic,
                 Kind::CreateSnapshot
                 | Kind::GetSnapshot
                 | Kind::UpdateSnapshot

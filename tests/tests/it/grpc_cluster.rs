@@ -10,7 +10,9 @@ use crate::grpc_security::over_tls;
 use crate::security::{access_text, flags, text, token, AccessFile, Files, Token};
 use crate::test_ca::TestCa;
 use ringpost_client::{block_on, Client, PoolSettings, Security};
-use ringpost_tests::grpc::{pubsub, snapshot_path, subscription_path, topic_path, Grpc};
+use ringpost_tests::grpc::{
+    project_path, pubsub, schema_path, snapshot_path, subscription_path, topic_path, Grpc,
+};
 use ringpost_tests::json_field as field;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -430,6 +432,8 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
         retrying("a pull after the streamed ack", || here.pull_now(&format!("{topic}-reader"), 10)).unwrap();
     assert!(again.is_empty(), "an acknowledged streamed message came back: {again:?}");
 
+    schemas_through_a_follower(grpc, &at_leader);
+
     // Deleted through the follower, gone everywhere.
     for topic in &topics {
         let reader_name = format!("{topic}-reader");
@@ -447,6 +451,70 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
         }
     }
     assert!(at_leader.topic_names().unwrap().is_empty());
+}
+
+/// A schema created, revised and deleted through a follower (`grpc`), a topic typed by it
+/// created there: the leader decided each change, and the follower checks publishes against
+/// what it applied.
+fn schemas_through_a_follower(grpc: &Grpc, at_leader: &Grpc) {
+    let schema = |definition: &str| pubsub::Schema {
+        r#type: pubsub::schema::Type::Avro as i32,
+        definition: definition.to_owned(),
+        ..Default::default()
+    };
+    let count = r#"{"type": "record", "name": "Count", "fields": [{"name": "n", "type": "int"}]}"#;
+    let counts = r#"{"type": "record", "name": "Count", "fields": [{"name": "n", "type": "int"},
+        {"name": "m", "type": ["null", "int"], "default": null}]}"#;
+    succeeds("CreateSchema at a follower", || {
+        grpc.create_schema(pubsub::CreateSchemaRequest {
+            parent: project_path(),
+            schema: Some(schema(count)),
+            schema_id: "counts".to_owned(),
+        })
+    });
+    let committed = succeeds("CommitSchema at a follower", || {
+        grpc.commit_schema(pubsub::CommitSchemaRequest {
+            name: schema_path("counts"),
+            schema: Some(schema(counts)),
+        })
+    });
+    let revisions = at_leader
+        .list_schema_revisions(pubsub::ListSchemaRevisionsRequest {
+            name: schema_path("counts"),
+            ..Default::default()
+        })
+        .unwrap();
+    let ids: Vec<&str> = revisions.schemas.iter().map(|revision| revision.revision_id.as_str()).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(ids[0], committed.revision_id, "the newest first, at the leader");
+
+    succeeds("CreateTopic with a schema at a follower", || {
+        grpc.create_topic(pubsub::Topic {
+            name: topic_path("typed"),
+            schema_settings: Some(pubsub::SchemaSettings {
+                schema: schema_path("counts"),
+                encoding: pubsub::Encoding::Json as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    });
+    let shown = at_leader.get_topic(pubsub::GetTopicRequest { topic: topic_path("typed") }).unwrap();
+    assert_eq!(shown.schema_settings.map(|settings| settings.schema), Some(schema_path("counts")));
+    let refused = grpc.publish_data("typed", &[b"not json"]).unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    succeeds("a publish that matches", || grpc.publish_data("typed", &[br#"{"n": 3}"#]));
+
+    succeeds("DeleteTopic at a follower", || {
+        grpc.delete_topic(pubsub::DeleteTopicRequest { topic: topic_path("typed") })
+    });
+    succeeds("DeleteSchema at a follower", || {
+        grpc.delete_schema(pubsub::DeleteSchemaRequest { name: schema_path("counts") })
+    });
+    let gone = at_leader
+        .get_schema(pubsub::GetSchemaRequest { name: schema_path("counts"), ..Default::default() })
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
 }
 
 /// The refusal a node's audit log holds for a topic `principal` may not create.

@@ -321,9 +321,14 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         self.gateway.forget_schemas();
         // Its own entry, after the topic's: a topic without a schema is written as before.
         if settings.is_some() {
-            let permission = crate::auth::Permission::TopicsCreate;
-            super::schemas::set_topic_schema(&self.gateway, &presented, permission, &name.name, settings)
-                .await?;
+            let set = super::schemas::set_topic_schema(&self.gateway, &presented, &name.name, settings).await;
+            if let Err(refused) = set {
+                // A refusal creates nothing: the topic goes again (its schema was deleted or
+                // changed since the check above).
+                let delete = Operation::DeleteTopic { name: name.name.clone() };
+                let _ = self.gateway.execute(&presented, delete).await;
+                return Err(refused);
+            }
             super::schemas::show_topic_schemas(
                 &self.gateway,
                 &name.project,
@@ -344,15 +349,14 @@ impl pubsub::publisher_server::Publisher for PublisherService {
         if masked.is_some_and(|mask| mask.paths.iter().any(|path| path == "schema_settings")) {
             let given = request.get_ref().topic.as_ref().and_then(|topic| topic.schema_settings.as_ref());
             let settings = convert::schema_settings_in(given)?;
-            let permission = crate::auth::Permission::TopicsUpdate;
-            super::schemas::set_topic_schema(&self.gateway, &presented, permission, &name.name, settings)
-                .await
-                .map_err(|status| match status.code() {
+            super::schemas::set_topic_schema(&self.gateway, &presented, &name.name, settings).await.map_err(
+                |status| match status.code() {
                     tonic::Code::NotFound if status.message().contains("topic") => {
                         Status::not_found(format!("Resource not found (resource={}).", name.name))
                     }
                     _ => status,
-                })?;
+                },
+            )?;
         }
         let updated = self
             .gateway

@@ -3,9 +3,9 @@
 //!
 //! Pub/Sub's permissions of schemas (`pubsub.schemas.*`) have no counterpart in the access
 //! file yet: reading a schema needs `pubsub.topics.get` on its name, changing one
-//! `pubsub.topics.create`, listing them `pubsub.topics.list`. A change is decided by the
-//! catalog's leader: on a node that does not lead it is refused (the door does not carry
-//! these calls yet).
+//! `pubsub.topics.create`, listing them `pubsub.topics.list`. A change goes through the door
+//! (`dispatch`), which carries it to the catalog's leader from any node and answers once this
+//! node applied it; the answer is then read here.
 
 use super::convert;
 use super::credentials::Presented;
@@ -16,6 +16,7 @@ use crate::auth::Permission;
 use crate::catalog::schemas::{
     SchemaEncoding, SchemaRecord, SchemaRevision, SchemaSettings as CatalogSchemaSettings, SchemaType,
 };
+use crate::dispatch::{Operation, Outcome};
 use crate::router::{ControlError, Router};
 use crate::schema::Compiled;
 use crate::storage::dma::DmaStorage;
@@ -57,6 +58,18 @@ where
         })
         .await;
     Ok(answer?)
+}
+
+/// Runs a schema's change through the door (who may, at the catalog's leader).
+async fn change(gateway: &Gateway, presented: &Presented, operation: Operation) -> Result<(), Status> {
+    Ok(gateway.execute(presented, operation).await.and_then(Outcome::into_done)?)
+}
+
+/// Schema `name` as this node's catalog holds it, once a change the caller made was applied
+/// here (the door answers only then): its permission was checked with the change.
+async fn read_schema(gateway: &Gateway, name: &str) -> Result<SchemaRecord, Status> {
+    let name = name.to_owned();
+    Ok(gateway.router.try_call(move |shard| async move { Ok(shard.router.schema(&name)?) }).await?)
 }
 
 /// A schema's name and, after `@`, the revision it names (Pub/Sub's `name@revision_id`).
@@ -143,18 +156,14 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         };
         let name = names::parse("schema_id", Kind::Schema, &names::format(&project, Kind::Schema, &id))?.name;
         let (schema_type, definition) = schema_in(request.schema.as_ref())?;
-        let wanted = name.clone();
-        let created =
-            on_router(&self.gateway, &presented, Permission::TopicsCreate, &name, move |router| async move {
-                router.create_schema(&wanted, schema_type, &definition).await
-            })
-            .await
-            .map_err(|status| match status.code() {
-                tonic::Code::AlreadyExists => {
-                    Status::already_exists(format!("Resource already exists in the project (resource={id})."))
-                }
-                _ => status,
-            })?;
+        let create = Operation::CreateSchema { name: name.clone(), schema_type, definition };
+        change(&self.gateway, &presented, create).await.map_err(|status| match status.code() {
+            tonic::Code::AlreadyExists => {
+                Status::already_exists(format!("Resource already exists in the project (resource={id})."))
+            }
+            _ => status,
+        })?;
+        let created = read_schema(&self.gateway, &name).await?;
         Ok(Response::new(schema_out(&project, &created.name, created.latest(), true)))
     }
 
@@ -262,16 +271,11 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let request = request.into_inner();
         let name = names::parse("name", Kind::Schema, &request.name)?;
         let (schema_type, definition) = schema_in(request.schema.as_ref())?;
-        let wanted = name.name.clone();
-        let schema = on_router(
-            &self.gateway,
-            &presented,
-            Permission::TopicsCreate,
-            &name.name,
-            move |router| async move { router.commit_schema(&wanted, schema_type, &definition).await },
-        )
-        .await
-        .map_err(|status| not_found_wording(status, &name.name))?;
+        let commit = Operation::CommitSchema { name: name.name.clone(), schema_type, definition };
+        change(&self.gateway, &presented, commit)
+            .await
+            .map_err(|status| not_found_wording(status, &name.name))?;
+        let schema = read_schema(&self.gateway, &name.name).await?;
         Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
     }
 
@@ -285,15 +289,10 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         if request.revision_id.is_empty() {
             return Err(Status::invalid_argument("revision_id is required"));
         }
-        let (wanted, revision_id) = (name.name.clone(), request.revision_id);
-        let schema = on_router(
-            &self.gateway,
-            &presented,
-            Permission::TopicsCreate,
-            &name.name,
-            move |router| async move { router.rollback_schema(&wanted, &revision_id).await },
-        )
-        .await?;
+        let rollback =
+            Operation::RollbackSchema { name: name.name.clone(), revision_id: request.revision_id };
+        change(&self.gateway, &presented, rollback).await?;
+        let schema = read_schema(&self.gateway, &name.name).await?;
         Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
     }
 
@@ -309,15 +308,9 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let revision_id = named.or((!given.is_empty()).then_some(given)).ok_or_else(|| {
             Status::invalid_argument("the revision to delete is required: name@revision_id")
         })?;
-        let wanted = name.name.clone();
-        let schema = on_router(
-            &self.gateway,
-            &presented,
-            Permission::TopicsCreate,
-            &name.name,
-            move |router| async move { router.delete_schema_revision(&wanted, &revision_id).await },
-        )
-        .await?;
+        let delete = Operation::DeleteSchemaRevision { name: name.name.clone(), revision_id };
+        change(&self.gateway, &presented, delete).await?;
+        let schema = read_schema(&self.gateway, &name.name).await?;
         Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
     }
 
@@ -327,16 +320,10 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
     ) -> Result<Response<()>, Status> {
         let presented = Presented::of(&request);
         let name = names::parse("name", Kind::Schema, &request.get_ref().name)?;
-        let wanted = name.name.clone();
-        on_router(
-            &self.gateway,
-            &presented,
-            Permission::TopicsCreate,
-            &name.name,
-            move |router| async move { router.delete_schema(&wanted).await },
-        )
-        .await
-        .map_err(|status| not_found_wording(status, &name.name))?;
+        let delete = Operation::DeleteSchema { name: name.name.clone() };
+        change(&self.gateway, &presented, delete)
+            .await
+            .map_err(|status| not_found_wording(status, &name.name))?;
         // Topics' cached schemas go with it at once on this node (`Gateway::topic_schema`).
         self.gateway.forget_schemas();
         Ok(Response::new(()))
@@ -413,19 +400,16 @@ pub(super) async fn check_topic_schema(
     .await
 }
 
-/// Sets topic `topic`'s schema settings (`None`: clears them), for who holds `permission` on it.
+/// Sets topic `topic`'s schema settings (`None`: clears them), for who may update it, or
+/// create it (`Kind::SetTopicSchema`).
 pub(super) async fn set_topic_schema(
     gateway: &Gateway,
     presented: &Presented,
-    permission: Permission,
     topic: &str,
     settings: Option<CatalogSchemaSettings>,
 ) -> Result<(), Status> {
-    let name = topic.to_owned();
-    let answer = on_router(gateway, presented, permission, topic, move |router| async move {
-        router.set_topic_schema(&name, settings).await
-    })
-    .await;
+    let answer =
+        change(gateway, presented, Operation::SetTopicSchema { topic: topic.to_owned(), settings }).await;
     gateway.forget_schemas();
     answer
 }
