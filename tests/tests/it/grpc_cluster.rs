@@ -90,9 +90,28 @@ fn free_ports(count: usize) -> Vec<u16> {
     held.iter().map(|listener| listener.local_addr().unwrap().port()).collect()
 }
 
+/// Attempts at starting the cluster: its ports are chosen free and then bound by the nodes, and
+/// a test running beside it may take one in between (a node then exits, saying so).
+const CLUSTER_START_ATTEMPTS: u32 = 3;
+
 /// Three nodes on loopback, each with its gRPC API, requiring the tokens of `access`; returns
 /// once every one is serving.
 fn start_cluster(label: &str, access: &AccessFile) -> Vec<Node> {
+    let mut attempt = 1;
+    loop {
+        match start_cluster_once(label, access) {
+            Ok(nodes) => return nodes,
+            Err(log) if attempt < CLUSTER_START_ATTEMPTS => {
+                eprintln!("a port of the cluster was taken before its node bound it; starting again:\n{log}");
+                attempt += 1;
+            }
+            Err(log) => panic!("{CLUSTER_START_ATTEMPTS} starts found a port taken; the last:\n{log}"),
+        }
+    }
+}
+
+/// `start_cluster`'s one attempt: `Err` with the node's log if a node found a port taken.
+fn start_cluster_once(label: &str, access: &AccessFile) -> Result<Vec<Node>, String> {
     let ports = free_ports(6);
     let cluster = ports[..3].iter().map(|port| format!("127.0.0.1:{port}")).collect::<Vec<_>>().join(",");
     let mut nodes: Vec<Node> = (1..=3u64)
@@ -133,13 +152,17 @@ fn start_cluster(label: &str, access: &AccessFile) -> Vec<Node> {
                 break;
             }
             if let Some(status) = node.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("node {} exited with {status} while starting; log:\n{}", node.id, node.log());
+                let log = node.log();
+                if log.contains("Address already in use") {
+                    return Err(log);
+                }
+                panic!("node {} exited with {status} while starting; log:\n{log}", node.id);
             }
             assert!(Instant::now() < deadline, "node {} did not start; log:\n{}", node.id, node.log());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    nodes
+    Ok(nodes)
 }
 
 fn mask(paths: &[&str]) -> Option<prost_types::FieldMask> {
