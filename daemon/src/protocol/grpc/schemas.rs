@@ -174,16 +174,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let presented = Presented::of(&request);
         let (name, revision) = schema_name("name", &request.get_ref().name)?;
         let full = full_view(request.get_ref().view, true);
-        let wanted = name.name.clone();
-        let schema = on_router(
-            &self.gateway,
-            &presented,
-            Permission::TopicsGet,
-            &name.name,
-            move |router| async move { router.schema(&wanted) },
-        )
-        .await
-        .map_err(|status| not_found_wording(status, &name.name))?;
+        let schema = schema_for_reader(&self.gateway, &presented, &name.name).await?;
         let revision = revision_named(&schema, revision.as_deref())?;
         Ok(Response::new(schema_out(&name.project, &schema.name, revision, full)))
     }
@@ -225,16 +216,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let presented = Presented::of(&request);
         let request = request.into_inner();
         let name = names::parse("name", Kind::Schema, &request.name)?;
-        let wanted = name.name.clone();
-        let schema = on_router(
-            &self.gateway,
-            &presented,
-            Permission::TopicsGet,
-            &name.name,
-            move |router| async move { router.schema(&wanted) },
-        )
-        .await
-        .map_err(|status| not_found_wording(status, &name.name))?;
+        let schema = schema_for_reader(&self.gateway, &presented, &name.name).await?;
         let size = match convert::unsigned("page_size", request.page_size)? {
             0 => REVISIONS_PAGE_DEFAULT,
             size => size as usize,
@@ -352,16 +334,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
             Some(SchemaSpec::Schema(schema)) => schema_in(Some(&schema))?,
             Some(SchemaSpec::Name(text)) => {
                 let (name, revision) = schema_name("name", &text)?;
-                let wanted = name.name.clone();
-                let schema = on_router(
-                    &self.gateway,
-                    &presented,
-                    Permission::TopicsGet,
-                    &name.name,
-                    move |router| async move { router.schema(&wanted) },
-                )
-                .await
-                .map_err(|status| not_found_wording(status, &name.name))?;
+                let schema = schema_for_reader(&self.gateway, &presented, &name.name).await?;
                 let revision = revision_named(&schema, revision.as_deref())?;
                 (revision.schema_type, revision.definition.clone())
             }
@@ -373,6 +346,25 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
             .map_err(|why| Status::invalid_argument(format!("Invalid data in message: {why}")))?;
         Ok(Response::new(pubsub::ValidateMessageResponse {}))
     }
+}
+
+/// Schema `name`, for who may read it (`pubsub.topics.get` on its name), with Pub/Sub's
+/// wording when there is none.
+async fn schema_for_reader(
+    gateway: &Gateway,
+    presented: &Presented,
+    name: &str,
+) -> Result<SchemaRecord, Status> {
+    let wanted = name.to_owned();
+    on_router(
+        gateway,
+        presented,
+        Permission::TopicsGet,
+        name,
+        move |router| async move { router.schema(&wanted) },
+    )
+    .await
+    .map_err(|status| not_found_wording(status, name))
 }
 
 /// Pub/Sub's wording for a schema not found.
