@@ -338,3 +338,84 @@ fn the_rest_api_serves_tls_and_client_certificates_are_principals() {
         "billing may not read: {read}"
     );
 }
+
+/// `ringpost-bench --rest` publishes through the REST interface: every message it reports
+/// acknowledged is there to pull, as the bench sent it (1 KiB of data, base64 on the wire).
+#[test]
+fn the_load_generator_publishes_through_the_rest_api() {
+    let daemon = rest_daemon("rest-bench", &[]);
+    let rest = daemon.rest_address.clone().expect("the REST API's address");
+    ok(call(&rest, "PUT", "/v1/projects/p/topics/benched", Some("{}"), None), "create the topic");
+    let subscription = json!({"topic": "projects/p/topics/benched"});
+    ok(
+        call(
+            &rest,
+            "PUT",
+            "/v1/projects/p/subscriptions/benched-reader",
+            Some(&subscription.to_string()),
+            None,
+        ),
+        "create the subscription",
+    );
+    let report = tempfile_path("rest-bench.json");
+    let output = std::process::Command::new(ringpost_tests::binary("ringpost-bench"))
+        .args([
+            "--server",
+            &daemon.address,
+            "--rest",
+            "--rest-server",
+            &rest,
+            "publish",
+            "--topic",
+            "benched",
+        ])
+        .args(["--messages", "3000", "--batch", "100", "--publishers", "2", "--inflight", "3"])
+        .args(["--json", report.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let figures: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    std::fs::remove_file(&report).unwrap();
+    assert_eq!(figures["errors"], json!(0), "{figures}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("through the REST interface"));
+
+    // Counted by the subscription: every acknowledged message is there, none twice.
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < 3000 {
+        let pulled = ok(
+            call(
+                &rest,
+                "POST",
+                "/v1/projects/p/subscriptions/benched-reader:pull",
+                Some(r#"{"maxMessages": 1000}"#),
+                None,
+            ),
+            "pull",
+        );
+        let received = pulled["receivedMessages"].as_array().cloned().unwrap_or_default();
+        assert!(!received.is_empty(), "{} of 3000 pulled, then nothing", seen.len());
+        let mut ack_ids = Vec::new();
+        for received in received {
+            let data = received["message"]["data"].as_str().expect("data").to_owned();
+            assert_eq!(data.len(), 1368, "1 KiB of data in base64");
+            assert!(seen.insert(received["message"]["messageId"].as_str().unwrap().to_owned()));
+            ack_ids.push(received["ackId"].clone());
+        }
+        let ack = json!({"ackIds": ack_ids});
+        ok(
+            call(
+                &rest,
+                "POST",
+                "/v1/projects/p/subscriptions/benched-reader:acknowledge",
+                Some(&ack.to_string()),
+                None,
+            ),
+            "acknowledge",
+        );
+    }
+    assert_eq!(seen.len(), 3000);
+}
+
+fn tempfile_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{}-{name}", std::process::id()))
+}

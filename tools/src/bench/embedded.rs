@@ -120,6 +120,8 @@ pub struct EmbeddedDaemon {
     pub address: String,
     /// Where its gRPC API serves, when asked for.
     pub grpc_address: Option<String>,
+    /// Where its REST interface serves, when asked for.
+    pub rest_address: Option<String>,
     pub data_dir: PathBuf,
     // Field order matters: the scraper stops before the daemon, and the daemon is dropped
     // before its scratch directory is removed.
@@ -132,11 +134,13 @@ impl EmbeddedDaemon {
     /// Starts a daemon on ephemeral loopback ports, with one forwarder shard per core. With no
     /// `data_dir`, it gets a fresh directory under [`SCRATCH_PARENT`] that is removed on drop.
     /// With `scrape_every`, it serves its monitoring endpoint and a thread scrapes it at that
-    /// interval until the daemon is dropped.
+    /// interval until the daemon is dropped. `rest` serves the REST interface, beside the gRPC
+    /// API it needs.
     #[cfg(feature = "embedded")]
     pub fn start(
         data_dir: Option<&Path>,
         grpc: bool,
+        rest: bool,
         scrape_every: Option<Duration>,
     ) -> Result<EmbeddedDaemon, Failure> {
         let scratch = match data_dir {
@@ -150,8 +154,11 @@ impl EmbeddedDaemon {
         };
         let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         let mut config = ringpost_daemon::Config::new(listen, data_dir.clone());
-        if grpc {
+        if grpc || rest {
             config.grpc.listen = Some(listen);
+        }
+        if rest {
+            config.grpc.rest_listen = Some(listen);
         }
         if scrape_every.is_some() {
             config.http_listen = Some(listen);
@@ -178,6 +185,7 @@ impl EmbeddedDaemon {
         Ok(EmbeddedDaemon {
             address: daemon.router_address.to_string(),
             grpc_address: daemon.grpc_address.map(|address| address.to_string()),
+            rest_address: daemon.rest_address.map(|address| address.to_string()),
             data_dir,
             _scraper: scraper,
             _daemon: daemon,
@@ -191,6 +199,7 @@ impl EmbeddedDaemon {
     pub fn start(
         _data_dir: Option<&Path>,
         _grpc: bool,
+        _rest: bool,
         _scrape_every: Option<Duration>,
     ) -> Result<EmbeddedDaemon, Failure> {
         Err(Failure::usage(

@@ -29,7 +29,7 @@ pub const RUNTIME_THREADS: usize = 2;
 /// tonic's own 4 MiB default, which a message of 10 MB would exceed.
 pub const RESPONSE_BYTES_MAX: usize = 16 << 20;
 
-fn runtime() -> &'static tokio::runtime::Runtime {
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()

@@ -42,6 +42,7 @@ pub mod plot;
 pub mod publish;
 pub mod receiver;
 pub mod report;
+pub mod rest;
 pub mod setup;
 pub mod subscribe;
 pub mod threads;
@@ -78,14 +79,28 @@ pub(crate) fn grpc_address() -> Option<&'static str> {
     GRPC.get().map(String::as_str)
 }
 
-/// What a publisher thread publishes through: the native client, or the gRPC API.
+/// The REST interface's address when the run publishes through it (`--rest`); set once.
+static REST: OnceLock<String> = OnceLock::new();
+
+/// Sends the run's publishes through the REST interface at `address`; false if it was set
+/// already.
+pub fn set_rest(address: String) -> bool {
+    REST.set(address).is_ok()
+}
+
+/// What a publisher thread publishes through: the native client, the gRPC API or the REST
+/// interface.
 pub(crate) enum Publisher {
     Native(Client),
     Grpc(grpc::GrpcClient),
+    Rest(rest::RestClient),
 }
 
 impl Publisher {
     pub(crate) async fn connect(server: &str) -> ringpost_client::Result<Publisher> {
+        if let Some(address) = REST.get() {
+            return Ok(Publisher::Rest(rest::RestClient::connect(address, security().token())));
+        }
         match grpc_address() {
             Some(address) => grpc::GrpcClient::connect(address, security().token()).map(Publisher::Grpc),
             None => connect(server).await.map(Publisher::Native),
@@ -100,6 +115,7 @@ impl Publisher {
         match self {
             Publisher::Native(client) => client.publish(topic, messages).await,
             Publisher::Grpc(client) => client.publish(topic, messages).await,
+            Publisher::Rest(client) => client.publish(topic, messages).await,
         }
     }
 }

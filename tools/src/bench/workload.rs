@@ -710,7 +710,7 @@ mod tests {
     /// message is delivered on every subscription, none is lost, and the counts add up.
     #[test]
     fn every_workload_delivers_every_acknowledged_message() {
-        let daemon = crate::bench::embedded::EmbeddedDaemon::start(None, false, None).unwrap();
+        let daemon = crate::bench::embedded::EmbeddedDaemon::start(None, false, false, None).unwrap();
         let stop = AtomicBool::new(false);
         for (workload, messages) in [
             (Workload::Publish, 2000),

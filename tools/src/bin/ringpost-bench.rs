@@ -18,17 +18,19 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The options `cli::hoist` takes from anywhere on the command line, as `ringpost` does.
-const GLOBAL_OPTIONS: [cli::GlobalOption; 6 + cli::SECURITY_OPTIONS.len()] = {
+const GLOBAL_OPTIONS: [cli::GlobalOption; 8 + cli::SECURITY_OPTIONS.len()] = {
     let mut options =
-        [cli::GlobalOption { name: "--server", takes_value: true }; 6 + cli::SECURITY_OPTIONS.len()];
+        [cli::GlobalOption { name: "--server", takes_value: true }; 8 + cli::SECURITY_OPTIONS.len()];
     options[1] = cli::GlobalOption { name: "--embedded", takes_value: false };
     options[2] = cli::GlobalOption { name: "--data-dir", takes_value: true };
     options[3] = cli::GlobalOption { name: "--grpc", takes_value: false };
     options[4] = cli::GlobalOption { name: "--grpc-server", takes_value: true };
     options[5] = cli::GlobalOption { name: "--scrape-every", takes_value: true };
+    options[6] = cli::GlobalOption { name: "--rest", takes_value: false };
+    options[7] = cli::GlobalOption { name: "--rest-server", takes_value: true };
     let mut index = 0;
     while index < cli::SECURITY_OPTIONS.len() {
-        options[6 + index] = cli::SECURITY_OPTIONS[index];
+        options[8 + index] = cli::SECURITY_OPTIONS[index];
         index += 1;
     }
     options
@@ -80,6 +82,15 @@ struct Flags {
     /// an embedded daemon serves it on a free port
     #[argh(option, arg_name = "addr")]
     grpc_server: Option<String>,
+    /// publish through Google Cloud Pub/Sub's REST interface (JSON over HTTP/1.1, one
+    /// keep-alive connection per request in flight) instead of the native protocol; the
+    /// publish workload only
+    #[argh(switch)]
+    rest: bool,
+    /// with --rest and --server, where the daemon's REST interface serves (default
+    /// 127.0.0.1:8086); an embedded daemon serves it on a free port
+    #[argh(option, arg_name = "addr")]
+    rest_server: Option<String>,
     /// with --embedded: serve the daemon's monitoring endpoint and read its /metrics every this
     /// many milliseconds while the workload runs, as Prometheus would (for measuring what a
     /// scrape costs)
@@ -709,6 +720,16 @@ fn run(flags: Flags) -> Result<(), Failure> {
             options.workload.name()
         )));
     }
+    if flags.rest && (flags.grpc || options.workload != Workload::Publish) {
+        return Err(Failure::usage(
+            "InvalidArgument: --rest runs the publish workload alone, without --grpc",
+        ));
+    }
+    if flags.rest_server.is_some() && (!flags.rest || flags.embedded) {
+        return Err(Failure::usage(
+            "InvalidArgument: --rest-server names a running daemon's REST interface: give it with --rest and --server",
+        ));
+    }
     // The daemon lives until this function returns, and its scratch directory with it.
     if flags.grpc_server.is_some() && (!flags.grpc || flags.embedded) {
         return Err(Failure::usage(
@@ -722,7 +743,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
     }
     let scrape_every = flags.scrape_every.map(std::time::Duration::from_millis);
     let embedded = match flags.embedded {
-        true => Some(EmbeddedDaemon::start(flags.data_dir.as_deref(), flags.grpc, scrape_every)?),
+        true => Some(EmbeddedDaemon::start(flags.data_dir.as_deref(), flags.grpc, flags.rest, scrape_every)?),
         false => None,
     };
     if flags.grpc {
@@ -732,6 +753,14 @@ fn run(flags: Flags) -> Result<(), Failure> {
         };
         errln!("publishing and consuming through the gRPC API at {address}");
         ringpost_tools::bench::set_grpc(address);
+    }
+    if flags.rest {
+        let address = match &embedded {
+            Some(daemon) => daemon.rest_address.clone().expect("an embedded daemon asked for REST serves it"),
+            None => flags.rest_server.clone().unwrap_or_else(|| "127.0.0.1:8086".to_owned()),
+        };
+        errln!("publishing through the REST interface at {address}");
+        ringpost_tools::bench::set_rest(address);
     }
     options.publish.server = match &embedded {
         Some(daemon) => {
