@@ -107,6 +107,8 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::log::RECYCLED_PER_SHARD_MAX,
         crate::log::directories::DATA_DIRECTORIES_MAX,
         crate::topic::journal::JOURNAL_SEGMENT_BYTES_MAX,
+        crate::catalog::CATALOG_COMPACTION_BYTES_MIN,
+        crate::catalog::CATALOG_COMPACTION_SNAPSHOT_FACTOR,
         crate::node::IO_MEMORY_BYTES_DEFAULT,
         crate::catalog::entry::REPLICAS_MAX,
         crate::node::CLUSTER_VOTERS_MAX,

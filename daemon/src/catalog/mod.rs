@@ -49,9 +49,16 @@ use std::time::Duration;
 use store::{RaftLog, SnapshotLog};
 
 /// The catalog's raft log is compacted (snapshot, then purge) once its segments take this many
-/// bytes (one copy) and four times what the state's snapshot takes: creating and deleting
-/// topics otherwise grows it without bound.
-pub const CATALOG_COMPACTION_BYTES_MIN: u64 = 64 << 20;
+/// bytes (one copy) and `CATALOG_COMPACTION_SNAPSHOT_FACTOR` times what the state's snapshot
+/// takes: creating and deleting topics otherwise grows it without bound. The entries not
+/// purged are also held in memory (`store::Held`), decoded, at about twice their bytes on disk,
+/// so this bounds memory too: at 64 MiB, 10,000 topics with a subscription each held about
+/// 1.2 KB each of entries long created, a third of an idle topic's whole cost.
+pub const CATALOG_COMPACTION_BYTES_MIN: u64 = 4 << 20;
+/// How many times the state's snapshot the raft log must take before it is compacted: each
+/// compaction writes the whole state once, so with 2 the catalog writes at most about 1.5
+/// times the bytes of its entries, and holds at most about twice the snapshot in entries.
+pub const CATALOG_COMPACTION_SNAPSHOT_FACTOR: u64 = 2;
 /// Bound of openraft's request and notification queues.
 const CATALOG_QUEUE_CAPACITY: u64 = 1024;
 /// How long a proposal waits to be decided before its proposer answers that the outcome is
@@ -710,10 +717,13 @@ impl<S: Storage> Catalog<S> {
     }
 
     /// Snapshots the catalog and purges the raft log it covers, once the log has grown past
-    /// `CATALOG_COMPACTION_BYTES_MIN` and four times the snapshot. Returns whether it did.
+    /// `bytes_min` (`CATALOG_COMPACTION_BYTES_MIN`) and `CATALOG_COMPACTION_SNAPSHOT_FACTOR`
+    /// times the snapshot. Returns whether it did.
     pub async fn compact(&self, bytes_min: u64) -> Result<bool, String> {
         let disk_bytes = self.raft_log.log().disk_bytes();
-        if disk_bytes < bytes_min || disk_bytes < 4 * self.state().encode().len() as u64 {
+        if disk_bytes < bytes_min
+            || disk_bytes < CATALOG_COMPACTION_SNAPSHOT_FACTOR * self.state().encode().len() as u64
+        {
             return Ok(false);
         }
         let applied = self.raft.metrics().borrow_watched().last_applied;

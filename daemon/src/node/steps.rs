@@ -174,7 +174,12 @@ fn run_router_timers<S: Storage>(router: &Rc<Router<S>>) {
         expirer.retake_catalog_reserve().await;
         match expirer.compact_catalog().await {
             Ok(false) => {}
-            Ok(true) => crate::log_info!("ringpostd: compacted the catalog: snapshot taken, raft log purged"),
+            Ok(true) => {
+                crate::log_info!("ringpostd: compacted the catalog: snapshot taken, raft log purged");
+                // The purged entries were held in this shard's heap (`catalog::store`): given
+                // back, or an idle daemon keeps them resident.
+                crate::metrics::process::release_free_memory();
+            }
             Err(error) => crate::log_warn!("ringpostd: compacting the catalog: {error}"),
         }
     });

@@ -261,8 +261,8 @@ impl<S: Storage> Router<S> {
         self.catalog.compact(CATALOG_COMPACTION_BYTES_MIN).await
     }
 
-    /// Compacts the catalog whatever its size (still once its log holds four times the
-    /// snapshot), for the simulation, whose catalogs stay far below the daemon's threshold.
+    /// Compacts the catalog whatever its size (still once its log holds
+    /// `CATALOG_COMPACTION_SNAPSHOT_FACTOR` times the snapshot), for the simulation, whose catalogs stay far below the daemon's threshold.
     #[cfg(test)]
     pub(crate) async fn compact_catalog_now(&self) -> Result<bool, String> {
         self.catalog.compact(0).await
