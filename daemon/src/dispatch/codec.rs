@@ -482,6 +482,31 @@ fn decode_schema_settings(decoder: &mut Decoder) -> DecodeResult<SchemaSettings>
     })
 }
 
+/// A schema's read or check, after its kind (`kind`).
+fn decode_schema_read(decoder: &mut Decoder, kind: Kind) -> DecodeResult<Operation> {
+    Ok(match kind {
+        Kind::GetSchema => Operation::GetSchema { name: decoder.str()? },
+        Kind::ListSchemaRevisions => Operation::ListSchemaRevisions { name: decoder.str()? },
+        Kind::ListSchemas => Operation::ListSchemas(decode_list(decoder)?),
+        Kind::ValidateSchema => Operation::ValidateSchema {
+            schema_type: decode_schema_type(decoder)?,
+            definition: decoder.str()?,
+        },
+        Kind::ValidateMessage => Operation::ValidateMessage(Box::new(MessageCheck {
+            schema: decoder.str()?,
+            revision_id: decoder.str()?,
+            schema_type: decode_schema_type(decoder)?,
+            definition: decoder.str()?,
+            encoding: SchemaEncoding::from_number(decoder.u8()?).ok_or("an unknown schema encoding")?,
+            message: {
+                let length = decoder.u32()? as usize;
+                decoder.bytes(length)?.to_vec()
+            },
+        })),
+        _ => return Err("not a schema's read"),
+    })
+}
+
 fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Operation> {
     let kind = *Kind::ALL.get(decoder.u8()? as usize).ok_or("unknown operation kind")?;
     Ok(match kind {
@@ -592,24 +617,11 @@ fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Opera
             topic: decoder.str()?,
             settings: take_optional(decoder, decode_schema_settings)?,
         },
-        Kind::GetSchema => Operation::GetSchema { name: decoder.str()? },
-        Kind::ListSchemaRevisions => Operation::ListSchemaRevisions { name: decoder.str()? },
-        Kind::ListSchemas => Operation::ListSchemas(decode_list(decoder)?),
-        Kind::ValidateSchema => Operation::ValidateSchema {
-            schema_type: decode_schema_type(decoder)?,
-            definition: decoder.str()?,
-        },
-        Kind::ValidateMessage => Operation::ValidateMessage(Box::new(MessageCheck {
-            schema: decoder.str()?,
-            revision_id: decoder.str()?,
-            schema_type: decode_schema_type(decoder)?,
-            definition: decoder.str()?,
-            encoding: SchemaEncoding::from_number(decoder.u8()?).ok_or("an unknown schema encoding")?,
-            message: {
-                let length = decoder.u32()? as usize;
-                decoder.bytes(length)?.to_vec()
-            },
-        })),
+        Kind::GetSchema
+        | Kind::ListSchemaRevisions
+        | Kind::ListSchemas
+        | Kind::ValidateSchema
+        | Kind::ValidateMessage => decode_schema_read(decoder, kind)?,
         Kind::Publish | Kind::Pull | Kind::StreamingPull | Kind::Acknowledge | Kind::ModifyAckDeadline => {
             return Err("a data-plane operation is not carried this way")
         }

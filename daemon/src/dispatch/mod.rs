@@ -295,14 +295,26 @@ impl<S: Storage> Door<S> {
             | Operation::DeleteSchemaRevision { .. }
             | Operation::DeleteSchema { .. }
             | Operation::SetTopicSchema { .. }) => self.run_schema(schema).await?,
+            read @ (Operation::GetSchema { .. }
+            | Operation::ListSchemas(_)
+            | Operation::ListSchemaRevisions { .. }
+            | Operation::ValidateSchema { .. }
+            | Operation::ValidateMessage(_)) => self.read_schema(caller, read)?,
+        })
+    }
+
+    /// A schema read, or a check of a definition or a message (compiled here, on the router
+    /// shard, as a schema's change is).
+    fn read_schema(&self, caller: &Caller<'_>, operation: Operation) -> Result<Outcome, Status> {
+        let router = &self.router;
+        Ok(match operation {
             Operation::GetSchema { name } | Operation::ListSchemaRevisions { name } => {
                 Outcome::Schema(router.schema(&name)?)
             }
-            Operation::ListSchemas(list) => Outcome::Schemas(router.list_schemas(
-                list.page_size,
-                &list.page_token,
-                shown(Kind::ListSchemas.permission()),
-            )),
+            Operation::ListSchemas(list) => {
+                let shown = |name: &str| caller.allows(Kind::ListSchemas.permission(), name);
+                Outcome::Schemas(router.list_schemas(list.page_size, &list.page_token, shown))
+            }
             Operation::ValidateSchema { schema_type, definition } => {
                 crate::schema::Compiled::new(schema_type, &definition).map_err(Status::invalid_argument)?;
                 Outcome::Done
@@ -311,6 +323,7 @@ impl<S: Storage> Door<S> {
                 self.validate_message(*check)?;
                 Outcome::Done
             }
+            other => return Err(Status::internal(format!("{:?} is not a schema's read", other.kind()))),
         })
     }
 

@@ -2,14 +2,15 @@
 //! operations, as the router's others, and answered with what the caller asked to see. A
 //! schema's change answers the schema as this node then holds it (the door answers once this
 //! node applied the change); a topic created with schema settings is refused before it is made
-//! when they name no schema the caller may attach, or revisions it lacks.
+//! when they name no schema the caller may attach, or revisions it lacks, and deleted again
+//! when setting them is refused after all.
 
 use super::{name, topic_with_sources_message};
 use crate::api::control::{ListRequest, Topic};
 use crate::api::{Code, Status};
 use crate::auth::Permission;
 use crate::catalog::schemas::{SchemaEncoding, SchemaRecord, SchemaRevision, SchemaSettings, SchemaType};
-use crate::dispatch::{Caller, Door, MessageCheck, Operation};
+use crate::dispatch::{Caller, Door, MessageCheck, Operation, Outcome};
 use crate::net::server::respond;
 use crate::storage::Storage;
 use ringpost_wire::frame::{access_body, FrameBuffer, FrameHeader};
@@ -256,7 +257,12 @@ async fn topic_schema<S: Storage>(
             let topic = door.execute(caller, Operation::CreateTopic(topic)).await?.into_topic()?;
             if settings.is_some() {
                 let set = Operation::SetTopicSchema { topic: topic.name.clone(), settings };
-                door.execute(caller, set).await?.into_done()?;
+                if let Err(refused) = door.execute(caller, set).await.and_then(Outcome::into_done) {
+                    // A refusal creates nothing: the topic goes again (its schema was deleted or
+                    // changed since the check above), as the gRPC API's CreateTopic does.
+                    let _ = door.execute(caller, Operation::DeleteTopic { name: topic.name.clone() }).await;
+                    return Err(refused);
+                }
             }
             topic
         }
