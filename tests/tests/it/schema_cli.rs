@@ -95,6 +95,26 @@ fn the_cli_creates_reads_lists_validates_and_deletes_schemas_and_sets_a_topics()
         "the second revision's",
     );
     grpc.publish_data("states-in", &[br#"{"name": "Alaska", "post_abbr": "AK"}"#]).unwrap();
+    // Its settings cleared, then set again, by `topic update`.
+    let cleared = succeeded(&cli(&["topic", "update", "states-in", "--no-schema"]));
+    assert_eq!(json_field(&cleared, "schema"), "", "{cleared}");
+    // The gRPC API trusts the schema it learnt for a while (GRPC_SCHEMAS_CACHED_MS, 5 s): a
+    // change through the native protocol is seen within it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while let Err(status) = grpc.publish_data("states-in", &[b"{}"]) {
+        assert!(std::time::Instant::now() < deadline, "still checked once cleared: {status:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let both = cli(&["topic", "update", "states-in", "--no-schema", "--schema", "states"]);
+    assert_eq!(both.status.code(), Some(2));
+    let set =
+        succeeded(&cli(&["topic", "update", "states-in", "--schema", "states", "--last-revision", &first]));
+    assert_eq!(json_field(&set, "last_revision_id"), first, "{set}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while grpc.publish_data("states-in", &[b"{}"]).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "not checked again once set");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 
     succeeded(&cli(&["schema", "delete", &format!("states@{second}")]));
     let after = succeeded(&cli(&["schema", "revisions", "states"]));

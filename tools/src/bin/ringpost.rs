@@ -404,28 +404,79 @@ struct TopicUpdate {
     /// the daemon's bound)
     #[argh(option)]
     sources_max: Option<u32>,
+    /// the schema every message published to it must match from now on (a revision between
+    /// --first-revision and --last-revision); the caller needs pubsub.schemas.attach on it
+    #[argh(option)]
+    schema: Option<String>,
+    /// with --schema, how messages are encoded: json (default) or binary
+    #[argh(option)]
+    encoding: Option<String>,
+    /// with --schema, the oldest revision a message may match (default: the first)
+    #[argh(option)]
+    first_revision: Option<String>,
+    /// with --schema, the newest revision a message may match (default: the newest)
+    #[argh(option)]
+    last_revision: Option<String>,
+    /// remove its schema settings: messages are no longer checked
+    #[argh(switch)]
+    no_schema: bool,
 }
 
-/// The schema settings `topic create` was given, checked before anything is sent.
-fn topic_schema_settings(create: &TopicCreate) -> Result<Option<ringpost_client::SchemaSettings>, Failure> {
-    let Some(schema) = &create.schema else {
-        if create.encoding.is_some() || create.first_revision.is_some() || create.last_revision.is_some() {
+/// A topic's schema options as given: its schema, encoding and revision bounds.
+struct SchemaOptions<'a> {
+    schema: &'a Option<String>,
+    encoding: &'a Option<String>,
+    first_revision: &'a Option<String>,
+    last_revision: &'a Option<String>,
+}
+
+/// The schema settings a topic's options give, checked before anything is sent.
+fn topic_schema_settings(
+    options: SchemaOptions<'_>,
+) -> Result<Option<ringpost_client::SchemaSettings>, Failure> {
+    let Some(schema) = options.schema else {
+        if options.encoding.is_some() || options.first_revision.is_some() || options.last_revision.is_some() {
             return Err(Failure::usage(
                 "InvalidArgument: --encoding, --first-revision and --last-revision go with --schema",
             ));
         }
         return Ok(None);
     };
-    if create.sources == Some(SourcesFlag::Auto) {
-        return Err(Failure::usage("InvalidArgument: --schema does not go with --sources auto yet"));
-    }
-    let encoding = schema_encoding(create.encoding.as_deref().unwrap_or("json"))?;
+    let encoding = schema_encoding(options.encoding.as_deref().unwrap_or("json"))?;
     Ok(Some(ringpost_client::SchemaSettings {
         schema: schema.clone(),
         encoding: encoding.number(),
-        first_revision_id: create.first_revision.clone().unwrap_or_default(),
-        last_revision_id: create.last_revision.clone().unwrap_or_default(),
+        first_revision_id: options.first_revision.clone().unwrap_or_default(),
+        last_revision_id: options.last_revision.clone().unwrap_or_default(),
     }))
+}
+
+/// `topic create`'s schema settings.
+fn created_topic_schema(create: &TopicCreate) -> Result<Option<ringpost_client::SchemaSettings>, Failure> {
+    if create.schema.is_some() && create.sources == Some(SourcesFlag::Auto) {
+        return Err(Failure::usage("InvalidArgument: --schema does not go with --sources auto yet"));
+    }
+    topic_schema_settings(SchemaOptions {
+        schema: &create.schema,
+        encoding: &create.encoding,
+        first_revision: &create.first_revision,
+        last_revision: &create.last_revision,
+    })
+}
+
+/// `topic update`'s schema settings: `Some` of empty ones with --no-schema (none from now on).
+fn updated_topic_schema(update: &TopicUpdate) -> Result<Option<ringpost_client::SchemaSettings>, Failure> {
+    let settings = topic_schema_settings(SchemaOptions {
+        schema: &update.schema,
+        encoding: &update.encoding,
+        first_revision: &update.first_revision,
+        last_revision: &update.last_revision,
+    })?;
+    match (settings, update.no_schema) {
+        (Some(_), true) => Err(Failure::usage("InvalidArgument: give --schema or --no-schema, not both")),
+        (None, true) => Ok(Some(ringpost_client::SchemaSettings::default())),
+        (settings, false) => Ok(settings),
+    }
 }
 
 /// `--sources N` (a fixed number) or `--sources auto` (the number follows the load).
@@ -2604,9 +2655,8 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         _ => SchemaInput::default(),
     };
     let topic_schema = match &flags.command {
-        Command::Topic(TopicCommand { action: TopicAction::Create(create) }) => {
-            topic_schema_settings(create)?
-        }
+        Command::Topic(TopicCommand { action: TopicAction::Create(create) }) => created_topic_schema(create)?,
+        Command::Topic(TopicCommand { action: TopicAction::Update(update) }) => updated_topic_schema(update)?,
         _ => None,
     };
     let security = cli::SecurityOptions {
@@ -2676,11 +2726,19 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             }
             TopicAction::Delete(delete) => client.delete_topic(&delete.name).await?,
             TopicAction::Update(update) => {
-                if update.retention.is_none() && update.sources.is_none() {
+                if update.retention.is_none() && update.sources.is_none() && topic_schema.is_none() {
                     return Err(Failure(
-                        "InvalidArgument: nothing to update: give --retention or --sources".into(),
+                        "InvalidArgument: nothing to update: give --retention, --sources, --schema or --no-schema"
+                            .into(),
                         2,
                     ));
+                }
+                if let Some(settings) = topic_schema {
+                    let topic = client.update_topic_schema(&update.name, settings).await?;
+                    if update.retention.is_none() && update.sources.is_none() {
+                        print_rows(output, &TOPIC_SCHEMA_HEADER, vec![topic_schema_row(&topic)]);
+                        return Ok(());
+                    }
                 }
                 let (min, max) = source_bounds(update.sources, update.sources_min, update.sources_max)?;
                 match update.sources {
