@@ -30,6 +30,7 @@ pub mod connection;
 pub mod pool;
 pub mod publisher;
 pub mod retry;
+pub mod schemas;
 pub mod security;
 pub mod sources;
 pub mod stream;
@@ -47,11 +48,12 @@ pub use ringpost_wire::messages::{
     Attribute, ClusterDrainStatusResponse, ClusterStatusResponse, DirectoryStatus, FollowerStats,
     InvalidAckId, NodeDrainStatus, NodeStatus, ProcessStats, PubsubMessage, PushConfig, PushError,
     PushRequestCount, PushSubscriptionStats, ReceivedMessage, ReplicaStats, ResyncDirectoryResponse,
-    RoutingRule, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse, Subscription, SubscriptionStats,
-    SubscriptionWithPush, SubscriptionWithPushProject, Topic, TopicPlacement, TopicSource, TopicStats,
-    TopicWithSourcePolicy, TopicWithSources,
+    RoutingRule, Schema, SchemaSettings, ShardStats, Snapshot, StatsResponse, StatsWithPushResponse,
+    Subscription, SubscriptionStats, SubscriptionWithPush, SubscriptionWithPushProject, Topic,
+    TopicPlacement, TopicSource, TopicStats, TopicWithSchema, TopicWithSourcePolicy, TopicWithSources,
 };
 pub use ringpost_wire::{ErrorCode, Status};
+pub use schemas::{SchemaEncoding, SchemaType};
 pub use security::Security;
 pub use stream::{MessageStream, ResumingStream, StreamEvent, StreamSettings};
 pub use subscriber::{AckHandle, ShutdownMode, Subscriber, SubscriberSettings, SubscriberStats};

@@ -187,11 +187,46 @@ pub enum Command {
     /// or `LookupSubscription` then (a topic there has one source). Code 120: 20, which the
     /// sources' work reserved for it, is `CreateSubscription`'s since the start.
     LookupSources = 120,
+    /// `SchemaRequest` → `Schema` (router, decided by the catalog's leader): a schema created
+    /// with its first revision. Commands 31 to 39 and 44 to 47 are the schemas'; a daemon from
+    /// before them refuses them as unknown.
+    CreateSchema = 31,
+    /// `GetSchemaRequest` → `Schema` (router).
+    GetSchema = 32,
+    /// `ListSchemasRequest` → `SchemaList` (router).
+    ListSchemas = 33,
+    /// `ListSchemasRequest` → `SchemaList` (router): one schema's revisions, newest first.
+    ListSchemaRevisions = 34,
+    /// `SchemaRequest` → `Schema` (router, leader): a new revision.
+    CommitSchema = 35,
+    /// `SchemaRevisionRequest` → `Schema` (router, leader): a new revision of an older one's
+    /// definition.
+    RollbackSchema = 36,
+    /// `SchemaRevisionRequest` → `Schema` (router, leader): one revision deleted, never the
+    /// only one; answers the schema's newest.
+    DeleteSchemaRevision = 37,
+    /// `NameRequest` → `Empty` (router, leader): a schema deleted; its topics' settings then
+    /// name `_deleted-schema_`.
+    DeleteSchema = 38,
+    /// `SchemaRequest` → `Empty` (router): whether a definition is one of its type.
+    ValidateSchema = 39,
+    /// `ValidateMessageRequest` → `Empty` (router): whether a message matches a schema.
+    ValidateMessage = 44,
+    /// `CreateTopicWithSchemaRequest` → `TopicWithSchema` (router): `CreateTopicWithSources`
+    /// with schema settings, refused before the topic is made when they name no schema the
+    /// caller may attach, or revisions it lacks.
+    CreateTopicWithSchema = 45,
+    /// `UpdateTopicSchemaRequest` → `TopicWithSchema` (router): a topic's schema settings set
+    /// or cleared.
+    UpdateTopicSchema = 46,
+    /// `NameRequest` → `TopicWithSchema` (router): `GetTopicWithSources` with its schema
+    /// settings.
+    GetTopicWithSchema = 47,
 }
 
 impl Command {
     /// Every command. The tests check this table for duplicate and missing codes.
-    pub const ALL: [Command; 62] = [
+    pub const ALL: [Command; 75] = [
         Command::Hello,
         Command::Authenticate,
         Command::CreateTopic,
@@ -254,6 +289,19 @@ impl Command {
         Command::PeerTransferLeader,
         Command::Replica,
         Command::Carried,
+        Command::CreateSchema,
+        Command::GetSchema,
+        Command::ListSchemas,
+        Command::ListSchemaRevisions,
+        Command::CommitSchema,
+        Command::RollbackSchema,
+        Command::DeleteSchemaRevision,
+        Command::DeleteSchema,
+        Command::ValidateSchema,
+        Command::ValidateMessage,
+        Command::CreateTopicWithSchema,
+        Command::UpdateTopicSchema,
+        Command::GetTopicWithSchema,
     ];
 
     pub fn from_u16(code: u16) -> Option<Command> {
@@ -320,6 +368,19 @@ impl Command {
             93 => Command::ModifyPushConfigWithProject,
             83 => Command::PeerTransferLeader,
             120 => Command::LookupSources,
+            31 => Command::CreateSchema,
+            32 => Command::GetSchema,
+            33 => Command::ListSchemas,
+            34 => Command::ListSchemaRevisions,
+            35 => Command::CommitSchema,
+            36 => Command::RollbackSchema,
+            37 => Command::DeleteSchemaRevision,
+            38 => Command::DeleteSchema,
+            39 => Command::ValidateSchema,
+            44 => Command::ValidateMessage,
+            45 => Command::CreateTopicWithSchema,
+            46 => Command::UpdateTopicSchema,
+            47 => Command::GetTopicWithSchema,
             _ => return None,
         })
     }

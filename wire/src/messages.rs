@@ -697,3 +697,89 @@ wire_type! {
     /// the daemon decodes defensively; the wire only frames them.
     pub struct PeerMessage { pub bytes: Vec<u8> }
 }
+
+wire_type! {
+    /// A schema's revision (Pub/Sub's `Schema`). `schema_type`: 1 Protocol Buffer, 2 Avro, as
+    /// Pub/Sub numbers them; `definition` is empty in a BASIC view.
+    pub struct Schema {
+        pub name: String,
+        pub schema_type: u8,
+        pub definition: String,
+        /// Eight hex digits, unique within the schema.
+        pub revision_id: String,
+        /// When the revision was committed (milliseconds since the Unix epoch).
+        pub revision_create_time_ms: u64,
+    }
+}
+
+wire_type! {
+    /// CreateSchema and CommitSchema: schema `name` with a revision of `definition`;
+    /// ValidateSchema: `definition` checked (`name` not read).
+    pub struct SchemaRequest { pub name: String, pub schema_type: u8, pub definition: String }
+}
+
+wire_type! {
+    /// GetSchema: schema `name`'s revision `revision_id` (empty: its newest), with its
+    /// definition when `full`.
+    pub struct GetSchemaRequest { pub name: String, pub revision_id: String, pub full: bool }
+}
+
+wire_type! {
+    /// ListSchemas: one page of the schemas, by name (each its newest revision), with their
+    /// definitions when `full`; ListSchemaRevisions: one page of schema `name`'s revisions,
+    /// newest first (`name` is not read by ListSchemas).
+    pub struct ListSchemasRequest { pub name: String, pub page_size: u32, pub page_token: String, pub full: bool }
+}
+
+wire_type! {
+    pub struct SchemaList { pub schemas: Vec<Schema>, pub next_page_token: String }
+}
+
+wire_type! {
+    /// RollbackSchema (a new revision of revision `revision_id`'s definition) and
+    /// DeleteSchemaRevision.
+    pub struct SchemaRevisionRequest { pub name: String, pub revision_id: String }
+}
+
+wire_type! {
+    /// ValidateMessage: `message` checked against schema `name`'s revision `revision_id` (empty:
+    /// its newest) or, when `name` is empty, against `definition` of `schema_type`; `encoding`:
+    /// 1 JSON, 2 binary, as Pub/Sub numbers them.
+    pub struct ValidateMessageRequest {
+        pub name: String,
+        pub revision_id: String,
+        pub schema_type: u8,
+        pub definition: String,
+        pub encoding: u8,
+        pub message: Vec<u8>,
+    }
+}
+
+wire_type! {
+    /// A topic's schema settings (Pub/Sub's `SchemaSettings`): an empty `schema` is none; an
+    /// empty revision id is no bound; `encoding` as in `ValidateMessageRequest`.
+    pub struct SchemaSettings {
+        pub schema: String,
+        pub encoding: u8,
+        pub first_revision_id: String,
+        pub last_revision_id: String,
+    }
+}
+
+wire_type! {
+    /// CreateTopicWithSchema: `CreateTopicWithSourcesRequest` with the topic's schema settings.
+    pub struct CreateTopicWithSchemaRequest {
+        pub topic: CreateTopicWithSourcesRequest,
+        pub schema: SchemaSettings,
+    }
+}
+
+wire_type! {
+    /// UpdateTopicSchema: topic `name`'s schema settings from now on (an empty schema: none).
+    pub struct UpdateTopicSchemaRequest { pub name: String, pub schema: SchemaSettings }
+}
+
+wire_type! {
+    /// A topic with its sources and its schema settings (an empty schema: none).
+    pub struct TopicWithSchema { pub topic: TopicWithSources, pub schema: SchemaSettings }
+}

@@ -534,6 +534,80 @@ mod round_trips {
         check_round_trip(Command::TopicSourcePolicy, FLAG_RESPONSE, 14, &followed);
     }
 
+    /// The schemas' bodies (commands 31 to 39 and 44 to 47), every field set and none.
+    #[test]
+    fn schemas_and_topics_with_schemas() {
+        let schema = Schema {
+            name: "orders".to_owned(),
+            schema_type: 2,
+            definition: r#"{"type": "record", "name": "Order", "fields": []}"#.to_owned(),
+            revision_id: "0a1b2c3d".to_owned(),
+            revision_create_time_ms: 1_700_000_000_000,
+        };
+        let request =
+            SchemaRequest { name: "orders".to_owned(), schema_type: 1, definition: "syntax".to_owned() };
+        for command in [Command::CreateSchema, Command::CommitSchema, Command::ValidateSchema] {
+            check_round_trip(command, 0, 1, &request);
+            check_round_trip(command, 0, 2, &SchemaRequest::default());
+        }
+        check_round_trip(Command::CreateSchema, FLAG_RESPONSE, 1, &schema);
+        check_round_trip(Command::GetSchema, FLAG_RESPONSE, 3, &Schema::default());
+        let get =
+            GetSchemaRequest { name: "orders".to_owned(), revision_id: "0a1b2c3d".to_owned(), full: true };
+        check_round_trip(Command::GetSchema, 0, 3, &get);
+        let list = ListSchemasRequest {
+            name: "orders".to_owned(),
+            page_size: 5,
+            page_token: "a".to_owned(),
+            full: true,
+        };
+        check_round_trip(Command::ListSchemas, 0, 4, &list);
+        check_round_trip(Command::ListSchemaRevisions, 0, 4, &ListSchemasRequest::default());
+        let page =
+            SchemaList { schemas: vec![schema.clone(), Schema::default()], next_page_token: "b".to_owned() };
+        check_round_trip(Command::ListSchemaRevisions, FLAG_RESPONSE, 4, &page);
+        let revision =
+            SchemaRevisionRequest { name: "orders".to_owned(), revision_id: "0a1b2c3d".to_owned() };
+        check_round_trip(Command::RollbackSchema, 0, 5, &revision);
+        check_round_trip(Command::DeleteSchemaRevision, 0, 6, &revision);
+        check_round_trip(Command::DeleteSchema, 0, 7, &NameRequest { name: "orders".to_owned() });
+        let message = ValidateMessageRequest {
+            name: "orders".to_owned(),
+            revision_id: "0a1b2c3d".to_owned(),
+            schema_type: 2,
+            definition: "{}".to_owned(),
+            encoding: 2,
+            message: vec![0, 1, 2, 255],
+        };
+        check_round_trip(Command::ValidateMessage, 0, 8, &message);
+        check_round_trip(Command::ValidateMessage, 0, 8, &ValidateMessageRequest::default());
+        let settings = SchemaSettings {
+            schema: "orders".to_owned(),
+            encoding: 1,
+            first_revision_id: "0a1b2c3d".to_owned(),
+            last_revision_id: "4e5f6a7b".to_owned(),
+        };
+        let topic = Topic { name: "orders-in".to_owned(), message_retention_seconds: 600 };
+        let create = CreateTopicWithSchemaRequest {
+            topic: CreateTopicWithSourcesRequest { topic: topic.clone(), replicas: 3, sources: 2 },
+            schema: settings.clone(),
+        };
+        check_round_trip(Command::CreateTopicWithSchema, 0, 9, &create);
+        check_round_trip(Command::CreateTopicWithSchema, 0, 9, &CreateTopicWithSchemaRequest::default());
+        let update = UpdateTopicSchemaRequest { name: "orders-in".to_owned(), schema: settings.clone() };
+        check_round_trip(Command::UpdateTopicSchema, 0, 10, &update);
+        let shown = TopicWithSchema {
+            topic: TopicWithSources {
+                topic,
+                replicas: 3,
+                sources: vec![TopicSource { number: 0, leader_node: 1, leader_shard: 0 }],
+            },
+            schema: settings,
+        };
+        check_round_trip(Command::GetTopicWithSchema, FLAG_RESPONSE, 11, &shown);
+        check_round_trip(Command::GetTopicWithSchema, FLAG_RESPONSE, 11, &TopicWithSchema::default());
+    }
+
     /// The push configuration's bodies (commands 26 to 29), every field set and none.
     #[test]
     fn subscriptions_with_push() {

@@ -55,6 +55,19 @@ pub enum Permission {
     SnapshotsDelete,
     /// Seek a subscription (to a time or a snapshot).
     SnapshotsSeek,
+    /// Pub/Sub's `pubsub.schemas.*`, on a schema's name (`schema:NAME` in the access file).
+    SchemasCreate,
+    SchemasGet,
+    SchemasList,
+    SchemasListRevisions,
+    SchemasCommit,
+    SchemasRollback,
+    SchemasDelete,
+    /// Check a definition or a message against a schema; on the empty name when it is given
+    /// in the request, naming no schema.
+    SchemasValidate,
+    /// Name the schema in a topic's schema settings.
+    SchemasAttach,
     /// The daemon's statistics (every resource's names and counts).
     DaemonStats,
     /// Operations on the daemon itself (resync a data directory).
@@ -68,11 +81,12 @@ pub enum ResourceKind {
     Topic,
     Subscription,
     Snapshot,
+    Schema,
     Daemon,
 }
 
 impl Permission {
-    pub const ALL: [Permission; 20] = {
+    pub const ALL: [Permission; 29] = {
         use Permission::*;
         [
             TopicsGet,
@@ -95,6 +109,15 @@ impl Permission {
             SnapshotsSeek,
             DaemonStats,
             DaemonAdminister,
+            SchemasCreate,
+            SchemasGet,
+            SchemasList,
+            SchemasListRevisions,
+            SchemasCommit,
+            SchemasRollback,
+            SchemasDelete,
+            SchemasValidate,
+            SchemasAttach,
         ]
     };
 
@@ -126,6 +149,15 @@ impl Permission {
             SnapshotsCreate => "pubsub.snapshots.create",
             SnapshotsDelete => "pubsub.snapshots.delete",
             SnapshotsSeek => "pubsub.snapshots.seek",
+            SchemasCreate => "pubsub.schemas.create",
+            SchemasGet => "pubsub.schemas.get",
+            SchemasList => "pubsub.schemas.list",
+            SchemasListRevisions => "pubsub.schemas.listRevisions",
+            SchemasCommit => "pubsub.schemas.commit",
+            SchemasRollback => "pubsub.schemas.rollback",
+            SchemasDelete => "pubsub.schemas.delete",
+            SchemasValidate => "pubsub.schemas.validate",
+            SchemasAttach => "pubsub.schemas.attach",
             DaemonStats => "ringpost.daemon.stats",
             DaemonAdminister => "ringpost.daemon.administer",
         }
@@ -144,7 +176,23 @@ impl Permission {
             SubscriptionsGet | SubscriptionsList | SubscriptionsCreate | SubscriptionsUpdate
             | SubscriptionsDelete | SubscriptionsConsume | SnapshotsSeek => ResourceKind::Subscription,
             SnapshotsGet | SnapshotsList | SnapshotsCreate | SnapshotsDelete => ResourceKind::Snapshot,
+            SchemasCreate | SchemasGet | SchemasList | SchemasListRevisions | SchemasCommit
+            | SchemasRollback | SchemasDelete | SchemasValidate | SchemasAttach => ResourceKind::Schema,
             DaemonStats | DaemonAdminister => ResourceKind::Daemon,
+        }
+    }
+
+    /// What granted a schema's permission before the access file had `pubsub.schemas.*`: a
+    /// topic's permission on the schema's name (`topic:NAME`), as schemas exist to type topics.
+    /// A grant of it still does, so that an access file written then keeps its meaning
+    /// (`Policy::allows`).
+    pub const fn before_schemas(self) -> Option<Permission> {
+        use Permission::*;
+        match self {
+            SchemasCreate | SchemasCommit | SchemasRollback | SchemasDelete => Some(TopicsCreate),
+            SchemasGet | SchemasListRevisions | SchemasAttach | SchemasValidate => Some(TopicsGet),
+            SchemasList => Some(TopicsList),
+            _ => None,
         }
     }
 }
@@ -601,6 +649,7 @@ impl fmt::Display for Resource<'_> {
             ResourceKind::Topic => "topic",
             ResourceKind::Subscription => "subscription",
             ResourceKind::Snapshot => "snapshot",
+            ResourceKind::Schema => "schema",
             ResourceKind::Daemon => return f.write_str("the daemon"),
         };
         write!(f, "{kind}:{}", Shown(self.name))

@@ -84,6 +84,11 @@ impl Role {
             SubscriptionsList,
             SnapshotsGet,
             SnapshotsList,
+            // As Pub/Sub's viewer: a schema read and a definition or message checked.
+            SchemasGet,
+            SchemasList,
+            SchemasListRevisions,
+            SchemasValidate,
             DaemonStats,
         ]);
         const PUBLISHER: Permissions = Permissions::of(&[TopicsPublish]);
@@ -108,8 +113,8 @@ impl Role {
 pub enum Pattern {
     /// `*`: every resource of every kind, and the daemon itself.
     Everything,
-    /// `topic:NAME`, `subscription:NAME` or `snapshot:NAME`, NAME with `*` for any run of
-    /// characters (also empty).
+    /// `topic:NAME`, `subscription:NAME`, `snapshot:NAME` or `schema:NAME`, NAME with `*` for
+    /// any run of characters (also empty).
     Resource { kind: ResourceKind, name: NamePattern },
 }
 
@@ -126,6 +131,7 @@ impl Pattern {
             "topic" => ResourceKind::Topic,
             "subscription" => ResourceKind::Subscription,
             "snapshot" => ResourceKind::Snapshot,
+            "schema" => ResourceKind::Schema,
             _ => return Err(pattern_error(text)),
         };
         if name.is_empty() {
@@ -145,7 +151,7 @@ impl Pattern {
 
 fn pattern_error(text: &str) -> String {
     format!(
-        "the resource pattern {text:?} is not *, topic:NAME, subscription:NAME or snapshot:NAME \
+        "the resource pattern {text:?} is not *, topic:NAME, subscription:NAME, snapshot:NAME or schema:NAME \
          (NAME may hold * for any characters)"
     )
 }
@@ -253,7 +259,14 @@ pub struct Policy {
 impl Policy {
     /// Whether `who` holds `permission` on the resource `name` (of the permission's kind).
     /// Allocates nothing.
+    /// A schema's permission is also held by who holds its `Permission::before_schemas` on a
+    /// topic of the schema's name.
     pub fn allows(&self, who: Who<'_>, permission: Permission, name: &str) -> bool {
+        self.grants_allow(who, permission, name)
+            || permission.before_schemas().is_some_and(|before| self.grants_allow(who, before, name))
+    }
+
+    fn grants_allow(&self, who: Who<'_>, permission: Permission, name: &str) -> bool {
         if any_covers(&self.all_users, permission, name) {
             return true;
         }

@@ -172,6 +172,10 @@ fn each_role_holds_exactly_its_permissions() {
         SubscriptionsList,
         SnapshotsGet,
         SnapshotsList,
+        SchemasGet,
+        SchemasList,
+        SchemasListRevisions,
+        SchemasValidate,
         DaemonStats,
     ];
     let publisher = [TopicsPublish];
@@ -230,6 +234,36 @@ fn name_patterns_match_any_run_of_characters_at_each_star() {
             assert!(!parsed.matches(name), "{pattern} should not match {name:?}");
         }
     }
+}
+
+/// A schema's permissions are on `schema:NAME`; a grant on `topic:NAME` written before the
+/// access file had them still covers the schema of that name with what it granted then (its
+/// changes with `pubsub.topics.create`, its reads with `pubsub.topics.get`), and nothing more.
+#[test]
+fn schema_grants_cover_schemas_and_topic_grants_keep_what_they_granted_before() {
+    use Permission::*;
+    let policy = Policy::parse(
+        "grant editor schema:orders-* schema-editor\ngrant viewer topic:orders-* topic-viewer\n\
+         grant editor topic:orders-* topic-editor\ngrant viewer schema:* schema-viewer\n",
+    )
+    .unwrap();
+    let allows =
+        |who: &str, permission: Permission, name: &str| policy.allows(Who::Named(who), permission, name);
+    for permission in [SchemasCreate, SchemasCommit, SchemasDelete, SchemasGet, SchemasAttach] {
+        assert!(allows("schema-editor", permission, "orders-v1"), "{permission:?}");
+        assert!(!allows("schema-editor", permission, "billing"), "{permission:?}");
+        assert!(allows("topic-editor", permission, "orders-v1"), "{permission:?} as before");
+    }
+    assert!(!allows("schema-editor", TopicsCreate, "orders-v1"), "a schema's grant is not a topic's");
+    assert!(allows("topic-viewer", SchemasGet, "orders-v1"));
+    assert!(!allows("topic-viewer", SchemasCreate, "orders-v1"));
+    assert!(allows("schema-viewer", SchemasGet, "anything"));
+    assert!(allows("schema-viewer", SchemasValidate, ""));
+    assert!(!allows("schema-viewer", SchemasCreate, "anything"));
+    assert_eq!(
+        Pattern::parse("schema:a*").unwrap(),
+        Pattern::Resource { kind: ResourceKind::Schema, name: NamePattern::parse("a*") }
+    );
 }
 
 #[test]

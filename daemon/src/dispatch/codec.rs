@@ -6,7 +6,7 @@
 //! both lists only grow at their end. The first byte is the format, so that a node of another
 //! version is told apart from damage.
 
-use super::{Carried, Kind, Operation, Outcome, SubscriptionShown};
+use super::{Carried, Kind, MessageCheck, Operation, Outcome, SubscriptionShown};
 use crate::api::control::{
     Labels, ListRequest, SeekTarget, Snapshot, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
 };
@@ -402,7 +402,12 @@ fn encode_operation(encoder: &mut Encoder, operation: &Operation, projects: bool
         | Operation::RollbackSchema { .. }
         | Operation::DeleteSchemaRevision { .. }
         | Operation::DeleteSchema { .. }
-        | Operation::SetTopicSchema { .. } => encode_schema_operation(encoder, operation),
+        | Operation::SetTopicSchema { .. }
+        | Operation::GetSchema { .. }
+        | Operation::ListSchemas(_)
+        | Operation::ListSchemaRevisions { .. }
+        | Operation::ValidateSchema { .. }
+        | Operation::ValidateMessage(_) => encode_schema_operation(encoder, operation),
     }
 }
 
@@ -429,8 +434,24 @@ fn encode_schema_operation(encoder: &mut Encoder, operation: &Operation) {
         | Operation::DeleteSchemaRevision { name, revision_id } => {
             encoder.str(name).str(revision_id);
         }
-        Operation::DeleteSchema { name } => {
+        Operation::DeleteSchema { name }
+        | Operation::GetSchema { name }
+        | Operation::ListSchemaRevisions { name } => {
             encoder.str(name);
+        }
+        Operation::ListSchemas(list) => encode_list(encoder, list),
+        Operation::ValidateSchema { schema_type, definition } => {
+            encoder.u8(*schema_type as u8).str(definition);
+        }
+        Operation::ValidateMessage(check) => {
+            encoder
+                .str(&check.schema)
+                .str(&check.revision_id)
+                .u8(check.schema_type as u8)
+                .str(&check.definition)
+                .u8(check.encoding as u8)
+                .u32(check.message.len() as u32);
+            encoder.0.extend_from_slice(&check.message);
         }
         Operation::SetTopicSchema { topic, settings } => {
             encoder.str(topic);
@@ -458,6 +479,31 @@ fn decode_schema_settings(decoder: &mut Decoder) -> DecodeResult<SchemaSettings>
         encoding: SchemaEncoding::from_number(decoder.u8()?).ok_or("an unknown schema encoding")?,
         first_revision_id: decoder.str()?,
         last_revision_id: decoder.str()?,
+    })
+}
+
+/// A schema's read or check, after its kind (`kind`).
+fn decode_schema_read(decoder: &mut Decoder, kind: Kind) -> DecodeResult<Operation> {
+    Ok(match kind {
+        Kind::GetSchema => Operation::GetSchema { name: decoder.str()? },
+        Kind::ListSchemaRevisions => Operation::ListSchemaRevisions { name: decoder.str()? },
+        Kind::ListSchemas => Operation::ListSchemas(decode_list(decoder)?),
+        Kind::ValidateSchema => Operation::ValidateSchema {
+            schema_type: decode_schema_type(decoder)?,
+            definition: decoder.str()?,
+        },
+        Kind::ValidateMessage => Operation::ValidateMessage(Box::new(MessageCheck {
+            schema: decoder.str()?,
+            revision_id: decoder.str()?,
+            schema_type: decode_schema_type(decoder)?,
+            definition: decoder.str()?,
+            encoding: SchemaEncoding::from_number(decoder.u8()?).ok_or("an unknown schema encoding")?,
+            message: {
+                let length = decoder.u32()? as usize;
+                decoder.bytes(length)?.to_vec()
+            },
+        })),
+        _ => return Err("not a schema's read"),
     })
 }
 
@@ -571,6 +617,11 @@ fn decode_operation(decoder: &mut Decoder, projects: bool) -> DecodeResult<Opera
             topic: decoder.str()?,
             settings: take_optional(decoder, decode_schema_settings)?,
         },
+        Kind::GetSchema
+        | Kind::ListSchemaRevisions
+        | Kind::ListSchemas
+        | Kind::ValidateSchema
+        | Kind::ValidateMessage => decode_schema_read(decoder, kind)?,
         Kind::Publish | Kind::Pull | Kind::StreamingPull | Kind::Acknowledge | Kind::ModifyAckDeadline => {
             return Err("a data-plane operation is not carried this way")
         }
@@ -781,6 +832,22 @@ mod tests {
                 }),
             },
             Operation::SetTopicSchema { topic: "t".into(), settings: None },
+            Operation::GetSchema { name: "orders".into() },
+            Operation::ListSchemas(ListRequest {
+                topic: String::new(),
+                page_size: 3,
+                page_token: "a".into(),
+            }),
+            Operation::ListSchemaRevisions { name: "orders".into() },
+            Operation::ValidateSchema { schema_type: SchemaType::Avro, definition: "{}".into() },
+            Operation::ValidateMessage(Box::new(MessageCheck {
+                schema: "orders".into(),
+                revision_id: "0a1b2c3d".into(),
+                schema_type: SchemaType::ProtocolBuffer,
+                definition: "syntax = \"proto3\";".into(),
+                encoding: SchemaEncoding::Json,
+                message: b"{\"id\": 1}".to_vec(),
+            })),
             Operation::ClusterRestrict {
                 rule: RoutingRule {
                     selector: ClientSelector::From(Cidr::parse("10.0.0.0/8").unwrap()),

@@ -23,7 +23,7 @@ pub mod routes;
 mod transport;
 
 pub use codec::{decode_answer, decode_carried, encode_answer, encode_carried};
-pub use operation::{Kind, Operation, DAEMON};
+pub use operation::{Kind, MessageCheck, Operation, DAEMON};
 pub use outcome::{Outcome, SubscriptionShown};
 pub use transport::{Carried, NodeTransport};
 
@@ -295,7 +295,69 @@ impl<S: Storage> Door<S> {
             | Operation::DeleteSchemaRevision { .. }
             | Operation::DeleteSchema { .. }
             | Operation::SetTopicSchema { .. }) => self.run_schema(schema).await?,
+            read @ (Operation::GetSchema { .. }
+            | Operation::ListSchemas(_)
+            | Operation::ListSchemaRevisions { .. }
+            | Operation::ValidateSchema { .. }
+            | Operation::ValidateMessage(_)) => self.read_schema(caller, read)?,
         })
+    }
+
+    /// A schema read, or a check of a definition or a message (compiled here, on the router
+    /// shard, as a schema's change is).
+    fn read_schema(&self, caller: &Caller<'_>, operation: Operation) -> Result<Outcome, Status> {
+        let router = &self.router;
+        Ok(match operation {
+            Operation::GetSchema { name } | Operation::ListSchemaRevisions { name } => {
+                Outcome::Schema(router.schema(&name)?)
+            }
+            Operation::ListSchemas(list) => {
+                let shown = |name: &str| caller.allows(Kind::ListSchemas.permission(), name);
+                Outcome::Schemas(router.list_schemas(list.page_size, &list.page_token, shown))
+            }
+            Operation::ValidateSchema { schema_type, definition } => {
+                crate::schema::Compiled::new(schema_type, &definition).map_err(Status::invalid_argument)?;
+                Outcome::Done
+            }
+            Operation::ValidateMessage(check) => {
+                self.validate_message(*check)?;
+                Outcome::Done
+            }
+            other => return Err(Status::internal(format!("{:?} is not a schema's read", other.kind()))),
+        })
+    }
+
+    /// A message checked against the revision of a schema it names (its newest when it names
+    /// none), or against the definition it gives.
+    fn validate_message(&self, check: MessageCheck) -> Result<(), Status> {
+        let (schema_type, definition) = match check.schema.is_empty() {
+            true => (check.schema_type, check.definition),
+            false => {
+                let schema = self.router.schema(&check.schema)?;
+                let revision = match check.revision_id.is_empty() {
+                    true => schema.latest(),
+                    false => schema
+                        .revisions
+                        .iter()
+                        .find(|revision| revision.revision_id == check.revision_id)
+                        .ok_or_else(|| {
+                            Status::new(
+                                Code::NotFound,
+                                format!(
+                                    "Resource not found (resource={}@{}).",
+                                    check.schema, check.revision_id
+                                ),
+                            )
+                        })?,
+                };
+                (revision.schema_type, revision.definition.clone())
+            }
+        };
+        let compiled =
+            crate::schema::Compiled::new(schema_type, &definition).map_err(Status::invalid_argument)?;
+        compiled
+            .check(check.encoding, &check.message)
+            .map_err(|why| Status::invalid_argument(format!("Invalid data in message: {why}")))
     }
 
     /// A schema's change, or a topic's schema settings. Each answers Done: the caller reads the

@@ -6,7 +6,7 @@ use crate::api::control::{
     Labels, ListRequest, PushConfig, SeekTarget, Subscription, SubscriptionUpdate, Topic, TopicUpdate,
 };
 use crate::auth::Permission;
-use crate::catalog::schemas::{SchemaSettings, SchemaType};
+use crate::catalog::schemas::{SchemaEncoding, SchemaSettings, SchemaType};
 use crate::ids::NodeId;
 
 /// Every kind of request the daemon serves, data plane and control plane.
@@ -69,12 +69,19 @@ pub enum Kind {
     DeleteSchema,
     /// A topic's schema settings set or cleared (with its creation or an update).
     SetTopicSchema,
+    /// Pub/Sub's schema reads: one schema, the schemas, one schema's revisions.
+    GetSchema,
+    ListSchemas,
+    ListSchemaRevisions,
+    /// A definition checked, or a message checked against a schema (named, or given).
+    ValidateSchema,
+    ValidateMessage,
 }
 
 impl Kind {
     /// Every kind; the tests check the table below against it. A kind's place here is its
     /// number between nodes (`dispatch::codec`), so new kinds go at the end.
-    pub const ALL: [Kind; 44] = {
+    pub const ALL: [Kind; 49] = {
         use Kind::*;
         [
             CreateTopic,
@@ -121,6 +128,11 @@ impl Kind {
             DeleteSchemaRevision,
             DeleteSchema,
             SetTopicSchema,
+            GetSchema,
+            ListSchemas,
+            ListSchemaRevisions,
+            ValidateSchema,
+            ValidateMessage,
         ]
     };
 
@@ -130,14 +142,23 @@ impl Kind {
     /// with the resource (`Kind::alternative`: or only look at it). DetachSubscription's is on
     /// the subscription's topic, which only the catalog knows (as Pub/Sub asks
     /// `pubsub.topics.detachSubscription` there). UpdateSnapshot has no permission of its own
-    /// in Pub/Sub beyond the snapshot's: Ringpost asks the one that made it. Pub/Sub's
-    /// `pubsub.schemas.*` have no counterpart in the access file yet: a schema's changes ask
-    /// `pubsub.topics.create` on its name, as the schema exists to type topics.
+    /// in Pub/Sub beyond the snapshot's: Ringpost asks the one that made it. A schema's are
+    /// Pub/Sub's `pubsub.schemas.*` on its name (the access file also grants them as before
+    /// it had them: `Permission::before_schemas`); deleting a revision asks
+    /// `pubsub.schemas.delete`; a check of a definition or a message given in the request asks
+    /// `pubsub.schemas.validate` on the empty name.
     pub const fn permission(self) -> Permission {
         use Kind::*;
         match self {
-            CreateTopic | CreateSchema | CommitSchema | RollbackSchema | DeleteSchemaRevision
-            | DeleteSchema => Permission::TopicsCreate,
+            CreateTopic => Permission::TopicsCreate,
+            CreateSchema => Permission::SchemasCreate,
+            CommitSchema => Permission::SchemasCommit,
+            RollbackSchema => Permission::SchemasRollback,
+            DeleteSchemaRevision | DeleteSchema => Permission::SchemasDelete,
+            GetSchema => Permission::SchemasGet,
+            ListSchemas => Permission::SchemasList,
+            ListSchemaRevisions => Permission::SchemasListRevisions,
+            ValidateSchema | ValidateMessage => Permission::SchemasValidate,
             GetTopic | ListTopicSubscriptions | ListTopicSnapshots => Permission::TopicsGet,
             UpdateTopic | DetachSubscription | SetTopicSchema => Permission::TopicsUpdate,
             DeleteTopic => Permission::TopicsDelete,
@@ -181,7 +202,7 @@ impl Kind {
 
     /// Whether it lists the catalog's resources, each shown only to who may list it.
     pub const fn is_list(self) -> bool {
-        matches!(self, Kind::ListTopics | Kind::ListSubscriptions | Kind::ListSnapshots)
+        matches!(self, Kind::ListTopics | Kind::ListSubscriptions | Kind::ListSnapshots | Kind::ListSchemas)
     }
 
     /// Whether only the catalog's leader decides it: a node that does not lead carries it
@@ -351,6 +372,34 @@ pub enum Operation {
         topic: String,
         settings: Option<SchemaSettings>,
     },
+    /// Schema `name`, every revision (the protocol shows the one it was asked).
+    GetSchema {
+        name: String,
+    },
+    /// `list.topic` is not read.
+    ListSchemas(ListRequest),
+    /// Schema `name`, every revision (the protocol pages them).
+    ListSchemaRevisions {
+        name: String,
+    },
+    ValidateSchema {
+        schema_type: SchemaType,
+        definition: String,
+    },
+    /// `message` checked against `schema`'s revision `revision_id` (empty: its newest), or,
+    /// when `schema` is empty, against `definition` of `schema_type`.
+    ValidateMessage(Box<MessageCheck>),
+}
+
+/// What a ValidateMessage checks: a message against a schema named or given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageCheck {
+    pub schema: String,
+    pub revision_id: String,
+    pub schema_type: SchemaType,
+    pub definition: String,
+    pub encoding: SchemaEncoding,
+    pub message: Vec<u8>,
 }
 
 impl Operation {
@@ -395,6 +444,11 @@ impl Operation {
             Operation::DeleteSchemaRevision { .. } => Kind::DeleteSchemaRevision,
             Operation::DeleteSchema { .. } => Kind::DeleteSchema,
             Operation::SetTopicSchema { .. } => Kind::SetTopicSchema,
+            Operation::GetSchema { .. } => Kind::GetSchema,
+            Operation::ListSchemas(_) => Kind::ListSchemas,
+            Operation::ListSchemaRevisions { .. } => Kind::ListSchemaRevisions,
+            Operation::ValidateSchema { .. } => Kind::ValidateSchema,
+            Operation::ValidateMessage(_) => Kind::ValidateMessage,
         }
     }
 
@@ -424,11 +478,18 @@ impl Operation {
             | Operation::CommitSchema { name, .. }
             | Operation::RollbackSchema { name, .. }
             | Operation::DeleteSchemaRevision { name, .. }
-            | Operation::DeleteSchema { name } => name,
+            | Operation::DeleteSchema { name }
+            | Operation::GetSchema { name }
+            | Operation::ListSchemaRevisions { name } => name,
             Operation::SetTopicSchema { topic, .. } => topic,
+            Operation::ValidateMessage(check) => &check.schema,
+            Operation::ValidateSchema { .. } => "",
             Operation::Seek { subscription, .. } => subscription,
             Operation::ListTopicSubscriptions(list) | Operation::ListTopicSnapshots(list) => &list.topic,
-            Operation::ListTopics(_) | Operation::ListSubscriptions(_) | Operation::ListSnapshots(_) => "",
+            Operation::ListTopics(_)
+            | Operation::ListSubscriptions(_)
+            | Operation::ListSnapshots(_)
+            | Operation::ListSchemas(_) => "",
             Operation::Stats
             | Operation::ClusterStatus
             | Operation::ClusterAddNode { .. }
@@ -444,7 +505,9 @@ impl Operation {
     /// What it needs beyond its kind's permission on its resource, each checked after that:
     /// a subscription's topic (to attach to it) and dead-letter topic (whose messages it
     /// publishes there, as Pub/Sub asks of its service agent), a seek's snapshot, and the
-    /// subscription a snapshot captures (whose acknowledgements it reads).
+    /// subscription a snapshot captures (whose acknowledgements it reads), the schema a topic's
+    /// settings name (`pubsub.schemas.attach`, as Pub/Sub asks), and the schema a message is
+    /// checked against (which it reads).
     pub fn further_checks(&self) -> Vec<(Permission, &str)> {
         match self {
             Operation::CreateSubscription(subscription) => {
@@ -464,6 +527,12 @@ impl Operation {
             }
             Operation::CreateSnapshot { subscription, .. } => {
                 vec![(Permission::SubscriptionsConsume, subscription.as_str())]
+            }
+            Operation::SetTopicSchema { settings: Some(settings), .. } => {
+                vec![(Permission::SchemasAttach, settings.schema.as_str())]
+            }
+            Operation::ValidateMessage(check) if !check.schema.is_empty() => {
+                vec![(Permission::SchemasGet, check.schema.as_str())]
             }
             _ => Vec::new(),
         }
@@ -505,12 +574,16 @@ mod tests {
                 | Kind::DetachSubscription
                 | Kind::Publish
                 | Kind::SetTopicSchema => ResourceKind::Topic,
-                // A schema's changes ask a topic's permission on the schema's name (above).
                 Kind::CreateSchema
                 | Kind::CommitSchema
                 | Kind::RollbackSchema
                 | Kind::DeleteSchemaRevision
-                | Kind::DeleteSchema => ResourceKind::Topic,
+                | Kind::DeleteSchema
+                | Kind::GetSchema
+                | Kind::ListSchemas
+                | Kind::ListSchemaRevisions
+                | Kind::ValidateSchema
+                | Kind::ValidateMessage => ResourceKind::Schema,
                 Kind::CreateSnapshot
                 | Kind::GetSnapshot
                 | Kind::UpdateSnapshot
@@ -558,5 +631,18 @@ mod tests {
             ..Default::default()
         });
         assert!(update.further_checks().is_empty(), "removing the dead-letter topic needs nothing more");
+        let settings = SchemaSettings {
+            schema: "orders".into(),
+            encoding: SchemaEncoding::Json,
+            first_revision_id: String::new(),
+            last_revision_id: String::new(),
+        };
+        let set = Operation::SetTopicSchema { topic: "t".into(), settings: Some(settings) };
+        assert_eq!(
+            (set.resource(), set.further_checks()),
+            ("t", vec![(Permission::SchemasAttach, "orders")])
+        );
+        let clear = Operation::SetTopicSchema { topic: "t".into(), settings: None };
+        assert!(clear.further_checks().is_empty(), "clearing a topic's schema attaches none");
     }
 }

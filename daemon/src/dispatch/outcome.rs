@@ -4,6 +4,7 @@ use crate::api::cluster::{ClusterStatus, NodeDrain};
 use crate::api::control::{ForwarderAddress, Page, Resynced, Snapshot, SourceRoutes, Subscription, Topic};
 use crate::api::stats::Stats;
 use crate::api::Status;
+use crate::catalog::schemas::SchemaRecord;
 
 /// A subscription as an operation answers it, with its topic's message retention (0: not set,
 /// or the topic is gone), which Pub/Sub shows beside it.
@@ -33,6 +34,9 @@ pub enum Outcome {
     /// The routing restrictions.
     RoutingRules(Vec<crate::catalog::routing::RoutingRule>),
     Resynced(Resynced),
+    /// A schema with every revision, oldest first.
+    Schema(SchemaRecord),
+    Schemas(Page<SchemaRecord>),
 }
 
 /// An outcome of another shape than its operation's: a node that answers otherwise than this
@@ -67,6 +71,8 @@ impl Outcome {
     into_variant!(into_drains, Drains, Vec<NodeDrain>);
     into_variant!(into_routing_rules, RoutingRules, Vec<crate::catalog::routing::RoutingRule>);
     into_variant!(into_resynced, Resynced, Resynced);
+    into_variant!(into_schema, Schema, SchemaRecord);
+    into_variant!(into_schemas, Schemas, Page<SchemaRecord>);
 
     pub fn into_done(self) -> Result<(), Status> {
         match self {

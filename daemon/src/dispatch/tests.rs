@@ -150,3 +150,70 @@ fn the_data_planes_checks_use_the_same_table() {
         .iter()
         .any(|line| line.contains("pubsub.subscriptions.consume on subscription:s to carol")));
 }
+
+/// Setting a topic's schema asks `pubsub.schemas.attach` on the schema besides the topic's
+/// update; a list of schemas shows what its reader may list; a message is checked against a
+/// schema only by who may read it. An editor of the topic alone (`topic:t-*`) attaches no
+/// schema of another name, and the refusal names the schema.
+#[test]
+fn a_topics_schema_needs_the_schemas_attach_and_reads_ask_the_schemas_permissions() {
+    use crate::catalog::schemas::{SchemaEncoding, SchemaSettings, SchemaType};
+    sim::run(0, async {
+        let (door, _forwarder) = door_with_one_forwarder().await;
+        let grants = "grant admin * root\ngrant editor topic:t-* tom\ngrant viewer schema:public-* vic\n";
+        let (access, audit) = access("schemas", grants);
+        let session = |name: &str| access.authenticate_certificate(name);
+        let (root, tom, vic) = (session("root"), session("tom"), session("vic"));
+        let as_ = |session| Caller::new(session, &access);
+        let definition = r#"{"type": "record", "name": "R", "fields": [{"name": "n", "type": "int"}]}"#;
+        for name in ["orders", "public-orders"] {
+            let create = Operation::CreateSchema {
+                name: name.into(),
+                schema_type: SchemaType::Avro,
+                definition: definition.into(),
+            };
+            door.execute(&as_(&root), create).await.unwrap();
+        }
+        door.execute(&as_(&tom), create("t-1")).await.unwrap();
+
+        let settings = SchemaSettings {
+            schema: "orders".into(),
+            encoding: SchemaEncoding::Json,
+            first_revision_id: String::new(),
+            last_revision_id: String::new(),
+        };
+        let set = Operation::SetTopicSchema { topic: "t-1".into(), settings: Some(settings.clone()) };
+        assert_eq!(door.execute(&as_(&tom), set.clone()).await.unwrap_err().code, Code::PermissionDenied);
+        assert!(audit
+            .borrow()
+            .iter()
+            .any(|line| line.contains("pubsub.schemas.attach on schema:orders to tom")));
+        assert_eq!(door.router().topics_schema_settings(&["t-1".into()]), [None], "a refusal sets nothing");
+        door.execute(&as_(&root), set).await.unwrap();
+        assert_eq!(door.router().topics_schema_settings(&["t-1".into()]), [Some(settings)]);
+
+        let list = Operation::ListSchemas(ListRequest::default());
+        let page = door.execute(&as_(&vic), list).await.unwrap().into_schemas().unwrap();
+        assert_eq!(
+            page.items.iter().map(|schema| schema.name.as_str()).collect::<Vec<_>>(),
+            ["public-orders"]
+        );
+        let check = |schema: &str, message: &str| {
+            Operation::ValidateMessage(Box::new(MessageCheck {
+                schema: schema.into(),
+                revision_id: String::new(),
+                schema_type: SchemaType::Avro,
+                definition: String::new(),
+                encoding: SchemaEncoding::Json,
+                message: message.as_bytes().to_vec(),
+            }))
+        };
+        door.execute(&as_(&vic), check("public-orders", r#"{"n": 1}"#)).await.unwrap();
+        let mismatch = door.execute(&as_(&vic), check("public-orders", "{}")).await.unwrap_err();
+        assert_eq!(mismatch.code, Code::InvalidArgument);
+        let unreadable = door.execute(&as_(&vic), check("orders", r#"{"n": 1}"#)).await.unwrap_err();
+        assert_eq!(unreadable.code, Code::PermissionDenied);
+        let get = Operation::GetSchema { name: "orders".into() };
+        assert_eq!(door.execute(&as_(&vic), get).await.unwrap_err().code, Code::PermissionDenied);
+    });
+}

@@ -53,6 +53,7 @@ mod replicated_sources;
 mod replication;
 mod resets;
 mod rest;
+mod schema_cli;
 mod schemas;
 mod security;
 mod semantics;

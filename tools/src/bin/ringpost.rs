@@ -107,6 +107,7 @@ enum Command {
     Cluster(ClusterCommand),
     Admin(AdminCommand),
     Snapshot(SnapshotCommand),
+    Schema(SchemaCommand),
     Token(TokenCommand),
     Probe(ProbeCommand),
     Completions(CompletionsCommand),
@@ -403,6 +404,79 @@ struct TopicUpdate {
     /// the daemon's bound)
     #[argh(option)]
     sources_max: Option<u32>,
+    /// the schema every message published to it must match from now on (a revision between
+    /// --first-revision and --last-revision); the caller needs pubsub.schemas.attach on it
+    #[argh(option)]
+    schema: Option<String>,
+    /// with --schema, how messages are encoded: json (default) or binary
+    #[argh(option)]
+    encoding: Option<String>,
+    /// with --schema, the oldest revision a message may match (default: the first)
+    #[argh(option)]
+    first_revision: Option<String>,
+    /// with --schema, the newest revision a message may match (default: the newest)
+    #[argh(option)]
+    last_revision: Option<String>,
+    /// remove its schema settings: messages are no longer checked
+    #[argh(switch)]
+    no_schema: bool,
+}
+
+/// A topic's schema options as given: its schema, encoding and revision bounds.
+struct SchemaOptions<'a> {
+    schema: &'a Option<String>,
+    encoding: &'a Option<String>,
+    first_revision: &'a Option<String>,
+    last_revision: &'a Option<String>,
+}
+
+/// The schema settings a topic's options give, checked before anything is sent.
+fn topic_schema_settings(
+    options: SchemaOptions<'_>,
+) -> Result<Option<ringpost_client::SchemaSettings>, Failure> {
+    let Some(schema) = options.schema else {
+        if options.encoding.is_some() || options.first_revision.is_some() || options.last_revision.is_some() {
+            return Err(Failure::usage(
+                "InvalidArgument: --encoding, --first-revision and --last-revision go with --schema",
+            ));
+        }
+        return Ok(None);
+    };
+    let encoding = schema_encoding(options.encoding.as_deref().unwrap_or("json"))?;
+    Ok(Some(ringpost_client::SchemaSettings {
+        schema: schema.clone(),
+        encoding: encoding.number(),
+        first_revision_id: options.first_revision.clone().unwrap_or_default(),
+        last_revision_id: options.last_revision.clone().unwrap_or_default(),
+    }))
+}
+
+/// `topic create`'s schema settings.
+fn created_topic_schema(create: &TopicCreate) -> Result<Option<ringpost_client::SchemaSettings>, Failure> {
+    if create.schema.is_some() && create.sources == Some(SourcesFlag::Auto) {
+        return Err(Failure::usage("InvalidArgument: --schema does not go with --sources auto yet"));
+    }
+    topic_schema_settings(SchemaOptions {
+        schema: &create.schema,
+        encoding: &create.encoding,
+        first_revision: &create.first_revision,
+        last_revision: &create.last_revision,
+    })
+}
+
+/// `topic update`'s schema settings: `Some` of empty ones with --no-schema (none from now on).
+fn updated_topic_schema(update: &TopicUpdate) -> Result<Option<ringpost_client::SchemaSettings>, Failure> {
+    let settings = topic_schema_settings(SchemaOptions {
+        schema: &update.schema,
+        encoding: &update.encoding,
+        first_revision: &update.first_revision,
+        last_revision: &update.last_revision,
+    })?;
+    match (settings, update.no_schema) {
+        (Some(_), true) => Err(Failure::usage("InvalidArgument: give --schema or --no-schema, not both")),
+        (None, true) => Ok(Some(ringpost_client::SchemaSettings::default())),
+        (settings, false) => Ok(settings),
+    }
 }
 
 /// `--sources N` (a fixed number) or `--sources auto` (the number follows the load).
@@ -463,6 +537,19 @@ struct TopicCreate {
     /// the daemon's bound)
     #[argh(option)]
     sources_max: Option<u32>,
+    /// the schema every message published to it must match (a revision between
+    /// --first-revision and --last-revision); the caller needs pubsub.schemas.attach on it
+    #[argh(option)]
+    schema: Option<String>,
+    /// with --schema, how messages are encoded: json (default) or binary
+    #[argh(option)]
+    encoding: Option<String>,
+    /// with --schema, the oldest revision a message may match (default: the first)
+    #[argh(option)]
+    first_revision: Option<String>,
+    /// with --schema, the newest revision a message may match (default: the newest)
+    #[argh(option)]
+    last_revision: Option<String>,
 }
 
 /// show a topic
@@ -903,6 +990,290 @@ struct SnapshotDelete {
     #[argh(positional)]
     name: String,
 }
+
+/// manage schemas (Pub/Sub's): Avro or Protocol Buffer definitions, with revisions, that a
+/// topic's messages must match
+#[derive(FromArgs)]
+#[argh(subcommand, name = "schema")]
+struct SchemaCommand {
+    #[argh(subcommand)]
+    action: SchemaAction,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+enum SchemaAction {
+    Create(SchemaCreate),
+    Get(SchemaGet),
+    List(SchemaList),
+    Revisions(SchemaRevisions),
+    Commit(SchemaCommit),
+    Rollback(SchemaRollback),
+    Delete(SchemaDelete),
+    Validate(SchemaValidate),
+    ValidateMessage(SchemaValidateMessage),
+}
+
+/// create a schema with its first revision
+#[derive(FromArgs)]
+#[argh(subcommand, name = "create")]
+struct SchemaCreate {
+    /// schema name: 3 to 255 characters, starting with a letter
+    #[argh(positional)]
+    name: String,
+    /// avro or protocol-buffer
+    #[argh(option, arg_name = "type")]
+    r#type: String,
+    /// the file holding the definition, or - for standard input
+    #[argh(option)]
+    definition: String,
+}
+
+/// show a schema's newest revision, or NAME@REVISION's
+#[derive(FromArgs)]
+#[argh(subcommand, name = "get")]
+struct SchemaGet {
+    #[argh(positional)]
+    name: String,
+    /// leave the definition out
+    #[argh(switch)]
+    basic: bool,
+}
+
+/// list schemas, each its newest revision
+#[derive(FromArgs)]
+#[argh(subcommand, name = "list")]
+struct SchemaList {
+    /// show each definition too
+    #[argh(switch)]
+    full: bool,
+}
+
+/// list a schema's revisions, newest first
+#[derive(FromArgs)]
+#[argh(subcommand, name = "revisions")]
+struct SchemaRevisions {
+    #[argh(positional)]
+    name: String,
+    /// show each definition too
+    #[argh(switch)]
+    full: bool,
+}
+
+/// add a revision to a schema
+#[derive(FromArgs)]
+#[argh(subcommand, name = "commit")]
+struct SchemaCommit {
+    #[argh(positional)]
+    name: String,
+    /// avro or protocol-buffer
+    #[argh(option, arg_name = "type")]
+    r#type: String,
+    /// the file holding the definition, or - for standard input
+    #[argh(option)]
+    definition: String,
+}
+
+/// add a revision to a schema with an older revision's definition
+#[derive(FromArgs)]
+#[argh(subcommand, name = "rollback")]
+struct SchemaRollback {
+    #[argh(positional)]
+    name: String,
+    /// the revision whose definition the new one takes
+    #[argh(positional)]
+    revision: String,
+}
+
+/// delete a schema (its topics then refuse every publish), or NAME@REVISION: one revision
+#[derive(FromArgs)]
+#[argh(subcommand, name = "delete")]
+struct SchemaDelete {
+    #[argh(positional)]
+    name: String,
+}
+
+/// check a definition without keeping it
+#[derive(FromArgs)]
+#[argh(subcommand, name = "validate")]
+struct SchemaValidate {
+    /// avro or protocol-buffer
+    #[argh(option, arg_name = "type")]
+    r#type: String,
+    /// the file holding the definition, or - for standard input
+    #[argh(option)]
+    definition: String,
+}
+
+/// check a message against a schema's newest revision, or NAME@REVISION's
+#[derive(FromArgs)]
+#[argh(subcommand, name = "validate-message")]
+struct SchemaValidateMessage {
+    #[argh(positional)]
+    name: String,
+    /// json or binary
+    #[argh(option)]
+    encoding: String,
+    /// the file holding the message, or - for standard input
+    #[argh(option)]
+    message: String,
+}
+
+fn schema_type(text: &str) -> Result<ringpost_client::SchemaType, Failure> {
+    ringpost_client::SchemaType::parse(text).ok_or_else(|| {
+        Failure::usage(format!("InvalidArgument: --type {text}: give avro or protocol-buffer"))
+    })
+}
+
+fn schema_encoding(text: &str) -> Result<ringpost_client::SchemaEncoding, Failure> {
+    ringpost_client::SchemaEncoding::parse(text)
+        .ok_or_else(|| Failure::usage(format!("InvalidArgument: --encoding {text}: give json or binary")))
+}
+
+/// The bytes of `path` (`-`: standard input), at most `limit`, for option `option`.
+fn read_input(option: &str, path: &str, limit: usize) -> Result<Vec<u8>, Failure> {
+    let mut bytes = Vec::new();
+    let taken = limit as u64 + 1;
+    let read = if path == "-" {
+        std::io::stdin().lock().take(taken).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|file| file.take(taken).read_to_end(&mut bytes))
+    };
+    read.map_err(|error| Failure::usage(format!("InvalidArgument: {option} {path}: {error}")))?;
+    if bytes.len() > limit {
+        return Err(Failure::usage(format!("InvalidArgument: {option} {path} is over {limit} bytes")));
+    }
+    Ok(bytes)
+}
+
+/// A schema's definition from its file, as text.
+fn read_definition(path: &str) -> Result<String, Failure> {
+    String::from_utf8(read_input("--definition", path, SCHEMA_DEFINITION_BYTES_MAX)?)
+        .map_err(|_| Failure::usage(format!("InvalidArgument: --definition {path} is not UTF-8")))
+}
+
+/// The largest definition the daemon keeps (Pub/Sub's limit, 300 KB).
+const SCHEMA_DEFINITION_BYTES_MAX: usize = 300_000;
+
+/// What a schema command reads from files, read before connecting: a type, a definition, an
+/// encoding and a message, as it takes them.
+#[derive(Default)]
+struct SchemaInput {
+    schema_type: Option<ringpost_client::SchemaType>,
+    definition: String,
+    encoding: Option<ringpost_client::SchemaEncoding>,
+    message: Vec<u8>,
+}
+
+fn schema_input(action: &SchemaAction) -> Result<SchemaInput, Failure> {
+    let definition = |schema_type: &str, path: &str| -> Result<SchemaInput, Failure> {
+        Ok(SchemaInput {
+            schema_type: Some(schema_type_of(schema_type)?),
+            definition: read_definition(path)?,
+            ..SchemaInput::default()
+        })
+    };
+    use schema_type as schema_type_of;
+    match action {
+        SchemaAction::Create(create) => definition(&create.r#type, &create.definition),
+        SchemaAction::Commit(commit) => definition(&commit.r#type, &commit.definition),
+        SchemaAction::Validate(validate) => definition(&validate.r#type, &validate.definition),
+        SchemaAction::ValidateMessage(validate) => Ok(SchemaInput {
+            encoding: Some(schema_encoding(&validate.encoding)?),
+            message: read_input("--message", &validate.message, MESSAGE_BYTES_MAX)?,
+            ..SchemaInput::default()
+        }),
+        _ => Ok(SchemaInput::default()),
+    }
+}
+
+/// A schema's revision as a row: name, type, revision, when it was made (and, in JSON, its
+/// definition when it came).
+fn schema_row(schema: &ringpost_client::Schema) -> (Vec<String>, String) {
+    let schema_type = ringpost_client::SchemaType::name_of(schema.schema_type);
+    let created = json::rfc3339(schema.revision_create_time_ms);
+    let mut fields = vec![
+        ("name", json::string(&schema.name)),
+        ("type", json::string(schema_type)),
+        ("revision_id", json::string(&schema.revision_id)),
+        ("revision_create_time", json::string(&created)),
+    ];
+    if !schema.definition.is_empty() {
+        fields.push(("definition", json::string(&schema.definition)));
+    }
+    let cells = vec![schema.name.clone(), schema_type.to_owned(), schema.revision_id.clone(), created];
+    (cells, json::object(&fields))
+}
+
+const SCHEMA_HEADER: [&str; 4] = ["name", "type", "revision_id", "revision_create_time"];
+
+/// `ringpost schema ...`, its files already read (`schema_input`).
+async fn run_schema(
+    client: &Client,
+    output: Output,
+    action: SchemaAction,
+    input: SchemaInput,
+) -> Result<(), Failure> {
+    let schema_type = || input.schema_type.expect("read by schema_input");
+    let shown = match action {
+        SchemaAction::Create(create) => {
+            vec![client.create_schema(&create.name, schema_type(), &input.definition).await?]
+        }
+        SchemaAction::Commit(commit) => {
+            vec![client.commit_schema(&commit.name, schema_type(), &input.definition).await?]
+        }
+        SchemaAction::Get(get) => vec![client.get_schema(&get.name, !get.basic).await?],
+        SchemaAction::List(list) => client.list_schemas(list.full).await?,
+        SchemaAction::Revisions(revisions) => {
+            client.list_schema_revisions(&revisions.name, revisions.full).await?
+        }
+        SchemaAction::Rollback(rollback) => {
+            vec![client.rollback_schema(&rollback.name, &rollback.revision).await?]
+        }
+        SchemaAction::Delete(delete) => {
+            match ringpost_client::schemas::split_revision(&delete.name) {
+                (name, "") => client.delete_schema(name).await?,
+                (name, revision) => {
+                    client.delete_schema_revision(name, revision).await?;
+                }
+            }
+            return Ok(());
+        }
+        SchemaAction::Validate(_) => {
+            client.validate_schema(schema_type(), &input.definition).await?;
+            outln!("{}", json::object(&[("valid", "true".to_owned())]));
+            return Ok(());
+        }
+        SchemaAction::ValidateMessage(validate) => {
+            let encoding = input.encoding.expect("read by schema_input");
+            client.validate_message(&validate.name, encoding, &input.message).await?;
+            outln!("{}", json::object(&[("valid", "true".to_owned())]));
+            return Ok(());
+        }
+    };
+    print_rows(output, &SCHEMA_HEADER, shown.iter().map(schema_row).collect());
+    Ok(())
+}
+
+/// A topic with its sources and its schema settings.
+fn topic_schema_row(shown: &ringpost_client::TopicWithSchema) -> (Vec<String>, String) {
+    let (mut cells, json) = topic_sources_row(&shown.topic);
+    let settings = &shown.schema;
+    let encoding = ringpost_client::SchemaEncoding::name_of(settings.encoding);
+    cells.push(settings.schema.clone());
+    cells.push(encoding.to_owned());
+    let settings_json = json::object(&[
+        ("schema", json::string(&settings.schema)),
+        ("encoding", json::string(encoding)),
+        ("first_revision_id", json::string(&settings.first_revision_id)),
+        ("last_revision_id", json::string(&settings.last_revision_id)),
+    ]);
+    let json = format!("{},\"schema_settings\":{settings_json}}}", json.strip_suffix('}').unwrap_or(&json));
+    (cells, json)
+}
+
+const TOPIC_SCHEMA_HEADER: [&str; 6] =
+    ["name", "retention_seconds", "sources", "leaders", "schema", "encoding"];
 
 /// show a subscription
 #[derive(FromArgs)]
@@ -2138,6 +2509,7 @@ fn print_completions(shell: &str) -> Result<(), Failure> {
                 "topic" => actions(info.name, TopicAction::COMMANDS),
                 "sub" => actions(info.name, SubAction::COMMANDS),
                 "snapshot" => actions(info.name, SnapshotAction::COMMANDS),
+                "schema" => actions(info.name, SchemaAction::COMMANDS),
                 "cluster" => actions(info.name, ClusterAction::COMMANDS),
                 "admin" => actions(info.name, AdminAction::COMMANDS),
                 "token" => actions(info.name, TokenAction::COMMANDS),
@@ -2278,6 +2650,15 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
         Command::Publish(publish) => Some(messages_to_publish(publish)?),
         _ => None,
     };
+    let schema_read = match &flags.command {
+        Command::Schema(SchemaCommand { action }) => schema_input(action)?,
+        _ => SchemaInput::default(),
+    };
+    let topic_schema = match &flags.command {
+        Command::Topic(TopicCommand { action: TopicAction::Create(create) }) => created_topic_schema(create)?,
+        Command::Topic(TopicCommand { action: TopicAction::Update(update) }) => updated_topic_schema(update)?,
+        _ => None,
+    };
     let security = cli::SecurityOptions {
         token: flags.token.clone(),
         ca: flags.ca.clone(),
@@ -2301,6 +2682,15 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                     Topic { name: create.name, message_retention_seconds: create.retention.unwrap_or(0) };
                 let (min, max) = source_bounds(create.sources, create.sources_min, create.sources_max)?;
                 let replicas = create.replicas.unwrap_or(0);
+                if let Some(settings) = topic_schema {
+                    let sources = match create.sources {
+                        Some(SourcesFlag::Fixed(sources)) => sources,
+                        _ => 0,
+                    };
+                    let topic = client.create_topic_with_schema(topic, replicas, sources, settings).await?;
+                    print_rows(output, &TOPIC_SCHEMA_HEADER, vec![topic_schema_row(&topic)]);
+                    return Ok(());
+                }
                 if let Some(SourcesFlag::Fixed(sources)) = create.sources {
                     let topic = client.create_topic_with_sources(topic, replicas, sources).await?;
                     print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic)]);
@@ -2336,11 +2726,19 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             }
             TopicAction::Delete(delete) => client.delete_topic(&delete.name).await?,
             TopicAction::Update(update) => {
-                if update.retention.is_none() && update.sources.is_none() {
+                if update.retention.is_none() && update.sources.is_none() && topic_schema.is_none() {
                     return Err(Failure(
-                        "InvalidArgument: nothing to update: give --retention or --sources".into(),
+                        "InvalidArgument: nothing to update: give --retention, --sources, --schema or --no-schema"
+                            .into(),
                         2,
                     ));
+                }
+                if let Some(settings) = topic_schema {
+                    let topic = client.update_topic_schema(&update.name, settings).await?;
+                    if update.retention.is_none() && update.sources.is_none() {
+                        print_rows(output, &TOPIC_SCHEMA_HEADER, vec![topic_schema_row(&topic)]);
+                        return Ok(());
+                    }
                 }
                 let (min, max) = source_bounds(update.sources, update.sources_min, update.sources_max)?;
                 match update.sources {
@@ -2651,6 +3049,7 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
                 SnapshotAction::Delete(delete) => client.delete_snapshot(&delete.name).await?,
             }
         }
+        Command::Schema(SchemaCommand { action }) => run_schema(&client, output, action, schema_read).await?,
         Command::Admin(AdminCommand { action: AdminAction::ResyncDir(resync) }) => {
             let done = client.resync_directory(resync.index).await?;
             outln!(

@@ -1,24 +1,23 @@
 //! `google.pubsub.v1.SchemaService`: schemas and their revisions, kept in the catalog by the
 //! router (`router::schemas`), and checks of a schema or a message that need no catalog.
 //!
-//! Pub/Sub's permissions of schemas (`pubsub.schemas.*`) have no counterpart in the access
-//! file yet: reading a schema needs `pubsub.topics.get` on its name, changing one
-//! `pubsub.topics.create`, listing them `pubsub.topics.list`. A change goes through the door
-//! (`dispatch`), which carries it to the catalog's leader from any node and answers once this
-//! node applied it; the answer is then read here.
+//! Every method runs through the door (`dispatch`), which decides who may with Pub/Sub's
+//! `pubsub.schemas.*` (`Kind::permission`), as for the native protocol. A change is carried to
+//! the catalog's leader from any node and answered once this node applied it; the schema it
+//! made is then read here.
 
 use super::convert;
 use super::credentials::Presented;
 use super::gateway::Gateway;
 use super::names::{self, Kind};
+use crate::api::control::ListRequest;
 use crate::api::Status as DomainStatus;
 use crate::auth::Permission;
 use crate::catalog::schemas::{
     SchemaEncoding, SchemaRecord, SchemaRevision, SchemaSettings as CatalogSchemaSettings, SchemaType,
 };
-use crate::dispatch::{Operation, Outcome};
+use crate::dispatch::{MessageCheck, Operation, Outcome};
 use crate::router::{ControlError, Router};
-use crate::schema::Compiled;
 use crate::storage::dma::DmaStorage;
 use ringpost_proto::pubsub;
 use std::future::Future;
@@ -60,8 +59,9 @@ where
     Ok(answer?)
 }
 
-/// Runs a schema's change through the door (who may, at the catalog's leader).
-async fn change(gateway: &Gateway, presented: &Presented, operation: Operation) -> Result<(), Status> {
+/// Runs an operation that answers nothing through the door (who may; a change at the
+/// catalog's leader).
+async fn execute(gateway: &Gateway, presented: &Presented, operation: Operation) -> Result<(), Status> {
     Ok(gateway.execute(presented, operation).await.and_then(Outcome::into_done)?)
 }
 
@@ -157,7 +157,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let name = names::parse("schema_id", Kind::Schema, &names::format(&project, Kind::Schema, &id))?.name;
         let (schema_type, definition) = schema_in(request.schema.as_ref())?;
         let create = Operation::CreateSchema { name: name.clone(), schema_type, definition };
-        change(&self.gateway, &presented, create).await.map_err(|status| match status.code() {
+        execute(&self.gateway, &presented, create).await.map_err(|status| match status.code() {
             tonic::Code::AlreadyExists => {
                 Status::already_exists(format!("Resource already exists in the project (resource={id})."))
             }
@@ -174,7 +174,8 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let presented = Presented::of(&request);
         let (name, revision) = schema_name("name", &request.get_ref().name)?;
         let full = full_view(request.get_ref().view, true);
-        let schema = schema_for_reader(&self.gateway, &presented, &name.name).await?;
+        let get = Operation::GetSchema { name: name.name.clone() };
+        let schema = schema_for_reader(&self.gateway, &presented, get).await?;
         let revision = revision_named(&schema, revision.as_deref())?;
         Ok(Response::new(schema_out(&name.project, &schema.name, revision, full)))
     }
@@ -187,17 +188,8 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let request = request.into_inner();
         let project = names::parse_project("parent", &request.parent)?;
         let page_size = convert::unsigned("page_size", request.page_size)?;
-        let page_token = request.page_token;
-        let presented_here = presented.clone();
-        let page = self
-            .gateway
-            .router
-            .try_call(move |shard| async move {
-                let session = presented_here.session(&shard.access)?;
-                let visible = |name: &str| shard.access.allows(&session, Permission::TopicsList, name);
-                Ok(shard.router.list_schemas(page_size, &page_token, visible))
-            })
-            .await?;
+        let list = ListRequest { topic: String::new(), page_size, page_token: request.page_token };
+        let page = self.gateway.execute(&presented, Operation::ListSchemas(list)).await?.into_schemas()?;
         let full = full_view(request.view, false);
         Ok(Response::new(pubsub::ListSchemasResponse {
             schemas: page
@@ -216,7 +208,8 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let presented = Presented::of(&request);
         let request = request.into_inner();
         let name = names::parse("name", Kind::Schema, &request.name)?;
-        let schema = schema_for_reader(&self.gateway, &presented, &name.name).await?;
+        let list = Operation::ListSchemaRevisions { name: name.name.clone() };
+        let schema = schema_for_reader(&self.gateway, &presented, list).await?;
         let size = match convert::unsigned("page_size", request.page_size)? {
             0 => REVISIONS_PAGE_DEFAULT,
             size => size as usize,
@@ -254,7 +247,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let name = names::parse("name", Kind::Schema, &request.name)?;
         let (schema_type, definition) = schema_in(request.schema.as_ref())?;
         let commit = Operation::CommitSchema { name: name.name.clone(), schema_type, definition };
-        change(&self.gateway, &presented, commit)
+        execute(&self.gateway, &presented, commit)
             .await
             .map_err(|status| not_found_wording(status, &name.name))?;
         let schema = read_schema(&self.gateway, &name.name).await?;
@@ -273,7 +266,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         }
         let rollback =
             Operation::RollbackSchema { name: name.name.clone(), revision_id: request.revision_id };
-        change(&self.gateway, &presented, rollback).await?;
+        execute(&self.gateway, &presented, rollback).await?;
         let schema = read_schema(&self.gateway, &name.name).await?;
         Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
     }
@@ -291,7 +284,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
             Status::invalid_argument("the revision to delete is required: name@revision_id")
         })?;
         let delete = Operation::DeleteSchemaRevision { name: name.name.clone(), revision_id };
-        change(&self.gateway, &presented, delete).await?;
+        execute(&self.gateway, &presented, delete).await?;
         let schema = read_schema(&self.gateway, &name.name).await?;
         Ok(Response::new(schema_out(&name.project, &schema.name, schema.latest(), true)))
     }
@@ -303,7 +296,7 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let presented = Presented::of(&request);
         let name = names::parse("name", Kind::Schema, &request.get_ref().name)?;
         let delete = Operation::DeleteSchema { name: name.name.clone() };
-        change(&self.gateway, &presented, delete)
+        execute(&self.gateway, &presented, delete)
             .await
             .map_err(|status| not_found_wording(status, &name.name))?;
         // Topics' cached schemas go with it at once on this node (`Gateway::topic_schema`).
@@ -315,9 +308,10 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         &self,
         request: Request<pubsub::ValidateSchemaRequest>,
     ) -> Result<Response<pubsub::ValidateSchemaResponse>, Status> {
+        let presented = Presented::of(&request);
         names::parse_project("parent", &request.get_ref().parent)?;
         let (schema_type, definition) = schema_in(request.get_ref().schema.as_ref())?;
-        Compiled::new(schema_type, &definition).map_err(Status::invalid_argument)?;
+        execute(&self.gateway, &presented, Operation::ValidateSchema { schema_type, definition }).await?;
         Ok(Response::new(pubsub::ValidateSchemaResponse {}))
     }
 
@@ -330,41 +324,42 @@ impl pubsub::schema_service_server::SchemaService for SchemaService {
         let request = request.into_inner();
         names::parse_project("parent", &request.parent)?;
         let encoding = encoding_in("encoding", request.encoding)?;
-        let (schema_type, definition) = match request.schema_spec {
-            Some(SchemaSpec::Schema(schema)) => schema_in(Some(&schema))?,
+        let mut check = MessageCheck {
+            schema: String::new(),
+            revision_id: String::new(),
+            schema_type: SchemaType::Avro,
+            definition: String::new(),
+            encoding,
+            message: request.message.to_vec(),
+        };
+        match request.schema_spec {
+            Some(SchemaSpec::Schema(schema)) => {
+                (check.schema_type, check.definition) = schema_in(Some(&schema))?;
+            }
             Some(SchemaSpec::Name(text)) => {
                 let (name, revision) = schema_name("name", &text)?;
-                let schema = schema_for_reader(&self.gateway, &presented, &name.name).await?;
-                let revision = revision_named(&schema, revision.as_deref())?;
-                (revision.schema_type, revision.definition.clone())
+                (check.schema, check.revision_id) = (name.name, revision.unwrap_or_default());
             }
             None => return Err(Status::invalid_argument("name or schema is required")),
         };
-        let compiled = Compiled::new(schema_type, &definition).map_err(Status::invalid_argument)?;
-        compiled
-            .check(encoding, &request.message)
-            .map_err(|why| Status::invalid_argument(format!("Invalid data in message: {why}")))?;
+        let name = check.schema.clone();
+        execute(&self.gateway, &presented, Operation::ValidateMessage(Box::new(check)))
+            .await
+            .map_err(|status| not_found_wording(status, &name))?;
         Ok(Response::new(pubsub::ValidateMessageResponse {}))
     }
 }
 
-/// Schema `name`, for who may read it (`pubsub.topics.get` on its name), with Pub/Sub's
-/// wording when there is none.
+/// The schema a read (`GetSchema`, `ListSchemaRevisions`) names, through the door (who may),
+/// with Pub/Sub's wording when there is none.
 async fn schema_for_reader(
     gateway: &Gateway,
     presented: &Presented,
-    name: &str,
+    read: Operation,
 ) -> Result<SchemaRecord, Status> {
-    let wanted = name.to_owned();
-    on_router(
-        gateway,
-        presented,
-        Permission::TopicsGet,
-        name,
-        move |router| async move { router.schema(&wanted) },
-    )
-    .await
-    .map_err(|status| not_found_wording(status, name))
+    let name = read.resource().to_owned();
+    let outcome = gateway.execute(presented, read).await.and_then(Outcome::into_schema);
+    outcome.map_err(|status| not_found_wording(status.into(), &name))
 }
 
 /// Pub/Sub's wording for a schema not found.
@@ -377,8 +372,8 @@ fn not_found_wording(status: Status, name: &str) -> Status {
 
 // --- Topics' schema settings, for the Publisher's handlers ----------------------------------
 
-/// Refuses `settings` unless they name a schema and revisions it has (before a topic is
-/// created with them, so that a refusal creates nothing).
+/// Refuses `settings` unless they name a schema and revisions it has, and the caller may
+/// attach it (before a topic is created with them, so that a refusal creates nothing).
 pub(super) async fn check_topic_schema(
     gateway: &Gateway,
     presented: &Presented,
@@ -386,7 +381,7 @@ pub(super) async fn check_topic_schema(
 ) -> Result<(), Status> {
     let settings = settings.clone();
     let name = settings.schema.clone();
-    on_router(gateway, presented, Permission::TopicsGet, &name, move |router| async move {
+    on_router(gateway, presented, Permission::SchemasAttach, &name, move |router| async move {
         router.check_schema_settings(&settings)
     })
     .await
@@ -401,7 +396,7 @@ pub(super) async fn set_topic_schema(
     settings: Option<CatalogSchemaSettings>,
 ) -> Result<(), Status> {
     let answer =
-        change(gateway, presented, Operation::SetTopicSchema { topic: topic.to_owned(), settings }).await;
+        execute(gateway, presented, Operation::SetTopicSchema { topic: topic.to_owned(), settings }).await;
     gateway.forget_schemas();
     answer
 }

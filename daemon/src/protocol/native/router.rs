@@ -670,18 +670,21 @@ pub(crate) async fn dispatch<S: Storage>(
         }
         _ => {}
     }
-    let Some(operation) = operation(command, body)? else {
-        return Err(Status::new(
-            Code::NotOwner,
-            "data-plane commands go to a forwarder: look up the topic or subscription first",
-        ));
-    };
     let caller = Caller {
         session: responder.session(),
         access: responder.access(),
         local_address: responder.local_address(),
         peer_address: responder.peer_address(),
         carried: false,
+    };
+    if schemas::is_schema_command(command) {
+        return schemas::dispatch(door, &caller, header, command, body).await;
+    }
+    let Some(operation) = operation(command, body)? else {
+        return Err(Status::new(
+            Code::NotOwner,
+            "data-plane commands go to a forwarder: look up the topic or subscription first",
+        ));
     };
     let outcome = door.execute(&caller, operation).await?;
     response(header, command, outcome)
@@ -695,6 +698,8 @@ impl<S: Storage> Handler for Door<S> {
             .into()
     }
 }
+
+mod schemas;
 
 #[cfg(test)]
 mod tests;

@@ -339,3 +339,86 @@ fn the_cluster_status_needs_the_stats_permission_and_shows_the_single_voter_lead
         assert!(applied <= matched && matched <= last, "{status:?}");
     });
 }
+
+/// An Avro record of one field, the schema the tests below create.
+const ORDER_SCHEMA: &str =
+    r#"{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}"#;
+
+/// The schema commands ask `pubsub.schemas.*` on the schema's name: a viewer reads and checks
+/// but may not create; an editor of `schema:orders-*` creates and deletes; a topic's creator
+/// without `pubsub.schemas.attach` on the schema is refused before the topic is made.
+#[test]
+fn schema_commands_ask_the_schemas_permissions_and_a_refused_attach_creates_no_topic() {
+    sim::run(0, async {
+        let access = required_access(
+            "router-schemas",
+            "grant admin * root\ngrant editor schema:orders-* sara\ngrant viewer * vic\ngrant editor topic:t-* tom\n",
+        );
+        let (router, _forwarder) = node().await;
+        let (root, sara, vic, tom) = (
+            as_principal(&access, "root"),
+            as_principal(&access, "sara"),
+            as_principal(&access, "vic"),
+            as_principal(&access, "tom"),
+        );
+        let create =
+            SchemaRequest { name: "orders-v1".into(), schema_type: 2, definition: ORDER_SCHEMA.into() };
+        assert_eq!(
+            code(call(&*router, &vic, Command::CreateSchema, &create).await),
+            ErrorCode::PermissionDenied
+        );
+        let created =
+            decode_body::<Schema>(&call(&*router, &sara, Command::CreateSchema, &create).await.unwrap())
+                .unwrap();
+        assert_eq!((created.name.as_str(), created.schema_type), ("orders-v1", 2));
+        assert_eq!(created.revision_id.len(), 8);
+
+        let get = GetSchemaRequest { name: "orders-v1".into(), revision_id: String::new(), full: false };
+        let got =
+            decode_body::<Schema>(&call(&*router, &vic, Command::GetSchema, &get).await.unwrap()).unwrap();
+        assert_eq!((got.revision_id, got.definition), (created.revision_id.clone(), String::new()));
+        let list = ListSchemasRequest { full: true, ..Default::default() };
+        let listed =
+            decode_body::<SchemaList>(&call(&*router, &vic, Command::ListSchemas, &list).await.unwrap())
+                .unwrap();
+        assert_eq!(listed.schemas.len(), 1);
+        assert_eq!(listed.schemas[0].definition, ORDER_SCHEMA);
+
+        let message = |text: &str| ValidateMessageRequest {
+            name: "orders-v1".into(),
+            encoding: 1,
+            message: text.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        call(&*router, &vic, Command::ValidateMessage, &message(r#"{"id": 7}"#)).await.unwrap();
+        let bad = call(&*router, &vic, Command::ValidateMessage, &message(r#"{"name": "x"}"#)).await;
+        assert_eq!(code(bad), ErrorCode::InvalidArgument);
+        let valid = SchemaRequest { name: String::new(), schema_type: 2, definition: ORDER_SCHEMA.into() };
+        call(&*router, &vic, Command::ValidateSchema, &valid).await.unwrap();
+        let invalid = SchemaRequest { definition: "{\"type\": \"nothing\"}".into(), ..valid };
+        assert_eq!(
+            code(call(&*router, &vic, Command::ValidateSchema, &invalid).await),
+            ErrorCode::InvalidArgument
+        );
+
+        let settings = SchemaSettings { schema: "orders-v1".into(), encoding: 1, ..Default::default() };
+        let with_schema = |name: &str| CreateTopicWithSchemaRequest {
+            topic: CreateTopicWithSourcesRequest { topic: topic(name), replicas: 0, sources: 0 },
+            schema: settings.clone(),
+        };
+        let refused = call(&*router, &tom, Command::CreateTopicWithSchema, &with_schema("t-1")).await;
+        assert_eq!(code(refused), ErrorCode::PermissionDenied);
+        assert_eq!(code(call(&*router, &root, Command::GetTopic, &named("t-1")).await), ErrorCode::NotFound);
+        let made = call(&*router, &root, Command::CreateTopicWithSchema, &with_schema("t-2")).await.unwrap();
+        assert_eq!(decode_body::<TopicWithSchema>(&made).unwrap().schema, settings);
+        let read = call(&*router, &tom, Command::GetTopicWithSchema, &named("t-2")).await.unwrap();
+        assert_eq!(decode_body::<TopicWithSchema>(&read).unwrap().schema, settings);
+
+        assert_eq!(
+            code(call(&*router, &vic, Command::DeleteSchema, &named("orders-v1")).await),
+            ErrorCode::PermissionDenied
+        );
+        call(&*router, &sara, Command::DeleteSchema, &named("orders-v1")).await.unwrap();
+        assert_eq!(code(call(&*router, &vic, Command::GetSchema, &get).await), ErrorCode::NotFound);
+    });
+}
