@@ -140,6 +140,13 @@ pub trait PublishBatch: 'static {
         &self,
         visit: &mut dyn FnMut(&str, &mut dyn ExactSizeIterator<Item = MessageView<'_>>),
     ) -> Result<(), DataError>;
+
+    /// Whether the batch is not to be checked against its topic's schema on the forwarder: it
+    /// was checked, and its attributes added, before it reached the shard (gRPC's gateway), or
+    /// it is forwarded as it was once published (dead letters).
+    fn checked_against_schema(&self) -> bool {
+        false
+    }
 }
 
 /// Checks a publish with Pub/Sub's rules (the topic's name, the number of messages, each

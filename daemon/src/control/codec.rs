@@ -43,6 +43,9 @@ const REQUEST_CLUSTER_HOSTS: u8 = 19;
 const REQUEST_APPLY_SOURCES: u8 = 22;
 /// New with the delivery gate: a node of the version before refuses it as unknown.
 const REQUEST_GATE_SOURCES: u8 = 23;
+/// New with schemas checked on forwarders: a node of the version before refuses it as
+/// unknown, so a topic with a schema is never served there unchecked.
+const REQUEST_SET_TOPIC_SCHEMA: u8 = 24;
 
 const UPDATE_TOPIC: u8 = 1;
 const UPDATE_SUBSCRIPTION: u8 = 2;
@@ -196,6 +199,10 @@ impl ControlRequest {
                     encoder.u64(*id);
                 }
             }
+            ControlRequest::SetTopicSchema { topic_id, schema } => {
+                encoder = Encoder::new(REQUEST_SET_TOPIC_SCHEMA);
+                encode_topic_schema(encoder.u64(topic_id.get()), schema.as_ref());
+            }
         }
         encoder.0
     }
@@ -308,6 +315,10 @@ impl ControlRequest {
                 })
             })?,
             REQUEST_GATE_SOURCES => fields("control request GateSources", decoder, decode_gate_sources)?,
+            REQUEST_SET_TOPIC_SCHEMA => fields("control request SetTopicSchema", decoder, |decoder| {
+                let topic_id = TopicId::new(decoder.u64()?);
+                Ok(ControlRequest::SetTopicSchema { topic_id, schema: decode_topic_schema(decoder)? })
+            })?,
             _ => return Err(format!("unknown control request tag {tag}")),
         };
         refuse_trailing("control request", decoder)?;
@@ -333,6 +344,54 @@ fn decode_gate_sources(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
         passed.push(decoder.u64()?);
     }
     Ok(ControlRequest::GateSources { topic_id, generation, before, after, passed })
+}
+
+/// A topic's schema or none: a flag, then its settings (as the catalog writes them) and its
+/// revisions, counted.
+fn encode_topic_schema(encoder: &mut Encoder, schema: Option<&crate::router::schemas::TopicSchema>) {
+    encoder.bool(schema.is_some());
+    let Some(schema) = schema else { return };
+    let settings = &schema.settings;
+    encoder
+        .str(&settings.schema)
+        .u8(settings.encoding as u8)
+        .str(&settings.first_revision_id)
+        .str(&settings.last_revision_id)
+        .u32(schema.revisions.len() as u32);
+    for revision in &schema.revisions {
+        encoder
+            .str(&revision.revision_id)
+            .u8(revision.schema_type as u8)
+            .str(&revision.definition)
+            .u64(revision.created_ms);
+    }
+}
+
+fn decode_topic_schema(decoder: &mut Decoder) -> DecodeResult<Option<crate::router::schemas::TopicSchema>> {
+    use crate::catalog::schemas::{SchemaEncoding, SchemaRevision, SchemaSettings, SchemaType};
+    if !decoder.bool()? {
+        return Ok(None);
+    }
+    let settings = SchemaSettings {
+        schema: decoder.str()?,
+        encoding: SchemaEncoding::from_number(decoder.u8()?).ok_or("an unknown schema encoding")?,
+        first_revision_id: decoder.str()?,
+        last_revision_id: decoder.str()?,
+    };
+    let count = decoder.u32()? as usize;
+    if count > crate::router::schemas::SCHEMA_REVISIONS_MAX {
+        return Err("more revisions than SCHEMA_REVISIONS_MAX");
+    }
+    let mut revisions = Vec::with_capacity(count);
+    for _ in 0..count {
+        revisions.push(SchemaRevision {
+            revision_id: decoder.str()?,
+            schema_type: SchemaType::from_number(decoder.u8()?).ok_or("an unknown schema type")?,
+            definition: decoder.str()?,
+            created_ms: decoder.u64()?,
+        });
+    }
+    Ok(Some(crate::router::schemas::TopicSchema { settings, revisions }))
 }
 
 fn decode_cluster_hosts(decoder: &mut Decoder) -> DecodeResult<ControlRequest> {
@@ -1082,6 +1141,51 @@ mod tests {
 
     /// One request of each variant (two for those with an option or a nested variant), every
     /// field away from its default.
+    fn topic_schema() -> crate::router::schemas::TopicSchema {
+        use crate::catalog::schemas::{SchemaEncoding, SchemaRevision, SchemaSettings, SchemaType};
+        let revision = |revision_id: &str, schema_type, definition: &str| SchemaRevision {
+            revision_id: revision_id.to_owned(),
+            schema_type,
+            definition: definition.to_owned(),
+            created_ms: 1_700_000_000_000,
+        };
+        crate::router::schemas::TopicSchema {
+            settings: SchemaSettings {
+                schema: "states".to_owned(),
+                encoding: SchemaEncoding::Binary,
+                first_revision_id: "0000000a".to_owned(),
+                last_revision_id: String::new(),
+            },
+            revisions: vec![
+                revision("0000000a", SchemaType::Avro, r#"{"type": "string"}"#),
+                revision("0000000b", SchemaType::ProtocolBuffer, "syntax = \"proto3\"; message A {}"),
+            ],
+        }
+    }
+
+    /// A topic's schema names at most `SCHEMA_REVISIONS_MAX` revisions, and known encodings
+    /// and types only.
+    #[test]
+    fn a_topic_schema_of_too_many_revisions_or_unknown_numbers_is_refused() {
+        let request =
+            ControlRequest::SetTopicSchema { topic_id: TopicId::new(3), schema: Some(topic_schema()) };
+        let bytes = request.encode();
+        // The tag, the topic, the flag, then the schema's name ("states"), its encoding.
+        let encoding_at = 1 + 8 + 1 + 4 + "states".len();
+        let mut unknown = bytes.clone();
+        unknown[encoding_at] = 9;
+        assert!(ControlRequest::decode(&unknown).unwrap_err().contains("unknown schema encoding"));
+        let count_at = encoding_at + 1 + 4 + "0000000a".len() + 4;
+        assert_eq!(bytes[count_at..count_at + 4], 2u32.to_le_bytes());
+        let mut many = bytes.clone();
+        many[count_at..count_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(ControlRequest::decode(&many).unwrap_err().contains("SCHEMA_REVISIONS_MAX"));
+        let type_at = count_at + 4 + 4 + "0000000a".len();
+        let mut unknown_type = bytes;
+        unknown_type[type_at] = 0;
+        assert!(ControlRequest::decode(&unknown_type).unwrap_err().contains("unknown schema type"));
+    }
+
     fn requests() -> Vec<ControlRequest> {
         vec![
             ControlRequest::AttachTopic {
@@ -1108,6 +1212,8 @@ mod tests {
                 after: 3,
                 passed: vec![18, u64::MAX],
             },
+            ControlRequest::SetTopicSchema { topic_id: TopicId::new(19), schema: Some(topic_schema()) },
+            ControlRequest::SetTopicSchema { topic_id: TopicId::new(20), schema: None },
             ControlRequest::DetachTopic { topic_id: TopicId::new(17), delete_data: true },
             ControlRequest::AttachSubscription {
                 subscription_id: 18,
@@ -1396,7 +1502,7 @@ mod tests {
     /// Fails to compile when a variant is added, so that the samples above grow with it.
     #[test]
     fn the_samples_hold_every_variant() {
-        let mut seen_requests = [false; 22];
+        let mut seen_requests = [false; 23];
         for request in requests() {
             let index = match request {
                 ControlRequest::AttachTopic { .. } => 0,
@@ -1421,6 +1527,7 @@ mod tests {
                 ControlRequest::ClusterHosts { .. } => 19,
                 ControlRequest::ApplySources { .. } => 20,
                 ControlRequest::GateSources { .. } => 21,
+                ControlRequest::SetTopicSchema { .. } => 22,
             };
             seen_requests[index] = true;
         }
@@ -1726,7 +1833,7 @@ mod tests {
         /// fields of every variant.
         #[test]
         fn arbitrary_fields_after_valid_tags_never_panic(
-            tags in proptest::collection::vec(0u8..13, 1..4),
+            tags in proptest::collection::vec(0u8..25, 1..4),
             rest in proptest::collection::vec(proptest::num::u8::ANY, 0..600),
         ) {
             decode_all(&[tags, rest].concat());

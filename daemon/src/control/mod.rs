@@ -156,6 +156,15 @@ pub enum ControlRequest {
         after: u32,
         passed: Vec<u64>,
     },
+    /// Check topic unit `topic_id`'s publishes against `schema` from now on (`None`: it has no
+    /// schema any more): its settings and the definitions of the revisions between their
+    /// bounds, oldest first. Sent after each attach of a topic with a schema and after each
+    /// change of a schema or of a topic's settings; the same again changes nothing. Answered
+    /// `Done`.
+    SetTopicSchema {
+        topic_id: TopicId,
+        schema: Option<crate::router::schemas::TopicSchema>,
+    },
 }
 
 /// One replica's logs (messages, journal), and a leader's view of its followers.

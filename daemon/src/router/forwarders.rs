@@ -125,7 +125,30 @@ impl<S: Storage> Router<S> {
 
     /// Runs `request` on forwarder `shard`: through its channel on this node, through its
     /// node's cluster port on another.
+    /// An attach or a promotion of a unit whose topic has a schema is followed by its schema
+    /// (`push_unit_schema`), so that a unit never serves its topic's publishes unchecked, however
+    /// it came to be attached (a creation, recovery, placement, a move, a later source, an
+    /// election).
     pub(super) async fn call_forwarder(
+        &self,
+        shard: ShardId,
+        request: ControlRequest,
+    ) -> Result<ControlOk, ControlError> {
+        let attached = match &request {
+            ControlRequest::AttachTopic { topic_id, .. }
+            | ControlRequest::AttachReplica { topic_id, .. }
+            | ControlRequest::PromoteReplica { topic_id, .. } => Some(*topic_id),
+            _ => None,
+        };
+        let ok = self.call_forwarder_only(shard, request).await?;
+        if let Some(unit) = attached {
+            self.push_unit_schema(shard, unit).await?;
+        }
+        Ok(ok)
+    }
+
+    /// Runs `request` on forwarder `shard`, and nothing else.
+    pub(super) async fn call_forwarder_only(
         &self,
         shard: ShardId,
         request: ControlRequest,
@@ -146,7 +169,8 @@ impl<S: Storage> Router<S> {
     /// Runs a control request from the catalog's leader on one of this node's forwarders. Its
     /// answer goes back to that node as a `Status` (`net::peer`), so it is one here.
     pub async fn local_control(&self, local: u32, request: ControlRequest) -> Result<ControlOk, Status> {
-        Ok(self.call_forwarder(ShardId::new(self.node_id(), local), request).await?)
+        // The leader follows its attaches with their schemas itself.
+        Ok(self.call_forwarder_only(ShardId::new(self.node_id(), local), request).await?)
     }
 }
 

@@ -3,6 +3,7 @@
 //! committed, so the catalog holds only schemas a publish can be checked against.
 
 use super::*;
+use crate::catalog::entry::SHARD_UNPLACED;
 use crate::catalog::schemas::{
     SchemaEncoding, SchemaEntry, SchemaRecord, SchemaRevision, SchemaSettings, SchemaType, DELETED_SCHEMA,
 };
@@ -93,6 +94,8 @@ impl<S: Storage> Router<S> {
         if self.propose(entry).await? == Applied::Updated(false) {
             return Err(ControlError::not_found(format!("schema '{name}' (deleted during the commit)")));
         }
+        // A topic whose last bound is open now takes the new revision too.
+        self.push_schema_users(self.schema_users(name)).await?;
         self.schema(name)
     }
 
@@ -122,15 +125,19 @@ impl<S: Storage> Router<S> {
         if self.propose(entry).await? == Applied::Updated(false) {
             return Err(ControlError::not_found(format!("schema '{name}' (changed during the deletion)")));
         }
+        self.push_schema_users(self.schema_users(name)).await?;
         self.schema(name)
     }
 
     /// Deletes schema `name`: its topics keep their settings, naming `DELETED_SCHEMA`.
     pub async fn delete_schema(&self, name: &str) -> Result<(), ControlError> {
         self.schema(name)?;
+        // Read before: once deleted, the topics' settings name `DELETED_SCHEMA`.
+        let users = self.schema_users(name);
         match self.propose(CatalogEntry::Schema(SchemaEntry::Deleted { name: name.to_owned() })).await? {
             Applied::Updated(false) => Err(ControlError::not_found(format!("schema '{name}'"))),
-            _ => Ok(()),
+            // Their messages are refused from now on, as none matches a deleted schema.
+            _ => self.push_schema_users(users).await,
         }
     }
 
@@ -146,25 +153,99 @@ impl<S: Storage> Router<S> {
         if let Some(settings) = &settings {
             self.check_schema_settings(settings)?;
         }
+        let had = self.state.borrow().topic_schemas.contains_key(&topic_id);
         let entry = CatalogEntry::Schema(SchemaEntry::TopicSet { topic_id, settings });
         if self.propose(entry).await? == Applied::Updated(false) {
             return Err(ControlError::not_found(format!("topic '{topic}' (deleted meanwhile)")));
         }
-        Ok(())
+        self.push_topic_schema(topic_id, had).await
     }
 
     /// Topic `topic`'s schema, if it has one, with the revisions a message may match.
     pub fn topic_schema(&self, topic: &str) -> Result<Option<TopicSchema>, ControlError> {
         let topic_id = self.topic_record(topic)?.id;
+        Ok(self.topic_schema_of(topic_id))
+    }
+
+    /// Topic `topic_id`'s schema, if it has one, with the revisions a message may match.
+    fn topic_schema_of(&self, topic_id: TopicId) -> Option<TopicSchema> {
         let state = self.state.borrow();
-        let Some(settings) = state.topic_schemas.get(&topic_id).cloned() else { return Ok(None) };
+        let settings = state.topic_schemas.get(&topic_id).cloned()?;
         let revisions = match state.schemas.get(&settings.schema) {
             Some(schema) if settings.schema != DELETED_SCHEMA => {
                 revision_window(schema, &settings).map(<[SchemaRevision]>::to_vec).unwrap_or_default()
             }
             _ => Vec::new(),
         };
-        Ok(Some(TopicSchema { settings, revisions }))
+        Some(TopicSchema { settings, revisions })
+    }
+
+    /// Follows an attach (or promotion) of unit `unit` on `shard` with its topic's schema, when
+    /// it has one (`ControlRequest::SetTopicSchema`): a unit of a topic without one is sent
+    /// nothing more than before. A unit the catalog does not name yet (a topic or source being
+    /// created) has it pushed once it does (`set_topic_schema`, `add_source`).
+    pub(super) async fn push_unit_schema(&self, shard: ShardId, unit: TopicId) -> Result<(), ControlError> {
+        let topic_id = {
+            let state = self.state.borrow();
+            let source =
+                || state.sources.values().find(|source| source.id == unit).map(|source| source.topic_id);
+            state.topic_by_id(unit).map(|topic| topic.id).or_else(source)
+        };
+        let Some(schema) = topic_id.and_then(|topic_id| self.topic_schema_of(topic_id)) else {
+            return Ok(());
+        };
+        let request = ControlRequest::SetTopicSchema { topic_id: unit, schema: Some(schema) };
+        self.call_forwarder_only(shard, request).await.map(drop)
+    }
+
+    /// Pushes topic `topic_id`'s schema, as the catalog now holds it, to every replica of each
+    /// of its units: after a change of its settings or of its schema. Without a schema, only
+    /// when it had one (`cleared`), so that a topic that never had one is sent nothing. A
+    /// replica whose node is unreachable gets it when it is attached again (its recovery).
+    pub(super) async fn push_topic_schema(
+        &self,
+        topic_id: TopicId,
+        cleared: bool,
+    ) -> Result<(), ControlError> {
+        let schema = self.topic_schema_of(topic_id);
+        if schema.is_none() && !cleared {
+            return Ok(());
+        }
+        let replicas: Vec<(TopicId, ShardId)> = {
+            let state = self.state.borrow();
+            let Some(topic) = state.topic_by_id(topic_id) else { return Ok(()) };
+            let own = topic.replica_shards().into_iter().map(|shard| (topic.id, shard));
+            let sources = state
+                .sources_of(topic_id)
+                .flat_map(|source| source.replica_shards().into_iter().map(|shard| (source.id, shard)));
+            own.chain(sources).filter(|(_, shard)| *shard != SHARD_UNPLACED).collect()
+        };
+        for (unit, shard) in replicas {
+            let request = ControlRequest::SetTopicSchema { topic_id: unit, schema: schema.clone() };
+            match self.call_forwarder_only(shard, request).await {
+                Ok(_) => {}
+                Err(error) if error.is_unavailable() => crate::log_warn!(
+                    "ringpostd: topic {topic_id:x}'s schema not pushed to shard {shard} now: {error}"
+                ),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes the schema of every topic whose settings name schema `name` (`push_topic_schema`).
+    async fn push_schema_users(&self, topics: Vec<TopicId>) -> Result<(), ControlError> {
+        for topic_id in topics {
+            self.push_topic_schema(topic_id, true).await?;
+        }
+        Ok(())
+    }
+
+    /// The topics whose settings name schema `name`.
+    fn schema_users(&self, name: &str) -> Vec<TopicId> {
+        let state = self.state.borrow();
+        let users = state.topic_schemas.iter().filter(|(_, settings)| settings.schema == name);
+        users.map(|(topic_id, _)| *topic_id).collect()
     }
 
     /// Whether `settings` name a schema and revisions it has, the first not after the last.

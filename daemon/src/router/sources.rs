@@ -188,7 +188,9 @@ impl<S: Storage> Router<S> {
             retiring: false,
         };
         if replicas > 1 {
-            return self.add_replicated_source(topic, record).await;
+            self.add_replicated_source(topic, record).await?;
+            // Attached before the catalog named it: its topic's schema follows.
+            return self.push_topic_schema(topic.id, false).await;
         }
         let unit = Unit { id: record.id, source, shard: record.shard };
         let attach = ControlRequest::AttachTopic {
@@ -218,6 +220,9 @@ impl<S: Storage> Router<S> {
             }
             return Err(error);
         }
+        // Attached before the catalog named it: its topic's schema follows, before the
+        // active count that lets it take publishes.
+        self.push_topic_schema(topic.id, false).await?;
         let subscriptions: Vec<SubscriptionRecord> =
             self.state.borrow().subscriptions_served_by(topic.id).cloned().collect();
         for subscription in subscriptions {

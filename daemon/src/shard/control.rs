@@ -103,6 +103,10 @@ impl<S: Storage> Forwarder<S> {
                 let fence = topic.apply_active_sources(active);
                 Ok(ControlOk::SourcesApplied { fence, floors: topic.ack_floors() })
             }
+            ControlRequest::SetTopicSchema { topic_id, schema } => {
+                self.set_topic_schema(topic_id, schema);
+                Ok(ControlOk::Done)
+            }
             ControlRequest::GateSources { topic_id, generation, before, after, passed } => {
                 let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned().ok_or_else(|| {
                     Status::not_found(format!("topic {topic_id:x} is not attached to shard {}", self.shard))
@@ -302,6 +306,26 @@ impl<S: Storage> Forwarder<S> {
         // attaches, and the next checkpoint drops this one's.
         if let Some(topic) = topic {
             topic.subscriptions.borrow_mut().retain(|entry| entry.id != SubscriptionId::new(subscription_id));
+        }
+    }
+
+    /// Checks topic unit `topic_id`'s publishes against `schema` from now on (`topic::schema`),
+    /// served or following; compiled unless it is the schema it has. A unit not attached here
+    /// (quarantined, or detached meanwhile) has nothing to check: its next attach is followed
+    /// by its schema again.
+    fn set_topic_schema(&self, topic_id: TopicId, schema: Option<crate::router::schemas::TopicSchema>) {
+        let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
+        let Some(topic) = topic.or_else(|| self.registry.followers.borrow().get(&topic_id).cloned()) else {
+            return;
+        };
+        let same = match (&*topic.schema.borrow(), &schema) {
+            (Some(held), Some(schema)) => held.source == *schema,
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            let check = schema.map(|schema| Rc::new(crate::topic::schema::TopicSchemaCheck::new(schema)));
+            *topic.schema.borrow_mut() = check;
         }
     }
 

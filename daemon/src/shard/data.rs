@@ -34,6 +34,17 @@ impl<S: Storage> DataPlane for Forwarder<S> {
         })?;
         let (topic, count, encoded_bytes) = checked
             .unwrap_or_else(|| Err(DataError::InvalidArgument("publish request has no messages".into())))?;
+        // A topic without a schema pays this one check. One with a schema has every message
+        // checked before any is appended (`topic::schema`), and the checked batch, Pub/Sub's
+        // attributes added, is published as any other: they count within the request's limits
+        // and in its records' size, as when gRPC's gateway adds them.
+        if !messages.checked_against_schema() {
+            let schema = topic.schema.borrow().clone();
+            if let Some(schema) = schema {
+                // Boxed: a publish's task on a topic without a schema stays as small as before.
+                return Box::pin(self.publish(schema.check(messages)?)).await;
+            }
+        }
         self.within_publish_rate(&topic, count, encoded_bytes).await?;
         // After the last wait: the key check and the offsets' assignment (the append's first
         // step) happen in one step of the shard, which a change of the topic's source set

@@ -756,3 +756,65 @@ fn a_source_after_the_first_names_itself_in_message_ids_and_ack_ids() {
         assert_eq!(entry.state.borrow().ack_floor(), Offset::new(3));
     });
 }
+
+/// A topic's schema pushed by the router (`SetTopicSchema`) is checked on every native publish
+/// before anything is appended, the matching messages stored with Pub/Sub's attributes; the
+/// same schema again keeps what was compiled; `None` stops the check; a unit not attached
+/// here is left alone.
+#[test]
+fn a_pushed_schema_checks_native_publishes_until_it_is_cleared() {
+    use crate::catalog::schemas::{SchemaEncoding, SchemaRevision, SchemaSettings, SchemaType};
+    run(async {
+        let forwarder = forwarder(&ManualClock::default());
+        let topic = topic(&forwarder, 0).await;
+        let schema = crate::router::schemas::TopicSchema {
+            settings: SchemaSettings {
+                schema: "counts".to_owned(),
+                encoding: SchemaEncoding::Json,
+                first_revision_id: String::new(),
+                last_revision_id: String::new(),
+            },
+            revisions: vec![SchemaRevision {
+                revision_id: "0000000a".to_owned(),
+                schema_type: SchemaType::Avro,
+                definition:
+                    r#"{"type": "record", "name": "Count", "fields": [{"name": "n", "type": "int"}]}"#
+                        .to_owned(),
+                created_ms: 1,
+            }],
+        };
+        let set = |topic_id: u64, schema: Option<crate::router::schemas::TopicSchema>| {
+            forwarder.control(ControlRequest::SetTopicSchema { topic_id: TopicId::new(topic_id), schema })
+        };
+        assert_eq!(set(99, Some(schema.clone())).await, Ok(crate::control::ControlOk::Done));
+        set(7, Some(schema.clone())).await.unwrap();
+        let compiled = topic.schema.borrow().clone().expect("the schema is held");
+        set(7, Some(schema)).await.unwrap();
+        assert!(Rc::ptr_eq(&compiled, topic.schema.borrow().as_ref().unwrap()), "compiled again");
+
+        let publish = |data: Vec<&'static [u8]>| {
+            let messages =
+                data.into_iter().map(|data| PubsubMessage { data: data.to_vec(), ..Default::default() });
+            let request = PublishRequest { topic: "retained".into(), messages: messages.collect() };
+            let frame = ringpost_wire::encode_frame(Command::Publish.code(), 0, 1, &request);
+            let mut body = FrameBuffer::new();
+            body.extend_from_slice(&frame[FRAME_HEADER_BYTES..]);
+            native::publish_unchecked(&forwarder, body)
+        };
+        let refused = publish(vec![br#"{"n": 1}"#, b"not json"]).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidArgument, "{refused:?}");
+        assert!(refused.message.starts_with(crate::schema::SCHEMA_MISMATCH), "{refused:?}");
+        assert_eq!(topic.log.durable_end(), Offset::ZERO, "a refused publish stored nothing");
+        publish(vec![br#"{"n": 1}"#]).await.unwrap();
+        let stored = topic.log.read(Offset::ZERO, 10, usize::MAX).await.unwrap();
+        let keys: Vec<&str> = stored[0].attributes.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["googclient_schemaencoding", "googclient_schemaname", "googclient_schemarevisionid"]
+        );
+
+        set(7, None).await.unwrap();
+        assert!(topic.schema.borrow().is_none());
+        publish(vec![b"not json"]).await.expect("a topic without a schema takes anything");
+    });
+}

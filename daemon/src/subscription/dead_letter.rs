@@ -72,6 +72,12 @@ impl PublishBatch for DeadLetters {
         visit(&self.topic, &mut messages);
         Ok(())
     }
+
+    /// Dead letters are forwarded as they were published, whatever the dead-letter topic's
+    /// schema: refused, they would be retried forever.
+    fn checked_against_schema(&self) -> bool {
+        true
+    }
 }
 
 /// Starts publishing the subscription's exhausted messages, as its own task, one at a time per

@@ -8,6 +8,7 @@ pub mod open;
 pub mod publish;
 pub mod rate;
 pub mod retention;
+pub mod schema;
 pub mod sources;
 #[cfg(test)]
 mod tests;
@@ -68,6 +69,9 @@ pub struct TopicState<S: Storage> {
     /// The delivery gate it was last told (`sources::UnitGate`): what its ordered
     /// subscriptions hold, from their attach on, until they pass the change.
     pub gate: RefCell<sources::UnitGate>,
+    /// Its topic's schema, which its publishes are checked against (`schema`), as the router
+    /// last pushed it; `None` for a topic without one.
+    pub schema: RefCell<Option<Rc<schema::TopicSchemaCheck>>>,
 }
 
 /// A topic's part in its replication across nodes (docs/REPLICATION.md).

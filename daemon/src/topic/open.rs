@@ -207,6 +207,7 @@ impl<S: Storage> TopicStore<S> {
             publish_rate: RefCell::default(),
             sources: Cell::default(),
             gate: Default::default(),
+            schema: RefCell::default(),
         })
     }
 

@@ -9,7 +9,7 @@
 use crate::grpc_security::over_tls;
 use crate::security::{access_text, flags, text, token, AccessFile, Files, Token};
 use crate::test_ca::TestCa;
-use ringpost_client::{block_on, Client, PoolSettings, Security};
+use ringpost_client::{block_on, Client, ErrorCode, Message, PoolSettings, Security};
 use ringpost_tests::grpc::{
     project_path, pubsub, schema_path, snapshot_path, subscription_path, topic_path, Grpc,
 };
@@ -455,7 +455,7 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
         retrying("a pull after the streamed ack", || here.pull_now(&format!("{topic}-reader"), 10)).unwrap();
     assert!(again.is_empty(), "an acknowledged streamed message came back: {again:?}");
 
-    schemas_through_a_follower(grpc, &at_leader);
+    schemas_through_a_follower(grpc, &at_leader, &follower.client(&root));
 
     // Deleted through the follower, gone everywhere.
     for topic in &topics {
@@ -478,8 +478,9 @@ fn a_follower_carries_catalog_changes_to_the_leader_and_serves_the_rest() {
 
 /// A schema created, revised and deleted through a follower (`grpc`), a topic typed by it
 /// created there: the leader decided each change, and the follower checks publishes against
-/// what it applied.
-fn schemas_through_a_follower(grpc: &Grpc, at_leader: &Grpc) {
+/// what it applied; a native publish (`native`, a client of the follower) is checked on the
+/// topic's forwarder, wherever it is placed, against the schema the leader pushed it.
+fn schemas_through_a_follower(grpc: &Grpc, at_leader: &Grpc, native: &Client) {
     let schema = |definition: &str| pubsub::Schema {
         r#type: pubsub::schema::Type::Avro as i32,
         definition: definition.to_owned(),
@@ -527,6 +528,11 @@ fn schemas_through_a_follower(grpc: &Grpc, at_leader: &Grpc) {
     let refused = grpc.publish_data("typed", &[b"not json"]).unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
     succeeds("a publish that matches", || grpc.publish_data("typed", &[br#"{"n": 3}"#]));
+    let refused = block_on(native.publish("typed", vec![Message::new("not json")])).unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{refused}");
+    assert!(refused.to_string().contains("Message failed schema validation"), "{refused}");
+    block_on(native.publish("typed", vec![Message::new(r#"{"n": 4}"#)]))
+        .expect("a native publish that matches");
 
     succeeds("DeleteTopic at a follower", || {
         grpc.delete_topic(pubsub::DeleteTopicRequest { topic: topic_path("typed") })

@@ -305,3 +305,83 @@ fn schemas_and_messages_are_validated_without_a_topic() {
         "a record's fields",
     );
 }
+
+/// A native publish (the `ringpost` client, straight to the topic's forwarder) is checked on
+/// that forwarder against the schema the router pushed it, with gRPC's rules and wording: a
+/// valid message stored with Pub/Sub's attributes, a request holding an invalid one refused
+/// whole. A revision committed and the topic's last bound moved to it reach the forwarder at
+/// once (no cache to expire), and a restart keeps the check.
+#[test]
+fn native_publishes_are_checked_against_the_topics_schema_on_its_forwarder() {
+    use ringpost_client::{block_on, ErrorCode, Message, Subscription};
+    let (mut daemon, grpc) = grpc_daemon("schemas-native");
+    let avro = create_schema(&grpc, "states", pubsub::schema::Type::Avro, AVRO);
+    let first_only = (avro.revision_id.as_str(), avro.revision_id.as_str());
+    topic_with_schema(&grpc, "typed", "states", pubsub::Encoding::Json, first_only).unwrap();
+    let client = daemon.client();
+    let subscription = Subscription { name: "typed".into(), topic: "typed".into(), ..Default::default() };
+    block_on(client.create_subscription(subscription)).unwrap();
+    let state = &br#"{"name": "Alaska", "post_abbr": "AK", "population": {"long": 733391}}"#[..];
+    let count = &br#"{"n": 3}"#[..];
+    let refused_natively = |client: &ringpost_client::Client, messages: Vec<Message>, what: &str| {
+        let error = block_on(client.publish("typed", messages)).expect_err(what);
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{what}: {error}");
+        assert!(error.to_string().contains("Message failed schema validation"), "{what}: {error}");
+    };
+
+    block_on(client.publish("typed", vec![Message::new(state).attribute("origin", "native")])).unwrap();
+    refused_natively(
+        &client,
+        vec![Message::new(state), Message::new(count)],
+        "a message of no revision in bounds",
+    );
+    refused_natively(&client, vec![Message::new("not json")], "not JSON");
+    let delivered = block_on(client.pull("typed", 10, 0)).unwrap();
+    assert_eq!(delivered.len(), 1, "the refused publishes stored nothing");
+    let attribute = |key: &str| {
+        let found = delivered[0].attributes.iter().find(|attribute| attribute.key == key);
+        found.map(|attribute| attribute.value.clone()).unwrap_or_default()
+    };
+    assert_eq!(attribute("googclient_schemaname"), "projects/ringpost/schemas/states");
+    assert_eq!(attribute("googclient_schemaencoding"), "JSON");
+    assert_eq!(attribute("googclient_schemarevisionid"), avro.revision_id);
+    assert_eq!(attribute("origin"), "native");
+    let ack_ids = delivered.iter().map(|message| message.ack_id.clone()).collect();
+    assert!(block_on(client.acknowledge("typed", ack_ids)).unwrap().is_empty());
+
+    // A second revision, and the topic's last bound moved to it: a message of it is taken
+    // at once.
+    let second = grpc
+        .commit_schema(pubsub::CommitSchemaRequest {
+            name: schema_path("states"),
+            schema: Some(pubsub::Schema { r#type: 2, definition: AVRO_COUNT.into(), ..Default::default() }),
+        })
+        .unwrap();
+    refused_natively(&client, vec![Message::new(count)], "the second revision, out of bounds");
+    grpc.update_topic(pubsub::UpdateTopicRequest {
+        topic: Some(pubsub::Topic {
+            name: topic_path("typed"),
+            schema_settings: Some(pubsub::SchemaSettings {
+                schema: schema_path("states"),
+                encoding: pubsub::Encoding::Json as i32,
+                first_revision_id: avro.revision_id.clone(),
+                last_revision_id: second.revision_id.clone(),
+            }),
+            ..Default::default()
+        }),
+        update_mask: Some(prost_types::FieldMask { paths: vec!["schema_settings".into()] }),
+    })
+    .unwrap();
+    block_on(client.publish("typed", vec![Message::new(count)])).unwrap();
+    let delivered = block_on(client.pull("typed", 10, 0)).unwrap();
+    assert_eq!(delivered.len(), 1);
+    let revision =
+        delivered[0].attributes.iter().find(|attribute| attribute.key == "googclient_schemarevisionid");
+    assert_eq!(revision.map(|attribute| attribute.value.as_str()), Some(second.revision_id.as_str()));
+
+    // Across a restart the forwarder is pushed the schema again with its topic's attach.
+    daemon.restart();
+    let client = daemon.client();
+    refused_natively(&client, vec![Message::new("{}")], "checked after the restart");
+    block_on(client.publish("typed", vec![Message::new(state)])).unwrap();
+}

@@ -113,6 +113,11 @@ impl PublishBatch for OwnedPublish {
         visit(&self.topic, &mut messages);
         Ok(())
     }
+
+    /// The gateway checked it (`check_schema`) before it crossed to the shard.
+    fn checked_against_schema(&self) -> bool {
+        true
+    }
 }
 
 /// Forwarders a publish tries: the one the gateway remembers, then, if it no longer serves the

@@ -151,6 +151,10 @@ impl PublishBatch for Lent {
     ) -> Result<(), DataError> {
         self.0.visit(visit)
     }
+
+    fn checked_against_schema(&self) -> bool {
+        self.0.checked_against_schema()
+    }
 }
 
 /// Publishes `part` on the source served at `place`: its message ids, or the messages back
