@@ -84,6 +84,11 @@ fn the_cli_creates_reads_lists_validates_and_deletes_schemas_and_sets_a_topics()
     ]));
     assert_eq!(json_field(&topic, "schema"), "states", "{topic}");
     assert_eq!(json_field(&topic, "encoding"), "json", "{topic}");
+    let shown = succeeded(&cli(&["topic", "get", "states-in"]));
+    assert_eq!(json_field(&shown, "schema"), "states", "`topic get` shows the settings: {shown}");
+    assert_eq!(json_field(&shown, "first_revision_id"), first, "{shown}");
+    let table = succeeded(&cli(&["topic", "get", "states-in", "--output", "table"]));
+    assert!(table.lines().next().is_some_and(|header| header.ends_with("SCHEMA  ENCODING")), "{table}");
     let missing = cli(&["topic", "create", "other-in", "--schema", "nothing-here"]);
     assert!(failed(&missing).starts_with("NotFound"), "{missing:?}");
     let no_schema = cli(&["topic", "create", "other-in", "--encoding", "json"]);
@@ -98,6 +103,8 @@ fn the_cli_creates_reads_lists_validates_and_deletes_schemas_and_sets_a_topics()
     // Its settings cleared, then set again, by `topic update`.
     let cleared = succeeded(&cli(&["topic", "update", "states-in", "--no-schema"]));
     assert_eq!(json_field(&cleared, "schema"), "", "{cleared}");
+    let shown = succeeded(&cli(&["topic", "get", "states-in"]));
+    assert!(!shown.contains("schema_settings"), "a topic without a schema shows none: {shown}");
     // The gRPC API trusts the schema it learnt for a while (GRPC_SCHEMAS_CACHED_MS, 5 s): a
     // change through the native protocol is seen within it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);

@@ -1257,8 +1257,14 @@ async fn run_schema(
 
 /// A topic with its sources and its schema settings.
 fn topic_schema_row(shown: &ringpost_client::TopicWithSchema) -> (Vec<String>, String) {
-    let (mut cells, json) = topic_sources_row(&shown.topic);
-    let settings = &shown.schema;
+    with_schema_settings(topic_sources_row(&shown.topic), &shown.schema)
+}
+
+/// A topic's row with its schema settings: two more cells, and `schema_settings` in its JSON.
+fn with_schema_settings(
+    (mut cells, json): (Vec<String>, String),
+    settings: &ringpost_client::SchemaSettings,
+) -> (Vec<String>, String) {
     let encoding = ringpost_client::SchemaEncoding::name_of(settings.encoding);
     cells.push(settings.schema.clone());
     cells.push(encoding.to_owned());
@@ -2714,11 +2720,19 @@ async fn run(server: &str, flags: Flags) -> Result<(), Failure> {
             TopicAction::Get(get) => {
                 // A topic whose count is fixed is shown as before following the load existed.
                 let topic = client.get_topic_source_policy(&get.name).await?;
-                if topic.auto {
-                    print_rows(output, &TOPIC_POLICY_HEADER, vec![topic_policy_row(&topic)])
+                let (mut header, mut row) = if topic.auto {
+                    (TOPIC_POLICY_HEADER.to_vec(), topic_policy_row(&topic))
                 } else {
-                    print_rows(output, &TOPIC_SOURCES_HEADER, vec![topic_sources_row(&topic.topic)])
+                    (TOPIC_SOURCES_HEADER.to_vec(), topic_sources_row(&topic.topic))
+                };
+                // Its schema settings, as `gcloud pubsub topics describe` shows them, when it
+                // has a schema; a topic without one is shown as before schemas existed.
+                let settings = client.get_topic_with_schema(&get.name).await?.schema;
+                if !settings.schema.is_empty() {
+                    header.extend(["schema", "encoding"]);
+                    row = with_schema_settings(row, &settings);
                 }
+                print_rows(output, &header, vec![row])
             }
             TopicAction::List(_) => {
                 let topics = client.list_topics().await?;
