@@ -16,6 +16,13 @@ use ringpost_wire::frame::{access_body, decode_error, FrameBuffer, FrameHeader, 
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::{AuthenticateRequest, PeerMessage};
 use ringpost_wire::Command;
+
+/// What a replica request's frame adds to its encoded bytes: the frame's header and the
+/// archived `PeerMessage` around them (a relative pointer, a length, alignment).
+const PEER_MESSAGE_OVERHEAD_BYTES: usize = FRAME_HEADER_BYTES + 64;
+/// Frames queued for a peer that are joined into one write; larger ones are written from their
+/// own buffers, whose copy would cost more than the system call it saves.
+const JOIN_FRAME_BYTES_MAX: usize = 64 * 1024;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -136,13 +143,16 @@ impl Transport for Rc<NativeTransport> {
         let shard = peer.shard;
         Box::pin(async move {
             let bytes = request.encode();
+            // Sized for the records it carries, so that they are copied into it once.
+            let capacity = bytes.len() + PEER_MESSAGE_OVERHEAD_BYTES;
             let answer = channel
                 .call(move |request_id| {
-                    ringpost_wire::encode_frame(
+                    ringpost_wire::encode_frame_sized(
                         Command::Replica.code(),
                         0,
                         request_id,
                         &PeerMessage { bytes },
+                        capacity,
                     )
                 })
                 .await
@@ -284,11 +294,25 @@ impl Channel {
                     wake.await;
                     continue;
                 }
-                let mut bytes = Vec::with_capacity(frames.iter().map(|frame| frame.len()).sum());
+                // Small frames joined into one write; a large one (an append's records) written
+                // from its own buffer, not copied once more.
+                let mut joined = Vec::new();
                 for frame in &frames {
-                    bytes.extend_from_slice(frame.as_ref());
+                    if frame.len() < JOIN_FRAME_BYTES_MAX {
+                        joined.extend_from_slice(frame.as_ref());
+                        continue;
+                    }
+                    if !joined.is_empty() {
+                        if let Err(error) = writer.write_all(&joined).await {
+                            return format!("writing: {error}");
+                        }
+                        joined.clear();
+                    }
+                    if let Err(error) = writer.write_all(frame.as_ref()).await {
+                        return format!("writing: {error}");
+                    }
                 }
-                if let Err(error) = writer.write_all(&bytes).await {
+                if let Err(error) = writer.write_all(&joined).await {
                     return format!("writing: {error}");
                 }
                 if let Err(error) = writer.flush().await {

@@ -197,7 +197,7 @@ impl ReplicaRequest {
                 encoder.0
             }
             ReplicaRequest::Append { topic_id, leader_epoch, logs } => {
-                let mut encoder = Encoder::new(REQUEST_APPEND);
+                let mut encoder = Encoder::with_capacity(REQUEST_APPEND, self.append_bytes());
                 encoder.u64(topic_id.get()).u64(leader_epoch.get());
                 for log in logs {
                     encoder.u64(log.committed_end.get()).u64(log.start_offset.get());
@@ -216,6 +216,14 @@ impl ReplicaRequest {
                 .0
                 .clone(),
         }
+    }
+
+    /// The encoded size of an `Append` (`encode`): its kind, topic and epoch, then each log's
+    /// two offsets and chunk count, and each chunk's header and records.
+    fn append_bytes(&self) -> usize {
+        let ReplicaRequest::Append { logs, .. } = self else { return 0 };
+        let chunk = |chunk: &Chunk| 8 + 8 + 4 + 4 + chunk.records.len();
+        1 + 16 + logs.iter().map(|log| 16 + 4 + log.chunks.iter().map(chunk).sum::<usize>()).sum::<usize>()
     }
 
     pub fn decode(bytes: &[u8]) -> DecodeResult<ReplicaRequest> {
@@ -360,6 +368,11 @@ mod tests {
         ];
         for request in requests {
             let encoded = request.encode();
+            if matches!(request, ReplicaRequest::Append { .. }) {
+                // Sized exactly, its records are copied into the buffer once.
+                assert_eq!(request.append_bytes(), encoded.len(), "an append's size ahead");
+                assert_eq!(encoded.capacity(), encoded.len(), "never grown");
+            }
             assert_eq!(ReplicaRequest::decode(&encoded), Ok(request.clone()));
             for cut in 0..encoded.len() {
                 assert!(ReplicaRequest::decode(&encoded[..cut]).is_err(), "{request:?} cut at {cut}");
