@@ -262,6 +262,10 @@ const READ_FROM_SOURCE: &[&str] = &[
 const NOT_IN_THE_TABLE: &[(&str, &str)] = &[
     ("NANOS_MAX", "the range of a protobuf Timestamp's nanos"),
     (
+        "JOIN_FRAME_BYTES_MAX",
+        "which frames a peer's writer copies into one write; a choice of copies, bounding nothing",
+    ),
+    (
         "ACK_ID_ENCODED_BYTES_MAX",
         "the length of the ack ids the daemon writes; ACK_ID_BYTES_MAX bounds those it reads",
     ),
