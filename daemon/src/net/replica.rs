@@ -16,6 +16,10 @@ use ringpost_wire::frame::{access_body, decode_error, FrameBuffer, FrameHeader, 
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
 use ringpost_wire::messages::{AuthenticateRequest, PeerMessage};
 use ringpost_wire::Command;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::time::Duration;
 
 /// What a replica request's frame adds to its encoded bytes: the frame's header and the
 /// archived `PeerMessage` around them (a relative pointer, a length, alignment).
@@ -23,10 +27,6 @@ const PEER_MESSAGE_OVERHEAD_BYTES: usize = FRAME_HEADER_BYTES + 64;
 /// Frames queued for a peer that are joined into one write; larger ones are written from their
 /// own buffers, whose copy would cost more than the system call it saves.
 const JOIN_FRAME_BYTES_MAX: usize = 64 * 1024;
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
-use std::time::Duration;
 
 /// How long connecting to another node's forwarder may take.
 pub const REPLICA_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -296,7 +296,9 @@ impl Channel {
                 }
                 // Small frames joined into one write; a large one (an append's records) written
                 // from its own buffer, not copied once more.
-                let mut joined = Vec::new();
+                let small =
+                    frames.iter().map(|frame| frame.len()).filter(|bytes| *bytes < JOIN_FRAME_BYTES_MAX);
+                let mut joined = Vec::with_capacity(small.sum());
                 for frame in &frames {
                     if frame.len() < JOIN_FRAME_BYTES_MAX {
                         joined.extend_from_slice(frame.as_ref());
