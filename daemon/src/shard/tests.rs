@@ -763,26 +763,10 @@ fn a_source_after_the_first_names_itself_in_message_ids_and_ack_ids() {
 /// here is left alone.
 #[test]
 fn a_pushed_schema_checks_native_publishes_until_it_is_cleared() {
-    use crate::catalog::schemas::{SchemaEncoding, SchemaRevision, SchemaSettings, SchemaType};
     run(async {
         let forwarder = forwarder(&ManualClock::default());
         let topic = topic(&forwarder, 0).await;
-        let schema = crate::router::schemas::TopicSchema {
-            settings: SchemaSettings {
-                schema: "counts".to_owned(),
-                encoding: SchemaEncoding::Json,
-                first_revision_id: String::new(),
-                last_revision_id: String::new(),
-            },
-            revisions: vec![SchemaRevision {
-                revision_id: "0000000a".to_owned(),
-                schema_type: SchemaType::Avro,
-                definition:
-                    r#"{"type": "record", "name": "Count", "fields": [{"name": "n", "type": "int"}]}"#
-                        .to_owned(),
-                created_ms: 1,
-            }],
-        };
+        let schema = crate::topic::schema::counts_schema();
         let set = |topic_id: u64, schema: Option<crate::router::schemas::TopicSchema>| {
             forwarder.control(ControlRequest::SetTopicSchema { topic_id: TopicId::new(topic_id), schema })
         };

@@ -130,10 +130,31 @@ impl PublishBatch for SchemaChecked {
     }
 }
 
+/// For tests: schema "counts", JSON, of one Avro revision ("0000000a", a record of one int,
+/// `n`), every revision allowed.
+#[cfg(test)]
+pub fn counts_schema() -> TopicSchema {
+    use crate::catalog::schemas::{SchemaEncoding, SchemaRevision, SchemaSettings, SchemaType};
+    TopicSchema {
+        settings: SchemaSettings {
+            schema: "counts".to_owned(),
+            encoding: SchemaEncoding::Json,
+            first_revision_id: String::new(),
+            last_revision_id: String::new(),
+        },
+        revisions: vec![SchemaRevision {
+            revision_id: "0000000a".to_owned(),
+            schema_type: SchemaType::Avro,
+            definition: r#"{"type": "record", "name": "Count", "fields": [{"name": "n", "type": "int"}]}"#
+                .to_owned(),
+            created_ms: 1,
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::schemas::{SchemaEncoding, SchemaRevision, SchemaSettings, SchemaType};
 
     /// A message's data and attributes.
     type Owned = (Vec<u8>, Vec<(String, String)>);
@@ -168,22 +189,7 @@ mod tests {
     }
 
     fn check() -> TopicSchemaCheck {
-        TopicSchemaCheck::new(TopicSchema {
-            settings: SchemaSettings {
-                schema: "counts".to_owned(),
-                encoding: SchemaEncoding::Json,
-                first_revision_id: String::new(),
-                last_revision_id: String::new(),
-            },
-            revisions: vec![SchemaRevision {
-                revision_id: "0000000a".to_owned(),
-                schema_type: SchemaType::Avro,
-                definition:
-                    r#"{"type": "record", "name": "Count", "fields": [{"name": "n", "type": "int"}]}"#
-                        .to_owned(),
-                created_ms: 1,
-            }],
-        })
+        TopicSchemaCheck::new(counts_schema())
     }
 
     fn attributes_of(batch: &impl PublishBatch) -> Vec<Vec<(String, String)>> {
