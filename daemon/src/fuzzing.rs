@@ -440,6 +440,7 @@ fn replica_samples() -> Vec<Vec<u8>> {
         ReplicaRequest::Sync {
             topic_id: TopicId::new(9),
             leader_epoch: Epoch::new(4),
+            stamp: 0,
             logs: [
                 LogTip { history: history.clone(), end: Offset::new(4), start: Offset::new(2) },
                 LogTip::default(),
@@ -448,6 +449,7 @@ fn replica_samples() -> Vec<Vec<u8>> {
         ReplicaRequest::Append {
             topic_id: TopicId::new(9),
             leader_epoch: Epoch::new(4),
+            stamp: 0,
             logs: [
                 LogAppend {
                     chunks: vec![chunk(Offset::new(4), Epoch::new(3)), chunk(Offset::new(6), Epoch::new(4))],
@@ -483,7 +485,16 @@ fn replica_samples() -> Vec<Vec<u8>> {
             durable_end: Offset::new(4),
         },
         ReplicaAnswer::Deposed { promised_epoch: Epoch::new(7) },
+        ReplicaAnswer::Stale { synced_stamp: 3 },
     ];
+    // The stamped forms of the sync and the append, beside the unstamped ones.
+    let stamped = requests[..2].iter().cloned().map(|mut request| {
+        if let ReplicaRequest::Sync { stamp, .. } | ReplicaRequest::Append { stamp, .. } = &mut request {
+            *stamp = 2;
+        }
+        request
+    });
+    let requests: Vec<ReplicaRequest> = requests.iter().cloned().chain(stamped).collect();
     requests.iter().map(ReplicaRequest::encode).chain(answers.iter().map(ReplicaAnswer::encode)).collect()
 }
 
@@ -755,6 +766,7 @@ mod tests {
         let request = ReplicaRequest::Append {
             topic_id: TopicId::new(9),
             leader_epoch: Epoch::new(1),
+            stamp: 0,
             logs: [append, LogAppend::default()],
         };
         assert!(ReplicaRequest::decode(&request.encode()).is_err());

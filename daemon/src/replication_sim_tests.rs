@@ -1160,3 +1160,100 @@ fn a_new_leader_answers_a_sync_point_only_once_its_epoch_commits() {
         assert!(runtime::now() - started >= SYNC_POINT_WAIT_MAX);
     });
 }
+
+/// A follower (node 3) attached alone, which the test sends requests by hand as a leader of
+/// epoch 2 would, and the records of `count` messages its leader of epoch 1 holds, as one
+/// append's chunks.
+async fn follower_and_records(
+    count: usize,
+) -> (Rc<Forwarder<SimDisk>>, Vec<crate::replication::protocol::Chunk>) {
+    let (leader, _cut, _follower) = two_replicas().await;
+    for index in 0..count {
+        publish_to(&leader, &format!("message {index}")).await.expect("acknowledged");
+    }
+    let log = leader.registry.topics_by_id.borrow()[&TOPIC_ID].log.clone();
+    let (chunks, _) = crate::replication::source::read(&log, Offset::ZERO, 1 << 20).await.expect("read");
+    let follower = Rc::new(Forwarder::new(
+        0,
+        SimDisk::new(),
+        Directories::new(vec![PathBuf::from("/d0")]),
+        LogConfig::default(),
+        Rc::new(SystemClock),
+    ));
+    follower.replica_context.node_id.set(Some(NodeId::new(3)));
+    let attach = ControlRequest::AttachReplica {
+        topic_id: TOPIC_ID,
+        name: TOPIC.to_owned(),
+        retention_seconds: 0,
+        recovering: false,
+        source: crate::ids::SourceId::FIRST,
+        active: 1,
+    };
+    follower.control(attach).await.expect("a replica attaches");
+    (follower, chunks)
+}
+
+/// The race T9 found with several appends in flight: an append sent before the leader synced
+/// its follower again reaches the follower while, or after, that sync cuts its log. Stamped,
+/// the one still writing does not take its commit point (which would stand past the cut: a
+/// commit point beyond the durable end), and the one arriving later is refused without
+/// touching the log (it would be taken at the offset the cut left, as if sent after it).
+#[test]
+fn an_append_sent_before_a_resync_neither_commits_past_its_cut_nor_lands_after_it() {
+    use crate::ids::Epoch;
+    use crate::replication::protocol::{LogAppend, LogTip, ReplicaAnswer};
+    sim::run(5, async {
+        let (follower, chunks) = follower_and_records(3).await;
+        let end = chunks.last().expect("records").end_offset();
+        let sync = |stamp| ReplicaRequest::Sync {
+            topic_id: TOPIC_ID,
+            leader_epoch: Epoch::new(2),
+            stamp,
+            logs: [LogTip::default(), LogTip::default()],
+        };
+        let append = |stamp| ReplicaRequest::Append {
+            topic_id: TOPIC_ID,
+            leader_epoch: Epoch::new(2),
+            stamp,
+            logs: [
+                LogAppend { chunks: chunks.clone(), committed_end: end, start_offset: Offset::ZERO },
+                LogAppend::default(),
+            ],
+        };
+        let synced = follower.replica_request(sync(1)).await;
+        assert_eq!(synced, Ok(ReplicaAnswer::Synced { next_offsets: [Offset::ZERO; 2] }));
+
+        // The append's records are written when the second sync begins, its commit point not
+        // yet taken; that sync's leader holds none of them (its tip is empty), so the follower
+        // cuts them.
+        let writing = follower.clone();
+        let first = append(1);
+        let written = runtime::spawn(async move { writing.replica_request(first).await });
+        runtime::yield_now().await;
+        let progress = follower.replica_progress(TOPIC_ID).expect("a replica");
+        assert_eq!(
+            (progress.durable_ends[0], progress.committed_ends[0]),
+            (end.get(), 0),
+            "the append's records are durable, its commit point not yet taken"
+        );
+        let synced = follower.replica_request(sync(2)).await;
+        assert_eq!(synced, Ok(ReplicaAnswer::Synced { next_offsets: [Offset::ZERO; 2] }), "cut back to 0");
+        let written = written.await;
+        assert!(written.is_err(), "the append written across the sync is not answered as held: {written:?}");
+        let progress = follower.replica_progress(TOPIC_ID).expect("a replica");
+        assert_eq!((progress.durable_ends[0], progress.committed_ends[0]), (0, 0), "{progress:?}");
+
+        // The same append arriving only now, after the sync: refused, the log untouched.
+        let late = follower.replica_request(append(1)).await;
+        assert_eq!(late, Ok(ReplicaAnswer::Stale { synced_stamp: 2 }));
+        let progress = follower.replica_progress(TOPIC_ID).expect("a replica");
+        assert_eq!((progress.durable_ends[0], progress.committed_ends[0]), (0, 0), "{progress:?}");
+        // One sent after the sync is taken, and so is its commit point.
+        let taken = follower.replica_request(append(2)).await;
+        assert_eq!(taken, Ok(ReplicaAnswer::Appended { durable_ends: [end, Offset::ZERO] }));
+        let progress = follower.replica_progress(TOPIC_ID).expect("a replica");
+        assert_eq!((progress.durable_ends[0], progress.committed_ends[0]), (end.get(), end.get()));
+        // A copy of the older sync, held back by the network, cuts nothing now.
+        assert_eq!(follower.replica_request(sync(1)).await, Ok(ReplicaAnswer::Stale { synced_stamp: 2 }));
+    });
+}

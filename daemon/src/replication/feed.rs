@@ -4,9 +4,12 @@
 //! reads, the sleeps) and counts what the follower holds (`CommitTracker`).
 //!
 //! Contract: an append starts where the one before it ends (`sent_to`), at most
-//! `APPENDS_IN_FLIGHT` are in flight, answers are taken in the order the appends were sent,
-//! and any failure (a refused or missing answer, one of another kind, a read that failed)
-//! drops the window: the next step is a sync, which finds out what the follower holds.
+//! `APPENDS_IN_FLIGHT` are in flight (one to a follower that cannot read stamps), answers are
+//! taken in the order the appends were sent, and any failure (a refused or missing answer, one
+//! of another kind, a read that failed) drops the window: the next step is a sync, which finds
+//! out what the follower holds. Each sync has a stamp greater than the one before, and every
+//! append carries its sync's: the follower refuses one sent before its latest sync, so an
+//! append of a dropped window cannot reach it while a later sync cuts its log.
 
 use super::protocol::{ReplicaAnswer, LOGS, MESSAGES};
 use super::source::{APPENDS_IN_FLIGHT, APPEND_PIPELINE_RECORDS_MIN, RETRY_PAUSE_MAX, RETRY_PAUSE_MIN};
@@ -28,6 +31,12 @@ pub struct Feed {
     told: [Offset; LOGS],
     /// The pause before the next try after a failure: doubled by each, up to `RETRY_PAUSE_MAX`.
     pause: Duration,
+    /// The stamp of the last sync sent (0: none yet); the appends after it carry it.
+    stamp: u64,
+    /// Whether the follower reads stamped syncs and appends. A follower of the version before
+    /// stamps refuses them as unknown: it is then sent the unstamped forms, one append at a
+    /// time, as that version's leaders did.
+    stamped: bool,
 }
 
 /// An append in flight.
@@ -86,6 +95,36 @@ impl Feed {
             in_flight: VecDeque::new(),
             told: [Offset::ZERO; LOGS],
             pause: RETRY_PAUSE_MIN,
+            stamp: 0,
+            stamped: true,
+        }
+    }
+
+    /// The stamp of a sync sent now: one more than the last (0, unstamped, to a follower that
+    /// cannot read stamps).
+    pub fn next_sync_stamp(&mut self) -> u64 {
+        if !self.stamped {
+            return 0;
+        }
+        self.stamp += 1;
+        self.stamp
+    }
+
+    /// The stamp an append sent now carries: its sync's.
+    pub fn stamp(&self) -> u64 {
+        if self.stamped {
+            self.stamp
+        } else {
+            0
+        }
+    }
+
+    /// Appends this follower may have in flight.
+    pub fn window(&self) -> usize {
+        if self.stamped {
+            APPENDS_IN_FLIGHT
+        } else {
+            1
         }
     }
 
@@ -105,7 +144,7 @@ impl Feed {
         }
         let pending: u64 = (0..LOGS).map(|log| durable_ends[log].saturating_sub(self.sent_to[log])).sum();
         let room = self.in_flight.is_empty()
-            || (pending >= APPEND_PIPELINE_RECORDS_MIN && self.in_flight.len() < APPENDS_IN_FLIGHT);
+            || (pending >= APPEND_PIPELINE_RECORDS_MIN && self.in_flight.len() < self.window());
         if pending > 0 && room {
             Action::Append { from: self.sent_to }
         } else {
@@ -156,8 +195,16 @@ impl Feed {
                 self.pause = RETRY_PAUSE_MIN;
                 Outcome::Holds { ends: *next_offsets, sent_at }
             }
+            Some(ReplicaAnswer::Stale { synced_stamp }) => self.stale(*synced_stamp),
             _ => self.failed(),
         }
+    }
+
+    /// A stamped sync was refused as a request the follower cannot read (a node of the version
+    /// before stamps): from now on it is sent the unstamped forms, one append at a time.
+    pub fn on_sync_unreadable(&mut self) -> Outcome {
+        self.stamped = false;
+        self.failed()
     }
 
     /// The answer to the oldest append in flight (`None`: none came).
@@ -169,12 +216,22 @@ impl Feed {
                 self.pause = RETRY_PAUSE_MIN;
                 Outcome::Holds { ends: *durable_ends, sent_at: sent.at }
             }
+            // Not taken: it counts for nothing, and a sync finds out what the follower holds.
+            Some(ReplicaAnswer::Stale { synced_stamp }) => self.stale(*synced_stamp),
             _ => self.failed(),
         }
     }
 
     /// Reading the records of an append failed.
     pub fn on_read_failed(&mut self) -> Outcome {
+        self.failed()
+    }
+
+    /// The follower began a sync stamped `synced_stamp` after the request it refused: only this
+    /// leader stamps its syncs in this epoch, so it sent none later than its own last; the next
+    /// sync is stamped past it all the same, or the follower would refuse it too.
+    fn stale(&mut self, synced_stamp: u64) -> Outcome {
+        self.stamp = self.stamp.max(synced_stamp);
         self.failed()
     }
 
@@ -228,15 +285,76 @@ mod tests {
     }
 
     #[test]
-    fn nothing_pending_waits_and_a_backlog_keeps_the_window_of_one() {
+    fn a_backlog_keeps_several_appends_in_flight_and_their_answers_are_taken_in_order() {
         let (mut feed, now) = synced([7, 2]);
         assert_eq!(feed.on_append(at([7, 2])), Action::Wait, "nothing pending");
-        feed.on_sent(some_at([Some(8), None]), at([7, 2]), now);
-        // A backlog larger than APPEND_PIPELINE_RECORDS_MIN would pipeline, but the window is
-        // APPENDS_IN_FLIGHT = 1 (a wider one is a later change).
-        let backlog = 8 + APPEND_PIPELINE_RECORDS_MIN * 4;
-        assert_eq!(feed.on_append(at([backlog, 2])), Action::Wait);
-        assert_eq!(feed.in_flight(), 1);
+        // A backlog of APPEND_PIPELINE_RECORDS_MIN records or more goes while others are in
+        // flight, each from where the one before ends, up to the window.
+        let step = APPEND_PIPELINE_RECORDS_MIN;
+        let backlog = 7 + step * (APPENDS_IN_FLIGHT as u64 + 2);
+        for sent in 0..APPENDS_IN_FLIGHT as u64 {
+            let from = 7 + step * sent;
+            assert_eq!(feed.on_append(at([backlog, 2])), Action::Append { from: at([from, 2]) });
+            feed.on_sent(some_at([Some(from + step), None]), at([7, 2]), now);
+        }
+        const { assert!(APPENDS_IN_FLIGHT > 1, "a window wider than one") };
+        assert_eq!(feed.in_flight(), APPENDS_IN_FLIGHT);
+        assert_eq!(feed.on_append(at([backlog, 2])), Action::Wait, "the window is full");
+        // Answers come in the order sent: each counts what its append made durable.
+        for answered in 1..=APPENDS_IN_FLIGHT as u64 {
+            let appended = ReplicaAnswer::Appended { durable_ends: at([7 + step * answered, 2]) };
+            assert_eq!(
+                feed.on_answer(Some(&appended)),
+                Outcome::Holds { ends: at([7 + step * answered, 2]), sent_at: now }
+            );
+        }
+        assert_eq!(feed.in_flight(), 0);
+        let next = 7 + step * APPENDS_IN_FLIGHT as u64;
+        assert_eq!(feed.on_append(at([backlog, 2])), Action::Append { from: at([next, 2]) });
+    }
+
+    #[test]
+    fn syncs_are_stamped_in_order_and_a_refused_append_counts_for_nothing() {
+        let mut feed = Feed::new();
+        assert_eq!(feed.on_append(at([9, 0])), Action::Sync);
+        assert_eq!(feed.next_sync_stamp(), 1);
+        let now = Instant::now();
+        let answer = ReplicaAnswer::Synced { next_offsets: at([0, 0]) };
+        assert!(matches!(feed.on_synced(Some(&answer), now), Outcome::Holds { .. }));
+        assert_eq!(feed.stamp(), 1, "appends carry their sync's stamp");
+        feed.on_sent(some_at([Some(5), None]), at([0, 0]), now);
+        feed.on_sent(some_at([Some(9), None]), at([0, 0]), now);
+        // The follower began a later sync (stamp 3, say a copy this leader no longer awaits):
+        // the refused append is not durable there, and the window goes.
+        let stale = ReplicaAnswer::Stale { synced_stamp: 3 };
+        assert!(matches!(feed.on_answer(Some(&stale)), Outcome::Retry { .. }));
+        assert_eq!(feed.on_append(at([9, 0])), Action::Sync);
+        assert_eq!(feed.in_flight(), 0);
+        assert_eq!(feed.next_sync_stamp(), 4, "past the follower's latest");
+        // A sync refused as stale is stamped past it the next time too.
+        assert!(matches!(
+            feed.on_synced(Some(&ReplicaAnswer::Stale { synced_stamp: 7 }), now),
+            Outcome::Retry { .. }
+        ));
+        assert_eq!(feed.next_sync_stamp(), 8);
+    }
+
+    #[test]
+    fn a_follower_that_cannot_read_stamps_gets_the_unstamped_forms_one_append_at_a_time() {
+        let mut feed = Feed::new();
+        assert_eq!(feed.on_append(at([0, 0])), Action::Sync);
+        assert_eq!(feed.next_sync_stamp(), 1);
+        assert!(matches!(feed.on_sync_unreadable(), Outcome::Retry { .. }));
+        assert_eq!(feed.on_append(at([0, 0])), Action::Sync);
+        assert_eq!(feed.next_sync_stamp(), 0, "unstamped");
+        let now = Instant::now();
+        let answer = ReplicaAnswer::Synced { next_offsets: at([0, 0]) };
+        assert!(matches!(feed.on_synced(Some(&answer), now), Outcome::Holds { .. }));
+        assert_eq!((feed.stamp(), feed.window()), (0, 1));
+        let backlog = APPEND_PIPELINE_RECORDS_MIN * 8;
+        assert_eq!(feed.on_append(at([backlog, 0])), Action::Append { from: at([0, 0]) });
+        feed.on_sent(some_at([Some(APPEND_PIPELINE_RECORDS_MIN), None]), at([0, 0]), now);
+        assert_eq!(feed.on_append(at([backlog, 0])), Action::Wait, "one in flight");
     }
 
     #[test]

@@ -100,6 +100,57 @@ impl CommitTracker {
     }
 }
 
+/// The sync of a leader a follower began last: the leader's epoch, and the stamp that leader
+/// gave it (its syncs of this follower numbered from 1; 0 for a leader of the version before
+/// stamps). An append carries its sync's stamp; one sent before the follower's latest sync of
+/// the same epoch could reach it while that sync cuts its log, so it is refused (T9 found a
+/// follower whose commit point passed its durable end so, with several appends in flight).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SyncStamp {
+    pub epoch: Epoch,
+    pub stamp: u64,
+}
+
+/// What a follower does with a sync or an append, given its latest sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Take it (a sync: it is the latest from now on).
+    Take,
+    /// Refuse it as sent before the latest sync of its leader: the logs are not touched.
+    Stale,
+    /// Refuse it: the follower has not begun its sync (an append of another sync).
+    NotSynced,
+}
+
+impl SyncStamp {
+    /// A sync stamped `incoming` arrives at a follower whose latest is this one. One of a newer
+    /// epoch, or unstamped, is taken as before stamps; one of this epoch only if stamped after
+    /// the latest (an older copy, held back by the network or sent twice, would cut records the
+    /// leader counts as held here). One of an older epoch changes nothing here: the promise of
+    /// the newer epoch refuses it (`Deposed`).
+    pub fn on_sync(&mut self, incoming: SyncStamp) -> Admission {
+        if incoming.epoch < self.epoch {
+            return Admission::Take;
+        }
+        if incoming.epoch == self.epoch && incoming.stamp != 0 && incoming.stamp <= self.stamp {
+            return Admission::Stale;
+        }
+        *self = incoming;
+        Admission::Take
+    }
+
+    /// An append stamped `incoming`: taken only after the latest sync, the one it follows.
+    pub fn admits_append(self, incoming: SyncStamp) -> Admission {
+        if incoming == self {
+            Admission::Take
+        } else if incoming.epoch == self.epoch && incoming.stamp < self.stamp {
+            Admission::Stale
+        } else {
+            Admission::NotSynced
+        }
+    }
+}
+
 /// A replica's answer to a fencing round: it promised to refuse every older epoch, and its log
 /// is durable up to `durable_end` with `last_epoch` the epoch of its last record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

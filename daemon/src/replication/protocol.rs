@@ -67,10 +67,13 @@ pub struct FencedLog {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicaRequest {
     /// The leader of `leader_epoch` to a follower, before it sends records: promise my epoch,
-    /// cut what disagrees with my logs, and say where each of yours now ends.
-    Sync { topic_id: TopicId, leader_epoch: Epoch, logs: [LogTip; LOGS] },
-    /// The leader's records, at the follower's next offsets.
-    Append { topic_id: TopicId, leader_epoch: Epoch, logs: [LogAppend; LOGS] },
+    /// cut what disagrees with my logs, and say where each of yours now ends. `stamp` numbers
+    /// this leader's syncs of this follower, from 1 up (0: unstamped, the form of the version
+    /// before stamps, which an older follower reads).
+    Sync { topic_id: TopicId, leader_epoch: Epoch, stamp: u64, logs: [LogTip; LOGS] },
+    /// The leader's records, at the follower's next offsets, sent after the sync `stamp` (0:
+    /// unstamped, as `Sync`'s).
+    Append { topic_id: TopicId, leader_epoch: Epoch, stamp: u64, logs: [LogAppend; LOGS] },
     /// A fencing round: take no append from a leader older than `epoch`, and say what you hold.
     Fence { topic_id: TopicId, epoch: Epoch },
     /// Durable records of one log from `from` on, at most about `bytes_max` of them.
@@ -99,6 +102,12 @@ pub enum ReplicaAnswer {
     Deposed {
         promised_epoch: Epoch,
     },
+    /// A stamped sync or append of the leader's epoch sent before the latest sync this replica
+    /// began with it (`synced_stamp`): refused without touching the logs. Only stamped requests
+    /// are answered so.
+    Stale {
+        synced_stamp: u64,
+    },
 }
 
 impl ReplicaRequest {
@@ -116,11 +125,16 @@ const REQUEST_SYNC: u8 = 1;
 const REQUEST_APPEND: u8 = 2;
 const REQUEST_FENCE: u8 = 3;
 const REQUEST_READ: u8 = 4;
+/// `Sync` and `Append` with a stamp: tags of their own, which a replica of the version before
+/// stamps refuses as unknown rather than misreads.
+const REQUEST_SYNC_STAMPED: u8 = 5;
+const REQUEST_APPEND_STAMPED: u8 = 6;
 const ANSWER_SYNCED: u8 = 1;
 const ANSWER_APPENDED: u8 = 2;
 const ANSWER_FENCED: u8 = 3;
 const ANSWER_READ: u8 = 4;
 const ANSWER_DEPOSED: u8 = 5;
+const ANSWER_STALE: u8 = 6;
 
 fn put_bytes(encoder: &mut Encoder, bytes: &[u8]) {
     encoder.u32(bytes.len() as u32);
@@ -177,6 +191,17 @@ fn get_chunks(decoder: &mut Decoder) -> DecodeResult<Vec<Chunk>> {
     Ok(chunks)
 }
 
+/// A stamped form's stamp (never 0, which is the unstamped form's), or 0 for an unstamped one.
+fn get_stamp(decoder: &mut Decoder, stamped: bool) -> DecodeResult<u64> {
+    if !stamped {
+        return Ok(0);
+    }
+    match decoder.u64()? {
+        0 => Err("a stamped sync or append with stamp 0"),
+        stamp => Ok(stamp),
+    }
+}
+
 fn finish<T>(decoder: &Decoder, value: T) -> DecodeResult<T> {
     if !decoder.is_empty() {
         return Err("trailing bytes in a replica message");
@@ -187,18 +212,25 @@ fn finish<T>(decoder: &Decoder, value: T) -> DecodeResult<T> {
 impl ReplicaRequest {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            ReplicaRequest::Sync { topic_id, leader_epoch, logs } => {
-                let mut encoder = Encoder::new(REQUEST_SYNC);
+            ReplicaRequest::Sync { topic_id, leader_epoch, stamp, logs } => {
+                let mut encoder = Encoder::new(if *stamp == 0 { REQUEST_SYNC } else { REQUEST_SYNC_STAMPED });
                 encoder.u64(topic_id.get()).u64(leader_epoch.get());
+                if *stamp != 0 {
+                    encoder.u64(*stamp);
+                }
                 for tip in logs {
                     put_history(&mut encoder, &tip.history);
                     encoder.u64(tip.end.get()).u64(tip.start.get());
                 }
                 encoder.0
             }
-            ReplicaRequest::Append { topic_id, leader_epoch, logs } => {
-                let mut encoder = Encoder::with_capacity(REQUEST_APPEND, self.append_bytes());
+            ReplicaRequest::Append { topic_id, leader_epoch, stamp, logs } => {
+                let tag = if *stamp == 0 { REQUEST_APPEND } else { REQUEST_APPEND_STAMPED };
+                let mut encoder = Encoder::with_capacity(tag, self.append_bytes());
                 encoder.u64(topic_id.get()).u64(leader_epoch.get());
+                if *stamp != 0 {
+                    encoder.u64(*stamp);
+                }
                 for log in logs {
                     encoder.u64(log.committed_end.get()).u64(log.start_offset.get());
                     put_chunks(&mut encoder, &log.chunks);
@@ -221,31 +253,36 @@ impl ReplicaRequest {
     /// The encoded size of an `Append` (`encode`): its kind, topic and epoch, then each log's
     /// two offsets and chunk count, and each chunk's header and records.
     fn append_bytes(&self) -> usize {
-        let ReplicaRequest::Append { logs, .. } = self else { return 0 };
+        let ReplicaRequest::Append { logs, stamp, .. } = self else { return 0 };
         let chunk = |chunk: &Chunk| 8 + 8 + 4 + 4 + chunk.records.len();
-        1 + 16 + logs.iter().map(|log| 16 + 4 + log.chunks.iter().map(chunk).sum::<usize>()).sum::<usize>()
+        let stamp_bytes = if *stamp == 0 { 0 } else { 8 };
+        1 + 16
+            + stamp_bytes
+            + logs.iter().map(|log| 16 + 4 + log.chunks.iter().map(chunk).sum::<usize>()).sum::<usize>()
     }
 
     pub fn decode(bytes: &[u8]) -> DecodeResult<ReplicaRequest> {
         let mut d = Decoder::new(bytes);
         let request = match d.u8()? {
-            REQUEST_SYNC => {
+            tag @ (REQUEST_SYNC | REQUEST_SYNC_STAMPED) => {
                 let (topic_id, leader_epoch) = (TopicId::new(d.u64()?), Epoch::new(d.u64()?));
+                let stamp = get_stamp(&mut d, tag == REQUEST_SYNC_STAMPED)?;
                 let mut tip = || -> DecodeResult<LogTip> {
                     let history = get_history(&mut d)?;
                     Ok(LogTip { history, end: Offset::new(d.u64()?), start: Offset::new(d.u64()?) })
                 };
                 let logs = [tip()?, tip()?];
-                ReplicaRequest::Sync { topic_id, leader_epoch, logs }
+                ReplicaRequest::Sync { topic_id, leader_epoch, stamp, logs }
             }
-            REQUEST_APPEND => {
+            tag @ (REQUEST_APPEND | REQUEST_APPEND_STAMPED) => {
                 let (topic_id, leader_epoch) = (TopicId::new(d.u64()?), Epoch::new(d.u64()?));
+                let stamp = get_stamp(&mut d, tag == REQUEST_APPEND_STAMPED)?;
                 let mut log = || -> DecodeResult<LogAppend> {
                     let (committed_end, start_offset) = (Offset::new(d.u64()?), Offset::new(d.u64()?));
                     Ok(LogAppend { committed_end, start_offset, chunks: get_chunks(&mut d)? })
                 };
                 let logs = [log()?, log()?];
-                ReplicaRequest::Append { topic_id, leader_epoch, logs }
+                ReplicaRequest::Append { topic_id, leader_epoch, stamp, logs }
             }
             REQUEST_FENCE => {
                 ReplicaRequest::Fence { topic_id: TopicId::new(d.u64()?), epoch: Epoch::new(d.u64()?) }
@@ -290,6 +327,7 @@ impl ReplicaAnswer {
             ReplicaAnswer::Deposed { promised_epoch } => {
                 Encoder::new(ANSWER_DEPOSED).u64(promised_epoch.get()).0.clone()
             }
+            ReplicaAnswer::Stale { synced_stamp } => Encoder::new(ANSWER_STALE).u64(*synced_stamp).0.clone(),
         }
     }
 
@@ -315,6 +353,7 @@ impl ReplicaAnswer {
                 ReplicaAnswer::Read { durable_end, chunks: get_chunks(&mut d)? }
             }
             ANSWER_DEPOSED => ReplicaAnswer::Deposed { promised_epoch: Epoch::new(d.u64()?) },
+            ANSWER_STALE => ReplicaAnswer::Stale { synced_stamp: d.u64()? },
             _ => return Err("unknown replica answer"),
         };
         finish(&d, answer)
@@ -341,6 +380,7 @@ mod tests {
             ReplicaRequest::Sync {
                 topic_id: TopicId::new(9),
                 leader_epoch: Epoch::new(4),
+                stamp: 0,
                 logs: [
                     LogTip { history: history.clone(), end: Offset::new(4), start: Offset::new(2) },
                     LogTip::default(),
@@ -349,6 +389,7 @@ mod tests {
             ReplicaRequest::Append {
                 topic_id: TopicId::new(9),
                 leader_epoch: Epoch::new(4),
+                stamp: 0,
                 logs: [
                     LogAppend {
                         chunks: vec![chunk(4, 3), chunk(6, 4)],
@@ -366,7 +407,20 @@ mod tests {
                 bytes_max: 1 << 20,
             },
         ];
-        for request in requests {
+        // The stamped forms of the sync and the append too.
+        let stamped: Vec<ReplicaRequest> = requests[..2]
+            .iter()
+            .cloned()
+            .map(|mut request| {
+                if let ReplicaRequest::Sync { stamp, .. } | ReplicaRequest::Append { stamp, .. } =
+                    &mut request
+                {
+                    *stamp = u64::MAX - 1;
+                }
+                request
+            })
+            .collect();
+        for request in requests.into_iter().chain(stamped) {
             let encoded = request.encode();
             if matches!(request, ReplicaRequest::Append { .. }) {
                 // Sized exactly, its records are copied into the buffer once.
@@ -393,6 +447,7 @@ mod tests {
             },
             ReplicaAnswer::Read { chunks: vec![chunk(0, 1)], durable_end: Offset::new(2) },
             ReplicaAnswer::Deposed { promised_epoch: Epoch::new(7) },
+            ReplicaAnswer::Stale { synced_stamp: 5 },
         ];
         for answer in answers {
             let encoded = answer.encode();
@@ -401,6 +456,46 @@ mod tests {
                 assert!(ReplicaAnswer::decode(&encoded[..cut]).is_err(), "{answer:?} cut at {cut}");
             }
         }
+    }
+
+    /// An unstamped sync or append is written byte for byte as before stamps (which a replica of
+    /// that version reads); a stamped one has a tag of its own, which that version refuses as
+    /// unknown (its decoder's tags ended at `REQUEST_READ`), and a stamp of 0 in it is refused.
+    #[test]
+    fn unstamped_forms_are_those_of_the_version_before_and_stamped_ones_have_tags_of_their_own() {
+        let sync = |stamp| ReplicaRequest::Sync {
+            topic_id: TopicId::new(1),
+            leader_epoch: Epoch::new(2),
+            stamp,
+            logs: [LogTip::default(), LogTip::default()],
+        };
+        let mut before = Encoder::new(REQUEST_SYNC);
+        before.u64(1).u64(2);
+        for _ in 0..LOGS {
+            before.u32(0).u64(0).u64(0);
+        }
+        assert_eq!(sync(0).encode(), before.0);
+        let stamped = sync(3).encode();
+        assert_eq!(stamped[0], REQUEST_SYNC_STAMPED);
+        assert!(stamped[0] > REQUEST_READ && REQUEST_APPEND_STAMPED > REQUEST_READ);
+        let append = ReplicaRequest::Append {
+            topic_id: TopicId::new(1),
+            leader_epoch: Epoch::new(2),
+            stamp: 0,
+            logs: [LogAppend::default(), LogAppend::default()],
+        };
+        let mut before = Encoder::new(REQUEST_APPEND);
+        before.u64(1).u64(2);
+        for _ in 0..LOGS {
+            before.u64(0).u64(0).u32(0);
+        }
+        assert_eq!(append.encode(), before.0);
+        let mut zero = Encoder::new(REQUEST_SYNC_STAMPED);
+        zero.u64(1).u64(2).u64(0);
+        for _ in 0..LOGS {
+            zero.u32(0).u64(0).u64(0);
+        }
+        assert!(ReplicaRequest::decode(&zero.0).is_err(), "a stamped form with stamp 0");
     }
 
     #[test]

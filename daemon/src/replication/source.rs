@@ -40,12 +40,14 @@ pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// How long a follower that waits for nothing to send goes before the leader tells it the
 /// commit point and its start again, even when nothing new is durable.
 pub const IDLE_APPEND_INTERVAL: Duration = Duration::from_secs(1);
-/// Appends a leader has in flight to one follower. One: a second sent while the first is
-/// unanswered could still be on the wire when a failure makes the leader sync the follower
-/// again, and reach it while the sync cuts its log (both of this epoch, the follower cannot
-/// tell them apart; T9 found a follower whose positions went out of order so). Overlapping
-/// them needs the follower to refuse appends sent before its latest sync.
-pub const APPENDS_IN_FLIGHT: usize = 1;
+/// Appends a leader has in flight to one follower (while a backlog of
+/// `APPEND_PIPELINE_RECORDS_MIN` waits): the next goes while the follower writes the one
+/// before. Safe because each carries the stamp of the sync it follows and the follower refuses
+/// one sent before its latest sync: else an append of a window dropped by a failure could reach
+/// the follower while the sync that followed cuts its log (T9 found a commit point past the
+/// durable end so). Four keep a follower's disk busy across a round trip without letting one
+/// failure waste more than four appends' reads; a follower that cannot read stamps gets one.
+pub const APPENDS_IN_FLIGHT: usize = 4;
 /// Records waiting to be sent that make an append go while another is in flight; fewer wait
 /// for its answer and go together.
 pub const APPEND_PIPELINE_RECORDS_MIN: u64 = 1024;
@@ -357,15 +359,22 @@ impl Leader {
             let durable_ends = [logs[MESSAGES].durable_end(), logs[JOURNAL].durable_end()];
             match feed.on_append(durable_ends) {
                 Action::Sync => {
+                    // The appends of the dropped window that did not go yet never go; those that
+                    // did carry an older stamp than this sync's, which the follower refuses.
                     in_flight.clear();
+                    let stamp = feed.next_sync_stamp();
                     let request = ReplicaRequest::Sync {
                         topic_id,
                         leader_epoch: self.epoch,
+                        stamp,
                         logs: [tip(&logs[MESSAGES]), tip(&logs[JOURNAL])],
                     };
                     let sent_at = crate::runtime::now();
                     let answer = exchange(self.clone(), transport.clone(), peer.clone(), request).await;
-                    let outcome = feed.on_synced(answer.as_ref(), sent_at);
+                    let outcome = match answer {
+                        Err(status) if stamp != 0 && cannot_read(&status) => feed.on_sync_unreadable(),
+                        answer => feed.on_synced(answer.ok().as_ref(), sent_at),
+                    };
                     self.follow_outcome(index, outcome, &logs).await;
                     continue;
                 }
@@ -433,10 +442,19 @@ impl Leader {
             };
             let ends = [MESSAGES, JOURNAL].map(|log| parts[log].chunks.last().map(Chunk::end_offset));
             let committed_sent = [parts[MESSAGES].committed_end, parts[JOURNAL].committed_end];
-            let request = ReplicaRequest::Append { topic_id, leader_epoch: self.epoch, logs: parts };
+            let request = ReplicaRequest::Append {
+                topic_id,
+                leader_epoch: self.epoch,
+                stamp: feed.stamp(),
+                logs: parts,
+            };
             feed.on_sent(ends, committed_sent, crate::runtime::now());
-            // Sent when first polled, at the window's front (see `APPENDS_IN_FLIGHT`).
-            in_flight.push_back(Box::pin(exchange(self.clone(), transport.clone(), peer.clone(), request)));
+            // A task of its own, so that the request goes now rather than when it reaches the
+            // window's front; dropping the window (a sync) cancels what did not go yet.
+            let (leader, transport, peer) = (self.clone(), transport.clone(), peer.clone());
+            in_flight.push_back(Box::pin(crate::runtime::spawn(async move {
+                exchange(leader, transport, peer, request).await.ok()
+            })));
         }
     }
 
@@ -508,21 +526,27 @@ enum Woke {
 /// An append in flight: its answer, None on any failure.
 type Exchange = Pin<Box<dyn Future<Output = Option<ReplicaAnswer>>>>;
 
-/// Sends `request` to `peer` unless `leader` is deposed meanwhile; None on any failure. A
-/// follower that answers `Deposed` makes the leader ask for an election (`wants_election`).
+/// Whether a follower refused a request as one it cannot read: a node of the version before
+/// stamps answers a stamped form so (its decoder's words for a tag it does not know).
+fn cannot_read(status: &Status) -> bool {
+    status.code == crate::api::Code::InvalidArgument && status.message.contains("unknown replica request")
+}
+
+/// Sends `request` to `peer` unless `leader` is deposed meanwhile. A follower that answers
+/// `Deposed` makes the leader ask for an election (`wants_election`).
 async fn exchange(
     leader: Rc<Leader>,
     transport: Rc<dyn Transport>,
     peer: Peer,
     request: ReplicaRequest,
-) -> Option<ReplicaAnswer> {
+) -> Result<ReplicaAnswer, Status> {
     let stopped = leader.stop.notified();
     let call = transport.call(&peer, request);
-    let answer = futures_lite::future::or(async { Some(call.await) }, async {
+    let answer = futures_lite::future::or(call, async {
         stopped.await;
-        None
+        Err(Status::unavailable("the leader stopped leading"))
     })
-    .await?;
+    .await;
     match answer {
         Ok(ReplicaAnswer::Deposed { promised_epoch }) => {
             // A fencing round of a newer epoch reached this follower, and no election followed
@@ -535,9 +559,9 @@ async fn exchange(
                     peer.shard, leader.epoch
                 );
             }
-            None
+            Ok(ReplicaAnswer::Deposed { promised_epoch })
         }
-        answer => answer.ok(),
+        answer => answer,
     }
 }
 
@@ -597,12 +621,27 @@ pub async fn follow<S: Storage>(
 /// log's chunks are checked, then queued in order and awaited, both logs at once; then what the
 /// leader counts as committed is committed here too, as far as it is durable, and segments below
 /// the leader's start are let go. Returns each log's durable end.
+///
+/// `still_latest` says whether the sync this append follows is still the follower's latest
+/// (`SyncStamp`): asked before the records are queued (in the same poll, so no sync begins in
+/// between) and again once they are written, before the commit point is taken. A sync that
+/// began meanwhile may be cutting the log below these records, and a commit point moved past its
+/// cut would stand on records it removes (committed past durable).
 pub async fn take<S: Storage>(
     logs: &[Log<S>; LOGS],
     log_ids: [u64; LOGS],
     leader_epoch: Epoch,
     parts: [LogAppend; LOGS],
+    still_latest: &dyn Fn() -> bool,
 ) -> Result<[Offset; LOGS], LogError> {
+    let newer_sync = || {
+        LogError::Refused(format!(
+            "the leader of epoch {leader_epoch} synced this replica again after it sent these records"
+        ))
+    };
+    if !still_latest() {
+        return Err(newer_sync());
+    }
     let bounds: Vec<(Offset, Offset)> =
         parts.iter().map(|part| (part.committed_end, part.start_offset)).collect();
     let [messages, journal] = parts;
@@ -622,6 +661,9 @@ pub async fn take<S: Storage>(
         return Err(LogError::Refused(format!(
             "the leader of epoch {leader_epoch} was fenced while its records were written"
         )));
+    }
+    if !still_latest() {
+        return Err(newer_sync());
     }
     for (log, (committed_end, start_offset)) in logs.iter().zip(bounds) {
         log.commit_to(committed_end.min(log.durable_end()));

@@ -71,6 +71,31 @@ fn a_follower_cuts_where_its_log_and_its_leaders_part() {
 }
 
 #[test]
+fn a_follower_refuses_an_append_stamped_before_its_latest_sync_and_takes_one_of_it() {
+    let stamp = |epoch_number, stamp| SyncStamp { epoch: epoch(epoch_number), stamp };
+    let mut latest = SyncStamp::default();
+    assert_eq!(latest.admits_append(stamp(1, 1)), Admission::NotSynced, "no sync yet");
+    assert_eq!(latest.on_sync(stamp(1, 1)), Admission::Take);
+    assert_eq!(latest.admits_append(stamp(1, 1)), Admission::Take);
+    assert_eq!(latest.on_sync(stamp(1, 2)), Admission::Take, "a resync");
+    assert_eq!(latest.admits_append(stamp(1, 1)), Admission::Stale, "sent before the resync");
+    assert_eq!(latest.admits_append(stamp(1, 2)), Admission::Take);
+    assert_eq!(latest.admits_append(stamp(1, 3)), Admission::NotSynced, "of a sync not begun here");
+    assert_eq!(latest.on_sync(stamp(1, 2)), Admission::Stale, "the same sync again (a copy)");
+    assert_eq!(latest.on_sync(stamp(1, 1)), Admission::Stale, "an older sync, held back");
+    assert_eq!(latest, stamp(1, 2), "a refused sync changes nothing");
+    // A newer leader's stamps start again; an older leader's sync is left to the promise.
+    assert_eq!(latest.on_sync(stamp(2, 1)), Admission::Take);
+    assert_eq!(latest.admits_append(stamp(1, 2)), Admission::NotSynced, "the old leader's");
+    assert_eq!(latest.on_sync(stamp(1, 9)), Admission::Take);
+    assert_eq!(latest, stamp(2, 1), "an older epoch's sync is not the latest");
+    // A leader of the version before stamps: every sync is taken, and appends of its epoch.
+    assert_eq!(latest.on_sync(stamp(3, 0)), Admission::Take);
+    assert_eq!(latest.on_sync(stamp(3, 0)), Admission::Take);
+    assert_eq!(latest.admits_append(stamp(3, 0)), Admission::Take);
+}
+
+#[test]
 fn the_leader_is_the_most_up_to_date_of_a_quorum_of_answers() {
     let answer = |number, last_epoch, durable_end| FenceAnswer {
         replica: replica(number),

@@ -11,8 +11,8 @@ use crate::control::ControlOk;
 use crate::ids::{Epoch, NodeId, Offset, ShardId, TopicId};
 use crate::log::{Log, LogError};
 use crate::replication::protocol::{FencedLog, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES};
-use crate::replication::quorum;
 use crate::replication::source::{self, Leader, Peer, Transport};
+use crate::replication::{quorum, Admission, SyncStamp};
 use crate::storage::Storage;
 use crate::subscription::journal_entry::{journal_log_id, messages_log_id, JournalEntry};
 use crate::topic::{Replication, TopicState};
@@ -35,6 +35,10 @@ pub struct ReplicaContext {
     promoting: RefCell<std::collections::HashSet<TopicId>>,
     /// Fires when a promotion ends.
     promoted: crate::sync::Notify,
+    /// The sync each followed topic began last (`SyncStamp`). In memory only: a replica that
+    /// restarts attaches with no synced epoch, so it takes no append before a sync, and that
+    /// sync's stamp is newer than every append its leader sent before it.
+    latest_syncs: RefCell<std::collections::HashMap<TopicId, SyncStamp>>,
 }
 
 fn unavailable(why: impl Into<String>) -> Status {
@@ -325,16 +329,48 @@ impl<S: Storage> Forwarder<S> {
         })
     }
 
+    /// The sync of `topic_id` this follower began last.
+    fn latest_sync(&self, topic_id: TopicId) -> SyncStamp {
+        self.replica_context.latest_syncs.borrow().get(&topic_id).copied().unwrap_or_default()
+    }
+
+    /// A sync stamped `incoming` begins: it becomes the latest, or is answered `Stale` (sent
+    /// before the latest, its copy held back or sent twice) without touching the logs.
+    fn begin_sync(&self, topic_id: TopicId, incoming: SyncStamp) -> Option<ReplicaAnswer> {
+        let mut latest_syncs = self.replica_context.latest_syncs.borrow_mut();
+        if !latest_syncs.contains_key(&topic_id)
+            && latest_syncs.len() >= self.registry.followers.borrow().len()
+        {
+            // Topics no longer followed here (deleted, or led now) are forgotten before the map
+            // grows past the topics followed.
+            let followers = self.registry.followers.borrow();
+            latest_syncs.retain(|topic_id, _| followers.contains_key(topic_id));
+        }
+        let latest = latest_syncs.entry(topic_id).or_default();
+        match latest.on_sync(incoming) {
+            Admission::Take => None,
+            Admission::Stale | Admission::NotSynced => {
+                Some(ReplicaAnswer::Stale { synced_stamp: latest.stamp })
+            }
+        }
+    }
+
     /// Another replica's request (`replication::protocol`).
     pub async fn replica_request(&self, request: ReplicaRequest) -> Result<ReplicaAnswer, Status> {
         match request {
-            ReplicaRequest::Sync { topic_id, leader_epoch, logs: tips } => {
+            ReplicaRequest::Sync { topic_id, leader_epoch, stamp, logs: tips } => {
                 self.demote_replica(topic_id, leader_epoch);
                 let topic = self.replica(topic_id)?;
                 if !matches!(*topic.replication.borrow(), Replication::Follower { .. }) {
                     return Err(Status::failed_precondition(format!(
                         "topic {topic_id:x}: this replica leads an epoch at least {leader_epoch}"
                     )));
+                }
+                // The latest sync from now on, before anything here waits: an append sent before
+                // it that arrives later is refused, and one already taking its records does not
+                // take its commit point (`source::take`).
+                if let Some(stale) = self.begin_sync(topic_id, SyncStamp { epoch: leader_epoch, stamp }) {
+                    return Ok(stale);
                 }
                 let logs = self.logs_of(&topic).await?;
                 let promised_epoch = logs[MESSAGES].promised_epoch();
@@ -347,12 +383,19 @@ impl<S: Storage> Forwarder<S> {
                 }
                 Ok(ReplicaAnswer::Synced { next_offsets })
             }
-            ReplicaRequest::Append { topic_id, leader_epoch, logs: parts } => {
+            ReplicaRequest::Append { topic_id, leader_epoch, stamp, logs: parts } => {
                 let topic = self.replica(topic_id)?;
-                let synced = matches!(
-                    *topic.replication.borrow(),
-                    Replication::Follower { synced_epoch } if synced_epoch == leader_epoch
-                );
+                let sent_after = SyncStamp { epoch: leader_epoch, stamp };
+                let latest = self.latest_sync(topic_id);
+                let admission = latest.admits_append(sent_after);
+                if admission == Admission::Stale {
+                    return Ok(ReplicaAnswer::Stale { synced_stamp: latest.stamp });
+                }
+                let synced = admission == Admission::Take
+                    && matches!(
+                        *topic.replication.borrow(),
+                        Replication::Follower { synced_epoch } if synced_epoch == leader_epoch
+                    );
                 if !synced {
                     return Err(Status::failed_precondition(format!(
                         "topic {topic_id:x}: records from the leader of epoch {leader_epoch}, which this replica \
@@ -365,8 +408,10 @@ impl<S: Storage> Forwarder<S> {
                     return Ok(ReplicaAnswer::Deposed { promised_epoch });
                 }
                 let log_ids = [messages_log_id(topic_id), journal_log_id(topic_id)];
-                let durable_ends =
-                    source::take(&logs, log_ids, leader_epoch, parts).await.map_err(Status::from)?;
+                let still_latest = || self.latest_sync(topic_id).admits_append(sent_after) == Admission::Take;
+                let durable_ends = source::take(&logs, log_ids, leader_epoch, parts, &still_latest)
+                    .await
+                    .map_err(Status::from)?;
                 Ok(ReplicaAnswer::Appended { durable_ends })
             }
             ReplicaRequest::Fence { topic_id, epoch } => {
