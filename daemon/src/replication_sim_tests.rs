@@ -1095,6 +1095,51 @@ fn a_publish_whose_leader_is_deposed_is_not_owner_and_one_whose_quorum_is_slow_i
     });
 }
 
+/// A leader demoted by a newer epoch's promise (an election's fencing round) that no leader of
+/// that epoch syncs asks for an election once `FENCED_LEAD_WAIT` passed: the election that
+/// fenced it may have failed to commit its leader, and the catalog's leader that would retry it
+/// may have changed meanwhile (the cluster simulation found a topic so led by no one, every
+/// replica a follower, until the end). Synced by the next epoch's leader, it asks nothing.
+#[test]
+fn a_leader_fenced_by_an_election_that_never_committed_asks_for_another() {
+    use crate::shard::replica::FENCED_LEAD_WAIT;
+    sim::run(4, async {
+        let (leader, _cut, follower) = two_replicas().await;
+        assert!(leader.elections_wanted().is_empty(), "a leader its followers take asks nothing");
+        // Demoted by the catalog's leader, which names another: nothing to ask.
+        follower
+            .control(ControlRequest::DemoteReplica { topic_id: TOPIC_ID, epoch: 2 })
+            .await
+            .expect("a follower demoted stays one");
+        // The fencing round of an election of epoch 2, as the catalog's leader runs it.
+        leader.control(ControlRequest::FenceReplica { topic_id: TOPIC_ID, epoch: 2 }).await.expect("fenced");
+        assert!(leader.elections_wanted().is_empty(), "the election that fenced it has its time");
+        runtime::sleep(FENCED_LEAD_WAIT).await;
+        assert_eq!(leader.elections_wanted(), vec![TOPIC_ID], "no leader synced it since");
+        // The next election's leader, over a link that stays up, syncs it.
+        *follower.replica_context.transport.borrow_mut() =
+            Some(Rc::new(Link { follower: leader.clone(), cut: Rc::new(Cell::new(false)) }));
+        let promote =
+            ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 2, replicas: peers(&[1, 0]) };
+        follower.control(promote).await.expect("promoted");
+        runtime::sleep(Duration::from_millis(100)).await;
+        assert!(leader.elections_wanted().is_empty(), "synced by the leader of epoch 2");
+    });
+    // Fenced, then elected itself: a promotion that fails (its follower cut off) is retried by
+    // its node's router, and asking for an election meanwhile would begin an epoch that fails
+    // the promotion in turn (the simulation found elections so repeated without end).
+    sim::run(5, async {
+        let (leader, cut, _follower) = two_replicas().await;
+        leader.control(ControlRequest::FenceReplica { topic_id: TOPIC_ID, epoch: 2 }).await.expect("fenced");
+        cut.set(true);
+        let promote =
+            ControlRequest::PromoteReplica { topic_id: TOPIC_ID, epoch: 2, replicas: peers(&[0, 1]) };
+        leader.control(promote).await.expect_err("no quorum answers its fencing round");
+        runtime::sleep(FENCED_LEAD_WAIT * 2).await;
+        assert!(leader.elections_wanted().is_empty(), "its promotion is retried, not a new election");
+    });
+}
+
 /// A subscription's sync point on a new leader (`ControlRequest::DurableEnd`) covers every
 /// publish its predecessor acknowledged: before its first record of its epoch commits, a new
 /// leader's commit point is only what it was told as a follower, which lags what the old leader

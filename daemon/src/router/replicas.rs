@@ -459,7 +459,11 @@ impl<S: Storage> Router<S> {
                 if let Ok(ControlOk::Topics(topics)) =
                     self.call_forwarder(shard, ControlRequest::ElectionsWanted).await
                 {
-                    stale_leads.extend(topics);
+                    // Only where the catalog still names that shard the leader: a fenced leader
+                    // whose election committed another is that leader's to sync.
+                    let state = self.state.borrow();
+                    let named = |id: &TopicId| state.unit_by_id(*id).is_some_and(|unit| unit.shard == shard);
+                    stale_leads.extend(topics.into_iter().filter(named));
                 }
             }
         }

@@ -18,11 +18,17 @@ use crate::subscription::journal_entry::{journal_log_id, messages_log_id, Journa
 use crate::topic::{Replication, TopicState};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a new leader waits for the other replicas' answers to its fencing round before it
 /// decides with the quorum it has (or gives up without one).
 pub const PROMOTION_FENCE_WAIT: Duration = Duration::from_secs(2);
+/// How long a leader demoted by a newer epoch's promise waits for that epoch's leader to sync
+/// it before its node asks for an election (`Forwarder::elections_wanted`): an election that
+/// fenced it and then failed to commit its leader leaves the topic led by no one, and the
+/// catalog's leader that would retry it may have changed meanwhile. A successful election's
+/// leader syncs its followers within a round trip, far inside it.
+pub const FENCED_LEAD_WAIT: Duration = Duration::from_secs(2);
 
 /// What a forwarder needs to replicate: its node (so its shard's name in the catalog) and how
 /// it reaches other replicas. Set once the daemon starts; a node alone replicates nothing.
@@ -39,6 +45,9 @@ pub struct ReplicaContext {
     /// restarts attaches with no synced epoch, so it takes no append before a sync, and that
     /// sync's stamp is newer than every append its leader sent before it.
     latest_syncs: RefCell<std::collections::HashMap<TopicId, SyncStamp>>,
+    /// Topics this shard led until a newer epoch's promise demoted it, with when: while no
+    /// leader has synced it since, it may be that no election followed (`FENCED_LEAD_WAIT`).
+    fenced_leads: RefCell<std::collections::HashMap<TopicId, Instant>>,
 }
 
 fn unavailable(why: impl Into<String>) -> Status {
@@ -142,6 +151,11 @@ impl<S: Storage> Forwarder<S> {
                 }
             }
         }
+        // The election that fenced this lead, if one did, has come to its promotion: if that
+        // fails, this node's router promotes again each pass (`reconcile_replicas`), and
+        // asking for another election here would begin a newer epoch that fails this one's
+        // promotion in turn, round after round.
+        self.replica_context.fenced_leads.borrow_mut().remove(&topic_id);
         let promoted = self.promote_follower(topic_id, epoch, replicas).await;
         self.replica_context.promoting.borrow_mut().remove(&topic_id);
         self.replica_context.promoted.notify_all();
@@ -245,10 +259,10 @@ impl<S: Storage> Forwarder<S> {
     /// Stops leading a topic whose newer epoch `epoch` another replica leads (or will): its
     /// subscriptions' pulls and streams end with `Unavailable`, so their clients look again,
     /// whatever waits for a commit fails, and it follows the new leader from its next sync.
-    pub fn demote_replica(&self, topic_id: TopicId, epoch: Epoch) {
+    pub fn demote_replica(&self, topic_id: TopicId, epoch: Epoch) -> bool {
         let topic = self.registry.topics_by_id.borrow().get(&topic_id).cloned();
-        let Some(topic) = topic else { return };
-        let Some(leader) = topic.leader().filter(|leader| leader.epoch < epoch) else { return };
+        let Some(topic) = topic else { return false };
+        let Some(leader) = topic.leader().filter(|leader| leader.epoch < epoch) else { return false };
         leader.stop();
         self.registry.topics_by_id.borrow_mut().remove(&topic_id);
         self.registry.topics.borrow_mut().remove(&topic.name);
@@ -266,27 +280,52 @@ impl<S: Storage> Forwarder<S> {
             "ringpostd: forwarder {} no longer leads topic {topic_id:x} (epoch {epoch} began)",
             self.shard
         );
+        true
     }
 
     /// A fencing round's question, from the catalog's leader or a new leader: the promise, and
     /// what the messages and the journal hold here.
     pub async fn fence_replica(&self, topic_id: TopicId, epoch: Epoch) -> Result<[FencedLog; LOGS], Status> {
-        self.demote_replica(topic_id, epoch);
+        // Only a fencing round records a fenced lead: a demotion the catalog's leader asks for
+        // names another leader, a sync comes from one, and a promotion is the election's end.
+        if self.demote_replica(topic_id, epoch) {
+            self.replica_context.fenced_leads.borrow_mut().insert(topic_id, crate::runtime::now());
+        }
         let topic = self.replica(topic_id)?;
         let logs = self.logs_of(&topic).await?;
         source::fence(&logs, epoch).await.map_err(Status::from)
     }
 
-    /// Topics this shard leads whose followers refused it for a newer epoch's promise: their
-    /// node asks for elections (`ControlRequest::ElectionsWanted`).
+    /// Topics this shard leads whose followers refused it for a newer epoch's promise, and
+    /// those it led until such a promise demoted it that no leader has synced since
+    /// `FENCED_LEAD_WAIT`: their node asks for elections (`ControlRequest::ElectionsWanted`)
+    /// of those the catalog still names this shard the leader of.
     pub fn elections_wanted(&self) -> Vec<TopicId> {
-        self.registry
+        let mut wanted: Vec<TopicId> = self
+            .registry
             .topics_by_id
             .borrow()
             .values()
             .filter(|topic| topic.leader().is_some_and(|leader| leader.wants_election()))
             .map(|topic| topic.id)
-            .collect()
+            .collect();
+        let followers = self.registry.followers.borrow();
+        let unsynced = |topic_id: &TopicId| {
+            followers.get(topic_id).is_some_and(|topic| {
+                let replication = topic.replication.borrow();
+                matches!(*replication, Replication::Follower { synced_epoch } if synced_epoch == Epoch::ZERO)
+            })
+        };
+        let mut fenced_leads = self.replica_context.fenced_leads.borrow_mut();
+        // Synced since, led again, or no longer here: nothing to ask.
+        fenced_leads.retain(|topic_id, _| unsynced(topic_id));
+        let now = crate::runtime::now();
+        let waited = fenced_leads.iter().filter(|(_, at)| now.duration_since(**at) >= FENCED_LEAD_WAIT);
+        let mut fenced: Vec<TopicId> = waited.map(|(topic_id, _)| *topic_id).collect();
+        // In one order whatever the map's hashing, so that a seeded simulation replays exactly.
+        fenced.sort_unstable();
+        wanted.extend(fenced);
+        wanted
     }
 
     /// Where this shard's replica of `topic_id` stands (`ControlRequest::ReplicaProgress`).
