@@ -134,6 +134,9 @@ pub struct Router<S: Storage> {
     update_gate: Semaphore,
     /// Nodes this leader is removing: placement gives them nothing new meanwhile.
     draining: RefCell<std::collections::BTreeSet<NodeId>>,
+    /// Later sources of one replica that this router gave every subscription of their topic
+    /// before telling them a count (`Router::tell_count`), by unit id.
+    sources_served: RefCell<std::collections::HashSet<TopicId>>,
     /// When this node, leading the catalog, last looked for leaderships to move off draining
     /// nodes (`drain::drain_pass`).
     drain_passed: Cell<Option<std::time::Instant>>,
@@ -173,6 +176,7 @@ impl<S: Storage> Router<S> {
             replication_refused: None,
             update_gate: Semaphore::new(1),
             draining: RefCell::default(),
+            sources_served: RefCell::default(),
             drain_passed: Cell::default(),
             watch: RefCell::default(),
             limits: CatalogLimits::default(),

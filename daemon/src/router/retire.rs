@@ -74,6 +74,11 @@ impl<S: Storage> Router<S> {
             return;
         }
         let Ok(_update) = self.update_permit().await else { return };
+        {
+            // Only sources the catalog still names (`serve_before_count`).
+            let state = self.state.borrow();
+            self.sources_served.borrow_mut().retain(|unit_id| state.unit_by_id(*unit_id).is_some());
+        }
         for topic_id in self.topics_to_pass() {
             let mut answers = Vec::new();
             // A unit that does not answer stops the topic's pass until the next: the units
