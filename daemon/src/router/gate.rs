@@ -32,6 +32,22 @@ pub(super) fn passed(id: u64, before: u32, after: u32, units: &[u32], answers: &
     })
 }
 
+/// What a unit was told of its gate: the generation and the subscriptions that passed it, in
+/// order.
+pub(super) type Told = (u64, Vec<u64>);
+
+/// What a gate request tells, to compare with what was told before.
+fn gate_told(request: &ControlRequest) -> Told {
+    match request {
+        ControlRequest::GateSources { generation, passed, .. } => {
+            let mut passed = passed.clone();
+            passed.sort_unstable();
+            (*generation, passed)
+        }
+        _ => (0, Vec::new()),
+    }
+}
+
 impl<S: Storage> Router<S> {
     /// What tells `unit` of topic `topic_id` its gate, as the catalog holds it; `None` for a
     /// topic whose count never changed.
@@ -58,10 +74,44 @@ impl<S: Storage> Router<S> {
     /// Tells `unit` its topic's gate: before its `ApplySources`, so that it takes a moved key
     /// only once it holds it, and before its subscriptions are attached at a start.
     pub(super) async fn tell_gate(&self, topic_id: TopicId, unit: &Unit) -> Result<(), ControlError> {
-        match self.gate_request(topic_id, unit) {
-            Some(request) => self.call_forwarder(unit.shard, request).await.map(|_| ()),
-            None => Ok(()),
+        let Some(request) = self.gate_request(topic_id, unit) else { return Ok(()) };
+        let told = gate_told(&request);
+        self.call_forwarder(unit.shard, request).await?;
+        if unit.shard.node() == self.node_id() {
+            self.gates_told.borrow_mut().insert((unit.id, unit.shard), told);
         }
+        Ok(())
+    }
+
+    /// On every node, each pass: each unit served here told its topic's gate as this node's
+    /// catalog holds it, when that is not what this router last told it. The catalog's leader
+    /// tells every unit once a subscription passes (`commit_passes`), but not again: a unit
+    /// whose node it did not reach then would hold the moved keys' messages for good, its
+    /// topic back to one source and passed by all, so out of the pass's topics. A unit is
+    /// never told less than it was (`TopicState::apply_gate` adds the passed of one
+    /// generation), so a catalog here that lags the leader's holds nothing again.
+    pub(super) async fn retell_gates(&self) {
+        let node = self.node_id();
+        let topics: Vec<TopicId> = self.state.borrow().source_gates.keys().copied().collect();
+        let mut current = std::collections::HashSet::new();
+        for topic_id in topics {
+            for unit in self.units_of(topic_id).into_iter().filter(|unit| unit.shard.node() == node) {
+                current.insert((unit.id, unit.shard));
+                let Some(request) = self.gate_request(topic_id, &unit) else { continue };
+                if self.gates_told.borrow().get(&(unit.id, unit.shard)) == Some(&gate_told(&request)) {
+                    continue;
+                }
+                // A replica that does not lead now is told at its promotion (`promote`).
+                if let Err(error) = self.tell_gate(topic_id, &unit).await {
+                    crate::log_debug!(
+                        "ringpostd: telling source {} of topic {topic_id:x} its gate again: {}",
+                        unit.source.get(),
+                        Status::from(error)
+                    );
+                }
+            }
+        }
+        self.gates_told.borrow_mut().retain(|key, _| current.contains(key));
     }
 
     /// At start, before the subscriptions are attached: each unit placed on this node told its

@@ -137,6 +137,9 @@ pub struct Router<S: Storage> {
     /// Later sources of one replica that this router gave every subscription of their topic
     /// before telling them a count (`Router::tell_count`), by unit id.
     sources_served: RefCell<std::collections::HashSet<TopicId>>,
+    /// The delivery gate this router last told each unit on this node (by unit id and shard):
+    /// its generation and passed subscriptions (`Router::retell_gates`).
+    gates_told: RefCell<std::collections::HashMap<(TopicId, ShardId), gate::Told>>,
     /// When this node, leading the catalog, last looked for leaderships to move off draining
     /// nodes (`drain::drain_pass`).
     drain_passed: Cell<Option<std::time::Instant>>,
@@ -177,6 +180,7 @@ impl<S: Storage> Router<S> {
             update_gate: Semaphore::new(1),
             draining: RefCell::default(),
             sources_served: RefCell::default(),
+            gates_told: RefCell::default(),
             drain_passed: Cell::default(),
             watch: RefCell::default(),
             limits: CatalogLimits::default(),

@@ -802,3 +802,37 @@ fn a_pushed_schema_checks_native_publishes_until_it_is_cleared() {
         publish(vec![b"not json"]).await.expect("a topic without a schema takes anything");
     });
 }
+
+/// A gate told again (`ControlRequest::GateSources`, as every node's router re-tells its units
+/// each pass) never holds a subscription that passed its change: the same generation adds its
+/// passed to those told before, whatever a lagging catalog leaves out; a newer one starts
+/// anew; an older one changes nothing.
+#[test]
+fn a_gate_told_again_never_holds_a_subscription_that_passed() {
+    run(async {
+        let forwarder = forwarder(&ManualClock::default());
+        let topic = topic(&forwarder, 0).await;
+        let gate = |generation: u64, passed: Vec<u64>| {
+            forwarder.control(ControlRequest::GateSources {
+                topic_id: TopicId::new(7),
+                generation,
+                before: 2,
+                after: 1,
+                passed,
+            })
+        };
+        let held = |id: u64| topic.gate.borrow().gate_of(id).is_some();
+        gate(1, vec![]).await.unwrap();
+        assert!(held(5) && held(6));
+        gate(1, vec![5]).await.unwrap();
+        assert!(!held(5) && held(6));
+        gate(1, vec![]).await.unwrap();
+        assert!(!held(5), "told less again: 5 passed generation 1 for good");
+        gate(1, vec![6]).await.unwrap();
+        assert!(!held(5) && !held(6));
+        gate(0, vec![]).await.unwrap();
+        assert!(!held(5) && !held(6), "an older gate changes nothing");
+        gate(2, vec![6]).await.unwrap();
+        assert!(held(5) && !held(6), "a newer change is passed anew");
+    });
+}

@@ -52,14 +52,20 @@ impl<S: Storage> TopicState<S> {
     /// Applies the delivery gate of the topic's change `generation`, from `before` sources to
     /// `after`, that the subscriptions `passed` passed: each ordered one that did not holds the
     /// keys that moved to this source, the others release what they held (their waiting pulls
-    /// and streams woken). A gate older than the one applied changes nothing.
+    /// and streams woken). A gate older than the one applied changes nothing; the same one
+    /// told again adds its passed to those told before (a subscription passes a change once and
+    /// for good, and a router whose catalog lags may tell fewer).
     pub fn apply_gate(&self, generation: u64, before: u32, after: u32, passed: Vec<u64>) {
         let mut unit = self.gate.borrow_mut();
         if generation < unit.generation {
             return;
         }
+        let mut passed: std::collections::HashSet<u64> = passed.into_iter().collect();
+        if generation == unit.generation {
+            passed.extend(unit.passed.iter().copied());
+        }
         let gate = KeyGate { source: self.source.get(), before, after };
-        *unit = UnitGate { generation, gate: Some(gate), passed: passed.into_iter().collect() };
+        *unit = UnitGate { generation, gate: Some(gate), passed };
         for entry in self.subscriptions.borrow().iter() {
             let held = unit.gate_of(entry.id.get());
             if entry.state.borrow_mut().set_gate(held) {
