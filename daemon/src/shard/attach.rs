@@ -23,6 +23,18 @@ impl<S: Storage> Forwarder<S> {
         (source, active): (SourceId, u32),
     ) -> Result<ControlOk, Status> {
         if let Some(topic) = self.registry.topics_by_id.borrow().get(&topic_id) {
+            // Another unit under the same id: a router that allocated it from a catalog not
+            // yet applied to its end (a new catalog leader) attaches before it commits, and on
+            // the commit's refusal detaches, deleting the files, which would be that unit's.
+            if *topic.name != *name || topic.source != source {
+                return Err(Status::already_exists(format!(
+                    "unit {topic_id:x} on shard {} is source {} of topic '{}', not source {} of '{name}'",
+                    self.shard,
+                    topic.source.get(),
+                    topic.name,
+                    source.get()
+                )));
+            }
             // Attached already (a retried attach): the count is the catalog's, as a change's.
             topic.apply_active_sources(active);
             return Ok(ControlOk::Done);
