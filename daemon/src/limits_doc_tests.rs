@@ -115,6 +115,7 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::node::CLUSTER_NODES_MAX,
         crate::node::START_REPORT_INTERVAL,
         crate::catalog::CATALOG_PROPOSE_TIMEOUT,
+        crate::catalog::CATALOG_CATCH_UP_WAIT,
         crate::router::UNDECIDED_WATCHED_MAX,
         crate::router::UNDECIDED_WATCH,
         crate::router::RECOVERY_ATTACHES_IN_FLIGHT_MAX,

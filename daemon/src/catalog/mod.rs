@@ -64,6 +64,9 @@ const CATALOG_QUEUE_CAPACITY: u64 = 1024;
 /// How long a proposal waits to be decided before its proposer answers that the outcome is
 /// unknown: longer than a failover (about 3 s), shorter than a client's patience.
 pub const CATALOG_PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new leader waits to apply its log before it allocates an id (`caught_up`):
+/// its first entry of its term commits within a round trip of a majority, far inside it.
+pub const CATALOG_CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 
 /// How recently a cluster's leader must have heard from a majority of its voters to take a
 /// proposal: two heartbeats, and well inside its lease.
@@ -87,6 +90,9 @@ pub struct Catalog<S: Storage> {
     this_node: NodeId,
     /// The term this node last saw itself lead in, and since when (`voters_heard_within`).
     led_since: Cell<Option<(u64, rt::ShardInstant)>>,
+    /// The term this voter leads and its log's last index when it first allocated an id in
+    /// it (`caught_up`).
+    leading_from: Cell<Option<(u64, u64)>>,
     /// When the catalog's leader last reached this node (the cluster port notes it).
     leader_contact: Rc<LeaderContact>,
     /// When this voter started.
@@ -297,6 +303,7 @@ impl<S: Storage> Catalog<S> {
             importing: Cell::new(imported.is_some()),
             this_node: NodeId::new(voters.this_node),
             led_since: Cell::new(None),
+            leading_from: Cell::new(None),
             leader_contact: Rc::default(),
             opened_at: shard_now(),
             joining: Cell::new(voters.joining),
@@ -656,7 +663,31 @@ impl<S: Storage> Catalog<S> {
         self.machine.state.clone()
     }
 
-    /// An id no entry has used, for an entry this leader is about to propose.
+    /// On the catalog's leader: whether it applied its log as it stood when it first asked in
+    /// its term, waiting for that at most `within`. A new leader's log may hold entries of
+    /// earlier terms that it commits only now, and its state's next id does not count their
+    /// ids until it applies them: an id allocated before would be one of theirs (the cluster
+    /// simulation, topics of several sources, seed 469, found a source's id handed out again
+    /// so). True on a follower, whose proposals are refused anyway.
+    pub async fn caught_up(&self, within: Duration) -> bool {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        if metrics.current_leader != Some(self.this_node.get()) {
+            return true;
+        }
+        let from = self.leading_from.get().filter(|(term, _)| *term == metrics.current_term);
+        let index = match from {
+            Some((_, index)) => index,
+            None => {
+                let index = metrics.last_log_index.unwrap_or(0);
+                self.leading_from.set(Some((metrics.current_term, index)));
+                index
+            }
+        };
+        self.applied_index() >= Some(index) || index == 0 || self.wait_applied(index, within).await
+    }
+
+    /// An id no entry has used, for an entry this leader is about to propose, once it has
+    /// `caught_up`.
     pub fn allocate_id(&self) -> u64 {
         let id = self.next_id.get().max(self.state().next_id).max(1);
         self.next_id.set(id + 1);

@@ -247,8 +247,15 @@ impl<S: Storage> Router<S> {
         self.state.borrow()
     }
 
-    fn allocate_id(&self) -> u64 {
-        self.catalog.allocate_id()
+    /// An id for an entry about to be proposed, once this leader applied every entry of the
+    /// terms before its own (`Catalog::caught_up`), within `CATALOG_CATCH_UP_WAIT`.
+    async fn allocate_id(&self) -> Result<u64, ControlError> {
+        if !self.catalog.caught_up(crate::catalog::CATALOG_CATCH_UP_WAIT).await {
+            return Err(ControlError::unavailable(
+                "the catalog's leader has not applied its log yet (it was just elected); try again",
+            ));
+        }
+        Ok(self.catalog.allocate_id())
     }
 
     /// Decides a change: commits `entry` through the catalog's raft and applies it.

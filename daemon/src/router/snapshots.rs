@@ -41,7 +41,7 @@ impl<S: Storage> Router<S> {
         };
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Snapshot)?;
-        let id = SnapshotId::new(self.allocate_id());
+        let id = SnapshotId::new(self.allocate_id().await?);
         let expire_time_ms = wall_ms() + SNAPSHOT_LIFETIME_MS;
         // Every source keeps the subscription's acknowledgements on its own log under the one
         // id. A source added later has none: a seek to the snapshot seeks it to the

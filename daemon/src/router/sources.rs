@@ -207,7 +207,7 @@ impl<S: Storage> Router<S> {
         })?;
         let shards = self.place_new_source(topic, number, replicas)?;
         let record = SourceRecord {
-            id: TopicId::new(self.allocate_id()),
+            id: TopicId::new(self.allocate_id().await?),
             topic_id: topic.id,
             source,
             shard: shards[0],

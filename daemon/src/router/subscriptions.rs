@@ -92,7 +92,7 @@ impl<S: Storage> Router<S> {
         }
         self.check_leads()?;
         let _slot = self.within_limits(CreateKind::Subscription { topic_id: topic.id })?;
-        let id = self.allocate_id();
+        let id = self.allocate_id().await?;
         // The sync point on each source: its durable end now. Source 0's is the record's
         // `start_offset`, as before sources; the others' are kept beside it only when the
         // topic has several, so a subscription of a topic of one is written as it always was.

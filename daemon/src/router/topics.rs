@@ -21,7 +21,7 @@ impl<S: Storage> Router<S> {
         if sources > 1 {
             self.check_source_count(sources, replicas)?;
         }
-        let id = TopicId::new(self.allocate_id());
+        let id = TopicId::new(self.allocate_id().await?);
         let created = if replicas > 1 {
             self.create_replicated_topic(id, &request, retention, replicas).await?
         } else {
