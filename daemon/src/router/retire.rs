@@ -67,9 +67,9 @@ impl<S: Storage> Router<S> {
     }
 
     /// On every node, its units told their delivery gate again where it changed
-    /// (`retell_gates`). On the catalog's leader: each topic of several sources' units told its
-    /// active count again, and each retiring source whose every subscription acknowledged up to its fence
-    /// deleted. One change at a time with the updates (the update gate).
+    /// (`retell_gates`). On the catalog's leader: each topic of several sources' units told
+    /// its active count again, and each retiring source whose every subscription acknowledged
+    /// up to its fence deleted. One change at a time with the updates (the update gate).
     pub async fn sources_pass(&self) {
         self.retell_gates().await;
         if !self.catalog.leads() {
