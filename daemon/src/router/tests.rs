@@ -648,6 +648,38 @@ fn a_subscription_created_while_a_source_is_added_is_served_on_it() {
     }
 }
 
+/// Which of topic "hot"'s sources serve subscription "reader", by source number.
+async fn reader_served_on_hot(router: &Router<SimDisk>) -> Vec<(u32, bool)> {
+    let stats = router.stats().await.unwrap();
+    stats
+        .topics
+        .iter()
+        .filter(|topic| topic.name == "hot")
+        .map(|topic| (topic.source.get(), topic.subscriptions.iter().any(|served| served.name == "reader")))
+        .collect()
+}
+
+/// A router of two shards with topic "hot" of two sources and subscription "reader", which
+/// source 1 then no longer serves, as if its attach had not reached it.
+async fn reader_missing_on_source_1(disk: &SimDisk) -> Rc<Router<SimDisk>> {
+    let router = start_two(disk).await;
+    router.create_topic(Topic { sources: 2, ..topic("hot", Labels::new()) }).await.unwrap();
+    router.create_subscription(subscription("reader", "hot", Default::default())).await.unwrap();
+    assert_eq!(reader_served_on_hot(&router).await, [(0, true), (1, true)]);
+    let record = router.subscription_record("reader").unwrap();
+    let topic_id = router.catalog_state().topics["hot"].id;
+    let unit = router.units_of(topic_id)[1];
+    let detach = ControlRequest::DetachSubscription {
+        subscription_id: record.id,
+        name: record.name.clone(),
+        topic_id: unit.id,
+        deleted: false,
+    };
+    router.call_forwarder(unit.shard, detach).await.unwrap();
+    assert_eq!(reader_served_on_hot(&router).await, [(0, true), (1, false)]);
+    router
+}
+
 /// An update asking for the count of sources a topic has serves each subscription on each
 /// source again, as the error of an update whose source did not take every subscription says
 /// (`NotApplied`: "when the update is sent again"). Before, it changed nothing, and the
@@ -657,36 +689,10 @@ fn a_subscription_created_while_a_source_is_added_is_served_on_it() {
 #[test]
 fn an_update_sent_again_serves_every_subscription_on_every_source() {
     sim::run(0, async {
-        let disk = SimDisk::new();
-        let router = start_two(&disk).await;
-        router.create_topic(Topic { sources: 2, ..topic("hot", Labels::new()) }).await.unwrap();
-        router.create_subscription(subscription("reader", "hot", Default::default())).await.unwrap();
-        let served = |stats: &crate::api::stats::Stats| -> Vec<(u32, bool)> {
-            stats
-                .topics
-                .iter()
-                .filter(|topic| topic.name == "hot")
-                .map(|topic| {
-                    (topic.source.get(), topic.subscriptions.iter().any(|served| served.name == "reader"))
-                })
-                .collect()
-        };
-        assert_eq!(served(&router.stats().await.unwrap()), [(0, true), (1, true)]);
-        // Source 1 loses the subscription, as if its attach had not reached it.
-        let record = router.subscription_record("reader").unwrap();
-        let topic_id = router.catalog_state().topics["hot"].id;
-        let unit = router.units_of(topic_id)[1];
-        let detach = ControlRequest::DetachSubscription {
-            subscription_id: record.id,
-            name: record.name.clone(),
-            topic_id: unit.id,
-            deleted: false,
-        };
-        router.call_forwarder(unit.shard, detach).await.unwrap();
-        assert_eq!(served(&router.stats().await.unwrap()), [(0, true), (1, false)]);
+        let router = reader_missing_on_source_1(&SimDisk::new()).await;
         let again = TopicUpdate { name: "hot".into(), sources: Some(2), ..Default::default() };
         router.update_topic(again).await.unwrap();
-        assert_eq!(served(&router.stats().await.unwrap()), [(0, true), (1, true)]);
+        assert_eq!(reader_served_on_hot(&router).await, [(0, true), (1, true)]);
         sim::kill_spawned_tasks();
     });
 }
@@ -700,34 +706,12 @@ fn an_update_sent_again_serves_every_subscription_on_every_source() {
 #[test]
 fn the_sources_pass_serves_every_subscription_on_a_source_before_telling_it_a_count() {
     sim::run(0, async {
-        let disk = SimDisk::new();
-        let router = start_two(&disk).await;
-        router.create_topic(Topic { sources: 2, ..topic("hot", Labels::new()) }).await.unwrap();
-        router.create_subscription(subscription("reader", "hot", Default::default())).await.unwrap();
-        let served_on_source_1 = |stats: &crate::api::stats::Stats| -> bool {
-            stats
-                .topics
-                .iter()
-                .filter(|topic| topic.name == "hot" && topic.source.get() == 1)
-                .any(|topic| topic.subscriptions.iter().any(|served| served.name == "reader"))
-        };
-        // Source 1 without the subscription, as if its attach had not reached it.
-        let record = router.subscription_record("reader").unwrap();
-        let topic_id = router.catalog_state().topics["hot"].id;
-        let unit = router.units_of(topic_id)[1];
-        let detach = ControlRequest::DetachSubscription {
-            subscription_id: record.id,
-            name: record.name.clone(),
-            topic_id: unit.id,
-            deleted: false,
-        };
-        router.call_forwarder(unit.shard, detach).await.unwrap();
-        assert!(!served_on_source_1(&router.stats().await.unwrap()));
+        let router = reader_missing_on_source_1(&SimDisk::new()).await;
         // As a router that has told it no count yet (the catalog's next leader, or this one
         // when the add stopped before its count): the creation told it one here.
         router.sources_served.borrow_mut().clear();
         router.sources_pass().await;
-        assert!(served_on_source_1(&router.stats().await.unwrap()), "served before its count");
+        assert_eq!(reader_served_on_hot(&router).await, [(0, true), (1, true)], "served before its count");
         sim::kill_spawned_tasks();
     });
 }
