@@ -2640,6 +2640,48 @@ fn three_nodes_keep_every_acknowledged_change_and_publish_through_cuts_losses_an
     );
 }
 
+/// The catalog's leader asked once, at another member's door, to remove itself: it hands the
+/// lead over and its successor removes it, answering done the first time. The successor takes
+/// the carried request at once, before its term's first answers from a majority came; it
+/// refused then (`QuorumNotHeard`), and `cluster remove-node` failed (CI, 2026-12-07).
+#[test]
+fn the_catalogs_leader_asked_once_to_remove_itself_is_removed() {
+    for seed in 0..SEEDS_REMOVING_THE_LEADER {
+        sim::run(seed, async move {
+            let world = new_world(seed);
+            for id in NODES {
+                start(&world, id);
+            }
+            let serving = || NODES.iter().all(|id| world.serving(*id).is_some());
+            settle(&world, "every node serves", serving).await;
+            let leads = |id: &u64| world.serving(*id).is_some_and(|serving| serving.router.leads());
+            settle(&world, "a node leads the catalog", || NODES.iter().any(leads)).await;
+            let leader = NODES.into_iter().find(leads).expect("a leader");
+            let asked = NODES.into_iter().find(|id| *id != leader).expect("another node");
+            let door = world.serving(asked).expect("serving").door;
+            let (access, session) = (world.access.clone(), world.alice.clone());
+            let operation = Operation::ClusterRemoveNode { node_id: NodeId::new(leader) };
+            let answer = world
+                .run_on(asked, MEMBERSHIP_ATTEMPT_TIMEOUT, async move {
+                    door.execute(&Caller::new(&session, &access), operation).await
+                })
+                .await;
+            assert!(
+                matches!(answer, Some(Ok(_))),
+                "seed {seed}: removing node {leader}, the catalog's leader, at node {asked}: {:?}",
+                answer.map(|answer| answer.err())
+            );
+            let groups: Vec<u64> = world.nodes.borrow().values().map(|slot| slot.group).collect();
+            groups.into_iter().for_each(sim::kill_group);
+            sim::kill_spawned_tasks();
+            world.nodes.borrow_mut().clear();
+        });
+    }
+}
+
+/// Seeds of `the_catalogs_leader_asked_once_to_remove_itself_is_removed`.
+const SEEDS_REMOVING_THE_LEADER: u64 = 10;
+
 /// Two runs of a seed make the same trace: every event at the same virtual time. Anything left
 /// to chance outside the seed (a hash set's order, a real clock read) makes them differ.
 /// A node crashed again while down starts once, by the later fault, and the cluster serves

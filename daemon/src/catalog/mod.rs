@@ -68,6 +68,8 @@ pub const CATALOG_PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// its first entry of its term commits within a round trip of a majority, far inside it.
 pub const CATALOG_CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 
+/// How often a new leader looks for its term's first answers from a majority (`quorum_heard`).
+const QUORUM_FIRST_ANSWER_POLL: Duration = Duration::from_millis(10);
 /// How recently a cluster's leader must have heard from a majority of its voters to take a
 /// proposal: two heartbeats, and well inside its lease.
 const QUORUM_HEARD_WITHIN: Duration = Duration::from_millis(2 * CLUSTER_HEARTBEAT_INTERVAL_MS);
@@ -417,7 +419,26 @@ impl<S: Storage> Catalog<S> {
 
     /// Refuses, before anything is appended, a proposal on a cluster's leader that has not
     /// heard from a majority of voters for `QUORUM_HEARD_WITHIN`: it would wait for a quorum
-    /// that is not there. A single voter is its own quorum.
+    /// that is not there. A leader new in its term has had no answers of it yet: it waits for
+    /// its first ones rather than refuse, for as long as a leader that had them may go without
+    /// (a removed leader hands its `cluster remove-node` to its successor the moment it leads,
+    /// and a refusal there failed the removal).
+    async fn quorum_heard(&self) -> Result<(), CatalogError> {
+        loop {
+            let refused = match self.check_quorum_heard() {
+                Ok(()) => return Ok(()),
+                Err(refused) => refused,
+            };
+            let metrics = self.raft.metrics().borrow_watched().clone();
+            let new_leader = metrics.last_quorum_acked.is_none()
+                && self.leading_for(&metrics, shard_now()).is_some_and(|led| led <= QUORUM_HEARD_WITHIN);
+            if !new_leader {
+                return Err(refused);
+            }
+            crate::runtime::sleep(QUORUM_FIRST_ANSWER_POLL).await;
+        }
+    }
+
     fn check_quorum_heard(&self) -> Result<(), CatalogError> {
         let voters = self.voter_count();
         if voters <= 1 {
@@ -442,17 +463,8 @@ impl<S: Storage> Catalog<S> {
         if metrics.current_leader != Some(self.this_node.get()) {
             return None;
         }
-        let now = <rt::ShardInstant as openraft_rt::instant::Instant>::now();
-        let led_since =
-            self.led_since.get().filter(|(term, _)| *term == metrics.current_term).map(|(_, at)| at);
-        let led_since = match led_since {
-            Some(at) => at,
-            None => {
-                self.led_since.set(Some((metrics.current_term, now)));
-                now
-            }
-        };
-        if now - led_since < within {
+        let now = shard_now();
+        if self.leading_for(&metrics, now).is_none_or(|leading_for| leading_for < within) {
             return None;
         }
         let heartbeats = metrics.heartbeat.as_ref()?;
@@ -471,6 +483,24 @@ impl<S: Storage> Catalog<S> {
             return None;
         }
         Some(heard)
+    }
+
+    /// How long this node has led the catalog in its current term, from the first time it saw
+    /// itself lead in it; `None` while it does not lead.
+    fn leading_for(
+        &self,
+        metrics: &openraft::RaftMetrics<CatalogRaft>,
+        now: rt::ShardInstant,
+    ) -> Option<std::time::Duration> {
+        if metrics.current_leader != Some(self.this_node.get()) {
+            return None;
+        }
+        let since = self.led_since.get().filter(|(term, _)| *term == metrics.current_term).map(|(_, at)| at);
+        let since = since.unwrap_or_else(|| {
+            self.led_since.set(Some((metrics.current_term, now)));
+            now
+        });
+        Some(now - since)
     }
 
     /// What this node observes of the catalog's group now (`standing`).
@@ -508,6 +538,7 @@ impl<S: Storage> Catalog<S> {
             leader: metrics.current_leader.map(NodeId::new),
             members,
             quorum_acked_ago: metrics.last_quorum_acked.as_ref().map(|acked| now - **acked),
+            leading_for: self.leading_for(&metrics, now),
             members_heard_ago,
             leader_heard_ago: self.leader_contact.ago(),
             running_for: now - self.opened_at,
@@ -607,6 +638,25 @@ impl<S: Storage> Catalog<S> {
         Ok(())
     }
 
+    /// The catalog's voters, the furthest in this leader's log first (ties by id). openraft
+    /// ignores a handover to a voter whose log ends before the leader's, and the leader, which
+    /// stopped its heartbeats for it, is replaced only by an election after the timeout: the
+    /// lead goes to the one most likely holding it all.
+    pub fn voters_by_progress(&self) -> Vec<NodeId> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let matched = |node: u64| {
+            if node == self.this_node.get() {
+                return metrics.last_log_index;
+            }
+            let replication = metrics.replication.as_ref()?;
+            replication.get(&node)?.as_ref().map(|log_id| log_id.index())
+        };
+        let mut voters: Vec<(Option<u64>, u64)> =
+            metrics.membership_config.membership().voter_ids().map(|node| (matched(node), node)).collect();
+        voters.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        voters.into_iter().map(|(_, node)| NodeId::new(node)).collect()
+    }
+
     /// Asks this leader to hand the catalog's leadership to voter `to`.
     pub async fn transfer_leadership(&self, to: NodeId) -> Result<(), CatalogError> {
         self.raft
@@ -701,7 +751,7 @@ impl<S: Storage> Catalog<S> {
     /// (and then commit it), so the wait is bounded by `CATALOG_PROPOSE_TIMEOUT`; its refusal,
     /// `CatalogError::Undecided`, means the outcome is unknown (see `is_undecided`).
     pub async fn propose(&self, entry: CatalogEntry) -> Result<Applied, CatalogError> {
-        self.check_quorum_heard()?;
+        self.quorum_heard().await?;
         let write = async { Some(self.raft.client_write(entry).await) };
         let timeout = async {
             crate::runtime::sleep(CATALOG_PROPOSE_TIMEOUT).await;

@@ -32,8 +32,12 @@ pub struct Observed {
     pub leader: Option<NodeId>,
     /// The latest membership: each member and whether it votes.
     pub members: BTreeMap<NodeId, bool>,
-    /// On the leader: how long ago a majority of voters last answered (`None`: never).
+    /// On the leader: how long ago a majority of voters last answered in its term (`None`:
+    /// never).
     pub quorum_acked_ago: Option<Duration>,
+    /// On the leader: how long it has led in its term. A new leader has no answers yet; it is
+    /// not cut off before it had time to get them.
+    pub leading_for: Option<Duration>,
     /// On the leader: how long ago each other member last answered (`None`: never).
     pub members_heard_ago: BTreeMap<NodeId, Option<Duration>>,
     /// Off the leader: how long ago the leader's last message came (`None`: none since start).
@@ -137,6 +141,9 @@ pub fn standing(observed: &Observed) -> Standing {
             match observed.quorum_acked_ago {
                 Some(ago) if ago <= LEADER_CONTACT_LOST_AFTER => Standing::Leads,
                 _ if observed.running_for <= LEADER_CONTACT_LOST_AFTER => Standing::Leads,
+                None if observed.leading_for.is_some_and(|led| led <= LEADER_CONTACT_LOST_AFTER) => {
+                    Standing::Leads
+                }
                 silent_for => Standing::LeadsWithoutQuorum { silent_for },
             }
         }
@@ -321,6 +328,19 @@ mod tests {
         assert_eq!(standing(&observed), Standing::LeadsWithoutQuorum { silent_for: None });
         observed.running_for = SECOND;
         assert_eq!(standing(&observed), Standing::Leads);
+    }
+
+    /// A leader just elected (a handover, a failover) has no answers of its term yet: it leads
+    /// for as long as a leader that had them may go without, and is cut off only after that.
+    #[test]
+    fn a_new_leader_is_not_cut_off_before_its_first_answers_could_come() {
+        let mut observed = three(1, Some(1));
+        observed.leading_for = Some(SECOND / 10);
+        assert_eq!(standing(&observed), Standing::Leads);
+        observed.leading_for = Some(LEADER_CONTACT_LOST_AFTER);
+        assert_eq!(standing(&observed), Standing::Leads);
+        observed.leading_for = Some(LEADER_CONTACT_LOST_AFTER + SECOND);
+        assert_eq!(standing(&observed), Standing::LeadsWithoutQuorum { silent_for: None });
     }
 
     #[test]

@@ -126,10 +126,11 @@ pub fn check_drain(state: &CatalogState, node_id: NodeId, draining: bool) -> Res
     Ok(())
 }
 
-/// The voter the catalog's lead goes to from a draining leader: the first of `voters` heard
-/// lately (`heard`) that is not draining.
-pub fn catalog_successor(voters: &[NodeId], heard: &[NodeId], draining: &BTreeSet<NodeId>) -> Option<NodeId> {
-    voters.iter().copied().find(|voter| heard.contains(voter) && !draining.contains(voter))
+/// The voter the catalog's lead goes to from a leader that drains or leaves (`leaving`): the
+/// first of `voters` (the furthest in the log first, `Catalog::voters_by_progress`) heard
+/// lately (`heard`) that is not leaving.
+pub fn catalog_successor(voters: &[NodeId], heard: &[NodeId], leaving: &BTreeSet<NodeId>) -> Option<NodeId> {
+    voters.iter().copied().find(|voter| heard.contains(voter) && !leaving.contains(voter))
 }
 
 impl<S: Storage> Router<S> {
@@ -208,8 +209,7 @@ impl<S: Storage> Router<S> {
 
     fn hand_catalog_lead_over(self: &Rc<Self>, draining: &BTreeSet<NodeId>) {
         let heard = self.catalog.voters_heard_within(SOURCE_FAILURE_TIMEOUT).unwrap_or_default();
-        let voters: Vec<NodeId> =
-            self.catalog.members().into_iter().filter(|(_, voter)| *voter).map(|(id, _)| id).collect();
+        let voters = self.catalog.voters_by_progress();
         let Some(successor) = catalog_successor(&voters, &heard, draining) else {
             crate::log_warn!(
                 "ringpostd: this node drains and leads the catalog, and no other voter can take the lead"

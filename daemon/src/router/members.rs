@@ -111,7 +111,14 @@ impl<S: Storage> Router<S> {
         if node_id == self.node_id() {
             // Not worth a change of leader if the removal cannot be done.
             self.check_holds_nothing(node_id, true)?;
-            let to = other_voters[0];
+            let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
+            let voters = self.catalog.voters_by_progress();
+            let to = super::drain::catalog_successor(
+                &voters,
+                heard.as_deref().unwrap_or(&voters),
+                &[node_id].into(),
+            )
+            .unwrap_or(other_voters[0]);
             self.catalog.transfer_leadership(to).await?;
             let started = crate::runtime::now();
             while crate::runtime::now() - started < LEADER_HANDOVER_WAIT {
