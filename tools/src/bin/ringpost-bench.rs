@@ -426,6 +426,20 @@ struct LoopbackFlags {
     /// bytes to send over each connection (default 1GiB)
     #[argh(option, arg_name = "bytes", from_str_fn(parse_bytes))]
     bytes: Option<u64>,
+    /// measure request round trips instead: this many requests per connection, each answered
+    /// by a server that does nothing (the ceiling of one message per request)
+    #[argh(option)]
+    requests: Option<u64>,
+    /// with --requests: requests unanswered per connection at most (default 64)
+    #[argh(option, default = "64")]
+    in_flight: usize,
+    /// with --requests: bytes of each request, its 4-byte length included (default 1100, a
+    /// publish of one 1 KiB message)
+    #[argh(option, default = "1100")]
+    request_bytes: usize,
+    /// with --requests: bytes of each answer, its 4-byte length included (default 64)
+    #[argh(option, default = "64")]
+    response_bytes: usize,
     /// also write the results as JSON to this file
     #[argh(option, arg_name = "path")]
     json: Option<PathBuf>,
@@ -984,6 +998,9 @@ fn run_curve(flags: CurveFlags) -> Result<(), Failure> {
 }
 
 fn run_loopback(flags: LoopbackFlags) -> Result<(), Failure> {
+    if let Some(requests) = flags.requests {
+        return run_request_loopback(&flags, requests);
+    }
     let defaults = LoopbackOptions::default();
     let mut results = Vec::new();
     for connections in flags.connections.unwrap_or_else(|| vec![1, 4]) {
@@ -1021,6 +1038,50 @@ fn run_loopback(flags: LoopbackFlags) -> Result<(), Failure> {
             })
             .collect();
         write_file(path, &format!("{{\"workload\":\"loopback\",\"results\":[{}]}}\n", rows.join(",")))?;
+    }
+    Ok(())
+}
+
+/// `loopback --requests`: the request ceiling for each connection count.
+fn run_request_loopback(flags: &LoopbackFlags, requests: u64) -> Result<(), Failure> {
+    let mut rows = Vec::new();
+    for connections in flags.connections.clone().unwrap_or_else(|| vec![1, 4]) {
+        let options = loopback::RequestLoopbackOptions {
+            requests_per_connection: requests,
+            connections,
+            request_bytes: flags.request_bytes,
+            response_bytes: flags.response_bytes,
+            in_flight: flags.in_flight,
+        };
+        let result = loopback::measure_requests(&options).map_err(|error| match error.kind() {
+            std::io::ErrorKind::InvalidInput => Failure::usage(format!("InvalidArgument: {error}")),
+            _ => Failure::runtime(format!("measuring loopback requests: {error}")),
+        })?;
+        out(format_args!(
+            "{} connection(s), {} in flight each: {} requests/s ({} requests of {} B answered with {} B in {:.2} s)\n",
+            result.connections,
+            options.in_flight,
+            thousands(result.requests_per_sec as u64),
+            thousands(result.requests),
+            options.request_bytes,
+            options.response_bytes,
+            result.seconds
+        ))?;
+        rows.push(ringpost_tools::json::object(&[
+            ("connections", result.connections.to_string()),
+            ("in_flight", options.in_flight.to_string()),
+            ("request_bytes", options.request_bytes.to_string()),
+            ("response_bytes", options.response_bytes.to_string()),
+            ("requests", result.requests.to_string()),
+            ("seconds", json_number(result.seconds, 3)),
+            ("requests_per_sec", json_number(result.requests_per_sec, 0)),
+        ]));
+    }
+    if let Some(path) = &flags.json {
+        write_file(
+            path,
+            &format!("{{\"workload\":\"loopback_requests\",\"results\":[{}]}}\n", rows.join(",")),
+        )?;
     }
     Ok(())
 }
