@@ -874,7 +874,7 @@ impl RoleChanges {
 /// order as the old start did.
 fn place_unplaced(state: &mut CatalogState, forwarders: u32, balance_factor: f64) {
     let mut placement = Placement::new(forwarders, balance_factor);
-    let mut topics: Vec<&mut TopicRecord> = state.topics.values_mut().collect();
+    let mut topics: Vec<&mut TopicRecord> = state.topics.values_mut().map(|topic| &mut **topic).collect();
     topics.sort_by_key(|topic| topic.id);
     for topic in topics {
         // A catalog from before placement is a single node's, whose shards are their numbers.

@@ -35,7 +35,11 @@ impl CatalogState {
     /// Every unit of more than one replica, as `unit_by_id` shows it: the topics in name order,
     /// each topic's later sources after them.
     pub fn replicated_units(&self) -> Vec<TopicRecord> {
-        let topics = self.topics.values().filter(|topic| topic.replica_count() > 1).cloned();
+        let topics = self
+            .topics
+            .values()
+            .filter(|topic| topic.replica_count() > 1)
+            .map(|topic| TopicRecord::clone(topic));
         let sources = self.sources.values().filter(|source| source.replicas.len() > 1).filter_map(|source| {
             let topic = self.topic_by_id(source.topic_id)?;
             Some(source_view(topic, source))

@@ -1,6 +1,8 @@
 //! What the kernel says about the daemon process: resident memory and open files, for the
 //! stats (an operator's first two questions about a daemon with many topics).
 
+use std::cell::Cell;
+
 /// The daemon process as the kernel sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProcessStats {
@@ -72,6 +74,52 @@ pub fn release_free_memory() {
         let probe = nix::libc::malloc(FREE_THAT_TRIMS_BYTES);
         nix::libc::free(probe);
         nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
+    }
+}
+
+/// Sweeps without a request after which a shard that was busy hands the heap memory it freed
+/// back to the kernel (`QuietTrim`): after its tail caches went idle
+/// (`TAIL_CACHE_IDLE_SWEEPS`), so that those are returned too.
+pub const QUIET_SWEEPS_BEFORE_TRIM: u32 = crate::log::TAIL_CACHE_IDLE_SWEEPS as u32 + 2;
+
+/// Gives a shard's freed heap memory back once it has been quiet: malloc keeps what a burst
+/// freed (request tasks, buffers, caches, deleted topics), and without a trim the process would
+/// stay at its peak resident for good. A shard calls `sweep` on a timer with its count of
+/// requests so far.
+#[derive(Default)]
+pub struct QuietTrim {
+    /// The count of requests at the last sweep.
+    requests_at_sweep: Cell<u64>,
+    /// Sweeps in a row without a request since the shard was last busy; None once trimmed.
+    quiet_sweeps: Cell<Option<u32>>,
+}
+
+impl QuietTrim {
+    /// Counts a sweep; trims once `QUIET_SWEEPS_BEFORE_TRIM` of them in a row saw no request
+    /// since the shard was last busy, and not again until it is busy again. True if it trimmed.
+    pub fn sweep(&self, requests: u64) -> bool {
+        if requests != self.requests_at_sweep.replace(requests) {
+            self.quiet_sweeps.set(Some(0));
+            return false;
+        }
+        match self.quiet_sweeps.get() {
+            Some(quiet) if quiet + 1 >= QUIET_SWEEPS_BEFORE_TRIM => {
+                release_free_memory();
+                self.quiet_sweeps.set(None);
+                true
+            }
+            Some(quiet) => {
+                self.quiet_sweeps.set(Some(quiet + 1));
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Sweeps in a row without a request since the shard was last busy; None once trimmed
+    /// (or never busy).
+    pub fn quiet_sweeps(&self) -> Option<u32> {
+        self.quiet_sweeps.get()
     }
 }
 

@@ -33,6 +33,8 @@ pub struct CommandFigures {
 pub struct RequestTable {
     codes: Vec<[u64; STATUS_SLOTS]>,
     durations: Vec<DurationHistogram>,
+    /// Every request counted, of every command.
+    total: u64,
 }
 
 impl RequestTable {
@@ -40,6 +42,7 @@ impl RequestTable {
         RequestTable {
             codes: vec![[0; STATUS_SLOTS]; COMMAND_CODES_COUNTED],
             durations: vec![DurationHistogram::default(); COMMAND_CODES_COUNTED],
+            total: 0,
         }
     }
 
@@ -48,6 +51,7 @@ impl RequestTable {
     pub fn record(&mut self, command: u16, code: u16, duration: Option<Duration>) {
         let command = (command as usize).min(COMMAND_CODES_COUNTED - 1);
         self.codes[command][status_slot(code)] += 1;
+        self.total += 1;
         if let Some(duration) = duration {
             self.durations[command].record(duration);
         }
@@ -102,6 +106,11 @@ fn status_of_slot(slot: usize) -> u16 {
 /// a stream, not timed).
 pub fn record(command: u16, code: u16, duration: Option<Duration>) {
     TABLE.with(|table| table.borrow_mut().record(command, code, duration));
+}
+
+/// How many requests this shard has counted in all.
+pub fn total() -> u64 {
+    TABLE.with(|table| table.borrow().total)
 }
 
 /// This shard's figures, for the commands it has answered.

@@ -169,6 +169,13 @@ fn run_router_timers<S: Storage>(router: &Rc<Router<S>>) {
     let settler = router.clone();
     repeat_every(router::UNDECIDED_CHECK_INTERVAL, async move || settler.settle_undecided().await);
     let expirer = router.clone();
+    // The router's requests (creates, lookups, the catalog's changes carried here) leave their
+    // tasks' and buffers' memory free in this shard's heap; given back once it is quiet, or an
+    // idle daemon stays at the peak of its last burst (W4's thousands of creates).
+    let trim = crate::metrics::process::QuietTrim::default();
+    repeat_every(shard::LEASE_SWEEP_INTERVAL, async move || {
+        trim.sweep(crate::metrics::requests::total());
+    });
     repeat_every(router::EXPIRATION_CHECK_INTERVAL, async move || {
         expirer.expire_subscriptions().await;
         expirer.retake_catalog_reserve().await;

@@ -28,7 +28,8 @@ impl<S: Storage> Router<S> {
     pub async fn recover(&self) -> Result<(), String> {
         let topics: Vec<TopicRecord> = {
             let state = self.state.borrow();
-            let mut topics: Vec<TopicRecord> = state.topics.values().cloned().collect();
+            let mut topics: Vec<TopicRecord> =
+                state.topics.values().map(|topic| TopicRecord::clone(topic)).collect();
             topics.sort_by_key(|topic| topic.id);
             topics
         };

@@ -101,7 +101,7 @@ impl<S: Storage> Router<S> {
             .borrow()
             .topics
             .get(name)
-            .cloned()
+            .map(|topic| TopicRecord::clone(topic))
             .ok_or_else(|| ControlError::NotFound(format!("topic '{name}'")))
     }
 

@@ -117,7 +117,7 @@ impl<S: Storage> Forwarder<S> {
         state.source = topic.source;
         // Held by its source's delivery gate from the start, until the catalog's leader says
         // it passed the change (a restart redelivers what it held, to be held again).
-        state.set_gate(topic.gate.borrow().gate_of(subscription_id.get()));
+        state.set_gate(topic.gate_of(subscription_id.get()));
         state.ack_deadline = ack_deadline;
         state.policy = delivery_policy(&settings);
         state.forget_before(topic.log.start_offset());

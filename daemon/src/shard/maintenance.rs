@@ -8,12 +8,6 @@ use crate::topic::journal::JournalReserve;
 use std::cell::Cell;
 use std::rc::Rc;
 
-/// Sweeps without a request after which a shard that was busy hands the heap memory it freed
-/// back to the kernel: malloc keeps what a burst freed (buffers, caches, deleted topics), and
-/// without a trim the process would stay at its peak resident for good. After the tail caches
-/// went idle (`TAIL_CACHE_IDLE_SWEEPS`), so those are returned too.
-pub const QUIET_SWEEPS_BEFORE_TRIM: u32 = crate::log::TAIL_CACHE_IDLE_SWEEPS as u32 + 2;
-
 impl<S: Storage> Forwarder<S> {
     /// Ends expired leases of every subscription, starts dead-lettering what used up its
     /// attempts, and wakes streams and waiting pulls that can now deliver. Runs every
@@ -48,19 +42,7 @@ impl<S: Storage> Forwarder<S> {
     /// Counts quiet sweeps since the last request and trims malloc's free memory once, after
     /// `QUIET_SWEEPS_BEFORE_TRIM` of them; a request starts the count again.
     pub fn trim_memory_once_quiet(&self) {
-        let requests = self.activity.requests.get();
-        if requests != self.activity.requests_at_sweep.replace(requests) {
-            self.activity.quiet_sweeps.set(Some(0));
-            return;
-        }
-        if let Some(quiet) = self.activity.quiet_sweeps.get() {
-            if quiet + 1 >= QUIET_SWEEPS_BEFORE_TRIM {
-                crate::metrics::process::release_free_memory();
-                self.activity.quiet_sweeps.set(None);
-            } else {
-                self.activity.quiet_sweeps.set(Some(quiet + 1));
-            }
-        }
+        self.activity.trim.sweep(self.activity.requests.get());
     }
 
     /// Deletes the oldest segments nobody needs any more. A closed segment goes when no

@@ -80,10 +80,8 @@ pub struct AttachPolicy {
 #[derive(Default)]
 pub struct Activity {
     pub requests: Cell<u64>,
-    /// `requests` at the last sweep.
-    pub requests_at_sweep: Cell<u64>,
-    /// Sweeps in a row without a request since the shard was last busy; None once trimmed.
-    pub quiet_sweeps: Cell<Option<u32>>,
+    /// Gives the heap's freed memory back once the shard is quiet (`sweep_leases`).
+    pub trim: crate::metrics::process::QuietTrim,
     pub rate_ticks: RefCell<RateTicks>,
 }
 

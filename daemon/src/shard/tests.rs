@@ -5,12 +5,12 @@ use crate::catalog::SubscriptionSettings;
 use crate::clock::ManualClock;
 use crate::control::{ControlRequest, SettingsUpdate};
 use crate::ids::{Offset, TopicId};
+use crate::metrics::process::QUIET_SWEEPS_BEFORE_TRIM;
 use crate::net::server::Handler;
 use crate::protocol::native::forwarder as native;
 use crate::storage::sim::SimDisk;
 use crate::subscription::SubscriptionEntry;
 use crate::topic::{journal_folder, topic_folder, TopicState};
-use maintenance::QUIET_SWEEPS_BEFORE_TRIM;
 use ringpost_wire::frame::{FrameBuffer, FrameHeader};
 use ringpost_wire::limits::FRAME_HEADER_BYTES;
 use ringpost_wire::messages::*;
@@ -381,19 +381,19 @@ fn trims_once_after_a_quiet_spell() {
     let clock = ManualClock::default();
     let forwarder = forwarder(&clock);
     forwarder.sweep_leases();
-    assert_eq!(forwarder.activity.quiet_sweeps.get(), None, "never busy: nothing to trim");
+    assert_eq!(forwarder.activity.trim.quiet_sweeps(), None, "never busy: nothing to trim");
     forwarder.activity.requests.set(forwarder.activity.requests.get() + 1);
     forwarder.sweep_leases();
-    assert_eq!(forwarder.activity.quiet_sweeps.get(), Some(0));
+    assert_eq!(forwarder.activity.trim.quiet_sweeps(), Some(0));
     for quiet in 1..QUIET_SWEEPS_BEFORE_TRIM {
         forwarder.sweep_leases();
-        assert_eq!(forwarder.activity.quiet_sweeps.get(), Some(quiet));
+        assert_eq!(forwarder.activity.trim.quiet_sweeps(), Some(quiet));
     }
     forwarder.sweep_leases();
-    assert_eq!(forwarder.activity.quiet_sweeps.get(), None, "trimmed, and not again until busy");
+    assert_eq!(forwarder.activity.trim.quiet_sweeps(), None, "trimmed, and not again until busy");
     forwarder.activity.requests.set(forwarder.activity.requests.get() + 1);
     forwarder.sweep_leases();
-    assert_eq!(forwarder.activity.quiet_sweeps.get(), Some(0), "a request starts the count again");
+    assert_eq!(forwarder.activity.trim.quiet_sweeps(), Some(0), "a request starts the count again");
 }
 
 /// T11: ack deadlines run on the monotonic clock. A wall-clock jump (an NTP step of an hour,
@@ -821,7 +821,7 @@ fn a_gate_told_again_never_holds_a_subscription_that_passed() {
                 passed,
             })
         };
-        let held = |id: u64| topic.gate.borrow().gate_of(id).is_some();
+        let held = |id: u64| topic.gate_of(id).is_some();
         gate(1, vec![]).await.unwrap();
         assert!(held(5) && held(6));
         gate(1, vec![5]).await.unwrap();

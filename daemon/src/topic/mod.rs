@@ -67,8 +67,9 @@ pub struct TopicState<S: Storage> {
     /// Its topic's key map as it last applied it, and the fence of that change (`sources`).
     pub sources: Cell<sources::SourceSet>,
     /// The delivery gate it was last told (`sources::UnitGate`): what its ordered
-    /// subscriptions hold, from their attach on, until they pass the change.
-    pub gate: RefCell<sources::UnitGate>,
+    /// subscriptions hold, from their attach on, until they pass the change. `None` until one
+    /// is told (boxed: most sources are never told one, and an idle topic's memory is bounded).
+    pub gate: RefCell<Option<Box<sources::UnitGate>>>,
     /// Its topic's schema, which its publishes are checked against (`schema`), as the router
     /// last pushed it; `None` for a topic without one.
     pub schema: RefCell<Option<Rc<schema::TopicSchemaCheck>>>,

@@ -113,9 +113,16 @@ pub enum Admission {
     Refused { retry_after: Duration, limit: &'static str },
 }
 
-/// One topic's buckets, made when a limit is first met and remade when the limits change.
+/// One topic's buckets, made when a publish first meets a limit and remade when the limits
+/// change; boxed, so that a topic never limited carries a pointer rather than their 80 bytes
+/// (an idle topic's memory is bounded).
 #[derive(Default)]
 pub struct TopicRate {
+    buckets: Option<Box<TopicBuckets>>,
+}
+
+#[derive(Default)]
+struct TopicBuckets {
     limits: PublishRateLimits,
     messages: Option<TokenBucket>,
     bytes: Option<TokenBucket>,
@@ -132,17 +139,18 @@ impl TopicRate {
         held_bytes: usize,
         now: Instant,
     ) -> Admission {
-        if limits != self.limits {
+        let buckets = self.buckets.get_or_insert_with(Box::default);
+        if limits != buckets.limits {
             let bucket = |rate: u64| (rate > 0).then(|| TokenBucket::new(rate, now));
-            *self = TopicRate {
+            **buckets = TopicBuckets {
                 limits,
                 messages: bucket(limits.messages_per_second),
                 bytes: bucket(limits.bytes_per_second),
             };
         }
         let messages_wait =
-            self.messages.as_mut().map_or(Duration::ZERO, |bucket| bucket.wait_for(messages, now));
-        let bytes_wait = self.bytes.as_mut().map_or(Duration::ZERO, |bucket| bucket.wait_for(bytes, now));
+            buckets.messages.as_mut().map_or(Duration::ZERO, |bucket| bucket.wait_for(messages, now));
+        let bytes_wait = buckets.bytes.as_mut().map_or(Duration::ZERO, |bucket| bucket.wait_for(bytes, now));
         let wait = messages_wait.max(bytes_wait);
         let limit = if messages_wait >= bytes_wait {
             "PUBLISH_MESSAGES_PER_SECOND"
@@ -159,10 +167,10 @@ impl TopicRate {
                 limit: "PUBLISH_HELD_BYTES_SHARD_MAX",
             };
         }
-        if let Some(bucket) = &mut self.messages {
+        if let Some(bucket) = &mut buckets.messages {
             bucket.take(messages, now);
         }
-        if let Some(bucket) = &mut self.bytes {
+        if let Some(bucket) = &mut buckets.bytes {
             bucket.take(bytes, now);
         }
         if wait.is_zero() {

@@ -57,6 +57,7 @@ impl<S: Storage> TopicState<S> {
     /// for good, and a router whose catalog lags may tell fewer).
     pub fn apply_gate(&self, generation: u64, before: u32, after: u32, passed: Vec<u64>) {
         let mut unit = self.gate.borrow_mut();
+        let unit = unit.get_or_insert_with(Box::default);
         if generation < unit.generation {
             return;
         }
@@ -65,13 +66,20 @@ impl<S: Storage> TopicState<S> {
             passed.extend(unit.passed.iter().copied());
         }
         let gate = KeyGate { source: self.source.get(), before, after };
-        *unit = UnitGate { generation, gate: Some(gate), passed };
+        **unit = UnitGate { generation, gate: Some(gate), passed };
         for entry in self.subscriptions.borrow().iter() {
             let held = unit.gate_of(entry.id.get());
             if entry.state.borrow_mut().set_gate(held) {
                 entry.changed.notify_all();
             }
         }
+    }
+}
+
+impl<S: Storage> TopicState<S> {
+    /// The gate subscription `id` holds on this source, if any (`UnitGate::gate_of`).
+    pub fn gate_of(&self, id: u64) -> Option<KeyGate> {
+        self.gate.borrow().as_ref().and_then(|unit| unit.gate_of(id))
     }
 }
 
