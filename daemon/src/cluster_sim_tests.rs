@@ -2551,10 +2551,7 @@ fn simulate_with(seed: u64, spread: bool) -> Run {
         nemesis(&world).await;
         world.healed.set(true);
         let state = check_healed(&world).await;
-        let groups: Vec<u64> = world.nodes.borrow().values().map(|slot| slot.group).collect();
-        groups.into_iter().for_each(sim::kill_group);
-        sim::kill_spawned_tasks();
-        world.nodes.borrow_mut().clear();
+        stop_every_node(&world);
         let model = world.model.borrow();
         let (added, removed) = (world.added.get(), world.removed.get());
         let events = world.events.take();
@@ -2649,11 +2646,7 @@ fn the_catalogs_leader_asked_once_to_remove_itself_is_removed() {
     for seed in 0..SEEDS_REMOVING_THE_LEADER {
         sim::run(seed, async move {
             let world = new_world(seed);
-            for id in NODES {
-                start(&world, id);
-            }
-            let serving = || NODES.iter().all(|id| world.serving(*id).is_some());
-            settle(&world, "every node serves", serving).await;
+            start_every_node(&world).await;
             let leads = |id: &u64| world.serving(*id).is_some_and(|serving| serving.router.leads());
             settle(&world, "a node leads the catalog", || NODES.iter().any(leads)).await;
             let leader = NODES.into_iter().find(leads).expect("a leader");
@@ -2671,10 +2664,7 @@ fn the_catalogs_leader_asked_once_to_remove_itself_is_removed() {
                 "seed {seed}: removing node {leader}, the catalog's leader, at node {asked}: {:?}",
                 answer.map(|answer| answer.err())
             );
-            let groups: Vec<u64> = world.nodes.borrow().values().map(|slot| slot.group).collect();
-            groups.into_iter().for_each(sim::kill_group);
-            sim::kill_spawned_tasks();
-            world.nodes.borrow_mut().clear();
+            stop_every_node(&world);
         });
     }
 }
@@ -2682,8 +2672,22 @@ fn the_catalogs_leader_asked_once_to_remove_itself_is_removed() {
 /// Seeds of `the_catalogs_leader_asked_once_to_remove_itself_is_removed`.
 const SEEDS_REMOVING_THE_LEADER: u64 = 10;
 
-/// Two runs of a seed make the same trace: every event at the same virtual time. Anything left
-/// to chance outside the seed (a hash set's order, a real clock read) makes them differ.
+/// Starts every node of a directed test's world and waits until each serves.
+async fn start_every_node(world: &Rc<World>) {
+    for id in NODES {
+        start(world, id);
+    }
+    settle(world, "every node serves", || NODES.iter().all(|id| world.serving(*id).is_some())).await;
+}
+
+/// Ends a seed's world: every node's tasks killed, and the nodes dropped.
+fn stop_every_node(world: &World) {
+    let groups: Vec<u64> = world.nodes.borrow().values().map(|slot| slot.group).collect();
+    groups.into_iter().for_each(sim::kill_group);
+    sim::kill_spawned_tasks();
+    world.nodes.borrow_mut().clear();
+}
+
 /// A node crashed again while down starts once, by the later fault, and the cluster serves
 /// again: seed 145's aimed crash and the nemesis's crash of node 3 each started it, and its
 /// first life went on leading the catalog's term unseen (`start_after`). Without that check,
@@ -2693,24 +2697,20 @@ fn a_node_crashed_again_while_down_runs_one_life_and_serves_again() {
     const SEED: u64 = 0;
     sim::run(SEED, async move {
         let world = new_world(SEED);
-        for id in NODES {
-            start(&world, id);
-        }
-        let serving = || NODES.iter().all(|id| world.serving(*id).is_some());
-        settle(&world, "every node serves", serving).await;
+        start_every_node(&world).await;
         // The first fault's wait ends first, as the aimed crash's did in seed 145.
         let first = crash(&world, 1);
         let second = crash(&world, 1);
         start_after(&world, 1, first, Duration::from_millis(100)).await;
         start_after(&world, 1, second, Duration::from_millis(100)).await;
-        settle(&world, "every node serves again", serving).await;
-        let groups: Vec<u64> = world.nodes.borrow().values().map(|slot| slot.group).collect();
-        groups.into_iter().for_each(sim::kill_group);
-        sim::kill_spawned_tasks();
-        world.nodes.borrow_mut().clear();
+        settle(&world, "every node serves again", || NODES.iter().all(|id| world.serving(*id).is_some()))
+            .await;
+        stop_every_node(&world);
     });
 }
 
+/// Two runs of a seed make the same trace: every event at the same virtual time. Anything left
+/// to chance outside the seed (a hash set's order, a real clock read) makes them differ.
 #[test]
 fn a_cluster_simulation_replays_its_seed_exactly() {
     for seed in [0, 1] {
