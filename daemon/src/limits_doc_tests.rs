@@ -108,6 +108,7 @@ fn reachable() -> Vec<(String, Limit)> {
         crate::log::directories::DATA_DIRECTORIES_MAX,
         crate::topic::journal::JOURNAL_SEGMENT_BYTES_MAX,
         crate::catalog::CATALOG_COMPACTION_BYTES_MIN,
+        crate::catalog::CATALOG_RECENT_ENTRIES_BYTES_MAX,
         crate::catalog::CATALOG_COMPACTION_SNAPSHOT_FACTOR,
         crate::node::IO_MEMORY_BYTES_DEFAULT,
         crate::catalog::entry::REPLICAS_MAX,

@@ -51,10 +51,12 @@ use store::{RaftLog, SnapshotLog};
 /// The catalog's raft log is compacted (snapshot, then purge) once its segments take this many
 /// bytes (one copy) and `CATALOG_COMPACTION_SNAPSHOT_FACTOR` times what the state's snapshot
 /// takes: creating and deleting topics otherwise grows it without bound. The entries not
-/// purged are also held in memory (`store::Held`), decoded, at about twice their bytes on disk,
-/// so this bounds memory too: at 64 MiB, 10,000 topics with a subscription each held about
-/// 1.2 KB each of entries long created, a third of an idle topic's whole cost.
+/// purged are held in memory by where their records are (`store::Held`, about 50 B each).
 pub const CATALOG_COMPACTION_BYTES_MIN: u64 = 4 << 20;
+/// The newest entries of the catalog's raft log are also held as their records, up to this
+/// many bytes, for the reads that follow their append (applying them, sending them to the
+/// followers); older ones are read back from the log.
+pub const CATALOG_RECENT_ENTRIES_BYTES_MAX: usize = 256 << 10;
 /// How many times the state's snapshot the raft log must take before it is compacted: each
 /// compaction writes the whole state once, so with 2 the catalog writes at most about 1.5
 /// times the bytes of its entries, and holds at most about twice the snapshot in entries.

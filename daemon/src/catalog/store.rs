@@ -6,11 +6,13 @@
 use super::entry::CatalogEntry;
 use super::legacy::record_bytes;
 use super::raft::{CatalogRaft, Entry, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+use super::CATALOG_RECENT_ENTRIES_BYTES_MAX;
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::Offset;
 use crate::log::{Directories, Log, LogConfig, LogError};
 use crate::storage::Storage;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::type_config::alias::CommittedLeaderIdOf;
 use openraft::{EntryPayload, RaftLogReader};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,35 +155,29 @@ fn encode_vote(vote: &Vote) -> Vec<u8> {
         .clone()
 }
 
-/// An entry not purged, held as its record: decoded only when openraft reads it (applying it,
-/// or sending it to a follower). Entries are held until a compaction, which waits for the log
-/// to grow past `CATALOG_COMPACTION_BYTES_MIN`; decoded, the two entries of an idle topic and
-/// its subscription took about 1.1 KB, a quarter of the topic's whole cost, and as records
-/// about a third of that.
+/// An entry not purged, held by where its record is in the raft log and the leader that made it
+/// (with its index, its log id). Its record is read back from the log when openraft reads the
+/// entry, unless it is among the newest (`Held::recent`). Entries are held until a compaction,
+/// which waits for the log to grow past `CATALOG_COMPACTION_BYTES_MIN`: held as their records,
+/// the two entries of an idle topic and its subscription took about 400 B of the topic's cost.
+#[derive(Clone, Copy)]
 struct HeldEntry {
-    log_id: LogId,
-    record: Box<[u8]>,
+    leader_id: CommittedLeaderIdOf<CatalogRaft>,
+    offset: Offset,
 }
 
-impl HeldEntry {
-    /// `record` is `encode_entry`'s bytes for an entry at `log_id`.
-    fn new(log_id: LogId, record: Vec<u8>) -> HeldEntry {
-        HeldEntry { log_id, record: record.into_boxed_slice() }
-    }
-
-    fn entry(&self) -> io::Result<Entry> {
-        let mut decoder = Decoder::new(&self.record);
-        let decoded = decoder.u8().and_then(|_| decode_entry(&mut decoder));
-        // It decoded when it was read or made: a failure now is a fault of this process.
-        decoded.map_err(|why| io::Error::other(format!("a held catalog entry at {}: {why}", self.log_id)))
-    }
-}
-
-/// What the raft log holds, in memory: the entries not purged (the catalog's are few, as a
-/// snapshot follows every few tens of MiB), and the markers.
+/// What the raft log holds, in memory: where each entry not purged is, the records of the
+/// newest, and the markers.
 #[derive(Default)]
 struct Held {
     entries: BTreeMap<u64, HeldEntry>,
+    /// The records of the newest entries, at most `CATALOG_RECENT_ENTRIES_BYTES_MAX` of them: the
+    /// reads that follow an append (applying it, sending it to the followers) stay off the disk.
+    recent: BTreeMap<u64, Box<[u8]>>,
+    recent_bytes: usize,
+    /// Counts the rewrites, which move every entry's record: a reader that took offsets before
+    /// one and finds a record gone reads again.
+    rewrites: u64,
     vote: Option<Vote>,
     committed: Option<LogId>,
     /// The committed id last written to the log: a newer one rides with the next append.
@@ -194,12 +190,9 @@ impl Held {
         let mut decoder = Decoder::new(bytes);
         let kind = decoder.u8().map_err(|why| corrupt(offset, why))?;
         let result = match kind {
-            KIND_ENTRY => decode_entry(&mut decoder).map(|entry| {
-                // An entry at an index replaces it and everything after (raft's log matching).
-                let index = entry.log_id.index;
-                self.entries.split_off(&index);
-                self.entries.insert(index, HeldEntry::new(entry.log_id, bytes.to_vec()));
-            }),
+            KIND_ENTRY => {
+                decode_entry(&mut decoder).map(|entry| self.hold(entry.log_id, offset, bytes.into()))
+            }
             KIND_VOTE => (|| {
                 let (term, node_id, committed) = (decoder.u64()?, decoder.u64()?, decoder.bool()?);
                 let vote =
@@ -218,13 +211,42 @@ impl Held {
         result.map_err(|why| corrupt(offset, why))
     }
 
+    /// Holds the entry at `log_id`, whose record `record` is at `offset`: it replaces the entry
+    /// at its index and everything after (raft's log matching).
+    fn hold(&mut self, log_id: LogId, offset: Offset, record: Box<[u8]>) {
+        let index = log_id.index;
+        self.drop_from(index);
+        self.entries.insert(index, HeldEntry { leader_id: log_id.leader_id, offset });
+        self.recent_bytes += record.len();
+        self.recent.insert(index, record);
+        while self.recent_bytes > CATALOG_RECENT_ENTRIES_BYTES_MAX {
+            let Some((_, oldest)) = self.recent.pop_first() else { break };
+            self.recent_bytes -= oldest.len();
+        }
+    }
+
+    /// Forgets the entries from `index` on.
+    fn drop_from(&mut self, index: u64) {
+        self.entries.split_off(&index);
+        let gone = self.recent.split_off(&index);
+        self.recent_bytes -= gone.values().map(|record| record.len()).sum::<usize>();
+    }
+
+    /// Forgets the entries before `index`.
+    fn drop_before(&mut self, index: u64) {
+        self.entries = self.entries.split_off(&index);
+        let kept = self.recent.split_off(&index);
+        self.recent_bytes -= self.recent.values().map(|record| record.len()).sum::<usize>();
+        self.recent = kept;
+    }
+
     fn purge(&mut self, log_id: Option<LogId>) {
         if let Some(last) = log_id {
             // The index comes from a record (and before it from raft, which a peer's snapshot
             // moves): the last index there is purges everything rather than overflowing.
             match last.index.checked_add(1) {
-                Some(first_kept) => self.entries = self.entries.split_off(&first_kept),
-                None => self.entries.clear(),
+                Some(first_kept) => self.drop_before(first_kept),
+                None => self.drop_from(0),
             }
         }
         self.purged = self.purged.max(log_id);
@@ -233,27 +255,47 @@ impl Held {
     fn truncate_after(&mut self, log_id: Option<LogId>) {
         // Nothing is after the last index there is.
         let Some(first_gone) = log_id.map_or(Some(0), |log_id| log_id.index.checked_add(1)) else { return };
-        self.entries.split_off(&first_gone);
+        self.drop_from(first_gone);
     }
 
-    /// Records that restate everything held: what a rewrite appends before it removes the
-    /// segments before it.
-    fn restatement(&self) -> (Vec<u8>, u32) {
+    fn last_log_id(&self) -> Option<LogId> {
+        let last = self.entries.last_key_value();
+        last.map(|(index, entry)| LogId::new(entry.leader_id, *index)).or(self.purged)
+    }
+
+    /// Records that restate everything held, given the records of the entries (in index
+    /// order): what a rewrite appends before it removes the segments before it. Also returns
+    /// how many records there are, and the position of the first entry's among them.
+    fn restatement<'a>(&self, entry_records: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, u32, u32) {
         let mut records = Vec::new();
-        let mut count = 0;
-        let mut push = |bytes: Vec<u8>| {
-            records.extend(record_bytes(&bytes));
-            count += 1;
-        };
+        let mut markers =
+            vec![encode_marker(KIND_PURGED, &self.purged), encode_marker(KIND_COMMITTED, &self.committed)];
         if let Some(vote) = &self.vote {
-            push(encode_vote(vote));
+            markers.insert(0, encode_vote(vote));
         }
-        push(encode_marker(KIND_PURGED, &self.purged));
-        push(encode_marker(KIND_COMMITTED, &self.committed));
-        for entry in self.entries.values() {
-            push(entry.record.to_vec());
+        for marker in &markers {
+            records.extend(record_bytes(marker));
         }
-        (records, count)
+        let first_entry = markers.len() as u32;
+        let mut count = first_entry;
+        for record in entry_records {
+            records.extend(record_bytes(record));
+            count += 1;
+        }
+        (records, count, first_entry)
+    }
+}
+
+/// The entry `record` holds, which must be the one at `log_id`.
+fn entry_of(log_id: LogId, record: &[u8]) -> io::Result<Entry> {
+    let mut decoder = Decoder::new(record);
+    let decoded = decoder.u8().and_then(|_| decode_entry(&mut decoder));
+    match decoded {
+        Ok(entry) if entry.log_id == log_id => Ok(entry),
+        Ok(entry) => {
+            Err(io::Error::other(format!("the catalog entry at {log_id} reads as {}", entry.log_id)))
+        }
+        Err(why) => Err(io::Error::other(format!("the catalog entry at {log_id}: {why}"))),
     }
 }
 
@@ -262,11 +304,18 @@ impl Held {
 /// tests (`crate::fuzzing`): whatever the bytes, a record that does not decode is an error.
 #[cfg(any(test, feature = "fuzzing"))]
 pub fn replay_records<'a>(records: impl IntoIterator<Item = &'a [u8]>) -> Result<(), LogError> {
+    let records: Vec<&[u8]> = records.into_iter().collect();
     let mut held = Held::default();
-    for (offset, record) in records.into_iter().enumerate() {
+    for (offset, record) in records.iter().enumerate() {
         held.replay(Offset::new(offset as u64), record)?;
     }
-    held.restatement();
+    // Every entry held is at the offset of a record that decoded as it.
+    let entry_records = held.entries.iter().map(|(index, entry)| {
+        let record = records[entry.offset.get() as usize];
+        assert!(entry_of(LogId::new(entry.leader_id, *index), record).is_ok());
+        record
+    });
+    held.restatement(entry_records);
     Ok(())
 }
 
@@ -322,13 +371,71 @@ impl<S: Storage> RaftLog<S> {
         self.log.append(records, count).await.map(|(first, _)| first).map_err(io_error)
     }
 
+    /// The log ids and records of the entries held in `range`, in index order: the newest
+    /// from memory, the others read back from the log.
+    async fn records(&self, range: impl RangeBounds<u64> + Clone) -> io::Result<Vec<(LogId, Box<[u8]>)>> {
+        loop {
+            let (rewrites, mut wanted, mut offsets) = {
+                let held = self.held.borrow();
+                let mut wanted = Vec::new();
+                let mut offsets = Vec::new();
+                for (&index, entry) in held.entries.range(range.clone()) {
+                    let record = held.recent.get(&index).cloned();
+                    if record.is_none() {
+                        offsets.push(entry.offset);
+                    }
+                    wanted.push((LogId::new(entry.leader_id, index), entry.offset, record));
+                }
+                (held.rewrites, wanted, offsets)
+            };
+            if !offsets.is_empty() {
+                // A rewrite restates the entries in index order, so their offsets are sorted;
+                // sorting again costs nothing and keeps `read_offsets`'s contract regardless.
+                offsets.sort_unstable();
+                let mut read: BTreeMap<Offset, Vec<u8>> = (self.log.read_offsets(&offsets).await)
+                    .map_err(io_error)?
+                    .into_iter()
+                    .map(|stored| (stored.offset, stored.data))
+                    .collect();
+                for (_, offset, record) in wanted.iter_mut().filter(|(_, _, record)| record.is_none()) {
+                    *record = read.remove(offset).map(Vec::into_boxed_slice);
+                }
+            }
+            let missing = wanted.iter().find(|(_, _, record)| record.is_none()).map(|(log_id, ..)| *log_id);
+            match missing {
+                None => {
+                    let records =
+                        wanted.into_iter().filter_map(|(log_id, _, record)| Some((log_id, record?)));
+                    return Ok(records.collect());
+                }
+                // The records moved while they were read: read them where they are now.
+                Some(_) if self.held.borrow().rewrites != rewrites => continue,
+                Some(log_id) => {
+                    return Err(io::Error::other(format!(
+                        "the catalog entry at {log_id} is not in the raft log"
+                    )));
+                }
+            }
+        }
+    }
+
     /// Restates what is held at the end of the log and deletes the segments before it.
     async fn rewrite(&self) -> io::Result<()> {
-        let (records, count) = self.held.borrow().restatement();
+        let entries = self.records(..).await?;
+        let (records, count, first_entry) =
+            self.held.borrow().restatement(entries.iter().map(|(_, record)| &record[..]));
         let first = self.append_records(records, count).await?;
         {
             let mut held = self.held.borrow_mut();
             held.committed_written = held.committed;
+            held.rewrites += 1;
+            // Nothing appends, truncates or purges while this runs (openraft calls them one at a
+            // time), so the entries restated are the entries held.
+            assert_eq!(held.entries.len(), entries.len(), "the catalog's entries changed while restated");
+            for (position, (log_id, _)) in entries.iter().enumerate() {
+                let entry = held.entries.get_mut(&log_id.index).expect("a restated entry is held");
+                entry.offset = Offset::new(first.get() + u64::from(first_entry) + position as u64);
+            }
         }
         self.log.remove_before(first).await.map_err(io_error)?;
         Ok(())
@@ -340,7 +447,8 @@ impl<S: Storage> RaftLogReader<CatalogRaft> for RaftLog<S> {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
-        self.held.borrow().entries.range(range).map(|(_, entry)| entry.entry()).collect()
+        let records = self.records(range).await?;
+        records.iter().map(|(log_id, record)| entry_of(*log_id, record)).collect()
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -353,8 +461,7 @@ impl<S: Storage> RaftLogStorage<CatalogRaft> for RaftLog<S> {
 
     async fn get_log_state(&mut self) -> Result<LogState<CatalogRaft>, io::Error> {
         let held = self.held.borrow();
-        let last = held.entries.values().next_back().map(|entry| entry.log_id).or(held.purged);
-        Ok(LogState { last_purged_log_id: held.purged, last_log_id: last })
+        Ok(LogState { last_purged_log_id: held.purged, last_log_id: held.last_log_id() })
     }
 
     async fn get_log_reader(&mut self) -> RaftLog<S> {
@@ -393,22 +500,22 @@ impl<S: Storage> RaftLogStorage<CatalogRaft> for RaftLog<S> {
             records.extend(record_bytes(&encode_marker(KIND_COMMITTED, &committed)));
             count += 1;
         }
-        let entries: Vec<HeldEntry> =
-            entries.iter().map(|entry| HeldEntry::new(entry.log_id, encode_entry(entry))).collect();
-        for entry in &entries {
-            records.extend(record_bytes(&entry.record));
+        let first_entry = count;
+        let entries: Vec<(LogId, Vec<u8>)> =
+            entries.iter().map(|entry| (entry.log_id, encode_entry(entry))).collect();
+        for (_, record) in &entries {
+            records.extend(record_bytes(record));
             count += 1;
         }
         let result = self.append_records(records, count).await;
-        if result.is_ok() {
+        if let Ok(first) = result {
             let mut held = self.held.borrow_mut();
             if let Some(committed) = committed {
                 held.committed_written = committed;
             }
-            for entry in entries {
-                let index = entry.log_id.index;
-                held.entries.split_off(&index);
-                held.entries.insert(index, entry);
+            for (position, (log_id, record)) in entries.into_iter().enumerate() {
+                let offset = Offset::new(first.get() + u64::from(first_entry) + position as u64);
+                held.hold(log_id, offset, record.into_boxed_slice());
             }
         }
         let flushed = result.as_ref().map(|_| ()).map_err(|error| io::Error::other(error.to_string()));

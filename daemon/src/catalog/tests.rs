@@ -713,6 +713,85 @@ fn compaction_keeps_the_live_state_and_bounds_the_log() {
     });
 }
 
+/// Raft entries `first..first + count` at `term`, each a topic with a long name, so a few
+/// thousand of them pass the records held in memory and span segments.
+fn raft_entries_at(term: u64, first: u64, count: u64) -> Vec<raft::Entry> {
+    let entry = |index: u64| {
+        let mut created = topic(index, 0);
+        if let CatalogEntry::TopicCreated(record) = &mut created {
+            record.name = format!("{index:0>200}");
+        }
+        raft::Entry {
+            log_id: LogId::new(openraft::vote::leader_id_adv::LeaderId { term, node_id: 1 }, index),
+            payload: openraft::EntryPayload::Normal(created),
+        }
+    };
+    (first..first + count).map(entry).collect()
+}
+
+/// What the raft log answers for `range` equals `expected`, and its log state ends at the
+/// last of `all`.
+async fn assert_reads(log: &mut RaftLog<SimDisk>, all: &[raft::Entry], range: std::ops::Range<u64>) {
+    use openraft::storage::RaftLogStorage;
+    use openraft::RaftLogReader;
+    let read = log.try_get_log_entries(range.clone()).await.unwrap();
+    let expected: Vec<&raft::Entry> =
+        all.iter().filter(|entry| range.contains(&entry.log_id.index)).collect();
+    assert_eq!(read.iter().collect::<Vec<_>>(), expected, "entries {range:?}");
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, all.last().map(|entry| entry.log_id));
+}
+
+/// The raft log holds its entries by offset and only the newest as records: entries older
+/// than those are read back from the disk, the same after a truncation, after a purge has
+/// rewritten the log (which moves every record) and after a crash.
+#[test]
+fn raft_entries_are_read_back_from_the_log_after_a_truncation_a_rewrite_and_a_restart() {
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    run(async {
+        let disk = SimDisk::new();
+        let dirs = directories(1);
+        // Small segments, so the rewrite removes the segments of entries it keeps.
+        let config = crate::log::LogConfig {
+            segment_bytes_initial: 256 << 10,
+            segment_bytes_max: 256 << 10,
+            ..legacy::catalog_log_config()
+        };
+        let mut log = RaftLog::open(disk.clone(), dirs.clone(), config.clone()).await.unwrap();
+        let mut all = raft_entries_at(1, 1, 6_000);
+        for batch in all.chunks(500) {
+            log.append(batch.to_vec(), IOFlushed::noop()).await.unwrap();
+        }
+        let held_bytes = all.len() * 300;
+        assert!(held_bytes > 2 * CATALOG_RECENT_ENTRIES_BYTES_MAX, "most entries are read from the disk");
+        for range in [1..2, 1..6_001, 2_000..2_100, 5_990..6_001] {
+            assert_reads(&mut log, &all, range).await;
+        }
+        // A new leader's entries replace the tail from 5,001 on.
+        log.truncate_after(Some(all[4_999].log_id)).await.unwrap();
+        all.truncate(5_000);
+        let replacing = raft_entries_at(2, 5_001, 300);
+        log.append(replacing.clone(), IOFlushed::noop()).await.unwrap();
+        all.extend(replacing);
+        assert_reads(&mut log, &all, 4_990..5_301).await;
+        // A purge rewrites the log with the entries kept, at new offsets.
+        let segments_before = log.log().disk_bytes();
+        log.purge(all[2_999].log_id).await.unwrap();
+        all.drain(..3_000);
+        assert!(log.log().disk_bytes() < segments_before, "the old segments are removed");
+        assert_reads(&mut log, &all, 1..6_000).await;
+        assert_reads(&mut log, &all, 3_001..3_002).await;
+        let appended = raft_entries_at(2, 5_301, 10);
+        log.append(appended.clone(), IOFlushed::noop()).await.unwrap();
+        all.extend(appended);
+        drop(log);
+        disk.crash(CrashMode::DropUnsynced);
+        let mut reopened = RaftLog::open(disk.clone(), dirs.clone(), config).await.unwrap();
+        assert_reads(&mut reopened, &all, 1..6_000).await;
+        assert_reads(&mut reopened, &all, 3_001..3_500).await;
+    });
+}
+
 /// A replicated topic keeps its replicas and epoch through its entry, a checkpoint and a cut;
 /// an election moves its leader only to one of its replicas and only at a newer epoch.
 #[test]
