@@ -1083,6 +1083,27 @@ impl<S: Storage> Log<S> {
         Log::carry_out(storage, directories, (relative, log_id, config), plan, files).await
     }
 
+    /// The log `open` returns for a folder nothing was ever written to, made without reading
+    /// it: for a topic just created, whose folders are new and empty (a log gets its first file,
+    /// the manifest, with its first segment). Not for a log with a reserve, which `open` looks
+    /// for on disk.
+    pub fn new_empty(
+        storage: S,
+        directories: Rc<Directories>,
+        relative: &Path,
+        log_id: u64,
+        config: Rc<LogConfig>,
+    ) -> Log<S> {
+        assert!(!config.reserve, "a log with a reserve is opened, not made empty");
+        Log::recovered(
+            storage,
+            directories,
+            (relative, log_id, config),
+            Vec::new(),
+            (0, &Manifest::default()),
+        )
+    }
+
     /// Does what `plan` decided, with the files the scan opened, and returns the log.
     pub(super) async fn carry_out(
         storage: S,
@@ -1139,8 +1160,13 @@ impl<S: Storage> Log<S> {
         } else {
             None
         };
-        let log =
-            Log::recovered(storage.clone(), directories.clone(), (relative, log_id, config), segments, &plan);
+        let log = Log::recovered(
+            storage.clone(),
+            directories.clone(),
+            (relative, log_id, config),
+            segments,
+            (plan.next_offset, &plan.manifest),
+        );
         log.inner.borrow_mut().kept.reserve = reserve;
         for copy in &report.buffered_io_copies {
             log.warn_buffered(*copy);
@@ -1230,9 +1256,8 @@ impl<S: Storage> Log<S> {
         directories: Rc<Directories>,
         (relative, log_id, config): (&Path, u64, Rc<LogConfig>),
         segments: Vec<Segment<S>>,
-        plan: &RecoveryPlan,
+        (next_offset, manifest): (u64, &Manifest),
     ) -> Log<S> {
-        let next_offset = plan.next_offset;
         let last_epoch = segments
             .iter()
             .rev()
@@ -1255,15 +1280,15 @@ impl<S: Storage> Log<S> {
                 epochs: Epochs {
                     epoch: STANDALONE_EPOCH.max(last_epoch),
                     last_epoch,
-                    promised_epoch: plan.manifest.promised_epoch,
-                    promised_durable: plan.manifest.promised_epoch,
+                    promised_epoch: manifest.promised_epoch,
+                    promised_durable: manifest.promised_epoch,
                 },
                 cache: ReadCache::new(),
                 copies: Copies { states: CopyStates::all_current(copies), joining: None },
                 kept: Kept::new(),
                 fenced: None,
                 truncated_end: None,
-                manifest_sequence: plan.manifest.sequence,
+                manifest_sequence: manifest.sequence,
                 flushing: false,
                 commit_on_durable: true,
                 truncating: false,

@@ -224,7 +224,7 @@ impl<S: Storage> Forwarder<S> {
         directories.unfence(index);
         let (mut logs, mut batches) = (0, 0);
         for topic in self.registry.topic_list() {
-            for log in std::iter::once(topic.log.clone()).chain(topic.journal.opened()) {
+            for log in topic.log.made().cloned().into_iter().chain(topic.journal.opened()) {
                 if log.is_stale(index) {
                     batches += log.resync_copy(index).await?;
                     logs += 1;

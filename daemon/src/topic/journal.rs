@@ -80,7 +80,11 @@ impl<S: Storage> LazyJournal<S> {
     /// folder does not wait on the disk today, but should it ever, appends that arrive meanwhile
     /// wait for the one opener instead of opening a second log on the same files.
     /// It goes beside the topic's message log, `messages`, on the same storage.
-    pub(super) async fn log(&self, messages: &Log<S>, topic_id: TopicId) -> Result<Log<S>, LogError> {
+    pub(super) async fn log(
+        &self,
+        messages: &super::message_log::MessageLog<S>,
+        topic_id: TopicId,
+    ) -> Result<Log<S>, LogError> {
         loop {
             // Registered before looking, so an opener finishing in between is not missed.
             let opened = self.opened.notified();

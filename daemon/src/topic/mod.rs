@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod journal;
+pub mod message_log;
 pub mod open;
 pub mod publish;
 pub mod rate;
@@ -41,7 +42,8 @@ pub struct TopicState<S: Storage> {
     pub source: crate::ids::SourceId,
     /// Shared with the key of the shard's map of topics by name.
     pub name: Rc<str>,
-    pub log: Log<S>,
+    /// Made on first use (`message_log`).
+    pub log: message_log::MessageLog<S>,
     pub journal: LazyJournal<S>,
     pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
     /// Topic message retention; 0 when not set. A cell: an update changes it in place.

@@ -3,6 +3,7 @@
 //! files.
 
 use super::journal::{JournalReserve, JournalSlot, LazyJournal, OpenJournal, SnapshotState};
+use super::message_log::{MessageLog, MessageLogs};
 use super::{journal_folder, topic_folder, TopicError, TopicState};
 use crate::ids::{Offset, TopicId};
 use crate::log::{Directories, Log, LogConfig, LogError, RecoveryReport};
@@ -20,9 +21,10 @@ use std::rc::Rc;
 pub struct TopicStore<S: Storage> {
     pub storage: S,
     pub directories: Rc<Directories>,
-    /// The message logs' configuration, and the journals' (with their files kept open between
-    /// commits, and closed), each shared by every topic of the shard.
-    pub log_config: Rc<LogConfig>,
+    /// Where the message logs go, with their configuration; and the journals' configurations
+    /// (with their files kept open between commits, and closed). Each shared by every topic of
+    /// the shard.
+    pub messages: Rc<MessageLogs<S>>,
     pub journal_configs: [Rc<LogConfig>; 2],
     /// Fires when a topic's journal finishes opening (see `LazyJournal`).
     pub journal_opened: Notify,
@@ -36,6 +38,11 @@ pub struct TopicStore<S: Storage> {
 
 impl<S: Storage> TopicStore<S> {
     pub fn new(storage: S, directories: Rc<Directories>, log_config: LogConfig) -> TopicStore<S> {
+        let messages = Rc::new(MessageLogs {
+            storage: storage.clone(),
+            directories: directories.clone(),
+            config: Rc::new(log_config.clone()),
+        });
         TopicStore {
             storage,
             directories,
@@ -59,7 +66,7 @@ impl<S: Storage> TopicStore<S> {
                     ..log_config.clone()
                 })
             }),
-            log_config: Rc::new(log_config),
+            messages,
             journal_opened: Notify::new(),
             outstanding: ShardOutstanding::new(OutstandingLimits::default()),
             publish_rate: super::rate::ShardPublishRate::new(),
@@ -111,7 +118,7 @@ impl<S: Storage> TopicStore<S> {
     /// `ResourceExhausted`, as a publish would tell it.
     fn check_room(&self, name: &str) -> Result<(), TopicError> {
         let needed_bytes =
-            self.log_config.segment_bytes_initial + self.journal_configs[0].segment_bytes_initial;
+            self.messages.config.segment_bytes_initial + self.journal_configs[0].segment_bytes_initial;
         let free: Vec<(usize, u64)> = (0..self.directories.count())
             .filter(|copy| !self.directories.is_fenced(*copy))
             .map(|copy| (copy, self.storage.free_bytes(self.directories.path(copy)).unwrap_or(u64::MAX)))
@@ -137,13 +144,6 @@ impl<S: Storage> TopicStore<S> {
         keep_files_open: bool,
         folders: &[PathBuf],
     ) -> Result<TopicState<S>, TopicError> {
-        let relative = topic_folder(topic_id);
-        // Out of space, quota or descriptors says nothing about the data: `ResourceExhausted`,
-        // to retry once the resource is back. Anything else failing here is `DataLoss`.
-        let failed = |what: String, error: LogError| match error {
-            LogError::NoSpace(why) => TopicError::NoSpace { what, why },
-            error => TopicError::Damaged { what, error },
-        };
         self.storage.create_dirs_durable(folders).await.map_err(|error| {
             let what = format!("topic '{name}': making its folders");
             if crate::log::is_no_space(&error) {
@@ -152,37 +152,8 @@ impl<S: Storage> TopicStore<S> {
                 failed(what, LogError::Io(error.to_string()))
             }
         })?;
-        let (log, report) = Log::open(
-            self.storage.clone(),
-            self.directories.clone(),
-            &relative.join("messages"),
-            messages_log_id(topic_id),
-            self.log_config.clone(),
-        )
-        .await
-        .map_err(|error| failed(format!("topic '{name}'"), error))?;
-        report_recovery(name, "messages", &report);
         let journal_config = self.journal_configs[usize::from(!keep_files_open)].clone();
-        let (journal, report) = Log::open(
-            self.storage.clone(),
-            self.directories.clone(),
-            &journal_folder(topic_id),
-            journal_log_id(topic_id),
-            journal_config.clone(),
-        )
-        .await
-        .map_err(|error| failed(format!("topic '{name}' journal"), error))?;
-        report_recovery(name, "journal", &report);
-        let (recovered, snapshots) = replay_journal(&journal, name).await?;
-        // An empty journal is opened again when a subscriber first acknowledges something.
-        let slot = if journal.is_empty() {
-            JournalSlot::Closed
-        } else {
-            let mut open = OpenJournal::new(journal);
-            open.recovered = recovered;
-            open.snapshots = snapshots;
-            JournalSlot::Open(open)
-        };
+        let (log, slot) = self.open_found_logs(topic_id, name, journal_config.clone()).await?;
         let journal = LazyJournal {
             log: RefCell::new(slot),
             config: journal_config,
@@ -209,6 +180,54 @@ impl<S: Storage> TopicStore<S> {
             gate: Default::default(),
             schema: RefCell::default(),
         })
+    }
+
+    /// A topic's logs as found on disk (a new topic's folders are empty): a message log never
+    /// written to is dropped, to be made again on first use (`MessageLog`), and so is an empty
+    /// journal.
+    async fn open_found_logs(
+        &self,
+        topic_id: TopicId,
+        name: &str,
+        journal_config: Rc<LogConfig>,
+    ) -> Result<(MessageLog<S>, JournalSlot<S>), TopicError> {
+        let messages = &self.messages;
+        let (log, report) = Log::open(
+            self.storage.clone(),
+            self.directories.clone(),
+            &topic_folder(topic_id).join("messages"),
+            messages_log_id(topic_id),
+            messages.config.clone(),
+        )
+        .await
+        .map_err(|error| failed(format!("topic '{name}'"), error))?;
+        report_recovery(name, "messages", &report);
+        let log = if log.is_empty() && report.copies_fenced.is_empty() {
+            MessageLog::empty(messages.clone(), topic_id)
+        } else {
+            MessageLog::opened(log, messages.clone(), topic_id)
+        };
+        let (journal, report) = Log::open(
+            self.storage.clone(),
+            self.directories.clone(),
+            &journal_folder(topic_id),
+            journal_log_id(topic_id),
+            journal_config,
+        )
+        .await
+        .map_err(|error| failed(format!("topic '{name}' journal"), error))?;
+        report_recovery(name, "journal", &report);
+        let (recovered, snapshots) = replay_journal(&journal, name).await?;
+        // An empty journal is opened again when a subscriber first acknowledges something.
+        let slot = if journal.is_empty() {
+            JournalSlot::Closed
+        } else {
+            let mut open = OpenJournal::new(journal);
+            open.recovered = recovered;
+            open.snapshots = snapshots;
+            JournalSlot::Open(open)
+        };
+        Ok((log, slot))
     }
 
     /// Removes a detached topic's files, in the background: its closed segments first, through
@@ -264,6 +283,15 @@ impl<S: Storage> TopicState<S> {
 /// Each subscription's acknowledgements and seeks, in order, applied when the router attaches
 /// it with the sync point the catalog recorded; and the topic's live snapshots.
 #[allow(clippy::type_complexity)]
+/// Out of space, quota or descriptors says nothing about the data: `ResourceExhausted`, to
+/// retry once the resource is back. Anything else failing to open a topic is `DataLoss`.
+fn failed(what: String, error: LogError) -> TopicError {
+    match error {
+        LogError::NoSpace(why) => TopicError::NoSpace { what, why },
+        error => TopicError::Damaged { what, error },
+    }
+}
+
 async fn replay_journal<S: Storage>(
     journal: &Log<S>,
     name: &str,
