@@ -633,7 +633,7 @@ pub(super) fn check_healed(world: &World, state: &CatalogState, members: &[u64])
     }
     let mut spread = world.spread.borrow_mut();
     for (name, count) in &spread.counts {
-        let Some(topic) = state.topics.get(name) else { continue };
+        let Some(topic) = state.topics.get(name.as_str()) else { continue };
         let (have, active) = (state.source_count(topic.id) as u32, state.active_sources(topic.id));
         let asked = spread.asked.get(name).cloned().unwrap_or_default();
         assert!(

@@ -1227,9 +1227,9 @@ fn check_holds(
     let model = world.model.borrow();
     for (topic, name, known_id) in expected {
         let (resource, found) = if *topic {
-            (&model.topics[name], state.topics.get(name).map(|record| record.id.get()))
+            (&model.topics[name], state.topics.get(name.as_str()).map(|record| record.id.get()))
         } else {
-            (&model.subscriptions[name], state.subscriptions.get(name).map(|record| record.id))
+            (&model.subscriptions[name], state.subscriptions.get(name.as_str()).map(|record| record.id))
         };
         if resource.known != Known::Present {
             continue;
@@ -1389,11 +1389,17 @@ async fn change(
         .router
         .catalog_state()
         .topics
-        .get(&name)
+        .get(name.as_str())
         .map(|record| record.id.get())
         .filter(|_| topic)
         .or_else(|| {
-            serving.router.catalog_state().subscriptions.get(&name).map(|record| record.id).filter(|_| !topic)
+            serving
+                .router
+                .catalog_state()
+                .subscriptions
+                .get(name.as_str())
+                .map(|record| record.id)
+                .filter(|_| !topic)
         });
     let seed = world.seed;
     // Answered sooner than that wait, the node had applied it: a client's next read there sees
@@ -2406,7 +2412,7 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
         (
             &model.subscriptions,
             Box::new(|name: &str| {
-                state.subscriptions.get(name).map(|record| (record.id, record.topic_name.clone()))
+                state.subscriptions.get(name).map(|record| (record.id, record.topic_name.to_string()))
             }),
         ),
     ] {
@@ -2429,7 +2435,9 @@ async fn check_healed(world: &Rc<World>) -> CatalogState {
     }
     for name in state.topics.keys().chain(state.subscriptions.keys()) {
         assert!(
-            name == "last" || model.topics.contains_key(name) || model.subscriptions.contains_key(name),
+            &**name == "last"
+                || model.topics.contains_key(&**name)
+                || model.subscriptions.contains_key(&**name),
             "seed {seed}: the catalog holds {name}, never created"
         );
     }

@@ -278,7 +278,7 @@ fn catalog_entries() -> Vec<CatalogEntry> {
 fn catalog_entries_before_the_gate() -> Vec<CatalogEntry> {
     let topic = TopicRecord {
         id: TopicId::new(5),
-        name: "projects/p/topics/orders".to_owned(),
+        name: "projects/p/topics/orders".into(),
         message_retention_seconds: 3600,
         shard: ShardId::from_global(0x1_0001),
         created_ms: 1_700_000_000_000,
@@ -288,7 +288,7 @@ fn catalog_entries_before_the_gate() -> Vec<CatalogEntry> {
     };
     let subscription = SubscriptionRecord {
         id: 6,
-        name: "projects/p/subscriptions/billing".to_owned(),
+        name: "projects/p/subscriptions/billing".into(),
         topic_id: TopicId::new(5),
         topic_name: topic.name.clone(),
         start_offset: 40,
@@ -389,7 +389,7 @@ fn catalog_entries_before_the_gate() -> Vec<CatalogEntry> {
         source_deleted(),
         CatalogEntry::SubscriptionCreated(SubscriptionRecord {
             id: 9,
-            name: "projects/p/subscriptions/audit".to_owned(),
+            name: "projects/p/subscriptions/audit".into(),
             source_starts: vec![(crate::ids::SourceId::new(1).unwrap(), 17)],
             ..subscription.clone()
         }),

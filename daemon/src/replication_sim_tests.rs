@@ -781,7 +781,7 @@ fn simulate(seed: u64) {
     let mut catalog = CatalogState::default();
     catalog.apply(CatalogEntry::TopicCreated(TopicRecord {
         id: TOPIC_ID,
-        name: TOPIC.to_owned(),
+        name: TOPIC.into(),
         message_retention_seconds: 0,
         shard: shard_of(leader),
         created_ms: sim::EPOCH_MS,

@@ -364,7 +364,7 @@ fn check_recovered(node: &Node, model: &mut Model, crash: u64) {
     let state = node.router.catalog_state();
     let mut claims = Vec::new();
     for (name, topic) in &mut model.topics {
-        let found = state.topics.get(name).map(|record| (record.id, record.shard));
+        let found = state.topics.get(name.as_str()).map(|record| (record.id, record.shard));
         match (topic.known, found) {
             (Known::Present, found) => {
                 assert_eq!(found, topic.placed, "seed {seed}: topic {name} after a restart (id, shard)")
@@ -383,7 +383,8 @@ fn check_recovered(node: &Node, model: &mut Model, crash: u64) {
         }
     }
     for (name, subscription) in &mut model.subscriptions {
-        let found = state.subscriptions.get(name).map(|record| (record.id, record.topic_name.clone()));
+        let found =
+            state.subscriptions.get(name.as_str()).map(|record| (record.id, record.topic_name.to_string()));
         let expected = subscription.id.map(|id| (id, subscription.topic.clone()));
         match (subscription.known, found) {
             (Known::Present, found) => {
@@ -476,7 +477,7 @@ async fn create_topic(router: &Router<SimDisk>, model: &RefCell<Model>) {
     let topic = TopicModel { known: Known::Unknown, placed: None, publishes: BTreeMap::new() };
     model.borrow_mut().topics.insert(name.clone(), topic);
     let result = router.create_topic(Topic { name: name.clone(), ..Default::default() }).await;
-    let placed = router.catalog_state().topics.get(&name).map(|record| (record.id, record.shard));
+    let placed = router.catalog_state().topics.get(name.as_str()).map(|record| (record.id, record.shard));
     let mut model = model.borrow_mut();
     model.record(&format!("create {name}: {} {placed:?}", outcome(&result)));
     if result.is_ok() {
@@ -518,7 +519,8 @@ async fn create_subscription(router: &Router<SimDisk>, model: &RefCell<Model>, t
         detached: false,
     };
     let result = router.create_subscription(request).await;
-    let record = router.catalog_state().subscriptions.get(&name).map(|record| (record.id, record.topic_id));
+    let record =
+        router.catalog_state().subscriptions.get(name.as_str()).map(|record| (record.id, record.topic_id));
     let mut model = model.borrow_mut();
     let seed = model.seed;
     model.record(&format!("create {name} on {topic}: {} {record:?}", outcome(&result)));

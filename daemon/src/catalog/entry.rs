@@ -14,6 +14,7 @@
 use super::schemas::{self, SchemaEntry};
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::{NodeId, ShardId, SnapshotId, SourceId, TopicId, SOURCES_PER_TOPIC_MAX};
+use std::rc::Rc;
 
 const KIND_BOOT: u8 = 1;
 const KIND_TOPIC_CREATED: u8 = 2;
@@ -110,7 +111,7 @@ pub type Labels = std::collections::BTreeMap<String, String>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {
     pub id: TopicId,
-    pub name: String,
+    pub name: Rc<str>,
     /// 0: not set (messages are kept until every subscription has acknowledged them).
     pub message_retention_seconds: u64,
     /// The forwarder shard that serves the topic, as decided when it was created.
@@ -273,10 +274,10 @@ pub struct OidcToken {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriptionRecord {
     pub id: u64,
-    pub name: String,
+    pub name: Rc<str>,
     pub topic_id: TopicId,
     /// The topic's name when the subscription was created (the topic may be deleted since).
-    pub topic_name: String,
+    pub topic_name: Rc<str>,
     /// The sync point: the subscription receives every message at or after this offset.
     pub start_offset: u64,
     pub settings: SubscriptionSettings,
@@ -703,7 +704,7 @@ impl CatalogEntry {
             KIND_BOOT => CatalogEntry::Boot { count: d.u32()? },
             KIND_TOPIC_CREATED => CatalogEntry::TopicCreated(TopicRecord {
                 id: TopicId::new(d.u64()?),
-                name: d.str()?,
+                name: d.str()?.into(),
                 message_retention_seconds: d.u64()?,
                 shard: SHARD_UNPLACED,
                 created_ms: 0,
@@ -713,7 +714,7 @@ impl CatalogEntry {
             }),
             KIND_TOPIC_CREATED_PLACED => CatalogEntry::TopicCreated(TopicRecord {
                 id: TopicId::new(d.u64()?),
-                name: d.str()?,
+                name: d.str()?.into(),
                 message_retention_seconds: d.u64()?,
                 shard: ShardId::from_global(d.u32()?),
                 created_ms: d.u64()?,
@@ -725,9 +726,9 @@ impl CatalogEntry {
             KIND_TOPIC_DELETED => CatalogEntry::TopicDeleted { id: TopicId::new(d.u64()?) },
             KIND_SUBSCRIPTION_CREATED => CatalogEntry::SubscriptionCreated(SubscriptionRecord {
                 id: d.u64()?,
-                name: d.str()?,
+                name: d.str()?.into(),
                 topic_id: TopicId::new(d.u64()?),
-                topic_name: d.str()?,
+                topic_name: d.str()?.into(),
                 start_offset: d.u64()?,
                 settings: decode_settings(&mut d)?,
                 created_ms: 0,
@@ -884,7 +885,16 @@ fn decode_replicated_topic(d: &mut Decoder) -> DecodeResult<TopicRecord> {
     }
     let epoch = d.u64()?;
     let labels = decode_labels_trailer(d)?;
-    Ok(TopicRecord { id, name, message_retention_seconds, shard, created_ms, labels, replicas, epoch })
+    Ok(TopicRecord {
+        id,
+        name: name.into(),
+        message_retention_seconds,
+        shard,
+        created_ms,
+        labels,
+        replicas,
+        epoch,
+    })
 }
 
 /// A source's addition (`KIND_SOURCE_ADDED`), after its kind.
@@ -971,9 +981,9 @@ fn decode_replicas(d: &mut Decoder) -> DecodeResult<Vec<ShardId>> {
 fn decode_subscription_created_at(d: &mut Decoder) -> DecodeResult<SubscriptionRecord> {
     let mut record = SubscriptionRecord {
         id: d.u64()?,
-        name: d.str()?,
+        name: d.str()?.into(),
         topic_id: TopicId::new(d.u64()?),
-        topic_name: d.str()?,
+        topic_name: d.str()?.into(),
         start_offset: d.u64()?,
         settings: decode_settings(d)?,
         created_ms: d.u64()?,

@@ -13,7 +13,7 @@ fn forwarder(node: u64, local: u32) -> ShardId {
 pub(super) fn topic(id: u64, local: u32) -> CatalogEntry {
     CatalogEntry::TopicCreated(TopicRecord {
         id: TopicId::new(id),
-        name: format!("topic-{id}"),
+        name: format!("topic-{id}").into(),
         message_retention_seconds: 0,
         shard: forwarder(1, local),
         created_ms: 1_700_000_000_000 + id,
@@ -26,9 +26,9 @@ pub(super) fn topic(id: u64, local: u32) -> CatalogEntry {
 fn subscription(id: u64, topic_id: u64) -> CatalogEntry {
     CatalogEntry::SubscriptionCreated(SubscriptionRecord {
         id,
-        name: format!("subscription-{id}"),
+        name: format!("subscription-{id}").into(),
         topic_id: TopicId::new(topic_id),
-        topic_name: format!("topic-{topic_id}"),
+        topic_name: format!("topic-{topic_id}").into(),
         start_offset: id * 3,
         settings: SubscriptionSettings { ack_deadline_seconds: 10, ..Default::default() },
         created_ms: 0,
@@ -446,7 +446,7 @@ fn push_configurations_round_trip_in_entries_and_checkpoints() {
             assert_eq!(CatalogEntry::decode(&created.encode()), Ok(created.clone()), "{push:?}");
             let updated = CatalogEntry::SubscriptionUpdated {
                 id: 5,
-                name: record.name.clone(),
+                name: record.name.to_string(),
                 settings: record.settings,
             };
             assert_eq!(CatalogEntry::decode(&updated.encode()), Ok(updated.clone()), "{push:?}");
@@ -525,7 +525,7 @@ fn a_push_configurations_project_follows_it_only_when_it_is_not_the_default() {
     let update = |project: &str| {
         let mut settings = record.settings.clone();
         settings.push.as_mut().unwrap().project = project.into();
-        CatalogEntry::SubscriptionUpdated { id: 5, name: record.name.clone(), settings }
+        CatalogEntry::SubscriptionUpdated { id: 5, name: record.name.to_string(), settings }
     };
     let default_update = update(crate::catalog::PUSH_PROJECT_DEFAULT).encode();
     let other_update = update("my-proj").encode();
@@ -544,7 +544,7 @@ async fn create_topics(catalog: &Catalog<SimDisk>, count: usize) -> Vec<TopicId>
         let id = TopicId::new(catalog.allocate_id());
         let record = TopicRecord {
             id,
-            name: format!("t{id:x}"),
+            name: format!("t{id:x}").into(),
             message_retention_seconds: 0,
             shard: forwarder(1, 0),
             created_ms: 0,
@@ -569,7 +569,7 @@ fn an_old_catalog_is_imported_once() {
         let old_topic = |id: u64| {
             CatalogEntry::TopicCreated(TopicRecord {
                 id: TopicId::new(id),
-                name: format!("old-{id:x}"),
+                name: format!("old-{id:x}").into(),
                 message_retention_seconds: 60,
                 shard: entry::SHARD_UNPLACED,
                 created_ms: 0,
@@ -599,9 +599,9 @@ fn an_old_catalog_is_imported_once() {
             let state = catalog.state();
             assert_eq!(state.topics.len(), 2);
             assert!(state.topics.values().all(|topic| topic.shard.global() < 2), "placed at the import");
-            assert_eq!(state.topics[&format!("old-{first:x}")].message_retention_seconds, 60);
+            assert_eq!(state.topics[format!("old-{first:x}").as_str()].message_retention_seconds, 60);
             assert_eq!(
-                state.subscriptions[&format!("subscription-{}", second + 1)].start_offset,
+                state.subscriptions[format!("subscription-{}", second + 1).as_str()].start_offset,
                 (second + 1) * 3
             );
         }
@@ -719,7 +719,7 @@ fn raft_entries_at(term: u64, first: u64, count: u64) -> Vec<raft::Entry> {
     let entry = |index: u64| {
         let mut created = topic(index, 0);
         if let CatalogEntry::TopicCreated(record) = &mut created {
-            record.name = format!("{index:0>200}");
+            record.name = format!("{index:0>200}").into();
         }
         raft::Entry {
             log_id: LogId::new(openraft::vote::leader_id_adv::LeaderId { term, node_id: 1 }, index),

@@ -90,7 +90,8 @@ impl CatalogState {
     /// when it is not the topic's own log.
     pub fn unit_shown(&self, id: TopicId) -> String {
         let (topic_id, number) = self.unit_of(id);
-        let name = self.topic_names.get(&topic_id).map_or_else(|| format!("{topic_id:x}"), Clone::clone);
+        let name =
+            self.topic_names.get(&topic_id).map_or_else(|| format!("{topic_id:x}"), |name| name.to_string());
         if number == SourceId::FIRST {
             format!("topic '{name}'")
         } else {

@@ -348,10 +348,12 @@ fn voters_under_cut_offs_losses_and_crashes_keep_every_acknowledged_write() {
                 let states: Vec<CatalogState> =
                     machines.values().map(|machine| machine.state.borrow().clone()).collect();
                 if states.windows(2).all(|pair| pair[0] == pair[1])
-                    && states[0].topics.contains_key(&format!("topic-{last}"))
+                    && states[0].topics.contains_key(format!("topic-{last}").as_str())
                 {
-                    let missing: Vec<&String> =
-                        acknowledged.iter().filter(|name| !states[0].topics.contains_key(*name)).collect();
+                    let missing: Vec<&String> = acknowledged
+                        .iter()
+                        .filter(|name| !states[0].topics.contains_key(name.as_str()))
+                        .collect();
                     assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
                     break;
                 }

@@ -86,8 +86,10 @@ pub fn drain_status(state: &CatalogState, catalog_leader: Option<NodeId>) -> Vec
                 ..NodeDrain::default()
             };
             // Each unit led there: a topic's own log by its name, a later source as `topic#n`.
-            let topics =
-                state.topics.values().map(|topic| (topic.shard, topic.replicas.len(), topic.name.clone()));
+            let topics = state
+                .topics
+                .values()
+                .map(|topic| (topic.shard, topic.replicas.len(), topic.name.to_string()));
             let sources = state.sources.values().filter_map(|source| {
                 let topic = state.topic_by_id(source.topic_id)?;
                 Some((source.shard, source.replicas.len(), source_key(&topic.name, source.source.get())))

@@ -210,7 +210,7 @@ impl<S: Storage> Router<S> {
             .iter()
             .filter_map(|(id, bounds)| {
                 Some(FollowedTopic {
-                    name: state.topic_by_id(*id)?.name.clone(),
+                    name: state.topic_by_id(*id)?.name.to_string(),
                     sources: state.source_count(*id) as u32,
                     bounds: *bounds,
                     last_decision: following.topics.get(id).and_then(|followed| followed.state.last),

@@ -188,8 +188,10 @@ impl<S: Storage> Router<S> {
     pub(super) async fn commit_passes(&self, topic_id: TopicId, answers: &[Answer]) {
         let (gate, after, waiting) = {
             let state = self.state.borrow();
-            let waiting: Vec<(u64, String)> =
-                state.gated_subscriptions(topic_id).map(|record| (record.id, record.name.clone())).collect();
+            let waiting: Vec<(u64, String)> = state
+                .gated_subscriptions(topic_id)
+                .map(|record| (record.id, record.name.to_string()))
+                .collect();
             (state.source_gate(topic_id), state.active_sources(topic_id), waiting)
         };
         let units = self.units_of(topic_id);

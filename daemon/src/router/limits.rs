@@ -160,7 +160,7 @@ impl<S: Storage> Router<S> {
                 let on_topic = state.subscriptions_served_by(topic_id).count()
                     + creating.subscriptions_by_topic.get(&topic_id).copied().unwrap_or(0);
                 if on_topic >= limits.subscriptions_per_topic_max {
-                    let topic = state.topic_names.get(&topic_id).map_or("the topic", String::as_str);
+                    let topic = state.topic_names.get(&topic_id).map_or("the topic", |name| &**name);
                     return Err(beyond_limit(
                         &format!("topic '{topic}'"),
                         on_topic,

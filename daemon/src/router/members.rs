@@ -201,9 +201,9 @@ fn units_held(state: &crate::catalog::CatalogState, node_id: NodeId, single_only
     let topics = state.topics.values().filter(|topic| holds(topic.shard, &topic.replicas));
     let sources = state.sources.values().filter(|source| holds(source.shard, &source.replicas));
     topics
-        .map(|topic| topic.name.clone())
+        .map(|topic| topic.name.to_string())
         .chain(sources.map(|source| {
-            let topic = state.topic_names.get(&source.topic_id).map_or("?", String::as_str);
+            let topic = state.topic_names.get(&source.topic_id).map_or("?", |name| &**name);
             crate::catalog::placement::source_key(topic, source.source.get())
         }))
         .collect()

@@ -83,8 +83,11 @@ impl<S: Storage> Router<S> {
         // A shard serves one source of a topic: none holding another of the topic's units.
         let (topic_id, number) = self.state.borrow().unit_of(topic.id);
         let others = self.state.borrow().shards_of_other_units(topic.id);
-        let key =
-            if topic_id == topic.id { topic.name.clone() } else { source_key(&topic.name, number.get()) };
+        let key = if topic_id == topic.id {
+            topic.name.clone()
+        } else {
+            source_key(&topic.name, number.get()).into()
+        };
         let heard = self.catalog.voters_heard_within(super::elections::SOURCE_FAILURE_TIMEOUT);
         self.place(&key)
             .into_iter()
@@ -189,7 +192,7 @@ async fn add_replica<M: Mover>(mover: &M, topic_id: TopicId, target: ShardId) ->
     let (source, active) = mover.catalog().unit_source_and_active(topic_id);
     let attach = ControlRequest::AttachReplica {
         topic_id,
-        name: topic.name.clone(),
+        name: topic.name.to_string(),
         retention_seconds: topic.message_retention_seconds,
         recovering: false,
         source,

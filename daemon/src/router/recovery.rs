@@ -50,7 +50,7 @@ impl<S: Storage> Router<S> {
                 shard,
                 ControlRequest::AttachTopic {
                     topic_id: topic.id,
-                    name: topic.name.clone(),
+                    name: topic.name.to_string(),
                     retention_seconds: topic.message_retention_seconds,
                     recovering: true,
                     source: crate::ids::SourceId::FIRST,
@@ -203,7 +203,9 @@ impl<S: Storage> Router<S> {
                 .values()
                 .filter(|source| source.replicas.len() <= 1)
                 .filter(|source| source.shard.node() == node && source.shard.local() >= shards)
-                .filter_map(|source| Some((source.clone(), state.topic_by_id(source.topic_id)?.name.clone())))
+                .filter_map(|source| {
+                    Some((source.clone(), state.topic_by_id(source.topic_id)?.name.to_string()))
+                })
                 .collect();
             (gone, placement)
         };

@@ -175,7 +175,7 @@ impl<S: Storage> Router<S> {
         let leader = *replicas.iter().find(|shard| attached.contains(shard)).expect("a quorum attached");
         let record = TopicRecord {
             id,
-            name: name.to_owned(),
+            name: name.into(),
             message_retention_seconds: retention,
             shard: leader,
             created_ms: super::wall_ms(),
@@ -344,7 +344,7 @@ impl<S: Storage> Router<S> {
         let (source, active) = self.state.borrow().unit_source_and_active(topic.id);
         ControlRequest::AttachReplica {
             topic_id: topic.id,
-            name: topic.name.clone(),
+            name: topic.name.to_string(),
             retention_seconds: topic.message_retention_seconds,
             recovering: true,
             source,

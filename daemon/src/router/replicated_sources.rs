@@ -218,7 +218,7 @@ mod tests {
             );
             let state = cluster.catalog();
             let source = state.unit_by_id(SOURCE).unwrap();
-            assert_eq!((source.shard, source.epoch, source.name.as_str()), (shard(3, 1), 2, "hot"));
+            assert_eq!((source.shard, source.epoch, &*source.name), (shard(3, 1), 2, "hot"));
             assert_eq!(state.unit_of(SOURCE), (TOPIC, SourceId::new(1).unwrap()));
             let topic = state.topic_by_id(TOPIC).unwrap();
             assert_eq!((topic.shard, topic.epoch), (shard(2, 0), 1), "the topic's own log is not elected");

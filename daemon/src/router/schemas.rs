@@ -259,7 +259,7 @@ impl<S: Storage> Router<S> {
     pub fn topics_schema_settings(&self, topics: &[String]) -> Vec<Option<SchemaSettings>> {
         let state = self.state.borrow();
         let settings_of = |name: &String| {
-            let topic = state.topics.get(name)?;
+            let topic = state.topics.get(name.as_str())?;
             state.topic_schemas.get(&topic.id).cloned()
         };
         topics.iter().map(settings_of).collect()

@@ -67,7 +67,7 @@ impl<S: Storage> Router<S> {
             SnapshotRecord { id, name: name.to_owned(), topic_id: topic.id, expire_time_ms, labels };
         let response = Snapshot {
             name: name.to_owned(),
-            topic: topic.name,
+            topic: topic.name.to_string(),
             expire_time_ms,
             labels: snapshot.labels.clone(),
         };
@@ -148,7 +148,12 @@ pub(super) fn snapshot_taken_ms(snapshot: &SnapshotRecord) -> u64 {
 pub(super) fn snapshot_message(state: &CatalogState, snapshot: &SnapshotRecord) -> Snapshot {
     Snapshot {
         name: snapshot.name.clone(),
-        topic: state.topic_names.get(&snapshot.topic_id).cloned().unwrap_or_else(|| DELETED_TOPIC.into()),
+        topic: state
+            .topic_names
+            .get(&snapshot.topic_id)
+            .cloned()
+            .unwrap_or_else(|| DELETED_TOPIC.into())
+            .to_string(),
         expire_time_ms: snapshot.expire_time_ms,
         labels: snapshot.labels.clone(),
     }

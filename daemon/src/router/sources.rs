@@ -29,7 +29,7 @@ pub(super) type UnitAnswer = (Unit, u64, Vec<(u64, u64)>);
 pub(super) fn attach_subscription(record: &SubscriptionRecord, unit: &Unit) -> ControlRequest {
     ControlRequest::AttachSubscription {
         subscription_id: record.id,
-        name: record.name.clone(),
+        name: record.name.to_string(),
         topic_id: unit.id,
         settings: record.settings.clone(),
         create: false,
@@ -226,7 +226,7 @@ impl<S: Storage> Router<S> {
         let unit = Unit { id: record.id, source, shard: record.shard };
         let attach = ControlRequest::AttachTopic {
             topic_id: unit.id,
-            name: topic.name.clone(),
+            name: topic.name.to_string(),
             retention_seconds: topic.message_retention_seconds,
             recovering: false,
             source,
@@ -339,7 +339,7 @@ impl<S: Storage> Router<S> {
         try_for_each_concurrent(sources, RECOVERY_ATTACHES_IN_FLIGHT_MAX, |(source, topic)| async move {
             let attach = ControlRequest::AttachTopic {
                 topic_id: source.id,
-                name: topic.name.clone(),
+                name: topic.name.to_string(),
                 retention_seconds: topic.message_retention_seconds,
                 recovering: true,
                 source: source.source,
@@ -386,7 +386,7 @@ impl<S: Storage> Router<S> {
         for unit in &units {
             let key = match unit.source {
                 SourceId::FIRST => topic.name.clone(),
-                source => source_key(&topic.name, source.get()),
+                source => source_key(&topic.name, source.get()).into(),
             };
             let forwarders = self.lookup(&key, unit.id, local, client)?;
             sources.push(SourceRoute { source: unit.source, forwarders });

@@ -89,8 +89,10 @@ impl<S: Storage> Router<S> {
         {
             let state = self.state.borrow();
             for topic in &mut response.topics {
-                topic.several_sources =
-                    state.topics.get(&topic.name).is_some_and(|record| state.source_count(record.id) > 1);
+                topic.several_sources = state
+                    .topics
+                    .get(topic.name.as_str())
+                    .is_some_and(|record| state.source_count(record.id) > 1);
             }
         }
         // By name, then source: a topic of several sources on this node's shards lists them in order.
@@ -192,7 +194,7 @@ impl<S: Storage> Router<S> {
         let state = self.catalog.state();
         let mut rows = state.topics.values().flat_map(|topic| {
             let own = TopicPlacement {
-                name: topic.name.clone(),
+                name: topic.name.to_string(),
                 leader_node: topic.shard.node(),
                 epoch: topic.epoch,
                 replica_nodes: topic.replica_shards().iter().map(|shard| shard.node()).collect(),

@@ -107,7 +107,7 @@ impl<S: Storage> Router<S> {
         }
         let record = SubscriptionRecord {
             id,
-            name: name.to_owned(),
+            name: name.into(),
             topic_id: topic.id,
             topic_name: topic.name.clone(),
             start_offset: starts[0].1,
@@ -147,11 +147,11 @@ impl<S: Storage> Router<S> {
                 // Not served, so not kept: the deletion is decided like any other, and the
                 // sources that took it drop it.
                 let (id, name) = (record.id, record.name.clone());
-                let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.clone() }).await;
+                let _ = self.propose(CatalogEntry::SubscriptionDeleted { id, name: name.to_string() }).await;
                 for unit in &units[..index] {
                     let detach = ControlRequest::DetachSubscription {
                         subscription_id: id,
-                        name: name.clone(),
+                        name: name.to_string(),
                         topic_id: unit.id,
                         deleted: true,
                     };
@@ -168,8 +168,8 @@ impl<S: Storage> Router<S> {
     pub(super) fn subscription_message(&self, record: &SubscriptionRecord) -> Subscription {
         let alive = !record.detached && self.state.borrow().topic_by_id(record.topic_id).is_some();
         Subscription {
-            name: record.name.clone(),
-            topic: if alive { record.topic_name.clone() } else { DELETED_TOPIC.to_owned() },
+            name: record.name.to_string(),
+            topic: if alive { record.topic_name.to_string() } else { DELETED_TOPIC.to_owned() },
             settings: record.settings.clone(),
             detached: record.detached,
         }
@@ -226,7 +226,7 @@ impl<S: Storage> Router<S> {
         validate_push_delivery(settings.push.is_some(), settings.enable_exactly_once_delivery)?;
         self.propose(CatalogEntry::SubscriptionUpdated {
             id: record.id,
-            name: record.name.clone(),
+            name: record.name.to_string(),
             settings: record.settings.clone(),
         })
         .await?;
@@ -256,7 +256,8 @@ impl<S: Storage> Router<S> {
     pub async fn expire_subscriptions(&self) {
         let Ok(stats) = self.stats().await else { return };
         for (name, idle_ms) in idle_everywhere(&stats) {
-            let record = self.state.borrow().subscriptions.get(&name).map(|record| (**record).clone());
+            let record =
+                self.state.borrow().subscriptions.get(name.as_str()).map(|record| (**record).clone());
             let Some(record) = record else { continue };
             let ttl_ms = record.settings.expiration_ttl_seconds.saturating_mul(1000);
             if idle_ms > ttl_ms {
@@ -326,7 +327,8 @@ impl<S: Storage> Router<S> {
 
     pub async fn delete_subscription(&self, name: &str) -> Result<(), ControlError> {
         let record = self.subscription_record(name)?;
-        self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.clone() }).await?;
+        self.propose(CatalogEntry::SubscriptionDeleted { id: record.id, name: record.name.to_string() })
+            .await?;
         // A detached subscription's forwarders dropped it already.
         let units = if record.detached { Vec::new() } else { self.units_of(record.topic_id) };
         for unit in units {
@@ -335,7 +337,7 @@ impl<S: Storage> Router<S> {
                     unit.shard,
                     ControlRequest::DetachSubscription {
                         subscription_id: record.id,
-                        name: record.name.clone(),
+                        name: record.name.to_string(),
                         topic_id: unit.id,
                         deleted: true,
                     },
@@ -367,7 +369,7 @@ impl<S: Storage> Router<S> {
                 .map(|(_, record)| &**record)
                 // A detached subscription is no longer one of its topic's.
                 .filter(|record| {
-                    topic_filter.is_empty() || (record.topic_name == topic_filter && !record.detached)
+                    topic_filter.is_empty() || (*record.topic_name == *topic_filter && !record.detached)
                 })
                 .filter(|record| visible(&record.name))
                 .take(page_size(request.page_size) + 1)
@@ -475,7 +477,7 @@ impl<S: Storage> Router<S> {
         if record.detached {
             return Ok(());
         }
-        let entry = CatalogEntry::SubscriptionDetached { id: record.id, name: record.name.clone() };
+        let entry = CatalogEntry::SubscriptionDetached { id: record.id, name: record.name.to_string() };
         if self.propose(entry).await? == Applied::Updated(false) {
             return Err(ControlError::not_found(format!(
                 "subscription '{name}' (deleted during the detach)"
@@ -484,7 +486,7 @@ impl<S: Storage> Router<S> {
         for unit in self.units_of(record.topic_id) {
             let request = ControlRequest::DetachSubscription {
                 subscription_id: record.id,
-                name: record.name.clone(),
+                name: record.name.to_string(),
                 topic_id: unit.id,
                 deleted: false,
             };

@@ -671,7 +671,7 @@ async fn reader_missing_on_source_1(disk: &SimDisk) -> Rc<Router<SimDisk>> {
     let unit = router.units_of(topic_id)[1];
     let detach = ControlRequest::DetachSubscription {
         subscription_id: record.id,
-        name: record.name.clone(),
+        name: record.name.to_string(),
         topic_id: unit.id,
         deleted: false,
     };

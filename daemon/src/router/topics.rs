@@ -73,7 +73,7 @@ impl<S: Storage> Router<S> {
         let Some(shard) = attached else { return Err(refusal) };
         let record = TopicRecord {
             id,
-            name: name.to_owned(),
+            name: name.into(),
             message_retention_seconds: retention,
             shard,
             created_ms: wall_ms(),
@@ -267,7 +267,7 @@ impl<S: Storage> Router<S> {
 /// `Router::topic_shown`'s).
 pub(super) fn topic_message(topic: &TopicRecord, sources: usize) -> Topic {
     Topic {
-        name: topic.name.clone(),
+        name: topic.name.to_string(),
         message_retention_seconds: topic.message_retention_seconds,
         labels: topic.labels.clone(),
         replicas: topic.replica_count() as u32,
