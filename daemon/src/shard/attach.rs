@@ -133,7 +133,13 @@ impl<S: Storage> Forwarder<S> {
         let name: Rc<str> = name.into();
         let now_ms = self.environment.clock.wall_ms();
         let entry = Rc::new(SubscriptionEntry::new(name.clone(), topic_id, &settings, state, filter, now_ms));
-        topic.subscriptions.borrow_mut().push(entry.clone());
+        let mut subscriptions = topic.subscriptions.borrow_mut();
+        // Room for exactly one at first (a vector's first push makes room for four): most
+        // topics have one subscription, and an idle topic's memory is bounded.
+        let first = subscriptions.is_empty();
+        subscriptions.reserve_exact(usize::from(first));
+        subscriptions.push(entry.clone());
+        drop(subscriptions);
         self.registry.subscriptions.borrow_mut().insert(name, (entry.clone(), topic));
         self.pushing.offer(&entry);
         Ok(ControlOk::SubscriptionStart(start.get()))
