@@ -260,6 +260,13 @@ impl<S: Storage> Log<S> {
         inner.segments.is_empty() && inner.positions.durable_end == 0 && inner.staging.staged.is_empty()
     }
 
+    /// Whether nothing of the log is on disk at all: it is empty and no manifest of it was
+    /// ever written, so it records no promise, truncation or removed segment either. Such a
+    /// log is what `Log::new_empty` makes, and may be dropped and made again that way.
+    pub fn is_pristine(&self) -> bool {
+        self.is_empty() && self.inner.borrow().manifest_sequence == 0 && self.is_fenced().is_none()
+    }
+
     /// Makes a log that never held anything (`is_empty`) start at `offset`: its first segment
     /// is made there and listed in the manifest, so a recovery finds it starting there too, as
     /// it finds a log whose older segments retention removed. For a new replica whose leader's

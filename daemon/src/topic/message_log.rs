@@ -136,6 +136,7 @@ mod tests {
     use super::*;
     use crate::log::tests::{directories, run};
     use crate::storage::sim::SimDisk;
+    use std::path::Path;
 
     /// A log not made answers what the log made for it answers: nothing reads an idle topic
     /// differently for its log not being there.
@@ -184,7 +185,34 @@ mod tests {
             )
             .await
             .unwrap();
-            assert_eq!(answers(&MessageLog::opened(opened, logs, TopicId::new(7))), before);
+            assert!(opened.is_pristine());
+            assert_eq!(answers(&MessageLog::opened(opened, logs.clone(), TopicId::new(7))), before);
+        });
+    }
+
+    /// A log that holds no message but recorded a promise (a replica's part in a fencing round)
+    /// is not pristine: made again empty, it would have forgotten the promise.
+    #[test]
+    fn a_log_that_only_recorded_a_promise_is_not_pristine() {
+        run(async {
+            let storage = SimDisk::new();
+            let directories = directories(3);
+            let open = || {
+                Log::open(
+                    storage.clone(),
+                    directories.clone(),
+                    Path::new("t/messages"),
+                    7,
+                    Rc::new(LogConfig::default()),
+                )
+            };
+            let (log, _) = open().await.unwrap();
+            assert!(log.is_pristine());
+            log.promise_epoch(crate::ids::Epoch::new(3)).await.unwrap();
+            drop(log);
+            let (reopened, _) = open().await.unwrap();
+            assert!(reopened.is_empty(), "it holds no message");
+            assert!(!reopened.is_pristine(), "but its manifest holds the promise");
         });
     }
 }

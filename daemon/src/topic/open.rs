@@ -182,9 +182,9 @@ impl<S: Storage> TopicStore<S> {
         })
     }
 
-    /// A topic's logs as found on disk (a new topic's folders are empty): a message log never
-    /// written to is dropped, to be made again on first use (`MessageLog`), and so is an empty
-    /// journal.
+    /// A topic's logs as found on disk (a new topic's folders are empty): a message log of
+    /// which nothing is on disk (`Log::is_pristine`; not one that only recorded a promise, say)
+    /// is dropped, to be made again on first use (`MessageLog`), and so is an empty journal.
     async fn open_found_logs(
         &self,
         topic_id: TopicId,
@@ -202,7 +202,7 @@ impl<S: Storage> TopicStore<S> {
         .await
         .map_err(|error| failed(format!("topic '{name}'"), error))?;
         report_recovery(name, "messages", &report);
-        let log = if log.is_empty() && report.copies_fenced.is_empty() {
+        let log = if log.is_pristine() && report.copies_fenced.is_empty() {
             MessageLog::empty(messages.clone(), topic_id)
         } else {
             MessageLog::opened(log, messages.clone(), topic_id)
