@@ -19,7 +19,8 @@ pub struct MessageLogs<S: Storage> {
 }
 
 /// A topic's message log, made when first used (`Deref`). The answers an idle topic is asked
-/// for often (its sweeps, stats and pulls) come from here without making it.
+/// for often (by its sweeps, stats, attaches and journal) come from here without making it; a
+/// streaming pull waiting on the topic makes it (it waits on the log's commit notice).
 pub struct MessageLog<S: Storage> {
     log: OnceCell<Log<S>>,
     logs: Rc<MessageLogs<S>>,
@@ -33,7 +34,8 @@ impl<S: Storage> MessageLog<S> {
         MessageLog { log: OnceCell::from(log), logs, id }
     }
 
-    /// The log of topic `id`, whose folders are new and empty: made on its first use.
+    /// The log of topic `id`, of which nothing is on disk (`Log::is_pristine`): made on its
+    /// first use.
     pub fn empty(logs: Rc<MessageLogs<S>>, id: TopicId) -> MessageLog<S> {
         MessageLog { log: OnceCell::new(), logs, id }
     }
