@@ -115,21 +115,7 @@ impl CatalogState {
                 self.place_topic(id, shard);
                 Applied::Done
             }
-            CatalogEntry::SubscriptionCreated(mut record) => {
-                if self.subscriptions.get(&record.name).is_some_and(|existing| existing.id != record.id) {
-                    return refused(format!("subscription '{}' exists", record.name));
-                }
-                self.take_id(record.id + 1);
-                // One copy of each name, shared by the maps and records that hold it: the
-                // subscription's copy of its topic's name is the topic's own.
-                let topic_name =
-                    self.topic_names.get(&record.topic_id).filter(|name| **name == record.topic_name);
-                if let Some(topic_name) = topic_name {
-                    record.topic_name = topic_name.clone();
-                }
-                self.subscriptions.insert(record.name.clone(), Box::new(record));
-                Applied::Done
-            }
+            CatalogEntry::SubscriptionCreated(record) => self.create_subscription(record),
             CatalogEntry::SubscriptionDeleted { id, name } => {
                 self.sources_passed.remove(&id);
                 Applied::SubscriptionDeleted(remove_record(&mut self.subscriptions, id, &name, |record| {
@@ -537,6 +523,21 @@ impl CatalogState {
             subscription.source_starts.retain(|(listed, _)| *listed != source);
         }
         Applied::Updated(true)
+    }
+
+    fn create_subscription(&mut self, mut record: SubscriptionRecord) -> Applied {
+        if self.subscriptions.get(&record.name).is_some_and(|existing| existing.id != record.id) {
+            return refused(format!("subscription '{}' exists", record.name));
+        }
+        self.take_id(record.id + 1);
+        // One copy of each name, shared by the maps and records that hold it: the
+        // subscription's copy of its topic's name is the topic's own.
+        let topic_name = self.topic_names.get(&record.topic_id).filter(|name| **name == record.topic_name);
+        if let Some(topic_name) = topic_name {
+            record.topic_name = topic_name.clone();
+        }
+        self.subscriptions.insert(record.name.clone(), Box::new(record));
+        Applied::Done
     }
 
     fn take_id(&mut self, next: u64) {
