@@ -20,8 +20,9 @@ pub fn catalog_log_config() -> LogConfig {
         segment_bytes_initial: 1 << 20,
         segment_bytes_max: 16 << 20,
         group_commit_bytes_max: 1 << 20,
-        // Its records are read at start, and a snapshot when a follower needs one: kept after
-        // each commit, they held up to 1 MiB that nothing read.
+        // Its records are read at start, a snapshot when a follower needs one, and raft entries
+        // older than those the raft store keeps (`store::Held::recent`): kept after each
+        // commit, they held up to 1 MiB that nothing read.
         tail_cache_bytes_max: 0,
         tail_cache_budget: None,
         staging_bytes_max: 16 << 20,

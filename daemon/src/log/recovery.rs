@@ -1084,9 +1084,9 @@ impl<S: Storage> Log<S> {
     }
 
     /// The log `open` returns for a folder nothing was ever written to, made without reading
-    /// it: for a topic just created, whose folders are new and empty (a log gets its first file,
-    /// the manifest, with its first segment). Not for a log with a reserve, which `open` looks
-    /// for on disk.
+    /// it: for a log found pristine (`is_pristine`) and dropped, made again at its first use (a
+    /// log gets its first file with its first segment). Not for a log with a reserve, which
+    /// `open` looks for on disk.
     pub fn new_empty(
         storage: S,
         directories: Rc<Directories>,
