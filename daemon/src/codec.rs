@@ -10,13 +10,6 @@ impl Encoder {
     pub fn new(kind: u8) -> Encoder {
         Encoder(vec![kind])
     }
-    /// An encoder whose buffer holds `capacity` bytes from the start: a message whose size is
-    /// known (a replica append's records) is written once, not copied at each doubling.
-    pub fn with_capacity(kind: u8, capacity: usize) -> Encoder {
-        let mut bytes = Vec::with_capacity(capacity.max(1));
-        bytes.push(kind);
-        Encoder(bytes)
-    }
     pub fn u8(&mut self, value: u8) -> &mut Self {
         self.0.push(value);
         self

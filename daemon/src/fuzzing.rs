@@ -435,7 +435,8 @@ fn raft_entries() -> Vec<Entry> {
 
 fn replica_samples() -> Vec<Vec<u8>> {
     let history = EpochHistory::of_epochs([1, 1, 3, 4]);
-    let chunk = |first_offset, epoch| Chunk { first_offset, epoch, record_count: 2, records: vec![7; 24] };
+    let chunk =
+        |first_offset, epoch| Chunk { first_offset, epoch, record_count: 2, records: vec![7; 24].into() };
     let requests = [
         ReplicaRequest::Sync {
             topic_id: TopicId::new(9),
@@ -756,7 +757,7 @@ mod tests {
             first_offset: Offset::new(u64::MAX - 1),
             epoch: Epoch::new(1),
             record_count: 2,
-            records: vec![7; 24],
+            records: vec![7; 24].into(),
         };
         let append = LogAppend {
             chunks: vec![chunk.clone()],
@@ -778,7 +779,7 @@ mod tests {
             first_offset: Offset::new(u64::MAX - 2),
             epoch: Epoch::new(1),
             record_count: 2,
-            records: vec![7; 24],
+            records: vec![7; 24].into(),
         };
         let answer = ReplicaAnswer::Read { chunks: vec![last], durable_end: Offset::new(0) };
         assert_eq!(ReplicaAnswer::decode(&answer.encode()), Ok(answer));

@@ -334,6 +334,26 @@ impl<S: Storage> Log<S> {
         records: Vec<u8>,
         record_count: u32,
     ) -> Result<(Offset, u32), LogError> {
+        self.append_records_from_leader(
+            leader_epoch,
+            first_offset,
+            epoch,
+            Records::Encoded(records),
+            record_count,
+        )
+        .await
+    }
+
+    /// `append_from_leader`, for records copied into the commit's buffer only when it is built
+    /// (`Records::Deferred`: a follower's records, still in the frame they arrived in).
+    pub async fn append_records_from_leader(
+        &self,
+        leader_epoch: Epoch,
+        first_offset: Offset,
+        epoch: Epoch,
+        records: Records,
+        record_count: u32,
+    ) -> Result<(Offset, u32), LogError> {
         let (leader_epoch, first_offset, epoch) = (leader_epoch.get(), first_offset.get(), epoch.get());
         {
             let inner = self.inner.borrow();
@@ -345,7 +365,7 @@ impl<S: Storage> Log<S> {
                 )));
             }
         }
-        self.stage(Records::Encoded(records), record_count, Some(epoch), Some(first_offset)).await
+        self.stage(records, record_count, Some(epoch), Some(first_offset)).await
     }
 
     /// Queues an append for the flush loop and waits for its commit. `epoch` None: the

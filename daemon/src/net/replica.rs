@@ -14,7 +14,7 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
 use ringpost_wire::frame::{access_body, decode_error, FrameBuffer, FrameHeader, FLAG_ERROR, FLAG_RESPONSE};
 use ringpost_wire::limits::{FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES};
-use ringpost_wire::messages::{AuthenticateRequest, PeerMessage};
+use ringpost_wire::messages::{ArchivedPeerMessage, AuthenticateRequest, PeerMessage};
 use ringpost_wire::Command;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -142,25 +142,28 @@ impl Transport for Rc<NativeTransport> {
         let channel = self.channel(&peer.address);
         let shard = peer.shard;
         Box::pin(async move {
-            let bytes = request.encode();
+            // An append is written into its frame from the batches its chunks hold; any other
+            // request is small, and encoded first.
+            let body = match request {
+                ReplicaRequest::Append { .. } => RequestBody::Append(request),
+                other => RequestBody::Encoded(PeerMessage { bytes: other.encode() }),
+            };
             // Sized for the records it carries, so that they are copied into it once.
-            let capacity = bytes.len() + PEER_MESSAGE_OVERHEAD_BYTES;
-            let answer = channel
-                .call(move |request_id| {
-                    ringpost_wire::encode_frame_sized(
-                        Command::Replica.code(),
-                        0,
-                        request_id,
-                        &PeerMessage { bytes },
-                        capacity,
-                    )
-                })
-                .await
-                .and_then(|body| {
-                    access_body::<PeerMessage>(&body)
-                        .map(|message| message.bytes.as_slice().to_vec())
-                        .map_err(Status::from)
-                });
+            let capacity = body.bytes() + PEER_MESSAGE_OVERHEAD_BYTES;
+            let code = Command::Replica.code();
+            let encode = move |request_id| match &body {
+                RequestBody::Append(request) => {
+                    ringpost_wire::encode_frame_sized(code, 0, request_id, &AppendMessage(request), capacity)
+                }
+                RequestBody::Encoded(message) => {
+                    ringpost_wire::encode_frame_sized(code, 0, request_id, message, capacity)
+                }
+            };
+            let answer = channel.call(encode).await.and_then(|body| {
+                access_body::<PeerMessage>(&body)
+                    .map(|message| message.bytes.as_slice().to_vec())
+                    .map_err(Status::from)
+            });
             let bytes = answer.map_err(|status| {
                 Status::new(status.code, format!("the replica on {shard}: {}", status.message))
             })?;
@@ -397,6 +400,55 @@ pub(crate) async fn present_secret<W: AsyncWrite + Unpin>(
     writer.flush().await.map_err(|error| format!("authenticating: {error}"))
 }
 
+/// A replica request's `PeerMessage` body, before its frame is built.
+enum RequestBody {
+    Append(ReplicaRequest),
+    Encoded(PeerMessage),
+}
+
+impl RequestBody {
+    /// The bytes of the request's encoding.
+    fn bytes(&self) -> usize {
+        match self {
+            RequestBody::Append(request) => request.append_bytes(),
+            RequestBody::Encoded(message) => message.bytes.len(),
+        }
+    }
+}
+
+/// An append as a frame's body: archived exactly as `PeerMessage { bytes: request.encode() }`
+/// is (the follower reads a `PeerMessage`), but its bytes are written into the frame in
+/// pieces (`ReplicaRequest::write_append`), so that each replicated byte is copied once on
+/// the leader, from the batch it holds into the frame, rather than into the encoding and then
+/// into the frame.
+struct AppendMessage<'a>(&'a ReplicaRequest);
+
+impl rkyv::Archive for AppendMessage<'_> {
+    type Archived = ArchivedPeerMessage;
+    type Resolver = rkyv::vec::VecResolver;
+
+    fn resolve(&self, resolver: Self::Resolver, out: rkyv::Place<Self::Archived>) {
+        rkyv::munge::munge!(let ArchivedPeerMessage { bytes } = out);
+        rkyv::vec::ArchivedVec::<u8>::resolve_from_len(self.0.append_bytes(), resolver, bytes);
+    }
+}
+
+impl<S: rkyv::rancor::Fallible + rkyv::ser::Writer + ?Sized> rkyv::Serialize<S> for AppendMessage<'_> {
+    fn serialize(&self, serializer: &mut S) -> Result<Self::Resolver, S::Error> {
+        // Bytes need no alignment: they start where the writer stands, as a `Vec<u8>`'s do.
+        let start = serializer.pos();
+        let mut written = Ok(());
+        self.0.write_append(&mut |piece| {
+            if written.is_ok() {
+                written = serializer.write(piece);
+            }
+        });
+        written?;
+        debug_assert_eq!(serializer.pos() - start, self.0.append_bytes(), "an append's size ahead");
+        Ok(rkyv::vec::VecResolver::from_pos(start))
+    }
+}
+
 /// Reads one response frame's header.
 pub(crate) async fn read_header<R: AsyncRead + Unpin>(reader: &mut R) -> Result<FrameHeader, String> {
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
@@ -491,5 +543,76 @@ impl crate::shard::dead_letters::RemotePublisher for RemoteDeadLetters {
             }
             Err(last)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Epoch, Offset, TopicId};
+    use crate::replication::protocol::{Chunk, HeldSlice, LogAppend, RecordBytes};
+
+    /// Records held in pieces, as a leader's chunks hold its batches.
+    fn held(pieces: &[&[u8]]) -> RecordBytes {
+        let holder: Rc<dyn AsRef<[u8]>> = Rc::new(pieces.concat());
+        let mut slices = Vec::new();
+        let mut start = 0;
+        for piece in pieces {
+            slices.push(HeldSlice::new(holder.clone(), start, start + piece.len()));
+            start += piece.len();
+        }
+        RecordBytes::Held(slices)
+    }
+
+    /// An append written into its frame in pieces is the frame of its encoding, byte for byte,
+    /// and decodes to the same request: a follower of any version reads it as before.
+    #[test]
+    fn an_append_written_in_pieces_is_the_frame_of_its_encoding() {
+        let records = (0..3000u32).map(|byte| byte as u8).collect::<Vec<u8>>();
+        for stamp in [0, 7] {
+            let chunks = vec![
+                Chunk {
+                    first_offset: Offset::new(4),
+                    epoch: Epoch::new(2),
+                    record_count: 3,
+                    records: held(&[&records[..40], &records[40..1000], &[]]),
+                },
+                Chunk {
+                    first_offset: Offset::new(7),
+                    epoch: Epoch::new(3),
+                    record_count: 1,
+                    records: records[1000..].to_vec().into(),
+                },
+            ];
+            let request = ReplicaRequest::Append {
+                topic_id: TopicId::new(5),
+                leader_epoch: Epoch::new(3),
+                stamp,
+                logs: [
+                    LogAppend { chunks, committed_end: Offset::new(6), start_offset: Offset::new(1) },
+                    LogAppend {
+                        chunks: vec![Chunk {
+                            first_offset: Offset::new(0),
+                            epoch: Epoch::new(1),
+                            record_count: 1,
+                            records: held(&[&records[7..31]]),
+                        }],
+                        committed_end: Offset::new(0),
+                        start_offset: Offset::new(0),
+                    },
+                ],
+            };
+            let encoded = request.encode();
+            assert_eq!(encoded.len(), request.append_bytes());
+            let code = Command::Replica.code();
+            let capacity = encoded.len() + PEER_MESSAGE_OVERHEAD_BYTES;
+            let pieces = ringpost_wire::encode_frame_sized(code, 0, 9, &AppendMessage(&request), capacity);
+            let whole =
+                ringpost_wire::encode_frame_sized(code, 0, 9, &PeerMessage { bytes: encoded }, capacity);
+            assert_eq!(pieces.as_slice(), whole.as_slice(), "stamp {stamp}");
+            assert!(pieces.capacity() <= capacity, "the frame was sized for its records ahead");
+            let message = access_body::<PeerMessage>(&pieces[FRAME_HEADER_BYTES..]).unwrap();
+            assert_eq!(ReplicaRequest::decode(message.bytes.as_slice()), Ok(request));
+        }
     }
 }

@@ -10,6 +10,7 @@
 use super::EpochHistory;
 use crate::codec::{DecodeResult, Decoder, Encoder};
 use crate::ids::{Epoch, Offset, TopicId};
+use std::rc::Rc;
 
 /// A source's logs: its messages, then its journal.
 pub const LOGS: usize = 2;
@@ -27,7 +28,125 @@ pub struct Chunk {
     pub first_offset: Offset,
     pub epoch: Epoch,
     pub record_count: u32,
-    pub records: Vec<u8>,
+    pub records: RecordBytes,
+}
+
+/// A chunk's sealed records: bytes of their own (decoded from a message), or slices of what
+/// holds them on the leader (its held batches: a chunk of one epoch may span several), so
+/// that a leader copies a replicated byte once, from the batch it holds into the append's
+/// frame (`ReplicaRequest::write_append`), and not first into a chunk and then into an
+/// encoding. Equal by content, however they are held.
+#[derive(Clone)]
+pub enum RecordBytes {
+    Owned(Vec<u8>),
+    Held(Vec<HeldSlice>),
+}
+
+/// A slice of bytes something else holds (a leader's held batch), kept alive with it.
+#[derive(Clone)]
+pub struct HeldSlice {
+    holder: Rc<dyn AsRef<[u8]>>,
+    start: usize,
+    end: usize,
+}
+
+impl HeldSlice {
+    /// `holder`'s bytes from `start` to `end`, which must lie within them.
+    pub fn new(holder: Rc<dyn AsRef<[u8]>>, start: usize, end: usize) -> HeldSlice {
+        assert!(start <= end && end <= (*holder).as_ref().len(), "a held slice within its holder");
+        HeldSlice { holder, start, end }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &(*self.holder).as_ref()[self.start..self.end]
+    }
+}
+
+impl RecordBytes {
+    pub fn len(&self) -> usize {
+        match self {
+            RecordBytes::Owned(bytes) => bytes.len(),
+            RecordBytes::Held(slices) => slices.iter().map(|slice| slice.end - slice.start).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes in order, as they lie.
+    pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let (owned, held) = match self {
+            RecordBytes::Owned(bytes) => (Some(bytes.as_slice()), &[][..]),
+            RecordBytes::Held(slices) => (None, slices.as_slice()),
+        };
+        owned.into_iter().chain(held.iter().map(HeldSlice::bytes))
+    }
+
+    /// Appends held bytes after these (the next batch of a chunk's epoch).
+    pub fn push_held(&mut self, slice: HeldSlice) {
+        match self {
+            RecordBytes::Owned(bytes) => bytes.extend_from_slice(slice.bytes()),
+            RecordBytes::Held(slices) => slices.push(slice),
+        }
+    }
+
+    /// The bytes in one buffer: taken as they are if they are their own, else copied.
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            RecordBytes::Owned(bytes) => bytes,
+            held => held.parts().flat_map(|part| part.iter().copied()).collect(),
+        }
+    }
+
+    /// The bytes in one slice: borrowed when they lie in one piece, else copied.
+    pub fn contiguous(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self {
+            RecordBytes::Owned(bytes) => std::borrow::Cow::Borrowed(bytes),
+            RecordBytes::Held(slices) if slices.len() == 1 => std::borrow::Cow::Borrowed(slices[0].bytes()),
+            held => std::borrow::Cow::Owned(held.clone().into_vec()),
+        }
+    }
+}
+
+/// A follower's records are copied from where they arrived straight into its commit's buffer.
+impl crate::log::EncodeRecords for RecordBytes {
+    fn encoded_bytes(&self) -> usize {
+        self.len()
+    }
+
+    fn encode_into(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for part in self.parts() {
+            out[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        assert_eq!(at, out.len(), "records fill the room measured for them");
+    }
+
+    fn newest_publish_ms(&self) -> u64 {
+        crate::log::record::newest_publish_ms(&self.contiguous())
+    }
+}
+
+impl From<Vec<u8>> for RecordBytes {
+    fn from(bytes: Vec<u8>) -> RecordBytes {
+        RecordBytes::Owned(bytes)
+    }
+}
+
+impl PartialEq for RecordBytes {
+    fn eq(&self, other: &RecordBytes) -> bool {
+        self.len() == other.len() && self.parts().flatten().eq(other.parts().flatten())
+    }
+}
+
+impl Eq for RecordBytes {}
+
+impl std::fmt::Debug for RecordBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecordBytes({} bytes)", self.len())
+    }
 }
 
 impl Chunk {
@@ -136,11 +255,6 @@ const ANSWER_READ: u8 = 4;
 const ANSWER_DEPOSED: u8 = 5;
 const ANSWER_STALE: u8 = 6;
 
-fn put_bytes(encoder: &mut Encoder, bytes: &[u8]) {
-    encoder.u32(bytes.len() as u32);
-    encoder.0.extend_from_slice(bytes);
-}
-
 fn get_bytes<'a>(decoder: &mut Decoder<'a>) -> DecodeResult<&'a [u8]> {
     let length = decoder.u32()? as usize;
     decoder.bytes(length)
@@ -166,14 +280,28 @@ fn get_history(decoder: &mut Decoder) -> DecodeResult<EpochHistory> {
 }
 
 fn put_chunks(encoder: &mut Encoder, chunks: &[Chunk]) {
-    encoder.u32(chunks.len() as u32);
+    write_chunks(chunks, &mut |bytes| encoder.0.extend_from_slice(bytes));
+}
+
+/// `put_chunks`, written to `out` in pieces: each chunk's records from where they lie.
+fn write_chunks(chunks: &[Chunk], out: &mut dyn FnMut(&[u8])) {
+    out(&(chunks.len() as u32).to_le_bytes());
     for chunk in chunks {
-        encoder.u64(chunk.first_offset.get()).u64(chunk.epoch.get()).u32(chunk.record_count);
-        put_bytes(encoder, &chunk.records);
+        out(&chunk.first_offset.get().to_le_bytes());
+        out(&chunk.epoch.get().to_le_bytes());
+        out(&chunk.record_count.to_le_bytes());
+        out(&(chunk.records.len() as u32).to_le_bytes());
+        for part in chunk.records.parts() {
+            out(part);
+        }
     }
 }
 
-fn get_chunks(decoder: &mut Decoder) -> DecodeResult<Vec<Chunk>> {
+/// What decoded chunks' records are taken from: their own copies, or slices of the bytes that
+/// hold the message (`ReplicaRequest::decode_held`).
+type Holder<'h> = Option<&'h Rc<dyn AsRef<[u8]>>>;
+
+fn get_chunks(decoder: &mut Decoder, holder: Holder) -> DecodeResult<Vec<Chunk>> {
     let count = decoder.u32()? as usize;
     if count > CHUNKS_PER_LOG_MAX {
         return Err("more chunks than CHUNKS_PER_LOG_MAX");
@@ -184,7 +312,15 @@ fn get_chunks(decoder: &mut Decoder) -> DecodeResult<Vec<Chunk>> {
         if first_offset.checked_add(record_count.into()).is_none() {
             return Err("a chunk that ends past the last offset");
         }
-        let records = get_bytes(decoder)?.to_vec();
+        let bytes = get_bytes(decoder)?;
+        let records = match holder {
+            Some(holder) => {
+                // The decoder reads within the holder's bytes (`decode_held`).
+                let start = bytes.as_ptr() as usize - (**holder).as_ref().as_ptr() as usize;
+                RecordBytes::Held(vec![HeldSlice::new(holder.clone(), start, start + bytes.len())])
+            }
+            None => RecordBytes::Owned(bytes.to_vec()),
+        };
         let (first_offset, epoch) = (Offset::new(first_offset), Epoch::new(epoch));
         chunks.push(Chunk { first_offset, epoch, record_count, records });
     }
@@ -224,18 +360,10 @@ impl ReplicaRequest {
                 }
                 encoder.0
             }
-            ReplicaRequest::Append { topic_id, leader_epoch, stamp, logs } => {
-                let tag = if *stamp == 0 { REQUEST_APPEND } else { REQUEST_APPEND_STAMPED };
-                let mut encoder = Encoder::with_capacity(tag, self.append_bytes());
-                encoder.u64(topic_id.get()).u64(leader_epoch.get());
-                if *stamp != 0 {
-                    encoder.u64(*stamp);
-                }
-                for log in logs {
-                    encoder.u64(log.committed_end.get()).u64(log.start_offset.get());
-                    put_chunks(&mut encoder, &log.chunks);
-                }
-                encoder.0
+            ReplicaRequest::Append { .. } => {
+                let mut bytes = Vec::with_capacity(self.append_bytes());
+                self.write_append(&mut |piece| bytes.extend_from_slice(piece));
+                bytes
             }
             ReplicaRequest::Fence { topic_id, epoch } => {
                 Encoder::new(REQUEST_FENCE).u64(topic_id.get()).u64(epoch.get()).0.clone()
@@ -250,9 +378,27 @@ impl ReplicaRequest {
         }
     }
 
-    /// The encoded size of an `Append` (`encode`): its kind, topic and epoch, then each log's
-    /// two offsets and chunk count, and each chunk's header and records.
-    fn append_bytes(&self) -> usize {
+    /// Writes an `Append`'s encoding (what `encode` returns) to `out` in pieces, each chunk's
+    /// records from where they lie: into a frame, they are copied once (`net::replica`'s
+    /// `AppendMessage`). Writes nothing for another request.
+    pub fn write_append(&self, out: &mut dyn FnMut(&[u8])) {
+        let ReplicaRequest::Append { topic_id, leader_epoch, stamp, logs } = self else { return };
+        out(&[if *stamp == 0 { REQUEST_APPEND } else { REQUEST_APPEND_STAMPED }]);
+        out(&topic_id.get().to_le_bytes());
+        out(&leader_epoch.get().to_le_bytes());
+        if *stamp != 0 {
+            out(&stamp.to_le_bytes());
+        }
+        for log in logs {
+            out(&log.committed_end.get().to_le_bytes());
+            out(&log.start_offset.get().to_le_bytes());
+            write_chunks(&log.chunks, out);
+        }
+    }
+
+    /// The encoded size of an `Append` (`encode`, `write_append`): its kind, topic and epoch,
+    /// then each log's two offsets and chunk count, and each chunk's header and records.
+    pub fn append_bytes(&self) -> usize {
         let ReplicaRequest::Append { logs, stamp, .. } = self else { return 0 };
         let chunk = |chunk: &Chunk| 8 + 8 + 4 + 4 + chunk.records.len();
         let stamp_bytes = if *stamp == 0 { 0 } else { 8 };
@@ -262,6 +408,20 @@ impl ReplicaRequest {
     }
 
     pub fn decode(bytes: &[u8]) -> DecodeResult<ReplicaRequest> {
+        Self::decode_from(bytes, None)
+    }
+
+    /// `decode` of `bytes`, which lie within what `holder` holds (the frame a request came in):
+    /// an append's chunks hold slices of it instead of copies, and its records are copied once,
+    /// into the follower's commit (`Log::append_records_from_leader`).
+    pub fn decode_held(holder: &Rc<dyn AsRef<[u8]>>, bytes: &[u8]) -> DecodeResult<ReplicaRequest> {
+        let within = (**holder).as_ref().as_ptr_range();
+        let range = bytes.as_ptr_range();
+        assert!(within.start <= range.start && range.end <= within.end, "the bytes lie within their holder");
+        Self::decode_from(bytes, Some(holder))
+    }
+
+    fn decode_from(bytes: &[u8], holder: Holder) -> DecodeResult<ReplicaRequest> {
         let mut d = Decoder::new(bytes);
         let request = match d.u8()? {
             tag @ (REQUEST_SYNC | REQUEST_SYNC_STAMPED) => {
@@ -279,7 +439,7 @@ impl ReplicaRequest {
                 let stamp = get_stamp(&mut d, tag == REQUEST_APPEND_STAMPED)?;
                 let mut log = || -> DecodeResult<LogAppend> {
                     let (committed_end, start_offset) = (Offset::new(d.u64()?), Offset::new(d.u64()?));
-                    Ok(LogAppend { committed_end, start_offset, chunks: get_chunks(&mut d)? })
+                    Ok(LogAppend { committed_end, start_offset, chunks: get_chunks(&mut d, holder)? })
                 };
                 let logs = [log()?, log()?];
                 ReplicaRequest::Append { topic_id, leader_epoch, stamp, logs }
@@ -350,7 +510,7 @@ impl ReplicaAnswer {
             }
             ANSWER_READ => {
                 let durable_end = Offset::new(d.u64()?);
-                ReplicaAnswer::Read { durable_end, chunks: get_chunks(&mut d)? }
+                ReplicaAnswer::Read { durable_end, chunks: get_chunks(&mut d, None)? }
             }
             ANSWER_DEPOSED => ReplicaAnswer::Deposed { promised_epoch: Epoch::new(d.u64()?) },
             ANSWER_STALE => ReplicaAnswer::Stale { synced_stamp: d.u64()? },
@@ -369,7 +529,7 @@ mod tests {
             first_offset: Offset::new(first_offset),
             epoch: Epoch::new(epoch),
             record_count: 2,
-            records: vec![7; 24],
+            records: vec![7; 24].into(),
         }
     }
 
@@ -496,6 +656,43 @@ mod tests {
             zero.u32(0).u64(0).u64(0);
         }
         assert!(ReplicaRequest::decode(&zero.0).is_err(), "a stamped form with stamp 0");
+    }
+
+    /// A request decoded within the frame that holds it keeps its records there: each chunk is
+    /// a slice of the frame, equal to what was sent, and nothing of it was copied.
+    #[test]
+    fn an_append_decoded_in_its_frame_points_into_it() {
+        let request = ReplicaRequest::Append {
+            topic_id: TopicId::new(9),
+            leader_epoch: Epoch::new(4),
+            stamp: 3,
+            logs: [
+                LogAppend {
+                    chunks: vec![chunk(4, 3), chunk(6, 4)],
+                    committed_end: Offset::new(3),
+                    start_offset: Offset::new(0),
+                },
+                LogAppend {
+                    chunks: vec![chunk(0, 4)],
+                    committed_end: Offset::new(0),
+                    start_offset: Offset::new(0),
+                },
+            ],
+        };
+        let mut frame = vec![0u8; 16];
+        frame.extend_from_slice(&request.encode());
+        let holder: Rc<dyn AsRef<[u8]>> = Rc::new(frame);
+        let within = (*holder).as_ref().as_ptr_range();
+        let decoded = ReplicaRequest::decode_held(&holder, &(*holder).as_ref()[16..]).unwrap();
+        assert_eq!(decoded, request);
+        let ReplicaRequest::Append { logs, .. } = decoded else { unreachable!() };
+        for chunk in logs.iter().flat_map(|log| &log.chunks) {
+            assert!(matches!(chunk.records, RecordBytes::Held(_)), "held, not copied");
+            let records = chunk.records.contiguous();
+            let range = records.as_ptr_range();
+            assert!(within.start <= range.start && range.end <= within.end, "a slice of the frame");
+        }
+        assert_eq!(Rc::strong_count(&holder), 4, "each chunk holds the frame");
     }
 
     #[test]

@@ -6,12 +6,13 @@
 
 use super::feed::{Action, Feed, Outcome, Wake};
 use super::protocol::{
-    Chunk, FencedLog, LogAppend, LogTip, ReplicaAnswer, ReplicaRequest, JOURNAL, LOGS, MESSAGES,
+    Chunk, FencedLog, HeldSlice, LogAppend, LogTip, RecordBytes, ReplicaAnswer, ReplicaRequest, JOURNAL,
+    LOGS, MESSAGES,
 };
 use super::{divergence, quorum, CommitTracker};
 use crate::api::Status;
 use crate::ids::{Epoch, Offset, ShardId, TopicId};
-use crate::log::{HeldBatch, Log, LogError};
+use crate::log::{HeldBatch, Log, LogError, Records};
 use crate::storage::Storage;
 use crate::sync::Notify;
 use std::cell::{Cell, RefCell};
@@ -84,8 +85,8 @@ pub trait Transport {
 
 /// The records of `batches` from `from` on, as chunks of one epoch each. The first batch may
 /// start below `from` (the follower's batches are not the leader's): its records before it
-/// are left out.
-pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: Offset) -> Result<Vec<Chunk>, LogError> {
+/// are left out. The chunks hold the batches and point into them: nothing is copied here.
+pub fn chunks_from<S: Storage>(batches: Vec<HeldBatch<S>>, from: Offset) -> Result<Vec<Chunk>, LogError> {
     let mut chunks: Vec<Chunk> = Vec::new();
     for batch in batches {
         let (base_offset, end_offset) = (batch.base_offset(), batch.end_offset());
@@ -94,17 +95,26 @@ pub fn chunks_from<S: Storage>(batches: &[HeldBatch<S>], from: Offset) -> Result
             continue;
         }
         let (first_offset, records) = if base_offset < from {
-            (from, sealed_from(batch, from)?)
+            (from, sealed_from(&batch, from)?)
         } else {
             (base_offset, batch.sealed_records())
         };
+        // Where the records lie in the batch's bytes, which the chunk holds.
+        let start = records.as_ptr() as usize - batch.bytes().as_ptr() as usize;
+        let end = start + records.len();
+        let slice = HeldSlice::new(Rc::new(batch), start, end);
         let record_count = (end_offset - first_offset) as u32;
         match chunks.last_mut() {
             Some(last) if last.epoch == epoch && last.end_offset() == first_offset => {
-                last.records.extend_from_slice(records);
+                last.records.push_held(slice);
                 last.record_count += record_count;
             }
-            _ => chunks.push(Chunk { first_offset, epoch, record_count, records: records.to_vec() }),
+            _ => chunks.push(Chunk {
+                first_offset,
+                epoch,
+                record_count,
+                records: RecordBytes::Held(vec![slice]),
+            }),
         }
     }
     Ok(chunks)
@@ -514,7 +524,7 @@ async fn part<S: Storage>(log: &Log<S>, from: Offset, room: usize) -> Result<Log
     if batches.first().is_some_and(|first| first.records_bytes() > room) {
         return Ok(LogAppend { chunks: Vec::new(), committed_end, start_offset });
     }
-    Ok(LogAppend { chunks: chunks_from(&batches, from)?, committed_end, start_offset })
+    Ok(LogAppend { chunks: chunks_from(batches, from)?, committed_end, start_offset })
 }
 
 /// What woke a leader's loop for one follower.
@@ -697,7 +707,7 @@ async fn take_one<S: Storage>(
             )));
         }
         crate::log::record::check_sealed_records(
-            &chunk.records,
+            &chunk.records.contiguous(),
             log_id,
             chunk.first_offset.get(),
             chunk.record_count,
@@ -708,11 +718,11 @@ async fn take_one<S: Storage>(
     let appends = chunks
         .into_iter()
         .map(|chunk| {
-            log.append_from_leader(
+            log.append_records_from_leader(
                 leader_epoch,
                 chunk.first_offset,
                 chunk.epoch,
-                chunk.records,
+                Records::Deferred(Box::new(chunk.records)),
                 chunk.record_count,
             )
         })
@@ -748,7 +758,7 @@ pub async fn read<S: Storage>(
         )));
     }
     let batches = log.hold_durable_from(from, bytes_max).await?;
-    Ok((chunks_from(&batches, from)?, log.durable_end()))
+    Ok((chunks_from(batches, from)?, log.durable_end()))
 }
 
 /// A new leader's journal, made to hold every committed entry before it leads: the replica of

@@ -47,7 +47,7 @@ impl<S: Storage> Handler for Forwarder<S> {
             Some(Command::ModifyAckDeadline) => {
                 Box::pin(modify_ack_deadline(self, &header, &body, responder)).await
             }
-            Some(Command::Replica) => Box::pin(replica(self, &header, &body, responder)).await,
+            Some(Command::Replica) => Box::pin(replica(self, &header, body, responder)).await,
             Some(Command::Carried) => Box::pin(carried_here(self, &header, body, responder)).await,
             // The connection's reading loop answers it before any handler sees it.
             Some(Command::Authenticate) => {
@@ -125,7 +125,7 @@ async fn carried_here<S: Storage>(
 async fn replica<S: crate::storage::Storage>(
     forwarder: &Forwarder<S>,
     header: &FrameHeader,
-    body: &[u8],
+    body: FrameBuffer,
     responder: &Responder,
 ) -> Result<Response, Status> {
     if !responder.is_cluster_peer() {
@@ -134,8 +134,10 @@ async fn replica<S: crate::storage::Storage>(
             "replication answers only nodes of the cluster, which present its secret",
         ));
     }
-    let message = access_body::<PeerMessage>(body)?;
-    let request = crate::replication::protocol::ReplicaRequest::decode(message.bytes.as_slice())
+    // An append's records stay in the frame they came in until its commit copies them.
+    let frame: std::rc::Rc<dyn AsRef<[u8]>> = std::rc::Rc::new(body);
+    let message = access_body::<PeerMessage>((*frame).as_ref())?;
+    let request = crate::replication::protocol::ReplicaRequest::decode_held(&frame, message.bytes.as_slice())
         .map_err(|why| Status::invalid_argument(format!("a replica request did not decode: {why}")))?;
     let answer = forwarder.replica_request(request).await.map_err(Status::from)?;
     Ok(respond(header, &PeerMessage { bytes: answer.encode() }).into())
