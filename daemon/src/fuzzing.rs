@@ -150,6 +150,9 @@ fn round_trip_debug<T: std::fmt::Debug, E: std::fmt::Debug>(
 pub fn replica_protocol(bytes: &[u8]) -> bool {
     let request = round_trip(bytes, ReplicaRequest::decode, ReplicaRequest::encode);
     let answer = round_trip(bytes, ReplicaAnswer::decode, ReplicaAnswer::encode);
+    // A follower decodes a request within the frame it came in: the same request as a copy's.
+    let frame: std::rc::Rc<dyn AsRef<[u8]>> = std::rc::Rc::new(bytes.to_vec());
+    assert_eq!(ReplicaRequest::decode_held(&frame, (*frame).as_ref()).ok(), request);
     // A follower, and a new leader reading what it lacks, work out where each chunk ends.
     let chunks = match (&request, &answer) {
         (Some(ReplicaRequest::Append { logs, .. }), _) => logs.iter().flat_map(|log| &log.chunks).collect(),
