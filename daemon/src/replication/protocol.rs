@@ -31,18 +31,20 @@ pub struct Chunk {
     pub records: RecordBytes,
 }
 
-/// A chunk's sealed records: bytes of their own (decoded from a message), or slices of what
-/// holds them on the leader (its held batches: a chunk of one epoch may span several), so
-/// that a leader copies a replicated byte once, from the batch it holds into the append's
-/// frame (`ReplicaRequest::write_append`), and not first into a chunk and then into an
-/// encoding. Equal by content, however they are held.
+/// A chunk's sealed records: bytes of their own (`decode` of a copy), or slices of what holds
+/// them: on the leader its held batches (a chunk of one epoch may span several), on a follower
+/// the frame they arrived in (`decode_held`). So a replicated byte is copied once on each side:
+/// on the leader from the batch it holds into the append's frame
+/// (`ReplicaRequest::write_append`), on the follower from the frame into its commit's buffer
+/// (this type's `EncodeRecords`). Equal by content, however they are held.
 #[derive(Clone)]
 pub enum RecordBytes {
     Owned(Vec<u8>),
     Held(Vec<HeldSlice>),
 }
 
-/// A slice of bytes something else holds (a leader's held batch), kept alive with it.
+/// A slice of bytes something else holds (a leader's held batch, a follower's received frame),
+/// kept alive with it.
 #[derive(Clone)]
 pub struct HeldSlice {
     holder: Rc<dyn AsRef<[u8]>>,
@@ -92,7 +94,7 @@ impl RecordBytes {
     }
 
     /// The bytes in one buffer: taken as they are if they are their own, else copied.
-    pub fn into_vec(self) -> Vec<u8> {
+    fn into_vec(self) -> Vec<u8> {
         match self {
             RecordBytes::Owned(bytes) => bytes,
             held => held.parts().flat_map(|part| part.iter().copied()).collect(),
