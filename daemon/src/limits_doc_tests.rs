@@ -263,6 +263,7 @@ const READ_FROM_SOURCE: &[&str] = &[
 /// Constants named like bounds that the table leaves out, and why.
 const NOT_IN_THE_TABLE: &[(&str, &str)] = &[
     ("NANOS_MAX", "the range of a protobuf Timestamp's nanos"),
+    ("TOTAL_MAX", "the counter values a rate window stores in its packed word, past any real count"),
     (
         "JOIN_FRAME_BYTES_MAX",
         "which frames a peer's writer copies into one write; a choice of copies, bounding nothing",

@@ -232,9 +232,53 @@ where
     }
 }
 
+/// An `Option<Rc<T>>` in a cell, read by cloning the `Rc` and replaced whole: a setting
+/// that is rarely there and changes in place (a subscription's push endpoint, its dead-letter
+/// topic). Half the size of a `RefCell` around the same value, which counted over 10,000 idle
+/// subscriptions, and no borrow to hold across an await.
+pub struct RcCell<T: ?Sized>(Cell<Option<Rc<T>>>);
+
+impl<T: ?Sized> RcCell<T> {
+    pub fn new(value: Option<Rc<T>>) -> RcCell<T> {
+        RcCell(Cell::new(value))
+    }
+
+    pub fn get(&self) -> Option<Rc<T>> {
+        let value = self.0.take();
+        let copy = value.clone();
+        self.0.set(value);
+        copy
+    }
+
+    pub fn is_some(&self) -> bool {
+        let value = self.0.take();
+        let some = value.is_some();
+        self.0.set(value);
+        some
+    }
+
+    /// Replaces the value; the old one is dropped after the new one is in place.
+    pub fn set(&self, value: Option<Rc<T>>) {
+        drop(self.0.replace(value));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_rc_cell_hands_out_its_value_and_keeps_it() {
+        let cell: RcCell<str> = RcCell::new(None);
+        assert!(!cell.is_some() && cell.get().is_none());
+        cell.set(Some(Rc::from("dead-letters")));
+        assert_eq!(cell.get().as_deref(), Some("dead-letters"));
+        assert_eq!(cell.get().as_deref(), Some("dead-letters"), "a read leaves the value in place");
+        let held = cell.get().unwrap();
+        cell.set(None);
+        assert!(!cell.is_some());
+        assert_eq!(&*held, "dead-letters", "a value handed out outlives its replacement");
+    }
 
     /// Drives a future made of pending-once steps on a no-op waker, as an executor would.
     fn run<F: Future>(future: F) -> F::Output {

@@ -68,7 +68,7 @@ pub struct ShardPushing {
 impl ShardPushing {
     /// A subscription was attached or updated: if it pushes and no task pushes it, one starts.
     pub fn offer(&self, entry: &Rc<SubscriptionEntry>) {
-        if !self.serving.get() || entry.push.borrow().is_none() || entry.pushing.get() {
+        if !self.serving.get() || !entry.push.is_some() || entry.pushing.get() {
             return;
         }
         let mut offered = self.offered.borrow_mut();
@@ -132,7 +132,7 @@ pub async fn serve<S: Storage, P: Pusher>(forwarder: Rc<Forwarder<S>>, pusher: R
             offered.extend(subscriptions.values().map(|(entry, _)| entry.clone()));
         }
         for entry in offered {
-            if entry.push.borrow().is_none() || entry.detached.get() || entry.pushing.get() {
+            if !entry.push.is_some() || entry.detached.get() || entry.pushing.get() {
                 continue;
             }
             entry.pushing.set(true);
@@ -155,7 +155,7 @@ struct PushPeer<'a> {
 
 impl StreamPeer for PushPeer<'_> {
     fn is_gone(&self) -> bool {
-        self.entry.push.borrow().is_none() || self.entry.detached.get() || self.stop.is_given()
+        !self.entry.push.is_some() || self.entry.detached.get() || self.stop.is_given()
     }
 
     async fn gone(&self) {
@@ -247,7 +247,7 @@ async fn push_until_gone<S: Storage, P: Pusher>(
     let Ok(mut stream) = forwarder.open_stream(&entry.name, settings).await else { return };
     // The stream's leases run for the ack deadline it was opened with; a push's timeout is the
     // same, so an unanswered push is given back no later than its lease would end.
-    let timeout = entry.state.borrow().ack_deadline;
+    let timeout = entry.state.borrow().ack_deadline();
     loop {
         loop {
             let answered = flight.answered.notified();
@@ -274,8 +274,8 @@ async fn push_until_gone<S: Storage, P: Pusher>(
             // Gone, deleted, moved or stopping: the stream's leases go back as it drops.
             Ok(None) | Err(_) => return,
         };
-        let Some(config) = entry.push.borrow().clone() else { return };
-        let counts_attempts = entry.dead_letter_topic.borrow().is_some();
+        let Some(config) = entry.push.get() else { return };
+        let counts_attempts = entry.dead_letter_topic.is_some();
         for message in &delivery.messages {
             let view = delivery.view(message);
             let body = push_body(

@@ -263,7 +263,7 @@ fn push_configurations_are_checked_kept_and_served() {
         let settings = SubscriptionSettings { push: push.clone(), ..Default::default() };
         let created = router.create_subscription(subscription("pushed", "orders", settings)).await.unwrap();
         assert_eq!(created.settings.push, push);
-        let served = |node: &Node| node.forwarder.subscription("pushed").unwrap().0.push.borrow().clone();
+        let served = |node: &Node| node.forwarder.subscription("pushed").unwrap().0.push.get();
         assert_eq!(served(&node).as_deref(), push.as_deref(), "the forwarder holds it");
         // Exactly-once on a push subscription is refused, and so is a bad endpoint by update.
         let exactly_once = SubscriptionUpdate {

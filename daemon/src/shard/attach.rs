@@ -118,7 +118,7 @@ impl<S: Storage> Forwarder<S> {
         // Held by its source's delivery gate from the start, until the catalog's leader says
         // it passed the change (a restart redelivers what it held, to be held again).
         state.set_gate(topic.gate_of(subscription_id.get()));
-        state.ack_deadline = ack_deadline;
+        state.set_ack_deadline(ack_deadline);
         state.policy = delivery_policy(&settings);
         state.forget_before(topic.log.start_offset());
         state.count_in(topic.outstanding.clone());
@@ -133,13 +133,7 @@ impl<S: Storage> Forwarder<S> {
         let name: Rc<str> = name.into();
         let now_ms = self.environment.clock.wall_ms();
         let entry = Rc::new(SubscriptionEntry::new(name.clone(), topic_id, &settings, state, filter, now_ms));
-        let mut subscriptions = topic.subscriptions.borrow_mut();
-        // Room for exactly one at first (a vector's first push makes room for four): most
-        // topics have one subscription, and an idle topic's memory is bounded.
-        let first = subscriptions.is_empty();
-        subscriptions.reserve_exact(usize::from(first));
-        subscriptions.push(entry.clone());
-        drop(subscriptions);
+        topic.subscriptions.borrow_mut().push(entry.clone());
         self.registry.subscriptions.borrow_mut().insert(name, (entry.clone(), topic));
         self.pushing.offer(&entry);
         Ok(ControlOk::SubscriptionStart(start.get()))

@@ -18,7 +18,7 @@ impl<S: Storage> Forwarder<S> {
         // The same tick samples the counters behind the rates in the stats.
         self.activity.rate_ticks.borrow_mut().tick(now);
         for topic in self.registry.topics_by_id.borrow().values() {
-            topic.published.borrow_mut().sample(topic.log.end_offset().get());
+            topic.published.sample(topic.log.end_offset().get());
             topic.log.release_idle_cache();
         }
         self.trim_memory_once_quiet();
@@ -26,8 +26,8 @@ impl<S: Storage> Forwarder<S> {
         for (subscription, topic) in served {
             {
                 let mut state = subscription.state.borrow_mut();
-                subscription.delivered.borrow_mut().sample(state.delivered_total);
-                subscription.acked.borrow_mut().sample(state.acked_total);
+                subscription.delivered.sample(state.delivered_total);
+                subscription.acked.sample(state.acked_total);
                 state.release_if_idle();
             }
             let due = subscription.state.borrow().next_deadline().is_some_and(|deadline| deadline <= now);

@@ -268,7 +268,7 @@ impl<S: Storage> Forwarder<S> {
         self.registry.topics.borrow_mut().remove(&topic.name);
         {
             let mut subscriptions = self.registry.subscriptions.borrow_mut();
-            for entry in topic.subscriptions.take() {
+            for entry in topic.subscriptions.take().into_vec() {
                 subscriptions.remove(&entry.name);
                 entry.moved.set(true);
                 entry.detach();

@@ -56,7 +56,7 @@ impl<S: Storage> Forwarder<S> {
         }
         for topic in topics {
             let end = topic.log.end_offset();
-            let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().clone();
+            let entries: Vec<Rc<SubscriptionEntry>> = topic.subscriptions.borrow().to_vec();
             let mut subscriptions = Vec::with_capacity(entries.len());
             for entry in entries {
                 let (floor, backlog, outstanding, open_streams) = {
@@ -88,11 +88,8 @@ impl<S: Storage> Forwarder<S> {
                     if open_streams > 0 { 0 } else { now_ms.saturating_sub(entry.last_activity_ms.get()) };
                 subscriptions.push(SubscriptionStats {
                     idle_ms,
-                    delivered_per_second: entry
-                        .delivered
-                        .borrow()
-                        .per_second(&self.activity.rate_ticks.borrow()),
-                    acked_per_second: entry.acked.borrow().per_second(&self.activity.rate_ticks.borrow()),
+                    delivered_per_second: entry.delivered.per_second(&self.activity.rate_ticks.borrow()),
+                    acked_per_second: entry.acked.per_second(&self.activity.rate_ticks.borrow()),
                     name: entry.name.to_string(),
                     backlog_messages: backlog,
                     outstanding_messages: outstanding as u64,
@@ -111,7 +108,7 @@ impl<S: Storage> Forwarder<S> {
                 first_offset: topic.log.start_offset().get(),
                 end_offset: end.get(),
                 disk_bytes: topic.log.disk_bytes(),
-                published_per_second: topic.published.borrow().per_second(&self.activity.rate_ticks.borrow()),
+                published_per_second: topic.published.per_second(&self.activity.rate_ticks.borrow()),
                 published_messages_total: topic.published_messages_total.get(),
                 published_bytes_total: topic.published_bytes_total.get(),
                 subscriptions,
@@ -124,7 +121,7 @@ impl<S: Storage> Forwarder<S> {
     /// A push subscription's pushing, from its configuration and its task's flight; `None`
     /// for a pull subscription.
     fn push_stats(&self, entry: &SubscriptionEntry) -> Option<PushStats> {
-        let endpoint = entry.push.borrow().as_ref()?.endpoint.clone();
+        let endpoint = entry.push.get()?.endpoint.clone();
         let Some(flight) = self.pushing.flight(&entry.name) else {
             return Some(PushStats { endpoint, ..PushStats::default() });
         };

@@ -87,7 +87,7 @@ pub fn start<T: MessageSource + AckJournal + 'static>(
     subscription: &Rc<SubscriptionEntry>,
     topic: &Rc<T>,
 ) {
-    if subscription.dead_letter_topic.borrow().is_none() || subscription.dead_lettering.get() {
+    if !subscription.dead_letter_topic.is_some() || subscription.dead_lettering.get() {
         return;
     }
     let offsets = subscription.state.borrow_mut().take_dead_letters();
@@ -104,7 +104,7 @@ pub fn start<T: MessageSource + AckJournal + 'static>(
                 "ringpostd: dead-lettering {} messages of subscription '{}' to '{}' failed, will retry: {error}",
                 offsets.len(),
                 subscription.name,
-                subscription.dead_letter_topic.borrow().as_deref().unwrap_or_default()
+                subscription.dead_letter_topic.get().as_deref().unwrap_or_default()
             );
             crate::runtime::sleep(DEAD_LETTER_RETRY).await;
             let mut state = subscription.state.borrow_mut();
@@ -125,7 +125,7 @@ async fn dead_letter<T: MessageSource + AckJournal>(
     offsets: &[Offset],
 ) -> Result<(), String> {
     // Read once: an update may change or remove the policy while the publish is under way.
-    let Some(dead_letter_topic) = subscription.dead_letter_topic.borrow().clone() else {
+    let Some(dead_letter_topic) = subscription.dead_letter_topic.get() else {
         return Err("the subscription no longer has a dead-letter policy".into());
     };
     let records = topic.read_offsets(offsets).await.map_err(|e| e.to_string())?;
@@ -151,7 +151,10 @@ async fn dead_letter<T: MessageSource + AckJournal>(
     };
     while !messages.is_empty() {
         let rest = messages.split_off(messages.len().min(DEAD_LETTER_BATCH_MESSAGES_MAX));
-        publisher.publish(dead_letter_topic.clone(), messages).await.map_err(|status| status.to_string())?;
+        publisher
+            .publish(Box::from(&*dead_letter_topic), messages)
+            .await
+            .map_err(|status| status.to_string())?;
         messages = rest;
     }
     // Published durably to the dead-letter topic: now acknowledge on the source, durably too.

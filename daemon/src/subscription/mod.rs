@@ -20,7 +20,7 @@ use crate::catalog::{PushConfig, SubscriptionSettings};
 use crate::clock::Clock;
 use crate::ids::{Offset, TopicId};
 use crate::metrics::rate::RateWindow;
-use crate::sync::{Notify, Stop};
+use crate::sync::{Notify, RcCell, Stop};
 pub use error::SubscriptionError;
 use journal_entry::JournalEntry;
 use state::{DeliveryPolicy, SubscriptionState};
@@ -56,14 +56,14 @@ pub struct SubscriptionEntry {
     // delivery policy went into `state`, the filter into `filter`, and the router keeps them all.
     // Cells, so that an update changes them in place (`update_settings`).
     /// Where exhausted messages go; `None` without a dead-letter policy.
-    pub dead_letter_topic: RefCell<Option<Box<str>>>,
+    pub dead_letter_topic: RcCell<str>,
     /// How long the subscription keeps messages, and whether acknowledged ones too.
     pub message_retention_seconds: Cell<u64>,
     pub retain_acked_messages: Cell<bool>,
     pub state: RefCell<SubscriptionState>,
     /// Where the daemon pushes its messages (a push subscription), as last attached or updated;
     /// `None` while clients pull. Shared, so that a pushing task reads it without a copy.
-    pub push: RefCell<Option<Rc<PushConfig>>>,
+    pub push: RcCell<PushConfig>,
     /// The subscription's filter; `None` delivers everything.
     /// Boxed: most subscriptions have none, and an idle one should not carry its room.
     pub filter: Option<Box<filter::Filter>>,
@@ -84,8 +84,8 @@ pub struct SubscriptionEntry {
     pub moved: Cell<bool>,
     /// Wall-clock time of the last pull or acknowledgement, for the expiration policy.
     pub last_activity_ms: Cell<u64>,
-    pub delivered: RefCell<RateWindow>,
-    pub acked: RefCell<RateWindow>,
+    pub delivered: RateWindow,
+    pub acked: RateWindow,
 }
 
 impl SubscriptionEntry {
@@ -122,11 +122,11 @@ impl SubscriptionEntry {
             id: state.id,
             name,
             topic_id,
-            dead_letter_topic: RefCell::new(dead_letter_topic(settings)),
+            dead_letter_topic: RcCell::new(dead_letter_topic(settings)),
             message_retention_seconds: Cell::new(settings.message_retention_seconds),
             retain_acked_messages: Cell::new(settings.retain_acked_messages),
             state: RefCell::new(state),
-            push: RefCell::new(push_config(settings)),
+            push: RcCell::new(push_config(settings)),
             filter,
             changed: Notify::new(),
             dead_lettering: Cell::new(false),
@@ -135,8 +135,8 @@ impl SubscriptionEntry {
             left_topic: Cell::new(false),
             moved: Cell::new(false),
             last_activity_ms: Cell::new(now_ms),
-            delivered: RefCell::default(),
-            acked: RefCell::default(),
+            delivered: RateWindow::default(),
+            acked: RateWindow::default(),
         }
     }
 
@@ -147,13 +147,13 @@ impl SubscriptionEntry {
     pub fn update(&self, settings: &SubscriptionSettings) {
         {
             let mut state = self.state.borrow_mut();
-            state.ack_deadline = Duration::from_secs(settings.ack_deadline_seconds as u64);
+            state.set_ack_deadline(Duration::from_secs(settings.ack_deadline_seconds as u64));
             state.set_policy(delivery_policy(settings));
         }
-        *self.dead_letter_topic.borrow_mut() = dead_letter_topic(settings);
+        self.dead_letter_topic.set(dead_letter_topic(settings));
         self.message_retention_seconds.set(settings.message_retention_seconds);
         self.retain_acked_messages.set(settings.retain_acked_messages);
-        *self.push.borrow_mut() = push_config(settings);
+        self.push.set(push_config(settings));
         // Messages the new policy no longer sends to the dead-letter topic are deliverable
         // again: the pulls and streams waiting on the subscription look.
         self.changed.notify_all();
@@ -161,7 +161,7 @@ impl SubscriptionEntry {
 }
 
 /// The dead-letter topic a subscription's settings name; `None` without a policy.
-pub fn dead_letter_topic(settings: &SubscriptionSettings) -> Option<Box<str>> {
+pub fn dead_letter_topic(settings: &SubscriptionSettings) -> Option<Rc<str>> {
     (!settings.dead_letter_topic.is_empty()).then(|| settings.dead_letter_topic.as_str().into())
 }
 

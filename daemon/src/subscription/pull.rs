@@ -96,7 +96,7 @@ pub async fn pull<T: MessageSource + AckJournal + 'static>(
     subscription.last_activity_ms.set(clock.wall_ms());
     let started = clock.now();
     let mut give_up_at = started + settings.wait;
-    let lease = subscription.state.borrow().ack_deadline;
+    let lease = subscription.state.borrow().ack_deadline();
     let mut paused = false;
     loop {
         if subscription.detached.get() {
@@ -194,7 +194,7 @@ impl<'a, T> Stream<'a, T> {
         topic: Rc<T>,
         settings: StreamSettings,
     ) -> Stream<'a, T> {
-        let lease = settings.lease.unwrap_or_else(|| subscription.state.borrow().ack_deadline);
+        let lease = settings.lease.unwrap_or_else(|| subscription.state.borrow().ack_deadline());
         let id = environment.next_stream.get();
         environment.next_stream.set(id + 1);
         subscription.last_activity_ms.set(environment.clock.wall_ms());

@@ -423,7 +423,9 @@ pub struct SubscriptionState {
     /// What is out or waiting; `None` while nothing is (see `InFlight`).
     in_flight: Option<Box<InFlight>>,
     next_generation: u32,
-    pub ack_deadline: Duration,
+    /// The lease a delivery takes, in milliseconds (`ack_deadline`): 4 bytes where a
+    /// `Duration` took 16, over 10,000 idle subscriptions.
+    ack_deadline_ms: u32,
     pub policy: DeliveryPolicy,
     /// Counters for stats.
     pub delivered_total: u64,
@@ -600,6 +602,16 @@ impl InFlight {
 }
 
 impl SubscriptionState {
+    /// How long a delivery's lease lasts.
+    pub fn ack_deadline(&self) -> Duration {
+        Duration::from_millis(self.ack_deadline_ms as u64)
+    }
+
+    /// For leases granted from now on.
+    pub fn set_ack_deadline(&mut self, ack_deadline: Duration) {
+        self.ack_deadline_ms = duration_ms(ack_deadline);
+    }
+
     pub fn new(id: SubscriptionId, start_offset: Offset, ack_deadline: Duration) -> SubscriptionState {
         SubscriptionState {
             id,
@@ -609,7 +621,7 @@ impl SubscriptionState {
             cursor: start_offset,
             in_flight: None,
             next_generation: 1,
-            ack_deadline,
+            ack_deadline_ms: duration_ms(ack_deadline),
             policy: DeliveryPolicy::default(),
             delivered_total: 0,
             redelivered_total: 0,
@@ -996,7 +1008,7 @@ impl SubscriptionState {
     /// Leases up to `max` messages: redeliveries first (oldest first), then new messages below
     /// `end_offset`.
     pub fn pull(&mut self, now: Instant, max: usize, end_offset: Offset) -> Vec<Delivery> {
-        let deadline = self.ack_deadline;
+        let deadline = self.ack_deadline();
         self.pull_for(now, max, end_offset, 0, deadline)
     }
 
@@ -1223,6 +1235,12 @@ impl SubscriptionState {
             _ => Ok(()),
         }
     }
+}
+
+/// A lease's length in whole milliseconds, at most `u32::MAX` (49 days; an ack deadline is
+/// at most 600 s).
+fn duration_ms(duration: Duration) -> u32 {
+    duration.as_millis().min(u32::MAX as u128) as u32
 }
 
 #[cfg(test)]

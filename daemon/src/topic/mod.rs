@@ -45,10 +45,10 @@ pub struct TopicState<S: Storage> {
     /// Made on first use (`message_log`).
     pub log: message_log::MessageLog<S>,
     pub journal: LazyJournal<S>,
-    pub subscriptions: RefCell<Vec<Rc<SubscriptionEntry>>>,
+    pub subscriptions: RefCell<SubscriptionList>,
     /// Topic message retention; 0 when not set. A cell: an update changes it in place.
     pub retention_seconds: Cell<u64>,
-    pub published: RefCell<RateWindow>,
+    pub published: RateWindow,
     /// Messages and their bytes (as stored) published since this shard took the topic.
     pub published_messages_total: Cell<u64>,
     pub published_bytes_total: Cell<u64>,
@@ -75,6 +75,62 @@ pub struct TopicState<S: Storage> {
     /// Its topic's schema, which its publishes are checked against (`schema`), as the router
     /// last pushed it; `None` for a topic without one.
     pub schema: RefCell<Option<Rc<schema::TopicSchemaCheck>>>,
+}
+
+/// A topic's subscriptions on this shard. Most topics have one, held here without an
+/// allocation of its own: a vector of one took a 32-byte chunk per idle topic.
+#[derive(Default)]
+pub enum SubscriptionList {
+    #[default]
+    Empty,
+    One(Rc<SubscriptionEntry>),
+    Many(Vec<Rc<SubscriptionEntry>>),
+}
+
+impl std::ops::Deref for SubscriptionList {
+    type Target = [Rc<SubscriptionEntry>];
+
+    fn deref(&self) -> &[Rc<SubscriptionEntry>] {
+        match self {
+            SubscriptionList::Empty => &[],
+            SubscriptionList::One(entry) => std::slice::from_ref(entry),
+            SubscriptionList::Many(entries) => entries,
+        }
+    }
+}
+
+impl SubscriptionList {
+    pub fn push(&mut self, entry: Rc<SubscriptionEntry>) {
+        *self = match std::mem::take(self) {
+            SubscriptionList::Empty => SubscriptionList::One(entry),
+            SubscriptionList::One(first) => SubscriptionList::Many(vec![first, entry]),
+            SubscriptionList::Many(mut entries) => {
+                entries.push(entry);
+                SubscriptionList::Many(entries)
+            }
+        };
+    }
+
+    pub fn into_vec(self) -> Vec<Rc<SubscriptionEntry>> {
+        match self {
+            SubscriptionList::Empty => Vec::new(),
+            SubscriptionList::One(entry) => vec![entry],
+            SubscriptionList::Many(entries) => entries,
+        }
+    }
+
+    pub fn retain(&mut self, keep: impl FnMut(&Rc<SubscriptionEntry>) -> bool) {
+        if matches!(self, SubscriptionList::Empty) {
+            return;
+        }
+        let mut entries = std::mem::take(self).into_vec();
+        entries.retain(keep);
+        *self = match entries.len() {
+            0 => SubscriptionList::Empty,
+            1 => SubscriptionList::One(entries.pop().expect("one entry")),
+            _ => SubscriptionList::Many(entries),
+        };
+    }
 }
 
 /// A topic's part in its replication across nodes (docs/REPLICATION.md).
@@ -275,5 +331,20 @@ impl<S: Storage> AckJournal for TopicState<S> {
         let Some(journal) = self.journal.opened() else { return Ok(()) };
         let end = journal.next_offset();
         self.wait_replicated(&journal, end).await
+    }
+}
+#[cfg(test)]
+mod sizes {
+    /// What an idle topic and its subscription hold on their forwarder is mostly these two
+    /// structs, each in its own allocation (W4's memory figure, benches/README.md). A field
+    /// that grows them is a cost over 10,000 idle topics: measure it there before raising the
+    /// bound.
+    #[test]
+    fn an_idle_topic_and_its_subscription_keep_their_size() {
+        type S = crate::storage::dma::DmaStorage;
+        let topic = std::mem::size_of::<super::TopicState<S>>();
+        let subscription = std::mem::size_of::<crate::subscription::SubscriptionEntry>();
+        assert!(topic <= 296, "TopicState is {topic} bytes");
+        assert!(subscription <= 328, "SubscriptionEntry is {subscription} bytes");
     }
 }

@@ -167,7 +167,7 @@ impl<S: Storage> TopicStore<S> {
             journal,
             subscriptions: RefCell::default(),
             retention_seconds: Cell::new(retention_seconds),
-            published: RefCell::default(),
+            published: crate::metrics::rate::RateWindow::default(),
             published_messages_total: Cell::new(0),
             published_bytes_total: Cell::new(0),
             journal_reserve: Cell::new(JournalReserve::Untried),

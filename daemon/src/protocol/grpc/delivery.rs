@@ -63,7 +63,7 @@ impl Properties {
         Properties {
             exactly_once: entry.state.borrow().policy.exactly_once,
             ordered: entry.state.borrow().policy.ordered,
-            counts_attempts: entry.dead_letter_topic.borrow().is_some(),
+            counts_attempts: entry.dead_letter_topic.is_some(),
         }
     }
 
